@@ -1,0 +1,3 @@
+from gpudesk.cli import main
+
+main()

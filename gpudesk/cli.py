@@ -1,0 +1,440 @@
+"""The `gpudesk` command line. Commands are thin: they parse, call the engine client, print.
+
+Heavy modules (zmq, rich, the profile parser) are imported inside the commands that use them and
+torch is never imported here, so `gpudesk --help` starts at once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NoReturn, Optional
+
+import typer
+
+from gpudesk import __version__
+
+if TYPE_CHECKING:
+    from gpudesk.engine.client import EngineClient
+    from gpudesk.engine.station import StationConfig
+
+EXIT_FAILED = 1  # the command ran but something it did failed (a job, the engine)
+EXIT_USAGE = 2  # bad input: a profile, an argument
+EXIT_INTERRUPTED = 130
+
+app = typer.Typer(
+    name="gpudesk",
+    help="Queue, pack and watch training jobs on a single GPU workstation.",
+    add_completion=False,
+    no_args_is_help=True,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+engine_app = typer.Typer(help="Start, stop and inspect the engine daemon.", no_args_is_help=True)
+app.add_typer(engine_app, name="engine")
+
+
+class CliError(Exception):
+    def __init__(self, message: str, code: int = EXIT_FAILED) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def fail(message: str, code: int = EXIT_FAILED) -> NoReturn:
+    raise CliError(message, code)
+
+
+def _print_json(data: Any) -> None:
+    print(json.dumps(data, indent=2, default=str))
+
+
+def _home():  # noqa: ANN202 - returns gpudesk.paths.Home
+    from gpudesk.paths import Home
+
+    return Home.from_env()
+
+
+def _client(station: StationConfig | None = None) -> EngineClient:
+    from gpudesk.engine.client import connect
+
+    return connect(_home(), station=station)
+
+
+def _version_callback(value: bool) -> None:
+    if value:
+        print(f"gpudesk {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_version_callback, is_eager=True,
+                                 help="Print the version and exit."),
+) -> None:
+    """Queue, pack and watch training jobs on a single GPU workstation."""
+
+
+# --------------------------------------------------------------------------- run
+@app.command()
+def run(
+    profile: Path = typer.Argument(..., help="A profile.toml with [[jobs]] and [[sweeps]]."),
+    report: Optional[Path] = typer.Option(None, "--report", help="Also write the report here "
+                                          "(JSON when the name ends in .json, else text)."),
+    json_out: bool = typer.Option(False, "--json", help="Print the report as JSON on stdout."),
+) -> None:
+    """Run a profile to completion: submit its jobs, follow them, report.
+
+    Exits 0 only if every job succeeded. Ctrl-C cancels this run's jobs and still reports."""
+    from gpudesk.headless import run_profile, write_report
+    from gpudesk.profile import ProfileError, load_profile
+
+    try:
+        loaded = load_profile(profile)
+    except ProfileError as exc:
+        fail(f"the profile is not valid:\n{exc}", EXIT_USAGE)
+    client = _client(loaded.station)
+    progress = sys.stderr if json_out else sys.stdout
+    print(f"running {len(loaded.jobs)} job(s) from {profile} on the engine at "
+          f"{client.home.root}", file=progress, flush=True)
+    try:
+        result = run_profile(loaded, client, progress_stream=progress)
+    except KeyboardInterrupt:
+        print("left the run; the engine is finishing the cancels", file=sys.stderr)
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+    finally:
+        client.close()
+    if report is not None:
+        try:
+            write_report(result, report)
+        except OSError as exc:
+            print(f"error: could not write the report to {report}: {exc.strerror or exc}",
+                  file=sys.stderr)
+    if json_out:
+        _print_json(result.to_dict())
+    else:
+        print("\n" + result.text())
+    if result.interrupted:
+        raise typer.Exit(EXIT_INTERRUPTED)
+    if not result.succeeded:
+        raise typer.Exit(EXIT_FAILED)
+
+
+# ------------------------------------------------------------------------ submit
+def _parse_env(pairs: list[str]) -> dict[str, str]:
+    env = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            fail(f"--env takes NAME=VALUE, found {pair!r}", EXIT_USAGE)
+        env[key] = value
+    return env
+
+
+@app.command(context_settings={"allow_interspersed_args": False,
+                               "ignore_unknown_options": True})
+def submit(
+    command: list[str] = typer.Argument(..., metavar="-- COMMAND [ARGS]...",
+                                        help="The command to run, after `--`."),
+    name: Optional[str] = typer.Option(None, "--name", "-n", help="Job name (default: the "
+                                       "program's name)."),
+    gpus: int = typer.Option(0, "--gpus", help="GPUs the job needs."),
+    mem: Optional[float] = typer.Option(None, "--mem", help="GPU memory the job needs, GB."),
+    dataset: Optional[str] = typer.Option(None, "--dataset", help="Dataset the job reads."),
+    priority: int = typer.Option(0, "--priority", help="Higher runs first (-1000..1000)."),
+    max_attempts: int = typer.Option(1, "--max-attempts", help="Retry a failed job up to this "
+                                     "many attempts in all."),
+    env: list[str] = typer.Option([], "--env", "-e", help="NAME=VALUE for the job (repeatable)."),
+    workdir: Optional[Path] = typer.Option(None, "--workdir", "-C",
+                                           help="Working directory (default: here)."),
+    shell: bool = typer.Option(False, "--shell", help="Run COMMAND (one string) with /bin/sh."),
+    json_out: bool = typer.Option(False, "--json", help="Print the new job as JSON."),
+) -> None:
+    """Queue one job: gpudesk submit [OPTIONS] -- COMMAND [ARGS]..."""
+    from gpudesk.engine.client import submit_env
+    from gpudesk.engine.jobs import JobSpec, SpecError
+
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        fail("no command given: gpudesk submit [OPTIONS] -- COMMAND [ARGS]...", EXIT_USAGE)
+    cwd = (workdir or Path.cwd()).expanduser().absolute()
+    raw = {
+        "name": name or Path(command[0]).name,
+        "command": [" ".join(command)] if shell else command,
+        "shell": shell,
+        "workdir": str(cwd),
+        "env": _parse_env(env),
+        "gpus": gpus,
+        "memory_gb": mem,
+        "dataset": dataset,
+        "priority": priority,
+        "max_attempts": max_attempts,
+    }
+    try:
+        spec = JobSpec.from_dict(raw)
+    except SpecError as exc:
+        option = {"memory_gb": "--mem", "max_attempts": "--max-attempts"}.get(exc.key,
+                                                                                f"--{exc.key}")
+        fail(f"{option}: {exc.message}", EXIT_USAGE)
+    if not cwd.is_dir():
+        fail(f"--workdir: {cwd} is not a directory", EXIT_USAGE)
+    with _client() as client:
+        job_id = client.request("submit", jobs=[spec.to_dict()], env=submit_env())["ids"][0]
+    if json_out:
+        _print_json({"id": job_id, "name": spec.name})
+    else:
+        print(f"submitted job {job_id} ({spec.name})")
+
+
+# ------------------------------------------------------------------------- queue
+def _queue_rows(jobs: list[dict[str, Any]]) -> str:
+    from gpudesk import render
+
+    rows = [
+        (j["id"], j["name"], j["state"], f"{j['attempts']}/{j['max_attempts']}",
+         j["spec"]["gpus"], j["slot"] or "", render.duration(render.job_runtime(j)),
+         j["exit_code"], render.clock(j["submitted_at"]))
+        for j in jobs
+    ]
+    return render.table(("ID", "NAME", "STATE", "TRY", "GPUS", "SLOT", "TIME", "EXIT",
+                         "SUBMITTED"), rows, max_widths={1: 24}, right=(0, 4, 6, 7))
+
+
+@app.command()
+def queue(
+    all_jobs: bool = typer.Option(False, "--all", "-a", help="Include finished jobs."),
+    group: Optional[str] = typer.Option(None, "--group", "-g", help="Only this run's jobs."),
+    limit: int = typer.Option(500, "--limit", help="Show at most the newest N jobs."),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """List queued and running jobs (with --all, finished ones too)."""
+    states = None if all_jobs else ["queued", "running"]
+    with _client() as client:
+        jobs = client.request("jobs", states=states, group=group, limit=max(1, limit))["jobs"]
+    if json_out:
+        _print_json({"jobs": jobs})
+        return
+    if not jobs:
+        print("no jobs" if all_jobs else "no queued or running jobs (gpudesk queue --all shows "
+              "finished ones)")
+        return
+    print(_queue_rows(jobs))
+
+
+# -------------------------------------------------------------------------- show
+@app.command()
+def show(
+    job: str = typer.Argument(..., help="Job id, or name (the newest job of that name)."),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON."),
+    env: bool = typer.Option(False, "--env", help="Include the job's full environment."),
+) -> None:
+    """Show one job: its spec, attempts, events and why it waits."""
+    from gpudesk import render
+
+    with _client() as client:
+        data = client.request("show", job=job, env=env)
+    if json_out:
+        _print_json(data)
+        return
+    j, spec = data["job"], data["job"]["spec"]
+    command = spec["command"][0] if spec["shell"] else shlex.join(spec["command"])
+    lines = [
+        f"job {j['id']}: {j['name']}",
+        f"  state      {j['state']}" + (f" ({j['reason']})" if j["reason"] else ""),
+        f"  command    {command}" + ("  [shell]" if spec["shell"] else ""),
+        f"  workdir    {spec['workdir'] or '-'}",
+        f"  asks for   {spec['gpus']} GPU(s)"
+        + (f", {spec['memory_gb']:g} GB" if spec["memory_gb"] else "")
+        + (f", {spec['sm_pct']:g}% SM" if spec["sm_pct"] is not None else "")
+        + (f", dataset {spec['dataset']}" if spec["dataset"] else ""),
+        f"  priority   {spec['priority']}   attempts {j['attempts']}/{j['max_attempts']}",
+        f"  submitted  {render.clock(j['submitted_at'])}   started {render.clock(j['started_at'])}"
+        f"   ended {render.clock(j['ended_at'])}   time {render.duration(render.job_runtime(j))}",
+    ]
+    if j["group"]:
+        lines.append(f"  run        {j['group']}")
+    if data["waiting"]:
+        lines.append(f"  waiting    {data['waiting']}")
+    if data["attempts"]:
+        lines.append("attempts:")
+        for a in data["attempts"]:
+            lines.append(
+                f"  #{a['number']}  {a['state']:<13} {a['placement'].get('slot', '-'):<7} "
+                f"pid {a['pid'] or '-':<8} exit {a['exit_code'] if a['exit_code'] is not None else '-':<4}"
+                f" {render.duration((a['ended_at'] or time.time()) - a['started_at']) if a['started_at'] else '-'}"
+            )
+            lines.append(f"      log {a['log']}")
+    lines.append("events:")
+    for e in data["events"]:
+        lines.append(f"  {render.clock(e['ts'])}  {e['state'] or e['kind']:<10} {e['message']}")
+    if "env" in data:
+        lines.append("environment:")
+        lines.extend(f"  {k}={v}" for k, v in sorted(data["env"].items()))
+    print("\n".join(lines))
+
+
+# -------------------------------------------------------------------------- logs
+@app.command()
+def logs(
+    job: str = typer.Argument(..., help="Job id or name."),
+    follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing new output until "
+                                "the job ends (across retries)."),
+    attempt: Optional[int] = typer.Option(None, "--attempt", help="Which attempt (default: the "
+                                          "latest)."),
+) -> None:
+    """Print a job's output."""
+    from gpudesk.logs import LogFollower
+
+    with _client() as client:
+        data = client.request("show", job=job)
+        attempts = data["attempts"]
+        if attempt is not None:
+            chosen = [a for a in attempts if a["number"] == attempt]
+            if not chosen:
+                fail(f"job {data['job']['id']} has no attempt {attempt} "
+                     f"(it has {len(attempts)})", EXIT_USAGE)
+            attempts = chosen
+        if not attempts and not follow:
+            print(f"job {data['job']['id']} has not started yet: {data['waiting'] or ''}",
+                  file=sys.stderr)
+            return
+        follower = LogFollower(client, data["job"]["id"], sys.stdout)
+        if follow and attempt is None:
+            follower.follow()
+        else:
+            follower.dump(attempts[-1]["log"])
+
+
+# ------------------------------------------------------------------------ cancel
+@app.command()
+def cancel(
+    jobs: list[str] = typer.Argument(..., help="Job ids or names."),
+    grace: float = typer.Option(10.0, "--grace", help="Seconds between SIGTERM and SIGKILL."),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Cancel jobs: queued ones at once, running ones with SIGTERM, then SIGKILL after --grace."""
+    with _client() as client:
+        results = client.request("cancel", jobs=jobs, grace=grace)["results"]
+    if json_out:
+        _print_json({"results": results})
+        return
+    for r in results:
+        print(f"job {r['id']} ({r['name']}): {r['outcome']}")
+
+
+# ------------------------------------------------------------------------ engine
+def _station_from_options(slots: Optional[int], policy: Optional[str],
+                          backend: Optional[str]) -> StationConfig | None:
+    from gpudesk.engine.station import StationConfig
+
+    given = {k: v for k, v in (("slots", slots), ("policy", policy), ("backend", backend)) if v}
+    if not given:
+        return None
+    try:
+        return StationConfig.from_dict(given)
+    except ValueError as exc:
+        fail(str(exc), EXIT_USAGE)
+
+
+@engine_app.command("start")
+def engine_start(
+    foreground: bool = typer.Option(False, "--foreground", help="Run in this terminal, logging "
+                                    "to stderr (for debugging)."),
+    slots: Optional[int] = typer.Option(None, "--slots", help="Concurrent jobs on a CPU-only "
+                                        "station (default: cores)."),
+    policy: Optional[str] = typer.Option(None, "--policy", help="Placement policy."),
+    backend: Optional[str] = typer.Option(None, "--backend", help="Hardware backend."),
+) -> None:
+    """Start the engine for this GPUDESK_HOME (one per home)."""
+    from gpudesk.engine.client import engine_pid, start_engine
+
+    home = _home()
+    station = _station_from_options(slots, policy, backend)
+    pid = engine_pid(home)
+    if pid is not None:
+        fail(f"an engine is already running for {home.root} (pid {pid})")
+    if foreground:
+        import logging
+
+        from gpudesk.engine.daemon import serve
+
+        logging.basicConfig(stream=sys.stderr, level=logging.INFO,
+                            format="%(asctime)s %(levelname)s %(message)s")
+        raise typer.Exit(serve(home, station))
+    pid = start_engine(home, station)
+    print(f"engine started (pid {pid}) for {home.root}")
+
+
+@engine_app.command("stop")
+def engine_stop(
+    timeout: float = typer.Option(10.0, "--timeout", help="Seconds to wait for it to exit."),
+) -> None:
+    """Stop the engine. Running jobs keep running and are re-adopted by the next engine."""
+    from gpudesk.engine.client import EngineClient, engine_pid
+
+    home = _home()
+    if engine_pid(home) is None:
+        print(f"no engine is running for {home.root}")
+        return
+    with EngineClient(home, timeout=timeout) as client:
+        running = client.request("shutdown")["running_attempts"]
+    deadline = time.monotonic() + timeout
+    while engine_pid(home) is not None:
+        if time.monotonic() > deadline:
+            fail(f"the engine did not exit within {timeout:g} s")
+        time.sleep(0.05)
+    suffix = f"; {running} running job(s) keep running" if running else ""
+    print(f"engine stopped{suffix}")
+
+
+@engine_app.command("status")
+def engine_status(json_out: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """Is the engine running, and what is its station doing?"""
+    from gpudesk import render
+    from gpudesk.engine.client import EngineClient, EngineError, engine_pid
+
+    home = _home()
+    pid = engine_pid(home)
+    if pid is None:
+        if json_out:
+            _print_json({"running": False, "home": str(home.root)})
+        else:
+            print(f"engine: not running (home {home.root})")
+        raise typer.Exit(3)
+    try:
+        with EngineClient(home, timeout=5.0) as client:
+            status = client.request("status")
+    except EngineError as exc:
+        fail(f"the engine (pid {pid}) holds the lock but does not answer: {exc}")
+    if json_out:
+        _print_json({"running": True, **status})
+        return
+    station, counts = status["station"], status["counts"]
+    print(f"engine: running (pid {status['pid']}, version {status['version']}, up "
+          f"{render.duration(time.time() - status['started_at'])})")
+    print(f"home:    {status['home']}")
+    print(f"station: backend {station['effective_backend']}, policy {station['policy']}, "
+          f"{status['slots']['busy']}/{status['slots']['total']} slots busy, "
+          f"{station['cores']} cores, {station['gpus']} GPUs")
+    print("jobs:    " + ", ".join(f"{n} {s}" for s, n in counts.items()))
+
+
+# -------------------------------------------------------------------------- main
+def main(argv: list[str] | None = None) -> None:
+    from gpudesk.engine.client import EngineError
+
+    try:
+        app(args=argv, prog_name="gpudesk", standalone_mode=True)
+    except CliError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(exc.code)
+    except EngineError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(EXIT_FAILED)
+    except KeyboardInterrupt:
+        sys.exit(EXIT_INTERRUPTED)
+    except BrokenPipeError:
+        os._exit(0)  # `gpudesk queue | head`: the reader left; that is not an error

@@ -1,0 +1,165 @@
+"""The thin client every command uses to talk to the engine (and to start it when needed)."""
+
+from __future__ import annotations
+
+import fcntl
+import itertools
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import zmq
+
+from gpudesk.engine import protocol
+from gpudesk.engine.station import StationConfig
+from gpudesk.paths import Home
+
+DEFAULT_TIMEOUT_S = 30.0
+START_TIMEOUT_S = 20.0
+
+
+class EngineError(RuntimeError):
+    """The engine answered with an error, or could not be reached or started."""
+
+    def __init__(self, message: str, code: str = "unavailable") -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def engine_pid(home: Home) -> int | None:
+    """The pid of the engine holding this home's lock, or None when no engine runs."""
+    try:
+        handle = open(home.lock)  # noqa: SIM115 - closed below on every path
+    except FileNotFoundError:
+        return None
+    with handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            text = handle.read().strip()
+            return int(text) if text.isdigit() else -1
+        fcntl.flock(handle, fcntl.LOCK_UN)
+        return None
+
+
+def _log_tail(home: Home, lines: int = 8) -> str:
+    try:
+        text = home.engine_log.read_text(errors="replace").splitlines()[-lines:]
+    except OSError:
+        return ""
+    return "\n".join("    " + line for line in text)
+
+
+def start_engine(home: Home, station: StationConfig | None = None,
+                 timeout: float = START_TIMEOUT_S) -> int:
+    """Start a daemon for `home` in its own session and wait until it answers."""
+    home.ensure()
+    argv = [sys.executable, "-m", "gpudesk.engine.daemon", "--home", str(home.root)]
+    if station is not None:
+        argv += ["--station", json.dumps(station.to_dict())]
+    with open(home.engine_log, "ab") as log:
+        process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
+                                   stderr=subprocess.STDOUT, start_new_session=True,
+                                   close_fds=True)
+    deadline = time.monotonic() + timeout
+    client = EngineClient(home, timeout=1.0)
+    try:
+        while time.monotonic() < deadline:
+            if engine_pid(home) is not None:
+                try:
+                    return int(client.request("ping")["pid"])
+                except EngineError:
+                    pass
+            elif process.poll() is not None:
+                raise EngineError(
+                    f"the engine did not start (exit {process.returncode}); "
+                    f"the end of {home.engine_log}:\n{_log_tail(home)}"
+                )
+            time.sleep(0.02)
+    finally:
+        client.close()
+    raise EngineError(f"the engine did not answer within {timeout:.0f} s; "
+                      f"see {home.engine_log}:\n{_log_tail(home)}")
+
+
+class EngineClient:
+    def __init__(self, home: Home, timeout: float = DEFAULT_TIMEOUT_S) -> None:
+        self.home = home
+        self.timeout = timeout
+        self._ctx = zmq.Context.instance()
+        self._sock: zmq.Socket | None = None
+        self._ids = itertools.count(1)
+
+    def _socket(self) -> zmq.Socket:
+        if self._sock is None:
+            sock = self._ctx.socket(zmq.REQ)
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.connect(self.home.control_endpoint)
+            self._sock = sock
+        return self._sock
+
+    def close(self) -> None:
+        if self._sock is not None:
+            self._sock.close(linger=0)
+            self._sock = None
+
+    def __enter__(self) -> EngineClient:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    def request(self, op: str, **args: Any) -> dict[str, Any]:
+        request_id = next(self._ids)
+        sock = self._socket()
+        sock.send(protocol.Request(op=op, args=args, id=request_id).encode())
+        if not sock.poll(int(self.timeout * 1000), zmq.POLLIN):
+            self.close()  # a REQ socket that missed its reply cannot be used again
+            raise EngineError(
+                f"the engine for {self.home.root} did not answer within {self.timeout:g} s "
+                f"(is it running? `gpudesk engine status`; its log: {self.home.engine_log})"
+            )
+        try:
+            _, result = protocol.decode_reply(sock.recv())
+        except protocol.ProtocolError as exc:
+            raise EngineError(exc.message, exc.code) from None
+        return result
+
+    @contextmanager
+    def subscribe(self, topic: str = "") -> Iterator[zmq.Socket]:
+        sock = self._ctx.socket(zmq.SUB)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.SUBSCRIBE, topic.encode())
+        sock.connect(self.home.events_endpoint)
+        try:
+            yield sock
+        finally:
+            sock.close(linger=0)
+
+
+def connect(home: Home | None = None, *, autostart: bool = True,
+            station: StationConfig | None = None) -> EngineClient:
+    """A client for the home's engine, starting the engine first when it is not running."""
+    home = home or Home.from_env()
+    if engine_pid(home) is None:
+        if not autostart:
+            raise EngineError(f"no engine is running for {home.root}; start one with "
+                              "`gpudesk engine start`")
+        start_engine(home, station)
+    return EngineClient(home)
+
+
+def submit_env() -> dict[str, str]:
+    """The environment jobs start from: the submitter's, with this Python's folder on PATH, so
+    `python` in a job is the interpreter gpudesk itself runs on even in an unactivated venv."""
+    env = dict(os.environ)
+    bindir = os.path.dirname(sys.executable)
+    path = env.get("PATH", "")
+    if bindir not in path.split(os.pathsep):
+        env["PATH"] = os.pathsep.join(p for p in (bindir, path) if p)
+    return env

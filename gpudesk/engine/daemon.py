@@ -1,0 +1,586 @@
+"""The engine daemon: one per GPUDESK_HOME.
+
+A single-threaded loop owns the store, the queue and the running attempts. It answers requests on
+a zmq ROUTER socket, publishes job events on a PUB socket, notices attempts ending (SIGCHLD for its
+own children, polling for attempts it re-adopted after a restart) and calls the placement policy
+whenever something changed. Jobs never depend on the daemon being alive: stopping or killing it
+leaves them running, and the next daemon re-adopts or settles them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import json
+import logging
+import os
+import signal
+import socket
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+import zmq
+
+from gpudesk import __version__
+from gpudesk.engine import protocol, runner
+from gpudesk.engine.jobs import TERMINAL_STATES, JobSpec, JobState, SpecError, check_env
+from gpudesk.engine.policy import Placement, StationView, make_policy
+from gpudesk.engine.protocol import ProtocolError
+from gpudesk.engine.station import StationConfig, host_cores
+from gpudesk.engine.store import AttemptRecord, JobRecord, Store, UnknownJob
+from gpudesk.paths import Home
+
+log = logging.getLogger("gpudesk.engine")
+
+MAX_JOBS_PER_REQUEST = 10_000
+DEFAULT_CANCEL_GRACE_S = 10.0
+MAX_CANCEL_GRACE_S = 3600.0
+ADOPTED_POLL_S = 0.2
+IDLE_POLL_S = 1.0
+LOCK_RETRY_S = 1.0
+
+
+class AlreadyRunning(RuntimeError):
+    pass
+
+
+@dataclass
+class LiveAttempt:
+    attempt: AttemptRecord
+    pid: int
+    start_time: float | None
+    slot: str
+    process: Any = None  # subprocess.Popen when the attempt is our child; None when re-adopted
+    kill_at: float | None = None  # when to escalate a cancel to SIGKILL
+
+
+def acquire_lock(path: Path, wait_s: float = LOCK_RETRY_S) -> IO[str]:
+    """Hold the home's single-instance lock for the life of the process.
+
+    Retries briefly because a client probing whether an engine runs holds it for an instant."""
+    handle = open(path, "a+")  # noqa: SIM115 - held until the process exits
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                handle.seek(0)
+                pid = handle.read().strip() or "?"
+                handle.close()
+                raise AlreadyRunning(f"an engine is already running for this home (pid {pid})")
+            time.sleep(0.02)
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"{os.getpid()}\n")
+    handle.flush()
+    return handle
+
+
+class Engine:
+    def __init__(self, home: Home, store: Store, config: StationConfig) -> None:
+        self.home = home
+        self.store = store
+        self.config = config
+        self.policy = make_policy(config.policy)
+        self.cores = host_cores()
+        self.started_at = time.time()
+        self.queue: dict[int, JobRecord] = {}
+        self.live: dict[int, LiveAttempt] = {}  # by attempt id
+        self.dirty = True
+        self.stopping = False
+        self.handlers: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
+            "ping": self.op_ping,
+            "status": self.op_status,
+            "submit": self.op_submit,
+            "jobs": self.op_jobs,
+            "show": self.op_show,
+            "cancel": self.op_cancel,
+            "configure": self.op_configure,
+            "shutdown": self.op_shutdown,
+        }
+        self.ctx = zmq.Context.instance()
+        self.control = self.ctx.socket(zmq.ROUTER)
+        self.events = self.ctx.socket(zmq.PUB)
+
+    # ----------------------------------------------------------- life cycle
+    def bind(self) -> None:
+        for sock, endpoint in ((self.control, self.home.control_endpoint),
+                               (self.events, self.home.events_endpoint)):
+            path = endpoint.removeprefix("ipc://")
+            if os.path.exists(path):
+                os.unlink(path)  # stale, from a daemon that died; we hold the lock
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.setsockopt(zmq.MAXMSGSIZE, protocol.MAX_MESSAGE_BYTES)
+            sock.bind(endpoint)
+            os.chmod(path, 0o600)
+
+    def close(self) -> None:
+        for sock, endpoint in ((self.control, self.home.control_endpoint),
+                               (self.events, self.home.events_endpoint)):
+            sock.close(linger=0)
+            path = endpoint.removeprefix("ipc://")
+            if os.path.exists(path):
+                os.unlink(path)
+
+    def recover(self) -> None:
+        """Re-adopt attempts that are still running, settle those that ended while we were down."""
+        adopted = settled = 0
+        for attempt in self.store.live_attempts():
+            pid, start_time = attempt.pid, attempt.pid_started
+            if pid is None:  # the last engine died between starting the wrapper and recording it
+                pid = runner.read_wrapper_pid(attempt.dir)
+                start_time = None
+            slot = str(attempt.placement.get("slot", "?"))
+            live = LiveAttempt(attempt, pid or 0, start_time, slot)
+            if pid and runner.is_alive(pid, start_time):
+                self.live[attempt.id] = live
+                adopted += 1
+                job = self.store.job(attempt.job_id)
+                if job.cancel_requested:
+                    self._terminate(live, DEFAULT_CANCEL_GRACE_S)
+            elif pid is None and runner.read_exit(attempt.dir) is None:
+                self._requeue_unstarted(attempt)
+                settled += 1
+            else:
+                self.settle(live, returncode=None)
+                settled += 1
+        self.queue = {job.id: job for job in self.store.queued()}
+        if adopted or settled:
+            message = f"re-adopted {adopted} running attempt(s), settled {settled}"
+            log.info(message)
+            self.store.add_event("engine", message)
+
+    def _requeue_unstarted(self, attempt: AttemptRecord) -> None:
+        message = "the engine stopped before this attempt started; back in the queue"
+        self.store.finish_attempt(attempt, attempt_state="launch_failed",
+                                  job_state=JobState.QUEUED, message=message, exit_code=None)
+        self.publish_job(attempt.job_id, message)
+
+    def run(self) -> None:
+        wake_r, wake_w = socket.socketpair()
+        wake_r.setblocking(False)
+        wake_w.setblocking(False)
+        signal.set_wakeup_fd(wake_w.fileno(), warn_on_full_buffer=False)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        signal.signal(signal.SIGTERM, self._stop_signal)
+        signal.signal(signal.SIGINT, self._stop_signal)
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        poller = zmq.Poller()
+        poller.register(self.control, zmq.POLLIN)
+        poller.register(wake_r.fileno(), zmq.POLLIN)
+        log.info("engine %s ready (pid %d, station %s)", __version__, os.getpid(),
+                 json.dumps(self.config.to_dict()))
+        while not self.stopping:
+            ready = dict(poller.poll(self._poll_timeout_ms()))
+            if wake_r.fileno() in ready:
+                try:
+                    while wake_r.recv(4096):
+                        pass
+                except BlockingIOError:
+                    pass
+            if self.control in ready:
+                self._serve_requests()
+            self.check_attempts()
+            if self.dirty:
+                self.schedule()
+        log.info("engine stopping; %d attempt(s) keep running", len(self.live))
+        signal.set_wakeup_fd(-1)
+        wake_r.close()
+        wake_w.close()
+
+    def _stop_signal(self, signum: int, _frame: Any) -> None:
+        log.info("received %s", signal.Signals(signum).name)
+        self.stopping = True
+
+    def _poll_timeout_ms(self) -> int:
+        timeout = IDLE_POLL_S
+        now = time.monotonic()
+        for live in self.live.values():
+            if live.process is None:
+                timeout = min(timeout, ADOPTED_POLL_S)
+            if live.kill_at is not None:
+                timeout = min(timeout, max(0.0, live.kill_at - now))
+        if self.dirty:
+            timeout = 0.0
+        return int(timeout * 1000)
+
+    # -------------------------------------------------------------- requests
+    def _serve_requests(self) -> None:
+        while True:
+            try:
+                frames = self.control.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            if len(frames) < 2:
+                continue  # nothing we could address a reply to
+            identity, envelope, raw = frames[0], frames[1:-1], frames[-1]
+            reply = self.handle(raw)
+            try:
+                self.control.send_multipart([identity, *envelope, reply], zmq.NOBLOCK)
+            except zmq.ZMQError as exc:
+                log.warning("could not reply to a client: %s", exc)
+
+    def handle(self, raw: bytes) -> bytes:
+        request_id = None
+        try:
+            request = protocol.decode_request(raw)
+            request_id = request.id
+            handler = self.handlers.get(request.op)
+            if handler is None:
+                raise ProtocolError(protocol.UNKNOWN_OP,
+                                    f"unknown operation {request.op!r}; known: "
+                                    f"{', '.join(sorted(self.handlers))}")
+            return protocol.encode_result(request_id, handler(request.args))
+        except ProtocolError as exc:
+            return protocol.encode_error(exc.request_id or request_id, exc.code, exc.message)
+        except UnknownJob as exc:
+            return protocol.encode_error(request_id, protocol.UNKNOWN_JOB, str(exc))
+        except Exception as exc:
+            log.exception("request failed")
+            return protocol.encode_error(request_id, protocol.INTERNAL,
+                                         f"the engine failed on this request: {exc}")
+
+    def op_ping(self, _args: dict[str, Any]) -> dict[str, Any]:
+        return {"pid": os.getpid(), "version": __version__, "protocol": protocol.PROTOCOL_VERSION}
+
+    def op_status(self, _args: dict[str, Any]) -> dict[str, Any]:
+        view = self.station_view()
+        return {
+            "pid": os.getpid(),
+            "version": __version__,
+            "protocol": protocol.PROTOCOL_VERSION,
+            "home": str(self.home.root),
+            "started_at": self.started_at,
+            "station": {**self.config.to_dict(),
+                        "effective_backend": self.config.effective_backend,
+                        "effective_slots": self.config.effective_slots,
+                        "cores": self.cores, "gpus": view.gpu_count},
+            "slots": {"total": len(view.slots), "busy": len(view.busy_slots)},
+            "counts": self.store.counts(),
+        }
+
+    def op_submit(self, args: dict[str, Any]) -> dict[str, Any]:
+        raw_jobs = args.get("jobs")
+        if not isinstance(raw_jobs, list) or not raw_jobs:
+            raise ProtocolError(protocol.INVALID_ARGS, "'jobs' must be a non-empty list")
+        if len(raw_jobs) > MAX_JOBS_PER_REQUEST:
+            raise ProtocolError(protocol.INVALID_ARGS,
+                                f"at most {MAX_JOBS_PER_REQUEST} jobs per request, "
+                                f"found {len(raw_jobs)}")
+        specs: list[JobSpec] = []
+        for index, raw in enumerate(raw_jobs):
+            try:
+                specs.append(JobSpec.from_dict(raw))
+            except SpecError as exc:
+                raise ProtocolError(protocol.INVALID_ARGS, f"jobs[{index}].{exc}") from None
+        base_env = args.get("env")
+        if base_env is not None:
+            try:
+                base_env = check_env(base_env)
+            except ValueError as exc:
+                raise ProtocolError(protocol.INVALID_ARGS, f"env: {exc}") from None
+        records = self.store.submit(specs, base_env)
+        for record in records:
+            self.queue[record.id] = record
+            self.publish_job(record.id, "submitted", record)
+        self.dirty = True
+        return {"ids": [r.id for r in records]}
+
+    def op_jobs(self, args: dict[str, Any]) -> dict[str, Any]:
+        states = None
+        if args.get("states") is not None:
+            try:
+                states = [JobState(s) for s in args["states"]]
+            except (TypeError, ValueError):
+                raise ProtocolError(
+                    protocol.INVALID_ARGS,
+                    f"'states' must list states among {', '.join(s.value for s in JobState)}",
+                ) from None
+        group = args.get("group")
+        if group is not None and not isinstance(group, str):
+            raise ProtocolError(protocol.INVALID_ARGS, "'group' must be a string")
+        ids = args.get("ids")
+        if ids is not None and (not isinstance(ids, list)
+                                or not all(isinstance(i, int) for i in ids)):
+            raise ProtocolError(protocol.INVALID_ARGS, "'ids' must be a list of job ids")
+        limit = args.get("limit")
+        if limit is not None and (not isinstance(limit, int) or limit < 1):
+            raise ProtocolError(protocol.INVALID_ARGS, "'limit' must be a positive integer")
+        jobs = self.store.jobs(states=states, group=group, ids=ids, limit=limit)
+        return {"jobs": [self.job_dict(job) for job in jobs]}
+
+    def op_show(self, args: dict[str, Any]) -> dict[str, Any]:
+        job = self.resolve(args.get("job"))
+        result: dict[str, Any] = {
+            "job": self.job_dict(job),
+            "attempts": [a.to_dict() for a in self.store.attempts(job.id)],
+            "events": [e.to_dict() for e in self.store.events(job.id)],
+            "waiting": None,
+        }
+        if job.state is JobState.QUEUED:
+            queue = self.ordered_queue()
+            result["waiting"] = self.policy.explain_wait(job, queue, self.station_view())
+        if args.get("env"):
+            result["env"] = {**self.store.base_env(job.id), **job.spec.env}
+        return result
+
+    def op_cancel(self, args: dict[str, Any]) -> dict[str, Any]:
+        refs = args.get("jobs")
+        if not isinstance(refs, list) or not refs:
+            raise ProtocolError(protocol.INVALID_ARGS, "'jobs' must be a non-empty list")
+        grace = args.get("grace", DEFAULT_CANCEL_GRACE_S)
+        if isinstance(grace, bool) or not isinstance(grace, (int, float)) \
+                or not 0 <= grace <= MAX_CANCEL_GRACE_S:
+            raise ProtocolError(protocol.INVALID_ARGS,
+                                f"'grace' must be 0 to {MAX_CANCEL_GRACE_S:g} seconds")
+        jobs = [self.resolve(ref) for ref in refs]  # all or nothing: resolve before acting
+        results = []
+        for job in jobs:
+            results.append({"id": job.id, "name": job.name, "outcome": self.cancel(job, grace)})
+        return {"results": results}
+
+    def op_configure(self, args: dict[str, Any]) -> dict[str, Any]:
+        try:
+            config = StationConfig.from_dict(args.get("station") or {})
+            config = config.with_env_override()
+            policy = make_policy(config.policy)
+        except ValueError as exc:
+            raise ProtocolError(protocol.INVALID_ARGS, str(exc)) from None
+        changed = config != self.config
+        if changed:
+            log.info("station reconfigured: %s -> %s", self.config.to_dict(), config.to_dict())
+            self.store.add_event("engine", f"station reconfigured: {json.dumps(config.to_dict())}")
+            self.config, self.policy = config, policy
+            self.store.set_setting("station", config.to_dict())
+            self.dirty = True
+        return {"station": config.to_dict(), "changed": changed}
+
+    def op_shutdown(self, _args: dict[str, Any]) -> dict[str, Any]:
+        self.stopping = True
+        return {"running_attempts": len(self.live)}
+
+    # ------------------------------------------------------------ job logic
+    def resolve(self, ref: Any) -> JobRecord:
+        """A job by id (int or digits) or by name (the newest job of that name)."""
+        if isinstance(ref, bool) or not isinstance(ref, (int, str)) or ref == "":
+            raise ProtocolError(protocol.INVALID_ARGS, "a job is named by its id or its name")
+        if isinstance(ref, int) or ref.isdigit():
+            return self.store.job(int(ref))
+        jobs = self.store.jobs_named(ref)
+        if not jobs:
+            raise UnknownJob(f"no job with id or name {ref!r}")
+        return jobs[-1]
+
+    def job_dict(self, job: JobRecord) -> dict[str, Any]:
+        data = job.to_dict()
+        data["slot"] = next((live.slot for live in self.live.values()
+                             if live.attempt.job_id == job.id), None)
+        data["log"] = (str(self.home.attempt_dir(job.id, job.attempts) / runner.LOG_FILE)
+                       if job.attempts else None)
+        return data
+
+    def cancel(self, job: JobRecord, grace: float) -> str:
+        if job.state in TERMINAL_STATES:
+            return f"already {job.state.value}"
+        if job.state is JobState.QUEUED:
+            self.queue.pop(job.id, None)
+            self.store.finish_queued(job.id, JobState.CANCELLED, "cancelled while queued")
+            self.publish_job(job.id, "cancelled while queued")
+            self.dirty = True
+            return "cancelled"
+        self.store.request_cancel(job.id)
+        for live in self.live.values():
+            if live.attempt.job_id == job.id:
+                self._terminate(live, grace)
+        return "stopping"
+
+    def _terminate(self, live: LiveAttempt, grace: float) -> None:
+        runner.signal_group(live.pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        live.kill_at = deadline if live.kill_at is None else min(live.kill_at, deadline)
+
+    def ordered_queue(self) -> list[JobRecord]:
+        return sorted(self.queue.values(), key=lambda j: (-j.spec.priority, j.id))
+
+    def station_view(self) -> StationView:
+        busy = frozenset(live.slot for live in self.live.values())
+        return StationView(config=self.config, cores=self.cores, busy_slots=busy)
+
+    def schedule(self) -> None:
+        self.dirty = False
+        if not self.queue:
+            return
+        decision = self.policy.place(self.ordered_queue(), self.station_view())
+        for rejection in decision.rejections:
+            self.queue.pop(rejection.job_id, None)
+            self.store.finish_queued(rejection.job_id, JobState.FAILED, rejection.reason)
+            self.publish_job(rejection.job_id, rejection.reason)
+        for placement in decision.placements:
+            job = self.queue.pop(placement.job_id)
+            self.start(job, placement)
+
+    def job_env(self, job: JobRecord, placement: Placement, attempt: AttemptRecord) -> dict[str, str]:
+        env = self.store.base_env(job.id) or dict(os.environ)
+        env.update(job.spec.env)
+        for key, value in placement.env_defaults.items():
+            env.setdefault(key, value)
+        env.update(placement.env)
+        env.update({
+            "GPUDESK_HOME": str(self.home.root),
+            "GPUDESK_JOB_ID": str(job.id),
+            "GPUDESK_JOB_NAME": job.name,
+            "GPUDESK_ATTEMPT": str(attempt.number),
+        })
+        return env
+
+    def start(self, job: JobRecord, placement: Placement) -> None:
+        attempt = self.store.start_attempt(job.id, placement.to_dict(), self.home.jobs_dir)
+        env = self.job_env(job, placement, attempt)
+        workdir = job.spec.workdir or env.get("HOME") or "/"
+        try:
+            launched = runner.launch(Path(attempt.dir), job.spec.command, job.spec.shell,
+                                     workdir, env)
+        except runner.LaunchError as exc:
+            self.store.finish_attempt(attempt, attempt_state="launch_failed",
+                                      job_state=JobState.FAILED, message=str(exc), exit_code=None)
+            self.publish_job(job.id, str(exc))
+            return
+        self.store.attempt_launched(attempt.id, launched.pid, launched.start_time)
+        self.live[attempt.id] = LiveAttempt(attempt, launched.pid, launched.start_time,
+                                            placement.slot, launched.process)
+        self.publish_job(job.id, f"attempt {attempt.number} started on {placement.slot}")
+
+    def check_attempts(self) -> None:
+        now = time.monotonic()
+        for live in list(self.live.values()):
+            if live.process is not None:
+                returncode = live.process.poll()
+                if returncode is not None:
+                    self.settle(live, returncode)
+                    continue
+            elif not runner.is_alive(live.pid, live.start_time):
+                self.settle(live, returncode=None)
+                continue
+            if live.kill_at is not None and now >= live.kill_at:
+                log.info("attempt %d of job %d ignored SIGTERM; sending SIGKILL",
+                         live.attempt.number, live.attempt.job_id)
+                runner.signal_group(live.pid, signal.SIGKILL)
+                live.kill_at = None
+
+    def settle(self, live: LiveAttempt, returncode: int | None) -> None:
+        """Record how an attempt ended and move its job on."""
+        attempt = live.attempt
+        self.live.pop(attempt.id, None)
+        record = runner.read_exit(attempt.dir)
+        if record is None and returncode is not None:
+            record = runner.describe_returncode(returncode)
+        if live.pid:
+            leftovers = runner.kill_leftovers(live.pid)
+            if leftovers:
+                self.store.add_event("cleanup", f"killed {leftovers} leftover process(es) of "
+                                     f"attempt {attempt.number}", job_id=attempt.job_id)
+        job = self.store.job(attempt.job_id)
+        if record is None:
+            attempt_state, exit_code, signal_number = "lost", None, None
+            outcome = ("the job's processes ended while the engine was down and left no exit "
+                       "record")
+        else:
+            attempt_state, exit_code, signal_number = "exited", record.exit_code, record.signal
+            outcome = record.description
+        if job.cancel_requested and exit_code != 0:
+            state, message = JobState.CANCELLED, f"cancelled ({outcome})"
+        elif exit_code == 0:
+            state, message = JobState.SUCCEEDED, outcome
+        elif job.attempts < job.spec.max_attempts:
+            left = job.spec.max_attempts - job.attempts
+            state = JobState.QUEUED
+            message = f"attempt {attempt.number} failed ({outcome}); retrying, {left} left"
+        else:
+            state, message = JobState.FAILED, outcome
+        self.store.finish_attempt(attempt, attempt_state=attempt_state, job_state=state,
+                                  message=message, exit_code=exit_code, signal=signal_number,
+                                  ended_at=record.ended_at if record else None)
+        if state is JobState.QUEUED:
+            self.queue[job.id] = self.store.job(job.id)
+        self.dirty = True
+        self.publish_job(job.id, message)
+
+    def publish_job(self, job_id: int, message: str, job: JobRecord | None = None) -> None:
+        job = job or self.store.job(job_id)
+        payload = {"ts": time.time(), "id": job.id, "name": job.name, "state": job.state.value,
+                   "group": job.spec.group, "attempts": job.attempts,
+                   "exit_code": job.exit_code, "message": message}
+        try:
+            self.events.send_multipart(protocol.encode_event("job", payload), zmq.NOBLOCK)
+        except zmq.ZMQError:
+            pass  # no subscriber can be holding us up; events are also in the store
+
+
+def initial_config(store: Store, requested: StationConfig | None) -> StationConfig:
+    """What the client asked for, else what the last engine of this home used, else defaults."""
+    if requested is not None:
+        config = requested
+    else:
+        saved = store.setting("station")
+        try:
+            config = StationConfig.from_dict(saved) if saved else StationConfig()
+        except ValueError:
+            config = StationConfig()
+    return config.with_env_override()
+
+
+def serve(home: Home, requested: StationConfig | None = None) -> int:
+    """Run the engine in this process until stopped. Returns the exit status."""
+    home.ensure()
+    try:
+        lock = acquire_lock(home.lock)
+    except AlreadyRunning as exc:
+        log.error("%s", exc)
+        return 3
+    try:
+        store = Store.open(home.db)
+        config = initial_config(store, requested)
+        store.set_setting("station", config.to_dict())
+        engine = Engine(home, store, config)
+        engine.bind()
+        try:
+            engine.recover()
+            engine.run()
+        finally:
+            engine.close()
+            store.close()
+    finally:
+        lock.close()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="gpudesk-engine", description="the gpudesk engine daemon")
+    parser.add_argument("--home", help="GPUDESK_HOME (default: environment or XDG state dir)")
+    parser.add_argument("--station", help="station config as JSON")
+    args = parser.parse_args(argv)
+    logging.basicConfig(stream=sys.stderr, level=logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    home = Home.from_env(args.home)
+    requested = None
+    if args.station:
+        try:
+            requested = StationConfig.from_dict(json.loads(args.station))
+        except ValueError as exc:
+            log.error("bad station config: %s", exc)
+            return 2
+    try:
+        return serve(home, requested)
+    except Exception:
+        log.exception("the engine stopped on an unexpected error")
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

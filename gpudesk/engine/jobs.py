@@ -1,0 +1,280 @@
+"""The job model: what a job asks for (`JobSpec`), the states it moves through, and the checks
+that every submitted field passes — shared by the profile parser, the CLI and the daemon."""
+
+from __future__ import annotations
+
+import enum
+import math
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+MAX_NAME_LEN = 200
+MAX_ARGS = 4096
+MAX_COMMAND_BYTES = 256 * 1024
+MAX_ENV_VARS = 4096
+MAX_ENV_BYTES = 1024 * 1024
+MAX_GPUS = 64
+MAX_ATTEMPTS = 100
+PRIORITY_RANGE = (-1000, 1000)
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_DATASET_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
+
+
+class JobState(str, enum.Enum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def terminal(self) -> bool:
+        return self in TERMINAL_STATES
+
+
+TERMINAL_STATES = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED})
+
+# queued -> running again is a retry (max_attempts > 1) or a launch that never started.
+ALLOWED_TRANSITIONS: dict[JobState, frozenset[JobState]] = {
+    JobState.QUEUED: frozenset({JobState.RUNNING, JobState.CANCELLED, JobState.FAILED}),
+    JobState.RUNNING: frozenset(
+        {JobState.QUEUED, JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED}
+    ),
+    JobState.SUCCEEDED: frozenset(),
+    JobState.FAILED: frozenset(),
+    JobState.CANCELLED: frozenset(),
+}
+
+
+class InvalidTransition(RuntimeError):
+    pass
+
+
+def check_transition(old: JobState, new: JobState) -> None:
+    if new not in ALLOWED_TRANSITIONS[old]:
+        raise InvalidTransition(f"a job cannot go from {old.value} to {new.value}")
+
+
+class SpecError(ValueError):
+    """A field of a job spec is wrong. `key` is the field, `message` says expected vs found."""
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(f"{key}: {message}")
+        self.key = key
+        self.message = message
+
+
+def describe(value: Any) -> str:
+    """A short, type-revealing rendering of a value for error messages."""
+    kind = {bool: "boolean", int: "integer", float: "number", str: "string",
+            list: "array", dict: "table"}.get(type(value), type(value).__name__)
+    text = repr(value)
+    if len(text) > 60:
+        text = text[:57] + "..."
+    return f"{text} ({kind})"
+
+
+def _no_nul(text: str, what: str) -> str:
+    if "\x00" in text:
+        raise ValueError(f"{what} contains a NUL character")
+    return text
+
+
+def check_name(value: Any) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"expected a string, found {describe(value)}")
+    name = value.strip()
+    if not name:
+        raise ValueError("expected a non-empty name")
+    if len(name) > MAX_NAME_LEN:
+        raise ValueError(f"expected at most {MAX_NAME_LEN} characters, found {len(name)}")
+    if any(ord(c) < 32 or ord(c) == 127 for c in name):
+        raise ValueError("a name cannot contain control characters")
+    return name
+
+
+def check_command(value: Any, shell: bool) -> tuple[str, ...]:
+    """argv list, or (with shell) one string for /bin/sh -c."""
+    if isinstance(value, str):
+        if not shell:
+            raise ValueError(
+                "the command is a string; give a list of arguments "
+                '(e.g. ["python", "train.py"]), or set shell = true to run it through /bin/sh'
+            )
+        if not value.strip():
+            raise ValueError("the command is empty")
+        if len(value.encode("utf-8", "surrogatepass")) > MAX_COMMAND_BYTES:
+            raise ValueError(f"the command is longer than {MAX_COMMAND_BYTES} bytes")
+        return (_no_nul(value, "the command"),)
+    if not isinstance(value, (list, tuple)):
+        raise ValueError(f"expected a list of strings, found {describe(value)}")
+    if not value:
+        raise ValueError("the command is empty: expected at least the program to run")
+    if len(value) > MAX_ARGS:
+        raise ValueError(f"expected at most {MAX_ARGS} arguments, found {len(value)}")
+    args: list[str] = []
+    for i, arg in enumerate(value):
+        if not isinstance(arg, str):
+            raise ValueError(f"argument {i} should be a string, found {describe(arg)}")
+        args.append(_no_nul(arg, f"argument {i}"))
+    if not args[0].strip():
+        raise ValueError("the program (first argument) is empty")
+    if sum(len(a) for a in args) > MAX_COMMAND_BYTES:
+        raise ValueError(f"the command is longer than {MAX_COMMAND_BYTES} bytes")
+    if shell:
+        if len(args) != 1:
+            raise ValueError("with shell = true the command must be one string")
+        return (args[0],)
+    return tuple(args)
+
+
+def check_env(value: Any) -> dict[str, str]:
+    if not isinstance(value, Mapping):
+        raise ValueError(f"expected a table of NAME = \"value\", found {describe(value)}")
+    if len(value) > MAX_ENV_VARS:
+        raise ValueError(f"expected at most {MAX_ENV_VARS} variables, found {len(value)}")
+    env: dict[str, str] = {}
+    size = 0
+    for key, val in value.items():
+        if not isinstance(key, str) or not _ENV_NAME.match(key):
+            raise ValueError(f"{key!r} is not a valid environment variable name")
+        if isinstance(val, bool) or not isinstance(val, (str, int, float)):
+            raise ValueError(f"{key} should be a string, found {describe(val)}")
+        text = _no_nul(str(val), key)
+        size += len(key) + len(text)
+        env[key] = text
+    if size > MAX_ENV_BYTES:
+        raise ValueError(f"the environment is larger than {MAX_ENV_BYTES} bytes")
+    return env
+
+
+def _int_in(lo: int, hi: int) -> Callable[[Any], int]:
+    def check(value: Any) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"expected a whole number from {lo} to {hi}, found {describe(value)}")
+        if not lo <= value <= hi:
+            raise ValueError(f"expected a whole number from {lo} to {hi}, found {value}")
+        return value
+
+    return check
+
+
+def _number_in(lo: float, hi: float, *, lo_open: bool = False) -> Callable[[Any], float | None]:
+    bound = f"above {lo:g}" if lo_open else f"from {lo:g}"
+
+    def check(value: Any) -> float | None:
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ValueError(f"expected a number {bound} to {hi:g}, found {describe(value)}")
+        number = float(value)
+        if math.isnan(number) or number > hi or number < lo or (lo_open and number <= lo):
+            raise ValueError(f"expected a number {bound} to {hi:g}, found {value}")
+        return number
+
+    return check
+
+
+def check_dataset(value: Any) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not _DATASET_NAME.match(value):
+        raise ValueError(
+            "expected a dataset name (letters, digits, '.', '_' or '-', at most 100), "
+            f"found {describe(value)}"
+        )
+    return value
+
+
+def check_workdir(value: Any) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"expected a directory path, found {describe(value)}")
+    return _no_nul(value, "the path")
+
+
+def check_bool(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"expected true or false, found {describe(value)}")
+    return value
+
+
+check_gpus = _int_in(0, MAX_GPUS)
+check_priority = _int_in(*PRIORITY_RANGE)
+check_max_attempts = _int_in(1, MAX_ATTEMPTS)
+check_memory_gb = _number_in(0.0, 16384.0, lo_open=True)
+check_sm_pct = _number_in(0.0, 100.0)
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """Everything a job asks for. Immutable once submitted."""
+
+    name: str
+    command: tuple[str, ...]
+    shell: bool = False
+    workdir: str | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+    gpus: int = 0
+    memory_gb: float | None = None
+    sm_pct: float | None = None
+    dataset: str | None = None
+    priority: int = 0
+    max_attempts: int = 1
+    group: str | None = None  # the run (profile invocation) a job belongs to
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["command"] = list(self.command)
+        data["env"] = dict(self.env)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Any) -> JobSpec:
+        """Validate an untrusted mapping (from a client or the store). Raises SpecError."""
+        if not isinstance(data, Mapping):
+            raise SpecError("job", f"expected a table of job fields, found {describe(data)}")
+        unknown = sorted(set(data) - _FIELDS)
+        if unknown:
+            raise SpecError(unknown[0], "unknown job field")
+        if "name" not in data:
+            raise SpecError("name", "missing")
+        if "command" not in data:
+            raise SpecError("command", "missing")
+        values: dict[str, Any] = {}
+        shell = _checked("shell", check_bool, data.get("shell", False))
+        values["shell"] = shell
+        values["command"] = _checked("command", lambda v: check_command(v, shell), data["command"])
+        for key, check in _CHECKS.items():
+            if key in data and data[key] is not None:
+                values[key] = _checked(key, check, data[key])
+        if "group" in data and data["group"] is not None:
+            values["group"] = _checked("group", check_name, data["group"])
+        return cls(**values)
+
+
+def _checked(key: str, check: Callable[[Any], Any], value: Any) -> Any:
+    try:
+        return check(value)
+    except ValueError as exc:
+        raise SpecError(key, str(exc)) from None
+
+
+# Field checks keyed by the JobSpec field (and profile key) they validate.
+_CHECKS: dict[str, Callable[[Any], Any]] = {
+    "name": check_name,
+    "workdir": check_workdir,
+    "env": check_env,
+    "gpus": check_gpus,
+    "memory_gb": check_memory_gb,
+    "sm_pct": check_sm_pct,
+    "dataset": check_dataset,
+    "priority": check_priority,
+    "max_attempts": check_max_attempts,
+}
+_FIELDS = frozenset({"name", "command", "shell", "group", *_CHECKS})
+FIELD_CHECKS: Mapping[str, Callable[[Any], Any]] = _CHECKS

@@ -1,0 +1,113 @@
+"""The engine's wire protocol: versioned JSON over zmq.
+
+Request:  {"v": 1, "id": <int|str>, "op": "<name>", "args": {...}}
+Reply:    {"v": 1, "id": <same>, "ok": true,  "result": {...}}
+          {"v": 1, "id": <same>, "ok": false, "error": {"code": "...", "message": "..."}}
+Event (publish socket, two frames): b"<topic>", {"v": 1, "ts": <float>, ...}
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+PROTOCOL_VERSION = 1
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+
+# Error codes a client can act on.
+BAD_REQUEST = "bad_request"
+UNSUPPORTED_VERSION = "unsupported_version"
+UNKNOWN_OP = "unknown_op"
+INVALID_ARGS = "invalid_args"
+UNKNOWN_JOB = "unknown_job"
+INTERNAL = "internal"
+
+
+class ProtocolError(Exception):
+    def __init__(self, code: str, message: str, request_id: Any = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.request_id = request_id
+
+
+@dataclass(frozen=True)
+class Request:
+    op: str
+    args: dict[str, Any] = field(default_factory=dict)
+    id: Any = None
+
+    def encode(self) -> bytes:
+        return json.dumps(
+            {"v": PROTOCOL_VERSION, "id": self.id, "op": self.op, "args": self.args}
+        ).encode()
+
+
+def decode_request(raw: bytes) -> Request:
+    """Parse untrusted bytes; raises ProtocolError with the most useful code."""
+    try:
+        message = json.loads(raw)
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise ProtocolError(BAD_REQUEST, f"the request is not valid JSON: {exc}") from None
+    if not isinstance(message, dict):
+        raise ProtocolError(BAD_REQUEST, "the request must be a JSON object")
+    request_id = message.get("id")
+    if not isinstance(request_id, (int, str, type(None))) or isinstance(request_id, bool):
+        request_id = None
+    version = message.get("v")
+    if version != PROTOCOL_VERSION:
+        raise ProtocolError(
+            UNSUPPORTED_VERSION,
+            f"protocol version {version!r} is not supported; this engine speaks "
+            f"{PROTOCOL_VERSION} (is the client from another gpudesk version?)",
+            request_id,
+        )
+    op = message.get("op")
+    if not isinstance(op, str) or not op:
+        raise ProtocolError(BAD_REQUEST, "the request has no 'op'", request_id)
+    args = message.get("args", {})
+    if args is None:
+        args = {}
+    if not isinstance(args, dict):
+        raise ProtocolError(BAD_REQUEST, "'args' must be a JSON object", request_id)
+    return Request(op=op, args=args, id=request_id)
+
+
+def encode_result(request_id: Any, result: Any) -> bytes:
+    return json.dumps(
+        {"v": PROTOCOL_VERSION, "id": request_id, "ok": True, "result": result}
+    ).encode()
+
+
+def encode_error(request_id: Any, code: str, message: str) -> bytes:
+    return json.dumps(
+        {"v": PROTOCOL_VERSION, "id": request_id, "ok": False,
+         "error": {"code": code, "message": message}}
+    ).encode()
+
+
+def decode_reply(raw: bytes) -> tuple[Any, dict[str, Any]]:
+    """Return (request id, result) or raise ProtocolError carrying the engine's error."""
+    try:
+        message = json.loads(raw)
+    except ValueError as exc:
+        raise ProtocolError(BAD_REQUEST, f"the engine sent a reply that is not JSON: {exc}") from None
+    if not isinstance(message, dict) or message.get("v") != PROTOCOL_VERSION:
+        raise ProtocolError(UNSUPPORTED_VERSION, "the engine speaks another protocol version")
+    if message.get("ok"):
+        return message.get("id"), message.get("result") or {}
+    error = message.get("error") or {}
+    raise ProtocolError(
+        str(error.get("code", INTERNAL)), str(error.get("message", "unknown error")),
+        message.get("id"),
+    )
+
+
+def encode_event(topic: str, payload: dict[str, Any]) -> list[bytes]:
+    return [topic.encode(), json.dumps({"v": PROTOCOL_VERSION, **payload}).encode()]
+
+
+def decode_event(frames: list[bytes]) -> tuple[str, dict[str, Any]]:
+    topic, body = frames[0].decode(), json.loads(frames[1])
+    return topic, body

@@ -1,0 +1,166 @@
+"""Starting, watching and stopping job attempts as real processes.
+
+Each attempt runs under `wrapper.py` as the leader of its own session and process group, so it
+survives the engine, a closed terminal and a dropped SSH connection, and a cancel can signal the
+whole group. A process is identified by pid *and* start time, so a recycled pid is never mistaken
+for a job after an engine restart.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+from gpudesk.engine import wrapper
+
+WRAPPER_PATH = Path(wrapper.__file__).resolve()
+EXIT_FILE = "exit.json"
+WRAPPER_FILE = "wrapper.json"
+LOG_FILE = "output.log"
+# create_time() is derived from boot time and clock ticks; allow for its rounding.
+_START_TIME_TOLERANCE = 0.05
+
+
+class LaunchError(RuntimeError):
+    """The attempt could not be started (bad working directory, no interpreter, …)."""
+
+
+@dataclass(frozen=True)
+class ExitRecord:
+    exit_code: int
+    signal: int | None
+    ended_at: float | None
+    error: str | None
+
+    @property
+    def description(self) -> str:
+        if self.error:
+            return self.error
+        if self.signal:
+            name = _signal_name(self.signal)
+            return f"killed by {name} (exit {self.exit_code})"
+        return f"exit code {self.exit_code}"
+
+
+@dataclass
+class Launched:
+    pid: int
+    start_time: float
+    process: subprocess.Popen[bytes]
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def describe_returncode(returncode: int) -> ExitRecord:
+    """The outcome of a wrapper that died without writing its record."""
+    if returncode < 0:
+        sig = -returncode
+        return ExitRecord(128 + sig, sig, None,
+                          f"the job's wrapper was killed by {_signal_name(sig)}")
+    return ExitRecord(returncode, None, None,
+                      f"the job's wrapper exited with {returncode} without recording an outcome")
+
+
+def launch(
+    attempt_dir: Path,
+    command: tuple[str, ...],
+    shell: bool,
+    workdir: str,
+    env: dict[str, str],
+) -> Launched:
+    if not os.path.isdir(workdir):
+        raise LaunchError(f"the working directory {workdir} does not exist")
+    attempt_dir.mkdir(parents=True, exist_ok=True)
+    argv = [sys.executable, "-I", "-S", str(WRAPPER_PATH), str(attempt_dir),
+            "1" if shell else "0", "--", *command]
+    try:
+        with open(attempt_dir / LOG_FILE, "ab") as log:
+            process = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=workdir,
+                env=env,
+                start_new_session=True,
+                close_fds=True,
+            )
+    except OSError as exc:
+        raise LaunchError(f"cannot start the job: {exc.strerror or exc}") from exc
+    try:
+        start_time = psutil.Process(process.pid).create_time()
+    except psutil.Error:
+        start_time = 0.0  # exited and reaped already: only possible once it has ended
+    return Launched(process.pid, start_time, process)
+
+
+def read_exit(attempt_dir: str | Path) -> ExitRecord | None:
+    try:
+        data = json.loads((Path(attempt_dir) / EXIT_FILE).read_text())
+        return ExitRecord(int(data["exit_code"]), data.get("signal"), data.get("ended_at"),
+                          data.get("error"))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def read_wrapper_pid(attempt_dir: str | Path) -> int | None:
+    try:
+        return int(json.loads((Path(attempt_dir) / WRAPPER_FILE).read_text())["pid"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def is_alive(pid: int, start_time: float | None) -> bool:
+    """Is this exact process (pid started at start_time) still running (not a zombie)?"""
+    try:
+        proc = psutil.Process(pid)
+        if start_time and abs(proc.create_time() - start_time) > _START_TIME_TOLERANCE:
+            return False
+        return proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def group_members(pgid: int) -> list[psutil.Process]:
+    """Live processes (not zombies) in process group `pgid`."""
+    members = []
+    for proc in psutil.process_iter(["pid", "status"]):
+        try:
+            if os.getpgid(proc.pid) == pgid and proc.info["status"] != psutil.STATUS_ZOMBIE:
+                members.append(proc)
+        except (ProcessLookupError, PermissionError, psutil.Error):
+            continue
+    return members
+
+
+def signal_group(pgid: int, sig: int) -> bool:
+    """Send `sig` to a process group; False when the group no longer exists."""
+    try:
+        os.killpg(pgid, sig)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return False
+
+
+def kill_leftovers(pgid: int) -> int:
+    """SIGKILL what is left of a finished attempt's process group; returns how many."""
+    if not signal_group(pgid, 0):
+        return 0  # the usual case, and far cheaper than scanning every process
+    members = group_members(pgid)
+    if members:
+        signal_group(pgid, signal.SIGKILL)
+    return len(members)

@@ -1,0 +1,556 @@
+"""The engine's durable state: SQLite in WAL mode, one writer (the daemon).
+
+Every change that must stay consistent (a job and its event, an attempt and its job's state) is
+one transaction, so a crash leaves either all of it or none of it. The schema is versioned with
+`PRAGMA user_version` and moved forward by the ordered migrations below.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gpudesk.engine.jobs import JobSpec, JobState, check_transition
+
+
+class StoreError(RuntimeError):
+    pass
+
+
+class IncompatibleStore(StoreError):
+    pass
+
+
+class UnknownJob(StoreError):
+    pass
+
+
+# Each entry moves the schema from version i to i + 1. Append only; never edit a shipped one.
+MIGRATIONS: tuple[str, ...] = (
+    """
+    CREATE TABLE environments (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        digest TEXT NOT NULL UNIQUE,
+        env TEXT NOT NULL
+    );
+    CREATE TABLE jobs (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        name TEXT NOT NULL,
+        grp TEXT,
+        spec TEXT NOT NULL,
+        base_env INTEGER REFERENCES environments (id),
+        state TEXT NOT NULL
+            CHECK (state IN ('queued', 'running', 'succeeded', 'failed', 'cancelled')),
+        priority INTEGER NOT NULL DEFAULT 0,
+        submitted_at REAL NOT NULL,
+        started_at REAL,
+        ended_at REAL,
+        attempts INTEGER NOT NULL DEFAULT 0,
+        exit_code INTEGER,
+        reason TEXT,
+        cancel_requested INTEGER NOT NULL DEFAULT 0
+    );
+    CREATE INDEX jobs_by_state ON jobs (state, priority DESC, id);
+    CREATE INDEX jobs_by_group ON jobs (grp);
+    CREATE INDEX jobs_by_name ON jobs (name);
+    CREATE TABLE attempts (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        job_id INTEGER NOT NULL REFERENCES jobs (id),
+        number INTEGER NOT NULL,
+        state TEXT NOT NULL
+            CHECK (state IN ('launching', 'running', 'exited', 'lost', 'launch_failed')),
+        placement TEXT NOT NULL,
+        dir TEXT NOT NULL,
+        pid INTEGER,
+        pid_started REAL,
+        started_at REAL,
+        ended_at REAL,
+        exit_code INTEGER,
+        signal INTEGER,
+        reason TEXT,
+        UNIQUE (job_id, number)
+    );
+    CREATE INDEX attempts_by_state ON attempts (state);
+    CREATE TABLE events (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        ts REAL NOT NULL,
+        job_id INTEGER,
+        attempt INTEGER,
+        kind TEXT NOT NULL,
+        state TEXT,
+        message TEXT NOT NULL DEFAULT ''
+    );
+    CREATE INDEX events_by_job ON events (job_id, id);
+    CREATE TABLE metric_samples (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        ts REAL NOT NULL,
+        source TEXT NOT NULL,
+        metric TEXT NOT NULL,
+        value REAL,
+        job_id INTEGER
+    );
+    CREATE INDEX metric_samples_by_source ON metric_samples (source, metric, ts);
+    CREATE TABLE settings (
+        key TEXT PRIMARY KEY,
+        value TEXT NOT NULL
+    );
+    """,
+)
+SCHEMA_VERSION = len(MIGRATIONS)
+
+LIVE_ATTEMPT_STATES = ("launching", "running")
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    id: int
+    spec: JobSpec
+    state: JobState
+    submitted_at: float
+    started_at: float | None
+    ended_at: float | None
+    attempts: int
+    exit_code: int | None
+    reason: str | None
+    cancel_requested: bool
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    def to_dict(self) -> dict[str, Any]:
+        spec = self.spec.to_dict()
+        spec.pop("env")  # can hold secrets and is large; `show` adds it back on request
+        return {
+            "id": self.id,
+            "name": self.spec.name,
+            "state": self.state.value,
+            "group": self.spec.group,
+            "submitted_at": self.submitted_at,
+            "started_at": self.started_at,
+            "ended_at": self.ended_at,
+            "attempts": self.attempts,
+            "max_attempts": self.spec.max_attempts,
+            "exit_code": self.exit_code,
+            "reason": self.reason,
+            "cancel_requested": self.cancel_requested,
+            "spec": spec,
+        }
+
+
+@dataclass(frozen=True)
+class AttemptRecord:
+    id: int
+    job_id: int
+    number: int
+    state: str
+    placement: dict[str, Any]
+    dir: str
+    pid: int | None
+    pid_started: float | None
+    started_at: float | None
+    ended_at: float | None
+    exit_code: int | None
+    signal: int | None
+    reason: str | None
+
+    @property
+    def log_path(self) -> str:
+        return str(Path(self.dir) / "output.log")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "number": self.number,
+            "state": self.state,
+            "placement": self.placement,
+            "pid": self.pid,
+            "started_at": self.started_at,
+            "ended_at": self.ended_at,
+            "exit_code": self.exit_code,
+            "signal": self.signal,
+            "reason": self.reason,
+            "log": self.log_path,
+        }
+
+
+@dataclass(frozen=True)
+class EventRecord:
+    id: int
+    ts: float
+    job_id: int | None
+    attempt: int | None
+    kind: str
+    state: str | None
+    message: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "ts": self.ts,
+            "job_id": self.job_id,
+            "attempt": self.attempt,
+            "kind": self.kind,
+            "state": self.state,
+            "message": self.message,
+        }
+
+
+def _job(row: sqlite3.Row) -> JobRecord:
+    return JobRecord(
+        id=row["id"],
+        spec=JobSpec.from_dict(json.loads(row["spec"])),
+        state=JobState(row["state"]),
+        submitted_at=row["submitted_at"],
+        started_at=row["started_at"],
+        ended_at=row["ended_at"],
+        attempts=row["attempts"],
+        exit_code=row["exit_code"],
+        reason=row["reason"],
+        cancel_requested=bool(row["cancel_requested"]),
+    )
+
+
+def _attempt(row: sqlite3.Row) -> AttemptRecord:
+    return AttemptRecord(
+        id=row["id"],
+        job_id=row["job_id"],
+        number=row["number"],
+        state=row["state"],
+        placement=json.loads(row["placement"]),
+        dir=row["dir"],
+        pid=row["pid"],
+        pid_started=row["pid_started"],
+        started_at=row["started_at"],
+        ended_at=row["ended_at"],
+        exit_code=row["exit_code"],
+        signal=row["signal"],
+        reason=row["reason"],
+    )
+
+
+def _event(row: sqlite3.Row) -> EventRecord:
+    return EventRecord(
+        id=row["id"],
+        ts=row["ts"],
+        job_id=row["job_id"],
+        attempt=row["attempt"],
+        kind=row["kind"],
+        state=row["state"],
+        message=row["message"],
+    )
+
+
+class Store:
+    """All reads and writes of the engine's database."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+
+    @classmethod
+    def open(cls, path: str | Path) -> Store:
+        try:
+            conn = sqlite3.connect(str(path), isolation_level=None, timeout=10.0)
+            conn.row_factory = sqlite3.Row
+            conn.execute("PRAGMA journal_mode=WAL")
+            # NORMAL in WAL mode survives a process crash; only an OS crash can lose the last commit.
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute("PRAGMA foreign_keys=ON")
+            store = cls(conn)
+            store._migrate()
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"cannot open the gpudesk database {path}: {exc}") from exc
+        return store
+
+    def close(self) -> None:
+        self._conn.close()
+
+    @property
+    def schema_version(self) -> int:
+        return int(self._conn.execute("PRAGMA user_version").fetchone()[0])
+
+    def _migrate(self) -> None:
+        version = self.schema_version
+        if version > SCHEMA_VERSION:
+            raise IncompatibleStore(
+                f"the database has schema version {version}, newer than this gpudesk understands "
+                f"({SCHEMA_VERSION}); upgrade gpudesk or point GPUDESK_HOME elsewhere"
+            )
+        for target in range(version + 1, SCHEMA_VERSION + 1):
+            with self.transaction() as conn:
+                for statement in MIGRATIONS[target - 1].split(";"):
+                    if statement.strip():
+                        conn.execute(statement)
+                conn.execute(f"PRAGMA user_version = {target}")
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        self._conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield self._conn
+        except BaseException:
+            self._conn.execute("ROLLBACK")
+            raise
+        else:
+            self._conn.execute("COMMIT")
+
+    # ----------------------------------------------------------------- events
+    def _add_event(
+        self,
+        conn: sqlite3.Connection,
+        kind: str,
+        message: str,
+        *,
+        job_id: int | None = None,
+        attempt: int | None = None,
+        state: JobState | None = None,
+        now: float | None = None,
+    ) -> None:
+        conn.execute(
+            "INSERT INTO events (ts, job_id, attempt, kind, state, message) VALUES (?, ?, ?, ?, ?, ?)",
+            (now or time.time(), job_id, attempt, kind, state.value if state else None, message),
+        )
+
+    def add_event(self, kind: str, message: str, *, job_id: int | None = None) -> None:
+        with self.transaction() as conn:
+            self._add_event(conn, kind, message, job_id=job_id)
+
+    def events(self, job_id: int | None = None, limit: int = 1000) -> list[EventRecord]:
+        if job_id is None:
+            rows = self._conn.execute(
+                "SELECT * FROM (SELECT * FROM events ORDER BY id DESC LIMIT ?) ORDER BY id", (limit,)
+            )
+        else:
+            rows = self._conn.execute(
+                "SELECT * FROM events WHERE job_id = ? ORDER BY id LIMIT ?", (job_id, limit)
+            )
+        return [_event(r) for r in rows]
+
+    # ------------------------------------------------------------------- jobs
+    def submit(
+        self,
+        specs: Sequence[JobSpec],
+        base_env: Mapping[str, str] | None = None,
+        now: float | None = None,
+    ) -> list[JobRecord]:
+        """Queue jobs, all or none. `base_env` is the submitter's environment, which the jobs
+        start from (stored once however many jobs share it)."""
+        now = now or time.time()
+        ids: list[int] = []
+        with self.transaction() as conn:
+            env_id = self._environment_id(conn, base_env) if base_env is not None else None
+            for spec in specs:
+                cur = conn.execute(
+                    "INSERT INTO jobs (name, grp, spec, base_env, state, priority, submitted_at) "
+                    "VALUES (?, ?, ?, ?, 'queued', ?, ?)",
+                    (spec.name, spec.group, json.dumps(spec.to_dict()), env_id, spec.priority,
+                     now),
+                )
+                job_id = int(cur.lastrowid or 0)
+                ids.append(job_id)
+                self._add_event(conn, "state", "submitted", job_id=job_id,
+                                state=JobState.QUEUED, now=now)
+        return [
+            JobRecord(id=i, spec=s, state=JobState.QUEUED, submitted_at=now, started_at=None,
+                      ended_at=None, attempts=0, exit_code=None, reason=None,
+                      cancel_requested=False)
+            for i, s in zip(ids, specs)
+        ]
+
+    def _environment_id(self, conn: sqlite3.Connection, env: Mapping[str, str]) -> int:
+        text = json.dumps(dict(env), sort_keys=True)
+        digest = hashlib.sha256(text.encode()).hexdigest()
+        conn.execute(
+            "INSERT OR IGNORE INTO environments (digest, env) VALUES (?, ?)", (digest, text)
+        )
+        return int(
+            conn.execute("SELECT id FROM environments WHERE digest = ?", (digest,)).fetchone()[0]
+        )
+
+    def base_env(self, job_id: int) -> dict[str, str]:
+        row = self._conn.execute(
+            "SELECT e.env FROM jobs j JOIN environments e ON e.id = j.base_env WHERE j.id = ?",
+            (job_id,),
+        ).fetchone()
+        return {} if row is None else json.loads(row[0])
+
+    def job(self, job_id: int) -> JobRecord:
+        row = self._conn.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        if row is None:
+            raise UnknownJob(f"no job with id {job_id}")
+        return _job(row)
+
+    def jobs_named(self, name: str) -> list[JobRecord]:
+        rows = self._conn.execute("SELECT * FROM jobs WHERE name = ? ORDER BY id", (name,))
+        return [_job(r) for r in rows]
+
+    def jobs(
+        self,
+        states: Iterable[JobState] | None = None,
+        group: str | None = None,
+        ids: Iterable[int] | None = None,
+        limit: int | None = None,
+    ) -> list[JobRecord]:
+        clauses: list[str] = []
+        params: list[Any] = []
+        if states is not None:
+            wanted = [s.value for s in states]
+            clauses.append(f"state IN ({','.join('?' * len(wanted))})")
+            params.extend(wanted)
+        if group is not None:
+            clauses.append("grp = ?")
+            params.append(group)
+        if ids is not None:
+            wanted_ids = list(ids)
+            clauses.append(f"id IN ({','.join('?' * len(wanted_ids))})")
+            params.extend(wanted_ids)
+        sql = "SELECT * FROM jobs"
+        if clauses:
+            sql += " WHERE " + " AND ".join(clauses)
+        sql += " ORDER BY id"
+        if limit is not None:
+            sql = f"SELECT * FROM ({sql[:-len(' ORDER BY id')]} ORDER BY id DESC LIMIT ?) ORDER BY id"
+            params.append(limit)
+        return [_job(r) for r in self._conn.execute(sql, params)]
+
+    def queued(self) -> list[JobRecord]:
+        """Queued jobs in the order a first-come policy would consider them."""
+        rows = self._conn.execute(
+            "SELECT * FROM jobs WHERE state = 'queued' ORDER BY priority DESC, id"
+        )
+        return [_job(r) for r in rows]
+
+    def counts(self) -> dict[str, int]:
+        rows = self._conn.execute("SELECT state, COUNT(*) FROM jobs GROUP BY state")
+        counts = {s.value: 0 for s in JobState}
+        counts.update({state: n for state, n in rows})
+        return counts
+
+    def _transition(
+        self,
+        conn: sqlite3.Connection,
+        job_id: int,
+        new: JobState,
+        message: str,
+        now: float,
+        **columns: Any,
+    ) -> None:
+        row = conn.execute("SELECT state FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        if row is None:
+            raise UnknownJob(f"no job with id {job_id}")
+        check_transition(JobState(row["state"]), new)
+        sets = ", ".join(["state = ?", *(f"{c} = ?" for c in columns)])
+        conn.execute(f"UPDATE jobs SET {sets} WHERE id = ?", (new.value, *columns.values(), job_id))
+        self._add_event(conn, "state", message, job_id=job_id, state=new, now=now)
+
+    def finish_queued(self, job_id: int, state: JobState, reason: str,
+                      now: float | None = None) -> None:
+        """End a job that never started (cancelled in the queue, or impossible to place)."""
+        now = now or time.time()
+        with self.transaction() as conn:
+            self._transition(conn, job_id, state, reason, now, ended_at=now, reason=reason)
+
+    def request_cancel(self, job_id: int, now: float | None = None) -> None:
+        with self.transaction() as conn:
+            conn.execute("UPDATE jobs SET cancel_requested = 1 WHERE id = ?", (job_id,))
+            self._add_event(conn, "cancel", "cancel requested", job_id=job_id, now=now)
+
+    # --------------------------------------------------------------- attempts
+    def start_attempt(
+        self, job_id: int, placement: dict[str, Any], jobs_root: Path, now: float | None = None
+    ) -> AttemptRecord:
+        """queued -> running and a new attempt in 'launching', in one transaction. The attempt's
+        folder is `jobs_root/<job id>/<attempt number>`."""
+        now = now or time.time()
+        with self.transaction() as conn:
+            number = int(
+                conn.execute("SELECT attempts FROM jobs WHERE id = ?", (job_id,)).fetchone()[0]
+            ) + 1
+            directory = str(jobs_root / str(job_id) / str(number))
+            cur = conn.execute(
+                "INSERT INTO attempts (job_id, number, state, placement, dir, started_at) "
+                "VALUES (?, ?, 'launching', ?, ?, ?)",
+                (job_id, number, json.dumps(placement), directory, now),
+            )
+            self._transition(
+                conn, job_id, JobState.RUNNING,
+                f"attempt {number} placed on {placement.get('slot', '?')}: "
+                f"{placement.get('reason', '')}".rstrip(": "),
+                now, attempts=number, started_at=now,
+            )
+            attempt_id = int(cur.lastrowid or 0)
+        return self.attempt(attempt_id)
+
+    def attempt(self, attempt_id: int) -> AttemptRecord:
+        row = self._conn.execute("SELECT * FROM attempts WHERE id = ?", (attempt_id,)).fetchone()
+        if row is None:
+            raise StoreError(f"no attempt with id {attempt_id}")
+        return _attempt(row)
+
+    def attempts(self, job_id: int) -> list[AttemptRecord]:
+        rows = self._conn.execute(
+            "SELECT * FROM attempts WHERE job_id = ? ORDER BY number", (job_id,)
+        )
+        return [_attempt(r) for r in rows]
+
+    def live_attempts(self) -> list[AttemptRecord]:
+        rows = self._conn.execute(
+            "SELECT * FROM attempts WHERE state IN ('launching', 'running') ORDER BY id"
+        )
+        return [_attempt(r) for r in rows]
+
+    def attempt_launched(self, attempt_id: int, pid: int, pid_started: float,
+                         now: float | None = None) -> None:
+        with self.transaction() as conn:
+            conn.execute(
+                "UPDATE attempts SET state = 'running', pid = ?, pid_started = ?, started_at = ? "
+                "WHERE id = ?",
+                (pid, pid_started, now or time.time(), attempt_id),
+            )
+
+    def finish_attempt(
+        self,
+        attempt: AttemptRecord,
+        *,
+        attempt_state: str,
+        job_state: JobState,
+        message: str,
+        exit_code: int | None,
+        signal: int | None = None,
+        ended_at: float | None = None,
+        now: float | None = None,
+    ) -> None:
+        """Close an attempt and move its job on (to a final state, or back to the queue)."""
+        now = now or time.time()
+        ended_at = ended_at or now
+        with self.transaction() as conn:
+            conn.execute(
+                "UPDATE attempts SET state = ?, ended_at = ?, exit_code = ?, signal = ?, reason = ? "
+                "WHERE id = ? AND state IN ('launching', 'running')",
+                (attempt_state, ended_at, exit_code, signal, message, attempt.id),
+            )
+            if job_state.terminal:
+                self._transition(conn, attempt.job_id, job_state, message, now,
+                                 ended_at=ended_at, exit_code=exit_code, reason=message)
+            else:
+                self._transition(conn, attempt.job_id, job_state, message, now,
+                                 exit_code=exit_code, reason=message)
+
+    # --------------------------------------------------------------- settings
+    def setting(self, key: str) -> Any:
+        row = self._conn.execute("SELECT value FROM settings WHERE key = ?", (key,)).fetchone()
+        return None if row is None else json.loads(row["value"])
+
+    def set_setting(self, key: str, value: Any) -> None:
+        with self.transaction() as conn:
+            conn.execute(
+                "INSERT INTO settings (key, value) VALUES (?, ?) "
+                "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                (key, json.dumps(value)),
+            )

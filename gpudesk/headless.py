@@ -1,0 +1,199 @@
+"""`gpudesk run PROFILE`: submit a profile's jobs, follow them to the end, report.
+
+Progress is a live table on a terminal and one plain line per state change otherwise (CI logs,
+`| tee`). Ctrl-C cancels the run's jobs (not the engine, not other runs) and still reports.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+import zmq
+
+from gpudesk import render
+from gpudesk.engine.client import EngineClient, submit_env
+from gpudesk.profile import Profile
+
+REFRESH_S = 0.5
+CANCEL_GRACE_S = 5.0
+TERMINAL = frozenset({"succeeded", "failed", "cancelled"})
+
+
+@dataclass
+class RunReport:
+    profile: str
+    group: str
+    started_at: float
+    ended_at: float = 0.0
+    interrupted: bool = False
+    jobs: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def counts(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for job in self.jobs:
+            counts[job["state"]] = counts.get(job["state"], 0) + 1
+        return counts
+
+    @property
+    def succeeded(self) -> bool:
+        return bool(self.jobs) and all(j["state"] == "succeeded" for j in self.jobs)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "profile": self.profile,
+            "group": self.group,
+            "started_at": self.started_at,
+            "ended_at": self.ended_at,
+            "wall_s": round(self.ended_at - self.started_at, 3),
+            "interrupted": self.interrupted,
+            "succeeded": self.succeeded,
+            "counts": self.counts,
+            "jobs": [
+                {
+                    "id": j["id"],
+                    "name": j["name"],
+                    "state": j["state"],
+                    "attempts": j["attempts"],
+                    "wall_s": None if render.job_runtime(j) is None
+                    else round(render.job_runtime(j) or 0.0, 3),
+                    "exit_code": j["exit_code"],
+                    "reason": j["reason"],
+                    "log": j["log"],
+                }
+                for j in self.jobs
+            ],
+        }
+
+    def text(self) -> str:
+        rows = [
+            (j["id"], j["name"], j["state"], j["attempts"], render.duration(render.job_runtime(j)),
+             j["exit_code"], render.shorten_path(j["log"]))
+            for j in self.jobs
+        ]
+        table = render.table(("ID", "NAME", "STATE", "ATTEMPTS", "WALL", "EXIT", "LOG"), rows,
+                             max_widths={1: 32}, right=(0, 3, 4, 5))
+        counts = ", ".join(f"{n} {state}" for state, n in sorted(self.counts.items()))
+        head = f"{self.profile}: {counts} in {render.duration(self.ended_at - self.started_at)}"
+        if self.interrupted:
+            head += " (interrupted)"
+        return f"{table}\n\n{head}"
+
+
+class _Progress:
+    """Prints what changed: a live table on a terminal, plain lines elsewhere."""
+
+    def __init__(self, stream: TextIO, live: bool) -> None:
+        self.stream = stream
+        self.seen: dict[int, tuple[str, int]] = {}
+        self.live = None
+        if live:
+            from rich.console import Console
+            from rich.live import Live
+
+            self.live = Live(console=Console(file=stream), refresh_per_second=4, transient=True)
+            self.live.start()
+
+    def update(self, jobs: list[dict[str, Any]]) -> None:
+        if self.live is not None:
+            self.live.update(self._table(jobs))
+            return
+        for job in jobs:
+            key = (job["state"], job["attempts"])
+            if self.seen.get(job["id"]) == key:
+                continue
+            self.seen[job["id"]] = key
+            detail = ""
+            if job["state"] == "running":
+                detail = f" on {job['slot']} (attempt {job['attempts']})" if job["slot"] else ""
+            elif job["state"] in TERMINAL or job["attempts"]:
+                detail = f": {job['reason']}" if job["reason"] else ""
+            print(f"{render.clock(time.time())}  {job['name']}  {job['state']}{detail}",
+                  file=self.stream, flush=True)
+
+    def _table(self, jobs: list[dict[str, Any]]) -> Any:
+        from rich.table import Table
+
+        done = sum(1 for j in jobs if j["state"] in TERMINAL)
+        table = Table(title=f"{done}/{len(jobs)} done", title_justify="left", box=None,
+                      pad_edge=False, expand=False)
+        for name, justify in (("ID", "right"), ("NAME", "left"), ("STATE", "left"),
+                              ("TIME", "right"), ("LAST OUTPUT", "left")):
+            table.add_column(name, justify=justify, no_wrap=True,
+                             overflow="ellipsis", max_width=60 if name == "LAST OUTPUT" else 32)
+        colors = {"running": "cyan", "succeeded": "green", "failed": "red",
+                  "cancelled": "yellow", "queued": "dim"}
+        for job in jobs:
+            output = render.last_line(job["log"]) if job["state"] == "running" else ""
+            table.add_row(str(job["id"]), job["name"],
+                          f"[{colors.get(job['state'], '')}]{job['state']}[/]",
+                          render.duration(render.job_runtime(job)), output)
+        return table
+
+    def close(self) -> None:
+        if self.live is not None:
+            self.live.stop()
+
+
+def run_profile(
+    profile: Profile,
+    client: EngineClient,
+    *,
+    progress_stream: TextIO = sys.stderr,
+    live: bool | None = None,
+    on_submitted: Callable[[list[int]], None] | None = None,
+) -> RunReport:
+    started = time.time()
+    group = f"{profile.name}@{time.strftime('%Y%m%d-%H%M%S', time.localtime(started))}"
+    report = RunReport(profile=profile.name, group=group, started_at=started)
+    client.request("configure", station=profile.station.to_dict())
+    progress = _Progress(progress_stream,
+                         progress_stream.isatty() if live is None else live)
+    try:
+        with client.subscribe("job") as events:
+            jobs = [{**spec.to_dict(), "group": group} for spec in profile.jobs]
+            ids = client.request("submit", jobs=jobs, env=submit_env())["ids"]
+            if on_submitted:
+                on_submitted(ids)
+            report.jobs = _follow(client, events, ids, progress, report)
+    finally:
+        progress.close()
+    report.ended_at = time.time()
+    return report
+
+
+def _follow(client: EngineClient, events: zmq.Socket, ids: list[int], progress: _Progress,
+            report: RunReport) -> list[dict[str, Any]]:
+    jobs: list[dict[str, Any]] = []
+    while True:
+        try:
+            jobs = client.request("jobs", ids=ids)["jobs"]
+            progress.update(jobs)
+            if all(job["state"] in TERMINAL for job in jobs):
+                return jobs
+            # Wake on the next event, or refresh anyway (a SUB socket can miss the first ones).
+            if events.poll(int(REFRESH_S * 1000)):
+                while events.poll(0):
+                    events.recv_multipart()
+        except KeyboardInterrupt:
+            if report.interrupted:
+                raise  # a second Ctrl-C: leave now, the engine finishes the cancels
+            report.interrupted = True
+            active = [j["id"] for j in jobs if j["state"] not in TERMINAL] or ids
+            print(f"\ncancelling {len(active)} job(s) of this run (Ctrl-C again to leave "
+                  "them to the engine)…", file=progress.stream, flush=True)
+            client.request("cancel", jobs=active, grace=CANCEL_GRACE_S)
+
+
+def write_report(report: RunReport, path: Path) -> None:
+    if path.suffix == ".json":
+        text = json.dumps(report.to_dict(), indent=2) + "\n"
+    else:
+        text = report.text() + "\n"
+    path.write_text(text)

@@ -1,0 +1,94 @@
+"""Where gpudesk keeps its state: one directory per `GPUDESK_HOME`.
+
+Layout::
+
+    $GPUDESK_HOME/
+      gpudesk.db          SQLite store (WAL)
+      engine.log          the daemon's own log
+      engine.lock         single-instance lock (flock), holds the daemon's pid
+      run/                0700: the daemon's ipc:// sockets
+      jobs/<id>/<n>/      one folder per attempt: output.log, wrapper.json, exit.json
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+# sun_path in sockaddr_un is 108 bytes on Linux; zmq refuses longer ipc:// paths.
+_MAX_SOCKET_PATH = 100
+
+
+def default_home() -> Path:
+    state = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return Path(state) / "gpudesk"
+
+
+def resolve_home(explicit: str | os.PathLike[str] | None = None) -> Path:
+    raw = explicit if explicit is not None else os.environ.get("GPUDESK_HOME")
+    home = Path(raw).expanduser() if raw else default_home()
+    return home.absolute()
+
+
+def _private_dir(path: Path) -> Path:
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if path.stat().st_mode & 0o077:
+        path.chmod(0o700)
+    return path
+
+
+@dataclass(frozen=True)
+class Home:
+    root: Path
+
+    @classmethod
+    def from_env(cls, explicit: str | os.PathLike[str] | None = None) -> Home:
+        return cls(resolve_home(explicit))
+
+    @property
+    def db(self) -> Path:
+        return self.root / "gpudesk.db"
+
+    @property
+    def engine_log(self) -> Path:
+        return self.root / "engine.log"
+
+    @property
+    def lock(self) -> Path:
+        return self.root / "engine.lock"
+
+    @property
+    def jobs_dir(self) -> Path:
+        return self.root / "jobs"
+
+    def attempt_dir(self, job_id: int, attempt: int) -> Path:
+        return self.jobs_dir / str(job_id) / str(attempt)
+
+    @property
+    def socket_dir(self) -> Path:
+        """A 0700 folder for the sockets; outside the home when the home's path is too long."""
+        inside = self.root / "run"
+        if len(str(inside / "control.sock")) <= _MAX_SOCKET_PATH:
+            return inside
+        digest = hashlib.sha1(str(self.root).encode()).hexdigest()[:16]
+        return Path(tempfile.gettempdir()) / f"gpudesk-{os.getuid()}" / digest
+
+    @property
+    def control_endpoint(self) -> str:
+        return f"ipc://{self.socket_dir / 'control.sock'}"
+
+    @property
+    def events_endpoint(self) -> str:
+        return f"ipc://{self.socket_dir / 'events.sock'}"
+
+    def ensure(self) -> Home:
+        """Create the home and its private folders (idempotent)."""
+        _private_dir(self.root)
+        if self.socket_dir.parent != self.root:
+            _private_dir(self.socket_dir.parent)
+        _private_dir(self.socket_dir)
+        self.jobs_dir.mkdir(exist_ok=True)
+        return self

@@ -1,0 +1,80 @@
+"""Plain-text rendering shared by the commands: durations, times, fixed-width tables."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+
+def duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    seconds = max(0.0, seconds)
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, secs = divmod(int(round(seconds)), 60)
+    if minutes < 60:
+        return f"{minutes}m{secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m"
+
+
+def clock(ts: float | None) -> str:
+    if ts is None:
+        return "-"
+    if time.time() - ts > 20 * 3600:
+        return time.strftime("%m-%d %H:%M", time.localtime(ts))
+    return time.strftime("%H:%M:%S", time.localtime(ts))
+
+
+def clip(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: max(0, width - 1)] + "…"
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[object]],
+          max_widths: dict[int, int] | None = None, right: Sequence[int] = ()) -> str:
+    """A plain table: columns separated by two spaces, clipped to `max_widths` by column index."""
+    max_widths = max_widths or {}
+    cells = [[str(c) for c in headers]] + [["-" if c is None else str(c) for c in r] for r in rows]
+    cells = [[clip(c, max_widths.get(i, 10_000)) for i, c in enumerate(r)] for r in cells]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    lines = []
+    for row in cells:
+        parts = [c.rjust(w) if i in right else c.ljust(w)
+                 for i, (c, w) in enumerate(zip(row, widths))]
+        lines.append("  ".join(parts).rstrip())
+    return "\n".join(lines)
+
+
+def job_runtime(job: dict) -> float | None:
+    started, ended = job.get("started_at"), job.get("ended_at")
+    if started is None:
+        return None
+    return (ended or time.time()) - started
+
+
+def last_line(path: str | os.PathLike[str] | None, max_bytes: int = 4096) -> str:
+    """The last non-empty line of a log file (cheap: reads only its end)."""
+    if not path:
+        return ""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            size = fh.tell()
+            fh.seek(max(0, size - max_bytes))
+            tail = fh.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+    for line in reversed(tail.replace("\r", "\n").splitlines()):
+        if line.strip():
+            return line.strip()
+    return ""
+
+
+def shorten_path(path: str | None) -> str:
+    if not path:
+        return "-"
+    home = str(Path.home())
+    return "~" + path[len(home):] if path.startswith(home + os.sep) else path
