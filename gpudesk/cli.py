@@ -12,7 +12,7 @@ import shlex
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn, Optional
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import typer
 
@@ -51,7 +51,7 @@ def _print_json(data: Any) -> None:
     print(json.dumps(data, indent=2, default=str))
 
 
-def _home():  # noqa: ANN202 - returns gpudesk.paths.Home
+def _home():
     from gpudesk.paths import Home
 
     return Home.from_env()
@@ -81,7 +81,7 @@ def _root(
 @app.command()
 def run(
     profile: Path = typer.Argument(..., help="A profile.toml with [[jobs]] and [[sweeps]]."),
-    report: Optional[Path] = typer.Option(None, "--report", help="Also write the report here "
+    report: Path | None = typer.Option(None, "--report", help="Also write the report here "
                                           "(JSON when the name ends in .json, else text)."),
     json_out: bool = typer.Option(False, "--json", help="Print the report as JSON on stdout."),
 ) -> None:
@@ -138,16 +138,16 @@ def _parse_env(pairs: list[str]) -> dict[str, str]:
 def submit(
     command: list[str] = typer.Argument(..., metavar="-- COMMAND [ARGS]...",
                                         help="The command to run, after `--`."),
-    name: Optional[str] = typer.Option(None, "--name", "-n", help="Job name (default: the "
+    name: str | None = typer.Option(None, "--name", "-n", help="Job name (default: the "
                                        "program's name)."),
     gpus: int = typer.Option(0, "--gpus", help="GPUs the job needs."),
-    mem: Optional[float] = typer.Option(None, "--mem", help="GPU memory the job needs, GB."),
-    dataset: Optional[str] = typer.Option(None, "--dataset", help="Dataset the job reads."),
+    mem: float | None = typer.Option(None, "--mem", help="GPU memory the job needs, GB."),
+    dataset: str | None = typer.Option(None, "--dataset", help="Dataset the job reads."),
     priority: int = typer.Option(0, "--priority", help="Higher runs first (-1000..1000)."),
     max_attempts: int = typer.Option(1, "--max-attempts", help="Retry a failed job up to this "
                                      "many attempts in all."),
     env: list[str] = typer.Option([], "--env", "-e", help="NAME=VALUE for the job (repeatable)."),
-    workdir: Optional[Path] = typer.Option(None, "--workdir", "-C",
+    workdir: Path | None = typer.Option(None, "--workdir", "-C",
                                            help="Working directory (default: here)."),
     shell: bool = typer.Option(False, "--shell", help="Run COMMAND (one string) with /bin/sh."),
     json_out: bool = typer.Option(False, "--json", help="Print the new job as JSON."),
@@ -206,7 +206,7 @@ def _queue_rows(jobs: list[dict[str, Any]]) -> str:
 @app.command()
 def queue(
     all_jobs: bool = typer.Option(False, "--all", "-a", help="Include finished jobs."),
-    group: Optional[str] = typer.Option(None, "--group", "-g", help="Only this run's jobs."),
+    group: str | None = typer.Option(None, "--group", "-g", help="Only this run's jobs."),
     limit: int = typer.Option(500, "--limit", help="Show at most the newest N jobs."),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
@@ -261,11 +261,11 @@ def show(
     if data["attempts"]:
         lines.append("attempts:")
         for a in data["attempts"]:
-            lines.append(
-                f"  #{a['number']}  {a['state']:<13} {a['placement'].get('slot', '-'):<7} "
-                f"pid {a['pid'] or '-':<8} exit {a['exit_code'] if a['exit_code'] is not None else '-':<4}"
-                f" {render.duration((a['ended_at'] or time.time()) - a['started_at']) if a['started_at'] else '-'}"
-            )
+            exit_code = "-" if a["exit_code"] is None else a["exit_code"]
+            took = (render.duration((a["ended_at"] or time.time()) - a["started_at"])
+                    if a["started_at"] else "-")
+            lines.append(f"  #{a['number']}  {a['state']:<13} {a['placement'].get('slot', '-'):<7} "
+                         f"pid {a['pid'] or '-':<8} exit {exit_code:<4} {took}")
             lines.append(f"      log {a['log']}")
     lines.append("events:")
     for e in data["events"]:
@@ -282,7 +282,7 @@ def logs(
     job: str = typer.Argument(..., help="Job id or name."),
     follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing new output until "
                                 "the job ends (across retries)."),
-    attempt: Optional[int] = typer.Option(None, "--attempt", help="Which attempt (default: the "
+    attempt: int | None = typer.Option(None, "--attempt", help="Which attempt (default: the "
                                           "latest)."),
 ) -> None:
     """Print a job's output."""
@@ -326,8 +326,8 @@ def cancel(
 
 
 # ------------------------------------------------------------------------ engine
-def _station_from_options(slots: Optional[int], policy: Optional[str],
-                          backend: Optional[str]) -> StationConfig | None:
+def _station_from_options(slots: int | None, policy: str | None,
+                          backend: str | None) -> StationConfig | None:
     from gpudesk.engine.station import StationConfig
 
     given = {k: v for k, v in (("slots", slots), ("policy", policy), ("backend", backend)) if v}
@@ -343,10 +343,10 @@ def _station_from_options(slots: Optional[int], policy: Optional[str],
 def engine_start(
     foreground: bool = typer.Option(False, "--foreground", help="Run in this terminal, logging "
                                     "to stderr (for debugging)."),
-    slots: Optional[int] = typer.Option(None, "--slots", help="Concurrent jobs on a CPU-only "
+    slots: int | None = typer.Option(None, "--slots", help="Concurrent jobs on a CPU-only "
                                         "station (default: cores)."),
-    policy: Optional[str] = typer.Option(None, "--policy", help="Placement policy."),
-    backend: Optional[str] = typer.Option(None, "--backend", help="Hardware backend."),
+    policy: str | None = typer.Option(None, "--policy", help="Placement policy."),
+    backend: str | None = typer.Option(None, "--backend", help="Hardware backend."),
 ) -> None:
     """Start the engine for this GPUDESK_HOME (one per home)."""
     from gpudesk.engine.client import engine_pid, start_engine

@@ -14,7 +14,7 @@ def duration(seconds: float | None) -> str:
     seconds = max(0.0, seconds)
     if seconds < 60:
         return f"{seconds:.1f}s"
-    minutes, secs = divmod(int(round(seconds)), 60)
+    minutes, secs = divmod(round(seconds), 60)
     if minutes < 60:
         return f"{minutes}m{secs:02d}s"
     hours, minutes = divmod(minutes, 60)
@@ -43,7 +43,7 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[object]],
     lines = []
     for row in cells:
         parts = [c.rjust(w) if i in right else c.ljust(w)
-                 for i, (c, w) in enumerate(zip(row, widths))]
+                 for i, (c, w) in enumerate(zip(row, widths, strict=True))]
         lines.append("  ".join(parts).rstrip())
     return "\n".join(lines)
 

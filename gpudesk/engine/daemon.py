@@ -10,6 +10,7 @@ leaves them running, and the next daemon re-adopts or settles them.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import fcntl
 import json
 import logging
@@ -42,6 +43,7 @@ MAX_CANCEL_GRACE_S = 3600.0
 ADOPTED_POLL_S = 0.2
 IDLE_POLL_S = 1.0
 LOCK_RETRY_S = 1.0
+RETRY_AFTER_ERROR_S = 2.0
 
 
 class AlreadyRunning(RuntimeError):
@@ -54,7 +56,8 @@ class LiveAttempt:
     pid: int
     start_time: float | None
     slot: str
-    process: Any = None  # subprocess.Popen when the attempt is our child; None when re-adopted
+    is_child: bool = False  # started by this engine (reaped by it); False when re-adopted
+    returncode: int | None = None  # the wrapper's status once reaped
     kill_at: float | None = None  # when to escalate a cancel to SIGKILL
 
 
@@ -73,7 +76,8 @@ def acquire_lock(path: Path, wait_s: float = LOCK_RETRY_S) -> IO[str]:
                 handle.seek(0)
                 pid = handle.read().strip() or "?"
                 handle.close()
-                raise AlreadyRunning(f"an engine is already running for this home (pid {pid})")
+                raise AlreadyRunning(
+                    f"an engine is already running for this home (pid {pid})") from None
             time.sleep(0.02)
     handle.seek(0)
     handle.truncate()
@@ -93,6 +97,7 @@ class Engine:
         self.queue: dict[int, JobRecord] = {}
         self.live: dict[int, LiveAttempt] = {}  # by attempt id
         self.dirty = True
+        self.retry_at: float | None = None  # when to retry after a failed step
         self.stopping = False
         self.handlers: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
             "ping": self.op_ping,
@@ -143,7 +148,8 @@ class Engine:
                 adopted += 1
                 job = self.store.job(attempt.job_id)
                 if job.cancel_requested:
-                    self._terminate(live, DEFAULT_CANCEL_GRACE_S)
+                    left = (job.kill_deadline or 0.0) - time.time()
+                    self._terminate(live, max(0.0, left))
             elif pid is None and runner.read_exit(attempt.dir) is None:
                 self._requeue_unstarted(attempt)
                 settled += 1
@@ -186,9 +192,14 @@ class Engine:
                     pass
             if self.control in ready:
                 self._serve_requests()
-            self.check_attempts()
-            if self.dirty:
-                self.schedule()
+            # A failing step (a full disk, say) is logged and retried; it never stops the engine,
+            # which would strand the jobs it watches.
+            for step in (self.check_attempts, self._schedule_if_due):
+                try:
+                    step()
+                except Exception:
+                    log.exception("engine step failed; retrying in %g s", RETRY_AFTER_ERROR_S)
+                    self.retry_at = time.monotonic() + RETRY_AFTER_ERROR_S
         log.info("engine stopping; %d attempt(s) keep running", len(self.live))
         signal.set_wakeup_fd(-1)
         wake_r.close()
@@ -198,11 +209,18 @@ class Engine:
         log.info("received %s", signal.Signals(signum).name)
         self.stopping = True
 
+    def _schedule_if_due(self) -> None:
+        if self.dirty or (self.retry_at is not None and time.monotonic() >= self.retry_at):
+            self.retry_at = None
+            self.schedule()
+
     def _poll_timeout_ms(self) -> int:
         timeout = IDLE_POLL_S
         now = time.monotonic()
+        if self.retry_at is not None:
+            timeout = min(timeout, max(0.0, self.retry_at - now))
         for live in self.live.values():
-            if live.process is None:
+            if not live.is_child:
                 timeout = min(timeout, ADOPTED_POLL_S)
             if live.kill_at is not None:
                 timeout = min(timeout, max(0.0, live.kill_at - now))
@@ -394,7 +412,7 @@ class Engine:
             self.publish_job(job.id, "cancelled while queued")
             self.dirty = True
             return "cancelled"
-        self.store.request_cancel(job.id)
+        self.store.request_cancel(job.id, grace)
         for live in self.live.values():
             if live.attempt.job_id == job.id:
                 self._terminate(live, grace)
@@ -425,7 +443,8 @@ class Engine:
             job = self.queue.pop(placement.job_id)
             self.start(job, placement)
 
-    def job_env(self, job: JobRecord, placement: Placement, attempt: AttemptRecord) -> dict[str, str]:
+    def job_env(self, job: JobRecord, placement: Placement,
+                attempt: AttemptRecord) -> dict[str, str]:
         env = self.store.base_env(job.id) or dict(os.environ)
         env.update(job.spec.env)
         for key, value in placement.env_defaults.items():
@@ -440,7 +459,11 @@ class Engine:
         return env
 
     def start(self, job: JobRecord, placement: Placement) -> None:
-        attempt = self.store.start_attempt(job.id, placement.to_dict(), self.home.jobs_dir)
+        try:
+            attempt = self.store.start_attempt(job.id, placement.to_dict(), self.home.jobs_dir)
+        except Exception:
+            self.queue[job.id] = job  # the transaction rolled back: it is still queued
+            raise
         env = self.job_env(job, placement, attempt)
         workdir = job.spec.workdir or env.get("HOME") or "/"
         try:
@@ -453,16 +476,19 @@ class Engine:
             return
         self.store.attempt_launched(attempt.id, launched.pid, launched.start_time)
         self.live[attempt.id] = LiveAttempt(attempt, launched.pid, launched.start_time,
-                                            placement.slot, launched.process)
+                                            placement.slot, is_child=True)
         self.publish_job(job.id, f"attempt {attempt.number} started on {placement.slot}")
 
     def check_attempts(self) -> None:
         now = time.monotonic()
         for live in list(self.live.values()):
-            if live.process is not None:
-                returncode = live.process.poll()
-                if returncode is not None:
-                    self.settle(live, returncode)
+            if live.is_child:
+                if live.returncode is None:
+                    ended, live.returncode = runner.reap(live.pid)
+                else:
+                    ended = True  # reaped already; settling it failed last time
+                if ended:
+                    self.settle(live, live.returncode)
                     continue
             elif not runner.is_alive(live.pid, live.start_time):
                 self.settle(live, returncode=None)
@@ -476,7 +502,6 @@ class Engine:
     def settle(self, live: LiveAttempt, returncode: int | None) -> None:
         """Record how an attempt ended and move its job on."""
         attempt = live.attempt
-        self.live.pop(attempt.id, None)
         record = runner.read_exit(attempt.dir)
         if record is None and returncode is not None:
             record = runner.describe_returncode(returncode)
@@ -506,6 +531,7 @@ class Engine:
         self.store.finish_attempt(attempt, attempt_state=attempt_state, job_state=state,
                                   message=message, exit_code=exit_code, signal=signal_number,
                                   ended_at=record.ended_at if record else None)
+        self.live.pop(attempt.id, None)  # only once the outcome is stored
         if state is JobState.QUEUED:
             self.queue[job.id] = self.store.job(job.id)
         self.dirty = True
@@ -516,10 +542,9 @@ class Engine:
         payload = {"ts": time.time(), "id": job.id, "name": job.name, "state": job.state.value,
                    "group": job.spec.group, "attempts": job.attempts,
                    "exit_code": job.exit_code, "message": message}
-        try:
+        # NOBLOCK: a slow subscriber must never stall the engine; events are in the store too.
+        with contextlib.suppress(zmq.ZMQError):
             self.events.send_multipart(protocol.encode_event("job", payload), zmq.NOBLOCK)
-        except zmq.ZMQError:
-            pass  # no subscriber can be holding us up; events are also in the store
 
 
 def initial_config(store: Store, requested: StationConfig | None) -> StationConfig:

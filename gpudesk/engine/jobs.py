@@ -7,7 +7,7 @@ import enum
 import math
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 MAX_NAME_LEN = 200
@@ -71,7 +71,10 @@ def describe(value: Any) -> str:
     """A short, type-revealing rendering of a value for error messages."""
     kind = {bool: "boolean", int: "integer", float: "number", str: "string",
             list: "array", dict: "table"}.get(type(value), type(value).__name__)
-    text = repr(value)
+    try:
+        text = repr(value)
+    except ValueError:  # an int too long for str() (Python's 4300-digit limit)
+        text = "<a huge number>"
     if len(text) > 60:
         text = text[:57] + "..."
     return f"{text} ({kind})"
@@ -156,7 +159,7 @@ def _int_in(lo: int, hi: int) -> Callable[[Any], int]:
         if isinstance(value, bool) or not isinstance(value, int):
             raise ValueError(f"expected a whole number from {lo} to {hi}, found {describe(value)}")
         if not lo <= value <= hi:
-            raise ValueError(f"expected a whole number from {lo} to {hi}, found {value}")
+            raise ValueError(f"expected a whole number from {lo} to {hi}, found {describe(value)}")
         return value
 
     return check
@@ -170,7 +173,10 @@ def _number_in(lo: float, hi: float, *, lo_open: bool = False) -> Callable[[Any]
             return None
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ValueError(f"expected a number {bound} to {hi:g}, found {describe(value)}")
-        number = float(value)
+        try:
+            number = float(value)
+        except OverflowError:
+            raise ValueError(f"expected a number {bound} to {hi:g}, found a huge number") from None
         if math.isnan(number) or number > hi or number < lo or (lo_open and number <= lo):
             raise ValueError(f"expected a number {bound} to {hi:g}, found {value}")
         return number
@@ -228,7 +234,7 @@ class JobSpec:
     group: str | None = None  # the run (profile invocation) a job belongs to
 
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
+        data = {f.name: getattr(self, f.name) for f in fields(self)}  # asdict deep-copies: slow
         data["command"] = list(self.command)
         data["env"] = dict(self.env)
         return data

@@ -92,7 +92,8 @@ def decode_reply(raw: bytes) -> tuple[Any, dict[str, Any]]:
     try:
         message = json.loads(raw)
     except ValueError as exc:
-        raise ProtocolError(BAD_REQUEST, f"the engine sent a reply that is not JSON: {exc}") from None
+        raise ProtocolError(BAD_REQUEST,
+                            f"the engine sent a reply that is not JSON: {exc}") from None
     if not isinstance(message, dict) or message.get("v") != PROTOCOL_VERSION:
         raise ProtocolError(UNSUPPORTED_VERSION, "the engine speaks another protocol version")
     if message.get("ok"):

@@ -55,7 +55,8 @@ MIGRATIONS: tuple[str, ...] = (
         attempts INTEGER NOT NULL DEFAULT 0,
         exit_code INTEGER,
         reason TEXT,
-        cancel_requested INTEGER NOT NULL DEFAULT 0
+        cancel_requested INTEGER NOT NULL DEFAULT 0,
+        kill_deadline REAL
     );
     CREATE INDEX jobs_by_state ON jobs (state, priority DESC, id);
     CREATE INDEX jobs_by_group ON jobs (grp);
@@ -120,6 +121,7 @@ class JobRecord:
     exit_code: int | None
     reason: str | None
     cancel_requested: bool
+    kill_deadline: float | None = None  # wall clock: when a cancel escalates to SIGKILL
 
     @property
     def name(self) -> str:
@@ -214,6 +216,7 @@ def _job(row: sqlite3.Row) -> JobRecord:
         exit_code=row["exit_code"],
         reason=row["reason"],
         cancel_requested=bool(row["cancel_requested"]),
+        kill_deadline=row["kill_deadline"],
     )
 
 
@@ -259,7 +262,8 @@ class Store:
             conn = sqlite3.connect(str(path), isolation_level=None, timeout=10.0)
             conn.row_factory = sqlite3.Row
             conn.execute("PRAGMA journal_mode=WAL")
-            # NORMAL in WAL mode survives a process crash; only an OS crash can lose the last commit.
+            # NORMAL in WAL mode survives a process crash; only an OS crash can lose the last
+            # commit.
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.execute("PRAGMA foreign_keys=ON")
             store = cls(conn)
@@ -313,7 +317,8 @@ class Store:
         now: float | None = None,
     ) -> None:
         conn.execute(
-            "INSERT INTO events (ts, job_id, attempt, kind, state, message) VALUES (?, ?, ?, ?, ?, ?)",
+            "INSERT INTO events (ts, job_id, attempt, kind, state, message) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
             (now or time.time(), job_id, attempt, kind, state.value if state else None, message),
         )
 
@@ -324,7 +329,8 @@ class Store:
     def events(self, job_id: int | None = None, limit: int = 1000) -> list[EventRecord]:
         if job_id is None:
             rows = self._conn.execute(
-                "SELECT * FROM (SELECT * FROM events ORDER BY id DESC LIMIT ?) ORDER BY id", (limit,)
+                "SELECT * FROM (SELECT * FROM events ORDER BY id DESC LIMIT ?) ORDER BY id",
+                (limit,),
             )
         else:
             rows = self._conn.execute(
@@ -360,7 +366,7 @@ class Store:
             JobRecord(id=i, spec=s, state=JobState.QUEUED, submitted_at=now, started_at=None,
                       ended_at=None, attempts=0, exit_code=None, reason=None,
                       cancel_requested=False)
-            for i, s in zip(ids, specs)
+            for i, s in zip(ids, specs, strict=True)
         ]
 
     def _environment_id(self, conn: sqlite3.Connection, env: Mapping[str, str]) -> int:
@@ -410,12 +416,11 @@ class Store:
             wanted_ids = list(ids)
             clauses.append(f"id IN ({','.join('?' * len(wanted_ids))})")
             params.extend(wanted_ids)
-        sql = "SELECT * FROM jobs"
-        if clauses:
-            sql += " WHERE " + " AND ".join(clauses)
-        sql += " ORDER BY id"
-        if limit is not None:
-            sql = f"SELECT * FROM ({sql[:-len(' ORDER BY id')]} ORDER BY id DESC LIMIT ?) ORDER BY id"
+        where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
+        if limit is None:
+            sql = f"SELECT * FROM jobs{where} ORDER BY id"
+        else:  # the newest `limit`, oldest first
+            sql = f"SELECT * FROM (SELECT * FROM jobs{where} ORDER BY id DESC LIMIT ?) ORDER BY id"
             params.append(limit)
         return [_job(r) for r in self._conn.execute(sql, params)]
 
@@ -456,10 +461,18 @@ class Store:
         with self.transaction() as conn:
             self._transition(conn, job_id, state, reason, now, ended_at=now, reason=reason)
 
-    def request_cancel(self, job_id: int, now: float | None = None) -> None:
+    def request_cancel(self, job_id: int, grace: float, now: float | None = None) -> None:
+        """Record a cancel of a running job and when it escalates to SIGKILL (an earlier
+        deadline wins), so a restarted engine can finish it."""
+        now = now or time.time()
         with self.transaction() as conn:
-            conn.execute("UPDATE jobs SET cancel_requested = 1 WHERE id = ?", (job_id,))
-            self._add_event(conn, "cancel", "cancel requested", job_id=job_id, now=now)
+            conn.execute(
+                "UPDATE jobs SET cancel_requested = 1, "
+                "kill_deadline = MIN(COALESCE(kill_deadline, ?1), ?1) WHERE id = ?2",
+                (now + grace, job_id),
+            )
+            self._add_event(conn, "cancel", f"cancel requested (SIGKILL after {grace:g} s)",
+                            job_id=job_id, now=now)
 
     # --------------------------------------------------------------- attempts
     def start_attempt(
@@ -531,8 +544,8 @@ class Store:
         ended_at = ended_at or now
         with self.transaction() as conn:
             conn.execute(
-                "UPDATE attempts SET state = ?, ended_at = ?, exit_code = ?, signal = ?, reason = ? "
-                "WHERE id = ? AND state IN ('launching', 'running')",
+                "UPDATE attempts SET state = ?, ended_at = ?, exit_code = ?, signal = ?, "
+                "reason = ? WHERE id = ? AND state IN ('launching', 'running')",
                 (attempt_state, ended_at, exit_code, signal, message, attempt.id),
             )
             if job_state.terminal:

@@ -1,11 +1,14 @@
 """The small process that runs one job attempt and records how it ended.
 
-The engine starts it as the leader of a new process session (setsid), with the job's environment,
-working directory and log file as stdout/stderr. It starts the job's command as its child, in the
-same process group, waits for it and writes `exit.json` into the attempt's folder, so the outcome
+The engine starts it as the leader of a new process session (setsid), with the job's environment
+and log file as stdout/stderr; it enters the job's working directory itself. It starts the job's
+command as its child, in the same process group, waits for it and writes `exit.json` into the
+attempt's folder, so the outcome
 is known even when the engine was down while the job ended.
 
-It is run by path with `python -I -S`, so it must import nothing but the standard library.
+It is run by path with `python -I -S` and sits on the path from submit to job start, so it imports
+only what it must: `json` and `subprocess` alone would double its start-up time; the records are
+written by hand and the command is started with posix_spawn.
 
 Files in the attempt folder (written atomically: temporary file + rename):
     wrapper.json  {"pid", "child_pid", "started_at"}: pid at once, child_pid once the command runs
@@ -14,10 +17,8 @@ Files in the attempt folder (written atomically: temporary file + rename):
 
 from __future__ import annotations
 
-import json
 import os
 import signal
-import subprocess
 import sys
 import time
 
@@ -25,54 +26,78 @@ EXIT_NOT_FOUND = 127
 EXIT_NOT_EXECUTABLE = 126
 
 
-def write_json(path: str, data: dict) -> None:
+def _json_value(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    import json  # only for error texts: rare, and json is slow to import
+
+    return json.dumps(value)
+
+
+def write_record(path: str, **fields: object) -> None:
+    text = "{" + ", ".join(f'"{k}": {_json_value(v)}' for k, v in fields.items()) + "}"
     tmp = f"{path}.tmp"
     with open(tmp, "w") as fh:
-        json.dump(data, fh)
+        fh.write(text)
     os.replace(tmp, path)
 
 
+def _start(command: list[str], workdir: str) -> tuple[int, str | None, int]:
+    """Start the command; returns (pid, None, 0), or (0, what went wrong, exit code)."""
+    try:
+        os.chdir(workdir)
+    except OSError as exc:
+        return 0, f"cannot enter the working directory {workdir}: {exc.strerror or exc}", \
+            EXIT_NOT_EXECUTABLE
+    try:
+        # Python ignores SIGPIPE and SIGXFSZ; give the command the defaults, as subprocess does.
+        pid = os.posix_spawnp(command[0], command, os.environ,
+                              setsigdef=(signal.SIGPIPE, signal.SIGXFSZ))
+    except FileNotFoundError:
+        return 0, f"command not found: {command[0]}", EXIT_NOT_FOUND
+    except PermissionError:
+        return 0, f"permission denied: {command[0]}", EXIT_NOT_EXECUTABLE
+    except OSError as exc:
+        return 0, f"cannot start {command[0]}: {exc.strerror or exc}", EXIT_NOT_EXECUTABLE
+    return pid, None, 0
+
+
+def _ignore(_signum: int, _frame: object) -> None:
+    pass
+
+
 def main(argv: list[str]) -> int:
-    if len(argv) < 4 or argv[2] != "--":
-        print("usage: wrapper.py ATTEMPT_DIR SHELL(0|1) -- COMMAND...", file=sys.stderr)
+    if len(argv) < 5 or argv[3] != "--":
+        print("usage: wrapper.py ATTEMPT_DIR WORKDIR SHELL(0|1) -- COMMAND...", file=sys.stderr)
         return 2
-    attempt_dir, shell = argv[0], argv[1] == "1"
-    command = argv[3:]
+    attempt_dir, workdir, shell = argv[0], argv[1], argv[2] == "1"
+    command = ["/bin/sh", "-c", argv[4]] if shell else argv[4:]
+    wrapper_file = os.path.join(attempt_dir, "wrapper.json")
+    exit_file = os.path.join(attempt_dir, "exit.json")
 
     # Cancel sends SIGTERM to the whole process group: the command handles it; the wrapper only
-    # needs to outlive it to record the exit. Handlers (unlike SIG_IGN) are reset for the child.
+    # needs to outlive it to record the exit. Handlers (unlike SIG_IGN) are reset in the child.
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(sig, lambda *_: None)
+        signal.signal(sig, _ignore)
 
     # Written before the command starts, so a restarted engine can find this process even if it
     # died before recording the pid itself.
-    wrapper_file = os.path.join(attempt_dir, "wrapper.json")
-    write_json(wrapper_file, {"pid": os.getpid(), "child_pid": None, "started_at": time.time()})
+    write_record(wrapper_file, pid=os.getpid(), child_pid=None, started_at=time.time())
 
-    error = None
-    try:
-        child = subprocess.Popen(command[0] if shell else command, shell=shell)
-    except FileNotFoundError:
-        error, code = f"command not found: {command[0]}", EXIT_NOT_FOUND
-    except PermissionError:
-        error, code = f"permission denied: {command[0]}", EXIT_NOT_EXECUTABLE
-    except OSError as exc:
-        error, code = f"cannot start {command[0]}: {exc.strerror or exc}", EXIT_NOT_EXECUTABLE
-
+    child, error, code = _start(command, workdir)
     if error is not None:
         print(f"gpudesk: {error}", file=sys.stderr, flush=True)
-        write_json(os.path.join(attempt_dir, "exit.json"),
-                   {"exit_code": code, "signal": None, "ended_at": time.time(), "error": error})
+        write_record(exit_file, exit_code=code, signal=None, ended_at=time.time(), error=error)
         return code
 
-    write_json(wrapper_file,
-               {"pid": os.getpid(), "child_pid": child.pid, "started_at": time.time()})
-    returncode = child.wait()
+    write_record(wrapper_file, pid=os.getpid(), child_pid=child, started_at=time.time())
+    _, status = os.waitpid(child, 0)  # retried by Python on EINTR (PEP 475)
     ended_at = time.time()
-    killed_by = -returncode if returncode < 0 else None
-    exit_code = 128 + killed_by if killed_by else returncode
-    write_json(os.path.join(attempt_dir, "exit.json"),
-               {"exit_code": exit_code, "signal": killed_by, "ended_at": ended_at, "error": None})
+    killed_by = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
+    exit_code = 128 + killed_by if killed_by else os.waitstatus_to_exitcode(status)
+    write_record(exit_file, exit_code=exit_code, signal=killed_by, ended_at=ended_at, error=None)
     return exit_code
 
 

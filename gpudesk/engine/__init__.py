@@ -1,0 +1,1 @@
+"""The orchestrator: store, job model, daemon and client, runner, placement policy."""

@@ -1,0 +1,86 @@
+"""Small datasets for the built-in workloads, loaded with numpy only (no torch here).
+
+The digits set is the 8×8 handwritten-digits file that ships inside scikit-learn
+(1,797 images, 10 classes). `import sklearn.datasets` costs about a second per
+process, which adds up when a sweep starts many short jobs, so `load_digits` reads
+the bundled CSV directly and only falls back to scikit-learn's loader when the file
+is not where it is expected.
+"""
+
+from __future__ import annotations
+
+import gzip
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+
+DIGITS_FEATURES = 64
+DIGITS_CLASSES = 10
+_DIGITS_MAX_PIXEL = 16.0  # the bundled pixels are integer counts in 0..16
+_DIGITS_RELATIVE_PATH = Path("datasets", "data", "digits.csv.gz")
+_MISSING_SKLEARN = (
+    "the digits workload needs scikit-learn's bundled data; "
+    "install it with `pip install scikit-learn`"
+)
+
+
+class DatasetUnavailable(RuntimeError):
+    """The data cannot be loaded here (e.g. scikit-learn is not installed)."""
+
+
+def load_digits() -> tuple[np.ndarray, np.ndarray]:
+    """Return (images, labels): float32 (N, 64) scaled to [0, 1] and int64 (N,)."""
+    csv_path = _bundled_digits_path()
+    raw = _read_digits_csv(csv_path) if csv_path is not None else _load_digits_via_sklearn()
+    images = raw[:, :-1].astype(np.float32) / np.float32(_DIGITS_MAX_PIXEL)
+    labels = raw[:, -1].astype(np.int64)
+    return images, labels
+
+
+def train_val_split(
+    n: int, val_fraction: float, seed: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Split indices 0..n-1 into disjoint, sorted (train, val) sets, deterministic in seed.
+
+    Both parts keep at least one sample, so `n` must be at least 2.
+    """
+    if n < 2:
+        raise ValueError(f"need at least 2 samples to split, got {n}")
+    if not 0.0 < val_fraction < 1.0:
+        raise ValueError(f"val_fraction must be in (0, 1), got {val_fraction}")
+    n_val = min(max(round(n * val_fraction), 1), n - 1)
+    order = np.random.default_rng(seed).permutation(n)
+    return np.sort(order[n_val:]), np.sort(order[:n_val])
+
+
+def _bundled_digits_path() -> Path | None:
+    """Where scikit-learn keeps digits.csv.gz, found without importing scikit-learn."""
+    spec = importlib.util.find_spec("sklearn")
+    if spec is None:
+        raise DatasetUnavailable(_MISSING_SKLEARN)
+    for location in spec.submodule_search_locations or ():
+        candidate = Path(location) / _DIGITS_RELATIVE_PATH
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _read_digits_csv(path: Path) -> np.ndarray:
+    with gzip.open(path, mode="rt", encoding="ascii") as text:
+        raw = np.loadtxt(text, delimiter=",", dtype=np.float32, ndmin=2)
+    if raw.shape[1] != DIGITS_FEATURES + 1:
+        raise DatasetUnavailable(
+            f"{path}: expected {DIGITS_FEATURES + 1} columns, found {raw.shape[1]}"
+        )
+    return raw
+
+
+def _load_digits_via_sklearn() -> np.ndarray:
+    """The slow path: scikit-learn's own loader, reshaped to the CSV's layout."""
+    try:
+        from sklearn.datasets import load_digits as sklearn_load_digits
+    except ImportError as exc:
+        raise DatasetUnavailable(_MISSING_SKLEARN) from exc
+    images, labels = sklearn_load_digits(return_X_y=True)
+    return np.column_stack([images, labels]).astype(np.float32)

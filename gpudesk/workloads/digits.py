@@ -1,0 +1,411 @@
+"""Train a small MLP on scikit-learn's bundled 8×8 digits: a real, seconds-long torch job.
+
+    python -m gpudesk.workloads.digits [--hidden 64] [--layers 2] [--lr 0.05]
+        [--batch-size 64] [--epochs 10] [--seed 0] [--optimizer sgd|adam]
+        [--device auto|cpu|cuda] [--threads N]
+
+Output (stdout, one flushed line each): a `config ...` line, one `epoch E/N ...` line
+per epoch, then `result {json}` with val_acc, best_val_acc, final_loss, epochs,
+samples_per_s, params, device and wall_s.
+
+Exit status: 0 done; 1 data unavailable (scikit-learn missing); 2 bad arguments;
+3 training diverged (loss nan/inf); 141 stdout closed; 143 on SIGTERM (130 on SIGINT),
+after printing `interrupted at epoch E` to stderr (E is 0 if no epoch had started).
+
+torch is imported inside `main()` so that importing this module stays cheap.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import signal
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from types import FrameType
+from typing import TYPE_CHECKING, TextIO
+
+import numpy as np
+
+from gpudesk.workloads.data import (
+    DIGITS_CLASSES,
+    DIGITS_FEATURES,
+    DatasetUnavailable,
+    load_digits,
+    train_val_split,
+)
+
+if TYPE_CHECKING:
+    import torch
+
+EXIT_OK = 0
+EXIT_NO_DATA = 1
+EXIT_DIVERGED = 3
+EXIT_SIGINT = 128 + signal.SIGINT
+EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE
+EXIT_SIGTERM = 128 + signal.SIGTERM
+VAL_FRACTION = 0.2
+SGD_MOMENTUM = 0.9
+
+
+class Terminated(Exception):
+    """Raised in the main thread by the SIGTERM handler."""
+
+
+class TrainingDiverged(Exception):
+    def __init__(self, epoch: int, loss: float) -> None:
+        super().__init__(f"training diverged at epoch {epoch} (loss {loss})")
+        self.epoch = epoch
+        self.loss = loss
+
+
+@dataclass
+class Progress:
+    """The epoch now running (0 before the first), read when the run is interrupted."""
+
+    epoch: int = 0
+
+
+@dataclass(frozen=True)
+class EpochStats:
+    loss: float
+    train_acc: float
+    val_acc: float
+    samples_per_s: float
+    train_seconds: float
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Split:
+    """The digits, split and standardized, still as numpy arrays."""
+
+    x_train: np.ndarray
+    y_train: np.ndarray
+    x_val: np.ndarray
+    y_val: np.ndarray
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """A `Split` moved onto the training device."""
+
+    x_train: torch.Tensor
+    y_train: torch.Tensor
+    x_val: torch.Tensor
+    y_val: torch.Tensor
+
+    @property
+    def n_train(self) -> int:
+        return len(self.y_train)
+
+    @property
+    def n_val(self) -> int:
+        return len(self.y_val)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m gpudesk.workloads.digits",
+        description="Train an MLP on scikit-learn's bundled 8x8 digits (1,797 images).",
+    )
+    parser.add_argument("--hidden", type=int, default=64, help="units per hidden layer")
+    parser.add_argument("--layers", type=int, default=2, help="number of hidden layers")
+    parser.add_argument("--lr", type=float, default=0.05, help="learning rate")
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--epochs", type=int, default=10)
+    parser.add_argument("--seed", type=int, default=0, help="seeds init, split and shuffling")
+    parser.add_argument(
+        "--optimizer",
+        choices=("sgd", "adam"),
+        default="sgd",
+        help=f"sgd uses momentum {SGD_MOMENTUM}",
+    )
+    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch CPU threads (default: $OMP_NUM_THREADS, else torch's default)",
+    )
+    return parser
+
+
+def parse_args(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    args = parser.parse_args(argv)
+    for flag in ("hidden", "layers", "batch_size", "epochs"):
+        if getattr(args, flag) < 1:
+            parser.error(f"--{flag.replace('_', '-')} must be a positive integer")
+    if args.threads is not None and args.threads < 1:
+        parser.error("--threads must be a positive integer")
+    if not (math.isfinite(args.lr) and args.lr > 0):
+        parser.error("--lr must be a positive number")
+    if args.seed < 0:
+        parser.error("--seed must be >= 0")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    started = time.perf_counter()
+    parser = build_parser()
+    args = parse_args(parser, argv)
+    progress = Progress()
+    with _sigterm_raises():
+        try:
+            return _run(args, parser, progress, started)
+        except DatasetUnavailable as exc:
+            _say(f"error: {exc}", stream=sys.stderr)
+            return EXIT_NO_DATA
+        except TrainingDiverged as exc:
+            _say(f"error: {exc}; try a smaller --lr", stream=sys.stderr)
+            return EXIT_DIVERGED
+        except Terminated:
+            _say(f"interrupted at epoch {progress.epoch}", stream=sys.stderr)
+            return EXIT_SIGTERM
+        except KeyboardInterrupt:
+            _say(f"interrupted at epoch {progress.epoch}", stream=sys.stderr)
+            return EXIT_SIGINT
+        except BrokenPipeError:
+            # Whoever read our stdout is gone (e.g. `| head`). Point stdout at /dev/null so
+            # the interpreter's final flush does not raise a second time.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return EXIT_BROKEN_PIPE
+
+
+def _run(
+    args: argparse.Namespace,
+    parser: argparse.ArgumentParser,
+    progress: Progress,
+    started: float,
+) -> int:
+    split = load_split(args.seed)  # before importing torch: fail fast if there is no data
+    import torch
+
+    threads = configure_threads(args.threads)
+    device = resolve_device(args.device, parser)
+    torch.manual_seed(args.seed)
+    data = to_device(split, device)
+    model = build_mlp(args.hidden, args.layers).to(device)
+    optimizer = build_optimizer(args.optimizer, model.parameters(), args.lr)
+    params = sum(p.numel() for p in model.parameters())
+    _say(
+        f"config params {params} device {device} threads {threads} "
+        f"samples {data.n_train + data.n_val} train {data.n_train} val {data.n_val} "
+        f"hidden {args.hidden}x{args.layers} optimizer {args.optimizer} lr {args.lr:g} "
+        f"batch {args.batch_size} epochs {args.epochs} seed {args.seed}"
+    )
+
+    shuffle_rng = np.random.default_rng([args.seed, 1])  # independent of the split's stream
+    history: list[EpochStats] = []
+    for epoch in range(1, args.epochs + 1):
+        progress.epoch = epoch
+        stats = run_epoch(model, optimizer, data, args.batch_size, shuffle_rng)
+        if not math.isfinite(stats.loss):
+            raise TrainingDiverged(epoch, stats.loss)
+        history.append(stats)
+        _say(
+            f"epoch {epoch}/{args.epochs} loss {stats.loss:.4f} "
+            f"train_acc {stats.train_acc:.4f} val_acc {stats.val_acc:.4f} "
+            f"samples/s {stats.samples_per_s:.0f} time {stats.seconds:.2f}s"
+        )
+
+    result = summarize(history, params, device, time.perf_counter() - started, data.n_train)
+    _say("result " + json.dumps(result, separators=(",", ":")))
+    return EXIT_OK
+
+
+def configure_threads(requested: int | None) -> int:
+    """Apply --threads, else $OMP_NUM_THREADS, else keep torch's default; return the count."""
+    import torch
+
+    count = requested if requested is not None else _threads_from_env()
+    if count is not None:
+        torch.set_num_threads(count)
+    return torch.get_num_threads()
+
+
+def _threads_from_env() -> int | None:
+    # OMP_NUM_THREADS may be a nesting list such as "4,2"; the first level is ours.
+    raw = os.environ.get("OMP_NUM_THREADS", "").split(",")[0].strip()
+    try:
+        count = int(raw)
+    except ValueError:
+        return None
+    return count if count > 0 else None
+
+
+def resolve_device(name: str, parser: argparse.ArgumentParser) -> torch.device:
+    import torch
+
+    cuda_ok = torch.cuda.is_available()
+    if name == "cuda" and not cuda_ok:
+        parser.error("--device cuda: CUDA is not available to torch here")
+    if name == "auto":
+        name = "cuda" if cuda_ok else "cpu"
+    return torch.device(name)
+
+
+def load_split(seed: int) -> Split:
+    images, labels = load_digits()
+    train_idx, val_idx = train_val_split(len(labels), VAL_FRACTION, seed)
+    x_train, x_val = standardize(images[train_idx], images[val_idx])
+    return Split(x_train, labels[train_idx], x_val, labels[val_idx])
+
+
+def to_device(split: Split, device: torch.device) -> Dataset:
+    import torch
+
+    def move(array: np.ndarray) -> torch.Tensor:
+        return torch.from_numpy(array).to(device)
+
+    return Dataset(move(split.x_train), move(split.y_train), move(split.x_val), move(split.y_val))
+
+
+def standardize(x_train: np.ndarray, x_val: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Center each pixel and scale by one global std, both from the training split only.
+
+    Centered inputs roughly double how fast SGD learns here (val_acc ~0.95 after 3
+    epochs instead of ~0.85). One global scale rather than per-pixel, because some
+    border pixels are constant and would divide by zero.
+    """
+    mean = x_train.mean(axis=0, keepdims=True)
+    scale = np.float32(max(float((x_train - mean).std()), 1e-6))
+    return (x_train - mean) / scale, (x_val - mean) / scale
+
+
+def build_mlp(hidden: int, layers: int) -> torch.nn.Sequential:
+    from torch import nn
+
+    modules: list[nn.Module] = []
+    width = DIGITS_FEATURES
+    for _ in range(layers):
+        modules += [nn.Linear(width, hidden), nn.ReLU()]
+        width = hidden
+    modules.append(nn.Linear(width, DIGITS_CLASSES))
+    return nn.Sequential(*modules)
+
+
+def build_optimizer(
+    name: str, params: Iterator[torch.nn.Parameter], lr: float
+) -> torch.optim.Optimizer:
+    import torch
+
+    if name == "adam":
+        return torch.optim.Adam(params, lr=lr)
+    return torch.optim.SGD(params, lr=lr, momentum=SGD_MOMENTUM)
+
+
+def run_epoch(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    data: Dataset,
+    batch_size: int,
+    rng: np.random.Generator,
+) -> EpochStats:
+    epoch_start = time.perf_counter()
+    loss, train_acc = train_one_epoch(model, optimizer, data, batch_size, rng)
+    train_seconds = time.perf_counter() - epoch_start
+    val_acc = evaluate(model, data.x_val, data.y_val)
+    return EpochStats(
+        loss=loss,
+        train_acc=train_acc,
+        val_acc=val_acc,
+        samples_per_s=data.n_train / train_seconds,
+        train_seconds=train_seconds,
+        seconds=time.perf_counter() - epoch_start,
+    )
+
+
+def train_one_epoch(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    data: Dataset,
+    batch_size: int,
+    rng: np.random.Generator,
+) -> tuple[float, float]:
+    """One shuffled pass; returns (mean loss, accuracy) over the epoch's batches."""
+    import torch
+    from torch.nn import functional
+
+    model.train()
+    device = data.y_train.device
+    order = torch.from_numpy(rng.permutation(data.n_train)).to(device)
+    # Accumulate on the device and read once per epoch: one sync, not one per batch.
+    loss_sum = torch.zeros((), device=device)
+    correct = torch.zeros((), dtype=torch.int64, device=device)
+    for start in range(0, data.n_train, batch_size):
+        batch = order[start : start + batch_size]
+        inputs, targets = data.x_train[batch], data.y_train[batch]
+        logits = model(inputs)
+        loss = functional.cross_entropy(logits, targets)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        loss_sum += loss.detach() * len(batch)
+        correct += (logits.detach().argmax(dim=1) == targets).sum()
+    return loss_sum.item() / data.n_train, correct.item() / data.n_train
+
+
+def evaluate(model: torch.nn.Module, inputs: torch.Tensor, targets: torch.Tensor) -> float:
+    import torch
+
+    model.eval()
+    with torch.inference_mode():
+        predictions = model(inputs).argmax(dim=1)
+    return (predictions == targets).double().mean().item()
+
+
+def summarize(
+    history: list[EpochStats],
+    params: int,
+    device: torch.device,
+    wall_s: float,
+    n_train: int,
+) -> dict[str, object]:
+    last = history[-1]
+    train_seconds = sum(stats.train_seconds for stats in history)
+    return {
+        "val_acc": round(last.val_acc, 4),
+        "best_val_acc": round(max(stats.val_acc for stats in history), 4),
+        "final_loss": round(last.loss, 6),
+        "epochs": len(history),
+        "samples_per_s": round(n_train * len(history) / train_seconds, 1),
+        "params": params,
+        "device": str(device),
+        "wall_s": round(wall_s, 3),
+    }
+
+
+@contextmanager
+def _sigterm_raises() -> Iterator[None]:
+    """Turn the first SIGTERM into `Terminated` so the run can report where it stopped."""
+    fired = False
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        nonlocal fired
+        if not fired:  # a second SIGTERM while unwinding must not break the report
+            fired = True
+            raise Terminated
+
+    try:
+        previous = signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread: signals are not ours to handle
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _say(line: str, stream: TextIO | None = None) -> None:
+    print(line, file=stream or sys.stdout, flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,134 @@
+"""Shared fixtures: an isolated GPUDESK_HOME and a real engine daemon started in it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from gpudesk.engine.client import EngineClient, engine_pid, start_engine
+from gpudesk.engine.station import StationConfig
+from gpudesk.paths import Home
+
+TERMINAL = {"succeeded", "failed", "cancelled"}
+
+
+def wait_for(predicate: Callable[[], object], timeout: float = 15.0, interval: float = 0.02,
+             what: str = "condition") -> object:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
+        time.sleep(interval)
+
+
+def processes_in_group(pgid: int) -> list[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter(["status"]):
+        try:
+            if os.getpgid(proc.pid) == pgid and proc.info["status"] != psutil.STATUS_ZOMBIE:
+                found.append(proc)
+        except (ProcessLookupError, PermissionError, psutil.Error):
+            pass
+    return found
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Home]:
+    """An empty GPUDESK_HOME; whatever engine and jobs a test started in it are stopped after."""
+    root = tmp_path / "home"
+    monkeypatch.setenv("GPUDESK_HOME", str(root))
+    monkeypatch.delenv("GPUDESK_BACKEND", raising=False)
+    home = Home(root)
+    yield home
+    handle = EngineHandle(home)
+    try:
+        handle.stop()
+    finally:
+        handle.client.close()
+        handle.cleanup_jobs()
+
+
+class EngineHandle:
+    """A running daemon for one test, plus the helpers tests keep needing."""
+
+    def __init__(self, home: Home) -> None:
+        self.home = home
+        self.client = EngineClient(home, timeout=10.0)
+
+    def start(self, slots: int = 2) -> int:
+        return start_engine(self.home, StationConfig(backend="none", slots=slots))
+
+    @property
+    def pid(self) -> int | None:
+        return engine_pid(self.home)
+
+    def submit(self, *jobs: dict, env: dict | None = None) -> list[int]:
+        full = [{"workdir": str(self.home.root), **job} for job in jobs]
+        return self.client.request("submit", jobs=full, env=env or dict(os.environ))["ids"]
+
+    def job(self, job_id: int) -> dict:
+        return self.client.request("show", job=job_id)["job"]
+
+    def show(self, job_id: int) -> dict:
+        return self.client.request("show", job=job_id)
+
+    def wait_state(self, job_id: int, states: set[str] | str, timeout: float = 20.0) -> dict:
+        wanted = {states} if isinstance(states, str) else states
+        return wait_for(lambda: (j := self.job(job_id))["state"] in wanted and j,
+                        timeout, what=f"job {job_id} to be {'/'.join(sorted(wanted))}")
+
+    def wait_all_done(self, ids: list[int], timeout: float = 30.0) -> list[dict]:
+        def done() -> list[dict] | None:
+            jobs = self.client.request("jobs", ids=ids)["jobs"]
+            return jobs if all(j["state"] in TERMINAL for j in jobs) else None
+
+        return wait_for(done, timeout, what=f"jobs {ids} to finish")
+
+    def kill9(self) -> None:
+        pid = self.pid
+        assert pid and pid > 0
+        os.kill(pid, signal.SIGKILL)
+        wait_for(lambda: self.pid is None, 5.0, what="the engine to die")
+        self.client.close()
+
+    def stop(self) -> None:
+        if self.pid is None:
+            return
+        try:
+            self.client.request("shutdown")
+        except Exception:
+            os.kill(self.pid, signal.SIGKILL)
+        wait_for(lambda: self.pid is None, 10.0, what="the engine to stop")
+
+    def cleanup_jobs(self) -> None:
+        """Kill every job process group this home started (tests must not leak processes)."""
+        for wrapper in self.home.jobs_dir.glob("*/*/wrapper.json"):
+            try:
+                pid = int(wrapper.read_text().split('"pid": ')[1].split(",")[0])
+                os.killpg(pid, signal.SIGKILL)
+            except (ValueError, IndexError, ProcessLookupError, PermissionError, OSError):
+                pass
+
+
+@pytest.fixture
+def engine(home: Home) -> Iterator[EngineHandle]:
+    """A real daemon (CPU-only station, 2 slots) in `home`; stopped by `home`'s teardown."""
+    handle = EngineHandle(home)
+    handle.start()
+    yield handle
+    handle.client.close()
+
+
+@pytest.fixture
+def gpudesk_cmd() -> list[str]:
+    return [sys.executable, "-m", "gpudesk"]

@@ -1,0 +1,238 @@
+"""The `gpudesk` command as a user runs it: real processes, a real engine, real exit codes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from conftest import EngineHandle, processes_in_group, wait_for
+
+from gpudesk.paths import Home
+
+GPUDESK = [sys.executable, "-m", "gpudesk"]
+
+
+def gpudesk(*args: str, timeout: float = 60, **kwargs: object) -> subprocess.CompletedProcess:
+    return subprocess.run([*GPUDESK, *args], capture_output=True, text=True, timeout=timeout,
+                          **kwargs)
+
+
+def write_profile(tmp_path: Path, body: str, name: str = "p.toml") -> Path:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(body))
+    return path
+
+
+def test_help_is_fast_to_import_and_never_loads_torch() -> None:
+    code = ("import sys\nfrom gpudesk.cli import main\n"
+            "for argv in (['--help'], ['run', '--help'], ['engine', '--help']):\n"
+            "    try:\n        main(argv)\n    except SystemExit:\n        pass\n"
+            "print('TORCH' if 'torch' in sys.modules else 'NO-TORCH')")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "Usage: gpudesk" in result.stdout
+    assert result.stdout.strip().endswith("NO-TORCH")
+
+
+def test_run_a_profile_to_completion(engine: EngineHandle, tmp_path: Path) -> None:
+    profile = write_profile(tmp_path, """
+        name = "mini"
+        [station]
+        backend = "none"
+        slots = 2
+        [[jobs]]
+        name = "hello"
+        command = ["sh", "-c", "echo hello from $GPUDESK_JOB_NAME"]
+        [[sweeps]]
+        name = "sq-{n}"
+        command = ["sh", "-c", "echo $(({n} * {n}))"]
+        grid = { n = [2, 3] }
+    """)
+    report = tmp_path / "report.json"
+    result = gpudesk("run", str(profile), "--report", str(report))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "mini: 3 succeeded" in result.stdout
+    assert "hello  succeeded" in result.stdout or "hello" in result.stdout
+    data = json.loads(report.read_text())
+    assert data["succeeded"] is True
+    jobs = {j["name"]: j for j in data["jobs"]}
+    assert set(jobs) == {"hello", "sq-2", "sq-3"}
+    assert Path(jobs["sq-3"]["log"]).read_text() == "9\n"
+    assert Path(jobs["hello"]["log"]).read_text() == "hello from hello\n"
+    assert all(j["attempts"] == 1 and j["exit_code"] == 0 for j in jobs.values())
+
+
+def test_run_exits_non_zero_when_a_job_fails_and_json_report(engine: EngineHandle,
+                                                              tmp_path: Path) -> None:
+    profile = write_profile(tmp_path, """
+        [station]
+        backend = "none"
+        [[jobs]]
+        name = "good"
+        command = ["true"]
+        [[jobs]]
+        name = "bad"
+        command = ["sh", "-c", "echo boom >&2; exit 4"]
+    """)
+    result = gpudesk("run", str(profile), "--json")
+    assert result.returncode == 1
+    report = json.loads(result.stdout)
+    states = {j["name"]: (j["state"], j["exit_code"]) for j in report["jobs"]}
+    assert states == {"good": ("succeeded", 0), "bad": ("failed", 4)}
+    assert report["counts"] == {"succeeded": 1, "failed": 1}
+    assert "bad  failed: exit code 4" in result.stderr  # progress goes to stderr with --json
+
+
+@pytest.mark.parametrize(
+    "body, fragment",
+    [
+        ("[[jobs]\nname = 'x'\n", "p.toml:1: invalid TOML"),
+        ("[[jobs]]\nname = 'x'\ncommand = []\n", "p.toml:3: jobs[0].command"),
+        ("[[jobs]]\nname = 'x'\ncommand = ['true']\ngpu = 1\n", "did you mean 'gpus'"),
+        ("[[jobs]]\nname = 'x'\ncommand = ['true']\ngpus = 'two'\n", "jobs[0].gpus"),
+        ("[[sweeps]]\nname = 's'\ncommand = ['echo', '{a}']\n"
+         "grid = { a = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11] }\nrepeat = 1000\n", "11,000 jobs"),
+    ],
+)
+def test_bad_profiles_get_a_clear_error_and_exit_2(home: Home, tmp_path: Path, body: str,
+                                                   fragment: str) -> None:
+    profile = write_profile(tmp_path, body)
+    result = gpudesk("run", str(profile))
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert result.stderr.startswith("error: the profile is not valid")
+    assert fragment in result.stderr
+    assert "Traceback" not in result.stderr + result.stdout
+    assert not home.lock.exists(), "a bad profile must not even start the engine"
+
+
+def test_non_utf8_and_missing_profiles(home: Home, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_bytes(b'name = "caf\xe9"\n')
+    for path in (bad, tmp_path / "missing.toml", tmp_path):
+        result = gpudesk("run", str(path))
+        assert result.returncode == 2
+        assert "error:" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_job_control_commands(engine: EngineHandle, tmp_path: Path) -> None:
+    result = gpudesk("submit", "--name", "greet", "--json", "-e", "WHO=world", "--",
+                     "sh", "-c", "echo hello $WHO; sleep 30", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    job_id = json.loads(result.stdout)["id"]
+    engine.wait_state(job_id, "running")
+    queue = json.loads(gpudesk("queue", "--json").stdout)["jobs"]
+    assert [(j["id"], j["state"], j["spec"]["workdir"]) for j in queue] == \
+        [(job_id, "running", str(tmp_path))]
+    table = gpudesk("queue").stdout
+    assert "greet" in table and "running" in table and "cpu:" in table
+    wait_for(lambda: "hello world" in gpudesk("logs", "greet").stdout, what="the log")
+    shown = gpudesk("show", str(job_id)).stdout
+    assert "job 1: greet" in shown and "command    sh -c 'echo hello $WHO; sleep 30'" in shown
+    cancelled = gpudesk("cancel", "greet", "--grace", "1")
+    assert cancelled.stdout.strip() == f"job {job_id} (greet): stopping"
+    engine.wait_state(job_id, "cancelled")
+    assert gpudesk("queue").stdout.startswith("no queued or running jobs")
+    assert "cancelled" in gpudesk("queue", "--all").stdout
+    detail = json.loads(gpudesk("show", "greet", "--json").stdout)
+    assert detail["job"]["state"] == "cancelled"
+    assert [e["state"] for e in detail["events"] if e["state"]] == \
+        ["queued", "running", "cancelled"]
+
+
+def test_logs_follow_streams_until_the_job_ends(engine: EngineHandle) -> None:
+    result = gpudesk("submit", "--json", "--", "sh", "-c",
+                     "for i in 1 2 3; do echo line $i; sleep 0.2; done")
+    job_id = json.loads(result.stdout)["id"]
+    followed = gpudesk("logs", "-f", str(job_id), timeout=30)
+    assert followed.returncode == 0
+    assert followed.stdout == "line 1\nline 2\nline 3\n"
+
+
+def test_user_errors_are_one_paragraph_not_tracebacks(engine: EngineHandle) -> None:
+    cases = [
+        (("show", "424242"), 1, "no job with id 424242"),
+        (("cancel", "nope"), 1, "no job with id or name 'nope'"),
+        (("submit", "--gpus", "-3", "--", "true"), 2, "--gpus: expected a whole number"),
+        (("submit", "--env", "NOEQUALS", "--", "true"), 2, "--env takes NAME=VALUE"),
+        (("submit",), 2, ""),
+    ]
+    for args, code, fragment in cases:
+        result = gpudesk(*args)
+        assert result.returncode == code, (args, result.stdout, result.stderr)
+        assert fragment in result.stderr
+        assert "Traceback" not in result.stderr
+
+
+def test_commands_start_the_engine_when_needed_and_engine_commands(home: Home) -> None:
+    assert gpudesk("engine", "status").returncode == 3
+    result = gpudesk("queue")
+    assert result.returncode == 0, result.stderr
+    status = json.loads(gpudesk("engine", "status", "--json").stdout)
+    assert status["running"] is True and status["home"] == str(home.root)
+    again = gpudesk("engine", "start")
+    assert again.returncode == 1 and "already running" in again.stderr
+    stopped = gpudesk("engine", "stop")
+    assert stopped.returncode == 0 and "engine stopped" in stopped.stdout
+    assert gpudesk("engine", "status").returncode == 3
+
+
+def test_ctrl_c_cancels_the_runs_jobs_and_still_reports(engine: EngineHandle,
+                                                        tmp_path: Path) -> None:
+    profile = write_profile(tmp_path, """
+        [station]
+        backend = "none"
+        slots = 2
+        [[jobs]]
+        name = "long"
+        command = ["sh", "-c", "sleep 60 & sleep 60 & wait"]
+        repeat = 3
+    """)
+    run = subprocess.Popen([*GPUDESK, "run", str(profile)], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: len(engine.client.request("jobs", states=["running"])["jobs"]) == 2,
+                 what="two jobs running")
+        pgids = [a["pid"] for j in engine.client.request("jobs")["jobs"]
+                 for a in engine.show(j["id"])["attempts"]]
+        run.send_signal(signal.SIGINT)
+        out, err = run.communicate(timeout=30)
+    finally:
+        if run.poll() is None:
+            run.kill()
+    assert run.returncode == 130, out + err
+    assert "cancelling 3 job(s)" in out
+    assert "(interrupted)" in out
+    states = [j["state"] for j in engine.client.request("jobs")["jobs"]]
+    assert states == ["cancelled"] * 3
+    for pgid in pgids:
+        wait_for(lambda p=pgid: not processes_in_group(p), 5.0, what="no process left")
+
+
+def test_quickstart_style_sweep_trains_for_real(engine: EngineHandle, tmp_path: Path) -> None:
+    """The real torch workload under the real engine (two tiny jobs)."""
+    profile = write_profile(tmp_path, """
+        [station]
+        backend = "none"
+        slots = 2
+        [[sweeps]]
+        name = "digits-lr{lr}"
+        command = ["python", "-m", "gpudesk.workloads.digits", "--lr", "{lr}", "--epochs", "2"]
+        grid = { lr = [0.05, 0.1] }
+    """)
+    env = {**os.environ, "PATH": os.pathsep.join([str(Path(sys.executable).parent),
+                                                  os.environ.get("PATH", "")])}
+    result = gpudesk("run", str(profile), "--json", timeout=120, env=env)
+    assert result.returncode == 0, result.stderr
+    for job in json.loads(result.stdout)["jobs"]:
+        log = Path(job["log"]).read_text()
+        assert "epoch 2/2" in log
+        final = json.loads(log.split("result ", 1)[1])
+        assert final["val_acc"] > 0.5
+        assert "threads 1" in log  # the CPU station gave each job its share of the cores

@@ -1,0 +1,238 @@
+"""The real daemon: submissions, outcomes, retries, priorities, protocol abuse, single instance."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+import zmq
+from conftest import EngineHandle, wait_for
+
+from gpudesk.engine.client import EngineClient, EngineError
+from gpudesk.engine.store import Store
+
+
+def sh(script: str, name: str = "job", **extra: object) -> dict:
+    return {"name": name, "command": ["sh", "-c", script], **extra}
+
+
+def test_jobs_end_in_the_state_their_exit_code_says(engine: EngineHandle) -> None:
+    ok, bad, signalled = engine.submit(
+        sh("echo out; echo err >&2", "ok"),
+        sh("exit 7", "bad"),
+        sh("kill -9 $$", "signalled"),
+    )
+    jobs = {j["id"]: j for j in engine.wait_all_done([ok, bad, signalled])}
+    assert (jobs[ok]["state"], jobs[ok]["exit_code"]) == ("succeeded", 0)
+    assert (jobs[bad]["state"], jobs[bad]["exit_code"]) == ("failed", 7)
+    assert (jobs[signalled]["state"], jobs[signalled]["exit_code"]) == ("failed", 137)
+    assert "SIGKILL" in jobs[signalled]["reason"]
+    with open(jobs[ok]["log"]) as fh:
+        assert fh.read() == "out\nerr\n"
+    events = [(e["state"], e["message"]) for e in engine.show(bad)["events"]]
+    assert [s for s, _ in events] == ["queued", "running", "failed"]
+
+
+def test_job_environment_and_workdir(engine: EngineHandle, tmp_path) -> None:
+    (job_id,) = engine.submit(
+        sh('echo "$GPUDESK_JOB_ID|$GPUDESK_HOME|$CUDA_VISIBLE_DEVICES|$FOO|$(pwd)"',
+           env={"FOO": "bar"}, workdir=str(tmp_path)),
+        env={"PATH": os.environ["PATH"], "FOO": "overridden"},
+    )
+    job = engine.wait_state(job_id, "succeeded")
+    with open(job["log"]) as fh:
+        assert fh.read().strip() == f"{job_id}|{engine.home.root}||bar|{tmp_path}"
+
+
+def test_retry_until_max_attempts(engine: EngineHandle, tmp_path) -> None:
+    marker = tmp_path / "tried"
+    (flaky,) = engine.submit(sh(f'[ -e {marker} ] || {{ touch {marker}; exit 1; }}', "flaky",
+                                max_attempts=3))
+    (hopeless,) = engine.submit(sh("exit 2", "hopeless", max_attempts=2))
+    jobs = {j["id"]: j for j in engine.wait_all_done([flaky, hopeless])}
+    assert (jobs[flaky]["state"], jobs[flaky]["attempts"]) == ("succeeded", 2)
+    assert (jobs[hopeless]["state"], jobs[hopeless]["attempts"]) == ("failed", 2)
+    attempts = engine.show(hopeless)["attempts"]
+    assert [a["exit_code"] for a in attempts] == [2, 2]
+    assert attempts[0]["log"] != attempts[1]["log"]
+
+
+def test_impossible_jobs_fail_with_a_reason(engine: EngineHandle, tmp_path) -> None:
+    missing, bad_dir, gpu = engine.submit(
+        {"name": "missing", "command": ["no-such-program-xyz"]},
+        {"name": "bad-dir", "command": ["true"], "workdir": str(tmp_path / "nope")},
+        {"name": "gpu", "command": ["true"], "gpus": 1},
+    )
+    jobs = {j["id"]: j for j in engine.wait_all_done([missing, bad_dir, gpu])}
+    assert jobs[missing]["exit_code"] == 127
+    assert "command not found: no-such-program-xyz" in jobs[missing]["reason"]
+    assert "does not exist" in jobs[bad_dir]["reason"]
+    assert "asks for 1 GPU but this station has none" in jobs[gpu]["reason"]
+    assert all(j["state"] == "failed" for j in jobs.values())
+
+
+def test_priority_and_first_come_order(engine: EngineHandle, tmp_path) -> None:
+    engine.client.request("configure", station={"backend": "none", "slots": 1})
+    order = tmp_path / "order"
+    gate = tmp_path / "gate"
+    (blocker,) = engine.submit(sh(f"while [ ! -e {gate} ]; do sleep 0.02; done", "blocker"))
+    engine.wait_state(blocker, "running")
+    ids = engine.submit(
+        sh(f"echo low1 >> {order}", "low1"),
+        sh(f"echo low2 >> {order}", "low2"),
+        sh(f"echo high >> {order}", "high", priority=5),
+    )
+    waiting = engine.show(ids[1])["waiting"]
+    assert waiting == "waiting for a free slot (1/1 busy, 2 queued ahead of it)"
+    gate.touch()
+    engine.wait_all_done([blocker, *ids])
+    assert order.read_text().split() == ["high", "low1", "low2"]
+
+
+def test_slots_bound_concurrency(engine: EngineHandle, tmp_path) -> None:
+    engine.client.request("configure", station={"backend": "none", "slots": 2})
+    log = tmp_path / "concurrency"
+    script = f"echo start >> {log}; sleep 0.3; echo end >> {log}"
+    ids = engine.submit(*(sh(script, f"j{i}") for i in range(5)))
+    engine.wait_all_done(ids)
+    running = peak = 0
+    for line in log.read_text().split():
+        running += 1 if line == "start" else -1
+        peak = max(peak, running)
+    assert peak == 2
+
+
+def test_unknown_jobs_and_bad_arguments_get_error_replies(engine: EngineHandle) -> None:
+    with pytest.raises(EngineError) as info:
+        engine.client.request("show", job=999)
+    assert info.value.code == "unknown_job"
+    with pytest.raises(EngineError) as info:
+        engine.client.request("submit", jobs=[{"name": "x", "command": []}])
+    assert info.value.code == "invalid_args"
+    assert "jobs[0].command" in str(info.value)
+    with pytest.raises(EngineError) as info:
+        engine.client.request("cancel", jobs=[1], grace=-1)
+    assert info.value.code == "invalid_args"
+    with pytest.raises(EngineError) as info:
+        engine.client.request("jobs", states=["sleeping"])
+    assert info.value.code == "invalid_args"
+    with pytest.raises(EngineError) as info:
+        engine.client.request("configure", station={"slots": 0})
+    assert "station.slots" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "raw, code",
+    [
+        (b"not json", "bad_request"),
+        (b"\xff\xfe", "bad_request"),
+        (b"[1, 2]", "bad_request"),
+        (json.dumps({"v": 99, "op": "ping"}).encode(), "unsupported_version"),
+        (json.dumps({"v": 1}).encode(), "bad_request"),
+        (json.dumps({"v": 1, "op": "explode"}).encode(), "unknown_op"),
+        (json.dumps({"v": 1, "op": "ping", "args": [1]}).encode(), "bad_request"),
+        (b"[" * 100_000 + b"]" * 100_000, "bad_request"),
+        (json.dumps({"v": 1, "op": "submit", "args": {"jobs": "x" * 1000}}).encode(),
+         "invalid_args"),
+        (json.dumps({"v": 1, "op": "submit", "args": {"jobs": [{"name": "a", "command": ["x"],
+                                                                  "gpus": "all"}]}}).encode(),
+         "invalid_args"),
+        (json.dumps({"v": 1, "op": "show", "args": {"job": {"$ne": 1}}}).encode(),
+         "invalid_args"),
+    ],
+)
+def test_hostile_requests_never_crash_the_engine(engine: EngineHandle, raw: bytes,
+                                                 code: str) -> None:
+    sock = zmq.Context.instance().socket(zmq.REQ)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.connect(engine.home.control_endpoint)
+    try:
+        sock.send(raw)
+        assert sock.poll(5000), "no reply"
+        reply = json.loads(sock.recv())
+    finally:
+        sock.close()
+    assert reply["ok"] is False
+    assert reply["error"]["code"] == code
+    assert engine.client.request("ping")["pid"] == engine.pid
+
+
+def test_raw_frames_without_an_envelope_are_ignored(engine: EngineHandle) -> None:
+    dealer = zmq.Context.instance().socket(zmq.DEALER)
+    dealer.setsockopt(zmq.LINGER, 0)
+    dealer.connect(engine.home.control_endpoint)
+    try:
+        dealer.send(b"garbage-without-empty-delimiter")
+        dealer.send_multipart([b"", b"a", b"b", b"c"])
+        time.sleep(0.1)
+    finally:
+        dealer.close()
+    assert engine.client.request("ping")["pid"] == engine.pid
+
+
+def test_one_engine_per_home(engine: EngineHandle) -> None:
+    first = engine.pid
+    result = subprocess.run(
+        [sys.executable, "-m", "gpudesk.engine.daemon", "--home", str(engine.home.root)],
+        capture_output=True, text=True, timeout=30,
+    )
+    assert result.returncode == 3
+    assert "already running" in result.stderr
+    assert engine.pid == first
+    assert engine.client.request("ping")["pid"] == first
+
+
+def test_engine_restarts_on_an_existing_store_and_keeps_history(engine: EngineHandle) -> None:
+    (job_id,) = engine.submit(sh("true", "kept"))
+    engine.wait_state(job_id, "succeeded")
+    engine.stop()
+    engine.start()
+    assert engine.job(job_id)["state"] == "succeeded"
+    (next_id,) = engine.submit(sh("true", "after"))
+    assert next_id == job_id + 1
+    engine.wait_state(next_id, "succeeded")
+
+
+def test_the_store_is_wal_and_versioned(engine: EngineHandle) -> None:
+    store = Store.open(engine.home.db)
+    try:
+        assert store.schema_version >= 1
+        mode = store._conn.execute("PRAGMA journal_mode").fetchone()[0]
+        assert mode == "wal"
+    finally:
+        store.close()
+
+
+def test_socket_folder_is_private_even_for_long_homes(tmp_path, monkeypatch) -> None:
+    from gpudesk.engine.client import start_engine
+    from gpudesk.engine.station import StationConfig
+    from gpudesk.paths import Home
+
+    home = Home(tmp_path / ("very-long-folder-name-" * 5) / "home")
+    assert len(str(home.root / "run" / "control.sock")) > 100
+    start_engine(home, StationConfig(backend="none"))
+    client = EngineClient(home)
+    try:
+        assert client.request("ping")
+        assert (home.socket_dir.stat().st_mode & 0o777) == 0o700
+    finally:
+        client.request("shutdown")
+        client.close()
+        wait_for(lambda: not os.path.exists(home.socket_dir / "control.sock"), 5)
+
+
+def test_an_unwritable_job_folder_fails_the_job_not_the_engine(engine: EngineHandle) -> None:
+    jobs_dir = engine.home.jobs_dir
+    jobs_dir.rmdir()
+    jobs_dir.write_text("not a folder")  # what a full or broken disk looks like to mkdir
+    (job_id,) = engine.submit(sh("true", "doomed"))
+    job = engine.wait_state(job_id, "failed")
+    assert "cannot create the attempt folder" in job["reason"]
+    jobs_dir.unlink()
+    jobs_dir.mkdir()
+    (next_id,) = engine.submit(sh("true", "fine"))
+    assert engine.wait_state(next_id, "succeeded")["exit_code"] == 0

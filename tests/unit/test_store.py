@@ -1,0 +1,133 @@
+"""The SQLite store: schema versions, atomic writes, legal transitions."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from gpudesk.engine.jobs import InvalidTransition, JobSpec, JobState
+from gpudesk.engine.store import SCHEMA_VERSION, IncompatibleStore, Store, StoreError
+
+
+def spec(name: str = "j", **extra: object) -> JobSpec:
+    return JobSpec(name=name, command=("true",), **extra)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Store:
+    s = Store.open(tmp_path / "db")
+    yield s
+    s.close()
+
+
+def test_new_store_is_at_the_current_schema(store: Store) -> None:
+    assert store.schema_version == SCHEMA_VERSION
+    rows = store._conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+    tables = {r[0] for r in rows}
+    assert {"jobs", "attempts", "events", "metric_samples", "settings"} <= tables
+
+
+def test_reopening_does_not_migrate_again(tmp_path: Path) -> None:
+    Store.open(tmp_path / "db").close()
+    again = Store.open(tmp_path / "db")
+    assert again.schema_version == SCHEMA_VERSION
+    again.close()
+
+
+def test_a_newer_schema_is_refused(tmp_path: Path) -> None:
+    conn = sqlite3.connect(tmp_path / "db")
+    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    conn.close()
+    with pytest.raises(IncompatibleStore, match="newer than this gpudesk"):
+        Store.open(tmp_path / "db")
+
+
+def test_a_file_that_is_not_a_database_is_a_clear_error(tmp_path: Path) -> None:
+    (tmp_path / "db").write_bytes(b"this is not sqlite" * 100)
+    with pytest.raises(StoreError, match="cannot open the gpudesk database"):
+        Store.open(tmp_path / "db")
+
+
+def test_submit_is_all_or_nothing(store: Store) -> None:
+    class Boom(JobSpec):
+        def to_dict(self):  # type: ignore[override]
+            raise RuntimeError("disk full")
+
+    good = spec("good")
+    bad = Boom(name="bad", command=("true",))
+    with pytest.raises(RuntimeError):
+        store.submit([good, bad])
+    assert store.jobs() == []
+    assert store.events() == []
+
+
+def test_submit_records_an_event_and_shares_the_environment(store: Store) -> None:
+    env = {"PATH": "/bin", "SECRET": "x"}
+    a, b = store.submit([spec("a"), spec("b")], base_env=env)
+    assert [j.state for j in store.jobs()] == [JobState.QUEUED, JobState.QUEUED]
+    assert store.base_env(a.id) == env == store.base_env(b.id)
+    assert store._conn.execute("SELECT COUNT(*) FROM environments").fetchone()[0] == 1
+    assert [(e.job_id, e.state) for e in store.events()] == [(a.id, "queued"), (b.id, "queued")]
+
+
+def test_attempt_lifecycle(store: Store, tmp_path: Path) -> None:
+    (job,) = store.submit([spec(max_attempts=2)])
+    attempt = store.start_attempt(job.id, {"slot": "cpu:0", "reason": "free"}, tmp_path)
+    assert attempt.number == 1 and attempt.state == "launching"
+    assert attempt.dir == str(tmp_path / str(job.id) / "1")
+    assert store.job(job.id).state is JobState.RUNNING
+    store.attempt_launched(attempt.id, pid=123, pid_started=1.0)
+    assert [a.id for a in store.live_attempts()] == [attempt.id]
+    store.finish_attempt(attempt, attempt_state="exited", job_state=JobState.QUEUED,
+                         message="retry", exit_code=1)
+    assert store.live_attempts() == []
+    second = store.start_attempt(job.id, {"slot": "cpu:1"}, tmp_path)
+    assert second.number == 2
+    store.finish_attempt(second, attempt_state="exited", job_state=JobState.SUCCEEDED,
+                         message="exit code 0", exit_code=0)
+    final = store.job(job.id)
+    assert (final.state, final.attempts, final.exit_code) == (JobState.SUCCEEDED, 2, 0)
+    assert final.ended_at is not None
+
+
+def test_illegal_transitions_are_refused_and_change_nothing(store: Store, tmp_path: Path) -> None:
+    (job,) = store.submit([spec()])
+    store.finish_queued(job.id, JobState.CANCELLED, "cancelled")
+    with pytest.raises(InvalidTransition):
+        store.finish_queued(job.id, JobState.FAILED, "again")
+    with pytest.raises(InvalidTransition):
+        store.start_attempt(job.id, {"slot": "cpu:0"}, tmp_path)
+    assert store.job(job.id).state is JobState.CANCELLED
+    assert store.attempts(job.id) == []
+
+
+def test_cancel_deadline_keeps_the_earliest(store: Store) -> None:
+    (job,) = store.submit([spec()])
+    store.request_cancel(job.id, grace=10, now=100.0)
+    store.request_cancel(job.id, grace=50, now=101.0)
+    assert store.job(job.id).kill_deadline == 110.0
+    store.request_cancel(job.id, grace=1, now=102.0)
+    assert store.job(job.id).kill_deadline == 103.0
+
+
+def test_queue_order_is_priority_then_arrival(store: Store) -> None:
+    store.submit([spec("a"), spec("b", priority=3), spec("c"), spec("d", priority=3)])
+    assert [j.name for j in store.queued()] == ["b", "d", "a", "c"]
+
+
+def test_listing_filters(store: Store) -> None:
+    jobs = store.submit([JobSpec(name=f"j{i}", command=("true",), group="g" if i % 2 else None)
+                         for i in range(6)])
+    assert [j.name for j in store.jobs(group="g")] == ["j1", "j3", "j5"]
+    assert [j.name for j in store.jobs(limit=2)] == ["j4", "j5"]
+    assert [j.name for j in store.jobs(ids=[jobs[0].id, jobs[2].id])] == ["j0", "j2"]
+    assert store.counts()["queued"] == 6
+
+
+def test_settings_round_trip(store: Store) -> None:
+    assert store.setting("station") is None
+    store.set_setting("station", {"slots": 3})
+    store.set_setting("station", {"slots": 4})
+    assert store.setting("station") == {"slots": 4}
