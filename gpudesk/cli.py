@@ -325,6 +325,23 @@ def cancel(
         print(f"job {r['id']} ({r['name']}): {r['outcome']}")
 
 
+# --------------------------------------------------------------------------- top
+@app.command()
+def top(
+    once: bool = typer.Option(False, "--once", help="Print one frame and exit."),
+    json_out: bool = typer.Option(False, "--json", help="Print one JSON snapshot and exit."),
+    interval: float = typer.Option(1.0, "--interval", "-n", min=0.1, max=3600,
+                                   help="Seconds between frames."),
+) -> None:
+    """A plain monitor for SSH: station, host CPU/memory, running jobs. Never starts the engine."""
+    from gpudesk.top import run_top
+
+    try:
+        run_top(_home(), once=once, as_json=json_out, interval=interval)
+    except ValueError as exc:
+        fail(str(exc), EXIT_USAGE)
+
+
 # ------------------------------------------------------------------------ engine
 def _station_from_options(slots: int | None, policy: str | None,
                           backend: str | None) -> StationConfig | None:

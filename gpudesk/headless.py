@@ -7,9 +7,9 @@ Progress is a live table on a terminal and one plain line per state change other
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -123,10 +123,11 @@ class _Progress:
         done = sum(1 for j in jobs if j["state"] in TERMINAL)
         table = Table(title=f"{done}/{len(jobs)} done", title_justify="left", box=None,
                       pad_edge=False, expand=False)
-        for name, justify in (("ID", "right"), ("NAME", "left"), ("STATE", "left"),
-                              ("TIME", "right"), ("LAST OUTPUT", "left")):
-            table.add_column(name, justify=justify, no_wrap=True,
-                             overflow="ellipsis", max_width=60 if name == "LAST OUTPUT" else 32)
+        table.add_column("ID", justify="right", no_wrap=True)
+        table.add_column("NAME", no_wrap=True, overflow="ellipsis", max_width=32)
+        table.add_column("STATE", no_wrap=True, min_width=len("succeeded"))
+        table.add_column("TIME", justify="right", no_wrap=True)
+        table.add_column("LAST OUTPUT", no_wrap=True, overflow="ellipsis", max_width=60)
         colors = {"running": "cyan", "succeeded": "green", "failed": "red",
                   "cancelled": "yellow", "queued": "dim"}
         for job in jobs:
@@ -147,48 +148,57 @@ def run_profile(
     *,
     progress_stream: TextIO = sys.stderr,
     live: bool | None = None,
-    on_submitted: Callable[[list[int]], None] | None = None,
 ) -> RunReport:
     started = time.time()
-    group = f"{profile.name}@{time.strftime('%Y%m%d-%H%M%S', time.localtime(started))}"
+    # The group names this run's jobs; unique even for two runs of one profile in one second.
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(started))
+    group = f"{profile.name}@{stamp}.{os.getpid()}"
     report = RunReport(profile=profile.name, group=group, started_at=started)
     client.request("configure", station=profile.station.to_dict())
     progress = _Progress(progress_stream,
                          progress_stream.isatty() if live is None else live)
     try:
         with client.subscribe("job") as events:
-            jobs = [{**spec.to_dict(), "group": group} for spec in profile.jobs]
-            ids = client.request("submit", jobs=jobs, env=submit_env())["ids"]
-            if on_submitted:
-                on_submitted(ids)
-            report.jobs = _follow(client, events, ids, progress, report)
+            while True:
+                try:
+                    if not report.interrupted:
+                        jobs = [{**spec.to_dict(), "group": group} for spec in profile.jobs]
+                        client.request("submit", jobs=jobs, env=submit_env())
+                    report.jobs = _follow(client, events, group, progress)
+                    break
+                except KeyboardInterrupt:
+                    if report.interrupted:
+                        raise  # a second Ctrl-C: leave now, the engine finishes the cancels
+                    report.interrupted = True
+                    _cancel_group(client, group, progress.stream)
     finally:
         progress.close()
     report.ended_at = time.time()
     return report
 
 
-def _follow(client: EngineClient, events: zmq.Socket, ids: list[int], progress: _Progress,
-            report: RunReport) -> list[dict[str, Any]]:
-    jobs: list[dict[str, Any]] = []
+def _follow(client: EngineClient, events: zmq.Socket, group: str,
+            progress: _Progress) -> list[dict[str, Any]]:
     while True:
-        try:
-            jobs = client.request("jobs", ids=ids)["jobs"]
-            progress.update(jobs)
-            if all(job["state"] in TERMINAL for job in jobs):
-                return jobs
-            # Wake on the next event, or refresh anyway (a SUB socket can miss the first ones).
-            if events.poll(int(REFRESH_S * 1000)):
-                while events.poll(0):
-                    events.recv_multipart()
-        except KeyboardInterrupt:
-            if report.interrupted:
-                raise  # a second Ctrl-C: leave now, the engine finishes the cancels
-            report.interrupted = True
-            active = [j["id"] for j in jobs if j["state"] not in TERMINAL] or ids
-            print(f"\ncancelling {len(active)} job(s) of this run (Ctrl-C again to leave "
-                  "them to the engine)…", file=progress.stream, flush=True)
-            client.request("cancel", jobs=active, grace=CANCEL_GRACE_S)
+        jobs = client.request("jobs", group=group)["jobs"]
+        progress.update(jobs)
+        if all(job["state"] in TERMINAL for job in jobs):
+            return jobs
+        # Wake on the next event, or refresh anyway (a SUB socket can miss the first ones).
+        if events.poll(int(REFRESH_S * 1000)):
+            while events.poll(0):
+                events.recv_multipart()
+
+
+def _cancel_group(client: EngineClient, group: str, stream: TextIO) -> None:
+    """Cancel what this run submitted, wherever the Ctrl-C landed (even mid-submit: the engine
+    handles requests in order, so a submit that was sent is queued before this query)."""
+    jobs = client.request("jobs", group=group)["jobs"]
+    active = [j["id"] for j in jobs if j["state"] not in TERMINAL]
+    print(f"\ncancelling {len(active)} job(s) of this run (Ctrl-C again to leave them to the "
+          "engine)…", file=stream, flush=True)
+    if active:
+        client.request("cancel", jobs=active, grace=CANCEL_GRACE_S)
 
 
 def write_report(report: RunReport, path: Path) -> None:

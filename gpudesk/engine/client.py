@@ -58,6 +58,10 @@ def _log_tail(home: Home, lines: int = 8) -> str:
 def start_engine(home: Home, station: StationConfig | None = None,
                  timeout: float = START_TIMEOUT_S) -> int:
     """Start a daemon for `home` in its own session and wait until it answers."""
+    try:
+        (station or StationConfig()).with_env_override()
+    except ValueError as exc:
+        raise EngineError(str(exc), "invalid_args") from None
     home.ensure()
     argv = [sys.executable, "-m", "gpudesk.engine.daemon", "--home", str(home.root)]
     if station is not None:
@@ -117,15 +121,20 @@ class EngineClient:
     def request(self, op: str, **args: Any) -> dict[str, Any]:
         request_id = next(self._ids)
         sock = self._socket()
-        sock.send(protocol.Request(op=op, args=args, id=request_id).encode())
-        if not sock.poll(int(self.timeout * 1000), zmq.POLLIN):
-            self.close()  # a REQ socket that missed its reply cannot be used again
-            raise EngineError(
-                f"the engine for {self.home.root} did not answer within {self.timeout:g} s "
-                f"(is it running? `gpudesk engine status`; its log: {self.home.engine_log})"
-            )
         try:
-            _, result = protocol.decode_reply(sock.recv())
+            sock.send(protocol.Request(op=op, args=args, id=request_id).encode())
+            if not sock.poll(int(self.timeout * 1000), zmq.POLLIN):
+                raise EngineError(
+                    f"the engine for {self.home.root} did not answer within {self.timeout:g} s "
+                    f"(is it running? `gpudesk engine status`; its log: {self.home.engine_log})"
+                )
+            raw = sock.recv()
+        except BaseException:
+            # A REQ socket that missed its reply (a time-out, a Ctrl-C) cannot send again.
+            self.close()
+            raise
+        try:
+            _, result = protocol.decode_reply(raw)
         except protocol.ProtocolError as exc:
             raise EngineError(exc.message, exc.code) from None
         return result

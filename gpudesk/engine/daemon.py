@@ -397,8 +397,9 @@ class Engine:
 
     def job_dict(self, job: JobRecord) -> dict[str, Any]:
         data = job.to_dict()
-        data["slot"] = next((live.slot for live in self.live.values()
-                             if live.attempt.job_id == job.id), None)
+        live = next((live for live in self.live.values() if live.attempt.job_id == job.id), None)
+        data["slot"] = live.slot if live else None
+        data["pgid"] = live.pid if live else None  # the attempt's process group, while it runs
         data["log"] = (str(self.home.attempt_dir(job.id, job.attempts) / runner.LOG_FILE)
                        if job.attempts else None)
         return data
@@ -570,7 +571,12 @@ def serve(home: Home, requested: StationConfig | None = None) -> int:
         return 3
     try:
         store = Store.open(home.db)
-        config = initial_config(store, requested)
+        try:
+            config = initial_config(store, requested)
+        except ValueError as exc:
+            log.error("%s", exc)
+            store.close()
+            return 2
         store.set_setting("station", config.to_dict())
         engine = Engine(home, store, config)
         engine.bind()

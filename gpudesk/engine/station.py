@@ -88,4 +88,8 @@ class StationConfig:
         backend = env.get("GPUDESK_BACKEND")
         if not backend:
             return self
-        return StationConfig(backend=check_backend(backend), policy=self.policy, slots=self.slots)
+        try:
+            checked = check_backend(backend)
+        except ValueError as exc:
+            raise ValueError(f"GPUDESK_BACKEND: {exc}") from None
+        return StationConfig(backend=checked, policy=self.policy, slots=self.slots)

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -31,7 +32,8 @@ def write_profile(tmp_path: Path, body: str, name: str = "p.toml") -> Path:
 
 def test_help_is_fast_to_import_and_never_loads_torch() -> None:
     code = ("import sys\nfrom gpudesk.cli import main\n"
-            "for argv in (['--help'], ['run', '--help'], ['engine', '--help']):\n"
+            "for argv in (['--help'], ['top', '--help'], ['run', '--help'],\n"
+            "             ['engine', '--help']):\n"
             "    try:\n        main(argv)\n    except SystemExit:\n        pass\n"
             "print('TORCH' if 'torch' in sys.modules else 'NO-TORCH')")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -194,8 +196,11 @@ def test_ctrl_c_cancels_the_runs_jobs_and_still_reports(engine: EngineHandle,
         command = ["sh", "-c", "sleep 60 & sleep 60 & wait"]
         repeat = 3
     """)
+    # A shell without job control starts background commands with SIGINT ignored, and Python
+    # then installs no KeyboardInterrupt handler; give the run the terminal's default.
     run = subprocess.Popen([*GPUDESK, "run", str(profile)], stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, text=True)
+                           stderr=subprocess.PIPE, text=True,
+                           preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         wait_for(lambda: len(engine.client.request("jobs", states=["running"])["jobs"]) == 2,
                  what="two jobs running")
@@ -213,6 +218,35 @@ def test_ctrl_c_cancels_the_runs_jobs_and_still_reports(engine: EngineHandle,
     assert states == ["cancelled"] * 3
     for pgid in pgids:
         wait_for(lambda p=pgid: not processes_in_group(p), 5.0, what="no process left")
+
+
+@pytest.mark.parametrize("delay", [0.2, 0.35, 0.5])
+def test_ctrl_c_anywhere_leaves_no_job_of_the_run_behind(engine: EngineHandle, tmp_path: Path,
+                                                         delay: float) -> None:
+    """Wherever the interrupt lands (loading, submitting, following), nothing keeps running."""
+    profile = write_profile(tmp_path, """
+        [station]
+        backend = "none"
+        slots = 2
+        [[jobs]]
+        name = "long"
+        command = ["sleep", "60"]
+        repeat = 4
+    """)
+    run = subprocess.Popen([*GPUDESK, "run", str(profile)], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True,
+                           preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    time.sleep(delay)
+    run.send_signal(signal.SIGINT)
+    out, err = run.communicate(timeout=30)
+    assert run.returncode in (130, -signal.SIGINT), out + err
+    assert "Traceback" not in err
+
+    def settled() -> bool:
+        jobs = engine.client.request("jobs")["jobs"]
+        return all(j["state"] == "cancelled" for j in jobs)
+
+    wait_for(settled, 10.0, what="every job of the run to be cancelled")
 
 
 def test_quickstart_style_sweep_trains_for_real(engine: EngineHandle, tmp_path: Path) -> None:
@@ -236,3 +270,28 @@ def test_quickstart_style_sweep_trains_for_real(engine: EngineHandle, tmp_path: 
         final = json.loads(log.split("result ", 1)[1])
         assert final["val_acc"] > 0.5
         assert "threads 1" in log  # the CPU station gave each job its share of the cores
+
+
+def test_top_once_and_json_show_the_station_and_running_jobs(engine: EngineHandle) -> None:
+    (job_id,) = engine.submit({"name": "busy", "command": ["sh", "-c", "while :; do :; done"]})
+    engine.wait_state(job_id, "running")
+    frame = gpudesk("top", "--once")
+    assert frame.returncode == 0, frame.stderr
+    lines = frame.stdout.splitlines()
+    assert all(len(line) <= 80 for line in lines)
+    assert "backend none" in lines[0] and "slots 1/2" in lines[0]
+    assert "SIMULATED" not in frame.stdout
+    assert any(line.split()[:3] == [str(job_id), "busy", "cpu:0"] for line in lines)
+    snapshot = json.loads(gpudesk("top", "--json").stdout)
+    assert (snapshot["backend"], snapshot["simulated"], snapshot["gpus"]) == ("none", False, [])
+    (job,) = snapshot["jobs"]
+    assert job["id"] == job_id and job["processes"] >= 1
+    assert job["cpu_pct"] > 20  # a busy loop, measured over top's sampling window
+    assert snapshot["host"]["memory_total_mib"] > 0
+
+
+def test_top_without_an_engine_does_not_start_one(home: Home) -> None:
+    result = gpudesk("top", "--once")
+    assert result.returncode == 0
+    assert "engine not running" in result.stdout
+    assert not home.lock.exists()
