@@ -4,11 +4,17 @@
 
 Phase 1 submits --jobs no-op jobs (`true`), one `submit` request each, exactly as
 `gpudesk submit` does (the submitter's environment travels with every request), and reports
-submissions/s; then it waits for all of them to finish and reports how fast the engine drained
-the queue. Phase 2 measures latency with a free slot: it submits one job at a time whose command
-is `date +%s.%N`, and takes the time from `submit` returning to the timestamp the job's own process
-printed; the next job is submitted once the previous one has finished. Runs against a fresh
-GPUDESK_HOME in a temporary folder. Targets: >= 500 submissions/s, p99 start latency <= 100 ms.
+submissions/s while the engine starts those jobs on the free slots at the same time; then it
+waits for all of them to finish and reports how fast the engine drained the queue. It repeats the
+submissions with every slot held by a sleeping job (the submission path alone), and once more as
+a single request carrying every job (what `gpudesk run` does).
+
+Phase 2 measures latency with a free slot: it submits one job at a time whose command is
+`date +%s.%N`, and takes the time from `submit` returning to the timestamp the job's own process
+printed; the next job is submitted once the previous one has finished.
+
+Runs against a fresh GPUDESK_HOME in a temporary folder.
+Targets: >= 500 submissions/s, p99 start latency <= 100 ms.
 """
 
 from __future__ import annotations
@@ -70,6 +76,22 @@ def throughput(client: EngineClient, jobs: int, workdir: str) -> dict[str, float
     }
 
 
+def throughput_slots_busy(client: EngineClient, jobs: int, workdir: str) -> dict[str, float]:
+    """The submission path alone: every slot is held by a sleeping job, so nothing launches."""
+    env = submit_env()
+    slots = client.request("status")["slots"]["total"]
+    blockers = client.request("submit", env=env, jobs=[
+        {"name": "blocker", "command": ["sleep", "600"], "workdir": workdir}] * slots)["ids"]
+    spec = {"name": "noop", "command": ["true"], "workdir": workdir}
+    start = time.perf_counter()
+    ids = [client.request("submit", jobs=[spec], env=env)["ids"][0] for _ in range(jobs)]
+    elapsed = time.perf_counter() - start
+    client.request("cancel", jobs=ids + blockers, grace=0)
+    wait_done(client, ids + blockers, timeout=60)
+    return {"jobs": jobs, "submit_s": round(elapsed, 3),
+            "submissions_per_s": round(jobs / elapsed, 1)}
+
+
 def batch_submit(client: EngineClient, jobs: int, workdir: str) -> dict[str, float]:
     """One request with every job, as `gpudesk run` does for a profile."""
     env = submit_env()
@@ -121,6 +143,7 @@ def main(argv: list[str] | None = None) -> int:
                 "date": time.strftime("%Y-%m-%d"),
                 "slots": client.request("status")["slots"]["total"],
                 "throughput": throughput(client, args.jobs, tmp),
+                "throughput_slots_busy": throughput_slots_busy(client, args.jobs, tmp),
                 "batch_submit": batch_submit(client, args.jobs, tmp),
                 "latency_free_slot": latency(client, home, args.latency_samples, tmp),
             }
@@ -139,6 +162,9 @@ def main(argv: list[str] | None = None) -> int:
               f"{t['submissions_per_s']} submissions/s (target >= 500)")
         print(f"  queue drained in {t['drain_s']} s = {t['jobs_finished_per_s']} jobs/s; "
               f"{t['failed']} failed")
+        busy = result["throughput_slots_busy"]
+        print(f"submit while every slot is busy (nothing launches): "
+              f"{busy['submissions_per_s']} submissions/s")
         print(f"submit (one request, {b['jobs']} jobs): {b['submit_s']} s = "
               f"{b['jobs_per_s']} jobs/s")
         print(f"submit -> job process start, free slot, {lat['samples']} samples: "

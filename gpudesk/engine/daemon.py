@@ -31,6 +31,7 @@ from gpudesk.engine import protocol, runner
 from gpudesk.engine.jobs import TERMINAL_STATES, JobSpec, JobState, SpecError, check_env
 from gpudesk.engine.policy import Placement, StationView, make_policy
 from gpudesk.engine.protocol import ProtocolError
+from gpudesk.engine.queue import JobQueue
 from gpudesk.engine.station import StationConfig, host_cores
 from gpudesk.engine.store import AttemptRecord, JobRecord, Store, UnknownJob
 from gpudesk.paths import Home
@@ -94,7 +95,7 @@ class Engine:
         self.policy = make_policy(config.policy)
         self.cores = host_cores()
         self.started_at = time.time()
-        self.queue: dict[int, JobRecord] = {}
+        self.queue = JobQueue()
         self.live: dict[int, LiveAttempt] = {}  # by attempt id
         self.dirty = True
         self.retry_at: float | None = None  # when to retry after a failed step
@@ -156,7 +157,7 @@ class Engine:
             else:
                 self.settle(live, returncode=None)
                 settled += 1
-        self.queue = {job.id: job for job in self.store.queued()}
+        self.queue = JobQueue(self.store.queued())
         if adopted or settled:
             message = f"re-adopted {adopted} running attempt(s), settled {settled}"
             log.info(message)
@@ -305,7 +306,7 @@ class Engine:
                 raise ProtocolError(protocol.INVALID_ARGS, f"env: {exc}") from None
         records = self.store.submit(specs, base_env)
         for record in records:
-            self.queue[record.id] = record
+            self.queue.add(record)
             self.publish_job(record.id, "submitted", record)
         self.dirty = True
         return {"ids": [r.id for r in records]}
@@ -408,7 +409,7 @@ class Engine:
         if job.state in TERMINAL_STATES:
             return f"already {job.state.value}"
         if job.state is JobState.QUEUED:
-            self.queue.pop(job.id, None)
+            self.queue.remove(job.id)
             self.store.finish_queued(job.id, JobState.CANCELLED, "cancelled while queued")
             self.publish_job(job.id, "cancelled while queued")
             self.dirty = True
@@ -425,7 +426,7 @@ class Engine:
         live.kill_at = deadline if live.kill_at is None else min(live.kill_at, deadline)
 
     def ordered_queue(self) -> list[JobRecord]:
-        return sorted(self.queue.values(), key=lambda j: (-j.spec.priority, j.id))
+        return self.queue.ordered()
 
     def station_view(self) -> StationView:
         busy = frozenset(live.slot for live in self.live.values())
@@ -437,11 +438,12 @@ class Engine:
             return
         decision = self.policy.place(self.ordered_queue(), self.station_view())
         for rejection in decision.rejections:
-            self.queue.pop(rejection.job_id, None)
+            self.queue.remove(rejection.job_id)
             self.store.finish_queued(rejection.job_id, JobState.FAILED, rejection.reason)
             self.publish_job(rejection.job_id, rejection.reason)
         for placement in decision.placements:
-            job = self.queue.pop(placement.job_id)
+            job = self.queue.remove(placement.job_id)
+            assert job is not None, f"the policy placed job {placement.job_id}, not queued"
             self.start(job, placement)
 
     def job_env(self, job: JobRecord, placement: Placement,
@@ -463,7 +465,7 @@ class Engine:
         try:
             attempt = self.store.start_attempt(job.id, placement.to_dict(), self.home.jobs_dir)
         except Exception:
-            self.queue[job.id] = job  # the transaction rolled back: it is still queued
+            self.queue.add(job)  # the transaction rolled back: it is still queued
             raise
         env = self.job_env(job, placement, attempt)
         workdir = job.spec.workdir or env.get("HOME") or "/"
@@ -534,7 +536,7 @@ class Engine:
                                   ended_at=record.ended_at if record else None)
         self.live.pop(attempt.id, None)  # only once the outcome is stored
         if state is JobState.QUEUED:
-            self.queue[job.id] = self.store.job(job.id)
+            self.queue.add(self.store.job(job.id))
         self.dirty = True
         self.publish_job(job.id, message)
 

@@ -255,6 +255,7 @@ class Store:
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self._conn = conn
+        self._env_ids: dict[str, int] = {}  # digest -> row id; rows are never deleted
 
     @classmethod
     def open(cls, path: str | Path) -> Store:
@@ -349,8 +350,11 @@ class Store:
         start from (stored once however many jobs share it)."""
         now = now or time.time()
         ids: list[int] = []
+        env: tuple[str, int] | None = None
         with self.transaction() as conn:
-            env_id = self._environment_id(conn, base_env) if base_env is not None else None
+            if base_env is not None:
+                env = self._environment_id(conn, base_env)
+            env_id = env[1] if env else None
             for spec in specs:
                 cur = conn.execute(
                     "INSERT INTO jobs (name, grp, spec, base_env, state, priority, submitted_at) "
@@ -362,6 +366,8 @@ class Store:
                 ids.append(job_id)
                 self._add_event(conn, "state", "submitted", job_id=job_id,
                                 state=JobState.QUEUED, now=now)
+        if env is not None:
+            self._env_ids[env[0]] = env[1]
         return [
             JobRecord(id=i, spec=s, state=JobState.QUEUED, submitted_at=now, started_at=None,
                       ended_at=None, attempts=0, exit_code=None, reason=None,
@@ -369,15 +375,18 @@ class Store:
             for i, s in zip(ids, specs, strict=True)
         ]
 
-    def _environment_id(self, conn: sqlite3.Connection, env: Mapping[str, str]) -> int:
+    def _environment_id(self, conn: sqlite3.Connection, env: Mapping[str, str]) -> tuple[str, int]:
+        """(digest, row id) of an environment, inserted if new. The caller caches the pair once
+        its transaction has committed: a rolled-back row must not be remembered."""
         text = json.dumps(dict(env), sort_keys=True)
         digest = hashlib.sha256(text.encode()).hexdigest()
+        if digest in self._env_ids:
+            return digest, self._env_ids[digest]
         conn.execute(
             "INSERT OR IGNORE INTO environments (digest, env) VALUES (?, ?)", (digest, text)
         )
-        return int(
-            conn.execute("SELECT id FROM environments WHERE digest = ?", (digest,)).fetchone()[0]
-        )
+        row = conn.execute("SELECT id FROM environments WHERE digest = ?", (digest,)).fetchone()
+        return digest, int(row[0])
 
     def base_env(self, job_id: int) -> dict[str, str]:
         row = self._conn.execute(

@@ -57,10 +57,14 @@ def test_submit_is_all_or_nothing(store: Store) -> None:
 
     good = spec("good")
     bad = Boom(name="bad", command=("true",))
+    env = {"PATH": "/bin"}
     with pytest.raises(RuntimeError):
-        store.submit([good, bad])
+        store.submit([good, bad], base_env=env)
     assert store.jobs() == []
     assert store.events() == []
+    # the rolled-back environment row must not be remembered either
+    (job,) = store.submit([good], base_env=env)
+    assert store.base_env(job.id) == env
 
 
 def test_submit_records_an_event_and_shares_the_environment(store: Store) -> None:

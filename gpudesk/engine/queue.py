@@ -1,0 +1,44 @@
+"""The engine's in-memory view of queued jobs, kept in placement order (higher priority first,
+then first come) so the policy gets an ordered queue without a sort on every decision."""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterable
+
+from gpudesk.engine.store import JobRecord
+
+
+def order_key(job: JobRecord) -> tuple[int, int]:
+    return (-job.spec.priority, job.id)
+
+
+class JobQueue:
+    def __init__(self, jobs: Iterable[JobRecord] = ()) -> None:
+        self._jobs: dict[int, JobRecord] = {}
+        self._keys: list[tuple[int, int]] = []
+        for job in jobs:
+            self.add(job)
+
+    def add(self, job: JobRecord) -> None:
+        if job.id in self._jobs:
+            self.remove(job.id)
+        self._jobs[job.id] = job
+        bisect.insort(self._keys, order_key(job))
+
+    def remove(self, job_id: int) -> JobRecord | None:
+        job = self._jobs.pop(job_id, None)
+        if job is not None:
+            key = order_key(job)
+            index = bisect.bisect_left(self._keys, key)
+            del self._keys[index]
+        return job
+
+    def ordered(self) -> list[JobRecord]:
+        return [self._jobs[job_id] for _, job_id in self._keys]
+
+    def __len__(self) -> int:
+        return len(self._jobs)
+
+    def __contains__(self, job_id: object) -> bool:
+        return job_id in self._jobs
