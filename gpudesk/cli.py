@@ -21,6 +21,7 @@ from gpudesk import __version__
 if TYPE_CHECKING:
     from gpudesk.engine.client import EngineClient
     from gpudesk.engine.station import StationConfig
+    from gpudesk.paths import Home
 
 EXIT_FAILED = 1  # the command ran but something it did failed (a job, the engine)
 EXIT_USAGE = 2  # bad input: a profile, an argument
@@ -51,7 +52,7 @@ def _print_json(data: Any) -> None:
     print(json.dumps(data, indent=2, default=str))
 
 
-def _home():
+def _home() -> Home:
     from gpudesk.paths import Home
 
     return Home.from_env()

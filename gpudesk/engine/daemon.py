@@ -343,7 +343,7 @@ class Engine:
             "waiting": None,
         }
         if job.state is JobState.QUEUED:
-            queue = self.ordered_queue()
+            queue = self.queue.ordered()
             result["waiting"] = self.policy.explain_wait(job, queue, self.station_view())
         if args.get("env"):
             result["env"] = {**self.store.base_env(job.id), **job.spec.env}
@@ -425,9 +425,6 @@ class Engine:
         deadline = time.monotonic() + grace
         live.kill_at = deadline if live.kill_at is None else min(live.kill_at, deadline)
 
-    def ordered_queue(self) -> list[JobRecord]:
-        return self.queue.ordered()
-
     def station_view(self) -> StationView:
         busy = frozenset(live.slot for live in self.live.values())
         return StationView(config=self.config, cores=self.cores, busy_slots=busy)
@@ -436,7 +433,7 @@ class Engine:
         self.dirty = False
         if not self.queue:
             return
-        decision = self.policy.place(self.ordered_queue(), self.station_view())
+        decision = self.policy.place(self.queue.ordered(), self.station_view())
         for rejection in decision.rejections:
             self.queue.remove(rejection.job_id)
             self.store.finish_queued(rejection.job_id, JobState.FAILED, rejection.reason)
