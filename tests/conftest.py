@@ -32,6 +32,8 @@ def wait_for(predicate: Callable[[], object], timeout: float = 15.0, interval: f
 
 
 def processes_in_group(pgid: int) -> list[psutil.Process]:
+    """Written apart from gpudesk.engine.runner.group_members on purpose: the tests' oracle for
+    "no process survives" must not share a bug with the code it checks."""
     found = []
     for proc in psutil.process_iter(["status"]):
         try:

@@ -30,6 +30,14 @@ def write_profile(tmp_path: Path, body: str, name: str = "p.toml") -> Path:
     return path
 
 
+def start_interruptible_run(profile: Path) -> subprocess.Popen:
+    """`gpudesk run` as from a terminal. A shell without job control starts background commands
+    with SIGINT ignored, and Python then installs no KeyboardInterrupt handler: restore it."""
+    return subprocess.Popen([*GPUDESK, "run", str(profile)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+
+
 def test_help_is_fast_to_import_and_never_loads_torch() -> None:
     code = ("import sys\nfrom gpudesk.cli import main\n"
             "for argv in (['--help'], ['top', '--help'], ['run', '--help'],\n"
@@ -196,11 +204,7 @@ def test_ctrl_c_cancels_the_runs_jobs_and_still_reports(engine: EngineHandle,
         command = ["sh", "-c", "sleep 60 & sleep 60 & wait"]
         repeat = 3
     """)
-    # A shell without job control starts background commands with SIGINT ignored, and Python
-    # then installs no KeyboardInterrupt handler; give the run the terminal's default.
-    run = subprocess.Popen([*GPUDESK, "run", str(profile)], stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, text=True,
-                           preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    run = start_interruptible_run(profile)
     try:
         wait_for(lambda: len(engine.client.request("jobs", states=["running"])["jobs"]) == 2,
                  what="two jobs running")
@@ -233,9 +237,7 @@ def test_ctrl_c_anywhere_leaves_no_job_of_the_run_behind(engine: EngineHandle, t
         command = ["sleep", "60"]
         repeat = 4
     """)
-    run = subprocess.Popen([*GPUDESK, "run", str(profile)], stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, text=True,
-                           preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    run = start_interruptible_run(profile)
     time.sleep(delay)
     run.send_signal(signal.SIGINT)
     out, err = run.communicate(timeout=30)
