@@ -30,10 +30,9 @@ import time
 from pathlib import Path
 
 from gpudesk.engine.client import EngineClient, start_engine, submit_env
+from gpudesk.engine.jobs import TERMINAL_STATE_NAMES
 from gpudesk.engine.station import StationConfig, host_cores
 from gpudesk.paths import Home
-
-TERMINAL = {"succeeded", "failed", "cancelled"}
 
 
 def percentile(values: list[float], pct: float) -> float:
@@ -47,7 +46,7 @@ def wait_done(client: EngineClient, ids: list[int], timeout: float) -> None:
     pending = list(ids)
     while pending:
         jobs = client.request("jobs", ids=pending[:500])["jobs"]
-        done = {j["id"] for j in jobs if j["state"] in TERMINAL}
+        done = {j["id"] for j in jobs if j["state"] in TERMINAL_STATE_NAMES}
         pending = [i for i in pending if i not in done]
         if time.monotonic() > deadline:
             raise SystemExit(f"{len(pending)} jobs still not finished after {timeout:g} s")

@@ -18,11 +18,11 @@ import zmq
 
 from gpudesk import render
 from gpudesk.engine.client import EngineClient, submit_env
+from gpudesk.engine.jobs import TERMINAL_STATE_NAMES
 from gpudesk.profile import Profile
 
 REFRESH_S = 0.5
 CANCEL_GRACE_S = 5.0
-TERMINAL = frozenset({"succeeded", "failed", "cancelled"})
 
 
 @dataclass
@@ -112,7 +112,7 @@ class _Progress:
             detail = ""
             if job["state"] == "running":
                 detail = f" on {job['slot']} (attempt {job['attempts']})" if job["slot"] else ""
-            elif job["state"] in TERMINAL or job["attempts"]:
+            elif job["state"] in TERMINAL_STATE_NAMES or job["attempts"]:
                 detail = f": {job['reason']}" if job["reason"] else ""
             print(f"{render.clock(time.time())}  {job['name']}  {job['state']}{detail}",
                   file=self.stream, flush=True)
@@ -120,7 +120,7 @@ class _Progress:
     def _table(self, jobs: list[dict[str, Any]]) -> Any:
         from rich.table import Table
 
-        done = sum(1 for j in jobs if j["state"] in TERMINAL)
+        done = sum(1 for j in jobs if j["state"] in TERMINAL_STATE_NAMES)
         table = Table(title=f"{done}/{len(jobs)} done", title_justify="left", box=None,
                       pad_edge=False, expand=False)
         table.add_column("ID", justify="right", no_wrap=True)
@@ -182,7 +182,7 @@ def _follow(client: EngineClient, events: zmq.Socket, group: str,
     while True:
         jobs = client.request("jobs", group=group)["jobs"]
         progress.update(jobs)
-        if all(job["state"] in TERMINAL for job in jobs):
+        if all(job["state"] in TERMINAL_STATE_NAMES for job in jobs):
             return jobs
         # Wake on the next event, or refresh anyway (a SUB socket can miss the first ones).
         if events.poll(int(REFRESH_S * 1000)):
@@ -194,7 +194,7 @@ def _cancel_group(client: EngineClient, group: str, stream: TextIO) -> None:
     """Cancel what this run submitted, wherever the Ctrl-C landed (even mid-submit: the engine
     handles requests in order, so a submit that was sent is queued before this query)."""
     jobs = client.request("jobs", group=group)["jobs"]
-    active = [j["id"] for j in jobs if j["state"] not in TERMINAL]
+    active = [j["id"] for j in jobs if j["state"] not in TERMINAL_STATE_NAMES]
     print(f"\ncancelling {len(active)} job(s) of this run (Ctrl-C again to leave them to the "
           "engine)…", file=stream, flush=True)
     if active:

@@ -6,11 +6,12 @@ import shutil
 import time
 from typing import TYPE_CHECKING, TextIO
 
+from gpudesk.engine.jobs import TERMINAL_STATE_NAMES
+
 if TYPE_CHECKING:
     from gpudesk.engine.client import EngineClient
 
 POLL_S = 0.2
-TERMINAL = frozenset({"succeeded", "failed", "cancelled"})
 
 
 class LogFollower:
@@ -41,7 +42,7 @@ class LogFollower:
                 attempt_no, offset = attempts[-1]["number"], 0
             if attempt_no:
                 offset = self._drain(attempts[-1]["log"], offset)
-            if state in TERMINAL:
+            if state in TERMINAL_STATE_NAMES:
                 return
             time.sleep(POLL_S)
 

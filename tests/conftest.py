@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -13,10 +14,10 @@ import psutil
 import pytest
 
 from gpudesk.engine.client import EngineClient, engine_pid, start_engine
+from gpudesk.engine.jobs import TERMINAL_STATE_NAMES
+from gpudesk.engine.runner import read_wrapper_pid
 from gpudesk.engine.station import StationConfig
 from gpudesk.paths import Home
-
-TERMINAL = {"succeeded", "failed", "cancelled"}
 
 
 def wait_for(predicate: Callable[[], object], timeout: float = 15.0, interval: float = 0.02,
@@ -32,8 +33,8 @@ def wait_for(predicate: Callable[[], object], timeout: float = 15.0, interval: f
 
 
 def processes_in_group(pgid: int) -> list[psutil.Process]:
-    """Written apart from gpudesk.engine.runner.group_members on purpose: the tests' oracle for
-    "no process survives" must not share a bug with the code it checks."""
+    """Written apart from gpudesk.engine.hostmetrics.group_processes on purpose: the tests'
+    oracle for "no process survives" must not share a bug with the code it checks."""
     found = []
     for proc in psutil.process_iter(["status"]):
         try:
@@ -92,7 +93,7 @@ class EngineHandle:
     def wait_all_done(self, ids: list[int], timeout: float = 30.0) -> list[dict]:
         def done() -> list[dict] | None:
             jobs = self.client.request("jobs", ids=ids)["jobs"]
-            return jobs if all(j["state"] in TERMINAL for j in jobs) else None
+            return jobs if all(j["state"] in TERMINAL_STATE_NAMES for j in jobs) else None
 
         return wait_for(done, timeout, what=f"jobs {ids} to finish")
 
@@ -114,12 +115,11 @@ class EngineHandle:
 
     def cleanup_jobs(self) -> None:
         """Kill every job process group this home started (tests must not leak processes)."""
-        for wrapper in self.home.jobs_dir.glob("*/*/wrapper.json"):
-            try:
-                pid = int(wrapper.read_text().split('"pid": ')[1].split(",")[0])
-                os.killpg(pid, signal.SIGKILL)
-            except (ValueError, IndexError, ProcessLookupError, PermissionError, OSError):
-                pass
+        for attempt_dir in self.home.jobs_dir.glob("*/*"):
+            pid = read_wrapper_pid(attempt_dir)
+            if pid:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(pid, signal.SIGKILL)
 
 
 @pytest.fixture

@@ -43,26 +43,32 @@ def sample_host() -> HostSample:
     )
 
 
-def sample_groups(pgids: Iterable[int]) -> dict[int, GroupSample]:
-    """One pass over the process table for all the groups asked for."""
-    wanted = set(pgids)
-    totals: dict[int, list[float]] = {pgid: [0, 0.0, 0] for pgid in wanted}
-    if not wanted:
-        return {}
-    for proc in psutil.process_iter(["cpu_times", "memory_info", "status"]):
+def group_processes(pgids: Iterable[int],
+                    attrs: tuple[str, ...] = ()) -> dict[int, list[psutil.Process]]:
+    """Live processes (not zombies) of each process group, in one pass over the process table;
+    `attrs` are read on the way (`proc.info`)."""
+    members: dict[int, list[psutil.Process]] = {pgid: [] for pgid in pgids}
+    if not members:
+        return members
+    for proc in psutil.process_iter(["status", *attrs]):
         try:
             pgid = os.getpgid(proc.pid)
         except (ProcessLookupError, PermissionError):
             continue
-        if pgid not in wanted or proc.info["status"] == psutil.STATUS_ZOMBIE:
-            continue
-        cpu, memory = proc.info["cpu_times"], proc.info["memory_info"]
-        entry = totals[pgid]
-        entry[0] += 1
-        entry[1] += (cpu.user + cpu.system) if cpu else 0.0
-        entry[2] += memory.rss if memory else 0
-    return {pgid: GroupSample(pgid, int(n), cpu_s, int(rss))
-            for pgid, (n, cpu_s, rss) in totals.items()}
+        if pgid in members and proc.info["status"] != psutil.STATUS_ZOMBIE:
+            members[pgid].append(proc)
+    return members
+
+
+def sample_groups(pgids: Iterable[int]) -> dict[int, GroupSample]:
+    """CPU seconds and resident memory summed over each group's live processes."""
+    samples = {}
+    for pgid, procs in group_processes(pgids, ("cpu_times", "memory_info")).items():
+        cpu_s = sum(p.info["cpu_times"].user + p.info["cpu_times"].system
+                    for p in procs if p.info["cpu_times"])
+        rss = sum(p.info["memory_info"].rss for p in procs if p.info["memory_info"])
+        samples[pgid] = GroupSample(pgid, len(procs), cpu_s, rss)
+    return samples
 
 
 def cpu_percent(before: GroupSample | None, after: GroupSample, seconds: float) -> float | None:

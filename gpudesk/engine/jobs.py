@@ -36,6 +36,8 @@ class JobState(str, enum.Enum):
 
 
 TERMINAL_STATES = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED})
+# The same, as the strings clients see in `--json` and protocol replies.
+TERMINAL_STATE_NAMES = frozenset(state.value for state in TERMINAL_STATES)
 
 # queued -> running again is a retry (max_attempts > 1) or a launch that never started.
 ALLOWED_TRANSITIONS: dict[JobState, frozenset[JobState]] = {
@@ -241,7 +243,7 @@ class JobSpec:
 
     @classmethod
     def from_dict(cls, data: Any) -> JobSpec:
-        """Validate an untrusted mapping (from a client or the store). Raises SpecError."""
+        """Validate an untrusted mapping (from a client or a profile). Raises SpecError."""
         if not isinstance(data, Mapping):
             raise SpecError("job", f"expected a table of job fields, found {describe(data)}")
         unknown = sorted(set(data) - _FIELDS)
@@ -261,6 +263,12 @@ class JobSpec:
         if "group" in data and data["group"] is not None:
             values["group"] = _checked("group", check_name, data["group"])
         return cls(**values)
+
+    @classmethod
+    def from_stored(cls, data: Mapping[str, Any]) -> JobSpec:
+        """Rebuild a spec the store wrote from a validated one: no checks, since listing a
+        long queue reads every row and re-validating each one costs more than the query."""
+        return cls(**{**data, "command": tuple(data["command"]), "env": dict(data["env"])})
 
 
 def _checked(key: str, check: Callable[[Any], Any], value: Any) -> Any:

@@ -18,6 +18,7 @@ from pathlib import Path
 import psutil
 
 from gpudesk.engine import wrapper
+from gpudesk.engine.hostmetrics import group_processes
 
 WRAPPER_PATH = Path(wrapper.__file__).resolve()
 EXIT_FILE = "exit.json"
@@ -147,18 +148,6 @@ def is_alive(pid: int, start_time: float | None) -> bool:
         return False
 
 
-def group_members(pgid: int) -> list[psutil.Process]:
-    """Live processes (not zombies) in process group `pgid`."""
-    members = []
-    for proc in psutil.process_iter(["pid", "status"]):
-        try:
-            if os.getpgid(proc.pid) == pgid and proc.info["status"] != psutil.STATUS_ZOMBIE:
-                members.append(proc)
-        except (ProcessLookupError, PermissionError, psutil.Error):
-            continue
-    return members
-
-
 def signal_group(pgid: int, sig: int) -> bool:
     """Send `sig` to a process group; False when the group no longer exists."""
     try:
@@ -174,7 +163,7 @@ def kill_leftovers(pgid: int) -> int:
     """SIGKILL what is left of a finished attempt's process group; returns how many."""
     if not signal_group(pgid, 0):
         return 0  # the usual case, and far cheaper than scanning every process
-    members = group_members(pgid)
+    members = group_processes([pgid])[pgid]
     if members:
         signal_group(pgid, signal.SIGKILL)
     return len(members)

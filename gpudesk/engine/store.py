@@ -207,7 +207,7 @@ class EventRecord:
 def _job(row: sqlite3.Row) -> JobRecord:
     return JobRecord(
         id=row["id"],
-        spec=JobSpec.from_dict(json.loads(row["spec"])),
+        spec=JobSpec.from_stored(json.loads(row["spec"])),
         state=JobState(row["state"]),
         submitted_at=row["submitted_at"],
         started_at=row["started_at"],

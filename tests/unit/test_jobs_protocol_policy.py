@@ -52,6 +52,7 @@ def test_spec_round_trips_through_a_dict() -> None:
                    memory_gb=8.0, sm_pct=40.0, dataset="digits", priority=2, max_attempts=3,
                    group="run@1")
     assert JobSpec.from_dict(json.loads(json.dumps(spec.to_dict()))) == spec
+    assert JobSpec.from_stored(json.loads(json.dumps(spec.to_dict()))) == spec
 
 
 def test_terminal_states_are_final() -> None:
