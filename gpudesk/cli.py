@@ -58,10 +58,10 @@ def _home() -> Home:
     return Home.from_env()
 
 
-def _client(station: StationConfig | None = None) -> EngineClient:
+def _client() -> EngineClient:
     from gpudesk.engine.client import connect
 
-    return connect(_home(), station=station)
+    return connect(_home())
 
 
 def _version_callback(value: bool) -> None:
@@ -96,7 +96,7 @@ def run(
         loaded = load_profile(profile)
     except ProfileError as exc:
         fail(f"the profile is not valid:\n{exc}", EXIT_USAGE)
-    client = _client(loaded.station)
+    client = _client()  # run_profile applies the profile's [station] to the engine
     progress = sys.stderr if json_out else sys.stdout
     print(f"running {len(loaded.jobs)} job(s) from {profile} on the engine at "
           f"{client.home.root}", file=progress, flush=True)

@@ -79,17 +79,8 @@ JOB_KEYS = (
     "repeat",
 )
 SWEEP_KEYS = (*JOB_KEYS, "grid")
-DEFAULT_KEYS = (
-    "shell",
-    "workdir",
-    "env",
-    "gpus",
-    "memory_gb",
-    "sm_pct",
-    "dataset",
-    "priority",
-    "max_attempts",
-)
+# [defaults] may set every job key but those that make a job what it is.
+DEFAULT_KEYS = tuple(key for key in JOB_KEYS if key not in ("name", "command", "repeat"))
 DATASET_KEYS = ("factory",)
 # Resource fields that go straight from the table (or [defaults]) into the JobSpec.
 _RESOURCE_KEYS = ("gpus", "memory_gb", "sm_pct", "dataset", "priority", "max_attempts")

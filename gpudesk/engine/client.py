@@ -151,15 +151,14 @@ class EngineClient:
             sock.close(linger=0)
 
 
-def connect(home: Home | None = None, *, autostart: bool = True,
-            station: StationConfig | None = None) -> EngineClient:
+def connect(home: Home | None = None, *, autostart: bool = True) -> EngineClient:
     """A client for the home's engine, starting the engine first when it is not running."""
     home = home or Home.from_env()
     if engine_pid(home) is None:
         if not autostart:
             raise EngineError(f"no engine is running for {home.root}; start one with "
                               "`gpudesk engine start`")
-        start_engine(home, station)
+        start_engine(home)
     return EngineClient(home)
 
 

@@ -332,7 +332,8 @@ class Engine:
         if limit is not None and (not isinstance(limit, int) or limit < 1):
             raise ProtocolError(protocol.INVALID_ARGS, "'limit' must be a positive integer")
         jobs = self.store.jobs(states=states, group=group, ids=ids, limit=limit)
-        return {"jobs": [self.job_dict(job) for job in jobs]}
+        live_by_job = self._live_by_job()
+        return {"jobs": [self.job_dict(job, live_by_job) for job in jobs]}
 
     def op_show(self, args: dict[str, Any]) -> dict[str, Any]:
         job = self.resolve(args.get("job"))
@@ -396,9 +397,13 @@ class Engine:
             raise UnknownJob(f"no job with id or name {ref!r}")
         return jobs[-1]
 
-    def job_dict(self, job: JobRecord) -> dict[str, Any]:
+    def _live_by_job(self) -> dict[int, LiveAttempt]:
+        return {live.attempt.job_id: live for live in self.live.values()}
+
+    def job_dict(self, job: JobRecord,
+                 live_by_job: dict[int, LiveAttempt] | None = None) -> dict[str, Any]:
+        live = (live_by_job if live_by_job is not None else self._live_by_job()).get(job.id)
         data = job.to_dict()
-        live = next((live for live in self.live.values() if live.attempt.job_id == job.id), None)
         data["slot"] = live.slot if live else None
         data["pgid"] = live.pid if live else None  # the attempt's process group, while it runs
         data["log"] = (str(self.home.attempt_dir(job.id, job.attempts) / runner.LOG_FILE)

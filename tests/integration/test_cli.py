@@ -30,6 +30,19 @@ def write_profile(tmp_path: Path, body: str, name: str = "p.toml") -> Path:
     return path
 
 
+def long_jobs_profile(tmp_path: Path, command: list[str], repeat: int) -> Path:
+    """`repeat` jobs named long#N on a 2-slot CPU station, each running `command`."""
+    return write_profile(tmp_path, f"""
+        [station]
+        backend = "none"
+        slots = 2
+        [[jobs]]
+        name = "long"
+        command = {json.dumps(command)}
+        repeat = {repeat}
+    """)
+
+
 def start_interruptible_run(profile: Path) -> subprocess.Popen:
     """`gpudesk run` as from a terminal. A shell without job control starts background commands
     with SIGINT ignored, and Python then installs no KeyboardInterrupt handler: restore it."""
@@ -195,15 +208,7 @@ def test_commands_start_the_engine_when_needed_and_engine_commands(home: Home) -
 
 def test_ctrl_c_cancels_the_runs_jobs_and_still_reports(engine: EngineHandle,
                                                         tmp_path: Path) -> None:
-    profile = write_profile(tmp_path, """
-        [station]
-        backend = "none"
-        slots = 2
-        [[jobs]]
-        name = "long"
-        command = ["sh", "-c", "sleep 60 & sleep 60 & wait"]
-        repeat = 3
-    """)
+    profile = long_jobs_profile(tmp_path, ["sh", "-c", "sleep 60 & sleep 60 & wait"], repeat=3)
     run = start_interruptible_run(profile)
     try:
         wait_for(lambda: len(engine.client.request("jobs", states=["running"])["jobs"]) == 2,
@@ -228,15 +233,7 @@ def test_ctrl_c_cancels_the_runs_jobs_and_still_reports(engine: EngineHandle,
 def test_ctrl_c_anywhere_leaves_no_job_of_the_run_behind(engine: EngineHandle, tmp_path: Path,
                                                          delay: float) -> None:
     """Wherever the interrupt lands (loading, submitting, following), nothing keeps running."""
-    profile = write_profile(tmp_path, """
-        [station]
-        backend = "none"
-        slots = 2
-        [[jobs]]
-        name = "long"
-        command = ["sleep", "60"]
-        repeat = 4
-    """)
+    profile = long_jobs_profile(tmp_path, ["sleep", "60"], repeat=4)
     run = start_interruptible_run(profile)
     time.sleep(delay)
     run.send_signal(signal.SIGINT)
