@@ -442,7 +442,7 @@ def engine_status(json_out: bool = typer.Option(False, "--json", help="Print JSO
 
 # -------------------------------------------------------------------------- main
 def main(argv: list[str] | None = None) -> None:
-    from gpudesk.engine.client import EngineError
+    from gpudesk.engine.protocol import EngineError
 
     try:
         app(args=argv, prog_name="gpudesk", standalone_mode=True)

@@ -16,19 +16,12 @@ from typing import Any
 import zmq
 
 from gpudesk.engine import protocol
+from gpudesk.engine.protocol import EngineError
 from gpudesk.engine.station import StationConfig
 from gpudesk.paths import Home
 
 DEFAULT_TIMEOUT_S = 30.0
 START_TIMEOUT_S = 20.0
-
-
-class EngineError(RuntimeError):
-    """The engine answered with an error, or could not be reached or started."""
-
-    def __init__(self, message: str, code: str = "unavailable") -> None:
-        super().__init__(message)
-        self.code = code
 
 
 def engine_pid(home: Home) -> int | None:
