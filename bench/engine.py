@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import platform
 import statistics
 import sys
@@ -29,7 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from gpudesk.engine.client import EngineClient, start_engine, submit_env
+from gpudesk.engine.client import EngineClient, engine_pid, start_engine, submit_env
 from gpudesk.engine.jobs import TERMINAL_STATE_NAMES
 from gpudesk.engine.station import StationConfig, host_cores
 from gpudesk.paths import Home
@@ -149,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             client.request("shutdown")
             client.close()
-            while os.path.exists(home.lock) and _locked(home):
+            while engine_pid(home) is not None:  # let it exit before its folder goes
                 time.sleep(0.05)
 
     if args.json:
@@ -173,12 +172,6 @@ def main(argv: list[str] | None = None) -> int:
           and result["latency_free_slot"]["p99_ms"] <= 100
           and result["throughput"]["failed"] == 0)
     return 0 if ok else 1
-
-
-def _locked(home: Home) -> bool:
-    from gpudesk.engine.client import engine_pid
-
-    return engine_pid(home) is not None
 
 
 if __name__ == "__main__":
