@@ -143,6 +143,8 @@ def submit(
                                        "program's name)."),
     gpus: int = typer.Option(0, "--gpus", help="GPUs the job needs."),
     mem: float | None = typer.Option(None, "--mem", help="GPU memory the job needs, GB."),
+    sm: float | None = typer.Option(None, "--sm", help="Share of a GPU's SMs the job keeps "
+                                    "busy, % (a hint for placement and the simulator)."),
     dataset: str | None = typer.Option(None, "--dataset", help="Dataset the job reads."),
     priority: int = typer.Option(0, "--priority", help="Higher runs first (-1000..1000)."),
     max_attempts: int = typer.Option(1, "--max-attempts", help="Retry a failed job up to this "
@@ -170,6 +172,7 @@ def submit(
         "env": _parse_env(env),
         "gpus": gpus,
         "memory_gb": mem,
+        "sm_pct": sm,
         "dataset": dataset,
         "priority": priority,
         "max_attempts": max_attempts,
@@ -177,7 +180,8 @@ def submit(
     try:
         spec = JobSpec.from_dict(raw)
     except SpecError as exc:
-        option = {"memory_gb": "--mem", "max_attempts": "--max-attempts"}.get(exc.key,
+        option = {"memory_gb": "--mem", "sm_pct": "--sm",
+                  "max_attempts": "--max-attempts"}.get(exc.key,
                                                                                 f"--{exc.key}")
         fail(f"{option}: {exc.message}", EXIT_USAGE)
     if not cwd.is_dir():
@@ -268,6 +272,7 @@ def show(
             lines.append(f"  #{a['number']}  {a['state']:<13} {a['placement'].get('slot', '-'):<7} "
                          f"pid {a['pid'] or '-':<8} exit {exit_code:<4} {took}")
             lines.append(f"      log {a['log']}")
+    lines.extend(_usage_lines(data.get("usage")))
     lines.append("events:")
     for e in data["events"]:
         lines.append(f"  {render.clock(e['ts'])}  {e['state'] or e['kind']:<10} {e['message']}")
@@ -275,6 +280,39 @@ def show(
         lines.append("environment:")
         lines.extend(f"  {k}={v}" for k, v in sorted(data["env"].items()))
     print("\n".join(lines))
+
+
+def _usage_lines(usage: dict[str, Any] | None) -> list[str]:
+    """What a job used: energy (with carbon), CPU, memory, I/O."""
+    from gpudesk import render
+
+    if not usage:
+        return ["usage:     not measured yet"]
+
+    def mib(value: float | None) -> str:
+        return "-" if value is None else f"{value:.0f} MiB"
+
+    lines = ["usage:"]
+    if usage["gpu_j"] is not None:
+        idle = usage["gpu_idle_j"]
+        how = {"exclusive": "exclusive GPU", "sm share": "shared GPU, split by SM share",
+               "even": "shared GPU, split evenly"}.get(usage["split"] or "", "")
+        source = "energy counter" if usage["gpu_source"] == "counter" else \
+            f"{usage['gpu_source']} power"
+        baseline = (f" = {render.joules(usage['gpu_above_idle_j'])} above an idle baseline of "
+                    f"{render.joules(idle)}" if idle is not None else " (idle baseline unknown)")
+        lines.append(f"  GPU energy {render.joules(usage['gpu_j'])}{baseline}  [{source}; {how}]"
+                     + ("  ESTIMATE" if usage["estimate"] else ""))
+    cpu = usage["cpu_j"]
+    lines.append("  CPU energy " + (f"{render.joules(cpu)} (RAPL, by share of busy CPU time)"
+                                    if cpu is not None else "n/a (RAPL not readable here)"))
+    if usage["total_j"] is not None:
+        lines.append(f"  carbon     {usage['carbon_g']:.2f} g CO2e at "
+                     f"{usage['grid_g_per_kwh']:g} g/kWh")
+    lines.append(f"  CPU time   {render.duration(usage['cpu_s'])}   peak RSS "
+                 f"{mib(usage['rss_peak_mib'])}   I/O read {mib(usage['io_read_mib'])} "
+                 f"written {mib(usage['io_write_mib'])}")
+    return lines
 
 
 # -------------------------------------------------------------------------- logs
@@ -434,9 +472,12 @@ def engine_status(json_out: bool = typer.Option(False, "--json", help="Print JSO
     print(f"engine: running (pid {status['pid']}, version {status['version']}, up "
           f"{render.duration(time.time() - status['started_at'])})")
     print(f"home:    {status['home']}")
-    print(f"station: backend {station['effective_backend']}, policy {station['policy']}, "
+    print(f"station: backend {station['effective_backend']}"
+          + (" (SIMULATED)" if station.get("simulated") else "") + f", policy {station['policy']}, "
           f"{status['slots']['busy']}/{status['slots']['total']} slots busy, "
           f"{station['cores']} cores, {station['gpus']} GPUs")
+    if station.get("gpu_problem"):
+        print(f"GPUs:    {station['gpu_problem']}")
     print("jobs:    " + ", ".join(f"{n} {s}" for s, n in counts.items()))
 
 

@@ -19,6 +19,7 @@ import zmq
 from gpudesk import render
 from gpudesk.engine.client import EngineClient, submit_env
 from gpudesk.engine.jobs import TERMINAL_STATE_NAMES
+from gpudesk.engine.telemetry.energy import summarize
 from gpudesk.profile import Profile
 
 REFRESH_S = 0.5  # refresh at least this often even without events
@@ -37,6 +38,9 @@ class RunReport:
     ended_at: float = 0.0
     interrupted: bool = False
     jobs: list[dict[str, Any]] = field(default_factory=list)
+    backend: str = "none"
+    simulated: bool = False
+    grid_g_per_kwh: float | None = None
 
     @property
     def counts(self) -> dict[str, int]:
@@ -49,9 +53,19 @@ class RunReport:
     def succeeded(self) -> bool:
         return bool(self.jobs) and all(j["state"] == "succeeded" for j in self.jobs)
 
+    @property
+    def energy(self) -> dict[str, Any] | None:
+        """The run's usage summed over its jobs (None when nothing was measured)."""
+        usages = [j["usage"] for j in self.jobs if j.get("usage")]
+        if not usages or self.grid_g_per_kwh is None:
+            return None
+        return summarize(usages, self.grid_g_per_kwh)
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "profile": self.profile,
+            "backend": self.backend,
+            "simulated": self.simulated,
             "group": self.group,
             "started_at": self.started_at,
             "ended_at": self.ended_at,
@@ -59,6 +73,7 @@ class RunReport:
             "interrupted": self.interrupted,
             "succeeded": self.succeeded,
             "counts": self.counts,
+            "energy": self.energy,
             "jobs": [
                 {
                     "id": j["id"],
@@ -69,6 +84,7 @@ class RunReport:
                     "exit_code": j["exit_code"],
                     "reason": j["reason"],
                     "log": j["log"],
+                    "usage": j.get("usage"),
                 }
                 for j in self.jobs
             ],
@@ -77,16 +93,33 @@ class RunReport:
     def text(self) -> str:
         rows = [
             (j["id"], j["name"], j["state"], j["attempts"], render.duration(render.job_runtime(j)),
-             j["exit_code"], render.shorten_path(j["log"]))
+             j["exit_code"], render.energy(j.get("usage")), render.shorten_path(j["log"]))
             for j in self.jobs
         ]
-        table = render.table(("ID", "NAME", "STATE", "ATTEMPTS", "WALL", "EXIT", "LOG"), rows,
-                             max_widths={1: 32}, right=(0, 3, 4, 5))
+        table = render.table(("ID", "NAME", "STATE", "ATTEMPTS", "WALL", "EXIT", "ENERGY", "LOG"),
+                             rows, max_widths={1: 32}, right=(0, 3, 4, 5, 6))
         counts = ", ".join(f"{n} {state}" for state, n in sorted(self.counts.items()))
         head = f"{self.profile}: {counts} in {render.duration(self.ended_at - self.started_at)}"
         if self.interrupted:
             head += " (interrupted)"
-        return f"{table}\n\n{head}"
+        return f"{table}\n\n{head}\n{self.energy_line()}"
+
+    def energy_line(self) -> str:
+        station = f"backend {self.backend}" + (", SIMULATED" if self.simulated else "")
+        energy = self.energy
+        if energy is None or energy["total_j"] is None:
+            return (f"energy: not measured ({station}: no GPU energy counter, and the CPU's RAPL "
+                    "counters are not readable)")
+        parts = []
+        if energy["gpu_j"] is not None:
+            idle = energy["gpu_idle_j"]
+            parts.append(f"GPU {render.joules(energy['gpu_j'])}"
+                         + (f" (idle baseline {render.joules(idle)})" if idle is not None else ""))
+        parts.append("CPU " + (render.joules(energy["cpu_j"]) if energy["cpu_j"] is not None
+                               else "n/a (RAPL not readable)"))
+        estimate = ", estimated for shared GPUs/CPU" if energy["estimate"] else ""
+        return (f"energy: {', '.join(parts)}; {energy['carbon_g']:.1f} g CO2e at "
+                f"{self.grid_g_per_kwh:g} g/kWh ({station}{estimate})")
 
 
 def _rounded(seconds: float | None) -> float | None:
@@ -186,7 +219,19 @@ def run_profile(
     finally:
         progress.close()
     report.ended_at = time.time()
+    _add_usage(client, report)
     return report
+
+
+def _add_usage(client: EngineClient, report: RunReport) -> None:
+    """Energy and resource use of the run's jobs, measured by the engine's sampler."""
+    station = client.request("status")["station"]
+    report.backend, report.simulated = station["effective_backend"], station["simulated"]
+    report.grid_g_per_kwh = station["grid_intensity"]
+    usage = {j["id"]: j["usage"] for j in
+             client.request("jobs", group=report.group, usage=True)["jobs"]}
+    for job in report.jobs:
+        job["usage"] = usage.get(job["id"])
 
 
 def _follow(client: EngineClient, events: zmq.Socket, group: str,

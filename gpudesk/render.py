@@ -29,6 +29,23 @@ def clock(ts: float | None) -> str:
     return time.strftime("%H:%M:%S", time.localtime(ts))
 
 
+def joules(value: float | None) -> str:
+    """Energy in J, kJ or MJ."""
+    if value is None:
+        return "n/a"
+    for unit, size in (("MJ", 1e6), ("kJ", 1e3)):
+        if value >= size:
+            return f"{value / size:.1f} {unit}"
+    return f"{value:.0f} J"
+
+
+def energy(usage: dict | None) -> str:
+    """A job's total energy for a table cell: "~" marks an estimate, "-" nothing measured."""
+    if not usage or usage.get("total_j") is None:
+        return "-"
+    return ("~" if usage.get("estimate") else "") + joules(usage["total_j"])
+
+
 def clip(text: str, width: int) -> str:
     return text if len(text) <= width else text[: max(0, width - 1)] + "…"
 

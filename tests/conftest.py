@@ -68,8 +68,8 @@ class EngineHandle:
         self.home = home
         self.client = EngineClient(home, timeout=10.0)
 
-    def start(self, slots: int = 2) -> int:
-        return start_engine(self.home, StationConfig(backend="none", slots=slots))
+    def start(self, slots: int = 2, backend: str = "none", **station: object) -> int:
+        return start_engine(self.home, StationConfig(backend=backend, slots=slots, **station))
 
     @property
     def pid(self) -> int | None:
@@ -127,6 +127,15 @@ def engine(home: Home) -> Iterator[EngineHandle]:
     """A real daemon (CPU-only station, 2 slots) in `home`; stopped by `home`'s teardown."""
     handle = EngineHandle(home)
     handle.start()
+    yield handle
+    handle.client.close()
+
+
+@pytest.fixture
+def sim_engine(home: Home) -> Iterator[EngineHandle]:
+    """A real daemon watching a simulated DGX Station A100 (4 GPUs), sampling every 0.2 s."""
+    handle = EngineHandle(home)
+    handle.start(backend="sim:dgx-station-a100", sample_interval=0.2)
     yield handle
     handle.client.close()
 

@@ -15,6 +15,7 @@ import fcntl
 import json
 import logging
 import os
+import queue
 import signal
 import socket
 import sys
@@ -34,6 +35,10 @@ from gpudesk.engine.protocol import ProtocolError
 from gpudesk.engine.queue import JobQueue
 from gpudesk.engine.station import StationConfig, host_cores
 from gpudesk.engine.store import AttemptRecord, JobRecord, Store, UnknownJob
+from gpudesk.engine.telemetry.backend import make_backend
+from gpudesk.engine.telemetry.energy import summarize
+from gpudesk.engine.telemetry.monitor import Monitor, RawSample, TrackedAttempt
+from gpudesk.engine.telemetry.sampler import SamplerThread
 from gpudesk.paths import Home
 
 log = logging.getLogger("gpudesk.engine")
@@ -45,6 +50,10 @@ ADOPTED_POLL_S = 0.2
 IDLE_POLL_S = 1.0
 LOCK_RETRY_S = 1.0
 RETRY_AFTER_ERROR_S = 2.0
+STORE_SAMPLES_EVERY_S = 10.0  # the store keeps means over this window; live views get every sample
+SAMPLE_RETENTION_S = 30 * 24 * 3600.0
+PRUNE_EVERY_S = 3600.0
+MAX_HISTORY_POINTS = 600
 
 
 class AlreadyRunning(RuntimeError):
@@ -57,6 +66,7 @@ class LiveAttempt:
     pid: int
     start_time: float | None
     slot: str
+    gpus: tuple[int, ...] = ()
     is_child: bool = False  # started by this engine (reaped by it); False when re-adopted
     returncode: int | None = None  # the wrapper's status once reaped
     kill_at: float | None = None  # when to escalate a cancel to SIGKILL
@@ -109,10 +119,21 @@ class Engine:
             "cancel": self.op_cancel,
             "configure": self.op_configure,
             "shutdown": self.op_shutdown,
+            "telemetry": self.op_telemetry,
         }
         self.ctx = zmq.Context.instance()
         self.control = self.ctx.socket(zmq.ROUTER)
         self.events = self.ctx.socket(zmq.PUB)
+        self.wake_r, self.wake_w = socket.socketpair()
+        self.wake_r.setblocking(False)
+        self.wake_w.setblocking(False)
+        self.samples: queue.SimpleQueue[RawSample] = queue.SimpleQueue()
+        self.tracked: tuple[TrackedAttempt, ...] = ()  # read by the sampler thread
+        self.monitor = self._make_monitor(config)
+        self.sampler: SamplerThread | None = None
+        self.lost_gpus: frozenset[int] = frozenset()
+        self.store_samples_at = time.monotonic() + STORE_SAMPLES_EVERY_S
+        self.prune_at = time.monotonic()
 
     # ----------------------------------------------------------- life cycle
     def bind(self) -> None:
@@ -127,6 +148,12 @@ class Engine:
             os.chmod(path, 0o600)
 
     def close(self) -> None:
+        self._stop_sampler()
+        with contextlib.suppress(Exception):  # best effort: a full disk must not block exit
+            self._flush_telemetry(force=True)
+        self.monitor.close()
+        self.wake_r.close()
+        self.wake_w.close()
         for sock, endpoint in ((self.control, self.home.control_endpoint),
                                (self.events, self.home.events_endpoint)):
             sock.close(linger=0)
@@ -143,7 +170,8 @@ class Engine:
                 pid = runner.read_wrapper_pid(attempt.dir)
                 start_time = None
             slot = str(attempt.placement.get("slot", "?"))
-            live = LiveAttempt(attempt, pid or 0, start_time, slot)
+            gpus = tuple(int(i) for i in attempt.placement.get("gpus", ()))
+            live = LiveAttempt(attempt, pid or 0, start_time, slot, gpus)
             if pid and runner.is_alive(pid, start_time):
                 self.live[attempt.id] = live
                 adopted += 1
@@ -158,6 +186,7 @@ class Engine:
                 self.settle(live, returncode=None)
                 settled += 1
         self.queue = JobQueue(self.store.queued())
+        self._track()
         if adopted or settled:
             message = f"re-adopted {adopted} running attempt(s), settled {settled}"
             log.info(message)
@@ -170,10 +199,8 @@ class Engine:
         self.publish_job(attempt.job_id, message)
 
     def run(self) -> None:
-        wake_r, wake_w = socket.socketpair()
-        wake_r.setblocking(False)
-        wake_w.setblocking(False)
-        signal.set_wakeup_fd(wake_w.fileno(), warn_on_full_buffer=False)
+        wake_r = self.wake_r
+        signal.set_wakeup_fd(self.wake_w.fileno(), warn_on_full_buffer=False)
         signal.signal(signal.SIGCHLD, lambda *_: None)
         signal.signal(signal.SIGTERM, self._stop_signal)
         signal.signal(signal.SIGINT, self._stop_signal)
@@ -181,8 +208,9 @@ class Engine:
         poller = zmq.Poller()
         poller.register(self.control, zmq.POLLIN)
         poller.register(wake_r.fileno(), zmq.POLLIN)
-        log.info("engine %s ready (pid %d, station %s)", __version__, os.getpid(),
-                 json.dumps(self.config.to_dict()))
+        self._start_sampler()
+        log.info("engine %s ready (pid %d, station %s, GPU backend %s)", __version__, os.getpid(),
+                 json.dumps(self.config.to_dict()), self.monitor.backend.name)
         while not self.stopping:
             ready = dict(poller.poll(self._poll_timeout_ms()))
             if wake_r.fileno() in ready:
@@ -195,7 +223,7 @@ class Engine:
                 self._serve_requests()
             # A failing step (a full disk, say) is logged and retried; it never stops the engine,
             # which would strand the jobs it watches.
-            for step in (self.check_attempts, self._schedule_if_due):
+            for step in (self.check_attempts, self._schedule_if_due, self.ingest_samples):
                 try:
                     step()
                 except Exception:
@@ -203,8 +231,6 @@ class Engine:
                     self.retry_at = time.monotonic() + RETRY_AFTER_ERROR_S
         log.info("engine stopping; %d attempt(s) keep running", len(self.live))
         signal.set_wakeup_fd(-1)
-        wake_r.close()
-        wake_w.close()
 
     def _stop_signal(self, signum: int, _frame: Any) -> None:
         log.info("received %s", signal.Signals(signum).name)
@@ -277,10 +303,14 @@ class Engine:
             "home": str(self.home.root),
             "started_at": self.started_at,
             "station": {**self.config.to_dict(),
-                        "effective_backend": self.config.effective_backend,
+                        "effective_backend": self.monitor.backend.name,
+                        "simulated": self.monitor.simulated,
+                        "gpu_problem": view.gpu_problem,
                         "effective_slots": self.config.effective_slots,
                         "cores": self.cores, "gpus": view.gpu_count},
             "slots": {"total": len(view.slots), "busy": len(view.busy_slots)},
+            "gpus": {"total": view.gpu_count, "busy": len(view.busy_gpus),
+                     "lost": len(view.lost_gpus)},
             "counts": self.store.counts(),
         }
 
@@ -333,7 +363,12 @@ class Engine:
             raise ProtocolError(protocol.INVALID_ARGS, "'limit' must be a positive integer")
         jobs = self.store.jobs(states=states, group=group, ids=ids, limit=limit)
         live_by_job = self._live_by_job()
-        return {"jobs": [self.job_dict(job, live_by_job) for job in jobs]}
+        result = [self.job_dict(job, live_by_job) for job in jobs]
+        if args.get("usage"):
+            usage = self.job_usage([job.id for job in jobs])
+            for data in result:
+                data["usage"] = usage.get(data["id"])
+        return {"jobs": result}
 
     def op_show(self, args: dict[str, Any]) -> dict[str, Any]:
         job = self.resolve(args.get("job"))
@@ -342,6 +377,7 @@ class Engine:
             "attempts": [a.to_dict() for a in self.store.attempts(job.id)],
             "events": [e.to_dict() for e in self.store.events(job.id)],
             "waiting": None,
+            "usage": self.job_usage([job.id]).get(job.id),
         }
         if job.state is JobState.QUEUED:
             queue = self.queue.ordered()
@@ -376,14 +412,147 @@ class Engine:
         if changed:
             log.info("station reconfigured: %s -> %s", self.config.to_dict(), config.to_dict())
             self.store.add_event("engine", f"station reconfigured: {json.dumps(config.to_dict())}")
+            telemetry_changed = (config.backend, config.sample_interval, config.grid_intensity) != (
+                self.config.backend, self.config.sample_interval, self.config.grid_intensity)
             self.config, self.policy = config, policy
             self.store.set_setting("station", config.to_dict())
+            if telemetry_changed:
+                self._restart_telemetry()
             self.dirty = True
         return {"station": config.to_dict(), "changed": changed}
 
     def op_shutdown(self, _args: dict[str, Any]) -> dict[str, Any]:
         self.stopping = True
         return {"running_attempts": len(self.live)}
+
+    def op_telemetry(self, args: dict[str, Any]) -> dict[str, Any]:
+        """The latest station view (None before the first sample) and, on request, the last
+        `history` points of each GPU's series."""
+        points = args.get("history", 0)
+        if isinstance(points, bool) or not isinstance(points, int) \
+                or not 0 <= points <= MAX_HISTORY_POINTS:
+            raise ProtocolError(protocol.INVALID_ARGS,
+                                f"'history' must be 0 to {MAX_HISTORY_POINTS} points")
+        self.ingest_samples()  # anything the sampler delivered since the loop last looked
+        snapshot = self.monitor.latest
+        if snapshot is not None:
+            snapshot = {**snapshot, "interval_s": self.config.sample_interval}
+        history = list(self.monitor.history)[-points:] if points else []
+        return {"snapshot": snapshot, "history": history}
+
+    # ------------------------------------------------------------- telemetry
+    def _make_monitor(self, config: StationConfig) -> Monitor:
+        saved = self.store.setting("idle_power_w")
+        monitor = Monitor(make_backend(config.backend), grid_g_per_kwh=config.grid_intensity,
+                          idle_power_w=saved if isinstance(saved, dict) else None)
+        monitor.open()  # the inventory is needed for placement before the first sample
+        return monitor
+
+    def _start_sampler(self) -> None:
+        self.sampler = SamplerThread(self.monitor, self.config.sample_interval,
+                                     lambda: self.tracked, self._deliver)
+        self.sampler.start()
+
+    def _stop_sampler(self) -> None:
+        if self.sampler is not None:
+            self.sampler.stop()
+            self.sampler = None
+
+    def _restart_telemetry(self) -> None:
+        """A new backend, interval or grid intensity: a fresh monitor, usage carried over."""
+        self._stop_sampler()
+        self.ingest_samples()
+        usage = self.monitor.usage
+        self.monitor.close()
+        self.monitor = self._make_monitor(self.config)
+        self.monitor.usage.update(usage)
+        self.lost_gpus = frozenset()
+        self._start_sampler()
+
+    def _deliver(self, raw: RawSample) -> None:
+        """Called on the sampler thread: queue the sample and wake the loop."""
+        self.samples.put(raw)
+        with contextlib.suppress(OSError):  # a full wakeup pipe already means "wake up"
+            self.wake_w.send(b"s")
+
+    def ingest_samples(self) -> None:
+        while True:
+            try:
+                raw = self.samples.get_nowait()
+            except queue.Empty:
+                break
+            view = self.monitor.ingest(raw)
+            lost = frozenset(g["index"] for g in view["gpus"] if g["lost"])
+            if lost != self.lost_gpus:
+                for index in sorted(lost - self.lost_gpus):
+                    message = f"GPU {index} is lost (fell off the bus); no job is placed on it"
+                    log.warning(message)
+                    self.store.add_event("gpu", message)
+                self.lost_gpus, self.dirty = lost, True
+            # NOBLOCK: a slow subscriber must never stall the engine.
+            with contextlib.suppress(zmq.ZMQError):
+                self.events.send_multipart(protocol.encode_event("telemetry", view), zmq.NOBLOCK)
+        self._flush_telemetry()
+
+    def _flush_telemetry(self, force: bool = False) -> None:
+        """Write the downsampled series and running attempts' usage to the store."""
+        now = time.monotonic()
+        if not force and now < self.store_samples_at:
+            return
+        self.store_samples_at = now + STORE_SAMPLES_EVERY_S
+        averages = self.monitor.drain_averages()
+        ts = time.time()
+        gpu_rows = [(ts, index, metric, mean.value) for (index, metric), mean
+                    in averages.gpus.items() if mean.value is not None]
+        job_rows = [(ts, job, attempt, metric, mean.value) for (job, attempt, metric), mean
+                    in averages.jobs.items() if mean.value is not None]
+        self.store.add_samples(gpu_rows, job_rows)
+        self._record_usage(self.monitor.usage.values())
+        latest = self.monitor.latest
+        if latest:
+            idle = {g["uuid"]: g["idle_power_w"] for g in latest["gpus"]
+                    if g["uuid"] and g["idle_power_w"] is not None
+                    and not self.monitor.simulated}
+            if idle:
+                self.store.set_setting("idle_power_w", idle)
+        if now >= self.prune_at:
+            self.prune_at = now + PRUNE_EVERY_S
+            self.store.prune_samples(ts - SAMPLE_RETENTION_S)
+
+    def _record_usage(self, usages: Any) -> None:
+        grid = self.config.grid_intensity
+        self.store.record_usage([(u.attempt_id, u.job_id, u.to_dict(grid)) for u in usages])
+
+    def job_usage(self, job_ids: list[int]) -> dict[int, dict[str, Any]]:
+        """Each job's usage summed over its attempts; a running attempt's figures are live."""
+        grid = self.config.grid_intensity
+        stored = self.store.usage(job_ids)
+        live = {u.attempt_id: u for u in self.monitor.usage.values()}
+        numbers = {live_attempt.attempt.id: live_attempt.attempt.number
+                   for live_attempt in self.live.values()}
+        result = {}
+        for job_id in job_ids:
+            attempts = {a["attempt"]: a for a in stored.get(job_id, [])}
+            for attempt_id, usage in live.items():
+                if usage.job_id == job_id and attempt_id in numbers:
+                    attempts[numbers[attempt_id]] = {"attempt": numbers[attempt_id],
+                                                     **usage.to_dict(grid)}
+            ordered = [attempts[n] for n in sorted(attempts)]
+            summary = summarize(ordered, grid)
+            if summary is not None:
+                result[job_id] = {**summary, "grid_g_per_kwh": grid, "per_attempt": ordered}
+        return result
+
+    def _track(self) -> None:
+        """Tell the sampler which attempts run where (it reads `self.tracked` on its thread)."""
+        tracked = []
+        for live in self.live.values():
+            job = self.store.job(live.attempt.job_id)
+            tracked.append(TrackedAttempt(
+                attempt_id=live.attempt.id, job_id=job.id, name=job.name, pgid=live.pid,
+                slot=live.slot, gpus=live.gpus, memory_gb=job.spec.memory_gb,
+                sm_pct=job.spec.sm_pct, started_at=live.attempt.started_at or job.started_at))
+        self.tracked = tuple(tracked)
 
     # ------------------------------------------------------------ job logic
     def resolve(self, ref: Any) -> JobRecord:
@@ -431,8 +600,14 @@ class Engine:
         live.kill_at = deadline if live.kill_at is None else min(live.kill_at, deadline)
 
     def station_view(self) -> StationView:
-        busy = frozenset(live.slot for live in self.live.values())
-        return StationView(config=self.config, cores=self.cores, busy_slots=busy)
+        busy = frozenset(live.slot for live in self.live.values() if not live.gpus)
+        busy_gpus = frozenset(i for live in self.live.values() for i in live.gpus)
+        monitor = self.monitor
+        return StationView(config=self.config, cores=self.cores, busy_slots=busy,
+                           backend=monitor.backend.name, gpus=monitor.inventory,
+                           busy_gpus=busy_gpus, lost_gpus=self.lost_gpus,
+                           gpu_problem=None if monitor.opened else monitor.open_problem,
+                           simulated=monitor.simulated)
 
     def schedule(self) -> None:
         self.dirty = False
@@ -481,7 +656,8 @@ class Engine:
             return
         self.store.attempt_launched(attempt.id, launched.pid, launched.start_time)
         self.live[attempt.id] = LiveAttempt(attempt, launched.pid, launched.start_time,
-                                            placement.slot, is_child=True)
+                                            placement.slot, placement.gpus, is_child=True)
+        self._track()
         self.publish_job(job.id, f"attempt {attempt.number} started on {placement.slot}")
 
     def check_attempts(self) -> None:
@@ -537,6 +713,13 @@ class Engine:
                                   message=message, exit_code=exit_code, signal=signal_number,
                                   ended_at=record.ended_at if record else None)
         self.live.pop(attempt.id, None)  # only once the outcome is stored
+        self._track()
+        usage = self.monitor.finish(attempt.id)
+        if usage is not None:
+            try:
+                self._record_usage([usage])
+            except Exception:  # the outcome is stored; losing the last usage figures is not fatal
+                log.exception("could not store the usage of attempt %d", attempt.id)
         if state is JobState.QUEUED:
             self.queue.add(self.store.job(job.id))
         self.dirty = True

@@ -1,5 +1,6 @@
 """Host-side readings through psutil: the machine's CPU and memory, and what each job's process
-group uses. CPU use is cumulative (seconds); a percentage is the change between two samples."""
+group (its whole process tree, unless a process left the group with setsid) uses. CPU time and
+I/O bytes are cumulative; a rate is the change between two samples."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import os
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import psutil
 
@@ -19,6 +21,7 @@ class HostSample:
     memory_used: int
     memory_total: int
     load_avg: tuple[float, float, float]
+    busy_seconds: float  # CPU time spent not idle, summed over all cores, since boot
 
 
 @dataclass(frozen=True)
@@ -29,10 +32,14 @@ class GroupSample:
     processes: int
     cpu_seconds: float
     rss_bytes: int
+    io_read_bytes: int = 0  # storage I/O, where the kernel reports it for these processes
+    io_write_bytes: int = 0
 
 
 def sample_host() -> HostSample:
     memory = psutil.virtual_memory()
+    times = psutil.cpu_times()
+    idle = times.idle + getattr(times, "iowait", 0.0)
     return HostSample(
         taken_at=time.monotonic(),
         cpu_pct=psutil.cpu_percent(interval=None),
@@ -40,6 +47,7 @@ def sample_host() -> HostSample:
         memory_used=memory.total - memory.available,
         memory_total=memory.total,
         load_avg=os.getloadavg(),
+        busy_seconds=sum(times) - idle,
     )
 
 
@@ -61,14 +69,22 @@ def group_processes(pgids: Iterable[int],
 
 
 def sample_groups(pgids: Iterable[int]) -> dict[int, GroupSample]:
-    """CPU seconds and resident memory summed over each group's live processes."""
+    """CPU seconds, resident memory and I/O bytes summed over each group's live processes."""
     samples = {}
-    for pgid, procs in group_processes(pgids, ("cpu_times", "memory_info")).items():
-        cpu_s = sum(p.info["cpu_times"].user + p.info["cpu_times"].system
-                    for p in procs if p.info["cpu_times"])
+    attrs = ("cpu_times", "memory_info", "io_counters")
+    for pgid, procs in group_processes(pgids, attrs).items():
+        cpu_s = sum(_cpu_seconds(p.info["cpu_times"]) for p in procs if p.info["cpu_times"])
         rss = sum(p.info["memory_info"].rss for p in procs if p.info["memory_info"])
-        samples[pgid] = GroupSample(pgid, len(procs), cpu_s, rss)
+        io = [p.info["io_counters"] for p in procs if p.info.get("io_counters")]
+        samples[pgid] = GroupSample(pgid, len(procs), cpu_s, rss,
+                                    sum(c.read_bytes for c in io), sum(c.write_bytes for c in io))
     return samples
+
+
+def _cpu_seconds(times: Any) -> float:  # psutil.Process.cpu_times()
+    # Children the process waited for count too: a shell's finished commands stay in the total.
+    return (times.user + times.system + getattr(times, "children_user", 0.0)
+            + getattr(times, "children_system", 0.0))
 
 
 def cpu_percent(before: GroupSample | None, after: GroupSample, seconds: float) -> float | None:

@@ -167,7 +167,7 @@ def _int_in(lo: int, hi: int) -> Callable[[Any], int]:
     return check
 
 
-def _number_in(lo: float, hi: float, *, lo_open: bool = False) -> Callable[[Any], float | None]:
+def number_in(lo: float, hi: float, *, lo_open: bool = False) -> Callable[[Any], float | None]:
     bound = f"above {lo:g}" if lo_open else f"from {lo:g}"
 
     def check(value: Any) -> float | None:
@@ -214,8 +214,8 @@ def check_bool(value: Any) -> bool:
 check_gpus = _int_in(0, MAX_GPUS)
 check_priority = _int_in(*PRIORITY_RANGE)
 check_max_attempts = _int_in(1, MAX_ATTEMPTS)
-check_memory_gb = _number_in(0.0, 16384.0, lo_open=True)
-check_sm_pct = _number_in(0.0, 100.0)
+check_memory_gb = number_in(0.0, 16384.0, lo_open=True)
+check_sm_pct = number_in(0.0, 100.0)
 
 
 @dataclass(frozen=True)

@@ -14,13 +14,14 @@ from typing import Any, Protocol
 
 from gpudesk.engine.station import StationConfig
 from gpudesk.engine.store import JobRecord
+from gpudesk.engine.telemetry.model import GpuInfo
 
 
 @dataclass(frozen=True)
 class Placement:
     job_id: int
     slot: str
-    mode: str  # "cpu" on a CPU-only station; sharing modes arrive with GPU placement
+    mode: str  # "cpu", or "exclusive" for whole GPUs; sharing modes arrive with collocation
     reason: str
     gpus: tuple[int, ...] = ()
     env: Mapping[str, str] = field(default_factory=dict)  # set as given (device visibility)
@@ -51,7 +52,21 @@ class StationView:
     config: StationConfig
     cores: int
     busy_slots: frozenset[str] = frozenset()
-    gpu_count: int = 0
+    backend: str = "none"  # the backend in use (auto resolved)
+    gpus: tuple[GpuInfo, ...] = ()
+    busy_gpus: frozenset[int] = frozenset()
+    lost_gpus: frozenset[int] = frozenset()
+    gpu_problem: str | None = None  # the backend cannot read the GPUs right now
+    simulated: bool = False
+
+    @property
+    def gpu_count(self) -> int:
+        return len(self.gpus)
+
+    @property
+    def free_gpus(self) -> list[GpuInfo]:
+        return [g for g in self.gpus
+                if g.index not in self.busy_gpus and g.index not in self.lost_gpus]
 
     @property
     def slots(self) -> list[str]:
@@ -65,6 +80,10 @@ class StationView:
     def threads_per_slot(self) -> int:
         return max(1, self.cores // self.config.effective_slots)
 
+    @property
+    def threads_per_gpu(self) -> int:
+        return max(1, self.cores // max(1, self.gpu_count))
+
 
 class PlacementPolicy(Protocol):
     name: str
@@ -76,21 +95,33 @@ class PlacementPolicy(Protocol):
 
 
 class FifoPolicy:
-    """First come, first served over the station's job slots (higher priority first)."""
+    """First come, first served (higher priority first), over two pools: CPU slots for jobs
+    that need no GPU, and whole GPUs, held exclusively, for jobs that do. Within a pool a job
+    never overtakes an earlier one that is still waiting."""
 
     name = "fifo"
 
     def place(self, queue: Sequence[JobRecord], station: StationView) -> Decision:
-        free = station.free_slots
+        free_slots = station.free_slots
+        free_gpus = station.free_gpus
+        gpu_pool_blocked = station.gpu_problem is not None
         placements: list[Placement] = []
         rejections: list[Rejection] = []
         for job in queue:
-            if job.spec.gpus > station.gpu_count:
-                rejections.append(Rejection(job.id, _no_gpus(job, station)))
+            if job.spec.gpus:
+                impossible = _impossible_on_gpus(job, station)
+                if impossible:
+                    rejections.append(Rejection(job.id, impossible))
+                    continue
+                if gpu_pool_blocked or len(free_gpus) < job.spec.gpus:
+                    gpu_pool_blocked = True  # keep scanning only to reject impossible jobs
+                    continue
+                taken, free_gpus = free_gpus[:job.spec.gpus], free_gpus[job.spec.gpus:]
+                placements.append(_exclusive(job, taken, station))
                 continue
-            if not free:
-                continue  # keep scanning only to reject impossible jobs early
-            slot = free.pop(0)
+            if not free_slots:
+                continue
+            slot = free_slots.pop(0)
             placements.append(Placement(
                 job_id=job.id,
                 slot=slot,
@@ -104,24 +135,67 @@ class FifoPolicy:
 
     def explain_wait(self, job: JobRecord, queue: Sequence[JobRecord],
                      station: StationView) -> str:
-        ahead = sum(1 for other in queue if other.id != job.id and _before(other, job))
-        total = len(station.slots)
-        busy = total - len(station.free_slots)
-        text = f"waiting for a free slot ({busy}/{total} busy"
+        wants_gpu = bool(job.spec.gpus)
+        ahead = sum(1 for other in queue if other.id != job.id and _before(other, job)
+                    and bool(other.spec.gpus) == wants_gpu)
+        if wants_gpu:
+            if station.gpu_problem:
+                return f"waiting: the GPUs cannot be read ({station.gpu_problem})"
+            usable = station.gpu_count - len(station.lost_gpus)
+            text = (f"waiting for {_gpus(job.spec.gpus)} "
+                    f"({len(station.free_gpus)} of {usable} free")
+        else:
+            total = len(station.slots)
+            busy = total - len(station.free_slots)
+            text = f"waiting for a free slot ({busy}/{total} busy"
         return text + (f", {ahead} queued ahead of it)" if ahead else ")")
+
+
+def _exclusive(job: JobRecord, taken: list[GpuInfo], station: StationView) -> Placement:
+    indices = tuple(g.index for g in taken)
+    listed = ",".join(str(i) for i in indices)
+    env = {"GPUDESK_GPUS": listed}
+    if station.simulated:
+        # Simulated GPUs do not exist: the job runs on the CPU and the simulator plays its load.
+        env.update({"CUDA_VISIBLE_DEVICES": "", "GPUDESK_SIMULATED_GPUS": listed})
+    elif all(g.uuid for g in taken):
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(g.uuid for g in taken)  # type: ignore[misc]
+    else:
+        env.update({"CUDA_VISIBLE_DEVICES": listed, "CUDA_DEVICE_ORDER": "PCI_BUS_ID"})
+    return Placement(
+        job_id=job.id,
+        slot="gpu:" + listed,
+        mode="exclusive",
+        reason=f"first come, first served: GPU {listed} free",
+        gpus=indices,
+        env=env,
+        env_defaults={"OMP_NUM_THREADS": str(station.threads_per_gpu * len(indices))},
+    )
 
 
 def _before(a: JobRecord, b: JobRecord) -> bool:
     return (-a.spec.priority, a.id) < (-b.spec.priority, b.id)
 
 
-def _no_gpus(job: JobRecord, station: StationView) -> str:
-    wanted = f"{job.spec.gpus} GPU{'s' if job.spec.gpus != 1 else ''}"
+def _gpus(count: int) -> str:
+    return f"{count} GPU{'s' if count != 1 else ''}"
+
+
+def _impossible_on_gpus(job: JobRecord, station: StationView) -> str | None:
+    """Why a GPU job can never run on this station, or None."""
+    if station.gpu_problem is not None:
+        return None  # the GPUs may come back: wait
+    wanted = _gpus(job.spec.gpus)
     if station.gpu_count == 0:
         return (f"the job asks for {wanted} but this station has none "
-                f"(backend {station.config.effective_backend}); submit it with gpus = 0 "
-                "to run on the CPU")
-    return f"the job asks for {wanted} but this station has only {station.gpu_count}"
+                f"(backend {station.backend}); submit it with gpus = 0 to run on the CPU")
+    if job.spec.gpus > station.gpu_count:
+        return f"the job asks for {wanted} but this station has only {station.gpu_count}"
+    largest = max((g.memory_total_mib or 0.0) for g in station.gpus)
+    if job.spec.memory_gb is not None and largest and job.spec.memory_gb * 1024 > largest:
+        return (f"the job asks for {job.spec.memory_gb:g} GB of GPU memory but the largest GPU "
+                f"here has {largest / 1024:.1f} GiB")
+    return None
 
 
 POLICIES: dict[str, type] = {"fifo": FifoPolicy}

@@ -1,21 +1,22 @@
-"""The station: which backend describes the hardware, which policy places jobs, and the slots
-a CPU-only station offers."""
+"""The station: which backend describes the hardware, which policy places jobs, the CPU slots
+it offers, how often it is sampled and the grid's carbon intensity for energy reports."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from gpudesk.engine.jobs import describe
+from gpudesk.engine.jobs import describe, number_in
+from gpudesk.engine.telemetry.backend import check_backend_name
+from gpudesk.engine.telemetry.energy import DEFAULT_GRID_G_PER_KWH
 
-# Backends this version can drive. `auto` means NVML when a driver answers, else `none`; NVML and
-# the simulated stations arrive with the telemetry work, until then `auto` resolves to `none`.
-BACKENDS: tuple[str, ...] = ("auto", "none")
 POLICIES: tuple[str, ...] = ("fifo",)
 MAX_SLOTS = 4096
-STATION_KEYS = ("backend", "policy", "slots")
+DEFAULT_SAMPLE_INTERVAL_S = 1.0
+STATION_KEYS = ("backend", "policy", "slots", "sample_interval", "grid_intensity")
 
 
 def host_cores() -> int:
@@ -26,9 +27,7 @@ def host_cores() -> int:
 
 
 def check_backend(value: Any) -> str:
-    if value not in BACKENDS:
-        raise ValueError(f"expected one of {', '.join(BACKENDS)}, found {describe(value)}")
-    return value
+    return check_backend_name(value)
 
 
 def check_policy(value: Any) -> str:
@@ -45,22 +44,25 @@ def check_slots(value: Any) -> int | None:
     return value
 
 
-STATION_CHECKS = {"backend": check_backend, "policy": check_policy, "slots": check_slots}
+check_sample_interval = number_in(0.1, 60.0)  # seconds between GPU and host readings
+check_grid_intensity = number_in(0.0, 2000.0)  # g CO2e per kWh
+
+STATION_CHECKS = {"backend": check_backend, "policy": check_policy, "slots": check_slots,
+                  "sample_interval": check_sample_interval,
+                  "grid_intensity": check_grid_intensity}
 
 
 @dataclass(frozen=True)
 class StationConfig:
     backend: str = "auto"
     policy: str = "fifo"
-    slots: int | None = None  # concurrent jobs on a CPU-only station; None = number of cores
+    slots: int | None = None  # concurrent CPU jobs; None = number of cores
+    sample_interval: float = DEFAULT_SAMPLE_INTERVAL_S
+    grid_intensity: float = DEFAULT_GRID_G_PER_KWH  # g CO2e per kWh, for carbon figures
 
     @property
     def effective_slots(self) -> int:
         return self.slots if self.slots is not None else host_cores()
-
-    @property
-    def effective_backend(self) -> str:
-        return "none" if self.backend == "auto" else self.backend
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -92,4 +94,4 @@ class StationConfig:
             checked = check_backend(backend)
         except ValueError as exc:
             raise ValueError(f"GPUDESK_BACKEND: {exc}") from None
-        return StationConfig(backend=checked, policy=self.policy, slots=self.slots)
+        return dataclasses.replace(self, backend=checked)

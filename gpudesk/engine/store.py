@@ -103,6 +103,33 @@ MIGRATIONS: tuple[str, ...] = (
         value TEXT NOT NULL
     );
     """,
+    # 2: telemetry. Downsampled series per GPU and per job attempt, and what each attempt used
+    # (energy, CPU, memory, I/O), kept up to date while it runs. metric_samples was never written.
+    """
+    DROP TABLE metric_samples;
+    CREATE TABLE gpu_samples (
+        ts REAL NOT NULL,
+        gpu INTEGER NOT NULL,
+        metric TEXT NOT NULL,
+        value REAL NOT NULL
+    );
+    CREATE INDEX gpu_samples_by_gpu ON gpu_samples (gpu, metric, ts);
+    CREATE TABLE job_samples (
+        ts REAL NOT NULL,
+        job_id INTEGER NOT NULL REFERENCES jobs(id),
+        attempt_id INTEGER NOT NULL,
+        metric TEXT NOT NULL,
+        value REAL NOT NULL
+    );
+    CREATE INDEX job_samples_by_job ON job_samples (job_id, metric, ts);
+    CREATE TABLE attempt_usage (
+        attempt_id INTEGER PRIMARY KEY REFERENCES attempts(id),
+        job_id INTEGER NOT NULL REFERENCES jobs(id),
+        updated_at REAL NOT NULL,
+        usage TEXT NOT NULL
+    );
+    CREATE INDEX attempt_usage_by_job ON attempt_usage (job_id);
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -576,3 +603,53 @@ class Store:
                 "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
                 (key, json.dumps(value)),
             )
+
+    # ------------------------------------------------------------ telemetry
+    def record_usage(self, usages: Iterable[tuple[int, int, Mapping[str, Any]]],
+                     now: float | None = None) -> None:
+        """(attempt id, job id, usage dict) for each attempt, replacing what was stored."""
+        now = time.time() if now is None else now
+        with self.transaction() as conn:
+            conn.executemany(
+                "INSERT INTO attempt_usage (attempt_id, job_id, updated_at, usage) "
+                "VALUES (?, ?, ?, ?) ON CONFLICT (attempt_id) DO UPDATE SET "
+                "updated_at = excluded.updated_at, usage = excluded.usage",
+                [(a, j, now, json.dumps(dict(u))) for a, j, u in usages])
+
+    def usage(self, job_ids: Sequence[int]) -> dict[int, list[dict[str, Any]]]:
+        """Each job's per-attempt usage, oldest attempt first."""
+        if not job_ids:
+            return {}
+        marks = ",".join("?" * len(job_ids))
+        rows = self._conn.execute(
+            "SELECT u.job_id, a.number, u.usage FROM attempt_usage u "
+            "JOIN attempts a ON a.id = u.attempt_id "
+            f"WHERE u.job_id IN ({marks}) ORDER BY u.job_id, a.number", list(job_ids))
+        found: dict[int, list[dict[str, Any]]] = {}
+        for job_id, number, usage in rows:
+            found.setdefault(job_id, []).append({"attempt": number, **json.loads(usage)})
+        return found
+
+    def add_samples(self, gpu_rows: Iterable[tuple[float, int, str, float]],
+                    job_rows: Iterable[tuple[float, int, int, str, float]]) -> None:
+        with self.transaction() as conn:
+            conn.executemany("INSERT INTO gpu_samples (ts, gpu, metric, value) VALUES (?, ?, ?, ?)",
+                             gpu_rows)
+            conn.executemany("INSERT INTO job_samples (ts, job_id, attempt_id, metric, value) "
+                             "VALUES (?, ?, ?, ?, ?)", job_rows)
+
+    def gpu_series(self, gpu: int, metric: str, since: float = 0.0) -> list[tuple[float, float]]:
+        return [tuple(row) for row in self._conn.execute(
+            "SELECT ts, value FROM gpu_samples WHERE gpu = ? AND metric = ? AND ts >= ? "
+            "ORDER BY ts", (gpu, metric, since))]
+
+    def job_series(self, job_id: int, metric: str) -> list[tuple[float, float]]:
+        return [tuple(row) for row in self._conn.execute(
+            "SELECT ts, value FROM job_samples WHERE job_id = ? AND metric = ? ORDER BY ts",
+            (job_id, metric))]
+
+    def prune_samples(self, before: float) -> int:
+        with self.transaction() as conn:
+            gone = conn.execute("DELETE FROM gpu_samples WHERE ts < ?", (before,)).rowcount
+            gone += conn.execute("DELETE FROM job_samples WHERE ts < ?", (before,)).rowcount
+        return gone

@@ -274,19 +274,24 @@ def test_quickstart_style_sweep_trains_for_real(engine: EngineHandle, tmp_path: 
 def test_top_once_and_json_show_the_station_and_running_jobs(engine: EngineHandle) -> None:
     (job_id,) = engine.submit({"name": "busy", "command": ["sh", "-c", "while :; do :; done"]})
     engine.wait_state(job_id, "running")
+
+    def measured() -> dict | None:  # the engine's sampler has seen the job twice
+        snapshot = json.loads(gpudesk("top", "--json").stdout)
+        return snapshot if snapshot["jobs"] and snapshot["jobs"][0]["cpu_pct"] else None
+
+    snapshot = wait_for(measured, 10.0, interval=0.2, what="the job's CPU use in top")
+    assert (snapshot["backend"], snapshot["simulated"], snapshot["gpus"]) == ("none", False, [])
+    (job,) = snapshot["jobs"]
+    assert job["id"] == job_id and job["processes"] >= 1
+    assert job["cpu_pct"] > 20  # a busy loop, over the engine's last sampling interval
+    assert snapshot["host"]["memory_total_mib"] > 0
     frame = gpudesk("top", "--once")
     assert frame.returncode == 0, frame.stderr
     lines = frame.stdout.splitlines()
     assert all(len(line) <= 80 for line in lines)
-    assert "backend none" in lines[0] and "slots 1/2" in lines[0]
+    assert "backend none" in lines[0] and "CPU slots 1/2" in lines[1]
     assert "SIMULATED" not in frame.stdout
     assert any(line.split()[:3] == [str(job_id), "busy", "cpu:0"] for line in lines)
-    snapshot = json.loads(gpudesk("top", "--json").stdout)
-    assert (snapshot["backend"], snapshot["simulated"], snapshot["gpus"]) == ("none", False, [])
-    (job,) = snapshot["jobs"]
-    assert job["id"] == job_id and job["processes"] >= 1
-    assert job["cpu_pct"] > 20  # a busy loop, measured over top's sampling window
-    assert snapshot["host"]["memory_total_mib"] > 0
 
 
 def test_top_without_an_engine_does_not_start_one(home: Home) -> None:

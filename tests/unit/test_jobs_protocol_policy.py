@@ -13,8 +13,10 @@ from gpudesk.engine.station import StationConfig
 from gpudesk.engine.store import JobRecord
 
 
-def record(job_id: int, priority: int = 0, gpus: int = 0) -> JobRecord:
-    spec = JobSpec(name=f"j{job_id}", command=("true",), priority=priority, gpus=gpus)
+def record(job_id: int, priority: int = 0, gpus: int = 0,
+           memory_gb: float | None = None) -> JobRecord:
+    spec = JobSpec(name=f"j{job_id}", command=("true",), priority=priority, gpus=gpus,
+                   memory_gb=memory_gb)
     return JobRecord(id=job_id, spec=spec, state=JobState.QUEUED, submitted_at=0.0,
                      started_at=None, ended_at=None, attempts=0, exit_code=None, reason=None,
                      cancel_requested=False)

@@ -379,7 +379,8 @@ def test_bad_toml_duplicate_table() -> None:
         (JOB + 'workdir = ""', "jobs[0].workdir", 4, "expected a directory path, found ''"),
         (JOB + 'dataset = "a b"', "jobs[0].dataset", 4, "expected a dataset name"),
         (JOB + "[station]\nslots = 0", "station.slots", 5, "from 1 to 4096, found 0 (integer)"),
-        (JOB + '[station]\nbackend = "nvml"', "station.backend", 5, "expected one of auto, none"),
+        (JOB + '[station]\nbackend = "cuda"', "station.backend", 5,
+         "expected one of auto, nvml, none, sim:dgx-station-a100"),
         (JOB + "[defaults]\ngpus = -1", "defaults.gpus", 5, "found -1"),
         (
             JOB + '[datasets.d]\nfactory = "nope"',

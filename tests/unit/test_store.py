@@ -26,7 +26,40 @@ def test_new_store_is_at_the_current_schema(store: Store) -> None:
     assert store.schema_version == SCHEMA_VERSION
     rows = store._conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
     tables = {r[0] for r in rows}
-    assert {"jobs", "attempts", "events", "metric_samples", "settings"} <= tables
+    assert {"jobs", "attempts", "events", "settings", "gpu_samples", "job_samples",
+            "attempt_usage"} <= tables
+    assert "metric_samples" not in tables  # replaced by the telemetry tables in version 2
+
+
+def test_a_version_1_store_migrates_and_keeps_its_jobs(tmp_path: Path) -> None:
+    from gpudesk.engine.store import MIGRATIONS
+
+    conn = sqlite3.connect(tmp_path / "db")
+    conn.executescript(MIGRATIONS[0])
+    conn.execute("PRAGMA user_version = 1")
+    conn.close()
+    store = Store.open(tmp_path / "db")
+    assert store.schema_version == SCHEMA_VERSION
+    (job,) = store.submit([JobSpec(name="after", command=("true",))])
+    attempt = store.start_attempt(job.id, {"slot": "cpu:0"}, tmp_path / "jobs")
+    store.record_usage([(attempt.id, job.id, {"gpu_j": 12.5})])
+    assert store.usage([job.id])[job.id][0]["gpu_j"] == 12.5
+    store.close()
+
+
+def test_usage_and_series_round_trip(store: Store, tmp_path: Path) -> None:
+    (job,) = store.submit([JobSpec(name="u", command=("true",))])
+    first = store.start_attempt(job.id, {"slot": "gpu:0"}, tmp_path / "jobs")
+    store.record_usage([(first.id, job.id, {"gpu_j": 10.0})])
+    store.record_usage([(first.id, job.id, {"gpu_j": 30.0})])  # replaced, not added
+    assert store.usage([job.id]) == {job.id: [{"attempt": 1, "gpu_j": 30.0}]}
+    assert store.usage([]) == {}
+    store.add_samples([(100.0, 0, "power_w", 250.0), (110.0, 0, "power_w", 260.0)],
+                      [(100.0, job.id, first.id, "cpu_pct", 95.0)])
+    assert store.gpu_series(0, "power_w", since=105.0) == [(110.0, 260.0)]
+    assert store.job_series(job.id, "cpu_pct") == [(100.0, 95.0)]
+    assert store.prune_samples(before=105.0) == 2
+    assert store.gpu_series(0, "power_w") == [(110.0, 260.0)]
 
 
 def test_reopening_does_not_migrate_again(tmp_path: Path) -> None:

@@ -1,0 +1,97 @@
+"""What a telemetry backend reports: plain records, `None` wherever a metric is unavailable.
+
+Units are fixed by the field names (MiB, %, W, J, MHz, °C). `kernel_active_pct` is NVML's
+"GPU utilization" — the share of time any kernel ran — and is *not* SM activity, which only GPM
+(Hopper and newer) or DCGM can give; the two are kept apart on purpose.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+# Metric names used in `GpuReading.unavailable` and in log messages.
+METRICS = (
+    "memory", "kernel_active", "sm_activity", "power", "energy_counter", "temperature",
+    "clocks", "power_limit", "mig", "processes", "process_utilization",
+)
+
+
+@dataclass(frozen=True)
+class GpuProcess:
+    pid: int
+    used_memory_mib: float | None
+    sm_pct: float | None = None  # the process's SM share, where NVML gives it
+    mig_device: int | None = None  # index of the MIG device it runs on; None = the whole GPU
+
+
+@dataclass(frozen=True)
+class MigDevice:
+    index: int  # position under its parent GPU
+    uuid: str | None
+    name: str | None  # e.g. "NVIDIA A100-SXM4-40GB MIG 3g.20gb"
+    gpu_instance_id: int | None
+    compute_instance_id: int | None
+    memory_used_mib: float | None
+    memory_total_mib: float | None
+    sm_count: int | None
+    processes: tuple[GpuProcess, ...] = ()
+
+
+@dataclass(frozen=True)
+class GpuReading:
+    index: int
+    uuid: str | None
+    name: str | None
+    lost: bool = False  # the device fell off the bus (GpuIsLost); other fields are None
+    memory_used_mib: float | None = None
+    memory_total_mib: float | None = None
+    kernel_active_pct: float | None = None
+    sm_activity_pct: float | None = None
+    power_w: float | None = None
+    energy_counter_j: float | None = None  # the device's cumulative counter; None if unsupported
+    temperature_c: float | None = None
+    sm_clock_mhz: float | None = None
+    memory_clock_mhz: float | None = None
+    power_limit_w: float | None = None
+    mig_enabled: bool | None = None  # None: the GPU cannot do MIG, or the query is unsupported
+    mig_devices: tuple[MigDevice, ...] = ()
+    processes: tuple[GpuProcess, ...] = ()
+    unavailable: tuple[str, ...] = ()  # METRICS this device does not support (probed once)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class BackendReading:
+    """One pass over every device. `banner` is a station-wide problem to show in every view
+    (the driver and library disagree, NVML could not start); the GPUs list may then be empty."""
+
+    taken_at: float  # time.time()
+    monotonic: float  # time.monotonic(), for rates and energy integration
+    gpus: tuple[GpuReading, ...] = ()
+    banner: str | None = None
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    """The static facts placement needs about one GPU."""
+
+    index: int
+    uuid: str | None
+    name: str | None
+    memory_total_mib: float | None
+    mig_capable: bool = False
+
+
+@dataclass(frozen=True)
+class JobLoad:
+    """What a job placed on a GPU asks of it; the simulated backend turns this into load."""
+
+    job_id: int
+    pid: int  # the attempt's process group leader: its processes are reported under this pid
+    gpus: tuple[int, ...]
+    memory_gb: float | None
+    sm_pct: float | None
+

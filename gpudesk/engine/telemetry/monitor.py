@@ -1,0 +1,393 @@
+"""The sampling core shared by the engine's sampler and `gpudesk top` without an engine.
+
+`collect()` does the slow part — the GPU backend, psutil, RAPL — and touches nothing the engine
+owns, so the engine runs it on a thread. `ingest()` turns what was collected into the station
+view (a JSON-ready dict, the `gpudesk top --json` contract), credits energy and host use to each
+running attempt, and keeps short in-memory history for live views.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import os
+import time
+from collections import deque
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpudesk.engine import hostmetrics
+from gpudesk.engine.telemetry.backend import BackendUnavailable, TelemetryBackend
+from gpudesk.engine.telemetry.energy import (
+    DEFAULT_GRID_G_PER_KWH,
+    AttemptUsage,
+    GpuEnergyMeter,
+    Occupant,
+    attribute_cpu,
+    attribute_gpu,
+    carbon_g,
+)
+from gpudesk.engine.telemetry.model import BackendReading, GpuInfo, GpuProcess, GpuReading, JobLoad
+from gpudesk.engine.telemetry.rapl import RaplReader
+
+log = logging.getLogger("gpudesk.telemetry")
+
+REOPEN_AFTER_S = 30.0  # how often to retry a backend that could not start
+HISTORY_POINTS = 600
+FORGET_AFTER_S = 120.0  # longer than any sample can wait in the engine's queue
+MIB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class TrackedAttempt:
+    """A running attempt as the engine describes it to the monitor."""
+
+    attempt_id: int
+    job_id: int
+    name: str
+    pgid: int
+    slot: str
+    gpus: tuple[int, ...] = ()
+    memory_gb: float | None = None
+    sm_pct: float | None = None
+    started_at: float | None = None
+
+    def load(self) -> JobLoad:
+        return JobLoad(self.job_id, self.pgid, self.gpus, self.memory_gb, self.sm_pct)
+
+
+@dataclass(frozen=True)
+class RawSample:
+    reading: BackendReading
+    inventory: tuple[GpuInfo, ...]
+    host: hostmetrics.HostSample
+    groups: dict[int, hostmetrics.GroupSample]
+    pgid_of: dict[int, int]  # GPU process pid -> its process group
+    rapl_j: float | None
+    attempts: tuple[TrackedAttempt, ...]
+
+
+@dataclass
+class _Previous:
+    host: hostmetrics.HostSample
+    groups: dict[int, hostmetrics.GroupSample]
+    rapl_j: float | None
+
+
+@dataclass
+class _Mean:
+    total: float = 0.0
+    count: int = 0
+
+    def add(self, value: float | None) -> None:
+        if value is not None:
+            self.total += value
+            self.count += 1
+
+    @property
+    def value(self) -> float | None:
+        return self.total / self.count if self.count else None
+
+
+@dataclass
+class Averages:
+    """Means since the last drain, for the store's downsampled series."""
+
+    gpus: dict[tuple[int, str], _Mean] = field(default_factory=dict)
+    jobs: dict[tuple[int, int, str], _Mean] = field(default_factory=dict)  # (job, attempt, metric)
+
+    def add_gpu(self, index: int, metric: str, value: float | None) -> None:
+        self.gpus.setdefault((index, metric), _Mean()).add(value)
+
+    def add_job(self, job_id: int, attempt_id: int, metric: str, value: float | None) -> None:
+        self.jobs.setdefault((job_id, attempt_id, metric), _Mean()).add(value)
+
+
+GPU_SERIES = ("sm_activity_pct", "kernel_active_pct", "memory_used_mib", "power_w",
+              "temperature_c")
+JOB_SERIES = ("cpu_pct", "rss_mib", "gpu_memory_mib", "gpu_sm_pct")
+
+
+class Monitor:
+    def __init__(self, backend: TelemetryBackend, *, grid_g_per_kwh: float = DEFAULT_GRID_G_PER_KWH,
+                 idle_power_w: dict[str, float] | None = None, rapl: RaplReader | None = None,
+                 history_points: int = HISTORY_POINTS) -> None:
+        self.backend = backend
+        self.grid_g_per_kwh = grid_g_per_kwh
+        self.meter = GpuEnergyMeter(idle_power_w,
+                                    default_idle_w=getattr(backend, "idle_power_w", None))
+        self.rapl = rapl if rapl is not None else RaplReader()
+        self.usage: dict[int, AttemptUsage] = {}  # by attempt id
+        self.history: deque[dict[str, Any]] = deque(maxlen=history_points)
+        self.averages = Averages()
+        self.latest: dict[str, Any] | None = None
+        self.started_at = time.time()
+        self.opened = False
+        self.open_problem: str | None = None
+        self._next_open = 0.0
+        self._inventory: tuple[GpuInfo, ...] = ()
+        self._previous: _Previous | None = None
+        self._finished: dict[int, float] = {}  # attempt id -> when; samples may still name it
+
+    @property
+    def simulated(self) -> bool:
+        return self.backend.simulated
+
+    @property
+    def inventory(self) -> tuple[GpuInfo, ...]:
+        return self._inventory
+
+    # ------------------------------------------------------------ collecting
+    def open(self) -> bool:
+        """Start the backend if it is not running; retried at most every REOPEN_AFTER_S."""
+        if self.opened:
+            return True
+        now = time.monotonic()
+        if now < self._next_open:
+            return False
+        self._next_open = now + REOPEN_AFTER_S
+        try:
+            self.backend.open()
+            self._inventory = tuple(self.backend.inventory())
+        except BackendUnavailable as exc:
+            if str(exc) != self.open_problem:
+                log.warning("GPU backend %s unavailable: %s", self.backend.name, exc)
+            self.open_problem = str(exc)
+            return False
+        if self.open_problem:
+            log.info("GPU backend %s is back", self.backend.name)
+        self.opened, self.open_problem = True, None
+        return True
+
+    def collect(self, attempts: Sequence[TrackedAttempt] = ()) -> RawSample:
+        attempts = tuple(attempts)
+        if self.open():
+            self.backend.set_load([a.load() for a in attempts if a.gpus])
+            try:
+                reading = self.backend.read()
+            except Exception as exc:  # a backend bug must not stop the sampler
+                log.exception("reading the GPUs failed")
+                reading = BackendReading(time.time(), time.monotonic(),
+                                         banner=f"reading the GPUs failed: {exc}")
+        else:
+            reading = BackendReading(time.time(), time.monotonic(), banner=self.open_problem)
+        pgid_of = {}
+        for gpu in reading.gpus:
+            for proc in _all_processes(gpu):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    pgid_of[proc.pid] = os.getpgid(proc.pid)
+        return RawSample(
+            reading=reading,
+            inventory=self._inventory,
+            host=hostmetrics.sample_host(),
+            groups=hostmetrics.sample_groups(a.pgid for a in attempts),
+            pgid_of=pgid_of,
+            rapl_j=self.rapl.read(),
+            attempts=attempts,
+        )
+
+    def close(self) -> None:
+        try:
+            self.backend.close()
+        except Exception:
+            log.exception("closing the GPU backend failed")
+
+    # -------------------------------------------------------------- ingesting
+    def ingest(self, raw: RawSample) -> dict[str, Any]:
+        """Fold one sample into energy, usage and history; returns the station view."""
+        reading = raw.reading
+        if self._finished:
+            raw = dataclasses.replace(raw, attempts=tuple(
+                a for a in raw.attempts if a.attempt_id not in self._finished))
+        by_pgid = {a.pgid: a for a in raw.attempts}
+        busy = {i for a in raw.attempts for i in a.gpus}
+        intervals = self.meter.update(reading, busy)
+        for attempt in raw.attempts:
+            self.usage.setdefault(attempt.attempt_id,
+                                  AttemptUsage(attempt.attempt_id, attempt.job_id))
+
+        gpu_views = []
+        occupants: dict[int, list[Occupant]] = {}
+        job_gpu: dict[int, dict[str, float]] = {}  # attempt id -> gpu memory / sm sums
+        for gpu in reading.gpus:
+            # A pid we could not look up may still be a group leader (the simulator reports
+            # each job under its leader).
+            owners = {proc.pid: by_pgid.get(raw.pgid_of.get(proc.pid, proc.pid))
+                      for proc in _all_processes(gpu)}
+            for proc in _all_processes(gpu):
+                owner = owners[proc.pid]
+                if owner is not None:
+                    sums = job_gpu.setdefault(owner.attempt_id, {})
+                    if proc.used_memory_mib is not None:
+                        sums["memory"] = sums.get("memory", 0.0) + proc.used_memory_mib
+                    if proc.sm_pct is not None:
+                        sums["sm"] = sums.get("sm", 0.0) + proc.sm_pct
+            holders = {a.attempt_id: a for a in raw.attempts if gpu.index in a.gpus}
+            holders.update({o.attempt_id: o for o in owners.values() if o is not None})
+            occupants[gpu.index] = _occupants(gpu, holders.values(), owners)
+            gpu_views.append(self._gpu_view(gpu, owners, sorted({a.job_id for a in
+                                                                  holders.values()})))
+        attribute_gpu(self.usage, intervals, occupants)
+
+        previous = self._previous
+        seconds = raw.host.taken_at - previous.host.taken_at if previous else 0.0
+        cpu_delta: dict[int, float] = {}
+        job_views = []
+        for attempt in raw.attempts:
+            usage = self.usage[attempt.attempt_id]
+            group = raw.groups.get(attempt.pgid)
+            before = previous.groups.get(attempt.pgid) if previous else None
+            cpu_pct = None
+            if group is not None:
+                if before is not None:
+                    cpu_delta[attempt.attempt_id] = max(0.0, group.cpu_seconds - before.cpu_seconds)
+                cpu_pct = hostmetrics.cpu_percent(before, group, seconds)
+                usage.cpu_s = max(usage.cpu_s, group.cpu_seconds)
+                usage.rss_peak_bytes = max(usage.rss_peak_bytes, group.rss_bytes)
+                usage.io_read_bytes = max(usage.io_read_bytes, group.io_read_bytes)
+                usage.io_write_bytes = max(usage.io_write_bytes, group.io_write_bytes)
+            sums = job_gpu.get(attempt.attempt_id, {})
+            job_views.append(self._job_view(attempt, group, cpu_pct, sums, reading.taken_at))
+        if previous is not None and raw.rapl_j is not None and previous.rapl_j is not None:
+            attribute_cpu(self.usage, raw.rapl_j - previous.rapl_j, cpu_delta,
+                          raw.host.busy_seconds - previous.host.busy_seconds)
+        self._previous = _Previous(raw.host, raw.groups, raw.rapl_j)
+
+        for view in gpu_views:
+            for metric in GPU_SERIES:
+                self.averages.add_gpu(view["index"], metric, view[metric])
+        for attempt, view in zip(raw.attempts, job_views, strict=True):
+            for metric in JOB_SERIES:
+                self.averages.add_job(attempt.job_id, attempt.attempt_id, metric, view[metric])
+        self.history.append({"t": reading.taken_at, "gpus": [
+            {k: v[k] for k in ("index", *GPU_SERIES, "energy_j")} for v in gpu_views]})
+
+        self.latest = {
+            "taken_at": reading.taken_at,
+            "backend": self.backend.name,
+            "simulated": self.simulated,
+            "banner": reading.banner,
+            "sampling_since": self.started_at,
+            "host": self._host_view(raw),
+            "gpus": gpu_views,
+            "jobs": job_views,
+        }
+        return self.latest
+
+    def finish(self, attempt_id: int) -> AttemptUsage | None:
+        """An attempt ended: its final usage, no longer tracked."""
+        now = time.monotonic()
+        self._finished = {a: t for a, t in self._finished.items() if now - t < FORGET_AFTER_S}
+        self._finished[attempt_id] = now
+        return self.usage.pop(attempt_id, None)
+
+    def drain_averages(self) -> Averages:
+        averages, self.averages = self.averages, Averages()
+        return averages
+
+    # ------------------------------------------------------------------ views
+    def _gpu_view(self, gpu: GpuReading, owners: dict[int, TrackedAttempt | None],
+                  job_ids: list[int]) -> dict[str, Any]:
+        def process(proc: GpuProcess) -> dict[str, Any]:
+            owner = owners.get(proc.pid)
+            return {"pid": proc.pid, "used_memory_mib": _round(proc.used_memory_mib),
+                    "sm_pct": _round(proc.sm_pct), "mig_device": proc.mig_device,
+                    "job_id": owner.job_id if owner else None}
+
+        return {
+            "index": gpu.index,
+            "uuid": gpu.uuid,
+            "name": gpu.name,
+            "lost": gpu.lost,
+            "memory_used_mib": _round(gpu.memory_used_mib),
+            "memory_total_mib": _round(gpu.memory_total_mib),
+            "kernel_active_pct": _round(gpu.kernel_active_pct),
+            "sm_activity_pct": _round(gpu.sm_activity_pct),
+            "power_w": _round(gpu.power_w),
+            "power_limit_w": _round(gpu.power_limit_w),
+            "energy_j": _round(self.meter.energy_j(gpu.index)),
+            "energy_source": self.meter.source(gpu.index),
+            "idle_power_w": _round(self.meter.idle_power_w(gpu.index)),
+            "temperature_c": _round(gpu.temperature_c),
+            "sm_clock_mhz": _round(gpu.sm_clock_mhz),
+            "memory_clock_mhz": _round(gpu.memory_clock_mhz),
+            "mig_enabled": gpu.mig_enabled,
+            "mig_devices": [{
+                "index": mig.index, "uuid": mig.uuid, "name": mig.name,
+                "gpu_instance_id": mig.gpu_instance_id,
+                "compute_instance_id": mig.compute_instance_id,
+                "memory_used_mib": _round(mig.memory_used_mib),
+                "memory_total_mib": _round(mig.memory_total_mib),
+                "sm_count": mig.sm_count,
+                "processes": [process(p) for p in mig.processes],
+            } for mig in gpu.mig_devices],
+            "processes": [process(p) for p in gpu.processes],
+            "jobs": job_ids,
+            "unavailable": list(gpu.unavailable),
+        }
+
+    def _job_view(self, attempt: TrackedAttempt, group: hostmetrics.GroupSample | None,
+                  cpu_pct: float | None, gpu_sums: dict[str, float],
+                  now: float) -> dict[str, Any]:
+        usage = self.usage[attempt.attempt_id]
+        return {
+            "id": attempt.job_id,
+            "attempt_id": attempt.attempt_id,
+            "name": attempt.name,
+            "slot": attempt.slot,
+            "gpus": list(attempt.gpus),
+            "runtime_s": _round(now - attempt.started_at) if attempt.started_at else None,
+            "processes": group.processes if group else 0,
+            "cpu_pct": _round(cpu_pct),
+            "cpu_s": _round(group.cpu_seconds) if group else None,
+            "rss_mib": _round(group.rss_bytes / MIB) if group else None,
+            "io_read_mib": _round(group.io_read_bytes / MIB) if group else None,
+            "io_write_mib": _round(group.io_write_bytes / MIB) if group else None,
+            "gpu_memory_mib": _round(gpu_sums.get("memory")),
+            "gpu_sm_pct": _round(gpu_sums.get("sm")),
+            "energy": usage.to_dict(self.grid_g_per_kwh),
+        }
+
+    def _host_view(self, raw: RawSample) -> dict[str, Any]:
+        host = raw.host
+        return {
+            "cpu_pct": host.cpu_pct,
+            "cores": host.cores,
+            "memory_used_mib": round(host.memory_used / MIB),
+            "memory_total_mib": round(host.memory_total / MIB),
+            "load_avg": list(host.load_avg),
+            "cpu_energy_j": _round(raw.rapl_j),
+            "cpu_energy_note": self.rapl.problem if raw.rapl_j is None else None,
+            "grid_g_per_kwh": self.grid_g_per_kwh,
+            "gpu_energy_carbon_g": _round(carbon_g(
+                sum(self.meter.energy_j(g.index) or 0.0 for g in raw.reading.gpus),
+                self.grid_g_per_kwh), 3),
+        }
+
+
+def _all_processes(gpu: GpuReading) -> Iterable[GpuProcess]:
+    yield from gpu.processes
+    for mig in gpu.mig_devices:
+        yield from mig.processes
+
+
+def _occupants(gpu: GpuReading, holders: Iterable[TrackedAttempt],
+               owners: dict[int, TrackedAttempt | None]) -> list[Occupant]:
+    """Each attempt on a GPU with its processes' SM share, or None for all when the GPU gives
+    no per-process SM figures."""
+    holders = list(holders)
+    processes = list(_all_processes(gpu))
+    if not any(p.sm_pct is not None for p in processes):
+        return [Occupant(a.attempt_id, None) for a in holders]
+    share = {a.attempt_id: 0.0 for a in holders}
+    for proc in processes:
+        owner = owners.get(proc.pid)
+        if owner is not None and proc.sm_pct is not None:
+            share[owner.attempt_id] = share.get(owner.attempt_id, 0.0) + proc.sm_pct
+    return [Occupant(a.attempt_id, share[a.attempt_id]) for a in holders]
+
+
+def _round(value: float | None, digits: int = 1) -> float | None:
+    return None if value is None else round(value, digits)

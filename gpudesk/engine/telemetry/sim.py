@@ -1,0 +1,157 @@
+"""Simulated stations: GPUs whose load follows the jobs the engine places on them.
+
+A product feature for demos, planning and the simulator, never a stand-in for real readings: every
+view labels it SIMULATED. Each job's hints (`memory_gb`, `sm_pct`) become its memory and SM demand
+on each GPU it holds; memory fills over the first seconds as a framework would allocate it, SM
+activity wobbles a little around the demand, and power follows SM activity between the model's
+idle and busy draw. The energy counter integrates that power, like NVML's total-energy counter.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from gpudesk.engine.telemetry.model import BackendReading, GpuInfo, GpuProcess, GpuReading, JobLoad
+
+DEFAULT_MEMORY_GB = 4.0  # a job that gives no hint
+DEFAULT_SM_PCT = 50.0
+CONTEXT_MIB = 512.0  # what a CUDA context costs before the job allocates anything
+ALLOCATION_S = 3.0  # time for a job's memory to reach its demand
+MIB_PER_GB = 1024.0
+
+
+@dataclass(frozen=True)
+class GpuModel:
+    name: str
+    memory_total_mib: float
+    sm_count: int
+    idle_w: float
+    busy_w: float  # sustained draw at full SM activity (below the power limit)
+    power_limit_w: float
+    sm_clock_mhz: tuple[float, float]  # idle, busy
+    memory_clock_mhz: float
+    mig_capable: bool = True
+
+
+A100_SXM4_40GB = GpuModel("NVIDIA A100-SXM4-40GB", 40536.0, 108, 52.0, 330.0, 400.0,
+                          (210.0, 1410.0), 1215.0)
+H100_SXM5_80GB = GpuModel("NVIDIA H100 80GB HBM3", 81559.0, 132, 70.0, 620.0, 700.0,
+                          (345.0, 1980.0), 2619.0)
+H200_SXM_141GB = GpuModel("NVIDIA H200", 143771.0, 132, 75.0, 630.0, 700.0,
+                          (345.0, 1980.0), 3201.0)
+
+# station -> (model, number of GPUs)
+STATIONS: dict[str, tuple[GpuModel, int]] = {
+    "dgx-station-a100": (A100_SXM4_40GB, 4),
+    "h100": (H100_SXM5_80GB, 1),
+    "h200": (H200_SXM_141GB, 1),
+}
+
+
+@dataclass
+class _SimGpu:
+    index: int
+    uuid: str
+    energy_j: float = 0.0
+    last_power_w: float | None = None
+    last_t: float | None = None
+
+
+class SimBackend:
+    simulated = True
+
+    def __init__(self, station: str, *, count: int | None = None, name: str | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.model, default_count = STATIONS[station]
+        self.count = count or default_count
+        self.name = name or f"sim:{station}"
+        self.clock = clock
+        self.gpus = [_SimGpu(i, _sim_uuid(station, i)) for i in range(self.count)]
+        self._loads: tuple[JobLoad, ...] = ()
+        self._placed_at: dict[int, float] = {}  # job id -> when it first appeared
+        self._lock = threading.Lock()  # set_load comes from the engine's thread
+
+    def open(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    def inventory(self) -> list[GpuInfo]:
+        return [GpuInfo(g.index, g.uuid, self.model.name, self.model.memory_total_mib,
+                        self.model.mig_capable) for g in self.gpus]
+
+    def set_load(self, loads: Sequence[JobLoad]) -> None:
+        now = self.clock()
+        with self._lock:
+            self._loads = tuple(loads)
+            current = {load.job_id for load in loads}
+            self._placed_at = {job: t for job, t in self._placed_at.items() if job in current}
+            for job in current:
+                self._placed_at.setdefault(job, now)
+
+    def read(self) -> BackendReading:
+        now = self.clock()
+        with self._lock:
+            loads, placed_at = self._loads, dict(self._placed_at)
+        readings = tuple(self._read_gpu(gpu, [ld for ld in loads if gpu.index in ld.gpus],
+                                        placed_at, now) for gpu in self.gpus)
+        return BackendReading(time.time(), now, readings)
+
+    def _read_gpu(self, gpu: _SimGpu, loads: list[JobLoad], placed_at: dict[int, float],
+                  now: float) -> GpuReading:
+        model = self.model
+        demands = []
+        for load in loads:
+            age = now - placed_at.get(load.job_id, now)
+            fill = min(1.0, max(0.0, age / ALLOCATION_S))
+            memory_gb = load.memory_gb if load.memory_gb is not None else DEFAULT_MEMORY_GB
+            memory = CONTEXT_MIB + fill * memory_gb * MIB_PER_GB
+            wobble = 1.0 + 0.04 * math.sin(now * 0.9 + load.job_id * 1.7)
+            sm = (load.sm_pct if load.sm_pct is not None else DEFAULT_SM_PCT) * wobble * fill
+            demands.append((load, memory, sm))
+        total_sm = sum(sm for _, _, sm in demands)
+        scale = 100.0 / total_sm if total_sm > 100.0 else 1.0  # time-sliced past saturation
+        sm_activity = min(100.0, total_sm * scale)
+        memory_used = min(model.memory_total_mib, sum((m for _, m, _ in demands), 0.0))
+        # Kernel-active time runs ahead of SM activity: a GPU with a kernel on a few SMs counts
+        # as 100% "utilized" by NVML.
+        idle_share = 1.0
+        for _, _, sm in demands:
+            idle_share *= 1.0 - min(1.0, 0.25 + 1.2 * sm / 100.0)
+        kernel_active = 100.0 * (1.0 - idle_share) if demands else 0.0
+        busy = sm_activity / 100.0
+        power = model.idle_w + (model.busy_w - model.idle_w) * busy ** 0.9
+        if demands:
+            power += 0.03 * (model.busy_w - model.idle_w)  # contexts and memory traffic
+        if gpu.last_t is not None and gpu.last_power_w is not None and now > gpu.last_t:
+            gpu.energy_j += (gpu.last_power_w + power) / 2.0 * (now - gpu.last_t)
+        gpu.last_t, gpu.last_power_w = now, power
+        processes = tuple(GpuProcess(pid=load.pid, used_memory_mib=round(memory, 1),
+                                     sm_pct=round(sm * scale, 1))
+                          for load, memory, sm in demands)
+        idle_clock, busy_clock = model.sm_clock_mhz
+        return GpuReading(
+            index=gpu.index, uuid=gpu.uuid, name=model.name,
+            memory_used_mib=round(memory_used, 1), memory_total_mib=model.memory_total_mib,
+            kernel_active_pct=round(kernel_active, 1), sm_activity_pct=round(sm_activity, 1),
+            power_w=round(power, 1), energy_counter_j=gpu.energy_j,
+            temperature_c=round(31.0 + 45.0 * power / model.power_limit_w, 0),
+            sm_clock_mhz=busy_clock if demands else idle_clock,
+            memory_clock_mhz=model.memory_clock_mhz, power_limit_w=model.power_limit_w,
+            mig_enabled=False if model.mig_capable else None, processes=processes,
+        )
+
+    @property
+    def idle_power_w(self) -> float:
+        return self.model.idle_w
+
+
+def _sim_uuid(station: str, index: int) -> str:
+    """Stable, recognisably fake UUIDs (the 'SIM' prefix never occurs on real devices)."""
+    digest = sum((i + 1) * ord(c) for i, c in enumerate(station)) & 0xFFFFFFFF
+    return f"GPU-SIM{digest:08x}-{index:04d}-0000-0000-000000000000"

@@ -1,0 +1,529 @@
+"""A fake `pynvml` for tests, built on the real nvidia-ml-py module.
+
+`FakeNvml(gpus)` is an object whose attributes are the pynvml functions gpudesk uses, the real
+module's constants, ctypes structures and error classes. Its functions raise the real errors
+(`pynvml.NVMLError(code)`, which yields the subclass, exactly as the binding does) and return what
+the binding returns: ctypes structures for memory, utilization, GPM and attributes; str for names
+and UUIDs; plain ints for power, energy, clocks and temperature; a list of friendly objects (with
+`usedGpuMemory` None where NVML cannot tell) for running processes; a list of ctypes samples for
+process utilization. Device handles and GPM samples are real ctypes pointers.
+
+Each `FakeGpu` is a scenario: its readings, the functions it does not support (they raise
+NotSupported), per-function errors (always, or one outcome per call), and `lost`. The fake clock is
+manual (`advance`) or the wall clock; the energy counter grows at `power_w` with it. `calls` and
+`device_calls` count every call, per function and per (function, GPU index).
+
+Function names for `unsupported`, `errors` and the counters are pynvml's; the versioned memory
+call (`nvmlDeviceGetMemoryInfo(h, version=...)`) counts as "nvmlDeviceGetMemoryInfo_v2".
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.util
+import sys
+import time
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from importlib import metadata
+from pathlib import Path
+from types import FunctionType, ModuleType
+from typing import Any, NamedTuple
+
+_SHIM_DIR = Path(__file__).resolve().parent / "nvml_shim"
+_REAL_NAME = "_gpudesk_real_pynvml"
+
+
+def _real_pynvml_path() -> Path:
+    try:
+        located = Path(str(metadata.distribution("nvidia-ml-py").locate_file("pynvml.py")))
+        if located.is_file():
+            return located
+    except metadata.PackageNotFoundError:
+        pass
+    for entry in sys.path:
+        candidate = Path(entry or ".").resolve() / "pynvml.py"
+        if candidate.is_file() and candidate.parent != _SHIM_DIR:
+            return candidate
+    raise ImportError("nvidia-ml-py (pynvml.py) is not installed")
+
+
+def load_real_pynvml() -> ModuleType:
+    """The real nvidia-ml-py module, even when the shim in nvml_shim/ answers `import pynvml`."""
+    if _REAL_NAME in sys.modules:
+        return sys.modules[_REAL_NAME]
+    spec = importlib.util.find_spec("pynvml")
+    if spec is not None and spec.origin and Path(spec.origin).resolve().parent != _SHIM_DIR:
+        import pynvml
+
+        return pynvml
+    spec = importlib.util.spec_from_file_location(_REAL_NAME, _real_pynvml_path())
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    # The binding builds its error classes through sys.modules[__name__].
+    sys.modules[_REAL_NAME] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+real = load_real_pynvml()
+
+MIB = 1024 * 1024
+_ERROR_CODES = {cls.__name__.removeprefix("NVMLError_"): code
+                for code, cls in real.NVMLError._valClassMapping.items()}
+
+ErrorSpec = str | BaseException  # "NotSupported" names pynvml.NVMLError_NotSupported
+
+
+def nvml_error(spec: ErrorSpec) -> BaseException:
+    """The exception for an error name ("GpuIsLost", "NVMLError_GpuIsLost"), raised the way the
+    binding raises it; an exception instance is returned as it is."""
+    if isinstance(spec, BaseException):
+        return spec
+    name = spec.removeprefix("NVMLError_")
+    if name not in _ERROR_CODES:
+        raise ValueError(f"unknown NVML error {spec!r}; known: {', '.join(sorted(_ERROR_CODES))}")
+    return real.NVMLError(_ERROR_CODES[name])
+
+
+@dataclass
+class FakeProcess:
+    pid: int
+    used_memory_mib: float | None = 0.0  # None: NVML cannot tell (usedGpuMemory None)
+
+
+@dataclass
+class FakeSample:
+    """One nvmlDeviceGetProcessUtilization sample."""
+
+    pid: int
+    timestamp_us: int
+    sm_util: int
+    mem_util: int = 0
+
+
+@dataclass
+class FakeMig:
+    uuid: str
+    name: str = "NVIDIA A100-SXM4-40GB MIG 3g.20gb"
+    gpu_instance_id: int = 1
+    compute_instance_id: int = 0
+    memory_total_mib: float = 19968.0
+    memory_used_mib: float = 0.0
+    sm_count: int = 42
+    processes: list[FakeProcess] = field(default_factory=list)
+
+
+@dataclass
+class FakeGpu:
+    name: str = "NVIDIA H100 80GB HBM3"
+    uuid: str = ""  # "" : FakeNvml gives it one from its index
+    memory_total_mib: float = 81559.0
+    memory_used_mib: float = 0.0
+    memory_reserved_mib: float = 0.0  # in v1's `used`; apart in v2
+    utilization_gpu: int = 0
+    utilization_memory: int = 0
+    sm_util_pct: float = 0.0  # what GPM reports: the value when the later sample was taken
+    gpm_supported: bool = True  # isSupportedDevice (Hopper and newer)
+    power_w: float = 70.0
+    power_limit_w: float = 700.0
+    energy_mj: float = 0.0  # the counter; grows at power_w with the fake clock
+    energy_step_mj: float = 0.0  # added on every energy read as well
+    temperature_c: int = 35
+    sm_clock_mhz: int = 1980
+    memory_clock_mhz: int = 2619
+    sm_count: int = 132
+    mig_enabled: bool | None = False  # None: the GPU cannot do MIG (GetMigMode: NotSupported)
+    mig_devices: list[FakeMig | None] = field(default_factory=list)  # None: an empty slot
+    processes: list[FakeProcess] = field(default_factory=list)
+    process_samples: list[FakeSample] = field(default_factory=list)
+    unsupported: set[str] = field(default_factory=set)  # functions raising NotSupported
+    # function -> an error raised on every call, or one outcome per call (None: answer), after
+    # which the function answers
+    errors: dict[str, ErrorSpec | list[ErrorSpec | None]] = field(default_factory=dict)
+    lost: bool = False
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> FakeGpu:
+        values = _checked(cls, data)
+        values["processes"] = [FakeProcess(**p) for p in values.get("processes", [])]
+        values["process_samples"] = [FakeSample(**s) for s in values.get("process_samples", [])]
+        values["mig_devices"] = [
+            None if m is None else FakeMig(**{**_checked(FakeMig, m), "processes": [
+                FakeProcess(**p) for p in m.get("processes", [])]})
+            for m in values.get("mig_devices", [])]
+        values["unsupported"] = set(values.get("unsupported", ()))
+        values["errors"] = dict(values.get("errors", {}))
+        return cls(**values)
+
+
+def _checked(cls: type, data: Mapping[str, Any]) -> dict[str, Any]:
+    known = {f.name for f in fields(cls)}
+    unknown = set(data) - known
+    if unknown:
+        raise ValueError(f"{cls.__name__}: unknown keys {sorted(unknown)}")
+    return dict(data)
+
+
+class _Target(NamedTuple):
+    index: int
+    gpu: FakeGpu
+    mig: FakeMig | None
+
+
+@dataclass
+class _GpmSample:
+    gpu: int | None = None  # None until nvmlGpmSampleGet fills it
+    sm_util: float = 0.0
+
+
+def _address(pointer: Any) -> int | None:
+    return ctypes.cast(pointer, ctypes.c_void_p).value
+
+
+class FakeNvml:
+    """The fake module: pass it as `NvmlBackend(module=fake)`."""
+
+    def __init__(self, gpus: list[FakeGpu] | tuple[FakeGpu, ...] = (), *,
+                 init_error: ErrorSpec | None = None, clock: str = "manual",
+                 start: float = 1000.0) -> None:
+        if clock not in ("manual", "wall"):
+            raise ValueError(f"clock is manual or wall, found {clock!r}")
+        self.gpus = list(gpus)
+        for index, gpu in enumerate(self.gpus):
+            gpu.uuid = gpu.uuid or f"GPU-00000000-0000-0000-0000-{index:012d}"
+        self.init_error = init_error
+        self.library_error: ErrorSpec | None = None  # every call raises it (driver trouble)
+        self.initialized = 0  # nvmlInit's reference count
+        self.calls: Counter[str] = Counter()
+        self.device_calls: Counter[tuple[str, int]] = Counter()
+        self.last_args: dict[str, tuple[Any, ...]] = {}
+        self.gpm_allocated = 0
+        self.gpm_freed = 0
+        self._clock = clock
+        self._manual = start
+        self._wall_offset = start - time.monotonic()
+        self._energy_at = {index: self.now() for index in range(len(self.gpus))}
+        self._buffers: list[Any] = []  # keeps the memory behind fake pointers alive
+        self._handles: dict[tuple[int, int | None], Any] = {}
+        self._handle_targets: dict[int, tuple[int, int | None]] = {}
+        self._gpm: dict[int, _GpmSample] = {}
+
+    @classmethod
+    def from_scenario(cls, data: Mapping[str, Any], *, clock: str = "manual") -> FakeNvml:
+        unknown = set(data) - {"gpus", "init_error", "clock"}
+        if unknown:
+            raise ValueError(f"scenario: unknown keys {sorted(unknown)}")
+        return cls([FakeGpu.from_dict(g) for g in data.get("gpus", [])],
+                   init_error=data.get("init_error"), clock=data.get("clock", clock))
+
+    # -- driving the scenario ---------------------------------------------------------------
+
+    def now(self) -> float:
+        if self._clock == "wall":
+            return time.monotonic() + self._wall_offset
+        return self._manual
+
+    def advance(self, seconds: float) -> None:
+        if self._clock != "manual":
+            raise RuntimeError("advance() drives the manual clock only")
+        self._manual += seconds
+
+    def lose(self, index: int) -> None:
+        """GPU `index` falls off the bus: every call on it raises GpuIsLost from now on."""
+        self.gpus[index].lost = True
+
+    def add_sample(self, index: int, pid: int, sm_util: int, mem_util: int = 0) -> FakeSample:
+        """A process-utilization sample on GPU `index`, stamped with the fake clock."""
+        sample = FakeSample(pid, int(self.now() * 1e6), sm_util, mem_util)
+        self.gpus[index].process_samples.append(sample)
+        return sample
+
+    def count(self, function: str, gpu: int | None = None) -> int:
+        return self.calls[function] if gpu is None else self.device_calls[(function, gpu)]
+
+    def __getattr__(self, name: str) -> Any:
+        raise AttributeError(f"the fake pynvml has no {name}; add it to {__file__}")
+
+    # -- plumbing ---------------------------------------------------------------------------
+
+    def _enter(self, function: str, handle: Any = None, *, index: int | None = None,
+               args: tuple[Any, ...] = ()) -> _Target:
+        """Count the call and raise what the scenario says; the device it is about."""
+        self.calls[function] += 1
+        self.last_args[function] = args
+        if not self.initialized:
+            raise real.NVMLError(real.NVML_ERROR_UNINITIALIZED)
+        if self.library_error is not None:
+            raise nvml_error(self.library_error)
+        mig_slot = None
+        if handle is not None:
+            address = _address(handle)
+            if address not in self._handle_targets:
+                raise real.NVMLError(real.NVML_ERROR_INVALID_ARGUMENT)
+            index, mig_slot = self._handle_targets[address]
+        if index is None:
+            return _Target(-1, FakeGpu(), None)
+        if not 0 <= index < len(self.gpus):
+            raise real.NVMLError(real.NVML_ERROR_INVALID_ARGUMENT)
+        self.device_calls[(function, index)] += 1
+        gpu = self.gpus[index]
+        if gpu.lost:
+            raise real.NVMLError(real.NVML_ERROR_GPU_IS_LOST)
+        if mig_slot is not None:
+            mig = gpu.mig_devices[mig_slot] if mig_slot < len(gpu.mig_devices) else None
+            if mig is None or not gpu.mig_enabled:
+                raise real.NVMLError(real.NVML_ERROR_INVALID_ARGUMENT)
+            return _Target(index, gpu, mig)
+        outcome = gpu.errors.get(function)
+        if isinstance(outcome, list):
+            outcome = outcome.pop(0) if outcome else None
+        if outcome is not None:
+            raise nvml_error(outcome)
+        if function in gpu.unsupported:
+            raise real.NVMLError(real.NVML_ERROR_NOT_SUPPORTED)
+        return _Target(index, gpu, None)
+
+    def _pointer(self, pointer_type: Any) -> Any:
+        buffer = ctypes.create_string_buffer(8)
+        self._buffers.append(buffer)
+        return ctypes.cast(buffer, pointer_type)
+
+    def _handle(self, index: int, mig_slot: int | None = None) -> Any:
+        key = (index, mig_slot)
+        if key not in self._handles:
+            handle = self._pointer(real.c_nvmlDevice_t)
+            self._handles[key] = handle
+            self._handle_targets[_address(handle)] = key
+        return self._handles[key]
+
+    @staticmethod
+    def _bytes(mib: float) -> int:
+        return int(mib * MIB)
+
+    # -- the pynvml surface -----------------------------------------------------------------
+
+    def nvmlInit(self) -> None:
+        self.calls["nvmlInit"] += 1
+        if self.init_error is not None:
+            raise nvml_error(self.init_error)
+        self.initialized += 1
+
+    def nvmlInitWithFlags(self, flags: int) -> None:
+        self.nvmlInit()
+
+    def nvmlShutdown(self) -> None:
+        self.calls["nvmlShutdown"] += 1
+        if not self.initialized:
+            raise real.NVMLError(real.NVML_ERROR_UNINITIALIZED)
+        self.initialized -= 1
+
+    def nvmlDeviceGetCount(self) -> int:
+        self._enter("nvmlDeviceGetCount")
+        return len(self.gpus)
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> Any:
+        self._enter("nvmlDeviceGetHandleByIndex", index=index, args=(index,))
+        return self._handle(index)
+
+    def nvmlDeviceGetName(self, handle: Any) -> str:
+        target = self._enter("nvmlDeviceGetName", handle)
+        return target.mig.name if target.mig else target.gpu.name
+
+    def nvmlDeviceGetUUID(self, handle: Any) -> str:
+        target = self._enter("nvmlDeviceGetUUID", handle)
+        return target.mig.uuid if target.mig else target.gpu.uuid
+
+    def nvmlDeviceGetMemoryInfo(self, handle: Any, version: int | None = None) -> Any:
+        function = "nvmlDeviceGetMemoryInfo_v2" if version else "nvmlDeviceGetMemoryInfo"
+        gpu, mig = self._enter(function, handle)[1:]
+        if mig is not None:
+            total, used, reserved = mig.memory_total_mib, mig.memory_used_mib, 0.0
+        else:
+            total, used, reserved = gpu.memory_total_mib, gpu.memory_used_mib, \
+                gpu.memory_reserved_mib
+        free = self._bytes(total - used - reserved)
+        if not version:
+            memory = real.c_nvmlMemory_t()
+            memory.total, memory.used, memory.free = (
+                self._bytes(total), self._bytes(used + reserved), free)
+            return memory
+        if version != real.nvmlMemory_v2:
+            raise real.NVMLError(real.NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
+        memory = real.c_nvmlMemory_v2_t()
+        memory.version = version
+        memory.total, memory.reserved, memory.used, memory.free = (
+            self._bytes(total), self._bytes(reserved), self._bytes(used), free)
+        return memory
+
+    def nvmlDeviceGetUtilizationRates(self, handle: Any) -> Any:
+        gpu = self._enter("nvmlDeviceGetUtilizationRates", handle).gpu
+        utilization = real.c_nvmlUtilization_t()
+        utilization.gpu, utilization.memory = gpu.utilization_gpu, gpu.utilization_memory
+        return utilization
+
+    def nvmlDeviceGetPowerUsage(self, handle: Any) -> int:
+        return round(self._enter("nvmlDeviceGetPowerUsage", handle).gpu.power_w * 1000)
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, handle: Any) -> int:
+        index, gpu, _ = self._enter("nvmlDeviceGetTotalEnergyConsumption", handle)
+        now = self.now()
+        gpu.energy_mj += gpu.power_w * 1000 * (now - self._energy_at[index]) + gpu.energy_step_mj
+        self._energy_at[index] = now
+        return int(gpu.energy_mj)
+
+    def nvmlDeviceGetTemperature(self, handle: Any, sensor: int) -> int:
+        gpu = self._enter("nvmlDeviceGetTemperature", handle, args=(sensor,)).gpu
+        if sensor != real.NVML_TEMPERATURE_GPU:
+            raise real.NVMLError(real.NVML_ERROR_INVALID_ARGUMENT)
+        return gpu.temperature_c
+
+    def nvmlDeviceGetClockInfo(self, handle: Any, type: int) -> int:
+        gpu = self._enter("nvmlDeviceGetClockInfo", handle, args=(type,)).gpu
+        if type in (real.NVML_CLOCK_SM, real.NVML_CLOCK_GRAPHICS):
+            return gpu.sm_clock_mhz
+        if type == real.NVML_CLOCK_MEM:
+            return gpu.memory_clock_mhz
+        raise real.NVMLError(real.NVML_ERROR_INVALID_ARGUMENT)
+
+    def nvmlDeviceGetEnforcedPowerLimit(self, handle: Any) -> int:
+        return round(self._enter("nvmlDeviceGetEnforcedPowerLimit", handle).gpu.power_limit_w
+                     * 1000)
+
+    def nvmlDeviceGetMigMode(self, handle: Any) -> list[int]:
+        gpu = self._enter("nvmlDeviceGetMigMode", handle).gpu
+        if gpu.mig_enabled is None:
+            raise real.NVMLError(real.NVML_ERROR_NOT_SUPPORTED)
+        mode = real.NVML_DEVICE_MIG_ENABLE if gpu.mig_enabled else real.NVML_DEVICE_MIG_DISABLE
+        return [mode, mode]
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, handle: Any) -> int:
+        gpu = self._enter("nvmlDeviceGetMaxMigDeviceCount", handle).gpu
+        if gpu.mig_enabled is None:
+            raise real.NVMLError(real.NVML_ERROR_NOT_SUPPORTED)
+        return len(gpu.mig_devices)
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, handle: Any, index: int) -> Any:
+        target = self._enter("nvmlDeviceGetMigDeviceHandleByIndex", handle, args=(index,))
+        if not target.gpu.mig_enabled or not 0 <= index < len(target.gpu.mig_devices):
+            raise real.NVMLError(real.NVML_ERROR_INVALID_ARGUMENT)
+        if target.gpu.mig_devices[index] is None:
+            raise real.NVMLError(real.NVML_ERROR_NOT_FOUND)
+        return self._handle(target.index, index)
+
+    def nvmlDeviceGetGpuInstanceId(self, handle: Any) -> int:
+        mig = self._enter("nvmlDeviceGetGpuInstanceId", handle).mig
+        if mig is None:
+            raise real.NVMLError(real.NVML_ERROR_INVALID_ARGUMENT)
+        return mig.gpu_instance_id
+
+    def nvmlDeviceGetComputeInstanceId(self, handle: Any) -> int:
+        mig = self._enter("nvmlDeviceGetComputeInstanceId", handle).mig
+        if mig is None:
+            raise real.NVMLError(real.NVML_ERROR_INVALID_ARGUMENT)
+        return mig.compute_instance_id
+
+    def nvmlDeviceGetAttributes(self, handle: Any) -> Any:
+        _, gpu, mig = self._enter("nvmlDeviceGetAttributes", handle)
+        attributes = real.c_nvmlDeviceAttributes()
+        attributes.multiprocessorCount = mig.sm_count if mig else gpu.sm_count
+        total = mig.memory_total_mib if mig else gpu.memory_total_mib
+        attributes.memorySizeMB = int(total)
+        return attributes
+
+    @real.throwOnVersionMismatch  # as the binding: FunctionNotFound -> NVMLLibraryMismatchError
+    def nvmlDeviceGetComputeRunningProcesses(self, handle: Any) -> list[Any]:
+        _, gpu, mig = self._enter("nvmlDeviceGetComputeRunningProcesses", handle)
+        if mig is not None:
+            listed = [(p, mig) for p in mig.processes]
+        else:  # the parent of MIG devices lists every instance's processes
+            listed = [(p, None) for p in gpu.processes] + [
+                (p, m) for m in gpu.mig_devices if m and gpu.mig_enabled for p in m.processes]
+        not_available = real.NVML_VALUE_NOT_AVAILABLE_ulonglong.value
+        processes = []
+        for process, on in listed:
+            info = real.c_nvmlProcessInfo_t()
+            info.pid = process.pid
+            info.usedGpuMemory = (not_available if process.used_memory_mib is None
+                                  else self._bytes(process.used_memory_mib))
+            no_instance = real.NVML_VALUE_NOT_AVAILABLE_uint.value
+            info.gpuInstanceId = on.gpu_instance_id if on else no_instance
+            info.computeInstanceId = on.compute_instance_id if on else no_instance
+            friendly = real.nvmlStructToFriendlyObject(info)
+            if friendly.usedGpuMemory == not_available:
+                friendly.usedGpuMemory = None
+            processes.append(friendly)
+        return processes
+
+    def nvmlDeviceGetProcessUtilization(self, handle: Any, timeStamp: int) -> list[Any]:
+        target = self._enter("nvmlDeviceGetProcessUtilization", handle, args=(timeStamp,))
+        if target.mig is not None:
+            raise real.NVMLError(real.NVML_ERROR_NOT_SUPPORTED)
+        fresh = [s for s in target.gpu.process_samples if s.timestamp_us > timeStamp]
+        if not fresh:
+            raise real.NVMLError(real.NVML_ERROR_NOT_FOUND)
+        samples = (real.c_nvmlProcessUtilizationSample_t * len(fresh))()
+        for slot, sample in zip(samples, fresh, strict=True):
+            slot.pid, slot.timeStamp = sample.pid, sample.timestamp_us
+            slot.smUtil, slot.memUtil = sample.sm_util, sample.mem_util
+        return samples[0:len(fresh)]
+
+    def nvmlGpmQueryDeviceSupport(self, handle: Any) -> Any:
+        gpu = self._enter("nvmlGpmQueryDeviceSupport", handle).gpu
+        support = real.c_nvmlGpmSupport_t()
+        support.version = real.NVML_GPM_SUPPORT_VERSION
+        support.isSupportedDevice = int(gpu.gpm_supported)
+        return support
+
+    def nvmlGpmSampleAlloc(self) -> Any:
+        self._enter("nvmlGpmSampleAlloc")
+        sample = self._pointer(real.c_nvmlGpmSample_t)
+        self._gpm[_address(sample)] = _GpmSample()
+        self.gpm_allocated += 1
+        return sample
+
+    def nvmlGpmSampleFree(self, sample: Any) -> None:
+        self._enter("nvmlGpmSampleFree")
+        if self._gpm.pop(_address(sample), None) is None:
+            raise real.NVMLError(real.NVML_ERROR_INVALID_ARGUMENT)
+        self.gpm_freed += 1
+
+    def nvmlGpmSampleGet(self, handle: Any, sample: Any) -> Any:
+        target = self._enter("nvmlGpmSampleGet", handle)
+        state = self._gpm.get(_address(sample))
+        if state is None:
+            raise real.NVMLError(real.NVML_ERROR_INVALID_ARGUMENT)
+        state.gpu, state.sm_util = target.index, target.gpu.sm_util_pct
+        return sample
+
+    def nvmlGpmMetricsGet(self, metricsGet: Any) -> Any:
+        first = self._gpm.get(_address(metricsGet.sample1))
+        second = self._gpm.get(_address(metricsGet.sample2))
+        self._enter("nvmlGpmMetricsGet", index=second.gpu if second else None)
+        if first is None or second is None or first.gpu is None or first.gpu != second.gpu:
+            raise real.NVMLError(real.NVML_ERROR_INVALID_ARGUMENT)
+        if metricsGet.version != real.NVML_GPM_METRICS_GET_VERSION:
+            raise real.NVMLError(real.NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
+        for slot in range(metricsGet.numMetrics):
+            metric = metricsGet.metrics[slot]
+            if metric.metricId == real.NVML_GPM_METRIC_SM_UTIL:
+                metric.value, metric.nvmlReturn = second.sm_util, real.NVML_SUCCESS
+            else:
+                metric.nvmlReturn = real.NVML_ERROR_NOT_SUPPORTED
+        return metricsGet
+
+
+def _exported(name: str, value: Any) -> bool:
+    return (name.startswith(("NVML_", "NVMLError", "c_nvml", "struct_c_nvml"))
+            or (name.startswith("nvml") and isinstance(value, int))  # nvmlMemory_v2 and the like
+            or name in ("NVMLLibraryMismatchError", "nvmlStructToFriendlyObject",
+                        "nvmlFriendlyObject", "nvmlExceptionClass"))
+
+
+# The real module's constants, structures and error classes, copied rather than retyped.
+for _name, _value in vars(real).items():
+    if _exported(_name, _value) and _name not in vars(FakeNvml):
+        setattr(FakeNvml, _name,
+                staticmethod(_value) if isinstance(_value, FunctionType) else _value)
+del _name, _value

@@ -1,0 +1,258 @@
+"""Telemetry end to end: a real engine sampling a simulated station, real jobs placed on its
+GPUs, `gpudesk top`, `show` and `run` reading what the sampler measured."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from conftest import EngineHandle, wait_for
+from test_cli import gpudesk
+
+from gpudesk.engine import protocol
+from gpudesk.engine.client import EngineError
+from gpudesk.paths import Home
+
+SIM = "sim:dgx-station-a100"
+GPU_KEYS = {"index", "uuid", "name", "memory_used_mib", "memory_total_mib", "kernel_active_pct",
+            "sm_activity_pct", "power_w", "energy_j", "mig_devices", "processes"}
+# A real process that works a little, then idles: it holds its simulated GPU meanwhile.
+WORK = [sys.executable, "-c",
+        "import time; sum(range(3_000_000)); time.sleep(float(__import__('sys').argv[1]))"]
+
+
+def gpu_job(name: str, seconds: float, memory_gb: float = 6.0, sm_pct: float = 70.0) -> dict:
+    return {"name": name, "command": [*WORK, str(seconds)], "gpus": 1, "memory_gb": memory_gb,
+            "sm_pct": sm_pct}
+
+
+def top_json(env: dict[str, str] | None = None) -> dict:
+    result = gpudesk("top", "--json", env=env)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def test_top_without_an_engine_samples_the_simulated_station_directly(home: Home) -> None:
+    env = {**os.environ, "GPUDESK_BACKEND": SIM}
+    frame = gpudesk("top", "--once", env=env)
+    assert frame.returncode == 0, frame.stderr
+    lines = frame.stdout.splitlines()
+    assert all(len(line) <= 80 for line in lines)
+    assert "SIMULATED" in lines[0] and "engine not running" in frame.stdout
+    gpu_lines = [line for line in lines if line.startswith("GPU ")]
+    assert len(gpu_lines) == 4 and all("(SIMULATED)" in line for line in gpu_lines)
+    snapshot = top_json(env)
+    assert (snapshot["backend"], snapshot["simulated"], snapshot["source"]) == (SIM, True, "direct")
+    assert [g["index"] for g in snapshot["gpus"]] == [0, 1, 2, 3]
+    for gpu in snapshot["gpus"]:
+        assert set(gpu) >= GPU_KEYS
+        assert gpu["memory_used_mib"] == 0 and gpu["energy_j"] > 0  # idle power over the window
+    assert not home.lock.exists()  # top never starts an engine
+
+
+def test_a_sweep_on_the_simulated_station_moves_memory_and_energy(sim_engine: EngineHandle,
+                                                                  home: Home) -> None:
+    ids = sim_engine.submit(*(gpu_job(f"sweep-{i}", 5.0) for i in range(5)))
+    for job_id in ids[:4]:
+        sim_engine.wait_state(job_id, "running")
+    assert sim_engine.job(ids[4])["state"] == "queued"  # 4 GPUs, held exclusively
+
+    def busy_snapshot() -> dict | None:
+        snap = top_json()
+        used = [g for g in snap["gpus"] if g["memory_used_mib"] > 6 * 1024 and g["jobs"]]
+        return snap if len(used) == 4 and len(snap["jobs"]) == 4 else None
+
+    first = wait_for(busy_snapshot, 10.0, interval=0.1, what="four GPUs in use")
+    assert first["source"] == "engine" and first["simulated"] is True
+    for gpu in first["gpus"]:
+        (job_id,) = gpu["jobs"]
+        assert gpu["processes"][0]["job_id"] == job_id
+        assert gpu["sm_activity_pct"] > 50 and gpu["power_w"] > 100
+    frame = gpudesk("top", "--once").stdout
+    assert "SIMULATED" in frame and all(len(line) <= 80 for line in frame.splitlines())
+    assert f"jobs: {ids[0]} sweep-0" in frame
+    later = wait_for(lambda: (s := top_json())["taken_at"] > first["taken_at"] + 0.5 and s,
+                     5.0, interval=0.1, what="a later sample")
+    for before, after in zip(first["gpus"], later["gpus"], strict=True):
+        assert after["energy_j"] > before["energy_j"]
+
+    jobs = sim_engine.wait_all_done(ids, timeout=30.0)
+    assert all(j["state"] == "succeeded" for j in jobs)
+    usage = sim_engine.show(ids[0])["usage"]
+    assert usage["gpu_j"] > 0 and usage["gpu_source"] == "counter"
+    assert usage["split"] == "exclusive" and usage["estimate"] is False
+    # At least the idle draw for the ~5 s the job held its GPU, above-idle on top.
+    assert usage["gpu_idle_j"] > 4.0 * 52 and usage["gpu_above_idle_j"] > 0
+    assert usage["carbon_g"] > 0 and usage["cpu_s"] > 0
+    shown = gpudesk("show", str(ids[0]))
+    assert "GPU energy" in shown.stdout and "exclusive GPU" in shown.stdout
+    assert "g CO2e at 475 g/kWh" in shown.stdout
+
+    sim_engine.stop()
+    with sqlite3.connect(home.db) as db:  # the downsampled series reached the store
+        metrics = {row[0] for row in db.execute("SELECT DISTINCT metric FROM gpu_samples")}
+        stored = db.execute("SELECT COUNT(*) FROM attempt_usage").fetchone()[0]
+    assert {"sm_activity_pct", "power_w", "memory_used_mib"} <= metrics
+    assert stored == 5
+
+
+def test_samples_are_published_on_the_event_socket(sim_engine: EngineHandle) -> None:
+    with sim_engine.client.subscribe("telemetry") as events:
+        assert events.poll(5000), "no telemetry event within 5 s"
+        kind, payload = protocol.decode_event(events.recv_multipart())
+    assert kind == "telemetry" and payload["backend"] == SIM and len(payload["gpus"]) == 4
+
+
+def test_telemetry_request_checks_its_arguments(sim_engine: EngineHandle) -> None:
+    wait_for(lambda: sim_engine.client.request("telemetry")["snapshot"], 5.0,
+             what="a first sample")
+    reply = sim_engine.client.request("telemetry", history=5)
+    assert 1 <= len(reply["history"]) <= 5 and reply["snapshot"]["interval_s"] == 0.2
+    with pytest.raises(EngineError, match="'history' must be 0 to 600"):
+        sim_engine.client.request("telemetry", history=-1)
+
+
+def test_reconfiguring_the_backend_switches_what_is_sampled(sim_engine: EngineHandle) -> None:
+    client = sim_engine.client
+    client.request("configure", station={"backend": "sim:h100", "sample_interval": 0.2})
+    snap = wait_for(lambda: (s := client.request("telemetry")["snapshot"])
+                    and s["backend"] == "sim:h100" and s, 5.0, what="the new backend's sample")
+    assert [g["name"] for g in snap["gpus"]] == ["NVIDIA H100 80GB HBM3"]
+    assert client.request("status")["station"]["gpus"] == 1
+
+
+def test_top_follows_the_requested_backend_when_the_engine_watches_another(
+        engine: EngineHandle) -> None:
+    snapshot = top_json({**os.environ, "GPUDESK_BACKEND": "sim:h200"})
+    assert snapshot["backend"] == "sim:h200" and snapshot["source"] == "direct"
+    assert "the engine watches none" in snapshot["note"]
+    assert top_json()["source"] == "engine"
+
+
+def test_gpu_jobs_on_a_cpu_station_fail_with_a_reason(engine: EngineHandle) -> None:
+    (job_id,) = engine.submit(gpu_job("wants-gpu", 0.1))
+    job = engine.wait_state(job_id, "failed")
+    assert "this station has none (backend none)" in job["reason"]
+
+
+def test_run_report_gives_energy_and_carbon(home: Home, tmp_path: Path) -> None:
+    profile = tmp_path / "sim.toml"
+    profile.write_text(textwrap.dedent(f"""
+        name = "sim-run"
+        [station]
+        backend = "{SIM}"
+        sample_interval = 0.2
+        grid_intensity = 300
+        [[jobs]]
+        name = "train"
+        command = {json.dumps([*WORK, "1.0"])}
+        gpus = 1
+        memory_gb = 4
+        repeat = 2
+    """))
+    result = gpudesk("run", str(profile), "--report", str(tmp_path / "report.json"))
+    assert result.returncode == 0, result.stderr
+    energy_line = next(line for line in result.stdout.splitlines() if line.startswith("energy:"))
+    assert "GPU" in energy_line and "g CO2e at 300 g/kWh" in energy_line
+    assert "SIMULATED" in energy_line
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["simulated"] is True and report["energy"]["gpu_j"] > 0
+    assert all(job["usage"]["gpu_j"] > 0 for job in report["jobs"])
+
+
+def test_top_json_from_a_cpu_engine_keeps_the_contract(engine: EngineHandle) -> None:
+    wait_for(lambda: engine.client.request("telemetry")["snapshot"], 5.0, what="a sample")
+    snapshot = top_json()
+    assert (snapshot["backend"], snapshot["simulated"], snapshot["gpus"]) == ("none", False, [])
+    assert snapshot["host"]["cores"] >= 1 and snapshot["banner"] is None
+
+
+@pytest.mark.parametrize("bad", ["cuda", "sim:a40"])
+def test_an_unknown_backend_is_a_usage_error(home: Home, bad: str) -> None:
+    result = gpudesk("top", "--once", env={**os.environ, "GPUDESK_BACKEND": bad})
+    assert result.returncode == 2
+    assert "GPUDESK_BACKEND" in result.stderr and "Traceback" not in result.stderr
+
+
+
+# ------------------------------------------------------- NVML through the fake
+SHIM = Path(__file__).resolve().parents[1] / "fakes" / "nvml_shim"
+
+
+def nvml_env(tmp_path: Path, scenario: dict, backend: str = "nvml") -> dict[str, str]:
+    path = tmp_path / "nvml-scenario.json"
+    path.write_text(json.dumps(scenario))
+    return {**os.environ, "GPUDESK_BACKEND": backend, "PYTHONPATH": str(SHIM),
+            "GPUDESK_FAKE_NVML": str(path)}
+
+
+TWO_GPUS = {"gpus": [
+    {"name": "NVIDIA H100 80GB HBM3", "uuid": "GPU-0000-h100", "memory_total_mib": 81559,
+     "memory_used_mib": 20480, "utilization_gpu": 97, "sm_util_pct": 41.5,
+     "gpm_supported": True, "power_w": 420, "power_limit_w": 700, "energy_mj": 5_000_000,
+     "processes": [{"pid": 4242, "used_memory_mib": 20000}],
+     "errors": {"nvmlDeviceGetProcessUtilization": "NotFound"}},
+    {"name": "NVIDIA A100-PCIE-40GB", "uuid": "GPU-0001-a100", "memory_total_mib": 40960,
+     "memory_used_mib": 0, "utilization_gpu": 0, "power_w": 35, "power_limit_w": 250,
+     "unsupported": ["nvmlDeviceGetTotalEnergyConsumption"],
+     "errors": {"nvmlGpmQueryDeviceSupport": "FunctionNotFound"}},
+]}
+
+
+def test_top_reads_real_nvml_structures_and_degrades_to_null(home: Home, tmp_path: Path) -> None:
+    env = nvml_env(tmp_path, TWO_GPUS)
+    snapshot = top_json(env)
+    assert (snapshot["backend"], snapshot["simulated"], snapshot["banner"]) == ("nvml", False, None)
+    h100, a100 = snapshot["gpus"]
+    assert h100["sm_activity_pct"] == pytest.approx(41.5) and h100["kernel_active_pct"] == 97
+    assert h100["energy_source"] == "counter" and h100["energy_j"] > 0
+    assert h100["processes"][0]["pid"] == 4242 and h100["processes"][0]["sm_pct"] is None
+    assert a100["sm_activity_pct"] is None and a100["energy_source"] == "integrated"
+    assert {"sm_activity", "energy_counter"} <= set(a100["unavailable"])
+    frame = gpudesk("top", "--once", env=env).stdout
+    sm_lines = [line for line in frame.splitlines() if line.startswith("  SM  [")]
+    assert "SIMULATED" not in frame and "(integrated)" in frame and "jobs: pid 4242" in frame
+    assert "n/a" not in sm_lines[0] and sm_lines[1].split("]")[1].split()[0] == "n/a"
+    assert all(len(line) <= 80 for line in frame.splitlines())
+
+
+def test_auto_picks_nvml_when_a_driver_answers(home: Home, tmp_path: Path) -> None:
+    assert top_json(nvml_env(tmp_path, TWO_GPUS, backend="auto"))["backend"] == "nvml"
+
+
+def test_a_driver_mismatch_is_a_banner_not_a_crash(home: Home, tmp_path: Path) -> None:
+    env = nvml_env(tmp_path, {"init_error": "LibRmVersionMismatch", "gpus": [{}]})
+    frame = gpudesk("top", "--once", env=env)
+    assert frame.returncode == 0, frame.stderr
+    assert "!! the NVIDIA kernel module and libnvidia-ml are different versions" in frame.stdout
+    snapshot = top_json(env)
+    assert snapshot["gpus"] == [] and "reboot" in snapshot["banner"]
+    # auto does not pick a backend that cannot start
+    assert top_json({**env, "GPUDESK_BACKEND": "auto"})["backend"] == "none"
+
+
+def test_an_engine_on_nvml_places_gpu_jobs_and_accounts_their_energy(
+        home: Home, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for key, value in nvml_env(tmp_path, TWO_GPUS).items():
+        monkeypatch.setenv(key, value)
+    handle = EngineHandle(home)
+    handle.start(backend="nvml", sample_interval=0.2)
+    try:
+        (job_id,) = handle.submit(gpu_job("on-nvml", 1.5))
+        job = handle.wait_all_done([job_id])[0]
+        assert job["state"] == "succeeded"
+        shown = handle.show(job_id)
+        placement = shown["attempts"][0]["placement"]
+        assert placement["env"]["CUDA_VISIBLE_DEVICES"] == "GPU-0000-h100"
+        usage = shown["usage"]
+        assert usage["gpu_j"] > 0 and usage["gpu_source"] == "counter"
+        status = handle.client.request("status")["station"]
+        assert (status["effective_backend"], status["gpus"]) == ("nvml", 2)
+    finally:
+        handle.stop()
+        handle.client.close()
