@@ -54,16 +54,27 @@ def sample_host() -> HostSample:
 def group_processes(pgids: Iterable[int],
                     attrs: tuple[str, ...] = ()) -> dict[int, list[psutil.Process]]:
     """Live processes (not zombies) of each process group, in one pass over the process table;
-    `attrs` are read on the way (`proc.info`)."""
+    `attrs` are read on the way (`proc.info`). Only members are read: a busy host has hundreds
+    of processes, and reading each one's /proc files every sample would cost more than the rest
+    of the sampler."""
     members: dict[int, list[psutil.Process]] = {pgid: [] for pgid in pgids}
     if not members:
         return members
-    for proc in psutil.process_iter(["status", *attrs]):
+    for pid in psutil.pids():
         try:
-            pgid = os.getpgid(proc.pid)
+            pgid = os.getpgid(pid)
         except (ProcessLookupError, PermissionError):
             continue
-        if pgid in members and proc.info["status"] != psutil.STATUS_ZOMBIE:
+        if pgid not in members:
+            continue
+        try:
+            proc = psutil.Process(pid)
+            with proc.oneshot():
+                info = proc.as_dict(["status", *attrs])
+        except psutil.Error:
+            continue
+        if info["status"] != psutil.STATUS_ZOMBIE:
+            proc.info = info  # the attribute process_iter sets, for callers used to it
             members[pgid].append(proc)
     return members
 

@@ -5,14 +5,17 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sqlite3
+import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
 from conftest import EngineHandle, wait_for
-from test_cli import gpudesk
+from test_cli import GPUDESK, gpudesk
 
 from gpudesk.engine import protocol
 from gpudesk.engine.client import EngineError
@@ -256,3 +259,44 @@ def test_an_engine_on_nvml_places_gpu_jobs_and_accounts_their_energy(
     finally:
         handle.stop()
         handle.client.close()
+
+
+def test_top_shows_mig_devices_under_their_gpu_and_a_lost_gpu(home: Home, tmp_path: Path) -> None:
+    scenario = {"gpus": [
+        {"name": "NVIDIA A100-SXM4-40GB", "uuid": "GPU-mig", "memory_total_mib": 40960,
+         "gpm_supported": False, "mig_enabled": True, "mig_devices": [
+             {"uuid": "MIG-aaaa", "name": "NVIDIA A100-SXM4-40GB MIG 3g.20gb",
+              "gpu_instance_id": 1, "compute_instance_id": 0, "memory_total_mib": 19968,
+              "memory_used_mib": 4096, "processes": [{"pid": 5151, "used_memory_mib": 4000}]},
+             None,
+             {"uuid": "MIG-bbbb", "name": "NVIDIA A100-SXM4-40GB MIG 2g.10gb",
+              "gpu_instance_id": 2, "compute_instance_id": 0, "memory_total_mib": 9856}]},
+        {"name": "NVIDIA A100-SXM4-40GB", "uuid": "GPU-gone", "lost": True},
+    ]}
+    env = nvml_env(tmp_path, scenario)
+    snapshot = top_json(env)
+    mig_gpu, lost = snapshot["gpus"]
+    assert mig_gpu["mig_enabled"] is True
+    assert [m["uuid"] for m in mig_gpu["mig_devices"]] == ["MIG-aaaa", "MIG-bbbb"]
+    assert mig_gpu["mig_devices"][0]["processes"][0]["pid"] == 5151
+    assert lost["lost"] is True and lost["memory_used_mib"] is None
+    lines = gpudesk("top", "--once", env=env).stdout.splitlines()
+    mig_lines = [line for line in lines if line.startswith("  MIG ")]
+    assert len(mig_lines) == 2 and "3g.20gb" in mig_lines[0] and "5151" in mig_lines[0]
+    assert any(line.startswith("GPU 1") and "LOST" in line for line in lines)
+    assert all(len(line) <= 80 for line in lines)
+
+
+def test_top_refreshes_as_plain_frames_in_a_dumb_terminal(home: Home) -> None:
+    env = {**os.environ, "GPUDESK_BACKEND": "sim:h100", "TERM": "dumb", "NO_COLOR": "1"}
+    proc = subprocess.Popen([*GPUDESK, "top", "-n", "0.2"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        time.sleep(1.5)  # start-up and a few 0.2 s frames
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=10)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    assert out.count("gpudesk top") >= 3  # frames appended, one after another
+    assert "\x1b" not in out and all(len(line) <= 80 for line in out.splitlines())
