@@ -108,8 +108,9 @@ class RunReport:
         station = f"backend {self.backend}" + (", SIMULATED" if self.simulated else "")
         energy = self.energy
         if energy is None or energy["total_j"] is None:
-            return (f"energy: not measured ({station}: no GPU energy counter, and the CPU's RAPL "
-                    "counters are not readable)")
+            gpus = "no GPUs" if self.backend == "none" else "no GPU energy readings"
+            return (f"energy: not measured ({station}: {gpus}, and the CPU's RAPL counters are "
+                    "not readable)")
         parts = []
         if energy["gpu_j"] is not None:
             idle = energy["gpu_idle_j"]
