@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import textwrap
 import time
 from dataclasses import dataclass
 from typing import Any, TextIO
@@ -54,7 +55,7 @@ def _engine_status(home: Home) -> dict[str, Any] | None:
     return {"running": True, "pid": status["pid"], "policy": station["policy"],
             "backend": station["effective_backend"], "configured_backend": station["backend"],
             "slots_busy": status["slots"]["busy"], "slots_total": status["slots"]["total"],
-            "gpus_busy": status.get("gpus", {}).get("busy", 0),
+            "gpus_busy": status["gpus"]["busy"], "gpus_total": status["gpus"]["total"],
             "queued": status["counts"]["queued"], "running_jobs": status["counts"]["running"]}
 
 
@@ -140,7 +141,8 @@ def _header(view: dict[str, Any]) -> list[str]:
     elif "error" in engine:
         state = f"engine pid {engine['pid']} not answering"
     else:
-        gpus = f"GPUs {engine['gpus_busy']}/{len(view['gpus'])}, " if view["gpus"] else ""
+        gpus = (f"GPUs {engine['gpus_busy']}/{engine['gpus_total']}, "
+                if engine["gpus_total"] else "")
         state = (f"engine pid {engine['pid']}, {engine['policy']}, {gpus}CPU slots "
                  f"{engine['slots_busy']}/{engine['slots_total']}, {engine['queued']} queued")
     clock = time.strftime("%H:%M:%S", time.localtime(view["taken_at"]))
@@ -148,7 +150,8 @@ def _header(view: dict[str, Any]) -> list[str]:
     lines = [f"gpudesk top  {clock}  {label}backend {view['backend']}", state]
     for text in (view.get("banner"), view.get("note")):
         if text:
-            lines.append(f"!! {text}")
+            lines.extend(textwrap.wrap(text, WIDTH, initial_indent="!! ",
+                                       subsequent_indent="   "))
     host = view["host"]
     used, total = host["memory_used_mib"] / GIB, host["memory_total_mib"] / GIB
     cpu_energy = host.get("cpu_energy_j")

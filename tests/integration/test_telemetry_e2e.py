@@ -135,6 +135,11 @@ def test_top_follows_the_requested_backend_when_the_engine_watches_another(
     assert snapshot["backend"] == "sim:h200" and snapshot["source"] == "direct"
     assert "the engine watches none" in snapshot["note"]
     assert top_json()["source"] == "engine"
+    frame = gpudesk("top", "--once", env={**os.environ, "GPUDESK_BACKEND": "sim:h200"}).stdout
+    lines = frame.splitlines()
+    assert "CPU slots 0/2" in lines[1] and "GPUs" not in lines[1]  # the engine's own station
+    assert lines[2].startswith("!! the engine watches none")  # wrapped when longer than 80
+    assert all(len(line) <= 80 for line in lines)
 
 
 def test_gpu_jobs_on_a_cpu_station_fail_with_a_reason(engine: EngineHandle) -> None:
@@ -300,3 +305,31 @@ def test_top_refreshes_as_plain_frames_in_a_dumb_terminal(home: Home) -> None:
     assert proc.returncode == 0, err
     assert out.count("gpudesk top") >= 3  # frames appended, one after another
     assert "\x1b" not in out and all(len(line) <= 80 for line in out.splitlines())
+
+
+def test_a_gpu_lost_mid_run_is_marked_and_gets_no_more_jobs(
+        home: Home, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    scenario = {"gpus": [
+        {"uuid": "GPU-stays", "power_w": 80},
+        # answers twice, then falls off the bus
+        {"uuid": "GPU-falls", "power_w": 80,
+         "errors": {"nvmlDeviceGetPowerUsage": [None, None, "GpuIsLost"]}},
+    ]}
+    for key, value in nvml_env(tmp_path, scenario).items():
+        monkeypatch.setenv(key, value)
+    handle = EngineHandle(home)
+    handle.start(backend="nvml", sample_interval=0.2)
+    try:
+        snap = wait_for(lambda: (s := handle.client.request("telemetry")["snapshot"])
+                        and s["gpus"][1]["lost"] and s, 10.0, what="GPU 1 to be lost")
+        assert snap["gpus"][0]["lost"] is False and snap["gpus"][0]["power_w"] == 80
+        first, second = handle.submit(gpu_job("a", 3.0), gpu_job("b", 0.1))
+        shown = handle.wait_state(first, "running")
+        assert handle.show(first)["attempts"][0]["placement"]["gpus"] == [0]
+        waiting = handle.show(second)["waiting"]
+        assert waiting == "waiting for 1 GPU (0 of 1 free)"  # GPU 1 is not counted
+        assert shown["state"] == "running"
+        assert handle.client.request("status")["gpus"]["lost"] == 1
+    finally:
+        handle.stop()
+        handle.client.close()
