@@ -20,7 +20,7 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -36,7 +36,7 @@ from gpudesk.engine.queue import JobQueue
 from gpudesk.engine.station import StationConfig, host_cores
 from gpudesk.engine.store import AttemptRecord, JobRecord, Store, UnknownJob
 from gpudesk.engine.telemetry.backend import make_backend
-from gpudesk.engine.telemetry.energy import summarize
+from gpudesk.engine.telemetry.energy import AttemptUsage, summarize
 from gpudesk.engine.telemetry.monitor import Monitor, RawSample, TrackedAttempt
 from gpudesk.engine.telemetry.sampler import SamplerThread
 from gpudesk.paths import Home
@@ -519,7 +519,7 @@ class Engine:
             self.prune_at = now + PRUNE_EVERY_S
             self.store.prune_samples(ts - SAMPLE_RETENTION_S)
 
-    def _record_usage(self, usages: Any) -> None:
+    def _record_usage(self, usages: Iterable[AttemptUsage]) -> None:
         grid = self.config.grid_intensity
         self.store.record_usage([(u.attempt_id, u.job_id, u.to_dict(grid)) for u in usages])
 
