@@ -29,6 +29,7 @@ import zmq
 
 from gpudesk import __version__
 from gpudesk.engine import protocol, runner
+from gpudesk.engine.collocation import GpuState, MigSlice, Tenant
 from gpudesk.engine.jobs import TERMINAL_STATES, JobSpec, JobState, SpecError, check_env
 from gpudesk.engine.policy import Placement, StationView, make_policy
 from gpudesk.engine.protocol import ProtocolError
@@ -54,6 +55,7 @@ STORE_SAMPLES_EVERY_S = 10.0  # the store keeps means over this window; live vie
 SAMPLE_RETENTION_S = 30 * 24 * 3600.0
 PRUNE_EVERY_S = 3600.0
 MAX_HISTORY_POINTS = 600
+SM_WINDOW_SAMPLES = 30  # "recent SM activity" for placement: CARMA's 30-sample window
 
 
 class AlreadyRunning(RuntimeError):
@@ -132,6 +134,7 @@ class Engine:
         self.monitor = self._make_monitor(config)
         self.sampler: SamplerThread | None = None
         self.lost_gpus: frozenset[int] = frozenset()
+        self.overtaken: dict[int, int] = {}  # queued job id -> later jobs started before it
         self.store_samples_at = time.monotonic() + STORE_SAMPLES_EVERY_S
         self.prune_at = time.monotonic()
 
@@ -607,13 +610,51 @@ class Engine:
                            backend=monitor.backend.name, gpus=monitor.inventory,
                            busy_gpus=busy_gpus, lost_gpus=self.lost_gpus,
                            gpu_problem=None if monitor.opened else monitor.open_problem,
-                           simulated=monitor.simulated)
+                           simulated=monitor.simulated, gpu_states=self._gpu_states(),
+                           overtaken=self.overtaken)
+
+    def _gpu_states(self) -> tuple[GpuState, ...]:
+        """Each GPU as the collocation policies see it: the latest readings, SM activity over
+        the last `SM_WINDOW_SAMPLES` samples, and the attempts placed on it."""
+        latest = self.monitor.latest
+        readings = {g["index"]: g for g in latest["gpus"]} if latest else {}
+        recent = list(self.monitor.history)[-SM_WINDOW_SAMPLES:]
+        tenants: dict[int, list[Tenant]] = {}
+        for live in self.live.values():
+            placement = live.attempt.placement
+            demand = placement.get("demand") or {}
+            for index in live.gpus:
+                tenants.setdefault(index, []).append(Tenant(
+                    live.attempt.job_id, str(placement.get("mode", "exclusive")),
+                    float(demand.get("memory_mib", 0.0)), float(demand.get("sm_pct", 0.0)),
+                    placement.get("mig_slice")))
+        states = []
+        for info in self.monitor.inventory:
+            reading = readings.get(info.index, {})
+            window = [p["sm_activity_pct"] for point in recent for p in point["gpus"]
+                      if p["index"] == info.index and p["sm_activity_pct"] is not None]
+            held = {t.mig_slice for t in tenants.get(info.index, ()) if t.mig_slice}
+            slices = tuple(
+                MigSlice(m["uuid"], (m["name"] or "").rsplit(" ", 1)[-1],
+                         m["memory_total_mib"] or 0.0, 0, busy=m["uuid"] in held)
+                for m in reading.get("mig_devices", ()) if m["uuid"])
+            states.append(GpuState(
+                index=info.index, uuid=info.uuid,
+                memory_total_mib=info.memory_total_mib or reading.get("memory_total_mib") or 0.0,
+                memory_used_mib=reading.get("memory_used_mib") or 0.0,
+                sm_activity_pct=sum(window) / len(window) if window else None,
+                tenants=tuple(tenants.get(info.index, ())),
+                mig_enabled=bool(reading.get("mig_enabled")), mig_slices=slices,
+                lost=info.index in self.lost_gpus))
+        return tuple(states)
 
     def schedule(self) -> None:
         self.dirty = False
         if not self.queue:
             return
         decision = self.policy.place(self.queue.ordered(), self.station_view())
+        for job_id, count in decision.overtaken.items():
+            self.overtaken[job_id] = self.overtaken.get(job_id, 0) + count
         for rejection in decision.rejections:
             self.queue.remove(rejection.job_id)
             self.store.finish_queued(rejection.job_id, JobState.FAILED, rejection.reason)
@@ -621,6 +662,7 @@ class Engine:
         for placement in decision.placements:
             job = self.queue.remove(placement.job_id)
             assert job is not None, f"the policy placed job {placement.job_id}, not queued"
+            self.overtaken.pop(job.id, None)
             self.start(job, placement)
 
     def job_env(self, job: JobRecord, placement: Placement,

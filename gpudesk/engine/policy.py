@@ -21,16 +21,25 @@ from gpudesk.engine.telemetry.model import GpuInfo
 class Placement:
     job_id: int
     slot: str
-    mode: str  # "cpu", or "exclusive" for whole GPUs; sharing modes arrive with collocation
+    mode: str  # "cpu", "exclusive", "naive", "mps" or "mig"
     reason: str
     gpus: tuple[int, ...] = ()
     env: Mapping[str, str] = field(default_factory=dict)  # set as given (device visibility)
     env_defaults: Mapping[str, str] = field(default_factory=dict)  # unless the job sets them
+    demand: Mapping[str, Any] | None = None  # what the policy assumed the job needs
+    mig_slice: str | None = None  # the MIG device it runs on
+    mps_thread_pct: int | None = None  # CUDA_MPS_ACTIVE_THREAD_PERCENTAGE for an MPS client
+    mps_memory_limit_mib: int | None = None  # CUDA_MPS_PINNED_DEVICE_MEM_LIMIT
 
     def to_dict(self) -> dict[str, Any]:
-        return {"slot": self.slot, "mode": self.mode, "reason": self.reason,
+        data = {"slot": self.slot, "mode": self.mode, "reason": self.reason,
                 "gpus": list(self.gpus), "env": dict(self.env),
                 "env_defaults": dict(self.env_defaults)}
+        for key in ("demand", "mig_slice", "mps_thread_pct", "mps_memory_limit_mib"):
+            value = getattr(self, key)
+            if value is not None:
+                data[key] = dict(value) if key == "demand" else value
+        return data
 
 
 @dataclass(frozen=True)
@@ -43,6 +52,7 @@ class Rejection:
 class Decision:
     placements: list[Placement] = field(default_factory=list)
     rejections: list[Rejection] = field(default_factory=list)
+    overtaken: dict[int, int] = field(default_factory=dict)  # job id -> later jobs started first
 
 
 @dataclass(frozen=True)
@@ -58,6 +68,9 @@ class StationView:
     lost_gpus: frozenset[int] = frozenset()
     gpu_problem: str | None = None  # the backend cannot read the GPUs right now
     simulated: bool = False
+    gpu_states: tuple[Any, ...] = ()  # collocation.GpuState: memory, SM window, tenants, MIG
+    demands: Mapping[int, Any] = field(default_factory=dict)  # job id -> demand.Demand
+    overtaken: Mapping[int, int] = field(default_factory=dict)  # job id -> times overtaken
 
     @property
     def gpu_count(self) -> int:
@@ -198,11 +211,17 @@ def _impossible_on_gpus(job: JobRecord, station: StationView) -> str | None:
     return None
 
 
-POLICIES: dict[str, type] = {"fifo": FifoPolicy}
+# "fifo" is whole GPUs, first come first served; the others are collocation-aware
+# (gpudesk.engine.collocation): "auto" picks a sharing mode per job, "exclusive", "naive", "mps"
+# and "mig" force one, and "carma" is the published baseline.
+POLICY_NAMES = ("fifo", "auto", "exclusive", "naive", "mps", "mig", "carma")
 
 
 def make_policy(name: str) -> PlacementPolicy:
-    try:
-        return POLICIES[name]()
-    except KeyError:
-        raise ValueError(f"unknown policy {name!r}; known: {', '.join(POLICIES)}") from None
+    if name == "fifo":
+        return FifoPolicy()
+    if name in POLICY_NAMES:
+        from gpudesk.engine.collocation import make_sharing_policy
+
+        return make_sharing_policy(name)
+    raise ValueError(f"unknown policy {name!r}; known: {', '.join(POLICY_NAMES)}")

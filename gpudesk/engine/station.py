@@ -13,7 +13,7 @@ from gpudesk.engine.jobs import describe, number_in
 from gpudesk.engine.telemetry.backend import check_backend_name
 from gpudesk.engine.telemetry.energy import DEFAULT_GRID_G_PER_KWH
 
-POLICIES: tuple[str, ...] = ("fifo",)
+POLICIES: tuple[str, ...] = ("fifo", "auto", "exclusive", "naive", "mps", "mig", "carma")
 MAX_SLOTS = 4096
 DEFAULT_SAMPLE_INTERVAL_S = 1.0
 STATION_KEYS = ("backend", "policy", "slots", "sample_interval", "grid_intensity")

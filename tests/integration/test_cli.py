@@ -299,3 +299,18 @@ def test_top_without_an_engine_does_not_start_one(home: Home) -> None:
     assert result.returncode == 0
     assert "engine not running" in result.stdout
     assert not home.lock.exists()
+
+
+def test_simulate_compares_policies_on_the_carma_trace() -> None:
+    trace = Path(__file__).resolve().parents[2] / "traces" / "carma-philly-t1.json"
+    result = gpudesk("simulate", str(trace), "--policy", "exclusive,carma,auto", "--json")
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["simulated"] is True and data["station"] == "sim:dgx-station-a100"
+    by_policy = {r["policy"]: r for r in data["results"]}
+    assert by_policy["auto"]["makespan_s"] < by_policy["carma"]["makespan_s"]
+    assert by_policy["auto"]["lost"] == 0
+    table = gpudesk("simulate", str(trace), "--policy", "exclusive,auto")
+    assert table.stdout.startswith("SIMULATED sim:dgx-station-a100")
+    bad = gpudesk("simulate", str(trace), "--policy", "slurm")
+    assert bad.returncode == 2 and "unknown policy slurm" in bad.stderr

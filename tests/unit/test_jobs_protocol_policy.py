@@ -95,8 +95,8 @@ def test_fifo_rejects_gpu_jobs_on_a_cpu_station_even_when_full() -> None:
 
 
 def test_unknown_policy() -> None:
-    with pytest.raises(ValueError, match="unknown policy 'carma'"):
-        make_policy("carma")
+    with pytest.raises(ValueError, match="unknown policy 'slurm'; known: fifo, auto"):
+        make_policy("slurm")
 
 
 @pytest.mark.parametrize("key", ["memory_gb", "gpus", "priority"])

@@ -1,0 +1,457 @@
+"""Collocation-aware placement: which GPU each job goes to, and how it shares it.
+
+Modes: `exclusive` (a GPU to itself), `naive` (time-slicing with the GPU's other processes),
+`mps` (a client of the GPU's MPS server, with a pinned-memory limit and an active-thread share)
+and `mig` (a MIG slice of a fitting profile). The policies here are pure functions of the queue
+and a `StationView`, so the live engine and `gpudesk simulate` run the same code.
+
+`SharingPolicy` is gpudesk's own. In `auto` mode, per job and per GPU:
+- a job that would saturate a GPU takes an idle one; a lighter job first fills the gaps on busy
+  GPUs, keeping idle GPUs for heavy jobs;
+- collocation only where memory fits with a margin (need + 2 GiB free after a 512 MiB reserve,
+  counting both what tenants reserved and what the GPU measures; a tenant's reservation is its
+  estimate until its real peak is known) and compute does too: the GPU is not saturated over the
+  recent window and the tenants' combined SM demand stays within 120 %; among those GPUs, the
+  one left least loaded;
+- MPS where the GPU's MPS server is usable, else naive time-slicing; a MIG slice where the GPU
+  is in MIG mode; whole idle GPUs for multi-GPU jobs and after an out-of-memory death. An MPS
+  client may grow into the memory its co-tenants left free (all of it, alone), never into theirs.
+Jobs go in priority and arrival order. A job that cannot start yet may be overtaken by later
+jobs `MAX_OVERTAKES` times (a multi-GPU job a quarter as often); then the least-loaded GPUs it
+needs take no new job until it has started (bounded backfilling), so a large job is never
+starved by a stream of small ones.
+
+`CarmaPolicy` is the published baseline (CARMA): FIFO without backfilling, idle GPUs first, then
+the GPU with the most free memory as measured; admit when free >= need + 2 GiB after a 512 MiB
+reserve and SM activity < 80 %; a job that crashed reruns alone on an idle GPU.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+
+from gpudesk.engine.demand import Demand, from_hints
+from gpudesk.engine.policy import Decision, Placement, Rejection, StationView
+from gpudesk.engine.store import JobRecord
+
+RESERVE_MIB = 512.0  # kept free on every GPU (driver, fragmentation)
+MARGIN_MIB = 2048.0  # a collocated job's need must fit with this much to spare
+SATURATED_SM_PCT = 80.0  # a GPU this busy over the window takes no new tenant
+SM_CAPACITY_PCT = 120.0  # tenants' combined SM demand may exceed a full GPU by this little
+CARMA_WINDOW_S = 30.0  # CARMA judges a GPU over 30 one-second samples
+MAX_OVERTAKES = 8  # later jobs may start ahead of a waiting job this many times
+MPS_THREAD_HEADROOM = 1.5  # an MPS client may use this much more than its SM demand
+MIG_SLICES_COMPUTE = 7
+MIG_SLICES_MEMORY = 8
+
+MODES = ("exclusive", "naive", "mps", "mig", "auto")
+
+
+@dataclass(frozen=True)
+class Tenant:
+    job_id: int
+    mode: str
+    memory_mib: float  # what it reserved
+    sm_pct: float
+    mig_slice: str | None = None
+
+
+@dataclass(frozen=True)
+class MigSlice:
+    key: str  # the MIG device's UUID (live), or a name the simulator gave it
+    profile: str  # "3g.20gb"
+    memory_mib: float
+    compute_slices: int
+    busy: bool = False
+
+
+@dataclass(frozen=True)
+class GpuState:
+    """One GPU as a placement policy sees it."""
+
+    index: int
+    uuid: str | None
+    memory_total_mib: float
+    memory_used_mib: float = 0.0  # measured now
+    sm_activity_pct: float | None = None  # measured, mean over the recent window
+    tenants: tuple[Tenant, ...] = ()
+    mps_usable: bool = False
+    mig_enabled: bool = False
+    mig_slices: tuple[MigSlice, ...] = ()
+    mig_dynamic: bool = False  # slices may be carved from free capacity (simulated stations)
+    lost: bool = False
+    placed_s_ago: float | None = None  # since the last job started on it (None: long ago)
+
+    @property
+    def idle(self) -> bool:
+        return not self.tenants
+
+    @property
+    def exclusive(self) -> bool:
+        return any(t.mode == "exclusive" for t in self.tenants)
+
+    @property
+    def reserved_mib(self) -> float:
+        return sum(t.memory_mib for t in self.tenants)
+
+    @property
+    def sm_demand_pct(self) -> float:
+        return sum(t.sm_pct for t in self.tenants)
+
+    @property
+    def free_mib(self) -> float:
+        """Free memory counting both reservations and measurements: a tenant that has not yet
+        allocated still holds its share, and one that took more than it said is counted."""
+        return self.memory_total_mib - max(self.reserved_mib, self.memory_used_mib) - RESERVE_MIB
+
+
+# A100 40GB profiles: (name, compute slices, memory slices, memory MiB). Used when the
+# simulator carves slices; a live station uses the MIG devices that exist.
+MIG_PROFILES = (
+    ("1g.5gb", 1, 1, 4864.0),
+    ("2g.10gb", 2, 2, 9984.0),
+    ("3g.20gb", 3, 4, 20096.0),
+    ("4g.20gb", 4, 4, 20096.0),
+    ("7g.40gb", 7, 8, 40448.0),
+)
+
+
+def demand_of(job: JobRecord, station: StationView) -> Demand:
+    known = station.demands.get(job.id)
+    return known if known is not None else from_hints(job.spec.memory_gb, job.spec.sm_pct)
+
+
+@dataclass
+class _Choice:
+    gpus: tuple[int, ...]
+    mode: str
+    reason: str
+    mig_slice: MigSlice | None = None
+    mps_limits: bool = True  # an MPS client gets a pinned-memory limit and a thread share
+    alone: bool = False  # the GPU had no tenant: the job may use all of its memory
+    free_mib: float = 0.0  # what the other tenants left free when it was admitted
+
+
+@dataclass
+class _Plan:
+    """The station as this pass has filled it so far."""
+
+    gpus: dict[int, GpuState]
+    placements: list[Placement] = field(default_factory=list)
+
+    def take(self, job: JobRecord, demand: Demand, choice: _Choice,
+             station: StationView) -> Placement:
+        memory = demand.memory_mib
+        for index in choice.gpus:
+            gpu = self.gpus[index]
+            slice_key = choice.mig_slice.key if choice.mig_slice else None
+            tenant = Tenant(job.id, choice.mode, memory, demand.sm_pct, slice_key)
+            slices = gpu.mig_slices
+            if choice.mig_slice is not None:
+                others = tuple(s for s in slices if s.key != slice_key)
+                slices = (*others, replace(choice.mig_slice, busy=True))
+            self.gpus[index] = replace(gpu, tenants=(*gpu.tenants, tenant), mig_slices=slices,
+                                       placed_s_ago=0.0)
+        placement = _placement(job, demand, choice, station)
+        self.placements.append(placement)
+        return placement
+
+
+def _placement(job: JobRecord, demand: Demand, choice: _Choice,
+               station: StationView) -> Placement:
+    gpus = [station_gpu(station, i) for i in choice.gpus]
+    listed = ",".join(str(i) for i in choice.gpus)
+    env = {"GPUDESK_GPUS": listed}
+    if station.simulated:
+        env.update({"CUDA_VISIBLE_DEVICES": "", "GPUDESK_SIMULATED_GPUS": listed})
+    elif choice.mig_slice is not None:
+        env["CUDA_VISIBLE_DEVICES"] = choice.mig_slice.key
+    elif all(g.uuid for g in gpus):
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(g.uuid for g in gpus)  # type: ignore[misc]
+    else:
+        env.update({"CUDA_VISIBLE_DEVICES": listed, "CUDA_DEVICE_ORDER": "PCI_BUS_ID"})
+    slot = "gpu:" + listed + (f"/{choice.mig_slice.profile}" if choice.mig_slice else "")
+    mps = {}
+    if choice.mode == "mps" and choice.mps_limits:
+        # Alone on a GPU a job may grow into all of it (an underestimate costs nobody); next to
+        # others it may grow into what they left free, never into what they hold.
+        limit = gpus[0].memory_total_mib - RESERVE_MIB if choice.alone \
+            else max(demand.memory_mib + MARGIN_MIB, choice.free_mib)
+        mps = {"mps_thread_pct": min(100, max(10, math.ceil(demand.sm_pct
+                                                            * MPS_THREAD_HEADROOM))),
+               "mps_memory_limit_mib": math.floor(limit)}
+    return Placement(
+        job_id=job.id, slot=slot, mode=choice.mode, reason=choice.reason, gpus=choice.gpus,
+        env=env,
+        env_defaults={"OMP_NUM_THREADS": str(station.threads_per_gpu * len(choice.gpus))},
+        demand=demand.to_dict(), mig_slice=choice.mig_slice.key if choice.mig_slice else None,
+        **mps,
+    )
+
+
+def station_gpu(station: StationView, index: int) -> GpuState:
+    for gpu in station.gpu_states:
+        if gpu.index == index:
+            return gpu
+    raise KeyError(index)
+
+
+def _mib(value: float) -> str:
+    return f"{value / 1024:.1f} GiB"
+
+
+class SharingPolicy:
+    """gpudesk's policy; `mode` forces one sharing mechanism, or "auto" picks per job."""
+
+    def __init__(self, mode: str = "auto", max_overtakes: int = MAX_OVERTAKES) -> None:
+        if mode not in MODES:
+            raise ValueError(f"unknown sharing mode {mode!r}; known: {', '.join(MODES)}")
+        self.mode = mode
+        self.name = mode
+        self.max_overtakes = max_overtakes
+
+    # ---------------------------------------------------------------- placing
+    def place(self, queue: Sequence[JobRecord], station: StationView) -> Decision:
+        plan = _Plan({g.index: g for g in station.gpu_states})
+        cpu_slots = station.free_slots
+        rejections: list[Rejection] = []
+        overtaken: dict[int, int] = {}
+        waiting: JobRecord | None = None  # the first GPU job that could not start
+        reserved: set[int] = set()  # GPUs held for it once it has been overtaken enough
+        for job in queue:
+            if not job.spec.gpus:
+                if cpu_slots:
+                    plan.placements.append(_cpu_placement(job, cpu_slots.pop(0), station))
+                continue
+            demand = demand_of(job, station)
+            impossible = self.impossible(job, demand, station)
+            if impossible:
+                rejections.append(Rejection(job.id, impossible))
+                continue
+            if waiting is not None and not reserved and \
+                    station.overtaken.get(waiting.id, 0) + overtaken.get(waiting.id, 0) \
+                    >= self.overtake_budget(waiting):
+                # Its turn: the GPUs that will free up first take nothing new until it starts.
+                reserved = self.reserve(waiting, plan)
+            choice = self.choose(job, demand, plan, station, exclude=reserved)
+            if choice is None:
+                waiting = waiting or job
+                continue
+            plan.take(job, demand, choice, station)
+            if waiting is not None:
+                overtaken[waiting.id] = overtaken.get(waiting.id, 0) + 1
+        return Decision(plan.placements, rejections, overtaken)
+
+    def impossible(self, job: JobRecord, demand: Demand, station: StationView) -> str | None:
+        usable = [g for g in station.gpu_states if not g.lost]
+        if station.gpu_problem is not None:
+            return None
+        if not station.gpu_states:
+            return (f"the job asks for {job.spec.gpus} GPU(s) but this station has none "
+                    f"(backend {station.backend}); submit it with gpus = 0 to run on the CPU")
+        if job.spec.gpus > len(station.gpu_states):
+            return (f"the job asks for {job.spec.gpus} GPUs but this station has only "
+                    f"{len(station.gpu_states)}")
+        largest = max((g.memory_total_mib for g in usable), default=0.0)
+        if demand.memory_mib > largest - RESERVE_MIB:
+            return (f"the job needs {_mib(demand.memory_mib)} of GPU memory but the largest GPU "
+                    f"here has {_mib(largest)}")
+        return None
+
+    def overtake_budget(self, job: JobRecord) -> int:
+        """How often later jobs may start first. A multi-GPU job needs whole idle GPUs, which a
+        stream of small jobs never leaves; it gets its GPUs reserved sooner."""
+        return self.max_overtakes if job.spec.gpus <= 1 else self.max_overtakes // 4
+
+    def reserve(self, job: JobRecord, plan: _Plan) -> set[int]:
+        """The GPUs a long-waiting job will get: the least loaded ones."""
+        gpus = sorted((g for g in plan.gpus.values() if not g.lost),
+                      key=lambda g: (g.sm_demand_pct, len(g.tenants), g.index))
+        return {g.index for g in gpus[:max(1, job.spec.gpus)]}
+
+    def choose(self, job: JobRecord, demand: Demand, plan: _Plan, station: StationView,
+               exclude: set[int] | frozenset[int] = frozenset()) -> _Choice | None:
+        gpus = [g for g in plan.gpus.values() if not g.lost and g.index not in exclude]
+        if job.spec.gpus > 1 or demand.exclusive or self.mode == "exclusive":
+            # A simulated MIG GPU that is idle can be set whole again.
+            idle = [g for g in gpus if g.idle and (not g.mig_enabled or g.mig_dynamic)]
+            if len(idle) < job.spec.gpus:
+                return None
+            chosen = tuple(g.index for g in idle[:job.spec.gpus])
+            why = "after an out-of-memory death it runs alone" if demand.source == "after OOM" \
+                else "multi-GPU jobs get whole GPUs" if job.spec.gpus > 1 \
+                else "exclusive placement"
+            return _Choice(chosen, "exclusive", f"GPU {','.join(map(str, chosen))} idle; {why}")
+        best: tuple[tuple[float, ...], _Choice] | None = None
+        for gpu in gpus:
+            option = self._option(gpu, demand, job.id)
+            if option is not None and (best is None or option[0] < best[0]):
+                best = option
+        return best[1] if best else None
+
+    def _option(self, gpu: GpuState, demand: Demand,
+                job_id: int) -> tuple[tuple[float, ...], _Choice] | None:
+        if gpu.mig_enabled or self.mode == "mig":
+            return self._mig_option(gpu, demand, job_id)
+        if gpu.exclusive:
+            return None
+        share = "mps" if self.mode in ("mps", "auto") and gpu.mps_usable else "naive"
+        if gpu.idle:
+            if demand.memory_mib > gpu.memory_total_mib - RESERVE_MIB:
+                return None
+            # A job that would saturate a GPU takes an idle one first; a light one fills the
+            # gaps on busy GPUs first and keeps idle GPUs for the heavy ones.
+            rank = 0.0 if demand.heavy else 2.0
+            return (rank, demand.sm_pct, gpu.index), _Choice(
+                (gpu.index,), share, f"GPU {gpu.index} idle", alone=True)
+        free = gpu.free_mib
+        if free < demand.memory_mib + MARGIN_MIB:
+            return None
+        measured = gpu.sm_activity_pct or 0.0
+        if measured >= SATURATED_SM_PCT:
+            return None
+        combined = gpu.sm_demand_pct + demand.sm_pct
+        if combined > SM_CAPACITY_PCT:
+            return None
+        if any(t.mode != share for t in gpu.tenants):
+            return None  # an MPS GPU takes MPS clients, a time-sliced one naive ones
+        reason = (f"collocated on GPU {gpu.index} under {share}: {_mib(free)} free for "
+                  f"{_mib(demand.memory_mib)} + {_mib(MARGIN_MIB)} margin, SM demand "
+                  f"{combined:.0f}% with its {len(gpu.tenants)} tenant(s), measured "
+                  f"{measured:.0f}%")
+        return (1.0, combined, -free, gpu.index), _Choice((gpu.index,), share, reason,
+                                                          free_mib=free)
+
+    def _mig_option(self, gpu: GpuState, demand: Demand,
+                    job_id: int) -> tuple[tuple[float, ...], _Choice] | None:
+        need = demand.memory_mib
+        free_slices = sorted((s for s in gpu.mig_slices if not s.busy),
+                             key=lambda s: (s.memory_mib, s.compute_slices))
+        for mig in free_slices:
+            if mig.memory_mib >= need:
+                return (2.0, mig.memory_mib, gpu.index), _Choice(
+                    (gpu.index,), "mig", f"MIG {mig.profile} on GPU {gpu.index} fits "
+                    f"{_mib(need)}", mig)
+        if not gpu.mig_dynamic:
+            return None
+        used_compute = sum(s.compute_slices for s in gpu.mig_slices)
+        used_memory = sum(_memory_slices(s.profile) for s in gpu.mig_slices)
+        for name, compute, memory_slices, memory in MIG_PROFILES:
+            if memory >= need and used_compute + compute <= MIG_SLICES_COMPUTE \
+                    and used_memory + memory_slices <= MIG_SLICES_MEMORY:
+                carved = MigSlice(f"gpu{gpu.index}/{name}/job{job_id}", name, memory, compute)
+                return (2.0, memory, gpu.index), _Choice(
+                    (gpu.index,), "mig", f"new MIG {name} on GPU {gpu.index} fits "
+                    f"{_mib(need)}", carved)
+        return None
+
+    # ----------------------------------------------------------- explaining
+    def explain_wait(self, job: JobRecord, queue: Sequence[JobRecord],
+                     station: StationView) -> str:
+        if not job.spec.gpus:
+            total = len(station.slots)
+            return f"waiting for a free CPU slot ({total - len(station.free_slots)}/{total} busy)"
+        if station.gpu_problem:
+            return f"waiting: the GPUs cannot be read ({station.gpu_problem})"
+        demand = demand_of(job, station)
+        ahead = [o for o in queue if o.id != job.id and _before(o, job) and o.spec.gpus]
+        reasons = []
+        for gpu in station.gpu_states:
+            if gpu.lost:
+                reasons.append(f"GPU {gpu.index} lost")
+            elif gpu.exclusive:
+                reasons.append(f"GPU {gpu.index} held exclusively")
+            elif not gpu.idle:
+                reasons.append(f"GPU {gpu.index}: {_mib(max(0.0, gpu.free_mib))} free, SM "
+                               f"demand {gpu.sm_demand_pct:.0f}%")
+        need = (f"needs {job.spec.gpus} idle GPUs" if job.spec.gpus > 1 or demand.exclusive
+                else f"needs {_mib(demand.memory_mib)} + {_mib(MARGIN_MIB)} margin and "
+                f"{demand.sm_pct:.0f}% SM")
+        text = f"waiting ({demand.source} demand: {need}); " + "; ".join(reasons)
+        if ahead:
+            text += f"; {len(ahead)} GPU job(s) ahead"
+        return text
+
+
+def _memory_slices(profile: str) -> int:
+    for name, _compute, memory_slices, _memory in MIG_PROFILES:
+        if name == profile:
+            return memory_slices
+    return MIG_SLICES_MEMORY
+
+
+def _before(a: JobRecord, b: JobRecord) -> bool:
+    return (-a.spec.priority, a.id) < (-b.spec.priority, b.id)
+
+
+def _cpu_placement(job: JobRecord, slot: str, station: StationView) -> Placement:
+    return Placement(job_id=job.id, slot=slot, mode="cpu",
+                     reason=f"first come, first served: {slot} was free",
+                     env={"CUDA_VISIBLE_DEVICES": ""},
+                     env_defaults={"OMP_NUM_THREADS": str(station.threads_per_slot)})
+
+
+class CarmaPolicy(SharingPolicy):
+    """CARMA's published rules, as the baseline gpudesk is measured against."""
+
+    def __init__(self) -> None:
+        super().__init__("auto")
+        self.name = "carma"
+
+    def place(self, queue: Sequence[JobRecord], station: StationView) -> Decision:
+        plan = _Plan({g.index: g for g in station.gpu_states})
+        cpu_slots = station.free_slots
+        rejections: list[Rejection] = []
+        for job in queue:
+            if not job.spec.gpus:
+                if cpu_slots:
+                    plan.placements.append(_cpu_placement(job, cpu_slots.pop(0), station))
+                continue
+            demand = demand_of(job, station)
+            impossible = self.impossible(job, demand, station)
+            if impossible:
+                rejections.append(Rejection(job.id, impossible))
+                continue
+            choice = self.choose(job, demand, plan, station)
+            if choice is None:
+                break  # FIFO without backfilling: the head of the queue blocks the rest
+            plan.take(job, demand, choice, station)
+        return Decision(plan.placements, rejections)
+
+    def choose(self, job: JobRecord, demand: Demand, plan: _Plan, station: StationView,
+               exclude: set[int] | frozenset[int] = frozenset()) -> _Choice | None:
+        gpus = [g for g in plan.gpus.values() if not g.lost]
+        idle = [g for g in gpus if g.idle]
+        if job.spec.gpus > 1 or demand.exclusive:
+            if len(idle) < job.spec.gpus:
+                return None
+            chosen = tuple(g.index for g in idle[:job.spec.gpus])
+            return _Choice(chosen, "exclusive", "CARMA: idle GPU, alone")
+        if idle:
+            gpu = idle[0]
+            share = "mps" if gpu.mps_usable else "naive"
+            return _Choice((gpu.index,), share, f"CARMA: GPU {gpu.index} idle",
+                           mps_limits=False)
+        # The GPU with the most free memory as measured (CARMA reads nvidia-smi).
+        busy = sorted((g for g in gpus if not g.exclusive),
+                      key=lambda g: (-(g.memory_total_mib - g.memory_used_mib), g.index))
+        if not busy:
+            return None
+        gpu = busy[0]
+        if gpu.placed_s_ago is not None and gpu.placed_s_ago < CARMA_WINDOW_S:
+            return None  # its measurements do not show the last job yet
+        free = gpu.memory_total_mib - gpu.memory_used_mib - RESERVE_MIB
+        if free < demand.memory_mib + MARGIN_MIB or (gpu.sm_activity_pct or 0.0) \
+                >= SATURATED_SM_PCT:
+            return None
+        share = gpu.tenants[0].mode if gpu.tenants else "naive"
+        return _Choice((gpu.index,), share, f"CARMA: GPU {gpu.index} has the most free memory",
+                       mps_limits=False)
+
+
+def make_sharing_policy(name: str) -> SharingPolicy:
+    if name == "carma":
+        return CarmaPolicy()
+    return SharingPolicy(name)

@@ -1,0 +1,59 @@
+"""What a job is expected to need from a GPU: memory and SM activity.
+
+In order of trust: what the job measured in an earlier run of the same command (peaks the store
+remembers), its own hints (`memory_gb`, `sm_pct`), else a conservative default. An out-of-memory
+death raises the estimate and asks for an exclusive GPU on the next attempt.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, replace
+
+MIB_PER_GB = 1024.0
+DEFAULT_MEMORY_MIB = 8 * 1024.0  # a job that says nothing: a fifth of an A100 40GB
+DEFAULT_SM_PCT = 60.0  # ... and most of its SMs, so it is collocated cautiously
+HEAVY_SM_PCT = 80.0  # a job at or above this saturates a GPU by itself
+OOM_GROWTH = 1.5  # after an OOM the estimate grows by at least this factor
+
+
+@dataclass(frozen=True)
+class Demand:
+    memory_mib: float
+    sm_pct: float
+    source: str  # "hint", "history", "default", "after OOM"
+    exclusive: bool = False  # must run alone (after an OOM, or asked for)
+
+    @property
+    def heavy(self) -> bool:
+        return self.sm_pct >= HEAVY_SM_PCT
+
+    def after_oom(self, observed_mib: float | None = None) -> Demand:
+        """Raised for the next attempt: more memory than it died with, and a GPU to itself."""
+        memory = self.memory_mib * OOM_GROWTH
+        if observed_mib is not None:
+            memory = max(memory, observed_mib * 1.25)
+        return replace(self, memory_mib=memory, source="after OOM", exclusive=True)
+
+    def to_dict(self) -> dict[str, object]:
+        return {"memory_mib": round(self.memory_mib), "sm_pct": round(self.sm_pct, 1),
+                "source": self.source, "exclusive": self.exclusive}
+
+
+def from_hints(memory_gb: float | None, sm_pct: float | None,
+               history: Demand | None = None) -> Demand:
+    """A job's demand from its hints, completed by history, else defaults."""
+    if memory_gb is None and sm_pct is None and history is not None:
+        return history
+    memory = memory_gb * MIB_PER_GB if memory_gb is not None else (
+        history.memory_mib if history else DEFAULT_MEMORY_MIB)
+    sm = sm_pct if sm_pct is not None else (history.sm_pct if history else DEFAULT_SM_PCT)
+    source = "hint" if memory_gb is not None or sm_pct is not None else "default"
+    return Demand(memory, sm, source)
+
+
+def signature(command: tuple[str, ...] | list[str], workdir: str | None) -> str:
+    """Identifies "the same job" across runs: its command and working directory."""
+    text = json.dumps([list(command), workdir or ""])
+    return hashlib.sha256(text.encode()).hexdigest()[:16]

@@ -1,0 +1,192 @@
+"""Collocation-aware placement (the pure policy) and the trace simulator that replays it."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from test_jobs_protocol_policy import record  # same folder: on sys.path under pytest
+
+from gpudesk.engine.collocation import (
+    MARGIN_MIB,
+    RESERVE_MIB,
+    CarmaPolicy,
+    GpuState,
+    SharingPolicy,
+    Tenant,
+)
+from gpudesk.engine.demand import Demand, from_hints
+from gpudesk.engine.policy import StationView, make_policy
+from gpudesk.engine.simulator import Simulation, TraceError, load_trace, simulate
+from gpudesk.engine.station import StationConfig
+from gpudesk.engine.store import JobRecord
+
+TRACE = Path(__file__).resolve().parents[2] / "traces" / "carma-philly-t1.json"
+GIB = 1024.0
+
+
+def station(*gpus: GpuState, **kw: object) -> StationView:
+    return StationView(StationConfig(slots=2), cores=8, backend="sim:x", gpu_states=gpus,
+                       simulated=True, **kw)
+
+
+def gpu(index: int, *tenants: Tenant, used: float = 0.0, sm: float | None = None,
+        mps: bool = True) -> GpuState:
+    return GpuState(index, f"GPU-{index}", 40 * GIB, memory_used_mib=used, sm_activity_pct=sm,
+                    tenants=tenants, mps_usable=mps)
+
+
+def tenant(job_id: int, memory_gb: float, sm: float, mode: str = "mps") -> Tenant:
+    return Tenant(job_id, mode, memory_gb * GIB, sm)
+
+
+def job(job_id: int, memory_gb: float, sm: float, gpus: int = 1) -> JobRecord:
+    rec = record(job_id, gpus=gpus, memory_gb=memory_gb)
+    return replace(rec, spec=replace(rec.spec, sm_pct=sm))
+
+
+def test_heavy_to_idle_light_to_busy() -> None:
+    view = station(gpu(0, tenant(1, 10, 40)), gpu(1))
+    decision = SharingPolicy("auto").place([job(2, 4, 90), job(3, 4, 20)], view)
+    placed = {p.job_id: p for p in decision.placements}
+    assert placed[2].gpus == (1,) and placed[2].mode == "mps"
+    assert placed[3].gpus == (0,) and placed[3].mode == "mps"
+    assert "collocated on GPU 0 under mps" in placed[3].reason
+    # alone on GPU 1 the heavy job may use the whole GPU; next to job 1, job 3 what is free
+    assert placed[2].mps_memory_limit_mib == int(40 * GIB - RESERVE_MIB)
+    assert placed[3].mps_memory_limit_mib == int(40 * GIB - 10 * GIB - RESERVE_MIB)
+
+
+def test_memory_must_fit_with_margin_counting_reservations_and_measurements() -> None:
+    # 40 GiB GPU, 30 GiB reserved: 10 GiB - 0.5 reserve free; 8 GiB + 2 GiB margin does not fit
+    view = station(gpu(0, tenant(1, 30, 10)))
+    assert SharingPolicy("auto").place([job(2, 8, 10)], view).placements == []
+    assert SharingPolicy("auto").place([job(2, 7, 10)], view).placements != []
+    # the GPU measures more than was reserved: the measurement counts
+    measured = station(gpu(0, tenant(1, 5, 10), used=30 * GIB))
+    assert SharingPolicy("auto").place([job(2, 8, 10)], measured).placements == []
+    assert 8 * GIB + MARGIN_MIB > 40 * GIB - 30 * GIB - RESERVE_MIB
+
+
+def test_compute_saturated_gpus_take_no_tenant() -> None:
+    by_window = station(gpu(0, tenant(1, 5, 30), sm=85.0))
+    assert SharingPolicy("auto").place([job(2, 2, 10)], by_window).placements == []
+    by_demand = station(gpu(0, tenant(1, 5, 70)))
+    assert SharingPolicy("auto").place([job(2, 2, 60)], by_demand).placements == []
+    assert SharingPolicy("auto").place([job(2, 2, 40)], by_demand).placements != []
+
+
+def test_naive_without_mps_and_no_mixing_of_modes() -> None:
+    view = station(gpu(0, tenant(1, 5, 20, mode="naive"), mps=False))
+    (placement,) = SharingPolicy("auto").place([job(2, 2, 20)], view).placements
+    assert placement.mode == "naive" and placement.mps_memory_limit_mib is None
+    mixed = station(gpu(0, tenant(1, 5, 20, mode="naive"), mps=True))
+    assert SharingPolicy("auto").place([job(2, 2, 20)], mixed).placements == []
+
+
+def test_multi_gpu_and_after_oom_jobs_get_whole_idle_gpus() -> None:
+    view = station(gpu(0, tenant(1, 5, 20)), gpu(1), gpu(2))
+    (two,) = SharingPolicy("auto").place([job(2, 4, 50, gpus=2)], view).placements
+    assert two.gpus == (1, 2) and two.mode == "exclusive"
+    after = Demand(4 * GIB, 50, "hint").after_oom(observed_mib=5 * GIB)
+    assert after.exclusive and after.memory_mib == pytest.approx(6.25 * GIB)
+    oomed = station(gpu(0, tenant(1, 5, 20)), gpu(1), demands={3: after})
+    (alone,) = SharingPolicy("auto").place([job(3, 4, 50)], oomed).placements
+    assert alone.gpus == (1,) and alone.mode == "exclusive"
+    assert "out-of-memory" in alone.reason
+
+
+def test_bounded_backfilling_reserves_gpus_for_the_waiting_job() -> None:
+    view = station(gpu(0, tenant(1, 5, 20)), gpu(1, tenant(2, 5, 30)),
+                   overtaken={10: 8})
+    decision = SharingPolicy("auto").place([job(10, 33, 90), job(11, 2, 10)], view)
+    # job 10 (heavy, 33 GiB + margin) cannot start; it has been overtaken 8 times, so the least
+    # loaded GPU (0) is held for it and job 11 goes to GPU 1
+    assert [(p.job_id, p.gpus) for p in decision.placements] == [(11, (1,))]
+    wait = SharingPolicy("auto").explain_wait(job(10, 33, 90), [job(10, 33, 90)], view)
+    assert wait.startswith("waiting (hint demand: needs 33.0 GiB")
+
+
+def test_impossible_jobs_are_rejected_with_a_reason() -> None:
+    view = station(gpu(0), gpu(1))
+    decision = SharingPolicy("auto").place([job(1, 50, 10), job(2, 4, 10, gpus=3)], view)
+    reasons = [r.reason for r in decision.rejections]
+    assert "needs 50.0 GiB of GPU memory but the largest GPU here has 40.0 GiB" in reasons[0]
+    assert "asks for 3 GPUs but this station has only 2" in reasons[1]
+
+
+def test_carma_blocks_on_the_head_of_the_queue_and_uses_measured_memory() -> None:
+    view = station(gpu(0, tenant(1, 5, 20), used=36 * GIB), gpu(1, tenant(2, 5, 20),
+                                                              used=30 * GIB))
+    decision = CarmaPolicy().place([job(3, 9, 10), job(4, 1, 10)], view)
+    assert decision.placements == []  # FIFO without backfilling: job 3 does not fit, 4 waits
+    roomy = station(gpu(0, tenant(1, 5, 20), used=5 * GIB), gpu(1, tenant(2, 5, 20),
+                                                             used=20 * GIB))
+    (placed,) = CarmaPolicy().place([job(3, 9, 10)], roomy).placements
+    assert placed.gpus == (0,) and placed.mps_memory_limit_mib is None  # most free memory
+
+
+def test_mig_mode_places_jobs_on_the_smallest_fitting_slice() -> None:
+    from gpudesk.engine.collocation import MigSlice
+
+    slices = (MigSlice("MIG-a", "3g.20gb", 20096, 3), MigSlice("MIG-b", "1g.5gb", 4864, 1))
+    view = station(GpuState(0, "GPU-0", 40 * GIB, mig_enabled=True, mig_slices=slices))
+    (small,) = SharingPolicy("auto").place([job(1, 4, 10)], view).placements
+    assert (small.mode, small.mig_slice) == ("mig", "MIG-b")
+    real = StationView(StationConfig(), cores=8, backend="nvml", gpu_states=view.gpu_states)
+    (placed,) = SharingPolicy("auto").place([job(1, 4, 10)], real).placements
+    assert placed.env["CUDA_VISIBLE_DEVICES"] == "MIG-b"
+
+
+def test_demand_from_hints_history_and_defaults() -> None:
+    assert from_hints(4.0, 30.0) == Demand(4096.0, 30.0, "hint")
+    history = Demand(6000.0, 45.0, "history")
+    assert from_hints(None, None, history) is history
+    assert from_hints(None, None).source == "default"
+
+
+def test_policies_are_registered() -> None:
+    assert make_policy("auto").name == "auto" and make_policy("carma").name == "carma"
+    assert make_policy("mig").name == "mig"
+
+
+# -------------------------------------------------------------- simulator
+def test_the_carma_trace_through_every_policy() -> None:
+    trace = load_trace(TRACE)
+    assert len(trace.jobs) == 60 and trace.station == "dgx-station-a100"
+    results = {r.policy: r for r in simulate(trace, ["exclusive", "carma", "auto", "mig"])}
+    exclusive, carma, auto = results["exclusive"], results["carma"], results["auto"]
+    assert all(r.lost == 0 and r.jobs == 60 for r in results.values())
+    assert exclusive.modes == {"exclusive": 60} and exclusive.oom_crashes == 0
+    assert auto.makespan_s < carma.makespan_s < exclusive.makespan_s
+    assert auto.energy_kwh < exclusive.energy_kwh
+    assert auto.oom_crashes <= carma.oom_crashes
+    assert results["mig"].oom_recovered == results["mig"].oom_crashes  # every OOM recovered
+
+
+def test_an_underestimated_job_dies_once_and_is_recovered(tmp_path: Path) -> None:
+    path = tmp_path / "t.json"
+    jobs = [{"id": 1, "arrival_s": 0, "exclusive_minutes": 30, "peak_memory_mb": 30000,
+             "class": "light", "estimate_gpumemnet_mb": 20000},
+            {"id": 2, "arrival_s": 0, "exclusive_minutes": 30, "peak_memory_mb": 4000,
+             "class": "light", "estimate_gpumemnet_mb": 4000}]
+    path.write_text(json.dumps({"name": "t", "station": "h100", "jobs": jobs}))
+    sim = Simulation(load_trace(path), policy="mig", station="sim:dgx-station-a100x1")
+    result = sim.run()
+    assert (result.oom_crashes, result.oom_recovered, result.lost) == (1, 1, 0)
+    assert sim.runs[0].attempts == 2 and sim.runs[0].demand.exclusive
+
+
+@pytest.mark.parametrize("body, message", [
+    ("[]", "expected an object"),
+    ('{"jobs": [{"arrival_s": 0}]}', "jobs[0]: missing or bad field"),
+    ("not json", "is not a JSON trace"),
+])
+def test_bad_traces_are_clear_errors(tmp_path: Path, body: str, message: str) -> None:
+    path = tmp_path / "bad.json"
+    path.write_text(body)
+    with pytest.raises(TraceError, match=re.escape(message)):
+        load_trace(path)
