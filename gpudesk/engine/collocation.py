@@ -220,15 +220,33 @@ class SharingPolicy:
         overtaken: dict[int, int] = {}
         waiting: JobRecord | None = None  # the first GPU job that could not start
         reserved: set[int] = set()  # GPUs held for it once it has been overtaken enough
+        # Jobs that found no room since the last placement, by (GPUs, exclusive): a job needing
+        # at least as much memory and SM as one of them finds none either. Keeps a pass over a
+        # long queue cheap once the station is full.
+        no_room: dict[tuple[int, bool], list[tuple[float, float]]] = {}
+        largest = max((g.memory_total_mib for g in station.gpu_states if not g.lost),
+                      default=0.0)
+        # Jobs that certainly could run somewhere skip the full check (a long queue is mostly
+        # such jobs, and this loop is the policy's hot path).
+        fits_any = largest - RESERVE_MIB if station.gpu_problem is None and largest else -1.0
+        gpu_total = len(station.gpu_states)
+        demands = station.demands
         for job in queue:
-            if not job.spec.gpus:
+            spec = job.spec
+            if not spec.gpus:
                 if cpu_slots:
                     plan.placements.append(_cpu_placement(job, cpu_slots.pop(0), station))
                 continue
-            demand = demand_of(job, station)
-            impossible = self.impossible(job, demand, station)
-            if impossible:
-                rejections.append(Rejection(job.id, impossible))
+            demand = demands.get(job.id) or from_hints(spec.memory_gb, spec.sm_pct)
+            if not (spec.gpus <= gpu_total and demand.memory_mib <= fits_any):
+                impossible = self.impossible(job, demand, station, largest)
+                if impossible:
+                    rejections.append(Rejection(job.id, impossible))
+                    continue
+            shape = (spec.gpus, demand.exclusive)
+            frontier = no_room.get(shape)
+            if frontier and _dominated(demand, frontier):
+                waiting = waiting or job
                 continue
             if waiting is not None and not reserved and \
                     station.overtaken.get(waiting.id, 0) + overtaken.get(waiting.id, 0) \
@@ -238,14 +256,16 @@ class SharingPolicy:
             choice = self.choose(job, demand, plan, station, exclude=reserved)
             if choice is None:
                 waiting = waiting or job
+                _add_to_frontier(no_room.setdefault(shape, []), demand)
                 continue
+            no_room.clear()
             plan.take(job, demand, choice, station)
             if waiting is not None:
                 overtaken[waiting.id] = overtaken.get(waiting.id, 0) + 1
         return Decision(plan.placements, rejections, overtaken)
 
-    def impossible(self, job: JobRecord, demand: Demand, station: StationView) -> str | None:
-        usable = [g for g in station.gpu_states if not g.lost]
+    def impossible(self, job: JobRecord, demand: Demand, station: StationView,
+                   largest: float | None = None) -> str | None:
         if station.gpu_problem is not None:
             return None
         if not station.gpu_states:
@@ -254,7 +274,9 @@ class SharingPolicy:
         if job.spec.gpus > len(station.gpu_states):
             return (f"the job asks for {job.spec.gpus} GPUs but this station has only "
                     f"{len(station.gpu_states)}")
-        largest = max((g.memory_total_mib for g in usable), default=0.0)
+        if largest is None:
+            largest = max((g.memory_total_mib for g in station.gpu_states if not g.lost),
+                          default=0.0)
         if demand.memory_mib > largest - RESERVE_MIB:
             return (f"the job needs {_mib(demand.memory_mib)} of GPU memory but the largest GPU "
                     f"here has {_mib(largest)}")
@@ -373,6 +395,18 @@ class SharingPolicy:
         if ahead:
             text += f"; {len(ahead)} GPU job(s) ahead"
         return text
+
+
+def _dominated(demand: Demand, frontier: list[tuple[float, float]]) -> bool:
+    memory, sm = demand.memory_mib, demand.sm_pct
+    return any(memory >= m and sm >= s for m, s in frontier)
+
+
+def _add_to_frontier(frontier: list[tuple[float, float]], demand: Demand) -> None:
+    """Keep only the smallest demands that found no room: any larger one finds none either."""
+    memory, sm = demand.memory_mib, demand.sm_pct
+    frontier[:] = [(m, s) for m, s in frontier if not (m >= memory and s >= sm)]
+    frontier.append((memory, sm))
 
 
 def _memory_slices(profile: str) -> int:

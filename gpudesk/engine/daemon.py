@@ -30,7 +30,9 @@ import zmq
 from gpudesk import __version__
 from gpudesk.engine import protocol, runner
 from gpudesk.engine.collocation import GpuState, MigSlice, Tenant
+from gpudesk.engine.demand import DEFAULT_SM_PCT, Demand, from_hints, signature
 from gpudesk.engine.jobs import TERMINAL_STATES, JobSpec, JobState, SpecError, check_env
+from gpudesk.engine.oom import gpu_oom_line
 from gpudesk.engine.policy import Placement, StationView, make_policy
 from gpudesk.engine.protocol import ProtocolError
 from gpudesk.engine.queue import JobQueue
@@ -55,6 +57,7 @@ STORE_SAMPLES_EVERY_S = 10.0  # the store keeps means over this window; live vie
 SAMPLE_RETENTION_S = 30 * 24 * 3600.0
 PRUNE_EVERY_S = 3600.0
 MAX_HISTORY_POINTS = 600
+OOM_RETRIES = 2  # attempts an out-of-memory death adds to a job's max_attempts
 SM_WINDOW_SAMPLES = 30  # "recent SM activity" for placement: CARMA's 30-sample window
 
 
@@ -135,6 +138,7 @@ class Engine:
         self.sampler: SamplerThread | None = None
         self.lost_gpus: frozenset[int] = frozenset()
         self.overtaken: dict[int, int] = {}  # queued job id -> later jobs started before it
+        self.history = store.demand_history()  # command signature -> measured (MiB, SM %, runs)
         self.store_samples_at = time.monotonic() + STORE_SAMPLES_EVERY_S
         self.prune_at = time.monotonic()
 
@@ -611,7 +615,9 @@ class Engine:
                            busy_gpus=busy_gpus, lost_gpus=self.lost_gpus,
                            gpu_problem=None if monitor.opened else monitor.open_problem,
                            simulated=monitor.simulated, gpu_states=self._gpu_states(),
-                           overtaken=self.overtaken)
+                           overtaken=self.overtaken,
+                           demands={job.id: self.demand(job) for job in self.queue.ordered()
+                                    if job.spec.gpus})
 
     def _gpu_states(self) -> tuple[GpuState, ...]:
         """Each GPU as the collocation policies see it: the latest readings, SM activity over
@@ -741,10 +747,21 @@ class Engine:
         else:
             attempt_state, exit_code, signal_number = "exited", record.exit_code, record.signal
             outcome = record.description
+        usage = self.monitor.usage.get(attempt.id)
+        raised: dict[str, Any] | None = None
+        oom = gpu_oom_line(attempt.log_path, exit_code) if job.spec.gpus else None
         if job.cancel_requested and exit_code != 0:
             state, message = JobState.CANCELLED, f"cancelled ({outcome})"
         elif exit_code == 0:
             state, message = JobState.SUCCEEDED, outcome
+        elif oom and job.attempts < job.spec.max_attempts + OOM_RETRIES:
+            # An out-of-memory death is retried whatever max_attempts says: with more memory
+            # and a GPU to itself, so the next attempt cannot die the same way or hurt others.
+            demand = self.demand(job).after_oom(usage.gpu_memory_peak_mib if usage else None)
+            raised = demand.to_dict()
+            state = JobState.QUEUED
+            message = (f"attempt {attempt.number} ran out of GPU memory ({oom}); back in the "
+                       f"queue needing {demand.memory_mib / 1024:.1f} GiB on a GPU of its own")
         elif job.attempts < job.spec.max_attempts:
             left = job.spec.max_attempts - job.attempts
             state = JobState.QUEUED
@@ -753,7 +770,10 @@ class Engine:
             state, message = JobState.FAILED, outcome
         self.store.finish_attempt(attempt, attempt_state=attempt_state, job_state=state,
                                   message=message, exit_code=exit_code, signal=signal_number,
-                                  ended_at=record.ended_at if record else None)
+                                  ended_at=record.ended_at if record else None, demand=raised)
+        if state is JobState.SUCCEEDED and usage is not None \
+                and usage.gpu_memory_peak_mib is not None:
+            self._remember_demand(job, usage)
         self.live.pop(attempt.id, None)  # only once the outcome is stored
         self._track()
         usage = self.monitor.finish(attempt.id)
@@ -766,6 +786,34 @@ class Engine:
             self.queue.add(self.store.job(job.id))
         self.dirty = True
         self.publish_job(job.id, message)
+
+    def demand(self, job: JobRecord) -> Demand:
+        """What a job is assumed to need: raised after an OOM, else its hints completed by what
+        earlier runs of the same command measured, else defaults."""
+        if job.demand:
+            return Demand(float(job.demand["memory_mib"]), float(job.demand["sm_pct"]),
+                          str(job.demand.get("source", "after OOM")),
+                          bool(job.demand.get("exclusive", True)))
+        known = self.history.get(signature(job.spec.command, job.spec.workdir))
+        history = Demand(known[0], known[1], "history") if known else None
+        return from_hints(job.spec.memory_gb, job.spec.sm_pct, history)
+
+    def _remember_demand(self, job: JobRecord, usage: AttemptUsage) -> None:
+        key = signature(job.spec.command, job.spec.workdir)
+        sm = usage.gpu_sm_mean_pct
+        if sm is None:
+            sm = job.spec.sm_pct if job.spec.sm_pct is not None else DEFAULT_SM_PCT
+        try:
+            self.store.record_demand(key, usage.gpu_memory_peak_mib or 0.0, sm)
+        except Exception:  # a hint for later runs; never worth failing a settle over
+            log.exception("could not record the measured demand of job %d", job.id)
+            return
+        old = self.history.get(key)
+        runs = old[2] if old else 0
+        memory = max(old[0], usage.gpu_memory_peak_mib or 0.0) if old else \
+            usage.gpu_memory_peak_mib or 0.0
+        mean = (old[1] * runs + sm) / (runs + 1) if old else sm
+        self.history[key] = (memory, mean, runs + 1)
 
     def publish_job(self, job_id: int, message: str, job: JobRecord | None = None) -> None:
         job = job or self.store.job(job_id)

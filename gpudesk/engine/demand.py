@@ -7,6 +7,7 @@ death raises the estimate and asks for an exclusive GPU on the next attempt.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from dataclasses import dataclass, replace
@@ -44,8 +45,19 @@ class Demand:
 def from_hints(memory_gb: float | None, sm_pct: float | None,
                history: Demand | None = None) -> Demand:
     """A job's demand from its hints, completed by history, else defaults."""
-    if memory_gb is None and sm_pct is None and history is not None:
+    if history is None:
+        return _from_hints_only(memory_gb, sm_pct)
+    if memory_gb is None and sm_pct is None:
         return history
+    return _combine(memory_gb, sm_pct, history)
+
+
+@functools.lru_cache(maxsize=4096)  # a placement pass asks for every queued job's demand
+def _from_hints_only(memory_gb: float | None, sm_pct: float | None) -> Demand:
+    return _combine(memory_gb, sm_pct, None)
+
+
+def _combine(memory_gb: float | None, sm_pct: float | None, history: Demand | None) -> Demand:
     memory = memory_gb * MIB_PER_GB if memory_gb is not None else (
         history.memory_mib if history else DEFAULT_MEMORY_MIB)
     sm = sm_pct if sm_pct is not None else (history.sm_pct if history else DEFAULT_SM_PCT)

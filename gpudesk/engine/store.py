@@ -130,6 +130,18 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX attempt_usage_by_job ON attempt_usage (job_id);
     """,
+    # 3: demand. A job's raised demand after an out-of-memory death, and what earlier runs of
+    # the same command measured (by command signature), for placing the next ones.
+    """
+    ALTER TABLE jobs ADD COLUMN demand TEXT;
+    CREATE TABLE demand_history (
+        signature TEXT PRIMARY KEY,
+        memory_mib REAL NOT NULL,
+        sm_pct REAL NOT NULL,
+        runs INTEGER NOT NULL,
+        updated_at REAL NOT NULL
+    );
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -149,6 +161,7 @@ class JobRecord:
     reason: str | None
     cancel_requested: bool
     kill_deadline: float | None = None  # wall clock: when a cancel escalates to SIGKILL
+    demand: dict[str, Any] | None = None  # raised after an out-of-memory death
 
     @property
     def name(self) -> str:
@@ -244,6 +257,7 @@ def _job(row: sqlite3.Row) -> JobRecord:
         reason=row["reason"],
         cancel_requested=bool(row["cancel_requested"]),
         kill_deadline=row["kill_deadline"],
+        demand=json.loads(row["demand"]) if row["demand"] else None,
     )
 
 
@@ -574,11 +588,16 @@ class Store:
         signal: int | None = None,
         ended_at: float | None = None,
         now: float | None = None,
+        demand: Mapping[str, Any] | None = None,
     ) -> None:
-        """Close an attempt and move its job on (to a final state, or back to the queue)."""
+        """Close an attempt and move its job on (to a final state, or back to the queue);
+        `demand` replaces what the job is assumed to need (after an out-of-memory death)."""
         now = now or time.time()
         ended_at = ended_at or now
         with self.transaction() as conn:
+            if demand is not None:
+                conn.execute("UPDATE jobs SET demand = ? WHERE id = ?",
+                              (json.dumps(dict(demand)), attempt.job_id))
             conn.execute(
                 "UPDATE attempts SET state = ?, ended_at = ?, exit_code = ?, signal = ?, "
                 "reason = ? WHERE id = ? AND state IN ('launching', 'running')",
@@ -653,3 +672,23 @@ class Store:
             gone = conn.execute("DELETE FROM gpu_samples WHERE ts < ?", (before,)).rowcount
             gone += conn.execute("DELETE FROM job_samples WHERE ts < ?", (before,)).rowcount
         return gone
+
+    # ----------------------------------------------------------------- demand
+    def demand_history(self) -> dict[str, tuple[float, float, int]]:
+        """signature -> (peak memory MiB, SM %, runs) measured by earlier runs."""
+        return {row[0]: (row[1], row[2], row[3]) for row in self._conn.execute(
+            "SELECT signature, memory_mib, sm_pct, runs FROM demand_history")}
+
+    def record_demand(self, signature: str, memory_mib: float, sm_pct: float,
+                      now: float | None = None) -> None:
+        """Fold one run's measured peak into the command's history (the larger peak wins, so
+        the estimate errs on the safe side; SM activity is averaged)."""
+        now = time.time() if now is None else now
+        with self.transaction() as conn:
+            conn.execute(
+                "INSERT INTO demand_history (signature, memory_mib, sm_pct, runs, updated_at) "
+                "VALUES (?, ?, ?, 1, ?) ON CONFLICT (signature) DO UPDATE SET "
+                "memory_mib = MAX(memory_mib, excluded.memory_mib), "
+                "sm_pct = (sm_pct * runs + excluded.sm_pct) / (runs + 1), "
+                "runs = runs + 1, updated_at = excluded.updated_at",
+                (signature, memory_mib, sm_pct, now))

@@ -168,3 +168,18 @@ def test_settings_round_trip(store: Store) -> None:
     store.set_setting("station", {"slots": 3})
     store.set_setting("station", {"slots": 4})
     assert store.setting("station") == {"slots": 4}
+
+
+def test_demand_history_keeps_the_larger_peak_and_averages_sm(store: Store) -> None:
+    store.record_demand("abc", 4000.0, 30.0, now=1.0)
+    store.record_demand("abc", 3000.0, 50.0, now=2.0)
+    assert store.demand_history() == {"abc": (4000.0, 40.0, 2)}
+
+
+def test_a_raised_demand_is_stored_with_the_attempts_end(store: Store, tmp_path: Path) -> None:
+    (job,) = store.submit([JobSpec(name="d", command=("true",), gpus=1, max_attempts=2)])
+    attempt = store.start_attempt(job.id, {"slot": "gpu:0"}, tmp_path / "jobs")
+    raised = {"memory_mib": 6144, "sm_pct": 30.0, "source": "after OOM", "exclusive": True}
+    store.finish_attempt(attempt, attempt_state="exited", job_state=JobState.QUEUED,
+                         message="oom", exit_code=1, demand=raised)
+    assert store.job(job.id).demand == raised

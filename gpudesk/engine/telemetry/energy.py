@@ -138,7 +138,21 @@ class AttemptUsage:
     rss_peak_bytes: int = 0
     io_read_bytes: int = 0
     io_write_bytes: int = 0
+    gpu_memory_peak_mib: float | None = None  # the most GPU memory its processes held
+    gpu_sm_total: float = 0.0  # sum of its SM share over the samples that had one
+    gpu_sm_samples: int = 0
     _idle_known: bool = field(default=True, repr=False)
+
+    @property
+    def gpu_sm_mean_pct(self) -> float | None:
+        return self.gpu_sm_total / self.gpu_sm_samples if self.gpu_sm_samples else None
+
+    def add_gpu_sample(self, memory_mib: float | None, sm_pct: float | None) -> None:
+        if memory_mib is not None:
+            self.gpu_memory_peak_mib = max(self.gpu_memory_peak_mib or 0.0, memory_mib)
+        if sm_pct is not None:
+            self.gpu_sm_total += sm_pct
+            self.gpu_sm_samples += 1
 
     @property
     def estimate(self) -> bool:
@@ -176,6 +190,8 @@ class AttemptUsage:
             "cpu_s": _r(self.cpu_s, 2), "rss_peak_mib": _r(self.rss_peak_bytes / 2**20),
             "io_read_mib": _r(self.io_read_bytes / 2**20),
             "io_write_mib": _r(self.io_write_bytes / 2**20),
+            "gpu_memory_peak_mib": _r(self.gpu_memory_peak_mib),
+            "gpu_sm_mean_pct": _r(self.gpu_sm_mean_pct),
         }
 
 
