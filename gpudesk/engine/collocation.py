@@ -29,6 +29,7 @@ reserve and SM activity < 80 %; a job that crashed reruns alone on an idle GPU.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
@@ -172,7 +173,9 @@ def _placement(job: JobRecord, demand: Demand, choice: _Choice,
         env["CUDA_VISIBLE_DEVICES"] = ",".join(g.uuid for g in gpus)  # type: ignore[misc]
     else:
         env.update({"CUDA_VISIBLE_DEVICES": listed, "CUDA_DEVICE_ORDER": "PCI_BUS_ID"})
-    slot = "gpu:" + listed + (f"/{choice.mig_slice.profile}" if choice.mig_slice else "")
+    # "gpu:1" alone, "gpu:0/mps" or "gpu:0/naive" shared, "gpu:2/3g.20gb" on a MIG slice
+    slot = "gpu:" + listed + (f"/{choice.mig_slice.profile}" if choice.mig_slice
+                              else f"/{choice.mode}" if choice.mode in ("mps", "naive") else "")
     mps = {}
     if choice.mode == "mps" and choice.mps_limits:
         # Alone on a GPU a job may grow into all of it (an underestimate costs nobody); next to
@@ -351,9 +354,11 @@ class SharingPolicy:
         need = demand.memory_mib
         free_slices = sorted((s for s in gpu.mig_slices if not s.busy),
                              key=lambda s: (s.memory_mib, s.compute_slices))
+        # A free slice that fits comes before sharing a GPU: the job is isolated and slows
+        # nobody. A saturating job still prefers a whole idle GPU (rank 0).
         for mig in free_slices:
             if mig.memory_mib >= need:
-                return (2.0, mig.memory_mib, gpu.index), _Choice(
+                return (0.5, mig.memory_mib, gpu.index), _Choice(
                     (gpu.index,), "mig", f"MIG {mig.profile} on GPU {gpu.index} fits "
                     f"{_mib(need)}", mig)
         if not gpu.mig_dynamic:
@@ -407,6 +412,12 @@ def _add_to_frontier(frontier: list[tuple[float, float]], demand: Demand) -> Non
     memory, sm = demand.memory_mib, demand.sm_pct
     frontier[:] = [(m, s) for m, s in frontier if not (m >= memory and s >= sm)]
     frontier.append((memory, sm))
+
+
+def compute_slices(profile: str) -> int:
+    """3 for "3g.20gb"; 0 for a name that is not a MIG profile."""
+    match = re.match(r"(\d+)g\.", profile)
+    return int(match.group(1)) if match else 0
 
 
 def _memory_slices(profile: str) -> int:

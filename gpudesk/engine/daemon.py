@@ -29,9 +29,10 @@ import zmq
 
 from gpudesk import __version__
 from gpudesk.engine import protocol, runner
-from gpudesk.engine.collocation import GpuState, MigSlice, Tenant
+from gpudesk.engine.collocation import GpuState, MigSlice, Tenant, compute_slices
 from gpudesk.engine.demand import DEFAULT_SM_PCT, Demand, from_hints, signature
 from gpudesk.engine.jobs import TERMINAL_STATES, JobSpec, JobState, SpecError, check_env
+from gpudesk.engine.mps import MpsError, MpsManager
 from gpudesk.engine.oom import gpu_oom_line
 from gpudesk.engine.policy import Placement, StationView, make_policy
 from gpudesk.engine.protocol import ProtocolError
@@ -57,6 +58,7 @@ STORE_SAMPLES_EVERY_S = 10.0  # the store keeps means over this window; live vie
 SAMPLE_RETENTION_S = 30 * 24 * 3600.0
 PRUNE_EVERY_S = 3600.0
 MAX_HISTORY_POINTS = 600
+MPS_CHECK_S = 10.0  # how often MPS servers are checked for FAULT and drained GPUs
 OOM_RETRIES = 2  # attempts an out-of-memory death adds to a job's max_attempts
 SM_WINDOW_SAMPLES = 30  # "recent SM activity" for placement: CARMA's 30-sample window
 
@@ -139,6 +141,9 @@ class Engine:
         self.lost_gpus: frozenset[int] = frozenset()
         self.overtaken: dict[int, int] = {}  # queued job id -> later jobs started before it
         self.history = store.demand_history()  # command signature -> measured (MiB, SM %, runs)
+        self.mps = MpsManager(home.root, command_timeout=2.0)
+        self.mps_faults: dict[str, str] = {}  # GPU UUID -> why its MPS server cannot be used
+        self.mps_checked_at = time.monotonic()
         self.store_samples_at = time.monotonic() + STORE_SAMPLES_EVERY_S
         self.prune_at = time.monotonic()
 
@@ -230,7 +235,8 @@ class Engine:
                 self._serve_requests()
             # A failing step (a full disk, say) is logged and retried; it never stops the engine,
             # which would strand the jobs it watches.
-            for step in (self.check_attempts, self._schedule_if_due, self.ingest_samples):
+            for step in (self.check_attempts, self._schedule_if_due, self.ingest_samples,
+                         self.check_mps):
                 try:
                     step()
                 except Exception:
@@ -314,7 +320,9 @@ class Engine:
                         "simulated": self.monitor.simulated,
                         "gpu_problem": view.gpu_problem,
                         "effective_slots": self.config.effective_slots,
-                        "cores": self.cores, "gpus": view.gpu_count},
+                        "cores": self.cores, "gpus": view.gpu_count,
+                        "mps": {"available": self.mps.available,
+                                "faults": dict(self.mps_faults)}},
             "slots": {"total": len(view.slots), "busy": len(view.busy_slots)},
             "gpus": {"total": view.gpu_count, "busy": len(view.busy_gpus),
                      "lost": len(view.lost_gpus)},
@@ -419,8 +427,8 @@ class Engine:
         if changed:
             log.info("station reconfigured: %s -> %s", self.config.to_dict(), config.to_dict())
             self.store.add_event("engine", f"station reconfigured: {json.dumps(config.to_dict())}")
-            telemetry_changed = (config.backend, config.sample_interval, config.grid_intensity) != (
-                self.config.backend, self.config.sample_interval, self.config.grid_intensity)
+            keys = ("backend", "sample_interval", "grid_intensity", "mig")
+            telemetry_changed = any(getattr(config, k) != getattr(self.config, k) for k in keys)
             self.config, self.policy = config, policy
             self.store.set_setting("station", config.to_dict())
             if telemetry_changed:
@@ -450,7 +458,8 @@ class Engine:
     # ------------------------------------------------------------- telemetry
     def _make_monitor(self, config: StationConfig) -> Monitor:
         saved = self.store.setting("idle_power_w")
-        monitor = Monitor(make_backend(config.backend), grid_g_per_kwh=config.grid_intensity,
+        monitor = Monitor(make_backend(config.backend, mig=config.mig),
+                          grid_g_per_kwh=config.grid_intensity,
                           idle_power_w=saved if isinstance(saved, dict) else None)
         monitor.open()  # the inventory is needed for placement before the first sample
         return monitor
@@ -558,7 +567,8 @@ class Engine:
             tracked.append(TrackedAttempt(
                 attempt_id=live.attempt.id, job_id=job.id, name=job.name, pgid=live.pid,
                 slot=live.slot, gpus=live.gpus, memory_gb=job.spec.memory_gb,
-                sm_pct=job.spec.sm_pct, started_at=live.attempt.started_at or job.started_at))
+                sm_pct=job.spec.sm_pct, started_at=live.attempt.started_at or job.started_at,
+                mig_slice=live.attempt.placement.get("mig_slice")))
         self.tracked = tuple(tracked)
 
     # ------------------------------------------------------------ job logic
@@ -641,9 +651,10 @@ class Engine:
                       if p["index"] == info.index and p["sm_activity_pct"] is not None]
             held = {t.mig_slice for t in tenants.get(info.index, ()) if t.mig_slice}
             slices = tuple(
-                MigSlice(m["uuid"], (m["name"] or "").rsplit(" ", 1)[-1],
-                         m["memory_total_mib"] or 0.0, 0, busy=m["uuid"] in held)
-                for m in reading.get("mig_devices", ()) if m["uuid"])
+                MigSlice(m["uuid"], profile, m["memory_total_mib"] or 0.0,
+                         compute_slices(profile), busy=m["uuid"] in held)
+                for m in reading.get("mig_devices", ()) if m["uuid"]
+                for profile in [(m["name"] or "").rsplit(" ", 1)[-1]])
             states.append(GpuState(
                 index=info.index, uuid=info.uuid,
                 memory_total_mib=info.memory_total_mib or reading.get("memory_total_mib") or 0.0,
@@ -651,8 +662,59 @@ class Engine:
                 sm_activity_pct=sum(window) / len(window) if window else None,
                 tenants=tuple(tenants.get(info.index, ())),
                 mig_enabled=bool(reading.get("mig_enabled")), mig_slices=slices,
-                lost=info.index in self.lost_gpus))
+                lost=info.index in self.lost_gpus,
+                mps_usable=self._mps_usable(info.uuid)))
         return tuple(states)
+
+    # ------------------------------------------------------------------- MPS
+    def _gpu_uuid(self, index: int) -> str | None:
+        return next((g.uuid for g in self.monitor.inventory if g.index == index), None)
+
+    def _mps_usable(self, uuid: str | None) -> bool:
+        # Simulated GPUs have no MPS server to start; their jobs are time-sliced.
+        if self.monitor.simulated:
+            return True  # a simulated MPS server: placement and load, no daemon
+        return bool(uuid) and self.mps.available and uuid not in self.mps_faults
+
+    def _mps_env(self, job: JobRecord, placement: Placement) -> dict[str, str]:
+        """Start (or reuse) the GPU's MPS control daemon and give the job its client settings.
+        If MPS cannot run there the job is time-sliced instead, and the GPU takes no more MPS
+        clients until its server is healthy again."""
+        uuid = self._gpu_uuid(placement.gpus[0]) or ""
+        try:
+            self.mps.ensure(uuid)
+            return self.mps.client_env(uuid, placement.mps_thread_pct,
+                                       placement.mps_memory_limit_mib)
+        except (MpsError, ValueError) as exc:
+            self.mps_faults[uuid] = str(exc)
+            message = f"MPS is not usable on GPU {placement.gpus[0]} ({exc}); time-sliced instead"
+            log.warning(message)
+            self.store.add_event("mps", message, job_id=job.id)
+            return {}
+
+    def check_mps(self) -> None:
+        """Every MPS_CHECK_S: a server in FAULT takes no new clients; a drained GPU's daemon
+        is stopped; a GPU whose server recovered takes clients again."""
+        now = time.monotonic()
+        if now - self.mps_checked_at < MPS_CHECK_S or not self.mps.available:
+            return
+        self.mps_checked_at = now
+        busy = {self._gpu_uuid(i) for live in self.live.values()
+                if live.attempt.placement.get("mode") == "mps" for i in live.gpus}
+        for uuid in self.mps.known_uuids():
+            status = self.mps.status(uuid)
+            if not status.usable and status.state == "fault":
+                if uuid not in self.mps_faults:
+                    self.store.add_event("mps", f"MPS server of {uuid} is in FAULT: "
+                                         f"{status.message}; new jobs there are time-sliced")
+                self.mps_faults[uuid] = status.message
+            elif status.usable and self.mps_faults.pop(uuid, None) is not None:
+                self.store.add_event("mps", f"MPS server of {uuid} is usable again")
+                self.dirty = True
+        try:
+            self.mps.stop_idle(u for u in busy if u)
+        except MpsError as exc:
+            log.warning("stopping idle MPS daemons: %s", exc)
 
     def schedule(self) -> None:
         self.dirty = False
@@ -693,6 +755,8 @@ class Engine:
             self.queue.add(job)  # the transaction rolled back: it is still queued
             raise
         env = self.job_env(job, placement, attempt)
+        if placement.mode == "mps" and not self.monitor.simulated:
+            env.update(self._mps_env(job, placement))
         workdir = job.spec.workdir or env.get("HOME") or "/"
         try:
             launched = runner.launch(Path(attempt.dir), job.spec.command, job.spec.shell,

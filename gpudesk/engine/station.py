@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -16,7 +17,8 @@ from gpudesk.engine.telemetry.energy import DEFAULT_GRID_G_PER_KWH
 POLICIES: tuple[str, ...] = ("fifo", "auto", "exclusive", "naive", "mps", "mig", "carma")
 MAX_SLOTS = 4096
 DEFAULT_SAMPLE_INTERVAL_S = 1.0
-STATION_KEYS = ("backend", "policy", "slots", "sample_interval", "grid_intensity")
+STATION_KEYS = ("backend", "policy", "slots", "sample_interval", "grid_intensity", "mig")
+MIG_PROFILE = re.compile(r"^[1-7]g\.[0-9]{1,3}gb$")
 
 
 def host_cores() -> int:
@@ -44,12 +46,37 @@ def check_slots(value: Any) -> int | None:
     return value
 
 
+def check_mig(value: Any) -> dict[str, str] | None:
+    """A simulated station's MIG layout: {"3" = "3g.20gb,2g.10gb,2g.10gb"}."""
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise ValueError('expected a table of GPU index = "PROFILE,PROFILE,...", found '
+                         f"{describe(value)}")
+    layout = {}
+    for key, profiles in value.items():
+        if not str(key).isdigit() or int(key) >= 64:
+            raise ValueError(f"{key!r} is not a GPU index")
+        if not isinstance(profiles, str):
+            raise ValueError(f"GPU {key}: expected a string of profiles, found "
+                             f"{describe(profiles)}")
+        names = [p.strip() for p in profiles.split(",")]
+        bad = [p for p in names if not MIG_PROFILE.match(p)]
+        if bad or not names:
+            raise ValueError(f"GPU {key}: {bad[0] if bad else profiles!r} is not a MIG profile "
+                             "name like 3g.20gb")
+        if sum(int(p.split("g.", 1)[0]) for p in names) > 7:
+            raise ValueError(f"GPU {key}: {profiles} needs more than the 7 compute slices of a GPU")
+        layout[str(int(key))] = ",".join(names)
+    return layout
+
+
 check_sample_interval = number_in(0.1, 60.0)  # seconds between GPU and host readings
 check_grid_intensity = number_in(0.0, 2000.0)  # g CO2e per kWh
 
 STATION_CHECKS = {"backend": check_backend, "policy": check_policy, "slots": check_slots,
                   "sample_interval": check_sample_interval,
-                  "grid_intensity": check_grid_intensity}
+                  "grid_intensity": check_grid_intensity, "mig": check_mig}
 
 
 @dataclass(frozen=True)
@@ -59,6 +86,7 @@ class StationConfig:
     slots: int | None = None  # concurrent CPU jobs; None = number of cores
     sample_interval: float = DEFAULT_SAMPLE_INTERVAL_S
     grid_intensity: float = DEFAULT_GRID_G_PER_KWH  # g CO2e per kWh, for carbon figures
+    mig: dict[str, str] | None = None  # a simulated station's MIG layout, by GPU index
 
     @property
     def effective_slots(self) -> int:

@@ -3,11 +3,24 @@ station, out-of-memory deaths recovered, and the measured demand remembered."""
 
 from __future__ import annotations
 
+import json
 import sys
+from pathlib import Path
 
+import pytest
 from conftest import EngineHandle
 
+from gpudesk.engine.collocation import GpuState, MigSlice, compute_slices
+from gpudesk.engine.jobs import JobState
+from gpudesk.engine.mps import MpsManager
+from gpudesk.engine.policy import StationView, make_policy
+from gpudesk.engine.store import JobRecord
+from gpudesk.engine.telemetry.backend import make_backend
+from gpudesk.engine.telemetry.monitor import Monitor
 from gpudesk.paths import Home
+from gpudesk.profile import load_profile
+
+FAKES = Path(__file__).resolve().parents[1] / "fakes"
 
 SIM = "sim:dgx-station-a100"
 # Dies like torch does on its first attempt, then succeeds.
@@ -40,7 +53,7 @@ def test_light_jobs_share_a_gpu_and_a_heavy_one_gets_its_own(home: Home) -> None
             engine.wait_state(job_id, "running")
         placements = [engine.show(i)["attempts"][0]["placement"] for i in ids]
         assert placements[0]["gpus"] == placements[1]["gpus"]  # packed together
-        assert placements[1]["mode"] == "naive"  # no MPS server on a simulated station
+        assert placements[1]["mode"] == "mps"  # a simulated MPS server: no daemon is started
         assert "collocated on GPU" in placements[1]["reason"]
         assert placements[2]["gpus"] != placements[0]["gpus"]
         assert placements[1]["demand"] == {"memory_mib": 4096, "sm_pct": 20.0,
@@ -100,3 +113,69 @@ def test_the_next_run_of_a_command_uses_what_the_last_one_measured(home: Home) -
     finally:
         engine.stop()
         engine.client.close()
+
+
+def test_jobs_share_a_real_station_gpu_through_its_mps_server(
+        home: Home, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """NVML (the faithful fake) and nvidia-cuda-mps-control (the faithful fake): the engine
+    starts the GPU's MPS control daemon, gives each client its settings, stops it when the GPU
+    drains."""
+    scenario = tmp_path / "nvml.json"
+    scenario.write_text(json.dumps({"gpus": [{"uuid": "GPU-mps-0", "memory_total_mib": 40960}]}))
+    monkeypatch.setenv("PYTHONPATH", str(FAKES / "nvml_shim"))
+    monkeypatch.setenv("GPUDESK_FAKE_NVML", str(scenario))
+    monkeypatch.setenv("GPUDESK_MPS_CONTROL", str(FAKES / "nvidia-cuda-mps-control"))
+    engine = EngineHandle(home)
+    engine.start(backend="nvml", policy="auto", sample_interval=0.2)
+    show_env = ("import os, time; print(*(f'{k}={os.environ.get(k)}' for k in ("
+                "'CUDA_VISIBLE_DEVICES', 'CUDA_MPS_PIPE_DIRECTORY', "
+                "'CUDA_MPS_ACTIVE_THREAD_PERCENTAGE', 'CUDA_MPS_PINNED_DEVICE_MEM_LIMIT')), "
+                "sep='\\n', flush=True); time.sleep(1)")
+    try:
+        ids = engine.submit(*({"name": f"mps-{i}", "command": [sys.executable, "-c", show_env],
+                               "gpus": 1, "memory_gb": 4, "sm_pct": 20} for i in range(2)))
+        jobs = engine.wait_all_done(ids)
+        assert all(j["state"] == "succeeded" for j in jobs)
+        placements = [engine.show(i)["attempts"][0]["placement"] for i in ids]
+        assert [p["mode"] for p in placements] == ["mps", "mps"]
+        second = Path(jobs[1]["log"]).read_text()
+        assert "CUDA_VISIBLE_DEVICES=GPU-mps-0" in second
+        assert f"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE={placements[1]['mps_thread_pct']}" in second
+        assert f"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0={placements[1]['mps_memory_limit_mib']}M" \
+            in second
+        pipe = next(line.split("=", 1)[1] for line in second.splitlines()
+                    if line.startswith("CUDA_MPS_PIPE_DIRECTORY="))
+        assert Path(pipe, "control").exists()  # the control daemon is up
+        status = engine.client.request("status")["station"]["mps"]
+        assert status == {"available": True, "faults": {}}
+    finally:
+        engine.stop()
+        engine.client.close()
+        MpsManager(home.root).stop_all()
+
+
+def test_the_demo_profile_collocates_under_mps_and_on_mig_slices() -> None:
+    """profiles/dgx-station-sweep.toml, placed by the real policy on its simulated station
+    (the placement decision only: running the whole sweep is the README's demo)."""
+
+    profile = load_profile(Path(__file__).resolve().parents[2] / "profiles" /
+                           "dgx-station-sweep.toml")
+    assert profile.station.backend == "sim:dgx-station-a100" and profile.station.policy == "auto"
+    monitor = Monitor(make_backend(profile.station.backend, mig=profile.station.mig))
+    view = monitor.ingest(monitor.collect())
+    assert view["gpus"][3]["mig_enabled"] and len(view["gpus"][3]["mig_devices"]) == 3
+
+    states = tuple(GpuState(
+        g["index"], g["uuid"], g["memory_total_mib"], mps_usable=True,
+        mig_enabled=g["mig_enabled"],
+        mig_slices=tuple(MigSlice(m["uuid"], m["name"].rsplit(" ", 1)[-1],
+                                  m["memory_total_mib"], compute_slices(
+                                      m["name"].rsplit(" ", 1)[-1]))
+                         for m in g["mig_devices"])) for g in view["gpus"])
+    queue = [JobRecord(i + 1, spec, JobState.QUEUED, 0.0, None, None, 0, None, None, False)
+             for i, spec in enumerate(profile.jobs)]
+    decision = make_policy("auto").place(queue, StationView(
+        profile.station, cores=8, backend=profile.station.backend, simulated=True,
+        gpu_states=states))
+    modes = {p.mode for p in decision.placements}
+    assert {"mps", "mig"} <= modes and len(decision.placements) == len(queue)

@@ -167,7 +167,7 @@ def test_split_is_exclusive_by_sm_share_or_even() -> None:
         (1, 0.75, "sm share"), (2, 0.25, "sm share")]
     assert split_interval(interval, [Occupant(1, None), Occupant(2, None)]) == [
         (1, 0.5, "even"), (2, 0.5, "even")]
-    assert split_interval(interval, [Occupant(1, 0.0), Occupant(2, 0.0)])[0][2] == "even"
+    assert split_interval(interval, [Occupant(1, 0.0), Occupant(2, 0.0)])[0] == (1, 0.5, "sm share")
 
 
 def test_attempt_usage_accumulates_and_marks_estimates() -> None:

@@ -121,8 +121,10 @@ def resolve_name(name: str) -> str:
     return name
 
 
-def make_backend(name: str, env: Mapping[str, str] | None = None) -> TelemetryBackend:
-    """The backend for a (validated) name; `auto` is resolved here. Not yet opened."""
+def make_backend(name: str, mig: Mapping[str, str] | None = None) -> TelemetryBackend:
+    """The backend for a (validated) name; `auto` is resolved here. Not yet opened. `mig`
+    gives simulated GPUs a MIG layout (GPU index -> "3g.20gb,2g.10gb,..."); real GPUs are
+    partitioned with `gpudesk mig apply`."""
     name = resolve_name(check_backend_name(name))
     if name == "none":
         return NoGpuBackend()
@@ -133,4 +135,5 @@ def make_backend(name: str, env: Mapping[str, str] | None = None) -> TelemetryBa
     from gpudesk.engine.telemetry.sim import SimBackend
 
     model, count = parse_sim_name(name)
-    return SimBackend(model, count=count, name=name)
+    layout = {int(k): [p.strip() for p in v.split(",")] for k, v in (mig or {}).items()}
+    return SimBackend(model, count=count, name=name, mig=layout)

@@ -214,8 +214,10 @@ def split_interval(interval: Interval, occupants: list[Occupant]) -> list[tuple[
     if len(occupants) == 1:
         return [(occupants[0].attempt_id, 1.0, "exclusive")]
     shares = [o.sm_pct for o in occupants]
-    if all(s is not None for s in shares) and sum(shares) > 0:  # type: ignore[misc]
+    if all(s is not None for s in shares):
         total = sum(shares)  # type: ignore[arg-type]
+        if total <= 0:  # nobody kept an SM busy: the SM-share split is an even one
+            return [(o.attempt_id, 1.0 / len(occupants), "sm share") for o in occupants]
         return [(o.attempt_id, o.sm_pct / total, "sm share")  # type: ignore[operator]
                 for o in occupants]
     return [(o.attempt_id, 1.0 / len(occupants), "even") for o in occupants]

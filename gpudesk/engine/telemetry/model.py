@@ -94,4 +94,5 @@ class JobLoad:
     gpus: tuple[int, ...]
     memory_gb: float | None
     sm_pct: float | None
+    mig_slice: str | None = None  # the MIG device (UUID) it runs on
 

@@ -53,9 +53,11 @@ class TrackedAttempt:
     memory_gb: float | None = None
     sm_pct: float | None = None
     started_at: float | None = None
+    mig_slice: str | None = None
 
     def load(self) -> JobLoad:
-        return JobLoad(self.job_id, self.pgid, self.gpus, self.memory_gb, self.sm_pct)
+        return JobLoad(self.job_id, self.pgid, self.gpus, self.memory_gb, self.sm_pct,
+                       self.mig_slice)
 
 
 @dataclass(frozen=True)

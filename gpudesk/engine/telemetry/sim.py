@@ -13,9 +13,16 @@ import math
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from gpudesk.engine.telemetry.model import BackendReading, GpuInfo, GpuProcess, GpuReading, JobLoad
+from gpudesk.engine.telemetry.model import (
+    BackendReading,
+    GpuInfo,
+    GpuProcess,
+    GpuReading,
+    JobLoad,
+    MigDevice,
+)
 
 DEFAULT_MEMORY_GB = 4.0  # a job that gives no hint
 DEFAULT_SM_PCT = 50.0
@@ -65,9 +72,11 @@ class SimBackend:
     simulated = True
 
     def __init__(self, station: str, *, count: int | None = None, name: str | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 mig: dict[int, list[str]] | None = None) -> None:
         self.model, default_count = STATIONS[station]
         self.count = count or default_count
+        self.mig = {i: profiles for i, profiles in (mig or {}).items() if 0 <= i < self.count}
         self.name = name or f"sim:{station}"
         self.clock = clock
         self.gpus = [_SimGpu(i, _sim_uuid(station, i)) for i in range(self.count)]
@@ -100,6 +109,8 @@ class SimBackend:
             loads, placed_at = self._loads, dict(self._placed_at)
         readings = tuple(self._read_gpu(gpu, [ld for ld in loads if gpu.index in ld.gpus],
                                         placed_at, now) for gpu in self.gpus)
+        readings = tuple(self._with_mig(r, [ld for ld in loads if r.index in ld.gpus])
+                         if r.index in self.mig else r for r in readings)
         return BackendReading(time.time(), now, readings)
 
     def _read_gpu(self, gpu: _SimGpu, loads: list[JobLoad], placed_at: dict[int, float],
@@ -149,6 +160,43 @@ class SimBackend:
     @property
     def idle_power_w(self) -> float:
         return self.model.idle_w
+
+    def mig_uuid(self, gpu: int, slot: int) -> str:
+        return f"MIG-SIM{self.gpus[gpu].uuid[7:15]}-{gpu:02d}{slot:02d}-0000-000000000000"
+
+    def _with_mig(self, reading: GpuReading, loads: list[JobLoad]) -> GpuReading:
+        """The GPU's MIG devices, with the processes of the jobs placed on each."""
+        devices = []
+        for slot, profile in enumerate(self.mig[reading.index]):
+            uuid = self.mig_uuid(reading.index, slot)
+            on_slice = {ld.pid for ld in loads if ld.mig_slice == uuid}
+            processes = tuple(replace(p, mig_device=slot) for p in reading.processes
+                              if p.pid in on_slice)
+            devices.append(MigDevice(
+                index=slot, uuid=uuid, name=f"{self.model.name} MIG {profile}",
+                gpu_instance_id=slot + 1, compute_instance_id=0,
+                memory_used_mib=sum((p.used_memory_mib or 0.0) for p in processes),
+                memory_total_mib=mig_memory_mib(profile, self.model),
+                sm_count=self.model.sm_count * compute_slices(profile) // 7,
+                processes=processes))
+        placed = {p.pid for d in devices for p in d.processes}
+        return replace(reading, mig_enabled=True, mig_devices=tuple(devices),
+                       processes=tuple(replace(p, mig_device=next(
+                           d.index for d in devices if any(q.pid == p.pid for q in d.processes)))
+                           if p.pid in placed else p for p in reading.processes))
+
+
+def compute_slices(profile: str) -> int:
+    return int(profile.split("g.", 1)[0])
+
+
+def mig_memory_mib(profile: str, model: GpuModel) -> float:
+    """A profile's memory: NVIDIA's figure where known (A100 40GB), else its name's GB."""
+    known = {"1g.5gb": 4864.0, "2g.10gb": 9984.0, "3g.20gb": 20096.0, "4g.20gb": 20096.0,
+             "7g.40gb": 40448.0}
+    if model is A100_SXM4_40GB and profile in known:
+        return known[profile]
+    return float(profile.split(".", 1)[1].removesuffix("gb")) * 1024.0 * 0.98
 
 
 def _sim_uuid(station: str, index: int) -> str:

@@ -1,0 +1,256 @@
+"""`gpudesk mig`: MIG partitions through nvidia-smi. It needs nothing but nvidia-smi: no engine,
+no NVML. Registered in gpudesk.cli as `app.add_typer(mig_app, name="mig")`; the helpers it
+shares with the other commands (fail, exit codes, JSON printing) are imported from there inside
+the commands, since gpudesk.cli imports this module."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Annotated, Any
+
+import typer
+
+from gpudesk.engine.mig import (
+    GiProfile,
+    GpuEntry,
+    MigError,
+    MigLayout,
+    MigManager,
+    MigUsageError,
+    NvidiaSmiError,
+    Placement,
+    derive_placements,
+    enable_hint,
+)
+
+mig_app = typer.Typer(help="MIG partitions through nvidia-smi.", no_args_is_help=True)
+
+# nvidia-smi's answers that mean "this GPU is not partitionable now", not "nvidia-smi is broken"
+_MODE_KINDS = ("mig-disabled", "mig-pending", "mig-unsupported")
+
+JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON.")]
+DryRunOption = Annotated[bool, typer.Option("--dry-run", help="Print the nvidia-smi commands "
+                                            "that would run, one per line, and change nothing.")]
+GpuOption = Annotated[int, typer.Option("--gpu", "-g", min=0, help="The GPU's index "
+                                        "(as nvidia-smi -L numbers it).")]
+
+
+@contextmanager
+def _mig_errors() -> Iterator[None]:
+    from gpudesk.cli import EXIT_FAILED, EXIT_USAGE, fail
+
+    try:
+        yield
+    except MigUsageError as exc:
+        fail(str(exc), EXIT_USAGE)
+    except MigError as exc:
+        fail(str(exc), EXIT_FAILED)
+
+
+def _print_json(data: Any) -> None:
+    from gpudesk.cli import _print_json as print_json
+
+    print_json(data)
+
+
+def _table(headers: tuple[str, ...], rows: list[tuple[object, ...]],
+           right: tuple[int, ...] = ()) -> str:
+    from gpudesk import render
+
+    return "\n".join("  " + line for line in render.table(headers, rows, right=right).splitlines())
+
+
+def _placements_text(placements: tuple[Placement, ...]) -> str:
+    if not placements:
+        return "-"
+    sizes = {p.size for p in placements}
+    starts = ",".join(str(p.start) for p in placements)
+    return f"{{{starts}}}:{sizes.pop()}" if len(sizes) == 1 else " ".join(map(str, placements))
+
+
+def _mode_note(gpu: int, state: str) -> str:
+    return {"disabled": f"MIG disabled. {enable_hint(gpu)}",
+            "pending": f"MIG enabled but pending a GPU reset: stop every process on it, then "
+                       f"`sudo nvidia-smi -i {gpu} -r` or reboot (gpudesk never resets a GPU)",
+            "unsupported": "no MIG support"}.get(state, f"MIG {state}")
+
+
+# ---------------------------------------------------------------------------- profiles
+@mig_app.command("profiles")
+def profiles_cmd(
+    gpu: Annotated[int | None, typer.Option("--gpu", "-g", min=0, help="Only this GPU.")] = None,
+    json_out: JsonOption = False,
+) -> None:
+    """The GPU instance profiles each MIG-enabled GPU offers.
+
+    Free/total counts, memory, engines, and placements (start:size in memory slices)."""
+    manager = MigManager()
+    found: list[tuple[GpuEntry, list[GiProfile], dict[int, tuple[Placement, ...]]]] = []
+    skipped: list[tuple[GpuEntry, NvidiaSmiError]] = []
+    with _mig_errors():
+        targets = [manager.gpu(gpu)] if gpu is not None else manager.gpus()
+        for entry in targets:
+            try:
+                profiles = manager.profiles(entry.index)
+                placements = manager.placements(entry.index)
+            except NvidiaSmiError as exc:
+                if gpu is not None or exc.kind not in _MODE_KINDS:
+                    raise
+                skipped.append((entry, exc))
+                continue
+            derived = derive_placements(profiles)
+            found.append((entry, profiles, {p.id: placements.get(p.id) or derived.get(p.id, ())
+                                            for p in profiles}))
+        if not found and skipped:
+            raise skipped[0][1]
+    if json_out:
+        gpus: list[dict[str, Any]] = [{
+            "index": entry.index, "name": entry.name, "uuid": entry.uuid, "mig_mode": "enabled",
+            "profiles": [{"id": p.id, "name": p.short_name, "free": p.free, "total": p.total,
+                          "memory_gib": p.memory_gib, "sm": p.sm, "ce": p.ce, "dec": p.dec,
+                          "enc": p.enc, "jpeg": p.jpeg, "ofa": p.ofa, "p2p": p.p2p,
+                          "placements": [str(pl) for pl in places[p.id]]} for p in profiles],
+        } for entry, profiles, places in found]
+        gpus += [{"index": entry.index, "name": entry.name, "uuid": entry.uuid,
+                  "mig_mode": exc.kind.removeprefix("mig-"), "problem": str(exc), "profiles": []}
+                 for entry, exc in skipped]
+        _print_json({"gpus": sorted(gpus, key=lambda g: g["index"])})
+        return
+    blocks = []
+    for entry, profiles, places in found:
+        rows = [(p.id, p.short_name, f"{p.free}/{p.total}", f"{p.memory_gib:.2f} GiB", p.sm, p.ce,
+                 p.dec, p.enc, p.jpeg, p.ofa, _placements_text(places[p.id])) for p in profiles]
+        blocks.append((entry.index, f"GPU {entry.index}: {entry.name}\n" + _table(
+            ("ID", "PROFILE", "FREE/TOTAL", "MEMORY", "SM", "CE", "DEC", "ENC", "JPEG", "OFA",
+             "PLACEMENTS"), rows, right=(0, 4, 5, 6, 7, 8, 9))))
+    for entry, exc in skipped:
+        blocks.append((entry.index, f"GPU {entry.index}: {entry.name}\n  {exc}"))
+    print("\n\n".join(text for _, text in sorted(blocks)))
+
+
+# -------------------------------------------------------------------------------- list
+def _layout_dict(layout: MigLayout) -> dict[str, Any]:
+    return {
+        "mig_devices": [s.to_dict() for s in layout.slots],
+        "gpu_instances": [{"id": g.instance_id, "profile": g.short_name,
+                           "profile_id": g.profile_id, "placement": str(g.placement)}
+                          for g in layout.gpu_instances],
+        "compute_instances": [{"gpu_instance_id": c.gpu_instance_id, "id": c.instance_id,
+                               "profile": c.short_name, "profile_id": c.profile_id,
+                               "placement": None if c.placement is None else str(c.placement)}
+                              for c in layout.compute_instances],
+    }
+
+
+def _layout_text(gpu: int, layout: MigLayout) -> list[str]:
+    if not layout.gpu_instances:
+        return [f"  no MIG instances (`gpudesk mig apply --gpu {gpu} PROFILE[,PROFILE...]` "
+                f"creates some)"]
+    lines = []
+    if layout.slots:
+        rows = [(s.device, s.profile, s.gpu_instance_id, s.compute_instance_id,
+                 s.placement, s.uuid) for s in layout.slots]
+        lines.append(_table(("DEV", "PROFILE", "GI", "CI", "PLACEMENT", "UUID"), rows,
+                            right=(0, 2, 3)))
+    with_ci = {c.gpu_instance_id for c in layout.compute_instances}
+    bare = [g for g in layout.gpu_instances if g.instance_id not in with_ci]
+    if bare:
+        lines.append("  GPU instances without a compute instance (not usable by jobs): "
+                     + ", ".join(f"GI {g.instance_id} {g.short_name} at {g.placement}"
+                                 for g in bare))
+    return lines
+
+
+@mig_app.command("list")
+def list_cmd(json_out: JsonOption = False) -> None:
+    """Every GPU's MIG mode and MIG devices, with the UUIDs jobs use (CUDA_VISIBLE_DEVICES)."""
+    manager = MigManager()
+    report = []
+    with _mig_errors():
+        gpus = manager.gpus()
+        modes = manager.mig_modes()
+        for entry in gpus:
+            mode = modes.get(entry.index)
+            state = mode.state if mode else "unknown"
+            layout = None
+            if state in ("enabled", "unknown"):
+                try:
+                    layout = manager.layout(entry.index, entry)
+                    state = "enabled"
+                except NvidiaSmiError as exc:
+                    if exc.kind not in _MODE_KINDS:
+                        raise
+                    state = exc.kind.removeprefix("mig-")
+            report.append((entry, state, layout))
+    if json_out:
+        _print_json({"gpus": [{"index": e.index, "name": e.name, "uuid": e.uuid,
+                               "mig_mode": state,
+                               **(_layout_dict(layout) if layout else
+                                  {"mig_devices": [], "gpu_instances": [],
+                                   "compute_instances": []})}
+                              for e, state, layout in report]})
+        return
+    if not report:
+        print("no GPUs (nvidia-smi -L lists none)")
+        return
+    lines = []
+    for entry, state, layout in report:
+        if layout is None:
+            lines.append(f"GPU {entry.index}: {entry.name}  {_mode_note(entry.index, state)}")
+            continue
+        lines.append(f"GPU {entry.index}: {entry.name}  MIG enabled, "
+                     f"{len(layout.slots)} MIG device(s)")
+        lines.extend(_layout_text(entry.index, layout))
+    print("\n".join(lines))
+
+
+# ------------------------------------------------------------------------------- apply
+@mig_app.command("apply")
+def apply_cmd(
+    gpu: GpuOption,
+    profiles: Annotated[list[str], typer.Argument(
+        metavar="PROFILES",
+        help="Profiles by name or ID, e.g. 3g.20gb,2g.10gb,1g.5gb,1g.5gb.")],
+    dry_run: DryRunOption = False,
+) -> None:
+    """Replace a GPU's MIG layout with these profiles.
+
+    Destroys its instances, then creates these, largest first, each with a full compute instance.
+
+    Needs root, and nothing may run on the GPU. Prints the new MIG devices and their UUIDs."""
+    manager = MigManager()
+    with _mig_errors():
+        if dry_run:
+            for argv in manager.plan_apply(gpu, profiles):
+                print(shlex.join(argv))
+            return
+        slots = manager.apply(gpu, profiles)
+    rows = [(s.device, s.profile, s.gpu_instance_id, s.compute_instance_id, s.placement, s.uuid)
+            for s in slots]
+    print(f"GPU {gpu} now has {len(slots)} MIG device(s):")
+    print(_table(("DEV", "PROFILE", "GI", "CI", "PLACEMENT", "UUID"), rows, right=(0, 2, 3)))
+    print("A job runs on one with CUDA_VISIBLE_DEVICES=<UUID>.")
+
+
+# ------------------------------------------------------------------------------- clear
+@mig_app.command("clear")
+def clear_cmd(gpu: GpuOption, dry_run: DryRunOption = False) -> None:
+    """Destroy every compute and GPU instance on a GPU. MIG mode stays on. Needs root."""
+    manager = MigManager()
+    with _mig_errors():
+        if dry_run:
+            commands = manager.plan_clear(gpu)
+            for argv in commands:
+                print(shlex.join(argv))
+            if not commands:
+                print(f"GPU {gpu} has no MIG instances; nothing would run", file=sys.stderr)
+            return
+        ran = manager.clear(gpu)
+    if ran:
+        print(f"cleared GPU {gpu}: its compute and GPU instances are destroyed "
+              f"(MIG mode stays on)")
+    else:
+        print(f"GPU {gpu} has no MIG instances; nothing to do")

@@ -1,0 +1,325 @@
+"""`gpudesk mig` against the stateful fake nvidia-smi (tests/fakes/nvidia-smi), named by
+GPUDESK_NVIDIA_SMI as a user would. The commands run in-process through gpudesk.cli.main (the
+real error handling and exit codes); one runs as a separate process."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from gpudesk import cli
+from gpudesk.engine import mig
+from gpudesk.mig_cli import mig_app
+
+FAKE = Path(__file__).resolve().parents[1] / "fakes" / "nvidia-smi"
+READ_ONLY = ("-L", "-lgip", "-lgipp", "-lgi", "-lci", "--query-gpu")
+
+if not any(group.name == "mig" for group in cli.app.registered_groups):
+    cli.app.add_typer(mig_app, name="mig")  # until gpudesk.cli registers it itself
+
+
+def a100(**fields: object) -> dict:
+    gpu = {"name": "NVIDIA A100-SXM4-40GB", "uuid": "GPU-e86cb44c-6756-fd30-cd4a-1e6da3caf9b0",
+           "pci_bus_id": "00000000:07:00.0", "mig_mode": "enabled", "gpu_instances": []}
+    gpu.update(fields)
+    return gpu
+
+
+def two_halves(busy: int | None = None) -> list[dict]:
+    """Two 3g.20gb instances with a compute instance each; `busy`: the one a process runs on."""
+    return [{"id": gi_id, "profile_id": 9, "start": start, "size": 4, "in_use": gi_id == busy,
+             "compute_instances": [{"id": 0, "profile_id": 2, "start": 0, "size": 3,
+                                    "uuid": f"MIG-0000000{gi_id}-0000-5000-8000-000000000000"}]}
+            for gi_id, start in ((1, 0), (2, 4))]
+
+
+class FakeSmi:
+    def __init__(self, root: Path) -> None:
+        self.state_file = root / "state.json"
+        self.log_file = root / "calls.jsonl"
+
+    def write(self, *gpus: dict, root: bool = True) -> None:
+        self.state_file.write_text(json.dumps({"root": root, "gpus": list(gpus)}))
+
+    def state(self) -> dict:
+        return json.loads(self.state_file.read_text())
+
+    def calls(self) -> list[list[str]]:
+        if not self.log_file.exists():
+            return []
+        return [json.loads(line) for line in self.log_file.read_text().splitlines()]
+
+    def changing_calls(self) -> list[list[str]]:
+        return [c for c in self.calls() if not any(a.startswith(READ_ONLY) for a in c)]
+
+
+@pytest.fixture
+def smi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeSmi:
+    fake = FakeSmi(tmp_path)
+    monkeypatch.setenv("GPUDESK_NVIDIA_SMI", str(FAKE))
+    monkeypatch.setenv("GPUDESK_FAKE_NVIDIA_SMI_STATE", str(fake.state_file))
+    monkeypatch.setenv("GPUDESK_FAKE_NVIDIA_SMI_LOG", str(fake.log_file))
+    return fake
+
+
+Run = Callable[..., tuple[int, str, str]]
+
+
+@pytest.fixture
+def gpudesk(capsys: pytest.CaptureFixture[str]) -> Run:
+    """`gpudesk ARGS...` in-process: (exit code, stdout, stderr)."""
+
+    def run(*args: str) -> tuple[int, str, str]:
+        capsys.readouterr()
+        try:
+            cli.main(list(args))
+            code = 0
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 1
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return run
+
+
+def test_profiles_json(smi: FakeSmi, gpudesk: Run) -> None:
+    smi.write(a100())
+    code, out, _ = gpudesk("mig", "profiles", "--json")
+    assert code == 0
+    (gpu,) = json.loads(out)["gpus"]
+    assert (gpu["index"], gpu["mig_mode"]) == (0, "enabled")
+    rows = {p["name"]: p for p in gpu["profiles"]}
+    assert list(rows) == ["1g.5gb", "1g.5gb+me", "2g.10gb", "3g.20gb", "4g.20gb", "7g.40gb"]
+    assert rows["3g.20gb"] == {"id": 9, "name": "3g.20gb", "free": 2, "total": 2,
+                               "memory_gib": 19.62, "sm": 42, "ce": 3, "dec": 2, "enc": 0,
+                               "jpeg": 0, "ofa": 0, "p2p": False, "placements": ["0:4", "4:4"]}
+    assert smi.changing_calls() == []
+
+
+def test_profiles_text_shows_what_is_free(smi: FakeSmi, gpudesk: Run) -> None:
+    smi.write(a100(gpu_instances=two_halves()))
+    code, out, _ = gpudesk("mig", "profiles", "--gpu", "0")
+    assert code == 0
+    row = next(line for line in out.splitlines() if " 3g.20gb " in line)
+    assert row.split()[:3] == ["9", "3g.20gb", "0/2"] and row.endswith("{0,4}:4")
+
+
+def made_devices(smi: FakeSmi) -> dict[str, tuple[int, str]]:
+    """MIG UUID -> (GPU instance ID, placement), from the fake's state."""
+    return {ci["uuid"]: (gi["id"], f"{gi['start']}:{gi['size']}")
+            for gi in smi.state()["gpus"][0]["gpu_instances"] for ci in gi["compute_instances"]}
+
+
+def test_apply_creates_larger_slices_first_and_prints_the_uuids(smi: FakeSmi,
+                                                                gpudesk: Run) -> None:
+    smi.write(a100())
+    code, out, err = gpudesk("mig", "apply", "--gpu", "0", "1g.5gb,1g.5gb,2g.10gb,3g.20gb")
+    assert (code, err) == (0, "")
+    assert "GPU 0 now has 4 MIG device(s)" in out
+    assert smi.changing_calls() == [["mig", "-i", "0", "-cgi", "9,14,19,19", "-C"]]
+    made = made_devices(smi)
+    assert len(made) == 4 and all(uuid in out for uuid in made)
+
+
+def test_list_after_apply_shows_the_mig_uuids(smi: FakeSmi, gpudesk: Run) -> None:
+    smi.write(a100())
+    # What `apply` runs (checked above), straight to the fake to keep this test quick.
+    created = subprocess.run([str(FAKE), "mig", "-i", "0", "-cgi", "9,14,19,19", "-C"],
+                             capture_output=True, text=True, timeout=10)
+    assert created.returncode == 0, created.stdout
+    made = made_devices(smi)
+    code, out, _ = gpudesk("mig", "list", "--json")
+    assert code == 0
+    (gpu,) = json.loads(out)["gpus"]
+    assert gpu["mig_mode"] == "enabled"
+    devices = gpu["mig_devices"]
+    assert sorted(d["profile"] for d in devices) == ["1g.5gb", "1g.5gb", "2g.10gb", "3g.20gb"]
+    assert {d["uuid"]: (d["gpu_instance_id"], d["placement"]) for d in devices} == made
+    assert [d["device"] for d in devices] == [0, 1, 2, 3]
+
+
+def test_list_text(smi: FakeSmi, gpudesk: Run) -> None:
+    smi.write(a100(gpu_instances=two_halves()), a100(mig_mode="disabled", uuid="GPU-2"))
+    code, out, _ = gpudesk("mig", "list")
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0] == "GPU 0: NVIDIA A100-SXM4-40GB  MIG enabled, 2 MIG device(s)"
+    assert lines[2].split() == ["0", "3g.20gb", "1", "0", "0:4",
+                                "MIG-00000001-0000-5000-8000-000000000000"]
+    assert lines[4].startswith("GPU 1: NVIDIA A100-SXM4-40GB  MIG disabled.")
+    assert "sudo nvidia-smi -i 1 -mig 1" in lines[4]
+
+
+def test_apply_replaces_the_layout(smi: FakeSmi, gpudesk: Run) -> None:
+    smi.write(a100(gpu_instances=two_halves()))
+    code, out, _ = gpudesk("mig", "apply", "--gpu", "0", "7g.40gb")
+    assert code == 0
+    assert smi.changing_calls() == [["mig", "-i", "0", "-dci"], ["mig", "-i", "0", "-dgi"],
+                                    ["mig", "-i", "0", "-cgi", "0", "-C"]]
+    (gi,) = smi.state()["gpus"][0]["gpu_instances"]
+    assert (gi["profile_id"], gi["start"], gi["size"]) == (0, 0, 8)
+    assert gi["compute_instances"][0]["uuid"] in out
+
+
+def test_apply_on_a_busy_gpu_fails_cleanly(smi: FakeSmi, gpudesk: Run) -> None:
+    smi.write(a100(in_use=True, gpu_instances=two_halves()))
+    before = smi.state_file.read_text()
+    code, out, err = gpudesk("mig", "apply", "--gpu", "0", "1g.5gb")
+    assert code == 1 and out == ""
+    assert err.startswith("error: GPU 0 or one of its MIG instances is in use")
+    assert "In use by another client" in err and "Stop the processes" in err
+    assert "Nothing was changed on GPU 0." in err
+    assert smi.state_file.read_text() == before
+
+
+def test_a_failure_mid_apply_says_what_state_the_gpu_is_in(smi: FakeSmi, gpudesk: Run) -> None:
+    smi.write(a100(gpu_instances=two_halves(busy=2)))
+    code, _, err = gpudesk("mig", "apply", "--gpu", "0", "1g.5gb")
+    assert code == 1
+    assert "In use by another client" in err
+    assert "GPU 0 is now partly changed" in err
+    assert ("Successfully destroyed compute instance ID  0 from GPU  0 GPU instance ID  1"
+            in err)
+    assert "gpudesk mig list" in err
+    gis = smi.state()["gpus"][0]["gpu_instances"]
+    assert [len(gi["compute_instances"]) for gi in gis] == [0, 1]
+
+
+def test_a_layout_that_does_not_fit_is_refused_before_anything_changes(
+        smi: FakeSmi, gpudesk: Run) -> None:
+    smi.write(a100(gpu_instances=two_halves()))
+    before = smi.state_file.read_text()
+    code, _, err = gpudesk("mig", "apply", "--gpu", "0", "4g.20gb,3g.20gb,1g.5gb")
+    assert code == 1
+    assert "does not fit" in err and "no placement is left for 1g.5gb" in err
+    assert smi.changing_calls() == [] and smi.state_file.read_text() == before
+
+
+def test_insufficient_resources_from_nvidia_smi(smi: FakeSmi, gpudesk: Run,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """Were the planner's order wrong, the driver's refusal must still read clearly."""
+    smi.write(a100())
+
+    def as_given(available, requested, placements, occupied=()):  # type: ignore[no-untyped-def]
+        return [mig.PlannedInstance(mig.resolve_profile(available, n), mig.Placement(0, 1))
+                for n in requested]
+
+    monkeypatch.setattr(mig, "plan_layout", as_given)
+    code, _, err = gpudesk("mig", "apply", "--gpu", "0", "1g.5gb,1g.5gb,2g.10gb,3g.20gb")
+    assert code == 1
+    assert "GPU 0 has no room left for a 3g.20gb instance (nvidia-smi: Insufficient Resources)" \
+        in err
+    assert "partly changed" in err and "Successfully created GPU instance ID 13" in err
+    assert len(smi.state()["gpus"][0]["gpu_instances"]) == 3
+
+
+def test_mig_not_enabled_tells_the_enable_command(smi: FakeSmi, gpudesk: Run) -> None:
+    smi.write(a100(mig_mode="disabled"), a100(mig_mode="pending", uuid="GPU-2"))
+    code, _, err = gpudesk("mig", "apply", "--gpu", "0", "3g.20gb")
+    assert code == 1
+    assert "MIG mode is not enabled on GPU 0" in err
+    assert "`sudo nvidia-smi -i 0 -mig 1`" in err and "never" in err
+    code, _, err = gpudesk("mig", "apply", "--gpu", "1", "3g.20gb")
+    assert code == 1
+    assert "pending a GPU reset" in err and "`sudo nvidia-smi -i 1 -r`" in err
+    assert smi.changing_calls() == []
+
+
+def test_profiles_and_list_without_mig(smi: FakeSmi, gpudesk: Run) -> None:
+    smi.write(a100(mig_mode="disabled"), a100(mig_mode="pending", uuid="GPU-2"))
+    code, _, err = gpudesk("mig", "profiles")
+    assert code == 1 and "sudo nvidia-smi -i 0 -mig 1" in err
+    code, out, _ = gpudesk("mig", "list", "--json")
+    assert code == 0
+    assert [g["mig_mode"] for g in json.loads(out)["gpus"]] == ["disabled", "pending"]
+    assert smi.changing_calls() == []
+    assert [g["mig_mode"] for g in smi.state()["gpus"]] == ["disabled", "pending"]
+
+
+def test_dry_run_prints_the_commands_and_changes_nothing(smi: FakeSmi, gpudesk: Run,
+                                                         tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    spaced = tmp_path / "driver tools" / "nvidia-smi"
+    spaced.parent.mkdir()
+    shutil.copy(FAKE, spaced)
+    monkeypatch.setenv("GPUDESK_NVIDIA_SMI", str(spaced))
+    smi.write(a100(gpu_instances=two_halves()))
+    before = smi.state_file.read_text()
+    code, out, _ = gpudesk("mig", "apply", "--gpu", "0", "1g.5gb,3g.20gb", "2g.10gb", "--dry-run")
+    assert code == 0
+    exe = shlex.quote(str(spaced))
+    assert out.splitlines() == [f"{exe} mig -i 0 -dci", f"{exe} mig -i 0 -dgi",
+                                f"{exe} mig -i 0 -cgi 9,14,19 -C"]
+    assert [shlex.split(line)[0] for line in out.splitlines()] == [str(spaced)] * 3
+    code, out, _ = gpudesk("mig", "clear", "--gpu", "0", "--dry-run")
+    assert code == 0
+    assert out.splitlines() == [f"{exe} mig -i 0 -dci", f"{exe} mig -i 0 -dgi"]
+    assert smi.changing_calls() == [] and smi.state_file.read_text() == before
+
+
+def test_clear(smi: FakeSmi, gpudesk: Run) -> None:
+    smi.write(a100(gpu_instances=two_halves()))
+    code, out, _ = gpudesk("mig", "clear", "--gpu", "0")
+    assert code == 0 and "cleared GPU 0" in out
+    assert smi.state()["gpus"][0]["gpu_instances"] == []
+    assert smi.state()["gpus"][0]["mig_mode"] == "enabled"
+    assert smi.changing_calls() == [["mig", "-i", "0", "-dci"], ["mig", "-i", "0", "-dgi"]]
+
+
+def test_clear_an_empty_gpu(smi: FakeSmi, gpudesk: Run) -> None:
+    smi.write(a100())
+    code, out, _ = gpudesk("mig", "clear", "--gpu", "0")
+    assert code == 0 and "nothing to do" in out
+    code, out, _ = gpudesk("mig", "list")
+    assert code == 0 and "no MIG instances" in out
+    assert smi.changing_calls() == []
+
+
+def test_usage_errors_exit_2_with_a_suggestion(smi: FakeSmi, gpudesk: Run) -> None:
+    smi.write(a100())
+    code, _, err = gpudesk("mig", "apply", "--gpu", "0", "3g.20bg")
+    assert code == 2
+    assert err.startswith("error: unknown MIG profile '3g.20bg'. Did you mean 3g.20gb")
+    code, _, err = gpudesk("mig", "apply", "--gpu", "3", "3g.20gb")
+    assert code == 2 and "there is no GPU 3" in err
+    assert smi.changing_calls() == []
+
+
+def test_without_root_it_says_how_to_get_root(smi: FakeSmi, gpudesk: Run) -> None:
+    smi.write(a100(), root=False)
+    code, _, err = gpudesk("mig", "apply", "--gpu", "0", "3g.20gb")
+    assert code == 1
+    assert "needs root" in err and "sudo" in err and "sudoers" in err
+    assert smi.state()["gpus"][0]["gpu_instances"] == []
+
+
+def test_nvidia_smi_that_does_not_exist(smi: FakeSmi, gpudesk: Run, tmp_path: Path,
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GPUDESK_NVIDIA_SMI", str(tmp_path / "missing" / "nvidia-smi"))
+    code, _, err = gpudesk("mig", "list")
+    assert code == 1
+    assert "cannot run nvidia-smi at" in err and "(from GPUDESK_NVIDIA_SMI)" in err
+
+
+def test_as_a_separate_process(tmp_path: Path) -> None:
+    """The error path a user sees: `error: ...` on stderr, exit 1, no traceback."""
+    shim = ("import sys\nfrom gpudesk import cli\nfrom gpudesk.mig_cli import mig_app\n"
+            "if not any(g.name == 'mig' for g in cli.app.registered_groups):\n"
+            "    cli.app.add_typer(mig_app, name='mig')\ncli.main(sys.argv[1:])\n")
+    missing = tmp_path / "nvidia-smi"
+    result = subprocess.run([sys.executable, "-c", shim, "mig", "list"], capture_output=True,
+                            text=True, timeout=30,
+                            env={**os.environ, "GPUDESK_NVIDIA_SMI": str(missing)})
+    assert result.returncode == 1
+    assert result.stdout == ""
+    assert result.stderr.startswith(f"error: cannot run nvidia-smi at {missing} (from "
+                                    f"GPUDESK_NVIDIA_SMI)")
+    assert "Traceback" not in result.stderr

@@ -1,0 +1,330 @@
+"""MpsManager against the fake nvidia-cuda-mps-control: real daemons, sockets and processes."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import stat
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+from conftest import wait_for
+
+from gpudesk.engine.mps import CONTROL_ENV, MpsError, MpsManager
+
+FAKE = Path(__file__).resolve().parents[1] / "fakes" / "nvidia-cuda-mps-control"
+GPU_A = "GPU-8f3a1c2e-5b7d-4e09-a1c3-0d9e8f7a6b5c"
+GPU_B = "GPU-1b2c3d4e-6f70-4812-93a4-b5c6d7e8f901"
+MIG_A = "MIG-4c5d6e7f-8091-5a2b-b3c4-d5e6f7a8b9c0"
+
+
+def alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def fake_processes(home_root: Path) -> list[psutil.Process]:
+    """Fake daemons and servers whose log directory lies in `home_root` (found without
+    MpsManager's help, so a bug there cannot hide a leak)."""
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        try:
+            if str(FAKE) not in " ".join(proc.info["cmdline"] or ()):
+                continue
+            logs = proc.environ().get("CUDA_MPS_LOG_DIRECTORY", "")
+            if logs.startswith(str(home_root)) and proc.status() != psutil.STATUS_ZOMBIE:
+                found.append(proc)
+        except (psutil.Error, OSError):
+            pass
+    return found
+
+
+def run_fake(env: dict[str, str], *args: str, stdin: str = "") -> subprocess.CompletedProcess:
+    return subprocess.run([str(FAKE), *args], input=stdin, capture_output=True, text=True,
+                          env={**os.environ, **env}, timeout=5, check=False)
+
+
+def start_server(manager: MpsManager, uuid: str) -> int:
+    """What a first CUDA client makes the real daemon do: start a server for this user."""
+    env = manager.client_env(uuid)
+    done = run_fake(env, stdin=f"start_server -uid {os.getuid()}\n")
+    assert done.returncode == 0, done.stdout + done.stderr
+    listed = run_fake(env, stdin="get_server_list\n").stdout.split()
+    assert len(listed) == 1
+    return int(listed[0])
+
+
+def kill_leftovers(home_root: Path) -> None:
+    leftovers = fake_processes(home_root)
+    for proc in leftovers:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+    wait_for(lambda: not any(alive(p.pid) for p in leftovers), 5, what="fake daemons to die")
+
+
+@pytest.fixture
+def home_root() -> Iterator[Path]:
+    """A home with a short path (pytest's tmp_path is too long for the in-home pipe folder);
+    every fake daemon and server started in it is killed afterwards, whatever the test did."""
+    root = Path(tempfile.mkdtemp(prefix="gdmps-")) / "home"
+    try:
+        yield root
+    finally:
+        kill_leftovers(root)
+        shutil.rmtree(root.parent, ignore_errors=True)
+
+
+@pytest.fixture
+def manager(home_root: Path) -> MpsManager:
+    return MpsManager(home_root, str(FAKE), command_timeout=3, start_timeout=3, stop_timeout=3)
+
+
+def test_ensure_starts_a_daemon_with_its_own_pipe_and_log_dirs(
+        manager: MpsManager, home_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "10")  # the engine's, not the daemon's
+    server = manager.ensure(GPU_A)
+
+    assert not server.adopted
+    assert server.pid is not None and alive(server.pid)
+    assert server.pipe_dir == home_root / "mps" / server.key / "pipe"
+    assert server.log_dir == home_root / "mps" / server.key / "log"
+    assert server.control_socket == server.pipe_dir / "control"
+    assert stat.S_ISSOCK(server.control_socket.stat().st_mode)
+    assert stat.S_IMODE(server.pipe_dir.stat().st_mode) == 0o700
+    assert (home_root / "mps" / server.key / "uuid").read_text().strip() == GPU_A
+    log = (server.log_dir / "control.log").read_text()
+    assert f"Starting control daemon using socket {server.pipe_dir / 'control'}" in log
+    env = psutil.Process(server.pid).environ()
+    assert env["CUDA_VISIBLE_DEVICES"] == GPU_A
+    assert env["CUDA_MPS_PIPE_DIRECTORY"] == str(server.pipe_dir)
+    assert env["CUDA_MPS_LOG_DIRECTORY"] == str(server.log_dir)
+    assert "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE" not in env
+    assert os.getsid(server.pid) != os.getsid(0)  # detached from the engine's session
+
+
+def test_ensure_is_idempotent_and_a_new_manager_adopts_the_daemon(manager: MpsManager,
+                                                                  home_root: Path) -> None:
+    first = manager.ensure(GPU_A)
+    again = manager.ensure(GPU_A)
+    later = MpsManager(home_root, str(FAKE), command_timeout=3).ensure(GPU_A)
+
+    assert again.pid == first.pid and again.adopted
+    assert later.pid == first.pid and later.adopted
+    assert later.pipe_dir == first.pipe_dir
+    assert [p.pid for p in fake_processes(home_root)] == [first.pid]
+
+
+def test_each_device_gets_its_own_daemon(manager: MpsManager, home_root: Path) -> None:
+    gpu = manager.ensure(GPU_A)
+    mig = manager.ensure(MIG_A)
+
+    assert gpu.pid != mig.pid
+    assert gpu.pipe_dir != mig.pipe_dir
+    assert gpu.key.startswith("gpu-") and mig.key.startswith("mig-")
+    assert psutil.Process(mig.pid).environ()["CUDA_VISIBLE_DEVICES"] == MIG_A
+    assert manager.known_uuids() == sorted([GPU_A, MIG_A])
+
+
+def test_client_env(manager: MpsManager) -> None:
+    server = manager.layout(GPU_A)
+
+    assert manager.client_env(GPU_A, 50, 4096) == {
+        "CUDA_VISIBLE_DEVICES": GPU_A,
+        "CUDA_MPS_PIPE_DIRECTORY": str(server.pipe_dir),
+        "CUDA_MPS_LOG_DIRECTORY": str(server.log_dir),
+        "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "50",
+        "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=4096M",
+    }
+    plain = manager.client_env(GPU_A, None, None)
+    assert "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE" not in plain
+    assert "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT" not in plain
+    with pytest.raises(ValueError):
+        manager.client_env(GPU_A, 0, None)
+    with pytest.raises(ValueError):
+        manager.client_env(GPU_A, None, 0)
+
+
+def test_status_running_then_fault_then_running(manager: MpsManager) -> None:
+    assert manager.status(GPU_A).state == "stopped"
+    server = manager.ensure(GPU_A)
+
+    idle = manager.status(GPU_A)
+    assert (idle.state, idle.usable, idle.servers) == ("running", True, {})
+    assert idle.daemon_pid == server.pid
+
+    server_pid = start_server(manager, GPU_A)
+    assert psutil.Process(server_pid).ppid() == server.pid
+    active = manager.status(GPU_A)
+    assert (active.state, active.usable, active.servers) == ("running", True,
+                                                              {server_pid: "ACTIVE"})
+
+    (server.pipe_dir / "fake-fault").touch()
+    faulted = manager.status(GPU_A)
+    assert (faulted.state, faulted.usable) == ("fault", False)
+    assert faulted.servers == {server_pid: "FAULT"}
+    assert "FAULT" in faulted.message and "time-slicing" in faulted.message
+
+    (server.pipe_dir / "fake-fault").unlink()
+    assert manager.status(GPU_A).usable
+
+
+def test_stop_leaves_no_process_and_never_raises_when_stopped(manager: MpsManager,
+                                                              home_root: Path) -> None:
+    assert manager.stop(GPU_A) is False  # never started
+    server = manager.ensure(GPU_A)
+    server_pid = start_server(manager, GPU_A)
+    assert server.pid is not None
+
+    assert manager.stop(GPU_A) is True
+
+    assert not alive(server.pid)
+    assert not alive(server_pid)
+    assert fake_processes(home_root) == []
+    assert not (server.pipe_dir / "control").exists()
+    assert manager.status(GPU_A).state == "stopped"
+    assert manager.stop(GPU_A) is False
+    log = (server.log_dir / "control.log").read_text()
+    assert f"Server {server_pid} exited with status 0" in log
+
+
+def test_stop_idle_and_stop_all(manager: MpsManager, home_root: Path) -> None:
+    pids = {uuid: manager.ensure(uuid).pid for uuid in (GPU_A, GPU_B, MIG_A)}
+
+    assert manager.stop_idle([GPU_A]) == sorted([GPU_B, MIG_A])
+    assert manager.status(GPU_A).state == "running"
+    assert [p.pid for p in fake_processes(home_root)] == [pids[GPU_A]]
+
+    # a manager of a later engine finds the daemon through the home
+    assert MpsManager(home_root, str(FAKE), command_timeout=3).stop_all() == [GPU_A]
+    assert fake_processes(home_root) == []
+    assert manager.stop_all() == []
+
+
+def test_a_killed_daemon_is_replaced(manager: MpsManager) -> None:
+    first = manager.ensure(GPU_A)
+    assert first.pid is not None
+    os.kill(first.pid, signal.SIGKILL)
+    wait_for(lambda: not alive(first.pid), 5, what="the daemon to die")
+
+    assert manager.status(GPU_A).state == "stopped"  # its stale socket answers nobody
+    second = manager.ensure(GPU_A)
+    assert not second.adopted and second.pid not in (None, first.pid)
+
+
+def test_fake_refuses_a_second_daemon_like_the_real_tool(manager: MpsManager) -> None:
+    env = manager.client_env(GPU_A)
+    nobody = run_fake(env, stdin="get_server_list\n")
+    assert (nobody.returncode, nobody.stdout) == (1, "Cannot find MPS control daemon process\n")
+
+    manager.ensure(GPU_A)
+    second = run_fake(env, "-d")
+    assert (second.returncode, second.stdout) == (
+        1, "An instance of this daemon is already running\n")
+    assert run_fake(env, stdin="set_default_active_thread_percentage 40\n").stdout == "40.0\n"
+
+
+def test_long_home_falls_back_to_a_short_pipe_dir(tmp_path: Path) -> None:
+    home_root = tmp_path / ("x" * 120) / "home"
+    manager = MpsManager(home_root, str(FAKE), command_timeout=3, start_timeout=3)
+    try:
+        server = manager.ensure(GPU_A)
+        assert len(str(server.pipe_dir / "control").encode()) < 100
+        assert str(server.pipe_dir).startswith(f"/tmp/gpudesk-{os.getuid()}/")
+        assert stat.S_IMODE(server.pipe_dir.stat().st_mode) == 0o700
+        assert server.log_dir.is_relative_to(home_root)
+        assert manager.status(GPU_A).state == "running"
+        assert manager.stop(GPU_A)
+    finally:
+        kill_leftovers(home_root)
+        shutil.rmtree(manager.layout(GPU_A).pipe_dir.parent, ignore_errors=True)
+
+
+def test_a_wedged_daemon_times_out_with_a_clear_error(manager: MpsManager) -> None:
+    server = manager.ensure(GPU_A)
+    (server.pipe_dir / "fake-delay").write_text("30")  # hangs until the file is removed
+    manager.command_timeout = 0.3
+
+    started = time.monotonic()
+    wedged = manager.status(GPU_A)
+    assert time.monotonic() - started < 2
+    assert (wedged.state, wedged.usable) == ("fault", False)
+    assert "did not answer" in wedged.message
+    with pytest.raises(MpsError, match="did not answer"):
+        manager.ensure(GPU_A)
+
+    (server.pipe_dir / "fake-delay").unlink()
+    manager.command_timeout = 3
+    assert manager.stop(GPU_A)
+
+
+def test_missing_binary_names_the_env_var(home_root: Path, tmp_path: Path,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    explicit = MpsManager(home_root, str(tmp_path / "nvidia-cuda-mps-control"))
+    assert not explicit.available
+    with pytest.raises(MpsError, match=CONTROL_ENV):
+        explicit.ensure(GPU_A)
+    status = explicit.status(GPU_A)
+    assert (status.state, status.usable) == ("unavailable", False)
+    assert CONTROL_ENV in status.message
+    assert explicit.stop(GPU_A) is False
+
+    monkeypatch.setenv(CONTROL_ENV, "/nonexistent/nvidia-cuda-mps-control")
+    with pytest.raises(MpsError, match=f"{CONTROL_ENV}=/nonexistent"):
+        MpsManager(home_root).ensure(GPU_A)
+
+    monkeypatch.delenv(CONTROL_ENV)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(MpsError, match=f"not found on PATH.*{CONTROL_ENV}"):
+        MpsManager(home_root).ensure(GPU_A)
+
+
+def test_env_var_selects_the_binary(home_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(CONTROL_ENV, str(FAKE))
+    manager = MpsManager(home_root, command_timeout=3, start_timeout=3)
+    assert manager.available and manager.control == str(FAKE)
+    assert manager.ensure(GPU_A).pid is not None
+    assert manager.stop(GPU_A)
+
+
+def _script(path: Path, body: str, mode: int = 0o755) -> Path:
+    path.write_text("#!/bin/sh\n" + body)
+    path.chmod(mode)
+    return path
+
+
+def test_start_failures_become_mps_errors(home_root: Path, tmp_path: Path) -> None:
+    silent = _script(tmp_path / "never-up", 'if [ "$1" = -d ]; then exit 0; fi\n'
+                     'echo "Cannot find MPS control daemon process"; exit 1\n')
+    with pytest.raises(MpsError, match=r"did not come up within 0\.3s"):
+        MpsManager(home_root, str(silent), start_timeout=0.3).ensure(GPU_A)
+
+    denied = _script(tmp_path / "denied", 'if [ "$1" = -d ]; then\n'
+                     '  echo "Failed to open /var/log/nvidia-mps: Permission denied"; exit 1\n'
+                     'fi\necho "Cannot find MPS control daemon process"; exit 1\n')
+    with pytest.raises(MpsError, match=r"exit status 1.*permission problem"):
+        MpsManager(home_root, str(denied), start_timeout=1).ensure(GPU_A)
+
+    not_executable = _script(tmp_path / "not-executable", "exit 0\n", mode=0o644)
+    with pytest.raises(MpsError, match=f"permission denied.*{CONTROL_ENV}"):
+        MpsManager(home_root, str(not_executable)).ensure(GPU_A)
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root may write anywhere")
+def test_an_unwritable_pipe_dir_is_a_permission_error(manager: MpsManager) -> None:
+    pipe = manager.layout(GPU_A).pipe_dir
+    pipe.mkdir(parents=True)
+    pipe.chmod(0o500)
+    try:
+        with pytest.raises(MpsError, match="not writable"):
+            manager.ensure(GPU_A)
+    finally:
+        pipe.chmod(0o700)
