@@ -28,12 +28,20 @@ reserve and SM activity < 80 %; a job that crashed reruns alone on an idle GPU.
 
 from __future__ import annotations
 
+import bisect
+import functools
 import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from gpudesk.engine.demand import Demand, from_hints
+from gpudesk.engine.demand import (
+    DEFAULT_MEMORY_MIB,
+    DEFAULT_SM_PCT,
+    MIB_PER_GB,
+    Demand,
+    from_hints,
+)
 from gpudesk.engine.policy import Decision, Placement, Rejection, StationView
 from gpudesk.engine.store import JobRecord
 
@@ -85,23 +93,23 @@ class GpuState:
     lost: bool = False
     placed_s_ago: float | None = None  # since the last job started on it (None: long ago)
 
-    @property
+    @functools.cached_property  # a placement pass asks each GPU many times
     def idle(self) -> bool:
         return not self.tenants
 
-    @property
+    @functools.cached_property
     def exclusive(self) -> bool:
         return any(t.mode == "exclusive" for t in self.tenants)
 
-    @property
+    @functools.cached_property
     def reserved_mib(self) -> float:
         return sum(t.memory_mib for t in self.tenants)
 
-    @property
+    @functools.cached_property
     def sm_demand_pct(self) -> float:
         return sum(t.sm_pct for t in self.tenants)
 
-    @property
+    @functools.cached_property
     def free_mib(self) -> float:
         """Free memory counting both reservations and measurements: a tenant that has not yet
         allocated still holds its share, and one that took more than it said is counted."""
@@ -223,10 +231,10 @@ class SharingPolicy:
         overtaken: dict[int, int] = {}
         waiting: JobRecord | None = None  # the first GPU job that could not start
         reserved: set[int] = set()  # GPUs held for it once it has been overtaken enough
-        # Jobs that found no room since the last placement, by (GPUs, exclusive): a job needing
-        # at least as much memory and SM as one of them finds none either. Keeps a pass over a
-        # long queue cheap once the station is full.
-        no_room: dict[tuple[int, bool], list[tuple[float, float]]] = {}
+        # Demands that found no room, by (GPUs, exclusive): a job needing at least as much
+        # memory and SM finds none either. Placing jobs only ever fills GPUs within a pass, so
+        # this stays true to its end. Keeps a pass over a long queue cheap.
+        no_room: dict[tuple[int, bool], _Frontier] = {}
         largest = max((g.memory_total_mib for g in station.gpu_states if not g.lost),
                       default=0.0)
         # Jobs that certainly could run somewhere skip the full check (a long queue is mostly
@@ -240,17 +248,28 @@ class SharingPolicy:
                 if cpu_slots:
                     plan.placements.append(_cpu_placement(job, cpu_slots.pop(0), station))
                 continue
-            demand = demands.get(job.id) or from_hints(spec.memory_gb, spec.sm_pct)
-            if not (spec.gpus <= gpu_total and demand.memory_mib <= fits_any):
-                impossible = self.impossible(job, demand, station, largest)
+            # The hot path of a long queue: no Demand object until the job may fit.
+            known = demands.get(job.id)
+            if known is not None:
+                memory, sm, exclusive = known.memory_mib, known.sm_pct, known.exclusive
+            else:
+                memory = spec.memory_gb * MIB_PER_GB if spec.memory_gb is not None \
+                    else DEFAULT_MEMORY_MIB
+                sm = spec.sm_pct if spec.sm_pct is not None else DEFAULT_SM_PCT
+                exclusive = False
+            if not (spec.gpus <= gpu_total and memory <= fits_any):
+                impossible = self.impossible(job, known or from_hints(spec.memory_gb,
+                                                                      spec.sm_pct),
+                                             station, largest)
                 if impossible:
                     rejections.append(Rejection(job.id, impossible))
                     continue
-            shape = (spec.gpus, demand.exclusive)
+            shape = (spec.gpus, exclusive)
             frontier = no_room.get(shape)
-            if frontier and _dominated(demand, frontier):
+            if frontier is not None and frontier.dominates(memory, sm):
                 waiting = waiting or job
                 continue
+            demand = known or from_hints(spec.memory_gb, spec.sm_pct)
             if waiting is not None and not reserved and \
                     station.overtaken.get(waiting.id, 0) + overtaken.get(waiting.id, 0) \
                     >= self.overtake_budget(waiting):
@@ -259,9 +278,8 @@ class SharingPolicy:
             choice = self.choose(job, demand, plan, station, exclude=reserved)
             if choice is None:
                 waiting = waiting or job
-                _add_to_frontier(no_room.setdefault(shape, []), demand)
+                no_room.setdefault(shape, _Frontier()).add(memory, sm)
                 continue
-            no_room.clear()
             plan.take(job, demand, choice, station)
             if waiting is not None:
                 overtaken[waiting.id] = overtaken.get(waiting.id, 0) + 1
@@ -402,16 +420,28 @@ class SharingPolicy:
         return text
 
 
-def _dominated(demand: Demand, frontier: list[tuple[float, float]]) -> bool:
-    memory, sm = demand.memory_mib, demand.sm_pct
-    return any(memory >= m and sm >= s for m, s in frontier)
+class _Frontier:
+    """The smallest (memory, SM) demands that found no room. Sorted by memory, SM falling: the
+    point with the largest memory not above a demand's has the lowest SM of those, so one
+    bisection says whether the demand is at least as large as a point."""
 
+    def __init__(self) -> None:
+        self.memory: list[float] = []
+        self.sm: list[float] = []
 
-def _add_to_frontier(frontier: list[tuple[float, float]], demand: Demand) -> None:
-    """Keep only the smallest demands that found no room: any larger one finds none either."""
-    memory, sm = demand.memory_mib, demand.sm_pct
-    frontier[:] = [(m, s) for m, s in frontier if not (m >= memory and s >= sm)]
-    frontier.append((memory, sm))
+    def dominates(self, memory: float, sm: float) -> bool:
+        index = bisect.bisect_right(self.memory, memory) - 1
+        return index >= 0 and self.sm[index] <= sm
+
+    def add(self, memory: float, sm: float) -> None:
+        if self.dominates(memory, sm):
+            return
+        keep = [(m, s) for m, s in zip(self.memory, self.sm, strict=True)
+                if not (m >= memory and s >= sm)]
+        keep.append((memory, sm))
+        keep.sort()
+        self.memory = [m for m, _ in keep]
+        self.sm = [s for _, s in keep]
 
 
 def compute_slices(profile: str) -> int:

@@ -190,3 +190,21 @@ def test_bad_traces_are_clear_errors(tmp_path: Path, body: str, message: str) ->
     path.write_text(body)
     with pytest.raises(TraceError, match=re.escape(message)):
         load_trace(path)
+
+
+def test_the_no_room_frontier_agrees_with_a_brute_force_check() -> None:
+    import random
+
+    from gpudesk.engine.collocation import _Frontier
+
+    rng = random.Random(7)
+    for _ in range(200):
+        frontier, points = _Frontier(), []
+        for _ in range(rng.randint(1, 12)):
+            point = (rng.choice((1.0, 2.0, 3.0, 4.0)) * 1024, rng.choice((10.0, 30.0, 70.0)))
+            frontier.add(*point)
+            points.append(point)
+        for _ in range(20):
+            memory, sm = rng.uniform(0, 5000), rng.uniform(0, 100)
+            expected = any(memory >= m and sm >= s for m, s in points)
+            assert frontier.dominates(memory, sm) == expected
