@@ -329,17 +329,19 @@ class SharingPolicy:
             return _Choice(chosen, "exclusive", f"GPU {','.join(map(str, chosen))} idle; {why}")
         best: tuple[tuple[float, ...], _Choice] | None = None
         for gpu in gpus:
-            option = self._option(gpu, demand, job.id)
+            option = self._option(gpu, demand, job.id, station.config.isolation)
             if option is not None and (best is None or option[0] < best[0]):
                 best = option
         return best[1] if best else None
 
-    def _option(self, gpu: GpuState, demand: Demand,
-                job_id: int) -> tuple[tuple[float, ...], _Choice] | None:
+    def _option(self, gpu: GpuState, demand: Demand, job_id: int,
+                isolation: bool = False) -> tuple[tuple[float, ...], _Choice] | None:
         if gpu.mig_enabled or self.mode == "mig":
             return self._mig_option(gpu, demand, job_id)
         if gpu.exclusive:
             return None
+        if isolation and not gpu.idle:
+            return None  # the station asks for isolation: only MIG slices are shared
         share = "mps" if self.mode in ("mps", "auto") and gpu.mps_usable else "naive"
         if gpu.idle:
             if demand.memory_mib > gpu.memory_total_mib - RESERVE_MIB:

@@ -10,14 +10,15 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from gpudesk.engine.jobs import describe, number_in
+from gpudesk.engine.jobs import check_bool, describe, number_in
 from gpudesk.engine.telemetry.backend import check_backend_name
 from gpudesk.engine.telemetry.energy import DEFAULT_GRID_G_PER_KWH
 
 POLICIES: tuple[str, ...] = ("fifo", "auto", "exclusive", "naive", "mps", "mig", "carma")
 MAX_SLOTS = 4096
 DEFAULT_SAMPLE_INTERVAL_S = 1.0
-STATION_KEYS = ("backend", "policy", "slots", "sample_interval", "grid_intensity", "mig")
+STATION_KEYS = ("backend", "policy", "slots", "sample_interval", "grid_intensity", "mig",
+                "isolation")
 MIG_PROFILE = re.compile(r"^[1-7]g\.[0-9]{1,3}gb$")
 
 
@@ -76,7 +77,8 @@ check_grid_intensity = number_in(0.0, 2000.0)  # g CO2e per kWh
 
 STATION_CHECKS = {"backend": check_backend, "policy": check_policy, "slots": check_slots,
                   "sample_interval": check_sample_interval,
-                  "grid_intensity": check_grid_intensity, "mig": check_mig}
+                  "grid_intensity": check_grid_intensity, "mig": check_mig,
+                  "isolation": check_bool}
 
 
 @dataclass(frozen=True)
@@ -87,6 +89,7 @@ class StationConfig:
     sample_interval: float = DEFAULT_SAMPLE_INTERVAL_S
     grid_intensity: float = DEFAULT_GRID_G_PER_KWH  # g CO2e per kWh, for carbon figures
     mig: dict[str, str] | None = None  # a simulated station's MIG layout, by GPU index
+    isolation: bool = False  # jobs never share a GPU except on separate MIG slices
 
     @property
     def effective_slots(self) -> int:

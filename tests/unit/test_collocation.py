@@ -208,3 +208,16 @@ def test_the_no_room_frontier_agrees_with_a_brute_force_check() -> None:
             memory, sm = rng.uniform(0, 5000), rng.uniform(0, 100)
             expected = any(memory >= m and sm >= s for m, s in points)
             assert frontier.dominates(memory, sm) == expected
+
+
+def test_a_station_that_asks_for_isolation_shares_only_mig_slices() -> None:
+    from gpudesk.engine.collocation import MigSlice
+
+    isolated = StationView(StationConfig(isolation=True), cores=8, backend="nvml", gpu_states=(
+        gpu(0, tenant(1, 4, 10)),
+        GpuState(1, "GPU-1", 40 * GIB, mig_enabled=True,
+                 mig_slices=(MigSlice("MIG-x", "2g.10gb", 9984, 2),)),
+    ))
+    placed = SharingPolicy("auto").place([job(2, 4, 10), job(3, 4, 10)], isolated).placements
+    # job 2 takes the slice; job 3 would have to share GPU 0 with job 1, so it waits
+    assert [(p.job_id, p.mode, p.mig_slice) for p in placed] == [(2, "mig", "MIG-x")]
