@@ -708,8 +708,10 @@ class Engine:
                     self.store.add_event("mps", f"MPS server of {uuid} is in FAULT: "
                                          f"{status.message}; new jobs there are time-sliced")
                 self.mps_faults[uuid] = status.message
-            elif status.usable and self.mps_faults.pop(uuid, None) is not None:
-                self.store.add_event("mps", f"MPS server of {uuid} is usable again")
+            elif (status.usable or status.state == "stopped") \
+                    and self.mps_faults.pop(uuid, None) is not None:
+                # Healthy again, or stopped: the next MPS client starts a fresh daemon.
+                self.store.add_event("mps", f"MPS on {uuid} is usable again ({status.state})")
                 self.dirty = True
         try:
             self.mps.stop_idle(u for u in busy if u)

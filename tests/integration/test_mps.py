@@ -17,7 +17,11 @@ import psutil
 import pytest
 from conftest import wait_for
 
+from gpudesk.engine.daemon import Engine
 from gpudesk.engine.mps import CONTROL_ENV, MpsError, MpsManager
+from gpudesk.engine.station import StationConfig
+from gpudesk.engine.store import Store
+from gpudesk.paths import Home
 
 FAKE = Path(__file__).resolve().parents[1] / "fakes" / "nvidia-cuda-mps-control"
 GPU_A = "GPU-8f3a1c2e-5b7d-4e09-a1c3-0d9e8f7a6b5c"
@@ -328,3 +332,32 @@ def test_an_unwritable_pipe_dir_is_a_permission_error(manager: MpsManager) -> No
             manager.ensure(GPU_A)
     finally:
         pipe.chmod(0o700)
+
+
+def test_the_engine_routes_new_jobs_around_a_faulted_mps_server(
+        home_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The engine's periodic MPS check: a server in FAULT takes no new clients (they are
+    time-sliced), a drained GPU's daemon is stopped, and a stopped daemon is usable again."""
+    monkeypatch.setenv(CONTROL_ENV, str(FAKE))
+    home = Home(home_root)
+    home.ensure()
+    store = Store.open(home.db)
+    engine = Engine(home, store, StationConfig(backend="none"))
+    try:
+        server = engine.mps.ensure(GPU_A)
+        start_server(engine.mps, GPU_A)
+        assert engine._mps_usable(GPU_A)
+        (server.pipe_dir / "fake-fault").touch()
+        engine.mps_checked_at = 0.0
+        engine.check_mps()
+        assert not engine._mps_usable(GPU_A) and "FAULT" in engine.mps_faults[GPU_A]
+        assert engine.mps.status(GPU_A).state == "stopped"  # no job used it: quit as idle
+        engine.mps_checked_at = 0.0
+        engine.check_mps()
+        assert engine._mps_usable(GPU_A)
+        messages = [e.message for e in store.events() if e.kind == "mps"]
+        assert "is in FAULT" in messages[0] and "usable again (stopped)" in messages[1]
+    finally:
+        engine.mps.stop_all()
+        engine.close()
+        store.close()
