@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpudesk.engine.collocation import GpuState, MigSlice, Tenant
+from gpudesk.engine.collocation import MIG_PROFILES, GpuState, MigSlice, Tenant
 from gpudesk.engine.demand import Demand
 from gpudesk.engine.jobs import JobSpec, JobState
 from gpudesk.engine.policy import Placement, StationView, make_policy
@@ -370,8 +370,6 @@ class Simulation:
         if placement.mode == "mig" and placement.mig_slice:
             gpu = placement.gpus[0]
             profile = placement.slot.split("/", 1)[1]
-            from gpudesk.engine.collocation import MIG_PROFILES
-
             compute, memory = next((c, m) for n, c, _s, m in MIG_PROFILES if n == profile)
             self.mig[gpu].append(MigSlice(placement.mig_slice, profile, memory, compute,
                                           busy=True))
