@@ -13,7 +13,8 @@ and a `StationView`, so the live engine and `gpudesk simulate` run the same code
   estimate until its real peak is known) and compute does too: the GPU is not saturated over the
   recent window and the tenants' combined SM demand stays within 120 %; among those GPUs, the
   one left least loaded;
-- MPS where the GPU's MPS server is usable, else naive time-slicing; a MIG slice where the GPU
+- MPS where the GPU's MPS server is usable, else naive time-slicing (admitted by kernel-active
+  time, which is what time-slicing shares out); a MIG slice where the GPU
   is in MIG mode; whole idle GPUs for multi-GPU jobs and after an out-of-memory death. An MPS
   client may grow into the memory its co-tenants left free (all of it, alone), never into theirs.
 Jobs go in priority and arrival order. A job that cannot start yet may be overtaken by later
@@ -48,6 +49,7 @@ from gpudesk.engine.store import JobRecord
 RESERVE_MIB = 512.0  # kept free on every GPU (driver, fragmentation)
 MARGIN_MIB = 2048.0  # a collocated job's need must fit with this much to spare
 SATURATED_SM_PCT = 80.0  # a GPU this busy over the window takes no new tenant
+KERNEL_ACTIVE_EXTRA_PCT = 20.0  # how far kernel-active time runs ahead of SM activity
 SM_CAPACITY_PCT = 120.0  # tenants' combined SM demand may exceed a full GPU by this little
 CARMA_WINDOW_S = 30.0  # CARMA judges a GPU over 30 one-second samples
 MAX_OVERTAKES = 8  # later jobs may start ahead of a waiting job this many times
@@ -360,6 +362,9 @@ class SharingPolicy:
         combined = gpu.sm_demand_pct + demand.sm_pct
         if combined > SM_CAPACITY_PCT:
             return None
+        if share == "naive" and sum(_kernel_active(t.sm_pct) for t in gpu.tenants) \
+                + _kernel_active(demand.sm_pct) > 100.0:
+            return None  # time-slicing runs one context at a time: kernel-active time adds up
         if any(t.mode != share for t in gpu.tenants):
             return None  # an MPS GPU takes MPS clients, a time-sliced one naive ones
         reason = (f"collocated on GPU {gpu.index} under {share}: {_mib(free)} free for "
@@ -444,6 +449,11 @@ class _Frontier:
         keep.sort()
         self.memory = [m for m, _ in keep]
         self.sm = [s for _, s in keep]
+
+
+def _kernel_active(sm_pct: float) -> float:
+    """Kernel-active time runs ahead of SM activity (a kernel on a few SMs counts as busy)."""
+    return min(100.0, sm_pct + KERNEL_ACTIVE_EXTRA_PCT)
 
 
 def compute_slices(profile: str) -> int:
