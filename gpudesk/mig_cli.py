@@ -9,22 +9,15 @@ import shlex
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from gpudesk.engine.mig import (
-    GiProfile,
-    GpuEntry,
-    MigError,
-    MigLayout,
-    MigManager,
-    MigUsageError,
-    NvidiaSmiError,
-    Placement,
-    derive_placements,
-    enable_hint,
-)
+if TYPE_CHECKING:
+    from gpudesk.engine.mig import GiProfile, GpuEntry, MigLayout, NvidiaSmiError, Placement
+
+# gpudesk.engine.mig is imported inside the commands: every `gpudesk` command loads this module
+# (it is registered in gpudesk.cli), and the MIG layer costs ~25-40 ms to import.
 
 mig_app = typer.Typer(help="MIG partitions through nvidia-smi.", no_args_is_help=True)
 
@@ -41,6 +34,7 @@ GpuOption = Annotated[int, typer.Option("--gpu", "-g", min=0, help="The GPU's in
 @contextmanager
 def _mig_errors() -> Iterator[None]:
     from gpudesk.cli import EXIT_FAILED, EXIT_USAGE, fail
+    from gpudesk.engine.mig import MigError, MigUsageError
 
     try:
         yield
@@ -72,6 +66,8 @@ def _placements_text(placements: tuple[Placement, ...]) -> str:
 
 
 def _mode_note(gpu: int, state: str) -> str:
+    from gpudesk.engine.mig import enable_hint
+
     return {"disabled": f"MIG disabled. {enable_hint(gpu)}",
             "pending": f"MIG enabled but pending a GPU reset: stop every process on it, then "
                        f"`sudo nvidia-smi -i {gpu} -r` or reboot (gpudesk never resets a GPU)",
@@ -87,6 +83,8 @@ def profiles_cmd(
     """The GPU instance profiles each MIG-enabled GPU offers.
 
     Free/total counts, memory, engines, and placements (start:size in memory slices)."""
+    from gpudesk.engine.mig import MigManager, NvidiaSmiError, derive_placements
+
     manager = MigManager()
     found: list[tuple[GpuEntry, list[GiProfile], dict[int, tuple[Placement, ...]]]] = []
     skipped: list[tuple[GpuEntry, NvidiaSmiError]] = []
@@ -167,6 +165,8 @@ def _layout_text(gpu: int, layout: MigLayout) -> list[str]:
 @mig_app.command("list")
 def list_cmd(json_out: JsonOption = False) -> None:
     """Every GPU's MIG mode and MIG devices, with the UUIDs jobs use (CUDA_VISIBLE_DEVICES)."""
+    from gpudesk.engine.mig import MigManager, NvidiaSmiError
+
     manager = MigManager()
     report = []
     with _mig_errors():
@@ -221,6 +221,8 @@ def apply_cmd(
     Destroys its instances, then creates these, largest first, each with a full compute instance.
 
     Needs root, and nothing may run on the GPU. Prints the new MIG devices and their UUIDs."""
+    from gpudesk.engine.mig import MigManager
+
     manager = MigManager()
     with _mig_errors():
         if dry_run:
@@ -239,6 +241,8 @@ def apply_cmd(
 @mig_app.command("clear")
 def clear_cmd(gpu: GpuOption, dry_run: DryRunOption = False) -> None:
     """Destroy every compute and GPU instance on a GPU. MIG mode stays on. Needs root."""
+    from gpudesk.engine.mig import MigManager
+
     manager = MigManager()
     with _mig_errors():
         if dry_run:

@@ -56,12 +56,13 @@ def test_help_is_fast_to_import_and_never_loads_torch() -> None:
             "for argv in (['--help'], ['top', '--help'], ['run', '--help'],\n"
             "             ['engine', '--help']):\n"
             "    try:\n        main(argv)\n    except SystemExit:\n        pass\n"
-            "print('TORCH' if 'torch' in sys.modules else 'NO-TORCH')")
+            "print('TORCH' if 'torch' in sys.modules else 'NO-TORCH')\n"
+            "print('MIG' if 'gpudesk.engine.mig' in sys.modules else 'NO-MIG')")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             timeout=60)
     assert result.returncode == 0, result.stderr
     assert "Usage: gpudesk" in result.stdout
-    assert result.stdout.strip().endswith("NO-TORCH")
+    assert result.stdout.strip().endswith("NO-TORCH\nNO-MIG")  # the MIG layer loads on use
 
 
 def test_run_a_profile_to_completion(engine: EngineHandle, tmp_path: Path) -> None:
