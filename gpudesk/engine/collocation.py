@@ -30,7 +30,6 @@ reserve and SM activity < 80 %; a job that crashed reruns alone on an idle GPU.
 from __future__ import annotations
 
 import bisect
-import functools
 import math
 import re
 from collections.abc import Sequence
@@ -43,10 +42,22 @@ from gpudesk.engine.demand import (
     Demand,
     from_hints,
 )
-from gpudesk.engine.policy import Decision, Placement, Rejection, StationView
+from gpudesk.engine.policy import (
+    RESERVE_MIB,
+    Decision,
+    GpuState,
+    MigSlice,
+    Placement,
+    Rejection,
+    StationView,
+    Tenant,
+    cpu_placement,
+    gpu_env,
+    gpu_job_impossible,
+    queued_before,
+)
 from gpudesk.engine.store import JobRecord
 
-RESERVE_MIB = 512.0  # kept free on every GPU (driver, fragmentation)
 MARGIN_MIB = 2048.0  # a collocated job's need must fit with this much to spare
 SATURATED_SM_PCT = 80.0  # a GPU this busy over the window takes no new tenant
 KERNEL_ACTIVE_EXTRA_PCT = 20.0  # how far kernel-active time runs ahead of SM activity
@@ -58,64 +69,6 @@ MIG_SLICES_COMPUTE = 7
 MIG_SLICES_MEMORY = 8
 
 MODES = ("exclusive", "naive", "mps", "mig", "auto")
-
-
-@dataclass(frozen=True)
-class Tenant:
-    job_id: int
-    mode: str
-    memory_mib: float  # what it reserved
-    sm_pct: float
-    mig_slice: str | None = None
-
-
-@dataclass(frozen=True)
-class MigSlice:
-    key: str  # the MIG device's UUID (live), or a name the simulator gave it
-    profile: str  # "3g.20gb"
-    memory_mib: float
-    compute_slices: int
-    busy: bool = False
-
-
-@dataclass(frozen=True)
-class GpuState:
-    """One GPU as a placement policy sees it."""
-
-    index: int
-    uuid: str | None
-    memory_total_mib: float
-    memory_used_mib: float = 0.0  # measured now
-    sm_activity_pct: float | None = None  # measured, mean over the recent window
-    tenants: tuple[Tenant, ...] = ()
-    mps_usable: bool = False
-    mig_enabled: bool = False
-    mig_slices: tuple[MigSlice, ...] = ()
-    mig_dynamic: bool = False  # slices may be carved from free capacity (simulated stations)
-    lost: bool = False
-    placed_s_ago: float | None = None  # since the last job started on it (None: long ago)
-
-    @functools.cached_property  # a placement pass asks each GPU many times
-    def idle(self) -> bool:
-        return not self.tenants
-
-    @functools.cached_property
-    def exclusive(self) -> bool:
-        return any(t.mode == "exclusive" for t in self.tenants)
-
-    @functools.cached_property
-    def reserved_mib(self) -> float:
-        return sum(t.memory_mib for t in self.tenants)
-
-    @functools.cached_property
-    def sm_demand_pct(self) -> float:
-        return sum(t.sm_pct for t in self.tenants)
-
-    @functools.cached_property
-    def free_mib(self) -> float:
-        """Free memory counting both reservations and measurements: a tenant that has not yet
-        allocated still holds its share, and one that took more than it said is counted."""
-        return self.memory_total_mib - max(self.reserved_mib, self.memory_used_mib) - RESERVE_MIB
 
 
 # A100 40GB profiles: (name, compute slices, memory slices, memory MiB). Used when the
@@ -174,15 +127,7 @@ def _placement(job: JobRecord, demand: Demand, choice: _Choice,
                station: StationView) -> Placement:
     gpus = [station_gpu(station, i) for i in choice.gpus]
     listed = ",".join(str(i) for i in choice.gpus)
-    env = {"GPUDESK_GPUS": listed}
-    if station.simulated:
-        env.update({"CUDA_VISIBLE_DEVICES": "", "GPUDESK_SIMULATED_GPUS": listed})
-    elif choice.mig_slice is not None:
-        env["CUDA_VISIBLE_DEVICES"] = choice.mig_slice.key
-    elif all(g.uuid for g in gpus):
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(g.uuid for g in gpus)  # type: ignore[misc]
-    else:
-        env.update({"CUDA_VISIBLE_DEVICES": listed, "CUDA_DEVICE_ORDER": "PCI_BUS_ID"})
+    env = gpu_env(station, gpus, choice.mig_slice.key if choice.mig_slice else None)
     # "gpu:1" alone, "gpu:0/mps" or "gpu:0/naive" shared, "gpu:2/3g.20gb" on a MIG slice
     slot = "gpu:" + listed + (f"/{choice.mig_slice.profile}" if choice.mig_slice
                               else f"/{choice.mode}" if choice.mode in ("mps", "naive") else "")
@@ -248,7 +193,7 @@ class SharingPolicy:
             spec = job.spec
             if not spec.gpus:
                 if cpu_slots:
-                    plan.placements.append(_cpu_placement(job, cpu_slots.pop(0), station))
+                    plan.placements.append(cpu_placement(job, cpu_slots.pop(0), station))
                 continue
             # The hot path of a long queue: no Demand object until the job may fit.
             known = demands.get(job.id)
@@ -260,9 +205,7 @@ class SharingPolicy:
                 sm = spec.sm_pct if spec.sm_pct is not None else DEFAULT_SM_PCT
                 exclusive = False
             if not (spec.gpus <= gpu_total and memory <= fits_any):
-                impossible = self.impossible(job, known or from_hints(spec.memory_gb,
-                                                                      spec.sm_pct),
-                                             station, largest)
+                impossible = gpu_job_impossible(job, memory, station, RESERVE_MIB)
                 if impossible:
                     rejections.append(Rejection(job.id, impossible))
                     continue
@@ -286,24 +229,6 @@ class SharingPolicy:
             if waiting is not None:
                 overtaken[waiting.id] = overtaken.get(waiting.id, 0) + 1
         return Decision(plan.placements, rejections, overtaken)
-
-    def impossible(self, job: JobRecord, demand: Demand, station: StationView,
-                   largest: float | None = None) -> str | None:
-        if station.gpu_problem is not None:
-            return None
-        if not station.gpu_states:
-            return (f"the job asks for {job.spec.gpus} GPU(s) but this station has none "
-                    f"(backend {station.backend}); submit it with gpus = 0 to run on the CPU")
-        if job.spec.gpus > len(station.gpu_states):
-            return (f"the job asks for {job.spec.gpus} GPUs but this station has only "
-                    f"{len(station.gpu_states)}")
-        if largest is None:
-            largest = max((g.memory_total_mib for g in station.gpu_states if not g.lost),
-                          default=0.0)
-        if demand.memory_mib > largest - RESERVE_MIB:
-            return (f"the job needs {_mib(demand.memory_mib)} of GPU memory but the largest GPU "
-                    f"here has {_mib(largest)}")
-        return None
 
     def overtake_budget(self, job: JobRecord) -> int:
         """How often later jobs may start first. A multi-GPU job needs whole idle GPUs, which a
@@ -408,7 +333,7 @@ class SharingPolicy:
         if station.gpu_problem:
             return f"waiting: the GPUs cannot be read ({station.gpu_problem})"
         demand = demand_of(job, station)
-        ahead = [o for o in queue if o.id != job.id and _before(o, job) and o.spec.gpus]
+        ahead = [o for o in queue if o.id != job.id and queued_before(o, job) and o.spec.gpus]
         reasons = []
         for gpu in station.gpu_states:
             if gpu.lost:
@@ -469,17 +394,6 @@ def _memory_slices(profile: str) -> int:
     return MIG_SLICES_MEMORY
 
 
-def _before(a: JobRecord, b: JobRecord) -> bool:
-    return (-a.spec.priority, a.id) < (-b.spec.priority, b.id)
-
-
-def _cpu_placement(job: JobRecord, slot: str, station: StationView) -> Placement:
-    return Placement(job_id=job.id, slot=slot, mode="cpu",
-                     reason=f"first come, first served: {slot} was free",
-                     env={"CUDA_VISIBLE_DEVICES": ""},
-                     env_defaults={"OMP_NUM_THREADS": str(station.threads_per_slot)})
-
-
 class CarmaPolicy(SharingPolicy):
     """CARMA's published rules, as the baseline gpudesk is measured against."""
 
@@ -494,10 +408,10 @@ class CarmaPolicy(SharingPolicy):
         for job in queue:
             if not job.spec.gpus:
                 if cpu_slots:
-                    plan.placements.append(_cpu_placement(job, cpu_slots.pop(0), station))
+                    plan.placements.append(cpu_placement(job, cpu_slots.pop(0), station))
                 continue
             demand = demand_of(job, station)
-            impossible = self.impossible(job, demand, station)
+            impossible = gpu_job_impossible(job, demand.memory_mib, station, RESERVE_MIB)
             if impossible:
                 rejections.append(Rejection(job.id, impossible))
                 continue

@@ -29,12 +29,12 @@ import zmq
 
 from gpudesk import __version__
 from gpudesk.engine import protocol, runner
-from gpudesk.engine.collocation import GpuState, MigSlice, Tenant, compute_slices
+from gpudesk.engine.collocation import compute_slices
 from gpudesk.engine.demand import DEFAULT_SM_PCT, Demand, from_hints, signature
 from gpudesk.engine.jobs import TERMINAL_STATES, JobSpec, JobState, SpecError, check_env
 from gpudesk.engine.mps import MpsError, MpsManager
 from gpudesk.engine.oom import gpu_oom_line
-from gpudesk.engine.policy import Placement, StationView, make_policy
+from gpudesk.engine.policy import GpuState, MigSlice, Placement, StationView, Tenant, make_policy
 from gpudesk.engine.protocol import ProtocolError
 from gpudesk.engine.queue import JobQueue
 from gpudesk.engine.station import StationConfig, host_cores
@@ -618,14 +618,11 @@ class Engine:
 
     def station_view(self) -> StationView:
         busy = frozenset(live.slot for live in self.live.values() if not live.gpus)
-        busy_gpus = frozenset(i for live in self.live.values() for i in live.gpus)
         monitor = self.monitor
         return StationView(config=self.config, cores=self.cores, busy_slots=busy,
-                           backend=monitor.backend.name, gpus=monitor.inventory,
-                           busy_gpus=busy_gpus, lost_gpus=self.lost_gpus,
+                           backend=monitor.backend.name, gpu_states=self._gpu_states(),
                            gpu_problem=None if monitor.opened else monitor.open_problem,
-                           simulated=monitor.simulated, gpu_states=self._gpu_states(),
-                           overtaken=self.overtaken,
+                           simulated=monitor.simulated, overtaken=self.overtaken,
                            demands={job.id: self.demand(job) for job in self.queue.ordered()
                                     if job.spec.gpus})
 

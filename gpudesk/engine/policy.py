@@ -8,13 +8,73 @@ be pure: the same queue and station give the same decision, so the simulator can
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from gpudesk.engine.station import StationConfig
 from gpudesk.engine.store import JobRecord
-from gpudesk.engine.telemetry.model import GpuInfo
+
+RESERVE_MIB = 512.0  # kept free on every GPU (driver, fragmentation)
+
+
+@dataclass(frozen=True)
+class Tenant:
+    job_id: int
+    mode: str
+    memory_mib: float  # what it reserved
+    sm_pct: float
+    mig_slice: str | None = None
+
+
+@dataclass(frozen=True)
+class MigSlice:
+    key: str  # the MIG device's UUID (live), or a name the simulator gave it
+    profile: str  # "3g.20gb"
+    memory_mib: float
+    compute_slices: int
+    busy: bool = False
+
+
+@dataclass(frozen=True)
+class GpuState:
+    """One GPU as a placement policy sees it."""
+
+    index: int
+    uuid: str | None
+    memory_total_mib: float
+    memory_used_mib: float = 0.0  # measured now
+    sm_activity_pct: float | None = None  # measured, mean over the recent window
+    tenants: tuple[Tenant, ...] = ()
+    mps_usable: bool = False
+    mig_enabled: bool = False
+    mig_slices: tuple[MigSlice, ...] = ()
+    mig_dynamic: bool = False  # slices may be carved from free capacity (simulated stations)
+    lost: bool = False
+    placed_s_ago: float | None = None  # since the last job started on it (None: long ago)
+
+    @functools.cached_property  # a placement pass asks each GPU many times
+    def idle(self) -> bool:
+        return not self.tenants
+
+    @functools.cached_property
+    def exclusive(self) -> bool:
+        return any(t.mode == "exclusive" for t in self.tenants)
+
+    @functools.cached_property
+    def reserved_mib(self) -> float:
+        return sum(t.memory_mib for t in self.tenants)
+
+    @functools.cached_property
+    def sm_demand_pct(self) -> float:
+        return sum(t.sm_pct for t in self.tenants)
+
+    @functools.cached_property
+    def free_mib(self) -> float:
+        """Free memory counting both reservations and measurements: a tenant that has not yet
+        allocated still holds its share, and one that took more than it said is counted."""
+        return self.memory_total_mib - max(self.reserved_mib, self.memory_used_mib) - RESERVE_MIB
 
 
 @dataclass(frozen=True)
@@ -63,23 +123,27 @@ class StationView:
     cores: int
     busy_slots: frozenset[str] = frozenset()
     backend: str = "none"  # the backend in use (auto resolved)
-    gpus: tuple[GpuInfo, ...] = ()
-    busy_gpus: frozenset[int] = frozenset()
-    lost_gpus: frozenset[int] = frozenset()
+    gpu_states: tuple[GpuState, ...] = ()  # memory, SM window, tenants, MIG slices, lost
     gpu_problem: str | None = None  # the backend cannot read the GPUs right now
     simulated: bool = False
-    gpu_states: tuple[Any, ...] = ()  # collocation.GpuState: memory, SM window, tenants, MIG
     demands: Mapping[int, Any] = field(default_factory=dict)  # job id -> demand.Demand
     overtaken: Mapping[int, int] = field(default_factory=dict)  # job id -> times overtaken
 
     @property
     def gpu_count(self) -> int:
-        return len(self.gpus)
+        return len(self.gpu_states)
 
     @property
-    def free_gpus(self) -> list[GpuInfo]:
-        return [g for g in self.gpus
-                if g.index not in self.busy_gpus and g.index not in self.lost_gpus]
+    def free_gpus(self) -> list[GpuState]:
+        return [g for g in self.gpu_states if g.idle and not g.lost]
+
+    @property
+    def busy_gpus(self) -> frozenset[int]:
+        return frozenset(g.index for g in self.gpu_states if not g.idle)
+
+    @property
+    def lost_gpus(self) -> frozenset[int]:
+        return frozenset(g.index for g in self.gpu_states if g.lost)
 
     @property
     def slots(self) -> list[str]:
@@ -122,7 +186,8 @@ class FifoPolicy:
         rejections: list[Rejection] = []
         for job in queue:
             if job.spec.gpus:
-                impossible = _impossible_on_gpus(job, station)
+                need = job.spec.memory_gb * 1024 if job.spec.memory_gb is not None else 0.0
+                impossible = gpu_job_impossible(job, need, station)
                 if impossible:
                     rejections.append(Rejection(job.id, impossible))
                     continue
@@ -130,26 +195,22 @@ class FifoPolicy:
                     gpu_pool_blocked = True  # keep scanning only to reject impossible jobs
                     continue
                 taken, free_gpus = free_gpus[:job.spec.gpus], free_gpus[job.spec.gpus:]
-                placements.append(_exclusive(job, taken, station))
+                listed = ",".join(str(g.index) for g in taken)
+                placements.append(Placement(
+                    job_id=job.id, slot="gpu:" + listed, mode="exclusive",
+                    reason=f"first come, first served: GPU {listed} free",
+                    gpus=tuple(g.index for g in taken), env=gpu_env(station, taken),
+                    env_defaults={"OMP_NUM_THREADS": str(station.threads_per_gpu * len(taken))},
+                ))
                 continue
-            if not free_slots:
-                continue
-            slot = free_slots.pop(0)
-            placements.append(Placement(
-                job_id=job.id,
-                slot=slot,
-                mode="cpu",
-                reason=f"first come, first served: {slot} was free",
-                env={"CUDA_VISIBLE_DEVICES": ""},
-                # Without this each torch job starts one thread per core and they fight.
-                env_defaults={"OMP_NUM_THREADS": str(station.threads_per_slot)},
-            ))
+            if free_slots:
+                placements.append(cpu_placement(job, free_slots.pop(0), station))
         return Decision(placements, rejections)
 
     def explain_wait(self, job: JobRecord, queue: Sequence[JobRecord],
                      station: StationView) -> str:
         wants_gpu = bool(job.spec.gpus)
-        ahead = sum(1 for other in queue if other.id != job.id and _before(other, job)
+        ahead = sum(1 for other in queue if other.id != job.id and queued_before(other, job)
                     and bool(other.spec.gpus) == wants_gpu)
         if wants_gpu:
             if station.gpu_problem:
@@ -164,29 +225,32 @@ class FifoPolicy:
         return text + (f", {ahead} queued ahead of it)" if ahead else ")")
 
 
-def _exclusive(job: JobRecord, taken: list[GpuInfo], station: StationView) -> Placement:
-    indices = tuple(g.index for g in taken)
-    listed = ",".join(str(i) for i in indices)
+def cpu_placement(job: JobRecord, slot: str, station: StationView) -> Placement:
+    return Placement(job_id=job.id, slot=slot, mode="cpu",
+                     reason=f"first come, first served: {slot} was free",
+                     env={"CUDA_VISIBLE_DEVICES": ""},
+                     # Without this each torch job starts one thread per core and they fight.
+                     env_defaults={"OMP_NUM_THREADS": str(station.threads_per_slot)})
+
+
+def gpu_env(station: StationView, gpus: Sequence[GpuState],
+            mig_slice: str | None = None) -> dict[str, str]:
+    """What makes a job see the GPUs (or the MIG device) it was given, and only those."""
+    listed = ",".join(str(g.index) for g in gpus)
     env = {"GPUDESK_GPUS": listed}
     if station.simulated:
         # Simulated GPUs do not exist: the job runs on the CPU and the simulator plays its load.
         env.update({"CUDA_VISIBLE_DEVICES": "", "GPUDESK_SIMULATED_GPUS": listed})
-    elif all(g.uuid for g in taken):
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(g.uuid for g in taken)  # type: ignore[misc]
+    elif mig_slice is not None:
+        env["CUDA_VISIBLE_DEVICES"] = mig_slice
+    elif all(g.uuid for g in gpus):
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(g.uuid for g in gpus)  # type: ignore[misc]
     else:
         env.update({"CUDA_VISIBLE_DEVICES": listed, "CUDA_DEVICE_ORDER": "PCI_BUS_ID"})
-    return Placement(
-        job_id=job.id,
-        slot="gpu:" + listed,
-        mode="exclusive",
-        reason=f"first come, first served: GPU {listed} free",
-        gpus=indices,
-        env=env,
-        env_defaults={"OMP_NUM_THREADS": str(station.threads_per_gpu * len(indices))},
-    )
+    return env
 
 
-def _before(a: JobRecord, b: JobRecord) -> bool:
+def queued_before(a: JobRecord, b: JobRecord) -> bool:
     return (-a.spec.priority, a.id) < (-b.spec.priority, b.id)
 
 
@@ -194,8 +258,10 @@ def _gpus(count: int) -> str:
     return f"{count} GPU{'s' if count != 1 else ''}"
 
 
-def _impossible_on_gpus(job: JobRecord, station: StationView) -> str | None:
-    """Why a GPU job can never run on this station, or None."""
+def gpu_job_impossible(job: JobRecord, need_mib: float, station: StationView,
+                       reserve_mib: float = 0.0) -> str | None:
+    """Why a GPU job can never run on this station, or None. `reserve_mib` is what a policy
+    keeps free on every GPU."""
     if station.gpu_problem is not None:
         return None  # the GPUs may come back: wait
     wanted = _gpus(job.spec.gpus)
@@ -204,9 +270,9 @@ def _impossible_on_gpus(job: JobRecord, station: StationView) -> str | None:
                 f"(backend {station.backend}); submit it with gpus = 0 to run on the CPU")
     if job.spec.gpus > station.gpu_count:
         return f"the job asks for {wanted} but this station has only {station.gpu_count}"
-    largest = max((g.memory_total_mib or 0.0) for g in station.gpus)
-    if job.spec.memory_gb is not None and largest and job.spec.memory_gb * 1024 > largest:
-        return (f"the job asks for {job.spec.memory_gb:g} GB of GPU memory but the largest GPU "
+    largest = max((g.memory_total_mib for g in station.gpu_states if not g.lost), default=0.0)
+    if need_mib > largest - reserve_mib:
+        return (f"the job needs {need_mib / 1024:.1f} GiB of GPU memory but the largest GPU "
                 f"here has {largest / 1024:.1f} GiB")
     return None
 

@@ -21,10 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpudesk.engine.collocation import MIG_PROFILES, GpuState, MigSlice, Tenant
+from gpudesk.engine.collocation import MIG_PROFILES
 from gpudesk.engine.demand import Demand
 from gpudesk.engine.jobs import JobSpec, JobState
-from gpudesk.engine.policy import Placement, StationView, make_policy
+from gpudesk.engine.policy import GpuState, MigSlice, Placement, StationView, Tenant, make_policy
 from gpudesk.engine.station import StationConfig
 from gpudesk.engine.store import JobRecord
 from gpudesk.engine.telemetry.backend import check_backend_name, parse_sim_name

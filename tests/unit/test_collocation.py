@@ -10,16 +10,16 @@ from pathlib import Path
 import pytest
 from test_jobs_protocol_policy import record  # same folder: on sys.path under pytest
 
-from gpudesk.engine.collocation import (
-    MARGIN_MIB,
-    RESERVE_MIB,
-    CarmaPolicy,
-    GpuState,
-    SharingPolicy,
-    Tenant,
-)
+from gpudesk.engine.collocation import MARGIN_MIB, CarmaPolicy, SharingPolicy, _Frontier
 from gpudesk.engine.demand import Demand, from_hints
-from gpudesk.engine.policy import StationView, make_policy
+from gpudesk.engine.policy import (
+    RESERVE_MIB,
+    GpuState,
+    MigSlice,
+    StationView,
+    Tenant,
+    make_policy,
+)
 from gpudesk.engine.simulator import Simulation, TraceError, load_trace, simulate
 from gpudesk.engine.station import StationConfig
 from gpudesk.engine.store import JobRecord
@@ -130,8 +130,6 @@ def test_carma_blocks_on_the_head_of_the_queue_and_uses_measured_memory() -> Non
 
 
 def test_mig_mode_places_jobs_on_the_smallest_fitting_slice() -> None:
-    from gpudesk.engine.collocation import MigSlice
-
     slices = (MigSlice("MIG-a", "3g.20gb", 20096, 3), MigSlice("MIG-b", "1g.5gb", 4864, 1))
     view = station(GpuState(0, "GPU-0", 40 * GIB, mig_enabled=True, mig_slices=slices))
     (small,) = SharingPolicy("auto").place([job(1, 4, 10)], view).placements
@@ -195,8 +193,6 @@ def test_bad_traces_are_clear_errors(tmp_path: Path, body: str, message: str) ->
 def test_the_no_room_frontier_agrees_with_a_brute_force_check() -> None:
     import random
 
-    from gpudesk.engine.collocation import _Frontier
-
     rng = random.Random(7)
     for _ in range(200):
         frontier, points = _Frontier(), []
@@ -211,8 +207,6 @@ def test_the_no_room_frontier_agrees_with_a_brute_force_check() -> None:
 
 
 def test_a_station_that_asks_for_isolation_shares_only_mig_slices() -> None:
-    from gpudesk.engine.collocation import MigSlice
-
     isolated = StationView(StationConfig(isolation=True), cores=8, backend="nvml", gpu_states=(
         gpu(0, tenant(1, 4, 10)),
         GpuState(1, "GPU-1", 40 * GIB, mig_enabled=True,

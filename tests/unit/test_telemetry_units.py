@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from test_jobs_protocol_policy import record  # same folder: on sys.path under pytest
 
-from gpudesk.engine.policy import FifoPolicy, StationView
+from gpudesk.engine.policy import FifoPolicy, GpuState, StationView, Tenant
 from gpudesk.engine.station import StationConfig
 from gpudesk.engine.telemetry.backend import (
     BackendUnavailable,
@@ -322,13 +322,16 @@ def test_monitor_with_an_unavailable_backend_shows_a_banner_and_retries_later() 
 
 
 # -------------------------------------------------------------- placement
-def gpu_station(count: int = 4, **kw: object) -> StationView:
-    gpus = tuple(GpuInfo(i, f"GPU-{i}", "A100", 40536.0, True) for i in range(count))
-    return StationView(StationConfig(slots=2), cores=8, backend="nvml", gpus=gpus, **kw)
+def gpu_station(count: int = 4, busy: tuple[int, ...] = (), lost: tuple[int, ...] = ()
+                ) -> StationView:
+    gpus = tuple(GpuState(i, f"GPU-{i}", 40536.0, lost=i in lost,
+                          tenants=(Tenant(100 + i, "exclusive", 1024.0, 50.0),) if i in busy
+                          else ()) for i in range(count))
+    return StationView(StationConfig(slots=2), cores=8, backend="nvml", gpu_states=gpus)
 
 
 def test_fifo_places_gpu_jobs_exclusively_and_cpu_jobs_on_slots() -> None:
-    station = gpu_station(busy_gpus=frozenset({1}))
+    station = gpu_station(busy=(1,))
     decision = FifoPolicy().place([record(1, gpus=2), record(2), record(3, gpus=1)], station)
     placed = {p.job_id: p for p in decision.placements}
     assert placed[1].gpus == (0, 2) and placed[1].slot == "gpu:0,2"
@@ -339,7 +342,7 @@ def test_fifo_places_gpu_jobs_exclusively_and_cpu_jobs_on_slots() -> None:
 
 
 def test_fifo_gpu_jobs_do_not_overtake_and_lost_gpus_are_skipped() -> None:
-    station = gpu_station(lost_gpus=frozenset({0}), busy_gpus=frozenset({1}))
+    station = gpu_station(lost=(0,), busy=(1,))
     decision = FifoPolicy().place([record(1, gpus=3), record(2, gpus=1)], station)
     assert decision.placements == [] and decision.rejections == []
     wait = FifoPolicy().explain_wait(record(2, gpus=1), [record(1, gpus=3), record(2, gpus=1)],
@@ -358,8 +361,9 @@ def test_fifo_rejects_impossible_gpu_jobs_but_waits_while_gpus_are_unreadable() 
 
 
 def test_simulated_gpus_hide_real_devices_from_the_job() -> None:
-    gpus = tuple(GpuInfo(i, f"GPU-SIM{i}", "A100", 40536.0) for i in range(2))
-    station = StationView(StationConfig(), cores=4, backend="sim:x", gpus=gpus, simulated=True)
+    gpus = tuple(GpuState(i, f"GPU-SIM{i}", 40536.0) for i in range(2))
+    station = StationView(StationConfig(), cores=4, backend="sim:x", gpu_states=gpus,
+                          simulated=True)
     (placement,) = FifoPolicy().place([record(1, gpus=1)], station).placements
     assert placement.env["CUDA_VISIBLE_DEVICES"] == ""
     assert placement.env["GPUDESK_SIMULATED_GPUS"] == "0"
