@@ -623,8 +623,15 @@ class Engine:
                            backend=monitor.backend.name, gpu_states=self._gpu_states(),
                            gpu_problem=None if monitor.opened else monitor.open_problem,
                            simulated=monitor.simulated, overtaken=self.overtaken,
-                           demands={job.id: self.demand(job) for job in self.queue.ordered()
-                                    if job.spec.gpus})
+                           demands=self._demands_beyond_hints())
+
+    def _demands_beyond_hints(self) -> dict[int, Demand]:
+        """Queued jobs whose demand is not just their own hints: raised after an OOM, or
+        completed by what earlier runs measured. The policy derives every other job's demand
+        from its hints itself, so a long queue costs nothing here."""
+        return {job.id: self.demand(job) for job in self.queue.ordered()
+                if job.spec.gpus and (job.demand or (self.history and (
+                    job.spec.memory_gb is None or job.spec.sm_pct is None)))}
 
     def _gpu_states(self) -> tuple[GpuState, ...]:
         """Each GPU as the collocation policies see it: the latest readings, SM activity over

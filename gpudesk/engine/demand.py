@@ -65,7 +65,8 @@ def _combine(memory_gb: float | None, sm_pct: float | None, history: Demand | No
     return Demand(memory, sm, source)
 
 
-def signature(command: tuple[str, ...] | list[str], workdir: str | None) -> str:
+@functools.lru_cache(maxsize=4096)  # asked for each queued job on every placement pass
+def signature(command: tuple[str, ...], workdir: str | None) -> str:
     """Identifies "the same job" across runs: its command and working directory."""
     text = json.dumps([list(command), workdir or ""])
     return hashlib.sha256(text.encode()).hexdigest()[:16]
