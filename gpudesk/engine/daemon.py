@@ -497,7 +497,7 @@ class Engine:
                 raw = self.samples.get_nowait()
             except queue.Empty:
                 break
-            view = self.monitor.ingest(raw)
+            view = self.monitor.ingest(raw, running=self.live.keys())
             lost = frozenset(g["index"] for g in view["gpus"] if g["lost"])
             if lost != self.lost_gpus:
                 for index in sorted(lost - self.lost_gpus):

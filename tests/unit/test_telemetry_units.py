@@ -269,7 +269,7 @@ def test_monitor_view_credits_each_job_its_gpu_energy() -> None:
     final = monitor.finish(1)
     assert final is not None and final.gpu_j == pytest.approx(energy["gpu_j"], rel=1e-3)
     # A sample collected before the attempt ended must not bring it back.
-    monitor.ingest(monitor.collect(attempts))
+    monitor.ingest(monitor.collect(attempts), running={2})
     assert 1 not in monitor.usage and 2 in monitor.usage
 
 

@@ -14,7 +14,7 @@ import logging
 import os
 import time
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,7 +36,6 @@ log = logging.getLogger("gpudesk.telemetry")
 
 REOPEN_AFTER_S = 30.0  # how often to retry a backend that could not start
 HISTORY_POINTS = 600
-FORGET_AFTER_S = 120.0  # longer than any sample can wait in the engine's queue
 MIB = 1024 * 1024
 
 
@@ -131,7 +130,6 @@ class Monitor:
         self._next_open = 0.0
         self._inventory: tuple[GpuInfo, ...] = ()
         self._previous: _Previous | None = None
-        self._finished: dict[int, float] = {}  # attempt id -> when; samples may still name it
 
     @property
     def simulated(self) -> bool:
@@ -197,12 +195,14 @@ class Monitor:
             log.exception("closing the GPU backend failed")
 
     # -------------------------------------------------------------- ingesting
-    def ingest(self, raw: RawSample) -> dict[str, Any]:
-        """Fold one sample into energy, usage and history; returns the station view."""
+    def ingest(self, raw: RawSample, running: Collection[int] | None = None) -> dict[str, Any]:
+        """Fold one sample into energy, usage and history; returns the station view.
+        `running` are the attempts still running now: a sample taken before one ended must
+        not credit it again (None: every attempt the sample names)."""
         reading = raw.reading
-        if self._finished:
+        if running is not None:
             raw = dataclasses.replace(raw, attempts=tuple(
-                a for a in raw.attempts if a.attempt_id not in self._finished))
+                a for a in raw.attempts if a.attempt_id in running))
         by_pgid = {a.pgid: a for a in raw.attempts}
         busy = {i for a in raw.attempts for i in a.gpus}
         intervals = self.meter.update(reading, busy)
@@ -281,9 +281,6 @@ class Monitor:
 
     def finish(self, attempt_id: int) -> AttemptUsage | None:
         """An attempt ended: its final usage, no longer tracked."""
-        now = time.monotonic()
-        self._finished = {a: t for a, t in self._finished.items() if now - t < FORGET_AFTER_S}
-        self._finished[attempt_id] = now
         return self.usage.pop(attempt_id, None)
 
     def drain_averages(self) -> Averages:
