@@ -36,11 +36,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from gpudesk.engine.demand import (
-    DEFAULT_MEMORY_MIB,
-    DEFAULT_SM_PCT,
-    MIB_PER_GB,
     Demand,
     from_hints,
+    hinted,
 )
 from gpudesk.engine.policy import (
     RESERVE_MIB,
@@ -200,9 +198,7 @@ class SharingPolicy:
             if known is not None:
                 memory, sm, exclusive = known.memory_mib, known.sm_pct, known.exclusive
             else:
-                memory = spec.memory_gb * MIB_PER_GB if spec.memory_gb is not None \
-                    else DEFAULT_MEMORY_MIB
-                sm = spec.sm_pct if spec.sm_pct is not None else DEFAULT_SM_PCT
+                memory, sm = hinted(spec.memory_gb, spec.sm_pct)
                 exclusive = False
             if not (spec.gpus <= gpu_total and memory <= fits_any):
                 impossible = gpu_job_impossible(job, memory, station, RESERVE_MIB)

@@ -45,24 +45,21 @@ class Demand:
 def from_hints(memory_gb: float | None, sm_pct: float | None,
                history: Demand | None = None) -> Demand:
     """A job's demand from its hints, completed by history, else defaults."""
-    if history is None:
-        return _from_hints_only(memory_gb, sm_pct)
-    if memory_gb is None and sm_pct is None:
+    if history is not None and memory_gb is None and sm_pct is None:
         return history
-    return _combine(memory_gb, sm_pct, history)
+    memory, sm = hinted(memory_gb, sm_pct, history)
+    source = "hint" if memory_gb is not None or sm_pct is not None else "default"
+    return Demand(memory, sm, source)
 
 
-@functools.lru_cache(maxsize=4096)  # a placement pass asks for every queued job's demand
-def _from_hints_only(memory_gb: float | None, sm_pct: float | None) -> Demand:
-    return _combine(memory_gb, sm_pct, None)
-
-
-def _combine(memory_gb: float | None, sm_pct: float | None, history: Demand | None) -> Demand:
+def hinted(memory_gb: float | None, sm_pct: float | None,
+           history: Demand | None = None) -> tuple[float, float]:
+    """(memory MiB, SM %) from the hints, gaps filled from history, else the defaults. Without
+    building a Demand: a placement pass asks this for every queued job."""
     memory = memory_gb * MIB_PER_GB if memory_gb is not None else (
         history.memory_mib if history else DEFAULT_MEMORY_MIB)
     sm = sm_pct if sm_pct is not None else (history.sm_pct if history else DEFAULT_SM_PCT)
-    source = "hint" if memory_gb is not None or sm_pct is not None else "default"
-    return Demand(memory, sm, source)
+    return memory, sm
 
 
 @functools.lru_cache(maxsize=4096)  # asked for each queued job on every placement pass

@@ -367,3 +367,16 @@ def test_simulated_gpus_hide_real_devices_from_the_job() -> None:
     (placement,) = FifoPolicy().place([record(1, gpus=1)], station).placements
     assert placement.env["CUDA_VISIBLE_DEVICES"] == ""
     assert placement.env["GPUDESK_SIMULATED_GPUS"] == "0"
+
+
+def test_sim_mig_layout_reports_each_job_under_its_slice() -> None:
+    clock = Clock()
+    sim = SimBackend("dgx-station-a100", clock=clock, mig={3: ["3g.20gb", "2g.10gb"]})
+    sim.set_load([JobLoad(1, 77, (3,), 4.0, 20.0, sim.mig_uuid(3, 1))])
+    clock.now += 5
+    gpu = sim.read().gpus[3]
+    assert gpu.mig_enabled and [d.name.rsplit(" ", 1)[-1] for d in gpu.mig_devices] == [
+        "3g.20gb", "2g.10gb"]
+    assert [p.pid for p in gpu.mig_devices[1].processes] == [77]
+    assert gpu.mig_devices[1].memory_used_mib == pytest.approx(512 + 4 * 1024)
+    assert gpu.mig_devices[0].processes == () and gpu.processes[0].mig_device == 1

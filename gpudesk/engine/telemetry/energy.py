@@ -183,19 +183,20 @@ class AttemptUsage:
         total = None if self.gpu_j is None and self.cpu_j is None else \
             (self.gpu_j or 0.0) + (self.cpu_j or 0.0)
         return {
-            "gpu_j": _r(self.gpu_j), "gpu_idle_j": _r(self.gpu_idle_j),
-            "gpu_above_idle_j": _r(self.gpu_above_idle_j), "gpu_source": self.gpu_source,
-            "split": self.split, "estimate": self.estimate, "cpu_j": _r(self.cpu_j),
-            "total_j": _r(total), "carbon_g": _r(carbon_g(total, g_per_kwh), 3),
-            "cpu_s": _r(self.cpu_s, 2), "rss_peak_mib": _r(self.rss_peak_bytes / 2**20),
-            "io_read_mib": _r(self.io_read_bytes / 2**20),
-            "io_write_mib": _r(self.io_write_bytes / 2**20),
-            "gpu_memory_peak_mib": _r(self.gpu_memory_peak_mib),
-            "gpu_sm_mean_pct": _r(self.gpu_sm_mean_pct),
+            "gpu_j": rounded(self.gpu_j), "gpu_idle_j": rounded(self.gpu_idle_j),
+            "gpu_above_idle_j": rounded(self.gpu_above_idle_j), "gpu_source": self.gpu_source,
+            "split": self.split, "estimate": self.estimate, "cpu_j": rounded(self.cpu_j),
+            "total_j": rounded(total), "carbon_g": rounded(carbon_g(total, g_per_kwh), 3),
+            "cpu_s": rounded(self.cpu_s, 2), "rss_peak_mib": rounded(self.rss_peak_bytes / 2**20),
+            "io_read_mib": rounded(self.io_read_bytes / 2**20),
+            "io_write_mib": rounded(self.io_write_bytes / 2**20),
+            "gpu_memory_peak_mib": rounded(self.gpu_memory_peak_mib),
+            "gpu_sm_mean_pct": rounded(self.gpu_sm_mean_pct),
         }
 
 
-def _r(value: float | None, digits: int = 1) -> float | None:
+def rounded(value: float | None, digits: int = 1) -> float | None:
+    """For JSON views: a figure to `digits` places, None kept as None."""
     return None if value is None else round(value, digits)
 
 
@@ -266,18 +267,18 @@ def summarize(attempts: list[dict[str, Any]], g_per_kwh: float) -> dict[str, Any
     sources = sorted({s for a in attempts for s in (a.get("gpu_source") or "").split("+") if s})
     splits = [a.get("split") for a in attempts if a.get("split")]
     return {
-        "gpu_j": _r(gpu_j),
-        "gpu_idle_j": _r(total("gpu_idle_j", all_known=True)) if gpu_j is not None else None,
-        "gpu_above_idle_j": _r(total("gpu_above_idle_j", all_known=True))
+        "gpu_j": rounded(gpu_j),
+        "gpu_idle_j": rounded(total("gpu_idle_j", all_known=True)) if gpu_j is not None else None,
+        "gpu_above_idle_j": rounded(total("gpu_above_idle_j", all_known=True))
         if gpu_j is not None else None,
         "gpu_source": "+".join(sources) or None,
         "split": max(splits, key=["exclusive", "sm share", "even"].index) if splits else None,
         "estimate": any(a.get("estimate") for a in attempts),
-        "cpu_j": _r(cpu_j),
-        "total_j": _r(everything),
-        "carbon_g": _r(carbon_g(everything, g_per_kwh), 3),
-        "cpu_s": _r(total("cpu_s"), 2),
-        "rss_peak_mib": _r(max((a.get("rss_peak_mib") or 0.0) for a in attempts)),
-        "io_read_mib": _r(total("io_read_mib")),
-        "io_write_mib": _r(total("io_write_mib")),
+        "cpu_j": rounded(cpu_j),
+        "total_j": rounded(everything),
+        "carbon_g": rounded(carbon_g(everything, g_per_kwh), 3),
+        "cpu_s": rounded(total("cpu_s"), 2),
+        "rss_peak_mib": rounded(max((a.get("rss_peak_mib") or 0.0) for a in attempts)),
+        "io_read_mib": rounded(total("io_read_mib")),
+        "io_write_mib": rounded(total("io_write_mib")),
     }

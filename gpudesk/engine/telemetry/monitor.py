@@ -28,6 +28,7 @@ from gpudesk.engine.telemetry.energy import (
     attribute_cpu,
     attribute_gpu,
     carbon_g,
+    rounded,
 )
 from gpudesk.engine.telemetry.model import BackendReading, GpuInfo, GpuProcess, GpuReading, JobLoad
 from gpudesk.engine.telemetry.rapl import RaplReader
@@ -292,8 +293,8 @@ class Monitor:
                   job_ids: list[int]) -> dict[str, Any]:
         def process(proc: GpuProcess) -> dict[str, Any]:
             owner = owners.get(proc.pid)
-            return {"pid": proc.pid, "used_memory_mib": _round(proc.used_memory_mib),
-                    "sm_pct": _round(proc.sm_pct), "mig_device": proc.mig_device,
+            return {"pid": proc.pid, "used_memory_mib": rounded(proc.used_memory_mib),
+                    "sm_pct": rounded(proc.sm_pct), "mig_device": proc.mig_device,
                     "job_id": owner.job_id if owner else None}
 
         return {
@@ -301,25 +302,25 @@ class Monitor:
             "uuid": gpu.uuid,
             "name": gpu.name,
             "lost": gpu.lost,
-            "memory_used_mib": _round(gpu.memory_used_mib),
-            "memory_total_mib": _round(gpu.memory_total_mib),
-            "kernel_active_pct": _round(gpu.kernel_active_pct),
-            "sm_activity_pct": _round(gpu.sm_activity_pct),
-            "power_w": _round(gpu.power_w),
-            "power_limit_w": _round(gpu.power_limit_w),
-            "energy_j": _round(self.meter.energy_j(gpu.index)),
+            "memory_used_mib": rounded(gpu.memory_used_mib),
+            "memory_total_mib": rounded(gpu.memory_total_mib),
+            "kernel_active_pct": rounded(gpu.kernel_active_pct),
+            "sm_activity_pct": rounded(gpu.sm_activity_pct),
+            "power_w": rounded(gpu.power_w),
+            "power_limit_w": rounded(gpu.power_limit_w),
+            "energy_j": rounded(self.meter.energy_j(gpu.index)),
             "energy_source": self.meter.source(gpu.index),
-            "idle_power_w": _round(self.meter.idle_power_w(gpu.index)),
-            "temperature_c": _round(gpu.temperature_c),
-            "sm_clock_mhz": _round(gpu.sm_clock_mhz),
-            "memory_clock_mhz": _round(gpu.memory_clock_mhz),
+            "idle_power_w": rounded(self.meter.idle_power_w(gpu.index)),
+            "temperature_c": rounded(gpu.temperature_c),
+            "sm_clock_mhz": rounded(gpu.sm_clock_mhz),
+            "memory_clock_mhz": rounded(gpu.memory_clock_mhz),
             "mig_enabled": gpu.mig_enabled,
             "mig_devices": [{
                 "index": mig.index, "uuid": mig.uuid, "name": mig.name,
                 "gpu_instance_id": mig.gpu_instance_id,
                 "compute_instance_id": mig.compute_instance_id,
-                "memory_used_mib": _round(mig.memory_used_mib),
-                "memory_total_mib": _round(mig.memory_total_mib),
+                "memory_used_mib": rounded(mig.memory_used_mib),
+                "memory_total_mib": rounded(mig.memory_total_mib),
                 "sm_count": mig.sm_count,
                 "processes": [process(p) for p in mig.processes],
             } for mig in gpu.mig_devices],
@@ -338,15 +339,15 @@ class Monitor:
             "name": attempt.name,
             "slot": attempt.slot,
             "gpus": list(attempt.gpus),
-            "runtime_s": _round(now - attempt.started_at) if attempt.started_at else None,
+            "runtime_s": rounded(now - attempt.started_at) if attempt.started_at else None,
             "processes": group.processes if group else 0,
-            "cpu_pct": _round(cpu_pct),
-            "cpu_s": _round(group.cpu_seconds) if group else None,
-            "rss_mib": _round(group.rss_bytes / MIB) if group else None,
-            "io_read_mib": _round(group.io_read_bytes / MIB) if group else None,
-            "io_write_mib": _round(group.io_write_bytes / MIB) if group else None,
-            "gpu_memory_mib": _round(gpu_sums.get("memory")),
-            "gpu_sm_pct": _round(gpu_sums.get("sm")),
+            "cpu_pct": rounded(cpu_pct),
+            "cpu_s": rounded(group.cpu_seconds) if group else None,
+            "rss_mib": rounded(group.rss_bytes / MIB) if group else None,
+            "io_read_mib": rounded(group.io_read_bytes / MIB) if group else None,
+            "io_write_mib": rounded(group.io_write_bytes / MIB) if group else None,
+            "gpu_memory_mib": rounded(gpu_sums.get("memory")),
+            "gpu_sm_pct": rounded(gpu_sums.get("sm")),
             "energy": usage.to_dict(self.grid_g_per_kwh),
         }
 
@@ -358,10 +359,10 @@ class Monitor:
             "memory_used_mib": round(host.memory_used / MIB),
             "memory_total_mib": round(host.memory_total / MIB),
             "load_avg": list(host.load_avg),
-            "cpu_energy_j": _round(raw.rapl_j),
+            "cpu_energy_j": rounded(raw.rapl_j),
             "cpu_energy_note": self.rapl.problem if raw.rapl_j is None else None,
             "grid_g_per_kwh": self.grid_g_per_kwh,
-            "gpu_energy_carbon_g": _round(carbon_g(
+            "gpu_energy_carbon_g": rounded(carbon_g(
                 sum(self.meter.energy_j(g.index) or 0.0 for g in raw.reading.gpus),
                 self.grid_g_per_kwh), 3),
         }
@@ -387,7 +388,3 @@ def _occupants(gpu: GpuReading, holders: Iterable[TrackedAttempt],
         if owner is not None and proc.sm_pct is not None:
             share[owner.attempt_id] = share.get(owner.attempt_id, 0.0) + proc.sm_pct
     return [Occupant(a.attempt_id, share[a.attempt_id]) for a in holders]
-
-
-def _round(value: float | None, digits: int = 1) -> float | None:
-    return None if value is None else round(value, digits)

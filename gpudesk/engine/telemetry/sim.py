@@ -166,24 +166,24 @@ class SimBackend:
 
     def _with_mig(self, reading: GpuReading, loads: list[JobLoad]) -> GpuReading:
         """The GPU's MIG devices, with the processes of the jobs placed on each."""
+        slot_of = {}  # pid -> MIG device index
+        for slot in range(len(self.mig[reading.index])):
+            uuid = self.mig_uuid(reading.index, slot)
+            slot_of.update({ld.pid: slot for ld in loads if ld.mig_slice == uuid})
+        processes = tuple(replace(p, mig_device=slot_of.get(p.pid)) for p in reading.processes)
         devices = []
         for slot, profile in enumerate(self.mig[reading.index]):
-            uuid = self.mig_uuid(reading.index, slot)
-            on_slice = {ld.pid for ld in loads if ld.mig_slice == uuid}
-            processes = tuple(replace(p, mig_device=slot) for p in reading.processes
-                              if p.pid in on_slice)
+            on_slice = tuple(p for p in processes if p.mig_device == slot)
             devices.append(MigDevice(
-                index=slot, uuid=uuid, name=f"{self.model.name} MIG {profile}",
+                index=slot, uuid=self.mig_uuid(reading.index, slot),
+                name=f"{self.model.name} MIG {profile}",
                 gpu_instance_id=slot + 1, compute_instance_id=0,
-                memory_used_mib=sum((p.used_memory_mib or 0.0) for p in processes),
+                memory_used_mib=sum((p.used_memory_mib or 0.0) for p in on_slice),
                 memory_total_mib=mig_memory_mib(profile, self.model),
                 sm_count=self.model.sm_count * compute_slices(profile) // 7,
-                processes=processes))
-        placed = {p.pid for d in devices for p in d.processes}
+                processes=on_slice))
         return replace(reading, mig_enabled=True, mig_devices=tuple(devices),
-                       processes=tuple(replace(p, mig_device=next(
-                           d.index for d in devices if any(q.pid == p.pid for q in d.processes)))
-                           if p.pid in placed else p for p in reading.processes))
+                       processes=processes)
 
 
 def compute_slices(profile: str) -> int:
