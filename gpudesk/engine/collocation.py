@@ -18,9 +18,9 @@ and a `StationView`, so the live engine and `gpudesk simulate` run the same code
   is in MIG mode; whole idle GPUs for multi-GPU jobs and after an out-of-memory death. An MPS
   client may grow into the memory its co-tenants left free (all of it, alone), never into theirs.
 Jobs go in priority and arrival order. A job that cannot start yet may be overtaken by later
-jobs `MAX_OVERTAKES` times (a multi-GPU job a quarter as often); then the least-loaded GPUs it
-needs take no new job until it has started (bounded backfilling), so a large job is never
-starved by a stream of small ones.
+jobs `MAX_OVERTAKES` times (a multi-GPU job not at all); then the least-loaded GPUs it needs take
+no new job until it has started, while later jobs still start on the others (bounded
+backfilling), so a large job is never starved by a stream of small ones.
 
 `CarmaPolicy` is the published baseline (CARMA): FIFO without backfilling, idle GPUs first, then
 the GPU with the most free memory as measured; admit when free >= need + 2 GiB after a 512 MiB
@@ -228,8 +228,10 @@ class SharingPolicy:
 
     def overtake_budget(self, job: JobRecord) -> int:
         """How often later jobs may start first. A multi-GPU job needs whole idle GPUs, which a
-        stream of small jobs never leaves; it gets its GPUs reserved sooner."""
-        return self.max_overtakes if job.spec.gpus <= 1 else self.max_overtakes // 4
+        stream of small jobs never leaves, and every minute it waits costs several GPUs' worth:
+        like Slurm's backfill for the top job, its GPUs are held from the first time it waits
+        (later jobs still start on the others)."""
+        return self.max_overtakes if job.spec.gpus <= 1 else 0
 
     def reserve(self, job: JobRecord, plan: _Plan) -> set[int]:
         """The GPUs a long-waiting job will get: the least loaded ones."""

@@ -30,7 +30,7 @@ import zmq
 from gpudesk import __version__
 from gpudesk.engine import protocol, runner
 from gpudesk.engine.collocation import compute_slices
-from gpudesk.engine.demand import DEFAULT_SM_PCT, Demand, from_hints, signature
+from gpudesk.engine.demand import DEFAULT_SM_PCT, Demand, from_hints, reservation, signature
 from gpudesk.engine.jobs import TERMINAL_STATES, JobSpec, JobState, SpecError, check_env
 from gpudesk.engine.mps import MpsError, MpsManager
 from gpudesk.engine.oom import gpu_oom_line
@@ -640,14 +640,20 @@ class Engine:
         readings = {g["index"]: g for g in latest["gpus"]} if latest else {}
         recent = list(self.monitor.history)[-SM_WINDOW_SAMPLES:]
         tenants: dict[int, list[Tenant]] = {}
+        now = time.monotonic()
         for live in self.live.values():
             placement = live.attempt.placement
             demand = placement.get("demand") or {}
+            usage = self.monitor.usage.get(live.attempt.id)
+            peak = usage.gpu_memory_peak_mib if usage else None
+            settled = now - usage.gpu_memory_peak_at \
+                if usage and usage.gpu_memory_peak_at is not None else None
+            per_gpu = peak / max(1, len(live.gpus)) if peak is not None else None
+            memory = reservation(float(demand.get("memory_mib", 0.0)), per_gpu, settled)
             for index in live.gpus:
                 tenants.setdefault(index, []).append(Tenant(
                     live.attempt.job_id, str(placement.get("mode", "exclusive")),
-                    float(demand.get("memory_mib", 0.0)), float(demand.get("sm_pct", 0.0)),
-                    placement.get("mig_slice")))
+                    memory, float(demand.get("sm_pct", 0.0)), placement.get("mig_slice")))
         states = []
         for info in self.monitor.inventory:
             reading = readings.get(info.index, {})

@@ -17,6 +17,8 @@ DEFAULT_MEMORY_MIB = 8 * 1024.0  # a job that says nothing: a fifth of an A100 4
 DEFAULT_SM_PCT = 60.0  # ... and most of its SMs, so it is collocated cautiously
 HEAVY_SM_PCT = 80.0  # a job at or above this saturates a GPU by itself
 OOM_GROWTH = 1.5  # after an OOM the estimate grows by at least this factor
+PEAK_SETTLED_S = 60.0  # a running job whose memory has not grown for this long is at its peak
+PEAK_HEADROOM = 1.1  # ... and is counted as holding its measured peak plus this much
 
 
 @dataclass(frozen=True)
@@ -40,6 +42,17 @@ class Demand:
     def to_dict(self) -> dict[str, object]:
         return {"memory_mib": round(self.memory_mib), "sm_pct": round(self.sm_pct, 1),
                 "source": self.source, "exclusive": self.exclusive}
+
+
+def reservation(estimate_mib: float, peak_mib: float | None,
+                settled_s: float | None) -> float:
+    """The memory a running job is counted as holding on its GPU: its estimate until its
+    measured memory has stopped growing for `PEAK_SETTLED_S`, then its measured peak plus
+    headroom. This is how an estimate is corrected while the job runs, both ways: an
+    overestimate frees room for others, an underestimate stops others being packed in."""
+    if peak_mib is None or settled_s is None or settled_s < PEAK_SETTLED_S:
+        return estimate_mib
+    return peak_mib * PEAK_HEADROOM
 
 
 def from_hints(memory_gb: float | None, sm_pct: float | None,

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from gpudesk.engine.collocation import MIG_PROFILES
-from gpudesk.engine.demand import Demand
+from gpudesk.engine.demand import PEAK_SETTLED_S, Demand, reservation
 from gpudesk.engine.jobs import JobSpec, JobState
 from gpudesk.engine.policy import GpuState, MigSlice, Placement, StationView, Tenant, make_policy
 from gpudesk.engine.station import StationConfig
@@ -239,6 +239,8 @@ class Simulation:
                 candidates.append(self.now + (r.job.exclusive_s - r.work_done) / rates[r.job.id])
                 if r.peak_at > self.now:
                     candidates.append(r.peak_at)
+                elif r.peak_at + PEAK_SETTLED_S > self.now:
+                    candidates.append(r.peak_at + PEAK_SETTLED_S)  # its reservation is corrected
             if not candidates:
                 stuck = ", ".join(r.job.name for r in self.queue)
                 raise RuntimeError(f"the policy cannot place {stuck} on an empty station")
@@ -322,9 +324,9 @@ class Simulation:
                 ramp = max(1e-6, t.peak_at - t.started_at)
                 used = t.job.peak_memory_mib * min(1.0, elapsed / ramp)
                 measured += used
-                # Once it has reached its peak the engine knows what it really uses.
-                reserved = t.demand.memory_mib if t.peak_at > self.now else \
-                    t.job.peak_memory_mib * 1.1
+                # Its memory stops growing at its peak; the engine's rule takes it from there.
+                reserved = reservation(t.demand.memory_mib, used, self.now - t.peak_at
+                                       if t.peak_at <= self.now else 0.0)
                 tenants.append(Tenant(t.job.id, t.placement.mode, reserved, t.job.sm_pct,
                                       t.placement.mig_slice))
             history = self.sm_history[gpu]

@@ -11,7 +11,7 @@ import pytest
 from test_jobs_protocol_policy import record  # same folder: on sys.path under pytest
 
 from gpudesk.engine.collocation import MARGIN_MIB, CarmaPolicy, SharingPolicy, _Frontier
-from gpudesk.engine.demand import Demand, from_hints
+from gpudesk.engine.demand import PEAK_SETTLED_S, Demand, from_hints, reservation
 from gpudesk.engine.policy import (
     RESERVE_MIB,
     GpuState,
@@ -23,6 +23,7 @@ from gpudesk.engine.policy import (
 from gpudesk.engine.simulator import Simulation, TraceError, load_trace, simulate
 from gpudesk.engine.station import StationConfig
 from gpudesk.engine.store import JobRecord
+from gpudesk.engine.telemetry.energy import AttemptUsage
 
 TRACE = Path(__file__).resolve().parents[2] / "traces" / "carma-philly-t1.json"
 GIB = 1024.0
@@ -108,6 +109,29 @@ def test_bounded_backfilling_reserves_gpus_for_the_waiting_job() -> None:
     assert [(p.job_id, p.gpus) for p in decision.placements] == [(11, (1,))]
     wait = SharingPolicy("auto").explain_wait(job(10, 33, 90), [job(10, 33, 90)], view)
     assert wait.startswith("waiting (hint demand: needs 33.0 GiB")
+
+
+def test_a_waiting_multi_gpu_job_holds_gpus_from_the_first_pass() -> None:
+    # GPU 0 and 1 are busy, 2 idle: the 2-GPU job waits and GPUs 2 and 1 (least loaded) are held
+    # for it at once; a later light job still starts, on GPU 0
+    view = station(gpu(0, tenant(1, 5, 40)), gpu(1, tenant(2, 5, 20)), gpu(2))
+    decision = SharingPolicy("auto").place([job(10, 8, 70, gpus=2), job(11, 2, 10)], view)
+    assert [(p.job_id, p.gpus) for p in decision.placements] == [(11, (0,))]
+    assert decision.overtaken == {10: 1}
+
+
+def test_a_running_jobs_reservation_follows_its_measured_peak_once_settled() -> None:
+    assert reservation(16 * GIB, 4 * GIB, None) == 16 * GIB  # no measurement yet
+    assert reservation(16 * GIB, 4 * GIB, PEAK_SETTLED_S - 1) == 16 * GIB  # still growing
+    assert reservation(16 * GIB, 4 * GIB, PEAK_SETTLED_S) == pytest.approx(4.4 * GIB)
+    assert reservation(2 * GIB, 9 * GIB, 300.0) == pytest.approx(9.9 * GIB)  # underestimated
+    usage = AttemptUsage(1, 1)
+    usage.add_gpu_sample(1000.0, None, at=10.0)
+    usage.add_gpu_sample(4000.0, None, at=11.0)
+    usage.add_gpu_sample(4030.0, None, at=12.0)  # allocator noise: not a new peak
+    assert usage.gpu_memory_peak_mib == 4030.0 and usage.gpu_memory_peak_at == 11.0
+    usage.add_gpu_sample(3000.0, None, at=13.0)
+    assert usage.gpu_memory_peak_at == 11.0
 
 
 def test_impossible_jobs_are_rejected_with_a_reason() -> None:

@@ -139,6 +139,7 @@ class AttemptUsage:
     io_read_bytes: int = 0
     io_write_bytes: int = 0
     gpu_memory_peak_mib: float | None = None  # the most GPU memory its processes held
+    gpu_memory_peak_at: float | None = None  # when (monotonic) that peak last grew
     gpu_sm_total: float = 0.0  # sum of its SM share over the samples that had one
     gpu_sm_samples: int = 0
     _idle_known: bool = field(default=True, repr=False)
@@ -147,8 +148,12 @@ class AttemptUsage:
     def gpu_sm_mean_pct(self) -> float | None:
         return self.gpu_sm_total / self.gpu_sm_samples if self.gpu_sm_samples else None
 
-    def add_gpu_sample(self, memory_mib: float | None, sm_pct: float | None) -> None:
+    def add_gpu_sample(self, memory_mib: float | None, sm_pct: float | None,
+                       at: float | None = None) -> None:
         if memory_mib is not None:
+            # Growth of under 1 % (allocator noise) does not count as a new peak.
+            if self.gpu_memory_peak_mib is None or memory_mib > self.gpu_memory_peak_mib * 1.01:
+                self.gpu_memory_peak_at = at
             self.gpu_memory_peak_mib = max(self.gpu_memory_peak_mib or 0.0, memory_mib)
         if sm_pct is not None:
             self.gpu_sm_total += sm_pct

@@ -252,7 +252,7 @@ class Monitor:
                 usage.io_read_bytes = max(usage.io_read_bytes, group.io_read_bytes)
                 usage.io_write_bytes = max(usage.io_write_bytes, group.io_write_bytes)
             sums = job_gpu.get(attempt.attempt_id, {})
-            usage.add_gpu_sample(sums.get("memory"), sums.get("sm"))
+            usage.add_gpu_sample(sums.get("memory"), sums.get("sm"), reading.monotonic)
             job_views.append(self._job_view(attempt, group, cpu_pct, sums, reading.taken_at))
         if previous is not None and raw.rapl_j is not None and previous.rapl_j is not None:
             attribute_cpu(self.usage, raw.rapl_j - previous.rapl_j, cpu_delta,
