@@ -50,6 +50,7 @@ from gpudesk.engine.policy import (
     StationView,
     Tenant,
     cpu_placement,
+    cpu_wait,
     gpu_env,
     gpu_job_impossible,
     queued_before,
@@ -326,8 +327,7 @@ class SharingPolicy:
     def explain_wait(self, job: JobRecord, queue: Sequence[JobRecord],
                      station: StationView) -> str:
         if not job.spec.gpus:
-            total = len(station.slots)
-            return f"waiting for a free CPU slot ({total - len(station.free_slots)}/{total} busy)"
+            return cpu_wait(job, queue, station)
         if station.gpu_problem:
             return f"waiting: the GPUs cannot be read ({station.gpu_problem})"
         demand = demand_of(job, station)

@@ -1,8 +1,9 @@
 """What a job is expected to need from a GPU: memory and SM activity.
 
-In order of trust: what the job measured in an earlier run of the same command (peaks the store
-remembers), its own hints (`memory_gb`, `sm_pct`), else a conservative default. An out-of-memory
-death raises the estimate and asks for an exclusive GPU on the next attempt.
+From the job's own hints (`memory_gb`, `sm_pct`), else what earlier runs of the same command
+measured (peaks the store remembers), else a conservative default. While a job runs, its
+measured peak takes over from the estimate (`reservation`). An out-of-memory death raises the
+estimate and asks for an exclusive GPU on the next attempt.
 """
 
 from __future__ import annotations

@@ -219,10 +219,18 @@ class FifoPolicy:
             text = (f"waiting for {_gpus(job.spec.gpus)} "
                     f"({len(station.free_gpus)} of {usable} free")
         else:
-            total = len(station.slots)
-            busy = total - len(station.free_slots)
-            text = f"waiting for a free slot ({busy}/{total} busy"
+            return cpu_wait(job, queue, station)
         return text + (f", {ahead} queued ahead of it)" if ahead else ")")
+
+
+def cpu_wait(job: JobRecord, queue: Sequence[JobRecord], station: StationView) -> str:
+    """Why a CPU job waits: every policy places CPU jobs the same way."""
+    ahead = sum(1 for other in queue if other.id != job.id and queued_before(other, job)
+                and not other.spec.gpus)
+    total = len(station.slots)
+    busy = total - len(station.free_slots)
+    return f"waiting for a free CPU slot ({busy}/{total} busy" + (
+        f", {ahead} queued ahead of it)" if ahead else ")")
 
 
 def cpu_placement(job: JobRecord, slot: str, station: StationView) -> Placement:

@@ -84,7 +84,7 @@ STATION_CHECKS = {"backend": check_backend, "policy": check_policy, "slots": che
 @dataclass(frozen=True)
 class StationConfig:
     backend: str = "auto"
-    policy: str = "fifo"
+    policy: str = "auto"
     slots: int | None = None  # concurrent CPU jobs; None = number of cores
     sample_interval: float = DEFAULT_SAMPLE_INTERVAL_S
     grid_intensity: float = DEFAULT_GRID_G_PER_KWH  # g CO2e per kWh, for carbon figures

@@ -87,7 +87,7 @@ def test_priority_and_first_come_order(engine: EngineHandle, tmp_path) -> None:
         sh(f"echo high >> {order}", "high", priority=5),
     )
     waiting = engine.show(ids[1])["waiting"]
-    assert waiting == "waiting for a free slot (1/1 busy, 2 queued ahead of it)"
+    assert waiting == "waiting for a free CPU slot (1/1 busy, 2 queued ahead of it)"
     gate.touch()
     engine.wait_all_done([blocker, *ids])
     assert order.read_text().split() == ["high", "low1", "low2"]

@@ -327,7 +327,10 @@ def test_a_gpu_lost_mid_run_is_marked_and_gets_no_more_jobs(
         shown = handle.wait_state(first, "running")
         assert handle.show(first)["attempts"][0]["placement"]["gpus"] == [0]
         waiting = handle.show(second)["waiting"]
-        assert waiting == "waiting for 1 GPU (0 of 1 free)"  # GPU 1 is not counted
+        # the default policy (auto) would collocate it, but 70 % + 70 % SM does not fit GPU 0,
+        # and GPU 1 is not considered at all
+        assert waiting.startswith("waiting (hint demand: needs 6.0 GiB + 2.0 GiB margin and "
+                                  "70% SM); GPU 0:") and waiting.endswith("; GPU 1 lost")
         assert shown["state"] == "running"
         assert handle.client.request("status")["gpus"]["lost"] == 1
     finally:
