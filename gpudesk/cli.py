@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import typer
 
 from gpudesk import __version__
+from gpudesk.loader.cli import loader_app
 from gpudesk.mig_cli import mig_app
 
 if TYPE_CHECKING:
@@ -38,6 +39,7 @@ app = typer.Typer(
 engine_app = typer.Typer(help="Start, stop and inspect the engine daemon.", no_args_is_help=True)
 app.add_typer(engine_app, name="engine")
 app.add_typer(mig_app, name="mig")
+app.add_typer(loader_app, name="loader")
 
 
 class CliError(Exception):

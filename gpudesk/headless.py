@@ -41,6 +41,7 @@ class RunReport:
     backend: str = "none"
     simulated: bool = False
     grid_g_per_kwh: float | None = None
+    loaders: list[dict[str, Any]] = field(default_factory=list)  # the run's shared loaders
 
     @property
     def counts(self) -> dict[str, int]:
@@ -74,6 +75,7 @@ class RunReport:
             "succeeded": self.succeeded,
             "counts": self.counts,
             "energy": self.energy,
+            "loaders": self.loaders,
             "jobs": [
                 {
                     "id": j["id"],
@@ -102,7 +104,25 @@ class RunReport:
         head = f"{self.profile}: {counts} in {render.duration(self.ended_at - self.started_at)}"
         if self.interrupted:
             head += " (interrupted)"
-        return f"{table}\n\n{head}\n{self.energy_line()}"
+        lines = [self.energy_line(), *self.loader_lines()]
+        return f"{table}\n\n{head}\n" + "\n".join(lines)
+
+    def loader_lines(self) -> list[str]:
+        """One line per shared loader: its CPU, and what unshared loading would have cost."""
+        lines = []
+        for loader in self.loaders:
+            status = loader.get("status") or {}
+            consumers = status.get("consumers_total")
+            who = f" for {consumers} consumers" if consumers else ""
+            if loader.get("saved_cpu_s") is None:
+                lines.append(f"shared loader {loader['name']}: no batches measured")
+                continue
+            lines.append(
+                f"shared loader {loader['name']}: producer CPU {loader['cpu_s']:.1f} s{who}, "
+                f"{status.get('produced', 0)} batches made, {status.get('delivered_total', 0)} "
+                f"delivered; unshared loading estimated at {loader['unshared_cpu_s']:.1f} s: "
+                f"{loader['saved_cpu_s']:.1f} CPU-s saved")
+        return lines
 
     def energy_line(self) -> str:
         station = f"backend {self.backend}" + (", SIMULATED" if self.simulated else "")
@@ -201,6 +221,9 @@ def run_profile(
     group = f"{profile.name}@{stamp}.{os.getpid()}"
     report = RunReport(profile=profile.name, group=group, started_at=started)
     client.request("configure", station=profile.station.to_dict())
+    loaders = [d.loader.to_dict() for d in profile.datasets.values() if d.loader is not None]
+    if loaders:
+        client.request("datasets", datasets=loaders)
     progress = _Progress(progress_stream,
                          progress_stream.isatty() if live is None else live)
     try:
@@ -220,13 +243,16 @@ def run_profile(
     finally:
         progress.close()
     report.ended_at = time.time()
-    _add_usage(client, report)
+    _add_usage(client, report, profile)
     return report
 
 
-def _add_usage(client: EngineClient, report: RunReport) -> None:
+def _add_usage(client: EngineClient, report: RunReport, profile: Profile) -> None:
     """Energy and resource use of the run's jobs, measured by the engine's sampler."""
-    station = client.request("status")["station"]
+    status = client.request("status", fresh_loaders=True)
+    station = status["station"]
+    used = {spec.dataset for spec in profile.jobs if spec.dataset}
+    report.loaders = [entry for entry in status.get("loaders", []) if entry["name"] in used]
     report.backend, report.simulated = station["effective_backend"], station["simulated"]
     report.grid_g_per_kwh = station["grid_intensity"]
     usage = {j["id"]: j["usage"] for j in

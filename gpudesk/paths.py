@@ -8,6 +8,7 @@ Layout::
       engine.lock         single-instance lock (flock), holds the daemon's pid
       run/                0700: the daemon's ipc:// sockets
       jobs/<id>/<n>/      one folder per attempt: output.log, wrapper.json, exit.json
+      run/loaders/        each shared loader's sockets and its NAME.json (pid, settings)
 """
 
 from __future__ import annotations
@@ -84,6 +85,15 @@ class Home:
     @property
     def events_endpoint(self) -> str:
         return f"ipc://{self.socket_dir / 'events.sock'}"
+
+    @property
+    def loader_dir(self) -> Path:
+        return self.socket_dir / "loaders"
+
+    def loader_paths(self, name: str) -> tuple[Path, Path, Path]:
+        """A shared loader's control socket, descriptor socket and info file."""
+        folder = self.loader_dir
+        return folder / f"{name}.ctl", folder / f"{name}.fd", folder / f"{name}.json"
 
     def ensure(self) -> Home:
         """Create the home and its private folders (idempotent)."""

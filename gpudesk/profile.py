@@ -36,6 +36,7 @@ from gpudesk.engine.jobs import (
     check_workdir,
     describe,
 )
+from gpudesk.engine.loaders import LOADER_KEYS, DatasetSpec
 from gpudesk.engine.station import STATION_CHECKS, STATION_KEYS, StationConfig
 from gpudesk.toml_lines import BARE_KEY, Key, KeyLines
 
@@ -81,7 +82,7 @@ JOB_KEYS = (
 SWEEP_KEYS = (*JOB_KEYS, "grid")
 # [defaults] may set every job key but those that make a job what it is.
 DEFAULT_KEYS = tuple(key for key in JOB_KEYS if key not in ("name", "command", "repeat"))
-DATASET_KEYS = ("factory",)
+DATASET_KEYS = ("factory", *LOADER_KEYS)
 # Resource fields that go straight from the table (or [defaults]) into the JobSpec.
 _RESOURCE_KEYS = ("gpus", "memory_gb", "sm_pct", "dataset", "priority", "max_attempts")
 
@@ -129,6 +130,7 @@ class ProfileError(Exception):
 class DatasetConfig:
     name: str
     factory: str | None = None  # "package.module:callable"; the format is checked, not imported
+    loader: DatasetSpec | None = None  # how its shared loader runs (given a factory)
 
 
 @dataclass(frozen=True)
@@ -527,7 +529,16 @@ class _Builder:
             if "factory" in table:
                 checked = self.check((*key, "factory"), _check_factory, table["factory"])
                 factory = None if checked is _INVALID else checked
-            result[name] = DatasetConfig(name, factory)
+            loader = None
+            if factory is not None:
+                settings = {k: v for k, v in table.items() if k in LOADER_KEYS}
+                try:
+                    loader = DatasetSpec.from_dict({"name": name, "factory": factory,
+                                                    **settings})
+                except ValueError as exc:
+                    field_name, _, message = str(exc).partition(": ")
+                    self.problem((*key, field_name), message)
+            result[name] = DatasetConfig(name, factory, loader)
         self.dataset_names = names
         return result
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import sys
@@ -118,6 +119,12 @@ class EngineHandle:
         for attempt_dir in self.home.jobs_dir.glob("*/*"):
             pid = read_wrapper_pid(attempt_dir)
             if pid:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(pid, signal.SIGKILL)
+        # ... and every shared-loader producer it started (each leads its own session)
+        for info in self.home.loader_dir.glob("*.json"):
+            with contextlib.suppress(ValueError, OSError, KeyError, TypeError):
+                pid = int(json.loads(info.read_text())["pid"])
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(pid, signal.SIGKILL)
 

@@ -32,6 +32,7 @@ from gpudesk.engine import protocol, runner
 from gpudesk.engine.collocation import compute_slices
 from gpudesk.engine.demand import DEFAULT_SM_PCT, Demand, from_hints, reservation, signature
 from gpudesk.engine.jobs import TERMINAL_STATES, JobSpec, JobState, SpecError, check_env
+from gpudesk.engine.loaders import DatasetSpec, LoaderSupervisor
 from gpudesk.engine.mps import MpsError, MpsManager
 from gpudesk.engine.oom import gpu_oom_line
 from gpudesk.engine.policy import GpuState, MigSlice, Placement, StationView, Tenant, make_policy
@@ -61,6 +62,7 @@ MAX_HISTORY_POINTS = 600
 MPS_CHECK_S = 10.0  # how often MPS servers are checked for FAULT and drained GPUs
 OOM_RETRIES = 2  # attempts an out-of-memory death adds to a job's max_attempts
 SM_WINDOW_SAMPLES = 30  # "recent SM activity" for placement: CARMA's 30-sample window
+LOADER_CHECK_S = 0.5  # how often dataset producers are checked (restarted, stopped)
 
 
 class AlreadyRunning(RuntimeError):
@@ -127,6 +129,7 @@ class Engine:
             "configure": self.op_configure,
             "shutdown": self.op_shutdown,
             "telemetry": self.op_telemetry,
+            "datasets": self.op_datasets,
         }
         self.ctx = zmq.Context.instance()
         self.control = self.ctx.socket(zmq.ROUTER)
@@ -146,6 +149,12 @@ class Engine:
         self.mps_checked_at = time.monotonic()
         self.store_samples_at = time.monotonic() + STORE_SAMPLES_EVERY_S
         self.prune_at = time.monotonic()
+        self.loaders = LoaderSupervisor(home)
+        self.loaders_checked_at = 0.0
+        self.dataset_of: dict[int, str] = {}  # running job id -> the dataset it names
+        with contextlib.suppress(Exception):  # a bad stored value must not stop the engine
+            self.loaders.register([DatasetSpec.from_dict(d)
+                                   for d in store.setting("datasets") or []])
 
     # ----------------------------------------------------------- life cycle
     def bind(self) -> None:
@@ -188,6 +197,8 @@ class Engine:
                 self.live[attempt.id] = live
                 adopted += 1
                 job = self.store.job(attempt.job_id)
+                if job.spec.dataset:
+                    self.dataset_of[job.id] = job.spec.dataset
                 if job.cancel_requested:
                     left = (job.kill_deadline or 0.0) - time.time()
                     self._terminate(live, max(0.0, left))
@@ -236,7 +247,7 @@ class Engine:
             # A failing step (a full disk, say) is logged and retried; it never stops the engine,
             # which would strand the jobs it watches.
             for step in (self.check_attempts, self._schedule_if_due, self.ingest_samples,
-                         self.check_mps):
+                         self.check_mps, self.check_loaders):
                 try:
                     step()
                 except Exception:
@@ -264,6 +275,8 @@ class Engine:
                 timeout = min(timeout, ADOPTED_POLL_S)
             if live.kill_at is not None:
                 timeout = min(timeout, max(0.0, live.kill_at - now))
+        if self.loaders.producers:
+            timeout = min(timeout, LOADER_CHECK_S)
         if self.dirty:
             timeout = 0.0
         return int(timeout * 1000)
@@ -307,7 +320,9 @@ class Engine:
     def op_ping(self, _args: dict[str, Any]) -> dict[str, Any]:
         return {"pid": os.getpid(), "version": __version__, "protocol": protocol.PROTOCOL_VERSION}
 
-    def op_status(self, _args: dict[str, Any]) -> dict[str, Any]:
+    def op_status(self, args: dict[str, Any]) -> dict[str, Any]:
+        if args.get("fresh_loaders") and self.loaders.producers:
+            self.loaders.refresh_status()
         view = self.station_view()
         return {
             "pid": os.getpid(),
@@ -327,6 +342,7 @@ class Engine:
             "gpus": {"total": view.gpu_count, "busy": len(view.busy_gpus),
                      "lost": len(view.lost_gpus)},
             "counts": self.store.counts(),
+            "loaders": self.loaders.summary(),
         }
 
     def op_submit(self, args: dict[str, Any]) -> dict[str, Any]:
@@ -435,6 +451,35 @@ class Engine:
                 self._restart_telemetry()
             self.dirty = True
         return {"station": config.to_dict(), "changed": changed}
+
+    def op_datasets(self, args: dict[str, Any]) -> dict[str, Any]:
+        """Register datasets' shared-loader settings (a profile's [datasets] tables)."""
+        raw = args.get("datasets")
+        if not isinstance(raw, list):
+            raise ProtocolError(protocol.INVALID_ARGS, "'datasets' must be a list")
+        try:
+            specs = [DatasetSpec.from_dict(d) for d in raw]
+            self.loaders.register(specs)
+        except ValueError as exc:
+            raise ProtocolError(protocol.INVALID_ARGS, f"datasets: {exc}") from None
+        self.store.set_setting("datasets", [s.to_dict() for s in self.loaders.specs.values()])
+        return {"datasets": sorted(self.loaders.specs)}
+
+    def check_loaders(self) -> None:
+        """Start, restart and stop dataset producers as the jobs need them."""
+        now = time.monotonic()
+        if now - self.loaders_checked_at < LOADER_CHECK_S:
+            return
+        self.loaders_checked_at = now
+        running = set(self.dataset_of.values())
+        needed = running | {j.spec.dataset for j in self.queue.ordered() if j.spec.dataset}
+        if not needed and not self.loaders.producers:
+            return
+        self.loaders.tick(needed, running)
+        for message in self.loaders.events:
+            log.info("%s", message)
+            self.store.add_event("engine", message)
+        self.loaders.events.clear()
 
     def op_shutdown(self, _args: dict[str, Any]) -> dict[str, Any]:
         self.stopping = True
@@ -767,6 +812,12 @@ class Engine:
             self.queue.add(job)  # the transaction rolled back: it is still queued
             raise
         env = self.job_env(job, placement, attempt)
+        try:
+            env.update(self.loaders.job_env(job.spec.dataset))
+        except OSError as exc:  # the producer could not be started: the job can fall back
+            log.warning("could not start the shared loader %r: %s", job.spec.dataset, exc)
+        if job.spec.dataset:
+            self.dataset_of[job.id] = job.spec.dataset
         if placement.mode == "mps" and not self.monitor.simulated:
             env.update(self._mps_env(job, placement))
         workdir = job.spec.workdir or env.get("HOME") or "/"
@@ -807,6 +858,7 @@ class Engine:
     def settle(self, live: LiveAttempt, returncode: int | None) -> None:
         """Record how an attempt ended and move its job on."""
         attempt = live.attempt
+        self.dataset_of.pop(attempt.job_id, None)
         record = runner.read_exit(attempt.dir)
         if record is None and returncode is not None:
             record = runner.describe_returncode(returncode)

@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import gpudesk.profile as profile_module
+from gpudesk.engine.loaders import DatasetSpec
 from gpudesk.engine.station import StationConfig
 from gpudesk.profile import (
     MAX_JOBS,
@@ -80,6 +81,10 @@ dataset = "digits"
 
 [datasets.digits]
 factory = "gpudesk.workloads.digits:dataset"
+args = { size = 100, shape = [3, 8] }
+batch_size = 16
+workers = 1
+seed = 7
 
 [datasets.plain]
 
@@ -117,7 +122,9 @@ def test_full_profile_round_trip(tmp_path: Path) -> None:
     assert profile.description == "everything at once"
     assert profile.station == StationConfig(backend="none", policy="fifo", slots=3)
     assert profile.datasets == {
-        "digits": DatasetConfig("digits", "gpudesk.workloads.digits:dataset"),
+        "digits": DatasetConfig("digits", "gpudesk.workloads.digits:dataset", DatasetSpec(
+            "digits", "gpudesk.workloads.digits:dataset", {"size": 100, "shape": [3, 8]},
+            batch_size=16, workers=1, seed=7)),
         "plain": DatasetConfig("plain", None),
     }
     train, inherit, absolute = profile.jobs
@@ -389,6 +396,10 @@ def test_bad_toml_duplicate_table() -> None:
             "expected \"package.module:callable\", found 'nope' (string)",
         ),
         (JOB + '[datasets."a b"]', 'datasets."a b"', 4, "expected a dataset name"),
+        (JOB + '[datasets.d]\nfactory = "a:b"\nbatch_size = 0', "datasets.d.batch_size", 6,
+         "expected a whole number from 1 to 1048576, found 0"),
+        (JOB + '[datasets.d]\nfactory = "a:b"\nargs = 3', "datasets.d.args", 6,
+         "expected a table"),
         (JOB + "gpus = 0x7fffffffffffffffff", "jobs[0].gpus", 4, "integer out of range"),
         (JOB + "env = { A = 0x7fffffffffffffffff }", "jobs[0].env.A", 4, "integer out of range"),
     ],
@@ -411,6 +422,8 @@ def test_wrong_types_and_values(text: str, key: str, line: int, fragment: str) -
             5,
             "did you mean 'factory'?",
         ),
+        (JOB + '[datasets.d]\nfactory = "a:b"\nbatchsize = 8', "datasets.d.batchsize", 6,
+         "did you mean 'batch_size'?"),
         (JOB + "gpu = 1", "jobs[0].gpu", 4, "unknown key; did you mean 'gpus'?"),
         (
             '[[sweeps]]\nname = "s"\ncommand = ["{x}"]\ngrid = { x = [1] }\npriorty = 1',

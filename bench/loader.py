@@ -1,0 +1,915 @@
+"""Shared data loader benchmark: N collocated consumers of one image dataset, three ways.
+
+    python bench/loader.py [--consumers 1,2,4] [--workers 2] [--batch-size 32] [--batches 60]
+                           [--size 1024] [--image-px 96] [--json] [--skip-tensorsocket]
+                           [--repeats 1] [--ts-producer-batch P] [--timeout 180] [--json-out F]
+
+Every consumer reads `--batches` batches of `gpudesk.workloads.images:make_dataset(size,
+image_px)` (a JPEG decode + augmentation per sample, ~2 ms of CPU), does `images.float().mean()`
+with each one (so the loader, not compute, sets the pace) and runs concurrently with the others.
+For each N in `--consumers`, one configuration at a time, each in fresh processes:
+
+- independent:  N consumers, each with its own DataLoader(batch_size, shuffle=True,
+                num_workers=W, persistent_workers=True);
+- gpudesk:      one `gpudesk loader serve` producer (W workers, same batch size) and N
+                `SharedLoader` consumers;
+- tensorsocket: one TensorSocket 0.0.5 `TensorProducer` over the same DataLoader (its default
+                producer_batch_size, 8, unless `--ts-producer-batch`; 0.0.5 crashes with 1)
+                and N `TensorConsumer`s, when it imports (`pip install --no-deps
+                tensorsocket==0.0.5 tornado`: it needs tornado), unless `--skip-tensorsocket`.
+                Its consumers keep draining after their last counted batch until all are done:
+                its producer waits 10 s for the acknowledgement of a consumer that left.
+
+The dataset cache is built once before anything is timed. Every process (producer included)
+first imports what it needs, reports its own CPU time so far, and waits; all start together on
+one signal (gpudesk consumers then wait for the producer's info file, as a job started beside
+it would). Consumers and the TensorSocket producer run torch with one thread (the gpudesk
+producer sets that itself). `--repeats R` runs everything R times, interleaved, and the table
+shows per-figure medians (all runs are in the JSON). The GPUDESK_HOME is a temporary folder.
+
+Measured, per configuration:
+
+- CPU-s: user + system time of every process: consumers, producer, and every DataLoader worker.
+  The launcher's `getrusage(RUSAGE_CHILDREN)` before and after the configuration (every process
+  is its child or was reaped by one: DataLoader workers are joined by their parent), minus each
+  process's own CPU at the moment it was ready (starting Python and importing torch, which a
+  training script pays with any loader). "all" keeps that startup in. A psutil sampler
+  (every 0.2 s, max per pid over the run) cross-checks it; it can only read less.
+- batches/s per consumer: (batches - 1) / (its last batch's time - its first batch's time),
+  mean and min over consumers; wall: signal to the last consumer's last batch (so it
+  includes building the loaders: the producer's dataset, workers and first batch).
+- bytes moved per delivered batch, as a multiple of the batch's own bytes (images + labels):
+  every batch a DataLoader worker collated (into shared memory, once) and handed to its
+  parent, counted in that parent by wrapping the DataLoader iterator's `__next__`; plus for
+  gpudesk the producer's copies into the ring (`bytes_written` from `loader status`, sample
+  ids included); plus for
+  TensorSocket what its producer copies (`cat` of the loader batches into a producer batch,
+  the copy into its tensor pool, `share_memory_` moves), the pickled payloads it sends, and
+  the pickled bytes each consumer receives and unpickles (a lower bound: the socket copies in
+  the kernel are not counted). Divided by the batches consumers received.
+  `status_x` is gpudesk's own figure: (batch bytes x produced + bytes_written) / deliveries.
+- hand-off latency: consumer receive time - the producer's `time.time()` when it sent the
+  batch message, where the message carries one (`"t"` in gpudesk's batch message; for
+  TensorSocket the benchmark stamps each payload just before it is pickled and reads it after
+  it is unpickled in the consumer's receive thread: one figure per payload, which holds up to
+  8 batches). Where it is not carried: "n/a".
+- next() ready: the wall time of each consumer `next()` that found its batch already waiting
+  (gpudesk: a message was readable on its socket; TensorSocket: its receive buffer was not
+  empty; DataLoader: the next result was cached or its result pipe was readable, a heuristic),
+  i.e. the consumer's own cost of receiving and mapping (or unpickling) a batch.
+
+Targets at N = 4: gpudesk CPU-s <= 0.30 x independent; gpudesk batches/s per consumer (mean) >=
+independent's; bytes moved per delivered batch <= 1.05 x independent's; hand-off p50 <= 1 ms
+(the "t" latency when the producer sends one, else next() ready).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import platform
+import resource
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+CONFIGS = ("independent", "gpudesk", "tensorsocket")
+LOADER_NAME = "bench"
+SEED = 0
+SLOTS = 16
+READY_TIMEOUT_S = 120.0
+SAMPLE_EVERY_S = 0.2
+
+
+# ============================================================================ helpers (all)
+def percentile(values: list[float], pct: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(pct / 100 * (len(ordered) - 1)))]
+
+
+def own_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data))
+    os.replace(tmp, path)
+
+
+def wait_go() -> float:
+    """Block until the launcher writes "go" on stdin; the time it came."""
+    pending = b""
+    while b"go" not in pending:
+        chunk = os.read(0, 4096)
+        if not chunk:
+            os._exit(0)  # the launcher went away
+        pending += chunk
+    return time.time()
+
+
+def tensor_bytes(value: Any) -> int:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value.numel() * value.element_size()
+    if isinstance(value, (tuple, list)):
+        return sum(tensor_bytes(v) for v in value)
+    if isinstance(value, dict):
+        return sum(tensor_bytes(v) for v in value.values())
+    return 0
+
+
+# ============================================================================ roles
+# Each process of a configuration is this file run with --role: it imports, writes
+# `<name>.ready.json` with its CPU so far, then (consumers) waits for "go" on stdin.
+
+class Collated:
+    """Counts the batches DataLoader workers collated and handed to this process."""
+
+    batches = 0
+    bytes = 0
+
+    @classmethod
+    def install(cls) -> None:
+        from torch.utils.data import dataloader
+
+        base = dataloader._BaseDataLoaderIter
+        original = base.__next__
+
+        def counted(self: Any) -> Any:
+            data = original(self)
+            cls.batches += 1
+            cls.bytes += tensor_bytes(data)
+            return data
+
+        base.__next__ = counted  # type: ignore[method-assign]
+
+    @classmethod
+    def as_dict(cls) -> dict[str, int]:
+        return {"collated_batches": cls.batches, "collated_bytes": cls.bytes}
+
+
+def role_consumer(spec: dict[str, Any]) -> None:
+    import torch
+
+    kind = spec["config"]
+    out = Path(spec["dir"])
+    name = spec["name"]
+    stats: dict[str, Any] = {"latency_ms": [], "no_t": 0, "recv_bytes": 0, "deliveries": 0}
+    lock = threading.Lock()
+    if kind == "independent":
+        from torch.utils.data import DataLoader
+
+        from gpudesk.workloads.images import make_dataset
+    elif kind == "gpudesk":
+        import gpudesk.loader.consumer as shared
+        from gpudesk.loader import SharedLoader
+
+        decode = shared.decode
+
+        def timed_decode(raw: bytes) -> dict[str, Any]:
+            now = time.time()
+            message = decode(raw)
+            if message.get("type") == "batch":
+                if isinstance(message.get("t"), (int, float)):
+                    stats["latency_ms"].append((now - message["t"]) * 1000)
+                else:
+                    stats["no_t"] += 1
+            return message
+
+        shared.decode = timed_decode
+    else:
+        import pickle
+
+        import zmq
+        from tensorsocket import TensorConsumer
+
+        def recv_pyobj(self: Any, flags: int = 0) -> Any:
+            raw = self.recv(flags)
+            obj = pickle.loads(raw)
+            now = time.time()
+            stamp = obj.pop("__bench_t", None) if isinstance(obj, dict) else None
+            with lock:
+                stats["recv_bytes"] += len(raw)
+                if stamp is not None:
+                    stats["latency_ms"].append((now - stamp) * 1000)
+            return obj
+
+        zmq.Socket.recv_pyobj = recv_pyobj  # type: ignore[method-assign]
+    Collated.install()
+    torch.set_num_threads(1)
+    go = threading.Event()
+    result: dict[str, Any] = {}
+
+    def final() -> None:
+        with lock:
+            data = {**result, "deliveries": stats["deliveries"], "recv_bytes": stats["recv_bytes"],
+                    "cpu_end_s": own_cpu(), **Collated.as_dict()}
+        write_json(out / f"{name}.final.json", data)
+
+    def stdin_reader() -> None:
+        # os.read, not sys.stdin: a thread blocked in sys.stdin holds its lock, and a forked
+        # DataLoader worker, which closes sys.stdin first thing, would wait for it forever.
+        pending = b""
+        while chunk := os.read(0, 4096):
+            pending += chunk
+            *lines, pending = pending.split(b"\n")
+            for line in lines:
+                if line.strip() == b"go":
+                    go.set()
+                elif line.strip() == b"quit":
+                    final()
+                    os._exit(0)
+        if not go.is_set() or kind == "tensorsocket":
+            os._exit(0)  # the launcher went away
+
+    threading.Thread(target=stdin_reader, daemon=True).start()
+    write_json(out / f"{name}.ready.json", {"pid": os.getpid(), "cpu_s": own_cpu()})
+    go.wait()
+    t_go = time.time()
+
+    if kind == "independent":
+        dataset = make_dataset(size=spec["size"], image_px=spec["image_px"], seed=SEED,
+                               cache_dir=spec["cache"])
+        workers = spec["workers"]
+        loader: Any = DataLoader(dataset, batch_size=spec["batch_size"], shuffle=True,
+                                 num_workers=workers, persistent_workers=workers > 0)
+        torch.manual_seed(SEED + spec["index"])
+
+        def new_epoch() -> Any:
+            return iter(loader)
+
+        def ready(it: Any) -> bool | None:
+            try:
+                cached = len(it._task_info.get(it._rcvd_idx, ())) == 2
+                return cached or bool(it._data_queue._reader.poll(0))
+            except Exception:
+                return None
+    elif kind == "gpudesk":
+        # The producer starts at the same signal: wait for it as a job started beside it would.
+        from gpudesk.loader.protocol import process_alive, read_info
+        from gpudesk.paths import Home
+
+        info_path = Home.from_env().loader_paths(spec["loader_name"])[2]
+        while not ((info := read_info(info_path))
+                   and process_alive(int(info.get("pid", 0)), info.get("create_time"))):
+            time.sleep(0.01)
+        loader = SharedLoader(spec["loader_name"], batch_size=spec["batch_size"])
+
+        def new_epoch() -> Any:
+            return iter(loader)
+
+        def ready(it: Any) -> bool | None:
+            sock = getattr(loader, "_socket", None)
+            return None if sock is None else bool(sock.poll(0))
+    else:
+        ports = spec["ports"]
+        loader = TensorConsumer(port=ports[0], ack_port=ports[1], heart_ports=(ports[2], ports[3]),
+                                batch_size=spec["batch_size"])
+
+        def new_epoch() -> Any:
+            return iter(loader)
+
+        def ready(it: Any) -> bool | None:
+            return loader.buffer.qsize() > 0
+
+    times: list[float] = []
+    next_ready_ms: list[float] = []
+    next_all_ms: list[float] = []
+    batch_bytes = 0
+    views = 0
+    checksum = 0.0
+    it = new_epoch()
+    while len(times) < spec["batches"]:
+        waiting = ready(it)
+        start = time.perf_counter()
+        try:
+            batch = next(it)
+        except StopIteration:
+            it = new_epoch()
+            continue
+        took = (time.perf_counter() - start) * 1000
+        images = batch[0]
+        checksum += float(images.float().mean())
+        times.append(time.time())
+        with lock:
+            stats["deliveries"] += 1
+        next_all_ms.append(took)
+        if waiting:
+            next_ready_ms.append(took)
+        if not batch_bytes:
+            batch_bytes = tensor_bytes(tuple(batch[:2]))
+        if kind == "gpudesk":
+            ring = loader.ring.base.untyped_storage().data_ptr()
+            views += images.untyped_storage().data_ptr() == ring
+    t_done = time.time()
+    result.update({
+        "pid": os.getpid(), "t_go": t_go, "t_first": times[0], "t_last": times[-1],
+        "t_done": t_done, "batches": len(times), "batch_bytes": batch_bytes,
+        "next_ready_ms": next_ready_ms, "next_all_ms": next_all_ms,
+        "ready_known": waiting is not None, "latency_ms": list(stats["latency_ms"]),
+        "no_t": stats["no_t"], "views": views, "checksum": checksum})
+    if kind == "tensorsocket":
+        # Keep draining until every consumer is done: TensorSocket waits up to 10 s for the
+        # acknowledgement of a consumer that left, which would stall the others.
+        write_json(out / f"{name}.result.json", {**result, "deliveries": stats["deliveries"]})
+        while True:
+            try:
+                next(it)
+                with lock:
+                    stats["deliveries"] += 1
+            except StopIteration:
+                it = new_epoch()
+    if kind == "gpudesk":
+        it.close()
+        loader.close()
+    else:
+        it._shutdown_workers()  # joins them, so their CPU is in this RUSAGE_CHILDREN
+    result["children_cpu_s"] = children_cpu()
+    write_json(out / f"{name}.result.json", {**result, "deliveries": stats["deliveries"]})
+    final()
+    sys.stdout.flush()
+    os._exit(0)
+
+
+def role_gpudesk_producer(spec: dict[str, Any]) -> None:
+    """`gpudesk loader serve`, in this process, after the imports it makes anyway."""
+    import torch  # noqa: F401
+    import typer  # noqa: F401
+    import zmq  # noqa: F401
+
+    import gpudesk.cli
+    import gpudesk.loader.producer
+    import gpudesk.workloads.images
+
+    Collated.install()
+    out = Path(spec["dir"])
+    write_json(out / "producer.ready.json", {"pid": os.getpid(), "cpu_s": own_cpu()})
+    wait_go()
+    argv = ["loader", "serve", spec["loader_name"], "--dataset",
+            "gpudesk.workloads.images:make_dataset", "--arg", f"size={spec['size']}",
+            "--arg", f"image_px={spec['image_px']}", "--arg", f"cache_dir={spec['cache']}",
+            "--batch-size", str(spec["batch_size"]), "--workers", str(spec["workers"]),
+            "--seed", str(SEED), "--slots", str(SLOTS), "--idle-exit", "60"]
+    code: Any = 0
+    try:
+        gpudesk.cli.main(argv)
+    except SystemExit as exc:
+        code = exc.code
+    finally:
+        write_json(out / "producer.final.json", {"code": code, "cpu_end_s": own_cpu(),
+                                                 **Collated.as_dict()})
+
+
+class _Stop(Exception):
+    pass
+
+
+def role_ts_producer(spec: dict[str, Any]) -> None:
+    import multiprocessing
+    import pickle
+
+    import tensorsocket.producer as tsp
+    import torch
+    import zmq
+    from torch.utils.data import DataLoader
+
+    from gpudesk.workloads.images import make_dataset
+
+    out = Path(spec["dir"])
+    counts = {"cat_bytes": 0, "pool_copy_bytes": 0, "share_bytes": 0, "sent_bytes": 0,
+              "payloads": 0}
+    collate = tsp.collate
+
+    def counted_collate(batches: list) -> tuple:
+        data = collate(batches)
+        counts["cat_bytes"] += tensor_bytes(data)
+        return data
+
+    tsp.collate = counted_collate
+    overwrite = tsp.TensorPool._overwrite_data
+
+    def counted_overwrite(self: Any, destination: tuple, source: tuple) -> tuple:
+        counts["pool_copy_bytes"] += tensor_bytes(source)
+        return overwrite(self, destination, source)
+
+    tsp.TensorPool._overwrite_data = counted_overwrite
+    from_tensor = tsp.TensorPayload._from_tensor
+
+    def counted_from_tensor(self: Any, tensor: Any) -> dict:
+        storage = tensor.untyped_storage()
+        if not tensor.is_cuda and not storage.is_shared():
+            counts["share_bytes"] += storage.nbytes()  # share_memory_() copies it
+        return from_tensor(self, tensor)
+
+    tsp.TensorPayload._from_tensor = counted_from_tensor
+
+    def send_pyobj(self: Any, obj: Any, flags: int = 0, protocol: int = pickle.DEFAULT_PROTOCOL,
+                   **kwargs: Any) -> Any:
+        if isinstance(obj, dict):
+            obj["__bench_t"] = time.time()
+        raw = pickle.dumps(obj, protocol)
+        counts["sent_bytes"] += len(raw)
+        counts["payloads"] += 1
+        return self.send(raw, flags=flags, **kwargs)
+
+    zmq.Socket.send_pyobj = send_pyobj  # type: ignore[method-assign]
+    Collated.install()
+    torch.set_num_threads(1)
+    write_json(out / "producer.ready.json", {"pid": os.getpid(), "cpu_s": own_cpu()})
+    wait_go()
+
+    def stop(_signum: int, _frame: object) -> None:
+        raise _Stop
+
+    signal.signal(signal.SIGTERM, stop)
+    dataset = make_dataset(size=spec["size"], image_px=spec["image_px"], seed=SEED,
+                           cache_dir=spec["cache"])
+    workers = spec["workers"]
+    torch.manual_seed(SEED)
+    loader = DataLoader(dataset, batch_size=spec["batch_size"], shuffle=True,
+                        num_workers=workers, persistent_workers=workers > 0)
+    ports = spec["ports"]
+    kwargs: dict[str, Any] = {}
+    if spec.get("ts_producer_batch"):
+        kwargs["producer_batch_size"] = spec["ts_producer_batch"]
+    producer: Any = None
+    try:
+        producer = tsp.TensorProducer(loader, port=ports[0], ack_port=ports[1],
+                                      heart_ports=(ports[2], ports[3]), **kwargs)
+        write_json(out / "producer.serving.json", {"producer_batch_size":
+                                                   producer.producer_batch_size})
+        while True:
+            for _ in producer:
+                pass
+    except _Stop:
+        pass
+    except Exception as exc:
+        traceback.print_exc()
+        counts["error"] = f"{type(exc).__name__}: {exc}"
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        with contextlib.suppress(Exception):
+            producer.data_loader_iter._shutdown_workers()
+        for child in multiprocessing.active_children():
+            child.join(5)
+        write_json(out / "producer.final.json", {"cpu_end_s": own_cpu(), **counts,
+                                                 **Collated.as_dict()})
+        sys.stdout.flush()
+        os._exit(0)
+
+
+# ============================================================================ launcher
+class Sampler(threading.Thread):
+    """Every process below the launcher, sampled for CPU time; the max per process is kept."""
+
+    def __init__(self) -> None:
+        super().__init__(daemon=True)
+        self.cpu: dict[tuple[int, float], float] = {}
+        self.procs: dict[tuple[int, float], psutil.Process] = {}
+        self.stopping = threading.Event()
+
+    def sample(self) -> None:
+        for proc in psutil.Process().children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                key = (proc.pid, proc.create_time())
+                times = proc.cpu_times()
+                self.cpu[key] = max(self.cpu.get(key, 0.0), times.user + times.system)
+                self.procs[key] = proc
+
+    def run(self) -> None:
+        while not self.stopping.wait(SAMPLE_EVERY_S):
+            self.sample()
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.join()
+
+    def alive(self) -> list[psutil.Process]:
+        left = []
+        for (_pid, created), proc in self.procs.items():
+            with contextlib.suppress(psutil.Error):
+                if proc.is_running() and abs(proc.create_time() - created) < 0.01 \
+                        and proc.status() != psutil.STATUS_ZOMBIE:
+                    left.append(proc)
+        return left
+
+
+def free_ports(count: int) -> list[int]:
+    socks = []
+    for _ in range(count):
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        socks.append(sock)
+    ports = [s.getsockname()[1] for s in socks]
+    for sock in socks:
+        sock.close()
+    return ports
+
+
+def wait_for(check: Any, timeout: float, what: str, procs: dict[str, subprocess.Popen],
+             finished: Any = None) -> None:
+    """Poll `check` until true; a process that exits first (without being `finished`) is an
+    error."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        for name, proc in procs.items():
+            if proc.poll() is not None and not (finished and finished(name)) and not check():
+                raise RuntimeError(f"{name} exited with {proc.returncode} while waiting for "
+                                   f"{what}")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+def read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def log_tail(path: Path, lines: int = 8) -> str:
+    with contextlib.suppress(OSError):
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    return ""
+
+
+def run_config(kind: str, n: int, args: argparse.Namespace, root: Path, home: Path,
+               cache: Path, repeat: int = 0) -> dict[str, Any]:
+    from gpudesk.loader.status import collect
+    from gpudesk.paths import Home
+
+    folder = root / f"{kind}-{n}-{repeat}"
+    folder.mkdir()
+    env = {**os.environ, "GPUDESK_HOME": str(home), "PYTHONUNBUFFERED": "1"}
+    spec = {"config": kind, "dir": str(folder), "size": args.size, "image_px": args.image_px,
+            "batch_size": args.batch_size, "workers": args.workers, "batches": args.batches,
+            "cache": str(cache), "loader_name": f"{LOADER_NAME}-{n}-{repeat}",
+            "ts_producer_batch": args.ts_producer_batch}
+    if kind == "tensorsocket":
+        spec["ports"] = free_ports(4)
+    procs: dict[str, subprocess.Popen] = {}
+    logs: dict[str, Path] = {}
+
+    def launch(role: str, name: str, **extra: Any) -> None:
+        logs[name] = folder / f"{name}.log"
+        with open(logs[name], "wb") as log:
+            procs[name] = subprocess.Popen(
+                [sys.executable, __file__, "--role", role, "--spec",
+                 json.dumps({**spec, "name": name, **extra})],
+                stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, env=env,
+                cwd=folder)
+
+    sampler = Sampler()
+    before = children_cpu()
+    t_launch = time.time()
+    sampler.start()
+    entry: dict[str, Any] = {"n": n, "config": kind, "repeat": repeat}
+    status: dict[str, Any] = {}
+    consumers = [f"consumer-{i}" for i in range(n)]
+    try:
+        if kind == "gpudesk":
+            launch("gpudesk-producer", "producer")
+        elif kind == "tensorsocket":
+            launch("ts-producer", "producer")
+        for index, name in enumerate(consumers):
+            launch("consumer", name, index=index)
+        wait_for(lambda: all((folder / f"{p}.ready.json").exists() for p in procs),
+                 READY_TIMEOUT_S, "every process to be ready", procs)
+        t_go = time.time()
+        for proc in procs.values():  # producer and consumers start together
+            proc.stdin.write(b"go\n")
+            proc.stdin.flush()
+        wait_for(lambda: all((folder / f"{c}.result.json").exists() for c in consumers),
+                 args.timeout, "every consumer to finish", procs,
+                 finished=lambda c: (folder / f"{c}.result.json").exists())
+        if kind == "tensorsocket":
+            for name in consumers:
+                with contextlib.suppress(OSError):
+                    procs[name].stdin.write(b"quit\n")
+                    procs[name].stdin.flush()
+        for name in consumers:
+            procs[name].wait(timeout=30)
+        if kind == "gpudesk":
+            found = collect(spec["loader_name"], Home(home))
+            status = found[0] if found else {}
+        entry["ok"] = True
+    except Exception as exc:
+        entry["ok"] = False
+        entry["error"] = f"{type(exc).__name__}: {exc}"
+        entry["logs"] = {name: log_tail(path) for name, path in logs.items()}
+        final = read_json(folder / "producer.final.json") or {}
+        if final.get("error"):
+            entry["error"] += f" (producer: {final['error']})"
+        t_go = time.time()
+    finally:
+        if "producer" in procs and procs["producer"].poll() is None:
+            procs["producer"].send_signal(signal.SIGTERM)
+            try:
+                procs["producer"].wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                entry["producer_killed"] = True
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            if proc.stdin:
+                with contextlib.suppress(OSError):
+                    proc.stdin.close()
+        sampler.sample()
+        sampler.stop()
+        leaked = sampler.alive()
+        for proc in leaked:
+            with contextlib.suppress(psutil.Error):
+                proc.kill()
+        entry["leaked_processes"] = len(leaked)
+    after = children_cpu()
+    if not entry["ok"]:
+        return entry
+
+    ready = {name: read_json(folder / f"{name}.ready.json") or {} for name in procs}
+    results = [read_json(folder / f"{c}.result.json") or {} for c in consumers]
+    finals = {name: read_json(folder / f"{name}.final.json") or {} for name in procs}
+    startup_cpu = sum(r.get("cpu_s", 0.0) for r in ready.values())
+    cpu_all = after - before
+    entry["cpu_s"] = round(cpu_all - startup_cpu, 2)
+    entry["cpu_s_all"] = round(cpu_all, 2)
+    entry["cpu_s_psutil"] = round(sum(sampler.cpu.values()) - startup_cpu, 2)
+    entry["processes"] = len(sampler.cpu)
+    if "producer" in procs:
+        entry["producer_startup_cpu_s"] = round(ready["producer"].get("cpu_s", 0.0), 2)
+    rates = [(r["batches"] - 1) / (r["t_last"] - r["t_first"]) for r in results]
+    entry["batches_per_s_mean"] = round(statistics.fmean(rates), 2)
+    entry["batches_per_s_min"] = round(min(rates), 2)
+    entry["wall_s"] = round(max(r["t_last"] for r in results) - t_go, 2)
+    entry["startup_s"] = round(t_go - t_launch, 2)
+    entry["first_batch_s"] = round(max(r["t_first"] for r in results) - t_go, 2)
+
+    batch_bytes = results[0]["batch_bytes"]
+    deliveries = sum(f.get("deliveries", 0) for name, f in finals.items()
+                     if name.startswith("consumer"))
+    collated = sum(f.get("collated_bytes", 0) for f in finals.values())
+    moved = collated
+    detail: dict[str, Any] = {"collated_bytes": collated}
+    if kind == "gpudesk":
+        moved += status.get("bytes_written", 0)
+        detail["bytes_written"] = status.get("bytes_written")
+        detail["produced"] = status.get("produced")
+        detail["makeups_produced"] = status.get("makeups_produced")
+        detail["collated_batches"] = finals["producer"].get("collated_batches")
+        detail["status_cpu_s"] = status.get("cpu_s")
+        detail["views"] = sum(r["views"] for r in results)
+        if status.get("produced") is not None:
+            entry["status_x"] = round((batch_bytes * status["produced"]
+                                       + status.get("bytes_written", 0))
+                                      / deliveries / batch_bytes, 3)
+    elif kind == "tensorsocket":
+        producer = finals["producer"]
+        received = sum(f.get("recv_bytes", 0) for f in finals.values())
+        for key in ("cat_bytes", "pool_copy_bytes", "share_bytes", "sent_bytes"):
+            moved += producer.get(key, 0)
+            detail[key] = producer.get(key)
+        moved += received
+        detail["received_bytes"] = received
+        detail["payloads"] = producer.get("payloads")
+        detail["collated_batches"] = producer.get("collated_batches")
+        serving = read_json(folder / "producer.serving.json") or {}
+        detail["producer_batch_size"] = serving.get("producer_batch_size")
+    entry["deliveries"] = deliveries
+    entry["batch_bytes"] = batch_bytes
+    entry["moved_x"] = round(moved / deliveries / batch_bytes, 3)
+    entry["bytes"] = detail
+
+    latency = [x for r in results for x in r["latency_ms"]]
+    if latency:
+        entry["handoff_ms"] = {"p50": round(percentile(latency, 50), 3),
+                               "p99": round(percentile(latency, 99), 3), "count": len(latency)}
+    else:
+        entry["handoff_ms"] = None
+        if kind == "gpudesk":
+            entry["handoff_note"] = (f"not available: the producer's batch messages carry no "
+                                     f"'t' ({sum(r['no_t'] for r in results)} without)")
+    ready_ms = [x for r in results for x in r["next_ready_ms"]]
+    all_ms = [x for r in results for x in r["next_all_ms"]]
+    entry["next_ready_ms"] = ({"p50": round(percentile(ready_ms, 50), 3),
+                               "p99": round(percentile(ready_ms, 99), 3), "count": len(ready_ms)}
+                              if ready_ms else None)
+    entry["next_all_ms_p50"] = round(percentile(all_ms, 50), 3)
+    return entry
+
+
+MEDIAN_KEYS = ("cpu_s", "cpu_s_all", "cpu_s_psutil", "batches_per_s_mean", "batches_per_s_min",
+               "wall_s", "moved_x", "status_x", "producer_startup_cpu_s")
+
+
+def combine(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per (N, configuration): the median of each figure over its repeats."""
+    rows = []
+    keys = sorted({(r["n"], CONFIGS.index(r["config"])) for r in runs})
+    for n, index in keys:
+        mine = [r for r in runs if r["n"] == n and r["config"] == CONFIGS[index]]
+        good = [r for r in mine if r.get("ok")]
+        row: dict[str, Any] = {"n": n, "config": CONFIGS[index], "repeats": len(mine),
+                               "ok": bool(good)}
+        if not good:
+            row["error"] = mine[0].get("error")
+            rows.append(row)
+            continue
+        for key in MEDIAN_KEYS:
+            values = [r[key] for r in good if r.get(key) is not None]
+            if values:
+                row[key] = round(statistics.median(values), 3)
+        for key in ("handoff_ms", "next_ready_ms"):
+            found = [r[key] for r in good if r.get(key)]
+            row[key] = ({q: round(statistics.median(f[q] for f in found), 3)
+                         for q in ("p50", "p99")} if found else None)
+        row["leaked_processes"] = sum(r.get("leaked_processes", 0) for r in mine)
+        row["failed_repeats"] = len(mine) - len(good)
+        note = next((r["handoff_note"] for r in good if r.get("handoff_note")), None)
+        if note:
+            row["handoff_note"] = note
+        rows.append(row)
+    return rows
+
+
+def tensorsocket_available() -> tuple[bool, str]:
+    try:
+        import tensorsocket
+    except Exception as exc:
+        return False, f"import failed: {type(exc).__name__}: {exc}"
+    version = getattr(tensorsocket, "__version__", "?")
+    return True, f"tensorsocket {version}"
+
+
+def targets(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    at = {r["config"]: r for r in rows if r["n"] == 4 and r.get("ok")}
+    base, ours = at.get("independent"), at.get("gpudesk")
+    if not base or not ours:
+        return [{"target": "N = 4 runs of independent and gpudesk", "pass": False,
+                 "detail": "missing"}]
+    out = []
+    limit = 0.30 * base["cpu_s"]
+    out.append({"target": "gpudesk CPU-s <= 0.30 x independent", "pass": ours["cpu_s"] <= limit,
+                "detail": f"{ours['cpu_s']:.2f} vs {limit:.2f} (= 0.30 x {base['cpu_s']:.2f}); "
+                          f"ratio {ours['cpu_s'] / base['cpu_s']:.3f}"})
+    out.append({"target": "gpudesk batches/s per consumer >= independent",
+                "pass": ours["batches_per_s_mean"] >= base["batches_per_s_mean"],
+                "detail": f"mean {ours['batches_per_s_mean']:.2f} (min "
+                          f"{ours['batches_per_s_min']:.2f}) vs {base['batches_per_s_mean']:.2f}"})
+    limit = 1.05 * base["moved_x"]
+    out.append({"target": "gpudesk bytes moved per delivered batch <= 1.05 x independent",
+                "pass": ours["moved_x"] <= limit,
+                "detail": f"{ours['moved_x']:.3f}x vs {limit:.3f}x"})
+    if ours.get("handoff_ms"):
+        p50, source = ours["handoff_ms"]["p50"], "hand-off ('t' in batch message)"
+    elif ours.get("next_ready_ms"):
+        p50, source = ours["next_ready_ms"]["p50"], "next() of a waiting batch (no 't')"
+    else:
+        p50, source = float("inf"), "nothing measured"
+    out.append({"target": "gpudesk hand-off p50 <= 1 ms", "pass": p50 <= 1.0,
+                "detail": f"{p50:.3f} ms, {source}"})
+    return out
+
+
+def fmt_pair(value: dict[str, Any] | None) -> str:
+    return "n/a" if not value else f"{value['p50']:.3f}/{value['p99']:.3f}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--consumers", default="1,2,4", help="comma-separated N values")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--batches", type=int, default=60, help="per consumer")
+    parser.add_argument("--size", type=int, default=1024, help="dataset samples")
+    parser.add_argument("--image-px", type=int, default=96)
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--json-out", metavar="FILE", help="also write the JSON to FILE")
+    parser.add_argument("--skip-tensorsocket", action="store_true")
+    parser.add_argument("--ts-producer-batch", type=int, default=None,
+                        help="TensorSocket's producer_batch_size (default: its own, 8)")
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="run everything this many times; the table shows medians")
+    parser.add_argument("--timeout", type=float, default=180.0,
+                        help="seconds for one configuration's consumers to finish")
+    parser.add_argument("--role", help=argparse.SUPPRESS)
+    parser.add_argument("--spec", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.role:
+        spec = json.loads(args.spec)
+        {"consumer": role_consumer, "gpudesk-producer": role_gpudesk_producer,
+         "ts-producer": role_ts_producer}[args.role](spec)
+        return
+    counts = [int(c) for c in args.consumers.split(",") if c.strip()]
+    configs = list(CONFIGS)
+    ts_note = "skipped (--skip-tensorsocket)"
+    if not args.skip_tensorsocket:
+        ok, ts_note = tensorsocket_available()
+        if not ok:
+            configs.remove("tensorsocket")
+    else:
+        configs.remove("tensorsocket")
+
+    import torch
+
+    from gpudesk.workloads.images import make_dataset
+
+    root = Path(tempfile.mkdtemp(prefix="gpudesk-bench-loader-"))
+    runs: list[dict[str, Any]] = []
+    try:
+        home = root / "home"
+        cache = root / "cache"
+        started = time.monotonic()
+        make_dataset(size=args.size, image_px=args.image_px, seed=SEED, cache_dir=str(cache))
+        for repeat in range(args.repeats):
+            for n in counts:
+                for kind in configs:
+                    runs.append(run_config(kind, n, args, root, home, cache, repeat))
+                    if not args.json:
+                        print(f"  ... N={n} {kind} (run {repeat + 1}/{args.repeats}): "
+                              f"{'ok' if runs[-1].get('ok') else runs[-1].get('error')}",
+                              file=sys.stderr, flush=True)
+        total_s = time.monotonic() - started
+    finally:
+        if os.environ.get("BENCH_LOADER_KEEP"):
+            print(f"kept {root}", file=sys.stderr)
+        else:
+            shutil.rmtree(root, ignore_errors=True)
+    rows = combine(runs)
+    result = {
+        "date": time.strftime("%Y-%m-%d"),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, "
+                   f"{psutil.virtual_memory().total / 2**30:.0f} GiB, "
+                   f"Python {platform.python_version()}, torch {torch.__version__}",
+        "params": {"consumers": counts, "workers": args.workers, "batch_size": args.batch_size,
+                   "batches": args.batches, "size": args.size, "image_px": args.image_px,
+                   "seed": SEED, "slots": SLOTS,
+                   "ts_producer_batch": args.ts_producer_batch},
+        "tensorsocket": ts_note,
+        "repeats": args.repeats,
+        "results": rows,
+        "targets": targets(rows),
+        "runs": runs,
+        "total_s": round(total_s, 1),
+    }
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps(result, indent=2) + "\n")
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return
+    p = result["params"]
+    print(f"{result['date']}  {result['machine']}")
+    print(f"images {p['size']} samples x {p['image_px']} px, batch {p['batch_size']}, "
+          f"{p['workers']} workers, {p['batches']} batches per consumer; {ts_note}; "
+          f"{'median of ' + str(args.repeats) + ' runs' if args.repeats > 1 else '1 run'}")
+    print(f"{'N':>2} {'config':<13}{'CPU-s':>7}{'(all)':>8}{'b/s mean':>10}{'min':>7}"
+          f"{'wall s':>8}{'moved':>8}  {'hand-off ms':>13}  {'next() ready ms':>16}")
+    for r in rows:
+        if not r.get("ok"):
+            print(f"{r['n']:>2} {r['config']:<13}FAILED: {r.get('error')}")
+            continue
+        print(f"{r['n']:>2} {r['config']:<13}{r['cpu_s']:>7.2f}{r['cpu_s_all']:>8.2f}"
+              f"{r['batches_per_s_mean']:>10.2f}{r['batches_per_s_min']:>7.2f}"
+              f"{r['wall_s']:>8.2f}{r['moved_x']:>7.2f}x  {fmt_pair(r['handoff_ms']):>13}  "
+              f"{fmt_pair(r['next_ready_ms']):>16}")
+    print("CPU-s: all processes after their imports; (all): with Python start + imports. "
+          "moved: bytes written/copied per delivered batch, x the batch's bytes. "
+          "ms: p50/p99.")
+    for r in rows:
+        if r.get("leaked_processes"):
+            print(f"warning: N={r['n']} {r['config']} left {r['leaked_processes']} processes "
+                  "(killed)")
+        if r.get("failed_repeats"):
+            print(f"warning: N={r['n']} {r['config']}: {r['failed_repeats']} of {r['repeats']} "
+                  "runs failed (see --json)")
+        if r.get("handoff_note"):
+            print(f"N={r['n']} {r['config']} hand-off: {r['handoff_note']}")
+    print("targets at N = 4:")
+    for t in result["targets"]:
+        print(f"  {'PASS' if t['pass'] else 'FAIL'}  {t['target']}: {t['detail']}")
+    print(f"total {result['total_s']:.0f} s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,270 @@
+"""The engine's shared loaders: one producer per dataset that a queued or running job names.
+
+A profile's `[datasets.NAME]` table (factory, its args, batch size, workers, seed) is registered
+with the engine; the first job naming the dataset starts its producer (`gpudesk loader serve
+NAME ... --managed`, in its own session, logging to `$GPUDESK_HOME/loaders/NAME.log`). A producer
+that dies while jobs need it is restarted, and its consumers resume their epoch; one that no job
+needs any more is stopped after a grace period. The engine talks to producers only through the
+loader package's public pieces (their info files and status requests).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from gpudesk.loader.protocol import ENV_DATASET, ENV_RESUME_S, NAME, process_alive, read_info
+from gpudesk.paths import Home
+
+log = logging.getLogger("gpudesk.engine")
+
+STOP_GRACE_S = 10.0  # an unneeded producer is stopped after this long (a sweep's next job)
+ENV_GRACE_S = "GPUDESK_LOADER_GRACE_S"  # overrides it (tests; stations with slow sweeps)
+STATUS_EVERY_S = 2.0
+RESTART_LIMIT = 5  # restarts in a row without a consumer connecting: then give up
+RESUME_S = 30  # how long a managed job's consumer waits for its producer to come back
+LOADER_KEYS = ("args", "batch_size", "workers", "seed", "slots", "shuffle")
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    name: str
+    factory: str
+    args: dict[str, Any] = field(default_factory=dict)
+    batch_size: int = 64
+    workers: int = 2
+    seed: int = 0
+    slots: int = 16
+    shuffle: bool = True
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Any) -> DatasetSpec:
+        """Validate untrusted input (a request); raises ValueError naming the key."""
+        if not isinstance(data, dict):
+            raise ValueError("expected a table")
+        unknown = sorted(set(data) - {"name", "factory", *LOADER_KEYS})
+        if unknown:
+            raise ValueError(f"{unknown[0]}: unknown key")
+        name = data.get("name")
+        if not isinstance(name, str) or not NAME.match(name):
+            raise ValueError(f"name: {name!r} is not a loader name (1 to 40 letters, digits, "
+                             "'_', '.' or '-')")
+        factory = data.get("factory")
+        if not isinstance(factory, str) or ":" not in factory:
+            raise ValueError("factory: expected MODULE:CALLABLE")
+        args = data.get("args") or {}
+        if not isinstance(args, dict):
+            raise ValueError("args: expected a table")
+        try:
+            json.dumps(args)
+        except (TypeError, ValueError):
+            raise ValueError("args: values must be plain numbers, strings, lists or tables") \
+                from None
+        ints = {}
+        for key, low, high, default in (("batch_size", 1, 1 << 20, 64), ("workers", 0, 256, 2),
+                                        ("seed", -(2**63), 2**63 - 1, 0),
+                                        ("slots", 4, 4096, 16)):
+            value = data.get(key, default)
+            if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+                raise ValueError(f"{key}: expected a whole number from {low} to {high}, "
+                                 f"found {value!r}")
+            ints[key] = value
+        shuffle = data.get("shuffle", True)
+        if not isinstance(shuffle, bool):
+            raise ValueError(f"shuffle: expected true or false, found {shuffle!r}")
+        return cls(name, factory, dict(args), shuffle=shuffle, **ints)
+
+    def argv(self) -> list[str]:
+        argv = [sys.executable, "-m", "gpudesk", "loader", "serve", self.name,
+                "--dataset", self.factory, "--batch-size", str(self.batch_size),
+                "--workers", str(self.workers), "--seed", str(self.seed),
+                "--slots", str(self.slots), "--managed"]
+        for key, value in self.args.items():
+            argv += ["--arg", f"{key}={json.dumps(value)}"]
+        if not self.shuffle:
+            argv.append("--no-shuffle")
+        return argv
+
+
+@dataclass
+class _Producer:
+    spec: DatasetSpec
+    process: subprocess.Popen[bytes] | None = None
+    pid: int | None = None
+    unneeded_since: float | None = None
+    restarts: int = 0
+    last_status: dict[str, Any] | None = None
+
+
+class LoaderSupervisor:
+    def __init__(self, home: Home) -> None:
+        self.home = home
+        self.specs: dict[str, DatasetSpec] = {}
+        self.producers: dict[str, _Producer] = {}
+        self.stopped: dict[str, _Producer] = {}  # the last producer of each stopped dataset
+        self.events: list[str] = []  # for the engine to record
+        self.status_at = 0.0
+        try:
+            self.grace_s = float(os.environ.get(ENV_GRACE_S, STOP_GRACE_S))
+        except ValueError:
+            self.grace_s = STOP_GRACE_S
+
+    # --------------------------------------------------------------- datasets
+    def register(self, specs: list[DatasetSpec]) -> None:
+        for spec in specs:
+            running = self.producers.get(spec.name)
+            if running is not None and running.spec != spec and self._alive(running):
+                raise ValueError(f"dataset {spec.name!r} is already served with other settings "
+                                 f"({json.dumps(running.spec.to_dict())}); let its jobs finish "
+                                 "or rename the dataset")
+            self.specs[spec.name] = spec
+
+    def job_env(self, dataset: str | None) -> dict[str, str]:
+        """The environment a job naming `dataset` gets, its producer started if need be."""
+        if not dataset or dataset not in self.specs:
+            return {}
+        self.ensure(dataset)
+        return {ENV_RESUME_S: str(RESUME_S), ENV_DATASET: dataset}
+
+    # -------------------------------------------------------------- producers
+    def _info(self, name: str) -> dict[str, Any] | None:
+        return read_info(self.home.loader_paths(name)[2])
+
+    def _alive(self, producer: _Producer) -> bool:
+        if producer.process is not None and producer.process.poll() is not None:
+            return False
+        info = self._info(producer.spec.name)
+        if info is not None and process_alive(int(info.get("pid", 0)), info.get("create_time")):
+            producer.pid = int(info["pid"])
+            return True
+        # Starting: the process runs but has not written its info yet.
+        return producer.process is not None and producer.process.poll() is None
+
+    def ensure(self, name: str) -> None:
+        producer = self.producers.setdefault(name, _Producer(self.specs[name]))
+        self.stopped.pop(name, None)
+        producer.spec = self.specs[name]
+        producer.unneeded_since = None
+        if self._alive(producer):
+            return
+        self._start(producer)
+
+    def _start(self, producer: _Producer) -> None:
+        logs = self.home.root / "loaders"
+        logs.mkdir(exist_ok=True)
+        with open(logs / f"{producer.spec.name}.log", "ab") as out:
+            producer.process = subprocess.Popen(
+                producer.spec.argv(), stdin=subprocess.DEVNULL, stdout=out, stderr=out,
+                start_new_session=True, env={**os.environ, "GPUDESK_HOME": str(self.home.root)})
+        producer.pid = producer.process.pid
+        self.events.append(f"shared loader {producer.spec.name!r} started (pid "
+                           f"{producer.pid}): {producer.spec.factory}, batches of "
+                           f"{producer.spec.batch_size}, {producer.spec.workers} workers")
+
+    def tick(self, needed: set[str], running: set[str] | frozenset[str] = frozenset()) -> None:
+        """Restart needed producers that died; stop the ones no job needs; refresh status.
+        `running`: datasets of running jobs (after an engine restart their producers are
+        adopted, or started again for their consumers to resume)."""
+        now = time.monotonic()
+        for name in running - set(self.producers):
+            if name in self.specs:
+                producer = self.producers.setdefault(name, _Producer(self.specs[name]))
+                if not self._alive(producer):
+                    self._start(producer)
+        for name, producer in list(self.producers.items()):
+            alive = self._alive(producer)
+            if name in needed:
+                producer.unneeded_since = None
+                if not alive:
+                    code = producer.process.returncode if producer.process else None
+                    if producer.restarts >= RESTART_LIMIT:
+                        continue
+                    producer.restarts += 1
+                    self.events.append(f"shared loader {name!r} (pid {producer.pid}) died "
+                                       f"(exit {code}); restarting it, attempt "
+                                       f"{producer.restarts} of {RESTART_LIMIT} — its "
+                                       f"consumers resume their epoch")
+                    self._start(producer)
+                continue
+            if not alive:
+                self.producers.pop(name)
+                continue
+            if producer.unneeded_since is None:
+                producer.unneeded_since = now
+            elif now - producer.unneeded_since >= self.grace_s:
+                self.stop(name, "no queued or running job needs it")
+        if now - self.status_at >= STATUS_EVERY_S and self.producers:
+            self.status_at = now
+            self.refresh_status()
+
+    def refresh_status(self) -> None:
+        from gpudesk.loader.status import collect
+
+        by_name = {s.get("name"): s for s in collect(home=self.home)}
+        for name, producer in self.producers.items():
+            status = by_name.get(name)
+            if status and not status.get("error"):
+                producer.last_status = status
+                if status.get("consumers"):
+                    producer.restarts = 0  # it works: a later death starts a fresh count
+
+    def stop(self, name: str, why: str) -> None:
+        if name in self.producers:
+            self.refresh_status()  # its final figures, kept for the report after it is gone
+        producer = self.producers.pop(name, None)
+        if producer is None:
+            return
+        self.stopped[name] = producer
+        pid = producer.pid
+        if pid:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGTERM)
+        if producer.process is not None:
+            try:
+                producer.process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                producer.process.kill()
+                producer.process.wait()
+        self.events.append(f"shared loader {name!r} stopped: {why}")
+
+    def reap(self) -> None:
+        for producer in self.producers.values():
+            if producer.process is not None:
+                producer.process.poll()
+
+    def summary(self) -> list[dict[str, Any]]:
+        """Per dataset: the producer's latest status and the CPU sharing saved, for views and
+        the run report."""
+        out = []
+        every = {**self.stopped, **self.producers}
+        for name, producer in sorted(every.items()):
+            status = producer.last_status or {}
+            out.append({"name": name, "pid": producer.pid, "spec": producer.spec.to_dict(),
+                        "running": name in self.producers,
+                        "restarts": producer.restarts, **cpu_saving(status),
+                        "status": status or None})
+        return out
+
+
+def cpu_saving(status: dict[str, Any]) -> dict[str, Any]:
+    """What loading cost, and what it would have cost had every consumer loaded its own batches:
+    the producer's CPU per batch it made, times the batches it handed out."""
+    cpu = status.get("cpu_s")
+    produced = status.get("produced") or 0
+    delivered = status.get("delivered_total") or 0
+    if cpu is None or not produced:
+        return {"cpu_s": cpu, "unshared_cpu_s": None, "saved_cpu_s": None}
+    unshared = cpu * delivered / produced
+    return {"cpu_s": round(cpu, 2), "unshared_cpu_s": round(unshared, 2),
+            "saved_cpu_s": round(unshared - cpu, 2)}

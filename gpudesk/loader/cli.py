@@ -1,0 +1,96 @@
+"""`gpudesk loader`: run a dataset's producer, and see the producers of this home."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Annotated, Any
+
+import typer
+
+loader_app = typer.Typer(help="Shared data loaders: one producer per dataset.",
+                         no_args_is_help=True)
+
+
+def _kwargs(pairs: list[str]) -> dict[str, Any]:
+    """key=value pairs for the factory; values are JSON where they parse as JSON."""
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.isidentifier():
+            raise typer.BadParameter(f"{pair!r}: expected key=value", param_hint="--arg")
+        try:
+            out[key] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key] = value
+    return out
+
+
+@loader_app.command("serve")
+def serve_command(
+    name: Annotated[str, typer.Argument(help="The loader's name; consumers ask for it.")],
+    dataset: Annotated[str, typer.Option("--dataset", help="MODULE:FACTORY returning a "
+                                         "map-style torch Dataset.")],
+    arg: Annotated[list[str], typer.Option("--arg", help="key=value for the factory "
+                                           "(repeatable; JSON values).")] = [],  # noqa: B006
+    batch_size: Annotated[int, typer.Option("--batch-size", min=1)] = 64,
+    workers: Annotated[int, typer.Option("--workers", min=0)] = 2,
+    seed: Annotated[int, typer.Option("--seed")] = 0,
+    slots: Annotated[int, typer.Option("--slots", min=4, max=4096,
+                                       help="Batches the shared ring holds.")] = 16,
+    no_shuffle: Annotated[bool, typer.Option("--no-shuffle")] = False,
+    idle_exit: Annotated[float | None, typer.Option(
+        "--idle-exit", help="Stop after this many seconds without a consumer.")] = None,
+    managed: Annotated[bool, typer.Option("--managed", hidden=True)] = False,
+) -> None:
+    """Run the producer for a dataset until stopped (SIGTERM or Ctrl-C)."""
+    from gpudesk.cli import EXIT_FAILED, fail
+    from gpudesk.loader.producer import ProducerConfig, serve
+    from gpudesk.loader.protocol import LoaderError
+    from gpudesk.paths import Home
+
+    config = ProducerConfig(name, dataset, _kwargs(arg), batch_size, workers, seed,
+                            not no_shuffle, slots, idle_exit, managed)
+    try:
+        code = serve(config, Home.from_env())
+    except LoaderError as exc:
+        fail(str(exc), EXIT_FAILED)
+    raise typer.Exit(code)
+
+
+@loader_app.command("status")
+def status_command(
+    name: Annotated[str | None, typer.Argument(help="One loader (default: all).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """The producers of this GPUDESK_HOME: consumers, their epoch and position, batches/s,
+    slot occupancy and the CPU the producer and its workers used."""
+    from gpudesk.loader.status import collect
+
+    loaders = collect(name)
+    if as_json:
+        json.dump({"loaders": loaders}, sys.stdout, indent=2)
+        print()
+        return
+    if not loaders:
+        print("no shared loaders are running" + (f" named {name!r}" if name else ""))
+        return
+    for entry in loaders:
+        if entry.get("error"):
+            print(f"{entry['name']}: {entry['error']}")
+            continue
+        print(f"{entry['name']}  pid {entry['pid']}  {entry['dataset']}  "
+              f"{entry['dataset_len']} samples, batches of {entry['batch_size']}, "
+              f"{entry['workers']} workers  epoch {entry['stream'][0]} "
+              f"batch {entry['stream'][1]}/{entry['batches_per_epoch']}")
+        print(f"  slots {entry['slots_used']}/{entry['slots']} used "
+              f"({entry['slot_bytes'] / 2**20:.1f} MiB each)  produced {entry['produced']} "
+              f"(+{entry['makeups_produced']} make-ups)  CPU {entry['cpu_s']:.1f} s")
+        if not entry["consumers"]:
+            print("  no consumers")
+        for c in entry["consumers"]:
+            position = "-" if c["position"] is None else f"{c['position'][0]}/{c['position'][1]}"
+            print(f"  consumer pid {c['pid']:<7} batch {c['batch_size']:<5} epoch "
+                  f"{c['epoch']:<4} at {position:<9} {c['batches_per_s']:>7.1f} batches/s  "
+                  f"holds {c['held_slots']}" + (f"  make-ups left {c['makeups_left']}"
+                                               if c["makeups_left"] else ""))

@@ -1,0 +1,95 @@
+"""What producer and consumers say to each other, and where they find each other.
+
+Control goes over a pyzmq ROUTER (producer) / DEALER (consumer) pair on an ipc:// socket in the
+home's 0700 socket folder; the ring's file descriptor over a Unix socket beside it. Messages are
+small JSON objects with a `type`; batch data never travels here.
+
+consumer -> producer
+    hello    {pid, batch_size, resume: {epoch, received: {epoch: [batch, ...]}} | null}
+    release  {slots: [slot, ...]}      the consumer is done with these slots
+    bye      {}                        leaving (its slots are released)
+    status   {}                        any client: the producer's view, for `loader status`
+producer -> consumer
+    welcome  {layout, epoch, batches_per_epoch, dataset_len, pid, fd_socket, makeups}
+    batch    {slot, n, key: [epoch, batch]}
+    refused  {message}                 hello could not be accepted (the reason, for the user)
+    bye      {message}                 the producer is stopping
+    status   {...}
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+from pathlib import Path
+from typing import Any
+
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,39}$")
+ENV_RESUME_S = "GPUDESK_LOADER_RESUME_S"  # how long a consumer waits for a restarted producer
+ENV_DATASET = "GPUDESK_DATASET"  # set by the engine: the dataset whose producer it started
+
+
+class LoaderError(RuntimeError):
+    """A shared loader cannot go on; the message says why and what to do."""
+
+
+def check_name(name: str) -> str:
+    if not isinstance(name, str) or not NAME.match(name):
+        raise LoaderError(f"{name!r} is not a loader name: use 1 to 40 letters, digits, '_', '.' "
+                          "or '-', starting with a letter or digit")
+    return name
+
+
+def encode(kind: str, **fields: Any) -> bytes:
+    return json.dumps({"type": kind, **fields}, separators=(",", ":")).encode()
+
+
+def decode(raw: bytes) -> dict[str, Any]:
+    try:
+        message = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise LoaderError(f"a malformed loader message ({exc})") from None
+    if not isinstance(message, dict) or not isinstance(message.get("type"), str):
+        raise LoaderError("a loader message without a type")
+    return message
+
+
+def read_info(path: Path) -> dict[str, Any] | None:
+    """A producer's info file, or None when there is none (or it is being replaced)."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def write_info(path: Path, info: dict[str, Any]) -> None:
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps(info, indent=1))
+    os.replace(tmp, path)
+
+
+def receive_fd(path: Path, timeout: float = 5.0) -> int:
+    """The ring's file descriptor, from the producer's descriptor socket."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(timeout)
+        sock.connect(str(path))
+        _msg, fds, _flags, _addr = socket.recv_fds(sock, 16, 1)
+    if not fds:
+        raise LoaderError(f"the producer at {path} sent no shared-memory descriptor")
+    return fds[0]
+
+
+def process_alive(pid: int, create_time: float | None = None) -> bool:
+    """True while the process runs (a zombie, or a new process with its pid, does not count)."""
+    import psutil
+
+    try:
+        proc = psutil.Process(pid)
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return False
+        return create_time is None or abs(proc.create_time() - create_time) < 0.01
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return False

@@ -1,0 +1,750 @@
+"""The shared data loader end to end: real producers (`gpudesk loader serve`), real consumer
+processes (loader_consumer.py), every sample checked by its id and its bytes.
+
+The dataset is gpudesk.workloads.synthetic: sample i is (a float32 tensor filled with i, label i),
+so a consumer can tell which samples it got and that their data arrived intact. The expected
+shuffle is computed here from the documented formula (epoch e visits randperm(len, generator
+seeded with seed * 1_000_003 + e)), not from gpudesk's code.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+import torch
+from conftest import wait_for
+from loader_consumer import consume
+
+from gpudesk.loader import LoaderError, SharedLoader
+from gpudesk.loader.protocol import read_info
+from gpudesk.loader.status import collect
+from gpudesk.paths import Home
+
+GPUDESK = [sys.executable, "-m", "gpudesk"]
+CONSUMER = Path(__file__).with_name("loader_consumer.py")
+FACTORY = "gpudesk.workloads.synthetic:make_dataset"
+
+
+def canonical(size: int, seed: int, epoch: int) -> list[int]:
+    generator = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
+    return torch.randperm(size, generator=generator).tolist()
+
+
+def assert_exactly_once(ids: list[int], size: int, what: str = "an epoch") -> None:
+    duplicates = sorted({i for i in ids if ids.count(i) > 1}) if len(ids) != len(set(ids)) else []
+    missing = sorted(set(range(size)) - set(ids))
+    assert not duplicates and not missing and len(ids) == size, (
+        f"{what}: {len(ids)} ids, duplicates {duplicates[:10]}, missing {missing[:10]}")
+
+
+def expected_sizes(size: int, batch: int) -> list[int]:
+    return [batch] * (size // batch) + ([size % batch] if size % batch else [])
+
+
+def batch_indices(ids: list[int], order: list[int], per: int) -> list[int]:
+    """Which producer batch of `order` each `per` ids of `ids` are (they must be one whole)."""
+    where = {sample: position // per for position, sample in enumerate(order)}
+    out = []
+    for start in range(0, len(ids), per):
+        chunk = ids[start:start + per]
+        index = where[chunk[0]]
+        assert chunk == order[index * per:(index + 1) * per], f"ids {chunk} are not one batch"
+        out.append(index)
+    return out
+
+
+def assert_whole_batches_of(ids: list[int], order: list[int], per: int) -> None:
+    """A consumer's first epoch is the epoch's order cut in the producer's batches, each batch
+    once; they come in that order only from where it joined: what it missed before came as
+    make-ups, in between."""
+    indices = batch_indices(ids, order, per)
+    assert sorted(indices) == list(range(-(-len(order) // per))), indices
+
+
+def assert_no_new_shm(before: set[str], pids: set[int]) -> None:
+    """Nothing this test's processes made is left in /dev/shm (the ring is a memfd: it never
+    shows there). Other processes on the machine may come and go: an entry counts when it
+    stays and is not named after a process of someone else's."""
+    def ours(entry: str) -> bool:
+        numbers = {int(part) for part in entry.replace("-", "_").split("_") if part.isdigit()}
+        return not numbers or bool(numbers & pids) or "gpudesk" in entry
+
+    def leftover() -> set[str]:
+        return {e for e in set(os.listdir("/dev/shm")) - before if ours(e)}
+
+    with contextlib.suppress(AssertionError):
+        wait_for(lambda: not leftover(), 1.0)
+    assert leftover() == set()
+
+
+# ---------------------------------------------------------------------------------- processes
+class Producer:
+    def __init__(self, proc: subprocess.Popen, home: Home, name: str, log: Path) -> None:
+        self.proc, self.home, self.name, self.log = proc, home, name, log
+        self.children: list[psutil.Process] = []
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def ready(self) -> bool:
+        if self.proc.poll() is not None:
+            raise AssertionError(f"the producer exited ({self.proc.returncode}): "
+                                 f"{self.log.read_text()}")
+        info = read_info(self.home.loader_paths(self.name)[2])
+        return bool(info) and info.get("pid") == self.pid
+
+    def wait_ready(self, timeout: float = 30.0) -> Producer:
+        wait_for(self.ready, timeout, what=f"producer {self.name} to be ready")
+        with contextlib.suppress(psutil.Error):
+            self.children = psutil.Process(self.pid).children(recursive=True)
+        return self
+
+    def status(self) -> dict[str, Any]:
+        entries = collect(self.name, self.home)
+        assert len(entries) == 1 and "error" not in entries[0], entries
+        return entries[0]
+
+    def consumers(self) -> dict[int, dict[str, Any]]:
+        return {c["pid"]: c for c in self.status()["consumers"]}
+
+    def stop(self) -> int:
+        """SIGTERM, as a user stops it: it must exit, and its workers with it."""
+        with contextlib.suppress(psutil.Error):
+            self.children = psutil.Process(self.pid).children(recursive=True)
+        self.proc.terminate()
+        code = self.proc.wait(15)
+        wait_for(lambda: not [c for c in self.children if _alive(c)], 15,
+                 what="the producer's worker processes to exit")
+        return code
+
+    def kill(self) -> None:
+        with contextlib.suppress(psutil.Error):
+            self.children = psutil.Process(self.pid).children(recursive=True)
+        os.kill(self.pid, signal.SIGKILL)
+        self.proc.wait(10)
+
+
+def _alive(proc: psutil.Process) -> bool:
+    try:
+        return proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+class _Recorded:
+    """What a consumer reported (see loader_consumer.py), for either kind of consumer."""
+
+    def _events(self) -> list[dict[str, Any]]:
+        raise NotImplementedError
+
+    def events(self, kind: str | None = None) -> list[dict[str, Any]]:
+        return [e for e in self._events() if kind is None or e["event"] == kind]
+
+    def batches(self) -> int:
+        return len(self.events("batch"))
+
+    def epochs(self) -> list[dict[str, Any]]:
+        return self.events("epoch")
+
+    def _stuck(self, timeout: float) -> AssertionError:
+        return AssertionError(f"a consumer did not finish in {timeout:g}s; it got "
+                              f"{self.batches()} batches, {len(self.epochs())} epochs; "
+                              f"{self.events()[-2:]}")
+
+
+class Consumer(_Recorded):
+    """A consumer process: loader_consumer.py."""
+
+    def __init__(self, proc: subprocess.Popen, out: Path, start_file: Path | None) -> None:
+        self.proc, self.out, self.start_file = proc, out, start_file
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def go(self) -> float:
+        """Let a gated consumer connect (once it has imported torch); returns when."""
+        wait_for(lambda: self.events("started"), 30, what="the consumer process to start")
+        assert self.start_file is not None
+        now = time.time()
+        self.start_file.touch()
+        return now
+
+    def _events(self) -> list[dict[str, Any]]:
+        found = []
+        with contextlib.suppress(FileNotFoundError):
+            for line in self.out.read_text().splitlines():
+                try:
+                    found.append(json.loads(line))
+                except json.JSONDecodeError:
+                    break  # a line being written
+        return found
+
+    def finish(self, timeout: float = 30.0, code: int = 0) -> list[dict[str, Any]]:
+        try:
+            got = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise self._stuck(timeout) from None
+        log = self.out.with_suffix(".log")
+        assert got == code, f"consumer exit {got}: {self.events()[-3:]} " + \
+            (log.read_text()[-3000:] if log.exists() else "")
+        return self.epochs()
+
+
+class ThreadConsumer(_Recorded):
+    """A consumer in a thread of the test process, recording as loader_consumer.py does."""
+
+    def __init__(self, home: Home, name: str, batch: int, epochs: int, delay: float,
+                 resume_s: float | None, pause_file: Path | None, pause_from: int) -> None:
+        self.home, self.name, self.batch, self.resume_s = home, name, batch, resume_s
+        self.options = {"epochs": epochs, "delay": delay, "pause_from": pause_from,
+                        "pause_file": str(pause_file) if pause_file else None}
+        self.recorded: list[dict[str, Any]] = []
+        self.lock = threading.Lock()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.pid = os.getpid()
+
+    def go(self) -> float:
+        now = time.time()
+        self.thread.start()
+        return now
+
+    def _write(self, **fields: Any) -> None:
+        with self.lock:
+            self.recorded.append(fields)
+
+    def _events(self) -> list[dict[str, Any]]:
+        with self.lock:
+            return list(self.recorded)
+
+    def _run(self) -> None:
+        try:
+            loader = SharedLoader(self.name, batch_size=self.batch or None, with_ids=True,
+                                  fallback=False, resume_s=self.resume_s, home=self.home.root)
+            consume(loader, self._write, **self.options)
+        except LoaderError as exc:
+            if not self.events("error"):
+                self._write(event="error", message=str(exc), since_last_s=None)
+        except BaseException:
+            self._write(event="crash", traceback=traceback.format_exc())
+
+    def finish(self, timeout: float = 30.0) -> list[dict[str, Any]]:
+        self.thread.join(timeout)
+        if self.thread.is_alive():
+            raise self._stuck(timeout)
+        assert self.events()[-1]["event"] == "done", self.events()[-2:]
+        return self.epochs()
+
+
+class Loaders:
+    """Starts a test's producers and consumers, and makes sure none outlives it."""
+
+    def __init__(self, home: Home, tmp_path: Path) -> None:
+        self.home, self.tmp = home, tmp_path
+        self.procs: list[subprocess.Popen] = []
+        self.producers: list[Producer] = []
+        self.count = 0
+
+    def _spawn(self, argv: list[str], home: Home, log: Path) -> subprocess.Popen:
+        env = {**os.environ, "GPUDESK_HOME": str(home.root)}
+        with open(log, "w") as sink:
+            proc = subprocess.Popen(argv, env=env, stdout=sink, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL)
+        self.procs.append(proc)
+        return proc
+
+    def serve(self, name: str = "syn", *, home: Home | None = None, size: int = 200,
+              batch: int = 8, workers: int = 0, seed: int = 0, slots: int = 16,
+              shape: tuple[int, ...] = (2,), cost_ms: float = 0.0, wait: bool = True,
+              idle_exit: float = 30.0) -> Producer:
+        home = home or self.home
+        self.count += 1
+        argv = [*GPUDESK, "loader", "serve", name, "--dataset", FACTORY,
+                "--arg", f"size={size}", "--arg", f"shape={json.dumps(list(shape))}",
+                "--arg", f"cost_ms={cost_ms}", "--batch-size", str(batch),
+                "--workers", str(workers), "--seed", str(seed), "--slots", str(slots),
+                "--idle-exit", str(idle_exit)]
+        log = self.tmp / f"producer{self.count}.log"
+        producer = Producer(self._spawn(argv, home, log), home, name, log)
+        self.producers.append(producer)
+        return producer.wait_ready() if wait else producer
+
+    def consumer(self, name: str = "syn", *, batch: int = 0, epochs: int = 1,
+                 delay: float = 0.0, resume_s: float | None = None,
+                 pause_file: Path | None = None, pause_from: int = 0,
+                 gated: bool = False) -> Consumer:
+        """A consumer process; `gated`: it connects only when told to (`go`)."""
+        self.count += 1
+        out = self.tmp / f"consumer{self.count}.jsonl"
+        start_file = self.tmp / f"go{self.count}" if gated else None
+        argv = [sys.executable, str(CONSUMER), name, "--out", str(out), "--batch-size",
+                str(batch), "--epochs", str(epochs), "--delay", str(delay)]
+        if resume_s is not None:
+            argv += ["--resume-s", str(resume_s)]
+        if pause_file is not None:
+            argv += ["--pause-file", str(pause_file), "--pause-from", str(pause_from)]
+        if start_file is not None:
+            argv += ["--start-file", str(start_file)]
+        return Consumer(self._spawn(argv, self.home, out.with_suffix(".log")), out, start_file)
+
+    def thread(self, name: str = "syn", *, batch: int = 0, epochs: int = 1,
+               delay: float = 0.0, resume_s: float | None = None,
+               pause_file: Path | None = None, pause_from: int = 0,
+               gated: bool = False) -> ThreadConsumer:
+        """A consumer in a thread here: cheaper than a process, where a test needs no more."""
+        consumer = ThreadConsumer(self.home, name, batch, epochs, delay, resume_s, pause_file,
+                                  pause_from)
+        if not gated:
+            consumer.go()
+        return consumer
+
+    def close(self) -> None:
+        for producer in self.producers:
+            for child in producer.children:
+                with contextlib.suppress(psutil.Error):
+                    child.kill()
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.kill()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(10)
+
+
+@pytest.fixture
+def loaders(home: Home, tmp_path: Path) -> Iterator[Loaders]:
+    launcher = Loaders(home, tmp_path)
+    try:
+        yield launcher
+    finally:
+        launcher.close()
+
+
+def local_epochs(home: Home, size: int, seed: int, batch: int, epochs: int) -> list[list[int]]:
+    """The epochs of the local fallback (no producer) for the same dataset and seed."""
+    loader = SharedLoader("nothere", batch_size=batch, factory=FACTORY,
+                          factory_kwargs={"size": size, "shape": [2]}, seed=seed,
+                          fallback=True, with_ids=True, home=home.root)
+    assert loader.mode == "local"
+    out = []
+    for _ in range(epochs):
+        ids: list[int] = []
+        for (features, labels), batch_ids in loader:
+            assert torch.equal(labels, batch_ids)
+            assert bool((features == batch_ids.float().view(-1, 1)).all())
+            ids.extend(batch_ids.tolist())
+        out.append(ids)
+    return out
+
+
+def first_epoch_ids(home: Home, name: str) -> list[int]:
+    with SharedLoader(name, with_ids=True, fallback=False, home=home.root) as loader:
+        return [i for _, ids in loader for i in ids.tolist()]
+
+
+# -------------------------------------------------------------------------------------- tests
+def test_every_consumer_gets_every_sample_once_per_epoch_in_the_seeds_order(
+        loaders: Loaders, home: Home, tmp_path: Path) -> None:
+    size, batch, seed, epochs = 200, 8, 3, 3
+    per_epoch = -(-size // batch)
+    other = Home(tmp_path / "other")
+    producer = loaders.serve(size=size, batch=batch, workers=1, seed=seed, wait=False)
+    # Two more producers in a fresh home, starting meanwhile: the same seed, and another.
+    twin = loaders.serve("twin", home=other, size=size, batch=batch, seed=seed, wait=False)
+    reseeded = loaders.serve("reseeded", home=other, size=size, batch=batch, seed=seed + 1,
+                             wait=False)
+    # A consumer process and one in a thread here, told to connect at the same moment; a
+    # little slow, so that the first to connect is still in the first epoch when the other
+    # comes.
+    first = loaders.consumer(epochs=epochs, delay=0.01, gated=True)
+    second = loaders.thread(epochs=epochs, delay=0.01, gated=True)
+    producer.wait_ready()
+    first.go()
+    second.go()
+
+    results = [c.finish(30) for c in (first, second)]
+    for epochs_seen in results:
+        assert [e["epoch"] for e in epochs_seen] == list(range(epochs))
+        for e in epochs_seen:
+            assert_exactly_once(e["ids"], size, f"epoch {e['epoch']}")
+            assert e["data_ok"], "a sample's data did not match its id"
+            assert e["views"] == e["batches"] == per_epoch  # the producer's batches: all views
+    # One shuffle for everyone. After a consumer's first epoch, each is exactly its epoch's
+    # order. The first to connect had its first epoch whole from the stream too; the other,
+    # unless it came before the first batch went out, got what it had missed as make-ups, in
+    # between: its first epoch is the same batches, in another order.
+    streams = [[e["stream_epoch"] for e in epochs_seen] for epochs_seen in results]
+    assert streams == [list(range(epochs))] * 2, streams
+    for epoch in range(1, epochs):
+        assert results[0][epoch]["ids"] == results[1][epoch]["ids"] == \
+            canonical(size, seed, epoch)
+    order0 = canonical(size, seed, 0)
+    firsts = [epochs_seen[0]["ids"] for epochs_seen in results]
+    assert order0 in firsts
+    if producer.status()["makeups_produced"] == 0:
+        assert firsts == [order0, order0]
+    for ids in firsts:
+        assert_whole_batches_of(ids, order0, batch)
+
+    # The same seed elsewhere gives the same order; another seed another; so does the
+    # local fallback, with no producer at all.
+    twin.wait_ready()
+    reseeded.wait_ready()
+    assert first_epoch_ids(other, "twin") == order0
+    reseeded_ids = first_epoch_ids(other, "reseeded")
+    assert sorted(reseeded_ids) == list(range(size)) and reseeded_ids != order0
+    assert local_epochs(home, size, seed, batch, 2) == [order0, canonical(size, seed, 1)]
+    for p in (producer, twin, reseeded):
+        assert p.stop() == 0
+
+
+def test_a_consumer_joining_mid_epoch_starts_at_once_and_gets_its_makeups(
+        loaders: Loaders) -> None:
+    size, batch = 400, 8  # 50 batches an epoch
+    producer = loaders.serve(size=size, batch=batch, workers=1)
+    steady = loaders.thread(epochs=2, delay=0.02)
+    early, late = loaders.thread(epochs=2, gated=True), loaders.thread(epochs=2, gated=True)
+
+    def steady_at(index: int) -> bool:
+        consumers = producer.status()["consumers"]  # the steady one joined first
+        position = consumers[0]["position"] if consumers else None
+        return position is not None and position[0] == 0 and position[1] >= index
+
+    def first_batch_soon(consumer: Consumer | ThreadConsumer, go: float) -> None:
+        wait_for(lambda: consumer.batches() >= 1, 5, what="the joiner's first batch")
+        assert consumer.events("batch")[0]["t"] - go < 2.0
+
+    def makeups_for(joiner: Consumer | ThreadConsumer, go: float) -> None:
+        """It joined mid-epoch: what it missed is produced again for it."""
+        before = producer.status()["makeups_produced"]
+        first_batch_soon(joiner, go)
+        wait_for(lambda: producer.status()["makeups_produced"] > before, 5,
+                 what="make-ups for the joiner")
+
+    wait_for(lambda: steady_at(8), 15, what="the steady consumer to be 8 batches in")
+    makeups_for(early, early.go())
+    # One that joins in the second half of the epoch: most of its epoch is make-ups, which must
+    # reach it before the stream's next epoch fills the ring with batches it cannot use yet.
+    wait_for(lambda: steady_at(30), 15, what="the steady consumer to be 30 batches in")
+    makeups_for(late, late.go())
+
+    for joiner in (early, late):
+        epochs_seen = joiner.finish(30)
+        assert len(epochs_seen) == 2
+        for e in epochs_seen:
+            assert_exactly_once(e["ids"], size, f"a joiner's epoch {e['epoch']}")
+            assert e["data_ok"] and e["views"] == e["batches"]
+        first, then = (e["stream_epoch"] for e in epochs_seen)
+        assert then == first + 1
+        assert_whole_batches_of(epochs_seen[0]["ids"], canonical(size, 0, first), batch)
+        assert epochs_seen[1]["ids"] == canonical(size, 0, then)
+    # The consumer that was there all along saw exactly the stream.
+    assert [e["ids"] for e in steady.finish(30)] == [canonical(size, 0, e) for e in range(2)]
+    assert producer.stop() == 0
+
+
+def test_a_consumer_joining_at_the_end_of_an_epoch_with_a_small_ring_does_not_stall(
+        loaders: Loaders) -> None:
+    # Many workers keep many batches of the next epoch pulled ahead; a joiner is given those
+    # (they hold slots it cannot release before its first epoch ends) before its make-ups.
+    size, batch, slots = 400, 8, 4
+    per_epoch = size // batch
+    producer = loaders.serve(size=size, batch=batch, workers=3, slots=slots)
+    steady = loaders.thread(epochs=2, delay=0.02)
+
+    def steady_near_the_end() -> bool:
+        consumers = producer.status()["consumers"]
+        position = consumers[0]["position"] if consumers else None
+        return position is not None and tuple(position) >= (0, per_epoch - 3)
+
+    wait_for(steady_near_the_end, 15, what="the steady consumer to near the end of its epoch")
+    joiner = loaders.thread(epochs=2)
+    for consumer in (joiner, steady):
+        epochs_seen = consumer.finish(15)
+        assert len(epochs_seen) == 2
+        for e in epochs_seen:
+            assert_exactly_once(e["ids"], size, f"epoch {e['epoch']}")
+            assert e["data_ok"]
+    assert producer.stop() == 0
+
+
+def test_consumers_with_other_batch_sizes_get_views_where_they_can(loaders: Loaders) -> None:
+    size = 100  # 12 full producer batches of 8, then one of 4
+    producer = loaders.serve(size=size, batch=8, workers=1)
+    consumers = {b: loaders.thread(batch=b, epochs=2) for b in (4, 16, 5)}
+    for b, consumer in consumers.items():
+        epochs_seen = consumer.finish(30)
+        assert len(epochs_seen) == 2
+        for e in epochs_seen:
+            assert_exactly_once(e["ids"], size, f"batch {b}, epoch {e['epoch']}")
+            assert e["data_ok"], f"batch {b}: a sample's data did not match its id"
+            assert e["sizes"] == expected_sizes(size, b)
+        views = sum(e["views"] for e in epochs_seen)
+        batches = sum(e["batches"] for e in epochs_seen)
+        if b == 4:
+            assert views == batches  # halves of slots: never a copy
+        elif b == 16:
+            assert views >= 1  # two adjacent slots, in order: one view
+    assert producer.stop() == 0
+
+
+def test_a_killed_consumer_releases_its_slots_and_the_others_go_on(
+        loaders: Loaders, tmp_path: Path) -> None:
+    shm_before = set(os.listdir("/dev/shm"))
+    size, slots = 400, 8
+    pause = tmp_path / "pause"
+    pause.touch()
+    producer = loaders.serve(size=size, batch=8, workers=1, slots=slots, wait=False)
+    victim = loaders.consumer(epochs=2, pause_file=pause, pause_from=3)
+    producer.wait_ready()
+
+    # The victim holds its 4th batch, mid-epoch, and the ring fills behind it: a consumer that
+    # comes now gets nothing until the victim lets go.
+    wait_for(lambda: victim.batches() >= 4, 20, what="the victim to be paused mid-epoch")
+    wait_for(lambda: producer.status()["slots_used"] == slots, 5, what="the ring to fill")
+    survivor = loaders.thread(epochs=2)
+    wait_for(lambda: len(producer.consumers()) == 2, 5, what="the second consumer to join")
+    assert producer.consumers()[victim.pid]["held_slots"] == slots
+    assert survivor.batches() == 0
+
+    os.kill(victim.pid, signal.SIGKILL)
+    killed = time.monotonic()
+    wait_for(lambda: victim.pid not in producer.consumers(), 2,
+             what="the dead consumer to leave the status")
+    assert time.monotonic() - killed < 1.5
+    victim.proc.wait(5)
+
+    epochs_seen = survivor.finish(20)
+    assert len(epochs_seen) == 2
+    for e in epochs_seen:
+        assert_exactly_once(e["ids"], size, "the survivor's epoch")
+        assert e["data_ok"]
+    wait_for(lambda: producer.status()["consumers"] == [], 5, what="no consumers")
+    assert producer.status()["slots_used"] == 0
+    assert producer.stop() == 0
+    assert_no_new_shm(shm_before, {producer.pid, victim.pid, os.getpid()})
+
+
+def test_a_dead_producer_is_reported_at_once_or_a_restarted_one_resumed(
+        loaders: Loaders) -> None:
+    size, batch = 200, 8
+    # A slow dataset (24 ms a batch): the consumers are always waiting for the producer.
+    settings: dict[str, Any] = {"size": size, "batch": batch, "cost_ms": 3.0}
+    producer = loaders.serve(**settings, wait=False)
+    quitter = loaders.consumer(epochs=3, resume_s=0)
+    producer.wait_ready()
+    wait_for(lambda: quitter.events("ready"), 20, what="the consumer process to connect")
+    # Batches of 5 from slots of 8: when the producer dies it has part of a batch left, and
+    # after the restart it must skip what it had handed out of it.
+    odd = loaders.thread(batch=5, epochs=2, resume_s=20)
+    wholes = loaders.thread(epochs=2, resume_s=20)
+    wait_for(lambda: min(c.batches() for c in (quitter, odd, wholes)) >= 3, 20,
+             what="the consumers to be going")
+    producer.kill()
+    killed = time.monotonic()
+    got = {c: c.batches() for c in (odd, wholes)}
+    assert not odd.epochs() and not wholes.epochs()  # killed mid-epoch
+
+    # Without resume_s, the consumer says at once that the producer died, and what to do.
+    quitter.proc.wait(10)
+    assert time.monotonic() - killed < 2.0
+    assert quitter.proc.returncode == 3
+    [error] = quitter.events("error")
+    assert "died" in error["message"] and "'syn'" in error["message"], error
+    assert "gpudesk loader serve" in error["message"]
+    assert error["since_last_s"] < 2.0
+
+    # With it, consumers wait for a new producer and finish their epochs exactly once.
+    restarted = loaders.serve(**settings)
+    for consumer, consumer_batch in ((odd, 5), (wholes, 8)):
+        epochs_seen = consumer.finish(30)
+        assert consumer.batches() > got[consumer]
+        assert len(epochs_seen) == 2
+        for e in epochs_seen:
+            assert_exactly_once(e["ids"], size, f"epoch {e['epoch']} across the restart")
+            assert e["data_ok"]
+            assert e["sizes"] == expected_sizes(size, consumer_batch)
+        assert not consumer.events("error")
+
+    # A producer that comes back with other settings (here the seed) would give other samples
+    # under the same batch numbers: a consumer must not resume its epoch from it.
+    stranded = loaders.thread(resume_s=20)
+    wait_for(lambda: stranded.batches() >= 3, 20, what="a consumer of the restarted producer")
+    restarted.kill()
+    other = loaders.serve(**settings, seed=1)
+    wait_for(lambda: stranded.events("error"), 10, what="the consumer to give up")
+    [error] = stranded.events("error")
+    assert "other settings" in error["message"], error
+    assert other.stop() == 0
+
+
+def test_batches_are_views_of_the_shared_ring(loaders: Loaders) -> None:
+    size = 100
+    producer = loaders.serve(size=size, batch=8, shape=(3, 2))
+    for batch_size in (None, 2):  # the producer's batch, and a fraction of it
+        with SharedLoader("syn", batch_size=batch_size, with_ids=True, fallback=False) as loader:
+            assert loader.mode == "shared"
+            base = loader.ring.base
+            start = base.data_ptr()
+            end = start + base.numel()
+            ids_seen = []
+            for (features, labels), ids in loader:
+                for tensor in (features, labels, ids):
+                    assert tensor.untyped_storage().data_ptr() == \
+                        base.untyped_storage().data_ptr()
+                    assert start <= tensor.data_ptr()
+                    assert tensor.data_ptr() + tensor.numel() * tensor.element_size() <= end
+                assert features.shape[1:] == (3, 2)
+                assert len(ids) == (batch_size or 8) or ids_seen  # a short batch only at the end
+                assert torch.equal(labels, ids)
+                assert bool((features == ids.float().view(-1, 1, 1)).all())
+                ids_seen.extend(ids.tolist())
+            assert_exactly_once(ids_seen, size, f"batch size {batch_size}")
+    assert producer.stop() == 0
+
+
+def test_a_paused_consumer_holds_the_producer_back_by_the_ring_size(
+        loaders: Loaders, tmp_path: Path) -> None:
+    size, slots = 800, 8  # 100 batches an epoch
+    pause = tmp_path / "pause"
+    producer = loaders.serve(size=size, batch=8, slots=slots)
+    slow = loaders.thread(delay=0.01, pause_file=pause)
+    fast = loaders.thread(delay=0.01)
+
+    def both_streaming() -> bool:
+        consumers = producer.status()["consumers"]
+        return len(consumers) == 2 and all(c["makeups_left"] == 0 and c["delivered"]
+                                           for c in consumers)
+
+    wait_for(both_streaming, 10, what="both consumers to be past their make-ups")
+    pause.touch()
+
+    def fast_stalled() -> bool:
+        before = fast.batches()
+        time.sleep(0.25)
+        return fast.batches() == before
+
+    wait_for(fast_stalled, 10, what="the fast consumer to stall")
+    ahead = fast.batches() - slow.batches()
+    assert ahead >= slots // 2, f"the fast consumer got only {ahead} batches ahead"
+    assert ahead <= slots, f"the fast consumer got {ahead} batches ahead of a ring of {slots}"
+    assert not fast.epochs()  # the producer waited for the slow one; nothing was dropped
+    assert producer.status()["slots_used"] == slots
+
+    pause.unlink()
+    for consumer in (slow, fast):
+        [epoch] = consumer.finish(30)
+        assert_exactly_once(epoch["ids"], size)
+        assert epoch["data_ok"]
+    assert producer.stop() == 0
+
+
+def test_no_producer_and_bad_names_raise_loader_errors(home: Home) -> None:
+    with pytest.raises(LoaderError, match="no shared loader 'nope' is running") as info:
+        SharedLoader("nope")
+    assert "gpudesk loader serve" in str(info.value)
+    with pytest.raises(LoaderError, match="no shared loader"):
+        SharedLoader("nope", factory=FACTORY, fallback=False)
+    for bad in ("", "../up", "has space", "x" * 41, "-dash"):
+        with pytest.raises(LoaderError, match="is not a loader name"):
+            SharedLoader(bad)
+
+
+def test_loader_commands_fail_cleanly(home: Home) -> None:
+    def run(*args: str) -> subprocess.Popen:
+        return subprocess.Popen([*GPUDESK, "loader", *args], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+
+    # A valid name whose socket path would be too long for a Unix socket in this home.
+    assert len(str(home.loader_paths("n" * 40)[0])) > 107
+    runs = {"module": run("serve", "x", "--dataset", "no.such.module:f"),
+            "name": run("serve", "bad name", "--dataset", FACTORY),
+            "long": run("serve", "n" * 40, "--dataset", FACTORY, "--idle-exit", "0.1"),
+            "status": run("status", "--json")}
+    results = {}
+    for what, proc in runs.items():
+        out, error = proc.communicate(timeout=60)
+        results[what] = (proc.returncode, out, error)
+    for what, (code, _, error) in results.items():
+        assert "Traceback" not in error, f"{what}: {error}"
+        assert code == 0 or (error.startswith("error:") and "\n\n" not in error.strip()), error
+
+    code, _, error = results["module"]
+    assert code != 0 and "no.such.module" in error
+    code, _, error = results["name"]
+    assert code != 0 and "not a loader name" in error
+    code, _, error = results["long"]
+    assert code == 0 or "shorter loader name" in error, error
+    code, out, _ = results["status"]
+    assert code == 0 and json.loads(out) == {"loaders": []}
+
+
+def test_status_shows_consumers_and_a_second_producer_is_refused(
+        loaders: Loaders, tmp_path: Path) -> None:
+    pause = tmp_path / "pause"
+    pause.touch()
+    size, batch, slots = 200, 8, 4
+    per_epoch = size // batch
+    # Two producers for one name started at once: one runs, the other says so and exits.
+    pair = [loaders.serve(size=size, batch=batch, workers=2, slots=slots, wait=False)
+            for _ in range(2)]
+    wait_for(lambda: any(p.proc.poll() is not None for p in pair), 30,
+             what="one of two producers for one name to give up")
+    [loser] = [p for p in pair if p.proc.poll() is not None]
+    [producer] = [p for p in pair if p is not loser]
+    assert loser.proc.returncode != 0
+    refusal = loser.log.read_text()
+    assert "already runs" in refusal and "Traceback" not in refusal, refusal
+    producer.wait_ready()
+    # And one started while one runs.
+    second = subprocess.Popen([*GPUDESK, "loader", "serve", "syn", "--dataset", FACTORY],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    loaders.procs.append(second)
+    # It holds its third batch of its second epoch.
+    consumer = loaders.thread(epochs=3, pause_file=pause, pause_from=per_epoch + 2)
+    wait_for(lambda: consumer.batches() >= per_epoch + 3, 20, what="the consumer to pause")
+
+    result = subprocess.run([*GPUDESK, "loader", "status", "--json"], capture_output=True,
+                            text=True, timeout=30)
+    assert result.returncode == 0, result.stderr
+    [entry] = json.loads(result.stdout)["loaders"]
+    assert entry["name"] == "syn" and entry["pid"] == producer.pid
+    assert entry["slots"] == slots and 1 <= entry["slots_used"] <= slots
+    assert entry["cpu_s"] > 0 and entry["produced"] > per_epoch
+    assert entry["worker_processes"] == 2
+    [seen] = entry["consumers"]
+    assert seen["pid"] == consumer.pid
+    assert seen["epoch"] == 1  # it is in its second epoch
+    assert seen["position"][0] == 1 and seen["position"][1] >= 2
+    assert seen["batches_per_s"] > 0 and seen["held_slots"] >= 1
+    text = subprocess.run([*GPUDESK, "loader", "status"], capture_output=True, text=True,
+                          timeout=30).stdout
+    assert f"consumer pid {consumer.pid}" in text and f"slots {entry['slots_used']}/4" in text
+
+    _, error = second.communicate(timeout=60)
+    assert second.returncode != 0
+    assert "already runs" in error and "Traceback" not in error, error
+    assert producer.ready()  # the first one is untouched
+
+    pause.unlink()
+    epochs_seen = consumer.finish(30)
+    assert len(epochs_seen) == 3
+    for e in epochs_seen:
+        assert_exactly_once(e["ids"], size)
+    wait_for(lambda: producer.status()["consumers"] == [], 5, what="the consumer to leave")
+    assert producer.status()["slots_used"] == 0
+    assert producer.stop() == 0
+    assert not producer.home.loader_paths("syn")[2].exists()  # a clean stop leaves nothing

@@ -1,0 +1,109 @@
+"""The engine runs shared loaders for the jobs that name a dataset: started with the first job,
+restarted if they die (the jobs' consumers resume their epoch), stopped when no job needs them.
+Real daemon, real producer processes, real consumer jobs."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from conftest import EngineHandle, wait_for
+
+from gpudesk.loader.protocol import process_alive, read_info
+from gpudesk.paths import Home
+
+# A job: reads `epochs` epochs of the shared loader and writes each epoch's sample ids.
+CONSUMER = textwrap.dedent("""
+    import json, sys, time
+    from gpudesk.loader import SharedLoader
+    name, epochs, out, delay = sys.argv[1], int(sys.argv[2]), sys.argv[3], float(sys.argv[4])
+    loader = SharedLoader(name, with_ids=True)
+    with open(out, "w") as f:
+        for epoch in range(epochs):
+            ids = []
+            for (x, y), i in loader:
+                assert (y == i).all() and (x[:, 0].long() == i).all(), "corrupt batch"
+                ids += i.tolist()
+                time.sleep(delay)
+            f.write(json.dumps({"epoch": epoch, "ids": ids, "mode": loader.mode}) + "\\n")
+            f.flush()
+""")
+
+DATASET = {"name": "syn", "factory": "gpudesk.workloads.synthetic:make_dataset",
+           "args": {"size": 120, "shape": [4]}, "batch_size": 8, "workers": 0, "seed": 3,
+           "slots": 8}
+
+
+@pytest.fixture
+def loader_engine(home: Home, monkeypatch: pytest.MonkeyPatch) -> EngineHandle:
+    monkeypatch.setenv("GPUDESK_LOADER_GRACE_S", "1")
+    handle = EngineHandle(home)
+    handle.start(slots=2)
+    handle.client.request("datasets", datasets=[DATASET])
+    return handle
+
+
+def consumer_job(tmp_path: Path, name: str, epochs: int,
+                 delay: float = 0.0) -> tuple[dict, Path]:
+    script = tmp_path / "consumer.py"
+    script.write_text(CONSUMER)
+    out = tmp_path / f"{name}.jsonl"
+    return ({"name": name, "command": [sys.executable, str(script), "syn", str(epochs),
+                                       str(out), str(delay)], "dataset": "syn"}, out)
+
+
+def epochs_of(out: Path) -> list[dict]:
+    return [json.loads(line) for line in out.read_text().splitlines()]
+
+
+def producer_pid(handle: EngineHandle) -> int | None:
+    info = read_info(handle.home.loader_paths("syn")[2])
+    if info and process_alive(int(info["pid"]), info.get("create_time")):
+        return int(info["pid"])
+    return None
+
+
+def test_jobs_naming_a_dataset_share_one_producer_that_stops_when_unneeded(
+        loader_engine: EngineHandle, tmp_path: Path) -> None:
+    (a, out_a), (b, out_b) = consumer_job(tmp_path, "a", 2), consumer_job(tmp_path, "b", 2)
+    ids = loader_engine.submit(a, b)
+    jobs = loader_engine.wait_all_done(ids)
+    assert [j["state"] for j in jobs] == ["succeeded", "succeeded"], jobs
+    for out in (out_a, out_b):
+        for epoch in epochs_of(out):
+            assert epoch["mode"] == "shared"
+            assert sorted(epoch["ids"]) == list(range(120))  # exactly once per epoch
+    status = loader_engine.client.request("status", fresh_loaders=True)
+    (loader,) = status["loaders"]
+    assert loader["name"] == "syn" and loader["spec"]["batch_size"] == 8
+    # one producer made the batches both jobs read
+    assert loader["status"]["consumers_total"] == 2
+    assert loader["status"]["delivered_total"] >= 2 * 2 * 15
+    assert loader["saved_cpu_s"] is not None and loader["unshared_cpu_s"] >= loader["cpu_s"]
+    # no job needs it any more: stopped after the (1 s) grace, and its files are gone
+    wait_for(lambda: producer_pid(loader_engine) is None, 10.0, what="the producer to stop")
+    events = loader_engine.client.request("show", job=ids[0])
+    assert events["job"]["state"] == "succeeded"
+
+
+def test_a_producer_that_dies_is_restarted_and_its_consumers_resume(
+        loader_engine: EngineHandle, tmp_path: Path) -> None:
+    job, out = consumer_job(tmp_path, "slow", 3, delay=0.02)  # ~15 batches/epoch, ~1 s
+    (job_id,) = loader_engine.submit(job)
+    first = wait_for(lambda: producer_pid(loader_engine), 20.0, what="the producer to start")
+    wait_for(lambda: out.exists() and out.read_text(), 20.0, what="a first epoch")
+    os.kill(first, signal.SIGKILL)
+    second = wait_for(lambda: (p := producer_pid(loader_engine)) and p != first and p, 10.0,
+                      what="the engine to restart the producer")
+    assert second != first
+    (done,) = loader_engine.wait_all_done([job_id], timeout=60.0)
+    assert done["state"] == "succeeded", done
+    epochs = epochs_of(out)
+    assert len(epochs) == 3
+    for epoch in epochs:
+        assert sorted(epoch["ids"]) == list(range(120)), "a sample lost or repeated"
