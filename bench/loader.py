@@ -1,6 +1,6 @@
 """Shared data loader benchmark: N collocated consumers of one image dataset, three ways.
 
-    python bench/loader.py [--consumers 1,2,4] [--workers 2] [--batch-size 32] [--batches 60]
+    python bench/loader.py [--consumers 1,2,4] [--workers 2] [--batch-size 32] [--batches 240]
                            [--size 1024] [--image-px 96] [--json] [--skip-tensorsocket]
                            [--repeats 1] [--ts-producer-batch P] [--timeout 180] [--json-out F]
 
@@ -801,7 +801,7 @@ def main() -> None:
     parser.add_argument("--consumers", default="1,2,4", help="comma-separated N values")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--batches", type=int, default=60, help="per consumer")
+    parser.add_argument("--batches", type=int, default=240, help="per consumer")
     parser.add_argument("--size", type=int, default=1024, help="dataset samples")
     parser.add_argument("--image-px", type=int, default=96)
     parser.add_argument("--json", action="store_true")

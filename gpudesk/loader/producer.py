@@ -386,7 +386,8 @@ class Producer:
         self.next_slot = (slot + 1) % len(self.refs)
         if makeup:
             self.makeups_produced += 1
-        message = encode("batch", slot=slot, n=count, key=list(key))
+        # t: when it was sent (wall clock), so a consumer can tell how long the hand-off took
+        message = encode("batch", slot=slot, n=count, key=list(key), t=time.time())
         now = time.monotonic()
         for consumer in recipients:
             if makeup:

@@ -11,7 +11,7 @@ consumer -> producer
     status   {}                        any client: the producer's view, for `loader status`
 producer -> consumer
     welcome  {layout, epoch, batches_per_epoch, dataset_len, pid, fd_socket, makeups}
-    batch    {slot, n, key: [epoch, batch]}
+    batch    {slot, n, key: [epoch, batch], t: send time (time.time())}
     refused  {message}                 hello could not be accepted (the reason, for the user)
     bye      {message}                 the producer is stopping
     status   {...}

@@ -28,10 +28,24 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from types import FrameType
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from gpudesk.workloads.common import (
+    EXIT_BROKEN_PIPE,
+    EXIT_DIVERGED,
+    EXIT_NO_DATA,
+    EXIT_OK,
+    EXIT_SIGINT,
+    EXIT_SIGTERM,
+    SGD_MOMENTUM,
+    Terminated,
+    TrainingDiverged,
+    resolve_device,
+    say,
+    threads_from_env,
+)
 from gpudesk.workloads.data import (
     DIGITS_CLASSES,
     DIGITS_FEATURES,
@@ -43,25 +57,7 @@ from gpudesk.workloads.data import (
 if TYPE_CHECKING:
     import torch
 
-EXIT_OK = 0
-EXIT_NO_DATA = 1
-EXIT_DIVERGED = 3
-EXIT_SIGINT = 128 + signal.SIGINT
-EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE
-EXIT_SIGTERM = 128 + signal.SIGTERM
 VAL_FRACTION = 0.2
-SGD_MOMENTUM = 0.9
-
-
-class Terminated(Exception):
-    """Raised in the main thread by the SIGTERM handler."""
-
-
-class TrainingDiverged(Exception):
-    def __init__(self, epoch: int, loss: float) -> None:
-        super().__init__(f"training diverged at epoch {epoch} (loss {loss})")
-        self.epoch = epoch
-        self.loss = loss
 
 
 @dataclass
@@ -159,16 +155,16 @@ def main(argv: list[str] | None = None) -> int:
         try:
             return _run(args, parser, progress, started)
         except DatasetUnavailable as exc:
-            _say(f"error: {exc}", stream=sys.stderr)
+            say(f"error: {exc}", stream=sys.stderr)
             return EXIT_NO_DATA
         except TrainingDiverged as exc:
-            _say(f"error: {exc}; try a smaller --lr", stream=sys.stderr)
+            say(f"error: {exc}; try a smaller --lr", stream=sys.stderr)
             return EXIT_DIVERGED
         except Terminated:
-            _say(f"interrupted at epoch {progress.epoch}", stream=sys.stderr)
+            say(f"interrupted at epoch {progress.epoch}", stream=sys.stderr)
             return EXIT_SIGTERM
         except KeyboardInterrupt:
-            _say(f"interrupted at epoch {progress.epoch}", stream=sys.stderr)
+            say(f"interrupted at epoch {progress.epoch}", stream=sys.stderr)
             return EXIT_SIGINT
         except BrokenPipeError:
             # Whoever read our stdout is gone (e.g. `| head`). Point stdout at /dev/null so
@@ -193,7 +189,7 @@ def _run(
     model = build_mlp(args.hidden, args.layers).to(device)
     optimizer = build_optimizer(args.optimizer, model.parameters(), args.lr)
     params = sum(p.numel() for p in model.parameters())
-    _say(
+    say(
         f"config params {params} device {device} threads {threads} "
         f"samples {data.n_train + data.n_val} train {data.n_train} val {data.n_val} "
         f"hidden {args.hidden}x{args.layers} optimizer {args.optimizer} lr {args.lr:g} "
@@ -208,14 +204,14 @@ def _run(
         if not math.isfinite(stats.loss):
             raise TrainingDiverged(epoch, stats.loss)
         history.append(stats)
-        _say(
+        say(
             f"epoch {epoch}/{args.epochs} loss {stats.loss:.4f} "
             f"train_acc {stats.train_acc:.4f} val_acc {stats.val_acc:.4f} "
             f"samples/s {stats.samples_per_s:.0f} time {stats.seconds:.2f}s"
         )
 
     result = summarize(history, params, device, time.perf_counter() - started, data.n_train)
-    _say("result " + json.dumps(result, separators=(",", ":")))
+    say("result " + json.dumps(result, separators=(",", ":")))
     return EXIT_OK
 
 
@@ -223,31 +219,10 @@ def configure_threads(requested: int | None) -> int:
     """Apply --threads, else $OMP_NUM_THREADS, else keep torch's default; return the count."""
     import torch
 
-    count = requested if requested is not None else _threads_from_env()
+    count = requested if requested is not None else threads_from_env()
     if count is not None:
         torch.set_num_threads(count)
     return torch.get_num_threads()
-
-
-def _threads_from_env() -> int | None:
-    # OMP_NUM_THREADS may be a nesting list such as "4,2"; the first level is ours.
-    raw = os.environ.get("OMP_NUM_THREADS", "").split(",")[0].strip()
-    try:
-        count = int(raw)
-    except ValueError:
-        return None
-    return count if count > 0 else None
-
-
-def resolve_device(name: str, parser: argparse.ArgumentParser) -> torch.device:
-    import torch
-
-    cuda_ok = torch.cuda.is_available()
-    if name == "cuda" and not cuda_ok:
-        parser.error("--device cuda: CUDA is not available to torch here")
-    if name == "auto":
-        name = "cuda" if cuda_ok else "cpu"
-    return torch.device(name)
 
 
 def load_split(seed: int) -> Split:
@@ -401,10 +376,6 @@ def _sigterm_raises() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
-
-
-def _say(line: str, stream: TextIO | None = None) -> None:
-    print(line, file=stream or sys.stdout, flush=True)
 
 
 if __name__ == "__main__":

@@ -58,36 +58,32 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from types import FrameType
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any
 
+from gpudesk.workloads.common import (
+    EXIT_BROKEN_PIPE,
+    EXIT_DIVERGED,
+    EXIT_NO_DATA,
+    EXIT_OK,
+    EXIT_SIGINT,
+    EXIT_SIGTERM,
+    SGD_MOMENTUM,
+    Terminated,
+    TrainingDiverged,
+    resolve_device,
+    say,
+    threads_from_env,
+)
 from gpudesk.workloads.images import NUM_CLASSES, DatasetUnavailable, check_available
 
 if TYPE_CHECKING:
     import torch
 
-EXIT_OK = 0
-EXIT_NO_DATA = 1
-EXIT_DIVERGED = 3
-EXIT_SIGINT = 128 + signal.SIGINT
-EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE
-EXIT_SIGTERM = 128 + signal.SIGTERM
-SGD_MOMENTUM = 0.9
 WEIGHT_DECAY = 5e-4
 FACTORY = "gpudesk.workloads.images:make_dataset"
 # Per-channel mean and std of the photos' pixels, for normalising uint8 input on the device.
 PIXEL_MEAN = (0.45, 0.43, 0.40)
 PIXEL_STD = (0.25, 0.24, 0.26)
-
-
-class Terminated(Exception):
-    """Raised in the main thread by the SIGTERM handler."""
-
-
-class TrainingDiverged(Exception):
-    def __init__(self, epoch: int, loss: float) -> None:
-        super().__init__(f"training diverged at epoch {epoch} (loss {loss})")
-        self.epoch = epoch
-        self.loss = loss
 
 
 @dataclass
@@ -216,21 +212,21 @@ def main(argv: list[str] | None = None) -> int:
         try:
             return _run(args, parser, progress, started)
         except DatasetUnavailable as exc:
-            _say(f"error: {exc}", stream=sys.stderr)
+            say(f"error: {exc}", stream=sys.stderr)
             return EXIT_NO_DATA
         except TrainingDiverged as exc:
-            _say(f"error: {exc}; try a smaller --lr", stream=sys.stderr)
+            say(f"error: {exc}; try a smaller --lr", stream=sys.stderr)
             return EXIT_DIVERGED
         except RuntimeError as exc:  # the shared loader failed (e.g. its producer is gone)
             if not is_loader_error(exc):
                 raise
-            _say(f"error: shared loader: {exc}", stream=sys.stderr)
+            say(f"error: shared loader: {exc}", stream=sys.stderr)
             return EXIT_NO_DATA
         except Terminated:
-            _say(f"interrupted at epoch {progress.epoch}", stream=sys.stderr)
+            say(f"interrupted at epoch {progress.epoch}", stream=sys.stderr)
             return EXIT_SIGTERM
         except KeyboardInterrupt:
-            _say(f"interrupted at epoch {progress.epoch}", stream=sys.stderr)
+            say(f"interrupted at epoch {progress.epoch}", stream=sys.stderr)
             return EXIT_SIGINT
         except BrokenPipeError:
             # Whoever read our stdout is gone (e.g. `| head`). Point stdout at /dev/null so
@@ -257,7 +253,7 @@ def _run(
     )
     loader, loader_kind = build_loader(args, pin_memory=device.type == "cuda")
     params = sum(p.numel() for p in model.parameters())
-    _say(
+    say(
         f"config params {params} device {device} threads {threads} loader {loader_kind} "
         f"workers {args.workers} dataset {args.dataset_name} samples {args.size} "
         f"image_px {args.image_px} lr {args.lr:g} batch {args.batch_size} "
@@ -275,7 +271,7 @@ def _run(
         if not math.isfinite(stats.loss):
             raise TrainingDiverged(epoch, stats.loss)
         history.append(stats)
-        _say(
+        say(
             f"epoch {epoch}/{args.epochs} loss={stats.loss:.4f} acc={stats.train_acc:.4f} "
             f"samples_per_s={stats.samples_per_s:.1f} data_wait_s={stats.data_wait_s:.3f} "
             f"time={stats.seconds:.2f}s"
@@ -287,7 +283,7 @@ def _run(
 
     result = summarize(history, params, device, loader_kind, args.workers,
                        time.perf_counter() - started)
-    _say("result " + json.dumps(result, separators=(",", ":")))
+    say("result " + json.dumps(result, separators=(",", ":")))
     return EXIT_OK
 
 
@@ -304,7 +300,7 @@ def build_loader(args: argparse.Namespace, pin_memory: bool = False) -> tuple[It
                 raise DatasetUnavailable(
                     f"--loader shared: cannot import gpudesk.loader ({exc})"
                 ) from exc
-            _say(f"note: shared loader unavailable ({exc}); using a local DataLoader",
+            say(f"note: shared loader unavailable ({exc}); using a local DataLoader",
                  stream=sys.stderr)
         else:
             try:
@@ -324,7 +320,7 @@ def build_loader(args: argparse.Namespace, pin_memory: bool = False) -> tuple[It
             # With fallback, a SharedLoader that finds no producer runs the factory locally.
             kind = "local" if getattr(loader, "mode", "shared") == "local" else "shared"
             if kind == "local":
-                _say(f"note: no shared loader {args.dataset_name!r} is running; "
+                say(f"note: no shared loader {args.dataset_name!r} is running; "
                      "SharedLoader uses a local DataLoader", stream=sys.stderr)
             return loader, kind
     return build_local_loader(args, pin_memory), "local"
@@ -479,7 +475,7 @@ def configure_threads(requested: int | None, workers: int) -> int:
     """
     import torch
 
-    count = requested if requested is not None else _threads_from_env()
+    count = requested if requested is not None else threads_from_env()
     if count is None:
         count = max(1, _cpus_available() - workers)
     torch.set_num_threads(count)
@@ -491,27 +487,6 @@ def _cpus_available() -> int:
         return len(os.sched_getaffinity(0))
     except (AttributeError, OSError):  # not on Linux
         return os.cpu_count() or 1
-
-
-def _threads_from_env() -> int | None:
-    # OMP_NUM_THREADS may be a nesting list such as "4,2"; the first level is ours.
-    raw = os.environ.get("OMP_NUM_THREADS", "").split(",")[0].strip()
-    try:
-        count = int(raw)
-    except ValueError:
-        return None
-    return count if count > 0 else None
-
-
-def resolve_device(name: str, parser: argparse.ArgumentParser) -> torch.device:
-    import torch
-
-    cuda_ok = torch.cuda.is_available()
-    if name == "cuda" and not cuda_ok:
-        parser.error("--device cuda: CUDA is not available to torch here")
-    if name == "auto":
-        name = "cuda" if cuda_ok else "cpu"
-    return torch.device(name)
 
 
 def summarize(
@@ -560,10 +535,6 @@ def _sigterm_raises(progress: Progress) -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
-
-
-def _say(line: str, stream: TextIO | None = None) -> None:
-    print(line, file=stream or sys.stdout, flush=True)
 
 
 if __name__ == "__main__":
