@@ -3,6 +3,7 @@
     python bench/loader.py [--consumers 1,2,4] [--workers 2] [--batch-size 32] [--batches 240]
                            [--size 1024] [--image-px 96] [--json] [--skip-tensorsocket]
                            [--repeats 1] [--ts-producer-batch P] [--timeout 180] [--json-out F]
+                           [--consumer-work mean|touch]
 
 Every consumer reads `--batches` batches of `gpudesk.workloads.images:make_dataset(size,
 image_px)` (a JPEG decode + augmentation per sample, ~2 ms of CPU), does `images.float().mean()`
@@ -52,7 +53,11 @@ Measured, per configuration:
   batch message, where the message carries one (`"t"` in gpudesk's batch message; for
   TensorSocket the benchmark stamps each payload just before it is pickled and reads it after
   it is unpickled in the consumer's receive thread: one figure per payload, which holds up to
-  8 batches). Where it is not carried: "n/a".
+  8 batches). Where it is not carried: "n/a". For gpudesk it counts the batches a consumer was
+  waiting for (its socket had nothing when `next()` began, so the first batch message it then
+  decodes arrived while it waited); a batch that was already in its socket measures how long
+  the consumer took to come back for it, not the hand-off, and goes to `queued_ms` in the
+  JSON. TensorSocket's receive thread is always waiting, so all of its payloads count.
 - next() ready: the wall time of each consumer `next()` that found its batch already waiting
   (gpudesk: a message was readable on its socket; TensorSocket: its receive buffer was not
   empty; DataLoader: the next result was cached or its result pipe was readable, a heuristic),
@@ -175,7 +180,8 @@ def role_consumer(spec: dict[str, Any]) -> None:
     kind = spec["config"]
     out = Path(spec["dir"])
     name = spec["name"]
-    stats: dict[str, Any] = {"latency_ms": [], "no_t": 0, "recv_bytes": 0, "deliveries": 0}
+    stats: dict[str, Any] = {"latency_ms": [], "queued_ms": [], "no_t": 0, "recv_bytes": 0,
+                             "deliveries": 0, "awaiting": False}
     lock = threading.Lock()
     if kind == "independent":
         from torch.utils.data import DataLoader
@@ -192,7 +198,11 @@ def role_consumer(spec: dict[str, Any]) -> None:
             message = decode(raw)
             if message.get("type") == "batch":
                 if isinstance(message.get("t"), (int, float)):
-                    stats["latency_ms"].append((now - message["t"]) * 1000)
+                    # The first batch message a blocked next() gets is a hand-off; one that
+                    # was already waiting in the socket measures the consumer's own pace.
+                    bucket = "latency_ms" if stats["awaiting"] else "queued_ms"
+                    stats[bucket].append((now - message["t"]) * 1000)
+                    stats["awaiting"] = False
                 else:
                     stats["no_t"] += 1
             return message
@@ -302,6 +312,7 @@ def role_consumer(spec: dict[str, Any]) -> None:
     it = new_epoch()
     while len(times) < spec["batches"]:
         waiting = ready(it)
+        stats["awaiting"] = waiting is False
         start = time.perf_counter()
         try:
             batch = next(it)
@@ -310,7 +321,10 @@ def role_consumer(spec: dict[str, Any]) -> None:
             continue
         took = (time.perf_counter() - start) * 1000
         images = batch[0]
-        checksum += float(images.float().mean())
+        # "mean" stands for a training step's use of the batch; "touch" reads one value, to
+        # see the hand-off without the consumers' own work competing for the cores
+        checksum += float(images.float().mean()) if spec.get("work", "mean") == "mean" \
+            else float(images.reshape(-1)[0])
         times.append(time.time())
         with lock:
             stats["deliveries"] += 1
@@ -328,6 +342,7 @@ def role_consumer(spec: dict[str, Any]) -> None:
         "t_done": t_done, "batches": len(times), "batch_bytes": batch_bytes,
         "next_ready_ms": next_ready_ms, "next_all_ms": next_all_ms,
         "ready_known": waiting is not None, "latency_ms": list(stats["latency_ms"]),
+        "queued_ms": list(stats["queued_ms"]),
         "no_t": stats["no_t"], "views": views, "checksum": checksum})
     if kind == "tensorsocket":
         # Keep draining until every consumer is done: TensorSocket waits up to 10 s for the
@@ -565,6 +580,7 @@ def run_config(kind: str, n: int, args: argparse.Namespace, root: Path, home: Pa
     env = {**os.environ, "GPUDESK_HOME": str(home), "PYTHONUNBUFFERED": "1"}
     spec = {"config": kind, "dir": str(folder), "size": args.size, "image_px": args.image_px,
             "batch_size": args.batch_size, "workers": args.workers, "batches": args.batches,
+            "work": args.consumer_work,
             "cache": str(cache), "loader_name": f"{LOADER_NAME}-{n}-{repeat}",
             "ts_producer_batch": args.ts_producer_batch}
     if kind == "tensorsocket":
@@ -702,6 +718,10 @@ def run_config(kind: str, n: int, args: argparse.Namespace, root: Path, home: Pa
     entry["bytes"] = detail
 
     latency = [x for r in results for x in r["latency_ms"]]
+    queued = [x for r in results for x in r.get("queued_ms", [])]
+    if queued:
+        entry["queued_ms"] = {"p50": round(percentile(queued, 50), 3),
+                              "p99": round(percentile(queued, 99), 3), "count": len(queued)}
     if latency:
         entry["handoff_ms"] = {"p50": round(percentile(latency, 50), 3),
                                "p99": round(percentile(latency, 99), 3), "count": len(latency)}
@@ -740,7 +760,7 @@ def combine(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
             values = [r[key] for r in good if r.get(key) is not None]
             if values:
                 row[key] = round(statistics.median(values), 3)
-        for key in ("handoff_ms", "next_ready_ms"):
+        for key in ("handoff_ms", "queued_ms", "next_ready_ms"):
             found = [r[key] for r in good if r.get(key)]
             row[key] = ({q: round(statistics.median(f[q] for f in found), 3)
                          for q in ("p50", "p99")} if found else None)
@@ -807,6 +827,9 @@ def main() -> None:
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--json-out", metavar="FILE", help="also write the JSON to FILE")
     parser.add_argument("--skip-tensorsocket", action="store_true")
+    parser.add_argument("--consumer-work", choices=("mean", "touch"), default="mean",
+                        help="what a consumer does with each batch: images.float().mean() "
+                        "(default), or read one value (isolates the hand-off)")
     parser.add_argument("--ts-producer-batch", type=int, default=None,
                         help="TensorSocket's producer_batch_size (default: its own, 8)")
     parser.add_argument("--repeats", type=int, default=1,
@@ -864,6 +887,7 @@ def main() -> None:
                    f"Python {platform.python_version()}, torch {torch.__version__}",
         "params": {"consumers": counts, "workers": args.workers, "batch_size": args.batch_size,
                    "batches": args.batches, "size": args.size, "image_px": args.image_px,
+                   "consumer_work": args.consumer_work,
                    "seed": SEED, "slots": SLOTS,
                    "ts_producer_batch": args.ts_producer_batch},
         "tensorsocket": ts_note,
@@ -895,7 +919,7 @@ def main() -> None:
               f"{fmt_pair(r['next_ready_ms']):>16}")
     print("CPU-s: all processes after their imports; (all): with Python start + imports. "
           "moved: bytes written/copied per delivered batch, x the batch's bytes. "
-          "ms: p50/p99.")
+          "ms: p50/p99; hand-off: batches the consumer was waiting for.")
     for r in rows:
         if r.get("leaked_processes"):
             print(f"warning: N={r['n']} {r['config']} left {r['leaked_processes']} processes "
@@ -905,6 +929,9 @@ def main() -> None:
                   "runs failed (see --json)")
         if r.get("handoff_note"):
             print(f"N={r['n']} {r['config']} hand-off: {r['handoff_note']}")
+        if r.get("queued_ms"):
+            print(f"N={r['n']} {r['config']}: batches already waiting when the consumer came "
+                  f"back for them sat {fmt_pair(r['queued_ms'])} ms (p50/p99) in its socket")
     print("targets at N = 4:")
     for t in result["targets"]:
         print(f"  {'PASS' if t['pass'] else 'FAIL'}  {t['target']}: {t['detail']}")

@@ -238,6 +238,10 @@ class LoaderSupervisor:
                 producer.process.wait()
         self.events.append(f"shared loader {name!r} stopped: {why}")
 
+    def stop_all_but(self, keep: set[str], why: str) -> None:
+        for name in [n for n in self.producers if n not in keep]:
+            self.stop(name, why)
+
     def reap(self) -> None:
         for producer in self.producers.values():
             if producer.process is not None:

@@ -50,6 +50,7 @@ log = logging.getLogger("gpudesk.loader")
 LIVENESS_EVERY_S = 0.2  # how often consumers' processes are checked (a SIGKILL is seen in this)
 INFO_EVERY_S = 1.0  # how often the stream position is written down (for a restart)
 RATE_WINDOW_S = 5.0  # batches/s are measured over this window
+WORKER_NICENESS = 10  # added to the DataLoader workers' niceness (see _yield_to_consumers)
 Key = tuple[int, int]  # (epoch, batch within the epoch)
 MAX_SOCKET_PATH = 107  # sun_path holds 108 bytes, the last a NUL
 
@@ -238,6 +239,7 @@ class Producer:
         self.plan = _Plan(length, batch_size, self.config.seed, self.config.shuffle, start)
         torch.set_num_threads(1)  # the producer copies; its workers decode
         loader = DataLoader(dataset, batch_sampler=self.plan, num_workers=self.config.workers,
+                            worker_init_fn=_yield_to_consumers,
                             persistent_workers=self.config.workers > 0,
                             prefetch_factor=2 if self.config.workers > 0 else None)
         self.batches: Iterator[Any] = iter(loader)
@@ -570,6 +572,14 @@ class Producer:
         for path in (self.ctl_path, self.fd_path, self.info_path):
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
+
+
+def _yield_to_consumers(_worker_id: int) -> None:
+    """Decode workers are throughput work; the consumers they feed and the producer's hand-off
+    are the latency path. A little lower priority lets a waking consumer take a core from a
+    busy worker at once instead of waiting out its time slice."""
+    with contextlib.suppress(OSError):
+        os.nice(WORKER_NICENESS)
 
 
 def _padded(batch: Any, batch_size: int) -> Any:

@@ -107,3 +107,19 @@ def test_a_producer_that_dies_is_restarted_and_its_consumers_resume(
     assert len(epochs) == 3
     for epoch in epochs:
         assert sorted(epoch["ids"]) == list(range(120)), "a sample lost or repeated"
+
+
+def test_stopping_the_engine_stops_producers_no_running_job_reads(
+        home: Home, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GPUDESK_LOADER_GRACE_S", "600")  # it would idle on for 10 minutes
+    handle = EngineHandle(home)
+    handle.start(slots=2)
+    handle.client.request("datasets", datasets=[DATASET])
+    job, _out = consumer_job(tmp_path, "quick", 1)
+    (job_id,) = handle.submit(job)
+    (done,) = handle.wait_all_done([job_id])
+    assert done["state"] == "succeeded"
+    pid = producer_pid(handle)
+    assert pid is not None, "the producer should still idle within its grace period"
+    handle.stop()
+    wait_for(lambda: not process_alive(pid), 10.0, what="the idle producer to stop")
