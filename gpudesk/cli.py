@@ -33,7 +33,7 @@ app = typer.Typer(
     name="gpudesk",
     help="Queue, pack and watch training jobs on a single GPU workstation.",
     add_completion=False,
-    no_args_is_help=True,
+    no_args_is_help=False,  # no command opens the desk
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 engine_app = typer.Typer(help="Start, stop and inspect the engine daemon.", no_args_is_help=True)
@@ -74,12 +74,49 @@ def _version_callback(value: bool) -> None:
         raise typer.Exit()
 
 
-@app.callback()
+@app.callback(invoke_without_command=True)
 def _root(
+    ctx: typer.Context,
     version: bool = typer.Option(False, "--version", callback=_version_callback, is_eager=True,
                                  help="Print the version and exit."),
+    readonly: bool = typer.Option(False, "--readonly", help="Open the desk without any "
+                                  "action (for a shared screen)."),
+    refresh: float = typer.Option(1.0, "--refresh", min=0.2, max=60.0,
+                                  help="Seconds between the desk's redraws."),
 ) -> None:
-    """Queue, pack and watch training jobs on a single GPU workstation."""
+    """Queue, pack and watch training jobs on a single GPU workstation.
+
+    With no command, opens the desk (a terminal UI) on the engine, starting it if needed."""
+    if ctx.invoked_subcommand is None:
+        _open_desk(readonly, refresh, None)
+
+
+def _open_desk(readonly: bool, refresh: float, replay: Path | None) -> None:
+    if not sys.stdout.isatty() or not sys.stdin.isatty():
+        fail("the desk needs a terminal; for pipes and scripts use `gpudesk top --once`, "
+             "`gpudesk queue` or `gpudesk --help`", EXIT_USAGE)
+    from gpudesk.screens import run_desk
+
+    message = run_desk(readonly=readonly, refresh_s=refresh, replay=replay)
+    if message:
+        print(message)
+
+
+@app.command()
+def desk(
+    readonly: bool = typer.Option(False, "--readonly", help="Hide every action (for a shared "
+                                  "screen): watch only."),
+    refresh: float = typer.Option(1.0, "--refresh", min=0.2, max=60.0,
+                                  help="Seconds between redraws."),
+    replay: Path | None = typer.Option(None, "--replay", help="Play back a recorded desk "
+                                       "(JSON frames) instead of following the engine."),
+) -> None:
+    """Open the desk: live GPU cards, the queue with its actions, loaders and MIG.
+
+    `q` closes the desk and leaves the engine and its jobs running."""
+    if replay is not None and not replay.is_file():
+        fail(f"--replay: {replay} is not a file", EXIT_USAGE)
+    _open_desk(readonly, refresh, replay)
 
 
 # --------------------------------------------------------------------------- run
@@ -203,13 +240,14 @@ def _queue_rows(jobs: list[dict[str, Any]]) -> str:
     from gpudesk import render
 
     rows = [
-        (j["id"], j["name"], j["state"], f"{j['attempts']}/{j['max_attempts']}",
+        (j["id"], j["name"], "held" if j["held"] else j["state"], j["spec"]["priority"],
+         f"{j['attempts'] - j['attempts_before_requeue']}/{j['max_attempts']}",
          j["spec"]["gpus"], j["slot"] or "", render.duration(render.job_runtime(j)),
          j["exit_code"], render.clock(j["submitted_at"]))
         for j in jobs
     ]
-    return render.table(("ID", "NAME", "STATE", "TRY", "GPUS", "SLOT", "TIME", "EXIT",
-                         "SUBMITTED"), rows, max_widths={1: 24}, right=(0, 4, 6, 7))
+    return render.table(("ID", "NAME", "STATE", "PRI", "TRY", "GPUS", "SLOT", "TIME", "EXIT",
+                         "SUBMITTED"), rows, max_widths={1: 24}, right=(0, 3, 5, 7, 8))
 
 
 @app.command()
@@ -252,14 +290,15 @@ def show(
     command = spec["command"][0] if spec["shell"] else shlex.join(spec["command"])
     lines = [
         f"job {j['id']}: {j['name']}",
-        f"  state      {j['state']}" + (f" ({j['reason']})" if j["reason"] else ""),
+        f"  state      {j['state']}" + (", held" if j["held"] else "")
+        + (f" ({j['reason']})" if j["reason"] else ""),
         f"  command    {command}" + ("  [shell]" if spec["shell"] else ""),
         f"  workdir    {spec['workdir'] or '-'}",
         f"  asks for   {spec['gpus']} GPU(s)"
         + (f", {spec['memory_gb']:g} GB" if spec["memory_gb"] else "")
         + (f", {spec['sm_pct']:g}% SM" if spec["sm_pct"] is not None else "")
         + (f", dataset {spec['dataset']}" if spec["dataset"] else ""),
-        f"  priority   {spec['priority']}   attempts {j['attempts']}/{j['max_attempts']}",
+        f"  priority   {spec['priority']}   attempts {_attempts_text(j)}",
         f"  submitted  {render.clock(j['submitted_at'])}   started {render.clock(j['started_at'])}"
         f"   ended {render.clock(j['ended_at'])}   time {render.duration(render.job_runtime(j))}",
     ]
@@ -284,6 +323,13 @@ def show(
         lines.append("environment:")
         lines.extend(f"  {k}={v}" for k, v in sorted(data["env"].items()))
     print("\n".join(lines))
+
+
+def _attempts_text(job: dict[str, Any]) -> str:
+    """"2/3", or after a requeue "1/3 since requeued (4 in all)"."""
+    before = job["attempts_before_requeue"]
+    counted = f"{job['attempts'] - before}/{job['max_attempts']}"
+    return f"{counted} since requeued ({job['attempts']} in all)" if before else counted
 
 
 def _usage_lines(usage: dict[str, Any] | None) -> list[str]:
@@ -351,7 +397,21 @@ def logs(
             follower.dump(attempts[-1]["log"])
 
 
-# ------------------------------------------------------------------------ cancel
+# ------------------------------------------------------------------- job control
+def _job_control(op: str, jobs: list[str], json_out: bool, **args: Any) -> None:
+    """Send a job-control op and print what it did to each job. The engine resolves every job
+    first (one unknown job: an error, nothing done); exits 1 if it refused any job."""
+    with _client() as client:
+        results = client.request(op, jobs=jobs, **args)["results"]
+    if json_out:
+        _print_json({"results": results})
+    else:
+        for r in results:
+            print(f"job {r['id']} ({r['name']}): {r['outcome']}")
+    if not all(r.get("ok", True) for r in results):  # cancel never refuses: no "ok"
+        raise typer.Exit(EXIT_FAILED)
+
+
 @app.command()
 def cancel(
     jobs: list[str] = typer.Argument(..., help="Job ids or names."),
@@ -359,13 +419,71 @@ def cancel(
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Cancel jobs: queued ones at once, running ones with SIGTERM, then SIGKILL after --grace."""
-    with _client() as client:
-        results = client.request("cancel", jobs=jobs, grace=grace)["results"]
-    if json_out:
-        _print_json({"results": results})
+    _job_control("cancel", jobs, json_out, grace=grace)
+
+
+@app.command()
+def hold(
+    jobs: list[str] = typer.Argument(..., help="Job ids or names."),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Hold queued jobs: they keep their place in the queue but do not start until released.
+
+    Exits 1 if a job could not be held (it is running or finished)."""
+    _job_control("hold", jobs, json_out)
+
+
+@app.command()
+def release(
+    jobs: list[str] = typer.Argument(..., help="Job ids or names."),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Release held jobs: they may start again, from the place in the queue they kept."""
+    _job_control("release", jobs, json_out)
+
+
+@app.command()
+def priority(
+    jobs: list[str] = typer.Argument(..., help="Job ids or names."),
+    value: int | None = typer.Option(None, "--set", help="The new priority, -1000..1000 "
+                                     "(higher runs first)."),
+    up: bool = typer.Option(False, "--up", help="Raise the priority by one."),
+    down: bool = typer.Option(False, "--down", help="Lower the priority by one."),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Change jobs' priority (--set N, --up or --down).
+
+    A queued job moves in the queue at once.
+
+    A running or finished job keeps it for when it is queued again (a retry, a requeue)."""
+    from gpudesk.engine.jobs import check_priority
+
+    given = [flag for flag, used in (("--set", value is not None), ("--up", up),
+                                     ("--down", down)) if used]
+    if len(given) != 1:
+        fail("give exactly one of --set N, --up or --down"
+             + (f" (found {' and '.join(given)})" if given else ""), EXIT_USAGE)
+    if value is None:
+        _job_control("priority", jobs, json_out, delta=1 if up else -1)
         return
-    for r in results:
-        print(f"job {r['id']} ({r['name']}): {r['outcome']}")
+    try:
+        check_priority(value)
+    except ValueError as exc:
+        fail(f"--set: {exc}", EXIT_USAGE)
+    _job_control("priority", jobs, json_out, priority=value)
+
+
+@app.command()
+def requeue(
+    jobs: list[str] = typer.Argument(..., help="Job ids or names."),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Run finished jobs again (failed, cancelled or succeeded) as the same jobs.
+
+    Each gets a fresh budget of max_attempts; its attempt numbers continue.
+
+    Exits 1 if a job is still running."""
+    _job_control("requeue", jobs, json_out)
 
 
 # --------------------------------------------------------------------------- top

@@ -1,12 +1,16 @@
-"""`gpudesk mig`: MIG partitions through nvidia-smi. It needs nothing but nvidia-smi: no engine,
-no NVML. Registered in gpudesk.cli as `app.add_typer(mig_app, name="mig")`; the helpers it
-shares with the other commands (fail, exit codes, JSON printing) are imported from there inside
-the commands, since gpudesk.cli imports this module."""
+"""`gpudesk mig`: MIG partitions through nvidia-smi. `profiles`, `list`, `apply` and `clear` need
+nothing but nvidia-smi: no engine, no NVML. `plan` and `apply-plan` ask the engine for the layout
+its queue would want (gpudesk.engine.mig_planner) and apply it through the engine.
+
+Registered in gpudesk.cli as `app.add_typer(mig_app, name="mig")`; the helpers it shares with the
+other commands (fail, exit codes, JSON printing, the engine client) are imported from there
+inside the commands, since gpudesk.cli imports this module."""
 
 from __future__ import annotations
 
 import shlex
 import sys
+import textwrap
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Annotated, Any
@@ -20,9 +24,6 @@ if TYPE_CHECKING:
 # (it is registered in gpudesk.cli), and the MIG layer costs ~25-40 ms to import.
 
 mig_app = typer.Typer(help="MIG partitions through nvidia-smi.", no_args_is_help=True)
-
-# nvidia-smi's answers that mean "this GPU is not partitionable now", not "nvidia-smi is broken"
-_MODE_KINDS = ("mig-disabled", "mig-pending", "mig-unsupported")
 
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 DryRunOption = Annotated[bool, typer.Option("--dry-run", help="Print the nvidia-smi commands "
@@ -83,7 +84,12 @@ def profiles_cmd(
     """The GPU instance profiles each MIG-enabled GPU offers.
 
     Free/total counts, memory, engines, and placements (start:size in memory slices)."""
-    from gpudesk.engine.mig import MigManager, NvidiaSmiError, derive_placements
+    from gpudesk.engine.mig import (
+        MIG_MODE_KINDS,
+        MigManager,
+        NvidiaSmiError,
+        derive_placements,
+    )
 
     manager = MigManager()
     found: list[tuple[GpuEntry, list[GiProfile], dict[int, tuple[Placement, ...]]]] = []
@@ -95,7 +101,7 @@ def profiles_cmd(
                 profiles = manager.profiles(entry.index)
                 placements = manager.placements(entry.index)
             except NvidiaSmiError as exc:
-                if gpu is not None or exc.kind not in _MODE_KINDS:
+                if gpu is not None or exc.kind not in MIG_MODE_KINDS:
                     raise
                 skipped.append((entry, exc))
                 continue
@@ -165,7 +171,7 @@ def _layout_text(gpu: int, layout: MigLayout) -> list[str]:
 @mig_app.command("list")
 def list_cmd(json_out: JsonOption = False) -> None:
     """Every GPU's MIG mode and MIG devices, with the UUIDs jobs use (CUDA_VISIBLE_DEVICES)."""
-    from gpudesk.engine.mig import MigManager, NvidiaSmiError
+    from gpudesk.engine.mig import MIG_MODE_KINDS, MigManager, NvidiaSmiError
 
     manager = MigManager()
     report = []
@@ -181,7 +187,7 @@ def list_cmd(json_out: JsonOption = False) -> None:
                     layout = manager.layout(entry.index, entry)
                     state = "enabled"
                 except NvidiaSmiError as exc:
-                    if exc.kind not in _MODE_KINDS:
+                    if exc.kind not in MIG_MODE_KINDS:
                         raise
                     state = exc.kind.removeprefix("mig-")
             report.append((entry, state, layout))
@@ -258,3 +264,113 @@ def clear_cmd(gpu: GpuOption, dry_run: DryRunOption = False) -> None:
               f"(MIG mode stays on)")
     else:
         print(f"GPU {gpu} has no MIG instances; nothing to do")
+
+
+# -------------------------------------------------------------------- the engine's plan
+# `plan` and `apply-plan` ask the engine (started if not running): the plan depends on its queue
+# and its station, simulated or real.
+APPLY_TIMEOUT_S = 300.0  # applying runs several nvidia-smi calls, each with its own timeout
+
+
+@contextmanager
+def _engine_errors() -> Iterator[None]:
+    from gpudesk.cli import EXIT_FAILED, EXIT_USAGE, fail
+    from gpudesk.engine.protocol import INVALID_ARGS, EngineError
+
+    try:
+        yield
+    except EngineError as exc:
+        fail(str(exc), EXIT_USAGE if exc.code == INVALID_ARGS else EXIT_FAILED)
+
+
+def _gib(mib: float) -> str:
+    return f"{mib / 1024:.1f} GiB"
+
+
+def _plan_text(plan: dict[str, Any]) -> str:
+    mode = {"enabled": "MIG enabled", "pending": "MIG enabled, pending a GPU reset",
+            "disabled": "MIG disabled"}.get(plan["mig_mode"], f"MIG {plan['mig_mode']}")
+    lines = [f"GPU {plan['gpu']}: {plan['name']}  {mode}"
+             + ("  [SIMULATED]" if plan["simulated"] else "")]
+    lines.append(f"  current  {', '.join(plan['current']) or 'no MIG instances'}")
+    lines.append(f"  wanted   {', '.join(plan['wanted']) or '-'}")
+    if plan["slices"]:
+        rows = [(s["profile"], _gib(s["memory_mib"]), s["job_id"],
+                 s["job_name"] + (" (held)" if s["job_held"] else ""),
+                 f"{_gib(s['job_memory_mib'])}, {s['job_sm_pct']:.0f}% SM")
+                for s in plan["slices"]]
+        lines.append(_table(("SLICE", "MEMORY", "JOB", "NAME", "JOB NEEDS"), rows,
+                            right=(1, 2)))
+    if plan["left_out"]:
+        more = plan["left_out_total"] - len(plan["left_out"])
+        lines.append(f"  not given a slice ({plan['left_out_total']}):")
+        lines.extend(f"    job {j['job_id']} {j['job_name']}: {j['reason']}"
+                     for j in plan["left_out"])
+        if more > 0:
+            lines.append(f"    ... and {more} more")
+    if plan["commands"]:
+        lines.append("  applying it runs" + (" (on a real GPU; this station is SIMULATED)"
+                                             if plan["simulated"] else "") + ":")
+        lines.extend(f"    {command}" for command in plan["commands"])
+    if plan["allowed"]:
+        lines.append(f"  can apply: yes (`gpudesk mig apply-plan --gpu {plan['gpu']}`)")
+    else:
+        lines.append(textwrap.fill(f"can apply: no. {plan['reason']}", width=96,
+                                   initial_indent="  ", subsequent_indent="    ",
+                                   break_on_hyphens=False, break_long_words=False))
+    return "\n".join(lines)
+
+
+@mig_app.command("plan")
+def plan_cmd(
+    gpu: Annotated[int | None, typer.Option("--gpu", "-g", min=0, help="Only this GPU.")] = None,
+    json_out: JsonOption = False,
+) -> None:
+    """The MIG layout the engine's queue would want on each MIG-capable GPU.
+
+    Current and wanted slices, the queued job each slice is for, the nvidia-smi commands that
+    applying it would run, and whether the engine may apply it (`apply-plan`), or why not."""
+    from gpudesk.cli import _client
+
+    with _engine_errors(), _client() as client:
+        result = client.request("mig_plan", gpu=gpu)
+    if json_out:
+        _print_json(result)
+        return
+    if not result["plans"]:
+        print("no MIG-capable GPU on this station")
+        return
+    print("\n\n".join(_plan_text(plan) for plan in result["plans"]))
+
+
+@mig_app.command("apply-plan")
+def apply_plan_cmd(
+    gpu: GpuOption,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Apply without asking (needed when "
+                                      "stdin is not a terminal).")] = False,
+) -> None:
+    """Apply the engine's MIG plan for one GPU (see `gpudesk mig plan`).
+
+    Only where [station] mig_repartition = true, the GPU is in MIG mode and no job runs on it.
+    Destroys the GPU's MIG instances and creates the planned ones; the queue is not touched."""
+    from gpudesk.cli import EXIT_FAILED, EXIT_USAGE, _client, fail
+
+    with _engine_errors(), _client() as client:
+        (plan,) = client.request("mig_plan", gpu=gpu)["plans"]
+        if not plan["allowed"]:
+            fail(f"the plan for GPU {gpu} cannot be applied. {plan['reason']}", EXIT_FAILED)
+        print(_plan_text(plan))
+        if not yes:
+            if sys.stdin is None or not sys.stdin.isatty():
+                fail("applying a MIG plan needs confirmation: run it in a terminal, or pass "
+                     "--yes", EXIT_USAGE)
+            if not typer.confirm(f"Destroy GPU {gpu}'s MIG instances and create "
+                                 f"{', '.join(plan['wanted'])}?", default=False):
+                fail("not applied; nothing was changed", EXIT_FAILED)
+        client.timeout = max(client.timeout, APPLY_TIMEOUT_S)
+        result = client.request("mig_apply", gpu=gpu, profiles=plan["wanted"], confirm=True)
+    print(result["message"])
+    if result["mig_devices"]:
+        rows = [(s["device"], s["profile"], s["gpu_instance_id"], s["compute_instance_id"],
+                 s["placement"], s["uuid"]) for s in result["mig_devices"]]
+        print(_table(("DEV", "PROFILE", "GI", "CI", "PLACEMENT", "UUID"), rows, right=(0, 2, 3)))

@@ -31,15 +31,38 @@ from gpudesk import __version__
 from gpudesk.engine import protocol, runner
 from gpudesk.engine.collocation import compute_slices
 from gpudesk.engine.demand import DEFAULT_SM_PCT, Demand, from_hints, reservation, signature
-from gpudesk.engine.jobs import TERMINAL_STATES, JobSpec, JobState, SpecError, check_env
+from gpudesk.engine.jobs import (
+    PRIORITY_RANGE,
+    TERMINAL_STATES,
+    JobSpec,
+    JobState,
+    SpecError,
+    check_env,
+    check_priority,
+)
 from gpudesk.engine.loaders import DatasetSpec, LoaderSupervisor
+from gpudesk.engine.mig import LayoutError, MigError, MigUsageError
+from gpudesk.engine.mig_planner import QueuedDemand
+from gpudesk.engine.mig_station import SETTLE_S as MIG_SETTLE_S
+from gpudesk.engine.mig_station import (
+    MigApplyRefused,
+    apply_on_gpu,
+    check_change,
+    station_plans,
+)
 from gpudesk.engine.mps import MpsError, MpsManager
 from gpudesk.engine.oom import gpu_oom_line
 from gpudesk.engine.policy import GpuState, MigSlice, Placement, StationView, Tenant, make_policy
 from gpudesk.engine.protocol import ProtocolError
 from gpudesk.engine.queue import JobQueue
 from gpudesk.engine.station import StationConfig, host_cores
-from gpudesk.engine.store import AttemptRecord, JobRecord, Store, UnknownJob
+from gpudesk.engine.store import (
+    GPU_ENERGY_METRIC,
+    AttemptRecord,
+    JobRecord,
+    Store,
+    UnknownJob,
+)
 from gpudesk.engine.telemetry.backend import make_backend
 from gpudesk.engine.telemetry.energy import AttemptUsage, summarize
 from gpudesk.engine.telemetry.monitor import Monitor, RawSample, TrackedAttempt
@@ -79,6 +102,20 @@ class LiveAttempt:
     is_child: bool = False  # started by this engine (reaped by it); False when re-adopted
     returncode: int | None = None  # the wrapper's status once reaped
     kill_at: float | None = None  # when to escalate a cancel to SIGKILL
+
+
+@dataclass(frozen=True)
+class JobOutcome:
+    """What a job-control action did to one job. `ok` is False only when the action was
+    refused (holding a running job, say); a no-op such as holding a held job is ok."""
+
+    message: str
+    ok: bool = True
+
+
+def _state_phrase(job: JobRecord) -> str:
+    """"running", or "already failed" for a finished job: the start of a refusal."""
+    return f"already {job.state.value}" if job.state.terminal else job.state.value
 
 
 def acquire_lock(path: Path, wait_s: float = LOCK_RETRY_S) -> IO[str]:
@@ -126,10 +163,16 @@ class Engine:
             "jobs": self.op_jobs,
             "show": self.op_show,
             "cancel": self.op_cancel,
+            "hold": self.op_hold,
+            "release": self.op_release,
+            "priority": self.op_priority,
+            "requeue": self.op_requeue,
             "configure": self.op_configure,
             "shutdown": self.op_shutdown,
             "telemetry": self.op_telemetry,
             "datasets": self.op_datasets,
+            "mig_plan": self.op_mig_plan,
+            "mig_apply": self.op_mig_apply,
         }
         self.ctx = zmq.Context.instance()
         self.control = self.ctx.socket(zmq.ROUTER)
@@ -149,6 +192,9 @@ class Engine:
         self.mps_checked_at = time.monotonic()
         self.store_samples_at = time.monotonic() + STORE_SAMPLES_EVERY_S
         self.prune_at = time.monotonic()
+        # GPU index -> the monitor's energy count when the store last got an energy point; what
+        # it counted since then is "energy today" not yet in the store.
+        self.energy_stored_upto_j: dict[int, float] = {}
         self.loaders = LoaderSupervisor(home)
         self.loaders_checked_at = 0.0
         self.dataset_of: dict[int, str] = {}  # running job id -> the dataset it names
@@ -254,6 +300,10 @@ class Engine:
                     log.exception("engine step failed; retrying in %g s", RETRY_AFTER_ERROR_S)
                     self.retry_at = time.monotonic() + RETRY_AFTER_ERROR_S
         log.info("engine stopping; %d attempt(s) keep running", len(self.live))
+        # Producers of running jobs keep serving them (the next engine adopts them); one that
+        # no running job reads would outlive every engine, so it goes now.
+        with contextlib.suppress(Exception):
+            self.loaders.stop_all_but(set(self.dataset_of.values()), "the engine stopped")
         signal.set_wakeup_fd(-1)
 
     def _stop_signal(self, signum: int, _frame: Any) -> None:
@@ -410,27 +460,91 @@ class Engine:
             "waiting": None,
             "usage": self.job_usage([job.id]).get(job.id),
         }
-        if job.state is JobState.QUEUED:
-            queue = self.queue.ordered()
+        if job.state is JobState.QUEUED and job.held:
+            result["waiting"] = (f"held: it will not start until released "
+                                 f"(gpudesk release {job.id})")
+        elif job.state is JobState.QUEUED:
+            queue = self.queue.placeable()
             result["waiting"] = self.policy.explain_wait(job, queue, self.station_view())
         if args.get("env"):
             result["env"] = {**self.store.base_env(job.id), **job.spec.env}
         return result
 
-    def op_cancel(self, args: dict[str, Any]) -> dict[str, Any]:
+    def act_on_jobs(self, args: dict[str, Any], action: Callable[[JobRecord], JobOutcome],
+                    *, can_refuse: bool = True) -> dict[str, Any]:
+        """The shape of every job-control op: resolve all of `args["jobs"]` (ids or names)
+        first, so one unknown job fails the request with none touched, then act on each job
+        once, in the order given. Returns {"results": [{"id", "name", "outcome", "ok"}]};
+        "ok" only for an op that `can_refuse` a job (cancel never does)."""
         refs = args.get("jobs")
         if not isinstance(refs, list) or not refs:
             raise ProtocolError(protocol.INVALID_ARGS, "'jobs' must be a non-empty list")
+        if len(refs) > MAX_JOBS_PER_REQUEST:
+            raise ProtocolError(protocol.INVALID_ARGS,
+                                f"at most {MAX_JOBS_PER_REQUEST} jobs per request, "
+                                f"found {len(refs)}")
+        jobs: dict[int, JobRecord] = {}
+        for ref in refs:
+            job = self.resolve(ref)
+            jobs.setdefault(job.id, job)
+        results = []
+        for job in jobs.values():
+            outcome = action(job)
+            result = {"id": job.id, "name": job.name, "outcome": outcome.message}
+            if can_refuse:
+                result["ok"] = outcome.ok
+            results.append(result)
+        return {"results": results}
+
+    def op_cancel(self, args: dict[str, Any]) -> dict[str, Any]:
         grace = args.get("grace", DEFAULT_CANCEL_GRACE_S)
         if isinstance(grace, bool) or not isinstance(grace, (int, float)) \
                 or not 0 <= grace <= MAX_CANCEL_GRACE_S:
             raise ProtocolError(protocol.INVALID_ARGS,
                                 f"'grace' must be 0 to {MAX_CANCEL_GRACE_S:g} seconds")
-        jobs = [self.resolve(ref) for ref in refs]  # all or nothing: resolve before acting
-        results = []
-        for job in jobs:
-            results.append({"id": job.id, "name": job.name, "outcome": self.cancel(job, grace)})
-        return {"results": results}
+        return self.act_on_jobs(args, lambda job: JobOutcome(self.cancel(job, grace)),
+                                can_refuse=False)
+
+    def op_hold(self, args: dict[str, Any]) -> dict[str, Any]:
+        """{"jobs": [refs]}: hold queued jobs. The placement policy never starts a held job; it
+        keeps its place in the queue. Outcomes: "held", "already held", or (ok false) why
+        not, e.g. "running: only a queued job can be held"."""
+        return self.act_on_jobs(args, self.hold)
+
+    def op_release(self, args: dict[str, Any]) -> dict[str, Any]:
+        """{"jobs": [refs]}: release held jobs. Outcomes: "released", "not held" (also for a
+        job that is not queued, e.g. "not held (running)")."""
+        return self.act_on_jobs(args, self.release)
+
+    def op_priority(self, args: dict[str, Any]) -> dict[str, Any]:
+        """{"jobs": [refs], "priority": int} sets the priority (submit's range), or
+        {"jobs": [refs], "delta": int} moves it (+1 raises, -1 lowers; kept in the range).
+        A queued job moves in the queue at once; a running or finished one keeps the new
+        priority for a retry or a requeue, and its outcome says it changes nothing now."""
+        priority, delta = args.get("priority"), args.get("delta")
+        if (priority is None) == (delta is None):
+            raise ProtocolError(protocol.INVALID_ARGS, "give either 'priority' (the new value) "
+                                "or 'delta' (+1 raises, -1 lowers), not both")
+        if priority is not None:
+            try:
+                wanted = check_priority(priority)
+            except ValueError as exc:
+                raise ProtocolError(protocol.INVALID_ARGS, f"'priority': {exc}") from None
+            return self.act_on_jobs(args, lambda job: self.set_priority(job, wanted))
+        low, high = PRIORITY_RANGE
+        if isinstance(delta, bool) or not isinstance(delta, int) \
+                or not -(high - low) <= delta <= high - low:
+            raise ProtocolError(protocol.INVALID_ARGS, f"'delta' must be a whole number from "
+                                f"{low - high} to {high - low}, e.g. 1 or -1")
+        return self.act_on_jobs(args, lambda job: self.set_priority(
+            job, min(high, max(low, job.spec.priority + delta))))
+
+    def op_requeue(self, args: dict[str, Any]) -> dict[str, Any]:
+        """{"jobs": [refs]}: put finished jobs (failed, cancelled, or succeeded to rerun them)
+        back in the queue as the same job, with a fresh attempt budget; attempt numbers
+        continue. Outcomes: "requeued", "already queued", or (ok false)
+        "running: only a finished job can be requeued"."""
+        return self.act_on_jobs(args, self.requeue)
 
     def op_configure(self, args: dict[str, Any]) -> dict[str, Any]:
         try:
@@ -465,6 +579,116 @@ class Engine:
         self.store.set_setting("datasets", [s.to_dict() for s in self.loaders.specs.values()])
         return {"datasets": sorted(self.loaders.specs)}
 
+    # ------------------------------------------------------------------- MIG
+    def op_mig_plan(self, args: dict[str, Any]) -> dict[str, Any]:
+        """{"gpu": int | null}: the MIG plan of one or every MIG-capable GPU (MigPlan.to_dict):
+        the layout the queue would want, the job each slice is for, the nvidia-smi commands
+        applying it would run, and whether the engine may apply it, or why not."""
+        gpu = _mig_gpu_arg(args, required=False)
+        try:
+            plans = station_plans(self.monitor.backend, self._mig_queue(),
+                                  self._running_by_gpu(),
+                                  repartition_allowed=self.config.mig_repartition, gpu=gpu)
+        except MigError as exc:
+            raise _mig_protocol_error(exc) from None
+        return {"plans": [p.to_dict() for p in plans], "simulated": self.monitor.simulated}
+
+    def op_mig_apply(self, args: dict[str, Any]) -> dict[str, Any]:
+        """{"gpu": int, "profiles": [str, ...], "confirm": true}: give an idle MIG-mode GPU this
+        layout, destroying its instances, only where [station] mig_repartition allows it and
+        only with confirm. A simulated station's `mig` table changes (telemetry and placement
+        see the new slices); a real GPU is repartitioned through nvidia-smi. The queue is not
+        touched. Never enables MIG mode or resets a GPU."""
+        gpu = _mig_gpu_arg(args, required=True)
+        assert gpu is not None
+        profiles = args.get("profiles")
+        if not isinstance(profiles, list) or not profiles \
+                or not all(isinstance(p, str) and p.strip() for p in profiles):
+            raise ProtocolError(protocol.INVALID_ARGS, "'profiles' must be a non-empty list of "
+                                'MIG profile names, e.g. ["3g.20gb", "2g.10gb"]')
+        confirm = args.get("confirm", False)
+        if not isinstance(confirm, bool):
+            raise ProtocolError(protocol.INVALID_ARGS, "'confirm' must be true or false")
+        try:
+            change, _ = check_change(self.monitor.backend, gpu, profiles, self._running_by_gpu(),
+                                     repartition_allowed=self.config.mig_repartition)
+        except MigError as exc:
+            raise _mig_protocol_error(exc) from None
+        previous = list(change.gpu.current)
+        result = {"gpu": gpu, "previous": previous, "profiles": list(change.profiles),
+                  "commands": list(change.commands), "mig_devices": [],
+                  "simulated": self.monitor.simulated}
+        if change.unchanged:
+            return {**result, "applied": False,
+                    "message": f"GPU {gpu} already has this layout; nothing was changed"}
+        if not confirm:
+            raise ProtocolError(protocol.REFUSED,
+                                f"not confirmed: applying destroys GPU {gpu}'s MIG instances "
+                                f"({', '.join(previous) or 'none'}) and creates "
+                                f"{', '.join(change.profiles)}; send confirm: true to apply it")
+        started = time.time()
+        if self.monitor.simulated:
+            self._set_simulated_mig_layout(gpu, change.profiles)
+        else:
+            try:
+                result["mig_devices"] = [s.to_dict() for s in apply_on_gpu(change)]
+            except MigError as exc:
+                self.store.add_event("mig", f"MIG layout of GPU {gpu} not applied: {exc}")
+                raise _mig_protocol_error(exc) from None
+        message = (f"MIG layout of GPU {gpu} applied: {', '.join(change.profiles)} (was "
+                   f"{', '.join(previous) or 'no instances'})"
+                   + (" [SIMULATED]" if self.monitor.simulated else ""))
+        log.info(message)
+        self.store.add_event("mig", message)
+        self.dirty = True
+        self._await_sample_after(started, MIG_SETTLE_S)
+        return {**result, "applied": True, "message": message}
+
+    def _set_simulated_mig_layout(self, gpu: int, profiles: tuple[str, ...]) -> None:
+        """A simulated GPU's new layout: the station's `mig` table changes as a reconfigure
+        would change it, and telemetry restarts on it."""
+        layout = {**(self.config.mig or {}), str(gpu): ",".join(profiles)}
+        try:
+            config = StationConfig.from_dict({**self.config.to_dict(), "mig": layout})
+        except ValueError as exc:
+            raise ProtocolError(protocol.INVALID_ARGS, str(exc)) from None
+        self.config = config
+        self.store.set_setting("station", config.to_dict())
+        self._restart_telemetry()
+
+    def _await_sample_after(self, after: float, timeout: float) -> None:
+        """Ingest samples until one taken after `after` (time.time()) is in, for at most
+        `timeout` s: placement must see a changed MIG layout before it places a job on it."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self.ingest_samples()
+            latest = self.monitor.latest
+            if latest is not None and latest["taken_at"] >= after:
+                return
+            time.sleep(0.01)
+
+    def _mig_queue(self) -> list[QueuedDemand]:
+        """The queued single-GPU jobs a MIG slice could take, in placement order, held ones
+        included (hold a sweep, repartition for it, release it). A job that must run alone
+        (after an out-of-memory death) is left to whole GPUs."""
+        queued = []
+        for job in self.queue.ordered():
+            if job.spec.gpus != 1:
+                continue
+            demand = self.demand(job)
+            if not demand.exclusive:
+                queued.append(QueuedDemand(job.id, job.name, demand.memory_mib, demand.sm_pct,
+                                           job.held))
+        return queued
+
+    def _running_by_gpu(self) -> dict[int, tuple[int, ...]]:
+        """GPU index -> the jobs running on it (whole, shared or on one of its MIG slices)."""
+        running: dict[int, list[int]] = {}
+        for live in self.live.values():
+            for index in live.gpus:
+                running.setdefault(index, []).append(live.attempt.job_id)
+        return {index: tuple(sorted(ids)) for index, ids in running.items()}
+
     def check_loaders(self) -> None:
         """Start, restart and stop dataset producers as the jobs need them."""
         now = time.monotonic()
@@ -472,7 +696,7 @@ class Engine:
             return
         self.loaders_checked_at = now
         running = set(self.dataset_of.values())
-        needed = running | {j.spec.dataset for j in self.queue.ordered() if j.spec.dataset}
+        needed = running | {j.spec.dataset for j in self.queue.placeable() if j.spec.dataset}
         if not needed and not self.loaders.producers:
             return
         self.loaders.tick(needed, running)
@@ -487,7 +711,13 @@ class Engine:
 
     def op_telemetry(self, args: dict[str, Any]) -> dict[str, Any]:
         """The latest station view (None before the first sample) and, on request, the last
-        `history` points of each GPU's series."""
+        `history` points of each GPU's series.
+
+        `energy_today_j` is {GPU index: joules} (the index a string on the wire, as JSON keys
+        are): what each GPU used since local midnight, from the energy points the store keeps
+        (one per STORE_SAMPLES_EVERY_S window, so across engine restarts) plus what the monitor
+        counted since the last of them. It counts only while an engine samples, and a window
+        that spans midnight counts for the new day."""
         points = args.get("history", 0)
         if isinstance(points, bool) or not isinstance(points, int) \
                 or not 0 <= points <= MAX_HISTORY_POINTS:
@@ -498,7 +728,22 @@ class Engine:
         if snapshot is not None:
             snapshot = {**snapshot, "interval_s": self.config.sample_interval}
         history = list(self.monitor.history)[-points:] if points else []
-        return {"snapshot": snapshot, "history": history}
+        return {"snapshot": snapshot, "history": history, "energy_today_j": self.energy_today()}
+
+    def energy_today(self) -> dict[int, float]:
+        """Joules per GPU since local midnight: stored windows plus what is not stored yet."""
+        gpus = [info.index for info in self.monitor.inventory]
+        energy = self.store.gpu_energy_since(gpus, local_midnight(time.time()))
+        for index, joules in self._energy_not_stored().items():
+            energy[index] = energy.get(index, 0.0) + joules
+        return {index: round(joules, 1) for index, joules in sorted(energy.items())}
+
+    def _energy_not_stored(self) -> dict[int, float]:
+        """Joules each GPU used since its last stored energy point."""
+        meter = self.monitor.meter
+        return {info.index: energy - self.energy_stored_upto_j.get(info.index, 0.0)
+                for info in self.monitor.inventory
+                if (energy := meter.energy_j(info.index)) is not None}
 
     # ------------------------------------------------------------- telemetry
     def _make_monitor(self, config: StationConfig) -> Monitor:
@@ -524,9 +769,12 @@ class Engine:
         self._stop_sampler()
         self.ingest_samples()
         usage = self.monitor.usage
+        unstored = self._energy_not_stored()
         self.monitor.close()
         self.monitor = self._make_monitor(self.config)
         self.monitor.usage.update(usage)
+        # The new monitor counts energy from zero: the next stored point carries the old one's.
+        self.energy_stored_upto_j = {index: -joules for index, joules in unstored.items()}
         self.lost_gpus = frozenset()
         self._start_sampler()
 
@@ -565,9 +813,14 @@ class Engine:
         ts = time.time()
         gpu_rows = [(ts, index, metric, mean.value) for (index, metric), mean
                     in averages.gpus.items() if mean.value is not None]
+        unstored = self._energy_not_stored()
+        gpu_rows += [(ts, index, GPU_ENERGY_METRIC, joules)
+                     for index, joules in unstored.items() if joules > 0]
         job_rows = [(ts, job, attempt, metric, mean.value) for (job, attempt, metric), mean
                     in averages.jobs.items() if mean.value is not None]
         self.store.add_samples(gpu_rows, job_rows)
+        for index, joules in unstored.items():
+            self.energy_stored_upto_j[index] = self.energy_stored_upto_j.get(index, 0.0) + joules
         self._record_usage(self.monitor.usage.values())
         latest = self.monitor.latest
         if latest:
@@ -656,6 +909,54 @@ class Engine:
                 self._terminate(live, grace)
         return "stopping"
 
+    def hold(self, job: JobRecord) -> JobOutcome:
+        if job.state is not JobState.QUEUED:
+            return JobOutcome(f"{_state_phrase(job)}: only a queued job can be held", ok=False)
+        if job.held:
+            return JobOutcome("already held")
+        self._job_changed(self.store.set_held(job.id, True), "held by user")
+        return JobOutcome("held")
+
+    def release(self, job: JobRecord) -> JobOutcome:
+        if job.state is not JobState.QUEUED:
+            return JobOutcome(f"not held ({_state_phrase(job)})")
+        if not job.held:
+            return JobOutcome("not held")
+        self._job_changed(self.store.set_held(job.id, False), "released by user")
+        return JobOutcome("released")
+
+    def set_priority(self, job: JobRecord, priority: int) -> JobOutcome:
+        old = job.spec.priority
+        if priority == old:
+            low, high = PRIORITY_RANGE
+            limit = " (the highest)" if old == high else " (the lowest)" if old == low else ""
+            return JobOutcome(f"priority stays {old}{limit}")
+        message = f"priority {old} -> {priority}"
+        self._job_changed(self.store.set_priority(job.id, priority), f"{message} by user")
+        if job.state is JobState.QUEUED:
+            return JobOutcome(message)
+        later = "a retry" if job.state is JobState.RUNNING else "a requeue"
+        return JobOutcome(f"{message}; {_state_phrase(job)}, so it changes nothing now "
+                          f"(it orders the queue after {later})")
+
+    def requeue(self, job: JobRecord) -> JobOutcome:
+        if job.state is JobState.QUEUED:
+            return JobOutcome("already queued" + (" (held)" if job.held else ""))
+        if job.state is JobState.RUNNING:
+            return JobOutcome("running: only a finished job can be requeued", ok=False)
+        record = self.store.requeue(job.id)
+        self._job_changed(record, f"requeued by user (was {job.state.value}); attempt "
+                          f"{record.attempts + 1} next, {record.spec.max_attempts} allowed")
+        return JobOutcome("requeued")
+
+    def _job_changed(self, job: JobRecord, message: str) -> None:
+        """A user changed a job (its store record and event are written): keep the queue's
+        copy current (re-sorted by `add`), tell subscribers, and let the policy look again."""
+        if job.state is JobState.QUEUED:
+            self.queue.add(job)
+        self.publish_job(job.id, message, job)
+        self.dirty = True
+
     def _terminate(self, live: LiveAttempt, grace: float) -> None:
         runner.signal_group(live.pid, signal.SIGTERM)
         deadline = time.monotonic() + grace
@@ -674,7 +975,7 @@ class Engine:
         """Queued jobs whose demand is not just their own hints: raised after an OOM, or
         completed by what earlier runs measured. The policy derives every other job's demand
         from its hints itself, so a long queue costs nothing here."""
-        return {job.id: self.demand(job) for job in self.queue.ordered()
+        return {job.id: self.demand(job) for job in self.queue.placeable()
                 if job.spec.gpus and (job.demand or (self.history and (
                     job.spec.memory_gb is None or job.spec.sm_pct is None)))}
 
@@ -777,7 +1078,7 @@ class Engine:
         self.dirty = False
         if not self.queue:
             return
-        decision = self.policy.place(self.queue.ordered(), self.station_view())
+        decision = self.policy.place(self.queue.placeable(), self.station_view())
         for job_id, count in decision.overtaken.items():
             self.overtaken[job_id] = self.overtaken.get(job_id, 0) + count
         for rejection in decision.rejections:
@@ -882,7 +1183,7 @@ class Engine:
             state, message = JobState.CANCELLED, f"cancelled ({outcome})"
         elif exit_code == 0:
             state, message = JobState.SUCCEEDED, outcome
-        elif oom and job.attempts < job.spec.max_attempts + OOM_RETRIES:
+        elif oom and job.attempts_since_requeue < job.spec.max_attempts + OOM_RETRIES:
             # An out-of-memory death is retried whatever max_attempts says: with more memory
             # and a GPU to itself, so the next attempt cannot die the same way or hurt others.
             demand = self.demand(job).after_oom(usage.gpu_memory_peak_mib if usage else None)
@@ -890,8 +1191,8 @@ class Engine:
             state = JobState.QUEUED
             message = (f"attempt {attempt.number} ran out of GPU memory ({oom}); back in the "
                        f"queue needing {demand.memory_mib / 1024:.1f} GiB on a GPU of its own")
-        elif job.attempts < job.spec.max_attempts:
-            left = job.spec.max_attempts - job.attempts
+        elif job.attempts_since_requeue < job.spec.max_attempts:
+            left = job.spec.max_attempts - job.attempts_since_requeue
             state = JobState.QUEUED
             message = f"attempt {attempt.number} failed ({outcome}); retrying, {left} left"
         else:
@@ -947,10 +1248,37 @@ class Engine:
         job = job or self.store.job(job_id)
         payload = {"ts": time.time(), "id": job.id, "name": job.name, "state": job.state.value,
                    "group": job.spec.group, "attempts": job.attempts,
-                   "exit_code": job.exit_code, "message": message}
+                   "exit_code": job.exit_code, "held": job.held,
+                   "priority": job.spec.priority, "message": message}
         # NOBLOCK: a slow subscriber must never stall the engine; events are in the store too.
         with contextlib.suppress(zmq.ZMQError):
             self.events.send_multipart(protocol.encode_event("job", payload), zmq.NOBLOCK)
+
+
+def local_midnight(now: float) -> float:
+    """The epoch time of the local midnight that began the day `now` falls in."""
+    day = time.localtime(now)
+    return time.mktime((day.tm_year, day.tm_mon, day.tm_mday, 0, 0, 0, 0, 0, -1))
+
+
+def _mig_gpu_arg(args: dict[str, Any], *, required: bool) -> int | None:
+    gpu = args.get("gpu")
+    if gpu is None and not required:
+        return None
+    if isinstance(gpu, bool) or not isinstance(gpu, int) or gpu < 0:
+        raise ProtocolError(protocol.INVALID_ARGS, "'gpu' must be a GPU index (0, 1, ...)"
+                            + ("" if required else ", or null for every GPU"))
+    return gpu
+
+
+def _mig_protocol_error(exc: MigError) -> ProtocolError:
+    """Refused (config, MIG mode, a busy GPU), a bad request (no such GPU, a layout that does
+    not fit), or nvidia-smi failing: each its own code, with MigError's one-paragraph message."""
+    if isinstance(exc, MigApplyRefused):
+        return ProtocolError(protocol.REFUSED, str(exc))
+    if isinstance(exc, (MigUsageError, LayoutError)):
+        return ProtocolError(protocol.INVALID_ARGS, str(exc))
+    return ProtocolError(protocol.MIG_FAILED, str(exc))
 
 
 def initial_config(store: Store, requested: StationConfig | None) -> StationConfig:

@@ -33,6 +33,8 @@ from typing import Any
 
 ENV_NVIDIA_SMI = "GPUDESK_NVIDIA_SMI"
 DEFAULT_TIMEOUT = 60.0  # seconds per nvidia-smi call; creating instances can take a while
+# NvidiaSmiError kinds that mean "this GPU cannot be partitioned now", not "nvidia-smi failed"
+MIG_MODE_KINDS = ("mig-disabled", "mig-pending", "mig-unsupported")
 
 
 # ----------------------------------------------------------------------------------- errors
@@ -836,30 +838,53 @@ class MigManager:
 
     # ------------------------------------------------------------------------- changes
     def _clear_steps(self, gpu: int) -> list[_Step]:
-        steps = []
         has_cis = bool(self.compute_instances(gpu))
-        if has_cis:
+        # compute instances live in GPU instances: with some, there are GPU instances too
+        return self._clear_steps_for(gpu, has_cis or bool(self.instances(gpu)), has_cis)
+
+    def _clear_steps_for(self, gpu: int, gpu_instances: bool,
+                         compute_instances: bool) -> list[_Step]:
+        steps = []
+        if compute_instances:
             steps.append(_Step(self.argv("mig", "-i", str(gpu), "-dci"),
                                "destroy the compute instances"))
-        if has_cis or self.instances(gpu):  # compute instances live in GPU instances
+        if gpu_instances or compute_instances:
             steps.append(_Step(self.argv("mig", "-i", str(gpu), "-dgi"),
                                "destroy the GPU instances"))
         return steps
+
+    def _create_step(self, gpu: int, plan: Sequence[PlannedInstance]) -> _Step:
+        ids = ",".join(str(p.profile.id) for p in plan)
+        return _Step(self.argv("mig", "-i", str(gpu), "-cgi", ids, "-C"),
+                     f"create {', '.join(p.profile.short_name for p in plan)}")
 
     def _apply_steps(self, gpu: int, profiles: Sequence[str] | str) -> tuple[
             list[_Step], list[PlannedInstance], dict[str, str]]:
         names = split_profiles(profiles)
         available = self.profiles(gpu)  # an unknown GPU or MIG mode off stops here
         plan = plan_layout(available, names, self.placements(gpu))
-        ids = ",".join(str(p.profile.id) for p in plan)
-        steps = self._clear_steps(gpu)
-        steps.append(_Step(self.argv("mig", "-i", str(gpu), "-cgi", ids, "-C"),
-                           f"create {', '.join(p.profile.short_name for p in plan)}"))
+        steps = [*self._clear_steps(gpu), self._create_step(gpu, plan)]
         return steps, plan, {str(p.id): p.short_name for p in available}
 
     def plan_apply(self, gpu: int, profiles: Sequence[str] | str) -> list[list[str]]:
         """The exact commands `apply` would run (reads the GPU's state, changes nothing)."""
         return [s.argv for s in self._apply_steps(gpu, profiles)[0]]
+
+    def plan_apply_to(self, gpu: int, profiles: Sequence[str] | str,
+                      available: Sequence[GiProfile],
+                      placements: Mapping[int, Sequence[Placement]], *,
+                      gpu_instances: bool, compute_instances: bool) -> list[list[str]]:
+        """The commands `apply` would run on a GPU in the given state (its `-lgip` profiles,
+        `-lgipp` placements, whether it has GPU and compute instances), without asking
+        nvidia-smi: for state read already, or a simulated GPU. Raises like `plan_layout`."""
+        plan = plan_layout(available, split_profiles(profiles), placements)
+        steps = [*self._clear_steps_for(gpu, gpu_instances, compute_instances),
+                 self._create_step(gpu, plan)]
+        return [s.argv for s in steps]
+
+    def verify_argv(self) -> list[str]:
+        """The listing `apply` reads back to check the MIG devices it made."""
+        return self.argv("-L")
 
     def apply(self, gpu: int, profiles: Sequence[str] | str) -> list[MigSlot]:
         """Replace the GPU's MIG layout with `profiles`: destroy its compute and GPU instances,

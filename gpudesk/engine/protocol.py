@@ -22,6 +22,8 @@ UNKNOWN_OP = "unknown_op"
 INVALID_ARGS = "invalid_args"
 UNKNOWN_JOB = "unknown_job"
 INTERNAL = "internal"
+REFUSED = "refused"  # a valid request the engine may not carry out now (config, state, confirm)
+MIG_FAILED = "mig_failed"  # nvidia-smi could not change or read the MIG layout
 
 
 class ProtocolError(Exception):

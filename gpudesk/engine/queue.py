@@ -1,5 +1,8 @@
 """The engine's in-memory view of queued jobs, kept in placement order (higher priority first,
-then first come) so the policy gets an ordered queue without a sort on every decision."""
+then first come) so the policy gets an ordered queue without a sort on every decision.
+
+A held job stays in the queue at its place (so releasing it puts it back where it was) but is
+not placeable. A changed job (held, released, a new priority) is re-added: `add` replaces."""
 
 from __future__ import annotations
 
@@ -35,7 +38,12 @@ class JobQueue:
         return job
 
     def ordered(self) -> list[JobRecord]:
+        """Every queued job, held ones included, in placement order."""
         return [self._jobs[job_id] for _, job_id in self._keys]
+
+    def placeable(self) -> list[JobRecord]:
+        """The queued jobs a policy may start (not held), in placement order."""
+        return [job for job in self.ordered() if not job.held]
 
     def __len__(self) -> int:
         return len(self._jobs)

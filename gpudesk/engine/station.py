@@ -18,7 +18,7 @@ POLICIES: tuple[str, ...] = ("fifo", "auto", "exclusive", "naive", "mps", "mig",
 MAX_SLOTS = 4096
 DEFAULT_SAMPLE_INTERVAL_S = 1.0
 STATION_KEYS = ("backend", "policy", "slots", "sample_interval", "grid_intensity", "mig",
-                "isolation")
+                "isolation", "mig_repartition")
 MIG_PROFILE = re.compile(r"^[1-7]g\.[0-9]{1,3}gb$")
 
 
@@ -78,7 +78,7 @@ check_grid_intensity = number_in(0.0, 2000.0)  # g CO2e per kWh
 STATION_CHECKS = {"backend": check_backend, "policy": check_policy, "slots": check_slots,
                   "sample_interval": check_sample_interval,
                   "grid_intensity": check_grid_intensity, "mig": check_mig,
-                  "isolation": check_bool}
+                  "isolation": check_bool, "mig_repartition": check_bool}
 
 
 @dataclass(frozen=True)
@@ -90,6 +90,9 @@ class StationConfig:
     grid_intensity: float = DEFAULT_GRID_G_PER_KWH  # g CO2e per kWh, for carbon figures
     mig: dict[str, str] | None = None  # a simulated station's MIG layout, by GPU index
     isolation: bool = False  # jobs never share a GPU except on separate MIG slices
+    # The engine may repartition an idle MIG-mode GPU to fit the queue (`mig_apply`, on an
+    # explicit confirmed request); off, it only shows the plan. It never changes MIG mode.
+    mig_repartition: bool = False
 
     @property
     def effective_slots(self) -> int:

@@ -7,6 +7,7 @@ one transaction, so a crash leaves either all of it or none of it. The schema is
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import sqlite3
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpudesk.engine.jobs import JobSpec, JobState, check_transition
+from gpudesk.engine.jobs import InvalidTransition, JobSpec, JobState, check_transition
 
 
 class StoreError(RuntimeError):
@@ -142,10 +143,20 @@ MIGRATIONS: tuple[str, ...] = (
         updated_at REAL NOT NULL
     );
     """,
+    # 4: job control. A queued job can be held (never started until released), and a finished
+    # job requeued with a fresh attempt budget: attempts made before the latest requeue stay in
+    # its history (and its attempt numbers continue) but do not count against max_attempts.
+    """
+    ALTER TABLE jobs ADD COLUMN held INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE jobs ADD COLUMN attempts_before_requeue INTEGER NOT NULL DEFAULT 0;
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
 LIVE_ATTEMPT_STATES = ("launching", "running")
+# The gpu_samples metric holding the energy a GPU used over each stored window, in joules (a
+# sum, where the other metrics are means): what "energy today" adds up.
+GPU_ENERGY_METRIC = "energy_j"
 
 
 @dataclass(frozen=True)
@@ -162,10 +173,17 @@ class JobRecord:
     cancel_requested: bool
     kill_deadline: float | None = None  # wall clock: when a cancel escalates to SIGKILL
     demand: dict[str, Any] | None = None  # raised after an out-of-memory death
+    held: bool = False  # a queued job the placement policy must not start until released
+    attempts_before_requeue: int = 0  # attempts made before the user last requeued it
 
     @property
     def name(self) -> str:
         return self.spec.name
+
+    @property
+    def attempts_since_requeue(self) -> int:
+        """The attempts that count against `max_attempts` (all of them if never requeued)."""
+        return self.attempts - self.attempts_before_requeue
 
     def to_dict(self) -> dict[str, Any]:
         spec = self.spec.to_dict()
@@ -183,6 +201,8 @@ class JobRecord:
             "exit_code": self.exit_code,
             "reason": self.reason,
             "cancel_requested": self.cancel_requested,
+            "held": self.held,
+            "attempts_before_requeue": self.attempts_before_requeue,
             "spec": spec,
         }
 
@@ -258,6 +278,8 @@ def _job(row: sqlite3.Row) -> JobRecord:
         cancel_requested=bool(row["cancel_requested"]),
         kill_deadline=row["kill_deadline"],
         demand=json.loads(row["demand"]) if row["demand"] else None,
+        held=bool(row["held"]),
+        attempts_before_requeue=row["attempts_before_requeue"],
     )
 
 
@@ -487,6 +509,13 @@ class Store:
         counts.update({state: n for state, n in rows})
         return counts
 
+    @staticmethod
+    def _state(conn: sqlite3.Connection, job_id: int) -> JobState:
+        row = conn.execute("SELECT state FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        if row is None:
+            raise UnknownJob(f"no job with id {job_id}")
+        return JobState(row["state"])
+
     def _transition(
         self,
         conn: sqlite3.Connection,
@@ -496,10 +525,7 @@ class Store:
         now: float,
         **columns: Any,
     ) -> None:
-        row = conn.execute("SELECT state FROM jobs WHERE id = ?", (job_id,)).fetchone()
-        if row is None:
-            raise UnknownJob(f"no job with id {job_id}")
-        check_transition(JobState(row["state"]), new)
+        check_transition(self._state(conn, job_id), new)
         sets = ", ".join(["state = ?", *(f"{c} = ?" for c in columns)])
         conn.execute(f"UPDATE jobs SET {sets} WHERE id = ?", (new.value, *columns.values(), job_id))
         self._add_event(conn, "state", message, job_id=job_id, state=new, now=now)
@@ -509,7 +535,8 @@ class Store:
         """End a job that never started (cancelled in the queue, or impossible to place)."""
         now = now or time.time()
         with self.transaction() as conn:
-            self._transition(conn, job_id, state, reason, now, ended_at=now, reason=reason)
+            self._transition(conn, job_id, state, reason, now, ended_at=now, reason=reason,
+                             held=0)
 
     def request_cancel(self, job_id: int, grace: float, now: float | None = None) -> None:
         """Record a cancel of a running job and when it escalates to SIGKILL (an earlier
@@ -523,6 +550,58 @@ class Store:
             )
             self._add_event(conn, "cancel", f"cancel requested (SIGKILL after {grace:g} s)",
                             job_id=job_id, now=now)
+
+    # ------------------------------------------------------------ job control
+    def set_held(self, job_id: int, held: bool, now: float | None = None) -> JobRecord:
+        """Hold a queued job (the placement policy skips it; it keeps its place in the queue)
+        or release it. Only a queued job can be held: anything else raises InvalidTransition."""
+        now = now or time.time()
+        with self.transaction() as conn:
+            updated = conn.execute("UPDATE jobs SET held = ? WHERE id = ? AND state = 'queued'",
+                                   (int(held), job_id)).rowcount
+            if not updated:
+                state = self._state(conn, job_id)
+                raise InvalidTransition(f"only a queued job can be held or released; job "
+                                        f"{job_id} is {state.value}")
+            self._add_event(conn, "hold" if held else "release",
+                            "held by user" if held else "released by user",
+                            job_id=job_id, now=now)
+        return self.job(job_id)
+
+    def set_priority(self, job_id: int, priority: int, now: float | None = None) -> JobRecord:
+        """Change a job's priority (its spec and the queue-order column) in any state; it
+        orders the queue, so it matters when the job is, or next goes back to, queued."""
+        now = now or time.time()
+        with self.transaction() as conn:
+            row = conn.execute("SELECT spec FROM jobs WHERE id = ?", (job_id,)).fetchone()
+            if row is None:
+                raise UnknownJob(f"no job with id {job_id}")
+            spec = JobSpec.from_stored(json.loads(row["spec"]))
+            changed = dataclasses.replace(spec, priority=priority)
+            conn.execute("UPDATE jobs SET spec = ?, priority = ? WHERE id = ?",
+                         (json.dumps(changed.to_dict()), priority, job_id))
+            self._add_event(conn, "priority",
+                            f"priority {spec.priority} -> {priority} by user",
+                            job_id=job_id, now=now)
+        return self.job(job_id)
+
+    def requeue(self, job_id: int, now: float | None = None) -> JobRecord:
+        """Put a finished job (succeeded, failed or cancelled) back in the queue as the same
+        job, with a fresh attempt budget: its attempts stay in its history and the next one's
+        number follows them. Raises InvalidTransition for a job that has not finished."""
+        now = now or time.time()
+        with self.transaction() as conn:
+            state = self._state(conn, job_id)
+            if not state.terminal:
+                raise InvalidTransition(f"only a finished job can be requeued; job {job_id} "
+                                        f"is {state.value}")
+            conn.execute(
+                "UPDATE jobs SET state = 'queued', attempts_before_requeue = attempts, "
+                "held = 0, cancel_requested = 0, kill_deadline = NULL, started_at = NULL, "
+                "ended_at = NULL, exit_code = NULL, reason = NULL WHERE id = ?", (job_id,))
+            self._add_event(conn, "state", f"requeued by user (was {state.value})",
+                            job_id=job_id, state=JobState.QUEUED, now=now)
+        return self.job(job_id)
 
     # --------------------------------------------------------------- attempts
     def start_attempt(
@@ -661,6 +740,18 @@ class Store:
         return [tuple(row) for row in self._conn.execute(
             "SELECT ts, value FROM gpu_samples WHERE gpu = ? AND metric = ? AND ts >= ? "
             "ORDER BY ts", (gpu, metric, since))]
+
+    def gpu_energy_since(self, gpus: Iterable[int], since: float) -> dict[int, float]:
+        """Joules each GPU used since `since`, from the stored GPU_ENERGY_METRIC points (each
+        the energy of the window that ended at its time stamp). GPUs with none are left out."""
+        found = {}
+        for gpu in gpus:
+            total = self._conn.execute(
+                "SELECT SUM(value) FROM gpu_samples WHERE gpu = ? AND metric = ? AND ts >= ?",
+                (gpu, GPU_ENERGY_METRIC, since)).fetchone()[0]
+            if total is not None:
+                found[gpu] = float(total)
+        return found
 
     def job_series(self, job_id: int, metric: str) -> list[tuple[float, float]]:
         return [tuple(row) for row in self._conn.execute(
