@@ -65,11 +65,12 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[object]],
     return "\n".join(lines)
 
 
-def job_runtime(job: dict) -> float | None:
+def job_runtime(job: dict, now: float | None = None) -> float | None:
+    """Seconds a job has run: until it ended, else until `now` (default: this moment)."""
     started, ended = job.get("started_at"), job.get("ended_at")
     if started is None:
         return None
-    return (ended or time.time()) - started
+    return (ended or (time.time() if now is None else now)) - started
 
 
 def last_line(path: str | os.PathLike[str] | None, max_bytes: int = 4096) -> str:

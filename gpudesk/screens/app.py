@@ -1,0 +1,275 @@
+"""The desk: a Textual app over the engine. One worker thread reads the feed and posts typed
+messages; screens redraw from the folded `DeskState`; actions run on worker threads and report
+back as notifications, so no widget ever waits on I/O."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+from textual import work
+from textual.app import App, SystemCommand
+from textual.binding import Binding, BindingType
+from textual.message import Message
+from textual.screen import Screen
+
+from gpudesk.engine.protocol import EngineError
+from gpudesk.screens.base import MUTATING, DeskScreen
+from gpudesk.screens.dialogs import ConfirmScreen, SubmitRequest, SubmitScreen
+from gpudesk.screens.feed import Feed, Frame
+from gpudesk.screens.help import HelpScreen
+from gpudesk.screens.job import JobScreen, LogScreen
+from gpudesk.screens.loaders import LoadersScreen
+from gpudesk.screens.mig import MigScreen
+from gpudesk.screens.queue import QueueScreen
+from gpudesk.screens.state import DeskState
+from gpudesk.screens.station import StationScreen
+
+DEFAULT_REFRESH_S = 1.0
+RETRY_S = 2.0  # after the engine stopped answering
+
+
+class FrameArrived(Message):
+    def __init__(self, frame: Frame) -> None:
+        super().__init__()
+        self.frame = frame
+
+
+class FeedTrouble(Message):
+    """The engine stopped answering (None: it answers again)."""
+
+    def __init__(self, problem: str | None) -> None:
+        super().__init__()
+        self.problem = problem
+
+
+@dataclass(frozen=True)
+class ActionResult:
+    op: str
+    reply: dict[str, Any] | None
+    error: str | None
+
+
+class DeskApp(App[str]):
+    CSS_PATH = "desk.tcss"
+    TITLE = "gpudesk"
+    ENABLE_COMMAND_PALETTE = True
+    MODES: ClassVar[dict[str, Any]] = {"station": StationScreen, "queue": QueueScreen,
+                                       "loaders": LoadersScreen, "mig": MigScreen}
+    DEFAULT_MODE = "station"
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("1,s", "switch_mode('station')", "Station"),
+        Binding("2,j", "switch_mode('queue')", "Jobs"),
+        Binding("3", "switch_mode('loaders')", "Loaders"),
+        Binding("4,m", "switch_mode('mig')", "MIG"),
+        Binding("n", "submit", "Submit"),
+        Binding("question_mark", "help", "Help", key_display="?"),
+        Binding("q", "quit_desk", "Quit"),
+    ]
+
+    def __init__(self, feed: Feed, *, readonly: bool = False,
+                 refresh_s: float = DEFAULT_REFRESH_S, workdir: Path | None = None) -> None:
+        super().__init__()
+        self.feed = feed
+        self.readonly = readonly or feed.readonly_reason is not None
+        self.refresh_s = refresh_s
+        self.workdir = workdir or Path.cwd()
+        self.state = DeskState()
+        self.connection_note: str | None = None
+
+    # ------------------------------------------------------------------ data
+    def on_mount(self) -> None:
+        self.follow_feed()
+
+    @work(thread=True, exclusive=True, group="feed", exit_on_error=False)
+    def follow_feed(self) -> None:
+        from textual.worker import get_current_worker
+
+        current = get_current_worker()
+        trouble = False
+        while not current.is_cancelled:
+            try:
+                frame = self.feed.next_frame(self.refresh_s)
+            except EngineError as exc:
+                self.post_message(FeedTrouble(f"engine not answering: {exc}"))
+                trouble = True
+                time.sleep(RETRY_S)
+                continue
+            if trouble:
+                self.post_message(FeedTrouble(None))
+                trouble = False
+            if frame is not None:
+                self.post_message(FrameArrived(frame))
+
+    def on_frame_arrived(self, message: FrameArrived) -> None:
+        self.state.fold(message.frame)
+        self._redraw()
+
+    def on_feed_trouble(self, message: FeedTrouble) -> None:
+        self.connection_note = message.problem and "ENGINE NOT ANSWERING"
+        if message.problem:
+            self.notify(message.problem, severity="error", timeout=6)
+        self._redraw()
+
+    def _redraw(self) -> None:
+        if isinstance(self.screen, DeskScreen):
+            self.screen.redraw()
+
+    # ------------------------------------------------------------------ actions
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        # read-only: hidden from the footer, and the keys do nothing
+        return not (self.readonly and action in MUTATING)
+
+    def act(self, op: str, **args: Any) -> None:
+        """Run one engine action off the UI thread and say how it went."""
+        if self.readonly:
+            self.notify("read-only desk: actions are off", severity="warning")
+            return
+        self._act(op, args)
+
+    @work(thread=True, group="actions")
+    def _act(self, op: str, args: dict[str, Any]) -> None:
+        try:
+            reply, error = self.feed.request(op, **args), None
+        except EngineError as exc:
+            reply, error = None, str(exc)
+        self.call_from_thread(self._acted, ActionResult(op, reply, error))
+
+    def _acted(self, result: ActionResult) -> None:
+        if result.error:
+            self.notify(f"{result.op}: {result.error}", severity="error", timeout=8)
+            return
+        reply = result.reply or {}
+        outcomes = reply.get("results")
+        if isinstance(outcomes, list) and outcomes:
+            text = "; ".join(f"job {r.get('id')} {r.get('outcome')}" for r in outcomes)
+        elif "ids" in reply:
+            text = f"submitted {len(reply['ids'])} job(s): " + \
+                ", ".join(str(i) for i in reply["ids"])
+        else:
+            text = f"{result.op}: done"
+        self.notify(text, timeout=4)
+
+    def confirm(self, question: str, on_yes: Callable[[], None], yes: str = "Yes") -> None:
+        def answered(ok: bool | None) -> None:
+            if ok:
+                on_yes()
+
+        self.push_screen(ConfirmScreen(question, yes), answered)
+
+    def confirm_cancel(self, job: dict[str, Any]) -> None:
+        if job["state"] not in ("queued", "running"):
+            self.notify(f"job {job['id']} is already {job['state']}", severity="warning")
+            return
+        what = "stop the running" if job["state"] == "running" else "cancel the queued"
+        self.confirm(f"Really {what} job {job['id']} ({job['name']})?",
+                     lambda: self.act("cancel", jobs=[job["id"]]), yes="Cancel job")
+
+    def open_job(self, job_id: int) -> None:
+        self.push_screen(JobScreen(job_id))
+
+    def open_log(self, job: dict[str, Any]) -> None:
+        if not job.get("log"):
+            self.notify(f"job {job['id']} has no log yet (it has not started)",
+                        severity="warning")
+            return
+        self.push_screen(LogScreen(job))
+
+    def page_log(self, job: dict[str, Any]) -> None:
+        path = job.get("log")
+        if not path:
+            self.notify(f"job {job['id']} has no log yet", severity="warning")
+            return
+        pager = shlex.split(os.environ.get("PAGER") or "less -R +G")
+        try:
+            with self.suspend():
+                subprocess.call([*pager, path])
+        except Exception as exc:  # no terminal to hand over (headless, a web driver)
+            self.notify(f"cannot open $PAGER here ({type(exc).__name__}); showing the log "
+                        "pane instead", severity="warning")
+            self.open_log(job)
+
+    def action_submit(self) -> None:
+        if self.readonly:
+            return
+        self.push_screen(SubmitScreen(self.workdir), self._submit_answered)
+
+    def _submit_answered(self, request: SubmitRequest | None) -> None:
+        if request is not None:
+            self._submit(request)
+
+    @work(thread=True, group="actions")
+    def _submit(self, request: SubmitRequest) -> None:
+        from gpudesk.engine.client import submit_env
+        from gpudesk.engine.jobs import JobSpec, SpecError
+        from gpudesk.profile import ProfileError, load_profile
+
+        try:
+            if request.profile is not None:
+                profile = load_profile(request.profile)
+                loaders = [d.loader.to_dict() for d in profile.datasets.values()
+                           if d.loader is not None]
+                if loaders:
+                    self.feed.request("datasets", datasets=loaders)
+                specs = [spec.to_dict() for spec in profile.jobs]
+            else:
+                specs = [JobSpec.from_dict(request.job or {}).to_dict()]
+            reply, error = self.feed.request("submit", jobs=specs, env=submit_env()), None
+        except ProfileError as exc:
+            reply, error = None, f"the profile is not valid:\n{exc}"
+        except SpecError as exc:
+            reply, error = None, f"{exc.key}: {exc.message}"
+        except (EngineError, OSError) as exc:
+            reply, error = None, str(exc)
+        self.call_from_thread(self._acted, ActionResult("submit", reply, error))
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen(self.readonly))
+
+    def action_quit_desk(self) -> None:
+        counts = self.state.counts()
+        running, queued = counts.get("running", 0), counts.get("queued", 0)
+        self.exit(f"gpudesk: the desk closed; the engine keeps running ({running} running, "
+                  f"{queued} queued job(s)). `gpudesk` reopens it, `gpudesk engine stop` stops "
+                  "the engine (running jobs still finish).")
+
+    # ------------------------------------------------------------------ palette
+    def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
+        yield SystemCommand("Station", "GPU cards, host and totals",
+                            lambda: self.switch_mode("station"))
+        yield SystemCommand("Queue & jobs", "every job, with actions",
+                            lambda: self.switch_mode("queue"))
+        yield SystemCommand("Loaders", "shared data loaders and their consumers",
+                            lambda: self.switch_mode("loaders"))
+        yield SystemCommand("MIG", "MIG layout and planner", lambda: self.switch_mode("mig"))
+        yield SystemCommand("Help", "every key binding", self.action_help)
+        yield SystemCommand("Quit", "close the desk (jobs keep running)",
+                            self.action_quit_desk)
+        if not self.readonly:
+            yield SystemCommand("Submit", "submit a profile or a command", self.action_submit)
+            if isinstance(screen, QueueScreen | JobScreen):
+                for title, what, action in (
+                        ("Cancel job", "cancel the selected job (asks first)", "cancel_job"),
+                        ("Hold / release job", "keep a queued job from starting, or let it",
+                         "hold_job"),
+                        ("Requeue job", "run a finished job again", "requeue_job"),
+                        ("Open log", "the job's log in a pane, following", "log_job"),
+                        ("Open log in $PAGER", "the job's log in your pager", "pager_job")):
+                    yield SystemCommand(title, what, getattr(screen, f"action_{action}"))
+            if isinstance(screen, QueueScreen):
+                yield SystemCommand("Raise priority", "the selected job runs sooner",
+                                    lambda: screen.action_priority(1))
+                yield SystemCommand("Lower priority", "the selected job runs later",
+                                    lambda: screen.action_priority(-1))
+                yield SystemCommand("Job detail", "placement, usage, events, log tail",
+                                    screen.action_open_job)
+            if isinstance(screen, MigScreen):
+                yield SystemCommand("Apply MIG plan", "repartition as planned (asks first)",
+                                    screen.action_apply_plan)
+        yield from super().get_system_commands(screen)

@@ -1,0 +1,266 @@
+"""Queue & jobs: every job in one table, updated in place (the cursor and the scroll position
+survive updates), sortable and filterable, with the job actions on keys."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.widgets import DataTable, Footer, Input
+
+from gpudesk import render
+from gpudesk.screens.base import DeskScreen
+from gpudesk.screens.state import DeskState, sharing_mode
+from gpudesk.screens.widgets.glyphs import energy_text
+from gpudesk.screens.widgets.strips import DeskHeader
+
+STATE_STYLES = {"queued": "yellow", "held": "magenta", "running": "green",
+                "succeeded": "dim green", "failed": "bold red", "cancelled": "dim"}
+
+
+@dataclass(frozen=True)
+class Column:
+    key: str
+    label: str
+    width: int | None
+
+
+COLUMNS = (
+    Column("id", "ID", 3), Column("name", "NAME", None), Column("state", "STATE", 9),
+    Column("where", "WHERE", 13), Column("progress", "PROG", 5), Column("runtime", "TIME", 6),
+    Column("energy", "ENERGY", 8), Column("priority", "PRI", 3),
+)
+NAME_WIDTH = (10, 40)  # the name column takes what the others leave, within these bounds
+CELL_PADDING = 1  # DataTable's default: a cell each side of every column
+SCROLLBAR = 2
+SORTS = ("id", "state", "name", "runtime", "energy", "priority")
+
+
+def job_state(job: dict[str, Any]) -> str:
+    return "held" if job["state"] == "queued" and job.get("held") else job["state"]
+
+
+def job_cells(job: dict[str, Any], state: DeskState) -> dict[str, Any]:
+    """The table cells of one job, as displayed."""
+    shown = job_state(job)
+    where = job.get("slot") or ""
+    if job["state"] == "queued":
+        gpus = job["spec"].get("gpus") or 0
+        where = f"wants {gpus} GPU" + ("s" if gpus != 1 else "") if gpus else "wants cpu"
+    progress = state.frame.progress.get(job["id"]) if state.frame else None
+    usage = job.get("usage") or {}
+    energy = usage.get("total_j") if isinstance(usage, dict) else None
+    return {
+        "id": Text(str(job["id"]), justify="right"),
+        "name": Text(job["name"], no_wrap=True, overflow="ellipsis"),
+        "state": Text(shown, style=STATE_STYLES.get(shown, "")),
+        "where": where,
+        "progress": f"{progress[0]}/{progress[1]}" if progress else "",
+        "runtime": Text(render.duration(render.job_runtime(job, state.now))
+                        if job.get("started_at") else "-", justify="right"),
+        "energy": Text(("~" if usage.get("estimate") else "") + energy_text(energy)
+                       if energy is not None else "-", justify="right"),
+        "priority": Text(str(job["spec"].get("priority", 0)), justify="right"),
+    }
+
+
+def sort_value(job: dict[str, Any], key: str, now: float | None = None) -> Any:
+    if key == "state":
+        return (job_state(job), job["id"])
+    if key == "name":
+        return (job["name"], job["id"])
+    if key == "runtime":
+        return render.job_runtime(job, now) or 0.0
+    if key == "energy":
+        usage = job.get("usage") or {}
+        return usage.get("total_j") or 0.0
+    if key == "priority":
+        return (-(job["spec"].get("priority") or 0), job["id"])
+    return job["id"]
+
+
+def matches(job: dict[str, Any], text: str) -> bool:
+    """A filter matches on id, name, state, placement, group and dataset; `state:running` (or
+    `=`) matches one state exactly; several words must all match."""
+    fields = " ".join(str(v) for v in (
+        job["id"], job["name"], job_state(job), job.get("slot") or "", job.get("group") or "",
+        job["spec"].get("dataset") or "", sharing_mode(job))).lower()
+    for word in text.lower().split():
+        key, sep, value = word.replace("=", ":").partition(":")
+        if sep and key == "state":
+            if job_state(job) != value:
+                return False
+        elif word not in fields:
+            return False
+    return True
+
+
+class QueueScreen(DeskScreen):
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("enter", "open_job", "Detail"),
+        Binding("c", "cancel_job", "Cancel"),
+        Binding("h", "hold_job", "Hold/release"),
+        Binding("plus,equals_sign", "priority(1)", "Pri +", key_display="+"),
+        Binding("minus", "priority(-1)", "Pri -", key_display="-"),
+        Binding("r", "requeue_job", "Requeue"),
+        Binding("l", "log_job", "Log"),
+        Binding("p", "pager_job", "Pager", show=False),
+        Binding("slash", "filter", "Filter", key_display="/"),
+        Binding("o", "sort", "Sort"),
+        Binding("O", "sort_reverse", "Reverse", show=False),
+        Binding("escape", "clear_filter", "Clear filter", show=False),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sort_key = "id"
+        self.sort_reverse = False
+        self.filter_text = ""
+
+    def compose(self) -> ComposeResult:
+        yield DeskHeader()
+        yield DataTable(id="jobs", cursor_type="row", zebra_stripes=True)
+        yield Input(placeholder="filter: words, or state:running — Enter keeps, Esc clears",
+                    id="filter")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#filter", Input).display = False
+        self.name_width = 0
+        self._fit_columns()
+
+    def on_resize(self) -> None:
+        if self._fit_columns():
+            self.show_state(self.desk.state)
+
+    def _fit_columns(self) -> bool:
+        """Give the name column what the fixed ones leave, so the table never needs a
+        horizontal scroll bar (80 columns over SSH). True when the columns changed."""
+        fixed = sum(c.width or 0 for c in COLUMNS) + 2 * CELL_PADDING * len(COLUMNS)
+        width = max(NAME_WIDTH[0], min(NAME_WIDTH[1], self.size.width - fixed - SCROLLBAR))
+        if width == self.name_width:
+            return False
+        self.name_width = width
+        table = self.query_one("#jobs", DataTable)
+        table.clear(columns=True)
+        for column in COLUMNS:
+            table.add_column(column.label, key=column.key, width=column.width or width)
+        return True
+
+    # ------------------------------------------------------------------ drawing
+    def show_state(self, state: DeskState) -> None:
+        table = self.query_one("#jobs", DataTable)
+        jobs = [j for j in state.jobs if matches(j, self.filter_text)]
+        jobs.sort(key=lambda j: sort_value(j, self.sort_key, state.now),
+                  reverse=self.sort_reverse)
+        selected = self.selected_id()
+        wanted = [str(j["id"]) for j in jobs]
+        existing = [str(row.value) for row in table.rows]
+        if existing != wanted:
+            # Rebuild the order (rare: a job came, went or the sort changed) ...
+            scroll_y = table.scroll_y
+            table.clear()
+            for job in jobs:
+                cells = job_cells(job, state)
+                table.add_row(*(cells[c.key] for c in COLUMNS), key=str(job["id"]))
+            if selected is not None and str(selected) in wanted:
+                table.move_cursor(row=wanted.index(str(selected)), animate=False)
+            table.scroll_to(y=scroll_y, animate=False)
+            return
+        # ... else update the cells that changed, in place.
+        for job in jobs:
+            cells = job_cells(job, state)
+            row = table.get_row(str(job["id"]))
+            for position, column in enumerate(COLUMNS):
+                if str(row[position]) != str(cells[column.key]):
+                    table.update_cell(str(job["id"]), column.key, cells[column.key])
+
+    def selected_id(self) -> int | None:
+        table = self.query_one("#jobs", DataTable)
+        if not table.row_count:
+            return None
+        try:
+            key = table.coordinate_to_cell_key(table.cursor_coordinate).row_key
+        except Exception:
+            return None
+        return int(key.value) if key.value is not None else None
+
+    def selected_job(self) -> dict[str, Any] | None:
+        job_id = self.selected_id()
+        if job_id is None:
+            self.notify("no job selected", severity="warning")
+            return None
+        return self.desk.state.job(job_id)
+
+    # ------------------------------------------------------------------ actions
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        self.action_open_job()
+
+    def action_open_job(self) -> None:
+        job = self.selected_job()
+        if job:
+            self.desk.open_job(job["id"])
+
+    def action_cancel_job(self) -> None:
+        job = self.selected_job()
+        if job:
+            self.desk.confirm_cancel(job)
+
+    def action_hold_job(self) -> None:
+        job = self.selected_job()
+        if job:
+            self.desk.act("release" if job.get("held") else "hold", jobs=[job["id"]])
+
+    def action_priority(self, delta: int) -> None:
+        job = self.selected_job()
+        if job:
+            self.desk.act("priority", jobs=[job["id"]], delta=delta)
+
+    def action_requeue_job(self) -> None:
+        job = self.selected_job()
+        if job:
+            self.desk.act("requeue", jobs=[job["id"]])
+
+    def action_log_job(self) -> None:
+        job = self.selected_job()
+        if job:
+            self.desk.open_log(job)
+
+    def action_pager_job(self) -> None:
+        job = self.selected_job()
+        if job:
+            self.desk.page_log(job)
+
+    def action_filter(self) -> None:
+        box = self.query_one("#filter", Input)
+        box.display = True
+        box.focus()
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        self.filter_text = event.value
+        self.show_state(self.desk.state)
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        self.query_one("#jobs", DataTable).focus()
+        event.input.display = bool(event.value)
+
+    def action_clear_filter(self) -> None:
+        box = self.query_one("#filter", Input)
+        box.value = ""
+        box.display = False
+        self.filter_text = ""
+        self.query_one("#jobs", DataTable).focus()
+        self.show_state(self.desk.state)
+
+    def action_sort(self) -> None:
+        self.sort_key = SORTS[(SORTS.index(self.sort_key) + 1) % len(SORTS)]
+        self.notify(f"sorted by {self.sort_key}" + (" (reversed)" if self.sort_reverse else ""),
+                    timeout=2)
+        self.show_state(self.desk.state)
+
+    def action_sort_reverse(self) -> None:
+        self.sort_reverse = not self.sort_reverse
+        self.show_state(self.desk.state)

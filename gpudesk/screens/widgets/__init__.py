@@ -1,0 +1,1 @@
+"""Small widgets the desk's screens share."""

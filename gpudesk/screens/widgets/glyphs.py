@@ -1,0 +1,80 @@
+"""Text pieces drawn with characters only, so they read the same without colour (NO_COLOR, a
+16-colour terminal, a screen reader's text dump): sparklines, bars, segmented memory bars."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from rich.text import Text
+
+SPARKS = "▁▂▃▄▅▆▇█"
+# Each tenant of a memory bar gets its own fill, so shares stay apart without colour.
+SHARE_FILLS = "█▓▒▞▚▖"
+SHARE_STYLES = ("green", "cyan", "magenta", "yellow", "blue", "red")
+EMPTY = "·"
+
+
+def sparkline(values: Iterable[float | None], width: int, top: float = 100.0) -> str:
+    """The last `width` values as block characters (a gap where a value is missing)."""
+    points = list(values)[-width:]
+    out = []
+    for value in points:
+        if value is None:
+            out.append(" ")
+            continue
+        level = max(0.0, min(1.0, value / top)) if top else 0.0
+        out.append(SPARKS[min(len(SPARKS) - 1, round(level * (len(SPARKS) - 1)))])
+    return "".join(out).rjust(width)
+
+
+def bar(fraction: float | None, width: int, fill: str = "█") -> str:
+    if fraction is None:
+        return EMPTY * width
+    filled = round(max(0.0, min(1.0, fraction)) * width)
+    return fill * filled + EMPTY * (width - filled)
+
+
+def share_bar(shares: Sequence[tuple[str, float]], total: float, used: float | None,
+              width: int) -> Text:
+    """A memory bar split into the named shares (in MiB of `total`); what is used but not
+    accounted to a share is drawn plain."""
+    text = Text()
+    if not total:
+        text.append(EMPTY * width, style="dim")
+        return text
+    cells = 0
+    for i, (_name, amount) in enumerate(shares):
+        span = round(max(0.0, amount) / total * width)
+        span = min(span, width - cells)
+        if span <= 0:
+            continue
+        text.append(SHARE_FILLS[i % len(SHARE_FILLS)] * span,
+                    style=SHARE_STYLES[i % len(SHARE_STYLES)])
+        cells += span
+    other = max(0.0, (used or 0.0) - sum(a for _, a in shares))
+    span = min(round(other / total * width), width - cells)
+    if span > 0:
+        text.append("░" * span)
+        cells += span
+    text.append(EMPTY * (width - cells), style="dim")
+    return text
+
+
+def gib(mib: float | None) -> str:
+    return "n/a" if mib is None else f"{mib / 1024:.1f}"
+
+
+def pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.0f}%"
+
+
+def watts(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.0f} W"
+
+
+def energy_text(joules: float | None) -> str:
+    """Energy in Wh or kWh (what people compare against their power bill)."""
+    if joules is None:
+        return "n/a"
+    wh = joules / 3600.0
+    return f"{wh / 1000:.2f} kWh" if wh >= 1000 else f"{wh:.1f} Wh"

@@ -1,0 +1,168 @@
+"""One GPU at a glance: SM activity over time, memory with each job's share, power and energy,
+MIG slices with the job on each, and whether MPS serves it."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from rich.text import Text
+from textual.widgets import Static
+
+from gpudesk.screens.state import DeskState
+from gpudesk.screens.widgets.glyphs import (
+    SHARE_FILLS,
+    energy_text,
+    gib,
+    pct,
+    share_bar,
+    sparkline,
+    watts,
+)
+
+LABEL = 4  # "SM  ", "MEM " ...
+MIG_PROFILE = re.compile(r"\d+g\.\d+gb(\+me)?")
+
+
+def job_shares(gpu: dict[str, Any], processes: list[dict[str, Any]] | None = None
+               ) -> list[tuple[str, float]]:
+    """(job label, MiB) per job holding memory on the GPU (or on one MIG device)."""
+    totals: dict[str, float] = {}
+    for proc in gpu.get("processes") if processes is None else processes:
+        label = f"j{proc['job_id']}" if proc.get("job_id") is not None else "other"
+        totals[label] = totals.get(label, 0.0) + (proc.get("used_memory_mib") or 0.0)
+    return sorted(totals.items(), key=lambda item: (item[0] == "other", item[0]))
+
+
+def mig_profile(mig: dict[str, Any]) -> str:
+    """"NVIDIA A100-SXM4-40GB MIG 3g.20gb" -> "3g.20gb" (NVML names MIG devices that way)."""
+    name = mig.get("name") or ""
+    found = MIG_PROFILE.search(name)
+    return found.group(0) if found else name
+
+
+def mps_label(state: DeskState, index: int) -> str:
+    mps = state.station.get("mps") or {}
+    faults = mps.get("faults") or {}
+    if str(index) in faults or index in faults:
+        return "MPS FAULT"
+    if any(job.get("slot", "").endswith("/mps") for job in state.jobs_on_gpu(index)):
+        return "MPS on"
+    return "MPS off" if mps.get("available") or state.simulated else "MPS n/a"
+
+
+def render_gpu_card(gpu: dict[str, Any], state: DeskState, width: int) -> Text:
+    """The card's lines, each fitted to `width` columns (the card never wraps: at 80×24 four
+    cards must fit)."""
+    inner = max(24, width)
+    index = gpu["index"]
+    lines: list[Text] = []
+    title = Text()
+    title.append((gpu.get("name") or "?").removeprefix("NVIDIA "), style="bold")
+    if state.simulated:
+        title.append(" SIMULATED", style="bold yellow")
+    if gpu.get("lost"):
+        title.append(" LOST: no job is placed on it", style="bold red")
+        return title
+    label = mps_label(state, index)
+    title.append(f" {label}", style="red" if "FAULT" in label else "dim")
+    lines.append(title)
+
+    series = state.gpu_series.get(index)
+    sm_now = gpu.get("sm_activity_pct")
+    kernel = gpu.get("kernel_active_pct")
+    values = list(series.sm) if series else []
+    name = "SM  "
+    if sm_now is None:  # no GPM/DCGM: draw kernel-active time, and say so
+        values = list(series.kernel) if series else []
+        name = "KA  "
+    spark = Text(name, style="bold")
+    spark.append(sparkline(values, max(4, inner - LABEL - 5)), style="green")
+    spark.append(f" {pct(sm_now if sm_now is not None else kernel):>4}")
+    lines.append(spark)
+    lines.append(Text("    SM activity n/a (no GPM); kernel-active" if sm_now is None
+                      else f"    kernel-active {pct(kernel)}", style="dim"))
+
+    total, used = gpu.get("memory_total_mib") or 0.0, gpu.get("memory_used_mib")
+    mig_devices = gpu.get("mig_devices") or []
+    processes = [p for m in mig_devices for p in m.get("processes") or []] \
+        + list(gpu.get("processes") or [])
+    shares = job_shares(gpu, processes)
+    figure = f" {gib(used)}/{gib(total)}G"
+    memory = Text("MEM ", style="bold")
+    memory.append_text(share_bar(shares, total, used, max(4, inner - LABEL - len(figure))))
+    memory.append(figure)
+    lines.append(memory)
+    if shares and not mig_devices:  # on a MIG GPU the slices below name their jobs
+        lines.append(Text("    " + "  ".join(
+            f"{SHARE_FILLS[i % len(SHARE_FILLS)]}{name} {gib(mib)}G"
+            for i, (name, mib) in enumerate(shares)), style="dim"))
+
+    power = Text("PWR ", style="bold")
+    limit = gpu.get("power_limit_w")
+    power.append(watts(gpu.get("power_w")) + (f" of {limit:.0f}" if limit else ""))
+    energy = f"E {energy_text(state.energy_since_open_j(gpu))} since open"
+    today = state.frame.energy_today_j.get(index) if state.frame else None
+    if today is not None:
+        energy += f", {energy_text(today)} today"
+    if power.cell_len + 2 + len(energy) <= inner:
+        power.append("  " + energy)
+        lines.append(power)
+    else:
+        lines += [power, Text("    " + energy)]
+
+    if mig_devices:
+        row = Text("MIG ", style="bold")
+        for mig in mig_devices:
+            owners = sorted({f"j{p['job_id']}" for p in mig.get("processes") or []
+                             if p.get("job_id") is not None})
+            piece = f"[{mig_profile(mig)} {','.join(owners) or '-'}]"
+            if row.cell_len + len(piece) > inner:
+                lines.append(row)
+                row = Text("    ")
+            row.append(piece, style="cyan" if owners else "dim")
+        lines.append(row)
+    else:
+        jobs = state.jobs_on_gpu(index)
+        if jobs:
+            row = Text("JOBS ", style="bold")
+            row.append(", ".join(f"j{j['id']} {j['name']}" for j in jobs))
+            lines.append(row)
+    out = Text()
+    for number, line in enumerate(lines):
+        line.truncate(inner, overflow="ellipsis")
+        out.append_text(line)
+        if number < len(lines) - 1:
+            out.append("\n")
+    return out
+
+
+class GpuCard(Static):
+    """A bordered card; `show` redraws it from the desk state."""
+
+    DEFAULT_CSS = """
+    GpuCard {
+        height: auto; border: round $primary-darken-1; padding: 0 1;
+        text-wrap: nowrap; text-overflow: ellipsis;
+    }
+    GpuCard.-simulated { border: round $warning-darken-1; }
+    GpuCard.-lost { border: round $error; }
+    """
+
+    def __init__(self, index: int, **kwargs: Any) -> None:
+        super().__init__(id=f"gpu-{index}", **kwargs)
+        self.index = index
+        self._shown: tuple[dict[str, Any], DeskState] | None = None
+
+    def show(self, gpu: dict[str, Any], state: DeskState) -> None:
+        self._shown = (gpu, state)
+        self.set_class(state.simulated, "-simulated")
+        self.set_class(bool(gpu.get("lost")), "-lost")
+        self.border_title = f"GPU {self.index}"
+        self.border_subtitle = "SIMULATED" if state.simulated else ""
+        width = self.content_size.width or 36
+        self.update(render_gpu_card(gpu, state, width))
+
+    def on_resize(self) -> None:
+        if self._shown is not None:  # the lines are fitted to the width: fit them again
+            self.show(*self._shown)

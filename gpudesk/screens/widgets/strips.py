@@ -1,0 +1,83 @@
+"""One-line strips: the desk's header (station and totals) and the host (CPU, memory, load)."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.widgets import Static
+
+from gpudesk.screens.state import DeskState
+from gpudesk.screens.widgets.glyphs import bar, energy_text
+
+
+def render_header(state: DeskState, readonly: bool = False, note: str | None = None) -> Text:
+    text = Text(no_wrap=True, overflow="ellipsis")
+    text.append("gpudesk", style="bold")
+    station = state.station
+    if not station:
+        text.append("  connecting to the engine…", style="dim")
+        return text
+    text.append(f"  {station.get('effective_backend', '?')}")
+    if state.simulated:
+        text.append(" SIMULATED", style="bold yellow")
+    counts = state.counts()
+    text.append(f"  run {counts.get('running', 0)} · queued {counts.get('queued', 0)}")
+    failed = counts.get("failed", 0)
+    if failed:
+        text.append(f" · failed {failed}", style="red")
+    energy = state.total_energy_j()
+    if energy is not None:
+        text.append(f"  {energy_text(energy)}")
+        carbon = state.carbon_g()
+        if carbon is not None:
+            text.append(f" ≈{carbon:.1f} g CO2e")
+    if readonly:
+        text.append("  READ-ONLY", style="bold reverse")
+    if note:
+        text.append(f"  {note}", style="bold red")
+    return text
+
+
+def render_host(state: DeskState, width: int) -> Text:
+    host = state.host
+    text = Text(no_wrap=True, overflow="ellipsis")
+    if not host:
+        text.append("host: waiting for the first sample", style="dim")
+        return text
+    cpu = host.get("cpu_pct")
+    used, total = host.get("memory_used_mib") or 0, host.get("memory_total_mib") or 0
+    span = max(4, min(12, (width - 50) // 2))
+    text.append("CPU ", style="bold")
+    text.append(bar(None if cpu is None else cpu / 100.0, span), style="green")
+    text.append(f" {cpu:.0f}%" if cpu is not None else " n/a")
+    text.append(f" of {host.get('cores', '?')}  ")
+    text.append("MEM ", style="bold")
+    text.append(bar(used / total if total else None, span), style="green")
+    text.append(f" {used / 1024:.1f}/{total / 1024:.0f}G  ")
+    load = host.get("load_avg") or []
+    if load:
+        text.append("load " + " ".join(f"{v:.2f}" for v in load[:3]))
+    return text
+
+
+class DeskHeader(Static):
+    DEFAULT_CSS = """
+    DeskHeader { height: 1; background: $panel; padding: 0 1; text-wrap: nowrap;
+                 text-overflow: ellipsis; }
+    """
+
+    def show(self, state: DeskState, readonly: bool = False, note: str | None = None) -> None:
+        self.update(render_header(state, readonly, note))
+
+
+class HostStrip(Static):
+    DEFAULT_CSS = """
+    HostStrip { height: 1; padding: 0 1; text-wrap: nowrap; text-overflow: ellipsis; }
+    """
+
+    def show(self, state: DeskState) -> None:
+        self._state = state
+        self.update(render_host(state, self.content_size.width or 78))
+
+    def on_resize(self) -> None:
+        if getattr(self, "_state", None) is not None:
+            self.show(self._state)
