@@ -150,3 +150,24 @@ def sim_engine(home: Home) -> Iterator[EngineHandle]:
 @pytest.fixture
 def gpudesk_cmd() -> list[str]:
     return [sys.executable, "-m", "gpudesk"]
+
+
+Run = Callable[..., tuple[int, str, str]]
+
+
+@pytest.fixture
+def gpudesk(capsys: pytest.CaptureFixture[str]) -> Run:
+    """`gpudesk ARGS...` in-process: (exit code, stdout, stderr)."""
+    from gpudesk import cli
+
+    def run(*args: str) -> tuple[int, str, str]:
+        capsys.readouterr()
+        try:
+            cli.main(list(args))
+            code = 0
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 1
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return run

@@ -235,9 +235,9 @@ class DeskApp(App[str]):
     def action_quit_desk(self) -> None:
         counts = self.state.counts()
         running, queued = counts.get("running", 0), counts.get("queued", 0)
-        self.exit(f"gpudesk: the desk closed; the engine keeps running ({running} running, "
-                  f"{queued} queued job(s)). `gpudesk` reopens it, `gpudesk engine stop` stops "
-                  "the engine (running jobs still finish).")
+        self.exit(f"desk closed: the engine goes on with {running} running and {queued} "
+                  "queued job(s).\n`gpudesk` reopens it; `gpudesk engine stop` stops the "
+                  "engine, not the jobs.")
 
     # ------------------------------------------------------------------ palette
     def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:

@@ -10,10 +10,10 @@ import shlex
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from conftest import Run
 
 from gpudesk import cli
 from gpudesk.engine import mig
@@ -70,24 +70,6 @@ def smi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeSmi:
     return fake
 
 
-Run = Callable[..., tuple[int, str, str]]
-
-
-@pytest.fixture
-def gpudesk(capsys: pytest.CaptureFixture[str]) -> Run:
-    """`gpudesk ARGS...` in-process: (exit code, stdout, stderr)."""
-
-    def run(*args: str) -> tuple[int, str, str]:
-        capsys.readouterr()
-        try:
-            cli.main(list(args))
-            code = 0
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else 1
-        out, err = capsys.readouterr()
-        return code, out, err
-
-    return run
 
 
 def test_profiles_json(smi: FakeSmi, gpudesk: Run) -> None:

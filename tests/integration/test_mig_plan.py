@@ -12,13 +12,12 @@ import contextlib
 import json
 import sqlite3
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import EngineHandle, wait_for
+from conftest import EngineHandle, Run, wait_for
 
-from gpudesk import cli
 from gpudesk.engine.protocol import EngineError
 from gpudesk.paths import Home
 
@@ -28,24 +27,6 @@ SLEEP = ["sleep", "120"]  # every job here is killed by the home fixture's clean
 HEAVY = {"command": SLEEP, "gpus": 1, "memory_gb": 38, "sm_pct": 100}
 WANTED = ["2g.10gb", "3g.20gb", "2g.10gb"]
 
-Run = Callable[..., tuple[int, str, str]]
-
-
-@pytest.fixture
-def gpudesk(capsys: pytest.CaptureFixture[str]) -> Run:
-    """`gpudesk ARGS...` in-process: (exit code, stdout, stderr)."""
-
-    def run(*args: str) -> tuple[int, str, str]:
-        capsys.readouterr()
-        try:
-            cli.main(list(args))
-            code = 0
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else 1
-        out, err = capsys.readouterr()
-        return code, out, err
-
-    return run
 
 
 def slice_profiles(engine: EngineHandle, gpu: int) -> list[str] | None:

@@ -274,6 +274,21 @@ def test_q_leaves_the_engine_and_its_jobs_running(desk_engine: EngineHandle) -> 
         await pilot.press("q")
 
     app = run_desk(desk_engine, scenario)
-    assert "keeps running (1 running" in (app.return_value or "")
+    assert "the engine goes on with 1 running" in (app.return_value or "")
+    assert all(len(line) <= 80 for line in (app.return_value or "").splitlines())
     assert desk_engine.pid is not None
     assert engine_job(desk_engine, job_id)["state"] == "running"
+
+
+def test_pager_without_a_terminal_falls_back_to_the_log_pane(desk_engine: EngineHandle,
+                                                              monkeypatch: Any) -> None:
+    monkeypatch.setenv("PAGER", "cat")
+    (job_id,) = desk_engine.submit({"name": "paged", "command": SLEEP})
+    desk_engine.wait_state(job_id, "running")
+
+    async def scenario(app: DeskApp, pilot: Any) -> None:
+        await select_job(app, pilot, job_id)
+        await pilot.press("p")  # headless: the terminal cannot be handed to a pager
+        await until(pilot, lambda: isinstance(app.screen, LogScreen), what="the log pane")
+
+    run_desk(desk_engine, scenario)
