@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -12,6 +14,16 @@ from replay import frames, replay_feed
 from gpudesk.screens.app import DeskApp
 
 SIZES = {"80x24": (80, 24), "160x48": (160, 48)}
+
+
+@pytest.fixture(autouse=True)
+def utc(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Event times are shown in local time: pin it, so the snapshots match on any machine."""
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
 FRAME_COUNT = len(frames())
 
 
@@ -57,3 +69,12 @@ SCREENS = {
 def test_screen_snapshot(snap_compare: Any, screen: str, size: str) -> None:
     assert snap_compare(desk(), terminal_size=SIZES[size],
                         run_before=screen_steps(SCREENS[screen]))
+
+
+def test_station_snapshot_without_colour(snap_compare: Any,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """NO_COLOR: bars, shares and sparklines must still read (they are drawn with characters)."""
+    monkeypatch.setenv("NO_COLOR", "1")
+    app = desk()
+    assert app.no_color
+    assert snap_compare(app, terminal_size=SIZES["80x24"], run_before=screen_steps(()))
