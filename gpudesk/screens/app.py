@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from textual import work
-from textual.app import App, SystemCommand
+from textual.app import App, ScreenStackError, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.message import Message
 from textual.screen import Screen
@@ -118,8 +118,12 @@ class DeskApp(App[str]):
         self._redraw()
 
     def _redraw(self) -> None:
-        if isinstance(self.screen, DeskScreen):
-            self.screen.redraw()
+        try:
+            screen = self.screen
+        except ScreenStackError:  # a frame that arrived while the desk closes
+            return
+        if isinstance(screen, DeskScreen):
+            screen.redraw()
 
     # ------------------------------------------------------------------ actions
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
@@ -142,6 +146,8 @@ class DeskApp(App[str]):
         self.call_from_thread(self._acted, ActionResult(op, reply, error))
 
     def _acted(self, result: ActionResult) -> None:
+        if not self.is_running:  # the desk closed while the action ran
+            return
         if result.error:
             self.notify(f"{result.op}: {result.error}", severity="error", timeout=8)
             return
