@@ -19,6 +19,7 @@ import typer
 from gpudesk import __version__
 from gpudesk.loader.cli import loader_app
 from gpudesk.mig_cli import mig_app
+from gpudesk.selection.cli import select_app
 
 if TYPE_CHECKING:
     from gpudesk.engine.client import EngineClient
@@ -40,6 +41,7 @@ engine_app = typer.Typer(help="Start, stop and inspect the engine daemon.", no_a
 app.add_typer(engine_app, name="engine")
 app.add_typer(mig_app, name="mig")
 app.add_typer(loader_app, name="loader")
+app.add_typer(select_app, name="select")
 
 
 class CliError(Exception):

@@ -9,6 +9,7 @@ Layout::
       run/                0700: the daemon's ipc:// sockets
       jobs/<id>/<n>/      one folder per attempt: output.log, wrapper.json, exit.json
       run/loaders/        each shared loader's sockets and its NAME.json (pid, settings)
+      selection/          data-selection orderings, one folder per (dataset, method, params)
 """
 
 from __future__ import annotations
@@ -85,6 +86,11 @@ class Home:
     @property
     def events_endpoint(self) -> str:
         return f"ipc://{self.socket_dir / 'events.sock'}"
+
+    @property
+    def selection_dir(self) -> Path:
+        """The data-selection cache (gpudesk.selection.cache)."""
+        return self.root / "selection"
 
     @property
     def loader_dir(self) -> Path:

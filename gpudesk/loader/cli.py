@@ -12,7 +12,7 @@ loader_app = typer.Typer(help="Shared data loaders: one producer per dataset.",
                          no_args_is_help=True)
 
 
-def _kwargs(pairs: list[str]) -> dict[str, Any]:
+def factory_kwargs(pairs: list[str]) -> dict[str, Any]:
     """key=value pairs for the factory; values are JSON where they parse as JSON."""
     out: dict[str, Any] = {}
     for pair in pairs:
@@ -49,7 +49,7 @@ def serve_command(
     from gpudesk.loader.protocol import LoaderError
     from gpudesk.paths import Home
 
-    config = ProducerConfig(name, dataset, _kwargs(arg), batch_size, workers, seed,
+    config = ProducerConfig(name, dataset, factory_kwargs(arg), batch_size, workers, seed,
                             not no_shuffle, slots, idle_exit, managed)
     try:
         code = serve(config, Home.from_env())

@@ -84,3 +84,21 @@ def _load_digits_via_sklearn() -> np.ndarray:
         raise DatasetUnavailable(_MISSING_SKLEARN) from exc
     images, labels = sklearn_load_digits(return_X_y=True)
     return np.column_stack([images, labels]).astype(np.float32)
+
+
+class DigitsDataset:
+    """The digits as a map-style dataset of (image float32[64], label int) pairs, for the
+    shared loader and data selection (`gpudesk.workloads.data:make_digits`)."""
+
+    def __init__(self) -> None:
+        self.images, self.labels = load_digits()
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __getitem__(self, index: int) -> tuple[np.ndarray, int]:
+        return self.images[index], int(self.labels[index])
+
+
+def make_digits() -> DigitsDataset:
+    return DigitsDataset()

@@ -1,0 +1,186 @@
+"""The selection cache: one entry per (dataset fingerprint, method, parameters, proxy), holding
+the method's ordering of the samples (and the labels, for per-class quotas), what computing it
+cost, and which jobs reused it.
+
+Layout under `$GPUDESK_HOME/selection/`::
+
+    <key>/order.npy     int64 ordering, most wanted first
+    <key>/labels.npy    int64 labels (stratified methods only)
+    <key>/meta.json     key parts, sha256 of each array file, costs, reuses
+
+Entries are written to a temporary folder and renamed into place, so a reader never sees half
+of one. Every load checks the arrays against the sha256 in meta.json: a damaged or truncated
+entry is moved aside (`<key>.corrupt-<time>`) and reported as missing, so it is recomputed and
+never used.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import json
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ARRAYS = ("order", "labels")
+META = "meta.json"
+KEY_VERSION = 1
+
+
+def cache_key(fingerprint: str, method: str, params: dict[str, Any],
+              proxy: str | None = None) -> str:
+    """A stable key for the parts (parameters are compared as canonical JSON)."""
+    parts = {"v": KEY_VERSION, "fingerprint": fingerprint, "method": method,
+             "params": params, "proxy": proxy}
+    text = json.dumps(parts, sort_keys=True, separators=(",", ":"))
+    return f"{method}-{hashlib.sha256(text.encode()).hexdigest()[:24]}"
+
+
+@dataclass
+class Cost:
+    """What the pre-pass took when it was computed."""
+
+    wall_s: float = 0.0
+    cpu_s: float = 0.0
+    energy_j: float | None = None  # from the engine's telemetry when it ran as a job
+
+
+@dataclass
+class Entry:
+    key: str
+    fingerprint: str
+    method: str
+    params: dict[str, Any]
+    proxy: str | None
+    order: np.ndarray
+    labels: np.ndarray | None
+    cost: Cost
+    created_at: float
+    reused_by: list[str] = field(default_factory=list)
+
+
+class CorruptEntry(Exception):
+    """An entry whose files do not match their recorded checksums (or do not parse)."""
+
+
+class SelectionCache:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.problems: list[str] = []  # corrupt entries found (for the caller to report)
+
+    def _dir(self, key: str) -> Path:
+        return self.root / key
+
+    # ------------------------------------------------------------------ writing
+    def store(self, entry: Entry) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{entry.key}.", dir=self.root))
+        try:
+            sums = {}
+            for name in ARRAYS:
+                array = getattr(entry, name)
+                if array is None:
+                    continue
+                data = _npy_bytes(np.asarray(array, dtype=np.int64))
+                (staging / f"{name}.npy").write_bytes(data)
+                sums[name] = hashlib.sha256(data).hexdigest()
+            meta = {"key": entry.key, "fingerprint": entry.fingerprint, "method": entry.method,
+                    "params": entry.params, "proxy": entry.proxy, "sha256": sums,
+                    "cost": asdict(entry.cost), "created_at": entry.created_at,
+                    "reused_by": entry.reused_by, "n": len(entry.order)}
+            (staging / META).write_text(json.dumps(meta, indent=1))
+            target = self._dir(entry.key)
+            if target.exists():
+                shutil.rmtree(target)
+            os.replace(staging, target)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+
+    def note_reuse(self, key: str, by: str) -> None:
+        """Record that `by` (a job, a run) used the entry without recomputing it."""
+        path = self._dir(key) / META
+        meta = json.loads(path.read_text())
+        meta.setdefault("reused_by", []).append(by)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(meta, indent=1))
+        os.replace(tmp, path)
+
+    # ------------------------------------------------------------------ reading
+    def load(self, key: str) -> Entry | None:
+        """The entry, or None when there is none or it was damaged (then moved aside)."""
+        folder = self._dir(key)
+        if not folder.is_dir():
+            return None
+        try:
+            return self._read(folder)
+        except CorruptEntry as exc:
+            aside = folder.with_name(f"{folder.name}.corrupt-{int(time.time())}")
+            with contextlib.suppress(OSError):
+                os.replace(folder, aside)
+            self.problems.append(f"selection cache entry {key} is damaged ({exc}); moved to "
+                                 f"{aside.name} and recomputed")
+            return None
+
+    def _read(self, folder: Path) -> Entry:
+        try:
+            meta = json.loads((folder / META).read_text())
+            sums = meta["sha256"]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise CorruptEntry(f"{META}: {exc}") from None
+        arrays: dict[str, np.ndarray | None] = {"labels": None}
+        for name in ARRAYS:
+            if name not in sums:
+                continue
+            try:
+                data = (folder / f"{name}.npy").read_bytes()
+            except OSError as exc:
+                raise CorruptEntry(f"{name}.npy: {exc.strerror or exc}") from None
+            if hashlib.sha256(data).hexdigest() != sums[name]:
+                raise CorruptEntry(f"{name}.npy does not match its checksum")
+            try:
+                arrays[name] = np.load(io.BytesIO(data), allow_pickle=False)
+            except ValueError as exc:
+                raise CorruptEntry(f"{name}.npy: {exc}") from None
+        order = arrays.get("order")
+        if order is None or len(order) != meta.get("n"):
+            raise CorruptEntry("the ordering is missing or has the wrong length")
+        cost = meta.get("cost") or {}
+        return Entry(key=meta["key"], fingerprint=meta["fingerprint"], method=meta["method"],
+                     params=meta.get("params") or {}, proxy=meta.get("proxy"), order=order,
+                     labels=arrays["labels"], cost=Cost(**cost), created_at=meta["created_at"],
+                     reused_by=list(meta.get("reused_by") or []))
+
+    def entries(self) -> list[Entry]:
+        if not self.root.is_dir():
+            return []
+        found = []
+        for folder in sorted(self.root.iterdir()):
+            if folder.is_dir() and not folder.name.startswith(".") and ".corrupt-" not in \
+                    folder.name:
+                entry = self.load(folder.name)
+                if entry is not None:
+                    found.append(entry)
+        return found
+
+    def clear(self) -> int:
+        """Remove every entry (and anything moved aside); returns how many entries went."""
+        if not self.root.is_dir():
+            return 0
+        count = sum(1 for f in self.root.iterdir() if f.is_dir() and ".corrupt-" not in f.name)
+        shutil.rmtree(self.root)
+        return count
+
+
+def _npy_bytes(array: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    np.save(buffer, array, allow_pickle=False)
+    return buffer.getvalue()

@@ -1,0 +1,217 @@
+"""Data selection foundations: fingerprints, preset names, exact fractions and quotas,
+determinism, and a cache that never serves a damaged entry. On the digits data that ships with
+scikit-learn (real handwritten digits, not synthetic)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import Run
+
+from gpudesk.paths import Home
+from gpudesk.selection.cache import Cost, Entry, SelectionCache, cache_key
+from gpudesk.selection.fingerprint import fingerprint
+from gpudesk.selection.prepass import prepare
+from gpudesk.selection.presets import (
+    Preset,
+    PresetError,
+    class_quotas,
+    keep_count,
+    parse_preset,
+    rs2_subset,
+    take,
+)
+from gpudesk.workloads.data import load_digits
+
+
+@pytest.fixture(scope="module")
+def digits() -> tuple[np.ndarray, np.ndarray]:
+    return load_digits()
+
+
+def as_dataset(images: np.ndarray, labels: np.ndarray) -> list[tuple[np.ndarray, int]]:
+    return [(images[i], int(labels[i])) for i in range(len(labels))]
+
+
+# ------------------------------------------------------------------ fingerprints
+def test_fingerdigestignores_order_and_sees_one_changed_sample(digits) -> None:
+    images, labels = digits
+    base = fingerprint(as_dataset(images, labels))
+    order = np.random.default_rng(7).permutation(len(labels))
+    assert fingerprint(as_dataset(images[order], labels[order])) == base
+    changed = images.copy()
+    changed[100, 5] += 1 / 16
+    assert fingerprint(as_dataset(changed, labels)) != base
+    relabelled = labels.copy()
+    relabelled[100] = (relabelled[100] + 1) % 10
+    assert fingerprint(as_dataset(images, relabelled)) != base
+    assert fingerprint(as_dataset(images[:-1], labels[:-1])) != base
+
+
+def test_fingerdigestreads_torch_tensors_like_arrays(digits) -> None:
+    torch = pytest.importorskip("torch")
+    images, labels = digits
+    as_arrays = as_dataset(images[:50], labels[:50])
+    as_tensors = [(torch.from_numpy(x), y) for x, y in as_arrays]
+    assert fingerprint(as_tensors) == fingerprint(as_arrays)
+
+
+# ------------------------------------------------------------------ preset names
+@pytest.mark.parametrize(("text", "method", "percent"), [
+    ("random-25", "random", 25), ("Stratified-10", "stratified", 10), ("full", "full", 100),
+    ("el2n-25", "el2n", 25), ("rs2-50", "rs2", 50), ("full-100", "full", 100)])
+def test_preset_names_parse(text: str, method: str, percent: int) -> None:
+    preset = parse_preset(text)
+    assert (preset.method, preset.percent) == (method, percent)
+
+
+@pytest.mark.parametrize("text", ["random", "random-0", "random-101", "magic-25", "full-50",
+                                  "random-25%", ""])
+def test_bad_preset_names_say_what_to_write(text: str) -> None:
+    with pytest.raises(PresetError, match=r"random-25|1 to 100|keeps everything|unknown"):
+        parse_preset(text)
+
+
+# ------------------------------------------------------------------ fractions and quotas
+@pytest.mark.parametrize("percent", [1, 10, 25, 33, 50, 99, 100])
+def test_fractions_are_exact(digits, percent: int) -> None:
+    _, labels = digits
+    n = len(labels)
+    order = np.random.default_rng(0).permutation(n)
+    for stratified in (None, labels):
+        kept = take(order, percent, stratified)
+        assert len(kept) == keep_count(n, percent) == max(1, round(n * percent / 100))
+        assert len(set(kept.tolist())) == len(kept)
+
+
+def test_stratified_quotas_follow_class_sizes(digits) -> None:
+    _, labels = digits
+    kept = take(np.random.default_rng(1).permutation(len(labels)), 25, labels)
+    quotas = class_quotas(labels, len(kept))
+    counts = {int(c): int(k) for c, k in zip(*np.unique(labels[kept], return_counts=True),
+                                              strict=True)}
+    assert counts == quotas
+    sizes = dict(zip(*np.unique(labels, return_counts=True), strict=True))
+    for label, quota in quotas.items():
+        assert abs(quota - sizes[label] * len(kept) / len(labels)) < 1.0
+    assert class_quotas(np.array([0, 0, 0, 1]), 2) == {0: 2, 1: 0}
+
+
+def test_rs2_sees_every_sample_before_any_twice() -> None:
+    n, percent = 100, 25
+    first_cycle = np.concatenate([rs2_subset(n, percent, seed=3, epoch=e) for e in range(4)])
+    assert sorted(first_cycle.tolist()) == list(range(n))
+    assert not np.array_equal(rs2_subset(n, percent, 3, 0), rs2_subset(n, percent, 3, 1))
+    assert np.array_equal(rs2_subset(n, percent, 3, 5), rs2_subset(n, percent, 3, 5))
+
+
+# ------------------------------------------------------------------ pre-pass and cache
+def test_selection_is_deterministic_and_a_cached_one_equals_a_fresh_one(
+        digits, tmp_path: Path) -> None:
+    images, labels = digits
+    digest = fingerprint(as_dataset(images, labels))
+    fresh = prepare(Preset("stratified", 25), labels, digest, SelectionCache(tmp_path / "a"),
+                    seed=4)
+    again = prepare(Preset("stratified", 25), labels, digest, SelectionCache(tmp_path / "b"),
+                    seed=4)
+    assert not fresh.reused and not again.reused
+    assert np.array_equal(fresh.indices, again.indices)
+    cache = SelectionCache(tmp_path / "a")
+    cached = prepare(Preset("stratified", 25), labels, digest, cache, seed=4, used_by="job 7")
+    assert cached.reused and np.array_equal(cached.indices, fresh.indices)
+    other_seed = prepare(Preset("stratified", 25), labels, digest, cache, seed=5)
+    assert not np.array_equal(other_seed.indices, fresh.indices)
+    # any fraction of a cached method is free: 10 % comes from the same entry
+    ten = prepare(Preset("stratified", 10), labels, digest, cache, seed=4)
+    assert ten.reused and ten.key == fresh.key and set(ten.indices) <= set(fresh.indices)
+    assert cache.load(fresh.key).reused_by == ["job 7"]
+
+
+def test_cache_keys_are_stable_and_separate_what_differs() -> None:
+    key = cache_key("fp1-abc", "el2n", {"epochs": 2, "seed": 0}, "mlp")
+    assert key == cache_key("fp1-abc", "el2n", {"seed": 0, "epochs": 2}, "mlp")
+    assert key != cache_key("fp1-abd", "el2n", {"epochs": 2, "seed": 0}, "mlp")
+    assert key != cache_key("fp1-abc", "el2n", {"epochs": 3, "seed": 0}, "mlp")
+    assert key != cache_key("fp1-abc", "el2n", {"epochs": 2, "seed": 0}, "cnn")
+
+
+@pytest.mark.parametrize("damage", ["flip a byte", "truncate", "drop the meta", "bad json"])
+def test_a_damaged_entry_is_detected_moved_aside_and_recomputed(
+        digits, tmp_path: Path, damage: str) -> None:
+    _, labels = digits
+    cache = SelectionCache(tmp_path / "sel")
+    first = prepare(Preset("random", 25), labels, "fp1-digits", cache, seed=0)
+    folder = tmp_path / "sel" / first.key
+    order_file, meta = folder / "order.npy", folder / "meta.json"
+    if damage == "flip a byte":
+        data = bytearray(order_file.read_bytes())
+        data[-3] ^= 0xFF
+        order_file.write_bytes(bytes(data))
+    elif damage == "truncate":
+        order_file.write_bytes(order_file.read_bytes()[:40])
+    elif damage == "drop the meta":
+        os.remove(meta)
+    else:
+        meta.write_text("{not json")
+    assert cache.load(first.key) is None
+    assert cache.problems and "damaged" in cache.problems[0]
+    assert any(".corrupt-" in p.name for p in (tmp_path / "sel").iterdir())
+    again = prepare(Preset("random", 25), labels, "fp1-digits", cache, seed=0)
+    assert not again.reused and np.array_equal(again.indices, first.indices)
+    assert cache.load(first.key) is not None
+
+
+def test_entries_list_and_clear(tmp_path: Path) -> None:
+    cache = SelectionCache(tmp_path / "sel")
+    assert cache.entries() == [] and cache.clear() == 0
+    for seed in (1, 2):
+        cache.store(Entry(key=cache_key("fp", "random", {"seed": seed}), fingerprint="fp",
+                          method="random", params={"seed": seed}, proxy=None,
+                          order=np.arange(5), labels=None, cost=Cost(0.1, 0.1),
+                          created_at=1.0))
+    assert {e.params["seed"] for e in cache.entries()} == {1, 2}
+    assert cache.clear() == 2 and cache.entries() == []
+
+
+def test_a_cache_entry_for_another_size_is_refused(tmp_path: Path) -> None:
+    cache = SelectionCache(tmp_path / "sel")
+    prepare(Preset("random", 50), np.zeros(10, dtype=np.int64), "fp", cache)
+    with pytest.raises(PresetError, match="orders 10 samples"):
+        prepare(Preset("random", 50), np.zeros(12, dtype=np.int64), "fp", cache)
+
+
+# ------------------------------------------------------------------ the CLI
+def test_select_commands_compute_reuse_list_show_and_clear(home: Home, gpudesk: Run) -> None:
+    code, out, err = gpudesk("select", "run", "--dataset", "gpudesk.workloads.data:make_digits",
+                             "--preset", "stratified-25", "--json")
+    assert code == 0, err
+    first = json.loads(out)
+    assert (first["kept"], first["of"], first["reused"]) == (449, 1797, False)
+    code, out, _ = gpudesk("select", "run", "--dataset", "gpudesk.workloads.data:make_digits",
+                           "--preset", "stratified-10")
+    assert code == 0 and "reused from the cache" in out and "keeps 180 of 1797" in out
+    code, out, _ = gpudesk("select", "list", "--json")
+    (entry,) = json.loads(out)["entries"]
+    assert entry["key"] == first["key"] and entry["method"] == "stratified"
+    code, out, _ = gpudesk("select", "show", first["key"])
+    assert code == 0 and "stratified" in out
+    code, out, _ = gpudesk("select", "clear")
+    assert code == 0 and "removed 1" in out
+    code, _, err = gpudesk("select", "show", first["key"])
+    assert code == 1 and "no selection cache entry" in err
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (("--dataset", "gpudesk.workloads.data:make_digits", "--preset", "random"), "random-25"),
+    (("--dataset", "no.such.module:f", "--preset", "random-25"), "cannot import"),
+    (("--dataset", "gpudesk.workloads.data:make_digits", "--preset", "el2n-25"),
+     "not available yet"),
+])
+def test_select_run_errors_are_one_clear_paragraph(home: Home, gpudesk: Run,
+                                                   args: tuple[str, ...], message: str) -> None:
+    code, out, err = gpudesk("select", "run", *args)
+    assert code in (1, 2) and message in err and "Traceback" not in err + out
