@@ -44,7 +44,7 @@ def run_command(
     from gpudesk.loader.producer import load_factory
     from gpudesk.loader.protocol import LoaderError
     from gpudesk.selection.fingerprint import fingerprint
-    from gpudesk.selection.prepass import prepare
+    from gpudesk.selection.prepass import SCORED, prepare
     from gpudesk.selection.presets import PresetError, parse_preset
 
     try:
@@ -64,9 +64,14 @@ def run_command(
         fail(f"{dataset}: selection needs samples of (input, integer label): {exc}",
              EXIT_USAGE)
     digest = fingerprint(data)
+    inputs = None
+    if chosen.method in SCORED:
+        from gpudesk.selection.scoring import features
+
+        inputs = features(data)[0]
     cache = _cache()
     try:
-        selection = prepare(chosen, labels, digest, cache, seed=seed,
+        selection = prepare(chosen, labels, digest, cache, seed=seed, inputs=inputs,
                             used_by=f"gpudesk select run at {time.strftime('%Y-%m-%d %H:%M:%S')}")
     except PresetError as exc:
         fail(str(exc), EXIT_FAILED)

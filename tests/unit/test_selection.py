@@ -208,10 +208,47 @@ def test_select_commands_compute_reuse_list_show_and_clear(home: Home, gpudesk: 
 @pytest.mark.parametrize(("args", "message"), [
     (("--dataset", "gpudesk.workloads.data:make_digits", "--preset", "random"), "random-25"),
     (("--dataset", "no.such.module:f", "--preset", "random-25"), "cannot import"),
-    (("--dataset", "gpudesk.workloads.data:make_digits", "--preset", "el2n-25"),
+    (("--dataset", "gpudesk.workloads.data:make_digits", "--preset", "dedup-25"),
      "not available yet"),
 ])
 def test_select_run_errors_are_one_clear_paragraph(home: Home, gpudesk: Run,
                                                    args: tuple[str, ...], message: str) -> None:
     code, out, err = gpudesk("select", "run", *args)
     assert code in (1, 2) and message in err and "Traceback" not in err + out
+
+
+# ------------------------------------------------------------------ scored presets
+def test_coverage_ordering_spreads_over_scores_and_puts_outliers_last() -> None:
+    from gpudesk.selection.scoring import PRUNE_HARDEST, SCORE_BINS, coverage_ordering
+
+    scores = np.arange(1000, dtype=np.float64)  # sample i has score i: 999 is the hardest
+    order = coverage_ordering(scores, seed=0)
+    assert sorted(order.tolist()) == list(range(1000))
+    outliers = round(1000 * PRUNE_HARDEST)
+    assert set(order[-outliers:].tolist()) == set(range(1000 - outliers, 1000))
+    # the first SCORE_BINS picks come one from each score bin, hardest bin first
+    first = order[:SCORE_BINS]
+    assert len({int(i) // 95 for i in first}) == SCORE_BINS and first[0] == 1000 - outliers - 1
+
+
+def test_el2n_preset_is_deterministic_cached_and_spread(digits, tmp_path: Path) -> None:
+    from gpudesk.selection.scoring import features
+
+    images, labels = digits
+    dataset = as_dataset(images, labels)
+    inputs, feature_labels = features(dataset)
+    assert np.array_equal(feature_labels, labels)
+    digest = fingerprint(dataset)
+    cache = SelectionCache(tmp_path / "sel")
+    first = prepare(Preset("el2n", 25), labels, digest, cache, seed=1, inputs=inputs)
+    other = prepare(Preset("el2n", 25), labels, digest, SelectionCache(tmp_path / "b"),
+                    seed=1, inputs=inputs)
+    assert np.array_equal(first.indices, other.indices)
+    again = prepare(Preset("el2n", 25), labels, digest, cache, seed=1, inputs=inputs)
+    assert again.reused and np.array_equal(again.indices, first.indices)
+    assert len(first.indices) == keep_count(len(labels), 25)
+    # coverage: every class is represented in a 10 % el2n subset
+    ten = prepare(Preset("el2n", 10), labels, digest, cache, seed=1, inputs=inputs)
+    assert set(labels[ten.indices].tolist()) == set(range(10))
+    with pytest.raises(PresetError, match="features"):
+        prepare(Preset("loss", 25), labels, digest, cache, seed=1)
