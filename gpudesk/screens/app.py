@@ -20,7 +20,7 @@ from textual.message import Message
 from textual.screen import Screen
 
 from gpudesk.engine.protocol import EngineError
-from gpudesk.screens.base import MUTATING, DeskScreen
+from gpudesk.screens.base import MUTATING, DeskScreen, JobActions
 from gpudesk.screens.dialogs import ConfirmScreen, SubmitRequest, SubmitScreen
 from gpudesk.screens.feed import Feed, Frame
 from gpudesk.screens.help import HelpScreen
@@ -259,7 +259,7 @@ class DeskApp(App[str]):
                             self.action_quit_desk)
         if not self.readonly:
             yield SystemCommand("Submit", "submit a profile or a command", self.action_submit)
-            if isinstance(screen, QueueScreen | JobScreen):
+            if isinstance(screen, JobActions):
                 for title, what, action in (
                         ("Cancel job", "cancel the selected job (asks first)", "cancel_job"),
                         ("Hold / release job", "keep a queued job from starting, or let it",

@@ -3,7 +3,7 @@ redrawn from the app's latest `DeskState` (when it changes, and when the screen 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from textual.screen import Screen
 
@@ -26,8 +26,7 @@ class DeskScreen(Screen[None]):
         return self.app  # type: ignore[return-value]
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        # read-only: hidden from the footer, and the keys do nothing
-        return not (self.desk.readonly and action in MUTATING)
+        return self.desk.check_action(action, parameters)  # one rule for app and screens
 
     def redraw(self) -> None:
         if not self.is_mounted:
@@ -42,3 +41,31 @@ class DeskScreen(Screen[None]):
 
     def on_screen_resume(self) -> None:
         self.redraw()
+
+
+class JobActions(DeskScreen):
+    """The actions on one job, for screens that have a current job (the queue's selected row,
+    the job detail's job)."""
+
+    def current_job(self) -> dict[str, Any] | None:
+        raise NotImplementedError
+
+    def action_cancel_job(self) -> None:
+        if job := self.current_job():
+            self.desk.confirm_cancel(job)
+
+    def action_hold_job(self) -> None:
+        if job := self.current_job():
+            self.desk.act("release" if job.get("held") else "hold", jobs=[job["id"]])
+
+    def action_requeue_job(self) -> None:
+        if job := self.current_job():
+            self.desk.act("requeue", jobs=[job["id"]])
+
+    def action_log_job(self) -> None:
+        if job := self.current_job():
+            self.desk.open_log(job)
+
+    def action_pager_job(self) -> None:
+        if job := self.current_job():
+            self.desk.page_log(job)

@@ -15,7 +15,7 @@ from textual.widgets import Footer, Log, Static
 
 from gpudesk import render
 from gpudesk.engine.protocol import EngineError
-from gpudesk.screens.base import DeskScreen
+from gpudesk.screens.base import DeskScreen, JobActions
 from gpudesk.screens.feed import read_log_tail
 from gpudesk.screens.queue import STATE_STYLES, job_state
 from gpudesk.screens.state import DeskState, sharing_mode
@@ -113,7 +113,7 @@ def render_events(detail: dict[str, Any] | None) -> Text:
     return text
 
 
-class JobScreen(DeskScreen):
+class JobScreen(JobActions):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape,backspace", "app.pop_screen", "Back"),
         Binding("c", "cancel_job", "Cancel"),
@@ -170,28 +170,8 @@ class JobScreen(DeskScreen):
         if self.is_current:
             self.show_state(self.desk.state)
 
-    def _job(self) -> dict[str, Any] | None:
+    def current_job(self) -> dict[str, Any] | None:
         return self.desk.state.job(self.job_id)
-
-    def action_cancel_job(self) -> None:
-        if job := self._job():
-            self.desk.confirm_cancel(job)
-
-    def action_hold_job(self) -> None:
-        if job := self._job():
-            self.desk.act("release" if job.get("held") else "hold", jobs=[job["id"]])
-
-    def action_requeue_job(self) -> None:
-        if job := self._job():
-            self.desk.act("requeue", jobs=[job["id"]])
-
-    def action_log_job(self) -> None:
-        if job := self._job():
-            self.desk.open_log(job)
-
-    def action_pager_job(self) -> None:
-        if job := self._job():
-            self.desk.page_log(job)
 
 
 class LogScreen(DeskScreen):

@@ -12,7 +12,7 @@ from textual.binding import Binding, BindingType
 from textual.widgets import DataTable, Footer, Input
 
 from gpudesk import render
-from gpudesk.screens.base import DeskScreen
+from gpudesk.screens.base import JobActions
 from gpudesk.screens.state import DeskState, sharing_mode
 from gpudesk.screens.widgets.glyphs import energy_text
 from gpudesk.screens.widgets.strips import DeskHeader
@@ -98,7 +98,7 @@ def matches(job: dict[str, Any], text: str) -> bool:
     return True
 
 
-class QueueScreen(DeskScreen):
+class QueueScreen(JobActions):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("enter", "open_job", "Detail"),
         Binding("c", "cancel_job", "Cancel"),
@@ -188,7 +188,7 @@ class QueueScreen(DeskScreen):
             return None
         return int(key.value) if key.value is not None else None
 
-    def selected_job(self) -> dict[str, Any] | None:
+    def current_job(self) -> dict[str, Any] | None:
         job_id = self.selected_id()
         if job_id is None:
             self.notify("no job selected", severity="warning")
@@ -200,39 +200,14 @@ class QueueScreen(DeskScreen):
         self.action_open_job()
 
     def action_open_job(self) -> None:
-        job = self.selected_job()
+        job = self.current_job()
         if job:
             self.desk.open_job(job["id"])
 
-    def action_cancel_job(self) -> None:
-        job = self.selected_job()
-        if job:
-            self.desk.confirm_cancel(job)
-
-    def action_hold_job(self) -> None:
-        job = self.selected_job()
-        if job:
-            self.desk.act("release" if job.get("held") else "hold", jobs=[job["id"]])
-
     def action_priority(self, delta: int) -> None:
-        job = self.selected_job()
+        job = self.current_job()
         if job:
             self.desk.act("priority", jobs=[job["id"]], delta=delta)
-
-    def action_requeue_job(self) -> None:
-        job = self.selected_job()
-        if job:
-            self.desk.act("requeue", jobs=[job["id"]])
-
-    def action_log_job(self) -> None:
-        job = self.selected_job()
-        if job:
-            self.desk.open_log(job)
-
-    def action_pager_job(self) -> None:
-        job = self.selected_job()
-        if job:
-            self.desk.page_log(job)
 
     def action_filter(self) -> None:
         box = self.query_one("#filter", Input)
