@@ -73,8 +73,8 @@ def job_runtime(job: dict, now: float | None = None) -> float | None:
     return (ended or (time.time() if now is None else now)) - started
 
 
-def last_line(path: str | os.PathLike[str] | None, max_bytes: int = 4096) -> str:
-    """The last non-empty line of a log file (cheap: reads only its end)."""
+def file_end(path: str | os.PathLike[str] | None, max_bytes: int = 4096) -> str:
+    """The last `max_bytes` of a file as text ("" when there is none or it cannot be read)."""
     if not path:
         return ""
     try:
@@ -82,9 +82,14 @@ def last_line(path: str | os.PathLike[str] | None, max_bytes: int = 4096) -> str
             fh.seek(0, os.SEEK_END)
             size = fh.tell()
             fh.seek(max(0, size - max_bytes))
-            tail = fh.read().decode("utf-8", "replace")
+            return fh.read().decode("utf-8", "replace")
     except OSError:
         return ""
+
+
+def last_line(path: str | os.PathLike[str] | None, max_bytes: int = 4096) -> str:
+    """The last non-empty line of a log file (cheap: reads only its end)."""
+    tail = file_end(path, max_bytes)
     for line in reversed(tail.replace("\r", "\n").splitlines()):
         if line.strip():
             return line.strip()

@@ -695,6 +695,8 @@ class Engine:
         if now - self.loaders_checked_at < LOADER_CHECK_S:
             return
         self.loaders_checked_at = now
+        if not self.loaders.specs and not self.loaders.producers:
+            return  # no [datasets] registered: nothing to start, and no queue scan every 0.5 s
         running = set(self.dataset_of.values())
         needed = running | {j.spec.dataset for j in self.queue.placeable() if j.spec.dataset}
         if not needed and not self.loaders.producers:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from gpudesk.paths import Home
+from gpudesk.render import file_end
 
 LOG_TAIL_BYTES = 4096
 PROGRESS = re.compile(r"\bepoch[ =]?(\d+)\s*/\s*(\d+)", re.IGNORECASE)
@@ -73,17 +74,7 @@ class Feed(Protocol):
 def read_progress(log: str | None) -> tuple[int, int] | None:
     """The last `epoch E/N` a job printed, from the end of its log (the convention the built-in
     workloads follow; other jobs simply show no progress)."""
-    if not log:
-        return None
-    try:
-        with open(log, "rb") as handle:
-            handle.seek(0, 2)
-            size = handle.tell()
-            handle.seek(max(0, size - LOG_TAIL_BYTES))
-            text = handle.read().decode(errors="replace")
-    except OSError:
-        return None
-    found = PROGRESS.findall(text)
+    found = PROGRESS.findall(file_end(log, LOG_TAIL_BYTES))
     if not found:
         return None
     epoch, total = found[-1]
@@ -91,17 +82,7 @@ def read_progress(log: str | None) -> tuple[int, int] | None:
 
 
 def read_log_tail(path: str | None, lines: int = 200) -> list[str]:
-    if not path:
-        return []
-    try:
-        with open(path, "rb") as handle:
-            handle.seek(0, 2)
-            size = handle.tell()
-            handle.seek(max(0, size - 64 * 1024))
-            text = handle.read().decode(errors="replace")
-    except OSError:
-        return []
-    return text.splitlines()[-lines:]
+    return file_end(path, 64 * 1024).splitlines()[-lines:]
 
 
 class EngineFeed:
