@@ -792,7 +792,10 @@ class Engine:
                 raw = self.samples.get_nowait()
             except queue.Empty:
                 break
+            first = self.monitor.latest is None
             view = self.monitor.ingest(raw, running=self.live.keys())
+            if first:
+                self.dirty = True  # GPU jobs held back until the GPUs were read can go now
             lost = frozenset(g["index"] for g in view["gpus"] if g["lost"])
             if lost != self.lost_gpus:
                 for index in sorted(lost - self.lost_gpus):
@@ -1080,7 +1083,13 @@ class Engine:
         self.dirty = False
         if not self.queue:
             return
-        decision = self.policy.place(self.queue.placeable(), self.station_view())
+        jobs = self.queue.placeable()
+        if self.monitor.inventory and self.monitor.latest is None:
+            # The GPUs are known but not read yet (the engine or its telemetry just started):
+            # a MIG GPU would look whole and memory in use would be missed. GPU jobs wait for
+            # the first sample, which schedules again.
+            jobs = [job for job in jobs if not job.spec.gpus]
+        decision = self.policy.place(jobs, self.station_view())
         for job_id, count in decision.overtaken.items():
             self.overtaken[job_id] = self.overtaken.get(job_id, 0) + count
         for rejection in decision.rejections:

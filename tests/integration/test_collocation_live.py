@@ -163,3 +163,18 @@ def test_the_demo_profile_collocates_under_mps_and_on_mig_slices() -> None:
         gpu_states=states))
     modes = {p.mode for p in decision.placements}
     assert {"mps", "mig"} <= modes and len(decision.placements) == len(queue)
+
+
+def test_gpu_jobs_wait_for_the_first_reading_of_a_reconfigured_station(
+        engine: EngineHandle) -> None:
+    """A new MIG layout restarts telemetry; a job submitted at once must still see GPU 3's
+    slices (before the first sample GPU 3 would look like a whole, idle GPU)."""
+    engine.client.request("configure", station={
+        "backend": SIM, "policy": "auto", "sample_interval": 0.2,
+        "mig": {"3": "3g.20gb,2g.10gb,2g.10gb"}})
+    busy = {"command": ["sleep", "30"], "gpus": 1, "memory_gb": 30, "sm_pct": 90}
+    light = {"name": "light", "command": ["sleep", "30"], "gpus": 1, "memory_gb": 3,
+             "sm_pct": 10}
+    ids = engine.submit(*[{**busy, "name": f"busy{i}"} for i in range(3)], light)
+    placed = engine.wait_state(ids[-1], "running")
+    assert placed["slot"].startswith("gpu:3/") and "g." in placed["slot"], placed["slot"]
