@@ -1,12 +1,12 @@
 """The selection cache: one entry per (dataset fingerprint, method, parameters, proxy), holding
 the method's ordering of the samples (and the labels, for per-class quotas), what computing it
-cost, and which jobs reused it.
+cost, notes the method reports (e.g. dedup's near-duplicate count), and which jobs reused it.
 
 Layout under `$GPUDESK_HOME/selection/`::
 
     <key>/order.npy     int64 ordering, most wanted first
-    <key>/labels.npy    int64 labels (stratified methods only)
-    <key>/meta.json     key parts, sha256 of each array file, costs, reuses
+    <key>/labels.npy    int64 labels (stratified and scored methods: per-class quotas)
+    <key>/meta.json     key parts, sha256 of each array file, costs, notes, reuses
 
 Entries are written to a temporary folder and renamed into place, so a reader never sees half
 of one. Every load checks the arrays against the sha256 in meta.json: a damaged or truncated
@@ -65,6 +65,7 @@ class Entry:
     cost: Cost
     created_at: float
     reused_by: list[str] = field(default_factory=list)
+    notes: dict[str, Any] = field(default_factory=dict)  # what the method reports; not keyed
 
 
 class CorruptEntry(Exception):
@@ -95,7 +96,7 @@ class SelectionCache:
             meta = {"key": entry.key, "fingerprint": entry.fingerprint, "method": entry.method,
                     "params": entry.params, "proxy": entry.proxy, "sha256": sums,
                     "cost": asdict(entry.cost), "created_at": entry.created_at,
-                    "reused_by": entry.reused_by, "n": len(entry.order)}
+                    "reused_by": entry.reused_by, "notes": entry.notes, "n": len(entry.order)}
             (staging / META).write_text(json.dumps(meta, indent=1))
             target = self._dir(entry.key)
             if target.exists():
@@ -157,7 +158,8 @@ class SelectionCache:
         return Entry(key=meta["key"], fingerprint=meta["fingerprint"], method=meta["method"],
                      params=meta.get("params") or {}, proxy=meta.get("proxy"), order=order,
                      labels=arrays["labels"], cost=Cost(**cost), created_at=meta["created_at"],
-                     reused_by=list(meta.get("reused_by") or []))
+                     reused_by=list(meta.get("reused_by") or []),
+                     notes=dict(meta.get("notes") or {}))
 
     def entries(self) -> list[Entry]:
         if not self.root.is_dir():

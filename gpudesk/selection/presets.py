@@ -7,8 +7,16 @@
 - `rs2-P`: a different P % every epoch, no pre-pass (repeated sampling without
   replacement: the next part of a random permutation).
 
-Scored methods (`loss`, `el2n`, `dedup`, `less`) are named here so a profile can be checked, and
-are computed by their own modules.
+Scored methods are named here so a profile can be checked, and are computed by their own
+modules (each trains the small proxy of `scoring` first):
+
+- `loss-P`, `el2n-P` (`scoring`): proxy difficulty, mixed with coverage over score bins;
+- `dedup-P` (`diversity`): farthest-point traversal of the proxy's embeddings, so near-duplicates
+  of kept samples come late;
+- `less-P` (`targeted`): similarity of each sample's last-layer gradient to a target set's.
+
+Like `stratified`, every scored preset is taken with per-class quotas (`take` with labels), so
+its subsets are class-balanced in proportion to the class sizes.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""Data selection foundations: fingerprints, preset names, exact fractions and quotas,
-determinism, and a cache that never serves a damaged entry. On the digits data that ships with
-scikit-learn (real handwritten digits, not synthetic)."""
+"""Data selection: fingerprints, preset names, exact fractions and quotas, determinism, a cache
+that never serves a damaged entry, and the scored presets (el2n, dedup, less). On the digits
+data that ships with scikit-learn (real handwritten digits, not synthetic)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from conftest import Run
 from gpudesk.paths import Home
 from gpudesk.selection.cache import Cost, Entry, SelectionCache, cache_key
 from gpudesk.selection.fingerprint import fingerprint
-from gpudesk.selection.prepass import prepare
+from gpudesk.selection.prepass import SCORED, Target, prepare
 from gpudesk.selection.presets import (
     Preset,
     PresetError,
@@ -38,7 +38,7 @@ def as_dataset(images: np.ndarray, labels: np.ndarray) -> list[tuple[np.ndarray,
 
 
 # ------------------------------------------------------------------ fingerprints
-def test_fingerdigestignores_order_and_sees_one_changed_sample(digits) -> None:
+def test_fingerprint_ignores_order_and_sees_one_changed_sample(digits) -> None:
     images, labels = digits
     base = fingerprint(as_dataset(images, labels))
     order = np.random.default_rng(7).permutation(len(labels))
@@ -52,7 +52,7 @@ def test_fingerdigestignores_order_and_sees_one_changed_sample(digits) -> None:
     assert fingerprint(as_dataset(images[:-1], labels[:-1])) != base
 
 
-def test_fingerdigestreads_torch_tensors_like_arrays(digits) -> None:
+def test_fingerprint_reads_torch_tensors_like_arrays(digits) -> None:
     torch = pytest.importorskip("torch")
     images, labels = digits
     as_arrays = as_dataset(images[:50], labels[:50])
@@ -205,11 +205,19 @@ def test_select_commands_compute_reuse_list_show_and_clear(home: Home, gpudesk: 
     assert code == 1 and "no selection cache entry" in err
 
 
+def test_select_run_computes_a_dedup_preset(home: Home, gpudesk: Run) -> None:
+    code, out, err = gpudesk("select", "run", "--dataset", "gpudesk.workloads.data:make_digits",
+                             "--preset", "dedup-10", "--json")
+    assert code == 0, err
+    result = json.loads(out)
+    assert (result["kept"], result["of"], result["reused"]) == (180, 1797, False)
+
+
 @pytest.mark.parametrize(("args", "message"), [
     (("--dataset", "gpudesk.workloads.data:make_digits", "--preset", "random"), "random-25"),
     (("--dataset", "no.such.module:f", "--preset", "random-25"), "cannot import"),
-    (("--dataset", "gpudesk.workloads.data:make_digits", "--preset", "dedup-25"),
-     "not available yet"),
+    (("--dataset", "gpudesk.workloads.data:make_digits", "--preset", "less-25"),
+     "selection target"),
 ])
 def test_select_run_errors_are_one_clear_paragraph(home: Home, gpudesk: Run,
                                                    args: tuple[str, ...], message: str) -> None:
@@ -229,6 +237,25 @@ def test_coverage_ordering_spreads_over_scores_and_puts_outliers_last() -> None:
     # the first SCORE_BINS picks come one from each score bin, hardest bin first
     first = order[:SCORE_BINS]
     assert len({int(i) // 95 for i in first}) == SCORE_BINS and first[0] == 1000 - outliers - 1
+
+
+@pytest.fixture(scope="module")
+def digit_features(digits) -> tuple[np.ndarray, np.ndarray, str]:
+    """(proxy features, labels, fingerprint) of the digits."""
+    from gpudesk.selection.scoring import features
+
+    images, labels = digits
+    dataset = as_dataset(images, labels)
+    inputs, feature_labels = features(dataset)
+    assert np.array_equal(feature_labels, labels)
+    return inputs, labels, fingerprint(dataset)
+
+
+def digit_target(digits, rows: slice = slice(0, 200)) -> Target:
+    """A selection target of digits samples (a stand-in for a task's validation set)."""
+    images, labels = digits
+    part = as_dataset(images[rows], labels[rows])
+    return Target(inputs=images[rows], labels=labels[rows], fingerprint=fingerprint(part))
 
 
 def test_el2n_preset_is_deterministic_cached_and_spread(digits, tmp_path: Path) -> None:
@@ -252,3 +279,166 @@ def test_el2n_preset_is_deterministic_cached_and_spread(digits, tmp_path: Path) 
     assert set(labels[ten.indices].tolist()) == set(range(10))
     with pytest.raises(PresetError, match="features"):
         prepare(Preset("loss", 25), labels, digest, cache, seed=1)
+
+
+def test_the_proxy_gives_embeddings_and_probabilities(digit_features) -> None:
+    from gpudesk.selection.scoring import PROXY_HIDDEN, proxy_outputs, proxy_scores, train_proxy
+
+    inputs, labels, _ = digit_features
+    proxy = train_proxy(inputs, labels, seed=2)
+    embeddings, probabilities = proxy_outputs(proxy, inputs[:100])
+    assert embeddings.shape == (100, PROXY_HIDDEN) and embeddings.dtype == np.float32
+    assert probabilities.shape == (100, 10) and probabilities.dtype == np.float32
+    assert (embeddings >= 0).all() and np.allclose(probabilities.sum(axis=1), 1, atol=1e-5)
+    # el2n is the distance of those probabilities from the one-hot labels
+    el2n = proxy_scores(inputs[:100], labels[:100], "el2n", seed=2).values
+    again = train_proxy(inputs[:100], labels[:100], seed=2)
+    _, p = proxy_outputs(again, inputs[:100])
+    onehot = np.eye(10, dtype=np.float32)[labels[:100]]
+    assert np.allclose(el2n, np.linalg.norm(p - onehot, axis=1), atol=1e-5)
+
+
+def test_scored_subsets_are_exact_and_class_balanced(digits, digit_features,
+                                                    tmp_path: Path) -> None:
+    inputs, labels, digest = digit_features
+    cache = SelectionCache(tmp_path / "sel")
+    for method in SCORED:
+        target = digit_target(digits) if method == "less" else None
+        chosen = prepare(Preset(method, 25), labels, digest, cache, seed=0, inputs=inputs,
+                         target=target)
+        assert len(chosen.indices) == keep_count(len(labels), 25)
+        counts = dict(zip(*np.unique(labels[chosen.indices], return_counts=True), strict=True))
+        assert counts == class_quotas(labels, len(chosen.indices)), method
+
+
+# ------------------------------------------------------------------ dedup
+def test_dedup_is_exact_deterministic_and_seeded(digit_features, tmp_path: Path) -> None:
+    from gpudesk.selection.diversity import dedup
+
+    inputs, labels, digest = digit_features
+    first = dedup(inputs, labels, seed=3)
+    assert sorted(first.order.tolist()) == list(range(len(labels)))
+    assert np.array_equal(dedup(inputs, labels, seed=3).order, first.order)
+    assert not np.array_equal(dedup(inputs, labels, seed=4).order, first.order)
+    chosen = prepare(Preset("dedup", 25), labels, digest, SelectionCache(tmp_path / "a"),
+                     seed=3, inputs=inputs)
+    assert len(chosen.indices) == keep_count(len(labels), 25)
+    assert np.array_equal(chosen.indices, take(first.order, 25, labels))
+    # the count of near-duplicates is reported with the selection, and kept in the cache
+    assert chosen.notes == {"near_duplicates": first.near_duplicates}
+
+
+def test_dedup_puts_each_copy_after_its_original(digit_features) -> None:
+    from gpudesk.selection.diversity import dedup
+
+    inputs, labels, _ = digit_features
+    originals = np.arange(5, len(labels), 97)  # 19 samples, copied to the end of the data
+    copies = len(labels) + np.arange(len(originals))
+    data = np.concatenate([inputs, inputs[originals]])
+    result = dedup(data, np.concatenate([labels, labels[originals]]), seed=0)
+    position = np.empty(len(data), dtype=np.int64)
+    position[result.order] = np.arange(len(data))
+    assert (position[copies] > position[originals]).all()
+    # the copies come after every distinct sample, and each counts as a near-duplicate
+    assert position[copies].min() >= len(labels)
+    assert result.near_duplicates >= len(originals)
+    # a copy with a little pixel noise is a near-duplicate too: one of each pair comes late
+    noisy = inputs[originals] + np.random.default_rng(0).normal(
+        0, 0.01, inputs[originals].shape).astype(np.float32)
+    result = dedup(np.concatenate([inputs, noisy]), np.concatenate([labels, labels[originals]]),
+                   seed=0)
+    position[result.order] = np.arange(len(data))
+    later = np.maximum(position[copies], position[originals])
+    assert later.min() >= len(labels) * 0.9 and result.near_duplicates >= len(originals)
+
+
+def test_dedup_10_percent_covers_every_class(digit_features, tmp_path: Path) -> None:
+    inputs, labels, digest = digit_features
+    for seed in (0, 1):
+        ten = prepare(Preset("dedup", 10), labels, digest, SelectionCache(tmp_path / "sel"),
+                      seed=seed, inputs=inputs)
+        assert set(labels[ten.indices].tolist()) == set(range(10))
+
+
+def test_dedup_merges_clusters_in_proportion_to_their_size(digit_features) -> None:
+    from gpudesk.selection.diversity import dedup_ordering
+    from gpudesk.selection.scoring import proxy_outputs, train_proxy
+
+    inputs, labels, _ = digit_features
+    embeddings = proxy_outputs(train_proxy(inputs, labels, seed=0), inputs)[0]
+    result = dedup_ordering(embeddings, seed=0, cluster_size=300)  # k = ceil(1797 / 300) = 6
+    sizes = np.bincount(result.clusters)
+    assert len(sizes) > 1 and sizes.sum() == len(labels) and sizes.max() <= 600
+    assert sorted(result.order.tolist()) == list(range(len(labels)))
+    taken = np.zeros(len(sizes))
+    for length, index in enumerate(result.order, start=1):
+        taken[result.clusters[index]] += 1
+        assert np.abs(taken - length * sizes / len(labels)).max() <= 1.0
+    # within a cluster, the order is farthest-point: its second sample is the farthest from
+    # its first
+    unit = embeddings / np.linalg.norm(embeddings, axis=1, keepdims=True)
+    for cluster in range(len(sizes)):
+        members = result.order[result.clusters[result.order] == cluster]
+        distances = 1 - unit[members] @ unit[members[0]]
+        assert distances[1] == pytest.approx(distances.max(), abs=1e-6)
+    again = dedup_ordering(embeddings, seed=0, cluster_size=300)
+    assert np.array_equal(again.order, result.order)
+
+
+# ------------------------------------------------------------------ less
+def test_less_needs_a_target_and_is_deterministic(digits, digit_features,
+                                                  tmp_path: Path) -> None:
+    from gpudesk.selection.targeted import less
+
+    inputs, labels, digest = digit_features
+    cache = SelectionCache(tmp_path / "sel")
+    with pytest.raises(PresetError, match="less-25 ranks samples by similarity to a target"):
+        prepare(Preset("less", 25), labels, digest, cache, seed=0, inputs=inputs)
+    target = digit_target(digits)
+    first = prepare(Preset("less", 25), labels, digest, cache, seed=0, inputs=inputs,
+                    target=target)
+    order = less(inputs, labels, target, seed=0)
+    assert sorted(order.tolist()) == list(range(len(labels)))
+    assert np.array_equal(less(inputs, labels, target, seed=0), order)
+    assert np.array_equal(first.indices, take(order, 25, labels))
+    assert not np.array_equal(less(inputs, labels, target, seed=1), order)
+    with pytest.raises(PresetError, match="features"):
+        prepare(Preset("less", 25), labels, digest, cache, inputs=inputs,
+                target=Target(inputs[:5, :10], labels[:5], "fp-narrow"))
+
+
+def test_less_key_follows_the_target(digits, digit_features, tmp_path: Path) -> None:
+    inputs, labels, digest = digit_features
+    cache = SelectionCache(tmp_path / "sel")
+    one = prepare(Preset("less", 25), labels, digest, cache, inputs=inputs,
+                  target=digit_target(digits, slice(0, 200)))
+    other = prepare(Preset("less", 25), labels, digest, cache, inputs=inputs,
+                    target=digit_target(digits, slice(200, 400)))
+    assert one.key != other.key and not other.reused
+    assert not np.array_equal(one.indices, other.indices)
+    same = prepare(Preset("less", 25), labels, digest, cache, inputs=inputs,
+                   target=digit_target(digits, slice(0, 200)))
+    assert same.reused and same.key == one.key
+
+
+@pytest.mark.parametrize("method", ["dedup", "less"])
+def test_a_cached_scored_selection_equals_a_fresh_one(digits, digit_features, tmp_path: Path,
+                                                      method: str) -> None:
+    inputs, labels, digest = digit_features
+    target = digit_target(digits) if method == "less" else None
+    cache = SelectionCache(tmp_path / "a")
+    fresh = prepare(Preset(method, 25), labels, digest, cache, seed=2, inputs=inputs,
+                    target=target)
+    cached = prepare(Preset(method, 25), labels, digest, SelectionCache(tmp_path / "a"),
+                     seed=2, inputs=inputs, target=target, used_by="job 3")
+    elsewhere = prepare(Preset(method, 25), labels, digest, SelectionCache(tmp_path / "b"),
+                        seed=2, inputs=inputs, target=target)
+    assert not fresh.reused and cached.reused and not elsewhere.reused
+    assert np.array_equal(cached.indices, fresh.indices)
+    assert np.array_equal(elsewhere.indices, fresh.indices)
+    assert cached.notes == fresh.notes == elsewhere.notes
+    assert cached.cost == fresh.cost and fresh.cost.wall_s > 0
+    ten = prepare(Preset(method, 10), labels, digest, cache, seed=2, inputs=inputs,
+                  target=target)
+    assert ten.reused and ten.key == fresh.key
+    assert cache.load(fresh.key).reused_by == ["job 3"]
