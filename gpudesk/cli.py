@@ -19,7 +19,7 @@ import typer
 from gpudesk import __version__
 from gpudesk.loader.cli import loader_app
 from gpudesk.mig_cli import mig_app
-from gpudesk.selection.cli import select_app
+from gpudesk.select_cli import select_app
 
 if TYPE_CHECKING:
     from gpudesk.engine.client import EngineClient
@@ -189,6 +189,9 @@ def submit(
     sm: float | None = typer.Option(None, "--sm", help="Share of a GPU's SMs the job keeps "
                                     "busy, % (a hint for placement and the simulator)."),
     dataset: str | None = typer.Option(None, "--dataset", help="Dataset the job reads."),
+    selection: str | None = typer.Option(None, "--selection", help="Train on part of the "
+                                         "dataset: a data-selection preset such as el2n-25 "
+                                         "(overrides the dataset's own)."),
     priority: int = typer.Option(0, "--priority", help="Higher runs first (-1000..1000)."),
     max_attempts: int = typer.Option(1, "--max-attempts", help="Retry a failed job up to this "
                                      "many attempts in all."),
@@ -217,6 +220,7 @@ def submit(
         "memory_gb": mem,
         "sm_pct": sm,
         "dataset": dataset,
+        "selection": selection,
         "priority": priority,
         "max_attempts": max_attempts,
     }
@@ -299,7 +303,8 @@ def show(
         f"  asks for   {spec['gpus']} GPU(s)"
         + (f", {spec['memory_gb']:g} GB" if spec["memory_gb"] else "")
         + (f", {spec['sm_pct']:g}% SM" if spec["sm_pct"] is not None else "")
-        + (f", dataset {spec['dataset']}" if spec["dataset"] else ""),
+        + (f", dataset {spec['dataset']}" if spec["dataset"] else "")
+        + (f" ({spec['selection']})" if spec.get("selection") else ""),
         f"  priority   {spec['priority']}   attempts {_attempts_text(j)}",
         f"  submitted  {render.clock(j['submitted_at'])}   started {render.clock(j['started_at'])}"
         f"   ended {render.clock(j['ended_at'])}   time {render.duration(render.job_runtime(j))}",

@@ -18,7 +18,7 @@ import zmq
 
 from gpudesk import render
 from gpudesk.engine.client import EngineClient, submit_env
-from gpudesk.engine.jobs import TERMINAL_STATE_NAMES
+from gpudesk.engine.jobs import TERMINAL_STATE_NAMES, JobSpec
 from gpudesk.engine.telemetry.energy import summarize
 from gpudesk.profile import Profile
 
@@ -117,6 +117,13 @@ class RunReport:
             if loader.get("saved_cpu_s") is None:
                 lines.append(f"shared loader {loader['name']}: no batches measured")
                 continue
+            chosen = status.get("selection")
+            if chosen:
+                how = "cached pre-pass" if chosen.get("reused") else \
+                    "no pre-pass" if chosen.get("key") is None else \
+                    f"pre-pass {chosen.get('prepass_wall_s', 0):.1f} s, now cached"
+                lines.append(f"shared loader {loader['name']}: selection {chosen['preset']}, "
+                             f"trained on {chosen['kept']} of {chosen['of']} samples ({how})")
             lines.append(
                 f"shared loader {loader['name']}: producer CPU {loader['cpu_s']:.1f} s{who}, "
                 f"{status.get('produced', 0)} batches made, {status.get('delivered_total', 0)} "
@@ -251,7 +258,7 @@ def _add_usage(client: EngineClient, report: RunReport, profile: Profile) -> Non
     """Energy and resource use of the run's jobs, measured by the engine's sampler."""
     status = client.request("status", fresh_loaders=True)
     station = status["station"]
-    used = {spec.dataset for spec in profile.jobs if spec.dataset}
+    used = {loader_name(profile, spec) for spec in profile.jobs if spec.dataset}
     report.loaders = [entry for entry in status.get("loaders", []) if entry["name"] in used]
     report.backend, report.simulated = station["effective_backend"], station["simulated"]
     report.grid_g_per_kwh = station["grid_intensity"]
@@ -259,6 +266,15 @@ def _add_usage(client: EngineClient, report: RunReport, profile: Profile) -> Non
              client.request("jobs", group=report.group, usage=True)["jobs"]}
     for job in report.jobs:
         job["usage"] = usage.get(job["id"])
+
+
+def loader_name(profile: Profile, spec: JobSpec) -> str | None:
+    """The shared loader a job of the profile reads: its dataset's, or the dataset's variant
+    under the job's own selection."""
+    config = profile.datasets.get(spec.dataset or "")
+    if config is None or config.loader is None:
+        return spec.dataset
+    return config.loader.variant(spec.selection).name if spec.selection else config.loader.name
 
 
 def _follow(client: EngineClient, events: zmq.Socket, group: str,

@@ -75,6 +75,7 @@ JOB_KEYS = (
     "memory_gb",
     "sm_pct",
     "dataset",
+    "selection",
     "priority",
     "max_attempts",
     "repeat",
@@ -84,7 +85,8 @@ SWEEP_KEYS = (*JOB_KEYS, "grid")
 DEFAULT_KEYS = tuple(key for key in JOB_KEYS if key not in ("name", "command", "repeat"))
 DATASET_KEYS = ("factory", *LOADER_KEYS)
 # Resource fields that go straight from the table (or [defaults]) into the JobSpec.
-_RESOURCE_KEYS = ("gpus", "memory_gb", "sm_pct", "dataset", "priority", "max_attempts")
+_RESOURCE_KEYS = ("gpus", "memory_gb", "sm_pct", "dataset", "selection", "priority",
+                  "max_attempts")
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # `{name}` not preceded by `$`, so that shell `${HOME}` passes through untouched.
@@ -614,6 +616,9 @@ class _Builder:
                 resources[field_name] = checked
                 if field_name == "dataset" and isinstance(checked, str):
                     self.check_dataset_reference((*key, "dataset"), checked)
+        if resources.get("selection") and not resources.get("dataset"):
+            self.problem((*key, "selection"), "a selection applies to the job's dataset: set "
+                         "dataset too (or put the selection in its [datasets.NAME] table)")
         env = self.check((*key, "env"), FIELD_CHECKS["env"], table["env"]) if "env" in table else {}
         workdir = (
             self.check((*key, "workdir"), FIELD_CHECKS["workdir"], table["workdir"])

@@ -243,8 +243,9 @@ class Engine:
                 self.live[attempt.id] = live
                 adopted += 1
                 job = self.store.job(attempt.job_id)
-                if job.spec.dataset:
-                    self.dataset_of[job.id] = job.spec.dataset
+                served = self.loaders.loader_for(job.spec.dataset, job.spec.selection)
+                if served:
+                    self.dataset_of[job.id] = served
                 if job.cancel_requested:
                     left = (job.kill_deadline or 0.0) - time.time()
                     self._terminate(live, max(0.0, left))
@@ -698,7 +699,9 @@ class Engine:
         if not self.loaders.specs and not self.loaders.producers:
             return  # no [datasets] registered: nothing to start, and no queue scan every 0.5 s
         running = set(self.dataset_of.values())
-        needed = running | {j.spec.dataset for j in self.queue.placeable() if j.spec.dataset}
+        needed = running | {served for j in self.queue.placeable()
+                            if (served := self.loaders.loader_for(j.spec.dataset,
+                                                                  j.spec.selection))}
         if not needed and not self.loaders.producers:
             return
         self.loaders.tick(needed, running)
@@ -1124,12 +1127,13 @@ class Engine:
             self.queue.add(job)  # the transaction rolled back: it is still queued
             raise
         env = self.job_env(job, placement, attempt)
+        served = self.loaders.loader_for(job.spec.dataset, job.spec.selection)
         try:
-            env.update(self.loaders.job_env(job.spec.dataset))
+            env.update(self.loaders.job_env(served))
         except OSError as exc:  # the producer could not be started: the job can fall back
-            log.warning("could not start the shared loader %r: %s", job.spec.dataset, exc)
-        if job.spec.dataset:
-            self.dataset_of[job.id] = job.spec.dataset
+            log.warning("could not start the shared loader %r: %s", served, exc)
+        if served:
+            self.dataset_of[job.id] = served
         if placement.mode == "mps" and not self.monitor.simulated:
             env.update(self._mps_env(job, placement))
         workdir = job.spec.workdir or env.get("HOME") or "/"

@@ -197,6 +197,19 @@ def check_dataset(value: Any) -> str | None:
     return value
 
 
+def check_selection(value: Any) -> str | None:
+    """A data-selection preset's canonical name (`full`: every sample)."""
+    if value is None:
+        return None
+    from gpudesk.selection.presets import PresetError, parse_preset
+
+    try:
+        preset = parse_preset(value)
+    except PresetError as exc:
+        raise ValueError(str(exc)) from None
+    return preset.name
+
+
 def check_workdir(value: Any) -> str | None:
     if value is None:
         return None
@@ -231,6 +244,7 @@ class JobSpec:
     memory_gb: float | None = None
     sm_pct: float | None = None
     dataset: str | None = None
+    selection: str | None = None  # a data-selection preset for the dataset (el2n-25)
     priority: int = 0
     max_attempts: int = 1
     group: str | None = None  # the run (profile invocation) a job belongs to
@@ -262,6 +276,9 @@ class JobSpec:
                 values[key] = _checked(key, check, data[key])
         if "group" in data and data["group"] is not None:
             values["group"] = _checked("group", check_name, data["group"])
+        if "selection" in data and data["selection"] is not None and not values.get("dataset"):
+            raise SpecError("selection", "a selection applies to the job's dataset: name the "
+                            "dataset too")
         return cls(**values)
 
     @classmethod
@@ -287,6 +304,7 @@ _CHECKS: dict[str, Callable[[Any], Any]] = {
     "memory_gb": check_memory_gb,
     "sm_pct": check_sm_pct,
     "dataset": check_dataset,
+    "selection": check_selection,
     "priority": check_priority,
     "max_attempts": check_max_attempts,
 }

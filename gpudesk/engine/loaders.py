@@ -18,10 +18,18 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from gpudesk.loader.protocol import ENV_DATASET, ENV_RESUME_S, NAME, process_alive, read_info
+from gpudesk.engine.jobs import check_selection
+from gpudesk.loader.protocol import (
+    ENV_DATASET,
+    ENV_RESUME_S,
+    NAME,
+    VARIANT_SEPARATOR,
+    process_alive,
+    read_info,
+)
 from gpudesk.paths import Home
 
 log = logging.getLogger("gpudesk.engine")
@@ -31,7 +39,8 @@ ENV_GRACE_S = "GPUDESK_LOADER_GRACE_S"  # overrides it (tests; stations with slo
 STATUS_EVERY_S = 2.0
 RESTART_LIMIT = 5  # restarts in a row without a consumer connecting: then give up
 RESUME_S = 30  # how long a managed job's consumer waits for its producer to come back
-LOADER_KEYS = ("args", "batch_size", "workers", "seed", "slots", "shuffle")
+LOADER_KEYS = ("args", "batch_size", "workers", "seed", "slots", "shuffle", "selection",
+               "selection_target", "selection_target_args")
 
 
 @dataclass(frozen=True)
@@ -44,6 +53,9 @@ class DatasetSpec:
     seed: int = 0
     slots: int = 16
     shuffle: bool = True
+    selection: str | None = None  # a data-selection preset: the jobs train on that part
+    selection_target: str | None = None  # MODULE:FACTORY of a targeted preset's target set
+    selection_target_args: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -83,7 +95,31 @@ class DatasetSpec:
         shuffle = data.get("shuffle", True)
         if not isinstance(shuffle, bool):
             raise ValueError(f"shuffle: expected true or false, found {shuffle!r}")
-        return cls(name, factory, dict(args), shuffle=shuffle, **ints)
+        try:
+            selection = check_selection(data.get("selection"))
+        except ValueError as exc:
+            raise ValueError(f"selection: {exc}") from None
+        selection = None if selection == "full" else selection
+        target = data.get("selection_target")
+        if target is not None and (not isinstance(target, str) or ":" not in target):
+            raise ValueError("selection_target: expected MODULE:CALLABLE")
+        target_args = data.get("selection_target_args") or {}
+        if not isinstance(target_args, dict):
+            raise ValueError("selection_target_args: expected a table")
+        if selection is not None and selection.startswith("less-") and target is None:
+            raise ValueError(f"selection: {selection} ranks samples by their similarity to a "
+                             "target set; name one with selection_target = \"MODULE:CALLABLE\"")
+        return cls(name, factory, dict(args), shuffle=shuffle, selection=selection,
+                   selection_target=target, selection_target_args=dict(target_args), **ints)
+
+    def variant(self, selection: str | None) -> DatasetSpec:
+        """This dataset under another selection: its own loader, `NAME.PRESET`."""
+        chosen = check_selection(selection)
+        chosen = None if chosen == "full" else chosen
+        if chosen == self.selection:
+            return self
+        suffix = f"{VARIANT_SEPARATOR}{chosen or 'full'}"
+        return replace(self, name=self.name[:40 - len(suffix)] + suffix, selection=chosen)
 
     def argv(self) -> list[str]:
         argv = [sys.executable, "-m", "gpudesk", "loader", "serve", self.name,
@@ -94,6 +130,12 @@ class DatasetSpec:
             argv += ["--arg", f"{key}={json.dumps(value)}"]
         if not self.shuffle:
             argv.append("--no-shuffle")
+        if self.selection:
+            argv += ["--selection", self.selection]
+        if self.selection_target:
+            argv += ["--target", self.selection_target]
+            for key, value in self.selection_target_args.items():
+                argv += ["--target-arg", f"{key}={json.dumps(value)}"]
         return argv
 
 
@@ -129,6 +171,20 @@ class LoaderSupervisor:
                                  f"({json.dumps(running.spec.to_dict())}); let its jobs finish "
                                  "or rename the dataset")
             self.specs[spec.name] = spec
+
+    def loader_for(self, dataset: str | None, selection: str | None) -> str | None:
+        """The loader a job reading `dataset` under `selection` uses (None: the dataset has
+        no registered loader). A job's own selection, other than its dataset's, gets a loader
+        of its own, `NAME.PRESET`."""
+        spec = self.specs.get(dataset) if dataset else None
+        if spec is None:
+            return None
+        if selection is None:
+            return spec.name
+        variant = spec.variant(selection)
+        if variant.name != spec.name:
+            self.specs[variant.name] = variant
+        return variant.name
 
     def job_env(self, dataset: str | None) -> dict[str, str]:
         """The environment a job naming `dataset` gets, its producer started if need be."""

@@ -41,6 +41,14 @@ def serve_command(
     no_shuffle: Annotated[bool, typer.Option("--no-shuffle")] = False,
     idle_exit: Annotated[float | None, typer.Option(
         "--idle-exit", help="Stop after this many seconds without a consumer.")] = None,
+    selection: Annotated[str | None, typer.Option(
+        "--selection", help="Serve only part of the dataset: a data-selection preset such as "
+        "el2n-25 (see `gpudesk select`); its pre-pass runs here unless cached.")] = None,
+    target: Annotated[str | None, typer.Option(
+        "--target", help="MODULE:FACTORY of the target set a targeted preset (less-P) ranks "
+        "samples by.")] = None,
+    target_arg: Annotated[list[str], typer.Option(
+        "--target-arg", help="key=value for the target factory (repeatable).")] = [],  # noqa: B006
     managed: Annotated[bool, typer.Option("--managed", hidden=True)] = False,
 ) -> None:
     """Run the producer for a dataset until stopped (SIGTERM or Ctrl-C)."""
@@ -49,9 +57,10 @@ def serve_command(
     from gpudesk.loader.protocol import LoaderError
     from gpudesk.paths import Home
 
-    config = ProducerConfig(name, dataset, factory_kwargs(arg), batch_size, workers, seed,
-                            not no_shuffle, slots, idle_exit, managed)
     try:
+        config = ProducerConfig(name, dataset, factory_kwargs(arg), batch_size, workers, seed,
+                                not no_shuffle, slots, idle_exit, managed, selection, target,
+                                factory_kwargs(target_arg))
         code = serve(config, Home.from_env())
     except LoaderError as exc:
         fail(str(exc), EXIT_FAILED)
@@ -86,6 +95,11 @@ def status_command(
               f"{entry['dataset_len']} samples, batches of {entry['batch_size']}, "
               f"{entry['workers']} workers  epoch {entry['stream'][0]} "
               f"batch {entry['stream'][1]}/{entry['batches_per_epoch']}")
+        chosen = entry.get("selection")
+        if chosen:
+            print(f"  selection {chosen['preset']}: trains on {chosen['kept']} of "
+                  f"{chosen['of']} samples" + ("" if chosen["key"] is None else
+                                               f" (cache entry {chosen['key']})"))
         print(f"  slots {entry['slots_used']}/{entry['slots']} used "
               f"({entry['slot_bytes'] / 2**20:.1f} MiB each)  produced {entry['produced']} "
               f"(+{entry['makeups_produced']} make-ups)  CPU {entry['cpu_s']:.1f} s")

@@ -34,6 +34,7 @@ import zmq
 from gpudesk.loader.protocol import (
     ENV_DATASET,
     ENV_RESUME_S,
+    VARIANT_SEPARATOR,
     LoaderError,
     check_name,
     decode,
@@ -67,6 +68,11 @@ class SharedLoader:
                  home: str | os.PathLike[str] | None = None,
                  resume_s: float | None = None) -> None:
         self.name = check_name(name)
+        served = os.environ.get(ENV_DATASET)
+        if served and served.startswith(f"{name}{VARIANT_SEPARATOR}"):
+            # The engine serves this job a variant of the dataset it asked for (the dataset
+            # under another data selection, `NAME.PRESET`): read that one.
+            self.name = name = served
         self.batch_size = batch_size
         self.factory, self.factory_kwargs = factory, dict(factory_kwargs or {})
         self.workers, self.seed, self.shuffle = workers, seed, shuffle
@@ -126,7 +132,8 @@ class SharedLoader:
         if resume:
             state = {"epoch": self.epoch, "received": {
                 str(e): sorted(js) for e, js in self._received.items() if e >= self.epoch}}
-        sock.send(encode("hello", pid=os.getpid(), batch_size=self.batch_size, resume=state))
+        sock.send(encode("hello", pid=os.getpid(), batch_size=self.batch_size, resume=state,
+                         job=os.environ.get("GPUDESK_JOB_ID")))
         if not sock.poll(int(CONNECT_TIMEOUT_S * 1000)):
             sock.close()
             raise LoaderError(f"the producer for {self.name!r} (pid {info.get('pid')}) did not "

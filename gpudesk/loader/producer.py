@@ -27,7 +27,7 @@ import signal
 import socket
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -67,6 +67,9 @@ class ProducerConfig:
     slots: int = 16
     idle_exit_s: float | None = None  # stop after this long without a consumer
     managed: bool = False  # started by the engine, which restarts it if it dies
+    selection: str | None = None  # a data-selection preset (gpudesk.selection), e.g. el2n-25
+    target: str | None = None  # MODULE:FACTORY of the target set a targeted preset ranks by
+    target_kwargs: dict[str, Any] = field(default_factory=dict)
 
     def check(self) -> ProducerConfig:
         check_name(self.name)
@@ -76,12 +79,23 @@ class ProducerConfig:
         if self.batch_size < 1 or self.workers < 0 or self.slots < 4:
             raise LoaderError("batch size must be at least 1, workers at least 0 and the ring "
                               "at least 4 slots")
+        if self.selection is not None:
+            from gpudesk.selection.presets import PresetError, parse_preset
+
+            try:
+                parse_preset(self.selection)
+            except PresetError as exc:
+                raise LoaderError(f"--selection: {exc}") from None
+        if self.target is not None and ":" not in self.target:
+            raise LoaderError(f"--target {self.target!r}: expected MODULE:FACTORY")
         return self
 
     def identity(self) -> dict[str, Any]:
         """What must match for a restarted producer to continue an old one's stream."""
         return {"factory": self.factory, "factory_kwargs": self.factory_kwargs,
-                "batch_size": self.batch_size, "seed": self.seed, "shuffle": self.shuffle}
+                "batch_size": self.batch_size, "seed": self.seed, "shuffle": self.shuffle,
+                "selection": self.selection, "target": self.target,
+                "target_kwargs": self.target_kwargs}
 
 
 def load_factory(spec: str) -> Callable[..., Any]:
@@ -100,8 +114,12 @@ class _Plan:
     """The DataLoader's batch sampler: the stream, with make-ups slipped in between."""
 
     def __init__(self, length: int, batch_size: int, seed: int, shuffle: bool,
-                 start: Key = (0, 0)) -> None:
+                 start: Key = (0, 0),
+                 subset: Callable[[int], Sequence[int]] | None = None) -> None:
+        """`length`: samples per epoch; `subset(epoch)`, when given, names them (a data
+        selection), else they are 0 .. length - 1."""
         self.length, self.batch_size, self.seed, self.shuffle = length, batch_size, seed, shuffle
+        self.subset = subset
         self.per_epoch = math.ceil(length / batch_size)
         self.stream_next: Key = start  # the next stream key to hand to the DataLoader
         self.makeups: deque[Key] = deque()
@@ -118,6 +136,9 @@ class _Plan:
                 self._orders[epoch] = torch.randperm(self.length, generator=generator).tolist()
             else:
                 self._orders[epoch] = list(range(self.length))
+            if self.subset is not None:
+                chosen = self.subset(epoch)
+                self._orders[epoch] = [int(chosen[i]) for i in self._orders[epoch]]
             for old in [e for e in self._orders if e < epoch - 2]:
                 del self._orders[old]  # make-ups reach back one epoch at most, resumes two
         return self._orders[epoch]
@@ -188,6 +209,10 @@ class Producer:
         self.last_info = 0.0
         self.consumers_total = 0  # consumers served over the producer's life, departed included
         self.delivered_total = 0  # batches handed to them
+        self.selection: Any = None  # a gpudesk.selection.apply.DatasetSelection, if asked for
+        self.selection_cache: Any = None
+        self.selection_cpu_s = 0.0
+        self._first_user_paid = False  # the first job served a fresh pre-pass is not a reuse
 
     # ------------------------------------------------------------------ setup
     def _claim(self) -> Key:
@@ -235,8 +260,14 @@ class Producer:
                               "(it has no length)") from None
         if length < 1:
             raise LoaderError(f"{self.config.factory} returned an empty dataset")
+        cpu_before = time.process_time()
+        self.selection = self._select(dataset) if self.config.selection else None
+        self.selection_cpu_s = time.process_time() - cpu_before  # not loading: kept apart
+        if self.selection is not None:
+            length = self.selection.kept
         batch_size = min(self.config.batch_size, length)
-        self.plan = _Plan(length, batch_size, self.config.seed, self.config.shuffle, start)
+        self.plan = _Plan(length, batch_size, self.config.seed, self.config.shuffle, start,
+                          self.selection.epoch_indices if self.selection else None)
         torch.set_num_threads(1)  # the producer copies; its workers decode
         loader = DataLoader(dataset, batch_sampler=self.plan, num_workers=self.config.workers,
                             worker_init_fn=_yield_to_consumers,
@@ -278,6 +309,34 @@ class Producer:
             return self._loop()
         finally:
             self._close()
+
+    def _select(self, dataset: Any) -> Any:
+        """The data selection this producer serves (computed, or reused from the cache)."""
+        from gpudesk.selection.apply import select
+        from gpudesk.selection.cache import SelectionCache
+        from gpudesk.selection.presets import PresetError
+
+        target = None
+        if self.config.target:
+            target = load_factory(self.config.target)(**self.config.target_kwargs)
+        cache = SelectionCache(self.home.selection_dir)
+        try:
+            chosen = select(dataset, self.config.selection or "full", cache,
+                            seed=self.config.seed, target=target,
+                            identity={"factory": self.config.factory,
+                                      "kwargs": self.config.factory_kwargs})
+        except PresetError as exc:
+            raise LoaderError(f"selection {self.config.selection}: {exc}") from None
+        for problem in cache.problems:
+            log.warning("loader %s: %s", self.config.name, problem)
+        about = chosen.describe()
+        log.info("loader %s: selection %s keeps %d of %d samples (%s, %.2f s)",
+                 self.config.name, about["preset"], about["kept"], about["of"],
+                 "reused from the cache" if about["reused"] else "no pre-pass"
+                 if about["key"] is None else "pre-pass computed and cached",
+                 about["select_s"])
+        self.selection_cache = cache
+        return chosen
 
     def _next_batch(self) -> tuple[Key, bool, Any]:
         batch = next(self.batches)
@@ -460,6 +519,7 @@ class Producer:
         except psutil.Error:
             create_time = None
         resume = message.get("resume") or None
+        self._note_reuse(message.get("job"), pid, resumed=bool(resume))
         stream_next = self._stream_position()
         epoch = stream_next[0]
         received: set[Key] = set()
@@ -485,6 +545,21 @@ class Producer:
             makeups=len(wants), managed=self.config.managed)])
         log.info("loader %s: consumer pid %d joined at %s (batch %d, %d make-ups)",
                  self.config.name, pid, stream_next, batch_size, len(wants))
+
+    def _note_reuse(self, job: Any, pid: int, resumed: bool) -> None:
+        """Record, in the selection cache, that a job trains on this selection's pre-pass."""
+        chosen = self.selection.selection if self.selection is not None else None
+        if chosen is None or chosen.key is None or resumed:
+            return
+        if not chosen.reused and not self._first_user_paid:
+            self._first_user_paid = True  # it paid for the pre-pass
+            return
+        who = f"job {job}" if job else f"pid {pid}"
+        try:
+            self.selection_cache.note_reuse(chosen.key, f"{who} via loader {self.config.name}")
+        except (OSError, ValueError) as exc:
+            log.warning("loader %s: could not record the reuse of %s: %s", self.config.name,
+                        chosen.key, exc)
 
     def _stream_position(self) -> Key:
         """The first stream key not yet given to anyone: consumers joining now get it next."""
@@ -534,6 +609,10 @@ class Producer:
                     child_times = child.cpu_times()
                     cpu += child_times.user + child_times.system
                     workers += 1
+        cpu = max(0.0, cpu - self.selection_cpu_s)
+        chosen = None
+        if self.selection is not None:
+            chosen = {**self.selection.describe(), "cpu_s": round(self.selection_cpu_s, 3)}
         return {
             "name": self.config.name, "pid": os.getpid(), "dataset": self.config.factory,
             "dataset_len": self.plan.length, "batch_size": self.plan.batch_size,
@@ -545,6 +624,7 @@ class Producer:
             "slots": len(self.refs), "slots_used": sum(1 for r in self.refs if r),
             "slot_bytes": self.ring.layout.batch_bytes, "cpu_s": round(cpu, 3),
             "uptime_s": round(time.time() - self.started, 3), "managed": self.config.managed,
+            "selection": chosen,  # its CPU is not counted in cpu_s (loading)
             "consumers": [{
                 "pid": c.pid, "batch_size": c.batch_size, "epoch": c.epoch,
                 "position": list(c.position) if c.position else None,

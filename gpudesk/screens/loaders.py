@@ -23,6 +23,12 @@ def loader_line(loader: dict[str, Any]) -> Text:
     text = Text(loader["name"], style="bold")
     text.append(f": {spec.get('factory', '?')}, batch {spec.get('batch_size', '?')}, "
                 f"{spec.get('workers', '?')} workers, seed {spec.get('seed', 0)}")
+    chosen = (loader.get("status") or {}).get("selection") or {}
+    if chosen:
+        text.append(f", selection {chosen.get('preset')} ({chosen.get('kept')} of "
+                    f"{chosen.get('of')} samples)")
+    elif spec.get("selection"):
+        text.append(f", selection {spec['selection']}")
     if not loader.get("running", True):
         text.append("  (stopped)", style="dim")
     if loader.get("saved_cpu_s") is not None:

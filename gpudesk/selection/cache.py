@@ -17,6 +17,7 @@ never used.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import io
 import json
@@ -32,6 +33,7 @@ import numpy as np
 
 ARRAYS = ("order", "labels")
 META = "meta.json"
+INDEX_DIR = "datasets"  # gpudesk.selection.apply's dataset indexes, beside the entries
 KEY_VERSION = 1
 
 
@@ -48,9 +50,12 @@ def cache_key(fingerprint: str, method: str, params: dict[str, Any],
 class Cost:
     """What the pre-pass took when it was computed."""
 
-    wall_s: float = 0.0
+    wall_s: float = 0.0  # computing the ordering itself
     cpu_s: float = 0.0
-    energy_j: float | None = None  # from the engine's telemetry when it ran as a job
+    energy_j: float | None = None  # the pre-pass job's, from the engine's telemetry
+    job: int | None = None  # the engine job it ran as, when it did
+    job_wall_s: float | None = None  # that job from start to end (interpreter start-up included)
+    job_cpu_s: float | None = None
 
 
 @dataclass
@@ -108,12 +113,28 @@ class SelectionCache:
 
     def note_reuse(self, key: str, by: str) -> None:
         """Record that `by` (a job, a run) used the entry without recomputing it."""
-        path = self._dir(key) / META
-        meta = json.loads(path.read_text())
-        meta.setdefault("reused_by", []).append(by)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(meta, indent=1))
-        os.replace(tmp, path)
+        self._update_meta(key, lambda meta: meta.setdefault("reused_by", []).append(by))
+
+    def record_job_cost(self, key: str, job: int, wall_s: float | None, cpu_s: float | None,
+                        energy_j: float | None) -> None:
+        """Add what the engine measured of the job that computed the entry."""
+        def update(meta: dict[str, Any]) -> None:
+            meta.setdefault("cost", {}).update(job=job, job_wall_s=wall_s, job_cpu_s=cpu_s,
+                                               energy_j=energy_j)
+        self._update_meta(key, update)
+
+    def _update_meta(self, key: str, change: Any) -> None:
+        """Read, change and rewrite an entry's meta.json, one writer at a time (several jobs'
+        loaders may record reuses of one entry at once)."""
+        folder = self._dir(key)
+        with open(folder / ".lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            path = folder / META
+            meta = json.loads(path.read_text())
+            change(meta)
+            tmp = folder / f".{META}.{os.getpid()}"
+            tmp.write_text(json.dumps(meta, indent=1))
+            os.replace(tmp, path)
 
     # ------------------------------------------------------------------ reading
     def load(self, key: str) -> Entry | None:
@@ -166,8 +187,7 @@ class SelectionCache:
             return []
         found = []
         for folder in sorted(self.root.iterdir()):
-            if folder.is_dir() and not folder.name.startswith(".") and ".corrupt-" not in \
-                    folder.name:
+            if self._is_entry(folder):
                 entry = self.load(folder.name)
                 if entry is not None:
                     found.append(entry)
@@ -177,9 +197,14 @@ class SelectionCache:
         """Remove every entry (and anything moved aside); returns how many entries went."""
         if not self.root.is_dir():
             return 0
-        count = sum(1 for f in self.root.iterdir() if f.is_dir() and ".corrupt-" not in f.name)
+        count = sum(1 for f in self.root.iterdir() if self._is_entry(f))
         shutil.rmtree(self.root)
         return count
+
+    @staticmethod
+    def _is_entry(folder: Path) -> bool:
+        return folder.is_dir() and not folder.name.startswith(".") and \
+            ".corrupt-" not in folder.name and folder.name != INDEX_DIR
 
 
 def _npy_bytes(array: np.ndarray) -> bytes:

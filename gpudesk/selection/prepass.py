@@ -22,7 +22,7 @@ from gpudesk.selection.cache import Cost, Entry, SelectionCache, cache_key
 from gpudesk.selection.presets import Preset, PresetError, random_ordering, take
 from gpudesk.selection.targeted import Target
 
-__all__ = ["SCORED", "Selection", "Target", "prepare"]
+__all__ = ["SCORED", "Selection", "Target", "cached", "prepare"]
 
 
 @dataclass(frozen=True)
@@ -47,43 +47,61 @@ def prepare(preset: Preset, labels: np.ndarray, fingerprint: str, cache: Selecti
     labels = np.asarray(labels, dtype=np.int64)
     if preset.method == "full":
         return Selection(preset, np.arange(n, dtype=np.int64), None, False, Cost())
+    if preset.method in SCORED and inputs is None:
+        raise PresetError(f"{preset.name} scores samples with a proxy model: pass the "
+                          "samples' features")
+    found = cached(preset, n, fingerprint, cache, seed, used_by,
+                   target.fingerprint if target is not None else None)
+    if found is not None:
+        return found
+    params, proxy = _key_parts(preset, seed, target.fingerprint if target else None)
+    key = cache_key(fingerprint, preset.method, params, proxy)
+    started, cpu = time.perf_counter(), time.process_time()
+    order, notes = _ordering(preset.method, labels, seed, inputs, target)
+    entry = Entry(key=key, fingerprint=fingerprint, method=preset.method, params=params,
+                  proxy=proxy, order=order,
+                  labels=None if preset.method == "random" else labels,
+                  cost=Cost(wall_s=time.perf_counter() - started,
+                            cpu_s=time.process_time() - cpu),
+                  created_at=time.time(), notes=notes)
+    cache.store(entry)
+    return _selection(preset, entry, n, reused=False)
+
+
+def cached(preset: Preset, n: int, fingerprint: str, cache: SelectionCache, seed: int = 0,
+           used_by: str | None = None, target_fingerprint: str | None = None
+           ) -> Selection | None:
+    """The selection from an intact cache entry alone (recording `used_by` as a reuse), or
+    None when the pre-pass has to run."""
+    params, proxy = _key_parts(preset, seed, target_fingerprint)
+    key = cache_key(fingerprint, preset.method, params, proxy)
+    entry = cache.load(key)
+    if entry is None:
+        return None
+    if used_by:
+        cache.note_reuse(key, used_by)
+    return _selection(preset, entry, n, reused=True)
+
+
+def _selection(preset: Preset, entry: Entry, n: int, reused: bool) -> Selection:
+    if len(entry.order) != n:
+        raise PresetError(f"cache entry {entry.key} orders {len(entry.order)} samples, the "
+                          f"dataset has {n}")
+    indices = take(entry.order, preset.percent, entry.labels)
+    return Selection(preset, indices, entry.key, reused, entry.cost, dict(entry.notes))
+
+
+def _key_parts(preset: Preset, seed: int, target_fingerprint: str | None
+               ) -> tuple[dict[str, Any], str | None]:
+    """(the parameters, the proxy name) that key the preset's cache entry."""
     if preset.method == "rs2":
         raise PresetError("rs2 has no pre-pass: it draws a new subset every epoch "
                           "(gpudesk.selection.presets.rs2_subset)")
     if preset.method not in ("random", "stratified", *SCORED):
-        raise PresetError(f"the {preset.method} pre-pass is not available yet")
-    params, proxy = _key_parts(preset, seed, inputs, target)
-    key = cache_key(fingerprint, preset.method, params, proxy)
-    entry = cache.load(key)
-    reused = entry is not None
-    if entry is None:
-        started, cpu = time.perf_counter(), time.process_time()
-        order, notes = _ordering(preset.method, labels, seed, inputs, target)
-        entry = Entry(key=key, fingerprint=fingerprint, method=preset.method, params=params,
-                      proxy=proxy, order=order,
-                      labels=None if preset.method == "random" else labels,
-                      cost=Cost(wall_s=time.perf_counter() - started,
-                                cpu_s=time.process_time() - cpu),
-                      created_at=time.time(), notes=notes)
-        cache.store(entry)
-    elif used_by:
-        cache.note_reuse(key, used_by)
-    if len(entry.order) != n:
-        raise PresetError(f"cache entry {key} orders {len(entry.order)} samples, the dataset "
-                          f"has {n}")
-    indices = take(entry.order, preset.percent, entry.labels)
-    return Selection(preset, indices, key, reused, entry.cost, dict(entry.notes))
-
-
-def _key_parts(preset: Preset, seed: int, inputs: np.ndarray | None,
-               target: Target | None) -> tuple[dict[str, Any], str | None]:
-    """(the parameters, the proxy name) that key the preset's cache entry."""
+        raise PresetError(f"the {preset.method} pre-pass is not available")
     params: dict[str, Any] = {"seed": seed}
     if preset.method not in SCORED:
         return params, None
-    if inputs is None:
-        raise PresetError(f"{preset.name} scores samples with a proxy model: pass the "
-                          "samples' features")
     # "quotas" marks entries that keep labels: older scored entries (no labels) are not reused
     params["quotas"] = "class"
     if preset.method in ("loss", "el2n", "less"):
@@ -91,11 +109,11 @@ def _key_parts(preset: Preset, seed: int, inputs: np.ndarray | None,
     if preset.method == "dedup":
         params.update(cluster_size=diversity.CLUSTER_SIZE)
     if preset.method == "less":
-        if target is None:
+        if target_fingerprint is None:
             raise PresetError(f"{preset.name} ranks samples by similarity to a target set: give "
                               "the dataset a selection target (samples of the task to serve, "
                               "e.g. a validation set) with its labels and fingerprint")
-        params.update(target=target.fingerprint, projection=targeted.PROJECTION_DIM)
+        params.update(target=target_fingerprint, projection=targeted.PROJECTION_DIM)
     return params, scoring.PROXY_NAME
 
 

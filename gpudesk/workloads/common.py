@@ -19,6 +19,7 @@ EXIT_SIGINT = 128 + signal.SIGINT
 EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE
 EXIT_SIGTERM = 128 + signal.SIGTERM
 SGD_MOMENTUM = 0.9
+ENV_SEED = "GPUDESK_SEED"  # the run's seed, set by `gpudesk select compare` on every job
 
 
 class Terminated(Exception):

@@ -17,6 +17,7 @@ import numpy as np
 
 DIGITS_FEATURES = 64
 DIGITS_CLASSES = 10
+VAL_FRACTION = 0.2  # of the digits the training job evaluates on
 _DIGITS_MAX_PIXEL = 16.0  # the bundled pixels are integer counts in 0..16
 _DIGITS_RELATIVE_PATH = Path("datasets", "data", "digits.csv.gz")
 _MISSING_SKLEARN = (
@@ -86,12 +87,37 @@ def _load_digits_via_sklearn() -> np.ndarray:
     return np.column_stack([images, labels]).astype(np.float32)
 
 
-class DigitsDataset:
-    """The digits as a map-style dataset of (image float32[64], label int) pairs, for the
-    shared loader and data selection (`gpudesk.workloads.data:make_digits`)."""
+DIGITS_SPLITS = ("all", "train", "val", "target")
+DIGITS_TARGET_SIZE = 50  # held out of "train" for targeted data selection (less-P)
 
-    def __init__(self) -> None:
-        self.images, self.labels = load_digits()
+
+def digits_split_indices(split: str, split_seed: int = 0, n: int | None = None) -> np.ndarray:
+    """Sorted indices of one part of the digits: `val` is the 20 % the training job evaluates
+    on (as `train_val_split`); `target` is 50 samples of the rest, the small target set a
+    targeted selection ranks by; `train` is what is left; `all` is everything."""
+    if split not in DIGITS_SPLITS:
+        raise ValueError(f"split: expected one of {', '.join(DIGITS_SPLITS)}, found {split!r}")
+    if n is None:
+        n = len(load_digits()[1])
+    if split == "all":
+        return np.arange(n)
+    rest, val = train_val_split(n, VAL_FRACTION, split_seed)
+    if split == "val":
+        return val
+    picked = np.random.default_rng([split_seed, 2]).permutation(len(rest))[:DIGITS_TARGET_SIZE]
+    target = np.sort(rest[picked])
+    return target if split == "target" else np.setdiff1d(rest, target)
+
+
+class DigitsDataset:
+    """The digits (or one split of them) as a map-style dataset of (image float32[64] in
+    [0, 1], label int) pairs, for the shared loader and data selection
+    (`gpudesk.workloads.data:make_digits`)."""
+
+    def __init__(self, split: str = "all", split_seed: int = 0) -> None:
+        images, labels = load_digits()
+        chosen = digits_split_indices(split, split_seed, len(labels))
+        self.images, self.labels = images[chosen], labels[chosen]
 
     def __len__(self) -> int:
         return len(self.labels)
@@ -100,5 +126,5 @@ class DigitsDataset:
         return self.images[index], int(self.labels[index])
 
 
-def make_digits() -> DigitsDataset:
-    return DigitsDataset()
+def make_digits(split: str = "all", split_seed: int = 0) -> DigitsDataset:
+    return DigitsDataset(split, split_seed)

@@ -24,7 +24,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from types import FrameType
@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from gpudesk.workloads.common import (
+    ENV_SEED,
     EXIT_BROKEN_PIPE,
     EXIT_DIVERGED,
     EXIT_NO_DATA,
@@ -49,7 +50,9 @@ from gpudesk.workloads.common import (
 from gpudesk.workloads.data import (
     DIGITS_CLASSES,
     DIGITS_FEATURES,
+    VAL_FRACTION,
     DatasetUnavailable,
+    digits_split_indices,
     load_digits,
     train_val_split,
 )
@@ -57,7 +60,6 @@ from gpudesk.workloads.data import (
 if TYPE_CHECKING:
     import torch
 
-VAL_FRACTION = 0.2
 
 
 @dataclass
@@ -75,6 +77,7 @@ class EpochStats:
     samples_per_s: float
     train_seconds: float
     seconds: float
+    samples: int = 0  # trained on this epoch (0: not counted)
 
 
 @dataclass(frozen=True)
@@ -115,7 +118,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--lr", type=float, default=0.05, help="learning rate")
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--epochs", type=int, default=10)
-    parser.add_argument("--seed", type=int, default=0, help="seeds init, split and shuffling")
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=os.environ.get(ENV_SEED) or "0",  # argparse applies `type` to it
+        help=f"seeds init, split and shuffling (default: ${ENV_SEED}, which `gpudesk select "
+        "compare` sets, else 0)",
+    )
     parser.add_argument(
         "--optimizer",
         choices=("sgd", "adam"),
@@ -128,6 +137,22 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=None,
         help="torch CPU threads (default: $OMP_NUM_THREADS, else torch's default)",
+    )
+    parser.add_argument(
+        "--loader",
+        choices=("local", "shared"),
+        default="local",
+        help="local: the whole training split in memory; shared: batches from the shared "
+        "loader --dataset-name (gpudesk.workloads.data:make_digits with split=train), which "
+        "may serve a data selection of it",
+    )
+    parser.add_argument("--dataset-name", default="digits", help="the shared loader's name")
+    parser.add_argument(
+        "--split-seed",
+        type=int,
+        default=0,
+        help="with --loader shared: the split_seed of the loader's make_digits (the job "
+        "evaluates on that split's val part)",
     )
     return parser
 
@@ -179,6 +204,8 @@ def _run(
     progress: Progress,
     started: float,
 ) -> int:
+    if args.loader == "shared":
+        return _run_shared(args, parser, progress, started)
     split = load_split(args.seed)  # before importing torch: fail fast if there is no data
     import torch
 
@@ -197,22 +224,106 @@ def _run(
     )
 
     shuffle_rng = np.random.default_rng([args.seed, 1])  # independent of the split's stream
-    history: list[EpochStats] = []
-    for epoch in range(1, args.epochs + 1):
-        progress.epoch = epoch
-        stats = run_epoch(model, optimizer, data, args.batch_size, shuffle_rng)
-        if not math.isfinite(stats.loss):
-            raise TrainingDiverged(epoch, stats.loss)
-        history.append(stats)
-        say(
-            f"epoch {epoch}/{args.epochs} loss {stats.loss:.4f} "
-            f"train_acc {stats.train_acc:.4f} val_acc {stats.val_acc:.4f} "
-            f"samples/s {stats.samples_per_s:.0f} time {stats.seconds:.2f}s"
-        )
-
+    history = train_epochs(
+        args.epochs, progress,
+        lambda: run_epoch(model, optimizer, data, args.batch_size, shuffle_rng))
     result = summarize(history, params, device, time.perf_counter() - started, data.n_train)
     say("result " + json.dumps(result, separators=(",", ":")))
     return EXIT_OK
+
+
+def _run_shared(
+    args: argparse.Namespace,
+    parser: argparse.ArgumentParser,
+    progress: Progress,
+    started: float,
+) -> int:
+    """Train on the batches of a shared loader (all of the train split, or the data selection
+    the loader serves); evaluate on the split's val part after every epoch."""
+    images, labels = load_digits()
+    train = images[digits_split_indices("train", args.split_seed, len(labels))]
+    val_idx = digits_split_indices("val", args.split_seed, len(labels))
+    # Standardize with the whole train split's statistics: fixed preprocessing constants, the
+    # same whichever subset of it the loader serves.
+    mean, scale = scaling(train)
+    x_val = (images[val_idx] - mean) / scale
+    import torch
+
+    from gpudesk.loader import SharedLoader
+    from gpudesk.loader.protocol import LoaderError
+
+    threads = configure_threads(args.threads)
+    device = resolve_device(args.device, parser)
+    torch.manual_seed(args.seed)
+    try:
+        loader = SharedLoader(args.dataset_name, batch_size=args.batch_size, fallback=False)
+    except LoaderError as exc:
+        raise DatasetUnavailable(str(exc)) from None
+    x_val_t = torch.from_numpy(x_val).to(device)
+    y_val_t = torch.from_numpy(labels[val_idx]).to(device)
+    mean_t = torch.from_numpy(mean).to(device)
+    model = build_mlp(args.hidden, args.layers).to(device)
+    optimizer = build_optimizer(args.optimizer, model.parameters(), args.lr)
+    params = sum(p.numel() for p in model.parameters())
+    say(
+        f"config params {params} device {device} threads {threads} loader shared "
+        f"{loader.name} train {loader.dataset_len} val {len(val_idx)} "
+        f"hidden {args.hidden}x{args.layers} optimizer {args.optimizer} lr {args.lr:g} "
+        f"batch {args.batch_size} epochs {args.epochs} seed {args.seed}"
+    )
+    with loader:
+        history = train_epochs(
+            args.epochs, progress,
+            lambda: shared_epoch(model, optimizer, loader, device, mean_t, scale, x_val_t,
+                                 y_val_t))
+    seen = history[-1].samples
+    result = summarize(history, params, device, time.perf_counter() - started, seen)
+    result["train_samples"] = seen
+    say("result " + json.dumps(result, separators=(",", ":")))
+    return EXIT_OK
+
+
+def shared_epoch(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    loader: object,
+    device: torch.device,
+    mean: torch.Tensor,
+    scale: np.float32,
+    x_val: torch.Tensor,
+    y_val: torch.Tensor,
+) -> EpochStats:
+    """One epoch of the shared loader's batches (however many samples the loader serves)."""
+    import torch
+    from torch.nn import functional
+
+    model.train()
+    epoch_start = time.perf_counter()
+    loss_sum = torch.zeros((), device=device)
+    correct = torch.zeros((), dtype=torch.int64, device=device)
+    samples = 0
+    for inputs, targets in loader:  # type: ignore[attr-defined]
+        inputs = (inputs.to(device) - mean) / scale
+        targets = targets.to(device)
+        logits = model(inputs)
+        loss = functional.cross_entropy(logits, targets)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        loss_sum += loss.detach() * len(targets)
+        correct += (logits.detach().argmax(dim=1) == targets).sum()
+        samples += len(targets)
+    train_seconds = time.perf_counter() - epoch_start
+    count = max(samples, 1)
+    return EpochStats(
+        loss=loss_sum.item() / count,
+        train_acc=correct.item() / count,
+        val_acc=evaluate(model, x_val, y_val),
+        samples_per_s=samples / max(train_seconds, 1e-9),
+        train_seconds=train_seconds,
+        seconds=time.perf_counter() - epoch_start,
+        samples=samples,
+    )
 
 
 def configure_threads(requested: int | None) -> int:
@@ -248,9 +359,33 @@ def standardize(x_train: np.ndarray, x_val: np.ndarray) -> tuple[np.ndarray, np.
     epochs instead of ~0.85). One global scale rather than per-pixel, because some
     border pixels are constant and would divide by zero.
     """
-    mean = x_train.mean(axis=0, keepdims=True)
-    scale = np.float32(max(float((x_train - mean).std()), 1e-6))
+    mean, scale = scaling(x_train)
     return (x_train - mean) / scale, (x_val - mean) / scale
+
+
+def scaling(x_train: np.ndarray) -> tuple[np.ndarray, np.float32]:
+    """(per-pixel mean, one global std) of the training inputs."""
+    mean = x_train.mean(axis=0, keepdims=True)
+    return mean, np.float32(max(float((x_train - mean).std()), 1e-6))
+
+
+def train_epochs(
+    epochs: int, progress: Progress, one_epoch: Callable[[], EpochStats]
+) -> list[EpochStats]:
+    """Run `one_epoch` `epochs` times, printing each epoch's line; stop on a diverged loss."""
+    history: list[EpochStats] = []
+    for epoch in range(1, epochs + 1):
+        progress.epoch = epoch
+        stats = one_epoch()
+        if not math.isfinite(stats.loss):
+            raise TrainingDiverged(epoch, stats.loss)
+        history.append(stats)
+        say(
+            f"epoch {epoch}/{epochs} loss {stats.loss:.4f} "
+            f"train_acc {stats.train_acc:.4f} val_acc {stats.val_acc:.4f} "
+            f"samples/s {stats.samples_per_s:.0f} time {stats.seconds:.2f}s"
+        )
+    return history
 
 
 def build_mlp(hidden: int, layers: int) -> torch.nn.Sequential:

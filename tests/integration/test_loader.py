@@ -270,7 +270,7 @@ class Loaders:
     def serve(self, name: str = "syn", *, home: Home | None = None, size: int = 200,
               batch: int = 8, workers: int = 0, seed: int = 0, slots: int = 16,
               shape: tuple[int, ...] = (2,), cost_ms: float = 0.0, wait: bool = True,
-              idle_exit: float = 30.0) -> Producer:
+              idle_exit: float = 30.0, selection: str | None = None) -> Producer:
         home = home or self.home
         self.count += 1
         argv = [*GPUDESK, "loader", "serve", name, "--dataset", FACTORY,
@@ -278,6 +278,8 @@ class Loaders:
                 "--arg", f"cost_ms={cost_ms}", "--batch-size", str(batch),
                 "--workers", str(workers), "--seed", str(seed), "--slots", str(slots),
                 "--idle-exit", str(idle_exit)]
+        if selection:
+            argv += ["--selection", selection]
         log = self.tmp / f"producer{self.count}.log"
         producer = Producer(self._spawn(argv, home, log), home, name, log)
         self.producers.append(producer)
@@ -748,3 +750,37 @@ def test_status_shows_consumers_and_a_second_producer_is_refused(
     assert producer.status()["slots_used"] == 0
     assert producer.stop() == 0
     assert not producer.home.loader_paths("syn")[2].exists()  # a clean stop leaves nothing
+
+
+def test_a_producer_serves_only_its_selection_every_epoch(loaders: Loaders, home: Home) -> None:
+    """`--selection random-25`: each epoch is exactly the kept quarter, each sample once, in a
+    fresh order; the kept samples are the cache entry's; a second producer reuses it."""
+    from gpudesk.selection.apply import select
+    from gpudesk.selection.cache import SelectionCache
+    from gpudesk.workloads.synthetic import make_dataset
+
+    size, batch = 200, 8
+    loaders.serve(size=size, batch=batch, seed=5, selection="random-25")
+    with SharedLoader("syn", with_ids=True, fallback=False, home=home.root) as loader:
+        assert loader.dataset_len == 50
+        epochs = []
+        for _ in range(2):
+            epochs.append([i for _, ids in loader for i in ids.tolist()])
+    cache = SelectionCache(home.selection_dir)
+    expected = select(make_dataset(size, (2,)), "random-25", cache, seed=5)
+    assert expected.selection is not None and expected.selection.reused
+    kept = expected.indices.tolist()
+    for ids in epochs:
+        assert sorted(ids) == kept
+    assert epochs[0] != epochs[1]  # reshuffled each epoch
+    (status,) = collect("syn", home=home)
+    assert status["selection"]["preset"] == "random-25" and status["dataset_len"] == 50
+
+
+def test_an_rs2_producer_serves_a_new_part_every_epoch(loaders: Loaders, home: Home) -> None:
+    size = 120
+    loaders.serve(size=size, batch=10, seed=1, selection="rs2-25")
+    with SharedLoader("syn", with_ids=True, fallback=False, home=home.root) as loader:
+        epochs = [sorted(i for _, ids in loader for i in ids.tolist()) for _ in range(4)]
+    assert all(len(e) == 30 for e in epochs)
+    assert len({i for e in epochs for i in e}) == size  # 4 epochs of 25 % cover everything

@@ -123,3 +123,31 @@ def test_stopping_the_engine_stops_producers_no_running_job_reads(
     assert pid is not None, "the producer should still idle within its grace period"
     handle.stop()
     wait_for(lambda: not process_alive(pid), 10.0, what="the idle producer to stop")
+
+
+def test_a_job_with_its_own_selection_gets_a_loader_of_its_own_and_is_recorded_as_a_reuse(
+        loader_engine: EngineHandle, tmp_path: Path) -> None:
+    """`selection` on a job: the engine serves it `syn.random-25`, a second producer of the
+    same dataset; the job's consumer, asking for "syn", reads that one. The pre-pass ran once
+    (in the first producer); a second job on it is recorded as a reuse by its job id."""
+    from gpudesk.selection.cache import SelectionCache
+
+    (a, out_a), (b, out_b) = consumer_job(tmp_path, "a", 1), consumer_job(tmp_path, "b", 1)
+    a["selection"] = "random-25"
+    whole = loader_engine.submit(b)
+    (first,) = loader_engine.submit(a)
+    jobs = loader_engine.wait_all_done([*whole, first])
+    assert [j["state"] for j in jobs] == ["succeeded", "succeeded"], jobs
+    (epoch_a,) = epochs_of(out_a)
+    (epoch_b,) = epochs_of(out_b)
+    assert sorted(epoch_b["ids"]) == list(range(120))
+    assert len(epoch_a["ids"]) == 30 and len(set(epoch_a["ids"])) == 30
+    assert loader_engine.job(first)["spec"]["selection"] == "random-25"
+    # a later job with the same selection reuses the cached entry
+    (c, out_c) = consumer_job(tmp_path, "c", 1)
+    c["selection"] = "random-25"
+    (second,) = loader_engine.submit(c)
+    loader_engine.wait_all_done([second])
+    assert sorted(epochs_of(out_c)[0]["ids"]) == sorted(epoch_a["ids"])
+    (entry,) = SelectionCache(loader_engine.home.selection_dir).entries()
+    assert entry.method == "random" and any(f"job {second} " in who for who in entry.reused_by)

@@ -400,6 +400,14 @@ def test_bad_toml_duplicate_table() -> None:
          "expected a whole number from 1 to 1048576, found 0"),
         (JOB + '[datasets.d]\nfactory = "a:b"\nargs = 3', "datasets.d.args", 6,
          "expected a table"),
+        (JOB + '[datasets.d]\nfactory = "a:b"\nselection = "el2n"', "datasets.d.selection", 6,
+         "say how much to keep, e.g. el2n-25"),
+        (JOB + '[datasets.d]\nfactory = "a:b"\nselection = "less-25"', "datasets.d.selection",
+         6, "name one with selection_target"),
+        (JOB + 'dataset = "d"\nselection = "magic-25"\n[datasets.d]\nfactory = "a:b"',
+         "jobs[0].selection", 5, "unknown selection method 'magic'"),
+        (JOB + 'selection = "random-25"', "jobs[0].selection", 4,
+         "a selection applies to the job's dataset"),
         (JOB + "gpus = 0x7fffffffffffffffff", "jobs[0].gpus", 4, "integer out of range"),
         (JOB + "env = { A = 0x7fffffffffffffffff }", "jobs[0].env.A", 4, "integer out of range"),
     ],
@@ -957,3 +965,35 @@ def test_mutated_profiles_never_crash(position: int, cut: int, insert: str) -> N
 )
 def test_generated_documents_never_crash(document: dict[str, Any], headers: bool) -> None:
     _parses_or_fails_cleanly(render_toml(document, headers).encode())
+
+
+def test_selection_on_a_dataset_and_on_a_job() -> None:
+    profile = parse("""
+        [datasets.digits]
+        factory = "gpudesk.workloads.data:make_digits"
+        args = { split = "train" }
+        selection = "Dedup-25"
+        selection_target = "gpudesk.workloads.data:make_digits"
+        selection_target_args = { split = "target" }
+
+        [[jobs]]
+        name = "own"
+        command = ["true"]
+        dataset = "digits"
+
+        [[jobs]]
+        name = "other"
+        command = ["true"]
+        dataset = "digits"
+        selection = "full"
+    """)
+    spec = profile.datasets["digits"].loader
+    assert spec is not None and spec.selection == "dedup-25"
+    assert spec.argv()[-6:] == ["--selection", "dedup-25", "--target",
+                                "gpudesk.workloads.data:make_digits", "--target-arg",
+                                'split="target"']
+    own, other = profile.jobs
+    assert own.selection is None and other.selection == "full"
+    assert spec.variant(other.selection).name == "digits.full"
+    assert spec.variant(other.selection).selection is None
+    assert spec.variant("dedup-25") is spec

@@ -186,12 +186,12 @@ def test_a_cache_entry_for_another_size_is_refused(tmp_path: Path) -> None:
 
 # ------------------------------------------------------------------ the CLI
 def test_select_commands_compute_reuse_list_show_and_clear(home: Home, gpudesk: Run) -> None:
-    code, out, err = gpudesk("select", "run", "--dataset", "gpudesk.workloads.data:make_digits",
+    code, out, err = gpudesk("select", "run", "gpudesk.workloads.data:make_digits",
                              "--preset", "stratified-25", "--json")
     assert code == 0, err
     first = json.loads(out)
     assert (first["kept"], first["of"], first["reused"]) == (449, 1797, False)
-    code, out, _ = gpudesk("select", "run", "--dataset", "gpudesk.workloads.data:make_digits",
+    code, out, _ = gpudesk("select", "run", "gpudesk.workloads.data:make_digits",
                            "--preset", "stratified-10")
     assert code == 0 and "reused from the cache" in out and "keeps 180 of 1797" in out
     code, out, _ = gpudesk("select", "list", "--json")
@@ -206,7 +206,7 @@ def test_select_commands_compute_reuse_list_show_and_clear(home: Home, gpudesk: 
 
 
 def test_select_run_computes_a_dedup_preset(home: Home, gpudesk: Run) -> None:
-    code, out, err = gpudesk("select", "run", "--dataset", "gpudesk.workloads.data:make_digits",
+    code, out, err = gpudesk("select", "run", "gpudesk.workloads.data:make_digits",
                              "--preset", "dedup-10", "--json")
     assert code == 0, err
     result = json.loads(out)
@@ -214,10 +214,12 @@ def test_select_run_computes_a_dedup_preset(home: Home, gpudesk: Run) -> None:
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    (("--dataset", "gpudesk.workloads.data:make_digits", "--preset", "random"), "random-25"),
-    (("--dataset", "no.such.module:f", "--preset", "random-25"), "cannot import"),
-    (("--dataset", "gpudesk.workloads.data:make_digits", "--preset", "less-25"),
-     "selection target"),
+    (("gpudesk.workloads.data:make_digits", "--preset", "random"), "random-25"),
+    (("no.such.module:f", "--preset", "random-25"), "cannot import"),
+    (("gpudesk.workloads.data:make_digits", "--preset", "less-25"), "selection target"),
+    (("digits", "--preset", "random-25"), "MODULE:FACTORY"),
+    (("digits", "--preset", "random-25", "--profile", "profiles/quickstart.toml"),
+     "no [datasets.digits] table"),
 ])
 def test_select_run_errors_are_one_clear_paragraph(home: Home, gpudesk: Run,
                                                    args: tuple[str, ...], message: str) -> None:

@@ -1,0 +1,247 @@
+"""`gpudesk select`: run a selection pre-pass on a dataset, and see or clear the cache."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+select_app = typer.Typer(help="Data selection presets, cached and shared across jobs.",
+                         no_args_is_help=True)
+
+
+def _cache() -> Any:
+    from gpudesk.paths import Home
+    from gpudesk.selection.cache import SelectionCache
+
+    return SelectionCache(Home.from_env().selection_dir)
+
+
+def _report_problems(cache: Any) -> None:
+    for problem in cache.problems:
+        print(f"warning: {problem}", file=sys.stderr)
+
+
+def _dataset_settings(dataset: str, profile: Path | None, args: list[str], target: str | None,
+                      target_args: list[str]) -> dict[str, Any]:
+    """factory, its kwargs and the target set's, from the command line or a profile's
+    [datasets.NAME] table."""
+    from gpudesk.cli import EXIT_USAGE, fail
+    from gpudesk.loader.cli import factory_kwargs
+
+    if profile is None:
+        if ":" not in dataset:
+            fail(f"{dataset!r}: give the dataset as MODULE:FACTORY, or name a [datasets] table "
+                 "of a profile with --profile", EXIT_USAGE)
+        return {"factory": dataset, "kwargs": factory_kwargs(args), "target": target,
+                "target_kwargs": factory_kwargs(target_args)}
+    from gpudesk.profile import ProfileError, load_profile
+
+    try:
+        loaded = load_profile(profile)
+    except ProfileError as exc:
+        fail(f"the profile is not valid:\n{exc}", EXIT_USAGE)
+    config = loaded.datasets.get(dataset)
+    if config is None or config.loader is None:
+        known = ", ".join(sorted(n for n, d in loaded.datasets.items() if d.loader)) or "none"
+        fail(f"{profile} has no [datasets.{dataset}] table with a factory (it has: {known})",
+             EXIT_USAGE)
+    spec = config.loader
+    return {"factory": spec.factory, "kwargs": {**spec.args, **factory_kwargs(args)},
+            "target": target or spec.selection_target,
+            "target_kwargs": {**spec.selection_target_args, **factory_kwargs(target_args)}}
+
+
+@select_app.command("run")
+def run_command(
+    dataset: Annotated[str, typer.Argument(help="MODULE:FACTORY returning a map-style dataset "
+                                           "of (sample, label) pairs, or with --profile the "
+                                           "name of one of its [datasets] tables.")],
+    preset: Annotated[str, typer.Option("--preset", help="METHOD-PERCENT, e.g. random-25, "
+                                        "el2n-25, dedup-25, less-25, or full.")],
+    profile: Annotated[Path | None, typer.Option("--profile", help="Read the dataset's "
+                                                 "settings from this profile.")] = None,
+    arg: Annotated[list[str], typer.Option("--arg", help="key=value for the factory "
+                                           "(repeatable; JSON values).")] = [],  # noqa: B006
+    target: Annotated[str | None, typer.Option(
+        "--target", help="MODULE:FACTORY of the target set (less-P ranks by it).")] = None,
+    target_arg: Annotated[list[str], typer.Option(
+        "--target-arg", help="key=value for the target factory (repeatable).")] = [],  # noqa: B006
+    seed: Annotated[int, typer.Option("--seed")] = 0,
+    verify: Annotated[bool, typer.Option("--verify", help="Read every sample to fingerprint "
+                                         "the dataset, even when it was indexed before.")]
+    = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one line of JSON.")] = False,
+    record: Annotated[bool, typer.Option("--record-reuse/--no-record-reuse", hidden=True,
+                                         help="Count a cache hit as a use (compare's pre-pass "
+                                         "check does not).")] = True,
+) -> None:
+    """Compute (or reuse) a preset's ordering for a dataset and say what it keeps."""
+    from gpudesk.cli import EXIT_FAILED, EXIT_USAGE, fail
+    from gpudesk.loader.producer import load_factory
+    from gpudesk.loader.protocol import LoaderError
+    from gpudesk.selection.apply import select
+    from gpudesk.selection.presets import PresetError, parse_preset
+
+    try:
+        chosen = parse_preset(preset)
+    except PresetError as exc:
+        fail(str(exc), EXIT_USAGE)
+    settings = _dataset_settings(dataset, profile, arg, target, target_arg)
+    try:
+        data = load_factory(settings["factory"])(**settings["kwargs"])
+        aim = load_factory(settings["target"])(**settings["target_kwargs"]) \
+            if settings["target"] else None
+    except LoaderError as exc:
+        fail(str(exc), EXIT_USAGE)
+    except Exception as exc:  # the user's factory failed: say so, without a traceback
+        fail(f"{settings['factory']} failed to build the dataset: {type(exc).__name__}: {exc}")
+    cache = _cache()
+    used_by = os.environ.get("GPUDESK_JOB_ID")
+    try:
+        selection = select(data, chosen, cache, seed=seed, target=aim,
+                           used_by=None if not record else f"job {used_by}" if used_by else
+                           f"gpudesk select run at {time.strftime('%Y-%m-%d %H:%M:%S')}",
+                           identity={"factory": settings["factory"],
+                                     "kwargs": settings["kwargs"]}, verify=verify)
+    except PresetError as exc:
+        fail(str(exc), EXIT_FAILED)
+    _report_problems(cache)
+    about = selection.describe()
+    result = {"dataset": settings["factory"], "fingerprint": selection.fingerprint,
+              **about}
+    if as_json:
+        print(json.dumps(result, separators=(",", ":")))
+        return
+    how = "no pre-pass" if about["key"] is None else \
+        "reused from the cache" if about["reused"] else "computed and cached"
+    print(f"{chosen.name} of {settings['factory']}: keeps {about['kept']} of {about['of']} "
+          f"samples ({how}, key {about['key'] or '-'}, {about['select_s']:.3f} s)")
+
+
+@select_app.command("list")
+def list_command(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+                 ) -> None:
+    """The cached orderings: dataset fingerprint, method, parameters, cost, reuses."""
+    cache = _cache()
+    entries = cache.entries()
+    _report_problems(cache)
+    rows = [{"key": e.key, "fingerprint": e.fingerprint, "method": e.method,
+             "params": e.params, "proxy": e.proxy, "samples": len(e.order),
+             "wall_s": round(e.cost.wall_s, 4), "cpu_s": round(e.cost.cpu_s, 4),
+             "energy_j": e.cost.energy_j, "reuses": len(e.reused_by),
+             "created_at": e.created_at} for e in entries]
+    if as_json:
+        print(json.dumps({"entries": rows}, indent=2))
+        return
+    if not rows:
+        print("the selection cache is empty (`gpudesk select run` fills it)")
+        return
+    from gpudesk import render
+
+    print(render.table(("KEY", "METHOD", "PARAMS", "SAMPLES", "PRE-PASS", "REUSES"),
+                       [(r["key"], r["method"], json.dumps(r["params"]), r["samples"],
+                         render.duration(r["wall_s"]), r["reuses"]) for r in rows]))
+
+
+@select_app.command("show")
+def show_command(key: Annotated[str, typer.Argument(help="A key from `gpudesk select list`.")],
+                 as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+                 ) -> None:
+    """One cached ordering: what it was computed from and who reused it."""
+    from gpudesk.cli import EXIT_FAILED, fail
+
+    cache = _cache()
+    entry = cache.load(key)
+    _report_problems(cache)
+    if entry is None:
+        fail(f"no selection cache entry {key!r} (see `gpudesk select list`)", EXIT_FAILED)
+    data = {"key": entry.key, "fingerprint": entry.fingerprint, "method": entry.method,
+            "params": entry.params, "proxy": entry.proxy, "samples": len(entry.order),
+            "stratified": entry.labels is not None, "cost": vars(entry.cost),
+            "created_at": entry.created_at, "reused_by": entry.reused_by}
+    if as_json:
+        print(json.dumps(data, indent=2))
+        return
+    for name, value in data.items():
+        print(f"{name:<12} {value}")
+
+
+@select_app.command("clear")
+def clear_command() -> None:
+    """Remove every cached ordering (they are recomputed when next asked for)."""
+    print(f"removed {_cache().clear()} selection cache entries")
+
+
+@select_app.command("compare")
+def compare_command(
+    profile: Annotated[Path, typer.Argument(help="A profile whose training job reads a "
+                                            "dataset with a factory.")],
+    presets: Annotated[str, typer.Option("--presets", help="Comma-separated presets.")] =
+    "full,random-25,stratified-25,el2n-25,dedup-25,less-25",
+    seeds: Annotated[int, typer.Option("--seeds", help="Repeat each preset with seeds 0 .. "
+                                       "N-1 (3 or more to see the spread).")] = 3,
+    job: Annotated[str | None, typer.Option("--job", help="The profile's job to train (when "
+                                            "several read a dataset).")] = None,
+    metric: Annotated[str, typer.Option("--metric", help="The key of the job's `result "
+                                        "{json}` line to compare.")] = "val_acc",
+    out: Annotated[Path | None, typer.Option("--out", help="Also write everything measured "
+                                             "here, as JSON.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of the table.")]
+    = False,
+) -> None:
+    """Train the profile's job under each preset and seed; print the cost-vs-quality table.
+
+    Jobs run one at a time on the engine: each preset's pre-pass (`gpudesk select run`), then
+    the training job on the shared loader under that selection. Pre-pass cost is shown fresh
+    and amortized over every job that trained on the cached entry; break-even is how many
+    training runs on the subset pay the pre-pass back in wall time."""
+    from gpudesk import compare
+    from gpudesk.cli import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, _client, fail
+    from gpudesk.profile import ProfileError, load_profile
+
+    try:
+        loaded = load_profile(profile)
+        chosen = compare.plan(loaded, presets, seeds, job, metric)
+    except ProfileError as exc:
+        fail(f"the profile is not valid:\n{exc}", EXIT_USAGE)
+    except compare.CompareError as exc:
+        fail(str(exc), EXIT_USAGE)
+    if seeds < 3:
+        print(f"note: {seeds} seed(s): the seed-to-seed spread needs 3 or more",
+              file=sys.stderr)
+    with _client() as client:
+        def say(line: str) -> None:
+            print(f"{time.strftime('%H:%M:%S')}  {line}", file=sys.stderr, flush=True)
+
+        runner = compare.Comparison(chosen, client, _cache(), say)
+        try:
+            trials = runner.run()
+        except KeyboardInterrupt:
+            print("stopped: the running job was cancelled", file=sys.stderr)
+            raise typer.Exit(EXIT_INTERRUPTED) from None
+        station = client.request("status")["station"]
+    rows = compare.summarize(trials)
+    report = compare.to_json(chosen, trials, rows, station)
+    if out is not None:
+        try:
+            out.write_text(json.dumps(report, indent=2) + "\n")
+        except OSError as exc:
+            print(f"error: could not write {out}: {exc.strerror or exc}", file=sys.stderr)
+    problems = [p for t in trials for p in t.problems]
+    if as_json:
+        print(json.dumps(report, indent=2))
+    else:
+        print(compare.render_header(chosen, station))
+        print(compare.render_table(rows, metric))
+        print()
+        print(compare.render_targets(report["targets"]))
+        for problem in problems:
+            print(f"problem: {problem}")
+    if problems:
+        raise typer.Exit(EXIT_FAILED)

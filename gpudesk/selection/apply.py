@@ -1,0 +1,218 @@
+"""A preset applied to a whole dataset: read it (labels, fingerprint and, for scored methods, the
+samples as features), run or reuse the pre-pass, and say which samples each epoch trains on.
+Used by the shared loader's producer and by `gpudesk select run`.
+
+Cached orderings name samples by their place in the dataset's *canonical order* (sorted by
+sample digest), not by position, because the cache key is the order-independent fingerprint: the
+same samples served in another order reuse the entry and still get the same samples.
+
+Reading every sample to fingerprint it would cost a reuse about one pass over the data, so the
+index of each dataset (its fingerprint and canonical order) is remembered under
+`selection/datasets/`, keyed by how the dataset is built (factory and arguments) and checked on
+every use against its length and the digests of up to `PROBE_SAMPLES` samples spread over it.
+A change that keeps the factory, its arguments, the length and all probed samples is not seen:
+`gpudesk select clear` (or `--verify`) forgets the indexes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import json
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from gpudesk.selection.cache import INDEX_DIR, SelectionCache
+from gpudesk.selection.fingerprint import fingerprint_digests, sample_digest
+from gpudesk.selection.prepass import SCORED, Selection, Target, cached, prepare
+from gpudesk.selection.presets import Preset, PresetError, keep_count, parse_preset, rs2_subset
+
+PROBE_SAMPLES = 256
+
+
+@dataclass(frozen=True)
+class Scan:
+    """One read of a dataset: what every preset needs from it."""
+
+    labels: np.ndarray  # int64, by position
+    fingerprint: str
+    canon: np.ndarray  # positions in canonical (digest) order
+    digests: list[bytes]
+    inputs: np.ndarray | None  # float32 [n, d] by position, when asked for
+
+
+def scan(dataset: Sequence[Any], features: bool) -> Scan:
+    """Read every sample once. Samples must be (input, integer label, ...) pairs."""
+    digests, labels, inputs = [], [], []
+    for index in range(len(dataset)):
+        sample = dataset[index]
+        labels.append(_label(sample, index))
+        digests.append(sample_digest(sample))
+        if features:
+            inputs.append(flat_features(sample[0]))
+    canon = np.asarray(sorted(range(len(digests)), key=digests.__getitem__), dtype=np.int64)
+    return Scan(np.asarray(labels, dtype=np.int64), fingerprint_digests(digests), canon,
+                digests, np.stack(inputs) if features else None)
+
+
+def _label(sample: Any, index: int) -> int:
+    try:
+        return int(sample[1])
+    except (TypeError, IndexError, ValueError) as exc:
+        raise PresetError(f"selection needs samples of (input, integer label); sample {index} "
+                          f"is not one ({type(exc).__name__}: {exc})") from None
+
+
+def flat_features(sample: Any) -> np.ndarray:
+    """A sample's input as float32 [d], bytes scaled to [0, 1] (what the proxy reads)."""
+    if hasattr(sample, "detach"):
+        sample = sample.detach().cpu().numpy()
+    array = np.asarray(sample)
+    scale = 255.0 if array.dtype == np.uint8 else 1.0
+    return array.astype(np.float32).reshape(-1) / np.float32(scale)
+
+
+@dataclass(frozen=True)
+class DatasetSelection:
+    """What a loader trains on under a preset."""
+
+    preset: Preset
+    size: int  # samples in the whole dataset
+    seed: int
+    selection: Selection | None  # the pre-pass result, in canonical order (None: none ran)
+    indices: np.ndarray | None  # the kept positions, sorted (None for rs2: every epoch's own)
+    fingerprint: str | None
+    select_s: float  # what choosing took here: reading, and the pre-pass or the cache
+
+    @property
+    def kept(self) -> int:
+        return self.size if self.preset.method == "full" else keep_count(self.size,
+                                                                          self.preset.percent)
+
+    def epoch_indices(self, epoch: int) -> np.ndarray:
+        """The samples epoch `epoch` trains on (sorted positions)."""
+        if self.preset.method == "rs2":
+            return rs2_subset(self.size, self.preset.percent, self.seed, epoch)
+        assert self.indices is not None
+        return self.indices
+
+    def describe(self) -> dict[str, Any]:
+        chosen = self.selection
+        return {"preset": self.preset.name, "kept": self.kept, "of": self.size,
+                "seed": self.seed, "key": chosen.key if chosen else None,
+                "reused": chosen.reused if chosen else None,
+                "prepass_wall_s": round(chosen.cost.wall_s, 4) if chosen else 0.0,
+                "select_s": round(self.select_s, 4),
+                "notes": dict(chosen.notes) if chosen else {}}
+
+
+def select(dataset: Sequence[Any], preset: str | Preset, cache: SelectionCache, *, seed: int = 0,
+           used_by: str | None = None, target: Sequence[Any] | None = None,
+           identity: dict[str, Any] | None = None, verify: bool = False) -> DatasetSelection:
+    """The selection of `dataset` under `preset`, from the cache or computed (and cached).
+    `identity` (how the dataset is built, JSON) lets a reuse skip reading every sample."""
+    started = time.perf_counter()
+    chosen = parse_preset(preset) if isinstance(preset, str) else preset
+    size = len(dataset)
+    if size < 1:
+        raise PresetError("cannot select from an empty dataset")
+    if chosen.method in ("rs2", "full"):
+        everything = np.arange(size, dtype=np.int64) if chosen.method == "full" else None
+        return DatasetSelection(chosen, size, seed, None, everything, None,
+                                time.perf_counter() - started)
+    goal = _target(chosen, target)
+    index = DatasetIndex(cache.root / INDEX_DIR)
+    known = None if identity is None or verify else index.recall(identity, dataset)
+    if known is not None:
+        fingerprint, canon = known
+        hit = cached(chosen, size, fingerprint, cache, seed, used_by,
+                     goal.fingerprint if goal else None)
+        if hit is not None:
+            return DatasetSelection(chosen, size, seed, hit, np.sort(canon[hit.indices]),
+                                    fingerprint, time.perf_counter() - started)
+    read = scan(dataset, features=chosen.method in SCORED)
+    if identity is not None:
+        index.remember(identity, read)
+    canon = read.canon
+    result = prepare(chosen, read.labels[canon], read.fingerprint, cache, seed=seed,
+                     used_by=used_by, inputs=None if read.inputs is None else read.inputs[canon],
+                     target=goal)
+    return DatasetSelection(chosen, size, seed, result, np.sort(canon[result.indices]),
+                            read.fingerprint, time.perf_counter() - started)
+
+
+def _target(preset: Preset, target: Sequence[Any] | None) -> Target | None:
+    if preset.method != "less":
+        return None
+    if target is None:
+        raise PresetError(f"{preset.name} ranks samples by their similarity to a target set: "
+                          "give the dataset a selection target (selection_target = "
+                          "\"MODULE:FACTORY\" in its [datasets.NAME] table, or --target)")
+    aim = scan(target, features=True)
+    assert aim.inputs is not None
+    return Target(aim.inputs[aim.canon], aim.labels[aim.canon], aim.fingerprint)
+
+
+class DatasetIndex:
+    """Each dataset's fingerprint and canonical order, remembered by how it is built."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def _dir(self, identity: dict[str, Any]) -> Path:
+        text = json.dumps(identity, sort_keys=True, separators=(",", ":"), default=str)
+        return self.root / hashlib.sha256(text.encode()).hexdigest()[:24]
+
+    @staticmethod
+    def probe_positions(size: int) -> np.ndarray:
+        return np.unique(np.linspace(0, size - 1, min(size, PROBE_SAMPLES)).astype(np.int64))
+
+    def recall(self, identity: dict[str, Any], dataset: Sequence[Any]
+               ) -> tuple[str, np.ndarray] | None:
+        """(fingerprint, canonical order) when this dataset was indexed and still matches."""
+        folder = self._dir(identity)
+        try:
+            meta = json.loads((folder / "meta.json").read_text())
+            data = (folder / "canon.npy").read_bytes()
+            if hashlib.sha256(data).hexdigest() != meta["sha256"]:
+                return None
+            canon = np.load(io.BytesIO(data), allow_pickle=False)
+            size = len(dataset)
+            if meta["n"] != size or len(canon) != size:
+                return None
+            probe = [sample_digest(dataset[int(i)]).hex() for i in self.probe_positions(size)]
+            if probe != meta["probe"]:
+                return None
+            return str(meta["fingerprint"]), canon
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def remember(self, identity: dict[str, Any], read: Scan) -> None:
+        size = len(read.labels)
+        buffer = io.BytesIO()
+        np.save(buffer, read.canon, allow_pickle=False)
+        data = buffer.getvalue()
+        meta = {"identity": identity, "n": size, "fingerprint": read.fingerprint,
+                "sha256": hashlib.sha256(data).hexdigest(),
+                "probe": [read.digests[int(i)].hex() for i in self.probe_positions(size)]}
+        with contextlib.suppress(OSError):  # only a shortcut: a full disk costs a re-read
+            self.root.mkdir(parents=True, exist_ok=True)
+            staging = Path(tempfile.mkdtemp(prefix=".index.", dir=self.root))
+            try:
+                (staging / "canon.npy").write_bytes(data)
+                (staging / "meta.json").write_text(json.dumps(meta, default=str))
+                target = self._dir(identity)
+                if target.exists():
+                    shutil.rmtree(target)
+                os.replace(staging, target)
+            finally:
+                shutil.rmtree(staging, ignore_errors=True)
