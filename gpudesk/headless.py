@@ -124,6 +124,10 @@ class RunReport:
                     f"pre-pass {chosen.get('prepass_wall_s', 0):.1f} s, now cached"
                 lines.append(f"shared loader {loader['name']}: selection {chosen['preset']}, "
                              f"trained on {chosen['kept']} of {chosen['of']} samples ({how})")
+            if consumers == 1:
+                lines.append(f"shared loader {loader['name']}: producer CPU "
+                             f"{loader['cpu_s']:.1f} s for its one consumer (nothing shared)")
+                continue
             lines.append(
                 f"shared loader {loader['name']}: producer CPU {loader['cpu_s']:.1f} s{who}, "
                 f"{status.get('produced', 0)} batches made, {status.get('delivered_total', 0)} "

@@ -144,9 +144,20 @@ def list_command(as_json: Annotated[bool, typer.Option("--json", help="Print JSO
         return
     from gpudesk import render
 
-    print(render.table(("KEY", "METHOD", "PARAMS", "SAMPLES", "PRE-PASS", "REUSES"),
-                       [(r["key"], r["method"], json.dumps(r["params"]), r["samples"],
+    print(render.table(("KEY", "DATASET", "SAMPLES", "PARAMS", "PRE-PASS", "REUSES"),
+                       [(r["key"], r["fingerprint"][:16], r["samples"], _short(r["params"]),
                          render.duration(r["wall_s"]), r["reuses"]) for r in rows]))
+
+
+def _short(params: dict[str, Any]) -> str:
+    """The parameters that tell entries apart, briefly (`select show` has them all)."""
+    shown = []
+    for key, value in params.items():
+        if key == "quotas":
+            continue
+        text = str(value)
+        shown.append(f"{key}={text[:12] + '…' if len(text) > 13 else text}")
+    return " ".join(shown)
 
 
 @select_app.command("show")
@@ -163,12 +174,30 @@ def show_command(key: Annotated[str, typer.Argument(help="A key from `gpudesk se
         fail(f"no selection cache entry {key!r} (see `gpudesk select list`)", EXIT_FAILED)
     data = {"key": entry.key, "fingerprint": entry.fingerprint, "method": entry.method,
             "params": entry.params, "proxy": entry.proxy, "samples": len(entry.order),
-            "stratified": entry.labels is not None, "cost": vars(entry.cost),
-            "created_at": entry.created_at, "reused_by": entry.reused_by}
+            "quotas": "per class" if entry.labels is not None else "none",
+            "notes": entry.notes, "cost": vars(entry.cost), "created_at": entry.created_at,
+            "reused_by": entry.reused_by}
     if as_json:
         print(json.dumps(data, indent=2))
         return
-    for name, value in data.items():
+    from gpudesk import render
+
+    cost = entry.cost
+    lines = [
+        ("key", entry.key), ("method", entry.method), ("params", json.dumps(entry.params)),
+        ("proxy", entry.proxy or "-"), ("fingerprint", entry.fingerprint),
+        ("samples", f"{len(entry.order)} (quotas: {data['quotas']})"),
+        ("computed", f"{render.clock(entry.created_at)} in {cost.wall_s:.2f} s "
+                     f"({cost.cpu_s:.2f} CPU-s)"),
+        ("as a job", "-" if cost.job is None else
+         f"job {cost.job}: {render.duration(cost.job_wall_s)} wall, "
+         + ("energy n/a" if cost.energy_j is None else f"{cost.energy_j / 3600:.4f} Wh")),
+        ("reused by", f"{len(entry.reused_by)} job(s)" + "".join(
+            f"\n             {who}" for who in entry.reused_by[-10:])),
+    ]
+    if entry.notes:
+        lines.append(("notes", json.dumps(entry.notes)))
+    for name, value in lines:
         print(f"{name:<12} {value}")
 
 

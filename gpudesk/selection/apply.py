@@ -39,11 +39,16 @@ from gpudesk.selection.presets import Preset, PresetError, keep_count, parse_pre
 PROBE_SAMPLES = 256
 
 
+STRATA_ATTRIBUTE = "selection_strata"  # a dataset's own strata: one hashable per sample
+
+
 @dataclass(frozen=True)
 class Scan:
     """One read of a dataset: what every preset needs from it."""
 
-    labels: np.ndarray  # int64, by position
+    labels: np.ndarray  # int64 by position: class codes, or strata codes when unlabelled
+    labelled: bool  # False: `labels` are strata (source or size buckets), not classes
+    named: bool  # the labels were names (numbered in sorted order), not integers
     fingerprint: str
     canon: np.ndarray  # positions in canonical (digest) order
     digests: list[bytes]
@@ -51,25 +56,65 @@ class Scan:
 
 
 def scan(dataset: Sequence[Any], features: bool) -> Scan:
-    """Read every sample once. Samples must be (input, integer label, ...) pairs."""
+    """Read every sample once. A labelled sample is (input, label, ...) with an integer or
+    string label; anything else is unlabelled, and is stratified by the dataset's
+    `selection_strata` (e.g. each sample's source) or else by the size of the sample (a
+    power-of-two bucket of its length: short and long texts keep their shares)."""
     digests, labels, inputs = [], [], []
     for index in range(len(dataset)):
         sample = dataset[index]
-        labels.append(_label(sample, index))
+        labels.append(_label(sample))
         digests.append(sample_digest(sample))
         if features:
-            inputs.append(flat_features(sample[0]))
+            inputs.append(flat_features(sample[0] if _is_pair(sample) else sample))
+    strata = getattr(dataset, STRATA_ATTRIBUTE, None)
+    labelled = all(label is not None for label in labels)
+    if strata is not None:
+        if len(strata) != len(labels):
+            raise PresetError(f"the dataset's {STRATA_ATTRIBUTE} has {len(strata)} entries for "
+                              f"{len(labels)} samples")
+        keys: list[Any] = list(strata)
+    elif labelled:
+        keys = labels
+    else:
+        keys = [_size_bucket(dataset[i]) for i in range(len(labels))]
     canon = np.asarray(sorted(range(len(digests)), key=digests.__getitem__), dtype=np.int64)
-    return Scan(np.asarray(labels, dtype=np.int64), fingerprint_digests(digests), canon,
+    codes = _codes(keys)
+    named = not all(isinstance(key, int) and key >= 0 for key in keys)
+    return Scan(codes, labelled and strata is None, named, fingerprint_digests(digests), canon,
                 digests, np.stack(inputs) if features else None)
 
 
-def _label(sample: Any, index: int) -> int:
-    try:
-        return int(sample[1])
-    except (TypeError, IndexError, ValueError) as exc:
-        raise PresetError(f"selection needs samples of (input, integer label); sample {index} "
-                          f"is not one ({type(exc).__name__}: {exc})") from None
+def _is_pair(sample: Any) -> bool:
+    return isinstance(sample, (tuple, list)) and len(sample) >= 2
+
+
+def _label(sample: Any) -> int | str | None:
+    if not _is_pair(sample):
+        return None
+    label = sample[1]
+    if hasattr(label, "item") and getattr(label, "ndim", 0) == 0:
+        label = label.item()  # a 0-d tensor or array
+    if isinstance(label, str) or (isinstance(label, (int, np.integer))
+                                  and not isinstance(label, bool)):
+        return label if isinstance(label, str) else int(label)
+    return None
+
+
+def _size_bucket(sample: Any) -> int:
+    part = sample[0] if _is_pair(sample) else sample
+    size = np.asarray(part).size if not isinstance(part, (str, bytes)) else len(part)
+    return int(size).bit_length()
+
+
+def _codes(keys: list[Any]) -> np.ndarray:
+    """Integer codes for the keys: non-negative integer labels stay as they are; anything else
+    (class names, sources) is numbered in sorted order, so the codes are reproducible."""
+    if all(isinstance(key, int) and key >= 0 for key in keys):
+        return np.asarray(keys, dtype=np.int64)
+    distinct = sorted(set(keys), key=lambda key: (type(key).__name__, str(key)))
+    code = {key: number for number, key in enumerate(distinct)}
+    return np.asarray([code[key] for key in keys], dtype=np.int64)
 
 
 def flat_features(sample: Any) -> np.ndarray:
@@ -140,6 +185,13 @@ def select(dataset: Sequence[Any], preset: str | Preset, cache: SelectionCache, 
             return DatasetSelection(chosen, size, seed, hit, np.sort(canon[hit.indices]),
                                     fingerprint, time.perf_counter() - started)
     read = scan(dataset, features=chosen.method in SCORED)
+    if chosen.method in SCORED and not read.labelled:
+        raise PresetError(f"{chosen.name} trains a proxy classifier: it needs samples of "
+                          "(input, label); this dataset is unlabelled (random-P, "
+                          "stratified-P and rs2-P work without labels)")
+    if goal is not None and read.named:
+        raise PresetError(f"{chosen.name} compares class by class with the target set: it "
+                          "needs integer class labels, not names")
     if identity is not None:
         index.remember(identity, read)
     canon = read.canon
@@ -158,6 +210,9 @@ def _target(preset: Preset, target: Sequence[Any] | None) -> Target | None:
                           "give the dataset a selection target (selection_target = "
                           "\"MODULE:FACTORY\" in its [datasets.NAME] table, or --target)")
     aim = scan(target, features=True)
+    if not aim.labelled or aim.named:
+        raise PresetError(f"{preset.name}: the target set needs samples of (input, integer "
+                          "class label), labelled as the dataset is")
     assert aim.inputs is not None
     return Target(aim.inputs[aim.canon], aim.labels[aim.canon], aim.fingerprint)
 

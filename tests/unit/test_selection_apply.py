@@ -124,5 +124,29 @@ def test_less_without_a_target_and_bad_samples_are_clear_errors(digits, tmp_path
     cache = SelectionCache(tmp_path / "sel")
     with pytest.raises(PresetError, match="selection_target"):
         select(Counting(images, labels), "less-25", cache)
-    with pytest.raises(PresetError, match="integer label"):
-        select([(np.zeros(3), "cat")], "random-25", cache)
+    with pytest.raises(PresetError, match="unlabelled"):
+        select([np.full(3, i) for i in range(20)], "el2n-25", cache)
+
+
+def test_named_classes_and_unlabelled_data_are_stratified(tmp_path: Path) -> None:
+    cache = SelectionCache(tmp_path / "sel")
+    named = [(np.full(4, i, dtype=np.float32), "cat" if i < 30 else "dog") for i in range(40)]
+    chosen = select(named, "stratified-50", cache)
+    assert chosen.indices is not None
+    kept = [named[i][1] for i in chosen.indices]
+    assert (kept.count("cat"), kept.count("dog")) == (15, 5)
+    # unlabelled texts: short and long ones keep their shares (size buckets)
+    texts = ["x" * 3] * 60 + ["y" * 300] * 20
+    texts = [t + str(i) for i, t in enumerate(texts)]  # distinct samples
+    chosen = select(texts, "stratified-25", cache)
+    assert chosen.indices is not None
+    lengths = [len(texts[i]) > 100 for i in chosen.indices]
+    assert (lengths.count(False), lengths.count(True)) == (15, 5)
+
+    class BySource(list):
+        selection_strata = ["web"] * 10 + ["books"] * 30
+
+    sourced = BySource(f"doc {i}" for i in range(40))
+    chosen = select(sourced, "stratified-50", cache)
+    assert chosen.indices is not None
+    assert sum(1 for i in chosen.indices if i < 10) == 5
