@@ -207,7 +207,12 @@ def clear_command() -> None:
     print(f"removed {_cache().clear()} selection cache entries")
 
 
-@select_app.command("compare")
+@select_app.command("compare", help=(
+    "Train the profile's job under each preset and seed; print the cost-vs-quality table.\n\n"
+    "Jobs run one at a time on the engine: each preset's pre-pass (`gpudesk select run`), then "
+    "the training job on the shared loader under that selection. Pre-pass cost is shown fresh "
+    "and amortized over every job that trained on the cached entry; break-even is how many "
+    "training runs on the subset pay the pre-pass back in wall time."))
 def compare_command(
     profile: Annotated[Path, typer.Argument(help="A profile whose training job reads a "
                                             "dataset with a factory.")],
@@ -224,12 +229,6 @@ def compare_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of the table.")]
     = False,
 ) -> None:
-    """Train the profile's job under each preset and seed; print the cost-vs-quality table.
-
-    Jobs run one at a time on the engine: each preset's pre-pass (`gpudesk select run`), then
-    the training job on the shared loader under that selection. Pre-pass cost is shown fresh
-    and amortized over every job that trained on the cached entry; break-even is how many
-    training runs on the subset pay the pre-pass back in wall time."""
     from gpudesk import compare
     from gpudesk.cli import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, _client, fail
     from gpudesk.profile import ProfileError, load_profile

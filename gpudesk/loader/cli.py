@@ -72,11 +72,7 @@ def status_command(
     name: Annotated[str | None, typer.Argument(help="One loader (default: all).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
-    """Show each producer: consumers, their epochs and batches/s, slots, CPU used.
-
-    One block per producer of this GPUDESK_HOME: its consumers (epoch, position, batches/s and
-    the slots each holds), the ring's occupancy, and the CPU the producer and its workers
-    used."""
+    """Show each producer: consumers, their epochs and batches/s, slots, CPU used."""
     from gpudesk.loader.status import collect
 
     loaders = collect(name)

@@ -318,7 +318,13 @@ class Producer:
 
         target = None
         if self.config.target:
-            target = load_factory(self.config.target)(**self.config.target_kwargs)
+            try:
+                target = load_factory(self.config.target)(**self.config.target_kwargs)
+            except LoaderError:
+                raise
+            except Exception as exc:  # the user's factory: say which, without a traceback
+                raise LoaderError(f"the selection target {self.config.target} failed: "
+                                  f"{type(exc).__name__}: {exc}") from None
         cache = SelectionCache(self.home.selection_dir)
         try:
             chosen = select(dataset, self.config.selection or "full", cache,

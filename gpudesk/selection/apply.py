@@ -64,7 +64,10 @@ def scan(dataset: Sequence[Any], features: bool) -> Scan:
     for index in range(len(dataset)):
         sample = dataset[index]
         labels.append(_label(sample))
-        digests.append(sample_digest(sample))
+        try:
+            digests.append(sample_digest(sample))
+        except TypeError as exc:
+            raise PresetError(f"sample {index}: {exc}") from None
         if features:
             inputs.append(flat_features(sample[0] if _is_pair(sample) else sample))
     strata = getattr(dataset, STRATA_ATTRIBUTE, None)
