@@ -52,12 +52,17 @@ def render_summary(job: dict[str, Any], detail: dict[str, Any] | None,
     text.append(f"\nasks for {wants}; runtime "
                 f"{_runtime(job, state)}")
     if spec.get("dataset"):
-        loader = next((entry for entry in state.loaders if entry["name"] == spec["dataset"]),
-                      None)
+        loader = job_loader(spec, state.loaders)
         text.append(f"\nreads dataset {spec['dataset']}")
+        chosen = ((loader or {}).get("status") or {}).get("selection")
+        if chosen:
+            text.append(f" (selection {chosen['preset']}: {chosen['kept']} of {chosen['of']} "
+                        "samples)")
+        elif spec.get("selection"):
+            text.append(f" (selection {spec['selection']})")
         if loader:
             status = loader.get("status") or {}
-            text.append(f" through its shared loader (pid {loader.get('pid')}, "
+            text.append(f" through shared loader {loader['name']} (pid {loader.get('pid')}, "
                         f"{len(status.get('consumers') or [])} consumers)")
     waiting = (detail or {}).get("waiting")
     if waiting:
@@ -66,6 +71,18 @@ def render_summary(job: dict[str, Any], detail: dict[str, Any] | None,
     if job.get("reason") and job["state"] != "running":
         text.append(f"\n{job['reason']}", style="dim")
     return text
+
+
+def job_loader(spec: dict[str, Any], loaders: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The shared loader a job reads: its dataset's, or the dataset's own variant under the
+    job's selection (`NAME.PRESET`)."""
+    dataset, selection = spec["dataset"], spec.get("selection")
+    if selection:
+        for entry in loaders:
+            chosen = (entry.get("status") or {}).get("selection") or {}
+            if entry["name"].startswith(f"{dataset}.") and chosen.get("preset") == selection:
+                return entry
+    return next((entry for entry in loaders if entry["name"] == dataset), None)
 
 
 def render_usage(job: dict[str, Any], detail: dict[str, Any] | None, state: DeskState,
