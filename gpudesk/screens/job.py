@@ -78,7 +78,11 @@ def job_loader(spec: dict[str, Any], loaders: list[dict[str, Any]]) -> dict[str,
     job's selection (`NAME.PRESET`)."""
     dataset, selection = spec["dataset"], spec.get("selection")
     if selection:
-        for entry in loaders:
+        named = next((entry for entry in loaders if entry["name"] == f"{dataset}.{selection}"),
+                     None)
+        if named is not None:
+            return named
+        for entry in loaders:  # a long name the engine shortened
             chosen = (entry.get("status") or {}).get("selection") or {}
             if entry["name"].startswith(f"{dataset}.") and chosen.get("preset") == selection:
                 return entry

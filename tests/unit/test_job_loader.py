@@ -17,4 +17,5 @@ def test_a_job_reads_its_datasets_loader_or_the_variant_for_its_selection() -> N
     assert job_loader({"dataset": "digits", "selection": "dedup-25"}, LOADERS)["name"] == "digits"
     assert job_loader({"dataset": "digits", "selection": "random-25"},
                       LOADERS)["name"] == "digits.random-25"
+    assert job_loader({"dataset": "digits", "selection": "full"}, LOADERS)["name"] == "digits.full"
     assert job_loader({"dataset": "other"}, LOADERS) is None
