@@ -270,7 +270,7 @@ class LoaderSupervisor:
         by_name = {s.get("name"): s for s in collect(home=self.home)}
         for name, producer in self.producers.items():
             status = by_name.get(name)
-            if status and not status.get("error"):
+            if status and not status.get("error") and not status.get("preparing"):
                 producer.last_status = status
                 if status.get("consumers"):
                     producer.restarts = 0  # it works: a later death starts a fresh count

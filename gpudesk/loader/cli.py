@@ -87,6 +87,9 @@ def status_command(
         if entry.get("error"):
             print(f"{entry['name']}: {entry['error']}")
             continue
+        if entry.get("preparing"):
+            print(f"{entry['name']}  pid {entry['pid']}  preparing {entry['preparing']}")
+            continue
         print(f"{entry['name']}  pid {entry['pid']}  {entry['dataset']}  "
               f"{entry['dataset_len']} samples, batches of {entry['batch_size']}, "
               f"{entry['workers']} workers  epoch {entry['stream'][0]} "

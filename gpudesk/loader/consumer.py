@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import sys
 import time
 from collections import defaultdict
 from collections.abc import Iterator
@@ -48,6 +49,7 @@ from gpudesk.paths import Home
 
 POLL_MS = 200  # while waiting for a batch, the producer's process is checked this often
 CONNECT_TIMEOUT_S = 10.0
+PREPARING_POLL_S = 1.0  # a preparing producer is waited for while it lives, checked this often
 START_WAIT_S = 60.0  # how long a job started with its producer waits for it to come up
 
 
@@ -110,13 +112,22 @@ class SharedLoader:
                 + ", and no local fallback was asked for (pass factory=... and fallback=True)")
 
     def _running_producer(self, wait: float) -> dict[str, Any] | None:
-        """The info of the live producer for this name, waiting up to `wait` s for one."""
+        """The info of the live producer for this name, waiting up to `wait` s for one, and for
+        as long as a live one says it is preparing (a data selection's pre-pass)."""
         info_path = self.home.loader_paths(self.name)[2]
         deadline = time.monotonic() + wait
+        said = False
         while True:
             info = read_info(info_path)
             if info and process_alive(int(info.get("pid", 0)), info.get("create_time")):
-                return info
+                if not info.get("preparing"):
+                    return info
+                if not said:
+                    print(f"waiting for the shared loader {self.name!r}: its producer (pid "
+                          f"{info['pid']}) is preparing {info['preparing']}", file=sys.stderr,
+                          flush=True)
+                    said = True
+                deadline = max(deadline, time.monotonic() + PREPARING_POLL_S)
             if time.monotonic() >= deadline:
                 return None
             time.sleep(0.05)
@@ -334,6 +345,10 @@ class SharedLoader:
             info = read_info(info_path)
             pid = int(info.get("pid", 0)) if info else 0
             if info and pid != self.producer_pid and process_alive(pid, info.get("create_time")):
+                if info.get("preparing"):  # it comes back after its pre-pass: wait for it
+                    deadline = max(deadline, time.monotonic() + PREPARING_POLL_S)
+                    time.sleep(0.1)
+                    continue
                 if info.get("identity") != self.identity:
                     raise LoaderError(
                         f"{why}; the producer now running for {self.name!r} (pid {pid}) has "

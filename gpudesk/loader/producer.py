@@ -212,6 +212,7 @@ class Producer:
         self.selection: Any = None  # a gpudesk.selection.apply.DatasetSelection, if asked for
         self.selection_cache: Any = None
         self.selection_cpu_s = 0.0
+        self._previous_info: dict[str, Any] | None = None
         self._first_user_paid = False  # the first job served a fresh pre-pass is not a reuse
 
     # ------------------------------------------------------------------ setup
@@ -233,6 +234,7 @@ class Producer:
             raise LoaderError(f"a producer for {self.config.name!r} already runs "
                               + (f"(pid {info['pid']})" if info and info.get("pid") else
                                  "(it is starting)") + "; stop it first") from None
+        self._previous_info = info
         start: Key = (0, 0)
         if info is not None:
             if process_alive(int(info.get("pid", 0)), info.get("create_time")):
@@ -261,6 +263,8 @@ class Producer:
         if length < 1:
             raise LoaderError(f"{self.config.factory} returned an empty dataset")
         cpu_before = time.process_time()
+        if self.config.selection:
+            self._write_preparing(f"data selection {self.config.selection}")
         self.selection = self._select(dataset) if self.config.selection else None
         self.selection_cpu_s = time.process_time() - cpu_before  # not loading: kept apart
         if self.selection is not None:
@@ -638,6 +642,19 @@ class Producer:
                 "held_slots": len(c.held), "makeups_left": len(c.wants)}
                 for c in self.consumers.values()],
         }
+
+    def _write_preparing(self, what: str) -> None:
+        """Say, before a long preparation (a selection's pre-pass), that this producer is
+        coming: consumers wait for it instead of giving up. The stream position of the
+        producer before it is kept, for a restart after a failure here."""
+        import psutil
+
+        kept = {key: value for key, value in (self._previous_info or {}).items()
+                if key in ("identity", "stream_next")}
+        write_info(self.info_path, {
+            **kept, "name": self.config.name, "pid": os.getpid(),
+            "create_time": psutil.Process().create_time(), "preparing": what,
+            "managed": self.config.managed, "started_at": self.started})
 
     def _write_info(self) -> None:
         self.last_info = time.time()

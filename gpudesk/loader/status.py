@@ -27,6 +27,10 @@ def collect(name: str | None = None, home: Home | None = None) -> list[dict[str,
             out.append({"name": info.get("name"), "error": f"its producer (pid "
                         f"{info.get('pid')}) is not running"})
             continue
+        if info.get("preparing"):
+            out.append({"name": info.get("name"), "pid": info.get("pid"),
+                        "preparing": info["preparing"]})
+            continue
         sock = context.socket(zmq.DEALER)
         sock.setsockopt(zmq.LINGER, 0)
         try:

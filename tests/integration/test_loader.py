@@ -784,3 +784,19 @@ def test_an_rs2_producer_serves_a_new_part_every_epoch(loaders: Loaders, home: H
         epochs = [sorted(i for _, ids in loader for i in ids.tolist()) for _ in range(4)]
     assert all(len(e) == 30 for e in epochs)
     assert len({i for e in epochs for i in e}) == size  # 4 epochs of 25 % cover everything
+
+
+def test_consumers_wait_for_a_producer_preparing_its_selection(
+        loaders: Loaders, home: Home, capsys: pytest.CaptureFixture[str]) -> None:
+    """A selection's pre-pass reads every sample before the producer serves (here 100 samples
+    at 30 ms each): the producer says it is preparing, and a consumer that finds it so waits for
+    it instead of failing at once."""
+    loaders.serve(size=100, batch=10, cost_ms=30, selection="random-50", wait=False)
+    wait_for(lambda: (read_info(home.loader_paths("syn")[2]) or {}).get("preparing"), 30,
+             what="the producer to say it is preparing")
+    (status,) = collect("syn", home=home)
+    assert status["preparing"] == "data selection random-50"
+    with SharedLoader("syn", with_ids=True, fallback=False, home=home.root) as loader:
+        ids = [i for _, batch_ids in loader for i in batch_ids.tolist()]
+    assert len(ids) == len(set(ids)) == 50
+    assert "is preparing data selection random-50" in capsys.readouterr().err
