@@ -213,15 +213,9 @@ def _run(
     device = resolve_device(args.device, parser)
     torch.manual_seed(args.seed)
     data = to_device(split, device)
-    model = build_mlp(args.hidden, args.layers).to(device)
-    optimizer = build_optimizer(args.optimizer, model.parameters(), args.lr)
-    params = sum(p.numel() for p in model.parameters())
-    say(
-        f"config params {params} device {device} threads {threads} "
-        f"samples {data.n_train + data.n_val} train {data.n_train} val {data.n_val} "
-        f"hidden {args.hidden}x{args.layers} optimizer {args.optimizer} lr {args.lr:g} "
-        f"batch {args.batch_size} epochs {args.epochs} seed {args.seed}"
-    )
+    model, optimizer, params = build_training(args, device)
+    say_config(args, params, device, threads,
+               f"samples {data.n_train + data.n_val} train {data.n_train} val {data.n_val}")
 
     shuffle_rng = np.random.default_rng([args.seed, 1])  # independent of the split's stream
     history = train_epochs(
@@ -262,15 +256,9 @@ def _run_shared(
     x_val_t = torch.from_numpy(x_val).to(device)
     y_val_t = torch.from_numpy(labels[val_idx]).to(device)
     mean_t = torch.from_numpy(mean).to(device)
-    model = build_mlp(args.hidden, args.layers).to(device)
-    optimizer = build_optimizer(args.optimizer, model.parameters(), args.lr)
-    params = sum(p.numel() for p in model.parameters())
-    say(
-        f"config params {params} device {device} threads {threads} loader shared "
-        f"{loader.name} train {loader.dataset_len} val {len(val_idx)} "
-        f"hidden {args.hidden}x{args.layers} optimizer {args.optimizer} lr {args.lr:g} "
-        f"batch {args.batch_size} epochs {args.epochs} seed {args.seed}"
-    )
+    model, optimizer, params = build_training(args, device)
+    say_config(args, params, device, threads,
+               f"loader shared {loader.name} train {loader.dataset_len} val {len(val_idx)}")
     with loader:
         history = train_epochs(
             args.epochs, progress,
@@ -361,6 +349,25 @@ def standardize(x_train: np.ndarray, x_val: np.ndarray) -> tuple[np.ndarray, np.
     """
     mean, scale = scaling(x_train)
     return (x_train - mean) / scale, (x_val - mean) / scale
+
+
+def build_training(
+    args: argparse.Namespace, device: torch.device
+) -> tuple[torch.nn.Module, torch.optim.Optimizer, int]:
+    """(the MLP on `device`, its optimizer, its parameter count)."""
+    model = build_mlp(args.hidden, args.layers).to(device)
+    optimizer = build_optimizer(args.optimizer, model.parameters(), args.lr)
+    return model, optimizer, sum(p.numel() for p in model.parameters())
+
+
+def say_config(
+    args: argparse.Namespace, params: int, device: torch.device, threads: int, data: str
+) -> None:
+    say(
+        f"config params {params} device {device} threads {threads} {data} "
+        f"hidden {args.hidden}x{args.layers} optimizer {args.optimizer} lr {args.lr:g} "
+        f"batch {args.batch_size} epochs {args.epochs} seed {args.seed}"
+    )
 
 
 def scaling(x_train: np.ndarray) -> tuple[np.ndarray, np.float32]:
