@@ -234,3 +234,26 @@ def test_sigterm_reports_epoch_and_exits_143() -> None:
     assert proc.returncode == 143
     assert re.search(r"^interrupted at epoch \d+$", stderr, re.MULTILINE), stderr
     assert "Traceback" not in stderr
+
+
+def test_the_digits_splits_partition_the_data() -> None:
+    from gpudesk.workloads.data import DIGITS_TARGET_SIZE, digits_split_indices
+
+    parts = {name: set(digits_split_indices(name, 3).tolist())
+             for name in ("train", "val", "target")}
+    assert len(parts["target"]) == DIGITS_TARGET_SIZE
+    assert not (parts["train"] & parts["val"] or parts["train"] & parts["target"]
+                or parts["val"] & parts["target"])
+    assert set().union(*parts.values()) == set(range(1797))
+    assert set(digits_split_indices("val", 3).tolist()) == set(
+        train_val_split(1797, 0.2, 3)[1].tolist())  # what the local job evaluates on
+
+
+def test_shared_mode_without_a_producer_is_a_one_line_error(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("GPUDESK_HOME", str(tmp_path))
+    code = digits.main(["--loader", "shared", "--threads", "1", "--epochs", "1"])
+    err = capsys.readouterr().err
+    assert code == digits.EXIT_NO_DATA and "no shared loader 'digits'" in err
+    assert "Traceback" not in err
