@@ -124,6 +124,29 @@ def run_command(
           f"samples ({how}, key {about['key'] or '-'}, {about['select_s']:.3f} s)")
 
 
+@select_app.command("presets")
+def presets_command(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")]
+                    = False) -> None:
+    """The selection methods: what each computes and what its pre-pass costs."""
+    import shutil
+    import textwrap
+
+    from gpudesk.selection.presets import ABOUT, METHODS
+
+    rows = [{"method": m, "preset": "full" if m == "full" else f"{m}-P",
+             "computes": ABOUT[m][0], "cost": ABOUT[m][1]} for m in METHODS]
+    if as_json:
+        print(json.dumps({"presets": rows}, indent=2))
+        return
+    width = max(40, min(100, shutil.get_terminal_size().columns) - 2)
+    for row in rows:
+        print(row["preset"])
+        for label, text in (("keeps", row["computes"]), ("cost", row["cost"])):
+            print(textwrap.fill(text, width, initial_indent=f"  {label:<6}",
+                                subsequent_indent=" " * 8))
+    print("\nP is the percent kept (1-100); docs/selection.md has the details.")
+
+
 @select_app.command("list")
 def list_command(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
                  ) -> None:

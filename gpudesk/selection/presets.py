@@ -29,6 +29,27 @@ import numpy as np
 CHEAP_METHODS = ("full", "random", "stratified", "rs2")
 SCORED_METHODS = ("loss", "el2n", "dedup", "less")
 METHODS = CHEAP_METHODS + SCORED_METHODS
+
+# What each method computes, and what its pre-pass costs (`gpudesk select presets`).
+ABOUT: dict[str, tuple[str, str]] = {
+    "full": ("every sample", "none"),
+    "random": ("a seeded random permutation; the first P %", "one permutation"),
+    "stratified": ("a seeded permutation taken per class (or per stratum: the dataset's "
+                   "selection_strata, else sample-size buckets) up to proportional quotas",
+                   "one permutation"),
+    "rs2": ("a new P % every epoch, the next part of a random permutation (every sample "
+            "once before any twice)", "none: drawn as each epoch starts"),
+    "loss": ("proxy cross-entropy per sample, ordered round-robin over 10 score bins, "
+             "hardest 5 % last", "proxy (MLP, 5 epochs on 20 %) + one forward pass"),
+    "el2n": ("proxy EL2N, |softmax(f(x)) - onehot(y)|, ordered like loss",
+             "proxy + one forward pass"),
+    "dedup": ("proxy embeddings, k-means clusters of <= 4096, farthest-point order in each "
+              "(near-duplicates last, counted), clusters merged by share",
+              "proxy + forward + k-means + O(m^2 d) per cluster of m"),
+    "less": ("last-layer gradient features (p - y) x [h, 1], projected to 256 dims; max over "
+             "target classes of the mean cosine to the target set, ordered like loss",
+             "proxy + forward over data and target + projection; needs a target set"),
+}
 PRESET = re.compile(r"^(?P<method>[a-z0-9]+)(?:-(?P<percent>\d{1,3}))?$")
 
 

@@ -444,3 +444,15 @@ def test_a_cached_scored_selection_equals_a_fresh_one(digits, digit_features, tm
                   target=target)
     assert ten.reused and ten.key == fresh.key
     assert cache.load(fresh.key).reused_by == ["job 3"]
+
+
+def test_select_presets_says_what_each_method_computes_and_costs(gpudesk: Run) -> None:
+    from gpudesk.selection.presets import METHODS
+
+    code, out, _ = gpudesk("select", "presets", "--json")
+    assert code == 0
+    rows = json.loads(out)["presets"]
+    assert [r["method"] for r in rows] == list(METHODS)
+    assert all(r["computes"] and r["cost"] for r in rows)
+    code, out, _ = gpudesk("select", "presets")
+    assert code == 0 and "dedup-P" in out and "needs a target set" in out
