@@ -18,7 +18,6 @@ import json
 import math
 import re
 import statistics
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
@@ -29,6 +28,7 @@ from gpudesk import render
 from gpudesk.engine.client import EngineClient, submit_env
 from gpudesk.engine.jobs import TERMINAL_STATE_NAMES, JobSpec
 from gpudesk.engine.loaders import DatasetSpec
+from gpudesk.prepass_jobs import NO_PREPASS, job_wall, prepass_job, record_prepass
 from gpudesk.profile import Profile
 from gpudesk.selection.cache import SelectionCache
 from gpudesk.selection.presets import Preset, PresetError, parse_preset
@@ -37,7 +37,6 @@ from gpudesk.workloads.common import ENV_SEED
 DEFAULT_PRESETS = "full,random-25,stratified-25,el2n-25,dedup-25,less-25"
 RESULT_LINE = re.compile(r"^result (\{.*\})\s*$", re.MULTILINE)
 POLL_S = 0.25
-NO_PREPASS = ("full", "rs2")
 
 
 class CompareError(Exception):
@@ -158,32 +157,17 @@ class Comparison:
 
     # ----------------------------------------------------------------- pre-pass
     def prepass(self, trial: Trial, preset: Preset, dataset: DatasetSpec) -> None:
-        command = [sys.executable, "-m", "gpudesk", "select", "run", dataset.factory,
-                   "--preset", preset.name, "--seed", str(dataset.seed), "--json",
-                   "--no-record-reuse"]
-        for key, value in dataset.args.items():
-            command += ["--arg", f"{key}={json.dumps(value)}"]
-        if preset.method == "less" and dataset.selection_target:
-            command += ["--target", dataset.selection_target]
-            for key, value in dataset.selection_target_args.items():
-                command += ["--target-arg", f"{key}={json.dumps(value)}"]
-        job = self.submit({"name": f"prepass-{preset.name}-s{trial.seed}", "command": command,
-                           "workdir": self.plan.job.workdir})
+        job = self.submit(prepass_job(dataset, preset.name, self.plan.job.workdir,
+                                      f"prepass-{preset.name}-s{trial.seed}"))
         trial.prepass_job = job["id"]
         self.say(f"seed {trial.seed} {preset.name}: pre-pass job {job['id']}")
-        done = self.wait(job["id"])
-        output = _last_json(Path(done["log"]).read_text(errors="replace")) if done["log"] else None
-        if done["state"] != "succeeded" or output is None:
-            trial.problems.append(f"pre-pass job {job['id']} {done['state']}; see gpudesk "
-                                  f"logs {job['id']}")
+        output = record_prepass(self.cache, self.wait(job["id"]))
+        if output is None:
+            trial.problems.append(f"pre-pass job {job['id']} failed; see gpudesk logs "
+                                  f"{job['id']}")
             return
         trial.prepass_key = output["key"]
         trial.prepass_fresh = not output["reused"]
-        usage = done.get("usage") or {}
-        if trial.prepass_fresh:
-            self.cache.record_job_cost(output["key"], job=job["id"],
-                                       wall_s=_job_wall(done), cpu_s=usage.get("cpu_s"),
-                                       energy_j=usage.get("total_j"))
 
     # ----------------------------------------------------------------- training
     def train(self, trial: Trial, preset: Preset, dataset: DatasetSpec) -> None:
@@ -200,7 +184,7 @@ class Comparison:
         done = self.wait(job["id"])
         trial.train_state = done["state"]
         usage = done.get("usage") or {}
-        trial.train_wall_s = _job_wall(done)
+        trial.train_wall_s = job_wall(done)
         trial.train_cpu_s = usage.get("cpu_s")
         trial.train_energy_j = usage.get("total_j")
         log = Path(done["log"]).read_text(errors="replace") if done["log"] else ""
@@ -249,12 +233,6 @@ class Comparison:
             time.sleep(POLL_S)
 
 
-def _job_wall(job: dict[str, Any]) -> float | None:
-    if job.get("started_at") is None or job.get("ended_at") is None:
-        return None
-    return float(job["ended_at"]) - float(job["started_at"])
-
-
 def _last_result(log: str) -> dict[str, Any] | None:
     found = RESULT_LINE.findall(log)
     for text in reversed(found):
@@ -264,18 +242,6 @@ def _last_result(log: str) -> dict[str, Any] | None:
             continue
         if isinstance(value, dict):
             return value
-    return None
-
-
-def _last_json(log: str) -> dict[str, Any] | None:
-    for line in reversed(log.splitlines()):
-        if line.startswith("{"):
-            try:
-                value = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(value, dict) and "key" in value:
-                return value
     return None
 
 

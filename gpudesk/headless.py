@@ -20,7 +20,9 @@ from gpudesk import render
 from gpudesk.engine.client import EngineClient, submit_env
 from gpudesk.engine.jobs import TERMINAL_STATE_NAMES, JobSpec
 from gpudesk.engine.telemetry.energy import summarize
+from gpudesk.prepass_jobs import prepass_job, profile_prepasses, record_prepass
 from gpudesk.profile import Profile
+from gpudesk.selection.cache import SelectionCache
 
 REFRESH_S = 0.5  # refresh at least this often even without events
 MIN_REFRESH_S = 0.1
@@ -42,6 +44,7 @@ class RunReport:
     simulated: bool = False
     grid_g_per_kwh: float | None = None
     loaders: list[dict[str, Any]] = field(default_factory=list)  # the run's shared loaders
+    notes: list[str] = field(default_factory=list)  # what the run did besides its jobs
 
     @property
     def counts(self) -> dict[str, int]:
@@ -76,6 +79,7 @@ class RunReport:
             "counts": self.counts,
             "energy": self.energy,
             "loaders": self.loaders,
+            "notes": self.notes,
             "jobs": [
                 {
                     "id": j["id"],
@@ -104,7 +108,7 @@ class RunReport:
         head = f"{self.profile}: {counts} in {render.duration(self.ended_at - self.started_at)}"
         if self.interrupted:
             head += " (interrupted)"
-        lines = [self.energy_line(), *self.loader_lines()]
+        lines = [self.energy_line(), *self.loader_lines(), *self.notes]
         return f"{table}\n\n{head}\n" + "\n".join(lines)
 
     def loader_lines(self) -> list[str]:
@@ -124,9 +128,10 @@ class RunReport:
                     f"pre-pass {chosen.get('prepass_wall_s', 0):.1f} s, now cached"
                 lines.append(f"shared loader {loader['name']}: selection {chosen['preset']}, "
                              f"trained on {chosen['kept']} of {chosen['of']} samples ({how})")
-            if consumers == 1:
+            if consumers == 1 or abs(loader["saved_cpu_s"]) < 0.05:
                 lines.append(f"shared loader {loader['name']}: producer CPU "
-                             f"{loader['cpu_s']:.1f} s for its one consumer (nothing shared)")
+                             f"{loader['cpu_s']:.1f} s{who}; each batch went to one consumer, "
+                             "so sharing saved nothing")
                 continue
             lines.append(
                 f"shared loader {loader['name']}: producer CPU {loader['cpu_s']:.1f} s{who}, "
@@ -237,13 +242,26 @@ def run_profile(
         client.request("datasets", datasets=loaders)
     progress = _Progress(progress_stream,
                          progress_stream.isatty() if live is None else live)
+    prepasses = profile_prepasses(profile)
+    stage = "prepass" if prepasses else "train"
     try:
         with client.subscribe("job") as events:
             while True:
                 try:
-                    if not report.interrupted:
+                    if stage == "prepass" and not report.interrupted:
+                        # The selections' pre-passes first, as jobs the engine measures; the
+                        # training jobs then find them cached.
+                        client.request("submit", env=submit_env(), jobs=[
+                            {**prepass_job(dataset, preset, str(profile.path.parent)),
+                             "group": group} for dataset, preset in prepasses])
+                        stage = "prepass-wait"
+                    if stage == "prepass-wait" and not report.interrupted:
+                        report.jobs = _follow(client, events, group, progress)
+                        stage = "train" if _record_prepasses(client, report) else "done"
+                    if stage == "train" and not report.interrupted:
                         jobs = [{**spec.to_dict(), "group": group} for spec in profile.jobs]
                         client.request("submit", jobs=jobs, env=submit_env())
+                        stage = "done"
                     report.jobs = _follow(client, events, group, progress)
                     break
                 except KeyboardInterrupt:
@@ -256,6 +274,28 @@ def run_profile(
     report.ended_at = time.time()
     _add_usage(client, report, profile)
     return report
+
+
+def _record_prepasses(client: EngineClient, report: RunReport) -> bool:
+    """Write what the engine measured of each pre-pass job into the cache entry it computed;
+    True when every pre-pass succeeded (else the training jobs are not submitted)."""
+    cache = SelectionCache(client.home.selection_dir)
+    done = client.request("jobs", group=report.group, usage=True)["jobs"]
+    ok = True
+    for job in done:
+        output = record_prepass(cache, job)
+        if output is None:
+            ok = False
+            report.notes.append(f"pre-pass job {job['id']} ({job['name']}) {job['state']}: "
+                                f"the profile's jobs were not submitted (gpudesk logs "
+                                f"{job['id']})")
+        else:
+            how = "reused from the cache" if output["reused"] else \
+                f"computed in {output['prepass_wall_s']:.1f} s and cached"
+            report.notes.append(f"selection {output['preset']} of {output['dataset']}: "
+                                f"{output['kept']} of {output['of']} samples, {how} "
+                                f"(key {output['key']})")
+    return ok
 
 
 def _add_usage(client: EngineClient, report: RunReport, profile: Profile) -> None:

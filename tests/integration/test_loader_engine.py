@@ -151,3 +151,71 @@ def test_a_job_with_its_own_selection_gets_a_loader_of_its_own_and_is_recorded_a
     assert sorted(epochs_of(out_c)[0]["ids"]) == sorted(epoch_a["ids"])
     (entry,) = SelectionCache(loader_engine.home.selection_dir).entries()
     assert entry.method == "random" and any(f"job {second} " in who for who in entry.reused_by)
+
+
+def test_a_profile_run_queues_its_selections_prepass_first_and_records_its_cost(
+        loader_engine: EngineHandle, tmp_path: Path) -> None:
+    """`gpudesk run` on a dataset with a selection: the pre-pass runs as a job of the run (the
+    engine measures it, and its cost lands in the cache entry); the training job then finds
+    the selection cached and trains on it."""
+    import io
+
+    from gpudesk.headless import run_profile
+    from gpudesk.profile import load_profile
+    from gpudesk.selection.cache import SelectionCache
+
+    job, out = consumer_job(tmp_path, "train", 1)
+    profile = tmp_path / "sel.toml"
+    profile.write_text(textwrap.dedent(f"""
+        name = "sel"
+        [datasets.syn]
+        factory = "gpudesk.workloads.synthetic:make_dataset"
+        args = {{ size = 120, shape = [4] }}
+        batch_size = 8
+        workers = 0
+        seed = 3
+        slots = 8
+        selection = "random-25"
+        [[jobs]]
+        name = "train"
+        dataset = "syn"
+        command = {json.dumps(job["command"])}
+    """))
+    report = run_profile(load_profile(profile), loader_engine.client,
+                         progress_stream=io.StringIO(), live=False)
+    assert [(j["name"], j["state"]) for j in report.jobs] == [
+        ("prepass-syn-random-25", "succeeded"), ("train", "succeeded")]
+    assert any("computed in" in note and "30 of 120 samples" in note for note in report.notes)
+    (entry,) = SelectionCache(loader_engine.home.selection_dir).entries()
+    assert entry.cost.job == report.jobs[0]["id"] and entry.cost.job_wall_s > 0
+    assert any(f"job {report.jobs[1]['id']} " in who for who in entry.reused_by)
+    (epoch,) = epochs_of(out)
+    assert len(epoch["ids"]) == 30 and len(set(epoch["ids"])) == 30
+
+
+def test_a_failed_prepass_keeps_the_runs_training_jobs_from_being_submitted(
+        loader_engine: EngineHandle, tmp_path: Path) -> None:
+    import io
+
+    from gpudesk.headless import run_profile
+    from gpudesk.profile import load_profile
+
+    job, _ = consumer_job(tmp_path, "train", 1)
+    profile = tmp_path / "sel.toml"
+    profile.write_text(textwrap.dedent(f"""
+        name = "sel"
+        [datasets.syn]
+        factory = "gpudesk.workloads.synthetic:make_dataset"
+        selection = "less-25"
+        selection_target = "no_such_module:targets"
+        [[jobs]]
+        name = "train"
+        dataset = "syn"
+        command = {json.dumps(job["command"])}
+    """))
+    report = run_profile(load_profile(profile), loader_engine.client,
+                         progress_stream=io.StringIO(), live=False)
+    assert [(j["name"], j["state"]) for j in report.jobs] == [("prepass-syn-less-25", "failed")]
+    assert not report.succeeded
+    assert any("were not submitted" in note for note in report.notes)
+    assert "were not submitted" in report.text()

@@ -1,0 +1,92 @@
+"""Selection pre-passes as engine jobs: `gpudesk select run` for one dataset and preset, queued
+like any job, so the engine measures its wall time, CPU time and energy, and those are written
+into the cache entry it computed. `gpudesk run` queues the pre-passes its datasets need before
+their training jobs, and `gpudesk select compare` one per preset and seed."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from gpudesk.engine.loaders import DatasetSpec
+from gpudesk.profile import Profile
+from gpudesk.selection.cache import SelectionCache
+from gpudesk.selection.presets import parse_preset
+
+NO_PREPASS = ("full", "rs2")
+
+
+def needs_prepass(selection: str | None) -> bool:
+    return bool(selection) and parse_preset(selection).method not in NO_PREPASS
+
+
+def prepass_job(dataset: DatasetSpec, preset: str, workdir: str | None,
+                name: str | None = None) -> dict[str, Any]:
+    """The job (fields for `submit`) that runs `preset`'s pre-pass for `dataset` as its loader
+    will ask for it (same factory, arguments, seed and target, hence the same cache key). A
+    cache hit is not counted as a use: only training jobs are."""
+    command = [sys.executable, "-m", "gpudesk", "select", "run", dataset.factory,
+               "--preset", preset, "--seed", str(dataset.seed), "--json", "--no-record-reuse"]
+    for key, value in dataset.args.items():
+        command += ["--arg", f"{key}={json.dumps(value)}"]
+    if parse_preset(preset).method == "less" and dataset.selection_target:
+        command += ["--target", dataset.selection_target]
+        for key, value in dataset.selection_target_args.items():
+            command += ["--target-arg", f"{key}={json.dumps(value)}"]
+    return {"name": name or f"prepass-{dataset.name}-{preset}"[:100], "command": command,
+            "workdir": workdir}
+
+
+def profile_prepasses(profile: Profile) -> list[tuple[DatasetSpec, str]]:
+    """(the loader's dataset spec, its preset) for each selection the profile's jobs train on
+    that has a pre-pass, once each."""
+    wanted: dict[str, tuple[DatasetSpec, str]] = {}
+    for spec in profile.jobs:
+        config = profile.datasets.get(spec.dataset or "")
+        if config is None or config.loader is None:
+            continue
+        served = config.loader.variant(spec.selection) if spec.selection else config.loader
+        if served.selection and needs_prepass(served.selection):
+            wanted.setdefault(served.name, (served, served.selection))
+    return list(wanted.values())
+
+
+def prepass_output(job: dict[str, Any]) -> dict[str, Any] | None:
+    """What the finished pre-pass job printed (its last JSON line with a cache key)."""
+    if not job.get("log"):
+        return None
+    try:
+        text = Path(job["log"]).read_text(errors="replace")
+    except OSError:
+        return None
+    for line in reversed(text.splitlines()):
+        if line.startswith("{"):
+            try:
+                value = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(value, dict) and value.get("key"):
+                return value
+    return None
+
+
+def record_prepass(cache: SelectionCache, job: dict[str, Any]) -> dict[str, Any] | None:
+    """After a pre-pass job: its output, and, when it computed the entry (not a cache hit),
+    the engine's measurement of the job written into the entry. None if it failed."""
+    output = prepass_output(job) if job.get("state") == "succeeded" else None
+    if output is None:
+        return None
+    if not output.get("reused"):
+        usage = job.get("usage") or {}
+        cache.record_job_cost(output["key"], job=job["id"], wall_s=job_wall(job),
+                              cpu_s=usage.get("cpu_s"), energy_j=usage.get("total_j"))
+    return output
+
+
+def job_wall(job: dict[str, Any]) -> float | None:
+    """A finished job's wall time, from its start to its end (None if it never ran)."""
+    if job.get("started_at") is None or job.get("ended_at") is None:
+        return None
+    return float(job["ended_at"]) - float(job["started_at"])
