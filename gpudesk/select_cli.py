@@ -34,12 +34,14 @@ def _dataset_settings(dataset: str, profile: Path | None, args: list[str], targe
     from gpudesk.cli import EXIT_USAGE, fail
     from gpudesk.loader.cli import factory_kwargs
 
+    if profile is None and ":" not in dataset:
+        spec = _registered_dataset(dataset)
+        return {"factory": spec.factory, "kwargs": {**spec.args, **factory_kwargs(args)},
+                "target": target or spec.selection_target, "seed": spec.seed,
+                "target_kwargs": {**spec.selection_target_args, **factory_kwargs(target_args)}}
     if profile is None:
-        if ":" not in dataset:
-            fail(f"{dataset!r}: give the dataset as MODULE:FACTORY, or name a [datasets] table "
-                 "of a profile with --profile", EXIT_USAGE)
         return {"factory": dataset, "kwargs": factory_kwargs(args), "target": target,
-                "target_kwargs": factory_kwargs(target_args)}
+                "target_kwargs": factory_kwargs(target_args), "seed": 0}
     from gpudesk.profile import ProfileError, load_profile
 
     try:
@@ -53,8 +55,29 @@ def _dataset_settings(dataset: str, profile: Path | None, args: list[str], targe
              EXIT_USAGE)
     spec = config.loader
     return {"factory": spec.factory, "kwargs": {**spec.args, **factory_kwargs(args)},
-            "target": target or spec.selection_target,
+            "target": target or spec.selection_target, "seed": spec.seed,
             "target_kwargs": {**spec.selection_target_args, **factory_kwargs(target_args)}}
+
+
+def _registered_dataset(name: str) -> Any:
+    """A dataset the engine knows by name (registered by a profile's run)."""
+    from gpudesk.cli import EXIT_USAGE, fail
+    from gpudesk.engine.client import EngineError, connect
+    from gpudesk.engine.loaders import DatasetSpec
+    from gpudesk.paths import Home
+
+    hint = (f"{name!r}: give the dataset as MODULE:FACTORY, or name a [datasets] table of a "
+            "profile with --profile")
+    try:
+        with connect(Home.from_env(), autostart=False) as client:
+            specs = client.request("datasets", datasets=[]).get("specs") or []
+    except EngineError:
+        fail(f"{hint} (no engine runs here to ask for its datasets)", EXIT_USAGE)
+    for raw in specs:
+        if raw.get("name") == name:
+            return DatasetSpec.from_dict(raw)
+    known = ", ".join(r.get("name", "?") for r in specs) or "none"
+    fail(f"{hint}; the engine knows no dataset {name!r} (it knows: {known})", EXIT_USAGE)
 
 
 @select_app.command("run")
@@ -72,7 +95,9 @@ def run_command(
         "--target", help="MODULE:FACTORY of the target set (less-P ranks by it).")] = None,
     target_arg: Annotated[list[str], typer.Option(
         "--target-arg", help="key=value for the target factory (repeatable).")] = [],  # noqa: B006
-    seed: Annotated[int, typer.Option("--seed")] = 0,
+    seed: Annotated[int | None, typer.Option(
+        "--seed", help="The selection's seed (default: the dataset's own, as its loader uses; "
+        "else 0).")] = None,
     verify: Annotated[bool, typer.Option("--verify", help="Read every sample to fingerprint "
                                          "the dataset, even when it was indexed before.")]
     = False,
@@ -104,7 +129,8 @@ def run_command(
     cache = _cache()
     used_by = os.environ.get("GPUDESK_JOB_ID")
     try:
-        selection = select(data, chosen, cache, seed=seed, target=aim,
+        selection = select(data, chosen, cache, target=aim,
+                           seed=settings["seed"] if seed is None else seed,
                            used_by=None if not record else f"job {used_by}" if used_by else
                            f"gpudesk select run at {time.strftime('%Y-%m-%d %H:%M:%S')}",
                            identity={"factory": settings["factory"],

@@ -568,7 +568,8 @@ class Engine:
         return {"station": config.to_dict(), "changed": changed}
 
     def op_datasets(self, args: dict[str, Any]) -> dict[str, Any]:
-        """Register datasets' shared-loader settings (a profile's [datasets] tables)."""
+        """Register datasets' shared-loader settings (a profile's [datasets] tables); an empty
+        list only lists the registered ones."""
         raw = args.get("datasets")
         if not isinstance(raw, list):
             raise ProtocolError(protocol.INVALID_ARGS, "'datasets' must be a list")
@@ -578,7 +579,8 @@ class Engine:
         except ValueError as exc:
             raise ProtocolError(protocol.INVALID_ARGS, f"datasets: {exc}") from None
         self.store.set_setting("datasets", [s.to_dict() for s in self.loaders.specs.values()])
-        return {"datasets": sorted(self.loaders.specs)}
+        return {"datasets": sorted(self.loaders.specs),
+                "specs": [s.to_dict() for _, s in sorted(self.loaders.specs.items())]}
 
     # ------------------------------------------------------------------- MIG
     def op_mig_plan(self, args: dict[str, Any]) -> dict[str, Any]:

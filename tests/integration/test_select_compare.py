@@ -80,3 +80,16 @@ def test_compare_refuses_what_it_cannot_run(home: Path, gpudesk: Run, tmp_path: 
     ]:
         code, out, err = gpudesk("select", "compare", str(profile), *args)
         assert code == 2 and message in err and "Traceback" not in out + err, err
+
+
+def test_select_run_finds_a_dataset_the_engine_knows_by_name(
+        engine: EngineHandle, gpudesk: Run) -> None:
+    engine.client.request("datasets", datasets=[{
+        "name": "digits", "factory": "gpudesk.workloads.data:make_digits",
+        "args": {"split": "train"}, "seed": 2}])
+    code, out, err = gpudesk("select", "run", "digits", "--preset", "stratified-25", "--json")
+    assert code == 0, err
+    result = json.loads(out)
+    assert (result["kept"], result["of"], result["seed"]) == (347, 1388, 2)  # the loader's seed
+    code, _, err = gpudesk("select", "run", "pictures", "--preset", "random-25")
+    assert code == 2 and "knows no dataset 'pictures' (it knows: digits)" in err
