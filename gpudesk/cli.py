@@ -6,6 +6,7 @@ torch is never imported here, so `gpudesk --help` starts at once.
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import shlex
@@ -42,6 +43,18 @@ app.add_typer(engine_app, name="engine")
 app.add_typer(mig_app, name="mig")
 app.add_typer(loader_app, name="loader")
 app.add_typer(select_app, name="select")
+
+
+def _reflow_help(group: typer.Typer) -> None:
+    """Command help from docstrings, each paragraph one line: typer keeps a docstring's line
+    breaks, which wrap raggedly at the terminal's width."""
+    for command in group.registered_commands:
+        doc = inspect.getdoc(command.callback) if command.callback else None
+        if command.help is None and doc:
+            command.help = "\n\n".join(" ".join(p.split()) for p in doc.split("\n\n"))
+    for sub in group.registered_groups:
+        if sub.typer_instance is not None:
+            _reflow_help(sub.typer_instance)
 
 
 class CliError(Exception):
@@ -664,6 +677,9 @@ def engine_status(json_out: bool = typer.Option(False, "--json", help="Print JSO
 
 
 # -------------------------------------------------------------------------- main
+_reflow_help(app)  # every command is registered by now
+
+
 def main(argv: list[str] | None = None) -> None:
     from gpudesk.engine.protocol import EngineError
 
