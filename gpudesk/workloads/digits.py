@@ -8,7 +8,8 @@ Output (stdout, one flushed line each): a `config ...` line, one `epoch E/N ...`
 per epoch, then `result {json}` with val_acc, best_val_acc, final_loss, epochs,
 samples_per_s, params, device and wall_s.
 
-Exit status: 0 done; 1 data unavailable (scikit-learn missing); 2 bad arguments;
+Exit status: 0 done; 1 data unavailable (scikit-learn missing, or with --loader shared no
+producer running or one lost for good); 2 bad arguments;
 3 training diverged (loss nan/inf); 141 stdout closed; 143 on SIGTERM (130 on SIGINT),
 after printing `interrupted at epoch E` to stderr (E is 0 if no epoch had started).
 
@@ -21,37 +22,30 @@ import argparse
 import json
 import math
 import os
-import signal
 import sys
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
-from types import FrameType
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from gpudesk.workloads.common import (
     ENV_SEED,
-    EXIT_BROKEN_PIPE,
-    EXIT_DIVERGED,
-    EXIT_NO_DATA,
     EXIT_OK,
-    EXIT_SIGINT,
-    EXIT_SIGTERM,
     SGD_MOMENTUM,
-    Terminated,
+    Progress,
     TrainingDiverged,
     resolve_device,
+    run_reporting,
     say,
+    sigterm_raises,
     threads_from_env,
 )
 from gpudesk.workloads.data import (
     DIGITS_CLASSES,
     DIGITS_FEATURES,
     VAL_FRACTION,
-    DatasetUnavailable,
     digits_split_indices,
     load_digits,
     train_val_split,
@@ -60,13 +54,6 @@ from gpudesk.workloads.data import (
 if TYPE_CHECKING:
     import torch
 
-
-
-@dataclass
-class Progress:
-    """The epoch now running (0 before the first), read when the run is interrupted."""
-
-    epoch: int = 0
 
 
 @dataclass(frozen=True)
@@ -176,26 +163,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parse_args(parser, argv)
     progress = Progress()
-    with _sigterm_raises():
-        try:
-            return _run(args, parser, progress, started)
-        except DatasetUnavailable as exc:
-            say(f"error: {exc}", stream=sys.stderr)
-            return EXIT_NO_DATA
-        except TrainingDiverged as exc:
-            say(f"error: {exc}; try a smaller --lr", stream=sys.stderr)
-            return EXIT_DIVERGED
-        except Terminated:
-            say(f"interrupted at epoch {progress.epoch}", stream=sys.stderr)
-            return EXIT_SIGTERM
-        except KeyboardInterrupt:
-            say(f"interrupted at epoch {progress.epoch}", stream=sys.stderr)
-            return EXIT_SIGINT
-        except BrokenPipeError:
-            # Whoever read our stdout is gone (e.g. `| head`). Point stdout at /dev/null so
-            # the interpreter's final flush does not raise a second time.
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-            return EXIT_BROKEN_PIPE
+    with sigterm_raises(progress):
+        return run_reporting(lambda: _run(args, parser, progress, started), progress)
 
 
 def _run(
@@ -244,15 +213,11 @@ def _run_shared(
     import torch
 
     from gpudesk.loader import SharedLoader
-    from gpudesk.loader.protocol import LoaderError
 
     threads = configure_threads(args.threads)
     device = resolve_device(args.device, parser)
     torch.manual_seed(args.seed)
-    try:
-        loader = SharedLoader(args.dataset_name, batch_size=args.batch_size, fallback=False)
-    except LoaderError as exc:
-        raise DatasetUnavailable(str(exc)) from None
+    loader = SharedLoader(args.dataset_name, batch_size=args.batch_size, fallback=False)
     x_val_t = torch.from_numpy(x_val).to(device)
     y_val_t = torch.from_numpy(labels[val_idx]).to(device)
     mean_t = torch.from_numpy(mean).to(device)
@@ -496,28 +461,6 @@ def summarize(
         "device": str(device),
         "wall_s": round(wall_s, 3),
     }
-
-
-@contextmanager
-def _sigterm_raises() -> Iterator[None]:
-    """Turn the first SIGTERM into `Terminated` so the run can report where it stopped."""
-    fired = False
-
-    def handler(signum: int, frame: FrameType | None) -> None:
-        nonlocal fired
-        if not fired:  # a second SIGTERM while unwinding must not break the report
-            fired = True
-            raise Terminated
-
-    try:
-        previous = signal.signal(signal.SIGTERM, handler)
-    except ValueError:  # not the main thread: signals are not ours to handle
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":

@@ -50,6 +50,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from gpudesk.workloads.data import DatasetUnavailable
+
 if TYPE_CHECKING:
     import torch
 
@@ -76,10 +78,6 @@ _MISSING_SKLEARN = (
 
 _builds = 0  # how many times this process encoded a dataset (the cache tests read it)
 _class_lock = threading.Lock()
-
-
-class DatasetUnavailable(RuntimeError):
-    """The source photos (or Pillow) are not available here."""
 
 
 class CorruptCache(ValueError):

@@ -54,24 +54,20 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable
 from dataclasses import dataclass
-from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from gpudesk.workloads.common import (
-    EXIT_BROKEN_PIPE,
-    EXIT_DIVERGED,
-    EXIT_NO_DATA,
     EXIT_OK,
-    EXIT_SIGINT,
-    EXIT_SIGTERM,
     SGD_MOMENTUM,
-    Terminated,
+    Progress,
     TrainingDiverged,
+    is_loader_error,
     resolve_device,
+    run_reporting,
     say,
+    sigterm_raises,
     threads_from_env,
 )
 from gpudesk.workloads.images import NUM_CLASSES, DatasetUnavailable, check_available
@@ -84,54 +80,6 @@ FACTORY = "gpudesk.workloads.images:make_dataset"
 # Per-channel mean and std of the photos' pixels, for normalising uint8 input on the device.
 PIXEL_MEAN = (0.45, 0.43, 0.40)
 PIXEL_STD = (0.25, 0.24, 0.26)
-
-
-@dataclass
-class Progress:
-    """The epoch now running (0 before the first), read when the run is interrupted, and
-    whether a SIGTERM came in.
-
-    The SIGTERM handler raises `Terminated` at once, except inside `deferred()`: there it
-    only sets `terminated`, and `Terminated` is raised when the block ends.
-    """
-
-    epoch: int = 0
-    terminated: bool = False
-    raise_on_signal: bool = True  # cleared for good once Terminated has been raised
-
-    def check(self) -> None:
-        if self.terminated:
-            self.raise_on_signal = False  # a second SIGTERM must not break the report
-            raise Terminated
-
-    @contextmanager
-    def deferred(self, active: bool = True) -> Iterator[None]:
-        """Hold a SIGTERM back until the block is done (a no-op unless `active`).
-
-        Around a local DataLoader's `iter()` and `next()`, for three reasons. An exception
-        raised in there can land where Python drops it (an at-fork hook while workers start:
-        the signal would be lost and the job train on), or halfway through receiving a
-        batch's file descriptors from a worker (which then prints a ConnectionResetError
-        traceback). And the workers forked in there must not die of the cancel that gpudesk
-        sends the whole process group: SIGTERM is blocked in this thread, so they start with
-        it blocked, until `_worker_ignores_sigterm` ignores it. A DataLoader's `next()` ends
-        within a batch's work; a shared producer's may not, so that one stays interruptible.
-        """
-        if not active or not self.raise_on_signal:
-            yield
-            return
-        try:
-            mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
-        except (AttributeError, OSError, ValueError):  # no pthread_sigmask here
-            mask = None
-        self.raise_on_signal = False
-        try:
-            yield
-        finally:
-            if mask is not None:
-                signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-            self.raise_on_signal = True
-        self.check()
 
 
 @dataclass(frozen=True)
@@ -208,31 +156,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parse_args(parser, argv)
     progress = Progress()
-    with _sigterm_raises(progress):
-        try:
-            return _run(args, parser, progress, started)
-        except DatasetUnavailable as exc:
-            say(f"error: {exc}", stream=sys.stderr)
-            return EXIT_NO_DATA
-        except TrainingDiverged as exc:
-            say(f"error: {exc}; try a smaller --lr", stream=sys.stderr)
-            return EXIT_DIVERGED
-        except RuntimeError as exc:  # the shared loader failed (e.g. its producer is gone)
-            if not is_loader_error(exc):
-                raise
-            say(f"error: shared loader: {exc}", stream=sys.stderr)
-            return EXIT_NO_DATA
-        except Terminated:
-            say(f"interrupted at epoch {progress.epoch}", stream=sys.stderr)
-            return EXIT_SIGTERM
-        except KeyboardInterrupt:
-            say(f"interrupted at epoch {progress.epoch}", stream=sys.stderr)
-            return EXIT_SIGINT
-        except BrokenPipeError:
-            # Whoever read our stdout is gone (e.g. `| head`). Point stdout at /dev/null so
-            # the interpreter's final flush does not raise a second time.
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-            return EXIT_BROKEN_PIPE
+    with sigterm_raises(progress):
+        return run_reporting(lambda: _run(args, parser, progress, started), progress)
 
 
 def _run(
@@ -324,13 +249,6 @@ def build_loader(args: argparse.Namespace, pin_memory: bool = False) -> tuple[It
                      "SharedLoader uses a local DataLoader", stream=sys.stderr)
             return loader, kind
     return build_local_loader(args, pin_memory), "local"
-
-
-def is_loader_error(exc: BaseException) -> bool:
-    """Whether `exc` is the shared loader's LoaderError (without importing it if unused)."""
-    protocol = sys.modules.get("gpudesk.loader.protocol")
-    error_type = getattr(protocol, "LoaderError", None)
-    return error_type is not None and isinstance(exc, error_type)
 
 
 def build_local_loader(args: argparse.Namespace, pin_memory: bool = False) -> Any:
@@ -514,27 +432,6 @@ def summarize(
         "device": str(device),
         "workers": workers,
     }
-
-
-@contextmanager
-def _sigterm_raises(progress: Progress) -> Iterator[None]:
-    """Turn the first SIGTERM into `Terminated` so the run can report where it stopped
-    (at once, or when a `progress.deferred()` block ends)."""
-
-    def handler(signum: int, frame: FrameType | None) -> None:
-        progress.terminated = True
-        if progress.raise_on_signal:
-            progress.check()  # raises, once: a second SIGTERM must not break the report
-
-    try:
-        previous = signal.signal(signal.SIGTERM, handler)
-    except ValueError:  # not the main thread: signals are not ours to handle
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ import pytest
 
 from gpudesk.workloads import data as data_module
 from gpudesk.workloads import digits
+from gpudesk.workloads.common import EXIT_NO_DATA
 from gpudesk.workloads.data import DatasetUnavailable, load_digits, train_val_split
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -128,7 +129,7 @@ def test_missing_sklearn_is_a_one_line_error_not_a_traceback(
         raise DatasetUnavailable("install it with `pip install scikit-learn`")
 
     monkeypatch.setattr(digits, "load_digits", unavailable)
-    assert digits.main(["--threads", "1", "--device", "cpu"]) == digits.EXIT_NO_DATA
+    assert digits.main(["--threads", "1", "--device", "cpu"]) == EXIT_NO_DATA
     assert capsys.readouterr().err == "error: install it with `pip install scikit-learn`\n"
 
 
@@ -255,5 +256,5 @@ def test_shared_mode_without_a_producer_is_a_one_line_error(
     monkeypatch.setenv("GPUDESK_HOME", str(tmp_path))
     code = digits.main(["--loader", "shared", "--threads", "1", "--epochs", "1"])
     err = capsys.readouterr().err
-    assert code == digits.EXIT_NO_DATA and "no shared loader 'digits'" in err
+    assert code == EXIT_NO_DATA and "no shared loader 'digits'" in err
     assert "Traceback" not in err
