@@ -24,7 +24,7 @@ import math
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -64,7 +64,7 @@ class EpochStats:
     samples_per_s: float
     train_seconds: float
     seconds: float
-    samples: int = 0  # trained on this epoch (0: not counted)
+    samples: int  # trained on this epoch
 
 
 @dataclass(frozen=True)
@@ -189,7 +189,8 @@ def _run(
     shuffle_rng = np.random.default_rng([args.seed, 1])  # independent of the split's stream
     history = train_epochs(
         args.epochs, progress,
-        lambda: run_epoch(model, optimizer, data, args.batch_size, shuffle_rng))
+        lambda: fit_epoch(model, optimizer, local_batches(data, args.batch_size, shuffle_rng),
+                          data.x_val, data.y_val))
     result = summarize(history, params, device, time.perf_counter() - started, data.n_train)
     say("result " + json.dumps(result, separators=(",", ":")))
     return EXIT_OK
@@ -227,56 +228,13 @@ def _run_shared(
     with loader:
         history = train_epochs(
             args.epochs, progress,
-            lambda: shared_epoch(model, optimizer, loader, device, mean_t, scale, x_val_t,
-                                 y_val_t))
+            lambda: fit_epoch(model, optimizer, shared_batches(loader, device, mean_t, scale),
+                              x_val_t, y_val_t))
     seen = history[-1].samples
     result = summarize(history, params, device, time.perf_counter() - started, seen)
     result["train_samples"] = seen
     say("result " + json.dumps(result, separators=(",", ":")))
     return EXIT_OK
-
-
-def shared_epoch(
-    model: torch.nn.Module,
-    optimizer: torch.optim.Optimizer,
-    loader: object,
-    device: torch.device,
-    mean: torch.Tensor,
-    scale: np.float32,
-    x_val: torch.Tensor,
-    y_val: torch.Tensor,
-) -> EpochStats:
-    """One epoch of the shared loader's batches (however many samples the loader serves)."""
-    import torch
-    from torch.nn import functional
-
-    model.train()
-    epoch_start = time.perf_counter()
-    loss_sum = torch.zeros((), device=device)
-    correct = torch.zeros((), dtype=torch.int64, device=device)
-    samples = 0
-    for inputs, targets in loader:  # type: ignore[attr-defined]
-        inputs = (inputs.to(device) - mean) / scale
-        targets = targets.to(device)
-        logits = model(inputs)
-        loss = functional.cross_entropy(logits, targets)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        loss_sum += loss.detach() * len(targets)
-        correct += (logits.detach().argmax(dim=1) == targets).sum()
-        samples += len(targets)
-    train_seconds = time.perf_counter() - epoch_start
-    count = max(samples, 1)
-    return EpochStats(
-        loss=loss_sum.item() / count,
-        train_acc=correct.item() / count,
-        val_acc=evaluate(model, x_val, y_val),
-        samples_per_s=samples / max(train_seconds, 1e-9),
-        train_seconds=train_seconds,
-        seconds=time.perf_counter() - epoch_start,
-        samples=samples,
-    )
 
 
 def configure_threads(requested: int | None) -> int:
@@ -382,55 +340,66 @@ def build_optimizer(
     return torch.optim.SGD(params, lr=lr, momentum=SGD_MOMENTUM)
 
 
-def run_epoch(
+def fit_epoch(
     model: torch.nn.Module,
     optimizer: torch.optim.Optimizer,
-    data: Dataset,
-    batch_size: int,
-    rng: np.random.Generator,
+    batches: Iterable[tuple[torch.Tensor, torch.Tensor]],
+    x_val: torch.Tensor,
+    y_val: torch.Tensor,
 ) -> EpochStats:
-    epoch_start = time.perf_counter()
-    loss, train_acc = train_one_epoch(model, optimizer, data, batch_size, rng)
-    train_seconds = time.perf_counter() - epoch_start
-    val_acc = evaluate(model, data.x_val, data.y_val)
-    return EpochStats(
-        loss=loss,
-        train_acc=train_acc,
-        val_acc=val_acc,
-        samples_per_s=data.n_train / train_seconds,
-        train_seconds=train_seconds,
-        seconds=time.perf_counter() - epoch_start,
-    )
-
-
-def train_one_epoch(
-    model: torch.nn.Module,
-    optimizer: torch.optim.Optimizer,
-    data: Dataset,
-    batch_size: int,
-    rng: np.random.Generator,
-) -> tuple[float, float]:
-    """One shuffled pass; returns (mean loss, accuracy) over the epoch's batches."""
+    """One pass over `batches` of (inputs, targets) on the model's device, then the val
+    accuracy."""
     import torch
     from torch.nn import functional
 
     model.train()
-    device = data.y_train.device
-    order = torch.from_numpy(rng.permutation(data.n_train)).to(device)
+    epoch_start = time.perf_counter()
+    device = y_val.device
     # Accumulate on the device and read once per epoch: one sync, not one per batch.
     loss_sum = torch.zeros((), device=device)
     correct = torch.zeros((), dtype=torch.int64, device=device)
-    for start in range(0, data.n_train, batch_size):
-        batch = order[start : start + batch_size]
-        inputs, targets = data.x_train[batch], data.y_train[batch]
+    samples = 0
+    for inputs, targets in batches:
         logits = model(inputs)
         loss = functional.cross_entropy(logits, targets)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
-        loss_sum += loss.detach() * len(batch)
+        loss_sum += loss.detach() * len(targets)
         correct += (logits.detach().argmax(dim=1) == targets).sum()
-    return loss_sum.item() / data.n_train, correct.item() / data.n_train
+        samples += len(targets)
+    train_seconds = time.perf_counter() - epoch_start
+    count = max(samples, 1)
+    return EpochStats(
+        loss=loss_sum.item() / count,
+        train_acc=correct.item() / count,
+        val_acc=evaluate(model, x_val, y_val),
+        samples_per_s=samples / max(train_seconds, 1e-9),
+        train_seconds=train_seconds,
+        seconds=time.perf_counter() - epoch_start,
+        samples=samples,
+    )
+
+
+def local_batches(
+    data: Dataset, batch_size: int, rng: np.random.Generator
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """One shuffled pass over the in-memory training split."""
+    import torch
+
+    order = torch.from_numpy(rng.permutation(data.n_train)).to(data.y_train.device)
+    for start in range(0, data.n_train, batch_size):
+        batch = order[start : start + batch_size]
+        yield data.x_train[batch], data.y_train[batch]
+
+
+def shared_batches(
+    loader: Iterable[tuple[torch.Tensor, torch.Tensor]], device: torch.device,
+    mean: torch.Tensor, scale: np.float32,
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """One epoch of a shared loader's batches, standardized on the device."""
+    for inputs, targets in loader:
+        yield (inputs.to(device) - mean) / scale, targets.to(device)
 
 
 def evaluate(model: torch.nn.Module, inputs: torch.Tensor, targets: torch.Tensor) -> float:
