@@ -199,9 +199,9 @@ class Comparison:
             trial.quality = float(result[self.plan.metric])
             samples = result.get("train_samples")
             trial.train_samples = int(samples) if isinstance(samples, int) else None
-        self._read_selection(trial, dataset.variant(preset.name).name)
+        self._read_selection(trial, done.get("loader"))
 
-    def _read_selection(self, trial: Trial, loader: str) -> None:
+    def _read_selection(self, trial: Trial, loader: str | None) -> None:
         status = self.client.request("status", fresh_loaders=True)
         for entry in status.get("loaders", []):
             chosen = ((entry.get("status") or {}).get("selection") or {})

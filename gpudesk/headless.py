@@ -18,7 +18,7 @@ import zmq
 
 from gpudesk import render
 from gpudesk.engine.client import EngineClient, submit_env
-from gpudesk.engine.jobs import TERMINAL_STATE_NAMES, JobSpec
+from gpudesk.engine.jobs import TERMINAL_STATE_NAMES
 from gpudesk.engine.telemetry.energy import summarize
 from gpudesk.prepass_jobs import prepass_job, profile_prepasses, record_prepass
 from gpudesk.profile import Profile
@@ -272,7 +272,7 @@ def run_profile(
     finally:
         progress.close()
     report.ended_at = time.time()
-    _add_usage(client, report, profile)
+    _add_usage(client, report)
     return report
 
 
@@ -298,11 +298,11 @@ def _record_prepasses(client: EngineClient, report: RunReport) -> bool:
     return ok
 
 
-def _add_usage(client: EngineClient, report: RunReport, profile: Profile) -> None:
+def _add_usage(client: EngineClient, report: RunReport) -> None:
     """Energy and resource use of the run's jobs, measured by the engine's sampler."""
     status = client.request("status", fresh_loaders=True)
     station = status["station"]
-    used = {loader_name(profile, spec) for spec in profile.jobs if spec.dataset}
+    used = {job.get("loader") for job in report.jobs} - {None}
     report.loaders = [entry for entry in status.get("loaders", []) if entry["name"] in used]
     report.backend, report.simulated = station["effective_backend"], station["simulated"]
     report.grid_g_per_kwh = station["grid_intensity"]
@@ -310,15 +310,6 @@ def _add_usage(client: EngineClient, report: RunReport, profile: Profile) -> Non
              client.request("jobs", group=report.group, usage=True)["jobs"]}
     for job in report.jobs:
         job["usage"] = usage.get(job["id"])
-
-
-def loader_name(profile: Profile, spec: JobSpec) -> str | None:
-    """The shared loader a job of the profile reads: its dataset's, or the dataset's variant
-    under the job's own selection."""
-    config = profile.datasets.get(spec.dataset or "")
-    if config is None or config.loader is None:
-        return spec.dataset
-    return config.loader.variant(spec.selection).name if spec.selection else config.loader.name
 
 
 def _follow(client: EngineClient, events: zmq.Socket, group: str,

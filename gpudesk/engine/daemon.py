@@ -902,6 +902,8 @@ class Engine:
         data["pgid"] = live.pid if live else None  # the attempt's process group, while it runs
         data["log"] = (str(self.home.attempt_dir(job.id, job.attempts) / runner.LOG_FILE)
                        if job.attempts else None)
+        # the shared loader it reads: its dataset's, or the dataset's variant for its selection
+        data["loader"] = self.loaders.loader_for(job.spec.dataset, job.spec.selection)
         return data
 
     def cancel(self, job: JobRecord, grace: float) -> str:

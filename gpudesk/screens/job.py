@@ -52,7 +52,7 @@ def render_summary(job: dict[str, Any], detail: dict[str, Any] | None,
     text.append(f"\nasks for {wants}; runtime "
                 f"{_runtime(job, state)}")
     if spec.get("dataset"):
-        loader = job_loader(spec, state.loaders)
+        loader = job_loader(job, state.loaders)
         text.append(f"\nreads dataset {spec['dataset']}")
         chosen = ((loader or {}).get("status") or {}).get("selection")
         if chosen:
@@ -73,20 +73,11 @@ def render_summary(job: dict[str, Any], detail: dict[str, Any] | None,
     return text
 
 
-def job_loader(spec: dict[str, Any], loaders: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The shared loader a job reads: its dataset's, or the dataset's own variant under the
-    job's selection (`NAME.PRESET`)."""
-    dataset, selection = spec["dataset"], spec.get("selection")
-    if selection:
-        named = next((entry for entry in loaders if entry["name"] == f"{dataset}.{selection}"),
-                     None)
-        if named is not None:
-            return named
-        for entry in loaders:  # a long name the engine shortened
-            chosen = (entry.get("status") or {}).get("selection") or {}
-            if entry["name"].startswith(f"{dataset}.") and chosen.get("preset") == selection:
-                return entry
-    return next((entry for entry in loaders if entry["name"] == dataset), None)
+def job_loader(job: dict[str, Any], loaders: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The shared loader the engine says the job reads (its dataset's, or the variant for the
+    job's own selection); the dataset's when the engine does not say."""
+    name = job.get("loader") or job["spec"].get("dataset")
+    return next((entry for entry in loaders if entry["name"] == name), None)
 
 
 def render_usage(job: dict[str, Any], detail: dict[str, Any] | None, state: DeskState,

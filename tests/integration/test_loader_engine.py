@@ -143,6 +143,11 @@ def test_a_job_with_its_own_selection_gets_a_loader_of_its_own_and_is_recorded_a
     assert sorted(epoch_b["ids"]) == list(range(120))
     assert len(epoch_a["ids"]) == 30 and len(set(epoch_a["ids"])) == 30
     assert loader_engine.job(first)["spec"]["selection"] == "random-25"
+    assert loader_engine.job(first)["loader"] == "syn.random-25"  # the loader the engine ran
+    assert loader_engine.job(whole[0])["loader"] == "syn"
+    full = loader_engine.client.request("submit", env=dict(os.environ), jobs=[{
+        **consumer_job(tmp_path, "f", 0)[0], "selection": "full", "workdir": str(tmp_path)}])
+    assert loader_engine.job(full["ids"][0])["loader"] == "syn"  # syn has no selection
     # a later job with the same selection reuses the cached entry
     (c, out_c) = consumer_job(tmp_path, "c", 1)
     c["selection"] = "random-25"

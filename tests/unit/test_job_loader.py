@@ -1,5 +1,5 @@
-"""Which shared loader the desk's job detail shows for a job: its dataset's, or the variant the
-engine runs for the job's own selection."""
+"""Which shared loader the desk's job detail shows for a job: the one the engine says it reads
+(its dataset's, or the variant the engine runs for the job's own selection)."""
 
 from __future__ import annotations
 
@@ -12,10 +12,13 @@ LOADERS = [
 ]
 
 
-def test_a_job_reads_its_datasets_loader_or_the_variant_for_its_selection() -> None:
-    assert job_loader({"dataset": "digits"}, LOADERS)["name"] == "digits"
-    assert job_loader({"dataset": "digits", "selection": "dedup-25"}, LOADERS)["name"] == "digits"
-    assert job_loader({"dataset": "digits", "selection": "random-25"},
-                      LOADERS)["name"] == "digits.random-25"
-    assert job_loader({"dataset": "digits", "selection": "full"}, LOADERS)["name"] == "digits.full"
-    assert job_loader({"dataset": "other"}, LOADERS) is None
+def job(dataset: str, loader: str | None) -> dict:
+    return {"spec": {"dataset": dataset}, "loader": loader}
+
+
+def test_a_job_reads_the_loader_the_engine_names() -> None:
+    assert job_loader(job("digits", "digits"), LOADERS)["name"] == "digits"
+    assert job_loader(job("digits", "digits.random-25"), LOADERS)["name"] == "digits.random-25"
+    assert job_loader(job("digits", "digits.full"), LOADERS)["name"] == "digits.full"
+    assert job_loader({"spec": {"dataset": "digits"}}, LOADERS)["name"] == "digits"  # not said
+    assert job_loader(job("other", None), LOADERS) is None
