@@ -60,10 +60,11 @@ def scan(dataset: Sequence[Any], features: bool) -> Scan:
     string label; anything else is unlabelled, and is stratified by the dataset's
     `selection_strata` (e.g. each sample's source) or else by the size of the sample (a
     power-of-two bucket of its length: short and long texts keep their shares)."""
-    digests, labels, inputs = [], [], []
+    digests, labels, inputs, sizes = [], [], [], []
     for index in range(len(dataset)):
         sample = dataset[index]
         labels.append(_label(sample))
+        sizes.append(_size_bucket(sample))  # the strata of unlabelled data
         try:
             digests.append(sample_digest(sample))
         except TypeError as exc:
@@ -80,7 +81,7 @@ def scan(dataset: Sequence[Any], features: bool) -> Scan:
     elif labelled:
         keys = labels
     else:
-        keys = [_size_bucket(dataset[i]) for i in range(len(labels))]
+        keys = sizes
     canon = np.asarray(sorted(range(len(digests)), key=digests.__getitem__), dtype=np.int64)
     codes = _codes(keys)
     named = not all(isinstance(key, int) and key >= 0 for key in keys)
