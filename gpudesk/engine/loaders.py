@@ -153,6 +153,7 @@ class LoaderSupervisor:
     def __init__(self, home: Home) -> None:
         self.home = home
         self.specs: dict[str, DatasetSpec] = {}
+        self._variants: dict[tuple[str, str], str] = {}  # (dataset, selection) -> loader name
         self.producers: dict[str, _Producer] = {}
         self.stopped: dict[str, _Producer] = {}  # the last producer of each stopped dataset
         self.events: list[str] = []  # for the engine to record
@@ -171,6 +172,7 @@ class LoaderSupervisor:
                                  f"({json.dumps(running.spec.to_dict())}); let its jobs finish "
                                  "or rename the dataset")
             self.specs[spec.name] = spec
+        self._variants.clear()
 
     def loader_for(self, dataset: str | None, selection: str | None) -> str | None:
         """The loader a job reading `dataset` under `selection` uses (None: the dataset has
@@ -181,9 +183,14 @@ class LoaderSupervisor:
             return None
         if selection is None:
             return spec.name
+        # asked for every job of every listing: remembered until the datasets change
+        known = self._variants.get((spec.name, selection))
+        if known is not None:
+            return known
         variant = spec.variant(selection)
         if variant.name != spec.name:
             self.specs[variant.name] = variant
+        self._variants[(spec.name, selection)] = variant.name
         return variant.name
 
     def job_env(self, dataset: str | None) -> dict[str, str]:
