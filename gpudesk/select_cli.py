@@ -29,34 +29,37 @@ def _report_problems(cache: Any) -> None:
 
 def _dataset_settings(dataset: str, profile: Path | None, args: list[str], target: str | None,
                       target_args: list[str]) -> dict[str, Any]:
-    """factory, its kwargs and the target set's, from the command line or a profile's
-    [datasets.NAME] table."""
-    from gpudesk.cli import EXIT_USAGE, fail
+    """factory, its kwargs, the target set's and the seed: the dataset's settings (from a
+    profile, the running engine, or just MODULE:FACTORY) with the command line's on top."""
+    from gpudesk.engine.loaders import DatasetSpec
     from gpudesk.loader.cli import factory_kwargs
 
-    if profile is None and ":" not in dataset:
+    if profile is not None:
+        spec = _profile_dataset(dataset, profile)
+    elif ":" not in dataset:
         spec = _registered_dataset(dataset)
-        return {"factory": spec.factory, "kwargs": {**spec.args, **factory_kwargs(args)},
-                "target": target or spec.selection_target, "seed": spec.seed,
-                "target_kwargs": {**spec.selection_target_args, **factory_kwargs(target_args)}}
-    if profile is None:
-        return {"factory": dataset, "kwargs": factory_kwargs(args), "target": target,
-                "target_kwargs": factory_kwargs(target_args), "seed": 0}
+    else:
+        spec = DatasetSpec("cli", dataset)
+    return {"factory": spec.factory, "kwargs": {**spec.args, **factory_kwargs(args)},
+            "target": target or spec.selection_target, "seed": spec.seed,
+            "target_kwargs": {**spec.selection_target_args, **factory_kwargs(target_args)}}
+
+
+def _profile_dataset(name: str, profile: Path) -> Any:
+    """A [datasets.NAME] table of a profile, as a loader spec."""
+    from gpudesk.cli import EXIT_USAGE, fail
     from gpudesk.profile import ProfileError, load_profile
 
     try:
         loaded = load_profile(profile)
     except ProfileError as exc:
         fail(f"the profile is not valid:\n{exc}", EXIT_USAGE)
-    config = loaded.datasets.get(dataset)
+    config = loaded.datasets.get(name)
     if config is None or config.loader is None:
         known = ", ".join(sorted(n for n, d in loaded.datasets.items() if d.loader)) or "none"
-        fail(f"{profile} has no [datasets.{dataset}] table with a factory (it has: {known})",
+        fail(f"{profile} has no [datasets.{name}] table with a factory (it has: {known})",
              EXIT_USAGE)
-    spec = config.loader
-    return {"factory": spec.factory, "kwargs": {**spec.args, **factory_kwargs(args)},
-            "target": target or spec.selection_target, "seed": spec.seed,
-            "target_kwargs": {**spec.selection_target_args, **factory_kwargs(target_args)}}
+    return config.loader
 
 
 def _registered_dataset(name: str) -> Any:
