@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from textual.css.query import NoMatches
 from textual.screen import Screen
 
 from gpudesk.screens.state import DeskState
@@ -32,9 +33,14 @@ class DeskScreen(Screen[None]):
         if not self.is_mounted:
             return
         state = self.desk.state
-        for header in self.query(DeskHeader):
-            header.show(state, self.desk.readonly, self.desk.connection_note)
-        self.show_state(state)
+        try:
+            for header in self.query(DeskHeader):
+                header.show(state, self.desk.readonly, self.desk.connection_note)
+            self.show_state(state)
+        except NoMatches:
+            # A frame arrived while the screen's widgets are being built or torn down (mounted,
+            # children not yet there): the next frame, or the screen's resume, draws it.
+            return
 
     def show_state(self, state: DeskState) -> None:
         raise NotImplementedError
