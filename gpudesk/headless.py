@@ -117,7 +117,7 @@ class RunReport:
         for loader in self.loaders:
             status = loader.get("status") or {}
             consumers = status.get("consumers_total")
-            who = f" for {consumers} consumers" if consumers else ""
+            who = f" for {consumers} consumer{'' if consumers == 1 else 's'}" if consumers else ""
             if loader.get("saved_cpu_s") is None:
                 lines.append(f"shared loader {loader['name']}: no batches measured")
                 continue
