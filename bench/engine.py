@@ -78,16 +78,22 @@ def throughput_slots_busy(client: EngineClient, jobs: int, workdir: str) -> dict
     """The submission path alone: every slot is held by a sleeping job, so nothing launches."""
     env = submit_env()
     slots = client.request("status")["slots"]["total"]
-    blockers = client.request("submit", env=env, jobs=[
-        {"name": "blocker", "command": ["sleep", "600"], "workdir": workdir}] * slots)["ids"]
+    blockers = client.request(
+        "submit",
+        env=env,
+        jobs=[{"name": "blocker", "command": ["sleep", "600"], "workdir": workdir}] * slots,
+    )["ids"]
     spec = {"name": "noop", "command": ["true"], "workdir": workdir}
     start = time.perf_counter()
     ids = [client.request("submit", jobs=[spec], env=env)["ids"][0] for _ in range(jobs)]
     elapsed = time.perf_counter() - start
     client.request("cancel", jobs=ids + blockers, grace=0)
     wait_done(client, ids + blockers, timeout=60)
-    return {"jobs": jobs, "submit_s": round(elapsed, 3),
-            "submissions_per_s": round(jobs / elapsed, 1)}
+    return {
+        "jobs": jobs,
+        "submit_s": round(elapsed, 3),
+        "submissions_per_s": round(jobs / elapsed, 1),
+    }
 
 
 def batch_submit(client: EngineClient, jobs: int, workdir: str) -> dict[str, float]:
@@ -137,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             result = {
                 "machine": f"{platform.node()} {platform.machine()}, {host_cores()} cores, "
-                           f"Python {platform.python_version()}",
+                f"Python {platform.python_version()}",
                 "date": time.strftime("%Y-%m-%d"),
                 "slots": client.request("status")["slots"]["total"],
                 "throughput": throughput(client, args.jobs, tmp),
@@ -156,21 +162,32 @@ def main(argv: list[str] | None = None) -> int:
     else:
         t, b, lat = result["throughput"], result["batch_submit"], result["latency_free_slot"]
         print(f"machine: {result['machine']}; slots {result['slots']}; {result['date']}")
-        print(f"submit (one request per job): {t['jobs']} jobs in {t['submit_s']} s = "
-              f"{t['submissions_per_s']} submissions/s (target >= 500)")
-        print(f"  queue drained in {t['drain_s']} s = {t['jobs_finished_per_s']} jobs/s; "
-              f"{t['failed']} failed")
+        print(
+            f"submit (one request per job): {t['jobs']} jobs in {t['submit_s']} s = "
+            f"{t['submissions_per_s']} submissions/s (target >= 500)"
+        )
+        print(
+            f"  queue drained in {t['drain_s']} s = {t['jobs_finished_per_s']} jobs/s; "
+            f"{t['failed']} failed"
+        )
         busy = result["throughput_slots_busy"]
-        print(f"submit while every slot is busy (nothing launches): "
-              f"{busy['submissions_per_s']} submissions/s")
-        print(f"submit (one request, {b['jobs']} jobs): {b['submit_s']} s = "
-              f"{b['jobs_per_s']} jobs/s")
-        print(f"submit -> job process start, free slot, {lat['samples']} samples: "
-              f"p50 {lat['p50_ms']} ms, p90 {lat['p90_ms']} ms, p99 {lat['p99_ms']} ms "
-              f"(target <= 100), max {lat['max_ms']} ms")
-    ok = (result["throughput"]["submissions_per_s"] >= 500
-          and result["latency_free_slot"]["p99_ms"] <= 100
-          and result["throughput"]["failed"] == 0)
+        print(
+            f"submit while every slot is busy (nothing launches): "
+            f"{busy['submissions_per_s']} submissions/s"
+        )
+        print(
+            f"submit (one request, {b['jobs']} jobs): {b['submit_s']} s = {b['jobs_per_s']} jobs/s"
+        )
+        print(
+            f"submit -> job process start, free slot, {lat['samples']} samples: "
+            f"p50 {lat['p50_ms']} ms, p90 {lat['p90_ms']} ms, p99 {lat['p99_ms']} ms "
+            f"(target <= 100), max {lat['max_ms']} ms"
+        )
+    ok = (
+        result["throughput"]["submissions_per_s"] >= 500
+        and result["latency_free_slot"]["p99_ms"] <= 100
+        and result["throughput"]["failed"] == 0
+    )
     return 0 if ok else 1
 
 

@@ -148,6 +148,7 @@ def tensor_bytes(value: Any) -> int:
 # Each process of a configuration is this file run with --role: it imports, writes
 # `<name>.ready.json` with its CPU so far, then (consumers) waits for "go" on stdin.
 
+
 class Collated:
     """Counts the batches DataLoader workers collated and handed to this process."""
 
@@ -180,8 +181,14 @@ def role_consumer(spec: dict[str, Any]) -> None:
     kind = spec["config"]
     out = Path(spec["dir"])
     name = spec["name"]
-    stats: dict[str, Any] = {"latency_ms": [], "queued_ms": [], "no_t": 0, "recv_bytes": 0,
-                             "deliveries": 0, "awaiting": False}
+    stats: dict[str, Any] = {
+        "latency_ms": [],
+        "queued_ms": [],
+        "no_t": 0,
+        "recv_bytes": 0,
+        "deliveries": 0,
+        "awaiting": False,
+    }
     lock = threading.Lock()
     if kind == "independent":
         from torch.utils.data import DataLoader
@@ -233,8 +240,13 @@ def role_consumer(spec: dict[str, Any]) -> None:
 
     def final() -> None:
         with lock:
-            data = {**result, "deliveries": stats["deliveries"], "recv_bytes": stats["recv_bytes"],
-                    "cpu_end_s": own_cpu(), **Collated.as_dict()}
+            data = {
+                **result,
+                "deliveries": stats["deliveries"],
+                "recv_bytes": stats["recv_bytes"],
+                "cpu_end_s": own_cpu(),
+                **Collated.as_dict(),
+            }
         write_json(out / f"{name}.final.json", data)
 
     def stdin_reader() -> None:
@@ -259,11 +271,17 @@ def role_consumer(spec: dict[str, Any]) -> None:
     t_go = time.time()
 
     if kind == "independent":
-        dataset = make_dataset(size=spec["size"], image_px=spec["image_px"], seed=SEED,
-                               cache_dir=spec["cache"])
+        dataset = make_dataset(
+            size=spec["size"], image_px=spec["image_px"], seed=SEED, cache_dir=spec["cache"]
+        )
         workers = spec["workers"]
-        loader: Any = DataLoader(dataset, batch_size=spec["batch_size"], shuffle=True,
-                                 num_workers=workers, persistent_workers=workers > 0)
+        loader: Any = DataLoader(
+            dataset,
+            batch_size=spec["batch_size"],
+            shuffle=True,
+            num_workers=workers,
+            persistent_workers=workers > 0,
+        )
         torch.manual_seed(SEED + spec["index"])
 
         def new_epoch() -> Any:
@@ -281,8 +299,10 @@ def role_consumer(spec: dict[str, Any]) -> None:
         from gpudesk.paths import Home
 
         info_path = Home.from_env().loader_paths(spec["loader_name"])[2]
-        while not ((info := read_info(info_path))
-                   and process_alive(int(info.get("pid", 0)), info.get("create_time"))):
+        while not (
+            (info := read_info(info_path))
+            and process_alive(int(info.get("pid", 0)), info.get("create_time"))
+        ):
             time.sleep(0.01)
         loader = SharedLoader(spec["loader_name"], batch_size=spec["batch_size"])
 
@@ -294,8 +314,12 @@ def role_consumer(spec: dict[str, Any]) -> None:
             return None if sock is None else bool(sock.poll(0))
     else:
         ports = spec["ports"]
-        loader = TensorConsumer(port=ports[0], ack_port=ports[1], heart_ports=(ports[2], ports[3]),
-                                batch_size=spec["batch_size"])
+        loader = TensorConsumer(
+            port=ports[0],
+            ack_port=ports[1],
+            heart_ports=(ports[2], ports[3]),
+            batch_size=spec["batch_size"],
+        )
 
         def new_epoch() -> Any:
             return iter(loader)
@@ -323,8 +347,11 @@ def role_consumer(spec: dict[str, Any]) -> None:
         images = batch[0]
         # "mean" stands for a training step's use of the batch; "touch" reads one value, to
         # see the hand-off without the consumers' own work competing for the cores
-        checksum += float(images.float().mean()) if spec.get("work", "mean") == "mean" \
+        checksum += (
+            float(images.float().mean())
+            if spec.get("work", "mean") == "mean"
             else float(images.reshape(-1)[0])
+        )
         times.append(time.time())
         with lock:
             stats["deliveries"] += 1
@@ -337,13 +364,25 @@ def role_consumer(spec: dict[str, Any]) -> None:
             ring = loader.ring.base.untyped_storage().data_ptr()
             views += images.untyped_storage().data_ptr() == ring
     t_done = time.time()
-    result.update({
-        "pid": os.getpid(), "t_go": t_go, "t_first": times[0], "t_last": times[-1],
-        "t_done": t_done, "batches": len(times), "batch_bytes": batch_bytes,
-        "next_ready_ms": next_ready_ms, "next_all_ms": next_all_ms,
-        "ready_known": waiting is not None, "latency_ms": list(stats["latency_ms"]),
-        "queued_ms": list(stats["queued_ms"]),
-        "no_t": stats["no_t"], "views": views, "checksum": checksum})
+    result.update(
+        {
+            "pid": os.getpid(),
+            "t_go": t_go,
+            "t_first": times[0],
+            "t_last": times[-1],
+            "t_done": t_done,
+            "batches": len(times),
+            "batch_bytes": batch_bytes,
+            "next_ready_ms": next_ready_ms,
+            "next_all_ms": next_all_ms,
+            "ready_known": waiting is not None,
+            "latency_ms": list(stats["latency_ms"]),
+            "queued_ms": list(stats["queued_ms"]),
+            "no_t": stats["no_t"],
+            "views": views,
+            "checksum": checksum,
+        }
+    )
     if kind == "tensorsocket":
         # Keep draining until every consumer is done: TensorSocket waits up to 10 s for the
         # acknowledgement of a consumer that left, which would stall the others.
@@ -381,19 +420,39 @@ def role_gpudesk_producer(spec: dict[str, Any]) -> None:
     out = Path(spec["dir"])
     write_json(out / "producer.ready.json", {"pid": os.getpid(), "cpu_s": own_cpu()})
     wait_go()
-    argv = ["loader", "serve", spec["loader_name"], "--dataset",
-            "gpudesk.workloads.images:make_dataset", "--arg", f"size={spec['size']}",
-            "--arg", f"image_px={spec['image_px']}", "--arg", f"cache_dir={spec['cache']}",
-            "--batch-size", str(spec["batch_size"]), "--workers", str(spec["workers"]),
-            "--seed", str(SEED), "--slots", str(SLOTS), "--idle-exit", "60"]
+    argv = [
+        "loader",
+        "serve",
+        spec["loader_name"],
+        "--dataset",
+        "gpudesk.workloads.images:make_dataset",
+        "--arg",
+        f"size={spec['size']}",
+        "--arg",
+        f"image_px={spec['image_px']}",
+        "--arg",
+        f"cache_dir={spec['cache']}",
+        "--batch-size",
+        str(spec["batch_size"]),
+        "--workers",
+        str(spec["workers"]),
+        "--seed",
+        str(SEED),
+        "--slots",
+        str(SLOTS),
+        "--idle-exit",
+        "60",
+    ]
     code: Any = 0
     try:
         gpudesk.cli.main(argv)
     except SystemExit as exc:
         code = exc.code
     finally:
-        write_json(out / "producer.final.json", {"code": code, "cpu_end_s": own_cpu(),
-                                                 **Collated.as_dict()})
+        write_json(
+            out / "producer.final.json",
+            {"code": code, "cpu_end_s": own_cpu(), **Collated.as_dict()},
+        )
 
 
 class _Stop(Exception):
@@ -412,8 +471,13 @@ def role_ts_producer(spec: dict[str, Any]) -> None:
     from gpudesk.workloads.images import make_dataset
 
     out = Path(spec["dir"])
-    counts = {"cat_bytes": 0, "pool_copy_bytes": 0, "share_bytes": 0, "sent_bytes": 0,
-              "payloads": 0}
+    counts = {
+        "cat_bytes": 0,
+        "pool_copy_bytes": 0,
+        "share_bytes": 0,
+        "sent_bytes": 0,
+        "payloads": 0,
+    }
     collate = tsp.collate
 
     def counted_collate(batches: list) -> tuple:
@@ -439,8 +503,9 @@ def role_ts_producer(spec: dict[str, Any]) -> None:
 
     tsp.TensorPayload._from_tensor = counted_from_tensor
 
-    def send_pyobj(self: Any, obj: Any, flags: int = 0, protocol: int = pickle.DEFAULT_PROTOCOL,
-                   **kwargs: Any) -> Any:
+    def send_pyobj(
+        self: Any, obj: Any, flags: int = 0, protocol: int = pickle.DEFAULT_PROTOCOL, **kwargs: Any
+    ) -> Any:
         if isinstance(obj, dict):
             obj["__bench_t"] = time.time()
         raw = pickle.dumps(obj, protocol)
@@ -458,22 +523,30 @@ def role_ts_producer(spec: dict[str, Any]) -> None:
         raise _Stop
 
     signal.signal(signal.SIGTERM, stop)
-    dataset = make_dataset(size=spec["size"], image_px=spec["image_px"], seed=SEED,
-                           cache_dir=spec["cache"])
+    dataset = make_dataset(
+        size=spec["size"], image_px=spec["image_px"], seed=SEED, cache_dir=spec["cache"]
+    )
     workers = spec["workers"]
     torch.manual_seed(SEED)
-    loader = DataLoader(dataset, batch_size=spec["batch_size"], shuffle=True,
-                        num_workers=workers, persistent_workers=workers > 0)
+    loader = DataLoader(
+        dataset,
+        batch_size=spec["batch_size"],
+        shuffle=True,
+        num_workers=workers,
+        persistent_workers=workers > 0,
+    )
     ports = spec["ports"]
     kwargs: dict[str, Any] = {}
     if spec.get("ts_producer_batch"):
         kwargs["producer_batch_size"] = spec["ts_producer_batch"]
     producer: Any = None
     try:
-        producer = tsp.TensorProducer(loader, port=ports[0], ack_port=ports[1],
-                                      heart_ports=(ports[2], ports[3]), **kwargs)
-        write_json(out / "producer.serving.json", {"producer_batch_size":
-                                                   producer.producer_batch_size})
+        producer = tsp.TensorProducer(
+            loader, port=ports[0], ack_port=ports[1], heart_ports=(ports[2], ports[3]), **kwargs
+        )
+        write_json(
+            out / "producer.serving.json", {"producer_batch_size": producer.producer_batch_size}
+        )
         while True:
             for _ in producer:
                 pass
@@ -488,8 +561,9 @@ def role_ts_producer(spec: dict[str, Any]) -> None:
             producer.data_loader_iter._shutdown_workers()
         for child in multiprocessing.active_children():
             child.join(5)
-        write_json(out / "producer.final.json", {"cpu_end_s": own_cpu(), **counts,
-                                                 **Collated.as_dict()})
+        write_json(
+            out / "producer.final.json", {"cpu_end_s": own_cpu(), **counts, **Collated.as_dict()}
+        )
         sys.stdout.flush()
         os._exit(0)
 
@@ -524,8 +598,11 @@ class Sampler(threading.Thread):
         left = []
         for (_pid, created), proc in self.procs.items():
             with contextlib.suppress(psutil.Error):
-                if proc.is_running() and abs(proc.create_time() - created) < 0.01 \
-                        and proc.status() != psutil.STATUS_ZOMBIE:
+                if (
+                    proc.is_running()
+                    and abs(proc.create_time() - created) < 0.01
+                    and proc.status() != psutil.STATUS_ZOMBIE
+                ):
                     left.append(proc)
         return left
 
@@ -542,16 +619,16 @@ def free_ports(count: int) -> list[int]:
     return ports
 
 
-def wait_for(check: Any, timeout: float, what: str, procs: dict[str, subprocess.Popen],
-             finished: Any = None) -> None:
+def wait_for(
+    check: Any, timeout: float, what: str, procs: dict[str, subprocess.Popen], finished: Any = None
+) -> None:
     """Poll `check` until true; a process that exits first (without being `finished`) is an
     error."""
     deadline = time.monotonic() + timeout
     while not check():
         for name, proc in procs.items():
             if proc.poll() is not None and not (finished and finished(name)) and not check():
-                raise RuntimeError(f"{name} exited with {proc.returncode} while waiting for "
-                                   f"{what}")
+                raise RuntimeError(f"{name} exited with {proc.returncode} while waiting for {what}")
         if time.monotonic() > deadline:
             raise RuntimeError(f"timed out waiting for {what}")
         time.sleep(0.02)
@@ -570,19 +647,34 @@ def log_tail(path: Path, lines: int = 8) -> str:
     return ""
 
 
-def run_config(kind: str, n: int, args: argparse.Namespace, root: Path, home: Path,
-               cache: Path, repeat: int = 0) -> dict[str, Any]:
+def run_config(
+    kind: str,
+    n: int,
+    args: argparse.Namespace,
+    root: Path,
+    home: Path,
+    cache: Path,
+    repeat: int = 0,
+) -> dict[str, Any]:
     from gpudesk.loader.status import collect
     from gpudesk.paths import Home
 
     folder = root / f"{kind}-{n}-{repeat}"
     folder.mkdir()
     env = {**os.environ, "GPUDESK_HOME": str(home), "PYTHONUNBUFFERED": "1"}
-    spec = {"config": kind, "dir": str(folder), "size": args.size, "image_px": args.image_px,
-            "batch_size": args.batch_size, "workers": args.workers, "batches": args.batches,
-            "work": args.consumer_work,
-            "cache": str(cache), "loader_name": f"{LOADER_NAME}-{n}-{repeat}",
-            "ts_producer_batch": args.ts_producer_batch}
+    spec = {
+        "config": kind,
+        "dir": str(folder),
+        "size": args.size,
+        "image_px": args.image_px,
+        "batch_size": args.batch_size,
+        "workers": args.workers,
+        "batches": args.batches,
+        "work": args.consumer_work,
+        "cache": str(cache),
+        "loader_name": f"{LOADER_NAME}-{n}-{repeat}",
+        "ts_producer_batch": args.ts_producer_batch,
+    }
     if kind == "tensorsocket":
         spec["ports"] = free_ports(4)
     procs: dict[str, subprocess.Popen] = {}
@@ -592,10 +684,20 @@ def run_config(kind: str, n: int, args: argparse.Namespace, root: Path, home: Pa
         logs[name] = folder / f"{name}.log"
         with open(logs[name], "wb") as log:
             procs[name] = subprocess.Popen(
-                [sys.executable, __file__, "--role", role, "--spec",
-                 json.dumps({**spec, "name": name, **extra})],
-                stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, env=env,
-                cwd=folder)
+                [
+                    sys.executable,
+                    __file__,
+                    "--role",
+                    role,
+                    "--spec",
+                    json.dumps({**spec, "name": name, **extra}),
+                ],
+                stdin=subprocess.PIPE,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                cwd=folder,
+            )
 
     sampler = Sampler()
     before = children_cpu()
@@ -611,15 +713,23 @@ def run_config(kind: str, n: int, args: argparse.Namespace, root: Path, home: Pa
             launch("ts-producer", "producer")
         for index, name in enumerate(consumers):
             launch("consumer", name, index=index)
-        wait_for(lambda: all((folder / f"{p}.ready.json").exists() for p in procs),
-                 READY_TIMEOUT_S, "every process to be ready", procs)
+        wait_for(
+            lambda: all((folder / f"{p}.ready.json").exists() for p in procs),
+            READY_TIMEOUT_S,
+            "every process to be ready",
+            procs,
+        )
         t_go = time.time()
         for proc in procs.values():  # producer and consumers start together
             proc.stdin.write(b"go\n")
             proc.stdin.flush()
-        wait_for(lambda: all((folder / f"{c}.result.json").exists() for c in consumers),
-                 args.timeout, "every consumer to finish", procs,
-                 finished=lambda c: (folder / f"{c}.result.json").exists())
+        wait_for(
+            lambda: all((folder / f"{c}.result.json").exists() for c in consumers),
+            args.timeout,
+            "every consumer to finish",
+            procs,
+            finished=lambda c: (folder / f"{c}.result.json").exists(),
+        )
         if kind == "tensorsocket":
             for name in consumers:
                 with contextlib.suppress(OSError):
@@ -683,8 +793,9 @@ def run_config(kind: str, n: int, args: argparse.Namespace, root: Path, home: Pa
     entry["first_batch_s"] = round(max(r["t_first"] for r in results) - t_go, 2)
 
     batch_bytes = results[0]["batch_bytes"]
-    deliveries = sum(f.get("deliveries", 0) for name, f in finals.items()
-                     if name.startswith("consumer"))
+    deliveries = sum(
+        f.get("deliveries", 0) for name, f in finals.items() if name.startswith("consumer")
+    )
     collated = sum(f.get("collated_bytes", 0) for f in finals.values())
     moved = collated
     detail: dict[str, Any] = {"collated_bytes": collated}
@@ -697,9 +808,12 @@ def run_config(kind: str, n: int, args: argparse.Namespace, root: Path, home: Pa
         detail["status_cpu_s"] = status.get("cpu_s")
         detail["views"] = sum(r["views"] for r in results)
         if status.get("produced") is not None:
-            entry["status_x"] = round((batch_bytes * status["produced"]
-                                       + status.get("bytes_written", 0))
-                                      / deliveries / batch_bytes, 3)
+            entry["status_x"] = round(
+                (batch_bytes * status["produced"] + status.get("bytes_written", 0))
+                / deliveries
+                / batch_bytes,
+                3,
+            )
     elif kind == "tensorsocket":
         producer = finals["producer"]
         received = sum(f.get("recv_bytes", 0) for f in finals.values())
@@ -720,27 +834,50 @@ def run_config(kind: str, n: int, args: argparse.Namespace, root: Path, home: Pa
     latency = [x for r in results for x in r["latency_ms"]]
     queued = [x for r in results for x in r.get("queued_ms", [])]
     if queued:
-        entry["queued_ms"] = {"p50": round(percentile(queued, 50), 3),
-                              "p99": round(percentile(queued, 99), 3), "count": len(queued)}
+        entry["queued_ms"] = {
+            "p50": round(percentile(queued, 50), 3),
+            "p99": round(percentile(queued, 99), 3),
+            "count": len(queued),
+        }
     if latency:
-        entry["handoff_ms"] = {"p50": round(percentile(latency, 50), 3),
-                               "p99": round(percentile(latency, 99), 3), "count": len(latency)}
+        entry["handoff_ms"] = {
+            "p50": round(percentile(latency, 50), 3),
+            "p99": round(percentile(latency, 99), 3),
+            "count": len(latency),
+        }
     else:
         entry["handoff_ms"] = None
         if kind == "gpudesk":
-            entry["handoff_note"] = (f"not available: the producer's batch messages carry no "
-                                     f"'t' ({sum(r['no_t'] for r in results)} without)")
+            entry["handoff_note"] = (
+                f"not available: the producer's batch messages carry no "
+                f"'t' ({sum(r['no_t'] for r in results)} without)"
+            )
     ready_ms = [x for r in results for x in r["next_ready_ms"]]
     all_ms = [x for r in results for x in r["next_all_ms"]]
-    entry["next_ready_ms"] = ({"p50": round(percentile(ready_ms, 50), 3),
-                               "p99": round(percentile(ready_ms, 99), 3), "count": len(ready_ms)}
-                              if ready_ms else None)
+    entry["next_ready_ms"] = (
+        {
+            "p50": round(percentile(ready_ms, 50), 3),
+            "p99": round(percentile(ready_ms, 99), 3),
+            "count": len(ready_ms),
+        }
+        if ready_ms
+        else None
+    )
     entry["next_all_ms_p50"] = round(percentile(all_ms, 50), 3)
     return entry
 
 
-MEDIAN_KEYS = ("cpu_s", "cpu_s_all", "cpu_s_psutil", "batches_per_s_mean", "batches_per_s_min",
-               "wall_s", "moved_x", "status_x", "producer_startup_cpu_s")
+MEDIAN_KEYS = (
+    "cpu_s",
+    "cpu_s_all",
+    "cpu_s_psutil",
+    "batches_per_s_mean",
+    "batches_per_s_min",
+    "wall_s",
+    "moved_x",
+    "status_x",
+    "producer_startup_cpu_s",
+)
 
 
 def combine(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -750,8 +887,12 @@ def combine(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for n, index in keys:
         mine = [r for r in runs if r["n"] == n and r["config"] == CONFIGS[index]]
         good = [r for r in mine if r.get("ok")]
-        row: dict[str, Any] = {"n": n, "config": CONFIGS[index], "repeats": len(mine),
-                               "ok": bool(good)}
+        row: dict[str, Any] = {
+            "n": n,
+            "config": CONFIGS[index],
+            "repeats": len(mine),
+            "ok": bool(good),
+        }
         if not good:
             row["error"] = mine[0].get("error")
             rows.append(row)
@@ -762,8 +903,11 @@ def combine(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 row[key] = round(statistics.median(values), 3)
         for key in ("handoff_ms", "queued_ms", "next_ready_ms"):
             found = [r[key] for r in good if r.get(key)]
-            row[key] = ({q: round(statistics.median(f[q] for f in found), 3)
-                         for q in ("p50", "p99")} if found else None)
+            row[key] = (
+                {q: round(statistics.median(f[q] for f in found), 3) for q in ("p50", "p99")}
+                if found
+                else None
+            )
         row["leaked_processes"] = sum(r.get("leaked_processes", 0) for r in mine)
         row["failed_repeats"] = len(mine) - len(good)
         note = next((r["handoff_note"] for r in good if r.get("handoff_note")), None)
@@ -786,29 +930,48 @@ def targets(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     at = {r["config"]: r for r in rows if r["n"] == 4 and r.get("ok")}
     base, ours = at.get("independent"), at.get("gpudesk")
     if not base or not ours:
-        return [{"target": "N = 4 runs of independent and gpudesk", "pass": False,
-                 "detail": "missing"}]
+        return [
+            {"target": "N = 4 runs of independent and gpudesk", "pass": False, "detail": "missing"}
+        ]
     out = []
     limit = 0.30 * base["cpu_s"]
-    out.append({"target": "gpudesk CPU-s <= 0.30 x independent", "pass": ours["cpu_s"] <= limit,
-                "detail": f"{ours['cpu_s']:.2f} vs {limit:.2f} (= 0.30 x {base['cpu_s']:.2f}); "
-                          f"ratio {ours['cpu_s'] / base['cpu_s']:.3f}"})
-    out.append({"target": "gpudesk batches/s per consumer >= independent",
-                "pass": ours["batches_per_s_mean"] >= base["batches_per_s_mean"],
-                "detail": f"mean {ours['batches_per_s_mean']:.2f} (min "
-                          f"{ours['batches_per_s_min']:.2f}) vs {base['batches_per_s_mean']:.2f}"})
+    out.append(
+        {
+            "target": "gpudesk CPU-s <= 0.30 x independent",
+            "pass": ours["cpu_s"] <= limit,
+            "detail": f"{ours['cpu_s']:.2f} vs {limit:.2f} (= 0.30 x {base['cpu_s']:.2f}); "
+            f"ratio {ours['cpu_s'] / base['cpu_s']:.3f}",
+        }
+    )
+    out.append(
+        {
+            "target": "gpudesk batches/s per consumer >= independent",
+            "pass": ours["batches_per_s_mean"] >= base["batches_per_s_mean"],
+            "detail": f"mean {ours['batches_per_s_mean']:.2f} (min "
+            f"{ours['batches_per_s_min']:.2f}) vs {base['batches_per_s_mean']:.2f}",
+        }
+    )
     limit = 1.05 * base["moved_x"]
-    out.append({"target": "gpudesk bytes moved per delivered batch <= 1.05 x independent",
-                "pass": ours["moved_x"] <= limit,
-                "detail": f"{ours['moved_x']:.3f}x vs {limit:.3f}x"})
+    out.append(
+        {
+            "target": "gpudesk bytes moved per delivered batch <= 1.05 x independent",
+            "pass": ours["moved_x"] <= limit,
+            "detail": f"{ours['moved_x']:.3f}x vs {limit:.3f}x",
+        }
+    )
     if ours.get("handoff_ms"):
         p50, source = ours["handoff_ms"]["p50"], "hand-off ('t' in batch message)"
     elif ours.get("next_ready_ms"):
         p50, source = ours["next_ready_ms"]["p50"], "next() of a waiting batch (no 't')"
     else:
         p50, source = float("inf"), "nothing measured"
-    out.append({"target": "gpudesk hand-off p50 <= 1 ms", "pass": p50 <= 1.0,
-                "detail": f"{p50:.3f} ms, {source}"})
+    out.append(
+        {
+            "target": "gpudesk hand-off p50 <= 1 ms",
+            "pass": p50 <= 1.0,
+            "detail": f"{p50:.3f} ms, {source}",
+        }
+    )
     return out
 
 
@@ -827,22 +990,41 @@ def main() -> None:
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--json-out", metavar="FILE", help="also write the JSON to FILE")
     parser.add_argument("--skip-tensorsocket", action="store_true")
-    parser.add_argument("--consumer-work", choices=("mean", "touch"), default="mean",
-                        help="what a consumer does with each batch: images.float().mean() "
-                        "(default), or read one value (isolates the hand-off)")
-    parser.add_argument("--ts-producer-batch", type=int, default=None,
-                        help="TensorSocket's producer_batch_size (default: its own, 8)")
-    parser.add_argument("--repeats", type=int, default=1,
-                        help="run everything this many times; the table shows medians")
-    parser.add_argument("--timeout", type=float, default=180.0,
-                        help="seconds for one configuration's consumers to finish")
+    parser.add_argument(
+        "--consumer-work",
+        choices=("mean", "touch"),
+        default="mean",
+        help="what a consumer does with each batch: images.float().mean() "
+        "(default), or read one value (isolates the hand-off)",
+    )
+    parser.add_argument(
+        "--ts-producer-batch",
+        type=int,
+        default=None,
+        help="TensorSocket's producer_batch_size (default: its own, 8)",
+    )
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        help="run everything this many times; the table shows medians",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=180.0,
+        help="seconds for one configuration's consumers to finish",
+    )
     parser.add_argument("--role", help=argparse.SUPPRESS)
     parser.add_argument("--spec", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.role:
         spec = json.loads(args.spec)
-        {"consumer": role_consumer, "gpudesk-producer": role_gpudesk_producer,
-         "ts-producer": role_ts_producer}[args.role](spec)
+        {
+            "consumer": role_consumer,
+            "gpudesk-producer": role_gpudesk_producer,
+            "ts-producer": role_ts_producer,
+        }[args.role](spec)
         return
     counts = [int(c) for c in args.consumers.split(",") if c.strip()]
     configs = list(CONFIGS)
@@ -870,9 +1052,12 @@ def main() -> None:
                 for kind in configs:
                     runs.append(run_config(kind, n, args, root, home, cache, repeat))
                     if not args.json:
-                        print(f"  ... N={n} {kind} (run {repeat + 1}/{args.repeats}): "
-                              f"{'ok' if runs[-1].get('ok') else runs[-1].get('error')}",
-                              file=sys.stderr, flush=True)
+                        print(
+                            f"  ... N={n} {kind} (run {repeat + 1}/{args.repeats}): "
+                            f"{'ok' if runs[-1].get('ok') else runs[-1].get('error')}",
+                            file=sys.stderr,
+                            flush=True,
+                        )
         total_s = time.monotonic() - started
     finally:
         if os.environ.get("BENCH_LOADER_KEEP"):
@@ -883,13 +1068,20 @@ def main() -> None:
     result = {
         "date": time.strftime("%Y-%m-%d"),
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, "
-                   f"{psutil.virtual_memory().total / 2**30:.0f} GiB, "
-                   f"Python {platform.python_version()}, torch {torch.__version__}",
-        "params": {"consumers": counts, "workers": args.workers, "batch_size": args.batch_size,
-                   "batches": args.batches, "size": args.size, "image_px": args.image_px,
-                   "consumer_work": args.consumer_work,
-                   "seed": SEED, "slots": SLOTS,
-                   "ts_producer_batch": args.ts_producer_batch},
+        f"{psutil.virtual_memory().total / 2**30:.0f} GiB, "
+        f"Python {platform.python_version()}, torch {torch.__version__}",
+        "params": {
+            "consumers": counts,
+            "workers": args.workers,
+            "batch_size": args.batch_size,
+            "batches": args.batches,
+            "size": args.size,
+            "image_px": args.image_px,
+            "consumer_work": args.consumer_work,
+            "seed": SEED,
+            "slots": SLOTS,
+            "ts_producer_batch": args.ts_producer_batch,
+        },
         "tensorsocket": ts_note,
         "repeats": args.repeats,
         "results": rows,
@@ -904,34 +1096,47 @@ def main() -> None:
         return
     p = result["params"]
     print(f"{result['date']}  {result['machine']}")
-    print(f"images {p['size']} samples x {p['image_px']} px, batch {p['batch_size']}, "
-          f"{p['workers']} workers, {p['batches']} batches per consumer; {ts_note}; "
-          f"{'median of ' + str(args.repeats) + ' runs' if args.repeats > 1 else '1 run'}")
-    print(f"{'N':>2} {'config':<13}{'CPU-s':>7}{'(all)':>8}{'b/s mean':>10}{'min':>7}"
-          f"{'wall s':>8}{'moved':>8}  {'hand-off ms':>13}  {'next() ready ms':>16}")
+    print(
+        f"images {p['size']} samples x {p['image_px']} px, batch {p['batch_size']}, "
+        f"{p['workers']} workers, {p['batches']} batches per consumer; {ts_note}; "
+        f"{'median of ' + str(args.repeats) + ' runs' if args.repeats > 1 else '1 run'}"
+    )
+    print(
+        f"{'N':>2} {'config':<13}{'CPU-s':>7}{'(all)':>8}{'b/s mean':>10}{'min':>7}"
+        f"{'wall s':>8}{'moved':>8}  {'hand-off ms':>13}  {'next() ready ms':>16}"
+    )
     for r in rows:
         if not r.get("ok"):
             print(f"{r['n']:>2} {r['config']:<13}FAILED: {r.get('error')}")
             continue
-        print(f"{r['n']:>2} {r['config']:<13}{r['cpu_s']:>7.2f}{r['cpu_s_all']:>8.2f}"
-              f"{r['batches_per_s_mean']:>10.2f}{r['batches_per_s_min']:>7.2f}"
-              f"{r['wall_s']:>8.2f}{r['moved_x']:>7.2f}x  {fmt_pair(r['handoff_ms']):>13}  "
-              f"{fmt_pair(r['next_ready_ms']):>16}")
-    print("CPU-s: all processes after their imports; (all): with Python start + imports. "
-          "moved: bytes written/copied per delivered batch, x the batch's bytes. "
-          "ms: p50/p99; hand-off: batches the consumer was waiting for.")
+        print(
+            f"{r['n']:>2} {r['config']:<13}{r['cpu_s']:>7.2f}{r['cpu_s_all']:>8.2f}"
+            f"{r['batches_per_s_mean']:>10.2f}{r['batches_per_s_min']:>7.2f}"
+            f"{r['wall_s']:>8.2f}{r['moved_x']:>7.2f}x  {fmt_pair(r['handoff_ms']):>13}  "
+            f"{fmt_pair(r['next_ready_ms']):>16}"
+        )
+    print(
+        "CPU-s: all processes after their imports; (all): with Python start + imports. "
+        "moved: bytes written/copied per delivered batch, x the batch's bytes. "
+        "ms: p50/p99; hand-off: batches the consumer was waiting for."
+    )
     for r in rows:
         if r.get("leaked_processes"):
-            print(f"warning: N={r['n']} {r['config']} left {r['leaked_processes']} processes "
-                  "(killed)")
+            print(
+                f"warning: N={r['n']} {r['config']} left {r['leaked_processes']} processes (killed)"
+            )
         if r.get("failed_repeats"):
-            print(f"warning: N={r['n']} {r['config']}: {r['failed_repeats']} of {r['repeats']} "
-                  "runs failed (see --json)")
+            print(
+                f"warning: N={r['n']} {r['config']}: {r['failed_repeats']} of {r['repeats']} "
+                "runs failed (see --json)"
+            )
         if r.get("handoff_note"):
             print(f"N={r['n']} {r['config']} hand-off: {r['handoff_note']}")
         if r.get("queued_ms"):
-            print(f"N={r['n']} {r['config']}: batches already waiting when the consumer came "
-                  f"back for them sat {fmt_pair(r['queued_ms'])} ms (p50/p99) in its socket")
+            print(
+                f"N={r['n']} {r['config']}: batches already waiting when the consumer came "
+                f"back for them sat {fmt_pair(r['queued_ms'])} ms (p50/p99) in its socket"
+            )
     print("targets at N = 4:")
     for t in result["targets"]:
         print(f"  {'PASS' if t['pass'] else 'FAIL'}  {t['target']}: {t['detail']}")

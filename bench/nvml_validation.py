@@ -56,8 +56,12 @@ def summary(values: list[float | None]) -> dict[str, float] | None:
     known = [v for v in values if v is not None]
     if not known:
         return None
-    return {"min": round(min(known), 1), "median": round(statistics.median(known), 1),
-            "max": round(max(known), 1), "n": len(known)}
+    return {
+        "min": round(min(known), 1),
+        "median": round(statistics.median(known), 1),
+        "max": round(max(known), 1),
+        "n": len(known),
+    }
 
 
 def main() -> None:
@@ -71,8 +75,12 @@ def main() -> None:
     backend = NvmlBackend()
     backend.open()
     idle = backend.read()
-    load = subprocess.Popen([sys.executable, "-c", LOAD, args.load_device, str(args.seconds)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    load = subprocess.Popen(
+        [sys.executable, "-c", LOAD, args.load_device, str(args.seconds)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     readings = []
     top_snapshot: dict[str, Any] | None = None
     time.sleep(min(3.0, args.seconds / 4))  # CUDA context and allocation
@@ -80,10 +88,16 @@ def main() -> None:
         readings.append(backend.read())
         if top_snapshot is None and len(readings) >= 4:
             env = {**os.environ, "GPUDESK_BACKEND": "nvml"}
-            done = subprocess.run([sys.executable, "-m", "gpudesk", "top", "--once", "--json"],
-                                  capture_output=True, text=True, env=env, timeout=30)
-            top_snapshot = json.loads(done.stdout) if done.returncode == 0 else {
-                "error": done.stderr.strip()}
+            done = subprocess.run(
+                [sys.executable, "-m", "gpudesk", "top", "--once", "--json"],
+                capture_output=True,
+                text=True,
+                env=env,
+                timeout=30,
+            )
+            top_snapshot = (
+                json.loads(done.stdout) if done.returncode == 0 else {"error": done.stderr.strip()}
+            )
         time.sleep(args.interval)
     out, err = load.communicate()
     backend.close()
@@ -99,35 +113,56 @@ def main() -> None:
         for a, b, ra, rb in zip(live, live[1:], readings, readings[1:], strict=False):
             if a.power_w is not None and b.power_w is not None:
                 integrated += (a.power_w + b.power_w) / 2 * (rb.monotonic - ra.monotonic)
-        counter_delta = (counter[-1] - counter[0]) if len(counter) > 1 and None not in (
-            counter[0], counter[-1]) else None
+        counter_delta = (
+            (counter[-1] - counter[0])
+            if len(counter) > 1 and None not in (counter[0], counter[-1])
+            else None
+        )
         processes = {p.pid: p for g in live for p in g.processes}
-        gpus.append({
-            "index": index, "name": first.name, "uuid": first.uuid,
-            "unavailable": sorted({m for g in series for m in g.unavailable}),
-            "lost": any(g.lost for g in series),
-            "idle": {"power_w": first.power_w, "memory_used_mib": first.memory_used_mib,
-                     "kernel_active_pct": first.kernel_active_pct},
-            "sm_activity_pct": summary([g.sm_activity_pct for g in live]),
-            "kernel_active_pct": summary([g.kernel_active_pct for g in live]),
-            "memory_used_mib": summary([g.memory_used_mib for g in live]),
-            "power_w": summary([g.power_w for g in live]),
-            "temperature_c": summary([g.temperature_c for g in live]),
-            "sm_clock_mhz": summary([g.sm_clock_mhz for g in live]),
-            "energy_counter_delta_j": None if counter_delta is None else round(counter_delta, 1),
-            "integrated_power_j": round(integrated, 1),
-            "counter_vs_integrated": None if not counter_delta or not integrated
-            else round(counter_delta / integrated, 4),
-            "window_s": round(readings[-1].monotonic - readings[0].monotonic, 2)
-            if len(readings) > 1 else 0.0,
-            "processes": [{"pid": p.pid, "used_memory_mib": p.used_memory_mib,
-                           "sm_pct": p.sm_pct} for p in processes.values()],
-            "mig_enabled": first.mig_enabled,
-        })
-    result = {"date": time.strftime("%Y-%m-%d %H:%M"), "load": out.strip(),
-              "readings": len(readings), "interval_s": args.interval, "gpus": gpus,
-              "banner": next((r.banner for r in readings if r.banner), None),
-              "gpudesk_top": top_snapshot}
+        gpus.append(
+            {
+                "index": index,
+                "name": first.name,
+                "uuid": first.uuid,
+                "unavailable": sorted({m for g in series for m in g.unavailable}),
+                "lost": any(g.lost for g in series),
+                "idle": {
+                    "power_w": first.power_w,
+                    "memory_used_mib": first.memory_used_mib,
+                    "kernel_active_pct": first.kernel_active_pct,
+                },
+                "sm_activity_pct": summary([g.sm_activity_pct for g in live]),
+                "kernel_active_pct": summary([g.kernel_active_pct for g in live]),
+                "memory_used_mib": summary([g.memory_used_mib for g in live]),
+                "power_w": summary([g.power_w for g in live]),
+                "temperature_c": summary([g.temperature_c for g in live]),
+                "sm_clock_mhz": summary([g.sm_clock_mhz for g in live]),
+                "energy_counter_delta_j": None
+                if counter_delta is None
+                else round(counter_delta, 1),
+                "integrated_power_j": round(integrated, 1),
+                "counter_vs_integrated": None
+                if not counter_delta or not integrated
+                else round(counter_delta / integrated, 4),
+                "window_s": round(readings[-1].monotonic - readings[0].monotonic, 2)
+                if len(readings) > 1
+                else 0.0,
+                "processes": [
+                    {"pid": p.pid, "used_memory_mib": p.used_memory_mib, "sm_pct": p.sm_pct}
+                    for p in processes.values()
+                ],
+                "mig_enabled": first.mig_enabled,
+            }
+        )
+    result = {
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+        "load": out.strip(),
+        "readings": len(readings),
+        "interval_s": args.interval,
+        "gpus": gpus,
+        "banner": next((r.banner for r in readings if r.banner), None),
+        "gpudesk_top": top_snapshot,
+    }
     print(json.dumps(result, indent=2 if not args.json else None))
 
 

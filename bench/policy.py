@@ -32,29 +32,59 @@ GIB = 1024.0
 def station(rng: random.Random, gpus: int, queue: list[JobRecord]) -> StationView:
     states = []
     for index in range(gpus):
-        tenants = tuple(Tenant(10_000 + index * 10 + t, "mps", rng.uniform(1, 12) * GIB,
-                               rng.choice((10.0, 30.0, 70.0)))
-                        for t in range(rng.choice((0, 0, 1, 2, 3))))
+        tenants = tuple(
+            Tenant(
+                10_000 + index * 10 + t,
+                "mps",
+                rng.uniform(1, 12) * GIB,
+                rng.choice((10.0, 30.0, 70.0)),
+            )
+            for t in range(rng.choice((0, 0, 1, 2, 3)))
+        )
         used = sum(t.memory_mib for t in tenants) * rng.uniform(0.6, 1.1)
-        states.append(GpuState(index, f"GPU-{index}", 40 * GIB, memory_used_mib=used,
-                               sm_activity_pct=rng.uniform(0, 95) if tenants else 0.0,
-                               tenants=tenants, mps_usable=True))
-    demands = {job.id: Demand(job.spec.memory_gb * GIB * 1.5, job.spec.sm_pct or 50.0,
-                              "after OOM", exclusive=True)
-               for job in queue if job.id % 50 == 0}
-    return StationView(StationConfig(backend="sim:h100x8"), cores=64, backend="sim:h100x8",
-                       simulated=True, gpu_states=tuple(states), demands=demands,
-                       overtaken={queue[0].id: rng.choice((0, 3, 8))})
+        states.append(
+            GpuState(
+                index,
+                f"GPU-{index}",
+                40 * GIB,
+                memory_used_mib=used,
+                sm_activity_pct=rng.uniform(0, 95) if tenants else 0.0,
+                tenants=tenants,
+                mps_usable=True,
+            )
+        )
+    demands = {
+        job.id: Demand(
+            job.spec.memory_gb * GIB * 1.5, job.spec.sm_pct or 50.0, "after OOM", exclusive=True
+        )
+        for job in queue
+        if job.id % 50 == 0
+    }
+    return StationView(
+        StationConfig(backend="sim:h100x8"),
+        cores=64,
+        backend="sim:h100x8",
+        simulated=True,
+        gpu_states=tuple(states),
+        demands=demands,
+        overtaken={queue[0].id: rng.choice((0, 3, 8))},
+    )
 
 
 def queue(rng: random.Random, jobs: int) -> list[JobRecord]:
     records = []
     for i in range(1, jobs + 1):
-        spec = JobSpec(name=f"j{i}", command=("true",), gpus=1 if rng.random() < 0.95 else 2,
-                       memory_gb=rng.uniform(0.5, 30.0), sm_pct=rng.choice((5, 10, 30, 70, 90)),
-                       priority=rng.choice((0, 0, 0, 1)))
-        records.append(JobRecord(i, spec, JobState.QUEUED, float(i), None, None, 0, None, None,
-                                 False))
+        spec = JobSpec(
+            name=f"j{i}",
+            command=("true",),
+            gpus=1 if rng.random() < 0.95 else 2,
+            memory_gb=rng.uniform(0.5, 30.0),
+            sm_pct=rng.choice((5, 10, 30, 70, 90)),
+            priority=rng.choice((0, 0, 0, 1)),
+        )
+        records.append(
+            JobRecord(i, spec, JobState.QUEUED, float(i), None, None, 0, None, None, False)
+        )
     records.sort(key=lambda r: (-r.spec.priority, r.id))
     return records
 
@@ -90,21 +120,31 @@ def main() -> None:
     result = {
         "date": time.strftime("%Y-%m-%d"),
         "machine": f"{platform.machine()}, Python {platform.python_version()}",
-        "jobs": args.jobs, "gpus": args.gpus, "rounds": args.rounds,
-        "policies": {name: {"p50_ms": round(statistics.median(t), 3),
-                            "p99_ms": round(percentile(t, 99), 3),
-                            "max_ms": round(max(t), 3),
-                            "placed_per_round": round(placed[name] / args.rounds, 1)}
-                     for name, t in timings.items()},
+        "jobs": args.jobs,
+        "gpus": args.gpus,
+        "rounds": args.rounds,
+        "policies": {
+            name: {
+                "p50_ms": round(statistics.median(t), 3),
+                "p99_ms": round(percentile(t, 99), 3),
+                "max_ms": round(max(t), 3),
+                "placed_per_round": round(placed[name] / args.rounds, 1),
+            }
+            for name, t in timings.items()
+        },
     }
     if args.json:
         print(json.dumps(result, indent=2))
         return
-    print(f"{result['date']}  {result['machine']}  {args.jobs} queued jobs, {args.gpus} GPUs, "
-          f"{args.rounds} rounds")
+    print(
+        f"{result['date']}  {result['machine']}  {args.jobs} queued jobs, {args.gpus} GPUs, "
+        f"{args.rounds} rounds"
+    )
     for name, r in result["policies"].items():
-        print(f"{name:6} p50 {r['p50_ms']:.3f} ms  p99 {r['p99_ms']:.3f} ms  max {r['max_ms']:.3f} "
-              f"ms  ({r['placed_per_round']} placed per decision)")
+        print(
+            f"{name:6} p50 {r['p50_ms']:.3f} ms  p99 {r['p99_ms']:.3f} ms  max {r['max_ms']:.3f} "
+            f"ms  ({r['placed_per_round']} placed per decision)"
+        )
 
 
 if __name__ == "__main__":

@@ -36,8 +36,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--profile", default=str(ROOT / "profiles" / "selection.toml"))
     parser.add_argument("--seeds", type=int, default=3)
-    parser.add_argument("--presets",
-                        default="full,random-25,stratified-25,el2n-25,dedup-25,less-25")
+    parser.add_argument(
+        "--presets", default="full,random-25,stratified-25,el2n-25,dedup-25,less-25"
+    )
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="gpudesk-bench-selection-") as home:
@@ -45,9 +46,24 @@ def main() -> int:
         env.pop("GPUDESK_BACKEND", None)
         out = Path(home) / "compare.json"
         try:
-            run = subprocess.run([*GPUDESK, "select", "compare", args.profile, "--presets",
-                                  args.presets, "--seeds", str(args.seeds), "--out", str(out)],
-                                 env=env, cwd=ROOT, text=True, capture_output=True)
+            run = subprocess.run(
+                [
+                    *GPUDESK,
+                    "select",
+                    "compare",
+                    args.profile,
+                    "--presets",
+                    args.presets,
+                    "--seeds",
+                    str(args.seeds),
+                    "--out",
+                    str(out),
+                ],
+                env=env,
+                cwd=ROOT,
+                text=True,
+                capture_output=True,
+            )
         finally:
             subprocess.run([*GPUDESK, "engine", "stop"], env=env, capture_output=True)
         print(run.stdout)
@@ -63,8 +79,10 @@ def main() -> int:
         "fresh pre-pass <= 15 % of full training": found.get("prepass_share_of_full", 1) <= 0.15,
         "cached reuse <= 1 % of the pre-pass": found.get("reuse_share_of_prepass", 1) <= 0.01,
     }
-    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python "
-          f"{platform.python_version()}; backend {report['backend']}")
+    print(
+        f"machine: {platform.machine()}, {os.cpu_count()} cores, Python "
+        f"{platform.python_version()}; backend {report['backend']}"
+    )
     for name, ok in checks.items():
         print(f"{'PASS' if ok else 'MISS'}  {name}")
     return 0 if all(checks.values()) else 1

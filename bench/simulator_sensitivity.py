@@ -27,10 +27,15 @@ DEFAULT_TRACE = Path(__file__).resolve().parents[1] / "traces" / "carma-philly-t
 def with_shares(trace: Trace, shares: tuple[int, int, int]) -> Trace:
     by_class = dict(zip(("light", "medium", "heavy"), shares, strict=True))
     fixed = set(SM_BY_MODEL.values())
-    return dataclasses.replace(trace, jobs=tuple(
-        job if job.sm_pct in fixed else
-        dataclasses.replace(job, sm_pct=float(by_class.get(job.job_class, job.sm_pct)))
-        for job in trace.jobs))
+    return dataclasses.replace(
+        trace,
+        jobs=tuple(
+            job
+            if job.sm_pct in fixed
+            else dataclasses.replace(job, sm_pct=float(by_class.get(job.job_class, job.sm_pct)))
+            for job in trace.jobs
+        ),
+    )
 
 
 def main() -> int:
@@ -43,32 +48,43 @@ def main() -> int:
     for shares in SHARES:
         trace = with_shares(base, shares)
         for estimator in ESTIMATORS:
-            results = {p: Simulation(trace, policy=p, estimator=estimator).run()
-                       for p in ("exclusive", "carma", "auto")}
+            results = {
+                p: Simulation(trace, policy=p, estimator=estimator).run()
+                for p in ("exclusive", "carma", "auto")
+            }
             exclusive = results["exclusive"].makespan_s
-            rows.append({
-                "shares": "/".join(map(str, shares)), "estimator": estimator,
-                "carma_x": results["carma"].makespan_s / exclusive,
-                "auto_x": results["auto"].makespan_s / exclusive,
-                "auto_vs_carma": results["auto"].makespan_s / results["carma"].makespan_s,
-                "carma_oom": results["carma"].oom_crashes,
-                "auto_oom": results["auto"].oom_crashes,
-                "auto_lost": results["auto"].lost,
-            })
+            rows.append(
+                {
+                    "shares": "/".join(map(str, shares)),
+                    "estimator": estimator,
+                    "carma_x": results["carma"].makespan_s / exclusive,
+                    "auto_x": results["auto"].makespan_s / exclusive,
+                    "auto_vs_carma": results["auto"].makespan_s / results["carma"].makespan_s,
+                    "carma_oom": results["carma"].oom_crashes,
+                    "auto_oom": results["auto"].oom_crashes,
+                    "auto_lost": results["auto"].lost,
+                }
+            )
     if args.json:
         json.dump(rows, sys.stdout, indent=2)
         print()
         return 0
     print(f"SIMULATED trace {base.name}: makespan as a multiple of exclusive, OOM crashes")
-    print(f"{'SHARES':<10} {'ESTIMATOR':<11} {'CARMA x':>8} {'AUTO x':>7} {'AUTO/CARMA':>11} "
-          f"{'OOM carma':>10} {'OOM auto':>9}")
+    print(
+        f"{'SHARES':<10} {'ESTIMATOR':<11} {'CARMA x':>8} {'AUTO x':>7} {'AUTO/CARMA':>11} "
+        f"{'OOM carma':>10} {'OOM auto':>9}"
+    )
     for r in rows:
-        print(f"{r['shares']:<10} {r['estimator']:<11} {r['carma_x']:>8.3f} {r['auto_x']:>7.3f} "
-              f"{r['auto_vs_carma']:>11.3f} {r['carma_oom']:>10} {r['auto_oom']:>9}")
+        print(
+            f"{r['shares']:<10} {r['estimator']:<11} {r['carma_x']:>8.3f} {r['auto_x']:>7.3f} "
+            f"{r['auto_vs_carma']:>11.3f} {r['carma_oom']:>10} {r['auto_oom']:>9}"
+        )
     ratios = [r["auto_vs_carma"] for r in rows]
-    print(f"auto/carma over all {len(rows)} rows: mean {statistics.fmean(ratios):.3f}, "
-          f"worst {max(ratios):.3f}; OOM crashes carma {sum(r['carma_oom'] for r in rows)}, "
-          f"auto {sum(r['auto_oom'] for r in rows)}; lost {sum(r['auto_lost'] for r in rows)}")
+    print(
+        f"auto/carma over all {len(rows)} rows: mean {statistics.fmean(ratios):.3f}, "
+        f"worst {max(ratios):.3f}; OOM crashes carma {sum(r['carma_oom'] for r in rows)}, "
+        f"auto {sum(r['auto_oom'] for r in rows)}; lost {sum(r['auto_lost'] for r in rows)}"
+    )
     return 0
 
 

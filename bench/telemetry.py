@@ -48,9 +48,17 @@ def engine_cpu(root: Path, interval: float, seconds: float) -> dict[str, float]:
     try:
         start_engine(home, StationConfig(backend=STATION, sample_interval=interval))
         with EngineClient(home, timeout=10.0) as client:
-            jobs = [{"name": f"hold-{i}", "command": ["sleep", str(seconds + 30)], "gpus": 1,
-                     "memory_gb": 8.0, "sm_pct": 60.0, "workdir": str(root)}
-                    for i in range(GPUS)]
+            jobs = [
+                {
+                    "name": f"hold-{i}",
+                    "command": ["sleep", str(seconds + 30)],
+                    "gpus": 1,
+                    "memory_gb": 8.0,
+                    "sm_pct": 60.0,
+                    "workdir": str(root),
+                }
+                for i in range(GPUS)
+            ]
             ids = client.request("submit", jobs=jobs, env=submit_env())["ids"]
             deadline = time.monotonic() + 20
             while client.request("status")["gpus"]["busy"] < GPUS:
@@ -71,16 +79,23 @@ def engine_cpu(root: Path, interval: float, seconds: float) -> dict[str, float]:
         else:
             os.environ["GPUDESK_HOME"] = env_backup
     cpu = (after.user - before.user) + (after.system - before.system)
-    return {"interval_s": interval, "wall_s": round(wall, 2), "cpu_s": round(cpu, 3),
-            "pct_of_one_core": round(100 * cpu / wall, 3), "history_points": samples}
+    return {
+        "interval_s": interval,
+        "wall_s": round(wall, 2),
+        "cpu_s": round(cpu, 3),
+        "pct_of_one_core": round(100 * cpu / wall, 3),
+        "history_points": samples,
+    }
 
 
 def in_process_cost(samples: int = 200) -> dict[str, float]:
     monitor = Monitor(make_backend(STATION))
     monitor.open()
     pgid = os.getpgid(0)
-    attempts = [TrackedAttempt(i, i, f"hold-{i}", pgid, f"gpu:{i}", (i,), 8.0, 60.0, time.time())
-                for i in range(GPUS)]
+    attempts = [
+        TrackedAttempt(i, i, f"hold-{i}", pgid, f"gpu:{i}", (i,), 8.0, 60.0, time.time())
+        for i in range(GPUS)
+    ]
     monitor.ingest(monitor.collect(attempts))
     collect = ingest = 0.0
     for _ in range(samples):
@@ -91,9 +106,11 @@ def in_process_cost(samples: int = 200) -> dict[str, float]:
         t2 = time.perf_counter()
         collect += t1 - t0
         ingest += t2 - t1
-    return {"collect_ms": round(1000 * collect / samples, 3),
-            "ingest_ms": round(1000 * ingest / samples, 3),
-            "per_sample_ms": round(1000 * (collect + ingest) / samples, 3)}
+    return {
+        "collect_ms": round(1000 * collect / samples, 3),
+        "ingest_ms": round(1000 * ingest / samples, 3),
+        "per_sample_ms": round(1000 * (collect + ingest) / samples, 3),
+    }
 
 
 def wall(argv: list[str], env: dict[str, str], runs: int) -> dict[str, float]:
@@ -102,8 +119,11 @@ def wall(argv: list[str], env: dict[str, str], runs: int) -> dict[str, float]:
         start = time.perf_counter()
         subprocess.run(argv, env=env, check=True, stdout=subprocess.DEVNULL)
         times.append(time.perf_counter() - start)
-    return {"median_s": round(statistics.median(times), 3), "min_s": round(min(times), 3),
-            "max_s": round(max(times), 3)}
+    return {
+        "median_s": round(statistics.median(times), 3),
+        "min_s": round(min(times), 3),
+        "max_s": round(max(times), 3),
+    }
 
 
 def top_wall(root: Path, runs: int) -> dict[str, dict[str, float]]:
@@ -114,9 +134,11 @@ def top_wall(root: Path, runs: int) -> dict[str, dict[str, float]]:
         "python -c pass": wall([sys.executable, "-c", "pass"], base, runs),
         "gpudesk --help": wall([*gpudesk, "--help"], base, runs),
         "top --once --json, no engine, backend none": wall(
-            [*gpudesk, "top", "--once", "--json"], {**base, "GPUDESK_BACKEND": "none"}, runs),
+            [*gpudesk, "top", "--once", "--json"], {**base, "GPUDESK_BACKEND": "none"}, runs
+        ),
         f"top --once --json, no engine, {STATION}": wall(
-            [*gpudesk, "top", "--once", "--json"], {**base, "GPUDESK_BACKEND": STATION}, runs),
+            [*gpudesk, "top", "--once", "--json"], {**base, "GPUDESK_BACKEND": STATION}, runs
+        ),
     }
     home = Home(root / "top-home")
     os.environ["GPUDESK_HOME"] = str(home.root)
@@ -126,7 +148,8 @@ def top_wall(root: Path, runs: int) -> dict[str, dict[str, float]]:
             while client.request("telemetry")["snapshot"] is None:
                 time.sleep(0.05)
         results[f"top --once --json, engine running, {STATION}"] = wall(
-            [*gpudesk, "top", "--once", "--json"], base, runs)
+            [*gpudesk, "top", "--once", "--json"], base, runs
+        )
     finally:
         with EngineClient(home, timeout=10.0) as client:
             client.request("shutdown")
@@ -141,18 +164,21 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="gpudesk-bench-") as tmp:
         root = Path(tmp)
-        cpu = [engine_cpu(root / f"engine-{i}", interval, args.seconds)
-               for i, interval in enumerate((60.0, 1.0, 0.1))]
+        cpu = [
+            engine_cpu(root / f"engine-{i}", interval, args.seconds)
+            for i, interval in enumerate((60.0, 1.0, 0.1))
+        ]
         result = {
             "machine": f"{platform.machine()}, {os.cpu_count()} cores, "
-                       f"{psutil.virtual_memory().total / 2**30:.0f} GiB, "
-                       f"Python {platform.python_version()}",
+            f"{psutil.virtual_memory().total / 2**30:.0f} GiB, "
+            f"Python {platform.python_version()}",
             "date": time.strftime("%Y-%m-%d"),
             "station": STATION,
             "engine_cpu": cpu,
             "sampler_pct_of_one_core": {
                 f"{c['interval_s']:g} s": round(c["pct_of_one_core"] - cpu[0]["pct_of_one_core"], 3)
-                for c in cpu[1:]},
+                for c in cpu[1:]
+            },
             "in_process": in_process_cost(),
             "top_wall": top_wall(root, args.runs),
         }
@@ -161,16 +187,19 @@ def main() -> None:
         return
     print(f"{result['date']}  {result['machine']}  station {STATION}")
     for c in cpu:
-        print(f"engine, sampling every {c['interval_s']:g} s: {c['cpu_s']:.3f} CPU s in "
-              f"{c['wall_s']:.1f} s = {c['pct_of_one_core']:.3f}% of one core "
-              f"({c['history_points']} samples in memory)")
+        print(
+            f"engine, sampling every {c['interval_s']:g} s: {c['cpu_s']:.3f} CPU s in "
+            f"{c['wall_s']:.1f} s = {c['pct_of_one_core']:.3f}% of one core "
+            f"({c['history_points']} samples in memory)"
+        )
     for label, pct in result["sampler_pct_of_one_core"].items():
         print(f"sampler alone at {label}: {pct:.3f}% of one core")
     p = result["in_process"]
     print(f"one sample in-process: collect {p['collect_ms']} ms + ingest {p['ingest_ms']} ms")
     for label, t in result["top_wall"].items():
-        print(f"{label:<48} median {t['median_s']:.3f} s (min {t['min_s']:.3f}, "
-              f"max {t['max_s']:.3f})")
+        print(
+            f"{label:<48} median {t['median_s']:.3f} s (min {t['min_s']:.3f}, max {t['max_s']:.3f})"
+        )
 
 
 if __name__ == "__main__":

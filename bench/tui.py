@@ -41,8 +41,13 @@ SLEEP = [sys.executable, "-c", "import time; time.sleep(3600)"]
 
 def gpudesk(home: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "GPUDESK_HOME": str(home)}
-    return subprocess.run([sys.executable, "-m", "gpudesk", *args], env=env, text=True,
-                          capture_output=True, check=check)
+    return subprocess.run(
+        [sys.executable, "-m", "gpudesk", *args],
+        env=env,
+        text=True,
+        capture_output=True,
+        check=check,
+    )
 
 
 def start_station(home: Path, jobs: int) -> None:
@@ -51,13 +56,33 @@ def start_station(home: Path, jobs: int) -> None:
     from gpudesk.paths import Home
 
     desk_home = Home(home)
-    start_engine(desk_home, StationConfig(backend="sim:dgx-station-a100", policy="auto",
-                                          sample_interval=1.0, slots=4))
+    start_engine(
+        desk_home,
+        StationConfig(backend="sim:dgx-station-a100", policy="auto", sample_interval=1.0, slots=4),
+    )
     with EngineClient(desk_home) as client:
-        specs = [{"name": f"fill-{i}", "command": SLEEP, "gpus": 1, "memory_gb": 36.0,
-                  "sm_pct": 85.0, "workdir": str(home)} for i in range(4)]
-        specs += [{"name": f"sweep-{i}", "command": SLEEP, "gpus": 1, "memory_gb": 30.0,
-                   "sm_pct": 70.0, "workdir": str(home)} for i in range(max(0, jobs - 4))]
+        specs = [
+            {
+                "name": f"fill-{i}",
+                "command": SLEEP,
+                "gpus": 1,
+                "memory_gb": 36.0,
+                "sm_pct": 85.0,
+                "workdir": str(home),
+            }
+            for i in range(4)
+        ]
+        specs += [
+            {
+                "name": f"sweep-{i}",
+                "command": SLEEP,
+                "gpus": 1,
+                "memory_gb": 30.0,
+                "sm_pct": 70.0,
+                "workdir": str(home),
+            }
+            for i in range(max(0, jobs - 4))
+        ]
         client.request("submit", jobs=specs, env=dict(os.environ))
         deadline = time.monotonic() + 30
         while client.request("status")["counts"].get("running", 0) < 4:
@@ -89,15 +114,20 @@ def cpu_of(proc: psutil.Process) -> float:
     return total
 
 
-def measure(home: Path, columns: int, rows: int, refresh: float, warmup: float,
-            seconds: float) -> dict[str, Any]:
-    env = {**os.environ, "GPUDESK_HOME": str(home), "TERM": "xterm-256color",
-           "COLUMNS": str(columns), "LINES": str(rows)}
+def measure(
+    home: Path, columns: int, rows: int, refresh: float, warmup: float, seconds: float
+) -> dict[str, Any]:
+    env = {
+        **os.environ,
+        "GPUDESK_HOME": str(home),
+        "TERM": "xterm-256color",
+        "COLUMNS": str(columns),
+        "LINES": str(rows),
+    }
     env.pop("NO_COLOR", None)
     pid, master = pty.fork()
     if pid == 0:  # the desk, in the pseudo-terminal
-        os.execve(sys.executable, [sys.executable, "-m", "gpudesk", "--refresh", str(refresh)],
-                  env)
+        os.execve(sys.executable, [sys.executable, "-m", "gpudesk", "--refresh", str(refresh)], env)
     fcntl.ioctl(master, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
     os.kill(pid, signal.SIGWINCH)
     proc = psutil.Process(pid)
@@ -136,10 +166,15 @@ def measure(home: Path, columns: int, rows: int, refresh: float, warmup: float,
         os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
     os.close(master)
-    return {"size": f"{columns}x{rows}", "refresh_s": refresh, "seconds": round(elapsed, 1),
-            "cpu_pct_of_core": round(100.0 * cpu / elapsed, 2),
-            "bytes_per_s": round(written / elapsed, 1),
-            "kib_per_s": round(written / elapsed / 1024, 2), "quit_cleanly": exited}
+    return {
+        "size": f"{columns}x{rows}",
+        "refresh_s": refresh,
+        "seconds": round(elapsed, 1),
+        "cpu_pct_of_core": round(100.0 * cpu / elapsed, 2),
+        "bytes_per_s": round(written / elapsed, 1),
+        "kib_per_s": round(written / elapsed / 1024, 2),
+        "quit_cleanly": exited,
+    }
 
 
 def main() -> int:
@@ -164,18 +199,24 @@ def main() -> int:
                 results.append(result)
         finally:
             stop_station(home)
-    report = {"date": time.strftime("%Y-%m-%d"), "machine": f"{platform.machine()}, "
-              f"{os.cpu_count()} cores, Python {platform.python_version()}",
-              "jobs": args.jobs, "results": results}
+    report = {
+        "date": time.strftime("%Y-%m-%d"),
+        "machine": f"{platform.machine()}, "
+        f"{os.cpu_count()} cores, Python {platform.python_version()}",
+        "jobs": args.jobs,
+        "results": results,
+    }
     if args.json:
         print(json.dumps(report, indent=2))
         return 0
     print(f"{report['date']}  {report['machine']}; SIMULATED DGX Station A100, {args.jobs} jobs")
     print(f"{'size':<8}{'refresh':>8}{'CPU % core':>12}{'KiB/s':>8}  quit  running after")
     for r in results:
-        print(f"{r['size']:<8}{r['refresh_s']:>7.1f}s{r['cpu_pct_of_core']:>12.2f}"
-              f"{r['kib_per_s']:>8.2f}  {'ok' if r['quit_cleanly'] else 'NO'}    "
-              f"{r['jobs_running_after_quit']}")
+        print(
+            f"{r['size']:<8}{r['refresh_s']:>7.1f}s{r['cpu_pct_of_core']:>12.2f}"
+            f"{r['kib_per_s']:>8.2f}  {'ok' if r['quit_cleanly'] else 'NO'}    "
+            f"{r['jobs_running_after_quit']}"
+        )
     return 0
 
 

@@ -92,12 +92,19 @@ def _version_callback(value: bool) -> None:
 @app.callback(invoke_without_command=True)
 def _root(
     ctx: typer.Context,
-    version: bool = typer.Option(False, "--version", callback=_version_callback, is_eager=True,
-                                 help="Print the version and exit."),
-    readonly: bool = typer.Option(False, "--readonly", help="Open the desk without any "
-                                  "action (for a shared screen)."),
-    refresh: float = typer.Option(1.0, "--refresh", min=0.2, max=60.0,
-                                  help="Seconds between the desk's redraws."),
+    version: bool = typer.Option(
+        False,
+        "--version",
+        callback=_version_callback,
+        is_eager=True,
+        help="Print the version and exit.",
+    ),
+    readonly: bool = typer.Option(
+        False, "--readonly", help="Open the desk without any action (for a shared screen)."
+    ),
+    refresh: float = typer.Option(
+        1.0, "--refresh", min=0.2, max=60.0, help="Seconds between the desk's redraws."
+    ),
 ) -> None:
     """Queue, pack and watch training jobs on a single GPU workstation.
 
@@ -108,8 +115,11 @@ def _root(
 
 def _open_desk(readonly: bool, refresh: float, replay: Path | None) -> None:
     if not sys.stdout.isatty() or not sys.stdin.isatty():
-        fail("the desk needs a terminal; for pipes and scripts use `gpudesk top --once`, "
-             "`gpudesk queue` or `gpudesk --help`", EXIT_USAGE)
+        fail(
+            "the desk needs a terminal; for pipes and scripts use `gpudesk top --once`, "
+            "`gpudesk queue` or `gpudesk --help`",
+            EXIT_USAGE,
+        )
     from gpudesk.screens import run_desk
 
     message = run_desk(readonly=readonly, refresh_s=refresh, replay=replay)
@@ -119,12 +129,17 @@ def _open_desk(readonly: bool, refresh: float, replay: Path | None) -> None:
 
 @app.command()
 def desk(
-    readonly: bool = typer.Option(False, "--readonly", help="Hide every action (for a shared "
-                                  "screen): watch only."),
-    refresh: float = typer.Option(1.0, "--refresh", min=0.2, max=60.0,
-                                  help="Seconds between redraws."),
-    replay: Path | None = typer.Option(None, "--replay", help="Play back a recorded desk "
-                                       "(JSON frames) instead of following the engine."),
+    readonly: bool = typer.Option(
+        False, "--readonly", help="Hide every action (for a shared screen): watch only."
+    ),
+    refresh: float = typer.Option(
+        1.0, "--refresh", min=0.2, max=60.0, help="Seconds between redraws."
+    ),
+    replay: Path | None = typer.Option(
+        None,
+        "--replay",
+        help="Play back a recorded desk (JSON frames) instead of following the engine.",
+    ),
 ) -> None:
     """Open the desk: live GPU cards, the queue with its actions, loaders and MIG.
 
@@ -138,8 +153,11 @@ def desk(
 @app.command()
 def run(
     profile: Path = typer.Argument(..., help="A profile.toml with [[jobs]] and [[sweeps]]."),
-    report: Path | None = typer.Option(None, "--report", help="Also write the report here "
-                                          "(JSON when the name ends in .json, else text)."),
+    report: Path | None = typer.Option(
+        None,
+        "--report",
+        help="Also write the report here (JSON when the name ends in .json, else text).",
+    ),
     json_out: bool = typer.Option(False, "--json", help="Print the report as JSON on stdout."),
 ) -> None:
     """Run a profile to completion: submit its jobs, follow them, report.
@@ -154,8 +172,11 @@ def run(
         fail(f"the profile is not valid:\n{exc}", EXIT_USAGE)
     client = _client()  # run_profile applies the profile's [station] to the engine
     progress = sys.stderr if json_out else sys.stdout
-    print(f"running {len(loaded.jobs)} job(s) from {profile} on the engine at "
-          f"{client.home.root}", file=progress, flush=True)
+    print(
+        f"running {len(loaded.jobs)} job(s) from {profile} on the engine at {client.home.root}",
+        file=progress,
+        flush=True,
+    )
     try:
         result = run_profile(loaded, client, progress_stream=progress)
     except KeyboardInterrupt:
@@ -167,8 +188,10 @@ def run(
         try:
             write_report(result, report)
         except OSError as exc:
-            print(f"error: could not write the report to {report}: {exc.strerror or exc}",
-                  file=sys.stderr)
+            print(
+                f"error: could not write the report to {report}: {exc.strerror or exc}",
+                file=sys.stderr,
+            )
     if json_out:
         _print_json(result.to_dict())
     else:
@@ -190,27 +213,37 @@ def _parse_env(pairs: list[str]) -> dict[str, str]:
     return env
 
 
-@app.command(context_settings={"allow_interspersed_args": False,
-                               "ignore_unknown_options": True})
+@app.command(context_settings={"allow_interspersed_args": False, "ignore_unknown_options": True})
 def submit(
-    command: list[str] = typer.Argument(..., metavar="-- COMMAND [ARGS]...",
-                                        help="The command to run, after `--`."),
-    name: str | None = typer.Option(None, "--name", "-n", help="Job name (default: the "
-                                       "program's name)."),
+    command: list[str] = typer.Argument(
+        ..., metavar="-- COMMAND [ARGS]...", help="The command to run, after `--`."
+    ),
+    name: str | None = typer.Option(
+        None, "--name", "-n", help="Job name (default: the program's name)."
+    ),
     gpus: int = typer.Option(0, "--gpus", help="GPUs the job needs."),
     mem: float | None = typer.Option(None, "--mem", help="GPU memory the job needs, GB."),
-    sm: float | None = typer.Option(None, "--sm", help="Share of a GPU's SMs the job keeps "
-                                    "busy, % (a hint for placement and the simulator)."),
+    sm: float | None = typer.Option(
+        None,
+        "--sm",
+        help="Share of a GPU's SMs the job keeps busy, % (a hint for placement and the simulator).",
+    ),
     dataset: str | None = typer.Option(None, "--dataset", help="Dataset the job reads."),
-    selection: str | None = typer.Option(None, "--selection", help="Train on part of the "
-                                         "dataset: a data-selection preset such as el2n-25 "
-                                         "(overrides the dataset's own)."),
+    selection: str | None = typer.Option(
+        None,
+        "--selection",
+        help="Train on part of the "
+        "dataset: a data-selection preset such as el2n-25 "
+        "(overrides the dataset's own).",
+    ),
     priority: int = typer.Option(0, "--priority", help="Higher runs first (-1000..1000)."),
-    max_attempts: int = typer.Option(1, "--max-attempts", help="Retry a failed job up to this "
-                                     "many attempts in all."),
+    max_attempts: int = typer.Option(
+        1, "--max-attempts", help="Retry a failed job up to this many attempts in all."
+    ),
     env: list[str] = typer.Option([], "--env", "-e", help="NAME=VALUE for the job (repeatable)."),
-    workdir: Path | None = typer.Option(None, "--workdir", "-C",
-                                           help="Working directory (default: here)."),
+    workdir: Path | None = typer.Option(
+        None, "--workdir", "-C", help="Working directory (default: here)."
+    ),
     shell: bool = typer.Option(False, "--shell", help="Run COMMAND (one string) with /bin/sh."),
     json_out: bool = typer.Option(False, "--json", help="Print the new job as JSON."),
 ) -> None:
@@ -240,9 +273,9 @@ def submit(
     try:
         spec = JobSpec.from_dict(raw)
     except SpecError as exc:
-        option = {"memory_gb": "--mem", "sm_pct": "--sm",
-                  "max_attempts": "--max-attempts"}.get(exc.key,
-                                                                                f"--{exc.key}")
+        option = {"memory_gb": "--mem", "sm_pct": "--sm", "max_attempts": "--max-attempts"}.get(
+            exc.key, f"--{exc.key}"
+        )
         fail(f"{option}: {exc.message}", EXIT_USAGE)
     if not cwd.is_dir():
         fail(f"--workdir: {cwd} is not a directory", EXIT_USAGE)
@@ -259,14 +292,26 @@ def _queue_rows(jobs: list[dict[str, Any]]) -> str:
     from gpudesk import render
 
     rows = [
-        (j["id"], j["name"], "held" if j["held"] else j["state"], j["spec"]["priority"],
-         f"{j['attempts'] - j['attempts_before_requeue']}/{j['max_attempts']}",
-         j["spec"]["gpus"], j["slot"] or "", render.duration(render.job_runtime(j)),
-         j["exit_code"], render.clock(j["submitted_at"]))
+        (
+            j["id"],
+            j["name"],
+            "held" if j["held"] else j["state"],
+            j["spec"]["priority"],
+            f"{j['attempts'] - j['attempts_before_requeue']}/{j['max_attempts']}",
+            j["spec"]["gpus"],
+            j["slot"] or "",
+            render.duration(render.job_runtime(j)),
+            j["exit_code"],
+            render.clock(j["submitted_at"]),
+        )
         for j in jobs
     ]
-    return render.table(("ID", "NAME", "STATE", "PRI", "TRY", "GPUS", "SLOT", "TIME", "EXIT",
-                         "SUBMITTED"), rows, max_widths={1: 24}, right=(0, 3, 5, 7, 8))
+    return render.table(
+        ("ID", "NAME", "STATE", "PRI", "TRY", "GPUS", "SLOT", "TIME", "EXIT", "SUBMITTED"),
+        rows,
+        max_widths={1: 24},
+        right=(0, 3, 5, 7, 8),
+    )
 
 
 @app.command()
@@ -284,8 +329,11 @@ def queue(
         _print_json({"jobs": jobs})
         return
     if not jobs:
-        print("no jobs" if all_jobs else "no queued or running jobs (gpudesk queue --all shows "
-              "finished ones)")
+        print(
+            "no jobs"
+            if all_jobs
+            else "no queued or running jobs (gpudesk queue --all shows finished ones)"
+        )
         return
     print(_queue_rows(jobs))
 
@@ -309,7 +357,8 @@ def show(
     command = spec["command"][0] if spec["shell"] else shlex.join(spec["command"])
     lines = [
         f"job {j['id']}: {j['name']}",
-        f"  state      {j['state']}" + (", held" if j["held"] else "")
+        f"  state      {j['state']}"
+        + (", held" if j["held"] else "")
         + (f" ({j['reason']})" if j["reason"] else ""),
         f"  command    {command}" + ("  [shell]" if spec["shell"] else ""),
         f"  workdir    {spec['workdir'] or '-'}",
@@ -330,10 +379,15 @@ def show(
         lines.append("attempts:")
         for a in data["attempts"]:
             exit_code = "-" if a["exit_code"] is None else a["exit_code"]
-            took = (render.duration((a["ended_at"] or time.time()) - a["started_at"])
-                    if a["started_at"] else "-")
-            lines.append(f"  #{a['number']}  {a['state']:<13} {a['placement'].get('slot', '-'):<7} "
-                         f"pid {a['pid'] or '-':<8} exit {exit_code:<4} {took}")
+            took = (
+                render.duration((a["ended_at"] or time.time()) - a["started_at"])
+                if a["started_at"]
+                else "-"
+            )
+            lines.append(
+                f"  #{a['number']}  {a['state']:<13} {a['placement'].get('slot', '-'):<7} "
+                f"pid {a['pid'] or '-':<8} exit {exit_code:<4} {took}"
+            )
             lines.append(f"      log {a['log']}")
     lines.extend(_usage_lines(data.get("usage")))
     lines.append("events:")
@@ -346,7 +400,7 @@ def show(
 
 
 def _attempts_text(job: dict[str, Any]) -> str:
-    """"2/3", or after a requeue "1/3 since requeued (4 in all)"."""
+    """ "2/3", or after a requeue "1/3 since requeued (4 in all)"."""
     before = job["attempts_before_requeue"]
     counted = f"{job['attempts'] - before}/{job['max_attempts']}"
     return f"{counted} since requeued ({job['attempts']} in all)" if before else counted
@@ -365,23 +419,42 @@ def _usage_lines(usage: dict[str, Any] | None) -> list[str]:
     lines = ["usage:"]
     if usage["gpu_j"] is not None:
         idle = usage["gpu_idle_j"]
-        how = {"exclusive": "exclusive GPU", "sm share": "shared GPU, split by SM share",
-               "even": "shared GPU, split evenly"}.get(usage["split"] or "", "")
-        source = "energy counter" if usage["gpu_source"] == "counter" else \
-            f"{usage['gpu_source']} power"
-        baseline = (f" = {render.joules(usage['gpu_above_idle_j'])} above an idle baseline of "
-                    f"{render.joules(idle)}" if idle is not None else " (idle baseline unknown)")
-        lines.append(f"  GPU energy {render.joules(usage['gpu_j'])}{baseline}  [{source}; {how}]"
-                     + ("  ESTIMATE" if usage["estimate"] else ""))
+        how = {
+            "exclusive": "exclusive GPU",
+            "sm share": "shared GPU, split by SM share",
+            "even": "shared GPU, split evenly",
+        }.get(usage["split"] or "", "")
+        source = (
+            "energy counter" if usage["gpu_source"] == "counter" else f"{usage['gpu_source']} power"
+        )
+        baseline = (
+            f" = {render.joules(usage['gpu_above_idle_j'])} above an idle baseline of "
+            f"{render.joules(idle)}"
+            if idle is not None
+            else " (idle baseline unknown)"
+        )
+        lines.append(
+            f"  GPU energy {render.joules(usage['gpu_j'])}{baseline}  [{source}; {how}]"
+            + ("  ESTIMATE" if usage["estimate"] else "")
+        )
     cpu = usage["cpu_j"]
-    lines.append("  CPU energy " + (f"{render.joules(cpu)} (RAPL, by share of busy CPU time)"
-                                    if cpu is not None else "n/a (RAPL not readable here)"))
+    lines.append(
+        "  CPU energy "
+        + (
+            f"{render.joules(cpu)} (RAPL, by share of busy CPU time)"
+            if cpu is not None
+            else "n/a (RAPL not readable here)"
+        )
+    )
     if usage["total_j"] is not None:
-        lines.append(f"  carbon     {usage['carbon_g']:.2f} g CO2e at "
-                     f"{usage['grid_g_per_kwh']:g} g/kWh")
-    lines.append(f"  CPU time   {render.duration(usage['cpu_s'])}   peak RSS "
-                 f"{mib(usage['rss_peak_mib'])}   I/O read {mib(usage['io_read_mib'])} "
-                 f"written {mib(usage['io_write_mib'])}")
+        lines.append(
+            f"  carbon     {usage['carbon_g']:.2f} g CO2e at {usage['grid_g_per_kwh']:g} g/kWh"
+        )
+    lines.append(
+        f"  CPU time   {render.duration(usage['cpu_s'])}   peak RSS "
+        f"{mib(usage['rss_peak_mib'])}   I/O read {mib(usage['io_read_mib'])} "
+        f"written {mib(usage['io_write_mib'])}"
+    )
     return lines
 
 
@@ -389,10 +462,15 @@ def _usage_lines(usage: dict[str, Any] | None) -> list[str]:
 @app.command()
 def logs(
     job: str = typer.Argument(..., help="Job id or name."),
-    follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing new output until "
-                                "the job ends (across retries)."),
-    attempt: int | None = typer.Option(None, "--attempt", help="Which attempt (default: the "
-                                          "latest)."),
+    follow: bool = typer.Option(
+        False,
+        "--follow",
+        "-f",
+        help="Keep printing new output until the job ends (across retries).",
+    ),
+    attempt: int | None = typer.Option(
+        None, "--attempt", help="Which attempt (default: the latest)."
+    ),
 ) -> None:
     """Print a job's output."""
     from gpudesk.logs import LogFollower
@@ -403,12 +481,16 @@ def logs(
         if attempt is not None:
             chosen = [a for a in attempts if a["number"] == attempt]
             if not chosen:
-                fail(f"job {data['job']['id']} has no attempt {attempt} "
-                     f"(it has {len(attempts)})", EXIT_USAGE)
+                fail(
+                    f"job {data['job']['id']} has no attempt {attempt} (it has {len(attempts)})",
+                    EXIT_USAGE,
+                )
             attempts = chosen
         if not attempts and not follow:
-            print(f"job {data['job']['id']} has not started yet: {data['waiting'] or ''}",
-                  file=sys.stderr)
+            print(
+                f"job {data['job']['id']} has not started yet: {data['waiting'] or ''}",
+                file=sys.stderr,
+            )
             return
         follower = LogFollower(client, data["job"]["id"], sys.stdout)
         if follow and attempt is None:
@@ -465,8 +547,9 @@ def release(
 @app.command()
 def priority(
     jobs: list[str] = typer.Argument(..., help="Job ids or names."),
-    value: int | None = typer.Option(None, "--set", help="The new priority, -1000..1000 "
-                                     "(higher runs first)."),
+    value: int | None = typer.Option(
+        None, "--set", help="The new priority, -1000..1000 (higher runs first)."
+    ),
     up: bool = typer.Option(False, "--up", help="Raise the priority by one."),
     down: bool = typer.Option(False, "--down", help="Lower the priority by one."),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
@@ -478,11 +561,17 @@ def priority(
     A running or finished job keeps it for when it is queued again (a retry, a requeue)."""
     from gpudesk.engine.jobs import check_priority
 
-    given = [flag for flag, used in (("--set", value is not None), ("--up", up),
-                                     ("--down", down)) if used]
+    given = [
+        flag
+        for flag, used in (("--set", value is not None), ("--up", up), ("--down", down))
+        if used
+    ]
     if len(given) != 1:
-        fail("give exactly one of --set N, --up or --down"
-             + (f" (found {' and '.join(given)})" if given else ""), EXIT_USAGE)
+        fail(
+            "give exactly one of --set N, --up or --down"
+            + (f" (found {' and '.join(given)})" if given else ""),
+            EXIT_USAGE,
+        )
     if value is None:
         _job_control("priority", jobs, json_out, delta=1 if up else -1)
         return
@@ -511,8 +600,9 @@ def requeue(
 def top(
     once: bool = typer.Option(False, "--once", help="Print one frame and exit."),
     json_out: bool = typer.Option(False, "--json", help="Print one JSON snapshot and exit."),
-    interval: float = typer.Option(1.0, "--interval", "-n", min=0.1, max=3600,
-                                   help="Seconds between frames."),
+    interval: float = typer.Option(
+        1.0, "--interval", "-n", min=0.1, max=3600, help="Seconds between frames."
+    ),
 ) -> None:
     """A plain monitor for SSH: station, host CPU/memory, running jobs. Never starts the engine."""
     from gpudesk.top import run_top
@@ -530,12 +620,19 @@ SIMULATE_POLICIES = "exclusive,carma,auto,naive,mps,mig"
 @app.command()
 def simulate(
     trace: Path = typer.Argument(..., help="A job trace (JSON), e.g. the CARMA Philly trace."),
-    station: str | None = typer.Option(None, "--station", help="Simulated station (default: "
-                                       "the trace's, else sim:dgx-station-a100)."),
-    policy: str = typer.Option(SIMULATE_POLICIES, "--policy", "-p",
-                               help="Policies to compare, comma-separated."),
-    estimator: str = typer.Option("gpumemnet", "--estimator", help="Which of the trace's "
-                                  "memory estimates jobs give as their hint."),
+    station: str | None = typer.Option(
+        None,
+        "--station",
+        help="Simulated station (default: the trace's, else sim:dgx-station-a100).",
+    ),
+    policy: str = typer.Option(
+        SIMULATE_POLICIES, "--policy", "-p", help="Policies to compare, comma-separated."
+    ),
+    estimator: str = typer.Option(
+        "gpumemnet",
+        "--estimator",
+        help="Which of the trace's memory estimates jobs give as their hint.",
+    ),
     json_out: bool = typer.Option(False, "--json", help="Print the results as JSON."),
 ) -> None:
     """Replay a job trace on a SIMULATED station through the engine's placement policies."""
@@ -547,38 +644,78 @@ def simulate(
     policies = [p.strip() for p in policy.split(",") if p.strip()]
     unknown = [p for p in policies if p not in POLICY_NAMES]
     if unknown or not policies:
-        fail(f"--policy: unknown policy {', '.join(unknown) or '(none)'}; known: "
-             f"{', '.join(POLICY_NAMES)}", EXIT_USAGE)
+        fail(
+            f"--policy: unknown policy {', '.join(unknown) or '(none)'}; known: "
+            f"{', '.join(POLICY_NAMES)}",
+            EXIT_USAGE,
+        )
     try:
         loaded = load_trace(trace)
-        chosen = station or (f"sim:{loaded.station}" if loaded.station else
-                             "sim:dgx-station-a100")
+        chosen = station or (f"sim:{loaded.station}" if loaded.station else "sim:dgx-station-a100")
         results = run_simulation(loaded, policies, station=chosen, estimator=estimator)
     except (TraceError, ValueError) as exc:
         fail(str(exc), EXIT_USAGE)
     if json_out:
-        _print_json({"trace": loaded.name, "station": chosen, "simulated": True,
-                     "estimator": estimator, "results": [r.to_dict() for r in results]})
+        _print_json(
+            {
+                "trace": loaded.name,
+                "station": chosen,
+                "simulated": True,
+                "estimator": estimator,
+                "results": [r.to_dict() for r in results],
+            }
+        )
         return
     base = next((r for r in results if r.policy == "exclusive"), results[0])
     rows = []
     for r in results:
         ratio = r.makespan_s / base.makespan_s
-        rows.append((r.policy, render.duration(r.makespan_s), f"{ratio:.2f}",
-                     render.duration(r.mean_jct_s), render.duration(r.p95_jct_s),
-                     render.duration(r.mean_wait_s), f"{r.gpu_busy_hours:.1f}",
-                     f"{r.energy_kwh:.2f}", f"{r.energy_kwh / base.energy_kwh:.2f}",
-                     r.oom_crashes, r.oom_recovered, r.lost))
-    print(f"SIMULATED {chosen}: trace {loaded.name}, {len(loaded.jobs)} jobs, memory hints "
-          f"from {estimator}; ratios against {base.policy}")
-    print(render.table(("POLICY", "MAKESPAN", "x", "MEAN JCT", "P95 JCT", "MEAN WAIT",
-                        "GPU-H", "kWh", "x", "OOM", "RECOVERED", "LOST"), rows,
-                       right=tuple(range(1, 12))))
+        rows.append(
+            (
+                r.policy,
+                render.duration(r.makespan_s),
+                f"{ratio:.2f}",
+                render.duration(r.mean_jct_s),
+                render.duration(r.p95_jct_s),
+                render.duration(r.mean_wait_s),
+                f"{r.gpu_busy_hours:.1f}",
+                f"{r.energy_kwh:.2f}",
+                f"{r.energy_kwh / base.energy_kwh:.2f}",
+                r.oom_crashes,
+                r.oom_recovered,
+                r.lost,
+            )
+        )
+    print(
+        f"SIMULATED {chosen}: trace {loaded.name}, {len(loaded.jobs)} jobs, memory hints "
+        f"from {estimator}; ratios against {base.policy}"
+    )
+    print(
+        render.table(
+            (
+                "POLICY",
+                "MAKESPAN",
+                "x",
+                "MEAN JCT",
+                "P95 JCT",
+                "MEAN WAIT",
+                "GPU-H",
+                "kWh",
+                "x",
+                "OOM",
+                "RECOVERED",
+                "LOST",
+            ),
+            rows,
+            right=tuple(range(1, 12)),
+        )
+    )
 
 
 # ------------------------------------------------------------------------ engine
-def _station_from_options(slots: int | None, policy: str | None,
-                          backend: str | None) -> StationConfig | None:
+def _station_from_options(
+    slots: int | None, policy: str | None, backend: str | None
+) -> StationConfig | None:
     from gpudesk.engine.station import StationConfig
 
     given = {k: v for k, v in (("slots", slots), ("policy", policy), ("backend", backend)) if v}
@@ -592,10 +729,12 @@ def _station_from_options(slots: int | None, policy: str | None,
 
 @engine_app.command("start")
 def engine_start(
-    foreground: bool = typer.Option(False, "--foreground", help="Run in this terminal, logging "
-                                    "to stderr (for debugging)."),
-    slots: int | None = typer.Option(None, "--slots", help="Concurrent jobs on a CPU-only "
-                                        "station (default: cores)."),
+    foreground: bool = typer.Option(
+        False, "--foreground", help="Run in this terminal, logging to stderr (for debugging)."
+    ),
+    slots: int | None = typer.Option(
+        None, "--slots", help="Concurrent jobs on a CPU-only station (default: cores)."
+    ),
     policy: str | None = typer.Option(None, "--policy", help="Placement policy."),
     backend: str | None = typer.Option(None, "--backend", help="Hardware backend."),
 ) -> None:
@@ -612,8 +751,9 @@ def engine_start(
 
         from gpudesk.engine.daemon import serve
 
-        logging.basicConfig(stream=sys.stderr, level=logging.INFO,
-                            format="%(asctime)s %(levelname)s %(message)s")
+        logging.basicConfig(
+            stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s"
+        )
         raise typer.Exit(serve(home, station))
     pid = start_engine(home, station)
     print(f"engine started (pid {pid}) for {home.root}")
@@ -664,13 +804,18 @@ def engine_status(json_out: bool = typer.Option(False, "--json", help="Print JSO
         _print_json({"running": True, **status})
         return
     station, counts = status["station"], status["counts"]
-    print(f"engine: running (pid {status['pid']}, version {status['version']}, up "
-          f"{render.duration(time.time() - status['started_at'])})")
+    print(
+        f"engine: running (pid {status['pid']}, version {status['version']}, up "
+        f"{render.duration(time.time() - status['started_at'])})"
+    )
     print(f"home:    {status['home']}")
-    print(f"station: backend {station['effective_backend']}"
-          + (" (SIMULATED)" if station.get("simulated") else "") + f", policy {station['policy']}, "
-          f"{status['slots']['busy']}/{status['slots']['total']} slots busy, "
-          f"{station['cores']} cores, {station['gpus']} GPUs")
+    print(
+        f"station: backend {station['effective_backend']}"
+        + (" (SIMULATED)" if station.get("simulated") else "")
+        + f", policy {station['policy']}, "
+        f"{status['slots']['busy']}/{status['slots']['total']} slots busy, "
+        f"{station['cores']} cores, {station['gpus']} GPUs"
+    )
     if station.get("gpu_problem"):
         print(f"GPUs:    {station['gpu_problem']}")
     print("jobs:    " + ", ".join(f"{n} {s}" for s, n in counts.items()))

@@ -55,12 +55,17 @@ class ComparePlan:
     def dataset_for(self, seed: int) -> DatasetSpec:
         """The dataset as seed `seed` reads it: its own loader, seeded differently."""
         suffix = f".s{seed}"
-        return replace(self.dataset, name=self.dataset.name[:24] + suffix,
-                       seed=self.dataset.seed + seed, selection=None)
+        return replace(
+            self.dataset,
+            name=self.dataset.name[:24] + suffix,
+            seed=self.dataset.seed + seed,
+            selection=None,
+        )
 
 
-def plan(profile: Profile, presets: str, seeds: int, job: str | None = None,
-         metric: str = "val_acc") -> ComparePlan:
+def plan(
+    profile: Profile, presets: str, seeds: int, job: str | None = None, metric: str = "val_acc"
+) -> ComparePlan:
     chosen = []
     for text in [p for p in presets.split(",") if p.strip()]:
         try:
@@ -79,21 +84,29 @@ def plan(profile: Profile, presets: str, seeds: int, job: str | None = None,
         if not readers:
             raise CompareError(f"--job: the profile has no job {job!r} that reads a dataset")
     if not readers:
-        raise CompareError(f"{profile.path}: no job reads a dataset; give the training job "
-                           "dataset = \"NAME\" and a [datasets.NAME] table with a factory")
+        raise CompareError(
+            f"{profile.path}: no job reads a dataset; give the training job "
+            'dataset = "NAME" and a [datasets.NAME] table with a factory'
+        )
     if len(readers) > 1 and job is None:
         names = ", ".join(spec.name for spec in readers[:5])
-        raise CompareError(f"{profile.path}: {len(readers)} jobs read a dataset ({names}); say "
-                           "which one to compare with --job NAME")
+        raise CompareError(
+            f"{profile.path}: {len(readers)} jobs read a dataset ({names}); say "
+            "which one to compare with --job NAME"
+        )
     spec = readers[0]
     config = profile.datasets.get(spec.dataset or "")
     if config is None or config.loader is None:
-        raise CompareError(f"dataset {spec.dataset!r} has no factory: the comparison serves it "
-                           "through a shared loader, so its [datasets] table needs one")
+        raise CompareError(
+            f"dataset {spec.dataset!r} has no factory: the comparison serves it "
+            "through a shared loader, so its [datasets] table needs one"
+        )
     loader = config.loader
     if any(p.method == "less" for p in chosen) and loader.selection_target is None:
-        raise CompareError(f"less-P ranks samples by similarity to a target set: give "
-                           f"[datasets.{loader.name}] a selection_target = \"MODULE:FACTORY\"")
+        raise CompareError(
+            f"less-P ranks samples by similarity to a target set: give "
+            f'[datasets.{loader.name}] a selection_target = "MODULE:FACTORY"'
+        )
     return ComparePlan(profile, spec, loader, chosen, list(range(seeds)), metric)
 
 
@@ -123,8 +136,13 @@ class Trial:
 
 
 class Comparison:
-    def __init__(self, plan: ComparePlan, client: EngineClient, cache: SelectionCache,
-                 say: Callable[[str], None]) -> None:
+    def __init__(
+        self,
+        plan: ComparePlan,
+        client: EngineClient,
+        cache: SelectionCache,
+        say: Callable[[str], None],
+    ) -> None:
         self.plan, self.client, self.cache, self.say = plan, client, cache, say
         stamp = time.strftime("%Y%m%d-%H%M%S")
         self.group = f"compare-{plan.profile.name}@{stamp}"[:100]
@@ -133,8 +151,9 @@ class Comparison:
 
     def run(self) -> list[Trial]:
         self.client.request("configure", station=self.plan.profile.station.to_dict())
-        self.client.request("datasets", datasets=[self.plan.dataset_for(s).to_dict()
-                                                  for s in self.plan.seeds])
+        self.client.request(
+            "datasets", datasets=[self.plan.dataset_for(s).to_dict() for s in self.plan.seeds]
+        )
         try:
             for seed in self.plan.seeds:
                 for preset in self.plan.presets:
@@ -157,14 +176,16 @@ class Comparison:
 
     # ----------------------------------------------------------------- pre-pass
     def prepass(self, trial: Trial, preset: Preset, dataset: DatasetSpec) -> None:
-        job = self.submit(prepass_job(dataset, preset.name, self.plan.job.workdir,
-                                      f"prepass-{preset.name}-s{trial.seed}"))
+        job = self.submit(
+            prepass_job(
+                dataset, preset.name, self.plan.job.workdir, f"prepass-{preset.name}-s{trial.seed}"
+            )
+        )
         trial.prepass_job = job["id"]
         self.say(f"seed {trial.seed} {preset.name}: pre-pass job {job['id']}")
         output = record_prepass(self.cache, self.wait(job["id"]))
         if output is None:
-            trial.problems.append(f"pre-pass job {job['id']} failed; see gpudesk logs "
-                                  f"{job['id']}")
+            trial.problems.append(f"pre-pass job {job['id']} failed; see gpudesk logs {job['id']}")
             return
         trial.prepass_key = output["key"]
         trial.prepass_fresh = not output["reused"]
@@ -174,10 +195,15 @@ class Comparison:
         spec = self.plan.job.to_dict()
         seed = str(trial.seed)
         spec["command"] = [arg.replace("{seed}", seed) for arg in spec["command"]]
-        spec["env"] = {**{k: v.replace("{seed}", seed) for k, v in spec["env"].items()},
-                       ENV_SEED: seed}
-        spec.update(name=f"{self.plan.job.name}-{preset.name}-s{trial.seed}"[:100],
-                    dataset=dataset.name, selection=preset.name)
+        spec["env"] = {
+            **{k: v.replace("{seed}", seed) for k, v in spec["env"].items()},
+            ENV_SEED: seed,
+        }
+        spec.update(
+            name=f"{self.plan.job.name}-{preset.name}-s{trial.seed}"[:100],
+            dataset=dataset.name,
+            selection=preset.name,
+        )
         job = self.submit(spec)
         trial.train_job = job["id"]
         self.say(f"seed {trial.seed} {preset.name}: training job {job['id']}")
@@ -190,11 +216,14 @@ class Comparison:
         log = Path(done["log"]).read_text(errors="replace") if done["log"] else ""
         result = _last_result(log)
         if done["state"] != "succeeded":
-            trial.problems.append(f"training job {job['id']} {done['state']}; see gpudesk "
-                                  f"logs {job['id']}")
+            trial.problems.append(
+                f"training job {job['id']} {done['state']}; see gpudesk logs {job['id']}"
+            )
         elif result is None or not isinstance(result.get(self.plan.metric), (int, float)):
-            trial.problems.append(f"training job {job['id']} printed no `result {{json}}` line "
-                                  f"with {self.plan.metric!r}")
+            trial.problems.append(
+                f"training job {job['id']} printed no `result {{json}}` line "
+                f"with {self.plan.metric!r}"
+            )
         else:
             trial.quality = float(result[self.plan.metric])
             samples = result.get("train_samples")
@@ -204,7 +233,7 @@ class Comparison:
     def _read_selection(self, trial: Trial, loader: str | None) -> None:
         status = self.client.request("status", fresh_loaders=True)
         for entry in status.get("loaders", []):
-            chosen = ((entry.get("status") or {}).get("selection") or {})
+            chosen = (entry.get("status") or {}).get("selection") or {}
             if entry.get("name") == loader and chosen:
                 trial.reuse_s = chosen.get("select_s") if chosen.get("reused") else None
         if trial.prepass_key:
@@ -281,21 +310,28 @@ def summarize(trials: list[Trial]) -> list[PresetRow]:
         uses = _mean([float(t.prepass_uses) for t in group if t.prepass_uses])
         train_s = _mean([t.train_wall_s for t in group])
         quality = _mean(qualities)
-        rows.append(PresetRow(
-            preset=preset, seeds=len(group),
-            prepass_min=_div(prepass_s, 60), prepass_wh=_div(prepass_j, 3600),
-            amortized_min=_div(_div(prepass_s, uses), 60),
-            amortized_wh=_div(_div(prepass_j, uses), 3600), uses=uses,
-            train_min=_div(train_s, 60), train_wh=_div(_mean([t.train_energy_j for t in group]),
-                                                       3600),
-            quality_mean=quality,
-            quality_sd=statistics.stdev(qualities) if len(qualities) > 1 else None,
-            quality_values=qualities,
-            of_full_pct=None if quality is None or not full_quality else
-            100.0 * quality / full_quality,
-            break_even=_break_even(prepass_s, train_s, full_wall),
-            reuse_ms=_div(_mean([t.reuse_s for t in group]), 0.001),
-            prepass_compute_s=_mean([t.prepass_compute_s for t in group])))
+        rows.append(
+            PresetRow(
+                preset=preset,
+                seeds=len(group),
+                prepass_min=_div(prepass_s, 60),
+                prepass_wh=_div(prepass_j, 3600),
+                amortized_min=_div(_div(prepass_s, uses), 60),
+                amortized_wh=_div(_div(prepass_j, uses), 3600),
+                uses=uses,
+                train_min=_div(train_s, 60),
+                train_wh=_div(_mean([t.train_energy_j for t in group]), 3600),
+                quality_mean=quality,
+                quality_sd=statistics.stdev(qualities) if len(qualities) > 1 else None,
+                quality_values=qualities,
+                of_full_pct=None
+                if quality is None or not full_quality
+                else 100.0 * quality / full_quality,
+                break_even=_break_even(prepass_s, train_s, full_wall),
+                reuse_ms=_div(_mean([t.reuse_s for t in group]), 0.001),
+                prepass_compute_s=_mean([t.prepass_compute_s for t in group]),
+            )
+        )
     return rows
 
 
@@ -324,17 +360,25 @@ def targets(rows: list[PresetRow]) -> dict[str, Any]:
     by_name = {row.preset: row for row in rows}
     random_row = by_name.get("random-25")
     full_row = by_name.get("full")
-    candidates = [row for row in rows if row.preset.endswith("-25")
-                  and not row.preset.startswith(("random-", "rs2-"))
-                  and row.quality_mean is not None]
+    candidates = [
+        row
+        for row in rows
+        if row.preset.endswith("-25")
+        and not row.preset.startswith(("random-", "rs2-"))
+        and row.quality_mean is not None
+    ]
     if not candidates or random_row is None or random_row.quality_mean is None:
         return {}
     best = max(candidates, key=lambda row: row.quality_mean or 0.0)
     spreads = [sd for sd in (best.quality_sd, random_row.quality_sd) if sd is not None]
     spread = max(spreads) if spreads else None
     margin = (best.quality_mean or 0.0) - random_row.quality_mean
-    out: dict[str, Any] = {"best": best.preset, "margin": margin, "spread": spread,
-                           "beats_random": spread is not None and margin > spread}
+    out: dict[str, Any] = {
+        "best": best.preset,
+        "margin": margin,
+        "spread": spread,
+        "beats_random": spread is not None and margin > spread,
+    }
     if full_row is not None and full_row.train_min and best.prepass_min is not None:
         out["prepass_share_of_full"] = best.prepass_min / full_row.train_min
     if best.reuse_ms is not None and best.prepass_compute_s:
@@ -345,32 +389,63 @@ def targets(rows: list[PresetRow]) -> dict[str, Any]:
 def render_header(plan: ComparePlan, station: dict[str, Any]) -> str:
     backend = str(station.get("effective_backend"))
     simulated = bool(station.get("simulated"))
-    energy = ("energy (Wh) is SIMULATED: the GPUs are simulated" if simulated else
-              "energy (Wh) from the engine's telemetry; n/a where it could not measure any "
-              "(no GPU used and no readable RAPL counters)")
-    return (f"{plan.job.name} on {plan.dataset.factory} {json.dumps(plan.dataset.args)}, "
-            f"{len(plan.seeds)} seed(s), quality = {plan.metric}; backend {backend}"
-            + (" (SIMULATED)" if simulated else "") + f"\n{energy}\n")
+    energy = (
+        "energy (Wh) is SIMULATED: the GPUs are simulated"
+        if simulated
+        else "energy (Wh) from the engine's telemetry; n/a where it could not measure any "
+        "(no GPU used and no readable RAPL counters)"
+    )
+    return (
+        f"{plan.job.name} on {plan.dataset.factory} {json.dumps(plan.dataset.args)}, "
+        f"{len(plan.seeds)} seed(s), quality = {plan.metric}; backend {backend}"
+        + (" (SIMULATED)" if simulated else "")
+        + f"\n{energy}\n"
+    )
 
 
 def render_table(rows: list[PresetRow], metric: str) -> str:
     def number(value: float | None, digits: int = 2) -> str:
         return "n/a" if value is None else f"{value:.{digits}f}"
 
-    header = ("PRESET", "SEEDS", "PRE-PASS MIN", "PRE-PASS WH", "AMORTIZED MIN", "AMORTIZED WH",
-              "USES", "TRAIN MIN", "TRAIN WH", metric.upper(), "% OF FULL", "BREAK-EVEN")
-    lines = [render.table(header, [(
-        row.preset, row.seeds,
-        "-" if row.preset.split("-")[0] in NO_PREPASS else number(row.prepass_min, 3),
-        "-" if row.preset.split("-")[0] in NO_PREPASS else number(row.prepass_wh, 4),
-        "-" if row.preset.split("-")[0] in NO_PREPASS else number(row.amortized_min, 4),
-        "-" if row.preset.split("-")[0] in NO_PREPASS else number(row.amortized_wh, 5),
-        "-" if row.uses is None else f"{row.uses:.0f}",
-        number(row.train_min, 3), number(row.train_wh, 4),
-        "n/a" if row.quality_mean is None else f"{row.quality_mean:.4f}"
-        + ("" if row.quality_sd is None else f" ± {row.quality_sd:.4f}"),
-        "n/a" if row.of_full_pct is None else f"{row.of_full_pct:.1f} %",
-        row.break_even) for row in rows])]
+    header = (
+        "PRESET",
+        "SEEDS",
+        "PRE-PASS MIN",
+        "PRE-PASS WH",
+        "AMORTIZED MIN",
+        "AMORTIZED WH",
+        "USES",
+        "TRAIN MIN",
+        "TRAIN WH",
+        metric.upper(),
+        "% OF FULL",
+        "BREAK-EVEN",
+    )
+    lines = [
+        render.table(
+            header,
+            [
+                (
+                    row.preset,
+                    row.seeds,
+                    "-" if row.preset.split("-")[0] in NO_PREPASS else number(row.prepass_min, 3),
+                    "-" if row.preset.split("-")[0] in NO_PREPASS else number(row.prepass_wh, 4),
+                    "-" if row.preset.split("-")[0] in NO_PREPASS else number(row.amortized_min, 4),
+                    "-" if row.preset.split("-")[0] in NO_PREPASS else number(row.amortized_wh, 5),
+                    "-" if row.uses is None else f"{row.uses:.0f}",
+                    number(row.train_min, 3),
+                    number(row.train_wh, 4),
+                    "n/a"
+                    if row.quality_mean is None
+                    else f"{row.quality_mean:.4f}"
+                    + ("" if row.quality_sd is None else f" ± {row.quality_sd:.4f}"),
+                    "n/a" if row.of_full_pct is None else f"{row.of_full_pct:.1f} %",
+                    row.break_even,
+                )
+                for row in rows
+            ],
+        )
+    ]
     return "\n".join(lines)
 
 
@@ -379,27 +454,44 @@ def render_targets(found: dict[str, Any]) -> str:
         return "targets: need full, random-25 and another preset at 25 % with results"
     lines = []
     spread = found["spread"]
-    lines.append(f"best non-random preset at 25 %: {found['best']}, "
-                 f"{found['margin']:+.4f} over random-25 (seed-to-seed spread, the larger "
-                 f"standard deviation of the two: "
-                 + ("n/a" if spread is None else f"{spread:.4f}") + ") — "
-                 + ("beats random-25" if found["beats_random"] else
-                    "does NOT beat random-25 by more than the spread"))
+    lines.append(
+        f"best non-random preset at 25 %: {found['best']}, "
+        f"{found['margin']:+.4f} over random-25 (seed-to-seed spread, the larger "
+        f"standard deviation of the two: "
+        + ("n/a" if spread is None else f"{spread:.4f}")
+        + ") — "
+        + (
+            "beats random-25"
+            if found["beats_random"]
+            else "does NOT beat random-25 by more than the spread"
+        )
+    )
     share = found.get("prepass_share_of_full")
     if share is not None:
-        lines.append(f"its fresh pre-pass: {100 * share:.1f} % of the full training run's wall "
-                     "time (target ≤ 15 %)")
+        lines.append(
+            f"its fresh pre-pass: {100 * share:.1f} % of the full training run's wall "
+            "time (target ≤ 15 %)"
+        )
     reuse = found.get("reuse_share_of_prepass")
     if reuse is not None:
-        lines.append(f"a cached reuse: {100 * reuse:.2f} % of the pre-pass's own compute time "
-                     "(target ≤ 1 %)")
+        lines.append(
+            f"a cached reuse: {100 * reuse:.2f} % of the pre-pass's own compute time (target ≤ 1 %)"
+        )
     return "\n".join(lines)
 
 
-def to_json(plan: ComparePlan, trials: list[Trial], rows: list[PresetRow],
-            station: dict[str, Any]) -> dict[str, Any]:
-    return {"profile": str(plan.profile.path), "job": plan.job.name,
-            "dataset": plan.dataset.to_dict(), "metric": plan.metric, "seeds": plan.seeds,
-            "backend": station.get("effective_backend"), "simulated": station.get("simulated"),
-            "trials": [asdict(t) for t in trials], "presets": [asdict(r) for r in rows],
-            "targets": targets(rows)}
+def to_json(
+    plan: ComparePlan, trials: list[Trial], rows: list[PresetRow], station: dict[str, Any]
+) -> dict[str, Any]:
+    return {
+        "profile": str(plan.profile.path),
+        "job": plan.job.name,
+        "dataset": plan.dataset.to_dict(),
+        "metric": plan.metric,
+        "seeds": plan.seeds,
+        "backend": station.get("effective_backend"),
+        "simulated": station.get("simulated"),
+        "trials": [asdict(t) for t in trials],
+        "presets": [asdict(r) for r in rows],
+        "targets": targets(rows),
+    }

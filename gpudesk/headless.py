@@ -98,12 +98,24 @@ class RunReport:
 
     def text(self) -> str:
         rows = [
-            (j["id"], j["name"], j["state"], j["attempts"], render.duration(render.job_runtime(j)),
-             j["exit_code"], render.energy(j.get("usage")), render.shorten_path(j["log"]))
+            (
+                j["id"],
+                j["name"],
+                j["state"],
+                j["attempts"],
+                render.duration(render.job_runtime(j)),
+                j["exit_code"],
+                render.energy(j.get("usage")),
+                render.shorten_path(j["log"]),
+            )
             for j in self.jobs
         ]
-        table = render.table(("ID", "NAME", "STATE", "ATTEMPTS", "WALL", "EXIT", "ENERGY", "LOG"),
-                             rows, max_widths={1: 32}, right=(0, 3, 4, 5, 6))
+        table = render.table(
+            ("ID", "NAME", "STATE", "ATTEMPTS", "WALL", "EXIT", "ENERGY", "LOG"),
+            rows,
+            max_widths={1: 32},
+            right=(0, 3, 4, 5, 6),
+        )
         counts = ", ".join(f"{n} {state}" for state, n in sorted(self.counts.items()))
         head = f"{self.profile}: {counts} in {render.duration(self.ended_at - self.started_at)}"
         if self.interrupted:
@@ -123,21 +135,30 @@ class RunReport:
                 continue
             chosen = status.get("selection")
             if chosen:
-                how = "cached pre-pass" if chosen.get("reused") else \
-                    "no pre-pass" if chosen.get("key") is None else \
-                    f"pre-pass {chosen.get('prepass_wall_s', 0):.1f} s, now cached"
-                lines.append(f"shared loader {loader['name']}: selection {chosen['preset']}, "
-                             f"trained on {chosen['kept']} of {chosen['of']} samples ({how})")
+                how = (
+                    "cached pre-pass"
+                    if chosen.get("reused")
+                    else "no pre-pass"
+                    if chosen.get("key") is None
+                    else f"pre-pass {chosen.get('prepass_wall_s', 0):.1f} s, now cached"
+                )
+                lines.append(
+                    f"shared loader {loader['name']}: selection {chosen['preset']}, "
+                    f"trained on {chosen['kept']} of {chosen['of']} samples ({how})"
+                )
             if consumers == 1 or abs(loader["saved_cpu_s"]) < 0.05:
-                lines.append(f"shared loader {loader['name']}: producer CPU "
-                             f"{loader['cpu_s']:.1f} s{who}; each batch went to one consumer, "
-                             "so sharing saved nothing")
+                lines.append(
+                    f"shared loader {loader['name']}: producer CPU "
+                    f"{loader['cpu_s']:.1f} s{who}; each batch went to one consumer, "
+                    "so sharing saved nothing"
+                )
                 continue
             lines.append(
                 f"shared loader {loader['name']}: producer CPU {loader['cpu_s']:.1f} s{who}, "
                 f"{status.get('produced', 0)} batches made, {status.get('delivered_total', 0)} "
                 f"delivered; unshared loading estimated at {loader['unshared_cpu_s']:.1f} s: "
-                f"{loader['saved_cpu_s']:.1f} CPU-s saved")
+                f"{loader['saved_cpu_s']:.1f} CPU-s saved"
+            )
         return lines
 
     def energy_line(self) -> str:
@@ -145,18 +166,30 @@ class RunReport:
         energy = self.energy
         if energy is None or energy["total_j"] is None:
             gpus = "no GPUs" if self.backend == "none" else "no GPU energy readings"
-            return (f"energy: not measured ({station}: {gpus}, and the CPU's RAPL counters are "
-                    "not readable)")
+            return (
+                f"energy: not measured ({station}: {gpus}, and the CPU's RAPL counters are "
+                "not readable)"
+            )
         parts = []
         if energy["gpu_j"] is not None:
             idle = energy["gpu_idle_j"]
-            parts.append(f"GPU {render.joules(energy['gpu_j'])}"
-                         + (f" (idle baseline {render.joules(idle)})" if idle is not None else ""))
-        parts.append("CPU " + (render.joules(energy["cpu_j"]) if energy["cpu_j"] is not None
-                               else "n/a (RAPL not readable)"))
+            parts.append(
+                f"GPU {render.joules(energy['gpu_j'])}"
+                + (f" (idle baseline {render.joules(idle)})" if idle is not None else "")
+            )
+        parts.append(
+            "CPU "
+            + (
+                render.joules(energy["cpu_j"])
+                if energy["cpu_j"] is not None
+                else "n/a (RAPL not readable)"
+            )
+        )
         estimate = ", estimated for shared GPUs/CPU" if energy["estimate"] else ""
-        return (f"energy: {', '.join(parts)}; {energy['carbon_g']:.1f} g CO2e at "
-                f"{self.grid_g_per_kwh:g} g/kWh ({station}{estimate})")
+        return (
+            f"energy: {', '.join(parts)}; {energy['carbon_g']:.1f} g CO2e at "
+            f"{self.grid_g_per_kwh:g} g/kWh ({station}{estimate})"
+        )
 
 
 def _rounded(seconds: float | None) -> float | None:
@@ -191,8 +224,11 @@ class _Progress:
                 detail = f" on {job['slot']} (attempt {job['attempts']})" if job["slot"] else ""
             elif job["state"] in TERMINAL_STATE_NAMES or job["attempts"]:
                 detail = f": {job['reason']}" if job["reason"] else ""
-            print(f"{render.clock(time.time())}  {job['name']}  {job['state']}{detail}",
-                  file=self.stream, flush=True)
+            print(
+                f"{render.clock(time.time())}  {job['name']}  {job['state']}{detail}",
+                file=self.stream,
+                flush=True,
+            )
 
     def _table(self, jobs: list[dict[str, Any]], rows: int) -> Any:
         from rich.table import Table
@@ -201,22 +237,38 @@ class _Progress:
         # Running jobs first, then the queue, then finished ones, as many as the screen holds.
         rank = {"running": 0, "queued": 1}
         ordered = sorted(jobs, key=lambda j: (rank.get(j["state"], 2), j["id"]))
-        shown = ordered[:max(5, rows)]
+        shown = ordered[: max(5, rows)]
         caption = f"… and {len(jobs) - len(shown)} more" if len(shown) < len(jobs) else None
-        table = Table(title=f"{done}/{len(jobs)} done", title_justify="left", box=None,
-                      pad_edge=False, expand=False, caption=caption, caption_justify="left")
+        table = Table(
+            title=f"{done}/{len(jobs)} done",
+            title_justify="left",
+            box=None,
+            pad_edge=False,
+            expand=False,
+            caption=caption,
+            caption_justify="left",
+        )
         table.add_column("ID", justify="right", no_wrap=True)
         table.add_column("NAME", no_wrap=True, overflow="ellipsis", max_width=32)
         table.add_column("STATE", no_wrap=True, min_width=len("succeeded"))
         table.add_column("TIME", justify="right", no_wrap=True)
         table.add_column("LAST OUTPUT", no_wrap=True, overflow="ellipsis", max_width=60)
-        colors = {"running": "cyan", "succeeded": "green", "failed": "red",
-                  "cancelled": "yellow", "queued": "dim"}
+        colors = {
+            "running": "cyan",
+            "succeeded": "green",
+            "failed": "red",
+            "cancelled": "yellow",
+            "queued": "dim",
+        }
         for job in shown:
             output = render.last_line(job["log"]) if job["state"] == "running" else ""
-            table.add_row(str(job["id"]), job["name"],
-                          f"[{colors.get(job['state'], '')}]{job['state']}[/]",
-                          render.duration(render.job_runtime(job)), output)
+            table.add_row(
+                str(job["id"]),
+                job["name"],
+                f"[{colors.get(job['state'], '')}]{job['state']}[/]",
+                render.duration(render.job_runtime(job)),
+                output,
+            )
         return table
 
     def close(self) -> None:
@@ -240,8 +292,7 @@ def run_profile(
     loaders = [d.loader.to_dict() for d in profile.datasets.values() if d.loader is not None]
     if loaders:
         client.request("datasets", datasets=loaders)
-    progress = _Progress(progress_stream,
-                         progress_stream.isatty() if live is None else live)
+    progress = _Progress(progress_stream, progress_stream.isatty() if live is None else live)
     prepasses = profile_prepasses(profile)
     stage = "prepass" if prepasses else "train"
     try:
@@ -251,9 +302,17 @@ def run_profile(
                     if stage == "prepass" and not report.interrupted:
                         # The selections' pre-passes first, as jobs the engine measures; the
                         # training jobs then find them cached.
-                        client.request("submit", env=submit_env(), jobs=[
-                            {**prepass_job(dataset, preset, str(profile.path.parent)),
-                             "group": group} for dataset, preset in prepasses])
+                        client.request(
+                            "submit",
+                            env=submit_env(),
+                            jobs=[
+                                {
+                                    **prepass_job(dataset, preset, str(profile.path.parent)),
+                                    "group": group,
+                                }
+                                for dataset, preset in prepasses
+                            ],
+                        )
                         stage = "prepass-wait"
                     if stage == "prepass-wait" and not report.interrupted:
                         report.jobs = _follow(client, events, group, progress)
@@ -286,15 +345,22 @@ def _record_prepasses(client: EngineClient, report: RunReport) -> bool:
         output = record_prepass(cache, job)
         if output is None:
             ok = False
-            report.notes.append(f"pre-pass job {job['id']} ({job['name']}) {job['state']}: "
-                                f"the profile's jobs were not submitted (gpudesk logs "
-                                f"{job['id']})")
+            report.notes.append(
+                f"pre-pass job {job['id']} ({job['name']}) {job['state']}: "
+                f"the profile's jobs were not submitted (gpudesk logs "
+                f"{job['id']})"
+            )
         else:
-            how = "reused from the cache" if output["reused"] else \
-                f"computed in {output['prepass_wall_s']:.1f} s and cached"
-            report.notes.append(f"selection {output['preset']} of {output['dataset']}: "
-                                f"{output['kept']} of {output['of']} samples, {how} "
-                                f"(key {output['key']})")
+            how = (
+                "reused from the cache"
+                if output["reused"]
+                else f"computed in {output['prepass_wall_s']:.1f} s and cached"
+            )
+            report.notes.append(
+                f"selection {output['preset']} of {output['dataset']}: "
+                f"{output['kept']} of {output['of']} samples, {how} "
+                f"(key {output['key']})"
+            )
     return ok
 
 
@@ -306,14 +372,16 @@ def _add_usage(client: EngineClient, report: RunReport) -> None:
     report.loaders = [entry for entry in status.get("loaders", []) if entry["name"] in used]
     report.backend, report.simulated = station["effective_backend"], station["simulated"]
     report.grid_g_per_kwh = station["grid_intensity"]
-    usage = {j["id"]: j["usage"] for j in
-             client.request("jobs", group=report.group, usage=True)["jobs"]}
+    usage = {
+        j["id"]: j["usage"] for j in client.request("jobs", group=report.group, usage=True)["jobs"]
+    }
     for job in report.jobs:
         job["usage"] = usage.get(job["id"])
 
 
-def _follow(client: EngineClient, events: zmq.Socket, group: str,
-            progress: _Progress) -> list[dict[str, Any]]:
+def _follow(
+    client: EngineClient, events: zmq.Socket, group: str, progress: _Progress
+) -> list[dict[str, Any]]:
     while True:
         started = time.monotonic()
         jobs = client.request("jobs", group=group)["jobs"]
@@ -339,8 +407,12 @@ def _cancel_group(client: EngineClient, group: str, stream: TextIO) -> None:
     handles requests in order, so a submit that was sent is queued before this query)."""
     jobs = client.request("jobs", group=group)["jobs"]
     active = [j["id"] for j in jobs if j["state"] not in TERMINAL_STATE_NAMES]
-    print(f"\ncancelling {len(active)} job(s) of this run (Ctrl-C again to leave them to the "
-          "engine)…", file=stream, flush=True)
+    print(
+        f"\ncancelling {len(active)} job(s) of this run (Ctrl-C again to leave them to the "
+        "engine)…",
+        file=stream,
+        flush=True,
+    )
     if active:
         client.request("cancel", jobs=active, grace=CANCEL_GRACE_S)
 

@@ -26,10 +26,16 @@ if TYPE_CHECKING:
 mig_app = typer.Typer(help="MIG partitions through nvidia-smi.", no_args_is_help=True)
 
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON.")]
-DryRunOption = Annotated[bool, typer.Option("--dry-run", help="Print the nvidia-smi commands "
-                                            "that would run, one per line, and change nothing.")]
-GpuOption = Annotated[int, typer.Option("--gpu", "-g", min=0, help="The GPU's index "
-                                        "(as nvidia-smi -L numbers it).")]
+DryRunOption = Annotated[
+    bool,
+    typer.Option(
+        "--dry-run",
+        help="Print the nvidia-smi commands that would run, one per line, and change nothing.",
+    ),
+]
+GpuOption = Annotated[
+    int, typer.Option("--gpu", "-g", min=0, help="The GPU's index (as nvidia-smi -L numbers it).")
+]
 
 
 @contextmanager
@@ -51,8 +57,9 @@ def _print_json(data: Any) -> None:
     print_json(data)
 
 
-def _table(headers: tuple[str, ...], rows: list[tuple[object, ...]],
-           right: tuple[int, ...] = ()) -> str:
+def _table(
+    headers: tuple[str, ...], rows: list[tuple[object, ...]], right: tuple[int, ...] = ()
+) -> str:
     from gpudesk import render
 
     return "\n".join("  " + line for line in render.table(headers, rows, right=right).splitlines())
@@ -69,10 +76,12 @@ def _placements_text(placements: tuple[Placement, ...]) -> str:
 def _mode_note(gpu: int, state: str) -> str:
     from gpudesk.engine.mig import enable_hint
 
-    return {"disabled": f"MIG disabled. {enable_hint(gpu)}",
-            "pending": f"MIG enabled but pending a GPU reset: stop every process on it, then "
-                       f"`sudo nvidia-smi -i {gpu} -r` or reboot (gpudesk never resets a GPU)",
-            "unsupported": "no MIG support"}.get(state, f"MIG {state}")
+    return {
+        "disabled": f"MIG disabled. {enable_hint(gpu)}",
+        "pending": f"MIG enabled but pending a GPU reset: stop every process on it, then "
+        f"`sudo nvidia-smi -i {gpu} -r` or reboot (gpudesk never resets a GPU)",
+        "unsupported": "no MIG support",
+    }.get(state, f"MIG {state}")
 
 
 # ---------------------------------------------------------------------------- profiles
@@ -106,30 +115,97 @@ def profiles_cmd(
                 skipped.append((entry, exc))
                 continue
             derived = derive_placements(profiles)
-            found.append((entry, profiles, {p.id: placements.get(p.id) or derived.get(p.id, ())
-                                            for p in profiles}))
+            found.append(
+                (
+                    entry,
+                    profiles,
+                    {p.id: placements.get(p.id) or derived.get(p.id, ()) for p in profiles},
+                )
+            )
         if not found and skipped:
             raise skipped[0][1]
     if json_out:
-        gpus: list[dict[str, Any]] = [{
-            "index": entry.index, "name": entry.name, "uuid": entry.uuid, "mig_mode": "enabled",
-            "profiles": [{"id": p.id, "name": p.short_name, "free": p.free, "total": p.total,
-                          "memory_gib": p.memory_gib, "sm": p.sm, "ce": p.ce, "dec": p.dec,
-                          "enc": p.enc, "jpeg": p.jpeg, "ofa": p.ofa, "p2p": p.p2p,
-                          "placements": [str(pl) for pl in places[p.id]]} for p in profiles],
-        } for entry, profiles, places in found]
-        gpus += [{"index": entry.index, "name": entry.name, "uuid": entry.uuid,
-                  "mig_mode": exc.kind.removeprefix("mig-"), "problem": str(exc), "profiles": []}
-                 for entry, exc in skipped]
+        gpus: list[dict[str, Any]] = [
+            {
+                "index": entry.index,
+                "name": entry.name,
+                "uuid": entry.uuid,
+                "mig_mode": "enabled",
+                "profiles": [
+                    {
+                        "id": p.id,
+                        "name": p.short_name,
+                        "free": p.free,
+                        "total": p.total,
+                        "memory_gib": p.memory_gib,
+                        "sm": p.sm,
+                        "ce": p.ce,
+                        "dec": p.dec,
+                        "enc": p.enc,
+                        "jpeg": p.jpeg,
+                        "ofa": p.ofa,
+                        "p2p": p.p2p,
+                        "placements": [str(pl) for pl in places[p.id]],
+                    }
+                    for p in profiles
+                ],
+            }
+            for entry, profiles, places in found
+        ]
+        gpus += [
+            {
+                "index": entry.index,
+                "name": entry.name,
+                "uuid": entry.uuid,
+                "mig_mode": exc.kind.removeprefix("mig-"),
+                "problem": str(exc),
+                "profiles": [],
+            }
+            for entry, exc in skipped
+        ]
         _print_json({"gpus": sorted(gpus, key=lambda g: g["index"])})
         return
     blocks = []
     for entry, profiles, places in found:
-        rows = [(p.id, p.short_name, f"{p.free}/{p.total}", f"{p.memory_gib:.2f} GiB", p.sm, p.ce,
-                 p.dec, p.enc, p.jpeg, p.ofa, _placements_text(places[p.id])) for p in profiles]
-        blocks.append((entry.index, f"GPU {entry.index}: {entry.name}\n" + _table(
-            ("ID", "PROFILE", "FREE/TOTAL", "MEMORY", "SM", "CE", "DEC", "ENC", "JPEG", "OFA",
-             "PLACEMENTS"), rows, right=(0, 4, 5, 6, 7, 8, 9))))
+        rows = [
+            (
+                p.id,
+                p.short_name,
+                f"{p.free}/{p.total}",
+                f"{p.memory_gib:.2f} GiB",
+                p.sm,
+                p.ce,
+                p.dec,
+                p.enc,
+                p.jpeg,
+                p.ofa,
+                _placements_text(places[p.id]),
+            )
+            for p in profiles
+        ]
+        blocks.append(
+            (
+                entry.index,
+                f"GPU {entry.index}: {entry.name}\n"
+                + _table(
+                    (
+                        "ID",
+                        "PROFILE",
+                        "FREE/TOTAL",
+                        "MEMORY",
+                        "SM",
+                        "CE",
+                        "DEC",
+                        "ENC",
+                        "JPEG",
+                        "OFA",
+                        "PLACEMENTS",
+                    ),
+                    rows,
+                    right=(0, 4, 5, 6, 7, 8, 9),
+                ),
+            )
+        )
     for entry, exc in skipped:
         blocks.append((entry.index, f"GPU {entry.index}: {entry.name}\n  {exc}"))
     print("\n\n".join(text for _, text in sorted(blocks)))
@@ -139,32 +215,50 @@ def profiles_cmd(
 def _layout_dict(layout: MigLayout) -> dict[str, Any]:
     return {
         "mig_devices": [s.to_dict() for s in layout.slots],
-        "gpu_instances": [{"id": g.instance_id, "profile": g.short_name,
-                           "profile_id": g.profile_id, "placement": str(g.placement)}
-                          for g in layout.gpu_instances],
-        "compute_instances": [{"gpu_instance_id": c.gpu_instance_id, "id": c.instance_id,
-                               "profile": c.short_name, "profile_id": c.profile_id,
-                               "placement": None if c.placement is None else str(c.placement)}
-                              for c in layout.compute_instances],
+        "gpu_instances": [
+            {
+                "id": g.instance_id,
+                "profile": g.short_name,
+                "profile_id": g.profile_id,
+                "placement": str(g.placement),
+            }
+            for g in layout.gpu_instances
+        ],
+        "compute_instances": [
+            {
+                "gpu_instance_id": c.gpu_instance_id,
+                "id": c.instance_id,
+                "profile": c.short_name,
+                "profile_id": c.profile_id,
+                "placement": None if c.placement is None else str(c.placement),
+            }
+            for c in layout.compute_instances
+        ],
     }
 
 
 def _layout_text(gpu: int, layout: MigLayout) -> list[str]:
     if not layout.gpu_instances:
-        return [f"  no MIG instances (`gpudesk mig apply --gpu {gpu} PROFILE[,PROFILE...]` "
-                f"creates some)"]
+        return [
+            f"  no MIG instances (`gpudesk mig apply --gpu {gpu} PROFILE[,PROFILE...]` "
+            f"creates some)"
+        ]
     lines = []
     if layout.slots:
-        rows = [(s.device, s.profile, s.gpu_instance_id, s.compute_instance_id,
-                 s.placement, s.uuid) for s in layout.slots]
-        lines.append(_table(("DEV", "PROFILE", "GI", "CI", "PLACEMENT", "UUID"), rows,
-                            right=(0, 2, 3)))
+        rows = [
+            (s.device, s.profile, s.gpu_instance_id, s.compute_instance_id, s.placement, s.uuid)
+            for s in layout.slots
+        ]
+        lines.append(
+            _table(("DEV", "PROFILE", "GI", "CI", "PLACEMENT", "UUID"), rows, right=(0, 2, 3))
+        )
     with_ci = {c.gpu_instance_id for c in layout.compute_instances}
     bare = [g for g in layout.gpu_instances if g.instance_id not in with_ci]
     if bare:
-        lines.append("  GPU instances without a compute instance (not usable by jobs): "
-                     + ", ".join(f"GI {g.instance_id} {g.short_name} at {g.placement}"
-                                 for g in bare))
+        lines.append(
+            "  GPU instances without a compute instance (not usable by jobs): "
+            + ", ".join(f"GI {g.instance_id} {g.short_name} at {g.placement}" for g in bare)
+        )
     return lines
 
 
@@ -192,12 +286,24 @@ def list_cmd(json_out: JsonOption = False) -> None:
                     state = exc.kind.removeprefix("mig-")
             report.append((entry, state, layout))
     if json_out:
-        _print_json({"gpus": [{"index": e.index, "name": e.name, "uuid": e.uuid,
-                               "mig_mode": state,
-                               **(_layout_dict(layout) if layout else
-                                  {"mig_devices": [], "gpu_instances": [],
-                                   "compute_instances": []})}
-                              for e, state, layout in report]})
+        _print_json(
+            {
+                "gpus": [
+                    {
+                        "index": e.index,
+                        "name": e.name,
+                        "uuid": e.uuid,
+                        "mig_mode": state,
+                        **(
+                            _layout_dict(layout)
+                            if layout
+                            else {"mig_devices": [], "gpu_instances": [], "compute_instances": []}
+                        ),
+                    }
+                    for e, state, layout in report
+                ]
+            }
+        )
         return
     if not report:
         print("no GPUs (nvidia-smi -L lists none)")
@@ -207,8 +313,9 @@ def list_cmd(json_out: JsonOption = False) -> None:
         if layout is None:
             lines.append(f"GPU {entry.index}: {entry.name}  {_mode_note(entry.index, state)}")
             continue
-        lines.append(f"GPU {entry.index}: {entry.name}  MIG enabled, "
-                     f"{len(layout.slots)} MIG device(s)")
+        lines.append(
+            f"GPU {entry.index}: {entry.name}  MIG enabled, {len(layout.slots)} MIG device(s)"
+        )
         lines.extend(_layout_text(entry.index, layout))
     print("\n".join(lines))
 
@@ -217,9 +324,12 @@ def list_cmd(json_out: JsonOption = False) -> None:
 @mig_app.command("apply")
 def apply_cmd(
     gpu: GpuOption,
-    profiles: Annotated[list[str], typer.Argument(
-        metavar="PROFILES",
-        help="Profiles by name or ID, e.g. 3g.20gb,2g.10gb,1g.5gb,1g.5gb.")],
+    profiles: Annotated[
+        list[str],
+        typer.Argument(
+            metavar="PROFILES", help="Profiles by name or ID, e.g. 3g.20gb,2g.10gb,1g.5gb,1g.5gb."
+        ),
+    ],
     dry_run: DryRunOption = False,
 ) -> None:
     """Replace a GPU's MIG layout with these profiles.
@@ -236,8 +346,10 @@ def apply_cmd(
                 print(shlex.join(argv))
             return
         slots = manager.apply(gpu, profiles)
-    rows = [(s.device, s.profile, s.gpu_instance_id, s.compute_instance_id, s.placement, s.uuid)
-            for s in slots]
+    rows = [
+        (s.device, s.profile, s.gpu_instance_id, s.compute_instance_id, s.placement, s.uuid)
+        for s in slots
+    ]
     print(f"GPU {gpu} now has {len(slots)} MIG device(s):")
     print(_table(("DEV", "PROFILE", "GI", "CI", "PLACEMENT", "UUID"), rows, right=(0, 2, 3)))
     print("A job runs on one with CUDA_VISIBLE_DEVICES=<UUID>.")
@@ -260,8 +372,7 @@ def clear_cmd(gpu: GpuOption, dry_run: DryRunOption = False) -> None:
             return
         ran = manager.clear(gpu)
     if ran:
-        print(f"cleared GPU {gpu}: its compute and GPU instances are destroyed "
-              f"(MIG mode stays on)")
+        print(f"cleared GPU {gpu}: its compute and GPU instances are destroyed (MIG mode stays on)")
     else:
         print(f"GPU {gpu} has no MIG instances; nothing to do")
 
@@ -288,36 +399,57 @@ def _gib(mib: float) -> str:
 
 
 def _plan_text(plan: dict[str, Any]) -> str:
-    mode = {"enabled": "MIG enabled", "pending": "MIG enabled, pending a GPU reset",
-            "disabled": "MIG disabled"}.get(plan["mig_mode"], f"MIG {plan['mig_mode']}")
-    lines = [f"GPU {plan['gpu']}: {plan['name']}  {mode}"
-             + ("  [SIMULATED]" if plan["simulated"] else "")]
+    mode = {
+        "enabled": "MIG enabled",
+        "pending": "MIG enabled, pending a GPU reset",
+        "disabled": "MIG disabled",
+    }.get(plan["mig_mode"], f"MIG {plan['mig_mode']}")
+    lines = [
+        f"GPU {plan['gpu']}: {plan['name']}  {mode}"
+        + ("  [SIMULATED]" if plan["simulated"] else "")
+    ]
     lines.append(f"  current  {', '.join(plan['current']) or 'no MIG instances'}")
     lines.append(f"  wanted   {', '.join(plan['wanted']) or '-'}")
     if plan["slices"]:
-        rows = [(s["profile"], _gib(s["memory_mib"]), s["job_id"],
-                 s["job_name"] + (" (held)" if s["job_held"] else ""),
-                 f"{_gib(s['job_memory_mib'])}, {s['job_sm_pct']:.0f}% SM")
-                for s in plan["slices"]]
-        lines.append(_table(("SLICE", "MEMORY", "JOB", "NAME", "JOB NEEDS"), rows,
-                            right=(1, 2)))
+        rows = [
+            (
+                s["profile"],
+                _gib(s["memory_mib"]),
+                s["job_id"],
+                s["job_name"] + (" (held)" if s["job_held"] else ""),
+                f"{_gib(s['job_memory_mib'])}, {s['job_sm_pct']:.0f}% SM",
+            )
+            for s in plan["slices"]
+        ]
+        lines.append(_table(("SLICE", "MEMORY", "JOB", "NAME", "JOB NEEDS"), rows, right=(1, 2)))
     if plan["left_out"]:
         more = plan["left_out_total"] - len(plan["left_out"])
         lines.append(f"  not given a slice ({plan['left_out_total']}):")
-        lines.extend(f"    job {j['job_id']} {j['job_name']}: {j['reason']}"
-                     for j in plan["left_out"])
+        lines.extend(
+            f"    job {j['job_id']} {j['job_name']}: {j['reason']}" for j in plan["left_out"]
+        )
         if more > 0:
             lines.append(f"    ... and {more} more")
     if plan["commands"]:
-        lines.append("  applying it runs" + (" (on a real GPU; this station is SIMULATED)"
-                                             if plan["simulated"] else "") + ":")
+        lines.append(
+            "  applying it runs"
+            + (" (on a real GPU; this station is SIMULATED)" if plan["simulated"] else "")
+            + ":"
+        )
         lines.extend(f"    {command}" for command in plan["commands"])
     if plan["allowed"]:
         lines.append(f"  can apply: yes (`gpudesk mig apply-plan --gpu {plan['gpu']}`)")
     else:
-        lines.append(textwrap.fill(f"can apply: no. {plan['reason']}", width=96,
-                                   initial_indent="  ", subsequent_indent="    ",
-                                   break_on_hyphens=False, break_long_words=False))
+        lines.append(
+            textwrap.fill(
+                f"can apply: no. {plan['reason']}",
+                width=96,
+                initial_indent="  ",
+                subsequent_indent="    ",
+                break_on_hyphens=False,
+                break_long_words=False,
+            )
+        )
     return "\n".join(lines)
 
 
@@ -346,8 +478,12 @@ def plan_cmd(
 @mig_app.command("apply-plan")
 def apply_plan_cmd(
     gpu: GpuOption,
-    yes: Annotated[bool, typer.Option("--yes", "-y", help="Apply without asking (needed when "
-                                      "stdin is not a terminal).")] = False,
+    yes: Annotated[
+        bool,
+        typer.Option(
+            "--yes", "-y", help="Apply without asking (needed when stdin is not a terminal)."
+        ),
+    ] = False,
 ) -> None:
     """Apply the engine's MIG plan for one GPU (see `gpudesk mig plan`).
 
@@ -362,15 +498,28 @@ def apply_plan_cmd(
         print(_plan_text(plan))
         if not yes:
             if sys.stdin is None or not sys.stdin.isatty():
-                fail("applying a MIG plan needs confirmation: run it in a terminal, or pass "
-                     "--yes", EXIT_USAGE)
-            if not typer.confirm(f"Destroy GPU {gpu}'s MIG instances and create "
-                                 f"{', '.join(plan['wanted'])}?", default=False):
+                fail(
+                    "applying a MIG plan needs confirmation: run it in a terminal, or pass --yes",
+                    EXIT_USAGE,
+                )
+            if not typer.confirm(
+                f"Destroy GPU {gpu}'s MIG instances and create {', '.join(plan['wanted'])}?",
+                default=False,
+            ):
                 fail("not applied; nothing was changed", EXIT_FAILED)
         client.timeout = max(client.timeout, APPLY_TIMEOUT_S)
         result = client.request("mig_apply", gpu=gpu, profiles=plan["wanted"], confirm=True)
     print(result["message"])
     if result["mig_devices"]:
-        rows = [(s["device"], s["profile"], s["gpu_instance_id"], s["compute_instance_id"],
-                 s["placement"], s["uuid"]) for s in result["mig_devices"]]
+        rows = [
+            (
+                s["device"],
+                s["profile"],
+                s["gpu_instance_id"],
+                s["compute_instance_id"],
+                s["placement"],
+                s["uuid"],
+            )
+            for s in result["mig_devices"]
+        ]
         print(_table(("DEV", "PROFILE", "GI", "CI", "PLACEMENT", "UUID"), rows, right=(0, 2, 3)))

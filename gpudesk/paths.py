@@ -26,7 +26,8 @@ _MAX_SOCKET_PATH = 100
 
 def default_home() -> Path:
     state = os.environ.get("XDG_STATE_HOME") or os.path.join(
-        os.path.expanduser("~"), ".local", "state")
+        os.path.expanduser("~"), ".local", "state"
+    )
     return Path(state) / "gpudesk"
 
 

@@ -22,21 +22,37 @@ def needs_prepass(selection: str | None) -> bool:
     return bool(selection) and parse_preset(selection).method not in NO_PREPASS
 
 
-def prepass_job(dataset: DatasetSpec, preset: str, workdir: str | None,
-                name: str | None = None) -> dict[str, Any]:
+def prepass_job(
+    dataset: DatasetSpec, preset: str, workdir: str | None, name: str | None = None
+) -> dict[str, Any]:
     """The job (fields for `submit`) that runs `preset`'s pre-pass for `dataset` as its loader
     will ask for it (same factory, arguments, seed and target, hence the same cache key). A
     cache hit is not counted as a use: only training jobs are."""
-    command = [sys.executable, "-m", "gpudesk", "select", "run", dataset.factory,
-               "--preset", preset, "--seed", str(dataset.seed), "--json", "--no-record-reuse"]
+    command = [
+        sys.executable,
+        "-m",
+        "gpudesk",
+        "select",
+        "run",
+        dataset.factory,
+        "--preset",
+        preset,
+        "--seed",
+        str(dataset.seed),
+        "--json",
+        "--no-record-reuse",
+    ]
     for key, value in dataset.args.items():
         command += ["--arg", f"{key}={json.dumps(value)}"]
     if parse_preset(preset).method == "less" and dataset.selection_target:
         command += ["--target", dataset.selection_target]
         for key, value in dataset.selection_target_args.items():
             command += ["--target-arg", f"{key}={json.dumps(value)}"]
-    return {"name": name or f"prepass-{dataset.name}-{preset}"[:100], "command": command,
-            "workdir": workdir}
+    return {
+        "name": name or f"prepass-{dataset.name}-{preset}"[:100],
+        "command": command,
+        "workdir": workdir,
+    }
 
 
 def profile_prepasses(profile: Profile) -> list[tuple[DatasetSpec, str]]:
@@ -80,8 +96,13 @@ def record_prepass(cache: SelectionCache, job: dict[str, Any]) -> dict[str, Any]
         return None
     if not output.get("reused"):
         usage = job.get("usage") or {}
-        cache.record_job_cost(output["key"], job=job["id"], wall_s=job_wall(job),
-                              cpu_s=usage.get("cpu_s"), energy_j=usage.get("total_j"))
+        cache.record_job_cost(
+            output["key"],
+            job=job["id"],
+            wall_s=job_wall(job),
+            cpu_s=usage.get("cpu_s"),
+            energy_j=usage.get("total_j"),
+        )
     return output
 
 

@@ -85,8 +85,7 @@ SWEEP_KEYS = (*JOB_KEYS, "grid")
 DEFAULT_KEYS = tuple(key for key in JOB_KEYS if key not in ("name", "command", "repeat"))
 DATASET_KEYS = ("factory", *LOADER_KEYS)
 # Resource fields that go straight from the table (or [defaults]) into the JobSpec.
-_RESOURCE_KEYS = ("gpus", "memory_gb", "sm_pct", "dataset", "selection", "priority",
-                  "max_attempts")
+_RESOURCE_KEYS = ("gpus", "memory_gb", "sm_pct", "dataset", "selection", "priority", "max_attempts")
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # `{name}` not preceded by `$`, so that shell `${HOME}` passes through untouched.
@@ -535,8 +534,7 @@ class _Builder:
             if factory is not None:
                 settings = {k: v for k, v in table.items() if k in LOADER_KEYS}
                 try:
-                    loader = DatasetSpec.from_dict({"name": name, "factory": factory,
-                                                    **settings})
+                    loader = DatasetSpec.from_dict({"name": name, "factory": factory, **settings})
                 except ValueError as exc:
                     field_name, _, message = str(exc).partition(": ")
                     self.problem((*key, field_name), message)
@@ -617,8 +615,11 @@ class _Builder:
                 if field_name == "dataset" and isinstance(checked, str):
                     self.check_dataset_reference((*key, "dataset"), checked)
         if resources.get("selection") and not resources.get("dataset"):
-            self.problem((*key, "selection"), "a selection applies to the job's dataset: set "
-                         "dataset too (or put the selection in its [datasets.NAME] table)")
+            self.problem(
+                (*key, "selection"),
+                "a selection applies to the job's dataset: set "
+                "dataset too (or put the selection in its [datasets.NAME] table)",
+            )
         env = self.check((*key, "env"), FIELD_CHECKS["env"], table["env"]) if "env" in table else {}
         workdir = (
             self.check((*key, "workdir"), FIELD_CHECKS["workdir"], table["workdir"])

@@ -50,8 +50,12 @@ def clip(text: str, width: int) -> str:
     return text if len(text) <= width else text[: max(0, width - 1)] + "…"
 
 
-def table(headers: Sequence[str], rows: Sequence[Sequence[object]],
-          max_widths: dict[int, int] | None = None, right: Sequence[int] = ()) -> str:
+def table(
+    headers: Sequence[str],
+    rows: Sequence[Sequence[object]],
+    max_widths: dict[int, int] | None = None,
+    right: Sequence[int] = (),
+) -> str:
     """A plain table: columns separated by two spaces, clipped to `max_widths` by column index."""
     max_widths = max_widths or {}
     cells = [[str(c) for c in headers]] + [["-" if c is None else str(c) for c in r] for r in rows]
@@ -59,8 +63,10 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[object]],
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
     lines = []
     for row in cells:
-        parts = [c.rjust(w) if i in right else c.ljust(w)
-                 for i, (c, w) in enumerate(zip(row, widths, strict=True))]
+        parts = [
+            c.rjust(w) if i in right else c.ljust(w)
+            for i, (c, w) in enumerate(zip(row, widths, strict=True))
+        ]
         lines.append("  ".join(parts).rstrip())
     return "\n".join(lines)
 
@@ -100,4 +106,4 @@ def shorten_path(path: str | None) -> str:
     if not path:
         return "-"
     home = str(Path.home())
-    return "~" + path[len(home):] if path.startswith(home + os.sep) else path
+    return "~" + path[len(home) :] if path.startswith(home + os.sep) else path

@@ -11,8 +11,9 @@ from typing import Annotated, Any
 
 import typer
 
-select_app = typer.Typer(help="Data selection presets, cached and shared across jobs.",
-                         no_args_is_help=True)
+select_app = typer.Typer(
+    help="Data selection presets, cached and shared across jobs.", no_args_is_help=True
+)
 
 
 def _cache() -> Any:
@@ -27,8 +28,9 @@ def _report_problems(cache: Any) -> None:
         print(f"warning: {problem}", file=sys.stderr)
 
 
-def _dataset_settings(dataset: str, profile: Path | None, args: list[str], target: str | None,
-                      target_args: list[str]) -> dict[str, Any]:
+def _dataset_settings(
+    dataset: str, profile: Path | None, args: list[str], target: str | None, target_args: list[str]
+) -> dict[str, Any]:
     """factory, its kwargs, the target set's and the seed: the dataset's settings (from a
     profile, the running engine, or just MODULE:FACTORY) with the command line's on top."""
     from gpudesk.engine.loaders import DatasetSpec
@@ -40,9 +42,13 @@ def _dataset_settings(dataset: str, profile: Path | None, args: list[str], targe
         spec = _registered_dataset(dataset)
     else:
         spec = DatasetSpec("cli", dataset)
-    return {"factory": spec.factory, "kwargs": {**spec.args, **factory_kwargs(args)},
-            "target": target or spec.selection_target, "seed": spec.seed,
-            "target_kwargs": {**spec.selection_target_args, **factory_kwargs(target_args)}}
+    return {
+        "factory": spec.factory,
+        "kwargs": {**spec.args, **factory_kwargs(args)},
+        "target": target or spec.selection_target,
+        "seed": spec.seed,
+        "target_kwargs": {**spec.selection_target_args, **factory_kwargs(target_args)},
+    }
 
 
 def _profile_dataset(name: str, profile: Path) -> Any:
@@ -57,8 +63,9 @@ def _profile_dataset(name: str, profile: Path) -> Any:
     config = loaded.datasets.get(name)
     if config is None or config.loader is None:
         known = ", ".join(sorted(n for n, d in loaded.datasets.items() if d.loader)) or "none"
-        fail(f"{profile} has no [datasets.{name}] table with a factory (it has: {known})",
-             EXIT_USAGE)
+        fail(
+            f"{profile} has no [datasets.{name}] table with a factory (it has: {known})", EXIT_USAGE
+        )
     return config.loader
 
 
@@ -69,8 +76,10 @@ def _registered_dataset(name: str) -> Any:
     from gpudesk.engine.loaders import DatasetSpec
     from gpudesk.paths import Home
 
-    hint = (f"{name!r}: give the dataset as MODULE:FACTORY, or name a [datasets] table of a "
-            "profile with --profile")
+    hint = (
+        f"{name!r}: give the dataset as MODULE:FACTORY, or name a [datasets] table of a "
+        "profile with --profile"
+    )
     try:
         with connect(Home.from_env(), autostart=False) as client:
             specs = client.request("datasets", datasets=[]).get("specs") or []
@@ -85,29 +94,59 @@ def _registered_dataset(name: str) -> Any:
 
 @select_app.command("run")
 def run_command(
-    dataset: Annotated[str, typer.Argument(help="MODULE:FACTORY returning a map-style dataset "
-                                           "of (sample, label) pairs, or with --profile the "
-                                           "name of one of its [datasets] tables.")],
-    preset: Annotated[str, typer.Option("--preset", help="METHOD-PERCENT, e.g. random-25, "
-                                        "el2n-25, dedup-25, less-25, or full.")],
-    profile: Annotated[Path | None, typer.Option("--profile", help="Read the dataset's "
-                                                 "settings from this profile.")] = None,
-    arg: Annotated[list[str], typer.Option("--arg", help="key=value for the factory "
-                                           "(repeatable; JSON values).")] = [],  # noqa: B006
-    target: Annotated[str | None, typer.Option(
-        "--target", help="MODULE:FACTORY of the target set (less-P ranks by it).")] = None,
-    target_arg: Annotated[list[str], typer.Option(
-        "--target-arg", help="key=value for the target factory (repeatable).")] = [],  # noqa: B006
-    seed: Annotated[int | None, typer.Option(
-        "--seed", help="The selection's seed (default: the dataset's own, as its loader uses; "
-        "else 0).")] = None,
-    verify: Annotated[bool, typer.Option("--verify", help="Read every sample to fingerprint "
-                                         "the dataset, even when it was indexed before.")]
-    = False,
+    dataset: Annotated[
+        str,
+        typer.Argument(
+            help="MODULE:FACTORY returning a map-style dataset "
+            "of (sample, label) pairs, or with --profile the "
+            "name of one of its [datasets] tables."
+        ),
+    ],
+    preset: Annotated[
+        str,
+        typer.Option(
+            "--preset", help="METHOD-PERCENT, e.g. random-25, el2n-25, dedup-25, less-25, or full."
+        ),
+    ],
+    profile: Annotated[
+        Path | None,
+        typer.Option("--profile", help="Read the dataset's settings from this profile."),
+    ] = None,
+    arg: Annotated[
+        list[str],
+        typer.Option("--arg", help="key=value for the factory (repeatable; JSON values)."),
+    ] = [],  # noqa: B006
+    target: Annotated[
+        str | None,
+        typer.Option("--target", help="MODULE:FACTORY of the target set (less-P ranks by it)."),
+    ] = None,
+    target_arg: Annotated[
+        list[str],
+        typer.Option("--target-arg", help="key=value for the target factory (repeatable)."),
+    ] = [],  # noqa: B006
+    seed: Annotated[
+        int | None,
+        typer.Option(
+            "--seed",
+            help="The selection's seed (default: the dataset's own, as its loader uses; else 0).",
+        ),
+    ] = None,
+    verify: Annotated[
+        bool,
+        typer.Option(
+            "--verify",
+            help="Read every sample to fingerprint the dataset, even when it was indexed before.",
+        ),
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one line of JSON.")] = False,
-    record: Annotated[bool, typer.Option("--record-reuse/--no-record-reuse", hidden=True,
-                                         help="Count a cache hit as a use (compare's pre-pass "
-                                         "check does not).")] = True,
+    record: Annotated[
+        bool,
+        typer.Option(
+            "--record-reuse/--no-record-reuse",
+            hidden=True,
+            help="Count a cache hit as a use (compare's pre-pass check does not).",
+        ),
+    ] = True,
 ) -> None:
     """Compute (or reuse) a preset's ordering for a dataset and say what it keeps."""
     from gpudesk.cli import EXIT_FAILED, EXIT_USAGE, fail
@@ -123,8 +162,11 @@ def run_command(
     settings = _dataset_settings(dataset, profile, arg, target, target_arg)
     try:
         data = load_factory(settings["factory"])(**settings["kwargs"])
-        aim = load_factory(settings["target"])(**settings["target_kwargs"]) \
-            if settings["target"] else None
+        aim = (
+            load_factory(settings["target"])(**settings["target_kwargs"])
+            if settings["target"]
+            else None
+        )
     except LoaderError as exc:
         fail(str(exc), EXIT_USAGE)
     except Exception as exc:  # the user's factory failed: say so, without a traceback
@@ -132,38 +174,60 @@ def run_command(
     cache = _cache()
     used_by = os.environ.get("GPUDESK_JOB_ID")
     try:
-        selection = select(data, chosen, cache, target=aim,
-                           seed=settings["seed"] if seed is None else seed,
-                           used_by=None if not record else f"job {used_by}" if used_by else
-                           f"gpudesk select run at {time.strftime('%Y-%m-%d %H:%M:%S')}",
-                           identity={"factory": settings["factory"],
-                                     "kwargs": settings["kwargs"]}, verify=verify)
+        selection = select(
+            data,
+            chosen,
+            cache,
+            target=aim,
+            seed=settings["seed"] if seed is None else seed,
+            used_by=None
+            if not record
+            else f"job {used_by}"
+            if used_by
+            else f"gpudesk select run at {time.strftime('%Y-%m-%d %H:%M:%S')}",
+            identity={"factory": settings["factory"], "kwargs": settings["kwargs"]},
+            verify=verify,
+        )
     except PresetError as exc:
         fail(str(exc), EXIT_FAILED)
     _report_problems(cache)
     about = selection.describe()
-    result = {"dataset": settings["factory"], "fingerprint": selection.fingerprint,
-              **about}
+    result = {"dataset": settings["factory"], "fingerprint": selection.fingerprint, **about}
     if as_json:
         print(json.dumps(result, separators=(",", ":")))
         return
-    how = "no pre-pass" if about["key"] is None else \
-        "reused from the cache" if about["reused"] else "computed and cached"
-    print(f"{chosen.name} of {settings['factory']}: keeps {about['kept']} of {about['of']} "
-          f"samples ({how}, key {about['key'] or '-'}, {about['select_s']:.3f} s)")
+    how = (
+        "no pre-pass"
+        if about["key"] is None
+        else "reused from the cache"
+        if about["reused"]
+        else "computed and cached"
+    )
+    print(
+        f"{chosen.name} of {settings['factory']}: keeps {about['kept']} of {about['of']} "
+        f"samples ({how}, key {about['key'] or '-'}, {about['select_s']:.3f} s)"
+    )
 
 
 @select_app.command("presets")
-def presets_command(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")]
-                    = False) -> None:
+def presets_command(
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
     """The selection methods: what each computes and what its pre-pass costs."""
     import shutil
     import textwrap
 
     from gpudesk.selection.presets import ABOUT, METHODS
 
-    rows = [{"method": m, "preset": "full" if m == "full" else f"{m}-P",
-             "computes": ABOUT[m][0], "cost": ABOUT[m][1]} for m in METHODS]
+    rows = [
+        {
+            "method": m,
+            "preset": "full" if m == "full" else f"{m}-P",
+            "computes": ABOUT[m][0],
+            "cost": ABOUT[m][1],
+        }
+        for m in METHODS
+    ]
     if as_json:
         print(json.dumps({"presets": rows}, indent=2))
         return
@@ -171,23 +235,38 @@ def presets_command(as_json: Annotated[bool, typer.Option("--json", help="Print 
     for row in rows:
         print(row["preset"])
         for label, text in (("keeps", row["computes"]), ("cost", row["cost"])):
-            print(textwrap.fill(text, width, initial_indent=f"  {label:<6}",
-                                subsequent_indent=" " * 8))
+            print(
+                textwrap.fill(
+                    text, width, initial_indent=f"  {label:<6}", subsequent_indent=" " * 8
+                )
+            )
     print("\nP is the percent kept (1-100); docs/selection.md has the details.")
 
 
 @select_app.command("list")
-def list_command(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
-                 ) -> None:
+def list_command(
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
     """The cached orderings: dataset fingerprint, method, parameters, cost, reuses."""
     cache = _cache()
     entries = cache.entries()
     _report_problems(cache)
-    rows = [{"key": e.key, "fingerprint": e.fingerprint, "method": e.method,
-             "params": e.params, "proxy": e.proxy, "samples": len(e.order),
-             "wall_s": round(e.cost.wall_s, 4), "cpu_s": round(e.cost.cpu_s, 4),
-             "energy_j": e.cost.energy_j, "reuses": len(e.reused_by),
-             "created_at": e.created_at} for e in entries]
+    rows = [
+        {
+            "key": e.key,
+            "fingerprint": e.fingerprint,
+            "method": e.method,
+            "params": e.params,
+            "proxy": e.proxy,
+            "samples": len(e.order),
+            "wall_s": round(e.cost.wall_s, 4),
+            "cpu_s": round(e.cost.cpu_s, 4),
+            "energy_j": e.cost.energy_j,
+            "reuses": len(e.reused_by),
+            "created_at": e.created_at,
+        }
+        for e in entries
+    ]
     if as_json:
         print(json.dumps({"entries": rows}, indent=2))
         return
@@ -196,9 +275,22 @@ def list_command(as_json: Annotated[bool, typer.Option("--json", help="Print JSO
         return
     from gpudesk import render
 
-    print(render.table(("KEY", "DATASET", "SAMPLES", "PARAMS", "PRE-PASS", "REUSES"),
-                       [(r["key"], r["fingerprint"][:16], r["samples"], _short(r["params"]),
-                         render.duration(r["wall_s"]), r["reuses"]) for r in rows]))
+    print(
+        render.table(
+            ("KEY", "DATASET", "SAMPLES", "PARAMS", "PRE-PASS", "REUSES"),
+            [
+                (
+                    r["key"],
+                    r["fingerprint"][:16],
+                    r["samples"],
+                    _short(r["params"]),
+                    render.duration(r["wall_s"]),
+                    r["reuses"],
+                )
+                for r in rows
+            ],
+        )
+    )
 
 
 def _short(params: dict[str, Any]) -> str:
@@ -213,9 +305,10 @@ def _short(params: dict[str, Any]) -> str:
 
 
 @select_app.command("show")
-def show_command(key: Annotated[str, typer.Argument(help="A key from `gpudesk select list`.")],
-                 as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
-                 ) -> None:
+def show_command(
+    key: Annotated[str, typer.Argument(help="A key from `gpudesk select list`.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
     """One cached ordering: what it was computed from and who reused it."""
     from gpudesk.cli import EXIT_FAILED, fail
 
@@ -224,11 +317,19 @@ def show_command(key: Annotated[str, typer.Argument(help="A key from `gpudesk se
     _report_problems(cache)
     if entry is None:
         fail(f"no selection cache entry {key!r} (see `gpudesk select list`)", EXIT_FAILED)
-    data = {"key": entry.key, "fingerprint": entry.fingerprint, "method": entry.method,
-            "params": entry.params, "proxy": entry.proxy, "samples": len(entry.order),
-            "quotas": "per class" if entry.labels is not None else "none",
-            "notes": entry.notes, "cost": vars(entry.cost), "created_at": entry.created_at,
-            "reused_by": entry.reused_by}
+    data = {
+        "key": entry.key,
+        "fingerprint": entry.fingerprint,
+        "method": entry.method,
+        "params": entry.params,
+        "proxy": entry.proxy,
+        "samples": len(entry.order),
+        "quotas": "per class" if entry.labels is not None else "none",
+        "notes": entry.notes,
+        "cost": vars(entry.cost),
+        "created_at": entry.created_at,
+        "reused_by": entry.reused_by,
+    }
     if as_json:
         print(json.dumps(data, indent=2))
         return
@@ -236,16 +337,28 @@ def show_command(key: Annotated[str, typer.Argument(help="A key from `gpudesk se
 
     cost = entry.cost
     lines = [
-        ("key", entry.key), ("method", entry.method), ("params", json.dumps(entry.params)),
-        ("proxy", entry.proxy or "-"), ("fingerprint", entry.fingerprint),
+        ("key", entry.key),
+        ("method", entry.method),
+        ("params", json.dumps(entry.params)),
+        ("proxy", entry.proxy or "-"),
+        ("fingerprint", entry.fingerprint),
         ("samples", f"{len(entry.order)} (quotas: {data['quotas']})"),
-        ("computed", f"{render.clock(entry.created_at)} in {cost.wall_s:.2f} s "
-                     f"({cost.cpu_s:.2f} CPU-s)"),
-        ("as a job", "-" if cost.job is None else
-         f"job {cost.job}: {render.duration(cost.job_wall_s)} wall, "
-         + ("energy n/a" if cost.energy_j is None else f"{cost.energy_j / 3600:.4f} Wh")),
-        ("reused by", f"{len(entry.reused_by)} job(s)" + "".join(
-            f"\n             {who}" for who in entry.reused_by[-10:])),
+        (
+            "computed",
+            f"{render.clock(entry.created_at)} in {cost.wall_s:.2f} s ({cost.cpu_s:.2f} CPU-s)",
+        ),
+        (
+            "as a job",
+            "-"
+            if cost.job is None
+            else f"job {cost.job}: {render.duration(cost.job_wall_s)} wall, "
+            + ("energy n/a" if cost.energy_j is None else f"{cost.energy_j / 3600:.4f} Wh"),
+        ),
+        (
+            "reused by",
+            f"{len(entry.reused_by)} job(s)"
+            + "".join(f"\n             {who}" for who in entry.reused_by[-10:]),
+        ),
     ]
     if entry.notes:
         lines.append(("notes", json.dumps(entry.notes)))
@@ -259,27 +372,42 @@ def clear_command() -> None:
     print(f"removed {_cache().clear()} selection cache entries")
 
 
-@select_app.command("compare", help=(
-    "Train the profile's job under each preset and seed; print the cost-vs-quality table.\n\n"
-    "Jobs run one at a time on the engine: each preset's pre-pass (`gpudesk select run`), then "
-    "the training job on the shared loader under that selection. Pre-pass cost is shown fresh "
-    "and amortized over every job that trained on the cached entry; break-even is how many "
-    "training runs on the subset pay the pre-pass back in wall time."))
+@select_app.command(
+    "compare",
+    help=(
+        "Train the profile's job under each preset and seed; print the cost-vs-quality table.\n\n"
+        "Jobs run one at a time on the engine: each preset's pre-pass (`gpudesk select run`), then "
+        "the training job on the shared loader under that selection. Pre-pass cost is shown fresh "
+        "and amortized over every job that trained on the cached entry; break-even is how many "
+        "training runs on the subset pay the pre-pass back in wall time."
+    ),
+)
 def compare_command(
-    profile: Annotated[Path, typer.Argument(help="A profile whose training job reads a "
-                                            "dataset with a factory.")],
-    presets: Annotated[str, typer.Option("--presets", help="Comma-separated presets.")] =
-    "full,random-25,stratified-25,el2n-25,dedup-25,less-25",
-    seeds: Annotated[int, typer.Option("--seeds", help="Repeat each preset with seeds 0 .. "
-                                       "N-1 (3 or more to see the spread).")] = 3,
-    job: Annotated[str | None, typer.Option("--job", help="The profile's job to train (when "
-                                            "several read a dataset).")] = None,
-    metric: Annotated[str, typer.Option("--metric", help="The key of the job's `result "
-                                        "{json}` line to compare.")] = "val_acc",
-    out: Annotated[Path | None, typer.Option("--out", help="Also write everything measured "
-                                             "here, as JSON.")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of the table.")]
-    = False,
+    profile: Annotated[
+        Path, typer.Argument(help="A profile whose training job reads a dataset with a factory.")
+    ],
+    presets: Annotated[
+        str, typer.Option("--presets", help="Comma-separated presets.")
+    ] = "full,random-25,stratified-25,el2n-25,dedup-25,less-25",
+    seeds: Annotated[
+        int,
+        typer.Option(
+            "--seeds", help="Repeat each preset with seeds 0 .. N-1 (3 or more to see the spread)."
+        ),
+    ] = 3,
+    job: Annotated[
+        str | None,
+        typer.Option("--job", help="The profile's job to train (when several read a dataset)."),
+    ] = None,
+    metric: Annotated[
+        str, typer.Option("--metric", help="The key of the job's `result {json}` line to compare.")
+    ] = "val_acc",
+    out: Annotated[
+        Path | None, typer.Option("--out", help="Also write everything measured here, as JSON.")
+    ] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print JSON instead of the table.")
+    ] = False,
 ) -> None:
     from gpudesk import compare
     from gpudesk.cli import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, _client, fail
@@ -293,9 +421,9 @@ def compare_command(
     except compare.CompareError as exc:
         fail(str(exc), EXIT_USAGE)
     if seeds < 3:
-        print(f"note: {seeds} seed(s): the seed-to-seed spread needs 3 or more",
-              file=sys.stderr)
+        print(f"note: {seeds} seed(s): the seed-to-seed spread needs 3 or more", file=sys.stderr)
     with _client() as client:
+
         def say(line: str) -> None:
             print(f"{time.strftime('%H:%M:%S')}  {line}", file=sys.stderr, flush=True)
 

@@ -52,11 +52,19 @@ def _engine_status(home: Home) -> dict[str, Any] | None:
     except EngineError as exc:
         return {"running": True, "pid": pid, "error": str(exc)}
     station = status["station"]
-    return {"running": True, "pid": status["pid"], "policy": station["policy"],
-            "backend": station["effective_backend"], "configured_backend": station["backend"],
-            "slots_busy": status["slots"]["busy"], "slots_total": status["slots"]["total"],
-            "gpus_busy": status["gpus"]["busy"], "gpus_total": status["gpus"]["total"],
-            "queued": status["counts"]["queued"], "running_jobs": status["counts"]["running"]}
+    return {
+        "running": True,
+        "pid": status["pid"],
+        "policy": station["policy"],
+        "backend": station["effective_backend"],
+        "configured_backend": station["backend"],
+        "slots_busy": status["slots"]["busy"],
+        "slots_total": status["slots"]["total"],
+        "gpus_busy": status["gpus"]["busy"],
+        "gpus_total": status["gpus"]["total"],
+        "queued": status["counts"]["queued"],
+        "running_jobs": status["counts"]["running"],
+    }
 
 
 def open_source(home: Home, env: dict[str, str] | None = None) -> Source:
@@ -65,8 +73,9 @@ def open_source(home: Home, env: dict[str, str] | None = None) -> Source:
     requested = env.get("GPUDESK_BACKEND") or None
     engine = _engine_status(home)
     answering = engine is not None and "error" not in engine
-    if answering and (requested is None
-                      or requested in (engine["backend"], engine["configured_backend"])):
+    if answering and (
+        requested is None or requested in (engine["backend"], engine["configured_backend"])
+    ):
         return Source(home, engine)
     backend_name = StationConfig().with_env_override(env).backend
     from gpudesk.engine.telemetry.backend import make_backend
@@ -74,8 +83,10 @@ def open_source(home: Home, env: dict[str, str] | None = None) -> Source:
 
     source = Source(home, engine, Monitor(make_backend(backend_name)))
     if answering:
-        source.note = (f"the engine watches {engine['backend']}; showing "
-                       f"GPUDESK_BACKEND={requested}, sampled directly")
+        source.note = (
+            f"the engine watches {engine['backend']}; showing "
+            f"GPUDESK_BACKEND={requested}, sampled directly"
+        )
     return source
 
 
@@ -92,8 +103,9 @@ def take_view(source: Source, *, fresh: bool = False) -> dict[str, Any]:
         monitor.ingest(monitor.collect())
         time.sleep(DIRECT_WINDOW_S)
     view = dict(monitor.ingest(monitor.collect()))
-    view.update({"source": "direct", "engine": source.engine, "note": source.note,
-                 "interval_s": None})
+    view.update(
+        {"source": "direct", "engine": source.engine, "note": source.note, "interval_s": None}
+    )
     return view
 
 
@@ -141,17 +153,19 @@ def _header(view: dict[str, Any]) -> list[str]:
     elif "error" in engine:
         state = f"engine pid {engine['pid']} not answering"
     else:
-        gpus = (f"GPUs {engine['gpus_busy']}/{engine['gpus_total']}, "
-                if engine["gpus_total"] else "")
-        state = (f"engine pid {engine['pid']}, {engine['policy']}, {gpus}CPU slots "
-                 f"{engine['slots_busy']}/{engine['slots_total']}, {engine['queued']} queued")
+        gpus = (
+            f"GPUs {engine['gpus_busy']}/{engine['gpus_total']}, " if engine["gpus_total"] else ""
+        )
+        state = (
+            f"engine pid {engine['pid']}, {engine['policy']}, {gpus}CPU slots "
+            f"{engine['slots_busy']}/{engine['slots_total']}, {engine['queued']} queued"
+        )
     clock = time.strftime("%H:%M:%S", time.localtime(view["taken_at"]))
     label = "SIMULATED  " if view["simulated"] else ""
     lines = [f"gpudesk top  {clock}  {label}backend {view['backend']}", state]
     for text in (view.get("banner"), view.get("note")):
         if text:
-            lines.extend(textwrap.wrap(text, WIDTH, initial_indent="!! ",
-                                       subsequent_indent="   "))
+            lines.extend(textwrap.wrap(text, WIDTH, initial_indent="!! ", subsequent_indent="   "))
     host = view["host"]
     used, total = host["memory_used_mib"] / GIB, host["memory_total_mib"] / GIB
     cpu_energy = host.get("cpu_energy_j")
@@ -159,7 +173,8 @@ def _header(view: dict[str, Any]) -> list[str]:
         f"CPU {_bar(host['cpu_pct'] / 100, 16)} {host['cpu_pct']:3.0f}% of {host['cores']}  "
         f"MEM {_bar(used / total if total else 0, 10)} {used:.1f}/{total:.0f} GiB  "
         f"load {host['load_avg'][0]:.2f}"
-        + (f"  CPU {render.joules(cpu_energy)}" if cpu_energy is not None else ""))
+        + (f"  CPU {render.joules(cpu_energy)}" if cpu_energy is not None else "")
+    )
     return lines
 
 
@@ -173,23 +188,32 @@ def _gpu_block(gpu: dict[str, Any], simulated: bool, jobs: dict[int, dict[str, A
     lines = [f"{title}  {temp}  {clock}".rstrip()]
     sm = gpu["sm_activity_pct"]
     power, limit = gpu["power_w"], gpu["power_limit_w"]
-    power_text = _na(power, unit=" W") if limit is None or power is None \
-        else f"{power:.0f}/{limit:.0f} W"
-    lines.append(f"  SM  {_bar(None if sm is None else sm / 100, 20)} {_na(sm, unit='%'):>4}  "
-                 f"kernel-active {_na(gpu['kernel_active_pct'], unit='%'):>4}  "
-                 f"power {power_text}")
+    power_text = (
+        _na(power, unit=" W") if limit is None or power is None else f"{power:.0f}/{limit:.0f} W"
+    )
+    lines.append(
+        f"  SM  {_bar(None if sm is None else sm / 100, 20)} {_na(sm, unit='%'):>4}  "
+        f"kernel-active {_na(gpu['kernel_active_pct'], unit='%'):>4}  "
+        f"power {power_text}"
+    )
     used, total = gpu["memory_used_mib"], gpu["memory_total_mib"]
     fraction = used / total if used is not None and total else None
     memory = "n/a" if used is None or total is None else f"{used / GIB:.1f}/{total / GIB:.1f} GiB"
     source = {"counter": "", "integrated": " (integrated)"}.get(gpu["energy_source"] or "", "")
-    lines.append(f"  MEM {_bar(fraction, 20)} {memory:<16} energy {render.joules(gpu['energy_j'])}"
-                 f"{source}")
+    lines.append(
+        f"  MEM {_bar(fraction, 20)} {memory:<16} energy {render.joules(gpu['energy_j'])}{source}"
+    )
     for mig in gpu["mig_devices"]:
-        mem = "n/a" if mig["memory_used_mib"] is None or mig["memory_total_mib"] is None else \
-            f"{mig['memory_used_mib'] / GIB:.1f}/{mig['memory_total_mib'] / GIB:.1f} GiB"
+        mem = (
+            "n/a"
+            if mig["memory_used_mib"] is None or mig["memory_total_mib"] is None
+            else f"{mig['memory_used_mib'] / GIB:.1f}/{mig['memory_total_mib'] / GIB:.1f} GiB"
+        )
         users = ", ".join(str(p["job_id"] or p["pid"]) for p in mig["processes"]) or "idle"
-        lines.append(f"  MIG {mig['index']} {mig['name'] or '?'}  GI {mig['gpu_instance_id']} "
-                     f"CI {mig['compute_instance_id']}  {mem}  {users}")
+        lines.append(
+            f"  MIG {mig['index']} {mig['name'] or '?'}  GI {mig['gpu_instance_id']} "
+            f"CI {mig['compute_instance_id']}  {mem}  {users}"
+        )
     holders = [jobs[j] for j in gpu["jobs"] if j in jobs]
     others = [p for p in gpu["processes"] if p["job_id"] is None]
     if holders or others:
@@ -203,8 +227,9 @@ def render_frame(view: dict[str, Any], width: int = WIDTH) -> str:
     lines = _header(view)
     jobs = {job["id"]: job for job in view["jobs"]}
     if not view["gpus"]:
-        lines.append("GPUs: none on this station" if view["backend"] == "none"
-                     else "GPUs: none answering")
+        lines.append(
+            "GPUs: none on this station" if view["backend"] == "none" else "GPUs: none answering"
+        )
     for gpu in view["gpus"]:
         lines.extend(_gpu_block(gpu, view["simulated"], jobs))
     lines.append("")
@@ -217,12 +242,27 @@ def render_frame(view: dict[str, Any], width: int = WIDTH) -> str:
             rss = "-" if job["rss_mib"] is None else f"{job['rss_mib']:.0f}M"
             gpu_mem = "-" if job["gpu_memory_mib"] is None else f"{job['gpu_memory_mib']:.0f}M"
             spent = render.energy(job["energy"])
-            rows.append((job["id"], job["name"], job["slot"] or "-",
-                         render.duration(job["runtime_s"]), cpu, rss, gpu_mem, spent))
+            rows.append(
+                (
+                    job["id"],
+                    job["name"],
+                    job["slot"] or "-",
+                    render.duration(job["runtime_s"]),
+                    cpu,
+                    rss,
+                    gpu_mem,
+                    spent,
+                )
+            )
         name_width = max(8, width - 60)
-        lines.append(render.table(("ID", "NAME", "SLOT", "TIME", "CPU", "RSS", "GPU MEM",
-                                   "ENERGY"), rows, max_widths={1: name_width, 2: 10},
-                                  right=(0, 3, 4, 5, 6, 7)))
+        lines.append(
+            render.table(
+                ("ID", "NAME", "SLOT", "TIME", "CPU", "RSS", "GPU MEM", "ENERGY"),
+                rows,
+                max_widths={1: name_width, 2: 10},
+                right=(0, 3, 4, 5, 6, 7),
+            )
+        )
     return "\n".join(render.clip(line, width) for line in "\n".join(lines).splitlines())
 
 
@@ -230,8 +270,9 @@ def _can_redraw(stream: TextIO) -> bool:
     return stream.isatty() and os.environ.get("TERM", "") not in ("", "dumb")
 
 
-def run_top(home: Home, *, once: bool, as_json: bool, interval: float,
-            out: TextIO = sys.stdout) -> None:
+def run_top(
+    home: Home, *, once: bool, as_json: bool, interval: float, out: TextIO = sys.stdout
+) -> None:
     source = open_source(home)
     try:
         if once or as_json:

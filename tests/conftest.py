@@ -21,8 +21,12 @@ from gpudesk.engine.station import StationConfig
 from gpudesk.paths import Home
 
 
-def wait_for(predicate: Callable[[], object], timeout: float = 15.0, interval: float = 0.02,
-             what: str = "condition") -> object:
+def wait_for(
+    predicate: Callable[[], object],
+    timeout: float = 15.0,
+    interval: float = 0.02,
+    what: str = "condition",
+) -> object:
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
@@ -88,8 +92,11 @@ class EngineHandle:
 
     def wait_state(self, job_id: int, states: set[str] | str, timeout: float = 20.0) -> dict:
         wanted = {states} if isinstance(states, str) else states
-        return wait_for(lambda: (j := self.job(job_id))["state"] in wanted and j,
-                        timeout, what=f"job {job_id} to be {'/'.join(sorted(wanted))}")
+        return wait_for(
+            lambda: (j := self.job(job_id))["state"] in wanted and j,
+            timeout,
+            what=f"job {job_id} to be {'/'.join(sorted(wanted))}",
+        )
 
     def wait_all_done(self, ids: list[int], timeout: float = 30.0) -> list[dict]:
         def done() -> list[dict] | None:

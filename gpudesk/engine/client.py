@@ -48,8 +48,9 @@ def _log_tail(home: Home, lines: int = 8) -> str:
     return "\n".join("    " + line for line in text)
 
 
-def start_engine(home: Home, station: StationConfig | None = None,
-                 timeout: float = START_TIMEOUT_S) -> int:
+def start_engine(
+    home: Home, station: StationConfig | None = None, timeout: float = START_TIMEOUT_S
+) -> int:
     """Start a daemon for `home` in its own session and wait until it answers."""
     try:
         (station or StationConfig()).with_env_override()
@@ -60,9 +61,14 @@ def start_engine(home: Home, station: StationConfig | None = None,
     if station is not None:
         argv += ["--station", json.dumps(station.to_dict())]
     with open(home.engine_log, "ab") as log:
-        process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
-                                   stderr=subprocess.STDOUT, start_new_session=True,
-                                   close_fds=True)
+        process = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            close_fds=True,
+        )
     deadline = time.monotonic() + timeout
     client = EngineClient(home, timeout=1.0)
     try:
@@ -80,8 +86,10 @@ def start_engine(home: Home, station: StationConfig | None = None,
             time.sleep(0.02)
     finally:
         client.close()
-    raise EngineError(f"the engine did not answer within {timeout:.0f} s; "
-                      f"see {home.engine_log}:\n{_log_tail(home)}")
+    raise EngineError(
+        f"the engine did not answer within {timeout:.0f} s; "
+        f"see {home.engine_log}:\n{_log_tail(home)}"
+    )
 
 
 class EngineClient:
@@ -149,8 +157,9 @@ def connect(home: Home | None = None, *, autostart: bool = True) -> EngineClient
     home = home or Home.from_env()
     if engine_pid(home) is None:
         if not autostart:
-            raise EngineError(f"no engine is running for {home.root}; start one with "
-                              "`gpudesk engine start`")
+            raise EngineError(
+                f"no engine is running for {home.root}; start one with `gpudesk engine start`"
+            )
         start_engine(home)
     return EngineClient(home)
 

@@ -104,8 +104,9 @@ class _Plan:
     gpus: dict[int, GpuState]
     placements: list[Placement] = field(default_factory=list)
 
-    def take(self, job: JobRecord, demand: Demand, choice: _Choice,
-             station: StationView) -> Placement:
+    def take(
+        self, job: JobRecord, demand: Demand, choice: _Choice, station: StationView
+    ) -> Placement:
         memory = demand.memory_mib
         for index in choice.gpus:
             gpu = self.gpus[index]
@@ -115,35 +116,53 @@ class _Plan:
             if choice.mig_slice is not None:
                 others = tuple(s for s in slices if s.key != slice_key)
                 slices = (*others, replace(choice.mig_slice, busy=True))
-            self.gpus[index] = replace(gpu, tenants=(*gpu.tenants, tenant), mig_slices=slices,
-                                       placed_s_ago=0.0)
+            self.gpus[index] = replace(
+                gpu, tenants=(*gpu.tenants, tenant), mig_slices=slices, placed_s_ago=0.0
+            )
         placement = _placement(job, demand, choice, station)
         self.placements.append(placement)
         return placement
 
 
-def _placement(job: JobRecord, demand: Demand, choice: _Choice,
-               station: StationView) -> Placement:
+def _placement(job: JobRecord, demand: Demand, choice: _Choice, station: StationView) -> Placement:
     gpus = [station_gpu(station, i) for i in choice.gpus]
     listed = ",".join(str(i) for i in choice.gpus)
     env = gpu_env(station, gpus, choice.mig_slice.key if choice.mig_slice else None)
     # "gpu:1" alone, "gpu:0/mps" or "gpu:0/naive" shared, "gpu:2/3g.20gb" on a MIG slice
-    slot = "gpu:" + listed + (f"/{choice.mig_slice.profile}" if choice.mig_slice
-                              else f"/{choice.mode}" if choice.mode in ("mps", "naive") else "")
+    slot = (
+        "gpu:"
+        + listed
+        + (
+            f"/{choice.mig_slice.profile}"
+            if choice.mig_slice
+            else f"/{choice.mode}"
+            if choice.mode in ("mps", "naive")
+            else ""
+        )
+    )
     mps = {}
     if choice.mode == "mps" and choice.mps_limits:
         # Alone on a GPU a job may grow into all of it (an underestimate costs nobody); next to
         # others it may grow into what they left free, never into what they hold.
-        limit = gpus[0].memory_total_mib - RESERVE_MIB if choice.alone \
+        limit = (
+            gpus[0].memory_total_mib - RESERVE_MIB
+            if choice.alone
             else max(demand.memory_mib + MARGIN_MIB, choice.free_mib)
-        mps = {"mps_thread_pct": min(100, max(10, math.ceil(demand.sm_pct
-                                                            * MPS_THREAD_HEADROOM))),
-               "mps_memory_limit_mib": math.floor(limit)}
+        )
+        mps = {
+            "mps_thread_pct": min(100, max(10, math.ceil(demand.sm_pct * MPS_THREAD_HEADROOM))),
+            "mps_memory_limit_mib": math.floor(limit),
+        }
     return Placement(
-        job_id=job.id, slot=slot, mode=choice.mode, reason=choice.reason, gpus=choice.gpus,
+        job_id=job.id,
+        slot=slot,
+        mode=choice.mode,
+        reason=choice.reason,
+        gpus=choice.gpus,
         env=env,
         env_defaults={"OMP_NUM_THREADS": str(station.threads_per_gpu * len(choice.gpus))},
-        demand=demand.to_dict(), mig_slice=choice.mig_slice.key if choice.mig_slice else None,
+        demand=demand.to_dict(),
+        mig_slice=choice.mig_slice.key if choice.mig_slice else None,
         **mps,
     )
 
@@ -181,8 +200,7 @@ class SharingPolicy:
         # memory and SM finds none either. Placing jobs only ever fills GPUs within a pass, so
         # this stays true to its end. Keeps a pass over a long queue cheap.
         no_room: dict[tuple[int, bool], _Frontier] = {}
-        largest = max((g.memory_total_mib for g in station.gpu_states if not g.lost),
-                      default=0.0)
+        largest = max((g.memory_total_mib for g in station.gpu_states if not g.lost), default=0.0)
         # Jobs that certainly could run somewhere skip the full check (a long queue is mostly
         # such jobs, and this loop is the policy's hot path).
         fits_any = largest - RESERVE_MIB if station.gpu_problem is None and largest else -1.0
@@ -212,9 +230,12 @@ class SharingPolicy:
                 waiting = waiting or job
                 continue
             demand = known or from_hints(spec.memory_gb, spec.sm_pct)
-            if waiting is not None and not reserved and \
-                    station.overtaken.get(waiting.id, 0) + overtaken.get(waiting.id, 0) \
-                    >= self.overtake_budget(waiting):
+            if (
+                waiting is not None
+                and not reserved
+                and station.overtaken.get(waiting.id, 0) + overtaken.get(waiting.id, 0)
+                >= self.overtake_budget(waiting)
+            ):
                 # Its turn: the GPUs that will free up first take nothing new until it starts.
                 reserved = self.reserve(waiting, plan)
             choice = self.choose(job, demand, plan, station, exclude=reserved)
@@ -236,22 +257,34 @@ class SharingPolicy:
 
     def reserve(self, job: JobRecord, plan: _Plan) -> set[int]:
         """The GPUs a long-waiting job will get: the least loaded ones."""
-        gpus = sorted((g for g in plan.gpus.values() if not g.lost),
-                      key=lambda g: (g.sm_demand_pct, len(g.tenants), g.index))
-        return {g.index for g in gpus[:max(1, job.spec.gpus)]}
+        gpus = sorted(
+            (g for g in plan.gpus.values() if not g.lost),
+            key=lambda g: (g.sm_demand_pct, len(g.tenants), g.index),
+        )
+        return {g.index for g in gpus[: max(1, job.spec.gpus)]}
 
-    def choose(self, job: JobRecord, demand: Demand, plan: _Plan, station: StationView,
-               exclude: set[int] | frozenset[int] = frozenset()) -> _Choice | None:
+    def choose(
+        self,
+        job: JobRecord,
+        demand: Demand,
+        plan: _Plan,
+        station: StationView,
+        exclude: set[int] | frozenset[int] = frozenset(),
+    ) -> _Choice | None:
         gpus = [g for g in plan.gpus.values() if not g.lost and g.index not in exclude]
         if job.spec.gpus > 1 or demand.exclusive or self.mode == "exclusive":
             # A simulated MIG GPU that is idle can be set whole again.
             idle = [g for g in gpus if g.idle and (not g.mig_enabled or g.mig_dynamic)]
             if len(idle) < job.spec.gpus:
                 return None
-            chosen = tuple(g.index for g in idle[:job.spec.gpus])
-            why = "after an out-of-memory death it runs alone" if demand.source == "after OOM" \
-                else "multi-GPU jobs get whole GPUs" if job.spec.gpus > 1 \
+            chosen = tuple(g.index for g in idle[: job.spec.gpus])
+            why = (
+                "after an out-of-memory death it runs alone"
+                if demand.source == "after OOM"
+                else "multi-GPU jobs get whole GPUs"
+                if job.spec.gpus > 1
                 else "exclusive placement"
+            )
             return _Choice(chosen, "exclusive", f"GPU {','.join(map(str, chosen))} idle; {why}")
         best: tuple[tuple[float, ...], _Choice] | None = None
         for gpu in gpus:
@@ -260,8 +293,9 @@ class SharingPolicy:
                 best = option
         return best[1] if best else None
 
-    def _option(self, gpu: GpuState, demand: Demand, job_id: int,
-                isolation: bool = False) -> tuple[tuple[float, ...], _Choice] | None:
+    def _option(
+        self, gpu: GpuState, demand: Demand, job_id: int, isolation: bool = False
+    ) -> tuple[tuple[float, ...], _Choice] | None:
         if gpu.mig_enabled or self.mode == "mig":
             return self._mig_option(gpu, demand, job_id)
         if gpu.exclusive:
@@ -276,7 +310,8 @@ class SharingPolicy:
             # gaps on busy GPUs first and keeps idle GPUs for the heavy ones.
             rank = 0.0 if demand.heavy else 2.0
             return (rank, demand.sm_pct, gpu.index), _Choice(
-                (gpu.index,), share, f"GPU {gpu.index} idle", alone=True)
+                (gpu.index,), share, f"GPU {gpu.index} idle", alone=True
+            )
         free = gpu.free_mib
         if free < demand.memory_mib + MARGIN_MIB:
             return None
@@ -286,46 +321,63 @@ class SharingPolicy:
         combined = gpu.sm_demand_pct + demand.sm_pct
         if combined > SM_CAPACITY_PCT:
             return None
-        if share == "naive" and sum(_kernel_active(t.sm_pct) for t in gpu.tenants) \
-                + _kernel_active(demand.sm_pct) > 100.0:
+        if (
+            share == "naive"
+            and sum(_kernel_active(t.sm_pct) for t in gpu.tenants) + _kernel_active(demand.sm_pct)
+            > 100.0
+        ):
             return None  # time-slicing runs one context at a time: kernel-active time adds up
         if any(t.mode != share for t in gpu.tenants):
             return None  # an MPS GPU takes MPS clients, a time-sliced one naive ones
-        reason = (f"collocated on GPU {gpu.index} under {share}: {_mib(free)} free for "
-                  f"{_mib(demand.memory_mib)} + {_mib(MARGIN_MIB)} margin, SM demand "
-                  f"{combined:.0f}% with its {len(gpu.tenants)} tenant(s), measured "
-                  f"{measured:.0f}%")
-        return (1.0, combined, -free, gpu.index), _Choice((gpu.index,), share, reason,
-                                                          free_mib=free)
+        reason = (
+            f"collocated on GPU {gpu.index} under {share}: {_mib(free)} free for "
+            f"{_mib(demand.memory_mib)} + {_mib(MARGIN_MIB)} margin, SM demand "
+            f"{combined:.0f}% with its {len(gpu.tenants)} tenant(s), measured "
+            f"{measured:.0f}%"
+        )
+        return (1.0, combined, -free, gpu.index), _Choice(
+            (gpu.index,), share, reason, free_mib=free
+        )
 
-    def _mig_option(self, gpu: GpuState, demand: Demand,
-                    job_id: int) -> tuple[tuple[float, ...], _Choice] | None:
+    def _mig_option(
+        self, gpu: GpuState, demand: Demand, job_id: int
+    ) -> tuple[tuple[float, ...], _Choice] | None:
         need = demand.memory_mib
-        free_slices = sorted((s for s in gpu.mig_slices if not s.busy),
-                             key=lambda s: (s.memory_mib, s.compute_slices))
+        free_slices = sorted(
+            (s for s in gpu.mig_slices if not s.busy),
+            key=lambda s: (s.memory_mib, s.compute_slices),
+        )
         # A free slice that fits comes before sharing a GPU: the job is isolated and slows
         # nobody. A saturating job still prefers a whole idle GPU (rank 0).
         for mig in free_slices:
             if mig.memory_mib >= need:
                 return (0.5, mig.memory_mib, gpu.index), _Choice(
-                    (gpu.index,), "mig", f"MIG {mig.profile} on GPU {gpu.index} fits "
-                    f"{_mib(need)}", mig)
+                    (gpu.index,),
+                    "mig",
+                    f"MIG {mig.profile} on GPU {gpu.index} fits {_mib(need)}",
+                    mig,
+                )
         if not gpu.mig_dynamic:
             return None
         used_compute = sum(s.compute_slices for s in gpu.mig_slices)
         used_memory = sum(_memory_slices(s.profile) for s in gpu.mig_slices)
         for name, compute, memory_slices, memory in MIG_PROFILES:
-            if memory >= need and used_compute + compute <= MIG_SLICES_COMPUTE \
-                    and used_memory + memory_slices <= MIG_SLICES_MEMORY:
+            if (
+                memory >= need
+                and used_compute + compute <= MIG_SLICES_COMPUTE
+                and used_memory + memory_slices <= MIG_SLICES_MEMORY
+            ):
                 carved = MigSlice(f"gpu{gpu.index}/{name}/job{job_id}", name, memory, compute)
                 return (2.0, memory, gpu.index), _Choice(
-                    (gpu.index,), "mig", f"new MIG {name} on GPU {gpu.index} fits "
-                    f"{_mib(need)}", carved)
+                    (gpu.index,),
+                    "mig",
+                    f"new MIG {name} on GPU {gpu.index} fits {_mib(need)}",
+                    carved,
+                )
         return None
 
     # ----------------------------------------------------------- explaining
-    def explain_wait(self, job: JobRecord, queue: Sequence[JobRecord],
-                     station: StationView) -> str:
+    def explain_wait(self, job: JobRecord, queue: Sequence[JobRecord], station: StationView) -> str:
         if not job.spec.gpus:
             return cpu_wait(job, queue, station)
         if station.gpu_problem:
@@ -339,11 +391,16 @@ class SharingPolicy:
             elif gpu.exclusive:
                 reasons.append(f"GPU {gpu.index} held exclusively")
             elif not gpu.idle:
-                reasons.append(f"GPU {gpu.index}: {_mib(max(0.0, gpu.free_mib))} free, SM "
-                               f"demand {gpu.sm_demand_pct:.0f}%")
-        need = (f"needs {job.spec.gpus} idle GPUs" if job.spec.gpus > 1 or demand.exclusive
-                else f"needs {_mib(demand.memory_mib)} + {_mib(MARGIN_MIB)} margin and "
-                f"{demand.sm_pct:.0f}% SM")
+                reasons.append(
+                    f"GPU {gpu.index}: {_mib(max(0.0, gpu.free_mib))} free, SM "
+                    f"demand {gpu.sm_demand_pct:.0f}%"
+                )
+        need = (
+            f"needs {job.spec.gpus} idle GPUs"
+            if job.spec.gpus > 1 or demand.exclusive
+            else f"needs {_mib(demand.memory_mib)} + {_mib(MARGIN_MIB)} margin and "
+            f"{demand.sm_pct:.0f}% SM"
+        )
         text = f"waiting ({demand.source} demand: {need}); " + "; ".join(reasons)
         if ahead:
             text += f"; {len(ahead)} GPU job(s) ahead"
@@ -366,8 +423,11 @@ class _Frontier:
     def add(self, memory: float, sm: float) -> None:
         if self.dominates(memory, sm):
             return
-        keep = [(m, s) for m, s in zip(self.memory, self.sm, strict=True)
-                if not (m >= memory and s >= sm)]
+        keep = [
+            (m, s)
+            for m, s in zip(self.memory, self.sm, strict=True)
+            if not (m >= memory and s >= sm)
+        ]
         keep.append((memory, sm))
         keep.sort()
         self.memory = [m for m, _ in keep]
@@ -419,35 +479,48 @@ class CarmaPolicy(SharingPolicy):
             plan.take(job, demand, choice, station)
         return Decision(plan.placements, rejections)
 
-    def choose(self, job: JobRecord, demand: Demand, plan: _Plan, station: StationView,
-               exclude: set[int] | frozenset[int] = frozenset()) -> _Choice | None:
+    def choose(
+        self,
+        job: JobRecord,
+        demand: Demand,
+        plan: _Plan,
+        station: StationView,
+        exclude: set[int] | frozenset[int] = frozenset(),
+    ) -> _Choice | None:
         gpus = [g for g in plan.gpus.values() if not g.lost]
         idle = [g for g in gpus if g.idle]
         if job.spec.gpus > 1 or demand.exclusive:
             if len(idle) < job.spec.gpus:
                 return None
-            chosen = tuple(g.index for g in idle[:job.spec.gpus])
+            chosen = tuple(g.index for g in idle[: job.spec.gpus])
             return _Choice(chosen, "exclusive", "CARMA: idle GPU, alone")
         if idle:
             gpu = idle[0]
             share = "mps" if gpu.mps_usable else "naive"
-            return _Choice((gpu.index,), share, f"CARMA: GPU {gpu.index} idle",
-                           mps_limits=False)
+            return _Choice((gpu.index,), share, f"CARMA: GPU {gpu.index} idle", mps_limits=False)
         # The GPU with the most free memory as measured (CARMA reads nvidia-smi).
-        busy = sorted((g for g in gpus if not g.exclusive),
-                      key=lambda g: (-(g.memory_total_mib - g.memory_used_mib), g.index))
+        busy = sorted(
+            (g for g in gpus if not g.exclusive),
+            key=lambda g: (-(g.memory_total_mib - g.memory_used_mib), g.index),
+        )
         if not busy:
             return None
         gpu = busy[0]
         if gpu.placed_s_ago is not None and gpu.placed_s_ago < CARMA_WINDOW_S:
             return None  # its measurements do not show the last job yet
         free = gpu.memory_total_mib - gpu.memory_used_mib - RESERVE_MIB
-        if free < demand.memory_mib + MARGIN_MIB or (gpu.sm_activity_pct or 0.0) \
-                >= SATURATED_SM_PCT:
+        if (
+            free < demand.memory_mib + MARGIN_MIB
+            or (gpu.sm_activity_pct or 0.0) >= SATURATED_SM_PCT
+        ):
             return None
         share = gpu.tenants[0].mode if gpu.tenants else "naive"
-        return _Choice((gpu.index,), share, f"CARMA: GPU {gpu.index} has the most free memory",
-                       mps_limits=False)
+        return _Choice(
+            (gpu.index,),
+            share,
+            f"CARMA: GPU {gpu.index} has the most free memory",
+            mps_limits=False,
+        )
 
 
 def make_sharing_policy(name: str) -> SharingPolicy:

@@ -114,7 +114,7 @@ class JobOutcome:
 
 
 def _state_phrase(job: JobRecord) -> str:
-    """"running", or "already failed" for a finished job: the start of a refusal."""
+    """ "running", or "already failed" for a finished job: the start of a refusal."""
     return f"already {job.state.value}" if job.state.terminal else job.state.value
 
 
@@ -134,7 +134,8 @@ def acquire_lock(path: Path, wait_s: float = LOCK_RETRY_S) -> IO[str]:
                 pid = handle.read().strip() or "?"
                 handle.close()
                 raise AlreadyRunning(
-                    f"an engine is already running for this home (pid {pid})") from None
+                    f"an engine is already running for this home (pid {pid})"
+                ) from None
             time.sleep(0.02)
     handle.seek(0)
     handle.truncate()
@@ -199,13 +200,16 @@ class Engine:
         self.loaders_checked_at = 0.0
         self.dataset_of: dict[int, str] = {}  # running job id -> the dataset it names
         with contextlib.suppress(Exception):  # a bad stored value must not stop the engine
-            self.loaders.register([DatasetSpec.from_dict(d)
-                                   for d in store.setting("datasets") or []])
+            self.loaders.register(
+                [DatasetSpec.from_dict(d) for d in store.setting("datasets") or []]
+            )
 
     # ----------------------------------------------------------- life cycle
     def bind(self) -> None:
-        for sock, endpoint in ((self.control, self.home.control_endpoint),
-                               (self.events, self.home.events_endpoint)):
+        for sock, endpoint in (
+            (self.control, self.home.control_endpoint),
+            (self.events, self.home.events_endpoint),
+        ):
             path = endpoint.removeprefix("ipc://")
             if os.path.exists(path):
                 os.unlink(path)  # stale, from a daemon that died; we hold the lock
@@ -221,8 +225,10 @@ class Engine:
         self.monitor.close()
         self.wake_r.close()
         self.wake_w.close()
-        for sock, endpoint in ((self.control, self.home.control_endpoint),
-                               (self.events, self.home.events_endpoint)):
+        for sock, endpoint in (
+            (self.control, self.home.control_endpoint),
+            (self.events, self.home.events_endpoint),
+        ):
             sock.close(linger=0)
             path = endpoint.removeprefix("ipc://")
             if os.path.exists(path):
@@ -264,8 +270,13 @@ class Engine:
 
     def _requeue_unstarted(self, attempt: AttemptRecord) -> None:
         message = "the engine stopped before this attempt started; back in the queue"
-        self.store.finish_attempt(attempt, attempt_state="launch_failed",
-                                  job_state=JobState.QUEUED, message=message, exit_code=None)
+        self.store.finish_attempt(
+            attempt,
+            attempt_state="launch_failed",
+            job_state=JobState.QUEUED,
+            message=message,
+            exit_code=None,
+        )
         self.publish_job(attempt.job_id, message)
 
     def run(self) -> None:
@@ -279,8 +290,13 @@ class Engine:
         poller.register(self.control, zmq.POLLIN)
         poller.register(wake_r.fileno(), zmq.POLLIN)
         self._start_sampler()
-        log.info("engine %s ready (pid %d, station %s, GPU backend %s)", __version__, os.getpid(),
-                 json.dumps(self.config.to_dict()), self.monitor.backend.name)
+        log.info(
+            "engine %s ready (pid %d, station %s, GPU backend %s)",
+            __version__,
+            os.getpid(),
+            json.dumps(self.config.to_dict()),
+            self.monitor.backend.name,
+        )
         while not self.stopping:
             ready = dict(poller.poll(self._poll_timeout_ms()))
             if wake_r.fileno() in ready:
@@ -293,8 +309,13 @@ class Engine:
                 self._serve_requests()
             # A failing step (a full disk, say) is logged and retried; it never stops the engine,
             # which would strand the jobs it watches.
-            for step in (self.check_attempts, self._schedule_if_due, self.ingest_samples,
-                         self.check_mps, self.check_loaders):
+            for step in (
+                self.check_attempts,
+                self._schedule_if_due,
+                self.ingest_samples,
+                self.check_mps,
+                self.check_loaders,
+            ):
                 try:
                     step()
                 except Exception:
@@ -355,9 +376,10 @@ class Engine:
             request_id = request.id
             handler = self.handlers.get(request.op)
             if handler is None:
-                raise ProtocolError(protocol.UNKNOWN_OP,
-                                    f"unknown operation {request.op!r}; known: "
-                                    f"{', '.join(sorted(self.handlers))}")
+                raise ProtocolError(
+                    protocol.UNKNOWN_OP,
+                    f"unknown operation {request.op!r}; known: {', '.join(sorted(self.handlers))}",
+                )
             return protocol.encode_result(request_id, handler(request.args))
         except ProtocolError as exc:
             return protocol.encode_error(exc.request_id or request_id, exc.code, exc.message)
@@ -365,8 +387,9 @@ class Engine:
             return protocol.encode_error(request_id, protocol.UNKNOWN_JOB, str(exc))
         except Exception as exc:
             log.exception("request failed")
-            return protocol.encode_error(request_id, protocol.INTERNAL,
-                                         f"the engine failed on this request: {exc}")
+            return protocol.encode_error(
+                request_id, protocol.INTERNAL, f"the engine failed on this request: {exc}"
+            )
 
     def op_ping(self, _args: dict[str, Any]) -> dict[str, Any]:
         return {"pid": os.getpid(), "version": __version__, "protocol": protocol.PROTOCOL_VERSION}
@@ -381,17 +404,22 @@ class Engine:
             "protocol": protocol.PROTOCOL_VERSION,
             "home": str(self.home.root),
             "started_at": self.started_at,
-            "station": {**self.config.to_dict(),
-                        "effective_backend": self.monitor.backend.name,
-                        "simulated": self.monitor.simulated,
-                        "gpu_problem": view.gpu_problem,
-                        "effective_slots": self.config.effective_slots,
-                        "cores": self.cores, "gpus": view.gpu_count,
-                        "mps": {"available": self.mps.available,
-                                "faults": dict(self.mps_faults)}},
+            "station": {
+                **self.config.to_dict(),
+                "effective_backend": self.monitor.backend.name,
+                "simulated": self.monitor.simulated,
+                "gpu_problem": view.gpu_problem,
+                "effective_slots": self.config.effective_slots,
+                "cores": self.cores,
+                "gpus": view.gpu_count,
+                "mps": {"available": self.mps.available, "faults": dict(self.mps_faults)},
+            },
             "slots": {"total": len(view.slots), "busy": len(view.busy_slots)},
-            "gpus": {"total": view.gpu_count, "busy": len(view.busy_gpus),
-                     "lost": len(view.lost_gpus)},
+            "gpus": {
+                "total": view.gpu_count,
+                "busy": len(view.busy_gpus),
+                "lost": len(view.lost_gpus),
+            },
             "counts": self.store.counts(),
             "loaders": self.loaders.summary(),
         }
@@ -401,9 +429,10 @@ class Engine:
         if not isinstance(raw_jobs, list) or not raw_jobs:
             raise ProtocolError(protocol.INVALID_ARGS, "'jobs' must be a non-empty list")
         if len(raw_jobs) > MAX_JOBS_PER_REQUEST:
-            raise ProtocolError(protocol.INVALID_ARGS,
-                                f"at most {MAX_JOBS_PER_REQUEST} jobs per request, "
-                                f"found {len(raw_jobs)}")
+            raise ProtocolError(
+                protocol.INVALID_ARGS,
+                f"at most {MAX_JOBS_PER_REQUEST} jobs per request, found {len(raw_jobs)}",
+            )
         specs: list[JobSpec] = []
         for index, raw in enumerate(raw_jobs):
             try:
@@ -437,8 +466,9 @@ class Engine:
         if group is not None and not isinstance(group, str):
             raise ProtocolError(protocol.INVALID_ARGS, "'group' must be a string")
         ids = args.get("ids")
-        if ids is not None and (not isinstance(ids, list)
-                                or not all(isinstance(i, int) for i in ids)):
+        if ids is not None and (
+            not isinstance(ids, list) or not all(isinstance(i, int) for i in ids)
+        ):
             raise ProtocolError(protocol.INVALID_ARGS, "'ids' must be a list of job ids")
         limit = args.get("limit")
         if limit is not None and (not isinstance(limit, int) or limit < 1):
@@ -462,8 +492,7 @@ class Engine:
             "usage": self.job_usage([job.id]).get(job.id),
         }
         if job.state is JobState.QUEUED and job.held:
-            result["waiting"] = (f"held: it will not start until released "
-                                 f"(gpudesk release {job.id})")
+            result["waiting"] = f"held: it will not start until released (gpudesk release {job.id})"
         elif job.state is JobState.QUEUED:
             queue = self.queue.placeable()
             result["waiting"] = self.policy.explain_wait(job, queue, self.station_view())
@@ -471,8 +500,13 @@ class Engine:
             result["env"] = {**self.store.base_env(job.id), **job.spec.env}
         return result
 
-    def act_on_jobs(self, args: dict[str, Any], action: Callable[[JobRecord], JobOutcome],
-                    *, can_refuse: bool = True) -> dict[str, Any]:
+    def act_on_jobs(
+        self,
+        args: dict[str, Any],
+        action: Callable[[JobRecord], JobOutcome],
+        *,
+        can_refuse: bool = True,
+    ) -> dict[str, Any]:
         """The shape of every job-control op: resolve all of `args["jobs"]` (ids or names)
         first, so one unknown job fails the request with none touched, then act on each job
         once, in the order given. Returns {"results": [{"id", "name", "outcome", "ok"}]};
@@ -481,9 +515,10 @@ class Engine:
         if not isinstance(refs, list) or not refs:
             raise ProtocolError(protocol.INVALID_ARGS, "'jobs' must be a non-empty list")
         if len(refs) > MAX_JOBS_PER_REQUEST:
-            raise ProtocolError(protocol.INVALID_ARGS,
-                                f"at most {MAX_JOBS_PER_REQUEST} jobs per request, "
-                                f"found {len(refs)}")
+            raise ProtocolError(
+                protocol.INVALID_ARGS,
+                f"at most {MAX_JOBS_PER_REQUEST} jobs per request, found {len(refs)}",
+            )
         jobs: dict[int, JobRecord] = {}
         for ref in refs:
             job = self.resolve(ref)
@@ -499,12 +534,17 @@ class Engine:
 
     def op_cancel(self, args: dict[str, Any]) -> dict[str, Any]:
         grace = args.get("grace", DEFAULT_CANCEL_GRACE_S)
-        if isinstance(grace, bool) or not isinstance(grace, (int, float)) \
-                or not 0 <= grace <= MAX_CANCEL_GRACE_S:
-            raise ProtocolError(protocol.INVALID_ARGS,
-                                f"'grace' must be 0 to {MAX_CANCEL_GRACE_S:g} seconds")
-        return self.act_on_jobs(args, lambda job: JobOutcome(self.cancel(job, grace)),
-                                can_refuse=False)
+        if (
+            isinstance(grace, bool)
+            or not isinstance(grace, (int, float))
+            or not 0 <= grace <= MAX_CANCEL_GRACE_S
+        ):
+            raise ProtocolError(
+                protocol.INVALID_ARGS, f"'grace' must be 0 to {MAX_CANCEL_GRACE_S:g} seconds"
+            )
+        return self.act_on_jobs(
+            args, lambda job: JobOutcome(self.cancel(job, grace)), can_refuse=False
+        )
 
     def op_hold(self, args: dict[str, Any]) -> dict[str, Any]:
         """{"jobs": [refs]}: hold queued jobs. The placement policy never starts a held job; it
@@ -524,8 +564,11 @@ class Engine:
         priority for a retry or a requeue, and its outcome says it changes nothing now."""
         priority, delta = args.get("priority"), args.get("delta")
         if (priority is None) == (delta is None):
-            raise ProtocolError(protocol.INVALID_ARGS, "give either 'priority' (the new value) "
-                                "or 'delta' (+1 raises, -1 lowers), not both")
+            raise ProtocolError(
+                protocol.INVALID_ARGS,
+                "give either 'priority' (the new value) "
+                "or 'delta' (+1 raises, -1 lowers), not both",
+            )
         if priority is not None:
             try:
                 wanted = check_priority(priority)
@@ -533,12 +576,18 @@ class Engine:
                 raise ProtocolError(protocol.INVALID_ARGS, f"'priority': {exc}") from None
             return self.act_on_jobs(args, lambda job: self.set_priority(job, wanted))
         low, high = PRIORITY_RANGE
-        if isinstance(delta, bool) or not isinstance(delta, int) \
-                or not -(high - low) <= delta <= high - low:
-            raise ProtocolError(protocol.INVALID_ARGS, f"'delta' must be a whole number from "
-                                f"{low - high} to {high - low}, e.g. 1 or -1")
-        return self.act_on_jobs(args, lambda job: self.set_priority(
-            job, min(high, max(low, job.spec.priority + delta))))
+        if (
+            isinstance(delta, bool)
+            or not isinstance(delta, int)
+            or not -(high - low) <= delta <= high - low
+        ):
+            raise ProtocolError(
+                protocol.INVALID_ARGS,
+                f"'delta' must be a whole number from {low - high} to {high - low}, e.g. 1 or -1",
+            )
+        return self.act_on_jobs(
+            args, lambda job: self.set_priority(job, min(high, max(low, job.spec.priority + delta)))
+        )
 
     def op_requeue(self, args: dict[str, Any]) -> dict[str, Any]:
         """{"jobs": [refs]}: put finished jobs (failed, cancelled, or succeeded to rerun them)
@@ -579,8 +628,10 @@ class Engine:
         except ValueError as exc:
             raise ProtocolError(protocol.INVALID_ARGS, f"datasets: {exc}") from None
         self.store.set_setting("datasets", [s.to_dict() for s in self.loaders.specs.values()])
-        return {"datasets": sorted(self.loaders.specs),
-                "specs": [s.to_dict() for _, s in sorted(self.loaders.specs.items())]}
+        return {
+            "datasets": sorted(self.loaders.specs),
+            "specs": [s.to_dict() for _, s in sorted(self.loaders.specs.items())],
+        }
 
     # ------------------------------------------------------------------- MIG
     def op_mig_plan(self, args: dict[str, Any]) -> dict[str, Any]:
@@ -589,9 +640,13 @@ class Engine:
         applying it would run, and whether the engine may apply it, or why not."""
         gpu = _mig_gpu_arg(args, required=False)
         try:
-            plans = station_plans(self.monitor.backend, self._mig_queue(),
-                                  self._running_by_gpu(),
-                                  repartition_allowed=self.config.mig_repartition, gpu=gpu)
+            plans = station_plans(
+                self.monitor.backend,
+                self._mig_queue(),
+                self._running_by_gpu(),
+                repartition_allowed=self.config.mig_repartition,
+                gpu=gpu,
+            )
         except MigError as exc:
             raise _mig_protocol_error(exc) from None
         return {"plans": [p.to_dict() for p in plans], "simulated": self.monitor.simulated}
@@ -605,30 +660,51 @@ class Engine:
         gpu = _mig_gpu_arg(args, required=True)
         assert gpu is not None
         profiles = args.get("profiles")
-        if not isinstance(profiles, list) or not profiles \
-                or not all(isinstance(p, str) and p.strip() for p in profiles):
-            raise ProtocolError(protocol.INVALID_ARGS, "'profiles' must be a non-empty list of "
-                                'MIG profile names, e.g. ["3g.20gb", "2g.10gb"]')
+        if (
+            not isinstance(profiles, list)
+            or not profiles
+            or not all(isinstance(p, str) and p.strip() for p in profiles)
+        ):
+            raise ProtocolError(
+                protocol.INVALID_ARGS,
+                "'profiles' must be a non-empty list of "
+                'MIG profile names, e.g. ["3g.20gb", "2g.10gb"]',
+            )
         confirm = args.get("confirm", False)
         if not isinstance(confirm, bool):
             raise ProtocolError(protocol.INVALID_ARGS, "'confirm' must be true or false")
         try:
-            change, _ = check_change(self.monitor.backend, gpu, profiles, self._running_by_gpu(),
-                                     repartition_allowed=self.config.mig_repartition)
+            change, _ = check_change(
+                self.monitor.backend,
+                gpu,
+                profiles,
+                self._running_by_gpu(),
+                repartition_allowed=self.config.mig_repartition,
+            )
         except MigError as exc:
             raise _mig_protocol_error(exc) from None
         previous = list(change.gpu.current)
-        result = {"gpu": gpu, "previous": previous, "profiles": list(change.profiles),
-                  "commands": list(change.commands), "mig_devices": [],
-                  "simulated": self.monitor.simulated}
+        result = {
+            "gpu": gpu,
+            "previous": previous,
+            "profiles": list(change.profiles),
+            "commands": list(change.commands),
+            "mig_devices": [],
+            "simulated": self.monitor.simulated,
+        }
         if change.unchanged:
-            return {**result, "applied": False,
-                    "message": f"GPU {gpu} already has this layout; nothing was changed"}
+            return {
+                **result,
+                "applied": False,
+                "message": f"GPU {gpu} already has this layout; nothing was changed",
+            }
         if not confirm:
-            raise ProtocolError(protocol.REFUSED,
-                                f"not confirmed: applying destroys GPU {gpu}'s MIG instances "
-                                f"({', '.join(previous) or 'none'}) and creates "
-                                f"{', '.join(change.profiles)}; send confirm: true to apply it")
+            raise ProtocolError(
+                protocol.REFUSED,
+                f"not confirmed: applying destroys GPU {gpu}'s MIG instances "
+                f"({', '.join(previous) or 'none'}) and creates "
+                f"{', '.join(change.profiles)}; send confirm: true to apply it",
+            )
         started = time.time()
         if self.monitor.simulated:
             self._set_simulated_mig_layout(gpu, change.profiles)
@@ -638,9 +714,11 @@ class Engine:
             except MigError as exc:
                 self.store.add_event("mig", f"MIG layout of GPU {gpu} not applied: {exc}")
                 raise _mig_protocol_error(exc) from None
-        message = (f"MIG layout of GPU {gpu} applied: {', '.join(change.profiles)} (was "
-                   f"{', '.join(previous) or 'no instances'})"
-                   + (" [SIMULATED]" if self.monitor.simulated else ""))
+        message = (
+            f"MIG layout of GPU {gpu} applied: {', '.join(change.profiles)} (was "
+            f"{', '.join(previous) or 'no instances'})"
+            + (" [SIMULATED]" if self.monitor.simulated else "")
+        )
         log.info(message)
         self.store.add_event("mig", message)
         self.dirty = True
@@ -680,8 +758,9 @@ class Engine:
                 continue
             demand = self.demand(job)
             if not demand.exclusive:
-                queued.append(QueuedDemand(job.id, job.name, demand.memory_mib, demand.sm_pct,
-                                           job.held))
+                queued.append(
+                    QueuedDemand(job.id, job.name, demand.memory_mib, demand.sm_pct, job.held)
+                )
         return queued
 
     def _running_by_gpu(self) -> dict[int, tuple[int, ...]]:
@@ -701,9 +780,11 @@ class Engine:
         if not self.loaders.specs and not self.loaders.producers:
             return  # no [datasets] registered: nothing to start, and no queue scan every 0.5 s
         running = set(self.dataset_of.values())
-        needed = running | {served for j in self.queue.placeable()
-                            if (served := self.loaders.loader_for(j.spec.dataset,
-                                                                  j.spec.selection))}
+        needed = running | {
+            served
+            for j in self.queue.placeable()
+            if (served := self.loaders.loader_for(j.spec.dataset, j.spec.selection))
+        }
         if not needed and not self.loaders.producers:
             return
         self.loaders.tick(needed, running)
@@ -726,10 +807,14 @@ class Engine:
         counted since the last of them. It counts only while an engine samples, and a window
         that spans midnight counts for the new day."""
         points = args.get("history", 0)
-        if isinstance(points, bool) or not isinstance(points, int) \
-                or not 0 <= points <= MAX_HISTORY_POINTS:
-            raise ProtocolError(protocol.INVALID_ARGS,
-                                f"'history' must be 0 to {MAX_HISTORY_POINTS} points")
+        if (
+            isinstance(points, bool)
+            or not isinstance(points, int)
+            or not 0 <= points <= MAX_HISTORY_POINTS
+        ):
+            raise ProtocolError(
+                protocol.INVALID_ARGS, f"'history' must be 0 to {MAX_HISTORY_POINTS} points"
+            )
         self.ingest_samples()  # anything the sampler delivered since the loop last looked
         snapshot = self.monitor.latest
         if snapshot is not None:
@@ -748,22 +833,27 @@ class Engine:
     def _energy_not_stored(self) -> dict[int, float]:
         """Joules each GPU used since its last stored energy point."""
         meter = self.monitor.meter
-        return {info.index: energy - self.energy_stored_upto_j.get(info.index, 0.0)
-                for info in self.monitor.inventory
-                if (energy := meter.energy_j(info.index)) is not None}
+        return {
+            info.index: energy - self.energy_stored_upto_j.get(info.index, 0.0)
+            for info in self.monitor.inventory
+            if (energy := meter.energy_j(info.index)) is not None
+        }
 
     # ------------------------------------------------------------- telemetry
     def _make_monitor(self, config: StationConfig) -> Monitor:
         saved = self.store.setting("idle_power_w")
-        monitor = Monitor(make_backend(config.backend, mig=config.mig),
-                          grid_g_per_kwh=config.grid_intensity,
-                          idle_power_w=saved if isinstance(saved, dict) else None)
+        monitor = Monitor(
+            make_backend(config.backend, mig=config.mig),
+            grid_g_per_kwh=config.grid_intensity,
+            idle_power_w=saved if isinstance(saved, dict) else None,
+        )
         monitor.open()  # the inventory is needed for placement before the first sample
         return monitor
 
     def _start_sampler(self) -> None:
-        self.sampler = SamplerThread(self.monitor, self.config.sample_interval,
-                                     lambda: self.tracked, self._deliver)
+        self.sampler = SamplerThread(
+            self.monitor, self.config.sample_interval, lambda: self.tracked, self._deliver
+        )
         self.sampler.start()
 
     def _stop_sampler(self) -> None:
@@ -821,22 +911,33 @@ class Engine:
         self.store_samples_at = now + STORE_SAMPLES_EVERY_S
         averages = self.monitor.drain_averages()
         ts = time.time()
-        gpu_rows = [(ts, index, metric, mean.value) for (index, metric), mean
-                    in averages.gpus.items() if mean.value is not None]
+        gpu_rows = [
+            (ts, index, metric, mean.value)
+            for (index, metric), mean in averages.gpus.items()
+            if mean.value is not None
+        ]
         unstored = self._energy_not_stored()
-        gpu_rows += [(ts, index, GPU_ENERGY_METRIC, joules)
-                     for index, joules in unstored.items() if joules > 0]
-        job_rows = [(ts, job, attempt, metric, mean.value) for (job, attempt, metric), mean
-                    in averages.jobs.items() if mean.value is not None]
+        gpu_rows += [
+            (ts, index, GPU_ENERGY_METRIC, joules)
+            for index, joules in unstored.items()
+            if joules > 0
+        ]
+        job_rows = [
+            (ts, job, attempt, metric, mean.value)
+            for (job, attempt, metric), mean in averages.jobs.items()
+            if mean.value is not None
+        ]
         self.store.add_samples(gpu_rows, job_rows)
         for index, joules in unstored.items():
             self.energy_stored_upto_j[index] = self.energy_stored_upto_j.get(index, 0.0) + joules
         self._record_usage(self.monitor.usage.values())
         latest = self.monitor.latest
         if latest:
-            idle = {g["uuid"]: g["idle_power_w"] for g in latest["gpus"]
-                    if g["uuid"] and g["idle_power_w"] is not None
-                    and not self.monitor.simulated}
+            idle = {
+                g["uuid"]: g["idle_power_w"]
+                for g in latest["gpus"]
+                if g["uuid"] and g["idle_power_w"] is not None and not self.monitor.simulated
+            }
             if idle:
                 self.store.set_setting("idle_power_w", idle)
         if now >= self.prune_at:
@@ -852,15 +953,19 @@ class Engine:
         grid = self.config.grid_intensity
         stored = self.store.usage(job_ids)
         live = {u.attempt_id: u for u in self.monitor.usage.values()}
-        numbers = {live_attempt.attempt.id: live_attempt.attempt.number
-                   for live_attempt in self.live.values()}
+        numbers = {
+            live_attempt.attempt.id: live_attempt.attempt.number
+            for live_attempt in self.live.values()
+        }
         result = {}
         for job_id in job_ids:
             attempts = {a["attempt"]: a for a in stored.get(job_id, [])}
             for attempt_id, usage in live.items():
                 if usage.job_id == job_id and attempt_id in numbers:
-                    attempts[numbers[attempt_id]] = {"attempt": numbers[attempt_id],
-                                                     **usage.to_dict(grid)}
+                    attempts[numbers[attempt_id]] = {
+                        "attempt": numbers[attempt_id],
+                        **usage.to_dict(grid),
+                    }
             ordered = [attempts[n] for n in sorted(attempts)]
             summary = summarize(ordered, grid)
             if summary is not None:
@@ -872,11 +977,20 @@ class Engine:
         tracked = []
         for live in self.live.values():
             job = self.store.job(live.attempt.job_id)
-            tracked.append(TrackedAttempt(
-                attempt_id=live.attempt.id, job_id=job.id, name=job.name, pgid=live.pid,
-                slot=live.slot, gpus=live.gpus, memory_gb=job.spec.memory_gb,
-                sm_pct=job.spec.sm_pct, started_at=live.attempt.started_at or job.started_at,
-                mig_slice=live.attempt.placement.get("mig_slice")))
+            tracked.append(
+                TrackedAttempt(
+                    attempt_id=live.attempt.id,
+                    job_id=job.id,
+                    name=job.name,
+                    pgid=live.pid,
+                    slot=live.slot,
+                    gpus=live.gpus,
+                    memory_gb=job.spec.memory_gb,
+                    sm_pct=job.spec.sm_pct,
+                    started_at=live.attempt.started_at or job.started_at,
+                    mig_slice=live.attempt.placement.get("mig_slice"),
+                )
+            )
         self.tracked = tuple(tracked)
 
     # ------------------------------------------------------------ job logic
@@ -894,14 +1008,18 @@ class Engine:
     def _live_by_job(self) -> dict[int, LiveAttempt]:
         return {live.attempt.job_id: live for live in self.live.values()}
 
-    def job_dict(self, job: JobRecord,
-                 live_by_job: dict[int, LiveAttempt] | None = None) -> dict[str, Any]:
+    def job_dict(
+        self, job: JobRecord, live_by_job: dict[int, LiveAttempt] | None = None
+    ) -> dict[str, Any]:
         live = (live_by_job if live_by_job is not None else self._live_by_job()).get(job.id)
         data = job.to_dict()
         data["slot"] = live.slot if live else None
         data["pgid"] = live.pid if live else None  # the attempt's process group, while it runs
-        data["log"] = (str(self.home.attempt_dir(job.id, job.attempts) / runner.LOG_FILE)
-                       if job.attempts else None)
+        data["log"] = (
+            str(self.home.attempt_dir(job.id, job.attempts) / runner.LOG_FILE)
+            if job.attempts
+            else None
+        )
         # the shared loader it reads: its dataset's, or the dataset's variant for its selection
         data["loader"] = self.loaders.loader_for(job.spec.dataset, job.spec.selection)
         return data
@@ -948,8 +1066,10 @@ class Engine:
         if job.state is JobState.QUEUED:
             return JobOutcome(message)
         later = "a retry" if job.state is JobState.RUNNING else "a requeue"
-        return JobOutcome(f"{message}; {_state_phrase(job)}, so it changes nothing now "
-                          f"(it orders the queue after {later})")
+        return JobOutcome(
+            f"{message}; {_state_phrase(job)}, so it changes nothing now "
+            f"(it orders the queue after {later})"
+        )
 
     def requeue(self, job: JobRecord) -> JobOutcome:
         if job.state is JobState.QUEUED:
@@ -957,8 +1077,11 @@ class Engine:
         if job.state is JobState.RUNNING:
             return JobOutcome("running: only a finished job can be requeued", ok=False)
         record = self.store.requeue(job.id)
-        self._job_changed(record, f"requeued by user (was {job.state.value}); attempt "
-                          f"{record.attempts + 1} next, {record.spec.max_attempts} allowed")
+        self._job_changed(
+            record,
+            f"requeued by user (was {job.state.value}); attempt "
+            f"{record.attempts + 1} next, {record.spec.max_attempts} allowed",
+        )
         return JobOutcome("requeued")
 
     def _job_changed(self, job: JobRecord, message: str) -> None:
@@ -977,19 +1100,31 @@ class Engine:
     def station_view(self) -> StationView:
         busy = frozenset(live.slot for live in self.live.values() if not live.gpus)
         monitor = self.monitor
-        return StationView(config=self.config, cores=self.cores, busy_slots=busy,
-                           backend=monitor.backend.name, gpu_states=self._gpu_states(),
-                           gpu_problem=None if monitor.opened else monitor.open_problem,
-                           simulated=monitor.simulated, overtaken=self.overtaken,
-                           demands=self._demands_beyond_hints())
+        return StationView(
+            config=self.config,
+            cores=self.cores,
+            busy_slots=busy,
+            backend=monitor.backend.name,
+            gpu_states=self._gpu_states(),
+            gpu_problem=None if monitor.opened else monitor.open_problem,
+            simulated=monitor.simulated,
+            overtaken=self.overtaken,
+            demands=self._demands_beyond_hints(),
+        )
 
     def _demands_beyond_hints(self) -> dict[int, Demand]:
         """Queued jobs whose demand is not just their own hints: raised after an OOM, or
         completed by what earlier runs measured. The policy derives every other job's demand
         from its hints itself, so a long queue costs nothing here."""
-        return {job.id: self.demand(job) for job in self.queue.placeable()
-                if job.spec.gpus and (job.demand or (self.history and (
-                    job.spec.memory_gb is None or job.spec.sm_pct is None)))}
+        return {
+            job.id: self.demand(job)
+            for job in self.queue.placeable()
+            if job.spec.gpus
+            and (
+                job.demand
+                or (self.history and (job.spec.memory_gb is None or job.spec.sm_pct is None))
+            )
+        }
 
     def _gpu_states(self) -> tuple[GpuState, ...]:
         """Each GPU as the collocation policies see it: the latest readings, SM activity over
@@ -1004,34 +1139,61 @@ class Engine:
             demand = placement.get("demand") or {}
             usage = self.monitor.usage.get(live.attempt.id)
             peak = usage.gpu_memory_peak_mib if usage else None
-            settled = now - usage.gpu_memory_peak_at \
-                if usage and usage.gpu_memory_peak_at is not None else None
+            settled = (
+                now - usage.gpu_memory_peak_at
+                if usage and usage.gpu_memory_peak_at is not None
+                else None
+            )
             per_gpu = peak / max(1, len(live.gpus)) if peak is not None else None
             memory = reservation(float(demand.get("memory_mib", 0.0)), per_gpu, settled)
             for index in live.gpus:
-                tenants.setdefault(index, []).append(Tenant(
-                    live.attempt.job_id, str(placement.get("mode", "exclusive")),
-                    memory, float(demand.get("sm_pct", 0.0)), placement.get("mig_slice")))
+                tenants.setdefault(index, []).append(
+                    Tenant(
+                        live.attempt.job_id,
+                        str(placement.get("mode", "exclusive")),
+                        memory,
+                        float(demand.get("sm_pct", 0.0)),
+                        placement.get("mig_slice"),
+                    )
+                )
         states = []
         for info in self.monitor.inventory:
             reading = readings.get(info.index, {})
-            window = [p["sm_activity_pct"] for point in recent for p in point["gpus"]
-                      if p["index"] == info.index and p["sm_activity_pct"] is not None]
+            window = [
+                p["sm_activity_pct"]
+                for point in recent
+                for p in point["gpus"]
+                if p["index"] == info.index and p["sm_activity_pct"] is not None
+            ]
             held = {t.mig_slice for t in tenants.get(info.index, ()) if t.mig_slice}
             slices = tuple(
-                MigSlice(m["uuid"], profile, m["memory_total_mib"] or 0.0,
-                         compute_slices(profile), busy=m["uuid"] in held)
-                for m in reading.get("mig_devices", ()) if m["uuid"]
-                for profile in [(m["name"] or "").rsplit(" ", 1)[-1]])
-            states.append(GpuState(
-                index=info.index, uuid=info.uuid,
-                memory_total_mib=info.memory_total_mib or reading.get("memory_total_mib") or 0.0,
-                memory_used_mib=reading.get("memory_used_mib") or 0.0,
-                sm_activity_pct=sum(window) / len(window) if window else None,
-                tenants=tuple(tenants.get(info.index, ())),
-                mig_enabled=bool(reading.get("mig_enabled")), mig_slices=slices,
-                lost=info.index in self.lost_gpus,
-                mps_usable=self._mps_usable(info.uuid)))
+                MigSlice(
+                    m["uuid"],
+                    profile,
+                    m["memory_total_mib"] or 0.0,
+                    compute_slices(profile),
+                    busy=m["uuid"] in held,
+                )
+                for m in reading.get("mig_devices", ())
+                if m["uuid"]
+                for profile in [(m["name"] or "").rsplit(" ", 1)[-1]]
+            )
+            states.append(
+                GpuState(
+                    index=info.index,
+                    uuid=info.uuid,
+                    memory_total_mib=info.memory_total_mib
+                    or reading.get("memory_total_mib")
+                    or 0.0,
+                    memory_used_mib=reading.get("memory_used_mib") or 0.0,
+                    sm_activity_pct=sum(window) / len(window) if window else None,
+                    tenants=tuple(tenants.get(info.index, ())),
+                    mig_enabled=bool(reading.get("mig_enabled")),
+                    mig_slices=slices,
+                    lost=info.index in self.lost_gpus,
+                    mps_usable=self._mps_usable(info.uuid),
+                )
+            )
         return tuple(states)
 
     # ------------------------------------------------------------------- MPS
@@ -1051,8 +1213,9 @@ class Engine:
         uuid = self._gpu_uuid(placement.gpus[0]) or ""
         try:
             self.mps.ensure(uuid)
-            return self.mps.client_env(uuid, placement.mps_thread_pct,
-                                       placement.mps_memory_limit_mib)
+            return self.mps.client_env(
+                uuid, placement.mps_thread_pct, placement.mps_memory_limit_mib
+            )
         except (MpsError, ValueError) as exc:
             self.mps_faults[uuid] = str(exc)
             message = f"MPS is not usable on GPU {placement.gpus[0]} ({exc}); time-sliced instead"
@@ -1067,17 +1230,25 @@ class Engine:
         if now - self.mps_checked_at < MPS_CHECK_S or not self.mps.available:
             return
         self.mps_checked_at = now
-        busy = {self._gpu_uuid(i) for live in self.live.values()
-                if live.attempt.placement.get("mode") == "mps" for i in live.gpus}
+        busy = {
+            self._gpu_uuid(i)
+            for live in self.live.values()
+            if live.attempt.placement.get("mode") == "mps"
+            for i in live.gpus
+        }
         for uuid in self.mps.known_uuids():
             status = self.mps.status(uuid)
             if not status.usable and status.state == "fault":
                 if uuid not in self.mps_faults:
-                    self.store.add_event("mps", f"MPS server of {uuid} is in FAULT: "
-                                         f"{status.message}; new jobs there are time-sliced")
+                    self.store.add_event(
+                        "mps",
+                        f"MPS server of {uuid} is in FAULT: "
+                        f"{status.message}; new jobs there are time-sliced",
+                    )
                 self.mps_faults[uuid] = status.message
-            elif (status.usable or status.state == "stopped") \
-                    and self.mps_faults.pop(uuid, None) is not None:
+            elif (status.usable or status.state == "stopped") and self.mps_faults.pop(
+                uuid, None
+            ) is not None:
                 # Healthy again, or stopped: the next MPS client starts a fresh daemon.
                 self.store.add_event("mps", f"MPS on {uuid} is usable again ({status.state})")
                 self.dirty = True
@@ -1109,19 +1280,22 @@ class Engine:
             self.overtaken.pop(job.id, None)
             self.start(job, placement)
 
-    def job_env(self, job: JobRecord, placement: Placement,
-                attempt: AttemptRecord) -> dict[str, str]:
+    def job_env(
+        self, job: JobRecord, placement: Placement, attempt: AttemptRecord
+    ) -> dict[str, str]:
         env = self.store.base_env(job.id) or dict(os.environ)
         env.update(job.spec.env)
         for key, value in placement.env_defaults.items():
             env.setdefault(key, value)
         env.update(placement.env)
-        env.update({
-            "GPUDESK_HOME": str(self.home.root),
-            "GPUDESK_JOB_ID": str(job.id),
-            "GPUDESK_JOB_NAME": job.name,
-            "GPUDESK_ATTEMPT": str(attempt.number),
-        })
+        env.update(
+            {
+                "GPUDESK_HOME": str(self.home.root),
+                "GPUDESK_JOB_ID": str(job.id),
+                "GPUDESK_JOB_NAME": job.name,
+                "GPUDESK_ATTEMPT": str(attempt.number),
+            }
+        )
         return env
 
     def start(self, job: JobRecord, placement: Placement) -> None:
@@ -1142,16 +1316,28 @@ class Engine:
             env.update(self._mps_env(job, placement))
         workdir = job.spec.workdir or env.get("HOME") or "/"
         try:
-            launched = runner.launch(Path(attempt.dir), job.spec.command, job.spec.shell,
-                                     workdir, env)
+            launched = runner.launch(
+                Path(attempt.dir), job.spec.command, job.spec.shell, workdir, env
+            )
         except runner.LaunchError as exc:
-            self.store.finish_attempt(attempt, attempt_state="launch_failed",
-                                      job_state=JobState.FAILED, message=str(exc), exit_code=None)
+            self.store.finish_attempt(
+                attempt,
+                attempt_state="launch_failed",
+                job_state=JobState.FAILED,
+                message=str(exc),
+                exit_code=None,
+            )
             self.publish_job(job.id, str(exc))
             return
         self.store.attempt_launched(attempt.id, launched.pid, launched.start_time)
-        self.live[attempt.id] = LiveAttempt(attempt, launched.pid, launched.start_time,
-                                            placement.slot, placement.gpus, is_child=True)
+        self.live[attempt.id] = LiveAttempt(
+            attempt,
+            launched.pid,
+            launched.start_time,
+            placement.slot,
+            placement.gpus,
+            is_child=True,
+        )
         self._track()
         self.publish_job(job.id, f"attempt {attempt.number} started on {placement.slot}")
 
@@ -1170,8 +1356,11 @@ class Engine:
                 self.settle(live, returncode=None)
                 continue
             if live.kill_at is not None and now >= live.kill_at:
-                log.info("attempt %d of job %d ignored SIGTERM; sending SIGKILL",
-                         live.attempt.number, live.attempt.job_id)
+                log.info(
+                    "attempt %d of job %d ignored SIGTERM; sending SIGKILL",
+                    live.attempt.number,
+                    live.attempt.job_id,
+                )
                 runner.signal_group(live.pid, signal.SIGKILL)
                 live.kill_at = None
 
@@ -1185,13 +1374,15 @@ class Engine:
         if live.pid:
             leftovers = runner.kill_leftovers(live.pid)
             if leftovers:
-                self.store.add_event("cleanup", f"killed {leftovers} leftover process(es) of "
-                                     f"attempt {attempt.number}", job_id=attempt.job_id)
+                self.store.add_event(
+                    "cleanup",
+                    f"killed {leftovers} leftover process(es) of attempt {attempt.number}",
+                    job_id=attempt.job_id,
+                )
         job = self.store.job(attempt.job_id)
         if record is None:
             attempt_state, exit_code, signal_number = "lost", None, None
-            outcome = ("the job's processes ended while the engine was down and left no exit "
-                       "record")
+            outcome = "the job's processes ended while the engine was down and left no exit record"
         else:
             attempt_state, exit_code, signal_number = "exited", record.exit_code, record.signal
             outcome = record.description
@@ -1208,19 +1399,31 @@ class Engine:
             demand = self.demand(job).after_oom(usage.gpu_memory_peak_mib if usage else None)
             raised = demand.to_dict()
             state = JobState.QUEUED
-            message = (f"attempt {attempt.number} ran out of GPU memory ({oom}); back in the "
-                       f"queue needing {demand.memory_mib / 1024:.1f} GiB on a GPU of its own")
+            message = (
+                f"attempt {attempt.number} ran out of GPU memory ({oom}); back in the "
+                f"queue needing {demand.memory_mib / 1024:.1f} GiB on a GPU of its own"
+            )
         elif job.attempts_since_requeue < job.spec.max_attempts:
             left = job.spec.max_attempts - job.attempts_since_requeue
             state = JobState.QUEUED
             message = f"attempt {attempt.number} failed ({outcome}); retrying, {left} left"
         else:
             state, message = JobState.FAILED, outcome
-        self.store.finish_attempt(attempt, attempt_state=attempt_state, job_state=state,
-                                  message=message, exit_code=exit_code, signal=signal_number,
-                                  ended_at=record.ended_at if record else None, demand=raised)
-        if state is JobState.SUCCEEDED and usage is not None \
-                and usage.gpu_memory_peak_mib is not None:
+        self.store.finish_attempt(
+            attempt,
+            attempt_state=attempt_state,
+            job_state=state,
+            message=message,
+            exit_code=exit_code,
+            signal=signal_number,
+            ended_at=record.ended_at if record else None,
+            demand=raised,
+        )
+        if (
+            state is JobState.SUCCEEDED
+            and usage is not None
+            and usage.gpu_memory_peak_mib is not None
+        ):
             self._remember_demand(job, usage)
         self.live.pop(attempt.id, None)  # only once the outcome is stored
         self._track()
@@ -1239,9 +1442,12 @@ class Engine:
         """What a job is assumed to need: raised after an OOM, else its hints completed by what
         earlier runs of the same command measured, else defaults."""
         if job.demand:
-            return Demand(float(job.demand["memory_mib"]), float(job.demand["sm_pct"]),
-                          str(job.demand.get("source", "after OOM")),
-                          bool(job.demand.get("exclusive", True)))
+            return Demand(
+                float(job.demand["memory_mib"]),
+                float(job.demand["sm_pct"]),
+                str(job.demand.get("source", "after OOM")),
+                bool(job.demand.get("exclusive", True)),
+            )
         known = self.history.get(signature(job.spec.command, job.spec.workdir))
         history = Demand(known[0], known[1], "history") if known else None
         return from_hints(job.spec.memory_gb, job.spec.sm_pct, history)
@@ -1258,17 +1464,28 @@ class Engine:
             return
         old = self.history.get(key)
         runs = old[2] if old else 0
-        memory = max(old[0], usage.gpu_memory_peak_mib or 0.0) if old else \
-            usage.gpu_memory_peak_mib or 0.0
+        memory = (
+            max(old[0], usage.gpu_memory_peak_mib or 0.0)
+            if old
+            else usage.gpu_memory_peak_mib or 0.0
+        )
         mean = (old[1] * runs + sm) / (runs + 1) if old else sm
         self.history[key] = (memory, mean, runs + 1)
 
     def publish_job(self, job_id: int, message: str, job: JobRecord | None = None) -> None:
         job = job or self.store.job(job_id)
-        payload = {"ts": time.time(), "id": job.id, "name": job.name, "state": job.state.value,
-                   "group": job.spec.group, "attempts": job.attempts,
-                   "exit_code": job.exit_code, "held": job.held,
-                   "priority": job.spec.priority, "message": message}
+        payload = {
+            "ts": time.time(),
+            "id": job.id,
+            "name": job.name,
+            "state": job.state.value,
+            "group": job.spec.group,
+            "attempts": job.attempts,
+            "exit_code": job.exit_code,
+            "held": job.held,
+            "priority": job.spec.priority,
+            "message": message,
+        }
         # NOBLOCK: a slow subscriber must never stall the engine; events are in the store too.
         with contextlib.suppress(zmq.ZMQError):
             self.events.send_multipart(protocol.encode_event("job", payload), zmq.NOBLOCK)
@@ -1285,8 +1502,11 @@ def _mig_gpu_arg(args: dict[str, Any], *, required: bool) -> int | None:
     if gpu is None and not required:
         return None
     if isinstance(gpu, bool) or not isinstance(gpu, int) or gpu < 0:
-        raise ProtocolError(protocol.INVALID_ARGS, "'gpu' must be a GPU index (0, 1, ...)"
-                            + ("" if required else ", or null for every GPU"))
+        raise ProtocolError(
+            protocol.INVALID_ARGS,
+            "'gpu' must be a GPU index (0, 1, ...)"
+            + ("" if required else ", or null for every GPU"),
+        )
     return gpu
 
 
@@ -1348,8 +1568,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--home", help="GPUDESK_HOME (default: environment or XDG state dir)")
     parser.add_argument("--station", help="station config as JSON")
     args = parser.parse_args(argv)
-    logging.basicConfig(stream=sys.stderr, level=logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        stream=sys.stderr,
+        level=logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
     home = Home.from_env(args.home)
     requested = None
     if args.station:

@@ -41,12 +41,15 @@ class Demand:
         return replace(self, memory_mib=memory, source="after OOM", exclusive=True)
 
     def to_dict(self) -> dict[str, object]:
-        return {"memory_mib": round(self.memory_mib), "sm_pct": round(self.sm_pct, 1),
-                "source": self.source, "exclusive": self.exclusive}
+        return {
+            "memory_mib": round(self.memory_mib),
+            "sm_pct": round(self.sm_pct, 1),
+            "source": self.source,
+            "exclusive": self.exclusive,
+        }
 
 
-def reservation(estimate_mib: float, peak_mib: float | None,
-                settled_s: float | None) -> float:
+def reservation(estimate_mib: float, peak_mib: float | None, settled_s: float | None) -> float:
     """The memory a running job is counted as holding on its GPU: its estimate until its
     measured memory has stopped growing for `PEAK_SETTLED_S`, then its measured peak plus
     headroom. This is how an estimate is corrected while the job runs, both ways: an
@@ -56,8 +59,9 @@ def reservation(estimate_mib: float, peak_mib: float | None,
     return peak_mib * PEAK_HEADROOM
 
 
-def from_hints(memory_gb: float | None, sm_pct: float | None,
-               history: Demand | None = None) -> Demand:
+def from_hints(
+    memory_gb: float | None, sm_pct: float | None, history: Demand | None = None
+) -> Demand:
     """A job's demand from its hints, completed by history, else defaults."""
     if history is not None and memory_gb is None and sm_pct is None:
         return history
@@ -66,12 +70,16 @@ def from_hints(memory_gb: float | None, sm_pct: float | None,
     return Demand(memory, sm, source)
 
 
-def hinted(memory_gb: float | None, sm_pct: float | None,
-           history: Demand | None = None) -> tuple[float, float]:
+def hinted(
+    memory_gb: float | None, sm_pct: float | None, history: Demand | None = None
+) -> tuple[float, float]:
     """(memory MiB, SM %) from the hints, gaps filled from history, else the defaults. Without
     building a Demand: a placement pass asks this for every queued job."""
-    memory = memory_gb * MIB_PER_GB if memory_gb is not None else (
-        history.memory_mib if history else DEFAULT_MEMORY_MIB)
+    memory = (
+        memory_gb * MIB_PER_GB
+        if memory_gb is not None
+        else (history.memory_mib if history else DEFAULT_MEMORY_MIB)
+    )
     sm = sm_pct if sm_pct is not None else (history.sm_pct if history else DEFAULT_SM_PCT)
     return memory, sm
 

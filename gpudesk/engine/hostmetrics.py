@@ -51,8 +51,9 @@ def sample_host() -> HostSample:
     )
 
 
-def group_processes(pgids: Iterable[int],
-                    attrs: tuple[str, ...] = ()) -> dict[int, list[psutil.Process]]:
+def group_processes(
+    pgids: Iterable[int], attrs: tuple[str, ...] = ()
+) -> dict[int, list[psutil.Process]]:
     """Live processes (not zombies) of each process group, in one pass over the process table;
     `attrs` are read on the way (`proc.info`). Only members are read: a busy host has hundreds
     of processes, and reading each one's /proc files every sample would cost more than the rest
@@ -87,15 +88,25 @@ def sample_groups(pgids: Iterable[int]) -> dict[int, GroupSample]:
         cpu_s = sum(_cpu_seconds(p.info["cpu_times"]) for p in procs if p.info["cpu_times"])
         rss = sum(p.info["memory_info"].rss for p in procs if p.info["memory_info"])
         io = [p.info["io_counters"] for p in procs if p.info.get("io_counters")]
-        samples[pgid] = GroupSample(pgid, len(procs), cpu_s, rss,
-                                    sum(c.read_bytes for c in io), sum(c.write_bytes for c in io))
+        samples[pgid] = GroupSample(
+            pgid,
+            len(procs),
+            cpu_s,
+            rss,
+            sum(c.read_bytes for c in io),
+            sum(c.write_bytes for c in io),
+        )
     return samples
 
 
 def _cpu_seconds(times: Any) -> float:  # psutil.Process.cpu_times()
     # Children the process waited for count too: a shell's finished commands stay in the total.
-    return (times.user + times.system + getattr(times, "children_user", 0.0)
-            + getattr(times, "children_system", 0.0))
+    return (
+        times.user
+        + times.system
+        + getattr(times, "children_user", 0.0)
+        + getattr(times, "children_system", 0.0)
+    )
 
 
 def cpu_percent(before: GroupSample | None, after: GroupSample, seconds: float) -> float | None:

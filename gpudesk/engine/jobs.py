@@ -71,8 +71,14 @@ class SpecError(ValueError):
 
 def describe(value: Any) -> str:
     """A short, type-revealing rendering of a value for error messages."""
-    kind = {bool: "boolean", int: "integer", float: "number", str: "string",
-            list: "array", dict: "table"}.get(type(value), type(value).__name__)
+    kind = {
+        bool: "boolean",
+        int: "integer",
+        float: "number",
+        str: "string",
+        list: "array",
+        dict: "table",
+    }.get(type(value), type(value).__name__)
     try:
         text = repr(value)
     except ValueError:  # an int too long for str() (Python's 4300-digit limit)
@@ -138,7 +144,7 @@ def check_command(value: Any, shell: bool) -> tuple[str, ...]:
 
 def check_env(value: Any) -> dict[str, str]:
     if not isinstance(value, Mapping):
-        raise ValueError(f"expected a table of NAME = \"value\", found {describe(value)}")
+        raise ValueError(f'expected a table of NAME = "value", found {describe(value)}')
     if len(value) > MAX_ENV_VARS:
         raise ValueError(f"expected at most {MAX_ENV_VARS} variables, found {len(value)}")
     env: dict[str, str] = {}
@@ -277,8 +283,9 @@ class JobSpec:
         if "group" in data and data["group"] is not None:
             values["group"] = _checked("group", check_name, data["group"])
         if "selection" in data and data["selection"] is not None and not values.get("dataset"):
-            raise SpecError("selection", "a selection applies to the job's dataset: name the "
-                            "dataset too")
+            raise SpecError(
+                "selection", "a selection applies to the job's dataset: name the dataset too"
+            )
         return cls(**values)
 
     @classmethod

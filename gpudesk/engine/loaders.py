@@ -39,8 +39,17 @@ ENV_GRACE_S = "GPUDESK_LOADER_GRACE_S"  # overrides it (tests; stations with slo
 STATUS_EVERY_S = 2.0
 RESTART_LIMIT = 5  # restarts in a row without a consumer connecting: then give up
 RESUME_S = 30  # how long a managed job's consumer waits for its producer to come back
-LOADER_KEYS = ("args", "batch_size", "workers", "seed", "slots", "shuffle", "selection",
-               "selection_target", "selection_target_args")
+LOADER_KEYS = (
+    "args",
+    "batch_size",
+    "workers",
+    "seed",
+    "slots",
+    "shuffle",
+    "selection",
+    "selection_target",
+    "selection_target_args",
+)
 
 
 @dataclass(frozen=True)
@@ -70,8 +79,9 @@ class DatasetSpec:
             raise ValueError(f"{unknown[0]}: unknown key")
         name = data.get("name")
         if not isinstance(name, str) or not NAME.match(name):
-            raise ValueError(f"name: {name!r} is not a loader name (1 to 40 letters, digits, "
-                             "'_', '.' or '-')")
+            raise ValueError(
+                f"name: {name!r} is not a loader name (1 to 40 letters, digits, '_', '.' or '-')"
+            )
         factory = data.get("factory")
         if not isinstance(factory, str) or ":" not in factory:
             raise ValueError("factory: expected MODULE:CALLABLE")
@@ -81,16 +91,21 @@ class DatasetSpec:
         try:
             json.dumps(args)
         except (TypeError, ValueError):
-            raise ValueError("args: values must be plain numbers, strings, lists or tables") \
-                from None
+            raise ValueError(
+                "args: values must be plain numbers, strings, lists or tables"
+            ) from None
         ints = {}
-        for key, low, high, default in (("batch_size", 1, 1 << 20, 64), ("workers", 0, 256, 2),
-                                        ("seed", -(2**63), 2**63 - 1, 0),
-                                        ("slots", 4, 4096, 16)):
+        for key, low, high, default in (
+            ("batch_size", 1, 1 << 20, 64),
+            ("workers", 0, 256, 2),
+            ("seed", -(2**63), 2**63 - 1, 0),
+            ("slots", 4, 4096, 16),
+        ):
             value = data.get(key, default)
             if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-                raise ValueError(f"{key}: expected a whole number from {low} to {high}, "
-                                 f"found {value!r}")
+                raise ValueError(
+                    f"{key}: expected a whole number from {low} to {high}, found {value!r}"
+                )
             ints[key] = value
         shuffle = data.get("shuffle", True)
         if not isinstance(shuffle, bool):
@@ -107,10 +122,20 @@ class DatasetSpec:
         if not isinstance(target_args, dict):
             raise ValueError("selection_target_args: expected a table")
         if selection is not None and selection.startswith("less-") and target is None:
-            raise ValueError(f"selection: {selection} ranks samples by their similarity to a "
-                             "target set; name one with selection_target = \"MODULE:CALLABLE\"")
-        return cls(name, factory, dict(args), shuffle=shuffle, selection=selection,
-                   selection_target=target, selection_target_args=dict(target_args), **ints)
+            raise ValueError(
+                f"selection: {selection} ranks samples by their similarity to a "
+                'target set; name one with selection_target = "MODULE:CALLABLE"'
+            )
+        return cls(
+            name,
+            factory,
+            dict(args),
+            shuffle=shuffle,
+            selection=selection,
+            selection_target=target,
+            selection_target_args=dict(target_args),
+            **ints,
+        )
 
     def variant(self, selection: str | None) -> DatasetSpec:
         """This dataset under another selection: its own loader, `NAME.PRESET`."""
@@ -119,13 +144,28 @@ class DatasetSpec:
         if chosen == self.selection:
             return self
         suffix = f"{VARIANT_SEPARATOR}{chosen or 'full'}"
-        return replace(self, name=self.name[:40 - len(suffix)] + suffix, selection=chosen)
+        return replace(self, name=self.name[: 40 - len(suffix)] + suffix, selection=chosen)
 
     def argv(self) -> list[str]:
-        argv = [sys.executable, "-m", "gpudesk", "loader", "serve", self.name,
-                "--dataset", self.factory, "--batch-size", str(self.batch_size),
-                "--workers", str(self.workers), "--seed", str(self.seed),
-                "--slots", str(self.slots), "--managed"]
+        argv = [
+            sys.executable,
+            "-m",
+            "gpudesk",
+            "loader",
+            "serve",
+            self.name,
+            "--dataset",
+            self.factory,
+            "--batch-size",
+            str(self.batch_size),
+            "--workers",
+            str(self.workers),
+            "--seed",
+            str(self.seed),
+            "--slots",
+            str(self.slots),
+            "--managed",
+        ]
         for key, value in self.args.items():
             argv += ["--arg", f"{key}={json.dumps(value)}"]
         if not self.shuffle:
@@ -168,9 +208,11 @@ class LoaderSupervisor:
         for spec in specs:
             running = self.producers.get(spec.name)
             if running is not None and running.spec != spec and self._alive(running):
-                raise ValueError(f"dataset {spec.name!r} is already served with other settings "
-                                 f"({json.dumps(running.spec.to_dict())}); let its jobs finish "
-                                 "or rename the dataset")
+                raise ValueError(
+                    f"dataset {spec.name!r} is already served with other settings "
+                    f"({json.dumps(running.spec.to_dict())}); let its jobs finish "
+                    "or rename the dataset"
+                )
             self.specs[spec.name] = spec
         self._variants.clear()
 
@@ -228,12 +270,19 @@ class LoaderSupervisor:
         logs.mkdir(exist_ok=True)
         with open(logs / f"{producer.spec.name}.log", "ab") as out:
             producer.process = subprocess.Popen(
-                producer.spec.argv(), stdin=subprocess.DEVNULL, stdout=out, stderr=out,
-                start_new_session=True, env={**os.environ, "GPUDESK_HOME": str(self.home.root)})
+                producer.spec.argv(),
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=out,
+                start_new_session=True,
+                env={**os.environ, "GPUDESK_HOME": str(self.home.root)},
+            )
         producer.pid = producer.process.pid
-        self.events.append(f"shared loader {producer.spec.name!r} started (pid "
-                           f"{producer.pid}): {producer.spec.factory}, batches of "
-                           f"{producer.spec.batch_size}, {producer.spec.workers} workers")
+        self.events.append(
+            f"shared loader {producer.spec.name!r} started (pid "
+            f"{producer.pid}): {producer.spec.factory}, batches of "
+            f"{producer.spec.batch_size}, {producer.spec.workers} workers"
+        )
 
     def tick(self, needed: set[str], running: set[str] | frozenset[str] = frozenset()) -> None:
         """Restart needed producers that died; stop the ones no job needs; refresh status.
@@ -254,10 +303,12 @@ class LoaderSupervisor:
                     if producer.restarts >= RESTART_LIMIT:
                         continue
                     producer.restarts += 1
-                    self.events.append(f"shared loader {name!r} (pid {producer.pid}) died "
-                                       f"(exit {code}); restarting it, attempt "
-                                       f"{producer.restarts} of {RESTART_LIMIT} — its "
-                                       f"consumers resume their epoch")
+                    self.events.append(
+                        f"shared loader {name!r} (pid {producer.pid}) died "
+                        f"(exit {code}); restarting it, attempt "
+                        f"{producer.restarts} of {RESTART_LIMIT} — its "
+                        f"consumers resume their epoch"
+                    )
                     self._start(producer)
                 continue
             if not alive:
@@ -317,10 +368,17 @@ class LoaderSupervisor:
         every = {**self.stopped, **self.producers}
         for name, producer in sorted(every.items()):
             status = producer.last_status or {}
-            out.append({"name": name, "pid": producer.pid, "spec": producer.spec.to_dict(),
-                        "running": name in self.producers,
-                        "restarts": producer.restarts, **cpu_saving(status),
-                        "status": status or None})
+            out.append(
+                {
+                    "name": name,
+                    "pid": producer.pid,
+                    "spec": producer.spec.to_dict(),
+                    "running": name in self.producers,
+                    "restarts": producer.restarts,
+                    **cpu_saving(status),
+                    "status": status or None,
+                }
+            )
         return out
 
 
@@ -333,5 +391,8 @@ def cpu_saving(status: dict[str, Any]) -> dict[str, Any]:
     if cpu is None or not produced:
         return {"cpu_s": cpu, "unshared_cpu_s": None, "saved_cpu_s": None}
     unshared = cpu * delivered / produced
-    return {"cpu_s": round(cpu, 2), "unshared_cpu_s": round(unshared, 2),
-            "saved_cpu_s": round(unshared - cpu, 2)}
+    return {
+        "cpu_s": round(cpu, 2),
+        "unshared_cpu_s": round(unshared, 2),
+        "saved_cpu_s": round(unshared - cpu, 2),
+    }

@@ -79,8 +79,9 @@ class NvidiaSmiError(MigError):
     """nvidia-smi ran and failed. `kind` is one of: "insufficient-resources", "in-use",
     "permission", "mig-disabled", "mig-pending", "mig-unsupported", "no-gpu", "invalid", "other"."""
 
-    def __init__(self, message: str, kind: str, argv: Sequence[str], returncode: int,
-                 output: str) -> None:
+    def __init__(
+        self, message: str, kind: str, argv: Sequence[str], returncode: int, output: str
+    ) -> None:
         super().__init__(message)
         self.kind = kind
         self.argv = list(argv)
@@ -253,7 +254,7 @@ class MigMode:
 
     @property
     def state(self) -> str:
-        """"enabled", "pending" (enabled, waiting for a GPU reset), "disabled", "unsupported"."""
+        """ "enabled", "pending" (enabled, waiting for a GPU reset), "disabled", "unsupported"."""
         if self.current == "enabled":
             return "enabled"
         if self.pending == "enabled":
@@ -266,9 +267,11 @@ class MigMode:
 # ---------------------------------------------------------------------------------- parsers
 def _parse_error(what: str, line: str, why: str = "") -> MigError:
     detail = f" ({why})" if why else ""
-    return MigError(f"cannot read the output of `nvidia-smi {what}`: unexpected line "
-                    f"{line.rstrip()!r}{detail}. gpudesk may not know this driver's format; "
-                    f"please report it with the full output.")
+    return MigError(
+        f"cannot read the output of `nvidia-smi {what}`: unexpected line "
+        f"{line.rstrip()!r}{detail}. gpudesk may not know this driver's format; "
+        f"please report it with the full output."
+    )
 
 
 _GPU_LINE = re.compile(r"GPU\s+(\d+):\s+(.*?)\s+\(UUID:\s*(\S+?)\)")
@@ -287,8 +290,9 @@ def parse_list_gpus(text: str) -> list[GpuEntry]:
             gpus.append(GpuEntry(int(match.group(1)), match.group(2), match.group(3)))
             migs.append([])
         elif (match := _MIG_LINE.fullmatch(stripped)) and gpus:
-            migs[-1].append(MigEntry(gpus[-1].index, match.group(1), int(match.group(2)),
-                                     match.group(3)))
+            migs[-1].append(
+                MigEntry(gpus[-1].index, match.group(1), int(match.group(2)), match.group(3))
+            )
         else:
             raise _parse_error("-L", line)
     return [GpuEntry(g.index, g.name, g.uuid, tuple(m)) for g, m in zip(gpus, migs, strict=True)]
@@ -326,8 +330,9 @@ def _boxed_table(text: str, what: str) -> tuple[list[list[str]], list[list[tuple
     if current:
         records.append(current)
     if not in_body:
-        raise _parse_error(what, text.strip().splitlines()[0] if text.strip() else "",
-                           "no table found")
+        raise _parse_error(
+            what, text.strip().splitlines()[0] if text.strip() else "", "no table found"
+        )
     return headers, records
 
 
@@ -337,7 +342,7 @@ def _int_or_none(token: str) -> int | None:
 
 def _columns(header: list[str], after: str | None, default: Sequence[str]) -> list[str]:
     if after is not None and after in header:
-        return [w.upper() for w in header[header.index(after) + 1:]]
+        return [w.upper() for w in header[header.index(after) + 1 :]]
     return list(default)
 
 
@@ -348,22 +353,32 @@ def parse_gi_profiles(text: str) -> list[GiProfile]:
     Rows are usually boxed in pairs; any grouping of the lines reads the same."""
     what = "mig -lgip"
     headers, records = _boxed_table(text, what)
-    first = _columns(headers[0] if headers else [], "Instances",
-                     ("MEMORY", "P2P", "SM", "DEC", "ENC"))
+    first = _columns(
+        headers[0] if headers else [], "Instances", ("MEMORY", "P2P", "SM", "DEC", "ENC")
+    )
     second = [w.upper() for w in headers[1]] if len(headers) > 1 else ["CE", "JPEG", "OFA"]
     rows: list[tuple[str, list[str], dict[str, str]]] = []  # (line, first-row tokens, values)
     for inner, line in (entry for record in records for entry in record):
         tokens = inner.split()
-        split = next((j for j in range(2, len(tokens) - 1)
-                      if tokens[j].isdigit() and re.fullmatch(r"\d+/\d+", tokens[j + 1])), None)
+        split = next(
+            (
+                j
+                for j in range(2, len(tokens) - 1)
+                if tokens[j].isdigit() and re.fullmatch(r"\d+/\d+", tokens[j + 1])
+            ),
+            None,
+        )
         if split is not None and tokens[0].isdigit():
-            rest = tokens[split + 2:]
+            rest = tokens[split + 2 :]
             if len(rest) != len(first):
                 raise _parse_error(what, line, f"expected columns {', '.join(first)}")
-            rows.append((line, tokens[:split + 2], dict(zip(first, rest, strict=True))))
-        elif rows and len(tokens) <= len(second) and all(
-                re.fullmatch(r"\d+|N/A|-", t, re.IGNORECASE) for t in tokens):
-            rows[-1][2].update(zip(second[len(second) - len(tokens):], tokens, strict=True))
+            rows.append((line, tokens[: split + 2], dict(zip(first, rest, strict=True))))
+        elif (
+            rows
+            and len(tokens) <= len(second)
+            and all(re.fullmatch(r"\d+|N/A|-", t, re.IGNORECASE) for t in tokens)
+        ):
+            rows[-1][2].update(zip(second[len(second) - len(tokens) :], tokens, strict=True))
         else:
             raise _parse_error(what, line, "no ID and Free/Total columns")
     profiles = []
@@ -372,21 +387,33 @@ def parse_gi_profiles(text: str) -> list[GiProfile]:
         free, total = tokens[-1].split("/")
         try:
             memory = float(values["MEMORY"]) if "MEMORY" in values else 0.0
-            numbers = {key.lower(): _int_or_none(values[key])
-                       for key in ("SM", "CE", "DEC", "ENC", "JPEG", "OFA") if key in values}
+            numbers = {
+                key.lower(): _int_or_none(values[key])
+                for key in ("SM", "CE", "DEC", "ENC", "JPEG", "OFA")
+                if key in values
+            }
         except ValueError as exc:
             raise _parse_error(what, line, str(exc)) from None
         p2p = values.get("P2P")
-        profiles.append(GiProfile(
-            gpu=int(tokens[0]), name=name, short_name=_short(name), id=int(tokens[-2]),
-            free=int(free), total=int(total), memory_gib=memory,
-            p2p=None if p2p is None or p2p.upper() == "N/A" else p2p.lower() == "yes",
-            **numbers))
+        profiles.append(
+            GiProfile(
+                gpu=int(tokens[0]),
+                name=name,
+                short_name=_short(name),
+                id=int(tokens[-2]),
+                free=int(free),
+                total=int(total),
+                memory_gib=memory,
+                p2p=None if p2p is None or p2p.upper() == "N/A" else p2p.lower() == "yes",
+                **numbers,
+            )
+        )
     return profiles
 
 
 _PLACEMENTS_LINE = re.compile(
-    r"GPU\s+(\d+)\s+Profile\s+ID\s+(\d+)\s+Placements?\s*:\s*\{([\d,\s]*)\}\s*:\s*(\d+)")
+    r"GPU\s+(\d+)\s+Profile\s+ID\s+(\d+)\s+Placements?\s*:\s*\{([\d,\s]*)\}\s*:\s*(\d+)"
+)
 
 
 def parse_gi_placements(text: str) -> list[ProfilePlacements]:
@@ -400,8 +427,11 @@ def parse_gi_placements(text: str) -> list[ProfilePlacements]:
             raise _parse_error("mig -lgipp", line)
         size = int(match.group(4))
         starts = [int(s) for s in match.group(3).replace(" ", "").split(",") if s]
-        result.append(ProfilePlacements(int(match.group(1)), int(match.group(2)),
-                                        tuple(Placement(s, size) for s in starts)))
+        result.append(
+            ProfilePlacements(
+                int(match.group(1)), int(match.group(2)), tuple(Placement(s, size) for s in starts)
+            )
+        )
     return result
 
 
@@ -409,8 +439,9 @@ _EMPTY_GI = "No GPU instances found"
 _EMPTY_CI = "No compute instances found"
 
 
-def _id_columns(tokens: list[str], leading: int, line: str, what: str) -> tuple[
-        str, int, int, Placement | None]:
+def _id_columns(
+    tokens: list[str], leading: int, line: str, what: str
+) -> tuple[str, int, int, Placement | None]:
     """Name, profile ID, instance ID and placement from a row whose first `leading` tokens are
     IDs, followed by a multi-word name, then profile ID, instance ID and (newer drivers)
     a placement."""
@@ -439,8 +470,7 @@ def parse_gpu_instances(text: str) -> list[GpuInstance]:
             name, profile_id, instance_id, placement = _id_columns(tokens, 1, line, what)
             if placement is None:
                 raise _parse_error(what, line, "no start:size placement")
-            instances.append(GpuInstance(int(tokens[0]), name, profile_id, instance_id,
-                                         placement))
+            instances.append(GpuInstance(int(tokens[0]), name, profile_id, instance_id, placement))
     return instances
 
 
@@ -456,13 +486,18 @@ def parse_compute_instances(text: str) -> list[ComputeInstance]:
             if len(tokens) < 2 or not (tokens[0].isdigit() and tokens[1].isdigit()):
                 raise _parse_error(what, line)
             name, profile_id, instance_id, placement = _id_columns(tokens, 2, line, what)
-            instances.append(ComputeInstance(int(tokens[0]), int(tokens[1]), name, profile_id,
-                                             instance_id, placement))
+            instances.append(
+                ComputeInstance(
+                    int(tokens[0]), int(tokens[1]), name, profile_id, instance_id, placement
+                )
+            )
     return instances
 
 
-_CREATED_GI = re.compile(r"Successfully created GPU instance ID\s+(\d+) on GPU\s+(\d+) using "
-                         r"profile (.+?) \(ID\s+(\d+)\)")
+_CREATED_GI = re.compile(
+    r"Successfully created GPU instance ID\s+(\d+) on GPU\s+(\d+) using "
+    r"profile (.+?) \(ID\s+(\d+)\)"
+)
 _SUCCESS = re.compile(r"Successfully (created|destroyed) .*")
 
 
@@ -478,8 +513,11 @@ def _legacy_mig_ids(uuid: str) -> tuple[int, int] | None:
     return (int(match.group(1)), int(match.group(2))) if match else None
 
 
-def match_slots(entry: GpuEntry, gpu_instances: Sequence[GpuInstance],
-                compute_instances: Sequence[ComputeInstance]) -> list[MigSlot]:
+def match_slots(
+    entry: GpuEntry,
+    gpu_instances: Sequence[GpuInstance],
+    compute_instances: Sequence[ComputeInstance],
+) -> list[MigSlot]:
     """Pair the MIG devices `-L` lists under a GPU with its instances: device k is the k-th
     compute instance in (GPU instance ID, compute instance ID) order, when the profile names
     agree (see the module docstring); old-style UUIDs carry the IDs themselves."""
@@ -491,9 +529,17 @@ def match_slots(entry: GpuEntry, gpu_instances: Sequence[GpuInstance],
         if ids is None and k < len(cis) and cis[k].short_name == dev.name:
             ids = (cis[k].gpu_instance_id, cis[k].instance_id)
         gi = by_id.get(ids[0]) if ids else None
-        result.append(MigSlot(entry.index, dev.device, dev.name, dev.uuid,
-                              ids[0] if ids else None, ids[1] if ids else None,
-                              gi.placement if gi else None))
+        result.append(
+            MigSlot(
+                entry.index,
+                dev.device,
+                dev.name,
+                dev.uuid,
+                ids[0] if ids else None,
+                ids[1] if ids else None,
+                gi.placement if gi else None,
+            )
+        )
     return result
 
 
@@ -525,10 +571,12 @@ def classify_output(output: str) -> str:
 
 def enable_hint(gpu: int | None) -> str:
     i = "N" if gpu is None else gpu
-    return (f"gpudesk never changes MIG mode or resets a GPU itself. To enable MIG, stop every "
-            f"process on the GPU and run `sudo nvidia-smi -i {i} -mig 1`; if the driver leaves "
-            f"the change pending, reset the GPU with `sudo nvidia-smi -i {i} -r` (nothing may run "
-            f"on it) or reboot.")
+    return (
+        f"gpudesk never changes MIG mode or resets a GPU itself. To enable MIG, stop every "
+        f"process on the GPU and run `sudo nvidia-smi -i {i} -mig 1`; if the driver leaves "
+        f"the change pending, reset the GPU with `sudo nvidia-smi -i {i} -r` (nothing may run "
+        f"on it) or reboot."
+    )
 
 
 def mig_mode_message(gpu: int | None, mode: MigMode | None, gpu_name: str = "") -> str:
@@ -540,15 +588,21 @@ def mig_mode_message(gpu: int | None, mode: MigMode | None, gpu_name: str = "") 
         return f"{which}{named} does not support MIG."
     if state == "pending":
         i = "N" if gpu is None else gpu
-        return (f"MIG mode on {which} is enabled but pending a GPU reset: it takes effect only "
-                f"after the GPU is reset. gpudesk never resets a GPU itself: stop every process "
-                f"on it, then run `sudo nvidia-smi -i {i} -r`, or reboot.")
+        return (
+            f"MIG mode on {which} is enabled but pending a GPU reset: it takes effect only "
+            f"after the GPU is reset. gpudesk never resets a GPU itself: stop every process "
+            f"on it, then run `sudo nvidia-smi -i {i} -r`, or reboot."
+        )
     return f"MIG mode is not enabled on {which}. {enable_hint(gpu)}"
 
 
-def map_nvidia_smi_error(argv: Sequence[str], returncode: int, output: str,
-                         gpu: int | None = None,
-                         profile_names: Mapping[str, str] | None = None) -> NvidiaSmiError:
+def map_nvidia_smi_error(
+    argv: Sequence[str],
+    returncode: int,
+    output: str,
+    gpu: int | None = None,
+    profile_names: Mapping[str, str] | None = None,
+) -> NvidiaSmiError:
     """Turn a failed nvidia-smi run into one clear paragraph: what happened, what to do."""
     kind = classify_output(output)
     which = "the GPU" if gpu is None else f"GPU {gpu}"
@@ -557,23 +611,29 @@ def map_nvidia_smi_error(argv: Sequence[str], returncode: int, output: str,
         match = _FAILED_PROFILE.search(output)
         token = match.group(1) if match else ""
         profile = (profile_names or {}).get(token, token) or "the requested profile"
-        message = (f"{which} has no room left for a {profile} instance (nvidia-smi: "
-                   f"Insufficient Resources): the layout does not fit the GPU's free slices. "
-                   f"`gpudesk mig profiles{'' if gpu is None else f' --gpu {gpu}'}` shows what is "
-                   f"free and where each profile can sit; create larger profiles first, or clear "
-                   f"the GPU first.")
+        message = (
+            f"{which} has no room left for a {profile} instance (nvidia-smi: "
+            f"Insufficient Resources): the layout does not fit the GPU's free slices. "
+            f"`gpudesk mig profiles{'' if gpu is None else f' --gpu {gpu}'}` shows what is "
+            f"free and where each profile can sit; create larger profiles first, or clear "
+            f"the GPU first."
+        )
     elif kind == "in-use":
-        message = (f"{which} or one of its MIG instances is in use by another process "
-                   f"(nvidia-smi: In use by another client), so its MIG layout cannot change now. "
-                   f"Stop the processes on it first (`nvidia-smi` lists them; a monitoring agent "
-                   f"such as DCGM or nvsm, an MPS daemon or a container can hold it too), then "
-                   f"try again.")
+        message = (
+            f"{which} or one of its MIG instances is in use by another process "
+            f"(nvidia-smi: In use by another client), so its MIG layout cannot change now. "
+            f"Stop the processes on it first (`nvidia-smi` lists them; a monitoring agent "
+            f"such as DCGM or nvsm, an MPS daemon or a container can hold it too), then "
+            f"try again."
+        )
     elif kind == "permission":
-        message = ("changing MIG instances needs root (nvidia-smi: Insufficient Permissions). "
-                   "Run the command as root, e.g. with sudo, or let your user run nvidia-smi as "
-                   "root through a sudoers rule (`youruser ALL=(root) NOPASSWD: "
-                   "/usr/bin/nvidia-smi`) and point GPUDESK_NVIDIA_SMI at a wrapper script that "
-                   "runs `sudo -n nvidia-smi \"$@\"`.")
+        message = (
+            "changing MIG instances needs root (nvidia-smi: Insufficient Permissions). "
+            "Run the command as root, e.g. with sudo, or let your user run nvidia-smi as "
+            "root through a sudoers rule (`youruser ALL=(root) NOPASSWD: "
+            "/usr/bin/nvidia-smi`) and point GPUDESK_NVIDIA_SMI at a wrapper script that "
+            'runs `sudo -n nvidia-smi "$@"`.'
+        )
     elif kind == "mig-disabled":
         message = mig_mode_message(gpu, None)
     elif kind == "no-gpu":
@@ -598,8 +658,9 @@ def resolve_profile(profiles: Sequence[GiProfile], name: str) -> GiProfile:
     suggestions = difflib.get_close_matches(_short(wanted), names, n=3, cutoff=0.5)
     hint = f" Did you mean {' or '.join(suggestions)}?" if suggestions else ""
     listed = ", ".join(f"{p.short_name} (ID {p.id})" for p in profiles) or "none"
-    raise UnknownProfileError(f"unknown MIG profile {name!r}.{hint} This GPU offers: {listed}.",
-                              name, suggestions)
+    raise UnknownProfileError(
+        f"unknown MIG profile {name!r}.{hint} This GPU offers: {listed}.", name, suggestions
+    )
 
 
 def derive_placements(profiles: Sequence[GiProfile]) -> dict[int, tuple[Placement, ...]]:
@@ -624,9 +685,12 @@ def derive_placements(profiles: Sequence[GiProfile]) -> dict[int, tuple[Placemen
     return derived
 
 
-def plan_layout(profiles_available: Sequence[GiProfile], requested: Sequence[str],
-                placements: Mapping[int, Sequence[Placement]],
-                occupied: Sequence[Placement] = ()) -> list[PlannedInstance]:
+def plan_layout(
+    profiles_available: Sequence[GiProfile],
+    requested: Sequence[str],
+    placements: Mapping[int, Sequence[Placement]],
+    occupied: Sequence[Placement] = (),
+) -> list[PlannedInstance]:
     """Order the creation of `requested` profiles so that the GPU can place each one, or raise.
 
     `profiles_available` and `placements` are what `-lgip` and `-lgipp` say (placements missing
@@ -637,8 +701,9 @@ def plan_layout(profiles_available: Sequence[GiProfile], requested: Sequence[str
     Raises UnknownProfileError for a name the GPU does not offer, LayoutError when the set does
     not fit (naming the profile that finds no room)."""
     if not requested:
-        raise UnknownProfileError("no MIG profile given: name one or more, e.g. 3g.20gb,2g.10gb",
-                                  "")
+        raise UnknownProfileError(
+            "no MIG profile given: name one or more, e.g. 3g.20gb,2g.10gb", ""
+        )
     chosen = [resolve_profile(profiles_available, name) for name in requested]
     derived = derive_placements(profiles_available)
     spots = {p.id: tuple(placements.get(p.id) or derived.get(p.id, ())) for p in chosen}
@@ -646,24 +711,32 @@ def plan_layout(profiles_available: Sequence[GiProfile], requested: Sequence[str
     for profile_id, count in Counter(p.id for p in chosen).items():
         profile = next(p for p in chosen if p.id == profile_id)
         if count > profile.total:
-            raise LayoutError(f"the layout {listed} does not fit: it asks for {count} × "
-                              f"{profile.short_name}, and the GPU has room for at most "
-                              f"{profile.total}.", profile.short_name)
+            raise LayoutError(
+                f"the layout {listed} does not fit: it asks for {count} × "
+                f"{profile.short_name}, and the GPU has room for at most "
+                f"{profile.total}.",
+                profile.short_name,
+            )
         if not spots[profile_id]:
-            raise LayoutError(f"the layout {listed} does not fit: nvidia-smi lists no placement "
-                              f"for {profile.short_name}.", profile.short_name)
+            raise LayoutError(
+                f"the layout {listed} does not fit: nvidia-smi lists no placement "
+                f"for {profile.short_name}.",
+                profile.short_name,
+            )
     compute_total = max((p.compute_slices for p in profiles_available), default=0)
 
     def size(p: GiProfile) -> int:
         return max(pl.size for pl in spots[p.id])
 
-    order = sorted(range(len(chosen)), key=lambda i: (-size(chosen[i]),
-                                                      -chosen[i].compute_slices,
-                                                      -chosen[i].memory_gib, i))
+    order = sorted(
+        range(len(chosen)),
+        key=lambda i: (-size(chosen[i]), -chosen[i].compute_slices, -chosen[i].memory_gib, i),
+    )
     ordered = [chosen[i] for i in order]
 
-    def fit(items: list[GiProfile], used: tuple[Placement, ...],
-            compute: int) -> list[Placement] | None:
+    def fit(
+        items: list[GiProfile], used: tuple[Placement, ...], compute: int
+    ) -> list[Placement] | None:
         if not items:
             return []
         head, *rest = items
@@ -689,7 +762,9 @@ def plan_layout(profiles_available: Sequence[GiProfile], requested: Sequence[str
             raise LayoutError(
                 f"the layout {listed} does not fit on the GPU{busy}: no placement is left for "
                 f"{culprit.short_name}{after}. `gpudesk mig profiles` shows each profile's "
-                f"placements.", culprit.short_name)
+                f"placements.",
+                culprit.short_name,
+            )
     raise AssertionError("unreachable: the full set failed but every prefix fits")
 
 
@@ -710,38 +785,57 @@ class MigManager:
 
     def __init__(self, nvidia_smi: str | None = None, timeout: float = DEFAULT_TIMEOUT) -> None:
         self.from_env = not nvidia_smi and bool(os.environ.get(ENV_NVIDIA_SMI))
-        self.nvidia_smi = (nvidia_smi or os.environ.get(ENV_NVIDIA_SMI)
-                           or shutil.which("nvidia-smi"))
+        self.nvidia_smi = nvidia_smi or os.environ.get(ENV_NVIDIA_SMI) or shutil.which("nvidia-smi")
         self.timeout = timeout
 
     # ------------------------------------------------------------------ running nvidia-smi
     def argv(self, *args: str) -> list[str]:
         if not self.nvidia_smi:
-            raise MigError("nvidia-smi was not found on PATH. Install the NVIDIA driver (it ships "
-                           f"nvidia-smi), or set {ENV_NVIDIA_SMI} to the nvidia-smi executable.")
+            raise MigError(
+                "nvidia-smi was not found on PATH. Install the NVIDIA driver (it ships "
+                f"nvidia-smi), or set {ENV_NVIDIA_SMI} to the nvidia-smi executable."
+            )
         return [self.nvidia_smi, *args]
 
-    def _run(self, args: Sequence[str], *, gpu: int | None = None,
-             empty: Sequence[str] = (), profile_names: Mapping[str, str] | None = None) -> str:
+    def _run(
+        self,
+        args: Sequence[str],
+        *,
+        gpu: int | None = None,
+        empty: Sequence[str] = (),
+        profile_names: Mapping[str, str] | None = None,
+    ) -> str:
         argv = self.argv(*args)
         try:
-            proc = subprocess.run(argv, capture_output=True, text=True, timeout=self.timeout,
-                                  stdin=subprocess.DEVNULL, check=False)
+            proc = subprocess.run(
+                argv,
+                capture_output=True,
+                text=True,
+                timeout=self.timeout,
+                stdin=subprocess.DEVNULL,
+                check=False,
+            )
         except subprocess.TimeoutExpired:
-            raise NvidiaSmiTimeout(f"`{shlex.join(argv)}` did not finish within "
-                                   f"{self.timeout:g} s; the driver may be busy or hung (check "
-                                   f"`nvidia-smi` by hand).") from None
+            raise NvidiaSmiTimeout(
+                f"`{shlex.join(argv)}` did not finish within "
+                f"{self.timeout:g} s; the driver may be busy or hung (check "
+                f"`nvidia-smi` by hand)."
+            ) from None
         except OSError as exc:
             source = f" (from {ENV_NVIDIA_SMI})" if self.from_env else ""
-            raise MigError(f"cannot run nvidia-smi at {argv[0]}{source}: "
-                           f"{exc.strerror or exc}. Install the NVIDIA driver, or set "
-                           f"{ENV_NVIDIA_SMI} to the nvidia-smi executable.") from None
+            raise MigError(
+                f"cannot run nvidia-smi at {argv[0]}{source}: "
+                f"{exc.strerror or exc}. Install the NVIDIA driver, or set "
+                f"{ENV_NVIDIA_SMI} to the nvidia-smi executable."
+            ) from None
         output = proc.stdout + (("\n" + proc.stderr) if proc.stderr.strip() else "")
         if any(output.strip().startswith(e) for e in empty):
             return output  # "No GPU instances found": the parsers read it as an empty list
         # Listing commands may answer these with exit 0 on some drivers: still an error.
-        if proc.returncode != 0 or classify_output(output.strip()[:200]) in ("mig-disabled",
-                                                                             "no-gpu"):
+        if proc.returncode != 0 or classify_output(output.strip()[:200]) in (
+            "mig-disabled",
+            "no-gpu",
+        ):
             error = map_nvidia_smi_error(argv, proc.returncode, output, gpu, profile_names)
             if error.kind == "mig-disabled" and gpu is not None:
                 raise self._mode_error(gpu, error)
@@ -751,7 +845,7 @@ class MigManager:
         return proc.stdout
 
     def _mode_error(self, gpu: int, error: NvidiaSmiError) -> MigError:
-        """"No MIG-enabled devices found" for GPU `gpu`: say why (off, pending, unsupported)."""
+        """ "No MIG-enabled devices found" for GPU `gpu`: say why (off, pending, unsupported)."""
         modes = self.mig_modes()
         mode = modes.get(gpu)
         if modes and mode is None:
@@ -760,10 +854,12 @@ class MigManager:
         name = ""
         if state == "unsupported":
             name = next((g.name for g in self._gpus_quietly() if g.index == gpu), "")
-        kind = {"pending": "mig-pending", "unsupported": "mig-unsupported"}.get(state,
-                                                                               "mig-disabled")
-        return NvidiaSmiError(mig_mode_message(gpu, mode, name), kind, error.argv,
-                              error.returncode, error.output)
+        kind = {"pending": "mig-pending", "unsupported": "mig-unsupported"}.get(
+            state, "mig-disabled"
+        )
+        return NvidiaSmiError(
+            mig_mode_message(gpu, mode, name), kind, error.argv, error.returncode, error.output
+        )
 
     def _unknown_gpu(self, gpu: int) -> UnknownGpuError:
         known = ", ".join(str(g.index) for g in self._gpus_quietly()) or "none"
@@ -791,8 +887,9 @@ class MigManager:
     def mig_modes(self) -> dict[int, MigMode]:
         """Current and pending MIG mode per GPU index; empty if this driver cannot say."""
         try:
-            text = self._run(["--query-gpu=index,mig.mode.current,mig.mode.pending",
-                              "--format=csv,noheader"])
+            text = self._run(
+                ["--query-gpu=index,mig.mode.current,mig.mode.pending", "--format=csv,noheader"]
+            )
         except MigError:
             return {}
         modes = {}
@@ -803,8 +900,11 @@ class MigManager:
         return modes
 
     def profiles(self, gpu: int) -> list[GiProfile]:
-        return [p for p in parse_gi_profiles(self._run(["mig", "-i", str(gpu), "-lgip"], gpu=gpu))
-                if p.gpu == gpu]
+        return [
+            p
+            for p in parse_gi_profiles(self._run(["mig", "-i", str(gpu), "-lgip"], gpu=gpu))
+            if p.gpu == gpu
+        ]
 
     def placements(self, gpu: int) -> dict[int, tuple[Placement, ...]]:
         """Possible placements per profile ID (`-lgipp`); empty when the driver lacks `-lgipp`,
@@ -842,24 +942,30 @@ class MigManager:
         # compute instances live in GPU instances: with some, there are GPU instances too
         return self._clear_steps_for(gpu, has_cis or bool(self.instances(gpu)), has_cis)
 
-    def _clear_steps_for(self, gpu: int, gpu_instances: bool,
-                         compute_instances: bool) -> list[_Step]:
+    def _clear_steps_for(
+        self, gpu: int, gpu_instances: bool, compute_instances: bool
+    ) -> list[_Step]:
         steps = []
         if compute_instances:
-            steps.append(_Step(self.argv("mig", "-i", str(gpu), "-dci"),
-                               "destroy the compute instances"))
+            steps.append(
+                _Step(self.argv("mig", "-i", str(gpu), "-dci"), "destroy the compute instances")
+            )
         if gpu_instances or compute_instances:
-            steps.append(_Step(self.argv("mig", "-i", str(gpu), "-dgi"),
-                               "destroy the GPU instances"))
+            steps.append(
+                _Step(self.argv("mig", "-i", str(gpu), "-dgi"), "destroy the GPU instances")
+            )
         return steps
 
     def _create_step(self, gpu: int, plan: Sequence[PlannedInstance]) -> _Step:
         ids = ",".join(str(p.profile.id) for p in plan)
-        return _Step(self.argv("mig", "-i", str(gpu), "-cgi", ids, "-C"),
-                     f"create {', '.join(p.profile.short_name for p in plan)}")
+        return _Step(
+            self.argv("mig", "-i", str(gpu), "-cgi", ids, "-C"),
+            f"create {', '.join(p.profile.short_name for p in plan)}",
+        )
 
-    def _apply_steps(self, gpu: int, profiles: Sequence[str] | str) -> tuple[
-            list[_Step], list[PlannedInstance], dict[str, str]]:
+    def _apply_steps(
+        self, gpu: int, profiles: Sequence[str] | str
+    ) -> tuple[list[_Step], list[PlannedInstance], dict[str, str]]:
         names = split_profiles(profiles)
         available = self.profiles(gpu)  # an unknown GPU or MIG mode off stops here
         plan = plan_layout(available, names, self.placements(gpu))
@@ -870,16 +976,24 @@ class MigManager:
         """The exact commands `apply` would run (reads the GPU's state, changes nothing)."""
         return [s.argv for s in self._apply_steps(gpu, profiles)[0]]
 
-    def plan_apply_to(self, gpu: int, profiles: Sequence[str] | str,
-                      available: Sequence[GiProfile],
-                      placements: Mapping[int, Sequence[Placement]], *,
-                      gpu_instances: bool, compute_instances: bool) -> list[list[str]]:
+    def plan_apply_to(
+        self,
+        gpu: int,
+        profiles: Sequence[str] | str,
+        available: Sequence[GiProfile],
+        placements: Mapping[int, Sequence[Placement]],
+        *,
+        gpu_instances: bool,
+        compute_instances: bool,
+    ) -> list[list[str]]:
         """The commands `apply` would run on a GPU in the given state (its `-lgip` profiles,
         `-lgipp` placements, whether it has GPU and compute instances), without asking
         nvidia-smi: for state read already, or a simulated GPU. Raises like `plan_layout`."""
         plan = plan_layout(available, split_profiles(profiles), placements)
-        steps = [*self._clear_steps_for(gpu, gpu_instances, compute_instances),
-                 self._create_step(gpu, plan)]
+        steps = [
+            *self._clear_steps_for(gpu, gpu_instances, compute_instances),
+            self._create_step(gpu, plan),
+        ]
         return [s.argv for s in steps]
 
     def verify_argv(self) -> list[str]:
@@ -897,9 +1011,11 @@ class MigManager:
         got = Counter(s.profile for s in slots)
         if wanted != got:
             shown = ", ".join(sorted(got.elements())) or "none"
-            raise MigError(f"nvidia-smi reported success, but GPU {gpu} now shows MIG devices "
-                           f"{shown} instead of {', '.join(sorted(wanted.elements()))}. Run "
-                           f"`gpudesk mig list` to see its state.")
+            raise MigError(
+                f"nvidia-smi reported success, but GPU {gpu} now shows MIG devices "
+                f"{shown} instead of {', '.join(sorted(wanted.elements()))}. Run "
+                f"`gpudesk mig list` to see its state."
+            )
         return slots
 
     def plan_clear(self, gpu: int) -> list[list[str]]:
@@ -926,18 +1042,24 @@ def _with_state(exc: MigError, gpu: int, done: Sequence[_Step], failed: _Step) -
     partial = [m.group(0) for m in _SUCCESS.finditer(getattr(exc, "output", ""))]
     parts = [f"these steps had completed: {_describe(done)}"] if done else []
     if partial:
-        parts.append(f"`{shlex.join(failed.argv)}` did this before it failed: "
-                     + "; ".join(partial))
+        parts.append(
+            f"`{shlex.join(failed.argv)}` did this before it failed: " + "; ".join(partial)
+        )
     if isinstance(exc, NvidiaSmiTimeout):
         parts.append(f"`{shlex.join(failed.argv)}` was stopped midway")
     if not parts:
         note = f"Nothing was changed on GPU {gpu}."
     else:
-        changed = "may be partly changed" if isinstance(exc, NvidiaSmiTimeout) else \
-            "is now partly changed"
-        note = (f"GPU {gpu} {changed}: {'; and '.join(parts)}. Run `gpudesk mig list` to see "
-                f"its state, then apply the layout again once the cause is fixed, or "
-                f"`gpudesk mig clear --gpu {gpu}`.")
+        changed = (
+            "may be partly changed"
+            if isinstance(exc, NvidiaSmiTimeout)
+            else "is now partly changed"
+        )
+        note = (
+            f"GPU {gpu} {changed}: {'; and '.join(parts)}. Run `gpudesk mig list` to see "
+            f"its state, then apply the layout again once the cause is fixed, or "
+            f"`gpudesk mig clear --gpu {gpu}`."
+        )
     message = f"{exc.message} {note}"
     if isinstance(exc, NvidiaSmiError):
         return NvidiaSmiError(message, exc.kind, exc.argv, exc.returncode, exc.output)
@@ -945,6 +1067,6 @@ def _with_state(exc: MigError, gpu: int, done: Sequence[_Step], failed: _Step) -
 
 
 def split_profiles(profiles: Sequence[str] | str) -> list[str]:
-    """"3g.20gb,1g.5gb" (or several such arguments) as a list of names."""
+    """ "3g.20gb,1g.5gb" (or several such arguments) as a list of names."""
     items = [profiles] if isinstance(profiles, str) else list(profiles)
     return [name.strip() for item in items for name in item.split(",") if name.strip()]

@@ -64,12 +64,25 @@ BLOCKED_BY_CONFIG = "config"  # [station] mig_repartition is not true
 # the ones the placement policy and the simulator carve; memory comes from the simulated model
 # (telemetry.sim.mig_memory_mib), which is what placement sees on a simulated MIG device.
 SIMULATED_PROFILE_TABLES: dict[str, tuple[tuple[str, int, int], ...]] = {
-    A100_SXM4_40GB.name: tuple((name, compute, memory) for name, compute, memory, _ in
-                               MIG_PROFILES),
-    H100_SXM5_80GB.name: (("1g.10gb", 1, 1), ("1g.20gb", 1, 2), ("2g.20gb", 2, 2),
-                          ("3g.40gb", 3, 4), ("4g.40gb", 4, 4), ("7g.80gb", 7, 8)),
-    H200_SXM_141GB.name: (("1g.18gb", 1, 1), ("1g.35gb", 1, 2), ("2g.35gb", 2, 2),
-                          ("3g.71gb", 3, 4), ("4g.71gb", 4, 4), ("7g.141gb", 7, 8)),
+    A100_SXM4_40GB.name: tuple(
+        (name, compute, memory) for name, compute, memory, _ in MIG_PROFILES
+    ),
+    H100_SXM5_80GB.name: (
+        ("1g.10gb", 1, 1),
+        ("1g.20gb", 1, 2),
+        ("2g.20gb", 2, 2),
+        ("3g.40gb", 3, 4),
+        ("4g.40gb", 4, 4),
+        ("7g.80gb", 7, 8),
+    ),
+    H200_SXM_141GB.name: (
+        ("1g.18gb", 1, 1),
+        ("1g.35gb", 1, 2),
+        ("2g.35gb", 2, 2),
+        ("3g.71gb", 3, 4),
+        ("4g.71gb", 4, 4),
+        ("7g.141gb", 7, 8),
+    ),
 }
 # nvidia-smi's GPU instance profile IDs on A100/H100/H200, by (compute, memory slices).
 _PROFILE_IDS = {(1, 1): 19, (1, 2): 15, (2, 2): 14, (3, 4): 9, (4, 4): 5, (7, 8): 0}
@@ -180,16 +193,23 @@ class MigPlan:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "gpu": self.gpu, "name": self.gpu_name, "mig_mode": self.mig_mode,
-            "mig_enabled": self.mig_enabled, "simulated": self.simulated,
-            "current": list(self.current), "wanted": self.wanted_profiles,
+            "gpu": self.gpu,
+            "name": self.gpu_name,
+            "mig_mode": self.mig_mode,
+            "mig_enabled": self.mig_enabled,
+            "simulated": self.simulated,
+            "current": list(self.current),
+            "wanted": self.wanted_profiles,
             # each slice is for one job; "jobs" lists it as the MIG screen reads it
             "slices": [{**asdict(s), "jobs": [s.job_id]} for s in self.wanted],
             "left_out": [asdict(j) for j in self.left_out],
             "left_out_total": self.left_out_total,
-            "commands": list(self.commands), "allowed": self.allowed,
-            "blockers": [asdict(b) for b in self.blockers], "reason": self.reason,
-            "enable_hint": self.enable_hint, "running_jobs": list(self.running_job_ids),
+            "commands": list(self.commands),
+            "allowed": self.allowed,
+            "blockers": [asdict(b) for b in self.blockers],
+            "reason": self.reason,
+            "enable_hint": self.enable_hint,
+            "running_jobs": list(self.running_job_ids),
         }
 
 
@@ -209,25 +229,33 @@ def memory_mib(profile: GiProfile) -> float:
 
 
 def _is_plain(profile: GiProfile) -> bool:
-    """"1g.5gb" rather than a variant with extra engines ("1g.5gb+me"), which are scarcer."""
+    """ "1g.5gb" rather than a variant with extra engines ("1g.5gb+me"), which are scarcer."""
     return profile.short_name.replace(".", "").isalnum()
 
 
-def smallest_fitting_profile(profiles: Sequence[GiProfile], memory_need_mib: float,
-                             sm_pct: float) -> GiProfile | None:
+def smallest_fitting_profile(
+    profiles: Sequence[GiProfile], memory_need_mib: float, sm_pct: float
+) -> GiProfile | None:
     """The smallest profile (memory, then compute) whose memory holds the need plus
     `SLICE_HEADROOM_MIB` and whose compute share covers the SM demand; None if none does."""
     full = full_compute_slices(profiles)
-    fitting = [p for p in profiles if p.compute_slices
-               and memory_mib(p) >= memory_need_mib + SLICE_HEADROOM_MIB
-               and compute_share_pct(p, full) >= sm_pct]
+    fitting = [
+        p
+        for p in profiles
+        if p.compute_slices
+        and memory_mib(p) >= memory_need_mib + SLICE_HEADROOM_MIB
+        and compute_share_pct(p, full) >= sm_pct
+    ]
     if not fitting:
         return None
     return min(fitting, key=lambda p: (p.memory_gib, p.compute_slices, not _is_plain(p), p.id))
 
 
-def _fits(profiles: Sequence[GiProfile], placements: Mapping[int, Sequence[Placement]],
-          chosen: Sequence[GiProfile]) -> bool:
+def _fits(
+    profiles: Sequence[GiProfile],
+    placements: Mapping[int, Sequence[Placement]],
+    chosen: Sequence[GiProfile],
+) -> bool:
     try:
         plan_layout(profiles, [str(p.id) for p in chosen], placements)
     except LayoutError:
@@ -235,9 +263,11 @@ def _fits(profiles: Sequence[GiProfile], placements: Mapping[int, Sequence[Place
     return True
 
 
-def pack_queue(profiles: Sequence[GiProfile], placements: Mapping[int, Sequence[Placement]],
-               queue: Sequence[QueuedDemand]) -> tuple[list[tuple[QueuedDemand, GiProfile]],
-                                                      list[LeftOut], int]:
+def pack_queue(
+    profiles: Sequence[GiProfile],
+    placements: Mapping[int, Sequence[Placement]],
+    queue: Sequence[QueuedDemand],
+) -> tuple[list[tuple[QueuedDemand, GiProfile]], list[LeftOut], int]:
     """The slices for the queue, in queue order, as many as the GPU holds: (job, profile) pairs,
     the jobs left out (at most MAX_LEFT_OUT_LISTED of them) and how many were left out."""
     chosen: list[tuple[QueuedDemand, GiProfile]] = []
@@ -249,9 +279,11 @@ def pack_queue(profiles: Sequence[GiProfile], placements: Mapping[int, Sequence[
         if full:
             reason = "queued behind a job that no longer fits on this GPU"
         elif (profile := smallest_fitting_profile(profiles, job.memory_mib, job.sm_pct)) is None:
-            reason = (f"no profile fits {job.memory_mib / MIB_PER_GIB:.1f} GiB + "
-                      f"{SLICE_HEADROOM_MIB / MIB_PER_GIB:.1f} GiB and {job.sm_pct:.0f}% SM: "
-                      f"it needs a whole GPU")
+            reason = (
+                f"no profile fits {job.memory_mib / MIB_PER_GIB:.1f} GiB + "
+                f"{SLICE_HEADROOM_MIB / MIB_PER_GIB:.1f} GiB and {job.sm_pct:.0f}% SM: "
+                f"it needs a whole GPU"
+            )
         elif _fits(profiles, placements, [p for _, p in chosen] + [profile]):
             chosen.append((job, profile))
         else:
@@ -269,31 +301,55 @@ def _mode_message(gpu: GpuMigState, simulated: bool) -> str:
     pending = gpu.mig_mode == "pending"
     message = mig_mode_message(gpu.index, MigMode("disabled", "enabled" if pending else "disabled"))
     if simulated and not pending:
-        message += (" On this SIMULATED station, MIG mode comes from the [station] mig table: "
-                    f"give GPU {gpu.index} a layout there.")
+        message += (
+            " On this SIMULATED station, MIG mode comes from the [station] mig table: "
+            f"give GPU {gpu.index} a layout there."
+        )
     return message
 
 
-def plan_gpu(gpu: GpuMigState, queue: Sequence[QueuedDemand], *, repartition_allowed: bool,
-             simulated: bool, commands_from: MigManager) -> MigPlan:
+def plan_gpu(
+    gpu: GpuMigState,
+    queue: Sequence[QueuedDemand],
+    *,
+    repartition_allowed: bool,
+    simulated: bool,
+    commands_from: MigManager,
+) -> MigPlan:
     """The plan for one GPU. `commands_from` builds the nvidia-smi command lines (its dry-run
     path; nothing runs)."""
-    chosen, left_out, left_out_total = pack_queue(gpu.profiles, gpu.placements, queue) \
-        if gpu.profiles else ([], [], 0)  # a real GPU lists its profiles only in MIG mode
-    wanted = tuple(WantedSlice(p.short_name, p.id, memory_mib(p), p.compute_slices, job.job_id,
-                               job.name, job.memory_mib, job.sm_pct, job.held)
-                   for job, p in chosen)
+    chosen, left_out, left_out_total = (
+        pack_queue(gpu.profiles, gpu.placements, queue) if gpu.profiles else ([], [], 0)
+    )  # a real GPU lists its profiles only in MIG mode
+    wanted = tuple(
+        WantedSlice(
+            p.short_name,
+            p.id,
+            memory_mib(p),
+            p.compute_slices,
+            job.job_id,
+            job.name,
+            job.memory_mib,
+            job.sm_pct,
+            job.held,
+        )
+        for job, p in chosen
+    )
     wanted_names = [s.profile for s in wanted]
     unchanged = not wanted or Counter(wanted_names) == Counter(gpu.current)
     commands: tuple[str, ...] = ()
     if not unchanged:
         argvs = commands_from.plan_apply_to(
-            gpu.index, [str(s.profile_id) for s in wanted], gpu.profiles, gpu.placements,
-            gpu_instances=gpu.has_gpu_instances, compute_instances=gpu.has_compute_instances)
+            gpu.index,
+            [str(s.profile_id) for s in wanted],
+            gpu.profiles,
+            gpu.placements,
+            gpu_instances=gpu.has_gpu_instances,
+            compute_instances=gpu.has_compute_instances,
+        )
         commands = tuple(shlex.join(a) for a in [*argvs, commands_from.verify_argv()])
 
-    blockers = apply_blockers(gpu, repartition_allowed=repartition_allowed,
-                              simulated=simulated)
+    blockers = apply_blockers(gpu, repartition_allowed=repartition_allowed, simulated=simulated)
     nothing = None
     if not gpu.profiles:
         if gpu.mig_enabled:
@@ -307,34 +363,56 @@ def plan_gpu(gpu: GpuMigState, queue: Sequence[QueuedDemand], *, repartition_all
         at = 1 if blockers and blockers[0].code == BLOCKED_MIG_MODE else 0
         blockers.insert(at, Blocker(BLOCKED_NOTHING_TO_CHANGE, nothing))
     return MigPlan(
-        gpu=gpu.index, gpu_name=gpu.name, mig_mode=gpu.mig_mode, simulated=simulated,
-        current=gpu.current, wanted=wanted, left_out=tuple(left_out),
-        left_out_total=left_out_total, commands=commands, blockers=tuple(blockers),
+        gpu=gpu.index,
+        gpu_name=gpu.name,
+        mig_mode=gpu.mig_mode,
+        simulated=simulated,
+        current=gpu.current,
+        wanted=wanted,
+        left_out=tuple(left_out),
+        left_out_total=left_out_total,
+        commands=commands,
+        blockers=tuple(blockers),
         enable_hint=None if gpu.mig_enabled else enable_hint(gpu.index),
-        running_job_ids=gpu.running_job_ids)
+        running_job_ids=gpu.running_job_ids,
+    )
 
 
-def apply_blockers(gpu: GpuMigState, *, repartition_allowed: bool,
-                   simulated: bool) -> list[Blocker]:
+def apply_blockers(
+    gpu: GpuMigState, *, repartition_allowed: bool, simulated: bool
+) -> list[Blocker]:
     """Why the engine may not give this GPU a new layout now, whatever the layout."""
     blockers = []
     if not gpu.mig_enabled:
         blockers.append(Blocker(BLOCKED_MIG_MODE, _mode_message(gpu, simulated)))
     if gpu.running_job_ids:
         listed = ", ".join(str(j) for j in gpu.running_job_ids)
-        blockers.append(Blocker(BLOCKED_BUSY,
-                                f"Job(s) {listed} run on GPU {gpu.index}: its MIG layout can "
-                                f"change only while no job runs on it or its slices."))
+        blockers.append(
+            Blocker(
+                BLOCKED_BUSY,
+                f"Job(s) {listed} run on GPU {gpu.index}: its MIG layout can "
+                f"change only while no job runs on it or its slices.",
+            )
+        )
     if not repartition_allowed:
-        blockers.append(Blocker(BLOCKED_BY_CONFIG,
-                                "The station config does not allow the engine to repartition "
-                                "GPUs: set mig_repartition = true in [station] to allow it."))
+        blockers.append(
+            Blocker(
+                BLOCKED_BY_CONFIG,
+                "The station config does not allow the engine to repartition "
+                "GPUs: set mig_repartition = true in [station] to allow it.",
+            )
+        )
     return blockers
 
 
-def plan_station(gpus: Sequence[GpuMigState], queue: Sequence[QueuedDemand], *,
-                 repartition_allowed: bool, simulated: bool,
-                 commands_from: MigManager) -> list[MigPlan]:
+def plan_station(
+    gpus: Sequence[GpuMigState],
+    queue: Sequence[QueuedDemand],
+    *,
+    repartition_allowed: bool,
+    simulated: bool,
+    commands_from: MigManager,
+) -> list[MigPlan]:
     """A plan per GPU, in index order. The GPUs that could take a new layout now (MIG mode on,
     idle) plan first, in index order, each claiming the jobs its plan gives a slice; the others
     plan for the jobs those left."""
@@ -342,21 +420,32 @@ def plan_station(gpus: Sequence[GpuMigState], queue: Sequence[QueuedDemand], *,
     left = list(queue)
     ready = [g for g in sorted(gpus, key=lambda g: g.index) if g.mig_enabled and g.idle]
     for gpu in ready:
-        plan = plan_gpu(gpu, left, repartition_allowed=repartition_allowed,
-                        simulated=simulated, commands_from=commands_from)
+        plan = plan_gpu(
+            gpu,
+            left,
+            repartition_allowed=repartition_allowed,
+            simulated=simulated,
+            commands_from=commands_from,
+        )
         plans[gpu.index] = plan
         claimed = {s.job_id for s in plan.wanted}
         left = [job for job in left if job.job_id not in claimed]
     for gpu in gpus:
         if gpu.index not in plans:
-            plans[gpu.index] = plan_gpu(gpu, left, repartition_allowed=repartition_allowed,
-                                        simulated=simulated, commands_from=commands_from)
+            plans[gpu.index] = plan_gpu(
+                gpu,
+                left,
+                repartition_allowed=repartition_allowed,
+                simulated=simulated,
+                commands_from=commands_from,
+            )
     return [plans[index] for index in sorted(plans)]
 
 
 # ------------------------------------------------------------------------ simulated models
-def simulated_profiles(model: GpuModel, gpu: int) -> tuple[tuple[GiProfile, ...],
-                                                           dict[int, tuple[Placement, ...]]]:
+def simulated_profiles(
+    model: GpuModel, gpu: int
+) -> tuple[tuple[GiProfile, ...], dict[int, tuple[Placement, ...]]]:
     """A simulated GPU's `-lgip` profiles and `-lgipp` placements, from its model's table
     (empty for a model without one). A profile of m memory slices sits at multiples of m, as
     many times as the memory and compute slices allow: the A100/H100/H200 rules."""
@@ -367,10 +456,19 @@ def simulated_profiles(model: GpuModel, gpu: int) -> tuple[tuple[GiProfile, ...]
     for name, compute, memory_slices in SIMULATED_PROFILE_TABLES.get(model.name, ()):
         count = min(MIG_SLICES_MEMORY // memory_slices, MIG_SLICES_COMPUTE // compute)
         profile_id = _PROFILE_IDS[(compute, memory_slices)]
-        profiles.append(GiProfile(
-            gpu=gpu, name=f"MIG {name}", short_name=name, id=profile_id, free=count,
-            total=count, memory_gib=mig_memory_mib(name, model) / MIB_PER_GIB,
-            sm=model.sm_count * compute // MIG_SLICES_COMPUTE))
-        placements[profile_id] = tuple(Placement(k * memory_slices, memory_slices)
-                                       for k in range(count))
+        profiles.append(
+            GiProfile(
+                gpu=gpu,
+                name=f"MIG {name}",
+                short_name=name,
+                id=profile_id,
+                free=count,
+                total=count,
+                memory_gib=mig_memory_mib(name, model) / MIB_PER_GIB,
+                sm=model.sm_count * compute // MIG_SLICES_COMPUTE,
+            )
+        )
+        placements[profile_id] = tuple(
+            Placement(k * memory_slices, memory_slices) for k in range(count)
+        )
     return tuple(profiles), placements

@@ -66,8 +66,9 @@ class LayoutChange:
 
 
 # ---------------------------------------------------------------------------------- reading
-def simulated_gpus(backend: SimBackend,
-                   running: Mapping[int, tuple[int, ...]]) -> list[GpuMigState]:
+def simulated_gpus(
+    backend: SimBackend, running: Mapping[int, tuple[int, ...]]
+) -> list[GpuMigState]:
     """The simulated station's MIG-capable GPUs: in MIG mode when the station's `mig` table
     gives them a layout, each slice a GPU instance with its compute instance."""
     states = []
@@ -76,12 +77,19 @@ def simulated_gpus(backend: SimBackend,
         if not profiles:
             continue
         current = tuple(backend.mig.get(index, ()))
-        states.append(GpuMigState(
-            index=index, name=backend.model.name,
-            mig_mode="enabled" if index in backend.mig else "disabled",
-            profiles=profiles, placements=placements, current=current,
-            has_gpu_instances=bool(current), has_compute_instances=bool(current),
-            running_job_ids=running.get(index, ())))
+        states.append(
+            GpuMigState(
+                index=index,
+                name=backend.model.name,
+                mig_mode="enabled" if index in backend.mig else "disabled",
+                profiles=profiles,
+                placements=placements,
+                current=current,
+                has_gpu_instances=bool(current),
+                has_compute_instances=bool(current),
+                running_job_ids=running.get(index, ()),
+            )
+        )
     return states
 
 
@@ -96,8 +104,11 @@ def real_gpus(manager: MigManager, running: Mapping[int, tuple[int, ...]]) -> li
         if state == "unsupported":
             continue
         if state not in ("enabled", "unknown"):
-            states.append(GpuMigState(entry.index, entry.name, state,
-                                      running_job_ids=running.get(entry.index, ())))
+            states.append(
+                GpuMigState(
+                    entry.index, entry.name, state, running_job_ids=running.get(entry.index, ())
+                )
+            )
             continue
         try:
             states.append(_enabled_gpu(manager, entry, running.get(entry.index, ())))
@@ -105,29 +116,43 @@ def real_gpus(manager: MigManager, running: Mapping[int, tuple[int, ...]]) -> li
             if exc.kind not in MIG_MODE_KINDS:
                 raise
             if exc.kind != "mig-unsupported":
-                states.append(GpuMigState(entry.index, entry.name,
-                                          exc.kind.removeprefix("mig-"),
-                                          running_job_ids=running.get(entry.index, ())))
+                states.append(
+                    GpuMigState(
+                        entry.index,
+                        entry.name,
+                        exc.kind.removeprefix("mig-"),
+                        running_job_ids=running.get(entry.index, ()),
+                    )
+                )
     return states
 
 
-def _enabled_gpu(manager: MigManager, entry: GpuEntry,
-                 running_job_ids: tuple[int, ...]) -> GpuMigState:
+def _enabled_gpu(
+    manager: MigManager, entry: GpuEntry, running_job_ids: tuple[int, ...]
+) -> GpuMigState:
     profiles = manager.profiles(entry.index)
     placements = manager.placements(entry.index)
     layout = manager.layout(entry.index, entry)
     return GpuMigState(
-        index=entry.index, name=entry.name, mig_mode="enabled", profiles=tuple(profiles),
+        index=entry.index,
+        name=entry.name,
+        mig_mode="enabled",
+        profiles=tuple(profiles),
         placements=placements,
-        current=tuple(g.short_name for g in sorted(layout.gpu_instances,
-                                                   key=lambda g: g.instance_id)),
+        current=tuple(
+            g.short_name for g in sorted(layout.gpu_instances, key=lambda g: g.instance_id)
+        ),
         has_gpu_instances=bool(layout.gpu_instances),
         has_compute_instances=bool(layout.compute_instances),
-        running_job_ids=running_job_ids)
+        running_job_ids=running_job_ids,
+    )
 
 
-def read_gpus(backend: TelemetryBackend, running: Mapping[int, tuple[int, ...]],
-              timeout: float = QUERY_TIMEOUT_S) -> tuple[list[GpuMigState], MigManager]:
+def read_gpus(
+    backend: TelemetryBackend,
+    running: Mapping[int, tuple[int, ...]],
+    timeout: float = QUERY_TIMEOUT_S,
+) -> tuple[list[GpuMigState], MigManager]:
     """The station's MIG-capable GPUs, and the MigManager that builds (or runs) their commands.
     A station without GPUs and without nvidia-smi has none."""
     if isinstance(backend, SimBackend):
@@ -143,43 +168,66 @@ def _one(gpus: Sequence[GpuMigState], index: int) -> GpuMigState:
         if gpu.index == index:
             return gpu
     known = ", ".join(str(g.index) for g in gpus) or "none"
-    raise UnknownGpuError(f"GPU {index} is not a MIG-capable GPU of this station "
-                          f"(MIG-capable GPUs: {known}).")
+    raise UnknownGpuError(
+        f"GPU {index} is not a MIG-capable GPU of this station (MIG-capable GPUs: {known})."
+    )
 
 
 # --------------------------------------------------------------------------------- planning
-def station_plans(backend: TelemetryBackend, queue: Sequence[QueuedDemand],
-                  running: Mapping[int, tuple[int, ...]], *, repartition_allowed: bool,
-                  gpu: int | None = None) -> list[MigPlan]:
+def station_plans(
+    backend: TelemetryBackend,
+    queue: Sequence[QueuedDemand],
+    running: Mapping[int, tuple[int, ...]],
+    *,
+    repartition_allowed: bool,
+    gpu: int | None = None,
+) -> list[MigPlan]:
     """The plan of every MIG-capable GPU (or of GPU `gpu`): see mig_planner."""
     gpus, manager = read_gpus(backend, running)
     if gpu is not None:
         _one(gpus, gpu)
-    plans = plan_station(gpus, queue, repartition_allowed=repartition_allowed,
-                         simulated=backend.simulated, commands_from=manager)
+    plans = plan_station(
+        gpus,
+        queue,
+        repartition_allowed=repartition_allowed,
+        simulated=backend.simulated,
+        commands_from=manager,
+    )
     return [p for p in plans if gpu is None or p.gpu == gpu]
 
 
 # --------------------------------------------------------------------------------- applying
-def check_change(backend: TelemetryBackend, gpu: int, profiles: Sequence[str] | str,
-                 running: Mapping[int, tuple[int, ...]], *,
-                 repartition_allowed: bool) -> tuple[LayoutChange, MigManager]:
+def check_change(
+    backend: TelemetryBackend,
+    gpu: int,
+    profiles: Sequence[str] | str,
+    running: Mapping[int, tuple[int, ...]],
+    *,
+    repartition_allowed: bool,
+) -> tuple[LayoutChange, MigManager]:
     """Check that the engine may give GPU `gpu` this layout now: the station config allows it,
     the GPU is in MIG mode and idle, and the layout fits. Raises MigApplyRefused (not allowed),
     MigUsageError (no such GPU, an unknown profile, a layout that does not fit) or MigError."""
     gpus, manager = read_gpus(backend, running)
     state = _one(gpus, gpu)
-    blockers = apply_blockers(state, repartition_allowed=repartition_allowed,
-                              simulated=backend.simulated)
+    blockers = apply_blockers(
+        state, repartition_allowed=repartition_allowed, simulated=backend.simulated
+    )
     if blockers:
-        raise MigApplyRefused(f"GPU {gpu} keeps its MIG layout: "
-                              + " ".join(b.message for b in blockers), blockers)
+        raise MigApplyRefused(
+            f"GPU {gpu} keeps its MIG layout: " + " ".join(b.message for b in blockers), blockers
+        )
     names = split_profiles(profiles)
     plan_layout(state.profiles, names, state.placements)  # raises when it cannot be made
     resolved = tuple(resolve_profile(state.profiles, name).short_name for name in names)
-    argvs = manager.plan_apply_to(gpu, resolved, state.profiles, state.placements,
-                                  gpu_instances=state.has_gpu_instances,
-                                  compute_instances=state.has_compute_instances)
+    argvs = manager.plan_apply_to(
+        gpu,
+        resolved,
+        state.profiles,
+        state.placements,
+        gpu_instances=state.has_gpu_instances,
+        compute_instances=state.has_compute_instances,
+    )
     commands = tuple(shlex.join(a) for a in [*argvs, manager.verify_argv()])
     return LayoutChange(state, resolved, commands), manager
 

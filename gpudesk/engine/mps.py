@@ -152,9 +152,15 @@ class MpsManager:
     Thread-safe. Every subprocess call is bounded by a timeout; failures raise MpsError.
     """
 
-    def __init__(self, home_root: Path, control: str | None = None, *,
-                 command_timeout: float = 5.0, start_timeout: float = 10.0,
-                 stop_timeout: float = 10.0) -> None:
+    def __init__(
+        self,
+        home_root: Path,
+        control: str | None = None,
+        *,
+        command_timeout: float = 5.0,
+        start_timeout: float = 10.0,
+        stop_timeout: float = 10.0,
+    ) -> None:
         self.home_root = Path(home_root).absolute()
         requested = control or os.environ.get(CONTROL_ENV) or CONTROL_BINARY
         self._requested = requested
@@ -182,16 +188,21 @@ class MpsManager:
 
     def _missing_binary_error(self) -> MpsError:
         if self._from_env or os.sep in self._requested:
-            where = (f"{CONTROL_ENV}={self._requested}" if self._from_env
-                     else f"the configured path {self._requested}")
+            where = (
+                f"{CONTROL_ENV}={self._requested}"
+                if self._from_env
+                else f"the configured path {self._requested}"
+            )
             return MpsError(
                 f"MPS is unavailable: {where} does not name an existing file. Point "
                 f"{CONTROL_ENV} at the nvidia-cuda-mps-control executable of the NVIDIA driver, "
-                "or unset it to search PATH.")
+                "or unset it to search PATH."
+            )
         return MpsError(
             f"MPS is unavailable: {CONTROL_BINARY} was not found on PATH. Install the NVIDIA "
             f"driver's compute utilities, or set {CONTROL_ENV} to the executable's path; until "
-            "then jobs share GPUs by time-slicing.")
+            "then jobs share GPUs by time-slicing."
+        )
 
     @property
     def mps_root(self) -> Path:
@@ -233,17 +244,20 @@ class MpsManager:
             raise MpsError(
                 f"MPS for {server.uuid}: no permission to create {exc.filename}. The gpudesk home "
                 "and its mps/ folder must belong to the user running the engine (a folder "
-                "created by root, e.g. by `sudo gpudesk`, causes this).") from exc
+                "created by root, e.g. by `sudo gpudesk`, causes this)."
+            ) from exc
         except OSError as exc:
-            raise MpsError(f"MPS for {server.uuid}: cannot create {exc.filename}: "
-                           f"{exc.strerror}.") from exc
+            raise MpsError(
+                f"MPS for {server.uuid}: cannot create {exc.filename}: {exc.strerror}."
+            ) from exc
         for path in (server.pipe_dir, server.log_dir):
             if not os.access(path, os.R_OK | os.W_OK | os.X_OK):
                 raise MpsError(
                     f"MPS for {server.uuid}: {path} is not writable by this user (uid "
                     f"{os.getuid()}); a daemon started by another user, often root, may own it. "
                     "Stop that daemon (`echo quit | nvidia-cuda-mps-control` with "
-                    f"CUDA_MPS_PIPE_DIRECTORY={server.pipe_dir}) and remove the folder.")
+                    f"CUDA_MPS_PIPE_DIRECTORY={server.pipe_dir}) and remove the folder."
+                )
         self._known.add(server.uuid)
 
     def _daemon_env(self, server: MpsServer) -> dict[str, str]:
@@ -275,30 +289,40 @@ class MpsManager:
             raise self._missing_binary_error()
         try:
             done = subprocess.run(
-                [self.control], input=command + "\n", capture_output=True, text=True,
-                env=self._daemon_env(server), timeout=self.command_timeout, check=False)
+                [self.control],
+                input=command + "\n",
+                capture_output=True,
+                text=True,
+                env=self._daemon_env(server),
+                timeout=self.command_timeout,
+                check=False,
+            )
         except subprocess.TimeoutExpired as exc:
             raise MpsError(
                 f"MPS for {server.uuid}: the control daemon did not answer `{command}` within "
-                f"{self.command_timeout:g}s; it may be hung. See {server.control_log}.") from exc
+                f"{self.command_timeout:g}s; it may be hung. See {server.control_log}."
+            ) from exc
         except PermissionError as exc:
             raise self._permission_error(exc) from exc
         except OSError as exc:
-            raise MpsError(f"MPS: cannot run {self.control}: {exc.strerror}. Check "
-                           f"{CONTROL_ENV}.") from exc
+            raise MpsError(
+                f"MPS: cannot run {self.control}: {exc.strerror}. Check {CONTROL_ENV}."
+            ) from exc
         output = done.stdout + done.stderr
         if NOT_RUNNING in output:
             raise _DaemonNotRunning(output.strip())
         if done.returncode != 0:
             raise MpsError(
                 f"MPS for {server.uuid}: `{command}` failed with exit status {done.returncode}: "
-                f"{output.strip() or '(no output)'}. See {server.control_log}.")
+                f"{output.strip() or '(no output)'}. See {server.control_log}."
+            )
         return done.stdout
 
     def _permission_error(self, exc: OSError) -> MpsError:
         return MpsError(
             f"MPS: permission denied running {self.control} ({exc.strerror}). Make it executable "
-            f"by this user, or point {CONTROL_ENV} at one that is.")
+            f"by this user, or point {CONTROL_ENV} at one that is."
+        )
 
     def _answers(self, server: MpsServer) -> bool:
         try:
@@ -325,14 +349,21 @@ class MpsManager:
                     raise MpsError(
                         f"MPS for {uuid}: the control daemon did not come up within "
                         f"{self.start_timeout:g}s of `{CONTROL_BINARY} -d`. "
-                        f"{self._log_tail(server)}")
+                        f"{self._log_tail(server)}"
+                    )
                 time.sleep(_POLL_INTERVAL)
             return self._with_pid(server, adopted=False)
 
     def _with_pid(self, server: MpsServer, adopted: bool) -> MpsServer:
-        return MpsServer(uuid=server.uuid, key=server.key, root=server.root,
-                         pipe_dir=server.pipe_dir, log_dir=server.log_dir,
-                         pid=self._daemon_pid(server), adopted=adopted)
+        return MpsServer(
+            uuid=server.uuid,
+            key=server.key,
+            root=server.root,
+            pipe_dir=server.pipe_dir,
+            log_dir=server.log_dir,
+            pid=self._daemon_pid(server),
+            adopted=adopted,
+        )
 
     def _start(self, server: MpsServer) -> None:
         assert self.control is not None
@@ -343,13 +374,20 @@ class MpsManager:
         with tempfile.TemporaryFile(mode="w+") as output:
             try:
                 proc = subprocess.Popen(
-                    [self.control, "-d"], stdin=subprocess.DEVNULL, stdout=output,
-                    stderr=subprocess.STDOUT, env=env, cwd="/", start_new_session=True)
+                    [self.control, "-d"],
+                    stdin=subprocess.DEVNULL,
+                    stdout=output,
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                    cwd="/",
+                    start_new_session=True,
+                )
             except PermissionError as exc:
                 raise self._permission_error(exc) from exc
             except OSError as exc:
-                raise MpsError(f"MPS: cannot run {self.control}: {exc.strerror}. Check "
-                               f"{CONTROL_ENV}.") from exc
+                raise MpsError(
+                    f"MPS: cannot run {self.control}: {exc.strerror}. Check {CONTROL_ENV}."
+                ) from exc
             try:
                 code = proc.wait(timeout=self.start_timeout)
             except subprocess.TimeoutExpired as exc:
@@ -357,18 +395,24 @@ class MpsManager:
                 proc.wait()
                 raise MpsError(
                     f"MPS for {server.uuid}: `{CONTROL_BINARY} -d` did not return within "
-                    f"{self.start_timeout:g}s. {self._log_tail(server)}") from exc
+                    f"{self.start_timeout:g}s. {self._log_tail(server)}"
+                ) from exc
             output.seek(0)
             text = output.read().strip()
         if code == 0 or ALREADY_RUNNING in text:
             return  # a racing start is fine: ensure() waits for whichever daemon answers
         lowered = text.lower()
-        hint = (" It looks like a permission problem: the pipe and log folders must be writable "
-                "by this user, and a GPU in EXCLUSIVE_PROCESS mode may need the daemon run as the "
-                "same user as the jobs." if "permission" in lowered or "denied" in lowered else "")
+        hint = (
+            " It looks like a permission problem: the pipe and log folders must be writable "
+            "by this user, and a GPU in EXCLUSIVE_PROCESS mode may need the daemon run as the "
+            "same user as the jobs."
+            if "permission" in lowered or "denied" in lowered
+            else ""
+        )
         raise MpsError(
             f"MPS for {server.uuid}: `{CONTROL_BINARY} -d` failed with exit status {code}: "
-            f"{text or '(no output)'}.{hint} {self._log_tail(server)}")
+            f"{text or '(no output)'}.{hint} {self._log_tail(server)}"
+        )
 
     def _log_tail(self, server: MpsServer, lines: int = 5) -> str:
         try:
@@ -410,7 +454,8 @@ class MpsManager:
             raise MpsError(
                 f"MPS for {uuid}: the control daemon (pid {pid or 'unknown'}) was told to quit but "
                 f"is still running after {limit:g}s; clients may still be attached. "
-                f"{self._log_tail(server)}")
+                f"{self._log_tail(server)}"
+            )
 
     def _wait_gone(self, server: MpsServer, pid: int | None, limit: float) -> bool:
         deadline = time.monotonic() + limit
@@ -467,33 +512,55 @@ class MpsManager:
                 if reply:  # an empty reply: the server exited meanwhile
                     states[int(word)] = reply[0]
         except _DaemonNotRunning:
-            return MpsStatus(uuid, "stopped", False,
-                             f"no MPS control daemon for {uuid}; ensure() starts one", pid)
+            return MpsStatus(
+                uuid,
+                "stopped",
+                False,
+                f"no MPS control daemon for {uuid}; ensure() starts one",
+                pid,
+            )
         except MpsError as exc:
-            return MpsStatus(uuid, "fault", False, f"{exc} New jobs fall back to time-slicing.",
-                             pid)
+            return MpsStatus(
+                uuid, "fault", False, f"{exc} New jobs fall back to time-slicing.", pid
+            )
         faulted = [p for p, state in states.items() if state == "FAULT"]
         if faulted:
             return MpsStatus(
-                uuid, "fault", False,
+                uuid,
+                "fault",
+                False,
                 f"MPS server {', '.join(map(str, faulted))} on {uuid} is in FAULT state (a client "
                 "hit a fatal GPU error); it refuses new clients until its current ones exit, so "
-                "new jobs fall back to time-slicing.", pid, states)
+                "new jobs fall back to time-slicing.",
+                pid,
+                states,
+            )
         odd = {p: state for p, state in states.items() if state != "ACTIVE"}
         if odd:
             described = ", ".join(f"{p} reports {state}" for p, state in odd.items())
-            return MpsStatus(uuid, "fault", False,
-                             f"MPS server {described} on {uuid}; new jobs fall back to "
-                             "time-slicing until it is ACTIVE.", pid, states)
+            return MpsStatus(
+                uuid,
+                "fault",
+                False,
+                f"MPS server {described} on {uuid}; new jobs fall back to "
+                "time-slicing until it is ACTIVE.",
+                pid,
+                states,
+            )
         if states:
             message = f"MPS server {', '.join(map(str, states))} ACTIVE on {uuid}"
         else:
-            message = (f"MPS control daemon running for {uuid}; its server starts with the "
-                       "first client")
+            message = (
+                f"MPS control daemon running for {uuid}; its server starts with the first client"
+            )
         return MpsStatus(uuid, "running", True, message, pid, states)
 
-    def client_env(self, uuid: str, active_thread_pct: int | None = None,
-                   pinned_mem_limit_mib: int | None = None) -> dict[str, str]:
+    def client_env(
+        self,
+        uuid: str,
+        active_thread_pct: int | None = None,
+        pinned_mem_limit_mib: int | None = None,
+    ) -> dict[str, str]:
         """The environment a job needs to run as an MPS client on `uuid`.
 
         The job sees its one device as device 0, hence "0=<N>M" for the memory limit.
@@ -506,13 +573,12 @@ class MpsManager:
         }
         if active_thread_pct is not None:
             if not 1 <= active_thread_pct <= 100:
-                raise ValueError(f"active thread percentage must be 1-100, not "
-                                 f"{active_thread_pct}")
+                raise ValueError(f"active thread percentage must be 1-100, not {active_thread_pct}")
             env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(int(active_thread_pct))
         if pinned_mem_limit_mib is not None:
             if pinned_mem_limit_mib <= 0:
-                raise ValueError(f"pinned memory limit must be positive, not "
-                                 f"{pinned_mem_limit_mib} MiB")
+                raise ValueError(
+                    f"pinned memory limit must be positive, not {pinned_mem_limit_mib} MiB"
+                )
             env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = f"0={int(pinned_mem_limit_mib)}M"
         return env
-

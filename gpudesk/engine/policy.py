@@ -92,9 +92,14 @@ class Placement:
     mps_memory_limit_mib: int | None = None  # CUDA_MPS_PINNED_DEVICE_MEM_LIMIT
 
     def to_dict(self) -> dict[str, Any]:
-        data = {"slot": self.slot, "mode": self.mode, "reason": self.reason,
-                "gpus": list(self.gpus), "env": dict(self.env),
-                "env_defaults": dict(self.env_defaults)}
+        data = {
+            "slot": self.slot,
+            "mode": self.mode,
+            "reason": self.reason,
+            "gpus": list(self.gpus),
+            "env": dict(self.env),
+            "env_defaults": dict(self.env_defaults),
+        }
         for key in ("demand", "mig_slice", "mps_thread_pct", "mps_memory_limit_mib"):
             value = getattr(self, key)
             if value is not None:
@@ -167,8 +172,9 @@ class PlacementPolicy(Protocol):
 
     def place(self, queue: Sequence[JobRecord], station: StationView) -> Decision: ...
 
-    def explain_wait(self, job: JobRecord, queue: Sequence[JobRecord],
-                     station: StationView) -> str: ...
+    def explain_wait(
+        self, job: JobRecord, queue: Sequence[JobRecord], station: StationView
+    ) -> str: ...
 
 
 class FifoPolicy:
@@ -194,30 +200,38 @@ class FifoPolicy:
                 if gpu_pool_blocked or len(free_gpus) < job.spec.gpus:
                     gpu_pool_blocked = True  # keep scanning only to reject impossible jobs
                     continue
-                taken, free_gpus = free_gpus[:job.spec.gpus], free_gpus[job.spec.gpus:]
+                taken, free_gpus = free_gpus[: job.spec.gpus], free_gpus[job.spec.gpus :]
                 listed = ",".join(str(g.index) for g in taken)
-                placements.append(Placement(
-                    job_id=job.id, slot="gpu:" + listed, mode="exclusive",
-                    reason=f"first come, first served: GPU {listed} free",
-                    gpus=tuple(g.index for g in taken), env=gpu_env(station, taken),
-                    env_defaults={"OMP_NUM_THREADS": str(station.threads_per_gpu * len(taken))},
-                ))
+                placements.append(
+                    Placement(
+                        job_id=job.id,
+                        slot="gpu:" + listed,
+                        mode="exclusive",
+                        reason=f"first come, first served: GPU {listed} free",
+                        gpus=tuple(g.index for g in taken),
+                        env=gpu_env(station, taken),
+                        env_defaults={"OMP_NUM_THREADS": str(station.threads_per_gpu * len(taken))},
+                    )
+                )
                 continue
             if free_slots:
                 placements.append(cpu_placement(job, free_slots.pop(0), station))
         return Decision(placements, rejections)
 
-    def explain_wait(self, job: JobRecord, queue: Sequence[JobRecord],
-                     station: StationView) -> str:
+    def explain_wait(self, job: JobRecord, queue: Sequence[JobRecord], station: StationView) -> str:
         wants_gpu = bool(job.spec.gpus)
-        ahead = sum(1 for other in queue if other.id != job.id and queued_before(other, job)
-                    and bool(other.spec.gpus) == wants_gpu)
+        ahead = sum(
+            1
+            for other in queue
+            if other.id != job.id
+            and queued_before(other, job)
+            and bool(other.spec.gpus) == wants_gpu
+        )
         if wants_gpu:
             if station.gpu_problem:
                 return f"waiting: the GPUs cannot be read ({station.gpu_problem})"
             usable = station.gpu_count - len(station.lost_gpus)
-            text = (f"waiting for {_gpus(job.spec.gpus)} "
-                    f"({len(station.free_gpus)} of {usable} free")
+            text = f"waiting for {_gpus(job.spec.gpus)} ({len(station.free_gpus)} of {usable} free"
         else:
             return cpu_wait(job, queue, station)
         return text + (f", {ahead} queued ahead of it)" if ahead else ")")
@@ -225,24 +239,33 @@ class FifoPolicy:
 
 def cpu_wait(job: JobRecord, queue: Sequence[JobRecord], station: StationView) -> str:
     """Why a CPU job waits: every policy places CPU jobs the same way."""
-    ahead = sum(1 for other in queue if other.id != job.id and queued_before(other, job)
-                and not other.spec.gpus)
+    ahead = sum(
+        1
+        for other in queue
+        if other.id != job.id and queued_before(other, job) and not other.spec.gpus
+    )
     total = len(station.slots)
     busy = total - len(station.free_slots)
     return f"waiting for a free CPU slot ({busy}/{total} busy" + (
-        f", {ahead} queued ahead of it)" if ahead else ")")
+        f", {ahead} queued ahead of it)" if ahead else ")"
+    )
 
 
 def cpu_placement(job: JobRecord, slot: str, station: StationView) -> Placement:
-    return Placement(job_id=job.id, slot=slot, mode="cpu",
-                     reason=f"first come, first served: {slot} was free",
-                     env={"CUDA_VISIBLE_DEVICES": ""},
-                     # Without this each torch job starts one thread per core and they fight.
-                     env_defaults={"OMP_NUM_THREADS": str(station.threads_per_slot)})
+    return Placement(
+        job_id=job.id,
+        slot=slot,
+        mode="cpu",
+        reason=f"first come, first served: {slot} was free",
+        env={"CUDA_VISIBLE_DEVICES": ""},
+        # Without this each torch job starts one thread per core and they fight.
+        env_defaults={"OMP_NUM_THREADS": str(station.threads_per_slot)},
+    )
 
 
-def gpu_env(station: StationView, gpus: Sequence[GpuState],
-            mig_slice: str | None = None) -> dict[str, str]:
+def gpu_env(
+    station: StationView, gpus: Sequence[GpuState], mig_slice: str | None = None
+) -> dict[str, str]:
     """What makes a job see the GPUs (or the MIG device) it was given, and only those."""
     listed = ",".join(str(g.index) for g in gpus)
     env = {"GPUDESK_GPUS": listed}
@@ -266,22 +289,27 @@ def _gpus(count: int) -> str:
     return f"{count} GPU{'s' if count != 1 else ''}"
 
 
-def gpu_job_impossible(job: JobRecord, need_mib: float, station: StationView,
-                       reserve_mib: float = 0.0) -> str | None:
+def gpu_job_impossible(
+    job: JobRecord, need_mib: float, station: StationView, reserve_mib: float = 0.0
+) -> str | None:
     """Why a GPU job can never run on this station, or None. `reserve_mib` is what a policy
     keeps free on every GPU."""
     if station.gpu_problem is not None:
         return None  # the GPUs may come back: wait
     wanted = _gpus(job.spec.gpus)
     if station.gpu_count == 0:
-        return (f"the job asks for {wanted} but this station has none "
-                f"(backend {station.backend}); submit it with gpus = 0 to run on the CPU")
+        return (
+            f"the job asks for {wanted} but this station has none "
+            f"(backend {station.backend}); submit it with gpus = 0 to run on the CPU"
+        )
     if job.spec.gpus > station.gpu_count:
         return f"the job asks for {wanted} but this station has only {station.gpu_count}"
     largest = max((g.memory_total_mib for g in station.gpu_states if not g.lost), default=0.0)
     if need_mib > largest - reserve_mib:
-        return (f"the job needs {need_mib / 1024:.1f} GiB of GPU memory but the largest GPU "
-                f"here has {largest / 1024:.1f} GiB")
+        return (
+            f"the job needs {need_mib / 1024:.1f} GiB of GPU memory but the largest GPU "
+            f"here has {largest / 1024:.1f} GiB"
+        )
     return None
 
 

@@ -93,8 +93,12 @@ def encode_result(request_id: Any, result: Any) -> bytes:
 
 def encode_error(request_id: Any, code: str, message: str) -> bytes:
     return json.dumps(
-        {"v": PROTOCOL_VERSION, "id": request_id, "ok": False,
-         "error": {"code": code, "message": message}}
+        {
+            "v": PROTOCOL_VERSION,
+            "id": request_id,
+            "ok": False,
+            "error": {"code": code, "message": message},
+        }
     ).encode()
 
 
@@ -103,15 +107,17 @@ def decode_reply(raw: bytes) -> tuple[Any, dict[str, Any]]:
     try:
         message = json.loads(raw)
     except ValueError as exc:
-        raise ProtocolError(BAD_REQUEST,
-                            f"the engine sent a reply that is not JSON: {exc}") from None
+        raise ProtocolError(
+            BAD_REQUEST, f"the engine sent a reply that is not JSON: {exc}"
+        ) from None
     if not isinstance(message, dict) or message.get("v") != PROTOCOL_VERSION:
         raise ProtocolError(UNSUPPORTED_VERSION, "the engine speaks another protocol version")
     if message.get("ok"):
         return message.get("id"), message.get("result") or {}
     error = message.get("error") or {}
     raise ProtocolError(
-        str(error.get("code", INTERNAL)), str(error.get("message", "unknown error")),
+        str(error.get("code", INTERNAL)),
+        str(error.get("message", "unknown error")),
         message.get("id"),
     )
 

@@ -66,10 +66,15 @@ def describe_returncode(returncode: int) -> ExitRecord:
     """The outcome of a wrapper that died without writing its record."""
     if returncode < 0:
         sig = -returncode
-        return ExitRecord(128 + sig, sig, None,
-                          f"the job's wrapper was killed by {_signal_name(sig)}")
-    return ExitRecord(returncode, None, None,
-                      f"the job's wrapper exited with {returncode} without recording an outcome")
+        return ExitRecord(
+            128 + sig, sig, None, f"the job's wrapper was killed by {_signal_name(sig)}"
+        )
+    return ExitRecord(
+        returncode,
+        None,
+        None,
+        f"the job's wrapper exited with {returncode} without recording an outcome",
+    )
 
 
 def launch(
@@ -85,16 +90,28 @@ def launch(
     try:
         attempt_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise LaunchError(f"cannot create the attempt folder {attempt_dir}: "
-                          f"{exc.strerror or exc}") from exc
-    argv = [sys.executable, "-I", "-S", str(WRAPPER_PATH), str(attempt_dir), workdir,
-            "1" if shell else "0", "--", *command]
+        raise LaunchError(
+            f"cannot create the attempt folder {attempt_dir}: {exc.strerror or exc}"
+        ) from exc
+    argv = [
+        sys.executable,
+        "-I",
+        "-S",
+        str(WRAPPER_PATH),
+        str(attempt_dir),
+        workdir,
+        "1" if shell else "0",
+        "--",
+        *command,
+    ]
     log = str(attempt_dir / LOG_FILE)
     # posix_spawn (vfork underneath) rather than subprocess: forking a large daemon for every job
     # costs milliseconds on the submit-to-start path. Every fd the engine holds is close-on-exec.
     try:
         pid = os.posix_spawn(
-            sys.executable, argv, env,
+            sys.executable,
+            argv,
+            env,
             file_actions=[
                 (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
                 (os.POSIX_SPAWN_OPEN, 1, log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644),
@@ -124,8 +141,9 @@ def reap(pid: int) -> tuple[bool, int | None]:
 def read_exit(attempt_dir: str | Path) -> ExitRecord | None:
     try:
         data = json.loads((Path(attempt_dir) / EXIT_FILE).read_text())
-        return ExitRecord(int(data["exit_code"]), data.get("signal"), data.get("ended_at"),
-                          data.get("error"))
+        return ExitRecord(
+            int(data["exit_code"]), data.get("signal"), data.get("ended_at"), data.get("error")
+        )
     except (OSError, ValueError, KeyError, TypeError):
         return None
 

@@ -81,30 +81,34 @@ def load_trace(path: str | Path) -> Trace:
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise TraceError(f"{path} is not a JSON trace: {exc}") from None
     if not isinstance(data, dict) or not isinstance(data.get("jobs"), list) or not data["jobs"]:
-        raise TraceError(f"{path}: expected an object with a non-empty \"jobs\" list")
+        raise TraceError(f'{path}: expected an object with a non-empty "jobs" list')
     jobs = []
     for i, raw in enumerate(data["jobs"]):
         try:
             cls = str(raw.get("class", "medium"))
-            jobs.append(TraceJob(
-                id=int(raw.get("id", i + 1)),
-                name=str(raw.get("task") or raw.get("model") or f"job{i + 1}"),
-                arrival_s=float(raw["arrival_s"]),
-                gpus=int(raw.get("gpus", 1)),
-                exclusive_s=float(raw["exclusive_minutes"]) * 60.0,
-                peak_memory_mib=float(raw["peak_memory_mb"]),
-                sm_pct=SM_BY_MODEL.get(str(raw.get("model")), SM_BY_CLASS.get(cls, 50.0)),
-                job_class=cls,
-                estimates={e: float(raw[f"estimate_{e}_mb"]) for e in ESTIMATORS
-                           if raw.get(f"estimate_{e}_mb") is not None},
-            ))
+            jobs.append(
+                TraceJob(
+                    id=int(raw.get("id", i + 1)),
+                    name=str(raw.get("task") or raw.get("model") or f"job{i + 1}"),
+                    arrival_s=float(raw["arrival_s"]),
+                    gpus=int(raw.get("gpus", 1)),
+                    exclusive_s=float(raw["exclusive_minutes"]) * 60.0,
+                    peak_memory_mib=float(raw["peak_memory_mb"]),
+                    sm_pct=SM_BY_MODEL.get(str(raw.get("model")), SM_BY_CLASS.get(cls, 50.0)),
+                    job_class=cls,
+                    estimates={
+                        e: float(raw[f"estimate_{e}_mb"])
+                        for e in ESTIMATORS
+                        if raw.get(f"estimate_{e}_mb") is not None
+                    },
+                )
+            )
         except (KeyError, TypeError, ValueError) as exc:
             raise TraceError(f"{path}: jobs[{i}]: missing or bad field ({exc})") from None
         if jobs[-1].gpus < 1 or jobs[-1].exclusive_s <= 0:
             raise TraceError(f"{path}: jobs[{i}]: gpus and exclusive_minutes must be positive")
     jobs.sort(key=lambda j: (j.arrival_s, j.id))
-    return Trace(str(data.get("name", Path(path).stem)), str(data.get("station", "")),
-                 tuple(jobs))
+    return Trace(str(data.get("name", Path(path).stem)), str(data.get("station", "")), tuple(jobs))
 
 
 @dataclass
@@ -153,8 +157,15 @@ class SimResult:
 
 
 class Simulation:
-    def __init__(self, trace: Trace, *, policy: str, station: str = "sim:dgx-station-a100",
-                 estimator: str = "gpumemnet", mps: bool = True) -> None:
+    def __init__(
+        self,
+        trace: Trace,
+        *,
+        policy: str,
+        station: str = "sim:dgx-station-a100",
+        estimator: str = "gpumemnet",
+        mps: bool = True,
+    ) -> None:
         check_backend_name(station)
         if not station.startswith("sim:"):
             raise ValueError(f"simulate needs a simulated station (sim:...), not {station!r}")
@@ -176,7 +187,8 @@ class Simulation:
         self.mig: dict[int, list[MigSlice]] = {i: [] for i in range(self.gpu_count)}
         self.placed_at: dict[int, float] = {}
         self.sm_history: dict[int, list[tuple[float, float]]] = {
-            i: [] for i in range(self.gpu_count)}
+            i: [] for i in range(self.gpu_count)
+        }
         self.energy_j = 0.0
         self.busy_s = 0.0
         self.ooms = 0
@@ -186,11 +198,25 @@ class Simulation:
 
     def _new_run(self, job: TraceJob) -> _Run:
         guess = job.estimates.get(self.estimator, job.peak_memory_mib)
-        spec = JobSpec(name=job.name, command=("simulated",), gpus=job.gpus,
-                       memory_gb=max(guess, 1.0) / 1024.0, sm_pct=job.sm_pct)
-        record = JobRecord(id=job.id, spec=spec, state=JobState.QUEUED,
-                           submitted_at=job.arrival_s, started_at=None, ended_at=None,
-                           attempts=0, exit_code=None, reason=None, cancel_requested=False)
+        spec = JobSpec(
+            name=job.name,
+            command=("simulated",),
+            gpus=job.gpus,
+            memory_gb=max(guess, 1.0) / 1024.0,
+            sm_pct=job.sm_pct,
+        )
+        record = JobRecord(
+            id=job.id,
+            spec=spec,
+            state=JobState.QUEUED,
+            submitted_at=job.arrival_s,
+            started_at=None,
+            ended_at=None,
+            attempts=0,
+            exit_code=None,
+            reason=None,
+            cancel_requested=False,
+        )
         return _Run(job, record, Demand(max(guess, 1.0), job.sm_pct, "hint"), job.arrival_s)
 
     # ------------------------------------------------------------ the model
@@ -226,7 +252,7 @@ class Simulation:
         m = self.model
         if not tenants:
             return m.idle_w
-        return m.idle_w + (m.busy_w - m.idle_w) * (activity ** 0.9 + 0.03)
+        return m.idle_w + (m.busy_w - m.idle_w) * (activity**0.9 + 0.03)
 
     # --------------------------------------------------------------- events
     def run(self) -> SimResult:
@@ -325,22 +351,42 @@ class Simulation:
                 used = t.job.peak_memory_mib * min(1.0, elapsed / ramp)
                 measured += used
                 # Its memory stops growing at its peak; the engine's rule takes it from there.
-                reserved = reservation(t.demand.memory_mib, used, self.now - t.peak_at
-                                       if t.peak_at <= self.now else 0.0)
-                tenants.append(Tenant(t.job.id, t.placement.mode, reserved, t.job.sm_pct,
-                                      t.placement.mig_slice))
+                reserved = reservation(
+                    t.demand.memory_mib,
+                    used,
+                    self.now - t.peak_at if t.peak_at <= self.now else 0.0,
+                )
+                tenants.append(
+                    Tenant(
+                        t.job.id, t.placement.mode, reserved, t.job.sm_pct, t.placement.mig_slice
+                    )
+                )
             history = self.sm_history[gpu]
             window = statistics.fmean(v for _, v in history) if history else 0.0
-            states.append(GpuState(
-                index=gpu, uuid=f"GPU-SIM-{gpu}", memory_total_mib=self.model.memory_total_mib,
-                memory_used_mib=measured, sm_activity_pct=window, tenants=tuple(tenants),
-                mps_usable=self.mps, mig_enabled=self.policy_name == "mig",
-                mig_slices=tuple(self.mig[gpu]), mig_dynamic=True,
-                placed_s_ago=self.now - self.placed_at[gpu] if gpu in self.placed_at else None))
-        return StationView(config=self.config, cores=64, backend=self.station,
-                           simulated=True, gpu_states=tuple(states),
-                           demands={r.record.id: r.demand for r in self.queue},
-                           overtaken=self.overtaken)
+            states.append(
+                GpuState(
+                    index=gpu,
+                    uuid=f"GPU-SIM-{gpu}",
+                    memory_total_mib=self.model.memory_total_mib,
+                    memory_used_mib=measured,
+                    sm_activity_pct=window,
+                    tenants=tuple(tenants),
+                    mps_usable=self.mps,
+                    mig_enabled=self.policy_name == "mig",
+                    mig_slices=tuple(self.mig[gpu]),
+                    mig_dynamic=True,
+                    placed_s_ago=self.now - self.placed_at[gpu] if gpu in self.placed_at else None,
+                )
+            )
+        return StationView(
+            config=self.config,
+            cores=64,
+            backend=self.station,
+            simulated=True,
+            gpu_states=tuple(states),
+            demands={r.record.id: r.demand for r in self.queue},
+            overtaken=self.overtaken,
+        )
 
     def _schedule(self) -> None:
         if not self.queue:
@@ -364,8 +410,9 @@ class Simulation:
         run.placement, run.started_at, run.attempts = placement, self.now, run.attempts + 1
         if run.first_start is None:
             run.first_start = self.now
-        run.peak_at = self.now + min(MAX_RAMP_S, max(RAMP_S, 0.1 * run.job.exclusive_s),
-                                     run.job.exclusive_s / 2)
+        run.peak_at = self.now + min(
+            MAX_RAMP_S, max(RAMP_S, 0.1 * run.job.exclusive_s), run.job.exclusive_s / 2
+        )
         run.limit_mib = None
         if placement.mode == "mps" and placement.mps_memory_limit_mib:
             run.limit_mib = float(placement.mps_memory_limit_mib)
@@ -373,8 +420,7 @@ class Simulation:
             gpu = placement.gpus[0]
             profile = placement.slot.split("/", 1)[1]
             compute, memory = next((c, m) for n, c, _s, m in MIG_PROFILES if n == profile)
-            self.mig[gpu].append(MigSlice(placement.mig_slice, profile, memory, compute,
-                                          busy=True))
+            self.mig[gpu].append(MigSlice(placement.mig_slice, profile, memory, compute, busy=True))
             run.limit_mib = memory
         self.modes[placement.mode] = self.modes.get(placement.mode, 0) + 1
         for gpu in placement.gpus:
@@ -387,20 +433,31 @@ class Simulation:
         jct = [r.finished_at - r.job.arrival_s for r in done]  # type: ignore[operator]
         waits = [r.first_start - r.job.arrival_s for r in done]  # type: ignore[operator]
         ordered = sorted(jct)
-        p95 = ordered[min(len(ordered) - 1, math.ceil(0.95 * len(ordered)) - 1)] if ordered \
-            else 0.0
+        p95 = ordered[min(len(ordered) - 1, math.ceil(0.95 * len(ordered)) - 1)] if ordered else 0.0
         decisions = sorted(self.decision_ms)
-        p99 = decisions[min(len(decisions) - 1, math.ceil(0.99 * len(decisions)) - 1)] \
-            if decisions else 0.0
+        p99 = (
+            decisions[min(len(decisions) - 1, math.ceil(0.99 * len(decisions)) - 1)]
+            if decisions
+            else 0.0
+        )
         return SimResult(
-            policy=self.policy_name, estimator=self.estimator, station=self.station,
-            jobs=len(self.runs), makespan_s=self.now,
-            mean_jct_s=statistics.fmean(jct) if jct else 0.0, p95_jct_s=p95,
+            policy=self.policy_name,
+            estimator=self.estimator,
+            station=self.station,
+            jobs=len(self.runs),
+            makespan_s=self.now,
+            mean_jct_s=statistics.fmean(jct) if jct else 0.0,
+            p95_jct_s=p95,
             mean_wait_s=statistics.fmean(waits) if waits else 0.0,
-            gpu_busy_hours=self.busy_s / 3600.0, energy_kwh=self.energy_j / 3.6e6,
-            oom_crashes=self.ooms, oom_recovered=self.recovered,
-            lost=sum(1 for r in self.runs if r.lost), decisions=len(self.decision_ms),
-            decision_p99_ms=p99, modes=dict(sorted(self.modes.items())))
+            gpu_busy_hours=self.busy_s / 3600.0,
+            energy_kwh=self.energy_j / 3.6e6,
+            oom_crashes=self.ooms,
+            oom_recovered=self.recovered,
+            lost=sum(1 for r in self.runs if r.lost),
+            decisions=len(self.decision_ms),
+            decision_p99_ms=p99,
+            modes=dict(sorted(self.modes.items())),
+        )
 
 
 def simulate(trace: Trace, policies: Sequence[str], **options: Any) -> list[SimResult]:

@@ -17,8 +17,16 @@ from gpudesk.engine.telemetry.energy import DEFAULT_GRID_G_PER_KWH
 POLICIES: tuple[str, ...] = ("fifo", "auto", "exclusive", "naive", "mps", "mig", "carma")
 MAX_SLOTS = 4096
 DEFAULT_SAMPLE_INTERVAL_S = 1.0
-STATION_KEYS = ("backend", "policy", "slots", "sample_interval", "grid_intensity", "mig",
-                "isolation", "mig_repartition")
+STATION_KEYS = (
+    "backend",
+    "policy",
+    "slots",
+    "sample_interval",
+    "grid_intensity",
+    "mig",
+    "isolation",
+    "mig_repartition",
+)
 MIG_PROFILE = re.compile(r"^[1-7]g\.[0-9]{1,3}gb$")
 
 
@@ -52,20 +60,23 @@ def check_mig(value: Any) -> dict[str, str] | None:
     if value is None:
         return None
     if not isinstance(value, Mapping):
-        raise ValueError('expected a table of GPU index = "PROFILE,PROFILE,...", found '
-                         f"{describe(value)}")
+        raise ValueError(
+            f'expected a table of GPU index = "PROFILE,PROFILE,...", found {describe(value)}'
+        )
     layout = {}
     for key, profiles in value.items():
         if not str(key).isdigit() or int(key) >= 64:
             raise ValueError(f"{key!r} is not a GPU index")
         if not isinstance(profiles, str):
-            raise ValueError(f"GPU {key}: expected a string of profiles, found "
-                             f"{describe(profiles)}")
+            raise ValueError(
+                f"GPU {key}: expected a string of profiles, found {describe(profiles)}"
+            )
         names = [p.strip() for p in profiles.split(",")]
         bad = [p for p in names if not MIG_PROFILE.match(p)]
         if bad or not names:
-            raise ValueError(f"GPU {key}: {bad[0] if bad else profiles!r} is not a MIG profile "
-                             "name like 3g.20gb")
+            raise ValueError(
+                f"GPU {key}: {bad[0] if bad else profiles!r} is not a MIG profile name like 3g.20gb"
+            )
         if sum(int(p.split("g.", 1)[0]) for p in names) > 7:
             raise ValueError(f"GPU {key}: {profiles} needs more than the 7 compute slices of a GPU")
         layout[str(int(key))] = ",".join(names)
@@ -75,10 +86,16 @@ def check_mig(value: Any) -> dict[str, str] | None:
 check_sample_interval = number_in(0.1, 60.0)  # seconds between GPU and host readings
 check_grid_intensity = number_in(0.0, 2000.0)  # g CO2e per kWh
 
-STATION_CHECKS = {"backend": check_backend, "policy": check_policy, "slots": check_slots,
-                  "sample_interval": check_sample_interval,
-                  "grid_intensity": check_grid_intensity, "mig": check_mig,
-                  "isolation": check_bool, "mig_repartition": check_bool}
+STATION_CHECKS = {
+    "backend": check_backend,
+    "policy": check_policy,
+    "slots": check_slots,
+    "sample_interval": check_sample_interval,
+    "grid_intensity": check_grid_intensity,
+    "mig": check_mig,
+    "isolation": check_bool,
+    "mig_repartition": check_bool,
+}
 
 
 @dataclass(frozen=True)

@@ -422,19 +422,28 @@ class Store:
                 cur = conn.execute(
                     "INSERT INTO jobs (name, grp, spec, base_env, state, priority, submitted_at) "
                     "VALUES (?, ?, ?, ?, 'queued', ?, ?)",
-                    (spec.name, spec.group, json.dumps(spec.to_dict()), env_id, spec.priority,
-                     now),
+                    (spec.name, spec.group, json.dumps(spec.to_dict()), env_id, spec.priority, now),
                 )
                 job_id = int(cur.lastrowid or 0)
                 ids.append(job_id)
-                self._add_event(conn, "state", "submitted", job_id=job_id,
-                                state=JobState.QUEUED, now=now)
+                self._add_event(
+                    conn, "state", "submitted", job_id=job_id, state=JobState.QUEUED, now=now
+                )
         if env is not None:
             self._env_ids[env[0]] = env[1]
         return [
-            JobRecord(id=i, spec=s, state=JobState.QUEUED, submitted_at=now, started_at=None,
-                      ended_at=None, attempts=0, exit_code=None, reason=None,
-                      cancel_requested=False)
+            JobRecord(
+                id=i,
+                spec=s,
+                state=JobState.QUEUED,
+                submitted_at=now,
+                started_at=None,
+                ended_at=None,
+                attempts=0,
+                exit_code=None,
+                reason=None,
+                cancel_requested=False,
+            )
             for i, s in zip(ids, specs, strict=True)
         ]
 
@@ -530,13 +539,13 @@ class Store:
         conn.execute(f"UPDATE jobs SET {sets} WHERE id = ?", (new.value, *columns.values(), job_id))
         self._add_event(conn, "state", message, job_id=job_id, state=new, now=now)
 
-    def finish_queued(self, job_id: int, state: JobState, reason: str,
-                      now: float | None = None) -> None:
+    def finish_queued(
+        self, job_id: int, state: JobState, reason: str, now: float | None = None
+    ) -> None:
         """End a job that never started (cancelled in the queue, or impossible to place)."""
         now = now or time.time()
         with self.transaction() as conn:
-            self._transition(conn, job_id, state, reason, now, ended_at=now, reason=reason,
-                             held=0)
+            self._transition(conn, job_id, state, reason, now, ended_at=now, reason=reason, held=0)
 
     def request_cancel(self, job_id: int, grace: float, now: float | None = None) -> None:
         """Record a cancel of a running job and when it escalates to SIGKILL (an earlier
@@ -548,8 +557,13 @@ class Store:
                 "kill_deadline = MIN(COALESCE(kill_deadline, ?1), ?1) WHERE id = ?2",
                 (now + grace, job_id),
             )
-            self._add_event(conn, "cancel", f"cancel requested (SIGKILL after {grace:g} s)",
-                            job_id=job_id, now=now)
+            self._add_event(
+                conn,
+                "cancel",
+                f"cancel requested (SIGKILL after {grace:g} s)",
+                job_id=job_id,
+                now=now,
+            )
 
     # ------------------------------------------------------------ job control
     def set_held(self, job_id: int, held: bool, now: float | None = None) -> JobRecord:
@@ -557,15 +571,21 @@ class Store:
         or release it. Only a queued job can be held: anything else raises InvalidTransition."""
         now = now or time.time()
         with self.transaction() as conn:
-            updated = conn.execute("UPDATE jobs SET held = ? WHERE id = ? AND state = 'queued'",
-                                   (int(held), job_id)).rowcount
+            updated = conn.execute(
+                "UPDATE jobs SET held = ? WHERE id = ? AND state = 'queued'", (int(held), job_id)
+            ).rowcount
             if not updated:
                 state = self._state(conn, job_id)
-                raise InvalidTransition(f"only a queued job can be held or released; job "
-                                        f"{job_id} is {state.value}")
-            self._add_event(conn, "hold" if held else "release",
-                            "held by user" if held else "released by user",
-                            job_id=job_id, now=now)
+                raise InvalidTransition(
+                    f"only a queued job can be held or released; job {job_id} is {state.value}"
+                )
+            self._add_event(
+                conn,
+                "hold" if held else "release",
+                "held by user" if held else "released by user",
+                job_id=job_id,
+                now=now,
+            )
         return self.job(job_id)
 
     def set_priority(self, job_id: int, priority: int, now: float | None = None) -> JobRecord:
@@ -578,11 +598,17 @@ class Store:
                 raise UnknownJob(f"no job with id {job_id}")
             spec = JobSpec.from_stored(json.loads(row["spec"]))
             changed = dataclasses.replace(spec, priority=priority)
-            conn.execute("UPDATE jobs SET spec = ?, priority = ? WHERE id = ?",
-                         (json.dumps(changed.to_dict()), priority, job_id))
-            self._add_event(conn, "priority",
-                            f"priority {spec.priority} -> {priority} by user",
-                            job_id=job_id, now=now)
+            conn.execute(
+                "UPDATE jobs SET spec = ?, priority = ? WHERE id = ?",
+                (json.dumps(changed.to_dict()), priority, job_id),
+            )
+            self._add_event(
+                conn,
+                "priority",
+                f"priority {spec.priority} -> {priority} by user",
+                job_id=job_id,
+                now=now,
+            )
         return self.job(job_id)
 
     def requeue(self, job_id: int, now: float | None = None) -> JobRecord:
@@ -593,14 +619,23 @@ class Store:
         with self.transaction() as conn:
             state = self._state(conn, job_id)
             if not state.terminal:
-                raise InvalidTransition(f"only a finished job can be requeued; job {job_id} "
-                                        f"is {state.value}")
+                raise InvalidTransition(
+                    f"only a finished job can be requeued; job {job_id} is {state.value}"
+                )
             conn.execute(
                 "UPDATE jobs SET state = 'queued', attempts_before_requeue = attempts, "
                 "held = 0, cancel_requested = 0, kill_deadline = NULL, started_at = NULL, "
-                "ended_at = NULL, exit_code = NULL, reason = NULL WHERE id = ?", (job_id,))
-            self._add_event(conn, "state", f"requeued by user (was {state.value})",
-                            job_id=job_id, state=JobState.QUEUED, now=now)
+                "ended_at = NULL, exit_code = NULL, reason = NULL WHERE id = ?",
+                (job_id,),
+            )
+            self._add_event(
+                conn,
+                "state",
+                f"requeued by user (was {state.value})",
+                job_id=job_id,
+                state=JobState.QUEUED,
+                now=now,
+            )
         return self.job(job_id)
 
     # --------------------------------------------------------------- attempts
@@ -611,9 +646,10 @@ class Store:
         folder is `jobs_root/<job id>/<attempt number>`."""
         now = now or time.time()
         with self.transaction() as conn:
-            number = int(
-                conn.execute("SELECT attempts FROM jobs WHERE id = ?", (job_id,)).fetchone()[0]
-            ) + 1
+            number = (
+                int(conn.execute("SELECT attempts FROM jobs WHERE id = ?", (job_id,)).fetchone()[0])
+                + 1
+            )
             directory = str(jobs_root / str(job_id) / str(number))
             cur = conn.execute(
                 "INSERT INTO attempts (job_id, number, state, placement, dir, started_at) "
@@ -621,10 +657,14 @@ class Store:
                 (job_id, number, json.dumps(placement), directory, now),
             )
             self._transition(
-                conn, job_id, JobState.RUNNING,
+                conn,
+                job_id,
+                JobState.RUNNING,
                 f"attempt {number} placed on {placement.get('slot', '?')}: "
                 f"{placement.get('reason', '')}".rstrip(": "),
-                now, attempts=number, started_at=now,
+                now,
+                attempts=number,
+                started_at=now,
             )
             attempt_id = int(cur.lastrowid or 0)
         return self.attempt(attempt_id)
@@ -647,8 +687,9 @@ class Store:
         )
         return [_attempt(r) for r in rows]
 
-    def attempt_launched(self, attempt_id: int, pid: int, pid_started: float,
-                         now: float | None = None) -> None:
+    def attempt_launched(
+        self, attempt_id: int, pid: int, pid_started: float, now: float | None = None
+    ) -> None:
         with self.transaction() as conn:
             conn.execute(
                 "UPDATE attempts SET state = 'running', pid = ?, pid_started = ?, started_at = ? "
@@ -675,19 +716,36 @@ class Store:
         ended_at = ended_at or now
         with self.transaction() as conn:
             if demand is not None:
-                conn.execute("UPDATE jobs SET demand = ? WHERE id = ?",
-                              (json.dumps(dict(demand)), attempt.job_id))
+                conn.execute(
+                    "UPDATE jobs SET demand = ? WHERE id = ?",
+                    (json.dumps(dict(demand)), attempt.job_id),
+                )
             conn.execute(
                 "UPDATE attempts SET state = ?, ended_at = ?, exit_code = ?, signal = ?, "
                 "reason = ? WHERE id = ? AND state IN ('launching', 'running')",
                 (attempt_state, ended_at, exit_code, signal, message, attempt.id),
             )
             if job_state.terminal:
-                self._transition(conn, attempt.job_id, job_state, message, now,
-                                 ended_at=ended_at, exit_code=exit_code, reason=message)
+                self._transition(
+                    conn,
+                    attempt.job_id,
+                    job_state,
+                    message,
+                    now,
+                    ended_at=ended_at,
+                    exit_code=exit_code,
+                    reason=message,
+                )
             else:
-                self._transition(conn, attempt.job_id, job_state, message, now,
-                                 exit_code=exit_code, reason=message)
+                self._transition(
+                    conn,
+                    attempt.job_id,
+                    job_state,
+                    message,
+                    now,
+                    exit_code=exit_code,
+                    reason=message,
+                )
 
     # --------------------------------------------------------------- settings
     def setting(self, key: str) -> Any:
@@ -703,8 +761,9 @@ class Store:
             )
 
     # ------------------------------------------------------------ telemetry
-    def record_usage(self, usages: Iterable[tuple[int, int, Mapping[str, Any]]],
-                     now: float | None = None) -> None:
+    def record_usage(
+        self, usages: Iterable[tuple[int, int, Mapping[str, Any]]], now: float | None = None
+    ) -> None:
         """(attempt id, job id, usage dict) for each attempt, replacing what was stored."""
         now = time.time() if now is None else now
         with self.transaction() as conn:
@@ -712,7 +771,8 @@ class Store:
                 "INSERT INTO attempt_usage (attempt_id, job_id, updated_at, usage) "
                 "VALUES (?, ?, ?, ?) ON CONFLICT (attempt_id) DO UPDATE SET "
                 "updated_at = excluded.updated_at, usage = excluded.usage",
-                [(a, j, now, json.dumps(dict(u))) for a, j, u in usages])
+                [(a, j, now, json.dumps(dict(u))) for a, j, u in usages],
+            )
 
     def usage(self, job_ids: Sequence[int]) -> dict[int, list[dict[str, Any]]]:
         """Each job's per-attempt usage, oldest attempt first."""
@@ -722,24 +782,38 @@ class Store:
         rows = self._conn.execute(
             "SELECT u.job_id, a.number, u.usage FROM attempt_usage u "
             "JOIN attempts a ON a.id = u.attempt_id "
-            f"WHERE u.job_id IN ({marks}) ORDER BY u.job_id, a.number", list(job_ids))
+            f"WHERE u.job_id IN ({marks}) ORDER BY u.job_id, a.number",
+            list(job_ids),
+        )
         found: dict[int, list[dict[str, Any]]] = {}
         for job_id, number, usage in rows:
             found.setdefault(job_id, []).append({"attempt": number, **json.loads(usage)})
         return found
 
-    def add_samples(self, gpu_rows: Iterable[tuple[float, int, str, float]],
-                    job_rows: Iterable[tuple[float, int, int, str, float]]) -> None:
+    def add_samples(
+        self,
+        gpu_rows: Iterable[tuple[float, int, str, float]],
+        job_rows: Iterable[tuple[float, int, int, str, float]],
+    ) -> None:
         with self.transaction() as conn:
-            conn.executemany("INSERT INTO gpu_samples (ts, gpu, metric, value) VALUES (?, ?, ?, ?)",
-                             gpu_rows)
-            conn.executemany("INSERT INTO job_samples (ts, job_id, attempt_id, metric, value) "
-                             "VALUES (?, ?, ?, ?, ?)", job_rows)
+            conn.executemany(
+                "INSERT INTO gpu_samples (ts, gpu, metric, value) VALUES (?, ?, ?, ?)", gpu_rows
+            )
+            conn.executemany(
+                "INSERT INTO job_samples (ts, job_id, attempt_id, metric, value) "
+                "VALUES (?, ?, ?, ?, ?)",
+                job_rows,
+            )
 
     def gpu_series(self, gpu: int, metric: str, since: float = 0.0) -> list[tuple[float, float]]:
-        return [tuple(row) for row in self._conn.execute(
-            "SELECT ts, value FROM gpu_samples WHERE gpu = ? AND metric = ? AND ts >= ? "
-            "ORDER BY ts", (gpu, metric, since))]
+        return [
+            tuple(row)
+            for row in self._conn.execute(
+                "SELECT ts, value FROM gpu_samples WHERE gpu = ? AND metric = ? AND ts >= ? "
+                "ORDER BY ts",
+                (gpu, metric, since),
+            )
+        ]
 
     def gpu_energy_since(self, gpus: Iterable[int], since: float) -> dict[int, float]:
         """Joules each GPU used since `since`, from the stored GPU_ENERGY_METRIC points (each
@@ -748,15 +822,20 @@ class Store:
         for gpu in gpus:
             total = self._conn.execute(
                 "SELECT SUM(value) FROM gpu_samples WHERE gpu = ? AND metric = ? AND ts >= ?",
-                (gpu, GPU_ENERGY_METRIC, since)).fetchone()[0]
+                (gpu, GPU_ENERGY_METRIC, since),
+            ).fetchone()[0]
             if total is not None:
                 found[gpu] = float(total)
         return found
 
     def job_series(self, job_id: int, metric: str) -> list[tuple[float, float]]:
-        return [tuple(row) for row in self._conn.execute(
-            "SELECT ts, value FROM job_samples WHERE job_id = ? AND metric = ? ORDER BY ts",
-            (job_id, metric))]
+        return [
+            tuple(row)
+            for row in self._conn.execute(
+                "SELECT ts, value FROM job_samples WHERE job_id = ? AND metric = ? ORDER BY ts",
+                (job_id, metric),
+            )
+        ]
 
     def prune_samples(self, before: float) -> int:
         with self.transaction() as conn:
@@ -767,11 +846,16 @@ class Store:
     # ----------------------------------------------------------------- demand
     def demand_history(self) -> dict[str, tuple[float, float, int]]:
         """signature -> (peak memory MiB, SM %, runs) measured by earlier runs."""
-        return {row[0]: (row[1], row[2], row[3]) for row in self._conn.execute(
-            "SELECT signature, memory_mib, sm_pct, runs FROM demand_history")}
+        return {
+            row[0]: (row[1], row[2], row[3])
+            for row in self._conn.execute(
+                "SELECT signature, memory_mib, sm_pct, runs FROM demand_history"
+            )
+        }
 
-    def record_demand(self, signature: str, memory_mib: float, sm_pct: float,
-                      now: float | None = None) -> None:
+    def record_demand(
+        self, signature: str, memory_mib: float, sm_pct: float, now: float | None = None
+    ) -> None:
         """Fold one run's measured peak into the command's history (the larger peak wins, so
         the estimate errs on the safe side; SM activity is averaged)."""
         now = time.time() if now is None else now
@@ -782,4 +866,5 @@ class Store:
                 "memory_mib = MAX(memory_mib, excluded.memory_mib), "
                 "sm_pct = (sm_pct * runs + excluded.sm_pct) / (runs + 1), "
                 "runs = runs + 1, updated_at = excluded.updated_at",
-                (signature, memory_mib, sm_pct, now))
+                (signature, memory_mib, sm_pct, now),
+            )

@@ -49,12 +49,16 @@ def _start(command: list[str], workdir: str) -> tuple[int, str | None, int]:
     try:
         os.chdir(workdir)
     except OSError as exc:
-        return 0, f"cannot enter the working directory {workdir}: {exc.strerror or exc}", \
-            EXIT_NOT_EXECUTABLE
+        return (
+            0,
+            f"cannot enter the working directory {workdir}: {exc.strerror or exc}",
+            EXIT_NOT_EXECUTABLE,
+        )
     try:
         # Python ignores SIGPIPE and SIGXFSZ; give the command the defaults, as subprocess does.
-        pid = os.posix_spawnp(command[0], command, os.environ,
-                              setsigdef=(signal.SIGPIPE, signal.SIGXFSZ))
+        pid = os.posix_spawnp(
+            command[0], command, os.environ, setsigdef=(signal.SIGPIPE, signal.SIGXFSZ)
+        )
     except FileNotFoundError:
         return 0, f"command not found: {command[0]}", EXIT_NOT_FOUND
     except PermissionError:

@@ -8,8 +8,9 @@ from typing import Annotated, Any
 
 import typer
 
-loader_app = typer.Typer(help="Shared data loaders: one producer per dataset.",
-                         no_args_is_help=True)
+loader_app = typer.Typer(
+    help="Shared data loaders: one producer per dataset.", no_args_is_help=True
+)
 
 
 def factory_kwargs(pairs: list[str]) -> dict[str, Any]:
@@ -29,26 +30,43 @@ def factory_kwargs(pairs: list[str]) -> dict[str, Any]:
 @loader_app.command("serve")
 def serve_command(
     name: Annotated[str, typer.Argument(help="The loader's name; consumers ask for it.")],
-    dataset: Annotated[str, typer.Option("--dataset", help="MODULE:FACTORY returning a "
-                                         "map-style torch Dataset.")],
-    arg: Annotated[list[str], typer.Option("--arg", help="key=value for the factory "
-                                           "(repeatable; JSON values).")] = [],  # noqa: B006
+    dataset: Annotated[
+        str, typer.Option("--dataset", help="MODULE:FACTORY returning a map-style torch Dataset.")
+    ],
+    arg: Annotated[
+        list[str],
+        typer.Option("--arg", help="key=value for the factory (repeatable; JSON values)."),
+    ] = [],  # noqa: B006
     batch_size: Annotated[int, typer.Option("--batch-size", min=1)] = 64,
     workers: Annotated[int, typer.Option("--workers", min=0)] = 2,
     seed: Annotated[int, typer.Option("--seed")] = 0,
-    slots: Annotated[int, typer.Option("--slots", min=4, max=4096,
-                                       help="Batches the shared ring holds.")] = 16,
+    slots: Annotated[
+        int, typer.Option("--slots", min=4, max=4096, help="Batches the shared ring holds.")
+    ] = 16,
     no_shuffle: Annotated[bool, typer.Option("--no-shuffle")] = False,
-    idle_exit: Annotated[float | None, typer.Option(
-        "--idle-exit", help="Stop after this many seconds without a consumer.")] = None,
-    selection: Annotated[str | None, typer.Option(
-        "--selection", help="Serve only part of the dataset: a data-selection preset such as "
-        "el2n-25 (see `gpudesk select`); its pre-pass runs here unless cached.")] = None,
-    target: Annotated[str | None, typer.Option(
-        "--target", help="MODULE:FACTORY of the target set a targeted preset (less-P) ranks "
-        "samples by.")] = None,
-    target_arg: Annotated[list[str], typer.Option(
-        "--target-arg", help="key=value for the target factory (repeatable).")] = [],  # noqa: B006
+    idle_exit: Annotated[
+        float | None,
+        typer.Option("--idle-exit", help="Stop after this many seconds without a consumer."),
+    ] = None,
+    selection: Annotated[
+        str | None,
+        typer.Option(
+            "--selection",
+            help="Serve only part of the dataset: a data-selection preset such as "
+            "el2n-25 (see `gpudesk select`); its pre-pass runs here unless cached.",
+        ),
+    ] = None,
+    target: Annotated[
+        str | None,
+        typer.Option(
+            "--target",
+            help="MODULE:FACTORY of the target set a targeted preset (less-P) ranks samples by.",
+        ),
+    ] = None,
+    target_arg: Annotated[
+        list[str],
+        typer.Option("--target-arg", help="key=value for the target factory (repeatable)."),
+    ] = [],  # noqa: B006
     managed: Annotated[bool, typer.Option("--managed", hidden=True)] = False,
 ) -> None:
     """Run the producer for a dataset until stopped (SIGTERM or Ctrl-C)."""
@@ -58,9 +76,21 @@ def serve_command(
     from gpudesk.paths import Home
 
     try:
-        config = ProducerConfig(name, dataset, factory_kwargs(arg), batch_size, workers, seed,
-                                not no_shuffle, slots, idle_exit, managed, selection, target,
-                                factory_kwargs(target_arg))
+        config = ProducerConfig(
+            name,
+            dataset,
+            factory_kwargs(arg),
+            batch_size,
+            workers,
+            seed,
+            not no_shuffle,
+            slots,
+            idle_exit,
+            managed,
+            selection,
+            target,
+            factory_kwargs(target_arg),
+        )
         code = serve(config, Home.from_env())
     except LoaderError as exc:
         fail(str(exc), EXIT_FAILED)
@@ -90,23 +120,31 @@ def status_command(
         if entry.get("preparing"):
             print(f"{entry['name']}  pid {entry['pid']}  preparing {entry['preparing']}")
             continue
-        print(f"{entry['name']}  pid {entry['pid']}  {entry['dataset']}  "
-              f"{entry['dataset_len']} samples, batches of {entry['batch_size']}, "
-              f"{entry['workers']} workers  epoch {entry['stream'][0]} "
-              f"batch {entry['stream'][1]}/{entry['batches_per_epoch']}")
+        print(
+            f"{entry['name']}  pid {entry['pid']}  {entry['dataset']}  "
+            f"{entry['dataset_len']} samples, batches of {entry['batch_size']}, "
+            f"{entry['workers']} workers  epoch {entry['stream'][0]} "
+            f"batch {entry['stream'][1]}/{entry['batches_per_epoch']}"
+        )
         chosen = entry.get("selection")
         if chosen:
-            print(f"  selection {chosen['preset']}: trains on {chosen['kept']} of "
-                  f"{chosen['of']} samples" + ("" if chosen["key"] is None else
-                                               f" (cache entry {chosen['key']})"))
-        print(f"  slots {entry['slots_used']}/{entry['slots']} used "
-              f"({entry['slot_bytes'] / 2**20:.1f} MiB each)  produced {entry['produced']} "
-              f"(+{entry['makeups_produced']} make-ups)  CPU {entry['cpu_s']:.1f} s")
+            print(
+                f"  selection {chosen['preset']}: trains on {chosen['kept']} of "
+                f"{chosen['of']} samples"
+                + ("" if chosen["key"] is None else f" (cache entry {chosen['key']})")
+            )
+        print(
+            f"  slots {entry['slots_used']}/{entry['slots']} used "
+            f"({entry['slot_bytes'] / 2**20:.1f} MiB each)  produced {entry['produced']} "
+            f"(+{entry['makeups_produced']} make-ups)  CPU {entry['cpu_s']:.1f} s"
+        )
         if not entry["consumers"]:
             print("  no consumers")
         for c in entry["consumers"]:
             position = "-" if c["position"] is None else f"{c['position'][0]}/{c['position'][1]}"
-            print(f"  consumer pid {c['pid']:<7} batch {c['batch_size']:<5} epoch "
-                  f"{c['epoch']:<4} at {position:<9} {c['batches_per_s']:>7.1f} batches/s  "
-                  f"holds {c['held_slots']}" + (f"  make-ups left {c['makeups_left']}"
-                                               if c["makeups_left"] else ""))
+            print(
+                f"  consumer pid {c['pid']:<7} batch {c['batch_size']:<5} epoch "
+                f"{c['epoch']:<4} at {position:<9} {c['batches_per_s']:>7.1f} batches/s  "
+                f"holds {c['held_slots']}"
+                + (f"  make-ups left {c['makeups_left']}" if c["makeups_left"] else "")
+            )

@@ -64,11 +64,21 @@ class _Piece:
 
 
 class SharedLoader:
-    def __init__(self, name: str, batch_size: int | None = None, *, factory: str | None = None,
-                 factory_kwargs: dict[str, Any] | None = None, workers: int = 0, seed: int = 0,
-                 shuffle: bool = True, fallback: bool = True, with_ids: bool = False,
-                 home: str | os.PathLike[str] | None = None,
-                 resume_s: float | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        batch_size: int | None = None,
+        *,
+        factory: str | None = None,
+        factory_kwargs: dict[str, Any] | None = None,
+        workers: int = 0,
+        seed: int = 0,
+        shuffle: bool = True,
+        fallback: bool = True,
+        with_ids: bool = False,
+        home: str | os.PathLike[str] | None = None,
+        resume_s: float | None = None,
+    ) -> None:
         self.name = check_name(name)
         served = os.environ.get(ENV_DATASET)
         if served and served.startswith(f"{name}{VARIANT_SEPARATOR}"):
@@ -81,8 +91,9 @@ class SharedLoader:
         self.with_ids = with_ids
         self.home = Home.from_env(home)
         env_resume = os.environ.get(ENV_RESUME_S)
-        self.resume_s = resume_s if resume_s is not None else \
-            float(env_resume) if env_resume else None
+        self.resume_s = (
+            resume_s if resume_s is not None else float(env_resume) if env_resume else None
+        )
         self.mode = "shared"
         self.last_ids: Any = None
         self._local: Any = None
@@ -106,10 +117,14 @@ class SharedLoader:
             log = self.home.root / "loaders" / f"{name}.log"
             raise LoaderError(
                 f"no shared loader {name!r} is running for GPUDESK_HOME {self.home.root}"
-                + (f" (waited {wait:.0f} s for the one gpudesk started; see {log})" if wait
-                   else " (start one with `gpudesk loader serve`, or name it in the profile's "
-                   "[datasets] table)")
-                + ", and no local fallback was asked for (pass factory=... and fallback=True)")
+                + (
+                    f" (waited {wait:.0f} s for the one gpudesk started; see {log})"
+                    if wait
+                    else " (start one with `gpudesk loader serve`, or name it in the profile's "
+                    "[datasets] table)"
+                )
+                + ", and no local fallback was asked for (pass factory=... and fallback=True)"
+            )
 
     def _running_producer(self, wait: float) -> dict[str, Any] | None:
         """The info of the live producer for this name, waiting up to `wait` s for one, and for
@@ -123,9 +138,12 @@ class SharedLoader:
                 if not info.get("preparing"):
                     return info
                 if not said:
-                    print(f"waiting for the shared loader {self.name!r}: its producer (pid "
-                          f"{info['pid']}) is preparing {info['preparing']}", file=sys.stderr,
-                          flush=True)
+                    print(
+                        f"waiting for the shared loader {self.name!r}: its producer (pid "
+                        f"{info['pid']}) is preparing {info['preparing']}",
+                        file=sys.stderr,
+                        flush=True,
+                    )
                     said = True
                 deadline = max(deadline, time.monotonic() + PREPARING_POLL_S)
             if time.monotonic() >= deadline:
@@ -141,19 +159,33 @@ class SharedLoader:
         sock.connect(info["control"])
         state = None
         if resume:
-            state = {"epoch": self.epoch, "received": {
-                str(e): sorted(js) for e, js in self._received.items() if e >= self.epoch}}
-        sock.send(encode("hello", pid=os.getpid(), batch_size=self.batch_size, resume=state,
-                         job=os.environ.get("GPUDESK_JOB_ID")))
+            state = {
+                "epoch": self.epoch,
+                "received": {
+                    str(e): sorted(js) for e, js in self._received.items() if e >= self.epoch
+                },
+            }
+        sock.send(
+            encode(
+                "hello",
+                pid=os.getpid(),
+                batch_size=self.batch_size,
+                resume=state,
+                job=os.environ.get("GPUDESK_JOB_ID"),
+            )
+        )
         if not sock.poll(int(CONNECT_TIMEOUT_S * 1000)):
             sock.close()
-            raise LoaderError(f"the producer for {self.name!r} (pid {info.get('pid')}) did not "
-                              f"answer within {CONNECT_TIMEOUT_S:.0f} s")
+            raise LoaderError(
+                f"the producer for {self.name!r} (pid {info.get('pid')}) did not "
+                f"answer within {CONNECT_TIMEOUT_S:.0f} s"
+            )
         reply = decode(sock.recv())
         if reply["type"] == "refused":
             sock.close()
-            raise LoaderError(f"the producer for {self.name!r} refused this consumer: "
-                              f"{reply.get('message')}")
+            raise LoaderError(
+                f"the producer for {self.name!r} refused this consumer: {reply.get('message')}"
+            )
         if reply["type"] != "welcome":
             sock.close()
             raise LoaderError(f"unexpected answer from the producer: {reply['type']}")
@@ -162,8 +194,9 @@ class SharedLoader:
             fd = receive_fd(Path(reply["fd_socket"]))
         except OSError as exc:
             sock.close()
-            raise LoaderError(f"could not get the shared memory of {self.name!r} from "
-                              f"{reply['fd_socket']}: {exc}") from None
+            raise LoaderError(
+                f"could not get the shared memory of {self.name!r} from {reply['fd_socket']}: {exc}"
+            ) from None
         self.ring = Ring.attach(layout, fd)
         os.close(fd)  # the mapping keeps the memory
         self._socket = sock
@@ -294,10 +327,13 @@ class SharedLoader:
         # Several slots: a view if they are whole, in order and adjacent in the ring.
         need_slots = math.ceil(take / per)
         run = pieces[:need_slots]
-        adjacent = (len(run) == need_slots and all(p.start == 0 for p in run)
-                    and all(p.count == per for p in run[:-1])
-                    and all(run[i + 1].slot == run[i].slot + 1 for i in range(len(run) - 1))
-                    and sum(p.count for p in run) >= take)
+        adjacent = (
+            len(run) == need_slots
+            and all(p.start == 0 for p in run)
+            and all(p.count == per for p in run[:-1])
+            and all(run[i + 1].slot == run[i].slot + 1 for i in range(len(run) - 1))
+            and sum(p.count for p in run) >= take
+        )
         if adjacent:
             batch, ids = ring.batch(first.slot, take, slots=need_slots)
             used = take
@@ -353,15 +389,20 @@ class SharedLoader:
                     raise LoaderError(
                         f"{why}; the producer now running for {self.name!r} (pid {pid}) has "
                         "other settings (dataset, batch size, seed or shuffle), so this consumer "
-                        "cannot resume its epoch from it")
+                        "cannot resume its epoch from it"
+                    )
                 self._connect(info, resume=True)
                 return
             time.sleep(0.1)
         raise LoaderError(
             f"{why}; this consumer cannot go on. "
-            + (f"No producer came back within {wait:.0f} s." if wait else
-               "Restart it (`gpudesk loader serve ...`) and rerun, or run under gpudesk, "
-               "which restarts producers and lets consumers resume their epoch."))
+            + (
+                f"No producer came back within {wait:.0f} s."
+                if wait
+                else "Restart it (`gpudesk loader serve ...`) and rerun, or run under gpudesk, "
+                "which restarts producers and lets consumers resume their epoch."
+            )
+        )
 
     def close(self) -> None:
         if self._socket is not None:
@@ -396,16 +437,22 @@ class SharedLoader:
 
         dataset = self._local_dataset()
         length = len(dataset)
-        order = torch.randperm(length, generator=torch.Generator().manual_seed(
-            self.seed * 1_000_003 + self._local_epoch)).tolist() if self.shuffle \
+        order = (
+            torch.randperm(
+                length,
+                generator=torch.Generator().manual_seed(self.seed * 1_000_003 + self._local_epoch),
+            ).tolist()
+            if self.shuffle
             else list(range(length))
+        )
         self._local_epoch += 1
-        loader = DataLoader(dataset, batch_size=self.batch_size or 64, sampler=order,
-                            num_workers=self.workers)
+        loader = DataLoader(
+            dataset, batch_size=self.batch_size or 64, sampler=order, num_workers=self.workers
+        )
         start = 0
         for batch in loader:
             size = len(batch[0]) if isinstance(batch, (tuple, list)) else len(batch)
-            ids = torch.tensor(order[start:start + size])
+            ids = torch.tensor(order[start : start + size])
             start += size
             self.last_ids = ids
             yield (batch, ids) if self.with_ids else batch
@@ -421,7 +468,7 @@ class _ProducerLost(Exception):
 
 def _sliced(batch_ids: tuple[Any, Any], start: int, count: int) -> tuple[Any, Any]:
     batch, ids = batch_ids
-    return _map(batch, lambda t: t[start:start + count]), ids[start:start + count]
+    return _map(batch, lambda t: t[start : start + count]), ids[start : start + count]
 
 
 def _map(value: Any, fn: Any) -> Any:

@@ -74,11 +74,14 @@ class ProducerConfig:
     def check(self) -> ProducerConfig:
         check_name(self.name)
         if ":" not in self.factory:
-            raise LoaderError(f"--dataset {self.factory!r}: expected MODULE:FACTORY, e.g. "
-                              "gpudesk.workloads.images:make_dataset")
+            raise LoaderError(
+                f"--dataset {self.factory!r}: expected MODULE:FACTORY, e.g. "
+                "gpudesk.workloads.images:make_dataset"
+            )
         if self.batch_size < 1 or self.workers < 0 or self.slots < 4:
-            raise LoaderError("batch size must be at least 1, workers at least 0 and the ring "
-                              "at least 4 slots")
+            raise LoaderError(
+                "batch size must be at least 1, workers at least 0 and the ring at least 4 slots"
+            )
         if self.selection is not None:
             from gpudesk.selection.presets import PresetError, parse_preset
 
@@ -92,10 +95,16 @@ class ProducerConfig:
 
     def identity(self) -> dict[str, Any]:
         """What must match for a restarted producer to continue an old one's stream."""
-        return {"factory": self.factory, "factory_kwargs": self.factory_kwargs,
-                "batch_size": self.batch_size, "seed": self.seed, "shuffle": self.shuffle,
-                "selection": self.selection, "target": self.target,
-                "target_kwargs": self.target_kwargs}
+        return {
+            "factory": self.factory,
+            "factory_kwargs": self.factory_kwargs,
+            "batch_size": self.batch_size,
+            "seed": self.seed,
+            "shuffle": self.shuffle,
+            "selection": self.selection,
+            "target": self.target,
+            "target_kwargs": self.target_kwargs,
+        }
 
 
 def load_factory(spec: str) -> Callable[..., Any]:
@@ -113,9 +122,15 @@ def load_factory(spec: str) -> Callable[..., Any]:
 class _Plan:
     """The DataLoader's batch sampler: the stream, with make-ups slipped in between."""
 
-    def __init__(self, length: int, batch_size: int, seed: int, shuffle: bool,
-                 start: Key = (0, 0),
-                 subset: Callable[[int], Sequence[int]] | None = None) -> None:
+    def __init__(
+        self,
+        length: int,
+        batch_size: int,
+        seed: int,
+        shuffle: bool,
+        start: Key = (0, 0),
+        subset: Callable[[int], Sequence[int]] | None = None,
+    ) -> None:
         """`length`: samples per epoch; `subset(epoch)`, when given, names them (a data
         selection), else they are 0 .. length - 1."""
         self.length, self.batch_size, self.seed, self.shuffle = length, batch_size, seed, shuffle
@@ -145,7 +160,7 @@ class _Plan:
 
     def indices(self, key: Key) -> list[int]:
         epoch, index = key
-        return self.order(epoch)[index * self.batch_size:(index + 1) * self.batch_size]
+        return self.order(epoch)[index * self.batch_size : (index + 1) * self.batch_size]
 
     def advance(self, key: Key) -> Key:
         epoch, index = key
@@ -156,8 +171,7 @@ class _Plan:
             # Make-ups take turns with the stream, but once the stream has left a make-up's
             # epoch they go first: its consumer cannot finish that epoch without them, and every
             # later stream batch it is given meanwhile holds a slot until it does.
-            if self.makeups and (not self._last_makeup
-                                 or self.makeups[0][0] < self.stream_next[0]):
+            if self.makeups and (not self._last_makeup or self.makeups[0][0] < self.stream_next[0]):
                 key, makeup = self.makeups.popleft(), True
             else:
                 key, makeup = self.stream_next, False
@@ -194,9 +208,11 @@ class Producer:
         self.ctl_path, self.fd_path, self.info_path = home.loader_paths(config.name)
         longest = max((self.ctl_path, self.fd_path), key=lambda p: len(os.fsencode(p)))
         if len(os.fsencode(longest)) > MAX_SOCKET_PATH:
-            raise LoaderError(f"the socket path {longest} is longer than a Unix socket allows "
-                              f"({MAX_SOCKET_PATH} bytes): use a shorter loader name, or a "
-                              "GPUDESK_HOME with a shorter path")
+            raise LoaderError(
+                f"the socket path {longest} is longer than a Unix socket allows "
+                f"({MAX_SOCKET_PATH} bytes): use a shorter loader name, or a "
+                "GPUDESK_HOME with a shorter path"
+            )
         self.consumers: dict[bytes, _Consumer] = {}
         self.refs: list[int] = []  # per slot: consumers still holding it
         self.next_slot = 0
@@ -224,22 +240,27 @@ class Producer:
         # (the info file is written only once the first batch is made). A POSIX lock, not
         # flock: the DataLoader's forked workers do not inherit it, so a producer killed with
         # its workers still exiting can be restarted at once.
-        self._lock = os.open(self.info_path.with_suffix(".lock"),
-                             os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        self._lock = os.open(
+            self.info_path.with_suffix(".lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600
+        )
         try:
             fcntl.lockf(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             os.close(self._lock)
             info = read_info(self.info_path)
-            raise LoaderError(f"a producer for {self.config.name!r} already runs "
-                              + (f"(pid {info['pid']})" if info and info.get("pid") else
-                                 "(it is starting)") + "; stop it first") from None
+            raise LoaderError(
+                f"a producer for {self.config.name!r} already runs "
+                + (f"(pid {info['pid']})" if info and info.get("pid") else "(it is starting)")
+                + "; stop it first"
+            ) from None
         self._previous_info = info
         start: Key = (0, 0)
         if info is not None:
             if process_alive(int(info.get("pid", 0)), info.get("create_time")):
-                raise LoaderError(f"a producer for {self.config.name!r} already runs "
-                                  f"(pid {info['pid']}); stop it first")
+                raise LoaderError(
+                    f"a producer for {self.config.name!r} already runs "
+                    f"(pid {info['pid']}); stop it first"
+                )
             if info.get("identity") == self.config.identity() and info.get("stream_next"):
                 start = tuple(info["stream_next"])  # type: ignore[assignment]
         for path in (self.ctl_path, self.fd_path):
@@ -258,8 +279,9 @@ class Producer:
         try:
             length = len(dataset)
         except TypeError:
-            raise LoaderError(f"{self.config.factory} did not return a map-style dataset "
-                              "(it has no length)") from None
+            raise LoaderError(
+                f"{self.config.factory} did not return a map-style dataset (it has no length)"
+            ) from None
         if length < 1:
             raise LoaderError(f"{self.config.factory} returned an empty dataset")
         cpu_before = time.process_time()
@@ -270,21 +292,32 @@ class Producer:
         if self.selection is not None:
             length = self.selection.kept
         batch_size = min(self.config.batch_size, length)
-        self.plan = _Plan(length, batch_size, self.config.seed, self.config.shuffle, start,
-                          self.selection.epoch_indices if self.selection else None)
+        self.plan = _Plan(
+            length,
+            batch_size,
+            self.config.seed,
+            self.config.shuffle,
+            start,
+            self.selection.epoch_indices if self.selection else None,
+        )
         torch.set_num_threads(1)  # the producer copies; its workers decode
-        loader = DataLoader(dataset, batch_sampler=self.plan, num_workers=self.config.workers,
-                            worker_init_fn=_yield_to_consumers,
-                            persistent_workers=self.config.workers > 0,
-                            prefetch_factor=2 if self.config.workers > 0 else None)
+        loader = DataLoader(
+            dataset,
+            batch_sampler=self.plan,
+            num_workers=self.config.workers,
+            worker_init_fn=_yield_to_consumers,
+            persistent_workers=self.config.workers > 0,
+            prefetch_factor=2 if self.config.workers > 0 else None,
+        )
         self.batches: Iterator[Any] = iter(loader)
         first_key, first_makeup, first = self._next_batch()
         tensors, _ = flatten(first)
         full = first if tensors[0].shape[0] == batch_size else None
         if full is None:  # a last, short batch came first (a tiny dataset): pad the layout
             full = _padded(first, batch_size)
-        self.ring = Ring.create(plan_layout(full, batch_size, self.config.slots),
-                                f"gpudesk-{self.config.name}")
+        self.ring = Ring.create(
+            plan_layout(full, batch_size, self.config.slots), f"gpudesk-{self.config.name}"
+        )
         self.refs = [0] * self.config.slots
         self.published.append((first_key, first_makeup, first))
 
@@ -306,9 +339,15 @@ class Producer:
 
         self.proc = psutil.Process()
         self._write_info()
-        log.info("loader %s: %d samples, batches of %d, %d workers, %d slots of %.1f MiB",
-                 self.config.name, length, batch_size, self.config.workers, self.config.slots,
-                 self.ring.layout.batch_bytes / 2**20)
+        log.info(
+            "loader %s: %d samples, batches of %d, %d workers, %d slots of %.1f MiB",
+            self.config.name,
+            length,
+            batch_size,
+            self.config.workers,
+            self.config.slots,
+            self.ring.layout.batch_bytes / 2**20,
+        )
         try:
             return self._loop()
         finally:
@@ -327,24 +366,37 @@ class Producer:
             except LoaderError:
                 raise
             except Exception as exc:  # the user's factory: say which, without a traceback
-                raise LoaderError(f"the selection target {self.config.target} failed: "
-                                  f"{type(exc).__name__}: {exc}") from None
+                raise LoaderError(
+                    f"the selection target {self.config.target} failed: {type(exc).__name__}: {exc}"
+                ) from None
         cache = SelectionCache(self.home.selection_dir)
         try:
-            chosen = select(dataset, self.config.selection or "full", cache,
-                            seed=self.config.seed, target=target,
-                            identity={"factory": self.config.factory,
-                                      "kwargs": self.config.factory_kwargs})
+            chosen = select(
+                dataset,
+                self.config.selection or "full",
+                cache,
+                seed=self.config.seed,
+                target=target,
+                identity={"factory": self.config.factory, "kwargs": self.config.factory_kwargs},
+            )
         except PresetError as exc:
             raise LoaderError(f"selection {self.config.selection}: {exc}") from None
         for problem in cache.problems:
             log.warning("loader %s: %s", self.config.name, problem)
         about = chosen.describe()
-        log.info("loader %s: selection %s keeps %d of %d samples (%s, %.2f s)",
-                 self.config.name, about["preset"], about["kept"], about["of"],
-                 "reused from the cache" if about["reused"] else "no pre-pass"
-                 if about["key"] is None else "pre-pass computed and cached",
-                 about["select_s"])
+        log.info(
+            "loader %s: selection %s keeps %d of %d samples (%s, %.2f s)",
+            self.config.name,
+            about["preset"],
+            about["kept"],
+            about["of"],
+            "reused from the cache"
+            if about["reused"]
+            else "no pre-pass"
+            if about["key"] is None
+            else "pre-pass computed and cached",
+            about["select_s"],
+        )
         self.selection_cache = cache
         return chosen
 
@@ -370,10 +422,15 @@ class Producer:
                 self._check_consumers()
                 if self.consumers:
                     idle_since = now
-                elif self.config.idle_exit_s is not None and \
-                        now - idle_since >= self.config.idle_exit_s:
-                    log.info("loader %s: no consumer for %.0f s, stopping", self.config.name,
-                             self.config.idle_exit_s)
+                elif (
+                    self.config.idle_exit_s is not None
+                    and now - idle_since >= self.config.idle_exit_s
+                ):
+                    log.info(
+                        "loader %s: no consumer for %.0f s, stopping",
+                        self.config.name,
+                        self.config.idle_exit_s,
+                    )
                     break
             if time.time() - self.last_info >= INFO_EVERY_S:
                 self._write_info()
@@ -443,8 +500,9 @@ class Producer:
             return [c for c in self.consumers.values() if key in c.wants]
         return list(self.consumers.values())
 
-    def _publish(self, slot: int, key: Key, makeup: bool, batch: Any,
-                 recipients: list[_Consumer]) -> None:
+    def _publish(
+        self, slot: int, key: Key, makeup: bool, batch: Any, recipients: list[_Consumer]
+    ) -> None:
         import torch
 
         tensors, _ = flatten(batch)
@@ -518,9 +576,12 @@ class Producer:
             return
         per_slot = self.plan.batch_size
         if batch_size < 1 or math.ceil(batch_size / per_slot) > len(self.refs) // 2:
-            self._refuse(ident, f"a batch of {batch_size} needs more than half of the ring "
-                         f"({len(self.refs)} slots of {per_slot}); start the producer with "
-                         "--slots larger or --batch-size larger")
+            self._refuse(
+                ident,
+                f"a batch of {batch_size} needs more than half of the ring "
+                f"({len(self.refs)} slots of {per_slot}); start the producer with "
+                "--slots larger or --batch-size larger",
+            )
             return
         import psutil
 
@@ -535,26 +596,52 @@ class Producer:
         received: set[Key] = set()
         if resume:
             epoch = int(resume["epoch"])
-            received = {(int(e), int(j)) for e, js in resume.get("received", {}).items()
-                        for j in js}
+            received = {
+                (int(e), int(j)) for e, js in resume.get("received", {}).items() for j in js
+            }
         # Everything of its epochs that the stream has already passed, it gets made up.
-        wants = {(e, j) for e in range(epoch, stream_next[0] + 1)
-                 for j in range(self.plan.per_epoch)
-                 if (e, j) < stream_next and (e, j) not in received}
-        consumer = _Consumer(ident, pid, create_time, batch_size, epoch, time.monotonic(),
-                             wants=wants)
+        wants = {
+            (e, j)
+            for e in range(epoch, stream_next[0] + 1)
+            for j in range(self.plan.per_epoch)
+            if (e, j) < stream_next and (e, j) not in received
+        }
+        consumer = _Consumer(
+            ident, pid, create_time, batch_size, epoch, time.monotonic(), wants=wants
+        )
         self.consumers[ident] = consumer
         self.consumers_total += 1
-        coming = set(self.plan.makeups) | {k for k, makeup in self.plan.in_flight if makeup} \
+        coming = (
+            set(self.plan.makeups)
+            | {k for k, makeup in self.plan.in_flight if makeup}
             | {k for k, makeup, _ in self.published if makeup}
+        )
         self.plan.makeups.extend(sorted(wants - coming))
-        self.ctl.send_multipart([ident, encode(
-            "welcome", layout=self.ring.layout.to_dict(), epoch=epoch,
-            batches_per_epoch=self.plan.per_epoch, dataset_len=self.plan.length,
-            pid=os.getpid(), create_time=self.proc.create_time(), fd_socket=str(self.fd_path),
-            makeups=len(wants), managed=self.config.managed)])
-        log.info("loader %s: consumer pid %d joined at %s (batch %d, %d make-ups)",
-                 self.config.name, pid, stream_next, batch_size, len(wants))
+        self.ctl.send_multipart(
+            [
+                ident,
+                encode(
+                    "welcome",
+                    layout=self.ring.layout.to_dict(),
+                    epoch=epoch,
+                    batches_per_epoch=self.plan.per_epoch,
+                    dataset_len=self.plan.length,
+                    pid=os.getpid(),
+                    create_time=self.proc.create_time(),
+                    fd_socket=str(self.fd_path),
+                    makeups=len(wants),
+                    managed=self.config.managed,
+                ),
+            ]
+        )
+        log.info(
+            "loader %s: consumer pid %d joined at %s (batch %d, %d make-ups)",
+            self.config.name,
+            pid,
+            stream_next,
+            batch_size,
+            len(wants),
+        )
 
     def _note_reuse(self, job: Any, pid: int, resumed: bool) -> None:
         """Record, in the selection cache, that a job trains on this selection's pre-pass."""
@@ -568,8 +655,9 @@ class Producer:
         try:
             self.selection_cache.note_reuse(chosen.key, f"{who} via loader {self.config.name}")
         except (OSError, ValueError) as exc:
-            log.warning("loader %s: could not record the reuse of %s: %s", self.config.name,
-                        chosen.key, exc)
+            log.warning(
+                "loader %s: could not record the reuse of %s: %s", self.config.name, chosen.key, exc
+            )
 
     def _stream_position(self) -> Key:
         """The first stream key not yet given to anyone: consumers joining now get it next."""
@@ -624,23 +712,41 @@ class Producer:
         if self.selection is not None:
             chosen = {**self.selection.describe(), "cpu_s": round(self.selection_cpu_s, 3)}
         return {
-            "name": self.config.name, "pid": os.getpid(), "dataset": self.config.factory,
-            "dataset_len": self.plan.length, "batch_size": self.plan.batch_size,
-            "batches_per_epoch": self.plan.per_epoch, "workers": self.config.workers,
-            "worker_processes": workers, "seed": self.config.seed,
-            "stream": list(self._stream_position()), "produced": self.produced,
-            "makeups_produced": self.makeups_produced, "bytes_written": self.bytes_written,
-            "consumers_total": self.consumers_total, "delivered_total": self.delivered_total,
-            "slots": len(self.refs), "slots_used": sum(1 for r in self.refs if r),
-            "slot_bytes": self.ring.layout.batch_bytes, "cpu_s": round(cpu, 3),
-            "uptime_s": round(time.time() - self.started, 3), "managed": self.config.managed,
+            "name": self.config.name,
+            "pid": os.getpid(),
+            "dataset": self.config.factory,
+            "dataset_len": self.plan.length,
+            "batch_size": self.plan.batch_size,
+            "batches_per_epoch": self.plan.per_epoch,
+            "workers": self.config.workers,
+            "worker_processes": workers,
+            "seed": self.config.seed,
+            "stream": list(self._stream_position()),
+            "produced": self.produced,
+            "makeups_produced": self.makeups_produced,
+            "bytes_written": self.bytes_written,
+            "consumers_total": self.consumers_total,
+            "delivered_total": self.delivered_total,
+            "slots": len(self.refs),
+            "slots_used": sum(1 for r in self.refs if r),
+            "slot_bytes": self.ring.layout.batch_bytes,
+            "cpu_s": round(cpu, 3),
+            "uptime_s": round(time.time() - self.started, 3),
+            "managed": self.config.managed,
             "selection": chosen,  # its CPU is not counted in cpu_s (loading)
-            "consumers": [{
-                "pid": c.pid, "batch_size": c.batch_size, "epoch": c.epoch,
-                "position": list(c.position) if c.position else None,
-                "delivered": c.delivered, "batches_per_s": round(c.rate(now), 2),
-                "held_slots": len(c.held), "makeups_left": len(c.wants)}
-                for c in self.consumers.values()],
+            "consumers": [
+                {
+                    "pid": c.pid,
+                    "batch_size": c.batch_size,
+                    "epoch": c.epoch,
+                    "position": list(c.position) if c.position else None,
+                    "delivered": c.delivered,
+                    "batches_per_s": round(c.rate(now), 2),
+                    "held_slots": len(c.held),
+                    "makeups_left": len(c.wants),
+                }
+                for c in self.consumers.values()
+            ],
         }
 
     def _write_preparing(self, what: str) -> None:
@@ -649,21 +755,40 @@ class Producer:
         producer before it is kept, for a restart after a failure here."""
         import psutil
 
-        kept = {key: value for key, value in (self._previous_info or {}).items()
-                if key in ("identity", "stream_next")}
-        write_info(self.info_path, {
-            **kept, "name": self.config.name, "pid": os.getpid(),
-            "create_time": psutil.Process().create_time(), "preparing": what,
-            "managed": self.config.managed, "started_at": self.started})
+        kept = {
+            key: value
+            for key, value in (self._previous_info or {}).items()
+            if key in ("identity", "stream_next")
+        }
+        write_info(
+            self.info_path,
+            {
+                **kept,
+                "name": self.config.name,
+                "pid": os.getpid(),
+                "create_time": psutil.Process().create_time(),
+                "preparing": what,
+                "managed": self.config.managed,
+                "started_at": self.started,
+            },
+        )
 
     def _write_info(self) -> None:
         self.last_info = time.time()
-        write_info(self.info_path, {
-            "name": self.config.name, "pid": os.getpid(),
-            "create_time": self.proc.create_time(), "control": f"ipc://{self.ctl_path}",
-            "fd_socket": str(self.fd_path), "identity": self.config.identity(),
-            "stream_next": list(self._stream_position()), "managed": self.config.managed,
-            "started_at": self.started})
+        write_info(
+            self.info_path,
+            {
+                "name": self.config.name,
+                "pid": os.getpid(),
+                "create_time": self.proc.create_time(),
+                "control": f"ipc://{self.ctl_path}",
+                "fd_socket": str(self.fd_path),
+                "identity": self.config.identity(),
+                "stream_next": list(self._stream_position()),
+                "managed": self.config.managed,
+                "started_at": self.started,
+            },
+        )
 
     def _close(self) -> None:
         message = encode("bye", message=f"the producer for {self.config.name!r} is stopping")

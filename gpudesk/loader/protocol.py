@@ -38,8 +38,10 @@ class LoaderError(RuntimeError):
 
 def check_name(name: str) -> str:
     if not isinstance(name, str) or not NAME.match(name):
-        raise LoaderError(f"{name!r} is not a loader name: use 1 to 40 letters, digits, '_', '.' "
-                          "or '-', starting with a letter or digit")
+        raise LoaderError(
+            f"{name!r} is not a loader name: use 1 to 40 letters, digits, '_', '.' "
+            "or '-', starting with a letter or digit"
+        )
     return name
 
 

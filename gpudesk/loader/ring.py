@@ -60,10 +60,13 @@ class Layout:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Layout:
-        fields = tuple(Field(f["dtype"], tuple(f["sample_shape"]), f["itemsize"], f["offset"])
-                       for f in data["fields"])
-        return cls(data["slots"], data["batch_size"], _tuplify(data["structure"]), fields,
-                   data["size"])
+        fields = tuple(
+            Field(f["dtype"], tuple(f["sample_shape"]), f["itemsize"], f["offset"])
+            for f in data["fields"]
+        )
+        return cls(
+            data["slots"], data["batch_size"], _tuplify(data["structure"]), fields, data["size"]
+        )
 
     @property
     def batch_bytes(self) -> int:
@@ -94,8 +97,10 @@ def flatten(batch: Any) -> tuple[list[torch.Tensor], Any]:
             return ["seq", [walk(v) for v in value]]
         if isinstance(value, dict):
             return ["map", {str(k): walk(v) for k, v in value.items()}]
-        raise RingError(f"a batch may hold only tensors (in tuples, lists or dicts), found "
-                        f"{type(value).__name__}; convert it in the dataset or its collate_fn")
+        raise RingError(
+            f"a batch may hold only tensors (in tuples, lists or dicts), found "
+            f"{type(value).__name__}; convert it in the dataset or its collate_fn"
+        )
 
     return tensors, walk(batch)
 
@@ -118,10 +123,16 @@ def plan_layout(batch: Any, batch_size: int, slots: int) -> Layout:
     offset = 0
     for tensor in [*tensors, torch.empty(batch_size, dtype=torch.int64)]:
         if tensor.dim() == 0 or tensor.shape[0] != batch_size:
-            raise RingError(f"every tensor of a batch must have the batch size ({batch_size}) "
-                            f"as its first dimension, found shape {tuple(tensor.shape)}")
-        field = Field(str(tensor.dtype).removeprefix("torch."), tuple(tensor.shape[1:]),
-                      tensor.element_size(), offset)
+            raise RingError(
+                f"every tensor of a batch must have the batch size ({batch_size}) "
+                f"as its first dimension, found shape {tuple(tensor.shape)}"
+            )
+        field = Field(
+            str(tensor.dtype).removeprefix("torch."),
+            tuple(tensor.shape[1:]),
+            tensor.element_size(),
+            offset,
+        )
         fields.append(field)
         offset += _aligned(field.sample_bytes * batch_size * slots)
     return Layout(slots, batch_size, structure, tuple(fields), max(offset, ALIGN))
@@ -140,8 +151,7 @@ class Ring:
 
         self.layout = layout
         self.fd = fd
-        self._map = mmap.mmap(fd, layout.size, mmap.MAP_SHARED,
-                              mmap.PROT_READ | mmap.PROT_WRITE)
+        self._map = mmap.mmap(fd, layout.size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
         # One tensor over the whole segment: every batch is a view of its storage.
         self.base = torch.frombuffer(self._map, dtype=torch.uint8)
         self._dtypes = [getattr(torch, f.dtype) for f in layout.fields]
@@ -160,15 +170,16 @@ class Ring:
     def attach(cls, layout: Layout, fd: int) -> Ring:
         return cls(layout, fd)
 
-    def field(self, slot: int, index: int, count: int | None = None,
-              slots: int = 1) -> torch.Tensor:
+    def field(
+        self, slot: int, index: int, count: int | None = None, slots: int = 1
+    ) -> torch.Tensor:
         """Field `index` of `slots` adjacent slots starting at `slot` (first `count` samples): a
         view of the shared memory."""
         layout = self.layout
         field = layout.fields[index]
         samples = layout.batch_size * slots if count is None else count
         start = field.offset + slot * layout.batch_size * field.sample_bytes
-        view = self.base[start:start + samples * field.sample_bytes]
+        view = self.base[start : start + samples * field.sample_bytes]
         return view.view(self._dtypes[index]).view(samples, *field.sample_shape)
 
     def write(self, slot: int, tensors: list[torch.Tensor], ids: torch.Tensor) -> int:
@@ -176,21 +187,27 @@ class Ring:
         layout = self.layout
         count = int(ids.shape[0])
         if len(tensors) != len(layout.fields) - 1:
-            raise RingError(f"this batch has {len(tensors)} tensors; the first had "
-                            f"{len(layout.fields) - 1}")
+            raise RingError(
+                f"this batch has {len(tensors)} tensors; the first had {len(layout.fields) - 1}"
+            )
         if count > layout.batch_size:
-            raise RingError(f"a batch of {count} samples does not fit a slot of "
-                            f"{layout.batch_size}")
+            raise RingError(
+                f"a batch of {count} samples does not fit a slot of {layout.batch_size}"
+            )
         for index, tensor in enumerate([*tensors, ids]):
             field = layout.fields[index]
-            if tuple(tensor.shape[1:]) != field.sample_shape or tensor.shape[0] != count \
-                    or str(tensor.dtype).removeprefix("torch.") != field.dtype:
+            if (
+                tuple(tensor.shape[1:]) != field.sample_shape
+                or tensor.shape[0] != count
+                or str(tensor.dtype).removeprefix("torch.") != field.dtype
+            ):
                 raise RingError(
                     f"batch tensor {index} has shape {tuple(tensor.shape)} and dtype "
                     f"{str(tensor.dtype).removeprefix('torch.')}; the ring was laid out for "
                     f"({count}, {', '.join(map(str, field.sample_shape))}) {field.dtype}. A "
                     "shared loader needs samples of a fixed shape (resize or pad them in the "
-                    "dataset)")
+                    "dataset)"
+                )
             self.field(slot, index, count).copy_(tensor)
         return count
 

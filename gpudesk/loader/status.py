@@ -24,12 +24,17 @@ def collect(name: str | None = None, home: Home | None = None) -> list[dict[str,
         if info is None or (name is not None and info.get("name") != name):
             continue
         if not process_alive(int(info.get("pid", 0)), info.get("create_time")):
-            out.append({"name": info.get("name"), "error": f"its producer (pid "
-                        f"{info.get('pid')}) is not running"})
+            out.append(
+                {
+                    "name": info.get("name"),
+                    "error": f"its producer (pid {info.get('pid')}) is not running",
+                }
+            )
             continue
         if info.get("preparing"):
-            out.append({"name": info.get("name"), "pid": info.get("pid"),
-                        "preparing": info["preparing"]})
+            out.append(
+                {"name": info.get("name"), "pid": info.get("pid"), "preparing": info["preparing"]}
+            )
             continue
         sock = context.socket(zmq.DEALER)
         sock.setsockopt(zmq.LINGER, 0)
@@ -41,8 +46,13 @@ def collect(name: str | None = None, home: Home | None = None) -> list[dict[str,
                 reply.pop("type", None)
                 out.append(reply)
             else:
-                out.append({"name": info.get("name"), "error": "its producer did not answer "
-                            f"within {STATUS_TIMEOUT_MS / 1000:.0f} s"})
+                out.append(
+                    {
+                        "name": info.get("name"),
+                        "error": "its producer did not answer "
+                        f"within {STATUS_TIMEOUT_MS / 1000:.0f} s",
+                    }
+                )
         finally:
             sock.close()
     return out

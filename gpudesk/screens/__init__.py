@@ -7,8 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 
 
-def run_desk(readonly: bool = False, refresh_s: float = 1.0,
-             replay: Path | None = None) -> str | None:
+def run_desk(
+    readonly: bool = False, refresh_s: float = 1.0, replay: Path | None = None
+) -> str | None:
     """Open the desk on this home's engine (started if it is not running), or on a recorded
     replay; returns the line to print when it closes."""
     from gpudesk.paths import Home

@@ -60,8 +60,12 @@ class DeskApp(App[str]):
     CSS_PATH = "desk.tcss"
     TITLE = "gpudesk"
     ENABLE_COMMAND_PALETTE = True
-    MODES: ClassVar[dict[str, Any]] = {"station": StationScreen, "queue": QueueScreen,
-                                       "loaders": LoadersScreen, "mig": MigScreen}
+    MODES: ClassVar[dict[str, Any]] = {
+        "station": StationScreen,
+        "queue": QueueScreen,
+        "loaders": LoadersScreen,
+        "mig": MigScreen,
+    }
     DEFAULT_MODE = "station"
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("1,s", "switch_mode('station')", "Station"),
@@ -73,8 +77,14 @@ class DeskApp(App[str]):
         Binding("q", "quit_desk", "Quit"),
     ]
 
-    def __init__(self, feed: Feed, *, readonly: bool = False,
-                 refresh_s: float = DEFAULT_REFRESH_S, workdir: Path | None = None) -> None:
+    def __init__(
+        self,
+        feed: Feed,
+        *,
+        readonly: bool = False,
+        refresh_s: float = DEFAULT_REFRESH_S,
+        workdir: Path | None = None,
+    ) -> None:
         super().__init__()
         self.feed = feed
         self.readonly = readonly or feed.readonly_reason is not None
@@ -156,8 +166,9 @@ class DeskApp(App[str]):
         if isinstance(outcomes, list) and outcomes:
             text = "; ".join(f"job {r.get('id')} {r.get('outcome')}" for r in outcomes)
         elif "ids" in reply:
-            text = f"submitted {len(reply['ids'])} job(s): " + \
-                ", ".join(str(i) for i in reply["ids"])
+            text = f"submitted {len(reply['ids'])} job(s): " + ", ".join(
+                str(i) for i in reply["ids"]
+            )
         else:
             text = f"{result.op}: done"
         self.notify(text, timeout=4)
@@ -174,16 +185,18 @@ class DeskApp(App[str]):
             self.notify(f"job {job['id']} is already {job['state']}", severity="warning")
             return
         what = "stop the running" if job["state"] == "running" else "cancel the queued"
-        self.confirm(f"Really {what} job {job['id']} ({job['name']})?",
-                     lambda: self.act("cancel", jobs=[job["id"]]), yes="Cancel job")
+        self.confirm(
+            f"Really {what} job {job['id']} ({job['name']})?",
+            lambda: self.act("cancel", jobs=[job["id"]]),
+            yes="Cancel job",
+        )
 
     def open_job(self, job_id: int) -> None:
         self.push_screen(JobScreen(job_id))
 
     def open_log(self, job: dict[str, Any]) -> None:
         if not job.get("log"):
-            self.notify(f"job {job['id']} has no log yet (it has not started)",
-                        severity="warning")
+            self.notify(f"job {job['id']} has no log yet (it has not started)", severity="warning")
             return
         self.push_screen(LogScreen(job))
 
@@ -197,8 +210,10 @@ class DeskApp(App[str]):
             with self.suspend():
                 subprocess.call([*pager, path])
         except Exception as exc:  # no terminal to hand over (headless, a web driver)
-            self.notify(f"cannot open $PAGER here ({type(exc).__name__}); showing the log "
-                        "pane instead", severity="warning")
+            self.notify(
+                f"cannot open $PAGER here ({type(exc).__name__}); showing the log pane instead",
+                severity="warning",
+            )
             self.open_log(job)
 
     def action_submit(self) -> None:
@@ -219,8 +234,9 @@ class DeskApp(App[str]):
         try:
             if request.profile is not None:
                 profile = load_profile(request.profile)
-                loaders = [d.loader.to_dict() for d in profile.datasets.values()
-                           if d.loader is not None]
+                loaders = [
+                    d.loader.to_dict() for d in profile.datasets.values() if d.loader is not None
+                ]
                 if loaders:
                     self.feed.request("datasets", datasets=loaders)
                 specs = [spec.to_dict() for spec in profile.jobs]
@@ -241,41 +257,61 @@ class DeskApp(App[str]):
     def action_quit_desk(self) -> None:
         counts = self.state.counts()
         running, queued = counts.get("running", 0), counts.get("queued", 0)
-        self.exit(f"desk closed: the engine goes on with {running} running and {queued} "
-                  "queued job(s).\n`gpudesk` reopens it; `gpudesk engine stop` stops the "
-                  "engine, not the jobs.")
+        self.exit(
+            f"desk closed: the engine goes on with {running} running and {queued} "
+            "queued job(s).\n`gpudesk` reopens it; `gpudesk engine stop` stops the "
+            "engine, not the jobs."
+        )
 
     # ------------------------------------------------------------------ palette
     def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
-        yield SystemCommand("Station", "GPU cards, host and totals",
-                            lambda: self.switch_mode("station"))
-        yield SystemCommand("Queue & jobs", "every job, with actions",
-                            lambda: self.switch_mode("queue"))
-        yield SystemCommand("Loaders", "shared data loaders and their consumers",
-                            lambda: self.switch_mode("loaders"))
+        yield SystemCommand(
+            "Station", "GPU cards, host and totals", lambda: self.switch_mode("station")
+        )
+        yield SystemCommand(
+            "Queue & jobs", "every job, with actions", lambda: self.switch_mode("queue")
+        )
+        yield SystemCommand(
+            "Loaders",
+            "shared data loaders and their consumers",
+            lambda: self.switch_mode("loaders"),
+        )
         yield SystemCommand("MIG", "MIG layout and planner", lambda: self.switch_mode("mig"))
         yield SystemCommand("Help", "every key binding", self.action_help)
-        yield SystemCommand("Quit", "close the desk (jobs keep running)",
-                            self.action_quit_desk)
+        yield SystemCommand("Quit", "close the desk (jobs keep running)", self.action_quit_desk)
         if not self.readonly:
             yield SystemCommand("Submit", "submit a profile or a command", self.action_submit)
             if isinstance(screen, JobActions):
                 for title, what, action in (
-                        ("Cancel job", "cancel the selected job (asks first)", "cancel_job"),
-                        ("Hold / release job", "keep a queued job from starting, or let it",
-                         "hold_job"),
-                        ("Requeue job", "run a finished job again", "requeue_job"),
-                        ("Open log", "the job's log in a pane, following", "log_job"),
-                        ("Open log in $PAGER", "the job's log in your pager", "pager_job")):
+                    ("Cancel job", "cancel the selected job (asks first)", "cancel_job"),
+                    (
+                        "Hold / release job",
+                        "keep a queued job from starting, or let it",
+                        "hold_job",
+                    ),
+                    ("Requeue job", "run a finished job again", "requeue_job"),
+                    ("Open log", "the job's log in a pane, following", "log_job"),
+                    ("Open log in $PAGER", "the job's log in your pager", "pager_job"),
+                ):
                     yield SystemCommand(title, what, getattr(screen, f"action_{action}"))
             if isinstance(screen, QueueScreen):
-                yield SystemCommand("Raise priority", "the selected job runs sooner",
-                                    lambda: screen.action_priority(1))
-                yield SystemCommand("Lower priority", "the selected job runs later",
-                                    lambda: screen.action_priority(-1))
-                yield SystemCommand("Job detail", "placement, usage, events, log tail",
-                                    screen.action_open_job)
+                yield SystemCommand(
+                    "Raise priority",
+                    "the selected job runs sooner",
+                    lambda: screen.action_priority(1),
+                )
+                yield SystemCommand(
+                    "Lower priority",
+                    "the selected job runs later",
+                    lambda: screen.action_priority(-1),
+                )
+                yield SystemCommand(
+                    "Job detail", "placement, usage, events, log tail", screen.action_open_job
+                )
             if isinstance(screen, MigScreen):
-                yield SystemCommand("Apply MIG plan", "repartition as planned (asks first)",
-                                    screen.action_apply_plan)
+                yield SystemCommand(
+                    "Apply MIG plan",
+                    "repartition as planned (asks first)",
+                    screen.action_apply_plan,
+                )
         yield from super().get_system_commands(screen)

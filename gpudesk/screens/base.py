@@ -15,8 +15,7 @@ if TYPE_CHECKING:
     from gpudesk.screens.app import DeskApp
 
 # Actions that change something: hidden and refused in --readonly.
-MUTATING = frozenset({"submit", "cancel_job", "hold_job", "priority", "requeue_job",
-                      "apply_plan"})
+MUTATING = frozenset({"submit", "cancel_job", "hold_job", "priority", "requeue_job", "apply_plan"})
 
 
 class DeskScreen(Screen[None]):

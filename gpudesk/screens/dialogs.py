@@ -129,5 +129,14 @@ class SubmitScreen(ModalScreen[SubmitRequest | None]):
             self._error("GPUs must be a whole number and memory a number of GB")
             return
         name = self.query_one("#name", Input).value.strip() or Path(argv[0]).name
-        self.dismiss(SubmitRequest(job={"name": name, "command": argv, "gpus": gpus,
-                                        "memory_gb": memory, "workdir": str(self.workdir)}))
+        self.dismiss(
+            SubmitRequest(
+                job={
+                    "name": name,
+                    "command": argv,
+                    "gpus": gpus,
+                    "memory_gb": memory,
+                    "workdir": str(self.workdir),
+                }
+            )
+        )

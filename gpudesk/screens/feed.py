@@ -40,21 +40,31 @@ class Frame:
     taken_at: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
-        return {"status": self.status, "jobs": self.jobs, "telemetry": self.telemetry,
-                "energy_today_j": {str(k): v for k, v in self.energy_today_j.items()},
-                "history": self.history,
-                "progress": {str(k): list(v) for k, v in self.progress.items()},
-                "taken_at": self.taken_at}
+        return {
+            "status": self.status,
+            "jobs": self.jobs,
+            "telemetry": self.telemetry,
+            "energy_today_j": {str(k): v for k, v in self.energy_today_j.items()},
+            "history": self.history,
+            "progress": {str(k): list(v) for k, v in self.progress.items()},
+            "taken_at": self.taken_at,
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Frame:
-        return cls(status=data["status"], jobs=data["jobs"], telemetry=data.get("telemetry"),
-                   energy_today_j={int(k): float(v)
-                                   for k, v in (data.get("energy_today_j") or {}).items()},
-                   history=data.get("history") or [],
-                   progress={int(k): (int(v[0]), int(v[1]))
-                             for k, v in (data.get("progress") or {}).items()},
-                   taken_at=float(data.get("taken_at") or 0.0))
+        return cls(
+            status=data["status"],
+            jobs=data["jobs"],
+            telemetry=data.get("telemetry"),
+            energy_today_j={
+                int(k): float(v) for k, v in (data.get("energy_today_j") or {}).items()
+            },
+            history=data.get("history") or [],
+            progress={
+                int(k): (int(v[0]), int(v[1])) for k, v in (data.get("progress") or {}).items()
+            },
+            taken_at=float(data.get("taken_at") or 0.0),
+        )
 
 
 class Feed(Protocol):
@@ -168,10 +178,15 @@ class EngineFeed:
                 if found:
                     progress[job["id"]] = found
         self._last_frame_at = time.monotonic()
-        return Frame(status=status, jobs=jobs, telemetry=telemetry,
-                     energy_today_j=energy_today,
-                     history=self._history if with_history else [], progress=progress,
-                     taken_at=time.time())
+        return Frame(
+            status=status,
+            jobs=jobs,
+            telemetry=telemetry,
+            energy_today_j=energy_today,
+            history=self._history if with_history else [],
+            progress=progress,
+            taken_at=time.time(),
+        )
 
     def request(self, op: str, **args: Any) -> dict[str, Any]:
         # Actions and detail reads come from other threads than `next_frame`'s: a socket of
@@ -191,8 +206,12 @@ class ReplayFeed:
     """Plays back recorded frames (a JSON list of `Frame.to_dict()`), one per call, then keeps
     the last; actions are refused. Used for snapshot tests and offline demos."""
 
-    def __init__(self, frames: Sequence[Frame], details: dict[str, Any] | None = None,
-                 readonly_reason: str | None = "a recorded replay") -> None:
+    def __init__(
+        self,
+        frames: Sequence[Frame],
+        details: dict[str, Any] | None = None,
+        readonly_reason: str | None = "a recorded replay",
+    ) -> None:
         if not frames:
             raise ValueError("a replay needs at least one frame")
         self.frames = list(frames)

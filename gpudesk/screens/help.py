@@ -12,34 +12,47 @@ from textual.screen import ModalScreen
 from textual.widgets import Static
 
 KEYS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
-    ("everywhere", (
-        ("1  s", "station: GPU cards, host, totals"),
-        ("2  j", "queue & jobs"),
-        ("3", "shared loaders"),
-        ("4  m", "MIG layout and planner"),
-        ("n", "submit a profile or a command"),
-        ("ctrl+p", "command palette: every action by name"),
-        ("?", "this help"),
-        ("q", "quit the desk (the engine and its jobs keep running)"),
-    )),
-    ("queue & jobs", (
-        ("↑ ↓ pgup pgdn", "move"),
-        ("enter", "job detail: placement and why, usage, events, log tail"),
-        ("c", "cancel the job (asks first)"),
-        ("h", "hold a queued job / release it"),
-        ("+  -", "raise / lower its priority"),
-        ("r", "requeue a finished job"),
-        ("l", "its log in a pane (f: follow on/off)"),
-        ("p", "its log in $PAGER"),
-        ("/", "filter: words, or state:running; esc clears"),
-        ("o  O", "sort by the next column / reverse"),
-    )),
+    (
+        "everywhere",
+        (
+            ("1  s", "station: GPU cards, host, totals"),
+            ("2  j", "queue & jobs"),
+            ("3", "shared loaders"),
+            ("4  m", "MIG layout and planner"),
+            ("n", "submit a profile or a command"),
+            ("ctrl+p", "command palette: every action by name"),
+            ("?", "this help"),
+            ("q", "quit the desk (the engine and its jobs keep running)"),
+        ),
+    ),
+    (
+        "queue & jobs",
+        (
+            ("↑ ↓ pgup pgdn", "move"),
+            ("enter", "job detail: placement and why, usage, events, log tail"),
+            ("c", "cancel the job (asks first)"),
+            ("h", "hold a queued job / release it"),
+            ("+  -", "raise / lower its priority"),
+            ("r", "requeue a finished job"),
+            ("l", "its log in a pane (f: follow on/off)"),
+            ("p", "its log in $PAGER"),
+            ("/", "filter: words, or state:running; esc clears"),
+            ("o  O", "sort by the next column / reverse"),
+        ),
+    ),
     ("job detail", (("esc", "back"), ("c h r l p", "as in the queue"))),
-    ("MIG", (("a", "apply the planned layout (asks first; only where the station allows)"),
-             ("g", "choose the next GPU with an applicable plan"))),
+    (
+        "MIG",
+        (
+            ("a", "apply the planned layout (asks first; only where the station allows)"),
+            ("g", "choose the next GPU with an applicable plan"),
+        ),
+    ),
 )
-READONLY_NOTE = ("read-only desk (--readonly): actions are hidden; switching screens, the "
-                 "palette and help still work")
+READONLY_NOTE = (
+    "read-only desk (--readonly): actions are hidden; switching screens, the "
+    "palette and help still work"
+)
 
 
 def help_table(readonly: bool) -> Table:

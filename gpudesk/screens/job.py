@@ -31,16 +31,16 @@ def _runtime(job: dict[str, Any], state: DeskState) -> str:
     return render.duration(render.job_runtime(job, state.now)) if job.get("started_at") else "-"
 
 
-def render_summary(job: dict[str, Any], detail: dict[str, Any] | None,
-                   state: DeskState) -> Text:
+def render_summary(job: dict[str, Any], detail: dict[str, Any] | None, state: DeskState) -> Text:
     text = Text()
     shown = job_state(job)
     text.append(f"job {job['id']} ", style="bold")
     text.append(job["name"], style="bold")
     text.append(f"  {shown}", style=STATE_STYLES.get(shown, ""))
     spec = job["spec"]
-    text.append(f"  attempt {job['attempts']}/{job['max_attempts']}  priority "
-                f"{spec.get('priority', 0)}")
+    text.append(
+        f"  attempt {job['attempts']}/{job['max_attempts']}  priority {spec.get('priority', 0)}"
+    )
     where = job.get("slot")
     if where:
         text.append(f"\non {where} ({sharing_mode(job)})")
@@ -49,21 +49,23 @@ def render_summary(job: dict[str, Any], detail: dict[str, Any] | None,
         wants += f", {spec['memory_gb']:g} GB"
     if spec.get("sm_pct") is not None:
         wants += f", SM {spec['sm_pct']:g}%"
-    text.append(f"\nasks for {wants}; runtime "
-                f"{_runtime(job, state)}")
+    text.append(f"\nasks for {wants}; runtime {_runtime(job, state)}")
     if spec.get("dataset"):
         loader = job_loader(job, state.loaders)
         text.append(f"\nreads dataset {spec['dataset']}")
         chosen = ((loader or {}).get("status") or {}).get("selection")
         if chosen:
-            text.append(f" (selection {chosen['preset']}: {chosen['kept']} of {chosen['of']} "
-                        "samples)")
+            text.append(
+                f" (selection {chosen['preset']}: {chosen['kept']} of {chosen['of']} samples)"
+            )
         elif spec.get("selection"):
             text.append(f" (selection {spec['selection']})")
         if loader:
             status = loader.get("status") or {}
-            text.append(f" through shared loader {loader['name']} (pid {loader.get('pid')}, "
-                        f"{len(status.get('consumers') or [])} consumers)")
+            text.append(
+                f" through shared loader {loader['name']} (pid {loader.get('pid')}, "
+                f"{len(status.get('consumers') or [])} consumers)"
+            )
     waiting = (detail or {}).get("waiting")
     if waiting:
         text.append("\nwaiting: ", style="bold yellow")
@@ -80,8 +82,9 @@ def job_loader(job: dict[str, Any], loaders: list[dict[str, Any]]) -> dict[str, 
     return next((entry for entry in loaders if entry["name"] == name), None)
 
 
-def render_usage(job: dict[str, Any], detail: dict[str, Any] | None, state: DeskState,
-                 width: int) -> Text:
+def render_usage(
+    job: dict[str, Any], detail: dict[str, Any] | None, state: DeskState, width: int
+) -> Text:
     text = Text()
     usage = (detail or {}).get("usage") or job.get("usage") or {}
     text.append("energy ", style="bold")
@@ -100,11 +103,22 @@ def render_usage(job: dict[str, Any], detail: dict[str, Any] | None, state: Desk
     span = max(10, width - 22)
     if series:
         for label, values, now, top, unit in (
-                ("SM  ", series.sm, live.get("gpu_sm_pct"), 100.0, "%"),
-                ("MEM ", series.memory, live.get("gpu_memory_mib"),
-                 max([v for v in series.memory if v] or [1.0]), " MiB"),
-                ("CPU ", series.cpu, live.get("cpu_pct"),
-                 max([v for v in series.cpu if v] + [100.0]), "%")):
+            ("SM  ", series.sm, live.get("gpu_sm_pct"), 100.0, "%"),
+            (
+                "MEM ",
+                series.memory,
+                live.get("gpu_memory_mib"),
+                max([v for v in series.memory if v] or [1.0]),
+                " MiB",
+            ),
+            (
+                "CPU ",
+                series.cpu,
+                live.get("cpu_pct"),
+                max([v for v in series.cpu if v] + [100.0]),
+                "%",
+            ),
+        ):
             text.append(f"\n{label}", style="bold")
             text.append(sparkline(values, span, top), style="green")
             text.append(f" {'n/a' if now is None else f'{now:.0f}{unit}'}")
@@ -205,8 +219,10 @@ class LogScreen(DeskScreen):
 
     def compose(self) -> ComposeResult:
         yield DeskHeader()
-        yield Static(f"log of job {self.job['id']} {self.job['name']}: {self.path or '(none)'}",
-                     id="log-title")
+        yield Static(
+            f"log of job {self.job['id']} {self.job['name']}: {self.path or '(none)'}",
+            id="log-title",
+        )
         yield Log(id="log", highlight=False, auto_scroll=True)
         yield Footer()
 
@@ -226,8 +242,7 @@ class LogScreen(DeskScreen):
                 handle.seek(self.read_offset)
                 chunk = handle.read(256 * 1024)
         except OSError as exc:
-            self.app.call_from_thread(self.notify, f"cannot read the log: {exc}",
-                                      severity="error")
+            self.app.call_from_thread(self.notify, f"cannot read the log: {exc}", severity="error")
             return
         if chunk:
             self.read_offset += len(chunk)

@@ -13,28 +13,39 @@ from gpudesk.screens.base import DeskScreen
 from gpudesk.screens.state import DeskState
 from gpudesk.screens.widgets.strips import DeskHeader
 
-COLUMNS = (("what", "LOADER / CONSUMER", 26), ("epoch", "EPOCH", 7), ("rate", "BATCH/S", 8),
-           ("slots", "SLOTS", 6), ("cpu", "CPU (SAVED)", 14))
+COLUMNS = (
+    ("what", "LOADER / CONSUMER", 26),
+    ("epoch", "EPOCH", 7),
+    ("rate", "BATCH/S", 8),
+    ("slots", "SLOTS", 6),
+    ("cpu", "CPU (SAVED)", 14),
+)
 
 
 def loader_line(loader: dict[str, Any]) -> Text:
     """One line per loader above the table: what it serves and what sharing saved."""
     spec = loader.get("spec") or {}
     text = Text(loader["name"], style="bold")
-    text.append(f": {spec.get('factory', '?')}, batch {spec.get('batch_size', '?')}, "
-                f"{spec.get('workers', '?')} workers, seed {spec.get('seed', 0)}")
+    text.append(
+        f": {spec.get('factory', '?')}, batch {spec.get('batch_size', '?')}, "
+        f"{spec.get('workers', '?')} workers, seed {spec.get('seed', 0)}"
+    )
     chosen = (loader.get("status") or {}).get("selection") or {}
     if chosen:
-        text.append(f", selection {chosen.get('preset')} ({chosen.get('kept')} of "
-                    f"{chosen.get('of')} samples)")
+        text.append(
+            f", selection {chosen.get('preset')} ({chosen.get('kept')} of "
+            f"{chosen.get('of')} samples)"
+        )
     elif spec.get("selection"):
         text.append(f", selection {spec['selection']}")
     if not loader.get("running", True):
         text.append("  (stopped)", style="dim")
     if loader.get("saved_cpu_s") is not None:
-        text.append(f"; producer CPU {loader['cpu_s']:.0f} s, "
-                    f"{loader['saved_cpu_s']:.0f} s saved against unshared loading",
-                    style="green")
+        text.append(
+            f"; producer CPU {loader['cpu_s']:.0f} s, "
+            f"{loader['saved_cpu_s']:.0f} s saved against unshared loading",
+            style="green",
+        )
     return text
 
 
@@ -57,9 +68,18 @@ def loader_rows(loader: dict[str, Any]) -> list[tuple[str, tuple[Any, ...]]]:
         label = f"  pid {consumer['pid']} batch {consumer['batch_size']}"
         if consumer.get("makeups_left"):
             label += f" +{consumer['makeups_left']} make-ups"
-        rows.append((f"consumer:{loader['name']}:{consumer['pid']}",
-                     (label, where, f"{consumer.get('batches_per_s', 0):.1f}",
-                      str(consumer.get("held_slots", 0)), "")))
+        rows.append(
+            (
+                f"consumer:{loader['name']}:{consumer['pid']}",
+                (
+                    label,
+                    where,
+                    f"{consumer.get('batches_per_s', 0):.1f}",
+                    str(consumer.get("held_slots", 0)),
+                    "",
+                ),
+            )
+        )
     return rows
 
 
@@ -80,8 +100,10 @@ class LoadersScreen(DeskScreen):
             lines = Text("\n").join(loader_line(loader) for loader in loaders)
             note.update(lines)
         else:
-            note.update("no shared loaders: name a [datasets.NAME] in a profile and its jobs "
-                        "share one producer (docs/loader.md)")
+            note.update(
+                "no shared loaders: name a [datasets.NAME] in a profile and its jobs "
+                "share one producer (docs/loader.md)"
+            )
         table = self.query_one("#loaders", DataTable)
         rows = [row for loader in loaders for row in loader_rows(loader)]
         keys = [key for key, _ in rows]

@@ -33,12 +33,16 @@ def render_layout(state: DeskState) -> Text:
         label = "MIG on" if mode else "MIG off" if mode is False else "no MIG"
         text.append(f"\nGPU {gpu['index']} {gpu.get('name', '')}  {label}")
         for mig in gpu.get("mig_devices") or []:
-            jobs = sorted({f"j{p['job_id']}" for p in mig.get("processes") or []
-                           if p.get("job_id") is not None})
+            jobs = sorted(
+                {
+                    f"j{p['job_id']}"
+                    for p in mig.get("processes") or []
+                    if p.get("job_id") is not None
+                }
+            )
             total = mig.get("memory_total_mib")
             memory = f"{total / 1024:.0f} GiB" if total else "?"
-            text.append(f"\n  [{mig_profile(mig)}] {memory}  ",
-                        style="cyan")
+            text.append(f"\n  [{mig_profile(mig)}] {memory}  ", style="cyan")
             text.append(", ".join(jobs) if jobs else "free", style="" if jobs else "dim")
     return text
 
@@ -119,8 +123,7 @@ class MigScreen(DeskScreen):
     def action_next_gpu(self) -> None:
         self.gpu_choice += 1
         plan = self._chosen()
-        self.notify(f"GPU {plan['gpu']} selected" if plan else "no plan can be applied",
-                    timeout=2)
+        self.notify(f"GPU {plan['gpu']} selected" if plan else "no plan can be applied", timeout=2)
 
     def action_apply_plan(self) -> None:
         plan = self._chosen()
@@ -132,4 +135,5 @@ class MigScreen(DeskScreen):
         self.desk.confirm(
             f"Repartition GPU {plan['gpu']} into {', '.join(wanted)}?\n\n{commands}",
             lambda: self.desk.act("mig_apply", gpu=plan["gpu"], profiles=wanted, confirm=True),
-            yes="Apply")
+            yes="Apply",
+        )

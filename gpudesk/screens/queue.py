@@ -17,8 +17,14 @@ from gpudesk.screens.state import DeskState, sharing_mode
 from gpudesk.screens.widgets.glyphs import energy_text
 from gpudesk.screens.widgets.strips import DeskHeader
 
-STATE_STYLES = {"queued": "yellow", "held": "magenta", "running": "green",
-                "succeeded": "dim green", "failed": "bold red", "cancelled": "dim"}
+STATE_STYLES = {
+    "queued": "yellow",
+    "held": "magenta",
+    "running": "green",
+    "succeeded": "dim green",
+    "failed": "bold red",
+    "cancelled": "dim",
+}
 
 
 @dataclass(frozen=True)
@@ -29,9 +35,14 @@ class Column:
 
 
 COLUMNS = (
-    Column("id", "ID", 3), Column("name", "NAME", None), Column("state", "STATE", 9),
-    Column("where", "WHERE", 13), Column("progress", "PROG", 5), Column("runtime", "TIME", 6),
-    Column("energy", "ENERGY", 8), Column("priority", "PRI", 3),
+    Column("id", "ID", 3),
+    Column("name", "NAME", None),
+    Column("state", "STATE", 9),
+    Column("where", "WHERE", 13),
+    Column("progress", "PROG", 5),
+    Column("runtime", "TIME", 6),
+    Column("energy", "ENERGY", 8),
+    Column("priority", "PRI", 3),
 )
 NAME_WIDTH = (10, 40)  # the name column takes what the others leave, within these bounds
 CELL_PADDING = 1  # DataTable's default: a cell each side of every column
@@ -59,10 +70,16 @@ def job_cells(job: dict[str, Any], state: DeskState) -> dict[str, Any]:
         "state": Text(shown, style=STATE_STYLES.get(shown, "")),
         "where": where,
         "progress": f"{progress[0]}/{progress[1]}" if progress else "",
-        "runtime": Text(render.duration(render.job_runtime(job, state.now))
-                        if job.get("started_at") else "-", justify="right"),
-        "energy": Text(("~" if usage.get("estimate") else "") + energy_text(energy)
-                       if energy is not None else "-", justify="right"),
+        "runtime": Text(
+            render.duration(render.job_runtime(job, state.now)) if job.get("started_at") else "-",
+            justify="right",
+        ),
+        "energy": Text(
+            ("~" if usage.get("estimate") else "") + energy_text(energy)
+            if energy is not None
+            else "-",
+            justify="right",
+        ),
         "priority": Text(str(job["spec"].get("priority", 0)), justify="right"),
     }
 
@@ -85,9 +102,18 @@ def sort_value(job: dict[str, Any], key: str, now: float | None = None) -> Any:
 def matches(job: dict[str, Any], text: str) -> bool:
     """A filter matches on id, name, state, placement, group and dataset; `state:running` (or
     `=`) matches one state exactly; several words must all match."""
-    fields = " ".join(str(v) for v in (
-        job["id"], job["name"], job_state(job), job.get("slot") or "", job.get("group") or "",
-        job["spec"].get("dataset") or "", sharing_mode(job))).lower()
+    fields = " ".join(
+        str(v)
+        for v in (
+            job["id"],
+            job["name"],
+            job_state(job),
+            job.get("slot") or "",
+            job.get("group") or "",
+            job["spec"].get("dataset") or "",
+            sharing_mode(job),
+        )
+    ).lower()
     for word in text.lower().split():
         key, sep, value = word.replace("=", ":").partition(":")
         if sep and key == "state":
@@ -123,8 +149,9 @@ class QueueScreen(JobActions):
     def compose(self) -> ComposeResult:
         yield DeskHeader()
         yield DataTable(id="jobs", cursor_type="row", zebra_stripes=True)
-        yield Input(placeholder="filter: words, or state:running — Enter keeps, Esc clears",
-                    id="filter")
+        yield Input(
+            placeholder="filter: words, or state:running — Enter keeps, Esc clears", id="filter"
+        )
         yield Footer()
 
     def on_mount(self) -> None:
@@ -154,8 +181,7 @@ class QueueScreen(JobActions):
     def show_state(self, state: DeskState) -> None:
         table = self.query_one("#jobs", DataTable)
         jobs = [j for j in state.jobs if matches(j, self.filter_text)]
-        jobs.sort(key=lambda j: sort_value(j, self.sort_key, state.now),
-                  reverse=self.sort_reverse)
+        jobs.sort(key=lambda j: sort_value(j, self.sort_key, state.now), reverse=self.sort_reverse)
         selected = self.selected_id()
         wanted = [str(j["id"]) for j in jobs]
         existing = [str(row.value) for row in table.rows]
@@ -232,8 +258,9 @@ class QueueScreen(JobActions):
 
     def action_sort(self) -> None:
         self.sort_key = SORTS[(SORTS.index(self.sort_key) + 1) % len(SORTS)]
-        self.notify(f"sorted by {self.sort_key}" + (" (reversed)" if self.sort_reverse else ""),
-                    timeout=2)
+        self.notify(
+            f"sorted by {self.sort_key}" + (" (reversed)" if self.sort_reverse else ""), timeout=2
+        )
         self.show_state(self.desk.state)
 
     def action_sort_reverse(self) -> None:

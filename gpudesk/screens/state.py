@@ -56,8 +56,11 @@ class DeskState:
 
     def _add_sample_points(self, taken_at: float | None, gpus: list[dict[str, Any]]) -> bool:
         """Add one sample's GPU points unless it was seen already; True when added."""
-        if taken_at is not None and self.last_sample_at is not None \
-                and taken_at <= self.last_sample_at:
+        if (
+            taken_at is not None
+            and self.last_sample_at is not None
+            and taken_at <= self.last_sample_at
+        ):
             return False
         for gpu in gpus:
             series = self.gpu_series.setdefault(gpu["index"], GpuSeries())

@@ -28,8 +28,14 @@ class StationScreen(DeskScreen):
         gpus = state.gpus
         problem = state.station.get("gpu_problem")
         if not gpus:
-            note.update(problem or ("no GPUs on this station: jobs run on the CPU slots"
-                                    if state.frame else "waiting for the engine…"))
+            note.update(
+                problem
+                or (
+                    "no GPUs on this station: jobs run on the CPU slots"
+                    if state.frame
+                    else "waiting for the engine…"
+                )
+            )
         else:
             note.update(problem or "")
         note.display = bool(problem or not gpus)

@@ -75,8 +75,10 @@ def scan(dataset: Sequence[Any], features: bool) -> Scan:
     labelled = all(label is not None for label in labels)
     if strata is not None:
         if len(strata) != len(labels):
-            raise PresetError(f"the dataset's {STRATA_ATTRIBUTE} has {len(strata)} entries for "
-                              f"{len(labels)} samples")
+            raise PresetError(
+                f"the dataset's {STRATA_ATTRIBUTE} has {len(strata)} entries for "
+                f"{len(labels)} samples"
+            )
         keys: list[Any] = list(strata)
     elif labelled:
         keys = labels
@@ -85,8 +87,15 @@ def scan(dataset: Sequence[Any], features: bool) -> Scan:
     canon = np.asarray(sorted(range(len(digests)), key=digests.__getitem__), dtype=np.int64)
     codes = _codes(keys)
     named = not all(isinstance(key, int) and key >= 0 for key in keys)
-    return Scan(codes, labelled and strata is None, named, fingerprint_digests(digests), canon,
-                digests, np.stack(inputs) if features else None)
+    return Scan(
+        codes,
+        labelled and strata is None,
+        named,
+        fingerprint_digests(digests),
+        canon,
+        digests,
+        np.stack(inputs) if features else None,
+    )
 
 
 def _is_pair(sample: Any) -> bool:
@@ -99,8 +108,9 @@ def _label(sample: Any) -> int | str | None:
     label = sample[1]
     if hasattr(label, "item") and getattr(label, "ndim", 0) == 0:
         label = label.item()  # a 0-d tensor or array
-    if isinstance(label, str) or (isinstance(label, (int, np.integer))
-                                  and not isinstance(label, bool)):
+    if isinstance(label, str) or (
+        isinstance(label, (int, np.integer)) and not isinstance(label, bool)
+    ):
         return label if isinstance(label, str) else int(label)
     return None
 
@@ -144,8 +154,11 @@ class DatasetSelection:
 
     @property
     def kept(self) -> int:
-        return self.size if self.preset.method == "full" else keep_count(self.size,
-                                                                          self.preset.percent)
+        return (
+            self.size
+            if self.preset.method == "full"
+            else keep_count(self.size, self.preset.percent)
+        )
 
     def epoch_indices(self, epoch: int) -> np.ndarray:
         """The samples epoch `epoch` trains on (sorted positions)."""
@@ -156,17 +169,30 @@ class DatasetSelection:
 
     def describe(self) -> dict[str, Any]:
         chosen = self.selection
-        return {"preset": self.preset.name, "kept": self.kept, "of": self.size,
-                "seed": self.seed, "key": chosen.key if chosen else None,
-                "reused": chosen.reused if chosen else None,
-                "prepass_wall_s": round(chosen.cost.wall_s, 4) if chosen else 0.0,
-                "select_s": round(self.select_s, 4),
-                "notes": dict(chosen.notes) if chosen else {}}
+        return {
+            "preset": self.preset.name,
+            "kept": self.kept,
+            "of": self.size,
+            "seed": self.seed,
+            "key": chosen.key if chosen else None,
+            "reused": chosen.reused if chosen else None,
+            "prepass_wall_s": round(chosen.cost.wall_s, 4) if chosen else 0.0,
+            "select_s": round(self.select_s, 4),
+            "notes": dict(chosen.notes) if chosen else {},
+        }
 
 
-def select(dataset: Sequence[Any], preset: str | Preset, cache: SelectionCache, *, seed: int = 0,
-           used_by: str | None = None, target: Sequence[Any] | None = None,
-           identity: dict[str, Any] | None = None, verify: bool = False) -> DatasetSelection:
+def select(
+    dataset: Sequence[Any],
+    preset: str | Preset,
+    cache: SelectionCache,
+    *,
+    seed: int = 0,
+    used_by: str | None = None,
+    target: Sequence[Any] | None = None,
+    identity: dict[str, Any] | None = None,
+    verify: bool = False,
+) -> DatasetSelection:
     """The selection of `dataset` under `preset`, from the cache or computed (and cached).
     `identity` (how the dataset is built, JSON) lets a reuse skip reading every sample."""
     started = time.perf_counter()
@@ -176,47 +202,78 @@ def select(dataset: Sequence[Any], preset: str | Preset, cache: SelectionCache, 
         raise PresetError("cannot select from an empty dataset")
     if chosen.method in ("rs2", "full"):
         everything = np.arange(size, dtype=np.int64) if chosen.method == "full" else None
-        return DatasetSelection(chosen, size, seed, None, everything, None,
-                                time.perf_counter() - started)
+        return DatasetSelection(
+            chosen, size, seed, None, everything, None, time.perf_counter() - started
+        )
     goal = _target(chosen, target)
     index = DatasetIndex(cache.root / INDEX_DIR)
     known = None if identity is None or verify else index.recall(identity, dataset)
     if known is not None:
         fingerprint, canon = known
-        hit = cached(chosen, size, fingerprint, cache, seed, used_by,
-                     goal.fingerprint if goal else None)
+        hit = cached(
+            chosen, size, fingerprint, cache, seed, used_by, goal.fingerprint if goal else None
+        )
         if hit is not None:
-            return DatasetSelection(chosen, size, seed, hit, np.sort(canon[hit.indices]),
-                                    fingerprint, time.perf_counter() - started)
+            return DatasetSelection(
+                chosen,
+                size,
+                seed,
+                hit,
+                np.sort(canon[hit.indices]),
+                fingerprint,
+                time.perf_counter() - started,
+            )
     read = scan(dataset, features=chosen.method in SCORED)
     if chosen.method in SCORED and not read.labelled:
-        raise PresetError(f"{chosen.name} trains a proxy classifier: it needs samples of "
-                          "(input, label); this dataset is unlabelled (random-P, "
-                          "stratified-P and rs2-P work without labels)")
+        raise PresetError(
+            f"{chosen.name} trains a proxy classifier: it needs samples of "
+            "(input, label); this dataset is unlabelled (random-P, "
+            "stratified-P and rs2-P work without labels)"
+        )
     if goal is not None and read.named:
-        raise PresetError(f"{chosen.name} compares class by class with the target set: it "
-                          "needs integer class labels, not names")
+        raise PresetError(
+            f"{chosen.name} compares class by class with the target set: it "
+            "needs integer class labels, not names"
+        )
     if identity is not None:
         index.remember(identity, read)
     canon = read.canon
-    result = prepare(chosen, read.labels[canon], read.fingerprint, cache, seed=seed,
-                     used_by=used_by, inputs=None if read.inputs is None else read.inputs[canon],
-                     target=goal)
-    return DatasetSelection(chosen, size, seed, result, np.sort(canon[result.indices]),
-                            read.fingerprint, time.perf_counter() - started)
+    result = prepare(
+        chosen,
+        read.labels[canon],
+        read.fingerprint,
+        cache,
+        seed=seed,
+        used_by=used_by,
+        inputs=None if read.inputs is None else read.inputs[canon],
+        target=goal,
+    )
+    return DatasetSelection(
+        chosen,
+        size,
+        seed,
+        result,
+        np.sort(canon[result.indices]),
+        read.fingerprint,
+        time.perf_counter() - started,
+    )
 
 
 def _target(preset: Preset, target: Sequence[Any] | None) -> Target | None:
     if preset.method != "less":
         return None
     if target is None:
-        raise PresetError(f"{preset.name} ranks samples by their similarity to a target set: "
-                          "give the dataset a selection target (selection_target = "
-                          "\"MODULE:FACTORY\" in its [datasets.NAME] table, or --target)")
+        raise PresetError(
+            f"{preset.name} ranks samples by their similarity to a target set: "
+            "give the dataset a selection target (selection_target = "
+            '"MODULE:FACTORY" in its [datasets.NAME] table, or --target)'
+        )
     aim = scan(target, features=True)
     if not aim.labelled or aim.named:
-        raise PresetError(f"{preset.name}: the target set needs samples of (input, integer "
-                          "class label), labelled as the dataset is")
+        raise PresetError(
+            f"{preset.name}: the target set needs samples of (input, integer "
+            "class label), labelled as the dataset is"
+        )
     assert aim.inputs is not None
     return Target(aim.inputs[aim.canon], aim.labels[aim.canon], aim.fingerprint)
 
@@ -235,8 +292,9 @@ class DatasetIndex:
     def probe_positions(size: int) -> np.ndarray:
         return np.unique(np.linspace(0, size - 1, min(size, PROBE_SAMPLES)).astype(np.int64))
 
-    def recall(self, identity: dict[str, Any], dataset: Sequence[Any]
-               ) -> tuple[str, np.ndarray] | None:
+    def recall(
+        self, identity: dict[str, Any], dataset: Sequence[Any]
+    ) -> tuple[str, np.ndarray] | None:
         """(fingerprint, canonical order) when this dataset was indexed and still matches."""
         folder = self._dir(identity)
         try:
@@ -260,9 +318,13 @@ class DatasetIndex:
         buffer = io.BytesIO()
         np.save(buffer, read.canon, allow_pickle=False)
         data = buffer.getvalue()
-        meta = {"identity": identity, "n": size, "fingerprint": read.fingerprint,
-                "sha256": hashlib.sha256(data).hexdigest(),
-                "probe": [read.digests[int(i)].hex() for i in self.probe_positions(size)]}
+        meta = {
+            "identity": identity,
+            "n": size,
+            "fingerprint": read.fingerprint,
+            "sha256": hashlib.sha256(data).hexdigest(),
+            "probe": [read.digests[int(i)].hex() for i in self.probe_positions(size)],
+        }
         with contextlib.suppress(OSError):  # only a shortcut: a full disk costs a re-read
             self.root.mkdir(parents=True, exist_ok=True)
             staging = Path(tempfile.mkdtemp(prefix=".index.", dir=self.root))

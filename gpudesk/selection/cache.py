@@ -37,11 +37,17 @@ INDEX_DIR = "datasets"  # gpudesk.selection.apply's dataset indexes, beside the 
 KEY_VERSION = 1
 
 
-def cache_key(fingerprint: str, method: str, params: dict[str, Any],
-              proxy: str | None = None) -> str:
+def cache_key(
+    fingerprint: str, method: str, params: dict[str, Any], proxy: str | None = None
+) -> str:
     """A stable key for the parts (parameters are compared as canonical JSON)."""
-    parts = {"v": KEY_VERSION, "fingerprint": fingerprint, "method": method,
-             "params": params, "proxy": proxy}
+    parts = {
+        "v": KEY_VERSION,
+        "fingerprint": fingerprint,
+        "method": method,
+        "params": params,
+        "proxy": proxy,
+    }
     text = json.dumps(parts, sort_keys=True, separators=(",", ":"))
     return f"{method}-{hashlib.sha256(text.encode()).hexdigest()[:24]}"
 
@@ -98,10 +104,19 @@ class SelectionCache:
                 data = _npy_bytes(np.asarray(array, dtype=np.int64))
                 (staging / f"{name}.npy").write_bytes(data)
                 sums[name] = hashlib.sha256(data).hexdigest()
-            meta = {"key": entry.key, "fingerprint": entry.fingerprint, "method": entry.method,
-                    "params": entry.params, "proxy": entry.proxy, "sha256": sums,
-                    "cost": asdict(entry.cost), "created_at": entry.created_at,
-                    "reused_by": entry.reused_by, "notes": entry.notes, "n": len(entry.order)}
+            meta = {
+                "key": entry.key,
+                "fingerprint": entry.fingerprint,
+                "method": entry.method,
+                "params": entry.params,
+                "proxy": entry.proxy,
+                "sha256": sums,
+                "cost": asdict(entry.cost),
+                "created_at": entry.created_at,
+                "reused_by": entry.reused_by,
+                "notes": entry.notes,
+                "n": len(entry.order),
+            }
             (staging / META).write_text(json.dumps(meta, indent=1))
             target = self._dir(entry.key)
             if target.exists():
@@ -115,12 +130,16 @@ class SelectionCache:
         """Record that `by` (a job, a run) used the entry without recomputing it."""
         self._update_meta(key, lambda meta: meta.setdefault("reused_by", []).append(by))
 
-    def record_job_cost(self, key: str, job: int, wall_s: float | None, cpu_s: float | None,
-                        energy_j: float | None) -> None:
+    def record_job_cost(
+        self, key: str, job: int, wall_s: float | None, cpu_s: float | None, energy_j: float | None
+    ) -> None:
         """Add what the engine measured of the job that computed the entry."""
+
         def update(meta: dict[str, Any]) -> None:
-            meta.setdefault("cost", {}).update(job=job, job_wall_s=wall_s, job_cpu_s=cpu_s,
-                                               energy_j=energy_j)
+            meta.setdefault("cost", {}).update(
+                job=job, job_wall_s=wall_s, job_cpu_s=cpu_s, energy_j=energy_j
+            )
+
         self._update_meta(key, update)
 
     def _update_meta(self, key: str, change: Any) -> None:
@@ -148,8 +167,10 @@ class SelectionCache:
             aside = folder.with_name(f"{folder.name}.corrupt-{int(time.time())}")
             with contextlib.suppress(OSError):
                 os.replace(folder, aside)
-            self.problems.append(f"selection cache entry {key} is damaged ({exc}); moved to "
-                                 f"{aside.name} and recomputed")
+            self.problems.append(
+                f"selection cache entry {key} is damaged ({exc}); moved to "
+                f"{aside.name} and recomputed"
+            )
             return None
 
     def _read(self, folder: Path) -> Entry:
@@ -176,11 +197,19 @@ class SelectionCache:
         if order is None or len(order) != meta.get("n"):
             raise CorruptEntry("the ordering is missing or has the wrong length")
         cost = meta.get("cost") or {}
-        return Entry(key=meta["key"], fingerprint=meta["fingerprint"], method=meta["method"],
-                     params=meta.get("params") or {}, proxy=meta.get("proxy"), order=order,
-                     labels=arrays["labels"], cost=Cost(**cost), created_at=meta["created_at"],
-                     reused_by=list(meta.get("reused_by") or []),
-                     notes=dict(meta.get("notes") or {}))
+        return Entry(
+            key=meta["key"],
+            fingerprint=meta["fingerprint"],
+            method=meta["method"],
+            params=meta.get("params") or {},
+            proxy=meta.get("proxy"),
+            order=order,
+            labels=arrays["labels"],
+            cost=Cost(**cost),
+            created_at=meta["created_at"],
+            reused_by=list(meta.get("reused_by") or []),
+            notes=dict(meta.get("notes") or {}),
+        )
 
     def entries(self) -> list[Entry]:
         if not self.root.is_dir():
@@ -203,8 +232,12 @@ class SelectionCache:
 
     @staticmethod
     def _is_entry(folder: Path) -> bool:
-        return folder.is_dir() and not folder.name.startswith(".") and \
-            ".corrupt-" not in folder.name and folder.name != INDEX_DIR
+        return (
+            folder.is_dir()
+            and not folder.name.startswith(".")
+            and ".corrupt-" not in folder.name
+            and folder.name != INDEX_DIR
+        )
 
 
 def _npy_bytes(array: np.ndarray) -> bytes:

@@ -58,8 +58,9 @@ class DedupOrdering:
     clusters: np.ndarray  # int64 cluster of each sample (0..k-1)
 
 
-def dedup(inputs: np.ndarray, labels: np.ndarray, seed: int,
-          cluster_size: int = CLUSTER_SIZE) -> DedupOrdering:
+def dedup(
+    inputs: np.ndarray, labels: np.ndarray, seed: int, cluster_size: int = CLUSTER_SIZE
+) -> DedupOrdering:
     """Train the proxy (seeded), embed every sample and order them (see the module doc)."""
     labels = np.asarray(labels, dtype=np.int64)
     inputs = np.ascontiguousarray(inputs, dtype=np.float32).reshape(len(labels), -1)
@@ -70,8 +71,9 @@ def dedup(inputs: np.ndarray, labels: np.ndarray, seed: int,
     return dedup_ordering(embeddings, seed, cluster_size)
 
 
-def dedup_ordering(embeddings: np.ndarray, seed: int,
-                   cluster_size: int = CLUSTER_SIZE) -> DedupOrdering:
+def dedup_ordering(
+    embeddings: np.ndarray, seed: int, cluster_size: int = CLUSTER_SIZE
+) -> DedupOrdering:
     """The dedup ordering of samples given their embeddings [n, d] (steps 2 to 4 of the module
     doc). Deterministic in `seed`."""
     n = len(embeddings)
@@ -120,8 +122,10 @@ def _clusters(unit: np.ndarray, cluster_size: int, rng: np.random.Generator) -> 
                 parts.append(sub)
             else:  # the samples do not separate (e.g. all alike): cut at random
                 shuffled = sub[rng.permutation(len(sub))]
-                parts.extend(np.sort(chunk) for chunk in
-                             np.array_split(shuffled, math.ceil(len(sub) / cluster_size)))
+                parts.extend(
+                    np.sort(chunk)
+                    for chunk in np.array_split(shuffled, math.ceil(len(sub) / cluster_size))
+                )
     parts = [p for p in parts if len(p)]
     parts.sort(key=lambda members: int(members[0]))
     labels = np.empty(n, dtype=np.int64)
@@ -159,8 +163,9 @@ def _kmeans(unit: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
 
 
 # ------------------------------------------------------------------ within a cluster
-def _farthest_point(unit: np.ndarray, members: np.ndarray,
-                    rng: np.random.Generator) -> tuple[np.ndarray, int]:
+def _farthest_point(
+    unit: np.ndarray, members: np.ndarray, rng: np.random.Generator
+) -> tuple[np.ndarray, int]:
     """(the cluster's samples in farthest-point order, how many were near-duplicates).
 
     Identical embeddings are traversed once, through their first sample; the other copies go

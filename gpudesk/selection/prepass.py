@@ -38,9 +38,16 @@ class Selection:
 SCORED = ("loss", "el2n", "dedup", "less")
 
 
-def prepare(preset: Preset, labels: np.ndarray, fingerprint: str, cache: SelectionCache,
-            seed: int = 0, used_by: str | None = None, inputs: np.ndarray | None = None,
-            target: Target | None = None) -> Selection:
+def prepare(
+    preset: Preset,
+    labels: np.ndarray,
+    fingerprint: str,
+    cache: SelectionCache,
+    seed: int = 0,
+    used_by: str | None = None,
+    inputs: np.ndarray | None = None,
+    target: Target | None = None,
+) -> Selection:
     """The kept indices of a dataset of `len(labels)` samples under `preset`. Scored presets
     also need the samples as features (`scoring.features`); `less` also needs `target`."""
     n = len(labels)
@@ -48,29 +55,49 @@ def prepare(preset: Preset, labels: np.ndarray, fingerprint: str, cache: Selecti
     if preset.method == "full":
         return Selection(preset, np.arange(n, dtype=np.int64), None, False, Cost())
     if preset.method in SCORED and inputs is None:
-        raise PresetError(f"{preset.name} scores samples with a proxy model: pass the "
-                          "samples' features")
-    found = cached(preset, n, fingerprint, cache, seed, used_by,
-                   target.fingerprint if target is not None else None)
+        raise PresetError(
+            f"{preset.name} scores samples with a proxy model: pass the samples' features"
+        )
+    found = cached(
+        preset,
+        n,
+        fingerprint,
+        cache,
+        seed,
+        used_by,
+        target.fingerprint if target is not None else None,
+    )
     if found is not None:
         return found
     params, proxy = _key_parts(preset, seed, target.fingerprint if target else None)
     key = cache_key(fingerprint, preset.method, params, proxy)
     started, cpu = time.perf_counter(), time.process_time()
     order, notes = _ordering(preset.method, labels, seed, inputs, target)
-    entry = Entry(key=key, fingerprint=fingerprint, method=preset.method, params=params,
-                  proxy=proxy, order=order,
-                  labels=None if preset.method == "random" else labels,
-                  cost=Cost(wall_s=time.perf_counter() - started,
-                            cpu_s=time.process_time() - cpu),
-                  created_at=time.time(), notes=notes)
+    entry = Entry(
+        key=key,
+        fingerprint=fingerprint,
+        method=preset.method,
+        params=params,
+        proxy=proxy,
+        order=order,
+        labels=None if preset.method == "random" else labels,
+        cost=Cost(wall_s=time.perf_counter() - started, cpu_s=time.process_time() - cpu),
+        created_at=time.time(),
+        notes=notes,
+    )
     cache.store(entry)
     return _selection(preset, entry, n, reused=False)
 
 
-def cached(preset: Preset, n: int, fingerprint: str, cache: SelectionCache, seed: int = 0,
-           used_by: str | None = None, target_fingerprint: str | None = None
-           ) -> Selection | None:
+def cached(
+    preset: Preset,
+    n: int,
+    fingerprint: str,
+    cache: SelectionCache,
+    seed: int = 0,
+    used_by: str | None = None,
+    target_fingerprint: str | None = None,
+) -> Selection | None:
     """The selection from an intact cache entry alone (recording `used_by` as a reuse), or
     None when the pre-pass has to run."""
     params, proxy = _key_parts(preset, seed, target_fingerprint)
@@ -85,18 +112,22 @@ def cached(preset: Preset, n: int, fingerprint: str, cache: SelectionCache, seed
 
 def _selection(preset: Preset, entry: Entry, n: int, reused: bool) -> Selection:
     if len(entry.order) != n:
-        raise PresetError(f"cache entry {entry.key} orders {len(entry.order)} samples, the "
-                          f"dataset has {n}")
+        raise PresetError(
+            f"cache entry {entry.key} orders {len(entry.order)} samples, the dataset has {n}"
+        )
     indices = take(entry.order, preset.percent, entry.labels)
     return Selection(preset, indices, entry.key, reused, entry.cost, dict(entry.notes))
 
 
-def _key_parts(preset: Preset, seed: int, target_fingerprint: str | None
-               ) -> tuple[dict[str, Any], str | None]:
+def _key_parts(
+    preset: Preset, seed: int, target_fingerprint: str | None
+) -> tuple[dict[str, Any], str | None]:
     """(the parameters, the proxy name) that key the preset's cache entry."""
     if preset.method == "rs2":
-        raise PresetError("rs2 has no pre-pass: it draws a new subset every epoch "
-                          "(gpudesk.selection.presets.rs2_subset)")
+        raise PresetError(
+            "rs2 has no pre-pass: it draws a new subset every epoch "
+            "(gpudesk.selection.presets.rs2_subset)"
+        )
     if preset.method not in ("random", "stratified", *SCORED):
         raise PresetError(f"the {preset.method} pre-pass is not available")
     params: dict[str, Any] = {"seed": seed}
@@ -110,15 +141,18 @@ def _key_parts(preset: Preset, seed: int, target_fingerprint: str | None
         params.update(cluster_size=diversity.CLUSTER_SIZE)
     if preset.method == "less":
         if target_fingerprint is None:
-            raise PresetError(f"{preset.name} ranks samples by similarity to a target set: give "
-                              "the dataset a selection target (samples of the task to serve, "
-                              "e.g. a validation set) with its labels and fingerprint")
+            raise PresetError(
+                f"{preset.name} ranks samples by similarity to a target set: give "
+                "the dataset a selection target (samples of the task to serve, "
+                "e.g. a validation set) with its labels and fingerprint"
+            )
         params.update(target=target_fingerprint, projection=targeted.PROJECTION_DIM)
     return params, scoring.PROXY_NAME
 
 
-def _ordering(method: str, labels: np.ndarray, seed: int, inputs: np.ndarray | None,
-              target: Target | None) -> tuple[np.ndarray, dict[str, Any]]:
+def _ordering(
+    method: str, labels: np.ndarray, seed: int, inputs: np.ndarray | None, target: Target | None
+) -> tuple[np.ndarray, dict[str, Any]]:
     """(the method's ordering, its notes), computed."""
     if method in ("random", "stratified"):
         return random_ordering(len(labels), seed), {}

@@ -34,21 +34,34 @@ METHODS = CHEAP_METHODS + SCORED_METHODS
 ABOUT: dict[str, tuple[str, str]] = {
     "full": ("every sample", "none"),
     "random": ("a seeded random permutation; the first P %", "one permutation"),
-    "stratified": ("a seeded permutation taken per class (or per stratum: the dataset's "
-                   "selection_strata, else sample-size buckets) up to proportional quotas",
-                   "one permutation"),
-    "rs2": ("a new P % every epoch, the next part of a random permutation (every sample "
-            "once before any twice)", "none: drawn as each epoch starts"),
-    "loss": ("proxy cross-entropy per sample, ordered round-robin over 10 score bins, "
-             "hardest 5 % last", "proxy (MLP, 5 epochs on 20 %) + one forward pass"),
-    "el2n": ("proxy EL2N, |softmax(f(x)) - onehot(y)|, ordered like loss",
-             "proxy + one forward pass"),
-    "dedup": ("proxy embeddings, k-means clusters of <= 4096, farthest-point order in each "
-              "(near-duplicates last, counted), clusters merged by share",
-              "proxy + forward + k-means + O(m^2 d) per cluster of m"),
-    "less": ("last-layer gradient features (p - y) x [h, 1], projected to 256 dims; max over "
-             "target classes of the mean cosine to the target set, ordered like loss",
-             "proxy + forward over data and target + projection; needs a target set"),
+    "stratified": (
+        "a seeded permutation taken per class (or per stratum: the dataset's "
+        "selection_strata, else sample-size buckets) up to proportional quotas",
+        "one permutation",
+    ),
+    "rs2": (
+        "a new P % every epoch, the next part of a random permutation (every sample "
+        "once before any twice)",
+        "none: drawn as each epoch starts",
+    ),
+    "loss": (
+        "proxy cross-entropy per sample, ordered round-robin over 10 score bins, hardest 5 % last",
+        "proxy (MLP, 5 epochs on 20 %) + one forward pass",
+    ),
+    "el2n": (
+        "proxy EL2N, |softmax(f(x)) - onehot(y)|, ordered like loss",
+        "proxy + one forward pass",
+    ),
+    "dedup": (
+        "proxy embeddings, k-means clusters of <= 4096, farthest-point order in each "
+        "(near-duplicates last, counted), clusters merged by share",
+        "proxy + forward + k-means + O(m^2 d) per cluster of m",
+    ),
+    "less": (
+        "last-layer gradient features (p - y) x [h, 1], projected to 256 dims; max over "
+        "target classes of the mean cosine to the target set, ordered like loss",
+        "proxy + forward over data and target + projection; needs a target set",
+    ),
 }
 PRESET = re.compile(r"^(?P<method>[a-z0-9]+)(?:-(?P<percent>\d{1,3}))?$")
 
@@ -74,12 +87,15 @@ class Preset:
 def parse_preset(text: str) -> Preset:
     found = PRESET.match(text.strip().lower()) if isinstance(text, str) else None
     if not found:
-        raise PresetError(f"{text!r} is not a selection preset: write METHOD-PERCENT, e.g. "
-                          f"random-25 (methods: {', '.join(METHODS)})")
+        raise PresetError(
+            f"{text!r} is not a selection preset: write METHOD-PERCENT, e.g. "
+            f"random-25 (methods: {', '.join(METHODS)})"
+        )
     method, percent = found["method"], found["percent"]
     if method not in METHODS:
-        raise PresetError(f"unknown selection method {method!r} in {text!r}; known: "
-                          f"{', '.join(METHODS)}")
+        raise PresetError(
+            f"unknown selection method {method!r} in {text!r}; known: {', '.join(METHODS)}"
+        )
     if method == "full":
         if percent not in (None, "100"):
             raise PresetError(f"{text!r}: `full` keeps everything; write full")
@@ -144,4 +160,4 @@ def rs2_subset(n: int, percent: int, seed: int, epoch: int) -> np.ndarray:
     per_cycle = -(-n // size) if size else 1
     cycle, part = divmod(epoch, per_cycle)
     order = random_ordering(n, seed * 1_000_003 + cycle)
-    return np.sort(order[part * size:(part + 1) * size])
+    return np.sort(order[part * size : (part + 1) * size])

@@ -79,14 +79,15 @@ def train_proxy(inputs: np.ndarray, labels: np.ndarray, seed: int) -> Proxy:
     torch.manual_seed(seed)
     generator = np.random.default_rng(seed)
     n, classes = len(labels), int(labels.max()) + 1
-    part = generator.permutation(n)[:max(classes, round(n * PROXY_FRACTION))]
+    part = generator.permutation(n)[: max(classes, round(n * PROXY_FRACTION))]
     x, y = torch.from_numpy(inputs), torch.from_numpy(labels)
-    model = nn.Sequential(nn.Linear(inputs.shape[1], PROXY_HIDDEN), nn.ReLU(),
-                          nn.Linear(PROXY_HIDDEN, classes))
+    model = nn.Sequential(
+        nn.Linear(inputs.shape[1], PROXY_HIDDEN), nn.ReLU(), nn.Linear(PROXY_HIDDEN, classes)
+    )
     optimizer = torch.optim.SGD(model.parameters(), lr=PROXY_LR, momentum=0.9)
     for _ in range(PROXY_EPOCHS):
         for start in range(0, len(part), PROXY_BATCH):
-            batch = torch.from_numpy(part[start:start + PROXY_BATCH])
+            batch = torch.from_numpy(part[start : start + PROXY_BATCH])
             optimizer.zero_grad()
             nn.functional.cross_entropy(model(x[batch]), y[batch]).backward()
             optimizer.step()
@@ -112,8 +113,10 @@ def proxy_outputs(proxy: Proxy, inputs: np.ndarray) -> tuple[np.ndarray, np.ndar
 
     hidden, logits = _forward(proxy, inputs)
     probabilities = torch.softmax(logits, dim=1)
-    return (hidden.numpy().astype(np.float32, copy=False),
-            probabilities.numpy().astype(np.float32, copy=False))
+    return (
+        hidden.numpy().astype(np.float32, copy=False),
+        probabilities.numpy().astype(np.float32, copy=False),
+    )
 
 
 def proxy_scores(inputs: np.ndarray, labels: np.ndarray, method: str, seed: int) -> Scores:

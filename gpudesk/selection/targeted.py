@@ -59,8 +59,7 @@ def less(inputs: np.ndarray, labels: np.ndarray, target: Target, seed: int) -> n
     return coverage_ordering(less_scores(inputs, labels, target, seed), seed)
 
 
-def less_scores(inputs: np.ndarray, labels: np.ndarray, target: Target,
-                seed: int) -> np.ndarray:
+def less_scores(inputs: np.ndarray, labels: np.ndarray, target: Target, seed: int) -> np.ndarray:
     """float64 [n]: each training sample's best per-class mean cosine similarity to the
     target's gradient features."""
     labels = np.asarray(labels, dtype=np.int64)
@@ -68,14 +67,15 @@ def less_scores(inputs: np.ndarray, labels: np.ndarray, target: Target,
     target_inputs, target_labels = _checked_target(target, inputs.shape[1])
     proxy = train_proxy(inputs, labels, seed)
     if int(target_labels.max()) >= proxy.classes:
-        raise PresetError(f"the selection target has label {int(target_labels.max())}; the "
-                          f"training data has labels 0..{proxy.classes - 1} only")
+        raise PresetError(
+            f"the selection target has label {int(target_labels.max())}; the "
+            f"training data has labels 0..{proxy.classes - 1} only"
+        )
     projection = projection_matrix(proxy.classes * (proxy.model[0].out_features + 1), seed)
     train = gradient_features(proxy, inputs, labels, projection)
     aim = gradient_features(proxy, target_inputs, target_labels, projection)
     # the mean cosine similarity to a class's targets is the dot product with their mean
-    means = np.stack([aim[target_labels == c].mean(axis=0)
-                      for c in np.unique(target_labels)])
+    means = np.stack([aim[target_labels == c].mean(axis=0) for c in np.unique(target_labels)])
     return (train @ means.T).max(axis=1).astype(np.float64)
 
 
@@ -86,8 +86,9 @@ def projection_matrix(rows: int, seed: int) -> np.ndarray:
     return (rng.standard_normal((rows, PROJECTION_DIM)) * scale).astype(np.float32)
 
 
-def gradient_features(proxy: Proxy, inputs: np.ndarray, labels: np.ndarray,
-                      projection: np.ndarray) -> np.ndarray:
+def gradient_features(
+    proxy: Proxy, inputs: np.ndarray, labels: np.ndarray, projection: np.ndarray
+) -> np.ndarray:
     """float32 [n, PROJECTION_DIM]: the projected, L2-normalised gradient of each sample's
     cross-entropy with respect to the proxy's last layer (weights and bias)."""
     n = len(labels)
@@ -109,12 +110,15 @@ def _checked_target(target: Target, width: int) -> tuple[np.ndarray, np.ndarray]
     if len(labels) == 0:
         raise PresetError("the selection target is empty: give it at least one sample")
     if len(target.inputs) != len(labels):
-        raise PresetError(f"the selection target has {len(target.inputs)} samples and "
-                          f"{len(labels)} labels")
+        raise PresetError(
+            f"the selection target has {len(target.inputs)} samples and {len(labels)} labels"
+        )
     inputs = np.ascontiguousarray(target.inputs, dtype=np.float32).reshape(len(labels), -1)
     if inputs.shape[1] != width:
-        raise PresetError(f"the selection target's samples have {inputs.shape[1]} features, "
-                          f"the dataset's have {width}")
+        raise PresetError(
+            f"the selection target's samples have {inputs.shape[1]} features, "
+            f"the dataset's have {width}"
+        )
     if int(labels.min()) < 0:
         raise PresetError("the selection target has a negative label")
     return inputs, labels

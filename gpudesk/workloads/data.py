@@ -39,9 +39,7 @@ def load_digits() -> tuple[np.ndarray, np.ndarray]:
     return images, labels
 
 
-def train_val_split(
-    n: int, val_fraction: float, seed: int
-) -> tuple[np.ndarray, np.ndarray]:
+def train_val_split(n: int, val_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """Split indices 0..n-1 into disjoint, sorted (train, val) sets, deterministic in seed.
 
     Both parts keep at least one sample, so `n` must be at least 2.

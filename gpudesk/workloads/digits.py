@@ -55,7 +55,6 @@ if TYPE_CHECKING:
     import torch
 
 
-
 @dataclass(frozen=True)
 class EpochStats:
     loss: float
@@ -183,14 +182,26 @@ def _run(
     torch.manual_seed(args.seed)
     data = to_device(split, device)
     model, optimizer, params = build_training(args, device)
-    say_config(args, params, device, threads,
-               f"samples {data.n_train + data.n_val} train {data.n_train} val {data.n_val}")
+    say_config(
+        args,
+        params,
+        device,
+        threads,
+        f"samples {data.n_train + data.n_val} train {data.n_train} val {data.n_val}",
+    )
 
     shuffle_rng = np.random.default_rng([args.seed, 1])  # independent of the split's stream
     history = train_epochs(
-        args.epochs, progress,
-        lambda: fit_epoch(model, optimizer, local_batches(data, args.batch_size, shuffle_rng),
-                          data.x_val, data.y_val))
+        args.epochs,
+        progress,
+        lambda: fit_epoch(
+            model,
+            optimizer,
+            local_batches(data, args.batch_size, shuffle_rng),
+            data.x_val,
+            data.y_val,
+        ),
+    )
     result = summarize(history, params, device, time.perf_counter() - started, data.n_train)
     say("result " + json.dumps(result, separators=(",", ":")))
     return EXIT_OK
@@ -223,13 +234,21 @@ def _run_shared(
     y_val_t = torch.from_numpy(labels[val_idx]).to(device)
     mean_t = torch.from_numpy(mean).to(device)
     model, optimizer, params = build_training(args, device)
-    say_config(args, params, device, threads,
-               f"loader shared {loader.name} train {loader.dataset_len} val {len(val_idx)}")
+    say_config(
+        args,
+        params,
+        device,
+        threads,
+        f"loader shared {loader.name} train {loader.dataset_len} val {len(val_idx)}",
+    )
     with loader:
         history = train_epochs(
-            args.epochs, progress,
-            lambda: fit_epoch(model, optimizer, shared_batches(loader, device, mean_t, scale),
-                              x_val_t, y_val_t))
+            args.epochs,
+            progress,
+            lambda: fit_epoch(
+                model, optimizer, shared_batches(loader, device, mean_t, scale), x_val_t, y_val_t
+            ),
+        )
     seen = history[-1].samples
     result = summarize(history, params, device, time.perf_counter() - started, seen)
     result["train_samples"] = seen
@@ -394,8 +413,10 @@ def local_batches(
 
 
 def shared_batches(
-    loader: Iterable[tuple[torch.Tensor, torch.Tensor]], device: torch.device,
-    mean: torch.Tensor, scale: np.float32,
+    loader: Iterable[tuple[torch.Tensor, torch.Tensor]],
+    device: torch.device,
+    mean: torch.Tensor,
+    scale: np.float32,
 ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """One epoch of a shared loader's batches, standardized on the device."""
     for inputs, targets in loader:

@@ -99,8 +99,13 @@ def make_dataset(
         raise ValueError(f"image_px must be at least 8, got {image_px}")
     if seed < 0:
         raise ValueError(f"seed must be >= 0, got {seed}")
-    params = {"version": CACHE_VERSION, "size": size, "seed": seed,
-              "stored_px": STORED_PX, "quality": JPEG_QUALITY}
+    params = {
+        "version": CACHE_VERSION,
+        "size": size,
+        "seed": seed,
+        "stored_px": STORED_PX,
+        "quality": JPEG_QUALITY,
+    }
     encoded, cache_hit = load_or_build(cache_path(params, cache_dir), params)
     cls = _dataset_class()
     return cls(encoded, image_px=image_px, seed=seed, cache_hit=cache_hit)
@@ -117,8 +122,7 @@ def cache_path(params: dict[str, int], cache_dir: str | os.PathLike[str] | None 
     if cache_dir is not None:
         return Path(cache_dir).expanduser() / f"{name}.npz"
     home = os.environ.get("GPUDESK_HOME")
-    root = (Path(home).expanduser() if home
-            else Path(os.path.expanduser("~"), ".cache", "gpudesk"))
+    root = Path(home).expanduser() if home else Path(os.path.expanduser("~"), ".cache", "gpudesk")
     return root.absolute() / "datasets" / name / f"{name}.npz"
 
 
@@ -183,9 +187,14 @@ def read_cache(path: Path, params: dict[str, int]) -> Encoded:
         raise CorruptCache(f"{path}: made for other parameters")
     encoded = Encoded(arrays["data"], arrays["offsets"], arrays["labels"])
     size = params["size"]
-    if (encoded.data.dtype != np.uint8 or encoded.data.ndim != 1
-            or encoded.offsets.dtype != np.int64 or encoded.offsets.shape != (size + 1,)
-            or encoded.labels.dtype != np.int64 or encoded.labels.shape != (size,)):
+    if (
+        encoded.data.dtype != np.uint8
+        or encoded.data.ndim != 1
+        or encoded.offsets.dtype != np.int64
+        or encoded.offsets.shape != (size + 1,)
+        or encoded.labels.dtype != np.int64
+        or encoded.labels.shape != (size,)
+    ):
         raise CorruptCache(f"{path}: arrays have the wrong shape or type")
     if encoded.checksum() != meta.get("checksum"):
         raise CorruptCache(f"{path}: checksum mismatch")
@@ -199,8 +208,13 @@ def write_cache(path: Path, encoded: Encoded, params: dict[str, int]) -> None:
     fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as handle:
-            np.savez(handle, data=encoded.data, offsets=encoded.offsets, labels=encoded.labels,
-                     meta=np.frombuffer(meta, dtype=np.uint8))
+            np.savez(
+                handle,
+                data=encoded.data,
+                offsets=encoded.offsets,
+                labels=encoded.labels,
+                meta=np.frombuffer(meta, dtype=np.uint8),
+            )
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp_name, path)
@@ -324,8 +338,10 @@ class _ImageCropCore:
         return pixels.permute(2, 0, 1).contiguous(), label
 
     def __repr__(self) -> str:
-        return (f"{type(self).__name__}(size={len(self)}, image_px={self.image_px}, "
-                f"seed={self.seed}, epoch={self.epoch}, bytes={self.data.nbytes})")
+        return (
+            f"{type(self).__name__}(size={len(self)}, image_px={self.image_px}, "
+            f"seed={self.seed}, epoch={self.epoch}, bytes={self.data.nbytes})"
+        )
 
 
 def augment(image: Any, rng: random.Random, image_px: int) -> Any:
@@ -379,11 +395,15 @@ def _dataset_class() -> type:
         if cls is None:
             from torch.utils.data import Dataset
 
-            cls = type("ImageCropDataset", (_ImageCropCore, Dataset), {
-                "__module__": __name__,
-                "__qualname__": "ImageCropDataset",
-                "__doc__": "Map-style dataset of JPEG crops; see gpudesk.workloads.images.",
-            })
+            cls = type(
+                "ImageCropDataset",
+                (_ImageCropCore, Dataset),
+                {
+                    "__module__": __name__,
+                    "__qualname__": "ImageCropDataset",
+                    "__doc__": "Map-style dataset of JPEG crops; see gpudesk.workloads.images.",
+                },
+            )
             globals()["ImageCropDataset"] = cls
     return cls
 

@@ -190,8 +190,15 @@ def _run(
     for epoch in range(1, args.epochs + 1):
         progress.epoch = epoch
         set_epoch(loader, epoch - 1)
-        stats = train_one_epoch(model, optimizer, loader, device, steps_left, progress,
-                                defer_sigterm=loader_kind == "local")
+        stats = train_one_epoch(
+            model,
+            optimizer,
+            loader,
+            device,
+            steps_left,
+            progress,
+            defer_sigterm=loader_kind == "local",
+        )
         progress.check()
         if not math.isfinite(stats.loss):
             raise TrainingDiverged(epoch, stats.loss)
@@ -206,8 +213,9 @@ def _run(
             if steps_left <= 0:
                 break
 
-    result = summarize(history, params, device, loader_kind, args.workers,
-                       time.perf_counter() - started)
+    result = summarize(
+        history, params, device, loader_kind, args.workers, time.perf_counter() - started
+    )
     say("result " + json.dumps(result, separators=(",", ":")))
     return EXIT_OK
 
@@ -225,8 +233,10 @@ def build_loader(args: argparse.Namespace, pin_memory: bool = False) -> tuple[It
                 raise DatasetUnavailable(
                     f"--loader shared: cannot import gpudesk.loader ({exc})"
                 ) from exc
-            say(f"note: shared loader unavailable ({exc}); using a local DataLoader",
-                 stream=sys.stderr)
+            say(
+                f"note: shared loader unavailable ({exc}); using a local DataLoader",
+                stream=sys.stderr,
+            )
         else:
             try:
                 loader = SharedLoader(
@@ -245,8 +255,11 @@ def build_loader(args: argparse.Namespace, pin_memory: bool = False) -> tuple[It
             # With fallback, a SharedLoader that finds no producer runs the factory locally.
             kind = "local" if getattr(loader, "mode", "shared") == "local" else "shared"
             if kind == "local":
-                say(f"note: no shared loader {args.dataset_name!r} is running; "
-                     "SharedLoader uses a local DataLoader", stream=sys.stderr)
+                say(
+                    f"note: no shared loader {args.dataset_name!r} is running; "
+                    "SharedLoader uses a local DataLoader",
+                    stream=sys.stderr,
+                )
             return loader, kind
     return build_local_loader(args, pin_memory), "local"
 

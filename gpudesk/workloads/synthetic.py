@@ -10,8 +10,9 @@ from typing import Any
 
 
 class SyntheticDataset:
-    def __init__(self, size: int = 256, shape: tuple[int, ...] = (4,),
-                 cost_ms: float = 0.0) -> None:
+    def __init__(
+        self, size: int = 256, shape: tuple[int, ...] = (4,), cost_ms: float = 0.0
+    ) -> None:
         self.size, self.shape, self.cost_ms = int(size), tuple(shape), float(cost_ms)
 
     def __len__(self) -> int:
@@ -26,10 +27,13 @@ class SyntheticDataset:
             until = time.process_time() + self.cost_ms / 1000.0
             while time.process_time() < until:
                 pass
-        return (torch.full(self.shape, float(index), dtype=torch.float32),
-                torch.tensor(index, dtype=torch.int64))
+        return (
+            torch.full(self.shape, float(index), dtype=torch.float32),
+            torch.tensor(index, dtype=torch.int64),
+        )
 
 
-def make_dataset(size: int = 256, shape: tuple[int, ...] | list[int] = (4,),
-                 cost_ms: float = 0.0) -> SyntheticDataset:
+def make_dataset(
+    size: int = 256, shape: tuple[int, ...] | list[int] = (4,), cost_ms: float = 0.0
+) -> SyntheticDataset:
     return SyntheticDataset(size, tuple(shape), cost_ms)

@@ -70,8 +70,10 @@ def load_real_pynvml() -> ModuleType:
 real = load_real_pynvml()
 
 MIB = 1024 * 1024
-_ERROR_CODES = {cls.__name__.removeprefix("NVMLError_"): code
-                for code, cls in real.NVMLError._valClassMapping.items()}
+_ERROR_CODES = {
+    cls.__name__.removeprefix("NVMLError_"): code
+    for code, cls in real.NVMLError._valClassMapping.items()
+}
 
 ErrorSpec = str | BaseException  # "NotSupported" names pynvml.NVMLError_NotSupported
 
@@ -150,9 +152,16 @@ class FakeGpu:
         values["processes"] = [FakeProcess(**p) for p in values.get("processes", [])]
         values["process_samples"] = [FakeSample(**s) for s in values.get("process_samples", [])]
         values["mig_devices"] = [
-            None if m is None else FakeMig(**{**_checked(FakeMig, m), "processes": [
-                FakeProcess(**p) for p in m.get("processes", [])]})
-            for m in values.get("mig_devices", [])]
+            None
+            if m is None
+            else FakeMig(
+                **{
+                    **_checked(FakeMig, m),
+                    "processes": [FakeProcess(**p) for p in m.get("processes", [])],
+                }
+            )
+            for m in values.get("mig_devices", [])
+        ]
         values["unsupported"] = set(values.get("unsupported", ()))
         values["errors"] = dict(values.get("errors", {}))
         return cls(**values)
@@ -185,9 +194,14 @@ def _address(pointer: Any) -> int | None:
 class FakeNvml:
     """The fake module: pass it as `NvmlBackend(module=fake)`."""
 
-    def __init__(self, gpus: list[FakeGpu] | tuple[FakeGpu, ...] = (), *,
-                 init_error: ErrorSpec | None = None, clock: str = "manual",
-                 start: float = 1000.0) -> None:
+    def __init__(
+        self,
+        gpus: list[FakeGpu] | tuple[FakeGpu, ...] = (),
+        *,
+        init_error: ErrorSpec | None = None,
+        clock: str = "manual",
+        start: float = 1000.0,
+    ) -> None:
         if clock not in ("manual", "wall"):
             raise ValueError(f"clock is manual or wall, found {clock!r}")
         self.gpus = list(gpus)
@@ -215,8 +229,11 @@ class FakeNvml:
         unknown = set(data) - {"gpus", "init_error", "clock"}
         if unknown:
             raise ValueError(f"scenario: unknown keys {sorted(unknown)}")
-        return cls([FakeGpu.from_dict(g) for g in data.get("gpus", [])],
-                   init_error=data.get("init_error"), clock=data.get("clock", clock))
+        return cls(
+            [FakeGpu.from_dict(g) for g in data.get("gpus", [])],
+            init_error=data.get("init_error"),
+            clock=data.get("clock", clock),
+        )
 
     # -- driving the scenario ---------------------------------------------------------------
 
@@ -248,8 +265,14 @@ class FakeNvml:
 
     # -- plumbing ---------------------------------------------------------------------------
 
-    def _enter(self, function: str, handle: Any = None, *, index: int | None = None,
-               args: tuple[Any, ...] = ()) -> _Target:
+    def _enter(
+        self,
+        function: str,
+        handle: Any = None,
+        *,
+        index: int | None = None,
+        args: tuple[Any, ...] = (),
+    ) -> _Target:
         """Count the call and raise what the scenario says; the device it is about."""
         self.calls[function] += 1
         self.last_args[function] = args
@@ -341,20 +364,30 @@ class FakeNvml:
         if mig is not None:
             total, used, reserved = mig.memory_total_mib, mig.memory_used_mib, 0.0
         else:
-            total, used, reserved = gpu.memory_total_mib, gpu.memory_used_mib, \
-                gpu.memory_reserved_mib
+            total, used, reserved = (
+                gpu.memory_total_mib,
+                gpu.memory_used_mib,
+                gpu.memory_reserved_mib,
+            )
         free = self._bytes(total - used - reserved)
         if not version:
             memory = real.c_nvmlMemory_t()
             memory.total, memory.used, memory.free = (
-                self._bytes(total), self._bytes(used + reserved), free)
+                self._bytes(total),
+                self._bytes(used + reserved),
+                free,
+            )
             return memory
         if version != real.nvmlMemory_v2:
             raise real.NVMLError(real.NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
         memory = real.c_nvmlMemory_v2_t()
         memory.version = version
         memory.total, memory.reserved, memory.used, memory.free = (
-            self._bytes(total), self._bytes(reserved), self._bytes(used), free)
+            self._bytes(total),
+            self._bytes(reserved),
+            self._bytes(used),
+            free,
+        )
         return memory
 
     def nvmlDeviceGetUtilizationRates(self, handle: Any) -> Any:
@@ -388,8 +421,9 @@ class FakeNvml:
         raise real.NVMLError(real.NVML_ERROR_INVALID_ARGUMENT)
 
     def nvmlDeviceGetEnforcedPowerLimit(self, handle: Any) -> int:
-        return round(self._enter("nvmlDeviceGetEnforcedPowerLimit", handle).gpu.power_limit_w
-                     * 1000)
+        return round(
+            self._enter("nvmlDeviceGetEnforcedPowerLimit", handle).gpu.power_limit_w * 1000
+        )
 
     def nvmlDeviceGetMigMode(self, handle: Any) -> list[int]:
         gpu = self._enter("nvmlDeviceGetMigMode", handle).gpu
@@ -439,14 +473,18 @@ class FakeNvml:
             listed = [(p, mig) for p in mig.processes]
         else:  # the parent of MIG devices lists every instance's processes
             listed = [(p, None) for p in gpu.processes] + [
-                (p, m) for m in gpu.mig_devices if m and gpu.mig_enabled for p in m.processes]
+                (p, m) for m in gpu.mig_devices if m and gpu.mig_enabled for p in m.processes
+            ]
         not_available = real.NVML_VALUE_NOT_AVAILABLE_ulonglong.value
         processes = []
         for process, on in listed:
             info = real.c_nvmlProcessInfo_t()
             info.pid = process.pid
-            info.usedGpuMemory = (not_available if process.used_memory_mib is None
-                                  else self._bytes(process.used_memory_mib))
+            info.usedGpuMemory = (
+                not_available
+                if process.used_memory_mib is None
+                else self._bytes(process.used_memory_mib)
+            )
             no_instance = real.NVML_VALUE_NOT_AVAILABLE_uint.value
             info.gpuInstanceId = on.gpu_instance_id if on else no_instance
             info.computeInstanceId = on.compute_instance_id if on else no_instance
@@ -467,7 +505,7 @@ class FakeNvml:
         for slot, sample in zip(samples, fresh, strict=True):
             slot.pid, slot.timeStamp = sample.pid, sample.timestamp_us
             slot.smUtil, slot.memUtil = sample.sm_util, sample.mem_util
-        return samples[0:len(fresh)]
+        return samples[0 : len(fresh)]
 
     def nvmlGpmQueryDeviceSupport(self, handle: Any) -> Any:
         gpu = self._enter("nvmlGpmQueryDeviceSupport", handle).gpu
@@ -515,15 +553,23 @@ class FakeNvml:
 
 
 def _exported(name: str, value: Any) -> bool:
-    return (name.startswith(("NVML_", "NVMLError", "c_nvml", "struct_c_nvml"))
-            or (name.startswith("nvml") and isinstance(value, int))  # nvmlMemory_v2 and the like
-            or name in ("NVMLLibraryMismatchError", "nvmlStructToFriendlyObject",
-                        "nvmlFriendlyObject", "nvmlExceptionClass"))
+    return (
+        name.startswith(("NVML_", "NVMLError", "c_nvml", "struct_c_nvml"))
+        or (name.startswith("nvml") and isinstance(value, int))  # nvmlMemory_v2 and the like
+        or name
+        in (
+            "NVMLLibraryMismatchError",
+            "nvmlStructToFriendlyObject",
+            "nvmlFriendlyObject",
+            "nvmlExceptionClass",
+        )
+    )
 
 
 # The real module's constants, structures and error classes, copied rather than retyped.
 for _name, _value in vars(real).items():
     if _exported(_name, _value) and _name not in vars(FakeNvml):
-        setattr(FakeNvml, _name,
-                staticmethod(_value) if isinstance(_value, FunctionType) else _value)
+        setattr(
+            FakeNvml, _name, staticmethod(_value) if isinstance(_value, FunctionType) else _value
+        )
 del _name, _value

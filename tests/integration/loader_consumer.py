@@ -39,8 +39,14 @@ from typing import Any
 Write = Callable[..., None]
 
 
-def consume(loader: Any, write: Write, epochs: int = 1, delay: float = 0.0,
-            pause_file: str | None = None, pause_from: int = 0) -> None:
+def consume(
+    loader: Any,
+    write: Write,
+    epochs: int = 1,
+    delay: float = 0.0,
+    pause_file: str | None = None,
+    pause_from: int = 0,
+) -> None:
     """Iterate `epochs` epochs of a SharedLoader made with with_ids=True, reporting to `write`;
     a LoaderError is reported and raised."""
     import torch
@@ -49,8 +55,12 @@ def consume(loader: Any, write: Write, epochs: int = 1, delay: float = 0.0,
 
     last = time.monotonic()
     try:
-        write(event="ready", pid=os.getpid(), mode=loader.mode,
-              producer_batch=getattr(loader, "producer_batch", None))
+        write(
+            event="ready",
+            pid=os.getpid(),
+            mode=loader.mode,
+            producer_batch=getattr(loader, "producer_batch", None),
+        )
         seen = 0
         for epoch in range(epochs):
             stream_epoch = loader.epoch if loader.mode == "shared" else loader._local_epoch
@@ -60,15 +70,13 @@ def consume(loader: Any, write: Write, epochs: int = 1, delay: float = 0.0,
             data_ok = True
             for index, ((features, labels), ids) in enumerate(loader):
                 last = time.monotonic()
-                write(event="batch", epoch=epoch, index=index, n=int(ids.shape[0]),
-                      t=time.time())
+                write(event="batch", epoch=epoch, index=index, n=int(ids.shape[0]), t=time.time())
                 expected = ids.to(torch.float32).view(-1, *([1] * (features.dim() - 1)))
                 if not (torch.equal(labels, ids) and bool((features == expected).all())):
                     data_ok = False
                 if loader.mode == "shared":
                     ring = loader.ring.base.untyped_storage().data_ptr()
-                    if all(t.untyped_storage().data_ptr() == ring
-                           for t in (features, labels, ids)):
+                    if all(t.untyped_storage().data_ptr() == ring for t in (features, labels, ids)):
                         views += 1
                 ids_seen.extend(ids.tolist())
                 sizes.append(int(ids.shape[0]))
@@ -78,8 +86,16 @@ def consume(loader: Any, write: Write, epochs: int = 1, delay: float = 0.0,
                 seen += 1
                 if delay:
                     time.sleep(delay)
-            write(event="epoch", epoch=epoch, stream_epoch=stream_epoch, ids=ids_seen,
-                  sizes=sizes, batches=len(sizes), views=views, data_ok=data_ok)
+            write(
+                event="epoch",
+                epoch=epoch,
+                stream_epoch=stream_epoch,
+                ids=ids_seen,
+                sizes=sizes,
+                batches=len(sizes),
+                views=views,
+                data_ok=data_ok,
+            )
         loader.close()
     except LoaderError as exc:
         write(event="error", message=str(exc), since_last_s=time.monotonic() - last)
@@ -119,6 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     from gpudesk.loader import LoaderError, SharedLoader
 
     with open(args.out, "a") as out:
+
         def write(**fields: Any) -> None:
             out.write(json.dumps(fields) + "\n")
             out.flush()
@@ -131,8 +148,13 @@ def main(argv: list[str] | None = None) -> int:
         wait_for_producer(args.name, args.wait_s)
         write(event="connecting", t=time.time())
         try:
-            loader = SharedLoader(args.name, batch_size=args.batch_size or None, with_ids=True,
-                                  fallback=False, resume_s=args.resume_s)
+            loader = SharedLoader(
+                args.name,
+                batch_size=args.batch_size or None,
+                with_ids=True,
+                fallback=False,
+                resume_s=args.resume_s,
+            )
         except LoaderError as exc:
             write(event="error", message=str(exc), since_last_s=None)
             return 3

@@ -20,8 +20,9 @@ GPUDESK = [sys.executable, "-m", "gpudesk"]
 
 
 def gpudesk(*args: str, timeout: float = 60, **kwargs: object) -> subprocess.CompletedProcess:
-    return subprocess.run([*GPUDESK, *args], capture_output=True, text=True, timeout=timeout,
-                          **kwargs)
+    return subprocess.run(
+        [*GPUDESK, *args], capture_output=True, text=True, timeout=timeout, **kwargs
+    )
 
 
 def write_profile(tmp_path: Path, body: str, name: str = "p.toml") -> Path:
@@ -32,7 +33,9 @@ def write_profile(tmp_path: Path, body: str, name: str = "p.toml") -> Path:
 
 def long_jobs_profile(tmp_path: Path, command: list[str], repeat: int) -> Path:
     """`repeat` jobs named long#N on a 2-slot CPU station, each running `command`."""
-    return write_profile(tmp_path, f"""
+    return write_profile(
+        tmp_path,
+        f"""
         [station]
         backend = "none"
         slots = 2
@@ -40,33 +43,43 @@ def long_jobs_profile(tmp_path: Path, command: list[str], repeat: int) -> Path:
         name = "long"
         command = {json.dumps(command)}
         repeat = {repeat}
-    """)
+    """,
+    )
 
 
 def start_interruptible_run(profile: Path) -> subprocess.Popen:
     """`gpudesk run` as from a terminal. A shell without job control starts background commands
     with SIGINT ignored, and Python then installs no KeyboardInterrupt handler: restore it."""
-    return subprocess.Popen([*GPUDESK, "run", str(profile)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    return subprocess.Popen(
+        [*GPUDESK, "run", str(profile)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
 
 
 def test_help_is_fast_to_import_and_never_loads_torch() -> None:
-    code = ("import sys\nfrom gpudesk.cli import main\n"
-            "for argv in (['--help'], ['top', '--help'], ['run', '--help'],\n"
-            "             ['engine', '--help']):\n"
-            "    try:\n        main(argv)\n    except SystemExit:\n        pass\n"
-            "print('TORCH' if 'torch' in sys.modules else 'NO-TORCH')\n"
-            "print('MIG' if 'gpudesk.engine.mig' in sys.modules else 'NO-MIG')")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            timeout=60)
+    code = (
+        "import sys\nfrom gpudesk.cli import main\n"
+        "for argv in (['--help'], ['top', '--help'], ['run', '--help'],\n"
+        "             ['engine', '--help']):\n"
+        "    try:\n        main(argv)\n    except SystemExit:\n        pass\n"
+        "print('TORCH' if 'torch' in sys.modules else 'NO-TORCH')\n"
+        "print('MIG' if 'gpudesk.engine.mig' in sys.modules else 'NO-MIG')"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60
+    )
     assert result.returncode == 0, result.stderr
     assert "Usage: gpudesk" in result.stdout
     assert result.stdout.strip().endswith("NO-TORCH\nNO-MIG")  # the MIG layer loads on use
 
 
 def test_run_a_profile_to_completion(engine: EngineHandle, tmp_path: Path) -> None:
-    profile = write_profile(tmp_path, """
+    profile = write_profile(
+        tmp_path,
+        """
         name = "mini"
         [station]
         backend = "none"
@@ -78,7 +91,8 @@ def test_run_a_profile_to_completion(engine: EngineHandle, tmp_path: Path) -> No
         name = "sq-{n}"
         command = ["sh", "-c", "echo $(({n} * {n}))"]
         grid = { n = [2, 3] }
-    """)
+    """,
+    )
     report = tmp_path / "report.json"
     result = gpudesk("run", str(profile), "--report", str(report))
     assert result.returncode == 0, result.stdout + result.stderr
@@ -93,9 +107,12 @@ def test_run_a_profile_to_completion(engine: EngineHandle, tmp_path: Path) -> No
     assert all(j["attempts"] == 1 and j["exit_code"] == 0 for j in jobs.values())
 
 
-def test_run_exits_non_zero_when_a_job_fails_and_json_report(engine: EngineHandle,
-                                                              tmp_path: Path) -> None:
-    profile = write_profile(tmp_path, """
+def test_run_exits_non_zero_when_a_job_fails_and_json_report(
+    engine: EngineHandle, tmp_path: Path
+) -> None:
+    profile = write_profile(
+        tmp_path,
+        """
         [station]
         backend = "none"
         [[jobs]]
@@ -104,7 +121,8 @@ def test_run_exits_non_zero_when_a_job_fails_and_json_report(engine: EngineHandl
         [[jobs]]
         name = "bad"
         command = ["sh", "-c", "echo boom >&2; exit 4"]
-    """)
+    """,
+    )
     result = gpudesk("run", str(profile), "--json")
     assert result.returncode == 1
     report = json.loads(result.stdout)
@@ -121,12 +139,16 @@ def test_run_exits_non_zero_when_a_job_fails_and_json_report(engine: EngineHandl
         ("[[jobs]]\nname = 'x'\ncommand = []\n", "p.toml:3: jobs[0].command"),
         ("[[jobs]]\nname = 'x'\ncommand = ['true']\ngpu = 1\n", "did you mean 'gpus'"),
         ("[[jobs]]\nname = 'x'\ncommand = ['true']\ngpus = 'two'\n", "jobs[0].gpus"),
-        ("[[sweeps]]\nname = 's'\ncommand = ['echo', '{a}']\n"
-         "grid = { a = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11] }\nrepeat = 1000\n", "11,000 jobs"),
+        (
+            "[[sweeps]]\nname = 's'\ncommand = ['echo', '{a}']\n"
+            "grid = { a = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11] }\nrepeat = 1000\n",
+            "11,000 jobs",
+        ),
     ],
 )
-def test_bad_profiles_get_a_clear_error_and_exit_2(home: Home, tmp_path: Path, body: str,
-                                                   fragment: str) -> None:
+def test_bad_profiles_get_a_clear_error_and_exit_2(
+    home: Home, tmp_path: Path, body: str, fragment: str
+) -> None:
     profile = write_profile(tmp_path, body)
     result = gpudesk("run", str(profile))
     assert result.returncode == 2, result.stdout + result.stderr
@@ -146,14 +168,26 @@ def test_non_utf8_and_missing_profiles(home: Home, tmp_path: Path) -> None:
 
 
 def test_job_control_commands(engine: EngineHandle, tmp_path: Path) -> None:
-    result = gpudesk("submit", "--name", "greet", "--json", "-e", "WHO=world", "--",
-                     "sh", "-c", "echo hello $WHO; sleep 30", cwd=tmp_path)
+    result = gpudesk(
+        "submit",
+        "--name",
+        "greet",
+        "--json",
+        "-e",
+        "WHO=world",
+        "--",
+        "sh",
+        "-c",
+        "echo hello $WHO; sleep 30",
+        cwd=tmp_path,
+    )
     assert result.returncode == 0, result.stderr
     job_id = json.loads(result.stdout)["id"]
     engine.wait_state(job_id, "running")
     queue = json.loads(gpudesk("queue", "--json").stdout)["jobs"]
-    assert [(j["id"], j["state"], j["spec"]["workdir"]) for j in queue] == \
-        [(job_id, "running", str(tmp_path))]
+    assert [(j["id"], j["state"], j["spec"]["workdir"]) for j in queue] == [
+        (job_id, "running", str(tmp_path))
+    ]
     table = gpudesk("queue").stdout
     assert "greet" in table and "running" in table and "cpu:" in table
     wait_for(lambda: "hello world" in gpudesk("logs", "greet").stdout, what="the log")
@@ -166,13 +200,17 @@ def test_job_control_commands(engine: EngineHandle, tmp_path: Path) -> None:
     assert "cancelled" in gpudesk("queue", "--all").stdout
     detail = json.loads(gpudesk("show", "greet", "--json").stdout)
     assert detail["job"]["state"] == "cancelled"
-    assert [e["state"] for e in detail["events"] if e["state"]] == \
-        ["queued", "running", "cancelled"]
+    assert [e["state"] for e in detail["events"] if e["state"]] == [
+        "queued",
+        "running",
+        "cancelled",
+    ]
 
 
 def test_logs_follow_streams_until_the_job_ends(engine: EngineHandle) -> None:
-    result = gpudesk("submit", "--json", "--", "sh", "-c",
-                     "for i in 1 2 3; do echo line $i; sleep 0.2; done")
+    result = gpudesk(
+        "submit", "--json", "--", "sh", "-c", "for i in 1 2 3; do echo line $i; sleep 0.2; done"
+    )
     job_id = json.loads(result.stdout)["id"]
     followed = gpudesk("logs", "-f", str(job_id), timeout=30)
     assert followed.returncode == 0
@@ -207,15 +245,21 @@ def test_commands_start_the_engine_when_needed_and_engine_commands(home: Home) -
     assert gpudesk("engine", "status").returncode == 3
 
 
-def test_ctrl_c_cancels_the_runs_jobs_and_still_reports(engine: EngineHandle,
-                                                        tmp_path: Path) -> None:
+def test_ctrl_c_cancels_the_runs_jobs_and_still_reports(
+    engine: EngineHandle, tmp_path: Path
+) -> None:
     profile = long_jobs_profile(tmp_path, ["sh", "-c", "sleep 60 & sleep 60 & wait"], repeat=3)
     run = start_interruptible_run(profile)
     try:
-        wait_for(lambda: len(engine.client.request("jobs", states=["running"])["jobs"]) == 2,
-                 what="two jobs running")
-        pgids = [a["pid"] for j in engine.client.request("jobs")["jobs"]
-                 for a in engine.show(j["id"])["attempts"]]
+        wait_for(
+            lambda: len(engine.client.request("jobs", states=["running"])["jobs"]) == 2,
+            what="two jobs running",
+        )
+        pgids = [
+            a["pid"]
+            for j in engine.client.request("jobs")["jobs"]
+            for a in engine.show(j["id"])["attempts"]
+        ]
         run.send_signal(signal.SIGINT)
         out, err = run.communicate(timeout=30)
     finally:
@@ -231,8 +275,9 @@ def test_ctrl_c_cancels_the_runs_jobs_and_still_reports(engine: EngineHandle,
 
 
 @pytest.mark.parametrize("delay", [0.2, 0.35, 0.5])
-def test_ctrl_c_anywhere_leaves_no_job_of_the_run_behind(engine: EngineHandle, tmp_path: Path,
-                                                         delay: float) -> None:
+def test_ctrl_c_anywhere_leaves_no_job_of_the_run_behind(
+    engine: EngineHandle, tmp_path: Path, delay: float
+) -> None:
     """Wherever the interrupt lands (loading, submitting, following), nothing keeps running."""
     profile = long_jobs_profile(tmp_path, ["sleep", "60"], repeat=4)
     run = start_interruptible_run(profile)
@@ -251,7 +296,9 @@ def test_ctrl_c_anywhere_leaves_no_job_of_the_run_behind(engine: EngineHandle, t
 
 def test_quickstart_style_sweep_trains_for_real(engine: EngineHandle, tmp_path: Path) -> None:
     """The real torch workload under the real engine (two tiny jobs)."""
-    profile = write_profile(tmp_path, """
+    profile = write_profile(
+        tmp_path,
+        """
         [station]
         backend = "none"
         slots = 2
@@ -259,9 +306,12 @@ def test_quickstart_style_sweep_trains_for_real(engine: EngineHandle, tmp_path: 
         name = "digits-lr{lr}"
         command = ["python", "-m", "gpudesk.workloads.digits", "--lr", "{lr}", "--epochs", "2"]
         grid = { lr = [0.05, 0.1] }
-    """)
-    env = {**os.environ, "PATH": os.pathsep.join([str(Path(sys.executable).parent),
-                                                  os.environ.get("PATH", "")])}
+    """,
+    )
+    env = {
+        **os.environ,
+        "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
+    }
     result = gpudesk("run", str(profile), "--json", timeout=120, env=env)
     assert result.returncode == 0, result.stderr
     for job in json.loads(result.stdout)["jobs"]:

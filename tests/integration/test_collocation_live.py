@@ -58,16 +58,27 @@ def test_light_jobs_share_a_gpu_and_a_heavy_one_gets_its_own(engine: EngineHandl
     assert placements[1]["mode"] == "mps"  # a simulated MPS server: no daemon is started
     assert "collocated on GPU" in placements[1]["reason"]
     assert placements[2]["gpus"] != placements[0]["gpus"]
-    assert placements[1]["demand"] == {"memory_mib": 4096, "sm_pct": 20.0,
-                                       "source": "hint", "exclusive": False}
+    assert placements[1]["demand"] == {
+        "memory_mib": 4096,
+        "sm_pct": 20.0,
+        "source": "hint",
+        "exclusive": False,
+    }
     events = [e["message"] for e in engine.show(ids[1])["events"]]
     assert any("collocated on GPU" in m for m in events)  # the reason is recorded
     assert all(j["state"] == "succeeded" for j in engine.wait_all_done(ids))
 
 
 def test_an_out_of_memory_death_is_retried_alone_with_more_memory(engine: EngineHandle) -> None:
-    (job_id,) = engine.submit({"name": "oom", "command": [sys.executable, "-c", OOM_ONCE],
-                               "gpus": 1, "memory_gb": 2, "sm_pct": 30})
+    (job_id,) = engine.submit(
+        {
+            "name": "oom",
+            "command": [sys.executable, "-c", OOM_ONCE],
+            "gpus": 1,
+            "memory_gb": 2,
+            "sm_pct": 30,
+        }
+    )
     (done,) = engine.wait_all_done([job_id])
     assert done["state"] == "succeeded" and done["attempts"] == 2
     shown = engine.show(job_id)
@@ -81,8 +92,9 @@ def test_an_out_of_memory_death_is_retried_alone_with_more_memory(engine: Engine
 
 
 def test_other_failures_are_not_retried(engine: EngineHandle) -> None:
-    (job_id,) = engine.submit({"name": "bug", "gpus": 1,
-                               "command": [sys.executable, "-c", "raise SystemExit(3)"]})
+    (job_id,) = engine.submit(
+        {"name": "bug", "gpus": 1, "command": [sys.executable, "-c", "raise SystemExit(3)"]}
+    )
     (done,) = engine.wait_all_done([job_id])
     assert (done["state"], done["attempts"], done["exit_code"]) == ("failed", 1, 3)
 
@@ -100,7 +112,8 @@ def test_the_next_run_of_a_command_uses_what_the_last_one_measured(engine: Engin
 
 
 def test_jobs_share_a_real_station_gpu_through_its_mps_server(
-        home: Home, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    home: Home, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """NVML (the faithful fake) and nvidia-cuda-mps-control (the faithful fake): the engine
     starts the GPU's MPS control daemon, gives each client its settings, stops it when the GPU
     drains."""
@@ -111,13 +124,25 @@ def test_jobs_share_a_real_station_gpu_through_its_mps_server(
     monkeypatch.setenv("GPUDESK_MPS_CONTROL", str(FAKES / "nvidia-cuda-mps-control"))
     engine = EngineHandle(home)
     engine.start(backend="nvml", policy="auto", sample_interval=0.2)
-    show_env = ("import os, time; print(*(f'{k}={os.environ.get(k)}' for k in ("
-                "'CUDA_VISIBLE_DEVICES', 'CUDA_MPS_PIPE_DIRECTORY', "
-                "'CUDA_MPS_ACTIVE_THREAD_PERCENTAGE', 'CUDA_MPS_PINNED_DEVICE_MEM_LIMIT')), "
-                "sep='\\n', flush=True); time.sleep(1)")
+    show_env = (
+        "import os, time; print(*(f'{k}={os.environ.get(k)}' for k in ("
+        "'CUDA_VISIBLE_DEVICES', 'CUDA_MPS_PIPE_DIRECTORY', "
+        "'CUDA_MPS_ACTIVE_THREAD_PERCENTAGE', 'CUDA_MPS_PINNED_DEVICE_MEM_LIMIT')), "
+        "sep='\\n', flush=True); time.sleep(1)"
+    )
     try:
-        ids = engine.submit(*({"name": f"mps-{i}", "command": [sys.executable, "-c", show_env],
-                               "gpus": 1, "memory_gb": 4, "sm_pct": 20} for i in range(2)))
+        ids = engine.submit(
+            *(
+                {
+                    "name": f"mps-{i}",
+                    "command": [sys.executable, "-c", show_env],
+                    "gpus": 1,
+                    "memory_gb": 4,
+                    "sm_pct": 20,
+                }
+                for i in range(2)
+            )
+        )
         jobs = engine.wait_all_done(ids)
         assert all(j["state"] == "succeeded" for j in jobs)
         placements = [engine.show(i)["attempts"][0]["placement"] for i in ids]
@@ -125,10 +150,14 @@ def test_jobs_share_a_real_station_gpu_through_its_mps_server(
         second = Path(jobs[1]["log"]).read_text()
         assert "CUDA_VISIBLE_DEVICES=GPU-mps-0" in second
         assert f"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE={placements[1]['mps_thread_pct']}" in second
-        assert f"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0={placements[1]['mps_memory_limit_mib']}M" \
-            in second
-        pipe = next(line.split("=", 1)[1] for line in second.splitlines()
-                    if line.startswith("CUDA_MPS_PIPE_DIRECTORY="))
+        assert (
+            f"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0={placements[1]['mps_memory_limit_mib']}M" in second
+        )
+        pipe = next(
+            line.split("=", 1)[1]
+            for line in second.splitlines()
+            if line.startswith("CUDA_MPS_PIPE_DIRECTORY=")
+        )
         assert Path(pipe, "control").exists()  # the control daemon is up
         status = engine.client.request("status")["station"]["mps"]
         assert status == {"available": True, "faults": {}}
@@ -142,39 +171,67 @@ def test_the_demo_profile_collocates_under_mps_and_on_mig_slices() -> None:
     """profiles/dgx-station-sweep.toml, placed by the real policy on its simulated station
     (the placement decision only: running the whole sweep is the README's demo)."""
 
-    profile = load_profile(Path(__file__).resolve().parents[2] / "profiles" /
-                           "dgx-station-sweep.toml")
+    profile = load_profile(
+        Path(__file__).resolve().parents[2] / "profiles" / "dgx-station-sweep.toml"
+    )
     assert profile.station.backend == "sim:dgx-station-a100" and profile.station.policy == "auto"
     monitor = Monitor(make_backend(profile.station.backend, mig=profile.station.mig))
     view = monitor.ingest(monitor.collect())
     assert view["gpus"][3]["mig_enabled"] and len(view["gpus"][3]["mig_devices"]) == 3
 
-    states = tuple(GpuState(
-        g["index"], g["uuid"], g["memory_total_mib"], mps_usable=True,
-        mig_enabled=g["mig_enabled"],
-        mig_slices=tuple(MigSlice(m["uuid"], m["name"].rsplit(" ", 1)[-1],
-                                  m["memory_total_mib"], compute_slices(
-                                      m["name"].rsplit(" ", 1)[-1]))
-                         for m in g["mig_devices"])) for g in view["gpus"])
-    queue = [JobRecord(i + 1, spec, JobState.QUEUED, 0.0, None, None, 0, None, None, False)
-             for i, spec in enumerate(profile.jobs)]
-    decision = make_policy("auto").place(queue, StationView(
-        profile.station, cores=8, backend=profile.station.backend, simulated=True,
-        gpu_states=states))
+    states = tuple(
+        GpuState(
+            g["index"],
+            g["uuid"],
+            g["memory_total_mib"],
+            mps_usable=True,
+            mig_enabled=g["mig_enabled"],
+            mig_slices=tuple(
+                MigSlice(
+                    m["uuid"],
+                    m["name"].rsplit(" ", 1)[-1],
+                    m["memory_total_mib"],
+                    compute_slices(m["name"].rsplit(" ", 1)[-1]),
+                )
+                for m in g["mig_devices"]
+            ),
+        )
+        for g in view["gpus"]
+    )
+    queue = [
+        JobRecord(i + 1, spec, JobState.QUEUED, 0.0, None, None, 0, None, None, False)
+        for i, spec in enumerate(profile.jobs)
+    ]
+    decision = make_policy("auto").place(
+        queue,
+        StationView(
+            profile.station,
+            cores=8,
+            backend=profile.station.backend,
+            simulated=True,
+            gpu_states=states,
+        ),
+    )
     modes = {p.mode for p in decision.placements}
     assert {"mps", "mig"} <= modes and len(decision.placements) == len(queue)
 
 
 def test_gpu_jobs_wait_for_the_first_reading_of_a_reconfigured_station(
-        engine: EngineHandle) -> None:
+    engine: EngineHandle,
+) -> None:
     """A new MIG layout restarts telemetry; a job submitted at once must still see GPU 3's
     slices (before the first sample GPU 3 would look like a whole, idle GPU)."""
-    engine.client.request("configure", station={
-        "backend": SIM, "policy": "auto", "sample_interval": 0.2,
-        "mig": {"3": "3g.20gb,2g.10gb,2g.10gb"}})
+    engine.client.request(
+        "configure",
+        station={
+            "backend": SIM,
+            "policy": "auto",
+            "sample_interval": 0.2,
+            "mig": {"3": "3g.20gb,2g.10gb,2g.10gb"},
+        },
+    )
     busy = {"command": ["sleep", "30"], "gpus": 1, "memory_gb": 30, "sm_pct": 90}
-    light = {"name": "light", "command": ["sleep", "30"], "gpus": 1, "memory_gb": 3,
-             "sm_pct": 10}
+    light = {"name": "light", "command": ["sleep", "30"], "gpus": 1, "memory_gb": 3, "sm_pct": 10}
     ids = engine.submit(*[{**busy, "name": f"busy{i}"} for i in range(3)], light)
     placed = engine.wait_state(ids[-1], "running")
     assert placed["slot"].startswith("gpu:3/") and "g." in placed["slot"], placed["slot"]

@@ -39,8 +39,11 @@ def test_jobs_end_in_the_state_their_exit_code_says(engine: EngineHandle) -> Non
 
 def test_job_environment_and_workdir(engine: EngineHandle, tmp_path) -> None:
     (job_id,) = engine.submit(
-        sh('echo "$GPUDESK_JOB_ID|$GPUDESK_HOME|$CUDA_VISIBLE_DEVICES|$FOO|$(pwd)"',
-           env={"FOO": "bar"}, workdir=str(tmp_path)),
+        sh(
+            'echo "$GPUDESK_JOB_ID|$GPUDESK_HOME|$CUDA_VISIBLE_DEVICES|$FOO|$(pwd)"',
+            env={"FOO": "bar"},
+            workdir=str(tmp_path),
+        ),
         env={"PATH": os.environ["PATH"], "FOO": "overridden"},
     )
     job = engine.wait_state(job_id, "succeeded")
@@ -50,8 +53,9 @@ def test_job_environment_and_workdir(engine: EngineHandle, tmp_path) -> None:
 
 def test_retry_until_max_attempts(engine: EngineHandle, tmp_path) -> None:
     marker = tmp_path / "tried"
-    (flaky,) = engine.submit(sh(f'[ -e {marker} ] || {{ touch {marker}; exit 1; }}', "flaky",
-                                max_attempts=3))
+    (flaky,) = engine.submit(
+        sh(f"[ -e {marker} ] || {{ touch {marker}; exit 1; }}", "flaky", max_attempts=3)
+    )
     (hopeless,) = engine.submit(sh("exit 2", "hopeless", max_attempts=2))
     jobs = {j["id"]: j for j in engine.wait_all_done([flaky, hopeless])}
     assert (jobs[flaky]["state"], jobs[flaky]["attempts"]) == ("succeeded", 2)
@@ -138,17 +142,26 @@ def test_unknown_jobs_and_bad_arguments_get_error_replies(engine: EngineHandle) 
         # An explicit id: the default one (the 200,000 bytes) goes into PYTEST_CURRENT_TEST,
         # and the engine's start then fails on an environment string over the kernel's limit.
         pytest.param(b"[" * 100_000 + b"]" * 100_000, "bad_request", id="deeply-nested-json"),
-        (json.dumps({"v": 1, "op": "submit", "args": {"jobs": "x" * 1000}}).encode(),
-         "invalid_args"),
-        (json.dumps({"v": 1, "op": "submit", "args": {"jobs": [{"name": "a", "command": ["x"],
-                                                                  "gpus": "all"}]}}).encode(),
-         "invalid_args"),
-        (json.dumps({"v": 1, "op": "show", "args": {"job": {"$ne": 1}}}).encode(),
-         "invalid_args"),
+        (
+            json.dumps({"v": 1, "op": "submit", "args": {"jobs": "x" * 1000}}).encode(),
+            "invalid_args",
+        ),
+        (
+            json.dumps(
+                {
+                    "v": 1,
+                    "op": "submit",
+                    "args": {"jobs": [{"name": "a", "command": ["x"], "gpus": "all"}]},
+                }
+            ).encode(),
+            "invalid_args",
+        ),
+        (json.dumps({"v": 1, "op": "show", "args": {"job": {"$ne": 1}}}).encode(), "invalid_args"),
     ],
 )
-def test_hostile_requests_never_crash_the_engine(engine: EngineHandle, raw: bytes,
-                                                 code: str) -> None:
+def test_hostile_requests_never_crash_the_engine(
+    engine: EngineHandle, raw: bytes, code: str
+) -> None:
     sock = zmq.Context.instance().socket(zmq.REQ)
     sock.setsockopt(zmq.LINGER, 0)
     sock.connect(engine.home.control_endpoint)
@@ -180,7 +193,9 @@ def test_one_engine_per_home(engine: EngineHandle) -> None:
     first = engine.pid
     result = subprocess.run(
         [sys.executable, "-m", "gpudesk.engine.daemon", "--home", str(engine.home.root)],
-        capture_output=True, text=True, timeout=30,
+        capture_output=True,
+        text=True,
+        timeout=30,
     )
     assert result.returncode == 3
     assert "already running" in result.stderr

@@ -40,8 +40,9 @@ def request(engine: EngineHandle, op: str, *jobs: int | str, **args: object) -> 
 def test_a_held_job_never_starts_until_released(engine: EngineHandle, tmp_path: Path) -> None:
     blocker, gate = occupy_the_only_slot(engine, tmp_path)
     (held,) = engine.submit(sh("true", "held"))
-    assert request(engine, "hold", "held") == \
-        [{"id": held, "name": "held", "outcome": "held", "ok": True}]
+    assert request(engine, "hold", "held") == [
+        {"id": held, "name": "held", "outcome": "held", "ok": True}
+    ]
     assert request(engine, "hold", held)[0]["outcome"] == "already held"
     shown = engine.show(held)
     assert (shown["job"]["state"], shown["job"]["held"]) == ("queued", True)
@@ -75,13 +76,16 @@ def test_hold_is_kept_across_an_engine_restart(engine: EngineHandle, tmp_path: P
     engine.wait_state(held, "succeeded")
 
 
-def test_hold_refuses_a_running_job_but_acts_on_the_rest(engine: EngineHandle,
-                                                          tmp_path: Path) -> None:
+def test_hold_refuses_a_running_job_but_acts_on_the_rest(
+    engine: EngineHandle, tmp_path: Path
+) -> None:
     blocker, gate = occupy_the_only_slot(engine, tmp_path)
     (queued,) = engine.submit(sh("true", "queued"))
     results = request(engine, "hold", blocker, queued)
-    assert [(r["outcome"], r["ok"]) for r in results] == \
-        [("running: only a queued job can be held", False), ("held", True)]
+    assert [(r["outcome"], r["ok"]) for r in results] == [
+        ("running: only a queued job can be held", False),
+        ("held", True),
+    ]
     assert request(engine, "release", blocker)[0]["outcome"] == "not held (running)"
     # Resolution is all or nothing: one unknown job and nothing is done.
     with pytest.raises(EngineError) as info:
@@ -91,21 +95,28 @@ def test_hold_refuses_a_running_job_but_acts_on_the_rest(engine: EngineHandle,
     gate.touch()
 
 
-def test_priority_decides_which_queued_job_starts_first(engine: EngineHandle,
-                                                         tmp_path: Path) -> None:
+def test_priority_decides_which_queued_job_starts_first(
+    engine: EngineHandle, tmp_path: Path
+) -> None:
     blocker, gate = occupy_the_only_slot(engine, tmp_path)
     order = tmp_path / "order"
-    first, second, third = engine.submit(*(sh(f"echo {n} >> {order}", n)
-                                           for n in ("first", "second", "third")))
+    first, second, third = engine.submit(
+        *(sh(f"echo {n} >> {order}", n) for n in ("first", "second", "third"))
+    )
     assert request(engine, "priority", third, priority=5)[0]["outcome"] == "priority 0 -> 5"
     assert request(engine, "priority", first, delta=-1)[0]["outcome"] == "priority 0 -> -1"
     running = request(engine, "priority", blocker, delta=1)[0]
     assert running["ok"] and "running, so it changes nothing now" in running["outcome"]
     queue = engine.client.request("jobs", states=["queued"])["jobs"]
-    assert [(j["name"], j["spec"]["priority"]) for j in queue] == \
-        [("first", -1), ("second", 0), ("third", 5)]
-    assert engine.show(second)["waiting"] == \
-        "waiting for a free CPU slot (1/1 busy, 1 queued ahead of it)"
+    assert [(j["name"], j["spec"]["priority"]) for j in queue] == [
+        ("first", -1),
+        ("second", 0),
+        ("third", 5),
+    ]
+    assert (
+        engine.show(second)["waiting"]
+        == "waiting for a free CPU slot (1/1 busy, 1 queued ahead of it)"
+    )
     gate.touch()
     engine.wait_all_done([first, second, third])
     assert order.read_text().split() == ["third", "second", "first"]
@@ -115,15 +126,17 @@ def test_priority_decides_which_queued_job_starts_first(engine: EngineHandle,
         request(engine, "priority", first, priority=1, delta=1)
 
 
-def test_requeue_runs_a_failed_job_again_and_its_attempts_continue(engine: EngineHandle,
-                                                                   tmp_path: Path) -> None:
+def test_requeue_runs_a_failed_job_again_and_its_attempts_continue(
+    engine: EngineHandle, tmp_path: Path
+) -> None:
     marker = tmp_path / "tried"
     (flaky,) = engine.submit(sh(f"[ -e {marker} ] || {{ touch {marker}; exit 3; }}", "flaky"))
     (hopeless,) = engine.submit(sh("exit 2", "hopeless", max_attempts=2))
     engine.wait_all_done([flaky, hopeless])
     assert request(engine, "requeue", flaky, hopeless) == [
         {"id": flaky, "name": "flaky", "outcome": "requeued", "ok": True},
-        {"id": hopeless, "name": "hopeless", "outcome": "requeued", "ok": True}]
+        {"id": hopeless, "name": "hopeless", "outcome": "requeued", "ok": True},
+    ]
     jobs = {j["id"]: j for j in engine.wait_all_done([flaky, hopeless])}
     assert (jobs[flaky]["state"], jobs[flaky]["attempts"]) == ("succeeded", 2)
     assert jobs[flaky]["attempts_before_requeue"] == 1
@@ -138,13 +151,14 @@ def test_requeue_runs_a_failed_job_again_and_its_attempts_continue(engine: Engin
     assert engine.job(flaky)["attempts"] == 3
 
 
-def test_requeue_leaves_queued_and_running_jobs_alone(engine: EngineHandle,
-                                                      tmp_path: Path) -> None:
+def test_requeue_leaves_queued_and_running_jobs_alone(engine: EngineHandle, tmp_path: Path) -> None:
     blocker, gate = occupy_the_only_slot(engine, tmp_path)
     (queued,) = engine.submit(sh("true", "queued"))
     results = request(engine, "requeue", blocker, queued)
-    assert [(r["outcome"], r["ok"]) for r in results] == \
-        [("running: only a finished job can be requeued", False), ("already queued", True)]
+    assert [(r["outcome"], r["ok"]) for r in results] == [
+        ("running: only a finished job can be requeued", False),
+        ("already queued", True),
+    ]
     gate.touch()
     engine.wait_all_done([blocker, queued])
     assert engine.job(blocker)["attempts"] == 1
@@ -156,8 +170,10 @@ def test_job_control_commands_and_their_errors(engine: EngineHandle, tmp_path: P
     held = gpudesk("hold", "waiting")
     assert (held.returncode, held.stdout.strip()) == (0, f"job {queued} (waiting): held")
     listed = json.loads(gpudesk("queue", "--json").stdout)["jobs"]
-    assert [(j["name"], j["state"], j["held"]) for j in listed] == \
-        [("blocker", "running", False), ("waiting", "queued", True)]
+    assert [(j["name"], j["state"], j["held"]) for j in listed] == [
+        ("blocker", "running", False),
+        ("waiting", "queued", True),
+    ]
     assert "waiting    held: it will not start" in gpudesk("show", "waiting").stdout
     moved = gpudesk("priority", "waiting", "--set", "-5", "--json")
     assert json.loads(moved.stdout)["results"][0]["outcome"] == "priority 0 -> -5"
@@ -189,6 +205,7 @@ def test_energy_today_rises_and_is_kept_across_a_restart(home) -> None:
     engine = EngineHandle(home)
     engine.start(backend="sim:h100", sample_interval=0.2)
     try:
+
         def energy() -> float:
             return engine.client.request("telemetry")["energy_today_j"].get("0", 0.0)
 

@@ -47,7 +47,8 @@ def assert_exactly_once(ids: list[int], size: int, what: str = "an epoch") -> No
     duplicates = sorted({i for i in ids if ids.count(i) > 1}) if len(ids) != len(set(ids)) else []
     missing = sorted(set(range(size)) - set(ids))
     assert not duplicates and not missing and len(ids) == size, (
-        f"{what}: {len(ids)} ids, duplicates {duplicates[:10]}, missing {missing[:10]}")
+        f"{what}: {len(ids)} ids, duplicates {duplicates[:10]}, missing {missing[:10]}"
+    )
 
 
 def expected_sizes(size: int, batch: int) -> list[int]:
@@ -59,9 +60,9 @@ def batch_indices(ids: list[int], order: list[int], per: int) -> list[int]:
     where = {sample: position // per for position, sample in enumerate(order)}
     out = []
     for start in range(0, len(ids), per):
-        chunk = ids[start:start + per]
+        chunk = ids[start : start + per]
         index = where[chunk[0]]
-        assert chunk == order[index * per:(index + 1) * per], f"ids {chunk} are not one batch"
+        assert chunk == order[index * per : (index + 1) * per], f"ids {chunk} are not one batch"
         out.append(index)
     return out
 
@@ -78,6 +79,7 @@ def assert_no_new_shm(before: set[str], pids: set[int]) -> None:
     """Nothing this test's processes made is left in /dev/shm (the ring is a memfd: it never
     shows there). Other processes on the machine may come and go: an entry counts when it
     stays and is not named after a process of someone else's."""
+
     def ours(entry: str) -> bool:
         numbers = {int(part) for part in entry.replace("-", "_").split("_") if part.isdigit()}
         return not numbers or bool(numbers & pids) or "gpudesk" in entry
@@ -102,8 +104,9 @@ class Producer:
 
     def ready(self) -> bool:
         if self.proc.poll() is not None:
-            raise AssertionError(f"the producer exited ({self.proc.returncode}): "
-                                 f"{self.log.read_text()}")
+            raise AssertionError(
+                f"the producer exited ({self.proc.returncode}): {self.log.read_text()}"
+            )
         info = read_info(self.home.loader_paths(self.name)[2])
         return bool(info) and info.get("pid") == self.pid
 
@@ -127,8 +130,11 @@ class Producer:
             self.children = psutil.Process(self.pid).children(recursive=True)
         self.proc.terminate()
         code = self.proc.wait(15)
-        wait_for(lambda: not [c for c in self.children if _alive(c)], 15,
-                 what="the producer's worker processes to exit")
+        wait_for(
+            lambda: not [c for c in self.children if _alive(c)],
+            15,
+            what="the producer's worker processes to exit",
+        )
         return code
 
     def kill(self) -> None:
@@ -161,9 +167,11 @@ class _Recorded:
         return self.events("epoch")
 
     def _stuck(self, timeout: float) -> AssertionError:
-        return AssertionError(f"a consumer did not finish in {timeout:g}s; it got "
-                              f"{self.batches()} batches, {len(self.epochs())} epochs; "
-                              f"{self.events()[-2:]}")
+        return AssertionError(
+            f"a consumer did not finish in {timeout:g}s; it got "
+            f"{self.batches()} batches, {len(self.epochs())} epochs; "
+            f"{self.events()[-2:]}"
+        )
 
 
 class Consumer(_Recorded):
@@ -200,19 +208,33 @@ class Consumer(_Recorded):
         except subprocess.TimeoutExpired:
             raise self._stuck(timeout) from None
         log = self.out.with_suffix(".log")
-        assert got == code, f"consumer exit {got}: {self.events()[-3:]} " + \
-            (log.read_text()[-3000:] if log.exists() else "")
+        assert got == code, f"consumer exit {got}: {self.events()[-3:]} " + (
+            log.read_text()[-3000:] if log.exists() else ""
+        )
         return self.epochs()
 
 
 class ThreadConsumer(_Recorded):
     """A consumer in a thread of the test process, recording as loader_consumer.py does."""
 
-    def __init__(self, home: Home, name: str, batch: int, epochs: int, delay: float,
-                 resume_s: float | None, pause_file: Path | None, pause_from: int) -> None:
+    def __init__(
+        self,
+        home: Home,
+        name: str,
+        batch: int,
+        epochs: int,
+        delay: float,
+        resume_s: float | None,
+        pause_file: Path | None,
+        pause_from: int,
+    ) -> None:
         self.home, self.name, self.batch, self.resume_s = home, name, batch, resume_s
-        self.options = {"epochs": epochs, "delay": delay, "pause_from": pause_from,
-                        "pause_file": str(pause_file) if pause_file else None}
+        self.options = {
+            "epochs": epochs,
+            "delay": delay,
+            "pause_from": pause_from,
+            "pause_file": str(pause_file) if pause_file else None,
+        }
         self.recorded: list[dict[str, Any]] = []
         self.lock = threading.Lock()
         self.thread = threading.Thread(target=self._run, daemon=True)
@@ -233,8 +255,14 @@ class ThreadConsumer(_Recorded):
 
     def _run(self) -> None:
         try:
-            loader = SharedLoader(self.name, batch_size=self.batch or None, with_ids=True,
-                                  fallback=False, resume_s=self.resume_s, home=self.home.root)
+            loader = SharedLoader(
+                self.name,
+                batch_size=self.batch or None,
+                with_ids=True,
+                fallback=False,
+                resume_s=self.resume_s,
+                home=self.home.root,
+            )
             consume(loader, self._write, **self.options)
         except LoaderError as exc:
             if not self.events("error"):
@@ -262,22 +290,54 @@ class Loaders:
     def _spawn(self, argv: list[str], home: Home, log: Path) -> subprocess.Popen:
         env = {**os.environ, "GPUDESK_HOME": str(home.root)}
         with open(log, "w") as sink:
-            proc = subprocess.Popen(argv, env=env, stdout=sink, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL)
+            proc = subprocess.Popen(
+                argv, env=env, stdout=sink, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+            )
         self.procs.append(proc)
         return proc
 
-    def serve(self, name: str = "syn", *, home: Home | None = None, size: int = 200,
-              batch: int = 8, workers: int = 0, seed: int = 0, slots: int = 16,
-              shape: tuple[int, ...] = (2,), cost_ms: float = 0.0, wait: bool = True,
-              idle_exit: float = 30.0, selection: str | None = None) -> Producer:
+    def serve(
+        self,
+        name: str = "syn",
+        *,
+        home: Home | None = None,
+        size: int = 200,
+        batch: int = 8,
+        workers: int = 0,
+        seed: int = 0,
+        slots: int = 16,
+        shape: tuple[int, ...] = (2,),
+        cost_ms: float = 0.0,
+        wait: bool = True,
+        idle_exit: float = 30.0,
+        selection: str | None = None,
+    ) -> Producer:
         home = home or self.home
         self.count += 1
-        argv = [*GPUDESK, "loader", "serve", name, "--dataset", FACTORY,
-                "--arg", f"size={size}", "--arg", f"shape={json.dumps(list(shape))}",
-                "--arg", f"cost_ms={cost_ms}", "--batch-size", str(batch),
-                "--workers", str(workers), "--seed", str(seed), "--slots", str(slots),
-                "--idle-exit", str(idle_exit)]
+        argv = [
+            *GPUDESK,
+            "loader",
+            "serve",
+            name,
+            "--dataset",
+            FACTORY,
+            "--arg",
+            f"size={size}",
+            "--arg",
+            f"shape={json.dumps(list(shape))}",
+            "--arg",
+            f"cost_ms={cost_ms}",
+            "--batch-size",
+            str(batch),
+            "--workers",
+            str(workers),
+            "--seed",
+            str(seed),
+            "--slots",
+            str(slots),
+            "--idle-exit",
+            str(idle_exit),
+        ]
         if selection:
             argv += ["--selection", selection]
         log = self.tmp / f"producer{self.count}.log"
@@ -285,16 +345,35 @@ class Loaders:
         self.producers.append(producer)
         return producer.wait_ready() if wait else producer
 
-    def consumer(self, name: str = "syn", *, batch: int = 0, epochs: int = 1,
-                 delay: float = 0.0, resume_s: float | None = None,
-                 pause_file: Path | None = None, pause_from: int = 0,
-                 gated: bool = False) -> Consumer:
+    def consumer(
+        self,
+        name: str = "syn",
+        *,
+        batch: int = 0,
+        epochs: int = 1,
+        delay: float = 0.0,
+        resume_s: float | None = None,
+        pause_file: Path | None = None,
+        pause_from: int = 0,
+        gated: bool = False,
+    ) -> Consumer:
         """A consumer process; `gated`: it connects only when told to (`go`)."""
         self.count += 1
         out = self.tmp / f"consumer{self.count}.jsonl"
         start_file = self.tmp / f"go{self.count}" if gated else None
-        argv = [sys.executable, str(CONSUMER), name, "--out", str(out), "--batch-size",
-                str(batch), "--epochs", str(epochs), "--delay", str(delay)]
+        argv = [
+            sys.executable,
+            str(CONSUMER),
+            name,
+            "--out",
+            str(out),
+            "--batch-size",
+            str(batch),
+            "--epochs",
+            str(epochs),
+            "--delay",
+            str(delay),
+        ]
         if resume_s is not None:
             argv += ["--resume-s", str(resume_s)]
         if pause_file is not None:
@@ -303,13 +382,22 @@ class Loaders:
             argv += ["--start-file", str(start_file)]
         return Consumer(self._spawn(argv, self.home, out.with_suffix(".log")), out, start_file)
 
-    def thread(self, name: str = "syn", *, batch: int = 0, epochs: int = 1,
-               delay: float = 0.0, resume_s: float | None = None,
-               pause_file: Path | None = None, pause_from: int = 0,
-               gated: bool = False) -> ThreadConsumer:
+    def thread(
+        self,
+        name: str = "syn",
+        *,
+        batch: int = 0,
+        epochs: int = 1,
+        delay: float = 0.0,
+        resume_s: float | None = None,
+        pause_file: Path | None = None,
+        pause_from: int = 0,
+        gated: bool = False,
+    ) -> ThreadConsumer:
         """A consumer in a thread here: cheaper than a process, where a test needs no more."""
-        consumer = ThreadConsumer(self.home, name, batch, epochs, delay, resume_s, pause_file,
-                                  pause_from)
+        consumer = ThreadConsumer(
+            self.home, name, batch, epochs, delay, resume_s, pause_file, pause_from
+        )
         if not gated:
             consumer.go()
         return consumer
@@ -337,9 +425,16 @@ def loaders(home: Home, tmp_path: Path) -> Iterator[Loaders]:
 
 def local_epochs(home: Home, size: int, seed: int, batch: int, epochs: int) -> list[list[int]]:
     """The epochs of the local fallback (no producer) for the same dataset and seed."""
-    loader = SharedLoader("nothere", batch_size=batch, factory=FACTORY,
-                          factory_kwargs={"size": size, "shape": [2]}, seed=seed,
-                          fallback=True, with_ids=True, home=home.root)
+    loader = SharedLoader(
+        "nothere",
+        batch_size=batch,
+        factory=FACTORY,
+        factory_kwargs={"size": size, "shape": [2]},
+        seed=seed,
+        fallback=True,
+        with_ids=True,
+        home=home.root,
+    )
     assert loader.mode == "local"
     out = []
     for _ in range(epochs):
@@ -359,15 +454,17 @@ def first_epoch_ids(home: Home, name: str) -> list[int]:
 
 # -------------------------------------------------------------------------------------- tests
 def test_every_consumer_gets_every_sample_once_per_epoch_in_the_seeds_order(
-        loaders: Loaders, home: Home, tmp_path: Path) -> None:
+    loaders: Loaders, home: Home, tmp_path: Path
+) -> None:
     size, batch, seed, epochs = 200, 8, 3, 3
     per_epoch = -(-size // batch)
     other = Home(tmp_path / "other")
     producer = loaders.serve(size=size, batch=batch, workers=1, seed=seed, wait=False)
     # Two more producers in a fresh home, starting meanwhile: the same seed, and another.
     twin = loaders.serve("twin", home=other, size=size, batch=batch, seed=seed, wait=False)
-    reseeded = loaders.serve("reseeded", home=other, size=size, batch=batch, seed=seed + 1,
-                             wait=False)
+    reseeded = loaders.serve(
+        "reseeded", home=other, size=size, batch=batch, seed=seed + 1, wait=False
+    )
     # A consumer process and one in a thread here, told to connect at the same moment; a
     # little slow, so that the first to connect is still in the first epoch when the other
     # comes.
@@ -391,8 +488,7 @@ def test_every_consumer_gets_every_sample_once_per_epoch_in_the_seeds_order(
     streams = [[e["stream_epoch"] for e in epochs_seen] for epochs_seen in results]
     assert streams == [list(range(epochs))] * 2, streams
     for epoch in range(1, epochs):
-        assert results[0][epoch]["ids"] == results[1][epoch]["ids"] == \
-            canonical(size, seed, epoch)
+        assert results[0][epoch]["ids"] == results[1][epoch]["ids"] == canonical(size, seed, epoch)
     order0 = canonical(size, seed, 0)
     firsts = [epochs_seen[0]["ids"] for epochs_seen in results]
     assert order0 in firsts
@@ -413,8 +509,7 @@ def test_every_consumer_gets_every_sample_once_per_epoch_in_the_seeds_order(
         assert p.stop() == 0
 
 
-def test_a_consumer_joining_mid_epoch_starts_at_once_and_gets_its_makeups(
-        loaders: Loaders) -> None:
+def test_a_consumer_joining_mid_epoch_starts_at_once_and_gets_its_makeups(loaders: Loaders) -> None:
     size, batch = 400, 8  # 50 batches an epoch
     producer = loaders.serve(size=size, batch=batch, workers=1)
     steady = loaders.thread(epochs=2, delay=0.02)
@@ -433,8 +528,11 @@ def test_a_consumer_joining_mid_epoch_starts_at_once_and_gets_its_makeups(
         """It joined mid-epoch: what it missed is produced again for it."""
         before = producer.status()["makeups_produced"]
         first_batch_soon(joiner, go)
-        wait_for(lambda: producer.status()["makeups_produced"] > before, 5,
-                 what="make-ups for the joiner")
+        wait_for(
+            lambda: producer.status()["makeups_produced"] > before,
+            5,
+            what="make-ups for the joiner",
+        )
 
     wait_for(lambda: steady_at(8), 15, what="the steady consumer to be 8 batches in")
     makeups_for(early, early.go())
@@ -459,7 +557,8 @@ def test_a_consumer_joining_mid_epoch_starts_at_once_and_gets_its_makeups(
 
 
 def test_a_consumer_joining_at_the_end_of_an_epoch_with_a_small_ring_does_not_stall(
-        loaders: Loaders) -> None:
+    loaders: Loaders,
+) -> None:
     # Many workers keep many batches of the next epoch pulled ahead; a joiner is given those
     # (they hold slots it cannot release before its first epoch ends) before its make-ups.
     size, batch, slots = 400, 8, 4
@@ -504,7 +603,8 @@ def test_consumers_with_other_batch_sizes_get_views_where_they_can(loaders: Load
 
 
 def test_a_killed_consumer_releases_its_slots_and_the_others_go_on(
-        loaders: Loaders, tmp_path: Path) -> None:
+    loaders: Loaders, tmp_path: Path
+) -> None:
     shm_before = set(os.listdir("/dev/shm"))
     size, slots = 400, 8
     pause = tmp_path / "pause"
@@ -524,8 +624,11 @@ def test_a_killed_consumer_releases_its_slots_and_the_others_go_on(
 
     os.kill(victim.pid, signal.SIGKILL)
     killed = time.monotonic()
-    wait_for(lambda: victim.pid not in producer.consumers(), 2,
-             what="the dead consumer to leave the status")
+    wait_for(
+        lambda: victim.pid not in producer.consumers(),
+        2,
+        what="the dead consumer to leave the status",
+    )
     assert time.monotonic() - killed < 1.5
     victim.proc.wait(5)
 
@@ -540,8 +643,7 @@ def test_a_killed_consumer_releases_its_slots_and_the_others_go_on(
     assert_no_new_shm(shm_before, {producer.pid, victim.pid, os.getpid()})
 
 
-def test_a_dead_producer_is_reported_at_once_or_a_restarted_one_resumed(
-        loaders: Loaders) -> None:
+def test_a_dead_producer_is_reported_at_once_or_a_restarted_one_resumed(loaders: Loaders) -> None:
     size, batch = 200, 8
     # A slow dataset (24 ms a batch): the consumers are always waiting for the producer.
     settings: dict[str, Any] = {"size": size, "batch": batch, "cost_ms": 3.0}
@@ -553,8 +655,11 @@ def test_a_dead_producer_is_reported_at_once_or_a_restarted_one_resumed(
     # after the restart it must skip what it had handed out of it.
     odd = loaders.thread(batch=5, epochs=2, resume_s=20)
     wholes = loaders.thread(epochs=2, resume_s=20)
-    wait_for(lambda: min(c.batches() for c in (quitter, odd, wholes)) >= 3, 20,
-             what="the consumers to be going")
+    wait_for(
+        lambda: min(c.batches() for c in (quitter, odd, wholes)) >= 3,
+        20,
+        what="the consumers to be going",
+    )
     producer.kill()
     killed = time.monotonic()
     got = {c: c.batches() for c in (odd, wholes)}
@@ -605,8 +710,7 @@ def test_batches_are_views_of_the_shared_ring(loaders: Loaders) -> None:
             ids_seen = []
             for (features, labels), ids in loader:
                 for tensor in (features, labels, ids):
-                    assert tensor.untyped_storage().data_ptr() == \
-                        base.untyped_storage().data_ptr()
+                    assert tensor.untyped_storage().data_ptr() == base.untyped_storage().data_ptr()
                     assert start <= tensor.data_ptr()
                     assert tensor.data_ptr() + tensor.numel() * tensor.element_size() <= end
                 assert features.shape[1:] == (3, 2)
@@ -619,7 +723,8 @@ def test_batches_are_views_of_the_shared_ring(loaders: Loaders) -> None:
 
 
 def test_a_paused_consumer_holds_the_producer_back_by_the_ring_size(
-        loaders: Loaders, tmp_path: Path) -> None:
+    loaders: Loaders, tmp_path: Path
+) -> None:
     size, slots = 800, 8  # 100 batches an epoch
     pause = tmp_path / "pause"
     producer = loaders.serve(size=size, batch=8, slots=slots)
@@ -628,8 +733,9 @@ def test_a_paused_consumer_holds_the_producer_back_by_the_ring_size(
 
     def both_streaming() -> bool:
         consumers = producer.status()["consumers"]
-        return len(consumers) == 2 and all(c["makeups_left"] == 0 and c["delivered"]
-                                           for c in consumers)
+        return len(consumers) == 2 and all(
+            c["makeups_left"] == 0 and c["delivered"] for c in consumers
+        )
 
     wait_for(both_streaming, 10, what="both consumers to be past their make-ups")
     pause.touch()
@@ -667,15 +773,18 @@ def test_no_producer_and_bad_names_raise_loader_errors(home: Home) -> None:
 
 def test_loader_commands_fail_cleanly(home: Home) -> None:
     def run(*args: str) -> subprocess.Popen:
-        return subprocess.Popen([*GPUDESK, "loader", *args], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)
+        return subprocess.Popen(
+            [*GPUDESK, "loader", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
 
     # A valid name whose socket path would be too long for a Unix socket in this home.
     assert len(str(home.loader_paths("n" * 40)[0])) > 107
-    runs = {"module": run("serve", "x", "--dataset", "no.such.module:f"),
-            "name": run("serve", "bad name", "--dataset", FACTORY),
-            "long": run("serve", "n" * 40, "--dataset", FACTORY, "--idle-exit", "0.1"),
-            "status": run("status", "--json")}
+    runs = {
+        "module": run("serve", "x", "--dataset", "no.such.module:f"),
+        "name": run("serve", "bad name", "--dataset", FACTORY),
+        "long": run("serve", "n" * 40, "--dataset", FACTORY, "--idle-exit", "0.1"),
+        "status": run("status", "--json"),
+    }
     results = {}
     for what, proc in runs.items():
         out, error = proc.communicate(timeout=60)
@@ -695,16 +804,21 @@ def test_loader_commands_fail_cleanly(home: Home) -> None:
 
 
 def test_status_shows_consumers_and_a_second_producer_is_refused(
-        loaders: Loaders, tmp_path: Path) -> None:
+    loaders: Loaders, tmp_path: Path
+) -> None:
     pause = tmp_path / "pause"
     pause.touch()
     size, batch, slots = 200, 8, 4
     per_epoch = size // batch
     # Two producers for one name started at once: one runs, the other says so and exits.
-    pair = [loaders.serve(size=size, batch=batch, workers=2, slots=slots, wait=False)
-            for _ in range(2)]
-    wait_for(lambda: any(p.proc.poll() is not None for p in pair), 30,
-             what="one of two producers for one name to give up")
+    pair = [
+        loaders.serve(size=size, batch=batch, workers=2, slots=slots, wait=False) for _ in range(2)
+    ]
+    wait_for(
+        lambda: any(p.proc.poll() is not None for p in pair),
+        30,
+        what="one of two producers for one name to give up",
+    )
     [loser] = [p for p in pair if p.proc.poll() is not None]
     [producer] = [p for p in pair if p is not loser]
     assert loser.proc.returncode != 0
@@ -712,15 +826,20 @@ def test_status_shows_consumers_and_a_second_producer_is_refused(
     assert "already runs" in refusal and "Traceback" not in refusal, refusal
     producer.wait_ready()
     # And one started while one runs.
-    second = subprocess.Popen([*GPUDESK, "loader", "serve", "syn", "--dataset", FACTORY],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    second = subprocess.Popen(
+        [*GPUDESK, "loader", "serve", "syn", "--dataset", FACTORY],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     loaders.procs.append(second)
     # It holds its third batch of its second epoch.
     consumer = loaders.thread(epochs=3, pause_file=pause, pause_from=per_epoch + 2)
     wait_for(lambda: consumer.batches() >= per_epoch + 3, 20, what="the consumer to pause")
 
-    result = subprocess.run([*GPUDESK, "loader", "status", "--json"], capture_output=True,
-                            text=True, timeout=30)
+    result = subprocess.run(
+        [*GPUDESK, "loader", "status", "--json"], capture_output=True, text=True, timeout=30
+    )
     assert result.returncode == 0, result.stderr
     [entry] = json.loads(result.stdout)["loaders"]
     assert entry["name"] == "syn" and entry["pid"] == producer.pid
@@ -732,8 +851,9 @@ def test_status_shows_consumers_and_a_second_producer_is_refused(
     assert seen["epoch"] == 1  # it is in its second epoch
     assert seen["position"][0] == 1 and seen["position"][1] >= 2
     assert seen["batches_per_s"] > 0 and seen["held_slots"] >= 1
-    text = subprocess.run([*GPUDESK, "loader", "status"], capture_output=True, text=True,
-                          timeout=30).stdout
+    text = subprocess.run(
+        [*GPUDESK, "loader", "status"], capture_output=True, text=True, timeout=30
+    ).stdout
     assert f"consumer pid {consumer.pid}" in text and f"slots {entry['slots_used']}/4" in text
 
     _, error = second.communicate(timeout=60)
@@ -787,13 +907,17 @@ def test_an_rs2_producer_serves_a_new_part_every_epoch(loaders: Loaders, home: H
 
 
 def test_consumers_wait_for_a_producer_preparing_its_selection(
-        loaders: Loaders, home: Home, capsys: pytest.CaptureFixture[str]) -> None:
+    loaders: Loaders, home: Home, capsys: pytest.CaptureFixture[str]
+) -> None:
     """A selection's pre-pass reads every sample before the producer serves (here 100 samples
     at 30 ms each): the producer says it is preparing, and a consumer that finds it so waits for
     it instead of failing at once."""
     loaders.serve(size=100, batch=10, cost_ms=30, selection="random-50", wait=False)
-    wait_for(lambda: (read_info(home.loader_paths("syn")[2]) or {}).get("preparing"), 30,
-             what="the producer to say it is preparing")
+    wait_for(
+        lambda: (read_info(home.loader_paths("syn")[2]) or {}).get("preparing"),
+        30,
+        what="the producer to say it is preparing",
+    )
     (status,) = collect("syn", home=home)
     assert status["preparing"] == "data selection random-50"
     with SharedLoader("syn", with_ids=True, fallback=False, home=home.root) as loader:

@@ -34,9 +34,15 @@ CONSUMER = textwrap.dedent("""
             f.flush()
 """)
 
-DATASET = {"name": "syn", "factory": "gpudesk.workloads.synthetic:make_dataset",
-           "args": {"size": 120, "shape": [4]}, "batch_size": 8, "workers": 0, "seed": 3,
-           "slots": 8}
+DATASET = {
+    "name": "syn",
+    "factory": "gpudesk.workloads.synthetic:make_dataset",
+    "args": {"size": 120, "shape": [4]},
+    "batch_size": 8,
+    "workers": 0,
+    "seed": 3,
+    "slots": 8,
+}
 
 
 @pytest.fixture
@@ -48,13 +54,18 @@ def loader_engine(home: Home, monkeypatch: pytest.MonkeyPatch) -> EngineHandle:
     return handle
 
 
-def consumer_job(tmp_path: Path, name: str, epochs: int,
-                 delay: float = 0.0) -> tuple[dict, Path]:
+def consumer_job(tmp_path: Path, name: str, epochs: int, delay: float = 0.0) -> tuple[dict, Path]:
     script = tmp_path / "consumer.py"
     script.write_text(CONSUMER)
     out = tmp_path / f"{name}.jsonl"
-    return ({"name": name, "command": [sys.executable, str(script), "syn", str(epochs),
-                                       str(out), str(delay)], "dataset": "syn"}, out)
+    return (
+        {
+            "name": name,
+            "command": [sys.executable, str(script), "syn", str(epochs), str(out), str(delay)],
+            "dataset": "syn",
+        },
+        out,
+    )
 
 
 def epochs_of(out: Path) -> list[dict]:
@@ -69,7 +80,8 @@ def producer_pid(handle: EngineHandle) -> int | None:
 
 
 def test_jobs_naming_a_dataset_share_one_producer_that_stops_when_unneeded(
-        loader_engine: EngineHandle, tmp_path: Path) -> None:
+    loader_engine: EngineHandle, tmp_path: Path
+) -> None:
     (a, out_a), (b, out_b) = consumer_job(tmp_path, "a", 2), consumer_job(tmp_path, "b", 2)
     ids = loader_engine.submit(a, b)
     jobs = loader_engine.wait_all_done(ids)
@@ -92,14 +104,18 @@ def test_jobs_naming_a_dataset_share_one_producer_that_stops_when_unneeded(
 
 
 def test_a_producer_that_dies_is_restarted_and_its_consumers_resume(
-        loader_engine: EngineHandle, tmp_path: Path) -> None:
+    loader_engine: EngineHandle, tmp_path: Path
+) -> None:
     job, out = consumer_job(tmp_path, "slow", 3, delay=0.02)  # ~15 batches/epoch, ~1 s
     (job_id,) = loader_engine.submit(job)
     first = wait_for(lambda: producer_pid(loader_engine), 20.0, what="the producer to start")
     wait_for(lambda: out.exists() and out.read_text(), 20.0, what="a first epoch")
     os.kill(first, signal.SIGKILL)
-    second = wait_for(lambda: (p := producer_pid(loader_engine)) and p != first and p, 10.0,
-                      what="the engine to restart the producer")
+    second = wait_for(
+        lambda: (p := producer_pid(loader_engine)) and p != first and p,
+        10.0,
+        what="the engine to restart the producer",
+    )
     assert second != first
     (done,) = loader_engine.wait_all_done([job_id], timeout=60.0)
     assert done["state"] == "succeeded", done
@@ -110,7 +126,8 @@ def test_a_producer_that_dies_is_restarted_and_its_consumers_resume(
 
 
 def test_stopping_the_engine_stops_producers_no_running_job_reads(
-        home: Home, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    home: Home, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("GPUDESK_LOADER_GRACE_S", "600")  # it would idle on for 10 minutes
     handle = EngineHandle(home)
     handle.start(slots=2)
@@ -126,7 +143,8 @@ def test_stopping_the_engine_stops_producers_no_running_job_reads(
 
 
 def test_a_job_with_its_own_selection_gets_a_loader_of_its_own_and_is_recorded_as_a_reuse(
-        loader_engine: EngineHandle, tmp_path: Path) -> None:
+    loader_engine: EngineHandle, tmp_path: Path
+) -> None:
     """`selection` on a job: the engine serves it `syn.random-25`, a second producer of the
     same dataset; the job's consumer, asking for "syn", reads that one. The pre-pass ran once
     (in the first producer); a second job on it is recorded as a reuse by its job id."""
@@ -145,8 +163,11 @@ def test_a_job_with_its_own_selection_gets_a_loader_of_its_own_and_is_recorded_a
     assert loader_engine.job(first)["spec"]["selection"] == "random-25"
     assert loader_engine.job(first)["loader"] == "syn.random-25"  # the loader the engine ran
     assert loader_engine.job(whole[0])["loader"] == "syn"
-    full = loader_engine.client.request("submit", env=dict(os.environ), jobs=[{
-        **consumer_job(tmp_path, "f", 0)[0], "selection": "full", "workdir": str(tmp_path)}])
+    full = loader_engine.client.request(
+        "submit",
+        env=dict(os.environ),
+        jobs=[{**consumer_job(tmp_path, "f", 0)[0], "selection": "full", "workdir": str(tmp_path)}],
+    )
     assert loader_engine.job(full["ids"][0])["loader"] == "syn"  # syn has no selection
     # a later job with the same selection reuses the cached entry
     (c, out_c) = consumer_job(tmp_path, "c", 1)
@@ -159,7 +180,8 @@ def test_a_job_with_its_own_selection_gets_a_loader_of_its_own_and_is_recorded_a
 
 
 def test_a_profile_run_queues_its_selections_prepass_first_and_records_its_cost(
-        loader_engine: EngineHandle, tmp_path: Path) -> None:
+    loader_engine: EngineHandle, tmp_path: Path
+) -> None:
     """`gpudesk run` on a dataset with a selection: the pre-pass runs as a job of the run (the
     engine measures it, and its cost lands in the cache entry); the training job then finds
     the selection cached and trains on it."""
@@ -171,7 +193,8 @@ def test_a_profile_run_queues_its_selections_prepass_first_and_records_its_cost(
 
     job, out = consumer_job(tmp_path, "train", 1)
     profile = tmp_path / "sel.toml"
-    profile.write_text(textwrap.dedent(f"""
+    profile.write_text(
+        textwrap.dedent(f"""
         name = "sel"
         [datasets.syn]
         factory = "gpudesk.workloads.synthetic:make_dataset"
@@ -185,11 +208,15 @@ def test_a_profile_run_queues_its_selections_prepass_first_and_records_its_cost(
         name = "train"
         dataset = "syn"
         command = {json.dumps(job["command"])}
-    """))
-    report = run_profile(load_profile(profile), loader_engine.client,
-                         progress_stream=io.StringIO(), live=False)
+    """)
+    )
+    report = run_profile(
+        load_profile(profile), loader_engine.client, progress_stream=io.StringIO(), live=False
+    )
     assert [(j["name"], j["state"]) for j in report.jobs] == [
-        ("prepass-syn-random-25", "succeeded"), ("train", "succeeded")]
+        ("prepass-syn-random-25", "succeeded"),
+        ("train", "succeeded"),
+    ]
     assert any("computed in" in note and "30 of 120 samples" in note for note in report.notes)
     (entry,) = SelectionCache(loader_engine.home.selection_dir).entries()
     assert entry.cost.job == report.jobs[0]["id"] and entry.cost.job_wall_s > 0
@@ -199,7 +226,8 @@ def test_a_profile_run_queues_its_selections_prepass_first_and_records_its_cost(
 
 
 def test_a_failed_prepass_keeps_the_runs_training_jobs_from_being_submitted(
-        loader_engine: EngineHandle, tmp_path: Path) -> None:
+    loader_engine: EngineHandle, tmp_path: Path
+) -> None:
     import io
 
     from gpudesk.headless import run_profile
@@ -207,7 +235,8 @@ def test_a_failed_prepass_keeps_the_runs_training_jobs_from_being_submitted(
 
     job, _ = consumer_job(tmp_path, "train", 1)
     profile = tmp_path / "sel.toml"
-    profile.write_text(textwrap.dedent(f"""
+    profile.write_text(
+        textwrap.dedent(f"""
         name = "sel"
         [datasets.syn]
         factory = "gpudesk.workloads.synthetic:make_dataset"
@@ -217,9 +246,11 @@ def test_a_failed_prepass_keeps_the_runs_training_jobs_from_being_submitted(
         name = "train"
         dataset = "syn"
         command = {json.dumps(job["command"])}
-    """))
-    report = run_profile(load_profile(profile), loader_engine.client,
-                         progress_stream=io.StringIO(), live=False)
+    """)
+    )
+    report = run_profile(
+        load_profile(profile), loader_engine.client, progress_stream=io.StringIO(), live=False
+    )
     assert [(j["name"], j["state"]) for j in report.jobs] == [("prepass-syn-less-25", "failed")]
     assert not report.succeeded
     assert any("were not submitted" in note for note in report.notes)

@@ -27,18 +27,38 @@ if not any(group.name == "mig" for group in cli.app.registered_groups):
 
 
 def a100(**fields: object) -> dict:
-    gpu = {"name": "NVIDIA A100-SXM4-40GB", "uuid": "GPU-e86cb44c-6756-fd30-cd4a-1e6da3caf9b0",
-           "pci_bus_id": "00000000:07:00.0", "mig_mode": "enabled", "gpu_instances": []}
+    gpu = {
+        "name": "NVIDIA A100-SXM4-40GB",
+        "uuid": "GPU-e86cb44c-6756-fd30-cd4a-1e6da3caf9b0",
+        "pci_bus_id": "00000000:07:00.0",
+        "mig_mode": "enabled",
+        "gpu_instances": [],
+    }
     gpu.update(fields)
     return gpu
 
 
 def two_halves(busy: int | None = None) -> list[dict]:
     """Two 3g.20gb instances with a compute instance each; `busy`: the one a process runs on."""
-    return [{"id": gi_id, "profile_id": 9, "start": start, "size": 4, "in_use": gi_id == busy,
-             "compute_instances": [{"id": 0, "profile_id": 2, "start": 0, "size": 3,
-                                    "uuid": f"MIG-0000000{gi_id}-0000-5000-8000-000000000000"}]}
-            for gi_id, start in ((1, 0), (2, 4))]
+    return [
+        {
+            "id": gi_id,
+            "profile_id": 9,
+            "start": start,
+            "size": 4,
+            "in_use": gi_id == busy,
+            "compute_instances": [
+                {
+                    "id": 0,
+                    "profile_id": 2,
+                    "start": 0,
+                    "size": 3,
+                    "uuid": f"MIG-0000000{gi_id}-0000-5000-8000-000000000000",
+                }
+            ],
+        }
+        for gi_id, start in ((1, 0), (2, 4))
+    ]
 
 
 class FakeSmi:
@@ -70,8 +90,6 @@ def smi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeSmi:
     return fake
 
 
-
-
 def test_profiles_json(smi: FakeSmi, gpudesk: Run) -> None:
     smi.write(a100())
     code, out, _ = gpudesk("mig", "profiles", "--json")
@@ -80,9 +98,21 @@ def test_profiles_json(smi: FakeSmi, gpudesk: Run) -> None:
     assert (gpu["index"], gpu["mig_mode"]) == (0, "enabled")
     rows = {p["name"]: p for p in gpu["profiles"]}
     assert list(rows) == ["1g.5gb", "1g.5gb+me", "2g.10gb", "3g.20gb", "4g.20gb", "7g.40gb"]
-    assert rows["3g.20gb"] == {"id": 9, "name": "3g.20gb", "free": 2, "total": 2,
-                               "memory_gib": 19.62, "sm": 42, "ce": 3, "dec": 2, "enc": 0,
-                               "jpeg": 0, "ofa": 0, "p2p": False, "placements": ["0:4", "4:4"]}
+    assert rows["3g.20gb"] == {
+        "id": 9,
+        "name": "3g.20gb",
+        "free": 2,
+        "total": 2,
+        "memory_gib": 19.62,
+        "sm": 42,
+        "ce": 3,
+        "dec": 2,
+        "enc": 0,
+        "jpeg": 0,
+        "ofa": 0,
+        "p2p": False,
+        "placements": ["0:4", "4:4"],
+    }
     assert smi.changing_calls() == []
 
 
@@ -96,12 +126,14 @@ def test_profiles_text_shows_what_is_free(smi: FakeSmi, gpudesk: Run) -> None:
 
 def made_devices(smi: FakeSmi) -> dict[str, tuple[int, str]]:
     """MIG UUID -> (GPU instance ID, placement), from the fake's state."""
-    return {ci["uuid"]: (gi["id"], f"{gi['start']}:{gi['size']}")
-            for gi in smi.state()["gpus"][0]["gpu_instances"] for ci in gi["compute_instances"]}
+    return {
+        ci["uuid"]: (gi["id"], f"{gi['start']}:{gi['size']}")
+        for gi in smi.state()["gpus"][0]["gpu_instances"]
+        for ci in gi["compute_instances"]
+    }
 
 
-def test_apply_creates_larger_slices_first_and_prints_the_uuids(smi: FakeSmi,
-                                                                gpudesk: Run) -> None:
+def test_apply_creates_larger_slices_first_and_prints_the_uuids(smi: FakeSmi, gpudesk: Run) -> None:
     smi.write(a100())
     code, out, err = gpudesk("mig", "apply", "--gpu", "0", "1g.5gb,1g.5gb,2g.10gb,3g.20gb")
     assert (code, err) == (0, "")
@@ -114,8 +146,12 @@ def test_apply_creates_larger_slices_first_and_prints_the_uuids(smi: FakeSmi,
 def test_list_after_apply_shows_the_mig_uuids(smi: FakeSmi, gpudesk: Run) -> None:
     smi.write(a100())
     # What `apply` runs (checked above), straight to the fake to keep this test quick.
-    created = subprocess.run([str(FAKE), "mig", "-i", "0", "-cgi", "9,14,19,19", "-C"],
-                             capture_output=True, text=True, timeout=10)
+    created = subprocess.run(
+        [str(FAKE), "mig", "-i", "0", "-cgi", "9,14,19,19", "-C"],
+        capture_output=True,
+        text=True,
+        timeout=10,
+    )
     assert created.returncode == 0, created.stdout
     made = made_devices(smi)
     code, out, _ = gpudesk("mig", "list", "--json")
@@ -134,8 +170,14 @@ def test_list_text(smi: FakeSmi, gpudesk: Run) -> None:
     assert code == 0
     lines = out.splitlines()
     assert lines[0] == "GPU 0: NVIDIA A100-SXM4-40GB  MIG enabled, 2 MIG device(s)"
-    assert lines[2].split() == ["0", "3g.20gb", "1", "0", "0:4",
-                                "MIG-00000001-0000-5000-8000-000000000000"]
+    assert lines[2].split() == [
+        "0",
+        "3g.20gb",
+        "1",
+        "0",
+        "0:4",
+        "MIG-00000001-0000-5000-8000-000000000000",
+    ]
     assert lines[4].startswith("GPU 1: NVIDIA A100-SXM4-40GB  MIG disabled.")
     assert "sudo nvidia-smi -i 1 -mig 1" in lines[4]
 
@@ -144,8 +186,11 @@ def test_apply_replaces_the_layout(smi: FakeSmi, gpudesk: Run) -> None:
     smi.write(a100(gpu_instances=two_halves()))
     code, out, _ = gpudesk("mig", "apply", "--gpu", "0", "7g.40gb")
     assert code == 0
-    assert smi.changing_calls() == [["mig", "-i", "0", "-dci"], ["mig", "-i", "0", "-dgi"],
-                                    ["mig", "-i", "0", "-cgi", "0", "-C"]]
+    assert smi.changing_calls() == [
+        ["mig", "-i", "0", "-dci"],
+        ["mig", "-i", "0", "-dgi"],
+        ["mig", "-i", "0", "-cgi", "0", "-C"],
+    ]
     (gi,) = smi.state()["gpus"][0]["gpu_instances"]
     assert (gi["profile_id"], gi["start"], gi["size"]) == (0, 0, 8)
     assert gi["compute_instances"][0]["uuid"] in out
@@ -168,15 +213,15 @@ def test_a_failure_mid_apply_says_what_state_the_gpu_is_in(smi: FakeSmi, gpudesk
     assert code == 1
     assert "In use by another client" in err
     assert "GPU 0 is now partly changed" in err
-    assert ("Successfully destroyed compute instance ID  0 from GPU  0 GPU instance ID  1"
-            in err)
+    assert "Successfully destroyed compute instance ID  0 from GPU  0 GPU instance ID  1" in err
     assert "gpudesk mig list" in err
     gis = smi.state()["gpus"][0]["gpu_instances"]
     assert [len(gi["compute_instances"]) for gi in gis] == [0, 1]
 
 
 def test_a_layout_that_does_not_fit_is_refused_before_anything_changes(
-        smi: FakeSmi, gpudesk: Run) -> None:
+    smi: FakeSmi, gpudesk: Run
+) -> None:
     smi.write(a100(gpu_instances=two_halves()))
     before = smi.state_file.read_text()
     code, _, err = gpudesk("mig", "apply", "--gpu", "0", "4g.20gb,3g.20gb,1g.5gb")
@@ -185,20 +230,24 @@ def test_a_layout_that_does_not_fit_is_refused_before_anything_changes(
     assert smi.changing_calls() == [] and smi.state_file.read_text() == before
 
 
-def test_insufficient_resources_from_nvidia_smi(smi: FakeSmi, gpudesk: Run,
-                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_insufficient_resources_from_nvidia_smi(
+    smi: FakeSmi, gpudesk: Run, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Were the planner's order wrong, the driver's refusal must still read clearly."""
     smi.write(a100())
 
     def as_given(available, requested, placements, occupied=()):  # type: ignore[no-untyped-def]
-        return [mig.PlannedInstance(mig.resolve_profile(available, n), mig.Placement(0, 1))
-                for n in requested]
+        return [
+            mig.PlannedInstance(mig.resolve_profile(available, n), mig.Placement(0, 1))
+            for n in requested
+        ]
 
     monkeypatch.setattr(mig, "plan_layout", as_given)
     code, _, err = gpudesk("mig", "apply", "--gpu", "0", "1g.5gb,1g.5gb,2g.10gb,3g.20gb")
     assert code == 1
-    assert "GPU 0 has no room left for a 3g.20gb instance (nvidia-smi: Insufficient Resources)" \
-        in err
+    assert (
+        "GPU 0 has no room left for a 3g.20gb instance (nvidia-smi: Insufficient Resources)" in err
+    )
     assert "partly changed" in err and "Successfully created GPU instance ID 13" in err
     assert len(smi.state()["gpus"][0]["gpu_instances"]) == 3
 
@@ -226,9 +275,9 @@ def test_profiles_and_list_without_mig(smi: FakeSmi, gpudesk: Run) -> None:
     assert [g["mig_mode"] for g in smi.state()["gpus"]] == ["disabled", "pending"]
 
 
-def test_dry_run_prints_the_commands_and_changes_nothing(smi: FakeSmi, gpudesk: Run,
-                                                         tmp_path: Path,
-                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_dry_run_prints_the_commands_and_changes_nothing(
+    smi: FakeSmi, gpudesk: Run, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     spaced = tmp_path / "driver tools" / "nvidia-smi"
     spaced.parent.mkdir()
     shutil.copy(FAKE, spaced)
@@ -238,8 +287,11 @@ def test_dry_run_prints_the_commands_and_changes_nothing(smi: FakeSmi, gpudesk: 
     code, out, _ = gpudesk("mig", "apply", "--gpu", "0", "1g.5gb,3g.20gb", "2g.10gb", "--dry-run")
     assert code == 0
     exe = shlex.quote(str(spaced))
-    assert out.splitlines() == [f"{exe} mig -i 0 -dci", f"{exe} mig -i 0 -dgi",
-                                f"{exe} mig -i 0 -cgi 9,14,19 -C"]
+    assert out.splitlines() == [
+        f"{exe} mig -i 0 -dci",
+        f"{exe} mig -i 0 -dgi",
+        f"{exe} mig -i 0 -cgi 9,14,19 -C",
+    ]
     assert [shlex.split(line)[0] for line in out.splitlines()] == [str(spaced)] * 3
     code, out, _ = gpudesk("mig", "clear", "--gpu", "0", "--dry-run")
     assert code == 0
@@ -283,8 +335,9 @@ def test_without_root_it_says_how_to_get_root(smi: FakeSmi, gpudesk: Run) -> Non
     assert smi.state()["gpus"][0]["gpu_instances"] == []
 
 
-def test_nvidia_smi_that_does_not_exist(smi: FakeSmi, gpudesk: Run, tmp_path: Path,
-                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_nvidia_smi_that_does_not_exist(
+    smi: FakeSmi, gpudesk: Run, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("GPUDESK_NVIDIA_SMI", str(tmp_path / "missing" / "nvidia-smi"))
     code, _, err = gpudesk("mig", "list")
     assert code == 1
@@ -293,15 +346,22 @@ def test_nvidia_smi_that_does_not_exist(smi: FakeSmi, gpudesk: Run, tmp_path: Pa
 
 def test_as_a_separate_process(tmp_path: Path) -> None:
     """The error path a user sees: `error: ...` on stderr, exit 1, no traceback."""
-    shim = ("import sys\nfrom gpudesk import cli\nfrom gpudesk.mig_cli import mig_app\n"
-            "if not any(g.name == 'mig' for g in cli.app.registered_groups):\n"
-            "    cli.app.add_typer(mig_app, name='mig')\ncli.main(sys.argv[1:])\n")
+    shim = (
+        "import sys\nfrom gpudesk import cli\nfrom gpudesk.mig_cli import mig_app\n"
+        "if not any(g.name == 'mig' for g in cli.app.registered_groups):\n"
+        "    cli.app.add_typer(mig_app, name='mig')\ncli.main(sys.argv[1:])\n"
+    )
     missing = tmp_path / "nvidia-smi"
-    result = subprocess.run([sys.executable, "-c", shim, "mig", "list"], capture_output=True,
-                            text=True, timeout=30,
-                            env={**os.environ, "GPUDESK_NVIDIA_SMI": str(missing)})
+    result = subprocess.run(
+        [sys.executable, "-c", shim, "mig", "list"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={**os.environ, "GPUDESK_NVIDIA_SMI": str(missing)},
+    )
     assert result.returncode == 1
     assert result.stdout == ""
-    assert result.stderr.startswith(f"error: cannot run nvidia-smi at {missing} (from "
-                                    f"GPUDESK_NVIDIA_SMI)")
+    assert result.stderr.startswith(
+        f"error: cannot run nvidia-smi at {missing} (from GPUDESK_NVIDIA_SMI)"
+    )
     assert "Traceback" not in result.stderr

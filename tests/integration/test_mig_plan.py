@@ -28,7 +28,6 @@ HEAVY = {"command": SLEEP, "gpus": 1, "memory_gb": 38, "sm_pct": 100}
 WANTED = ["2g.10gb", "3g.20gb", "2g.10gb"]
 
 
-
 def slice_profiles(engine: EngineHandle, gpu: int) -> list[str] | None:
     snapshot = engine.client.request("telemetry")["snapshot"]
     if snapshot is None:
@@ -39,8 +38,10 @@ def slice_profiles(engine: EngineHandle, gpu: int) -> list[str] | None:
 
 def mig_events(home: Home) -> list[str]:
     with contextlib.closing(sqlite3.connect(f"file:{home.db}?mode=ro", uri=True)) as conn:
-        return [row[0] for row in conn.execute(
-            "SELECT message FROM events WHERE kind = 'mig' ORDER BY id")]
+        return [
+            row[0]
+            for row in conn.execute("SELECT message FROM events WHERE kind = 'mig' ORDER BY id")
+        ]
 
 
 class Station:
@@ -50,17 +51,25 @@ class Station:
 
     def __init__(self, home: Home, *, mig_repartition: bool) -> None:
         self.engine = EngineHandle(home)
-        self.engine.start(backend="sim:dgx-station-a100", sample_interval=0.2,
-                          mig={"3": "1g.5gb"}, mig_repartition=mig_repartition)
-        wait_for(lambda: slice_profiles(self.engine, 3) == ["1g.5gb"],
-                 what="GPU 3's MIG slice in telemetry")
+        self.engine.start(
+            backend="sim:dgx-station-a100",
+            sample_interval=0.2,
+            mig={"3": "1g.5gb"},
+            mig_repartition=mig_repartition,
+        )
+        wait_for(
+            lambda: slice_profiles(self.engine, 3) == ["1g.5gb"],
+            what="GPU 3's MIG slice in telemetry",
+        )
         self.heavy = self.engine.submit(*({"name": f"heavy{i}", **HEAVY} for i in range(3)))
         for job_id in self.heavy:
             self.engine.wait_state(job_id, "running")
         self.a, self.b, self.c, self.e = self.engine.submit(
-            *({"name": name, "command": SLEEP, "gpus": 1, "memory_gb": memory, "sm_pct": sm}
-              for name, memory, sm in (("a", 8, 20), ("b", 16, 40), ("c", 6, 10),
-                                       ("e", 12, 30))))
+            *(
+                {"name": name, "command": SLEEP, "gpus": 1, "memory_gb": memory, "sm_pct": sm}
+                for name, memory, sm in (("a", 8, 20), ("b", 16, 40), ("c", 6, 10), ("e", 12, 30))
+            )
+        )
         self.queued = [self.a, self.b, self.c, self.e]
 
     def states(self) -> list[str]:
@@ -81,8 +90,7 @@ def open_station(home: Home) -> Iterator[Station]:
     station.engine.client.close()
 
 
-def test_the_plan_shows_the_layout_the_queue_wants(locked_station: Station,
-                                                   gpudesk: Run) -> None:
+def test_the_plan_shows_the_layout_the_queue_wants(locked_station: Station, gpudesk: Run) -> None:
     station, client = locked_station, locked_station.engine.client
     result = client.request("mig_plan", gpu=None)
     assert result["simulated"] is True
@@ -92,8 +100,12 @@ def test_the_plan_shows_the_layout_the_queue_wants(locked_station: Station,
     assert (gpu3["mig_enabled"], gpu3["current"], gpu3["wanted"]) == (True, ["1g.5gb"], WANTED)
     assert [s["job_id"] for s in gpu3["slices"]] == [station.a, station.b, station.c]
     assert [j["job_id"] for j in gpu3["left_out"]] == [station.e]  # no room after a, b, c
-    assert gpu3["commands"] == ["nvidia-smi mig -i 3 -dci", "nvidia-smi mig -i 3 -dgi",
-                                "nvidia-smi mig -i 3 -cgi 9,14,14 -C", "nvidia-smi -L"]
+    assert gpu3["commands"] == [
+        "nvidia-smi mig -i 3 -dci",
+        "nvidia-smi mig -i 3 -dgi",
+        "nvidia-smi mig -i 3 -cgi 9,14,14 -C",
+        "nvidia-smi -L",
+    ]
     assert gpu3["allowed"] is False
     assert [b["code"] for b in gpu3["blockers"]] == ["config"]
     # GPUs 0-2: not in MIG mode and busy; they plan for what GPU 3 left (job e)
@@ -130,8 +142,9 @@ def test_the_plan_shows_the_layout_the_queue_wants(locked_station: Station,
     assert station.states() == ["queued"] * 4 and mig_events(station.engine.home) == []
 
 
-def test_applying_the_plan_repartitions_the_simulated_gpu(open_station: Station,
-                                                          gpudesk: Run) -> None:
+def test_applying_the_plan_repartitions_the_simulated_gpu(
+    open_station: Station, gpudesk: Run
+) -> None:
     station, client = open_station, open_station.engine.client
     (gpu3,) = client.request("mig_plan", gpu=3)["plans"]
     assert gpu3["allowed"] and gpu3["wanted"] == WANTED
@@ -145,8 +158,7 @@ def test_applying_the_plan_repartitions_the_simulated_gpu(open_station: Station,
         client.request("mig_apply", gpu=3, profiles=WANTED, confirm=False)
     assert unconfirmed.value.code == "refused" and "not confirmed" in str(unconfirmed.value)
     with pytest.raises(EngineError) as too_big:
-        client.request("mig_apply", gpu=3, profiles=["3g.20gb", "3g.20gb", "1g.5gb"],
-                       confirm=True)
+        client.request("mig_apply", gpu=3, profiles=["3g.20gb", "3g.20gb", "1g.5gb"], confirm=True)
     assert too_big.value.code == "invalid_args" and "does not fit" in str(too_big.value)
     code, _, err = gpudesk("mig", "apply-plan", "--gpu", "3")  # no terminal, no --yes
     assert code == 2 and "needs confirmation" in err and "--yes" in err
@@ -154,40 +166,77 @@ def test_applying_the_plan_repartitions_the_simulated_gpu(open_station: Station,
 
     code, out, err = gpudesk("mig", "apply-plan", "--gpu", "3", "--yes")
     assert (code, err) == (0, "")
-    assert ("MIG layout of GPU 3 applied: 2g.10gb, 3g.20gb, 2g.10gb (was 1g.5gb) [SIMULATED]"
-            in out)
+    assert "MIG layout of GPU 3 applied: 2g.10gb, 3g.20gb, 2g.10gb (was 1g.5gb) [SIMULATED]" in out
     # telemetry and placement see the new slices: a, b and c start on them; e still waits
     assert slice_profiles(station.engine, 3) == WANTED
-    for job_id, profile in zip((station.a, station.b, station.c), ("2g.10gb", "3g.20gb",
-                                                                   "2g.10gb"), strict=True):
+    for job_id, profile in zip(
+        (station.a, station.b, station.c), ("2g.10gb", "3g.20gb", "2g.10gb"), strict=True
+    ):
         assert station.engine.wait_state(job_id, "running")["slot"] == f"gpu:3/{profile}"
     assert station.engine.job(station.e)["state"] == "queued"
     assert client.request("status")["station"]["mig"] == {"3": "2g.10gb,3g.20gb,2g.10gb"}
     assert mig_events(station.engine.home) == [
-        "MIG layout of GPU 3 applied: 2g.10gb, 3g.20gb, 2g.10gb (was 1g.5gb) [SIMULATED]"]
+        "MIG layout of GPU 3 applied: 2g.10gb, 3g.20gb, 2g.10gb (was 1g.5gb) [SIMULATED]"
+    ]
     (after,) = client.request("mig_plan", gpu=3)["plans"]
     assert "busy" in [b["code"] for b in after["blockers"]]
 
 
 # ------------------------------------------------------------------------ a real station
 def test_a_real_station_plans_and_applies_through_nvidia_smi(
-        home: Home, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    home: Home, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """NVML and nvidia-smi are the faithful fakes: an A100 in MIG mode with two 3g.20gb
     instances, and two queued 24 GB jobs that fit neither."""
     smi_state, smi_log = tmp_path / "smi.json", tmp_path / "smi-calls.jsonl"
     uuids = [f"MIG-0000000{gi}-0000-5000-8000-000000000000" for gi in (1, 2)]
-    smi_state.write_text(json.dumps({"root": True, "gpus": [{
-        "name": "NVIDIA A100-SXM4-40GB", "uuid": "GPU-e86cb44c-6756-fd30-cd4a-1e6da3caf9b0",
-        "pci_bus_id": "00000000:07:00.0", "mig_mode": "enabled", "gpu_instances": [
-            {"id": gi, "profile_id": 9, "start": start, "size": 4, "compute_instances": [
-                {"id": 0, "profile_id": 2, "start": 0, "size": 3, "uuid": uuid}]}
-            for gi, start, uuid in ((1, 0, uuids[0]), (2, 4, uuids[1]))]}]}))
+    smi_state.write_text(
+        json.dumps(
+            {
+                "root": True,
+                "gpus": [
+                    {
+                        "name": "NVIDIA A100-SXM4-40GB",
+                        "uuid": "GPU-e86cb44c-6756-fd30-cd4a-1e6da3caf9b0",
+                        "pci_bus_id": "00000000:07:00.0",
+                        "mig_mode": "enabled",
+                        "gpu_instances": [
+                            {
+                                "id": gi,
+                                "profile_id": 9,
+                                "start": start,
+                                "size": 4,
+                                "compute_instances": [
+                                    {"id": 0, "profile_id": 2, "start": 0, "size": 3, "uuid": uuid}
+                                ],
+                            }
+                            for gi, start, uuid in ((1, 0, uuids[0]), (2, 4, uuids[1]))
+                        ],
+                    }
+                ],
+            }
+        )
+    )
     nvml = tmp_path / "nvml.json"
-    nvml.write_text(json.dumps({"gpus": [{
-        "name": "NVIDIA A100-SXM4-40GB", "uuid": "GPU-e86cb44c-6756-fd30-cd4a-1e6da3caf9b0",
-        "memory_total_mib": 40960, "sm_count": 108, "mig_enabled": True,
-        "mig_devices": [{"uuid": uuid, "gpu_instance_id": gi} for gi, uuid in
-                        ((1, uuids[0]), (2, uuids[1]))]}]}))
+    nvml.write_text(
+        json.dumps(
+            {
+                "gpus": [
+                    {
+                        "name": "NVIDIA A100-SXM4-40GB",
+                        "uuid": "GPU-e86cb44c-6756-fd30-cd4a-1e6da3caf9b0",
+                        "memory_total_mib": 40960,
+                        "sm_count": 108,
+                        "mig_enabled": True,
+                        "mig_devices": [
+                            {"uuid": uuid, "gpu_instance_id": gi}
+                            for gi, uuid in ((1, uuids[0]), (2, uuids[1]))
+                        ],
+                    }
+                ]
+            }
+        )
+    )
     monkeypatch.setenv("GPUDESK_NVIDIA_SMI", str(FAKE_SMI))
     monkeypatch.setenv("GPUDESK_FAKE_NVIDIA_SMI_STATE", str(smi_state))
     monkeypatch.setenv("GPUDESK_FAKE_NVIDIA_SMI_LOG", str(smi_log))
@@ -196,29 +245,49 @@ def test_a_real_station_plans_and_applies_through_nvidia_smi(
     engine = EngineHandle(home)
     engine.start(backend="nvml", sample_interval=0.2, mig_repartition=True)
     try:
-        first, second = engine.submit(*({"name": f"big{i}", "gpus": 1, "memory_gb": 24,
-                                         "sm_pct": 50,
-                                         "command": [sys.executable, "-c", "pass"]}
-                                        for i in range(2)))
+        first, second = engine.submit(
+            *(
+                {
+                    "name": f"big{i}",
+                    "gpus": 1,
+                    "memory_gb": 24,
+                    "sm_pct": 50,
+                    "command": [sys.executable, "-c", "pass"],
+                }
+                for i in range(2)
+            )
+        )
         (plan,) = engine.client.request("mig_plan", gpu=0)["plans"]
         assert (plan["simulated"], plan["current"], plan["wanted"]) == (
-            False, ["3g.20gb", "3g.20gb"], ["7g.40gb"])
+            False,
+            ["3g.20gb", "3g.20gb"],
+            ["7g.40gb"],
+        )
         assert [s["job_id"] for s in plan["slices"]] == [first]
         assert [j["job_id"] for j in plan["left_out"]] == [second]
         smi = str(FAKE_SMI)
-        assert plan["commands"] == [f"{smi} mig -i 0 -dci", f"{smi} mig -i 0 -dgi",
-                                    f"{smi} mig -i 0 -cgi 0 -C", f"{smi} -L"]
+        assert plan["commands"] == [
+            f"{smi} mig -i 0 -dci",
+            f"{smi} mig -i 0 -dgi",
+            f"{smi} mig -i 0 -cgi 0 -C",
+            f"{smi} -L",
+        ]
         assert plan["allowed"] is True
 
-        result = engine.client.request("mig_apply", gpu=0, profiles=plan["wanted"],
-                                       confirm=True)
+        result = engine.client.request("mig_apply", gpu=0, profiles=plan["wanted"], confirm=True)
         assert (result["applied"], result["previous"], result["simulated"]) == (
-            True, ["3g.20gb", "3g.20gb"], False)
+            True,
+            ["3g.20gb", "3g.20gb"],
+            False,
+        )
         assert result["commands"] == plan["commands"]
         calls = [json.loads(line) for line in smi_log.read_text().splitlines()]
         changing = [c for c in calls if any(a in ("-dci", "-dgi", "-cgi") for a in c)]
-        assert changing == [["mig", "-i", "0", "-dci"], ["mig", "-i", "0", "-dgi"],
-                            ["mig", "-i", "0", "-cgi", "0", "-C"]]
+        assert changing == [
+            ["mig", "-i", "0", "-dci"],
+            ["mig", "-i", "0", "-dgi"],
+            ["mig", "-i", "0", "-cgi", "0", "-C"],
+        ]
         assert calls[-3:][0] == ["-L"]  # read back: -L, then the instances
         (device,) = result["mig_devices"]
         assert device["profile"] == "7g.40gb" and device["uuid"].startswith("MIG-")

@@ -53,8 +53,15 @@ def fake_processes(home_root: Path) -> list[psutil.Process]:
 
 
 def run_fake(env: dict[str, str], *args: str, stdin: str = "") -> subprocess.CompletedProcess:
-    return subprocess.run([str(FAKE), *args], input=stdin, capture_output=True, text=True,
-                          env={**os.environ, **env}, timeout=5, check=False)
+    return subprocess.run(
+        [str(FAKE), *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env},
+        timeout=5,
+        check=False,
+    )
 
 
 def start_server(manager: MpsManager, uuid: str) -> int:
@@ -93,7 +100,8 @@ def manager(home_root: Path) -> MpsManager:
 
 
 def test_ensure_starts_a_daemon_with_its_own_pipe_and_log_dirs(
-        manager: MpsManager, home_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    manager: MpsManager, home_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "10")  # the engine's, not the daemon's
     server = manager.ensure(GPU_A)
 
@@ -115,8 +123,9 @@ def test_ensure_starts_a_daemon_with_its_own_pipe_and_log_dirs(
     assert os.getsid(server.pid) != os.getsid(0)  # detached from the engine's session
 
 
-def test_ensure_is_idempotent_and_a_new_manager_adopts_the_daemon(manager: MpsManager,
-                                                                  home_root: Path) -> None:
+def test_ensure_is_idempotent_and_a_new_manager_adopts_the_daemon(
+    manager: MpsManager, home_root: Path
+) -> None:
     first = manager.ensure(GPU_A)
     again = manager.ensure(GPU_A)
     later = MpsManager(home_root, str(FAKE), command_timeout=3).ensure(GPU_A)
@@ -168,8 +177,11 @@ def test_status_running_then_fault_then_running(manager: MpsManager) -> None:
     server_pid = start_server(manager, GPU_A)
     assert psutil.Process(server_pid).ppid() == server.pid
     active = manager.status(GPU_A)
-    assert (active.state, active.usable, active.servers) == ("running", True,
-                                                              {server_pid: "ACTIVE"})
+    assert (active.state, active.usable, active.servers) == (
+        "running",
+        True,
+        {server_pid: "ACTIVE"},
+    )
 
     (server.pipe_dir / "fake-fault").touch()
     faulted = manager.status(GPU_A)
@@ -181,8 +193,9 @@ def test_status_running_then_fault_then_running(manager: MpsManager) -> None:
     assert manager.status(GPU_A).usable
 
 
-def test_stop_leaves_no_process_and_never_raises_when_stopped(manager: MpsManager,
-                                                              home_root: Path) -> None:
+def test_stop_leaves_no_process_and_never_raises_when_stopped(
+    manager: MpsManager, home_root: Path
+) -> None:
     assert manager.stop(GPU_A) is False  # never started
     server = manager.ensure(GPU_A)
     server_pid = start_server(manager, GPU_A)
@@ -232,7 +245,9 @@ def test_fake_refuses_a_second_daemon_like_the_real_tool(manager: MpsManager) ->
     manager.ensure(GPU_A)
     second = run_fake(env, "-d")
     assert (second.returncode, second.stdout) == (
-        1, "An instance of this daemon is already running\n")
+        1,
+        "An instance of this daemon is already running\n",
+    )
     assert run_fake(env, stdin="set_default_active_thread_percentage 40\n").stdout == "40.0\n"
 
 
@@ -270,8 +285,9 @@ def test_a_wedged_daemon_times_out_with_a_clear_error(manager: MpsManager) -> No
     assert manager.stop(GPU_A)
 
 
-def test_missing_binary_names_the_env_var(home_root: Path, tmp_path: Path,
-                                          monkeypatch: pytest.MonkeyPatch) -> None:
+def test_missing_binary_names_the_env_var(
+    home_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     explicit = MpsManager(home_root, str(tmp_path / "nvidia-cuda-mps-control"))
     assert not explicit.available
     with pytest.raises(MpsError, match=CONTROL_ENV):
@@ -306,14 +322,20 @@ def _script(path: Path, body: str, mode: int = 0o755) -> Path:
 
 
 def test_start_failures_become_mps_errors(home_root: Path, tmp_path: Path) -> None:
-    silent = _script(tmp_path / "never-up", 'if [ "$1" = -d ]; then exit 0; fi\n'
-                     'echo "Cannot find MPS control daemon process"; exit 1\n')
+    silent = _script(
+        tmp_path / "never-up",
+        'if [ "$1" = -d ]; then exit 0; fi\n'
+        'echo "Cannot find MPS control daemon process"; exit 1\n',
+    )
     with pytest.raises(MpsError, match=r"did not come up within 0\.3s"):
         MpsManager(home_root, str(silent), start_timeout=0.3).ensure(GPU_A)
 
-    denied = _script(tmp_path / "denied", 'if [ "$1" = -d ]; then\n'
-                     '  echo "Failed to open /var/log/nvidia-mps: Permission denied"; exit 1\n'
-                     'fi\necho "Cannot find MPS control daemon process"; exit 1\n')
+    denied = _script(
+        tmp_path / "denied",
+        'if [ "$1" = -d ]; then\n'
+        '  echo "Failed to open /var/log/nvidia-mps: Permission denied"; exit 1\n'
+        'fi\necho "Cannot find MPS control daemon process"; exit 1\n',
+    )
     with pytest.raises(MpsError, match=r"exit status 1.*permission problem"):
         MpsManager(home_root, str(denied), start_timeout=1).ensure(GPU_A)
 
@@ -335,7 +357,8 @@ def test_an_unwritable_pipe_dir_is_a_permission_error(manager: MpsManager) -> No
 
 
 def test_the_engine_routes_new_jobs_around_a_faulted_mps_server(
-        home_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    home_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The engine's periodic MPS check: a server in FAULT takes no new clients (they are
     time-sliced), a drained GPU's daemon is stopped, and a stopped daemon is usable again."""
     monkeypatch.setenv(CONTROL_ENV, str(FAKE))

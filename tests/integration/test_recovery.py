@@ -31,17 +31,28 @@ def test_sigkill_engine_while_jobs_run_then_restart(engine: EngineHandle, tmp_pa
         # queued (all 4 slots busy) while the engine dies: must run once, after the restart
         "queued": "exit 0",
     }
-    ids = engine.submit(*({"name": name, "command": ["sh", "-c", started_marker(ran, name) + s]}
-                          for name, s in specs.items()))
+    ids = engine.submit(
+        *(
+            {"name": name, "command": ["sh", "-c", started_marker(ran, name) + s]}
+            for name, s in specs.items()
+        )
+    )
     by_name = dict(zip(specs, ids, strict=True))
-    wait_for(lambda: len(ran.read_text().split()) == 4 if ran.exists() else False,
-             what="the four slot jobs to start")
+    wait_for(
+        lambda: len(ran.read_text().split()) == 4 if ran.exists() else False,
+        what="the four slot jobs to start",
+    )
 
     engine.kill9()
     release.touch()
     # let the first three finish while no engine watches them
-    wait_for(lambda: all((engine.home.attempt_dir(by_name[n], 1) / "exit.json").exists()
-                         for n in ("ok-while-down", "fail-while-down")), what="jobs to end")
+    wait_for(
+        lambda: all(
+            (engine.home.attempt_dir(by_name[n], 1) / "exit.json").exists()
+            for n in ("ok-while-down", "fail-while-down")
+        ),
+        what="jobs to end",
+    )
     time.sleep(0.2)
     assert engine.pid is None
 
@@ -60,11 +71,14 @@ def test_sigkill_engine_while_jobs_run_then_restart(engine: EngineHandle, tmp_pa
     db = sqlite3.connect(engine.home.db)
     try:
         for name, job_id in by_name.items():
-            attempts = db.execute("SELECT COUNT(*) FROM attempts WHERE job_id = ?",
-                                  (job_id,)).fetchone()[0]
+            attempts = db.execute(
+                "SELECT COUNT(*) FROM attempts WHERE job_id = ?", (job_id,)
+            ).fetchone()[0]
             finals = db.execute(
                 "SELECT COUNT(*) FROM events WHERE job_id = ? AND state IN "
-                "('succeeded', 'failed', 'cancelled')", (job_id,)).fetchone()[0]
+                "('succeeded', 'failed', 'cancelled')",
+                (job_id,),
+            ).fetchone()[0]
             assert (name, attempts, finals) == (name, 1, 1)
         live = db.execute("SELECT COUNT(*) FROM attempts WHERE state IN ('launching', 'running')")
         assert live.fetchone()[0] == 0
@@ -72,8 +86,9 @@ def test_sigkill_engine_while_jobs_run_then_restart(engine: EngineHandle, tmp_pa
         db.close()
 
 
-def test_a_second_restart_does_not_settle_anything_twice(engine: EngineHandle,
-                                                         tmp_path: Path) -> None:
+def test_a_second_restart_does_not_settle_anything_twice(
+    engine: EngineHandle, tmp_path: Path
+) -> None:
     (job_id,) = engine.submit({"name": "long", "command": ["sleep", "1"]})
     engine.wait_state(job_id, "running")
     engine.kill9()

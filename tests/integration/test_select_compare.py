@@ -28,22 +28,41 @@ command = [{python}, "-m", "gpudesk.workloads.digits", "--loader", "shared", "--
 
 
 def test_compare_trains_under_each_preset_and_amortizes_the_cached_prepass(
-        engine: EngineHandle, gpudesk: Run, tmp_path: Path) -> None:
+    engine: EngineHandle, gpudesk: Run, tmp_path: Path
+) -> None:
     profile = tmp_path / "cmp.toml"
     profile.write_text(PROFILE.format(python=json.dumps(sys.executable)))
     out = tmp_path / "first.json"
-    code, table, err = gpudesk("select", "compare", str(profile), "--presets",
-                               "full,random-25,dedup-25", "--seeds", "1", "--out", str(out))
+    code, table, err = gpudesk(
+        "select",
+        "compare",
+        str(profile),
+        "--presets",
+        "full,random-25,dedup-25",
+        "--seeds",
+        "1",
+        "--out",
+        str(out),
+    )
     assert code == 0, err
     assert "needs 3 or more" in err  # one seed: said, not hidden
-    for fragment in ("PRESET", "full", "random-25", "dedup-25", "VAL_ACC", "100.0 %",
-                     "BREAK-EVEN", "best non-random preset at 25 %: dedup-25"):
+    for fragment in (
+        "PRESET",
+        "full",
+        "random-25",
+        "dedup-25",
+        "VAL_ACC",
+        "100.0 %",
+        "BREAK-EVEN",
+        "best non-random preset at 25 %: dedup-25",
+    ):
         assert fragment in table, table
     report = json.loads(out.read_text())
     trials = {t["preset"]: t for t in report["trials"]}
     assert set(trials) == {"full", "random-25", "dedup-25"}
-    assert all(t["train_state"] == "succeeded" and t["quality"] is not None
-               for t in trials.values())
+    assert all(
+        t["train_state"] == "succeeded" and t["quality"] is not None for t in trials.values()
+    )
     assert trials["full"]["train_samples"] == 1388 and trials["full"]["prepass_job"] is None
     assert trials["dedup-25"]["train_samples"] == 347
     assert trials["dedup-25"]["prepass_fresh"] is True
@@ -59,8 +78,18 @@ def test_compare_trains_under_each_preset_and_amortizes_the_cached_prepass(
 
     # again: the pre-pass is found in the cache, and its cost is shared by more jobs
     out = tmp_path / "again.json"
-    code, _, err = gpudesk("select", "compare", str(profile), "--presets", "dedup-25",
-                           "--seeds", "1", "--json", "--out", str(out))
+    code, _, err = gpudesk(
+        "select",
+        "compare",
+        str(profile),
+        "--presets",
+        "dedup-25",
+        "--seeds",
+        "1",
+        "--json",
+        "--out",
+        str(out),
+    )
     assert code == 0, err
     (again,) = json.loads(out.read_text())["trials"]
     assert again["prepass_fresh"] is False and again["prepass_uses"] == 3  # trainings only
@@ -83,10 +112,19 @@ def test_compare_refuses_what_it_cannot_run(home: Path, gpudesk: Run, tmp_path: 
 
 
 def test_select_run_finds_a_dataset_the_engine_knows_by_name(
-        engine: EngineHandle, gpudesk: Run) -> None:
-    engine.client.request("datasets", datasets=[{
-        "name": "digits", "factory": "gpudesk.workloads.data:make_digits",
-        "args": {"split": "train"}, "seed": 2}])
+    engine: EngineHandle, gpudesk: Run
+) -> None:
+    engine.client.request(
+        "datasets",
+        datasets=[
+            {
+                "name": "digits",
+                "factory": "gpudesk.workloads.data:make_digits",
+                "args": {"split": "train"},
+                "seed": 2,
+            }
+        ],
+    )
     code, out, err = gpudesk("select", "run", "digits", "--preset", "stratified-25", "--json")
     assert code == 0, err
     result = json.loads(out)

@@ -22,16 +22,35 @@ from gpudesk.engine.client import EngineError
 from gpudesk.paths import Home
 
 SIM = "sim:dgx-station-a100"
-GPU_KEYS = {"index", "uuid", "name", "memory_used_mib", "memory_total_mib", "kernel_active_pct",
-            "sm_activity_pct", "power_w", "energy_j", "mig_devices", "processes"}
+GPU_KEYS = {
+    "index",
+    "uuid",
+    "name",
+    "memory_used_mib",
+    "memory_total_mib",
+    "kernel_active_pct",
+    "sm_activity_pct",
+    "power_w",
+    "energy_j",
+    "mig_devices",
+    "processes",
+}
 # A real process that works a little, then idles: it holds its simulated GPU meanwhile.
-WORK = [sys.executable, "-c",
-        "import time; sum(range(3_000_000)); time.sleep(float(__import__('sys').argv[1]))"]
+WORK = [
+    sys.executable,
+    "-c",
+    "import time; sum(range(3_000_000)); time.sleep(float(__import__('sys').argv[1]))",
+]
 
 
 def gpu_job(name: str, seconds: float, memory_gb: float = 6.0, sm_pct: float = 70.0) -> dict:
-    return {"name": name, "command": [*WORK, str(seconds)], "gpus": 1, "memory_gb": memory_gb,
-            "sm_pct": sm_pct}
+    return {
+        "name": name,
+        "command": [*WORK, str(seconds)],
+        "gpus": 1,
+        "memory_gb": memory_gb,
+        "sm_pct": sm_pct,
+    }
 
 
 def top_json(env: dict[str, str] | None = None) -> dict:
@@ -58,8 +77,9 @@ def test_top_without_an_engine_samples_the_simulated_station_directly(home: Home
     assert not home.lock.exists()  # top never starts an engine
 
 
-def test_a_sweep_on_the_simulated_station_moves_memory_and_energy(sim_engine: EngineHandle,
-                                                                  home: Home) -> None:
+def test_a_sweep_on_the_simulated_station_moves_memory_and_energy(
+    sim_engine: EngineHandle, home: Home
+) -> None:
     ids = sim_engine.submit(*(gpu_job(f"sweep-{i}", 5.0) for i in range(5)))
     for job_id in ids[:4]:
         sim_engine.wait_state(job_id, "running")
@@ -79,8 +99,12 @@ def test_a_sweep_on_the_simulated_station_moves_memory_and_energy(sim_engine: En
     frame = gpudesk("top", "--once").stdout
     assert "SIMULATED" in frame and all(len(line) <= 80 for line in frame.splitlines())
     assert f"jobs: {ids[0]} sweep-0" in frame
-    later = wait_for(lambda: (s := top_json())["taken_at"] > first["taken_at"] + 0.5 and s,
-                     5.0, interval=0.1, what="a later sample")
+    later = wait_for(
+        lambda: (s := top_json())["taken_at"] > first["taken_at"] + 0.5 and s,
+        5.0,
+        interval=0.1,
+        what="a later sample",
+    )
     for before, after in zip(first["gpus"], later["gpus"], strict=True):
         assert after["energy_j"] > before["energy_j"]
 
@@ -112,8 +136,7 @@ def test_samples_are_published_on_the_event_socket(sim_engine: EngineHandle) -> 
 
 
 def test_telemetry_request_checks_its_arguments(sim_engine: EngineHandle) -> None:
-    wait_for(lambda: sim_engine.client.request("telemetry")["snapshot"], 5.0,
-             what="a first sample")
+    wait_for(lambda: sim_engine.client.request("telemetry")["snapshot"], 5.0, what="a first sample")
     reply = sim_engine.client.request("telemetry", history=5)
     assert 1 <= len(reply["history"]) <= 5 and reply["snapshot"]["interval_s"] == 0.2
     with pytest.raises(EngineError, match="'history' must be 0 to 600"):
@@ -123,14 +146,18 @@ def test_telemetry_request_checks_its_arguments(sim_engine: EngineHandle) -> Non
 def test_reconfiguring_the_backend_switches_what_is_sampled(sim_engine: EngineHandle) -> None:
     client = sim_engine.client
     client.request("configure", station={"backend": "sim:h100", "sample_interval": 0.2})
-    snap = wait_for(lambda: (s := client.request("telemetry")["snapshot"])
-                    and s["backend"] == "sim:h100" and s, 5.0, what="the new backend's sample")
+    snap = wait_for(
+        lambda: (s := client.request("telemetry")["snapshot"]) and s["backend"] == "sim:h100" and s,
+        5.0,
+        what="the new backend's sample",
+    )
     assert [g["name"] for g in snap["gpus"]] == ["NVIDIA H100 80GB HBM3"]
     assert client.request("status")["station"]["gpus"] == 1
 
 
 def test_top_follows_the_requested_backend_when_the_engine_watches_another(
-        engine: EngineHandle) -> None:
+    engine: EngineHandle,
+) -> None:
     snapshot = top_json({**os.environ, "GPUDESK_BACKEND": "sim:h200"})
     assert snapshot["backend"] == "sim:h200" and snapshot["source"] == "direct"
     assert "the engine watches none" in snapshot["note"]
@@ -150,7 +177,8 @@ def test_gpu_jobs_on_a_cpu_station_fail_with_a_reason(engine: EngineHandle) -> N
 
 def test_run_report_gives_energy_and_carbon(home: Home, tmp_path: Path) -> None:
     profile = tmp_path / "sim.toml"
-    profile.write_text(textwrap.dedent(f"""
+    profile.write_text(
+        textwrap.dedent(f"""
         name = "sim-run"
         [station]
         backend = "{SIM}"
@@ -162,7 +190,8 @@ def test_run_report_gives_energy_and_carbon(home: Home, tmp_path: Path) -> None:
         gpus = 1
         memory_gb = 4
         repeat = 2
-    """))
+    """)
+    )
     result = gpudesk("run", str(profile), "--report", str(tmp_path / "report.json"))
     assert result.returncode == 0, result.stderr
     energy_line = next(line for line in result.stdout.splitlines() if line.startswith("energy:"))
@@ -187,7 +216,6 @@ def test_an_unknown_backend_is_a_usage_error(home: Home, bad: str) -> None:
     assert "GPUDESK_BACKEND" in result.stderr and "Traceback" not in result.stderr
 
 
-
 # ------------------------------------------------------- NVML through the fake
 SHIM = Path(__file__).resolve().parents[1] / "fakes" / "nvml_shim"
 
@@ -195,21 +223,43 @@ SHIM = Path(__file__).resolve().parents[1] / "fakes" / "nvml_shim"
 def nvml_env(tmp_path: Path, scenario: dict, backend: str = "nvml") -> dict[str, str]:
     path = tmp_path / "nvml-scenario.json"
     path.write_text(json.dumps(scenario))
-    return {**os.environ, "GPUDESK_BACKEND": backend, "PYTHONPATH": str(SHIM),
-            "GPUDESK_FAKE_NVML": str(path)}
+    return {
+        **os.environ,
+        "GPUDESK_BACKEND": backend,
+        "PYTHONPATH": str(SHIM),
+        "GPUDESK_FAKE_NVML": str(path),
+    }
 
 
-TWO_GPUS = {"gpus": [
-    {"name": "NVIDIA H100 80GB HBM3", "uuid": "GPU-0000-h100", "memory_total_mib": 81559,
-     "memory_used_mib": 20480, "utilization_gpu": 97, "sm_util_pct": 41.5,
-     "gpm_supported": True, "power_w": 420, "power_limit_w": 700, "energy_mj": 5_000_000,
-     "processes": [{"pid": 4242, "used_memory_mib": 20000}],
-     "errors": {"nvmlDeviceGetProcessUtilization": "NotFound"}},
-    {"name": "NVIDIA A100-PCIE-40GB", "uuid": "GPU-0001-a100", "memory_total_mib": 40960,
-     "memory_used_mib": 0, "utilization_gpu": 0, "power_w": 35, "power_limit_w": 250,
-     "unsupported": ["nvmlDeviceGetTotalEnergyConsumption"],
-     "errors": {"nvmlGpmQueryDeviceSupport": "FunctionNotFound"}},
-]}
+TWO_GPUS = {
+    "gpus": [
+        {
+            "name": "NVIDIA H100 80GB HBM3",
+            "uuid": "GPU-0000-h100",
+            "memory_total_mib": 81559,
+            "memory_used_mib": 20480,
+            "utilization_gpu": 97,
+            "sm_util_pct": 41.5,
+            "gpm_supported": True,
+            "power_w": 420,
+            "power_limit_w": 700,
+            "energy_mj": 5_000_000,
+            "processes": [{"pid": 4242, "used_memory_mib": 20000}],
+            "errors": {"nvmlDeviceGetProcessUtilization": "NotFound"},
+        },
+        {
+            "name": "NVIDIA A100-PCIE-40GB",
+            "uuid": "GPU-0001-a100",
+            "memory_total_mib": 40960,
+            "memory_used_mib": 0,
+            "utilization_gpu": 0,
+            "power_w": 35,
+            "power_limit_w": 250,
+            "unsupported": ["nvmlDeviceGetTotalEnergyConsumption"],
+            "errors": {"nvmlGpmQueryDeviceSupport": "FunctionNotFound"},
+        },
+    ]
+}
 
 
 def test_top_reads_real_nvml_structures_and_degrades_to_null(home: Home, tmp_path: Path) -> None:
@@ -245,7 +295,8 @@ def test_a_driver_mismatch_is_a_banner_not_a_crash(home: Home, tmp_path: Path) -
 
 
 def test_an_engine_on_nvml_places_gpu_jobs_and_accounts_their_energy(
-        home: Home, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    home: Home, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     for key, value in nvml_env(tmp_path, TWO_GPUS).items():
         monkeypatch.setenv(key, value)
     handle = EngineHandle(home)
@@ -267,17 +318,37 @@ def test_an_engine_on_nvml_places_gpu_jobs_and_accounts_their_energy(
 
 
 def test_top_shows_mig_devices_under_their_gpu_and_a_lost_gpu(home: Home, tmp_path: Path) -> None:
-    scenario = {"gpus": [
-        {"name": "NVIDIA A100-SXM4-40GB", "uuid": "GPU-mig", "memory_total_mib": 40960,
-         "gpm_supported": False, "mig_enabled": True, "mig_devices": [
-             {"uuid": "MIG-aaaa", "name": "NVIDIA A100-SXM4-40GB MIG 3g.20gb",
-              "gpu_instance_id": 1, "compute_instance_id": 0, "memory_total_mib": 19968,
-              "memory_used_mib": 4096, "processes": [{"pid": 5151, "used_memory_mib": 4000}]},
-             None,
-             {"uuid": "MIG-bbbb", "name": "NVIDIA A100-SXM4-40GB MIG 2g.10gb",
-              "gpu_instance_id": 2, "compute_instance_id": 0, "memory_total_mib": 9856}]},
-        {"name": "NVIDIA A100-SXM4-40GB", "uuid": "GPU-gone", "lost": True},
-    ]}
+    scenario = {
+        "gpus": [
+            {
+                "name": "NVIDIA A100-SXM4-40GB",
+                "uuid": "GPU-mig",
+                "memory_total_mib": 40960,
+                "gpm_supported": False,
+                "mig_enabled": True,
+                "mig_devices": [
+                    {
+                        "uuid": "MIG-aaaa",
+                        "name": "NVIDIA A100-SXM4-40GB MIG 3g.20gb",
+                        "gpu_instance_id": 1,
+                        "compute_instance_id": 0,
+                        "memory_total_mib": 19968,
+                        "memory_used_mib": 4096,
+                        "processes": [{"pid": 5151, "used_memory_mib": 4000}],
+                    },
+                    None,
+                    {
+                        "uuid": "MIG-bbbb",
+                        "name": "NVIDIA A100-SXM4-40GB MIG 2g.10gb",
+                        "gpu_instance_id": 2,
+                        "compute_instance_id": 0,
+                        "memory_total_mib": 9856,
+                    },
+                ],
+            },
+            {"name": "NVIDIA A100-SXM4-40GB", "uuid": "GPU-gone", "lost": True},
+        ]
+    }
     env = nvml_env(tmp_path, scenario)
     snapshot = top_json(env)
     mig_gpu, lost = snapshot["gpus"]
@@ -294,8 +365,13 @@ def test_top_shows_mig_devices_under_their_gpu_and_a_lost_gpu(home: Home, tmp_pa
 
 def test_top_refreshes_as_plain_frames_in_a_dumb_terminal(home: Home) -> None:
     env = {**os.environ, "GPUDESK_BACKEND": "sim:h100", "TERM": "dumb", "NO_COLOR": "1"}
-    proc = subprocess.Popen([*GPUDESK, "top", "-n", "0.2"], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env)
+    proc = subprocess.Popen(
+        [*GPUDESK, "top", "-n", "0.2"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     try:
         time.sleep(1.5)  # start-up and a few 0.2 s frames
         proc.send_signal(signal.SIGINT)
@@ -308,20 +384,31 @@ def test_top_refreshes_as_plain_frames_in_a_dumb_terminal(home: Home) -> None:
 
 
 def test_a_gpu_lost_mid_run_is_marked_and_gets_no_more_jobs(
-        home: Home, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    scenario = {"gpus": [
-        {"uuid": "GPU-stays", "power_w": 80},
-        # answers twice, then falls off the bus
-        {"uuid": "GPU-falls", "power_w": 80,
-         "errors": {"nvmlDeviceGetPowerUsage": [None, None, "GpuIsLost"]}},
-    ]}
+    home: Home, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    scenario = {
+        "gpus": [
+            {"uuid": "GPU-stays", "power_w": 80},
+            # answers twice, then falls off the bus
+            {
+                "uuid": "GPU-falls",
+                "power_w": 80,
+                "errors": {"nvmlDeviceGetPowerUsage": [None, None, "GpuIsLost"]},
+            },
+        ]
+    }
     for key, value in nvml_env(tmp_path, scenario).items():
         monkeypatch.setenv(key, value)
     handle = EngineHandle(home)
     handle.start(backend="nvml", sample_interval=0.2)
     try:
-        snap = wait_for(lambda: (s := handle.client.request("telemetry")["snapshot"])
-                        and s["gpus"][1]["lost"] and s, 10.0, what="GPU 1 to be lost")
+        snap = wait_for(
+            lambda: (
+                (s := handle.client.request("telemetry")["snapshot"]) and s["gpus"][1]["lost"] and s
+            ),
+            10.0,
+            what="GPU 1 to be lost",
+        )
         assert snap["gpus"][0]["lost"] is False and snap["gpus"][0]["power_w"] == 80
         first, second = handle.submit(gpu_job("a", 3.0), gpu_job("b", 0.1))
         shown = handle.wait_state(first, "running")
@@ -329,8 +416,9 @@ def test_a_gpu_lost_mid_run_is_marked_and_gets_no_more_jobs(
         waiting = handle.show(second)["waiting"]
         # the default policy (auto) would collocate it, but 70 % + 70 % SM does not fit GPU 0,
         # and GPU 1 is not considered at all
-        assert waiting.startswith("waiting (hint demand: needs 6.0 GiB + 2.0 GiB margin and "
-                                  "70% SM); GPU 0:") and waiting.endswith("; GPU 1 lost")
+        assert waiting.startswith(
+            "waiting (hint demand: needs 6.0 GiB + 2.0 GiB margin and 70% SM); GPU 0:"
+        ) and waiting.endswith("; GPU 1 lost")
         assert shown["state"] == "running"
         assert handle.client.request("status")["gpus"]["lost"] == 1
     finally:

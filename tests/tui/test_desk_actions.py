@@ -24,8 +24,11 @@ SIZE = (100, 32)
 SLEEP = [sys.executable, "-c", "import time; print('epoch 1/3', flush=True); time.sleep(60)"]
 
 
-def run_desk(engine: EngineHandle, scenario: Callable[[DeskApp, Any], Awaitable[None]],
-             readonly: bool = False) -> DeskApp:
+def run_desk(
+    engine: EngineHandle,
+    scenario: Callable[[DeskApp, Any], Awaitable[None]],
+    readonly: bool = False,
+) -> DeskApp:
     feed = EngineFeed(engine.home, interval=0.2)
     app = DeskApp(feed, readonly=readonly, refresh_s=0.2, workdir=engine.home.root)
 
@@ -40,8 +43,9 @@ def run_desk(engine: EngineHandle, scenario: Callable[[DeskApp, Any], Awaitable[
     return app
 
 
-async def until(pilot: Any, predicate: Callable[[], object], timeout: float = 15.0,
-                what: str = "the desk") -> Any:
+async def until(
+    pilot: Any, predicate: Callable[[], object], timeout: float = 15.0, what: str = "the desk"
+) -> Any:
     """Let the app run until `predicate` holds (the engine and the feed work meanwhile)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
@@ -60,12 +64,14 @@ def engine_job(engine: EngineHandle, job_id: int) -> dict[str, Any]:
 
 async def select_job(app: DeskApp, pilot: Any, job_id: int) -> QueueScreen:
     await pilot.press("2")
-    screen = await until(pilot, lambda: isinstance(app.screen, QueueScreen) and app.screen,
-                         what="the queue")
+    screen = await until(
+        pilot, lambda: isinstance(app.screen, QueueScreen) and app.screen, what="the queue"
+    )
     await until(pilot, lambda: app.state.job(job_id) is not None, what=f"job {job_id}")
     table = screen.query_one("#jobs")
-    await until(pilot, lambda: str(job_id) in [str(k.value) for k in table.rows],
-                what=f"job {job_id}'s row")
+    await until(
+        pilot, lambda: str(job_id) in [str(k.value) for k in table.rows], what=f"job {job_id}'s row"
+    )
     index = [str(k.value) for k in table.rows].index(str(job_id))
     table.move_cursor(row=index, animate=False)
     await pilot.pause()
@@ -79,14 +85,19 @@ def desk_engine(sim_engine: EngineHandle) -> EngineHandle:
 
 
 def test_station_shows_every_simulated_gpu_with_sm_and_energy(desk_engine: EngineHandle) -> None:
-    desk_engine.submit({"name": "warm", "command": SLEEP, "gpus": 1, "memory_gb": 8,
-                        "sm_pct": 60})
+    desk_engine.submit({"name": "warm", "command": SLEEP, "gpus": 1, "memory_gb": 8, "sm_pct": 60})
 
     async def scenario(app: DeskApp, pilot: Any) -> None:
-        cards = await until(pilot, lambda: len(app.screen.query(GpuCard)) == 4
-                            and app.screen.query(GpuCard), what="4 GPU cards")
-        await until(pilot, lambda: "j1" in str(app.screen.query_one("#gpu-0").render()),
-                    what="the job on GPU 0")
+        cards = await until(
+            pilot,
+            lambda: len(app.screen.query(GpuCard)) == 4 and app.screen.query(GpuCard),
+            what="4 GPU cards",
+        )
+        await until(
+            pilot,
+            lambda: "j1" in str(app.screen.query_one("#gpu-0").render()),
+            what="the job on GPU 0",
+        )
         text = "\n".join(str(card.render()) for card in cards)
         assert text.count("SIMULATED") == 4
         assert "SM " in text and "kernel-active" in text and "MEM " in text
@@ -98,8 +109,15 @@ def test_station_shows_every_simulated_gpu_with_sm_and_energy(desk_engine: Engin
 
 def test_switching_screens_by_key_and_palette(desk_engine: EngineHandle) -> None:
     async def scenario(app: DeskApp, pilot: Any) -> None:
-        for key, mode in (("2", "queue"), ("3", "loaders"), ("4", "mig"), ("1", "station"),
-                          ("j", "queue"), ("m", "mig"), ("s", "station")):
+        for key, mode in (
+            ("2", "queue"),
+            ("3", "loaders"),
+            ("4", "mig"),
+            ("1", "station"),
+            ("j", "queue"),
+            ("m", "mig"),
+            ("s", "station"),
+        ):
             await pilot.press(key)
             assert app.current_mode == mode
         await pilot.press("ctrl+p")
@@ -119,15 +137,21 @@ def test_switching_screens_by_key_and_palette(desk_engine: EngineHandle) -> None
 def test_submit_a_command_from_the_form(desk_engine: EngineHandle) -> None:
     async def scenario(app: DeskApp, pilot: Any) -> None:
         await pilot.press("2", "n")
-        dialog = await until(pilot, lambda: isinstance(app.screen, SubmitScreen) and app.screen,
-                             what="the submit dialog")
+        dialog = await until(
+            pilot,
+            lambda: isinstance(app.screen, SubmitScreen) and app.screen,
+            what="the submit dialog",
+        )
         dialog.query_one("TabbedContent").active = "by-command"
         await pilot.pause()
         dialog.query_one("#command").value = f"{sys.executable} -c \"print('hi')\""
         dialog.query_one("#name").value = "from-desk"
         await pilot.click("#submit")
-        await until(pilot, lambda: any(j["name"] == "from-desk" for j in app.state.jobs),
-                    what="the submitted job in the table")
+        await until(
+            pilot,
+            lambda: any(j["name"] == "from-desk" for j in app.state.jobs),
+            what="the submitted job in the table",
+        )
 
     run_desk(desk_engine, scenario)
     jobs = desk_engine.client.request("jobs")["jobs"]
@@ -138,17 +162,25 @@ def test_submit_a_command_from_the_form(desk_engine: EngineHandle) -> None:
 
 def test_submit_a_profile(desk_engine: EngineHandle, tmp_path: Path) -> None:
     profile = tmp_path / "two.toml"
-    profile.write_text(f'name = "two"\n[[sweeps]]\nname = "p{{n}}"\ncommand = '
-                       f'["{sys.executable}", "-c", "pass"]\ngrid = {{ n = [1, 2] }}\n')
+    profile.write_text(
+        f'name = "two"\n[[sweeps]]\nname = "p{{n}}"\ncommand = '
+        f'["{sys.executable}", "-c", "pass"]\ngrid = {{ n = [1, 2] }}\n'
+    )
 
     async def scenario(app: DeskApp, pilot: Any) -> None:
         await pilot.press("n")
-        dialog = await until(pilot, lambda: isinstance(app.screen, SubmitScreen) and app.screen,
-                             what="the submit dialog")
+        dialog = await until(
+            pilot,
+            lambda: isinstance(app.screen, SubmitScreen) and app.screen,
+            what="the submit dialog",
+        )
         dialog.query_one("#profile").value = str(profile)
         await pilot.press("enter")
-        await until(pilot, lambda: {j["name"] for j in app.state.jobs} == {"p1", "p2"},
-                    what="the profile's jobs")
+        await until(
+            pilot,
+            lambda: {j["name"] for j in app.state.jobs} == {"p1", "p2"},
+            what="the profile's jobs",
+        )
 
     run_desk(desk_engine, scenario)
 
@@ -167,8 +199,11 @@ def test_cancel_asks_first_and_then_stops_the_job(desk_engine: EngineHandle) -> 
         await pilot.press("c")
         await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="the question")
         await pilot.press("y")
-        await until(pilot, lambda: (app.state.job(job_id) or {}).get("state") == "cancelled",
-                    what="the cancelled state in the table")
+        await until(
+            pilot,
+            lambda: (app.state.job(job_id) or {}).get("state") == "cancelled",
+            what="the cancelled state in the table",
+        )
 
     run_desk(desk_engine, scenario)
     assert engine_job(desk_engine, job_id)["state"] == "cancelled"
@@ -176,70 +211,95 @@ def test_cancel_asks_first_and_then_stops_the_job(desk_engine: EngineHandle) -> 
 
 def test_hold_release_and_priority(desk_engine: EngineHandle) -> None:
     # one CPU slot, taken by a long job: the next two wait in the queue
-    desk_engine.client.request("configure", station={"backend": "sim:dgx-station-a100",
-                                                     "slots": 1, "sample_interval": 0.2})
+    desk_engine.client.request(
+        "configure", station={"backend": "sim:dgx-station-a100", "slots": 1, "sample_interval": 0.2}
+    )
     blocker, first, second = desk_engine.submit(
-        {"name": "blocker", "command": SLEEP}, {"name": "first", "command": SLEEP},
-        {"name": "second", "command": SLEEP})
+        {"name": "blocker", "command": SLEEP},
+        {"name": "first", "command": SLEEP},
+        {"name": "second", "command": SLEEP},
+    )
     desk_engine.wait_state(blocker, "running")
 
     async def scenario(app: DeskApp, pilot: Any) -> None:
         await select_job(app, pilot, first)
         await pilot.press("h")
         await until(pilot, lambda: engine_job(desk_engine, first).get("held"), what="held")
-        await until(pilot, lambda: (app.state.job(first) or {}).get("held"),
-                    what="held in the table")
+        await until(
+            pilot, lambda: (app.state.job(first) or {}).get("held"), what="held in the table"
+        )
         await pilot.press("h")
-        await until(pilot, lambda: not engine_job(desk_engine, first).get("held"),
-                    what="released")
+        await until(pilot, lambda: not engine_job(desk_engine, first).get("held"), what="released")
         await select_job(app, pilot, second)
         await pilot.press("plus")
-        await until(pilot, lambda: engine_job(desk_engine, second)["spec"]["priority"] == 1,
-                    what="priority raised")
+        await until(
+            pilot,
+            lambda: engine_job(desk_engine, second)["spec"]["priority"] == 1,
+            what="priority raised",
+        )
         await pilot.press("minus", "minus")
-        await until(pilot, lambda: engine_job(desk_engine, second)["spec"]["priority"] == -1,
-                    what="priority lowered")
+        await until(
+            pilot,
+            lambda: engine_job(desk_engine, second)["spec"]["priority"] == -1,
+            what="priority lowered",
+        )
 
     run_desk(desk_engine, scenario)
 
 
 def test_requeue_a_failed_job(desk_engine: EngineHandle) -> None:
-    (job_id,) = desk_engine.submit({"name": "flaky", "command": [sys.executable, "-c",
-                                                                  "raise SystemExit(3)"]})
+    (job_id,) = desk_engine.submit(
+        {"name": "flaky", "command": [sys.executable, "-c", "raise SystemExit(3)"]}
+    )
     desk_engine.wait_state(job_id, "failed")
 
     async def scenario(app: DeskApp, pilot: Any) -> None:
         await select_job(app, pilot, job_id)
         await pilot.press("r")
-        await until(pilot, lambda: engine_job(desk_engine, job_id)["attempts"] >= 2,
-                    what="a second attempt")
+        await until(
+            pilot, lambda: engine_job(desk_engine, job_id)["attempts"] >= 2, what="a second attempt"
+        )
 
     run_desk(desk_engine, scenario)
 
 
 def test_job_detail_and_log_pane(desk_engine: EngineHandle) -> None:
-    (job_id,) = desk_engine.submit({"name": "talker", "command": SLEEP, "gpus": 1,
-                                    "memory_gb": 4, "sm_pct": 30})
+    (job_id,) = desk_engine.submit(
+        {"name": "talker", "command": SLEEP, "gpus": 1, "memory_gb": 4, "sm_pct": 30}
+    )
     desk_engine.wait_state(job_id, "running")
-    wait_for(lambda: "epoch 1/3" in Path(engine_job(desk_engine, job_id)["log"]).read_text(),
-             what="the job's first line")
+    wait_for(
+        lambda: "epoch 1/3" in Path(engine_job(desk_engine, job_id)["log"]).read_text(),
+        what="the job's first line",
+    )
 
     async def scenario(app: DeskApp, pilot: Any) -> None:
         await select_job(app, pilot, job_id)
         await pilot.press("enter")
-        screen = await until(pilot, lambda: isinstance(app.screen, JobScreen) and app.screen,
-                             what="the job detail")
-        await until(pilot, lambda: "placed on" in str(screen.query_one("#job-events")
-                                                        .render()), what="placement events")
+        screen = await until(
+            pilot, lambda: isinstance(app.screen, JobScreen) and app.screen, what="the job detail"
+        )
+        await until(
+            pilot,
+            lambda: "placed on" in str(screen.query_one("#job-events").render()),
+            what="placement events",
+        )
         summary = str(screen.query_one("#job-summary").render())
         assert "talker" in summary and "gpu:" in summary
-        await until(pilot, lambda: "epoch 1/3" in str(screen.query_one("#job-log").render()),
-                    what="the log tail")
+        await until(
+            pilot,
+            lambda: "epoch 1/3" in str(screen.query_one("#job-log").render()),
+            what="the log tail",
+        )
         await pilot.press("l")
-        log = await until(pilot, lambda: isinstance(app.screen, LogScreen) and app.screen,
-                          what="the log pane")
-        await until(pilot, lambda: "epoch 1/3" in "\n".join(log.query_one("#log").lines),
-                    what="the log's lines")
+        log = await until(
+            pilot, lambda: isinstance(app.screen, LogScreen) and app.screen, what="the log pane"
+        )
+        await until(
+            pilot,
+            lambda: "epoch 1/3" in "\n".join(log.query_one("#log").lines),
+            what="the log's lines",
+        )
         await pilot.press("escape", "escape")
         assert isinstance(app.screen, QueueScreen)
 
@@ -280,8 +340,9 @@ def test_q_leaves_the_engine_and_its_jobs_running(desk_engine: EngineHandle) -> 
     assert engine_job(desk_engine, job_id)["state"] == "running"
 
 
-def test_pager_without_a_terminal_falls_back_to_the_log_pane(desk_engine: EngineHandle,
-                                                              monkeypatch: Any) -> None:
+def test_pager_without_a_terminal_falls_back_to_the_log_pane(
+    desk_engine: EngineHandle, monkeypatch: Any
+) -> None:
     monkeypatch.setenv("PAGER", "cat")
     (job_id,) = desk_engine.submit({"name": "paged", "command": SLEEP})
     desk_engine.wait_state(job_id, "running")

@@ -24,6 +24,8 @@ def utc(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     yield
     monkeypatch.undo()
     time.tzset()
+
+
 FRAME_COUNT = len(frames())
 
 
@@ -67,12 +69,12 @@ SCREENS = {
 @pytest.mark.parametrize("size", sorted(SIZES))
 @pytest.mark.parametrize("screen", list(SCREENS))
 def test_screen_snapshot(snap_compare: Any, screen: str, size: str) -> None:
-    assert snap_compare(desk(), terminal_size=SIZES[size],
-                        run_before=screen_steps(SCREENS[screen]))
+    assert snap_compare(desk(), terminal_size=SIZES[size], run_before=screen_steps(SCREENS[screen]))
 
 
-def test_station_snapshot_without_colour(snap_compare: Any,
-                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_station_snapshot_without_colour(
+    snap_compare: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """NO_COLOR: bars, shares and sparklines must still read (they are drawn with characters)."""
     monkeypatch.setenv("NO_COLOR", "1")
     app = desk()

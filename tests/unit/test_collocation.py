@@ -30,14 +30,23 @@ GIB = 1024.0
 
 
 def station(*gpus: GpuState, **kw: object) -> StationView:
-    return StationView(StationConfig(slots=2), cores=8, backend="sim:x", gpu_states=gpus,
-                       simulated=True, **kw)
+    return StationView(
+        StationConfig(slots=2), cores=8, backend="sim:x", gpu_states=gpus, simulated=True, **kw
+    )
 
 
-def gpu(index: int, *tenants: Tenant, used: float = 0.0, sm: float | None = None,
-        mps: bool = True) -> GpuState:
-    return GpuState(index, f"GPU-{index}", 40 * GIB, memory_used_mib=used, sm_activity_pct=sm,
-                    tenants=tenants, mps_usable=mps)
+def gpu(
+    index: int, *tenants: Tenant, used: float = 0.0, sm: float | None = None, mps: bool = True
+) -> GpuState:
+    return GpuState(
+        index,
+        f"GPU-{index}",
+        40 * GIB,
+        memory_used_mib=used,
+        sm_activity_pct=sm,
+        tenants=tenants,
+        mps_usable=mps,
+    )
 
 
 def tenant(job_id: int, memory_gb: float, sm: float, mode: str = "mps") -> Tenant:
@@ -101,8 +110,7 @@ def test_multi_gpu_and_after_oom_jobs_get_whole_idle_gpus() -> None:
 
 
 def test_bounded_backfilling_reserves_gpus_for_the_waiting_job() -> None:
-    view = station(gpu(0, tenant(1, 5, 20)), gpu(1, tenant(2, 5, 30)),
-                   overtaken={10: 8})
+    view = station(gpu(0, tenant(1, 5, 20)), gpu(1, tenant(2, 5, 30)), overtaken={10: 8})
     decision = SharingPolicy("auto").place([job(10, 33, 90), job(11, 2, 10)], view)
     # job 10 (heavy, 33 GiB + margin) cannot start; it has been overtaken 8 times, so the least
     # loaded GPU (0) is held for it and job 11 goes to GPU 1
@@ -143,12 +151,10 @@ def test_impossible_jobs_are_rejected_with_a_reason() -> None:
 
 
 def test_carma_blocks_on_the_head_of_the_queue_and_uses_measured_memory() -> None:
-    view = station(gpu(0, tenant(1, 5, 20), used=36 * GIB), gpu(1, tenant(2, 5, 20),
-                                                              used=30 * GIB))
+    view = station(gpu(0, tenant(1, 5, 20), used=36 * GIB), gpu(1, tenant(2, 5, 20), used=30 * GIB))
     decision = CarmaPolicy().place([job(3, 9, 10), job(4, 1, 10)], view)
     assert decision.placements == []  # FIFO without backfilling: job 3 does not fit, 4 waits
-    roomy = station(gpu(0, tenant(1, 5, 20), used=5 * GIB), gpu(1, tenant(2, 5, 20),
-                                                             used=20 * GIB))
+    roomy = station(gpu(0, tenant(1, 5, 20), used=5 * GIB), gpu(1, tenant(2, 5, 20), used=20 * GIB))
     (placed,) = CarmaPolicy().place([job(3, 9, 10)], roomy).placements
     assert placed.gpus == (0,) and placed.mps_memory_limit_mib is None  # most free memory
 
@@ -191,10 +197,24 @@ def test_the_carma_trace_through_every_policy() -> None:
 
 def test_an_underestimated_job_dies_once_and_is_recovered(tmp_path: Path) -> None:
     path = tmp_path / "t.json"
-    jobs = [{"id": 1, "arrival_s": 0, "exclusive_minutes": 30, "peak_memory_mb": 30000,
-             "class": "light", "estimate_gpumemnet_mb": 20000},
-            {"id": 2, "arrival_s": 0, "exclusive_minutes": 30, "peak_memory_mb": 4000,
-             "class": "light", "estimate_gpumemnet_mb": 4000}]
+    jobs = [
+        {
+            "id": 1,
+            "arrival_s": 0,
+            "exclusive_minutes": 30,
+            "peak_memory_mb": 30000,
+            "class": "light",
+            "estimate_gpumemnet_mb": 20000,
+        },
+        {
+            "id": 2,
+            "arrival_s": 0,
+            "exclusive_minutes": 30,
+            "peak_memory_mb": 4000,
+            "class": "light",
+            "estimate_gpumemnet_mb": 4000,
+        },
+    ]
     path.write_text(json.dumps({"name": "t", "station": "h100", "jobs": jobs}))
     sim = Simulation(load_trace(path), policy="mig", station="sim:dgx-station-a100x1")
     result = sim.run()
@@ -202,11 +222,14 @@ def test_an_underestimated_job_dies_once_and_is_recovered(tmp_path: Path) -> Non
     assert sim.runs[0].attempts == 2 and sim.runs[0].demand.exclusive
 
 
-@pytest.mark.parametrize("body, message", [
-    ("[]", "expected an object"),
-    ('{"jobs": [{"arrival_s": 0}]}', "jobs[0]: missing or bad field"),
-    ("not json", "is not a JSON trace"),
-])
+@pytest.mark.parametrize(
+    "body, message",
+    [
+        ("[]", "expected an object"),
+        ('{"jobs": [{"arrival_s": 0}]}', "jobs[0]: missing or bad field"),
+        ("not json", "is not a JSON trace"),
+    ],
+)
 def test_bad_traces_are_clear_errors(tmp_path: Path, body: str, message: str) -> None:
     path = tmp_path / "bad.json"
     path.write_text(body)
@@ -231,11 +254,21 @@ def test_the_no_room_frontier_agrees_with_a_brute_force_check() -> None:
 
 
 def test_a_station_that_asks_for_isolation_shares_only_mig_slices() -> None:
-    isolated = StationView(StationConfig(isolation=True), cores=8, backend="nvml", gpu_states=(
-        gpu(0, tenant(1, 4, 10)),
-        GpuState(1, "GPU-1", 40 * GIB, mig_enabled=True,
-                 mig_slices=(MigSlice("MIG-x", "2g.10gb", 9984, 2),)),
-    ))
+    isolated = StationView(
+        StationConfig(isolation=True),
+        cores=8,
+        backend="nvml",
+        gpu_states=(
+            gpu(0, tenant(1, 4, 10)),
+            GpuState(
+                1,
+                "GPU-1",
+                40 * GIB,
+                mig_enabled=True,
+                mig_slices=(MigSlice("MIG-x", "2g.10gb", 9984, 2),),
+            ),
+        ),
+    )
     placed = SharingPolicy("auto").place([job(2, 4, 10), job(3, 4, 10)], isolated).placements
     # job 2 takes the slice; job 3 would have to share GPU 0 with job 1, so it waits
     assert [(p.job_id, p.mode, p.mig_slice) for p in placed] == [(2, "mig", "MIG-x")]

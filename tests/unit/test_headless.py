@@ -10,14 +10,29 @@ from gpudesk.headless import RunReport, _Progress
 
 
 def job(job_id: int, state: str, **extra: object) -> dict:
-    return {"id": job_id, "name": f"j{job_id}", "state": state, "attempts": 1,
-            "started_at": 100.0, "ended_at": 102.5, "exit_code": 0, "reason": None,
-            "log": None, "slot": None, **extra}
+    return {
+        "id": job_id,
+        "name": f"j{job_id}",
+        "state": state,
+        "attempts": 1,
+        "started_at": 100.0,
+        "ended_at": 102.5,
+        "exit_code": 0,
+        "reason": None,
+        "log": None,
+        "slot": None,
+        **extra,
+    }
 
 
 def test_report_counts_and_success() -> None:
-    report = RunReport("p", "p@1", started_at=100.0, ended_at=110.0,
-                       jobs=[job(1, "succeeded"), job(2, "failed", exit_code=3)])
+    report = RunReport(
+        "p",
+        "p@1",
+        started_at=100.0,
+        ended_at=110.0,
+        jobs=[job(1, "succeeded"), job(2, "failed", exit_code=3)],
+    )
     data = report.to_dict()
     assert data["counts"] == {"succeeded": 1, "failed": 1}
     assert data["succeeded"] is False

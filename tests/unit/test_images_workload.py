@@ -19,8 +19,15 @@ from gpudesk.workloads import images
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 RESULT_KEYS = {
-    "train_acc", "final_loss", "epochs", "steps", "samples", "samples_per_s", "wall_s",
-    "loader", "data_wait_s",
+    "train_acc",
+    "final_loss",
+    "epochs",
+    "steps",
+    "samples",
+    "samples_per_s",
+    "wall_s",
+    "loader",
+    "data_wait_s",
 }
 # What a spawned DataLoader worker does with the dataset: unpickle it in a fresh interpreter,
 # where the class is found by name (the module publishes it lazily, as it needs torch).
@@ -58,12 +65,27 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, subproc
 
     def start(*args: str, **kwargs: object) -> subprocess.Popen[str]:
         return subprocess.Popen(
-            [sys.executable, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            text=True, env=env, cwd=REPO_ROOT, **kwargs,
+            [sys.executable, *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            cwd=REPO_ROOT,
+            **kwargs,
         )
 
-    train = ("-m", "gpudesk.workloads.images_train", "--loader", "local", "--size", "128",
-             "--workers", "1", "--threads", "1")
+    train = (
+        "-m",
+        "gpudesk.workloads.images_train",
+        "--loader",
+        "local",
+        "--size",
+        "128",
+        "--workers",
+        "1",
+        "--threads",
+        "1",
+    )
     procs = {
         "train": start(*train, "--epochs", "1", "--max-steps", "3"),
         # Its own process group, as gpudesk runs a job: cancel signals the whole group.
@@ -115,10 +137,18 @@ def test_train_job_runs_and_reports(runs: dict[str, subprocess.Popen[str]]) -> N
 
 
 def test_import_is_cheap(tmp_path: Path) -> None:
-    code = ("import sys, gpudesk.workloads.images, gpudesk.workloads.images_train; "
-            "print(sorted(m for m in ('torch', 'PIL', 'sklearn') if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True, cwd=REPO_ROOT, env=subprocess_env(tmp_path))
+    code = (
+        "import sys, gpudesk.workloads.images, gpudesk.workloads.images_train; "
+        "print(sorted(m for m in ('torch', 'PIL', 'sklearn') if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=REPO_ROOT,
+        env=subprocess_env(tmp_path),
+    )
     assert out.stdout.strip() == "[]"
 
 
@@ -209,8 +239,16 @@ def test_corrupt_cache_is_rebuilt(tmp_path: Path, damage: str) -> None:
         with cache.open("wb") as handle:
             np.savez(handle, **arrays)
     with pytest.raises(images.CorruptCache):
-        images.read_cache(cache, {"version": images.CACHE_VERSION, "size": 16, "seed": 0,
-                                  "stored_px": images.STORED_PX, "quality": images.JPEG_QUALITY})
+        images.read_cache(
+            cache,
+            {
+                "version": images.CACHE_VERSION,
+                "size": 16,
+                "seed": 0,
+                "stored_px": images.STORED_PX,
+                "quality": images.JPEG_QUALITY,
+            },
+        )
     built = images.builds()
     rebuilt = images.make_dataset(size=16, image_px=32, cache_dir=str(tmp_path))
     assert not rebuilt.cache_hit and images.builds() == built + 1
@@ -226,8 +264,7 @@ def test_pickles_and_loads_in_fork_workers(tmp_path: Path) -> None:
     copy = pickle.loads(pickle.dumps(dataset))
     assert type(copy).__name__ == "ImageCropDataset" and len(copy) == 12
     assert torch.equal(copy[7][0], dataset[7][0])
-    loader = DataLoader(dataset, batch_size=6, num_workers=2,
-                        multiprocessing_context="fork")
+    loader = DataLoader(dataset, batch_size=6, num_workers=2, multiprocessing_context="fork")
     batches = list(loader)
     assert [tuple(b[0].shape) for b in batches] == [(6, 3, 32, 32)] * 2
     assert torch.equal(batches[1][0][1], dataset[7][0])

@@ -30,8 +30,9 @@ def store(tmp_path: Path) -> Iterator[Store]:
 
 def fail_attempt(store: Store, job_id: int, jobs_root: Path, state: JobState) -> None:
     attempt = store.start_attempt(job_id, {"slot": "cpu:0"}, jobs_root)
-    store.finish_attempt(attempt, attempt_state="exited", job_state=state,
-                         message="exit code 3", exit_code=3)
+    store.finish_attempt(
+        attempt, attempt_state="exited", job_state=state, message="exit code 3", exit_code=3
+    )
 
 
 # ------------------------------------------------------------------- migration
@@ -40,9 +41,11 @@ def test_a_version_3_store_migrates_to_job_control_and_keeps_its_jobs(tmp_path: 
     for script in MIGRATIONS[:3]:
         conn.executescript(script)
     conn.execute("PRAGMA user_version = 3")
-    conn.execute("INSERT INTO jobs (name, spec, state, priority, submitted_at, attempts) "
-                 "VALUES ('old', ?, 'failed', 2, 1.0, 1)",
-                 (json.dumps(spec("old", priority=2).to_dict()),))
+    conn.execute(
+        "INSERT INTO jobs (name, spec, state, priority, submitted_at, attempts) "
+        "VALUES ('old', ?, 'failed', 2, 1.0, 1)",
+        (json.dumps(spec("old", priority=2).to_dict()),),
+    )
     conn.commit()
     conn.close()
     store = Store.open(tmp_path / "db")
@@ -64,8 +67,10 @@ def test_hold_and_release_a_queued_job_with_events(store: Store, tmp_path: Path)
     assert store.queued()[0].held
     released = store.set_held(job.id, False)
     assert not released.held
-    assert [(e.kind, e.message) for e in store.events(job.id)][1:] == \
-        [("hold", "held by user"), ("release", "released by user")]
+    assert [(e.kind, e.message) for e in store.events(job.id)][1:] == [
+        ("hold", "held by user"),
+        ("release", "released by user"),
+    ]
 
 
 def test_held_survives_reopening_the_store(tmp_path: Path) -> None:
@@ -81,7 +86,8 @@ def test_held_survives_reopening_the_store(tmp_path: Path) -> None:
 
 
 def test_only_a_queued_job_can_be_held_and_leaving_the_queue_clears_it(
-        store: Store, tmp_path: Path) -> None:
+    store: Store, tmp_path: Path
+) -> None:
     running, cancelled = store.submit([spec("r"), spec("c")])
     store.start_attempt(running.id, {"slot": "cpu:0"}, tmp_path)
     with pytest.raises(InvalidTransition, match="job 1 is running"):
@@ -100,15 +106,18 @@ def test_set_priority_rewrites_the_spec_and_the_queue_order(store: Store, tmp_pa
     assert [j.name for j in store.queued()] == ["c", "a", "b"]
     store.set_priority(c.id, -1)
     assert [j.name for j in store.queued()] == ["a", "b", "c"]
-    assert [e.message for e in store.events(c.id) if e.kind == "priority"] == \
-        ["priority 0 -> 7 by user", "priority 7 -> -1 by user"]
+    assert [e.message for e in store.events(c.id) if e.kind == "priority"] == [
+        "priority 0 -> 7 by user",
+        "priority 7 -> -1 by user",
+    ]
     store.start_attempt(a.id, {"slot": "cpu:0"}, tmp_path)
     assert store.set_priority(a.id, 3).spec.priority == 3  # kept for a retry
 
 
 # --------------------------------------------------------------------- requeue
 def test_requeue_a_failed_job_gives_a_fresh_budget_and_continues_numbering(
-        store: Store, tmp_path: Path) -> None:
+    store: Store, tmp_path: Path
+) -> None:
     (job,) = store.submit([spec(max_attempts=2)])
     fail_attempt(store, job.id, tmp_path, JobState.QUEUED)
     fail_attempt(store, job.id, tmp_path, JobState.FAILED)
@@ -116,10 +125,17 @@ def test_requeue_a_failed_job_gives_a_fresh_budget_and_continues_numbering(
     assert (failed.attempts, failed.attempts_since_requeue) == (2, 2)
     again = store.requeue(job.id)
     assert again.state is JobState.QUEUED
-    assert (again.attempts, again.attempts_before_requeue, again.attempts_since_requeue) == \
-        (2, 2, 0)
-    assert (again.exit_code, again.reason, again.ended_at, again.started_at) == \
-        (None, None, None, None)
+    assert (again.attempts, again.attempts_before_requeue, again.attempts_since_requeue) == (
+        2,
+        2,
+        0,
+    )
+    assert (again.exit_code, again.reason, again.ended_at, again.started_at) == (
+        None,
+        None,
+        None,
+        None,
+    )
     third = store.start_attempt(job.id, {"slot": "cpu:1"}, tmp_path)
     assert third.number == 3
     assert store.job(job.id).attempts_since_requeue == 1
@@ -132,8 +148,13 @@ def test_requeue_clears_a_cancel_and_a_hold(store: Store, tmp_path: Path) -> Non
     (job,) = store.submit([spec()])
     attempt = store.start_attempt(job.id, {"slot": "cpu:0"}, tmp_path)
     store.request_cancel(job.id, grace=5)
-    store.finish_attempt(attempt, attempt_state="exited", job_state=JobState.CANCELLED,
-                         message="cancelled", exit_code=143)
+    store.finish_attempt(
+        attempt,
+        attempt_state="exited",
+        job_state=JobState.CANCELLED,
+        message="cancelled",
+        exit_code=143,
+    )
     again = store.requeue(job.id)
     assert (again.cancel_requested, again.kill_deadline, again.held) == (False, None, False)
 
@@ -149,9 +170,16 @@ def test_only_a_finished_job_can_be_requeued(store: Store, tmp_path: Path) -> No
 
 # ---------------------------------------------------------------------- energy
 def test_gpu_energy_since_sums_only_the_energy_points_after_the_time(store: Store) -> None:
-    store.add_samples([(100.0, 0, GPU_ENERGY_METRIC, 1000.0), (110.0, 0, GPU_ENERGY_METRIC, 500.0),
-                       (120.0, 0, GPU_ENERGY_METRIC, 250.0), (110.0, 1, GPU_ENERGY_METRIC, 40.0),
-                       (110.0, 0, "power_w", 300.0)], [])
+    store.add_samples(
+        [
+            (100.0, 0, GPU_ENERGY_METRIC, 1000.0),
+            (110.0, 0, GPU_ENERGY_METRIC, 500.0),
+            (120.0, 0, GPU_ENERGY_METRIC, 250.0),
+            (110.0, 1, GPU_ENERGY_METRIC, 40.0),
+            (110.0, 0, "power_w", 300.0),
+        ],
+        [],
+    )
     assert store.gpu_energy_since([0, 1, 2], since=105.0) == {0: 750.0, 1: 40.0}
     assert store.gpu_energy_since([0], since=0.0) == {0: 1750.0}
     assert store.gpu_energy_since([], since=0.0) == {}
@@ -168,9 +196,19 @@ def test_local_midnight_starts_the_local_day() -> None:
 
 # ----------------------------------------------------------------------- queue
 def queued(job_id: int, priority: int = 0, held: bool = False) -> JobRecord:
-    return JobRecord(id=job_id, spec=spec(f"j{job_id}", priority=priority),
-                     state=JobState.QUEUED, submitted_at=0.0, started_at=None, ended_at=None,
-                     attempts=0, exit_code=None, reason=None, cancel_requested=False, held=held)
+    return JobRecord(
+        id=job_id,
+        spec=spec(f"j{job_id}", priority=priority),
+        state=JobState.QUEUED,
+        submitted_at=0.0,
+        started_at=None,
+        ended_at=None,
+        attempts=0,
+        exit_code=None,
+        reason=None,
+        cancel_requested=False,
+        held=held,
+    )
 
 
 def test_a_new_priority_re_sorts_the_queue() -> None:

@@ -13,13 +13,24 @@ from gpudesk.engine.station import StationConfig
 from gpudesk.engine.store import JobRecord
 
 
-def record(job_id: int, priority: int = 0, gpus: int = 0,
-           memory_gb: float | None = None) -> JobRecord:
-    spec = JobSpec(name=f"j{job_id}", command=("true",), priority=priority, gpus=gpus,
-                   memory_gb=memory_gb)
-    return JobRecord(id=job_id, spec=spec, state=JobState.QUEUED, submitted_at=0.0,
-                     started_at=None, ended_at=None, attempts=0, exit_code=None, reason=None,
-                     cancel_requested=False)
+def record(
+    job_id: int, priority: int = 0, gpus: int = 0, memory_gb: float | None = None
+) -> JobRecord:
+    spec = JobSpec(
+        name=f"j{job_id}", command=("true",), priority=priority, gpus=gpus, memory_gb=memory_gb
+    )
+    return JobRecord(
+        id=job_id,
+        spec=spec,
+        state=JobState.QUEUED,
+        submitted_at=0.0,
+        started_at=None,
+        ended_at=None,
+        attempts=0,
+        exit_code=None,
+        reason=None,
+        cancel_requested=False,
+    )
 
 
 @pytest.mark.parametrize(
@@ -50,9 +61,18 @@ def test_spec_errors_name_the_field(data: dict, key: str, fragment: str) -> None
 
 
 def test_spec_round_trips_through_a_dict() -> None:
-    spec = JobSpec(name="train", command=("python", "t.py"), env={"A": "1"}, gpus=1,
-                   memory_gb=8.0, sm_pct=40.0, dataset="digits", priority=2, max_attempts=3,
-                   group="run@1")
+    spec = JobSpec(
+        name="train",
+        command=("python", "t.py"),
+        env={"A": "1"},
+        gpus=1,
+        memory_gb=8.0,
+        sm_pct=40.0,
+        dataset="digits",
+        priority=2,
+        max_attempts=3,
+        group="run@1",
+    )
     assert JobSpec.from_dict(json.loads(json.dumps(spec.to_dict()))) == spec
     assert JobSpec.from_stored(json.loads(json.dumps(spec.to_dict()))) == spec
 

@@ -33,8 +33,10 @@ def write(ring: Ring, slot: int, ids: list[int]) -> None:
 
 
 def test_layout_round_trips_through_json() -> None:
-    batch = {"image": torch.zeros(4, 3, 5, 5, dtype=torch.uint8),
-             "meta": (torch.zeros(4, dtype=torch.int32), [torch.zeros(4, 2)])}
+    batch = {
+        "image": torch.zeros(4, 3, 5, 5, dtype=torch.uint8),
+        "meta": (torch.zeros(4, dtype=torch.int32), [torch.zeros(4, 2)]),
+    }
     layout = plan_layout(batch, batch_size=4, slots=5)
     again = Layout.from_dict(json.loads(json.dumps(layout.to_dict())))
     assert (again.slots, again.batch_size, again.size) == (5, 4, layout.size)
@@ -90,8 +92,11 @@ def test_a_batch_that_does_not_fit_the_layout_is_refused_clearly(ring: Ring) -> 
     with pytest.raises(RingError, match="dtype float64"):
         ring.write(0, [features.double(), labels], labels.clone())
     with pytest.raises(RingError, match="does not fit a slot of 8"):
-        ring.write(0, [torch.zeros(9, 3), torch.zeros(9, dtype=torch.int64)],
-                   torch.zeros(9, dtype=torch.int64))
+        ring.write(
+            0,
+            [torch.zeros(9, 3), torch.zeros(9, dtype=torch.int64)],
+            torch.zeros(9, dtype=torch.int64),
+        )
     with pytest.raises(RingError, match="has 1 tensors; the first had 2"):
         ring.write(0, [features], labels)
     with pytest.raises(RingError, match="batch size"):

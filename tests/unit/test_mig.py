@@ -55,19 +55,23 @@ def placements() -> dict[int, tuple[Placement, ...]]:
 # -------------------------------------------------------------------------------- parsers
 def test_list_gpus_without_and_with_mig_devices() -> None:
     assert mig.parse_list_gpus(output("L.txt")) == [
-        GpuEntry(0, "NVIDIA A100-PCIE-40GB", "GPU-c7cc679c-da89-47e3-834b-24b894d632fd")]
+        GpuEntry(0, "NVIDIA A100-PCIE-40GB", "GPU-c7cc679c-da89-47e3-834b-24b894d632fd")
+    ]
     (gpu,) = mig.parse_list_gpus(output("L-mig.txt"))
     assert (gpu.index, gpu.name) == (0, "A100-SXM4-40GB")
     assert gpu.mig_devices == (
         MigEntry(0, "3g.20gb", 0, "MIG-c7384736-a75d-5afc-978f-d2f1294409fd"),
-        MigEntry(0, "3g.20gb", 1, "MIG-a28ad590-3fda-56dd-84fc-0a0b96edc58d"))
+        MigEntry(0, "3g.20gb", 1, "MIG-a28ad590-3fda-56dd-84fc-0a0b96edc58d"),
+    )
 
 
 def test_list_gpus_reads_newer_spacing_and_several_gpus() -> None:
-    text = ("GPU 0: NVIDIA A30 (UUID: GPU-1e44b340-0000-0000-0000-343a6b8b8bcd)\n"
-            "  MIG 1g.6gb      Device  0: (UUID: MIG-41b9eab5-0000-0000-0000-82bc59af3901)\n"
-            "  MIG 2c.4g.24gb  Device  1: (UUID: MIG-GPU-1e44b340-0000/5/0)\n"
-            "GPU 1: NVIDIA A30 (UUID: GPU-2e44b340-0000-0000-0000-343a6b8b8bcd)\n")
+    text = (
+        "GPU 0: NVIDIA A30 (UUID: GPU-1e44b340-0000-0000-0000-343a6b8b8bcd)\n"
+        "  MIG 1g.6gb      Device  0: (UUID: MIG-41b9eab5-0000-0000-0000-82bc59af3901)\n"
+        "  MIG 2c.4g.24gb  Device  1: (UUID: MIG-GPU-1e44b340-0000/5/0)\n"
+        "GPU 1: NVIDIA A30 (UUID: GPU-2e44b340-0000-0000-0000-343a6b8b8bcd)\n"
+    )
     first, second = mig.parse_list_gpus(text)
     assert [d.name for d in first.mig_devices] == ["1g.6gb", "2c.4g.24gb"]
     assert [d.device for d in first.mig_devices] == [0, 1]
@@ -111,8 +115,13 @@ def test_gi_profiles_key_on_structure_not_on_fixed_columns() -> None:
 +---------------------------------------------------------------------------------+
 """
     one, two, seven = mig.parse_gi_profiles(text)
-    assert (one.gpu, one.short_name, one.free, one.total, one.memory_gib) == (1, "1g.10gb", 5, 7,
-                                                                              9.62)
+    assert (one.gpu, one.short_name, one.free, one.total, one.memory_gib) == (
+        1,
+        "1g.10gb",
+        5,
+        7,
+        9.62,
+    )
     assert (two.short_name, two.id, two.dec, two.ofa) == ("1g.10gb+me.all", 15, None, 1)
     assert (seven.sm, seven.ce, seven.memory_gib) == (98, 7, 79.25)
     # Rows not boxed one by one, some without a continuation line.
@@ -155,7 +164,8 @@ def test_gi_placements() -> None:
 def test_gpu_instances_and_the_empty_answer() -> None:
     assert mig.parse_gpu_instances(output("lgi.txt")) == [
         mig.GpuInstance(0, "MIG 3g.20gb", 9, 1, Placement(0, 4)),
-        mig.GpuInstance(0, "MIG 3g.20gb", 9, 2, Placement(4, 4))]
+        mig.GpuInstance(0, "MIG 3g.20gb", 9, 2, Placement(4, 4)),
+    ]
     assert mig.parse_gpu_instances(output("lgi-empty.txt")) == []
     narrow = """\
 +----------------------------------------------------+
@@ -167,7 +177,8 @@ def test_gpu_instances_and_the_empty_answer() -> None:
 +----------------------------------------------------+
 """
     assert mig.parse_gpu_instances(narrow) == [
-        mig.GpuInstance(3, "MIG 2g.10gb", 14, 5, Placement(0, 2))]
+        mig.GpuInstance(3, "MIG 2g.10gb", 14, 5, Placement(0, 2))
+    ]
     with pytest.raises(MigError, match=re.escape("MIG 3g.20gb          9        1          0-4")):
         mig.parse_gpu_instances(output("lgi.txt").replace("0:4", "0-4", 1))
 
@@ -175,9 +186,14 @@ def test_gpu_instances_and_the_empty_answer() -> None:
 def test_compute_instances() -> None:
     full, *parts = mig.parse_compute_instances(output("lci.txt"))
     assert full == mig.ComputeInstance(0, 1, "MIG 3g.20gb", 2, 0, Placement(0, 3))
-    assert [(c.gpu_instance_id, c.short_name, c.profile_id, c.instance_id, str(c.placement))
-            for c in parts] == [(2, "1c.3g.20gb", 0, 0, "0:1"), (2, "1c.3g.20gb", 0, 1, "1:1"),
-                                (2, "1c.3g.20gb", 0, 2, "2:1")]
+    assert [
+        (c.gpu_instance_id, c.short_name, c.profile_id, c.instance_id, str(c.placement))
+        for c in parts
+    ] == [
+        (2, "1c.3g.20gb", 0, 0, "0:1"),
+        (2, "1c.3g.20gb", 0, 1, "1:1"),
+        (2, "1c.3g.20gb", 0, 2, "2:1"),
+    ]
     assert mig.parse_compute_instances("No compute instances found: Not Found\n") == []
     without_placement = """\
 +-------------------------------------------------------+
@@ -195,21 +211,36 @@ def test_compute_instances() -> None:
 
 def test_created_gpu_instances_from_cgi_output() -> None:
     assert mig.parse_created_gpu_instances(output("cgi-mixed.txt")) == [
-        (2, "3g.20gb"), (7, "1g.5gb"), (4, "2g.10gb"), (8, "1g.5gb")]
+        (2, "3g.20gb"),
+        (7, "1g.5gb"),
+        (4, "2g.10gb"),
+        (8, "1g.5gb"),
+    ]
     assert mig.parse_created_gpu_instances(output("cgi-error-insufficient.txt")) == [
-        (13, "1g.5gb"), (11, "1g.5gb"), (3, "2g.10gb")]
+        (13, "1g.5gb"),
+        (11, "1g.5gb"),
+        (3, "2g.10gb"),
+    ]
 
 
 def test_slots_pair_mig_devices_with_instances_in_instance_id_order() -> None:
     (gpu,) = mig.parse_list_gpus(output("L-mig.txt"))
     gis = mig.parse_gpu_instances(output("lgi.txt"))
-    cis = [mig.ComputeInstance(0, 2, "MIG 3g.20gb", 2, 0), mig.ComputeInstance(0, 1,
-                                                                               "MIG 3g.20gb", 2, 0)]
+    cis = [
+        mig.ComputeInstance(0, 2, "MIG 3g.20gb", 2, 0),
+        mig.ComputeInstance(0, 1, "MIG 3g.20gb", 2, 0),
+    ]
     first, second = mig.match_slots(gpu, gis, cis)
     assert (first.uuid, first.gpu_instance_id, str(first.placement)) == (
-        "MIG-c7384736-a75d-5afc-978f-d2f1294409fd", 1, "0:4")
-    assert (second.gpu_instance_id, second.compute_instance_id, str(second.placement)) == (2, 0,
-                                                                                           "4:4")
+        "MIG-c7384736-a75d-5afc-978f-d2f1294409fd",
+        1,
+        "0:4",
+    )
+    assert (second.gpu_instance_id, second.compute_instance_id, str(second.placement)) == (
+        2,
+        0,
+        "4:4",
+    )
     # Names that disagree leave the instance unknown rather than guessed.
     odd = mig.match_slots(gpu, gis, [mig.ComputeInstance(0, 1, "MIG 1c.3g.20gb", 0, 0)])
     assert odd[0].gpu_instance_id is None and odd[0].placement is None
@@ -225,7 +256,11 @@ def test_plan_creates_larger_slices_first() -> None:
     # The order of cgi-error-insufficient.txt fails on the real GPU; the planned order is the one
     # cgi-mixed.txt shows succeeding.
     assert [name for name, _ in planned(["1g.5gb", "1g.5gb", "2g.10gb", "3g.20gb"])] == [
-        "3g.20gb", "2g.10gb", "1g.5gb", "1g.5gb"]
+        "3g.20gb",
+        "2g.10gb",
+        "1g.5gb",
+        "1g.5gb",
+    ]
     assert planned(["3g.20gb", "4g.20gb"]) == [("4g.20gb", "0:4"), ("3g.20gb", "4:4")]
     assert planned(["3g.20gb", "3g.20gb"]) == [("3g.20gb", "0:4"), ("3g.20gb", "4:4")]
     assert len(planned(["1g.5gb"] * 7)) == 7
@@ -233,24 +268,32 @@ def test_plan_creates_larger_slices_first() -> None:
 
 
 def test_plan_placements_never_overlap() -> None:
-    for request in (["2g.10gb"] * 3 + ["1g.5gb"], ["4g.20gb", "2g.10gb", "1g.5gb"],
-                    ["3g.20gb", "2g.10gb", "1g.5gb", "1g.5gb"], ["7g.40gb"]):
+    for request in (
+        ["2g.10gb"] * 3 + ["1g.5gb"],
+        ["4g.20gb", "2g.10gb", "1g.5gb"],
+        ["3g.20gb", "2g.10gb", "1g.5gb", "1g.5gb"],
+        ["7g.40gb"],
+    ):
         plan = mig.plan_layout(profiles(), request, placements())
         spots = [p.placement for p in plan]
-        assert all(not a.overlaps(b) for i, a in enumerate(spots) for b in spots[i + 1:])
+        assert all(not a.overlaps(b) for i, a in enumerate(spots) for b in spots[i + 1 :])
 
 
-@pytest.mark.parametrize(("request_", "culprit"), [
-    (["3g.20gb"] * 3, "3g.20gb"),
-    (["1g.5gb"] * 8, "1g.5gb"),
-    (["1g.5gb+me", "1g.5gb+me"], "1g.5gb+me"),
-    (["4g.20gb", "3g.20gb", "1g.5gb"], "1g.5gb"),
-    (["7g.40gb", "1g.5gb"], "1g.5gb"),
-    (["2g.10gb", "2g.10gb", "2g.10gb", "1g.5gb", "1g.5gb"], "1g.5gb"),
-    (["4g.20gb", "4g.20gb"], "4g.20gb"),
-])
-def test_plan_rejects_a_set_that_does_not_fit_and_names_the_profile(request_: list[str],
-                                                                     culprit: str) -> None:
+@pytest.mark.parametrize(
+    ("request_", "culprit"),
+    [
+        (["3g.20gb"] * 3, "3g.20gb"),
+        (["1g.5gb"] * 8, "1g.5gb"),
+        (["1g.5gb+me", "1g.5gb+me"], "1g.5gb+me"),
+        (["4g.20gb", "3g.20gb", "1g.5gb"], "1g.5gb"),
+        (["7g.40gb", "1g.5gb"], "1g.5gb"),
+        (["2g.10gb", "2g.10gb", "2g.10gb", "1g.5gb", "1g.5gb"], "1g.5gb"),
+        (["4g.20gb", "4g.20gb"], "4g.20gb"),
+    ],
+)
+def test_plan_rejects_a_set_that_does_not_fit_and_names_the_profile(
+    request_: list[str], culprit: str
+) -> None:
     with pytest.raises(LayoutError, match="does not fit") as caught:
         mig.plan_layout(profiles(), request_, placements())
     assert caught.value.profile == culprit
@@ -265,8 +308,10 @@ def test_plan_around_instances_already_there() -> None:
 
 def test_plan_counts_compute_slices_too() -> None:
     # Four 2g instances fit in 8 memory slices but need 8 of the 7 compute slices.
-    table = [mig.GiProfile(0, "MIG 2g.20gb", "2g.20gb", 14, 4, 4, 19.5),
-             mig.GiProfile(0, "MIG 7g.80gb", "7g.80gb", 0, 1, 1, 79.25)]
+    table = [
+        mig.GiProfile(0, "MIG 2g.20gb", "2g.20gb", 14, 4, 4, 19.5),
+        mig.GiProfile(0, "MIG 7g.80gb", "7g.80gb", 0, 1, 1, 79.25),
+    ]
     spots = {14: tuple(Placement(s, 2) for s in (0, 2, 4, 6)), 0: (Placement(0, 8),)}
     assert len(mig.plan_layout(table, ["2g.20gb"] * 3, spots)) == 3
     with pytest.raises(LayoutError, match=re.escape("no placement is left for 2g.20gb")):
@@ -277,7 +322,8 @@ def test_placements_derived_from_lgip_match_lgipp() -> None:
     assert mig.derive_placements(profiles()) == placements()
     assert planned(["1g.5gb", "3g.20gb"]) == [
         (p.profile.short_name, str(p.placement))
-        for p in mig.plan_layout(profiles(), ["1g.5gb", "3g.20gb"], {})]
+        for p in mig.plan_layout(profiles(), ["1g.5gb", "3g.20gb"], {})
+    ]
 
 
 def test_plan_rejects_unknown_profiles_with_a_suggestion() -> None:
@@ -287,14 +333,22 @@ def test_plan_rejects_unknown_profiles_with_a_suggestion() -> None:
     assert "1g.5gb (ID 19)" in str(caught.value)
     with pytest.raises(UnknownProfileError, match="no MIG profile given"):
         mig.plan_layout(profiles(), [], placements())
-    assert mig.split_profiles(["3g.20gb,1g.5gb", " 1g.5gb ", ","]) == ["3g.20gb", "1g.5gb",
-                                                                      "1g.5gb"]
+    assert mig.split_profiles(["3g.20gb,1g.5gb", " 1g.5gb ", ","]) == [
+        "3g.20gb",
+        "1g.5gb",
+        "1g.5gb",
+    ]
 
 
 # ---------------------------------------------------------------------------- error mapping
 def test_insufficient_resources_names_the_profile() -> None:
-    error = mig.map_nvidia_smi_error(["nvidia-smi", "mig", "-cgi", "19,19,14,9"], 23,
-                                     output("cgi-error-insufficient.txt"), 0, {"9": "3g.20gb"})
+    error = mig.map_nvidia_smi_error(
+        ["nvidia-smi", "mig", "-cgi", "19,19,14,9"],
+        23,
+        output("cgi-error-insufficient.txt"),
+        0,
+        {"9": "3g.20gb"},
+    )
     assert error.kind == "insufficient-resources"
     assert "GPU 0 has no room left for a 3g.20gb instance" in str(error)
     assert "gpudesk mig profiles --gpu 0" in str(error)
@@ -308,12 +362,15 @@ def test_in_use_says_to_stop_the_processes() -> None:
     assert "In use by another client" in str(error) and "Stop the processes" in str(error)
 
 
-@pytest.mark.parametrize("said", [
-    "Unable to create a GPU instance on GPU  0 using profile 9: Insufficient Permissions\n"
-    "Failed to create GPU instances: Insufficient Permissions\n",
-    "Failed to display compute instances: Insufficient Permissions\n",
-    "open /dev/nvidia-caps/nvidia-cap1: permission denied\n",
-])
+@pytest.mark.parametrize(
+    "said",
+    [
+        "Unable to create a GPU instance on GPU  0 using profile 9: Insufficient Permissions\n"
+        "Failed to create GPU instances: Insufficient Permissions\n",
+        "Failed to display compute instances: Insufficient Permissions\n",
+        "open /dev/nvidia-caps/nvidia-cap1: permission denied\n",
+    ],
+)
 def test_permission_errors_suggest_sudo_or_a_sudoers_rule(said: str) -> None:
     error = mig.map_nvidia_smi_error(["nvidia-smi"], 4, said, 0)
     assert error.kind == "permission"
@@ -333,14 +390,14 @@ def test_mig_mode_messages_give_the_commands_and_never_act() -> None:
 
 
 def test_other_failures_quote_the_command_and_output() -> None:
-    error = mig.map_nvidia_smi_error(["nvidia-smi", "mig", "-lgi"], 255,
-                                     "Unknown Error\n", 0)
+    error = mig.map_nvidia_smi_error(["nvidia-smi", "mig", "-lgi"], 255, "Unknown Error\n", 0)
     assert error.kind == "other"
     assert "`nvidia-smi mig -lgi` failed (exit 255): Unknown Error" in str(error)
 
 
-def test_nvidia_smi_missing_names_the_variable(monkeypatch: pytest.MonkeyPatch,
-                                               tmp_path: Path) -> None:
+def test_nvidia_smi_missing_names_the_variable(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     monkeypatch.delenv(mig.ENV_NVIDIA_SMI, raising=False)
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(MigError, match="GPUDESK_NVIDIA_SMI"):
@@ -360,35 +417,49 @@ def test_every_call_has_a_timeout(tmp_path: Path) -> None:
 
 # ------------------------------------------------------------- the fake against the fixtures
 def _gpu(**fields: object) -> dict:
-    gpu = {"name": "NVIDIA A100-PCIE-40GB", "uuid": "GPU-c7cc679c-da89-47e3-834b-24b894d632fd",
-           "pci_bus_id": "00000000:41:00.0", "mig_mode": "enabled", "gpu_instances": []}
+    gpu = {
+        "name": "NVIDIA A100-PCIE-40GB",
+        "uuid": "GPU-c7cc679c-da89-47e3-834b-24b894d632fd",
+        "pci_bus_id": "00000000:41:00.0",
+        "mig_mode": "enabled",
+        "gpu_instances": [],
+    }
     gpu.update(fields)
     return gpu
 
 
 def _gi(gi_id: int, start: int, cis: list[dict] | None = None) -> dict:
-    return {"id": gi_id, "profile_id": 9, "start": start, "size": 4,
-            "compute_instances": cis or []}
+    return {"id": gi_id, "profile_id": 9, "start": start, "size": 4, "compute_instances": cis or []}
 
 
 def _ci(ci_id: int, size: int, uuid: str = "MIG-unused") -> dict:
-    return {"id": ci_id, "profile_id": {1: 0, 3: 2}[size], "start": ci_id if size == 1 else 0,
-            "size": size, "uuid": uuid}
+    return {
+        "id": ci_id,
+        "profile_id": {1: 0, 3: 2}[size],
+        "start": ci_id if size == 1 else 0,
+        "size": size,
+        "uuid": uuid,
+    }
 
 
 # The state each fixture was taken in.
 FIXTURE_STATES: dict[str, dict] = {
     "L.txt": _gpu(mig_mode="disabled"),
-    "L-mig.txt": _gpu(name="A100-SXM4-40GB", uuid="GPU-e86cb44c-6756-fd30-cd4a-1e6da3caf9b0",
-                      gpu_instances=[
-                          _gi(2, 4, [_ci(0, 3, "MIG-a28ad590-3fda-56dd-84fc-0a0b96edc58d")]),
-                          _gi(1, 0, [_ci(0, 3, "MIG-c7384736-a75d-5afc-978f-d2f1294409fd")])]),
+    "L-mig.txt": _gpu(
+        name="A100-SXM4-40GB",
+        uuid="GPU-e86cb44c-6756-fd30-cd4a-1e6da3caf9b0",
+        gpu_instances=[
+            _gi(2, 4, [_ci(0, 3, "MIG-a28ad590-3fda-56dd-84fc-0a0b96edc58d")]),
+            _gi(1, 0, [_ci(0, 3, "MIG-c7384736-a75d-5afc-978f-d2f1294409fd")]),
+        ],
+    ),
     "lgip.txt": _gpu(),
     "lgipp.txt": _gpu(),
     "lgi.txt": _gpu(gpu_instances=[_gi(2, 4), _gi(1, 0)]),
     "lgi-empty.txt": _gpu(),
-    "lci.txt": _gpu(gpu_instances=[_gi(2, 4, [_ci(2, 1), _ci(0, 1), _ci(1, 1)]),
-                                   _gi(1, 0, [_ci(0, 3)])]),
+    "lci.txt": _gpu(
+        gpu_instances=[_gi(2, 4, [_ci(2, 1), _ci(0, 1), _ci(1, 1)]), _gi(1, 0, [_ci(0, 3)])]
+    ),
     "cgi.txt": _gpu(),
     "cgi-C.txt": _gpu(),
     "cgi-mixed.txt": _gpu(),
@@ -399,13 +470,17 @@ FIXTURE_STATES: dict[str, dict] = {
     "dgi.txt": _gpu(gpu_instances=[_gi(2, 4)]),
     "mig-enable.txt": _gpu(mig_mode="disabled"),
 }
-EXPECTED_EXIT = {"lgi-empty.txt": 6, "cgi-error-insufficient.txt": 23,
-                 "cgi-error-in-use.txt": 19}
+EXPECTED_EXIT = {"lgi-empty.txt": 6, "cgi-error-insufficient.txt": 23, "cgi-error-in-use.txt": 19}
 
 
 def run_fake(state_file: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([str(FAKE), *args], capture_output=True, text=True, timeout=10,
-                          env={**os.environ, "GPUDESK_FAKE_NVIDIA_SMI_STATE": str(state_file)})
+    return subprocess.run(
+        [str(FAKE), *args],
+        capture_output=True,
+        text=True,
+        timeout=10,
+        env={**os.environ, "GPUDESK_FAKE_NVIDIA_SMI_STATE": str(state_file)},
+    )
 
 
 def test_every_command_fixture_has_a_state() -> None:
@@ -453,8 +528,9 @@ def test_fake_leaves_mig_mode_pending(tmp_path: Path) -> None:
     assert json.loads(state.read_text())["gpus"][0]["mig_mode"] == "pending"
     refused = run_fake(state, "mig", "-lgi")
     assert (refused.stdout, refused.returncode) == ("No MIG-enabled devices found.\n", 6)
-    query = run_fake(state, "--query-gpu=index,mig.mode.current,mig.mode.pending",
-                     "--format=csv,noheader")
+    query = run_fake(
+        state, "--query-gpu=index,mig.mode.current,mig.mode.pending", "--format=csv,noheader"
+    )
     assert query.stdout == "0, Disabled, Enabled\n"
 
 
@@ -464,8 +540,10 @@ def test_fake_refuses_changes_without_root(tmp_path: Path) -> None:
     before = state.read_text()
     result = run_fake(state, "mig", "-i", "0", "-dgi")
     assert result.returncode == 4
-    assert result.stdout == ("Unable to destroy GPU instance ID  2 from GPU  0: Insufficient "
-                             "Permissions\nFailed to destroy GPU instances: Insufficient "
-                             "Permissions\n")
+    assert result.stdout == (
+        "Unable to destroy GPU instance ID  2 from GPU  0: Insufficient "
+        "Permissions\nFailed to destroy GPU instances: Insufficient "
+        "Permissions\n"
+    )
     assert state.read_text() == before
     assert run_fake(state, "mig", "-i", "0", "-lgi").returncode == 0  # listing needs no root

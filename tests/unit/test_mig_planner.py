@@ -42,29 +42,47 @@ def a100_profiles() -> tuple[GiProfile, ...]:
 
 
 def a100_placements() -> dict[int, tuple[Placement, ...]]:
-    return {p.profile_id: p.placements
-            for p in mig.parse_gi_placements(fixture_output("lgipp.txt"))}
+    return {
+        p.profile_id: p.placements for p in mig.parse_gi_placements(fixture_output("lgipp.txt"))
+    }
 
 
-def a100(index: int = 0, *, mode: str = "enabled", current: tuple[str, ...] = (),
-         running: tuple[int, ...] = ()) -> GpuMigState:
+def a100(
+    index: int = 0,
+    *,
+    mode: str = "enabled",
+    current: tuple[str, ...] = (),
+    running: tuple[int, ...] = (),
+) -> GpuMigState:
     """A real A100 40GB as nvidia-smi describes it (profiles only in MIG mode)."""
     enabled = mode == "enabled"
-    return GpuMigState(index, "NVIDIA A100-SXM4-40GB", mode,
-                       profiles=a100_profiles() if enabled else (),
-                       placements=a100_placements() if enabled else {}, current=current,
-                       has_gpu_instances=bool(current), has_compute_instances=bool(current),
-                       running_job_ids=running)
+    return GpuMigState(
+        index,
+        "NVIDIA A100-SXM4-40GB",
+        mode,
+        profiles=a100_profiles() if enabled else (),
+        placements=a100_placements() if enabled else {},
+        current=current,
+        has_gpu_instances=bool(current),
+        has_compute_instances=bool(current),
+        running_job_ids=running,
+    )
 
 
 def job(job_id: int, memory_gib: float, sm_pct: float, *, held: bool = False) -> QueuedDemand:
     return QueuedDemand(job_id, f"job{job_id}", memory_gib * GIB, sm_pct, held)
 
 
-def plan(gpu: GpuMigState, queue: list[QueuedDemand], *, allowed: bool = True,
-         simulated: bool = False) -> MigPlan:
-    return plan_gpu(gpu, queue, repartition_allowed=allowed, simulated=simulated,
-                    commands_from=MigManager("nvidia-smi"))
+def plan(
+    gpu: GpuMigState, queue: list[QueuedDemand], *, allowed: bool = True, simulated: bool = False
+) -> MigPlan:
+    return plan_gpu(
+        gpu,
+        queue,
+        repartition_allowed=allowed,
+        simulated=simulated,
+        commands_from=MigManager("nvidia-smi"),
+    )
 
 
 def chosen(memory_gib: float, sm_pct: float) -> str | None:
@@ -81,20 +99,24 @@ def test_the_headroom_is_the_one_placement_keeps_free() -> None:
     assert SLICE_HEADROOM_MIB == RESERVE_MIB
 
 
-@pytest.mark.parametrize(("memory_gib", "sm_pct", "profile"), [
-    (2, 10, "1g.5gb"),       # the plain profile, not the scarcer 1g.5gb+me
-    (4.75 - 0.5, 10, "1g.5gb"),  # exactly the slice's memory less the headroom
-    (4.5, 10, "2g.10gb"),    # 4.5 GiB + 0.5 GiB no longer fits 4.75 GiB
-    (3, 20, "2g.10gb"),      # 1 of 7 compute slices is 14 % of the GPU: too little
-    (3, 30, "3g.20gb"),      # 2 of 7 is 29 %
-    (12, 40, "3g.20gb"),
-    (12, 50, "4g.20gb"),     # same memory as 3g.20gb, more compute
-    (20, 10, "7g.40gb"),     # 20 GiB + headroom does not fit 19.62 GiB
-    (39, 100, "7g.40gb"),
-    (39.5, 10, None),        # needs a whole GPU
-])
-def test_the_smallest_profile_that_holds_memory_and_sm(memory_gib: float, sm_pct: float,
-                                                       profile: str | None) -> None:
+@pytest.mark.parametrize(
+    ("memory_gib", "sm_pct", "profile"),
+    [
+        (2, 10, "1g.5gb"),  # the plain profile, not the scarcer 1g.5gb+me
+        (4.75 - 0.5, 10, "1g.5gb"),  # exactly the slice's memory less the headroom
+        (4.5, 10, "2g.10gb"),  # 4.5 GiB + 0.5 GiB no longer fits 4.75 GiB
+        (3, 20, "2g.10gb"),  # 1 of 7 compute slices is 14 % of the GPU: too little
+        (3, 30, "3g.20gb"),  # 2 of 7 is 29 %
+        (12, 40, "3g.20gb"),
+        (12, 50, "4g.20gb"),  # same memory as 3g.20gb, more compute
+        (20, 10, "7g.40gb"),  # 20 GiB + headroom does not fit 19.62 GiB
+        (39, 100, "7g.40gb"),
+        (39.5, 10, None),  # needs a whole GPU
+    ],
+)
+def test_the_smallest_profile_that_holds_memory_and_sm(
+    memory_gib: float, sm_pct: float, profile: str | None
+) -> None:
     assert chosen(memory_gib, sm_pct) == profile
 
 
@@ -103,11 +125,15 @@ def test_slices_are_packed_in_queue_order_until_one_no_longer_fits() -> None:
     queue = [job(1, 8, 20), job(2, 16, 40), job(3, 6, 10), job(4, 3, 10), job(5, 1, 5)]
     pairs, left_out, total = pack_queue(a100_profiles(), a100_placements(), queue)
     assert [(j.job_id, p.short_name) for j, p in pairs] == [
-        (1, "2g.10gb"), (2, "3g.20gb"), (3, "2g.10gb")]
+        (1, "2g.10gb"),
+        (2, "3g.20gb"),
+        (3, "2g.10gb"),
+    ]
     # job 4's 1g.5gb would be an 8th compute slice; job 5 fits no better and is not let past it
     assert [(j.job_id, j.reason.split(":")[0]) for j in left_out] == [
         (4, "no room left for a 1g.5gb next to the slices before it"),
-        (5, "queued behind a job that no longer fits on this GPU")]
+        (5, "queued behind a job that no longer fits on this GPU"),
+    ]
     assert total == 2
 
 
@@ -118,18 +144,22 @@ def test_a_job_no_profile_fits_is_skipped_not_blocking() -> None:
     assert left_out[0].job_id == 1 and "needs a whole GPU" in left_out[0].reason
 
 
-@pytest.mark.parametrize(("demands", "packed"), [
-    # two 3g.20gb take all 8 memory slices: no 1g.5gb fits although only 6 of 7 compute are used
-    ([(12, 40), (12, 40), (2, 10)], ["3g.20gb", "3g.20gb"]),
-    # 4g.20gb sits at 0:4 only, 3g.20gb then at 4:4: 7 compute slices, nothing after
-    ([(12, 50), (12, 40), (2, 10)], ["4g.20gb", "3g.20gb"]),
-    # three 2g.10gb and a 1g.5gb: 7 compute slices in 7 of the 8 memory slices
-    ([(8, 20)] * 3 + [(2, 10), (2, 10)], ["2g.10gb", "2g.10gb", "2g.10gb", "1g.5gb"]),
-    ([(2, 10)] * 8, ["1g.5gb"] * 7),
-    ([(30, 60), (2, 10)], ["7g.40gb"]),
-])
-def test_packing_follows_the_a100_placement_rules(demands: list[tuple[float, float]],
-                                                  packed: list[str]) -> None:
+@pytest.mark.parametrize(
+    ("demands", "packed"),
+    [
+        # two 3g.20gb take all 8 memory slices: no 1g.5gb fits although only 6 of 7 compute are used
+        ([(12, 40), (12, 40), (2, 10)], ["3g.20gb", "3g.20gb"]),
+        # 4g.20gb sits at 0:4 only, 3g.20gb then at 4:4: 7 compute slices, nothing after
+        ([(12, 50), (12, 40), (2, 10)], ["4g.20gb", "3g.20gb"]),
+        # three 2g.10gb and a 1g.5gb: 7 compute slices in 7 of the 8 memory slices
+        ([(8, 20)] * 3 + [(2, 10), (2, 10)], ["2g.10gb", "2g.10gb", "2g.10gb", "1g.5gb"]),
+        ([(2, 10)] * 8, ["1g.5gb"] * 7),
+        ([(30, 60), (2, 10)], ["7g.40gb"]),
+    ],
+)
+def test_packing_follows_the_a100_placement_rules(
+    demands: list[tuple[float, float]], packed: list[str]
+) -> None:
     queue = [job(i + 1, memory, sm) for i, (memory, sm) in enumerate(demands)]
     pairs, _, _ = pack_queue(a100_profiles(), a100_placements(), queue)
     assert [p.short_name for _, p in pairs] == packed
@@ -138,23 +168,39 @@ def test_packing_follows_the_a100_placement_rules(demands: list[tuple[float, flo
 
 # -------------------------------------------------------------------------------- the plan
 def test_a_plan_the_engine_may_apply() -> None:
-    result = plan(a100(3, current=("3g.20gb", "3g.20gb")),
-                  [job(7, 8, 20), job(8, 16, 40, held=True), job(9, 2, 5)])
+    result = plan(
+        a100(3, current=("3g.20gb", "3g.20gb")),
+        [job(7, 8, 20), job(8, 16, 40, held=True), job(9, 2, 5)],
+    )
     assert result.allowed and result.blockers == () and result.reason is None
     assert result.wanted_profiles == ["2g.10gb", "3g.20gb", "1g.5gb"]
-    assert [(s.job_id, s.job_held) for s in result.wanted] == [(7, False), (8, True),
-                                                               (9, False)]
+    assert [(s.job_id, s.job_held) for s in result.wanted] == [(7, False), (8, True), (9, False)]
     # MigManager's own dry-run path: destroy what is there, largest first, then read back
-    assert result.commands == ("nvidia-smi mig -i 3 -dci", "nvidia-smi mig -i 3 -dgi",
-                               "nvidia-smi mig -i 3 -cgi 9,14,19 -C", "nvidia-smi -L")
+    assert result.commands == (
+        "nvidia-smi mig -i 3 -dci",
+        "nvidia-smi mig -i 3 -dgi",
+        "nvidia-smi mig -i 3 -cgi 9,14,19 -C",
+        "nvidia-smi -L",
+    )
     data = result.to_dict()
     assert data["wanted"] == ["2g.10gb", "3g.20gb", "1g.5gb"]
     assert data["slices"][1] == {
-        "profile": "3g.20gb", "profile_id": 9, "memory_mib": pytest.approx(19.62 * GIB),
-        "compute_slices": 3, "job_id": 8, "job_name": "job8", "job_memory_mib": 16 * GIB,
-        "job_sm_pct": 40, "job_held": True, "jobs": [8]}
+        "profile": "3g.20gb",
+        "profile_id": 9,
+        "memory_mib": pytest.approx(19.62 * GIB),
+        "compute_slices": 3,
+        "job_id": 8,
+        "job_name": "job8",
+        "job_memory_mib": 16 * GIB,
+        "job_sm_pct": 40,
+        "job_held": True,
+        "jobs": [8],
+    }
     assert (data["allowed"], data["mig_enabled"], data["current"]) == (
-        True, True, ["3g.20gb", "3g.20gb"])
+        True,
+        True,
+        ["3g.20gb", "3g.20gb"],
+    )
 
 
 def test_a_gpu_without_instances_is_not_cleared_first() -> None:
@@ -219,8 +265,12 @@ def test_every_reason_is_given_most_fundamental_first() -> None:
 def test_gpus_that_can_take_a_layout_now_claim_their_jobs_first() -> None:
     queue = [job(i, 12, 40) for i in range(1, 6)]
     busy, first, second = plan_station(
-        [a100(2), a100(0, running=(9,)), a100(1)], queue, repartition_allowed=True,
-        simulated=False, commands_from=MigManager("nvidia-smi"))
+        [a100(2), a100(0, running=(9,)), a100(1)],
+        queue,
+        repartition_allowed=True,
+        simulated=False,
+        commands_from=MigManager("nvidia-smi"),
+    )
     assert [p.gpu for p in (busy, first, second)] == [0, 1, 2]
     assert [s.job_id for s in first.wanted] == [1, 2]
     assert [s.job_id for s in second.wanted] == [3, 4]
@@ -234,8 +284,7 @@ def test_the_simulated_a100_matches_the_real_tables() -> None:
     real_placements = a100_placements()
     for profile in profiles:
         twin = real[profile.id]
-        assert (profile.short_name, profile.total, profile.gpu) == (twin.short_name, twin.total,
-                                                                    3)
+        assert (profile.short_name, profile.total, profile.gpu) == (twin.short_name, twin.total, 3)
         assert profile.memory_gib == pytest.approx(twin.memory_gib, abs=0.01)
         assert placements[profile.id] == real_placements[profile.id]
 
@@ -243,8 +292,13 @@ def test_the_simulated_a100_matches_the_real_tables() -> None:
 def test_the_simulated_h100_follows_its_placement_rules() -> None:
     profiles, placements = simulated_profiles(H100_SXM5_80GB, 0)
     assert [(p.short_name, p.id, p.total) for p in profiles] == [
-        ("1g.10gb", 19, 7), ("1g.20gb", 15, 4), ("2g.20gb", 14, 3), ("3g.40gb", 9, 2),
-        ("4g.40gb", 5, 1), ("7g.80gb", 0, 1)]
+        ("1g.10gb", 19, 7),
+        ("1g.20gb", 15, 4),
+        ("2g.20gb", 14, 3),
+        ("3g.40gb", 9, 2),
+        ("4g.40gb", 5, 1),
+        ("7g.80gb", 0, 1),
+    ]
     assert placements[15] == tuple(Placement(s, 2) for s in (0, 2, 4, 6))
     assert placements == mig.derive_placements(profiles)
 

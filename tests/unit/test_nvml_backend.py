@@ -29,12 +29,17 @@ def opened(fake: FakeNvml) -> NvmlBackend:
 
 def two_gpus() -> FakeNvml:
     """GPU 0 has everything; GPU 1 has no energy counter and a driver without GPM."""
-    return FakeNvml([
-        FakeGpu(power_w=250.0, energy_mj=5_000_000, sm_util_pct=40.0, utilization_gpu=90),
-        FakeGpu(name="NVIDIA A100-SXM4-40GB", power_w=100.0,
+    return FakeNvml(
+        [
+            FakeGpu(power_w=250.0, energy_mj=5_000_000, sm_util_pct=40.0, utilization_gpu=90),
+            FakeGpu(
+                name="NVIDIA A100-SXM4-40GB",
+                power_w=100.0,
                 unsupported={"nvmlDeviceGetTotalEnergyConsumption"},
-                errors={"nvmlGpmQueryDeviceSupport": "FunctionNotFound"}),
-    ])
+                errors={"nvmlGpmQueryDeviceSupport": "FunctionNotFound"},
+            ),
+        ]
+    )
 
 
 def test_unsupported_metrics_are_none_listed_and_asked_once(caplog: pytest.LogCaptureFixture):
@@ -88,7 +93,9 @@ def test_process_utilization_not_found_is_no_samples_yet():
 
     reading = backend.read().gpus[0]
     assert [(p.pid, p.used_memory_mib, p.sm_pct) for p in reading.processes] == [
-        (100, 2048.0, None), (101, None, None)]
+        (100, 2048.0, None),
+        (101, None, None),
+    ]
     assert "process_utilization" not in reading.unavailable
 
     fake.advance(0.5)
@@ -133,12 +140,18 @@ def test_a_gpu_lost_before_open_is_reported_lost():
     assert backend.read().gpus[1].power_w == 100.0
 
 
-@pytest.mark.parametrize(("error", "message"), [
-    ("LibraryNotFound", "no NVIDIA driver answers (libnvidia-ml.so.1"),
-    ("DriverNotLoaded", "no NVIDIA driver answers (the nvidia kernel module is not loaded)"),
-    ("LibRmVersionMismatch", "the NVIDIA kernel module and libnvidia-ml are different versions"),
-    ("Unknown", "NVML could not start: Unknown Error"),
-])
+@pytest.mark.parametrize(
+    ("error", "message"),
+    [
+        ("LibraryNotFound", "no NVIDIA driver answers (libnvidia-ml.so.1"),
+        ("DriverNotLoaded", "no NVIDIA driver answers (the nvidia kernel module is not loaded)"),
+        (
+            "LibRmVersionMismatch",
+            "the NVIDIA kernel module and libnvidia-ml are different versions",
+        ),
+        ("Unknown", "NVML could not start: Unknown Error"),
+    ],
+)
 def test_init_failure(error: str, message: str):
     fake = FakeNvml([FakeGpu()], init_error=error)
     with pytest.raises(BackendUnavailable) as raised:
@@ -158,9 +171,16 @@ def test_probe_nvml_needs_a_gpu_and_shuts_down():
 
 @pytest.mark.parametrize("error", ["FunctionNotFound", "NotSupported", "ArgumentVersionMismatch"])
 def test_memory_v2_falls_back_to_v1(error: str):
-    fake = FakeNvml([FakeGpu(memory_total_mib=1000.0, memory_used_mib=300.0,
-                             memory_reserved_mib=50.0,
-                             errors={"nvmlDeviceGetMemoryInfo_v2": error})])
+    fake = FakeNvml(
+        [
+            FakeGpu(
+                memory_total_mib=1000.0,
+                memory_used_mib=300.0,
+                memory_reserved_mib=50.0,
+                errors={"nvmlDeviceGetMemoryInfo_v2": error},
+            )
+        ]
+    )
     backend = opened(fake)
     for _ in range(3):
         reading = backend.read().gpus[0]
@@ -171,39 +191,67 @@ def test_memory_v2_falls_back_to_v1(error: str):
 
 
 def test_memory_v2_reports_reserved_apart():
-    fake = FakeNvml([FakeGpu(memory_total_mib=1000.0, memory_used_mib=300.0,
-                             memory_reserved_mib=50.0)])
+    fake = FakeNvml(
+        [FakeGpu(memory_total_mib=1000.0, memory_used_mib=300.0, memory_reserved_mib=50.0)]
+    )
     reading = opened(fake).read().gpus[0]
     assert (reading.memory_used_mib, reading.memory_total_mib) == (300.0, 1000.0)
     assert fake.count("nvmlDeviceGetMemoryInfo") == 0
 
 
 def test_mig_devices_with_an_empty_slot():
-    fake = FakeNvml([
-        FakeGpu(name="NVIDIA A100-SXM4-40GB", mig_enabled=True, processes=[FakeProcess(5, 10.0)],
+    fake = FakeNvml(
+        [
+            FakeGpu(
+                name="NVIDIA A100-SXM4-40GB",
+                mig_enabled=True,
+                processes=[FakeProcess(5, 10.0)],
                 mig_devices=[
-                    FakeMig("MIG-a", gpu_instance_id=1, compute_instance_id=0,
-                            memory_total_mib=19968.0, memory_used_mib=1024.0, sm_count=42,
-                            processes=[FakeProcess(7, 1000.0)]),
+                    FakeMig(
+                        "MIG-a",
+                        gpu_instance_id=1,
+                        compute_instance_id=0,
+                        memory_total_mib=19968.0,
+                        memory_used_mib=1024.0,
+                        sm_count=42,
+                        processes=[FakeProcess(7, 1000.0)],
+                    ),
                     None,
-                    FakeMig("MIG-b", name="NVIDIA A100-SXM4-40GB MIG 2g.10gb", gpu_instance_id=5,
-                            compute_instance_id=0, memory_total_mib=9856.0, sm_count=28,
-                            processes=[FakeProcess(8, None)]),
-                ]),
-        FakeGpu(name="NVIDIA A100-SXM4-40GB", mig_enabled=False),
-        FakeGpu(name="NVIDIA RTX 6000 Ada Generation", mig_enabled=None),
-    ])
+                    FakeMig(
+                        "MIG-b",
+                        name="NVIDIA A100-SXM4-40GB MIG 2g.10gb",
+                        gpu_instance_id=5,
+                        compute_instance_id=0,
+                        memory_total_mib=9856.0,
+                        sm_count=28,
+                        processes=[FakeProcess(8, None)],
+                    ),
+                ],
+            ),
+            FakeGpu(name="NVIDIA A100-SXM4-40GB", mig_enabled=False),
+            FakeGpu(name="NVIDIA RTX 6000 Ada Generation", mig_enabled=None),
+        ]
+    )
     backend = opened(fake)
     mig_gpu, disabled, no_mig = backend.read().gpus
 
     assert mig_gpu.mig_enabled is True
     a, b = mig_gpu.mig_devices
     assert (a.index, a.uuid, a.gpu_instance_id, a.compute_instance_id, a.sm_count) == (
-        0, "MIG-a", 1, 0, 42)
+        0,
+        "MIG-a",
+        1,
+        0,
+        42,
+    )
     assert (a.memory_used_mib, a.memory_total_mib) == (1024.0, 19968.0)
     assert [(p.pid, p.used_memory_mib, p.mig_device) for p in a.processes] == [(7, 1000.0, 0)]
     assert (b.index, b.name, b.gpu_instance_id, b.sm_count) == (
-        2, "NVIDIA A100-SXM4-40GB MIG 2g.10gb", 5, 28)
+        2,
+        "NVIDIA A100-SXM4-40GB MIG 2g.10gb",
+        5,
+        28,
+    )
     assert [(p.pid, p.used_memory_mib, p.mig_device) for p in b.processes] == [(8, None, 2)]
     assert [(p.pid, p.mig_device) for p in mig_gpu.processes] == [(5, None), (7, 0), (8, 2)]
     assert "mig" not in mig_gpu.unavailable
@@ -214,8 +262,9 @@ def test_mig_devices_with_an_empty_slot():
 
 
 def test_an_unexpected_error_is_none_for_one_read(caplog: pytest.LogCaptureFixture):
-    fake = FakeNvml([FakeGpu(power_w=250.0,
-                             errors={"nvmlDeviceGetPowerUsage": ["Unknown", None, "Unknown"]})])
+    fake = FakeNvml(
+        [FakeGpu(power_w=250.0, errors={"nvmlDeviceGetPowerUsage": ["Unknown", None, "Unknown"]})]
+    )
     backend = opened(fake)
     with caplog.at_level(logging.WARNING, logger="gpudesk.telemetry"):
         powers = [backend.read().gpus[0].power_w for _ in range(4)]
@@ -226,8 +275,9 @@ def test_an_unexpected_error_is_none_for_one_read(caplog: pytest.LogCaptureFixtu
 
 
 def test_a_non_nvml_exception_does_not_escape(caplog: pytest.LogCaptureFixture):
-    fake = FakeNvml([FakeGpu(temperature_c=60,
-                             errors={"nvmlDeviceGetTemperature": RuntimeError("boom")})])
+    fake = FakeNvml(
+        [FakeGpu(temperature_c=60, errors={"nvmlDeviceGetTemperature": RuntimeError("boom")})]
+    )
     backend = opened(fake)
     with caplog.at_level(logging.WARNING, logger="gpudesk.telemetry"):
         readings = [backend.read().gpus[0] for _ in range(3)]
@@ -236,10 +286,13 @@ def test_a_non_nvml_exception_does_not_escape(caplog: pytest.LogCaptureFixture):
     assert len(caplog.records) == 1 and caplog.records[0].exc_info is not None
 
 
-@pytest.mark.parametrize(("break_it", "banner"), [
-    (lambda fake: setattr(fake, "library_error", "LibRmVersionMismatch"), "reboot"),
-    (lambda fake: fake.nvmlShutdown(), "NVML stopped answering (Uninitialized)"),
-])
+@pytest.mark.parametrize(
+    ("break_it", "banner"),
+    [
+        (lambda fake: setattr(fake, "library_error", "LibRmVersionMismatch"), "reboot"),
+        (lambda fake: fake.nvmlShutdown(), "NVML stopped answering (Uninitialized)"),
+    ],
+)
 def test_nvml_going_away_during_a_read_gives_a_banner(break_it, banner: str):
     fake = two_gpus()
     backend = opened(fake)
@@ -248,7 +301,9 @@ def test_nvml_going_away_during_a_read_gives_a_banner(break_it, banner: str):
     reading = backend.read()
     assert banner in (reading.banner or "")
     assert [(g.index, g.uuid, g.power_w) for g in reading.gpus] == [
-        (0, fake.gpus[0].uuid, None), (1, fake.gpus[1].uuid, None)]
+        (0, fake.gpus[0].uuid, None),
+        (1, fake.gpus[1].uuid, None),
+    ]
 
 
 def test_close_frees_gpm_samples_and_never_raises():
@@ -278,14 +333,30 @@ def _nvml_library_loads() -> bool:
 
 def test_through_the_shim_in_a_subprocess(tmp_path: Path):
     scenario = tmp_path / "station.json"
-    scenario.write_text(json.dumps({"gpus": [
-        {"name": "NVIDIA H100 80GB HBM3", "uuid": "GPU-shim-0", "memory_total_mib": 81559,
-         "memory_used_mib": 2048, "power_w": 310, "energy_mj": 1000000, "sm_util_pct": 35.0,
-         "processes": [{"pid": 4242, "used_memory_mib": 2000}]},
-        {"name": "NVIDIA A100-SXM4-40GB", "uuid": "GPU-shim-1",
-         "unsupported": ["nvmlDeviceGetTotalEnergyConsumption"],
-         "errors": {"nvmlGpmQueryDeviceSupport": "FunctionNotFound"}},
-    ]}))
+    scenario.write_text(
+        json.dumps(
+            {
+                "gpus": [
+                    {
+                        "name": "NVIDIA H100 80GB HBM3",
+                        "uuid": "GPU-shim-0",
+                        "memory_total_mib": 81559,
+                        "memory_used_mib": 2048,
+                        "power_w": 310,
+                        "energy_mj": 1000000,
+                        "sm_util_pct": 35.0,
+                        "processes": [{"pid": 4242, "used_memory_mib": 2000}],
+                    },
+                    {
+                        "name": "NVIDIA A100-SXM4-40GB",
+                        "uuid": "GPU-shim-1",
+                        "unsupported": ["nvmlDeviceGetTotalEnergyConsumption"],
+                        "errors": {"nvmlGpmQueryDeviceSupport": "FunctionNotFound"},
+                    },
+                ]
+            }
+        )
+    )
     code = (
         "import json, pynvml\n"
         "from gpudesk.engine.telemetry.nvml import NvmlBackend, probe_nvml\n"
@@ -293,10 +364,14 @@ def test_through_the_shim_in_a_subprocess(tmp_path: Path):
         "print(json.dumps({'probe': probe_nvml(), 'shim': pynvml.__file__,\n"
         "                  'gpus': [g.to_dict() for g in r.gpus]}))\n"
     )
-    env = {**os.environ, "PYTHONPATH": str(REPO / "tests" / "fakes" / "nvml_shim"),
-           "GPUDESK_FAKE_NVML": str(scenario)}
-    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=60)
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO / "tests" / "fakes" / "nvml_shim"),
+        "GPUDESK_FAKE_NVML": str(scenario),
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
     assert result["probe"] is True and result["shim"].endswith("nvml_shim/pynvml.py")
@@ -311,8 +386,9 @@ def test_through_the_shim_in_a_subprocess(tmp_path: Path):
         "from gpudesk.engine.telemetry.nvml import NvmlBackend\n"
         "try:\n    NvmlBackend().open()\nexcept Exception as exc:\n    print(exc)\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 0, done.stderr
     assert "reboot" in done.stdout
 

@@ -8,18 +8,23 @@ import pytest
 
 from gpudesk.engine.oom import gpu_oom_line
 
-TORCH = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a "
-         "total capacity of 39.39 GiB of which 3.06 MiB is free.")
+TORCH = (
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a "
+    "total capacity of 39.39 GiB of which 3.06 MiB is free."
+)
 
 
-@pytest.mark.parametrize("line", [
-    TORCH,
-    "RuntimeError: CUDA error: out of memory",
-    "RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`",
-    "jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory while trying to "
-    "allocate 4294967296 bytes.",
-    "ResourceExhaustedError: OOM when allocating tensor with shape[1024,1024]",
-])
+@pytest.mark.parametrize(
+    "line",
+    [
+        TORCH,
+        "RuntimeError: CUDA error: out of memory",
+        "RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`",
+        "jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory while trying to "
+        "allocate 4294967296 bytes.",
+        "ResourceExhaustedError: OOM when allocating tensor with shape[1024,1024]",
+    ],
+)
 def test_gpu_oom_messages_are_recognised(tmp_path: Path, line: str) -> None:
     log = tmp_path / "output.log"
     log.write_text("epoch 1/10\n" + line + "\nTraceback tail\n")

@@ -45,11 +45,26 @@ selection = "rs2-25"
 
 def test_a_profile_needs_one_prepass_per_selection_with_one() -> None:
     wanted = profile_prepasses(parse_profile(PROFILE, "p.toml"))
-    assert [(spec.name, preset) for spec, preset in wanted] == [("d", "el2n-25"),
-                                                                ("d.less-10", "less-10")]
+    assert [(spec.name, preset) for spec, preset in wanted] == [
+        ("d", "el2n-25"),
+        ("d.less-10", "less-10"),
+    ]
     command = prepass_job(wanted[1][0], "less-10", "/w")["command"]
-    assert command[3:] == ["select", "run", "m:f", "--preset", "less-10", "--seed", "4",
-                           "--json", "--no-record-reuse", "--arg", "size=10", "--target", "m:t"]
+    assert command[3:] == [
+        "select",
+        "run",
+        "m:f",
+        "--preset",
+        "less-10",
+        "--seed",
+        "4",
+        "--json",
+        "--no-record-reuse",
+        "--arg",
+        "size=10",
+        "--target",
+        "m:t",
+    ]
 
 
 def test_a_fresh_prepass_job_records_the_engines_measurement(tmp_path: Path) -> None:
@@ -58,8 +73,14 @@ def test_a_fresh_prepass_job_records_the_engines_measurement(tmp_path: Path) -> 
     log = tmp_path / "output.log"
     output = {"key": fresh.key, "reused": False, "preset": "random-25"}
     log.write_text("starting\n" + json.dumps(output) + "\n")
-    job = {"id": 7, "state": "succeeded", "log": str(log), "started_at": 100.0,
-           "ended_at": 104.5, "usage": {"cpu_s": 3.2, "total_j": 120.0}}
+    job = {
+        "id": 7,
+        "state": "succeeded",
+        "log": str(log),
+        "started_at": 100.0,
+        "ended_at": 104.5,
+        "usage": {"cpu_s": 3.2, "total_j": 120.0},
+    }
     assert record_prepass(cache, job) == output
     cost = cache.load(fresh.key).cost  # type: ignore[union-attr]
     assert (cost.job, cost.job_wall_s, cost.job_cpu_s, cost.energy_j) == (7, 4.5, 3.2, 120.0)

@@ -122,9 +122,18 @@ def test_full_profile_round_trip(tmp_path: Path) -> None:
     assert profile.description == "everything at once"
     assert profile.station == StationConfig(backend="none", policy="fifo", slots=3)
     assert profile.datasets == {
-        "digits": DatasetConfig("digits", "gpudesk.workloads.digits:dataset", DatasetSpec(
-            "digits", "gpudesk.workloads.digits:dataset", {"size": 100, "shape": [3, 8]},
-            batch_size=16, workers=1, seed=7)),
+        "digits": DatasetConfig(
+            "digits",
+            "gpudesk.workloads.digits:dataset",
+            DatasetSpec(
+                "digits",
+                "gpudesk.workloads.digits:dataset",
+                {"size": 100, "shape": [3, 8]},
+                batch_size=16,
+                workers=1,
+                seed=7,
+            ),
+        ),
         "plain": DatasetConfig("plain", None),
     }
     train, inherit, absolute = profile.jobs
@@ -386,8 +395,12 @@ def test_bad_toml_duplicate_table() -> None:
         (JOB + 'workdir = ""', "jobs[0].workdir", 4, "expected a directory path, found ''"),
         (JOB + 'dataset = "a b"', "jobs[0].dataset", 4, "expected a dataset name"),
         (JOB + "[station]\nslots = 0", "station.slots", 5, "from 1 to 4096, found 0 (integer)"),
-        (JOB + '[station]\nbackend = "cuda"', "station.backend", 5,
-         "expected one of auto, nvml, none, sim:dgx-station-a100"),
+        (
+            JOB + '[station]\nbackend = "cuda"',
+            "station.backend",
+            5,
+            "expected one of auto, nvml, none, sim:dgx-station-a100",
+        ),
         (JOB + "[defaults]\ngpus = -1", "defaults.gpus", 5, "found -1"),
         (
             JOB + '[datasets.d]\nfactory = "nope"',
@@ -396,18 +409,37 @@ def test_bad_toml_duplicate_table() -> None:
             "expected \"package.module:callable\", found 'nope' (string)",
         ),
         (JOB + '[datasets."a b"]', 'datasets."a b"', 4, "expected a dataset name"),
-        (JOB + '[datasets.d]\nfactory = "a:b"\nbatch_size = 0', "datasets.d.batch_size", 6,
-         "expected a whole number from 1 to 1048576, found 0"),
-        (JOB + '[datasets.d]\nfactory = "a:b"\nargs = 3', "datasets.d.args", 6,
-         "expected a table"),
-        (JOB + '[datasets.d]\nfactory = "a:b"\nselection = "el2n"', "datasets.d.selection", 6,
-         "say how much to keep, e.g. el2n-25"),
-        (JOB + '[datasets.d]\nfactory = "a:b"\nselection = "less-25"', "datasets.d.selection",
-         6, "name one with selection_target"),
-        (JOB + 'dataset = "d"\nselection = "magic-25"\n[datasets.d]\nfactory = "a:b"',
-         "jobs[0].selection", 5, "unknown selection method 'magic'"),
-        (JOB + 'selection = "random-25"', "jobs[0].selection", 4,
-         "a selection applies to the job's dataset"),
+        (
+            JOB + '[datasets.d]\nfactory = "a:b"\nbatch_size = 0',
+            "datasets.d.batch_size",
+            6,
+            "expected a whole number from 1 to 1048576, found 0",
+        ),
+        (JOB + '[datasets.d]\nfactory = "a:b"\nargs = 3', "datasets.d.args", 6, "expected a table"),
+        (
+            JOB + '[datasets.d]\nfactory = "a:b"\nselection = "el2n"',
+            "datasets.d.selection",
+            6,
+            "say how much to keep, e.g. el2n-25",
+        ),
+        (
+            JOB + '[datasets.d]\nfactory = "a:b"\nselection = "less-25"',
+            "datasets.d.selection",
+            6,
+            "name one with selection_target",
+        ),
+        (
+            JOB + 'dataset = "d"\nselection = "magic-25"\n[datasets.d]\nfactory = "a:b"',
+            "jobs[0].selection",
+            5,
+            "unknown selection method 'magic'",
+        ),
+        (
+            JOB + 'selection = "random-25"',
+            "jobs[0].selection",
+            4,
+            "a selection applies to the job's dataset",
+        ),
         (JOB + "gpus = 0x7fffffffffffffffff", "jobs[0].gpus", 4, "integer out of range"),
         (JOB + "env = { A = 0x7fffffffffffffffff }", "jobs[0].env.A", 4, "integer out of range"),
     ],
@@ -430,8 +462,12 @@ def test_wrong_types_and_values(text: str, key: str, line: int, fragment: str) -
             5,
             "did you mean 'factory'?",
         ),
-        (JOB + '[datasets.d]\nfactory = "a:b"\nbatchsize = 8', "datasets.d.batchsize", 6,
-         "did you mean 'batch_size'?"),
+        (
+            JOB + '[datasets.d]\nfactory = "a:b"\nbatchsize = 8',
+            "datasets.d.batchsize",
+            6,
+            "did you mean 'batch_size'?",
+        ),
         (JOB + "gpu = 1", "jobs[0].gpu", 4, "unknown key; did you mean 'gpus'?"),
         (
             '[[sweeps]]\nname = "s"\ncommand = ["{x}"]\ngrid = { x = [1] }\npriorty = 1',
@@ -989,9 +1025,14 @@ def test_selection_on_a_dataset_and_on_a_job() -> None:
     """)
     spec = profile.datasets["digits"].loader
     assert spec is not None and spec.selection == "dedup-25"
-    assert spec.argv()[-6:] == ["--selection", "dedup-25", "--target",
-                                "gpudesk.workloads.data:make_digits", "--target-arg",
-                                'split="target"']
+    assert spec.argv()[-6:] == [
+        "--selection",
+        "dedup-25",
+        "--target",
+        "gpudesk.workloads.data:make_digits",
+        "--target-arg",
+        'split="target"',
+    ]
     own, other = profile.jobs
     assert own.selection is None and other.selection == "full"
     assert spec.variant(other.selection).name == "digits.full"

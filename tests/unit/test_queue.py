@@ -8,10 +8,18 @@ from gpudesk.engine.store import JobRecord
 
 
 def job(job_id: int, priority: int = 0) -> JobRecord:
-    return JobRecord(id=job_id, spec=JobSpec(name=f"j{job_id}", command=("true",),
-                                             priority=priority),
-                     state=JobState.QUEUED, submitted_at=0.0, started_at=None, ended_at=None,
-                     attempts=0, exit_code=None, reason=None, cancel_requested=False)
+    return JobRecord(
+        id=job_id,
+        spec=JobSpec(name=f"j{job_id}", command=("true",), priority=priority),
+        state=JobState.QUEUED,
+        submitted_at=0.0,
+        started_at=None,
+        ended_at=None,
+        attempts=0,
+        exit_code=None,
+        reason=None,
+        cancel_requested=False,
+    )
 
 
 def test_priority_first_then_arrival() -> None:

@@ -61,16 +61,25 @@ def test_fingerprint_reads_torch_tensors_like_arrays(digits) -> None:
 
 
 # ------------------------------------------------------------------ preset names
-@pytest.mark.parametrize(("text", "method", "percent"), [
-    ("random-25", "random", 25), ("Stratified-10", "stratified", 10), ("full", "full", 100),
-    ("el2n-25", "el2n", 25), ("rs2-50", "rs2", 50), ("full-100", "full", 100)])
+@pytest.mark.parametrize(
+    ("text", "method", "percent"),
+    [
+        ("random-25", "random", 25),
+        ("Stratified-10", "stratified", 10),
+        ("full", "full", 100),
+        ("el2n-25", "el2n", 25),
+        ("rs2-50", "rs2", 50),
+        ("full-100", "full", 100),
+    ],
+)
 def test_preset_names_parse(text: str, method: str, percent: int) -> None:
     preset = parse_preset(text)
     assert (preset.method, preset.percent) == (method, percent)
 
 
-@pytest.mark.parametrize("text", ["random", "random-0", "random-101", "magic-25", "full-50",
-                                  "random-25%", ""])
+@pytest.mark.parametrize(
+    "text", ["random", "random-0", "random-101", "magic-25", "full-50", "random-25%", ""]
+)
 def test_bad_preset_names_say_what_to_write(text: str) -> None:
     with pytest.raises(PresetError, match=r"random-25|1 to 100|keeps everything|unknown"):
         parse_preset(text)
@@ -92,8 +101,9 @@ def test_stratified_quotas_follow_class_sizes(digits) -> None:
     _, labels = digits
     kept = take(np.random.default_rng(1).permutation(len(labels)), 25, labels)
     quotas = class_quotas(labels, len(kept))
-    counts = {int(c): int(k) for c, k in zip(*np.unique(labels[kept], return_counts=True),
-                                              strict=True)}
+    counts = {
+        int(c): int(k) for c, k in zip(*np.unique(labels[kept], return_counts=True), strict=True)
+    }
     assert counts == quotas
     sizes = dict(zip(*np.unique(labels, return_counts=True), strict=True))
     for label, quota in quotas.items():
@@ -111,13 +121,16 @@ def test_rs2_sees_every_sample_before_any_twice() -> None:
 
 # ------------------------------------------------------------------ pre-pass and cache
 def test_selection_is_deterministic_and_a_cached_one_equals_a_fresh_one(
-        digits, tmp_path: Path) -> None:
+    digits, tmp_path: Path
+) -> None:
     images, labels = digits
     digest = fingerprint(as_dataset(images, labels))
-    fresh = prepare(Preset("stratified", 25), labels, digest, SelectionCache(tmp_path / "a"),
-                    seed=4)
-    again = prepare(Preset("stratified", 25), labels, digest, SelectionCache(tmp_path / "b"),
-                    seed=4)
+    fresh = prepare(
+        Preset("stratified", 25), labels, digest, SelectionCache(tmp_path / "a"), seed=4
+    )
+    again = prepare(
+        Preset("stratified", 25), labels, digest, SelectionCache(tmp_path / "b"), seed=4
+    )
     assert not fresh.reused and not again.reused
     assert np.array_equal(fresh.indices, again.indices)
     cache = SelectionCache(tmp_path / "a")
@@ -141,7 +154,8 @@ def test_cache_keys_are_stable_and_separate_what_differs() -> None:
 
 @pytest.mark.parametrize("damage", ["flip a byte", "truncate", "drop the meta", "bad json"])
 def test_a_damaged_entry_is_detected_moved_aside_and_recomputed(
-        digits, tmp_path: Path, damage: str) -> None:
+    digits, tmp_path: Path, damage: str
+) -> None:
     _, labels = digits
     cache = SelectionCache(tmp_path / "sel")
     first = prepare(Preset("random", 25), labels, "fp1-digits", cache, seed=0)
@@ -169,10 +183,19 @@ def test_entries_list_and_clear(tmp_path: Path) -> None:
     cache = SelectionCache(tmp_path / "sel")
     assert cache.entries() == [] and cache.clear() == 0
     for seed in (1, 2):
-        cache.store(Entry(key=cache_key("fp", "random", {"seed": seed}), fingerprint="fp",
-                          method="random", params={"seed": seed}, proxy=None,
-                          order=np.arange(5), labels=None, cost=Cost(0.1, 0.1),
-                          created_at=1.0))
+        cache.store(
+            Entry(
+                key=cache_key("fp", "random", {"seed": seed}),
+                fingerprint="fp",
+                method="random",
+                params={"seed": seed},
+                proxy=None,
+                order=np.arange(5),
+                labels=None,
+                cost=Cost(0.1, 0.1),
+                created_at=1.0,
+            )
+        )
     assert {e.params["seed"] for e in cache.entries()} == {1, 2}
     assert cache.clear() == 2 and cache.entries() == []
 
@@ -186,13 +209,15 @@ def test_a_cache_entry_for_another_size_is_refused(tmp_path: Path) -> None:
 
 # ------------------------------------------------------------------ the CLI
 def test_select_commands_compute_reuse_list_show_and_clear(home: Home, gpudesk: Run) -> None:
-    code, out, err = gpudesk("select", "run", "gpudesk.workloads.data:make_digits",
-                             "--preset", "stratified-25", "--json")
+    code, out, err = gpudesk(
+        "select", "run", "gpudesk.workloads.data:make_digits", "--preset", "stratified-25", "--json"
+    )
     assert code == 0, err
     first = json.loads(out)
     assert (first["kept"], first["of"], first["reused"]) == (449, 1797, False)
-    code, out, _ = gpudesk("select", "run", "gpudesk.workloads.data:make_digits",
-                           "--preset", "stratified-10")
+    code, out, _ = gpudesk(
+        "select", "run", "gpudesk.workloads.data:make_digits", "--preset", "stratified-10"
+    )
     assert code == 0 and "reused from the cache" in out and "keeps 180 of 1797" in out
     code, out, _ = gpudesk("select", "list", "--json")
     (entry,) = json.loads(out)["entries"]
@@ -206,23 +231,30 @@ def test_select_commands_compute_reuse_list_show_and_clear(home: Home, gpudesk: 
 
 
 def test_select_run_computes_a_dedup_preset(home: Home, gpudesk: Run) -> None:
-    code, out, err = gpudesk("select", "run", "gpudesk.workloads.data:make_digits",
-                             "--preset", "dedup-10", "--json")
+    code, out, err = gpudesk(
+        "select", "run", "gpudesk.workloads.data:make_digits", "--preset", "dedup-10", "--json"
+    )
     assert code == 0, err
     result = json.loads(out)
     assert (result["kept"], result["of"], result["reused"]) == (180, 1797, False)
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (("gpudesk.workloads.data:make_digits", "--preset", "random"), "random-25"),
-    (("no.such.module:f", "--preset", "random-25"), "cannot import"),
-    (("gpudesk.workloads.data:make_digits", "--preset", "less-25"), "selection target"),
-    (("digits", "--preset", "random-25"), "MODULE:FACTORY"),
-    (("digits", "--preset", "random-25", "--profile", "profiles/quickstart.toml"),
-     "no [datasets.digits] table"),
-])
-def test_select_run_errors_are_one_clear_paragraph(home: Home, gpudesk: Run,
-                                                   args: tuple[str, ...], message: str) -> None:
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("gpudesk.workloads.data:make_digits", "--preset", "random"), "random-25"),
+        (("no.such.module:f", "--preset", "random-25"), "cannot import"),
+        (("gpudesk.workloads.data:make_digits", "--preset", "less-25"), "selection target"),
+        (("digits", "--preset", "random-25"), "MODULE:FACTORY"),
+        (
+            ("digits", "--preset", "random-25", "--profile", "profiles/quickstart.toml"),
+            "no [datasets.digits] table",
+        ),
+    ],
+)
+def test_select_run_errors_are_one_clear_paragraph(
+    home: Home, gpudesk: Run, args: tuple[str, ...], message: str
+) -> None:
     code, out, err = gpudesk("select", "run", *args)
     assert code in (1, 2) and message in err and "Traceback" not in err + out
 
@@ -270,8 +302,9 @@ def test_el2n_preset_is_deterministic_cached_and_spread(digits, tmp_path: Path) 
     digest = fingerprint(dataset)
     cache = SelectionCache(tmp_path / "sel")
     first = prepare(Preset("el2n", 25), labels, digest, cache, seed=1, inputs=inputs)
-    other = prepare(Preset("el2n", 25), labels, digest, SelectionCache(tmp_path / "b"),
-                    seed=1, inputs=inputs)
+    other = prepare(
+        Preset("el2n", 25), labels, digest, SelectionCache(tmp_path / "b"), seed=1, inputs=inputs
+    )
     assert np.array_equal(first.indices, other.indices)
     again = prepare(Preset("el2n", 25), labels, digest, cache, seed=1, inputs=inputs)
     assert again.reused and np.array_equal(again.indices, first.indices)
@@ -300,14 +333,16 @@ def test_the_proxy_gives_embeddings_and_probabilities(digit_features) -> None:
     assert np.allclose(el2n, np.linalg.norm(p - onehot, axis=1), atol=1e-5)
 
 
-def test_scored_subsets_are_exact_and_class_balanced(digits, digit_features,
-                                                    tmp_path: Path) -> None:
+def test_scored_subsets_are_exact_and_class_balanced(
+    digits, digit_features, tmp_path: Path
+) -> None:
     inputs, labels, digest = digit_features
     cache = SelectionCache(tmp_path / "sel")
     for method in SCORED:
         target = digit_target(digits) if method == "less" else None
-        chosen = prepare(Preset(method, 25), labels, digest, cache, seed=0, inputs=inputs,
-                         target=target)
+        chosen = prepare(
+            Preset(method, 25), labels, digest, cache, seed=0, inputs=inputs, target=target
+        )
         assert len(chosen.indices) == keep_count(len(labels), 25)
         counts = dict(zip(*np.unique(labels[chosen.indices], return_counts=True), strict=True))
         assert counts == class_quotas(labels, len(chosen.indices)), method
@@ -322,8 +357,9 @@ def test_dedup_is_exact_deterministic_and_seeded(digit_features, tmp_path: Path)
     assert sorted(first.order.tolist()) == list(range(len(labels)))
     assert np.array_equal(dedup(inputs, labels, seed=3).order, first.order)
     assert not np.array_equal(dedup(inputs, labels, seed=4).order, first.order)
-    chosen = prepare(Preset("dedup", 25), labels, digest, SelectionCache(tmp_path / "a"),
-                     seed=3, inputs=inputs)
+    chosen = prepare(
+        Preset("dedup", 25), labels, digest, SelectionCache(tmp_path / "a"), seed=3, inputs=inputs
+    )
     assert len(chosen.indices) == keep_count(len(labels), 25)
     assert np.array_equal(chosen.indices, take(first.order, 25, labels))
     # the count of near-duplicates is reported with the selection, and kept in the cache
@@ -346,9 +382,11 @@ def test_dedup_puts_each_copy_after_its_original(digit_features) -> None:
     assert result.near_duplicates >= len(originals)
     # a copy with a little pixel noise is a near-duplicate too: one of each pair comes late
     noisy = inputs[originals] + np.random.default_rng(0).normal(
-        0, 0.01, inputs[originals].shape).astype(np.float32)
-    result = dedup(np.concatenate([inputs, noisy]), np.concatenate([labels, labels[originals]]),
-                   seed=0)
+        0, 0.01, inputs[originals].shape
+    ).astype(np.float32)
+    result = dedup(
+        np.concatenate([inputs, noisy]), np.concatenate([labels, labels[originals]]), seed=0
+    )
     position[result.order] = np.arange(len(data))
     later = np.maximum(position[copies], position[originals])
     assert later.min() >= len(labels) * 0.9 and result.near_duplicates >= len(originals)
@@ -357,8 +395,14 @@ def test_dedup_puts_each_copy_after_its_original(digit_features) -> None:
 def test_dedup_10_percent_covers_every_class(digit_features, tmp_path: Path) -> None:
     inputs, labels, digest = digit_features
     for seed in (0, 1):
-        ten = prepare(Preset("dedup", 10), labels, digest, SelectionCache(tmp_path / "sel"),
-                      seed=seed, inputs=inputs)
+        ten = prepare(
+            Preset("dedup", 10),
+            labels,
+            digest,
+            SelectionCache(tmp_path / "sel"),
+            seed=seed,
+            inputs=inputs,
+        )
         assert set(labels[ten.indices].tolist()) == set(range(10))
 
 
@@ -388,8 +432,7 @@ def test_dedup_merges_clusters_in_proportion_to_their_size(digit_features) -> No
 
 
 # ------------------------------------------------------------------ less
-def test_less_needs_a_target_and_is_deterministic(digits, digit_features,
-                                                  tmp_path: Path) -> None:
+def test_less_needs_a_target_and_is_deterministic(digits, digit_features, tmp_path: Path) -> None:
     from gpudesk.selection.targeted import less
 
     inputs, labels, digest = digit_features
@@ -397,51 +440,88 @@ def test_less_needs_a_target_and_is_deterministic(digits, digit_features,
     with pytest.raises(PresetError, match="less-25 ranks samples by similarity to a target"):
         prepare(Preset("less", 25), labels, digest, cache, seed=0, inputs=inputs)
     target = digit_target(digits)
-    first = prepare(Preset("less", 25), labels, digest, cache, seed=0, inputs=inputs,
-                    target=target)
+    first = prepare(Preset("less", 25), labels, digest, cache, seed=0, inputs=inputs, target=target)
     order = less(inputs, labels, target, seed=0)
     assert sorted(order.tolist()) == list(range(len(labels)))
     assert np.array_equal(less(inputs, labels, target, seed=0), order)
     assert np.array_equal(first.indices, take(order, 25, labels))
     assert not np.array_equal(less(inputs, labels, target, seed=1), order)
     with pytest.raises(PresetError, match="features"):
-        prepare(Preset("less", 25), labels, digest, cache, inputs=inputs,
-                target=Target(inputs[:5, :10], labels[:5], "fp-narrow"))
+        prepare(
+            Preset("less", 25),
+            labels,
+            digest,
+            cache,
+            inputs=inputs,
+            target=Target(inputs[:5, :10], labels[:5], "fp-narrow"),
+        )
 
 
 def test_less_key_follows_the_target(digits, digit_features, tmp_path: Path) -> None:
     inputs, labels, digest = digit_features
     cache = SelectionCache(tmp_path / "sel")
-    one = prepare(Preset("less", 25), labels, digest, cache, inputs=inputs,
-                  target=digit_target(digits, slice(0, 200)))
-    other = prepare(Preset("less", 25), labels, digest, cache, inputs=inputs,
-                    target=digit_target(digits, slice(200, 400)))
+    one = prepare(
+        Preset("less", 25),
+        labels,
+        digest,
+        cache,
+        inputs=inputs,
+        target=digit_target(digits, slice(0, 200)),
+    )
+    other = prepare(
+        Preset("less", 25),
+        labels,
+        digest,
+        cache,
+        inputs=inputs,
+        target=digit_target(digits, slice(200, 400)),
+    )
     assert one.key != other.key and not other.reused
     assert not np.array_equal(one.indices, other.indices)
-    same = prepare(Preset("less", 25), labels, digest, cache, inputs=inputs,
-                   target=digit_target(digits, slice(0, 200)))
+    same = prepare(
+        Preset("less", 25),
+        labels,
+        digest,
+        cache,
+        inputs=inputs,
+        target=digit_target(digits, slice(0, 200)),
+    )
     assert same.reused and same.key == one.key
 
 
 @pytest.mark.parametrize("method", ["dedup", "less"])
-def test_a_cached_scored_selection_equals_a_fresh_one(digits, digit_features, tmp_path: Path,
-                                                      method: str) -> None:
+def test_a_cached_scored_selection_equals_a_fresh_one(
+    digits, digit_features, tmp_path: Path, method: str
+) -> None:
     inputs, labels, digest = digit_features
     target = digit_target(digits) if method == "less" else None
     cache = SelectionCache(tmp_path / "a")
-    fresh = prepare(Preset(method, 25), labels, digest, cache, seed=2, inputs=inputs,
-                    target=target)
-    cached = prepare(Preset(method, 25), labels, digest, SelectionCache(tmp_path / "a"),
-                     seed=2, inputs=inputs, target=target, used_by="job 3")
-    elsewhere = prepare(Preset(method, 25), labels, digest, SelectionCache(tmp_path / "b"),
-                        seed=2, inputs=inputs, target=target)
+    fresh = prepare(Preset(method, 25), labels, digest, cache, seed=2, inputs=inputs, target=target)
+    cached = prepare(
+        Preset(method, 25),
+        labels,
+        digest,
+        SelectionCache(tmp_path / "a"),
+        seed=2,
+        inputs=inputs,
+        target=target,
+        used_by="job 3",
+    )
+    elsewhere = prepare(
+        Preset(method, 25),
+        labels,
+        digest,
+        SelectionCache(tmp_path / "b"),
+        seed=2,
+        inputs=inputs,
+        target=target,
+    )
     assert not fresh.reused and cached.reused and not elsewhere.reused
     assert np.array_equal(cached.indices, fresh.indices)
     assert np.array_equal(elsewhere.indices, fresh.indices)
     assert cached.notes == fresh.notes == elsewhere.notes
     assert cached.cost == fresh.cost and fresh.cost.wall_s > 0
-    ten = prepare(Preset(method, 10), labels, digest, cache, seed=2, inputs=inputs,
-                  target=target)
+    ten = prepare(Preset(method, 10), labels, digest, cache, seed=2, inputs=inputs, target=target)
     assert ten.reused and ten.key == fresh.key
     assert cache.load(fresh.key).reused_by == ["job 3"]
 

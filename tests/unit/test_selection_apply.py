@@ -36,7 +36,8 @@ def digits() -> tuple[np.ndarray, np.ndarray]:
 
 @pytest.mark.parametrize("preset", ["random-25", "stratified-25", "dedup-25"])
 def test_a_reordered_dataset_reuses_the_entry_and_keeps_the_same_samples(
-        digits, tmp_path: Path, preset: str) -> None:
+    digits, tmp_path: Path, preset: str
+) -> None:
     images, labels = digits
     cache = SelectionCache(tmp_path / "sel")
     first = select(Counting(images, labels), preset, cache, seed=4)
@@ -67,7 +68,8 @@ def test_the_dataset_index_lets_a_reuse_skip_the_full_read(digits, tmp_path: Pat
 
 
 def test_the_dataset_index_notices_a_changed_probed_sample_and_verify_reads_all(
-        digits, tmp_path: Path) -> None:
+    digits, tmp_path: Path
+) -> None:
     images, labels = digits
     cache = SelectionCache(tmp_path / "sel")
     identity = {"factory": "tests:digits", "kwargs": {}}
@@ -79,8 +81,11 @@ def test_the_dataset_index_notices_a_changed_probed_sample_and_verify_reads_all(
     assert after.fingerprint != before.fingerprint
     assert after.selection is not None and not after.selection.reused
     # a change the probe does not reach is found by a full read (`--verify`)
-    unprobed = next(i for i in range(len(labels))
-                    if i not in set(DatasetIndex.probe_positions(len(labels)).tolist()))
+    unprobed = next(
+        i
+        for i in range(len(labels))
+        if i not in set(DatasetIndex.probe_positions(len(labels)).tolist())
+    )
     hidden = changed.copy()
     hidden[unprobed, 10] += 1 / 16
     trusting = select(Counting(hidden, labels), "random-25", cache, identity=identity)
@@ -114,8 +119,9 @@ def test_rs2_and_full_need_no_prepass(digits, tmp_path: Path) -> None:
     seen = np.concatenate(epochs[:3])
     assert len(set(seen.tolist())) == len(seen)  # no sample twice before all are seen
     full = select(Counting(images, labels), "full", cache)
-    assert full.kept == len(labels) and np.array_equal(full.epoch_indices(5),
-                                                       np.arange(len(labels)))
+    assert full.kept == len(labels) and np.array_equal(
+        full.epoch_indices(5), np.arange(len(labels))
+    )
     assert cache.entries() == []
 
 

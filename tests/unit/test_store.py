@@ -26,8 +26,15 @@ def test_new_store_is_at_the_current_schema(store: Store) -> None:
     assert store.schema_version == SCHEMA_VERSION
     rows = store._conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
     tables = {r[0] for r in rows}
-    assert {"jobs", "attempts", "events", "settings", "gpu_samples", "job_samples",
-            "attempt_usage"} <= tables
+    assert {
+        "jobs",
+        "attempts",
+        "events",
+        "settings",
+        "gpu_samples",
+        "job_samples",
+        "attempt_usage",
+    } <= tables
     assert "metric_samples" not in tables  # replaced by the telemetry tables in version 2
 
 
@@ -54,8 +61,10 @@ def test_usage_and_series_round_trip(store: Store, tmp_path: Path) -> None:
     store.record_usage([(first.id, job.id, {"gpu_j": 30.0})])  # replaced, not added
     assert store.usage([job.id]) == {job.id: [{"attempt": 1, "gpu_j": 30.0}]}
     assert store.usage([]) == {}
-    store.add_samples([(100.0, 0, "power_w", 250.0), (110.0, 0, "power_w", 260.0)],
-                      [(100.0, job.id, first.id, "cpu_pct", 95.0)])
+    store.add_samples(
+        [(100.0, 0, "power_w", 250.0), (110.0, 0, "power_w", 260.0)],
+        [(100.0, job.id, first.id, "cpu_pct", 95.0)],
+    )
     assert store.gpu_series(0, "power_w", since=105.0) == [(110.0, 260.0)]
     assert store.job_series(job.id, "cpu_pct") == [(100.0, 95.0)]
     assert store.prune_samples(before=105.0) == 2
@@ -117,13 +126,19 @@ def test_attempt_lifecycle(store: Store, tmp_path: Path) -> None:
     assert store.job(job.id).state is JobState.RUNNING
     store.attempt_launched(attempt.id, pid=123, pid_started=1.0)
     assert [a.id for a in store.live_attempts()] == [attempt.id]
-    store.finish_attempt(attempt, attempt_state="exited", job_state=JobState.QUEUED,
-                         message="retry", exit_code=1)
+    store.finish_attempt(
+        attempt, attempt_state="exited", job_state=JobState.QUEUED, message="retry", exit_code=1
+    )
     assert store.live_attempts() == []
     second = store.start_attempt(job.id, {"slot": "cpu:1"}, tmp_path)
     assert second.number == 2
-    store.finish_attempt(second, attempt_state="exited", job_state=JobState.SUCCEEDED,
-                         message="exit code 0", exit_code=0)
+    store.finish_attempt(
+        second,
+        attempt_state="exited",
+        job_state=JobState.SUCCEEDED,
+        message="exit code 0",
+        exit_code=0,
+    )
     final = store.job(job.id)
     assert (final.state, final.attempts, final.exit_code) == (JobState.SUCCEEDED, 2, 0)
     assert final.ended_at is not None
@@ -155,8 +170,9 @@ def test_queue_order_is_priority_then_arrival(store: Store) -> None:
 
 
 def test_listing_filters(store: Store) -> None:
-    jobs = store.submit([JobSpec(name=f"j{i}", command=("true",), group="g" if i % 2 else None)
-                         for i in range(6)])
+    jobs = store.submit(
+        [JobSpec(name=f"j{i}", command=("true",), group="g" if i % 2 else None) for i in range(6)]
+    )
     assert [j.name for j in store.jobs(group="g")] == ["j1", "j3", "j5"]
     assert [j.name for j in store.jobs(limit=2)] == ["j4", "j5"]
     assert [j.name for j in store.jobs(ids=[jobs[0].id, jobs[2].id])] == ["j0", "j2"]
@@ -180,6 +196,12 @@ def test_a_raised_demand_is_stored_with_the_attempts_end(store: Store, tmp_path:
     (job,) = store.submit([JobSpec(name="d", command=("true",), gpus=1, max_attempts=2)])
     attempt = store.start_attempt(job.id, {"slot": "gpu:0"}, tmp_path / "jobs")
     raised = {"memory_mib": 6144, "sm_pct": 30.0, "source": "after OOM", "exclusive": True}
-    store.finish_attempt(attempt, attempt_state="exited", job_state=JobState.QUEUED,
-                         message="oom", exit_code=1, demand=raised)
+    store.finish_attempt(
+        attempt,
+        attempt_state="exited",
+        job_state=JobState.QUEUED,
+        message="oom",
+        exit_code=1,
+        demand=raised,
+    )
     assert store.job(job.id).demand == raised

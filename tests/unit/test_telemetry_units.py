@@ -43,8 +43,19 @@ class Clock:
 
 
 # --------------------------------------------------------------- backends
-@pytest.mark.parametrize("name", ["auto", "nvml", "none", "sim:dgx-station-a100", "sim:h100",
-                                  "sim:h200", "sim:h100x8", "sim:dgx-station-a100x2"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "auto",
+        "nvml",
+        "none",
+        "sim:dgx-station-a100",
+        "sim:h100",
+        "sim:h200",
+        "sim:h100x8",
+        "sim:dgx-station-a100x2",
+    ],
+)
 def test_backend_names_accepted(name: str) -> None:
     assert check_backend_name(name) == name
 
@@ -127,11 +138,20 @@ def reading(t: float, *gpus: GpuReading) -> BackendReading:
 
 def test_meter_uses_counter_deltas_and_falls_back_to_integrated_power() -> None:
     meter = GpuEnergyMeter()
-    meter.update(reading(0, GpuReading(0, "a", "x", power_w=100, energy_counter_j=5000),
-                         GpuReading(1, "b", "y", power_w=100)))
-    intervals = meter.update(reading(2, GpuReading(0, "a", "x", power_w=300,
-                                                   energy_counter_j=5500),
-                                     GpuReading(1, "b", "y", power_w=300)))
+    meter.update(
+        reading(
+            0,
+            GpuReading(0, "a", "x", power_w=100, energy_counter_j=5000),
+            GpuReading(1, "b", "y", power_w=100),
+        )
+    )
+    intervals = meter.update(
+        reading(
+            2,
+            GpuReading(0, "a", "x", power_w=300, energy_counter_j=5500),
+            GpuReading(1, "b", "y", power_w=300),
+        )
+    )
     assert intervals[0] == Interval(2, 500, "counter", 200.0)  # idle learned from the idle read
     assert intervals[1].energy_j == pytest.approx(400) and intervals[1].source == "integrated"
     assert (meter.energy_j(0), meter.source(0)) == (500, "counter")
@@ -164,17 +184,24 @@ def test_split_is_exclusive_by_sm_share_or_even() -> None:
     interval = Interval(1.0, 100.0, "counter", 50.0)
     assert split_interval(interval, [Occupant(1, None)]) == [(1, 1.0, "exclusive")]
     assert split_interval(interval, [Occupant(1, 30.0), Occupant(2, 10.0)]) == [
-        (1, 0.75, "sm share"), (2, 0.25, "sm share")]
+        (1, 0.75, "sm share"),
+        (2, 0.25, "sm share"),
+    ]
     assert split_interval(interval, [Occupant(1, None), Occupant(2, None)]) == [
-        (1, 0.5, "even"), (2, 0.5, "even")]
+        (1, 0.5, "even"),
+        (2, 0.5, "even"),
+    ]
     assert split_interval(interval, [Occupant(1, 0.0), Occupant(2, 0.0)])[0] == (1, 0.5, "sm share")
 
 
 def test_attempt_usage_accumulates_and_marks_estimates() -> None:
     usage = {1: AttemptUsage(1, 10), 2: AttemptUsage(2, 20)}
     attribute_gpu(usage, {0: Interval(1.0, 300.0, "counter", 60.0)}, {0: [Occupant(1, None)]})
-    attribute_gpu(usage, {0: Interval(1.0, 300.0, "counter", 60.0)},
-                  {0: [Occupant(1, 20.0), Occupant(2, 60.0)]})
+    attribute_gpu(
+        usage,
+        {0: Interval(1.0, 300.0, "counter", 60.0)},
+        {0: [Occupant(1, 20.0), Occupant(2, 60.0)]},
+    )
     first = usage[1].to_dict(475.0)
     assert first["gpu_j"] == 375.0 and first["gpu_idle_j"] == 75.0
     assert first["gpu_above_idle_j"] == 300.0
@@ -196,12 +223,17 @@ def test_unknown_idle_baseline_stays_unknown() -> None:
 
 def test_summarize_adds_attempts() -> None:
     a = AttemptUsage(1, 10, gpu_j=100.0, gpu_idle_j=10.0, gpu_source="counter", split="exclusive")
-    b = AttemptUsage(2, 10, gpu_j=50.0, gpu_idle_j=5.0, gpu_source="counter", split="even",
-                     cpu_s=2.0)
+    b = AttemptUsage(
+        2, 10, gpu_j=50.0, gpu_idle_j=5.0, gpu_source="counter", split="even", cpu_s=2.0
+    )
     total = summarize([a.to_dict(400.0), b.to_dict(400.0)], 400.0)
     assert total is not None
     assert (total["gpu_j"], total["gpu_idle_j"], total["split"], total["estimate"]) == (
-        150.0, 15.0, "even", True)
+        150.0,
+        15.0,
+        "even",
+        True,
+    )
     assert total["carbon_g"] == pytest.approx(150 / 3.6e6 * 400, abs=1e-3)
     assert summarize([], 400.0) is None
 
@@ -248,8 +280,10 @@ def test_monitor_view_credits_each_job_its_gpu_energy() -> None:
     sim = SimBackend("dgx-station-a100", clock=clock)
     monitor = Monitor(sim, grid_g_per_kwh=500.0)
     me = os.getpgid(0)
-    attempts = [TrackedAttempt(1, 10, "train", me, "gpu:0", (0,), 8.0, 60.0, 0.0),
-                TrackedAttempt(2, 11, "other", 2**22 + 7, "gpu:1", (1,), 4.0, 30.0, 0.0)]
+    attempts = [
+        TrackedAttempt(1, 10, "train", me, "gpu:0", (0,), 8.0, 60.0, 0.0),
+        TrackedAttempt(2, 11, "other", 2**22 + 7, "gpu:1", (1,), 4.0, 30.0, 0.0),
+    ]
     for _ in range(6):
         view = monitor.ingest(monitor.collect(attempts))
         clock.now += 1.0
@@ -276,8 +310,10 @@ def test_monitor_view_credits_each_job_its_gpu_energy() -> None:
 def test_monitor_splits_a_shared_gpu_by_sm_share() -> None:
     clock = Clock()
     monitor = Monitor(SimBackend("h100", clock=clock))
-    attempts = [TrackedAttempt(1, 10, "a", 2**22 + 1, "gpu:0", (0,), 2.0, 60.0, 0.0),
-                TrackedAttempt(2, 11, "b", 2**22 + 2, "gpu:0", (0,), 2.0, 20.0, 0.0)]
+    attempts = [
+        TrackedAttempt(1, 10, "a", 2**22 + 1, "gpu:0", (0,), 2.0, 60.0, 0.0),
+        TrackedAttempt(2, 11, "b", 2**22 + 2, "gpu:0", (0,), 2.0, 20.0, 0.0),
+    ]
     for _ in range(8):
         monitor.ingest(monitor.collect(attempts))
         clock.now += 1.0
@@ -322,11 +358,19 @@ def test_monitor_with_an_unavailable_backend_shows_a_banner_and_retries_later() 
 
 
 # -------------------------------------------------------------- placement
-def gpu_station(count: int = 4, busy: tuple[int, ...] = (), lost: tuple[int, ...] = ()
-                ) -> StationView:
-    gpus = tuple(GpuState(i, f"GPU-{i}", 40536.0, lost=i in lost,
-                          tenants=(Tenant(100 + i, "exclusive", 1024.0, 50.0),) if i in busy
-                          else ()) for i in range(count))
+def gpu_station(
+    count: int = 4, busy: tuple[int, ...] = (), lost: tuple[int, ...] = ()
+) -> StationView:
+    gpus = tuple(
+        GpuState(
+            i,
+            f"GPU-{i}",
+            40536.0,
+            lost=i in lost,
+            tenants=(Tenant(100 + i, "exclusive", 1024.0, 50.0),) if i in busy else (),
+        )
+        for i in range(count)
+    )
     return StationView(StationConfig(slots=2), cores=8, backend="nvml", gpu_states=gpus)
 
 
@@ -345,8 +389,9 @@ def test_fifo_gpu_jobs_do_not_overtake_and_lost_gpus_are_skipped() -> None:
     station = gpu_station(lost=(0,), busy=(1,))
     decision = FifoPolicy().place([record(1, gpus=3), record(2, gpus=1)], station)
     assert decision.placements == [] and decision.rejections == []
-    wait = FifoPolicy().explain_wait(record(2, gpus=1), [record(1, gpus=3), record(2, gpus=1)],
-                                     station)
+    wait = FifoPolicy().explain_wait(
+        record(2, gpus=1), [record(1, gpus=3), record(2, gpus=1)], station
+    )
     assert wait == "waiting for 1 GPU (2 of 3 free, 1 queued ahead of it)"
 
 
@@ -362,8 +407,9 @@ def test_fifo_rejects_impossible_gpu_jobs_but_waits_while_gpus_are_unreadable() 
 
 def test_simulated_gpus_hide_real_devices_from_the_job() -> None:
     gpus = tuple(GpuState(i, f"GPU-SIM{i}", 40536.0) for i in range(2))
-    station = StationView(StationConfig(), cores=4, backend="sim:x", gpu_states=gpus,
-                          simulated=True)
+    station = StationView(
+        StationConfig(), cores=4, backend="sim:x", gpu_states=gpus, simulated=True
+    )
     (placement,) = FifoPolicy().place([record(1, gpus=1)], station).placements
     assert placement.env["CUDA_VISIBLE_DEVICES"] == ""
     assert placement.env["GPUDESK_SIMULATED_GPUS"] == "0"
@@ -376,7 +422,9 @@ def test_sim_mig_layout_reports_each_job_under_its_slice() -> None:
     clock.now += 5
     gpu = sim.read().gpus[3]
     assert gpu.mig_enabled and [d.name.rsplit(" ", 1)[-1] for d in gpu.mig_devices] == [
-        "3g.20gb", "2g.10gb"]
+        "3g.20gb",
+        "2g.10gb",
+    ]
     assert [p.pid for p in gpu.mig_devices[1].processes] == [77]
     assert gpu.mig_devices[1].memory_used_mib == pytest.approx(512 + 4 * 1024)
     assert gpu.mig_devices[0].processes == () and gpu.processes[0].mig_device == 1

@@ -27,7 +27,13 @@ EPOCH_LINE = re.compile(
     r"samples/s (\d+) time (\d+\.\d{2})s$"
 )
 RESULT_KEYS = {
-    "val_acc", "best_val_acc", "final_loss", "epochs", "samples_per_s", "params", "device",
+    "val_acc",
+    "best_val_acc",
+    "final_loss",
+    "epochs",
+    "samples_per_s",
+    "params",
+    "device",
     "wall_s",
 }
 
@@ -41,7 +47,10 @@ def workload_env() -> dict[str, str]:
 def start_digits(*args: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "gpudesk.workloads.digits", *args],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=workload_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=workload_env(),
         cwd=REPO_ROOT,
     )
 
@@ -93,8 +102,14 @@ def test_importing_and_loading_stays_free_of_torch_and_sklearn() -> None:
         "load_digits()\n"
         "print(sorted(m for m in ('torch', 'sklearn') if m in sys.modules))\n"
     )
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                          timeout=60, env=workload_env(), check=True)
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=workload_env(),
+        check=True,
+    )
     assert done.stdout.strip() == "[]"
 
 
@@ -106,7 +121,8 @@ def test_load_digits_falls_back_to_sklearn_when_file_is_missing(
     empty = ModuleSpec("sklearn", None, is_package=True)
     empty.submodule_search_locations = [str(tmp_path)]
     monkeypatch.setattr(
-        importlib.util, "find_spec",
+        importlib.util,
+        "find_spec",
         lambda name, *args: empty if name == "sklearn" else real_find_spec(name, *args),
     )
     images, labels = data_module.load_digits()
@@ -240,18 +256,23 @@ def test_sigterm_reports_epoch_and_exits_143() -> None:
 def test_the_digits_splits_partition_the_data() -> None:
     from gpudesk.workloads.data import DIGITS_TARGET_SIZE, digits_split_indices
 
-    parts = {name: set(digits_split_indices(name, 3).tolist())
-             for name in ("train", "val", "target")}
+    parts = {
+        name: set(digits_split_indices(name, 3).tolist()) for name in ("train", "val", "target")
+    }
     assert len(parts["target"]) == DIGITS_TARGET_SIZE
-    assert not (parts["train"] & parts["val"] or parts["train"] & parts["target"]
-                or parts["val"] & parts["target"])
+    assert not (
+        parts["train"] & parts["val"]
+        or parts["train"] & parts["target"]
+        or parts["val"] & parts["target"]
+    )
     assert set().union(*parts.values()) == set(range(1797))
     assert set(digits_split_indices("val", 3).tolist()) == set(
-        train_val_split(1797, 0.2, 3)[1].tolist())  # what the local job evaluates on
+        train_val_split(1797, 0.2, 3)[1].tolist()
+    )  # what the local job evaluates on
 
 
 def test_shared_mode_without_a_producer_is_a_one_line_error(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setenv("GPUDESK_HOME", str(tmp_path))
     code = digits.main(["--loader", "shared", "--threads", "1", "--epochs", "1"])

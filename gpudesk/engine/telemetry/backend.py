@@ -82,8 +82,9 @@ def check_backend_name(value: object) -> str:
             except ValueError as exc:
                 why = f" ({exc})"
     shown = repr(value) if isinstance(value, str) else f"a {type(value).__name__}"
-    raise ValueError(f"expected one of {', '.join(BACKEND_NAMES)} (or sim:MODELxN), "
-                     f"found {shown}{why}")
+    raise ValueError(
+        f"expected one of {', '.join(BACKEND_NAMES)} (or sim:MODELxN), found {shown}{why}"
+    )
 
 
 class NoGpuBackend:

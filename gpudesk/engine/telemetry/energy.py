@@ -54,8 +54,9 @@ class GpuEnergyMeter:
     """Energy per GPU since the first reading. `idle_power_w` seeds each GPU's idle baseline (by
     UUID); otherwise it is learned from readings taken while the GPU runs nothing."""
 
-    def __init__(self, idle_power_w: Mapping[str, float] | None = None,
-                 default_idle_w: float | None = None) -> None:
+    def __init__(
+        self, idle_power_w: Mapping[str, float] | None = None, default_idle_w: float | None = None
+    ) -> None:
         self.known_idle = dict(idle_power_w or {})
         self.default_idle_w = default_idle_w
         self.gpus: dict[int, _GpuState] = {}
@@ -74,11 +75,13 @@ class GpuEnergyMeter:
 
     def learned_idle(self, readings: Iterable[GpuReading]) -> dict[str, float]:
         """Idle baselines by UUID, for the engine to keep across restarts."""
-        return {g.uuid: round(s.idle_power_w, 2) for g in readings
-                if g.uuid and (s := self.gpus.get(g.index)) and s.idle_power_w is not None}
+        return {
+            g.uuid: round(s.idle_power_w, 2)
+            for g in readings
+            if g.uuid and (s := self.gpus.get(g.index)) and s.idle_power_w is not None
+        }
 
-    def update(self, reading: BackendReading,
-               busy: Iterable[int] = ()) -> dict[int, Interval]:
+    def update(self, reading: BackendReading, busy: Iterable[int] = ()) -> dict[int, Interval]:
         """Fold in a reading; `busy` are GPUs the engine has placed jobs on. Returns what each
         GPU used since the previous reading (nothing for a GPU's first reading)."""
         busy = set(busy)
@@ -88,7 +91,8 @@ class GpuEnergyMeter:
             state = self.gpus.get(gpu.index)
             if state is None:
                 state = self.gpus[gpu.index] = _GpuState(
-                    idle_power_w=self.known_idle.get(gpu.uuid or "", self.default_idle_w))
+                    idle_power_w=self.known_idle.get(gpu.uuid or "", self.default_idle_w)
+                )
             if gpu.lost:
                 state.last_t = None  # a lost GPU draws nothing we can measure
                 continue
@@ -96,16 +100,21 @@ class GpuEnergyMeter:
             if interval is not None:
                 intervals[gpu.index] = interval
                 state.energy_j += interval.energy_j
-                state.source = interval.source if state.source in (None, interval.source) \
-                    else "integrated"
-            elif state.source is None and (gpu.energy_counter_j is not None
-                                           or gpu.power_w is not None):
+                state.source = (
+                    interval.source if state.source in (None, interval.source) else "integrated"
+                )
+            elif state.source is None and (
+                gpu.energy_counter_j is not None or gpu.power_w is not None
+            ):
                 state.source = "counter" if gpu.energy_counter_j is not None else "integrated"
             state.last_counter_j, state.last_power_w = gpu.energy_counter_j, gpu.power_w
             state.last_t = now
             if gpu.power_w is not None and gpu.index not in busy and not gpu.processes:
-                state.idle_power_w = gpu.power_w if state.idle_power_w is None else (
-                    (1 - IDLE_SMOOTHING) * state.idle_power_w + IDLE_SMOOTHING * gpu.power_w)
+                state.idle_power_w = (
+                    gpu.power_w
+                    if state.idle_power_w is None
+                    else ((1 - IDLE_SMOOTHING) * state.idle_power_w + IDLE_SMOOTHING * gpu.power_w)
+                )
         return intervals
 
     @staticmethod
@@ -114,8 +123,11 @@ class GpuEnergyMeter:
             return None
         seconds = now - state.last_t
         idle = None if state.idle_power_w is None else state.idle_power_w * seconds
-        if gpu.energy_counter_j is not None and state.last_counter_j is not None \
-                and gpu.energy_counter_j >= state.last_counter_j:
+        if (
+            gpu.energy_counter_j is not None
+            and state.last_counter_j is not None
+            and gpu.energy_counter_j >= state.last_counter_j
+        ):
             return Interval(seconds, gpu.energy_counter_j - state.last_counter_j, "counter", idle)
         if gpu.power_w is not None and state.last_power_w is not None:
             energy = (gpu.power_w + state.last_power_w) / 2.0 * seconds
@@ -148,8 +160,9 @@ class AttemptUsage:
     def gpu_sm_mean_pct(self) -> float | None:
         return self.gpu_sm_total / self.gpu_sm_samples if self.gpu_sm_samples else None
 
-    def add_gpu_sample(self, memory_mib: float | None, sm_pct: float | None,
-                       at: float | None = None) -> None:
+    def add_gpu_sample(
+        self, memory_mib: float | None, sm_pct: float | None, at: float | None = None
+    ) -> None:
         if memory_mib is not None:
             # Growth of under 1 % (allocator noise) does not count as a new peak.
             if self.gpu_memory_peak_mib is None or memory_mib > self.gpu_memory_peak_mib * 1.01:
@@ -185,14 +198,23 @@ class AttemptUsage:
             self.split = split  # the least exact method used in any interval
 
     def to_dict(self, g_per_kwh: float) -> dict[str, Any]:
-        total = None if self.gpu_j is None and self.cpu_j is None else \
-            (self.gpu_j or 0.0) + (self.cpu_j or 0.0)
+        total = (
+            None
+            if self.gpu_j is None and self.cpu_j is None
+            else (self.gpu_j or 0.0) + (self.cpu_j or 0.0)
+        )
         return {
-            "gpu_j": rounded(self.gpu_j), "gpu_idle_j": rounded(self.gpu_idle_j),
-            "gpu_above_idle_j": rounded(self.gpu_above_idle_j), "gpu_source": self.gpu_source,
-            "split": self.split, "estimate": self.estimate, "cpu_j": rounded(self.cpu_j),
-            "total_j": rounded(total), "carbon_g": rounded(carbon_g(total, g_per_kwh), 3),
-            "cpu_s": rounded(self.cpu_s, 2), "rss_peak_mib": rounded(self.rss_peak_bytes / 2**20),
+            "gpu_j": rounded(self.gpu_j),
+            "gpu_idle_j": rounded(self.gpu_idle_j),
+            "gpu_above_idle_j": rounded(self.gpu_above_idle_j),
+            "gpu_source": self.gpu_source,
+            "split": self.split,
+            "estimate": self.estimate,
+            "cpu_j": rounded(self.cpu_j),
+            "total_j": rounded(total),
+            "carbon_g": rounded(carbon_g(total, g_per_kwh), 3),
+            "cpu_s": rounded(self.cpu_s, 2),
+            "rss_peak_mib": rounded(self.rss_peak_bytes / 2**20),
             "io_read_mib": rounded(self.io_read_bytes / 2**20),
             "io_write_mib": rounded(self.io_write_bytes / 2**20),
             "gpu_memory_peak_mib": rounded(self.gpu_memory_peak_mib),
@@ -224,24 +246,34 @@ def split_interval(interval: Interval, occupants: list[Occupant]) -> list[tuple[
         total = sum(shares)  # type: ignore[arg-type]
         if total <= 0:  # nobody kept an SM busy: the SM-share split is an even one
             return [(o.attempt_id, 1.0 / len(occupants), "sm share") for o in occupants]
-        return [(o.attempt_id, o.sm_pct / total, "sm share")  # type: ignore[operator]
-                for o in occupants]
+        return [
+            (o.attempt_id, o.sm_pct / total, "sm share")  # type: ignore[operator]
+            for o in occupants
+        ]
     return [(o.attempt_id, 1.0 / len(occupants), "even") for o in occupants]
 
 
-def attribute_gpu(usage: Mapping[int, AttemptUsage], intervals: Mapping[int, Interval],
-                  occupants: Mapping[int, list[Occupant]]) -> None:
+def attribute_gpu(
+    usage: Mapping[int, AttemptUsage],
+    intervals: Mapping[int, Interval],
+    occupants: Mapping[int, list[Occupant]],
+) -> None:
     """Credit each GPU's interval to the attempts that held it."""
     for index, interval in intervals.items():
         for attempt_id, fraction, method in split_interval(interval, occupants.get(index, [])):
             if attempt_id in usage:
                 idle = None if interval.idle_j is None else interval.idle_j * fraction
-                usage[attempt_id].add_gpu(interval.energy_j * fraction, idle, interval.source,
-                                          method)
+                usage[attempt_id].add_gpu(
+                    interval.energy_j * fraction, idle, interval.source, method
+                )
 
 
-def attribute_cpu(usage: Mapping[int, AttemptUsage], package_j: float,
-                  cpu_seconds: Mapping[int, float], host_busy_s: float) -> None:
+def attribute_cpu(
+    usage: Mapping[int, AttemptUsage],
+    package_j: float,
+    cpu_seconds: Mapping[int, float],
+    host_busy_s: float,
+) -> None:
     """Split CPU package energy by each attempt's share of the host's busy CPU time."""
     if package_j <= 0 or host_busy_s <= 0:
         for attempt_id in cpu_seconds:
@@ -275,7 +307,8 @@ def summarize(attempts: list[dict[str, Any]], g_per_kwh: float) -> dict[str, Any
         "gpu_j": rounded(gpu_j),
         "gpu_idle_j": rounded(total("gpu_idle_j", all_known=True)) if gpu_j is not None else None,
         "gpu_above_idle_j": rounded(total("gpu_above_idle_j", all_known=True))
-        if gpu_j is not None else None,
+        if gpu_j is not None
+        else None,
         "gpu_source": "+".join(sources) or None,
         "split": max(splits, key=["exclusive", "sm share", "even"].index) if splits else None,
         "estimate": any(a.get("estimate") for a in attempts),

@@ -12,8 +12,17 @@ from typing import Any
 
 # Metric names used in `GpuReading.unavailable` and in log messages.
 METRICS = (
-    "memory", "kernel_active", "sm_activity", "power", "energy_counter", "temperature",
-    "clocks", "power_limit", "mig", "processes", "process_utilization",
+    "memory",
+    "kernel_active",
+    "sm_activity",
+    "power",
+    "energy_counter",
+    "temperature",
+    "clocks",
+    "power_limit",
+    "mig",
+    "processes",
+    "process_utilization",
 )
 
 
@@ -95,4 +104,3 @@ class JobLoad:
     memory_gb: float | None
     sm_pct: float | None
     mig_slice: str | None = None  # the MIG device (UUID) it runs on
-

@@ -56,8 +56,9 @@ class TrackedAttempt:
     mig_slice: str | None = None
 
     def load(self) -> JobLoad:
-        return JobLoad(self.job_id, self.pgid, self.gpus, self.memory_gb, self.sm_pct,
-                       self.mig_slice)
+        return JobLoad(
+            self.job_id, self.pgid, self.gpus, self.memory_gb, self.sm_pct, self.mig_slice
+        )
 
 
 @dataclass(frozen=True)
@@ -107,19 +108,25 @@ class Averages:
         self.jobs.setdefault((job_id, attempt_id, metric), _Mean()).add(value)
 
 
-GPU_SERIES = ("sm_activity_pct", "kernel_active_pct", "memory_used_mib", "power_w",
-              "temperature_c")
+GPU_SERIES = ("sm_activity_pct", "kernel_active_pct", "memory_used_mib", "power_w", "temperature_c")
 JOB_SERIES = ("cpu_pct", "rss_mib", "gpu_memory_mib", "gpu_sm_pct")
 
 
 class Monitor:
-    def __init__(self, backend: TelemetryBackend, *, grid_g_per_kwh: float = DEFAULT_GRID_G_PER_KWH,
-                 idle_power_w: dict[str, float] | None = None, rapl: RaplReader | None = None,
-                 history_points: int = HISTORY_POINTS) -> None:
+    def __init__(
+        self,
+        backend: TelemetryBackend,
+        *,
+        grid_g_per_kwh: float = DEFAULT_GRID_G_PER_KWH,
+        idle_power_w: dict[str, float] | None = None,
+        rapl: RaplReader | None = None,
+        history_points: int = HISTORY_POINTS,
+    ) -> None:
         self.backend = backend
         self.grid_g_per_kwh = grid_g_per_kwh
-        self.meter = GpuEnergyMeter(idle_power_w,
-                                    default_idle_w=getattr(backend, "idle_power_w", None))
+        self.meter = GpuEnergyMeter(
+            idle_power_w, default_idle_w=getattr(backend, "idle_power_w", None)
+        )
         self.rapl = rapl if rapl is not None else RaplReader()
         self.usage: dict[int, AttemptUsage] = {}  # by attempt id
         self.history: deque[dict[str, Any]] = deque(maxlen=history_points)
@@ -170,8 +177,9 @@ class Monitor:
                 reading = self.backend.read()
             except Exception as exc:  # a backend bug must not stop the sampler
                 log.exception("reading the GPUs failed")
-                reading = BackendReading(time.time(), time.monotonic(),
-                                         banner=f"reading the GPUs failed: {exc}")
+                reading = BackendReading(
+                    time.time(), time.monotonic(), banner=f"reading the GPUs failed: {exc}"
+                )
         else:
             reading = BackendReading(time.time(), time.monotonic(), banner=self.open_problem)
         pgid_of = {}
@@ -202,14 +210,16 @@ class Monitor:
         not credit it again (None: every attempt the sample names)."""
         reading = raw.reading
         if running is not None:
-            raw = dataclasses.replace(raw, attempts=tuple(
-                a for a in raw.attempts if a.attempt_id in running))
+            raw = dataclasses.replace(
+                raw, attempts=tuple(a for a in raw.attempts if a.attempt_id in running)
+            )
         by_pgid = {a.pgid: a for a in raw.attempts}
         busy = {i for a in raw.attempts for i in a.gpus}
         intervals = self.meter.update(reading, busy)
         for attempt in raw.attempts:
-            self.usage.setdefault(attempt.attempt_id,
-                                  AttemptUsage(attempt.attempt_id, attempt.job_id))
+            self.usage.setdefault(
+                attempt.attempt_id, AttemptUsage(attempt.attempt_id, attempt.job_id)
+            )
 
         gpu_views = []
         occupants: dict[int, list[Occupant]] = {}
@@ -217,8 +227,10 @@ class Monitor:
         for gpu in reading.gpus:
             # A pid we could not look up may still be a group leader (the simulator reports
             # each job under its leader).
-            owners = {proc.pid: by_pgid.get(raw.pgid_of.get(proc.pid, proc.pid))
-                      for proc in _all_processes(gpu)}
+            owners = {
+                proc.pid: by_pgid.get(raw.pgid_of.get(proc.pid, proc.pid))
+                for proc in _all_processes(gpu)
+            }
             for proc in _all_processes(gpu):
                 owner = owners[proc.pid]
                 if owner is not None:
@@ -230,8 +242,9 @@ class Monitor:
             holders = {a.attempt_id: a for a in raw.attempts if gpu.index in a.gpus}
             holders.update({o.attempt_id: o for o in owners.values() if o is not None})
             occupants[gpu.index] = _occupants(gpu, holders.values(), owners)
-            gpu_views.append(self._gpu_view(gpu, owners, sorted({a.job_id for a in
-                                                                  holders.values()})))
+            gpu_views.append(
+                self._gpu_view(gpu, owners, sorted({a.job_id for a in holders.values()}))
+            )
         attribute_gpu(self.usage, intervals, occupants)
 
         previous = self._previous
@@ -255,8 +268,12 @@ class Monitor:
             usage.add_gpu_sample(sums.get("memory"), sums.get("sm"), reading.monotonic)
             job_views.append(self._job_view(attempt, group, cpu_pct, sums, reading.taken_at))
         if previous is not None and raw.rapl_j is not None and previous.rapl_j is not None:
-            attribute_cpu(self.usage, raw.rapl_j - previous.rapl_j, cpu_delta,
-                          raw.host.busy_seconds - previous.host.busy_seconds)
+            attribute_cpu(
+                self.usage,
+                raw.rapl_j - previous.rapl_j,
+                cpu_delta,
+                raw.host.busy_seconds - previous.host.busy_seconds,
+            )
         self._previous = _Previous(raw.host, raw.groups, raw.rapl_j)
 
         for view in gpu_views:
@@ -265,8 +282,12 @@ class Monitor:
         for attempt, view in zip(raw.attempts, job_views, strict=True):
             for metric in JOB_SERIES:
                 self.averages.add_job(attempt.job_id, attempt.attempt_id, metric, view[metric])
-        self.history.append({"t": reading.taken_at, "gpus": [
-            {k: v[k] for k in ("index", *GPU_SERIES, "energy_j")} for v in gpu_views]})
+        self.history.append(
+            {
+                "t": reading.taken_at,
+                "gpus": [{k: v[k] for k in ("index", *GPU_SERIES, "energy_j")} for v in gpu_views],
+            }
+        )
 
         self.latest = {
             "taken_at": reading.taken_at,
@@ -289,13 +310,18 @@ class Monitor:
         return averages
 
     # ------------------------------------------------------------------ views
-    def _gpu_view(self, gpu: GpuReading, owners: dict[int, TrackedAttempt | None],
-                  job_ids: list[int]) -> dict[str, Any]:
+    def _gpu_view(
+        self, gpu: GpuReading, owners: dict[int, TrackedAttempt | None], job_ids: list[int]
+    ) -> dict[str, Any]:
         def process(proc: GpuProcess) -> dict[str, Any]:
             owner = owners.get(proc.pid)
-            return {"pid": proc.pid, "used_memory_mib": rounded(proc.used_memory_mib),
-                    "sm_pct": rounded(proc.sm_pct), "mig_device": proc.mig_device,
-                    "job_id": owner.job_id if owner else None}
+            return {
+                "pid": proc.pid,
+                "used_memory_mib": rounded(proc.used_memory_mib),
+                "sm_pct": rounded(proc.sm_pct),
+                "mig_device": proc.mig_device,
+                "job_id": owner.job_id if owner else None,
+            }
 
         return {
             "index": gpu.index,
@@ -315,23 +341,33 @@ class Monitor:
             "sm_clock_mhz": rounded(gpu.sm_clock_mhz),
             "memory_clock_mhz": rounded(gpu.memory_clock_mhz),
             "mig_enabled": gpu.mig_enabled,
-            "mig_devices": [{
-                "index": mig.index, "uuid": mig.uuid, "name": mig.name,
-                "gpu_instance_id": mig.gpu_instance_id,
-                "compute_instance_id": mig.compute_instance_id,
-                "memory_used_mib": rounded(mig.memory_used_mib),
-                "memory_total_mib": rounded(mig.memory_total_mib),
-                "sm_count": mig.sm_count,
-                "processes": [process(p) for p in mig.processes],
-            } for mig in gpu.mig_devices],
+            "mig_devices": [
+                {
+                    "index": mig.index,
+                    "uuid": mig.uuid,
+                    "name": mig.name,
+                    "gpu_instance_id": mig.gpu_instance_id,
+                    "compute_instance_id": mig.compute_instance_id,
+                    "memory_used_mib": rounded(mig.memory_used_mib),
+                    "memory_total_mib": rounded(mig.memory_total_mib),
+                    "sm_count": mig.sm_count,
+                    "processes": [process(p) for p in mig.processes],
+                }
+                for mig in gpu.mig_devices
+            ],
             "processes": [process(p) for p in gpu.processes],
             "jobs": job_ids,
             "unavailable": list(gpu.unavailable),
         }
 
-    def _job_view(self, attempt: TrackedAttempt, group: hostmetrics.GroupSample | None,
-                  cpu_pct: float | None, gpu_sums: dict[str, float],
-                  now: float) -> dict[str, Any]:
+    def _job_view(
+        self,
+        attempt: TrackedAttempt,
+        group: hostmetrics.GroupSample | None,
+        cpu_pct: float | None,
+        gpu_sums: dict[str, float],
+        now: float,
+    ) -> dict[str, Any]:
         usage = self.usage[attempt.attempt_id]
         return {
             "id": attempt.job_id,
@@ -362,9 +398,13 @@ class Monitor:
             "cpu_energy_j": rounded(raw.rapl_j),
             "cpu_energy_note": self.rapl.problem if raw.rapl_j is None else None,
             "grid_g_per_kwh": self.grid_g_per_kwh,
-            "gpu_energy_carbon_g": rounded(carbon_g(
-                sum(self.meter.energy_j(g.index) or 0.0 for g in raw.reading.gpus),
-                self.grid_g_per_kwh), 3),
+            "gpu_energy_carbon_g": rounded(
+                carbon_g(
+                    sum(self.meter.energy_j(g.index) or 0.0 for g in raw.reading.gpus),
+                    self.grid_g_per_kwh,
+                ),
+                3,
+            ),
         }
 
 
@@ -374,8 +414,9 @@ def _all_processes(gpu: GpuReading) -> Iterable[GpuProcess]:
         yield from mig.processes
 
 
-def _occupants(gpu: GpuReading, holders: Iterable[TrackedAttempt],
-               owners: dict[int, TrackedAttempt | None]) -> list[Occupant]:
+def _occupants(
+    gpu: GpuReading, holders: Iterable[TrackedAttempt], owners: dict[int, TrackedAttempt | None]
+) -> list[Occupant]:
     """Each attempt on a GPU with its processes' SM share, or None for all when the GPU gives
     no per-process SM figures."""
     holders = list(holders)

@@ -179,8 +179,11 @@ class NvmlBackend:
 
     def inventory(self) -> list[GpuInfo]:
         """The GPUs that can be read; a lost GPU is left out."""
-        return [GpuInfo(d.index, d.uuid, d.name, d.memory_total_mib, d.mig_capable)
-                for d in self._devices if not d.lost]
+        return [
+            GpuInfo(d.index, d.uuid, d.name, d.memory_total_mib, d.mig_capable)
+            for d in self._devices
+            if not d.lost
+        ]
 
     def read(self) -> BackendReading:
         with self._lock:
@@ -222,13 +225,23 @@ class NvmlBackend:
         # The binding's unversioned calls (nvmlDeviceGetComputeRunningProcesses) turn
         # FunctionNotFound into NVMLLibraryMismatchError, which is not an NVMLError.
         mismatch = getattr(nv, "NVMLLibraryMismatchError", None)
-        self._unsupported = (nv.NVMLError_NotSupported, nv.NVMLError_FunctionNotFound,
-                             nv.NVMLError_NoPermission, *([mismatch] if mismatch else []))
+        self._unsupported = (
+            nv.NVMLError_NotSupported,
+            nv.NVMLError_FunctionNotFound,
+            nv.NVMLError_NoPermission,
+            *([mismatch] if mismatch else []),
+        )
         self._lost = (nv.NVMLError_GpuIsLost,)
-        self._library_down = (nv.NVMLError_Uninitialized, nv.NVMLError_LibRmVersionMismatch,
-                              nv.NVMLError_DriverNotLoaded)
-        self._memory_v2_missing = (nv.NVMLError_FunctionNotFound, nv.NVMLError_NotSupported,
-                                   nv.NVMLError_ArgumentVersionMismatch)
+        self._library_down = (
+            nv.NVMLError_Uninitialized,
+            nv.NVMLError_LibRmVersionMismatch,
+            nv.NVMLError_DriverNotLoaded,
+        )
+        self._memory_v2_missing = (
+            nv.NVMLError_FunctionNotFound,
+            nv.NVMLError_NotSupported,
+            nv.NVMLError_ArgumentVersionMismatch,
+        )
         self._memory_v2 = getattr(nv, "nvmlMemory_v2", None)
 
     def _query(self, dev: _Device, metric: str, fn: Callable[..., Any], *args: Any) -> Any:
@@ -243,8 +256,9 @@ class NvmlBackend:
         except self._library_down as exc:
             if isinstance(exc, self._nv.NVMLError_LibRmVersionMismatch):
                 raise _LibraryDown(DRIVER_MISMATCH) from None
-            raise _LibraryDown(f"NVML stopped answering ({exc}): GPU readings resume once the "
-                               "engine restarts") from None
+            raise _LibraryDown(
+                f"NVML stopped answering ({exc}): GPU readings resume once the engine restarts"
+            ) from None
         except self._unsupported as exc:
             dev.unavailable.add(metric)
             log.info("%s: %s is not available (%s); not asked again", dev.label, metric, exc)
@@ -258,8 +272,14 @@ class NvmlBackend:
             return
         dev.warned.add(key)
         from_nvml = isinstance(exc, self._nv.NVMLError)
-        log.warning("%s: could not read %s (%s: %s)", dev.label, metric, type(exc).__name__, exc,
-                    exc_info=not from_nvml)
+        log.warning(
+            "%s: could not read %s (%s: %s)",
+            dev.label,
+            metric,
+            type(exc).__name__,
+            exc,
+            exc_info=not from_nvml,
+        )
 
     # -- opening ----------------------------------------------------------------------------
 
@@ -282,9 +302,12 @@ class NvmlBackend:
 
     def _mark_lost(self, dev: _Device) -> None:
         dev.lost = True
-        log.warning("%s (%s) is lost: it stopped answering NVML and is not read again until "
-                    "the engine restarts (a GPU reset or reboot brings it back)",
-                    dev.label, dev.uuid or "no UUID")
+        log.warning(
+            "%s (%s) is lost: it stopped answering NVML and is not read again until "
+            "the engine restarts (a GPU reset or reboot brings it back)",
+            dev.label,
+            dev.uuid or "no UUID",
+        )
 
     # -- reading ----------------------------------------------------------------------------
 
@@ -312,18 +335,23 @@ class NvmlBackend:
         utilization = self._query(dev, "kernel_active", nv.nvmlDeviceGetUtilizationRates, handle)
         sm_activity = self._sm_activity(dev)
         power_mw = self._query(dev, "power", nv.nvmlDeviceGetPowerUsage, handle)
-        energy_mj = self._query(dev, "energy_counter", nv.nvmlDeviceGetTotalEnergyConsumption,
-                                handle)
-        temperature = self._query(dev, "temperature", nv.nvmlDeviceGetTemperature, handle,
-                                  nv.NVML_TEMPERATURE_GPU)
+        energy_mj = self._query(
+            dev, "energy_counter", nv.nvmlDeviceGetTotalEnergyConsumption, handle
+        )
+        temperature = self._query(
+            dev, "temperature", nv.nvmlDeviceGetTemperature, handle, nv.NVML_TEMPERATURE_GPU
+        )
         sm_clock = self._query(dev, "clocks", nv.nvmlDeviceGetClockInfo, handle, nv.NVML_CLOCK_SM)
-        memory_clock = self._query(dev, "clocks", nv.nvmlDeviceGetClockInfo, handle,
-                                   nv.NVML_CLOCK_MEM)
+        memory_clock = self._query(
+            dev, "clocks", nv.nvmlDeviceGetClockInfo, handle, nv.NVML_CLOCK_MEM
+        )
         limit_mw = self._query(dev, "power_limit", nv.nvmlDeviceGetEnforcedPowerLimit, handle)
         mig_enabled, mig_devices = self._mig(dev)
         processes = self._processes(dev, mig_devices)
         return GpuReading(
-            dev.index, dev.uuid, dev.name,
+            dev.index,
+            dev.uuid,
+            dev.name,
             memory_used_mib=_mib(memory.used) if memory is not None else None,
             memory_total_mib=_mib(memory.total) if memory is not None else None,
             kernel_active_pct=float(utilization.gpu) if utilization is not None else None,
@@ -430,21 +458,23 @@ class NvmlBackend:
             index=slot,
             uuid=self._query(sub, "uuid", nv.nvmlDeviceGetUUID, handle),
             name=self._query(sub, "name", nv.nvmlDeviceGetName, handle),
-            gpu_instance_id=self._query(sub, "gpu_instance_id", nv.nvmlDeviceGetGpuInstanceId,
-                                        handle),
-            compute_instance_id=self._query(sub, "compute_instance_id",
-                                            nv.nvmlDeviceGetComputeInstanceId, handle),
+            gpu_instance_id=self._query(
+                sub, "gpu_instance_id", nv.nvmlDeviceGetGpuInstanceId, handle
+            ),
+            compute_instance_id=self._query(
+                sub, "compute_instance_id", nv.nvmlDeviceGetComputeInstanceId, handle
+            ),
             memory_used_mib=_mib(memory.used) if memory is not None else None,
             memory_total_mib=_mib(memory.total) if memory is not None else None,
             sm_count=int(attributes.multiprocessorCount) if attributes is not None else None,
-            processes=tuple(GpuProcess(p.pid, _mib(p.usedGpuMemory), mig_device=slot)
-                            for p in listed or ()),
+            processes=tuple(
+                GpuProcess(p.pid, _mib(p.usedGpuMemory), mig_device=slot) for p in listed or ()
+            ),
         )
 
     def _processes(self, dev: _Device, migs: tuple[MigDevice, ...]) -> tuple[GpuProcess, ...]:
         nv = self._nv
-        listed = self._query(dev, "processes", nv.nvmlDeviceGetComputeRunningProcesses,
-                             dev.handle)
+        listed = self._query(dev, "processes", nv.nvmlDeviceGetComputeRunningProcesses, dev.handle)
         memory: dict[int, float | None] = {}
         for info in listed or ():
             memory.setdefault(info.pid, _mib(info.usedGpuMemory))
@@ -458,8 +488,9 @@ class NvmlBackend:
         if not memory:
             return ()
         sm = self._process_sm(dev)
-        return tuple(GpuProcess(pid, used, sm.get(pid), on_mig.get(pid))
-                     for pid, used in memory.items())
+        return tuple(
+            GpuProcess(pid, used, sm.get(pid), on_mig.get(pid)) for pid, used in memory.items()
+        )
 
     def _process_sm(self, dev: _Device) -> dict[int, float]:
         """Each process's SM share from the samples NVML took since the last read."""

@@ -18,9 +18,13 @@ log = logging.getLogger("gpudesk.telemetry")
 
 
 class SamplerThread(threading.Thread):
-    def __init__(self, monitor: Monitor, interval: float,
-                 attempts: Callable[[], Sequence[TrackedAttempt]],
-                 deliver: Callable[[RawSample], None]) -> None:
+    def __init__(
+        self,
+        monitor: Monitor,
+        interval: float,
+        attempts: Callable[[], Sequence[TrackedAttempt]],
+        deliver: Callable[[RawSample], None],
+    ) -> None:
         super().__init__(name="gpudesk-sampler", daemon=True)
         self.monitor = monitor
         self.interval = interval

@@ -44,12 +44,13 @@ class GpuModel:
     mig_capable: bool = True
 
 
-A100_SXM4_40GB = GpuModel("NVIDIA A100-SXM4-40GB", 40536.0, 108, 52.0, 330.0, 400.0,
-                          (210.0, 1410.0), 1215.0)
-H100_SXM5_80GB = GpuModel("NVIDIA H100 80GB HBM3", 81559.0, 132, 70.0, 620.0, 700.0,
-                          (345.0, 1980.0), 2619.0)
-H200_SXM_141GB = GpuModel("NVIDIA H200", 143771.0, 132, 75.0, 630.0, 700.0,
-                          (345.0, 1980.0), 3201.0)
+A100_SXM4_40GB = GpuModel(
+    "NVIDIA A100-SXM4-40GB", 40536.0, 108, 52.0, 330.0, 400.0, (210.0, 1410.0), 1215.0
+)
+H100_SXM5_80GB = GpuModel(
+    "NVIDIA H100 80GB HBM3", 81559.0, 132, 70.0, 620.0, 700.0, (345.0, 1980.0), 2619.0
+)
+H200_SXM_141GB = GpuModel("NVIDIA H200", 143771.0, 132, 75.0, 630.0, 700.0, (345.0, 1980.0), 3201.0)
 
 # station -> (model, number of GPUs)
 STATIONS: dict[str, tuple[GpuModel, int]] = {
@@ -71,9 +72,15 @@ class _SimGpu:
 class SimBackend:
     simulated = True
 
-    def __init__(self, station: str, *, count: int | None = None, name: str | None = None,
-                 clock: Callable[[], float] = time.monotonic,
-                 mig: dict[int, list[str]] | None = None) -> None:
+    def __init__(
+        self,
+        station: str,
+        *,
+        count: int | None = None,
+        name: str | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        mig: dict[int, list[str]] | None = None,
+    ) -> None:
         self.model, default_count = STATIONS[station]
         self.count = count or default_count
         self.mig = {i: profiles for i, profiles in (mig or {}).items() if 0 <= i < self.count}
@@ -91,8 +98,16 @@ class SimBackend:
         pass
 
     def inventory(self) -> list[GpuInfo]:
-        return [GpuInfo(g.index, g.uuid, self.model.name, self.model.memory_total_mib,
-                        self.model.mig_capable) for g in self.gpus]
+        return [
+            GpuInfo(
+                g.index,
+                g.uuid,
+                self.model.name,
+                self.model.memory_total_mib,
+                self.model.mig_capable,
+            )
+            for g in self.gpus
+        ]
 
     def set_load(self, loads: Sequence[JobLoad]) -> None:
         now = self.clock()
@@ -107,14 +122,21 @@ class SimBackend:
         now = self.clock()
         with self._lock:
             loads, placed_at = self._loads, dict(self._placed_at)
-        readings = tuple(self._read_gpu(gpu, [ld for ld in loads if gpu.index in ld.gpus],
-                                        placed_at, now) for gpu in self.gpus)
-        readings = tuple(self._with_mig(r, [ld for ld in loads if r.index in ld.gpus])
-                         if r.index in self.mig else r for r in readings)
+        readings = tuple(
+            self._read_gpu(gpu, [ld for ld in loads if gpu.index in ld.gpus], placed_at, now)
+            for gpu in self.gpus
+        )
+        readings = tuple(
+            self._with_mig(r, [ld for ld in loads if r.index in ld.gpus])
+            if r.index in self.mig
+            else r
+            for r in readings
+        )
         return BackendReading(time.time(), now, readings)
 
-    def _read_gpu(self, gpu: _SimGpu, loads: list[JobLoad], placed_at: dict[int, float],
-                  now: float) -> GpuReading:
+    def _read_gpu(
+        self, gpu: _SimGpu, loads: list[JobLoad], placed_at: dict[int, float], now: float
+    ) -> GpuReading:
         model = self.model
         demands = []
         for load in loads:
@@ -136,25 +158,33 @@ class SimBackend:
             idle_share *= 1.0 - min(1.0, 0.25 + 1.2 * sm / 100.0)
         kernel_active = 100.0 * (1.0 - idle_share) if demands else 0.0
         busy = sm_activity / 100.0
-        power = model.idle_w + (model.busy_w - model.idle_w) * busy ** 0.9
+        power = model.idle_w + (model.busy_w - model.idle_w) * busy**0.9
         if demands:
             power += 0.03 * (model.busy_w - model.idle_w)  # contexts and memory traffic
         if gpu.last_t is not None and gpu.last_power_w is not None and now > gpu.last_t:
             gpu.energy_j += (gpu.last_power_w + power) / 2.0 * (now - gpu.last_t)
         gpu.last_t, gpu.last_power_w = now, power
-        processes = tuple(GpuProcess(pid=load.pid, used_memory_mib=round(memory, 1),
-                                     sm_pct=round(sm * scale, 1))
-                          for load, memory, sm in demands)
+        processes = tuple(
+            GpuProcess(pid=load.pid, used_memory_mib=round(memory, 1), sm_pct=round(sm * scale, 1))
+            for load, memory, sm in demands
+        )
         idle_clock, busy_clock = model.sm_clock_mhz
         return GpuReading(
-            index=gpu.index, uuid=gpu.uuid, name=model.name,
-            memory_used_mib=round(memory_used, 1), memory_total_mib=model.memory_total_mib,
-            kernel_active_pct=round(kernel_active, 1), sm_activity_pct=round(sm_activity, 1),
-            power_w=round(power, 1), energy_counter_j=gpu.energy_j,
+            index=gpu.index,
+            uuid=gpu.uuid,
+            name=model.name,
+            memory_used_mib=round(memory_used, 1),
+            memory_total_mib=model.memory_total_mib,
+            kernel_active_pct=round(kernel_active, 1),
+            sm_activity_pct=round(sm_activity, 1),
+            power_w=round(power, 1),
+            energy_counter_j=gpu.energy_j,
             temperature_c=round(31.0 + 45.0 * power / model.power_limit_w, 0),
             sm_clock_mhz=busy_clock if demands else idle_clock,
-            memory_clock_mhz=model.memory_clock_mhz, power_limit_w=model.power_limit_w,
-            mig_enabled=False if model.mig_capable else None, processes=processes,
+            memory_clock_mhz=model.memory_clock_mhz,
+            power_limit_w=model.power_limit_w,
+            mig_enabled=False if model.mig_capable else None,
+            processes=processes,
         )
 
     @property
@@ -174,16 +204,20 @@ class SimBackend:
         devices = []
         for slot, profile in enumerate(self.mig[reading.index]):
             on_slice = tuple(p for p in processes if p.mig_device == slot)
-            devices.append(MigDevice(
-                index=slot, uuid=self.mig_uuid(reading.index, slot),
-                name=f"{self.model.name} MIG {profile}",
-                gpu_instance_id=slot + 1, compute_instance_id=0,
-                memory_used_mib=sum((p.used_memory_mib or 0.0) for p in on_slice),
-                memory_total_mib=mig_memory_mib(profile, self.model),
-                sm_count=self.model.sm_count * compute_slices(profile) // 7,
-                processes=on_slice))
-        return replace(reading, mig_enabled=True, mig_devices=tuple(devices),
-                       processes=processes)
+            devices.append(
+                MigDevice(
+                    index=slot,
+                    uuid=self.mig_uuid(reading.index, slot),
+                    name=f"{self.model.name} MIG {profile}",
+                    gpu_instance_id=slot + 1,
+                    compute_instance_id=0,
+                    memory_used_mib=sum((p.used_memory_mib or 0.0) for p in on_slice),
+                    memory_total_mib=mig_memory_mib(profile, self.model),
+                    sm_count=self.model.sm_count * compute_slices(profile) // 7,
+                    processes=on_slice,
+                )
+            )
+        return replace(reading, mig_enabled=True, mig_devices=tuple(devices), processes=processes)
 
 
 def compute_slices(profile: str) -> int:
@@ -192,8 +226,13 @@ def compute_slices(profile: str) -> int:
 
 def mig_memory_mib(profile: str, model: GpuModel) -> float:
     """A profile's memory: NVIDIA's figure where known (A100 40GB), else its name's GB."""
-    known = {"1g.5gb": 4864.0, "2g.10gb": 9984.0, "3g.20gb": 20096.0, "4g.20gb": 20096.0,
-             "7g.40gb": 40448.0}
+    known = {
+        "1g.5gb": 4864.0,
+        "2g.10gb": 9984.0,
+        "3g.20gb": 20096.0,
+        "4g.20gb": 20096.0,
+        "7g.40gb": 40448.0,
+    }
     if model is A100_SXM4_40GB and profile in known:
         return known[profile]
     return float(profile.split(".", 1)[1].removesuffix("gb")) * 1024.0 * 0.98

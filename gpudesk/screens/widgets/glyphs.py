@@ -34,8 +34,9 @@ def bar(fraction: float | None, width: int, fill: str = "█") -> str:
     return fill * filled + EMPTY * (width - filled)
 
 
-def share_bar(shares: Sequence[tuple[str, float]], total: float, used: float | None,
-              width: int) -> Text:
+def share_bar(
+    shares: Sequence[tuple[str, float]], total: float, used: float | None, width: int
+) -> Text:
     """A memory bar split into the named shares (in MiB of `total`); what is used but not
     accounted to a share is drawn plain."""
     text = Text()
@@ -48,8 +49,9 @@ def share_bar(shares: Sequence[tuple[str, float]], total: float, used: float | N
         span = min(span, width - cells)
         if span <= 0:
             continue
-        text.append(SHARE_FILLS[i % len(SHARE_FILLS)] * span,
-                    style=SHARE_STYLES[i % len(SHARE_STYLES)])
+        text.append(
+            SHARE_FILLS[i % len(SHARE_FILLS)] * span, style=SHARE_STYLES[i % len(SHARE_STYLES)]
+        )
         cells += span
     other = max(0.0, (used or 0.0) - sum(a for _, a in shares))
     span = min(round(other / total * width), width - cells)

@@ -24,8 +24,9 @@ LABEL = 4  # "SM  ", "MEM " ...
 MIG_PROFILE = re.compile(r"\d+g\.\d+gb(\+me)?")
 
 
-def job_shares(gpu: dict[str, Any], processes: list[dict[str, Any]] | None = None
-               ) -> list[tuple[str, float]]:
+def job_shares(
+    gpu: dict[str, Any], processes: list[dict[str, Any]] | None = None
+) -> list[tuple[str, float]]:
     """(job label, MiB) per job holding memory on the GPU (or on one MIG device)."""
     totals: dict[str, float] = {}
     for proc in gpu.get("processes") if processes is None else processes:
@@ -35,7 +36,7 @@ def job_shares(gpu: dict[str, Any], processes: list[dict[str, Any]] | None = Non
 
 
 def mig_profile(mig: dict[str, Any]) -> str:
-    """"NVIDIA A100-SXM4-40GB MIG 3g.20gb" -> "3g.20gb" (NVML names MIG devices that way)."""
+    """ "NVIDIA A100-SXM4-40GB MIG 3g.20gb" -> "3g.20gb" (NVML names MIG devices that way)."""
     name = mig.get("name") or ""
     found = MIG_PROFILE.search(name)
     return found.group(0) if found else name
@@ -80,13 +81,20 @@ def render_gpu_card(gpu: dict[str, Any], state: DeskState, width: int) -> Text:
     spark.append(sparkline(values, max(4, inner - LABEL - 5)), style="green")
     spark.append(f" {pct(sm_now if sm_now is not None else kernel):>4}")
     lines.append(spark)
-    lines.append(Text("    SM activity n/a (no GPM); kernel-active" if sm_now is None
-                      else f"    kernel-active {pct(kernel)}", style="dim"))
+    lines.append(
+        Text(
+            "    SM activity n/a (no GPM); kernel-active"
+            if sm_now is None
+            else f"    kernel-active {pct(kernel)}",
+            style="dim",
+        )
+    )
 
     total, used = gpu.get("memory_total_mib") or 0.0, gpu.get("memory_used_mib")
     mig_devices = gpu.get("mig_devices") or []
-    processes = [p for m in mig_devices for p in m.get("processes") or []] \
-        + list(gpu.get("processes") or [])
+    processes = [p for m in mig_devices for p in m.get("processes") or []] + list(
+        gpu.get("processes") or []
+    )
     shares = job_shares(gpu, processes)
     figure = f" {gib(used)}/{gib(total)}G"
     memory = Text("MEM ", style="bold")
@@ -94,9 +102,16 @@ def render_gpu_card(gpu: dict[str, Any], state: DeskState, width: int) -> Text:
     memory.append(figure)
     lines.append(memory)
     if shares and not mig_devices:  # on a MIG GPU the slices below name their jobs
-        lines.append(Text("    " + "  ".join(
-            f"{SHARE_FILLS[i % len(SHARE_FILLS)]}{name} {gib(mib)}G"
-            for i, (name, mib) in enumerate(shares)), style="dim"))
+        lines.append(
+            Text(
+                "    "
+                + "  ".join(
+                    f"{SHARE_FILLS[i % len(SHARE_FILLS)]}{name} {gib(mib)}G"
+                    for i, (name, mib) in enumerate(shares)
+                ),
+                style="dim",
+            )
+        )
 
     power = Text("PWR ", style="bold")
     limit = gpu.get("power_limit_w")
@@ -114,8 +129,13 @@ def render_gpu_card(gpu: dict[str, Any], state: DeskState, width: int) -> Text:
     if mig_devices:
         row = Text("MIG ", style="bold")
         for mig in mig_devices:
-            owners = sorted({f"j{p['job_id']}" for p in mig.get("processes") or []
-                             if p.get("job_id") is not None})
+            owners = sorted(
+                {
+                    f"j{p['job_id']}"
+                    for p in mig.get("processes") or []
+                    if p.get("job_id") is not None
+                }
+            )
             piece = f"[{mig_profile(mig)} {','.join(owners) or '-'}]"
             if row.cell_len + len(piece) > inner:
                 lines.append(row)
