@@ -19,7 +19,7 @@ import math
 import re
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -346,7 +346,7 @@ def _break_even(prepass_s: float | None, train_s: float | None, full_s: float | 
     return str(max(1, math.ceil(prepass_s / saved)))
 
 
-def _mean(values: list[float | None]) -> float | None:
+def _mean(values: Sequence[float | None]) -> float | None:
     known = [v for v in values if v is not None]
     return statistics.fmean(known) if known else None
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import shlex
 import sys
 import textwrap
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -58,7 +58,7 @@ def _print_json(data: Any) -> None:
 
 
 def _table(
-    headers: tuple[str, ...], rows: list[tuple[object, ...]], right: tuple[int, ...] = ()
+    headers: tuple[str, ...], rows: Sequence[tuple[object, ...]], right: tuple[int, ...] = ()
 ) -> str:
     from gpudesk import render
 
@@ -157,11 +157,11 @@ def profiles_cmd(
                 "index": entry.index,
                 "name": entry.name,
                 "uuid": entry.uuid,
-                "mig_mode": exc.kind.removeprefix("mig-"),
-                "problem": str(exc),
+                "mig_mode": problem.kind.removeprefix("mig-"),
+                "problem": str(problem),
                 "profiles": [],
             }
-            for entry, exc in skipped
+            for entry, problem in skipped
         ]
         _print_json({"gpus": sorted(gpus, key=lambda g: g["index"])})
         return
@@ -206,8 +206,8 @@ def profiles_cmd(
                 ),
             )
         )
-    for entry, exc in skipped:
-        blocks.append((entry.index, f"GPU {entry.index}: {entry.name}\n  {exc}"))
+    for entry, problem in skipped:
+        blocks.append((entry.index, f"GPU {entry.index}: {entry.name}\n  {problem}"))
     print("\n\n".join(text for _, text in sorted(blocks)))
 
 

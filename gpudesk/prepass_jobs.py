@@ -19,7 +19,7 @@ NO_PREPASS = ("full", "rs2")
 
 
 def needs_prepass(selection: str | None) -> bool:
-    return bool(selection) and parse_preset(selection).method not in NO_PREPASS
+    return bool(selection) and parse_preset(selection or "").method not in NO_PREPASS
 
 
 def prepass_job(

@@ -20,6 +20,7 @@ import math
 import os
 import re
 import stat
+import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,9 +41,9 @@ from gpudesk.engine.loaders import LOADER_KEYS, DatasetSpec
 from gpudesk.engine.station import STATION_CHECKS, STATION_KEYS, StationConfig
 from gpudesk.toml_lines import BARE_KEY, Key, KeyLines
 
-try:
+if sys.version_info >= (3, 11):
     import tomllib
-except ModuleNotFoundError:  # Python 3.10
+else:  # Python 3.10
     import tomli as tomllib
 
 __all__ = [
@@ -635,9 +636,11 @@ class _Builder:
 
         templates = (name, command, env, workdir)
         templates_ok = grid is not None and all(value is not _INVALID for value in templates)
-        if kind == "sweeps" and templates_ok:
+        if grid is None or not templates_ok:
+            return None
+        if kind == "sweeps":
             self.check_placeholders(key, *templates, grid)
-        if len(self.problems) > before or not templates_ok:
+        if len(self.problems) > before:
             return None
         return _Entry(key, name, command, shell, env, workdir, resources, repeat, grid)
 
@@ -800,10 +803,9 @@ class _Builder:
         command = tuple(_substitute(arg, values) for arg in entry.command)
         env = {k: _substitute(v, values) for k, v in entry.env.items()}
         env = {**self.defaults.get("env", {}), **env}
+        workdir: str | None = self.defaults.get("workdir")
         if entry.workdir is not None:
             workdir = _substitute(entry.workdir, values)
-        else:
-            workdir = self.defaults.get("workdir")
         # Substituted values are checked again: a grid value can make a name too long, put a
         # control character in it, or empty the program.
         checks: list[tuple[str, Callable[[Any], Any], Any]] = [

@@ -73,8 +73,10 @@ def open_source(home: Home, env: dict[str, str] | None = None) -> Source:
     requested = env.get("GPUDESK_BACKEND") or None
     engine = _engine_status(home)
     answering = engine is not None and "error" not in engine
-    if answering and (
-        requested is None or requested in (engine["backend"], engine["configured_backend"])
+    if (
+        engine is not None
+        and answering
+        and (requested is None or requested in (engine["backend"], engine["configured_backend"]))
     ):
         return Source(home, engine)
     backend_name = StationConfig().with_env_override(env).backend
@@ -82,7 +84,7 @@ def open_source(home: Home, env: dict[str, str] | None = None) -> Source:
     from gpudesk.engine.telemetry.monitor import Monitor
 
     source = Source(home, engine, Monitor(make_backend(backend_name)))
-    if answering:
+    if engine is not None and answering:
         source.note = (
             f"the engine watches {engine['backend']}; showing "
             f"GPUDESK_BACKEND={requested}, sampled directly"

@@ -96,7 +96,7 @@ class EngineClient:
     def __init__(self, home: Home, timeout: float = DEFAULT_TIMEOUT_S) -> None:
         self.home = home
         self.timeout = timeout
-        self._ctx = zmq.Context.instance()
+        self._ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
         self._sock: zmq.Socket | None = None
         self._ids = itertools.count(1)
 

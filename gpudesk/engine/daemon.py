@@ -175,7 +175,7 @@ class Engine:
             "mig_plan": self.op_mig_plan,
             "mig_apply": self.op_mig_apply,
         }
-        self.ctx = zmq.Context.instance()
+        self.ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
         self.control = self.ctx.socket(zmq.ROUTER)
         self.events = self.ctx.socket(zmq.PUB)
         self.wake_r, self.wake_w = socket.socketpair()

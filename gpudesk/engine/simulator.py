@@ -132,6 +132,12 @@ class _Run:
     def running(self) -> bool:
         return self.placement is not None
 
+    @property
+    def placed(self) -> Placement:
+        """The placement of a running job (the simulator only asks while it runs)."""
+        assert self.placement is not None, f"job {self.job.id} is not running"
+        return self.placement
+
 
 @dataclass
 class SimResult:
@@ -231,7 +237,7 @@ class Simulation:
             return min(1.0, (mig.compute_slices / 7.0) / max(run.job.sm_pct / 100.0, 1e-6))
         if placement.mode == "exclusive" or len(placement.gpus) > 1:
             return 1.0
-        tenants = [t for t in self._tenants(placement.gpus[0]) if t.placement.mode != "mig"]
+        tenants = [t for t in self._tenants(placement.gpus[0]) if t.placed.mode != "mig"]
         n = len(tenants)
         if n <= 1:
             return 1.0
@@ -307,9 +313,9 @@ class Simulation:
         peak = run.job.peak_memory_mib
         if run.limit_mib is not None and peak > run.limit_mib:
             return True
-        gpu = run.placement.gpus[0]
-        on_gpu = [t for t in self._tenants(gpu) if t.placement.mode != "mig"]
-        if run.placement.mode == "mig":
+        gpu = run.placed.gpus[0]
+        on_gpu = [t for t in self._tenants(gpu) if t.placed.mode != "mig"]
+        if run.placed.mode == "mig":
             return False
         in_use = sum(t.job.peak_memory_mib if t.peak_at <= self.now else 0.0 for t in on_gpu)
         return in_use > self.model.memory_total_mib
@@ -357,9 +363,7 @@ class Simulation:
                     self.now - t.peak_at if t.peak_at <= self.now else 0.0,
                 )
                 tenants.append(
-                    Tenant(
-                        t.job.id, t.placement.mode, reserved, t.job.sm_pct, t.placement.mig_slice
-                    )
+                    Tenant(t.job.id, t.placed.mode, reserved, t.job.sm_pct, t.placed.mig_slice)
                 )
             history = self.sm_history[gpu]
             window = statistics.fmean(v for _, v in history) if history else 0.0

@@ -98,6 +98,7 @@ class SharedLoader:
         self.last_ids: Any = None
         self._local: Any = None
         self._local_epoch = 0
+        self.epoch = 0  # the producer epoch being read; set by the hello reply
         self._socket: zmq.Socket | None = None
         self._received: dict[int, set[int]] = defaultdict(set)  # epoch -> batches received
         self._pending: dict[int, list[tuple[int, int, int]]] = defaultdict(list)
@@ -152,7 +153,7 @@ class SharedLoader:
 
     # ------------------------------------------------------------- connecting
     def _connect(self, info: dict[str, Any], resume: bool) -> None:
-        context = zmq.Context.instance()
+        context: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
         sock = context.socket(zmq.DEALER)
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.RCVHWM, 0)  # the producer bounds what it sends by the ring size

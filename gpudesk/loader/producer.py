@@ -262,7 +262,7 @@ class Producer:
                     f"(pid {info['pid']}); stop it first"
                 )
             if info.get("identity") == self.config.identity() and info.get("stream_next"):
-                start = tuple(info["stream_next"])  # type: ignore[assignment]
+                start = tuple(info["stream_next"])
         for path in (self.ctl_path, self.fd_path):
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
@@ -321,7 +321,7 @@ class Producer:
         self.refs = [0] * self.config.slots
         self.published.append((first_key, first_makeup, first))
 
-        context = zmq.Context.instance()
+        context: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
         self.ctl = context.socket(zmq.ROUTER)
         self.ctl.setsockopt(zmq.ROUTER_MANDATORY, 1)  # an unknown peer raises, never drops
         self.ctl.setsockopt(zmq.SNDHWM, 4 * self.config.slots + 64)  # above what can queue

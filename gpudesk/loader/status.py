@@ -18,7 +18,7 @@ def collect(name: str | None = None, home: Home | None = None) -> list[dict[str,
     if not folder.is_dir():
         return []
     out = []
-    context = zmq.Context.instance()
+    context: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
     for path in sorted(folder.glob("*.json")):
         info = read_info(path)
         if info is None or (name is not None and info.get("name") != name):

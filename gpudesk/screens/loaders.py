@@ -53,7 +53,7 @@ def loader_rows(loader: dict[str, Any]) -> list[tuple[str, tuple[Any, ...]]]:
     """(row key, cells) for a loader and each of its consumers."""
     status = loader.get("status") or {}
     stream = status.get("stream") or [None, None]
-    name = Text(f"{loader['name']} (pid {loader.get('pid')})", style="bold")
+    name: Text | str = Text(f"{loader['name']} (pid {loader.get('pid')})", style="bold")
     cpu = "-"
     if loader.get("cpu_s") is not None:
         cpu = f"{loader['cpu_s']:.0f} s"

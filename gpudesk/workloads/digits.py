@@ -246,7 +246,11 @@ def _run_shared(
             args.epochs,
             progress,
             lambda: fit_epoch(
-                model, optimizer, shared_batches(loader, device, mean_t, scale), x_val_t, y_val_t
+                model,
+                optimizer,
+                shared_batches(loader, device, mean_t, float(scale)),
+                x_val_t,
+                y_val_t,
             ),
         )
     seen = history[-1].samples
@@ -416,7 +420,7 @@ def shared_batches(
     loader: Iterable[tuple[torch.Tensor, torch.Tensor]],
     device: torch.device,
     mean: torch.Tensor,
-    scale: np.float32,
+    scale: float,
 ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """One epoch of a shared loader's batches, standardized on the device."""
     for inputs, targets in loader:

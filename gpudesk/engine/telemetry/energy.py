@@ -23,6 +23,8 @@ from gpudesk.engine.telemetry.model import BackendReading, GpuReading
 
 IDLE_SMOOTHING = 0.1  # EWMA weight of a new idle-power reading
 J_PER_KWH = 3.6e6
+# How the GPU energy of an attempt was split from its GPU's, least to most approximate.
+SPLIT_ORDER = ("exclusive", "sm share", "even")
 DEFAULT_GRID_G_PER_KWH = 475.0  # world average grid intensity (IEA); set your own in [station]
 
 
@@ -302,7 +304,7 @@ def summarize(attempts: list[dict[str, Any]], g_per_kwh: float) -> dict[str, Any
     gpu_j, cpu_j = total("gpu_j"), total("cpu_j")
     everything = None if gpu_j is None and cpu_j is None else (gpu_j or 0.0) + (cpu_j or 0.0)
     sources = sorted({s for a in attempts for s in (a.get("gpu_source") or "").split("+") if s})
-    splits = [a.get("split") for a in attempts if a.get("split")]
+    splits = [str(a["split"]) for a in attempts if a.get("split")]
     return {
         "gpu_j": rounded(gpu_j),
         "gpu_idle_j": rounded(total("gpu_idle_j", all_known=True)) if gpu_j is not None else None,
@@ -310,7 +312,7 @@ def summarize(attempts: list[dict[str, Any]], g_per_kwh: float) -> dict[str, Any
         if gpu_j is not None
         else None,
         "gpu_source": "+".join(sources) or None,
-        "split": max(splits, key=["exclusive", "sm share", "even"].index) if splits else None,
+        "split": max(splits, key=SPLIT_ORDER.index) if splits else None,
         "estimate": any(a.get("estimate") for a in attempts),
         "cpu_j": rounded(cpu_j),
         "total_j": rounded(everything),

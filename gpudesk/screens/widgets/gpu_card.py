@@ -29,7 +29,7 @@ def job_shares(
 ) -> list[tuple[str, float]]:
     """(job label, MiB) per job holding memory on the GPU (or on one MIG device)."""
     totals: dict[str, float] = {}
-    for proc in gpu.get("processes") if processes is None else processes:
+    for proc in (gpu.get("processes") or []) if processes is None else processes:
         label = f"j{proc['job_id']}" if proc.get("job_id") is not None else "other"
         totals[label] = totals.get(label, 0.0) + (proc.get("used_memory_mib") or 0.0)
     return sorted(totals.items(), key=lambda item: (item[0] == "other", item[0]))
