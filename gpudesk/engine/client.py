@@ -120,6 +120,14 @@ class EngineClient:
         self.close()
 
     def request(self, op: str, **args: Any) -> dict[str, Any]:
+        try:
+            _, result = protocol.decode_reply(self.exchange(op, args))
+        except protocol.ProtocolError as exc:
+            raise EngineError(exc.message, exc.code) from None
+        return result
+
+    def exchange(self, op: str, args: dict[str, Any]) -> bytes:
+        """Send one request and return the engine's reply as it came (JSON bytes)."""
         request_id = next(self._ids)
         sock = self._socket()
         try:
@@ -129,16 +137,11 @@ class EngineClient:
                     f"the engine for {self.home.root} did not answer within {self.timeout:g} s "
                     f"(is it running? `gpudesk engine status`; its log: {self.home.engine_log})"
                 )
-            raw = sock.recv()
+            return sock.recv()
         except BaseException:
             # A REQ socket that missed its reply (a time-out, a Ctrl-C) cannot send again.
             self.close()
             raise
-        try:
-            _, result = protocol.decode_reply(raw)
-        except protocol.ProtocolError as exc:
-            raise EngineError(exc.message, exc.code) from None
-        return result
 
     @contextmanager
     def subscribe(self, topic: str = "") -> Iterator[zmq.Socket]:

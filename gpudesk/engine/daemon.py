@@ -412,7 +412,7 @@ class Engine:
                 "effective_slots": self.config.effective_slots,
                 "cores": self.cores,
                 "gpus": view.gpu_count,
-                "mps": {"available": self.mps.available, "faults": dict(self.mps_faults)},
+                "mps": {"available": self.mps.available, "faults": self._mps_fault_list()},
             },
             "slots": {"total": len(view.slots), "busy": len(view.busy_slots)},
             "gpus": {
@@ -900,7 +900,12 @@ class Engine:
                 self.lost_gpus, self.dirty = lost, True
             # NOBLOCK: a slow subscriber must never stall the engine.
             with contextlib.suppress(zmq.ZMQError):
-                self.events.send_multipart(protocol.encode_event("telemetry", view), zmq.NOBLOCK)
+                self.events.send_multipart(
+                    protocol.encode_event(
+                        "telemetry", {**view, "interval_s": self.config.sample_interval}
+                    ),
+                    zmq.NOBLOCK,
+                )
         self._flush_telemetry()
 
     def _flush_telemetry(self, force: bool = False) -> None:
@@ -1014,6 +1019,10 @@ class Engine:
         live = (live_by_job if live_by_job is not None else self._live_by_job()).get(job.id)
         data = job.to_dict()
         data["slot"] = live.slot if live else None
+        placement = live.attempt.placement if live else {}
+        data["gpus"] = list(live.gpus) if live else []
+        data["mode"] = placement.get("mode")
+        data["mig_slice"] = placement.get("mig_slice")
         data["pgid"] = live.pid if live else None  # the attempt's process group, while it runs
         data["log"] = (
             str(self.home.attempt_dir(job.id, job.attempts) / runner.LOG_FILE)
@@ -1197,6 +1206,16 @@ class Engine:
         return tuple(states)
 
     # ------------------------------------------------------------------- MPS
+    def _mps_fault_list(self) -> list[dict[str, Any]]:
+        by_uuid = {g.uuid: g.index for g in self.monitor.inventory}
+        return sorted(
+            (
+                {"gpu": by_uuid.get(uuid, -1), "uuid": uuid, "message": message}
+                for uuid, message in self.mps_faults.items()
+            ),
+            key=lambda f: f["gpu"],
+        )
+
     def _gpu_uuid(self, index: int) -> str | None:
         return next((g.uuid for g in self.monitor.inventory if g.index == index), None)
 

@@ -1,0 +1,323 @@
+"""`Client`: the typed way to drive a gpudesk engine from Python.
+
+    from gpudesk.api import Client, JobSpec
+
+    with Client.connect() as client:          # starts the engine for GPUDESK_HOME if needed
+        [job_id] = client.submit([JobSpec(name="hello", command=("echo", "hi"))])
+        for job in client.jobs(ids=[job_id]):
+            print(job.id, job.state, job.slot)
+
+Every reply is decoded once, here, strictly into `gpudesk.api.models`: a reply that does not
+match its model raises `EngineError` (code "bad_reply") naming the field, instead of a view
+failing later on a missing key. Events come from `Client.events()` as `JobEvent` and
+`TelemetryEvent` values. The CLI, `top`, the run report and the desk all use this class.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import msgspec
+
+from gpudesk.api.models import (
+    ActionOutcome,
+    ActionResult,
+    ConfigureResult,
+    DatasetsResult,
+    JobDetail,
+    JobEvent,
+    JobList,
+    JobStateName,
+    JobView,
+    MigApplyResult,
+    MigPlanResult,
+    PingResult,
+    ShutdownResult,
+    StationStatus,
+    SubmitResult,
+    TelemetryEvent,
+    TelemetryResult,
+    WireModel,
+)
+from gpudesk.engine.protocol import INTERNAL, PROTOCOL_VERSION, EngineError
+
+if TYPE_CHECKING:
+    import zmq
+
+    from gpudesk.engine.client import EngineClient
+    from gpudesk.engine.jobs import JobSpec
+    from gpudesk.engine.loaders import DatasetSpec
+    from gpudesk.engine.station import StationConfig
+    from gpudesk.paths import Home
+
+BAD_REPLY = "bad_reply"  # the engine answered something this client's models do not describe
+
+Model = TypeVar("Model", bound=WireModel)
+JobRef = int | str  # a job's id, or its name (the newest job of that name)
+
+
+class _ErrorBody(msgspec.Struct, frozen=True):
+    code: str
+    message: str
+
+
+class _Envelope(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """A reply before its result is decoded: the result stays raw bytes until the version
+    and the outcome are known."""
+
+    v: int
+    id: int | str | None
+    ok: bool
+    result: msgspec.Raw = msgspec.Raw()  # empty when absent (Raw cannot be optional)
+    error: _ErrorBody | None = None
+
+
+_envelope_decoder = msgspec.json.Decoder(_Envelope)
+_decoders: dict[type[Any], msgspec.json.Decoder[Any]] = {}
+
+
+def decode(model: type[Model], raw: bytes | msgspec.Raw, what: str) -> Model:
+    """`raw` JSON decoded strictly into `model`, or EngineError(BAD_REPLY) saying where not."""
+    decoder = _decoders.get(model)
+    if decoder is None:
+        decoder = _decoders[model] = msgspec.json.Decoder(model)
+    try:
+        return decoder.decode(raw)
+    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        raise EngineError(
+            f"the engine's {what} does not match this gpudesk's models ({exc}); are the "
+            "engine and this client the same gpudesk version? (`gpudesk engine status`)",
+            BAD_REPLY,
+        ) from None
+
+
+def decode_reply(model: type[Model], raw: bytes, op: str) -> Model:
+    """A whole reply: the protocol version, then the engine's error or the result."""
+    try:
+        envelope = _envelope_decoder.decode(raw)
+    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        raise EngineError(
+            f"the engine's reply to {op!r} is not a reply ({exc})", BAD_REPLY
+        ) from None
+    if envelope.v != PROTOCOL_VERSION:
+        raise EngineError(
+            f"the engine speaks protocol {envelope.v}, this client {PROTOCOL_VERSION}; "
+            "restart the engine with this gpudesk (`gpudesk engine stop`)",
+            "unsupported_version",
+        )
+    if not envelope.ok:
+        error = envelope.error or _ErrorBody(INTERNAL, "the engine failed without a message")
+        raise EngineError(error.message, error.code)
+    if not len(envelope.result):
+        raise EngineError(f"the engine's reply to {op!r} has no result", BAD_REPLY)
+    return decode(model, envelope.result, f"reply to {op!r}")
+
+
+Event = JobEvent | TelemetryEvent
+_EVENT_MODELS: dict[str, type[JobEvent] | type[TelemetryEvent]] = {
+    "job": JobEvent,
+    "telemetry": TelemetryEvent,
+}
+
+
+class EventStream:
+    """The engine's published events, decoded. A subscription misses what was published
+    before it connected (zmq PUB/SUB): read the current state with a request after
+    subscribing, then follow the events."""
+
+    def __init__(self, socket: zmq.Socket[bytes]) -> None:
+        self._socket = socket
+
+    def wait(self, timeout: float) -> bool:
+        """True once an event is ready to read, False after `timeout` seconds without one."""
+        return bool(self._socket.poll(int(max(0.0, timeout) * 1000)))
+
+    def next(self, timeout: float = 0.0) -> Event | None:
+        """The next event, waiting up to `timeout` seconds; None when none came."""
+        frames = self.next_raw(timeout)
+        return None if frames is None else decode_event(*frames)
+
+    def next_raw(self, timeout: float = 0.0) -> tuple[bytes, bytes] | None:
+        """The next event's (topic, body) as published, undecoded (for recording)."""
+        import zmq
+
+        if not self.wait(timeout):
+            return None
+        topic, body = self._socket.recv_multipart(zmq.NOBLOCK)
+        return topic, body
+
+    def drain(self) -> list[Event]:
+        """Every event already waiting, without blocking."""
+        found = []
+        while (event := self.next(0.0)) is not None:
+            found.append(event)
+        return found
+
+
+def decode_event(topic: bytes, body: bytes) -> Event:
+    name = topic.decode(errors="replace")
+    model = _EVENT_MODELS.get(name)
+    if model is None:
+        raise EngineError(f"the engine published an unknown event topic {name!r}", BAD_REPLY)
+    return decode(model, body, f"{name!r} event")
+
+
+class Client:
+    """A connection to one engine (one GPUDESK_HOME). Not thread-safe: give each thread its
+    own `Client`. Every method raises `EngineError` when the engine refuses or cannot be
+    reached; its `code` is one of the protocol's error codes (docs/protocol.md)."""
+
+    def __init__(self, transport: EngineClient) -> None:
+        self._transport = transport
+
+    @classmethod
+    def connect(
+        cls, home: Home | None = None, *, autostart: bool = True, timeout: float | None = None
+    ) -> Client:
+        """The engine of `home` (default: GPUDESK_HOME), started first when `autostart` and it
+        is not running."""
+        from gpudesk.engine.client import connect
+
+        transport = connect(home, autostart=autostart)
+        if timeout is not None:
+            transport.timeout = timeout
+        return cls(transport)
+
+    @classmethod
+    def attach(cls, home: Home, *, timeout: float = 30.0) -> Client:
+        """A client for `home`'s engine that neither checks nor starts it."""
+        from gpudesk.engine.client import EngineClient
+
+        return cls(EngineClient(home, timeout=timeout))
+
+    @property
+    def home(self) -> Home:
+        return self._transport.home
+
+    def close(self) -> None:
+        self._transport.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    def call(self, model: type[Model], op: str, **args: Any) -> Model:
+        """One request, its reply decoded into `model`: for ops without a method here."""
+        return decode_reply(model, self._transport.exchange(op, args), op)
+
+    # ----------------------------------------------------------------------- engine
+    def ping(self) -> PingResult:
+        return self.call(PingResult, "ping")
+
+    def status(self, *, fresh_loaders: bool = False) -> StationStatus:
+        """The engine, the station and its loaders; `fresh_loaders` asks each producer now
+        instead of using its last report."""
+        args = {"fresh_loaders": True} if fresh_loaders else {}
+        return self.call(StationStatus, "status", **args)
+
+    def shutdown(self) -> ShutdownResult:
+        """Stop the engine; running jobs keep running and the next engine adopts them."""
+        return self.call(ShutdownResult, "shutdown")
+
+    def configure(self, station: StationConfig) -> ConfigureResult:
+        return self.call(ConfigureResult, "configure", station=station.to_dict())
+
+    def register_datasets(self, datasets: Sequence[DatasetSpec]) -> DatasetsResult:
+        """Register shared-loader settings; an empty list lists what is registered."""
+        return self.call(DatasetsResult, "datasets", datasets=[d.to_dict() for d in datasets])
+
+    # ------------------------------------------------------------------------- jobs
+    def submit(self, specs: Sequence[JobSpec], env: Mapping[str, str] | None = None) -> list[int]:
+        """Queue jobs (one transaction: all or none); returns their ids in order. `env` is
+        the environment they start from (each spec's own `env` is laid on top)."""
+        args: dict[str, Any] = {"jobs": [spec.to_dict() for spec in specs]}
+        if env is not None:
+            args["env"] = dict(env)
+        return self.call(SubmitResult, "submit", **args).ids
+
+    def jobs(
+        self,
+        *,
+        states: Sequence[JobStateName] | None = None,
+        group: str | None = None,
+        ids: Sequence[int] | None = None,
+        limit: int | None = None,
+        usage: bool = False,
+    ) -> list[JobView]:
+        """Jobs, oldest first, filtered by state, group or ids; `limit` keeps the newest."""
+        args: dict[str, Any] = {}
+        if states is not None:
+            args["states"] = list(states)
+        if group is not None:
+            args["group"] = group
+        if ids is not None:
+            args["ids"] = list(ids)
+        if limit is not None:
+            args["limit"] = limit
+        if usage:
+            args["usage"] = True
+        return self.call(JobList, "jobs", **args).jobs
+
+    def show(self, job: JobRef, *, env: bool = False) -> JobDetail:
+        """One job with its attempts, events, usage and why it waits."""
+        args: dict[str, Any] = {"job": job}
+        if env:
+            args["env"] = True
+        return self.call(JobDetail, "show", **args)
+
+    def cancel(self, jobs: Sequence[JobRef], grace: float | None = None) -> list[ActionOutcome]:
+        args: dict[str, Any] = {"jobs": list(jobs)}
+        if grace is not None:
+            args["grace"] = grace
+        return self.call(ActionResult, "cancel", **args).results
+
+    def hold(self, jobs: Sequence[JobRef]) -> list[ActionOutcome]:
+        return self.call(ActionResult, "hold", jobs=list(jobs)).results
+
+    def release(self, jobs: Sequence[JobRef]) -> list[ActionOutcome]:
+        return self.call(ActionResult, "release", jobs=list(jobs)).results
+
+    def requeue(self, jobs: Sequence[JobRef]) -> list[ActionOutcome]:
+        return self.call(ActionResult, "requeue", jobs=list(jobs)).results
+
+    def set_priority(
+        self, jobs: Sequence[JobRef], *, priority: int | None = None, delta: int | None = None
+    ) -> list[ActionOutcome]:
+        """Set the priority, or move it by `delta` (+1 raises, -1 lowers)."""
+        args: dict[str, Any] = {"jobs": list(jobs)}
+        if priority is not None:
+            args["priority"] = priority
+        if delta is not None:
+            args["delta"] = delta
+        return self.call(ActionResult, "priority", **args).results
+
+    # -------------------------------------------------------------------- telemetry
+    def telemetry(self, *, history: int = 0) -> TelemetryResult:
+        """The latest snapshot (None before the first sample), the last `history` points of
+        each GPU's series, and each GPU's energy since local midnight."""
+        return self.call(TelemetryResult, "telemetry", history=history)
+
+    @contextmanager
+    def events(self, topic: str = "") -> Iterator[EventStream]:
+        """Follow the engine's events: "job", "telemetry", or "" for both."""
+        with self._transport.subscribe(topic) as socket:
+            yield EventStream(socket)
+
+    # -------------------------------------------------------------------------- MIG
+    def mig_plan(self, gpu: int | None = None) -> MigPlanResult:
+        """The MIG layout the queue would want on one GPU (or every MIG-capable one)."""
+        return self.call(MigPlanResult, "mig_plan", gpu=gpu)
+
+    def mig_apply(self, gpu: int, profiles: Sequence[str], *, confirm: bool) -> MigApplyResult:
+        """Give an idle MIG-mode GPU this layout (only where `[station] mig_repartition`
+        allows it, and only with `confirm`)."""
+        return self.call(
+            MigApplyResult, "mig_apply", gpu=gpu, profiles=list(profiles), confirm=confirm
+        )
+
+
+__all__ = ["BAD_REPLY", "Client", "Event", "EventStream", "decode", "decode_event"]

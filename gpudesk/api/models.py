@@ -1,0 +1,657 @@
+"""Typed models of everything the engine answers and publishes.
+
+One model per reply and event, decoded once, strictly, where a message arrives
+(`gpudesk.api.client`): a field the model does not know, a field it needs that is missing, or a
+value of the wrong type is a `DecodeError` naming the path — never a `KeyError` three views
+later. `docs/protocol.md` documents each request and event; `tests/integration/test_contract.py`
+decodes every one of them from a real engine.
+
+The models are `msgspec.Struct`s (frozen, keyword-only, unknown fields forbidden), chosen over
+dataclasses and pydantic on measured decode cost (bench/api_decode.py, docs/benchmarks.md).
+`to_builtins(model)` gives back the wire's JSON shape, for `--json` output.
+
+Nullable is not optional: a field the engine sends as `null` is `T | None` with no default, so a
+reply that leaves it out fails to decode.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import msgspec
+
+__all__ = [
+    "ActionOutcome",
+    "ActionResult",
+    "AttemptUsageFigures",
+    "AttemptUsageView",
+    "AttemptView",
+    "ConfigureResult",
+    "DatasetsResult",
+    "DemandView",
+    "EventView",
+    "GpuCounts",
+    "GpuView",
+    "HistoryGpu",
+    "HistoryPoint",
+    "HostView",
+    "JobDetail",
+    "JobEvent",
+    "JobList",
+    "JobSpecView",
+    "JobStateName",
+    "JobTelemetry",
+    "JobView",
+    "LoaderConsumer",
+    "LoaderSelection",
+    "LoaderSpec",
+    "LoaderStatus",
+    "LoaderView",
+    "MigApplyResult",
+    "MigDeviceCreated",
+    "MigDeviceView",
+    "MigPlanResult",
+    "MigPlanView",
+    "MpsFault",
+    "MpsInfo",
+    "PingResult",
+    "PlacementMode",
+    "PlacementView",
+    "PlanBlocker",
+    "PlanLeftOut",
+    "PlanSlice",
+    "ProcessView",
+    "ShutdownResult",
+    "SlotCounts",
+    "Snapshot",
+    "StationConfigView",
+    "StationInfo",
+    "StationStatus",
+    "SubmitResult",
+    "TelemetryEvent",
+    "TelemetryResult",
+    "UsageFigures",
+    "UsageSummary",
+    "WireModel",
+    "to_builtins",
+]
+
+JobStateName = Literal["queued", "running", "succeeded", "failed", "cancelled"]
+PlacementMode = Literal["cpu", "exclusive", "naive", "mps", "mig"]
+
+
+class WireModel(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The base of every model: immutable, fields by name, nothing unknown accepted.
+    (Subclasses repeat `frozen=True` only for type checkers; msgspec inherits it.)"""
+
+
+def to_builtins(value: Any) -> Any:
+    """A model (or a list of them) as the plain JSON data the engine sent."""
+    return msgspec.to_builtins(value)
+
+
+# ------------------------------------------------------------------------------------ jobs
+class JobSpecView(WireModel, frozen=True):
+    """What was submitted, as the engine keeps it (the environment is left out of listings:
+    it can hold secrets; `show --env` asks for it)."""
+
+    name: str
+    command: list[str]
+    shell: bool
+    workdir: str | None
+    gpus: int
+    memory_gb: float | None
+    sm_pct: float | None
+    dataset: str | None
+    selection: str | None
+    priority: int
+    max_attempts: int
+    group: str | None
+
+
+class UsageFigures(WireModel, frozen=True):
+    """What a job or an attempt used. Energy in joules (GPU energy split among the jobs that
+    shared a GPU, by `split`), carbon in g CO2e; None where it was not measured."""
+
+    gpu_j: float | None
+    gpu_idle_j: float | None
+    gpu_above_idle_j: float | None
+    gpu_source: str | None
+    split: str | None
+    estimate: bool
+    cpu_j: float | None
+    total_j: float | None
+    carbon_g: float | None
+    cpu_s: float | None
+    rss_peak_mib: float | None
+    io_read_mib: float | None
+    io_write_mib: float | None
+
+
+class AttemptUsageFigures(UsageFigures, frozen=True):
+    """One attempt's usage, with its GPU memory peak and mean SM activity."""
+
+    gpu_memory_peak_mib: float | None
+    gpu_sm_mean_pct: float | None
+
+
+class AttemptUsageView(AttemptUsageFigures, frozen=True):
+    attempt: int  # the attempt's number within its job
+
+
+class UsageSummary(UsageFigures, frozen=True):
+    """A job's usage summed over its attempts (a running attempt's figures are live)."""
+
+    grid_g_per_kwh: float
+    per_attempt: list[AttemptUsageView]
+
+
+class JobView(WireModel, frozen=True):
+    """A job as `jobs` and `show` list it. While it runs, `gpus`, `mode` and `mig_slice` say
+    where (structured; `slot` is only the display label, e.g. "gpu:0/mps")."""
+
+    id: int
+    name: str
+    state: JobStateName
+    group: str | None
+    submitted_at: float
+    started_at: float | None
+    ended_at: float | None
+    attempts: int
+    max_attempts: int
+    exit_code: int | None
+    reason: str | None
+    cancel_requested: bool
+    held: bool
+    attempts_before_requeue: int
+    spec: JobSpecView
+    slot: str | None
+    gpus: list[int]
+    mode: PlacementMode | None
+    mig_slice: str | None
+    pgid: int | None
+    log: str | None
+    loader: str | None
+    usage: UsageSummary | None = None  # only when `jobs` is asked for usage
+
+    @property
+    def terminal(self) -> bool:
+        return self.state in ("succeeded", "failed", "cancelled")
+
+
+class DemandView(WireModel, frozen=True):
+    """What placement assumed a job needs, and where the figure came from ("hints",
+    "history", "default", "after OOM")."""
+
+    memory_mib: float
+    sm_pct: float
+    source: str
+    exclusive: bool
+
+
+class PlacementView(WireModel, frozen=True):
+    """Where and how an attempt was placed, and why. The last four are sent only where they
+    apply (a GPU job's demand, a MIG slice, an MPS client's limits)."""
+
+    slot: str
+    mode: PlacementMode
+    reason: str
+    gpus: list[int]
+    env: dict[str, str]
+    env_defaults: dict[str, str]
+    demand: DemandView | None = None
+    mig_slice: str | None = None
+    mps_thread_pct: int | None = None
+    mps_memory_limit_mib: int | None = None
+
+
+class JobList(WireModel, frozen=True):
+    """`jobs`: the jobs asked for, oldest first."""
+
+    jobs: list[JobView]
+
+
+class AttemptView(WireModel, frozen=True):
+    number: int
+    state: str  # "running", "exited", "lost", "launch_failed"
+    placement: PlacementView
+    pid: int | None
+    started_at: float | None
+    ended_at: float | None
+    exit_code: int | None
+    signal: int | None
+    reason: str | None
+    log: str | None
+
+
+class EventView(WireModel, frozen=True):
+    """One line of a job's (or the engine's) history."""
+
+    id: int
+    ts: float
+    job_id: int | None
+    attempt: int | None
+    kind: str
+    state: str | None
+    message: str
+
+
+class JobDetail(WireModel, frozen=True):
+    """`show`: a job, its attempts and events, why it waits, what it used."""
+
+    job: JobView
+    attempts: list[AttemptView]
+    events: list[EventView]
+    waiting: str | None
+    usage: UsageSummary | None
+    env: dict[str, str] | None = None  # only when asked for
+
+
+class SubmitResult(WireModel, frozen=True):
+    ids: list[int]
+
+
+class ActionOutcome(WireModel, frozen=True):
+    """What a job-control request did to one job; `ok` is absent for cancel (never refused)."""
+
+    id: int
+    name: str
+    outcome: str
+    ok: bool | None = None
+
+
+class ActionResult(WireModel, frozen=True):
+    results: list[ActionOutcome]
+
+
+# --------------------------------------------------------------------------------- station
+class MpsFault(WireModel, frozen=True):
+    """A GPU whose MPS server cannot take clients: new jobs there are time-sliced."""
+
+    gpu: int
+    uuid: str
+    message: str
+
+
+class MpsInfo(WireModel, frozen=True):
+    available: bool
+    faults: list[MpsFault]
+
+    def fault_of(self, gpu: int) -> MpsFault | None:
+        return next((fault for fault in self.faults if fault.gpu == gpu), None)
+
+
+class StationConfigView(WireModel, frozen=True):
+    """A station's configuration: a profile's `[station]` table, as the engine applies it."""
+
+    backend: str
+    policy: str
+    slots: int | None
+    sample_interval: float
+    grid_intensity: float
+    mig: dict[str, str] | None
+    isolation: bool
+    mig_repartition: bool
+
+
+class StationInfo(StationConfigView, frozen=True):
+    """The station's configuration and what the engine made of it."""
+
+    effective_backend: str
+    simulated: bool
+    gpu_problem: str | None
+    effective_slots: int
+    cores: int
+    gpus: int
+    mps: MpsInfo
+
+
+class SlotCounts(WireModel, frozen=True):
+    total: int
+    busy: int
+
+
+class GpuCounts(WireModel, frozen=True):
+    total: int
+    busy: int
+    lost: int
+
+
+class LoaderSpec(WireModel, frozen=True):
+    """A dataset's shared-loader settings (a profile's `[datasets.NAME]`)."""
+
+    name: str
+    factory: str
+    args: dict[str, Any]
+    batch_size: int
+    workers: int
+    seed: int
+    slots: int
+    shuffle: bool
+    selection: str | None
+    selection_target: str | None
+    selection_target_args: dict[str, Any]
+
+
+class LoaderConsumer(WireModel, frozen=True):
+    pid: int
+    batch_size: int
+    epoch: int
+    position: list[int] | None
+    delivered: int
+    batches_per_s: float
+    held_slots: int
+    makeups_left: int
+
+
+class LoaderSelection(WireModel, frozen=True):
+    """The data selection a producer serves, and what preparing it cost."""
+
+    preset: str
+    kept: int
+    of: int
+    seed: int
+    key: str | None
+    reused: bool | None
+    prepass_wall_s: float
+    select_s: float
+    notes: dict[str, Any]
+    cpu_s: float
+
+
+class LoaderStatus(WireModel, frozen=True):
+    """A producer's own report (gpudesk.loader.producer)."""
+
+    name: str
+    pid: int
+    dataset: str
+    dataset_len: int
+    batch_size: int
+    batches_per_epoch: int
+    workers: int
+    worker_processes: int
+    seed: int
+    stream: list[int]
+    produced: int
+    makeups_produced: int
+    bytes_written: int
+    consumers_total: int
+    delivered_total: int
+    slots: int
+    slots_used: int
+    slot_bytes: int
+    cpu_s: float
+    uptime_s: float
+    managed: bool
+    selection: LoaderSelection | None
+    consumers: list[LoaderConsumer]
+
+
+class LoaderView(WireModel, frozen=True):
+    """A dataset's producer as the engine supervises it, with the CPU sharing saved."""
+
+    name: str
+    pid: int | None
+    spec: LoaderSpec
+    running: bool
+    restarts: int
+    cpu_s: float | None
+    unshared_cpu_s: float | None
+    saved_cpu_s: float | None
+    status: LoaderStatus | None
+
+
+class StationStatus(WireModel, frozen=True):
+    """`status`: the engine, the station, the queue's counts and the shared loaders."""
+
+    pid: int
+    version: str
+    protocol: int
+    home: str
+    started_at: float
+    station: StationInfo
+    slots: SlotCounts
+    gpus: GpuCounts
+    counts: dict[str, int]
+    loaders: list[LoaderView]
+
+
+class PingResult(WireModel, frozen=True):
+    pid: int
+    version: str
+    protocol: int
+
+
+class ShutdownResult(WireModel, frozen=True):
+    running_attempts: int
+
+
+class ConfigureResult(WireModel, frozen=True):
+    station: StationConfigView
+    changed: bool
+
+
+class DatasetsResult(WireModel, frozen=True):
+    datasets: list[str]
+    specs: list[LoaderSpec]
+
+
+# ------------------------------------------------------------------------------- telemetry
+class ProcessView(WireModel, frozen=True):
+    pid: int
+    used_memory_mib: float | None
+    sm_pct: float | None
+    mig_device: int | None  # the MIG device (index on its GPU) the process runs on
+    job_id: int | None
+
+
+class MigDeviceView(WireModel, frozen=True):
+    index: int
+    uuid: str | None
+    name: str | None
+    gpu_instance_id: int | None
+    compute_instance_id: int | None
+    memory_used_mib: float | None
+    memory_total_mib: float | None
+    sm_count: int | None
+    processes: list[ProcessView]
+
+    @property
+    def profile(self) -> str:
+        """ "3g.20gb" from the device name "NVIDIA A100-SXM4-40GB MIG 3g.20gb"."""
+        return (self.name or "").rsplit(" ", 1)[-1]
+
+
+class GpuView(WireModel, frozen=True):
+    """One GPU in a telemetry snapshot. `kernel_active_pct` is NVML's "GPU utilization"
+    (time a kernel ran); `sm_activity_pct` is SM activity (DCGM or GPM), None where unknown."""
+
+    index: int
+    uuid: str | None
+    name: str | None
+    lost: bool
+    memory_used_mib: float | None
+    memory_total_mib: float | None
+    kernel_active_pct: float | None
+    sm_activity_pct: float | None
+    power_w: float | None
+    power_limit_w: float | None
+    energy_j: float | None
+    energy_source: str | None
+    idle_power_w: float | None
+    temperature_c: float | None
+    sm_clock_mhz: float | None
+    memory_clock_mhz: float | None
+    mig_enabled: bool
+    mig_devices: list[MigDeviceView]
+    processes: list[ProcessView]
+    jobs: list[int]
+    unavailable: list[str]
+
+
+class JobTelemetry(WireModel, frozen=True):
+    """A running attempt in a snapshot: its process group's CPU, memory, I/O and GPU use."""
+
+    id: int
+    attempt_id: int
+    name: str
+    slot: str
+    gpus: list[int]
+    runtime_s: float | None
+    processes: int
+    cpu_pct: float | None
+    cpu_s: float | None
+    rss_mib: float | None
+    io_read_mib: float | None
+    io_write_mib: float | None
+    gpu_memory_mib: float | None
+    gpu_sm_pct: float | None
+    energy: AttemptUsageFigures
+
+
+class HostView(WireModel, frozen=True):
+    cpu_pct: float | None
+    cores: int
+    memory_used_mib: int
+    memory_total_mib: int
+    load_avg: list[float]
+    cpu_energy_j: float | None
+    cpu_energy_note: str | None
+    grid_g_per_kwh: float
+    gpu_energy_carbon_g: float | None
+
+
+class Snapshot(WireModel, frozen=True):
+    """The station at one sample: what the `telemetry` event carries and `telemetry` answers."""
+
+    taken_at: float
+    backend: str
+    simulated: bool
+    banner: str | None
+    sampling_since: float
+    interval_s: float
+    host: HostView
+    gpus: list[GpuView]
+    jobs: list[JobTelemetry]
+
+    def gpu(self, index: int) -> GpuView | None:
+        return next((g for g in self.gpus if g.index == index), None)
+
+
+class HistoryGpu(WireModel, frozen=True):
+    index: int
+    memory_used_mib: float | None
+    kernel_active_pct: float | None
+    sm_activity_pct: float | None
+    power_w: float | None
+    temperature_c: float | None
+    energy_j: float | None
+
+
+class HistoryPoint(WireModel, frozen=True):
+    t: float
+    gpus: list[HistoryGpu]
+
+
+class TelemetryResult(WireModel, frozen=True):
+    snapshot: Snapshot | None  # None before the first sample
+    history: list[HistoryPoint]
+    energy_today_j: dict[int, float]  # GPU index -> joules since local midnight
+
+
+# ------------------------------------------------------------------------------------- MIG
+class PlanSlice(WireModel, frozen=True):
+    """A MIG slice a plan creates, and the queued job it is for."""
+
+    profile: str
+    profile_id: int
+    memory_mib: float
+    compute_slices: int
+    job_id: int
+    job_name: str
+    job_memory_mib: float
+    job_sm_pct: float
+    job_held: bool
+    jobs: list[int]
+
+
+class PlanLeftOut(WireModel, frozen=True):
+    job_id: int
+    job_name: str
+    reason: str
+
+
+class PlanBlocker(WireModel, frozen=True):
+    code: str
+    message: str
+
+
+class MigPlanView(WireModel, frozen=True):
+    """The MIG layout the queue would want on one GPU, and whether it may be applied."""
+
+    gpu: int
+    name: str
+    mig_mode: str
+    mig_enabled: bool
+    simulated: bool
+    current: list[str]
+    wanted: list[str]
+    slices: list[PlanSlice]
+    left_out: list[PlanLeftOut]
+    left_out_total: int
+    commands: list[str]
+    allowed: bool
+    blockers: list[PlanBlocker]
+    reason: str | None
+    enable_hint: str | None
+    running_jobs: list[int]
+
+
+class MigPlanResult(WireModel, frozen=True):
+    plans: list[MigPlanView]
+    simulated: bool
+
+
+class MigDeviceCreated(WireModel, frozen=True):
+    gpu: int
+    device: int
+    profile: str
+    uuid: str
+    gpu_instance_id: int | None
+    compute_instance_id: int | None
+    placement: str | None
+
+
+class MigApplyResult(WireModel, frozen=True):
+    gpu: int
+    previous: list[str]
+    profiles: list[str]
+    commands: list[str]
+    mig_devices: list[MigDeviceCreated]
+    simulated: bool
+    applied: bool
+    message: str
+
+
+# ---------------------------------------------------------------------------------- events
+class JobEvent(WireModel, frozen=True):
+    """Published on topic "job" whenever a job changes."""
+
+    v: int
+    ts: float
+    id: int
+    name: str
+    state: JobStateName
+    group: str | None
+    attempts: int
+    exit_code: int | None
+    held: bool
+    priority: int
+    message: str
+
+
+class TelemetryEvent(Snapshot, frozen=True):
+    """Published on topic "telemetry" at every sample: the snapshot, with the protocol
+    version every event carries."""
+
+    v: int

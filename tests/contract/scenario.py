@@ -1,0 +1,228 @@
+"""A real engine put through everything it can say, every reply and event recorded as sent.
+
+`run_station_scenario` drives an engine on a SIMULATED station: jobs placed under MPS and on
+MIG slices, a shared loader with a consumer, a failed, a cancelled, a held and a requeued job,
+a MIG layout applied, and every request of the protocol at least once. Each exchange goes
+through the typed `Client`, so it is decoded strictly, and is kept as the engine's raw bytes for
+the contract test and for recording the desk's replay (tests/tui/record_replay.py).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import textwrap
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpudesk.api import Client, JobSpec, JobView
+from gpudesk.engine.client import EngineClient, engine_pid, start_engine
+from gpudesk.engine.loaders import DatasetSpec
+from gpudesk.engine.protocol import EngineError
+from gpudesk.engine.station import StationConfig
+from gpudesk.paths import Home
+
+SIM_STATION = "sim:dgx-station-a100"
+# GPU 2 is in MIG mode with two slices (jobs run there); GPU 3 is in MIG mode and idle, so a
+# layout can be applied to it.
+SIM_MIG = {"2": "3g.20gb,3g.20gb", "3": "7g.40gb"}
+
+CONSUMER = textwrap.dedent("""
+    import sys, time
+    from gpudesk.loader import SharedLoader
+    loader = SharedLoader(sys.argv[1])
+    for epoch in range(int(sys.argv[2])):
+        for batch in loader:
+            time.sleep(0.15)
+    print("read", flush=True)
+""")
+
+DATASET = DatasetSpec(
+    name="syn",
+    factory="gpudesk.workloads.synthetic:make_dataset",
+    args={"size": 96, "shape": [4]},
+    batch_size=8,
+    workers=0,
+    seed=3,
+    slots=8,
+)
+
+
+@dataclass
+class Exchange:
+    op: str
+    args: dict[str, Any]
+    reply: bytes
+
+
+@dataclass
+class Recording:
+    """Every request's raw reply and every event's raw frames, in order."""
+
+    exchanges: list[Exchange] = field(default_factory=list)
+    events: list[tuple[bytes, bytes]] = field(default_factory=list)
+
+    def ops(self) -> set[str]:
+        return {e.op for e in self.exchanges}
+
+
+class RecordingTransport(EngineClient):
+    """The ordinary transport, keeping a copy of each reply as the engine sent it."""
+
+    def __init__(self, home: Home, recording: Recording, timeout: float = 15.0) -> None:
+        super().__init__(home, timeout=timeout)
+        self.recording = recording
+
+    def exchange(self, op: str, args: dict[str, Any]) -> bytes:
+        raw = super().exchange(op, args)
+        self.recording.exchanges.append(Exchange(op, dict(args), raw))
+        return raw
+
+
+def sleeper(seconds: float) -> tuple[str, ...]:
+    return (sys.executable, "-c", f"import time; time.sleep({seconds})")
+
+
+def wait_until(
+    predicate: Callable[[], object], timeout: float = 30.0, what: str = "condition"
+) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
+        time.sleep(0.05)
+
+
+class StationDriver:
+    """A typed client on a recording transport, plus the waits the scenario needs."""
+
+    def __init__(self, home: Home, recording: Recording, workdir: Path) -> None:
+        self.home = home
+        self.recording = recording
+        self.workdir = workdir
+        self.client = Client(RecordingTransport(home, recording))
+
+    def job(self, name: str, command: tuple[str, ...], **fields: Any) -> JobSpec:
+        return JobSpec(name=name, command=command, workdir=str(self.workdir), **fields)
+
+    def submit(self, *specs: JobSpec) -> list[int]:
+        return self.client.submit(list(specs), env=dict(os.environ))
+
+    def state(self, job_id: int) -> JobView:
+        return self.client.jobs(ids=[job_id])[0]
+
+    def wait_state(self, job_id: int, *states: str, timeout: float = 30.0) -> JobView:
+        return wait_until(
+            lambda: (job := self.state(job_id)).state in states and job,
+            timeout,
+            f"job {job_id} to be {'/'.join(states)}",
+        )
+
+    def wait_done(self, ids: list[int], timeout: float = 60.0) -> list[JobView]:
+        return wait_until(
+            lambda: (
+                (jobs := self.client.jobs(ids=ids, usage=True))
+                and all(j.terminal for j in jobs)
+                and jobs
+            ),
+            timeout,
+            f"jobs {ids} to finish",
+        )
+
+
+@contextmanager
+def sim_engine(home: Home, **station: Any) -> Iterator[None]:
+    """A real engine daemon for `home` on the simulated station, stopped afterwards."""
+    config = StationConfig(
+        backend=SIM_STATION,
+        policy="auto",
+        slots=2,
+        sample_interval=0.2,
+        mig=SIM_MIG,
+        mig_repartition=True,
+        **station,
+    )
+    start_engine(home, config)
+    try:
+        yield
+    finally:
+        with EngineClient(home, timeout=5.0) as client, suppress(EngineError):
+            if engine_pid(home) is not None:
+                client.request("shutdown")  # unless the scenario shut it down already
+        wait_until(lambda: engine_pid(home) is None, 15.0, "the engine to stop")
+
+
+def run_station_scenario(driver: StationDriver, subscribed: Callable[[], None]) -> None:
+    """Everything the protocol can carry, on a simulated station. `subscribed` collects the
+    events published so far (the caller's subscription)."""
+    client = driver.client
+    client.ping()
+    client.status()
+    client.register_datasets([DATASET])
+    client.register_datasets([])  # listing only
+    script = driver.workdir / "consumer.py"
+    script.write_text(CONSUMER)
+
+    # Two light jobs on one GPU under MPS, two on GPU 1's MIG slices, a loader's consumer.
+    mig_a, mig_b, mps_a, mps_b = driver.submit(
+        driver.job("mig-a", sleeper(4), gpus=1, memory_gb=8, sm_pct=30),
+        driver.job("mig-b", sleeper(4), gpus=1, memory_gb=8, sm_pct=30),
+        driver.job("mps-a", sleeper(4), gpus=1, memory_gb=4, sm_pct=20),
+        driver.job("mps-b", sleeper(4), gpus=1, memory_gb=4, sm_pct=20),
+    )
+    (reader,) = driver.submit(
+        driver.job("reader", (sys.executable, str(script), "syn", "2"), dataset="syn")
+    )
+    for job_id in (mig_a, mig_b, mps_a, mps_b, reader):
+        driver.wait_state(job_id, "running", "succeeded")
+    client.telemetry(history=5)
+    wait_until(
+        lambda: any(
+            loader.status is not None and loader.status.consumers
+            for loader in client.status(fresh_loaders=True).loaders
+        ),
+        what="the shared loader to report its consumer",
+    )
+    client.mig_plan()
+    client.mig_plan(gpu=3)
+
+    # A failure, a cancel, a hold with its release and priorities, a requeue.
+    (failing,) = driver.submit(driver.job("failing", (sys.executable, "-c", "raise SystemExit(3)")))
+    (victim,) = driver.submit(driver.job("victim", sleeper(60)))
+    driver.wait_state(victim, "running")
+    client.hold([victim])  # refused: only a queued job can be held
+    client.cancel([victim], grace=1.0)
+    (held,) = driver.submit(driver.job("held", sleeper(0.2)))
+    client.hold([held])
+    client.set_priority([held], priority=5)
+    client.set_priority([held], delta=-1)
+    client.release([held])
+    driver.wait_done([failing, victim, held])
+    client.requeue([failing])
+    client.show(failing, env=True)
+    client.show("victim")
+    driver.wait_done([mig_a, mig_b, mps_a, mps_b, reader, failing], timeout=90.0)
+
+    # The idle MIG GPU takes a new layout; the station is reconfigured.
+    client.mig_apply(3, ["3g.20gb", "3g.20gb"], confirm=True)
+    client.configure(
+        StationConfig(
+            backend=SIM_STATION,
+            policy="auto",
+            slots=2,
+            sample_interval=0.25,
+            mig=SIM_MIG,
+            mig_repartition=True,
+        )
+    )
+    client.telemetry(history=3)
+    client.jobs(usage=True)
+    client.jobs(states=["failed", "succeeded"], limit=3)
+    subscribed()

@@ -1,0 +1,131 @@
+"""The wire contract: a real engine answers every request and emits every event, and each is
+decoded strictly into gpudesk.api.models — a field the models do not know, or one they need that
+is missing, fails here, before any view reads it."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import msgspec
+import pytest
+from scenario import Recording, StationDriver, run_station_scenario, sim_engine
+
+from gpudesk.api import models
+from gpudesk.api.client import decode, decode_event, decode_reply
+from gpudesk.engine.client import EngineClient
+from gpudesk.engine.protocol import EngineError
+from gpudesk.paths import Home
+
+# op -> the model its reply decodes into
+REPLY_MODELS: dict[str, type[models.WireModel]] = {
+    "ping": models.PingResult,
+    "jobs": models.JobList,
+    "status": models.StationStatus,
+    "submit": models.SubmitResult,
+    "show": models.JobDetail,
+    "cancel": models.ActionResult,
+    "hold": models.ActionResult,
+    "release": models.ActionResult,
+    "priority": models.ActionResult,
+    "requeue": models.ActionResult,
+    "configure": models.ConfigureResult,
+    "shutdown": models.ShutdownResult,
+    "telemetry": models.TelemetryResult,
+    "datasets": models.DatasetsResult,
+    "mig_plan": models.MigPlanResult,
+    "mig_apply": models.MigApplyResult,
+}
+
+
+def engine_ops(home: Home) -> set[str]:
+    """The operations the engine itself says it knows (its unknown-op error lists them)."""
+    with EngineClient(home, timeout=5.0) as client, pytest.raises(EngineError) as raised:
+        client.request("no-such-op")
+    assert raised.value.code == "unknown_op"
+    listed = re.search(r"known: (.*)$", str(raised.value))
+    assert listed, str(raised.value)
+    return {op.strip() for op in listed.group(1).split(",")}
+
+
+@pytest.fixture
+def recorded(home: Home, tmp_path: Path) -> tuple[Recording, set[str]]:
+    recording = Recording()
+    with sim_engine(home):
+        known = engine_ops(home)
+        driver = StationDriver(home, recording, tmp_path)
+        with driver.client.events() as events:
+
+            def collect() -> None:
+                while (frames := events.next_raw(0)) is not None:
+                    recording.events.append(frames)
+
+            run_station_scenario(driver, collect)
+            # the engine's last word: shutdown, decoded like the rest
+            driver.client.shutdown()
+    return recording, known
+
+
+def test_every_request_and_event_decodes_strictly(
+    recorded: tuple[Recording, set[str]],
+) -> None:
+    recording, known = recorded
+    assert known == set(REPLY_MODELS), "a new op needs a model and a place here"
+    assert recording.ops() >= known, f"not exercised: {sorted(known - recording.ops())}"
+    for exchange in recording.exchanges:
+        try:
+            decode_reply(REPLY_MODELS[exchange.op], exchange.reply, exchange.op)
+        except EngineError as exc:
+            # refusals are replies too (a hold of a running job is an outcome, not an error)
+            assert exc.code != "bad_reply", f"{exchange.op} {exchange.args}: {exc}"
+    topics = {topic for topic, _ in recording.events}
+    assert topics == {b"job", b"telemetry"}
+    for topic, body in recording.events:
+        decode_event(topic, body)
+
+
+def test_the_scenario_covers_what_the_desk_shows(recorded: tuple[Recording, set[str]]) -> None:
+    """Placements under MPS and on MIG slices, a shared loader read, a failed and a cancelled
+    job: the replies carry each of them (so the recorded desk data does too)."""
+    recording, _ = recorded
+    jobs = [
+        job
+        for e in recording.exchanges
+        if e.op == "jobs"
+        for job in decode_reply(models.JobList, e.reply, "jobs").jobs
+    ]
+    modes = {job.mode for job in jobs}
+    assert {"mps", "mig"} <= modes
+    assert all(job.mig_slice for job in jobs if job.mode == "mig")
+    assert all(job.gpus for job in jobs if job.mode in ("mps", "mig"))
+    states = {job.name: job.state for job in jobs}
+    assert (states["failing"], states["victim"]) == ("failed", "cancelled")
+    statuses = [
+        decode_reply(models.StationStatus, e.reply, "status")
+        for e in recording.exchanges
+        if e.op == "status"
+    ]
+    assert any(
+        loader.status is not None and loader.status.consumers
+        for status in statuses
+        for loader in status.loaders
+    )
+    applied = [
+        decode_reply(models.MigApplyResult, e.reply, "mig_apply")
+        for e in recording.exchanges
+        if e.op == "mig_apply"
+    ]
+    assert applied and applied[0].applied and applied[0].simulated
+
+
+def test_a_missing_or_unknown_field_fails_to_decode() -> None:
+    good = msgspec.json.encode({"pid": 1, "version": "0.1.0", "protocol": 1})
+    assert decode(models.PingResult, good, "ping").pid == 1
+    for bad in (
+        {"pid": 1, "version": "0.1.0"},  # missing
+        {"pid": 1, "version": "0.1.0", "protocol": 1, "extra": 2},  # unknown
+        {"pid": "1", "version": "0.1.0", "protocol": 1},  # wrong type
+    ):
+        with pytest.raises(EngineError) as raised:
+            decode(models.PingResult, msgspec.json.encode(bad), "ping")
+        assert raised.value.code == "bad_reply"
