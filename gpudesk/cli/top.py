@@ -15,12 +15,17 @@ import sys
 import textwrap
 import time
 from dataclasses import dataclass
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from gpudesk import render
-from gpudesk.engine.client import EngineClient, EngineError, engine_pid
-from gpudesk.engine.station import StationConfig
-from gpudesk.paths import Home
+import typer
+
+from gpudesk.cli.common import EXIT_USAGE, current_home, fail
+
+if TYPE_CHECKING:
+    from gpudesk.paths import Home
+
+# The engine client and the station are imported where they are used: every `gpudesk` command
+# (`--help` too) imports this module to register `top`.
 
 DIRECT_WINDOW_S = 0.12  # GPM (>= 0.1 s apart), CPU % and energy all need two readings
 FIRST_SAMPLE_WAIT_S = 3.0  # an engine that just started has no sample yet
@@ -43,6 +48,8 @@ class Source:
 
 
 def _engine_status(home: Home) -> dict[str, Any] | None:
+    from gpudesk.engine.client import EngineClient, EngineError, engine_pid
+
     pid = engine_pid(home)
     if pid is None:
         return None
@@ -69,6 +76,8 @@ def _engine_status(home: Home) -> dict[str, Any] | None:
 
 def open_source(home: Home, env: dict[str, str] | None = None) -> Source:
     """The engine when it runs and watches the backend asked for, else direct sampling."""
+    from gpudesk.engine.station import StationConfig
+
     env = dict(os.environ) if env is None else env
     requested = env.get("GPUDESK_BACKEND") or None
     engine = _engine_status(home)
@@ -112,6 +121,7 @@ def take_view(source: Source, *, fresh: bool = False) -> dict[str, Any]:
 
 
 def _fallback_monitor(source: Source) -> Any:
+    from gpudesk.engine.station import StationConfig
     from gpudesk.engine.telemetry.backend import make_backend
     from gpudesk.engine.telemetry.monitor import Monitor
 
@@ -120,6 +130,8 @@ def _fallback_monitor(source: Source) -> Any:
 
 
 def _engine_view(source: Source) -> dict[str, Any] | None:
+    from gpudesk.engine.client import EngineClient, EngineError
+
     deadline = time.monotonic() + FIRST_SAMPLE_WAIT_S
     try:
         with EngineClient(source.home, timeout=2.0) as client:
@@ -149,6 +161,8 @@ def _bar(fraction: float | None, width: int) -> str:
 
 
 def _header(view: dict[str, Any]) -> list[str]:
+    from gpudesk import render
+
     engine = view.get("engine")
     if engine is None:
         state = "engine not running"
@@ -181,6 +195,8 @@ def _header(view: dict[str, Any]) -> list[str]:
 
 
 def _gpu_block(gpu: dict[str, Any], simulated: bool, jobs: dict[int, dict[str, Any]]) -> list[str]:
+    from gpudesk import render
+
     tag = " (SIMULATED)" if simulated else ""
     if gpu["lost"]:
         return [f"GPU {gpu['index']}  {gpu['name'] or '?'}{tag}  LOST: fell off the bus"]
@@ -226,6 +242,8 @@ def _gpu_block(gpu: dict[str, Any], simulated: bool, jobs: dict[int, dict[str, A
 
 
 def render_frame(view: dict[str, Any], width: int = WIDTH) -> str:
+    from gpudesk import render
+
     lines = _header(view)
     jobs = {job["id"]: job for job in view["jobs"]}
     if not view["gpus"]:
@@ -296,3 +314,21 @@ def run_top(
         out.write("\n")
     finally:
         source.close()
+
+
+top_app = typer.Typer()
+
+
+@top_app.command()
+def top(
+    once: bool = typer.Option(False, "--once", help="Print one frame and exit."),
+    json_out: bool = typer.Option(False, "--json", help="Print one JSON snapshot and exit."),
+    interval: float = typer.Option(
+        1.0, "--interval", "-n", min=0.1, max=3600, help="Seconds between frames."
+    ),
+) -> None:
+    """A plain monitor for SSH: station, host CPU/memory, running jobs. Never starts the engine."""
+    try:
+        run_top(current_home(), once=once, as_json=json_out, interval=interval)
+    except ValueError as exc:
+        fail(str(exc), EXIT_USAGE)

@@ -12,17 +12,27 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-import zmq
+import typer
 
-from gpudesk import render
-from gpudesk.engine.client import EngineClient, submit_env
-from gpudesk.engine.jobs import TERMINAL_STATE_NAMES
-from gpudesk.engine.telemetry.energy import summarize
-from gpudesk.prepass_jobs import prepass_job, profile_prepasses, record_prepass
-from gpudesk.profile import Profile
-from gpudesk.selection.cache import SelectionCache
+from gpudesk.cli.common import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_USAGE,
+    engine_client,
+    fail,
+    print_json,
+)
+
+if TYPE_CHECKING:
+    import zmq
+
+    from gpudesk.engine.client import EngineClient
+    from gpudesk.profile import Profile
+
+# Everything heavier than typer (the engine client, zmq, rich, the profile parser, the render
+# helpers) is imported where it is used: every `gpudesk` command imports this module.
 
 REFRESH_S = 0.5  # refresh at least this often even without events
 MIN_REFRESH_S = 0.1
@@ -60,12 +70,16 @@ class RunReport:
     @property
     def energy(self) -> dict[str, Any] | None:
         """The run's usage summed over its jobs (None when nothing was measured)."""
+        from gpudesk.engine.telemetry.energy import summarize
+
         usages = [j["usage"] for j in self.jobs if j.get("usage")]
         if not usages or self.grid_g_per_kwh is None:
             return None
         return summarize(usages, self.grid_g_per_kwh)
 
     def to_dict(self) -> dict[str, Any]:
+        from gpudesk import render
+
         return {
             "profile": self.profile,
             "backend": self.backend,
@@ -97,6 +111,8 @@ class RunReport:
         }
 
     def text(self) -> str:
+        from gpudesk import render
+
         rows = [
             (
                 j["id"],
@@ -162,6 +178,8 @@ class RunReport:
         return lines
 
     def energy_line(self) -> str:
+        from gpudesk import render
+
         station = f"backend {self.backend}" + (", SIMULATED" if self.simulated else "")
         energy = self.energy
         if energy is None or energy["total_j"] is None:
@@ -211,6 +229,9 @@ class _Progress:
             self.live.start()
 
     def update(self, jobs: list[dict[str, Any]]) -> None:
+        from gpudesk import render
+        from gpudesk.engine.jobs import TERMINAL_STATE_NAMES
+
         if self.live is not None:
             self.live.update(self._table(jobs, rows=self.live.console.height - 4))
             return
@@ -232,6 +253,9 @@ class _Progress:
 
     def _table(self, jobs: list[dict[str, Any]], rows: int) -> Any:
         from rich.table import Table
+
+        from gpudesk import render
+        from gpudesk.engine.jobs import TERMINAL_STATE_NAMES
 
         done = sum(1 for j in jobs if j["state"] in TERMINAL_STATE_NAMES)
         # Running jobs first, then the queue, then finished ones, as many as the screen holds.
@@ -283,6 +307,9 @@ def run_profile(
     progress_stream: TextIO = sys.stderr,
     live: bool | None = None,
 ) -> RunReport:
+    from gpudesk.engine.client import submit_env
+    from gpudesk.prepass_jobs import prepass_job, profile_prepasses
+
     started = time.time()
     # The group names this run's jobs; unique even for two runs of one profile in one second.
     stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(started))
@@ -338,6 +365,9 @@ def run_profile(
 def _record_prepasses(client: EngineClient, report: RunReport) -> bool:
     """Write what the engine measured of each pre-pass job into the cache entry it computed;
     True when every pre-pass succeeded (else the training jobs are not submitted)."""
+    from gpudesk.prepass_jobs import record_prepass
+    from gpudesk.selection.cache import SelectionCache
+
     cache = SelectionCache(client.home.selection_dir)
     done = client.request("jobs", group=report.group, usage=True)["jobs"]
     ok = True
@@ -382,6 +412,8 @@ def _add_usage(client: EngineClient, report: RunReport) -> None:
 def _follow(
     client: EngineClient, events: zmq.Socket, group: str, progress: _Progress
 ) -> list[dict[str, Any]]:
+    from gpudesk.engine.jobs import TERMINAL_STATE_NAMES
+
     while True:
         started = time.monotonic()
         jobs = client.request("jobs", group=group)["jobs"]
@@ -405,6 +437,8 @@ def _drain(events: zmq.Socket) -> None:
 def _cancel_group(client: EngineClient, group: str, stream: TextIO) -> None:
     """Cancel what this run submitted, wherever the Ctrl-C landed (even mid-submit: the engine
     handles requests in order, so a submit that was sent is queued before this query)."""
+    from gpudesk.engine.jobs import TERMINAL_STATE_NAMES
+
     jobs = client.request("jobs", group=group)["jobs"]
     active = [j["id"] for j in jobs if j["state"] not in TERMINAL_STATE_NAMES]
     print(
@@ -423,3 +457,58 @@ def write_report(report: RunReport, path: Path) -> None:
     else:
         text = report.text() + "\n"
     path.write_text(text)
+
+
+# ------------------------------------------------------------------- the command
+run_app = typer.Typer()
+
+
+@run_app.command()
+def run(
+    profile: Path = typer.Argument(..., help="A profile.toml with [[jobs]] and [[sweeps]]."),
+    report: Path | None = typer.Option(
+        None,
+        "--report",
+        help="Also write the report here (JSON when the name ends in .json, else text).",
+    ),
+    json_out: bool = typer.Option(False, "--json", help="Print the report as JSON on stdout."),
+) -> None:
+    """Run a profile to completion: submit its jobs, follow them, report.
+
+    Exits 0 only if every job succeeded. Ctrl-C cancels this run's jobs and still reports."""
+    from gpudesk.profile import ProfileError, load_profile
+
+    try:
+        loaded = load_profile(profile)
+    except ProfileError as exc:
+        fail(f"the profile is not valid:\n{exc}", EXIT_USAGE)
+    client = engine_client()  # run_profile applies the profile's [station] to the engine
+    progress = sys.stderr if json_out else sys.stdout
+    print(
+        f"running {len(loaded.jobs)} job(s) from {profile} on the engine at {client.home.root}",
+        file=progress,
+        flush=True,
+    )
+    try:
+        result = run_profile(loaded, client, progress_stream=progress)
+    except KeyboardInterrupt:
+        print("left the run; the engine is finishing the cancels", file=sys.stderr)
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+    finally:
+        client.close()
+    if report is not None:
+        try:
+            write_report(result, report)
+        except OSError as exc:
+            print(
+                f"error: could not write the report to {report}: {exc.strerror or exc}",
+                file=sys.stderr,
+            )
+    if json_out:
+        print_json(result.to_dict())
+    else:
+        print("\n" + result.text())
+    if result.interrupted:
+        raise typer.Exit(EXIT_INTERRUPTED)
+    if not result.succeeded:
+        raise typer.Exit(EXIT_FAILED)
