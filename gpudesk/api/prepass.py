@@ -127,35 +127,3 @@ def job_wall(job: Mapping[str, Any]) -> float | None:
     if job.get("started_at") is None or job.get("ended_at") is None:
         return None
     return float(job["ended_at"]) - float(job["started_at"])
-
-
-@dataclass(frozen=True)
-class PrepassResult:
-    """How one pre-pass job ended; `output` is what it printed (None when it failed)."""
-
-    job_id: int
-    name: str
-    state: str
-    output: Mapping[str, Any] | None
-
-    @property
-    def ok(self) -> bool:
-        return self.output is not None
-
-    def describe(self) -> str:
-        """One line for a report or a notification."""
-        if self.output is None:
-            return (
-                f"pre-pass job {self.job_id} ({self.name}) {self.state}: the profile's jobs "
-                f"were not submitted (gpudesk logs {self.job_id})"
-            )
-        out = self.output
-        how = (
-            "reused from the cache"
-            if out["reused"]
-            else f"computed in {out['prepass_wall_s']:.1f} s and cached"
-        )
-        return (
-            f"selection {out['preset']} of {out['dataset']}: {out['kept']} of {out['of']} "
-            f"samples, {how} (key {out['key']})"
-        )

@@ -23,15 +23,19 @@ import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal, Protocol, TypeAlias
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias
 
-from gpudesk.api.prepass import PrepassResult, profile_prepasses, record_prepass
 from gpudesk.engine.client import submit_env
 from gpudesk.engine.jobs import TERMINAL_STATE_NAMES, JobSpec
-from gpudesk.engine.loaders import DatasetSpec
-from gpudesk.engine.station import StationConfig
-from gpudesk.profile import Profile
-from gpudesk.selection.cache import SelectionCache
+
+if TYPE_CHECKING:
+    from gpudesk.engine.loaders import DatasetSpec
+    from gpudesk.engine.station import StationConfig
+    from gpudesk.profile import Profile
+    from gpudesk.selection.cache import SelectionCache
+
+# The profile parser, the selection cache and numpy are imported by the steps that need them:
+# `gpudesk submit` of one command needs only `submit_specs`.
 
 POLL_S = 0.25  # how often `wait_for_jobs` asks
 
@@ -46,10 +50,44 @@ class WaitStopped(Exception):
     """`wait_for_jobs` was told to stop before the jobs ended (the desk closed)."""
 
 
+@dataclass(frozen=True)
+class PrepassResult:
+    """How one pre-pass job ended; `output` is what it printed (None when it failed)."""
+
+    job_id: int
+    name: str
+    state: str
+    output: Mapping[str, Any] | None
+
+    @property
+    def ok(self) -> bool:
+        return self.output is not None
+
+    def describe(self) -> str:
+        """One line for a report or a notification."""
+        if self.output is None:
+            return (
+                f"pre-pass job {self.job_id} ({self.name}) {self.state}: the profile's jobs "
+                f"were not submitted (gpudesk logs {self.job_id})"
+            )
+        out = self.output
+        how = (
+            "reused from the cache"
+            if out["reused"]
+            else f"computed in {out['prepass_wall_s']:.1f} s and cached"
+        )
+        return (
+            f"selection {out['preset']} of {out['dataset']}: {out['kept']} of {out['of']} "
+            f"samples, {how} (key {out['key']})"
+        )
+
+
 def record_prepasses(
     client: Requester, ids: Sequence[int], cache: SelectionCache
 ) -> list[PrepassResult]:
     """Record each finished pre-pass job's measurement in the cache (see `record_prepass`)."""
+    from gpudesk.api.prepass import record_prepass
+
     if not ids:
         return []
     jobs = client.request("jobs", ids=list(ids), usage=True)["jobs"]
@@ -156,7 +194,9 @@ def submit_profile(
     the submitter's home's), then queue the training jobs if every pre-pass succeeded. Every
     job goes in `group` (default: a new one for this submission). `on_step` hears of each step
     as it happens."""
+    from gpudesk.api.prepass import profile_prepasses
     from gpudesk.paths import Home
+    from gpudesk.selection.cache import SelectionCache
 
     outcome = ProfileSubmission(group or run_group(profile.name))
     prepare_station(client, profile)

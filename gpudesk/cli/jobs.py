@@ -64,7 +64,7 @@ def submit(
     json_out: bool = typer.Option(False, "--json", help="Print the new job as JSON."),
 ) -> None:
     """Queue one job: gpudesk submit [OPTIONS] -- COMMAND [ARGS]..."""
-    from gpudesk.engine.client import submit_env
+    from gpudesk.api.submit import submit_specs
     from gpudesk.engine.jobs import JobSpec, SpecError
 
     if command and command[0] == "--":
@@ -96,7 +96,7 @@ def submit(
     if not cwd.is_dir():
         fail(f"--workdir: {cwd} is not a directory", EXIT_USAGE)
     with engine_client() as client:
-        job_id = client.request("submit", jobs=[spec.to_dict()], env=submit_env())["ids"][0]
+        (job_id,) = submit_specs(client, [spec])
     if json_out:
         print_json({"id": job_id, "name": spec.name})
     else:

@@ -308,8 +308,7 @@ def run_profile(
 ) -> RunReport:
     """Submit the profile (gpudesk.api.submit: [station], [datasets], the selections' pre-pass
     jobs, then the training jobs if every pre-pass succeeded), follow its jobs to the end."""
-    from gpudesk.api.prepass import PrepassResult
-    from gpudesk.api.submit import Step, run_group, submit_profile
+    from gpudesk.api.submit import PrepassResult, Step, run_group, submit_profile
     from gpudesk.selection.cache import SelectionCache
 
     started = time.time()
