@@ -1,0 +1,384 @@
+"""`gpudesk run PROFILE`: submit a profile's jobs, follow them to the end, report (the command
+itself: gpudesk.cli.run).
+
+Progress is a live table on a terminal and one plain line per state change otherwise (CI logs,
+`| tee`). Ctrl-C cancels the run's jobs (not the engine, not other runs) and still reports.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+import zmq
+
+from gpudesk import render
+from gpudesk.api.submit import PrepassResult, Step, run_group, submit_profile
+from gpudesk.engine.client import EngineClient
+from gpudesk.engine.jobs import TERMINAL_STATE_NAMES
+from gpudesk.engine.telemetry.energy import summarize
+from gpudesk.profile import Profile
+from gpudesk.selection.cache import SelectionCache
+
+REFRESH_S = 0.5  # refresh at least this often even without events
+MIN_REFRESH_S = 0.1
+# Listing a run's jobs costs the engine time in proportion to the run's size (about 0.4 s for
+# 10,000 jobs on a 2-core machine), so a follower spaces its refreshes to stay under this share.
+ENGINE_SHARE = 0.1
+CANCEL_GRACE_S = 5.0
+
+
+@dataclass
+class RunReport:
+    profile: str
+    group: str
+    started_at: float
+    ended_at: float = 0.0
+    interrupted: bool = False
+    jobs: list[dict[str, Any]] = field(default_factory=list)
+    backend: str = "none"
+    simulated: bool = False
+    grid_g_per_kwh: float | None = None
+    loaders: list[dict[str, Any]] = field(default_factory=list)  # the run's shared loaders
+    notes: list[str] = field(default_factory=list)  # what the run did besides its jobs
+
+    @property
+    def counts(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for job in self.jobs:
+            counts[job["state"]] = counts.get(job["state"], 0) + 1
+        return counts
+
+    @property
+    def succeeded(self) -> bool:
+        return bool(self.jobs) and all(j["state"] == "succeeded" for j in self.jobs)
+
+    @property
+    def energy(self) -> dict[str, Any] | None:
+        """The run's usage summed over its jobs (None when nothing was measured)."""
+        usages = [j["usage"] for j in self.jobs if j.get("usage")]
+        if not usages or self.grid_g_per_kwh is None:
+            return None
+        return summarize(usages, self.grid_g_per_kwh)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "profile": self.profile,
+            "backend": self.backend,
+            "simulated": self.simulated,
+            "group": self.group,
+            "started_at": self.started_at,
+            "ended_at": self.ended_at,
+            "wall_s": round(self.ended_at - self.started_at, 3),
+            "interrupted": self.interrupted,
+            "succeeded": self.succeeded,
+            "counts": self.counts,
+            "energy": self.energy,
+            "loaders": self.loaders,
+            "notes": self.notes,
+            "jobs": [
+                {
+                    "id": j["id"],
+                    "name": j["name"],
+                    "state": j["state"],
+                    "attempts": j["attempts"],
+                    "wall_s": _rounded(render.job_runtime(j)),
+                    "exit_code": j["exit_code"],
+                    "reason": j["reason"],
+                    "log": j["log"],
+                    "usage": j.get("usage"),
+                }
+                for j in self.jobs
+            ],
+        }
+
+    def text(self) -> str:
+        rows = [
+            (
+                j["id"],
+                j["name"],
+                j["state"],
+                j["attempts"],
+                render.duration(render.job_runtime(j)),
+                j["exit_code"],
+                render.energy(j.get("usage")),
+                render.shorten_path(j["log"]),
+            )
+            for j in self.jobs
+        ]
+        table = render.table(
+            ("ID", "NAME", "STATE", "ATTEMPTS", "WALL", "EXIT", "ENERGY", "LOG"),
+            rows,
+            max_widths={1: 32},
+            right=(0, 3, 4, 5, 6),
+        )
+        counts = ", ".join(f"{n} {state}" for state, n in sorted(self.counts.items()))
+        head = f"{self.profile}: {counts} in {render.duration(self.ended_at - self.started_at)}"
+        if self.interrupted:
+            head += " (interrupted)"
+        lines = [self.energy_line(), *self.loader_lines(), *self.notes]
+        return f"{table}\n\n{head}\n" + "\n".join(lines)
+
+    def loader_lines(self) -> list[str]:
+        """One line per shared loader: its CPU, and what unshared loading would have cost."""
+        lines = []
+        for loader in self.loaders:
+            status = loader.get("status") or {}
+            consumers = status.get("consumers_total")
+            who = f" for {consumers} consumer{'' if consumers == 1 else 's'}" if consumers else ""
+            if loader.get("saved_cpu_s") is None:
+                lines.append(f"shared loader {loader['name']}: no batches measured")
+                continue
+            chosen = status.get("selection")
+            if chosen:
+                how = (
+                    "cached pre-pass"
+                    if chosen.get("reused")
+                    else "no pre-pass"
+                    if chosen.get("key") is None
+                    else f"pre-pass {chosen.get('prepass_wall_s', 0):.1f} s, now cached"
+                )
+                lines.append(
+                    f"shared loader {loader['name']}: selection {chosen['preset']}, "
+                    f"trained on {chosen['kept']} of {chosen['of']} samples ({how})"
+                )
+            if consumers == 1 or abs(loader["saved_cpu_s"]) < 0.05:
+                lines.append(
+                    f"shared loader {loader['name']}: producer CPU "
+                    f"{loader['cpu_s']:.1f} s{who}; each batch went to one consumer, "
+                    "so sharing saved nothing"
+                )
+                continue
+            lines.append(
+                f"shared loader {loader['name']}: producer CPU {loader['cpu_s']:.1f} s{who}, "
+                f"{status.get('produced', 0)} batches made, {status.get('delivered_total', 0)} "
+                f"delivered; unshared loading estimated at {loader['unshared_cpu_s']:.1f} s: "
+                f"{loader['saved_cpu_s']:.1f} CPU-s saved"
+            )
+        return lines
+
+    def energy_line(self) -> str:
+        station = f"backend {self.backend}" + (", SIMULATED" if self.simulated else "")
+        energy = self.energy
+        if energy is None or energy["total_j"] is None:
+            gpus = "no GPUs" if self.backend == "none" else "no GPU energy readings"
+            return (
+                f"energy: not measured ({station}: {gpus}, and the CPU's RAPL counters are "
+                "not readable)"
+            )
+        parts = []
+        if energy["gpu_j"] is not None:
+            idle = energy["gpu_idle_j"]
+            parts.append(
+                f"GPU {render.joules(energy['gpu_j'])}"
+                + (f" (idle baseline {render.joules(idle)})" if idle is not None else "")
+            )
+        parts.append(
+            "CPU "
+            + (
+                render.joules(energy["cpu_j"])
+                if energy["cpu_j"] is not None
+                else "n/a (RAPL not readable)"
+            )
+        )
+        estimate = ", estimated for shared GPUs/CPU" if energy["estimate"] else ""
+        return (
+            f"energy: {', '.join(parts)}; {energy['carbon_g']:.1f} g CO2e at "
+            f"{self.grid_g_per_kwh:g} g/kWh ({station}{estimate})"
+        )
+
+
+def _rounded(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds, 3)
+
+
+class _Progress:
+    """Prints what changed: a live table on a terminal, plain lines elsewhere."""
+
+    def __init__(self, stream: TextIO, live: bool) -> None:
+        self.stream = stream
+        self.seen: dict[int, tuple[str, int]] = {}
+        self.live = None
+        if live:
+            from rich.console import Console
+            from rich.live import Live
+
+            self.live = Live(console=Console(file=stream), refresh_per_second=4, transient=True)
+            self.live.start()
+
+    def update(self, jobs: list[dict[str, Any]]) -> None:
+        if self.live is not None:
+            self.live.update(self._table(jobs, rows=self.live.console.height - 4))
+            return
+        for job in jobs:
+            key = (job["state"], job["attempts"])
+            if self.seen.get(job["id"]) == key:
+                continue
+            self.seen[job["id"]] = key
+            detail = ""
+            if job["state"] == "running":
+                detail = f" on {job['slot']} (attempt {job['attempts']})" if job["slot"] else ""
+            elif job["state"] in TERMINAL_STATE_NAMES or job["attempts"]:
+                detail = f": {job['reason']}" if job["reason"] else ""
+            print(
+                f"{render.clock(time.time())}  {job['name']}  {job['state']}{detail}",
+                file=self.stream,
+                flush=True,
+            )
+
+    def _table(self, jobs: list[dict[str, Any]], rows: int) -> Any:
+        from rich.table import Table
+
+        done = sum(1 for j in jobs if j["state"] in TERMINAL_STATE_NAMES)
+        # Running jobs first, then the queue, then finished ones, as many as the screen holds.
+        rank = {"running": 0, "queued": 1}
+        ordered = sorted(jobs, key=lambda j: (rank.get(j["state"], 2), j["id"]))
+        shown = ordered[: max(5, rows)]
+        caption = f"… and {len(jobs) - len(shown)} more" if len(shown) < len(jobs) else None
+        table = Table(
+            title=f"{done}/{len(jobs)} done",
+            title_justify="left",
+            box=None,
+            pad_edge=False,
+            expand=False,
+            caption=caption,
+            caption_justify="left",
+        )
+        table.add_column("ID", justify="right", no_wrap=True)
+        table.add_column("NAME", no_wrap=True, overflow="ellipsis", max_width=32)
+        table.add_column("STATE", no_wrap=True, min_width=len("succeeded"))
+        table.add_column("TIME", justify="right", no_wrap=True)
+        table.add_column("LAST OUTPUT", no_wrap=True, overflow="ellipsis", max_width=60)
+        colors = {
+            "running": "cyan",
+            "succeeded": "green",
+            "failed": "red",
+            "cancelled": "yellow",
+            "queued": "dim",
+        }
+        for job in shown:
+            output = render.last_line(job["log"]) if job["state"] == "running" else ""
+            table.add_row(
+                str(job["id"]),
+                job["name"],
+                f"[{colors.get(job['state'], '')}]{job['state']}[/]",
+                render.duration(render.job_runtime(job)),
+                output,
+            )
+        return table
+
+    def close(self) -> None:
+        if self.live is not None:
+            self.live.stop()
+
+
+def run_profile(
+    profile: Profile,
+    client: EngineClient,
+    *,
+    progress_stream: TextIO = sys.stderr,
+    live: bool | None = None,
+) -> RunReport:
+    """Submit the profile (gpudesk.api.submit: [station], [datasets], the selections' pre-pass
+    jobs, then the training jobs if every pre-pass succeeded), follow its jobs to the end."""
+    started = time.time()
+    group = run_group(profile.name, started)  # names this run's jobs
+    report = RunReport(profile=profile.name, group=group, started_at=started)
+    progress = _Progress(progress_stream, progress_stream.isatty() if live is None else live)
+
+    def note(step: Step) -> None:
+        if isinstance(step, PrepassResult):
+            report.notes.append(step.describe())
+
+    try:
+        with client.subscribe("job") as events:
+
+            def follow(ids: object = None) -> None:
+                report.jobs = _follow(client, events, group, progress)
+
+            try:
+                # The selections' pre-passes first, as jobs the engine measures; the training
+                # jobs then find them cached.
+                submit_profile(
+                    client,
+                    profile,
+                    group=group,
+                    wait=follow,
+                    on_step=note,
+                    cache=SelectionCache(client.home.selection_dir),
+                )
+                follow()
+            except KeyboardInterrupt:
+                report.interrupted = True
+                _cancel_group(client, group, progress.stream)
+                follow()  # a second Ctrl-C leaves now: the engine finishes the cancels
+    finally:
+        progress.close()
+    report.ended_at = time.time()
+    _add_usage(client, report)
+    return report
+
+
+def _add_usage(client: EngineClient, report: RunReport) -> None:
+    """Energy and resource use of the run's jobs, measured by the engine's sampler."""
+    status = client.request("status", fresh_loaders=True)
+    station = status["station"]
+    used = {job.get("loader") for job in report.jobs} - {None}
+    report.loaders = [entry for entry in status.get("loaders", []) if entry["name"] in used]
+    report.backend, report.simulated = station["effective_backend"], station["simulated"]
+    report.grid_g_per_kwh = station["grid_intensity"]
+    usage = {
+        j["id"]: j["usage"] for j in client.request("jobs", group=report.group, usage=True)["jobs"]
+    }
+    for job in report.jobs:
+        job["usage"] = usage.get(job["id"])
+
+
+def _follow(
+    client: EngineClient, events: zmq.Socket, group: str, progress: _Progress
+) -> list[dict[str, Any]]:
+    while True:
+        started = time.monotonic()
+        jobs = client.request("jobs", group=group)["jobs"]
+        gap = max(MIN_REFRESH_S, (time.monotonic() - started) / ENGINE_SHARE)
+        progress.update(jobs)
+        if all(job["state"] in TERMINAL_STATE_NAMES for job in jobs):
+            return jobs
+        # Wake on the next event, or refresh anyway (a SUB socket can miss the first ones),
+        # but never sooner than `gap` after the last refresh began.
+        if events.poll(int(max(REFRESH_S, gap) * 1000)):
+            _drain(events)
+            time.sleep(max(0.0, gap - (time.monotonic() - started)))
+            _drain(events)
+
+
+def _drain(events: zmq.Socket) -> None:
+    while events.poll(0):
+        events.recv_multipart()
+
+
+def _cancel_group(client: EngineClient, group: str, stream: TextIO) -> None:
+    """Cancel what this run submitted, wherever the Ctrl-C landed (even mid-submit: the engine
+    handles requests in order, so a submit that was sent is queued before this query)."""
+    jobs = client.request("jobs", group=group)["jobs"]
+    active = [j["id"] for j in jobs if j["state"] not in TERMINAL_STATE_NAMES]
+    print(
+        f"\ncancelling {len(active)} job(s) of this run (Ctrl-C again to leave them to the "
+        "engine)…",
+        file=stream,
+        flush=True,
+    )
+    if active:
+        client.request("cancel", jobs=active, grace=CANCEL_GRACE_S)
+
+
+def write_report(report: RunReport, path: Path) -> None:
+    if path.suffix == ".json":
+        text = json.dumps(report.to_dict(), indent=2) + "\n"
+    else:
+        text = report.text() + "\n"
+    path.write_text(text)

@@ -1,0 +1,298 @@
+"""`gpudesk top`: a plain monitor made for SSH — no curses, 80 columns, no colour needed.
+
+Each frame shows the station (backend, engine state), the host's CPU and memory, one block per
+GPU (SM activity, kernel-active time, memory, power, energy since sampling began, MIG devices and
+the jobs on it) and every running job. When an engine runs for this home, top shows what the
+engine's sampler sees (it never starts one); otherwise it samples the station directly, which for
+`--once` and `--json` means two readings 0.12 s apart.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import textwrap
+import time
+from dataclasses import dataclass
+from typing import Any, TextIO
+
+from gpudesk import render
+from gpudesk.engine.client import EngineClient, EngineError, engine_pid
+from gpudesk.engine.station import StationConfig
+from gpudesk.paths import Home
+
+DIRECT_WINDOW_S = 0.12  # GPM (>= 0.1 s apart), CPU % and energy all need two readings
+FIRST_SAMPLE_WAIT_S = 3.0  # an engine that just started has no sample yet
+GIB = 1024.0  # MiB per GiB
+WIDTH = 80
+
+
+@dataclass
+class Source:
+    """Where frames come from: the engine, or a monitor of our own."""
+
+    home: Home
+    engine: dict[str, Any] | None = None
+    monitor: Any = None  # telemetry.monitor.Monitor when sampling directly
+    note: str | None = None
+
+    def close(self) -> None:
+        if self.monitor is not None:
+            self.monitor.close()
+
+
+def _engine_status(home: Home) -> dict[str, Any] | None:
+    pid = engine_pid(home)
+    if pid is None:
+        return None
+    try:
+        with EngineClient(home, timeout=2.0) as client:
+            status = client.request("status")
+    except EngineError as exc:
+        return {"running": True, "pid": pid, "error": str(exc)}
+    station = status["station"]
+    return {
+        "running": True,
+        "pid": status["pid"],
+        "policy": station["policy"],
+        "backend": station["effective_backend"],
+        "configured_backend": station["backend"],
+        "slots_busy": status["slots"]["busy"],
+        "slots_total": status["slots"]["total"],
+        "gpus_busy": status["gpus"]["busy"],
+        "gpus_total": status["gpus"]["total"],
+        "queued": status["counts"]["queued"],
+        "running_jobs": status["counts"]["running"],
+    }
+
+
+def open_source(home: Home, env: dict[str, str] | None = None) -> Source:
+    """The engine when it runs and watches the backend asked for, else direct sampling."""
+    env = dict(os.environ) if env is None else env
+    requested = env.get("GPUDESK_BACKEND") or None
+    engine = _engine_status(home)
+    answering = engine is not None and "error" not in engine
+    if (
+        engine is not None
+        and answering
+        and (requested is None or requested in (engine["backend"], engine["configured_backend"]))
+    ):
+        return Source(home, engine)
+    backend_name = StationConfig().with_env_override(env).backend
+    from gpudesk.engine.telemetry.backend import make_backend
+    from gpudesk.engine.telemetry.monitor import Monitor
+
+    source = Source(home, engine, Monitor(make_backend(backend_name)))
+    if engine is not None and answering:
+        source.note = (
+            f"the engine watches {engine['backend']}; showing "
+            f"GPUDESK_BACKEND={requested}, sampled directly"
+        )
+    return source
+
+
+def take_view(source: Source, *, fresh: bool = False) -> dict[str, Any]:
+    """One station view (the `--json` contract). `fresh` gives a direct monitor its two
+    readings; the engine's view is always its latest sample."""
+    if source.monitor is None:
+        view = _engine_view(source)
+        if view is not None:
+            return view
+        source.monitor = _fallback_monitor(source)  # the engine went away
+    monitor = source.monitor
+    if fresh or monitor.latest is None:
+        monitor.ingest(monitor.collect())
+        time.sleep(DIRECT_WINDOW_S)
+    view = dict(monitor.ingest(monitor.collect()))
+    view.update(
+        {"source": "direct", "engine": source.engine, "note": source.note, "interval_s": None}
+    )
+    return view
+
+
+def _fallback_monitor(source: Source) -> Any:
+    from gpudesk.engine.telemetry.backend import make_backend
+    from gpudesk.engine.telemetry.monitor import Monitor
+
+    source.engine, source.note = None, "the engine stopped; sampling directly"
+    return Monitor(make_backend(StationConfig().with_env_override().backend))
+
+
+def _engine_view(source: Source) -> dict[str, Any] | None:
+    deadline = time.monotonic() + FIRST_SAMPLE_WAIT_S
+    try:
+        with EngineClient(source.home, timeout=2.0) as client:
+            while True:
+                snapshot = client.request("telemetry")["snapshot"]
+                if snapshot is not None or time.monotonic() >= deadline:
+                    break
+                time.sleep(0.1)
+    except EngineError:
+        return None
+    if snapshot is None:
+        return None
+    source.engine = _engine_status(source.home) or source.engine
+    return {**snapshot, "source": "engine", "engine": source.engine, "note": source.note}
+
+
+# ---------------------------------------------------------------- rendering
+def _na(value: float | None, fmt: str = "{:.0f}", unit: str = "") -> str:
+    return "n/a" if value is None else fmt.format(value) + unit
+
+
+def _bar(fraction: float | None, width: int) -> str:
+    if fraction is None:
+        return "[" + "n/a".center(width) + "]"
+    filled = round(max(0.0, min(1.0, fraction)) * width)
+    return "[" + "|" * filled + " " * (width - filled) + "]"
+
+
+def _header(view: dict[str, Any]) -> list[str]:
+    engine = view.get("engine")
+    if engine is None:
+        state = "engine not running"
+    elif "error" in engine:
+        state = f"engine pid {engine['pid']} not answering"
+    else:
+        gpus = (
+            f"GPUs {engine['gpus_busy']}/{engine['gpus_total']}, " if engine["gpus_total"] else ""
+        )
+        state = (
+            f"engine pid {engine['pid']}, {engine['policy']}, {gpus}CPU slots "
+            f"{engine['slots_busy']}/{engine['slots_total']}, {engine['queued']} queued"
+        )
+    clock = time.strftime("%H:%M:%S", time.localtime(view["taken_at"]))
+    label = "SIMULATED  " if view["simulated"] else ""
+    lines = [f"gpudesk top  {clock}  {label}backend {view['backend']}", state]
+    for text in (view.get("banner"), view.get("note")):
+        if text:
+            lines.extend(textwrap.wrap(text, WIDTH, initial_indent="!! ", subsequent_indent="   "))
+    host = view["host"]
+    used, total = host["memory_used_mib"] / GIB, host["memory_total_mib"] / GIB
+    cpu_energy = host.get("cpu_energy_j")
+    lines.append(
+        f"CPU {_bar(host['cpu_pct'] / 100, 16)} {host['cpu_pct']:3.0f}% of {host['cores']}  "
+        f"MEM {_bar(used / total if total else 0, 10)} {used:.1f}/{total:.0f} GiB  "
+        f"load {host['load_avg'][0]:.2f}"
+        + (f"  CPU {render.joules(cpu_energy)}" if cpu_energy is not None else "")
+    )
+    return lines
+
+
+def _gpu_block(gpu: dict[str, Any], simulated: bool, jobs: dict[int, dict[str, Any]]) -> list[str]:
+    tag = " (SIMULATED)" if simulated else ""
+    if gpu["lost"]:
+        return [f"GPU {gpu['index']}  {gpu['name'] or '?'}{tag}  LOST: fell off the bus"]
+    temp = _na(gpu["temperature_c"], unit="C")
+    clock = _na(gpu["sm_clock_mhz"], unit=" MHz")
+    title = f"GPU {gpu['index']}  {gpu['name'] or '?'}{tag}"
+    lines = [f"{title}  {temp}  {clock}".rstrip()]
+    sm = gpu["sm_activity_pct"]
+    power, limit = gpu["power_w"], gpu["power_limit_w"]
+    power_text = (
+        _na(power, unit=" W") if limit is None or power is None else f"{power:.0f}/{limit:.0f} W"
+    )
+    lines.append(
+        f"  SM  {_bar(None if sm is None else sm / 100, 20)} {_na(sm, unit='%'):>4}  "
+        f"kernel-active {_na(gpu['kernel_active_pct'], unit='%'):>4}  "
+        f"power {power_text}"
+    )
+    used, total = gpu["memory_used_mib"], gpu["memory_total_mib"]
+    fraction = used / total if used is not None and total else None
+    memory = "n/a" if used is None or total is None else f"{used / GIB:.1f}/{total / GIB:.1f} GiB"
+    source = {"counter": "", "integrated": " (integrated)"}.get(gpu["energy_source"] or "", "")
+    lines.append(
+        f"  MEM {_bar(fraction, 20)} {memory:<16} energy {render.joules(gpu['energy_j'])}{source}"
+    )
+    for mig in gpu["mig_devices"]:
+        mem = (
+            "n/a"
+            if mig["memory_used_mib"] is None or mig["memory_total_mib"] is None
+            else f"{mig['memory_used_mib'] / GIB:.1f}/{mig['memory_total_mib'] / GIB:.1f} GiB"
+        )
+        users = ", ".join(str(p["job_id"] or p["pid"]) for p in mig["processes"]) or "idle"
+        lines.append(
+            f"  MIG {mig['index']} {mig['name'] or '?'}  GI {mig['gpu_instance_id']} "
+            f"CI {mig['compute_instance_id']}  {mem}  {users}"
+        )
+    holders = [jobs[j] for j in gpu["jobs"] if j in jobs]
+    others = [p for p in gpu["processes"] if p["job_id"] is None]
+    if holders or others:
+        parts = [f"{j['id']} {j['name']}" for j in holders]
+        parts += [f"pid {p['pid']}" for p in others]
+        lines.append("  jobs: " + ", ".join(parts))
+    return lines
+
+
+def render_frame(view: dict[str, Any], width: int = WIDTH) -> str:
+    lines = _header(view)
+    jobs = {job["id"]: job for job in view["jobs"]}
+    if not view["gpus"]:
+        lines.append(
+            "GPUs: none on this station" if view["backend"] == "none" else "GPUs: none answering"
+        )
+    for gpu in view["gpus"]:
+        lines.extend(_gpu_block(gpu, view["simulated"], jobs))
+    lines.append("")
+    if not view["jobs"]:
+        lines.append("no running jobs")
+    else:
+        rows = []
+        for job in view["jobs"]:
+            cpu = "-" if job["cpu_pct"] is None else f"{job['cpu_pct']:.0f}%"
+            rss = "-" if job["rss_mib"] is None else f"{job['rss_mib']:.0f}M"
+            gpu_mem = "-" if job["gpu_memory_mib"] is None else f"{job['gpu_memory_mib']:.0f}M"
+            spent = render.energy(job["energy"])
+            rows.append(
+                (
+                    job["id"],
+                    job["name"],
+                    job["slot"] or "-",
+                    render.duration(job["runtime_s"]),
+                    cpu,
+                    rss,
+                    gpu_mem,
+                    spent,
+                )
+            )
+        name_width = max(8, width - 60)
+        lines.append(
+            render.table(
+                ("ID", "NAME", "SLOT", "TIME", "CPU", "RSS", "GPU MEM", "ENERGY"),
+                rows,
+                max_widths={1: name_width, 2: 10},
+                right=(0, 3, 4, 5, 6, 7),
+            )
+        )
+    return "\n".join(render.clip(line, width) for line in "\n".join(lines).splitlines())
+
+
+def _can_redraw(stream: TextIO) -> bool:
+    return stream.isatty() and os.environ.get("TERM", "") not in ("", "dumb")
+
+
+def run_top(
+    home: Home, *, once: bool, as_json: bool, interval: float, out: TextIO = sys.stdout
+) -> None:
+    source = open_source(home)
+    try:
+        if once or as_json:
+            view = take_view(source, fresh=True)
+            if as_json:
+                print(json.dumps(view, indent=2), file=out)
+            else:
+                print(render_frame(view), file=out)
+            return
+        redraw = _can_redraw(out)
+        view = take_view(source, fresh=True)
+        while True:
+            frame = render_frame(view)
+            out.write(f"\x1b[H\x1b[2J{frame}\n" if redraw else f"{frame}\n\n")
+            out.flush()
+            time.sleep(interval)
+            view = take_view(source)
+    except KeyboardInterrupt:
+        out.write("\n")
+    finally:
+        source.close()
