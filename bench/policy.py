@@ -19,10 +19,10 @@ import random
 import statistics
 import time
 
-from gpudesk.engine.collocation import CarmaPolicy, SharingPolicy
-from gpudesk.engine.demand import Demand
 from gpudesk.engine.jobs import JobSpec, JobState
-from gpudesk.engine.policy import GpuState, StationView, Tenant
+from gpudesk.engine.placement.collocation import CarmaPolicy, SharingPolicy
+from gpudesk.engine.placement.demand import Demand
+from gpudesk.engine.placement.policy import GpuState, StationView, Tenant
 from gpudesk.engine.station import StationConfig
 from gpudesk.engine.store import JobRecord
 

@@ -1,6 +1,6 @@
 """`gpudesk mig`: MIG partitions through nvidia-smi. `profiles`, `list`, `apply` and `clear` need
 nothing but nvidia-smi: no engine, no NVML. `plan` and `apply-plan` ask the engine for the layout
-its queue would want (gpudesk.engine.mig_planner) and apply it through the engine.
+its queue would want (gpudesk.engine.mig.planner) and apply it through the engine.
 
 Registered in gpudesk.cli as `app.add_typer(mig_app, name="mig")`; the helpers it shares with the
 other commands (fail, exit codes, JSON printing, the engine client) are imported from there
@@ -18,7 +18,9 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 if TYPE_CHECKING:
-    from gpudesk.engine.mig import GiProfile, GpuEntry, MigLayout, NvidiaSmiError, Placement
+    from gpudesk.engine.mig.nvidia_smi import NvidiaSmiError
+    from gpudesk.engine.mig.profiles import SliceSpan
+    from gpudesk.engine.mig.records import GiProfile, GpuEntry, MigLayout
 
 # gpudesk.engine.mig is imported inside the commands: every `gpudesk` command loads this module
 # (it is registered in gpudesk.cli), and the MIG layer costs ~25-40 ms to import.
@@ -41,7 +43,7 @@ GpuOption = Annotated[
 @contextmanager
 def _mig_errors() -> Iterator[None]:
     from gpudesk.cli import EXIT_FAILED, EXIT_USAGE, fail
-    from gpudesk.engine.mig import MigError, MigUsageError
+    from gpudesk.engine.mig.nvidia_smi import MigError, MigUsageError
 
     try:
         yield
@@ -65,7 +67,7 @@ def _table(
     return "\n".join("  " + line for line in render.table(headers, rows, right=right).splitlines())
 
 
-def _placements_text(placements: tuple[Placement, ...]) -> str:
+def _placements_text(placements: tuple[SliceSpan, ...]) -> str:
     if not placements:
         return "-"
     sizes = {p.size for p in placements}
@@ -74,7 +76,7 @@ def _placements_text(placements: tuple[Placement, ...]) -> str:
 
 
 def _mode_note(gpu: int, state: str) -> str:
-    from gpudesk.engine.mig import enable_hint
+    from gpudesk.engine.mig.nvidia_smi import enable_hint
 
     return {
         "disabled": f"MIG disabled. {enable_hint(gpu)}",
@@ -93,15 +95,12 @@ def profiles_cmd(
     """The GPU instance profiles each MIG-enabled GPU offers.
 
     Free/total counts, memory, engines, and placements (start:size in memory slices)."""
-    from gpudesk.engine.mig import (
-        MIG_MODE_KINDS,
-        MigManager,
-        NvidiaSmiError,
-        derive_placements,
-    )
+    from gpudesk.engine.mig.layout import derive_placements
+    from gpudesk.engine.mig.manager import MigManager
+    from gpudesk.engine.mig.nvidia_smi import MIG_MODE_KINDS, NvidiaSmiError
 
     manager = MigManager()
-    found: list[tuple[GpuEntry, list[GiProfile], dict[int, tuple[Placement, ...]]]] = []
+    found: list[tuple[GpuEntry, list[GiProfile], dict[int, tuple[SliceSpan, ...]]]] = []
     skipped: list[tuple[GpuEntry, NvidiaSmiError]] = []
     with _mig_errors():
         targets = [manager.gpu(gpu)] if gpu is not None else manager.gpus()
@@ -265,7 +264,8 @@ def _layout_text(gpu: int, layout: MigLayout) -> list[str]:
 @mig_app.command("list")
 def list_cmd(json_out: JsonOption = False) -> None:
     """Every GPU's MIG mode and MIG devices, with the UUIDs jobs use (CUDA_VISIBLE_DEVICES)."""
-    from gpudesk.engine.mig import MIG_MODE_KINDS, MigManager, NvidiaSmiError
+    from gpudesk.engine.mig.manager import MigManager
+    from gpudesk.engine.mig.nvidia_smi import MIG_MODE_KINDS, NvidiaSmiError
 
     manager = MigManager()
     report = []
@@ -337,7 +337,7 @@ def apply_cmd(
     Destroys its instances, then creates these, largest first, each with a full compute instance.
 
     Needs root, and nothing may run on the GPU. Prints the new MIG devices and their UUIDs."""
-    from gpudesk.engine.mig import MigManager
+    from gpudesk.engine.mig.manager import MigManager
 
     manager = MigManager()
     with _mig_errors():
@@ -359,7 +359,7 @@ def apply_cmd(
 @mig_app.command("clear")
 def clear_cmd(gpu: GpuOption, dry_run: DryRunOption = False) -> None:
     """Destroy every compute and GPU instance on a GPU. MIG mode stays on. Needs root."""
-    from gpudesk.engine.mig import MigManager
+    from gpudesk.engine.mig.manager import MigManager
 
     manager = MigManager()
     with _mig_errors():

@@ -29,8 +29,6 @@ import zmq
 
 from gpudesk import __version__
 from gpudesk.engine import protocol, runner
-from gpudesk.engine.collocation import compute_slices
-from gpudesk.engine.demand import DEFAULT_SM_PCT, Demand, from_hints, reservation, signature
 from gpudesk.engine.jobs import (
     PRIORITY_RANGE,
     TERMINAL_STATES,
@@ -41,20 +39,35 @@ from gpudesk.engine.jobs import (
     check_priority,
 )
 from gpudesk.engine.loaders import DatasetSpec, LoaderSupervisor
-from gpudesk.engine.mig import LayoutError, MigError, MigUsageError
-from gpudesk.engine.mig_planner import QueuedDemand
-from gpudesk.engine.mig_station import SETTLE_S as MIG_SETTLE_S
-from gpudesk.engine.mig_station import (
+from gpudesk.engine.mig.nvidia_smi import LayoutError, MigError, MigUsageError
+from gpudesk.engine.mig.planner import QueuedDemand
+from gpudesk.engine.mig.profiles import compute_slices
+from gpudesk.engine.mig.station import SETTLE_S as MIG_SETTLE_S
+from gpudesk.engine.mig.station import (
     MigApplyRefused,
     apply_on_gpu,
     check_change,
     station_plans,
 )
-from gpudesk.engine.mps import MpsError, MpsManager
+from gpudesk.engine.mps.manager import MpsError, MpsManager
 from gpudesk.engine.oom import gpu_oom_line
-from gpudesk.engine.policy import GpuState, MigSlice, Placement, StationView, Tenant, make_policy
+from gpudesk.engine.placement.demand import (
+    DEFAULT_SM_PCT,
+    Demand,
+    from_hints,
+    reservation,
+    signature,
+)
+from gpudesk.engine.placement.policy import (
+    GpuState,
+    MigSlice,
+    Placement,
+    StationView,
+    Tenant,
+    make_policy,
+)
+from gpudesk.engine.placement.queue import JobQueue
 from gpudesk.engine.protocol import ProtocolError
-from gpudesk.engine.queue import JobQueue
 from gpudesk.engine.station import StationConfig, host_cores
 from gpudesk.engine.store import (
     GPU_ENERGY_METRIC,

@@ -18,7 +18,7 @@ import pytest
 from conftest import wait_for
 
 from gpudesk.engine.daemon import Engine
-from gpudesk.engine.mps import CONTROL_ENV, MpsError, MpsManager
+from gpudesk.engine.mps.manager import CONTROL_ENV, MpsError, MpsManager
 from gpudesk.engine.station import StationConfig
 from gpudesk.engine.store import Store
 from gpudesk.paths import Home

@@ -13,7 +13,7 @@ import pytest
 
 from gpudesk.engine.daemon import local_midnight
 from gpudesk.engine.jobs import InvalidTransition, JobSpec, JobState
-from gpudesk.engine.queue import JobQueue
+from gpudesk.engine.placement.queue import JobQueue
 from gpudesk.engine.store import GPU_ENERGY_METRIC, MIGRATIONS, SCHEMA_VERSION, JobRecord, Store
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gpudesk.engine.jobs import JobSpec, JobState
-from gpudesk.engine.queue import JobQueue
+from gpudesk.engine.placement.queue import JobQueue
 from gpudesk.engine.store import JobRecord
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from test_jobs_protocol_policy import record  # same folder: on sys.path under pytest
 
-from gpudesk.engine.policy import FifoPolicy, GpuState, StationView, Tenant
+from gpudesk.engine.placement.policy import FifoPolicy, GpuState, StationView, Tenant
 from gpudesk.engine.station import StationConfig
 from gpudesk.engine.telemetry.backend import (
     BackendUnavailable,

@@ -31,16 +31,21 @@ from __future__ import annotations
 
 import bisect
 import math
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from gpudesk.engine.demand import (
+from gpudesk.engine.mig.profiles import (
+    CARVED_PROFILES,
+    COMPUTE_SLICES,
+    MEMORY_SLICES,
+    memory_slices,
+)
+from gpudesk.engine.placement.demand import (
     Demand,
     from_hints,
     hinted,
 )
-from gpudesk.engine.policy import (
+from gpudesk.engine.placement.policy import (
     RESERVE_MIB,
     Decision,
     GpuState,
@@ -64,21 +69,8 @@ SM_CAPACITY_PCT = 120.0  # tenants' combined SM demand may exceed a full GPU by 
 CARMA_WINDOW_S = 30.0  # CARMA judges a GPU over 30 one-second samples
 MAX_OVERTAKES = 8  # later jobs may start ahead of a waiting job this many times
 MPS_THREAD_HEADROOM = 1.5  # an MPS client may use this much more than its SM demand
-MIG_SLICES_COMPUTE = 7
-MIG_SLICES_MEMORY = 8
 
 MODES = ("exclusive", "naive", "mps", "mig", "auto")
-
-
-# A100 40GB profiles: (name, compute slices, memory slices, memory MiB). Used when the
-# simulator carves slices; a live station uses the MIG devices that exist.
-MIG_PROFILES = (
-    ("1g.5gb", 1, 1, 4864.0),
-    ("2g.10gb", 2, 2, 9984.0),
-    ("3g.20gb", 3, 4, 20096.0),
-    ("4g.20gb", 4, 4, 20096.0),
-    ("7g.40gb", 7, 8, 40448.0),
-)
 
 
 def demand_of(job: JobRecord, station: StationView) -> Demand:
@@ -360,14 +352,18 @@ class SharingPolicy:
         if not gpu.mig_dynamic:
             return None
         used_compute = sum(s.compute_slices for s in gpu.mig_slices)
-        used_memory = sum(_memory_slices(s.profile) for s in gpu.mig_slices)
-        for name, compute, memory_slices, memory in MIG_PROFILES:
+        used_memory = sum(memory_slices(s.profile) for s in gpu.mig_slices)
+        # A simulated MIG GPU is carved with the A100 40GB's profiles, smallest first.
+        for profile in CARVED_PROFILES:
+            name, memory = profile.name, profile.memory_mib
             if (
                 memory >= need
-                and used_compute + compute <= MIG_SLICES_COMPUTE
-                and used_memory + memory_slices <= MIG_SLICES_MEMORY
+                and used_compute + profile.compute_slices <= COMPUTE_SLICES
+                and used_memory + profile.memory_slices <= MEMORY_SLICES
             ):
-                carved = MigSlice(f"gpu{gpu.index}/{name}/job{job_id}", name, memory, compute)
+                carved = MigSlice(
+                    f"gpu{gpu.index}/{name}/job{job_id}", name, memory, profile.compute_slices
+                )
                 return (2.0, memory, gpu.index), _Choice(
                     (gpu.index,),
                     "mig",
@@ -437,19 +433,6 @@ class _Frontier:
 def _kernel_active(sm_pct: float) -> float:
     """Kernel-active time runs ahead of SM activity (a kernel on a few SMs counts as busy)."""
     return min(100.0, sm_pct + KERNEL_ACTIVE_EXTRA_PCT)
-
-
-def compute_slices(profile: str) -> int:
-    """3 for "3g.20gb"; 0 for a name that is not a MIG profile."""
-    match = re.match(r"(\d+)g\.", profile)
-    return int(match.group(1)) if match else 0
-
-
-def _memory_slices(profile: str) -> int:
-    for name, _compute, memory_slices, _memory in MIG_PROFILES:
-        if name == profile:
-            return memory_slices
-    return MIG_SLICES_MEMORY
 
 
 class CarmaPolicy(SharingPolicy):

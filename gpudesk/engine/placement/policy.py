@@ -314,8 +314,8 @@ def gpu_job_impossible(
 
 
 # "fifo" is whole GPUs, first come first served; the others are collocation-aware
-# (gpudesk.engine.collocation): "auto" picks a sharing mode per job, "exclusive", "naive", "mps"
-# and "mig" force one, and "carma" is the published baseline.
+# (gpudesk.engine.placement.collocation): "auto" picks a sharing mode per job, "exclusive",
+# "naive", "mps" and "mig" force one, and "carma" is the published baseline.
 POLICY_NAMES = ("fifo", "auto", "exclusive", "naive", "mps", "mig", "carma")
 
 
@@ -323,7 +323,7 @@ def make_policy(name: str) -> PlacementPolicy:
     if name == "fifo":
         return FifoPolicy()
     if name in POLICY_NAMES:
-        from gpudesk.engine.collocation import make_sharing_policy
+        from gpudesk.engine.placement.collocation import make_sharing_policy
 
         return make_sharing_policy(name)
     raise ValueError(f"unknown policy {name!r}; known: {', '.join(POLICY_NAMES)}")

@@ -21,10 +21,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpudesk.engine.collocation import MIG_PROFILES
-from gpudesk.engine.demand import PEAK_SETTLED_S, Demand, reservation
 from gpudesk.engine.jobs import JobSpec, JobState
-from gpudesk.engine.policy import GpuState, MigSlice, Placement, StationView, Tenant, make_policy
+from gpudesk.engine.mig.profiles import CARVED_PROFILES, COMPUTE_SLICES
+from gpudesk.engine.placement.demand import PEAK_SETTLED_S, Demand, reservation
+from gpudesk.engine.placement.policy import (
+    GpuState,
+    MigSlice,
+    Placement,
+    StationView,
+    Tenant,
+    make_policy,
+)
 from gpudesk.engine.station import StationConfig
 from gpudesk.engine.store import JobRecord
 from gpudesk.engine.telemetry.backend import check_backend_name, parse_sim_name
@@ -234,7 +241,9 @@ class Simulation:
         assert placement is not None
         if placement.mode == "mig":
             mig = next(s for s in self.mig[placement.gpus[0]] if s.key == placement.mig_slice)
-            return min(1.0, (mig.compute_slices / 7.0) / max(run.job.sm_pct / 100.0, 1e-6))
+            return min(
+                1.0, (mig.compute_slices / COMPUTE_SLICES) / max(run.job.sm_pct / 100.0, 1e-6)
+            )
         if placement.mode == "exclusive" or len(placement.gpus) > 1:
             return 1.0
         tenants = [t for t in self._tenants(placement.gpus[0]) if t.placed.mode != "mig"]
@@ -423,7 +432,8 @@ class Simulation:
         if placement.mode == "mig" and placement.mig_slice:
             gpu = placement.gpus[0]
             profile = placement.slot.split("/", 1)[1]
-            compute, memory = next((c, m) for n, c, _s, m in MIG_PROFILES if n == profile)
+            carved = next(p for p in CARVED_PROFILES if p.name == profile)
+            compute, memory = carved.compute_slices, carved.memory_mib
             self.mig[gpu].append(MigSlice(placement.mig_slice, profile, memory, compute, busy=True))
             run.limit_mib = memory
         self.modes[placement.mode] = self.modes.get(placement.mode, 0) + 1
