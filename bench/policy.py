@@ -25,8 +25,9 @@ from gpudesk.engine.placement.demand import Demand
 from gpudesk.engine.placement.policy import GpuState, StationView, Tenant
 from gpudesk.engine.station import StationConfig
 from gpudesk.engine.store import JobRecord
+from gpudesk.units import MIB_PER_GIB
 
-GIB = 1024.0
+GIB = MIB_PER_GIB
 
 
 def station(rng: random.Random, gpus: int, queue: list[JobRecord]) -> StationView:

@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from gpudesk.units import MIB_PER_GIB
+
 if TYPE_CHECKING:
     from gpudesk.engine.mig.nvidia_smi import NvidiaSmiError
     from gpudesk.engine.mig.profiles import SliceSpan
@@ -395,7 +397,7 @@ def _engine_errors() -> Iterator[None]:
 
 
 def _gib(mib: float) -> str:
-    return f"{mib / 1024:.1f} GiB"
+    return f"{mib / MIB_PER_GIB:.1f} GiB"
 
 
 def _plan_text(plan: dict[str, Any]) -> str:

@@ -35,10 +35,10 @@ from gpudesk.engine.mig.profiles import COMPUTE_SLICES, SliceSpan, table_for_gpu
 from gpudesk.engine.mig.records import GiProfile, MigMode
 from gpudesk.engine.placement.policy import RESERVE_MIB
 from gpudesk.engine.telemetry.sim import GpuModel
+from gpudesk.units import MIB_PER_GIB
 
 # A slice must hold the job's need plus what placement keeps free on any GPU a job holds alone.
 SLICE_HEADROOM_MIB = RESERVE_MIB
-MIB_PER_GIB = 1024.0
 FULL_GPU_PCT = 100.0
 MAX_LEFT_OUT_LISTED = 20  # a plan names at most this many queued jobs it gives no slice
 

@@ -9,8 +9,8 @@ memory slices starts at multiples of m, as many times as both the memory and com
 (1g.5gb {0..6}:1, 2g.10gb {0,2,4}:2, 3g.20gb {0,4}:4, 4g.20gb {0}:4, 7g.40gb {0}:8 on an A100);
 a "+me" profile (with the media engines) sits where its plain twin does, once per GPU.
 
-Stdlib only: the parsers, the planner, placement, the simulated backend and the simulator all
-read it.
+Stdlib and gpudesk.units only: the parsers, the planner, placement, the simulated backend and
+the simulator all read it.
 """
 
 from __future__ import annotations
@@ -18,9 +18,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from gpudesk.units import MIB_PER_GB
+
 COMPUTE_SLICES = 7  # per MIG GPU (A100, H100, H200)
 MEMORY_SLICES = 8
-MIB_PER_GB = 1024.0
 # A simulated profile without a measured memory figure holds this share of its name's GB (the
 # driver keeps the rest), close to what real lgip output shows.
 NOMINAL_MEMORY_SHARE = 0.98

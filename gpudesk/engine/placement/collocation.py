@@ -61,6 +61,7 @@ from gpudesk.engine.placement.policy import (
     queued_before,
 )
 from gpudesk.engine.store import JobRecord
+from gpudesk.units import MIB_PER_GIB
 
 MARGIN_MIB = 2048.0  # a collocated job's need must fit with this much to spare
 SATURATED_SM_PCT = 80.0  # a GPU this busy over the window takes no new tenant
@@ -167,7 +168,7 @@ def station_gpu(station: StationView, index: int) -> GpuState:
 
 
 def _mib(value: float) -> str:
-    return f"{value / 1024:.1f} GiB"
+    return f"{value / MIB_PER_GIB:.1f} GiB"
 
 
 class SharingPolicy:

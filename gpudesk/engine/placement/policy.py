@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 from gpudesk.engine.station import StationConfig
 from gpudesk.engine.store import JobRecord
+from gpudesk.units import MIB_PER_GIB
 
 RESERVE_MIB = 512.0  # kept free on every GPU (driver, fragmentation)
 
@@ -307,8 +308,8 @@ def gpu_job_impossible(
     largest = max((g.memory_total_mib for g in station.gpu_states if not g.lost), default=0.0)
     if need_mib > largest - reserve_mib:
         return (
-            f"the job needs {need_mib / 1024:.1f} GiB of GPU memory but the largest GPU "
-            f"here has {largest / 1024:.1f} GiB"
+            f"the job needs {need_mib / MIB_PER_GIB:.1f} GiB of GPU memory but the largest GPU "
+            f"here has {largest / MIB_PER_GIB:.1f} GiB"
         )
     return None
 

@@ -36,6 +36,7 @@ from gpudesk.engine.station import StationConfig
 from gpudesk.engine.store import JobRecord
 from gpudesk.engine.telemetry.backend import check_backend_name, parse_sim_name
 from gpudesk.engine.telemetry.sim import STATIONS, GpuModel
+from gpudesk.units import J_PER_KWH, MIB_PER_GB, S_PER_HOUR
 
 # SM activity of a job running alone, by the trace's class; DLRM is the published ~5 %. The class
 # values are calibrated so that CARMA's own rules reproduce its published result on this trace
@@ -215,7 +216,7 @@ class Simulation:
             name=job.name,
             command=("simulated",),
             gpus=job.gpus,
-            memory_gb=max(guess, 1.0) / 1024.0,
+            memory_gb=max(guess, 1.0) / MIB_PER_GB,
             sm_pct=job.sm_pct,
         )
         record = JobRecord(
@@ -463,8 +464,8 @@ class Simulation:
             mean_jct_s=statistics.fmean(jct) if jct else 0.0,
             p95_jct_s=p95,
             mean_wait_s=statistics.fmean(waits) if waits else 0.0,
-            gpu_busy_hours=self.busy_s / 3600.0,
-            energy_kwh=self.energy_j / 3.6e6,
+            gpu_busy_hours=self.busy_s / S_PER_HOUR,
+            energy_kwh=self.energy_j / J_PER_KWH,
             oom_crashes=self.ooms,
             oom_recovered=self.recovered,
             lost=sum(1 for r in self.runs if r.lost),

@@ -27,11 +27,11 @@ from gpudesk.engine.telemetry.energy import (
     Occupant,
     attribute_cpu,
     attribute_gpu,
-    carbon_g,
     rounded,
 )
 from gpudesk.engine.telemetry.model import BackendReading, GpuInfo, GpuProcess, GpuReading, JobLoad
 from gpudesk.engine.telemetry.rapl import RaplReader
+from gpudesk.units import carbon_g
 
 log = logging.getLogger("gpudesk.telemetry")
 

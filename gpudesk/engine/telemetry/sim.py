@@ -30,12 +30,12 @@ from gpudesk.engine.telemetry.model import (
     JobLoad,
     MigDevice,
 )
+from gpudesk.units import MIB_PER_GB
 
 DEFAULT_MEMORY_GB = 4.0  # a job that gives no hint
 DEFAULT_SM_PCT = 50.0
 CONTEXT_MIB = 512.0  # what a CUDA context costs before the job allocates anything
 ALLOCATION_S = 3.0  # time for a job's memory to reach its demand
-MIB_PER_GB = 1024.0
 
 
 @dataclass(frozen=True)
