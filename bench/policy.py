@@ -24,7 +24,7 @@ from gpudesk.engine.placement.collocation import CarmaPolicy, SharingPolicy
 from gpudesk.engine.placement.demand import Demand
 from gpudesk.engine.placement.policy import GpuState, StationView, Tenant
 from gpudesk.engine.station import StationConfig
-from gpudesk.engine.store import JobRecord
+from gpudesk.engine.store.records import JobRecord
 from gpudesk.units import MIB_PER_GIB
 
 GIB = MIB_PER_GIB

@@ -69,13 +69,9 @@ from gpudesk.engine.placement.policy import (
 from gpudesk.engine.placement.queue import JobQueue
 from gpudesk.engine.protocol import ProtocolError
 from gpudesk.engine.station import StationConfig, host_cores
-from gpudesk.engine.store import (
-    GPU_ENERGY_METRIC,
-    AttemptRecord,
-    JobRecord,
-    Store,
-    UnknownJob,
-)
+from gpudesk.engine.store.database import Store
+from gpudesk.engine.store.records import AttemptRecord, JobRecord
+from gpudesk.engine.store.schema import GPU_ENERGY_METRIC, UnknownJob
 from gpudesk.engine.telemetry.backend import make_backend
 from gpudesk.engine.telemetry.energy import AttemptUsage, summarize
 from gpudesk.engine.telemetry.monitor import Monitor, RawSample, TrackedAttempt

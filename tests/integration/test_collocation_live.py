@@ -15,7 +15,7 @@ from gpudesk.engine.jobs import JobState
 from gpudesk.engine.mig.profiles import compute_slices
 from gpudesk.engine.mps.manager import MpsManager
 from gpudesk.engine.placement.policy import GpuState, MigSlice, StationView, make_policy
-from gpudesk.engine.store import JobRecord
+from gpudesk.engine.store.records import JobRecord
 from gpudesk.engine.telemetry.backend import make_backend
 from gpudesk.engine.telemetry.monitor import Monitor
 from gpudesk.paths import Home

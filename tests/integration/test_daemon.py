@@ -13,7 +13,7 @@ import zmq
 from conftest import EngineHandle, wait_for
 
 from gpudesk.engine.client import EngineClient, EngineError
-from gpudesk.engine.store import Store
+from gpudesk.engine.store.database import Store
 
 
 def sh(script: str, name: str = "job", **extra: object) -> dict:

@@ -20,7 +20,7 @@ from conftest import wait_for
 from gpudesk.engine.daemon import Engine
 from gpudesk.engine.mps.manager import CONTROL_ENV, MpsError, MpsManager
 from gpudesk.engine.station import StationConfig
-from gpudesk.engine.store import Store
+from gpudesk.engine.store.database import Store
 from gpudesk.paths import Home
 
 FAKE = Path(__file__).resolve().parents[1] / "fakes" / "nvidia-cuda-mps-control"

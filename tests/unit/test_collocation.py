@@ -22,7 +22,7 @@ from gpudesk.engine.placement.policy import (
 )
 from gpudesk.engine.placement.simulator import Simulation, TraceError, load_trace, simulate
 from gpudesk.engine.station import StationConfig
-from gpudesk.engine.store import JobRecord
+from gpudesk.engine.store.records import JobRecord
 from gpudesk.engine.telemetry.energy import AttemptUsage
 
 TRACE = Path(__file__).resolve().parents[2] / "traces" / "carma-philly-t1.json"

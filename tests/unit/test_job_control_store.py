@@ -14,7 +14,9 @@ import pytest
 from gpudesk.engine.daemon import local_midnight
 from gpudesk.engine.jobs import InvalidTransition, JobSpec, JobState
 from gpudesk.engine.placement.queue import JobQueue
-from gpudesk.engine.store import GPU_ENERGY_METRIC, MIGRATIONS, SCHEMA_VERSION, JobRecord, Store
+from gpudesk.engine.store.database import Store
+from gpudesk.engine.store.records import JobRecord
+from gpudesk.engine.store.schema import GPU_ENERGY_METRIC, MIGRATIONS, SCHEMA_VERSION
 
 
 def spec(name: str = "j", **extra: object) -> JobSpec:

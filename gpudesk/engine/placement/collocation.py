@@ -60,7 +60,7 @@ from gpudesk.engine.placement.policy import (
     gpu_job_impossible,
     queued_before,
 )
-from gpudesk.engine.store import JobRecord
+from gpudesk.engine.store.records import JobRecord
 from gpudesk.units import MIB_PER_GIB
 
 MARGIN_MIB = 2048.0  # a collocated job's need must fit with this much to spare

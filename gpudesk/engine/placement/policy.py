@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from gpudesk.engine.station import StationConfig
-from gpudesk.engine.store import JobRecord
+from gpudesk.engine.store.records import JobRecord
 from gpudesk.units import MIB_PER_GIB
 
 RESERVE_MIB = 512.0  # kept free on every GPU (driver, fragmentation)

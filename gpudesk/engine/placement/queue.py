@@ -9,7 +9,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterable
 
-from gpudesk.engine.store import JobRecord
+from gpudesk.engine.store.records import JobRecord
 
 
 def order_key(job: JobRecord) -> tuple[int, int]:

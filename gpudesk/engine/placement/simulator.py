@@ -33,7 +33,7 @@ from gpudesk.engine.placement.policy import (
     make_policy,
 )
 from gpudesk.engine.station import StationConfig
-from gpudesk.engine.store import JobRecord
+from gpudesk.engine.store.records import JobRecord
 from gpudesk.engine.telemetry.backend import check_backend_name, parse_sim_name
 from gpudesk.engine.telemetry.sim import STATIONS, GpuModel
 from gpudesk.units import J_PER_KWH, MIB_PER_GB, S_PER_HOUR
