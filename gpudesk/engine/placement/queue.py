@@ -23,6 +23,13 @@ class JobQueue:
         for job in jobs:
             self.add(job)
 
+    def replace(self, jobs: Iterable[JobRecord]) -> None:
+        """The queue becomes exactly `jobs` (the store's queued jobs, after a restart)."""
+        self._jobs.clear()
+        self._keys.clear()
+        for job in jobs:
+            self.add(job)
+
     def add(self, job: JobRecord) -> None:
         if job.id in self._jobs:
             self.remove(job.id)
