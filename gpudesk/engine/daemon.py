@@ -36,7 +36,6 @@ from gpudesk.engine.events import EventPublisher
 from gpudesk.engine.job_control import JobControl
 from gpudesk.engine.loaders import CHECK_EVERY_S, DatasetSpec, LoaderSupervisor
 from gpudesk.engine.mig.control import MigControl
-from gpudesk.engine.mig.planner import QueuedDemand
 from gpudesk.engine.mps.watch import MpsWatch
 from gpudesk.engine.placement.queue import JobQueue
 from gpudesk.engine.requests import EngineParts, RequestHandlers
@@ -136,7 +135,7 @@ class Engine:
             self.station,
             store,
             self.telemetry,
-            self._mig_queue,
+            self.scheduler.mig_candidates,
             self.attempts.running_by_gpu,
             self.due.mark,
         )
@@ -303,21 +302,6 @@ class Engine:
         for message in messages:
             log.info("%s", message)
             self.store.add_event("engine", message)
-
-    def _mig_queue(self) -> list[QueuedDemand]:
-        """The queued single-GPU jobs a MIG slice could take, in placement order, held ones
-        included (hold a sweep, repartition for it, release it). A job that must run alone
-        (after an out-of-memory death) is left to whole GPUs."""
-        queued = []
-        for job in self.queue.ordered():
-            if job.spec.gpus != 1:
-                continue
-            demand = self.attempts.demand(job)
-            if not demand.exclusive:
-                queued.append(
-                    QueuedDemand(job.id, job.name, demand.memory_mib, demand.sm_pct, job.held)
-                )
-        return queued
 
 
 def initial_config(store: Store, requested: StationConfig | None) -> StationConfig:

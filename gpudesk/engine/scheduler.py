@@ -8,6 +8,7 @@ import time
 from gpudesk.engine.attempts import Attempts
 from gpudesk.engine.events import EventPublisher
 from gpudesk.engine.jobs import JobState
+from gpudesk.engine.mig.planner import QueuedDemand
 from gpudesk.engine.mps.watch import MpsWatch
 from gpudesk.engine.placement.demand import Demand
 from gpudesk.engine.placement.gpu_states import gpu_states
@@ -114,3 +115,18 @@ class Scheduler:
             assert job is not None, f"the policy placed job {placement.job_id}, not queued"
             self.overtaken.pop(job.id, None)
             self.attempts.start(job, placement)
+
+    def mig_candidates(self) -> list[QueuedDemand]:
+        """The queued single-GPU jobs a MIG slice could take, in placement order, held ones
+        included (hold a sweep, repartition for it, release it). A job that must run alone
+        (after an out-of-memory death) is left to whole GPUs."""
+        queued = []
+        for job in self.queue.ordered():
+            if job.spec.gpus != 1:
+                continue
+            demand = self.attempts.demand(job)
+            if not demand.exclusive:
+                queued.append(
+                    QueuedDemand(job.id, job.name, demand.memory_mib, demand.sm_pct, job.held)
+                )
+        return queued

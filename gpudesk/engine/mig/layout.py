@@ -54,6 +54,27 @@ def derive_placements(profiles: Sequence[GiProfile]) -> dict[int, tuple[SliceSpa
     return derived
 
 
+def _check_counts(
+    chosen: Sequence[GiProfile], spots: Mapping[int, Sequence[SliceSpan]], listed: str
+) -> None:
+    """Each profile asked no more often than the GPU holds it, and with somewhere to sit."""
+    for profile_id, count in Counter(p.id for p in chosen).items():
+        profile = next(p for p in chosen if p.id == profile_id)
+        if count > profile.total:
+            raise LayoutError(
+                f"the layout {listed} does not fit: it asks for {count} × "
+                f"{profile.short_name}, and the GPU has room for at most "
+                f"{profile.total}.",
+                profile.short_name,
+            )
+        if not spots[profile_id]:
+            raise LayoutError(
+                f"the layout {listed} does not fit: nvidia-smi lists no placement "
+                f"for {profile.short_name}.",
+                profile.short_name,
+            )
+
+
 def plan_layout(
     profiles_available: Sequence[GiProfile],
     requested: Sequence[str],
@@ -77,21 +98,7 @@ def plan_layout(
     derived = derive_placements(profiles_available)
     spots = {p.id: tuple(placements.get(p.id) or derived.get(p.id, ())) for p in chosen}
     listed = ", ".join(p.short_name for p in chosen)
-    for profile_id, count in Counter(p.id for p in chosen).items():
-        profile = next(p for p in chosen if p.id == profile_id)
-        if count > profile.total:
-            raise LayoutError(
-                f"the layout {listed} does not fit: it asks for {count} × "
-                f"{profile.short_name}, and the GPU has room for at most "
-                f"{profile.total}.",
-                profile.short_name,
-            )
-        if not spots[profile_id]:
-            raise LayoutError(
-                f"the layout {listed} does not fit: nvidia-smi lists no placement "
-                f"for {profile.short_name}.",
-                profile.short_name,
-            )
+    _check_counts(chosen, spots, listed)
     compute_total = max((p.compute_slices for p in profiles_available), default=0)
 
     def size(p: GiProfile) -> int:

@@ -91,7 +91,7 @@ class _Choice:
 
 
 @dataclass
-class _Plan:
+class _FilledStation:
     """The station as this pass has filled it so far."""
 
     gpus: dict[int, GpuState]
@@ -183,7 +183,7 @@ class SharingPolicy:
 
     # ---------------------------------------------------------------- placing
     def place(self, queue: Sequence[JobRecord], station: StationView) -> Decision:
-        plan = _Plan({g.index: g for g in station.gpu_states})
+        plan = _FilledStation({g.index: g for g in station.gpu_states})
         cpu_slots = station.free_slots
         rejections: list[Rejection] = []
         overtaken: dict[int, int] = {}
@@ -248,7 +248,7 @@ class SharingPolicy:
         (later jobs still start on the others)."""
         return self.max_overtakes if job.spec.gpus <= 1 else 0
 
-    def reserve(self, job: JobRecord, plan: _Plan) -> set[int]:
+    def reserve(self, job: JobRecord, plan: _FilledStation) -> set[int]:
         """The GPUs a long-waiting job will get: the least loaded ones."""
         gpus = sorted(
             (g for g in plan.gpus.values() if not g.lost),
@@ -260,7 +260,7 @@ class SharingPolicy:
         self,
         job: JobRecord,
         demand: Demand,
-        plan: _Plan,
+        plan: _FilledStation,
         station: StationView,
         exclude: set[int] | frozenset[int] = frozenset(),
     ) -> _Choice | None:
@@ -444,7 +444,7 @@ class CarmaPolicy(SharingPolicy):
         self.name = "carma"
 
     def place(self, queue: Sequence[JobRecord], station: StationView) -> Decision:
-        plan = _Plan({g.index: g for g in station.gpu_states})
+        plan = _FilledStation({g.index: g for g in station.gpu_states})
         cpu_slots = station.free_slots
         rejections: list[Rejection] = []
         for job in queue:
@@ -467,7 +467,7 @@ class CarmaPolicy(SharingPolicy):
         self,
         job: JobRecord,
         demand: Demand,
-        plan: _Plan,
+        plan: _FilledStation,
         station: StationView,
         exclude: set[int] | frozenset[int] = frozenset(),
     ) -> _Choice | None:
