@@ -9,11 +9,12 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from gpudesk.engine.mig.nvidia_smi import MigError, MigUsageError
 from gpudesk.engine.mig.planner import MigPlan, QueuedDemand
+from gpudesk.engine.mig.records import MigSlot
 from gpudesk.engine.mig.station import (
     SETTLE_S,
     MigApplyRefused,
@@ -44,7 +45,7 @@ class MigApplied:
     simulated: bool
     applied: bool
     message: str
-    mig_devices: tuple[dict[str, Any], ...] = field(default=())
+    mig_devices: tuple[MigSlot, ...] = ()  # a real GPU's, after apply
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -52,7 +53,7 @@ class MigApplied:
             "previous": list(self.previous),
             "profiles": list(self.profiles),
             "commands": list(self.commands),
-            "mig_devices": list(self.mig_devices),
+            "mig_devices": [device.to_dict() for device in self.mig_devices],
             "simulated": self.simulated,
             "applied": self.applied,
             "message": self.message,
@@ -115,12 +116,12 @@ class MigControl:
                 (),
             )
         started = time.time()
-        devices: tuple[dict[str, Any], ...] = ()
+        devices: tuple[MigSlot, ...] = ()
         if simulated:
             self._set_simulated_layout(gpu, change.profiles)
         else:
             try:
-                devices = tuple(s.to_dict() for s in apply_on_gpu(change))
+                devices = tuple(apply_on_gpu(change))
             except MigError as exc:
                 self.store.add_event("mig", f"MIG layout of GPU {gpu} not applied: {exc}")
                 raise
