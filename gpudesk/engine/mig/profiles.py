@@ -26,6 +26,8 @@ MEMORY_SLICES = 8
 # driver keeps the rest), close to what real lgip output shows.
 NOMINAL_MEMORY_SHARE = 0.98
 
+PLAIN_PROFILE_NAME = re.compile(r"^[1-7]g\.[0-9]{1,3}gb$")
+
 A100_40GB = "A100-40GB"
 A100_80GB = "A100-80GB"
 H100_80GB = "H100-80GB"
@@ -135,6 +137,12 @@ def short_name(name: str) -> str:
     "NVIDIA A100-SXM4-40GB MIG 3g.20gb"; other names unchanged."""
     head, sep, tail = name.rpartition("MIG ")
     return tail if sep and (not head or head.endswith(" ")) else name
+
+
+def is_plain_profile_name(name: str) -> bool:
+    """ "3g.20gb": a GPU instance profile name without "+me" or a compute-instance prefix (what
+    a simulated station's `mig` table may list)."""
+    return PLAIN_PROFILE_NAME.match(name) is not None
 
 
 def compute_slices(name: str) -> int:
