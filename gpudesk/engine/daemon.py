@@ -101,7 +101,7 @@ class Engine:
         self.events = EventPublisher(self.ctx.socket(zmq.PUB), store)
         self.queue = JobQueue()
         self.telemetry = TelemetrySink(
-            store, config, self._wake, self.events.telemetry, self.due.mark
+            store, self.station, self._wake, self.events.telemetry, self.due.mark
         )
         self.mps_watch = MpsWatch(home.root, store, lambda: self.telemetry.monitor, self.due.mark)
         self.loaders = LoaderSupervisor(home)

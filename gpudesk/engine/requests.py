@@ -181,7 +181,7 @@ class RequestHandlers:
             parts.station.replace(config)
             parts.scheduler.policy = policy
             if telemetry_changed:
-                parts.telemetry.restart(config)
+                parts.telemetry.restart()
             parts.due.mark()
         return {"station": config.to_dict(), "changed": changed}
 

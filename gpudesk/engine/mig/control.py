@@ -147,4 +147,4 @@ class MigControl:
         except ValueError as exc:
             raise MigUsageError(str(exc)) from None
         self.station.replace(changed)
-        self.telemetry.restart(changed)
+        self.telemetry.restart()

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from gpudesk.engine.state import CurrentStation
 from gpudesk.engine.station import StationConfig
 from gpudesk.engine.store.database import Store
 from gpudesk.engine.store.schema import GPU_ENERGY_METRIC
@@ -33,7 +34,7 @@ class TelemetrySink:
     def __init__(
         self,
         store: Store,
-        config: StationConfig,
+        station: CurrentStation,
         wake: Callable[[], None],
         publish: Callable[[dict[str, Any]], None],
         on_change: Callable[[], None],
@@ -41,13 +42,13 @@ class TelemetrySink:
         """`wake` wakes the loop (called on the sampler thread), `publish` sends a telemetry
         frame to subscribers, `on_change` asks for placement to look again."""
         self.store = store
-        self.config = config
+        self.station = station  # its config says the backend, interval and grid intensity
         self.wake = wake
         self.publish = publish
         self.on_change = on_change
         self.samples: queue.SimpleQueue[RawSample] = queue.SimpleQueue()
         self.tracked: tuple[TrackedAttempt, ...] = ()  # read by the sampler thread
-        self.monitor = self._make_monitor(config)
+        self.monitor = self._make_monitor(station.config)
         self.sampler: SamplerThread | None = None
         self.lost_gpus: frozenset[int] = frozenset()
         self.store_samples_at = time.monotonic() + STORE_SAMPLES_EVERY_S
@@ -69,7 +70,7 @@ class TelemetrySink:
 
     def start(self) -> None:
         self.sampler = SamplerThread(
-            self.monitor, self.config.sample_interval, lambda: self.tracked, self._deliver
+            self.monitor, self.station.config.sample_interval, lambda: self.tracked, self._deliver
         )
         self.sampler.start()
 
@@ -84,15 +85,15 @@ class TelemetrySink:
             self.flush(force=True)
         self.monitor.close()
 
-    def restart(self, config: StationConfig) -> None:
-        """A new backend, interval or grid intensity: a fresh monitor, usage carried over."""
+    def restart(self) -> None:
+        """The station's backend, interval or grid intensity changed: a fresh monitor, usage
+        carried over."""
         self.stop()
         self.ingest()
         usage = self.monitor.usage
         unstored = self._energy_not_stored()
         self.monitor.close()
-        self.config = config
-        self.monitor = self._make_monitor(config)
+        self.monitor = self._make_monitor(self.station.config)
         self.monitor.usage.update(usage)
         # The new monitor counts energy from zero: the next stored point carries the old one's.
         self.energy_stored_upto_j = {index: -joules for index, joules in unstored.items()}
@@ -200,7 +201,7 @@ class TelemetrySink:
             self.store.set_setting("idle_power_w", idle)
 
     def record_usage(self, usages: Iterable[AttemptUsage]) -> None:
-        grid = self.config.grid_intensity
+        grid = self.station.config.grid_intensity
         self.store.record_usage([(u.attempt_id, u.job_id, u.to_dict(grid)) for u in usages])
 
     def finish(self, attempt_id: int) -> None:
@@ -237,7 +238,7 @@ class TelemetrySink:
     ) -> dict[int, dict[str, Any]]:
         """Each job's usage summed over its attempts; a running attempt's figures are live.
         `attempt_numbers`: running attempt id -> its number within its job."""
-        grid = self.config.grid_intensity
+        grid = self.station.config.grid_intensity
         stored = self.store.usage(job_ids)
         live = {u.attempt_id: u for u in self.monitor.usage.values()}
         result = {}
