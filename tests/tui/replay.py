@@ -341,7 +341,7 @@ STATUS = {
         "effective_slots": 64,
         "cores": 64,
         "gpus": 4,
-        "mps": {"available": True, "faults": {}},
+        "mps": {"available": True, "faults": []},
     },
     "slots": {"total": 64, "busy": 0},
     "gpus": {"total": 4, "busy": 4, "lost": 0},
