@@ -218,9 +218,7 @@ class RequestHandlers:
                 protocol.INVALID_ARGS, f"'history' must be 0 to {MAX_HISTORY_POINTS} points"
             )
         telemetry.ingest()  # anything the sampler delivered since the loop last looked
-        snapshot = telemetry.monitor.latest
-        if snapshot is not None:
-            snapshot = {**snapshot, "interval_s": self.parts.station.config.sample_interval}
+        snapshot = telemetry.snapshot()
         history = list(telemetry.monitor.history)[-points:] if points else []
         return {
             "snapshot": snapshot,

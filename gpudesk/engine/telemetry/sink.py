@@ -126,8 +126,16 @@ class TelemetrySink:
             if first:
                 self.on_change()  # GPU jobs held back until the GPUs were read can go now
             self._note_lost(frozenset(g["index"] for g in view["gpus"] if g["lost"]))
-            self.publish(view)
+            self.publish(self._with_interval(view))
         self.flush()
+
+    def snapshot(self) -> dict[str, Any] | None:
+        """The latest view as clients get it (reply and event alike), None before a sample."""
+        latest = self.monitor.latest
+        return None if latest is None else self._with_interval(latest)
+
+    def _with_interval(self, view: dict[str, Any]) -> dict[str, Any]:
+        return {**view, "interval_s": self.station.config.sample_interval}
 
     def _note_lost(self, lost: frozenset[int]) -> None:
         if lost == self.lost_gpus:
