@@ -1,6 +1,6 @@
 """`gpudesk mig`: MIG partitions through nvidia-smi. `profiles`, `list`, `apply` and `clear` need
 nothing but nvidia-smi: no engine, no NVML. `plan` and `apply-plan` ask the engine for the layout
-its queue would want (gpudesk.engine.mig.planner) and apply it through the engine."""
+its queue would want (gpudesk.engine.repartition.planner) and apply it through the engine."""
 
 from __future__ import annotations
 

@@ -33,7 +33,7 @@ def simulate(
 ) -> None:
     """Replay a job trace on a SIMULATED station through the engine's placement policies."""
     from gpudesk import render
-    from gpudesk.engine.placement.policy import POLICY_NAMES
+    from gpudesk.engine.placement.policies import POLICY_NAMES
     from gpudesk.engine.placement.simulator import TraceError, load_trace
     from gpudesk.engine.placement.simulator import simulate as run_simulation
 

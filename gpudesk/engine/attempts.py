@@ -31,7 +31,7 @@ from gpudesk.engine.store.database import Store
 from gpudesk.engine.store.records import AttemptRecord, JobRecord
 from gpudesk.engine.telemetry.energy import AttemptUsage
 from gpudesk.engine.telemetry.monitor import TrackedAttempt
-from gpudesk.engine.telemetry.sink import TelemetrySink
+from gpudesk.engine.telemetry_sink import TelemetrySink
 from gpudesk.paths import Home
 from gpudesk.units import MIB_PER_GIB
 

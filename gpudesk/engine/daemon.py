@@ -35,15 +35,15 @@ from gpudesk.engine.attempts import Attempts
 from gpudesk.engine.events import EventPublisher
 from gpudesk.engine.job_control import JobControl
 from gpudesk.engine.loaders import CHECK_EVERY_S, DatasetSpec, LoaderSupervisor
-from gpudesk.engine.mig.control import MigControl
 from gpudesk.engine.mps.watch import MpsWatch
 from gpudesk.engine.placement.queue import JobQueue
+from gpudesk.engine.repartition.control import MigControl
 from gpudesk.engine.requests import EngineParts, RequestHandlers
 from gpudesk.engine.scheduler import Scheduler
 from gpudesk.engine.state import CurrentStation, PlacementDue
 from gpudesk.engine.station import StationConfig, host_cores
 from gpudesk.engine.store.database import Store
-from gpudesk.engine.telemetry.sink import TelemetrySink
+from gpudesk.engine.telemetry_sink import TelemetrySink
 from gpudesk.paths import Home
 
 log = logging.getLogger("gpudesk.engine")

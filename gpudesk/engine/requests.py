@@ -26,20 +26,20 @@ from gpudesk.engine.jobs import (
     check_priority,
 )
 from gpudesk.engine.loaders import DatasetSpec, LoaderSupervisor
-from gpudesk.engine.mig.control import MigControl
 from gpudesk.engine.mig.nvidia_smi import LayoutError, MigError, MigUsageError
-from gpudesk.engine.mig.station import MigApplyRefused
 from gpudesk.engine.mps.watch import MpsWatch
-from gpudesk.engine.placement.policy import make_policy
+from gpudesk.engine.placement.policies import make_policy
 from gpudesk.engine.placement.queue import JobQueue
 from gpudesk.engine.protocol import ProtocolError
+from gpudesk.engine.repartition.control import MigControl
+from gpudesk.engine.repartition.station import MigApplyRefused
 from gpudesk.engine.scheduler import Scheduler
 from gpudesk.engine.state import CurrentStation, PlacementDue
 from gpudesk.engine.station import StationConfig
 from gpudesk.engine.store.database import Store
 from gpudesk.engine.store.records import JobRecord
 from gpudesk.engine.store.schema import UnknownJob
-from gpudesk.engine.telemetry.sink import TelemetrySink
+from gpudesk.engine.telemetry_sink import TelemetrySink
 from gpudesk.paths import Home
 
 log = logging.getLogger("gpudesk.engine")

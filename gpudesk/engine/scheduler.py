@@ -8,16 +8,17 @@ import time
 from gpudesk.engine.attempts import Attempts
 from gpudesk.engine.events import EventPublisher
 from gpudesk.engine.jobs import JobState
-from gpudesk.engine.mig.planner import QueuedDemand
 from gpudesk.engine.mps.watch import MpsWatch
 from gpudesk.engine.placement.demand import Demand
 from gpudesk.engine.placement.gpu_states import gpu_states
-from gpudesk.engine.placement.policy import PlacementPolicy, StationView, make_policy
+from gpudesk.engine.placement.policies import make_policy
+from gpudesk.engine.placement.policy import PlacementPolicy, StationView
 from gpudesk.engine.placement.queue import JobQueue
+from gpudesk.engine.repartition.planner import QueuedDemand
 from gpudesk.engine.state import CurrentStation, PlacementDue
 from gpudesk.engine.store.database import Store
 from gpudesk.engine.store.records import JobRecord
-from gpudesk.engine.telemetry.sink import TelemetrySink
+from gpudesk.engine.telemetry_sink import TelemetrySink
 
 
 class Scheduler:

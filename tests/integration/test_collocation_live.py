@@ -14,7 +14,8 @@ from conftest import EngineHandle
 from gpudesk.engine.jobs import JobState
 from gpudesk.engine.mig.profiles import compute_slices
 from gpudesk.engine.mps.manager import MpsManager
-from gpudesk.engine.placement.policy import GpuState, MigSlice, StationView, make_policy
+from gpudesk.engine.placement.policies import make_policy
+from gpudesk.engine.placement.policy import GpuState, MigSlice, StationView
 from gpudesk.engine.store.records import JobRecord
 from gpudesk.engine.telemetry.backend import make_backend
 from gpudesk.engine.telemetry.monitor import Monitor

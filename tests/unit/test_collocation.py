@@ -12,13 +12,13 @@ from test_jobs_protocol_policy import record  # same folder: on sys.path under p
 
 from gpudesk.engine.placement.collocation import MARGIN_MIB, CarmaPolicy, SharingPolicy, _Frontier
 from gpudesk.engine.placement.demand import PEAK_SETTLED_S, Demand, from_hints, reservation
+from gpudesk.engine.placement.policies import make_policy
 from gpudesk.engine.placement.policy import (
     RESERVE_MIB,
     GpuState,
     MigSlice,
     StationView,
     Tenant,
-    make_policy,
 )
 from gpudesk.engine.placement.simulator import Simulation, TraceError, load_trace, simulate
 from gpudesk.engine.station import StationConfig

@@ -16,7 +16,7 @@ from gpudesk.engine.placement.queue import JobQueue
 from gpudesk.engine.store.database import Store
 from gpudesk.engine.store.records import JobRecord
 from gpudesk.engine.store.schema import GPU_ENERGY_METRIC, MIGRATIONS, SCHEMA_VERSION
-from gpudesk.engine.telemetry.sink import local_midnight
+from gpudesk.engine.telemetry_sink import local_midnight
 
 
 def spec(name: str = "j", **extra: object) -> JobSpec:

@@ -1,6 +1,7 @@
-"""gpudesk.engine.mig.planner: which profile each queued job gets, how the queue is packed under
-the A100's placement rules, the commands a plan would run, and every reason it may not be applied.
-Real GPUs are described by the real nvidia-smi output in tests/fixtures (A100 40GB)."""
+"""gpudesk.engine.repartition.planner: which profile each queued job gets, how the queue is
+packed under the A100's placement rules, the commands a plan would run, and every reason it may
+not be applied. Real GPUs are described by the real nvidia-smi output in tests/fixtures
+(A100 40GB)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,10 @@ import pytest
 
 from gpudesk.engine.mig import layout, nvidia_smi
 from gpudesk.engine.mig.manager import MigManager
-from gpudesk.engine.mig.planner import (
+from gpudesk.engine.mig.profiles import SliceSpan
+from gpudesk.engine.mig.records import GiProfile
+from gpudesk.engine.placement.policy import RESERVE_MIB
+from gpudesk.engine.repartition.planner import (
     BLOCKED_BUSY,
     BLOCKED_BY_CONFIG,
     BLOCKED_MIG_MODE,
@@ -25,9 +29,6 @@ from gpudesk.engine.mig.planner import (
     simulated_profiles,
     smallest_fitting_profile,
 )
-from gpudesk.engine.mig.profiles import SliceSpan
-from gpudesk.engine.mig.records import GiProfile
-from gpudesk.engine.placement.policy import RESERVE_MIB
 from gpudesk.engine.station import StationConfig
 from gpudesk.engine.telemetry.sim import A100_SXM4_40GB, H100_SXM5_80GB
 

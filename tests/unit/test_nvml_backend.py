@@ -13,8 +13,7 @@ from pathlib import Path
 import pytest
 from fakes.fake_pynvml import FakeGpu, FakeMig, FakeNvml, FakeProcess
 
-from gpudesk.engine.telemetry.backend import BackendUnavailable
-from gpudesk.engine.telemetry.model import GpuReading
+from gpudesk.engine.telemetry.model import BackendUnavailable, GpuReading
 from gpudesk.engine.telemetry.nvml import NvmlBackend, probe_nvml
 
 REPO = Path(__file__).resolve().parents[2]

@@ -11,12 +11,7 @@ from test_jobs_protocol_policy import record  # same folder: on sys.path under p
 
 from gpudesk.engine.placement.policy import FifoPolicy, GpuState, StationView, Tenant
 from gpudesk.engine.station import StationConfig
-from gpudesk.engine.telemetry.backend import (
-    BackendUnavailable,
-    check_backend_name,
-    make_backend,
-    parse_sim_name,
-)
+from gpudesk.engine.telemetry.backend import check_backend_name, make_backend, parse_sim_name
 from gpudesk.engine.telemetry.energy import (
     AttemptUsage,
     GpuEnergyMeter,
@@ -27,7 +22,14 @@ from gpudesk.engine.telemetry.energy import (
     split_interval,
     summarize,
 )
-from gpudesk.engine.telemetry.model import BackendReading, GpuInfo, GpuProcess, GpuReading, JobLoad
+from gpudesk.engine.telemetry.model import (
+    BackendReading,
+    BackendUnavailable,
+    GpuInfo,
+    GpuProcess,
+    GpuReading,
+    JobLoad,
+)
 from gpudesk.engine.telemetry.monitor import Monitor, TrackedAttempt
 from gpudesk.engine.telemetry.rapl import RaplReader
 from gpudesk.engine.telemetry.sim import SimBackend

@@ -1,3 +1,4 @@
-"""MIG: the profile tables (profiles), what nvidia-smi prints and its errors (nvidia_smi,
-records), layouts the hardware allows (layout), driving nvidia-smi (manager), the layout the queue
-wants (planner) and the engine's view of a station's MIG GPUs (station)."""
+"""MIG as the hardware has it: the profile tables (profiles), what nvidia-smi prints and its
+errors (nvidia_smi, records), layouts the hardware allows (layout) and driving nvidia-smi
+(manager). Nothing here knows the queue or the engine: fitting layouts to the queue is
+`gpudesk.engine.repartition`."""

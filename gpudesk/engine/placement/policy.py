@@ -312,19 +312,3 @@ def gpu_job_impossible(
             f"here has {largest / MIB_PER_GIB:.1f} GiB"
         )
     return None
-
-
-# "fifo" is whole GPUs, first come first served; the others are collocation-aware
-# (gpudesk.engine.placement.collocation): "auto" picks a sharing mode per job, "exclusive",
-# "naive", "mps" and "mig" force one, and "carma" is the published baseline.
-POLICY_NAMES = ("fifo", "auto", "exclusive", "naive", "mps", "mig", "carma")
-
-
-def make_policy(name: str) -> PlacementPolicy:
-    if name == "fifo":
-        return FifoPolicy()
-    if name in POLICY_NAMES:
-        from gpudesk.engine.placement.collocation import make_sharing_policy
-
-        return make_sharing_policy(name)
-    raise ValueError(f"unknown policy {name!r}; known: {', '.join(POLICY_NAMES)}")

@@ -24,13 +24,13 @@ from typing import Any
 from gpudesk.engine.jobs import JobSpec, JobState
 from gpudesk.engine.mig.profiles import CARVED_PROFILES, COMPUTE_SLICES
 from gpudesk.engine.placement.demand import PEAK_SETTLED_S, Demand, reservation
+from gpudesk.engine.placement.policies import make_policy
 from gpudesk.engine.placement.policy import (
     GpuState,
     MigSlice,
     Placement,
     StationView,
     Tenant,
-    make_policy,
 )
 from gpudesk.engine.station import StationConfig
 from gpudesk.engine.store.records import JobRecord

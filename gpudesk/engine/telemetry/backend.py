@@ -29,10 +29,6 @@ BACKEND_NAMES = ("auto", "nvml", "none", *(SIM_PREFIX + s for s in SIM_STATIONS)
 _SIM_COUNT = re.compile(r"^sim:(?P<model>[a-z0-9-]+?)x(?P<count>[0-9]{1,2})$")
 
 
-class BackendUnavailable(RuntimeError):
-    """The backend cannot read the station at all (no driver, a driver/library mismatch)."""
-
-
 class TelemetryBackend(Protocol):
     name: str  # as configured after resolving auto: "nvml", "sim:h100", "none"
     simulated: bool

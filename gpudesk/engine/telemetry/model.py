@@ -26,6 +26,10 @@ METRICS = (
 )
 
 
+class BackendUnavailable(RuntimeError):
+    """The backend cannot read the station at all (no driver, a driver/library mismatch)."""
+
+
 @dataclass(frozen=True)
 class GpuProcess:
     pid: int

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpudesk.engine import hostmetrics
-from gpudesk.engine.telemetry.backend import BackendUnavailable, TelemetryBackend
+from gpudesk.engine.telemetry.backend import TelemetryBackend
 from gpudesk.engine.telemetry.energy import (
     DEFAULT_GRID_G_PER_KWH,
     AttemptUsage,
@@ -30,7 +30,14 @@ from gpudesk.engine.telemetry.energy import (
     attribute_gpu,
     rounded,
 )
-from gpudesk.engine.telemetry.model import BackendReading, GpuInfo, GpuProcess, GpuReading, JobLoad
+from gpudesk.engine.telemetry.model import (
+    BackendReading,
+    BackendUnavailable,
+    GpuInfo,
+    GpuProcess,
+    GpuReading,
+    JobLoad,
+)
 from gpudesk.engine.telemetry.rapl import RaplReader
 from gpudesk.units import carbon_g
 

@@ -22,10 +22,10 @@ from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpudesk.engine.telemetry.backend import BackendUnavailable
 from gpudesk.engine.telemetry.model import (
     METRICS,
     BackendReading,
+    BackendUnavailable,
     GpuInfo,
     GpuProcess,
     GpuReading,

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpudesk.engine.mig.nvidia_smi import MigError, MigUsageError
-from gpudesk.engine.mig.planner import MigPlan, QueuedDemand
 from gpudesk.engine.mig.records import MigSlot
-from gpudesk.engine.mig.station import (
+from gpudesk.engine.repartition.planner import MigPlan, QueuedDemand
+from gpudesk.engine.repartition.station import (
     SETTLE_S,
     MigApplyRefused,
     apply_on_gpu,
@@ -25,7 +25,7 @@ from gpudesk.engine.mig.station import (
 from gpudesk.engine.state import CurrentStation
 from gpudesk.engine.station import StationConfig
 from gpudesk.engine.store.database import Store
-from gpudesk.engine.telemetry.sink import TelemetrySink
+from gpudesk.engine.telemetry_sink import TelemetrySink
 
 log = logging.getLogger("gpudesk.engine")
 

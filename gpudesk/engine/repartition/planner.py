@@ -1,8 +1,8 @@
 """The MIG planner: the layout the queue would want on a MIG GPU, and what applying it would run.
 
-Pure logic, no I/O: the engine (gpudesk.engine.mig.station) reads each GPU's MIG state — from
-nvidia-smi on a real station, from the simulated model on a `sim:*` one — and hands it here with
-the queued single-GPU jobs' demands. For each GPU the planner:
+Pure logic, no I/O: the engine (gpudesk.engine.repartition.station) reads each GPU's MIG
+state — from nvidia-smi on a real station, from the simulated model on a `sim:*` one — and
+hands it here with the queued single-GPU jobs' demands. For each GPU the planner:
 
 - gives each queued job that suits a MIG slice the smallest profile whose memory holds the job's
   need plus the headroom placement keeps free on a GPU a job holds alone (`RESERVE_MIB`) and

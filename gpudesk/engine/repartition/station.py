@@ -23,7 +23,8 @@ from gpudesk.engine.mig.nvidia_smi import (
     NvidiaSmiError,
     UnknownGpuError,
 )
-from gpudesk.engine.mig.planner import (
+from gpudesk.engine.mig.records import GpuEntry, MigSlot
+from gpudesk.engine.repartition.planner import (
     Blocker,
     GpuMigState,
     MigPlan,
@@ -32,7 +33,6 @@ from gpudesk.engine.mig.planner import (
     plan_station,
     simulated_profiles,
 )
-from gpudesk.engine.mig.records import GpuEntry, MigSlot
 from gpudesk.engine.telemetry.backend import TelemetryBackend
 from gpudesk.engine.telemetry.sim import SimBackend
 
