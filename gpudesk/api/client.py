@@ -15,8 +15,10 @@ failing later on a missing key. Events come from `Client.events()` as `JobEvent`
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
@@ -232,12 +234,17 @@ class Client:
 
     # ------------------------------------------------------------------------- jobs
     def submit(self, specs: Sequence[JobSpec], env: Mapping[str, str] | None = None) -> list[int]:
-        """Queue jobs (one transaction: all or none); returns their ids in order. `env` is
-        the environment they start from (each spec's own `env` is laid on top)."""
-        args: dict[str, Any] = {"jobs": [spec.to_dict() for spec in specs]}
-        if env is not None:
-            args["env"] = dict(env)
-        return self.call(SubmitResult, "submit", **args).ids
+        """Queue jobs (one transaction: all or none); returns their ids in order.
+
+        As with `gpudesk submit`, jobs start from the submitter's environment (`env`, by
+        default this process's, with this Python's folder first on PATH; each spec's own `env`
+        is laid on top) and a spec without a `workdir` runs in the current directory."""
+        from gpudesk.engine.client import submit_env
+
+        here = os.getcwd()
+        jobs = [(spec if spec.workdir else replace(spec, workdir=here)).to_dict() for spec in specs]
+        environment = dict(env) if env is not None else submit_env()
+        return self.call(SubmitResult, "submit", jobs=jobs, env=environment).ids
 
     def jobs(
         self,
