@@ -149,7 +149,7 @@ def test_submit_a_command_from_the_form(desk_engine: EngineHandle) -> None:
         await pilot.click("#submit")
         await until(
             pilot,
-            lambda: any(j["name"] == "from-desk" for j in app.state.jobs),
+            lambda: any(j.name == "from-desk" for j in app.state.jobs),
             what="the submitted job in the table",
         )
 
@@ -178,7 +178,7 @@ def test_submit_a_profile(desk_engine: EngineHandle, tmp_path: Path) -> None:
         await pilot.press("enter")
         await until(
             pilot,
-            lambda: {j["name"] for j in app.state.jobs} == {"p1", "p2"},
+            lambda: {j.name for j in app.state.jobs} == {"p1", "p2"},
             what="the profile's jobs",
         )
 
@@ -201,7 +201,7 @@ def test_cancel_asks_first_and_then_stops_the_job(desk_engine: EngineHandle) -> 
         await pilot.press("y")
         await until(
             pilot,
-            lambda: (app.state.job(job_id) or {}).get("state") == "cancelled",
+            lambda: (job := app.state.job(job_id)) is not None and job.state == "cancelled",
             what="the cancelled state in the table",
         )
 
@@ -226,7 +226,9 @@ def test_hold_release_and_priority(desk_engine: EngineHandle) -> None:
         await pilot.press("h")
         await until(pilot, lambda: engine_job(desk_engine, first).get("held"), what="held")
         await until(
-            pilot, lambda: (app.state.job(first) or {}).get("held"), what="held in the table"
+            pilot,
+            lambda: (job := app.state.job(first)) is not None and job.held,
+            what="held in the table",
         )
         await pilot.press("h")
         await until(pilot, lambda: not engine_job(desk_engine, first).get("held"), what="released")
