@@ -36,6 +36,14 @@ def job_shares(processes: Sequence[ProcessView]) -> list[tuple[str, float]]:
     return sorted(totals.items(), key=lambda item: (item[0] == "other", item[0]))
 
 
+def gpu_processes(gpu: GpuView) -> list[ProcessView]:
+    """Every process on the GPU, once. The engine lists a MIG GPU's processes on the GPU (each
+    with the MIG device it runs on) and again on their MIG device; a process listed only on
+    its device still counts."""
+    listed = [*gpu.processes, *(p for mig in gpu.mig_devices for p in mig.processes)]
+    return list({proc.pid: proc for proc in listed}.values())
+
+
 def mig_profile(mig: MigDeviceView) -> str:
     """ "NVIDIA A100-SXM4-40GB MIG 3g.20gb" -> "3g.20gb" (NVML names MIG devices that way)."""
     name = mig.name or ""
@@ -103,8 +111,7 @@ def render_gpu_card(gpu: GpuView, state: DeskState, width: int) -> Text:
 
     total, used = gpu.memory_total_mib or 0.0, gpu.memory_used_mib
     mig_devices = gpu.mig_devices
-    processes = [p for m in mig_devices for p in m.processes] + list(gpu.processes)
-    shares = job_shares(processes)
+    shares = job_shares(gpu_processes(gpu))
     figure = f" {gib(used)}/{gib(total)}G"
     memory = Text("MEM ", style="bold")
     memory.append_text(share_bar(shares, total, used, max(4, inner - LABEL - len(figure))))
