@@ -306,7 +306,9 @@ def station_jobs(driver: Any) -> list[int]:
         30.0,
         "the shared loader to report its consumer",
     )
-    time.sleep(3.0)  # a few seconds of samples with every job in place
+    # 24 s of samples (the history the first frame carries: 120 at 0.2 s) fill even the wide
+    # cards' sparklines; the jobs run far longer.
+    time.sleep(20.0)
     return [done, failed, *running, reader, victim, held, ddp, cpu, cpu_queued]
 
 
