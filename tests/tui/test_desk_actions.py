@@ -1,5 +1,6 @@
 """The desk against a real engine on a SIMULATED DGX Station A100: every action through keys
-(and the palette), checked in the engine's own state, not only on screen."""
+(and the palette), checked in the engine's own state, not only on screen. And the desk on a
+recording of a real engine (tests/tui/data): reads answered, actions refused."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 
 import pytest
 from conftest import EngineHandle, wait_for
+from replay import STATION, replay_feed
 
 from gpudesk.screens.app import DeskApp
 from gpudesk.screens.dialogs import ConfirmScreen, SubmitScreen
@@ -355,3 +357,32 @@ def test_pager_without_a_terminal_falls_back_to_the_log_pane(
         await until(pilot, lambda: isinstance(app.screen, LogScreen), what="the log pane")
 
     run_desk(desk_engine, scenario)
+
+
+def test_a_recorded_replay_answers_reads_and_refuses_actions() -> None:
+    """The job detail shows the engine's recorded placement reason; a replay takes no action."""
+    feed = replay_feed(STATION, readonly_reason="a recorded replay")
+    app = DeskApp(feed, refresh_s=0.05)
+
+    async def main() -> None:
+        async with app.run_test(size=SIZE) as pilot:
+            await until(pilot, lambda: app.state.updates >= len(feed.frames), what="the replay")
+            mig_job = next(j for j in app.state.jobs if j.mode == "mig")
+            await select_job(app, pilot, mig_job.id)
+            assert app.readonly
+            await pilot.press("c")
+            await pilot.pause(0.2)
+            assert not isinstance(app.screen, ConfirmScreen)
+            await pilot.press("enter")
+            detail = await until(
+                pilot, lambda: isinstance(app.screen, JobScreen) and app.screen, what="the detail"
+            )
+            await until(
+                pilot,
+                lambda: "placed on gpu:" in str(detail.query_one("#job-events").render()),
+                what="the recorded placement",
+            )
+            summary = str(detail.query_one("#job-summary").render())
+            assert f"on {mig_job.slot} (" in summary and "g." in summary  # the slice's profile
+
+    asyncio.run(main())
