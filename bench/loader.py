@@ -412,7 +412,7 @@ def role_gpudesk_producer(spec: dict[str, Any]) -> None:
     import typer  # noqa: F401
     import zmq  # noqa: F401
 
-    import gpudesk.cli
+    import gpudesk.cli.main
     import gpudesk.loader.producer
     import gpudesk.workloads.images
 
@@ -445,7 +445,7 @@ def role_gpudesk_producer(spec: dict[str, Any]) -> None:
     ]
     code: Any = 0
     try:
-        gpudesk.cli.main(argv)
+        gpudesk.cli.main.main(argv)
     except SystemExit as exc:
         code = exc.code
     finally:

@@ -1,3 +1,3 @@
-from gpudesk.cli import main
+from gpudesk.cli.main import main
 
 main()

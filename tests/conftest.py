@@ -165,7 +165,7 @@ Run = Callable[..., tuple[int, str, str]]
 @pytest.fixture
 def gpudesk(capsys: pytest.CaptureFixture[str]) -> Run:
     """`gpudesk ARGS...` in-process: (exit code, stdout, stderr)."""
-    from gpudesk import cli
+    from gpudesk.cli import main as cli
 
     def run(*args: str) -> tuple[int, str, str]:
         capsys.readouterr()

@@ -119,7 +119,7 @@ def load_factory(spec: str) -> Callable[..., Any]:
     return factory
 
 
-class _Plan:
+class BatchPlan:
     """The DataLoader's batch sampler: the stream, with make-ups slipped in between."""
 
     def __init__(
@@ -269,12 +269,49 @@ class Producer:
         return start
 
     def run(self) -> int:
-        import torch
-        from torch.utils.data import DataLoader
-
         self.home.ensure()
         self.home.loader_dir.mkdir(mode=0o700, exist_ok=True)
         start = self._claim()
+        dataset, length = self._open_dataset()
+        cpu_before = time.process_time()
+        if self.config.selection:
+            self._write_preparing(f"data selection {self.config.selection}")
+        self.selection = self._select(dataset) if self.config.selection else None
+        self.selection_cpu_s = time.process_time() - cpu_before  # not loading: kept apart
+        if self.selection is not None:
+            length = self.selection.kept
+        batch_size = min(self.config.batch_size, length)
+        self.plan = BatchPlan(
+            length,
+            batch_size,
+            self.config.seed,
+            self.config.shuffle,
+            start,
+            self.selection.epoch_indices if self.selection else None,
+        )
+        self._start_loading(dataset, batch_size)
+        self._open_sockets()
+        import psutil
+
+        self.proc = psutil.Process()
+        self._write_info()
+        log.info(
+            "loader %s: %d samples, batches of %d, %d workers, %d slots of %.1f MiB",
+            self.config.name,
+            length,
+            batch_size,
+            self.config.workers,
+            self.config.slots,
+            self.ring.layout.batch_bytes / 2**20,
+        )
+        try:
+            return self._loop()
+        finally:
+            self._close()
+
+    def _open_dataset(self) -> tuple[Any, int]:
+        """The factory's dataset and its length; a dataset without one, or an empty one, is
+        refused with a one-line reason."""
         dataset = load_factory(self.config.factory)(**self.config.factory_kwargs)
         try:
             length = len(dataset)
@@ -284,22 +321,13 @@ class Producer:
             ) from None
         if length < 1:
             raise LoaderError(f"{self.config.factory} returned an empty dataset")
-        cpu_before = time.process_time()
-        if self.config.selection:
-            self._write_preparing(f"data selection {self.config.selection}")
-        self.selection = self._select(dataset) if self.config.selection else None
-        self.selection_cpu_s = time.process_time() - cpu_before  # not loading: kept apart
-        if self.selection is not None:
-            length = self.selection.kept
-        batch_size = min(self.config.batch_size, length)
-        self.plan = _Plan(
-            length,
-            batch_size,
-            self.config.seed,
-            self.config.shuffle,
-            start,
-            self.selection.epoch_indices if self.selection else None,
-        )
+        return dataset, length
+
+    def _start_loading(self, dataset: Any, batch_size: int) -> None:
+        """Start the DataLoader on the plan and size the ring from its first batch."""
+        import torch
+        from torch.utils.data import DataLoader
+
         torch.set_num_threads(1)  # the producer copies; its workers decode
         loader = DataLoader(
             dataset,
@@ -321,6 +349,8 @@ class Producer:
         self.refs = [0] * self.config.slots
         self.published.append((first_key, first_makeup, first))
 
+    def _open_sockets(self) -> None:
+        """The control socket consumers talk to, and the socket that hands them the ring's fd."""
         context: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
         self.ctl = context.socket(zmq.ROUTER)
         self.ctl.setsockopt(zmq.ROUTER_MANDATORY, 1)  # an unknown peer raises, never drops
@@ -335,23 +365,6 @@ class Producer:
         self.poller = zmq.Poller()
         self.poller.register(self.ctl, zmq.POLLIN)
         self.poller.register(self.fd_server, zmq.POLLIN)
-        import psutil
-
-        self.proc = psutil.Process()
-        self._write_info()
-        log.info(
-            "loader %s: %d samples, batches of %d, %d workers, %d slots of %.1f MiB",
-            self.config.name,
-            length,
-            batch_size,
-            self.config.workers,
-            self.config.slots,
-            self.ring.layout.batch_bytes / 2**20,
-        )
-        try:
-            return self._loop()
-        finally:
-            self._close()
 
     def _select(self, dataset: Any) -> Any:
         """The data selection this producer serves (computed, or reused from the cache)."""

@@ -234,20 +234,56 @@ class DeskApp(App[str]):
 
     @work(thread=True, group="actions")
     def _submit(self, request: SubmitRequest) -> None:
-        from gpudesk.engine.client import submit_env
+        """A command as one job, or a profile through the submit workflow (as `gpudesk run`
+        does it): its [station] and [datasets], its selections' pre-pass jobs, and once they
+        all succeeded its jobs. Waiting for pre-passes happens here, in this worker thread."""
+        from textual.worker import get_current_worker
+
+        from gpudesk.api.submit import (
+            Step,
+            Submitted,
+            WaitStopped,
+            submit_profile,
+            submit_specs,
+            wait_for_jobs,
+        )
         from gpudesk.engine.jobs import JobSpec, SpecError
         from gpudesk.profile import ProfileError, load_profile
+
+        worker = get_current_worker()
+
+        def closing() -> bool:
+            return worker.is_cancelled or not self.is_running
+
+        def told(step: Step) -> None:
+            if isinstance(step, Submitted) and step.stage == "prepass" and not closing():
+                self.call_from_thread(
+                    self.notify,
+                    f"queued {len(step.ids)} selection pre-pass job(s): "
+                    + ", ".join(str(i) for i in step.ids)
+                    + "; the profile's jobs follow once they succeed",
+                    timeout=6,
+                )
 
         try:
             if request.profile is not None:
                 profile = load_profile(request.profile)
-                loaders = [d.loader for d in profile.datasets.values() if d.loader is not None]
-                if loaders:
-                    self.feed.register_datasets(loaders)
-                specs = list(profile.jobs)
+                outcome = submit_profile(
+                    self.feed,
+                    profile,
+                    wait=lambda ids: wait_for_jobs(self.feed, ids, stop=closing),
+                    on_step=told,
+                )
+                failed = outcome.failed_prepasses
+                if failed:
+                    done = ActionDone("submit", error="; ".join(p.describe() for p in failed))
+                else:
+                    done = ActionDone("submit", submitted=outcome.job_ids)
             else:
-                specs = [JobSpec.from_dict(request.job or {})]
-            done = ActionDone("submit", submitted=self.feed.submit(specs, env=submit_env()))
+                spec = JobSpec.from_dict(request.job or {})
+                done = ActionDone("submit", submitted=submit_specs(self.feed, [spec]))
+        except WaitStopped:
+            return  # the desk closed while pre-passes ran; they go on in the engine
         except ProfileError as exc:
             done = ActionDone("submit", error=f"the profile is not valid:\n{exc}")
         except SpecError as exc:

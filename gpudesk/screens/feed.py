@@ -18,32 +18,32 @@ from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from gpudesk.api import (
     ActionOutcome,
     Client,
+    ConfigureResult,
+    DatasetsResult,
     EngineError,
     EventStream,
     HistoryPoint,
     JobDetail,
     JobList,
-    JobSpec,
     JobView,
     MigApplyResult,
     MigPlanResult,
     Snapshot,
     StationStatus,
+    SubmitResult,
     TelemetryEvent,
     TelemetryResult,
     WireModel,
+    to_builtins,
 )
 from gpudesk.api.client import decode
 from gpudesk.paths import Home
 from gpudesk.render import file_end
-
-if TYPE_CHECKING:
-    from gpudesk.engine.loaders import DatasetSpec  # only named: the api sends it
 
 LOG_TAIL_BYTES = 4096
 PROGRESS = re.compile(r"\bepoch[ =]?(\d+)\s*/\s*(\d+)", re.IGNORECASE)
@@ -52,6 +52,15 @@ JOBS_REFRESH_INTERVALS = 5  # the job table is re-read on a job event, else this
 
 Progress = dict[int, tuple[int, int]]  # job id -> (epoch, of), from the job's log
 Result = TypeVar("Result")
+
+# The submit workflow (gpudesk.api.submit) still asks through `request(op, **args) -> dict`;
+# these are the ops it sends, each decoded through its model before it is handed back as data.
+SUBMIT_WORKFLOW_REPLIES: dict[str, type[WireModel]] = {
+    "configure": ConfigureResult,
+    "datasets": DatasetsResult,
+    "submit": SubmitResult,
+    "jobs": JobList,
+}
 
 
 @dataclass(frozen=True)
@@ -95,9 +104,9 @@ class Feed(Protocol):
     def mig_apply(self, gpu: int, profiles: Sequence[str]) -> MigApplyResult:
         """Repartition `gpu` (the desk asked the user first)."""
 
-    def register_datasets(self, datasets: Sequence[DatasetSpec]) -> None: ...
-
-    def submit(self, specs: Sequence[JobSpec], env: Mapping[str, str]) -> list[int]: ...
+    def request(self, op: str, **args: Any) -> dict[str, Any]:
+        """One request of the submit workflow (gpudesk.api.submit takes anything with this
+        method), its reply as plain data; only the ops in SUBMIT_WORKFLOW_REPLIES."""
 
     def close(self) -> None: ...
 
@@ -223,11 +232,13 @@ class EngineFeed:
     def mig_apply(self, gpu: int, profiles: Sequence[str]) -> MigApplyResult:
         return self._act(lambda client: client.mig_apply(gpu, profiles, confirm=True))
 
-    def register_datasets(self, datasets: Sequence[DatasetSpec]) -> None:
-        self._act(lambda client: client.register_datasets(datasets))
-
-    def submit(self, specs: Sequence[JobSpec], env: Mapping[str, str]) -> list[int]:
-        return self._act(lambda client: client.submit(specs, env=env))
+    def request(self, op: str, **args: Any) -> dict[str, Any]:
+        model = SUBMIT_WORKFLOW_REPLIES.get(op)
+        if model is None:
+            raise EngineError(f"the desk sends {op!r} through its typed methods", "unknown_op")
+        decoded = self._act(lambda client: client.call(model, op, **args))
+        reply: dict[str, Any] = to_builtins(decoded)  # the wire's shape, checked
+        return reply
 
     def close(self) -> None:
         if self._events_cm is not None:
@@ -348,11 +359,8 @@ class ReplayFeed:
     def mig_apply(self, gpu: int, profiles: Sequence[str]) -> MigApplyResult:
         raise self._not_recorded("mig_apply")
 
-    def register_datasets(self, datasets: Sequence[DatasetSpec]) -> None:
-        raise self._not_recorded("datasets")
-
-    def submit(self, specs: Sequence[JobSpec], env: Mapping[str, str]) -> list[int]:
-        raise self._not_recorded("submit")
+    def request(self, op: str, **args: Any) -> dict[str, Any]:
+        raise self._not_recorded(op)
 
     def close(self) -> None:
         pass

@@ -61,7 +61,7 @@ def start_interruptible_run(profile: Path) -> subprocess.Popen:
 
 def test_help_is_fast_to_import_and_never_loads_torch() -> None:
     code = (
-        "import sys\nfrom gpudesk.cli import main\n"
+        "import sys\nfrom gpudesk.cli.main import main\n"
         "for argv in (['--help'], ['top', '--help'], ['run', '--help'],\n"
         "             ['engine', '--help']):\n"
         "    try:\n        main(argv)\n    except SystemExit:\n        pass\n"

@@ -160,7 +160,7 @@ def test_jobs_share_a_real_station_gpu_through_its_mps_server(
         )
         assert Path(pipe, "control").exists()  # the control daemon is up
         status = engine.client.request("status")["station"]["mps"]
-        assert status == {"available": True, "faults": {}}
+        assert status == {"available": True, "faults": []}
     finally:
         engine.stop()
         engine.client.close()

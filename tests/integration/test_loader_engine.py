@@ -187,7 +187,7 @@ def test_a_profile_run_queues_its_selections_prepass_first_and_records_its_cost(
     the selection cached and trains on it."""
     import io
 
-    from gpudesk.headless import run_profile
+    from gpudesk.cli.run_report import run_profile
     from gpudesk.profile import load_profile
     from gpudesk.selection.cache import SelectionCache
 
@@ -230,7 +230,7 @@ def test_a_failed_prepass_keeps_the_runs_training_jobs_from_being_submitted(
 ) -> None:
     import io
 
-    from gpudesk.headless import run_profile
+    from gpudesk.cli.run_report import run_profile
     from gpudesk.profile import load_profile
 
     job, _ = consumer_job(tmp_path, "train", 1)

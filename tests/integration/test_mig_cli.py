@@ -15,15 +15,10 @@ from pathlib import Path
 import pytest
 from conftest import Run
 
-from gpudesk import cli
 from gpudesk.engine import mig
-from gpudesk.mig_cli import mig_app
 
 FAKE = Path(__file__).resolve().parents[1] / "fakes" / "nvidia-smi"
 READ_ONLY = ("-L", "-lgip", "-lgipp", "-lgi", "-lci", "--query-gpu")
-
-if not any(group.name == "mig" for group in cli.app.registered_groups):
-    cli.app.add_typer(mig_app, name="mig")  # until gpudesk.cli registers it itself
 
 
 def a100(**fields: object) -> dict:
@@ -346,14 +341,9 @@ def test_nvidia_smi_that_does_not_exist(
 
 def test_as_a_separate_process(tmp_path: Path) -> None:
     """The error path a user sees: `error: ...` on stderr, exit 1, no traceback."""
-    shim = (
-        "import sys\nfrom gpudesk import cli\nfrom gpudesk.mig_cli import mig_app\n"
-        "if not any(g.name == 'mig' for g in cli.app.registered_groups):\n"
-        "    cli.app.add_typer(mig_app, name='mig')\ncli.main(sys.argv[1:])\n"
-    )
     missing = tmp_path / "nvidia-smi"
     result = subprocess.run(
-        [sys.executable, "-c", shim, "mig", "list"],
+        [sys.executable, "-m", "gpudesk", "mig", "list"],
         capture_output=True,
         text=True,
         timeout=30,

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import sys
+import textwrap
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -21,6 +23,7 @@ from gpudesk.screens.help import HelpScreen
 from gpudesk.screens.job import JobScreen, LogScreen
 from gpudesk.screens.queue import QueueScreen
 from gpudesk.screens.widgets.gpu_card import GpuCard
+from gpudesk.selection.cache import SelectionCache
 
 SIZE = (100, 32)
 SLEEP = [sys.executable, "-c", "import time; print('epoch 1/3', flush=True); time.sleep(60)"]
@@ -185,6 +188,110 @@ def test_submit_a_profile(desk_engine: EngineHandle, tmp_path: Path) -> None:
         )
 
     run_desk(desk_engine, scenario)
+
+
+def test_submit_a_profile_applies_its_station_and_runs_its_prepasses_first(
+    desk_engine: EngineHandle, tmp_path: Path
+) -> None:
+    """Submit-by-profile is `gpudesk run`'s workflow: [station] applied, the selection's
+    pre-pass job queued and finished first (its cost recorded), then the profile's job."""
+    profile = tmp_path / "sel.toml"
+    profile.write_text(
+        textwrap.dedent(f"""
+        name = "sel"
+        [station]
+        backend = "sim:dgx-station-a100"
+        grid_intensity = 123
+        [datasets.syn]
+        factory = "gpudesk.workloads.synthetic:make_dataset"
+        args = {{ size = 120, shape = [4] }}
+        batch_size = 8
+        workers = 0
+        selection = "random-25"
+        [[jobs]]
+        name = "train"
+        dataset = "syn"
+        command = ["{sys.executable}", "-c", "pass"]
+    """)
+    )
+
+    async def scenario(app: DeskApp, pilot: Any) -> None:
+        await pilot.press("n")
+        dialog = await until(
+            pilot,
+            lambda: isinstance(app.screen, SubmitScreen) and app.screen,
+            what="the submit dialog",
+        )
+        dialog.query_one("#profile").value = str(profile)
+        await pilot.press("enter")
+        await until(
+            pilot,
+            lambda: any(j.name == "train" for j in app.state.jobs),
+            timeout=90,
+            what="the profile's job, after its pre-pass",
+        )
+
+    run_desk(desk_engine, scenario)
+    assert desk_engine.client.request("status")["station"]["grid_intensity"] == 123
+    prepass, train = sorted(
+        desk_engine.client.request("jobs", usage=True)["jobs"], key=lambda j: j["id"]
+    )
+    assert (prepass["name"], prepass["state"]) == ("prepass-syn-random-25", "succeeded")
+    assert train["name"] == "train" and train["submitted_at"] >= prepass["ended_at"]
+    assert prepass["group"] == train["group"] and train["group"].startswith("sel@")
+    (entry,) = SelectionCache(desk_engine.home.selection_dir).entries()
+    assert entry.method == "random" and entry.cost.job == prepass["id"]
+
+
+def test_closing_the_desk_while_a_prepass_waits_leaves_it_to_the_engine(
+    desk_engine: EngineHandle, tmp_path: Path
+) -> None:
+    """The submit worker waits for pre-passes off the UI thread, and stops waiting when the desk
+    closes: `q` closes at once; the pre-pass stays queued, the profile's job is not submitted."""
+    (blocker,) = desk_engine.submit({"name": "blocker", "command": SLEEP})
+    desk_engine.wait_state(blocker, "running")
+    profile = tmp_path / "sel.toml"
+    profile.write_text(
+        textwrap.dedent(f"""
+        name = "sel"
+        [station]
+        backend = "sim:dgx-station-a100"
+        slots = 1
+        [datasets.syn]
+        factory = "gpudesk.workloads.synthetic:make_dataset"
+        args = {{ size = 120, shape = [4] }}
+        selection = "random-25"
+        [[jobs]]
+        name = "train"
+        dataset = "syn"
+        command = ["{sys.executable}", "-c", "pass"]
+    """)
+    )
+
+    async def scenario(app: DeskApp, pilot: Any) -> None:
+        await pilot.press("n")
+        dialog = await until(
+            pilot,
+            lambda: isinstance(app.screen, SubmitScreen) and app.screen,
+            what="the submit dialog",
+        )
+        dialog.query_one("#profile").value = str(profile)
+        await pilot.press("enter")
+        await until(
+            pilot,
+            lambda: any(j.name.startswith("prepass-") for j in app.state.jobs),
+            what="the pre-pass job",
+        )
+        await pilot.press("q")
+
+    started = time.monotonic()
+    run_desk(desk_engine, scenario)
+    assert time.monotonic() - started < 30
+    jobs = desk_engine.client.request("jobs")["jobs"]
+    assert sorted((j["name"], j["state"]) for j in jobs) == [
+        ("blocker", "running"),
+        ("prepass-syn-random-25", "queued"),
+    ]
 
 
 def test_cancel_asks_first_and_then_stops_the_job(desk_engine: EngineHandle) -> None:

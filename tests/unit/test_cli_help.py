@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from gpudesk.cli import app
+from gpudesk.cli.main import app
 
 
 def commands(group: typer.Typer, prefix: str = "") -> list[tuple[str, str | None]]:

@@ -6,7 +6,7 @@ import io
 
 from rich.console import Console
 
-from gpudesk.headless import RunReport, _Progress
+from gpudesk.cli.run_report import RunReport, _Progress
 
 
 def job(job_id: int, state: str, **extra: object) -> dict:

@@ -1,15 +1,19 @@
 """Selection pre-passes as engine jobs: `gpudesk select run` for one dataset and preset, queued
 like any job, so the engine measures its wall time, CPU time and energy, and those are written
-into the cache entry it computed. `gpudesk run` queues the pre-passes its datasets need before
-their training jobs, and `gpudesk select compare` one per preset and seed."""
+into the cache entry it computed. The submit workflow (gpudesk.api.submit) queues the pre-passes
+a profile's datasets need before their training jobs; `gpudesk select compare` one per preset
+and seed."""
 
 from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gpudesk.engine.jobs import JobSpec
 from gpudesk.engine.loaders import DatasetSpec
 from gpudesk.profile import Profile
 from gpudesk.selection.cache import SelectionCache
@@ -24,10 +28,10 @@ def needs_prepass(selection: str | None) -> bool:
 
 def prepass_job(
     dataset: DatasetSpec, preset: str, workdir: str | None, name: str | None = None
-) -> dict[str, Any]:
-    """The job (fields for `submit`) that runs `preset`'s pre-pass for `dataset` as its loader
-    will ask for it (same factory, arguments, seed and target, hence the same cache key). A
-    cache hit is not counted as a use: only training jobs are."""
+) -> JobSpec:
+    """The job that runs `preset`'s pre-pass for `dataset` as its loader will ask for it (same
+    factory, arguments, seed and target, hence the same cache key). A cache hit is not counted
+    as a use: only training jobs are."""
     command = [
         sys.executable,
         "-m",
@@ -48,28 +52,40 @@ def prepass_job(
         command += ["--target", dataset.selection_target]
         for key, value in dataset.selection_target_args.items():
             command += ["--target-arg", f"{key}={json.dumps(value)}"]
-    return {
-        "name": name or f"prepass-{dataset.name}-{preset}"[:100],
-        "command": command,
-        "workdir": workdir,
-    }
+    return JobSpec.from_dict(
+        {
+            "name": name or f"prepass-{dataset.name}-{preset}"[:100],
+            "command": command,
+            "workdir": workdir,
+        }
+    )
 
 
-def profile_prepasses(profile: Profile) -> list[tuple[DatasetSpec, str]]:
-    """(the loader's dataset spec, its preset) for each selection the profile's jobs train on
-    that has a pre-pass, once each."""
-    wanted: dict[str, tuple[DatasetSpec, str]] = {}
+@dataclass(frozen=True)
+class Prepass:
+    """One selection pre-pass a profile needs: the loader's dataset spec and its preset."""
+
+    dataset: DatasetSpec
+    preset: str
+
+    def job(self, workdir: str | None, name: str | None = None) -> JobSpec:
+        return prepass_job(self.dataset, self.preset, workdir, name)
+
+
+def profile_prepasses(profile: Profile) -> list[Prepass]:
+    """The pre-pass of each selection the profile's jobs train on that has one, once each."""
+    wanted: dict[str, Prepass] = {}
     for spec in profile.jobs:
         config = profile.datasets.get(spec.dataset or "")
         if config is None or config.loader is None:
             continue
         served = config.loader.variant(spec.selection) if spec.selection else config.loader
         if served.selection and needs_prepass(served.selection):
-            wanted.setdefault(served.name, (served, served.selection))
+            wanted.setdefault(served.name, Prepass(served, served.selection))
     return list(wanted.values())
 
 
-def prepass_output(job: dict[str, Any]) -> dict[str, Any] | None:
+def prepass_output(job: Mapping[str, Any]) -> dict[str, Any] | None:
     """What the finished pre-pass job printed (its last JSON line with a cache key)."""
     if not job.get("log"):
         return None
@@ -88,7 +104,7 @@ def prepass_output(job: dict[str, Any]) -> dict[str, Any] | None:
     return None
 
 
-def record_prepass(cache: SelectionCache, job: dict[str, Any]) -> dict[str, Any] | None:
+def record_prepass(cache: SelectionCache, job: Mapping[str, Any]) -> dict[str, Any] | None:
     """After a pre-pass job: its output, and, when it computed the entry (not a cache hit),
     the engine's measurement of the job written into the entry. None if it failed."""
     output = prepass_output(job) if job.get("state") == "succeeded" else None
@@ -106,7 +122,7 @@ def record_prepass(cache: SelectionCache, job: dict[str, Any]) -> dict[str, Any]
     return output
 
 
-def job_wall(job: dict[str, Any]) -> float | None:
+def job_wall(job: Mapping[str, Any]) -> float | None:
     """A finished job's wall time, from its start to its end (None if it never ran)."""
     if job.get("started_at") is None or job.get("ended_at") is None:
         return None

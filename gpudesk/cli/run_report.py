@@ -1,4 +1,5 @@
-"""`gpudesk run PROFILE`: submit a profile's jobs, follow them to the end, report.
+"""`gpudesk run PROFILE`: submit a profile's jobs, follow them to the end, report (the command
+itself: gpudesk.cli.run).
 
 Progress is a live table on a terminal and one plain line per state change otherwise (CI logs,
 `| tee`). Ctrl-C cancels the run's jobs (not the engine, not other runs) and still reports.
@@ -7,7 +8,6 @@ Progress is a live table on a terminal and one plain line per state change other
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -17,10 +17,10 @@ from typing import Any, TextIO
 import zmq
 
 from gpudesk import render
-from gpudesk.engine.client import EngineClient, submit_env
+from gpudesk.api.submit import PrepassResult, Step, run_group, submit_profile
+from gpudesk.engine.client import EngineClient
 from gpudesk.engine.jobs import TERMINAL_STATE_NAMES
 from gpudesk.engine.telemetry.energy import summarize
-from gpudesk.prepass_jobs import prepass_job, profile_prepasses, record_prepass
 from gpudesk.profile import Profile
 from gpudesk.selection.cache import SelectionCache
 
@@ -283,85 +283,44 @@ def run_profile(
     progress_stream: TextIO = sys.stderr,
     live: bool | None = None,
 ) -> RunReport:
+    """Submit the profile (gpudesk.api.submit: [station], [datasets], the selections' pre-pass
+    jobs, then the training jobs if every pre-pass succeeded), follow its jobs to the end."""
     started = time.time()
-    # The group names this run's jobs; unique even for two runs of one profile in one second.
-    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(started))
-    group = f"{profile.name}@{stamp}.{os.getpid()}"
+    group = run_group(profile.name, started)  # names this run's jobs
     report = RunReport(profile=profile.name, group=group, started_at=started)
-    client.request("configure", station=profile.station.to_dict())
-    loaders = [d.loader.to_dict() for d in profile.datasets.values() if d.loader is not None]
-    if loaders:
-        client.request("datasets", datasets=loaders)
     progress = _Progress(progress_stream, progress_stream.isatty() if live is None else live)
-    prepasses = profile_prepasses(profile)
-    stage = "prepass" if prepasses else "train"
+
+    def note(step: Step) -> None:
+        if isinstance(step, PrepassResult):
+            report.notes.append(step.describe())
+
     try:
         with client.subscribe("job") as events:
-            while True:
-                try:
-                    if stage == "prepass" and not report.interrupted:
-                        # The selections' pre-passes first, as jobs the engine measures; the
-                        # training jobs then find them cached.
-                        client.request(
-                            "submit",
-                            env=submit_env(),
-                            jobs=[
-                                {
-                                    **prepass_job(dataset, preset, str(profile.path.parent)),
-                                    "group": group,
-                                }
-                                for dataset, preset in prepasses
-                            ],
-                        )
-                        stage = "prepass-wait"
-                    if stage == "prepass-wait" and not report.interrupted:
-                        report.jobs = _follow(client, events, group, progress)
-                        stage = "train" if _record_prepasses(client, report) else "done"
-                    if stage == "train" and not report.interrupted:
-                        jobs = [{**spec.to_dict(), "group": group} for spec in profile.jobs]
-                        client.request("submit", jobs=jobs, env=submit_env())
-                        stage = "done"
-                    report.jobs = _follow(client, events, group, progress)
-                    break
-                except KeyboardInterrupt:
-                    if report.interrupted:
-                        raise  # a second Ctrl-C: leave now, the engine finishes the cancels
-                    report.interrupted = True
-                    _cancel_group(client, group, progress.stream)
+
+            def follow(ids: object = None) -> None:
+                report.jobs = _follow(client, events, group, progress)
+
+            try:
+                # The selections' pre-passes first, as jobs the engine measures; the training
+                # jobs then find them cached.
+                submit_profile(
+                    client,
+                    profile,
+                    group=group,
+                    wait=follow,
+                    on_step=note,
+                    cache=SelectionCache(client.home.selection_dir),
+                )
+                follow()
+            except KeyboardInterrupt:
+                report.interrupted = True
+                _cancel_group(client, group, progress.stream)
+                follow()  # a second Ctrl-C leaves now: the engine finishes the cancels
     finally:
         progress.close()
     report.ended_at = time.time()
     _add_usage(client, report)
     return report
-
-
-def _record_prepasses(client: EngineClient, report: RunReport) -> bool:
-    """Write what the engine measured of each pre-pass job into the cache entry it computed;
-    True when every pre-pass succeeded (else the training jobs are not submitted)."""
-    cache = SelectionCache(client.home.selection_dir)
-    done = client.request("jobs", group=report.group, usage=True)["jobs"]
-    ok = True
-    for job in done:
-        output = record_prepass(cache, job)
-        if output is None:
-            ok = False
-            report.notes.append(
-                f"pre-pass job {job['id']} ({job['name']}) {job['state']}: "
-                f"the profile's jobs were not submitted (gpudesk logs "
-                f"{job['id']})"
-            )
-        else:
-            how = (
-                "reused from the cache"
-                if output["reused"]
-                else f"computed in {output['prepass_wall_s']:.1f} s and cached"
-            )
-            report.notes.append(
-                f"selection {output['preset']} of {output['dataset']}: "
-                f"{output['kept']} of {output['of']} samples, {how} "
-                f"(key {output['key']})"
-            )
-    return ok
 
 
 def _add_usage(client: EngineClient, report: RunReport) -> None:

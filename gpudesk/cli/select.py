@@ -11,6 +11,15 @@ from typing import Annotated, Any
 
 import typer
 
+from gpudesk.cli.common import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_USAGE,
+    engine_client,
+    factory_kwargs,
+    fail,
+)
+
 select_app = typer.Typer(
     help="Data selection presets, cached and shared across jobs.", no_args_is_help=True
 )
@@ -34,7 +43,6 @@ def _dataset_settings(
     """factory, its kwargs, the target set's and the seed: the dataset's settings (from a
     profile, the running engine, or just MODULE:FACTORY) with the command line's on top."""
     from gpudesk.engine.loaders import DatasetSpec
-    from gpudesk.loader.cli import factory_kwargs
 
     if profile is not None:
         spec = _profile_dataset(dataset, profile)
@@ -53,7 +61,6 @@ def _dataset_settings(
 
 def _profile_dataset(name: str, profile: Path) -> Any:
     """A [datasets.NAME] table of a profile, as a loader spec."""
-    from gpudesk.cli import EXIT_USAGE, fail
     from gpudesk.profile import ProfileError, load_profile
 
     try:
@@ -71,7 +78,6 @@ def _profile_dataset(name: str, profile: Path) -> Any:
 
 def _registered_dataset(name: str) -> Any:
     """A dataset the engine knows by name (registered by a profile's run)."""
-    from gpudesk.cli import EXIT_USAGE, fail
     from gpudesk.engine.client import EngineError, connect
     from gpudesk.engine.loaders import DatasetSpec
     from gpudesk.paths import Home
@@ -149,7 +155,6 @@ def run_command(
     ] = True,
 ) -> None:
     """Compute (or reuse) a preset's ordering for a dataset and say what it keeps."""
-    from gpudesk.cli import EXIT_FAILED, EXIT_USAGE, fail
     from gpudesk.loader.producer import load_factory
     from gpudesk.loader.protocol import LoaderError
     from gpudesk.selection.apply import select
@@ -310,7 +315,6 @@ def show_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """One cached ordering: what it was computed from and who reused it."""
-    from gpudesk.cli import EXIT_FAILED, fail
 
     cache = _cache()
     entry = cache.load(key)
@@ -409,8 +413,7 @@ def compare_command(
         bool, typer.Option("--json", help="Print JSON instead of the table.")
     ] = False,
 ) -> None:
-    from gpudesk import compare
-    from gpudesk.cli import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, _client, fail
+    from gpudesk.cli import compare
     from gpudesk.profile import ProfileError, load_profile
 
     try:
@@ -422,7 +425,7 @@ def compare_command(
         fail(str(exc), EXIT_USAGE)
     if seeds < 3:
         print(f"note: {seeds} seed(s): the seed-to-seed spread needs 3 or more", file=sys.stderr)
-    with _client() as client:
+    with engine_client() as client:
 
         def say(line: str) -> None:
             print(f"{time.strftime('%H:%M:%S')}  {line}", file=sys.stderr, flush=True)

@@ -25,10 +25,11 @@ from pathlib import Path
 from typing import Any
 
 from gpudesk import render
-from gpudesk.engine.client import EngineClient, submit_env
-from gpudesk.engine.jobs import TERMINAL_STATE_NAMES, JobSpec
+from gpudesk.api.prepass import NO_PREPASS, Prepass, job_wall, record_prepass
+from gpudesk.api.submit import configure_station, register_datasets, submit_specs, wait_for_jobs
+from gpudesk.engine.client import EngineClient
+from gpudesk.engine.jobs import JobSpec
 from gpudesk.engine.loaders import DatasetSpec
-from gpudesk.prepass_jobs import NO_PREPASS, job_wall, prepass_job, record_prepass
 from gpudesk.profile import Profile
 from gpudesk.selection.cache import SelectionCache
 from gpudesk.selection.presets import Preset, PresetError, parse_preset
@@ -150,10 +151,8 @@ class Comparison:
         self.current: int | None = None  # the job running now (cancelled on Ctrl-C)
 
     def run(self) -> list[Trial]:
-        self.client.request("configure", station=self.plan.profile.station.to_dict())
-        self.client.request(
-            "datasets", datasets=[self.plan.dataset_for(s).to_dict() for s in self.plan.seeds]
-        )
+        configure_station(self.client, self.plan.profile.station)
+        register_datasets(self.client, [self.plan.dataset_for(s) for s in self.plan.seeds])
         try:
             for seed in self.plan.seeds:
                 for preset in self.plan.presets:
@@ -177,8 +176,8 @@ class Comparison:
     # ----------------------------------------------------------------- pre-pass
     def prepass(self, trial: Trial, preset: Preset, dataset: DatasetSpec) -> None:
         job = self.submit(
-            prepass_job(
-                dataset, preset.name, self.plan.job.workdir, f"prepass-{preset.name}-s{trial.seed}"
+            Prepass(dataset, preset.name).job(
+                self.plan.job.workdir, f"prepass-{preset.name}-s{trial.seed}"
             )
         )
         trial.prepass_job = job["id"]
@@ -204,7 +203,7 @@ class Comparison:
             dataset=dataset.name,
             selection=preset.name,
         )
-        job = self.submit(spec)
+        job = self.submit(JobSpec.from_dict(spec))
         trial.train_job = job["id"]
         self.say(f"seed {trial.seed} {preset.name}: training job {job['id']}")
         done = self.wait(job["id"])
@@ -246,20 +245,15 @@ class Comparison:
                 trial.prepass_energy_j = cached.cost.energy_j
 
     # ------------------------------------------------------------------ engine
-    def submit(self, raw: dict[str, Any]) -> dict[str, Any]:
-        raw = {**raw, "group": self.group}
-        spec = JobSpec.from_dict(raw).to_dict()
-        job_id = self.client.request("submit", jobs=[spec], env=submit_env())["ids"][0]
+    def submit(self, spec: JobSpec) -> dict[str, Any]:
+        (job_id,) = submit_specs(self.client, [spec], group=self.group)
         self.current = job_id
         return {"id": job_id}
 
     def wait(self, job_id: int) -> dict[str, Any]:
-        while True:
-            job = self.client.request("jobs", ids=[job_id], usage=True)["jobs"][0]
-            if job["state"] in TERMINAL_STATE_NAMES:
-                self.current = None
-                return job
-            time.sleep(POLL_S)
+        (job,) = wait_for_jobs(self.client, [job_id], poll_s=POLL_S)
+        self.current = None
+        return job
 
 
 def _last_result(log: str) -> dict[str, Any] | None:

@@ -4,27 +4,15 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
+
+from gpudesk.cli.common import EXIT_FAILED, factory_kwargs, fail
 
 loader_app = typer.Typer(
     help="Shared data loaders: one producer per dataset.", no_args_is_help=True
 )
-
-
-def factory_kwargs(pairs: list[str]) -> dict[str, Any]:
-    """key=value pairs for the factory; values are JSON where they parse as JSON."""
-    out: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key.isidentifier():
-            raise typer.BadParameter(f"{pair!r}: expected key=value", param_hint="--arg")
-        try:
-            out[key] = json.loads(value)
-        except json.JSONDecodeError:
-            out[key] = value
-    return out
 
 
 @loader_app.command("serve")
@@ -70,7 +58,6 @@ def serve_command(
     managed: Annotated[bool, typer.Option("--managed", hidden=True)] = False,
 ) -> None:
     """Run the producer for a dataset until stopped (SIGTERM or Ctrl-C)."""
-    from gpudesk.cli import EXIT_FAILED, fail
     from gpudesk.loader.producer import ProducerConfig, serve
     from gpudesk.loader.protocol import LoaderError
     from gpudesk.paths import Home

@@ -1,10 +1,6 @@
 """`gpudesk mig`: MIG partitions through nvidia-smi. `profiles`, `list`, `apply` and `clear` need
 nothing but nvidia-smi: no engine, no NVML. `plan` and `apply-plan` ask the engine for the layout
-its queue would want (gpudesk.engine.mig_planner) and apply it through the engine.
-
-Registered in gpudesk.cli as `app.add_typer(mig_app, name="mig")`; the helpers it shares with the
-other commands (fail, exit codes, JSON printing, the engine client) are imported from there
-inside the commands, since gpudesk.cli imports this module."""
+its queue would want (gpudesk.engine.mig_planner) and apply it through the engine."""
 
 from __future__ import annotations
 
@@ -17,11 +13,13 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from gpudesk.cli.common import EXIT_FAILED, EXIT_USAGE, engine_client, fail, print_json
+
 if TYPE_CHECKING:
     from gpudesk.engine.mig import GiProfile, GpuEntry, MigLayout, NvidiaSmiError, Placement
 
 # gpudesk.engine.mig is imported inside the commands: every `gpudesk` command loads this module
-# (it is registered in gpudesk.cli), and the MIG layer costs ~25-40 ms to import.
+# (it is registered in gpudesk.cli.main), and the MIG layer costs ~25-40 ms to import.
 
 mig_app = typer.Typer(help="MIG partitions through nvidia-smi.", no_args_is_help=True)
 
@@ -40,7 +38,6 @@ GpuOption = Annotated[
 
 @contextmanager
 def _mig_errors() -> Iterator[None]:
-    from gpudesk.cli import EXIT_FAILED, EXIT_USAGE, fail
     from gpudesk.engine.mig import MigError, MigUsageError
 
     try:
@@ -49,12 +46,6 @@ def _mig_errors() -> Iterator[None]:
         fail(str(exc), EXIT_USAGE)
     except MigError as exc:
         fail(str(exc), EXIT_FAILED)
-
-
-def _print_json(data: Any) -> None:
-    from gpudesk.cli import _print_json as print_json
-
-    print_json(data)
 
 
 def _table(
@@ -163,7 +154,7 @@ def profiles_cmd(
             }
             for entry, problem in skipped
         ]
-        _print_json({"gpus": sorted(gpus, key=lambda g: g["index"])})
+        print_json({"gpus": sorted(gpus, key=lambda g: g["index"])})
         return
     blocks = []
     for entry, profiles, places in found:
@@ -286,7 +277,7 @@ def list_cmd(json_out: JsonOption = False) -> None:
                     state = exc.kind.removeprefix("mig-")
             report.append((entry, state, layout))
     if json_out:
-        _print_json(
+        print_json(
             {
                 "gpus": [
                     {
@@ -385,7 +376,6 @@ APPLY_TIMEOUT_S = 300.0  # applying runs several nvidia-smi calls, each with its
 
 @contextmanager
 def _engine_errors() -> Iterator[None]:
-    from gpudesk.cli import EXIT_FAILED, EXIT_USAGE, fail
     from gpudesk.engine.protocol import INVALID_ARGS, EngineError
 
     try:
@@ -462,12 +452,10 @@ def plan_cmd(
 
     Current and wanted slices, the queued job each slice is for, the nvidia-smi commands that
     applying it would run, and whether the engine may apply it (`apply-plan`), or why not."""
-    from gpudesk.cli import _client
-
-    with _engine_errors(), _client() as client:
+    with _engine_errors(), engine_client() as client:
         result = client.request("mig_plan", gpu=gpu)
     if json_out:
-        _print_json(result)
+        print_json(result)
         return
     if not result["plans"]:
         print("no MIG-capable GPU on this station")
@@ -489,9 +477,7 @@ def apply_plan_cmd(
 
     Only where [station] mig_repartition = true, the GPU is in MIG mode and no job runs on it.
     Destroys the GPU's MIG instances and creates the planned ones; the queue is not touched."""
-    from gpudesk.cli import EXIT_FAILED, EXIT_USAGE, _client, fail
-
-    with _engine_errors(), _client() as client:
+    with _engine_errors(), engine_client() as client:
         (plan,) = client.request("mig_plan", gpu=gpu)["plans"]
         if not plan["allowed"]:
             fail(f"the plan for GPU {gpu} cannot be applied. {plan['reason']}", EXIT_FAILED)

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
+from gpudesk.api.prepass import prepass_job, profile_prepasses, record_prepass
 from gpudesk.engine.loaders import DatasetSpec
-from gpudesk.prepass_jobs import prepass_job, profile_prepasses, record_prepass
 from gpudesk.profile import parse_profile
 from gpudesk.selection.cache import SelectionCache
 from gpudesk.selection.prepass import prepare
@@ -45,11 +45,12 @@ selection = "rs2-25"
 
 def test_a_profile_needs_one_prepass_per_selection_with_one() -> None:
     wanted = profile_prepasses(parse_profile(PROFILE, "p.toml"))
-    assert [(spec.name, preset) for spec, preset in wanted] == [
+    assert [(p.dataset.name, p.preset) for p in wanted] == [
         ("d", "el2n-25"),
         ("d.less-10", "less-10"),
     ]
-    command = prepass_job(wanted[1][0], "less-10", "/w")["command"]
+    assert wanted[1].job("/w") == prepass_job(wanted[1].dataset, "less-10", "/w")
+    command = list(wanted[1].job("/w").command)
     assert command[3:] == [
         "select",
         "run",

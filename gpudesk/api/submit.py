@@ -1,0 +1,226 @@
+"""Submitting work to the engine: the one workflow every front end uses (`gpudesk run`, the
+desk's submit-by-profile, `gpudesk select compare`).
+
+A profile is submitted in this order: its `[station]` is applied (the engine's `configure`), its
+`[datasets]` are registered (`datasets`), the pre-pass jobs its selections need are queued and
+waited for, what the engine measured of each is written into the selection cache entry it
+computed, and then, only if every pre-pass succeeded, the profile's training jobs are queued as
+one group, with the submitter's environment. `submit_profile` runs that sequence and reports its
+steps to a callback; the steps are also offered one by one (`prepare_station`,
+`profile_prepasses`, `submit_specs`, `wait_for_jobs`, `record_prepasses`).
+
+Pre-passes run as engine jobs (gpudesk.api.prepass), so the engine measures them. A pre-pass
+job runs with the submitter's environment and so fills the selection cache of the submitter's
+GPUDESK_HOME.
+
+The engine is asked through anything with `request(op, **args) -> dict` (the engine client, the
+desk's feed).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias
+
+from gpudesk.engine.client import submit_env
+from gpudesk.engine.jobs import TERMINAL_STATE_NAMES, JobSpec
+
+if TYPE_CHECKING:
+    from gpudesk.engine.loaders import DatasetSpec
+    from gpudesk.engine.station import StationConfig
+    from gpudesk.profile import Profile
+    from gpudesk.selection.cache import SelectionCache
+
+# The profile parser, the selection cache and numpy are imported by the steps that need them:
+# `gpudesk submit` of one command needs only `submit_specs`.
+
+POLL_S = 0.25  # how often `wait_for_jobs` asks
+
+
+class Requester(Protocol):
+    """What the workflow asks the engine through (EngineClient, the desk's feed)."""
+
+    def request(self, op: str, **args: Any) -> dict[str, Any]: ...
+
+
+class WaitStopped(Exception):
+    """`wait_for_jobs` was told to stop before the jobs ended (the desk closed)."""
+
+
+@dataclass(frozen=True)
+class PrepassResult:
+    """How one pre-pass job ended; `output` is what it printed (None when it failed)."""
+
+    job_id: int
+    name: str
+    state: str
+    output: Mapping[str, Any] | None
+
+    @property
+    def ok(self) -> bool:
+        return self.output is not None
+
+    def describe(self) -> str:
+        """One line for a report or a notification."""
+        if self.output is None:
+            return (
+                f"pre-pass job {self.job_id} ({self.name}) {self.state}: the profile's jobs "
+                f"were not submitted (gpudesk logs {self.job_id})"
+            )
+        out = self.output
+        how = (
+            "reused from the cache"
+            if out["reused"]
+            else f"computed in {out['prepass_wall_s']:.1f} s and cached"
+        )
+        return (
+            f"selection {out['preset']} of {out['dataset']}: {out['kept']} of {out['of']} "
+            f"samples, {how} (key {out['key']})"
+        )
+
+
+def record_prepasses(
+    client: Requester, ids: Sequence[int], cache: SelectionCache
+) -> list[PrepassResult]:
+    """Record each finished pre-pass job's measurement in the cache (see `record_prepass`)."""
+    from gpudesk.api.prepass import record_prepass
+
+    if not ids:
+        return []
+    jobs = client.request("jobs", ids=list(ids), usage=True)["jobs"]
+    return [
+        PrepassResult(job["id"], job["name"], job["state"], record_prepass(cache, job))
+        for job in jobs
+    ]
+
+
+# ------------------------------------------------------------------ the engine's side
+def configure_station(client: Requester, station: StationConfig) -> None:
+    """Apply a profile's [station] to the engine."""
+    client.request("configure", station=station.to_dict())
+
+
+def register_datasets(client: Requester, datasets: Sequence[DatasetSpec]) -> None:
+    """Register shared-loader datasets with the engine (nothing to do for none)."""
+    if datasets:
+        client.request("datasets", datasets=[d.to_dict() for d in datasets])
+
+
+def prepare_station(client: Requester, profile: Profile) -> None:
+    """Everything a profile asks of the engine before its jobs: [station] and [datasets]."""
+    configure_station(client, profile.station)
+    register_datasets(client, [d.loader for d in profile.datasets.values() if d.loader is not None])
+
+
+def submit_specs(
+    client: Requester,
+    specs: Sequence[JobSpec],
+    *,
+    group: str | None = None,
+    env: Mapping[str, str] | None = None,
+) -> list[int]:
+    """Queue jobs in one request, each in `group` when given, starting from the submitter's
+    environment (`submit_env`) unless `env` is given; their ids, in order."""
+    jobs = [(spec if group is None else replace(spec, group=group)).to_dict() for spec in specs]
+    environment = dict(submit_env() if env is None else env)
+    ids: list[int] = client.request("submit", jobs=jobs, env=environment)["ids"]
+    return ids
+
+
+def wait_for_jobs(
+    client: Requester,
+    ids: Sequence[int],
+    *,
+    poll_s: float = POLL_S,
+    stop: Callable[[], bool] | None = None,
+) -> list[dict[str, Any]]:
+    """Poll until every job has ended; the jobs (with their usage). Raises WaitStopped when
+    `stop()` says so first."""
+    while True:
+        jobs: list[dict[str, Any]] = client.request("jobs", ids=list(ids), usage=True)["jobs"]
+        if all(job["state"] in TERMINAL_STATE_NAMES for job in jobs):
+            return jobs
+        if stop is not None and stop():
+            raise WaitStopped
+        time.sleep(poll_s)
+
+
+# ------------------------------------------------------------------ the whole sequence
+def run_group(profile_name: str, started: float | None = None) -> str:
+    """A name for one submission of a profile: unique even for two in one second."""
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(started))
+    return f"{profile_name}@{stamp}.{os.getpid()}"
+
+
+@dataclass(frozen=True)
+class Submitted:
+    """The engine queued jobs of the sequence: its pre-passes, or the profile's jobs."""
+
+    stage: Literal["prepass", "train"]
+    ids: tuple[int, ...]
+
+
+Step: TypeAlias = Submitted | PrepassResult  # what `submit_profile` tells `on_step`
+
+
+@dataclass
+class ProfileSubmission:
+    """What `submit_profile` did."""
+
+    group: str
+    prepasses: list[PrepassResult] = field(default_factory=list)
+    job_ids: list[int] = field(default_factory=list)  # the training jobs; none if a pre-pass failed
+
+    @property
+    def failed_prepasses(self) -> list[PrepassResult]:
+        return [p for p in self.prepasses if not p.ok]
+
+
+def submit_profile(
+    client: Requester,
+    profile: Profile,
+    *,
+    group: str | None = None,
+    wait: Callable[[Sequence[int]], object] | None = None,
+    on_step: Callable[[Step], None] | None = None,
+    cache: SelectionCache | None = None,
+    env: Mapping[str, str] | None = None,
+) -> ProfileSubmission:
+    """Submit a profile: apply [station] and [datasets], queue the selections' pre-pass jobs,
+    `wait` for them (default: `wait_for_jobs`), record their measurements in `cache` (default:
+    the submitter's home's), then queue the training jobs if every pre-pass succeeded. Every
+    job goes in `group` (default: a new one for this submission). `on_step` hears of each step
+    as it happens."""
+    from gpudesk.api.prepass import profile_prepasses
+    from gpudesk.paths import Home
+    from gpudesk.selection.cache import SelectionCache
+
+    outcome = ProfileSubmission(group or run_group(profile.name))
+    prepare_station(client, profile)
+    prepasses = profile_prepasses(profile)
+    if prepasses:
+        workdir = str(profile.path.parent)
+        ids = submit_specs(
+            client, [p.job(workdir) for p in prepasses], group=outcome.group, env=env
+        )
+        if on_step is not None:
+            on_step(Submitted("prepass", tuple(ids)))
+        if wait is None:
+            wait_for_jobs(client, ids)
+        else:
+            wait(ids)
+        if cache is None:
+            cache = SelectionCache(Home.from_env().selection_dir)
+        for result in record_prepasses(client, ids, cache):
+            outcome.prepasses.append(result)
+            if on_step is not None:
+                on_step(result)
+        if outcome.failed_prepasses:
+            return outcome
+    outcome.job_ids = submit_specs(client, profile.jobs, group=outcome.group, env=env)
+    if on_step is not None:
+        on_step(Submitted("train", tuple(outcome.job_ids)))
+    return outcome

@@ -1,0 +1,1 @@
+"""The `gpudesk` command line, one module per command group (the entry is gpudesk.cli.main)."""

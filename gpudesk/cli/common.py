@@ -1,0 +1,78 @@
+"""What every command module shares: exit codes, the error a command fails with, JSON output,
+the home and the engine client, and the help reflow.
+
+Only the standard library and typer at module level: every `gpudesk` command, `--help` included,
+imports this module.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+from typing import TYPE_CHECKING, Any, NoReturn
+
+import typer
+
+if TYPE_CHECKING:
+    from gpudesk.engine.client import EngineClient
+    from gpudesk.paths import Home
+
+EXIT_FAILED = 1  # the command ran but something it did failed (a job, the engine)
+EXIT_USAGE = 2  # bad input: a profile, an argument
+EXIT_NOT_RUNNING = 3  # `engine status`: no engine runs for this home
+EXIT_INTERRUPTED = 130
+
+
+class CliError(Exception):
+    """A command's failure: `main` prints `error: MESSAGE` (no traceback) and exits `code`."""
+
+    def __init__(self, message: str, code: int = EXIT_FAILED) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def fail(message: str, code: int = EXIT_FAILED) -> NoReturn:
+    raise CliError(message, code)
+
+
+def print_json(data: Any) -> None:
+    print(json.dumps(data, indent=2, default=str))
+
+
+def current_home() -> Home:
+    from gpudesk.paths import Home
+
+    return Home.from_env()
+
+
+def engine_client() -> EngineClient:
+    """A client of this home's engine, started if none runs."""
+    from gpudesk.engine.client import connect
+
+    return connect(current_home())
+
+
+def factory_kwargs(pairs: list[str]) -> dict[str, Any]:
+    """key=value pairs for a dataset factory (--arg); values are JSON where they parse as JSON."""
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.isidentifier():
+            raise typer.BadParameter(f"{pair!r}: expected key=value", param_hint="--arg")
+        try:
+            out[key] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key] = value
+    return out
+
+
+def reflow_help(group: typer.Typer) -> None:
+    """Command help from docstrings, each paragraph one line: typer keeps a docstring's line
+    breaks, which wrap raggedly at the terminal's width."""
+    for command in group.registered_commands:
+        doc = inspect.getdoc(command.callback) if command.callback else None
+        if command.help is None and doc:
+            command.help = "\n\n".join(" ".join(p.split()) for p in doc.split("\n\n"))
+    for sub in group.registered_groups:
+        if sub.typer_instance is not None:
+            reflow_help(sub.typer_instance)

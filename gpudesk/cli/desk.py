@@ -1,0 +1,48 @@
+"""`gpudesk desk` (and `gpudesk` with no command): the Textual desk on the engine."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer
+
+from gpudesk.cli.common import EXIT_USAGE, fail
+
+desk_app = typer.Typer()
+
+
+def open_desk(readonly: bool, refresh: float, replay: Path | None) -> None:
+    if not sys.stdout.isatty() or not sys.stdin.isatty():
+        fail(
+            "the desk needs a terminal; for pipes and scripts use `gpudesk top --once`, "
+            "`gpudesk queue` or `gpudesk --help`",
+            EXIT_USAGE,
+        )
+    from gpudesk.screens import run_desk
+
+    message = run_desk(readonly=readonly, refresh_s=refresh, replay=replay)
+    if message:
+        print(message)
+
+
+@desk_app.command()
+def desk(
+    readonly: bool = typer.Option(
+        False, "--readonly", help="Hide every action (for a shared screen): watch only."
+    ),
+    refresh: float = typer.Option(
+        1.0, "--refresh", min=0.2, max=60.0, help="Seconds between redraws."
+    ),
+    replay: Path | None = typer.Option(
+        None,
+        "--replay",
+        help="Play back a recorded desk (JSON frames) instead of following the engine.",
+    ),
+) -> None:
+    """Open the desk: live GPU cards, the queue with its actions, loaders and MIG.
+
+    `q` closes the desk and leaves the engine and its jobs running."""
+    if replay is not None and not replay.is_file():
+        fail(f"--replay: {replay} is not a file", EXIT_USAGE)
+    open_desk(readonly, refresh, replay)

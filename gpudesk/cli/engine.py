@@ -1,0 +1,124 @@
+"""`gpudesk engine start / stop / status`: the daemon for this GPUDESK_HOME."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import TYPE_CHECKING
+
+import typer
+
+from gpudesk.cli.common import EXIT_NOT_RUNNING, EXIT_USAGE, current_home, fail, print_json
+
+if TYPE_CHECKING:
+    from gpudesk.engine.station import StationConfig
+
+engine_app = typer.Typer(help="Start, stop and inspect the engine daemon.", no_args_is_help=True)
+
+
+def _station_from_options(
+    slots: int | None, policy: str | None, backend: str | None
+) -> StationConfig | None:
+    from gpudesk.engine.station import StationConfig
+
+    given = {k: v for k, v in (("slots", slots), ("policy", policy), ("backend", backend)) if v}
+    if not given:
+        return None
+    try:
+        return StationConfig.from_dict(given)
+    except ValueError as exc:
+        fail(str(exc), EXIT_USAGE)
+
+
+@engine_app.command("start")
+def engine_start(
+    foreground: bool = typer.Option(
+        False, "--foreground", help="Run in this terminal, logging to stderr (for debugging)."
+    ),
+    slots: int | None = typer.Option(
+        None, "--slots", help="Concurrent jobs on a CPU-only station (default: cores)."
+    ),
+    policy: str | None = typer.Option(None, "--policy", help="Placement policy."),
+    backend: str | None = typer.Option(None, "--backend", help="Hardware backend."),
+) -> None:
+    """Start the engine for this GPUDESK_HOME (one per home)."""
+    from gpudesk.engine.client import engine_pid, start_engine
+
+    home = current_home()
+    station = _station_from_options(slots, policy, backend)
+    pid = engine_pid(home)
+    if pid is not None:
+        fail(f"an engine is already running for {home.root} (pid {pid})")
+    if foreground:
+        import logging
+
+        from gpudesk.engine.daemon import serve
+
+        logging.basicConfig(
+            stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s"
+        )
+        raise typer.Exit(serve(home, station))
+    pid = start_engine(home, station)
+    print(f"engine started (pid {pid}) for {home.root}")
+
+
+@engine_app.command("stop")
+def engine_stop(
+    timeout: float = typer.Option(10.0, "--timeout", help="Seconds to wait for it to exit."),
+) -> None:
+    """Stop the engine. Running jobs keep running and are re-adopted by the next engine."""
+    from gpudesk.engine.client import EngineClient, engine_pid
+
+    home = current_home()
+    if engine_pid(home) is None:
+        print(f"no engine is running for {home.root}")
+        return
+    with EngineClient(home, timeout=timeout) as client:
+        running = client.request("shutdown")["running_attempts"]
+    deadline = time.monotonic() + timeout
+    while engine_pid(home) is not None:
+        if time.monotonic() > deadline:
+            fail(f"the engine did not exit within {timeout:g} s")
+        time.sleep(0.05)
+    suffix = f"; {running} running job(s) keep running" if running else ""
+    print(f"engine stopped{suffix}")
+
+
+@engine_app.command("status")
+def engine_status(json_out: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """Is the engine running, and what is its station doing?"""
+    from gpudesk import render
+    from gpudesk.engine.client import EngineClient, EngineError, engine_pid
+
+    home = current_home()
+    pid = engine_pid(home)
+    if pid is None:
+        if json_out:
+            print_json({"running": False, "home": str(home.root)})
+        else:
+            print(f"engine: not running (home {home.root})")
+        raise typer.Exit(EXIT_NOT_RUNNING)
+    try:
+        with EngineClient(home, timeout=5.0) as client:
+            status = client.request("status")
+    except EngineError as exc:
+        fail(f"the engine (pid {pid}) holds the lock but does not answer: {exc}")
+    if json_out:
+        print_json({"running": True, **status})
+        return
+    station, counts = status["station"], status["counts"]
+    print(
+        f"engine: running (pid {status['pid']}, version {status['version']}, up "
+        f"{render.duration(time.time() - status['started_at'])})"
+    )
+    print(f"home:    {status['home']}")
+    print(
+        f"station: backend {station['effective_backend']}"
+        + (" (SIMULATED)" if station.get("simulated") else "")
+        + f", policy {station['policy']}, "
+        f"{status['slots']['busy']}/{status['slots']['total']} slots busy, "
+        f"{station['cores']} cores, {station['gpus']} GPUs"
+    )
+    if station.get("gpu_problem"):
+        print(f"GPUs:    {station['gpu_problem']}")
+    print("jobs:    " + ", ".join(f"{n} {s}" for s, n in counts.items()))

@@ -1,0 +1,411 @@
+"""Job control: `gpudesk submit / queue / show / logs / cancel / hold / release / priority /
+requeue`. Each command parses, asks the engine, prints."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from gpudesk.cli.common import EXIT_FAILED, EXIT_USAGE, engine_client, fail, print_json
+
+jobs_app = typer.Typer()
+
+
+# ------------------------------------------------------------------------ submit
+def _parse_env(pairs: list[str]) -> dict[str, str]:
+    env = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            fail(f"--env takes NAME=VALUE, found {pair!r}", EXIT_USAGE)
+        env[key] = value
+    return env
+
+
+@jobs_app.command(
+    context_settings={"allow_interspersed_args": False, "ignore_unknown_options": True}
+)
+def submit(
+    command: list[str] = typer.Argument(
+        ..., metavar="-- COMMAND [ARGS]...", help="The command to run, after `--`."
+    ),
+    name: str | None = typer.Option(
+        None, "--name", "-n", help="Job name (default: the program's name)."
+    ),
+    gpus: int = typer.Option(0, "--gpus", help="GPUs the job needs."),
+    mem: float | None = typer.Option(None, "--mem", help="GPU memory the job needs, GB."),
+    sm: float | None = typer.Option(
+        None,
+        "--sm",
+        help="Share of a GPU's SMs the job keeps busy, % (a hint for placement and the simulator).",
+    ),
+    dataset: str | None = typer.Option(None, "--dataset", help="Dataset the job reads."),
+    selection: str | None = typer.Option(
+        None,
+        "--selection",
+        help="Train on part of the "
+        "dataset: a data-selection preset such as el2n-25 "
+        "(overrides the dataset's own).",
+    ),
+    priority: int = typer.Option(0, "--priority", help="Higher runs first (-1000..1000)."),
+    max_attempts: int = typer.Option(
+        1, "--max-attempts", help="Retry a failed job up to this many attempts in all."
+    ),
+    env: list[str] = typer.Option([], "--env", "-e", help="NAME=VALUE for the job (repeatable)."),
+    workdir: Path | None = typer.Option(
+        None, "--workdir", "-C", help="Working directory (default: here)."
+    ),
+    shell: bool = typer.Option(False, "--shell", help="Run COMMAND (one string) with /bin/sh."),
+    json_out: bool = typer.Option(False, "--json", help="Print the new job as JSON."),
+) -> None:
+    """Queue one job: gpudesk submit [OPTIONS] -- COMMAND [ARGS]..."""
+    from gpudesk.api.submit import submit_specs
+    from gpudesk.engine.jobs import JobSpec, SpecError
+
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        fail("no command given: gpudesk submit [OPTIONS] -- COMMAND [ARGS]...", EXIT_USAGE)
+    cwd = (workdir or Path.cwd()).expanduser().absolute()
+    raw = {
+        "name": name or Path(command[0]).name,
+        "command": [" ".join(command)] if shell else command,
+        "shell": shell,
+        "workdir": str(cwd),
+        "env": _parse_env(env),
+        "gpus": gpus,
+        "memory_gb": mem,
+        "sm_pct": sm,
+        "dataset": dataset,
+        "selection": selection,
+        "priority": priority,
+        "max_attempts": max_attempts,
+    }
+    try:
+        spec = JobSpec.from_dict(raw)
+    except SpecError as exc:
+        option = {"memory_gb": "--mem", "sm_pct": "--sm", "max_attempts": "--max-attempts"}.get(
+            exc.key, f"--{exc.key}"
+        )
+        fail(f"{option}: {exc.message}", EXIT_USAGE)
+    if not cwd.is_dir():
+        fail(f"--workdir: {cwd} is not a directory", EXIT_USAGE)
+    with engine_client() as client:
+        (job_id,) = submit_specs(client, [spec])
+    if json_out:
+        print_json({"id": job_id, "name": spec.name})
+    else:
+        print(f"submitted job {job_id} ({spec.name})")
+
+
+# ------------------------------------------------------------------------- queue
+def _queue_rows(jobs: list[dict[str, Any]]) -> str:
+    from gpudesk import render
+
+    rows = [
+        (
+            j["id"],
+            j["name"],
+            "held" if j["held"] else j["state"],
+            j["spec"]["priority"],
+            f"{j['attempts'] - j['attempts_before_requeue']}/{j['max_attempts']}",
+            j["spec"]["gpus"],
+            j["slot"] or "",
+            render.duration(render.job_runtime(j)),
+            j["exit_code"],
+            render.clock(j["submitted_at"]),
+        )
+        for j in jobs
+    ]
+    return render.table(
+        ("ID", "NAME", "STATE", "PRI", "TRY", "GPUS", "SLOT", "TIME", "EXIT", "SUBMITTED"),
+        rows,
+        max_widths={1: 24},
+        right=(0, 3, 5, 7, 8),
+    )
+
+
+@jobs_app.command()
+def queue(
+    all_jobs: bool = typer.Option(False, "--all", "-a", help="Include finished jobs."),
+    group: str | None = typer.Option(None, "--group", "-g", help="Only this run's jobs."),
+    limit: int = typer.Option(500, "--limit", help="Show at most the newest N jobs."),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """List queued and running jobs (with --all, finished ones too)."""
+    states = None if all_jobs else ["queued", "running"]
+    with engine_client() as client:
+        jobs = client.request("jobs", states=states, group=group, limit=max(1, limit))["jobs"]
+    if json_out:
+        print_json({"jobs": jobs})
+        return
+    if not jobs:
+        print(
+            "no jobs"
+            if all_jobs
+            else "no queued or running jobs (gpudesk queue --all shows finished ones)"
+        )
+        return
+    print(_queue_rows(jobs))
+
+
+# -------------------------------------------------------------------------- show
+@jobs_app.command()
+def show(
+    job: str = typer.Argument(..., help="Job id, or name (the newest job of that name)."),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON."),
+    env: bool = typer.Option(False, "--env", help="Include the job's full environment."),
+) -> None:
+    """Show one job: its spec, attempts, events and why it waits."""
+    from gpudesk import render
+
+    with engine_client() as client:
+        data = client.request("show", job=job, env=env)
+    if json_out:
+        print_json(data)
+        return
+    j, spec = data["job"], data["job"]["spec"]
+    command = spec["command"][0] if spec["shell"] else shlex.join(spec["command"])
+    lines = [
+        f"job {j['id']}: {j['name']}",
+        f"  state      {j['state']}"
+        + (", held" if j["held"] else "")
+        + (f" ({j['reason']})" if j["reason"] else ""),
+        f"  command    {command}" + ("  [shell]" if spec["shell"] else ""),
+        f"  workdir    {spec['workdir'] or '-'}",
+        f"  asks for   {spec['gpus']} GPU(s)"
+        + (f", {spec['memory_gb']:g} GB" if spec["memory_gb"] else "")
+        + (f", {spec['sm_pct']:g}% SM" if spec["sm_pct"] is not None else "")
+        + (f", dataset {spec['dataset']}" if spec["dataset"] else "")
+        + (f" ({spec['selection']})" if spec.get("selection") else ""),
+        f"  priority   {spec['priority']}   attempts {_attempts_text(j)}",
+        f"  submitted  {render.clock(j['submitted_at'])}   started {render.clock(j['started_at'])}"
+        f"   ended {render.clock(j['ended_at'])}   time {render.duration(render.job_runtime(j))}",
+    ]
+    if j["group"]:
+        lines.append(f"  run        {j['group']}")
+    if data["waiting"]:
+        lines.append(f"  waiting    {data['waiting']}")
+    if data["attempts"]:
+        lines.append("attempts:")
+        for a in data["attempts"]:
+            exit_code = "-" if a["exit_code"] is None else a["exit_code"]
+            took = (
+                render.duration((a["ended_at"] or time.time()) - a["started_at"])
+                if a["started_at"]
+                else "-"
+            )
+            lines.append(
+                f"  #{a['number']}  {a['state']:<13} {a['placement'].get('slot', '-'):<7} "
+                f"pid {a['pid'] or '-':<8} exit {exit_code:<4} {took}"
+            )
+            lines.append(f"      log {a['log']}")
+    lines.extend(_usage_lines(data.get("usage")))
+    lines.append("events:")
+    for e in data["events"]:
+        lines.append(f"  {render.clock(e['ts'])}  {e['state'] or e['kind']:<10} {e['message']}")
+    if "env" in data:
+        lines.append("environment:")
+        lines.extend(f"  {k}={v}" for k, v in sorted(data["env"].items()))
+    print("\n".join(lines))
+
+
+def _attempts_text(job: dict[str, Any]) -> str:
+    """ "2/3", or after a requeue "1/3 since requeued (4 in all)"."""
+    before = job["attempts_before_requeue"]
+    counted = f"{job['attempts'] - before}/{job['max_attempts']}"
+    return f"{counted} since requeued ({job['attempts']} in all)" if before else counted
+
+
+def _usage_lines(usage: dict[str, Any] | None) -> list[str]:
+    """What a job used: energy (with carbon), CPU, memory, I/O."""
+    from gpudesk import render
+
+    if not usage:
+        return ["usage:     not measured yet"]
+
+    def mib(value: float | None) -> str:
+        return "-" if value is None else f"{value:.0f} MiB"
+
+    lines = ["usage:"]
+    if usage["gpu_j"] is not None:
+        idle = usage["gpu_idle_j"]
+        how = {
+            "exclusive": "exclusive GPU",
+            "sm share": "shared GPU, split by SM share",
+            "even": "shared GPU, split evenly",
+        }.get(usage["split"] or "", "")
+        source = (
+            "energy counter" if usage["gpu_source"] == "counter" else f"{usage['gpu_source']} power"
+        )
+        baseline = (
+            f" = {render.joules(usage['gpu_above_idle_j'])} above an idle baseline of "
+            f"{render.joules(idle)}"
+            if idle is not None
+            else " (idle baseline unknown)"
+        )
+        lines.append(
+            f"  GPU energy {render.joules(usage['gpu_j'])}{baseline}  [{source}; {how}]"
+            + ("  ESTIMATE" if usage["estimate"] else "")
+        )
+    cpu = usage["cpu_j"]
+    lines.append(
+        "  CPU energy "
+        + (
+            f"{render.joules(cpu)} (RAPL, by share of busy CPU time)"
+            if cpu is not None
+            else "n/a (RAPL not readable here)"
+        )
+    )
+    if usage["total_j"] is not None:
+        lines.append(
+            f"  carbon     {usage['carbon_g']:.2f} g CO2e at {usage['grid_g_per_kwh']:g} g/kWh"
+        )
+    lines.append(
+        f"  CPU time   {render.duration(usage['cpu_s'])}   peak RSS "
+        f"{mib(usage['rss_peak_mib'])}   I/O read {mib(usage['io_read_mib'])} "
+        f"written {mib(usage['io_write_mib'])}"
+    )
+    return lines
+
+
+# -------------------------------------------------------------------------- logs
+@jobs_app.command()
+def logs(
+    job: str = typer.Argument(..., help="Job id or name."),
+    follow: bool = typer.Option(
+        False,
+        "--follow",
+        "-f",
+        help="Keep printing new output until the job ends (across retries).",
+    ),
+    attempt: int | None = typer.Option(
+        None, "--attempt", help="Which attempt (default: the latest)."
+    ),
+) -> None:
+    """Print a job's output."""
+    from gpudesk.cli.logs import LogFollower
+
+    with engine_client() as client:
+        data = client.request("show", job=job)
+        attempts = data["attempts"]
+        if attempt is not None:
+            chosen = [a for a in attempts if a["number"] == attempt]
+            if not chosen:
+                fail(
+                    f"job {data['job']['id']} has no attempt {attempt} (it has {len(attempts)})",
+                    EXIT_USAGE,
+                )
+            attempts = chosen
+        if not attempts and not follow:
+            print(
+                f"job {data['job']['id']} has not started yet: {data['waiting'] or ''}",
+                file=sys.stderr,
+            )
+            return
+        follower = LogFollower(client, data["job"]["id"], sys.stdout)
+        if follow and attempt is None:
+            follower.follow()
+        else:
+            follower.dump(attempts[-1]["log"])
+
+
+# ------------------------------------------------------------------- job control
+def _job_control(op: str, jobs: list[str], json_out: bool, **args: Any) -> None:
+    """Send a job-control op and print what it did to each job. The engine resolves every job
+    first (one unknown job: an error, nothing done); exits 1 if it refused any job."""
+    with engine_client() as client:
+        results = client.request(op, jobs=jobs, **args)["results"]
+    if json_out:
+        print_json({"results": results})
+    else:
+        for r in results:
+            print(f"job {r['id']} ({r['name']}): {r['outcome']}")
+    if not all(r.get("ok", True) for r in results):  # cancel never refuses: no "ok"
+        raise typer.Exit(EXIT_FAILED)
+
+
+@jobs_app.command()
+def cancel(
+    jobs: list[str] = typer.Argument(..., help="Job ids or names."),
+    grace: float = typer.Option(10.0, "--grace", help="Seconds between SIGTERM and SIGKILL."),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Cancel jobs: queued ones at once, running ones with SIGTERM, then SIGKILL after --grace."""
+    _job_control("cancel", jobs, json_out, grace=grace)
+
+
+@jobs_app.command()
+def hold(
+    jobs: list[str] = typer.Argument(..., help="Job ids or names."),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Hold queued jobs: they keep their place in the queue but do not start until released.
+
+    Exits 1 if a job could not be held (it is running or finished)."""
+    _job_control("hold", jobs, json_out)
+
+
+@jobs_app.command()
+def release(
+    jobs: list[str] = typer.Argument(..., help="Job ids or names."),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Release held jobs: they may start again, from the place in the queue they kept."""
+    _job_control("release", jobs, json_out)
+
+
+@jobs_app.command()
+def priority(
+    jobs: list[str] = typer.Argument(..., help="Job ids or names."),
+    value: int | None = typer.Option(
+        None, "--set", help="The new priority, -1000..1000 (higher runs first)."
+    ),
+    up: bool = typer.Option(False, "--up", help="Raise the priority by one."),
+    down: bool = typer.Option(False, "--down", help="Lower the priority by one."),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Change jobs' priority (--set N, --up or --down).
+
+    A queued job moves in the queue at once.
+
+    A running or finished job keeps it for when it is queued again (a retry, a requeue)."""
+    from gpudesk.engine.jobs import check_priority
+
+    given = [
+        flag
+        for flag, used in (("--set", value is not None), ("--up", up), ("--down", down))
+        if used
+    ]
+    if len(given) != 1:
+        fail(
+            "give exactly one of --set N, --up or --down"
+            + (f" (found {' and '.join(given)})" if given else ""),
+            EXIT_USAGE,
+        )
+    if value is None:
+        _job_control("priority", jobs, json_out, delta=1 if up else -1)
+        return
+    try:
+        check_priority(value)
+    except ValueError as exc:
+        fail(f"--set: {exc}", EXIT_USAGE)
+    _job_control("priority", jobs, json_out, priority=value)
+
+
+@jobs_app.command()
+def requeue(
+    jobs: list[str] = typer.Argument(..., help="Job ids or names."),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Run finished jobs again (failed, cancelled or succeeded) as the same jobs.
+
+    Each gets a fresh budget of max_attempts; its attempt numbers continue.
+
+    Exits 1 if a job is still running."""
+    _job_control("requeue", jobs, json_out)

@@ -1,0 +1,88 @@
+"""The `gpudesk` command line: the root command, every group registered, and `main`.
+
+Commands are thin: they parse, call the engine client, print. Each group lives in a module of
+its own; they share gpudesk.cli.common and never import this module. Heavy modules (zmq, rich,
+textual, the profile parser, the engine) are imported inside the commands that use them and torch
+is never imported here, so `gpudesk --help` starts at once.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import typer
+
+from gpudesk import __version__
+from gpudesk.cli import desk, engine, jobs, loader, mig, run, select, simulate, top
+from gpudesk.cli.common import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    CliError,
+    reflow_help,
+)
+
+app = typer.Typer(
+    name="gpudesk",
+    help="Queue, pack and watch training jobs on a single GPU workstation.",
+    add_completion=False,
+    no_args_is_help=False,  # no command opens the desk
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+# Commands of the root, in the order `gpudesk --help` lists them, then the groups.
+for commands in (desk.desk_app, run.run_app, jobs.jobs_app, top.top_app, simulate.simulate_app):
+    app.add_typer(commands)
+app.add_typer(engine.engine_app, name="engine")
+app.add_typer(mig.mig_app, name="mig")
+app.add_typer(loader.loader_app, name="loader")
+app.add_typer(select.select_app, name="select")
+
+
+def _version_callback(value: bool) -> None:
+    if value:
+        print(f"gpudesk {__version__}")
+        raise typer.Exit()
+
+
+@app.callback(invoke_without_command=True)
+def _root(
+    ctx: typer.Context,
+    version: bool = typer.Option(
+        False,
+        "--version",
+        callback=_version_callback,
+        is_eager=True,
+        help="Print the version and exit.",
+    ),
+    readonly: bool = typer.Option(
+        False, "--readonly", help="Open the desk without any action (for a shared screen)."
+    ),
+    refresh: float = typer.Option(
+        1.0, "--refresh", min=0.2, max=60.0, help="Seconds between the desk's redraws."
+    ),
+) -> None:
+    """Queue, pack and watch training jobs on a single GPU workstation.
+
+    With no command, opens the desk (a terminal UI) on the engine, starting it if needed."""
+    if ctx.invoked_subcommand is None:
+        desk.open_desk(readonly, refresh, None)
+
+
+reflow_help(app)  # every command is registered by now
+
+
+def main(argv: list[str] | None = None) -> None:
+    from gpudesk.engine.protocol import EngineError
+
+    try:
+        app(args=argv, prog_name="gpudesk", standalone_mode=True)
+    except CliError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(exc.code)
+    except EngineError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(EXIT_FAILED)
+    except KeyboardInterrupt:
+        sys.exit(EXIT_INTERRUPTED)
+    except BrokenPipeError:
+        os._exit(0)  # `gpudesk queue | head`: the reader left; that is not an error

@@ -1,0 +1,72 @@
+"""`gpudesk run PROFILE`: run a profile to completion (the following and the report:
+gpudesk.cli.run_report)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer
+
+from gpudesk.cli.common import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_USAGE,
+    engine_client,
+    fail,
+    print_json,
+)
+
+run_app = typer.Typer()
+
+
+@run_app.command()
+def run(
+    profile: Path = typer.Argument(..., help="A profile.toml with [[jobs]] and [[sweeps]]."),
+    report: Path | None = typer.Option(
+        None,
+        "--report",
+        help="Also write the report here (JSON when the name ends in .json, else text).",
+    ),
+    json_out: bool = typer.Option(False, "--json", help="Print the report as JSON on stdout."),
+) -> None:
+    """Run a profile to completion: submit its jobs, follow them, report.
+
+    Exits 0 only if every job succeeded. Ctrl-C cancels this run's jobs and still reports."""
+    from gpudesk.cli.run_report import run_profile, write_report
+    from gpudesk.profile import ProfileError, load_profile
+
+    try:
+        loaded = load_profile(profile)
+    except ProfileError as exc:
+        fail(f"the profile is not valid:\n{exc}", EXIT_USAGE)
+    client = engine_client()  # run_profile applies the profile's [station] to the engine
+    progress = sys.stderr if json_out else sys.stdout
+    print(
+        f"running {len(loaded.jobs)} job(s) from {profile} on the engine at {client.home.root}",
+        file=progress,
+        flush=True,
+    )
+    try:
+        result = run_profile(loaded, client, progress_stream=progress)
+    except KeyboardInterrupt:
+        print("left the run; the engine is finishing the cancels", file=sys.stderr)
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+    finally:
+        client.close()
+    if report is not None:
+        try:
+            write_report(result, report)
+        except OSError as exc:
+            print(
+                f"error: could not write the report to {report}: {exc.strerror or exc}",
+                file=sys.stderr,
+            )
+    if json_out:
+        print_json(result.to_dict())
+    else:
+        print("\n" + result.text())
+    if result.interrupted:
+        raise typer.Exit(EXIT_INTERRUPTED)
+    if not result.succeeded:
+        raise typer.Exit(EXIT_FAILED)

@@ -1,0 +1,26 @@
+"""`gpudesk top`: a plain monitor for SSH (the frames: gpudesk.cli.top_view)."""
+
+from __future__ import annotations
+
+import typer
+
+from gpudesk.cli.common import EXIT_USAGE, current_home, fail
+
+top_app = typer.Typer()
+
+
+@top_app.command()
+def top(
+    once: bool = typer.Option(False, "--once", help="Print one frame and exit."),
+    json_out: bool = typer.Option(False, "--json", help="Print one JSON snapshot and exit."),
+    interval: float = typer.Option(
+        1.0, "--interval", "-n", min=0.1, max=3600, help="Seconds between frames."
+    ),
+) -> None:
+    """A plain monitor for SSH: station, host CPU/memory, running jobs. Never starts the engine."""
+    from gpudesk.cli.top_view import run_top
+
+    try:
+        run_top(current_home(), once=once, as_json=json_out, interval=interval)
+    except ValueError as exc:
+        fail(str(exc), EXIT_USAGE)

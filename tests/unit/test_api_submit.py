@@ -1,0 +1,108 @@
+"""The submit workflow: [station] and [datasets], the pre-pass jobs first, then the profile's
+jobs only if every pre-pass succeeded; all in one group, with the submitter's environment."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from test_api_prepass import PROFILE  # same folder: on sys.path under pytest
+
+from gpudesk.api.submit import Step, Submitted, submit_profile
+from gpudesk.profile import parse_profile
+from gpudesk.selection.cache import SelectionCache
+
+
+class FakeEngine:
+    """Answers the workflow's requests as the engine would, and records them."""
+
+    def __init__(self, log: Path, prepass_state: str = "succeeded") -> None:
+        self.log, self.prepass_state = log, prepass_state
+        self.calls: list[tuple[str, dict[str, Any]]] = []
+        self.submitted: dict[int, dict[str, Any]] = {}
+
+    def request(self, op: str, **args: Any) -> dict[str, Any]:
+        self.calls.append((op, args))
+        if op == "submit":
+            first = len(self.submitted) + 1
+            ids = list(range(first, first + len(args["jobs"])))
+            self.submitted.update(zip(ids, args["jobs"], strict=True))
+            return {"ids": ids}
+        if op == "jobs":
+            return {
+                "jobs": [
+                    {
+                        "id": i,
+                        "name": self.submitted[i]["name"],
+                        "state": self.prepass_state,
+                        "log": str(self.log),
+                        "started_at": 1.0,
+                        "ended_at": 2.0,
+                        "usage": None,
+                    }
+                    for i in args["ids"]
+                ]
+            }
+        return {}
+
+
+def prepass_log(tmp_path: Path) -> Path:
+    log = tmp_path / "output.log"
+    output = {"key": "k", "reused": True, "preset": "el2n-25", "dataset": "m:f", "kept": 2}
+    log.write_text(json.dumps({**output, "of": 10}) + "\n")
+    return log
+
+
+def test_a_profile_is_submitted_prepasses_first_then_its_jobs(tmp_path: Path) -> None:
+    engine = FakeEngine(prepass_log(tmp_path))
+    waited: list[list[int]] = []
+    steps: list[Step] = []
+    outcome = submit_profile(
+        engine,
+        parse_profile(PROFILE, "p.toml"),
+        group="g",
+        wait=lambda ids: waited.append(list(ids)),
+        on_step=steps.append,
+        cache=SelectionCache(tmp_path / "sel"),
+        env={"PATH": "/bin"},
+    )
+    ops = [op for op, _ in engine.calls]
+    assert ops == ["configure", "datasets", "submit", "jobs", "submit"]
+    prepasses, training = engine.calls[2][1], engine.calls[4][1]
+    assert [j["name"] for j in prepasses["jobs"]] == [
+        "prepass-d-el2n-25",
+        "prepass-d.less-10-less-10",
+    ]
+    assert [j["name"] for j in training["jobs"]] == ["a", "b", "c", "e"]
+    assert {j["group"] for j in prepasses["jobs"] + training["jobs"]} == {"g"}
+    assert prepasses["env"] == training["env"] == {"PATH": "/bin"}
+    assert waited == [[1, 2]]
+    assert steps[0] == Submitted("prepass", (1, 2)) and steps[-1] == Submitted(
+        "train", (3, 4, 5, 6)
+    )
+    assert [s.describe() for s in steps[1:3]] == [  # type: ignore[union-attr]
+        "selection el2n-25 of m:f: 2 of 10 samples, reused from the cache (key k)"
+    ] * 2
+    assert outcome.job_ids == [3, 4, 5, 6] and not outcome.failed_prepasses
+
+
+def test_a_failed_prepass_keeps_the_profiles_jobs_back(tmp_path: Path) -> None:
+    engine = FakeEngine(prepass_log(tmp_path), prepass_state="failed")
+    outcome = submit_profile(
+        engine, parse_profile(PROFILE, "p.toml"), group="g", wait=lambda ids: None
+    )
+    assert [op for op, _ in engine.calls] == ["configure", "datasets", "submit", "jobs"]
+    assert outcome.job_ids == [] and len(outcome.failed_prepasses) == 2
+    assert outcome.failed_prepasses[0].describe() == (
+        "pre-pass job 1 (prepass-d-el2n-25) failed: the profile's jobs were not submitted "
+        "(gpudesk logs 1)"
+    )
+
+
+def test_a_profile_without_selections_has_no_prepass_step() -> None:
+    engine = FakeEngine(Path("/nonexistent"))
+    profile = parse_profile(b'name = "plain"\n[[jobs]]\nname = "x"\ncommand = ["true"]\n', "p.toml")
+    outcome = submit_profile(engine, profile)
+    assert [op for op, _ in engine.calls] == ["configure", "submit"]
+    assert outcome.job_ids == [1] and outcome.group.startswith("plain@")
