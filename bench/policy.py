@@ -19,14 +19,15 @@ import random
 import statistics
 import time
 
-from gpudesk.engine.collocation import CarmaPolicy, SharingPolicy
-from gpudesk.engine.demand import Demand
 from gpudesk.engine.jobs import JobSpec, JobState
-from gpudesk.engine.policy import GpuState, StationView, Tenant
+from gpudesk.engine.placement.collocation import CarmaPolicy, SharingPolicy
+from gpudesk.engine.placement.demand import Demand
+from gpudesk.engine.placement.policy import GpuState, StationView, Tenant
 from gpudesk.engine.station import StationConfig
-from gpudesk.engine.store import JobRecord
+from gpudesk.engine.store.records import JobRecord
+from gpudesk.units import MIB_PER_GIB
 
-GIB = 1024.0
+GIB = MIB_PER_GIB
 
 
 def station(rng: random.Random, gpus: int, queue: list[JobRecord]) -> StationView:

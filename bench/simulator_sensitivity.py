@@ -18,7 +18,13 @@ import statistics
 import sys
 from pathlib import Path
 
-from gpudesk.engine.simulator import ESTIMATORS, SM_BY_MODEL, Simulation, Trace, load_trace
+from gpudesk.engine.placement.simulator import (
+    ESTIMATORS,
+    SM_BY_MODEL,
+    Simulation,
+    Trace,
+    load_trace,
+)
 
 SHARES = ((10, 30, 70), (15, 35, 75), (20, 40, 80), (25, 50, 85))
 DEFAULT_TRACE = Path(__file__).resolve().parents[1] / "traces" / "carma-philly-t1.json"

@@ -33,6 +33,7 @@ from gpudesk.engine.loaders import DatasetSpec
 from gpudesk.profile import Profile
 from gpudesk.selection.cache import SelectionCache
 from gpudesk.selection.presets import Preset, PresetError, parse_preset
+from gpudesk.units import J_PER_WH
 from gpudesk.workloads.common import ENV_SEED
 
 DEFAULT_PRESETS = "full,random-25,stratified-25,el2n-25,dedup-25,less-25"
@@ -309,12 +310,12 @@ def summarize(trials: list[Trial]) -> list[PresetRow]:
                 preset=preset,
                 seeds=len(group),
                 prepass_min=_div(prepass_s, 60),
-                prepass_wh=_div(prepass_j, 3600),
+                prepass_wh=_div(prepass_j, J_PER_WH),
                 amortized_min=_div(_div(prepass_s, uses), 60),
-                amortized_wh=_div(_div(prepass_j, uses), 3600),
+                amortized_wh=_div(_div(prepass_j, uses), J_PER_WH),
                 uses=uses,
                 train_min=_div(train_s, 60),
-                train_wh=_div(_mean([t.train_energy_j for t in group]), 3600),
+                train_wh=_div(_mean([t.train_energy_j for t in group]), J_PER_WH),
                 quality_mean=quality,
                 quality_sd=statistics.stdev(qualities) if len(qualities) > 1 else None,
                 quality_values=qualities,

@@ -1,6 +1,6 @@
 """`gpudesk mig`: MIG partitions through nvidia-smi. `profiles`, `list`, `apply` and `clear` need
 nothing but nvidia-smi: no engine, no NVML. `plan` and `apply-plan` ask the engine for the layout
-its queue would want (gpudesk.engine.mig_planner) and apply it through the engine."""
+its queue would want (gpudesk.engine.mig.planner) and apply it through the engine."""
 
 from __future__ import annotations
 
@@ -14,9 +14,12 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from gpudesk.cli.common import EXIT_FAILED, EXIT_USAGE, engine_client, fail, print_json
+from gpudesk.units import MIB_PER_GIB
 
 if TYPE_CHECKING:
-    from gpudesk.engine.mig import GiProfile, GpuEntry, MigLayout, NvidiaSmiError, Placement
+    from gpudesk.engine.mig.nvidia_smi import NvidiaSmiError
+    from gpudesk.engine.mig.profiles import SliceSpan
+    from gpudesk.engine.mig.records import GiProfile, GpuEntry, MigLayout
 
 # gpudesk.engine.mig is imported inside the commands: every `gpudesk` command loads this module
 # (it is registered in gpudesk.cli.main), and the MIG layer costs ~25-40 ms to import.
@@ -38,7 +41,7 @@ GpuOption = Annotated[
 
 @contextmanager
 def _mig_errors() -> Iterator[None]:
-    from gpudesk.engine.mig import MigError, MigUsageError
+    from gpudesk.engine.mig.nvidia_smi import MigError, MigUsageError
 
     try:
         yield
@@ -56,7 +59,7 @@ def _table(
     return "\n".join("  " + line for line in render.table(headers, rows, right=right).splitlines())
 
 
-def _placements_text(placements: tuple[Placement, ...]) -> str:
+def _placements_text(placements: tuple[SliceSpan, ...]) -> str:
     if not placements:
         return "-"
     sizes = {p.size for p in placements}
@@ -65,7 +68,7 @@ def _placements_text(placements: tuple[Placement, ...]) -> str:
 
 
 def _mode_note(gpu: int, state: str) -> str:
-    from gpudesk.engine.mig import enable_hint
+    from gpudesk.engine.mig.nvidia_smi import enable_hint
 
     return {
         "disabled": f"MIG disabled. {enable_hint(gpu)}",
@@ -84,15 +87,12 @@ def profiles_cmd(
     """The GPU instance profiles each MIG-enabled GPU offers.
 
     Free/total counts, memory, engines, and placements (start:size in memory slices)."""
-    from gpudesk.engine.mig import (
-        MIG_MODE_KINDS,
-        MigManager,
-        NvidiaSmiError,
-        derive_placements,
-    )
+    from gpudesk.engine.mig.layout import derive_placements
+    from gpudesk.engine.mig.manager import MigManager
+    from gpudesk.engine.mig.nvidia_smi import MIG_MODE_KINDS, NvidiaSmiError
 
     manager = MigManager()
-    found: list[tuple[GpuEntry, list[GiProfile], dict[int, tuple[Placement, ...]]]] = []
+    found: list[tuple[GpuEntry, list[GiProfile], dict[int, tuple[SliceSpan, ...]]]] = []
     skipped: list[tuple[GpuEntry, NvidiaSmiError]] = []
     with _mig_errors():
         targets = [manager.gpu(gpu)] if gpu is not None else manager.gpus()
@@ -256,7 +256,8 @@ def _layout_text(gpu: int, layout: MigLayout) -> list[str]:
 @mig_app.command("list")
 def list_cmd(json_out: JsonOption = False) -> None:
     """Every GPU's MIG mode and MIG devices, with the UUIDs jobs use (CUDA_VISIBLE_DEVICES)."""
-    from gpudesk.engine.mig import MIG_MODE_KINDS, MigManager, NvidiaSmiError
+    from gpudesk.engine.mig.manager import MigManager
+    from gpudesk.engine.mig.nvidia_smi import MIG_MODE_KINDS, NvidiaSmiError
 
     manager = MigManager()
     report = []
@@ -328,7 +329,7 @@ def apply_cmd(
     Destroys its instances, then creates these, largest first, each with a full compute instance.
 
     Needs root, and nothing may run on the GPU. Prints the new MIG devices and their UUIDs."""
-    from gpudesk.engine.mig import MigManager
+    from gpudesk.engine.mig.manager import MigManager
 
     manager = MigManager()
     with _mig_errors():
@@ -350,7 +351,7 @@ def apply_cmd(
 @mig_app.command("clear")
 def clear_cmd(gpu: GpuOption, dry_run: DryRunOption = False) -> None:
     """Destroy every compute and GPU instance on a GPU. MIG mode stays on. Needs root."""
-    from gpudesk.engine.mig import MigManager
+    from gpudesk.engine.mig.manager import MigManager
 
     manager = MigManager()
     with _mig_errors():
@@ -385,7 +386,7 @@ def _engine_errors() -> Iterator[None]:
 
 
 def _gib(mib: float) -> str:
-    return f"{mib / 1024:.1f} GiB"
+    return f"{mib / MIB_PER_GIB:.1f} GiB"
 
 
 def _plan_text(plan: dict[str, Any]) -> str:

@@ -19,6 +19,7 @@ from gpudesk.cli.common import (
     factory_kwargs,
     fail,
 )
+from gpudesk.units import J_PER_WH
 
 select_app = typer.Typer(
     help="Data selection presets, cached and shared across jobs.", no_args_is_help=True
@@ -356,7 +357,7 @@ def show_command(
             "-"
             if cost.job is None
             else f"job {cost.job}: {render.duration(cost.job_wall_s)} wall, "
-            + ("energy n/a" if cost.energy_j is None else f"{cost.energy_j / 3600:.4f} Wh"),
+            + ("energy n/a" if cost.energy_j is None else f"{cost.energy_j / J_PER_WH:.4f} Wh"),
         ),
         (
             "reused by",

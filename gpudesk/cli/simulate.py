@@ -33,9 +33,9 @@ def simulate(
 ) -> None:
     """Replay a job trace on a SIMULATED station through the engine's placement policies."""
     from gpudesk import render
-    from gpudesk.engine.policy import POLICY_NAMES
-    from gpudesk.engine.simulator import TraceError, load_trace
-    from gpudesk.engine.simulator import simulate as run_simulation
+    from gpudesk.engine.placement.policy import POLICY_NAMES
+    from gpudesk.engine.placement.simulator import TraceError, load_trace
+    from gpudesk.engine.placement.simulator import simulate as run_simulation
 
     policies = [p.strip() for p in policy.split(",") if p.strip()]
     unknown = [p for p in policies if p not in POLICY_NAMES]

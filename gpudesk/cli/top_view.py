@@ -21,10 +21,11 @@ from gpudesk import render
 from gpudesk.engine.client import EngineClient, EngineError, engine_pid
 from gpudesk.engine.station import StationConfig
 from gpudesk.paths import Home
+from gpudesk.units import MIB_PER_GIB
 
 DIRECT_WINDOW_S = 0.12  # GPM (>= 0.1 s apart), CPU % and energy all need two readings
 FIRST_SAMPLE_WAIT_S = 3.0  # an engine that just started has no sample yet
-GIB = 1024.0  # MiB per GiB
+GIB = MIB_PER_GIB
 WIDTH = 80
 
 

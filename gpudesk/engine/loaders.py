@@ -18,6 +18,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -39,6 +40,7 @@ ENV_GRACE_S = "GPUDESK_LOADER_GRACE_S"  # overrides it (tests; stations with slo
 STATUS_EVERY_S = 2.0
 RESTART_LIMIT = 5  # restarts in a row without a consumer connecting: then give up
 RESUME_S = 30  # how long a managed job's consumer waits for its producer to come back
+CHECK_EVERY_S = 0.5  # how often the engine has producers checked (restarted, stopped)
 LOADER_KEYS = (
     "args",
     "batch_size",
@@ -198,6 +200,7 @@ class LoaderSupervisor:
         self.stopped: dict[str, _Producer] = {}  # the last producer of each stopped dataset
         self.events: list[str] = []  # for the engine to record
         self.status_at = 0.0
+        self.checked_at = 0.0
         try:
             self.grace_s = float(os.environ.get(ENV_GRACE_S, STOP_GRACE_S))
         except ValueError:
@@ -283,6 +286,30 @@ class LoaderSupervisor:
             f"{producer.pid}): {producer.spec.factory}, batches of "
             f"{producer.spec.batch_size}, {producer.spec.workers} workers"
         )
+
+    def supervise(
+        self, running: set[str], queued: Callable[[], Iterable[tuple[str | None, str | None]]]
+    ) -> list[str]:
+        """Every CHECK_EVERY_S: start, restart and stop producers as the jobs need them.
+        `running`: the loaders running jobs read; `queued`: (dataset, selection) of each
+        placeable queued job, asked only when a dataset is registered. Returns what happened,
+        for the engine's events."""
+        now = time.monotonic()
+        if now - self.checked_at < CHECK_EVERY_S:
+            return []
+        self.checked_at = now
+        if not self.specs and not self.producers:
+            return []  # no [datasets] registered: nothing to start, and no queue scan every 0.5 s
+        needed = running | {
+            served
+            for dataset, selection in queued()
+            if (served := self.loader_for(dataset, selection))
+        }
+        if not needed and not self.producers:
+            return []
+        self.tick(needed, running)
+        happened, self.events = self.events, []
+        return happened
 
     def tick(self, needed: set[str], running: set[str] | frozenset[str] = frozenset()) -> None:
         """Restart needed producers that died; stop the ones no job needs; refresh status.

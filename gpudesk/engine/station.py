@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from gpudesk.engine.jobs import check_bool, describe, number_in
+from gpudesk.engine.mig.profiles import COMPUTE_SLICES, compute_slices, is_plain_profile_name
 from gpudesk.engine.telemetry.backend import check_backend_name
 from gpudesk.engine.telemetry.energy import DEFAULT_GRID_G_PER_KWH
 
@@ -27,7 +27,6 @@ STATION_KEYS = (
     "isolation",
     "mig_repartition",
 )
-MIG_PROFILE = re.compile(r"^[1-7]g\.[0-9]{1,3}gb$")
 
 
 def host_cores() -> int:
@@ -72,12 +71,12 @@ def check_mig(value: Any) -> dict[str, str] | None:
                 f"GPU {key}: expected a string of profiles, found {describe(profiles)}"
             )
         names = [p.strip() for p in profiles.split(",")]
-        bad = [p for p in names if not MIG_PROFILE.match(p)]
+        bad = [p for p in names if not is_plain_profile_name(p)]
         if bad or not names:
             raise ValueError(
                 f"GPU {key}: {bad[0] if bad else profiles!r} is not a MIG profile name like 3g.20gb"
             )
-        if sum(int(p.split("g.", 1)[0]) for p in names) > 7:
+        if sum(compute_slices(p) for p in names) > COMPUTE_SLICES:
             raise ValueError(f"GPU {key}: {profiles} needs more than the 7 compute slices of a GPU")
         layout[str(int(key))] = ",".join(names)
     return layout

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 from conftest import EngineHandle
 
-from gpudesk.engine.collocation import compute_slices
 from gpudesk.engine.jobs import JobState
-from gpudesk.engine.mps import MpsManager
-from gpudesk.engine.policy import GpuState, MigSlice, StationView, make_policy
-from gpudesk.engine.store import JobRecord
+from gpudesk.engine.mig.profiles import compute_slices
+from gpudesk.engine.mps.manager import MpsManager
+from gpudesk.engine.placement.policy import GpuState, MigSlice, StationView, make_policy
+from gpudesk.engine.store.records import JobRecord
 from gpudesk.engine.telemetry.backend import make_backend
 from gpudesk.engine.telemetry.monitor import Monitor
 from gpudesk.paths import Home

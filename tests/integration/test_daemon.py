@@ -13,7 +13,8 @@ import zmq
 from conftest import EngineHandle, wait_for
 
 from gpudesk.engine.client import EngineClient, EngineError
-from gpudesk.engine.store import Store
+from gpudesk.engine.store.database import Store
+from gpudesk.paths import Home
 
 
 def sh(script: str, name: str = "job", **extra: object) -> dict:
@@ -253,3 +254,48 @@ def test_an_unwritable_job_folder_fails_the_job_not_the_engine(engine: EngineHan
     jobs_dir.mkdir()
     (next_id,) = engine.submit(sh("true", "fine"))
     assert engine.wait_state(next_id, "succeeded")["exit_code"] == 0
+
+
+def test_a_running_job_says_where_it_runs(engine: EngineHandle) -> None:
+    """`gpus`, `mode` and `mig_slice` next to the `slot` label: set while an attempt runs."""
+    (job_id,) = engine.submit(
+        {"name": "cpu", "command": [sys.executable, "-c", "import time; time.sleep(30)"]}
+    )
+    running = engine.wait_state(job_id, "running")
+    assert (running["gpus"], running["mode"], running["mig_slice"]) == ([], "cpu", None)
+    assert running["slot"]
+    listed = engine.client.request("jobs", ids=[job_id])["jobs"][0]
+    assert (listed["gpus"], listed["mode"]) == ([], "cpu")
+    engine.client.request("cancel", jobs=[job_id], grace=0)
+    done = engine.wait_all_done([job_id])[0]
+    assert (done["slot"], done["gpus"], done["mode"], done["mig_slice"]) == (None, [], None, None)
+
+
+def test_a_job_on_a_mig_slice_names_its_gpu_and_slice(home: Home) -> None:
+    handle = EngineHandle(home)
+    handle.start(
+        backend="sim:dgx-station-a100",
+        policy="mig",
+        sample_interval=0.2,
+        mig={"1": "3g.20gb,2g.10gb,2g.10gb"},
+    )
+    try:
+        (job_id,) = handle.submit(
+            {
+                "name": "sliced",
+                "command": [sys.executable, "-c", "import time; time.sleep(30)"],
+                "gpus": 1,
+                "memory_gb": 4,
+                "sm_pct": 20,
+            }
+        )
+        job = handle.wait_state(job_id, "running")
+        placement = handle.show(job_id)["attempts"][0]["placement"]
+        assert (job["mode"], job["gpus"]) == ("mig", placement["gpus"])
+        assert job["mig_slice"] == placement["mig_slice"] and job["mig_slice"].startswith("MIG-")
+        handle.client.request("cancel", jobs=[job_id], grace=0)
+        handle.wait_all_done([job_id])
+    finally:
+        handle.stop()
+        handle.cleanup_jobs()
+        handle.client.close()

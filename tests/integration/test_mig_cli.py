@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from conftest import Run
 
-from gpudesk.engine import mig
+from gpudesk.engine.mig import layout, manager, profiles, records
 
 FAKE = Path(__file__).resolve().parents[1] / "fakes" / "nvidia-smi"
 READ_ONLY = ("-L", "-lgip", "-lgipp", "-lgi", "-lci", "--query-gpu")
@@ -233,11 +233,11 @@ def test_insufficient_resources_from_nvidia_smi(
 
     def as_given(available, requested, placements, occupied=()):  # type: ignore[no-untyped-def]
         return [
-            mig.PlannedInstance(mig.resolve_profile(available, n), mig.Placement(0, 1))
+            records.PlannedInstance(layout.resolve_profile(available, n), profiles.SliceSpan(0, 1))
             for n in requested
         ]
 
-    monkeypatch.setattr(mig, "plan_layout", as_given)
+    monkeypatch.setattr(manager, "plan_layout", as_given)
     code, _, err = gpudesk("mig", "apply", "--gpu", "0", "1g.5gb,1g.5gb,2g.10gb,3g.20gb")
     assert code == 1
     assert (

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
 import stat
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -15,12 +17,12 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import wait_for
+from conftest import EngineHandle, wait_for
 
 from gpudesk.engine.daemon import Engine
-from gpudesk.engine.mps import CONTROL_ENV, MpsError, MpsManager
+from gpudesk.engine.mps.manager import CONTROL_ENV, MpsError, MpsManager
 from gpudesk.engine.station import StationConfig
-from gpudesk.engine.store import Store
+from gpudesk.engine.store.database import Store
 from gpudesk.paths import Home
 
 FAKE = Path(__file__).resolve().parents[1] / "fakes" / "nvidia-cuda-mps-control"
@@ -367,20 +369,75 @@ def test_the_engine_routes_new_jobs_around_a_faulted_mps_server(
     store = Store.open(home.db)
     engine = Engine(home, store, StationConfig(backend="none"))
     try:
-        server = engine.mps.ensure(GPU_A)
-        start_server(engine.mps, GPU_A)
-        assert engine._mps_usable(GPU_A)
+        server = engine.mps_watch.manager.ensure(GPU_A)
+        start_server(engine.mps_watch.manager, GPU_A)
+        assert engine.mps_watch.usable(GPU_A)
         (server.pipe_dir / "fake-fault").touch()
-        engine.mps_checked_at = 0.0
+        engine.mps_watch.checked_at = 0.0
         engine.check_mps()
-        assert not engine._mps_usable(GPU_A) and "FAULT" in engine.mps_faults[GPU_A]
-        assert engine.mps.status(GPU_A).state == "stopped"  # no job used it: quit as idle
-        engine.mps_checked_at = 0.0
+        assert not engine.mps_watch.usable(GPU_A) and "FAULT" in engine.mps_watch.faults[GPU_A]
+        assert (
+            engine.mps_watch.manager.status(GPU_A).state == "stopped"
+        )  # no job used it: quit as idle
+        engine.mps_watch.checked_at = 0.0
         engine.check_mps()
-        assert engine._mps_usable(GPU_A)
+        assert engine.mps_watch.usable(GPU_A)
         messages = [e.message for e in store.events() if e.kind == "mps"]
         assert "is in FAULT" in messages[0] and "usable again (stopped)" in messages[1]
     finally:
-        engine.mps.stop_all()
+        engine.mps_watch.manager.stop_all()
         engine.close()
         store.close()
+
+
+def test_the_status_reply_lists_an_mps_fault_by_gpu_index(
+    home_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A real engine on the faithful NVML and MPS fakes: MPS jobs run on GPU 1, its server goes
+    into FAULT, and `status` reports it as {"gpu": index, "uuid", "message"} (the desk looks
+    faults up by GPU index)."""
+    fakes = FAKE.parent
+    scenario = tmp_path / "nvml.json"
+    gpus = [{"uuid": uuid, "memory_total_mib": 40960} for uuid in (GPU_B, GPU_A)]
+    scenario.write_text(json.dumps({"gpus": gpus}))
+    monkeypatch.setenv("PYTHONPATH", str(fakes / "nvml_shim"))
+    monkeypatch.setenv("GPUDESK_FAKE_NVML", str(scenario))
+    monkeypatch.setenv(CONTROL_ENV, str(FAKE))
+    home = Home(home_root)
+    home.ensure()
+    monkeypatch.setenv("GPUDESK_HOME", str(home_root))
+    engine = EngineHandle(home)
+    engine.start(backend="nvml", policy="mps", sample_interval=0.2)
+    sleeper = [sys.executable, "-c", "import time; time.sleep(60)"]
+    try:
+        ids = engine.submit(
+            *(
+                {"name": f"mps-{i}", "command": sleeper, "gpus": 1, "memory_gb": 4, "sm_pct": 20}
+                for i in range(2)
+            )
+        )
+        running = [engine.wait_state(job_id, "running") for job_id in ids]
+        assert {j["mode"] for j in running} == {"mps"} and all(
+            j["mig_slice"] is None for j in running
+        )
+        index = running[0]["gpus"][0]
+        uuid = gpus[index]["uuid"]
+        assert engine.client.request("status")["station"]["mps"]["faults"] == []
+        server = start_server(MpsManager(home.root), uuid)  # what the first CUDA client does
+        assert server
+        (MpsManager(home.root).layout(uuid).pipe_dir / "fake-fault").touch()
+        faults = wait_for(
+            lambda: engine.client.request("status")["station"]["mps"]["faults"],
+            timeout=30.0,
+            what="the engine to notice the FAULT",
+        )
+        assert isinstance(faults, list) and len(faults) == 1
+        (fault,) = faults
+        assert (fault["gpu"], fault["uuid"]) == (index, uuid) and "FAULT" in fault["message"]
+        engine.client.request("cancel", jobs=ids, grace=0)
+        engine.wait_all_done(ids)
+    finally:
+        engine.stop()
+        engine.cleanup_jobs()
+        engine.client.close()
+        MpsManager(home.root).stop_all()

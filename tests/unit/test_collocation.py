@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from test_jobs_protocol_policy import record  # same folder: on sys.path under pytest
 
-from gpudesk.engine.collocation import MARGIN_MIB, CarmaPolicy, SharingPolicy, _Frontier
-from gpudesk.engine.demand import PEAK_SETTLED_S, Demand, from_hints, reservation
-from gpudesk.engine.policy import (
+from gpudesk.engine.placement.collocation import MARGIN_MIB, CarmaPolicy, SharingPolicy, _Frontier
+from gpudesk.engine.placement.demand import PEAK_SETTLED_S, Demand, from_hints, reservation
+from gpudesk.engine.placement.policy import (
     RESERVE_MIB,
     GpuState,
     MigSlice,
@@ -20,9 +20,9 @@ from gpudesk.engine.policy import (
     Tenant,
     make_policy,
 )
-from gpudesk.engine.simulator import Simulation, TraceError, load_trace, simulate
+from gpudesk.engine.placement.simulator import Simulation, TraceError, load_trace, simulate
 from gpudesk.engine.station import StationConfig
-from gpudesk.engine.store import JobRecord
+from gpudesk.engine.store.records import JobRecord
 from gpudesk.engine.telemetry.energy import AttemptUsage
 
 TRACE = Path(__file__).resolve().parents[2] / "traces" / "carma-philly-t1.json"

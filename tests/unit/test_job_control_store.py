@@ -11,10 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from gpudesk.engine.daemon import local_midnight
 from gpudesk.engine.jobs import InvalidTransition, JobSpec, JobState
-from gpudesk.engine.queue import JobQueue
-from gpudesk.engine.store import GPU_ENERGY_METRIC, MIGRATIONS, SCHEMA_VERSION, JobRecord, Store
+from gpudesk.engine.placement.queue import JobQueue
+from gpudesk.engine.store.database import Store
+from gpudesk.engine.store.records import JobRecord
+from gpudesk.engine.store.schema import GPU_ENERGY_METRIC, MIGRATIONS, SCHEMA_VERSION
+from gpudesk.engine.telemetry.sink import local_midnight
 
 
 def spec(name: str = "j", **extra: object) -> JobSpec:

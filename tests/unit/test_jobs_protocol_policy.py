@@ -8,9 +8,9 @@ import pytest
 
 from gpudesk.engine import protocol
 from gpudesk.engine.jobs import JobSpec, JobState, SpecError, check_transition
-from gpudesk.engine.policy import FifoPolicy, StationView, make_policy
+from gpudesk.engine.placement.policy import FifoPolicy, StationView, make_policy
 from gpudesk.engine.station import StationConfig
-from gpudesk.engine.store import JobRecord
+from gpudesk.engine.store.records import JobRecord
 
 
 def record(

@@ -13,16 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from gpudesk.engine import mig
-from gpudesk.engine.mig import (
-    GpuEntry,
-    LayoutError,
-    MigEntry,
-    MigError,
-    MigManager,
-    Placement,
-    UnknownProfileError,
-)
+from gpudesk.engine.mig import layout, nvidia_smi, records
+from gpudesk.engine.mig.manager import MigManager
+from gpudesk.engine.mig.nvidia_smi import LayoutError, MigError, UnknownProfileError
+from gpudesk.engine.mig.profiles import SliceSpan
+from gpudesk.engine.mig.records import GpuEntry, MigEntry
 
 TESTS = Path(__file__).resolve().parents[1]
 FIXTURES = TESTS / "fixtures" / "nvidia-smi" / "a100-40gb"
@@ -44,20 +39,20 @@ def output(name: str) -> str:
     return fixture(name)[2]
 
 
-def profiles() -> list[mig.GiProfile]:
-    return mig.parse_gi_profiles(output("lgip.txt"))
+def profiles() -> list[records.GiProfile]:
+    return nvidia_smi.parse_gi_profiles(output("lgip.txt"))
 
 
-def placements() -> dict[int, tuple[Placement, ...]]:
-    return {p.profile_id: p.placements for p in mig.parse_gi_placements(output("lgipp.txt"))}
+def placements() -> dict[int, tuple[SliceSpan, ...]]:
+    return {p.profile_id: p.placements for p in nvidia_smi.parse_gi_placements(output("lgipp.txt"))}
 
 
 # -------------------------------------------------------------------------------- parsers
 def test_list_gpus_without_and_with_mig_devices() -> None:
-    assert mig.parse_list_gpus(output("L.txt")) == [
+    assert nvidia_smi.parse_list_gpus(output("L.txt")) == [
         GpuEntry(0, "NVIDIA A100-PCIE-40GB", "GPU-c7cc679c-da89-47e3-834b-24b894d632fd")
     ]
-    (gpu,) = mig.parse_list_gpus(output("L-mig.txt"))
+    (gpu,) = nvidia_smi.parse_list_gpus(output("L-mig.txt"))
     assert (gpu.index, gpu.name) == (0, "A100-SXM4-40GB")
     assert gpu.mig_devices == (
         MigEntry(0, "3g.20gb", 0, "MIG-c7384736-a75d-5afc-978f-d2f1294409fd"),
@@ -72,7 +67,7 @@ def test_list_gpus_reads_newer_spacing_and_several_gpus() -> None:
         "  MIG 2c.4g.24gb  Device  1: (UUID: MIG-GPU-1e44b340-0000/5/0)\n"
         "GPU 1: NVIDIA A30 (UUID: GPU-2e44b340-0000-0000-0000-343a6b8b8bcd)\n"
     )
-    first, second = mig.parse_list_gpus(text)
+    first, second = nvidia_smi.parse_list_gpus(text)
     assert [d.name for d in first.mig_devices] == ["1g.6gb", "2c.4g.24gb"]
     assert [d.device for d in first.mig_devices] == [0, 1]
     assert second.index == 1 and second.mig_devices == ()
@@ -80,7 +75,7 @@ def test_list_gpus_reads_newer_spacing_and_several_gpus() -> None:
 
 def test_list_gpus_quotes_a_line_it_cannot_read() -> None:
     with pytest.raises(MigError, match="Failed to initialize NVML: Driver/library"):
-        mig.parse_list_gpus("Failed to initialize NVML: Driver/library version mismatch\n")
+        nvidia_smi.parse_list_gpus("Failed to initialize NVML: Driver/library version mismatch\n")
 
 
 def test_gi_profiles_read_both_lines_of_each_row() -> None:
@@ -114,7 +109,7 @@ def test_gi_profiles_key_on_structure_not_on_fixed_columns() -> None:
 |                                                                 7     1     1   |
 +---------------------------------------------------------------------------------+
 """
-    one, two, seven = mig.parse_gi_profiles(text)
+    one, two, seven = nvidia_smi.parse_gi_profiles(text)
     assert (one.gpu, one.short_name, one.free, one.total, one.memory_gib) == (
         1,
         "1g.10gb",
@@ -136,7 +131,7 @@ def test_gi_profiles_key_on_structure_not_on_fixed_columns() -> None:
 |                                                             3     0     0   |
 +-----------------------------------------------------------------------------+
 """
-    small, half = mig.parse_gi_profiles(unboxed)
+    small, half = nvidia_smi.parse_gi_profiles(unboxed)
     assert (small.id, small.sm, small.ce) == (19, 14, None)
     assert (half.id, half.sm, half.ce, half.jpeg) == (9, 42, 3, 0)
 
@@ -145,47 +140,47 @@ def test_gi_profiles_quote_a_row_they_cannot_read() -> None:
     lines = output("lgip.txt").splitlines()
     lines[5] = lines[5].replace("7/7", "seven")
     with pytest.raises(MigError, match=re.escape("MIG 1g.5gb        19     seven")):
-        mig.parse_gi_profiles("\n".join(lines))
+        nvidia_smi.parse_gi_profiles("\n".join(lines))
     with pytest.raises(MigError, match="expected a table"):
-        mig.parse_gi_profiles("No MIG-enabled devices found.\n")
+        nvidia_smi.parse_gi_profiles("No MIG-enabled devices found.\n")
 
 
 def test_gi_placements() -> None:
     table = placements()
-    assert table[19] == tuple(Placement(s, 1) for s in range(7))
-    assert table[14] == (Placement(0, 2), Placement(2, 2), Placement(4, 2))
-    assert table[9] == (Placement(0, 4), Placement(4, 4))
-    assert table[5] == (Placement(0, 4),)  # "Placement :" for a single one
-    assert table[0] == (Placement(0, 8),)
+    assert table[19] == tuple(SliceSpan(s, 1) for s in range(7))
+    assert table[14] == (SliceSpan(0, 2), SliceSpan(2, 2), SliceSpan(4, 2))
+    assert table[9] == (SliceSpan(0, 4), SliceSpan(4, 4))
+    assert table[5] == (SliceSpan(0, 4),)  # "SliceSpan :" for a single one
+    assert table[0] == (SliceSpan(0, 8),)
     with pytest.raises(MigError, match="Profile ID 9 Placements: 0,4"):
-        mig.parse_gi_placements("GPU  0 Profile ID 9 Placements: 0,4\n")
+        nvidia_smi.parse_gi_placements("GPU  0 Profile ID 9 Placements: 0,4\n")
 
 
 def test_gpu_instances_and_the_empty_answer() -> None:
-    assert mig.parse_gpu_instances(output("lgi.txt")) == [
-        mig.GpuInstance(0, "MIG 3g.20gb", 9, 1, Placement(0, 4)),
-        mig.GpuInstance(0, "MIG 3g.20gb", 9, 2, Placement(4, 4)),
+    assert nvidia_smi.parse_gpu_instances(output("lgi.txt")) == [
+        records.GpuInstance(0, "MIG 3g.20gb", 9, 1, SliceSpan(0, 4)),
+        records.GpuInstance(0, "MIG 3g.20gb", 9, 2, SliceSpan(4, 4)),
     ]
-    assert mig.parse_gpu_instances(output("lgi-empty.txt")) == []
+    assert nvidia_smi.parse_gpu_instances(output("lgi-empty.txt")) == []
     narrow = """\
 +----------------------------------------------------+
 | GPU instances:                                     |
-| GPU   Name          Profile  Instance   Placement  |
+| GPU   Name          Profile  Instance   SliceSpan  |
 |                       ID       ID       Start:Size |
 |====================================================|
 |   3  MIG 2g.10gb      14       5          0:2     |
 +----------------------------------------------------+
 """
-    assert mig.parse_gpu_instances(narrow) == [
-        mig.GpuInstance(3, "MIG 2g.10gb", 14, 5, Placement(0, 2))
+    assert nvidia_smi.parse_gpu_instances(narrow) == [
+        records.GpuInstance(3, "MIG 2g.10gb", 14, 5, SliceSpan(0, 2))
     ]
     with pytest.raises(MigError, match=re.escape("MIG 3g.20gb          9        1          0-4")):
-        mig.parse_gpu_instances(output("lgi.txt").replace("0:4", "0-4", 1))
+        nvidia_smi.parse_gpu_instances(output("lgi.txt").replace("0:4", "0-4", 1))
 
 
 def test_compute_instances() -> None:
-    full, *parts = mig.parse_compute_instances(output("lci.txt"))
-    assert full == mig.ComputeInstance(0, 1, "MIG 3g.20gb", 2, 0, Placement(0, 3))
+    full, *parts = nvidia_smi.parse_compute_instances(output("lci.txt"))
+    assert full == records.ComputeInstance(0, 1, "MIG 3g.20gb", 2, 0, SliceSpan(0, 3))
     assert [
         (c.gpu_instance_id, c.short_name, c.profile_id, c.instance_id, str(c.placement))
         for c in parts
@@ -194,7 +189,7 @@ def test_compute_instances() -> None:
         (2, "1c.3g.20gb", 0, 1, "1:1"),
         (2, "1c.3g.20gb", 0, 2, "2:1"),
     ]
-    assert mig.parse_compute_instances("No compute instances found: Not Found\n") == []
+    assert nvidia_smi.parse_compute_instances("No compute instances found: Not Found\n") == []
     without_placement = """\
 +-------------------------------------------------------+
 | Compute instances:                                    |
@@ -205,18 +200,18 @@ def test_compute_instances() -> None:
 |   0      7       MIG 1g.5gb           0         0     |
 +-------------------------------------------------------+
 """
-    (ci,) = mig.parse_compute_instances(without_placement)
+    (ci,) = nvidia_smi.parse_compute_instances(without_placement)
     assert (ci.gpu_instance_id, ci.short_name, ci.placement) == (7, "1g.5gb", None)
 
 
 def test_created_gpu_instances_from_cgi_output() -> None:
-    assert mig.parse_created_gpu_instances(output("cgi-mixed.txt")) == [
+    assert nvidia_smi.parse_created_gpu_instances(output("cgi-mixed.txt")) == [
         (2, "3g.20gb"),
         (7, "1g.5gb"),
         (4, "2g.10gb"),
         (8, "1g.5gb"),
     ]
-    assert mig.parse_created_gpu_instances(output("cgi-error-insufficient.txt")) == [
+    assert nvidia_smi.parse_created_gpu_instances(output("cgi-error-insufficient.txt")) == [
         (13, "1g.5gb"),
         (11, "1g.5gb"),
         (3, "2g.10gb"),
@@ -224,13 +219,13 @@ def test_created_gpu_instances_from_cgi_output() -> None:
 
 
 def test_slots_pair_mig_devices_with_instances_in_instance_id_order() -> None:
-    (gpu,) = mig.parse_list_gpus(output("L-mig.txt"))
-    gis = mig.parse_gpu_instances(output("lgi.txt"))
+    (gpu,) = nvidia_smi.parse_list_gpus(output("L-mig.txt"))
+    gis = nvidia_smi.parse_gpu_instances(output("lgi.txt"))
     cis = [
-        mig.ComputeInstance(0, 2, "MIG 3g.20gb", 2, 0),
-        mig.ComputeInstance(0, 1, "MIG 3g.20gb", 2, 0),
+        records.ComputeInstance(0, 2, "MIG 3g.20gb", 2, 0),
+        records.ComputeInstance(0, 1, "MIG 3g.20gb", 2, 0),
     ]
-    first, second = mig.match_slots(gpu, gis, cis)
+    first, second = nvidia_smi.match_slots(gpu, gis, cis)
     assert (first.uuid, first.gpu_instance_id, str(first.placement)) == (
         "MIG-c7384736-a75d-5afc-978f-d2f1294409fd",
         1,
@@ -242,13 +237,13 @@ def test_slots_pair_mig_devices_with_instances_in_instance_id_order() -> None:
         "4:4",
     )
     # Names that disagree leave the instance unknown rather than guessed.
-    odd = mig.match_slots(gpu, gis, [mig.ComputeInstance(0, 1, "MIG 1c.3g.20gb", 0, 0)])
+    odd = nvidia_smi.match_slots(gpu, gis, [records.ComputeInstance(0, 1, "MIG 1c.3g.20gb", 0, 0)])
     assert odd[0].gpu_instance_id is None and odd[0].placement is None
 
 
 # ------------------------------------------------------------------------------- planning
 def planned(requested: list[str], **kwargs: object) -> list[tuple[str, str]]:
-    plan = mig.plan_layout(profiles(), requested, placements(), **kwargs)  # type: ignore[arg-type]
+    plan = layout.plan_layout(profiles(), requested, placements(), **kwargs)  # type: ignore[arg-type]
     return [(p.profile.short_name, str(p.placement)) for p in plan]
 
 
@@ -274,7 +269,7 @@ def test_plan_placements_never_overlap() -> None:
         ["3g.20gb", "2g.10gb", "1g.5gb", "1g.5gb"],
         ["7g.40gb"],
     ):
-        plan = mig.plan_layout(profiles(), request, placements())
+        plan = layout.plan_layout(profiles(), request, placements())
         spots = [p.placement for p in plan]
         assert all(not a.overlaps(b) for i, a in enumerate(spots) for b in spots[i + 1 :])
 
@@ -295,45 +290,45 @@ def test_plan_rejects_a_set_that_does_not_fit_and_names_the_profile(
     request_: list[str], culprit: str
 ) -> None:
     with pytest.raises(LayoutError, match="does not fit") as caught:
-        mig.plan_layout(profiles(), request_, placements())
+        layout.plan_layout(profiles(), request_, placements())
     assert caught.value.profile == culprit
     assert culprit in str(caught.value)
 
 
 def test_plan_around_instances_already_there() -> None:
-    assert planned(["3g.20gb"], occupied=[Placement(4, 4)]) == [("3g.20gb", "0:4")]
+    assert planned(["3g.20gb"], occupied=[SliceSpan(4, 4)]) == [("3g.20gb", "0:4")]
     with pytest.raises(LayoutError, match="left free by its current instances"):
-        mig.plan_layout(profiles(), ["4g.20gb"], placements(), occupied=[Placement(2, 2)])
+        layout.plan_layout(profiles(), ["4g.20gb"], placements(), occupied=[SliceSpan(2, 2)])
 
 
 def test_plan_counts_compute_slices_too() -> None:
     # Four 2g instances fit in 8 memory slices but need 8 of the 7 compute slices.
     table = [
-        mig.GiProfile(0, "MIG 2g.20gb", "2g.20gb", 14, 4, 4, 19.5),
-        mig.GiProfile(0, "MIG 7g.80gb", "7g.80gb", 0, 1, 1, 79.25),
+        records.GiProfile(0, "MIG 2g.20gb", "2g.20gb", 14, 4, 4, 19.5),
+        records.GiProfile(0, "MIG 7g.80gb", "7g.80gb", 0, 1, 1, 79.25),
     ]
-    spots = {14: tuple(Placement(s, 2) for s in (0, 2, 4, 6)), 0: (Placement(0, 8),)}
-    assert len(mig.plan_layout(table, ["2g.20gb"] * 3, spots)) == 3
+    spots = {14: tuple(SliceSpan(s, 2) for s in (0, 2, 4, 6)), 0: (SliceSpan(0, 8),)}
+    assert len(layout.plan_layout(table, ["2g.20gb"] * 3, spots)) == 3
     with pytest.raises(LayoutError, match=re.escape("no placement is left for 2g.20gb")):
-        mig.plan_layout(table, ["2g.20gb"] * 4, spots)
+        layout.plan_layout(table, ["2g.20gb"] * 4, spots)
 
 
 def test_placements_derived_from_lgip_match_lgipp() -> None:
-    assert mig.derive_placements(profiles()) == placements()
+    assert layout.derive_placements(profiles()) == placements()
     assert planned(["1g.5gb", "3g.20gb"]) == [
         (p.profile.short_name, str(p.placement))
-        for p in mig.plan_layout(profiles(), ["1g.5gb", "3g.20gb"], {})
+        for p in layout.plan_layout(profiles(), ["1g.5gb", "3g.20gb"], {})
     ]
 
 
 def test_plan_rejects_unknown_profiles_with_a_suggestion() -> None:
     with pytest.raises(UnknownProfileError, match=re.escape("Did you mean 3g.20gb")) as caught:
-        mig.plan_layout(profiles(), ["3g.20g"], placements())
+        layout.plan_layout(profiles(), ["3g.20g"], placements())
     assert caught.value.name == "3g.20g"
     assert "1g.5gb (ID 19)" in str(caught.value)
     with pytest.raises(UnknownProfileError, match="no MIG profile given"):
-        mig.plan_layout(profiles(), [], placements())
-    assert mig.split_profiles(["3g.20gb,1g.5gb", " 1g.5gb ", ","]) == [
+        layout.plan_layout(profiles(), [], placements())
+    assert layout.split_profiles(["3g.20gb,1g.5gb", " 1g.5gb ", ","]) == [
         "3g.20gb",
         "1g.5gb",
         "1g.5gb",
@@ -342,7 +337,7 @@ def test_plan_rejects_unknown_profiles_with_a_suggestion() -> None:
 
 # ---------------------------------------------------------------------------- error mapping
 def test_insufficient_resources_names_the_profile() -> None:
-    error = mig.map_nvidia_smi_error(
+    error = nvidia_smi.map_nvidia_smi_error(
         ["nvidia-smi", "mig", "-cgi", "19,19,14,9"],
         23,
         output("cgi-error-insufficient.txt"),
@@ -352,12 +347,14 @@ def test_insufficient_resources_names_the_profile() -> None:
     assert error.kind == "insufficient-resources"
     assert "GPU 0 has no room left for a 3g.20gb instance" in str(error)
     assert "gpudesk mig profiles --gpu 0" in str(error)
-    unnamed = mig.map_nvidia_smi_error(["nvidia-smi"], 23, output("cgi-error-insufficient.txt"))
+    unnamed = nvidia_smi.map_nvidia_smi_error(
+        ["nvidia-smi"], 23, output("cgi-error-insufficient.txt")
+    )
     assert "a 9 instance" in str(unnamed)
 
 
 def test_in_use_says_to_stop_the_processes() -> None:
-    error = mig.map_nvidia_smi_error(["nvidia-smi"], 19, output("cgi-error-in-use.txt"), 0)
+    error = nvidia_smi.map_nvidia_smi_error(["nvidia-smi"], 19, output("cgi-error-in-use.txt"), 0)
     assert error.kind == "in-use"
     assert "In use by another client" in str(error) and "Stop the processes" in str(error)
 
@@ -372,25 +369,29 @@ def test_in_use_says_to_stop_the_processes() -> None:
     ],
 )
 def test_permission_errors_suggest_sudo_or_a_sudoers_rule(said: str) -> None:
-    error = mig.map_nvidia_smi_error(["nvidia-smi"], 4, said, 0)
+    error = nvidia_smi.map_nvidia_smi_error(["nvidia-smi"], 4, said, 0)
     assert error.kind == "permission"
     assert "needs root" in str(error) and "sudoers" in str(error)
     assert "GPUDESK_NVIDIA_SMI" in str(error)
 
 
 def test_mig_mode_messages_give_the_commands_and_never_act() -> None:
-    error = mig.map_nvidia_smi_error(["nvidia-smi"], 6, "No MIG-enabled devices found.\n", 2)
+    error = nvidia_smi.map_nvidia_smi_error(["nvidia-smi"], 6, "No MIG-enabled devices found.\n", 2)
     assert error.kind == "mig-disabled"
     assert "`sudo nvidia-smi -i 2 -mig 1`" in str(error) and "never" in str(error)
     assert "reset" in str(error)
-    pending = mig.mig_mode_message(1, mig.MigMode("disabled", "enabled"))
+    pending = nvidia_smi.mig_mode_message(1, records.MigMode("disabled", "enabled"))
     assert "pending a GPU reset" in pending and "`sudo nvidia-smi -i 1 -r`" in pending
     assert "never resets" in pending
-    assert "does not support MIG" in mig.mig_mode_message(0, mig.MigMode("n/a", "n/a"), "T4")
+    assert "does not support MIG" in nvidia_smi.mig_mode_message(
+        0, records.MigMode("n/a", "n/a"), "T4"
+    )
 
 
 def test_other_failures_quote_the_command_and_output() -> None:
-    error = mig.map_nvidia_smi_error(["nvidia-smi", "mig", "-lgi"], 255, "Unknown Error\n", 0)
+    error = nvidia_smi.map_nvidia_smi_error(
+        ["nvidia-smi", "mig", "-lgi"], 255, "Unknown Error\n", 0
+    )
     assert error.kind == "other"
     assert "`nvidia-smi mig -lgi` failed (exit 255): Unknown Error" in str(error)
 
@@ -398,11 +399,11 @@ def test_other_failures_quote_the_command_and_output() -> None:
 def test_nvidia_smi_missing_names_the_variable(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    monkeypatch.delenv(mig.ENV_NVIDIA_SMI, raising=False)
+    monkeypatch.delenv(nvidia_smi.ENV_NVIDIA_SMI, raising=False)
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(MigError, match="GPUDESK_NVIDIA_SMI"):
         MigManager().gpus()
-    monkeypatch.setenv(mig.ENV_NVIDIA_SMI, str(tmp_path / "nvidia-smi"))
+    monkeypatch.setenv(nvidia_smi.ENV_NVIDIA_SMI, str(tmp_path / "nvidia-smi"))
     with pytest.raises(MigError, match=r"cannot run nvidia-smi at .* \(from GPUDESK_NVIDIA_SMI\)"):
         MigManager().gpus()
 
@@ -507,9 +508,9 @@ def test_fake_keeps_its_state_between_calls(tmp_path: Path) -> None:
     args, _, expected = fixture("cgi-C.txt")
     assert run_fake(state, *args).stdout == expected
     assert run_fake(state, "mig", "-i", "0", "-lgi").stdout == output("lgi.txt")
-    devices = mig.parse_list_gpus(run_fake(state, "-L").stdout)[0].mig_devices
+    devices = nvidia_smi.parse_list_gpus(run_fake(state, "-L").stdout)[0].mig_devices
     assert [d.name for d in devices] == ["3g.20gb", "3g.20gb"]
-    lgip = mig.parse_gi_profiles(run_fake(state, "mig", "-lgip").stdout)
+    lgip = nvidia_smi.parse_gi_profiles(run_fake(state, "mig", "-lgip").stdout)
     assert all(p.free == 0 for p in lgip)
 
 
@@ -517,7 +518,7 @@ def test_fake_keeps_what_a_failed_creation_made(tmp_path: Path) -> None:
     state = tmp_path / "state.json"
     state.write_text(json.dumps({"root": True, "gpus": [_gpu()]}))
     run_fake(state, *fixture("cgi-error-insufficient.txt")[0])
-    gis = mig.parse_gpu_instances(run_fake(state, "mig", "-lgi").stdout)
+    gis = nvidia_smi.parse_gpu_instances(run_fake(state, "mig", "-lgi").stdout)
     assert sorted(g.instance_id for g in gis) == [3, 11, 13]
 
 

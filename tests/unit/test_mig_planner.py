@@ -1,4 +1,4 @@
-"""gpudesk.engine.mig_planner: which profile each queued job gets, how the queue is packed under
+"""gpudesk.engine.mig.planner: which profile each queued job gets, how the queue is packed under
 the A100's placement rules, the commands a plan would run, and every reason it may not be applied.
 Real GPUs are described by the real nvidia-smi output in tests/fixtures (A100 40GB)."""
 
@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from gpudesk.engine import mig
-from gpudesk.engine.mig import GiProfile, MigManager, Placement
-from gpudesk.engine.mig_planner import (
+from gpudesk.engine.mig import layout, nvidia_smi
+from gpudesk.engine.mig.manager import MigManager
+from gpudesk.engine.mig.planner import (
     BLOCKED_BUSY,
     BLOCKED_BY_CONFIG,
     BLOCKED_MIG_MODE,
@@ -25,7 +25,9 @@ from gpudesk.engine.mig_planner import (
     simulated_profiles,
     smallest_fitting_profile,
 )
-from gpudesk.engine.policy import RESERVE_MIB
+from gpudesk.engine.mig.profiles import SliceSpan
+from gpudesk.engine.mig.records import GiProfile
+from gpudesk.engine.placement.policy import RESERVE_MIB
 from gpudesk.engine.station import StationConfig
 from gpudesk.engine.telemetry.sim import A100_SXM4_40GB, H100_SXM5_80GB
 
@@ -38,12 +40,13 @@ def fixture_output(name: str) -> str:
 
 
 def a100_profiles() -> tuple[GiProfile, ...]:
-    return tuple(mig.parse_gi_profiles(fixture_output("lgip.txt")))
+    return tuple(nvidia_smi.parse_gi_profiles(fixture_output("lgip.txt")))
 
 
-def a100_placements() -> dict[int, tuple[Placement, ...]]:
+def a100_placements() -> dict[int, tuple[SliceSpan, ...]]:
     return {
-        p.profile_id: p.placements for p in mig.parse_gi_placements(fixture_output("lgipp.txt"))
+        p.profile_id: p.placements
+        for p in nvidia_smi.parse_gi_placements(fixture_output("lgipp.txt"))
     }
 
 
@@ -163,7 +166,7 @@ def test_packing_follows_the_a100_placement_rules(
     queue = [job(i + 1, memory, sm) for i, (memory, sm) in enumerate(demands)]
     pairs, _, _ = pack_queue(a100_profiles(), a100_placements(), queue)
     assert [p.short_name for _, p in pairs] == packed
-    mig.plan_layout(a100_profiles(), packed, a100_placements())  # what plan_layout accepts
+    layout.plan_layout(a100_profiles(), packed, a100_placements())  # what plan_layout accepts
 
 
 # -------------------------------------------------------------------------------- the plan
@@ -299,8 +302,8 @@ def test_the_simulated_h100_follows_its_placement_rules() -> None:
         ("4g.40gb", 5, 1),
         ("7g.80gb", 0, 1),
     ]
-    assert placements[15] == tuple(Placement(s, 2) for s in (0, 2, 4, 6))
-    assert placements == mig.derive_placements(profiles)
+    assert placements[15] == tuple(SliceSpan(s, 2) for s in (0, 2, 4, 6))
+    assert placements == layout.derive_placements(profiles)
 
 
 # ------------------------------------------------------------------------------- the config

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from gpudesk.engine.jobs import InvalidTransition, JobSpec, JobState
-from gpudesk.engine.store import SCHEMA_VERSION, IncompatibleStore, Store, StoreError
+from gpudesk.engine.store.database import Store
+from gpudesk.engine.store.schema import SCHEMA_VERSION, IncompatibleStore, StoreError
 
 
 def spec(name: str = "j", **extra: object) -> JobSpec:
@@ -39,7 +40,7 @@ def test_new_store_is_at_the_current_schema(store: Store) -> None:
 
 
 def test_a_version_1_store_migrates_and_keeps_its_jobs(tmp_path: Path) -> None:
-    from gpudesk.engine.store import MIGRATIONS
+    from gpudesk.engine.store.schema import MIGRATIONS
 
     conn = sqlite3.connect(tmp_path / "db")
     conn.executescript(MIGRATIONS[0])

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from test_jobs_protocol_policy import record  # same folder: on sys.path under pytest
 
-from gpudesk.engine.policy import FifoPolicy, GpuState, StationView, Tenant
+from gpudesk.engine.placement.policy import FifoPolicy, GpuState, StationView, Tenant
 from gpudesk.engine.station import StationConfig
 from gpudesk.engine.telemetry.backend import (
     BackendUnavailable,
@@ -24,7 +24,6 @@ from gpudesk.engine.telemetry.energy import (
     Occupant,
     attribute_cpu,
     attribute_gpu,
-    carbon_g,
     split_interval,
     summarize,
 )
@@ -32,6 +31,7 @@ from gpudesk.engine.telemetry.model import BackendReading, GpuInfo, GpuProcess, 
 from gpudesk.engine.telemetry.monitor import Monitor, TrackedAttempt
 from gpudesk.engine.telemetry.rapl import RaplReader
 from gpudesk.engine.telemetry.sim import SimBackend
+from gpudesk.units import carbon_g
 
 
 class Clock:

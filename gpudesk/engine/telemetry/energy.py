@@ -20,16 +20,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpudesk.engine.telemetry.model import BackendReading, GpuReading
+from gpudesk.units import carbon_g
 
 IDLE_SMOOTHING = 0.1  # EWMA weight of a new idle-power reading
-J_PER_KWH = 3.6e6
 # How the GPU energy of an attempt was split from its GPU's, least to most approximate.
 SPLIT_ORDER = ("exclusive", "sm share", "even")
 DEFAULT_GRID_G_PER_KWH = 475.0  # world average grid intensity (IEA); set your own in [station]
-
-
-def carbon_g(joules: float | None, g_per_kwh: float) -> float | None:
-    return None if joules is None else joules / J_PER_KWH * g_per_kwh
 
 
 @dataclass(frozen=True)

@@ -24,14 +24,15 @@ from gpudesk.engine.telemetry.energy import (
     DEFAULT_GRID_G_PER_KWH,
     AttemptUsage,
     GpuEnergyMeter,
+    Interval,
     Occupant,
     attribute_cpu,
     attribute_gpu,
-    carbon_g,
     rounded,
 )
 from gpudesk.engine.telemetry.model import BackendReading, GpuInfo, GpuProcess, GpuReading, JobLoad
 from gpudesk.engine.telemetry.rapl import RaplReader
+from gpudesk.units import carbon_g
 
 log = logging.getLogger("gpudesk.telemetry")
 
@@ -213,7 +214,6 @@ class Monitor:
             raw = dataclasses.replace(
                 raw, attempts=tuple(a for a in raw.attempts if a.attempt_id in running)
             )
-        by_pgid = {a.pgid: a for a in raw.attempts}
         busy = {i for a in raw.attempts for i in a.gpus}
         intervals = self.meter.update(reading, busy)
         for attempt in raw.attempts:
@@ -221,6 +221,29 @@ class Monitor:
                 attempt.attempt_id, AttemptUsage(attempt.attempt_id, attempt.job_id)
             )
 
+        gpu_views, job_gpu = self._ingest_gpus(raw, intervals)
+        job_views = self._ingest_jobs(raw, job_gpu)
+        self._add_series(raw, gpu_views, job_views)
+
+        self.latest = {
+            "taken_at": reading.taken_at,
+            "backend": self.backend.name,
+            "simulated": self.simulated,
+            "banner": reading.banner,
+            "sampling_since": self.started_at,
+            "host": self._host_view(raw),
+            "gpus": gpu_views,
+            "jobs": job_views,
+        }
+        return self.latest
+
+    def _ingest_gpus(
+        self, raw: RawSample, intervals: dict[int, Interval]
+    ) -> tuple[list[dict[str, Any]], dict[int, dict[str, float]]]:
+        """Each GPU's view, its energy split among its occupants; and attempt id -> the GPU
+        memory and SM sums of its processes."""
+        reading = raw.reading
+        by_pgid = {a.pgid: a for a in raw.attempts}
         gpu_views = []
         occupants: dict[int, list[Occupant]] = {}
         job_gpu: dict[int, dict[str, float]] = {}  # attempt id -> gpu memory / sm sums
@@ -246,7 +269,13 @@ class Monitor:
                 self._gpu_view(gpu, owners, sorted({a.job_id for a in holders.values()}))
             )
         attribute_gpu(self.usage, intervals, occupants)
+        return gpu_views, job_gpu
 
+    def _ingest_jobs(
+        self, raw: RawSample, job_gpu: dict[int, dict[str, float]]
+    ) -> list[dict[str, Any]]:
+        """Each attempt's view; CPU time, memory and I/O into its usage, CPU energy split."""
+        reading = raw.reading
         previous = self._previous
         seconds = raw.host.taken_at - previous.host.taken_at if previous else 0.0
         cpu_delta: dict[int, float] = {}
@@ -275,7 +304,13 @@ class Monitor:
                 raw.host.busy_seconds - previous.host.busy_seconds,
             )
         self._previous = _Previous(raw.host, raw.groups, raw.rapl_j)
+        return job_views
 
+    def _add_series(
+        self, raw: RawSample, gpu_views: list[dict[str, Any]], job_views: list[dict[str, Any]]
+    ) -> None:
+        """The store's window averages and the live history."""
+        reading = raw.reading
         for view in gpu_views:
             for metric in GPU_SERIES:
                 self.averages.add_gpu(view["index"], metric, view[metric])
@@ -288,18 +323,6 @@ class Monitor:
                 "gpus": [{k: v[k] for k in ("index", *GPU_SERIES, "energy_j")} for v in gpu_views],
             }
         )
-
-        self.latest = {
-            "taken_at": reading.taken_at,
-            "backend": self.backend.name,
-            "simulated": self.simulated,
-            "banner": reading.banner,
-            "sampling_since": self.started_at,
-            "host": self._host_view(raw),
-            "gpus": gpu_views,
-            "jobs": job_views,
-        }
-        return self.latest
 
     def finish(self, attempt_id: int) -> AttemptUsage | None:
         """An attempt ended: its final usage, no longer tracked."""

@@ -15,6 +15,13 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
+from gpudesk.engine.mig.profiles import (
+    COMPUTE_SLICES,
+    compute_slices,
+    find_profile,
+    nominal_memory_mib,
+    table_for_gpu,
+)
 from gpudesk.engine.telemetry.model import (
     BackendReading,
     GpuInfo,
@@ -23,12 +30,12 @@ from gpudesk.engine.telemetry.model import (
     JobLoad,
     MigDevice,
 )
+from gpudesk.units import MIB_PER_GB
 
 DEFAULT_MEMORY_GB = 4.0  # a job that gives no hint
 DEFAULT_SM_PCT = 50.0
 CONTEXT_MIB = 512.0  # what a CUDA context costs before the job allocates anything
 ALLOCATION_S = 3.0  # time for a job's memory to reach its demand
-MIB_PER_GB = 1024.0
 
 
 @dataclass(frozen=True)
@@ -213,29 +220,17 @@ class SimBackend:
                     compute_instance_id=0,
                     memory_used_mib=sum((p.used_memory_mib or 0.0) for p in on_slice),
                     memory_total_mib=mig_memory_mib(profile, self.model),
-                    sm_count=self.model.sm_count * compute_slices(profile) // 7,
+                    sm_count=self.model.sm_count * compute_slices(profile) // COMPUTE_SLICES,
                     processes=on_slice,
                 )
             )
         return replace(reading, mig_enabled=True, mig_devices=tuple(devices), processes=processes)
 
 
-def compute_slices(profile: str) -> int:
-    return int(profile.split("g.", 1)[0])
-
-
 def mig_memory_mib(profile: str, model: GpuModel) -> float:
-    """A profile's memory: NVIDIA's figure where known (A100 40GB), else its name's GB."""
-    known = {
-        "1g.5gb": 4864.0,
-        "2g.10gb": 9984.0,
-        "3g.20gb": 20096.0,
-        "4g.20gb": 20096.0,
-        "7g.40gb": 40448.0,
-    }
-    if model is A100_SXM4_40GB and profile in known:
-        return known[profile]
-    return float(profile.split(".", 1)[1].removesuffix("gb")) * 1024.0 * 0.98
+    """A simulated MIG device's memory: its model's profile table's figure, else its name's."""
+    known = find_profile(profile, table_for_gpu(model.name))
+    return known.memory_mib if known is not None else nominal_memory_mib(profile)
 
 
 def _sim_uuid(station: str, index: int) -> str:

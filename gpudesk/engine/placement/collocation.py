@@ -31,16 +31,21 @@ from __future__ import annotations
 
 import bisect
 import math
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from gpudesk.engine.demand import (
+from gpudesk.engine.mig.profiles import (
+    CARVED_PROFILES,
+    COMPUTE_SLICES,
+    MEMORY_SLICES,
+    memory_slices,
+)
+from gpudesk.engine.placement.demand import (
     Demand,
     from_hints,
     hinted,
 )
-from gpudesk.engine.policy import (
+from gpudesk.engine.placement.policy import (
     RESERVE_MIB,
     Decision,
     GpuState,
@@ -55,7 +60,8 @@ from gpudesk.engine.policy import (
     gpu_job_impossible,
     queued_before,
 )
-from gpudesk.engine.store import JobRecord
+from gpudesk.engine.store.records import JobRecord
+from gpudesk.units import MIB_PER_GIB
 
 MARGIN_MIB = 2048.0  # a collocated job's need must fit with this much to spare
 SATURATED_SM_PCT = 80.0  # a GPU this busy over the window takes no new tenant
@@ -64,21 +70,8 @@ SM_CAPACITY_PCT = 120.0  # tenants' combined SM demand may exceed a full GPU by 
 CARMA_WINDOW_S = 30.0  # CARMA judges a GPU over 30 one-second samples
 MAX_OVERTAKES = 8  # later jobs may start ahead of a waiting job this many times
 MPS_THREAD_HEADROOM = 1.5  # an MPS client may use this much more than its SM demand
-MIG_SLICES_COMPUTE = 7
-MIG_SLICES_MEMORY = 8
 
 MODES = ("exclusive", "naive", "mps", "mig", "auto")
-
-
-# A100 40GB profiles: (name, compute slices, memory slices, memory MiB). Used when the
-# simulator carves slices; a live station uses the MIG devices that exist.
-MIG_PROFILES = (
-    ("1g.5gb", 1, 1, 4864.0),
-    ("2g.10gb", 2, 2, 9984.0),
-    ("3g.20gb", 3, 4, 20096.0),
-    ("4g.20gb", 4, 4, 20096.0),
-    ("7g.40gb", 7, 8, 40448.0),
-)
 
 
 def demand_of(job: JobRecord, station: StationView) -> Demand:
@@ -98,7 +91,7 @@ class _Choice:
 
 
 @dataclass
-class _Plan:
+class _FilledStation:
     """The station as this pass has filled it so far."""
 
     gpus: dict[int, GpuState]
@@ -175,7 +168,7 @@ def station_gpu(station: StationView, index: int) -> GpuState:
 
 
 def _mib(value: float) -> str:
-    return f"{value / 1024:.1f} GiB"
+    return f"{value / MIB_PER_GIB:.1f} GiB"
 
 
 class SharingPolicy:
@@ -190,7 +183,7 @@ class SharingPolicy:
 
     # ---------------------------------------------------------------- placing
     def place(self, queue: Sequence[JobRecord], station: StationView) -> Decision:
-        plan = _Plan({g.index: g for g in station.gpu_states})
+        plan = _FilledStation({g.index: g for g in station.gpu_states})
         cpu_slots = station.free_slots
         rejections: list[Rejection] = []
         overtaken: dict[int, int] = {}
@@ -255,7 +248,7 @@ class SharingPolicy:
         (later jobs still start on the others)."""
         return self.max_overtakes if job.spec.gpus <= 1 else 0
 
-    def reserve(self, job: JobRecord, plan: _Plan) -> set[int]:
+    def reserve(self, job: JobRecord, plan: _FilledStation) -> set[int]:
         """The GPUs a long-waiting job will get: the least loaded ones."""
         gpus = sorted(
             (g for g in plan.gpus.values() if not g.lost),
@@ -267,7 +260,7 @@ class SharingPolicy:
         self,
         job: JobRecord,
         demand: Demand,
-        plan: _Plan,
+        plan: _FilledStation,
         station: StationView,
         exclude: set[int] | frozenset[int] = frozenset(),
     ) -> _Choice | None:
@@ -360,14 +353,18 @@ class SharingPolicy:
         if not gpu.mig_dynamic:
             return None
         used_compute = sum(s.compute_slices for s in gpu.mig_slices)
-        used_memory = sum(_memory_slices(s.profile) for s in gpu.mig_slices)
-        for name, compute, memory_slices, memory in MIG_PROFILES:
+        used_memory = sum(memory_slices(s.profile) for s in gpu.mig_slices)
+        # A simulated MIG GPU is carved with the A100 40GB's profiles, smallest first.
+        for profile in CARVED_PROFILES:
+            name, memory = profile.name, profile.memory_mib
             if (
                 memory >= need
-                and used_compute + compute <= MIG_SLICES_COMPUTE
-                and used_memory + memory_slices <= MIG_SLICES_MEMORY
+                and used_compute + profile.compute_slices <= COMPUTE_SLICES
+                and used_memory + profile.memory_slices <= MEMORY_SLICES
             ):
-                carved = MigSlice(f"gpu{gpu.index}/{name}/job{job_id}", name, memory, compute)
+                carved = MigSlice(
+                    f"gpu{gpu.index}/{name}/job{job_id}", name, memory, profile.compute_slices
+                )
                 return (2.0, memory, gpu.index), _Choice(
                     (gpu.index,),
                     "mig",
@@ -439,19 +436,6 @@ def _kernel_active(sm_pct: float) -> float:
     return min(100.0, sm_pct + KERNEL_ACTIVE_EXTRA_PCT)
 
 
-def compute_slices(profile: str) -> int:
-    """3 for "3g.20gb"; 0 for a name that is not a MIG profile."""
-    match = re.match(r"(\d+)g\.", profile)
-    return int(match.group(1)) if match else 0
-
-
-def _memory_slices(profile: str) -> int:
-    for name, _compute, memory_slices, _memory in MIG_PROFILES:
-        if name == profile:
-            return memory_slices
-    return MIG_SLICES_MEMORY
-
-
 class CarmaPolicy(SharingPolicy):
     """CARMA's published rules, as the baseline gpudesk is measured against."""
 
@@ -460,7 +444,7 @@ class CarmaPolicy(SharingPolicy):
         self.name = "carma"
 
     def place(self, queue: Sequence[JobRecord], station: StationView) -> Decision:
-        plan = _Plan({g.index: g for g in station.gpu_states})
+        plan = _FilledStation({g.index: g for g in station.gpu_states})
         cpu_slots = station.free_slots
         rejections: list[Rejection] = []
         for job in queue:
@@ -483,7 +467,7 @@ class CarmaPolicy(SharingPolicy):
         self,
         job: JobRecord,
         demand: Demand,
-        plan: _Plan,
+        plan: _FilledStation,
         station: StationView,
         exclude: set[int] | frozenset[int] = frozenset(),
     ) -> _Choice | None:

@@ -14,20 +14,16 @@ import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from gpudesk.engine.mig import (
+from gpudesk.engine.mig.layout import plan_layout, resolve_profile, split_profiles
+from gpudesk.engine.mig.manager import MigManager
+from gpudesk.engine.mig.nvidia_smi import (
     DEFAULT_TIMEOUT,
     MIG_MODE_KINDS,
-    GpuEntry,
     MigError,
-    MigManager,
-    MigSlot,
     NvidiaSmiError,
     UnknownGpuError,
-    plan_layout,
-    resolve_profile,
-    split_profiles,
 )
-from gpudesk.engine.mig_planner import (
+from gpudesk.engine.mig.planner import (
     Blocker,
     GpuMigState,
     MigPlan,
@@ -36,6 +32,7 @@ from gpudesk.engine.mig_planner import (
     plan_station,
     simulated_profiles,
 )
+from gpudesk.engine.mig.records import GpuEntry, MigSlot
 from gpudesk.engine.telemetry.backend import TelemetryBackend
 from gpudesk.engine.telemetry.sim import SimBackend
 

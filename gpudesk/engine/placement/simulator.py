@@ -21,14 +21,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpudesk.engine.collocation import MIG_PROFILES
-from gpudesk.engine.demand import PEAK_SETTLED_S, Demand, reservation
 from gpudesk.engine.jobs import JobSpec, JobState
-from gpudesk.engine.policy import GpuState, MigSlice, Placement, StationView, Tenant, make_policy
+from gpudesk.engine.mig.profiles import CARVED_PROFILES, COMPUTE_SLICES
+from gpudesk.engine.placement.demand import PEAK_SETTLED_S, Demand, reservation
+from gpudesk.engine.placement.policy import (
+    GpuState,
+    MigSlice,
+    Placement,
+    StationView,
+    Tenant,
+    make_policy,
+)
 from gpudesk.engine.station import StationConfig
-from gpudesk.engine.store import JobRecord
+from gpudesk.engine.store.records import JobRecord
 from gpudesk.engine.telemetry.backend import check_backend_name, parse_sim_name
 from gpudesk.engine.telemetry.sim import STATIONS, GpuModel
+from gpudesk.units import J_PER_KWH, MIB_PER_GB, S_PER_HOUR
 
 # SM activity of a job running alone, by the trace's class; DLRM is the published ~5 %. The class
 # values are calibrated so that CARMA's own rules reproduce its published result on this trace
@@ -208,7 +216,7 @@ class Simulation:
             name=job.name,
             command=("simulated",),
             gpus=job.gpus,
-            memory_gb=max(guess, 1.0) / 1024.0,
+            memory_gb=max(guess, 1.0) / MIB_PER_GB,
             sm_pct=job.sm_pct,
         )
         record = JobRecord(
@@ -234,7 +242,9 @@ class Simulation:
         assert placement is not None
         if placement.mode == "mig":
             mig = next(s for s in self.mig[placement.gpus[0]] if s.key == placement.mig_slice)
-            return min(1.0, (mig.compute_slices / 7.0) / max(run.job.sm_pct / 100.0, 1e-6))
+            return min(
+                1.0, (mig.compute_slices / COMPUTE_SLICES) / max(run.job.sm_pct / 100.0, 1e-6)
+            )
         if placement.mode == "exclusive" or len(placement.gpus) > 1:
             return 1.0
         tenants = [t for t in self._tenants(placement.gpus[0]) if t.placed.mode != "mig"]
@@ -423,7 +433,8 @@ class Simulation:
         if placement.mode == "mig" and placement.mig_slice:
             gpu = placement.gpus[0]
             profile = placement.slot.split("/", 1)[1]
-            compute, memory = next((c, m) for n, c, _s, m in MIG_PROFILES if n == profile)
+            carved = next(p for p in CARVED_PROFILES if p.name == profile)
+            compute, memory = carved.compute_slices, carved.memory_mib
             self.mig[gpu].append(MigSlice(placement.mig_slice, profile, memory, compute, busy=True))
             run.limit_mib = memory
         self.modes[placement.mode] = self.modes.get(placement.mode, 0) + 1
@@ -453,8 +464,8 @@ class Simulation:
             mean_jct_s=statistics.fmean(jct) if jct else 0.0,
             p95_jct_s=p95,
             mean_wait_s=statistics.fmean(waits) if waits else 0.0,
-            gpu_busy_hours=self.busy_s / 3600.0,
-            energy_kwh=self.energy_j / 3.6e6,
+            gpu_busy_hours=self.busy_s / S_PER_HOUR,
+            energy_kwh=self.energy_j / J_PER_KWH,
             oom_crashes=self.ooms,
             oom_recovered=self.recovered,
             lost=sum(1 for r in self.runs if r.lost),

@@ -13,8 +13,9 @@ import hashlib
 import json
 from dataclasses import dataclass, replace
 
-MIB_PER_GB = 1024.0
-DEFAULT_MEMORY_MIB = 8 * 1024.0  # a job that says nothing: a fifth of an A100 40GB
+from gpudesk.units import MIB_PER_GB
+
+DEFAULT_MEMORY_MIB = 8 * MIB_PER_GB  # a job that says nothing: a fifth of an A100 40GB
 DEFAULT_SM_PCT = 60.0  # ... and most of its SMs, so it is collocated cautiously
 HEAVY_SM_PCT = 80.0  # a job at or above this saturates a GPU by itself
 OOM_GROWTH = 1.5  # after an OOM the estimate grows by at least this factor

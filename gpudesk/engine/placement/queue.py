@@ -9,7 +9,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterable
 
-from gpudesk.engine.store import JobRecord
+from gpudesk.engine.store.records import JobRecord
 
 
 def order_key(job: JobRecord) -> tuple[int, int]:
@@ -20,6 +20,13 @@ class JobQueue:
     def __init__(self, jobs: Iterable[JobRecord] = ()) -> None:
         self._jobs: dict[int, JobRecord] = {}
         self._keys: list[tuple[int, int]] = []
+        for job in jobs:
+            self.add(job)
+
+    def replace(self, jobs: Iterable[JobRecord]) -> None:
+        """The queue becomes exactly `jobs` (the store's queued jobs, after a restart)."""
+        self._jobs.clear()
+        self._keys.clear()
         for job in jobs:
             self.add(job)
 

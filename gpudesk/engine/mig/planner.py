@@ -1,6 +1,6 @@
 """The MIG planner: the layout the queue would want on a MIG GPU, and what applying it would run.
 
-Pure logic, no I/O: the engine (gpudesk.engine.mig_station) reads each GPU's MIG state — from
+Pure logic, no I/O: the engine (gpudesk.engine.mig.station) reads each GPU's MIG state — from
 nvidia-smi on a real station, from the simulated model on a `sim:*` one — and hands it here with
 the queued single-GPU jobs' demands. For each GPU the planner:
 
@@ -8,7 +8,7 @@ the queued single-GPU jobs' demands. For each GPU the planner:
   need plus the headroom placement keeps free on a GPU a job holds alone (`RESERVE_MIB`) and
   whose share of the GPU's compute slices covers its SM demand; a job no profile fits (too large,
   or after an out-of-memory death, when it must run alone) is left to whole GPUs;
-- packs those slices in queue order into what the GPU can hold, as `mig.plan_layout` checks it
+- packs those slices in queue order into what the GPU can hold, as `layout.plan_layout` checks it
   (the hardware's placement rules), and stops at the first job that no longer fits, so no job is
   overtaken by a later one;
 - lists the nvidia-smi commands that applying the layout would run (MigManager's dry-run path:
@@ -28,29 +28,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from gpudesk.engine.collocation import MIG_PROFILES, MIG_SLICES_COMPUTE, MIG_SLICES_MEMORY
-from gpudesk.engine.mig import (
-    GiProfile,
-    LayoutError,
-    MigManager,
-    MigMode,
-    Placement,
-    enable_hint,
-    mig_mode_message,
-    plan_layout,
-)
-from gpudesk.engine.policy import RESERVE_MIB
-from gpudesk.engine.telemetry.sim import (
-    A100_SXM4_40GB,
-    H100_SXM5_80GB,
-    H200_SXM_141GB,
-    GpuModel,
-    mig_memory_mib,
-)
+from gpudesk.engine.mig.layout import plan_layout
+from gpudesk.engine.mig.manager import MigManager
+from gpudesk.engine.mig.nvidia_smi import LayoutError, enable_hint, mig_mode_message
+from gpudesk.engine.mig.profiles import COMPUTE_SLICES, SliceSpan, table_for_gpu
+from gpudesk.engine.mig.records import GiProfile, MigMode
+from gpudesk.engine.placement.policy import RESERVE_MIB
+from gpudesk.engine.telemetry.sim import GpuModel
+from gpudesk.units import MIB_PER_GIB
 
 # A slice must hold the job's need plus what placement keeps free on any GPU a job holds alone.
 SLICE_HEADROOM_MIB = RESERVE_MIB
-MIB_PER_GIB = 1024.0
 FULL_GPU_PCT = 100.0
 MAX_LEFT_OUT_LISTED = 20  # a plan names at most this many queued jobs it gives no slice
 
@@ -59,33 +47,6 @@ BLOCKED_MIG_MODE = "mig-mode"  # MIG mode is off or pending a reset: the user mu
 BLOCKED_NOTHING_TO_CHANGE = "nothing-to-change"
 BLOCKED_BUSY = "busy"  # jobs run on the GPU or its slices
 BLOCKED_BY_CONFIG = "config"  # [station] mig_repartition is not true
-
-# Simulated models' GPU instance profiles: (name, compute slices, memory slices). The A100's are
-# the ones the placement policy and the simulator carve; memory comes from the simulated model
-# (telemetry.sim.mig_memory_mib), which is what placement sees on a simulated MIG device.
-SIMULATED_PROFILE_TABLES: dict[str, tuple[tuple[str, int, int], ...]] = {
-    A100_SXM4_40GB.name: tuple(
-        (name, compute, memory) for name, compute, memory, _ in MIG_PROFILES
-    ),
-    H100_SXM5_80GB.name: (
-        ("1g.10gb", 1, 1),
-        ("1g.20gb", 1, 2),
-        ("2g.20gb", 2, 2),
-        ("3g.40gb", 3, 4),
-        ("4g.40gb", 4, 4),
-        ("7g.80gb", 7, 8),
-    ),
-    H200_SXM_141GB.name: (
-        ("1g.18gb", 1, 1),
-        ("1g.35gb", 1, 2),
-        ("2g.35gb", 2, 2),
-        ("3g.71gb", 3, 4),
-        ("4g.71gb", 4, 4),
-        ("7g.141gb", 7, 8),
-    ),
-}
-# nvidia-smi's GPU instance profile IDs on A100/H100/H200, by (compute, memory slices).
-_PROFILE_IDS = {(1, 1): 19, (1, 2): 15, (2, 2): 14, (3, 4): 9, (4, 4): 5, (7, 8): 0}
 
 
 # ---------------------------------------------------------------------------------- inputs
@@ -113,7 +74,7 @@ class GpuMigState:
     name: str
     mig_mode: str
     profiles: tuple[GiProfile, ...] = ()
-    placements: Mapping[int, tuple[Placement, ...]] = field(default_factory=dict)
+    placements: Mapping[int, tuple[SliceSpan, ...]] = field(default_factory=dict)
     current: tuple[str, ...] = ()
     has_gpu_instances: bool = False
     has_compute_instances: bool = False
@@ -216,7 +177,7 @@ class MigPlan:
 # ---------------------------------------------------------------------------- profile choice
 def full_compute_slices(profiles: Sequence[GiProfile]) -> int:
     """A whole GPU's compute slices: the largest profile's (7 on A100, H100, H200)."""
-    return max((p.compute_slices for p in profiles), default=0) or MIG_SLICES_COMPUTE
+    return max((p.compute_slices for p in profiles), default=0) or COMPUTE_SLICES
 
 
 def compute_share_pct(profile: GiProfile, full_slices: int) -> float:
@@ -253,7 +214,7 @@ def smallest_fitting_profile(
 
 def _fits(
     profiles: Sequence[GiProfile],
-    placements: Mapping[int, Sequence[Placement]],
+    placements: Mapping[int, Sequence[SliceSpan]],
     chosen: Sequence[GiProfile],
 ) -> bool:
     try:
@@ -265,7 +226,7 @@ def _fits(
 
 def pack_queue(
     profiles: Sequence[GiProfile],
-    placements: Mapping[int, Sequence[Placement]],
+    placements: Mapping[int, Sequence[SliceSpan]],
     queue: Sequence[QueuedDemand],
 ) -> tuple[list[tuple[QueuedDemand, GiProfile]], list[LeftOut], int]:
     """The slices for the queue, in queue order, as many as the GPU holds: (job, profile) pairs,
@@ -445,30 +406,23 @@ def plan_station(
 # ------------------------------------------------------------------------ simulated models
 def simulated_profiles(
     model: GpuModel, gpu: int
-) -> tuple[tuple[GiProfile, ...], dict[int, tuple[Placement, ...]]]:
-    """A simulated GPU's `-lgip` profiles and `-lgipp` placements, from its model's table
-    (empty for a model without one). A profile of m memory slices sits at multiples of m, as
-    many times as the memory and compute slices allow: the A100/H100/H200 rules."""
-    profiles: list[GiProfile] = []
-    placements: dict[int, tuple[Placement, ...]] = {}
+) -> tuple[tuple[GiProfile, ...], dict[int, tuple[SliceSpan, ...]]]:
+    """A simulated GPU's `-lgip` profiles and `-lgipp` placements, from its model's profile
+    table (empty for a model without one), as nvidia-smi would list them."""
     if not model.mig_capable:
         return (), {}
-    for name, compute, memory_slices in SIMULATED_PROFILE_TABLES.get(model.name, ()):
-        count = min(MIG_SLICES_MEMORY // memory_slices, MIG_SLICES_COMPUTE // compute)
-        profile_id = _PROFILE_IDS[(compute, memory_slices)]
-        profiles.append(
-            GiProfile(
-                gpu=gpu,
-                name=f"MIG {name}",
-                short_name=name,
-                id=profile_id,
-                free=count,
-                total=count,
-                memory_gib=mig_memory_mib(name, model) / MIB_PER_GIB,
-                sm=model.sm_count * compute // MIG_SLICES_COMPUTE,
-            )
+    table = [p for p in table_for_gpu(model.name) if p.simulated]
+    profiles = tuple(
+        GiProfile(
+            gpu=gpu,
+            name=f"MIG {p.name}",
+            short_name=p.name,
+            id=p.id,
+            free=p.instances,
+            total=p.instances,
+            memory_gib=p.memory_mib / MIB_PER_GIB,
+            sm=model.sm_count * p.compute_slices // COMPUTE_SLICES,
         )
-        placements[profile_id] = tuple(
-            Placement(k * memory_slices, memory_slices) for k in range(count)
-        )
-    return tuple(profiles), placements
+        for p in table
+    )
+    return profiles, {p.id: p.placements for p in table}

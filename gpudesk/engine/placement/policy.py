@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from gpudesk.engine.station import StationConfig
-from gpudesk.engine.store import JobRecord
+from gpudesk.engine.store.records import JobRecord
+from gpudesk.units import MIB_PER_GIB
 
 RESERVE_MIB = 512.0  # kept free on every GPU (driver, fragmentation)
 
@@ -307,15 +308,15 @@ def gpu_job_impossible(
     largest = max((g.memory_total_mib for g in station.gpu_states if not g.lost), default=0.0)
     if need_mib > largest - reserve_mib:
         return (
-            f"the job needs {need_mib / 1024:.1f} GiB of GPU memory but the largest GPU "
-            f"here has {largest / 1024:.1f} GiB"
+            f"the job needs {need_mib / MIB_PER_GIB:.1f} GiB of GPU memory but the largest GPU "
+            f"here has {largest / MIB_PER_GIB:.1f} GiB"
         )
     return None
 
 
 # "fifo" is whole GPUs, first come first served; the others are collocation-aware
-# (gpudesk.engine.collocation): "auto" picks a sharing mode per job, "exclusive", "naive", "mps"
-# and "mig" force one, and "carma" is the published baseline.
+# (gpudesk.engine.placement.collocation): "auto" picks a sharing mode per job, "exclusive",
+# "naive", "mps" and "mig" force one, and "carma" is the published baseline.
 POLICY_NAMES = ("fifo", "auto", "exclusive", "naive", "mps", "mig", "carma")
 
 
@@ -323,7 +324,7 @@ def make_policy(name: str) -> PlacementPolicy:
     if name == "fifo":
         return FifoPolicy()
     if name in POLICY_NAMES:
-        from gpudesk.engine.collocation import make_sharing_policy
+        from gpudesk.engine.placement.collocation import make_sharing_policy
 
         return make_sharing_policy(name)
     raise ValueError(f"unknown policy {name!r}; known: {', '.join(POLICY_NAMES)}")

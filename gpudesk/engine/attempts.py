@@ -1,0 +1,436 @@
+"""Attempts and their life cycle: starting one where the policy placed its job, noticing it end,
+settling how it ended (retries, the out-of-memory retry on a GPU of its own), re-adopting the
+ones still running after an engine restart, and what each job is assumed to need.
+
+An attempt runs in its own process session under the wrapper (`runner`), so it outlives the
+engine; `LiveAttempt` is the engine's handle on one while it runs.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpudesk.engine import runner
+from gpudesk.engine.events import EventPublisher
+from gpudesk.engine.jobs import JobState
+from gpudesk.engine.loaders import LoaderSupervisor
+from gpudesk.engine.mps.watch import MpsWatch
+from gpudesk.engine.oom import gpu_oom_line
+from gpudesk.engine.placement.demand import DEFAULT_SM_PCT, Demand, from_hints, signature
+from gpudesk.engine.placement.gpu_states import RunningAttempt
+from gpudesk.engine.placement.policy import Placement
+from gpudesk.engine.placement.queue import JobQueue
+from gpudesk.engine.state import PlacementDue
+from gpudesk.engine.store.database import Store
+from gpudesk.engine.store.records import AttemptRecord, JobRecord
+from gpudesk.engine.telemetry.energy import AttemptUsage
+from gpudesk.engine.telemetry.monitor import TrackedAttempt
+from gpudesk.engine.telemetry.sink import TelemetrySink
+from gpudesk.paths import Home
+from gpudesk.units import MIB_PER_GIB
+
+log = logging.getLogger("gpudesk.engine")
+
+OOM_RETRIES = 2  # attempts an out-of-memory death adds to a job's max_attempts
+ADOPTED_POLL_S = 0.2  # how often an attempt this engine did not start is checked for its end
+
+
+@dataclass
+class LiveAttempt:
+    attempt: AttemptRecord
+    pid: int
+    start_time: float | None
+    slot: str
+    gpus: tuple[int, ...] = ()
+    is_child: bool = False  # started by this engine (reaped by it); False when re-adopted
+    returncode: int | None = None  # the wrapper's status once reaped
+    kill_at: float | None = None  # when to escalate a cancel to SIGKILL
+
+    @property
+    def mode(self) -> str:
+        """Its placement mode: "cpu", "exclusive", "naive", "mps" or "mig"."""
+        return str(self.attempt.placement.get("mode", "exclusive"))
+
+    @property
+    def mig_slice(self) -> str | None:
+        value = self.attempt.placement.get("mig_slice")
+        return str(value) if value else None
+
+    def running(self) -> RunningAttempt:
+        demand = self.attempt.placement.get("demand") or {}
+        return RunningAttempt(
+            attempt_id=self.attempt.id,
+            job_id=self.attempt.job_id,
+            gpus=self.gpus,
+            mode=self.mode,
+            mig_slice=self.mig_slice,
+            memory_mib=float(demand.get("memory_mib", 0.0)),
+            sm_pct=float(demand.get("sm_pct", 0.0)),
+        )
+
+
+@dataclass(frozen=True)
+class Ending:
+    """How a settled attempt moves its job on."""
+
+    state: JobState
+    message: str
+    raised_demand: Demand | None = None  # after an out-of-memory death
+
+
+class Attempts:
+    def __init__(
+        self,
+        home: Home,
+        store: Store,
+        queue: JobQueue,
+        loaders: LoaderSupervisor,
+        telemetry: TelemetrySink,
+        mps: MpsWatch,
+        events: EventPublisher,
+        due: PlacementDue,
+    ) -> None:
+        self.home = home
+        self.store = store
+        self.queue = queue
+        self.loaders = loaders
+        self.telemetry = telemetry
+        self.mps = mps
+        self.events = events
+        self.due = due
+        self.live: dict[int, LiveAttempt] = {}  # by attempt id
+        self.dataset_of: dict[int, str] = {}  # running job id -> the dataset it names
+        self.history = store.demand_history()  # command signature -> measured (MiB, SM %, runs)
+
+    # ----------------------------------------------------------------- views
+    def __iter__(self) -> Iterator[LiveAttempt]:
+        return iter(self.live.values())
+
+    def __len__(self) -> int:
+        return len(self.live)
+
+    def by_job(self) -> dict[int, LiveAttempt]:
+        return {live.attempt.job_id: live for live in self.live.values()}
+
+    def attempt_numbers(self) -> dict[int, int]:
+        """Running attempt id -> its number within its job."""
+        return {live.attempt.id: live.attempt.number for live in self.live.values()}
+
+    def running_by_gpu(self) -> dict[int, tuple[int, ...]]:
+        """GPU index -> the jobs running on it (whole, shared or on one of its MIG slices)."""
+        running: dict[int, list[int]] = {}
+        for live in self.live.values():
+            for index in live.gpus:
+                running.setdefault(index, []).append(live.attempt.job_id)
+        return {index: tuple(sorted(ids)) for index, ids in running.items()}
+
+    def mps_gpus(self) -> set[int]:
+        """The GPUs with MPS clients running."""
+        return {i for live in self.live.values() if live.mode == "mps" for i in live.gpus}
+
+    def poll_timeout(self, timeout: float) -> float:
+        """`timeout` shortened to when an adopted attempt or a SIGKILL escalation is due."""
+        now = time.monotonic()
+        for live in self.live.values():
+            if not live.is_child:
+                timeout = min(timeout, ADOPTED_POLL_S)
+            if live.kill_at is not None:
+                timeout = min(timeout, max(0.0, live.kill_at - now))
+        return timeout
+
+    def track(self) -> None:
+        """Tell telemetry which attempts run where."""
+        tracked = []
+        for live in self.live.values():
+            job = self.store.job(live.attempt.job_id)
+            tracked.append(
+                TrackedAttempt(
+                    attempt_id=live.attempt.id,
+                    job_id=job.id,
+                    name=job.name,
+                    pgid=live.pid,
+                    slot=live.slot,
+                    gpus=live.gpus,
+                    memory_gb=job.spec.memory_gb,
+                    sm_pct=job.spec.sm_pct,
+                    started_at=live.attempt.started_at or job.started_at,
+                    mig_slice=live.attempt.placement.get("mig_slice"),
+                )
+            )
+        self.telemetry.track(tracked)
+
+    # -------------------------------------------------------------- recovery
+    def recover(self) -> tuple[int, int]:
+        """Re-adopt attempts that are still running, settle those that ended while no engine
+        ran. Returns (adopted, settled)."""
+        adopted = settled = 0
+        for attempt in self.store.live_attempts():
+            pid, start_time = attempt.pid, attempt.pid_started
+            if pid is None:  # the last engine died between starting the wrapper and recording it
+                pid = runner.read_wrapper_pid(attempt.dir)
+                start_time = None
+            slot = str(attempt.placement.get("slot", "?"))
+            gpus = tuple(int(i) for i in attempt.placement.get("gpus", ()))
+            live = LiveAttempt(attempt, pid or 0, start_time, slot, gpus)
+            if pid and runner.is_alive(pid, start_time):
+                self._adopt(live)
+                adopted += 1
+            elif pid is None and runner.read_exit(attempt.dir) is None:
+                self._requeue_unstarted(attempt)
+                settled += 1
+            else:
+                self.settle(live, returncode=None)
+                settled += 1
+        return adopted, settled
+
+    def _adopt(self, live: LiveAttempt) -> None:
+        self.live[live.attempt.id] = live
+        job = self.store.job(live.attempt.job_id)
+        served = self.loaders.loader_for(job.spec.dataset, job.spec.selection)
+        if served:
+            self.dataset_of[job.id] = served
+        if job.cancel_requested:
+            left = (job.kill_deadline or 0.0) - time.time()
+            self.terminate(live, max(0.0, left))
+
+    def _requeue_unstarted(self, attempt: AttemptRecord) -> None:
+        message = "the engine stopped before this attempt started; back in the queue"
+        self.store.finish_attempt(
+            attempt,
+            attempt_state="launch_failed",
+            job_state=JobState.QUEUED,
+            message=message,
+            exit_code=None,
+        )
+        self.events.job(attempt.job_id, message)
+
+    # -------------------------------------------------------------- starting
+    def job_env(
+        self, job: JobRecord, placement: Placement, attempt: AttemptRecord
+    ) -> dict[str, str]:
+        env = self.store.base_env(job.id) or dict(os.environ)
+        env.update(job.spec.env)
+        for key, value in placement.env_defaults.items():
+            env.setdefault(key, value)
+        env.update(placement.env)
+        env.update(
+            {
+                "GPUDESK_HOME": str(self.home.root),
+                "GPUDESK_JOB_ID": str(job.id),
+                "GPUDESK_JOB_NAME": job.name,
+                "GPUDESK_ATTEMPT": str(attempt.number),
+            }
+        )
+        return env
+
+    def _loader_env(self, job: JobRecord) -> dict[str, str]:
+        served = self.loaders.loader_for(job.spec.dataset, job.spec.selection)
+        env: dict[str, str] = {}
+        try:
+            env = self.loaders.job_env(served)
+        except OSError as exc:  # the producer could not be started: the job can fall back
+            log.warning("could not start the shared loader %r: %s", served, exc)
+        if served:
+            self.dataset_of[job.id] = served
+        return env
+
+    def start(self, job: JobRecord, placement: Placement) -> None:
+        try:
+            attempt = self.store.start_attempt(job.id, placement.to_dict(), self.home.jobs_dir)
+        except Exception:
+            self.queue.add(job)  # the transaction rolled back: it is still queued
+            raise
+        env = self.job_env(job, placement, attempt)
+        env.update(self._loader_env(job))
+        if placement.mode == "mps" and not self.telemetry.monitor.simulated:
+            env.update(
+                self.mps.client_env(
+                    placement.gpus[0],
+                    placement.mps_thread_pct,
+                    placement.mps_memory_limit_mib,
+                    job.id,
+                )
+            )
+        workdir = job.spec.workdir or env.get("HOME") or "/"
+        try:
+            launched = runner.launch(
+                Path(attempt.dir), job.spec.command, job.spec.shell, workdir, env
+            )
+        except runner.LaunchError as exc:
+            self.store.finish_attempt(
+                attempt,
+                attempt_state="launch_failed",
+                job_state=JobState.FAILED,
+                message=str(exc),
+                exit_code=None,
+            )
+            self.events.job(job.id, str(exc))
+            return
+        self.store.attempt_launched(attempt.id, launched.pid, launched.start_time)
+        self.live[attempt.id] = LiveAttempt(
+            attempt,
+            launched.pid,
+            launched.start_time,
+            placement.slot,
+            placement.gpus,
+            is_child=True,
+        )
+        self.track()
+        self.events.job(job.id, f"attempt {attempt.number} started on {placement.slot}")
+
+    # ------------------------------------------------------------- watching
+    def check(self) -> None:
+        """Settle attempts that ended; escalate a cancel whose grace ran out to SIGKILL."""
+        now = time.monotonic()
+        for live in list(self.live.values()):
+            if live.is_child:
+                if live.returncode is None:
+                    ended, live.returncode = runner.reap(live.pid)
+                else:
+                    ended = True  # reaped already; settling it failed last time
+                if ended:
+                    self.settle(live, live.returncode)
+                    continue
+            elif not runner.is_alive(live.pid, live.start_time):
+                self.settle(live, returncode=None)
+                continue
+            if live.kill_at is not None and now >= live.kill_at:
+                log.info(
+                    "attempt %d of job %d ignored SIGTERM; sending SIGKILL",
+                    live.attempt.number,
+                    live.attempt.job_id,
+                )
+                runner.signal_group(live.pid, signal.SIGKILL)
+                live.kill_at = None
+
+    def terminate(self, live: LiveAttempt, grace: float) -> None:
+        runner.signal_group(live.pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        live.kill_at = deadline if live.kill_at is None else min(live.kill_at, deadline)
+
+    def terminate_job(self, job_id: int, grace: float) -> None:
+        for live in self.live.values():
+            if live.attempt.job_id == job_id:
+                self.terminate(live, grace)
+
+    # ------------------------------------------------------------- settling
+    def settle(self, live: LiveAttempt, returncode: int | None) -> None:
+        """Record how an attempt ended and move its job on."""
+        attempt = live.attempt
+        self.dataset_of.pop(attempt.job_id, None)
+        record = runner.read_exit(attempt.dir)
+        if record is None and returncode is not None:
+            record = runner.describe_returncode(returncode)
+        if live.pid:
+            leftovers = runner.kill_leftovers(live.pid)
+            if leftovers:
+                self.store.add_event(
+                    "cleanup",
+                    f"killed {leftovers} leftover process(es) of attempt {attempt.number}",
+                    job_id=attempt.job_id,
+                )
+        job = self.store.job(attempt.job_id)
+        if record is None:
+            attempt_state, exit_code, signal_number = "lost", None, None
+            outcome = "the job's processes ended while the engine was down and left no exit record"
+        else:
+            attempt_state, exit_code, signal_number = "exited", record.exit_code, record.signal
+            outcome = record.description
+        usage = self.telemetry.monitor.usage.get(attempt.id)
+        ending = self._ending(job, attempt, exit_code, outcome, usage)
+        raised = ending.raised_demand
+        self.store.finish_attempt(
+            attempt,
+            attempt_state=attempt_state,
+            job_state=ending.state,
+            message=ending.message,
+            exit_code=exit_code,
+            signal=signal_number,
+            ended_at=record.ended_at if record else None,
+            demand=raised.to_dict() if raised else None,
+        )
+        if (
+            ending.state is JobState.SUCCEEDED
+            and usage is not None
+            and usage.gpu_memory_peak_mib is not None
+        ):
+            self._remember_demand(job, usage)
+        self.live.pop(attempt.id, None)  # only once the outcome is stored
+        self.track()
+        self.telemetry.finish(attempt.id)
+        if ending.state is JobState.QUEUED:
+            self.queue.add(self.store.job(job.id))
+        self.due.mark()
+        self.events.job(job.id, ending.message)
+
+    def _ending(
+        self,
+        job: JobRecord,
+        attempt: AttemptRecord,
+        exit_code: int | None,
+        outcome: str,
+        usage: AttemptUsage | None,
+    ) -> Ending:
+        oom = gpu_oom_line(attempt.log_path, exit_code) if job.spec.gpus else None
+        if job.cancel_requested and exit_code != 0:
+            return Ending(JobState.CANCELLED, f"cancelled ({outcome})")
+        if exit_code == 0:
+            return Ending(JobState.SUCCEEDED, outcome)
+        if oom and job.attempts_since_requeue < job.spec.max_attempts + OOM_RETRIES:
+            # An out-of-memory death is retried whatever max_attempts says: with more memory
+            # and a GPU to itself, so the next attempt cannot die the same way or hurt others.
+            demand = self.demand(job).after_oom(usage.gpu_memory_peak_mib if usage else None)
+            return Ending(
+                JobState.QUEUED,
+                f"attempt {attempt.number} ran out of GPU memory ({oom}); back in the "
+                f"queue needing {demand.memory_mib / MIB_PER_GIB:.1f} GiB on a GPU of its own",
+                demand,
+            )
+        if job.attempts_since_requeue < job.spec.max_attempts:
+            left = job.spec.max_attempts - job.attempts_since_requeue
+            return Ending(
+                JobState.QUEUED,
+                f"attempt {attempt.number} failed ({outcome}); retrying, {left} left",
+            )
+        return Ending(JobState.FAILED, outcome)
+
+    # --------------------------------------------------------------- demand
+    def demand(self, job: JobRecord) -> Demand:
+        """What a job is assumed to need: raised after an OOM, else its hints completed by what
+        earlier runs of the same command measured, else defaults."""
+        if job.demand:
+            return Demand(
+                float(job.demand["memory_mib"]),
+                float(job.demand["sm_pct"]),
+                str(job.demand.get("source", "after OOM")),
+                bool(job.demand.get("exclusive", True)),
+            )
+        known = self.history.get(signature(job.spec.command, job.spec.workdir))
+        history = Demand(known[0], known[1], "history") if known else None
+        return from_hints(job.spec.memory_gb, job.spec.sm_pct, history)
+
+    def _remember_demand(self, job: JobRecord, usage: AttemptUsage) -> None:
+        key = signature(job.spec.command, job.spec.workdir)
+        sm = usage.gpu_sm_mean_pct
+        if sm is None:
+            sm = job.spec.sm_pct if job.spec.sm_pct is not None else DEFAULT_SM_PCT
+        try:
+            self.store.record_demand(key, usage.gpu_memory_peak_mib or 0.0, sm)
+        except Exception:  # a hint for later runs; never worth failing a settle over
+            log.exception("could not record the measured demand of job %d", job.id)
+            return
+        old = self.history.get(key)
+        runs = old[2] if old else 0
+        memory = (
+            max(old[0], usage.gpu_memory_peak_mib or 0.0)
+            if old
+            else usage.gpu_memory_peak_mib or 0.0
+        )
+        mean = (old[1] * runs + sm) / (runs + 1) if old else sm
+        self.history[key] = (memory, mean, runs + 1)

@@ -1,0 +1,150 @@
+"""The engine's MIG control: the plan of each MIG GPU for the queue, and applying a layout to an
+idle GPU where the station allows it (a simulated station's `mig` table, or nvidia-smi).
+
+It never enables MIG mode, resets a GPU or touches the queue.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from gpudesk.engine.mig.nvidia_smi import MigError, MigUsageError
+from gpudesk.engine.mig.planner import MigPlan, QueuedDemand
+from gpudesk.engine.mig.records import MigSlot
+from gpudesk.engine.mig.station import (
+    SETTLE_S,
+    MigApplyRefused,
+    apply_on_gpu,
+    check_change,
+    station_plans,
+)
+from gpudesk.engine.state import CurrentStation
+from gpudesk.engine.station import StationConfig
+from gpudesk.engine.store.database import Store
+from gpudesk.engine.telemetry.sink import TelemetrySink
+
+log = logging.getLogger("gpudesk.engine")
+
+
+class MigNotConfirmed(MigApplyRefused):
+    """Applying would destroy instances and the request did not confirm it."""
+
+
+@dataclass(frozen=True)
+class MigApplied:
+    """What a `mig_apply` request did (or would have done, when the layout is already there)."""
+
+    gpu: int
+    previous: tuple[str, ...]
+    profiles: tuple[str, ...]
+    commands: tuple[str, ...]
+    simulated: bool
+    applied: bool
+    message: str
+    mig_devices: tuple[MigSlot, ...] = ()  # a real GPU's, after apply
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "gpu": self.gpu,
+            "previous": list(self.previous),
+            "profiles": list(self.profiles),
+            "commands": list(self.commands),
+            "mig_devices": [device.to_dict() for device in self.mig_devices],
+            "simulated": self.simulated,
+            "applied": self.applied,
+            "message": self.message,
+        }
+
+
+class MigControl:
+    def __init__(
+        self,
+        station: CurrentStation,
+        store: Store,
+        telemetry: TelemetrySink,
+        queued: Callable[[], list[QueuedDemand]],
+        running_by_gpu: Callable[[], Mapping[int, tuple[int, ...]]],
+        on_change: Callable[[], None],
+    ) -> None:
+        """`queued`: the queued jobs a MIG slice could take, in placement order;
+        `running_by_gpu`: GPU index -> the jobs running on it; `on_change` asks for placement
+        to look again."""
+        self.station = station
+        self.store = store
+        self.telemetry = telemetry
+        self.queued = queued
+        self.running_by_gpu = running_by_gpu
+        self.on_change = on_change
+
+    def plans(self, gpu: int | None) -> list[MigPlan]:
+        """The MIG plan of one or every MIG-capable GPU. Raises MigError."""
+        return station_plans(
+            self.telemetry.monitor.backend,
+            self.queued(),
+            self.running_by_gpu(),
+            repartition_allowed=self.station.config.mig_repartition,
+            gpu=gpu,
+        )
+
+    def apply(self, gpu: int, profiles: Sequence[str], confirm: bool) -> MigApplied:
+        """Give an idle MIG-mode GPU this layout, destroying its instances, only where
+        [station] mig_repartition allows it and only with `confirm`. Raises MigError:
+        MigApplyRefused (MigNotConfirmed among them), MigUsageError, or nvidia-smi's."""
+        simulated = self.telemetry.monitor.simulated
+        change, _ = check_change(
+            self.telemetry.monitor.backend,
+            gpu,
+            profiles,
+            self.running_by_gpu(),
+            repartition_allowed=self.station.config.mig_repartition,
+        )
+        previous = tuple(change.gpu.current)
+        if change.unchanged:
+            message = f"GPU {gpu} already has this layout; nothing was changed"
+            return MigApplied(
+                gpu, previous, change.profiles, change.commands, simulated, False, message
+            )
+        if not confirm:
+            raise MigNotConfirmed(
+                f"not confirmed: applying destroys GPU {gpu}'s MIG instances "
+                f"({', '.join(previous) or 'none'}) and creates "
+                f"{', '.join(change.profiles)}; send confirm: true to apply it",
+                (),
+            )
+        started = time.time()
+        devices: tuple[MigSlot, ...] = ()
+        if simulated:
+            self._set_simulated_layout(gpu, change.profiles)
+        else:
+            try:
+                devices = tuple(apply_on_gpu(change))
+            except MigError as exc:
+                self.store.add_event("mig", f"MIG layout of GPU {gpu} not applied: {exc}")
+                raise
+        message = (
+            f"MIG layout of GPU {gpu} applied: {', '.join(change.profiles)} (was "
+            f"{', '.join(previous) or 'no instances'})" + (" [SIMULATED]" if simulated else "")
+        )
+        log.info(message)
+        self.store.add_event("mig", message)
+        self.on_change()
+        self.telemetry.await_sample_after(started, SETTLE_S)
+        return MigApplied(
+            gpu, previous, change.profiles, change.commands, simulated, True, message, devices
+        )
+
+    def _set_simulated_layout(self, gpu: int, profiles: tuple[str, ...]) -> None:
+        """A simulated GPU's new layout: the station's `mig` table changes as a reconfigure
+        would change it, and telemetry restarts on it."""
+        config = self.station.config
+        layout = {**(config.mig or {}), str(gpu): ",".join(profiles)}
+        try:
+            changed = StationConfig.from_dict({**config.to_dict(), "mig": layout})
+        except ValueError as exc:
+            raise MigUsageError(str(exc)) from None
+        self.station.replace(changed)
+        self.telemetry.restart()

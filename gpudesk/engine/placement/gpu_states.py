@@ -1,0 +1,109 @@
+"""The GPUs as the placement policies see them, built from the latest telemetry and the attempts
+that run on them: memory, SM activity over CARMA's window, tenants, MIG slices, lost GPUs and
+whether their MPS servers take clients."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from gpudesk.engine.mig.profiles import compute_slices, short_name
+from gpudesk.engine.placement.demand import reservation
+from gpudesk.engine.placement.policy import GpuState, MigSlice, Tenant
+from gpudesk.engine.telemetry.energy import AttemptUsage
+from gpudesk.engine.telemetry.monitor import Monitor
+
+SM_WINDOW_SAMPLES = 30  # "recent SM activity" for placement: CARMA's 30-sample window
+
+
+@dataclass(frozen=True)
+class RunningAttempt:
+    """A running attempt as placement sees it: where it runs and what it was assumed to need."""
+
+    attempt_id: int
+    job_id: int
+    gpus: tuple[int, ...]
+    mode: str  # "cpu", "exclusive", "naive", "mps" or "mig"
+    mig_slice: str | None  # the MIG device UUID it runs on
+    memory_mib: float  # the demand its placement assumed
+    sm_pct: float
+
+
+def tenants_by_gpu(
+    running: Iterable[RunningAttempt], usage: Mapping[int, AttemptUsage], now: float
+) -> dict[int, list[Tenant]]:
+    """GPU index -> its tenants. Each holds what its demand reserved until its measured peak
+    has settled (`demand.reservation`); `now` is time.monotonic()."""
+    tenants: dict[int, list[Tenant]] = {}
+    for attempt in running:
+        measured = usage.get(attempt.attempt_id)
+        peak = measured.gpu_memory_peak_mib if measured else None
+        settled = (
+            now - measured.gpu_memory_peak_at
+            if measured and measured.gpu_memory_peak_at is not None
+            else None
+        )
+        per_gpu = peak / max(1, len(attempt.gpus)) if peak is not None else None
+        memory = reservation(attempt.memory_mib, per_gpu, settled)
+        for index in attempt.gpus:
+            tenants.setdefault(index, []).append(
+                Tenant(attempt.job_id, attempt.mode, memory, attempt.sm_pct, attempt.mig_slice)
+            )
+    return tenants
+
+
+def _mig_slices(reading: Mapping[str, Any], tenants: Iterable[Tenant]) -> tuple[MigSlice, ...]:
+    held = {t.mig_slice for t in tenants if t.mig_slice}
+    return tuple(
+        MigSlice(
+            m["uuid"],
+            profile,
+            m["memory_total_mib"] or 0.0,
+            compute_slices(profile),
+            busy=m["uuid"] in held,
+        )
+        for m in reading.get("mig_devices", ())
+        if m["uuid"]
+        for profile in [short_name(m["name"] or "")]
+    )
+
+
+def gpu_states(
+    monitor: Monitor,
+    running: Iterable[RunningAttempt],
+    lost: frozenset[int],
+    mps_usable: Callable[[str | None], bool],
+) -> tuple[GpuState, ...]:
+    """Each GPU as the collocation policies see it: the latest readings, SM activity over
+    the last `SM_WINDOW_SAMPLES` samples, and the attempts placed on it."""
+    latest = monitor.latest
+    readings = {g["index"]: g for g in latest["gpus"]} if latest else {}
+    recent = list(monitor.history)[-SM_WINDOW_SAMPLES:]
+    tenants = tenants_by_gpu(running, monitor.usage, time.monotonic())
+    states = []
+    for info in monitor.inventory:
+        reading = readings.get(info.index, {})
+        window = [
+            p["sm_activity_pct"]
+            for point in recent
+            for p in point["gpus"]
+            if p["index"] == info.index and p["sm_activity_pct"] is not None
+        ]
+        on_gpu = tuple(tenants.get(info.index, ()))
+        states.append(
+            GpuState(
+                index=info.index,
+                uuid=info.uuid,
+                memory_total_mib=info.memory_total_mib or reading.get("memory_total_mib") or 0.0,
+                memory_used_mib=reading.get("memory_used_mib") or 0.0,
+                sm_activity_pct=sum(window) / len(window) if window else None,
+                tenants=on_gpu,
+                mig_enabled=bool(reading.get("mig_enabled")),
+                mig_slices=_mig_slices(reading, on_gpu),
+                lost=info.index in lost,
+                mps_usable=mps_usable(info.uuid),
+            )
+        )
+    return tuple(states)

@@ -1,0 +1,489 @@
+"""The engine's requests: the table of operations (op name -> handler), each handler's argument
+checks, and the shape of its reply. Handlers check what a client sent and hand the work to the
+collaborator that owns it; a bad argument is a ProtocolError naming it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from gpudesk import __version__
+from gpudesk.engine import protocol, runner
+from gpudesk.engine.attempts import Attempts, LiveAttempt
+from gpudesk.engine.events import EventPublisher
+from gpudesk.engine.job_control import JobControl, JobOutcome
+from gpudesk.engine.jobs import (
+    PRIORITY_RANGE,
+    JobSpec,
+    JobState,
+    SpecError,
+    check_env,
+    check_priority,
+)
+from gpudesk.engine.loaders import DatasetSpec, LoaderSupervisor
+from gpudesk.engine.mig.control import MigControl
+from gpudesk.engine.mig.nvidia_smi import LayoutError, MigError, MigUsageError
+from gpudesk.engine.mig.station import MigApplyRefused
+from gpudesk.engine.mps.watch import MpsWatch
+from gpudesk.engine.placement.policy import make_policy
+from gpudesk.engine.placement.queue import JobQueue
+from gpudesk.engine.protocol import ProtocolError
+from gpudesk.engine.scheduler import Scheduler
+from gpudesk.engine.state import CurrentStation, PlacementDue
+from gpudesk.engine.station import StationConfig
+from gpudesk.engine.store.database import Store
+from gpudesk.engine.store.records import JobRecord
+from gpudesk.engine.store.schema import UnknownJob
+from gpudesk.engine.telemetry.sink import TelemetrySink
+from gpudesk.paths import Home
+
+log = logging.getLogger("gpudesk.engine")
+
+MAX_JOBS_PER_REQUEST = 10_000
+DEFAULT_CANCEL_GRACE_S = 10.0
+MAX_CANCEL_GRACE_S = 3600.0
+MAX_HISTORY_POINTS = 600
+# Station settings that need a fresh telemetry monitor when they change.
+TELEMETRY_KEYS = ("backend", "sample_interval", "grid_intensity", "mig")
+
+Args = dict[str, Any]
+Reply = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class EngineParts:
+    """The collaborators the handlers hand work to, and the engine's own facts."""
+
+    home: Home
+    store: Store
+    station: CurrentStation
+    queue: JobQueue
+    attempts: Attempts
+    control: JobControl
+    scheduler: Scheduler
+    telemetry: TelemetrySink
+    mps: MpsWatch
+    mig: MigControl
+    loaders: LoaderSupervisor
+    events: EventPublisher
+    due: PlacementDue
+    started_at: float
+    cores: int
+    stop: Callable[[], None]  # ends the engine's loop
+
+
+class RequestHandlers:
+    def __init__(self, parts: EngineParts) -> None:
+        self.parts = parts
+        self.table: dict[str, Callable[[Args], Reply]] = {
+            "ping": self.ping,
+            "status": self.status,
+            "submit": self.submit,
+            "jobs": self.jobs,
+            "show": self.show,
+            "cancel": self.cancel,
+            "hold": self.hold,
+            "release": self.release,
+            "priority": self.priority,
+            "requeue": self.requeue,
+            "configure": self.configure,
+            "shutdown": self.shutdown,
+            "telemetry": self.telemetry,
+            "datasets": self.datasets,
+            "mig_plan": self.mig_plan,
+            "mig_apply": self.mig_apply,
+        }
+
+    def handle(self, raw: bytes) -> bytes:
+        """One request's reply: its result, or an error with its code and message."""
+        request_id = None
+        try:
+            request = protocol.decode_request(raw)
+            request_id = request.id
+            handler = self.table.get(request.op)
+            if handler is None:
+                raise ProtocolError(
+                    protocol.UNKNOWN_OP,
+                    f"unknown operation {request.op!r}; known: {', '.join(sorted(self.table))}",
+                )
+            return protocol.encode_result(request_id, handler(request.args))
+        except ProtocolError as exc:
+            return protocol.encode_error(exc.request_id or request_id, exc.code, exc.message)
+        except UnknownJob as exc:
+            return protocol.encode_error(request_id, protocol.UNKNOWN_JOB, str(exc))
+        except Exception as exc:
+            log.exception("request failed")
+            return protocol.encode_error(
+                request_id, protocol.INTERNAL, f"the engine failed on this request: {exc}"
+            )
+
+    # ---------------------------------------------------------------- engine
+    def ping(self, _args: Args) -> Reply:
+        return {"pid": os.getpid(), "version": __version__, "protocol": protocol.PROTOCOL_VERSION}
+
+    def status(self, args: Args) -> Reply:
+        parts = self.parts
+        if args.get("fresh_loaders") and parts.loaders.producers:
+            parts.loaders.refresh_status()
+        view = parts.scheduler.station_view()
+        monitor = parts.telemetry.monitor
+        config = parts.station.config
+        faults = [fault.to_dict() for fault in parts.mps.fault_list()]
+        return {
+            "pid": os.getpid(),
+            "version": __version__,
+            "protocol": protocol.PROTOCOL_VERSION,
+            "home": str(parts.home.root),
+            "started_at": parts.started_at,
+            "station": {
+                **config.to_dict(),
+                "effective_backend": monitor.backend.name,
+                "simulated": monitor.simulated,
+                "gpu_problem": view.gpu_problem,
+                "effective_slots": config.effective_slots,
+                "cores": parts.cores,
+                "gpus": view.gpu_count,
+                "mps": {"available": parts.mps.available, "faults": faults},
+            },
+            "slots": {"total": len(view.slots), "busy": len(view.busy_slots)},
+            "gpus": {
+                "total": view.gpu_count,
+                "busy": len(view.busy_gpus),
+                "lost": len(view.lost_gpus),
+            },
+            "counts": parts.store.counts(),
+            "loaders": parts.loaders.summary(),
+        }
+
+    def shutdown(self, _args: Args) -> Reply:
+        self.parts.stop()
+        return {"running_attempts": len(self.parts.attempts)}
+
+    def configure(self, args: Args) -> Reply:
+        parts = self.parts
+        try:
+            config = StationConfig.from_dict(args.get("station") or {})
+            config = config.with_env_override()
+            policy = make_policy(config.policy)
+        except ValueError as exc:
+            raise ProtocolError(protocol.INVALID_ARGS, str(exc)) from None
+        old = parts.station.config
+        changed = config != old
+        if changed:
+            log.info("station reconfigured: %s -> %s", old.to_dict(), config.to_dict())
+            parts.store.add_event("engine", f"station reconfigured: {json.dumps(config.to_dict())}")
+            telemetry_changed = any(getattr(config, k) != getattr(old, k) for k in TELEMETRY_KEYS)
+            parts.station.replace(config)
+            parts.scheduler.policy = policy
+            if telemetry_changed:
+                parts.telemetry.restart()
+            parts.due.mark()
+        return {"station": config.to_dict(), "changed": changed}
+
+    def datasets(self, args: Args) -> Reply:
+        """Register datasets' shared-loader settings (a profile's [datasets] tables); an empty
+        list only lists the registered ones."""
+        loaders = self.parts.loaders
+        raw = args.get("datasets")
+        if not isinstance(raw, list):
+            raise ProtocolError(protocol.INVALID_ARGS, "'datasets' must be a list")
+        try:
+            loaders.register([DatasetSpec.from_dict(d) for d in raw])
+        except ValueError as exc:
+            raise ProtocolError(protocol.INVALID_ARGS, f"datasets: {exc}") from None
+        self.parts.store.set_setting("datasets", [s.to_dict() for s in loaders.specs.values()])
+        return {
+            "datasets": sorted(loaders.specs),
+            "specs": [s.to_dict() for _, s in sorted(loaders.specs.items())],
+        }
+
+    def telemetry(self, args: Args) -> Reply:
+        """The latest station view (None before the first sample) and, on request, the last
+        `history` points of each GPU's series.
+
+        `energy_today_j` is {GPU index: joules} (the index a string on the wire, as JSON keys
+        are): what each GPU used since local midnight, from the energy points the store keeps
+        (one per STORE_SAMPLES_EVERY_S window, so across engine restarts) plus what the monitor
+        counted since the last of them. It counts only while an engine samples, and a window
+        that spans midnight counts for the new day."""
+        telemetry = self.parts.telemetry
+        points = _whole_number(args.get("history", 0), 0, MAX_HISTORY_POINTS)
+        if points is None:
+            raise ProtocolError(
+                protocol.INVALID_ARGS, f"'history' must be 0 to {MAX_HISTORY_POINTS} points"
+            )
+        telemetry.ingest()  # anything the sampler delivered since the loop last looked
+        snapshot = telemetry.snapshot()
+        history = list(telemetry.monitor.history)[-points:] if points else []
+        return {
+            "snapshot": snapshot,
+            "history": history,
+            "energy_today_j": telemetry.energy_today(),
+        }
+
+    # ------------------------------------------------------------------ jobs
+    def submit(self, args: Args) -> Reply:
+        raw_jobs = _job_list(args, "jobs")
+        specs: list[JobSpec] = []
+        for index, raw in enumerate(raw_jobs):
+            try:
+                specs.append(JobSpec.from_dict(raw))
+            except SpecError as exc:
+                raise ProtocolError(protocol.INVALID_ARGS, f"jobs[{index}].{exc}") from None
+        base_env = args.get("env")
+        if base_env is not None:
+            try:
+                base_env = check_env(base_env)
+            except ValueError as exc:
+                raise ProtocolError(protocol.INVALID_ARGS, f"env: {exc}") from None
+        records = self.parts.store.submit(specs, base_env)
+        for record in records:
+            self.parts.queue.add(record)
+            self.parts.events.job(record.id, "submitted", record)
+        self.parts.due.mark()
+        return {"ids": [r.id for r in records]}
+
+    def jobs(self, args: Args) -> Reply:
+        states = None
+        if args.get("states") is not None:
+            try:
+                states = [JobState(s) for s in args["states"]]
+            except (TypeError, ValueError):
+                raise ProtocolError(
+                    protocol.INVALID_ARGS,
+                    f"'states' must list states among {', '.join(s.value for s in JobState)}",
+                ) from None
+        group = args.get("group")
+        if group is not None and not isinstance(group, str):
+            raise ProtocolError(protocol.INVALID_ARGS, "'group' must be a string")
+        ids = args.get("ids")
+        if ids is not None and (
+            not isinstance(ids, list) or not all(isinstance(i, int) for i in ids)
+        ):
+            raise ProtocolError(protocol.INVALID_ARGS, "'ids' must be a list of job ids")
+        limit = args.get("limit")
+        if limit is not None and (not isinstance(limit, int) or limit < 1):
+            raise ProtocolError(protocol.INVALID_ARGS, "'limit' must be a positive integer")
+        jobs = self.parts.store.jobs(states=states, group=group, ids=ids, limit=limit)
+        live_by_job = self.parts.attempts.by_job()
+        result = [self.job_reply(job, live_by_job.get(job.id)) for job in jobs]
+        if args.get("usage"):
+            usage = self._usage([job.id for job in jobs])
+            for data in result:
+                data["usage"] = usage.get(data["id"])
+        return {"jobs": result}
+
+    def show(self, args: Args) -> Reply:
+        parts = self.parts
+        job = self._find(args.get("job"))
+        result: Reply = {
+            "job": self.job_reply(job, parts.attempts.by_job().get(job.id)),
+            "attempts": [a.to_dict() for a in parts.store.attempts(job.id)],
+            "events": [e.to_dict() for e in parts.store.events(job.id)],
+            "waiting": None,
+            "usage": self._usage([job.id]).get(job.id),
+        }
+        if job.state is JobState.QUEUED and job.held:
+            result["waiting"] = f"held: it will not start until released (gpudesk release {job.id})"
+        elif job.state is JobState.QUEUED:
+            result["waiting"] = parts.scheduler.explain_wait(job)
+        if args.get("env"):
+            result["env"] = {**parts.store.base_env(job.id), **job.spec.env}
+        return result
+
+    def job_reply(self, job: JobRecord, live: LiveAttempt | None) -> Reply:
+        """A job on the wire: its record, and while it runs, where (`slot`, a label; `gpus`,
+        `mode` and `mig_slice`, the same as data)."""
+        data = job.to_dict()
+        data["slot"] = live.slot if live else None
+        data["gpus"] = list(live.gpus) if live else []
+        data["mode"] = live.mode if live else None
+        data["mig_slice"] = live.mig_slice if live else None
+        data["pgid"] = live.pid if live else None  # the attempt's process group, while it runs
+        data["log"] = (
+            str(self.parts.home.attempt_dir(job.id, job.attempts) / runner.LOG_FILE)
+            if job.attempts
+            else None
+        )
+        # the shared loader it reads: its dataset's, or the dataset's variant for its selection
+        data["loader"] = self.parts.loaders.loader_for(job.spec.dataset, job.spec.selection)
+        return data
+
+    def _usage(self, job_ids: list[int]) -> dict[int, dict[str, Any]]:
+        return self.parts.telemetry.job_usage(job_ids, self.parts.attempts.attempt_numbers())
+
+    def _find(self, ref: Any) -> JobRecord:
+        """A job by id (int or digits) or by name (the newest job of that name)."""
+        if isinstance(ref, bool) or not isinstance(ref, (int, str)) or ref == "":
+            raise ProtocolError(protocol.INVALID_ARGS, "a job is named by its id or its name")
+        return self.parts.control.find(ref)
+
+    # ----------------------------------------------------------- job control
+    def act_on_jobs(
+        self, args: Args, action: Callable[[JobRecord], JobOutcome], *, can_refuse: bool = True
+    ) -> Reply:
+        """The shape of every job-control op: resolve all of `args["jobs"]` (ids or names)
+        first, so one unknown job fails the request with none touched, then act on each job
+        once, in the order given. Returns {"results": [{"id", "name", "outcome", "ok"}]};
+        "ok" only for an op that `can_refuse` a job (cancel never does)."""
+        jobs: dict[int, JobRecord] = {}
+        for ref in _job_list(args, "jobs"):
+            job = self._find(ref)
+            jobs.setdefault(job.id, job)
+        results = []
+        for job in jobs.values():
+            outcome = action(job)
+            result = {"id": job.id, "name": job.name, "outcome": outcome.message}
+            if can_refuse:
+                result["ok"] = outcome.ok
+            results.append(result)
+        return {"results": results}
+
+    def cancel(self, args: Args) -> Reply:
+        grace = args.get("grace", DEFAULT_CANCEL_GRACE_S)
+        if (
+            isinstance(grace, bool)
+            or not isinstance(grace, (int, float))
+            or not 0 <= grace <= MAX_CANCEL_GRACE_S
+        ):
+            raise ProtocolError(
+                protocol.INVALID_ARGS, f"'grace' must be 0 to {MAX_CANCEL_GRACE_S:g} seconds"
+            )
+        control = self.parts.control
+        return self.act_on_jobs(args, lambda job: control.cancel(job, grace), can_refuse=False)
+
+    def hold(self, args: Args) -> Reply:
+        """{"jobs": [refs]}: hold queued jobs. The placement policy never starts a held job; it
+        keeps its place in the queue. Outcomes: "held", "already held", or (ok false) why
+        not, e.g. "running: only a queued job can be held"."""
+        return self.act_on_jobs(args, self.parts.control.hold)
+
+    def release(self, args: Args) -> Reply:
+        """{"jobs": [refs]}: release held jobs. Outcomes: "released", "not held" (also for a
+        job that is not queued, e.g. "not held (running)")."""
+        return self.act_on_jobs(args, self.parts.control.release)
+
+    def priority(self, args: Args) -> Reply:
+        """{"jobs": [refs], "priority": int} sets the priority (submit's range), or
+        {"jobs": [refs], "delta": int} moves it (+1 raises, -1 lowers; kept in the range).
+        A queued job moves in the queue at once; a running or finished one keeps the new
+        priority for a retry or a requeue, and its outcome says it changes nothing now."""
+        control = self.parts.control
+        priority, delta = args.get("priority"), args.get("delta")
+        if (priority is None) == (delta is None):
+            raise ProtocolError(
+                protocol.INVALID_ARGS,
+                "give either 'priority' (the new value) "
+                "or 'delta' (+1 raises, -1 lowers), not both",
+            )
+        if priority is not None:
+            try:
+                wanted = check_priority(priority)
+            except ValueError as exc:
+                raise ProtocolError(protocol.INVALID_ARGS, f"'priority': {exc}") from None
+            return self.act_on_jobs(args, lambda job: control.set_priority(job, wanted))
+        low, high = PRIORITY_RANGE
+        step = _whole_number(delta, -(high - low), high - low)
+        if step is None:
+            raise ProtocolError(
+                protocol.INVALID_ARGS,
+                f"'delta' must be a whole number from {low - high} to {high - low}, e.g. 1 or -1",
+            )
+        return self.act_on_jobs(args, lambda job: control.move_priority(job, step))
+
+    def requeue(self, args: Args) -> Reply:
+        """{"jobs": [refs]}: put finished jobs (failed, cancelled, or succeeded to rerun them)
+        back in the queue as the same job, with a fresh attempt budget; attempt numbers
+        continue. Outcomes: "requeued", "already queued", or (ok false)
+        "running: only a finished job can be requeued"."""
+        return self.act_on_jobs(args, self.parts.control.requeue)
+
+    # ------------------------------------------------------------------- MIG
+    def mig_plan(self, args: Args) -> Reply:
+        """{"gpu": int | null}: the MIG plan of one or every MIG-capable GPU (MigPlan.to_dict):
+        the layout the queue would want, the job each slice is for, the nvidia-smi commands
+        applying it would run, and whether the engine may apply it, or why not."""
+        gpu = _mig_gpu_arg(args, required=False)
+        try:
+            plans = self.parts.mig.plans(gpu)
+        except MigError as exc:
+            raise _mig_protocol_error(exc) from None
+        return {
+            "plans": [p.to_dict() for p in plans],
+            "simulated": self.parts.telemetry.monitor.simulated,
+        }
+
+    def mig_apply(self, args: Args) -> Reply:
+        """{"gpu": int, "profiles": [str, ...], "confirm": true}: give an idle MIG-mode GPU this
+        layout, destroying its instances, only where [station] mig_repartition allows it and
+        only with confirm. A simulated station's `mig` table changes (telemetry and placement
+        see the new slices); a real GPU is repartitioned through nvidia-smi. The queue is not
+        touched. Never enables MIG mode or resets a GPU."""
+        gpu = _mig_gpu_arg(args, required=True)
+        assert gpu is not None
+        profiles = args.get("profiles")
+        if (
+            not isinstance(profiles, list)
+            or not profiles
+            or not all(isinstance(p, str) and p.strip() for p in profiles)
+        ):
+            raise ProtocolError(
+                protocol.INVALID_ARGS,
+                "'profiles' must be a non-empty list of "
+                'MIG profile names, e.g. ["3g.20gb", "2g.10gb"]',
+            )
+        confirm = args.get("confirm", False)
+        if not isinstance(confirm, bool):
+            raise ProtocolError(protocol.INVALID_ARGS, "'confirm' must be true or false")
+        try:
+            return self.parts.mig.apply(gpu, profiles, confirm).to_dict()
+        except MigError as exc:
+            raise _mig_protocol_error(exc) from None
+
+
+def _job_list(args: Args, key: str) -> list[Any]:
+    refs = args.get(key)
+    if not isinstance(refs, list) or not refs:
+        raise ProtocolError(protocol.INVALID_ARGS, f"'{key}' must be a non-empty list")
+    if len(refs) > MAX_JOBS_PER_REQUEST:
+        raise ProtocolError(
+            protocol.INVALID_ARGS,
+            f"at most {MAX_JOBS_PER_REQUEST} jobs per request, found {len(refs)}",
+        )
+    return refs
+
+
+def _whole_number(value: Any, low: int, high: int) -> int | None:
+    """`value` when it is an int (not a bool) from `low` to `high`, else None."""
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        return None
+    return value
+
+
+def _mig_gpu_arg(args: Args, *, required: bool) -> int | None:
+    gpu = args.get("gpu")
+    if gpu is None and not required:
+        return None
+    if isinstance(gpu, bool) or not isinstance(gpu, int) or gpu < 0:
+        raise ProtocolError(
+            protocol.INVALID_ARGS,
+            "'gpu' must be a GPU index (0, 1, ...)"
+            + ("" if required else ", or null for every GPU"),
+        )
+    return gpu
+
+
+def _mig_protocol_error(exc: MigError) -> ProtocolError:
+    """Refused (config, MIG mode, a busy GPU, not confirmed), a bad request (no such GPU, a
+    layout that does not fit), or nvidia-smi failing: each its own code, with MigError's
+    one-paragraph message."""
+    if isinstance(exc, MigApplyRefused):
+        return ProtocolError(protocol.REFUSED, str(exc))
+    if isinstance(exc, (MigUsageError, LayoutError)):
+        return ProtocolError(protocol.INVALID_ARGS, str(exc))
+    return ProtocolError(protocol.MIG_FAILED, str(exc))

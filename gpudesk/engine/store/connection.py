@@ -1,0 +1,126 @@
+"""The store's connection: SQLite in WAL mode, one writer (the daemon), transactions, schema
+migrations, and what every part of the store shares (events, settings).
+
+Every change that must stay consistent (a job and its event, an attempt and its job's state) is
+one transaction, so a crash leaves either all of it or none of it. The schema is versioned with
+`PRAGMA user_version` and moved forward by the ordered migrations in `schema`.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+from gpudesk.engine.jobs import JobState
+from gpudesk.engine.store.records import EventRecord, read_event
+from gpudesk.engine.store.schema import MIGRATIONS, SCHEMA_VERSION, IncompatibleStore, StoreError
+
+_Store = TypeVar("_Store", bound="StoreConnection")
+
+
+class StoreConnection:
+    """The connection and what the job and sample tables share."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+        self._env_ids: dict[str, int] = {}  # digest -> row id; rows are never deleted
+
+    @classmethod
+    def open(cls: type[_Store], path: str | Path) -> _Store:
+        try:
+            conn = sqlite3.connect(str(path), isolation_level=None, timeout=10.0)
+            conn.row_factory = sqlite3.Row
+            conn.execute("PRAGMA journal_mode=WAL")
+            # NORMAL in WAL mode survives a process crash; only an OS crash can lose the last
+            # commit.
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute("PRAGMA foreign_keys=ON")
+            store = cls(conn)
+            store._migrate()
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"cannot open the gpudesk database {path}: {exc}") from exc
+        return store
+
+    def close(self) -> None:
+        self._conn.close()
+
+    @property
+    def schema_version(self) -> int:
+        return int(self._conn.execute("PRAGMA user_version").fetchone()[0])
+
+    def _migrate(self) -> None:
+        version = self.schema_version
+        if version > SCHEMA_VERSION:
+            raise IncompatibleStore(
+                f"the database has schema version {version}, newer than this gpudesk understands "
+                f"({SCHEMA_VERSION}); upgrade gpudesk or point GPUDESK_HOME elsewhere"
+            )
+        for target in range(version + 1, SCHEMA_VERSION + 1):
+            with self.transaction() as conn:
+                for statement in MIGRATIONS[target - 1].split(";"):
+                    if statement.strip():
+                        conn.execute(statement)
+                conn.execute(f"PRAGMA user_version = {target}")
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        self._conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield self._conn
+        except BaseException:
+            self._conn.execute("ROLLBACK")
+            raise
+        else:
+            self._conn.execute("COMMIT")
+
+    # ----------------------------------------------------------------- events
+    def _add_event(
+        self,
+        conn: sqlite3.Connection,
+        kind: str,
+        message: str,
+        *,
+        job_id: int | None = None,
+        attempt: int | None = None,
+        state: JobState | None = None,
+        now: float | None = None,
+    ) -> None:
+        conn.execute(
+            "INSERT INTO events (ts, job_id, attempt, kind, state, message) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
+            (now or time.time(), job_id, attempt, kind, state.value if state else None, message),
+        )
+
+    def add_event(self, kind: str, message: str, *, job_id: int | None = None) -> None:
+        with self.transaction() as conn:
+            self._add_event(conn, kind, message, job_id=job_id)
+
+    def events(self, job_id: int | None = None, limit: int = 1000) -> list[EventRecord]:
+        if job_id is None:
+            rows = self._conn.execute(
+                "SELECT * FROM (SELECT * FROM events ORDER BY id DESC LIMIT ?) ORDER BY id",
+                (limit,),
+            )
+        else:
+            rows = self._conn.execute(
+                "SELECT * FROM events WHERE job_id = ? ORDER BY id LIMIT ?", (job_id, limit)
+            )
+        return [read_event(r) for r in rows]
+
+    # --------------------------------------------------------------- settings
+    def setting(self, key: str) -> Any:
+        row = self._conn.execute("SELECT value FROM settings WHERE key = ?", (key,)).fetchone()
+        return None if row is None else json.loads(row["value"])
+
+    def set_setting(self, key: str, value: Any) -> None:
+        with self.transaction() as conn:
+            conn.execute(
+                "INSERT INTO settings (key, value) VALUES (?, ?) "
+                "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                (key, json.dumps(value)),
+            )

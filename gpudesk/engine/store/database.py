@@ -1,0 +1,11 @@
+"""Store: all reads and writes of the engine's database, one object for the daemon to hold."""
+
+from __future__ import annotations
+
+from gpudesk.engine.store.jobs import JobTables
+from gpudesk.engine.store.samples import SampleTables
+
+
+class Store(JobTables, SampleTables):
+    """All reads and writes of the engine's database: its connection (`StoreConnection`), the
+    jobs and attempts (`JobTables`), telemetry and measured demand (`SampleTables`)."""

@@ -1,0 +1,366 @@
+"""Jobs in the store: submitting, reading, the user's job control, and attempts."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import sqlite3
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from gpudesk.engine.jobs import InvalidTransition, JobSpec, JobState, check_transition
+from gpudesk.engine.store.connection import StoreConnection
+from gpudesk.engine.store.records import AttemptRecord, JobRecord, read_attempt, read_job
+from gpudesk.engine.store.schema import StoreError, UnknownJob
+
+
+class JobTables(StoreConnection):
+    """Jobs, their environments, their attempts."""
+
+    # ------------------------------------------------------------------- jobs
+    def submit(
+        self,
+        specs: Sequence[JobSpec],
+        base_env: Mapping[str, str] | None = None,
+        now: float | None = None,
+    ) -> list[JobRecord]:
+        """Queue jobs, all or none. `base_env` is the submitter's environment, which the jobs
+        start from (stored once however many jobs share it)."""
+        now = now or time.time()
+        ids: list[int] = []
+        env: tuple[str, int] | None = None
+        with self.transaction() as conn:
+            if base_env is not None:
+                env = self._environment_id(conn, base_env)
+            env_id = env[1] if env else None
+            for spec in specs:
+                cur = conn.execute(
+                    "INSERT INTO jobs (name, grp, spec, base_env, state, priority, submitted_at) "
+                    "VALUES (?, ?, ?, ?, 'queued', ?, ?)",
+                    (spec.name, spec.group, json.dumps(spec.to_dict()), env_id, spec.priority, now),
+                )
+                job_id = int(cur.lastrowid or 0)
+                ids.append(job_id)
+                self._add_event(
+                    conn, "state", "submitted", job_id=job_id, state=JobState.QUEUED, now=now
+                )
+        if env is not None:
+            self._env_ids[env[0]] = env[1]
+        return [
+            JobRecord(
+                id=i,
+                spec=s,
+                state=JobState.QUEUED,
+                submitted_at=now,
+                started_at=None,
+                ended_at=None,
+                attempts=0,
+                exit_code=None,
+                reason=None,
+                cancel_requested=False,
+            )
+            for i, s in zip(ids, specs, strict=True)
+        ]
+
+    def _environment_id(self, conn: sqlite3.Connection, env: Mapping[str, str]) -> tuple[str, int]:
+        """(digest, row id) of an environment, inserted if new. The caller caches the pair once
+        its transaction has committed: a rolled-back row must not be remembered."""
+        text = json.dumps(dict(env), sort_keys=True)
+        digest = hashlib.sha256(text.encode()).hexdigest()
+        if digest in self._env_ids:
+            return digest, self._env_ids[digest]
+        conn.execute(
+            "INSERT OR IGNORE INTO environments (digest, env) VALUES (?, ?)", (digest, text)
+        )
+        row = conn.execute("SELECT id FROM environments WHERE digest = ?", (digest,)).fetchone()
+        return digest, int(row[0])
+
+    def base_env(self, job_id: int) -> dict[str, str]:
+        row = self._conn.execute(
+            "SELECT e.env FROM jobs j JOIN environments e ON e.id = j.base_env WHERE j.id = ?",
+            (job_id,),
+        ).fetchone()
+        return {} if row is None else json.loads(row[0])
+
+    def job(self, job_id: int) -> JobRecord:
+        row = self._conn.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        if row is None:
+            raise UnknownJob(f"no job with id {job_id}")
+        return read_job(row)
+
+    def jobs_named(self, name: str) -> list[JobRecord]:
+        rows = self._conn.execute("SELECT * FROM jobs WHERE name = ? ORDER BY id", (name,))
+        return [read_job(r) for r in rows]
+
+    def jobs(
+        self,
+        states: Iterable[JobState] | None = None,
+        group: str | None = None,
+        ids: Iterable[int] | None = None,
+        limit: int | None = None,
+    ) -> list[JobRecord]:
+        clauses: list[str] = []
+        params: list[Any] = []
+        if states is not None:
+            wanted = [s.value for s in states]
+            clauses.append(f"state IN ({','.join('?' * len(wanted))})")
+            params.extend(wanted)
+        if group is not None:
+            clauses.append("grp = ?")
+            params.append(group)
+        if ids is not None:
+            wanted_ids = list(ids)
+            clauses.append(f"id IN ({','.join('?' * len(wanted_ids))})")
+            params.extend(wanted_ids)
+        where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
+        if limit is None:
+            sql = f"SELECT * FROM jobs{where} ORDER BY id"
+        else:  # the newest `limit`, oldest first
+            sql = f"SELECT * FROM (SELECT * FROM jobs{where} ORDER BY id DESC LIMIT ?) ORDER BY id"
+            params.append(limit)
+        return [read_job(r) for r in self._conn.execute(sql, params)]
+
+    def queued(self) -> list[JobRecord]:
+        """Queued jobs in the order a first-come policy would consider them."""
+        rows = self._conn.execute(
+            "SELECT * FROM jobs WHERE state = 'queued' ORDER BY priority DESC, id"
+        )
+        return [read_job(r) for r in rows]
+
+    def counts(self) -> dict[str, int]:
+        rows = self._conn.execute("SELECT state, COUNT(*) FROM jobs GROUP BY state")
+        counts = {s.value: 0 for s in JobState}
+        counts.update({state: n for state, n in rows})
+        return counts
+
+    @staticmethod
+    def _state(conn: sqlite3.Connection, job_id: int) -> JobState:
+        row = conn.execute("SELECT state FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        if row is None:
+            raise UnknownJob(f"no job with id {job_id}")
+        return JobState(row["state"])
+
+    def _transition(
+        self,
+        conn: sqlite3.Connection,
+        job_id: int,
+        new: JobState,
+        message: str,
+        now: float,
+        **columns: Any,
+    ) -> None:
+        check_transition(self._state(conn, job_id), new)
+        sets = ", ".join(["state = ?", *(f"{c} = ?" for c in columns)])
+        conn.execute(f"UPDATE jobs SET {sets} WHERE id = ?", (new.value, *columns.values(), job_id))
+        self._add_event(conn, "state", message, job_id=job_id, state=new, now=now)
+
+    def finish_queued(
+        self, job_id: int, state: JobState, reason: str, now: float | None = None
+    ) -> None:
+        """End a job that never started (cancelled in the queue, or impossible to place)."""
+        now = now or time.time()
+        with self.transaction() as conn:
+            self._transition(conn, job_id, state, reason, now, ended_at=now, reason=reason, held=0)
+
+    def request_cancel(self, job_id: int, grace: float, now: float | None = None) -> None:
+        """Record a cancel of a running job and when it escalates to SIGKILL (an earlier
+        deadline wins), so a restarted engine can finish it."""
+        now = now or time.time()
+        with self.transaction() as conn:
+            conn.execute(
+                "UPDATE jobs SET cancel_requested = 1, "
+                "kill_deadline = MIN(COALESCE(kill_deadline, ?1), ?1) WHERE id = ?2",
+                (now + grace, job_id),
+            )
+            self._add_event(
+                conn,
+                "cancel",
+                f"cancel requested (SIGKILL after {grace:g} s)",
+                job_id=job_id,
+                now=now,
+            )
+
+    # ------------------------------------------------------------ job control
+    def set_held(self, job_id: int, held: bool, now: float | None = None) -> JobRecord:
+        """Hold a queued job (the placement policy skips it; it keeps its place in the queue)
+        or release it. Only a queued job can be held: anything else raises InvalidTransition."""
+        now = now or time.time()
+        with self.transaction() as conn:
+            updated = conn.execute(
+                "UPDATE jobs SET held = ? WHERE id = ? AND state = 'queued'", (int(held), job_id)
+            ).rowcount
+            if not updated:
+                state = self._state(conn, job_id)
+                raise InvalidTransition(
+                    f"only a queued job can be held or released; job {job_id} is {state.value}"
+                )
+            self._add_event(
+                conn,
+                "hold" if held else "release",
+                "held by user" if held else "released by user",
+                job_id=job_id,
+                now=now,
+            )
+        return self.job(job_id)
+
+    def set_priority(self, job_id: int, priority: int, now: float | None = None) -> JobRecord:
+        """Change a job's priority (its spec and the queue-order column) in any state; it
+        orders the queue, so it matters when the job is, or next goes back to, queued."""
+        now = now or time.time()
+        with self.transaction() as conn:
+            row = conn.execute("SELECT spec FROM jobs WHERE id = ?", (job_id,)).fetchone()
+            if row is None:
+                raise UnknownJob(f"no job with id {job_id}")
+            spec = JobSpec.from_stored(json.loads(row["spec"]))
+            changed = dataclasses.replace(spec, priority=priority)
+            conn.execute(
+                "UPDATE jobs SET spec = ?, priority = ? WHERE id = ?",
+                (json.dumps(changed.to_dict()), priority, job_id),
+            )
+            self._add_event(
+                conn,
+                "priority",
+                f"priority {spec.priority} -> {priority} by user",
+                job_id=job_id,
+                now=now,
+            )
+        return self.job(job_id)
+
+    def requeue(self, job_id: int, now: float | None = None) -> JobRecord:
+        """Put a finished job (succeeded, failed or cancelled) back in the queue as the same
+        job, with a fresh attempt budget: its attempts stay in its history and the next one's
+        number follows them. Raises InvalidTransition for a job that has not finished."""
+        now = now or time.time()
+        with self.transaction() as conn:
+            state = self._state(conn, job_id)
+            if not state.terminal:
+                raise InvalidTransition(
+                    f"only a finished job can be requeued; job {job_id} is {state.value}"
+                )
+            conn.execute(
+                "UPDATE jobs SET state = 'queued', attempts_before_requeue = attempts, "
+                "held = 0, cancel_requested = 0, kill_deadline = NULL, started_at = NULL, "
+                "ended_at = NULL, exit_code = NULL, reason = NULL WHERE id = ?",
+                (job_id,),
+            )
+            self._add_event(
+                conn,
+                "state",
+                f"requeued by user (was {state.value})",
+                job_id=job_id,
+                state=JobState.QUEUED,
+                now=now,
+            )
+        return self.job(job_id)
+
+    # --------------------------------------------------------------- attempts
+    def start_attempt(
+        self, job_id: int, placement: dict[str, Any], jobs_root: Path, now: float | None = None
+    ) -> AttemptRecord:
+        """queued -> running and a new attempt in 'launching', in one transaction. The attempt's
+        folder is `jobs_root/<job id>/<attempt number>`."""
+        now = now or time.time()
+        with self.transaction() as conn:
+            number = (
+                int(conn.execute("SELECT attempts FROM jobs WHERE id = ?", (job_id,)).fetchone()[0])
+                + 1
+            )
+            directory = str(jobs_root / str(job_id) / str(number))
+            cur = conn.execute(
+                "INSERT INTO attempts (job_id, number, state, placement, dir, started_at) "
+                "VALUES (?, ?, 'launching', ?, ?, ?)",
+                (job_id, number, json.dumps(placement), directory, now),
+            )
+            self._transition(
+                conn,
+                job_id,
+                JobState.RUNNING,
+                f"attempt {number} placed on {placement.get('slot', '?')}: "
+                f"{placement.get('reason', '')}".rstrip(": "),
+                now,
+                attempts=number,
+                started_at=now,
+            )
+            attempt_id = int(cur.lastrowid or 0)
+        return self.attempt(attempt_id)
+
+    def attempt(self, attempt_id: int) -> AttemptRecord:
+        row = self._conn.execute("SELECT * FROM attempts WHERE id = ?", (attempt_id,)).fetchone()
+        if row is None:
+            raise StoreError(f"no attempt with id {attempt_id}")
+        return read_attempt(row)
+
+    def attempts(self, job_id: int) -> list[AttemptRecord]:
+        rows = self._conn.execute(
+            "SELECT * FROM attempts WHERE job_id = ? ORDER BY number", (job_id,)
+        )
+        return [read_attempt(r) for r in rows]
+
+    def live_attempts(self) -> list[AttemptRecord]:
+        rows = self._conn.execute(
+            "SELECT * FROM attempts WHERE state IN ('launching', 'running') ORDER BY id"
+        )
+        return [read_attempt(r) for r in rows]
+
+    def attempt_launched(
+        self, attempt_id: int, pid: int, pid_started: float, now: float | None = None
+    ) -> None:
+        with self.transaction() as conn:
+            conn.execute(
+                "UPDATE attempts SET state = 'running', pid = ?, pid_started = ?, started_at = ? "
+                "WHERE id = ?",
+                (pid, pid_started, now or time.time(), attempt_id),
+            )
+
+    def finish_attempt(
+        self,
+        attempt: AttemptRecord,
+        *,
+        attempt_state: str,
+        job_state: JobState,
+        message: str,
+        exit_code: int | None,
+        signal: int | None = None,
+        ended_at: float | None = None,
+        now: float | None = None,
+        demand: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Close an attempt and move its job on (to a final state, or back to the queue);
+        `demand` replaces what the job is assumed to need (after an out-of-memory death)."""
+        now = now or time.time()
+        ended_at = ended_at or now
+        with self.transaction() as conn:
+            if demand is not None:
+                conn.execute(
+                    "UPDATE jobs SET demand = ? WHERE id = ?",
+                    (json.dumps(dict(demand)), attempt.job_id),
+                )
+            conn.execute(
+                "UPDATE attempts SET state = ?, ended_at = ?, exit_code = ?, signal = ?, "
+                "reason = ? WHERE id = ? AND state IN ('launching', 'running')",
+                (attempt_state, ended_at, exit_code, signal, message, attempt.id),
+            )
+            if job_state.terminal:
+                self._transition(
+                    conn,
+                    attempt.job_id,
+                    job_state,
+                    message,
+                    now,
+                    ended_at=ended_at,
+                    exit_code=exit_code,
+                    reason=message,
+                )
+            else:
+                self._transition(
+                    conn,
+                    attempt.job_id,
+                    job_state,
+                    message,
+                    now,
+                    exit_code=exit_code,
+                    reason=message,
+                )

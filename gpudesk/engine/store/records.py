@@ -1,0 +1,165 @@
+"""The store's rows as records: a job, an attempt, an event."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gpudesk.engine.jobs import JobSpec, JobState
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    id: int
+    spec: JobSpec
+    state: JobState
+    submitted_at: float
+    started_at: float | None
+    ended_at: float | None
+    attempts: int
+    exit_code: int | None
+    reason: str | None
+    cancel_requested: bool
+    kill_deadline: float | None = None  # wall clock: when a cancel escalates to SIGKILL
+    demand: dict[str, Any] | None = None  # raised after an out-of-memory death
+    held: bool = False  # a queued job the placement policy must not start until released
+    attempts_before_requeue: int = 0  # attempts made before the user last requeued it
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def attempts_since_requeue(self) -> int:
+        """The attempts that count against `max_attempts` (all of them if never requeued)."""
+        return self.attempts - self.attempts_before_requeue
+
+    def to_dict(self) -> dict[str, Any]:
+        spec = self.spec.to_dict()
+        spec.pop("env")  # can hold secrets and is large; `show` adds it back on request
+        return {
+            "id": self.id,
+            "name": self.spec.name,
+            "state": self.state.value,
+            "group": self.spec.group,
+            "submitted_at": self.submitted_at,
+            "started_at": self.started_at,
+            "ended_at": self.ended_at,
+            "attempts": self.attempts,
+            "max_attempts": self.spec.max_attempts,
+            "exit_code": self.exit_code,
+            "reason": self.reason,
+            "cancel_requested": self.cancel_requested,
+            "held": self.held,
+            "attempts_before_requeue": self.attempts_before_requeue,
+            "spec": spec,
+        }
+
+
+@dataclass(frozen=True)
+class AttemptRecord:
+    id: int
+    job_id: int
+    number: int
+    state: str
+    placement: dict[str, Any]
+    dir: str
+    pid: int | None
+    pid_started: float | None
+    started_at: float | None
+    ended_at: float | None
+    exit_code: int | None
+    signal: int | None
+    reason: str | None
+
+    @property
+    def log_path(self) -> str:
+        return str(Path(self.dir) / "output.log")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "number": self.number,
+            "state": self.state,
+            "placement": self.placement,
+            "pid": self.pid,
+            "started_at": self.started_at,
+            "ended_at": self.ended_at,
+            "exit_code": self.exit_code,
+            "signal": self.signal,
+            "reason": self.reason,
+            "log": self.log_path,
+        }
+
+
+@dataclass(frozen=True)
+class EventRecord:
+    id: int
+    ts: float
+    job_id: int | None
+    attempt: int | None
+    kind: str
+    state: str | None
+    message: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "ts": self.ts,
+            "job_id": self.job_id,
+            "attempt": self.attempt,
+            "kind": self.kind,
+            "state": self.state,
+            "message": self.message,
+        }
+
+
+def read_job(row: sqlite3.Row) -> JobRecord:
+    return JobRecord(
+        id=row["id"],
+        spec=JobSpec.from_stored(json.loads(row["spec"])),
+        state=JobState(row["state"]),
+        submitted_at=row["submitted_at"],
+        started_at=row["started_at"],
+        ended_at=row["ended_at"],
+        attempts=row["attempts"],
+        exit_code=row["exit_code"],
+        reason=row["reason"],
+        cancel_requested=bool(row["cancel_requested"]),
+        kill_deadline=row["kill_deadline"],
+        demand=json.loads(row["demand"]) if row["demand"] else None,
+        held=bool(row["held"]),
+        attempts_before_requeue=row["attempts_before_requeue"],
+    )
+
+
+def read_attempt(row: sqlite3.Row) -> AttemptRecord:
+    return AttemptRecord(
+        id=row["id"],
+        job_id=row["job_id"],
+        number=row["number"],
+        state=row["state"],
+        placement=json.loads(row["placement"]),
+        dir=row["dir"],
+        pid=row["pid"],
+        pid_started=row["pid_started"],
+        started_at=row["started_at"],
+        ended_at=row["ended_at"],
+        exit_code=row["exit_code"],
+        signal=row["signal"],
+        reason=row["reason"],
+    )
+
+
+def read_event(row: sqlite3.Row) -> EventRecord:
+    return EventRecord(
+        id=row["id"],
+        ts=row["ts"],
+        job_id=row["job_id"],
+        attempt=row["attempt"],
+        kind=row["kind"],
+        state=row["state"],
+        message=row["message"],
+    )

@@ -1,0 +1,125 @@
+"""Telemetry in the store: attempts' usage, the downsampled GPU and job series, each GPU's
+energy per stored window, and the demand earlier runs of a command measured."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from gpudesk.engine.store.connection import StoreConnection
+from gpudesk.engine.store.schema import GPU_ENERGY_METRIC
+
+
+class SampleTables(StoreConnection):
+    """Usage, samples, energy and measured demand."""
+
+    # ------------------------------------------------------------ telemetry
+    def record_usage(
+        self, usages: Iterable[tuple[int, int, Mapping[str, Any]]], now: float | None = None
+    ) -> None:
+        """(attempt id, job id, usage dict) for each attempt, replacing what was stored."""
+        now = time.time() if now is None else now
+        with self.transaction() as conn:
+            conn.executemany(
+                "INSERT INTO attempt_usage (attempt_id, job_id, updated_at, usage) "
+                "VALUES (?, ?, ?, ?) ON CONFLICT (attempt_id) DO UPDATE SET "
+                "updated_at = excluded.updated_at, usage = excluded.usage",
+                [(a, j, now, json.dumps(dict(u))) for a, j, u in usages],
+            )
+
+    def usage(self, job_ids: Sequence[int]) -> dict[int, list[dict[str, Any]]]:
+        """Each job's per-attempt usage, oldest attempt first."""
+        if not job_ids:
+            return {}
+        marks = ",".join("?" * len(job_ids))
+        rows = self._conn.execute(
+            "SELECT u.job_id, a.number, u.usage FROM attempt_usage u "
+            "JOIN attempts a ON a.id = u.attempt_id "
+            f"WHERE u.job_id IN ({marks}) ORDER BY u.job_id, a.number",
+            list(job_ids),
+        )
+        found: dict[int, list[dict[str, Any]]] = {}
+        for job_id, number, usage in rows:
+            found.setdefault(job_id, []).append({"attempt": number, **json.loads(usage)})
+        return found
+
+    def add_samples(
+        self,
+        gpu_rows: Iterable[tuple[float, int, str, float]],
+        job_rows: Iterable[tuple[float, int, int, str, float]],
+    ) -> None:
+        with self.transaction() as conn:
+            conn.executemany(
+                "INSERT INTO gpu_samples (ts, gpu, metric, value) VALUES (?, ?, ?, ?)", gpu_rows
+            )
+            conn.executemany(
+                "INSERT INTO job_samples (ts, job_id, attempt_id, metric, value) "
+                "VALUES (?, ?, ?, ?, ?)",
+                job_rows,
+            )
+
+    def gpu_series(self, gpu: int, metric: str, since: float = 0.0) -> list[tuple[float, float]]:
+        return [
+            tuple(row)
+            for row in self._conn.execute(
+                "SELECT ts, value FROM gpu_samples WHERE gpu = ? AND metric = ? AND ts >= ? "
+                "ORDER BY ts",
+                (gpu, metric, since),
+            )
+        ]
+
+    def gpu_energy_since(self, gpus: Iterable[int], since: float) -> dict[int, float]:
+        """Joules each GPU used since `since`, from the stored GPU_ENERGY_METRIC points (each
+        the energy of the window that ended at its time stamp). GPUs with none are left out."""
+        found = {}
+        for gpu in gpus:
+            total = self._conn.execute(
+                "SELECT SUM(value) FROM gpu_samples WHERE gpu = ? AND metric = ? AND ts >= ?",
+                (gpu, GPU_ENERGY_METRIC, since),
+            ).fetchone()[0]
+            if total is not None:
+                found[gpu] = float(total)
+        return found
+
+    def job_series(self, job_id: int, metric: str) -> list[tuple[float, float]]:
+        return [
+            tuple(row)
+            for row in self._conn.execute(
+                "SELECT ts, value FROM job_samples WHERE job_id = ? AND metric = ? ORDER BY ts",
+                (job_id, metric),
+            )
+        ]
+
+    def prune_samples(self, before: float) -> int:
+        with self.transaction() as conn:
+            gone = conn.execute("DELETE FROM gpu_samples WHERE ts < ?", (before,)).rowcount
+            gone += conn.execute("DELETE FROM job_samples WHERE ts < ?", (before,)).rowcount
+        return gone
+
+    # ----------------------------------------------------------------- demand
+    def demand_history(self) -> dict[str, tuple[float, float, int]]:
+        """signature -> (peak memory MiB, SM %, runs) measured by earlier runs."""
+        return {
+            row[0]: (row[1], row[2], row[3])
+            for row in self._conn.execute(
+                "SELECT signature, memory_mib, sm_pct, runs FROM demand_history"
+            )
+        }
+
+    def record_demand(
+        self, signature: str, memory_mib: float, sm_pct: float, now: float | None = None
+    ) -> None:
+        """Fold one run's measured peak into the command's history (the larger peak wins, so
+        the estimate errs on the safe side; SM activity is averaged)."""
+        now = time.time() if now is None else now
+        with self.transaction() as conn:
+            conn.execute(
+                "INSERT INTO demand_history (signature, memory_mib, sm_pct, runs, updated_at) "
+                "VALUES (?, ?, ?, 1, ?) ON CONFLICT (signature) DO UPDATE SET "
+                "memory_mib = MAX(memory_mib, excluded.memory_mib), "
+                "sm_pct = (sm_pct * runs + excluded.sm_pct) / (runs + 1), "
+                "runs = runs + 1, updated_at = excluded.updated_at",
+                (signature, memory_mib, sm_pct, now),
+            )

@@ -1,0 +1,142 @@
+"""The database's schema: its ordered migrations (PRAGMA user_version counts them), the store's
+errors, and the names its rows use."""
+
+from __future__ import annotations
+
+
+class StoreError(RuntimeError):
+    pass
+
+
+class IncompatibleStore(StoreError):
+    pass
+
+
+class UnknownJob(StoreError):
+    pass
+
+
+# Each entry moves the schema from version i to i + 1. Append only; never edit a shipped one.
+MIGRATIONS: tuple[str, ...] = (
+    """
+    CREATE TABLE environments (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        digest TEXT NOT NULL UNIQUE,
+        env TEXT NOT NULL
+    );
+    CREATE TABLE jobs (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        name TEXT NOT NULL,
+        grp TEXT,
+        spec TEXT NOT NULL,
+        base_env INTEGER REFERENCES environments (id),
+        state TEXT NOT NULL
+            CHECK (state IN ('queued', 'running', 'succeeded', 'failed', 'cancelled')),
+        priority INTEGER NOT NULL DEFAULT 0,
+        submitted_at REAL NOT NULL,
+        started_at REAL,
+        ended_at REAL,
+        attempts INTEGER NOT NULL DEFAULT 0,
+        exit_code INTEGER,
+        reason TEXT,
+        cancel_requested INTEGER NOT NULL DEFAULT 0,
+        kill_deadline REAL
+    );
+    CREATE INDEX jobs_by_state ON jobs (state, priority DESC, id);
+    CREATE INDEX jobs_by_group ON jobs (grp);
+    CREATE INDEX jobs_by_name ON jobs (name);
+    CREATE TABLE attempts (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        job_id INTEGER NOT NULL REFERENCES jobs (id),
+        number INTEGER NOT NULL,
+        state TEXT NOT NULL
+            CHECK (state IN ('launching', 'running', 'exited', 'lost', 'launch_failed')),
+        placement TEXT NOT NULL,
+        dir TEXT NOT NULL,
+        pid INTEGER,
+        pid_started REAL,
+        started_at REAL,
+        ended_at REAL,
+        exit_code INTEGER,
+        signal INTEGER,
+        reason TEXT,
+        UNIQUE (job_id, number)
+    );
+    CREATE INDEX attempts_by_state ON attempts (state);
+    CREATE TABLE events (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        ts REAL NOT NULL,
+        job_id INTEGER,
+        attempt INTEGER,
+        kind TEXT NOT NULL,
+        state TEXT,
+        message TEXT NOT NULL DEFAULT ''
+    );
+    CREATE INDEX events_by_job ON events (job_id, id);
+    CREATE TABLE metric_samples (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        ts REAL NOT NULL,
+        source TEXT NOT NULL,
+        metric TEXT NOT NULL,
+        value REAL,
+        job_id INTEGER
+    );
+    CREATE INDEX metric_samples_by_source ON metric_samples (source, metric, ts);
+    CREATE TABLE settings (
+        key TEXT PRIMARY KEY,
+        value TEXT NOT NULL
+    );
+    """,
+    # 2: telemetry. Downsampled series per GPU and per job attempt, and what each attempt used
+    # (energy, CPU, memory, I/O), kept up to date while it runs. metric_samples was never written.
+    """
+    DROP TABLE metric_samples;
+    CREATE TABLE gpu_samples (
+        ts REAL NOT NULL,
+        gpu INTEGER NOT NULL,
+        metric TEXT NOT NULL,
+        value REAL NOT NULL
+    );
+    CREATE INDEX gpu_samples_by_gpu ON gpu_samples (gpu, metric, ts);
+    CREATE TABLE job_samples (
+        ts REAL NOT NULL,
+        job_id INTEGER NOT NULL REFERENCES jobs(id),
+        attempt_id INTEGER NOT NULL,
+        metric TEXT NOT NULL,
+        value REAL NOT NULL
+    );
+    CREATE INDEX job_samples_by_job ON job_samples (job_id, metric, ts);
+    CREATE TABLE attempt_usage (
+        attempt_id INTEGER PRIMARY KEY REFERENCES attempts(id),
+        job_id INTEGER NOT NULL REFERENCES jobs(id),
+        updated_at REAL NOT NULL,
+        usage TEXT NOT NULL
+    );
+    CREATE INDEX attempt_usage_by_job ON attempt_usage (job_id);
+    """,
+    # 3: demand. A job's raised demand after an out-of-memory death, and what earlier runs of
+    # the same command measured (by command signature), for placing the next ones.
+    """
+    ALTER TABLE jobs ADD COLUMN demand TEXT;
+    CREATE TABLE demand_history (
+        signature TEXT PRIMARY KEY,
+        memory_mib REAL NOT NULL,
+        sm_pct REAL NOT NULL,
+        runs INTEGER NOT NULL,
+        updated_at REAL NOT NULL
+    );
+    """,
+    # 4: job control. A queued job can be held (never started until released), and a finished
+    # job requeued with a fresh attempt budget: attempts made before the latest requeue stay in
+    # its history (and its attempt numbers continue) but do not count against max_attempts.
+    """
+    ALTER TABLE jobs ADD COLUMN held INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE jobs ADD COLUMN attempts_before_requeue INTEGER NOT NULL DEFAULT 0;
+    """,
+)
+SCHEMA_VERSION = len(MIGRATIONS)
+
+LIVE_ATTEMPT_STATES = ("launching", "running")
+# The gpu_samples metric holding the energy a GPU used over each stored window, in joules (a
+# sum, where the other metrics are means): what "energy today" adds up.
+GPU_ENERGY_METRIC = "energy_j"
