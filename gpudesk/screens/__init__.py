@@ -20,10 +20,10 @@ def run_desk(
     if replay is not None:
         feed = ReplayFeed.load(replay)
     else:
-        from gpudesk.engine.client import connect
+        from gpudesk.api import Client
 
         home = Home.from_env()
-        connect(home).close()  # starts the engine when none runs
+        Client.connect(home).close()  # starts the engine when none runs
         feed = EngineFeed(home, interval=refresh_s)
     try:
         return DeskApp(feed, readonly=readonly, refresh_s=refresh_s).run()

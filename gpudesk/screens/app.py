@@ -8,8 +8,8 @@ import os
 import shlex
 import subprocess
 import time
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -19,7 +19,7 @@ from textual.binding import Binding, BindingType
 from textual.message import Message
 from textual.screen import Screen
 
-from gpudesk.engine.protocol import EngineError
+from gpudesk.api import ActionOutcome, EngineError, JobView, MigApplyResult
 from gpudesk.screens.base import MUTATING, DeskScreen, JobActions
 from gpudesk.screens.dialogs import ConfirmScreen, SubmitRequest, SubmitScreen
 from gpudesk.screens.feed import Feed, Frame
@@ -49,11 +49,18 @@ class FeedTrouble(Message):
         self.problem = problem
 
 
+# An action through the feed: a job-control request's outcomes, or a MIG repartition's result.
+Action = Callable[[Feed], Sequence[ActionOutcome] | MigApplyResult]
+
+
 @dataclass(frozen=True)
-class ActionResult:
+class ActionDone:
+    """How an action went, for its notification."""
+
     op: str
-    reply: dict[str, Any] | None
-    error: str | None
+    outcomes: list[ActionOutcome] = field(default_factory=list)
+    submitted: list[int] | None = None  # the new jobs' ids, for a submit
+    error: str | None = None
 
 
 class DeskApp(App[str]):
@@ -140,34 +147,34 @@ class DeskApp(App[str]):
         # read-only: hidden from the footer, and the keys do nothing
         return not (self.readonly and action in MUTATING)
 
-    def act(self, op: str, **args: Any) -> None:
-        """Run one engine action off the UI thread and say how it went."""
+    def act(self, op: str, action: Action) -> None:
+        """Run one engine action (`op` names it) off the UI thread and say how it went."""
         if self.readonly:
             self.notify("read-only desk: actions are off", severity="warning")
             return
-        self._act(op, args)
+        self._act(op, action)
 
     @work(thread=True, group="actions")
-    def _act(self, op: str, args: dict[str, Any]) -> None:
+    def _act(self, op: str, action: Action) -> None:
         try:
-            reply, error = self.feed.request(op, **args), None
+            reply = action(self.feed)
+            outcomes = [] if isinstance(reply, MigApplyResult) else list(reply)
+            done = ActionDone(op, outcomes=outcomes)
         except EngineError as exc:
-            reply, error = None, str(exc)
-        self.call_from_thread(self._acted, ActionResult(op, reply, error))
+            done = ActionDone(op, error=str(exc))
+        self.call_from_thread(self._acted, done)
 
-    def _acted(self, result: ActionResult) -> None:
+    def _acted(self, result: ActionDone) -> None:
         if not self.is_running:  # the desk closed while the action ran
             return
         if result.error:
             self.notify(f"{result.op}: {result.error}", severity="error", timeout=8)
             return
-        reply = result.reply or {}
-        outcomes = reply.get("results")
-        if isinstance(outcomes, list) and outcomes:
-            text = "; ".join(f"job {r.get('id')} {r.get('outcome')}" for r in outcomes)
-        elif "ids" in reply:
-            text = f"submitted {len(reply['ids'])} job(s): " + ", ".join(
-                str(i) for i in reply["ids"]
+        if result.outcomes:
+            text = "; ".join(f"job {r.id} {r.outcome}" for r in result.outcomes)
+        elif result.submitted is not None:
+            text = f"submitted {len(result.submitted)} job(s): " + ", ".join(
+                str(i) for i in result.submitted
             )
         else:
             text = f"{result.op}: done"
@@ -180,30 +187,30 @@ class DeskApp(App[str]):
 
         self.push_screen(ConfirmScreen(question, yes), answered)
 
-    def confirm_cancel(self, job: dict[str, Any]) -> None:
-        if job["state"] not in ("queued", "running"):
-            self.notify(f"job {job['id']} is already {job['state']}", severity="warning")
+    def confirm_cancel(self, job: JobView) -> None:
+        if job.state not in ("queued", "running"):
+            self.notify(f"job {job.id} is already {job.state}", severity="warning")
             return
-        what = "stop the running" if job["state"] == "running" else "cancel the queued"
+        what = "stop the running" if job.state == "running" else "cancel the queued"
         self.confirm(
-            f"Really {what} job {job['id']} ({job['name']})?",
-            lambda: self.act("cancel", jobs=[job["id"]]),
+            f"Really {what} job {job.id} ({job.name})?",
+            lambda: self.act("cancel", lambda feed: feed.cancel([job.id])),
             yes="Cancel job",
         )
 
     def open_job(self, job_id: int) -> None:
         self.push_screen(JobScreen(job_id))
 
-    def open_log(self, job: dict[str, Any]) -> None:
-        if not job.get("log"):
-            self.notify(f"job {job['id']} has no log yet (it has not started)", severity="warning")
+    def open_log(self, job: JobView) -> None:
+        if not job.log:
+            self.notify(f"job {job.id} has no log yet (it has not started)", severity="warning")
             return
         self.push_screen(LogScreen(job))
 
-    def page_log(self, job: dict[str, Any]) -> None:
-        path = job.get("log")
+    def page_log(self, job: JobView) -> None:
+        path = job.log
         if not path:
-            self.notify(f"job {job['id']} has no log yet", severity="warning")
+            self.notify(f"job {job.id} has no log yet", severity="warning")
             return
         pager = shlex.split(os.environ.get("PAGER") or "less -R +G")
         try:
@@ -258,8 +265,6 @@ class DeskApp(App[str]):
                     timeout=6,
                 )
 
-        reply: dict[str, Any] | None = None
-        error: str | None = None
         try:
             if request.profile is not None:
                 profile = load_profile(request.profile)
@@ -271,21 +276,21 @@ class DeskApp(App[str]):
                 )
                 failed = outcome.failed_prepasses
                 if failed:
-                    error = "; ".join(p.describe() for p in failed)
+                    done = ActionDone("submit", error="; ".join(p.describe() for p in failed))
                 else:
-                    reply = {"ids": outcome.job_ids}
+                    done = ActionDone("submit", submitted=outcome.job_ids)
             else:
                 spec = JobSpec.from_dict(request.job or {})
-                reply = {"ids": submit_specs(self.feed, [spec])}
+                done = ActionDone("submit", submitted=submit_specs(self.feed, [spec]))
         except WaitStopped:
             return  # the desk closed while pre-passes ran; they go on in the engine
         except ProfileError as exc:
-            error = f"the profile is not valid:\n{exc}"
+            done = ActionDone("submit", error=f"the profile is not valid:\n{exc}")
         except SpecError as exc:
-            error = f"{exc.key}: {exc.message}"
+            done = ActionDone("submit", error=f"{exc.key}: {exc.message}")
         except (EngineError, OSError) as exc:
-            error = str(exc)
-        self.call_from_thread(self._acted, ActionResult("submit", reply, error))
+            done = ActionDone("submit", error=str(exc))
+        self.call_from_thread(self._acted, done)
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen(self.readonly))

@@ -3,11 +3,12 @@ redrawn from the app's latest `DeskState` (when it changes, and when the screen 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from textual.css.query import NoMatches
 from textual.screen import Screen
 
+from gpudesk.api import JobView
 from gpudesk.screens.state import DeskState
 from gpudesk.screens.widgets.strips import DeskHeader
 
@@ -52,7 +53,7 @@ class JobActions(DeskScreen):
     """The actions on one job, for screens that have a current job (the queue's selected row,
     the job detail's job)."""
 
-    def current_job(self) -> dict[str, Any] | None:
+    def current_job(self) -> JobView | None:
         raise NotImplementedError
 
     def action_cancel_job(self) -> None:
@@ -61,11 +62,16 @@ class JobActions(DeskScreen):
 
     def action_hold_job(self) -> None:
         if job := self.current_job():
-            self.desk.act("release" if job.get("held") else "hold", jobs=[job["id"]])
+            job_id = job.id
+            if job.held:
+                self.desk.act("release", lambda feed: feed.release([job_id]))
+            else:
+                self.desk.act("hold", lambda feed: feed.hold([job_id]))
 
     def action_requeue_job(self) -> None:
         if job := self.current_job():
-            self.desk.act("requeue", jobs=[job["id"]])
+            job_id = job.id
+            self.desk.act("requeue", lambda feed: feed.requeue([job_id]))
 
     def action_log_job(self) -> None:
         if job := self.current_job():

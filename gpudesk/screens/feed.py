@@ -1,10 +1,11 @@
 """Where the desk's data comes from: one `Feed` read by one worker thread.
 
-`EngineFeed` follows the engine: it listens on the engine's event socket (job changes and every
-telemetry sample) and asks for the job table and the station status when something changed, at
-most once per refresh interval. `ReplayFeed` plays recorded frames back, for stable snapshots and
-demos. Screens never talk to a feed: the app's worker turns each frame into a `DeskState` and
-posts it to them as a message.
+`EngineFeed` follows the engine through `gpudesk.api.Client`: it listens on the engine's event
+socket (job changes and every telemetry sample) and asks for the job table and the station
+status when something changed, at most once per refresh interval. `ReplayFeed` plays frames
+recorded from a real engine back (tests/tui/record_replay.py), for stable snapshots and demos.
+Screens never read a feed: the app's worker turns each frame into a `DeskState` and posts it to
+them as a message. Actions and detail reads go through the feed's typed methods.
 """
 
 from __future__ import annotations
@@ -13,11 +14,34 @@ import json
 import re
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
+from gpudesk.api import (
+    ActionOutcome,
+    Client,
+    ConfigureResult,
+    DatasetsResult,
+    EngineError,
+    EventStream,
+    HistoryPoint,
+    JobDetail,
+    JobList,
+    JobView,
+    MigApplyResult,
+    MigPlanResult,
+    Snapshot,
+    StationStatus,
+    SubmitResult,
+    TelemetryEvent,
+    TelemetryResult,
+    WireModel,
+    to_builtins,
+)
+from gpudesk.api.client import decode
 from gpudesk.paths import Home
 from gpudesk.render import file_end
 
@@ -26,57 +50,63 @@ PROGRESS = re.compile(r"\bepoch[ =]?(\d+)\s*/\s*(\d+)", re.IGNORECASE)
 TELEMETRY_HISTORY_POINTS = 120
 JOBS_REFRESH_INTERVALS = 5  # the job table is re-read on a job event, else this often
 
+Progress = dict[int, tuple[int, int]]  # job id -> (epoch, of), from the job's log
+Result = TypeVar("Result")
+
+# The submit workflow (gpudesk.api.submit) still asks through `request(op, **args) -> dict`;
+# these are the ops it sends, each decoded through its model before it is handed back as data.
+SUBMIT_WORKFLOW_REPLIES: dict[str, type[WireModel]] = {
+    "configure": ConfigureResult,
+    "datasets": DatasetsResult,
+    "submit": SubmitResult,
+    "jobs": JobList,
+}
+
 
 @dataclass(frozen=True)
 class Frame:
     """One view of the engine: its status, the job table and the latest telemetry sample."""
 
-    status: dict[str, Any]
-    jobs: list[dict[str, Any]]
-    telemetry: dict[str, Any] | None
-    energy_today_j: dict[int, float] = field(default_factory=dict)
-    history: list[dict[str, Any]] = field(default_factory=list)  # earlier samples, oldest first
-    progress: dict[int, tuple[int, int]] = field(default_factory=dict)  # job id -> (epoch, of)
+    status: StationStatus
+    jobs: list[JobView]
+    telemetry: Snapshot | None  # None before the engine's first sample
+    energy_today_j: dict[int, float] = field(default_factory=dict)  # GPU index -> joules
+    history: list[HistoryPoint] = field(default_factory=list)  # earlier samples, oldest first
+    progress: Progress = field(default_factory=dict)
     taken_at: float = 0.0
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "status": self.status,
-            "jobs": self.jobs,
-            "telemetry": self.telemetry,
-            "energy_today_j": {str(k): v for k, v in self.energy_today_j.items()},
-            "history": self.history,
-            "progress": {str(k): list(v) for k, v in self.progress.items()},
-            "taken_at": self.taken_at,
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Frame:
-        return cls(
-            status=data["status"],
-            jobs=data["jobs"],
-            telemetry=data.get("telemetry"),
-            energy_today_j={
-                int(k): float(v) for k, v in (data.get("energy_today_j") or {}).items()
-            },
-            history=data.get("history") or [],
-            progress={
-                int(k): (int(v[0]), int(v[1])) for k, v in (data.get("progress") or {}).items()
-            },
-            taken_at=float(data.get("taken_at") or 0.0),
-        )
 
 
 class Feed(Protocol):
-    """What the desk reads from and acts through."""
+    """What the desk reads from and acts through. Every method but `next_frame` may be called
+    from any thread; each raises `EngineError` when the engine refuses or cannot answer."""
 
     readonly_reason: str | None  # why actions are impossible, else None
 
     def next_frame(self, timeout: float) -> Frame | None:
         """The next frame once something changed (None when nothing did within `timeout`)."""
 
+    def show(self, job_id: int) -> JobDetail: ...
+
+    def cancel(self, job_ids: Sequence[int]) -> list[ActionOutcome]: ...
+
+    def hold(self, job_ids: Sequence[int]) -> list[ActionOutcome]: ...
+
+    def release(self, job_ids: Sequence[int]) -> list[ActionOutcome]: ...
+
+    def requeue(self, job_ids: Sequence[int]) -> list[ActionOutcome]: ...
+
+    def move_priority(self, job_ids: Sequence[int], delta: int) -> list[ActionOutcome]:
+        """Raise (+1) or lower (-1) the jobs' priority."""
+
+    def mig_plan(self) -> MigPlanResult:
+        """The MIG layout the queue would want, on every MIG-capable GPU."""
+
+    def mig_apply(self, gpu: int, profiles: Sequence[str]) -> MigApplyResult:
+        """Repartition `gpu` (the desk asked the user first)."""
+
     def request(self, op: str, **args: Any) -> dict[str, Any]:
-        """One engine request (an action, or a read such as `show`)."""
+        """One request of the submit workflow (gpudesk.api.submit takes anything with this
+        method), its reply as plain data; only the ops in SUBMIT_WORKFLOW_REPLIES."""
 
     def close(self) -> None: ...
 
@@ -101,54 +131,46 @@ class EngineFeed:
     readonly_reason: str | None = None
 
     def __init__(self, home: Home, interval: float = 1.0) -> None:
-        from gpudesk.engine.client import EngineClient
-
         self.home = home
         self.interval = interval
-        self.client = EngineClient(home, timeout=10.0)
-        self.actions = EngineClient(home, timeout=10.0)
+        self.client = Client.attach(home, timeout=10.0)
+        # Actions and detail reads come from other threads than `next_frame`'s: a client of
+        # their own (zmq sockets are not thread-safe), one request at a time.
+        self.actions = Client.attach(home, timeout=10.0)
         self._actions_lock = threading.Lock()
-        self._events: Any = None
-        self._events_cm: Any = None
-        self._telemetry: dict[str, Any] | None = None
-        self._history: list[dict[str, Any]] = []
+        self._events: EventStream | None = None
+        self._events_cm: AbstractContextManager[EventStream] | None = None
+        self._telemetry: Snapshot | None = None
+        self._history: list[HistoryPoint] = []
         self._first = True
         self._jobs_stale = True
-        self._jobs: list[dict[str, Any]] = []
+        self._jobs: list[JobView] = []
         self._energy_today: dict[int, float] = {}
         self._jobs_at = 0.0
         self._last_frame_at = 0.0
 
-    def _subscribe(self) -> Any:
+    def _subscribe(self) -> EventStream:
         if self._events is None:
-            self._events_cm = self.client.subscribe()
+            self._events_cm = self.client.events()
             self._events = self._events_cm.__enter__()
         return self._events
 
     def next_frame(self, timeout: float) -> Frame | None:
-        import zmq
-
-        from gpudesk.engine import protocol
-
         events = self._subscribe()
         if self._first:
-            reply = self.client.request("telemetry", history=TELEMETRY_HISTORY_POINTS)
-            self._telemetry = reply.get("snapshot")
-            self._history = reply.get("history") or []
+            reply = self.client.telemetry(history=TELEMETRY_HISTORY_POINTS)
+            self._telemetry, self._history = reply.snapshot, reply.history
             self._first = False
             return self._frame(with_history=True)
         deadline = time.monotonic() + timeout
         changed = False
         while True:
             wait = deadline - time.monotonic()
-            if wait <= 0:
+            if wait <= 0 or not events.wait(wait):
                 break
-            if not events.poll(int(wait * 1000)):
-                break
-            while events.poll(0):
-                topic, payload = protocol.decode_event(events.recv_multipart(zmq.NOBLOCK))
-                if topic == "telemetry":
-                    self._telemetry = payload
+            for event in events.drain():
+                if isinstance(event, TelemetryEvent):
+                    self._telemetry = event
                 else:
                     self._jobs_stale = True
                 changed = True
@@ -160,39 +182,63 @@ class EngineFeed:
         return self._frame()
 
     def _frame(self, with_history: bool = False) -> Frame:
-        status = self.client.request("status")
+        status = self.client.status()
         now = time.monotonic()
         if self._jobs_stale or now - self._jobs_at >= JOBS_REFRESH_INTERVALS * self.interval:
             # usage and energy move while jobs run even when no job changes state
-            self._jobs = self.client.request("jobs", usage=True)["jobs"]
-            today = self.client.request("telemetry").get("energy_today_j") or {}
-            self._energy_today = {int(k): float(v) for k, v in today.items() if v is not None}
+            self._jobs = self.client.jobs(usage=True)
+            self._energy_today = self.client.telemetry().energy_today_j
             self._jobs_stale, self._jobs_at = False, now
-        jobs = self._jobs
-        energy_today = self._energy_today
-        telemetry = self._telemetry
         progress = {}
-        for job in jobs:
-            if job["state"] == "running":
-                found = read_progress(job.get("log"))
-                if found:
-                    progress[job["id"]] = found
+        for job in self._jobs:
+            if job.state == "running" and (found := read_progress(job.log)):
+                progress[job.id] = found
         self._last_frame_at = time.monotonic()
         return Frame(
             status=status,
-            jobs=jobs,
-            telemetry=telemetry,
-            energy_today_j=energy_today,
+            jobs=self._jobs,
+            telemetry=self._telemetry,
+            energy_today_j=self._energy_today,
             history=self._history if with_history else [],
             progress=progress,
             taken_at=time.time(),
         )
 
-    def request(self, op: str, **args: Any) -> dict[str, Any]:
-        # Actions and detail reads come from other threads than `next_frame`'s: a socket of
-        # their own (zmq sockets are not thread-safe), one request at a time.
+    def _act(self, request: Callable[[Client], Result]) -> Result:
         with self._actions_lock:
-            return self.actions.request(op, **args)
+            return request(self.actions)
+
+    def show(self, job_id: int) -> JobDetail:
+        return self._act(lambda client: client.show(job_id))
+
+    def cancel(self, job_ids: Sequence[int]) -> list[ActionOutcome]:
+        return self._act(lambda client: client.cancel(job_ids))
+
+    def hold(self, job_ids: Sequence[int]) -> list[ActionOutcome]:
+        return self._act(lambda client: client.hold(job_ids))
+
+    def release(self, job_ids: Sequence[int]) -> list[ActionOutcome]:
+        return self._act(lambda client: client.release(job_ids))
+
+    def requeue(self, job_ids: Sequence[int]) -> list[ActionOutcome]:
+        return self._act(lambda client: client.requeue(job_ids))
+
+    def move_priority(self, job_ids: Sequence[int], delta: int) -> list[ActionOutcome]:
+        return self._act(lambda client: client.set_priority(job_ids, delta=delta))
+
+    def mig_plan(self) -> MigPlanResult:
+        return self._act(lambda client: client.mig_plan())
+
+    def mig_apply(self, gpu: int, profiles: Sequence[str]) -> MigApplyResult:
+        return self._act(lambda client: client.mig_apply(gpu, profiles, confirm=True))
+
+    def request(self, op: str, **args: Any) -> dict[str, Any]:
+        model = SUBMIT_WORKFLOW_REPLIES.get(op)
+        if model is None:
+            raise EngineError(f"the desk sends {op!r} through its typed methods", "unknown_op")
+        decoded = self._act(lambda client: client.call(model, op, **args))
+        reply: dict[str, Any] = to_builtins(decoded)  # the wire's shape, checked
+        return reply
 
     def close(self) -> None:
         if self._events_cm is not None:
@@ -202,27 +248,77 @@ class EngineFeed:
         self.actions.close()
 
 
+Model = TypeVar("Model", bound=WireModel)
+
+
+def _decoded(model: type[Model], data: Any, what: str) -> Model:
+    """Recorded JSON decoded as strictly as the engine's replies are (`gpudesk.api.client`)."""
+    return decode(model, json.dumps(data).encode(), what)
+
+
+def load_recording(path: Path) -> tuple[list[Frame], dict[int, JobDetail], MigPlanResult | None]:
+    """The frames, job details and MIG plan of a recording (tests/tui/record_replay.py writes
+    them; its docstring describes the file). A frame that leaves out the status or the jobs
+    reuses the previous frame's, as `EngineFeed` does between reads."""
+    data = json.loads(path.read_text())
+    frames: list[Frame] = []
+    status: StationStatus | None = None
+    jobs: list[JobView] | None = None
+    telemetry: Snapshot | None = None
+    energy_today: dict[int, float] = {}
+    progress: Progress = {}
+    for number, raw in enumerate(data["frames"]):
+        where = f"{path.name} frame {number}"
+        history: list[HistoryPoint] = []
+        if "status" in raw:
+            status = _decoded(StationStatus, raw["status"], f"{where} status")
+        if "jobs" in raw:
+            jobs = _decoded(JobList, raw["jobs"], f"{where} jobs").jobs
+            progress = {int(k): (int(v[0]), int(v[1])) for k, v in raw["progress"].items()}
+        if "telemetry" in raw:
+            reply = _decoded(TelemetryResult, raw["telemetry"], f"{where} telemetry")
+            telemetry, history, energy_today = reply.snapshot, reply.history, reply.energy_today_j
+        if "event" in raw:
+            telemetry = _decoded(TelemetryEvent, raw["event"], f"{where} telemetry event")
+        if status is None or jobs is None:
+            raise ValueError(f"{where}: the first frame needs the status and the jobs")
+        frames.append(
+            Frame(status, jobs, telemetry, energy_today, history, progress, float(raw["taken_at"]))
+        )
+    details = data.get("details") or {}
+    shows = {
+        int(key.removeprefix("show:")): _decoded(JobDetail, value, f"{path.name} {key}")
+        for key, value in details.items()
+        if key.startswith("show:")
+    }
+    plan = details.get("mig_plan")
+    return frames, shows, None if plan is None else _decoded(MigPlanResult, plan, "mig_plan")
+
+
 class ReplayFeed:
-    """Plays back recorded frames (a JSON list of `Frame.to_dict()`), one per call, then keeps
-    the last; actions are refused. Used for snapshot tests and offline demos."""
+    """Plays back recorded frames, one per call, then keeps the last; the recorded `show` and
+    `mig_plan` replies answer those reads; actions are refused. Used for snapshot tests and
+    offline demos."""
 
     def __init__(
         self,
         frames: Sequence[Frame],
-        details: dict[str, Any] | None = None,
+        shows: Mapping[int, JobDetail] | None = None,
+        plan: MigPlanResult | None = None,
         readonly_reason: str | None = "a recorded replay",
     ) -> None:
         if not frames:
             raise ValueError("a replay needs at least one frame")
         self.frames = list(frames)
-        self.details = details or {}  # read replies by request key (see `request`)
+        self.shows = dict(shows or {})
+        self.plan = plan
         self.readonly_reason = readonly_reason
         self.position = 0
 
     @classmethod
-    def load(cls, path: Path) -> ReplayFeed:
-        data = json.loads(path.read_text())
-        return cls([Frame.from_dict(f) for f in data["frames"]], data.get("details"))
+    def load(cls, path: Path, readonly_reason: str | None = "a recorded replay") -> ReplayFeed:
+        frames, shows, plan = load_recording(path)
+        return cls(frames, shows, plan, readonly_reason)
 
     def next_frame(self, timeout: float) -> Frame | None:
         if self.position >= len(self.frames):
@@ -232,14 +328,39 @@ class ReplayFeed:
         self.position += 1
         return frame
 
-    def request(self, op: str, **args: Any) -> dict[str, Any]:
-        """A recorded reply: `show` by "show:JOB", anything else by its op name."""
-        key = f"{op}:{args['job']}" if "job" in args else op
-        if key in self.details:
-            return self.details[key]
-        from gpudesk.engine.protocol import EngineError
+    def _not_recorded(self, what: str) -> EngineError:
+        return EngineError(f"{what} is not available in a recorded replay")
 
-        raise EngineError(f"{op} is not available in a recorded replay")
+    def show(self, job_id: int) -> JobDetail:
+        if job_id in self.shows:
+            return self.shows[job_id]
+        raise self._not_recorded(f"show {job_id}")
+
+    def mig_plan(self) -> MigPlanResult:
+        if self.plan is None:
+            raise self._not_recorded("mig_plan")
+        return self.plan
+
+    def cancel(self, job_ids: Sequence[int]) -> list[ActionOutcome]:
+        raise self._not_recorded("cancel")
+
+    def hold(self, job_ids: Sequence[int]) -> list[ActionOutcome]:
+        raise self._not_recorded("hold")
+
+    def release(self, job_ids: Sequence[int]) -> list[ActionOutcome]:
+        raise self._not_recorded("release")
+
+    def requeue(self, job_ids: Sequence[int]) -> list[ActionOutcome]:
+        raise self._not_recorded("requeue")
+
+    def move_priority(self, job_ids: Sequence[int], delta: int) -> list[ActionOutcome]:
+        raise self._not_recorded("priority")
+
+    def mig_apply(self, gpu: int, profiles: Sequence[str]) -> MigApplyResult:
+        raise self._not_recorded("mig_apply")
+
+    def request(self, op: str, **args: Any) -> dict[str, Any]:
+        raise self._not_recorded(op)
 
     def close(self) -> None:
         pass

@@ -4,7 +4,9 @@ energy and CPU time, the shared loader it reads, and the end of its log. And the
 from __future__ import annotations
 
 import time
-from typing import Any, ClassVar
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import ClassVar
 
 from rich.text import Text
 from textual import work
@@ -14,11 +16,11 @@ from textual.containers import VerticalScroll
 from textual.widgets import Footer, Log, Static
 
 from gpudesk import render
-from gpudesk.engine.protocol import EngineError
+from gpudesk.api import EngineError, JobDetail, JobView, LoaderView
 from gpudesk.screens.base import DeskScreen, JobActions
 from gpudesk.screens.feed import read_log_tail
 from gpudesk.screens.queue import STATE_STYLES, job_state
-from gpudesk.screens.state import DeskState, sharing_mode
+from gpudesk.screens.state import DeskState, job_runtime, sharing_mode
 from gpudesk.screens.widgets.glyphs import energy_text, sparkline
 from gpudesk.screens.widgets.strips import DeskHeader
 
@@ -27,94 +29,98 @@ EVENTS_SHOWN = 12
 LOG_LINES = 8
 
 
-def _runtime(job: dict[str, Any], state: DeskState) -> str:
-    return render.duration(render.job_runtime(job, state.now)) if job.get("started_at") else "-"
+@dataclass(frozen=True)
+class DetailTrouble:
+    """Why the job's detail could not be read, and when."""
+
+    at: float
+    message: str
 
 
-def render_summary(job: dict[str, Any], detail: dict[str, Any] | None, state: DeskState) -> Text:
+def _runtime(job: JobView, state: DeskState) -> str:
+    return render.duration(job_runtime(job, state.now)) if job.started_at else "-"
+
+
+def render_summary(job: JobView, detail: JobDetail | None, state: DeskState) -> Text:
     text = Text()
     shown = job_state(job)
-    text.append(f"job {job['id']} ", style="bold")
-    text.append(job["name"], style="bold")
+    text.append(f"job {job.id} ", style="bold")
+    text.append(job.name, style="bold")
     text.append(f"  {shown}", style=STATE_STYLES.get(shown, ""))
-    spec = job["spec"]
-    text.append(
-        f"  attempt {job['attempts']}/{job['max_attempts']}  priority {spec.get('priority', 0)}"
-    )
-    where = job.get("slot")
-    if where:
-        text.append(f"\non {where} ({sharing_mode(job)})")
-    wants = f"{spec.get('gpus', 0)} GPU(s)"
-    if spec.get("memory_gb") is not None:
-        wants += f", {spec['memory_gb']:g} GB"
-    if spec.get("sm_pct") is not None:
-        wants += f", SM {spec['sm_pct']:g}%"
+    spec = job.spec
+    text.append(f"  attempt {job.attempts}/{job.max_attempts}  priority {spec.priority}")
+    if job.slot:
+        text.append(f"\non {job.slot} ({sharing_mode(job, state)})")
+    wants = f"{spec.gpus} GPU(s)"
+    if spec.memory_gb is not None:
+        wants += f", {spec.memory_gb:g} GB"
+    if spec.sm_pct is not None:
+        wants += f", SM {spec.sm_pct:g}%"
     text.append(f"\nasks for {wants}; runtime {_runtime(job, state)}")
-    if spec.get("dataset"):
+    if spec.dataset:
         loader = job_loader(job, state.loaders)
-        text.append(f"\nreads dataset {spec['dataset']}")
-        chosen = ((loader or {}).get("status") or {}).get("selection")
+        status = loader.status if loader else None
+        text.append(f"\nreads dataset {spec.dataset}")
+        chosen = status.selection if status else None
         if chosen:
-            text.append(
-                f" (selection {chosen['preset']}: {chosen['kept']} of {chosen['of']} samples)"
-            )
-        elif spec.get("selection"):
-            text.append(f" (selection {spec['selection']})")
+            text.append(f" (selection {chosen.preset}: {chosen.kept} of {chosen.of} samples)")
+        elif spec.selection:
+            text.append(f" (selection {spec.selection})")
         if loader:
-            status = loader.get("status") or {}
             text.append(
-                f" through shared loader {loader['name']} (pid {loader.get('pid')}, "
-                f"{len(status.get('consumers') or [])} consumers)"
+                f" through shared loader {loader.name} (pid {loader.pid}, "
+                f"{len(status.consumers) if status else 0} consumers)"
             )
-    waiting = (detail or {}).get("waiting")
+    waiting = detail.waiting if detail else None
     if waiting:
         text.append("\nwaiting: ", style="bold yellow")
-        text.append(str(waiting))
-    if job.get("reason") and job["state"] != "running":
-        text.append(f"\n{job['reason']}", style="dim")
+        text.append(waiting)
+    if job.reason and job.state != "running":
+        text.append(f"\n{job.reason}", style="dim")
     return text
 
 
-def job_loader(job: dict[str, Any], loaders: list[dict[str, Any]]) -> dict[str, Any] | None:
+def job_loader(job: JobView, loaders: Sequence[LoaderView]) -> LoaderView | None:
     """The shared loader the engine says the job reads (its dataset's, or the variant for the
     job's own selection); the dataset's when the engine does not say."""
-    name = job.get("loader") or job["spec"].get("dataset")
-    return next((entry for entry in loaders if entry["name"] == name), None)
+    name = job.loader or job.spec.dataset
+    return next((entry for entry in loaders if entry.name == name), None)
 
 
-def render_usage(
-    job: dict[str, Any], detail: dict[str, Any] | None, state: DeskState, width: int
-) -> Text:
+def render_usage(job: JobView, detail: JobDetail | None, state: DeskState, width: int) -> Text:
     text = Text()
-    usage = (detail or {}).get("usage") or job.get("usage") or {}
+    usage = (detail.usage if detail else None) or job.usage
     text.append("energy ", style="bold")
-    text.append(("~" if usage.get("estimate") else "") + energy_text(usage.get("total_j")))
-    if usage.get("gpu_j") is not None:
-        text.append(f" (GPU {energy_text(usage.get('gpu_j'))}")
-        if usage.get("cpu_j") is not None:
-            text.append(f", CPU {energy_text(usage.get('cpu_j'))}")
-        text.append(")")
-    if usage.get("carbon_g") is not None:
-        text.append(f"  ≈{usage['carbon_g']:.1f} g CO2e")
-    if usage.get("cpu_s") is not None:
-        text.append(f"  CPU time {render.duration(usage['cpu_s'])}")
-    series = state.job_series.get(job["id"])
-    live = state.job_telemetry(job["id"]) or {}
+    if usage is None:
+        text.append(energy_text(None))
+    else:
+        text.append(("~" if usage.estimate else "") + energy_text(usage.total_j))
+        if usage.gpu_j is not None:
+            text.append(f" (GPU {energy_text(usage.gpu_j)}")
+            if usage.cpu_j is not None:
+                text.append(f", CPU {energy_text(usage.cpu_j)}")
+            text.append(")")
+        if usage.carbon_g is not None:
+            text.append(f"  ≈{usage.carbon_g:.1f} g CO2e")
+        if usage.cpu_s is not None:
+            text.append(f"  CPU time {render.duration(usage.cpu_s)}")
+    series = state.job_series.get(job.id)
+    live = state.job_telemetry(job.id)
     span = max(10, width - 22)
     if series:
         for label, values, now, top, unit in (
-            ("SM  ", series.sm, live.get("gpu_sm_pct"), 100.0, "%"),
+            ("SM  ", series.sm, live.gpu_sm_pct if live else None, 100.0, "%"),
             (
                 "MEM ",
                 series.memory,
-                live.get("gpu_memory_mib"),
+                live.gpu_memory_mib if live else None,
                 max([v for v in series.memory if v] or [1.0]),
                 " MiB",
             ),
             (
                 "CPU ",
                 series.cpu,
-                live.get("cpu_pct"),
+                live.cpu_pct if live else None,
                 max([v for v in series.cpu if v] + [100.0]),
                 "%",
             ),
@@ -122,20 +128,24 @@ def render_usage(
             text.append(f"\n{label}", style="bold")
             text.append(sparkline(values, span, top), style="green")
             text.append(f" {'n/a' if now is None else f'{now:.0f}{unit}'}")
-    elif job["state"] == "running":
+    elif job.state == "running":
         text.append("\n(series start with the next sample)", style="dim")
     return text
 
 
-def render_events(detail: dict[str, Any] | None) -> Text:
+def render_events(detail: JobDetail | None, trouble: DetailTrouble | None = None) -> Text:
     text = Text()
-    events = (detail or {}).get("events") or []
     text.append("placement and events", style="bold")
+    if trouble is not None:
+        text.append(f"\n{render.clock(trouble.at)} ", style="dim")
+        text.append(trouble.message)
+        return text
+    events = detail.events if detail else []
     if not events:
         text.append("\n(loading…)" if detail is None else "\n(none)", style="dim")
     for event in events[-EVENTS_SHOWN:]:
-        text.append(f"\n{render.clock(event.get('ts'))} ", style="dim")
-        text.append(str(event.get("message", "")))
+        text.append(f"\n{render.clock(event.ts)} ", style="dim")
+        text.append(event.message)
     return text
 
 
@@ -152,7 +162,8 @@ class JobScreen(JobActions):
     def __init__(self, job_id: int) -> None:
         super().__init__()
         self.job_id = job_id
-        self.detail: dict[str, Any] | None = None
+        self.detail: JobDetail | None = None
+        self.trouble: DetailTrouble | None = None
         self.log_tail: list[str] = []
         self.loaded_at = 0.0
 
@@ -173,30 +184,33 @@ class JobScreen(JobActions):
         width = self.query_one("#job-body").content_size.width or 78
         self.query_one("#job-summary", Static).update(render_summary(job, self.detail, state))
         self.query_one("#job-usage", Static).update(render_usage(job, self.detail, state, width))
-        self.query_one("#job-events", Static).update(render_events(self.detail))
-        tail = Text("log " + (job.get("log") or "(none yet)"), style="bold")
+        self.query_one("#job-events", Static).update(render_events(self.detail, self.trouble))
+        tail = Text("log " + (job.log or "(none yet)"), style="bold")
         for line in self.log_tail[-LOG_LINES:]:
             tail.append("\n" + line, style="")
         self.query_one("#job-log", Static).update(tail)
         if time.monotonic() - self.loaded_at >= DETAIL_REFRESH_S:
             self.loaded_at = time.monotonic()
-            self.load_detail(job.get("log"))
+            self.load_detail(job.log)
 
     @work(thread=True, exclusive=True, group="job-detail")
     def load_detail(self, log: str | None) -> None:
+        detail, trouble = self.detail, None
         try:
-            detail = self.desk.feed.request("show", job=self.job_id)
+            detail = self.desk.feed.show(self.job_id)
         except EngineError as exc:
-            detail = {"events": [{"ts": time.time(), "message": f"(could not load: {exc})"}]}
+            trouble = DetailTrouble(time.time(), f"(could not load: {exc})")
         tail = read_log_tail(log, LOG_LINES)
-        self.app.call_from_thread(self._loaded, detail, tail)
+        self.app.call_from_thread(self._loaded, detail, trouble, tail)
 
-    def _loaded(self, detail: dict[str, Any], tail: list[str]) -> None:
-        self.detail, self.log_tail = detail, tail
+    def _loaded(
+        self, detail: JobDetail | None, trouble: DetailTrouble | None, tail: list[str]
+    ) -> None:
+        self.detail, self.trouble, self.log_tail = detail, trouble, tail
         if self.is_current:
             self.show_state(self.desk.state)
 
-    def current_job(self) -> dict[str, Any] | None:
+    def current_job(self) -> JobView | None:
         return self.desk.state.job(self.job_id)
 
 
@@ -210,17 +224,17 @@ class LogScreen(DeskScreen):
     ]
     POLL_S = 0.5
 
-    def __init__(self, job: dict[str, Any]) -> None:
+    def __init__(self, job: JobView) -> None:
         super().__init__()
         self.job = job
-        self.path = job.get("log")
+        self.path = job.log
         self.read_offset = 0
         self.follow = True
 
     def compose(self) -> ComposeResult:
         yield DeskHeader()
         yield Static(
-            f"log of job {self.job['id']} {self.job['name']}: {self.path or '(none)'}",
+            f"log of job {self.job.id} {self.job.name}: {self.path or '(none)'}",
             id="log-title",
         )
         yield Log(id="log", highlight=False, auto_scroll=True)

@@ -9,6 +9,7 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.widgets import DataTable, Footer, Static
 
+from gpudesk.api import LoaderView
 from gpudesk.screens.base import DeskScreen
 from gpudesk.screens.state import DeskState
 from gpudesk.screens.widgets.strips import DeskHeader
@@ -22,60 +23,59 @@ COLUMNS = (
 )
 
 
-def loader_line(loader: dict[str, Any]) -> Text:
+def loader_line(loader: LoaderView) -> Text:
     """One line per loader above the table: what it serves and what sharing saved."""
-    spec = loader.get("spec") or {}
-    text = Text(loader["name"], style="bold")
+    spec = loader.spec
+    text = Text(loader.name, style="bold")
     text.append(
-        f": {spec.get('factory', '?')}, batch {spec.get('batch_size', '?')}, "
-        f"{spec.get('workers', '?')} workers, seed {spec.get('seed', 0)}"
+        f": {spec.factory}, batch {spec.batch_size}, {spec.workers} workers, seed {spec.seed}"
     )
-    chosen = (loader.get("status") or {}).get("selection") or {}
+    chosen = loader.status.selection if loader.status else None
     if chosen:
-        text.append(
-            f", selection {chosen.get('preset')} ({chosen.get('kept')} of "
-            f"{chosen.get('of')} samples)"
-        )
-    elif spec.get("selection"):
-        text.append(f", selection {spec['selection']}")
-    if not loader.get("running", True):
+        text.append(f", selection {chosen.preset} ({chosen.kept} of {chosen.of} samples)")
+    elif spec.selection:
+        text.append(f", selection {spec.selection}")
+    if not loader.running:
         text.append("  (stopped)", style="dim")
-    if loader.get("saved_cpu_s") is not None:
+    if loader.saved_cpu_s is not None and loader.cpu_s is not None:
         text.append(
-            f"; producer CPU {loader['cpu_s']:.0f} s, "
-            f"{loader['saved_cpu_s']:.0f} s saved against unshared loading",
+            f"; producer CPU {loader.cpu_s:.0f} s, "
+            f"{loader.saved_cpu_s:.0f} s saved against unshared loading",
             style="green",
         )
     return text
 
 
-def loader_rows(loader: dict[str, Any]) -> list[tuple[str, tuple[Any, ...]]]:
+Cells = tuple[Text | str, str, str, str, str]
+
+
+def loader_rows(loader: LoaderView) -> list[tuple[str, Cells]]:
     """(row key, cells) for a loader and each of its consumers."""
-    status = loader.get("status") or {}
-    stream = status.get("stream") or [None, None]
-    name: Text | str = Text(f"{loader['name']} (pid {loader.get('pid')})", style="bold")
+    status = loader.status
+    name = Text(f"{loader.name} (pid {loader.pid})", style="bold")
     cpu = "-"
-    if loader.get("cpu_s") is not None:
-        cpu = f"{loader['cpu_s']:.0f} s"
-        if loader.get("saved_cpu_s") is not None:
-            cpu += f" ({loader['saved_cpu_s']:.0f} s)"
-    slots = f"{status.get('slots_used', 0)}/{status.get('slots', '?')}" if status else "-"
-    epoch = f"{stream[0]}@{stream[1]}" if stream[0] is not None else "-"
-    rows = [(f"loader:{loader['name']}", (name, epoch, "", slots, cpu))]
-    for consumer in status.get("consumers") or []:
-        position = consumer.get("position")
-        where = f"{consumer['epoch']}@{position[1]}" if position else str(consumer["epoch"])
-        label = f"  pid {consumer['pid']} batch {consumer['batch_size']}"
-        if consumer.get("makeups_left"):
-            label += f" +{consumer['makeups_left']} make-ups"
+    if loader.cpu_s is not None:
+        cpu = f"{loader.cpu_s:.0f} s"
+        if loader.saved_cpu_s is not None:
+            cpu += f" ({loader.saved_cpu_s:.0f} s)"
+    slots = f"{status.slots_used}/{status.slots}" if status else "-"
+    # the producer's stream: [epoch, position in it]
+    epoch = f"{status.stream[0]}@{status.stream[1]}" if status and len(status.stream) > 1 else "-"
+    rows: list[tuple[str, Cells]] = [(f"loader:{loader.name}", (name, epoch, "", slots, cpu))]
+    for consumer in status.consumers if status else []:
+        position = consumer.position
+        where = f"{consumer.epoch}@{position[1]}" if position else str(consumer.epoch)
+        label = f"  pid {consumer.pid} batch {consumer.batch_size}"
+        if consumer.makeups_left:
+            label += f" +{consumer.makeups_left} make-ups"
         rows.append(
             (
-                f"consumer:{loader['name']}:{consumer['pid']}",
+                f"consumer:{loader.name}:{consumer.pid}",
                 (
                     label,
                     where,
-                    f"{consumer.get('batches_per_s', 0):.1f}",
-                    str(consumer.get("held_slots", 0)),
+                    f"{consumer.batches_per_s:.1f}",
+                    str(consumer.held_slots),
                     "",
                 ),
             )

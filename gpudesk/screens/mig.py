@@ -5,7 +5,7 @@ confirmed action, and only where the station allows it (`[station] mig_repartiti
 from __future__ import annotations
 
 import time
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from rich.text import Text
 from textual import work
@@ -14,7 +14,7 @@ from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
 from textual.widgets import Footer, Static
 
-from gpudesk.engine.protocol import EngineError
+from gpudesk.api import EngineError, MigPlanView
 from gpudesk.screens.base import DeskScreen
 from gpudesk.screens.state import DeskState
 from gpudesk.screens.widgets.gpu_card import mig_profile
@@ -29,25 +29,18 @@ def render_layout(state: DeskState) -> Text:
     if not state.gpus:
         text.append("\n(no GPUs)", style="dim")
     for gpu in state.gpus:
-        mode = gpu.get("mig_enabled")
-        label = "MIG on" if mode else "MIG off" if mode is False else "no MIG"
-        text.append(f"\nGPU {gpu['index']} {gpu.get('name', '')}  {label}")
-        for mig in gpu.get("mig_devices") or []:
-            jobs = sorted(
-                {
-                    f"j{p['job_id']}"
-                    for p in mig.get("processes") or []
-                    if p.get("job_id") is not None
-                }
-            )
-            total = mig.get("memory_total_mib")
+        label = "MIG on" if gpu.mig_enabled else "MIG off"
+        text.append(f"\nGPU {gpu.index} {gpu.name or ''}  {label}")
+        for mig in gpu.mig_devices:
+            jobs = sorted({f"j{p.job_id}" for p in mig.processes if p.job_id is not None})
+            total = mig.memory_total_mib
             memory = f"{total / 1024:.0f} GiB" if total else "?"
             text.append(f"\n  [{mig_profile(mig)}] {memory}  ", style="cyan")
             text.append(", ".join(jobs) if jobs else "free", style="" if jobs else "dim")
     return text
 
 
-def render_plans(plans: list[dict[str, Any]] | None, error: str | None) -> Text:
+def render_plans(plans: list[MigPlanView] | None, error: str | None) -> Text:
     text = Text()
     text.append("planner (what the queue would want)", style="bold")
     if error:
@@ -59,17 +52,17 @@ def render_plans(plans: list[dict[str, Any]] | None, error: str | None) -> Text:
     if not plans:
         text.append("\nno MIG-capable GPU", style="dim")
     for plan in plans:
-        current = ", ".join(plan.get("current") or []) or "none"
-        wanted = ", ".join(plan.get("wanted") or []) or "none"
-        text.append(f"\nGPU {plan.get('gpu')}: now {current} → wants {wanted}")
-        for slot in plan.get("slices") or []:
-            jobs = ", ".join(f"j{j}" for j in slot.get("jobs") or [])
-            text.append(f"\n  {slot.get('profile')}: {jobs or '-'}", style="dim")
-        if plan.get("allowed"):
+        current = ", ".join(plan.current) or "none"
+        wanted = ", ".join(plan.wanted) or "none"
+        text.append(f"\nGPU {plan.gpu}: now {current} → wants {wanted}")
+        for slot in plan.slices:
+            jobs = ", ".join(f"j{j}" for j in slot.jobs)
+            text.append(f"\n  {slot.profile}: {jobs or '-'}", style="dim")
+        if plan.allowed:
             text.append("\n  can be applied: press a", style="green")
-        elif plan.get("reason"):
-            text.append(f"\n  not applied: {plan['reason']}", style="yellow")
-        for command in plan.get("commands") or []:
+        elif plan.reason:
+            text.append(f"\n  not applied: {plan.reason}", style="yellow")
+        for command in plan.commands:
             text.append(f"\n  $ {command}", style="dim")
     return text
 
@@ -82,7 +75,7 @@ class MigScreen(DeskScreen):
 
     def __init__(self) -> None:
         super().__init__()
-        self.plans: list[dict[str, Any]] | None = None
+        self.plans: list[MigPlanView] | None = None
         self.error: str | None = None
         self.loaded_at = 0.0
         self.gpu_choice = 0
@@ -104,18 +97,18 @@ class MigScreen(DeskScreen):
     @work(thread=True, exclusive=True, group="mig-plan")
     def load_plans(self) -> None:
         try:
-            plans, error = self.desk.feed.request("mig_plan", gpu=None).get("plans", []), None
+            plans, error = self.desk.feed.mig_plan().plans, None
         except EngineError as exc:
             plans, error = None, f"no plan: {exc}"
         self.app.call_from_thread(self._loaded, plans, error)
 
-    def _loaded(self, plans: list[dict[str, Any]] | None, error: str | None) -> None:
+    def _loaded(self, plans: list[MigPlanView] | None, error: str | None) -> None:
         self.plans, self.error = plans, error
         if self.is_current:
             self.query_one("#mig-plans", Static).update(render_plans(plans, error))
 
-    def _chosen(self) -> dict[str, Any] | None:
-        applicable = [p for p in self.plans or [] if p.get("allowed")]
+    def _chosen(self) -> MigPlanView | None:
+        applicable = [p for p in self.plans or [] if p.allowed]
         if not applicable:
             return None
         return applicable[self.gpu_choice % len(applicable)]
@@ -123,17 +116,17 @@ class MigScreen(DeskScreen):
     def action_next_gpu(self) -> None:
         self.gpu_choice += 1
         plan = self._chosen()
-        self.notify(f"GPU {plan['gpu']} selected" if plan else "no plan can be applied", timeout=2)
+        self.notify(f"GPU {plan.gpu} selected" if plan else "no plan can be applied", timeout=2)
 
     def action_apply_plan(self) -> None:
         plan = self._chosen()
         if plan is None:
             self.notify("no plan can be applied here (see the reasons)", severity="warning")
             return
-        wanted = list(plan.get("wanted") or [])
-        commands = "\n".join(plan.get("commands") or [])
+        gpu, wanted = plan.gpu, list(plan.wanted)
+        commands = "\n".join(plan.commands)
         self.desk.confirm(
-            f"Repartition GPU {plan['gpu']} into {', '.join(wanted)}?\n\n{commands}",
-            lambda: self.desk.act("mig_apply", gpu=plan["gpu"], profiles=wanted, confirm=True),
+            f"Repartition GPU {gpu} into {', '.join(wanted)}?\n\n{commands}",
+            lambda: self.desk.act("mig_apply", lambda feed: feed.mig_apply(gpu, wanted)),
             yes="Apply",
         )

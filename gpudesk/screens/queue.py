@@ -4,7 +4,7 @@ survive updates), sortable and filterable, with the job actions on keys."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -12,8 +12,9 @@ from textual.binding import Binding, BindingType
 from textual.widgets import DataTable, Footer, Input
 
 from gpudesk import render
+from gpudesk.api import JobView
 from gpudesk.screens.base import JobActions
-from gpudesk.screens.state import DeskState, sharing_mode
+from gpudesk.screens.state import DeskState, job_runtime, sharing_mode
 from gpudesk.screens.widgets.glyphs import energy_text
 from gpudesk.screens.widgets.strips import DeskHeader
 
@@ -50,68 +51,68 @@ SCROLLBAR = 2
 SORTS = ("id", "state", "name", "runtime", "energy", "priority")
 
 
-def job_state(job: dict[str, Any]) -> str:
-    return "held" if job["state"] == "queued" and job.get("held") else job["state"]
+def job_state(job: JobView) -> str:
+    return "held" if job.state == "queued" and job.held else job.state
 
 
-def job_cells(job: dict[str, Any], state: DeskState) -> dict[str, Any]:
-    """The table cells of one job, as displayed."""
+def job_cells(job: JobView, state: DeskState) -> dict[str, Text | str]:
+    """The table cells of one job, as displayed, by column key."""
     shown = job_state(job)
-    where = job.get("slot") or ""
-    if job["state"] == "queued":
-        gpus = job["spec"].get("gpus") or 0
+    where = job.slot or ""
+    if job.state == "queued":
+        gpus = job.spec.gpus
         where = f"wants {gpus} GPU" + ("s" if gpus != 1 else "") if gpus else "wants cpu"
-    progress = state.frame.progress.get(job["id"]) if state.frame else None
-    usage = job.get("usage") or {}
-    energy = usage.get("total_j") if isinstance(usage, dict) else None
+    progress = state.frame.progress.get(job.id) if state.frame else None
+    energy = job.usage.total_j if job.usage else None
+    estimate = job.usage is not None and job.usage.estimate
     return {
-        "id": Text(str(job["id"]), justify="right"),
-        "name": Text(job["name"], no_wrap=True, overflow="ellipsis"),
+        "id": Text(str(job.id), justify="right"),
+        "name": Text(job.name, no_wrap=True, overflow="ellipsis"),
         "state": Text(shown, style=STATE_STYLES.get(shown, "")),
         "where": where,
         "progress": f"{progress[0]}/{progress[1]}" if progress else "",
         "runtime": Text(
-            render.duration(render.job_runtime(job, state.now)) if job.get("started_at") else "-",
+            render.duration(job_runtime(job, state.now)) if job.started_at else "-",
             justify="right",
         ),
         "energy": Text(
-            ("~" if usage.get("estimate") else "") + energy_text(energy)
-            if energy is not None
-            else "-",
+            ("~" if estimate else "") + energy_text(energy) if energy is not None else "-",
             justify="right",
         ),
-        "priority": Text(str(job["spec"].get("priority", 0)), justify="right"),
+        "priority": Text(str(job.spec.priority), justify="right"),
     }
 
 
-def sort_value(job: dict[str, Any], key: str, now: float | None = None) -> Any:
+SortValue = tuple[str, int] | tuple[int, int] | float | int
+
+
+def sort_value(job: JobView, key: str, now: float | None = None) -> SortValue:
     if key == "state":
-        return (job_state(job), job["id"])
+        return (job_state(job), job.id)
     if key == "name":
-        return (job["name"], job["id"])
+        return (job.name, job.id)
     if key == "runtime":
-        return render.job_runtime(job, now) or 0.0
+        return job_runtime(job, now) or 0.0
     if key == "energy":
-        usage = job.get("usage") or {}
-        return usage.get("total_j") or 0.0
+        return (job.usage.total_j if job.usage else None) or 0.0
     if key == "priority":
-        return (-(job["spec"].get("priority") or 0), job["id"])
-    return job["id"]
+        return (-job.spec.priority, job.id)
+    return job.id
 
 
-def matches(job: dict[str, Any], text: str) -> bool:
+def matches(job: JobView, text: str, state: DeskState) -> bool:
     """A filter matches on id, name, state, placement, group and dataset; `state:running` (or
     `=`) matches one state exactly; several words must all match."""
     fields = " ".join(
         str(v)
         for v in (
-            job["id"],
-            job["name"],
+            job.id,
+            job.name,
             job_state(job),
-            job.get("slot") or "",
-            job.get("group") or "",
-            job["spec"].get("dataset") or "",
-            sharing_mode(job),
+            job.slot or "",
+            job.group or "",
+            job.spec.dataset or "",
+            sharing_mode(job, state),
         )
     ).lower()
     for word in text.lower().split():
@@ -180,10 +181,10 @@ class QueueScreen(JobActions):
     # ------------------------------------------------------------------ drawing
     def show_state(self, state: DeskState) -> None:
         table = self.query_one("#jobs", DataTable)
-        jobs = [j for j in state.jobs if matches(j, self.filter_text)]
+        jobs = [j for j in state.jobs if matches(j, self.filter_text, state)]
         jobs.sort(key=lambda j: sort_value(j, self.sort_key, state.now), reverse=self.sort_reverse)
         selected = self.selected_id()
-        wanted = [str(j["id"]) for j in jobs]
+        wanted = [str(j.id) for j in jobs]
         existing = [str(row.value) for row in table.rows]
         if existing != wanted:
             # Rebuild the order (rare: a job came, went or the sort changed) ...
@@ -191,7 +192,7 @@ class QueueScreen(JobActions):
             table.clear()
             for job in jobs:
                 cells = job_cells(job, state)
-                table.add_row(*(cells[c.key] for c in COLUMNS), key=str(job["id"]))
+                table.add_row(*(cells[c.key] for c in COLUMNS), key=str(job.id))
             if selected is not None and str(selected) in wanted:
                 table.move_cursor(row=wanted.index(str(selected)), animate=False)
             table.scroll_to(y=scroll_y, animate=False)
@@ -199,10 +200,10 @@ class QueueScreen(JobActions):
         # ... else update the cells that changed, in place.
         for job in jobs:
             cells = job_cells(job, state)
-            row = table.get_row(str(job["id"]))
+            row = table.get_row(str(job.id))
             for position, column in enumerate(COLUMNS):
                 if str(row[position]) != str(cells[column.key]):
-                    table.update_cell(str(job["id"]), column.key, cells[column.key])
+                    table.update_cell(str(job.id), column.key, cells[column.key])
 
     def selected_id(self) -> int | None:
         table = self.query_one("#jobs", DataTable)
@@ -214,7 +215,7 @@ class QueueScreen(JobActions):
             return None
         return int(key.value) if key.value is not None else None
 
-    def current_job(self) -> dict[str, Any] | None:
+    def current_job(self) -> JobView | None:
         job_id = self.selected_id()
         if job_id is None:
             self.notify("no job selected", severity="warning")
@@ -228,12 +229,13 @@ class QueueScreen(JobActions):
     def action_open_job(self) -> None:
         job = self.current_job()
         if job:
-            self.desk.open_job(job["id"])
+            self.desk.open_job(job.id)
 
     def action_priority(self, delta: int) -> None:
         job = self.current_job()
         if job:
-            self.desk.act("priority", jobs=[job["id"]], delta=delta)
+            job_id = job.id
+            self.desk.act("priority", lambda feed: feed.move_priority([job_id], delta))
 
     def action_filter(self) -> None:
         box = self.query_one("#filter", Input)

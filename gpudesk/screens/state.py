@@ -4,10 +4,22 @@ series for the job detail, energy counted since the desk opened). Pure data: no 
 
 from __future__ import annotations
 
+import time
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
+from gpudesk.api import (
+    GpuView,
+    HistoryGpu,
+    HostView,
+    JobTelemetry,
+    JobView,
+    LoaderView,
+    MigDeviceView,
+    StationInfo,
+    StationStatus,
+)
 from gpudesk.screens.feed import Frame
 
 SERIES_POINTS = 120  # samples kept per series (2 minutes at the default 1 s interval)
@@ -38,23 +50,25 @@ class DeskState:
 
     # ------------------------------------------------------------------ folding
     def fold(self, frame: Frame) -> None:
-        for sample in frame.history:
-            self._add_sample_points(sample.get("t"), sample.get("gpus") or [])
+        for point in frame.history:
+            self._add_sample_points(point.t, point.gpus)
         telemetry = frame.telemetry
         if telemetry is not None:
-            if self._add_sample_points(telemetry.get("taken_at"), telemetry.get("gpus") or []):
-                for job in telemetry.get("jobs") or []:
-                    series = self.job_series.setdefault(job["id"], JobSeries())
-                    series.sm.append(job.get("gpu_sm_pct"))
-                    series.memory.append(job.get("gpu_memory_mib"))
-                    series.cpu.append(job.get("cpu_pct"))
-            for gpu in telemetry.get("gpus") or []:
-                if gpu.get("energy_j") is not None:
-                    self.energy_at_open_j.setdefault(gpu["index"], gpu["energy_j"])
+            if self._add_sample_points(telemetry.taken_at, telemetry.gpus):
+                for job in telemetry.jobs:
+                    series = self.job_series.setdefault(job.id, JobSeries())
+                    series.sm.append(job.gpu_sm_pct)
+                    series.memory.append(job.gpu_memory_mib)
+                    series.cpu.append(job.cpu_pct)
+            for gpu in telemetry.gpus:
+                if gpu.energy_j is not None:
+                    self.energy_at_open_j.setdefault(gpu.index, gpu.energy_j)
         self.frame = frame
         self.updates += 1
 
-    def _add_sample_points(self, taken_at: float | None, gpus: list[dict[str, Any]]) -> bool:
+    def _add_sample_points(
+        self, taken_at: float | None, gpus: Sequence[HistoryGpu | GpuView]
+    ) -> bool:
         """Add one sample's GPU points unless it was seen already; True when added."""
         if (
             taken_at is not None
@@ -63,9 +77,9 @@ class DeskState:
         ):
             return False
         for gpu in gpus:
-            series = self.gpu_series.setdefault(gpu["index"], GpuSeries())
-            series.sm.append(gpu.get("sm_activity_pct"))
-            series.kernel.append(gpu.get("kernel_active_pct"))
+            series = self.gpu_series.setdefault(gpu.index, GpuSeries())
+            series.sm.append(gpu.sm_activity_pct)
+            series.kernel.append(gpu.kernel_active_pct)
         self.last_sample_at = taken_at
         return True
 
@@ -76,82 +90,82 @@ class DeskState:
         return self.frame.taken_at if self.frame and self.frame.taken_at else None
 
     @property
-    def status(self) -> dict[str, Any]:
-        return self.frame.status if self.frame else {}
+    def status(self) -> StationStatus | None:
+        return self.frame.status if self.frame else None
 
     @property
-    def station(self) -> dict[str, Any]:
-        return self.status.get("station") or {}
+    def station(self) -> StationInfo | None:
+        return self.status.station if self.status else None
 
     @property
     def simulated(self) -> bool:
-        return bool(self.station.get("simulated"))
+        return self.station is not None and self.station.simulated
 
     @property
-    def gpus(self) -> list[dict[str, Any]]:
+    def gpus(self) -> list[GpuView]:
         telemetry = self.frame.telemetry if self.frame else None
-        return list((telemetry or {}).get("gpus") or [])
+        return list(telemetry.gpus) if telemetry else []
 
     @property
-    def host(self) -> dict[str, Any] | None:
+    def host(self) -> HostView | None:
         telemetry = self.frame.telemetry if self.frame else None
-        return (telemetry or {}).get("host")
+        return telemetry.host if telemetry else None
 
     @property
-    def jobs(self) -> list[dict[str, Any]]:
+    def jobs(self) -> list[JobView]:
         return self.frame.jobs if self.frame else []
 
     @property
-    def loaders(self) -> list[dict[str, Any]]:
-        return list(self.status.get("loaders") or [])
+    def loaders(self) -> list[LoaderView]:
+        return list(self.status.loaders) if self.status else []
 
-    def job(self, job_id: int) -> dict[str, Any] | None:
-        return next((j for j in self.jobs if j["id"] == job_id), None)
+    def job(self, job_id: int) -> JobView | None:
+        return next((j for j in self.jobs if j.id == job_id), None)
 
-    def job_telemetry(self, job_id: int) -> dict[str, Any] | None:
+    def job_telemetry(self, job_id: int) -> JobTelemetry | None:
         telemetry = self.frame.telemetry if self.frame else None
-        return next((j for j in (telemetry or {}).get("jobs") or [] if j["id"] == job_id), None)
+        return next((j for j in (telemetry.jobs if telemetry else []) if j.id == job_id), None)
 
-    def jobs_on_gpu(self, index: int) -> list[dict[str, Any]]:
-        """Running jobs placed on GPU `index` (from their slot, e.g. "gpu:0/mps")."""
-        return [j for j in self.jobs if j["state"] == "running" and index in slot_gpus(j)]
+    def jobs_on_gpu(self, index: int) -> list[JobView]:
+        """Running jobs placed on GPU `index` (the engine's `gpus` of each job)."""
+        return [j for j in self.jobs if j.state == "running" and index in j.gpus]
 
-    def energy_since_open_j(self, gpu: dict[str, Any]) -> float | None:
-        now, start = gpu.get("energy_j"), self.energy_at_open_j.get(gpu["index"])
+    def mig_device(self, uuid: str) -> MigDeviceView | None:
+        """The MIG device with this UUID in the latest sample."""
+        devices = (mig for gpu in self.gpus for mig in gpu.mig_devices)
+        return next((mig for mig in devices if mig.uuid == uuid), None)
+
+    def energy_since_open_j(self, gpu: GpuView) -> float | None:
+        now, start = gpu.energy_j, self.energy_at_open_j.get(gpu.index)
         return None if now is None or start is None else max(0.0, now - start)
 
     def total_energy_j(self) -> float | None:
         """GPU energy since sampling began, all GPUs."""
-        values = [g.get("energy_j") for g in self.gpus]
-        known = [v for v in values if v is not None]
+        known = [g.energy_j for g in self.gpus if g.energy_j is not None]
         return sum(known) if known else None
 
     def carbon_g(self) -> float | None:
         energy = self.total_energy_j()
         if energy is None:
             return None
-        grams = self.station.get("grid_intensity") or GRAMS_PER_KWH_DEFAULT
+        grams = (self.station.grid_intensity if self.station else 0.0) or GRAMS_PER_KWH_DEFAULT
         return energy / 3.6e6 * grams
 
     def counts(self) -> dict[str, int]:
-        return dict(self.status.get("counts") or {})
+        return dict(self.status.counts) if self.status else {}
 
 
-def slot_gpus(job: dict[str, Any]) -> list[int]:
-    """The GPU indices in a job's slot: "gpu:0,1" -> [0, 1]; "gpu:2/3g.20gb" -> [2]."""
-    slot = job.get("slot") or ""
-    if not slot.startswith("gpu:"):
-        return []
-    listed = slot[4:].split("/", 1)[0]
-    return [int(part) for part in listed.split(",") if part.isdigit()]
+def sharing_mode(job: JobView, state: DeskState) -> str:
+    """How a running job shares its placement: mps, naive, its MIG slice's profile (or "mig"
+    before the slice shows in a sample), exclusive or cpu; "" when it is not placed."""
+    if job.mode == "mig" and job.mig_slice:
+        mig = state.mig_device(job.mig_slice)
+        return mig.profile if mig is not None else "mig"
+    return job.mode or ""
 
 
-def sharing_mode(job: dict[str, Any]) -> str:
-    """How a running job shares its placement: mps, naive, a MIG profile, exclusive or cpu."""
-    slot = job.get("slot") or ""
-    if not slot:
-        return ""
-    if slot.startswith("cpu"):
-        return "cpu"
-    _, _, mode = slot.partition("/")
-    return mode or "exclusive"
+def job_runtime(job: JobView, now: float | None = None) -> float | None:
+    """Seconds a job has run: until it ended, else until `now` (default: this moment)."""
+    if job.started_at is None:
+        return None
+    return (job.ended_at or (time.time() if now is None else now)) - job.started_at

@@ -26,7 +26,7 @@ class StationScreen(DeskScreen):
         grid = self.query_one("#gpu-grid", Grid)
         note = self.query_one("#station-note", Static)
         gpus = state.gpus
-        problem = state.station.get("gpu_problem")
+        problem = state.station.gpu_problem if state.station else None
         if not gpus:
             note.update(
                 problem
@@ -40,11 +40,11 @@ class StationScreen(DeskScreen):
             note.update(problem or "")
         note.display = bool(problem or not gpus)
         cards = {card.index: card for card in grid.query(GpuCard)}
-        wanted = [g["index"] for g in gpus]
+        wanted = [g.index for g in gpus]
         if sorted(cards) != sorted(wanted):
             grid.remove_children()
             cards = {index: GpuCard(index) for index in wanted}
             grid.mount(*cards.values())
         grid.set_class(len(wanted) == 1, "-single")
         for gpu in gpus:
-            cards[gpu["index"]].show(gpu, state)
+            cards[gpu.index].show(gpu, state)

@@ -1,5 +1,6 @@
 """The desk against a real engine on a SIMULATED DGX Station A100: every action through keys
-(and the palette), checked in the engine's own state, not only on screen."""
+(and the palette), checked in the engine's own state, not only on screen. And the desk on a
+recording of a real engine (tests/tui/data): reads answered, actions refused."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import Any
 
 import pytest
 from conftest import EngineHandle, wait_for
+from replay import STATION, replay_feed
 
 from gpudesk.screens.app import DeskApp
 from gpudesk.screens.dialogs import ConfirmScreen, SubmitScreen
@@ -152,7 +154,7 @@ def test_submit_a_command_from_the_form(desk_engine: EngineHandle) -> None:
         await pilot.click("#submit")
         await until(
             pilot,
-            lambda: any(j["name"] == "from-desk" for j in app.state.jobs),
+            lambda: any(j.name == "from-desk" for j in app.state.jobs),
             what="the submitted job in the table",
         )
 
@@ -181,7 +183,7 @@ def test_submit_a_profile(desk_engine: EngineHandle, tmp_path: Path) -> None:
         await pilot.press("enter")
         await until(
             pilot,
-            lambda: {j["name"] for j in app.state.jobs} == {"p1", "p2"},
+            lambda: {j.name for j in app.state.jobs} == {"p1", "p2"},
             what="the profile's jobs",
         )
 
@@ -224,7 +226,7 @@ def test_submit_a_profile_applies_its_station_and_runs_its_prepasses_first(
         await pilot.press("enter")
         await until(
             pilot,
-            lambda: any(j["name"] == "train" for j in app.state.jobs),
+            lambda: any(j.name == "train" for j in app.state.jobs),
             timeout=90,
             what="the profile's job, after its pre-pass",
         )
@@ -277,7 +279,7 @@ def test_closing_the_desk_while_a_prepass_waits_leaves_it_to_the_engine(
         await pilot.press("enter")
         await until(
             pilot,
-            lambda: any(j["name"].startswith("prepass-") for j in app.state.jobs),
+            lambda: any(j.name.startswith("prepass-") for j in app.state.jobs),
             what="the pre-pass job",
         )
         await pilot.press("q")
@@ -308,7 +310,7 @@ def test_cancel_asks_first_and_then_stops_the_job(desk_engine: EngineHandle) -> 
         await pilot.press("y")
         await until(
             pilot,
-            lambda: (app.state.job(job_id) or {}).get("state") == "cancelled",
+            lambda: (job := app.state.job(job_id)) is not None and job.state == "cancelled",
             what="the cancelled state in the table",
         )
 
@@ -333,7 +335,9 @@ def test_hold_release_and_priority(desk_engine: EngineHandle) -> None:
         await pilot.press("h")
         await until(pilot, lambda: engine_job(desk_engine, first).get("held"), what="held")
         await until(
-            pilot, lambda: (app.state.job(first) or {}).get("held"), what="held in the table"
+            pilot,
+            lambda: (job := app.state.job(first)) is not None and job.held,
+            what="held in the table",
         )
         await pilot.press("h")
         await until(pilot, lambda: not engine_job(desk_engine, first).get("held"), what="released")
@@ -460,3 +464,32 @@ def test_pager_without_a_terminal_falls_back_to_the_log_pane(
         await until(pilot, lambda: isinstance(app.screen, LogScreen), what="the log pane")
 
     run_desk(desk_engine, scenario)
+
+
+def test_a_recorded_replay_answers_reads_and_refuses_actions() -> None:
+    """The job detail shows the engine's recorded placement reason; a replay takes no action."""
+    feed = replay_feed(STATION, readonly_reason="a recorded replay")
+    app = DeskApp(feed, refresh_s=0.05)
+
+    async def main() -> None:
+        async with app.run_test(size=SIZE) as pilot:
+            await until(pilot, lambda: app.state.updates >= len(feed.frames), what="the replay")
+            mig_job = next(j for j in app.state.jobs if j.mode == "mig")
+            await select_job(app, pilot, mig_job.id)
+            assert app.readonly
+            await pilot.press("c")
+            await pilot.pause(0.2)
+            assert not isinstance(app.screen, ConfirmScreen)
+            await pilot.press("enter")
+            detail = await until(
+                pilot, lambda: isinstance(app.screen, JobScreen) and app.screen, what="the detail"
+            )
+            await until(
+                pilot,
+                lambda: "placed on gpu:" in str(detail.query_one("#job-events").render()),
+                what="the recorded placement",
+            )
+            summary = str(detail.query_one("#job-summary").render())
+            assert f"on {mig_job.slot} (" in summary and "g." in summary  # the slice's profile
+
+    asyncio.run(main())

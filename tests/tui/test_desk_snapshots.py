@@ -1,17 +1,21 @@
-"""Snapshots of every desk screen at 80×24 and 160×48, from a deterministic replay
-(tests/tui/replay.py). Update them after a deliberate change with
-`python -m pytest tests/tui --snapshot-update` and look at the report before committing."""
+"""Snapshots of every desk screen at 80×24 and 160×48, from replays recorded from real engines
+(tests/tui/replay.py; `python tests/tui/record_replay.py` records them). Update them after a
+deliberate change with `python -m pytest tests/tui --snapshot-update` and look at the report
+before committing."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
-from replay import frames, replay_feed
+from replay import MPS_FAULT, STATION, replay_feed
 
 from gpudesk.screens.app import DeskApp
+from gpudesk.screens.widgets.gpu_card import GpuCard
 
 SIZES = {"80x24": (80, 24), "160x48": (160, 48)}
 
@@ -26,21 +30,19 @@ def utc(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     time.tzset()
 
 
-FRAME_COUNT = len(frames())
-
-
-def desk() -> DeskApp:
-    return DeskApp(replay_feed(), refresh_s=0.05)
+def desk(path: Path = STATION) -> DeskApp:
+    return DeskApp(replay_feed(path), refresh_s=0.05)
 
 
 async def replayed(pilot: Any) -> None:
     """Wait until the whole replay has been folded in."""
     app: DeskApp = pilot.app
+    frames = len(app.feed.frames)  # type: ignore[attr-defined]  (a ReplayFeed)
     for _ in range(400):
-        if app.state.updates >= FRAME_COUNT:
+        if app.state.updates >= frames:
             break
         await pilot.pause(0.01)
-    assert app.state.updates >= FRAME_COUNT, "the replay did not play"
+    assert app.state.updates >= frames, "the replay did not play"
     await pilot.pause()
 
 
@@ -80,3 +82,25 @@ def test_station_snapshot_without_colour(
     app = desk()
     assert app.no_color
     assert snap_compare(app, terminal_size=SIZES["80x24"], run_before=screen_steps(()))
+
+
+def test_station_snapshot_with_a_faulted_mps_server(snap_compare: Any) -> None:
+    """Recorded from a real engine whose MPS server on GPU 0 went into FAULT: the card says so."""
+    assert snap_compare(desk(MPS_FAULT), terminal_size=SIZES["80x24"], run_before=screen_steps(()))
+
+
+def test_the_gpu_card_shows_a_faulted_mps_server() -> None:
+    """The engine reports MPS faults per GPU (`station.mps.faults`); the desk once looked them
+    up by GPU index in a dict the engine keyed by UUID, and never showed one."""
+    app = desk(MPS_FAULT)
+
+    async def main() -> None:
+        async with app.run_test(size=(160, 48)) as pilot:
+            await replayed(pilot)
+            cards = {card.index: str(card.render()) for card in app.screen.query(GpuCard)}
+            assert sorted(cards) == [0, 1]
+            assert "MPS FAULT" in cards[0]
+            assert "FAULT, new jobs time-sliced: MPS server" in cards[0]
+            assert "FAULT" not in cards[1] and "MPS on" in cards[1]
+
+    asyncio.run(main())

@@ -3,22 +3,32 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+from typing import Any
+
 from gpudesk.screens.job import job_loader
 
-LOADERS = [
-    {"name": "digits", "status": {"selection": {"preset": "dedup-25"}}},
-    {"name": "digits.random-25", "status": {"selection": {"preset": "random-25"}}},
-    {"name": "digits.full", "status": {"selection": None}},
+# Stand-ins with only the fields job_loader reads (a LoaderView's name; a JobView's loader and
+# spec.dataset).
+LOADERS: list[Any] = [
+    SimpleNamespace(name="digits"),
+    SimpleNamespace(name="digits.random-25"),
+    SimpleNamespace(name="digits.full"),
 ]
 
 
-def job(dataset: str, loader: str | None) -> dict:
-    return {"spec": {"dataset": dataset}, "loader": loader}
+def job(dataset: str, loader: str | None) -> Any:
+    return SimpleNamespace(spec=SimpleNamespace(dataset=dataset), loader=loader)
+
+
+def loader_name(job: Any) -> str | None:
+    found = job_loader(job, LOADERS)
+    return None if found is None else found.name
 
 
 def test_a_job_reads_the_loader_the_engine_names() -> None:
-    assert job_loader(job("digits", "digits"), LOADERS)["name"] == "digits"
-    assert job_loader(job("digits", "digits.random-25"), LOADERS)["name"] == "digits.random-25"
-    assert job_loader(job("digits", "digits.full"), LOADERS)["name"] == "digits.full"
-    assert job_loader({"spec": {"dataset": "digits"}}, LOADERS)["name"] == "digits"  # not said
-    assert job_loader(job("other", None), LOADERS) is None
+    assert loader_name(job("digits", "digits")) == "digits"
+    assert loader_name(job("digits", "digits.random-25")) == "digits.random-25"
+    assert loader_name(job("digits", "digits.full")) == "digits.full"
+    assert loader_name(job("digits", None)) == "digits"  # not said: the dataset's
+    assert loader_name(job("other", None)) is None

@@ -4,11 +4,13 @@ MIG slices with the job on each, and whether MPS serves it."""
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from rich.text import Text
 from textual.widgets import Static
 
+from gpudesk.api import GpuView, MigDeviceView, MpsFault, ProcessView
 from gpudesk.screens.state import DeskState
 from gpudesk.screens.widgets.glyphs import (
     SHARE_FILLS,
@@ -22,56 +24,73 @@ from gpudesk.screens.widgets.glyphs import (
 
 LABEL = 4  # "SM  ", "MEM " ...
 MIG_PROFILE = re.compile(r"\d+g\.\d+gb(\+me)?")
+FAULT_STYLE = "bold yellow"  # a warning: the GPU works, its jobs are time-sliced
 
 
-def job_shares(
-    gpu: dict[str, Any], processes: list[dict[str, Any]] | None = None
-) -> list[tuple[str, float]]:
-    """(job label, MiB) per job holding memory on the GPU (or on one MIG device)."""
+def job_shares(processes: Sequence[ProcessView]) -> list[tuple[str, float]]:
+    """(job label, MiB) per job holding memory among `processes` (a GPU's or a MIG device's)."""
     totals: dict[str, float] = {}
-    for proc in (gpu.get("processes") or []) if processes is None else processes:
-        label = f"j{proc['job_id']}" if proc.get("job_id") is not None else "other"
-        totals[label] = totals.get(label, 0.0) + (proc.get("used_memory_mib") or 0.0)
+    for proc in processes:
+        label = f"j{proc.job_id}" if proc.job_id is not None else "other"
+        totals[label] = totals.get(label, 0.0) + (proc.used_memory_mib or 0.0)
     return sorted(totals.items(), key=lambda item: (item[0] == "other", item[0]))
 
 
-def mig_profile(mig: dict[str, Any]) -> str:
+def gpu_processes(gpu: GpuView) -> list[ProcessView]:
+    """Every process on the GPU, once. The engine lists a MIG GPU's processes on the GPU (each
+    with the MIG device it runs on) and again on their MIG device; a process listed only on
+    its device still counts."""
+    listed = [*gpu.processes, *(p for mig in gpu.mig_devices for p in mig.processes)]
+    return list({proc.pid: proc for proc in listed}.values())
+
+
+def mig_profile(mig: MigDeviceView) -> str:
     """ "NVIDIA A100-SXM4-40GB MIG 3g.20gb" -> "3g.20gb" (NVML names MIG devices that way)."""
-    name = mig.get("name") or ""
+    name = mig.name or ""
     found = MIG_PROFILE.search(name)
     return found.group(0) if found else name
 
 
 def mps_label(state: DeskState, index: int) -> str:
-    mps = state.station.get("mps") or {}
-    faults = mps.get("faults") or {}
-    if str(index) in faults or index in faults:
+    mps = state.station.mps if state.station else None
+    if mps is not None and mps.fault_of(index) is not None:
         return "MPS FAULT"
-    if any(job.get("slot", "").endswith("/mps") for job in state.jobs_on_gpu(index)):
+    if any(job.mode == "mps" for job in state.jobs_on_gpu(index)):
         return "MPS on"
-    return "MPS off" if mps.get("available") or state.simulated else "MPS n/a"
+    return "MPS off" if (mps is not None and mps.available) or state.simulated else "MPS n/a"
 
 
-def render_gpu_card(gpu: dict[str, Any], state: DeskState, width: int) -> Text:
+def mps_fault_line(fault: MpsFault) -> Text:
+    """The card's MPS line when the GPU's MPS server cannot take clients: what that means
+    first (the line is cut to the card's width), then the engine's reason."""
+    line = Text("MPS ", style="bold")
+    line.append(f"FAULT, new jobs time-sliced: {fault.message}", style=FAULT_STYLE)
+    return line
+
+
+def render_gpu_card(gpu: GpuView, state: DeskState, width: int) -> Text:
     """The card's lines, each fitted to `width` columns (the card never wraps: at 80×24 four
     cards must fit)."""
     inner = max(24, width)
-    index = gpu["index"]
+    index = gpu.index
     lines: list[Text] = []
     title = Text()
-    title.append((gpu.get("name") or "?").removeprefix("NVIDIA "), style="bold")
+    title.append((gpu.name or "?").removeprefix("NVIDIA "), style="bold")
     if state.simulated:
         title.append(" SIMULATED", style="bold yellow")
-    if gpu.get("lost"):
+    if gpu.lost:
         title.append(" LOST: no job is placed on it", style="bold red")
         return title
     label = mps_label(state, index)
-    title.append(f" {label}", style="red" if "FAULT" in label else "dim")
+    title.append(f" {label}", style=FAULT_STYLE if "FAULT" in label else "dim")
     lines.append(title)
+    fault = state.station.mps.fault_of(index) if state.station else None
+    if fault is not None:
+        lines.append(mps_fault_line(fault))
 
     series = state.gpu_series.get(index)
-    sm_now = gpu.get("sm_activity_pct")
-    kernel = gpu.get("kernel_active_pct")
+    sm_now = gpu.sm_activity_pct
+    kernel = gpu.kernel_active_pct
     values = list(series.sm) if series else []
     name = "SM  "
     if sm_now is None:  # no GPM/DCGM: draw kernel-active time, and say so
@@ -90,12 +109,9 @@ def render_gpu_card(gpu: dict[str, Any], state: DeskState, width: int) -> Text:
         )
     )
 
-    total, used = gpu.get("memory_total_mib") or 0.0, gpu.get("memory_used_mib")
-    mig_devices = gpu.get("mig_devices") or []
-    processes = [p for m in mig_devices for p in m.get("processes") or []] + list(
-        gpu.get("processes") or []
-    )
-    shares = job_shares(gpu, processes)
+    total, used = gpu.memory_total_mib or 0.0, gpu.memory_used_mib
+    mig_devices = gpu.mig_devices
+    shares = job_shares(gpu_processes(gpu))
     figure = f" {gib(used)}/{gib(total)}G"
     memory = Text("MEM ", style="bold")
     memory.append_text(share_bar(shares, total, used, max(4, inner - LABEL - len(figure))))
@@ -114,8 +130,8 @@ def render_gpu_card(gpu: dict[str, Any], state: DeskState, width: int) -> Text:
         )
 
     power = Text("PWR ", style="bold")
-    limit = gpu.get("power_limit_w")
-    power.append(watts(gpu.get("power_w")) + (f" of {limit:.0f}" if limit else ""))
+    limit = gpu.power_limit_w
+    power.append(watts(gpu.power_w) + (f" of {limit:.0f}" if limit else ""))
     energy = f"E {energy_text(state.energy_since_open_j(gpu))} since open"
     today = state.frame.energy_today_j.get(index) if state.frame else None
     if today is not None:
@@ -129,13 +145,7 @@ def render_gpu_card(gpu: dict[str, Any], state: DeskState, width: int) -> Text:
     if mig_devices:
         row = Text("MIG ", style="bold")
         for mig in mig_devices:
-            owners = sorted(
-                {
-                    f"j{p['job_id']}"
-                    for p in mig.get("processes") or []
-                    if p.get("job_id") is not None
-                }
-            )
+            owners = sorted({f"j{p.job_id}" for p in mig.processes if p.job_id is not None})
             piece = f"[{mig_profile(mig)} {','.join(owners) or '-'}]"
             if row.cell_len + len(piece) > inner:
                 lines.append(row)
@@ -146,7 +156,7 @@ def render_gpu_card(gpu: dict[str, Any], state: DeskState, width: int) -> Text:
         jobs = state.jobs_on_gpu(index)
         if jobs:
             row = Text("JOBS ", style="bold")
-            row.append(", ".join(f"j{j['id']} {j['name']}" for j in jobs))
+            row.append(", ".join(f"j{j.id} {j.name}" for j in jobs))
             lines.append(row)
     out = Text()
     for number, line in enumerate(lines):
@@ -172,12 +182,14 @@ class GpuCard(Static):
     def __init__(self, index: int, **kwargs: Any) -> None:
         super().__init__(id=f"gpu-{index}", **kwargs)
         self.index = index
-        self._shown: tuple[dict[str, Any], DeskState] | None = None
+        self._shown: tuple[GpuView, DeskState] | None = None
 
-    def show(self, gpu: dict[str, Any], state: DeskState) -> None:
+    def show(self, gpu: GpuView, state: DeskState) -> None:
         self._shown = (gpu, state)
         self.set_class(state.simulated, "-simulated")
-        self.set_class(bool(gpu.get("lost")), "-lost")
+        self.set_class(gpu.lost, "-lost")
+        fault = state.station.mps.fault_of(gpu.index) if state.station else None
+        self.tooltip = f"MPS FAULT: {fault.message}" if fault else None  # the whole reason
         self.border_title = f"GPU {self.index}"
         self.border_subtitle = "SIMULATED" if state.simulated else ""
         width = self.content_size.width or 36

@@ -13,10 +13,10 @@ def render_header(state: DeskState, readonly: bool = False, note: str | None = N
     text = Text(no_wrap=True, overflow="ellipsis")
     text.append("gpudesk", style="bold")
     station = state.station
-    if not station:
+    if station is None:
         text.append("  connecting to the engine…", style="dim")
         return text
-    text.append(f"  {station.get('effective_backend', '?')}")
+    text.append(f"  {station.effective_backend}")
     if state.simulated:
         text.append(" SIMULATED", style="bold yellow")
     counts = state.counts()
@@ -40,20 +40,20 @@ def render_header(state: DeskState, readonly: bool = False, note: str | None = N
 def render_host(state: DeskState, width: int) -> Text:
     host = state.host
     text = Text(no_wrap=True, overflow="ellipsis")
-    if not host:
+    if host is None:
         text.append("host: waiting for the first sample", style="dim")
         return text
-    cpu = host.get("cpu_pct")
-    used, total = host.get("memory_used_mib") or 0, host.get("memory_total_mib") or 0
+    cpu = host.cpu_pct
+    used, total = host.memory_used_mib, host.memory_total_mib
     span = max(4, min(12, (width - 50) // 2))
     text.append("CPU ", style="bold")
     text.append(bar(None if cpu is None else cpu / 100.0, span), style="green")
     text.append(f" {cpu:.0f}%" if cpu is not None else " n/a")
-    text.append(f" of {host.get('cores', '?')}  ")
+    text.append(f" of {host.cores}  ")
     text.append("MEM ", style="bold")
     text.append(bar(used / total if total else None, span), style="green")
     text.append(f" {used / 1024:.1f}/{total / 1024:.0f}G  ")
-    load = host.get("load_avg") or []
+    load = host.load_avg
     if load:
         text.append("load " + " ".join(f"{v:.2f}" for v in load[:3]))
     return text
