@@ -309,6 +309,26 @@ def test_monitor_view_credits_each_job_its_gpu_energy() -> None:
     assert 1 not in monitor.usage and 2 in monitor.usage
 
 
+def test_a_job_on_a_mig_slice_counts_its_gpu_memory_once() -> None:
+    """The backend lists a MIG GPU's processes on the GPU and again on their MIG device; a job's
+    GPU memory and SM share count each process once (the recorded desk data showed it doubled)."""
+    clock = Clock()
+    sim = SimBackend("dgx-station-a100", clock=clock, mig={3: ["3g.20gb", "3g.20gb"]})
+    monitor = Monitor(sim)
+    job = TrackedAttempt(
+        1, 10, "mig", 2**22 + 9, "gpu:3/3g.20gb", (3,), 8.0, 30.0, 0.0, sim.mig_uuid(3, 0)
+    )
+    for _ in range(5):
+        view = monitor.ingest(monitor.collect([job]))
+        clock.now += 1.0
+    gpu3 = view["gpus"][3]
+    assert [p["pid"] for p in gpu3["mig_devices"][0]["processes"]] == [2**22 + 9]
+    assert [p["pid"] for p in gpu3["processes"]] == [2**22 + 9]  # listed twice by design
+    (mig_job,) = view["jobs"]
+    assert mig_job["gpu_memory_mib"] == pytest.approx(512 + 8 * 1024)
+    assert mig_job["gpu_sm_pct"] == pytest.approx(gpu3["processes"][0]["sm_pct"])
+
+
 def test_monitor_splits_a_shared_gpu_by_sm_share() -> None:
     clock = Clock()
     monitor = Monitor(SimBackend("h100", clock=clock))

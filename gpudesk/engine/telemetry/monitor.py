@@ -439,9 +439,13 @@ class Monitor:
 
 
 def _all_processes(gpu: GpuReading) -> Iterable[GpuProcess]:
-    yield from gpu.processes
-    for mig in gpu.mig_devices:
-        yield from mig.processes
+    """Each process on the GPU once. Backends list a MIG GPU's processes on the GPU (with their
+    MIG device) and again under that device; a process only a MIG device lists counts too."""
+    seen: set[int] = set()
+    for proc in (*gpu.processes, *(p for mig in gpu.mig_devices for p in mig.processes)):
+        if proc.pid not in seen:
+            seen.add(proc.pid)
+            yield proc
 
 
 def _occupants(
