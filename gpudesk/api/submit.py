@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias
 
-from gpudesk.engine.client import submit_env
+from gpudesk.api.connection import submit_env
 from gpudesk.engine.jobs import TERMINAL_STATE_NAMES, JobSpec
 
 if TYPE_CHECKING:
@@ -41,7 +41,7 @@ POLL_S = 0.25  # how often `wait_for_jobs` asks
 
 
 class Requester(Protocol):
-    """What the workflow asks the engine through (EngineClient, the desk's feed)."""
+    """What the workflow asks the engine through (Connection, the desk's feed)."""
 
     def request(self, op: str, **args: Any) -> dict[str, Any]: ...
 

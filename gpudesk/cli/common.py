@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import typer
 
 if TYPE_CHECKING:
-    from gpudesk.engine.client import EngineClient
+    from gpudesk.api.connection import Connection
     from gpudesk.paths import Home
 
 EXIT_FAILED = 1  # the command ran but something it did failed (a job, the engine)
@@ -45,9 +45,9 @@ def current_home() -> Home:
     return Home.from_env()
 
 
-def engine_client() -> EngineClient:
+def engine_client() -> Connection:
     """A client of this home's engine, started if none runs."""
-    from gpudesk.engine.client import connect
+    from gpudesk.api.connection import connect
 
     return connect(current_home())
 

@@ -25,9 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from gpudesk import render
+from gpudesk.api.connection import Connection
 from gpudesk.api.prepass import NO_PREPASS, Prepass, job_wall, record_prepass
 from gpudesk.api.submit import configure_station, register_datasets, submit_specs, wait_for_jobs
-from gpudesk.engine.client import EngineClient
 from gpudesk.engine.jobs import JobSpec
 from gpudesk.engine.loaders import DatasetSpec
 from gpudesk.profile import Profile
@@ -141,7 +141,7 @@ class Comparison:
     def __init__(
         self,
         plan: ComparePlan,
-        client: EngineClient,
+        client: Connection,
         cache: SelectionCache,
         say: Callable[[str], None],
     ) -> None:

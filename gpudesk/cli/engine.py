@@ -42,7 +42,7 @@ def engine_start(
     backend: str | None = typer.Option(None, "--backend", help="Hardware backend."),
 ) -> None:
     """Start the engine for this GPUDESK_HOME (one per home)."""
-    from gpudesk.engine.client import engine_pid, start_engine
+    from gpudesk.api.connection import engine_pid, start_engine
 
     home = current_home()
     station = _station_from_options(slots, policy, backend)
@@ -67,13 +67,13 @@ def engine_stop(
     timeout: float = typer.Option(10.0, "--timeout", help="Seconds to wait for it to exit."),
 ) -> None:
     """Stop the engine. Running jobs keep running and are re-adopted by the next engine."""
-    from gpudesk.engine.client import EngineClient, engine_pid
+    from gpudesk.api.connection import Connection, engine_pid
 
     home = current_home()
     if engine_pid(home) is None:
         print(f"no engine is running for {home.root}")
         return
-    with EngineClient(home, timeout=timeout) as client:
+    with Connection(home, timeout=timeout) as client:
         running = client.request("shutdown")["running_attempts"]
     deadline = time.monotonic() + timeout
     while engine_pid(home) is not None:
@@ -88,7 +88,8 @@ def engine_stop(
 def engine_status(json_out: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Is the engine running, and what is its station doing?"""
     from gpudesk import render
-    from gpudesk.engine.client import EngineClient, EngineError, engine_pid
+    from gpudesk.api.connection import Connection, engine_pid
+    from gpudesk.api.errors import EngineError
 
     home = current_home()
     pid = engine_pid(home)
@@ -99,7 +100,7 @@ def engine_status(json_out: bool = typer.Option(False, "--json", help="Print JSO
             print(f"engine: not running (home {home.root})")
         raise typer.Exit(EXIT_NOT_RUNNING)
     try:
-        with EngineClient(home, timeout=5.0) as client:
+        with Connection(home, timeout=5.0) as client:
             status = client.request("status")
     except EngineError as exc:
         fail(f"the engine (pid {pid}) holds the lock but does not answer: {exc}")

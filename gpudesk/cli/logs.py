@@ -9,13 +9,13 @@ from typing import TYPE_CHECKING, TextIO
 from gpudesk.engine.jobs import TERMINAL_STATE_NAMES
 
 if TYPE_CHECKING:
-    from gpudesk.engine.client import EngineClient
+    from gpudesk.api.connection import Connection
 
 POLL_S = 0.2
 
 
 class LogFollower:
-    def __init__(self, client: EngineClient, job_id: int, out: TextIO) -> None:
+    def __init__(self, client: Connection, job_id: int, out: TextIO) -> None:
         self.client = client
         self.job_id = job_id
         self.out = out

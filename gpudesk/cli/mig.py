@@ -377,7 +377,8 @@ APPLY_TIMEOUT_S = 300.0  # applying runs several nvidia-smi calls, each with its
 
 @contextmanager
 def _engine_errors() -> Iterator[None]:
-    from gpudesk.engine.protocol import INVALID_ARGS, EngineError
+    from gpudesk.api.errors import EngineError
+    from gpudesk.engine.protocol import INVALID_ARGS
 
     try:
         yield

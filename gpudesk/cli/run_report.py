@@ -17,8 +17,8 @@ from typing import Any, TextIO
 import zmq
 
 from gpudesk import render
+from gpudesk.api.connection import Connection
 from gpudesk.api.submit import PrepassResult, Step, run_group, submit_profile
-from gpudesk.engine.client import EngineClient
 from gpudesk.engine.jobs import TERMINAL_STATE_NAMES
 from gpudesk.engine.telemetry.energy import summarize
 from gpudesk.profile import Profile
@@ -278,7 +278,7 @@ class _Progress:
 
 def run_profile(
     profile: Profile,
-    client: EngineClient,
+    client: Connection,
     *,
     progress_stream: TextIO = sys.stderr,
     live: bool | None = None,
@@ -323,7 +323,7 @@ def run_profile(
     return report
 
 
-def _add_usage(client: EngineClient, report: RunReport) -> None:
+def _add_usage(client: Connection, report: RunReport) -> None:
     """Energy and resource use of the run's jobs, measured by the engine's sampler."""
     status = client.request("status", fresh_loaders=True)
     station = status["station"]
@@ -339,7 +339,7 @@ def _add_usage(client: EngineClient, report: RunReport) -> None:
 
 
 def _follow(
-    client: EngineClient, events: zmq.Socket, group: str, progress: _Progress
+    client: Connection, events: zmq.Socket, group: str, progress: _Progress
 ) -> list[dict[str, Any]]:
     while True:
         started = time.monotonic()
@@ -361,7 +361,7 @@ def _drain(events: zmq.Socket) -> None:
         events.recv_multipart()
 
 
-def _cancel_group(client: EngineClient, group: str, stream: TextIO) -> None:
+def _cancel_group(client: Connection, group: str, stream: TextIO) -> None:
     """Cancel what this run submitted, wherever the Ctrl-C landed (even mid-submit: the engine
     handles requests in order, so a submit that was sent is queued before this query)."""
     jobs = client.request("jobs", group=group)["jobs"]

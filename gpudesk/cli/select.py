@@ -79,7 +79,8 @@ def _profile_dataset(name: str, profile: Path) -> Any:
 
 def _registered_dataset(name: str) -> Any:
     """A dataset the engine knows by name (registered by a profile's run)."""
-    from gpudesk.engine.client import EngineError, connect
+    from gpudesk.api.connection import connect
+    from gpudesk.api.errors import EngineError
     from gpudesk.engine.loaders import DatasetSpec
     from gpudesk.paths import Home
 

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 from gpudesk import render
-from gpudesk.engine.client import EngineClient, EngineError, engine_pid
+from gpudesk.api.connection import Connection, engine_pid
+from gpudesk.api.errors import EngineError
 from gpudesk.engine.station import StationConfig
 from gpudesk.paths import Home
 from gpudesk.units import MIB_PER_GIB
@@ -48,7 +49,7 @@ def _engine_status(home: Home) -> dict[str, Any] | None:
     if pid is None:
         return None
     try:
-        with EngineClient(home, timeout=2.0) as client:
+        with Connection(home, timeout=2.0) as client:
             status = client.request("status")
     except EngineError as exc:
         return {"running": True, "pid": pid, "error": str(exc)}
@@ -123,7 +124,7 @@ def _fallback_monitor(source: Source) -> Any:
 def _engine_view(source: Source) -> dict[str, Any] | None:
     deadline = time.monotonic() + FIRST_SAMPLE_WAIT_S
     try:
-        with EngineClient(source.home, timeout=2.0) as client:
+        with Connection(source.home, timeout=2.0) as client:
             while True:
                 snapshot = client.request("telemetry")["snapshot"]
                 if snapshot is not None or time.monotonic() >= deadline:
