@@ -28,7 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from gpudesk.engine.client import EngineClient, engine_pid, start_engine, submit_env
+from gpudesk.api.connection import Connection, engine_pid, start_engine, submit_env
 from gpudesk.engine.jobs import TERMINAL_STATE_NAMES
 from gpudesk.engine.station import StationConfig, host_cores
 from gpudesk.paths import Home
@@ -40,7 +40,7 @@ def percentile(values: list[float], pct: float) -> float:
     return ordered[index]
 
 
-def wait_done(client: EngineClient, ids: list[int], timeout: float) -> None:
+def wait_done(client: Connection, ids: list[int], timeout: float) -> None:
     deadline = time.monotonic() + timeout
     pending = list(ids)
     while pending:
@@ -53,7 +53,7 @@ def wait_done(client: EngineClient, ids: list[int], timeout: float) -> None:
             time.sleep(0.05)
 
 
-def throughput(client: EngineClient, jobs: int, workdir: str) -> dict[str, float]:
+def throughput(client: Connection, jobs: int, workdir: str) -> dict[str, float]:
     env = submit_env()
     spec = {"name": "noop", "command": ["true"], "workdir": workdir}
     ids = []
@@ -74,7 +74,7 @@ def throughput(client: EngineClient, jobs: int, workdir: str) -> dict[str, float
     }
 
 
-def throughput_slots_busy(client: EngineClient, jobs: int, workdir: str) -> dict[str, float]:
+def throughput_slots_busy(client: Connection, jobs: int, workdir: str) -> dict[str, float]:
     """The submission path alone: every slot is held by a sleeping job, so nothing launches."""
     env = submit_env()
     slots = client.request("status")["slots"]["total"]
@@ -96,7 +96,7 @@ def throughput_slots_busy(client: EngineClient, jobs: int, workdir: str) -> dict
     }
 
 
-def batch_submit(client: EngineClient, jobs: int, workdir: str) -> dict[str, float]:
+def batch_submit(client: Connection, jobs: int, workdir: str) -> dict[str, float]:
     """One request with every job, as `gpudesk run` does for a profile."""
     env = submit_env()
     specs = [{"name": f"noop-{i}", "command": ["true"], "workdir": workdir} for i in range(jobs)]
@@ -107,7 +107,7 @@ def batch_submit(client: EngineClient, jobs: int, workdir: str) -> dict[str, flo
     return {"jobs": jobs, "submit_s": round(elapsed, 4), "jobs_per_s": round(jobs / elapsed, 1)}
 
 
-def latency(client: EngineClient, home: Home, samples: int, workdir: str) -> dict[str, float]:
+def latency(client: Connection, home: Home, samples: int, workdir: str) -> dict[str, float]:
     env = submit_env()
     spec = {"name": "stamp", "command": ["date", "+%s.%N"], "workdir": workdir}
     delays: list[float] = []
@@ -139,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="gpudesk-bench-") as tmp:
         home = Home(Path(tmp) / "home")
         start_engine(home, StationConfig(backend="none", slots=args.slots))
-        client = EngineClient(home, timeout=60)
+        client = Connection(home, timeout=60)
         try:
             result = {
                 "machine": f"{platform.node()} {platform.machine()}, {host_cores()} cores, "

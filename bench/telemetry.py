@@ -31,7 +31,7 @@ from pathlib import Path
 
 import psutil
 
-from gpudesk.engine.client import EngineClient, engine_pid, start_engine, submit_env
+from gpudesk.api.connection import Connection, engine_pid, start_engine, submit_env
 from gpudesk.engine.station import StationConfig
 from gpudesk.engine.telemetry.backend import make_backend
 from gpudesk.engine.telemetry.monitor import Monitor, TrackedAttempt
@@ -47,7 +47,7 @@ def engine_cpu(root: Path, interval: float, seconds: float) -> dict[str, float]:
     os.environ["GPUDESK_HOME"] = str(root)
     try:
         start_engine(home, StationConfig(backend=STATION, sample_interval=interval))
-        with EngineClient(home, timeout=10.0) as client:
+        with Connection(home, timeout=10.0) as client:
             jobs = [
                 {
                     "name": f"hold-{i}",
@@ -144,14 +144,14 @@ def top_wall(root: Path, runs: int) -> dict[str, dict[str, float]]:
     os.environ["GPUDESK_HOME"] = str(home.root)
     start_engine(home, StationConfig(backend=STATION))
     try:
-        with EngineClient(home, timeout=10.0) as client:
+        with Connection(home, timeout=10.0) as client:
             while client.request("telemetry")["snapshot"] is None:
                 time.sleep(0.05)
         results[f"top --once --json, engine running, {STATION}"] = wall(
             [*gpudesk, "top", "--once", "--json"], base, runs
         )
     finally:
-        with EngineClient(home, timeout=10.0) as client:
+        with Connection(home, timeout=10.0) as client:
             client.request("shutdown")
     return results
 

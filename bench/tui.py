@@ -51,7 +51,7 @@ def gpudesk(home: Path, *args: str, check: bool = True) -> subprocess.CompletedP
 
 
 def start_station(home: Path, jobs: int) -> None:
-    from gpudesk.engine.client import EngineClient, start_engine
+    from gpudesk.api.connection import Connection, start_engine
     from gpudesk.engine.station import StationConfig
     from gpudesk.paths import Home
 
@@ -60,7 +60,7 @@ def start_station(home: Path, jobs: int) -> None:
         desk_home,
         StationConfig(backend="sim:dgx-station-a100", policy="auto", sample_interval=1.0, slots=4),
     )
-    with EngineClient(desk_home) as client:
+    with Connection(desk_home) as client:
         specs = [
             {
                 "name": f"fill-{i}",
@@ -92,10 +92,10 @@ def start_station(home: Path, jobs: int) -> None:
 
 
 def stop_station(home: Path) -> None:
-    from gpudesk.engine.client import EngineClient
+    from gpudesk.api.connection import Connection
     from gpudesk.paths import Home
 
-    with EngineClient(Home(home), timeout=10) as client:
+    with Connection(Home(home), timeout=10) as client:
         ids = [j["id"] for j in client.request("jobs")["jobs"]]
         if ids:
             client.request("cancel", jobs=ids, grace=0)

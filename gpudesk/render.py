@@ -41,9 +41,16 @@ def joules(value: float | None) -> str:
 
 def energy(usage: dict | None) -> str:
     """A job's total energy for a table cell: "~" marks an estimate, "-" nothing measured."""
-    if not usage or usage.get("total_j") is None:
+    if not usage:
         return "-"
-    return ("~" if usage.get("estimate") else "") + joules(usage["total_j"])
+    return energy_cell(usage.get("total_j"), bool(usage.get("estimate")))
+
+
+def energy_cell(total_j: float | None, estimate: bool) -> str:
+    """`energy` from the figures themselves (a model's `usage.total_j`, `usage.estimate`)."""
+    if total_j is None:
+        return "-"
+    return ("~" if estimate else "") + joules(total_j)
 
 
 def clip(text: str, width: int) -> str:
@@ -73,7 +80,11 @@ def table(
 
 def job_runtime(job: dict, now: float | None = None) -> float | None:
     """Seconds a job has run: until it ended, else until `now` (default: this moment)."""
-    started, ended = job.get("started_at"), job.get("ended_at")
+    return runtime(job.get("started_at"), job.get("ended_at"), now)
+
+
+def runtime(started: float | None, ended: float | None, now: float | None = None) -> float | None:
+    """Seconds from `started` until `ended`, else until `now` (default: this moment)."""
     if started is None:
         return None
     return (ended or (time.time() if now is None else now)) - started

@@ -14,7 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from gpudesk.engine.client import EngineClient, engine_pid, start_engine
+from gpudesk.api.connection import Connection, engine_pid, start_engine
 from gpudesk.engine.jobs import TERMINAL_STATE_NAMES
 from gpudesk.engine.runner import read_wrapper_pid
 from gpudesk.engine.station import StationConfig
@@ -71,7 +71,7 @@ class EngineHandle:
 
     def __init__(self, home: Home) -> None:
         self.home = home
-        self.client = EngineClient(home, timeout=10.0)
+        self.client = Connection(home, timeout=10.0)
 
     def start(self, slots: int = 2, backend: str = "none", **station: object) -> int:
         return start_engine(self.home, StationConfig(backend=backend, slots=slots, **station))

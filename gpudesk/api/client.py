@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
 
+from gpudesk.api.errors import BAD_REPLY, EngineError
 from gpudesk.api.models import (
     ActionOutcome,
     ActionResult,
@@ -43,18 +44,16 @@ from gpudesk.api.models import (
     TelemetryResult,
     WireModel,
 )
-from gpudesk.engine.protocol import INTERNAL, PROTOCOL_VERSION, EngineError
+from gpudesk.engine.protocol import INTERNAL, PROTOCOL_VERSION
 
 if TYPE_CHECKING:
     import zmq
 
-    from gpudesk.engine.client import EngineClient
+    from gpudesk.api.connection import Connection
     from gpudesk.engine.jobs import JobSpec
     from gpudesk.engine.loaders import DatasetSpec
     from gpudesk.engine.station import StationConfig
     from gpudesk.paths import Home
-
-BAD_REPLY = "bad_reply"  # the engine answered something this client's models do not describe
 
 Model = TypeVar("Model", bound=WireModel)
 JobRef = int | str  # a job's id, or its name (the newest job of that name)
@@ -171,7 +170,7 @@ class Client:
     own `Client`. Every method raises `EngineError` when the engine refuses or cannot be
     reached; its `code` is one of the protocol's error codes (docs/protocol.md)."""
 
-    def __init__(self, transport: EngineClient) -> None:
+    def __init__(self, transport: Connection) -> None:
         self._transport = transport
 
     @classmethod
@@ -180,7 +179,7 @@ class Client:
     ) -> Client:
         """The engine of `home` (default: GPUDESK_HOME), started first when `autostart` and it
         is not running."""
-        from gpudesk.engine.client import connect
+        from gpudesk.api.connection import connect
 
         transport = connect(home, autostart=autostart)
         if timeout is not None:
@@ -190,13 +189,22 @@ class Client:
     @classmethod
     def attach(cls, home: Home, *, timeout: float = 30.0) -> Client:
         """A client for `home`'s engine that neither checks nor starts it."""
-        from gpudesk.engine.client import EngineClient
+        from gpudesk.api.connection import Connection
 
-        return cls(EngineClient(home, timeout=timeout))
+        return cls(Connection(home, timeout=timeout))
 
     @property
     def home(self) -> Home:
         return self._transport.home
+
+    @property
+    def timeout(self) -> float:
+        """Seconds each request waits for its reply (then `EngineError`, code "unavailable")."""
+        return self._transport.timeout
+
+    @timeout.setter
+    def timeout(self, seconds: float) -> None:
+        self._transport.timeout = seconds
 
     def close(self) -> None:
         self._transport.close()
@@ -239,7 +247,7 @@ class Client:
         As with `gpudesk submit`, jobs start from the submitter's environment (`env`, by
         default this process's, with this Python's folder first on PATH; each spec's own `env`
         is laid on top) and a spec without a `workdir` runs in the current directory."""
-        from gpudesk.engine.client import submit_env
+        from gpudesk.api.connection import submit_env
 
         here = os.getcwd()
         jobs = [(spec if spec.workdir else replace(spec, workdir=here)).to_dict() for spec in specs]

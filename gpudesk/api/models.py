@@ -80,9 +80,13 @@ JobStateName = Literal["queued", "running", "succeeded", "failed", "cancelled"]
 PlacementMode = Literal["cpu", "exclusive", "naive", "mps", "mig"]
 
 
-class WireModel(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+class WireModel(
+    msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, omit_defaults=True
+):
     """The base of every model: immutable, fields by name, nothing unknown accepted.
-    (Subclasses repeat `frozen=True` only for type checkers; msgspec inherits it.)"""
+    (Subclasses repeat `frozen=True` only for type checkers; msgspec inherits it.) A field with
+    a default is one the engine sends only where it applies; `to_builtins` leaves it out again
+    when it holds its default (None), so `--json` prints what the engine sent."""
 
 
 def to_builtins(value: Any) -> Any:

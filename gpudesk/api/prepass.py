@@ -8,16 +8,18 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpudesk.engine.jobs import JobSpec
 from gpudesk.engine.loaders import DatasetSpec
 from gpudesk.profile import Profile
 from gpudesk.selection.cache import SelectionCache
 from gpudesk.selection.presets import parse_preset
+
+if TYPE_CHECKING:
+    from gpudesk.api.models import JobView
 
 NO_PREPASS = ("full", "rs2")
 
@@ -85,12 +87,12 @@ def profile_prepasses(profile: Profile) -> list[Prepass]:
     return list(wanted.values())
 
 
-def prepass_output(job: Mapping[str, Any]) -> dict[str, Any] | None:
+def prepass_output(job: JobView) -> dict[str, Any] | None:
     """What the finished pre-pass job printed (its last JSON line with a cache key)."""
-    if not job.get("log"):
+    if not job.log:
         return None
     try:
-        text = Path(job["log"]).read_text(errors="replace")
+        text = Path(job.log).read_text(errors="replace")
     except OSError:
         return None
     for line in reversed(text.splitlines()):
@@ -104,26 +106,27 @@ def prepass_output(job: Mapping[str, Any]) -> dict[str, Any] | None:
     return None
 
 
-def record_prepass(cache: SelectionCache, job: Mapping[str, Any]) -> dict[str, Any] | None:
+def record_prepass(cache: SelectionCache, job: JobView) -> dict[str, Any] | None:
     """After a pre-pass job: its output, and, when it computed the entry (not a cache hit),
-    the engine's measurement of the job written into the entry. None if it failed."""
-    output = prepass_output(job) if job.get("state") == "succeeded" else None
+    the engine's measurement of the job (asked `with usage`) written into the entry. None if
+    it failed."""
+    output = prepass_output(job) if job.state == "succeeded" else None
     if output is None:
         return None
     if not output.get("reused"):
-        usage = job.get("usage") or {}
+        usage = job.usage
         cache.record_job_cost(
             output["key"],
-            job=job["id"],
+            job=job.id,
             wall_s=job_wall(job),
-            cpu_s=usage.get("cpu_s"),
-            energy_j=usage.get("total_j"),
+            cpu_s=None if usage is None else usage.cpu_s,
+            energy_j=None if usage is None else usage.total_j,
         )
     return output
 
 
-def job_wall(job: Mapping[str, Any]) -> float | None:
+def job_wall(job: JobView) -> float | None:
     """A finished job's wall time, from its start to its end (None if it never ran)."""
-    if job.get("started_at") is None or job.get("ended_at") is None:
+    if job.started_at is None or job.ended_at is None:
         return None
-    return float(job["ended_at"]) - float(job["started_at"])
+    return job.ended_at - job.started_at

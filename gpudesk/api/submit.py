@@ -13,8 +13,8 @@ Pre-passes run as engine jobs (gpudesk.api.prepass), so the engine measures them
 job runs with the submitter's environment and so fills the selection cache of the submitter's
 GPUDESK_HOME.
 
-The engine is asked through anything with `request(op, **args) -> dict` (the engine client, the
-desk's feed).
+The engine is asked through a `gpudesk.api.Client` (the desk gives the workflow one of its own,
+in its worker thread: a Client is not thread-safe).
 """
 
 from __future__ import annotations
@@ -23,12 +23,13 @@ import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
-from gpudesk.engine.client import submit_env
-from gpudesk.engine.jobs import TERMINAL_STATE_NAMES, JobSpec
+from gpudesk.engine.jobs import JobSpec
 
 if TYPE_CHECKING:
+    from gpudesk.api.client import Client
+    from gpudesk.api.models import JobView
     from gpudesk.engine.loaders import DatasetSpec
     from gpudesk.engine.station import StationConfig
     from gpudesk.profile import Profile
@@ -38,12 +39,6 @@ if TYPE_CHECKING:
 # `gpudesk submit` of one command needs only `submit_specs`.
 
 POLL_S = 0.25  # how often `wait_for_jobs` asks
-
-
-class Requester(Protocol):
-    """What the workflow asks the engine through (EngineClient, the desk's feed)."""
-
-    def request(self, op: str, **args: Any) -> dict[str, Any]: ...
 
 
 class WaitStopped(Exception):
@@ -83,65 +78,62 @@ class PrepassResult:
 
 
 def record_prepasses(
-    client: Requester, ids: Sequence[int], cache: SelectionCache
+    client: Client, ids: Sequence[int], cache: SelectionCache
 ) -> list[PrepassResult]:
     """Record each finished pre-pass job's measurement in the cache (see `record_prepass`)."""
     from gpudesk.api.prepass import record_prepass
 
     if not ids:
         return []
-    jobs = client.request("jobs", ids=list(ids), usage=True)["jobs"]
-    return [
-        PrepassResult(job["id"], job["name"], job["state"], record_prepass(cache, job))
-        for job in jobs
-    ]
+    jobs = client.jobs(ids=list(ids), usage=True)
+    return [PrepassResult(job.id, job.name, job.state, record_prepass(cache, job)) for job in jobs]
 
 
 # ------------------------------------------------------------------ the engine's side
-def configure_station(client: Requester, station: StationConfig) -> None:
+def configure_station(client: Client, station: StationConfig) -> None:
     """Apply a profile's [station] to the engine."""
-    client.request("configure", station=station.to_dict())
+    client.configure(station)
 
 
-def register_datasets(client: Requester, datasets: Sequence[DatasetSpec]) -> None:
+def register_datasets(client: Client, datasets: Sequence[DatasetSpec]) -> None:
     """Register shared-loader datasets with the engine (nothing to do for none)."""
     if datasets:
-        client.request("datasets", datasets=[d.to_dict() for d in datasets])
+        client.register_datasets(datasets)
 
 
-def prepare_station(client: Requester, profile: Profile) -> None:
+def prepare_station(client: Client, profile: Profile) -> None:
     """Everything a profile asks of the engine before its jobs: [station] and [datasets]."""
     configure_station(client, profile.station)
     register_datasets(client, [d.loader for d in profile.datasets.values() if d.loader is not None])
 
 
 def submit_specs(
-    client: Requester,
+    client: Client,
     specs: Sequence[JobSpec],
     *,
     group: str | None = None,
     env: Mapping[str, str] | None = None,
 ) -> list[int]:
     """Queue jobs in one request, each in `group` when given, starting from the submitter's
-    environment (`submit_env`) unless `env` is given; their ids, in order."""
-    jobs = [(spec if group is None else replace(spec, group=group)).to_dict() for spec in specs]
-    environment = dict(submit_env() if env is None else env)
-    ids: list[int] = client.request("submit", jobs=jobs, env=environment)["ids"]
-    return ids
+    environment (`submit_env`) unless `env` is given; their ids, in order. (`Client.submit`:
+    a spec without a workdir runs in the current directory.)"""
+    return client.submit(
+        [spec if group is None else replace(spec, group=group) for spec in specs], env=env
+    )
 
 
 def wait_for_jobs(
-    client: Requester,
+    client: Client,
     ids: Sequence[int],
     *,
     poll_s: float = POLL_S,
     stop: Callable[[], bool] | None = None,
-) -> list[dict[str, Any]]:
+) -> list[JobView]:
     """Poll until every job has ended; the jobs (with their usage). Raises WaitStopped when
     `stop()` says so first."""
     while True:
-        jobs: list[dict[str, Any]] = client.request("jobs", ids=list(ids), usage=True)["jobs"]
-        if all(job["state"] in TERMINAL_STATE_NAMES for job in jobs):
+        jobs = client.jobs(ids=list(ids), usage=True)
+        if all(job.terminal for job in jobs):
             return jobs
         if stop is not None and stop():
             raise WaitStopped
@@ -180,7 +172,7 @@ class ProfileSubmission:
 
 
 def submit_profile(
-    client: Requester,
+    client: Client,
     profile: Profile,
     *,
     group: str | None = None,

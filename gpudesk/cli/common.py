@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import typer
 
 if TYPE_CHECKING:
-    from gpudesk.engine.client import EngineClient
+    from gpudesk.api.client import Client
     from gpudesk.paths import Home
 
 EXIT_FAILED = 1  # the command ran but something it did failed (a job, the engine)
@@ -45,11 +45,18 @@ def current_home() -> Home:
     return Home.from_env()
 
 
-def engine_client() -> EngineClient:
-    """A client of this home's engine, started if none runs."""
-    from gpudesk.engine.client import connect
+def engine_client(*, autostart: bool = True, timeout: float | None = None) -> Client:
+    """A client of this home's engine, started if none runs (unless not `autostart`)."""
+    from gpudesk.api.client import Client
 
-    return connect(current_home())
+    return Client.connect(current_home(), autostart=autostart, timeout=timeout)
+
+
+def print_model(model: Any) -> None:
+    """A reply's model (or a list of them) as `--json`: the JSON the engine sent."""
+    from gpudesk.api.models import to_builtins
+
+    print_json(to_builtins(model))
 
 
 def factory_kwargs(pairs: list[str]) -> dict[str, Any]:

@@ -22,12 +22,11 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpudesk import render
 from gpudesk.api.prepass import NO_PREPASS, Prepass, job_wall, record_prepass
 from gpudesk.api.submit import configure_station, register_datasets, submit_specs, wait_for_jobs
-from gpudesk.engine.client import EngineClient
 from gpudesk.engine.jobs import JobSpec
 from gpudesk.engine.loaders import DatasetSpec
 from gpudesk.profile import Profile
@@ -35,6 +34,10 @@ from gpudesk.selection.cache import SelectionCache
 from gpudesk.selection.presets import Preset, PresetError, parse_preset
 from gpudesk.units import J_PER_WH
 from gpudesk.workloads.common import ENV_SEED
+
+if TYPE_CHECKING:
+    from gpudesk.api.client import Client
+    from gpudesk.api.models import JobView, StationInfo
 
 DEFAULT_PRESETS = "full,random-25,stratified-25,el2n-25,dedup-25,less-25"
 RESULT_LINE = re.compile(r"^result (\{.*\})\s*$", re.MULTILINE)
@@ -141,7 +144,7 @@ class Comparison:
     def __init__(
         self,
         plan: ComparePlan,
-        client: EngineClient,
+        client: Client,
         cache: SelectionCache,
         say: Callable[[str], None],
     ) -> None:
@@ -160,7 +163,7 @@ class Comparison:
                     self.trials.append(self.trial(preset, seed))
         except KeyboardInterrupt:
             if self.current is not None:
-                self.client.request("cancel", jobs=[self.current])
+                self.client.cancel([self.current])
             raise
         return self.trials
 
@@ -176,16 +179,16 @@ class Comparison:
 
     # ----------------------------------------------------------------- pre-pass
     def prepass(self, trial: Trial, preset: Preset, dataset: DatasetSpec) -> None:
-        job = self.submit(
+        job_id = self.submit(
             Prepass(dataset, preset.name).job(
                 self.plan.job.workdir, f"prepass-{preset.name}-s{trial.seed}"
             )
         )
-        trial.prepass_job = job["id"]
-        self.say(f"seed {trial.seed} {preset.name}: pre-pass job {job['id']}")
-        output = record_prepass(self.cache, self.wait(job["id"]))
+        trial.prepass_job = job_id
+        self.say(f"seed {trial.seed} {preset.name}: pre-pass job {job_id}")
+        output = record_prepass(self.cache, self.wait(job_id))
         if output is None:
-            trial.problems.append(f"pre-pass job {job['id']} failed; see gpudesk logs {job['id']}")
+            trial.problems.append(f"pre-pass job {job_id} failed; see gpudesk logs {job_id}")
             return
         trial.prepass_key = output["key"]
         trial.prepass_fresh = not output["reused"]
@@ -204,38 +207,34 @@ class Comparison:
             dataset=dataset.name,
             selection=preset.name,
         )
-        job = self.submit(JobSpec.from_dict(spec))
-        trial.train_job = job["id"]
-        self.say(f"seed {trial.seed} {preset.name}: training job {job['id']}")
-        done = self.wait(job["id"])
-        trial.train_state = done["state"]
-        usage = done.get("usage") or {}
+        job_id = self.submit(JobSpec.from_dict(spec))
+        trial.train_job = job_id
+        self.say(f"seed {trial.seed} {preset.name}: training job {job_id}")
+        done = self.wait(job_id)
+        trial.train_state = done.state
         trial.train_wall_s = job_wall(done)
-        trial.train_cpu_s = usage.get("cpu_s")
-        trial.train_energy_j = usage.get("total_j")
-        log = Path(done["log"]).read_text(errors="replace") if done["log"] else ""
+        if done.usage is not None:
+            trial.train_cpu_s = done.usage.cpu_s
+            trial.train_energy_j = done.usage.total_j
+        log = Path(done.log).read_text(errors="replace") if done.log else ""
         result = _last_result(log)
-        if done["state"] != "succeeded":
-            trial.problems.append(
-                f"training job {job['id']} {done['state']}; see gpudesk logs {job['id']}"
-            )
+        if done.state != "succeeded":
+            trial.problems.append(f"training job {job_id} {done.state}; see gpudesk logs {job_id}")
         elif result is None or not isinstance(result.get(self.plan.metric), (int, float)):
             trial.problems.append(
-                f"training job {job['id']} printed no `result {{json}}` line "
-                f"with {self.plan.metric!r}"
+                f"training job {job_id} printed no `result {{json}}` line with {self.plan.metric!r}"
             )
         else:
             trial.quality = float(result[self.plan.metric])
             samples = result.get("train_samples")
             trial.train_samples = int(samples) if isinstance(samples, int) else None
-        self._read_selection(trial, done.get("loader"))
+        self._read_selection(trial, done.loader)
 
     def _read_selection(self, trial: Trial, loader: str | None) -> None:
-        status = self.client.request("status", fresh_loaders=True)
-        for entry in status.get("loaders", []):
-            chosen = (entry.get("status") or {}).get("selection") or {}
-            if entry.get("name") == loader and chosen:
-                trial.reuse_s = chosen.get("select_s") if chosen.get("reused") else None
+        for entry in self.client.status(fresh_loaders=True).loaders:
+            chosen = entry.status.selection if entry.status is not None else None
+            if entry.name == loader and chosen is not None:
+                trial.reuse_s = chosen.select_s if chosen.reused else None
         if trial.prepass_key:
             cached = self.cache.load(trial.prepass_key)
             if cached is not None:
@@ -246,12 +245,12 @@ class Comparison:
                 trial.prepass_energy_j = cached.cost.energy_j
 
     # ------------------------------------------------------------------ engine
-    def submit(self, spec: JobSpec) -> dict[str, Any]:
+    def submit(self, spec: JobSpec) -> int:
         (job_id,) = submit_specs(self.client, [spec], group=self.group)
         self.current = job_id
-        return {"id": job_id}
+        return job_id
 
-    def wait(self, job_id: int) -> dict[str, Any]:
+    def wait(self, job_id: int) -> JobView:
         (job,) = wait_for_jobs(self.client, [job_id], poll_s=POLL_S)
         self.current = None
         return job
@@ -381,9 +380,9 @@ def targets(rows: list[PresetRow]) -> dict[str, Any]:
     return out
 
 
-def render_header(plan: ComparePlan, station: dict[str, Any]) -> str:
-    backend = str(station.get("effective_backend"))
-    simulated = bool(station.get("simulated"))
+def render_header(plan: ComparePlan, station: StationInfo) -> str:
+    backend = station.effective_backend
+    simulated = station.simulated
     energy = (
         "energy (Wh) is SIMULATED: the GPUs are simulated"
         if simulated
@@ -476,7 +475,7 @@ def render_targets(found: dict[str, Any]) -> str:
 
 
 def to_json(
-    plan: ComparePlan, trials: list[Trial], rows: list[PresetRow], station: dict[str, Any]
+    plan: ComparePlan, trials: list[Trial], rows: list[PresetRow], station: StationInfo
 ) -> dict[str, Any]:
     return {
         "profile": str(plan.profile.path),
@@ -484,8 +483,8 @@ def to_json(
         "dataset": plan.dataset.to_dict(),
         "metric": plan.metric,
         "seeds": plan.seeds,
-        "backend": station.get("effective_backend"),
-        "simulated": station.get("simulated"),
+        "backend": station.effective_backend,
+        "simulated": station.simulated,
         "trials": [asdict(t) for t in trials],
         "presets": [asdict(r) for r in rows],
         "targets": targets(rows),

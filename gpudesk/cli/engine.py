@@ -42,7 +42,7 @@ def engine_start(
     backend: str | None = typer.Option(None, "--backend", help="Hardware backend."),
 ) -> None:
     """Start the engine for this GPUDESK_HOME (one per home)."""
-    from gpudesk.engine.client import engine_pid, start_engine
+    from gpudesk.api.connection import engine_pid, start_engine
 
     home = current_home()
     station = _station_from_options(slots, policy, backend)
@@ -67,14 +67,15 @@ def engine_stop(
     timeout: float = typer.Option(10.0, "--timeout", help="Seconds to wait for it to exit."),
 ) -> None:
     """Stop the engine. Running jobs keep running and are re-adopted by the next engine."""
-    from gpudesk.engine.client import EngineClient, engine_pid
+    from gpudesk.api.client import Client
+    from gpudesk.api.connection import engine_pid
 
     home = current_home()
     if engine_pid(home) is None:
         print(f"no engine is running for {home.root}")
         return
-    with EngineClient(home, timeout=timeout) as client:
-        running = client.request("shutdown")["running_attempts"]
+    with Client.attach(home, timeout=timeout) as client:
+        running = client.shutdown().running_attempts
     deadline = time.monotonic() + timeout
     while engine_pid(home) is not None:
         if time.monotonic() > deadline:
@@ -88,7 +89,10 @@ def engine_stop(
 def engine_status(json_out: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Is the engine running, and what is its station doing?"""
     from gpudesk import render
-    from gpudesk.engine.client import EngineClient, EngineError, engine_pid
+    from gpudesk.api.client import Client
+    from gpudesk.api.connection import engine_pid
+    from gpudesk.api.errors import BAD_REPLY, EngineError
+    from gpudesk.api.models import to_builtins
 
     home = current_home()
     pid = engine_pid(home)
@@ -99,26 +103,28 @@ def engine_status(json_out: bool = typer.Option(False, "--json", help="Print JSO
             print(f"engine: not running (home {home.root})")
         raise typer.Exit(EXIT_NOT_RUNNING)
     try:
-        with EngineClient(home, timeout=5.0) as client:
-            status = client.request("status")
+        with Client.attach(home, timeout=5.0) as client:
+            status = client.status()
     except EngineError as exc:
+        if exc.code == BAD_REPLY:
+            fail(str(exc))
         fail(f"the engine (pid {pid}) holds the lock but does not answer: {exc}")
     if json_out:
-        print_json({"running": True, **status})
+        print_json({"running": True, **to_builtins(status)})
         return
-    station, counts = status["station"], status["counts"]
+    station = status.station
     print(
-        f"engine: running (pid {status['pid']}, version {status['version']}, up "
-        f"{render.duration(time.time() - status['started_at'])})"
+        f"engine: running (pid {status.pid}, version {status.version}, up "
+        f"{render.duration(time.time() - status.started_at)})"
     )
-    print(f"home:    {status['home']}")
+    print(f"home:    {status.home}")
     print(
-        f"station: backend {station['effective_backend']}"
-        + (" (SIMULATED)" if station.get("simulated") else "")
-        + f", policy {station['policy']}, "
-        f"{status['slots']['busy']}/{status['slots']['total']} slots busy, "
-        f"{station['cores']} cores, {station['gpus']} GPUs"
+        f"station: backend {station.effective_backend}"
+        + (" (SIMULATED)" if station.simulated else "")
+        + f", policy {station.policy}, "
+        f"{status.slots.busy}/{status.slots.total} slots busy, "
+        f"{station.cores} cores, {station.gpus} GPUs"
     )
-    if station.get("gpu_problem"):
-        print(f"GPUs:    {station['gpu_problem']}")
-    print("jobs:    " + ", ".join(f"{n} {s}" for s, n in counts.items()))
+    if station.gpu_problem:
+        print(f"GPUs:    {station.gpu_problem}")
+    print("jobs:    " + ", ".join(f"{n} {s}" for s, n in status.counts.items()))

@@ -7,11 +7,14 @@ import shlex
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import typer
 
 from gpudesk.cli.common import EXIT_FAILED, EXIT_USAGE, engine_client, fail, print_json
+
+if TYPE_CHECKING:
+    from gpudesk.api.models import ActionOutcome, JobView, UsageSummary
 
 jobs_app = typer.Typer()
 
@@ -104,21 +107,21 @@ def submit(
 
 
 # ------------------------------------------------------------------------- queue
-def _queue_rows(jobs: list[dict[str, Any]]) -> str:
+def _queue_rows(jobs: list[JobView]) -> str:
     from gpudesk import render
 
     rows = [
         (
-            j["id"],
-            j["name"],
-            "held" if j["held"] else j["state"],
-            j["spec"]["priority"],
-            f"{j['attempts'] - j['attempts_before_requeue']}/{j['max_attempts']}",
-            j["spec"]["gpus"],
-            j["slot"] or "",
-            render.duration(render.job_runtime(j)),
-            j["exit_code"],
-            render.clock(j["submitted_at"]),
+            j.id,
+            j.name,
+            "held" if j.held else j.state,
+            j.spec.priority,
+            f"{j.attempts - j.attempts_before_requeue}/{j.max_attempts}",
+            j.spec.gpus,
+            j.slot or "",
+            render.duration(render.runtime(j.started_at, j.ended_at)),
+            j.exit_code,
+            render.clock(j.submitted_at),
         )
         for j in jobs
     ]
@@ -138,11 +141,13 @@ def queue(
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """List queued and running jobs (with --all, finished ones too)."""
-    states = None if all_jobs else ["queued", "running"]
+    from gpudesk.api.models import JobStateName, to_builtins
+
+    states: list[JobStateName] | None = None if all_jobs else ["queued", "running"]
     with engine_client() as client:
-        jobs = client.request("jobs", states=states, group=group, limit=max(1, limit))["jobs"]
+        jobs = client.jobs(states=states, group=group, limit=max(1, limit))
     if json_out:
-        print_json({"jobs": jobs})
+        print_json({"jobs": to_builtins(jobs)})
         return
     if not jobs:
         print(
@@ -163,66 +168,70 @@ def show(
 ) -> None:
     """Show one job: its spec, attempts, events and why it waits."""
     from gpudesk import render
+    from gpudesk.api.models import to_builtins
 
     with engine_client() as client:
-        data = client.request("show", job=job, env=env)
+        data = client.show(job, env=env)
     if json_out:
-        print_json(data)
+        print_json(to_builtins(data))
         return
-    j, spec = data["job"], data["job"]["spec"]
-    command = spec["command"][0] if spec["shell"] else shlex.join(spec["command"])
+    j, spec = data.job, data.job.spec
+    command = spec.command[0] if spec.shell else shlex.join(spec.command)
     lines = [
-        f"job {j['id']}: {j['name']}",
-        f"  state      {j['state']}"
-        + (", held" if j["held"] else "")
-        + (f" ({j['reason']})" if j["reason"] else ""),
-        f"  command    {command}" + ("  [shell]" if spec["shell"] else ""),
-        f"  workdir    {spec['workdir'] or '-'}",
-        f"  asks for   {spec['gpus']} GPU(s)"
-        + (f", {spec['memory_gb']:g} GB" if spec["memory_gb"] else "")
-        + (f", {spec['sm_pct']:g}% SM" if spec["sm_pct"] is not None else "")
-        + (f", dataset {spec['dataset']}" if spec["dataset"] else "")
-        + (f" ({spec['selection']})" if spec.get("selection") else ""),
-        f"  priority   {spec['priority']}   attempts {_attempts_text(j)}",
-        f"  submitted  {render.clock(j['submitted_at'])}   started {render.clock(j['started_at'])}"
-        f"   ended {render.clock(j['ended_at'])}   time {render.duration(render.job_runtime(j))}",
+        f"job {j.id}: {j.name}",
+        f"  state      {j.state}"
+        + (", held" if j.held else "")
+        + (f" ({j.reason})" if j.reason else ""),
+        f"  command    {command}" + ("  [shell]" if spec.shell else ""),
+        f"  workdir    {spec.workdir or '-'}",
+        f"  asks for   {spec.gpus} GPU(s)"
+        + (f", {spec.memory_gb:g} GB" if spec.memory_gb else "")
+        + (f", {spec.sm_pct:g}% SM" if spec.sm_pct is not None else "")
+        + (f", dataset {spec.dataset}" if spec.dataset else "")
+        + (f" ({spec.selection})" if spec.selection else ""),
+        f"  priority   {spec.priority}   attempts {_attempts_text(j)}",
+        f"  submitted  {render.clock(j.submitted_at)}   started {render.clock(j.started_at)}"
+        f"   ended {render.clock(j.ended_at)}"
+        f"   time {render.duration(render.runtime(j.started_at, j.ended_at))}",
     ]
-    if j["group"]:
-        lines.append(f"  run        {j['group']}")
-    if data["waiting"]:
-        lines.append(f"  waiting    {data['waiting']}")
-    if data["attempts"]:
+    if j.group:
+        lines.append(f"  run        {j.group}")
+    if data.waiting:
+        lines.append(f"  waiting    {data.waiting}")
+    if data.attempts:
         lines.append("attempts:")
-        for a in data["attempts"]:
-            exit_code = "-" if a["exit_code"] is None else a["exit_code"]
+        for a in data.attempts:
+            exit_code = "-" if a.exit_code is None else a.exit_code
             took = (
-                render.duration((a["ended_at"] or time.time()) - a["started_at"])
-                if a["started_at"]
-                else "-"
+                render.duration((a.ended_at or time.time()) - a.started_at) if a.started_at else "-"
             )
             lines.append(
-                f"  #{a['number']}  {a['state']:<13} {a['placement'].get('slot', '-'):<7} "
-                f"pid {a['pid'] or '-':<8} exit {exit_code:<4} {took}"
+                f"  #{a.number}  {a.state:<13} {a.placement.slot:<7} "
+                f"pid {a.pid or '-':<8} exit {exit_code:<4} {took}"
             )
-            lines.append(f"      log {a['log']}")
-    lines.extend(_usage_lines(data.get("usage")))
+            lines.append(f"      log {a.log}")
+    lines.extend(_usage_lines(data.usage))
     lines.append("events:")
-    for e in data["events"]:
-        lines.append(f"  {render.clock(e['ts'])}  {e['state'] or e['kind']:<10} {e['message']}")
-    if "env" in data:
+    for e in data.events:
+        lines.append(f"  {render.clock(e.ts)}  {e.state or e.kind:<10} {e.message}")
+    if data.env is not None:
         lines.append("environment:")
-        lines.extend(f"  {k}={v}" for k, v in sorted(data["env"].items()))
+        lines.extend(f"  {k}={v}" for k, v in sorted(data.env.items()))
     print("\n".join(lines))
 
 
-def _attempts_text(job: dict[str, Any]) -> str:
+def _attempts_text(job: JobView) -> str:
     """ "2/3", or after a requeue "1/3 since requeued (4 in all)"."""
-    before = job["attempts_before_requeue"]
-    counted = f"{job['attempts'] - before}/{job['max_attempts']}"
-    return f"{counted} since requeued ({job['attempts']} in all)" if before else counted
+    before = job.attempts_before_requeue
+    counted = f"{job.attempts - before}/{job.max_attempts}"
+    return f"{counted} since requeued ({job.attempts} in all)" if before else counted
 
 
-def _usage_lines(usage: dict[str, Any] | None) -> list[str]:
+def _na(value: float | None, fmt: str) -> str:
+    return "n/a" if value is None else fmt.format(value)
+
+
+def _usage_lines(usage: UsageSummary | None) -> list[str]:
     """What a job used: energy (with carbon), CPU, memory, I/O."""
     from gpudesk import render
 
@@ -233,27 +242,25 @@ def _usage_lines(usage: dict[str, Any] | None) -> list[str]:
         return "-" if value is None else f"{value:.0f} MiB"
 
     lines = ["usage:"]
-    if usage["gpu_j"] is not None:
-        idle = usage["gpu_idle_j"]
+    if usage.gpu_j is not None:
+        idle = usage.gpu_idle_j
         how = {
             "exclusive": "exclusive GPU",
             "sm share": "shared GPU, split by SM share",
             "even": "shared GPU, split evenly",
-        }.get(usage["split"] or "", "")
-        source = (
-            "energy counter" if usage["gpu_source"] == "counter" else f"{usage['gpu_source']} power"
-        )
+        }.get(usage.split or "", "")
+        source = "energy counter" if usage.gpu_source == "counter" else f"{usage.gpu_source} power"
         baseline = (
-            f" = {render.joules(usage['gpu_above_idle_j'])} above an idle baseline of "
+            f" = {render.joules(usage.gpu_above_idle_j)} above an idle baseline of "
             f"{render.joules(idle)}"
             if idle is not None
             else " (idle baseline unknown)"
         )
         lines.append(
-            f"  GPU energy {render.joules(usage['gpu_j'])}{baseline}  [{source}; {how}]"
-            + ("  ESTIMATE" if usage["estimate"] else "")
+            f"  GPU energy {render.joules(usage.gpu_j)}{baseline}  [{source}; {how}]"
+            + ("  ESTIMATE" if usage.estimate else "")
         )
-    cpu = usage["cpu_j"]
+    cpu = usage.cpu_j
     lines.append(
         "  CPU energy "
         + (
@@ -262,14 +269,14 @@ def _usage_lines(usage: dict[str, Any] | None) -> list[str]:
             else "n/a (RAPL not readable here)"
         )
     )
-    if usage["total_j"] is not None:
+    if usage.total_j is not None:
         lines.append(
-            f"  carbon     {usage['carbon_g']:.2f} g CO2e at {usage['grid_g_per_kwh']:g} g/kWh"
+            f"  carbon     {_na(usage.carbon_g, '{:.2f}')} g CO2e at {usage.grid_g_per_kwh:g} g/kWh"
         )
     lines.append(
-        f"  CPU time   {render.duration(usage['cpu_s'])}   peak RSS "
-        f"{mib(usage['rss_peak_mib'])}   I/O read {mib(usage['io_read_mib'])} "
-        f"written {mib(usage['io_write_mib'])}"
+        f"  CPU time   {render.duration(usage.cpu_s)}   peak RSS "
+        f"{mib(usage.rss_peak_mib)}   I/O read {mib(usage.io_read_mib)} "
+        f"written {mib(usage.io_write_mib)}"
     )
     return lines
 
@@ -292,41 +299,40 @@ def logs(
     from gpudesk.cli.logs import LogFollower
 
     with engine_client() as client:
-        data = client.request("show", job=job)
-        attempts = data["attempts"]
+        data = client.show(job)
+        attempts = data.attempts
         if attempt is not None:
-            chosen = [a for a in attempts if a["number"] == attempt]
-            if not chosen:
+            attempts = [a for a in attempts if a.number == attempt]
+            if not attempts:
                 fail(
-                    f"job {data['job']['id']} has no attempt {attempt} (it has {len(attempts)})",
+                    f"job {data.job.id} has no attempt {attempt} (it has {len(data.attempts)})",
                     EXIT_USAGE,
                 )
-            attempts = chosen
         if not attempts and not follow:
             print(
-                f"job {data['job']['id']} has not started yet: {data['waiting'] or ''}",
+                f"job {data.job.id} has not started yet: {data.waiting or ''}",
                 file=sys.stderr,
             )
             return
-        follower = LogFollower(client, data["job"]["id"], sys.stdout)
+        follower = LogFollower(client, data.job.id, sys.stdout)
         if follow and attempt is None:
             follower.follow()
         else:
-            follower.dump(attempts[-1]["log"])
+            follower.dump(attempts[-1].log)
 
 
 # ------------------------------------------------------------------- job control
-def _job_control(op: str, jobs: list[str], json_out: bool, **args: Any) -> None:
-    """Send a job-control op and print what it did to each job. The engine resolves every job
-    first (one unknown job: an error, nothing done); exits 1 if it refused any job."""
-    with engine_client() as client:
-        results = client.request(op, jobs=jobs, **args)["results"]
+def _report_outcomes(results: list[ActionOutcome], json_out: bool) -> None:
+    """Print what a job-control request did to each job. The engine resolves every job first
+    (one unknown job: an error, nothing done); exits 1 if it refused any job."""
+    from gpudesk.api.models import to_builtins
+
     if json_out:
-        print_json({"results": results})
+        print_json({"results": to_builtins(results)})
     else:
         for r in results:
-            print(f"job {r['id']} ({r['name']}): {r['outcome']}")
-    if not all(r.get("ok", True) for r in results):  # cancel never refuses: no "ok"
+            print(f"job {r.id} ({r.name}): {r.outcome}")
+    if any(r.ok is False for r in results):  # cancel never refuses: no `ok`
         raise typer.Exit(EXIT_FAILED)
 
 
@@ -337,7 +343,9 @@ def cancel(
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Cancel jobs: queued ones at once, running ones with SIGTERM, then SIGKILL after --grace."""
-    _job_control("cancel", jobs, json_out, grace=grace)
+    with engine_client() as client:
+        results = client.cancel(list(jobs), grace=grace)
+    _report_outcomes(results, json_out)
 
 
 @jobs_app.command()
@@ -348,7 +356,9 @@ def hold(
     """Hold queued jobs: they keep their place in the queue but do not start until released.
 
     Exits 1 if a job could not be held (it is running or finished)."""
-    _job_control("hold", jobs, json_out)
+    with engine_client() as client:
+        results = client.hold(list(jobs))
+    _report_outcomes(results, json_out)
 
 
 @jobs_app.command()
@@ -357,7 +367,9 @@ def release(
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Release held jobs: they may start again, from the place in the queue they kept."""
-    _job_control("release", jobs, json_out)
+    with engine_client() as client:
+        results = client.release(list(jobs))
+    _report_outcomes(results, json_out)
 
 
 @jobs_app.command()
@@ -388,14 +400,17 @@ def priority(
             + (f" (found {' and '.join(given)})" if given else ""),
             EXIT_USAGE,
         )
-    if value is None:
-        _job_control("priority", jobs, json_out, delta=1 if up else -1)
-        return
-    try:
-        check_priority(value)
-    except ValueError as exc:
-        fail(f"--set: {exc}", EXIT_USAGE)
-    _job_control("priority", jobs, json_out, priority=value)
+    if value is not None:
+        try:
+            check_priority(value)
+        except ValueError as exc:
+            fail(f"--set: {exc}", EXIT_USAGE)
+    with engine_client() as client:
+        if value is None:
+            results = client.set_priority(list(jobs), delta=1 if up else -1)
+        else:
+            results = client.set_priority(list(jobs), priority=value)
+    _report_outcomes(results, json_out)
 
 
 @jobs_app.command()
@@ -408,4 +423,6 @@ def requeue(
     Each gets a fresh budget of max_attempts; its attempt numbers continue.
 
     Exits 1 if a job is still running."""
-    _job_control("requeue", jobs, json_out)
+    with engine_client() as client:
+        results = client.requeue(list(jobs))
+    _report_outcomes(results, json_out)

@@ -6,21 +6,22 @@ import shutil
 import time
 from typing import TYPE_CHECKING, TextIO
 
-from gpudesk.engine.jobs import TERMINAL_STATE_NAMES
-
 if TYPE_CHECKING:
-    from gpudesk.engine.client import EngineClient
+    from gpudesk.api.client import Client
+    from gpudesk.api.models import AttemptView
 
 POLL_S = 0.2
 
 
 class LogFollower:
-    def __init__(self, client: EngineClient, job_id: int, out: TextIO) -> None:
+    def __init__(self, client: Client, job_id: int, out: TextIO) -> None:
         self.client = client
         self.job_id = job_id
         self.out = out
 
-    def dump(self, path: str) -> None:
+    def dump(self, path: str | None) -> None:
+        if path is None:
+            return
         try:
             with open(path, encoding="utf-8", errors="replace") as fh:
                 shutil.copyfileobj(fh, self.out)
@@ -33,24 +34,26 @@ class LogFollower:
         return once the job has ended and its output is drained."""
         attempt_no, offset = 0, 0
         while True:
-            data = self.client.request("show", job=self.job_id)
-            attempts, state = data["attempts"], data["job"]["state"]
-            if attempts and attempts[-1]["number"] != attempt_no:
+            data = self.client.show(self.job_id)
+            attempts = data.attempts
+            if attempts and attempts[-1].number != attempt_no:
                 if attempt_no:
                     offset = self._drain(self._log_of(attempts, attempt_no), offset)
-                    print(f"--- gpudesk: attempt {attempts[-1]['number']} ---", file=self.out)
-                attempt_no, offset = attempts[-1]["number"], 0
+                    print(f"--- gpudesk: attempt {attempts[-1].number} ---", file=self.out)
+                attempt_no, offset = attempts[-1].number, 0
             if attempt_no:
-                offset = self._drain(attempts[-1]["log"], offset)
-            if state in TERMINAL_STATE_NAMES:
+                offset = self._drain(attempts[-1].log, offset)
+            if data.job.terminal:
                 return
             time.sleep(POLL_S)
 
     @staticmethod
-    def _log_of(attempts: list[dict], number: int) -> str:
-        return next(a["log"] for a in attempts if a["number"] == number)
+    def _log_of(attempts: list[AttemptView], number: int) -> str | None:
+        return next(a.log for a in attempts if a.number == number)
 
-    def _drain(self, path: str, offset: int) -> int:
+    def _drain(self, path: str | None, offset: int) -> int:
+        if path is None:
+            return offset
         try:
             with open(path, "rb") as fh:
                 fh.seek(offset)

@@ -72,7 +72,7 @@ reflow_help(app)  # every command is registered by now
 
 
 def main(argv: list[str] | None = None) -> None:
-    from gpudesk.engine.protocol import EngineError
+    from gpudesk.api.errors import EngineError
 
     try:
         app(args=argv, prog_name="gpudesk", standalone_mode=True)

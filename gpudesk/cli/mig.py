@@ -13,10 +13,18 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from gpudesk.cli.common import EXIT_FAILED, EXIT_USAGE, engine_client, fail, print_json
+from gpudesk.cli.common import (
+    EXIT_FAILED,
+    EXIT_USAGE,
+    engine_client,
+    fail,
+    print_json,
+    print_model,
+)
 from gpudesk.units import MIB_PER_GIB
 
 if TYPE_CHECKING:
+    from gpudesk.api.models import MigPlanView
     from gpudesk.engine.mig.nvidia_smi import NvidiaSmiError
     from gpudesk.engine.mig.profiles import SliceSpan
     from gpudesk.engine.mig.records import GiProfile, GpuEntry, MigLayout
@@ -377,7 +385,8 @@ APPLY_TIMEOUT_S = 300.0  # applying runs several nvidia-smi calls, each with its
 
 @contextmanager
 def _engine_errors() -> Iterator[None]:
-    from gpudesk.engine.protocol import INVALID_ARGS, EngineError
+    from gpudesk.api.errors import EngineError
+    from gpudesk.engine.protocol import INVALID_ARGS
 
     try:
         yield
@@ -389,51 +398,46 @@ def _gib(mib: float) -> str:
     return f"{mib / MIB_PER_GIB:.1f} GiB"
 
 
-def _plan_text(plan: dict[str, Any]) -> str:
+def _plan_text(plan: MigPlanView) -> str:
     mode = {
         "enabled": "MIG enabled",
         "pending": "MIG enabled, pending a GPU reset",
         "disabled": "MIG disabled",
-    }.get(plan["mig_mode"], f"MIG {plan['mig_mode']}")
-    lines = [
-        f"GPU {plan['gpu']}: {plan['name']}  {mode}"
-        + ("  [SIMULATED]" if plan["simulated"] else "")
-    ]
-    lines.append(f"  current  {', '.join(plan['current']) or 'no MIG instances'}")
-    lines.append(f"  wanted   {', '.join(plan['wanted']) or '-'}")
-    if plan["slices"]:
+    }.get(plan.mig_mode, f"MIG {plan.mig_mode}")
+    lines = [f"GPU {plan.gpu}: {plan.name}  {mode}" + ("  [SIMULATED]" if plan.simulated else "")]
+    lines.append(f"  current  {', '.join(plan.current) or 'no MIG instances'}")
+    lines.append(f"  wanted   {', '.join(plan.wanted) or '-'}")
+    if plan.slices:
         rows = [
             (
-                s["profile"],
-                _gib(s["memory_mib"]),
-                s["job_id"],
-                s["job_name"] + (" (held)" if s["job_held"] else ""),
-                f"{_gib(s['job_memory_mib'])}, {s['job_sm_pct']:.0f}% SM",
+                s.profile,
+                _gib(s.memory_mib),
+                s.job_id,
+                s.job_name + (" (held)" if s.job_held else ""),
+                f"{_gib(s.job_memory_mib)}, {s.job_sm_pct:.0f}% SM",
             )
-            for s in plan["slices"]
+            for s in plan.slices
         ]
         lines.append(_table(("SLICE", "MEMORY", "JOB", "NAME", "JOB NEEDS"), rows, right=(1, 2)))
-    if plan["left_out"]:
-        more = plan["left_out_total"] - len(plan["left_out"])
-        lines.append(f"  not given a slice ({plan['left_out_total']}):")
-        lines.extend(
-            f"    job {j['job_id']} {j['job_name']}: {j['reason']}" for j in plan["left_out"]
-        )
+    if plan.left_out:
+        more = plan.left_out_total - len(plan.left_out)
+        lines.append(f"  not given a slice ({plan.left_out_total}):")
+        lines.extend(f"    job {j.job_id} {j.job_name}: {j.reason}" for j in plan.left_out)
         if more > 0:
             lines.append(f"    ... and {more} more")
-    if plan["commands"]:
+    if plan.commands:
         lines.append(
             "  applying it runs"
-            + (" (on a real GPU; this station is SIMULATED)" if plan["simulated"] else "")
+            + (" (on a real GPU; this station is SIMULATED)" if plan.simulated else "")
             + ":"
         )
-        lines.extend(f"    {command}" for command in plan["commands"])
-    if plan["allowed"]:
-        lines.append(f"  can apply: yes (`gpudesk mig apply-plan --gpu {plan['gpu']}`)")
+        lines.extend(f"    {command}" for command in plan.commands)
+    if plan.allowed:
+        lines.append(f"  can apply: yes (`gpudesk mig apply-plan --gpu {plan.gpu}`)")
     else:
         lines.append(
             textwrap.fill(
-                f"can apply: no. {plan['reason']}",
+                f"can apply: no. {plan.reason}",
                 width=96,
                 initial_indent="  ",
                 subsequent_indent="    ",
@@ -454,14 +458,14 @@ def plan_cmd(
     Current and wanted slices, the queued job each slice is for, the nvidia-smi commands that
     applying it would run, and whether the engine may apply it (`apply-plan`), or why not."""
     with _engine_errors(), engine_client() as client:
-        result = client.request("mig_plan", gpu=gpu)
+        result = client.mig_plan(gpu)
     if json_out:
-        print_json(result)
+        print_model(result)
         return
-    if not result["plans"]:
+    if not result.plans:
         print("no MIG-capable GPU on this station")
         return
-    print("\n\n".join(_plan_text(plan) for plan in result["plans"]))
+    print("\n\n".join(_plan_text(plan) for plan in result.plans))
 
 
 @mig_app.command("apply-plan")
@@ -479,9 +483,9 @@ def apply_plan_cmd(
     Only where [station] mig_repartition = true, the GPU is in MIG mode and no job runs on it.
     Destroys the GPU's MIG instances and creates the planned ones; the queue is not touched."""
     with _engine_errors(), engine_client() as client:
-        (plan,) = client.request("mig_plan", gpu=gpu)["plans"]
-        if not plan["allowed"]:
-            fail(f"the plan for GPU {gpu} cannot be applied. {plan['reason']}", EXIT_FAILED)
+        (plan,) = client.mig_plan(gpu).plans
+        if not plan.allowed:
+            fail(f"the plan for GPU {gpu} cannot be applied. {plan.reason}", EXIT_FAILED)
         print(_plan_text(plan))
         if not yes:
             if sys.stdin is None or not sys.stdin.isatty():
@@ -490,23 +494,16 @@ def apply_plan_cmd(
                     EXIT_USAGE,
                 )
             if not typer.confirm(
-                f"Destroy GPU {gpu}'s MIG instances and create {', '.join(plan['wanted'])}?",
+                f"Destroy GPU {gpu}'s MIG instances and create {', '.join(plan.wanted)}?",
                 default=False,
             ):
                 fail("not applied; nothing was changed", EXIT_FAILED)
         client.timeout = max(client.timeout, APPLY_TIMEOUT_S)
-        result = client.request("mig_apply", gpu=gpu, profiles=plan["wanted"], confirm=True)
-    print(result["message"])
-    if result["mig_devices"]:
+        applied = client.mig_apply(gpu, plan.wanted, confirm=True)
+    print(applied.message)
+    if applied.mig_devices:
         rows = [
-            (
-                s["device"],
-                s["profile"],
-                s["gpu_instance_id"],
-                s["compute_instance_id"],
-                s["placement"],
-                s["uuid"],
-            )
-            for s in result["mig_devices"]
+            (s.device, s.profile, s.gpu_instance_id, s.compute_instance_id, s.placement, s.uuid)
+            for s in applied.mig_devices
         ]
         print(_table(("DEV", "PROFILE", "GI", "CI", "PLACEMENT", "UUID"), rows, right=(0, 2, 3)))

@@ -14,12 +14,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-import zmq
+import msgspec
 
 from gpudesk import render
+from gpudesk.api.client import Client, EventStream
+from gpudesk.api.models import JobView, LoaderView, UsageFigures, to_builtins
 from gpudesk.api.submit import PrepassResult, Step, run_group, submit_profile
-from gpudesk.engine.client import EngineClient
-from gpudesk.engine.jobs import TERMINAL_STATE_NAMES
 from gpudesk.engine.telemetry.energy import summarize
 from gpudesk.profile import Profile
 from gpudesk.selection.cache import SelectionCache
@@ -39,31 +39,32 @@ class RunReport:
     started_at: float
     ended_at: float = 0.0
     interrupted: bool = False
-    jobs: list[dict[str, Any]] = field(default_factory=list)
+    jobs: list[JobView] = field(default_factory=list)  # with their usage, once the run ended
     backend: str = "none"
     simulated: bool = False
     grid_g_per_kwh: float | None = None
-    loaders: list[dict[str, Any]] = field(default_factory=list)  # the run's shared loaders
+    loaders: list[LoaderView] = field(default_factory=list)  # the run's shared loaders
     notes: list[str] = field(default_factory=list)  # what the run did besides its jobs
 
     @property
     def counts(self) -> dict[str, int]:
         counts: dict[str, int] = {}
         for job in self.jobs:
-            counts[job["state"]] = counts.get(job["state"], 0) + 1
+            counts[job.state] = counts.get(job.state, 0) + 1
         return counts
 
     @property
     def succeeded(self) -> bool:
-        return bool(self.jobs) and all(j["state"] == "succeeded" for j in self.jobs)
+        return bool(self.jobs) and all(j.state == "succeeded" for j in self.jobs)
 
     @property
-    def energy(self) -> dict[str, Any] | None:
+    def energy(self) -> UsageFigures | None:
         """The run's usage summed over its jobs (None when nothing was measured)."""
-        usages = [j["usage"] for j in self.jobs if j.get("usage")]
+        usages = [to_builtins(j.usage) for j in self.jobs if j.usage is not None]
         if not usages or self.grid_g_per_kwh is None:
             return None
-        return summarize(usages, self.grid_g_per_kwh)
+        summary = summarize(usages, self.grid_g_per_kwh)
+        return None if summary is None else msgspec.convert(summary, UsageFigures)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -77,20 +78,20 @@ class RunReport:
             "interrupted": self.interrupted,
             "succeeded": self.succeeded,
             "counts": self.counts,
-            "energy": self.energy,
-            "loaders": self.loaders,
+            "energy": to_builtins(self.energy),
+            "loaders": to_builtins(self.loaders),
             "notes": self.notes,
             "jobs": [
                 {
-                    "id": j["id"],
-                    "name": j["name"],
-                    "state": j["state"],
-                    "attempts": j["attempts"],
-                    "wall_s": _rounded(render.job_runtime(j)),
-                    "exit_code": j["exit_code"],
-                    "reason": j["reason"],
-                    "log": j["log"],
-                    "usage": j.get("usage"),
+                    "id": j.id,
+                    "name": j.name,
+                    "state": j.state,
+                    "attempts": j.attempts,
+                    "wall_s": _rounded(render.runtime(j.started_at, j.ended_at)),
+                    "exit_code": j.exit_code,
+                    "reason": j.reason,
+                    "log": j.log,
+                    "usage": to_builtins(j.usage),
                 }
                 for j in self.jobs
             ],
@@ -99,14 +100,16 @@ class RunReport:
     def text(self) -> str:
         rows = [
             (
-                j["id"],
-                j["name"],
-                j["state"],
-                j["attempts"],
-                render.duration(render.job_runtime(j)),
-                j["exit_code"],
-                render.energy(j.get("usage")),
-                render.shorten_path(j["log"]),
+                j.id,
+                j.name,
+                j.state,
+                j.attempts,
+                render.duration(render.runtime(j.started_at, j.ended_at)),
+                j.exit_code,
+                render.energy_cell(
+                    j.usage.total_j if j.usage else None, bool(j.usage and j.usage.estimate)
+                ),
+                render.shorten_path(j.log),
             )
             for j in self.jobs
         ]
@@ -127,67 +130,69 @@ class RunReport:
         """One line per shared loader: its CPU, and what unshared loading would have cost."""
         lines = []
         for loader in self.loaders:
-            status = loader.get("status") or {}
-            consumers = status.get("consumers_total")
+            status = loader.status
+            consumers = status.consumers_total if status else None
             who = f" for {consumers} consumer{'' if consumers == 1 else 's'}" if consumers else ""
-            if loader.get("saved_cpu_s") is None:
-                lines.append(f"shared loader {loader['name']}: no batches measured")
+            if loader.saved_cpu_s is None:
+                lines.append(f"shared loader {loader.name}: no batches measured")
                 continue
-            chosen = status.get("selection")
+            chosen = status.selection if status else None
             if chosen:
                 how = (
                     "cached pre-pass"
-                    if chosen.get("reused")
+                    if chosen.reused
                     else "no pre-pass"
-                    if chosen.get("key") is None
-                    else f"pre-pass {chosen.get('prepass_wall_s', 0):.1f} s, now cached"
+                    if chosen.key is None
+                    else f"pre-pass {chosen.prepass_wall_s:.1f} s, now cached"
                 )
                 lines.append(
-                    f"shared loader {loader['name']}: selection {chosen['preset']}, "
-                    f"trained on {chosen['kept']} of {chosen['of']} samples ({how})"
+                    f"shared loader {loader.name}: selection {chosen.preset}, "
+                    f"trained on {chosen.kept} of {chosen.of} samples ({how})"
                 )
-            if consumers == 1 or abs(loader["saved_cpu_s"]) < 0.05:
+            cpu_s = loader.cpu_s or 0.0
+            if consumers == 1 or abs(loader.saved_cpu_s) < 0.05:
                 lines.append(
-                    f"shared loader {loader['name']}: producer CPU "
-                    f"{loader['cpu_s']:.1f} s{who}; each batch went to one consumer, "
+                    f"shared loader {loader.name}: producer CPU "
+                    f"{cpu_s:.1f} s{who}; each batch went to one consumer, "
                     "so sharing saved nothing"
                 )
                 continue
             lines.append(
-                f"shared loader {loader['name']}: producer CPU {loader['cpu_s']:.1f} s{who}, "
-                f"{status.get('produced', 0)} batches made, {status.get('delivered_total', 0)} "
-                f"delivered; unshared loading estimated at {loader['unshared_cpu_s']:.1f} s: "
-                f"{loader['saved_cpu_s']:.1f} CPU-s saved"
+                f"shared loader {loader.name}: producer CPU {cpu_s:.1f} s{who}, "
+                f"{status.produced if status else 0} batches made, "
+                f"{status.delivered_total if status else 0} delivered; unshared loading "
+                f"estimated at {loader.unshared_cpu_s or 0.0:.1f} s: "
+                f"{loader.saved_cpu_s:.1f} CPU-s saved"
             )
         return lines
 
     def energy_line(self) -> str:
         station = f"backend {self.backend}" + (", SIMULATED" if self.simulated else "")
         energy = self.energy
-        if energy is None or energy["total_j"] is None:
+        if energy is None or energy.total_j is None:
             gpus = "no GPUs" if self.backend == "none" else "no GPU energy readings"
             return (
                 f"energy: not measured ({station}: {gpus}, and the CPU's RAPL counters are "
                 "not readable)"
             )
         parts = []
-        if energy["gpu_j"] is not None:
-            idle = energy["gpu_idle_j"]
+        if energy.gpu_j is not None:
+            idle = energy.gpu_idle_j
             parts.append(
-                f"GPU {render.joules(energy['gpu_j'])}"
+                f"GPU {render.joules(energy.gpu_j)}"
                 + (f" (idle baseline {render.joules(idle)})" if idle is not None else "")
             )
         parts.append(
             "CPU "
             + (
-                render.joules(energy["cpu_j"])
-                if energy["cpu_j"] is not None
+                render.joules(energy.cpu_j)
+                if energy.cpu_j is not None
                 else "n/a (RAPL not readable)"
             )
         )
-        estimate = ", estimated for shared GPUs/CPU" if energy["estimate"] else ""
+        estimate = ", estimated for shared GPUs/CPU" if energy.estimate else ""
         return (
-            f"energy: {', '.join(parts)}; {energy['carbon_g']:.1f} g CO2e at "
+            f"energy: {', '.join(parts)}; {energy.carbon_g or 0.0:.1f} g CO2e at "
             f"{self.grid_g_per_kwh:g} g/kWh ({station}{estimate})"
         )
 
@@ -210,33 +215,33 @@ class _Progress:
             self.live = Live(console=Console(file=stream), refresh_per_second=4, transient=True)
             self.live.start()
 
-    def update(self, jobs: list[dict[str, Any]]) -> None:
+    def update(self, jobs: list[JobView]) -> None:
         if self.live is not None:
             self.live.update(self._table(jobs, rows=self.live.console.height - 4))
             return
         for job in jobs:
-            key = (job["state"], job["attempts"])
-            if self.seen.get(job["id"]) == key:
+            key = (job.state, job.attempts)
+            if self.seen.get(job.id) == key:
                 continue
-            self.seen[job["id"]] = key
+            self.seen[job.id] = key
             detail = ""
-            if job["state"] == "running":
-                detail = f" on {job['slot']} (attempt {job['attempts']})" if job["slot"] else ""
-            elif job["state"] in TERMINAL_STATE_NAMES or job["attempts"]:
-                detail = f": {job['reason']}" if job["reason"] else ""
+            if job.state == "running":
+                detail = f" on {job.slot} (attempt {job.attempts})" if job.slot else ""
+            elif job.terminal or job.attempts:
+                detail = f": {job.reason}" if job.reason else ""
             print(
-                f"{render.clock(time.time())}  {job['name']}  {job['state']}{detail}",
+                f"{render.clock(time.time())}  {job.name}  {job.state}{detail}",
                 file=self.stream,
                 flush=True,
             )
 
-    def _table(self, jobs: list[dict[str, Any]], rows: int) -> Any:
+    def _table(self, jobs: list[JobView], rows: int) -> Any:
         from rich.table import Table
 
-        done = sum(1 for j in jobs if j["state"] in TERMINAL_STATE_NAMES)
+        done = sum(1 for j in jobs if j.terminal)
         # Running jobs first, then the queue, then finished ones, as many as the screen holds.
         rank = {"running": 0, "queued": 1}
-        ordered = sorted(jobs, key=lambda j: (rank.get(j["state"], 2), j["id"]))
+        ordered = sorted(jobs, key=lambda j: (rank.get(j.state, 2), j.id))
         shown = ordered[: max(5, rows)]
         caption = f"… and {len(jobs) - len(shown)} more" if len(shown) < len(jobs) else None
         table = Table(
@@ -261,12 +266,12 @@ class _Progress:
             "queued": "dim",
         }
         for job in shown:
-            output = render.last_line(job["log"]) if job["state"] == "running" else ""
+            output = render.last_line(job.log) if job.state == "running" else ""
             table.add_row(
-                str(job["id"]),
-                job["name"],
-                f"[{colors.get(job['state'], '')}]{job['state']}[/]",
-                render.duration(render.job_runtime(job)),
+                str(job.id),
+                job.name,
+                f"[{colors.get(job.state, '')}]{job.state}[/]",
+                render.duration(render.runtime(job.started_at, job.ended_at)),
                 output,
             )
         return table
@@ -278,7 +283,7 @@ class _Progress:
 
 def run_profile(
     profile: Profile,
-    client: EngineClient,
+    client: Client,
     *,
     progress_stream: TextIO = sys.stderr,
     live: bool | None = None,
@@ -295,7 +300,7 @@ def run_profile(
             report.notes.append(step.describe())
 
     try:
-        with client.subscribe("job") as events:
+        with client.events("job") as events:
 
             def follow(ids: object = None) -> None:
                 report.jobs = _follow(client, events, group, progress)
@@ -323,49 +328,38 @@ def run_profile(
     return report
 
 
-def _add_usage(client: EngineClient, report: RunReport) -> None:
+def _add_usage(client: Client, report: RunReport) -> None:
     """Energy and resource use of the run's jobs, measured by the engine's sampler."""
-    status = client.request("status", fresh_loaders=True)
-    station = status["station"]
-    used = {job.get("loader") for job in report.jobs} - {None}
-    report.loaders = [entry for entry in status.get("loaders", []) if entry["name"] in used]
-    report.backend, report.simulated = station["effective_backend"], station["simulated"]
-    report.grid_g_per_kwh = station["grid_intensity"]
-    usage = {
-        j["id"]: j["usage"] for j in client.request("jobs", group=report.group, usage=True)["jobs"]
-    }
-    for job in report.jobs:
-        job["usage"] = usage.get(job["id"])
+    status = client.status(fresh_loaders=True)
+    station = status.station
+    used = {job.loader for job in report.jobs} - {None}
+    report.loaders = [entry for entry in status.loaders if entry.name in used]
+    report.backend, report.simulated = station.effective_backend, station.simulated
+    report.grid_g_per_kwh = station.grid_intensity
+    usage = {j.id: j.usage for j in client.jobs(group=report.group, usage=True)}
+    report.jobs = [msgspec.structs.replace(j, usage=usage.get(j.id)) for j in report.jobs]
 
 
-def _follow(
-    client: EngineClient, events: zmq.Socket, group: str, progress: _Progress
-) -> list[dict[str, Any]]:
+def _follow(client: Client, events: EventStream, group: str, progress: _Progress) -> list[JobView]:
     while True:
         started = time.monotonic()
-        jobs = client.request("jobs", group=group)["jobs"]
+        jobs = client.jobs(group=group)
         gap = max(MIN_REFRESH_S, (time.monotonic() - started) / ENGINE_SHARE)
         progress.update(jobs)
-        if all(job["state"] in TERMINAL_STATE_NAMES for job in jobs):
+        if all(job.terminal for job in jobs):
             return jobs
         # Wake on the next event, or refresh anyway (a SUB socket can miss the first ones),
         # but never sooner than `gap` after the last refresh began.
-        if events.poll(int(max(REFRESH_S, gap) * 1000)):
-            _drain(events)
+        if events.wait(max(REFRESH_S, gap)):
+            events.drain()
             time.sleep(max(0.0, gap - (time.monotonic() - started)))
-            _drain(events)
+            events.drain()
 
 
-def _drain(events: zmq.Socket) -> None:
-    while events.poll(0):
-        events.recv_multipart()
-
-
-def _cancel_group(client: EngineClient, group: str, stream: TextIO) -> None:
+def _cancel_group(client: Client, group: str, stream: TextIO) -> None:
     """Cancel what this run submitted, wherever the Ctrl-C landed (even mid-submit: the engine
     handles requests in order, so a submit that was sent is queued before this query)."""
-    jobs = client.request("jobs", group=group)["jobs"]
-    active = [j["id"] for j in jobs if j["state"] not in TERMINAL_STATE_NAMES]
+    active = [j.id for j in client.jobs(group=group) if not j.terminal]
     print(
         f"\ncancelling {len(active)} job(s) of this run (Ctrl-C again to leave them to the "
         "engine)…",
@@ -373,7 +367,7 @@ def _cancel_group(client: EngineClient, group: str, stream: TextIO) -> None:
         flush=True,
     )
     if active:
-        client.request("cancel", jobs=active, grace=CANCEL_GRACE_S)
+        client.cancel(active, grace=CANCEL_GRACE_S)
 
 
 def write_report(report: RunReport, path: Path) -> None:

@@ -79,23 +79,23 @@ def _profile_dataset(name: str, profile: Path) -> Any:
 
 def _registered_dataset(name: str) -> Any:
     """A dataset the engine knows by name (registered by a profile's run)."""
-    from gpudesk.engine.client import EngineError, connect
+    from gpudesk.api.errors import EngineError
+    from gpudesk.api.models import to_builtins
     from gpudesk.engine.loaders import DatasetSpec
-    from gpudesk.paths import Home
 
     hint = (
         f"{name!r}: give the dataset as MODULE:FACTORY, or name a [datasets] table of a "
         "profile with --profile"
     )
     try:
-        with connect(Home.from_env(), autostart=False) as client:
-            specs = client.request("datasets", datasets=[]).get("specs") or []
+        with engine_client(autostart=False) as client:
+            specs = client.register_datasets([]).specs
     except EngineError:
         fail(f"{hint} (no engine runs here to ask for its datasets)", EXIT_USAGE)
-    for raw in specs:
-        if raw.get("name") == name:
-            return DatasetSpec.from_dict(raw)
-    known = ", ".join(r.get("name", "?") for r in specs) or "none"
+    for spec in specs:
+        if spec.name == name:
+            return DatasetSpec.from_dict(to_builtins(spec))
+    known = ", ".join(spec.name for spec in specs) or "none"
     fail(f"{hint}; the engine knows no dataset {name!r} (it knows: {known})", EXIT_USAGE)
 
 
@@ -437,7 +437,7 @@ def compare_command(
         except KeyboardInterrupt:
             print("stopped: the running job was cancelled", file=sys.stderr)
             raise typer.Exit(EXIT_INTERRUPTED) from None
-        station = client.request("status")["station"]
+        station = client.status().station
     rows = compare.summarize(trials)
     report = compare.to_json(chosen, trials, rows, station)
     if out is not None:

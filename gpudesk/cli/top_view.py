@@ -5,6 +5,11 @@ GPU (SM activity, kernel-active time, memory, power, energy since sampling began
 the jobs on it) and every running job. When an engine runs for this home, top shows what the
 engine's sampler sees (it never starts one); otherwise it samples the station directly, which for
 `--once` and `--json` means two readings 0.12 s apart.
+
+The engine is asked through `gpudesk.api.Client`, imported only when an engine runs: without
+one, top loads neither zmq nor msgspec. A frame is drawn from the view `--json` prints: the
+snapshot as the wire carries it (the direct sampler makes the same shape), with `engine`
+from `EngineSummary`.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 from gpudesk import render
-from gpudesk.engine.client import EngineClient, EngineError, engine_pid
+from gpudesk.api.connection import engine_pid
 from gpudesk.engine.station import StationConfig
 from gpudesk.paths import Home
 from gpudesk.units import MIB_PER_GIB
@@ -29,12 +34,47 @@ GIB = MIB_PER_GIB
 WIDTH = 80
 
 
+@dataclass(frozen=True)
+class EngineSummary:
+    """What top says of the engine, from its `status` (`engine` in `--json`); `error` when
+    it holds its home's lock but does not answer."""
+
+    pid: int
+    error: str | None = None
+    policy: str = ""
+    backend: str = ""
+    configured_backend: str = ""
+    slots_busy: int = 0
+    slots_total: int = 0
+    gpus_busy: int = 0
+    gpus_total: int = 0
+    queued: int = 0
+    running_jobs: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        if self.error is not None:
+            return {"running": True, "pid": self.pid, "error": self.error}
+        return {
+            "running": True,
+            "pid": self.pid,
+            "policy": self.policy,
+            "backend": self.backend,
+            "configured_backend": self.configured_backend,
+            "slots_busy": self.slots_busy,
+            "slots_total": self.slots_total,
+            "gpus_busy": self.gpus_busy,
+            "gpus_total": self.gpus_total,
+            "queued": self.queued,
+            "running_jobs": self.running_jobs,
+        }
+
+
 @dataclass
 class Source:
     """Where frames come from: the engine, or a monitor of our own."""
 
     home: Home
-    engine: dict[str, Any] | None = None
+    engine: EngineSummary | None = None
     monitor: Any = None  # telemetry.monitor.Monitor when sampling directly
     note: str | None = None
 
@@ -43,29 +83,31 @@ class Source:
             self.monitor.close()
 
 
-def _engine_status(home: Home) -> dict[str, Any] | None:
+def _engine_status(home: Home) -> EngineSummary | None:
     pid = engine_pid(home)
     if pid is None:
         return None
+    from gpudesk.api.client import Client
+    from gpudesk.api.errors import EngineError
+
     try:
-        with EngineClient(home, timeout=2.0) as client:
-            status = client.request("status")
+        with Client.attach(home, timeout=2.0) as client:
+            status = client.status()
     except EngineError as exc:
-        return {"running": True, "pid": pid, "error": str(exc)}
-    station = status["station"]
-    return {
-        "running": True,
-        "pid": status["pid"],
-        "policy": station["policy"],
-        "backend": station["effective_backend"],
-        "configured_backend": station["backend"],
-        "slots_busy": status["slots"]["busy"],
-        "slots_total": status["slots"]["total"],
-        "gpus_busy": status["gpus"]["busy"],
-        "gpus_total": status["gpus"]["total"],
-        "queued": status["counts"]["queued"],
-        "running_jobs": status["counts"]["running"],
-    }
+        return EngineSummary(pid, error=str(exc))
+    station = status.station
+    return EngineSummary(
+        status.pid,
+        policy=station.policy,
+        backend=station.effective_backend,
+        configured_backend=station.backend,
+        slots_busy=status.slots.busy,
+        slots_total=status.slots.total,
+        gpus_busy=status.gpus.busy,
+        gpus_total=status.gpus.total,
+        queued=status.counts.get("queued", 0),
+        running_jobs=status.counts.get("running", 0),
+    )
 
 
 def open_source(home: Home, env: dict[str, str] | None = None) -> Source:
@@ -73,11 +115,11 @@ def open_source(home: Home, env: dict[str, str] | None = None) -> Source:
     env = dict(os.environ) if env is None else env
     requested = env.get("GPUDESK_BACKEND") or None
     engine = _engine_status(home)
-    answering = engine is not None and "error" not in engine
+    answering = engine is not None and engine.error is None
     if (
         engine is not None
         and answering
-        and (requested is None or requested in (engine["backend"], engine["configured_backend"]))
+        and (requested is None or requested in (engine.backend, engine.configured_backend))
     ):
         return Source(home, engine)
     backend_name = StationConfig().with_env_override(env).backend
@@ -87,7 +129,7 @@ def open_source(home: Home, env: dict[str, str] | None = None) -> Source:
     source = Source(home, engine, Monitor(make_backend(backend_name)))
     if engine is not None and answering:
         source.note = (
-            f"the engine watches {engine['backend']}; showing "
+            f"the engine watches {engine.backend}; showing "
             f"GPUDESK_BACKEND={requested}, sampled directly"
         )
     return source
@@ -106,9 +148,8 @@ def take_view(source: Source, *, fresh: bool = False) -> dict[str, Any]:
         monitor.ingest(monitor.collect())
         time.sleep(DIRECT_WINDOW_S)
     view = dict(monitor.ingest(monitor.collect()))
-    view.update(
-        {"source": "direct", "engine": source.engine, "note": source.note, "interval_s": None}
-    )
+    engine = None if source.engine is None else source.engine.to_json()
+    view.update({"source": "direct", "engine": engine, "note": source.note, "interval_s": None})
     return view
 
 
@@ -121,11 +162,15 @@ def _fallback_monitor(source: Source) -> Any:
 
 
 def _engine_view(source: Source) -> dict[str, Any] | None:
+    from gpudesk.api.client import Client
+    from gpudesk.api.errors import EngineError
+    from gpudesk.api.models import to_builtins
+
     deadline = time.monotonic() + FIRST_SAMPLE_WAIT_S
     try:
-        with EngineClient(source.home, timeout=2.0) as client:
+        with Client.attach(source.home, timeout=2.0) as client:
             while True:
-                snapshot = client.request("telemetry")["snapshot"]
+                snapshot = client.telemetry().snapshot
                 if snapshot is not None or time.monotonic() >= deadline:
                     break
                 time.sleep(0.1)
@@ -134,7 +179,9 @@ def _engine_view(source: Source) -> dict[str, Any] | None:
     if snapshot is None:
         return None
     source.engine = _engine_status(source.home) or source.engine
-    return {**snapshot, "source": "engine", "engine": source.engine, "note": source.note}
+    engine = None if source.engine is None else source.engine.to_json()
+    # the snapshot as the wire carries it: the shape the direct sampler gives too
+    return {**to_builtins(snapshot), "source": "engine", "engine": engine, "note": source.note}
 
 
 # ---------------------------------------------------------------- rendering

@@ -34,15 +34,6 @@ class ProtocolError(Exception):
         self.request_id = request_id
 
 
-class EngineError(RuntimeError):
-    """What a client raises: the engine answered with an error, or could not be reached or
-    started. Defined here, not in the client, so the CLI can catch it without loading zmq."""
-
-    def __init__(self, message: str, code: str = "unavailable") -> None:
-        super().__init__(message)
-        self.code = code
-
-
 @dataclass(frozen=True)
 class Request:
     op: str

@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from gpudesk.api import Client, JobSpec, JobView
-from gpudesk.engine.client import EngineClient, engine_pid, start_engine
+from gpudesk.api.connection import Connection, engine_pid, start_engine
+from gpudesk.api.errors import EngineError
 from gpudesk.engine.loaders import DatasetSpec
-from gpudesk.engine.protocol import EngineError
 from gpudesk.engine.station import StationConfig
 from gpudesk.paths import Home
 
@@ -70,7 +70,7 @@ class Recording:
         return {e.op for e in self.exchanges}
 
 
-class RecordingTransport(EngineClient):
+class RecordingTransport(Connection):
     """The ordinary transport, keeping a copy of each reply as the engine sent it."""
 
     def __init__(self, home: Home, recording: Recording, timeout: float = 15.0) -> None:
@@ -153,7 +153,7 @@ def sim_engine(home: Home, **station: Any) -> Iterator[None]:
     try:
         yield
     finally:
-        with EngineClient(home, timeout=5.0) as client, suppress(EngineError):
+        with Connection(home, timeout=5.0) as client, suppress(EngineError):
             if engine_pid(home) is not None:
                 client.request("shutdown")  # unless the scenario shut it down already
         wait_until(lambda: engine_pid(home) is None, 15.0, "the engine to stop")

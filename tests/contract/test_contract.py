@@ -13,8 +13,8 @@ from scenario import Recording, StationDriver, run_station_scenario, sim_engine
 
 from gpudesk.api import models
 from gpudesk.api.client import decode, decode_event, decode_reply
-from gpudesk.engine.client import EngineClient
-from gpudesk.engine.protocol import EngineError
+from gpudesk.api.connection import Connection
+from gpudesk.api.errors import EngineError
 from gpudesk.paths import Home
 
 # op -> the model its reply decodes into
@@ -40,7 +40,7 @@ REPLY_MODELS: dict[str, type[models.WireModel]] = {
 
 def engine_ops(home: Home) -> set[str]:
     """The operations the engine itself says it knows (its unknown-op error lists them)."""
-    with EngineClient(home, timeout=5.0) as client, pytest.raises(EngineError) as raised:
+    with Connection(home, timeout=5.0) as client, pytest.raises(EngineError) as raised:
         client.request("no-such-op")
     assert raised.value.code == "unknown_op"
     listed = re.search(r"known: (.*)$", str(raised.value))

@@ -12,7 +12,8 @@ import pytest
 import zmq
 from conftest import EngineHandle, wait_for
 
-from gpudesk.engine.client import EngineClient, EngineError
+from gpudesk.api.connection import Connection
+from gpudesk.api.errors import EngineError
 from gpudesk.engine.store.database import Store
 from gpudesk.paths import Home
 
@@ -226,14 +227,14 @@ def test_the_store_is_wal_and_versioned(engine: EngineHandle) -> None:
 
 
 def test_socket_folder_is_private_even_for_long_homes(tmp_path, monkeypatch) -> None:
-    from gpudesk.engine.client import start_engine
+    from gpudesk.api.connection import start_engine
     from gpudesk.engine.station import StationConfig
     from gpudesk.paths import Home
 
     home = Home(tmp_path / ("very-long-folder-name-" * 5) / "home")
     assert len(str(home.root / "run" / "control.sock")) > 100
     start_engine(home, StationConfig(backend="none"))
-    client = EngineClient(home)
+    client = Connection(home)
     try:
         assert client.request("ping")
         assert (home.socket_dir.stat().st_mode & 0o777) == 0o700

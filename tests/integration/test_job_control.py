@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from conftest import EngineHandle, wait_for
 
-from gpudesk.engine.client import EngineError
+from gpudesk.api.errors import EngineError
 
 GPUDESK = [sys.executable, "-m", "gpudesk"]
 

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from conftest import EngineHandle, wait_for
 
+from gpudesk.api.client import Client
 from gpudesk.loader.protocol import process_alive, read_info
 from gpudesk.paths import Home
 
@@ -211,16 +212,19 @@ def test_a_profile_run_queues_its_selections_prepass_first_and_records_its_cost(
     """)
     )
     report = run_profile(
-        load_profile(profile), loader_engine.client, progress_stream=io.StringIO(), live=False
+        load_profile(profile),
+        Client(loader_engine.client),
+        progress_stream=io.StringIO(),
+        live=False,
     )
-    assert [(j["name"], j["state"]) for j in report.jobs] == [
+    assert [(j.name, j.state) for j in report.jobs] == [
         ("prepass-syn-random-25", "succeeded"),
         ("train", "succeeded"),
     ]
     assert any("computed in" in note and "30 of 120 samples" in note for note in report.notes)
     (entry,) = SelectionCache(loader_engine.home.selection_dir).entries()
-    assert entry.cost.job == report.jobs[0]["id"] and entry.cost.job_wall_s > 0
-    assert any(f"job {report.jobs[1]['id']} " in who for who in entry.reused_by)
+    assert entry.cost.job == report.jobs[0].id and entry.cost.job_wall_s > 0
+    assert any(f"job {report.jobs[1].id} " in who for who in entry.reused_by)
     (epoch,) = epochs_of(out)
     assert len(epoch["ids"]) == 30 and len(set(epoch["ids"])) == 30
 
@@ -249,9 +253,12 @@ def test_a_failed_prepass_keeps_the_runs_training_jobs_from_being_submitted(
     """)
     )
     report = run_profile(
-        load_profile(profile), loader_engine.client, progress_stream=io.StringIO(), live=False
+        load_profile(profile),
+        Client(loader_engine.client),
+        progress_stream=io.StringIO(),
+        live=False,
     )
-    assert [(j["name"], j["state"]) for j in report.jobs] == [("prepass-syn-less-25", "failed")]
+    assert [(j.name, j.state) for j in report.jobs] == [("prepass-syn-less-25", "failed")]
     assert not report.succeeded
     assert any("were not submitted" in note for note in report.notes)
     assert "were not submitted" in report.text()

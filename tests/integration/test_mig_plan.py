@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from conftest import EngineHandle, Run, wait_for
 
-from gpudesk.engine.protocol import EngineError
+from gpudesk.api.errors import EngineError
 from gpudesk.paths import Home
 
 FAKES = Path(__file__).resolve().parents[1] / "fakes"

@@ -17,8 +17,8 @@ import pytest
 from conftest import EngineHandle, wait_for
 from test_cli import GPUDESK, gpudesk
 
+from gpudesk.api.errors import EngineError
 from gpudesk.engine import protocol
-from gpudesk.engine.client import EngineError
 from gpudesk.paths import Home
 
 SIM = "sim:dgx-station-a100"

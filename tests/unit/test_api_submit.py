@@ -7,22 +7,37 @@ import json
 from pathlib import Path
 from typing import Any
 
-from test_api_prepass import PROFILE  # same folder: on sys.path under pytest
+from test_api_prepass import PROFILE, job_wire  # same folder: on sys.path under pytest
 
+from gpudesk.api.client import Client
 from gpudesk.api.submit import Step, Submitted, submit_profile
+from gpudesk.engine import protocol
+from gpudesk.paths import Home
 from gpudesk.profile import parse_profile
 from gpudesk.selection.cache import SelectionCache
 
 
 class FakeEngine:
-    """Answers the workflow's requests as the engine would, and records them."""
+    """Answers the workflow's requests as the engine would (on the wire, under a real
+    `Client`), and records them."""
 
     def __init__(self, log: Path, prepass_state: str = "succeeded") -> None:
         self.log, self.prepass_state = log, prepass_state
         self.calls: list[tuple[str, dict[str, Any]]] = []
         self.submitted: dict[int, dict[str, Any]] = {}
+        self.home = Home(log.parent)
 
-    def request(self, op: str, **args: Any) -> dict[str, Any]:
+    @property
+    def client(self) -> Client:
+        return Client(self)  # type: ignore[arg-type]  # the transport's exchange(), faked
+
+    def close(self) -> None:
+        pass
+
+    def exchange(self, op: str, args: dict[str, Any]) -> bytes:
+        return protocol.encode_result(1, self.answer(op, args))
+
+    def answer(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
         self.calls.append((op, args))
         if op == "submit":
             first = len(self.submitted) + 1
@@ -32,18 +47,21 @@ class FakeEngine:
         if op == "jobs":
             return {
                 "jobs": [
-                    {
-                        "id": i,
-                        "name": self.submitted[i]["name"],
-                        "state": self.prepass_state,
-                        "log": str(self.log),
-                        "started_at": 1.0,
-                        "ended_at": 2.0,
-                        "usage": None,
-                    }
+                    job_wire(
+                        id=i,
+                        name=self.submitted[i]["name"],
+                        state=self.prepass_state,
+                        log=str(self.log),
+                        started_at=1.0,
+                        ended_at=2.0,
+                    )
                     for i in args["ids"]
                 ]
             }
+        if op == "configure":
+            return {"station": {**args["station"], "mig": None}, "changed": False}
+        if op == "datasets":
+            return {"datasets": [d["name"] for d in args["datasets"]], "specs": args["datasets"]}
         return {}
 
 
@@ -59,7 +77,7 @@ def test_a_profile_is_submitted_prepasses_first_then_its_jobs(tmp_path: Path) ->
     waited: list[list[int]] = []
     steps: list[Step] = []
     outcome = submit_profile(
-        engine,
+        engine.client,
         parse_profile(PROFILE, "p.toml"),
         group="g",
         wait=lambda ids: waited.append(list(ids)),
@@ -90,7 +108,7 @@ def test_a_profile_is_submitted_prepasses_first_then_its_jobs(tmp_path: Path) ->
 def test_a_failed_prepass_keeps_the_profiles_jobs_back(tmp_path: Path) -> None:
     engine = FakeEngine(prepass_log(tmp_path), prepass_state="failed")
     outcome = submit_profile(
-        engine, parse_profile(PROFILE, "p.toml"), group="g", wait=lambda ids: None
+        engine.client, parse_profile(PROFILE, "p.toml"), group="g", wait=lambda ids: None
     )
     assert [op for op, _ in engine.calls] == ["configure", "datasets", "submit", "jobs"]
     assert outcome.job_ids == [] and len(outcome.failed_prepasses) == 2
@@ -103,6 +121,6 @@ def test_a_failed_prepass_keeps_the_profiles_jobs_back(tmp_path: Path) -> None:
 def test_a_profile_without_selections_has_no_prepass_step() -> None:
     engine = FakeEngine(Path("/nonexistent"))
     profile = parse_profile(b'name = "plain"\n[[jobs]]\nname = "x"\ncommand = ["true"]\n', "p.toml")
-    outcome = submit_profile(engine, profile)
+    outcome = submit_profile(engine.client, profile)
     assert [op for op, _ in engine.calls] == ["configure", "submit"]
     assert outcome.job_ids == [1] and outcome.group.startswith("plain@")

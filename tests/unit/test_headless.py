@@ -5,12 +5,14 @@ from __future__ import annotations
 import io
 
 from rich.console import Console
+from test_api_prepass import job_view  # same folder: on sys.path under pytest
 
+from gpudesk.api.models import JobView
 from gpudesk.cli.run_report import RunReport, _Progress
 
 
-def job(job_id: int, state: str, **extra: object) -> dict:
-    return {
+def job(job_id: int, state: str, **extra: object) -> JobView:
+    fields: dict[str, object] = {
         "id": job_id,
         "name": f"j{job_id}",
         "state": state,
@@ -23,6 +25,7 @@ def job(job_id: int, state: str, **extra: object) -> dict:
         "slot": None,
         **extra,
     }
+    return job_view(**fields)
 
 
 def test_report_counts_and_success() -> None:

@@ -1,4 +1,7 @@
-"""The thin client every command uses to talk to the engine (and to start it when needed)."""
+"""The transport under `gpudesk.api.Client`: `Connection`, a zmq REQ socket to one engine (raw
+`request()` / `exchange()`, and `subscribe()` to its events), and starting the engine when needed
+(`start_engine`, `engine_pid`, `connect`). zmq is imported where a socket is made, so asking
+whether an engine runs (`engine_pid`) costs no zmq."""
 
 from __future__ import annotations
 
@@ -11,14 +14,15 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import zmq
-
+from gpudesk.api.errors import EngineError
 from gpudesk.engine import protocol
-from gpudesk.engine.protocol import EngineError
 from gpudesk.engine.station import StationConfig
 from gpudesk.paths import Home
+
+if TYPE_CHECKING:
+    import zmq
 
 DEFAULT_TIMEOUT_S = 30.0
 START_TIMEOUT_S = 20.0
@@ -70,7 +74,7 @@ def start_engine(
             close_fds=True,
         )
     deadline = time.monotonic() + timeout
-    client = EngineClient(home, timeout=1.0)
+    client = Connection(home, timeout=1.0)
     try:
         while time.monotonic() < deadline:
             if engine_pid(home) is not None:
@@ -92,15 +96,23 @@ def start_engine(
     )
 
 
-class EngineClient:
+class Connection:
+    """A REQ socket to the engine of `home`: one request in flight, replies as raw bytes
+    (`exchange`) or as the protocol's plain result (`request`, for tests and tools that speak
+    the raw protocol; front ends use `gpudesk.api.Client`, which decodes into the models)."""
+
     def __init__(self, home: Home, timeout: float = DEFAULT_TIMEOUT_S) -> None:
         self.home = home
         self.timeout = timeout
+        import zmq
+
         self._ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
         self._sock: zmq.Socket | None = None
         self._ids = itertools.count(1)
 
     def _socket(self) -> zmq.Socket:
+        import zmq
+
         if self._sock is None:
             sock = self._ctx.socket(zmq.REQ)
             sock.setsockopt(zmq.LINGER, 0)
@@ -113,7 +125,7 @@ class EngineClient:
             self._sock.close(linger=0)
             self._sock = None
 
-    def __enter__(self) -> EngineClient:
+    def __enter__(self) -> Connection:
         return self
 
     def __exit__(self, *_exc: object) -> None:
@@ -128,6 +140,8 @@ class EngineClient:
 
     def exchange(self, op: str, args: dict[str, Any]) -> bytes:
         """Send one request and return the engine's reply as it came (JSON bytes)."""
+        import zmq
+
         request_id = next(self._ids)
         sock = self._socket()
         try:
@@ -145,6 +159,8 @@ class EngineClient:
 
     @contextmanager
     def subscribe(self, topic: str = "") -> Iterator[zmq.Socket]:
+        import zmq
+
         sock = self._ctx.socket(zmq.SUB)
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.SUBSCRIBE, topic.encode())
@@ -155,7 +171,7 @@ class EngineClient:
             sock.close(linger=0)
 
 
-def connect(home: Home | None = None, *, autostart: bool = True) -> EngineClient:
+def connect(home: Home | None = None, *, autostart: bool = True) -> Connection:
     """A client for the home's engine, starting the engine first when it is not running."""
     home = home or Home.from_env()
     if engine_pid(home) is None:
@@ -164,7 +180,7 @@ def connect(home: Home | None = None, *, autostart: bool = True) -> EngineClient
                 f"no engine is running for {home.root}; start one with `gpudesk engine start`"
             )
         start_engine(home)
-    return EngineClient(home)
+    return Connection(home)
 
 
 def submit_env() -> dict[str, str]:

@@ -1,0 +1,19 @@
+"""What a client of the engine raises. Standard library only: the CLI catches `EngineError`
+around every command, `--help` included, without loading zmq, msgspec or the models."""
+
+from __future__ import annotations
+
+BAD_REPLY = "bad_reply"  # the engine answered something this client's models do not describe
+
+
+class EngineError(RuntimeError):
+    """The engine answered with an error, or could not be reached or started, or its reply
+    does not match the models (`code` BAD_REPLY). `code` is one of the protocol's error codes
+    (docs/protocol.md), "unavailable" when no engine answered."""
+
+    def __init__(self, message: str, code: str = "unavailable") -> None:
+        super().__init__(message)
+        self.code = code
+
+
+__all__ = ["BAD_REPLY", "EngineError"]
