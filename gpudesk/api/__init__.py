@@ -28,12 +28,14 @@ if TYPE_CHECKING:
     from gpudesk.api.client import EventStream as EventStream
     from gpudesk.api.models import *  # noqa: F403 (every model, listed in models.__all__)
     from gpudesk.engine.jobs import JobSpec as JobSpec
+    from gpudesk.engine.jobs import SpecError as SpecError
 
 _LAZY = {
     "Client": "gpudesk.api.client",
     "Event": "gpudesk.api.client",
     "EventStream": "gpudesk.api.client",
     "JobSpec": "gpudesk.engine.jobs",
+    "SpecError": "gpudesk.engine.jobs",
 }
 _EAGER = ["BAD_REPLY", "EngineError"]
 

@@ -239,6 +239,8 @@ class DeskApp(App[str]):
         all succeeded its jobs. Waiting for pre-passes happens here, in this worker thread."""
         from textual.worker import get_current_worker
 
+        from gpudesk.api import JobSpec, SpecError
+        from gpudesk.api.profiles import ProfileError, load_profile
         from gpudesk.api.submit import (
             Step,
             Submitted,
@@ -247,8 +249,6 @@ class DeskApp(App[str]):
             submit_specs,
             wait_for_jobs,
         )
-        from gpudesk.engine.jobs import JobSpec, SpecError
-        from gpudesk.profile import ProfileError, load_profile
 
         worker = get_current_worker()
 
@@ -266,12 +266,17 @@ class DeskApp(App[str]):
                 )
 
         try:
+            client = self.feed.connect()  # this thread's own: it may wait on pre-passes
+        except EngineError as exc:
+            self.call_from_thread(self._acted, ActionDone("submit", error=str(exc)))
+            return
+        try:
             if request.profile is not None:
                 profile = load_profile(request.profile)
                 outcome = submit_profile(
-                    self.feed,
+                    client,
                     profile,
-                    wait=lambda ids: wait_for_jobs(self.feed, ids, stop=closing),
+                    wait=lambda ids: wait_for_jobs(client, ids, stop=closing),
                     on_step=told,
                 )
                 failed = outcome.failed_prepasses
@@ -281,7 +286,7 @@ class DeskApp(App[str]):
                     done = ActionDone("submit", submitted=outcome.job_ids)
             else:
                 spec = JobSpec.from_dict(request.job or {})
-                done = ActionDone("submit", submitted=submit_specs(self.feed, [spec]))
+                done = ActionDone("submit", submitted=submit_specs(client, [spec]))
         except WaitStopped:
             return  # the desk closed while pre-passes ran; they go on in the engine
         except ProfileError as exc:
@@ -290,6 +295,8 @@ class DeskApp(App[str]):
             done = ActionDone("submit", error=f"{exc.key}: {exc.message}")
         except (EngineError, OSError) as exc:
             done = ActionDone("submit", error=str(exc))
+        finally:
+            client.close()
         self.call_from_thread(self._acted, done)
 
     def action_help(self) -> None:

@@ -23,8 +23,6 @@ from typing import Any, Protocol, TypeVar
 from gpudesk.api import (
     ActionOutcome,
     Client,
-    ConfigureResult,
-    DatasetsResult,
     EngineError,
     EventStream,
     HistoryPoint,
@@ -35,11 +33,9 @@ from gpudesk.api import (
     MigPlanResult,
     Snapshot,
     StationStatus,
-    SubmitResult,
     TelemetryEvent,
     TelemetryResult,
     WireModel,
-    to_builtins,
 )
 from gpudesk.api.client import decode
 from gpudesk.paths import Home
@@ -52,15 +48,6 @@ JOBS_REFRESH_INTERVALS = 5  # the job table is re-read on a job event, else this
 
 Progress = dict[int, tuple[int, int]]  # job id -> (epoch, of), from the job's log
 Result = TypeVar("Result")
-
-# The submit workflow (gpudesk.api.submit) still asks through `request(op, **args) -> dict`;
-# these are the ops it sends, each decoded through its model before it is handed back as data.
-SUBMIT_WORKFLOW_REPLIES: dict[str, type[WireModel]] = {
-    "configure": ConfigureResult,
-    "datasets": DatasetsResult,
-    "submit": SubmitResult,
-    "jobs": JobList,
-}
 
 
 @dataclass(frozen=True)
@@ -104,9 +91,9 @@ class Feed(Protocol):
     def mig_apply(self, gpu: int, profiles: Sequence[str]) -> MigApplyResult:
         """Repartition `gpu` (the desk asked the user first)."""
 
-    def request(self, op: str, **args: Any) -> dict[str, Any]:
-        """One request of the submit workflow (gpudesk.api.submit takes anything with this
-        method), its reply as plain data; only the ops in SUBMIT_WORKFLOW_REPLIES."""
+    def connect(self) -> Client:
+        """A client of its own for a worker thread (the submit workflow waits on pre-passes
+        there); raises EngineError where there is no engine to submit to."""
 
     def close(self) -> None: ...
 
@@ -232,13 +219,8 @@ class EngineFeed:
     def mig_apply(self, gpu: int, profiles: Sequence[str]) -> MigApplyResult:
         return self._act(lambda client: client.mig_apply(gpu, profiles, confirm=True))
 
-    def request(self, op: str, **args: Any) -> dict[str, Any]:
-        model = SUBMIT_WORKFLOW_REPLIES.get(op)
-        if model is None:
-            raise EngineError(f"the desk sends {op!r} through its typed methods", "unknown_op")
-        decoded = self._act(lambda client: client.call(model, op, **args))
-        reply: dict[str, Any] = to_builtins(decoded)  # the wire's shape, checked
-        return reply
+    def connect(self) -> Client:
+        return Client.attach(self.home, timeout=10.0)
 
     def close(self) -> None:
         if self._events_cm is not None:
@@ -359,8 +341,8 @@ class ReplayFeed:
     def mig_apply(self, gpu: int, profiles: Sequence[str]) -> MigApplyResult:
         raise self._not_recorded("mig_apply")
 
-    def request(self, op: str, **args: Any) -> dict[str, Any]:
-        raise self._not_recorded(op)
+    def connect(self) -> Client:
+        raise self._not_recorded("submitting")
 
     def close(self) -> None:
         pass

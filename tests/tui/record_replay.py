@@ -52,7 +52,7 @@ sys.path.insert(0, str(ROOT))
 
 from gpudesk.api import Client, EngineError, models  # noqa: E402
 from gpudesk.api.client import decode_event, decode_reply  # noqa: E402
-from gpudesk.engine.client import EngineClient, engine_pid, start_engine  # noqa: E402
+from gpudesk.api.connection import Connection, engine_pid, start_engine  # noqa: E402
 from gpudesk.engine.station import StationConfig  # noqa: E402
 from gpudesk.paths import Home  # noqa: E402
 from gpudesk.screens.feed import (  # noqa: E402
@@ -154,7 +154,7 @@ class Recorder:
 
     def __init__(self, home: Home, workdir: Path) -> None:
         self.home = home
-        self.transport = EngineClient(home, timeout=15.0)
+        self.transport = Connection(home, timeout=15.0)
         self.client = Client(self.transport)
         self.frames: list[dict[str, Any]] = []
         self.details: dict[str, Any] = {}
@@ -352,7 +352,7 @@ def nvml_engine(home: Home, tmp: Path) -> Iterator[None]:
         try:
             yield
         finally:
-            with EngineClient(home, timeout=5.0) as client, suppress(EngineError):
+            with Connection(home, timeout=5.0) as client, suppress(EngineError):
                 client.request("shutdown")
             wait_until(lambda: engine_pid(home) is None, 15.0, "the engine to stop")
     finally:
