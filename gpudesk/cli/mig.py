@@ -9,6 +9,7 @@ import sys
 import textwrap
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -87,6 +88,15 @@ def _mode_note(gpu: int, state: str) -> str:
 
 
 # ---------------------------------------------------------------------------- profiles
+@dataclass(frozen=True)
+class _GpuProfiles:
+    """A MIG GPU's instance profiles and where each may be placed."""
+
+    entry: GpuEntry
+    profiles: list[GiProfile]
+    places: dict[int, tuple[SliceSpan, ...]]
+
+
 @mig_app.command("profiles")
 def profiles_cmd(
     gpu: Annotated[int | None, typer.Option("--gpu", "-g", min=0, help="Only this GPU.")] = None,
@@ -95,12 +105,26 @@ def profiles_cmd(
     """The GPU instance profiles each MIG-enabled GPU offers.
 
     Free/total counts, memory, engines, and placements (start:size in memory slices)."""
+    found, skipped = _read_profiles(gpu)
+    if json_out:
+        print_json({"gpus": _profiles_json(found, skipped)})
+        return
+    blocks = [(f.entry.index, _profiles_text(f)) for f in found]
+    blocks += [(e.index, f"GPU {e.index}: {e.name}\n  {problem}") for e, problem in skipped]
+    print("\n\n".join(text for _, text in sorted(blocks)))
+
+
+def _read_profiles(
+    gpu: int | None,
+) -> tuple[list[_GpuProfiles], list[tuple[GpuEntry, NvidiaSmiError]]]:
+    """Each asked-for GPU's profiles; with no `--gpu`, GPUs not in MIG mode are skipped with
+    the reason (an error only when none is in MIG mode)."""
     from gpudesk.engine.mig.layout import derive_placements
     from gpudesk.engine.mig.manager import MigManager
     from gpudesk.engine.mig.nvidia_smi import MIG_MODE_KINDS, NvidiaSmiError
 
     manager = MigManager()
-    found: list[tuple[GpuEntry, list[GiProfile], dict[int, tuple[SliceSpan, ...]]]] = []
+    found: list[_GpuProfiles] = []
     skipped: list[tuple[GpuEntry, NvidiaSmiError]] = []
     with _mig_errors():
         targets = [manager.gpu(gpu)] if gpu is not None else manager.gpus()
@@ -114,100 +138,91 @@ def profiles_cmd(
                 skipped.append((entry, exc))
                 continue
             derived = derive_placements(profiles)
-            found.append(
-                (
-                    entry,
-                    profiles,
-                    {p.id: placements.get(p.id) or derived.get(p.id, ()) for p in profiles},
-                )
-            )
+            places = {p.id: placements.get(p.id) or derived.get(p.id, ()) for p in profiles}
+            found.append(_GpuProfiles(entry, profiles, places))
         if not found and skipped:
             raise skipped[0][1]
-    if json_out:
-        gpus: list[dict[str, Any]] = [
-            {
-                "index": entry.index,
-                "name": entry.name,
-                "uuid": entry.uuid,
-                "mig_mode": "enabled",
-                "profiles": [
-                    {
-                        "id": p.id,
-                        "name": p.short_name,
-                        "free": p.free,
-                        "total": p.total,
-                        "memory_gib": p.memory_gib,
-                        "sm": p.sm,
-                        "ce": p.ce,
-                        "dec": p.dec,
-                        "enc": p.enc,
-                        "jpeg": p.jpeg,
-                        "ofa": p.ofa,
-                        "p2p": p.p2p,
-                        "placements": [str(pl) for pl in places[p.id]],
-                    }
-                    for p in profiles
-                ],
-            }
-            for entry, profiles, places in found
-        ]
-        gpus += [
-            {
-                "index": entry.index,
-                "name": entry.name,
-                "uuid": entry.uuid,
-                "mig_mode": problem.kind.removeprefix("mig-"),
-                "problem": str(problem),
-                "profiles": [],
-            }
-            for entry, problem in skipped
-        ]
-        print_json({"gpus": sorted(gpus, key=lambda g: g["index"])})
-        return
-    blocks = []
-    for entry, profiles, places in found:
-        rows = [
-            (
-                p.id,
-                p.short_name,
-                f"{p.free}/{p.total}",
-                f"{p.memory_gib:.2f} GiB",
-                p.sm,
-                p.ce,
-                p.dec,
-                p.enc,
-                p.jpeg,
-                p.ofa,
-                _placements_text(places[p.id]),
-            )
-            for p in profiles
-        ]
-        blocks.append(
-            (
-                entry.index,
-                f"GPU {entry.index}: {entry.name}\n"
-                + _table(
-                    (
-                        "ID",
-                        "PROFILE",
-                        "FREE/TOTAL",
-                        "MEMORY",
-                        "SM",
-                        "CE",
-                        "DEC",
-                        "ENC",
-                        "JPEG",
-                        "OFA",
-                        "PLACEMENTS",
-                    ),
-                    rows,
-                    right=(0, 4, 5, 6, 7, 8, 9),
-                ),
-            )
+    return found, skipped
+
+
+def _profiles_json(
+    found: list[_GpuProfiles], skipped: list[tuple[GpuEntry, NvidiaSmiError]]
+) -> list[dict[str, Any]]:
+    gpus: list[dict[str, Any]] = [
+        {
+            "index": f.entry.index,
+            "name": f.entry.name,
+            "uuid": f.entry.uuid,
+            "mig_mode": "enabled",
+            "profiles": [
+                {
+                    "id": p.id,
+                    "name": p.short_name,
+                    "free": p.free,
+                    "total": p.total,
+                    "memory_gib": p.memory_gib,
+                    "sm": p.sm,
+                    "ce": p.ce,
+                    "dec": p.dec,
+                    "enc": p.enc,
+                    "jpeg": p.jpeg,
+                    "ofa": p.ofa,
+                    "p2p": p.p2p,
+                    "placements": [str(pl) for pl in f.places[p.id]],
+                }
+                for p in f.profiles
+            ],
+        }
+        for f in found
+    ]
+    gpus += [
+        {
+            "index": entry.index,
+            "name": entry.name,
+            "uuid": entry.uuid,
+            "mig_mode": problem.kind.removeprefix("mig-"),
+            "problem": str(problem),
+            "profiles": [],
+        }
+        for entry, problem in skipped
+    ]
+    return sorted(gpus, key=lambda g: g["index"])
+
+
+_PROFILE_HEADERS = (
+    "ID",
+    "PROFILE",
+    "FREE/TOTAL",
+    "MEMORY",
+    "SM",
+    "CE",
+    "DEC",
+    "ENC",
+    "JPEG",
+    "OFA",
+    "PLACEMENTS",
+)
+
+
+def _profiles_text(found: _GpuProfiles) -> str:
+    rows = [
+        (
+            p.id,
+            p.short_name,
+            f"{p.free}/{p.total}",
+            f"{p.memory_gib:.2f} GiB",
+            p.sm,
+            p.ce,
+            p.dec,
+            p.enc,
+            p.jpeg,
+            p.ofa,
+            _placements_text(found.places[p.id]),
         )
-    for entry, problem in skipped:
-        blocks.append((entry.index, f"GPU {entry.index}: {entry.name}\n  {problem}"))
-    print("\n\n".join(text for _, text in sorted(blocks)))
+        for p in found.profiles
+    ]
+    table = _table(_PROFILE_HEADERS, rows, right=(0, 4, 5, 6, 7, 8, 9))
+    return f"GPU {found.entry.index}: {found.entry.name}\n" + table
 
 
 # -------------------------------------------------------------------------------- list

@@ -99,22 +99,48 @@ def _registered_dataset(name: str) -> Any:
     fail(f"{hint}; the engine knows no dataset {name!r} (it knows: {known})", EXIT_USAGE)
 
 
+DatasetArgument = Annotated[
+    str,
+    typer.Argument(
+        help="MODULE:FACTORY returning a map-style dataset "
+        "of (sample, label) pairs, or with --profile the "
+        "name of one of its \\[datasets] tables."
+    ),
+]
+PresetOption = Annotated[
+    str,
+    typer.Option(
+        "--preset", help="METHOD-PERCENT, e.g. random-25, el2n-25, dedup-25, less-25, or full."
+    ),
+]
+SeedOption = Annotated[
+    int | None,
+    typer.Option(
+        "--seed",
+        help="The selection's seed (default: the dataset's own, as its loader uses; else 0).",
+    ),
+]
+VerifyOption = Annotated[
+    bool,
+    typer.Option(
+        "--verify",
+        help="Read every sample to fingerprint the dataset, even when it was indexed before.",
+    ),
+]
+RecordReuseOption = Annotated[
+    bool,
+    typer.Option(
+        "--record-reuse/--no-record-reuse",
+        hidden=True,
+        help="Count a cache hit as a use (compare's pre-pass check does not).",
+    ),
+]
+
+
 @select_app.command("run")
 def run_command(
-    dataset: Annotated[
-        str,
-        typer.Argument(
-            help="MODULE:FACTORY returning a map-style dataset "
-            "of (sample, label) pairs, or with --profile the "
-            "name of one of its [datasets] tables."
-        ),
-    ],
-    preset: Annotated[
-        str,
-        typer.Option(
-            "--preset", help="METHOD-PERCENT, e.g. random-25, el2n-25, dedup-25, less-25, or full."
-        ),
-    ],
+    dataset: DatasetArgument,
+    preset: PresetOption,
     profile: Annotated[
         Path | None,
         typer.Option("--profile", help="Read the dataset's settings from this profile."),
@@ -131,29 +157,10 @@ def run_command(
         list[str],
         typer.Option("--target-arg", help="key=value for the target factory (repeatable)."),
     ] = [],  # noqa: B006
-    seed: Annotated[
-        int | None,
-        typer.Option(
-            "--seed",
-            help="The selection's seed (default: the dataset's own, as its loader uses; else 0).",
-        ),
-    ] = None,
-    verify: Annotated[
-        bool,
-        typer.Option(
-            "--verify",
-            help="Read every sample to fingerprint the dataset, even when it was indexed before.",
-        ),
-    ] = False,
+    seed: SeedOption = None,
+    verify: VerifyOption = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one line of JSON.")] = False,
-    record: Annotated[
-        bool,
-        typer.Option(
-            "--record-reuse/--no-record-reuse",
-            hidden=True,
-            help="Count a cache hit as a use (compare's pre-pass check does not).",
-        ),
-    ] = True,
+    record: RecordReuseOption = True,
 ) -> None:
     """Compute (or reuse) a preset's ordering for a dataset and say what it keeps."""
     from gpudesk.loader.producer import load_factory
@@ -178,7 +185,6 @@ def run_command(
     except Exception as exc:  # the user's factory failed: say so, without a traceback
         fail(f"{settings['factory']} failed to build the dataset: {type(exc).__name__}: {exc}")
     cache = _cache()
-    used_by = os.environ.get("GPUDESK_JOB_ID")
     try:
         selection = select(
             data,
@@ -186,11 +192,7 @@ def run_command(
             cache,
             target=aim,
             seed=settings["seed"] if seed is None else seed,
-            used_by=None
-            if not record
-            else f"job {used_by}"
-            if used_by
-            else f"gpudesk select run at {time.strftime('%Y-%m-%d %H:%M:%S')}",
+            used_by=_reuser() if record else None,
             identity={"factory": settings["factory"], "kwargs": settings["kwargs"]},
             verify=verify,
         )
@@ -213,6 +215,12 @@ def run_command(
         f"{chosen.name} of {settings['factory']}: keeps {about['kept']} of {about['of']} "
         f"samples ({how}, key {about['key'] or '-'}, {about['select_s']:.3f} s)"
     )
+
+
+def _reuser() -> str:
+    """Who a cache hit is credited to: the engine job running this, else this command."""
+    job = os.environ.get("GPUDESK_JOB_ID")
+    return f"job {job}" if job else f"gpudesk select run at {time.strftime('%Y-%m-%d %H:%M:%S')}"
 
 
 @select_app.command("presets")

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from gpudesk.cli.common import EXIT_USAGE, fail, print_json
+
+if TYPE_CHECKING:
+    from gpudesk.engine.placement.simulator import SimResult
 
 simulate_app = typer.Typer()
 
@@ -32,7 +36,6 @@ def simulate(
     json_out: bool = typer.Option(False, "--json", help="Print the results as JSON."),
 ) -> None:
     """Replay a job trace on a SIMULATED station through the engine's placement policies."""
-    from gpudesk import render
     from gpudesk.engine.placement.policies import POLICY_NAMES
     from gpudesk.engine.placement.simulator import TraceError, load_trace
     from gpudesk.engine.placement.simulator import simulate as run_simulation
@@ -62,47 +65,55 @@ def simulate(
             }
         )
         return
-    base = next((r for r in results if r.policy == "exclusive"), results[0])
-    rows = []
-    for r in results:
-        ratio = r.makespan_s / base.makespan_s
-        rows.append(
-            (
-                r.policy,
-                render.duration(r.makespan_s),
-                f"{ratio:.2f}",
-                render.duration(r.mean_jct_s),
-                render.duration(r.p95_jct_s),
-                render.duration(r.mean_wait_s),
-                f"{r.gpu_busy_hours:.1f}",
-                f"{r.energy_kwh:.2f}",
-                f"{r.energy_kwh / base.energy_kwh:.2f}",
-                r.oom_crashes,
-                r.oom_recovered,
-                r.lost,
-            )
-        )
     print(
         f"SIMULATED {chosen}: trace {loaded.name}, {len(loaded.jobs)} jobs, memory hints "
-        f"from {estimator}; ratios against {base.policy}"
+        f"from {estimator}; ratios against {_baseline(results).policy}"
     )
-    print(
-        render.table(
-            (
-                "POLICY",
-                "MAKESPAN",
-                "x",
-                "MEAN JCT",
-                "P95 JCT",
-                "MEAN WAIT",
-                "GPU-H",
-                "kWh",
-                "x",
-                "OOM",
-                "RECOVERED",
-                "LOST",
-            ),
-            rows,
-            right=tuple(range(1, 12)),
+    print(_results_table(results))
+
+
+_RESULT_HEADERS = (
+    "POLICY",
+    "MAKESPAN",
+    "x",
+    "MEAN JCT",
+    "P95 JCT",
+    "MEAN WAIT",
+    "GPU-H",
+    "kWh",
+    "x",
+    "OOM",
+    "RECOVERED",
+    "LOST",
+)
+
+
+def _baseline(results: list[SimResult]) -> SimResult:
+    """What the ratios compare with: the exclusive policy, else the first one run."""
+    return next((r for r in results if r.policy == "exclusive"), results[0])
+
+
+def _results_table(results: list[SimResult]) -> str:
+    """One row per policy; the "x" columns are makespan and energy against the exclusive
+    policy's (else the first policy's)."""
+    from gpudesk import render
+
+    base = _baseline(results)
+    rows = [
+        (
+            r.policy,
+            render.duration(r.makespan_s),
+            f"{r.makespan_s / base.makespan_s:.2f}",
+            render.duration(r.mean_jct_s),
+            render.duration(r.p95_jct_s),
+            render.duration(r.mean_wait_s),
+            f"{r.gpu_busy_hours:.1f}",
+            f"{r.energy_kwh:.2f}",
+            f"{r.energy_kwh / base.energy_kwh:.2f}",
+            r.oom_crashes,
+            r.oom_recovered,
+            r.lost,
         )
-    )
+        for r in results
+    ]
+    return render.table(_RESULT_HEADERS, rows, right=tuple(range(1, 12)))

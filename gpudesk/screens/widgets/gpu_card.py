@@ -72,8 +72,28 @@ def render_gpu_card(gpu: GpuView, state: DeskState, width: int) -> Text:
     """The card's lines, each fitted to `width` columns (the card never wraps: at 80×24 four
     cards must fit)."""
     inner = max(24, width)
-    index = gpu.index
-    lines: list[Text] = []
+    title = _title_line(gpu, state)
+    if gpu.lost:
+        return title
+    lines = [title]
+    fault = state.station.mps.fault_of(gpu.index) if state.station else None
+    if fault is not None:
+        lines.append(mps_fault_line(fault))
+    lines += _activity_lines(gpu, state, inner)
+    lines += _memory_lines(gpu, inner)
+    lines += _power_lines(gpu, state, inner)
+    lines += _placement_lines(gpu, state, inner)
+    out = Text()
+    for number, line in enumerate(lines):
+        line.truncate(inner, overflow="ellipsis")
+        out.append_text(line)
+        if number < len(lines) - 1:
+            out.append("\n")
+    return out
+
+
+def _title_line(gpu: GpuView, state: DeskState) -> Text:
+    """The model, SIMULATED where it is, LOST, or the MPS state."""
     title = Text()
     title.append((gpu.name or "?").removeprefix("NVIDIA "), style="bold")
     if state.simulated:
@@ -81,14 +101,15 @@ def render_gpu_card(gpu: GpuView, state: DeskState, width: int) -> Text:
     if gpu.lost:
         title.append(" LOST: no job is placed on it", style="bold red")
         return title
-    label = mps_label(state, index)
+    label = mps_label(state, gpu.index)
     title.append(f" {label}", style=FAULT_STYLE if "FAULT" in label else "dim")
-    lines.append(title)
-    fault = state.station.mps.fault_of(index) if state.station else None
-    if fault is not None:
-        lines.append(mps_fault_line(fault))
+    return title
 
-    series = state.gpu_series.get(index)
+
+def _activity_lines(gpu: GpuView, state: DeskState, inner: int) -> list[Text]:
+    """SM activity as a sparkline (kernel-active time, labelled so, where the GPU cannot tell
+    SM activity), then kernel-active time on its own line."""
+    series = state.gpu_series.get(gpu.index)
     sm_now = gpu.sm_activity_pct
     kernel = gpu.kernel_active_pct
     values = list(series.sm) if series else []
@@ -99,72 +120,67 @@ def render_gpu_card(gpu: GpuView, state: DeskState, width: int) -> Text:
     spark = Text(name, style="bold")
     spark.append(sparkline(values, max(4, inner - LABEL - 5)), style="green")
     spark.append(f" {pct(sm_now if sm_now is not None else kernel):>4}")
-    lines.append(spark)
-    lines.append(
-        Text(
-            "    SM activity n/a (no GPM); kernel-active"
-            if sm_now is None
-            else f"    kernel-active {pct(kernel)}",
-            style="dim",
-        )
+    note = (
+        "    SM activity n/a (no GPM); kernel-active"
+        if sm_now is None
+        else f"    kernel-active {pct(kernel)}"
     )
+    return [spark, Text(note, style="dim")]
 
+
+def _memory_lines(gpu: GpuView, inner: int) -> list[Text]:
+    """The memory bar split by job, and (on a whole GPU) its legend."""
     total, used = gpu.memory_total_mib or 0.0, gpu.memory_used_mib
-    mig_devices = gpu.mig_devices
     shares = job_shares(gpu_processes(gpu))
     figure = f" {gib(used)}/{gib(total)}G"
     memory = Text("MEM ", style="bold")
     memory.append_text(share_bar(shares, total, used, max(4, inner - LABEL - len(figure))))
     memory.append(figure)
-    lines.append(memory)
-    if shares and not mig_devices:  # on a MIG GPU the slices below name their jobs
-        lines.append(
-            Text(
-                "    "
-                + "  ".join(
-                    f"{SHARE_FILLS[i % len(SHARE_FILLS)]}{name} {gib(mib)}G"
-                    for i, (name, mib) in enumerate(shares)
-                ),
-                style="dim",
-            )
-        )
+    if not shares or gpu.mig_devices:  # on a MIG GPU the slices below name their jobs
+        return [memory]
+    legend = "  ".join(
+        f"{SHARE_FILLS[i % len(SHARE_FILLS)]}{name} {gib(mib)}G"
+        for i, (name, mib) in enumerate(shares)
+    )
+    return [memory, Text("    " + legend, style="dim")]
 
+
+def _power_lines(gpu: GpuView, state: DeskState, inner: int) -> list[Text]:
+    """Power now and its limit, and energy since the desk opened and today (one line where
+    both fit)."""
     power = Text("PWR ", style="bold")
     limit = gpu.power_limit_w
     power.append(watts(gpu.power_w) + (f" of {limit:.0f}" if limit else ""))
     energy = f"E {energy_text(state.energy_since_open_j(gpu))} since open"
-    today = state.frame.energy_today_j.get(index) if state.frame else None
+    today = state.frame.energy_today_j.get(gpu.index) if state.frame else None
     if today is not None:
         energy += f", {energy_text(today)} today"
     if power.cell_len + 2 + len(energy) <= inner:
         power.append("  " + energy)
-        lines.append(power)
-    else:
-        lines += [power, Text("    " + energy)]
+        return [power]
+    return [power, Text("    " + energy)]
 
-    if mig_devices:
-        row = Text("MIG ", style="bold")
-        for mig in mig_devices:
-            owners = sorted({f"j{p.job_id}" for p in mig.processes if p.job_id is not None})
-            piece = f"[{mig_profile(mig)} {','.join(owners) or '-'}]"
-            if row.cell_len + len(piece) > inner:
-                lines.append(row)
-                row = Text("    ")
-            row.append(piece, style="cyan" if owners else "dim")
-        lines.append(row)
-    else:
-        jobs = state.jobs_on_gpu(index)
-        if jobs:
-            row = Text("JOBS ", style="bold")
-            row.append(", ".join(f"j{j.id} {j.name}" for j in jobs))
+
+def _placement_lines(gpu: GpuView, state: DeskState, inner: int) -> list[Text]:
+    """A MIG GPU's slices with the job on each, else the jobs placed on the GPU."""
+    if not gpu.mig_devices:
+        jobs = state.jobs_on_gpu(gpu.index)
+        if not jobs:
+            return []
+        row = Text("JOBS ", style="bold")
+        row.append(", ".join(f"j{j.id} {j.name}" for j in jobs))
+        return [row]
+    lines = []
+    row = Text("MIG ", style="bold")
+    for mig in gpu.mig_devices:
+        owners = sorted({f"j{p.job_id}" for p in mig.processes if p.job_id is not None})
+        piece = f"[{mig_profile(mig)} {','.join(owners) or '-'}]"
+        if row.cell_len + len(piece) > inner:
             lines.append(row)
-    out = Text()
-    for number, line in enumerate(lines):
-        line.truncate(inner, overflow="ellipsis")
-        out.append_text(line)
-        if number < len(lines) - 1:
-            out.append("\n")
-    return out
+            row = Text("    ")
+        row.append(piece, style="cyan" if owners else "dim")
+    lines.append(row)
+    return lines
 
 
 class GpuCard(Static):
