@@ -78,11 +78,6 @@ def table(
     return "\n".join(lines)
 
 
-def job_runtime(job: dict, now: float | None = None) -> float | None:
-    """Seconds a job has run: until it ended, else until `now` (default: this moment)."""
-    return runtime(job.get("started_at"), job.get("ended_at"), now)
-
-
 def runtime(started: float | None, ended: float | None, now: float | None = None) -> float | None:
     """Seconds from `started` until `ended`, else until `now` (default: this moment)."""
     if started is None:

@@ -4,7 +4,6 @@ series for the job detail, energy counted since the desk opened). Pure data: no 
 
 from __future__ import annotations
 
-import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -20,6 +19,7 @@ from gpudesk.api import (
     StationInfo,
     StationStatus,
 )
+from gpudesk.render import runtime
 from gpudesk.screens.feed import Frame
 
 SERIES_POINTS = 120  # samples kept per series (2 minutes at the default 1 s interval)
@@ -166,6 +166,4 @@ def sharing_mode(job: JobView, state: DeskState) -> str:
 
 def job_runtime(job: JobView, now: float | None = None) -> float | None:
     """Seconds a job has run: until it ended, else until `now` (default: this moment)."""
-    if job.started_at is None:
-        return None
-    return (job.ended_at or (time.time() if now is None else now)) - job.started_at
+    return runtime(job.started_at, job.ended_at, now)
