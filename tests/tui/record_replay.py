@@ -53,6 +53,7 @@ sys.path.insert(0, str(ROOT))
 from gpudesk.api import Client, EngineError, models  # noqa: E402
 from gpudesk.api.client import decode_event, decode_reply  # noqa: E402
 from gpudesk.api.connection import Connection, engine_pid, start_engine  # noqa: E402
+from gpudesk.engine.mps.manager import MpsManager  # noqa: E402
 from gpudesk.engine.station import StationConfig  # noqa: E402
 from gpudesk.paths import Home  # noqa: E402
 from gpudesk.screens.feed import (  # noqa: E402
@@ -355,6 +356,9 @@ def nvml_engine(home: Home, tmp: Path) -> Iterator[None]:
             with Connection(home, timeout=5.0) as client, suppress(EngineError):
                 client.request("shutdown")
             wait_until(lambda: engine_pid(home) is None, 15.0, "the engine to stop")
+            # The engine leaves MPS control daemons to the next engine of this home; there is
+            # none, so they go (with GPUDESK_MPS_CONTROL still naming the fake).
+            MpsManager(home.root).stop_all()
     finally:
         os.environ.clear()
         os.environ.update(saved)
