@@ -165,6 +165,18 @@ def test_submit_a_command_from_the_form(desk_engine: EngineHandle) -> None:
     assert done[0]["state"] == "succeeded"
 
 
+async def submit_profile_from_the_dialog(app: DeskApp, pilot: Any, profile: Path) -> None:
+    """`n`, the profile's path in the dialog, enter: what a user does to submit a profile."""
+    await pilot.press("n")
+    dialog = await until(
+        pilot,
+        lambda: isinstance(app.screen, SubmitScreen) and app.screen,
+        what="the submit dialog",
+    )
+    dialog.query_one("#profile").value = str(profile)
+    await pilot.press("enter")
+
+
 def test_submit_a_profile(desk_engine: EngineHandle, tmp_path: Path) -> None:
     profile = tmp_path / "two.toml"
     profile.write_text(
@@ -173,14 +185,7 @@ def test_submit_a_profile(desk_engine: EngineHandle, tmp_path: Path) -> None:
     )
 
     async def scenario(app: DeskApp, pilot: Any) -> None:
-        await pilot.press("n")
-        dialog = await until(
-            pilot,
-            lambda: isinstance(app.screen, SubmitScreen) and app.screen,
-            what="the submit dialog",
-        )
-        dialog.query_one("#profile").value = str(profile)
-        await pilot.press("enter")
+        await submit_profile_from_the_dialog(app, pilot, profile)
         await until(
             pilot,
             lambda: {j.name for j in app.state.jobs} == {"p1", "p2"},
@@ -216,14 +221,7 @@ def test_submit_a_profile_applies_its_station_and_runs_its_prepasses_first(
     )
 
     async def scenario(app: DeskApp, pilot: Any) -> None:
-        await pilot.press("n")
-        dialog = await until(
-            pilot,
-            lambda: isinstance(app.screen, SubmitScreen) and app.screen,
-            what="the submit dialog",
-        )
-        dialog.query_one("#profile").value = str(profile)
-        await pilot.press("enter")
+        await submit_profile_from_the_dialog(app, pilot, profile)
         await until(
             pilot,
             lambda: any(j.name == "train" for j in app.state.jobs),
@@ -269,14 +267,7 @@ def test_closing_the_desk_while_a_prepass_waits_leaves_it_to_the_engine(
     )
 
     async def scenario(app: DeskApp, pilot: Any) -> None:
-        await pilot.press("n")
-        dialog = await until(
-            pilot,
-            lambda: isinstance(app.screen, SubmitScreen) and app.screen,
-            what="the submit dialog",
-        )
-        dialog.query_one("#profile").value = str(profile)
-        await pilot.press("enter")
+        await submit_profile_from_the_dialog(app, pilot, profile)
         await until(
             pilot,
             lambda: any(j.name.startswith("prepass-") for j in app.state.jobs),
