@@ -21,6 +21,7 @@ from typing import Any, Literal
 import msgspec
 
 __all__ = [
+    "REPLY_MODELS",
     "ActionOutcome",
     "ActionResult",
     "AttemptUsageFigures",
@@ -659,3 +660,26 @@ class TelemetryEvent(Snapshot, frozen=True):
     version every event carries."""
 
     v: int
+
+
+# Each request's reply model, by op: the one table of the protocol's replies (docs/protocol.md).
+# `Client`'s methods decode with these; the contract test checks the engine knows exactly these
+# ops and answers each in its model.
+REPLY_MODELS: dict[str, type[WireModel]] = {
+    "ping": PingResult,
+    "status": StationStatus,
+    "shutdown": ShutdownResult,
+    "configure": ConfigureResult,
+    "datasets": DatasetsResult,
+    "submit": SubmitResult,
+    "jobs": JobList,
+    "show": JobDetail,
+    "cancel": ActionResult,
+    "hold": ActionResult,
+    "release": ActionResult,
+    "priority": ActionResult,
+    "requeue": ActionResult,
+    "telemetry": TelemetryResult,
+    "mig_plan": MigPlanResult,
+    "mig_apply": MigApplyResult,
+}

@@ -17,26 +17,6 @@ from gpudesk.api.connection import Connection
 from gpudesk.api.errors import EngineError
 from gpudesk.paths import Home
 
-# op -> the model its reply decodes into
-REPLY_MODELS: dict[str, type[models.WireModel]] = {
-    "ping": models.PingResult,
-    "jobs": models.JobList,
-    "status": models.StationStatus,
-    "submit": models.SubmitResult,
-    "show": models.JobDetail,
-    "cancel": models.ActionResult,
-    "hold": models.ActionResult,
-    "release": models.ActionResult,
-    "priority": models.ActionResult,
-    "requeue": models.ActionResult,
-    "configure": models.ConfigureResult,
-    "shutdown": models.ShutdownResult,
-    "telemetry": models.TelemetryResult,
-    "datasets": models.DatasetsResult,
-    "mig_plan": models.MigPlanResult,
-    "mig_apply": models.MigApplyResult,
-}
-
 
 def engine_ops(home: Home) -> set[str]:
     """The operations the engine itself says it knows (its unknown-op error lists them)."""
@@ -70,11 +50,11 @@ def test_every_request_and_event_decodes_strictly(
     recorded: tuple[Recording, set[str]],
 ) -> None:
     recording, known = recorded
-    assert known == set(REPLY_MODELS), "a new op needs a model and a place here"
+    assert known == set(models.REPLY_MODELS), "a new op needs a model and a place here"
     assert recording.ops() >= known, f"not exercised: {sorted(known - recording.ops())}"
     for exchange in recording.exchanges:
         try:
-            decode_reply(REPLY_MODELS[exchange.op], exchange.reply, exchange.op)
+            decode_reply(models.REPLY_MODELS[exchange.op], exchange.reply, exchange.op)
         except EngineError as exc:
             # refusals are replies too (a hold of a running job is an outcome, not an error)
             assert exc.code != "bad_reply", f"{exchange.op} {exchange.args}: {exc}"

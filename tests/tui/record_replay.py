@@ -86,13 +86,6 @@ FRAMES = 10  # the first carries 120 samples of history: enough for every sparkl
 FRAME_GAP_S = 0.5
 TIME_KEYS = {"submitted_at", "started_at", "ended_at", "ts", "taken_at", "sampling_since", "t"}
 PID_KEYS = {"pid", "pgid"}
-REPLY_MODELS: dict[str, type[models.WireModel]] = {
-    "status": models.StationStatus,
-    "jobs": models.JobList,
-    "telemetry": models.TelemetryResult,
-    "show": models.JobDetail,
-    "mig_plan": models.MigPlanResult,
-}
 DURATION_KEYS = {"runtime_s", "uptime_s", "cpu_s", "prepass_wall_s", "select_s"}
 
 
@@ -163,7 +156,7 @@ class Recorder:
     def raw(self, op: str, **args: Any) -> Any:
         """One request's result as the engine sent it (decoded strictly once, to check it)."""
         reply = self.transport.exchange(op, args)
-        decode_reply(REPLY_MODELS[op], reply, op)
+        decode_reply(models.REPLY_MODELS[op], reply, op)
         return json.loads(reply)["result"]
 
     def progress(self, jobs: dict[str, Any]) -> dict[str, list[int]]:
