@@ -165,6 +165,31 @@ def test_submit_a_command_from_the_form(desk_engine: EngineHandle) -> None:
     assert done[0]["state"] == "succeeded"
 
 
+def selection_profile(tmp_path: Path, station_line: str) -> Path:
+    """A profile whose one job trains on a 25 % random selection of a small dataset: its
+    pre-pass job runs first. `station_line` is added to its [station] table."""
+    profile = tmp_path / "sel.toml"
+    profile.write_text(
+        textwrap.dedent(f"""
+        name = "sel"
+        [station]
+        backend = "sim:dgx-station-a100"
+        {station_line}
+        [datasets.syn]
+        factory = "gpudesk.workloads.synthetic:make_dataset"
+        args = {{ size = 120, shape = [4] }}
+        batch_size = 8
+        workers = 0
+        selection = "random-25"
+        [[jobs]]
+        name = "train"
+        dataset = "syn"
+        command = ["{sys.executable}", "-c", "pass"]
+    """)
+    )
+    return profile
+
+
 async def submit_profile_from_the_dialog(app: DeskApp, pilot: Any, profile: Path) -> None:
     """`n`, the profile's path in the dialog, enter: what a user does to submit a profile."""
     await pilot.press("n")
@@ -200,25 +225,7 @@ def test_submit_a_profile_applies_its_station_and_runs_its_prepasses_first(
 ) -> None:
     """Submit-by-profile is `gpudesk run`'s workflow: [station] applied, the selection's
     pre-pass job queued and finished first (its cost recorded), then the profile's job."""
-    profile = tmp_path / "sel.toml"
-    profile.write_text(
-        textwrap.dedent(f"""
-        name = "sel"
-        [station]
-        backend = "sim:dgx-station-a100"
-        grid_intensity = 123
-        [datasets.syn]
-        factory = "gpudesk.workloads.synthetic:make_dataset"
-        args = {{ size = 120, shape = [4] }}
-        batch_size = 8
-        workers = 0
-        selection = "random-25"
-        [[jobs]]
-        name = "train"
-        dataset = "syn"
-        command = ["{sys.executable}", "-c", "pass"]
-    """)
-    )
+    profile = selection_profile(tmp_path, "grid_intensity = 123")
 
     async def scenario(app: DeskApp, pilot: Any) -> None:
         await submit_profile_from_the_dialog(app, pilot, profile)
@@ -248,23 +255,7 @@ def test_closing_the_desk_while_a_prepass_waits_leaves_it_to_the_engine(
     closes: `q` closes at once; the pre-pass stays queued, the profile's job is not submitted."""
     (blocker,) = desk_engine.submit({"name": "blocker", "command": SLEEP})
     desk_engine.wait_state(blocker, "running")
-    profile = tmp_path / "sel.toml"
-    profile.write_text(
-        textwrap.dedent(f"""
-        name = "sel"
-        [station]
-        backend = "sim:dgx-station-a100"
-        slots = 1
-        [datasets.syn]
-        factory = "gpudesk.workloads.synthetic:make_dataset"
-        args = {{ size = 120, shape = [4] }}
-        selection = "random-25"
-        [[jobs]]
-        name = "train"
-        dataset = "syn"
-        command = ["{sys.executable}", "-c", "pass"]
-    """)
-    )
+    profile = selection_profile(tmp_path, "slots = 1")
 
     async def scenario(app: DeskApp, pilot: Any) -> None:
         await submit_profile_from_the_dialog(app, pilot, profile)
