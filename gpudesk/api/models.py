@@ -194,9 +194,21 @@ class DemandView(WireModel, frozen=True):
     exclusive: bool
 
 
+class AlternativeView(WireModel, frozen=True):
+    """A placement the policy weighed and what the interference model predicted there: the
+    job's speed (1.0 = alone on a whole GPU) and the work per second the station gains."""
+
+    slot: str
+    mode: str
+    rate: float
+    gain: float
+    note: str
+
+
 class PlacementView(WireModel, frozen=True):
-    """Where and how an attempt was placed, and why. The last four are sent only where they
-    apply (a GPU job's demand, a MIG slice, an MPS client's limits)."""
+    """Where and how an attempt was placed, and why. The last five are sent only where they
+    apply (a GPU job's demand, a MIG slice, an MPS client's limits, the alternatives `auto`
+    weighed, best first)."""
 
     slot: str
     mode: PlacementMode
@@ -208,6 +220,7 @@ class PlacementView(WireModel, frozen=True):
     mig_slice: str | None = None
     mps_thread_pct: int | None = None
     mps_memory_limit_mib: int | None = None
+    alternatives: list[AlternativeView] = []
 
 
 class JobList(WireModel, frozen=True):

@@ -133,7 +133,7 @@ def _placement(job: JobRecord, demand: Demand, choice: _Choice, station: Station
             else ""
         )
     )
-    mps = {}
+    mps: dict[str, int] = {}
     if choice.mode == "mps" and choice.mps_limits:
         # Alone on a GPU a job may grow into all of it (an underestimate costs nobody); next to
         # others it may grow into what they left free, never into what they hold.
@@ -156,7 +156,8 @@ def _placement(job: JobRecord, demand: Demand, choice: _Choice, station: Station
         env_defaults={"OMP_NUM_THREADS": str(station.threads_per_gpu * len(choice.gpus))},
         demand=demand.to_dict(),
         mig_slice=choice.mig_slice.key if choice.mig_slice else None,
-        **mps,
+        mps_thread_pct=mps.get("mps_thread_pct"),
+        mps_memory_limit_mib=mps.get("mps_memory_limit_mib"),
     )
 
 

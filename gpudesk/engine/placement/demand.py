@@ -29,6 +29,7 @@ class Demand:
     sm_pct: float
     source: str  # "hint", "history", "default", "after OOM"
     exclusive: bool = False  # must run alone (after an OOM, or asked for)
+    membw_pct: float | None = None  # DRAM bandwidth share alone, where known
 
     @property
     def heavy(self) -> bool:

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from gpudesk.engine.placement.interference import PRIOR_MODEL, InterferenceModel
 from gpudesk.engine.station import StationConfig
 from gpudesk.engine.store.records import JobRecord
 from gpudesk.units import MIB_PER_GIB
@@ -27,6 +28,8 @@ class Tenant:
     memory_mib: float  # what it reserved
     sm_pct: float
     mig_slice: str | None = None
+    membw_pct: float | None = None  # DRAM bandwidth share alone (None: from its SM share)
+    thread_pct: int | None = None  # its MPS active-thread cap, fixed when it started
 
 
 @dataclass(frozen=True)
@@ -45,6 +48,7 @@ class GpuState:
     index: int
     uuid: str | None
     memory_total_mib: float
+    model: str = ""  # the GPU's name ("NVIDIA A100-SXM4-40GB"): its MIG table and model params
     memory_used_mib: float = 0.0  # measured now
     sm_activity_pct: float | None = None  # measured, mean over the recent window
     tenants: tuple[Tenant, ...] = ()
@@ -79,6 +83,28 @@ class GpuState:
 
 
 @dataclass(frozen=True)
+class Alternative:
+    """A placement the policy weighed for a job, with what the interference model predicted:
+    the job's speed there (1.0 = alone on a whole GPU) and the work per second the station
+    gains (the job's speed minus what it costs the tenants it would join)."""
+
+    slot: str
+    mode: str
+    rate: float
+    gain: float
+    note: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "slot": self.slot,
+            "mode": self.mode,
+            "rate": round(self.rate, 3),
+            "gain": round(self.gain, 3),
+            "note": self.note,
+        }
+
+
+@dataclass(frozen=True)
 class Placement:
     job_id: int
     slot: str
@@ -91,6 +117,7 @@ class Placement:
     mig_slice: str | None = None  # the MIG device it runs on
     mps_thread_pct: int | None = None  # CUDA_MPS_ACTIVE_THREAD_PERCENTAGE for an MPS client
     mps_memory_limit_mib: int | None = None  # CUDA_MPS_PINNED_DEVICE_MEM_LIMIT
+    alternatives: tuple[Alternative, ...] = ()  # what else was weighed, best first
 
     def to_dict(self) -> dict[str, Any]:
         data = {
@@ -105,6 +132,8 @@ class Placement:
             value = getattr(self, key)
             if value is not None:
                 data[key] = dict(value) if key == "demand" else value
+        if self.alternatives:
+            data["alternatives"] = [a.to_dict() for a in self.alternatives]
         return data
 
 
@@ -134,6 +163,7 @@ class StationView:
     simulated: bool = False
     demands: Mapping[int, Any] = field(default_factory=dict)  # job id -> demand.Demand
     overtaken: Mapping[int, int] = field(default_factory=dict)  # job id -> times overtaken
+    interference: InterferenceModel = PRIOR_MODEL  # speeds under sharing, learned or prior
 
     @property
     def gpu_count(self) -> int:
