@@ -147,6 +147,11 @@ def simulate(
     for line in _ratio_lines(ratios):
         print(line)
     for r in results:
+        if r.mig_violations:
+            print(
+                f"{r.policy}: {r.mig_violations} whole-GPU placement(s) on a GPU in MIG mode "
+                "(impossible on real hardware; played out as if allowed)"
+            )
         for j in r.impossible_jobs if r is first else ():
             print(f"impossible: job {j['id']} ({j['name']}) {j['reason']}")
         for j in r.lost_jobs:

@@ -348,6 +348,7 @@ class SimResult:
     lost_jobs: list[dict[str, Any]] = field(default_factory=list)
     repartitions: int = 0  # re-carves of a MIG GPU whose layout changed
     observations: int = 0  # rates fed to the learner
+    mig_violations: int = 0  # whole-GPU placements on a GPU in MIG mode (a policy error)
     learned_params: dict[str, float] = field(default_factory=dict)  # the policy's, at the end
 
     def to_dict(self) -> dict[str, Any]:
@@ -411,6 +412,7 @@ class Simulation:
             self.slices[gpu] = [self._new_slice(gpu, name) for name in names]
         self.reconfig_until: dict[int, float] = {}
         self.repartitions = 0
+        self.mig_violations = 0
         self.now = 0.0
         self.runs = [self._new_run(job) for job in trace.jobs]
         for run in self.runs:
@@ -794,6 +796,12 @@ class Simulation:
             self.lost_why[run.job.id] = f"rejected by the policy: {rejection.reason}"
             self.queue.remove(run)
         placements = [p for p in decision.placements if p.job_id in by_id]
+        # A GPU in MIG mode runs work only on its MIG devices: a whole-GPU placement on a
+        # fixed-layout GPU is a policy error the simulator counts (and still plays out).
+        locked = {g.index for g in view.gpu_states if g.index in self.fixed and not g.mig_dynamic}
+        self.mig_violations += sum(
+            1 for p in placements if p.mode != "mig" and locked.intersection(p.gpus)
+        )
         recarved = self._recarve(placements, view)
         for placement in placements:
             delay = max((recarved.get(g, 0.0) for g in placement.gpus), default=0.0)
@@ -909,6 +917,7 @@ class Simulation:
             ],
             repartitions=self.repartitions,
             observations=self.observations,
+            mig_violations=self.mig_violations,
             learned_params=self.learner.params(self.model.name).to_dict(),
         )
 
