@@ -278,14 +278,20 @@ class Observation:
 def estimate(params: ModelParams, obs: Observation) -> tuple[str, float] | None:
     """The parameter one observation pins down, and the value it says, holding the rest at
     `params`; None where it says nothing (alone, or saturated so that no cost shows)."""
-    rate = min(1.0, max(MIN_RATE, obs.rate))
+    if obs.rate <= MIN_RATE * 1.001:
+        return None  # at the floor the model puts under every rate: it says nothing
+    rate = min(1.0, obs.rate)
     if obs.mechanism == "mps" and obs.others:
+        if rate >= cap_factor(params, obs.job) - 1e-6:
+            return None  # its own thread cap held it back: the sharing cost does not show
         tenants = (obs.job, *obs.others)
         n = len(tenants)
         pressure = max(sum(t.sm for t in tenants), sum(t.membw for t in tenants))
         if pressure <= 1.0:
             return "mps_tenant_cost", max(0.0, (1.0 - rate) / (n - 1))
         base = min(1.0, 1.0 / pressure) * (1.0 - params.mps_tenant_cost * (n - 1))
+        if base <= MIN_RATE:
+            return None
         return "contention", max(0.0, (1.0 - rate / base) / (pressure - 1.0))
     if obs.mechanism == "naive" and obs.others:
         tenants = (obs.job, *obs.others)
