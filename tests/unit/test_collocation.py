@@ -331,3 +331,11 @@ def test_known_peaks_earn_a_smaller_margin_so_dlrm_and_resnet152_share() -> None
     known = replace(view, demands={2: Demand(8.47 * GIB, 82.0, "history")})
     (placed,) = SharingPolicy("auto").place([job(2, 8.47, 82)], known).placements
     assert placed.mode == "mps" and "predicted speed 0.96" in placed.reason
+
+
+def test_carma_does_not_place_whole_gpu_jobs_on_a_gpu_in_mig_mode() -> None:
+    slices = (MigSlice("MIG-a", "3g.20gb", 20096, 3),)
+    mig_gpu = GpuState(0, "GPU-0", 40 * GIB, mig_enabled=True, mig_slices=slices)
+    assert CarmaPolicy().place([job(1, 4, 10)], station(mig_gpu)).placements == []
+    (placed,) = CarmaPolicy().place([job(1, 4, 10)], station(mig_gpu, gpu(1))).placements
+    assert placed.gpus == (1,)

@@ -638,7 +638,8 @@ class CarmaPolicy(SharingPolicy):
         exclude: set[int] | frozenset[int] = frozenset(),
         behind: Callable[[], int] = lambda: 0,
     ) -> _Choice | None:
-        gpus = [g for g in plan.gpus.values() if not g.lost]
+        # CARMA places processes on whole GPUs: a GPU in MIG mode cannot run them
+        gpus = [g for g in plan.gpus.values() if not g.lost and not g.mig_enabled]
         idle = [g for g in gpus if g.idle]
         if job.spec.gpus > 1 or demand.exclusive:
             if len(idle) < job.spec.gpus:
