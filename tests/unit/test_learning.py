@@ -3,6 +3,7 @@ rebuilt from them by a new engine, observations over the wire, and progress line
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -151,3 +152,67 @@ def test_the_reader_takes_only_new_whole_lines(tmp_path: Path) -> None:
     assert reader.read() == [5.0]
     assert ProgressReader.from_end(str(log)).read() == []
     assert ProgressReader(str(tmp_path / "missing")).read() == []
+
+
+def fake_attempt(store: Store, tmp_path: Path, attempt_id: int, job_id: int) -> Any:
+    log = tmp_path / f"attempt-{attempt_id}.log"
+    log.write_bytes(b"")
+    record = SimpleNamespace(
+        id=attempt_id,
+        job_id=job_id,
+        placement={"demand": {"sm_pct": 20.0, "memory_mib": 2048}},
+        log_path=str(log),
+    )
+    return SimpleNamespace(attempt=record, gpus=(0,), mode="mps", mig_slice=None, is_child=True)
+
+
+def test_a_rate_alone_remembered_from_an_earlier_run_serves_a_later_one(
+    store: Store, tmp_path: Path
+) -> None:
+    from gpudesk.engine.jobs import JobSpec
+
+    same, other = store.submit(
+        [
+            JobSpec(name="same", command=("train",), workdir="/w"),
+            JobSpec(name="other", command=("other",), workdir="/w"),
+        ],
+        None,
+    )
+    station = learning(store)
+    station.min_s = 0.05
+    station.telemetry.station.config.sample_interval = 0.0  # type: ignore[attr-defined]
+    live: list[Any] = []
+    station.attempts = live  # type: ignore[assignment]
+
+    def progress(attempt: Any, done: int) -> None:
+        with open(attempt.attempt.log_path, "ab") as out:
+            out.write(f"progress {done}\n".encode())
+
+    # a first run alone: 10 steps in 0.1 s
+    first = fake_attempt(store, tmp_path, 1, same.id)
+    live.append(first)
+    progress(first, 1)
+    station.step()
+    time.sleep(0.1)
+    progress(first, 11)
+    station.step()
+    live.clear()
+    station.step()  # it ended: its interval alone closes
+    assert store.alone_rates()[next(iter(station.alone))].runs == 1
+
+    # a second run of the same command shares from its start: 5 steps in 0.1 s
+    second = fake_attempt(store, tmp_path, 2, same.id)
+    beside = fake_attempt(store, tmp_path, 3, other.id)
+    live.extend([second, beside])
+    progress(second, 1)
+    station.step()
+    time.sleep(0.1)
+    progress(second, 6)
+    station.step()
+    live.remove(beside)
+    station.step()  # the co-tenant left: the shared interval closes
+    assert station.counts.observations == 1
+    (total,) = store.model_param_totals()
+    assert total.param == "mps_tenant_cost" and total.count == 1
+    assert 0.3 < total.total < 0.7, total  # about 1 - 0.5
+    assert any(e.kind == "model" for e in store.events(same.id))
