@@ -84,9 +84,6 @@ MAX_OVERTAKES = 8  # later jobs may start ahead of a waiting job this many times
 # Look-ahead: the jobs this far behind (per GPU) that can only use a whole idle GPU are counted
 # before a job takes one (assumption: two rounds of the station).
 LOOKAHEAD_PER_GPU = 2
-# Among MIG slices, the smallest whose predicted speed is within 5 % of the best fitting one's
-# (assumption): the larger slices stay free for jobs that need them.
-MIG_RATE_TOLERANCE = 0.95
 KEPT_IDLE_VALUE = 1e-3  # an idle GPU the look-ahead keeps: last resort for a job ahead
 ALTERNATIVES_KEPT = 6  # how many weighed placements a decision records
 
@@ -518,12 +515,16 @@ class SharingPolicy:
                     fitting.append((rate, carved, True))
         if not fitting:
             return None
-        best_rate = max(rate for rate, _, _ in fitting)
-        # existing slices before new ones, then the smallest that is nearly as fast
-        good = [f for f in fitting if f[0] >= best_rate * MIG_RATE_TOLERANCE]
-        rate, mig, carved_new = min(
-            good, key=lambda f: (f[2], f[1].compute_slices, f[1].memory_mib)
-        )
+        # The smallest slice whose share of the SMs covers the job's SM activity (the MIG
+        # planner's rule, so placement takes the slices the planner carved for each job),
+        # existing slices before new ones; where none covers it, the fastest by the model.
+        covering = [f for f in fitting if f[1].compute_slices / COMPUTE_SLICES >= job_load.sm]
+        if covering:
+            rate, mig, carved_new = min(
+                covering, key=lambda f: (f[2], f[1].compute_slices, f[1].memory_mib)
+            )
+        else:
+            rate, mig, carved_new = max(fitting, key=lambda f: (f[0], not f[2], -f[1].memory_mib))
         verb = "new MIG" if carved_new else "MIG"
         return _Choice(
             (gpu.index,),
