@@ -1,47 +1,99 @@
-"""How much the simulator's verdict on `auto` vs CARMA depends on its assumed SM shares.
+"""How much the simulator's verdict on `auto` depends on the interference model's constants.
 
     python bench/simulator_sensitivity.py [TRACE] [--json]
 
-Replays the trace (default `traces/carma-philly-t1.json`) under exclusive, carma and auto for each
-of the three memory estimators and four choices of the per-class SM shares (light / medium /
-heavy; DLRM stays at its published 5 %), and prints makespan ratios and OOM crashes. The simulator
-is deterministic, so one run is the result; the spread across rows is the model's sensitivity,
-which is what a single headline ratio should be read against (docs/simulator.md).
+Sensitivity: each constant of the interference model's defaults (`DEFAULT_PARAMS`) is set, one at
+a time, to 0.5x and 1.5x its value as the simulated TRUTH (plus one row with every default), for
+each memory estimator (gpumemnet, horus, faketensor, measured). The policy's prior stays at the
+defaults and auto learns as the product does. Each setting replays the trace (default
+`traces/carma-philly-t1.json`) under exclusive, carma and auto; the script prints every row and
+min / median / max of auto / exclusive and auto / carma.
+
+Learning check: truth `mps_tenant_cost` 0.15 against the prior's 0.04: the makespan of auto with
+its prior only (no learning), with learning, and knowing the truth, and the share of the gap
+between the first and the last that learning closes.
+
+The simulator is deterministic, so one run is the result. Nothing here is tuned to a target.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import statistics
 import sys
 from pathlib import Path
+from typing import Any
 
-from gpudesk.engine.placement.simulator import (
-    ESTIMATORS,
-    SM_BY_MODEL,
-    Simulation,
-    Trace,
-    load_trace,
-)
+from gpudesk.engine.placement.interference import DEFAULT_PARAMS, PARAM_NAMES, ModelParams
+from gpudesk.engine.placement.simulator import ESTIMATORS, Simulation, Trace, load_trace
 
-SHARES = ((10, 30, 70), (15, 35, 75), (20, 40, 80), (25, 50, 85))
+FACTORS = (0.5, 1.5)
+POLICIES = ("exclusive", "carma", "auto")
 DEFAULT_TRACE = Path(__file__).resolve().parents[1] / "traces" / "carma-philly-t1.json"
+LEARNING_TRUTH = {"mps_tenant_cost": 0.15}
 
 
-def with_shares(trace: Trace, shares: tuple[int, int, int]) -> Trace:
-    by_class = dict(zip(("light", "medium", "heavy"), shares, strict=True))
-    fixed = set(SM_BY_MODEL.values())
-    return dataclasses.replace(
-        trace,
-        jobs=tuple(
-            job
-            if job.sm_pct in fixed
-            else dataclasses.replace(job, sm_pct=float(by_class.get(job.job_class, job.sm_pct)))
-            for job in trace.jobs
-        ),
+def truths() -> list[tuple[str, ModelParams]]:
+    out = [("defaults", DEFAULT_PARAMS)]
+    for name in PARAM_NAMES:
+        for factor in FACTORS:
+            value = getattr(DEFAULT_PARAMS, name) * factor
+            out.append((f"{name} x{factor:g}", DEFAULT_PARAMS.with_values({name: value})))
+    return out
+
+
+def sensitivity(trace: Trace) -> list[dict[str, Any]]:
+    rows = []
+    for label, truth in truths():
+        for estimator in ESTIMATORS:
+            results = {
+                p: Simulation(trace, policy=p, estimator=estimator, truth=truth).run()
+                for p in POLICIES
+            }
+            exclusive = results["exclusive"].makespan_s
+            carma, auto = results["carma"], results["auto"]
+            rows.append(
+                {
+                    "truth": label,
+                    "estimator": estimator,
+                    "carma_x": carma.makespan_s / exclusive,
+                    "auto_x": auto.makespan_s / exclusive,
+                    "auto_vs_carma": auto.makespan_s / carma.makespan_s,
+                    "auto_vs_carma_energy": auto.energy_kwh / carma.energy_kwh,
+                    "carma_oom": carma.oom_crashes,
+                    "auto_oom": auto.oom_crashes,
+                    "auto_lost": auto.lost,
+                    "carma_lost": carma.lost,
+                }
+            )
+    return rows
+
+
+def learning_check(trace: Trace) -> dict[str, Any]:
+    truth = DEFAULT_PARAMS.with_values(LEARNING_TRUTH)
+    runs = {
+        "prior_only": Simulation(trace, policy="auto", truth=truth, learn=False).run(),
+        "learning": Simulation(trace, policy="auto", truth=truth).run(),
+        "knows_truth": Simulation(trace, policy="auto", truth=truth, policy_params=truth).run(),
+    }
+    prior, learning, knowing = (
+        runs[k].makespan_s for k in ("prior_only", "learning", "knows_truth")
     )
+    gap = prior - knowing
+    return {
+        "truth": LEARNING_TRUTH,
+        "prior": {k: getattr(DEFAULT_PARAMS, k) for k in LEARNING_TRUTH},
+        "makespan_s": {k: round(r.makespan_s, 1) for k, r in runs.items()},
+        "learned": {k: round(v, 4) for k, v in runs["learning"].learned_params.items()},
+        "observations": runs["learning"].observations,
+        # None where knowing the truth does not help (no gap to close)
+        "gap_closed": (prior - learning) / gap if abs(gap) > 1e-6 else None,
+    }
+
+
+def spread(values: list[float]) -> dict[str, float]:
+    return {"min": min(values), "median": statistics.median(values), "max": max(values)}
 
 
 def main() -> int:
@@ -49,47 +101,48 @@ def main() -> int:
     parser.add_argument("trace", nargs="?", default=str(DEFAULT_TRACE))
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    base = load_trace(args.trace)
-    rows = []
-    for shares in SHARES:
-        trace = with_shares(base, shares)
-        for estimator in ESTIMATORS:
-            results = {
-                p: Simulation(trace, policy=p, estimator=estimator).run()
-                for p in ("exclusive", "carma", "auto")
-            }
-            exclusive = results["exclusive"].makespan_s
-            rows.append(
-                {
-                    "shares": "/".join(map(str, shares)),
-                    "estimator": estimator,
-                    "carma_x": results["carma"].makespan_s / exclusive,
-                    "auto_x": results["auto"].makespan_s / exclusive,
-                    "auto_vs_carma": results["auto"].makespan_s / results["carma"].makespan_s,
-                    "carma_oom": results["carma"].oom_crashes,
-                    "auto_oom": results["auto"].oom_crashes,
-                    "auto_lost": results["auto"].lost,
-                }
-            )
+    trace = load_trace(args.trace)
+    rows = sensitivity(trace)
+    summary = {
+        "auto_vs_exclusive": spread([r["auto_x"] for r in rows]),
+        "auto_vs_carma": spread([r["auto_vs_carma"] for r in rows]),
+        "settings": len(rows),
+        "auto_worse_than_carma": sum(1 for r in rows if r["auto_vs_carma"] > 1.0),
+    }
+    learning = learning_check(trace)
     if args.json:
-        json.dump(rows, sys.stdout, indent=2)
+        json.dump({"rows": rows, "summary": summary, "learning": learning}, sys.stdout, indent=2)
         print()
         return 0
-    print(f"SIMULATED trace {base.name}: makespan as a multiple of exclusive, OOM crashes")
+    print(f"SIMULATED trace {trace.name}: makespan as a multiple of exclusive, OOM crashes")
     print(
-        f"{'SHARES':<10} {'ESTIMATOR':<11} {'CARMA x':>8} {'AUTO x':>7} {'AUTO/CARMA':>11} "
-        f"{'OOM carma':>10} {'OOM auto':>9}"
+        f"{'TRUTH':<26} {'ESTIMATOR':<11} {'CARMA x':>8} {'AUTO x':>7} {'AUTO/CARMA':>11} "
+        f"{'OOM carma':>10} {'OOM auto':>9} {'LOST auto':>10}"
     )
     for r in rows:
         print(
-            f"{r['shares']:<10} {r['estimator']:<11} {r['carma_x']:>8.3f} {r['auto_x']:>7.3f} "
-            f"{r['auto_vs_carma']:>11.3f} {r['carma_oom']:>10} {r['auto_oom']:>9}"
+            f"{r['truth']:<26} {r['estimator']:<11} {r['carma_x']:>8.3f} {r['auto_x']:>7.3f} "
+            f"{r['auto_vs_carma']:>11.3f} {r['carma_oom']:>10} {r['auto_oom']:>9} "
+            f"{r['auto_lost']:>10}"
         )
-    ratios = [r["auto_vs_carma"] for r in rows]
+    for key, label in (
+        ("auto_vs_exclusive", "auto / exclusive"),
+        ("auto_vs_carma", "auto / carma"),
+    ):
+        s = summary[key]
+        print(
+            f"{label} over {len(rows)} settings: min {s['min']:.3f}, median {s['median']:.3f}, "
+            f"max {s['max']:.3f}"
+        )
+    print(f"settings where auto is slower than carma: {summary['auto_worse_than_carma']}")
+    m = learning["makespan_s"]
+    closed = learning["gap_closed"]
     print(
-        f"auto/carma over all {len(rows)} rows: mean {statistics.fmean(ratios):.3f}, "
-        f"worst {max(ratios):.3f}; OOM crashes carma {sum(r['carma_oom'] for r in rows)}, "
-        f"auto {sum(r['auto_oom'] for r in rows)}; lost {sum(r['auto_lost'] for r in rows)}"
+        f"learning check (truth mps_tenant_cost 0.15, prior 0.04): auto prior-only "
+        f"{m['prior_only'] / 3600:.2f} h, learning {m['learning'] / 3600:.2f} h, knowing the "
+        f"truth {m['knows_truth'] / 3600:.2f} h; gap closed: "
+        + (f"{closed:.0%}" if closed is not None else "no gap (knowing the truth does not help)")
+        + f"; learned {learning['learned']} from {learning['observations']} observations"
     )
     return 0
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import replace
+from dataclasses import asdict, replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
@@ -36,6 +36,9 @@ from gpudesk.api.models import (
     JobView,
     MigApplyResult,
     MigPlanResult,
+    ModelObserveResult,
+    ModelResetResult,
+    ModelShowResult,
     PingResult,
     ShutdownResult,
     StationStatus,
@@ -52,6 +55,7 @@ if TYPE_CHECKING:
     from gpudesk.api.connection import Connection
     from gpudesk.engine.jobs import JobSpec
     from gpudesk.engine.loaders import DatasetSpec
+    from gpudesk.engine.placement.interference import Observation
     from gpudesk.engine.station import StationConfig
     from gpudesk.paths import Home
 
@@ -333,6 +337,31 @@ class Client:
         return self.call(
             MigApplyResult, "mig_apply", gpu=gpu, profiles=list(profiles), confirm=confirm
         )
+
+    # ----------------------------------------------------------- interference model
+    def model_show(self) -> ModelShowResult:
+        """The interference model's parameters for each GPU model on the station, and the
+        defaults: value, prior, provenance, observations, last update."""
+        return self.call(ModelShowResult, "model_show")
+
+    def model_observe(
+        self, gpu_model: str, observations: Sequence[Observation], source: str = "calibrated"
+    ) -> ModelObserveResult:
+        """Feed observations measured on a GPU of `gpu_model` (its NVML name) to the engine's
+        learner, stored at once; `source` "calibrated" (probes, `gpudesk calibrate`) marks the
+        parameters they move as calibrated, "learned" as learned."""
+        return self.call(
+            ModelObserveResult,
+            "model_observe",
+            gpu_model=gpu_model,
+            observations=[asdict(obs) for obs in observations],
+            source=source,
+        )
+
+    def model_reset(self, gpu_model: str | None = None, *, confirm: bool) -> ModelResetResult:
+        """Forget what was learned and calibrated (for one GPU model, or all): back to the
+        defaults. Refused without `confirm`."""
+        return self.call(ModelResetResult, "model_reset", gpu_model=gpu_model, confirm=confirm)
 
 
 __all__ = ["BAD_REPLY", "Client", "Event", "EventStream", "decode", "decode_event"]

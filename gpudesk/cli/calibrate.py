@@ -18,7 +18,14 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from gpudesk.cli.common import EXIT_FAILED, EXIT_USAGE, current_home, fail, print_json
+from gpudesk.cli.common import (
+    EXIT_FAILED,
+    EXIT_USAGE,
+    current_home,
+    engine_client,
+    fail,
+    print_json,
+)
 
 if TYPE_CHECKING:
     from gpudesk.engine.placement.calibration import AloneMeasurement, Plan, Report
@@ -204,13 +211,14 @@ def calibration_file(gpu_model: str) -> Path:
 
 
 def save_fit(result: Report) -> Path:
-    """Keep the fit for this GPU model: the observations, the fitted parameters and the probes'
-    alone measurements (a later calibration of a MIG-mode GPU compares with them).
+    """Keep the fit for this GPU model, in two places:
 
-    Integration point: the engine's `model_observe` op (`Client.model_observe(gpu_model,
-    observations, source="calibrated")`, with `gpudesk model show`) is being added on another
-    branch; until it is on main the fit is kept as JSON in the gpudesk home,
-    `calibration-<GPU model>.json`. Once it is, send `result.observations` there as well."""
+    - `$GPUDESK_HOME/calibration-<GPU model>.json`: the fit, its observations and the probes'
+      alone measurements (a later calibration of a MIG-mode GPU compares with them);
+    - for a real GPU, the engine's model: the observations go to `Client.model_observe(gpu_model,
+      observations, source="calibrated")`, so placement uses them and `gpudesk model show`
+      lists the parameters as calibrated. A SIMULATED fit never goes there (it would pass for
+      this GPU model's). An engine that cannot be reached is reported, the file kept."""
     path = calibration_file(result.gpu_model)
     data = result.to_dict()
     data["saved_at"] = time.time()
@@ -230,6 +238,28 @@ def save_fit(result: Report) -> Path:
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(data, indent=2) + "\n")
     tmp.replace(path)
+    if not result.simulated and result.observations:
+        from gpudesk.api.errors import EngineError
+
+        try:
+            with engine_client() as client:
+                done = client.model_observe(
+                    result.gpu_model,
+                    [p.observation for p in result.observations],
+                    source="calibrated",
+                )
+            moved = ", ".join(f"{k} ({v})" for k, v in sorted(done.moved.items())) or "none"
+            print(
+                f"engine model for {done.gpu_model}: {done.accepted} observations taken, "
+                f"{done.ignored} ignored; moved {moved} (see `gpudesk model show`)",
+                file=sys.stderr,
+            )
+        except (EngineError, OSError) as exc:
+            print(
+                f"warning: the engine did not take the observations ({exc}); the fit is kept "
+                f"in {path}",
+                file=sys.stderr,
+            )
     return path
 
 
@@ -345,10 +375,8 @@ def _show(result: Report, json_out: bool, saved: Path | None) -> None:
     for note in result.to_dict()["notes"]:
         print(f"note: {note}")
     if saved:
-        print(
-            f"saved to {saved} (the engine does not read it yet: wiring it into the engine's "
-            "model is left for integration)"
-        )
+        where = "" if result.simulated else " and sent to the engine's model"
+        print(f"saved to {saved}{where}")
 
 
 def _pct(value: float | None) -> str:

@@ -14,7 +14,7 @@ import typer
 from gpudesk.cli.common import EXIT_FAILED, EXIT_USAGE, engine_client, fail, print_json
 
 if TYPE_CHECKING:
-    from gpudesk.api.models import ActionOutcome, JobView, UsageSummary
+    from gpudesk.api.models import ActionOutcome, AlternativeView, JobView, UsageSummary
 
 jobs_app = typer.Typer()
 
@@ -210,6 +210,8 @@ def show(
                 f"pid {a.pid or '-':<8} exit {exit_code:<4} {took}"
             )
             lines.append(f"      log {a.log}")
+            lines.append(f"      why {a.placement.reason}")
+            lines.extend(_alternative_lines(a.placement.alternatives))
     lines.extend(_usage_lines(data.usage))
     lines.append("events:")
     for e in data.events:
@@ -218,6 +220,19 @@ def show(
         lines.append("environment:")
         lines.extend(f"  {k}={v}" for k, v in sorted(data.env.items()))
     print("\n".join(lines))
+
+
+def _alternative_lines(alternatives: list[AlternativeView]) -> list[str]:
+    """What placement weighed: each slot with the job's predicted speed there (1.00 = alone
+    on a whole GPU) and the work per second the station gains."""
+    if not alternatives:
+        return []
+    lines = ["      weighed (predicted speed, station gain):"]
+    for alt in alternatives:
+        mark = "*" if alt.note == "chosen" else " "
+        note = f"  {alt.note}" if alt.note and alt.note != "chosen" else ""
+        lines.append(f"       {mark} {alt.slot:<16} {alt.rate:5.2f} {alt.gain:6.2f}{note}")
+    return lines
 
 
 def _attempts_text(job: JobView) -> str:

@@ -14,7 +14,19 @@ import sys
 import typer
 
 from gpudesk import __version__
-from gpudesk.cli import calibrate, desk, engine, jobs, loader, mig, run, select, simulate, top
+from gpudesk.cli import (
+    calibrate,
+    desk,
+    engine,
+    jobs,
+    loader,
+    mig,
+    model,
+    run,
+    select,
+    simulate,
+    top,
+)
 from gpudesk.cli.common import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
@@ -41,6 +53,7 @@ for commands in (
     app.add_typer(commands)
 app.add_typer(engine.engine_app, name="engine")
 app.add_typer(mig.mig_app, name="mig")
+app.add_typer(model.model_app, name="model")
 app.add_typer(loader.loader_app, name="loader")
 app.add_typer(select.select_app, name="select")
 

@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 
-from gpudesk.cli.common import EXIT_USAGE, fail, print_json
+from gpudesk.cli.common import EXIT_FAILED, EXIT_USAGE, fail, print_json
 
 if TYPE_CHECKING:
     from gpudesk.engine.placement.simulator import SimResult
 
 simulate_app = typer.Typer()
 
-SIMULATE_POLICIES = "exclusive,carma,auto,naive,mps,mig"
+SIMULATE_POLICIES = "exclusive,naive,mps,mig,carma,auto"
+FORCED_MODES = ("exclusive", "naive", "mps", "mig")
 
 
 @simulate_app.command()
@@ -23,7 +24,8 @@ def simulate(
     station: str | None = typer.Option(
         None,
         "--station",
-        help="Simulated station (default: the trace's, else sim:dgx-station-a100).",
+        help="Simulated station: sim:dgx-station-a100, sim:a100-40gb, sim:a100-80gb, sim:h100, "
+        "sim:h200, each with xN for N GPUs (default: the trace's, else sim:dgx-station-a100).",
     ),
     policy: str = typer.Option(
         SIMULATE_POLICIES, "--policy", "-p", help="Policies to compare, comma-separated."
@@ -31,14 +33,47 @@ def simulate(
     estimator: str = typer.Option(
         "gpumemnet",
         "--estimator",
-        help="Which of the trace's memory estimates jobs give as their hint.",
+        help="Jobs' memory hints: a trace estimator's guess (gpumemnet, horus, faketensor) or "
+        "measured (the true peak, as the history of earlier runs would give it).",
+    ),
+    mig: str | None = typer.Option(
+        None,
+        "--mig",
+        help="MIG-mode GPUs with a fixed layout from the GPU model's own table, e.g. "
+        "3=3g.20gb,2g.10gb,1g.5gb,1g.5gb (items without = continue the last GPU; 3= alone: MIG "
+        "mode, no instances).",
+    ),
+    mig_repartition: bool = typer.Option(
+        False,
+        "--mig-repartition",
+        help="Let the policy re-carve an idle fixed-layout MIG GPU (costs a reconfiguration).",
+    ),
+    truth: Path | None = typer.Option(
+        None,
+        "--truth",
+        help="JSON object of interference-model parameters for the simulated ground truth "
+        "(partial; the rest are the defaults). The policy starts from the defaults.",
+    ),
+    learn: bool = typer.Option(
+        True,
+        "--learn/--no-learn",
+        help="Feed the policy's learner the rates jobs show (as the engine does).",
+    ),
+    prior_knows_truth: bool = typer.Option(
+        False, "--prior-knows-truth", help="Give the policy the truth as its prior."
     ),
     json_out: bool = typer.Option(False, "--json", help="Print the results as JSON."),
 ) -> None:
     """Replay a job trace on a SIMULATED station through the engine's placement policies."""
+    from gpudesk.engine.placement.interference import DEFAULT_PARAMS
     from gpudesk.engine.placement.policies import POLICY_NAMES
-    from gpudesk.engine.placement.simulator import TraceError, load_trace
-    from gpudesk.engine.placement.simulator import simulate as run_simulation
+    from gpudesk.engine.placement.simulator import (
+        DEFAULT_STATION,
+        Simulation,
+        TraceError,
+        load_trace,
+        load_truth,
+    )
 
     policies = [p.strip() for p in policy.split(",") if p.strip()]
     unknown = [p for p in policies if p not in POLICY_NAMES]
@@ -50,26 +85,77 @@ def simulate(
         )
     try:
         loaded = load_trace(trace)
-        chosen = station or (f"sim:{loaded.station}" if loaded.station else "sim:dgx-station-a100")
-        results = run_simulation(loaded, policies, station=chosen, estimator=estimator)
+        truth_params = load_truth(truth) if truth is not None else DEFAULT_PARAMS
+        chosen = station or (f"sim:{loaded.station}" if loaded.station else DEFAULT_STATION)
+        sims = [
+            Simulation(
+                loaded,
+                policy=p,
+                station=chosen,
+                estimator=estimator,
+                truth=truth_params,
+                policy_params=truth_params if prior_knows_truth else None,
+                learn=learn,
+                mig=mig,
+                mig_repartition=mig_repartition,
+            )
+            for p in policies
+        ]
+        results = [s.run() for s in sims]
     except (TraceError, ValueError) as exc:
         fail(str(exc), EXIT_USAGE)
+    first = results[0]
+    if first.impossible == first.jobs:
+        reasons = "; ".join(f"job {j['id']} {j['reason']}" for j in first.impossible_jobs[:5])
+        fail(f"no job of {loaded.name} can run on {chosen} (SIMULATED): {reasons}", EXIT_FAILED)
+    layouts = {str(g): list(v) for g, v in sorted(sims[0].mig_layouts.items())}
+    ratios = _ratios(results)
     if json_out:
         print_json(
             {
                 "trace": loaded.name,
                 "station": chosen,
+                "gpu_model": sims[0].model.name,
+                "gpus": sims[0].gpu_count,
                 "simulated": True,
+                "label": "SIMULATED",
                 "estimator": estimator,
+                "mig": layouts,
+                "mig_repartition": mig_repartition,
+                "learn": learn,
+                "truth": truth_params.to_dict(),
+                "prior": sims[0].learner.prior.to_dict(),
                 "results": [r.to_dict() for r in results],
+                "ratios": {
+                    k: round(v, 4) if isinstance(v, float) else v for k, v in ratios.items()
+                },
             }
         )
         return
+    mig_text = (
+        "; MIG " + " ".join(f"{g}={','.join(v) or '(none)'}" for g, v in layouts.items())
+        if layouts
+        else ""
+    )
     print(
-        f"SIMULATED {chosen}: trace {loaded.name}, {len(loaded.jobs)} jobs, memory hints "
-        f"from {estimator}; ratios against {_baseline(results).policy}"
+        f"SIMULATED {chosen} ({sims[0].gpu_count} x {sims[0].model.name}{mig_text}): trace "
+        f"{loaded.name}, {len(loaded.jobs)} jobs, memory hints from {estimator}, learning "
+        f"{'on' if learn else 'off'}{', truth from ' + str(truth) if truth else ''}; "
+        f"ratios against {_baseline(results).policy}"
     )
     print(_results_table(results))
+    for line in _ratio_lines(ratios):
+        print(line)
+    for r in results:
+        if r.mig_violations:
+            print(
+                f"{r.policy}: {r.mig_violations} whole-GPU placement(s) on a GPU in MIG mode "
+                "(impossible on real hardware; played out as if allowed)"
+            )
+        for j in r.impossible_jobs if r is first else ():
+            print(f"impossible: job {j['id']} ({j['name']}) {j['reason']}")
+        for j in r.lost_jobs:
+            print(f"lost under {r.policy}: job {j['id']} ({j['name']}) {j['reason']}")
 
 
 _RESULT_HEADERS = (
@@ -85,6 +171,7 @@ _RESULT_HEADERS = (
     "OOM",
     "RECOVERED",
     "LOST",
+    "IMPOSSIBLE",
 )
 
 
@@ -93,27 +180,70 @@ def _baseline(results: list[SimResult]) -> SimResult:
     return next((r for r in results if r.policy == "exclusive"), results[0])
 
 
+def _ratios(results: list[SimResult]) -> dict[str, Any]:
+    """auto against carma and against the best forced mode, where those were run."""
+    by = {r.policy: r for r in results}
+    out: dict[str, Any] = {}
+    auto = by.get("auto")
+    if auto is None or auto.makespan_s <= 0:
+        return out
+    if "exclusive" in by and by["exclusive"].makespan_s > 0:
+        out["auto_vs_exclusive"] = auto.makespan_s / by["exclusive"].makespan_s
+    carma = by.get("carma")
+    if carma is not None and carma.makespan_s > 0:
+        out["auto_vs_carma"] = auto.makespan_s / carma.makespan_s
+        if carma.energy_kwh > 0:
+            out["auto_vs_carma_energy"] = auto.energy_kwh / carma.energy_kwh
+    forced = [by[m] for m in FORCED_MODES if m in by and by[m].makespan_s > 0]
+    if forced:
+        best = min(forced, key=lambda r: r.makespan_s)
+        out["auto_vs_best_forced"] = auto.makespan_s / best.makespan_s
+        out["best_forced"] = best.policy
+    return out
+
+
+def _ratio_lines(ratios: dict[str, Any]) -> list[str]:
+    lines = []
+    if "auto_vs_carma" in ratios:
+        energy = ratios.get("auto_vs_carma_energy")
+        lines.append(
+            f"auto ÷ carma: {ratios['auto_vs_carma']:.2f} makespan"
+            + (f", {energy:.2f} energy" if energy is not None else "")
+        )
+    if "auto_vs_best_forced" in ratios:
+        lines.append(
+            f"auto ÷ best forced mode ({ratios['best_forced']}): "
+            f"{ratios['auto_vs_best_forced']:.2f} makespan"
+        )
+    return lines
+
+
 def _results_table(results: list[SimResult]) -> str:
     """One row per policy; the "x" columns are makespan and energy against the exclusive
     policy's (else the first policy's)."""
     from gpudesk import render
 
     base = _baseline(results)
+
+    def ratio(a: float, b: float) -> str:
+        return f"{a / b:.2f}" if b > 0 else "-"
+
     rows = [
         (
             r.policy,
             render.duration(r.makespan_s),
-            f"{r.makespan_s / base.makespan_s:.2f}",
+            ratio(r.makespan_s, base.makespan_s),
             render.duration(r.mean_jct_s),
             render.duration(r.p95_jct_s),
             render.duration(r.mean_wait_s),
             f"{r.gpu_busy_hours:.1f}",
             f"{r.energy_kwh:.2f}",
-            f"{r.energy_kwh / base.energy_kwh:.2f}",
+            ratio(r.energy_kwh, base.energy_kwh),
             r.oom_crashes,
             r.oom_recovered,
             r.lost,
+            r.impossible,
         )
         for r in results
     ]
-    return render.table(_RESULT_HEADERS, rows, right=tuple(range(1, 12)))
+    return render.table(_RESULT_HEADERS, rows, right=tuple(range(1, 13)))

@@ -24,7 +24,7 @@ from gpudesk.engine.mps.watch import MpsWatch
 from gpudesk.engine.oom import gpu_oom_line
 from gpudesk.engine.placement.demand import DEFAULT_SM_PCT, Demand, from_hints, signature
 from gpudesk.engine.placement.gpu_states import RunningAttempt
-from gpudesk.engine.placement.policy import Placement
+from gpudesk.engine.placement.policy import RESERVE_MIB, Placement
 from gpudesk.engine.placement.queue import JobQueue
 from gpudesk.engine.state import PlacementDue
 from gpudesk.engine.store.database import Store
@@ -72,6 +72,7 @@ class LiveAttempt:
             mig_slice=self.mig_slice,
             memory_mib=float(demand.get("memory_mib", 0.0)),
             sm_pct=float(demand.get("sm_pct", 0.0)),
+            peak_known=demand.get("source") == "history",
         )
 
 
@@ -385,7 +386,9 @@ class Attempts:
         if oom and job.attempts_since_requeue < job.spec.max_attempts + OOM_RETRIES:
             # An out-of-memory death is retried whatever max_attempts says: with more memory
             # and a GPU to itself, so the next attempt cannot die the same way or hurt others.
-            demand = self.demand(job).after_oom(usage.gpu_memory_peak_mib if usage else None)
+            demand = self.demand(job).after_oom(
+                usage.gpu_memory_peak_mib if usage else None, self._usable_alone_mib()
+            )
             return Ending(
                 JobState.QUEUED,
                 f"attempt {attempt.number} ran out of GPU memory ({oom}); back in the "
@@ -401,6 +404,13 @@ class Attempts:
         return Ending(JobState.FAILED, outcome)
 
     # --------------------------------------------------------------- demand
+    def _usable_alone_mib(self) -> float | None:
+        """What the largest GPU offers a job alone: where an OOM re-estimate stops growing."""
+        totals = [
+            g.memory_total_mib for g in self.telemetry.monitor.inventory if g.memory_total_mib
+        ]
+        return max(totals) - RESERVE_MIB if totals else None
+
     def demand(self, job: JobRecord) -> Demand:
         """What a job is assumed to need: raised after an OOM, else its hints completed by what
         earlier runs of the same command measured, else defaults."""

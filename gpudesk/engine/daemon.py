@@ -34,6 +34,7 @@ from gpudesk.engine import protocol
 from gpudesk.engine.attempts import Attempts
 from gpudesk.engine.events import EventPublisher
 from gpudesk.engine.job_control import JobControl
+from gpudesk.engine.learning import StationLearning
 from gpudesk.engine.loaders import CHECK_EVERY_S, DatasetSpec, LoaderSupervisor
 from gpudesk.engine.mps.watch import MpsWatch
 from gpudesk.engine.placement.queue import JobQueue
@@ -119,6 +120,7 @@ class Engine:
             self.events,
             self.due,
         )
+        self.learning = StationLearning(store, self.attempts, self.telemetry)
         self.scheduler = Scheduler(
             self.station,
             store,
@@ -129,6 +131,7 @@ class Engine:
             self.events,
             self.due,
             host_cores(),
+            self.learning,
         )
         self.job_control = JobControl(store, self.queue, self.attempts, self.events, self.due)
         self.mig = MigControl(
@@ -148,6 +151,7 @@ class Engine:
                 attempts=self.attempts,
                 control=self.job_control,
                 scheduler=self.scheduler,
+                learning=self.learning,
                 telemetry=self.telemetry,
                 mps=self.mps_watch,
                 mig=self.mig,
@@ -249,6 +253,7 @@ class Engine:
             self.attempts.check,
             self.scheduler.schedule_if_due,
             self.telemetry.ingest,
+            self.learning.step,
             self.check_mps,
             self.check_loaders,
         ):

@@ -8,6 +8,7 @@ import time
 from gpudesk.engine.attempts import Attempts
 from gpudesk.engine.events import EventPublisher
 from gpudesk.engine.jobs import JobState
+from gpudesk.engine.learning import StationLearning
 from gpudesk.engine.mps.watch import MpsWatch
 from gpudesk.engine.placement.demand import Demand
 from gpudesk.engine.placement.gpu_states import gpu_states
@@ -33,6 +34,7 @@ class Scheduler:
         events: EventPublisher,
         due: PlacementDue,
         cores: int,
+        learning: StationLearning,
     ) -> None:
         self.station = station
         self.store = store
@@ -43,6 +45,7 @@ class Scheduler:
         self.events = events
         self.due = due
         self.cores = cores
+        self.learning = learning  # the interference model, learned on this station
         self.policy: PlacementPolicy = make_policy(station.config.policy)
         self.retry_at: float | None = None  # when to retry after a failed step
         self.overtaken: dict[int, int] = {}  # queued job id -> later jobs started before it
@@ -65,6 +68,7 @@ class Scheduler:
             simulated=monitor.simulated,
             overtaken=self.overtaken,
             demands=self._demands_beyond_hints(),
+            interference=self.learning.model,
         )
 
     def _demands_beyond_hints(self) -> dict[int, Demand]:

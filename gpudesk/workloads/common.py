@@ -24,6 +24,7 @@ EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE
 EXIT_SIGTERM = 128 + signal.SIGTERM
 SGD_MOMENTUM = 0.9
 ENV_SEED = "GPUDESK_SEED"  # the run's seed, set by `gpudesk select compare` on every job
+PROGRESS_EVERY = 10  # training steps between two `progress` lines
 
 
 class Terminated(Exception):
@@ -60,6 +61,23 @@ def resolve_device(name: str, parser: argparse.ArgumentParser) -> torch.device:
 
 def say(line: str, stream: TextIO | None = None) -> None:
     print(line, file=stream or sys.stdout, flush=True)
+
+
+@dataclass
+class StepCounter:
+    """The run's training steps, with a `progress DONE[/TOTAL]` line every `every` of them on
+    stderr (the job's log, so stdout keeps only the lines a report parses): how the gpudesk
+    engine learns how fast the job runs beside others (docs/interference.md)."""
+
+    total: int | None = None
+    every: int = PROGRESS_EVERY
+    done: int = 0
+
+    def step(self) -> None:
+        self.done += 1
+        if self.done % self.every == 0:
+            of = f"/{self.total}" if self.total else ""
+            print(f"progress {self.done}{of}", file=sys.stderr, flush=True)
 
 
 @dataclass

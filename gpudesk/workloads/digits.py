@@ -35,6 +35,7 @@ from gpudesk.workloads.common import (
     EXIT_OK,
     SGD_MOMENTUM,
     Progress,
+    StepCounter,
     TrainingDiverged,
     resolve_device,
     run_reporting,
@@ -191,6 +192,7 @@ def _run(
     )
 
     shuffle_rng = np.random.default_rng([args.seed, 1])  # independent of the split's stream
+    counter = StepCounter()
     history = train_epochs(
         args.epochs,
         progress,
@@ -200,6 +202,7 @@ def _run(
             local_batches(data, args.batch_size, shuffle_rng),
             data.x_val,
             data.y_val,
+            counter,
         ),
     )
     result = summarize(history, params, device, time.perf_counter() - started, data.n_train)
@@ -241,6 +244,7 @@ def _run_shared(
         threads,
         f"loader shared {loader.name} train {loader.dataset_len} val {len(val_idx)}",
     )
+    counter = StepCounter()
     with loader:
         history = train_epochs(
             args.epochs,
@@ -251,6 +255,7 @@ def _run_shared(
                 shared_batches(loader, device, mean_t, float(scale)),
                 x_val_t,
                 y_val_t,
+                counter,
             ),
         )
     seen = history[-1].samples
@@ -369,6 +374,7 @@ def fit_epoch(
     batches: Iterable[tuple[torch.Tensor, torch.Tensor]],
     x_val: torch.Tensor,
     y_val: torch.Tensor,
+    counter: StepCounter | None = None,
 ) -> EpochStats:
     """One pass over `batches` of (inputs, targets) on the model's device, then the val
     accuracy."""
@@ -391,6 +397,8 @@ def fit_epoch(
         loss_sum += loss.detach() * len(targets)
         correct += (logits.detach().argmax(dim=1) == targets).sum()
         samples += len(targets)
+        if counter is not None:
+            counter.step()
     train_seconds = time.perf_counter() - epoch_start
     count = max(samples, 1)
     return EpochStats(

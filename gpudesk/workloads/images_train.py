@@ -62,6 +62,7 @@ from gpudesk.workloads.common import (
     EXIT_OK,
     SGD_MOMENTUM,
     Progress,
+    StepCounter,
     TrainingDiverged,
     is_loader_error,
     resolve_device,
@@ -187,6 +188,7 @@ def _run(
 
     history: list[EpochStats] = []
     steps_left = args.max_steps or None
+    counter = StepCounter(total=steps_left)
     for epoch in range(1, args.epochs + 1):
         progress.epoch = epoch
         set_epoch(loader, epoch - 1)
@@ -198,6 +200,7 @@ def _run(
             steps_left,
             progress,
             defer_sigterm=loader_kind == "local",
+            counter=counter,
         )
         progress.check()
         if not math.isfinite(stats.loss):
@@ -351,6 +354,7 @@ def train_one_epoch(
     max_steps: int | None,
     progress: Progress,
     defer_sigterm: bool = False,
+    counter: StepCounter | None = None,
 ) -> EpochStats:
     """One pass over `loader` (or `max_steps` batches of it)."""
     import torch
@@ -384,6 +388,8 @@ def train_one_epoch(
         correct += (logits.detach().argmax(dim=1) == labels).sum()
         steps += 1
         samples += len(labels)
+        if counter is not None:
+            counter.step()
     del batches  # shuts a DataLoader's workers down now, not at the next epoch
     seconds = time.perf_counter() - epoch_start
     count = max(samples, 1)

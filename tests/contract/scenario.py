@@ -23,6 +23,7 @@ from gpudesk.api import Client, JobSpec, JobView
 from gpudesk.api.connection import Connection, engine_pid, start_engine
 from gpudesk.api.errors import EngineError
 from gpudesk.engine.loaders import DatasetSpec
+from gpudesk.engine.placement.interference import Observation, Workload
 from gpudesk.engine.station import StationConfig
 from gpudesk.paths import Home
 
@@ -223,6 +224,15 @@ def run_station_scenario(driver: StationDriver, subscribed: Callable[[], None]) 
         )
     )
     client.telemetry(history=3)
+
+    # The interference model: shown, fed a calibration probe's observation, reset.
+    shown = client.model_show()
+    gpu_model = next(m.gpu_model for m in shown.models if m.gpu_model)
+    light = Workload(0.2, 0.1)
+    client.model_observe(gpu_model, [Observation("mps", light, (light,), 0.9)])
+    with suppress(EngineError):
+        client.model_reset(confirm=False)  # refused: an error reply, not a model
+    client.model_reset(gpu_model, confirm=True)
     client.jobs(usage=True)
     client.jobs(states=["failed", "succeeded"], limit=3)
     subscribed()

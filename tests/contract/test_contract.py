@@ -96,6 +96,13 @@ def test_the_scenario_covers_what_the_desk_shows(recorded: tuple[Recording, set[
         if e.op == "mig_apply"
     ]
     assert applied and applied[0].applied and applied[0].simulated
+    observed = [
+        decode_reply(models.ModelObserveResult, e.reply, "model_observe")
+        for e in recording.exchanges
+        if e.op == "model_observe"
+    ]
+    assert observed and observed[0].moved == {"mps_tenant_cost": 1}
+    assert any(p.kind == "calibrated" for p in observed[0].params)
 
 
 def test_a_missing_or_unknown_field_fails_to_decode() -> None:

@@ -45,27 +45,37 @@ def engine(home: Home) -> Iterator[EngineHandle]:
     handle.client.close()  # `home` stops the engine
 
 
-def test_light_jobs_share_a_gpu_and_a_heavy_one_gets_its_own(engine: EngineHandle) -> None:
-    sleeper = [sys.executable, "-c", "import time; time.sleep(3)"]
+def test_idle_gpus_first_then_light_jobs_share_and_a_heavy_one_stays_alone(
+    engine: EngineHandle,
+) -> None:
+    sleeper = [sys.executable, "-c", "import time; time.sleep(4)"]
+    light = {"command": sleeper, "gpus": 1, "memory_gb": 4, "sm_pct": 20}
     ids = engine.submit(
-        {"name": "light-a", "command": sleeper, "gpus": 1, "memory_gb": 4, "sm_pct": 20},
-        {"name": "light-b", "command": sleeper, "gpus": 1, "memory_gb": 4, "sm_pct": 20},
         {"name": "heavy", "command": sleeper, "gpus": 1, "memory_gb": 20, "sm_pct": 90},
+        *({"name": f"light-{i}", **light} for i in range(4)),
     )
     for job_id in ids:
         engine.wait_state(job_id, "running")
-    placements = [engine.show(i)["attempts"][0]["placement"] for i in ids]
-    assert placements[0]["gpus"] == placements[1]["gpus"]  # packed together
-    assert placements[1]["mode"] == "mps"  # a simulated MPS server: no daemon is started
-    assert "collocated on GPU" in placements[1]["reason"]
-    assert placements[2]["gpus"] != placements[0]["gpus"]
-    assert placements[1]["demand"] == {
+    placements = {i: engine.show(i)["attempts"][0]["placement"] for i in ids}
+    by_gpu: dict[int, list[int]] = {}
+    for job_id, placement in placements.items():
+        by_gpu.setdefault(placement["gpus"][0], []).append(job_id)
+    assert sorted(len(on) for on in by_gpu.values()) == [1, 1, 1, 2]  # one GPU shared
+    heavy_gpu = placements[ids[0]]["gpus"][0]
+    assert by_gpu[heavy_gpu] == [ids[0]]  # the light jobs share with each other, not it
+    shared = next(on for on in by_gpu.values() if len(on) == 2)
+    joined = placements[shared[1]]
+    assert joined["mode"] == "mps"  # a simulated MPS server: no daemon is started
+    assert "collocated on GPU" in joined["reason"] and "predicted speed" in joined["reason"]
+    assert joined["alternatives"][0]["note"] == "chosen"
+    assert {a["slot"] for a in joined["alternatives"]} >= {joined["slot"], f"gpu:{heavy_gpu}/mps"}
+    assert joined["demand"] == {
         "memory_mib": 4096,
         "sm_pct": 20.0,
         "source": "hint",
         "exclusive": False,
     }
-    events = [e["message"] for e in engine.show(ids[1])["events"]]
+    events = [e["message"] for e in engine.show(shared[1])["events"]]
     assert any("collocated on GPU" in m for m in events)  # the reason is recorded
     assert all(j["state"] == "succeeded" for j in engine.wait_all_done(ids))
 
@@ -150,7 +160,9 @@ def test_jobs_share_a_real_station_gpu_through_its_mps_server(
         assert [p["mode"] for p in placements] == ["mps", "mps"]
         second = Path(jobs[1]["log"]).read_text()
         assert "CUDA_VISIBLE_DEVICES=GPU-mps-0" in second
-        assert f"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE={placements[1]['mps_thread_pct']}" in second
+        # no active-thread cap: it would outlive the co-tenant it was set for
+        assert "mps_thread_pct" not in placements[1]
+        assert "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=None" in second
         assert (
             f"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0={placements[1]['mps_memory_limit_mib']}M" in second
         )

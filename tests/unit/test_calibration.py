@@ -215,3 +215,37 @@ def test_the_probe_runs_on_the_cpu_and_prints_progress_and_a_summary() -> None:
     assert summary["steps"] == progress[-1]
     assert summary["steps_per_s"] == pytest.approx(summary["steps"] / summary["seconds"], rel=1e-3)
     assert 0.1 < summary["busy_share"] < 0.7  # medium: kernels about 35 % of the time
+
+
+def test_a_real_gpus_fit_goes_to_the_engines_model_and_a_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dataclasses import replace
+
+    from gpudesk.api.models import ModelObserveResult
+    from gpudesk.cli import calibrate as cli
+
+    plan = build_plan(("mps",), 8)
+    measured = replace(simulate_measurements(plan, DEFAULT_PARAMS), simulated=False)
+    result = report("GPU 0", H100, plan, measured)
+    sent: list[tuple] = []
+
+    class FakeClient:
+        def __enter__(self) -> FakeClient:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            pass
+
+        def model_observe(self, gpu_model, observations, source):  # type: ignore[no-untyped-def]
+            sent.append((gpu_model, list(observations), source))
+            return ModelObserveResult(gpu_model, len(observations), 0, {}, [])
+
+    monkeypatch.setenv("GPUDESK_HOME", str(tmp_path))
+    monkeypatch.setattr(cli, "engine_client", lambda: FakeClient())
+    path = cli.save_fit(result)
+    assert path == tmp_path / "calibration-NVIDIA-H100-80GB-HBM3.json"
+    assert json.loads(path.read_text())["source"] == "calibrated"
+    ((gpu_model, observations, source),) = sent
+    assert gpu_model == H100 and source == "calibrated"
+    assert observations == [p.observation for p in result.observations]

@@ -10,8 +10,15 @@ from pathlib import Path
 import pytest
 from test_jobs_protocol_policy import record  # same folder: on sys.path under pytest
 
-from gpudesk.engine.placement.collocation import MARGIN_MIB, CarmaPolicy, SharingPolicy, _Frontier
-from gpudesk.engine.placement.demand import PEAK_SETTLED_S, Demand, from_hints, reservation
+from gpudesk.engine.placement.collocation import CarmaPolicy, SharingPolicy, _Frontier
+from gpudesk.engine.placement.demand import (
+    MARGIN_MIB,
+    PEAK_SETTLED_S,
+    Demand,
+    from_hints,
+    reservation,
+)
+from gpudesk.engine.placement.interference import InterferenceModel, Learner
 from gpudesk.engine.placement.policies import make_policy
 from gpudesk.engine.placement.policy import (
     RESERVE_MIB,
@@ -81,12 +88,31 @@ def test_memory_must_fit_with_margin_counting_reservations_and_measurements() ->
     assert 8 * GIB + MARGIN_MIB > 40 * GIB - 30 * GIB - RESERVE_MIB
 
 
-def test_compute_saturated_gpus_take_no_tenant() -> None:
-    by_window = station(gpu(0, tenant(1, 5, 30), sm=85.0))
-    assert SharingPolicy("auto").place([job(2, 2, 10)], by_window).placements == []
-    by_demand = station(gpu(0, tenant(1, 5, 70)))
-    assert SharingPolicy("auto").place([job(2, 2, 60)], by_demand).placements == []
-    assert SharingPolicy("auto").place([job(2, 2, 40)], by_demand).placements != []
+def test_two_compute_heavy_jobs_never_share_and_sharing_must_gain() -> None:
+    heavy = station(gpu(0, tenant(1, 5, 82)), gpu(1, tenant(3, 5, 82)))
+    assert SharingPolicy("auto").place([job(2, 2, 82)], heavy).placements == []
+    # a light job beside a heavy one gains (the seed's DLRM + ResNet152)
+    (light,) = SharingPolicy("auto").place([job(2, 2, 5)], heavy).placements
+    assert light.mode == "mps" and "predicted speed 0.96" in light.reason
+    # with a co-tenant cost of 0.6 nothing gains: the job waits rather than slow job 1
+    dear = Learner()
+    dear.prior = dear.prior.with_values({"mps_tenant_cost": 0.6})
+    costly = station(gpu(0, tenant(1, 5, 30)), interference=InterferenceModel(dear))
+    assert SharingPolicy("auto").place([job(2, 2, 30)], costly).placements == []
+
+
+def test_an_idle_gpu_comes_before_sharing_unless_a_heavier_job_behind_needs_it() -> None:
+    view = station(gpu(0), gpu(1), gpu(2), gpu(3))
+    light = [job(i, 2, 30) for i in range(1, 5)]
+    placed = SharingPolicy("auto").place(light, view).placements
+    assert sorted(p.gpus for p in placed) == [(0,), (1,), (2,), (3,)]  # one per GPU
+    # GPU 1 is the last idle one and a compute-heavy job waits behind the light one: the
+    # light job shares GPU 0 and the heavy one gets GPU 1
+    busy = station(gpu(0, tenant(1, 5, 30)), gpu(1))
+    decision = SharingPolicy("auto").place([job(2, 2, 10), job(3, 4, 90)], busy)
+    assert {p.job_id: p.gpus for p in decision.placements} == {2: (0,), 3: (1,)}
+    kept = next(p for p in decision.placements if p.job_id == 2).alternatives
+    assert [a.slot for a in kept] == ["gpu:0/mps", "gpu:1/mps"] and kept[0].note == "chosen"
 
 
 def test_naive_without_mps_and_no_mixing_of_modes() -> None:
@@ -159,13 +185,17 @@ def test_carma_blocks_on_the_head_of_the_queue_and_uses_measured_memory() -> Non
     assert placed.gpus == (0,) and placed.mps_memory_limit_mib is None  # most free memory
 
 
-def test_mig_mode_places_jobs_on_the_smallest_fitting_slice() -> None:
+def test_mig_slices_are_chosen_by_memory_and_compute() -> None:
     slices = (MigSlice("MIG-a", "3g.20gb", 20096, 3), MigSlice("MIG-b", "1g.5gb", 4864, 1))
     view = station(GpuState(0, "GPU-0", 40 * GIB, mig_enabled=True, mig_slices=slices))
-    (small,) = SharingPolicy("auto").place([job(1, 4, 10)], view).placements
+    # a 70 % SM job of 4 GB would run at 0.20 on the 1g.5gb slice, at 0.58 on the 3g.20gb
+    (heavy,) = SharingPolicy("auto").place([job(1, 4, 70)], view).placements
+    assert (heavy.mode, heavy.mig_slice) == ("mig", "MIG-a")
+    # a job that keeps 2 % of the SMs busy runs as fast on the smallest slice: it takes that
+    (small,) = SharingPolicy("auto").place([job(1, 4, 2)], view).placements
     assert (small.mode, small.mig_slice) == ("mig", "MIG-b")
     real = StationView(StationConfig(), cores=8, backend="nvml", gpu_states=view.gpu_states)
-    (placed,) = SharingPolicy("auto").place([job(1, 4, 10)], real).placements
+    (placed,) = SharingPolicy("auto").place([job(1, 4, 2)], real).placements
     assert placed.env["CUDA_VISIBLE_DEVICES"] == "MIG-b"
 
 
@@ -272,3 +302,40 @@ def test_a_station_that_asks_for_isolation_shares_only_mig_slices() -> None:
     placed = SharingPolicy("auto").place([job(2, 4, 10), job(3, 4, 10)], isolated).placements
     # job 2 takes the slice; job 3 would have to share GPU 0 with job 1, so it waits
     assert [(p.job_id, p.mode, p.mig_slice) for p in placed] == [(2, "mig", "MIG-x")]
+
+
+def test_an_oom_re_estimate_is_capped_at_a_whole_gpu() -> None:
+    usable = 40 * GIB - RESERVE_MIB
+    # hinted 27 GB, died sharing at 29 GiB: raised to a whole GPU, not to an impossible 44 GiB
+    raised = Demand(27 * GIB, 50, "hint").after_oom(observed_mib=29 * GIB, usable_mib=usable)
+    assert raised.exclusive and raised.memory_mib == usable
+    oomed = station(gpu(0), demands={1: raised})
+    (alone,) = SharingPolicy("auto").place([job(1, 27, 50)], oomed).placements
+    assert alone.mode == "exclusive"
+    # died holding a whole GPU already: beyond every GPU here, a clear failure
+    beyond = Demand(27 * GIB, 50, "hint").after_oom(observed_mib=usable, usable_mib=usable)
+    decision = SharingPolicy("auto").place([job(1, 27, 50)], station(gpu(0), demands={1: beyond}))
+    assert decision.placements == [] and "needs" in decision.rejections[0].reason
+
+
+def test_known_peaks_earn_a_smaller_margin_so_dlrm_and_resnet152_share() -> None:
+    # The seed's pair on an A100 40GB (40536 MiB): DLRM 29.14 GB at 5 % SM runs, its peak
+    # settled; ResNet152 8.47 GB at 82 % SM waits.
+    total = 40536.0
+    dlrm = Tenant(1, "mps", reservation(29.14 * GIB, 29.14 * GIB, 120.0, known=True), 5.0)
+    view = station(
+        replace(gpu(0, dlrm), memory_total_mib=total),
+        demands={2: Demand(8.47 * GIB, 82.0, "hint")},
+    )
+    assert SharingPolicy("auto").place([job(2, 8.47, 82)], view).placements == []  # 2 GiB margin
+    known = replace(view, demands={2: Demand(8.47 * GIB, 82.0, "history")})
+    (placed,) = SharingPolicy("auto").place([job(2, 8.47, 82)], known).placements
+    assert placed.mode == "mps" and "predicted speed 0.96" in placed.reason
+
+
+def test_carma_does_not_place_whole_gpu_jobs_on_a_gpu_in_mig_mode() -> None:
+    slices = (MigSlice("MIG-a", "3g.20gb", 20096, 3),)
+    mig_gpu = GpuState(0, "GPU-0", 40 * GIB, mig_enabled=True, mig_slices=slices)
+    assert CarmaPolicy().place([job(1, 4, 10)], station(mig_gpu)).placements == []
+    (placed,) = CarmaPolicy().place([job(1, 4, 10)], station(mig_gpu, gpu(1))).placements
+    assert placed.gpus == (1,)

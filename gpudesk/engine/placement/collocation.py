@@ -30,23 +30,38 @@ reserve and SM activity < 80 %; a job that crashed reruns alone on an idle GPU.
 from __future__ import annotations
 
 import bisect
+import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from gpudesk.engine.mig.profiles import (
     CARVED_PROFILES,
     COMPUTE_SLICES,
     MEMORY_SLICES,
+    MigProfile,
     memory_slices,
+    table_for_gpu,
 )
 from gpudesk.engine.placement.demand import (
+    HEAVY_SM_PCT,
+    MARGIN_MIB,
     Demand,
     from_hints,
     hinted,
+    margin_mib,
+)
+from gpudesk.engine.placement.interference import (
+    ModelParams,
+    Workload,
+    mig_rate,
+    predict_join,
+    shared_rates,
+    workload,
 )
 from gpudesk.engine.placement.policy import (
     RESERVE_MIB,
+    Alternative,
     Decision,
     GpuState,
     MigSlice,
@@ -63,13 +78,14 @@ from gpudesk.engine.placement.policy import (
 from gpudesk.engine.store.records import JobRecord
 from gpudesk.units import MIB_PER_GIB
 
-MARGIN_MIB = 2048.0  # a collocated job's need must fit with this much to spare
-SATURATED_SM_PCT = 80.0  # a GPU this busy over the window takes no new tenant
-KERNEL_ACTIVE_EXTRA_PCT = 20.0  # how far kernel-active time runs ahead of SM activity
-SM_CAPACITY_PCT = 120.0  # tenants' combined SM demand may exceed a full GPU by this little
+SATURATED_SM_PCT = 80.0  # CARMA: a GPU this busy over the window takes no new tenant
 CARMA_WINDOW_S = 30.0  # CARMA judges a GPU over 30 one-second samples
 MAX_OVERTAKES = 8  # later jobs may start ahead of a waiting job this many times
-MPS_THREAD_HEADROOM = 1.5  # an MPS client may use this much more than its SM demand
+# Look-ahead: the jobs this far behind (per GPU) that can only use a whole idle GPU are counted
+# before a job takes one (assumption: two rounds of the station).
+LOOKAHEAD_PER_GPU = 2
+KEPT_IDLE_VALUE = 1e-3  # an idle GPU the look-ahead keeps: last resort for a job ahead
+ALTERNATIVES_KEPT = 6  # how many weighed placements a decision records
 
 MODES = ("exclusive", "naive", "mps", "mig", "auto")
 
@@ -79,15 +95,29 @@ def demand_of(job: JobRecord, station: StationView) -> Demand:
     return known if known is not None else from_hints(job.spec.memory_gb, job.spec.sm_pct)
 
 
+def needs_whole_gpu(job: JobRecord, demand: Demand) -> bool:
+    """Jobs that only an idle GPU serves well: multi-GPU, after an OOM, or saturating compute
+    (two such never share: a compute-heavy job gains nothing from collocation)."""
+    return job.spec.gpus > 1 or demand.exclusive or demand.heavy
+
+
 @dataclass
 class _Choice:
     gpus: tuple[int, ...]
     mode: str
     reason: str
     mig_slice: MigSlice | None = None
-    mps_limits: bool = True  # an MPS client gets a pinned-memory limit and a thread share
+    mps_limits: bool = True  # an MPS client gets a pinned-memory limit
     alone: bool = False  # the GPU had no tenant: the job may use all of its memory
     free_mib: float = 0.0  # what the other tenants left free when it was admitted
+    rate: float = 1.0  # the job's predicted speed there (1.0 = alone on a whole GPU)
+    gain: float = 1.0  # work per second the station gains (rate minus what tenants lose)
+    value: float = 1.0  # gain, less what it takes from jobs queued behind (look-ahead)
+    rank: tuple[float, ...] = ()  # tie-breaks after value, smaller first
+    alternatives: tuple[Alternative, ...] = ()
+
+    def alternative(self, note: str = "") -> Alternative:
+        return Alternative(_slot(self), self.mode, self.rate, self.value, note)
 
 
 @dataclass
@@ -96,6 +126,23 @@ class _FilledStation:
 
     gpus: dict[int, GpuState]
     placements: list[Placement] = field(default_factory=list)
+    # per GPU: the state it was computed for, its shared tenants' workloads and their rates
+    _loads: dict[int, tuple[GpuState, str, list[Workload], list[float]]] = field(
+        default_factory=dict
+    )
+
+    def tenant_loads(
+        self, gpu: GpuState, share: str, params: ModelParams
+    ) -> tuple[list[Workload], list[float]]:
+        """The GPU's tenants as the model sees them, and their rates now (cached per pass
+        until a job is placed there: a long queue asks for each GPU many times)."""
+        cached = self._loads.get(gpu.index)
+        if cached is not None and cached[0] is gpu and cached[1] == share:
+            return cached[2], cached[3]
+        loads = _tenant_workloads(gpu, params)
+        rates = shared_rates(params, share, loads)
+        self._loads[gpu.index] = (gpu, share, loads, rates)
+        return loads, rates
 
     def take(
         self, job: JobRecord, demand: Demand, choice: _Choice, station: StationView
@@ -104,7 +151,7 @@ class _FilledStation:
         for index in choice.gpus:
             gpu = self.gpus[index]
             slice_key = choice.mig_slice.key if choice.mig_slice else None
-            tenant = Tenant(job.id, choice.mode, memory, demand.sm_pct, slice_key)
+            tenant = Tenant(job.id, choice.mode, memory, demand.sm_pct, slice_key, demand.membw_pct)
             slices = gpu.mig_slices
             if choice.mig_slice is not None:
                 others = tuple(s for s in slices if s.key != slice_key)
@@ -117,38 +164,34 @@ class _FilledStation:
         return placement
 
 
+def _slot(choice: _Choice) -> str:
+    """ "gpu:1" alone, "gpu:0/mps" or "gpu:0/naive" shared, "gpu:2/3g.20gb" on a MIG slice."""
+    listed = ",".join(str(i) for i in choice.gpus)
+    if choice.mig_slice:
+        return f"gpu:{listed}/{choice.mig_slice.profile}"
+    if choice.mode in ("mps", "naive"):
+        return f"gpu:{listed}/{choice.mode}"
+    return f"gpu:{listed}"
+
+
 def _placement(job: JobRecord, demand: Demand, choice: _Choice, station: StationView) -> Placement:
     gpus = [station_gpu(station, i) for i in choice.gpus]
-    listed = ",".join(str(i) for i in choice.gpus)
     env = gpu_env(station, gpus, choice.mig_slice.key if choice.mig_slice else None)
-    # "gpu:1" alone, "gpu:0/mps" or "gpu:0/naive" shared, "gpu:2/3g.20gb" on a MIG slice
-    slot = (
-        "gpu:"
-        + listed
-        + (
-            f"/{choice.mig_slice.profile}"
-            if choice.mig_slice
-            else f"/{choice.mode}"
-            if choice.mode in ("mps", "naive")
-            else ""
-        )
-    )
-    mps: dict[str, int] = {}
+    limit: int | None = None
     if choice.mode == "mps" and choice.mps_limits:
         # Alone on a GPU a job may grow into all of it (an underestimate costs nobody); next to
         # others it may grow into what they left free, never into what they hold.
-        limit = (
+        limit = math.floor(
             gpus[0].memory_total_mib - RESERVE_MIB
             if choice.alone
-            else max(demand.memory_mib + MARGIN_MIB, choice.free_mib)
+            else max(demand.memory_mib + margin_mib(demand), choice.free_mib)
         )
-        mps = {
-            "mps_thread_pct": min(100, max(10, math.ceil(demand.sm_pct * MPS_THREAD_HEADROOM))),
-            "mps_memory_limit_mib": math.floor(limit),
-        }
+    # No active-thread cap (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE): a cap is fixed when the client
+    # starts and outlives the co-tenants it was meant for, and below a kernel's width it slows
+    # the job (interference.cap_factor) while the model predicts nothing gained for the others.
     return Placement(
         job_id=job.id,
-        slot=slot,
+        slot=_slot(choice),
         mode=choice.mode,
         reason=choice.reason,
         gpus=choice.gpus,
@@ -156,8 +199,8 @@ def _placement(job: JobRecord, demand: Demand, choice: _Choice, station: Station
         env_defaults={"OMP_NUM_THREADS": str(station.threads_per_gpu * len(choice.gpus))},
         demand=demand.to_dict(),
         mig_slice=choice.mig_slice.key if choice.mig_slice else None,
-        mps_thread_pct=mps.get("mps_thread_pct"),
-        mps_memory_limit_mib=mps.get("mps_memory_limit_mib"),
+        mps_memory_limit_mib=limit,
+        alternatives=choice.alternatives,
     )
 
 
@@ -170,6 +213,58 @@ def station_gpu(station: StationView, index: int) -> GpuState:
 
 def _mib(value: float) -> str:
     return f"{value / MIB_PER_GIB:.1f} GiB"
+
+
+def _tenant_workloads(gpu: GpuState, params: ModelParams) -> list[Workload]:
+    """The GPU's shared tenants as the model sees them, from their demands (hints, or SM
+    measured by earlier runs). Not from the GPU's SM window: it still shows jobs that just
+    left, and scaling the hints by it made GPUs look saturated after every departure."""
+    loads = []
+    for t in gpu.tenants:
+        if t.mode in ("mps", "naive"):
+            load = workload(t.sm_pct, t.membw_pct, params)
+            if t.thread_pct:
+                load = Workload(load.sm, load.membw, t.thread_pct / 100.0)
+            loads.append(load)
+    return loads
+
+
+class _Lookahead:
+    """How many whole idle GPUs the jobs just behind a queue position need (multi-GPU, after
+    an OOM, compute-heavy, or more than half a GPU's memory): a light job does not take the
+    last idle GPUs they will want if it can share instead. Computed only where asked, over a
+    window of `LOOKAHEAD_PER_GPU` jobs per GPU (a pass over a long queue asks rarely)."""
+
+    def __init__(self, queue: Sequence[JobRecord], station: StationView) -> None:
+        self.queue = queue
+        self.demands = station.demands
+        self.window = LOOKAHEAD_PER_GPU * len(station.gpu_states)
+        # a job that needs more than half of the largest GPU cannot share it with a job like
+        # itself: it is counted as needing a GPU of its own
+        self.half = max((g.memory_total_mib for g in station.gpu_states), default=0.0) / 2
+        self.needs: dict[int, int] = {}
+
+    def need(self, position: int) -> int:
+        known = self.needs.get(position)
+        if known is not None:
+            return known
+        job = self.queue[position]
+        need = 0
+        if job.spec.gpus:
+            demand = self.demands.get(job.id)
+            if demand is not None:
+                memory, whole = demand.memory_mib, demand.exclusive or demand.heavy
+            else:
+                memory, sm = hinted(job.spec.memory_gb, job.spec.sm_pct)
+                whole = sm >= HEAVY_SM_PCT
+            if whole or job.spec.gpus > 1 or memory + MARGIN_MIB > self.half:
+                need = job.spec.gpus
+        self.needs[position] = need
+        return need
+
+    def behind(self, position: int) -> int:
+        end = min(len(self.queue), position + 1 + self.window)
+        return sum(self.need(i) for i in range(position + 1, end))
 
 
 class SharingPolicy:
@@ -200,7 +295,8 @@ class SharingPolicy:
         fits_any = largest - RESERVE_MIB if station.gpu_problem is None and largest else -1.0
         gpu_total = len(station.gpu_states)
         demands = station.demands
-        for job in queue:
+        lookahead = _Lookahead(queue, station)
+        for position, job in enumerate(queue):
             spec = job.spec
             if not spec.gpus:
                 if cpu_slots:
@@ -232,10 +328,18 @@ class SharingPolicy:
             ):
                 # Its turn: the GPUs that will free up first take nothing new until it starts.
                 reserved = self.reserve(waiting, plan)
-            choice = self.choose(job, demand, plan, station, exclude=reserved)
+            choice = self.choose(
+                job,
+                demand,
+                plan,
+                station,
+                exclude=reserved,
+                behind=functools.partial(lookahead.behind, position),
+            )
             if choice is None:
                 waiting = waiting or job
-                no_room.setdefault(shape, _Frontier()).add(memory, sm)
+                if demand.membw_pct is None:  # the frontier knows memory and SM only
+                    no_room.setdefault(shape, _Frontier()).add(memory, sm)
                 continue
             plan.take(job, demand, choice, station)
             if waiting is not None:
@@ -264,115 +368,175 @@ class SharingPolicy:
         plan: _FilledStation,
         station: StationView,
         exclude: set[int] | frozenset[int] = frozenset(),
+        behind: Callable[[], int] = lambda: 0,
     ) -> _Choice | None:
+        """The best placement for the job now, or None (it waits). Every feasible placement is
+        scored by the interference model: the work per second the station gains (the job's
+        speed there, minus what it costs the tenants it joins), less, for an idle GPU, what
+        it takes from the jobs behind that need one."""
         gpus = [g for g in plan.gpus.values() if not g.lost and g.index not in exclude]
         if job.spec.gpus > 1 or demand.exclusive or self.mode == "exclusive":
-            # A simulated MIG GPU that is idle can be set whole again.
-            idle = [g for g in gpus if g.idle and (not g.mig_enabled or g.mig_dynamic)]
-            if len(idle) < job.spec.gpus:
-                return None
-            chosen = tuple(g.index for g in idle[: job.spec.gpus])
-            why = (
-                "after an out-of-memory death it runs alone"
-                if demand.source == "after OOM"
-                else "multi-GPU jobs get whole GPUs"
-                if job.spec.gpus > 1
-                else "exclusive placement"
-            )
-            return _Choice(chosen, "exclusive", f"GPU {','.join(map(str, chosen))} idle; {why}")
-        best: tuple[tuple[float, ...], _Choice] | None = None
+            return self._whole_gpus(job, demand, gpus)
+        options: list[_Choice] = []
+        idle_whole = [g for g in gpus if g.idle and (not g.mig_enabled or g.mig_dynamic)]
+        # The idle GPUs the jobs just behind will need: taking one of those costs them.
+        short = bool(idle_whole) and self.mode != "exclusive" and behind() >= len(idle_whole)
         for gpu in gpus:
-            option = self._option(gpu, demand, job.id, station.config.isolation)
-            if option is not None and (best is None or option[0] < best[0]):
-                best = option
-        return best[1] if best else None
+            params = station.interference.params(gpu.model)
+            if gpu.mig_enabled or self.mode == "mig":
+                option = self._mig_option(gpu, demand, job.id, params)
+                if option is not None:
+                    options.append(option)
+                if not (gpu.idle and gpu.mig_dynamic and self.mode != "mig"):
+                    continue
+            option = self._whole_gpu_option(
+                plan, gpu, demand, station, params, short and not demand.heavy
+            )
+            if option is not None:
+                options.append(option)
+        if not options:
+            return None
+        options.sort(key=lambda o: (-o.value, o.rank))
+        best = options[0]
+        if best.value <= 0.0:
+            return None  # nowhere gains: waiting for a GPU is better than slowing others
+        shown = [o.alternative("chosen" if o is best else "") for o in options[:ALTERNATIVES_KEPT]]
+        best.alternatives = tuple(shown)
+        return best
 
-    def _option(
-        self, gpu: GpuState, demand: Demand, job_id: int, isolation: bool = False
-    ) -> tuple[tuple[float, ...], _Choice] | None:
-        if gpu.mig_enabled or self.mode == "mig":
-            return self._mig_option(gpu, demand, job_id)
+    def _whole_gpus(self, job: JobRecord, demand: Demand, gpus: list[GpuState]) -> _Choice | None:
+        # A simulated MIG GPU that is idle can be set whole again.
+        idle = [g for g in gpus if g.idle and (not g.mig_enabled or g.mig_dynamic)]
+        if len(idle) < job.spec.gpus:
+            return None
+        chosen = tuple(g.index for g in idle[: job.spec.gpus])
+        why = (
+            "after an out-of-memory death it runs alone"
+            if demand.source == "after OOM"
+            else "multi-GPU jobs get whole GPUs"
+            if job.spec.gpus > 1
+            else "exclusive placement"
+        )
+        return _Choice(chosen, "exclusive", f"GPU {','.join(map(str, chosen))} idle; {why}")
+
+    def _whole_gpu_option(
+        self,
+        plan: _FilledStation,
+        gpu: GpuState,
+        demand: Demand,
+        station: StationView,
+        params: ModelParams,
+        keep_idle: bool,
+    ) -> _Choice | None:
+        """The job alone on an idle GPU, or beside its tenants under MPS or time-slicing."""
         if gpu.exclusive:
             return None
-        if isolation and not gpu.idle:
-            return None  # the station asks for isolation: only MIG slices are shared
         share = "mps" if self.mode in ("mps", "auto") and gpu.mps_usable else "naive"
         if gpu.idle:
             if demand.memory_mib > gpu.memory_total_mib - RESERVE_MIB:
                 return None
-            # A job that would saturate a GPU takes an idle one first; a light one fills the
-            # gaps on busy GPUs first and keeps idle GPUs for the heavy ones.
-            rank = 0.0 if demand.heavy else 2.0
-            return (rank, demand.sm_pct, gpu.index), _Choice(
-                (gpu.index,), share, f"GPU {gpu.index} idle", alone=True
+            # Kept for the jobs behind: any sharing placement that gains goes first, but a job
+            # with nowhere else to go still takes it (it is ahead of them in the queue).
+            value = KEPT_IDLE_VALUE if keep_idle else 1.0
+            note = " (kept for the heavier jobs queued behind)" if keep_idle else ""
+            return _Choice(
+                (gpu.index,),
+                share,
+                f"GPU {gpu.index} idle{note}",
+                alone=True,
+                value=value,
+                rank=(0.0, gpu.index),
             )
-        free = gpu.free_mib
-        if free < demand.memory_mib + MARGIN_MIB:
-            return None
-        measured = gpu.sm_activity_pct or 0.0
-        if measured >= SATURATED_SM_PCT:
-            return None
-        combined = gpu.sm_demand_pct + demand.sm_pct
-        if combined > SM_CAPACITY_PCT:
-            return None
-        if (
-            share == "naive"
-            and sum(_kernel_active(t.sm_pct) for t in gpu.tenants) + _kernel_active(demand.sm_pct)
-            > 100.0
-        ):
-            return None  # time-slicing runs one context at a time: kernel-active time adds up
+        if station.config.isolation:
+            return None  # the station asks for isolation: only MIG slices are shared
         if any(t.mode != share for t in gpu.tenants):
             return None  # an MPS GPU takes MPS clients, a time-sliced one naive ones
-        reason = (
-            f"collocated on GPU {gpu.index} under {share}: {_mib(free)} free for "
-            f"{_mib(demand.memory_mib)} + {_mib(MARGIN_MIB)} margin, SM demand "
-            f"{combined:.0f}% with its {len(gpu.tenants)} tenant(s), measured "
-            f"{measured:.0f}%"
+        margin = margin_mib(demand)
+        free = gpu.free_mib
+        if free < demand.memory_mib + margin:
+            return None
+        if demand.heavy and any(t.sm_pct >= HEAVY_SM_PCT for t in gpu.tenants):
+            return None  # two compute-heavy jobs: no gain (published)
+        tenants, before = plan.tenant_loads(gpu, share, params)
+        job_load = workload(demand.sm_pct, demand.membw_pct, params)
+        predicted = predict_join(params, share, job_load, tenants, before)
+        if predicted.gain <= 0.0:
+            return None
+        slowed = max(
+            (b - a for b, a in zip(predicted.tenants_before, predicted.tenants_after, strict=True)),
+            default=0.0,
         )
-        return (1.0, combined, -free, gpu.index), _Choice(
-            (gpu.index,), share, reason, free_mib=free
+        reason = (
+            f"collocated on GPU {gpu.index} under {share}: predicted speed "
+            f"{predicted.rate:.2f}, its {len(gpu.tenants)} tenant(s) slowed by at most "
+            f"{slowed:.2f}, station gains {predicted.gain:.2f} GPU; {_mib(free)} free for "
+            f"{_mib(demand.memory_mib)} + {_mib(margin)} margin"
+        )
+        return _Choice(
+            (gpu.index,),
+            share,
+            reason,
+            free_mib=free,
+            rate=predicted.rate,
+            gain=predicted.gain,
+            value=predicted.gain,
+            rank=(1.0, -free, gpu.index),
         )
 
     def _mig_option(
-        self, gpu: GpuState, demand: Demand, job_id: int
-    ) -> tuple[tuple[float, ...], _Choice] | None:
+        self, gpu: GpuState, demand: Demand, job_id: int, params: ModelParams
+    ) -> _Choice | None:
+        """The best MIG slice for the job on this GPU: free ones first, then (where slices may
+        be carved) a new one; by predicted speed, then the smallest within tolerance."""
         need = demand.memory_mib
-        free_slices = sorted(
-            (s for s in gpu.mig_slices if not s.busy),
-            key=lambda s: (s.memory_mib, s.compute_slices),
-        )
-        # A free slice that fits comes before sharing a GPU: the job is isolated and slows
-        # nobody. A saturating job still prefers a whole idle GPU (rank 0).
-        for mig in free_slices:
-            if mig.memory_mib >= need:
-                return (0.5, mig.memory_mib, gpu.index), _Choice(
-                    (gpu.index,),
-                    "mig",
-                    f"MIG {mig.profile} on GPU {gpu.index} fits {_mib(need)}",
-                    mig,
-                )
-        if not gpu.mig_dynamic:
+        job_load = workload(demand.sm_pct, demand.membw_pct, params)
+        table = _mig_table(gpu)
+        fitting: list[tuple[float, MigSlice, bool]] = []
+        for mig in gpu.mig_slices:
+            if not mig.busy and mig.memory_mib >= need:
+                memory = memory_slices(mig.profile, table or None)
+                fitting.append((mig_rate(params, job_load, mig.compute_slices, memory), mig, False))
+        if gpu.mig_dynamic:
+            used_compute = sum(s.compute_slices for s in gpu.mig_slices)
+            used_memory = sum(memory_slices(s.profile, table or None) for s in gpu.mig_slices)
+            for profile in table:
+                if (
+                    profile.memory_mib >= need
+                    and used_compute + profile.compute_slices <= COMPUTE_SLICES
+                    and used_memory + profile.memory_slices <= MEMORY_SLICES
+                ):
+                    carved = MigSlice(
+                        f"gpu{gpu.index}/{profile.name}/job{job_id}",
+                        profile.name,
+                        profile.memory_mib,
+                        profile.compute_slices,
+                    )
+                    rate = mig_rate(params, job_load, profile.compute_slices, profile.memory_slices)
+                    fitting.append((rate, carved, True))
+        if not fitting:
             return None
-        used_compute = sum(s.compute_slices for s in gpu.mig_slices)
-        used_memory = sum(memory_slices(s.profile) for s in gpu.mig_slices)
-        # A simulated MIG GPU is carved with the A100 40GB's profiles, smallest first.
-        for profile in CARVED_PROFILES:
-            name, memory = profile.name, profile.memory_mib
-            if (
-                memory >= need
-                and used_compute + profile.compute_slices <= COMPUTE_SLICES
-                and used_memory + profile.memory_slices <= MEMORY_SLICES
-            ):
-                carved = MigSlice(
-                    f"gpu{gpu.index}/{name}/job{job_id}", name, memory, profile.compute_slices
-                )
-                return (2.0, memory, gpu.index), _Choice(
-                    (gpu.index,),
-                    "mig",
-                    f"new MIG {name} on GPU {gpu.index} fits {_mib(need)}",
-                    carved,
-                )
-        return None
+        # The smallest slice whose share of the SMs covers the job's SM activity (the MIG
+        # planner's rule, so placement takes the slices the planner carved for each job),
+        # existing slices before new ones; where none covers it, the fastest by the model.
+        covering = [f for f in fitting if f[1].compute_slices / COMPUTE_SLICES >= job_load.sm]
+        if covering:
+            rate, mig, carved_new = min(
+                covering, key=lambda f: (f[2], f[1].compute_slices, f[1].memory_mib)
+            )
+        else:
+            rate, mig, carved_new = max(fitting, key=lambda f: (f[0], not f[2], -f[1].memory_mib))
+        verb = "new MIG" if carved_new else "MIG"
+        return _Choice(
+            (gpu.index,),
+            "mig",
+            f"{verb} {mig.profile} on GPU {gpu.index}: fits {_mib(need)}, predicted speed "
+            f"{rate:.2f} (isolated: slows nobody)",
+            mig,
+            rate=rate,
+            gain=rate,
+            value=rate,
+            rank=(0.5 if not carved_new else 2.0, mig.compute_slices, gpu.index),
+        )
 
     # ----------------------------------------------------------- explaining
     def explain_wait(self, job: JobRecord, queue: Sequence[JobRecord], station: StationView) -> str:
@@ -396,13 +560,20 @@ class SharingPolicy:
         need = (
             f"needs {job.spec.gpus} idle GPUs"
             if job.spec.gpus > 1 or demand.exclusive
-            else f"needs {_mib(demand.memory_mib)} + {_mib(MARGIN_MIB)} margin and "
-            f"{demand.sm_pct:.0f}% SM"
+            else f"needs {_mib(demand.memory_mib)} + {_mib(margin_mib(demand))} margin and "
+            f"{demand.sm_pct:.0f}% SM, and a GPU where sharing is predicted to gain"
         )
         text = f"waiting ({demand.source} demand: {need}); " + "; ".join(reasons)
         if ahead:
             text += f"; {len(ahead)} GPU job(s) ahead"
         return text
+
+
+def _mig_table(gpu: GpuState) -> tuple[MigProfile, ...]:
+    """The MIG profiles that may be carved on this GPU: its model's (simulated ones), else the
+    A100 40GB's, the station the research measured."""
+    table = tuple(p for p in table_for_gpu(gpu.model) if p.simulated) if gpu.model else ()
+    return table or CARVED_PROFILES
 
 
 class _Frontier:
@@ -430,11 +601,6 @@ class _Frontier:
         keep.sort()
         self.memory = [m for m, _ in keep]
         self.sm = [s for _, s in keep]
-
-
-def _kernel_active(sm_pct: float) -> float:
-    """Kernel-active time runs ahead of SM activity (a kernel on a few SMs counts as busy)."""
-    return min(100.0, sm_pct + KERNEL_ACTIVE_EXTRA_PCT)
 
 
 class CarmaPolicy(SharingPolicy):
@@ -471,8 +637,10 @@ class CarmaPolicy(SharingPolicy):
         plan: _FilledStation,
         station: StationView,
         exclude: set[int] | frozenset[int] = frozenset(),
+        behind: Callable[[], int] = lambda: 0,
     ) -> _Choice | None:
-        gpus = [g for g in plan.gpus.values() if not g.lost]
+        # CARMA places processes on whole GPUs: a GPU in MIG mode cannot run them
+        gpus = [g for g in plan.gpus.values() if not g.lost and not g.mig_enabled]
         idle = [g for g in gpus if g.idle]
         if job.spec.gpus > 1 or demand.exclusive:
             if len(idle) < job.spec.gpus:

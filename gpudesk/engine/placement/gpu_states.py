@@ -29,6 +29,7 @@ class RunningAttempt:
     mig_slice: str | None  # the MIG device UUID it runs on
     memory_mib: float  # the demand its placement assumed
     sm_pct: float
+    peak_known: bool = False  # its demand was a peak measured by earlier runs
 
 
 def tenants_by_gpu(
@@ -46,7 +47,7 @@ def tenants_by_gpu(
             else None
         )
         per_gpu = peak / max(1, len(attempt.gpus)) if peak is not None else None
-        memory = reservation(attempt.memory_mib, per_gpu, settled)
+        memory = reservation(attempt.memory_mib, per_gpu, settled, attempt.peak_known)
         for index in attempt.gpus:
             tenants.setdefault(index, []).append(
                 Tenant(attempt.job_id, attempt.mode, memory, attempt.sm_pct, attempt.mig_slice)
@@ -96,6 +97,7 @@ def gpu_states(
             GpuState(
                 index=info.index,
                 uuid=info.uuid,
+                model=info.name or "",
                 memory_total_mib=info.memory_total_mib or reading.get("memory_total_mib") or 0.0,
                 memory_used_mib=reading.get("memory_used_mib") or 0.0,
                 sm_activity_pct=sum(window) / len(window) if window else None,

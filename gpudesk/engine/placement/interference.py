@@ -175,12 +175,18 @@ def mps_rates(params: ModelParams, tenants: Sequence[Workload]) -> list[float]:
     if n == 1:
         return [cap_factor(params, tenants[0])]
     pressure = max(sum(t.sm for t in tenants), sum(t.membw for t in tenants))
-    shared = (
-        min(1.0, 1.0 / pressure)
-        * max(MIN_RATE, 1.0 - params.mps_tenant_cost * (n - 1))
-        * max(MIN_RATE, 1.0 - params.contention * max(0.0, pressure - 1.0))
-    )
+    shared = mps_shared_rate(params, pressure, n)
     return [max(MIN_RATE, min(shared, cap_factor(params, t))) for t in tenants]
+
+
+def mps_shared_rate(params: ModelParams, pressure: float, n: int) -> float:
+    """The rate of each of `n` uncapped MPS tenants at this pressure (n >= 2)."""
+    return max(
+        MIN_RATE,
+        min(1.0, 1.0 / max(pressure, 1e-6))
+        * max(MIN_RATE, 1.0 - params.mps_tenant_cost * (n - 1))
+        * max(MIN_RATE, 1.0 - params.contention * max(0.0, pressure - 1.0)),
+    )
 
 
 def naive_rates(params: ModelParams, tenants: Sequence[Workload]) -> list[float]:
@@ -225,10 +231,25 @@ class Prediction:
 
 
 def predict_join(
-    params: ModelParams, mechanism: str, job: Workload, tenants: Sequence[Workload]
+    params: ModelParams,
+    mechanism: str,
+    job: Workload,
+    tenants: Sequence[Workload],
+    before: Sequence[float] | None = None,
 ) -> Prediction:
-    """The job joins the GPU's `tenants` under `mechanism` (mps or naive)."""
-    before = shared_rates(params, mechanism, tenants) if tenants else []
+    """The job joins the GPU's `tenants` under `mechanism` (mps or naive); `before` are the
+    tenants' rates now, where the caller has them already."""
+    if before is None:
+        before = shared_rates(params, mechanism, tenants) if tenants else []
+    uncapped = job.thread_cap is None and all(t.thread_cap is None for t in tenants)
+    if mechanism == "mps" and tenants and uncapped:
+        # the placement hot path: every uncapped tenant runs at one shared rate
+        pressure = max(
+            sum(t.sm for t in tenants) + job.sm, sum(t.membw for t in tenants) + job.membw
+        )
+        rate = mps_shared_rate(params, pressure, len(tenants) + 1)
+        after_all = tuple(rate for _ in tenants)
+        return Prediction(rate, rate * (len(tenants) + 1) - sum(before), tuple(before), after_all)
     after = shared_rates(params, mechanism, [*tenants, job])
     rate = after[-1]
     lost = sum(b - a for b, a in zip(before, after, strict=False))
@@ -257,14 +278,20 @@ class Observation:
 def estimate(params: ModelParams, obs: Observation) -> tuple[str, float] | None:
     """The parameter one observation pins down, and the value it says, holding the rest at
     `params`; None where it says nothing (alone, or saturated so that no cost shows)."""
-    rate = min(1.0, max(MIN_RATE, obs.rate))
+    if obs.rate <= MIN_RATE * 1.001:
+        return None  # at the floor the model puts under every rate: it says nothing
+    rate = min(1.0, obs.rate)
     if obs.mechanism == "mps" and obs.others:
+        if rate >= cap_factor(params, obs.job) - 1e-6:
+            return None  # its own thread cap held it back: the sharing cost does not show
         tenants = (obs.job, *obs.others)
         n = len(tenants)
         pressure = max(sum(t.sm for t in tenants), sum(t.membw for t in tenants))
         if pressure <= 1.0:
             return "mps_tenant_cost", max(0.0, (1.0 - rate) / (n - 1))
         base = min(1.0, 1.0 / pressure) * (1.0 - params.mps_tenant_cost * (n - 1))
+        if base <= MIN_RATE:
+            return None
         return "contention", max(0.0, (1.0 - rate / base) / (pressure - 1.0))
     if obs.mechanism == "naive" and obs.others:
         tenants = (obs.job, *obs.others)

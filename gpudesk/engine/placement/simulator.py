@@ -1,13 +1,17 @@
 """`gpudesk simulate`: replay a job trace on a simulated station through the engine's own
-placement policies, under the interference model written down in docs/simulator.md.
+placement policies, with the interference model (`interference.py`) as the ground truth.
 
-The simulator is event-driven. Between two events every running job progresses at a rate that
-depends on who shares its GPU and how (exclusive 1.0; MPS and naive time-slicing slow each
-tenant once their combined demand exceeds the GPU, naive more than MPS, plus a small per-tenant
-cost; a MIG slice runs at its share of the SMs). A job whose true peak memory exceeds what it was
-given dies with an out-of-memory error when it reaches that peak and goes back to the queue with
-the policy's recovery (a raised estimate, an exclusive GPU). Power follows the work each GPU does,
-between the model's idle and busy draw, for every GPU until the last job ends.
+The simulator is event-driven. Between two events every running job progresses at the rate the
+interference model gives it with the TRUTH parameters (exclusive 1.0; MPS and naive time-slicing
+by its co-tenants' SM and bandwidth demand; a MIG slice by its share of the SMs and of the DRAM
+bandwidth; an MPS thread cap stretches its kernels). The policy sees the same model through a
+`Learner` whose prior is the published defaults (or, for a run that should know it, the truth),
+and, with learning on, the learner is fed what the engine would measure: each job's rate over
+every stretch of at least `OBSERVE_AFTER_S` seconds in which its co-tenants stayed the same.
+A job whose true peak memory exceeds what it was given dies with an out-of-memory error when it
+reaches that peak and goes back to the queue with the policy's recovery (a raised estimate, an
+exclusive GPU). Power follows the work each GPU does, between the model's idle and busy draw,
+for every GPU until the last job ends. docs/simulator.md has the assumptions.
 """
 
 from __future__ import annotations
@@ -16,14 +20,37 @@ import json
 import math
 import statistics
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from gpudesk.engine.jobs import JobSpec, JobState
-from gpudesk.engine.mig.profiles import CARVED_PROFILES, COMPUTE_SLICES
+from gpudesk.engine.mig.profiles import (
+    COMPUTE_SLICES,
+    MEMORY_SLICES,
+    MigProfile,
+    compute_slices,
+    find_profile,
+    nominal_memory_mib,
+    short_name,
+    table_for_gpu,
+)
 from gpudesk.engine.placement.demand import PEAK_SETTLED_S, Demand, reservation
+from gpudesk.engine.placement.interference import (
+    DEFAULT_PARAMS,
+    PARAM_NAMES,
+    InterferenceModel,
+    Learner,
+    ModelParams,
+    Observation,
+    Workload,
+    mig_rate,
+    mps_rates,
+    naive_rates,
+    workload,
+)
 from gpudesk.engine.placement.policies import make_policy
 from gpudesk.engine.placement.policy import (
     GpuState,
@@ -36,25 +63,30 @@ from gpudesk.engine.station import StationConfig
 from gpudesk.engine.store.records import JobRecord
 from gpudesk.engine.telemetry.backend import check_backend_name, parse_sim_name
 from gpudesk.engine.telemetry.sim import STATIONS, GpuModel
-from gpudesk.units import J_PER_KWH, MIB_PER_GB, S_PER_HOUR
+from gpudesk.units import J_PER_KWH, MIB_PER_GB, MIB_PER_GIB, S_PER_HOUR
 
-# SM activity of a job running alone, by the trace's class; DLRM is the published ~5 %. The class
-# values are calibrated so that CARMA's own rules reproduce its published result on this trace
-# (about 0.65x the exclusive makespan, 15 % less energy): see docs/simulator.md. A user knows
-# roughly this much about a job and gives it as the `sm_pct` hint.
+# SM activity of a job running alone, by the trace's class, where the trace gives no `sm_pct`;
+# DLRM is the published ~5 %. The class figures are ASSUMPTIONS (no per-job SM figure is
+# published for the trace); a user knows roughly this much about a job and gives it as the
+# `sm_pct` hint. docs/simulator.md says what they do to the results.
 SM_BY_CLASS = {"light": 10.0, "medium": 30.0, "heavy": 70.0}
 SM_BY_MODEL = {"DLRM": 5.0}
-ESTIMATORS = ("gpumemnet", "horus", "faketensor")
+GUESSING_ESTIMATORS = ("gpumemnet", "horus", "faketensor")
+# "measured": each job's true peak, as the engine's history of earlier runs of the same command
+# would give it (Demand source "history").
+ESTIMATORS = (*GUESSING_ESTIMATORS, "measured")
 MAX_ATTEMPTS = 4  # a job that dies this often is lost
 
-# The interference model (docs/simulator.md).
-MPS_TENANT_COST = 0.04  # each co-tenant under MPS costs a job this much (DLRM + ResNet152: ~5 %)
-CONTENTION = 0.28  # beyond a full GPU, each unit of excess demand costs this (2 x ResNet152: ~1x)
-NAIVE_TENANT_COST = 0.10  # time-slicing switches whole contexts: dearer than MPS
-KERNEL_ACTIVE_FLOOR = 0.2  # naive slicing is paced by kernel-active time: SM activity + this
 RAMP_S = 60.0  # a job reaches its peak memory over its first epoch: 10 % of its run,
 MAX_RAMP_S = 600.0  # at least a minute and at most ten
 SAMPLE_WINDOW_S = 30.0  # what "recent SM activity" averages over, for the policy
+# Assumption: the engine needs about a minute of a job's progress lines (or NVML samples) under
+# one set of co-tenants to measure its rate there; shorter stretches teach it nothing.
+OBSERVE_AFTER_S = 60.0
+# Assumption: re-carving a MIG GPU (destroying and creating GPU and compute instances through
+# nvidia-smi) keeps it unusable for about this long; no published figure.
+MIG_RECONFIGURE_S = 10.0
+DEFAULT_STATION = "sim:dgx-station-a100"
 
 
 class TraceError(ValueError):
@@ -72,6 +104,8 @@ class TraceJob:
     sm_pct: float
     job_class: str
     estimates: dict[str, float]
+    membw_pct: float | None = None  # DRAM bandwidth share alone, where the trace gives it
+    model: str = ""
 
 
 @dataclass(frozen=True)
@@ -79,6 +113,16 @@ class Trace:
     name: str
     station: str
     jobs: tuple[TraceJob, ...]
+
+
+def _percent(raw: Mapping[str, Any], key: str) -> float | None:
+    value = raw.get(key)
+    if value is None:
+        return None
+    number = float(value)
+    if not 0.0 <= number <= 100.0:
+        raise ValueError(f"{key} must be 0..100, found {value!r}")
+    return number
 
 
 def load_trace(path: str | Path) -> Trace:
@@ -93,30 +137,161 @@ def load_trace(path: str | Path) -> Trace:
     jobs = []
     for i, raw in enumerate(data["jobs"]):
         try:
+            if not isinstance(raw, dict):
+                raise TypeError("a job is an object")
             cls = str(raw.get("class", "medium"))
+            model = str(raw.get("model") or "")
+            sm_pct = _percent(raw, "sm_pct")
             jobs.append(
                 TraceJob(
                     id=int(raw.get("id", i + 1)),
-                    name=str(raw.get("task") or raw.get("model") or f"job{i + 1}"),
+                    name=str(raw.get("task") or model or f"job{i + 1}"),
                     arrival_s=float(raw["arrival_s"]),
                     gpus=int(raw.get("gpus", 1)),
                     exclusive_s=float(raw["exclusive_minutes"]) * 60.0,
                     peak_memory_mib=float(raw["peak_memory_mb"]),
-                    sm_pct=SM_BY_MODEL.get(str(raw.get("model")), SM_BY_CLASS.get(cls, 50.0)),
+                    sm_pct=sm_pct
+                    if sm_pct is not None
+                    else SM_BY_MODEL.get(model, SM_BY_CLASS.get(cls, 50.0)),
                     job_class=cls,
                     estimates={
                         e: float(raw[f"estimate_{e}_mb"])
-                        for e in ESTIMATORS
+                        for e in GUESSING_ESTIMATORS
                         if raw.get(f"estimate_{e}_mb") is not None
                     },
+                    membw_pct=_percent(raw, "membw_pct"),
+                    model=model,
                 )
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise TraceError(f"{path}: jobs[{i}]: missing or bad field ({exc})") from None
-        if jobs[-1].gpus < 1 or jobs[-1].exclusive_s <= 0:
+        job = jobs[-1]
+        if job.gpus < 1 or job.exclusive_s <= 0 or not math.isfinite(job.exclusive_s):
             raise TraceError(f"{path}: jobs[{i}]: gpus and exclusive_minutes must be positive")
+        if job.peak_memory_mib < 0 or not math.isfinite(job.peak_memory_mib):
+            raise TraceError(f"{path}: jobs[{i}]: peak_memory_mb must be a size")
     jobs.sort(key=lambda j: (j.arrival_s, j.id))
     return Trace(str(data.get("name", Path(path).stem)), str(data.get("station", "")), tuple(jobs))
+
+
+# --------------------------------------------------------------------- truth and MIG layouts
+def parse_truth(data: object, where: str = "--truth") -> ModelParams:
+    """The simulated ground truth from a JSON object of `ModelParams` fields (the rest from the
+    defaults). Raises ValueError, naming the unknown or bad keys."""
+    if not isinstance(data, dict):
+        raise ValueError(f"{where}: expected a JSON object of model parameters")
+    unknown = sorted(k for k in data if k not in PARAM_NAMES)
+    if unknown:
+        raise ValueError(
+            f"{where}: unknown model parameter(s) {', '.join(unknown)}; known: "
+            f"{', '.join(PARAM_NAMES)}"
+        )
+    values = {}
+    for key, value in data.items():
+        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+            raise ValueError(f"{where}: {key} must be a non-negative number, found {value!r}")
+        values[key] = float(value)
+    return DEFAULT_PARAMS.with_values(values)
+
+
+def load_truth(path: str | Path) -> ModelParams:
+    try:
+        data = json.loads(Path(path).read_text())
+    except OSError as exc:
+        raise ValueError(f"--truth: cannot read {path}: {exc.strerror or exc}") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"--truth: {path} is not JSON: {exc}") from None
+    return parse_truth(data, f"--truth {path}")
+
+
+def simulated_profiles(gpu_name: str) -> tuple[MigProfile, ...]:
+    """The MIG profiles a simulated GPU of this model offers (its own table)."""
+    return tuple(p for p in table_for_gpu(gpu_name) if p.simulated)
+
+
+def layout_fits(profiles: Sequence[MigProfile]) -> bool:
+    """Whether these instances fit one GPU together: 7 compute slices, and each at one of its
+    profile's placements over the 8 memory slices, none overlapping (larger ones first, as the
+    driver places them)."""
+    if sum(p.compute_slices for p in profiles) > COMPUTE_SLICES:
+        return False
+    ordered = sorted(profiles, key=lambda p: (-p.memory_slices, -p.compute_slices))
+
+    def fit(i: int, used: tuple[Any, ...]) -> bool:
+        if i == len(ordered):
+            return True
+        return any(
+            not any(spot.overlaps(u) for u in used) and fit(i + 1, (*used, spot))
+            for spot in ordered[i].placements
+        )
+
+    return fit(0, ())
+
+
+def parse_mig(text: str, gpu_name: str, gpu_count: int) -> dict[int, tuple[str, ...]]:
+    """`--mig 3=3g.20gb,2g.10gb,1g.5gb,1g.5gb` -> {3: (...)}: items without `=` continue the
+    last GPU; `3=` alone puts GPU 3 in MIG mode with no instances yet. Raises ValueError."""
+    table = simulated_profiles(gpu_name)
+    if not table:
+        raise ValueError(f"--mig: a simulated {gpu_name} has no MIG profiles")
+    offered = ", ".join(p.name for p in table)
+    layouts: dict[int, list[str]] = {}
+    current: int | None = None
+    for raw in text.split(","):
+        item = raw.strip()
+        if "=" in item:
+            gpu_text, _, item = (part.strip() for part in item.partition("="))
+            try:
+                current = int(gpu_text)
+            except ValueError:
+                raise ValueError(
+                    f"--mig: {gpu_text!r} is not a GPU index (GPU=PROFILE,...)"
+                ) from None
+            if not 0 <= current < gpu_count:
+                raise ValueError(
+                    f"--mig: GPU {current} does not exist; the station has GPUs 0..{gpu_count - 1}"
+                )
+            if current in layouts:
+                raise ValueError(f"--mig: GPU {current} is given twice")
+            layouts[current] = []
+            if not item:
+                continue
+        elif current is None:
+            raise ValueError(
+                f"--mig: start with a GPU index, e.g. 0=3g.20gb,2g.10gb (got {text!r})"
+            )
+        if not item:
+            raise ValueError(f"--mig: an empty profile name in {text!r}")
+        profile = find_profile(item, table)
+        if profile is None:
+            raise ValueError(
+                f"--mig: unknown MIG profile {item!r} for a {gpu_name}; it offers: {offered}"
+            )
+        layouts[current].append(profile.name)
+    for gpu, names in layouts.items():
+        if not layout_fits([_must_find(n, table) for n in names]):
+            raise ValueError(
+                f"--mig: the layout {','.join(names)} does not fit GPU {gpu} (a {gpu_name} has "
+                f"{COMPUTE_SLICES} compute and {MEMORY_SLICES} memory slices, and each profile "
+                f"sits only at its own placements)"
+            )
+    return {gpu: tuple(names) for gpu, names in sorted(layouts.items())}
+
+
+def _must_find(name: str, table: tuple[MigProfile, ...]) -> MigProfile:
+    profile = find_profile(name, table)
+    assert profile is not None, name
+    return profile
+
+
+# --------------------------------------------------------------------------------- the replay
+@dataclass
+class _Segment:
+    """A stretch of a job's run under one set of co-tenants (what learning may observe)."""
+
+    key: tuple[Any, ...]
+    since: float
+    rate: float
 
 
 @dataclass
@@ -129,12 +304,15 @@ class _Run:
     first_start: float | None = None
     finished_at: float | None = None
     lost: bool = False
+    impossible: str | None = None  # why it can never run on this station
     # while running
     placement: Placement | None = None
     started_at: float = 0.0
+    blocked_until: float = 0.0  # its GPU is being re-carved until then
     work_done: float = 0.0  # seconds of exclusive-speed work
     limit_mib: float | None = None  # the memory it may use (MPS limit, MIG slice)
     peak_at: float = 0.0  # when it reaches its peak memory
+    segment: _Segment | None = None
 
     @property
     def running(self) -> bool:
@@ -165,9 +343,23 @@ class SimResult:
     decisions: int
     decision_p99_ms: float
     modes: dict[str, int] = field(default_factory=dict)  # placements by mode
+    impossible: int = 0  # jobs that can never run on this station (never placed)
+    impossible_jobs: list[dict[str, Any]] = field(default_factory=list)
+    lost_jobs: list[dict[str, Any]] = field(default_factory=list)
+    repartitions: int = 0  # re-carves of a MIG GPU whose layout changed
+    observations: int = 0  # rates fed to the learner
+    mig_violations: int = 0  # whole-GPU placements on a GPU in MIG mode (a policy error)
+    learned_params: dict[str, float] = field(default_factory=dict)  # the policy's, at the end
 
     def to_dict(self) -> dict[str, Any]:
-        return {k: (round(v, 3) if isinstance(v, float) else v) for k, v in vars(self).items()}
+        out: dict[str, Any] = {}
+        for key, value in vars(self).items():
+            if isinstance(value, float):
+                value = round(value, 3)
+            elif key == "learned_params":
+                value = {k: round(v, 4) for k, v in value.items()}
+            out[key] = value
+        return out
 
 
 class Simulation:
@@ -176,9 +368,14 @@ class Simulation:
         trace: Trace,
         *,
         policy: str,
-        station: str = "sim:dgx-station-a100",
+        station: str = DEFAULT_STATION,
         estimator: str = "gpumemnet",
         mps: bool = True,
+        truth: ModelParams = DEFAULT_PARAMS,
+        policy_params: ModelParams | None = None,
+        learn: bool = True,
+        mig: Mapping[int, Sequence[str]] | str | None = None,
+        mig_repartition: bool = False,
     ) -> None:
         check_backend_name(station)
         if not station.startswith("sim:"):
@@ -191,14 +388,39 @@ class Simulation:
         self.trace, self.station, self.estimator, self.mps = trace, station, estimator, mps
         self.policy_name = policy
         self.policy = make_policy(policy)
-        self.config = StationConfig(backend=station, policy=policy)
+        self.config = StationConfig(backend=station, policy=policy, mig_repartition=mig_repartition)
+        self.truth = truth
+        self.learn = learn
+        self.learner = Learner(
+            policy_params or DEFAULT_PARAMS, "published" if policy_params is None else "given"
+        )
+        self.interference = InterferenceModel(self.learner)
+        self.observations = 0
+        # MIG: each model's own table; GPUs given a layout are fixed, the rest carved on demand
+        # under --policy mig.
+        self.table = simulated_profiles(self.model.name)
+        layouts = parse_mig(mig, self.model.name, self.gpu_count) if isinstance(mig, str) else mig
+        self.mig_layouts = {g: tuple(n) for g, n in (layouts or {}).items()}
+        self.mig_repartition = mig_repartition
+        self.fixed: set[int] = set()
+        self.slices: dict[int, list[MigSlice]] = {i: [] for i in range(self.gpu_count)}
+        self._slice_serial = 0
+        for gpu, names in (layouts or {}).items():
+            if not 0 <= gpu < self.gpu_count:
+                raise ValueError(f"--mig: GPU {gpu} does not exist on {station}")
+            self.fixed.add(gpu)
+            self.slices[gpu] = [self._new_slice(gpu, name) for name in names]
+        self.reconfig_until: dict[int, float] = {}
+        self.repartitions = 0
+        self.mig_violations = 0
         self.now = 0.0
         self.runs = [self._new_run(job) for job in trace.jobs]
-        self.pending = list(self.runs)  # not yet arrived, in arrival order
+        for run in self.runs:
+            run.impossible = self._impossible(run.job)
+        self.pending = [r for r in self.runs if r.impossible is None]  # in arrival order
         self.queue: list[_Run] = []
         self.running: list[_Run] = []
         self.overtaken: dict[int, int] = {}
-        self.mig: dict[int, list[MigSlice]] = {i: [] for i in range(self.gpu_count)}
         self.placed_at: dict[int, float] = {}
         self.sm_history: dict[int, list[tuple[float, float]]] = {
             i: [] for i in range(self.gpu_count)
@@ -209,14 +431,19 @@ class Simulation:
         self.recovered = 0
         self.decision_ms: list[float] = []
         self.modes: dict[str, int] = {}
+        self.lost_why: dict[int, str] = {}
 
     def _new_run(self, job: TraceJob) -> _Run:
-        guess = job.estimates.get(self.estimator, job.peak_memory_mib)
+        if self.estimator == "measured":
+            guess, source, memory_gb = job.peak_memory_mib, "history", None
+        else:
+            guess = job.estimates.get(self.estimator, job.peak_memory_mib)
+            source, memory_gb = "hint", max(guess, 1.0) / MIB_PER_GB
         spec = JobSpec(
             name=job.name,
-            command=("simulated",),
+            command=("simulated", str(job.id)),
             gpus=job.gpus,
-            memory_gb=max(guess, 1.0) / MIB_PER_GB,
+            memory_gb=memory_gb,
             sm_pct=job.sm_pct,
         )
         record = JobRecord(
@@ -231,34 +458,85 @@ class Simulation:
             reason=None,
             cancel_requested=False,
         )
-        return _Run(job, record, Demand(max(guess, 1.0), job.sm_pct, "hint"), job.arrival_s)
+        demand = Demand(max(guess, 1.0), job.sm_pct, source, membw_pct=job.membw_pct)
+        return _Run(job, record, demand, job.arrival_s)
+
+    def _impossible(self, job: TraceJob) -> str | None:
+        """Why the job can never run here, judged on the truth (the policy never knows it)."""
+        if job.gpus > self.gpu_count:
+            return f"asks for {job.gpus} GPUs; {self.station} has {self.gpu_count}"
+        if job.peak_memory_mib > self.model.memory_total_mib:
+            return (
+                f"needs {job.peak_memory_mib / MIB_PER_GIB:.1f} GiB at its peak; a "
+                f"{self.model.name} has {self.model.memory_total_mib / MIB_PER_GIB:.1f} GiB"
+            )
+        return None
+
+    def _new_slice(self, gpu: int, name: str, key: str | None = None) -> MigSlice:
+        profile = find_profile(name, self.table)
+        if key is None:
+            self._slice_serial += 1
+            key = f"MIG-SIM-{gpu}-{self._slice_serial}"
+        if profile is not None:
+            return MigSlice(key, profile.name, profile.memory_mib, profile.compute_slices)
+        return MigSlice(key, short_name(name), nominal_memory_mib(name), compute_slices(name))
+
+    def _slice_shape(self, mig: MigSlice) -> tuple[int, int]:
+        """(compute slices, memory slices) of a slice, from this model's table."""
+        profile = find_profile(mig.profile, self.table)
+        if profile is not None:
+            return profile.compute_slices, profile.memory_slices
+        # a profile this model does not have (a policy that carves another model's table):
+        # its memory's share of the GPU, in whole memory slices
+        share = mig.memory_mib / self.model.memory_total_mib
+        return mig.compute_slices, max(1, min(MEMORY_SLICES, math.ceil(share * MEMORY_SLICES)))
 
     # ------------------------------------------------------------ the model
     def _tenants(self, gpu: int) -> list[_Run]:
         return [r for r in self.running if r.placement and gpu in r.placement.gpus]
 
-    def rate(self, run: _Run) -> float:
+    def _workload(self, run: _Run, params: ModelParams) -> Workload:
+        work = workload(run.job.sm_pct, run.job.membw_pct, params)
         placement = run.placement
-        assert placement is not None
-        if placement.mode == "mig":
-            mig = next(s for s in self.mig[placement.gpus[0]] if s.key == placement.mig_slice)
-            return min(
-                1.0, (mig.compute_slices / COMPUTE_SLICES) / max(run.job.sm_pct / 100.0, 1e-6)
-            )
-        if placement.mode == "exclusive" or len(placement.gpus) > 1:
-            return 1.0
-        tenants = [t for t in self._tenants(placement.gpus[0]) if t.placed.mode != "mig"]
-        n = len(tenants)
-        if n <= 1:
-            return 1.0
-        if placement.mode == "mps":
-            load = sum(t.job.sm_pct / 100.0 for t in tenants)
-            cost = MPS_TENANT_COST
-        else:
-            load = sum(min(1.0, t.job.sm_pct / 100.0 + KERNEL_ACTIVE_FLOOR) for t in tenants)
-            cost = NAIVE_TENANT_COST
-        contention = max(0.1, 1.0 - CONTENTION * max(0.0, load - 1.0))
-        return min(1.0, 1.0 / load) * max(0.1, 1.0 - cost * (n - 1)) * contention
+        if placement is not None and placement.mode == "mps" and placement.mps_thread_pct:
+            work = replace(work, thread_cap=placement.mps_thread_pct / 100.0)
+        return work
+
+    def _mig_slice(self, run: _Run) -> MigSlice | None:
+        key = run.placed.mig_slice
+        gpu = run.placed.gpus[0]
+        return next((s for s in self.slices[gpu] if s.key == key), None)
+
+    def _rates(self) -> dict[int, float]:
+        """Every running job's true rate now (seconds of exclusive work per second)."""
+        rates: dict[int, float] = {}
+        shared: dict[int, list[_Run]] = {}
+        for run in self.running:
+            placement = run.placed
+            if run.blocked_until > self.now:
+                rates[run.job.id] = 0.0
+            elif placement.mode == "exclusive" or len(placement.gpus) > 1:
+                rates[run.job.id] = 1.0
+            elif placement.mode == "mig":
+                mig = self._mig_slice(run)
+                compute, memory = self._slice_shape(mig) if mig else (COMPUTE_SLICES, MEMORY_SLICES)
+                rates[run.job.id] = mig_rate(
+                    self.truth, self._workload(run, self.truth), compute, memory
+                )
+            else:
+                shared.setdefault(placement.gpus[0], []).append(run)
+        for group in shared.values():
+            tenants = [self._workload(r, self.truth) for r in group]
+            if all(r.placed.mode == "mps" for r in group):
+                values = mps_rates(self.truth, tenants)
+            else:  # time-sliced (an MPS server beside other contexts is time-sliced too)
+                values = naive_rates(self.truth, tenants)
+            rates.update({r.job.id: v for r, v in zip(group, values, strict=True)})
+        return rates
+
+    def rate(self, run: _Run) -> float:
+        """A running job's true rate now."""
+        return self._rates()[run.job.id]
 
     def _gpu_activity(self, gpu: int, rates: dict[int, float]) -> float:
         """SM activity (0..1) the GPU shows: the work its tenants get done."""
@@ -270,25 +548,86 @@ class Simulation:
             return m.idle_w
         return m.idle_w + (m.busy_w - m.idle_w) * (activity**0.9 + 0.03)
 
+    # ------------------------------------------------------------ learning
+    def _segment_key(self, run: _Run) -> tuple[Any, ...]:
+        placement = run.placed
+        if placement.mode in ("mig", "exclusive") or len(placement.gpus) > 1:
+            others: tuple[int, ...] = ()
+        else:
+            others = tuple(
+                sorted(
+                    t.job.id
+                    for t in self._tenants(placement.gpus[0])
+                    if t is not run and t.placed.mode not in ("mig", "exclusive")
+                )
+            )
+        blocked = any(t.blocked_until > self.now for t in self._tenants(placement.gpus[0]))
+        return (placement.mode, placement.mig_slice, others, blocked)
+
+    def _track_segments(self, rates: dict[int, float]) -> None:
+        for run in self.running:
+            key = self._segment_key(run)
+            if run.segment is None or run.segment.key != key:
+                self._close_segment(run)
+                run.segment = _Segment(key, self.now, rates[run.job.id])
+
+    def _close_segment(self, run: _Run) -> None:
+        segment, run.segment = run.segment, None
+        if segment is None or not self.learn or self.now - segment.since < OBSERVE_AFTER_S:
+            return
+        mode, _slice, others, blocked = segment.key
+        if blocked or mode == "exclusive" or len(run.placed.gpus) > 1:
+            return
+        # What the engine knows of each job: its hints, completed by its current parameters.
+        params = self.learner.params(self.model.name)
+        job = self._workload(run, params)
+        by_id = {r.job.id: r for r in self.running}
+        if mode == "mig":
+            mig = self._mig_slice(run)
+            if mig is None:
+                return
+            compute, memory = self._slice_shape(mig)
+            obs = Observation("mig", job, (), segment.rate, compute, memory)
+        else:
+            if any(o not in by_id for o in others):
+                return
+            obs = Observation(
+                mode, job, tuple(self._workload(by_id[o], params) for o in others), segment.rate
+            )
+        self.learner.observe(self.model.name, obs, at=self.now)
+        self.observations += 1
+        self.interference = InterferenceModel(self.learner)
+
     # --------------------------------------------------------------- events
     def run(self) -> SimResult:
         self._arrive()
         self._schedule()
         while self.pending or self.queue or self.running:
-            rates = {r.job.id: self.rate(r) for r in self.running}
-            candidates = [r.arrival_s for r in (p.job for p in self.pending[:1])]
+            rates = self._rates()
+            self._track_segments(rates)
+            candidates = [r.job.arrival_s for r in self.pending[:1]]
             for r in self.running:
+                if r.blocked_until > self.now:
+                    candidates.append(r.blocked_until)
+                    continue
                 candidates.append(self.now + (r.job.exclusive_s - r.work_done) / rates[r.job.id])
                 if r.peak_at > self.now:
                     candidates.append(r.peak_at)
                 elif r.peak_at + PEAK_SETTLED_S > self.now:
                     candidates.append(r.peak_at + PEAK_SETTLED_S)  # its reservation is corrected
+            candidates.extend(t for t in self.reconfig_until.values() if t > self.now)
             if not candidates:
-                stuck = ", ".join(r.job.name for r in self.queue)
-                raise RuntimeError(f"the policy cannot place {stuck} on an empty station")
+                stuck = ", ".join(f"{r.job.id} ({r.job.name})" for r in self.queue)
+                for r in self.queue:
+                    r.lost = True
+                    self.lost_why[r.job.id] = (
+                        f"the policy never placed it, even on an empty station ({stuck} waiting)"
+                    )
+                self.queue.clear()
+                break
             step = max(0.0, min(candidates) - self.now)
             self._advance(step, rates)
-            self._finish_and_crash(rates)
+            self._finish_and_crash()
             self._arrive()
             self._schedule()
         return self._result()
@@ -308,7 +647,7 @@ class Simulation:
             run.work_done += rates[run.job.id] * step
         self.now += step
 
-    def _finish_and_crash(self, rates: dict[int, float]) -> None:
+    def _finish_and_crash(self) -> None:
         for run in list(self.running):
             if run.work_done >= run.job.exclusive_s - 1e-6:
                 self._stop(run)
@@ -323,12 +662,14 @@ class Simulation:
         peak = run.job.peak_memory_mib
         if run.limit_mib is not None and peak > run.limit_mib:
             return True
-        gpu = run.placed.gpus[0]
-        on_gpu = [t for t in self._tenants(gpu) if t.placed.mode != "mig"]
         if run.placed.mode == "mig":
             return False
-        in_use = sum(t.job.peak_memory_mib if t.peak_at <= self.now else 0.0 for t in on_gpu)
-        return in_use > self.model.memory_total_mib
+        for gpu in run.placed.gpus:
+            on_gpu = [t for t in self._tenants(gpu) if t.placed.mode != "mig"]
+            in_use = sum(t.job.peak_memory_mib if t.peak_at <= self.now else 0.0 for t in on_gpu)
+            if in_use > self.model.memory_total_mib:
+                return True
+        return False
 
     def _crash(self, run: _Run) -> None:
         self.ooms += 1
@@ -336,6 +677,7 @@ class Simulation:
         self._stop(run)
         if run.attempts >= MAX_ATTEMPTS:
             run.lost = True
+            self.lost_why[run.job.id] = f"out of memory {run.attempts} times"
             return
         run.demand = run.demand.after_oom(observed)
         run.work_done = 0.0
@@ -343,11 +685,13 @@ class Simulation:
         self.queue.sort(key=lambda r: r.record.id)
 
     def _stop(self, run: _Run) -> None:
-        placement = run.placement
+        placement = run.placed
+        gpu = placement.gpus[0]
+        for other in self._tenants(gpu):  # its stretch and its co-tenants' end here
+            self._close_segment(other)
         self.running.remove(run)
-        if placement is not None and placement.mig_slice is not None:
-            gpu = placement.gpus[0]
-            self.mig[gpu] = [s for s in self.mig[gpu] if s.key != placement.mig_slice]
+        if placement.mig_slice is not None and gpu not in self.fixed:
+            self.slices[gpu] = [s for s in self.slices[gpu] if s.key != placement.mig_slice]
         run.placement = None
 
     def _arrive(self) -> None:
@@ -356,14 +700,24 @@ class Simulation:
         self.queue.sort(key=lambda r: r.record.id)
 
     # ------------------------------------------------------------ placement
+    def _recarvable(self, gpu: int, idle: bool) -> bool:
+        """A fixed-layout GPU the policy may re-carve: idle, with --mig-repartition on."""
+        return (
+            gpu in self.fixed
+            and self.mig_repartition
+            and idle
+            and self.reconfig_until.get(gpu, 0.0) <= self.now
+        )
+
     def view(self) -> StationView:
         states = []
         for gpu in range(self.gpu_count):
             tenants = []
             measured = 0.0
-            for t in self._tenants(gpu):
-                elapsed = self.now - t.started_at
-                ramp = max(1e-6, t.peak_at - t.started_at)
+            on_gpu = self._tenants(gpu)
+            for t in on_gpu:
+                elapsed = max(0.0, self.now - max(t.started_at, t.blocked_until))
+                ramp = max(1e-6, t.peak_at - max(t.started_at, t.blocked_until))
                 used = t.job.peak_memory_mib * min(1.0, elapsed / ramp)
                 measured += used
                 # Its memory stops growing at its peak; the engine's rule takes it from there.
@@ -373,22 +727,43 @@ class Simulation:
                     self.now - t.peak_at if t.peak_at <= self.now else 0.0,
                 )
                 tenants.append(
-                    Tenant(t.job.id, t.placed.mode, reserved, t.job.sm_pct, t.placed.mig_slice)
+                    Tenant(
+                        t.job.id,
+                        t.placed.mode,
+                        reserved,
+                        t.job.sm_pct,
+                        t.placed.mig_slice,
+                        membw_pct=t.job.membw_pct,
+                        thread_pct=t.placed.mps_thread_pct,
+                    )
                 )
             history = self.sm_history[gpu]
             window = statistics.fmean(v for _, v in history) if history else 0.0
+            if gpu in self.fixed:
+                mig_enabled, dynamic = True, self._recarvable(gpu, not on_gpu)
+                busy_keys = {t.placed.mig_slice for t in on_gpu}
+                whole = any(t.placed.mode == "exclusive" for t in on_gpu)
+                slices = tuple(
+                    replace(s, busy=whole or s.key in busy_keys) for s in self.slices[gpu]
+                )
+            elif self.policy_name == "mig":
+                mig_enabled, dynamic = True, True
+                slices = tuple(replace(s, busy=True) for s in self.slices[gpu])
+            else:
+                mig_enabled, dynamic, slices = False, False, ()
             states.append(
                 GpuState(
                     index=gpu,
                     uuid=f"GPU-SIM-{gpu}",
                     memory_total_mib=self.model.memory_total_mib,
+                    model=self.model.name,
                     memory_used_mib=measured,
                     sm_activity_pct=window,
                     tenants=tuple(tenants),
                     mps_usable=self.mps,
-                    mig_enabled=self.policy_name == "mig",
-                    mig_slices=tuple(self.mig[gpu]),
-                    mig_dynamic=True,
+                    mig_enabled=mig_enabled,
+                    mig_slices=slices,
+                    mig_dynamic=dynamic,
                     placed_s_ago=self.now - self.placed_at[gpu] if gpu in self.placed_at else None,
                 )
             )
@@ -400,46 +775,104 @@ class Simulation:
             gpu_states=tuple(states),
             demands={r.record.id: r.demand for r in self.queue},
             overtaken=self.overtaken,
+            interference=self.interference,
         )
 
     def _schedule(self) -> None:
         if not self.queue:
             return
+        view = self.view()
         started = time.perf_counter()
-        decision = self.policy.place([r.record for r in self.queue], self.view())
+        decision = self.policy.place([r.record for r in self.queue], view)
         self.decision_ms.append((time.perf_counter() - started) * 1000)
         for job_id, count in decision.overtaken.items():
             self.overtaken[job_id] = self.overtaken.get(job_id, 0) + count
         by_id = {r.record.id: r for r in self.queue}
         for rejection in decision.rejections:
-            run = by_id[rejection.job_id]
+            run = by_id.get(rejection.job_id)
+            if run is None:
+                continue
             run.lost = True
+            self.lost_why[run.job.id] = f"rejected by the policy: {rejection.reason}"
             self.queue.remove(run)
-        for placement in decision.placements:
-            self._start(by_id[placement.job_id], placement)
+        placements = [p for p in decision.placements if p.job_id in by_id]
+        # A GPU in MIG mode runs work only on its MIG devices: a whole-GPU placement on a
+        # fixed-layout GPU is a policy error the simulator counts (and still plays out).
+        locked = {g.index for g in view.gpu_states if g.index in self.fixed and not g.mig_dynamic}
+        self.mig_violations += sum(
+            1 for p in placements if p.mode != "mig" and locked.intersection(p.gpus)
+        )
+        recarved = self._recarve(placements, view)
+        for placement in placements:
+            delay = max((recarved.get(g, 0.0) for g in placement.gpus), default=0.0)
+            self._start(by_id[placement.job_id], placement, delay)
 
-    def _start(self, run: _Run, placement: Placement) -> None:
+    def _recarve(self, placements: list[Placement], view: StationView) -> dict[int, float]:
+        """Fixed-layout GPUs the policy re-carved in this pass get their new layout; each whose
+        layout changed counts as a repartition and is unusable for `MIG_RECONFIGURE_S`.
+        Returns GPU -> the delay its new jobs wait."""
+        delays: dict[int, float] = {}
+        for state in view.gpu_states:
+            gpu = state.index
+            if gpu not in self.fixed or not state.mig_dynamic:
+                continue
+            here = [p for p in placements if gpu in p.gpus]
+            if not here:
+                continue
+            old = self.slices[gpu]
+            old_keys = {s.key for s in old}
+            if any(p.mode == "exclusive" or len(p.gpus) > 1 for p in here):
+                # set whole again: one instance of the full profile
+                full = max(self.table, key=lambda p: (p.compute_slices, p.memory_slices))
+                new = [self._new_slice(gpu, full.name)]
+            else:
+                carved = [
+                    self._new_slice(gpu, p.slot.split("/", 1)[1], p.mig_slice)
+                    for p in here
+                    if p.mig_slice is not None and p.mig_slice not in old_keys
+                ]
+                if not carved:
+                    continue
+                used = {p.mig_slice for p in here}
+                new = [s for s in old if s.key in used] + carved
+                for s in old:  # the unused old instances stay where the new layout leaves room
+                    if s.key not in used and self._fits([*new, s]):
+                        new.append(s)
+            before = Counter(s.profile for s in old)
+            self.slices[gpu] = new
+            if Counter(s.profile for s in new) != before:
+                self.repartitions += 1
+                self.reconfig_until[gpu] = self.now + MIG_RECONFIGURE_S
+                delays[gpu] = MIG_RECONFIGURE_S
+        return delays
+
+    def _fits(self, slices: Sequence[MigSlice]) -> bool:
+        profiles = [find_profile(s.profile, self.table) for s in slices]
+        return all(p is not None for p in profiles) and layout_fits(profiles)  # type: ignore[arg-type]
+
+    def _start(self, run: _Run, placement: Placement, delay: float = 0.0) -> None:
         self.queue.remove(run)
         self.overtaken.pop(run.record.id, None)
         run.placement, run.started_at, run.attempts = placement, self.now, run.attempts + 1
+        run.blocked_until = self.now + delay
         if run.first_start is None:
             run.first_start = self.now
-        run.peak_at = self.now + min(
+        run.peak_at = run.blocked_until + min(
             MAX_RAMP_S, max(RAMP_S, 0.1 * run.job.exclusive_s), run.job.exclusive_s / 2
         )
         run.limit_mib = None
         if placement.mode == "mps" and placement.mps_memory_limit_mib:
             run.limit_mib = float(placement.mps_memory_limit_mib)
+        gpu = placement.gpus[0]
         if placement.mode == "mig" and placement.mig_slice:
-            gpu = placement.gpus[0]
-            profile = placement.slot.split("/", 1)[1]
-            carved = next(p for p in CARVED_PROFILES if p.name == profile)
-            compute, memory = carved.compute_slices, carved.memory_mib
-            self.mig[gpu].append(MigSlice(placement.mig_slice, profile, memory, compute, busy=True))
-            run.limit_mib = memory
+            mig = next((s for s in self.slices[gpu] if s.key == placement.mig_slice), None)
+            if mig is None:  # carved on demand
+                mig = self._new_slice(gpu, placement.slot.split("/", 1)[1], placement.mig_slice)
+                self.slices[gpu].append(mig)
+            run.limit_mib = mig.memory_mib
         self.modes[placement.mode] = self.modes.get(placement.mode, 0) + 1
-        for gpu in placement.gpus:
-            self.placed_at[gpu] = self.now
+        for index in placement.gpus:
+            self.placed_at[index] = self.now
         self.running.append(run)
 
     # --------------------------------------------------------------- results
@@ -455,6 +888,8 @@ class Simulation:
             if decisions
             else 0.0
         )
+        impossible = [r for r in self.runs if r.impossible is not None]
+        lost = [r for r in self.runs if r.lost]
         return SimResult(
             policy=self.policy_name,
             estimator=self.estimator,
@@ -468,10 +903,22 @@ class Simulation:
             energy_kwh=self.energy_j / J_PER_KWH,
             oom_crashes=self.ooms,
             oom_recovered=self.recovered,
-            lost=sum(1 for r in self.runs if r.lost),
+            lost=len(lost),
             decisions=len(self.decision_ms),
             decision_p99_ms=p99,
             modes=dict(sorted(self.modes.items())),
+            impossible=len(impossible),
+            impossible_jobs=[
+                {"id": r.job.id, "name": r.job.name, "reason": r.impossible} for r in impossible
+            ],
+            lost_jobs=[
+                {"id": r.job.id, "name": r.job.name, "reason": self.lost_why.get(r.job.id, "")}
+                for r in lost
+            ],
+            repartitions=self.repartitions,
+            observations=self.observations,
+            mig_violations=self.mig_violations,
+            learned_params=self.learner.params(self.model.name).to_dict(),
         )
 
 

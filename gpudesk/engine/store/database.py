@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from gpudesk.engine.store.jobs import JobTables
+from gpudesk.engine.store.model_params import ModelParamTables
 from gpudesk.engine.store.samples import SampleTables
 
 
-class Store(JobTables, SampleTables):
+class Store(JobTables, SampleTables, ModelParamTables):
     """All reads and writes of the engine's database: its connection (`StoreConnection`), the
-    jobs and attempts (`JobTables`), telemetry and measured demand (`SampleTables`)."""
+    jobs and attempts (`JobTables`), telemetry and measured demand (`SampleTables`), and the
+    interference model's learning (`ModelParamTables`)."""

@@ -133,6 +133,27 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE jobs ADD COLUMN held INTEGER NOT NULL DEFAULT 0;
     ALTER TABLE jobs ADD COLUMN attempts_before_requeue INTEGER NOT NULL DEFAULT 0;
     """,
+    # 5: learning on the station. The interference model's learner keeps, per GPU model and
+    # parameter, the sum and count of the values single observations implied (and how many came
+    # from calibration probes); a command's progress rate alone on a GPU is remembered by its
+    # signature, so a later run sharing from its start can still be compared with it.
+    """
+    CREATE TABLE model_params (
+        gpu_model TEXT NOT NULL,
+        param TEXT NOT NULL,
+        total REAL NOT NULL,
+        count INTEGER NOT NULL,
+        calibrated INTEGER NOT NULL DEFAULT 0,
+        updated_at REAL,
+        PRIMARY KEY (gpu_model, param)
+    );
+    CREATE TABLE alone_rates (
+        signature TEXT PRIMARY KEY,
+        rate REAL NOT NULL,
+        runs INTEGER NOT NULL,
+        updated_at REAL NOT NULL
+    );
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

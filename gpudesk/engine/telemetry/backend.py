@@ -2,7 +2,8 @@
 
     nvml                     the real GPUs, through nvidia-ml-py
     sim:dgx-station-a100     4 x A100-SXM4-40GB, simulated
-    sim:h100, sim:h200       one H100 / H200, simulated
+    sim:a100-40gb, sim:a100-80gb, sim:h100, sim:h200
+                             one A100 40GB / A100 80GB / H100 / H200, simulated
     sim:MODELxN              N of a simulated model (sim:h100x8), for planning and benchmarks
     none                     no GPUs: host readings only
     auto                     nvml when a driver answers, else none
@@ -23,7 +24,7 @@ from gpudesk.engine.telemetry.model import BackendReading, GpuInfo, JobLoad
 
 SIM_PREFIX = "sim:"
 # The simulated stations a user can name; the models themselves live in telemetry.sim.
-SIM_STATIONS = ("dgx-station-a100", "h100", "h200")
+SIM_STATIONS = ("dgx-station-a100", "a100-40gb", "a100-80gb", "h100", "h200")
 MAX_SIM_GPUS = 64
 BACKEND_NAMES = ("auto", "nvml", "none", *(SIM_PREFIX + s for s in SIM_STATIONS))
 _SIM_COUNT = re.compile(r"^sim:(?P<model>[a-z0-9-]+?)x(?P<count>[0-9]{1,2})$")

@@ -54,6 +54,12 @@ class GpuModel:
 A100_SXM4_40GB = GpuModel(
     "NVIDIA A100-SXM4-40GB", 40536.0, 108, 52.0, 330.0, 400.0, (210.0, 1410.0), 1215.0
 )
+# The A100 80GB: memory as the real card reports it (~81920 MiB class), 108 SMs and a 400 W limit
+# from the datasheet; idle ~60 W and ~350 W busy are assumptions (no published sustained figure),
+# as are the clocks, taken as the 40GB's with its faster HBM2e memory clock.
+A100_SXM4_80GB = GpuModel(
+    "NVIDIA A100-SXM4-80GB", 81920.0, 108, 60.0, 350.0, 400.0, (210.0, 1410.0), 1593.0
+)
 H100_SXM5_80GB = GpuModel(
     "NVIDIA H100 80GB HBM3", 81559.0, 132, 70.0, 620.0, 700.0, (345.0, 1980.0), 2619.0
 )
@@ -62,6 +68,8 @@ H200_SXM_141GB = GpuModel("NVIDIA H200", 143771.0, 132, 75.0, 630.0, 700.0, (345
 # station -> (model, number of GPUs)
 STATIONS: dict[str, tuple[GpuModel, int]] = {
     "dgx-station-a100": (A100_SXM4_40GB, 4),
+    "a100-40gb": (A100_SXM4_40GB, 1),
+    "a100-80gb": (A100_SXM4_80GB, 1),
     "h100": (H100_SXM5_80GB, 1),
     "h200": (H200_SXM_141GB, 1),
 }

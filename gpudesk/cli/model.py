@@ -1,0 +1,141 @@
+"""`gpudesk model`: the interference model placement uses, as this station learned it.
+
+`show` prints each parameter per GPU model with its value, its prior, its provenance (published,
+derived, assumption, learned, calibrated), how many observations moved it and when; `reset`
+drops what was learned and calibrated, back to the defaults (docs/interference.md)."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+import time
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from gpudesk.cli.common import EXIT_FAILED, EXIT_USAGE, engine_client, fail, print_model
+
+if TYPE_CHECKING:
+    from gpudesk.api.models import GpuModelView, ModelShowResult
+
+model_app = typer.Typer(
+    help="The interference model: its parameters, learned on this station.",
+    no_args_is_help=True,
+)
+
+JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON.")]
+
+
+def when(ts: float | None) -> str:
+    """A last update in local time, with its age."""
+    if ts is None:
+        return "-"
+    age = max(0.0, time.time() - ts)
+    if age < 90:
+        ago = f"{age:.0f} s ago"
+    elif age < 90 * 60:
+        ago = f"{age / 60:.0f} min ago"
+    elif age < 36 * 3600:
+        ago = f"{age / 3600:.0f} h ago"
+    else:
+        ago = f"{age / 86400:.0f} days ago"
+    return f"{time.strftime('%Y-%m-%d %H:%M', time.localtime(ts))} ({ago})"
+
+
+def _model_text(model: GpuModelView) -> str:
+    from gpudesk import render
+
+    if model.gpu_model:
+        gpus = ", ".join(str(i) for i in model.gpus)
+        title = model.gpu_model + (f" (GPU {gpus})" if gpus else " (not on this station)")
+    else:
+        title = "defaults (a GPU of no known model; the prior of every model)"
+    rows = [
+        (
+            p.name,
+            f"{p.value:.4g}",
+            f"{p.prior:.4g}",
+            p.kind,
+            p.observations if p.kind != "calibrated" else f"{p.observations} ({p.calibrated} cal)",
+            when(p.updated_at),
+        )
+        for p in model.params
+    ]
+    table = render.table(("PARAMETER", "VALUE", "PRIOR", "PROVENANCE", "OBS", "UPDATED"), rows)
+    return title + "\n" + textwrap.indent(table, "  ")
+
+
+def show_text(result: ModelShowResult) -> str:
+    station = f"{'SIMULATED ' if result.simulated else ''}station ({result.backend})"
+    lines = [f"Interference model on this {station}", ""]
+    for model in result.models:
+        lines += [_model_text(model), ""]
+    sources = {p.name: p.source for model in result.models for p in model.params}
+    lines.append("Where the priors come from:")
+    for name, source in sources.items():
+        lines.append(
+            textwrap.fill(
+                f"{name}: {source}",
+                width=96,
+                initial_indent="  ",
+                subsequent_indent="    ",
+                break_on_hyphens=False,
+            )
+        )
+    lines += [
+        "",
+        f"Learned from progress lines (`progress DONE[/TOTAL]`) over intervals of at least "
+        f"{result.observe_min_s:g} s with the same co-tenants; "
+        f"{result.commands_with_rate_alone} command(s) have a known rate alone.",
+    ]
+    if result.simulated:
+        lines.append(
+            "SIMULATED: what is learned here comes from jobs run on the CPU, not from a GPU."
+        )
+    return "\n".join(lines)
+
+
+@model_app.command("show")
+def show_cmd(json_out: JsonOption = False) -> None:
+    """Each parameter of the interference model, per GPU model on the station and the defaults.
+
+    Its value (what placement uses), its prior (the published default), its provenance
+    (published, derived, assumption, learned, calibrated), the observations that moved it and
+    the last update."""
+    with engine_client() as client:
+        result = client.model_show()
+    if json_out:
+        print_model(result)
+        return
+    print(show_text(result))
+
+
+@model_app.command("reset")
+def reset_cmd(
+    gpu_model: Annotated[
+        str | None,
+        typer.Option("--gpu-model", help="Only this GPU model (its name as `model show` prints)."),
+    ] = None,
+    yes: Annotated[
+        bool,
+        typer.Option(
+            "--yes", "-y", help="Reset without asking (needed when stdin is not a terminal)."
+        ),
+    ] = False,
+) -> None:
+    """Forget what this station learned and calibrated: back to the published defaults."""
+    what = gpu_model or "every GPU model"
+    if not yes:
+        if sys.stdin is None or not sys.stdin.isatty():
+            fail(
+                "resetting the model needs confirmation: run it in a terminal, or pass --yes",
+                EXIT_USAGE,
+            )
+        if not typer.confirm(f"Drop what was learned and calibrated for {what}?", default=False):
+            fail("not reset; nothing was changed", EXIT_FAILED)
+    with engine_client() as client:
+        result = client.model_reset(gpu_model, confirm=True)
+    print(
+        f"interference model reset for {what}: {result.dropped} learned parameter(s) dropped; "
+        "the defaults apply"
+    )

@@ -1,0 +1,445 @@
+"""Learning on the station: the interference model's parameters moved toward what this machine
+shows, from the progress the jobs report, and kept in the store.
+
+Each running single-GPU attempt's log is read for progress lines (`gpudesk.engine.progress`).
+Its run is cut into intervals during which its *tenancy* stayed the same: its mode, its MIG slice
+and the other attempts on its GPU. When an interval of at least `observe_min_s` ends (a co-tenant
+starts or ends, or the job ends), its rate (DONE per second, from the interval's first to its last
+progress line) is compared with the job's rate alone on a GPU: measured earlier in the same
+attempt, or remembered for the same command (its `demand.signature`) from earlier runs. Their
+ratio is an `interference.Observation` that the `Learner` turns into a value of one parameter;
+the totals are stored at once, and placement sees the new parameters at its next decision.
+
+`gpudesk calibrate` feeds observations measured by probes through `observe` (source
+"calibrated"); `gpudesk model show` reads `describe`; `gpudesk model reset` calls `reset`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+
+from gpudesk.engine.attempts import Attempts, LiveAttempt
+from gpudesk.engine.mig.profiles import compute_slices, memory_slices, table_for_gpu
+from gpudesk.engine.placement.demand import DEFAULT_SM_PCT, signature
+from gpudesk.engine.placement.interference import (
+    InterferenceModel,
+    LearnedParam,
+    Learner,
+    Observation,
+    Workload,
+    estimate,
+    workload,
+)
+from gpudesk.engine.progress import ProgressReader
+from gpudesk.engine.store.database import Store
+from gpudesk.engine.store.model_params import AloneRate, ParamTotal
+from gpudesk.engine.telemetry_sink import TelemetrySink
+
+log = logging.getLogger("gpudesk.engine")
+
+# The shortest interval that counts: long enough that a job printing progress every few seconds
+# is measured to a few per cent. GPUDESK_OBSERVE_MIN_S overrides it, for tests only.
+OBSERVE_MIN_S = 60.0
+OBSERVE_MIN_S_ENV = "GPUDESK_OBSERVE_MIN_S"
+SOURCES = ("learned", "calibrated")
+
+
+def observe_min_s() -> float:
+    raw = os.environ.get(OBSERVE_MIN_S_ENV, "")
+    try:
+        value = float(raw)
+    except ValueError:
+        return OBSERVE_MIN_S
+    return value if value > 0 else OBSERVE_MIN_S
+
+
+@dataclass(frozen=True)
+class CoTenant:
+    attempt_id: int
+    job_id: int
+    work: Workload = field(compare=False)  # fixed for an attempt; compared by its id
+
+
+@dataclass(frozen=True)
+class Tenancy:
+    """Where an attempt runs and beside whom: an interval lasts while this stays the same."""
+
+    gpu: int
+    mode: str
+    mig_slice: str | None = None
+    others: tuple[CoTenant, ...] = ()  # the other attempts on its GPU (none on a MIG slice)
+    compute_slices: int = 0  # its MIG slice's
+    memory_slices: int = 0
+
+    @property
+    def alone(self) -> bool:
+        return self.mode != "mig" and not self.others
+
+
+@dataclass
+class Point:
+    at: float  # time.monotonic() when the line was read
+    done: float
+
+
+@dataclass
+class Tracker:
+    """One running attempt's progress, and its interval under the current tenancy."""
+
+    attempt_id: int
+    job_id: int
+    signature: str
+    work: Workload
+    reader: ProgressReader
+    tenancy: Tenancy
+    first: Point | None = None  # the interval's first progress line
+    last: Point | None = None  # its latest
+    alone_done: float = 0.0  # over this attempt's intervals alone
+    alone_s: float = 0.0
+
+    @property
+    def alone_rate(self) -> float | None:
+        return self.alone_done / self.alone_s if self.alone_s > 0 else None
+
+
+@dataclass(frozen=True)
+class ParamState:
+    """A parameter as `gpudesk model show` prints it."""
+
+    param: LearnedParam
+    calibrated: int  # observations from calibration probes (the rest were learned here)
+
+
+@dataclass
+class LearningCounts:
+    intervals: int = 0  # long enough intervals that ended
+    observations: int = 0  # ... that told the learner something
+    without_alone_rate: int = 0  # shared intervals of jobs whose rate alone was unknown
+    sources: dict[str, int] = field(default_factory=dict)
+
+
+class StationLearning:
+    """The station's learner, its persistence, and the progress watch that feeds it."""
+
+    def __init__(
+        self,
+        store: Store,
+        attempts: Attempts,
+        telemetry: TelemetrySink,
+        min_s: float | None = None,
+    ) -> None:
+        self.store = store
+        self.attempts = attempts
+        self.telemetry = telemetry
+        self.min_s = observe_min_s() if min_s is None else min_s
+        self.learner = Learner()
+        self.calibrated: dict[tuple[str, str], int] = {}
+        totals = store.model_param_totals()
+        self.learner.load((t.gpu_model, t.param, t.total, t.count, t.updated_at) for t in totals)
+        for t in totals:
+            self.calibrated[(t.gpu_model, t.param)] = t.calibrated
+        self.model = InterferenceModel(self.learner)
+        self.alone: dict[str, AloneRate] = store.alone_rates()
+        self.trackers: dict[int, Tracker] = {}
+        self.counts = LearningCounts()
+        self._next_at = 0.0
+        self._seen: frozenset[int] = frozenset()
+
+    # ------------------------------------------------------------- the model
+    def gpu_models(self) -> list[str]:
+        """The GPU models on the station, then any other the store has learned about."""
+        station = [info.name or "" for info in self.telemetry.monitor.inventory]
+        stored = [gpu_model for gpu_model, _ in self.learner.totals]
+        return list(dict.fromkeys([*station, *sorted(stored)]))
+
+    def gpus_of(self, gpu_model: str) -> list[int]:
+        return [
+            info.index
+            for info in self.telemetry.monitor.inventory
+            if (info.name or "") == gpu_model
+        ]
+
+    def describe(self, gpu_model: str) -> list[ParamState]:
+        out = []
+        for param in self.learner.describe(gpu_model):
+            calibrated = (
+                self.calibrated.get((gpu_model, param.name), 0) if param.observations else 0
+            )
+            if calibrated:
+                param = replace(param, kind="calibrated")
+            out.append(ParamState(param, calibrated if param.observations else 0))
+        return out
+
+    def observe(
+        self,
+        gpu_model: str,
+        obs: Observation,
+        source: str = "learned",
+        at: float | None = None,
+    ) -> str | None:
+        """Feed one observation; returns the parameter it moved (None: it said nothing). The
+        parameter's totals are stored at once and placement sees the new value."""
+        if source not in SOURCES:
+            raise ValueError(f"source must be one of {', '.join(SOURCES)}, not {source!r}")
+        said = estimate(self.learner.params(gpu_model), obs)
+        if said is None:
+            return None
+        name = said[0]
+        at = time.time() if at is None else at
+        key = (gpu_model, name)
+        old_totals = self.learner.totals.get(key)
+        old_calibrated = self.calibrated.get(key, 0)
+        self.learner.observe(gpu_model, obs, at)
+        total, count, updated = self.learner.totals[key]
+        calibrated = old_calibrated + (1 if source == "calibrated" else 0)
+        try:
+            self.store.save_model_param(
+                ParamTotal(gpu_model, name, total, count, calibrated, updated)
+            )
+        except Exception:
+            # keep memory and store the same: the observation is lost, not half-kept
+            if old_totals is None:
+                self.learner.totals.pop(key, None)
+            else:
+                self.learner.totals[key] = old_totals
+            raise
+        self.calibrated[key] = calibrated
+        self.counts.sources[source] = self.counts.sources.get(source, 0) + 1
+        self.model = InterferenceModel(self.learner)  # a fresh cache of parameters
+        return name
+
+    def reset(self, gpu_model: str | None = None) -> int:
+        """Forget what was learned and calibrated (one GPU model, or all): back to the
+        defaults. Returns the stored parameter rows dropped."""
+        dropped = self.store.reset_model_params(gpu_model)
+        for key in [k for k in self.learner.totals if gpu_model is None or k[0] == gpu_model]:
+            del self.learner.totals[key]
+            self.calibrated.pop(key, None)
+        self.model = InterferenceModel(self.learner)
+        return dropped
+
+    # ------------------------------------------------------- watching progress
+    def step(self) -> None:
+        """Read new progress and close the intervals whose tenancy changed: at most once a
+        telemetry interval, and at once when attempts started or ended."""
+        now = time.monotonic()
+        live = [a for a in self.attempts if len(a.gpus) == 1 and a.mode != "cpu"]
+        seen = frozenset(a.attempt.id for a in live)
+        if now < self._next_at and seen == self._seen:
+            return
+        self._next_at = now + self.telemetry.station.config.sample_interval
+        self._seen = seen
+        tenancies = self._tenancies(live)
+        for attempt_id in [i for i in self.trackers if i not in seen]:
+            # ended: its last interval ends at its last progress line
+            self._close(self.trackers.pop(attempt_id))
+        for attempt in live:
+            tenancy = tenancies[attempt.attempt.id]
+            tracker = self.trackers.get(attempt.attempt.id) or self._tracker(attempt, tenancy)
+            if tracker is None:
+                continue
+            self.trackers[attempt.attempt.id] = tracker
+            self._read(tracker, now)
+            if tracker.tenancy != tenancy:
+                self._close(tracker)
+                tracker.tenancy = tenancy
+                tracker.first = tracker.last = None
+
+    def _workload(self, attempt: LiveAttempt) -> Workload:
+        demand = attempt.attempt.placement.get("demand") or {}
+        sm = demand.get("sm_pct")
+        membw = demand.get("membw_pct")
+        gpu_model = self._gpu_model(attempt.gpus[0])
+        return workload(
+            float(sm) if isinstance(sm, (int, float)) else DEFAULT_SM_PCT,
+            float(membw) if isinstance(membw, (int, float)) else None,
+            self.model.params(gpu_model),
+        )
+
+    def _gpu_model(self, index: int) -> str:
+        for info in self.telemetry.monitor.inventory:
+            if info.index == index:
+                return info.name or ""
+        return ""
+
+    def _tenancies(self, live: Iterable[LiveAttempt]) -> dict[int, Tenancy]:
+        attempts = list(live)
+        work = {a.attempt.id: self._workload(a) for a in attempts}
+        tenancies = {}
+        for attempt in attempts:
+            gpu = attempt.gpus[0]
+            if attempt.mode == "mig":
+                compute, memory = self._slice_size(gpu, attempt.mig_slice)
+                tenancies[attempt.attempt.id] = Tenancy(
+                    gpu, "mig", attempt.mig_slice, (), compute, memory
+                )
+                continue
+            others = tuple(
+                CoTenant(other.attempt.id, other.attempt.job_id, work[other.attempt.id])
+                for other in attempts
+                if other is not attempt and other.mode != "mig" and gpu in other.gpus
+            )
+            tenancies[attempt.attempt.id] = Tenancy(gpu, attempt.mode, None, others)
+        return tenancies
+
+    def _slice_size(self, gpu: int, mig_slice: str | None) -> tuple[int, int]:
+        latest = self.telemetry.monitor.latest
+        for reading in latest["gpus"] if latest else ():
+            if reading["index"] != gpu:
+                continue
+            for device in reading.get("mig_devices", ()):
+                if device["uuid"] == mig_slice and device["name"]:
+                    table = table_for_gpu(reading.get("name") or "")
+                    return compute_slices(device["name"]), memory_slices(device["name"], table)
+        return 0, 0
+
+    def _tracker(self, attempt: LiveAttempt, tenancy: Tenancy) -> Tracker | None:
+        try:
+            job = self.store.job(attempt.attempt.job_id)
+        except Exception:
+            return None
+        path = attempt.attempt.log_path
+        # an attempt this engine started is read from its start; one re-adopted after a restart
+        # from now on (its earlier tenancy is unknown)
+        reader = ProgressReader(path) if attempt.is_child else ProgressReader.from_end(path)
+        return Tracker(
+            attempt.attempt.id,
+            job.id,
+            signature(job.spec.command, job.spec.workdir),
+            self._workload(attempt),
+            reader,
+            tenancy,
+        )
+
+    def _read(self, tracker: Tracker, now: float) -> None:
+        for done in tracker.reader.read():
+            if tracker.last is not None and done < tracker.last.done:
+                tracker.first = None  # DONE went back (a restarted count): measure afresh
+            point = Point(now, done)
+            if tracker.first is None:
+                tracker.first = point
+            tracker.last = point
+
+    def _close(self, tracker: Tracker) -> None:
+        """The tracker's interval ended: learn from it if it was long enough."""
+        first, last = tracker.first, tracker.last
+        if first is None or last is None:
+            return
+        seconds = last.at - first.at
+        if seconds < self.min_s or last.done <= first.done:
+            return
+        self.counts.intervals += 1
+        rate = (last.done - first.done) / seconds
+        tenancy = tracker.tenancy
+        if tenancy.alone:
+            tracker.alone_done += last.done - first.done
+            tracker.alone_s += seconds
+            self._remember_alone(tracker.signature, rate)
+            return
+        alone = tracker.alone_rate
+        if alone is None and tracker.signature in self.alone:
+            alone = self.alone[tracker.signature].rate
+        if alone is None or alone <= 0:
+            self.counts.without_alone_rate += 1
+            return
+        obs = Observation(
+            tenancy.mode,
+            tracker.work,
+            tuple(o.work for o in tenancy.others),
+            rate / alone,
+            tenancy.compute_slices,
+            tenancy.memory_slices,
+        )
+        gpu_model = self._gpu_model(tenancy.gpu)
+        try:
+            name = self.observe(gpu_model, obs, "learned")
+        except Exception:
+            log.exception("could not store what job %d's progress showed", tracker.job_id)
+            return
+        if name is None:
+            return
+        self.counts.observations += 1
+        beside = ", ".join(f"job {o.job_id}" for o in tenancy.others) or tenancy.mig_slice or "-"
+        value = self.learner.params(gpu_model).to_dict()[name]
+        message = (
+            f"learned from progress: {rate / alone:.2f}x its speed alone under {tenancy.mode} "
+            f"beside {beside} over {seconds:.0f} s; {name} on {gpu_model or 'this GPU'} "
+            f"is now {value:.3f}"
+        )
+        log.info("job %d: %s", tracker.job_id, message)
+        try:
+            self.store.add_event("model", message, job_id=tracker.job_id)
+        except Exception:
+            log.exception("could not record a learning event")
+
+    def _remember_alone(self, key: str, rate: float) -> None:
+        try:
+            self.store.record_alone_rate(key, rate)
+        except Exception:  # a hint for later runs; never worth failing a step over
+            log.exception("could not record a rate alone")
+            return
+        old = self.alone.get(key)
+        runs = old.runs if old else 0
+        mean = (old.rate * runs + rate) / (runs + 1) if old else rate
+        self.alone[key] = AloneRate(mean, runs + 1, time.time())
+
+
+# ------------------------------------------------------------------ the wire
+MAX_OBSERVATIONS = 10_000  # per model_observe request
+
+
+def _fraction(raw: object, what: str, high: float = 1.0) -> float:
+    if isinstance(raw, bool) or not isinstance(raw, (int, float)) or not 0.0 <= raw <= high:
+        raise ValueError(f"{what} must be a number from 0 to {high:g}")
+    return float(raw)
+
+
+def workload_from_dict(raw: object, what: str) -> Workload:
+    if not isinstance(raw, dict):
+        raise ValueError(f"{what} must be an object with sm, membw (and thread_cap)")
+    unknown = set(raw) - {"sm", "membw", "thread_cap"}
+    if unknown:
+        raise ValueError(f"{what}: unknown field(s) {', '.join(sorted(unknown))}")
+    cap = raw.get("thread_cap")
+    return Workload(
+        _fraction(raw.get("sm"), f"{what}.sm"),
+        _fraction(raw.get("membw"), f"{what}.membw"),
+        None if cap is None else _fraction(cap, f"{what}.thread_cap"),
+    )
+
+
+def observation_from_dict(raw: object, what: str = "observation") -> Observation:
+    """An observation as a client sends it (the fields of `interference.Observation`, its
+    workloads as objects); ValueError naming what is wrong."""
+    if not isinstance(raw, dict):
+        raise ValueError(f"{what} must be an object")
+    unknown = set(raw) - {f for f in Observation.__dataclass_fields__}
+    if unknown:
+        raise ValueError(f"{what}: unknown field(s) {', '.join(sorted(unknown))}")
+    mechanism = raw.get("mechanism")
+    if mechanism not in ("exclusive", "mps", "naive", "mig"):
+        raise ValueError(f"{what}.mechanism must be exclusive, mps, naive or mig")
+    others = raw.get("others", [])
+    if not isinstance(others, list):
+        raise ValueError(f"{what}.others must be a list of workloads")
+    slices = []
+    for name, high in (("compute_slices", 7), ("memory_slices", 8)):
+        value = raw.get(name, 0)
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= high:
+            raise ValueError(f"{what}.{name} must be a whole number from 0 to {high}")
+        slices.append(value)
+    rate = _fraction(raw.get("rate"), f"{what}.rate", high=10.0)
+    if rate <= 0:
+        raise ValueError(f"{what}.rate must be above 0")
+    return Observation(
+        str(mechanism),
+        workload_from_dict(raw.get("job"), f"{what}.job"),
+        tuple(workload_from_dict(o, f"{what}.others[{i}]") for i, o in enumerate(others)),
+        rate,
+        slices[0],
+        slices[1],
+    )

@@ -1,0 +1,83 @@
+"""Progress lines in a job's output: the convention a job follows so the engine can tell how
+fast it runs under each placement (docs/interference.md, "Learning on the station").
+
+A job prints, on a line of its own, `progress DONE` or `progress DONE/TOTAL` (`progress 120/1000`),
+DONE counting steps or samples from the start of the run; only the rate at which DONE grows
+matters. `ProgressReader` reads what the job wrote since the last call, cheaply: only new bytes,
+at most `MAX_READ_BYTES` per call (a job that floods its output is read from its newest bytes),
+lines longer than `MAX_LINE_BYTES` skipped, bytes that are not UTF-8 tolerated.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+MAX_READ_BYTES = 256 * 1024
+MAX_LINE_BYTES = 4096
+PROGRESS_LINE = re.compile(
+    rb"^\s*progress\s+([0-9]+(?:\.[0-9]+)?)(?:\s*/\s*[0-9]+(?:\.[0-9]+)?)?\s*$"
+)
+
+
+def parse_progress(line: bytes) -> float | None:
+    """DONE from one progress line, None for any other line."""
+    if len(line) > MAX_LINE_BYTES:
+        return None
+    match = PROGRESS_LINE.match(line)
+    return float(match.group(1)) if match else None
+
+
+class ProgressReader:
+    """The progress values a log gained since the last `read()`, in order."""
+
+    def __init__(self, path: str, offset: int = 0) -> None:
+        self.path = path
+        self.offset = offset
+        self._partial = b""  # an unfinished last line
+        self._skipping = False  # inside a line too long to be a progress line
+
+    @classmethod
+    def from_end(cls, path: str) -> ProgressReader:
+        """A reader that ignores what the log holds now (an attempt re-adopted mid-run)."""
+        try:
+            size = os.path.getsize(path)
+        except OSError:
+            size = 0
+        return cls(path, size)
+
+    def read(self) -> list[float]:
+        try:
+            with open(self.path, "rb") as handle:
+                size = os.fstat(handle.fileno()).st_size
+                if size < self.offset:  # truncated: start again
+                    self.offset, self._partial, self._skipping = 0, b"", False
+                if size == self.offset:
+                    return []
+                if size - self.offset > MAX_READ_BYTES:
+                    # too much to read each tick: only the newest bytes, from a line's start
+                    self.offset, self._partial, self._skipping = size - MAX_READ_BYTES, b"", True
+                handle.seek(self.offset)
+                data = handle.read(size - self.offset)
+        except OSError:
+            return []
+        self.offset += len(data)
+        return self._lines(data)
+
+    def _lines(self, data: bytes) -> list[float]:
+        *complete, rest = data.split(b"\n")
+        values = []
+        for line in complete:
+            if self._skipping:
+                self._skipping = False  # the end of the skipped line
+                continue
+            value = parse_progress(self._partial + line)
+            self._partial = b""
+            if value is not None:
+                values.append(value)
+        if self._skipping:
+            return values
+        self._partial += rest
+        if len(self._partial) > MAX_LINE_BYTES:
+            self._partial, self._skipping = b"", True
+        return values

@@ -1,0 +1,218 @@
+"""Learning on the station: the learner's totals and the rates alone in the store, the learner
+rebuilt from them by a new engine, observations over the wire, and progress lines in a log."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from gpudesk.engine.learning import StationLearning, observation_from_dict
+from gpudesk.engine.placement.interference import (
+    DEFAULT_PARAMS,
+    PRIOR_WEIGHT,
+    Observation,
+    Workload,
+)
+from gpudesk.engine.progress import MAX_LINE_BYTES, ProgressReader, parse_progress
+from gpudesk.engine.store.database import Store
+from gpudesk.engine.store.model_params import ParamTotal
+
+A100 = "NVIDIA A100-SXM4-40GB"
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Any:
+    s = Store.open(tmp_path / "db")
+    yield s
+    s.close()
+
+
+def learning(store: Store) -> StationLearning:
+    """The learner without a running engine: no attempts, a station of one A100."""
+    telemetry = SimpleNamespace(
+        monitor=SimpleNamespace(
+            inventory=[SimpleNamespace(index=0, name=A100)], latest=None, simulated=True
+        ),
+        station=SimpleNamespace(config=SimpleNamespace(sample_interval=1.0)),
+    )
+    return StationLearning(store, [], telemetry, min_s=60.0)  # type: ignore[arg-type]
+
+
+def pair(rate: float) -> Observation:
+    """Two light jobs under MPS (below a full GPU): the per-co-tenant cost is 1 - rate."""
+    light = Workload(0.2, 0.1)
+    return Observation("mps", light, (light,), rate)
+
+
+def test_param_totals_and_rates_alone_round_trip(store: Store) -> None:
+    store.save_model_param(ParamTotal(A100, "mps_tenant_cost", 0.3, 2, 1, 1000.0))
+    store.save_model_param(ParamTotal(A100, "mps_tenant_cost", 0.5, 3, 1, 2000.0))  # replaces
+    store.save_model_param(ParamTotal("NVIDIA H100", "contention", 0.1, 1, 0, None))
+    assert store.model_param_totals() == [
+        ParamTotal(A100, "mps_tenant_cost", 0.5, 3, 1, 2000.0),
+        ParamTotal("NVIDIA H100", "contention", 0.1, 1, 0, None),
+    ]
+    store.record_alone_rate("sig", 10.0, now=5.0)
+    store.record_alone_rate("sig", 20.0, now=6.0)
+    alone = store.alone_rates()["sig"]
+    assert (alone.rate, alone.runs, alone.updated_at) == (15.0, 2, 6.0)
+    assert store.reset_model_params(A100) == 1
+    assert [t.gpu_model for t in store.model_param_totals()] == ["NVIDIA H100"]
+    assert store.reset_model_params() == 1
+    assert store.model_param_totals() == []
+    assert store.alone_rates()["sig"].runs == 2  # what commands measured is kept
+
+
+def test_what_was_learned_survives_a_new_engine(tmp_path: Path) -> None:
+    store = Store.open(tmp_path / "db")
+    first = learning(store)
+    assert first.observe(A100, pair(0.5), "learned", at=100.0) == "mps_tenant_cost"
+    assert first.observe(A100, pair(0.7), "calibrated", at=200.0) == "mps_tenant_cost"
+    # alone on a GPU says nothing: not stored
+    assert first.observe(A100, Observation("mps", Workload(0.2, 0.1), (), 0.9)) is None
+    learned = first.model.params(A100).mps_tenant_cost
+    expected = (DEFAULT_PARAMS.mps_tenant_cost * PRIOR_WEIGHT + 0.5 + 0.3) / (PRIOR_WEIGHT + 2)
+    assert learned == pytest.approx(expected)
+    assert first.model.params("").mps_tenant_cost == DEFAULT_PARAMS.mps_tenant_cost
+    store.close()
+
+    store = Store.open(tmp_path / "db")
+    second = learning(store)
+    assert second.model.params(A100).mps_tenant_cost == pytest.approx(expected)
+    by_name = {s.param.name: s for s in second.describe(A100)}
+    tenant = by_name["mps_tenant_cost"]
+    assert (tenant.param.observations, tenant.calibrated, tenant.param.updated_at) == (2, 1, 200.0)
+    assert tenant.param.kind == "calibrated"  # probes took part
+    assert tenant.param.prior == DEFAULT_PARAMS.mps_tenant_cost
+    assert by_name["contention"].param.kind == "derived"
+    assert by_name["naive_switch_cost"].param.kind == "assumption"
+    assert second.gpu_models() == [A100]
+
+    assert second.reset() == 1
+    assert second.model.params(A100) == DEFAULT_PARAMS
+    store.close()
+    assert learning(Store.open(tmp_path / "db")).model.params(A100) == DEFAULT_PARAMS
+
+
+def test_learned_only_on_the_station_is_labelled_learned(store: Store) -> None:
+    station = learning(store)
+    station.observe(A100, pair(0.8))
+    (tenant,) = [s for s in station.describe(A100) if s.param.name == "mps_tenant_cost"]
+    assert (tenant.param.kind, tenant.calibrated) == ("learned", 0)
+
+
+def test_an_observation_from_the_wire() -> None:
+    obs = observation_from_dict(
+        {
+            "mechanism": "mig",
+            "job": {"sm": 0.5, "membw": 0.2, "thread_cap": None},
+            "others": [],
+            "rate": 0.6,
+            "compute_slices": 3,
+            "memory_slices": 4,
+        }
+    )
+    assert obs == Observation("mig", Workload(0.5, 0.2), (), 0.6, 3, 4)
+    for bad, says in (
+        ({"mechanism": "mps", "job": {"sm": 2, "membw": 0}, "rate": 1}, "job.sm"),
+        ({"mechanism": "fast", "job": {"sm": 0.1, "membw": 0}, "rate": 1}, "mechanism"),
+        ({"mechanism": "mps", "job": {"sm": 0.1, "membw": 0}, "rate": 0}, "rate"),
+        ({"mechanism": "mps", "job": {"sm": 0.1, "membw": 0}, "rate": 1, "x": 1}, "x"),
+    ):
+        with pytest.raises(ValueError, match=says):
+            observation_from_dict(bad)
+
+
+def test_progress_lines() -> None:
+    assert parse_progress(b"progress 120/1000") == 120.0
+    assert parse_progress(b"  progress 7.5  ") == 7.5
+    assert parse_progress(b"progress 3 / 10\r") == 3.0
+    for other in (b"progress", b"progress x", b"my progress 3", b"progress 3 of 10", b"\xff"):
+        assert parse_progress(other) is None
+
+
+def test_the_reader_takes_only_new_whole_lines(tmp_path: Path) -> None:
+    log = tmp_path / "output.log"
+    log.write_bytes(b"starting\n\xff\xfe not utf-8\nprogress 1/10\nprog")
+    reader = ProgressReader(str(log))
+    assert reader.read() == [1.0]
+    assert reader.read() == []
+    with log.open("ab") as out:
+        out.write(b"ress 2/10\n" + b"x" * (MAX_LINE_BYTES + 10) + b"\nprogress 3\n")
+    assert reader.read() == [2.0, 3.0]
+    with log.open("ab") as out:  # a line too long, written in two parts, is skipped whole
+        out.write(b"progress 4" + b"0" * (MAX_LINE_BYTES + 1))
+    assert reader.read() == []
+    with log.open("ab") as out:
+        out.write(b"\nprogress 5\n")
+    assert reader.read() == [5.0]
+    assert ProgressReader.from_end(str(log)).read() == []
+    assert ProgressReader(str(tmp_path / "missing")).read() == []
+
+
+def fake_attempt(store: Store, tmp_path: Path, attempt_id: int, job_id: int) -> Any:
+    log = tmp_path / f"attempt-{attempt_id}.log"
+    log.write_bytes(b"")
+    record = SimpleNamespace(
+        id=attempt_id,
+        job_id=job_id,
+        placement={"demand": {"sm_pct": 20.0, "memory_mib": 2048}},
+        log_path=str(log),
+    )
+    return SimpleNamespace(attempt=record, gpus=(0,), mode="mps", mig_slice=None, is_child=True)
+
+
+def test_a_rate_alone_remembered_from_an_earlier_run_serves_a_later_one(
+    store: Store, tmp_path: Path
+) -> None:
+    from gpudesk.engine.jobs import JobSpec
+
+    same, other = store.submit(
+        [
+            JobSpec(name="same", command=("train",), workdir="/w"),
+            JobSpec(name="other", command=("other",), workdir="/w"),
+        ],
+        None,
+    )
+    station = learning(store)
+    station.min_s = 0.05
+    station.telemetry.station.config.sample_interval = 0.0  # type: ignore[attr-defined]
+    live: list[Any] = []
+    station.attempts = live  # type: ignore[assignment]
+
+    def progress(attempt: Any, done: int) -> None:
+        with open(attempt.attempt.log_path, "ab") as out:
+            out.write(f"progress {done}\n".encode())
+
+    # a first run alone: 10 steps in 0.1 s
+    first = fake_attempt(store, tmp_path, 1, same.id)
+    live.append(first)
+    progress(first, 1)
+    station.step()
+    time.sleep(0.1)
+    progress(first, 11)
+    station.step()
+    live.clear()
+    station.step()  # it ended: its interval alone closes
+    assert store.alone_rates()[next(iter(station.alone))].runs == 1
+
+    # a second run of the same command shares from its start: 5 steps in 0.1 s
+    second = fake_attempt(store, tmp_path, 2, same.id)
+    beside = fake_attempt(store, tmp_path, 3, other.id)
+    live.extend([second, beside])
+    progress(second, 1)
+    station.step()
+    time.sleep(0.1)
+    progress(second, 6)
+    station.step()
+    live.remove(beside)
+    station.step()  # the co-tenant left: the shared interval closes
+    assert station.counts.observations == 1
+    (total,) = store.model_param_totals()
+    assert total.param == "mps_tenant_cost" and total.count == 1
+    assert 0.3 < total.total < 0.7, total  # about 1 - 0.5
+    assert any(e.kind == "model" for e in store.events(same.id))
