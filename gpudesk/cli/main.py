@@ -14,7 +14,19 @@ import sys
 import typer
 
 from gpudesk import __version__
-from gpudesk.cli import desk, engine, jobs, loader, mig, model, run, select, simulate, top
+from gpudesk.cli import (
+    calibrate,
+    desk,
+    engine,
+    jobs,
+    loader,
+    mig,
+    model,
+    run,
+    select,
+    simulate,
+    top,
+)
 from gpudesk.cli.common import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
@@ -30,7 +42,14 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 # Commands of the root, in the order `gpudesk --help` lists them, then the groups.
-for commands in (desk.desk_app, run.run_app, jobs.jobs_app, top.top_app, simulate.simulate_app):
+for commands in (
+    desk.desk_app,
+    run.run_app,
+    jobs.jobs_app,
+    top.top_app,
+    simulate.simulate_app,
+    calibrate.calibrate_app,
+):
     app.add_typer(commands)
 app.add_typer(engine.engine_app, name="engine")
 app.add_typer(mig.mig_app, name="mig")
