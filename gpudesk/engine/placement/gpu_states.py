@@ -97,7 +97,7 @@ def gpu_states(
             GpuState(
                 index=info.index,
                 uuid=info.uuid,
-                model=info.name or "",
+                model=info.name or "",  # the key of its learned interference parameters
                 memory_total_mib=info.memory_total_mib or reading.get("memory_total_mib") or 0.0,
                 memory_used_mib=reading.get("memory_used_mib") or 0.0,
                 sm_activity_pct=sum(window) / len(window) if window else None,
