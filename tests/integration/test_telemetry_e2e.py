@@ -80,10 +80,11 @@ def test_top_without_an_engine_samples_the_simulated_station_directly(home: Home
 def test_a_sweep_on_the_simulated_station_moves_memory_and_energy(
     sim_engine: EngineHandle, home: Home
 ) -> None:
-    ids = sim_engine.submit(*(gpu_job(f"sweep-{i}", 5.0) for i in range(5)))
+    # compute-heavy jobs (85 % SM) never share a GPU: one per GPU, the fifth waits
+    ids = sim_engine.submit(*(gpu_job(f"sweep-{i}", 5.0, sm_pct=85.0) for i in range(5)))
     for job_id in ids[:4]:
         sim_engine.wait_state(job_id, "running")
-    assert sim_engine.job(ids[4])["state"] == "queued"  # 4 GPUs, held exclusively
+    assert sim_engine.job(ids[4])["state"] == "queued"
 
     def busy_snapshot() -> dict | None:
         snap = top_json()
@@ -414,10 +415,11 @@ def test_a_gpu_lost_mid_run_is_marked_and_gets_no_more_jobs(
         shown = handle.wait_state(first, "running")
         assert handle.show(first)["attempts"][0]["placement"]["gpus"] == [0]
         waiting = handle.show(second)["waiting"]
-        # the default policy (auto) would collocate it, but 70 % + 70 % SM does not fit GPU 0,
-        # and GPU 1 is not considered at all
+        # the default policy (auto) would collocate it, but two 70 % SM jobs time-sliced (no
+        # MPS server here) gain nothing by the model, and GPU 1 is not considered at all
         assert waiting.startswith(
-            "waiting (hint demand: needs 6.0 GiB + 2.0 GiB margin and 70% SM); GPU 0:"
+            "waiting (hint demand: needs 6.0 GiB + 2.0 GiB margin and 70% SM, and a GPU where "
+            "sharing is predicted to gain); GPU 0:"
         ) and waiting.endswith("; GPU 1 lost")
         assert shown["state"] == "running"
         assert handle.client.request("status")["gpus"]["lost"] == 1
