@@ -36,9 +36,8 @@ from gpudesk.engine.placement.interference import (
     Workload,
     estimate,
     kernel_active,
-    mig_rate,
-    mps_rates,
-    naive_rates,
+    predicted_rate,
+    shared_rates,
 )
 
 INTENSITIES = ("light", "medium", "heavy", "membw")
@@ -257,13 +256,13 @@ def sim_alone(truth: ModelParams) -> dict[str, AloneMeasurement]:
 
 def true_rates(params: ModelParams, run: ProbeRun, jobs: Sequence[Workload]) -> list[float]:
     """The model's rates of a run's probes (the SIMULATED truth, and the predictions)."""
-    if run.mechanism == "mps":
-        return mps_rates(params, jobs)
-    if run.mechanism == "naive":
-        return naive_rates(params, jobs)
-    if run.mechanism == "mig" and run.mig is not None:
-        return [mig_rate(params, j, run.mig.compute_slices, run.mig.memory_slices) for j in jobs]
-    return [1.0] * len(jobs)
+    if run.mechanism == "mig" and run.mig is None:
+        return [1.0] * len(jobs)
+    if run.mig is not None:
+        return shared_rates(
+            params, run.mechanism, jobs, run.mig.compute_slices, run.mig.memory_slices
+        )
+    return shared_rates(params, run.mechanism, jobs)
 
 
 def simulate_measurements(plan: Plan, truth: ModelParams) -> Measurements:
@@ -347,29 +346,18 @@ def observations(measured: Measurements, loads: Mapping[str, Workload]) -> list[
     return out
 
 
-def predict(params: ModelParams, obs: Observation) -> float:
-    """The model's rate for the observed probe (its first tenant is the probe)."""
-    if obs.mechanism == "mps":
-        return mps_rates(params, [obs.job, *obs.others])[0]
-    if obs.mechanism == "naive":
-        return naive_rates(params, [obs.job, *obs.others])[0]
-    if obs.mechanism == "mig":
-        return mig_rate(params, obs.job, obs.compute_slices, obs.memory_slices)
-    return 1.0
-
-
 # --- the fit ----------------------------------------------------------------------------------
 def _sse(params: ModelParams, obs: Sequence[Observation]) -> float:
-    return sum((predict(params, o) - o.rate) ** 2 for o in obs)
+    return sum((predicted_rate(params, o) - o.rate) ** 2 for o in obs)
 
 
 def informs(name: str, obs: Observation, at: ModelParams) -> bool:
     """Whether moving parameter `name` moves the prediction for `obs`."""
     value = getattr(at, name)
     low, high = BOUNDS[name]
-    base = predict(at, obs)
+    base = predicted_rate(at, obs)
     for probe in (max(low, value - 0.05), min(high, value + 0.05)):
-        if abs(predict(at.with_values({name: probe}), obs) - base) > 1e-6:
+        if abs(predicted_rate(at.with_values({name: probe}), obs) - base) > 1e-6:
             return True
     return False
 
@@ -588,8 +576,8 @@ def report(
                 p.intensity,
                 tuple(i for k, i in enumerate(p.run.intensities) if k != _index(p)),
                 p.rate,
-                predict(prior, p.observation),
-                predict(fitted.params, p.observation),
+                predicted_rate(prior, p.observation),
+                predicted_rate(fitted.params, p.observation),
                 said[0] if said else "",
             )
         )

@@ -95,12 +95,6 @@ def demand_of(job: JobRecord, station: StationView) -> Demand:
     return known if known is not None else from_hints(job.spec.memory_gb, job.spec.sm_pct)
 
 
-def needs_whole_gpu(job: JobRecord, demand: Demand) -> bool:
-    """Jobs that only an idle GPU serves well: multi-GPU, after an OOM, or saturating compute
-    (two such never share: a compute-heavy job gains nothing from collocation)."""
-    return job.spec.gpus > 1 or demand.exclusive or demand.heavy
-
-
 @dataclass
 class _Choice:
     gpus: tuple[int, ...]
@@ -111,8 +105,9 @@ class _Choice:
     alone: bool = False  # the GPU had no tenant: the job may use all of its memory
     free_mib: float = 0.0  # what the other tenants left free when it was admitted
     rate: float = 1.0  # the job's predicted speed there (1.0 = alone on a whole GPU)
-    gain: float = 1.0  # work per second the station gains (rate minus what tenants lose)
-    value: float = 1.0  # gain, less what it takes from jobs queued behind (look-ahead)
+    # work per second the station gains (its rate minus what tenants lose), less what it takes
+    # from the jobs queued behind (look-ahead)
+    value: float = 1.0
     rank: tuple[float, ...] = ()  # tie-breaks after value, smaller first
     alternatives: tuple[Alternative, ...] = ()
 
@@ -478,7 +473,6 @@ class SharingPolicy:
             reason,
             free_mib=free,
             rate=predicted.rate,
-            gain=predicted.gain,
             value=predicted.gain,
             rank=(1.0, -free, gpu.index),
         )
@@ -533,7 +527,6 @@ class SharingPolicy:
             f"{rate:.2f} (isolated: slows nobody)",
             mig,
             rate=rate,
-            gain=rate,
             value=rate,
             rank=(0.5 if not carved_new else 2.0, mig.compute_slices, gpu.index),
         )

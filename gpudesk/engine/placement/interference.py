@@ -39,7 +39,6 @@ from dataclasses import asdict, dataclass, fields, replace
 from gpudesk.engine.mig.profiles import COMPUTE_SLICES, MEMORY_SLICES
 
 MIN_RATE = 0.05  # a job under any amount of sharing still makes some progress
-MECHANISMS = ("exclusive", "mps", "naive", "mig")
 
 
 @dataclass(frozen=True)
@@ -209,15 +208,34 @@ def mig_rate(params: ModelParams, job: Workload, compute_slices: int, memory_sli
     )
 
 
-def shared_rates(params: ModelParams, mechanism: str, tenants: Sequence[Workload]) -> list[float]:
-    """Rates of the tenants sharing one GPU (or one MIG slice's worth: use `mig_rate`)."""
+def shared_rates(
+    params: ModelParams,
+    mechanism: str,
+    tenants: Sequence[Workload],
+    compute_slices: int = COMPUTE_SLICES,
+    memory_slices: int = MEMORY_SLICES,
+) -> list[float]:
+    """Rates of jobs running together under `mechanism`: the tenants of one GPU (mps, naive,
+    exclusive), or for "mig" each on a slice of this size."""
     if mechanism == "mps":
         return mps_rates(params, tenants)
     if mechanism == "naive":
         return naive_rates(params, tenants)
-    if mechanism == "exclusive":
-        return [1.0] * len(tenants)
-    raise ValueError(f"shared_rates: {mechanism!r} is not a way to share a whole GPU")
+    if mechanism == "mig":
+        return [mig_rate(params, t, compute_slices, memory_slices) for t in tenants]
+    return [1.0] * len(tenants)
+
+
+def predicted_rate(params: ModelParams, obs: Observation) -> float:
+    """What the model says the observed job's rate was (the job is the first tenant)."""
+    rates = shared_rates(
+        params,
+        obs.mechanism,
+        (obs.job, *obs.others) if obs.mechanism != "mig" else (obs.job,),
+        obs.compute_slices or COMPUTE_SLICES,
+        obs.memory_slices or MEMORY_SLICES,
+    )
+    return rates[0]
 
 
 @dataclass(frozen=True)
@@ -254,12 +272,6 @@ def predict_join(
     rate = after[-1]
     lost = sum(b - a for b, a in zip(before, after, strict=False))
     return Prediction(rate, rate - lost, tuple(before), tuple(after[:-1]))
-
-
-def gpu_work(params: ModelParams, mechanism: str, tenants: Sequence[Workload]) -> float:
-    """The work per second a GPU's tenants get done (each job's rate times its SM share is what
-    the GPU shows as SM activity; this is the sum of rates)."""
-    return sum(shared_rates(params, mechanism, tenants))
 
 
 # --- learning -------------------------------------------------------------------------------
@@ -379,9 +391,6 @@ class Learner:
             )
         return out
 
-    def model(self) -> InterferenceModel:
-        return InterferenceModel(self)
-
 
 class InterferenceModel:
     """The parameters placement uses for each GPU model: the learner's, else the defaults."""
@@ -399,12 +408,3 @@ class InterferenceModel:
 
 
 PRIOR_MODEL = InterferenceModel()
-
-
-def makespan_of_pair(a_s: float, b_s: float, rate_a: float, rate_b: float) -> float:
-    """When the later of two jobs started together ends, each at its shared rate until the
-    first ends, then alone at 1.0 (used by the published-fact checks and calibration)."""
-    time_a, time_b = a_s / rate_a, b_s / rate_b
-    first, second = (time_a, b_s) if time_a <= time_b else (time_b, a_s)
-    done_second = first * (rate_b if time_a <= time_b else rate_a)
-    return first + max(0.0, second - done_second)

@@ -47,8 +47,7 @@ from gpudesk.engine.placement.interference import (
     Observation,
     Workload,
     mig_rate,
-    mps_rates,
-    naive_rates,
+    shared_rates,
     workload,
 )
 from gpudesk.engine.placement.policies import make_policy
@@ -527,10 +526,10 @@ class Simulation:
                 shared.setdefault(placement.gpus[0], []).append(run)
         for group in shared.values():
             tenants = [self._workload(r, self.truth) for r in group]
-            if all(r.placed.mode == "mps" for r in group):
-                values = mps_rates(self.truth, tenants)
-            else:  # time-sliced (an MPS server beside other contexts is time-sliced too)
-                values = naive_rates(self.truth, tenants)
+            # time-sliced unless all are MPS clients (an MPS server beside other contexts is
+            # time-sliced too)
+            mode = "mps" if all(r.placed.mode == "mps" for r in group) else "naive"
+            values = shared_rates(self.truth, mode, tenants)
             rates.update({r.job.id: v for r, v in zip(group, values, strict=True)})
         return rates
 
