@@ -154,8 +154,27 @@ def simulate(
             )
         for j in r.impossible_jobs if r is first else ():
             print(f"impossible: job {j['id']} ({j['name']}) {j['reason']}")
-        for j in r.lost_jobs:
-            print(f"lost under {r.policy}: job {j['id']} ({j['name']}) {j['reason']}")
+        for reason, jobs in _by_reason(r.lost_jobs).items():
+            print(f"lost under {r.policy}: {_listed(jobs)}: {reason}")
+
+
+def _by_reason(jobs: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    grouped: dict[str, list[dict[str, Any]]] = {}
+    for j in jobs:
+        grouped.setdefault(str(j["reason"]), []).append(j)
+    return grouped
+
+
+LISTED_JOBS = 8  # a lost-jobs line names this many, then counts the rest
+
+
+def _listed(jobs: list[dict[str, Any]]) -> str:
+    """ "job 4 (bert)" or "12 jobs: 1 (a), 2 (b), ... and 4 more"."""
+    named = ", ".join(f"{j['id']} ({j['name']})" for j in jobs[:LISTED_JOBS])
+    if len(jobs) == 1:
+        return f"job {named}"
+    more = f" and {len(jobs) - LISTED_JOBS} more" if len(jobs) > LISTED_JOBS else ""
+    return f"{len(jobs)} jobs: {named}{more}"
 
 
 _RESULT_HEADERS = (
@@ -181,20 +200,21 @@ def _baseline(results: list[SimResult]) -> SimResult:
 
 
 def _ratios(results: list[SimResult]) -> dict[str, Any]:
-    """auto against carma and against the best forced mode, where those were run."""
-    by = {r.policy: r for r in results}
-    out: dict[str, Any] = {}
-    auto = by.get("auto")
+    """auto against carma and against the best forced mode, where those were run and lost no
+    more jobs than auto (a policy that lost jobs finished sooner by not running them)."""
+    auto = next((r for r in results if r.policy == "auto"), None)
     if auto is None or auto.makespan_s <= 0:
-        return out
-    if "exclusive" in by and by["exclusive"].makespan_s > 0:
+        return {}
+    by = {r.policy: r for r in results if r.makespan_s > 0 and r.lost <= auto.lost}
+    out: dict[str, Any] = {}
+    if "exclusive" in by:
         out["auto_vs_exclusive"] = auto.makespan_s / by["exclusive"].makespan_s
     carma = by.get("carma")
-    if carma is not None and carma.makespan_s > 0:
+    if carma is not None:
         out["auto_vs_carma"] = auto.makespan_s / carma.makespan_s
         if carma.energy_kwh > 0:
             out["auto_vs_carma_energy"] = auto.energy_kwh / carma.energy_kwh
-    forced = [by[m] for m in FORCED_MODES if m in by and by[m].makespan_s > 0]
+    forced = [by[m] for m in FORCED_MODES if m in by]
     if forced:
         best = min(forced, key=lambda r: r.makespan_s)
         out["auto_vs_best_forced"] = auto.makespan_s / best.makespan_s
