@@ -69,3 +69,18 @@ def test_four_light_jobs_on_four_idle_gpus_go_one_per_gpu(tmp_path: Path) -> Non
     light = [job(i, 30, 30, 4) for i in range(1, 5)]
     result = run(tmp_path, light, "auto", station="sim:a100-40gbx4", estimator="measured")
     assert abs(result.makespan_s - 1800) < 5  # nobody shared: each ran at full speed
+
+
+def test_on_a_mig_heavy_trace_repartitioning_beats_a_fixed_layout() -> None:
+    trace = load_trace(Path(__file__).resolve().parents[2] / "traces" / "mig-heavy-t1.json")
+    layout = "0=7g.40gb,1=7g.40gb"  # one whole-GPU instance each: one light job at a time
+    fixed, recarved = (
+        Simulation(
+            trace, policy="auto", station="sim:a100-40gbx2", mig=layout, mig_repartition=again
+        ).run()
+        for again in (False, True)
+    )
+    assert recarved.makespan_s < 0.6 * fixed.makespan_s and recarved.repartitions > 0
+    # GPUs in MIG mode run jobs on slices only (MIG mode is never toggled)
+    assert set(fixed.modes) == set(recarved.modes) == {"mig"}
+    assert fixed.lost == recarved.lost == 0

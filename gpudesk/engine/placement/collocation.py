@@ -382,8 +382,7 @@ class SharingPolicy:
                 option = self._mig_option(gpu, demand, job.id, params)
                 if option is not None:
                     options.append(option)
-                if not (gpu.idle and gpu.mig_dynamic and self.mode != "mig"):
-                    continue
+                continue  # a GPU in MIG mode runs jobs on slices only: MIG mode is never toggled
             option = self._whole_gpu_option(
                 plan, gpu, demand, station, params, short and not demand.heavy
             )

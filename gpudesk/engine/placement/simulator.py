@@ -616,12 +616,9 @@ class Simulation:
                     candidates.append(r.peak_at + PEAK_SETTLED_S)  # its reservation is corrected
             candidates.extend(t for t in self.reconfig_until.values() if t > self.now)
             if not candidates:
-                stuck = ", ".join(f"{r.job.id} ({r.job.name})" for r in self.queue)
                 for r in self.queue:
                     r.lost = True
-                    self.lost_why[r.job.id] = (
-                        f"the policy never placed it, even on an empty station ({stuck} waiting)"
-                    )
+                    self.lost_why[r.job.id] = "the policy never placed it, even on an empty station"
                 self.queue.clear()
                 break
             step = max(0.0, min(candidates) - self.now)
@@ -742,8 +739,14 @@ class Simulation:
                 mig_enabled, dynamic = True, self._recarvable(gpu, not on_gpu)
                 busy_keys = {t.placed.mig_slice for t in on_gpu}
                 whole = any(t.placed.mode == "exclusive" for t in on_gpu)
-                slices = tuple(
-                    replace(s, busy=whole or s.key in busy_keys) for s in self.slices[gpu]
+                # an idle GPU that may be re-carved is offered empty: repartitioning destroys
+                # its instances, so any layout that fits the hardware may be carved
+                slices = (
+                    ()
+                    if dynamic
+                    else tuple(
+                        replace(s, busy=whole or s.key in busy_keys) for s in self.slices[gpu]
+                    )
                 )
             elif self.policy_name == "mig":
                 mig_enabled, dynamic = True, True
