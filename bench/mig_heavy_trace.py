@@ -1,19 +1,53 @@
-"""Writes traces/mig-heavy-t1.json: a MIG-heavy day, many light jobs (seeded)."""
-import json, random, sys
-rng = random.Random(15)
-jobs = []
-t = 0.0
-for i in range(1, 61):
-    t += rng.expovariate(1 / 45.0)  # a job every 45 s on average
-    light = rng.random() < 0.8
-    peak = rng.uniform(1.0, 4.0) if light else rng.uniform(6.0, 14.0)
-    jobs.append({
-        "id": i, "arrival_s": round(t), "task": f"{'light' if light else 'medium'}-{i}",
-        "class": "light" if light else "medium", "gpus": 1,
-        "exclusive_minutes": round(rng.uniform(10, 40) if light else rng.uniform(20, 60), 2),
-        "peak_memory_mb": round(peak * 1024), "estimate_gpumemnet_mb": round(peak * 1024 * 1.2),
-        "sm_pct": 10.0 if light else 30.0,
-    })
-json.dump({"name": "mig-heavy-t1", "station": "a100-40gbx2",
-           "source": "SYNTHETIC (bench/mig_heavy_trace.py, seed 15): 60 jobs, 80 % light (10 % SM, 1-4 GB, 10-40 min), 20 % medium (30 % SM, 6-14 GB, 20-60 min), arrivals every 45 s on average; GPUMemNet-like guesses 1.2x the peak",
-           "jobs": jobs}, open(sys.argv[1], "w"), indent=1)
+"""Write the SYNTHETIC MIG-heavy trace (`traces/mig-heavy-t1.json`): many light jobs.
+
+    python bench/mig_heavy_trace.py traces/mig-heavy-t1.json
+
+Seeded, so the file is the same each time. 60 one-GPU jobs arriving every 45 s on average: 80 %
+light (10 % SM, 1-4 GB peak, 10-40 min alone), 20 % medium (30 % SM, 6-14 GB, 20-60 min);
+each job's memory hint (as "gpumemnet") is 1.2x its peak. No published trace of this shape
+exists: it is an assumption made to judge MIG repartitioning (`gpudesk simulate --mig ...
+--mig-repartition`), not a measurement.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import sys
+from pathlib import Path
+
+SOURCE = (
+    "SYNTHETIC (bench/mig_heavy_trace.py, seed 15): 60 jobs, 80 % light (10 % SM, 1-4 GB, "
+    "10-40 min), 20 % medium (30 % SM, 6-14 GB, 20-60 min), arrivals every 45 s on average; "
+    "memory hints 1.2x the peak"
+)
+
+
+def trace() -> dict[str, object]:
+    rng = random.Random(15)
+    jobs = []
+    t = 0.0
+    for i in range(1, 61):
+        t += rng.expovariate(1 / 45.0)
+        light = rng.random() < 0.8
+        peak = rng.uniform(1.0, 4.0) if light else rng.uniform(6.0, 14.0)
+        minutes = rng.uniform(10, 40) if light else rng.uniform(20, 60)
+        kind = "light" if light else "medium"
+        jobs.append(
+            {
+                "id": i,
+                "arrival_s": round(t),
+                "task": f"{kind}-{i}",
+                "class": kind,
+                "gpus": 1,
+                "exclusive_minutes": round(minutes, 2),
+                "peak_memory_mb": round(peak * 1024),
+                "estimate_gpumemnet_mb": round(peak * 1024 * 1.2),
+                "sm_pct": 10.0 if light else 30.0,
+            }
+        )
+    return {"name": "mig-heavy-t1", "station": "a100-40gbx2", "source": SOURCE, "jobs": jobs}
+
+
+if __name__ == "__main__":
+    Path(sys.argv[1]).write_text(json.dumps(trace(), indent=1) + "\n")
