@@ -53,6 +53,7 @@ from gpudesk.engine.placement.demand import (
 )
 from gpudesk.engine.placement.interference import (
     ModelParams,
+    Prediction,
     Workload,
     mig_rate,
     predict_join,
@@ -110,6 +111,7 @@ class _Choice:
     value: float = 1.0
     rank: tuple[float, ...] = ()  # tie-breaks after value, smaller first
     alternatives: tuple[Alternative, ...] = ()
+    why: Callable[[], str] | None = None  # writes `reason` for an option that is chosen
 
     def alternative(self, note: str = "") -> Alternative:
         return Alternative(_slot(self), self.mode, self.rate, self.value, note)
@@ -208,6 +210,21 @@ def station_gpu(station: StationView, index: int) -> GpuState:
 
 def _mib(value: float) -> str:
     return f"{value / MIB_PER_GIB:.1f} GiB"
+
+
+def _collocated_reason(
+    gpu: GpuState, share: str, demand: Demand, predicted: Prediction, margin: float
+) -> str:
+    slowed = max(
+        (b - a for b, a in zip(predicted.tenants_before, predicted.tenants_after, strict=True)),
+        default=0.0,
+    )
+    return (
+        f"collocated on GPU {gpu.index} under {share}: predicted speed "
+        f"{predicted.rate:.2f}, its {len(gpu.tenants)} tenant(s) slowed by at most "
+        f"{slowed:.2f}, station gains {predicted.gain:.2f} GPU; {_mib(gpu.free_mib)} free for "
+        f"{_mib(demand.memory_mib)} + {_mib(margin)} margin"
+    )
 
 
 def _tenant_workloads(gpu: GpuState, params: ModelParams) -> list[Workload]:
@@ -396,6 +413,8 @@ class SharingPolicy:
             return None  # nowhere gains: waiting for a GPU is better than slowing others
         shown = [o.alternative("chosen" if o is best else "") for o in options[:ALTERNATIVES_KEPT]]
         best.alternatives = tuple(shown)
+        if best.why is not None:
+            best.reason = best.why()
         return best
 
     def _whole_gpus(self, job: JobRecord, demand: Demand, gpus: list[GpuState]) -> _Choice | None:
@@ -443,33 +462,24 @@ class SharingPolicy:
             )
         if station.config.isolation:
             return None  # the station asks for isolation: only MIG slices are shared
-        if any(t.mode != share for t in gpu.tenants):
+        if gpu.tenant_modes != {share}:
             return None  # an MPS GPU takes MPS clients, a time-sliced one naive ones
         margin = margin_mib(demand)
         free = gpu.free_mib
         if free < demand.memory_mib + margin:
             return None
-        if demand.heavy and any(t.sm_pct >= HEAVY_SM_PCT for t in gpu.tenants):
+        if demand.heavy and gpu.heaviest_tenant_sm_pct >= HEAVY_SM_PCT:
             return None  # two compute-heavy jobs: no gain (published)
         tenants, before = plan.tenant_loads(gpu, share, params)
         job_load = workload(demand.sm_pct, demand.membw_pct, params)
         predicted = predict_join(params, share, job_load, tenants, before)
         if predicted.gain <= 0.0:
             return None
-        slowed = max(
-            (b - a for b, a in zip(predicted.tenants_before, predicted.tenants_after, strict=True)),
-            default=0.0,
-        )
-        reason = (
-            f"collocated on GPU {gpu.index} under {share}: predicted speed "
-            f"{predicted.rate:.2f}, its {len(gpu.tenants)} tenant(s) slowed by at most "
-            f"{slowed:.2f}, station gains {predicted.gain:.2f} GPU; {_mib(free)} free for "
-            f"{_mib(demand.memory_mib)} + {_mib(margin)} margin"
-        )
         return _Choice(
             (gpu.index,),
             share,
-            reason,
+            "",  # written only if this option is chosen (a pass weighs many)
+            why=functools.partial(_collocated_reason, gpu, share, demand, predicted, margin),
             free_mib=free,
             rate=predicted.rate,
             value=predicted.gain,
@@ -479,8 +489,8 @@ class SharingPolicy:
     def _mig_option(
         self, gpu: GpuState, demand: Demand, job_id: int, params: ModelParams
     ) -> _Choice | None:
-        """The best MIG slice for the job on this GPU: free ones first, then (where slices may
-        be carved) a new one; by predicted speed, then the smallest within tolerance."""
+        """The best MIG slice for the job on this GPU: the smallest whose SM share covers the
+        job, existing slices before new ones (where slices may be carved), else the fastest."""
         need = demand.memory_mib
         job_load = workload(demand.sm_pct, demand.membw_pct, params)
         table = _mig_table(gpu)

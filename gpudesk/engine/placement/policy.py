@@ -76,6 +76,14 @@ class GpuState:
         return sum(t.sm_pct for t in self.tenants)
 
     @functools.cached_property
+    def tenant_modes(self) -> frozenset[str]:
+        return frozenset(t.mode for t in self.tenants)
+
+    @functools.cached_property
+    def heaviest_tenant_sm_pct(self) -> float:
+        return max((t.sm_pct for t in self.tenants), default=0.0)
+
+    @functools.cached_property
     def free_mib(self) -> float:
         """Free memory counting both reservations and measurements: a tenant that has not yet
         allocated still holds its share, and one that took more than it said is counted."""
