@@ -195,8 +195,11 @@ _RESULT_HEADERS = (
 
 
 def _baseline(results: list[SimResult]) -> SimResult:
-    """What the ratios compare with: the exclusive policy, else the first one run."""
-    return next((r for r in results if r.policy == "exclusive"), results[0])
+    """What the ratios compare with: the exclusive policy, else the first one run; of those
+    that lost the fewest jobs (one that lost jobs finished sooner by not running them)."""
+    fewest = min(r.lost for r in results)
+    complete = [r for r in results if r.lost == fewest]
+    return next((r for r in complete if r.policy == "exclusive"), complete[0])
 
 
 def _ratios(results: list[SimResult]) -> dict[str, Any]:
