@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from gpudesk.engine.placement.interference import DEFAULT_PARAMS, PARAM_NAMES, ModelParams
-from gpudesk.engine.placement.simulator import ESTIMATORS, Simulation, Trace, load_trace
+from gpudesk.engine.simulator import ESTIMATORS, Simulation, Trace, load_trace
 
 FACTORS = (0.5, 1.5)
 POLICIES = ("exclusive", "carma", "auto")

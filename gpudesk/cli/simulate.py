@@ -10,7 +10,7 @@ import typer
 from gpudesk.cli.common import EXIT_FAILED, EXIT_USAGE, fail, print_json
 
 if TYPE_CHECKING:
-    from gpudesk.engine.placement.simulator import SimResult
+    from gpudesk.engine.simulator import SimResult
 
 simulate_app = typer.Typer()
 
@@ -67,7 +67,7 @@ def simulate(
     """Replay a job trace on a SIMULATED station through the engine's placement policies."""
     from gpudesk.engine.placement.interference import DEFAULT_PARAMS
     from gpudesk.engine.placement.policies import POLICY_NAMES
-    from gpudesk.engine.placement.simulator import (
+    from gpudesk.engine.simulator import (
         DEFAULT_STATION,
         Simulation,
         TraceError,

@@ -27,7 +27,7 @@ from gpudesk.engine.placement.policy import (
     StationView,
     Tenant,
 )
-from gpudesk.engine.placement.simulator import Simulation, TraceError, load_trace, simulate
+from gpudesk.engine.simulator import Simulation, TraceError, load_trace, simulate
 from gpudesk.engine.station import StationConfig
 from gpudesk.engine.store.records import JobRecord
 from gpudesk.engine.telemetry.energy import AttemptUsage

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from gpudesk.engine.placement.interference import DEFAULT_PARAMS
-from gpudesk.engine.placement.simulator import (
+from gpudesk.engine.simulator import (
     Simulation,
     TraceError,
     load_trace,
