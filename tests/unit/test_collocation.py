@@ -154,6 +154,21 @@ def test_a_waiting_multi_gpu_job_holds_gpus_from_the_first_pass() -> None:
     assert decision.overtaken == {10: 1}
 
 
+def test_a_gpu_in_mig_mode_is_never_held_for_a_multi_gpu_job() -> None:
+    # GPUs 0 and 1 are busy; GPU 2 is in MIG mode, idle, with a free 3g.20gb slice. The 2-GPU
+    # job at the head waits for two whole GPUs: GPU 2 can never be one of them, so holding it
+    # (as the least loaded) would idle its slice; the light job behind starts on it.
+    slices = (MigSlice("MIG-a", "3g.20gb", 20096, 3),)
+    view = station(
+        gpu(0, tenant(1, 30, 40)),
+        gpu(1, tenant(2, 30, 50)),
+        GpuState(2, "GPU-2", 40 * GIB, mig_enabled=True, mig_slices=slices),
+    )
+    decision = SharingPolicy("auto").place([job(10, 8, 70, gpus=2), job(11, 8, 30)], view)
+    assert [(p.job_id, p.gpus, p.mig_slice) for p in decision.placements] == [(11, (2,), "MIG-a")]
+    assert decision.overtaken == {10: 1}
+
+
 def test_a_running_jobs_reservation_follows_its_measured_peak_once_settled() -> None:
     assert reservation(16 * GIB, 4 * GIB, None) == 16 * GIB  # no measurement yet
     assert reservation(16 * GIB, 4 * GIB, PEAK_SETTLED_S - 1) == 16 * GIB  # still growing

@@ -366,9 +366,16 @@ class SharingPolicy:
         return self.max_overtakes if job.spec.gpus <= 1 else 0
 
     def reserve(self, job: JobRecord, plan: _FilledStation) -> set[int]:
-        """The GPUs a long-waiting job will get: the least loaded ones."""
+        """The GPUs a long-waiting job will get: the least loaded ones it can run on. A GPU in
+        MIG mode runs slices only, so it is never held for a multi-GPU job (holding it would
+        idle its slices for a job that cannot use them)."""
+        whole = job.spec.gpus > 1
         gpus = sorted(
-            (g for g in plan.gpus.values() if not g.lost),
+            (
+                g
+                for g in plan.gpus.values()
+                if not g.lost and not (whole and g.mig_enabled and not g.mig_dynamic)
+            ),
             key=lambda g: (g.sm_demand_pct, len(g.tenants), g.index),
         )
         return {g.index for g in gpus[: max(1, job.spec.gpus)]}
