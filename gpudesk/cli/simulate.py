@@ -36,17 +36,19 @@ def simulate(
         help="Jobs' memory hints: a trace estimator's guess (gpumemnet, horus, faketensor) or "
         "measured (the true peak, as the history of earlier runs would give it).",
     ),
-    mig: str | None = typer.Option(
+    mig: list[str] | None = typer.Option(
         None,
         "--mig",
         help="MIG-mode GPUs with a fixed layout from the GPU model's own table, e.g. "
         "3=3g.20gb,2g.10gb,1g.5gb,1g.5gb (items without = continue the last GPU; 3= alone: MIG "
-        "mode, no instances).",
+        "mode, no instances). Repeat it for more GPUs: --mig 0=7g.40gb --mig 1=7g.40gb.",
     ),
     mig_repartition: bool = typer.Option(
         False,
         "--mig-repartition",
-        help="Let the policy re-carve an idle fixed-layout MIG GPU (costs a reconfiguration).",
+        help="As the engine does with [station] mig_repartition = true: under auto and mig, an "
+        "idle MIG-mode GPU gets the layout the queue wants where the interference model says "
+        "the change pays (10 s per change, assumed).",
     ),
     truth: Path | None = typer.Option(
         None,
@@ -96,7 +98,7 @@ def simulate(
                 truth=truth_params,
                 policy_params=truth_params if prior_knows_truth else None,
                 learn=learn,
-                mig=mig,
+                mig=",".join(mig) if mig else None,
                 mig_repartition=mig_repartition,
             )
             for p in policies

@@ -40,7 +40,7 @@ from gpudesk.engine.mps.watch import MpsWatch
 from gpudesk.engine.placement.queue import JobQueue
 from gpudesk.engine.repartition.control import MigControl
 from gpudesk.engine.requests import EngineParts, RequestHandlers
-from gpudesk.engine.scheduler import Scheduler
+from gpudesk.engine.scheduler import Scheduler, mig_candidates
 from gpudesk.engine.state import CurrentStation, PlacementDue
 from gpudesk.engine.station import StationConfig, host_cores
 from gpudesk.engine.store.database import Store
@@ -121,6 +121,14 @@ class Engine:
             self.due,
         )
         self.learning = StationLearning(store, self.attempts, self.telemetry)
+        self.mig = MigControl(
+            self.station,
+            store,
+            self.telemetry,
+            lambda: mig_candidates(self.queue, self.attempts),
+            self.attempts.running_by_gpu,
+            self.due.mark,
+        )
         self.scheduler = Scheduler(
             self.station,
             store,
@@ -132,16 +140,9 @@ class Engine:
             self.due,
             host_cores(),
             self.learning,
+            self.mig,
         )
         self.job_control = JobControl(store, self.queue, self.attempts, self.events, self.due)
-        self.mig = MigControl(
-            self.station,
-            store,
-            self.telemetry,
-            self.scheduler.mig_candidates,
-            self.attempts.running_by_gpu,
-            self.due.mark,
-        )
         self.handlers = RequestHandlers(
             EngineParts(
                 home=home,

@@ -1,25 +1,56 @@
 """Scheduling: the station as the placement policy sees it, asking the policy where queued jobs
-go whenever something changed, and starting them there."""
+go whenever something changed, and starting them there. Under `auto` with `[station]
+mig_repartition = true`, idle MIG-mode GPUs first get the layout the queue wants where the
+interference model says the change pays (gpudesk.engine.repartition.payoff)."""
 
 from __future__ import annotations
 
+import logging
 import time
+from dataclasses import replace
 
 from gpudesk.engine.attempts import Attempts
 from gpudesk.engine.events import EventPublisher
 from gpudesk.engine.jobs import JobState
 from gpudesk.engine.learning import StationLearning
+from gpudesk.engine.mig.nvidia_smi import MigError
 from gpudesk.engine.mps.watch import MpsWatch
 from gpudesk.engine.placement.demand import Demand
 from gpudesk.engine.placement.gpu_states import gpu_states
 from gpudesk.engine.placement.policies import make_policy
-from gpudesk.engine.placement.policy import PlacementPolicy, StationView
+from gpudesk.engine.placement.policy import Decision, PlacementPolicy, StationView
 from gpudesk.engine.placement.queue import JobQueue
+from gpudesk.engine.repartition.control import MigControl
+from gpudesk.engine.repartition.payoff import REPARTITIONING_POLICIES
 from gpudesk.engine.repartition.planner import QueuedDemand
 from gpudesk.engine.state import CurrentStation, PlacementDue
 from gpudesk.engine.store.database import Store
 from gpudesk.engine.store.records import JobRecord
 from gpudesk.engine.telemetry_sink import TelemetrySink
+
+log = logging.getLogger("gpudesk.engine")
+
+# The idle MIG-mode GPUs (index, layout) and the queued jobs the last repartition check weighed:
+# the same again gets the same answer, so nvidia-smi is not asked again.
+_Weighed = tuple[tuple[tuple[int, tuple[str, ...]], ...], tuple[int, ...]]
+
+
+def mig_candidates(queue: JobQueue, attempts: Attempts) -> list[QueuedDemand]:
+    """The queued single-GPU jobs a MIG slice could take, in placement order, held ones
+    included (hold a sweep, repartition for it, release it). A job that must run alone
+    (after an out-of-memory death) is left to whole GPUs."""
+    queued = []
+    for job in queue.ordered():
+        if job.spec.gpus != 1:
+            continue
+        demand = attempts.demand(job)
+        if not demand.exclusive:
+            queued.append(
+                QueuedDemand(
+                    job.id, job.name, demand.memory_mib, demand.sm_pct, job.held, demand.membw_pct
+                )
+            )
+    return queued
 
 
 class Scheduler:
@@ -35,6 +66,7 @@ class Scheduler:
         due: PlacementDue,
         cores: int,
         learning: StationLearning,
+        mig: MigControl,
     ) -> None:
         self.station = station
         self.store = store
@@ -46,6 +78,8 @@ class Scheduler:
         self.due = due
         self.cores = cores
         self.learning = learning  # the interference model, learned on this station
+        self.mig = mig
+        self.weighed: _Weighed | None = None  # what the last repartition check looked at
         self.policy: PlacementPolicy = make_policy(station.config.policy)
         self.retry_at: float | None = None  # when to retry after a failed step
         self.overtaken: dict[int, int] = {}  # queued job id -> later jobs started before it
@@ -101,6 +135,22 @@ class Scheduler:
         self.due.pending = False
         if not self.queue:
             return
+        view = self.station_view()
+        decision = self.policy.place(self._placeable(), view)
+        weighed = self._relayable(view)
+        if not weighed:
+            self._commit(decision)
+            return
+        # Idle MIG-mode GPUs may get a new layout: the placements elsewhere start now, then the
+        # jobs still waiting (those the policy put on these GPUs among them) weigh a new
+        # layout, and placement looks again at the GPUs as they are after it.
+        elsewhere = [p for p in decision.placements if not weighed.intersection(p.gpus)]
+        self._commit(replace(decision, placements=elsewhere))
+        changed = self.repartition(self.station_view())
+        if changed or len(elsewhere) < len(decision.placements):
+            self._commit(self.policy.place(self._placeable(), self.station_view()))
+
+    def _placeable(self) -> list[JobRecord]:
         jobs = self.queue.placeable()
         monitor = self.telemetry.monitor
         if monitor.inventory and monitor.latest is None:
@@ -108,7 +158,9 @@ class Scheduler:
             # a MIG GPU would look whole and memory in use would be missed. GPU jobs wait for
             # the first sample, which schedules again.
             jobs = [job for job in jobs if not job.spec.gpus]
-        decision = self.policy.place(jobs, self.station_view())
+        return jobs
+
+    def _commit(self, decision: Decision) -> None:
         for job_id, count in decision.overtaken.items():
             self.overtaken[job_id] = self.overtaken.get(job_id, 0) + count
         for rejection in decision.rejections:
@@ -121,17 +173,37 @@ class Scheduler:
             self.overtaken.pop(job.id, None)
             self.attempts.start(job, placement)
 
-    def mig_candidates(self) -> list[QueuedDemand]:
-        """The queued single-GPU jobs a MIG slice could take, in placement order, held ones
-        included (hold a sweep, repartition for it, release it). A job that must run alone
-        (after an out-of-memory death) is left to whole GPUs."""
-        queued = []
-        for job in self.queue.ordered():
-            if job.spec.gpus != 1:
-                continue
-            demand = self.attempts.demand(job)
-            if not demand.exclusive:
-                queued.append(
-                    QueuedDemand(job.id, job.name, demand.memory_mib, demand.sm_pct, job.held)
-                )
-        return queued
+    def _relayable(self, view: StationView) -> set[int]:
+        """The idle MIG-mode GPUs `auto` (or `mig`) may give a new layout now, under `[station]
+        mig_repartition = true`."""
+        config = self.station.config
+        if not (config.mig_repartition and config.policy in REPARTITIONING_POLICIES):
+            return set()
+        return {g.index for g in view.gpu_states if g.mig_enabled and g.idle and not g.lost}
+
+    def repartition(self, view: StationView) -> bool:
+        """`auto` (or `mig`) with `[station] mig_repartition = true`: give each idle MIG-mode
+        GPU the layout the queue wants where the model says the change pays. True when one
+        changed.
+        A failure (nvidia-smi, another user's process on the GPU) is an event, and the same
+        GPUs and queue are not tried again until something changes."""
+        relayable = self._relayable(view)
+        idle = [g for g in view.gpu_states if g.index in relayable]
+        queue = [q for q in mig_candidates(self.queue, self.attempts) if not q.held]
+        if not idle or not queue:
+            return False
+        weighed: _Weighed = (
+            tuple((g.index, tuple(sorted(s.profile for s in g.mig_slices))) for g in idle),
+            tuple(q.job_id for q in queue),
+        )
+        if weighed == self.weighed:
+            return False
+        self.weighed = weighed
+        try:
+            applied = self.mig.repartition_for_queue(queue, self.learning.model.params)
+        except MigError as exc:
+            message = f"MIG repartition for the queue not done: {exc}"
+            log.warning(message)
+            self.store.add_event("mig", message)
+            return False
+        return bool(applied)

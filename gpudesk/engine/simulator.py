@@ -20,13 +20,13 @@ import json
 import math
 import statistics
 import time
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from gpudesk.engine.jobs import JobSpec, JobState
+from gpudesk.engine.mig.manager import MigManager
 from gpudesk.engine.mig.profiles import (
     COMPUTE_SLICES,
     MEMORY_SLICES,
@@ -52,12 +52,17 @@ from gpudesk.engine.placement.interference import (
 )
 from gpudesk.engine.placement.policies import make_policy
 from gpudesk.engine.placement.policy import (
+    Decision,
     GpuState,
     MigSlice,
     Placement,
     StationView,
     Tenant,
 )
+from gpudesk.engine.repartition.payoff import RECONFIG_S, REPARTITIONING_POLICIES, choose_layouts
+from gpudesk.engine.repartition.planner import GpuMigState, QueuedDemand
+from gpudesk.engine.repartition.planner import simulated_profiles as planner_profiles
+from gpudesk.engine.repartition.station import SIMULATED_NVIDIA_SMI
 from gpudesk.engine.station import StationConfig
 from gpudesk.engine.store.records import JobRecord
 from gpudesk.engine.telemetry.backend import check_backend_name, parse_sim_name
@@ -82,9 +87,6 @@ SAMPLE_WINDOW_S = 30.0  # what "recent SM activity" averages over, for the polic
 # Assumption: the engine needs about a minute of a job's progress lines (or NVML samples) under
 # one set of co-tenants to measure its rate there; shorter stretches teach it nothing.
 OBSERVE_AFTER_S = 60.0
-# Assumption: re-carving a MIG GPU (destroying and creating GPU and compute instances through
-# nvidia-smi) keeps it unusable for about this long; no published figure.
-MIG_RECONFIGURE_S = 10.0
 DEFAULT_STATION = "sim:dgx-station-a100"
 
 
@@ -696,15 +698,6 @@ class Simulation:
         self.queue.sort(key=lambda r: r.record.id)
 
     # ------------------------------------------------------------ placement
-    def _recarvable(self, gpu: int, idle: bool) -> bool:
-        """A fixed-layout GPU the policy may re-carve: idle, with --mig-repartition on."""
-        return (
-            gpu in self.fixed
-            and self.mig_repartition
-            and idle
-            and self.reconfig_until.get(gpu, 0.0) <= self.now
-        )
-
     def view(self) -> StationView:
         states = []
         for gpu in range(self.gpu_count):
@@ -736,17 +729,14 @@ class Simulation:
             history = self.sm_history[gpu]
             window = statistics.fmean(v for _, v in history) if history else 0.0
             if gpu in self.fixed:
-                mig_enabled, dynamic = True, self._recarvable(gpu, not on_gpu)
+                mig_enabled, dynamic = True, False
                 busy_keys = {t.placed.mig_slice for t in on_gpu}
-                whole = any(t.placed.mode == "exclusive" for t in on_gpu)
-                # an idle GPU that may be re-carved is offered empty: repartitioning destroys
-                # its instances, so any layout that fits the hardware may be carved
-                slices = (
-                    ()
-                    if dynamic
-                    else tuple(
-                        replace(s, busy=whole or s.key in busy_keys) for s in self.slices[gpu]
-                    )
+                # a layout being changed (--mig-repartition) is unusable until it is made
+                unusable = any(t.placed.mode == "exclusive" for t in on_gpu) or (
+                    self.reconfig_until.get(gpu, 0.0) > self.now
+                )
+                slices = tuple(
+                    replace(s, busy=unusable or s.key in busy_keys) for s in self.slices[gpu]
                 )
             elif self.policy_name == "mig":
                 mig_enabled, dynamic = True, True
@@ -780,13 +770,92 @@ class Simulation:
             interference=self.interference,
         )
 
+    def _relayable(self) -> set[int]:
+        """The idle fixed-layout GPUs that may get a new layout now (`--mig-repartition`,
+        under `auto` and `mig`, as in the engine)."""
+        if not (self.mig_repartition and self.policy_name in REPARTITIONING_POLICIES):
+            return set()
+        return {
+            gpu
+            for gpu in self.fixed
+            if not self._tenants(gpu) and self.reconfig_until.get(gpu, 0.0) <= self.now
+        }
+
+    def _repartition(self, relayable: set[int]) -> bool:
+        """The engine's own check (repartition.payoff.choose_layouts) on these GPUs; a GPU whose
+        layout changes is unusable for `RECONFIG_S`. True when one changed."""
+        ready = sorted(relayable)
+        queue = [
+            QueuedDemand(
+                r.record.id,
+                r.record.name,
+                r.demand.memory_mib,
+                r.demand.sm_pct,
+                membw_pct=r.demand.membw_pct,
+            )
+            for r in self.queue
+            if r.record.spec.gpus == 1 and not r.demand.exclusive
+        ]
+        if not queue:
+            return False
+        states = []
+        for gpu in ready:
+            profiles, placements = planner_profiles(self.model, gpu)
+            current = tuple(s.profile for s in self.slices[gpu])
+            states.append(
+                GpuMigState(
+                    gpu,
+                    self.model.name,
+                    "enabled",
+                    profiles,
+                    placements,
+                    current,
+                    has_gpu_instances=bool(current),
+                    has_compute_instances=bool(current),
+                )
+            )
+        changed = False
+        for choice in choose_layouts(
+            states,
+            queue,
+            self.interference.params,
+            simulated=True,
+            commands_from=MigManager(SIMULATED_NVIDIA_SMI),
+        ):
+            if choice.payoff.worth:
+                gpu = choice.plan.gpu
+                self.slices[gpu] = [self._new_slice(gpu, name) for name in choice.layout]
+                self.reconfig_until[gpu] = self.now + RECONFIG_S
+                self.repartitions += 1
+                changed = True
+        return changed
+
     def _schedule(self) -> None:
+        """The engine's scheduling pass (engine.scheduler.Scheduler.schedule), step for step."""
         if not self.queue:
             return
         view = self.view()
+        decision = self._place(view)
+        relayable = self._relayable()
+        if not relayable:
+            self._commit(decision, view)
+            return
+        # Idle MIG-mode GPUs may get a new layout: the placements elsewhere start now, the jobs
+        # still waiting weigh a new layout, and placement looks again.
+        elsewhere = [p for p in decision.placements if not relayable.intersection(p.gpus)]
+        self._commit(replace(decision, placements=elsewhere), view)
+        changed = self._repartition(relayable)
+        if (changed or len(elsewhere) < len(decision.placements)) and self.queue:
+            view = self.view()
+            self._commit(self._place(view), view)
+
+    def _place(self, view: StationView) -> Decision:
         started = time.perf_counter()
         decision = self.policy.place([r.record for r in self.queue], view)
         self.decision_ms.append((time.perf_counter() - started) * 1000)
+        return decision
+
+    def _commit(self, decision: Decision, view: StationView) -> None:
         for job_id, count in decision.overtaken.items():
             self.overtaken[job_id] = self.overtaken.get(job_id, 0) + count
         by_id = {r.record.id: r for r in self.queue}
@@ -804,59 +873,14 @@ class Simulation:
         self.mig_violations += sum(
             1 for p in placements if p.mode != "mig" and locked.intersection(p.gpus)
         )
-        recarved = self._recarve(placements, view)
         for placement in placements:
-            delay = max((recarved.get(g, 0.0) for g in placement.gpus), default=0.0)
-            self._start(by_id[placement.job_id], placement, delay)
+            self._start(by_id[placement.job_id], placement)
 
-    def _recarve(self, placements: list[Placement], view: StationView) -> dict[int, float]:
-        """Fixed-layout GPUs the policy re-carved in this pass get their new layout; each whose
-        layout changed counts as a repartition and is unusable for `MIG_RECONFIGURE_S`.
-        Returns GPU -> the delay its new jobs wait."""
-        delays: dict[int, float] = {}
-        for state in view.gpu_states:
-            gpu = state.index
-            if gpu not in self.fixed or not state.mig_dynamic:
-                continue
-            here = [p for p in placements if gpu in p.gpus]
-            if not here:
-                continue
-            old = self.slices[gpu]
-            old_keys = {s.key for s in old}
-            if any(p.mode == "exclusive" or len(p.gpus) > 1 for p in here):
-                # set whole again: one instance of the full profile
-                full = max(self.table, key=lambda p: (p.compute_slices, p.memory_slices))
-                new = [self._new_slice(gpu, full.name)]
-            else:
-                carved = [
-                    self._new_slice(gpu, p.slot.split("/", 1)[1], p.mig_slice)
-                    for p in here
-                    if p.mig_slice is not None and p.mig_slice not in old_keys
-                ]
-                if not carved:
-                    continue
-                used = {p.mig_slice for p in here}
-                new = [s for s in old if s.key in used] + carved
-                for s in old:  # the unused old instances stay where the new layout leaves room
-                    if s.key not in used and self._fits([*new, s]):
-                        new.append(s)
-            before = Counter(s.profile for s in old)
-            self.slices[gpu] = new
-            if Counter(s.profile for s in new) != before:
-                self.repartitions += 1
-                self.reconfig_until[gpu] = self.now + MIG_RECONFIGURE_S
-                delays[gpu] = MIG_RECONFIGURE_S
-        return delays
-
-    def _fits(self, slices: Sequence[MigSlice]) -> bool:
-        profiles = [find_profile(s.profile, self.table) for s in slices]
-        return all(p is not None for p in profiles) and layout_fits(profiles)  # type: ignore[arg-type]
-
-    def _start(self, run: _Run, placement: Placement, delay: float = 0.0) -> None:
+    def _start(self, run: _Run, placement: Placement) -> None:
         self.queue.remove(run)
         self.overtaken.pop(run.record.id, None)
         run.placement, run.started_at, run.attempts = placement, self.now, run.attempts + 1
-        run.blocked_until = self.now + delay
+        run.blocked_until = self.now
         if run.first_start is None:
             run.first_start = self.now
         run.peak_at = run.blocked_until + min(

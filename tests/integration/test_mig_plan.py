@@ -12,6 +12,7 @@ import contextlib
 import json
 import sqlite3
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -40,7 +41,9 @@ def mig_events(home: Home) -> list[str]:
     with contextlib.closing(sqlite3.connect(f"file:{home.db}?mode=ro", uri=True)) as conn:
         return [
             row[0]
-            for row in conn.execute("SELECT message FROM events WHERE kind = 'mig' ORDER BY id")
+            for row in conn.execute(
+                "SELECT message FROM events WHERE kind = 'mig' AND job_id IS NULL ORDER BY id"
+            )
         ]
 
 
@@ -49,13 +52,14 @@ class Station:
     and four MIG-suited jobs queued: a (8 GB, 20 % SM), b (16 GB, 40 %), c (6 GB, 10 %) and
     e (12 GB, 30 %)."""
 
-    def __init__(self, home: Home, *, mig_repartition: bool) -> None:
+    def __init__(self, home: Home, *, mig_repartition: bool, policy: str = "auto") -> None:
         self.engine = EngineHandle(home)
         self.engine.start(
             backend="sim:dgx-station-a100",
             sample_interval=0.2,
             mig={"3": "1g.5gb"},
             mig_repartition=mig_repartition,
+            policy=policy,
         )
         wait_for(
             lambda: slice_profiles(self.engine, 3) == ["1g.5gb"],
@@ -85,7 +89,9 @@ def locked_station(home: Home) -> Iterator[Station]:
 
 @pytest.fixture
 def open_station(home: Home) -> Iterator[Station]:
-    station = Station(home, mig_repartition=True)
+    """Repartitioning allowed, under a forced mode (mps), which never changes a layout on its
+    own: the plan is applied by hand."""
+    station = Station(home, mig_repartition=True, policy="mps")
     yield station
     station.engine.client.close()
 
@@ -182,12 +188,37 @@ def test_applying_the_plan_repartitions_the_simulated_gpu(
     assert "busy" in [b["code"] for b in after["blockers"]]
 
 
+def test_auto_repartitions_an_idle_mig_gpu_when_it_pays(home: Home, gpudesk: Run) -> None:
+    """`auto` with mig_repartition = true: GPU 3's 1g.5gb starts none of a, b, c, e, so the
+    engine gives it the planned layout itself, says why, and a, b and c start on it."""
+    station = Station(home, mig_repartition=True)
+    try:
+        for job_id, profile in zip(
+            (station.a, station.b, station.c), ("2g.10gb", "3g.20gb", "2g.10gb"), strict=True
+        ):
+            assert station.engine.wait_state(job_id, "running")["slot"] == f"gpu:3/{profile}"
+        assert station.engine.job(station.e)["state"] == "queued"
+        assert slice_profiles(station.engine, 3) == WANTED
+        events = mig_events(station.engine.home)
+        assert len(events) == 2, events
+        why, applied = events
+        assert why.startswith("repartitioning for the queue: GPU 3: 1g.5gb -> " + ", ".join(WANTED))
+        assert "predicted work rate 0.00 (jobs none) -> " in why and "it pays" in why
+        assert applied == (
+            "MIG layout of GPU 3 applied: 2g.10gb, 3g.20gb, 2g.10gb (was 1g.5gb) [SIMULATED]"
+        )
+        code, out, _ = gpudesk("show", str(station.b))
+        assert code == 0 and "GPU 3 repartitioned for it" in out and "a 3g.20gb slice" in out
+    finally:
+        station.engine.client.close()
+
+
 # ------------------------------------------------------------------------ a real station
-def test_a_real_station_plans_and_applies_through_nvidia_smi(
-    home: Home, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """NVML and nvidia-smi are the faithful fakes: an A100 in MIG mode with two 3g.20gb
-    instances, and two queued 24 GB jobs that fit neither."""
+def real_station(
+    home: Home, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, policy: str
+) -> tuple[EngineHandle, Path, Path]:
+    """An engine on a real station whose NVML and nvidia-smi are the faithful fakes: an A100 in
+    MIG mode with two 3g.20gb instances. Returns the engine, nvidia-smi's state and its log."""
     smi_state, smi_log = tmp_path / "smi.json", tmp_path / "smi-calls.jsonl"
     uuids = [f"MIG-0000000{gi}-0000-5000-8000-000000000000" for gi in (1, 2)]
     smi_state.write_text(
@@ -243,7 +274,26 @@ def test_a_real_station_plans_and_applies_through_nvidia_smi(
     monkeypatch.setenv("PYTHONPATH", str(FAKES / "nvml_shim"))
     monkeypatch.setenv("GPUDESK_FAKE_NVML", str(nvml))
     engine = EngineHandle(home)
-    engine.start(backend="nvml", sample_interval=0.2, mig_repartition=True)
+    engine.start(backend="nvml", sample_interval=0.2, mig_repartition=True, policy=policy)
+    return engine, smi_state, smi_log
+
+
+def submit_big_jobs(engine: EngineHandle, command: list[str]) -> list[int]:
+    """Two 24 GB jobs: neither fits a 3g.20gb."""
+    return engine.submit(
+        *(
+            {"name": f"big{i}", "gpus": 1, "memory_gb": 24, "sm_pct": 50, "command": command}
+            for i in range(2)
+        )
+    )
+
+
+def test_a_real_station_plans_and_applies_through_nvidia_smi(
+    home: Home, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under a forced mode (mps) the engine never repartitions on its own: the plan is shown
+    and applied by hand."""
+    engine, smi_state, smi_log = real_station(home, tmp_path, monkeypatch, "mps")
     try:
         first, second = engine.submit(
             *(
@@ -294,6 +344,43 @@ def test_a_real_station_plans_and_applies_through_nvidia_smi(
         gis = json.loads(smi_state.read_text())["gpus"][0]["gpu_instances"]
         assert [gi["profile_id"] for gi in gis] == [0]
         assert engine.job(first)["state"] == "queued"  # the queue is never touched
+    finally:
+        engine.stop()
+        engine.client.close()
+
+
+def test_auto_repartitions_a_real_gpu_through_nvidia_smi(
+    home: Home, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`auto`: the engine runs the planner's nvidia-smi commands itself, once. (The NVML fake
+    is a fixed scenario: it goes on listing the two 3g.20gb devices, so the jobs stay queued
+    here; on a real GPU, NVML lists what nvidia-smi created and job 1 starts on it, as on the
+    simulated station above.)"""
+    engine, smi_state, smi_log = real_station(home, tmp_path, monkeypatch, "auto")
+
+    def changing() -> list[list[str]]:
+        lines = smi_log.read_text().splitlines() if smi_log.exists() else []
+        calls = [json.loads(line) for line in lines]
+        return [c for c in calls if any(a in ("-dci", "-dgi", "-cgi") for a in c)]
+
+    try:
+        first, second = submit_big_jobs(engine, SLEEP)
+        wait_for(lambda: len(changing()) == 3, what="the engine's nvidia-smi commands")
+        assert changing() == [
+            ["mig", "-i", "0", "-dci"],
+            ["mig", "-i", "0", "-dgi"],
+            ["mig", "-i", "0", "-cgi", "0", "-C"],
+        ]
+        gis = json.loads(smi_state.read_text())["gpus"][0]["gpu_instances"]
+        assert [gi["profile_id"] for gi in gis] == [0]
+        why, applied = wait_for(lambda: len(e := mig_events(home)) == 2 and e, what="events")
+        assert why.startswith("repartitioning for the queue: GPU 0: 3g.20gb, 3g.20gb -> 7g.40gb")
+        assert "0.00 (jobs none) -> 1.00 (jobs 1)" in why
+        assert applied.startswith("MIG layout of GPU 0 applied: 7g.40gb (was 3g.20gb, 3g.20gb)")
+        engine.submit({"name": "later", "gpus": 0, "command": [sys.executable, "-c", "pass"]})
+        time.sleep(1.0)  # more scheduling passes: the same GPUs and queue are not weighed again
+        assert len(changing()) == 3
+        assert engine.job(first)["state"] == engine.job(second)["state"] == "queued"
     finally:
         engine.stop()
         engine.client.close()

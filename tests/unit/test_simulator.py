@@ -103,15 +103,45 @@ def test_a_fixed_mig_layout_is_offered_as_is(tmp_path: Path) -> None:
         ("3g.40gb", 3),
         ("3g.40gb", 3),
     ]
+    # --mig-repartition changes layouts as the engine does (repartition.payoff), never by
+    # letting the policy carve a MIG-mode GPU
     again = Simulation(
         trace, policy="auto", station="sim:h100x2", mig="1=3g.40gb", mig_repartition=True
     )
-    assert again.view().gpu_states[1].mig_dynamic and again.config.mig_repartition
+    assert not again.view().gpu_states[1].mig_dynamic and again.config.mig_repartition
     carved = Simulation(trace, policy="mig", station="sim:h100x2", mig="1=3g.40gb")
     assert [(g.mig_enabled, g.mig_dynamic) for g in carved.view().gpu_states] == [
         (True, True),
         (True, False),
     ]
+
+
+def test_mig_repartition_recarves_an_idle_gpu_only_where_it_pays(tmp_path: Path) -> None:
+    # four light jobs queued at a GPU with one whole-GPU instance: one at a time on it, or all
+    # four at once on 1g.5gb slices after 10 s of change
+    light = [{"sm_pct": 10, "exclusive_minutes": 30} for _ in range(4)]
+    trace = load_trace(write_trace(tmp_path, light))
+    fixed, recarved = (
+        Simulation(
+            trace, policy="auto", station="sim:a100-40gb", mig="0=7g.40gb", mig_repartition=again
+        ).run()
+        for again in (False, True)
+    )
+    assert fixed.repartitions == 0 and fixed.makespan_s == pytest.approx(4 * 1800, rel=0.01)
+    assert recarved.repartitions == 1
+    assert recarved.makespan_s < 0.5 * fixed.makespan_s
+    assert recarved.modes == {"mig": 4}
+    # one heavy job: the whole-GPU instance is its best slice, so the layout stays
+    heavy = load_trace(write_trace(tmp_path, [{"sm_pct": 80, "exclusive_minutes": 30}]))
+    kept = Simulation(
+        heavy, policy="auto", station="sim:a100-40gb", mig="0=7g.40gb", mig_repartition=True
+    ).run()
+    assert kept.repartitions == 0 and kept.makespan_s == pytest.approx(1800, rel=0.01)
+    # forced modes other than mig never change a layout (nor does the engine under them)
+    forced = Simulation(
+        trace, policy="mps", station="sim:a100-40gb", mig="0=7g.40gb", mig_repartition=True
+    ).run()
+    assert forced.repartitions == 0
 
 
 def test_a_mig_slice_runs_at_its_share(tmp_path: Path) -> None:

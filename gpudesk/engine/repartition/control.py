@@ -1,5 +1,6 @@
-"""The engine's MIG control: the plan of each MIG GPU for the queue, and applying a layout to an
-idle GPU where the station allows it (a simulated station's `mig` table, or nvidia-smi).
+"""The engine's MIG control: the plan of each MIG GPU for the queue, applying a layout to an
+idle GPU where the station allows it (a simulated station's `mig` table, or nvidia-smi), and
+`auto`'s own repartitioning where the interference model says it pays.
 
 It never enables MIG mode, resets a GPU or touches the queue.
 """
@@ -14,12 +15,15 @@ from typing import Any
 
 from gpudesk.engine.mig.nvidia_smi import MigError, MigUsageError
 from gpudesk.engine.mig.records import MigSlot
+from gpudesk.engine.placement.interference import ModelParams
+from gpudesk.engine.repartition.payoff import choose_layouts
 from gpudesk.engine.repartition.planner import MigPlan, QueuedDemand
 from gpudesk.engine.repartition.station import (
     SETTLE_S,
     MigApplyRefused,
     apply_on_gpu,
     check_change,
+    read_gpus,
     station_plans,
 )
 from gpudesk.engine.state import CurrentStation
@@ -136,6 +140,35 @@ class MigControl:
         return MigApplied(
             gpu, previous, change.profiles, change.commands, simulated, True, message, devices
         )
+
+    def repartition_for_queue(
+        self, queue: Sequence[QueuedDemand], params_for: Callable[[str], ModelParams]
+    ) -> list[MigApplied]:
+        """`auto`'s own repartitioning: each idle MIG-mode GPU whose planned layout pays by
+        the model (repartition.payoff) gets it, with an event saying why. Only where the
+        station allows it (apply checks). Raises MigError."""
+        backend = self.telemetry.monitor.backend
+        gpus, manager = read_gpus(backend, self.running_by_gpu())
+        choices = choose_layouts(
+            gpus, queue, params_for, simulated=backend.simulated, commands_from=manager
+        )
+        applied = []
+        for choice in choices:
+            log.info("MIG repartition check: %s", choice.payoff.summary())
+            if not choice.payoff.worth:
+                continue
+            summary = choice.payoff.summary()
+            self.store.add_event("mig", f"repartitioning for the queue: {summary}")
+            applied.append(self.apply(choice.plan.gpu, choice.layout, confirm=True))
+            for start in choice.payoff.carved:  # `gpudesk show JOB` says why its slice exists
+                self.store.add_event(
+                    "mig",
+                    f"GPU {choice.plan.gpu} repartitioned for it and the jobs queued with it "
+                    f"(a {start.profile} slice for it, predicted speed {start.rate:.2f}): "
+                    f"{summary}",
+                    job_id=start.job_id,
+                )
+        return applied
 
     def _set_simulated_layout(self, gpu: int, profiles: tuple[str, ...]) -> None:
         """A simulated GPU's new layout: the station's `mig` table changes as a reconfigure

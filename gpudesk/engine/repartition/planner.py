@@ -59,6 +59,7 @@ class QueuedDemand:
     memory_mib: float
     sm_pct: float
     held: bool = False  # held by the user: planned for, starts once released
+    membw_pct: float | None = None  # its DRAM bandwidth share alone, where known
 
 
 @dataclass(frozen=True)
@@ -255,6 +256,31 @@ def pack_queue(
             if len(left_out) < MAX_LEFT_OUT_LISTED:
                 left_out.append(LeftOut(job.job_id, job.name, reason))
     return chosen, left_out, total_left_out
+
+
+def spare_profiles(
+    profiles: Sequence[GiProfile],
+    placements: Mapping[int, Sequence[SliceSpan]],
+    chosen: Sequence[GiProfile],
+) -> list[GiProfile]:
+    """Slices for jobs still to come, in the room `chosen` leaves: the queue's own profiles
+    again, in queue order, while one fits, then the smallest plain profile while it fits. A
+    layout changes only while its GPU is idle, so room left uncarved would sit unused until the
+    GPU next empties; more jobs like the queue's are the best guess of what comes next."""
+    spare: list[GiProfile] = []
+    plain = sorted(
+        (p for p in profiles if p.compute_slices and _is_plain(p)),
+        key=lambda p: (p.memory_gib, p.compute_slices, p.id),
+    )
+    for candidates in (list(chosen), plain[:1]):
+        placed = True
+        while placed and candidates:
+            placed = False
+            for profile in candidates:
+                if _fits(profiles, placements, [*chosen, *spare, profile]):
+                    spare.append(profile)
+                    placed = True
+    return spare
 
 
 # ------------------------------------------------------------------------------- planning

@@ -1,0 +1,199 @@
+"""Whether giving an idle MIG-mode GPU the planner's layout pays, by the interference model.
+
+`auto` repartitions on its own (`[station] mig_repartition = true`) only where this says so. For
+each idle MIG-mode GPU, in index order, the planner proposes the layout the waiting queue wants
+(`planner.plan_gpu`); this module weighs it against the layout the GPU has:
+
+- **kept**: the queued jobs the current instances would start now, each on the slice placement
+  would give it (the smallest that holds its memory and whose share of the SMs covers its SM
+  demand, else the fastest), and the model's predicted rate for each (`interference.mig_rate`);
+- **carved**: the jobs the planned layout starts, each on the slice the planner made for it (the
+  room they leave is carved into spare slices for jobs to come, `planner.spare_profiles`, which
+  the payoff does not count: a layout changes only while its GPU is idle);
+- the change keeps the GPU unusable for `RECONFIG_S` (draining is not needed: only an idle GPU
+  is changed), and a layout serves the queue for at least `HORIZON_S` before the GPU is idle
+  again and may be changed again.
+
+The change pays when the carved layout's work over the horizon, less the change time, beats the
+kept layout's over the whole horizon. Rates are in "GPUs' worth of work": a job alone on a whole
+GPU runs at 1. Each GPU claims the jobs of the layout it keeps or gets, so the next GPU plans for
+the rest. Held jobs cannot start, so they are left out here (the shown plan includes them).
+
+The engine (`MigControl.repartition_for_queue`) and the simulator (`--mig-repartition`) both
+call `choose_layouts`: the simulator judges the decision the engine makes.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from gpudesk.engine.mig.manager import MigManager
+from gpudesk.engine.mig.profiles import memory_slices, table_for_gpu
+from gpudesk.engine.mig.records import GiProfile
+from gpudesk.engine.placement.interference import ModelParams, mig_rate, workload
+from gpudesk.engine.repartition.planner import (
+    GpuMigState,
+    MigPlan,
+    QueuedDemand,
+    compute_share_pct,
+    full_compute_slices,
+    memory_mib,
+    plan_gpu,
+    spare_profiles,
+)
+
+# The policies that place jobs on MIG slices: under them the engine repartitions on its own.
+REPARTITIONING_POLICIES = ("auto", "mig")
+# Assumption: destroying and creating GPU and compute instances on an idle GPU through
+# nvidia-smi keeps it unusable for about this long (no published figure; a few nvidia-smi calls
+# of a second or two each, and the telemetry's first sample of the new devices).
+RECONFIG_S = 10.0
+# Assumption: a layout serves the queue for at least this long before the GPU is idle again:
+# training jobs run minutes to hours (the Philly trace's jobs: 3.4 to 112 minutes alone, median
+# 24). It matters only where the new layout is faster by a few per cent: with 10 s of change, it
+# must be faster by more than 10 / (600 - 10) = 1.7 %.
+HORIZON_S = 600.0
+
+
+@dataclass(frozen=True)
+class SliceStart:
+    """A queued job a layout starts, on which profile, at what predicted rate."""
+
+    job_id: int
+    profile: str
+    rate: float
+
+
+@dataclass(frozen=True)
+class LayoutPayoff:
+    gpu: int
+    current: tuple[str, ...]
+    planned: tuple[str, ...]
+    kept: tuple[SliceStart, ...]  # what the current layout would start now
+    carved: tuple[SliceStart, ...]  # what the planned layout starts after the change
+    change_s: float = RECONFIG_S
+    horizon_s: float = HORIZON_S
+
+    @property
+    def kept_rate(self) -> float:
+        return sum(s.rate for s in self.kept)
+
+    @property
+    def carved_rate(self) -> float:
+        return sum(s.rate for s in self.carved)
+
+    @property
+    def worth(self) -> bool:
+        carved_work = self.carved_rate * max(0.0, self.horizon_s - self.change_s)
+        return carved_work > self.kept_rate * self.horizon_s * (1.0 + 1e-9)
+
+    @property
+    def claimed(self) -> tuple[int, ...]:
+        """The queued jobs this GPU's chosen layout starts."""
+        return tuple(s.job_id for s in (self.carved if self.worth else self.kept))
+
+    def summary(self) -> str:
+        def jobs(starts: Sequence[SliceStart]) -> str:
+            return ", ".join(str(s.job_id) for s in starts) or "none"
+
+        verdict = "pays" if self.worth else "does not pay"
+        return (
+            f"GPU {self.gpu}: {', '.join(self.current) or 'no instances'} -> "
+            f"{', '.join(self.planned)}: the queue's predicted work rate "
+            f"{self.kept_rate:.2f} (jobs {jobs(self.kept)}) -> {self.carved_rate:.2f} "
+            f"(jobs {jobs(self.carved)}) after ~{self.change_s:.0f} s of change (assumed), "
+            f"over {self.horizon_s / 60:.0f} min: it {verdict}"
+        )
+
+
+@dataclass(frozen=True)
+class LayoutChoice:
+    """An idle MIG-mode GPU's plan, the layout it would get (the plan's slices for the queue,
+    then spare ones for jobs to come: `planner.spare_profiles`) and its payoff."""
+
+    plan: MigPlan
+    layout: tuple[str, ...]
+    payoff: LayoutPayoff
+
+
+def _memory_slices(gpu: GpuMigState, profile: GiProfile) -> int:
+    return memory_slices(profile.short_name, table_for_gpu(gpu.name) or None)
+
+
+def _rate(gpu: GpuMigState, profile: GiProfile, job: QueuedDemand, params: ModelParams) -> float:
+    load = workload(job.sm_pct, job.membw_pct, params)
+    return mig_rate(params, load, profile.compute_slices, _memory_slices(gpu, profile))
+
+
+def kept_starts(
+    gpu: GpuMigState, queue: Sequence[QueuedDemand], params: ModelParams
+) -> tuple[SliceStart, ...]:
+    """The queued jobs the GPU's current (idle) instances would start, as placement picks a
+    slice: memory first, then the smallest whose SM share covers the job, else the fastest."""
+    by_name = {p.short_name: p for p in gpu.profiles}
+    free = [by_name[name] for name in gpu.current if name in by_name]
+    full = full_compute_slices(gpu.profiles)
+    starts = []
+    for job in queue:
+        fitting = [p for p in free if memory_mib(p) >= job.memory_mib]
+        if not fitting:
+            continue
+        covering = [p for p in fitting if compute_share_pct(p, full) >= job.sm_pct]
+        if covering:
+            chosen = min(covering, key=lambda p: (p.compute_slices, p.memory_gib))
+        else:
+            chosen = max(fitting, key=lambda p: (_rate(gpu, p, job, params), -p.memory_gib))
+        free.remove(chosen)
+        starts.append(SliceStart(job.job_id, chosen.short_name, _rate(gpu, chosen, job, params)))
+    return tuple(starts)
+
+
+def carved_starts(
+    gpu: GpuMigState, plan: MigPlan, queue: Sequence[QueuedDemand], params: ModelParams
+) -> tuple[SliceStart, ...]:
+    by_id = {p.id: p for p in gpu.profiles}
+    jobs = {job.job_id: job for job in queue}
+    return tuple(
+        SliceStart(s.job_id, s.profile, _rate(gpu, by_id[s.profile_id], jobs[s.job_id], params))
+        for s in plan.wanted
+    )
+
+
+def choose_layouts(
+    gpus: Sequence[GpuMigState],
+    queue: Sequence[QueuedDemand],
+    params_for: Callable[[str], ModelParams],
+    *,
+    simulated: bool,
+    commands_from: MigManager,
+    change_s: float = RECONFIG_S,
+    horizon_s: float = HORIZON_S,
+) -> list[LayoutChoice]:
+    """Every idle MIG-mode GPU's planned layout with its payoff, in index order; each GPU plans
+    for the jobs the GPUs before it did not claim. The caller changes those whose payoff is
+    `worth` (and only where the station allows it: that is not checked here)."""
+    left = [job for job in queue if not job.held]
+    choices = []
+    for gpu in sorted(gpus, key=lambda g: g.index):
+        if not (gpu.mig_enabled and gpu.idle and gpu.profiles and left):
+            continue
+        plan = plan_gpu(
+            gpu, left, repartition_allowed=True, simulated=simulated, commands_from=commands_from
+        )
+        by_id = {p.id: p for p in gpu.profiles}
+        wanted = [by_id[s.profile_id] for s in plan.wanted]
+        spare = spare_profiles(gpu.profiles, gpu.placements, wanted) if wanted else []
+        layout = tuple(p.short_name for p in [*wanted, *spare]) or gpu.current
+        params = params_for(gpu.name)
+        kept = kept_starts(gpu, left, params)
+        if Counter(layout) == Counter(gpu.current):
+            carved = kept  # the layout stays as it is
+        else:
+            carved = carved_starts(gpu, plan, left, params)
+        payoff = LayoutPayoff(gpu.index, gpu.current, layout, kept, carved, change_s, horizon_s)
+        choices.append(LayoutChoice(plan, layout, payoff))
+        claimed = set(payoff.claimed)
+        left = [job for job in left if job.job_id not in claimed]
+    return choices
