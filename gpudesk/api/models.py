@@ -628,6 +628,7 @@ class MigPlanView(WireModel, frozen=True):
     reason: str | None
     enable_hint: str | None
     running_jobs: list[int]
+    auto: str | None = None  # what auto's own repartitioning predicts of it now, if it weighs it
 
 
 class MigPlanResult(WireModel, frozen=True):

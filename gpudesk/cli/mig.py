@@ -447,20 +447,25 @@ def _plan_text(plan: MigPlanView) -> str:
             + ":"
         )
         lines.extend(f"    {command}" for command in plan.commands)
+    if plan.auto:
+        lines.append(_paragraph(f"auto: {plan.auto}"))
     if plan.allowed:
         lines.append(f"  can apply: yes (`gpudesk mig apply-plan --gpu {plan.gpu}`)")
     else:
-        lines.append(
-            textwrap.fill(
-                f"can apply: no. {plan.reason}",
-                width=96,
-                initial_indent="  ",
-                subsequent_indent="    ",
-                break_on_hyphens=False,
-                break_long_words=False,
-            )
-        )
+        lines.append(_paragraph(f"can apply: no. {plan.reason}"))
     return "\n".join(lines)
+
+
+def _paragraph(text: str) -> str:
+    """A plan's line that may run long, wrapped under its heading."""
+    return textwrap.fill(
+        text,
+        width=96,
+        initial_indent="  ",
+        subsequent_indent="    ",
+        break_on_hyphens=False,
+        break_long_words=False,
+    )
 
 
 @mig_app.command("plan")

@@ -128,6 +128,7 @@ class Engine:
             lambda: mig_candidates(self.queue, self.attempts),
             self.attempts.running_by_gpu,
             self.due.mark,
+            lambda gpu_model: self.learning.model.params(gpu_model),
         )
         self.scheduler = Scheduler(
             self.station,

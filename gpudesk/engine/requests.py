@@ -418,14 +418,15 @@ class RequestHandlers:
     def mig_plan(self, args: Args) -> Reply:
         """{"gpu": int | null}: the MIG plan of one or every MIG-capable GPU (MigPlan.to_dict):
         the layout the queue would want, the job each slice is for, the nvidia-smi commands
-        applying it would run, and whether the engine may apply it, or why not."""
+        applying it would run, whether the engine may apply it, or why not, and in "auto" what
+        auto's own repartitioning predicts of it now (null where it would not weigh it)."""
         gpu = _mig_gpu_arg(args, required=False)
         try:
             plans = self.parts.mig.plans(gpu)
         except MigError as exc:
             raise _mig_protocol_error(exc) from None
         return {
-            "plans": [p.to_dict() for p in plans],
+            "plans": [{**p.to_dict(), "auto": auto} for p, auto in plans],
             "simulated": self.parts.telemetry.monitor.simulated,
         }
 

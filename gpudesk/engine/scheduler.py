@@ -200,7 +200,7 @@ class Scheduler:
             return False
         self.weighed = weighed
         try:
-            applied = self.mig.repartition_for_queue(queue, self.learning.model.params)
+            applied = self.mig.repartition_for_queue(queue)
         except MigError as exc:
             message = f"MIG repartition for the queue not done: {exc}"
             log.warning(message)

@@ -58,6 +58,8 @@ def render_plans(plans: list[MigPlanView] | None, error: str | None) -> Text:
         for slot in plan.slices:
             jobs = ", ".join(f"j{j}" for j in slot.jobs)
             text.append(f"\n  {slot.profile}: {jobs or '-'}", style="dim")
+        if plan.auto:
+            text.append(f"\n  auto: {plan.auto}", style="dim")
         if plan.allowed:
             text.append("\n  can be applied: press a", style="green")
         elif plan.reason:

@@ -127,6 +127,13 @@ def test_the_plan_shows_the_layout_the_queue_wants(locked_station: Station, gpud
     assert "current  1g.5gb" in out and "wanted   2g.10gb, 3g.20gb, 2g.10gb" in out
     assert "nvidia-smi mig -i 3 -cgi 9,14,14 -C" in out
     assert "can apply: no. The station config does not allow" in out
+    # what auto would make of it: nothing starts on 1g.5gb, so it would pay, if allowed
+    assert gpu3["auto"].startswith("GPU 3: 1g.5gb -> 2g.10gb, 3g.20gb, 2g.10gb")
+    assert gpu3["auto"].endswith(
+        "it pays; auto changes it only with [station] mig_repartition = true"
+    )
+    assert "auto: GPU 3: 1g.5gb -> 2g.10gb, 3g.20gb, 2g.10gb" in out
+    assert plans[0]["auto"] is None  # busy and not in MIG mode: not weighed
     code, out, _ = gpudesk("mig", "plan", "--json")
     assert code == 0 and json.loads(out)["plans"][3]["wanted"] == WANTED
 
@@ -154,6 +161,7 @@ def test_applying_the_plan_repartitions_the_simulated_gpu(
     station, client = open_station, open_station.engine.client
     (gpu3,) = client.request("mig_plan", gpu=3)["plans"]
     assert gpu3["allowed"] and gpu3["wanted"] == WANTED
+    assert gpu3["auto"].endswith("it pays; the mps policy never changes a layout on its own")
 
     with pytest.raises(EngineError) as busy:  # GPU 0: heavy0 runs on it, and MIG mode is off
         client.request("mig_apply", gpu=0, profiles=["7g.40gb"], confirm=True)

@@ -16,7 +16,7 @@ from typing import Any
 from gpudesk.engine.mig.nvidia_smi import MigError, MigUsageError
 from gpudesk.engine.mig.records import MigSlot
 from gpudesk.engine.placement.interference import ModelParams
-from gpudesk.engine.repartition.payoff import choose_layouts
+from gpudesk.engine.repartition.payoff import REPARTITIONING_POLICIES, choose_layouts
 from gpudesk.engine.repartition.planner import MigPlan, QueuedDemand
 from gpudesk.engine.repartition.station import (
     SETTLE_S,
@@ -73,26 +73,41 @@ class MigControl:
         queued: Callable[[], list[QueuedDemand]],
         running_by_gpu: Callable[[], Mapping[int, tuple[int, ...]]],
         on_change: Callable[[], None],
+        params_for: Callable[[str], ModelParams],
     ) -> None:
         """`queued`: the queued jobs a MIG slice could take, in placement order;
         `running_by_gpu`: GPU index -> the jobs running on it; `on_change` asks for placement
-        to look again."""
+        to look again; `params_for`: the interference model's parameters for a GPU model."""
         self.station = station
         self.store = store
         self.telemetry = telemetry
         self.queued = queued
         self.running_by_gpu = running_by_gpu
         self.on_change = on_change
+        self.params_for = params_for
 
-    def plans(self, gpu: int | None) -> list[MigPlan]:
-        """The MIG plan of one or every MIG-capable GPU. Raises MigError."""
-        return station_plans(
-            self.telemetry.monitor.backend,
-            self.queued(),
-            self.running_by_gpu(),
-            repartition_allowed=self.station.config.mig_repartition,
-            gpu=gpu,
+    def plans(self, gpu: int | None) -> list[tuple[MigPlan, str | None]]:
+        """The MIG plan of one or every MIG-capable GPU, each with what `auto`'s own
+        repartitioning makes of it now (repartition.payoff; None for a GPU it would not
+        weigh: busy, not in MIG mode, or nothing queued). Raises MigError."""
+        backend = self.telemetry.monitor.backend
+        queue, running = self.queued(), self.running_by_gpu()
+        config = self.station.config
+        plans = station_plans(
+            backend, queue, running, repartition_allowed=config.mig_repartition, gpu=gpu
         )
+        gpus, manager = read_gpus(backend, running)
+        choices = choose_layouts(
+            gpus, queue, self.params_for, simulated=backend.simulated, commands_from=manager
+        )
+        if not config.mig_repartition:
+            note = "; auto changes it only with [station] mig_repartition = true"
+        elif config.policy not in REPARTITIONING_POLICIES:
+            note = f"; the {config.policy} policy never changes a layout on its own"
+        else:
+            note = ""
+        said = {c.payoff.gpu: c.payoff.summary() + note for c in choices}
+        return [(plan, said.get(plan.gpu)) for plan in plans]
 
     def apply(self, gpu: int, profiles: Sequence[str], confirm: bool) -> MigApplied:
         """Give an idle MIG-mode GPU this layout, destroying its instances, only where
@@ -141,16 +156,14 @@ class MigControl:
             gpu, previous, change.profiles, change.commands, simulated, True, message, devices
         )
 
-    def repartition_for_queue(
-        self, queue: Sequence[QueuedDemand], params_for: Callable[[str], ModelParams]
-    ) -> list[MigApplied]:
+    def repartition_for_queue(self, queue: Sequence[QueuedDemand]) -> list[MigApplied]:
         """`auto`'s own repartitioning: each idle MIG-mode GPU whose planned layout pays by
         the model (repartition.payoff) gets it, with an event saying why. Only where the
         station allows it (apply checks). Raises MigError."""
         backend = self.telemetry.monitor.backend
         gpus, manager = read_gpus(backend, self.running_by_gpu())
         choices = choose_layouts(
-            gpus, queue, params_for, simulated=backend.simulated, commands_from=manager
+            gpus, queue, self.params_for, simulated=backend.simulated, commands_from=manager
         )
         applied = []
         for choice in choices:
