@@ -18,9 +18,10 @@ and a `StationView`, so the live engine and `gpudesk simulate` run the same code
   is in MIG mode; whole idle GPUs for multi-GPU jobs and after an out-of-memory death. An MPS
   client may grow into the memory its co-tenants left free (all of it, alone), never into theirs.
 Jobs go in priority and arrival order. A job that cannot start yet may be overtaken by later
-jobs `MAX_OVERTAKES` times (a multi-GPU job not at all); then the least-loaded GPUs it needs take
-no new job until it has started, while later jobs still start on the others (bounded
-backfilling), so a large job is never starved by a stream of small ones.
+jobs `MAX_OVERTAKES` times (a multi-GPU job not at all); then the least-loaded GPUs it can run
+on (never a fixed-layout MIG GPU for a job that needs whole GPUs) take no new job until it has
+started, while later jobs still start on the others (bounded backfilling), so a large job is
+never starved by a stream of small ones.
 
 `CarmaPolicy` is the published baseline (CARMA): FIFO without backfilling, idle GPUs first, then
 the GPU with the most free memory as measured; admit when free >= need + 2 GiB after a 512 MiB
@@ -32,7 +33,7 @@ from __future__ import annotations
 import bisect
 import functools
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
 from gpudesk.engine.mig.profiles import (
@@ -390,7 +391,7 @@ class SharingPolicy:
                 >= self.overtake_budget(waiting)
             ):
                 # Its turn: the GPUs that will free up first take nothing new until it starts.
-                reserved = self.reserve(waiting, plan)
+                reserved = self.reserve(waiting, station, plan.gpus.values())
             choice = self.choose(
                 job,
                 demand,
@@ -416,13 +417,38 @@ class SharingPolicy:
         (later jobs still start on the others)."""
         return self.max_overtakes if job.spec.gpus <= 1 else 0
 
-    def reserve(self, job: JobRecord, plan: _FilledStation) -> set[int]:
-        """The GPUs a long-waiting job will get: the least loaded ones."""
-        gpus = sorted(
-            (g for g in plan.gpus.values() if not g.lost),
+    def reserve(
+        self, job: JobRecord, station: StationView, gpus: Iterable[GpuState] | None = None
+    ) -> set[int]:
+        """The GPUs a long-waiting job will get: the least loaded of those it can run on once
+        they drain (`gpus`: the station as this pass has filled it). A GPU in MIG mode runs
+        jobs on its slices only, so it is held for a job that needs whole GPUs only where it
+        may be re-carved, and for a one-GPU job only where one of its slices (or a profile it
+        may carve) holds the job's memory: holding any other GPU would keep it idle for
+        nothing while the job still waits for the GPUs it can use."""
+        demand = demand_of(job, station)
+        whole = job.spec.gpus > 1 or demand.exclusive or self.mode == "exclusive"
+        usable = sorted(
+            (
+                g
+                for g in (station.gpu_states if gpus is None else gpus)
+                if not g.lost and self._could_run(g, demand, whole, station)
+            ),
             key=lambda g: (g.sm_demand_pct, len(g.tenants), g.index),
         )
-        return {g.index for g in gpus[: max(1, job.spec.gpus)]}
+        return {g.index for g in usable[: max(1, job.spec.gpus)]}
+
+    def _could_run(self, gpu: GpuState, demand: Demand, whole: bool, station: StationView) -> bool:
+        """Whether the job could run on the GPU once it has drained."""
+        carvable = gpu.mig_dynamic or station.config.mig_repartition
+        if whole:  # _whole_gpus: a GPU in MIG mode only where it may be carved anew
+            return not gpu.mig_enabled or carvable
+        if not (gpu.mig_enabled or self.mode == "mig"):
+            return True
+        need = demand.memory_mib
+        if carvable:
+            return any(p.memory_mib >= need for p in _mig_table(gpu))
+        return any(s.memory_mib >= need for s in gpu.mig_slices)
 
     def choose(
         self,
