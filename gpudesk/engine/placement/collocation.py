@@ -18,9 +18,10 @@ and a `StationView`, so the live engine and `gpudesk simulate` run the same code
   is in MIG mode; whole idle GPUs for multi-GPU jobs and after an out-of-memory death. An MPS
   client may grow into the memory its co-tenants left free (all of it, alone), never into theirs.
 Jobs go in priority and arrival order. A job that cannot start yet may be overtaken by later
-jobs `MAX_OVERTAKES` times (a multi-GPU job not at all); then the least-loaded GPUs it needs take
-no new job until it has started, while later jobs still start on the others (bounded
-backfilling), so a large job is never starved by a stream of small ones.
+jobs `MAX_OVERTAKES` times (a multi-GPU job not at all); then the least-loaded GPUs it can run
+on (never a fixed-layout MIG GPU for a job that needs whole GPUs) take no new job until it has
+started, while later jobs still start on the others (bounded backfilling), so a large job is
+never starved by a stream of small ones.
 
 `CarmaPolicy` is the published baseline (CARMA): FIFO without backfilling, idle GPUs first, then
 the GPU with the most free memory as measured; admit when free >= need + 2 GiB after a 512 MiB
@@ -32,7 +33,7 @@ from __future__ import annotations
 import bisect
 import functools
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
 from gpudesk.engine.mig.profiles import (
@@ -52,12 +53,11 @@ from gpudesk.engine.placement.demand import (
     margin_mib,
 )
 from gpudesk.engine.placement.interference import (
+    Joining,
     ModelParams,
     Prediction,
     Workload,
     mig_rate,
-    predict_join,
-    shared_rates,
     workload,
 )
 from gpudesk.engine.placement.policy import (
@@ -118,28 +118,79 @@ class _Choice:
 
 
 @dataclass
+class _Host:
+    """A GPU as a job placed by this pass sees it, computed once per GPU state (a long queue
+    asks each GPU many times; a job placed there makes a new state)."""
+
+    gpu: GpuState
+    params: ModelParams
+    share: str  # "mps" or "naive": how a new tenant would share it
+    kind: int  # _IDLE, _SHARED (takes a tenant under `share`), _MIG, or _CLOSED
+    room_mib: float  # idle: what a job may use alone; shared: what its tenants left free
+    heavy_tenant: bool  # a tenant already saturates it (a heavy job gains nothing beside it)
+    idle_whole: bool  # idle and usable whole (a multi-GPU or exclusive job may take it)
+    joining: Joining | None = None  # the model's view of its shared tenants, when first asked
+    # The least SM demand the model gave no gain here: a job's gain beside these tenants falls
+    # as its SM share grows, so one at least as heavy gains nothing either (jobs without a
+    # bandwidth figure only: theirs follows their SM share).
+    gainless_sm: float = math.inf
+
+
+_IDLE, _SHARED, _MIG, _CLOSED = range(4)
+
+
+@dataclass
 class _FilledStation:
     """The station as this pass has filled it so far."""
 
     gpus: dict[int, GpuState]
     placements: list[Placement] = field(default_factory=list)
-    # per GPU: the state it was computed for, its shared tenants' workloads and their rates
-    _loads: dict[int, tuple[GpuState, str, list[Workload], list[float]]] = field(
-        default_factory=dict
-    )
+    _hosts: dict[int, _Host] = field(default_factory=dict)
+    _usable: list[_Host] | None = None  # the hosts of the GPUs not lost, in index order
 
-    def tenant_loads(
-        self, gpu: GpuState, share: str, params: ModelParams
-    ) -> tuple[list[Workload], list[float]]:
-        """The GPU's tenants as the model sees them, and their rates now (cached per pass
-        until a job is placed there: a long queue asks for each GPU many times)."""
-        cached = self._loads.get(gpu.index)
-        if cached is not None and cached[0] is gpu and cached[1] == share:
-            return cached[2], cached[3]
-        loads = _tenant_workloads(gpu, params)
-        rates = shared_rates(params, share, loads)
-        self._loads[gpu.index] = (gpu, share, loads, rates)
-        return loads, rates
+    def hosts(self, station: StationView, mode: str) -> list[_Host]:
+        """Every GPU not lost as a `_Host`, each cached until a job is placed there."""
+        if self._usable is None:
+            self._usable = [self._host(g, station, mode) for g in self.gpus.values() if not g.lost]
+        return self._usable
+
+    def _host(self, gpu: GpuState, station: StationView, mode: str) -> _Host:
+        cached = self._hosts.get(gpu.index)
+        if cached is not None and cached.gpu is gpu:
+            return cached
+        share = "mps" if mode in ("mps", "auto") and gpu.mps_usable else "naive"
+        room = 0.0
+        if gpu.mig_enabled or mode == "mig":
+            kind = _MIG  # a GPU in MIG mode runs jobs on slices only: MIG mode is never toggled
+        elif gpu.idle:
+            kind, room = _IDLE, gpu.memory_total_mib - RESERVE_MIB
+        elif (
+            gpu.exclusive
+            or station.config.isolation  # only MIG slices are shared
+            or gpu.tenant_modes != {share}  # an MPS GPU takes MPS clients, a time-sliced one naive
+        ):
+            kind = _CLOSED
+        else:
+            kind, room = _SHARED, gpu.free_mib
+        host = _Host(
+            gpu,
+            station.interference.params(gpu.model),
+            share,
+            kind,
+            room,
+            gpu.heaviest_tenant_sm_pct >= HEAVY_SM_PCT,
+            gpu.idle and (not gpu.mig_enabled or gpu.mig_dynamic),
+        )
+        self._hosts[gpu.index] = host
+        return host
+
+    def joining(self, host: _Host) -> Joining:
+        """What the model predicts for a job joining the host's shared tenants."""
+        if host.joining is None:
+            host.joining = Joining(
+                host.params, host.share, _tenant_workloads(host.gpu, host.params)
+            )
+        return host.joining
 
     def take(
         self, job: JobRecord, demand: Demand, choice: _Choice, station: StationView
@@ -156,6 +207,7 @@ class _FilledStation:
             self.gpus[index] = replace(
                 gpu, tenants=(*gpu.tenants, tenant), mig_slices=slices, placed_s_ago=0.0
             )
+        self._usable = None
         placement = _placement(job, demand, choice, station)
         self.placements.append(placement)
         return placement
@@ -339,7 +391,7 @@ class SharingPolicy:
                 >= self.overtake_budget(waiting)
             ):
                 # Its turn: the GPUs that will free up first take nothing new until it starts.
-                reserved = self.reserve(waiting, plan)
+                reserved = self.reserve(waiting, station, plan.gpus.values())
             choice = self.choose(
                 job,
                 demand,
@@ -365,20 +417,39 @@ class SharingPolicy:
         (later jobs still start on the others)."""
         return self.max_overtakes if job.spec.gpus <= 1 else 0
 
-    def reserve(self, job: JobRecord, plan: _FilledStation) -> set[int]:
-        """The GPUs a long-waiting job will get: the least loaded ones it can run on. A GPU in
-        MIG mode runs slices only, so it is never held for a multi-GPU job (holding it would
-        idle its slices for a job that cannot use them)."""
-        whole = job.spec.gpus > 1
-        gpus = sorted(
+    def reserve(
+        self, job: JobRecord, station: StationView, gpus: Iterable[GpuState] | None = None
+    ) -> set[int]:
+        """The GPUs a long-waiting job will get: the least loaded of those it can run on once
+        they drain (`gpus`: the station as this pass has filled it). A GPU in MIG mode runs
+        jobs on its slices only, so it is never held for a job that needs whole GPUs, and for a
+        one-GPU job only where one of its slices (or a profile the engine may carve) holds the
+        job's memory: holding any other GPU would keep it idle for
+        nothing while the job still waits for the GPUs it can use."""
+        demand = demand_of(job, station)
+        whole = job.spec.gpus > 1 or demand.exclusive or self.mode == "exclusive"
+        usable = sorted(
             (
                 g
-                for g in plan.gpus.values()
-                if not g.lost and not (whole and g.mig_enabled and not g.mig_dynamic)
+                for g in (station.gpu_states if gpus is None else gpus)
+                if not g.lost and self._could_run(g, demand, whole, station)
             ),
             key=lambda g: (g.sm_demand_pct, len(g.tenants), g.index),
         )
-        return {g.index for g in gpus[: max(1, job.spec.gpus)]}
+        return {g.index for g in usable[: max(1, job.spec.gpus)]}
+
+    def _could_run(self, gpu: GpuState, demand: Demand, whole: bool, station: StationView) -> bool:
+        """Whether the job could run on the GPU once it has drained."""
+        if whole:  # _whole_gpus: MIG mode is never toggled, so never a GPU in MIG mode
+            return not gpu.mig_enabled or gpu.mig_dynamic
+        # mig_repartition: the engine may give an idle MIG-mode GPU any layout (payoff.py)
+        carvable = gpu.mig_dynamic or station.config.mig_repartition
+        if not (gpu.mig_enabled or self.mode == "mig"):
+            return True
+        need = demand.memory_mib
+        if carvable:
+            return any(p.memory_mib >= need for p in _mig_table(gpu))
+        return any(s.memory_mib >= need for s in gpu.mig_slices)
 
     def choose(
         self,
@@ -393,23 +464,38 @@ class SharingPolicy:
         scored by the interference model: the work per second the station gains (the job's
         speed there, minus what it costs the tenants it joins), less, for an idle GPU, what
         it takes from the jobs behind that need one."""
-        gpus = [g for g in plan.gpus.values() if not g.lost and g.index not in exclude]
+        hosts = plan.hosts(station, self.mode)
+        if exclude:
+            hosts = [h for h in hosts if h.gpu.index not in exclude]
         if job.spec.gpus > 1 or demand.exclusive or self.mode == "exclusive":
-            return self._whole_gpus(job, demand, gpus)
+            return self._whole_gpus(job, demand, [h.gpu for h in hosts])
         options: list[_Choice] = []
-        idle_whole = [g for g in gpus if g.idle and (not g.mig_enabled or g.mig_dynamic)]
+        idle_whole = sum(h.idle_whole for h in hosts)
         # The idle GPUs the jobs just behind will need: taking one of those costs them.
-        short = bool(idle_whole) and self.mode != "exclusive" and behind() >= len(idle_whole)
-        for gpu in gpus:
-            params = station.interference.params(gpu.model)
-            if gpu.mig_enabled or self.mode == "mig":
-                option = self._mig_option(gpu, demand, job.id, params)
-                if option is not None:
-                    options.append(option)
-                continue  # a GPU in MIG mode runs jobs on slices only: MIG mode is never toggled
-            option = self._whole_gpu_option(
-                plan, gpu, demand, station, params, short and not demand.heavy
-            )
+        keep_idle = bool(idle_whole) and not demand.heavy and behind() >= idle_whole
+        memory = demand.memory_mib
+        margin = margin_mib(demand)
+        load: Workload | None = None  # the job's workload under `load_params`
+        load_params: ModelParams | None = None  # (one GPU model on most stations)
+        option: _Choice | None
+        for host in hosts:
+            kind = host.kind
+            if kind == _SHARED:
+                if memory + margin > host.room_mib:
+                    continue
+                if host.params is not load_params:
+                    load_params = host.params
+                    load = workload(demand.sm_pct, demand.membw_pct, load_params)
+                assert load is not None
+                option = self._shared_option(plan, host, demand, margin, load)
+            elif kind == _IDLE:
+                if memory > host.room_mib:
+                    continue
+                option = self._idle_option(host, keep_idle)
+            elif kind == _MIG:
+                option = self._mig_option(host.gpu, demand, job.id, host.params)
+            else:
+                continue
             if option is not None:
                 options.append(option)
         if not options:
@@ -439,58 +525,52 @@ class SharingPolicy:
         )
         return _Choice(chosen, "exclusive", f"GPU {','.join(map(str, chosen))} idle; {why}")
 
-    def _whole_gpu_option(
+    def _idle_option(self, host: _Host, keep_idle: bool) -> _Choice:
+        """The job alone on an idle GPU. Kept for the jobs behind (`keep_idle`): any sharing
+        placement that gains goes first, but a job with nowhere else to go still takes it (it
+        is ahead of them in the queue)."""
+        index = host.gpu.index
+        return _Choice(
+            (index,),
+            host.share,
+            f"GPU {index} idle (kept for the heavier jobs queued behind)"
+            if keep_idle
+            else f"GPU {index} idle",
+            alone=True,
+            value=KEPT_IDLE_VALUE if keep_idle else 1.0,
+            rank=(0.0, index),
+        )
+
+    def _shared_option(
         self,
         plan: _FilledStation,
-        gpu: GpuState,
+        host: _Host,
         demand: Demand,
-        station: StationView,
-        params: ModelParams,
-        keep_idle: bool,
+        margin: float,
+        load: Workload,
     ) -> _Choice | None:
-        """The job alone on an idle GPU, or beside its tenants under MPS or time-slicing."""
-        if gpu.exclusive:
-            return None
-        share = "mps" if self.mode in ("mps", "auto") and gpu.mps_usable else "naive"
-        if gpu.idle:
-            if demand.memory_mib > gpu.memory_total_mib - RESERVE_MIB:
-                return None
-            # Kept for the jobs behind: any sharing placement that gains goes first, but a job
-            # with nowhere else to go still takes it (it is ahead of them in the queue).
-            value = KEPT_IDLE_VALUE if keep_idle else 1.0
-            note = " (kept for the heavier jobs queued behind)" if keep_idle else ""
-            return _Choice(
-                (gpu.index,),
-                share,
-                f"GPU {gpu.index} idle{note}",
-                alone=True,
-                value=value,
-                rank=(0.0, gpu.index),
-            )
-        if station.config.isolation:
-            return None  # the station asks for isolation: only MIG slices are shared
-        if gpu.tenant_modes != {share}:
-            return None  # an MPS GPU takes MPS clients, a time-sliced one naive ones
-        margin = margin_mib(demand)
-        free = gpu.free_mib
-        if free < demand.memory_mib + margin:
-            return None
-        if demand.heavy and gpu.heaviest_tenant_sm_pct >= HEAVY_SM_PCT:
+        """The job beside the GPU's tenants under MPS or time-slicing (its memory fits with
+        the margin), if the model predicts the station gains."""
+        if demand.heavy and host.heavy_tenant:
             return None  # two compute-heavy jobs: no gain (published)
-        tenants, before = plan.tenant_loads(gpu, share, params)
-        job_load = workload(demand.sm_pct, demand.membw_pct, params)
-        predicted = predict_join(params, share, job_load, tenants, before)
-        if predicted.gain <= 0.0:
+        bounded = demand.membw_pct is None
+        if bounded and demand.sm_pct >= host.gainless_sm:
             return None
+        predicted = plan.joining(host)(load)
+        if predicted.gain <= 0.0:
+            if bounded:
+                host.gainless_sm = min(host.gainless_sm, demand.sm_pct)
+            return None
+        gpu = host.gpu
         return _Choice(
             (gpu.index,),
-            share,
+            host.share,
             "",  # written only if this option is chosen (a pass weighs many)
-            why=functools.partial(_collocated_reason, gpu, share, demand, predicted, margin),
-            free_mib=free,
+            why=functools.partial(_collocated_reason, gpu, host.share, demand, predicted, margin),
+            free_mib=host.room_mib,
             rate=predicted.rate,
             value=predicted.gain,
-            rank=(1.0, -free, gpu.index),
+            rank=(1.0, -host.room_mib, gpu.index),
         )
 
     def _mig_option(

@@ -274,6 +274,37 @@ def predict_join(
     return Prediction(rate, rate - lost, tuple(before), tuple(after[:-1]))
 
 
+class Joining:
+    """`predict_join` for many jobs that might join the same tenants (a placement pass weighs
+    each GPU for many jobs): what depends on the tenants alone is taken once. Gives exactly
+    what `predict_join` gives."""
+
+    def __init__(
+        self,
+        params: ModelParams,
+        mechanism: str,
+        tenants: Sequence[Workload],
+        before: Sequence[float] | None = None,
+    ) -> None:
+        self.params, self.mechanism, self.tenants = params, mechanism, tenants
+        self.before = tuple(shared_rates(params, mechanism, tenants) if before is None else before)
+        # the MPS hot path of predict_join: every uncapped tenant runs at one shared rate
+        self.uniform = (
+            mechanism == "mps" and bool(tenants) and all(t.thread_cap is None for t in tenants)
+        )
+        self.sm = sum(t.sm for t in tenants)
+        self.membw = sum(t.membw for t in tenants)
+        self.lost = sum(self.before)
+
+    def __call__(self, job: Workload) -> Prediction:
+        if self.uniform and job.thread_cap is None:
+            pressure = max(self.sm + job.sm, self.membw + job.membw)
+            n = len(self.tenants)
+            rate = mps_shared_rate(self.params, pressure, n + 1)
+            return Prediction(rate, rate * (n + 1) - self.lost, self.before, (rate,) * n)
+        return predict_join(self.params, self.mechanism, job, self.tenants, self.before)
+
+
 # --- learning -------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Observation:

@@ -8,10 +8,9 @@ be pure: the same queue and station give the same decision, so the simulator can
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar, overload
 
 from gpudesk.engine.placement.interference import PRIOR_MODEL, InterferenceModel
 from gpudesk.engine.station import StationConfig
@@ -19,6 +18,33 @@ from gpudesk.engine.store.records import JobRecord
 from gpudesk.units import MIB_PER_GIB
 
 RESERVE_MIB = 512.0  # kept free on every GPU (driver, fragmentation)
+
+_T = TypeVar("_T")
+
+
+class _memo(Generic[_T]):
+    """`functools.cached_property` without its lock: before Python 3.12 it takes one lock,
+    shared by every instance, on each first access, which doubled the cost of a new
+    `GpuState` on the placement hot path (a pass makes one per job it places). A value
+    computed twice by racing threads is the same value: the state is frozen."""
+
+    def __init__(self, func: Callable[[Any], _T]) -> None:
+        self.func = func
+        self.__doc__ = func.__doc__
+        self.name = func.__name__
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    @overload
+    def __get__(self, instance: None, owner: type | None = None) -> _memo[_T]: ...
+    @overload
+    def __get__(self, instance: object, owner: type | None = None) -> _T: ...
+    def __get__(self, instance: object | None, owner: type | None = None) -> _T | _memo[_T]:
+        if instance is None:
+            return self
+        value = instance.__dict__[self.name] = self.func(instance)
+        return value
 
 
 @dataclass(frozen=True)
@@ -59,31 +85,31 @@ class GpuState:
     lost: bool = False
     placed_s_ago: float | None = None  # since the last job started on it (None: long ago)
 
-    @functools.cached_property  # a placement pass asks each GPU many times
+    @_memo  # a placement pass asks each GPU many times
     def idle(self) -> bool:
         return not self.tenants
 
-    @functools.cached_property
+    @_memo
     def exclusive(self) -> bool:
         return any(t.mode == "exclusive" for t in self.tenants)
 
-    @functools.cached_property
+    @_memo
     def reserved_mib(self) -> float:
         return sum(t.memory_mib for t in self.tenants)
 
-    @functools.cached_property
+    @_memo
     def sm_demand_pct(self) -> float:
         return sum(t.sm_pct for t in self.tenants)
 
-    @functools.cached_property
+    @_memo
     def tenant_modes(self) -> frozenset[str]:
         return frozenset(t.mode for t in self.tenants)
 
-    @functools.cached_property
+    @_memo
     def heaviest_tenant_sm_pct(self) -> float:
         return max((t.sm_pct for t in self.tenants), default=0.0)
 
-    @functools.cached_property
+    @_memo
     def free_mib(self) -> float:
         """Free memory counting both reservations and measurements: a tenant that has not yet
         allocated still holds its share, and one that took more than it said is counted."""
