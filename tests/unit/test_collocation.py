@@ -169,6 +169,19 @@ def test_a_gpu_in_mig_mode_is_never_held_for_a_multi_gpu_job() -> None:
     assert decision.overtaken == {10: 1}
 
 
+def test_a_measured_need_is_not_skipped_for_a_guess_that_found_no_room() -> None:
+    # GPU 0 has 31.5 GiB free. Job 2's guess of 30 GiB needs 32 with the 2 GiB margin: no room.
+    # Job 3's 30.5 GiB was measured by earlier runs: with its 3 % margin it needs 31.4 and fits.
+    # A queue-wide "no room for anything this big" shortcut must not skip it. Job 4's measured
+    # 31 GiB needs 31.9: no room.
+    view = station(
+        gpu(0, tenant(1, 8, 20)),
+        demands={3: Demand(30.5 * GIB, 10, "history"), 4: Demand(31 * GIB, 10, "history")},
+    )
+    decision = SharingPolicy("auto").place([job(2, 30, 10), job(3, 1, 1), job(4, 1, 1)], view)
+    assert [(p.job_id, p.gpus) for p in decision.placements] == [(3, (0,))]
+
+
 def test_a_running_jobs_reservation_follows_its_measured_peak_once_settled() -> None:
     assert reservation(16 * GIB, 4 * GIB, None) == 16 * GIB  # no measurement yet
     assert reservation(16 * GIB, 4 * GIB, PEAK_SETTLED_S - 1) == 16 * GIB  # still growing

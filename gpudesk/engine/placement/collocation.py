@@ -349,10 +349,13 @@ class SharingPolicy:
         overtaken: dict[int, int] = {}
         waiting: JobRecord | None = None  # the first GPU job that could not start
         reserved: set[int] = set()  # GPUs held for it once it has been overtaken enough
-        # Demands that found no room, by (GPUs, exclusive): a job needing at least as much
-        # memory and SM finds none either. Placing jobs only ever fills GPUs within a pass, so
-        # this stays true to its end. Keeps a pass over a long queue cheap.
-        no_room: dict[tuple[int, bool], _Frontier] = {}
+        # Demands that found no room, by (GPUs, exclusive, measured): a job needing at least as
+        # much memory and SM finds none either. A measured need fits with a smaller margin than
+        # a guess (demand.margin_mib), so the two are kept apart; a job with its own bandwidth
+        # figure is never judged by it (the frontier knows memory and SM only). Placing jobs
+        # only ever fills GPUs within a pass, so this stays true to its end. Keeps a pass over
+        # a long queue cheap.
+        no_room: dict[tuple[int, bool, bool], _Frontier] = {}
         largest = max((g.memory_total_mib for g in station.gpu_states if not g.lost), default=0.0)
         # Jobs that certainly could run somewhere skip the full check (a long queue is mostly
         # such jobs, and this loop is the policy's hot path).
@@ -378,9 +381,10 @@ class SharingPolicy:
                 if impossible:
                     rejections.append(Rejection(job.id, impossible))
                     continue
-            shape = (spec.gpus, exclusive)
+            shape = (spec.gpus, exclusive, known is not None and known.source == "history")
             frontier = no_room.get(shape)
-            if frontier is not None and frontier.dominates(memory, sm):
+            banded = known is not None and known.membw_pct is not None
+            if frontier is not None and not banded and frontier.dominates(memory, sm):
                 waiting = waiting or job
                 continue
             demand = known or from_hints(spec.memory_gb, spec.sm_pct)
