@@ -93,10 +93,15 @@ class MigControl:
         backend = self.telemetry.monitor.backend
         queue, running = self.queued(), self.running_by_gpu()
         config = self.station.config
+        gpus, manager = read_gpus(backend, running)  # one read: nvidia-smi on a real station
         plans = station_plans(
-            backend, queue, running, repartition_allowed=config.mig_repartition, gpu=gpu
+            gpus,
+            manager,
+            queue,
+            repartition_allowed=config.mig_repartition,
+            simulated=backend.simulated,
+            gpu=gpu,
         )
-        gpus, manager = read_gpus(backend, running)
         choices = choose_layouts(
             gpus, queue, self.params_for, simulated=backend.simulated, commands_from=manager
         )

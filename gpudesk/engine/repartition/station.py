@@ -172,22 +172,23 @@ def _one(gpus: Sequence[GpuMigState], index: int) -> GpuMigState:
 
 # --------------------------------------------------------------------------------- planning
 def station_plans(
-    backend: TelemetryBackend,
+    gpus: Sequence[GpuMigState],
+    manager: MigManager,
     queue: Sequence[QueuedDemand],
-    running: Mapping[int, tuple[int, ...]],
     *,
     repartition_allowed: bool,
+    simulated: bool,
     gpu: int | None = None,
 ) -> list[MigPlan]:
-    """The plan of every MIG-capable GPU (or of GPU `gpu`): see mig_planner."""
-    gpus, manager = read_gpus(backend, running)
+    """The plan of every MIG-capable GPU (or of GPU `gpu`) as `read_gpus` read them: see
+    mig_planner. Raises UnknownGpuError for a `gpu` that is not among them."""
     if gpu is not None:
         _one(gpus, gpu)
     plans = plan_station(
         gpus,
         queue,
         repartition_allowed=repartition_allowed,
-        simulated=backend.simulated,
+        simulated=simulated,
         commands_from=manager,
     )
     return [p for p in plans if gpu is None or p.gpu == gpu]
