@@ -35,6 +35,7 @@ import functools
 import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Generic, TypeVar
 
 from gpudesk.engine.mig.profiles import (
     CARVED_PROFILES,
@@ -580,16 +581,17 @@ class SharingPolicy:
     def _mig_option(
         self, gpu: GpuState, demand: Demand, job_id: int, params: ModelParams
     ) -> _Choice | None:
-        """The best MIG slice for the job on this GPU: the smallest whose SM share covers the
-        job, existing slices before new ones (where slices may be carved), else the fastest."""
+        """The best MIG slice for the job on this GPU (`best_slice`), among its free instances
+        and, where slices may be carved, the profiles that still fit."""
         need = demand.memory_mib
         job_load = workload(demand.sm_pct, demand.membw_pct, params)
         table = _mig_table(gpu)
-        fitting: list[tuple[float, MigSlice, bool]] = []
+        fitting: list[SliceOption[MigSlice]] = []
         for mig in gpu.mig_slices:
             if not mig.busy and mig.memory_mib >= need:
                 memory = memory_slices(mig.profile, table or None)
-                fitting.append((mig_rate(params, job_load, mig.compute_slices, memory), mig, False))
+                rate = mig_rate(params, job_load, mig.compute_slices, memory)
+                fitting.append(SliceOption(mig, rate, mig.compute_slices, mig.memory_mib))
         if gpu.mig_dynamic:
             used_compute = sum(s.compute_slices for s in gpu.mig_slices)
             used_memory = sum(memory_slices(s.profile, table or None) for s in gpu.mig_slices)
@@ -606,19 +608,13 @@ class SharingPolicy:
                         profile.compute_slices,
                     )
                     rate = mig_rate(params, job_load, profile.compute_slices, profile.memory_slices)
-                    fitting.append((rate, carved, True))
-        if not fitting:
+                    fitting.append(
+                        SliceOption(carved, rate, carved.compute_slices, carved.memory_mib, True)
+                    )
+        best = best_slice(fitting, job_load.sm)
+        if best is None:
             return None
-        # The smallest slice whose share of the SMs covers the job's SM activity (the MIG
-        # planner's rule, so placement takes the slices the planner carved for each job),
-        # existing slices before new ones; where none covers it, the fastest by the model.
-        covering = [f for f in fitting if f[1].compute_slices / COMPUTE_SLICES >= job_load.sm]
-        if covering:
-            rate, mig, carved_new = min(
-                covering, key=lambda f: (f[2], f[1].compute_slices, f[1].memory_mib)
-            )
-        else:
-            rate, mig, carved_new = max(fitting, key=lambda f: (f[0], not f[2], -f[1].memory_mib))
+        rate, mig, carved_new = best.rate, best.slice, best.new
         verb = "new MIG" if carved_new else "MIG"
         return _Choice(
             (gpu.index,),
@@ -660,6 +656,34 @@ class SharingPolicy:
         if ahead:
             text += f"; {len(ahead)} GPU job(s) ahead"
         return text
+
+
+SliceT = TypeVar("SliceT")
+
+
+@dataclass(frozen=True)
+class SliceOption(Generic[SliceT]):
+    """A MIG slice a job could run on (an existing instance, or one that may be carved)."""
+
+    slice: SliceT
+    rate: float  # the job's predicted rate on it
+    compute_slices: int
+    memory_mib: float
+    new: bool = False  # to be carved for it: existing instances come first
+
+
+def best_slice(options: Sequence[SliceOption[SliceT]], sm: float) -> SliceOption[SliceT] | None:
+    """The slice placement gives a job whose SM activity is `sm` (0..1): the smallest whose
+    share of the SMs covers it (the MIG planner's rule, so placement takes the slices the
+    planner carved for each job), existing slices before new ones; where none covers it, the
+    fastest by the model. The one home of the rule: repartition.payoff predicts with it what
+    a layout would start."""
+    if not options:
+        return None
+    covering = [o for o in options if o.compute_slices / COMPUTE_SLICES >= sm]
+    if covering:
+        return min(covering, key=lambda o: (o.new, o.compute_slices, o.memory_mib))
+    return max(options, key=lambda o: (o.rate, not o.new, -o.memory_mib))
 
 
 def _mig_table(gpu: GpuState) -> tuple[MigProfile, ...]:

@@ -32,13 +32,12 @@ from dataclasses import dataclass
 from gpudesk.engine.mig.manager import MigManager
 from gpudesk.engine.mig.profiles import memory_slices, table_for_gpu
 from gpudesk.engine.mig.records import GiProfile
+from gpudesk.engine.placement.collocation import SliceOption, best_slice
 from gpudesk.engine.placement.interference import ModelParams, mig_rate, workload
 from gpudesk.engine.repartition.planner import (
     GpuMigState,
     MigPlan,
     QueuedDemand,
-    compute_share_pct,
-    full_compute_slices,
     memory_mib,
     plan_gpu,
     spare_profiles,
@@ -130,23 +129,23 @@ def _rate(gpu: GpuMigState, profile: GiProfile, job: QueuedDemand, params: Model
 def kept_starts(
     gpu: GpuMigState, queue: Sequence[QueuedDemand], params: ModelParams
 ) -> tuple[SliceStart, ...]:
-    """The queued jobs the GPU's current (idle) instances would start, as placement picks a
-    slice: memory first, then the smallest whose SM share covers the job, else the fastest."""
+    """The queued jobs the GPU's current (idle) instances would start, each on the slice
+    placement would give it (`collocation.best_slice`)."""
     by_name = {p.short_name: p for p in gpu.profiles}
     free = [by_name[name] for name in gpu.current if name in by_name]
-    full = full_compute_slices(gpu.profiles)
     starts = []
     for job in queue:
-        fitting = [p for p in free if memory_mib(p) >= job.memory_mib]
-        if not fitting:
-            continue
-        covering = [p for p in fitting if compute_share_pct(p, full) >= job.sm_pct]
-        if covering:
-            chosen = min(covering, key=lambda p: (p.compute_slices, p.memory_gib))
-        else:
-            chosen = max(fitting, key=lambda p: (_rate(gpu, p, job, params), -p.memory_gib))
-        free.remove(chosen)
-        starts.append(SliceStart(job.job_id, chosen.short_name, _rate(gpu, chosen, job, params)))
+        best = best_slice(
+            [
+                SliceOption(p, _rate(gpu, p, job, params), p.compute_slices, memory_mib(p))
+                for p in free
+                if memory_mib(p) >= job.memory_mib
+            ],
+            workload(job.sm_pct, job.membw_pct, params).sm,
+        )
+        if best is not None:
+            free.remove(best.slice)
+            starts.append(SliceStart(job.job_id, best.slice.short_name, best.rate))
     return tuple(starts)
 
 
