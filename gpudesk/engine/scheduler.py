@@ -21,7 +21,6 @@ from gpudesk.engine.placement.policies import make_policy
 from gpudesk.engine.placement.policy import Decision, PlacementPolicy, StationView
 from gpudesk.engine.placement.queue import JobQueue
 from gpudesk.engine.repartition.control import MigControl
-from gpudesk.engine.repartition.payoff import REPARTITIONING_POLICIES
 from gpudesk.engine.repartition.planner import QueuedDemand
 from gpudesk.engine.state import CurrentStation, PlacementDue
 from gpudesk.engine.store.database import Store
@@ -176,8 +175,7 @@ class Scheduler:
     def _relayable(self, view: StationView) -> set[int]:
         """The idle MIG-mode GPUs `auto` (or `mig`) may give a new layout now, under `[station]
         mig_repartition = true`."""
-        config = self.station.config
-        if not (config.mig_repartition and config.policy in REPARTITIONING_POLICIES):
+        if not self.station.config.repartitions_on_its_own:
             return set()
         return {g.index for g in view.gpu_states if g.mig_enabled and g.idle and not g.lost}
 

@@ -59,7 +59,7 @@ from gpudesk.engine.placement.policy import (
     StationView,
     Tenant,
 )
-from gpudesk.engine.repartition.payoff import RECONFIG_S, REPARTITIONING_POLICIES, choose_layouts
+from gpudesk.engine.repartition.payoff import RECONFIG_S, choose_layouts
 from gpudesk.engine.repartition.planner import GpuMigState, QueuedDemand
 from gpudesk.engine.repartition.planner import simulated_profiles as planner_profiles
 from gpudesk.engine.repartition.station import SIMULATED_NVIDIA_SMI
@@ -402,7 +402,6 @@ class Simulation:
         self.table = simulated_profiles(self.model.name)
         layouts = parse_mig(mig, self.model.name, self.gpu_count) if isinstance(mig, str) else mig
         self.mig_layouts = {g: tuple(n) for g, n in (layouts or {}).items()}
-        self.mig_repartition = mig_repartition
         self.fixed: set[int] = set()
         self.slices: dict[int, list[MigSlice]] = {i: [] for i in range(self.gpu_count)}
         self._slice_serial = 0
@@ -773,7 +772,7 @@ class Simulation:
     def _relayable(self) -> set[int]:
         """The idle fixed-layout GPUs that may get a new layout now (`--mig-repartition`,
         under `auto` and `mig`, as in the engine)."""
-        if not (self.mig_repartition and self.policy_name in REPARTITIONING_POLICIES):
+        if not self.config.repartitions_on_its_own:
             return set()
         return {
             gpu

@@ -97,6 +97,10 @@ STATION_CHECKS = {
 }
 
 
+# The policies that place jobs on MIG slices, so may repartition on their own.
+REPARTITIONING_POLICIES = ("auto", "mig")
+
+
 @dataclass(frozen=True)
 class StationConfig:
     backend: str = "auto"
@@ -106,9 +110,17 @@ class StationConfig:
     grid_intensity: float = DEFAULT_GRID_G_PER_KWH  # g CO2e per kWh, for carbon figures
     mig: dict[str, str] | None = None  # a simulated station's MIG layout, by GPU index
     isolation: bool = False  # jobs never share a GPU except on separate MIG slices
-    # The engine may repartition an idle MIG-mode GPU to fit the queue (`mig_apply`, on an
-    # explicit confirmed request); off, it only shows the plan. It never changes MIG mode.
+    # The engine may repartition an idle MIG-mode GPU to fit the queue: on its own where that
+    # pays (`repartitions_on_its_own`), and on a confirmed `mig_apply` request; off, it only
+    # shows the plan. It never changes MIG mode.
     mig_repartition: bool = False
+
+    @property
+    def repartitions_on_its_own(self) -> bool:
+        """Whether the engine gives idle MIG-mode GPUs new layouts itself (repartition.payoff):
+        with `mig_repartition`, under the policies that place jobs on MIG slices. A forced
+        mode never changes a layout on its own; `gpudesk mig apply-plan` does it by hand."""
+        return self.mig_repartition and self.policy in REPARTITIONING_POLICIES
 
     @property
     def effective_slots(self) -> int:

@@ -447,8 +447,8 @@ class SharingPolicy:
         """Whether the job could run on the GPU once it has drained."""
         if whole:  # _whole_gpus: MIG mode is never toggled, so never a GPU in MIG mode
             return not gpu.mig_enabled or gpu.mig_dynamic
-        # mig_repartition: the engine may give an idle MIG-mode GPU any layout (payoff.py)
-        carvable = gpu.mig_dynamic or station.config.mig_repartition
+        # the engine may give an idle MIG-mode GPU any layout (repartition.payoff)
+        carvable = gpu.mig_dynamic or station.config.repartitions_on_its_own
         if not (gpu.mig_enabled or self.mode == "mig"):
             return True
         need = demand.memory_mib

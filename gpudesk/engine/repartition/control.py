@@ -16,7 +16,7 @@ from typing import Any
 from gpudesk.engine.mig.nvidia_smi import MigError, MigUsageError
 from gpudesk.engine.mig.records import MigSlot
 from gpudesk.engine.placement.interference import ModelParams
-from gpudesk.engine.repartition.payoff import REPARTITIONING_POLICIES, choose_layouts
+from gpudesk.engine.repartition.payoff import choose_layouts
 from gpudesk.engine.repartition.planner import MigPlan, QueuedDemand
 from gpudesk.engine.repartition.station import (
     SETTLE_S,
@@ -107,7 +107,7 @@ class MigControl:
         )
         if not config.mig_repartition:
             note = "; auto changes it only with [station] mig_repartition = true"
-        elif config.policy not in REPARTITIONING_POLICIES:
+        elif not config.repartitions_on_its_own:
             note = f"; the {config.policy} policy never changes a layout on its own"
         else:
             note = ""

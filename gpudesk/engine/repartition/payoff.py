@@ -43,8 +43,6 @@ from gpudesk.engine.repartition.planner import (
     spare_profiles,
 )
 
-# The policies that place jobs on MIG slices: under them the engine repartitions on its own.
-REPARTITIONING_POLICIES = ("auto", "mig")
 # Assumption: destroying and creating GPU and compute instances on an idle GPU through
 # nvidia-smi keeps it unusable for about this long (no published figure; a few nvidia-smi calls
 # of a second or two each, and the telemetry's first sample of the new devices).
