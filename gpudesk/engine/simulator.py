@@ -40,12 +40,12 @@ from gpudesk.engine.mig.profiles import (
 from gpudesk.engine.placement.demand import PEAK_SETTLED_S, Demand, reservation
 from gpudesk.engine.placement.interference import (
     DEFAULT_PARAMS,
-    PARAM_NAMES,
     InterferenceModel,
     Learner,
     ModelParams,
     Observation,
     Workload,
+    load_params_file,
     mig_rate,
     shared_rates,
     workload,
@@ -176,33 +176,10 @@ def load_trace(path: str | Path) -> Trace:
 
 
 # --------------------------------------------------------------------- truth and MIG layouts
-def parse_truth(data: object, where: str = "--truth") -> ModelParams:
-    """The simulated ground truth from a JSON object of `ModelParams` fields (the rest from the
-    defaults). Raises ValueError, naming the unknown or bad keys."""
-    if not isinstance(data, dict):
-        raise ValueError(f"{where}: expected a JSON object of model parameters")
-    unknown = sorted(k for k in data if k not in PARAM_NAMES)
-    if unknown:
-        raise ValueError(
-            f"{where}: unknown model parameter(s) {', '.join(unknown)}; known: "
-            f"{', '.join(PARAM_NAMES)}"
-        )
-    values = {}
-    for key, value in data.items():
-        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-            raise ValueError(f"{where}: {key} must be a non-negative number, found {value!r}")
-        values[key] = float(value)
-    return DEFAULT_PARAMS.with_values(values)
-
-
 def load_truth(path: str | Path) -> ModelParams:
-    try:
-        data = json.loads(Path(path).read_text())
-    except OSError as exc:
-        raise ValueError(f"--truth: cannot read {path}: {exc.strerror or exc}") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"--truth: {path} is not JSON: {exc}") from None
-    return parse_truth(data, f"--truth {path}")
+    """The simulated ground truth (`--truth FILE`): the parameters it names, the rest the
+    defaults. Raises ValueError."""
+    return load_params_file(path, "--truth")
 
 
 def simulated_profiles(gpu_name: str) -> tuple[MigProfile, ...]:

@@ -11,14 +11,13 @@ from typing import Any
 
 import pytest
 
-from gpudesk.engine.placement.interference import DEFAULT_PARAMS
+from gpudesk.engine.placement.interference import DEFAULT_PARAMS, ModelParams, params_from_json
 from gpudesk.engine.simulator import (
     Simulation,
     TraceError,
     load_trace,
     load_truth,
     parse_mig,
-    parse_truth,
 )
 
 A100_40 = "NVIDIA A100-SXM4-40GB"
@@ -219,12 +218,17 @@ def test_a_60_gb_job_runs_on_an_h100(tmp_path: Path) -> None:
 
 
 def test_truth_files(tmp_path: Path) -> None:
+    def parse_truth(data: object) -> ModelParams:
+        return params_from_json(data, "--truth")
+
     assert parse_truth({"mps_tenant_cost": 0.15}).mps_tenant_cost == 0.15
     assert parse_truth({"mps_tenant_cost": 0.15}).contention == DEFAULT_PARAMS.contention
     with pytest.raises(ValueError, match=r"unknown model parameter.*tenant_cost; known: mps_"):
         parse_truth({"tenant_cost": 0.15})
     with pytest.raises(ValueError, match="non-negative number"):
         parse_truth({"contention": "high"})
+    with pytest.raises(ValueError, match="non-negative number"):
+        parse_truth({"contention": True})
     with pytest.raises(ValueError, match="expected a JSON object"):
         parse_truth([0.15])
     path = tmp_path / "truth.json"

@@ -20,7 +20,6 @@ probes (whose bandwidth is measured) do not represent: never fitted here.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -36,6 +35,7 @@ from gpudesk.engine.placement.interference import (
     Workload,
     estimate,
     kernel_active,
+    load_params_file,
     predicted_rate,
     shared_rates,
 )
@@ -602,24 +602,9 @@ def _index(p: ProbeObservation) -> int:
 
 # --- truth files ------------------------------------------------------------------------------
 def load_params(path: Path, base: ModelParams = DEFAULT_PARAMS) -> ModelParams:
-    """A params file: a JSON object of parameter -> value (or {"params": {...}}), the rest from
-    `base`."""
+    """A params file (`interference.params_from_json`), the rest from `base`. Raises
+    CalibrationError."""
     try:
-        data = json.loads(Path(path).read_text())
-    except OSError as exc:
-        raise CalibrationError(f"{path}: {exc.strerror}") from exc
-    except json.JSONDecodeError as exc:
-        raise CalibrationError(f"{path}: not JSON ({exc})") from exc
-    if isinstance(data, dict) and isinstance(data.get("params"), dict):
-        data = data["params"]
-    if not isinstance(data, dict):
-        raise CalibrationError(f"{path}: expected a JSON object of parameter -> value")
-    unknown = sorted(set(data) - set(PARAM_NAMES))
-    if unknown:
-        raise CalibrationError(
-            f"{path}: unknown parameter {', '.join(unknown)}; known: {', '.join(PARAM_NAMES)}"
-        )
-    bad = [k for k, v in data.items() if not isinstance(v, (int, float)) or v < 0]
-    if bad:
-        raise CalibrationError(f"{path}: {', '.join(bad)} must be non-negative numbers")
-    return base.with_values(data)
+        return load_params_file(path, "--truth", base)
+    except ValueError as exc:
+        raise CalibrationError(str(exc)) from None

@@ -33,8 +33,10 @@ jobs together do exactly the work of one (measured: no gain).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields, replace
+from pathlib import Path
 
 from gpudesk.engine.mig.profiles import COMPUTE_SLICES, MEMORY_SLICES
 
@@ -95,6 +97,40 @@ DEFAULT_PARAMS = ModelParams(
     kernel_active_extra=0.20,
     membw_per_sm=0.5,
 )
+
+
+def params_from_json(data: object, where: str, base: ModelParams | None = None) -> ModelParams:
+    """Parameters from a JSON object of parameter -> value, or a saved calibration's
+    `{"params": {...}}`; the rest from `base` (the defaults). Raises ValueError naming the
+    unknown or bad keys. The one reader of a params file (`simulate --truth`, `calibrate
+    --truth`)."""
+    if isinstance(data, dict) and isinstance(data.get("params"), dict):
+        data = data["params"]
+    if not isinstance(data, dict):
+        raise ValueError(f"{where}: expected a JSON object of model parameters")
+    unknown = sorted(k for k in data if k not in PARAM_NAMES)
+    if unknown:
+        raise ValueError(
+            f"{where}: unknown model parameter(s) {', '.join(unknown)}; known: "
+            f"{', '.join(PARAM_NAMES)}"
+        )
+    values = {}
+    for key, value in data.items():
+        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+            raise ValueError(f"{where}: {key} must be a non-negative number, found {value!r}")
+        values[key] = float(value)
+    return (base or DEFAULT_PARAMS).with_values(values)
+
+
+def load_params_file(path: str | Path, where: str, base: ModelParams | None = None) -> ModelParams:
+    """`params_from_json` of a file. Raises ValueError: unreadable, not JSON, bad keys."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except OSError as exc:
+        raise ValueError(f"{where}: cannot read {path}: {exc.strerror or exc}") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{where}: {path} is not JSON: {exc}") from None
+    return params_from_json(data, f"{where} {path}", base)
 
 
 @dataclass(frozen=True)
