@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from gpudesk.engine.jobs import JobSpec, JobState
+from gpudesk.engine.jobs import JobSpec
 from gpudesk.engine.mig.manager import MigManager
 from gpudesk.engine.mig.profiles import (
     COMPUTE_SLICES,
@@ -423,18 +423,7 @@ class Simulation:
             memory_gb=memory_gb,
             sm_pct=job.sm_pct,
         )
-        record = JobRecord(
-            id=job.id,
-            spec=spec,
-            state=JobState.QUEUED,
-            submitted_at=job.arrival_s,
-            started_at=None,
-            ended_at=None,
-            attempts=0,
-            exit_code=None,
-            reason=None,
-            cancel_requested=False,
-        )
+        record = JobRecord.queued(job.id, spec, job.arrival_s)
         demand = Demand(max(guess, 1.0), job.sm_pct, source, membw_pct=job.membw_pct)
         return _Run(job, record, demand, job.arrival_s)
 
@@ -800,7 +789,7 @@ class Simulation:
         ):
             if choice.payoff.worth:
                 gpu = choice.plan.gpu
-                self.slices[gpu] = [self._new_slice(gpu, name) for name in choice.layout]
+                self.slices[gpu] = [self._new_slice(gpu, name) for name in choice.payoff.planned]
                 self.reconfig_until[gpu] = self.now + RECONFIG_S
                 self.repartitions += 1
                 changed = True

@@ -38,7 +38,7 @@ def test_a_whole_gpu_instance_is_recarved_for_many_light_jobs() -> None:
     assert [s.job_id for s in payoff.carved] == [1, 2, 3, 4]
     assert payoff.carved_rate > 2.5 and payoff.worth
     # the room the four leave is carved too, for jobs to come
-    assert choice.layout == ("1g.5gb",) * 7
+    assert choice.payoff.planned == ("1g.5gb",) * 7
     assert "it pays" in payoff.summary() and "1.00 (jobs 1)" in payoff.summary()
 
 

@@ -177,7 +177,7 @@ class MigControl:
                 continue
             summary = choice.payoff.summary()
             self.store.add_event("mig", f"repartitioning for the queue: {summary}")
-            applied.append(self.apply(choice.plan.gpu, choice.layout, confirm=True))
+            applied.append(self.apply(choice.plan.gpu, choice.payoff.planned, confirm=True))
             for start in choice.payoff.carved:  # `gpudesk show JOB` says why its slice exists
                 self.store.add_event(
                     "mig",

@@ -107,11 +107,11 @@ class LayoutPayoff:
 
 @dataclass(frozen=True)
 class LayoutChoice:
-    """An idle MIG-mode GPU's plan, the layout it would get (the plan's slices for the queue,
-    then spare ones for jobs to come: `planner.spare_profiles`) and its payoff."""
+    """An idle MIG-mode GPU's plan and its payoff; `payoff.planned` is the layout it would get
+    (the plan's slices for the queue, then spare ones for jobs to come:
+    `planner.spare_profiles`)."""
 
     plan: MigPlan
-    layout: tuple[str, ...]
     payoff: LayoutPayoff
 
 
@@ -190,7 +190,7 @@ def choose_layouts(
         else:
             carved = carved_starts(gpu, plan, left, params)
         payoff = LayoutPayoff(gpu.index, gpu.current, layout, kept, carved, change_s, horizon_s)
-        choices.append(LayoutChoice(plan, layout, payoff))
+        choices.append(LayoutChoice(plan, payoff))
         claimed = set(payoff.claimed)
         left = [job for job in left if job.job_id not in claimed]
     return choices

@@ -49,21 +49,7 @@ class JobTables(StoreConnection):
                 )
         if env is not None:
             self._env_ids[env[0]] = env[1]
-        return [
-            JobRecord(
-                id=i,
-                spec=s,
-                state=JobState.QUEUED,
-                submitted_at=now,
-                started_at=None,
-                ended_at=None,
-                attempts=0,
-                exit_code=None,
-                reason=None,
-                cancel_requested=False,
-            )
-            for i, s in zip(ids, specs, strict=True)
-        ]
+        return [JobRecord.queued(i, s, now) for i, s in zip(ids, specs, strict=True)]
 
     def _environment_id(self, conn: sqlite3.Connection, env: Mapping[str, str]) -> tuple[str, int]:
         """(digest, row id) of an environment, inserted if new. The caller caches the pair once

@@ -28,6 +28,11 @@ class JobRecord:
     held: bool = False  # a queued job the placement policy must not start until released
     attempts_before_requeue: int = 0  # attempts made before the user last requeued it
 
+    @classmethod
+    def queued(cls, job_id: int, spec: JobSpec, submitted_at: float) -> JobRecord:
+        """A job just submitted: queued, never run."""
+        return cls(job_id, spec, JobState.QUEUED, submitted_at, None, None, 0, None, None, False)
+
     @property
     def name(self) -> str:
         return self.spec.name
