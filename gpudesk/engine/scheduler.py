@@ -142,12 +142,15 @@ class Scheduler:
             return
         # Idle MIG-mode GPUs may get a new layout: the placements elsewhere start now, then the
         # jobs still waiting (those the policy put on these GPUs among them) weigh a new
-        # layout, and placement looks again at the GPUs as they are after it.
+        # layout. If one changed, placement looks again at the GPUs as they are after it;
+        # if not, the policy's placements on them stand.
         elsewhere = [p for p in decision.placements if not weighed.intersection(p.gpus)]
+        held_back = [p for p in decision.placements if weighed.intersection(p.gpus)]
         self._commit(replace(decision, placements=elsewhere))
-        changed = self.repartition(self.station_view())
-        if changed or len(elsewhere) < len(decision.placements):
+        if self.repartition(self.station_view()):
             self._commit(self.policy.place(self._placeable(), self.station_view()))
+        elif held_back:
+            self._commit(Decision(held_back))
 
     def _placeable(self) -> list[JobRecord]:
         jobs = self.queue.placeable()

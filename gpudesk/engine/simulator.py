@@ -806,13 +806,16 @@ class Simulation:
             self._commit(decision, view)
             return
         # Idle MIG-mode GPUs may get a new layout: the placements elsewhere start now, the jobs
-        # still waiting weigh a new layout, and placement looks again.
+        # still waiting weigh a new layout; placement looks again only if one changed.
         elsewhere = [p for p in decision.placements if not relayable.intersection(p.gpus)]
+        held_back = [p for p in decision.placements if relayable.intersection(p.gpus)]
         self._commit(replace(decision, placements=elsewhere), view)
-        changed = self._repartition(relayable)
-        if (changed or len(elsewhere) < len(decision.placements)) and self.queue:
-            view = self.view()
-            self._commit(self._place(view), view)
+        if self._repartition(relayable):
+            if self.queue:
+                view = self.view()
+                self._commit(self._place(view), view)
+        elif held_back:
+            self._commit(Decision(held_back), view)
 
     def _place(self, view: StationView) -> Decision:
         started = time.perf_counter()
