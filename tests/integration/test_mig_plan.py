@@ -260,19 +260,16 @@ def real_station(
     nvml.write_text(
         json.dumps(
             {
+                # one driver behind both fakes: NVML lists the MIG devices nvidia-smi keeps
+                "follow_nvidia_smi": True,
                 "gpus": [
                     {
                         "name": "NVIDIA A100-SXM4-40GB",
                         "uuid": "GPU-e86cb44c-6756-fd30-cd4a-1e6da3caf9b0",
                         "memory_total_mib": 40960,
                         "sm_count": 108,
-                        "mig_enabled": True,
-                        "mig_devices": [
-                            {"uuid": uuid, "gpu_instance_id": gi}
-                            for gi, uuid in ((1, uuids[0]), (2, uuids[1]))
-                        ],
                     }
-                ]
+                ],
             }
         )
     )
@@ -303,18 +300,7 @@ def test_a_real_station_plans_and_applies_through_nvidia_smi(
     and applied by hand."""
     engine, smi_state, smi_log = real_station(home, tmp_path, monkeypatch, "mps")
     try:
-        first, second = engine.submit(
-            *(
-                {
-                    "name": f"big{i}",
-                    "gpus": 1,
-                    "memory_gb": 24,
-                    "sm_pct": 50,
-                    "command": [sys.executable, "-c", "pass"],
-                }
-                for i in range(2)
-            )
-        )
+        first, second = submit_big_jobs(engine, SLEEP)
         (plan,) = engine.client.request("mig_plan", gpu=0)["plans"]
         assert (plan["simulated"], plan["current"], plan["wanted"]) == (
             False,
@@ -351,7 +337,9 @@ def test_a_real_station_plans_and_applies_through_nvidia_smi(
         assert device["profile"] == "7g.40gb" and device["uuid"].startswith("MIG-")
         gis = json.loads(smi_state.read_text())["gpus"][0]["gpu_instances"]
         assert [gi["profile_id"] for gi in gis] == [0]
-        assert engine.job(first)["state"] == "queued"  # the queue is never touched
+        # applying never touches the queue; the next pass sees the new instance through NVML
+        assert engine.wait_state(first, "running")["slot"] == "gpu:0/7g.40gb"
+        assert engine.job(second)["state"] == "queued"
     finally:
         engine.stop()
         engine.client.close()
@@ -360,10 +348,9 @@ def test_a_real_station_plans_and_applies_through_nvidia_smi(
 def test_auto_repartitions_a_real_gpu_through_nvidia_smi(
     home: Home, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """`auto`: the engine runs the planner's nvidia-smi commands itself, once. (The NVML fake
-    is a fixed scenario: it goes on listing the two 3g.20gb devices, so the jobs stay queued
-    here; on a real GPU, NVML lists what nvidia-smi created and job 1 starts on it, as on the
-    simulated station above.)"""
+    """`auto`: the engine runs the planner's nvidia-smi commands itself, once; NVML then lists
+    the 7g.40gb instance nvidia-smi created (the two fakes are one driver) and the first job
+    starts on it. The second waits for it: it fits no other slice."""
     engine, smi_state, smi_log = real_station(home, tmp_path, monkeypatch, "auto")
 
     def changing() -> list[list[str]]:
@@ -385,10 +372,16 @@ def test_auto_repartitions_a_real_gpu_through_nvidia_smi(
         assert why.startswith("repartitioning for the queue: GPU 0: 3g.20gb, 3g.20gb -> 7g.40gb")
         assert "0.00 (jobs none) -> 1.00 (jobs 1)" in why
         assert applied.startswith("MIG layout of GPU 0 applied: 7g.40gb (was 3g.20gb, 3g.20gb)")
+        (device,) = json.loads(smi_state.read_text())["gpus"][0]["gpu_instances"][0][
+            "compute_instances"
+        ]
+        running = engine.wait_state(first, "running")
+        assert running["slot"] == "gpu:0/7g.40gb"
+        assert device["uuid"] in json.dumps(engine.job(first))  # CUDA_VISIBLE_DEVICES=MIG-...
         engine.submit({"name": "later", "gpus": 0, "command": [sys.executable, "-c", "pass"]})
-        time.sleep(1.0)  # more scheduling passes: the same GPUs and queue are not weighed again
+        time.sleep(1.0)  # more scheduling passes: a busy GPU is never re-carved
         assert len(changing()) == 3
-        assert engine.job(first)["state"] == engine.job(second)["state"] == "queued"
+        assert engine.job(second)["state"] == "queued"
     finally:
         engine.stop()
         engine.client.close()

@@ -139,7 +139,6 @@ class MigControl:
                 f"{', '.join(change.profiles)}; send confirm: true to apply it",
                 (),
             )
-        started = time.time()
         devices: tuple[MigSlot, ...] = ()
         if simulated:
             self._set_simulated_layout(gpu, change.profiles)
@@ -149,6 +148,11 @@ class MigControl:
             except MigError as exc:
                 self.store.add_event("mig", f"MIG layout of GPU {gpu} not applied: {exc}")
                 raise
+        # A sample is stamped when its read begins: one begun while nvidia-smi was still
+        # destroying and creating instances may show the GPU with none, and placement would
+        # find no slice for the jobs this layout was made for (and not look again until
+        # something else changed). Wait for one begun after the change.
+        changed_at = time.time()
         message = (
             f"MIG layout of GPU {gpu} applied: {', '.join(change.profiles)} (was "
             f"{', '.join(previous) or 'no instances'})" + (" [SIMULATED]" if simulated else "")
@@ -156,7 +160,7 @@ class MigControl:
         log.info(message)
         self.store.add_event("mig", message)
         self.on_change()
-        self.telemetry.await_sample_after(started, SETTLE_S)
+        self.telemetry.await_sample_after(changed_at, SETTLE_S)
         return MigApplied(
             gpu, previous, change.profiles, change.commands, simulated, True, message, devices
         )

@@ -25,37 +25,111 @@ The scenario:
       ]
     }
 
-Every key is optional. "init_error" (default none) is an NVML error name that nvmlInit raises
-("LibraryNotFound", "DriverNotLoaded", "LibRmVersionMismatch", ...). "clock" is "wall" (the
-default here: the energy counter grows at power_w in real time) or "manual". A GPU takes any
-`FakeGpu` field: "unsupported" lists pynvml functions that raise NotSupported; "errors" maps a
-function to an error name raised on every call, or to a list of per-call outcomes (null: answer);
-a null MIG slot is empty.
+Every key is optional. "follow_nvidia_smi": true makes the two fakes one driver: each GPU whose
+UUID the nvidia-smi fake's state (GPUDESK_FAKE_NVIDIA_SMI_STATE) lists takes its MIG mode and its
+MIG devices from there, read again whenever that file changes, so what `nvidia-smi mig -cgi`
+creates is what NVML lists next, as on a real GPU. "init_error" (default none) is an NVML error
+name that nvmlInit raises ("LibraryNotFound", "DriverNotLoaded", "LibRmVersionMismatch", ...).
+"clock" is "wall" (the default here: the energy counter grows at power_w in real time) or
+"manual". A GPU takes any `FakeGpu` field: "unsupported" lists pynvml functions that raise
+NotSupported; "errors" maps a function to an error name raised on every call, or to a list of
+per-call outcomes (null: answer); a null MIG slot is empty.
 """
 
 from __future__ import annotations
 
+import importlib.machinery
+import importlib.util
 import json
 import os
 import sys
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # tests/, for the fakes package
 
-from fakes.fake_pynvml import FakeNvml
+from fakes.fake_pynvml import FakeMig, FakeNvml
+
+SMI_STATE_ENV = "GPUDESK_FAKE_NVIDIA_SMI_STATE"
+FAKE_SMI = Path(__file__).resolve().parents[1] / "nvidia-smi"
+# nvmlDeviceGetMaxMigDeviceCount on an A100: one slot per compute slice, filled or not.
+MIG_SLOTS = 7
+# -lgip prints an instance's memory in GiB with two decimals (19.62 for a 3g.20gb); NVML reports
+# MiB in 64 MiB steps, and rounding to those gives the memory of every A100 40GB profile
+# (4864, 9984, 20096, 40448 MiB). Assumption: no fixture shows NVML's MIG memory.
+MIG_MEMORY_STEP_MIB = 64
 
 
-def _load() -> FakeNvml:
+def _load() -> tuple[FakeNvml, bool]:
     path = os.environ.get("GPUDESK_FAKE_NVML")
     if not path:
         raise ImportError("the fake pynvml needs GPUDESK_FAKE_NVML=<scenario.json>")
     with open(path, encoding="utf-8") as file:
-        return FakeNvml.from_scenario(json.load(file), clock="wall")
+        scenario = json.load(file)
+    follow = bool(scenario.pop("follow_nvidia_smi", False))
+    return FakeNvml.from_scenario(scenario, clock="wall"), follow
 
 
-FAKE = _load()
+def _smi_module() -> ModuleType:
+    """The nvidia-smi fake (a script without .py) as a module, for its profile table."""
+    loader = importlib.machinery.SourceFileLoader("fake_nvidia_smi", str(FAKE_SMI))
+    spec = importlib.util.spec_from_loader("fake_nvidia_smi", loader)
+    assert spec is not None
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module
+
+
+FAKE, FOLLOW = _load()
+SMI = _smi_module() if FOLLOW else None
+_smi_seen: tuple[float, int] | None = None  # the state file's (mtime, size) last read
+
+
+def _follow_nvidia_smi() -> None:
+    """Where the scenario says so, the MIG mode and devices of each GPU come from the
+    nvidia-smi fake's state: one driver behind both tools."""
+    global _smi_seen
+    path = os.environ.get(SMI_STATE_ENV)
+    if SMI is None or not path:
+        return
+    try:
+        stat = os.stat(path)
+    except FileNotFoundError:
+        return
+    if _smi_seen == (stat.st_mtime, stat.st_size):
+        return
+    with open(path, encoding="utf-8") as file:
+        state = json.load(file)
+    _smi_seen = (stat.st_mtime, stat.st_size)
+    by_uuid = {g["uuid"]: g for g in state.get("gpus", [])}
+    for gpu in FAKE.gpus:
+        smi_gpu = by_uuid.get(gpu.uuid)
+        if smi_gpu is None:
+            continue
+        mode = smi_gpu.get("mig_mode", "disabled")
+        # "pending" is not yet enabled: the GPU needs a reset first
+        gpu.mig_enabled = None if mode == "unsupported" else mode == "enabled"
+        profiles = {p["id"]: p for p in SMI.profiles_of(smi_gpu)}
+        devices: list[FakeMig | None] = []
+        for gi in smi_gpu.get("gpu_instances", []):
+            profile = profiles[gi["profile_id"]]
+            memory = round(float(profile["memory"]) * 1024 / MIG_MEMORY_STEP_MIB)
+            for ci in gi.get("compute_instances", []):
+                devices.append(
+                    FakeMig(
+                        uuid=ci["uuid"],
+                        name=f"{gpu.name} MIG {profile['name']}",
+                        gpu_instance_id=gi["id"],
+                        compute_instance_id=ci["id"],
+                        memory_total_mib=memory * MIG_MEMORY_STEP_MIB,
+                        # a compute instance gets its compute slices' share of the SMs
+                        sm_count=profile["sm"] * ci["size"] // int(profile["name"].split("g")[0]),
+                    )
+                )
+        gpu.mig_devices = [*devices, *([None] * max(0, MIG_SLOTS - len(devices)))]
 
 
 def __getattr__(name: str) -> Any:
+    _follow_nvidia_smi()
     return getattr(FAKE, name)
