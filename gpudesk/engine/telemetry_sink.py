@@ -30,6 +30,21 @@ SAMPLE_RETENTION_S = 30 * 24 * 3600.0
 PRUNE_EVERY_S = 3600.0
 
 
+# Per GPU: (index, MIG mode, its MIG devices' UUIDs): what placement's slices come from.
+MigLayout = tuple[tuple[int, bool, tuple[str, ...]], ...]
+
+
+def mig_layout(view: Mapping[str, Any]) -> MigLayout:
+    return tuple(
+        (
+            g["index"],
+            bool(g.get("mig_enabled")),
+            tuple(sorted(m["uuid"] or "" for m in g.get("mig_devices", ()))),
+        )
+        for g in view["gpus"]
+    )
+
+
 class TelemetrySink:
     def __init__(
         self,
@@ -51,6 +66,7 @@ class TelemetrySink:
         self.monitor = self._make_monitor(station.config)
         self.sampler: SamplerThread | None = None
         self.lost_gpus: frozenset[int] = frozenset()
+        self.mig_layout: MigLayout | None = None  # as the latest sample showed it
         self.store_samples_at = time.monotonic() + STORE_SAMPLES_EVERY_S
         self.prune_at = time.monotonic()
         # GPU index -> the monitor's energy count when the store last got an energy point; what
@@ -123,8 +139,15 @@ class TelemetrySink:
                 break
             first = self.monitor.latest is None
             view = self.monitor.ingest(raw, running=running)
+            layout = mig_layout(view)
             if first:
                 self.on_change()  # GPU jobs held back until the GPUs were read can go now
+            elif layout != self.mig_layout:
+                # MIG instances came or went (gpudesk's own repartition, or an admin's
+                # nvidia-smi): jobs waiting for a slice may fit one now. Nothing else would
+                # make placement look again.
+                self.on_change()
+            self.mig_layout = layout
             self._note_lost(frozenset(g["index"] for g in view["gpus"] if g["lost"]))
             self.publish(self._with_interval(view))
         self.flush()

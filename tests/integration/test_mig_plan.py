@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sqlite3
+import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -382,6 +384,30 @@ def test_auto_repartitions_a_real_gpu_through_nvidia_smi(
         time.sleep(1.0)  # more scheduling passes: a busy GPU is never re-carved
         assert len(changing()) == 3
         assert engine.job(second)["state"] == "queued"
+    finally:
+        engine.stop()
+        engine.client.close()
+
+
+def test_a_job_waiting_for_a_slice_starts_on_one_an_admin_carves_by_hand(
+    home: Home, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An admin changes the layout with nvidia-smi, outside gpudesk: the next sample shows the
+    new instance and placement looks again, with no job or request to prompt it."""
+    engine, smi_state, _ = real_station(home, tmp_path, monkeypatch, "mps")
+    try:
+        (job,) = engine.submit(
+            {"name": "big", "gpus": 1, "memory_gb": 24, "sm_pct": 50, "command": SLEEP}
+        )
+        time.sleep(1.0)  # several samples and passes: it fits neither 3g.20gb
+        assert engine.job(job)["state"] == "queued"
+        env = {**os.environ, "GPUDESK_FAKE_NVIDIA_SMI_STATE": str(smi_state)}
+        for args in (["-dci"], ["-dgi"], ["-cgi", "0", "-C"]):
+            done = subprocess.run(
+                [str(FAKE_SMI), "mig", "-i", "0", *args], env=env, capture_output=True, text=True
+            )
+            assert done.returncode == 0, done.stdout
+        assert engine.wait_state(job, "running")["slot"] == "gpu:0/7g.40gb"
     finally:
         engine.stop()
         engine.client.close()
