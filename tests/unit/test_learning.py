@@ -3,7 +3,9 @@ rebuilt from them by a new engine, observations over the wire, and progress line
 
 from __future__ import annotations
 
+import sqlite3
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -19,7 +21,8 @@ from gpudesk.engine.placement.interference import (
 )
 from gpudesk.engine.progress import MAX_LINE_BYTES, ProgressReader, parse_progress
 from gpudesk.engine.store.database import Store
-from gpudesk.engine.store.model_params import ParamTotal
+from gpudesk.engine.store.model_params import ParamTotal, StoredObservation
+from gpudesk.engine.store.schema import MIGRATIONS
 
 A100 = "NVIDIA A100-SXM4-40GB"
 
@@ -65,6 +68,55 @@ def test_param_totals_and_rates_alone_round_trip(store: Store) -> None:
     assert store.reset_model_params() == 1
     assert store.model_param_totals() == []
     assert store.alone_rates()["sig"].runs == 2  # what commands measured is kept
+
+
+def version_5_store(path: Path, totals: Sequence[tuple[object, ...]]) -> None:
+    """A store as gpudesk wrote it before the joint refit (schema 5): per (GPU model,
+    parameter) the sum and count of the values observations implied, no observations."""
+    conn = sqlite3.connect(path)
+    for script in MIGRATIONS[:5]:
+        conn.executescript(script)
+    conn.execute("PRAGMA user_version = 5")
+    conn.executemany(
+        "INSERT INTO model_params (gpu_model, param, total, count, calibrated, updated_at) "
+        "VALUES (?, ?, ?, ?, ?, ?)",
+        totals,
+    )
+    conn.commit()
+    conn.close()
+
+
+def test_observations_old_totals_and_rates_alone_round_trip(tmp_path: Path) -> None:
+    version_5_store(
+        tmp_path / "db",
+        [
+            (A100, "mps_tenant_cost", 0.5, 3, 1, 2000.0),
+            ("NVIDIA H100", "contention", 0.1, 1, 0, None),
+        ],
+    )
+    store = Store.open(tmp_path / "db")
+    assert store.model_param_totals() == [
+        ParamTotal(A100, "mps_tenant_cost", 0.5, 3, 1, 2000.0),
+        ParamTotal("NVIDIA H100", "contention", 0.1, 1, 0, None),
+    ]
+    assert store.model_observations() == []
+    rows = [StoredObservation(A100, "learned", float(i), f'{{"n": {i}}}') for i in range(5)]
+    h100 = StoredObservation("NVIDIA H100", "calibrated", None, "{}")
+    store.add_model_observations(rows[:3], keep=4)
+    store.add_model_observations([*rows[3:], h100], keep=4)
+    # oldest first; each GPU model keeps its newest 4
+    assert store.model_observations() == [*rows[1:], h100]
+    store.record_alone_rate("sig", 10.0, now=5.0)
+    store.record_alone_rate("sig", 20.0, now=6.0)
+    alone = store.alone_rates()["sig"]
+    assert (alone.rate, alone.runs, alone.updated_at) == (15.0, 2, 6.0)
+    assert store.reset_model_params(A100) == 5  # 4 observations and the old totals
+    assert store.model_observations() == [h100]
+    assert [t.gpu_model for t in store.model_param_totals()] == ["NVIDIA H100"]
+    assert store.reset_model_params() == 2
+    assert store.model_param_totals() == [] and store.model_observations() == []
+    assert store.alone_rates()["sig"].runs == 2  # what commands measured is kept
+    store.close()
 
 
 def test_what_was_learned_survives_a_new_engine(tmp_path: Path) -> None:

@@ -1,9 +1,11 @@
 """The interference model's learning in the store: the learner's totals per (GPU model,
-parameter) and each command's progress rate alone on a GPU (by command signature)."""
+parameter), the observations it keeps (the newest per GPU model) and each command's progress
+rate alone on a GPU (by command signature)."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gpudesk.engine.store.connection import StoreConnection
@@ -20,6 +22,19 @@ class ParamTotal:
     count: int
     calibrated: int
     updated_at: float | None
+
+
+@dataclass(frozen=True)
+class StoredObservation:
+    """One observation the learner keeps: on which GPU model, its source ("learned" from a
+    job's progress, "calibrated" from a probe), when, and the observation itself as JSON in
+    the `model_observe` wire format. `gpudesk.engine.learning` writes and reads that JSON; the
+    store does not look inside."""
+
+    gpu_model: str
+    source: str
+    observed_at: float | None
+    observation: str
 
 
 @dataclass(frozen=True)
@@ -69,13 +84,46 @@ class ModelParamTables(StoreConnection):
                 ),
             )
 
-    def reset_model_params(self, gpu_model: str | None = None) -> int:
-        """Forget what was learned (for one GPU model, or all); returns the rows dropped."""
+    def model_observations(self) -> list[StoredObservation]:
+        """Every kept observation, oldest first (the order the learner took them in)."""
+        return [
+            StoredObservation(
+                str(row["gpu_model"]),
+                str(row["source"]),
+                None if row["observed_at"] is None else float(row["observed_at"]),
+                str(row["observation"]),
+            )
+            for row in self._conn.execute(
+                "SELECT gpu_model, source, observed_at, observation FROM model_observations "
+                "ORDER BY id"
+            )
+        ]
+
+    def add_model_observations(self, rows: Sequence[StoredObservation], keep: int) -> None:
+        """Append these, then drop each of their GPU models' oldest beyond the newest `keep`
+        (the learner's bound, so the store holds what the learner holds), all or nothing."""
         with self.transaction() as conn:
-            if gpu_model is None:
-                return int(conn.execute("DELETE FROM model_params").rowcount)
-            return int(
-                conn.execute("DELETE FROM model_params WHERE gpu_model = ?", (gpu_model,)).rowcount
+            conn.executemany(
+                "INSERT INTO model_observations (gpu_model, source, observed_at, observation) "
+                "VALUES (?, ?, ?, ?)",
+                [(r.gpu_model, r.source, r.observed_at, r.observation) for r in rows],
+            )
+            for gpu_model in sorted({r.gpu_model for r in rows}):
+                conn.execute(
+                    "DELETE FROM model_observations WHERE gpu_model = ? AND id NOT IN "
+                    "(SELECT id FROM model_observations WHERE gpu_model = ? "
+                    "ORDER BY id DESC LIMIT ?)",
+                    (gpu_model, gpu_model, keep),
+                )
+
+    def reset_model_params(self, gpu_model: str | None = None) -> int:
+        """Forget what was learned (for one GPU model, or all): the kept observations and the
+        totals. Returns the rows dropped."""
+        where, args = ("", ()) if gpu_model is None else (" WHERE gpu_model = ?", (gpu_model,))
+        with self.transaction() as conn:
+            return sum(
+                int(conn.execute(f"DELETE FROM {table}{where}", args).rowcount)
+                for table in ("model_observations", "model_params")
             )
 
     def alone_rates(self) -> dict[str, AloneRate]:
