@@ -1,6 +1,6 @@
-"""The interference model's learning in the store: the learner's totals per (GPU model,
-parameter), the observations it keeps (the newest per GPU model) and each command's progress
-rate alone on a GPU (by command signature)."""
+"""The interference model's learning in the store: the observations the learner refits from
+(the newest per GPU model), the totals a store from before the refit kept instead, and each
+command's progress rate alone on a GPU (by command signature)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,10 @@ from gpudesk.engine.store.connection import StoreConnection
 
 @dataclass(frozen=True)
 class ParamTotal:
-    """What observations said about one parameter on one GPU model: the sum and count of the
-    values they implied, how many of them came from calibration probes, and when the last came."""
+    """What observations said about one parameter on one GPU model, as a version-5 store kept
+    it: the sum and count of the values they implied, how many of them came from calibration
+    probes, and when the last came. Read only: the observations behind it were not kept, and
+    nothing writes these any more (schema 6)."""
 
     gpu_model: str
     param: str
@@ -47,9 +49,10 @@ class AloneRate:
 
 
 class ModelParamTables(StoreConnection):
-    """The learner's totals and the alone rates."""
+    """The learner's kept observations (and a version-5 store's totals), and the alone rates."""
 
     def model_param_totals(self) -> list[ParamTotal]:
+        """The totals a version-5 store had learned (none in a store started at schema 6)."""
         return [
             ParamTotal(
                 str(row["gpu_model"]),
@@ -64,25 +67,6 @@ class ModelParamTables(StoreConnection):
                 "ORDER BY gpu_model, param"
             )
         ]
-
-    def save_model_param(self, total: ParamTotal) -> None:
-        """Replace one (GPU model, parameter)'s totals with these."""
-        with self.transaction() as conn:
-            conn.execute(
-                "INSERT INTO model_params "
-                "(gpu_model, param, total, count, calibrated, updated_at) "
-                "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (gpu_model, param) DO UPDATE SET "
-                "total = excluded.total, count = excluded.count, "
-                "calibrated = excluded.calibrated, updated_at = excluded.updated_at",
-                (
-                    total.gpu_model,
-                    total.param,
-                    total.total,
-                    total.count,
-                    total.calibrated,
-                    total.updated_at,
-                ),
-            )
 
     def model_observations(self) -> list[StoredObservation]:
         """Every kept observation, oldest first (the order the learner took them in)."""
@@ -117,8 +101,8 @@ class ModelParamTables(StoreConnection):
                 )
 
     def reset_model_params(self, gpu_model: str | None = None) -> int:
-        """Forget what was learned (for one GPU model, or all): the kept observations and the
-        totals. Returns the rows dropped."""
+        """Forget what was learned (for one GPU model, or all): the kept observations and any
+        totals from a version-5 store. Returns the rows dropped."""
         where, args = ("", ()) if gpu_model is None else (" WHERE gpu_model = ?", (gpu_model,))
         with self.transaction() as conn:
             return sum(
