@@ -709,7 +709,7 @@ class ModelObserveResult(WireModel, frozen=True):
 
 class ModelResetResult(WireModel, frozen=True):
     gpu_model: str | None  # None: every GPU model
-    dropped: int  # stored parameter rows dropped
+    dropped: int  # (GPU model, parameter) pairs that had moved from their prior
 
 
 # ---------------------------------------------------------------------------------- events

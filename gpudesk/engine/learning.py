@@ -7,8 +7,11 @@ and the other attempts on its GPU. When an interval of at least `observe_min_s` 
 starts or ends, or the job ends), its rate (DONE per second, from the interval's first to its last
 progress line) is compared with the job's rate alone on a GPU: measured earlier in the same
 attempt, or remembered for the same command (its `demand.signature`) from earlier runs. Their
-ratio is an `interference.Observation` that the `Learner` turns into a value of one parameter;
-the totals are stored at once, and placement sees the new parameters at its next decision.
+ratio is an `interference.Observation`. The `Learner` keeps it (if it informs a parameter) and
+refits every parameter jointly from the observations it keeps; the observation is stored at once
+(the store keeps what the learner keeps), and placement sees the new parameters at its next
+decision. A new engine refits from the stored observations, and takes the totals a store from
+before the refit holds (schema 5, observations not kept) as they are.
 
 `gpudesk calibrate` feeds observations measured by probes through `observe` (source
 "calibrated"); `gpudesk model show` reads `describe`; `gpudesk model reset` calls `reset`.
@@ -16,27 +19,29 @@ the totals are stored at once, and placement sees the new parameters at its next
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import time
-from collections.abc import Iterable
-from dataclasses import dataclass, field, replace
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
 
 from gpudesk.engine.attempts import Attempts, LiveAttempt
 from gpudesk.engine.mig.profiles import compute_slices, memory_slices, table_for_gpu
 from gpudesk.engine.placement.demand import DEFAULT_SM_PCT, signature
 from gpudesk.engine.placement.interference import (
+    FrozenTotal,
     InterferenceModel,
+    KeptObservation,
     LearnedParam,
     Learner,
     Observation,
     Workload,
-    estimate,
     workload,
 )
 from gpudesk.engine.progress import ProgressReader
 from gpudesk.engine.store.database import Store
-from gpudesk.engine.store.model_params import AloneRate, ParamTotal
+from gpudesk.engine.store.model_params import AloneRate, StoredObservation
 from gpudesk.engine.telemetry_sink import TelemetrySink
 
 log = logging.getLogger("gpudesk.engine")
@@ -106,14 +111,6 @@ class Tracker:
         return self.alone_done / self.alone_s if self.alone_s > 0 else None
 
 
-@dataclass(frozen=True)
-class ParamState:
-    """A parameter as `gpudesk model show` prints it."""
-
-    param: LearnedParam
-    calibrated: int  # observations from calibration probes (the rest were learned here)
-
-
 @dataclass
 class LearningCounts:
     intervals: int = 0  # long enough intervals that ended
@@ -137,11 +134,7 @@ class StationLearning:
         self.telemetry = telemetry
         self.min_s = observe_min_s() if min_s is None else min_s
         self.learner = Learner()
-        self.calibrated: dict[tuple[str, str], int] = {}
-        totals = store.model_param_totals()
-        self.learner.load((t.gpu_model, t.param, t.total, t.count, t.updated_at) for t in totals)
-        for t in totals:
-            self.calibrated[(t.gpu_model, t.param)] = t.calibrated
+        self._restore()
         self.model = InterferenceModel(self.learner)
         self.alone: dict[str, AloneRate] = store.alone_rates()
         self.trackers: dict[int, Tracker] = {}
@@ -150,11 +143,32 @@ class StationLearning:
         self._seen: frozenset[int] = frozenset()
 
     # ------------------------------------------------------------- the model
+    def _restore(self) -> None:
+        """The learner as the store left it: its kept observations, refitted, and the totals a
+        version-5 store holds (they cannot be refitted: the observations behind them were not
+        kept; they count as they are until `reset`)."""
+        frozen: dict[str, dict[str, FrozenTotal]] = {}
+        for t in self.store.model_param_totals():
+            frozen.setdefault(t.gpu_model, {})[t.param] = FrozenTotal(
+                t.total, t.count, t.calibrated, t.updated_at
+            )
+        kept: dict[str, list[KeptObservation]] = {}
+        for row in self.store.model_observations():
+            try:
+                obs = observation_from_json(row.observation)
+            except ValueError as exc:  # written by this code, so only a damaged row
+                log.warning("a stored observation on %s is unreadable: %s", row.gpu_model, exc)
+                continue
+            kept.setdefault(row.gpu_model, []).append(
+                KeptObservation(obs, row.observed_at, row.source == "calibrated")
+            )
+        for gpu_model in sorted({*frozen, *kept}):
+            self.learner.restore(gpu_model, kept.get(gpu_model, ()), frozen.get(gpu_model))
+
     def gpu_models(self) -> list[str]:
         """The GPU models on the station, then any other the store has learned about."""
         station = [info.name or "" for info in self.telemetry.monitor.inventory]
-        stored = [gpu_model for gpu_model, _ in self.learner.totals]
-        return list(dict.fromkeys([*station, *sorted(stored)]))
+        return list(dict.fromkeys([*station, *self.learner.gpu_models()]))
 
     def gpus_of(self, gpu_model: str) -> list[int]:
         return [
@@ -163,16 +177,8 @@ class StationLearning:
             if (info.name or "") == gpu_model
         ]
 
-    def describe(self, gpu_model: str) -> list[ParamState]:
-        out = []
-        for param in self.learner.describe(gpu_model):
-            calibrated = (
-                self.calibrated.get((gpu_model, param.name), 0) if param.observations else 0
-            )
-            if calibrated:
-                param = replace(param, kind="calibrated")
-            out.append(ParamState(param, calibrated if param.observations else 0))
-        return out
+    def describe(self, gpu_model: str) -> list[LearnedParam]:
+        return self.learner.describe(gpu_model)
 
     def observe(
         self,
@@ -181,46 +187,51 @@ class StationLearning:
         source: str = "learned",
         at: float | None = None,
     ) -> str | None:
-        """Feed one observation; returns the parameter it moved (None: it said nothing). The
-        parameter's totals are stored at once and placement sees the new value."""
+        """Feed one observation; returns the parameter it informs (None: it said nothing and is
+        not kept). It is stored at once and placement sees the refitted parameters."""
+        return self.observe_many(gpu_model, [obs], source, at)[0]
+
+    def observe_many(
+        self,
+        gpu_model: str,
+        observations: Sequence[Observation],
+        source: str = "learned",
+        at: float | None = None,
+    ) -> list[str | None]:
+        """`observe` each, stored in one transaction and refitted once (a calibration sends
+        dozens): for each, the parameter it informs, or None."""
         if source not in SOURCES:
             raise ValueError(f"source must be one of {', '.join(SOURCES)}, not {source!r}")
-        said = estimate(self.learner.params(gpu_model), obs)
-        if said is None:
-            return None
-        name = said[0]
         at = time.time() if at is None else at
-        key = (gpu_model, name)
-        old_totals = self.learner.totals.get(key)
-        old_calibrated = self.calibrated.get(key, 0)
-        self.learner.observe(gpu_model, obs, at)
-        total, count, updated = self.learner.totals[key]
-        calibrated = old_calibrated + (1 if source == "calibrated" else 0)
-        try:
-            self.store.save_model_param(
-                ParamTotal(gpu_model, name, total, count, calibrated, updated)
-            )
-        except Exception:
-            # keep memory and store the same: the observation is lost, not half-kept
-            if old_totals is None:
-                self.learner.totals.pop(key, None)
-            else:
-                self.learner.totals[key] = old_totals
-            raise
-        self.calibrated[key] = calibrated
-        self.counts.sources[source] = self.counts.sources.get(source, 0) + 1
+        names = [self.learner.informs(gpu_model, obs) for obs in observations]
+        kept = [
+            KeptObservation(obs, at, source == "calibrated")
+            for obs, name in zip(observations, names, strict=True)
+            if name is not None
+        ]
+        if not kept:
+            return names
+        rows = [StoredObservation(gpu_model, source, at, observation_to_json(k.obs)) for k in kept]
+        for row in rows:
+            # what is stored must read back, or a new engine would refit from less (ValueError:
+            # a rate above the wire's bound, which only a bad rate alone could give)
+            observation_from_json(row.observation)
+        # the store first: if it fails, the learner has not changed either
+        self.store.add_model_observations(rows, keep=self.learner.keep)
+        self.learner.observe_all(gpu_model, kept)
+        self.counts.sources[source] = self.counts.sources.get(source, 0) + len(kept)
         self.model = InterferenceModel(self.learner)  # a fresh cache of parameters
-        return name
+        return names
 
     def reset(self, gpu_model: str | None = None) -> int:
         """Forget what was learned and calibrated (one GPU model, or all): back to the
-        defaults. Returns the stored parameter rows dropped."""
-        dropped = self.store.reset_model_params(gpu_model)
-        for key in [k for k in self.learner.totals if gpu_model is None or k[0] == gpu_model]:
-            del self.learner.totals[key]
-            self.calibrated.pop(key, None)
+        defaults. Returns how many (GPU model, parameter) had moved from their prior."""
+        models = self.learner.gpu_models() if gpu_model is None else [gpu_model]
+        moved = sum(1 for m in models for param in self.learner.describe(m) if param.observations)
+        self.store.reset_model_params(gpu_model)
+        self.learner.forget(gpu_model)
         self.model = InterferenceModel(self.learner)
-        return dropped
+        return moved
 
     # ------------------------------------------------------- watching progress
     def step(self) -> None:
@@ -410,6 +421,21 @@ def workload_from_dict(raw: object, what: str) -> Workload:
         _fraction(raw.get("membw"), f"{what}.membw"),
         None if cap is None else _fraction(cap, f"{what}.thread_cap"),
     )
+
+
+def observation_to_json(obs: Observation) -> str:
+    """An observation as the store keeps it: the wire format (what `Client.model_observe`
+    sends), so `observation_from_json` is `observation_from_dict` and one reader serves both."""
+    return json.dumps(asdict(obs), separators=(",", ":"))
+
+
+def observation_from_json(text: str) -> Observation:
+    """`observation_to_json`'s inverse; ValueError naming what is wrong."""
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"observation is not JSON: {exc}") from None
+    return observation_from_dict(raw)
 
 
 def observation_from_dict(raw: object, what: str = "observation") -> Observation:

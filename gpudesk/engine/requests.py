@@ -28,13 +28,13 @@ from gpudesk.engine.jobs import (
 from gpudesk.engine.learning import (
     MAX_OBSERVATIONS,
     SOURCES,
-    ParamState,
     StationLearning,
     observation_from_dict,
 )
 from gpudesk.engine.loaders import DatasetSpec, LoaderSupervisor
 from gpudesk.engine.mig.nvidia_smi import LayoutError, MigError, MigUsageError
 from gpudesk.engine.mps.watch import MpsWatch
+from gpudesk.engine.placement.interference import LearnedParam
 from gpudesk.engine.placement.policies import make_policy
 from gpudesk.engine.placement.queue import JobQueue
 from gpudesk.engine.protocol import ProtocolError
@@ -511,8 +511,7 @@ class RequestHandlers:
             raise ProtocolError(protocol.INVALID_ARGS, str(exc)) from None
         learning = self.parts.learning
         moved: dict[str, int] = {}
-        for obs in observations:
-            name = learning.observe(gpu_model, obs, source)
+        for name in learning.observe_many(gpu_model, observations, source):
             if name is not None:
                 moved[name] = moved.get(name, 0) + 1
         return {
@@ -542,8 +541,7 @@ class RequestHandlers:
         return {"gpu_model": gpu_model, "dropped": dropped}
 
 
-def _param_reply(state: ParamState) -> Reply:
-    param = state.param
+def _param_reply(param: LearnedParam) -> Reply:
     return {
         "name": param.name,
         "value": param.value,
@@ -551,7 +549,7 @@ def _param_reply(state: ParamState) -> Reply:
         "kind": param.kind,
         "source": param.source,
         "observations": param.observations,
-        "calibrated": state.calibrated,
+        "calibrated": param.calibrated,
         "updated_at": param.updated_at,
     }
 

@@ -1,9 +1,12 @@
-"""Learning on the station: the learner's totals and the rates alone in the store, the learner
-rebuilt from them by a new engine, observations over the wire, and progress lines in a log."""
+"""Learning on the station: the learner's observations and the rates alone in the store, the
+learner refitted from them by a new engine (and from a store written before the refit, which kept
+only totals), observations over the wire, and progress lines in a log."""
 
 from __future__ import annotations
 
+import sqlite3
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -13,13 +16,17 @@ import pytest
 from gpudesk.engine.learning import StationLearning, observation_from_dict
 from gpudesk.engine.placement.interference import (
     DEFAULT_PARAMS,
+    PARAM_NAMES,
     PRIOR_WEIGHT,
+    REFIT_TOLERANCE,
+    LearnedParam,
     Observation,
     Workload,
 )
 from gpudesk.engine.progress import MAX_LINE_BYTES, ProgressReader, parse_progress
 from gpudesk.engine.store.database import Store
-from gpudesk.engine.store.model_params import ParamTotal
+from gpudesk.engine.store.model_params import ParamTotal, StoredObservation
+from gpudesk.engine.store.schema import MIGRATIONS
 
 A100 = "NVIDIA A100-SXM4-40GB"
 
@@ -48,23 +55,53 @@ def pair(rate: float) -> Observation:
     return Observation("mps", light, (light,), rate)
 
 
-def test_param_totals_and_rates_alone_round_trip(store: Store) -> None:
-    store.save_model_param(ParamTotal(A100, "mps_tenant_cost", 0.3, 2, 1, 1000.0))
-    store.save_model_param(ParamTotal(A100, "mps_tenant_cost", 0.5, 3, 1, 2000.0))  # replaces
-    store.save_model_param(ParamTotal("NVIDIA H100", "contention", 0.1, 1, 0, None))
+def version_5_store(path: Path, totals: Sequence[tuple[object, ...]]) -> None:
+    """A store as gpudesk wrote it before the joint refit (schema 5): per (GPU model,
+    parameter) the sum and count of the values observations implied, no observations."""
+    conn = sqlite3.connect(path)
+    for script in MIGRATIONS[:5]:
+        conn.executescript(script)
+    conn.execute("PRAGMA user_version = 5")
+    conn.executemany(
+        "INSERT INTO model_params (gpu_model, param, total, count, calibrated, updated_at) "
+        "VALUES (?, ?, ?, ?, ?, ?)",
+        totals,
+    )
+    conn.commit()
+    conn.close()
+
+
+def test_observations_old_totals_and_rates_alone_round_trip(tmp_path: Path) -> None:
+    version_5_store(
+        tmp_path / "db",
+        [
+            (A100, "mps_tenant_cost", 0.5, 3, 1, 2000.0),
+            ("NVIDIA H100", "contention", 0.1, 1, 0, None),
+        ],
+    )
+    store = Store.open(tmp_path / "db")
     assert store.model_param_totals() == [
         ParamTotal(A100, "mps_tenant_cost", 0.5, 3, 1, 2000.0),
         ParamTotal("NVIDIA H100", "contention", 0.1, 1, 0, None),
     ]
+    assert store.model_observations() == []
+    rows = [StoredObservation(A100, "learned", float(i), f'{{"n": {i}}}') for i in range(5)]
+    h100 = StoredObservation("NVIDIA H100", "calibrated", None, "{}")
+    store.add_model_observations(rows[:3], keep=4)
+    store.add_model_observations([*rows[3:], h100], keep=4)
+    # oldest first; each GPU model keeps its newest 4
+    assert store.model_observations() == [*rows[1:], h100]
     store.record_alone_rate("sig", 10.0, now=5.0)
     store.record_alone_rate("sig", 20.0, now=6.0)
     alone = store.alone_rates()["sig"]
     assert (alone.rate, alone.runs, alone.updated_at) == (15.0, 2, 6.0)
-    assert store.reset_model_params(A100) == 1
+    assert store.reset_model_params(A100) == 5  # 4 observations and the old totals
+    assert store.model_observations() == [h100]
     assert [t.gpu_model for t in store.model_param_totals()] == ["NVIDIA H100"]
-    assert store.reset_model_params() == 1
-    assert store.model_param_totals() == []
+    assert store.reset_model_params() == 2
+    assert store.model_param_totals() == [] and store.model_observations() == []
     assert store.alone_rates()["sig"].runs == 2  # what commands measured is kept
+    store.close()
 
 
 def test_what_was_learned_survives_a_new_engine(tmp_path: Path) -> None:
@@ -83,26 +120,111 @@ def test_what_was_learned_survives_a_new_engine(tmp_path: Path) -> None:
     store = Store.open(tmp_path / "db")
     second = learning(store)
     assert second.model.params(A100).mps_tenant_cost == pytest.approx(expected)
-    by_name = {s.param.name: s for s in second.describe(A100)}
+    by_name = {p.name: p for p in second.describe(A100)}
     tenant = by_name["mps_tenant_cost"]
-    assert (tenant.param.observations, tenant.calibrated, tenant.param.updated_at) == (2, 1, 200.0)
-    assert tenant.param.kind == "calibrated"  # probes took part
-    assert tenant.param.prior == DEFAULT_PARAMS.mps_tenant_cost
-    assert by_name["contention"].param.kind == "derived"
-    assert by_name["naive_switch_cost"].param.kind == "assumption"
+    assert (tenant.observations, tenant.calibrated, tenant.updated_at) == (2, 1, 200.0)
+    assert tenant.kind == "calibrated"  # probes took part
+    assert tenant.prior == DEFAULT_PARAMS.mps_tenant_cost
+    assert by_name["contention"].kind == "derived"
+    assert by_name["naive_switch_cost"].kind == "assumption"
     assert second.gpu_models() == [A100]
 
     assert second.reset() == 1
     assert second.model.params(A100) == DEFAULT_PARAMS
     store.close()
-    assert learning(Store.open(tmp_path / "db")).model.params(A100) == DEFAULT_PARAMS
+    store = Store.open(tmp_path / "db")
+    assert learning(store).model.params(A100) == DEFAULT_PARAMS
+    assert store.model_observations() == []
+    store.close()
+
+
+def crowded(sm: float, rate: float) -> Observation:
+    """Three jobs past a full GPU under MPS: says what contention is, given the co-tenant cost."""
+    job = Workload(sm, sm / 2)
+    return Observation("mps", job, (job, job), rate)
+
+
+def test_a_new_engine_refits_the_stored_observations_to_the_same_parameters(
+    tmp_path: Path,
+) -> None:
+    store = Store.open(tmp_path / "db")
+    first = learning(store)
+    light = Workload(0.2, 0.1)
+    # contention first, read while the co-tenant cost is still the prior, then the cost
+    for i, obs in enumerate([crowded(0.4, 0.55), crowded(0.45, 0.5), pair(0.8), pair(0.85)]):
+        first.observe(A100, obs, "learned", at=float(i))
+    # a calibration's batch: one refit, one transaction; the alone probe says nothing
+    names = first.observe_many(
+        A100,
+        [
+            Observation("naive", light, (light,), 0.6),
+            Observation("mps", light, (), 1.0),
+            Observation("mig", Workload(0.6, 0.3), (), 0.6, 3, 4),
+        ],
+        "calibrated",
+        at=10.0,
+    )
+    assert names == ["naive_switch_cost", None, "kernel_active_extra"]
+    assert len(store.model_observations()) == 6
+    before = first.model.params(A100)
+    shown = first.describe(A100)
+    assert {p.name: p.kind for p in shown if p.observations} == {
+        "mps_tenant_cost": "learned",
+        "contention": "learned",
+        "naive_switch_cost": "calibrated",
+        "kernel_active_extra": "calibrated",
+    }
+    store.close()
+
+    store = Store.open(tmp_path / "db")
+    second = learning(store)
+    after = second.model.params(A100)
+    for name in PARAM_NAMES:
+        assert getattr(after, name) == pytest.approx(getattr(before, name), abs=REFIT_TOLERANCE)
+
+    def provenance(params: Sequence[LearnedParam]) -> list[tuple[object, ...]]:
+        return [(p.name, p.observations, p.calibrated, p.kind, p.updated_at) for p in params]
+
+    assert provenance(second.describe(A100)) == provenance(shown)
+    store.close()
+
+
+def test_a_store_from_before_the_refit_still_loads(tmp_path: Path) -> None:
+    # what the learner before the refit stored: two values of mps_tenant_cost summing to 0.5
+    # (one from a calibration probe); the observations themselves are gone
+    version_5_store(tmp_path / "db", [(A100, "mps_tenant_cost", 0.5, 2, 1, 1000.0)])
+    prior = DEFAULT_PARAMS.mps_tenant_cost
+    store = Store.open(tmp_path / "db")
+    station = learning(store)
+    assert station.model.params(A100).mps_tenant_cost == pytest.approx(
+        (prior * PRIOR_WEIGHT + 0.5) / (PRIOR_WEIGHT + 2)
+    )
+    (tenant,) = [p for p in station.describe(A100) if p.name == "mps_tenant_cost"]
+    assert (tenant.observations, tenant.calibrated, tenant.kind) == (2, 1, "calibrated")
+    assert tenant.updated_at == 1000.0
+    assert station.gpu_models() == [A100]
+    # a new observation is refitted with the old totals, which count as they are
+    station.observe(A100, pair(0.7), at=3000.0)
+    expected = (prior * PRIOR_WEIGHT + 0.5 + 0.3) / (PRIOR_WEIGHT + 3)
+    assert station.model.params(A100).mps_tenant_cost == pytest.approx(expected)
+    store.close()
+
+    store = Store.open(tmp_path / "db")
+    station = learning(store)
+    assert station.model.params(A100).mps_tenant_cost == pytest.approx(expected)
+    (tenant,) = [p for p in station.describe(A100) if p.name == "mps_tenant_cost"]
+    assert (tenant.observations, tenant.calibrated, tenant.updated_at) == (3, 1, 3000.0)
+    assert station.reset() == 1
+    assert station.model.params(A100) == DEFAULT_PARAMS
+    assert store.model_param_totals() == [] and store.model_observations() == []
+    store.close()
 
 
 def test_learned_only_on_the_station_is_labelled_learned(store: Store) -> None:
     station = learning(store)
     station.observe(A100, pair(0.8))
-    (tenant,) = [s for s in station.describe(A100) if s.param.name == "mps_tenant_cost"]
-    assert (tenant.param.kind, tenant.calibrated) == ("learned", 0)
+    (tenant,) = [p for p in station.describe(A100) if p.name == "mps_tenant_cost"]
+    assert (tenant.kind, tenant.calibrated) == ("learned", 0)
 
 
 def test_an_observation_from_the_wire() -> None:
@@ -212,7 +334,10 @@ def test_a_rate_alone_remembered_from_an_earlier_run_serves_a_later_one(
     live.remove(beside)
     station.step()  # the co-tenant left: the shared interval closes
     assert station.counts.observations == 1
-    (total,) = store.model_param_totals()
-    assert total.param == "mps_tenant_cost" and total.count == 1
-    assert 0.3 < total.total < 0.7, total  # about 1 - 0.5
+    (stored,) = store.model_observations()
+    assert stored.gpu_model == A100 and stored.source == "learned"
+    (tenant,) = [p for p in station.describe(A100) if p.name == "mps_tenant_cost"]
+    assert tenant.observations == 1
+    implied = tenant.value * (PRIOR_WEIGHT + 1) - DEFAULT_PARAMS.mps_tenant_cost * PRIOR_WEIGHT
+    assert 0.3 < implied < 0.7, implied  # about 1 - 0.5
     assert any(e.kind == "model" for e in store.events(same.id))

@@ -1,9 +1,11 @@
-"""The interference model's learning in the store: the learner's totals per (GPU model,
-parameter) and each command's progress rate alone on a GPU (by command signature)."""
+"""The interference model's learning in the store: the observations the learner refits from
+(the newest per GPU model), the totals a store from before the refit kept instead, and each
+command's progress rate alone on a GPU (by command signature)."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gpudesk.engine.store.connection import StoreConnection
@@ -11,8 +13,10 @@ from gpudesk.engine.store.connection import StoreConnection
 
 @dataclass(frozen=True)
 class ParamTotal:
-    """What observations said about one parameter on one GPU model: the sum and count of the
-    values they implied, how many of them came from calibration probes, and when the last came."""
+    """What observations said about one parameter on one GPU model, as a version-5 store kept
+    it: the sum and count of the values they implied, how many of them came from calibration
+    probes, and when the last came. Read only: the observations behind it were not kept, and
+    nothing writes these any more (schema 6)."""
 
     gpu_model: str
     param: str
@@ -20,6 +24,19 @@ class ParamTotal:
     count: int
     calibrated: int
     updated_at: float | None
+
+
+@dataclass(frozen=True)
+class StoredObservation:
+    """One observation the learner keeps: on which GPU model, its source ("learned" from a
+    job's progress, "calibrated" from a probe), when, and the observation itself as JSON in
+    the `model_observe` wire format. `gpudesk.engine.learning` writes and reads that JSON; the
+    store does not look inside."""
+
+    gpu_model: str
+    source: str
+    observed_at: float | None
+    observation: str
 
 
 @dataclass(frozen=True)
@@ -32,9 +49,10 @@ class AloneRate:
 
 
 class ModelParamTables(StoreConnection):
-    """The learner's totals and the alone rates."""
+    """The learner's kept observations (and a version-5 store's totals), and the alone rates."""
 
     def model_param_totals(self) -> list[ParamTotal]:
+        """The totals a version-5 store had learned (none in a store started at schema 6)."""
         return [
             ParamTotal(
                 str(row["gpu_model"]),
@@ -50,32 +68,46 @@ class ModelParamTables(StoreConnection):
             )
         ]
 
-    def save_model_param(self, total: ParamTotal) -> None:
-        """Replace one (GPU model, parameter)'s totals with these."""
-        with self.transaction() as conn:
-            conn.execute(
-                "INSERT INTO model_params "
-                "(gpu_model, param, total, count, calibrated, updated_at) "
-                "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (gpu_model, param) DO UPDATE SET "
-                "total = excluded.total, count = excluded.count, "
-                "calibrated = excluded.calibrated, updated_at = excluded.updated_at",
-                (
-                    total.gpu_model,
-                    total.param,
-                    total.total,
-                    total.count,
-                    total.calibrated,
-                    total.updated_at,
-                ),
+    def model_observations(self) -> list[StoredObservation]:
+        """Every kept observation, oldest first (the order the learner took them in)."""
+        return [
+            StoredObservation(
+                str(row["gpu_model"]),
+                str(row["source"]),
+                None if row["observed_at"] is None else float(row["observed_at"]),
+                str(row["observation"]),
             )
+            for row in self._conn.execute(
+                "SELECT gpu_model, source, observed_at, observation FROM model_observations "
+                "ORDER BY id"
+            )
+        ]
+
+    def add_model_observations(self, rows: Sequence[StoredObservation], keep: int) -> None:
+        """Append these, then drop each of their GPU models' oldest beyond the newest `keep`
+        (the learner's bound, so the store holds what the learner holds), all or nothing."""
+        with self.transaction() as conn:
+            conn.executemany(
+                "INSERT INTO model_observations (gpu_model, source, observed_at, observation) "
+                "VALUES (?, ?, ?, ?)",
+                [(r.gpu_model, r.source, r.observed_at, r.observation) for r in rows],
+            )
+            for gpu_model in sorted({r.gpu_model for r in rows}):
+                conn.execute(
+                    "DELETE FROM model_observations WHERE gpu_model = ? AND id NOT IN "
+                    "(SELECT id FROM model_observations WHERE gpu_model = ? "
+                    "ORDER BY id DESC LIMIT ?)",
+                    (gpu_model, gpu_model, keep),
+                )
 
     def reset_model_params(self, gpu_model: str | None = None) -> int:
-        """Forget what was learned (for one GPU model, or all); returns the rows dropped."""
+        """Forget what was learned (for one GPU model, or all): the kept observations and any
+        totals from a version-5 store. Returns the rows dropped."""
+        where, args = ("", ()) if gpu_model is None else (" WHERE gpu_model = ?", (gpu_model,))
         with self.transaction() as conn:
-            if gpu_model is None:
-                return int(conn.execute("DELETE FROM model_params").rowcount)
-            return int(
-                conn.execute("DELETE FROM model_params WHERE gpu_model = ?", (gpu_model,)).rowcount
+            return sum(
+                int(conn.execute(f"DELETE FROM {table}{where}", args).rowcount)
+                for table in ("model_observations", "model_params")
             )
 
     def alone_rates(self) -> dict[str, AloneRate]:

@@ -154,6 +154,22 @@ MIGRATIONS: tuple[str, ...] = (
         updated_at REAL NOT NULL
     );
     """,
+    # 6: the learner refits every parameter from the observations themselves (a value one
+    # observation implies depends on the other parameters, so a sum of values taken as they came
+    # is confounded): the newest observations per GPU model are kept, each in the wire format of
+    # `model_observe` (JSON), with its source and time. model_params is no longer written: it
+    # holds what a version-5 store had learned, totals of observations that were not kept, which
+    # the learner cannot refit and takes as they are until `gpudesk model reset` drops them.
+    """
+    CREATE TABLE model_observations (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        gpu_model TEXT NOT NULL,
+        source TEXT NOT NULL CHECK (source IN ('learned', 'calibrated')),
+        observed_at REAL,
+        observation TEXT NOT NULL
+    );
+    CREATE INDEX model_observations_by_model ON model_observations (gpu_model, id);
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
