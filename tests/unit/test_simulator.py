@@ -231,6 +231,10 @@ def test_truth_files(tmp_path: Path) -> None:
         parse_truth({"contention": True})
     with pytest.raises(ValueError, match="expected a JSON object"):
         parse_truth([0.15])
+    # what `gpudesk calibrate --json` saved on a real H100 (docs/calibration.md)
+    saved = Path(__file__).parents[2] / "bench" / "results" / "calibrate-h100-8s.json"
+    assert load_truth(saved).mps_tenant_cost == pytest.approx(0.127, abs=5e-4)
+    assert load_truth(saved).contention == pytest.approx(0.085, abs=5e-4)
     path = tmp_path / "truth.json"
     path.write_text('{"naive_switch_cost": 0.2}')
     assert load_truth(path).naive_switch_cost == 0.2

@@ -101,11 +101,13 @@ DEFAULT_PARAMS = ModelParams(
 
 
 def params_from_json(data: object, where: str, base: ModelParams | None = None) -> ModelParams:
-    """Parameters from a JSON object of parameter -> value, or a saved calibration's
-    `{"params": {...}}`; the rest from `base` (the defaults). Raises ValueError naming the
-    unknown or bad keys. The one reader of a params file (`simulate --truth`, `calibrate
-    --truth`)."""
-    if isinstance(data, dict) and isinstance(data.get("params"), dict):
+    """Parameters from a JSON object of parameter -> value, an object holding one under
+    `"params"`, or what `gpudesk calibrate --json` printed (the fit is under `"fitted"`); the
+    rest from `base` (the defaults). Raises ValueError naming the unknown or bad keys. The one
+    reader of a params file (`simulate --truth`, `calibrate --truth`)."""
+    if isinstance(data, dict) and isinstance(data.get("fitted"), dict):
+        data = data["fitted"]  # a calibration: "params" there lists each fit's details
+    elif isinstance(data, dict) and isinstance(data.get("params"), dict):
         data = data["params"]
     if not isinstance(data, dict):
         raise ValueError(f"{where}: expected a JSON object of model parameters")
