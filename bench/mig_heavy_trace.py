@@ -50,4 +50,9 @@ def trace() -> dict[str, object]:
 
 
 if __name__ == "__main__":
-    Path(sys.argv[1]).write_text(json.dumps(trace(), indent=1) + "\n")
+    if len(sys.argv) != 2:
+        sys.exit("usage: python bench/mig_heavy_trace.py OUTPUT.json (writes the trace there)")
+    try:
+        Path(sys.argv[1]).write_text(json.dumps(trace(), indent=1) + "\n")
+    except OSError as exc:
+        sys.exit(f"cannot write {sys.argv[1]}: {exc.strerror}")
