@@ -224,11 +224,13 @@ def test_auto_repartitions_an_idle_mig_gpu_when_it_pays(home: Home, gpudesk: Run
 
 
 # ------------------------------------------------------------------------ a real station
+@contextlib.contextmanager
 def real_station(
     home: Home, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, policy: str
-) -> tuple[EngineHandle, Path, Path]:
+) -> Iterator[tuple[EngineHandle, Path, Path]]:
     """An engine on a real station whose NVML and nvidia-smi are the faithful fakes: an A100 in
-    MIG mode with two 3g.20gb instances. Returns the engine, nvidia-smi's state and its log."""
+    MIG mode with two 3g.20gb instances. Yields the engine, nvidia-smi's state and its log;
+    stops the engine after."""
     smi_state, smi_log = tmp_path / "smi.json", tmp_path / "smi-calls.jsonl"
     uuids = [f"MIG-0000000{gi}-0000-5000-8000-000000000000" for gi in (1, 2)]
     smi_state.write_text(
@@ -282,7 +284,11 @@ def real_station(
     monkeypatch.setenv("GPUDESK_FAKE_NVML", str(nvml))
     engine = EngineHandle(home)
     engine.start(backend="nvml", sample_interval=0.2, mig_repartition=True, policy=policy)
-    return engine, smi_state, smi_log
+    try:
+        yield engine, smi_state, smi_log
+    finally:
+        engine.stop()
+        engine.client.close()
 
 
 def submit_big_jobs(engine: EngineHandle, command: list[str]) -> list[int]:
@@ -300,8 +306,7 @@ def test_a_real_station_plans_and_applies_through_nvidia_smi(
 ) -> None:
     """Under a forced mode (mps) the engine never repartitions on its own: the plan is shown
     and applied by hand."""
-    engine, smi_state, smi_log = real_station(home, tmp_path, monkeypatch, "mps")
-    try:
+    with real_station(home, tmp_path, monkeypatch, "mps") as (engine, smi_state, smi_log):
         first, second = submit_big_jobs(engine, SLEEP)
         (plan,) = engine.client.request("mig_plan", gpu=0)["plans"]
         assert (plan["simulated"], plan["current"], plan["wanted"]) == (
@@ -342,9 +347,6 @@ def test_a_real_station_plans_and_applies_through_nvidia_smi(
         # applying never touches the queue; the next pass sees the new instance through NVML
         assert engine.wait_state(first, "running")["slot"] == "gpu:0/7g.40gb"
         assert engine.job(second)["state"] == "queued"
-    finally:
-        engine.stop()
-        engine.client.close()
 
 
 def test_auto_repartitions_a_real_gpu_through_nvidia_smi(
@@ -353,14 +355,13 @@ def test_auto_repartitions_a_real_gpu_through_nvidia_smi(
     """`auto`: the engine runs the planner's nvidia-smi commands itself, once; NVML then lists
     the 7g.40gb instance nvidia-smi created (the two fakes are one driver) and the first job
     starts on it. The second waits for it: it fits no other slice."""
-    engine, smi_state, smi_log = real_station(home, tmp_path, monkeypatch, "auto")
+    with real_station(home, tmp_path, monkeypatch, "auto") as (engine, smi_state, smi_log):
 
-    def changing() -> list[list[str]]:
-        lines = smi_log.read_text().splitlines() if smi_log.exists() else []
-        calls = [json.loads(line) for line in lines]
-        return [c for c in calls if any(a in ("-dci", "-dgi", "-cgi") for a in c)]
+        def changing() -> list[list[str]]:
+            lines = smi_log.read_text().splitlines() if smi_log.exists() else []
+            calls = [json.loads(line) for line in lines]
+            return [c for c in calls if any(a in ("-dci", "-dgi", "-cgi") for a in c)]
 
-    try:
         first, second = submit_big_jobs(engine, SLEEP)
         wait_for(lambda: len(changing()) == 3, what="the engine's nvidia-smi commands")
         assert changing() == [
@@ -384,9 +385,6 @@ def test_auto_repartitions_a_real_gpu_through_nvidia_smi(
         time.sleep(1.0)  # more scheduling passes: a busy GPU is never re-carved
         assert len(changing()) == 3
         assert engine.job(second)["state"] == "queued"
-    finally:
-        engine.stop()
-        engine.client.close()
 
 
 def test_a_job_waiting_for_a_slice_starts_on_one_an_admin_carves_by_hand(
@@ -394,8 +392,7 @@ def test_a_job_waiting_for_a_slice_starts_on_one_an_admin_carves_by_hand(
 ) -> None:
     """An admin changes the layout with nvidia-smi, outside gpudesk: the next sample shows the
     new instance and placement looks again, with no job or request to prompt it."""
-    engine, smi_state, _ = real_station(home, tmp_path, monkeypatch, "mps")
-    try:
+    with real_station(home, tmp_path, monkeypatch, "mps") as (engine, smi_state, _):
         (job,) = engine.submit(
             {"name": "big", "gpus": 1, "memory_gb": 24, "sm_pct": 50, "command": SLEEP}
         )
@@ -408,6 +405,3 @@ def test_a_job_waiting_for_a_slice_starts_on_one_an_admin_carves_by_hand(
             )
             assert done.returncode == 0, done.stdout
         assert engine.wait_state(job, "running")["slot"] == "gpu:0/7g.40gb"
-    finally:
-        engine.stop()
-        engine.client.close()
