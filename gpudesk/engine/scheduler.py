@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import replace
 
 from gpudesk.engine.attempts import Attempts
 from gpudesk.engine.events import EventPublisher
@@ -20,6 +19,7 @@ from gpudesk.engine.placement.gpu_states import gpu_states
 from gpudesk.engine.placement.policies import make_policy
 from gpudesk.engine.placement.policy import Decision, PlacementPolicy, StationView
 from gpudesk.engine.placement.queue import JobQueue
+from gpudesk.engine.placement.schedule_pass import schedule_pass
 from gpudesk.engine.repartition.control import MigControl
 from gpudesk.engine.repartition.planner import QueuedDemand
 from gpudesk.engine.state import CurrentStation, PlacementDue
@@ -135,22 +135,13 @@ class Scheduler:
         if not self.queue:
             return
         view = self.station_view()
-        decision = self.policy.place(self._placeable(), view)
-        weighed = self._relayable(view)
-        if not weighed:
-            self._commit(decision)
-            return
-        # Idle MIG-mode GPUs may get a new layout: the placements elsewhere start now, then the
-        # jobs still waiting (those the policy put on these GPUs among them) weigh a new
-        # layout. If one changed, placement looks again at the GPUs as they are after it;
-        # if not, the policy's placements on them stand.
-        elsewhere = [p for p in decision.placements if not weighed.intersection(p.gpus)]
-        held_back = [p for p in decision.placements if weighed.intersection(p.gpus)]
-        self._commit(replace(decision, placements=elsewhere))
-        if self.repartition(self.station_view()):
-            self._commit(self.policy.place(self._placeable(), self.station_view()))
-        elif held_back:
-            self._commit(Decision(held_back))
+        schedule_pass(
+            self.policy.place(self._placeable(), view),
+            self._relayable(view),
+            commit=self._commit,
+            repartition=lambda _: self.repartition(self.station_view()),
+            place_again=lambda: self.policy.place(self._placeable(), self.station_view()),
+        )
 
     def _placeable(self) -> list[JobRecord]:
         jobs = self.queue.placeable()

@@ -59,6 +59,7 @@ from gpudesk.engine.placement.policy import (
     StationView,
     Tenant,
 )
+from gpudesk.engine.placement.schedule_pass import schedule_pass
 from gpudesk.engine.repartition.payoff import RECONFIG_S, choose_layouts
 from gpudesk.engine.repartition.planner import GpuMigState, QueuedDemand
 from gpudesk.engine.repartition.planner import simulated_profiles as planner_profiles
@@ -796,26 +797,16 @@ class Simulation:
         return changed
 
     def _schedule(self) -> None:
-        """The engine's scheduling pass (engine.scheduler.Scheduler.schedule), step for step."""
+        """The engine's scheduling pass (`schedule_pass`, as engine.scheduler runs it)."""
         if not self.queue:
             return
-        view = self.view()
-        decision = self._place(view)
-        relayable = self._relayable()
-        if not relayable:
-            self._commit(decision, view)
-            return
-        # Idle MIG-mode GPUs may get a new layout: the placements elsewhere start now, the jobs
-        # still waiting weigh a new layout; placement looks again only if one changed.
-        elsewhere = [p for p in decision.placements if not relayable.intersection(p.gpus)]
-        held_back = [p for p in decision.placements if relayable.intersection(p.gpus)]
-        self._commit(replace(decision, placements=elsewhere), view)
-        if self._repartition(relayable):
-            if self.queue:
-                view = self.view()
-                self._commit(self._place(view), view)
-        elif held_back:
-            self._commit(Decision(held_back), view)
+        schedule_pass(
+            self._place(self.view()),
+            self._relayable(),
+            commit=self._commit,
+            repartition=self._repartition,
+            place_again=lambda: self._place(self.view()) if self.queue else Decision(),
+        )
 
     def _place(self, view: StationView) -> Decision:
         started = time.perf_counter()
@@ -823,7 +814,7 @@ class Simulation:
         self.decision_ms.append((time.perf_counter() - started) * 1000)
         return decision
 
-    def _commit(self, decision: Decision, view: StationView) -> None:
+    def _commit(self, decision: Decision) -> None:
         for job_id, count in decision.overtaken.items():
             self.overtaken[job_id] = self.overtaken.get(job_id, 0) + count
         by_id = {r.record.id: r for r in self.queue}
@@ -836,10 +827,10 @@ class Simulation:
             self.queue.remove(run)
         placements = [p for p in decision.placements if p.job_id in by_id]
         # A GPU in MIG mode runs work only on its MIG devices: a whole-GPU placement on a
-        # fixed-layout GPU is a policy error the simulator counts (and still plays out).
-        locked = {g.index for g in view.gpu_states if g.index in self.fixed and not g.mig_dynamic}
+        # fixed-layout GPU (never `mig_dynamic`) is a policy error the simulator counts (and
+        # still plays out).
         self.mig_violations += sum(
-            1 for p in placements if p.mode != "mig" and locked.intersection(p.gpus)
+            1 for p in placements if p.mode != "mig" and self.fixed.intersection(p.gpus)
         )
         for placement in placements:
             self._start(by_id[placement.job_id], placement)
