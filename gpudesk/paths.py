@@ -24,6 +24,45 @@ from pathlib import Path
 _MAX_SOCKET_PATH = 100
 
 
+class HomeError(RuntimeError):
+    """This home cannot be used by this user; the message is one paragraph saying what to do."""
+
+
+def _user(uid: int) -> str:
+    """A user's name, or their uid when the system has no name for it."""
+    import pwd
+
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
+
+
+def check_owner(root: Path) -> None:
+    """Raise HomeError when `root` exists and belongs to another user. A home is one user's:
+    sharing another's would fail on their files, or (as root) leave files they cannot use."""
+    try:
+        owner = root.stat().st_uid
+    except FileNotFoundError:
+        return
+    except PermissionError as exc:
+        raise HomeError(
+            f"cannot use the gpudesk home {root}: {exc.strerror}. Set GPUDESK_HOME to a folder "
+            "of your own."
+        ) from None
+    me = os.geteuid()
+    if owner != me:
+        default = default_home()
+        elsewhere = f" (the default is {default})" if default != root else ""
+        raise HomeError(
+            f"the gpudesk home {root} belongs to {_user(owner)} (uid {owner}), and you are "
+            f"{_user(me)} (uid {me}): each user keeps a home of their own, and an engine here "
+            "would mix your jobs with theirs or fail on their files. Set GPUDESK_HOME to a "
+            f"folder of your own{elsewhere}, or, if this home is yours, take it back: "
+            f"`sudo chown -R {_user(me)} {root}`."
+        )
+
+
 def default_home() -> Path:
     state = os.environ.get("XDG_STATE_HOME") or os.path.join(
         os.path.expanduser("~"), ".local", "state"
@@ -103,7 +142,9 @@ class Home:
         return folder / f"{name}.ctl", folder / f"{name}.fd", folder / f"{name}.json"
 
     def ensure(self) -> Home:
-        """Create the home and its private folders (idempotent)."""
+        """Create the home and its private folders (idempotent); HomeError when it is another
+        user's."""
+        check_owner(self.root)
         _private_dir(self.root)
         if self.socket_dir.parent != self.root:
             _private_dir(self.socket_dir.parent)

@@ -9,6 +9,7 @@ import fcntl
 import itertools
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -16,20 +17,27 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from gpudesk.api.errors import EngineError
+from gpudesk.api.errors import TOO_LARGE, EngineError
 from gpudesk.engine import protocol
 from gpudesk.engine.station import StationConfig
-from gpudesk.paths import Home
+from gpudesk.paths import Home, check_owner
 
 if TYPE_CHECKING:
     import zmq
 
 DEFAULT_TIMEOUT_S = 30.0
 START_TIMEOUT_S = 20.0
+# After the engine drops the connection a request went out on, how long a reply may still come
+# (the request may have been queued, and sent again once reconnected) before it counts as lost.
+DROPPED_GRACE_S = 1.0
+# A line the engine logs when it refuses to start: "<date> <time> ERROR <logger>: <message>".
+_LOGGED_ERROR = re.compile(r"^\S+ \S+ (?:ERROR|CRITICAL) \S+: (.*)$")
 
 
 def engine_pid(home: Home) -> int | None:
-    """The pid of the engine holding this home's lock, or None when no engine runs."""
+    """The pid of the engine holding this home's lock, or None when no engine runs.
+    HomeError when the home is another user's."""
+    check_owner(home.root)
     try:
         handle = open(home.lock)  # noqa: SIM115 - closed below on every path
     except FileNotFoundError:
@@ -52,6 +60,19 @@ def _log_tail(home: Home, lines: int = 8) -> str:
     return "\n".join("    " + line for line in text)
 
 
+def _start_failure(home: Home, offset: int) -> str | None:
+    """What an engine that refused to start logged (from `offset` of its log on): its error
+    paragraphs, or None when it logged none (a crash: the caller shows the log's end)."""
+    try:
+        with open(home.engine_log, "rb") as log:
+            log.seek(offset)
+            text = log.read().decode(errors="replace")
+    except OSError:
+        return None
+    found = [m.group(1) for line in text.splitlines() if (m := _LOGGED_ERROR.match(line))]
+    return " ".join(found) if found and "Traceback" not in text else None
+
+
 def start_engine(
     home: Home, station: StationConfig | None = None, timeout: float = START_TIMEOUT_S
 ) -> int:
@@ -65,6 +86,7 @@ def start_engine(
     if station is not None:
         argv += ["--station", json.dumps(station.to_dict())]
     with open(home.engine_log, "ab") as log:
+        offset = log.tell()  # what this engine logs starts here
         process = subprocess.Popen(
             argv,
             stdin=subprocess.DEVNULL,
@@ -83,6 +105,9 @@ def start_engine(
                 except EngineError:
                     pass
             elif process.poll() is not None:
+                refused = _start_failure(home, offset)
+                if refused:
+                    raise EngineError(f"the engine did not start: {refused}")
                 raise EngineError(
                     f"the engine did not start (exit {process.returncode}); "
                     f"the end of {home.engine_log}:\n{_log_tail(home)}"
@@ -108,20 +133,29 @@ class Connection:
 
         self._ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
         self._sock: zmq.Socket | None = None
+        self._dropped: zmq.Socket | None = None  # the socket's disconnect events
         self._ids = itertools.count(1)
 
-    def _socket(self) -> zmq.Socket:
+    def _socket(self) -> tuple[zmq.Socket, zmq.Socket]:
+        """The REQ socket, and a monitor telling when the engine drops its connection: zmq
+        would silently reconnect, and the request in flight is lost (the engine refuses a
+        message over MAXMSGSIZE that way, or it stopped)."""
         import zmq
 
-        if self._sock is None:
+        if self._sock is None or self._dropped is None:
             sock = self._ctx.socket(zmq.REQ)
             sock.setsockopt(zmq.LINGER, 0)
+            self._dropped = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
             sock.connect(self.home.control_endpoint)
             self._sock = sock
-        return self._sock
+        return self._sock, self._dropped
 
     def close(self) -> None:
         if self._sock is not None:
+            if self._dropped is not None:
+                self._sock.disable_monitor()
+                self._dropped.close(linger=0)
+                self._dropped = None
             self._sock.close(linger=0)
             self._sock = None
 
@@ -143,15 +177,45 @@ class Connection:
         import zmq
 
         request_id = next(self._ids)
-        sock = self._socket()
+        payload = protocol.Request(op=op, args=args, id=request_id).encode()
+        if len(payload) > protocol.MAX_MESSAGE_BYTES:
+            raise EngineError(
+                f"this {op!r} request is {_mib(len(payload))}, more than the "
+                f"{_mib(protocol.MAX_MESSAGE_BYTES)} the engine takes in one message, so it was "
+                "not sent: send less at once (fewer jobs per submit), or keep large values "
+                "(a big env) out of every job",
+                TOO_LARGE,
+            )
+        sock, dropped = self._socket()
         try:
-            sock.send(protocol.Request(op=op, args=args, id=request_id).encode())
-            if not sock.poll(int(self.timeout * 1000), zmq.POLLIN):
-                raise EngineError(
-                    f"the engine for {self.home.root} did not answer within {self.timeout:g} s "
-                    f"(is it running? `gpudesk engine status`; its log: {self.home.engine_log})"
-                )
-            return sock.recv()
+            while dropped.poll(0):  # disconnects before this request are not its business
+                dropped.recv_multipart()
+            sock.send(payload)
+            poller = zmq.Poller()
+            poller.register(sock, zmq.POLLIN)
+            poller.register(dropped, zmq.POLLIN)
+            deadline = time.monotonic() + self.timeout
+            dropped_at: float | None = None
+            while (left := deadline - time.monotonic()) > 0:
+                if dropped_at is not None:
+                    left = min(left, dropped_at + DROPPED_GRACE_S - time.monotonic())
+                    if left <= 0:
+                        raise EngineError(
+                            f"the engine for {self.home.root} closed the connection without "
+                            f"answering this {op!r} request ({_mib(len(payload))}): it was "
+                            "larger than the engine takes, or the engine stopped "
+                            f"(`gpudesk engine status`; its log: {self.home.engine_log})"
+                        )
+                ready = dict(poller.poll(int(left * 1000) + 1))
+                if sock in ready:
+                    return sock.recv()
+                if dropped in ready:
+                    dropped.recv_multipart()
+                    dropped_at = dropped_at or time.monotonic()
+            raise EngineError(
+                f"the engine for {self.home.root} did not answer within {self.timeout:g} s "
+                f"(is it running? `gpudesk engine status`; its log: {self.home.engine_log})"
+            )
         except BaseException:
             # A REQ socket that missed its reply (a time-out, a Ctrl-C) cannot send again.
             self.close()
@@ -169,6 +233,10 @@ class Connection:
             yield sock
         finally:
             sock.close(linger=0)
+
+
+def _mib(size: int) -> str:
+    return f"{size / 2**20:.1f} MiB" if size % 2**20 else f"{size // 2**20} MiB"
 
 
 def connect(home: Home | None = None, *, autostart: bool = True) -> Connection:

@@ -4,6 +4,7 @@ around every command, `--help` included, without loading zmq, msgspec or the mod
 from __future__ import annotations
 
 BAD_REPLY = "bad_reply"  # the engine answered something this client's models do not describe
+TOO_LARGE = "too_large"  # a request over the protocol's message limit: never sent
 
 
 class EngineError(RuntimeError):
@@ -16,4 +17,4 @@ class EngineError(RuntimeError):
         self.code = code
 
 
-__all__ = ["BAD_REPLY", "EngineError"]
+__all__ = ["BAD_REPLY", "TOO_LARGE", "EngineError"]

@@ -69,6 +69,7 @@ def submit(
     """Queue one job: gpudesk submit [OPTIONS] -- COMMAND [ARGS]..."""
     from gpudesk.api.submit import submit_specs
     from gpudesk.engine.jobs import JobSpec, SpecError
+    from gpudesk.text import safe_text
 
     if command and command[0] == "--":
         command = command[1:]
@@ -76,7 +77,8 @@ def submit(
         fail("no command given: gpudesk submit [OPTIONS] -- COMMAND [ARGS]...", EXIT_USAGE)
     cwd = (workdir or Path.cwd()).expanduser().absolute()
     raw = {
-        "name": name or Path(command[0]).name,
+        # a program whose file name is not UTF-8 runs as it is; its name only shows it
+        "name": name or safe_text(Path(command[0]).name),
         "command": [" ".join(command)] if shell else command,
         "shell": shell,
         "workdir": str(cwd),

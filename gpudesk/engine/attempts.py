@@ -8,6 +8,7 @@ engine; `LiveAttempt` is the engine's handle on one while it runs.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -33,12 +34,17 @@ from gpudesk.engine.telemetry.energy import AttemptUsage
 from gpudesk.engine.telemetry.monitor import TrackedAttempt
 from gpudesk.engine.telemetry_sink import TelemetrySink
 from gpudesk.paths import Home
+from gpudesk.text import safe_text
 from gpudesk.units import MIB_PER_GIB
 
 log = logging.getLogger("gpudesk.engine")
 
 OOM_RETRIES = 2  # attempts an out-of-memory death adds to a job's max_attempts
 ADOPTED_POLL_S = 0.2  # how often an attempt this engine did not start is checked for its end
+# When even recording an attempt as failed cannot be stored (the store refuses every write), it
+# is tried again after SETTLE_RETRY_S, doubling up to SETTLE_RETRY_MAX_S: never a busy loop.
+SETTLE_RETRY_S = 2.0
+SETTLE_RETRY_MAX_S = 60.0
 
 
 @dataclass
@@ -51,6 +57,11 @@ class LiveAttempt:
     is_child: bool = False  # started by this engine (reaped by it); False when re-adopted
     returncode: int | None = None  # the wrapper's status once reaped
     kill_at: float | None = None  # when to escalate a cancel to SIGKILL
+    settle_failures: int = 0  # times recording how it ended failed
+    # After a settle that could not be stored: (returncode, watched) to settle with again, and
+    # when; see Attempts.check.
+    retry: tuple[int | None, bool] | None = None
+    retry_at: float = 0.0
 
     @property
     def mode(self) -> str:
@@ -141,6 +152,8 @@ class Attempts:
         for live in self.live.values():
             if not live.is_child:
                 timeout = min(timeout, ADOPTED_POLL_S)
+            if live.retry is not None:
+                timeout = min(timeout, max(0.0, live.retry_at - now))
             if live.kill_at is not None:
                 timeout = min(timeout, max(0.0, live.kill_at - now))
         return timeout
@@ -172,23 +185,37 @@ class Attempts:
         ran. Returns (adopted, settled)."""
         adopted = settled = 0
         for attempt in self.store.live_attempts():
-            pid, start_time = attempt.pid, attempt.pid_started
-            if pid is None:  # the last engine died between starting the wrapper and recording it
-                pid = runner.read_wrapper_pid(attempt.dir)
-                start_time = None
-            slot = str(attempt.placement.get("slot", "?"))
-            gpus = tuple(int(i) for i in attempt.placement.get("gpus", ()))
-            live = LiveAttempt(attempt, pid or 0, start_time, slot, gpus)
-            if pid and runner.is_alive(pid, start_time):
-                self._adopt(live)
-                adopted += 1
-            elif pid is None and runner.read_exit(attempt.dir) is None:
-                self._requeue_unstarted(attempt)
-                settled += 1
-            else:
-                self.settle(live, returncode=None)
-                settled += 1
+            # One attempt that cannot be recovered must not keep the engine from starting.
+            try:
+                if self._recover_one(attempt):
+                    adopted += 1
+                else:
+                    settled += 1
+            except Exception:
+                log.exception(
+                    "could not recover attempt %d of job %d; it stays as the store has it",
+                    attempt.number,
+                    attempt.job_id,
+                )
         return adopted, settled
+
+    def _recover_one(self, attempt: AttemptRecord) -> bool:
+        """Re-adopt one attempt (True) or settle it (False)."""
+        pid, start_time = attempt.pid, attempt.pid_started
+        if pid is None:  # the last engine died between starting the wrapper and recording it
+            pid = runner.read_wrapper_pid(attempt.dir)
+            start_time = None
+        slot = str(attempt.placement.get("slot", "?"))
+        gpus = tuple(int(i) for i in attempt.placement.get("gpus", ()))
+        live = LiveAttempt(attempt, pid or 0, start_time, slot, gpus)
+        if pid and runner.is_alive(pid, start_time):
+            self._adopt(live)
+            return True
+        if pid is None and runner.read_exit(attempt.dir) is None:
+            self._requeue_unstarted(attempt)
+        else:
+            self.settle(live, returncode=None)
+        return False
 
     def _adopt(self, live: LiveAttempt) -> None:
         self.live[live.attempt.id] = live
@@ -263,7 +290,7 @@ class Attempts:
             launched = runner.launch(
                 Path(attempt.dir), job.spec.command, job.spec.shell, workdir, env
             )
-        except runner.LaunchError as exc:
+        except (runner.LaunchError, ValueError) as exc:  # ValueError: argv or env the OS refuses
             self.store.finish_attempt(
                 attempt,
                 attempt_state="launch_failed",
@@ -290,16 +317,23 @@ class Attempts:
         """Settle attempts that ended; escalate a cancel whose grace ran out to SIGKILL."""
         now = time.monotonic()
         for live in list(self.live.values()):
+            if live.retry is not None:  # it ended, but that could not be stored: again when due
+                if now >= live.retry_at:
+                    returncode, watched = live.retry
+                    self.settle(live, returncode, watched=watched)
+                continue
             if live.is_child:
                 if live.returncode is None:
                     ended, live.returncode = runner.reap(live.pid)
                 else:
                     ended = True  # reaped already; settling it failed last time
                 if ended:
-                    self.settle(live, live.returncode)
+                    live.kill_at = None  # nothing left to escalate
+                    self.settle(live, live.returncode, watched=True)
                     continue
             elif not runner.is_alive(live.pid, live.start_time):
-                self.settle(live, returncode=None)
+                live.kill_at = None
+                self.settle(live, returncode=None, watched=True)
                 continue
             if live.kill_at is not None and now >= live.kill_at:
                 log.info(
@@ -321,8 +355,24 @@ class Attempts:
                 self.terminate(live, grace)
 
     # ------------------------------------------------------------- settling
-    def settle(self, live: LiveAttempt, returncode: int | None) -> None:
-        """Record how an attempt ended and move its job on."""
+    def settle(self, live: LiveAttempt, returncode: int | None, *, watched: bool = False) -> None:
+        """Record how an attempt ended and move its job on; `watched` when it ended while this
+        engine ran. Never raises: an attempt that cannot be settled is recorded as failed with
+        the reason, so it can stop neither the settling of the others nor an engine start."""
+        try:
+            self._settle(live, returncode, watched)
+        except Exception as exc:
+            self._settle_failed(live, exc, (returncode, watched))
+            return
+        if live.settle_failures:
+            log.info(
+                "recorded how attempt %d of job %d ended, at try %d",
+                live.attempt.number,
+                live.attempt.job_id,
+                live.settle_failures + 1,
+            )
+
+    def _settle(self, live: LiveAttempt, returncode: int | None, watched: bool) -> None:
         attempt = live.attempt
         self.dataset_of.pop(attempt.job_id, None)
         record = runner.read_exit(attempt.dir)
@@ -339,7 +389,15 @@ class Attempts:
         job = self.store.job(attempt.job_id)
         if record is None:
             attempt_state, exit_code, signal_number = "lost", None, None
-            outcome = "the job's processes ended while the engine was down and left no exit record"
+            if watched:  # a re-adopted wrapper: not our child, so its signal cannot be known
+                outcome = (
+                    f"the job's wrapper (pid {live.pid}) was killed while the engine watched it "
+                    "and left no exit record (most likely by SIGKILL or the out-of-memory killer)"
+                )
+            else:
+                outcome = (
+                    "the job's processes ended while the engine was down and left no exit record"
+                )
         else:
             attempt_state, exit_code, signal_number = "exited", record.exit_code, record.signal
             outcome = record.description
@@ -369,6 +427,53 @@ class Attempts:
             self.queue.add(self.store.job(job.id))
         self.due.mark()
         self.events.job(job.id, ending.message)
+
+    def _settle_failed(
+        self, live: LiveAttempt, exc: Exception, asked: tuple[int | None, bool]
+    ) -> None:
+        """Settling `live` raised: end it as failed with a reason that cannot fail the same way;
+        when even that cannot be stored, settle it again (as `asked`) later, backing off, from
+        `check`. Logged once."""
+        attempt = live.attempt
+        live.settle_failures += 1
+        if live.settle_failures == 1:
+            log.error(
+                "could not record how attempt %d of job %d ended",
+                attempt.number,
+                attempt.job_id,
+                exc_info=exc,
+            )
+        reason = (
+            f"gpudesk could not record how this attempt ended ({type(exc).__name__}: "
+            f"{safe_text(str(exc))[:200]}); the engine log has the details"
+        )
+        try:
+            self.store.abandon_attempt(attempt, reason)
+        except Exception:
+            delay = min(SETTLE_RETRY_MAX_S, SETTLE_RETRY_S * 2 ** (live.settle_failures - 1))
+            live.retry, live.retry_at = asked, time.monotonic() + delay
+            self.live[attempt.id] = live  # one from recover() is not there yet
+            if live.settle_failures == 1:
+                log.warning(
+                    "the store refuses to record attempt %d of job %d as failed too; trying "
+                    "again every %g s at most (not logged again)",
+                    attempt.number,
+                    attempt.job_id,
+                    SETTLE_RETRY_MAX_S,
+                )
+            return
+        self.live.pop(attempt.id, None)
+        self.dataset_of.pop(attempt.job_id, None)
+        self.due.mark()
+        for step in (self.track, lambda: self.telemetry.finish(attempt.id)):
+            try:
+                step()
+            except Exception:
+                log.exception(
+                    "after giving up on attempt %d of job %d", attempt.number, attempt.job_id
+                )
+        with contextlib.suppress(Exception):  # best effort, as every event
+            self.events.job(attempt.job_id, reason)
 
     def _ending(
         self,

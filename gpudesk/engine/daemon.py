@@ -44,11 +44,13 @@ from gpudesk.engine.scheduler import Scheduler, mig_candidates
 from gpudesk.engine.state import CurrentStation, PlacementDue
 from gpudesk.engine.station import StationConfig, host_cores
 from gpudesk.engine.store.database import Store
+from gpudesk.engine.store.schema import IncompatibleStore, StoreError
 from gpudesk.engine.telemetry_sink import TelemetrySink
-from gpudesk.paths import Home
+from gpudesk.paths import Home, HomeError
 
 log = logging.getLogger("gpudesk.engine")
 
+EXIT_BAD_HOME = 4  # the home's state cannot be used as it is: the log says why and what to do
 IDLE_POLL_S = 1.0
 LOCK_RETRY_S = 1.0
 RETRY_AFTER_ERROR_S = 2.0
@@ -324,16 +326,75 @@ def initial_config(store: Store, requested: StationConfig | None) -> StationConf
     return config.with_env_override()
 
 
+def job_folders(home: Home) -> list[int]:
+    """The ids of the jobs whose folders `jobs/` holds: what the database recorded."""
+    try:
+        return [int(e.name) for e in os.scandir(home.jobs_dir) if e.name.isdecimal()]
+    except OSError:
+        return []
+
+
+def lost_database(home: Home) -> str | None:
+    """Why the engine must not start afresh here, or None: a database that is missing or empty
+    while `jobs/` holds earlier jobs' folders. Starting would reuse their ids and mix new logs
+    into theirs, and say nothing of the jobs it forgot."""
+    try:
+        size = home.db.stat().st_size
+    except FileNotFoundError:
+        size = 0
+    found = len(job_folders(home)) if not size else 0
+    if not found:
+        return None
+    state = "empty" if home.db.exists() else "missing"
+    return (
+        f"the gpudesk database {home.db} is {state}, but {home.jobs_dir} holds the folders of "
+        f"{found} earlier job(s): the record of those jobs is gone, and starting afresh would "
+        "reuse their ids and mix new logs into theirs, so the engine does not start. Restore "
+        f"{home.db.name} from a backup if there is one; or keep the old folders and start "
+        f"afresh: move them aside (`mv {home.jobs_dir} {home.jobs_dir}.old`) and start again."
+    )
+
+
+def open_store(home: Home) -> Store:
+    """The home's database, or HomeError saying in one paragraph why it cannot be used."""
+    problem = lost_database(home)
+    if problem:
+        raise HomeError(problem)
+    try:
+        store = Store.open(home.db)
+    except IncompatibleStore as exc:
+        raise HomeError(f"{home.db}: {exc}") from None
+    except StoreError as exc:
+        raise HomeError(
+            f"{exc}. The file is damaged or not a gpudesk database, so the engine does not "
+            f"start. Keep it for now: restore {home.db.name} from a backup, or move the whole "
+            f"home aside to start afresh (`mv {home.root} {home.root}.damaged`), which keeps "
+            "its job logs."
+        ) from None
+    # A database restored from an older backup must not hand out the ids of the jobs that ran
+    # after it was taken: their folders are there.
+    store.reserve_job_ids(max(job_folders(home), default=0))
+    return store
+
+
 def serve(home: Home, requested: StationConfig | None = None) -> int:
     """Run the engine in this process until stopped. Returns the exit status."""
-    home.ensure()
+    try:
+        home.ensure()
+    except HomeError as exc:
+        log.error("%s", exc)
+        return EXIT_BAD_HOME
     try:
         lock = acquire_lock(home.lock)
     except AlreadyRunning as exc:
         log.error("%s", exc)
         return 3
     try:
-        store = Store.open(home.db)
+        try:
+            store = open_store(home)
+        except HomeError as exc:
+            log.error("%s", exc)
+            return EXIT_BAD_HOME
         try:
             config = initial_config(store, requested)
         except ValueError as exc:

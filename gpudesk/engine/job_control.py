@@ -46,7 +46,7 @@ class JobControl:
 
     def find(self, ref: int | str) -> JobRecord:
         """A job by id (int or digits) or by name (the newest job of that name)."""
-        if isinstance(ref, int) or ref.isdigit():
+        if isinstance(ref, int) or (ref.isascii() and ref.isdigit()):  # "²" is a digit too
             return self.store.job(int(ref))
         jobs = self.store.jobs_named(ref)
         if not jobs:

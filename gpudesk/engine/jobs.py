@@ -10,6 +10,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from gpudesk.text import is_os_text, is_text, safe_text
+
 MAX_NAME_LEN = 200
 MAX_ARGS = 4096
 MAX_COMMAND_BYTES = 256 * 1024
@@ -89,8 +91,15 @@ def describe(value: Any) -> str:
 
 
 def _no_nul(text: str, what: str) -> str:
+    """An argument, path or environment value: no NUL, and bytes the OS can take (a file name
+    that is not UTF-8 is fine; a surrogate no byte stands for is not)."""
     if "\x00" in text:
         raise ValueError(f"{what} contains a NUL character")
+    if not is_os_text(text):
+        raise ValueError(
+            f"{what} holds a lone surrogate ({safe_text(text)!r}): "
+            "neither text nor the bytes of a file name"
+        )
     return text
 
 
@@ -104,6 +113,10 @@ def check_name(value: Any) -> str:
         raise ValueError(f"expected at most {MAX_NAME_LEN} characters, found {len(name)}")
     if any(ord(c) < 32 or ord(c) == 127 for c in name):
         raise ValueError("a name cannot contain control characters")
+    if not is_text(name):
+        raise ValueError(
+            f"a name must be text (UTF-8); {safe_text(name)!r} holds bytes that are not"
+        )
     return name
 
 
@@ -269,9 +282,9 @@ class JobSpec:
         unknown = sorted(set(data) - _FIELDS)
         if unknown:
             raise SpecError(unknown[0], "unknown job field")
-        if "name" not in data:
+        if data.get("name") is None:
             raise SpecError("name", "missing")
-        if "command" not in data:
+        if data.get("command") is None:
             raise SpecError("command", "missing")
         values: dict[str, Any] = {}
         shell = _checked("shell", check_bool, data.get("shell", False))

@@ -4,13 +4,23 @@ Request:  {"v": 1, "id": <int|str>, "op": "<name>", "args": {...}}
 Reply:    {"v": 1, "id": <same>, "ok": true,  "result": {...}}
           {"v": 1, "id": <same>, "ok": false, "error": {"code": "...", "message": "..."}}
 Event (publish socket, two frames): b"<topic>", {"v": 1, "ts": <float>, ...}
+
+Text on the wire: a request may carry a file name, argument or environment value that is not
+UTF-8 as Python spells it (`\udce9` escapes, PEP 383), and the engine keeps it as it is, so the
+job runs the exact bytes; a surrogate no byte stands for is refused (`invalid_args`). Replies and
+events are strict UTF-8 JSON: such bytes are spelled `\xe9` there (`gpudesk.text`).
+A message is at most MAX_MESSAGE_BYTES: a client refuses to send a larger one, and the engine's
+socket drops the connection of a peer that sends one anyway (zmq MAXMSGSIZE).
 """
 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
+
+from gpudesk.text import is_os_text, json_bytes, safe_text
 
 PROTOCOL_VERSION = 1
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
@@ -58,7 +68,7 @@ def decode_request(raw: bytes) -> Request:
     if not isinstance(request_id, (int, str, type(None))) or isinstance(request_id, bool):
         request_id = None
     version = message.get("v")
-    if version != PROTOCOL_VERSION:
+    if type(version) is not int or version != PROTOCOL_VERSION:  # true and 1.0 are not 1
         raise ProtocolError(
             UNSUPPORTED_VERSION,
             f"protocol version {version!r} is not supported; this engine speaks "
@@ -73,24 +83,58 @@ def decode_request(raw: bytes) -> Request:
         args = {}
     if not isinstance(args, dict):
         raise ProtocolError(BAD_REQUEST, "'args' must be a JSON object", request_id)
+    if _SURROGATE_ESCAPE.search(raw):
+        where = _not_os_text(message, "")
+        if where is not None:
+            raise ProtocolError(
+                INVALID_ARGS,
+                f"invalid request: {where.lstrip('.')} holds a lone surrogate (like \\ud800) that "
+                "stands for no byte: it is neither text nor the bytes of a file name",
+                request_id,
+            )
     return Request(op=op, args=args, id=request_id)
 
 
+# How a lone surrogate reaches a decoded string: a JSON escape (\ud800), or its UTF-8-style bytes
+# (ED A0..BF xx), which json.loads takes (it decodes bytes with "surrogatepass"). Most requests
+# have neither and skip the walk.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]|\xed[\xa0-\xbf]")
+
+
+def _not_os_text(value: Any, path: str) -> str | None:
+    """Where in a decoded request a string is neither text nor bytes of a file name (a path
+    like `.args.jobs[0].command[1]`), or None."""
+    if isinstance(value, str):
+        return None if is_os_text(value) else path
+    if isinstance(value, dict):
+        for key, item in value.items():
+            where = f"{path}.{safe_text(key)}"
+            if not is_os_text(key):
+                return where
+            found = _not_os_text(item, where)
+            if found is not None:
+                return found
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            found = _not_os_text(item, f"{path}[{index}]")
+            if found is not None:
+                return found
+    return None
+
+
 def encode_result(request_id: Any, result: Any) -> bytes:
-    return json.dumps(
-        {"v": PROTOCOL_VERSION, "id": request_id, "ok": True, "result": result}
-    ).encode()
+    return json_bytes({"v": PROTOCOL_VERSION, "id": request_id, "ok": True, "result": result})
 
 
 def encode_error(request_id: Any, code: str, message: str) -> bytes:
-    return json.dumps(
+    return json_bytes(
         {
             "v": PROTOCOL_VERSION,
             "id": request_id,
             "ok": False,
             "error": {"code": code, "message": message},
         }
-    ).encode()
+    )
 
 
 def decode_reply(raw: bytes) -> tuple[Any, dict[str, Any]]:
@@ -114,7 +158,7 @@ def decode_reply(raw: bytes) -> tuple[Any, dict[str, Any]]:
 
 
 def encode_event(topic: str, payload: dict[str, Any]) -> list[bytes]:
-    return [topic.encode(), json.dumps({"v": PROTOCOL_VERSION, **payload}).encode()]
+    return [topic.encode(), json_bytes({"v": PROTOCOL_VERSION, **payload})]
 
 
 def decode_event(frames: list[bytes]) -> tuple[str, dict[str, Any]]:

@@ -48,6 +48,7 @@ from gpudesk.engine.store.records import JobRecord
 from gpudesk.engine.store.schema import UnknownJob
 from gpudesk.engine.telemetry_sink import TelemetrySink
 from gpudesk.paths import Home
+from gpudesk.text import is_text, safe_text
 
 log = logging.getLogger("gpudesk.engine")
 
@@ -55,6 +56,7 @@ MAX_JOBS_PER_REQUEST = 10_000
 DEFAULT_CANCEL_GRACE_S = 10.0
 MAX_CANCEL_GRACE_S = 3600.0
 MAX_HISTORY_POINTS = 600
+MAX_ROW_ID = 2**63 - 1  # the largest id SQLite stores: a larger int is no job's
 # Station settings that need a fresh telemetry monitor when they change.
 TELEMETRY_KEYS = ("backend", "sample_interval", "grid_intensity", "mig")
 
@@ -270,15 +272,16 @@ class RequestHandlers:
                     f"'states' must list states among {', '.join(s.value for s in JobState)}",
                 ) from None
         group = args.get("group")
-        if group is not None and not isinstance(group, str):
-            raise ProtocolError(protocol.INVALID_ARGS, "'group' must be a string")
+        if group is not None and not (isinstance(group, str) and is_text(group)):
+            raise ProtocolError(protocol.INVALID_ARGS, "'group' must be a string (UTF-8 text)")
         ids = args.get("ids")
         if ids is not None and (
-            not isinstance(ids, list) or not all(isinstance(i, int) for i in ids)
+            not isinstance(ids, list)
+            or not all(_whole_number(i, -MAX_ROW_ID, MAX_ROW_ID) is not None for i in ids)
         ):
             raise ProtocolError(protocol.INVALID_ARGS, "'ids' must be a list of job ids")
         limit = args.get("limit")
-        if limit is not None and (not isinstance(limit, int) or limit < 1):
+        if limit is not None and _whole_number(limit, 1, MAX_ROW_ID) is None:
             raise ProtocolError(protocol.INVALID_ARGS, "'limit' must be a positive integer")
         jobs = self.parts.store.jobs(states=states, group=group, ids=ids, limit=limit)
         live_by_job = self.parts.attempts.by_job()
@@ -291,7 +294,7 @@ class RequestHandlers:
 
     def show(self, args: Args) -> Reply:
         parts = self.parts
-        job = self._find(args.get("job"))
+        job = self._find(args.get("job"), "job")
         result: Reply = {
             "job": self.job_reply(job, parts.attempts.by_job().get(job.id)),
             "attempts": [a.to_dict() for a in parts.store.attempts(job.id)],
@@ -328,10 +331,24 @@ class RequestHandlers:
     def _usage(self, job_ids: list[int]) -> dict[int, dict[str, Any]]:
         return self.parts.telemetry.job_usage(job_ids, self.parts.attempts.attempt_numbers())
 
-    def _find(self, ref: Any) -> JobRecord:
-        """A job by id (int or digits) or by name (the newest job of that name)."""
+    def _find(self, ref: Any, field: str) -> JobRecord:
+        """A job by id (int or digits) or by name (the newest job of that name); `field` names
+        the argument in the error for a ref that is neither."""
         if isinstance(ref, bool) or not isinstance(ref, (int, str)) or ref == "":
-            raise ProtocolError(protocol.INVALID_ARGS, "a job is named by its id or its name")
+            raise ProtocolError(
+                protocol.INVALID_ARGS, f"'{field}': a job is named by its id or its name"
+            )
+        if isinstance(ref, str) and ref.isascii() and ref.isdigit():  # "12", not "²"
+            ref = int(ref) if len(ref) <= 19 else MAX_ROW_ID + 1  # int() stops at 4300 digits
+        if isinstance(ref, int) and not -MAX_ROW_ID <= ref <= MAX_ROW_ID:
+            raise ProtocolError(
+                protocol.INVALID_ARGS, f"'{field}': a job id is at most {MAX_ROW_ID}"
+            )
+        if isinstance(ref, str) and not is_text(ref):
+            raise ProtocolError(
+                protocol.INVALID_ARGS,
+                f"'{field}': a job name is UTF-8 text; {safe_text(ref)!r} holds bytes that are not",
+            )
         return self.parts.control.find(ref)
 
     # ----------------------------------------------------------- job control
@@ -343,8 +360,8 @@ class RequestHandlers:
         once, in the order given. Returns {"results": [{"id", "name", "outcome", "ok"}]};
         "ok" only for an op that `can_refuse` a job (cancel never does)."""
         jobs: dict[int, JobRecord] = {}
-        for ref in _job_list(args, "jobs"):
-            job = self._find(ref)
+        for index, ref in enumerate(_job_list(args, "jobs")):
+            job = self._find(ref, f"jobs[{index}]")
             jobs.setdefault(job.id, job)
         results = []
         for job in jobs.values():
@@ -487,7 +504,7 @@ class RequestHandlers:
         feed measured observations (`gpudesk calibrate`'s probes) to the learner, stored at
         once. Validated all first: one bad observation fails the request with none kept."""
         gpu_model = args.get("gpu_model")
-        if not isinstance(gpu_model, str) or not gpu_model.strip():
+        if not isinstance(gpu_model, str) or not gpu_model.strip() or not is_text(gpu_model):
             raise ProtocolError(
                 protocol.INVALID_ARGS,
                 "'gpu_model' must name the GPU model, as NVML does (\"NVIDIA A100-SXM4-40GB\")",
@@ -526,7 +543,7 @@ class RequestHandlers:
         """{"confirm": true, "gpu_model": str | null}: forget what was learned and calibrated
         for one GPU model (or all): its parameters go back to the defaults."""
         gpu_model = args.get("gpu_model")
-        if gpu_model is not None and not isinstance(gpu_model, str):
+        if gpu_model is not None and not (isinstance(gpu_model, str) and is_text(gpu_model)):
             raise ProtocolError(
                 protocol.INVALID_ARGS, "'gpu_model' must be a GPU model's name, or null for all"
             )

@@ -88,7 +88,14 @@ def launch(
     if not os.path.isdir(workdir):
         raise LaunchError(f"the working directory {workdir} does not exist")
     try:
-        attempt_dir.mkdir(parents=True, exist_ok=True)
+        # Never into an existing folder: that is another attempt's (an earlier database's job
+        # of the same id, say), and its logs must not be mixed with this one's.
+        attempt_dir.mkdir(parents=True, exist_ok=False)
+    except FileExistsError:
+        raise LaunchError(
+            f"the attempt folder {attempt_dir} already exists (left by an earlier job of the "
+            "same id?); gpudesk does not mix a new attempt's log into it"
+        ) from None
     except OSError as exc:
         raise LaunchError(
             f"cannot create the attempt folder {attempt_dir}: {exc.strerror or exc}"
@@ -139,13 +146,23 @@ def reap(pid: int) -> tuple[bool, int | None]:
 
 
 def read_exit(attempt_dir: str | Path) -> ExitRecord | None:
+    """The wrapper's exit record, or None when there is none that makes sense. The job can
+    write into its attempt folder, so every field is checked before the store sees it."""
     try:
         data = json.loads((Path(attempt_dir) / EXIT_FILE).read_text())
-        return ExitRecord(
-            int(data["exit_code"]), data.get("signal"), data.get("ended_at"), data.get("error")
-        )
-    except (OSError, ValueError, KeyError, TypeError):
+        exit_code, sig = data["exit_code"], data.get("signal")
+        ended_at, error = data.get("ended_at"), data.get("error")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
+    if not (_small_int(exit_code) and (sig is None or _small_int(sig))):
+        return None
+    if not isinstance(ended_at, (int, float, type(None))) or isinstance(ended_at, bool):
+        ended_at = None
+    return ExitRecord(exit_code, sig, ended_at, error if isinstance(error, str) else None)
+
+
+def _small_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and -(2**31) <= value < 2**31
 
 
 def read_wrapper_pid(attempt_dir: str | Path) -> int | None:

@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 from gpudesk.engine.jobs import JobState
 from gpudesk.engine.store.records import EventRecord, read_event
 from gpudesk.engine.store.schema import MIGRATIONS, SCHEMA_VERSION, IncompatibleStore, StoreError
+from gpudesk.text import safe_text
 
 _Store = TypeVar("_Store", bound="StoreConnection")
 
@@ -90,6 +91,8 @@ class StoreConnection:
         state: JobState | None = None,
         now: float | None = None,
     ) -> None:
+        # A message may quote a job's program or folder, which can be bytes that are not UTF-8.
+        message = safe_text(message)
         conn.execute(
             "INSERT INTO events (ts, job_id, attempt, kind, state, message) "
             "VALUES (?, ?, ?, ?, ?, ?)",

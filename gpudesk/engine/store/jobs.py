@@ -15,6 +15,7 @@ from gpudesk.engine.jobs import InvalidTransition, JobSpec, JobState, check_tran
 from gpudesk.engine.store.connection import StoreConnection
 from gpudesk.engine.store.records import AttemptRecord, JobRecord, read_attempt, read_job
 from gpudesk.engine.store.schema import StoreError, UnknownJob
+from gpudesk.text import safe_text
 
 
 class JobTables(StoreConnection):
@@ -148,6 +149,7 @@ class JobTables(StoreConnection):
     ) -> None:
         """End a job that never started (cancelled in the queue, or impossible to place)."""
         now = now or time.time()
+        reason = safe_text(reason)
         with self.transaction() as conn:
             self._transition(conn, job_id, state, reason, now, ended_at=now, reason=reason, held=0)
 
@@ -315,8 +317,10 @@ class JobTables(StoreConnection):
         demand: Mapping[str, Any] | None = None,
     ) -> None:
         """Close an attempt and move its job on (to a final state, or back to the queue);
-        `demand` replaces what the job is assumed to need (after an out-of-memory death)."""
+        `demand` replaces what the job is assumed to need (after an out-of-memory death).
+        `message` may quote the job's program or folder (bytes that need not be UTF-8)."""
         now = now or time.time()
+        message = safe_text(message)
         ended_at = ended_at or now
         with self.transaction() as conn:
             if demand is not None:
@@ -350,3 +354,33 @@ class JobTables(StoreConnection):
                     exit_code=exit_code,
                     reason=message,
                 )
+
+    def abandon_attempt(
+        self, attempt: AttemptRecord, reason: str, now: float | None = None
+    ) -> None:
+        """Close an attempt whose ending could not be recorded (`finish_attempt` raised): the
+        attempt is lost and its job failed with `reason`, unless the job has already ended.
+        Asks nothing of the attempt's own record, so it cannot fail the way that did."""
+        now = now or time.time()
+        reason = safe_text(reason)
+        with self.transaction() as conn:
+            conn.execute(
+                "UPDATE attempts SET state = 'lost', ended_at = ?, reason = ? "
+                "WHERE id = ? AND state IN ('launching', 'running')",
+                (now, reason, attempt.id),
+            )
+            if not self._state(conn, attempt.job_id).terminal:
+                self._transition(
+                    conn, attempt.job_id, JobState.FAILED, reason, now, ended_at=now, reason=reason
+                )
+
+    def reserve_job_ids(self, up_to: int) -> None:
+        """Make every new job's id larger than `up_to` (ids already used elsewhere)."""
+        if up_to <= 0:
+            return
+        with self.transaction() as conn:
+            updated = conn.execute(
+                "UPDATE sqlite_sequence SET seq = MAX(seq, ?) WHERE name = 'jobs'", (up_to,)
+            ).rowcount
+            if not updated:
+                conn.execute("INSERT INTO sqlite_sequence (name, seq) VALUES ('jobs', ?)", (up_to,))

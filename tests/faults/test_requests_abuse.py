@@ -1,0 +1,244 @@
+"""Malformed and oversized requests: every bad field is an `invalid_args` error naming it, never
+`internal`; a request over the message limit is refused by the client before it is sent, and
+one the engine drops anyway is reported at once instead of after the 30 s time-out."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import msgspec
+import pytest
+import zmq
+from conftest import EngineHandle
+
+from gpudesk.api.client import Client, decode_event
+from gpudesk.api.errors import TOO_LARGE, EngineError
+from gpudesk.api.models import JobEvent
+from gpudesk.engine import protocol
+from gpudesk.engine.jobs import JobSpec
+
+# Values a hostile or buggy client sends where something else is expected.
+HUGE = 2**70
+BAD_VALUES: list[object] = [
+    HUGE,
+    -HUGE,
+    10**30,
+    "\u00b2",  # a digit to str.isdigit, not to int()
+    "\ud800",  # a lone surrogate: no byte stands for it
+    "\udce9",  # the byte 0xE9 of a file name that is not UTF-8: never a job's name
+    True,
+    -1,
+    1.5,
+    1e308,
+    {},
+    [],
+    "x",
+    None,
+    [HUGE],
+    ["\ud800"],
+    ["\udce9"],
+    [True],
+    [{"a": 1}],
+]
+
+# op -> the arguments a valid request needs besides the one under test
+OPS: dict[str, tuple[dict[str, object], list[str]]] = {
+    "status": ({}, ["fresh_loaders"]),
+    "jobs": ({}, ["states", "group", "ids", "limit", "usage"]),
+    "show": ({"job": 1}, ["job", "env"]),
+    "cancel": ({"jobs": [1]}, ["jobs", "grace"]),
+    "hold": ({"jobs": [1]}, ["jobs"]),
+    "release": ({"jobs": [1]}, ["jobs"]),
+    "priority": ({"jobs": [1], "priority": 0}, ["jobs", "priority", "delta"]),
+    "requeue": ({"jobs": [1]}, ["jobs"]),
+    "configure": ({}, ["station"]),
+    "datasets": ({}, ["datasets"]),
+    "telemetry": ({}, ["history"]),
+    "mig_plan": ({}, ["gpu"]),
+    "mig_apply": ({"gpu": 0, "profiles": ["1g.5gb"]}, ["gpu", "profiles", "confirm"]),
+    "model_observe": ({"gpu_model": "A100"}, ["gpu_model", "observations", "source"]),
+    "model_reset": ({}, ["gpu_model", "confirm"]),
+    "submit": ({"jobs": [{"name": "ok", "command": ["true"]}]}, ["jobs", "env"]),
+}
+JOB_FIELDS = [
+    "name",
+    "command",
+    "shell",
+    "workdir",
+    "env",
+    "gpus",
+    "memory_gb",
+    "sm_pct",
+    "dataset",
+    "selection",
+    "priority",
+    "max_attempts",
+    "group",
+]
+STATION_FIELDS = ["backend", "policy", "slots", "sample_interval", "grid_intensity", "mig"]
+
+
+class RawClient:
+    """A REQ socket that sends any bytes, as a client of another language might."""
+
+    def __init__(self, engine: EngineHandle) -> None:
+        self.sock = zmq.Context.instance().socket(zmq.REQ)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.connect(engine.home.control_endpoint)
+
+    def send(self, message: object) -> dict:
+        # Python's json writes a lone surrogate as a \\ud800 escape, as another client might.
+        self.sock.send(json.dumps(message).encode())
+        assert self.sock.poll(10_000), f"no reply to {message!r:.200}"
+        return json.loads(self.sock.recv())
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+@pytest.fixture
+def raw(engine: EngineHandle):
+    client = RawClient(engine)
+    (job_id,) = engine.submit({"name": "target", "command": ["true"]})
+    assert job_id == 1
+    engine.wait_state(job_id, "succeeded")
+    yield client
+    client.close()
+
+
+def request(op: str, args: dict) -> dict:
+    return {"v": 1, "id": 7, "op": op, "args": args}
+
+
+def problem(reply: dict, what: str, field: str, baseline: dict | None = None) -> list[str]:
+    """What is wrong with the reply to a malformed request: an internal error, or an
+    invalid_args error that does not name the field (unless it is the error the request gets
+    with a good value: the value was taken, and another argument is wrong)."""
+    if reply["ok"] or (baseline is not None and reply["error"] == baseline.get("error")):
+        return []  # a value the op may take (true for "usage", [] for "datasets", ...)
+    error = reply["error"]
+    if error["code"] == "internal":
+        return [f"{what}: internal: {error['message']}"]
+    if error["code"] == "invalid_args" and field.lower() not in error["message"].lower():
+        return [f"{what}: {error['message']!r} does not name {field}"]
+    return []
+
+
+def test_every_malformed_argument_is_a_clear_error_naming_it(
+    engine: EngineHandle, raw: RawClient
+) -> None:
+    problems: list[str] = []
+    for op, (base, keys) in OPS.items():
+        for key in keys:
+            good = raw.send(request(op, base))
+            for value in BAD_VALUES:
+                reply = raw.send(request(op, {**base, key: value}))
+                problems += problem(reply, f"{op} {key}={value!r:.40}", key, good)
+    for key in JOB_FIELDS:
+        for value in BAD_VALUES:
+            job = {"name": "x", "command": ["true"], key: value}
+            reply = raw.send(request("submit", {"jobs": [job]}))
+            problems += problem(reply, f"submit {key}={value!r:.40}", key)
+    for key in STATION_FIELDS:
+        for value in BAD_VALUES:
+            reply = raw.send(request("configure", {"station": {key: value}}))
+            problems += problem(reply, f"configure {key}={value!r:.40}", key)
+    assert problems == [], "\n".join(problems)
+    assert raw.send(request("ping", {}))["ok"]
+    assert "Traceback" not in engine.home.engine_log.read_text()
+
+
+@pytest.mark.parametrize(
+    "args, field",
+    [
+        ({"job": HUGE}, "'job': a job id is at most"),
+        ({"job": "9" * 5000}, "'job': a job id is at most"),
+        ({"job": "\udce9"}, "'job': a job name is UTF-8 text"),
+        ({"job": "\ud800"}, "invalid request: args.job holds a lone surrogate"),
+    ],
+)
+def test_job_references_out_of_range_or_not_text(raw: RawClient, args: dict, field: str) -> None:
+    reply = raw.send(request("show", args))
+    assert reply["error"]["code"] == "invalid_args"
+    assert reply["error"]["message"].startswith(field)
+
+
+def test_a_superscript_digit_is_a_name_not_an_id(raw: RawClient) -> None:
+    reply = raw.send(request("show", {"job": "\u00b2"}))
+    assert reply["error"] == {"code": "unknown_job", "message": "no job with id or name '²'"}
+
+
+@pytest.mark.parametrize("version", [True, 1.0, "1", [1], HUGE])
+def test_only_the_integer_1_is_protocol_version_1(raw: RawClient, version: object) -> None:
+    reply = raw.send({"v": version, "id": 1, "op": "ping"})
+    assert reply["error"]["code"] == "unsupported_version"
+
+
+def test_replies_and_events_are_strict_json_whatever_the_request_held(
+    engine: EngineHandle, raw: RawClient
+) -> None:
+    """The engine echoes what it was sent (an id, an op, a file name): never a lone surrogate
+    in a reply or an event, which a strict reader (msgspec, a browser) refuses."""
+    with engine.client.subscribe("job") as events:
+        time.sleep(0.2)  # let the subscription reach the engine
+        for message in (
+            {"v": 1, "id": "\udce9", "op": "ping"},
+            {"v": 1, "id": 1, "op": "no-such-op\udce9"},
+            request("submit", {"jobs": [{"name": "x", "command": ["/no/such/\udce9"]}]}),
+        ):
+            raw.sock.send(json.dumps(message).encode())
+            assert raw.sock.poll(10_000)
+            reply = msgspec.json.decode(raw.sock.recv())  # strict: refuses a lone surrogate
+            assert reply["v"] == 1
+        messages = []
+        while not any(m.startswith("command not found") for m in messages):
+            assert events.poll(10_000), f"no 'failed' event; got {messages}"
+            event = decode_event(*events.recv_multipart())
+            assert isinstance(event, JobEvent)
+            messages.append(event.message)
+    assert "command not found: /no/such/\\xe9" in messages
+
+
+# --------------------------------------------------------------------- size limits
+def sweep(jobs: int, env_bytes: int) -> list[JobSpec]:
+    """A sweep whose [defaults] give every job the same large env."""
+    env = {"BIG": "x" * env_bytes}
+    return [JobSpec(name=f"sweep-{i}", command=("true",), env=env) for i in range(jobs)]
+
+
+def test_a_request_over_the_limit_is_refused_at_once_and_not_sent(engine: EngineHandle) -> None:
+    client = Client.attach(engine.home, timeout=10.0)
+    started = time.monotonic()
+    try:
+        with pytest.raises(EngineError) as info:
+            client.submit(sweep(1000, 100_000))
+    finally:
+        client.close()
+    assert time.monotonic() - started < 5.0
+    assert info.value.code == TOO_LARGE
+    message = str(info.value)
+    assert "this 'submit' request is 95." in message and "MiB" in message
+    assert "more than the 64 MiB the engine takes in one message, so it was not sent" in message
+    assert engine.client.request("jobs")["jobs"] == []
+
+
+def test_an_oversized_message_the_engine_drops_is_reported_at_once(
+    engine: EngineHandle, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A client whose limit is larger than the engine's (another version, another language):
+    zmq closes the connection without a word; the client says so instead of waiting."""
+    monkeypatch.setattr(protocol, "MAX_MESSAGE_BYTES", 4 * protocol.MAX_MESSAGE_BYTES)
+    client = Client.attach(engine.home, timeout=20.0)
+    started = time.monotonic()
+    try:
+        with pytest.raises(EngineError) as info:
+            client.submit(sweep(700, 100_000))
+        assert time.monotonic() - started < 8.0
+        assert "closed the connection without answering this 'submit' request" in str(info.value)
+        assert info.value.code == "unavailable"
+        # the engine is fine, and the same client can go on
+        assert client.ping().pid == engine.pid
+    finally:
+        client.close()
+    assert engine.client.request("jobs")["jobs"] == []

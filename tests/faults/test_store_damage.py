@@ -1,0 +1,214 @@
+"""A damaged, lost, replaced or foreign home: the engine says what it found and what to do, in one
+paragraph with a non-zero exit, from `gpudesk engine start`, from a command that starts it on
+its own (`gpudesk queue`) and from the daemon itself; it never starts afresh over earlier jobs'
+folders, never reuses a job id whose folder exists, and never mixes a new log into an old one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pwd
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import EngineHandle, wait_for
+
+from gpudesk.paths import Home
+
+GPUDESK = [sys.executable, "-m", "gpudesk"]
+
+
+def cli(*args: str, prefix: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*prefix, *GPUDESK, *args], capture_output=True, text=True, timeout=60, check=False
+    )
+
+
+def refuses(result: subprocess.CompletedProcess[str], *phrases: str) -> str:
+    """The command failed with one `error:` paragraph holding `phrases`; returns it."""
+    assert result.returncode != 0, result.stdout
+    assert "Traceback" not in result.stderr and 'File "' not in result.stderr, result.stderr
+    message = result.stderr.strip()
+    assert message.startswith("error: ") and "\n" not in message, message
+    for phrase in phrases:
+        assert phrase in message, message
+    return message
+
+
+def finished_job(engine: EngineHandle, text: str) -> int:
+    (job_id,) = engine.submit({"name": text, "command": ["echo", text]})
+    assert engine.wait_state(job_id, {"succeeded", "failed"})["state"] == "succeeded"
+    return job_id
+
+
+def remove_database(home: Home) -> None:
+    for suffix in ("", "-wal", "-shm"):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(f"{home.db}{suffix}")
+
+
+# ------------------------------------------------------------------ a lost database
+@pytest.mark.parametrize("how", ["deleted", "truncated"])
+def test_a_lost_database_over_earlier_jobs_refuses_to_start(engine: EngineHandle, how: str) -> None:
+    job_id = finished_job(engine, "before")
+    old_log = engine.home.attempt_dir(job_id, 1) / "output.log"
+    engine.stop()
+    remove_database(engine.home)
+    if how == "truncated":
+        engine.home.db.write_bytes(b"")
+    state = "missing" if how == "deleted" else "empty"
+
+    for command in (("engine", "start"), ("queue",)):
+        refuses(
+            cli(*command),
+            f"the gpudesk database {engine.home.db} is {state}",
+            "holds the folders of 1 earlier job(s)",
+            f"mv {engine.home.jobs_dir} {engine.home.jobs_dir}.old",
+        )
+    assert engine.pid is None
+    assert old_log.read_text() == "before\n"
+
+    # doing what it says starts afresh, the old folders kept aside
+    engine.home.jobs_dir.rename(f"{engine.home.jobs_dir}.old")
+    assert cli("engine", "start").returncode == 0
+    (new_id,) = engine.submit({"name": "after", "command": ["true"]})
+    engine.wait_state(new_id, "succeeded")
+    assert Path(f"{engine.home.jobs_dir}.old/{job_id}/1/output.log").read_text() == "before\n"
+
+
+def test_a_database_restored_from_an_older_backup_never_reuses_a_job_id(
+    engine: EngineHandle, tmp_path: Path
+) -> None:
+    finished_job(engine, "first")
+    backup = tmp_path / "backup.db"
+    with sqlite3.connect(engine.home.db) as live, sqlite3.connect(backup) as copy:
+        live.backup(copy)
+    second = finished_job(engine, "second")  # after the backup: the backup does not know it
+    engine.stop()
+    remove_database(engine.home)
+    shutil.copy(backup, engine.home.db)
+
+    engine.start()
+    (third,) = engine.submit({"name": "third", "command": ["echo", "third"]})
+    assert third > second
+    engine.wait_state(third, "succeeded")
+    assert (engine.home.attempt_dir(second, 1) / "output.log").read_text() == "second\n"
+
+
+def test_an_attempt_folder_that_exists_is_never_appended_to(engine: EngineHandle) -> None:
+    first = finished_job(engine, "first")
+    stray = engine.home.attempt_dir(first + 1, 1)
+    stray.mkdir(parents=True)
+    (stray / "output.log").write_text("not yours\n")
+
+    (job_id,) = engine.submit({"name": "next", "command": ["echo", "next"]})
+    assert job_id == first + 1
+    job = engine.wait_state(job_id, {"succeeded", "failed"})
+    assert job["state"] == "failed"
+    assert f"the attempt folder {stray} already exists" in job["reason"]
+    assert (stray / "output.log").read_text() == "not yours\n"
+
+
+# ------------------------------------------------- a damaged or newer database
+def test_a_damaged_database_is_one_paragraph_not_a_traceback(home: Home) -> None:
+    home.ensure()
+    home.db.write_bytes(b"this is not an SQLite database, whatever its name says. " * 100)
+    for command in (("engine", "start"), ("queue",)):
+        refuses(
+            cli(*command),
+            f"cannot open the gpudesk database {home.db}: file is not a database",
+            "restore gpudesk.db from a backup",
+            f"mv {home.root} {home.root}.damaged",
+        )
+    daemon = subprocess.run(
+        [sys.executable, "-m", "gpudesk.engine.daemon", "--home", str(home.root)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert daemon.returncode == 4
+    assert "Traceback" not in daemon.stderr and "file is not a database" in daemon.stderr
+
+
+def test_a_database_from_a_newer_gpudesk_is_one_paragraph(engine: EngineHandle) -> None:
+    finished_job(engine, "kept")
+    engine.stop()
+    with sqlite3.connect(engine.home.db) as conn:
+        conn.execute("PRAGMA user_version = 999")
+    for command in (("engine", "start"), ("queue",)):
+        refuses(
+            cli(*command),
+            "the database has schema version 999, newer than this gpudesk understands",
+            "upgrade gpudesk",
+        )
+
+
+# ------------------------------------------------------------- another user's home
+@pytest.fixture
+def other_user() -> Iterator[pwd.struct_passwd]:
+    """A second local user, removed afterwards (root only)."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root: creates a second local user")
+    if not (shutil.which("useradd") and shutil.which("userdel") and shutil.which("setpriv")):
+        pytest.skip("needs useradd, userdel and setpriv")
+    name = f"gdfault{os.getpid() % 100000}"
+    made = subprocess.run(
+        ["useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", name],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if made.returncode != 0:
+        pytest.skip(f"cannot create a second user: {made.stderr.strip()}")
+    try:
+        yield pwd.getpwnam(name)
+    finally:
+        subprocess.run(["userdel", name], capture_output=True, check=False)
+
+
+# Root, but without the capabilities that let root read anyone's files: what another user
+# meets in this home (root keeps its own uid, so the interpreter under /root still runs).
+WITHOUT_ROOT_POWERS = ("setpriv", "--bounding-set=-all", "--inh-caps=-all")
+
+
+def test_a_home_owned_by_another_user_is_one_paragraph(
+    home: Home, other_user: pwd.struct_passwd
+) -> None:
+    home.root.mkdir(mode=0o700)
+    os.chown(home.root, other_user.pw_uid, other_user.pw_gid)
+    try:
+        for command in (("engine", "start"), ("queue",), ("engine", "status")):
+            refuses(
+                cli(*command, prefix=WITHOUT_ROOT_POWERS),
+                f"the gpudesk home {home.root} belongs to {other_user.pw_name} "
+                f"(uid {other_user.pw_uid}), and you are root (uid 0)",
+                "Set GPUDESK_HOME to a folder of your own",
+            )
+        assert list(home.root.iterdir()) == []  # nothing was written into it
+    finally:
+        os.chown(home.root, 0, 0)  # for the home fixture's clean-up
+
+
+# -------------------------------------------------- a re-adopted wrapper killed
+def test_a_readopted_wrapper_killed_while_watched_says_so(engine: EngineHandle) -> None:
+    (job_id,) = engine.submit({"name": "adopted", "command": ["sleep", "60"]})
+    wrapper = engine.wait_state(job_id, "running")["pgid"]
+    engine.stop()
+    engine.start()  # re-adopts it: no longer the engine's child
+    assert engine.job(job_id)["state"] == "running"
+    os.kill(wrapper, signal.SIGKILL)
+    job = engine.wait_state(job_id, {"failed"})
+    assert "engine was down" not in job["reason"]
+    assert job["reason"] == (
+        f"the job's wrapper (pid {wrapper}) was killed while the engine watched it and left no "
+        "exit record (most likely by SIGKILL or the out-of-memory killer)"
+    )
+    wait_for(lambda: not engine.client.request("jobs", states=["running"])["jobs"])
