@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from gpudesk.api.errors import EngineError
-from gpudesk.engine import protocol
+from gpudesk.engine import diskspace, protocol
 from gpudesk.engine.station import StationConfig
 from gpudesk.paths import Home
 
@@ -83,6 +83,9 @@ def start_engine(
                 except EngineError:
                     pass
             elif process.poll() is not None:
+                if process.returncode == diskspace.EXIT_DISK_FULL:
+                    # engine.log could not take the engine's words: say them here instead
+                    raise EngineError(diskspace.start_text(home.root))
                 raise EngineError(
                     f"the engine did not start (exit {process.returncode}); "
                     f"the end of {home.engine_log}:\n{_log_tail(home)}"
