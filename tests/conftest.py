@@ -15,6 +15,7 @@ import psutil
 import pytest
 
 from gpudesk.api.connection import Connection, engine_pid, start_engine
+from gpudesk.engine import containment
 from gpudesk.engine.jobs import TERMINAL_STATE_NAMES
 from gpudesk.engine.runner import read_wrapper_pid
 from gpudesk.engine.station import StationConfig
@@ -128,6 +129,16 @@ class EngineHandle:
             if pid:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(pid, signal.SIGKILL)
+        # ... and what is left of their cgroups (the engine removes them as attempts settle)
+        mount = containment.v2_mount()
+        folder = containment.home_folder(mount, self.home.root) if mount else None
+        if folder is not None and folder.is_dir():
+            for cgroup in folder.iterdir():
+                if cgroup.is_dir():
+                    containment.kill_all(cgroup)
+                    containment.remove(cgroup, wait=2.0)
+            with contextlib.suppress(OSError):
+                folder.rmdir()
         # ... and every shared-loader producer it started (each leads its own session)
         for info in self.home.loader_dir.glob("*.json"):
             with contextlib.suppress(ValueError, OSError, KeyError, TypeError):

@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from gpudesk.api.errors import TOO_LARGE, EngineError
-from gpudesk.engine import protocol
+from gpudesk.engine import diskspace, protocol
 from gpudesk.engine.station import StationConfig
 from gpudesk.paths import Home, check_owner
 
@@ -105,6 +105,9 @@ def start_engine(
                 except EngineError:
                     pass
             elif process.poll() is not None:
+                if process.returncode == diskspace.EXIT_DISK_FULL:
+                    # engine.log could not take the engine's words: say them here instead
+                    raise EngineError(diskspace.start_text(home.root))
                 refused = _start_failure(home, offset)
                 if refused:
                     raise EngineError(f"the engine did not start: {refused}")

@@ -245,6 +245,9 @@ class AttemptView(WireModel, frozen=True):
     signal: int | None
     reason: str | None
     log: str | None
+    # "cgroup PATH", or "process group only: why" (a cancel or its end cannot reach a process
+    # that left the group); absent until its wrapper has started
+    containment: str | None = None
 
 
 class EventView(WireModel, frozen=True):

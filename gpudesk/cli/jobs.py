@@ -212,6 +212,8 @@ def show(
                 f"pid {a.pid or '-':<8} exit {exit_code:<4} {took}"
             )
             lines.append(f"      log {a.log}")
+            if a.containment:
+                lines.append(f"      in  {a.containment}")
             lines.append(f"      why {a.placement.reason}")
             lines.extend(_alternative_lines(a.placement.alternatives))
     lines.extend(_usage_lines(data.usage))

@@ -3,7 +3,8 @@ settling how it ended (retries, the out-of-memory retry on a GPU of its own), re
 ones still running after an engine restart, and what each job is assumed to need.
 
 An attempt runs in its own process session under the wrapper (`runner`), so it outlives the
-engine; `LiveAttempt` is the engine's handle on one while it runs.
+engine, and in its own cgroup where the engine may make one (`containment`), so that a cancel and
+its end reach every process it started; `LiveAttempt` is the engine's handle on one while it runs.
 """
 
 from __future__ import annotations
@@ -12,12 +13,14 @@ import contextlib
 import logging
 import os
 import signal
+import sqlite3
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpudesk.engine import runner
+from gpudesk.engine import faults, runner
+from gpudesk.engine.containment import Containment
 from gpudesk.engine.events import EventPublisher
 from gpudesk.engine.jobs import JobState
 from gpudesk.engine.loaders import LoaderSupervisor
@@ -45,6 +48,7 @@ ADOPTED_POLL_S = 0.2  # how often an attempt this engine did not start is checke
 # is tried again after SETTLE_RETRY_S, doubling up to SETTLE_RETRY_MAX_S: never a busy loop.
 SETTLE_RETRY_S = 2.0
 SETTLE_RETRY_MAX_S = 60.0
+WRAPPER_FIND_S = 5.0  # how long recovery looks for the pid of a wrapper that holds its lock
 
 
 @dataclass
@@ -119,6 +123,8 @@ class Attempts:
         self.live: dict[int, LiveAttempt] = {}  # by attempt id
         self.dataset_of: dict[int, str] = {}  # running job id -> the dataset it names
         self.history = store.demand_history()  # command signature -> measured (MiB, SM %, runs)
+        self.containment = Containment.probe(home.root)
+        log.info("job containment: %s", self.containment.describe())
 
     # ----------------------------------------------------------------- views
     def __iter__(self) -> Iterator[LiveAttempt]:
@@ -182,40 +188,100 @@ class Attempts:
     # -------------------------------------------------------------- recovery
     def recover(self) -> tuple[int, int]:
         """Re-adopt attempts that are still running, settle those that ended while no engine
-        ran. Returns (adopted, settled)."""
+        ran, kill what is left of attempts that are over. Returns (adopted, settled)."""
         adopted = settled = 0
         for attempt in self.store.live_attempts():
             # One attempt that cannot be recovered must not keep the engine from starting.
             try:
-                if self._recover_one(attempt):
-                    adopted += 1
-                else:
-                    settled += 1
+                outcome = self._recover_one(attempt)
             except Exception:
                 log.exception(
                     "could not recover attempt %d of job %d; it stays as the store has it",
                     attempt.number,
                     attempt.job_id,
                 )
+                continue
+            adopted += outcome == "adopted"
+            settled += outcome == "settled"
+        left = self.containment.sweep({(a.job_id, a.number) for a in self.store.live_attempts()})
+        if left:
+            self.store.add_event(
+                "cleanup", f"killed {left} leftover process(es) of attempts that were over"
+            )
         return adopted, settled
 
-    def _recover_one(self, attempt: AttemptRecord) -> bool:
-        """Re-adopt one attempt (True) or settle it (False)."""
-        pid, start_time = attempt.pid, attempt.pid_started
-        if pid is None:  # the last engine died between starting the wrapper and recording it
-            pid = runner.read_wrapper_pid(attempt.dir)
-            start_time = None
+    def _recover_one(self, attempt: AttemptRecord) -> str:
+        """Re-adopt one attempt ("adopted") or settle it ("settled"); "left" when neither."""
         slot = str(attempt.placement.get("slot", "?"))
         gpus = tuple(int(i) for i in attempt.placement.get("gpus", ()))
-        live = LiveAttempt(attempt, pid or 0, start_time, slot, gpus)
-        if pid and runner.is_alive(pid, start_time):
+        live = LiveAttempt(attempt, attempt.pid or 0, attempt.pid_started, slot, gpus)
+        if attempt.pid is None:  # the last engine died between starting it and recording it
+            return self._recover_unrecorded(live)
+        if runner.is_alive(attempt.pid, attempt.pid_started):
             self._adopt(live)
-            return True
-        if pid is None and runner.read_exit(attempt.dir) is None:
-            self._requeue_unstarted(attempt)
-        else:
-            self.settle(live, returncode=None)
-        return False
+            return "adopted"
+        self.settle(live, returncode=None)
+        return "settled"
+
+    def _recover_unrecorded(self, live: LiveAttempt) -> str:
+        """An attempt whose wrapper's pid the store lacks. Its launch lock says whether a wrapper
+        lives (adopt it, never start it again) and, when none does, whether the command was
+        started (settle it) or not (the queue may start it again: it never ran)."""
+        attempt = live.attempt
+        held = runner.wrapper_holds_lock(attempt.dir)
+        if held:
+            pid = self._find_wrapper(attempt)
+            if pid is None:  # a held lock has a holder; this is for a kernel that hides it
+                log.error(
+                    "attempt %d of job %d: a wrapper holds its launch lock but cannot be found; "
+                    "left as it is until the next engine start",
+                    attempt.number,
+                    attempt.job_id,
+                )
+                return "left"
+            live.pid, live.start_time = pid, runner.process_start_time(pid)
+            with contextlib.suppress(sqlite3.Error):  # best effort: the lock finds it again
+                self.store.attempt_launched(
+                    attempt.id, pid, live.start_time or 0.0, now=attempt.started_at
+                )
+            log.info(
+                "attempt %d of job %d: its wrapper (pid %d) was started by an engine that died "
+                "before recording it; adopted",
+                attempt.number,
+                attempt.job_id,
+                pid,
+            )
+            self._adopt(live)
+            return "adopted"
+        live.pid = runner.read_wrapper_pid(attempt.dir) or 0  # its process group, to clean up
+        if held is None and live.pid and runner.is_alive(live.pid, None):
+            self._adopt(live)  # started by a gpudesk before launch locks; wrapper.json says
+            return "adopted"
+        if runner.read_exit(attempt.dir) is None:
+            started = runner.command_started(attempt.dir) if held is False else bool(live.pid)
+            if not started:
+                self._requeue_unstarted(attempt)
+                return "settled"
+            record = runner.read_wrapper(attempt.dir)
+            child = f" (pid {record.child_pid})" if record and record.child_pid else ""
+            self.store.add_event(
+                "cleanup",
+                f"attempt {attempt.number}: its wrapper died after starting the command{child}, "
+                "while no engine ran, and left no exit record",
+                job_id=attempt.job_id,
+            )
+        self.settle(live, returncode=None)
+        return "settled"
+
+    def _find_wrapper(self, attempt: AttemptRecord) -> int | None:
+        """The pid of the wrapper holding the attempt's launch lock: from wrapper.json, else
+        the process that has the lock open (a wrapper that has not written anything yet)."""
+        deadline = time.monotonic() + WRAPPER_FIND_S
+        while True:
+            pid = runner.read_wrapper_pid(attempt.dir) or runner.lock_holder(attempt.dir)
+            if pid is not None or time.monotonic() >= deadline:
+                return pid
+            time.sleep(0.05)
 
     def _adopt(self, live: LiveAttempt) -> None:
         self.live[live.attempt.id] = live
@@ -269,6 +335,17 @@ class Attempts:
         return env
 
     def start(self, job: JobRecord, placement: Placement) -> None:
+        # The attempt's folder and the space of its exit record come first: on a full disk the
+        # job stays queued, untouched, and the loop tries again (a job that started without
+        # room for its outcome could lose it and run twice).
+        not_prepared: runner.LaunchError | None = None
+        try:
+            runner.prepare(self.home.attempt_dir(job.id, job.attempts + 1))
+        except runner.LaunchError as exc:
+            if exc.no_space:
+                self.queue.add(job)
+                raise
+            not_prepared = exc  # fails the attempt below, with the attempt on record
         try:
             attempt = self.store.start_attempt(job.id, placement.to_dict(), self.home.jobs_dir)
         except Exception:
@@ -286,11 +363,15 @@ class Attempts:
                 )
             )
         workdir = job.spec.workdir or env.get("HOME") or "/"
+        contained = self.containment.prepare(job.id, attempt.number)
         try:
+            if not_prepared is not None:
+                raise not_prepared
             launched = runner.launch(
-                Path(attempt.dir), job.spec.command, job.spec.shell, workdir, env
+                Path(attempt.dir), job.spec.command, job.spec.shell, workdir, env, contained
             )
         except (runner.LaunchError, ValueError) as exc:  # ValueError: argv or env the OS refuses
+            self.containment.release(job.id, attempt.number)
             self.store.finish_attempt(
                 attempt,
                 attempt_state="launch_failed",
@@ -300,7 +381,10 @@ class Attempts:
             )
             self.events.job(job.id, str(exc))
             return
-        self.store.attempt_launched(attempt.id, launched.pid, launched.start_time)
+        faults.after_spawn(launched.pid)  # test only: inert unless GPUDESK_FAULT=after-spawn
+        if contained.startswith("/"):
+            self.containment.move_soon(launched.pid, contained)
+        # Watched from now on, whatever happens to the store: it is our child to reap and settle.
         self.live[attempt.id] = LiveAttempt(
             attempt,
             launched.pid,
@@ -309,6 +393,10 @@ class Attempts:
             placement.gpus,
             is_child=True,
         )
+        try:
+            self.store.attempt_launched(attempt.id, launched.pid, launched.start_time)
+        except sqlite3.Error as exc:  # a full disk: a restarted engine finds it by its lock
+            log.warning("could not record the pid of attempt %d: %s", attempt.id, exc)
         self.track()
         self.events.job(job.id, f"attempt {attempt.number} started on {placement.slot}")
 
@@ -341,13 +429,21 @@ class Attempts:
                     live.attempt.number,
                     live.attempt.job_id,
                 )
-                runner.signal_group(live.pid, signal.SIGKILL)
+                self.kill(live)
                 live.kill_at = None
 
     def terminate(self, live: LiveAttempt, grace: float) -> None:
-        runner.signal_group(live.pid, signal.SIGTERM)
+        """SIGTERM to every process of the attempt (its cgroup's, else its process group's);
+        SIGKILL when `grace` runs out (`check`)."""
+        attempt = live.attempt
+        if not self.containment.signal(attempt.job_id, attempt.number, signal.SIGTERM):
+            runner.signal_group(live.pid, signal.SIGTERM)
         deadline = time.monotonic() + grace
         live.kill_at = deadline if live.kill_at is None else min(live.kill_at, deadline)
+
+    def kill(self, live: LiveAttempt) -> None:
+        self.containment.kill(live.attempt.job_id, live.attempt.number)
+        runner.signal_group(live.pid, signal.SIGKILL)
 
     def terminate_job(self, job_id: int, grace: float) -> None:
         for live in self.live.values():
@@ -378,14 +474,18 @@ class Attempts:
         record = runner.read_exit(attempt.dir)
         if record is None and returncode is not None:
             record = runner.describe_returncode(returncode)
+        # Whatever of the attempt outlived its command: daemons too where it has a cgroup. Both
+        # may count the same processes, hence max.
+        leftovers = self.containment.release(attempt.job_id, attempt.number)
         if live.pid:
-            leftovers = runner.kill_leftovers(live.pid)
-            if leftovers:
-                self.store.add_event(
-                    "cleanup",
-                    f"killed {leftovers} leftover process(es) of attempt {attempt.number}",
-                    job_id=attempt.job_id,
-                )
+            leftovers = max(leftovers, runner.kill_leftovers(live.pid))
+        runner.clean(attempt.dir)
+        if leftovers:
+            self.store.add_event(
+                "cleanup",
+                f"killed {leftovers} leftover process(es) of attempt {attempt.number}",
+                job_id=attempt.job_id,
+            )
         job = self.store.job(attempt.job_id)
         if record is None:
             attempt_state, exit_code, signal_number = "lost", None, None

@@ -30,7 +30,7 @@ from typing import IO, Any
 import zmq
 
 from gpudesk import __version__
-from gpudesk.engine import protocol
+from gpudesk.engine import diskspace, protocol
 from gpudesk.engine.attempts import Attempts
 from gpudesk.engine.events import EventPublisher
 from gpudesk.engine.job_control import JobControl
@@ -54,6 +54,7 @@ EXIT_BAD_HOME = 4  # the home's state cannot be used as it is: the log says why 
 IDLE_POLL_S = 1.0
 LOCK_RETRY_S = 1.0
 RETRY_AFTER_ERROR_S = 2.0
+FULL_DISK_REPEAT_S = 300.0  # how often a disk that stays full is mentioned again in the log
 
 
 class AlreadyRunning(RuntimeError):
@@ -94,6 +95,7 @@ class Engine:
         self.home = home
         self.store = store
         self.stopping = False
+        self.disk_full_said: float | None = None  # when the log last said the disk is full
         self.ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
         self.control = self.ctx.socket(zmq.ROUTER)
         self.wake_r, self.wake_w = socket.socketpair()
@@ -183,6 +185,7 @@ class Engine:
             os.chmod(path, 0o600)
 
     def close(self) -> None:
+        self.attempts.containment.close()
         self.telemetry.close()
         self.wake_r.close()
         self.wake_w.close()
@@ -253,8 +256,10 @@ class Engine:
     def _steps(self) -> None:
         # A failing step (a full disk, say) is logged and retried; it never stops the engine,
         # which would strand the jobs it watches.
+        full = False
         for step in (
             self.attempts.check,
+            self.attempts.containment.retry,
             self.scheduler.schedule_if_due,
             self.telemetry.ingest,
             self.learning.step,
@@ -263,9 +268,26 @@ class Engine:
         ):
             try:
                 step()
-            except Exception:
-                log.exception("engine step failed; retrying in %g s", RETRY_AFTER_ERROR_S)
+            except Exception as exc:
+                if diskspace.is_full(exc, self.home.root):
+                    full = True  # said once below, not as a traceback every second
+                else:
+                    log.exception("engine step failed; retrying in %g s", RETRY_AFTER_ERROR_S)
                 self.scheduler.retry_in(RETRY_AFTER_ERROR_S)
+        self._say_disk(full)
+
+    def _say_disk(self, full: bool) -> None:
+        """Log a full disk when it starts (and now and then while it lasts), and its end."""
+        now = time.monotonic()
+        if full:
+            if self.disk_full_said is None or now - self.disk_full_said >= FULL_DISK_REPEAT_S:
+                log.error("%s", diskspace.running_text(self.home.root))
+                self.disk_full_said = now
+        elif self.disk_full_said is not None:
+            free = diskspace.free_bytes(self.home.root)
+            if free is None or free >= diskspace.LOW_BYTES:
+                log.info("the disk holding GPUDESK_HOME has space again; carrying on")
+                self.disk_full_said = None
 
     def _stop_signal(self, signum: int, _frame: Any) -> None:
         log.info("received %s", signal.Signals(signum).name)
@@ -365,6 +387,8 @@ def open_store(home: Home) -> Store:
     except IncompatibleStore as exc:
         raise HomeError(f"{home.db}: {exc}") from None
     except StoreError as exc:
+        if diskspace.is_full(exc, home.root):
+            raise  # not damage: `main` says the disk is full, and what to do
         raise HomeError(
             f"{exc}. The file is damaged or not a gpudesk database, so the engine does not "
             f"start. Keep it for now: restore {home.db.name} from a backup, or move the whole "
@@ -435,7 +459,12 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     try:
         return serve(home, requested)
-    except Exception:
+    except Exception as exc:
+        if diskspace.is_full(exc, home.root):
+            # One paragraph, on stderr (engine.log may be the file that cannot grow); the
+            # exit status tells `gpudesk engine start` to say the same without the log.
+            log.error("%s", diskspace.start_text(home.root))
+            return diskspace.EXIT_DISK_FULL
         log.exception("the engine stopped on an unexpected error")
         return 1
 

@@ -44,7 +44,7 @@ from gpudesk.engine.scheduler import Scheduler
 from gpudesk.engine.state import CurrentStation, PlacementDue
 from gpudesk.engine.station import StationConfig
 from gpudesk.engine.store.database import Store
-from gpudesk.engine.store.records import JobRecord
+from gpudesk.engine.store.records import AttemptRecord, JobRecord
 from gpudesk.engine.store.schema import UnknownJob
 from gpudesk.engine.telemetry_sink import TelemetrySink
 from gpudesk.paths import Home
@@ -297,7 +297,7 @@ class RequestHandlers:
         job = self._find(args.get("job"), "job")
         result: Reply = {
             "job": self.job_reply(job, parts.attempts.by_job().get(job.id)),
-            "attempts": [a.to_dict() for a in parts.store.attempts(job.id)],
+            "attempts": [self.attempt_reply(a) for a in parts.store.attempts(job.id)],
             "events": [e.to_dict() for e in parts.store.events(job.id)],
             "waiting": None,
             "usage": self._usage([job.id]).get(job.id),
@@ -309,6 +309,16 @@ class RequestHandlers:
         if args.get("env"):
             result["env"] = {**parts.store.base_env(job.id), **job.spec.env}
         return result
+
+    @staticmethod
+    def attempt_reply(attempt: AttemptRecord) -> Reply:
+        """An attempt on the wire: its record, and what contains its processes (its wrapper
+        says, in wrapper.json)."""
+        data = attempt.to_dict()
+        wrapper = runner.read_wrapper(attempt.dir)
+        if wrapper is not None and wrapper.containment:
+            data["containment"] = wrapper.containment
+        return data
 
     def job_reply(self, job: JobRecord, live: LiveAttempt | None) -> Reply:
         """A job on the wire: its record, and while it runs, where (`slot`, a label; `gpus`,

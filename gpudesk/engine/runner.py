@@ -4,10 +4,20 @@ Each attempt runs under `wrapper.py` as the leader of its own session and proces
 survives the engine, a closed terminal and a dropped SSH connection, and a cancel can signal the
 whole group. A process is identified by pid *and* start time, so a recycled pid is never mistaken
 for a job after an engine restart.
+
+Launching is exactly once across an engine crash: before the wrapper starts, the engine takes an
+exclusive flock on the attempt's `launch.lock` and hands that open file to the wrapper, which
+holds it for its whole life. An engine that died between starting a wrapper and recording its pid
+leaves a held lock behind, and the next engine adopts that wrapper instead of starting the attempt
+again (`wrapper_holds_lock`). Before the start, the engine also reserves the disk space of the
+exit record (`prepare`), so a disk that fills while the job runs cannot lose its outcome.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import fcntl
 import json
 import os
 import signal
@@ -22,7 +32,10 @@ from gpudesk.engine.hostmetrics import group_processes
 
 WRAPPER_PATH = Path(wrapper.__file__).resolve()
 EXIT_FILE = "exit.json"
+EXIT_RESERVE_FILE = EXIT_FILE + wrapper.RESERVE_SUFFIX
+EXIT_RESERVE_BYTES = 4096  # a record is ~100 bytes; one block, the least a file takes anyway
 WRAPPER_FILE = "wrapper.json"
+LOCK_FILE = "launch.lock"
 LOG_FILE = "output.log"
 # create_time() is derived from boot time and clock ticks; allow for its rounding.
 _START_TIME_TOLERANCE = 0.05
@@ -30,6 +43,10 @@ _START_TIME_TOLERANCE = 0.05
 
 class LaunchError(RuntimeError):
     """The attempt could not be started (bad working directory, no interpreter, …)."""
+
+    def __init__(self, message: str, no_space: bool = False) -> None:
+        super().__init__(message)
+        self.no_space = no_space  # the disk is full: worth trying again later, not a failure
 
 
 @dataclass(frozen=True)
@@ -55,6 +72,16 @@ class Launched:
     start_time: float
 
 
+@dataclass(frozen=True)
+class WrapperRecord:
+    """What a wrapper said about itself (wrapper.json)."""
+
+    pid: int
+    child_pid: int | None  # the command's pid, once it was started
+    started_at: float | None
+    containment: str | None  # "cgroup PATH" or "process group only: why"
+
+
 def _signal_name(number: int) -> str:
     try:
         return signal.Signals(number).name
@@ -63,7 +90,8 @@ def _signal_name(number: int) -> str:
 
 
 def describe_returncode(returncode: int) -> ExitRecord:
-    """The outcome of a wrapper that died without writing its record."""
+    """The outcome of a wrapper that ended without an exit record. The wrapper exits with its
+    command's exit code whatever happens to its record, so that code is the outcome."""
     if returncode < 0:
         sig = -returncode
         return ExitRecord(
@@ -73,8 +101,81 @@ def describe_returncode(returncode: int) -> ExitRecord:
         returncode,
         None,
         None,
-        f"the job's wrapper exited with {returncode} without recording an outcome",
+        f"exit code {returncode} (from the wrapper's exit status: it could not write {EXIT_FILE})",
     )
+
+
+def _no_space(exc: OSError) -> bool:
+    return exc.errno in (errno.ENOSPC, errno.EDQUOT)
+
+
+def prepare(attempt_dir: Path) -> None:
+    """Create the attempt's folder and reserve the space of its exit record (EXIT_RESERVE_FILE,
+    written in full, so its blocks are allocated now: the wrapper overwrites them in place).
+    Raises LaunchError, with `no_space` set when the disk is full."""
+    try:
+        attempt_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise LaunchError(
+            f"cannot create the attempt folder {attempt_dir}: {exc.strerror or exc}",
+            no_space=_no_space(exc),
+        ) from exc
+    # Never into a folder another attempt used (an earlier database's job of the same id, say):
+    # its logs must not be mixed with this one's. What an earlier `prepare` of this very attempt
+    # left (a full disk keeps the job queued and it is prepared again) is only the reserve.
+    try:
+        left = set(os.listdir(attempt_dir)) - {EXIT_RESERVE_FILE}
+    except OSError as exc:
+        raise LaunchError(f"cannot read the attempt folder {attempt_dir}: {exc}") from exc
+    if left:
+        raise LaunchError(
+            f"the attempt folder {attempt_dir} already exists (left by an earlier job of the "
+            "same id?); gpudesk does not mix a new attempt's log into it"
+        )
+    try:
+        fd = os.open(
+            attempt_dir / EXIT_RESERVE_FILE, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644
+        )
+        try:
+            if os.pwrite(fd, b" " * EXIT_RESERVE_BYTES, 0) != EXIT_RESERVE_BYTES:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise LaunchError(
+            f"cannot reserve the exit record's space in {attempt_dir}: {exc.strerror or exc}",
+            no_space=_no_space(exc),
+        ) from exc
+
+
+def _take_launch_lock(attempt_dir: Path) -> int:
+    """Open the attempt's launch lock and take it (exclusive); the open fd, close-on-exec."""
+    try:
+        fd = os.open(attempt_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        raise LaunchError(
+            f"cannot create the launch lock in {attempt_dir}: {exc.strerror or exc}",
+            no_space=_no_space(exc),
+        ) from exc
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        # its first byte: the wrapper overwrites it in place just before it starts the command
+        if os.pwrite(fd, wrapper.LOCK_LAUNCHING, 0) != 1:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        if fd == wrapper.LOCK_FD:  # dup2 onto itself would leave it close-on-exec
+            moved = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 10)
+            os.close(fd)
+            fd = moved
+    except BlockingIOError as exc:
+        os.close(fd)
+        raise LaunchError(f"the attempt folder {attempt_dir} is in use by another wrapper") from exc
+    except OSError as exc:
+        os.close(fd)
+        raise LaunchError(
+            f"cannot take the launch lock in {attempt_dir}: {exc.strerror or exc}",
+            no_space=_no_space(exc),
+        ) from exc
+    return fd
 
 
 def launch(
@@ -83,23 +184,16 @@ def launch(
     shell: bool,
     workdir: str,
     env: dict[str, str],
+    containment: str,
 ) -> Launched:
-    """Start the wrapper for one attempt; the caller must reap it (`reap`)."""
+    """Start the wrapper for one attempt (its folder `prepare`d); the caller must reap it
+    (`reap`). `containment` is the attempt's cgroup for the wrapper to join, or why there is
+    none (`containment.Containment.prepare`)."""
     if not os.path.isdir(workdir):
         raise LaunchError(f"the working directory {workdir} does not exist")
-    try:
-        # Never into an existing folder: that is another attempt's (an earlier database's job
-        # of the same id, say), and its logs must not be mixed with this one's.
-        attempt_dir.mkdir(parents=True, exist_ok=False)
-    except FileExistsError:
-        raise LaunchError(
-            f"the attempt folder {attempt_dir} already exists (left by an earlier job of the "
-            "same id?); gpudesk does not mix a new attempt's log into it"
-        ) from None
-    except OSError as exc:
-        raise LaunchError(
-            f"cannot create the attempt folder {attempt_dir}: {exc.strerror or exc}"
-        ) from exc
+    if not (attempt_dir / EXIT_RESERVE_FILE).exists():
+        prepare(attempt_dir)
+    lock = _take_launch_lock(attempt_dir)
     argv = [
         sys.executable,
         "-I",
@@ -108,12 +202,15 @@ def launch(
         str(attempt_dir),
         workdir,
         "1" if shell else "0",
+        str(wrapper.LOCK_FD),
+        containment,
         "--",
         *command,
     ]
     log = str(attempt_dir / LOG_FILE)
     # posix_spawn (vfork underneath) rather than subprocess: forking a large daemon for every job
-    # costs milliseconds on the submit-to-start path. Every fd the engine holds is close-on-exec.
+    # costs milliseconds on the submit-to-start path. Every fd the engine holds is close-on-exec
+    # but the launch lock, which becomes the wrapper's fd 3.
     try:
         pid = os.posix_spawn(
             sys.executable,
@@ -123,16 +220,85 @@ def launch(
                 (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
                 (os.POSIX_SPAWN_OPEN, 1, log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644),
                 (os.POSIX_SPAWN_DUP2, 1, 2),
+                (os.POSIX_SPAWN_DUP2, lock, wrapper.LOCK_FD),
             ],
             setsid=True,
         )
     except OSError as exc:
-        raise LaunchError(f"cannot start the job: {exc.strerror or exc}") from exc
+        raise LaunchError(
+            f"cannot start the job: {exc.strerror or exc}", no_space=_no_space(exc)
+        ) from exc
+    finally:
+        os.close(lock)  # the wrapper's copy holds the lock from here on
     try:
         start_time = psutil.Process(pid).create_time()
     except psutil.Error:
         start_time = 0.0
     return Launched(pid, start_time)
+
+
+def wrapper_holds_lock(attempt_dir: str | Path) -> bool | None:
+    """Is a wrapper of this attempt alive? True while its launch lock is held, False once it is
+    free (the wrapper ended, or never started), None where there is no lock (an attempt started
+    by a gpudesk before the lock)."""
+    try:
+        fd = os.open(Path(attempt_dir) / LOCK_FILE, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return None
+    finally:
+        os.close(fd)  # releases the probe's lock with it
+    return False
+
+
+def command_started(attempt_dir: str | Path) -> bool:
+    """Did the wrapper get as far as starting the command? It marks the launch lock (in place,
+    so a full disk cannot stop it) just before; a wrapper that died sooner never ran it."""
+    try:
+        with open(Path(attempt_dir) / LOCK_FILE, "rb") as fh:
+            return fh.read(1) == wrapper.LOCK_STARTED
+    except OSError:
+        return True  # not knowing, assume it ran: better lost than run twice
+
+
+def process_start_time(pid: int) -> float | None:
+    try:
+        return float(psutil.Process(pid).create_time())
+    except psutil.Error:
+        return None
+
+
+def lock_holder(attempt_dir: str | Path) -> int | None:
+    """The pid of the wrapper holding this attempt's launch lock, found by its fd 3 (for a
+    wrapper that has not written wrapper.json yet), or None."""
+    try:
+        lock = os.stat(Path(attempt_dir) / LOCK_FILE)
+    except OSError:
+        return None
+    for pid in psutil.pids():
+        if pid == os.getpid():
+            continue
+        try:
+            held = os.stat(f"/proc/{pid}/fd/{wrapper.LOCK_FD}")
+        except OSError:
+            continue
+        if (held.st_dev, held.st_ino) == (lock.st_dev, lock.st_ino):
+            return pid
+    return None
+
+
+def clean(attempt_dir: str | Path) -> None:
+    """Remove what a settled attempt no longer needs: the unused exit reserve, and temporary
+    files a write on a full disk left behind."""
+    folder = Path(attempt_dir)
+    for name in (EXIT_RESERVE_FILE, EXIT_FILE + ".tmp", WRAPPER_FILE + ".tmp"):
+        with contextlib.suppress(OSError):
+            (folder / name).unlink()
 
 
 def reap(pid: int) -> tuple[bool, int | None]:
@@ -165,11 +331,25 @@ def _small_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and -(2**31) <= value < 2**31
 
 
-def read_wrapper_pid(attempt_dir: str | Path) -> int | None:
+def read_wrapper(attempt_dir: str | Path) -> WrapperRecord | None:
     try:
-        return int(json.loads((Path(attempt_dir) / WRAPPER_FILE).read_text())["pid"])
-    except (OSError, ValueError, KeyError, TypeError):
+        data = json.loads((Path(attempt_dir) / WRAPPER_FILE).read_text())
+        child = data.get("child_pid")
+        started = data.get("started_at")
+        containment = data.get("containment")
+        return WrapperRecord(
+            int(data["pid"]),
+            int(child) if child is not None else None,
+            float(started) if started is not None else None,
+            str(containment) if containment is not None else None,
+        )
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
+
+
+def read_wrapper_pid(attempt_dir: str | Path) -> int | None:
+    record = read_wrapper(attempt_dir)
+    return record.pid if record else None
 
 
 def is_alive(pid: int, start_time: float | None) -> bool:
@@ -185,6 +365,8 @@ def is_alive(pid: int, start_time: float | None) -> bool:
 
 def signal_group(pgid: int, sig: int) -> bool:
     """Send `sig` to a process group; False when the group no longer exists."""
+    if pgid <= 1:  # 0 would be the engine's own group, 1 init's
+        return False
     try:
         os.killpg(pgid, sig)
         return True

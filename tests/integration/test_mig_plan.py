@@ -369,8 +369,17 @@ def test_auto_repartitions_a_real_gpu_through_nvidia_smi(
             ["mig", "-i", "0", "-dgi"],
             ["mig", "-i", "0", "-cgi", "0", "-C"],
         ]
-        gis = json.loads(smi_state.read_text())["gpus"][0]["gpu_instances"]
-        assert [gi["profile_id"] for gi in gis] == [0]
+        # the fake logs a call before it saves what the call did: wait for the state too
+        wait_for(
+            lambda: (
+                [
+                    gi["profile_id"]
+                    for gi in json.loads(smi_state.read_text())["gpus"][0]["gpu_instances"]
+                ]
+                == [0]
+            ),
+            what="the 7g.40gb instance in nvidia-smi's state",
+        )
         why, applied = wait_for(lambda: len(e := mig_events(home)) == 2 and e, what="events")
         assert why.startswith("repartitioning for the queue: GPU 0: 3g.20gb, 3g.20gb -> 7g.40gb")
         assert "0.00 (jobs none) -> 1.00 (jobs 1)" in why

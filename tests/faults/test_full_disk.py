@@ -1,0 +1,203 @@
+"""Outcome records survive a full disk: a job that fills the disk holding GPUDESK_HOME and exits 0
+is recorded succeeded, once; the engine keeps running through it and catches up when space comes
+back; an engine started on a full disk says so in one paragraph and loses nothing.
+
+Real: a small tmpfs mounted as GPUDESK_HOME (root only), filled by the job itself or by the test.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+from conftest import EngineHandle, wait_for
+
+from gpudesk.engine import runner
+from gpudesk.paths import Home
+
+TMPFS_SIZE = "24m"
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A freshly mounted 24 MiB tmpfs; unmounted after the test whatever happened."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    if shutil.which("mount") is None:
+        pytest.skip("no mount(8) here")
+    mnt = tmp_path / "disk"
+    mnt.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={TMPFS_SIZE}", "tmpfs", str(mnt)],
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+    try:
+        yield mnt
+    finally:
+        if subprocess.run(["umount", str(mnt)], capture_output=True).returncode != 0:
+            subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+
+
+@pytest.fixture
+def disk_engine(small_disk: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[EngineHandle]:
+    """An engine whose GPUDESK_HOME is on the small disk; stopped, its jobs killed, after."""
+    root = small_disk / "home"
+    monkeypatch.setenv("GPUDESK_HOME", str(root))
+    monkeypatch.delenv("GPUDESK_BACKEND", raising=False)
+    engine = EngineHandle(Home(root))
+    engine.start()
+    try:
+        yield engine
+    finally:
+        (small_disk / "filler").unlink(missing_ok=True)
+        try:
+            engine.stop()
+        finally:
+            engine.client.close()
+            engine.cleanup_jobs()
+
+
+def fill(path: Path) -> None:
+    """Fill the disk holding `path` up to its last byte."""
+    subprocess.run(["dd", "if=/dev/zero", f"of={path}", "bs=64k"], capture_output=True, check=False)
+    assert os.statvfs(path.parent).f_bavail == 0
+
+
+def runs(marker: Path) -> int:
+    return len(marker.read_text().split()) if marker.exists() else 0
+
+
+def attempt_rows(home: Home, job_id: int) -> list[tuple[int, str, int | None]]:
+    db = sqlite3.connect(home.db)
+    try:
+        rows = db.execute(
+            "SELECT number, state, exit_code FROM attempts WHERE job_id = ? ORDER BY number",
+            (job_id,),
+        )
+        return [(int(n), str(s), c) for n, s, c in rows]
+    finally:
+        db.close()
+
+
+def wrapper_ended(engine: EngineHandle, job_id: int) -> bool:
+    pid = runner.read_wrapper_pid(engine.home.attempt_dir(job_id, 1))
+    if pid is None:
+        return False
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return True
+
+
+def test_a_job_that_fills_the_disk_is_recorded_succeeded_and_runs_once(
+    disk_engine: EngineHandle, small_disk: Path, tmp_path: Path
+) -> None:
+    engine = disk_engine
+    marker = tmp_path / "runs"  # off the small disk, so counting never fails
+    filler = small_disk / "filler"
+    script = f"echo run >> {marker}; dd if=/dev/zero of={filler} bs=64k 2>/dev/null; exit 0"
+    (job_id,) = engine.submit({"name": "fills", "command": ["sh", "-c", script], "max_attempts": 2})
+    wait_for(lambda: wrapper_ended(engine, job_id), 20.0, what="the job to end")
+    assert os.statvfs(small_disk).f_bavail == 0, "the job should have filled the disk"
+    time.sleep(2.5)  # the engine tries to settle it on the full disk, more than once
+    engine_pid = engine.pid
+    assert engine_pid is not None, "the engine died on the full disk"
+    assert engine.job(job_id)["state"] in {"running", "succeeded"}
+    assert runs(marker) == 1
+
+    filler.unlink()
+    wait_for(
+        lambda: attempt_rows(engine.home, job_id)[0][1] not in {"launching", "running"},
+        what="the attempt to settle once there is space",
+    )
+    time.sleep(0.5)  # a second attempt, had one been started, would have counted by now
+    assert runs(marker) == 1, "the job ran twice"
+    job = engine.wait_state(job_id, {"succeeded", "failed", "cancelled"})
+    assert (job["state"], job["exit_code"], job["attempts"]) == ("succeeded", 0, 1)
+    assert engine.pid == engine_pid
+    assert attempt_rows(engine.home, job_id) == [(1, "exited", 0)]
+    leftovers = sorted(p.name for p in engine.home.attempt_dir(job_id, 1).iterdir())
+    assert leftovers == ["exit.json", "launch.lock", "output.log", "wrapper.json"]
+
+    # and the engine carries on as before
+    (next_id,) = engine.submit({"name": "after", "command": ["sh", "-c", "exit 3"]})
+    assert engine.wait_state(next_id, "failed")["exit_code"] == 3
+
+
+def test_an_engine_started_on_a_full_disk_says_so_and_loses_nothing(
+    disk_engine: EngineHandle, small_disk: Path, tmp_path: Path
+) -> None:
+    engine = disk_engine
+    marker, gate = tmp_path / "runs", tmp_path / "gate"
+    script = f"echo run >> {marker}; while [ ! -e {gate} ]; do sleep 0.02; done; exit 0"
+    (job_id,) = engine.submit(
+        {"name": "outlives", "command": ["sh", "-c", script], "max_attempts": 2}
+    )
+    engine.wait_state(job_id, "running")
+    engine.stop()  # its job keeps running
+    fill(small_disk / "filler")
+    gate.touch()
+    wait_for(lambda: wrapper_ended(engine, job_id), 10.0, what="the job to end")
+    assert (engine.home.attempt_dir(job_id, 1) / "exit.json").exists()
+
+    done = subprocess.run(
+        [sys.executable, "-m", "gpudesk", "engine", "start"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    said = done.stdout + done.stderr
+    assert done.returncode != 0
+    assert "Traceback" not in said
+    assert "is full" in said
+    assert str(engine.home.root) in said
+    assert "free some space" in said.lower()
+    assert engine.pid is None
+
+    (small_disk / "filler").unlink()
+    engine.start()
+    job = engine.wait_state(job_id, {"succeeded", "failed", "cancelled"})
+    assert (job["state"], job["exit_code"], job["attempts"]) == ("succeeded", 0, 1)
+    assert runs(marker) == 1
+
+
+def test_no_attempt_starts_without_room_for_its_outcome(small_disk: Path) -> None:
+    fill(small_disk / "filler")
+    with pytest.raises(runner.LaunchError) as failed:
+        runner.prepare(small_disk / "jobs" / "1" / "1")
+    assert failed.value.no_space
+
+
+@pytest.mark.parametrize("code", [0, 7])
+def test_the_wrapper_exits_with_the_command_code_when_no_record_can_be_written(
+    small_disk: Path, tmp_path: Path, code: int
+) -> None:
+    attempt_dir = small_disk / "attempt"  # no reserve: nowhere to write a record
+    attempt_dir.mkdir()
+    fill(small_disk / "filler")
+    wrapper = [sys.executable, "-I", "-S", str(runner.WRAPPER_PATH)]
+    args = [str(attempt_dir), str(tmp_path), "0", "-", "no cgroup in this test", "--"]
+    done = subprocess.run(
+        [*wrapper, *args, "sh", "-c", f"exit {code}"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode == code, done.stderr
+    assert "Traceback" not in done.stderr
+    assert sorted(p.name for p in attempt_dir.iterdir()) == []  # no record, no .tmp left
+    # what the engine makes of it: the command's own outcome, and why there is no record
+    record = runner.describe_returncode(done.returncode)
+    assert record.exit_code == code
+    assert "could not write exit.json" in record.description
