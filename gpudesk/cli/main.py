@@ -93,13 +93,14 @@ reflow_help(app)  # every command is registered by now
 
 def main(argv: list[str] | None = None) -> None:
     from gpudesk.api.errors import EngineError
+    from gpudesk.paths import UnsafePath
 
     try:
         app(args=argv, prog_name="gpudesk", standalone_mode=True)
     except CliError as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(exc.code)
-    except EngineError as exc:
+    except (EngineError, UnsafePath) as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(EXIT_FAILED)
     except KeyboardInterrupt:

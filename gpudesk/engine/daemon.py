@@ -45,7 +45,7 @@ from gpudesk.engine.state import CurrentStation, PlacementDue
 from gpudesk.engine.station import StationConfig, host_cores
 from gpudesk.engine.store.database import Store
 from gpudesk.engine.telemetry_sink import TelemetrySink
-from gpudesk.paths import Home
+from gpudesk.paths import Home, UnsafePath, open_state_file
 
 log = logging.getLogger("gpudesk.engine")
 
@@ -61,8 +61,12 @@ class AlreadyRunning(RuntimeError):
 def acquire_lock(path: Path, wait_s: float = LOCK_RETRY_S) -> IO[str]:
     """Hold the home's single-instance lock for the life of the process.
 
-    Retries briefly because a client probing whether an engine runs holds it for an instant."""
-    handle = open(path, "a+")  # noqa: SIM115 - held until the process exits
+    Retries briefly because a client probing whether an engine runs holds it for an instant.
+    The file is opened never through a link and only when it is a plain file of this user
+    (paths.open_private_file, close-on-exec), so the truncation below cannot reach another file.
+    """
+    fd = open_state_file(path, os.O_RDWR | os.O_CREAT)
+    handle = os.fdopen(fd, "r+")  # held until the process exits
     deadline = time.monotonic() + wait_s
     while True:
         try:
@@ -326,12 +330,15 @@ def initial_config(store: Store, requested: StationConfig | None) -> StationConf
 
 def serve(home: Home, requested: StationConfig | None = None) -> int:
     """Run the engine in this process until stopped. Returns the exit status."""
-    home.ensure()
     try:
+        home.ensure()
         lock = acquire_lock(home.lock)
     except AlreadyRunning as exc:
         log.error("%s", exc)
         return 3
+    except UnsafePath as exc:
+        log.error("%s", exc)
+        return 2
     try:
         store = Store.open(home.db)
         try:
