@@ -36,6 +36,7 @@ from gpudesk.engine.events import EventPublisher
 from gpudesk.engine.job_control import JobControl
 from gpudesk.engine.learning import StationLearning
 from gpudesk.engine.loaders import CHECK_EVERY_S, DatasetSpec, LoaderSupervisor
+from gpudesk.engine.logcap import LogCap
 from gpudesk.engine.mps.watch import MpsWatch
 from gpudesk.engine.placement.queue import JobQueue
 from gpudesk.engine.repartition.control import MigControl
@@ -125,6 +126,9 @@ class Engine:
             self.due,
         )
         self.learning = StationLearning(store, self.attempts, self.telemetry)
+        self.logcap = LogCap(
+            lambda: self.station.config, lambda: [a.attempt.log_path for a in self.attempts]
+        )
         self.mig = MigControl(
             self.station,
             store,
@@ -262,6 +266,7 @@ class Engine:
             self.learning.step,
             self.check_mps,
             self.check_loaders,
+            self.logcap.check,
         ):
             try:
                 step()
@@ -279,6 +284,7 @@ class Engine:
         if retry_at is not None:
             timeout = min(timeout, max(0.0, retry_at - time.monotonic()))
         timeout = self.attempts.poll_timeout(timeout)
+        timeout = self.logcap.poll_timeout(timeout)
         if self.loaders.producers:
             timeout = min(timeout, CHECK_EVERY_S)
         if self.due.pending:
