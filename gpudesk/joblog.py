@@ -27,9 +27,11 @@ sees a truncated file with the record of before.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
+import stat
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -133,7 +135,11 @@ def rotate(log: str | os.PathLike[str], cap: int, keep: int) -> bool:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             return False
-        size = os.fstat(fd).st_size
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
+            # the job put something else there (a second name for another file): leave it
+            raise OSError(errno.EPERM, "not a plain file with one name; left alone", str(log))
+        size = st.st_size
         if size <= cap:
             return False
         record = read_rotation(log)

@@ -248,7 +248,10 @@ class Home:
         user's, none a link, so no one else can have put a socket there. Raises UnsafePath, or
         FileNotFoundError when it does not exist (no engine made it)."""
         for folder, remedy in self._socket_chain():
-            check_private(folder, os.lstat(folder), True, remedy)
+            st = os.lstat(folder)
+            check_private(folder, st, True, remedy)
+        if st.st_mode & 0o022:  # others could put a socket of theirs beside the engine's
+            raise _refuse(folder, f"is writable by others (mode {st.st_mode & 0o7777:o})", remedy)
         return self.socket_dir
 
     @property

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from conftest import EngineHandle
 
+from gpudesk import joblog
 from gpudesk.paths import Home
 
 GPUDESK = [sys.executable, "-m", "gpudesk"]
@@ -173,3 +174,15 @@ def test_logs_follow_reads_on_across_rotations(home: Home, tmp_path: Path) -> No
             announced = False
     assert len(printed) >= expected / 2, f"only {len(printed)} of {expected} lines"
     assert unexplained <= 0.02 * expected, f"{unexplained} lines lost without a word"
+
+
+def test_a_log_with_a_second_name_is_never_truncated(tmp_path: Path) -> None:
+    """A job that swaps its output.log for a hard link to another file of its user does not get
+    the engine to truncate that file."""
+    other = tmp_path / "other.txt"
+    other.write_bytes(b"z" * (2 * MIB))
+    log = tmp_path / "output.log"
+    os.link(other, log)
+    with pytest.raises(OSError, match="left alone"):
+        joblog.rotate(log, MIB, 1)
+    assert other.read_bytes() == b"z" * (2 * MIB)

@@ -236,3 +236,22 @@ def test_a_client_never_sends_to_a_socket_folder_taken_over_later(
         if squatter is not None:
             squatter.stop()
         kill_engine(home)
+
+
+def test_a_socket_folder_others_can_write_to_is_refused(tmp_path: Path) -> None:
+    """Our own socket folder, opened to everyone after the engine made it: someone could put a
+    socket of theirs beside the engine's, so the client refuses rather than connect."""
+    home = tmp_path / "home"
+    env = {**os.environ, "GPUDESK_HOME": str(home)}
+    env.pop("GPUDESK_BACKEND", None)
+    run = [*GPUDESK, "engine", "start", "--backend", "none"]
+    try:
+        assert subprocess.run(run, env=env, capture_output=True, check=False).returncode == 0
+        (home / "run").chmod(0o777)
+        result = subprocess.run(
+            [*GPUDESK, "queue"], env=env, capture_output=True, text=True, check=False
+        )
+        assert result.returncode != 0 and "Traceback" not in result.stderr
+        assert f"{home / 'run'} is writable by others" in result.stderr, result.stderr
+    finally:
+        kill_engine(home)
