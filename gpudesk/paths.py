@@ -76,7 +76,7 @@ def _kind(mode: int) -> str:
 def _refuse(path: Path, problem: str, remedy: str) -> UnsafePath:
     return UnsafePath(
         f"{path} {problem}. gpudesk keeps its state and sockets only in folders and files that "
-        f"belong to you ({_owner(os.geteuid())}) and never through a link: whoever controls this "
+        f"belong to you, {_owner(os.geteuid())}, and never through a link: whoever controls this "
         f"path could read gpudesk's requests (environment variables included), answer them, or "
         f"make it overwrite other files. Nothing was changed. {remedy}"
     )
@@ -110,14 +110,12 @@ def check_private(path: Path, st: os.stat_result, want_dir: bool, remedy: str) -
         raise _refuse(path, f"has {st.st_nlink} names (hard links)", remedy)
 
 
-def private_dir(path: Path, remedy: str, *, create: bool = True) -> Path:
+def private_dir(path: Path, remedy: str) -> Path:
     """A folder only this user can reach: made 0700 when missing (its parents as usual), checked
-    when present (not a link, a folder, this user's; group and other access removed). With
-    `create=False` a missing folder raises FileNotFoundError."""
-    if create:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with contextlib.suppress(FileExistsError):
-            path.mkdir(mode=0o700)
+    when present (not a link, a folder, this user's; group and other access removed)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(FileExistsError):
+        path.mkdir(mode=0o700)
     # O_NOFOLLOW: a link in the last component fails here instead of being followed; the
     # checks and the chmod act on the folder that was opened, not on a name that could change.
     try:
@@ -162,20 +160,24 @@ def open_private_file(path: Path, flags: int, remedy: str) -> int:
     return fd
 
 
+# What to do about a refused folder or file inside the home
+_RECREATED = "Remove it; gpudesk creates it again."
+
+
 def open_state_file(path: Path, flags: int) -> int:
     """Open one of the home's own files (engine.lock, engine.log, a producer's log) as
     `open_private_file` does: never through a link, only a plain file of this user."""
-    return open_private_file(path, flags, "Remove it; gpudesk creates it again.")
+    return open_private_file(path, flags, _RECREATED)
 
 
-def check_state_file(path: Path, remedy: str) -> None:
+def check_state_file(path: Path) -> None:
     """A state file another program opens by name (SQLite's): when it exists, it must be a
     plain file of this user, not a link."""
     try:
         st = os.lstat(path)
     except FileNotFoundError:
         return
-    check_private(path, st, False, remedy)
+    check_private(path, st, False, _RECREATED)
 
 
 @dataclass(frozen=True)
@@ -222,7 +224,7 @@ class Home:
         """The folders a client must trust before it sends anything to a socket, outermost
         first, each with what to do when it is refused."""
         if self.sockets_inside:
-            return [(self.root, self._home_remedy), (self.socket_dir, self._inside_remedy)]
+            return [(self.root, self._home_remedy), (self.socket_dir, _RECREATED)]
         shared = (
             f"gpudesk puts the sockets of a GPUDESK_HOME whose path is too long for a Unix socket "
             f"({self.root}) in this folder of the temporary directory, and another user may have "
@@ -238,10 +240,6 @@ class Home:
             "Point GPUDESK_HOME at a folder of your own (gpudesk creates it when missing), "
             "not at a link to one."
         )
-
-    @property
-    def _inside_remedy(self) -> str:
-        return f"Remove it; gpudesk creates what it needs in {self.root} again."
 
     def checked_socket_dir(self) -> Path:
         """The socket folder, checked (nothing created): every folder on the way is this
@@ -279,7 +277,7 @@ class Home:
     def checked_loader_dir(self) -> Path:
         """The shared loaders' folder, checked as `checked_socket_dir` (nothing created)."""
         self.checked_socket_dir()
-        check_private(self.loader_dir, os.lstat(self.loader_dir), True, self._inside_remedy)
+        check_private(self.loader_dir, os.lstat(self.loader_dir), True, _RECREATED)
         return self.loader_dir
 
     def loader_log(self, name: str) -> Path:
@@ -288,7 +286,7 @@ class Home:
 
     def private_subdir(self, path: Path) -> Path:
         """A private folder inside the home (jobs/, loaders/, …), checked as `private_dir`."""
-        return private_dir(path, self._inside_remedy)
+        return private_dir(path, _RECREATED)
 
     def ensure(self) -> Home:
         """Create the home and its private folders (idempotent); check what is there already.
@@ -298,8 +296,6 @@ class Home:
         for folder, remedy in self._socket_chain()[1 if self.sockets_inside else 0 :]:
             private_dir(folder, remedy)
         self.private_subdir(self.jobs_dir)
-        for name in (self.db, Path(f"{self.db}-wal"), Path(f"{self.db}-shm")):
-            check_state_file(name, self._inside_remedy)
-        for name in (self.lock, self.engine_log):
-            check_state_file(name, self._inside_remedy)
+        for name in (self.db, f"{self.db}-wal", f"{self.db}-shm", self.lock, self.engine_log):
+            check_state_file(Path(name))
         return self
