@@ -6,16 +6,27 @@ Layout::
       gpudesk.db          SQLite store (WAL)
       engine.log          the daemon's own log
       engine.lock         single-instance lock (flock), holds the daemon's pid
-      run/                0700: the daemon's ipc:// sockets
-      jobs/<id>/<n>/      one folder per attempt: output.log, wrapper.json, exit.json
+      run/                0700: the daemon's ipc:// sockets (in a 0700 folder of the
+                          temporary directory when the home's path is too long for a socket)
+      jobs/<id>/<n>/      one folder per attempt: output.log (and its rotated parts,
+                          gpudesk.joblog), wrapper.json, exit.json
       run/loaders/        each shared loader's sockets and its NAME.json (pid, settings)
       selection/          data-selection orderings, one folder per (dataset, method, params)
+
+Every folder and file gpudesk keeps its state or sockets in must belong to the user running it
+and is never reached through a symbolic link (`private_dir`, `open_private_file`): a folder that
+another user created first (the predictable socket folder in /tmp), or a link planted where a
+state file belongs, is refused with one paragraph that names it, its owner and what to do; it is
+never used, followed, truncated or chmod-ed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
+import pwd
+import stat
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -76,11 +87,136 @@ def resolve_home(explicit: str | os.PathLike[str] | None = None) -> Path:
     return home.absolute()
 
 
-def _private_dir(path: Path) -> Path:
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    if path.stat().st_mode & 0o077:
-        path.chmod(0o700)
+class UnsafePath(HomeError):
+    """A state or socket path that is a link, not what it should be, or someone else's: gpudesk
+    refuses to use it. The message is one paragraph for the user."""
+
+
+def _owner(uid: int) -> str:
+    try:
+        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
+    except KeyError:
+        return f"uid {uid}"
+
+
+def _kind(mode: int) -> str:
+    for test, name in (
+        (stat.S_ISLNK, "a symbolic link"),
+        (stat.S_ISDIR, "a folder"),
+        (stat.S_ISREG, "a file"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISFIFO, "a named pipe"),
+    ):
+        if test(mode):
+            return name
+    return "a device or special file"
+
+
+def _refuse(path: Path, problem: str, remedy: str) -> UnsafePath:
+    return UnsafePath(
+        f"{path} {problem}. gpudesk keeps its state and sockets only in folders and files that "
+        f"belong to you, {_owner(os.geteuid())}, and never through a link: whoever controls this "
+        f"path could read gpudesk's requests (environment variables included), answer them, or "
+        f"make it overwrite other files. Nothing was changed. {remedy}"
+    )
+
+
+def _link_target(path: Path) -> str:
+    try:
+        return os.readlink(path)
+    except OSError:
+        return "?"
+
+
+def check_private(path: Path, st: os.stat_result, want_dir: bool, remedy: str) -> None:
+    """Refuse `path` (its lstat/fstat `st`) unless it is a folder (file) of this user."""
+    if stat.S_ISLNK(st.st_mode):
+        raise _refuse(
+            path,
+            f"is a symbolic link (to {_link_target(path)}) made by {_owner(st.st_uid)}",
+            remedy,
+        )
+    wanted = stat.S_ISDIR(st.st_mode) if want_dir else stat.S_ISREG(st.st_mode)
+    if not wanted:
+        raise _refuse(
+            path,
+            f"is {_kind(st.st_mode)} where gpudesk expects {'a folder' if want_dir else 'a file'}",
+            remedy,
+        )
+    if st.st_uid != os.geteuid():
+        raise _refuse(path, f"belongs to {_owner(st.st_uid)}", remedy)
+    if not want_dir and st.st_nlink != 1:
+        raise _refuse(path, f"has {st.st_nlink} names (hard links)", remedy)
+
+
+def private_dir(path: Path, remedy: str) -> Path:
+    """A folder only this user can reach: made 0700 when missing (its parents as usual), checked
+    when present (not a link, a folder, this user's; group and other access removed)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(FileExistsError):
+        path.mkdir(mode=0o700)
+    # O_NOFOLLOW: a link in the last component fails here instead of being followed; the
+    # checks and the chmod act on the folder that was opened, not on a name that could change.
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        if isinstance(exc, FileNotFoundError):
+            raise
+        check_private(path, os.lstat(path), True, remedy)  # says why (a link, a file, …)
+        raise _refuse(path, f"cannot be opened ({exc.strerror})", remedy) from None
+    try:
+        st = os.fstat(fd)
+        check_private(path, st, True, remedy)
+        if st.st_mode & 0o077:
+            os.fchmod(fd, 0o700)
+    finally:
+        os.close(fd)
     return path
+
+
+def open_private_file(path: Path, flags: int, remedy: str) -> int:
+    """Open (with O_CREAT in `flags`: create 0600) a state file of this user, never through a
+    link, and only when it is a plain file of this user with no other name; returns the fd
+    (close-on-exec). Raises FileNotFoundError when it is missing and not created."""
+    try:
+        # O_NONBLOCK: a named pipe planted here must not hang the open; dropped again below.
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, 0o600)
+    except OSError as exc:
+        if isinstance(exc, FileNotFoundError):
+            raise
+        try:
+            st = os.lstat(path)
+        except OSError:
+            raise _refuse(path, f"cannot be opened ({exc.strerror})", remedy) from None
+        check_private(path, st, False, remedy)
+        raise _refuse(path, f"cannot be opened ({exc.strerror})", remedy) from None
+    try:
+        check_private(path, os.fstat(fd), False, remedy)
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+# What to do about a refused folder or file inside the home
+_RECREATED = "Remove it; gpudesk creates it again."
+
+
+def open_state_file(path: Path, flags: int) -> int:
+    """Open one of the home's own files (engine.lock, engine.log, a producer's log) as
+    `open_private_file` does: never through a link, only a plain file of this user."""
+    return open_private_file(path, flags, _RECREATED)
+
+
+def check_state_file(path: Path) -> None:
+    """A state file another program opens by name (SQLite's): when it exists, it must be a
+    plain file of this user, not a link."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    check_private(path, st, False, _RECREATED)
 
 
 @dataclass(frozen=True)
@@ -114,10 +250,46 @@ class Home:
     def socket_dir(self) -> Path:
         """A 0700 folder for the sockets; outside the home when the home's path is too long."""
         inside = self.root / "run"
-        if len(str(inside / "control.sock")) <= _MAX_SOCKET_PATH:
+        if self.sockets_inside:
             return inside
         digest = hashlib.sha1(str(self.root).encode()).hexdigest()[:16]
         return Path(tempfile.gettempdir()) / f"gpudesk-{os.getuid()}" / digest
+
+    @property
+    def sockets_inside(self) -> bool:
+        return len(str(self.root / "run" / "control.sock")) <= _MAX_SOCKET_PATH
+
+    def _socket_chain(self) -> list[tuple[Path, str]]:
+        """The folders a client must trust before it sends anything to a socket, outermost
+        first, each with what to do when it is refused."""
+        if self.sockets_inside:
+            return [(self.root, self._home_remedy), (self.socket_dir, _RECREATED)]
+        shared = (
+            f"gpudesk puts the sockets of a GPUDESK_HOME whose path is too long for a Unix socket "
+            f"({self.root}) in this folder of the temporary directory, and another user may have "
+            f"created it first. Remove it (as root if need be: rm -rf "
+            f"{self.socket_dir.parent}), or choose a GPUDESK_HOME of at most "
+            f"{_MAX_SOCKET_PATH - len('/run/control.sock')} characters."
+        )
+        return [(self.socket_dir.parent, shared), (self.socket_dir, shared)]
+
+    @property
+    def _home_remedy(self) -> str:
+        return (
+            "Point GPUDESK_HOME at a folder of your own (gpudesk creates it when missing), "
+            "not at a link to one."
+        )
+
+    def checked_socket_dir(self) -> Path:
+        """The socket folder, checked (nothing created): every folder on the way is this
+        user's, none a link, so no one else can have put a socket there. Raises UnsafePath, or
+        FileNotFoundError when it does not exist (no engine made it)."""
+        for folder, remedy in self._socket_chain():
+            st = os.lstat(folder)
+            check_private(folder, st, True, remedy)
+        if st.st_mode & 0o022:  # others could put a socket of theirs beside the engine's
+            raise _refuse(folder, f"is writable by others (mode {st.st_mode & 0o7777:o})", remedy)
+        return self.socket_dir
 
     @property
     def control_endpoint(self) -> str:
@@ -141,13 +313,29 @@ class Home:
         folder = self.loader_dir
         return folder / f"{name}.ctl", folder / f"{name}.fd", folder / f"{name}.json"
 
+    def checked_loader_dir(self) -> Path:
+        """The shared loaders' folder, checked as `checked_socket_dir` (nothing created)."""
+        self.checked_socket_dir()
+        check_private(self.loader_dir, os.lstat(self.loader_dir), True, _RECREATED)
+        return self.loader_dir
+
+    def loader_log(self, name: str) -> Path:
+        """Where the engine's producer for loader `name` logs."""
+        return self.root / "loaders" / f"{name}.log"
+
+    def private_subdir(self, path: Path) -> Path:
+        """A private folder inside the home (jobs/, loaders/, …), checked as `private_dir`."""
+        return private_dir(path, _RECREATED)
+
     def ensure(self) -> Home:
-        """Create the home and its private folders (idempotent); HomeError when it is another
-        user's."""
+        """Create the home and its private folders (idempotent); check what is there already.
+        Raises UnsafePath (one paragraph for the user) when any of them, or a state file, is
+        a link or someone else's; HomeError when the home itself is another user's."""
         check_owner(self.root)
-        _private_dir(self.root)
-        if self.socket_dir.parent != self.root:
-            _private_dir(self.socket_dir.parent)
-        _private_dir(self.socket_dir)
-        self.jobs_dir.mkdir(exist_ok=True)
+        private_dir(self.root, self._home_remedy)
+        for folder, remedy in self._socket_chain()[1 if self.sockets_inside else 0 :]:
+            private_dir(folder, remedy)
+        self.private_subdir(self.jobs_dir)
+        for name in (self.db, f"{self.db}-wal", f"{self.db}-shm", self.lock, self.engine_log):
+            check_state_file(Path(name))
         return self

@@ -7,6 +7,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from gpudesk import joblog
+
 
 def duration(seconds: float | None) -> str:
     if seconds is None:
@@ -86,15 +88,12 @@ def runtime(started: float | None, ended: float | None, now: float | None = None
 
 
 def file_end(path: str | os.PathLike[str] | None, max_bytes: int = 4096) -> str:
-    """The last `max_bytes` of a file as text ("" when there is none or it cannot be read)."""
+    """The last `max_bytes` of a job's log as text, across its rotations (gpudesk.joblog); ""
+    when there is none or it cannot be read."""
     if not path:
         return ""
     try:
-        with open(path, "rb") as fh:
-            fh.seek(0, os.SEEK_END)
-            size = fh.tell()
-            fh.seek(max(0, size - max_bytes))
-            return fh.read().decode("utf-8", "replace")
+        return joblog.tail(path, max_bytes).decode("utf-8", "replace")
     except OSError:
         return ""
 

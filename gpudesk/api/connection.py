@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any
 from gpudesk.api.errors import TOO_LARGE, EngineError
 from gpudesk.engine import diskspace, protocol
 from gpudesk.engine.station import StationConfig
-from gpudesk.paths import Home, check_owner
+from gpudesk.paths import Home, UnsafePath, check_owner, open_state_file
+from gpudesk.spawn import SAFE_CWD, module_argv
 
 if TYPE_CHECKING:
     import zmq
@@ -39,14 +40,16 @@ def engine_pid(home: Home) -> int | None:
     HomeError when the home is another user's."""
     check_owner(home.root)
     try:
-        handle = open(home.lock)  # noqa: SIM115 - closed below on every path
+        fd = open_state_file(home.lock, os.O_RDONLY)
     except FileNotFoundError:
         return None
-    with handle:
+    except UnsafePath as exc:
+        raise EngineError(str(exc)) from None
+    with os.fdopen(fd) as handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except BlockingIOError:
-            text = handle.read().strip()
+            text = handle.read(64).strip()
             return int(text) if text.isdigit() else -1
         fcntl.flock(handle, fcntl.LOCK_UN)
         return None
@@ -54,8 +57,10 @@ def engine_pid(home: Home) -> int | None:
 
 def _log_tail(home: Home, lines: int = 8) -> str:
     try:
-        text = home.engine_log.read_text(errors="replace").splitlines()[-lines:]
-    except OSError:
+        with os.fdopen(open_state_file(home.engine_log, os.O_RDONLY), "rb") as log:
+            log.seek(max(0, os.fstat(log.fileno()).st_size - 16384))
+            text = log.read().decode(errors="replace").splitlines()[-lines:]
+    except (OSError, UnsafePath):
         return ""
     return "\n".join("    " + line for line in text)
 
@@ -81,20 +86,27 @@ def start_engine(
         (station or StationConfig()).with_env_override()
     except ValueError as exc:
         raise EngineError(str(exc), "invalid_args") from None
-    home.ensure()
-    argv = [sys.executable, "-m", "gpudesk.engine.daemon", "--home", str(home.root)]
+    argv = module_argv("gpudesk.engine.daemon", "--home", str(home.root))
     if station is not None:
         argv += ["--station", json.dumps(station.to_dict())]
-    with open(home.engine_log, "ab") as log:
-        offset = log.tell()  # what this engine logs starts here
+    try:
+        home.ensure()
+        log = open_state_file(home.engine_log, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    except UnsafePath as exc:
+        raise EngineError(str(exc)) from None
+    offset = os.lseek(log, 0, os.SEEK_END)  # what this engine logs starts here
+    try:
         process = subprocess.Popen(
             argv,
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
+            cwd=SAFE_CWD,
             start_new_session=True,
             close_fds=True,
         )
+    finally:
+        os.close(log)
     deadline = time.monotonic() + timeout
     client = Connection(home, timeout=1.0)
     try:
@@ -146,12 +158,26 @@ class Connection:
         import zmq
 
         if self._sock is None or self._dropped is None:
+            self._check_sockets()
             sock = self._ctx.socket(zmq.REQ)
             sock.setsockopt(zmq.LINGER, 0)
             self._dropped = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
             sock.connect(self.home.control_endpoint)
             self._sock = sock
         return self._sock, self._dropped
+
+    def _check_sockets(self) -> None:
+        """Before anything is sent: the socket folder must be this user's, reached through no
+        link, or a request (environment variables included) could go to someone else."""
+        try:
+            self.home.checked_socket_dir()
+        except UnsafePath as exc:
+            raise EngineError(str(exc)) from None
+        except FileNotFoundError as exc:
+            raise EngineError(
+                f"no engine is listening for {self.home.root}: {exc.filename} does not exist "
+                "(start one with `gpudesk engine start`)"
+            ) from None
 
     def close(self) -> None:
         if self._sock is not None:
@@ -228,6 +254,7 @@ class Connection:
     def subscribe(self, topic: str = "") -> Iterator[zmq.Socket]:
         import zmq
 
+        self._check_sockets()
         sock = self._ctx.socket(zmq.SUB)
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.SUBSCRIBE, topic.encode())

@@ -318,6 +318,8 @@ class StationConfigView(WireModel, frozen=True):
     mig: dict[str, str] | None
     isolation: bool
     mig_repartition: bool
+    log_max_mb: float
+    log_keep: int
 
 
 class StationInfo(StationConfigView, frozen=True):

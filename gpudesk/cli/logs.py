@@ -1,10 +1,16 @@
-"""Printing a job's log, and following it live across retries (`gpudesk logs -f`)."""
+"""Printing a job's log, and following it live across retries (`gpudesk logs -f`).
+
+A log is read as a stream (gpudesk.joblog.LogStream): in pieces of at most a MiB whatever its
+size, on across the engine's rotations (`[station] log_max_mb`), with one line where output was
+rotated away before it could be printed."""
 
 from __future__ import annotations
 
-import shutil
+import codecs
 import time
 from typing import TYPE_CHECKING, TextIO
+
+from gpudesk.joblog import LogStream, Piece, stream_end
 
 if TYPE_CHECKING:
     from gpudesk.api.client import Client
@@ -13,37 +19,47 @@ if TYPE_CHECKING:
 POLL_S = 0.2
 
 
+def _size(n: int) -> str:
+    return f"{n / 1024 / 1024:.1f} MiB" if n >= 1024 * 1024 else f"{n} bytes"
+
+
 class LogFollower:
     def __init__(self, client: Client, job_id: int, out: TextIO) -> None:
         self.client = client
         self.job_id = job_id
         self.out = out
+        self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        self._line_open = False  # the last text printed did not end a line
 
     def dump(self, path: str | None) -> None:
+        """Print the log as it is now (what is kept of it)."""
         if path is None:
             return
-        try:
-            with open(path, encoding="utf-8", errors="replace") as fh:
-                shutil.copyfileobj(fh, self.out)
-        except FileNotFoundError:
-            pass  # the attempt has not written anything yet
-        self.out.flush()
+        stream = LogStream(path)
+        end = stream_end(path)  # a job still printing is not chased
+        while stream.position < end and (piece := stream.read()) is not None:
+            self._emit(piece)
+        self._finish()
 
     def follow(self) -> None:
         """Print the latest attempt's log as it grows; move to the next attempt on a retry;
         return once the job has ended and its output is drained."""
-        attempt_no, offset = 0, 0
+        attempt_no, stream = 0, None
         while True:
             data = self.client.show(self.job_id)
             attempts = data.attempts
             if attempts and attempts[-1].number != attempt_no:
-                if attempt_no:
-                    offset = self._drain(self._log_of(attempts, attempt_no), offset)
-                    print(f"--- gpudesk: attempt {attempts[-1].number} ---", file=self.out)
-                attempt_no, offset = attempts[-1].number, 0
-            if attempt_no:
-                offset = self._drain(attempts[-1].log, offset)
+                if stream is not None:
+                    self._drain(stream)
+                    self._finish()
+                    self._note(f"attempt {attempts[-1].number}")
+                attempt_no = attempts[-1].number
+                log = self._log_of(attempts, attempt_no)
+                stream = LogStream(log) if log else None
+            if stream is not None:
+                self._drain(stream)
             if data.job.terminal:
+                self._finish()
                 return
             time.sleep(POLL_S)
 
@@ -51,16 +67,32 @@ class LogFollower:
     def _log_of(attempts: list[AttemptView], number: int) -> str | None:
         return next(a.log for a in attempts if a.number == number)
 
-    def _drain(self, path: str | None, offset: int) -> int:
-        if path is None:
-            return offset
-        try:
-            with open(path, "rb") as fh:
-                fh.seek(offset)
-                chunk = fh.read()
-        except FileNotFoundError:
-            return offset
-        if chunk:
-            self.out.write(chunk.decode("utf-8", "replace"))
+    def _drain(self, stream: LogStream) -> None:
+        while (piece := stream.read()) is not None:
+            self._emit(piece)
+
+    def _emit(self, piece: Piece) -> None:
+        if piece.skipped:
+            self._note(
+                f"{_size(piece.skipped)} of output rotated away before this point "
+                "(the log is capped by [station] log_max_mb and log_keep)"
+            )
+        if piece.data:
+            text = self._decoder.decode(piece.data)
+            if text:
+                self.out.write(text)
+                self._line_open = not text.endswith("\n")
             self.out.flush()
-        return offset + len(chunk)
+
+    def _note(self, text: str) -> None:
+        if self._line_open:
+            self.out.write("\n")
+            self._line_open = False
+        print(f"--- gpudesk: {text} ---", file=self.out, flush=True)
+
+    def _finish(self) -> None:
+        rest = self._decoder.decode(b"", final=True)
+        if rest:
+            self.out.write(rest)
+        self.out.flush()
+        self._decoder.reset()

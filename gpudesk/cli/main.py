@@ -93,7 +93,7 @@ reflow_help(app)  # every command is registered by now
 
 def main(argv: list[str] | None = None) -> None:
     from gpudesk.api.errors import EngineError
-    from gpudesk.paths import HomeError
+    from gpudesk.paths import HomeError  # UnsafePath is one
 
     try:
         app(args=argv, prog_name="gpudesk", standalone_mode=True)

@@ -36,6 +36,7 @@ from gpudesk.engine.events import EventPublisher
 from gpudesk.engine.job_control import JobControl
 from gpudesk.engine.learning import StationLearning
 from gpudesk.engine.loaders import CHECK_EVERY_S, DatasetSpec, LoaderSupervisor
+from gpudesk.engine.logcap import LogCap
 from gpudesk.engine.mps.watch import MpsWatch
 from gpudesk.engine.placement.queue import JobQueue
 from gpudesk.engine.repartition.control import MigControl
@@ -46,7 +47,7 @@ from gpudesk.engine.station import StationConfig, host_cores
 from gpudesk.engine.store.database import Store
 from gpudesk.engine.store.schema import IncompatibleStore, StoreError
 from gpudesk.engine.telemetry_sink import TelemetrySink
-from gpudesk.paths import Home, HomeError
+from gpudesk.paths import Home, HomeError, open_state_file
 
 log = logging.getLogger("gpudesk.engine")
 
@@ -64,8 +65,12 @@ class AlreadyRunning(RuntimeError):
 def acquire_lock(path: Path, wait_s: float = LOCK_RETRY_S) -> IO[str]:
     """Hold the home's single-instance lock for the life of the process.
 
-    Retries briefly because a client probing whether an engine runs holds it for an instant."""
-    handle = open(path, "a+")  # noqa: SIM115 - held until the process exits
+    Retries briefly because a client probing whether an engine runs holds it for an instant.
+    The file is opened never through a link and only when it is a plain file of this user
+    (paths.open_private_file, close-on-exec), so the truncation below cannot reach another file.
+    """
+    fd = open_state_file(path, os.O_RDWR | os.O_CREAT)
+    handle = os.fdopen(fd, "r+")  # held until the process exits
     deadline = time.monotonic() + wait_s
     while True:
         try:
@@ -125,6 +130,9 @@ class Engine:
             self.due,
         )
         self.learning = StationLearning(store, self.attempts, self.telemetry)
+        self.logcap = LogCap(
+            lambda: self.station.config, lambda: [a.attempt.log_path for a in self.attempts]
+        )
         self.mig = MigControl(
             self.station,
             store,
@@ -265,6 +273,7 @@ class Engine:
             self.learning.step,
             self.check_mps,
             self.check_loaders,
+            self.logcap.check,
         ):
             try:
                 step()
@@ -299,6 +308,7 @@ class Engine:
         if retry_at is not None:
             timeout = min(timeout, max(0.0, retry_at - time.monotonic()))
         timeout = self.attempts.poll_timeout(timeout)
+        timeout = self.logcap.poll_timeout(timeout)
         if self.loaders.producers:
             timeout = min(timeout, CHECK_EVERY_S)
         if self.due.pending:
@@ -405,14 +415,13 @@ def serve(home: Home, requested: StationConfig | None = None) -> int:
     """Run the engine in this process until stopped. Returns the exit status."""
     try:
         home.ensure()
-    except HomeError as exc:
-        log.error("%s", exc)
-        return EXIT_BAD_HOME
-    try:
         lock = acquire_lock(home.lock)
     except AlreadyRunning as exc:
         log.error("%s", exc)
         return 3
+    except HomeError as exc:  # another user's home, or a link or foreign file in it
+        log.error("%s", exc)
+        return EXIT_BAD_HOME
     try:
         try:
             store = open_store(home)

@@ -16,7 +16,6 @@ import logging
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field, replace
@@ -31,7 +30,8 @@ from gpudesk.loader.protocol import (
     process_alive,
     read_info,
 )
-from gpudesk.paths import Home
+from gpudesk.paths import Home, UnsafePath, open_state_file
+from gpudesk.spawn import SAFE_CWD, module_argv
 
 log = logging.getLogger("gpudesk.engine")
 
@@ -150,9 +150,7 @@ class DatasetSpec:
 
     def argv(self) -> list[str]:
         argv = [
-            sys.executable,
-            "-m",
-            "gpudesk",
+            *module_argv("gpudesk"),
             "loader",
             "serve",
             self.name,
@@ -269,17 +267,26 @@ class LoaderSupervisor:
         self._start(producer)
 
     def _start(self, producer: _Producer) -> None:
-        logs = self.home.root / "loaders"
-        logs.mkdir(exist_ok=True)
-        with open(logs / f"{producer.spec.name}.log", "ab") as out:
+        path = self.home.loader_log(producer.spec.name)
+        try:
+            self.home.private_subdir(path.parent)
+            out = open_state_file(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+        except UnsafePath as exc:
+            producer.process, producer.pid = None, None
+            self.events.append(f"shared loader {producer.spec.name!r} not started: {exc}")
+            return
+        try:
             producer.process = subprocess.Popen(
                 producer.spec.argv(),
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=out,
+                cwd=SAFE_CWD,
                 start_new_session=True,
                 env={**os.environ, "GPUDESK_HOME": str(self.home.root)},
             )
+        finally:
+            os.close(out)
         producer.pid = producer.process.pid
         self.events.append(
             f"shared loader {producer.spec.name!r} started (pid "

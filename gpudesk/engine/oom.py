@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 import re
 
+from gpudesk import joblog
+
 LOG_TAIL_BYTES = 64 * 1024
 
 # Matched case-insensitively against the last lines of the log.
@@ -34,10 +36,8 @@ def gpu_oom_line(log_path: str | os.PathLike[str], exit_code: int | None) -> str
     if exit_code == 0:
         return None
     try:
-        with open(log_path, "rb") as log:
-            log.seek(0, os.SEEK_END)
-            log.seek(max(0, log.tell() - LOG_TAIL_BYTES))
-            tail = log.read().decode("utf-8", "replace")
+        # across a rotation (gpudesk.joblog): the engine may just have rotated the log
+        tail = joblog.tail(log_path, LOG_TAIL_BYTES).decode("utf-8", "replace")
     except OSError:
         return None
     for line in reversed(tail.splitlines()):

@@ -26,7 +26,12 @@ STATION_KEYS = (
     "mig",
     "isolation",
     "mig_repartition",
+    "log_max_mb",
+    "log_keep",
 )
+DEFAULT_LOG_MAX_MB = 100.0
+DEFAULT_LOG_KEEP = 2
+MAX_LOG_KEEP = 100
 
 
 def host_cores() -> int:
@@ -84,6 +89,16 @@ def check_mig(value: Any) -> dict[str, str] | None:
 
 check_sample_interval = number_in(0.1, 60.0)  # seconds between GPU and host readings
 check_grid_intensity = number_in(0.0, 2000.0)  # g CO2e per kWh
+check_log_max_mb = number_in(0.0, 1024.0 * 1024.0)  # MiB per attempt's output.log; 0: no cap
+
+
+def check_log_keep(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_LOG_KEEP:
+        raise ValueError(
+            f"expected a whole number from 0 to {MAX_LOG_KEEP}, found {describe(value)}"
+        )
+    return value
+
 
 STATION_CHECKS = {
     "backend": check_backend,
@@ -94,6 +109,8 @@ STATION_CHECKS = {
     "mig": check_mig,
     "isolation": check_bool,
     "mig_repartition": check_bool,
+    "log_max_mb": check_log_max_mb,
+    "log_keep": check_log_keep,
 }
 
 
@@ -114,6 +131,10 @@ class StationConfig:
     # pays (`repartitions_on_its_own`), and on a confirmed `mig_apply` request; off, it only
     # shows the plan. It never changes MIG mode.
     mig_repartition: bool = False
+    # Each attempt's output.log is rotated past this many MiB (0: never), keeping the newest
+    # `log_keep` rotated parts (gpudesk.joblog): a job printing without end cannot fill the disk.
+    log_max_mb: float = DEFAULT_LOG_MAX_MB
+    log_keep: int = DEFAULT_LOG_KEEP
 
     @property
     def repartitions_on_its_own(self) -> bool:

@@ -45,7 +45,7 @@ from gpudesk.loader.protocol import (
     receive_fd,
 )
 from gpudesk.loader.ring import Layout, Ring
-from gpudesk.paths import Home
+from gpudesk.paths import Home, UnsafePath
 
 POLL_MS = 200  # while waiting for a batch, the producer's process is checked this often
 CONNECT_TIMEOUT_S = 10.0
@@ -115,7 +115,7 @@ class SharedLoader:
         elif fallback and factory:
             self.mode = "local"
         else:
-            log = self.home.root / "loaders" / f"{name}.log"
+            log = self.home.loader_log(name)
             raise LoaderError(
                 f"no shared loader {name!r} is running for GPUDESK_HOME {self.home.root}"
                 + (
@@ -130,6 +130,12 @@ class SharedLoader:
     def _running_producer(self, wait: float) -> dict[str, Any] | None:
         """The info of the live producer for this name, waiting up to `wait` s for one, and for
         as long as a live one says it is preparing (a data selection's pre-pass)."""
+        try:
+            self.home.checked_loader_dir()  # never trust an info file in someone else's folder
+        except UnsafePath as exc:
+            raise LoaderError(str(exc)) from None
+        except FileNotFoundError:
+            pass  # no producer yet; one may still come up while we wait
         info_path = self.home.loader_paths(self.name)[2]
         deadline = time.monotonic() + wait
         said = False

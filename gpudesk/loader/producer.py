@@ -270,7 +270,7 @@ class Producer:
 
     def run(self) -> int:
         self.home.ensure()
-        self.home.loader_dir.mkdir(mode=0o700, exist_ok=True)
+        self.home.private_subdir(self.home.loader_dir)
         start = self._claim()
         dataset, length = self._open_dataset()
         cpu_before = time.process_time()

@@ -14,8 +14,9 @@ def collect(name: str | None = None, home: Home | None = None) -> list[dict[str,
     import zmq
 
     home = home or Home.from_env()
-    folder = home.loader_dir
-    if not folder.is_dir():
+    try:
+        folder = home.checked_loader_dir()  # a squatter's folder: UnsafePath, nothing sent
+    except FileNotFoundError:
         return []
     out = []
     context: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()

@@ -48,6 +48,7 @@ from gpudesk.engine.placement.calibration import (
     ProbeRun,
     RunMeasurement,
 )
+from gpudesk.spawn import SAFE_CWD, module_argv
 
 PROBE_MODULE = "gpudesk.workloads.probe"
 READY_TIMEOUT_S = 120.0  # python + torch + a CUDA context + warm-up, on a slow disk
@@ -175,6 +176,7 @@ def check_torch(python: str = sys.executable) -> dict[str, Any]:
     try:
         done = subprocess.run(
             [python, "-m", PROBE_MODULE, "--check"],
+            cwd=SAFE_CWD,  # nothing in the caller's directory shadows a module (gpudesk.spawn)
             capture_output=True,
             text=True,
             timeout=READY_TIMEOUT_S,
@@ -306,9 +308,7 @@ class ProbeProcess:
         self.stderr: list[str] = []
         self.proc = subprocess.Popen(
             [
-                sys.executable,
-                "-m",
-                PROBE_MODULE,
+                *module_argv(PROBE_MODULE),
                 "--intensity",
                 intensity,
                 "--seconds",
@@ -323,6 +323,7 @@ class ProbeProcess:
             stderr=subprocess.PIPE,
             text=True,
             env=dict(env),
+            cwd=SAFE_CWD,
         )
         threading.Thread(target=self._read, daemon=True).start()
         threading.Thread(target=self._read_err, daemon=True).start()

@@ -49,6 +49,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from gpudesk.paths import UnsafePath, private_dir
+
 CONTROL_ENV = "GPUDESK_MPS_CONTROL"
 CONTROL_BINARY = "nvidia-cuda-mps-control"
 CONTROL_SOCKET = "control"
@@ -116,10 +118,16 @@ class MpsStatus:
 
 
 def _private_dir(path: Path) -> Path:
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    if path.stat().st_mode & 0o077:
-        path.chmod(0o700)
-    return path
+    """The pipe folders: this user's only, never a link (a squatter's folder in /tmp would
+    receive every MPS control command)."""
+    remedy = (
+        "gpudesk puts an MPS daemon's pipe there when the home's path is too long for it; "
+        "remove the folder (as root if need be) or choose a shorter GPUDESK_HOME."
+    )
+    try:
+        return private_dir(path, remedy)
+    except UnsafePath as exc:
+        raise MpsError(str(exc)) from None
 
 
 def device_key(uuid: str) -> str:
