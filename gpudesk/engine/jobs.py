@@ -155,7 +155,11 @@ def check_command(value: Any, shell: bool) -> tuple[str, ...]:
     return tuple(args)
 
 
-def check_env(value: Any) -> dict[str, str]:
+def check_env(value: Any, inherited: bool = False) -> dict[str, str]:
+    """A job's variables (names as a shell assigns them: a typo like `1X` is refused), or with
+    `inherited` the submitter's environment as it is: any name execve takes (no "=", no NUL).
+    Shells export more than identifiers: bash's `export -f f` is `BASH_FUNC_f%%`, and Lmod's
+    `module` function is one on most clusters, so every submit from such a shell carries one."""
     if not isinstance(value, Mapping):
         raise ValueError(f'expected a table of NAME = "value", found {describe(value)}')
     if len(value) > MAX_ENV_VARS:
@@ -163,8 +167,12 @@ def check_env(value: Any) -> dict[str, str]:
     env: dict[str, str] = {}
     size = 0
     for key, val in value.items():
-        if not isinstance(key, str) or not _ENV_NAME.match(key):
-            raise ValueError(f"{key!r} is not a valid environment variable name")
+        if not isinstance(key, str) or not (
+            (key and "=" not in key and is_os_text(key) and "\x00" not in key)
+            if inherited
+            else _ENV_NAME.match(key)
+        ):
+            raise ValueError(f"{safe_text(str(key))!r} is not a valid environment variable name")
         if isinstance(val, bool) or not isinstance(val, (str, int, float)):
             raise ValueError(f"{key} should be a string, found {describe(val)}")
         text = _no_nul(str(val), key)

@@ -251,7 +251,7 @@ class RequestHandlers:
         base_env = args.get("env")
         if base_env is not None:
             try:
-                base_env = check_env(base_env)
+                base_env = check_env(base_env, inherited=True)
             except ValueError as exc:
                 raise ProtocolError(protocol.INVALID_ARGS, f"env: {exc}") from None
         records = self.parts.store.submit(specs, base_env)

@@ -252,3 +252,24 @@ def test_an_engine_restart_recovers_past_an_outcome_the_store_refuses(
     assert job["reason"] == (
         "the job's processes ended while the engine was down and left no exit record"
     )
+
+
+def test_exported_shell_functions_do_not_block_submit(engine: EngineHandle, tmp_path: Path) -> None:
+    """bash's `export -f greet` puts `BASH_FUNC_greet%%` in the environment (Lmod's `module`
+    is one such function on most clusters). Every submit from that shell carries it, so it must
+    be taken as execve takes it, and the job's bash still finds the function."""
+    env = {**os.environ, "BASH_FUNC_greet%%": "() {  echo hello from an exported function\n}"}
+    result = subprocess.run(
+        [*GPUDESK, "submit", "--", "bash", "-c", "greet"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+        env=env,
+        check=False,
+    )
+    job_id = submitted_id(result)
+    (job,) = engine.wait_all_done([job_id])
+    assert job["state"] == "succeeded", job
+    logs = cli("logs", str(job_id))
+    assert "hello from an exported function" in logs.stdout, logs.stdout + logs.stderr
