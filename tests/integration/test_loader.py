@@ -849,6 +849,11 @@ def test_status_shows_consumers_and_a_second_producer_is_refused(
     assert entry["slots"] >= slots and 1 <= entry["slots_used"] <= entry["slots"]
     assert entry["cpu_s"] > 0 and entry["produced"] > per_epoch
     assert entry["worker_processes"] == 2
+    # Its decode workers run at the producer's own priority: lowered, they lost their share of
+    # the cores to any other work on the machine (issue 16).
+    workers = psutil.Process(producer.pid).children()
+    assert len(workers) == 2
+    assert {w.nice() for w in workers} == {psutil.Process(producer.pid).nice()}
     [seen] = entry["consumers"]
     assert seen["pid"] == consumer.pid
     assert seen["epoch"] == 1  # it is in its second epoch
