@@ -356,6 +356,10 @@ def role_consumer(spec: dict[str, Any]) -> None:
         with lock:
             stats["deliveries"] += 1
         next_all_ms.append(took)
+        if len(times) == spec.get("mark"):  # the launcher starts a joiner now
+            write_json(out / f"{name}.mark.json", {"t": time.time()})
+        if spec.get("sleep_ms"):  # a slow training step
+            time.sleep(spec["sleep_ms"] / 1000)
         if waiting:
             next_ready_ms.append(took)
         if not batch_bytes:
@@ -375,6 +379,7 @@ def role_consumer(spec: dict[str, Any]) -> None:
             "batch_bytes": batch_bytes,
             "next_ready_ms": next_ready_ms,
             "next_all_ms": next_all_ms,
+            "times": times if spec.get("mark") or spec.get("sleep_ms") else [],
             "ready_known": waiting is not None,
             "latency_ms": list(stats["latency_ms"]),
             "queued_ms": list(stats["queued_ms"]),
@@ -655,11 +660,14 @@ def run_config(
     home: Path,
     cache: Path,
     repeat: int = 0,
+    join: bool = False,
 ) -> dict[str, Any]:
+    """One configuration with N consumers; `join`: the join scenario (N = 2: a fast consumer,
+    and a slow one that starts when the fast one is half an epoch in)."""
     from gpudesk.loader.status import collect
     from gpudesk.paths import Home
 
-    folder = root / f"{kind}-{n}-{repeat}"
+    folder = root / f"{kind}-{n}-{repeat}{'-join' if join else ''}"
     folder.mkdir()
     env = {**os.environ, "GPUDESK_HOME": str(home), "PYTHONUNBUFFERED": "1"}
     spec = {
@@ -672,7 +680,7 @@ def run_config(
         "batches": args.batches,
         "work": args.consumer_work,
         "cache": str(cache),
-        "loader_name": f"{LOADER_NAME}-{n}-{repeat}",
+        "loader_name": f"{LOADER_NAME}-{n}-{repeat}{'-join' if join else ''}",
         "ts_producer_batch": args.ts_producer_batch,
     }
     if kind == "tensorsocket":
@@ -703,7 +711,12 @@ def run_config(
     before = children_cpu()
     t_launch = time.time()
     sampler.start()
-    entry: dict[str, Any] = {"n": n, "config": kind, "repeat": repeat}
+    entry: dict[str, Any] = {
+        "n": n,
+        "config": kind,
+        "repeat": repeat,
+        "scenario": "join" if join else "steady",
+    }
     status: dict[str, Any] = {}
     consumers = [f"consumer-{i}" for i in range(n)]
     try:
@@ -711,8 +724,14 @@ def run_config(
             launch("gpudesk-producer", "producer")
         elif kind == "tensorsocket":
             launch("ts-producer", "producer")
+        per_epoch = -(-args.size // args.batch_size)
         for index, name in enumerate(consumers):
-            launch("consumer", name, index=index)
+            extra: dict[str, Any] = {}
+            if join and index == 0:
+                extra = {"mark": per_epoch + per_epoch // 2}  # mid-epoch, in its second epoch
+            elif join:
+                extra = {"sleep_ms": args.join_step_ms, "batches": args.join_batches}
+            launch("consumer", name, index=index, **extra)
         wait_for(
             lambda: all((folder / f"{p}.ready.json").exists() for p in procs),
             READY_TIMEOUT_S,
@@ -720,9 +739,26 @@ def run_config(
             procs,
         )
         t_go = time.time()
-        for proc in procs.values():  # producer and consumers start together
-            proc.stdin.write(b"go\n")
-            proc.stdin.flush()
+        later = consumers[1:] if join else []
+
+        def go(name: str) -> None:
+            stdin = procs[name].stdin
+            assert stdin is not None
+            stdin.write(b"go\n")
+            stdin.flush()
+
+        for name in procs:  # producer and consumers start together
+            if name not in later:
+                go(name)
+        if later:  # the joiner: once the first consumer is half an epoch in
+            wait_for(
+                lambda: (folder / f"{consumers[0]}.mark.json").exists(),
+                args.timeout,
+                "the first consumer to be mid-epoch",
+                procs,
+            )
+            for name in later:
+                go(name)
         wait_for(
             lambda: all((folder / f"{c}.result.json").exists() for c in consumers),
             args.timeout,
@@ -864,7 +900,30 @@ def run_config(
         else None
     )
     entry["next_all_ms_p50"] = round(percentile(all_ms, 50), 3)
+    if join:
+        entry["join"] = joined(results)
     return entry
+
+
+def joined(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """The join scenario's figures: how long the fast consumer's next() waited while the slow
+    one was reading (from its first batch to its last), and each one's pace."""
+    fast, slow = results
+    start, end = slow["t_first"], slow["t_last"]
+    during = [
+        ms
+        for t, ms in zip(fast["times"], fast["next_all_ms"], strict=True)
+        if start <= t <= end + ms / 1000
+    ]
+    waits = fast["next_all_ms"][1:]  # the first one includes building the loader
+    return {
+        "fast_max_wait_ms": round(max(waits), 1),
+        "fast_max_wait_while_slow_ms": round(max(during), 1) if during else None,
+        "fast_p99_wait_ms": round(percentile(waits, 99), 1),
+        "batches_while_slow": len(during),
+        "fast_batches_per_s": round((fast["batches"] - 1) / (fast["t_last"] - fast["t_first"]), 2),
+        "slow_batches_per_s": round((slow["batches"] - 1) / (end - start), 2),
+    }
 
 
 MEDIAN_KEYS = (
@@ -880,14 +939,30 @@ MEDIAN_KEYS = (
 )
 
 
+JOIN_KEYS = (
+    "fast_max_wait_ms",
+    "fast_max_wait_while_slow_ms",
+    "fast_p99_wait_ms",
+    "batches_while_slow",
+    "fast_batches_per_s",
+    "slow_batches_per_s",
+)
+
+
 def combine(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row per (N, configuration): the median of each figure over its repeats."""
+    """One row per (scenario, N, configuration): the median of each figure over its repeats
+    (the join scenario's worst wait: the largest over them)."""
     rows = []
-    keys = sorted({(r["n"], CONFIGS.index(r["config"])) for r in runs})
-    for n, index in keys:
-        mine = [r for r in runs if r["n"] == n and r["config"] == CONFIGS[index]]
+    keys = sorted({(r["scenario"], r["n"], CONFIGS.index(r["config"])) for r in runs})
+    for scenario, n, index in sorted(keys, key=lambda k: (k[0] == "join", k[1], k[2])):
+        mine = [
+            r
+            for r in runs
+            if r["scenario"] == scenario and r["n"] == n and r["config"] == CONFIGS[index]
+        ]
         good = [r for r in mine if r.get("ok")]
         row: dict[str, Any] = {
+            "scenario": scenario,
             "n": n,
             "config": CONFIGS[index],
             "repeats": len(mine),
@@ -908,6 +983,13 @@ def combine(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 if found
                 else None
             )
+        if scenario == "join":
+            row["join"] = {}
+            for key in JOIN_KEYS:
+                values = [r["join"][key] for r in good if r["join"].get(key) is not None]
+                if values:
+                    worst = key.startswith("fast_max")
+                    row["join"][key] = max(values) if worst else statistics.median(values)
         row["leaked_processes"] = sum(r.get("leaked_processes", 0) for r in mine)
         row["failed_repeats"] = len(mine) - len(good)
         note = next((r["handoff_note"] for r in good if r.get("handoff_note")), None)
@@ -926,38 +1008,85 @@ def tensorsocket_available() -> tuple[bool, str]:
     return True, f"tensorsocket {version}"
 
 
+def _row(rows: list[dict[str, Any]], scenario: str, n: int, config: str) -> dict[str, Any] | None:
+    for r in rows:
+        if (r["scenario"], r["n"], r["config"]) == (scenario, n, config) and r.get("ok"):
+            return r
+    return None
+
+
 def targets(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    at = {r["config"]: r for r in rows if r["n"] == 4 and r.get("ok")}
-    base, ours = at.get("independent"), at.get("gpudesk")
+    """Issue 16's targets (findings 13 and 14), then the earlier ones at N = 4 (issue 5)."""
+    out: list[dict[str, Any]] = []
+
+    def check(name: str, passed: bool, detail: str, issue: str = "16") -> None:
+        out.append({"target": name, "pass": passed, "detail": detail, "issue": issue})
+
+    def missing(name: str, issue: str = "16") -> None:
+        check(name, False, "not measured in this run", issue)
+
+    base, ours = _row(rows, "steady", 1, "independent"), _row(rows, "steady", 1, "gpudesk")
+    name = "N = 1: gpudesk CPU-s <= 1.05 x independent"
+    if base and ours:
+        ratio = ours["cpu_s"] / base["cpu_s"]
+        check(name, ratio <= 1.05, f"{ours['cpu_s']:.2f} vs {base['cpu_s']:.2f}: {ratio:.3f} x")
+        ratio = ours["batches_per_s_mean"] / base["batches_per_s_mean"]
+        check(
+            "N = 1: gpudesk batches/s >= 0.95 x independent",
+            ratio >= 0.95,
+            f"{ours['batches_per_s_mean']:.2f} vs {base['batches_per_s_mean']:.2f}: {ratio:.3f} x",
+        )
+    else:
+        missing(name)
+        missing("N = 1: gpudesk batches/s >= 0.95 x independent")
+    base, ours = _row(rows, "steady", 4, "independent"), _row(rows, "steady", 4, "gpudesk")
+    name = "N = 4: gpudesk CPU-s <= 0.30 x independent"
+    if base and ours:
+        ratio = ours["cpu_s"] / base["cpu_s"]
+        check(name, ratio <= 0.30, f"{ours['cpu_s']:.2f} vs {base['cpu_s']:.2f}: {ratio:.3f} x")
+    else:
+        missing(name)
+    joiner = _row(rows, "join", 2, "gpudesk")
+    name = "join: the fast consumer never waits > 1 s for a slow one joining mid-epoch"
+    if joiner:
+        figures = joiner["join"]
+        worst = max(
+            v
+            for v in (figures.get("fast_max_wait_ms"), figures.get("fast_max_wait_while_slow_ms"))
+            if v is not None
+        )
+        alone = _row(rows, "join", 2, "independent")
+        check(
+            name,
+            worst <= 1000,
+            f"longest next() {worst:.0f} ms (while the slow one read: "
+            f"{figures.get('fast_max_wait_while_slow_ms')} ms over "
+            f"{figures.get('batches_while_slow')} batches)"
+            + (
+                f"; independent loaders: {alone['join']['fast_max_wait_ms']:.0f} ms"
+                if alone
+                else ""
+            ),
+        )
+    else:
+        missing(name)
+
+    base, ours = _row(rows, "steady", 4, "independent"), _row(rows, "steady", 4, "gpudesk")
     if not base or not ours:
-        return [
-            {"target": "N = 4 runs of independent and gpudesk", "pass": False, "detail": "missing"}
-        ]
-    out = []
-    limit = 0.30 * base["cpu_s"]
-    out.append(
-        {
-            "target": "gpudesk CPU-s <= 0.30 x independent",
-            "pass": ours["cpu_s"] <= limit,
-            "detail": f"{ours['cpu_s']:.2f} vs {limit:.2f} (= 0.30 x {base['cpu_s']:.2f}); "
-            f"ratio {ours['cpu_s'] / base['cpu_s']:.3f}",
-        }
-    )
-    out.append(
-        {
-            "target": "gpudesk batches/s per consumer >= independent",
-            "pass": ours["batches_per_s_mean"] >= base["batches_per_s_mean"],
-            "detail": f"mean {ours['batches_per_s_mean']:.2f} (min "
-            f"{ours['batches_per_s_min']:.2f}) vs {base['batches_per_s_mean']:.2f}",
-        }
+        return out
+    check(
+        "N = 4: gpudesk batches/s per consumer >= independent",
+        ours["batches_per_s_mean"] >= base["batches_per_s_mean"],
+        f"mean {ours['batches_per_s_mean']:.2f} (min {ours['batches_per_s_min']:.2f}) vs "
+        f"{base['batches_per_s_mean']:.2f}",
+        "5",
     )
     limit = 1.05 * base["moved_x"]
-    out.append(
-        {
-            "target": "gpudesk bytes moved per delivered batch <= 1.05 x independent",
-            "pass": ours["moved_x"] <= limit,
-            "detail": f"{ours['moved_x']:.3f}x vs {limit:.3f}x",
-        }
+    check(
+        "N = 4: gpudesk bytes moved per delivered batch <= 1.05 x independent",
+        ours["moved_x"] <= limit,
+        f"{ours['moved_x']:.3f}x vs {limit:.3f}x",
+        "5",
     )
     if ours.get("handoff_ms"):
         p50, source = ours["handoff_ms"]["p50"], "hand-off ('t' in batch message)"
@@ -965,14 +1094,19 @@ def targets(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         p50, source = ours["next_ready_ms"]["p50"], "next() of a waiting batch (no 't')"
     else:
         p50, source = float("inf"), "nothing measured"
-    out.append(
-        {
-            "target": "gpudesk hand-off p50 <= 1 ms",
-            "pass": p50 <= 1.0,
-            "detail": f"{p50:.3f} ms, {source}",
-        }
-    )
+    check("N = 4: gpudesk hand-off p50 <= 1 ms", p50 <= 1.0, f"{p50:.3f} ms, {source}", "5")
     return out
+
+
+def progress(entry: dict[str, Any], args: argparse.Namespace) -> None:
+    if not args.json:
+        print(
+            f"  ... {entry['scenario']} N={entry['n']} {entry['config']} "
+            f"(run {entry['repeat'] + 1}/{args.repeats}): "
+            f"{'ok' if entry.get('ok') else entry.get('error')}",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def fmt_pair(value: dict[str, Any] | None) -> str:
@@ -990,6 +1124,18 @@ def main() -> None:
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--json-out", metavar="FILE", help="also write the JSON to FILE")
     parser.add_argument("--skip-tensorsocket", action="store_true")
+    parser.add_argument(
+        "--no-join", action="store_true", help="skip the join scenario (a slow consumer joining)"
+    )
+    parser.add_argument(
+        "--join-step-ms",
+        type=float,
+        default=100.0,
+        help="the slow joiner's training step: it sleeps this long after each batch",
+    )
+    parser.add_argument(
+        "--join-batches", type=int, default=40, help="batches the slow joiner reads"
+    )
     parser.add_argument(
         "--consumer-work",
         choices=("mean", "touch"),
@@ -1051,13 +1197,11 @@ def main() -> None:
             for n in counts:
                 for kind in configs:
                     runs.append(run_config(kind, n, args, root, home, cache, repeat))
-                    if not args.json:
-                        print(
-                            f"  ... N={n} {kind} (run {repeat + 1}/{args.repeats}): "
-                            f"{'ok' if runs[-1].get('ok') else runs[-1].get('error')}",
-                            file=sys.stderr,
-                            flush=True,
-                        )
+                    progress(runs[-1], args)
+            if not args.no_join:
+                for kind in configs:
+                    runs.append(run_config(kind, 2, args, root, home, cache, repeat, join=True))
+                    progress(runs[-1], args)
         total_s = time.monotonic() - started
     finally:
         if os.environ.get("BENCH_LOADER_KEEP"):
@@ -1081,6 +1225,8 @@ def main() -> None:
             "seed": SEED,
             "slots": SLOTS,
             "ts_producer_batch": args.ts_producer_batch,
+            "join_step_ms": args.join_step_ms,
+            "join_batches": args.join_batches,
         },
         "tensorsocket": ts_note,
         "repeats": args.repeats,
@@ -1101,45 +1247,77 @@ def main() -> None:
         f"{p['workers']} workers, {p['batches']} batches per consumer; {ts_note}; "
         f"{'median of ' + str(args.repeats) + ' runs' if args.repeats > 1 else '1 run'}"
     )
+    print()
     print(
-        f"{'N':>2} {'config':<13}{'CPU-s':>7}{'(all)':>8}{'b/s mean':>10}{'min':>7}"
-        f"{'wall s':>8}{'moved':>8}  {'hand-off ms':>13}  {'next() ready ms':>16}"
+        "| N | config | CPU-s | x independent | (all) | batches/s per consumer | x independent "
+        "| wall s | bytes moved | hand-off p50 / p99 ms |"
     )
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        if not r.get("ok"):
-            print(f"{r['n']:>2} {r['config']:<13}FAILED: {r.get('error')}")
+        if r["scenario"] != "steady":
             continue
+        if not r.get("ok"):
+            print(f"| {r['n']} | {r['config']} | FAILED: {r.get('error')} |")
+            continue
+        base = _row(rows, "steady", r["n"], "independent")
+        cpu_x = f"{r['cpu_s'] / base['cpu_s']:.3f}" if base else "n/a"
+        rate_x = f"{r['batches_per_s_mean'] / base['batches_per_s_mean']:.3f}" if base else "n/a"
+        handoff = r["handoff_ms"]
         print(
-            f"{r['n']:>2} {r['config']:<13}{r['cpu_s']:>7.2f}{r['cpu_s_all']:>8.2f}"
-            f"{r['batches_per_s_mean']:>10.2f}{r['batches_per_s_min']:>7.2f}"
-            f"{r['wall_s']:>8.2f}{r['moved_x']:>7.2f}x  {fmt_pair(r['handoff_ms']):>13}  "
-            f"{fmt_pair(r['next_ready_ms']):>16}"
+            f"| {r['n']} | {r['config']} | {r['cpu_s']:.2f} | {cpu_x} | {r['cpu_s_all']:.2f} "
+            f"| {r['batches_per_s_mean']:.1f} | {rate_x} | {r['wall_s']:.2f} "
+            f"| {r['moved_x']:.2f}x | "
+            + (f"{handoff['p50']:.2f} / {handoff['p99']:.1f}" if handoff else "n/a")
+            + " |"
         )
+    joins = [r for r in rows if r["scenario"] == "join"]
+    if joins:
+        print()
+        print(
+            f"Join: a fast consumer reads {p['batches']} batches; when it is half an epoch "
+            f"into its second epoch a slow one ({p['join_step_ms']:.0f} ms a step) joins and "
+            f"reads {p['join_batches']}."
+        )
+        print(
+            "| config | fast: longest next() ms | ... while the slow one read | p99 ms "
+            "| fast batches/s | slow batches/s |"
+        )
+        print("|---|---|---|---|---|---|")
+        for r in joins:
+            if not r.get("ok"):
+                print(f"| {r['config']} | FAILED: {r.get('error')} |")
+                continue
+            j = r["join"]
+            print(
+                f"| {r['config']} | {j['fast_max_wait_ms']:.0f} "
+                f"| {j.get('fast_max_wait_while_slow_ms')} ({j.get('batches_while_slow')} batches) "
+                f"| {j['fast_p99_wait_ms']:.1f} | {j['fast_batches_per_s']:.1f} "
+                f"| {j['slow_batches_per_s']:.1f} |"
+            )
+    print()
     print(
         "CPU-s: all processes after their imports; (all): with Python start + imports. "
-        "moved: bytes written/copied per delivered batch, x the batch's bytes. "
-        "ms: p50/p99; hand-off: batches the consumer was waiting for."
+        "bytes moved: bytes written/copied per delivered batch, x the batch's bytes. "
+        "hand-off: batches the consumer was waiting for. Join waits: the worst over the runs."
     )
     for r in rows:
+        label = f"{r['scenario']} N={r['n']} {r['config']}"
         if r.get("leaked_processes"):
-            print(
-                f"warning: N={r['n']} {r['config']} left {r['leaked_processes']} processes (killed)"
-            )
+            print(f"warning: {label} left {r['leaked_processes']} processes (killed)")
         if r.get("failed_repeats"):
             print(
-                f"warning: N={r['n']} {r['config']}: {r['failed_repeats']} of {r['repeats']} "
-                "runs failed (see --json)"
+                f"warning: {label}: {r['failed_repeats']} of {r['repeats']} runs failed "
+                "(see --json)"
             )
         if r.get("handoff_note"):
-            print(f"N={r['n']} {r['config']} hand-off: {r['handoff_note']}")
-        if r.get("queued_ms"):
-            print(
-                f"N={r['n']} {r['config']}: batches already waiting when the consumer came "
-                f"back for them sat {fmt_pair(r['queued_ms'])} ms (p50/p99) in its socket"
-            )
-    print("targets at N = 4:")
+            print(f"{label} hand-off: {r['handoff_note']}")
+    print()
+    print("targets:")
     for t in result["targets"]:
-        print(f"  {'PASS' if t['pass'] else 'FAIL'}  {t['target']}: {t['detail']}")
+        print(
+            f"  {'PASS' if t['pass'] else 'FAIL'}  (issue {t['issue']}) {t['target']}: "
+            f"{t['detail']}"
+        )
     print(f"total {result['total_s']:.0f} s")
 
 

@@ -413,6 +413,7 @@ class LoaderStatus(WireModel, frozen=True):
     managed: bool
     selection: LoaderSelection | None
     consumers: list[LoaderConsumer]
+    bytes_copied: int = 0  # of bytes_written, what the producer copied (workers wrote the rest)
 
 
 class LoaderView(WireModel, frozen=True):

@@ -29,7 +29,13 @@ def serve_command(
     workers: Annotated[int, typer.Option("--workers", min=0)] = 2,
     seed: Annotated[int, typer.Option("--seed")] = 0,
     slots: Annotated[
-        int, typer.Option("--slots", min=4, max=4096, help="Batches the shared ring holds.")
+        int,
+        typer.Option(
+            "--slots",
+            min=4,
+            max=4096,
+            help="Batches the shared ring holds at least (it grows with its consumers).",
+        ),
     ] = 16,
     no_shuffle: Annotated[bool, typer.Option("--no-shuffle")] = False,
     idle_exit: Annotated[

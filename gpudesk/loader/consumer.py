@@ -4,13 +4,20 @@
     loader = SharedLoader("images", batch_size=64,
                           factory="gpudesk.workloads.images:make_dataset")
     for epoch in range(epochs):
+        loader.set_epoch(epoch)          # optional, as with a DataLoader's sampler
         for images, labels in loader:
             ...
 
 With a producer running for the name (started by gpudesk for the profile's `[datasets.NAME]`, or
-by `gpudesk loader serve`), each batch is a view of the producer's shared memory: no copy, no
-pickling. Without one, and with `fallback=True` and a factory, it is a plain local DataLoader
-over the same factory, so the script runs the same outside gpudesk.
+by `gpudesk loader serve`), the samples are in the producer's shared memory and a batch is made
+of views of it: no copy, no pickling. Without one, and with `fallback=True` and a factory, it is a
+plain local DataLoader over the same factory, with the same order and the same per-batch
+randomness (`fetch.py`), so the script runs the same outside gpudesk.
+
+`collate_fn` works as a DataLoader's: it gets the batch's samples (their tensors are views of the
+shared memory) and makes the batch, so samples of varying size (text, detection) can be padded or
+listed. Without one, the batch is what torch's `default_collate` makes, as views of the shared
+memory where the samples have one shape.
 
 A batch stays valid until the next one is asked for; keep a tensor longer with `.clone()`.
 Batch sizes that divide the producer's are views of its slots, multiples of it are views across
@@ -25,13 +32,14 @@ import os
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import zmq
 
+from gpudesk.loader.batch import BatchMeta, Piece, collate, ids, samples
+from gpudesk.loader.fetch import Request, Source, batch_seed
 from gpudesk.loader.protocol import (
     ENV_DATASET,
     ENV_RESUME_S,
@@ -44,23 +52,13 @@ from gpudesk.loader.protocol import (
     read_info,
     receive_fd,
 )
-from gpudesk.loader.ring import Layout, Ring
+from gpudesk.loader.ring import Ring
 from gpudesk.paths import Home, UnsafePath
 
 POLL_MS = 200  # while waiting for a batch, the producer's process is checked this often
 CONNECT_TIMEOUT_S = 10.0
 PREPARING_POLL_S = 1.0  # a preparing producer is waited for while it lives, checked this often
 START_WAIT_S = 60.0  # how long a job started with its producer waits for it to come up
-
-
-@dataclass
-class _Piece:
-    """Part of a producer batch not yet handed to the user."""
-
-    slot: int
-    start: int
-    count: int  # samples in the slot
-    index: int  # the batch within its epoch
 
 
 class SharedLoader:
@@ -76,6 +74,7 @@ class SharedLoader:
         shuffle: bool = True,
         fallback: bool = True,
         with_ids: bool = False,
+        collate_fn: Callable[[list[Any]], Any] | None = None,
         home: str | os.PathLike[str] | None = None,
         resume_s: float | None = None,
     ) -> None:
@@ -89,6 +88,7 @@ class SharedLoader:
         self.factory, self.factory_kwargs = factory, dict(factory_kwargs or {})
         self.workers, self.seed, self.shuffle = workers, seed, shuffle
         self.with_ids = with_ids
+        self.collate_fn = collate_fn
         self.home = Home.from_env(home)
         env_resume = os.environ.get(ENV_RESUME_S)
         self.resume_s = (
@@ -97,14 +97,15 @@ class SharedLoader:
         self.mode = "shared"
         self.last_ids: Any = None
         self._local: Any = None
-        self._local_epoch = 0
+        self._local_epoch = 0  # the fallback's next epoch (set_epoch changes it)
         self.epoch = 0  # the producer epoch being read; set by the hello reply
         self._socket: zmq.Socket | None = None
         self._received: dict[int, set[int]] = defaultdict(set)  # epoch -> batches received
-        self._pending: dict[int, list[tuple[int, int, int]]] = defaultdict(list)
+        self._pending: dict[int, list[Piece]] = defaultdict(list)  # batches of later epochs
         self._held: set[int] = set()
         self._release: list[int] = []
         self._skip: dict[int, int] = {}  # after a resume: samples of a batch already handed out
+        self.ring: Ring | None = None
         # A job the engine started for this dataset had its producer started with it: wait for
         # the producer to come up (it builds the dataset and its first batch) before falling
         # back or giving up.
@@ -159,6 +160,10 @@ class SharedLoader:
 
     # ------------------------------------------------------------- connecting
     def _connect(self, info: dict[str, Any], resume: bool) -> None:
+        # Ready to read before saying hello: the producer does not wait for a consumer that
+        # lags, and importing torch takes a second (batches missed meanwhile are made again).
+        import torch  # noqa: F401
+
         context: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
         sock = context.socket(zmq.DEALER)
         sock.setsockopt(zmq.LINGER, 0)
@@ -196,7 +201,6 @@ class SharedLoader:
         if reply["type"] != "welcome":
             sock.close()
             raise LoaderError(f"unexpected answer from the producer: {reply['type']}")
-        layout = Layout.from_dict(reply["layout"])
         try:
             fd = receive_fd(Path(reply["fd_socket"]))
         except OSError as exc:
@@ -204,15 +208,16 @@ class SharedLoader:
             raise LoaderError(
                 f"could not get the shared memory of {self.name!r} from {reply['fd_socket']}: {exc}"
             ) from None
-        self.ring = Ring.attach(layout, fd)
-        os.close(fd)  # the mapping keeps the memory
+        if self.ring is not None:
+            self.ring.close()  # a restarted producer's ring is another one
+        self.ring = Ring.attach(fd, os.fstat(fd).st_size)  # keeps fd: to map more as it grows
         self._socket = sock
         self.producer_pid = int(reply["pid"])
         self.producer_create_time = reply.get("create_time")
         self.managed = bool(reply.get("managed"))
         self.per_epoch = int(reply["batches_per_epoch"])
         self.dataset_len = int(reply["dataset_len"])
-        self.producer_batch = layout.batch_size
+        self.producer_batch = int(reply["batch_size"])
         if self.batch_size is None:
             self.batch_size = self.producer_batch
         if not resume:
@@ -234,27 +239,25 @@ class SharedLoader:
         yield from self._iter_shared()
 
     def _iter_shared(self) -> Iterator[Any]:
-        import torch
-
         assert self.batch_size is not None
         want = self.batch_size
         epoch = self.epoch
-        pieces: list[_Piece] = []
+        pieces: list[Piece] = []
         self._take_pending(epoch, pieces)
-        complete = False
         try:
             while True:
-                have = sum(p.count - p.start for p in pieces)
+                have = sum(p.left for p in pieces)
                 finished = len(self._received[epoch]) >= self.per_epoch
                 if have >= want or (finished and have):
-                    take = min(want, have)
-                    batch, ids, spent = self._assemble(pieces, take, torch)
-                    self.last_ids = ids
-                    yield (batch, ids) if self.with_ids else batch
-                    self._release.extend(spent)  # asked for the next: done with these
+                    batch, batch_ids, spent = self._assemble(pieces, min(want, have))
+                    self.last_ids = batch_ids
+                    yield (batch, batch_ids) if self.with_ids else batch
+                    # Asked for the next: done with these. Said at once, so the producer can
+                    # hand this consumer its next batches into the room.
+                    self._release.extend(spent)
+                    self._flush_release()
                     continue
                 if finished:
-                    complete = True
                     break
                 try:
                     self._receive(epoch, pieces)
@@ -267,9 +270,8 @@ class SharedLoader:
             self._flush_release()
             self._received.pop(epoch, None)
             self.epoch = epoch + 1
-            del complete
 
-    def _resume(self, epoch: int, pieces: list[_Piece], why: str) -> None:
+    def _resume(self, epoch: int, pieces: list[Piece], why: str) -> None:
         """The producer died mid-epoch: wait for the restarted one and carry on. Batches not
         yet handed out are asked for again; samples of a half-used batch are skipped."""
         received = self._received[epoch]
@@ -286,11 +288,11 @@ class SharedLoader:
         self._held.clear()
         self._reconnect(why)
 
-    def _take_pending(self, epoch: int, pieces: list[_Piece]) -> None:
-        for slot, count, index in sorted(self._pending.pop(epoch, []), key=lambda p: p[2]):
-            pieces.append(_Piece(slot, 0, count, index))
+    def _take_pending(self, epoch: int, pieces: list[Piece]) -> None:
+        for piece in sorted(self._pending.pop(epoch, []), key=lambda p: p.index):
+            pieces.append(piece)
 
-    def _receive(self, epoch: int, pieces: list[_Piece]) -> None:
+    def _receive(self, epoch: int, pieces: list[Piece]) -> None:
         """Wait for the next batch message; file it under its epoch."""
         sock = self._socket
         assert sock is not None
@@ -305,65 +307,43 @@ class SharedLoader:
             raise _ProducerLost(message.get("message") or "the producer stopped")
         if kind != "batch":
             return
-        slot, count = int(message["slot"]), int(message["n"])
+        slot = int(message["slot"])
         key_epoch, index = (int(k) for k in message["key"])
         self._held.add(slot)
         if key_epoch < self.epoch or index in self._received[key_epoch]:
             self._release.append(slot)  # a batch it already has (a restarted producer)
             return
+        meta = BatchMeta.from_wire(message["meta"])
+        assert self.ring is not None
+        self.ring.ensure(max(f.offset + f.nbytes for f in meta.fields))
         self._received[key_epoch].add(index)
         if key_epoch == epoch:
-            pieces.append(_Piece(slot, self._skip.pop(index, 0), count, index))
+            _insert(pieces, Piece(slot, meta, self._skip.pop(index, 0), meta.count, index))
         else:
-            self._pending[key_epoch].append((slot, count, index))
+            self._pending[key_epoch].append(Piece(slot, meta, 0, meta.count, index))
 
-    def _assemble(self, pieces: list[_Piece], take: int, torch: Any) -> tuple[Any, Any, list[int]]:
-        """`take` samples from the front of `pieces`: a view when they lie in one slot or in
-        full adjacent slots, else a copy. Returns the batch, its ids and the slots it used up."""
-        first = pieces[0]
-        ring = self.ring
-        per = self.producer_batch
-        if first.count - first.start >= take:
-            batch, ids = _sliced(ring.batch(first.slot, first.count), first.start, take)
-            first.start += take
-            spent = []
-            if first.start == first.count:
-                pieces.pop(0)
-                spent.append(first.slot)
-            return batch, ids, spent
-        # Several slots: a view if they are whole, in order and adjacent in the ring.
-        need_slots = math.ceil(take / per)
-        run = pieces[:need_slots]
-        adjacent = (
-            len(run) == need_slots
-            and all(p.start == 0 for p in run)
-            and all(p.count == per for p in run[:-1])
-            and all(run[i + 1].slot == run[i].slot + 1 for i in range(len(run) - 1))
-            and sum(p.count for p in run) >= take
-        )
-        if adjacent:
-            batch, ids = ring.batch(first.slot, take, slots=need_slots)
-            used = take
-            spent = []
-            for piece in run:
-                step = min(piece.count, used)
-                piece.start += step
-                used -= step
-            while pieces and pieces[0].start == pieces[0].count:
-                spent.append(pieces.pop(0).slot)
-            return batch, ids, spent
-        parts = []
-        left = take
+    def _assemble(self, pieces: list[Piece], take: int) -> tuple[Any, Any, list[int]]:
+        """`take` samples from the front of `pieces`, as the batch, its ids and the slots it
+        used up. Without a collate_fn: `default_collate`'s batch, as views where the samples
+        lie in one slot or in adjacent ones (else copies); with one: what it makes of them."""
+        runs: list[tuple[Piece, int, int]] = []
         spent = []
+        left = take
         while left:
             piece = pieces[0]
-            step = min(piece.count - piece.start, left)
-            parts.append(_sliced(ring.batch(piece.slot, piece.count), piece.start, step))
+            step = min(piece.left, left)
+            runs.append((piece, piece.start, step))
             piece.start += step
             left -= step
-            if piece.start == piece.count:
+            if not piece.left:
                 spent.append(pieces.pop(0).slot)
-        return _concat(parts, torch), torch.cat([ids for _, ids in parts]), spent
+        assert self.ring is not None and self.ring.base is not None
+        base = self.ring.base
+        if self.collate_fn is not None:
+            batch = self.collate_fn(samples(base, runs))
+        else:
+            batch, _copies = collate(base, runs)
+        return batch, ids(base, runs), spent
 
     def _flush_release(self) -> None:
         if self._release and self._socket is not None:
@@ -417,6 +397,9 @@ class SharedLoader:
                 self._socket.send(encode("bye"))
             self._socket.close()
             self._socket = None
+        if self.ring is not None:  # batches handed out stay mapped: only the descriptor goes
+            self.ring.close()
+            self.ring = None
 
     def __enter__(self) -> SharedLoader:
         return self
@@ -437,32 +420,53 @@ class SharedLoader:
             self._local = load_factory(self.factory)(**self.factory_kwargs)
         return self._local
 
+    def set_epoch(self, epoch: int) -> None:
+        """The epoch the next iteration reads, as a DataLoader's sampler's `set_epoch`.
+
+        Without a producer it sets the fallback's epoch: its order and its per-batch randomness.
+        With one, the stream decides: a consumer reads the producer's epochs in turn from where
+        it joined, and the producer tells the dataset each batch's epoch itself, so this call
+        changes nothing there (scripts may make it either way)."""
+        if self.mode == "local":
+            self._local_epoch = int(epoch)
+
     def _iter_local(self) -> Iterator[Any]:
-        """The same epochs as a producer with this seed would give, from a local DataLoader."""
+        """The same epochs as a producer with this seed would give, from a local DataLoader,
+        through the same fetching (`fetch.Source`): the same order, and the same samples where
+        the batch size is the producer's."""
         import torch
-        from torch.utils.data import DataLoader
+        from torch.utils.data import DataLoader, default_collate
 
         dataset = self._local_dataset()
         length = len(dataset)
+        epoch = self._local_epoch
         order = (
             torch.randperm(
                 length,
-                generator=torch.Generator().manual_seed(self.seed * 1_000_003 + self._local_epoch),
+                generator=torch.Generator().manual_seed(self.seed * 1_000_003 + epoch),
             ).tolist()
             if self.shuffle
             else list(range(length))
         )
         self._local_epoch += 1
+        size = self.batch_size or 64
+        requests = [
+            Request((epoch, j), tuple(order[start : start + size]), batch_seed(self.seed, epoch, j))
+            for j, start in enumerate(range(0, length, size))
+        ]
         loader = DataLoader(
-            dataset, batch_size=self.batch_size or 64, sampler=order, num_workers=self.workers
+            cast(Any, Source(dataset)),
+            batch_sampler=cast(Any, requests),
+            collate_fn=self.collate_fn or default_collate,
+            num_workers=self.workers,
+            # Its workers' seeds from a generator of its own, not the script's: every batch is
+            # seeded by itself anyway (fetch.py), and the script's random state stays its own.
+            generator=torch.Generator().manual_seed(self.seed),
         )
-        start = 0
-        for batch in loader:
-            size = len(batch[0]) if isinstance(batch, (tuple, list)) else len(batch)
-            ids = torch.tensor(order[start : start + size])
-            start += size
-            self.last_ids = ids
-            yield (batch, ids) if self.with_ids else batch
+        for request, batch in zip(requests, loader, strict=True):
+            batch_ids = torch.tensor(request.indices)
+            self.last_ids = batch_ids
+            yield (batch, batch_ids) if self.with_ids else batch
 
 
 class _ProducerLost(Exception):
@@ -473,24 +477,11 @@ class _ProducerLost(Exception):
         self.why = why
 
 
-def _sliced(batch_ids: tuple[Any, Any], start: int, count: int) -> tuple[Any, Any]:
-    batch, ids = batch_ids
-    return _map(batch, lambda t: t[start : start + count]), ids[start : start + count]
-
-
-def _map(value: Any, fn: Any) -> Any:
-    if isinstance(value, tuple):
-        return tuple(_map(v, fn) for v in value)
-    if isinstance(value, dict):
-        return {k: _map(v, fn) for k, v in value.items()}
-    return fn(value)
-
-
-def _concat(parts: list[tuple[Any, Any]], torch: Any) -> Any:
-    batches = [b for b, _ in parts]
-    first = batches[0]
-    if isinstance(first, tuple):
-        return tuple(_concat([(b[i], None) for b in batches], torch) for i in range(len(first)))
-    if isinstance(first, dict):
-        return {k: _concat([(b[k], None) for b in batches], torch) for k in first}
-    return torch.cat(batches)
+def _insert(pieces: list[Piece], piece: Piece) -> None:
+    """File a batch among those waiting, in the epoch's order (one that came late, because it
+    was made again, goes before later ones not yet begun)."""
+    first = 1 if pieces and pieces[0].start else 0
+    position = next(
+        (i for i in range(first, len(pieces)) if pieces[i].index > piece.index), len(pieces)
+    )
+    pieces.insert(position, piece)

@@ -1,24 +1,34 @@
 """The producer: one process per dataset that loads each batch once for every consumer.
 
-It builds the dataset from its factory, runs an ordinary torch DataLoader with W workers over a
-stream of batches, and copies each batch once into a slot of the shared ring; every consumer
-that wants the batch is told its slot and maps it. A slot is reused only when every consumer it
-was given to has released it, so nothing is ever dropped; the slowest consumer can lag the
-others by the ring's size before the producer waits for it.
+It builds the dataset from its factory and runs an ordinary torch DataLoader with W workers over
+a stream of batch requests. Each request names a slot of the shared ring, and the worker that
+fetches the batch writes it there itself (`fetch.py`); the producer tells every consumer that
+takes the batch which slot it is in. Nothing is copied on the way, nothing pickled.
 
 The stream is a sequence of epochs; epoch `e` visits the dataset in the order
-`randperm(len, seed + e)`, in batches `(e, 0) ... (e, B - 1)`, the same for every consumer. A
-consumer sees every batch published after it joined. One that joins mid-epoch at `(e, j)`
-starts at once and gets the batches it missed, `(e, 0) ... (e, j - 1)`, produced again for it
-("make-ups", interleaved with the stream), so its first epoch is still every sample exactly
-once. A restarted producer continues the stream where its info file says the last one was, and a
-resuming consumer gets the batches of its epoch it had not received as make-ups.
+`randperm(len, seed + e)`, in batches `(e, 0) ... (e, B - 1)`, the same for every consumer, and
+every batch is fetched under its own seed (`fetch.batch_seed`), so it is the same wherever and
+whenever it is made. A consumer reads every batch of each of its epochs exactly once, in any
+order: the stream's as they come, and the ones it missed (it joined mid-epoch, it fell behind,
+or a restarted producer lost them) from the ring while they are still there, else made again
+for it ("make-ups").
+
+Flow control. A consumer is given at most `need + LOOKAHEAD` slots at a time (`need`: the slots
+one of its batches spans), and as many batches it had no room for yet are kept for it (pinned):
+its look-back. The ring has slots for all of that beside the requests in flight, so a consumer
+with room always finds a slot for its next batch. When the stream would run further ahead of a
+consumer than its look-back, it waits for it, so that consumers of about the same pace keep
+sharing every batch; but only briefly: at most HOLD_PATIENCE_S at once and HOLD_SHARE of the
+time. A consumer that needs more is let go: the stream no longer waits for it, it gets what is
+still in the ring, and what it lacks beyond that is made again for it, at its own pace (until it
+catches up). No consumer waits longer than that for another's pace, and the ring stays bounded.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import heapq
 import importlib
 import logging
 import math
@@ -26,13 +36,15 @@ import os
 import signal
 import socket
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import zmq
 
+from gpudesk.loader.batch import BatchError, BatchMeta, Packed
+from gpudesk.loader.fetch import Key, Request, RingWriter, Source, batch_seed, passthrough
 from gpudesk.loader.protocol import (
     LoaderError,
     check_name,
@@ -42,7 +54,8 @@ from gpudesk.loader.protocol import (
     read_info,
     write_info,
 )
-from gpudesk.loader.ring import Ring, RingError, flatten, plan_layout, unflatten
+from gpudesk.loader.ring import Ring
+from gpudesk.loader.slots import SlotTable
 from gpudesk.paths import Home
 
 log = logging.getLogger("gpudesk.loader")
@@ -50,9 +63,13 @@ log = logging.getLogger("gpudesk.loader")
 LIVENESS_EVERY_S = 0.2  # how often consumers' processes are checked (a SIGKILL is seen in this)
 INFO_EVERY_S = 1.0  # how often the stream position is written down (for a restart)
 RATE_WINDOW_S = 5.0  # batches/s are measured over this window
-WORKER_NICENESS = 10  # added to the DataLoader workers' niceness (see _yield_to_consumers)
-Key = tuple[int, int]  # (epoch, batch within the epoch)
+LOOKAHEAD = 2  # batches a consumer may have waiting beyond the ones it is reading
+HOLD_PATIENCE_S = 0.5  # the longest the stream waits at once for a consumer that lags
+HOLD_WINDOW_S = 5.0  # ... and over this window (decaying) at most HOLD_SHARE of the time
+HOLD_SHARE = 0.1
+ORDERS_KEPT = 8  # epochs whose shuffled order is kept at hand (a laggard may reach back)
 MAX_SOCKET_PATH = 107  # sun_path holds 108 bytes, the last a NUL
+PREFETCH = 2  # the DataLoader's prefetch_factor: requests in flight per worker
 
 
 @dataclass(frozen=True)
@@ -120,7 +137,10 @@ def load_factory(spec: str) -> Callable[..., Any]:
 
 
 class BatchPlan:
-    """The DataLoader's batch sampler: the stream, with make-ups slipped in between."""
+    """The DataLoader's batch sampler: the stream, with make-ups slipped in between.
+
+    Each request it yields carries the batch's seed and the ring slot reserved for it
+    (`reserve`, the producer's), so the worker can write the batch in place."""
 
     def __init__(
         self,
@@ -130,33 +150,40 @@ class BatchPlan:
         shuffle: bool,
         start: Key = (0, 0),
         subset: Callable[[int], Sequence[int]] | None = None,
+        reserve: Callable[[], tuple[int | None, tuple[tuple[int, int], ...]]] | None = None,
+        needed: Callable[[Key], bool] | None = None,
     ) -> None:
         """`length`: samples per epoch; `subset(epoch)`, when given, names them (a data
         selection), else they are 0 .. length - 1."""
         self.length, self.batch_size, self.seed, self.shuffle = length, batch_size, seed, shuffle
         self.subset = subset
+        self.reserve = reserve
+        self.needed = needed  # whether a stream batch is of use to anyone (else it is skipped)
         self.per_epoch = math.ceil(length / batch_size)
         self.stream_next: Key = start  # the next stream key to hand to the DataLoader
         self.makeups: deque[Key] = deque()
-        self.in_flight: deque[tuple[Key, bool]] = deque()  # (key, is a make-up), in order
+        self.in_flight: deque[tuple[Request, bool]] = deque()  # (request, is a make-up), in order
         self._last_makeup = False
-        self._orders: dict[int, list[int]] = {}
+        self._orders: OrderedDict[int, list[int]] = OrderedDict()
 
     def order(self, epoch: int) -> list[int]:
-        if epoch not in self._orders:
-            import torch
+        if epoch in self._orders:
+            self._orders.move_to_end(epoch)
+            return self._orders[epoch]
+        import torch
 
-            if self.shuffle:
-                generator = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
-                self._orders[epoch] = torch.randperm(self.length, generator=generator).tolist()
-            else:
-                self._orders[epoch] = list(range(self.length))
-            if self.subset is not None:
-                chosen = self.subset(epoch)
-                self._orders[epoch] = [int(chosen[i]) for i in self._orders[epoch]]
-            for old in [e for e in self._orders if e < epoch - 2]:
-                del self._orders[old]  # make-ups reach back one epoch at most, resumes two
-        return self._orders[epoch]
+        if self.shuffle:
+            generator = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
+            order = torch.randperm(self.length, generator=generator).tolist()
+        else:
+            order = list(range(self.length))
+        if self.subset is not None:
+            chosen = self.subset(epoch)
+            order = [int(chosen[i]) for i in order]
+        self._orders[epoch] = order
+        while len(self._orders) > ORDERS_KEPT:
+            self._orders.popitem(last=False)
+        return order
 
     def indices(self, key: Key) -> list[int]:
         epoch, index = key
@@ -166,19 +193,40 @@ class BatchPlan:
         epoch, index = key
         return (epoch, index + 1) if index + 1 < self.per_epoch else (epoch + 1, 0)
 
-    def __iter__(self) -> Iterator[list[int]]:
+    def request(self, key: Key) -> Request:
+        slot, regions = self.reserve() if self.reserve is not None else (None, ())
+        return Request(key, tuple(self.indices(key)), batch_seed(self.seed, *key), slot, regions)
+
+    def peek(self) -> Key:
+        """The key the next request will be for."""
+        return self.makeups[0] if self.makeups and not self._last_makeup else self._next_stream()
+
+    def _next_stream(self) -> Key:
+        """The stream's next key, past what everyone already has (after a rewind, a restart)."""
+        key = self.stream_next
+        for _ in range(3 * self.per_epoch):  # a consumer needs all of its epoch after next
+            if self.needed is None or self.needed(key):
+                break
+            key = self.advance(key)
+        return key
+
+    def coming(self) -> set[Key]:
+        """Batches asked for and not yet made."""
+        return set(self.makeups) | {r.key for r, _ in self.in_flight}
+
+    def __iter__(self) -> Iterator[Request]:
         while True:
-            # Make-ups take turns with the stream, but once the stream has left a make-up's
-            # epoch they go first: its consumer cannot finish that epoch without them, and every
-            # later stream batch it is given meanwhile holds a slot until it does.
-            if self.makeups and (not self._last_makeup or self.makeups[0][0] < self.stream_next[0]):
+            # Make-ups take turns with the stream: a consumer that lags gets its batches at its
+            # own pace, and the stream goes on meanwhile for the others.
+            if self.makeups and not self._last_makeup:
                 key, makeup = self.makeups.popleft(), True
             else:
-                key, makeup = self.stream_next, False
+                key, makeup = self._next_stream(), False
                 self.stream_next = self.advance(key)
             self._last_makeup = makeup
-            self.in_flight.append((key, makeup))
-            yield self.indices(key)
+            request = self.request(key)
+            self.in_flight.append((request, makeup))
+            yield request
 
 
 @dataclass
@@ -187,13 +235,47 @@ class _Consumer:
     pid: int
     create_time: float | None
     batch_size: int
-    epoch: int  # the producer epoch its current epoch follows
+    need: int  # slots one of its batches may span
+    epoch: int  # the producer epoch it reads now: its first one not wholly given to it
     joined_at: float
-    wants: set[Key] = field(default_factory=set)  # make-ups still to deliver to it
-    held: set[int] = field(default_factory=set)  # slots delivered and not released
+    got: dict[int, set[int]] = field(default_factory=dict)  # epoch -> batches given to it
+    missing: set[Key] = field(default_factory=set)  # of its epoch: passed by, not given
+    ordered: set[Key] = field(default_factory=set)  # coming for it (room kept for them)
+    held: set[int] = field(default_factory=set)  # slots given and not released
     delivered: int = 0
     position: Key | None = None  # the last key delivered
     times: deque[float] = field(default_factory=lambda: deque(maxlen=512))
+    keeps_pace: bool = True  # the stream waits (briefly) for it rather than leave it behind
+    holding_since: float | None = None  # when the stream began to wait for it
+    hold_debt: float = 0.0  # seconds the stream waited for it, decaying over HOLD_WINDOW_S
+    debt_at: float = 0.0  # when hold_debt was last reckoned
+
+    def debt(self, now: float) -> float:
+        return self.hold_debt * math.exp(-(now - self.debt_at) / HOLD_WINDOW_S)
+
+    @property
+    def cap(self) -> int:
+        return self.need + LOOKAHEAD
+
+    def room(self) -> int:
+        return self.cap - len(self.held) - len(self.ordered)
+
+    def has(self, key: Key) -> bool:
+        return key[1] in self.got.get(key[0], ())
+
+    def accepts(self, key: Key) -> bool:
+        """Whether it would take `key` now (room aside from what it ordered)."""
+        epoch = key[0]
+        if self.has(key) or self.room() <= 0:
+            return False
+        if epoch == self.epoch:
+            return True
+        # Its next epoch, but only into room beyond what its current one may still need:
+        # a consumer holding only batches of its next epoch could never finish this one.
+        return epoch == self.epoch + 1 and self.room() > self.need
+
+    def wants_later(self, key: Key) -> bool:
+        return key[0] >= self.epoch and not self.has(key)
 
     def rate(self, now: float) -> float:
         recent = [t for t in self.times if t >= now - RATE_WINDOW_S]
@@ -214,14 +296,11 @@ class Producer:
                 "GPUDESK_HOME with a shorter path"
             )
         self.consumers: dict[bytes, _Consumer] = {}
-        self.refs: list[int] = []  # per slot: consumers still holding it
-        self.next_slot = 0
         self.stopping = False
         self.started = time.time()
         self.produced = 0
         self.makeups_produced = 0
-        self.published: deque[tuple[Key, bool, Any]] = deque()  # produced, waiting for a slot
-        self.bytes_written = 0
+        self.unplaced: deque[tuple[Packed, bool]] = deque()  # made without a slot, waiting
         self.last_info = 0.0
         self.consumers_total = 0  # consumers served over the producer's life, departed included
         self.delivered_total = 0  # batches handed to them
@@ -288,6 +367,8 @@ class Producer:
             self.config.shuffle,
             start,
             self.selection.epoch_indices if self.selection else None,
+            self._reserve,
+            self._needed,
         )
         self._start_loading(dataset, batch_size)
         self._open_sockets()
@@ -301,8 +382,8 @@ class Producer:
             length,
             batch_size,
             self.config.workers,
-            self.config.slots,
-            self.ring.layout.batch_bytes / 2**20,
+            len(self.table.slots),
+            self.table.slot_bytes / 2**20,
         )
         try:
             return self._loop()
@@ -324,30 +405,43 @@ class Producer:
         return dataset, length
 
     def _start_loading(self, dataset: Any, batch_size: int) -> None:
-        """Start the DataLoader on the plan and size the ring from its first batch."""
+        """Open the ring, start the DataLoader on the plan and place its first batch (which
+        lays the ring out)."""
         import torch
         from torch.utils.data import DataLoader
 
-        torch.set_num_threads(1)  # the producer copies; its workers decode
-        loader = DataLoader(
-            dataset,
-            batch_sampler=self.plan,
-            num_workers=self.config.workers,
-            worker_init_fn=_yield_to_consumers,
-            persistent_workers=self.config.workers > 0,
-            prefetch_factor=2 if self.config.workers > 0 else None,
+        torch.set_num_threads(1)  # the producer hands out batches; its workers decode
+        self.ring = Ring.create(f"gpudesk-{self.config.name}")
+        self.table = SlotTable(self.ring, self.config.slots, batch_size)
+        self.table.grow(self._slots_needed())
+        workers = self.config.workers
+        # The batch sampler yields requests, not index lists, and the dataset answers them
+        # with a Packed batch (fetch.py): the DataLoader only carries them to and fro.
+        loader: Any = DataLoader(
+            cast(Any, Source(dataset, RingWriter(os.getpid(), self.ring.fd))),
+            batch_sampler=cast(Any, self.plan),
+            collate_fn=cast(Any, passthrough),
+            num_workers=workers,
+            persistent_workers=workers > 0,
+            prefetch_factor=PREFETCH if workers > 0 else None,
         )
-        self.batches: Iterator[Any] = iter(loader)
-        first_key, first_makeup, first = self._next_batch()
-        tensors, _ = flatten(first)
-        full = first if tensors[0].shape[0] == batch_size else None
-        if full is None:  # a last, short batch came first (a tiny dataset): pad the layout
-            full = _padded(first, batch_size)
-        self.ring = Ring.create(
-            plan_layout(full, batch_size, self.config.slots), f"gpudesk-{self.config.name}"
-        )
-        self.refs = [0] * self.config.slots
-        self.published.append((first_key, first_makeup, first))
+        self.batches: Iterator[Packed] = iter(loader)
+        self._pull()
+
+    def _slots_needed(self) -> int:
+        """Enough for the requests in flight, what every consumer may hold and have kept for
+        it, and one more: then a consumer with room always finds a free slot."""
+        in_flight = PREFETCH * self.config.workers or 1
+        shares = sum(2 * c.cap for c in self.consumers.values())
+        return max(self.config.slots, in_flight + 1 + shares)
+
+    def _needed(self, key: Key) -> bool:
+        consumers = self.consumers.values()
+        return not consumers or any(c.wants_later(key) for c in consumers)
+
+    def _reserve(self) -> tuple[int | None, tuple[tuple[int, int], ...]]:
+        slot = self.table.reserve()
+        return slot, (() if slot is None else self.table.request_regions(slot))
 
     def _open_sockets(self) -> None:
         """The control socket consumers talk to, and the socket that hands them the ring's fd."""
@@ -413,18 +507,19 @@ class Producer:
         self.selection_cache = cache
         return chosen
 
-    def _next_batch(self) -> tuple[Key, bool, Any]:
-        batch = next(self.batches)
-        key, makeup = self.plan.in_flight.popleft()
-        return key, makeup, batch
-
     # ------------------------------------------------------------------- loop
     def _loop(self) -> int:
         last_check = time.monotonic()
         idle_since = time.monotonic()
         while not self.stopping:
-            can_publish = bool(self.consumers) and self._slot_for_next() is not None
-            events = dict(self.poller.poll(0 if can_publish else 50))
+            pull = bool(self.consumers) and self._wants_pull()
+            # Block on the control socket until something happens, or until the next liveness
+            # check (or a hold's next reckoning): the loop never spins.
+            wake = last_check + LIVENESS_EVERY_S - time.monotonic()
+            if any(c.holding_since is not None for c in self.consumers.values()):
+                wake = min(wake, HOLD_PATIENCE_S / 10)
+            wait_ms = 0 if pull else max(1, int(1000 * wake))
+            events = dict(self.poller.poll(wait_ms))
             if self.ctl in events:
                 self._drain_control()
             if self.fd_server.fileno() in events:
@@ -447,106 +542,210 @@ class Producer:
                     break
             if time.time() - self.last_info >= INFO_EVERY_S:
                 self._write_info()
-            if self.consumers:
-                self._publish_ready()
+            self._dispatch()
+            if self.consumers and self._wants_pull():
+                self._pull()  # waits for the workers: only when a consumer has room for it
+                self._dispatch()
         return 0
 
-    def _slot_for_next(self) -> int | None:
-        """A free slot for the next batch, keeping enough back for pending make-ups so that a
-        consumer finishing its epoch is never stuck behind batches of its next one."""
-        free = [i for i in range(len(self.refs)) if self.refs[i] == 0]
-        if not free:
-            return None
-        needs_makeup = [c for c in self.consumers.values() if c.wants]
-        head_is_makeup = bool(self.published) and self.published[0][1]
-        if needs_makeup and not head_is_makeup:
-            reserve = max(math.ceil(c.batch_size / self.plan.batch_size) for c in needs_makeup)
-            if len(free) <= reserve:
-                return None
-        for offset in range(len(self.refs)):  # round robin keeps slots adjacent in order
-            slot = (self.next_slot + offset) % len(self.refs)
-            if self.refs[slot] == 0:
-                return slot
-        return None
+    def _wants_pull(self) -> bool:
+        """Whether to take the next batch from the DataLoader: one in flight, or the one it will
+        ask for next, would go to a consumer now (a make-up ordered, or room for it), and no
+        consumer that keeps pace would lose a batch for it. Pulling also asks for the next one;
+        so a stream nobody reads is not made further."""
+        consumers = self.consumers.values()
+        keys = [r.key for r, _ in self.plan.in_flight] + [self.plan.peek()]
+        wanted = bool(self.plan.makeups) or any(
+            any(key in c.ordered or c.accepts(key) for c in consumers) for key in keys
+        )
+        return wanted and not self._hold(keys[0])
 
-    def _publish_ready(self) -> None:
-        # Keep a few produced batches at hand so a make-up behind a stream batch that is
-        # waiting for a slot can go first.
-        while len(self.published) < 2 + 2 * self.config.workers or self._makeups_stuck():
-            self.published.append(self._next_batch())
-            self.produced += 1
-        for position, (key, makeup, batch) in enumerate(self.published):
-            recipients = self._recipients(key, makeup)
-            if not recipients:
-                del self.published[position]
-                return  # a make-up nobody wants any more (its consumer left)
-            if not makeup and position > 0:
-                continue  # stream batches go in order; a make-up further back may still go
-            slot = self._slot_for_next() if not makeup else self._any_free_slot()
-            if slot is None:
-                continue  # a make-up further back may still fit the reserve
-            del self.published[position]
-            self._publish(slot, key, makeup, batch, recipients)
-            return
-
-    def _makeups_stuck(self) -> bool:
-        """True when the batches at hand are all stream batches that may not take the free
-        slots, while a consumer waits for make-ups still behind them in the DataLoader (pulled
-        ahead before it joined): then pull past them, or nothing would ever move."""
-        if any(makeup for _, makeup, _ in self.published):
-            return False
-        if not any(c.wants for c in self.consumers.values()):
-            return False
-        if not self.plan.makeups and not any(makeup for _, makeup in self.plan.in_flight):
-            return False
-        return self._slot_for_next() is None and self._any_free_slot() is not None
-
-    def _any_free_slot(self) -> int | None:
-        for offset in range(len(self.refs)):
-            slot = (self.next_slot + offset) % len(self.refs)
-            if self.refs[slot] == 0:
-                return slot
-        return None
-
-    def _recipients(self, key: Key, makeup: bool) -> list[_Consumer]:
-        if makeup:
-            return [c for c in self.consumers.values() if key in c.wants]
-        return list(self.consumers.values())
-
-    def _publish(
-        self, slot: int, key: Key, makeup: bool, batch: Any, recipients: list[_Consumer]
-    ) -> None:
-        import torch
-
-        tensors, _ = flatten(batch)
-        ids = torch.tensor(self.plan.indices(key), dtype=torch.int64)
-        try:
-            count = self.ring.write(slot, tensors, ids)
-        except RingError as exc:
-            raise LoaderError(f"loader {self.config.name}: {exc}") from None
-        self.bytes_written += sum(t.numel() * t.element_size() for t in tensors) + ids.numel() * 8
-        self.next_slot = (slot + 1) % len(self.refs)
-        if makeup:
-            self.makeups_produced += 1
-        # t: when it was sent (wall clock), so a consumer can tell how long the hand-off took
-        message = encode("batch", slot=slot, n=count, key=list(key), t=time.time())
+    def _hold(self, key: Key) -> bool:
+        """Whether the stream waits before making `key` (the next batch out): for consumers
+        that keep pace, would not take it now and have no look-back left for it. Each may hold
+        it only so long (HOLD_PATIENCE_S at once, HOLD_SHARE of the time); then it is let go."""
         now = time.monotonic()
-        for consumer in recipients:
-            if makeup:
-                consumer.wants.discard(key)
-            try:
-                self.ctl.send_multipart([consumer.ident, message])
-            except zmq.ZMQError:  # it went away between the check and now
-                self._drop(consumer, "its socket is gone")
+        holding = False
+        for consumer in self.consumers.values():
+            blocks = (
+                consumer.keeps_pace
+                and key not in consumer.ordered
+                and not consumer.accepts(key)
+                and consumer.wants_later(key)
+                and len(self.table.pins.get(consumer.ident, ())) >= consumer.cap
+            )
+            if not blocks:
+                if consumer.holding_since is not None:
+                    consumer.hold_debt = consumer.debt(now) + now - consumer.holding_since
+                    consumer.debt_at = now
+                    consumer.holding_since = None
                 continue
-            self.refs[slot] += 1
-            consumer.held.add(slot)
-            consumer.delivered += 1
-            self.delivered_total += 1
-            consumer.position = key
-            if not makeup and not consumer.wants:  # it has all of its earlier epochs
-                consumer.epoch = max(consumer.epoch, key[0])
-            consumer.times.append(now)
+            if consumer.holding_since is None:
+                consumer.holding_since = now
+            waited = now - consumer.holding_since
+            if waited > HOLD_PATIENCE_S or consumer.debt(now) + waited > HOLD_SHARE * HOLD_WINDOW_S:
+                self._let_go(consumer, waited)
+                continue
+            holding = True
+        return holding
+
+    def _let_go(self, consumer: _Consumer, waited: float) -> None:
+        consumer.keeps_pace = False
+        consumer.holding_since = None
+        consumer.hold_debt = 0.0
+        log.info(
+            "loader %s: consumer pid %d is slower than the others (they waited %.2f s for it "
+            "at once, more in all): the stream goes on without waiting for it",
+            self.config.name,
+            consumer.pid,
+            waited,
+        )
+
+    def _pull(self) -> None:
+        """Take the next made batch from the DataLoader and place it."""
+        packed = next(self.batches)
+        request, makeup = self.plan.in_flight.popleft()
+        assert packed.key == request.key, (packed.key, request.key)
+        self.produced += 1
+        self.makeups_produced += makeup
+        slot = request.slot if request.slot is not None else self.table.take_free()
+        if slot is None:
+            self.unplaced.append((packed, makeup))
+            return
+        self._place(slot, packed)
+
+    def _place(self, slot: int, packed: Packed) -> None:
+        try:
+            self.table.place(slot, packed)
+        except (BatchError, RuntimeError) as exc:
+            raise LoaderError(f"loader {self.config.name}: {exc}") from None
+        key = packed.key
+        consumers = list(self.consumers.values())
+        for consumer in consumers:
+            self._feed(consumer)  # in order: what it lacks from before goes first
+            if consumer.epoch == key[0] and not consumer.has(key):
+                consumer.missing.add(key)  # it had no room: the look-back, or a make-up
+        for consumer in consumers:
+            if consumer.wants_later(key):
+                self.table.pin(slot, consumer.ident, consumer.cap)
+
+    def _feed(self, consumer: _Consumer) -> None:
+        """Give it what it takes of the batches in the ring, oldest first."""
+        where = self.table.where
+        if consumer.room() <= 0 and not (consumer.ordered and consumer.ordered & where.keys()):
+            return
+        for key in sorted(k for k in where if k in consumer.ordered or consumer.accepts(k)):
+            if key in where and (key in consumer.ordered or consumer.accepts(key)):
+                slot = where[key]
+                meta = self.table.slots[slot].meta
+                assert meta is not None
+                self._give(consumer, slot, meta)
+
+    def _give(self, consumer: _Consumer, slot: int, meta: BatchMeta) -> None:
+        state = self.table.slots[slot]
+        key = state.key
+        assert key is not None
+        message = encode(
+            "batch", slot=slot, key=list(key), n=meta.count, meta=meta.to_wire(), t=time.time()
+        )
+        try:
+            self.ctl.send_multipart([consumer.ident, message])
+        except zmq.ZMQError:  # it went away between the check and now
+            self._drop(consumer, "its socket is gone")
+            return
+        self.table.unpin(slot, consumer.ident)
+        state.refs += 1
+        consumer.held.add(slot)
+        consumer.ordered.discard(key)
+        consumer.missing.discard(key)
+        consumer.got.setdefault(key[0], set()).add(key[1])
+        consumer.delivered += 1
+        self.delivered_total += 1
+        consumer.position = key
+        consumer.times.append(time.monotonic())
+        while len(consumer.got.get(consumer.epoch, ())) >= self.plan.per_epoch:
+            self._next_epoch(consumer)
+
+    def _next_epoch(self, consumer: _Consumer) -> None:
+        """It has been given every batch of its epoch: on to the next one, noting what of it
+        the stream has already passed."""
+        consumer.got.pop(consumer.epoch, None)
+        consumer.epoch += 1
+        consumer.missing = self._passed(consumer)
+        if not consumer.keeps_pace and not consumer.missing:
+            consumer.keeps_pace = True  # it caught up with the stream
+
+    def _passed(self, consumer: _Consumer) -> set[Key]:
+        """The batches of its epoch the stream has passed and it was not given."""
+        epoch = consumer.epoch
+        position = self.plan.stream_next
+        end = (
+            self.plan.per_epoch
+            if position[0] > epoch
+            else position[1]
+            if position[0] == epoch
+            else 0
+        )
+        coming = self.plan.coming() | {p.key for p, _ in self.unplaced}
+        got = consumer.got.get(epoch, set())
+        return {(epoch, j) for j in range(end) if j not in got and (epoch, j) not in coming}
+
+    def _dispatch(self) -> None:
+        """Give consumers with room what they take from the ring, and order what they lack."""
+        self._follow()
+        while self.unplaced:
+            slot = self.table.take_free()
+            if slot is None:
+                break
+            packed, _ = self.unplaced.popleft()
+            self._place(slot, packed)
+        for consumer in list(self.consumers.values()):
+            self._feed(consumer)
+            self._order_makeups(consumer)
+
+    def _follow(self) -> None:
+        """Keep the stream where it is of use. When no consumer reads its epoch or the one
+        before any more (the ones that did left; those left behind lag), it goes back to the
+        earliest batch one of them lacks: they take the stream again, instead of make-ups beside
+        a stream nobody reads. When everyone is past it (a restarted producer continues from
+        the position last written down, a second old), it goes on to where they are."""
+        head = self.plan.stream_next
+        consumers = self.consumers.values()
+        if not consumers:
+            return
+        start = min(
+            (c.epoch, next(j for j in range(self.plan.per_epoch) if not c.has((c.epoch, j))))
+            for c in consumers
+        )
+        behind = head < start
+        if start == head or not (behind or all(head[0] > c.epoch + 1 for c in consumers)):
+            return
+        log.info("loader %s: the stream moves from %s to %s", self.config.name, head, start)
+        self.plan.stream_next = start
+        self.plan.makeups = deque(k for k in self.plan.makeups if k < start)
+        for consumer in consumers:
+            consumer.missing = {k for k in consumer.missing if k < start}
+            consumer.keeps_pace = True  # the stream is theirs again
+
+    def _order_makeups(self, consumer: _Consumer) -> None:
+        """Ask the DataLoader again for what it lacks of its epoch and is nowhere at hand; as
+        much as it has room for."""
+        room = consumer.room()
+        if room <= 0 or not consumer.missing:
+            return
+        coming: set[Key] | None = None
+        where = self.table.where
+        for key in heapq.nsmallest(room + len(consumer.ordered), consumer.missing):
+            if room <= 0:
+                break
+            if key in consumer.ordered or key in where:
+                continue
+            if coming is None:
+                coming = self.plan.coming() | {p.key for p, _ in self.unplaced}
+            if key not in coming:
+                self.plan.makeups.append(key)
+            consumer.ordered.add(key)
+            room -= 1
 
     # ---------------------------------------------------------------- control
     def _drain_control(self) -> None:
@@ -571,7 +770,7 @@ class Producer:
                     for slot in message.get("slots", ()):
                         if slot in consumer.held:
                             consumer.held.discard(slot)
-                            self.refs[slot] -= 1
+                            self.table.slots[slot].refs -= 1
             elif kind == "bye":
                 consumer = self.consumers.get(ident)
                 if consumer is not None:
@@ -588,11 +787,11 @@ class Producer:
             self._refuse(ident, "a hello without a pid")
             return
         per_slot = self.plan.batch_size
-        if batch_size < 1 or math.ceil(batch_size / per_slot) > len(self.refs) // 2:
+        if batch_size < 1 or math.ceil(batch_size / per_slot) > self.config.slots // 2:
             self._refuse(
                 ident,
                 f"a batch of {batch_size} needs more than half of the ring "
-                f"({len(self.refs)} slots of {per_slot}); start the producer with "
+                f"({self.config.slots} slots of {per_slot}); start the producer with "
                 "--slots larger or --batch-size larger",
             )
             return
@@ -604,56 +803,48 @@ class Producer:
             create_time = None
         resume = message.get("resume") or None
         self._note_reuse(message.get("job"), pid, resumed=bool(resume))
-        stream_next = self._stream_position()
-        epoch = stream_next[0]
-        received: set[Key] = set()
+        epoch = self._stream_position()[0]
+        got: dict[int, set[int]] = {}
         if resume:
             epoch = int(resume["epoch"])
-            received = {
-                (int(e), int(j)) for e, js in resume.get("received", {}).items() for j in js
-            }
-        # Everything of its epochs that the stream has already passed, it gets made up.
-        wants = {
-            (e, j)
-            for e in range(epoch, stream_next[0] + 1)
-            for j in range(self.plan.per_epoch)
-            if (e, j) < stream_next and (e, j) not in received
-        }
+            for e, js in resume.get("received", {}).items():
+                got.setdefault(int(e), set()).update(int(j) for j in js)
+        # A batch that does not start on a slot boundary may span one slot more.
+        need = math.ceil(batch_size / per_slot) + (1 if batch_size % per_slot else 0)
         consumer = _Consumer(
-            ident, pid, create_time, batch_size, epoch, time.monotonic(), wants=wants
+            ident, pid, create_time, batch_size, need, epoch, time.monotonic(), got=got
         )
+        while len(consumer.got.get(consumer.epoch, ())) >= self.plan.per_epoch:
+            consumer.got.pop(consumer.epoch)
+            consumer.epoch += 1
+        consumer.missing = self._passed(consumer)
         self.consumers[ident] = consumer
         self.consumers_total += 1
-        coming = (
-            set(self.plan.makeups)
-            | {k for k, makeup in self.plan.in_flight if makeup}
-            | {k for k, makeup, _ in self.published if makeup}
-        )
-        self.plan.makeups.extend(sorted(wants - coming))
+        self.table.grow(self._slots_needed())
         self.ctl.send_multipart(
             [
                 ident,
                 encode(
                     "welcome",
-                    layout=self.ring.layout.to_dict(),
-                    epoch=epoch,
+                    epoch=consumer.epoch,
                     batches_per_epoch=self.plan.per_epoch,
                     dataset_len=self.plan.length,
+                    batch_size=per_slot,
                     pid=os.getpid(),
                     create_time=self.proc.create_time(),
                     fd_socket=str(self.fd_path),
-                    makeups=len(wants),
+                    makeups=len(consumer.missing),
                     managed=self.config.managed,
                 ),
             ]
         )
         log.info(
-            "loader %s: consumer pid %d joined at %s (batch %d, %d make-ups)",
+            "loader %s: consumer pid %d joined at %s (batch %d, %d batches of its epoch passed)",
             self.config.name,
             pid,
-            stream_next,
+            self._stream_position(),
             batch_size,
-            len(wants),
+            len(consumer.missing),
         )
 
     def _note_reuse(self, job: Any, pid: int, resumed: bool) -> None:
@@ -673,9 +864,9 @@ class Producer:
             )
 
     def _stream_position(self) -> Key:
-        """The first stream key not yet given to anyone: consumers joining now get it next."""
-        pending = [k for k, makeup, _ in self.published if not makeup]
-        pending += [k for k, makeup in self.plan.in_flight if not makeup]
+        """The first stream key not yet made: consumers joining now get it next."""
+        pending = [r.key for r, makeup in self.plan.in_flight if not makeup]
+        pending += [p.key for p, makeup in self.unplaced if not makeup]
         return min(pending) if pending else self.plan.stream_next
 
     def _refuse(self, ident: bytes, why: str) -> None:
@@ -700,11 +891,12 @@ class Producer:
 
     def _drop(self, consumer: _Consumer, why: str) -> None:
         for slot in consumer.held:
-            self.refs[slot] -= 1
+            self.table.slots[slot].refs -= 1
         consumer.held.clear()
+        self.table.unpin_all(consumer.ident)
         self.consumers.pop(consumer.ident, None)
-        orphaned = set(self.plan.makeups) - {k for c in self.consumers.values() for k in c.wants}
-        self.plan.makeups = deque(k for k in self.plan.makeups if k not in orphaned)
+        wanted = {k for c in self.consumers.values() for k in c.ordered}
+        self.plan.makeups = deque(k for k in self.plan.makeups if k in wanted)
         log.info("loader %s: consumer pid %d left (%s)", self.config.name, consumer.pid, why)
 
     # ----------------------------------------------------------------- status
@@ -737,12 +929,13 @@ class Producer:
             "stream": list(self._stream_position()),
             "produced": self.produced,
             "makeups_produced": self.makeups_produced,
-            "bytes_written": self.bytes_written,
+            "bytes_written": self.table.bytes_written,
+            "bytes_copied": self.table.bytes_copied,
             "consumers_total": self.consumers_total,
             "delivered_total": self.delivered_total,
-            "slots": len(self.refs),
-            "slots_used": sum(1 for r in self.refs if r),
-            "slot_bytes": self.ring.layout.batch_bytes,
+            "slots": len(self.table.slots),
+            "slots_used": self.table.used(),
+            "slot_bytes": self.table.slot_bytes,
             "cpu_s": round(cpu, 3),
             "uptime_s": round(time.time() - self.started, 3),
             "managed": self.config.managed,
@@ -756,7 +949,7 @@ class Producer:
                     "delivered": c.delivered,
                     "batches_per_s": round(c.rate(now), 2),
                     "held_slots": len(c.held),
-                    "makeups_left": len(c.wants),
+                    "makeups_left": len(c.missing),
                 }
                 for c in self.consumers.values()
             ],
@@ -810,26 +1003,12 @@ class Producer:
                 self.ctl.send_multipart([consumer.ident, message])
         self.ctl.close(linger=200)
         self.fd_server.close()
+        shutdown = getattr(self.batches, "_shutdown_workers", None)
+        if callable(shutdown):
+            shutdown()
         for path in (self.ctl_path, self.fd_path, self.info_path):
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
-
-
-def _yield_to_consumers(_worker_id: int) -> None:
-    """Decode workers are throughput work; the consumers they feed and the producer's hand-off
-    are the latency path. A little lower priority lets a waking consumer take a core from a
-    busy worker at once instead of waiting out its time slice."""
-    with contextlib.suppress(OSError):
-        os.nice(WORKER_NICENESS)
-
-
-def _padded(batch: Any, batch_size: int) -> Any:
-    """A batch shaped as a full one, for laying out the ring."""
-    import torch
-
-    tensors, structure = flatten(batch)
-    grown = [torch.zeros((batch_size, *t.shape[1:]), dtype=t.dtype) for t in tensors]
-    return unflatten(structure, grown)
 
 
 def serve(config: ProducerConfig, home: Home) -> int:

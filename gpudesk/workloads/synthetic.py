@@ -37,3 +37,58 @@ def make_dataset(
     size: int = 256, shape: tuple[int, ...] | list[int] = (4,), cost_ms: float = 0.0
 ) -> SyntheticDataset:
     return SyntheticDataset(size, tuple(shape), cost_ms)
+
+
+class AugmentedDataset(SyntheticDataset):
+    """Samples with random "augmentations" from every source a real pipeline draws from:
+    sample `i` is `(i, epoch, torch draw, Python random draw, NumPy draw)` where `epoch` is what
+    `set_epoch` last said (as `gpudesk.workloads.images` uses it). A loader that gives each
+    epoch fresh randomness changes every draw between epochs; one that does not repeats them."""
+
+    def __init__(self, size: int = 256) -> None:
+        super().__init__(size, ())
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = int(epoch)
+
+    def __getitem__(self, index: int) -> tuple[Any, ...]:
+        import random
+
+        import numpy as np
+        import torch
+
+        if not 0 <= index < self.size:
+            raise IndexError(index)
+        return (
+            int(index),
+            self.epoch,
+            float(torch.rand(()).item()),
+            random.random(),
+            float(np.random.rand()),
+        )
+
+
+class RaggedDataset(SyntheticDataset):
+    """Samples of varying length, as text is: sample `i` is `(tokens, i)` where `tokens` is the
+    int64 tensor `i * 1000 + arange(length)` with `length = 1 + (i * 7) % max_length`."""
+
+    def __init__(self, size: int = 256, max_length: int = 64) -> None:
+        super().__init__(size, ())
+        self.max_length = int(max_length)
+
+    def __getitem__(self, index: int) -> tuple[Any, Any]:
+        import torch
+
+        if not 0 <= index < self.size:
+            raise IndexError(index)
+        length = 1 + (index * 7) % self.max_length
+        return torch.arange(length, dtype=torch.int64) + index * 1000, int(index)
+
+
+def make_augmented(size: int = 256) -> AugmentedDataset:
+    return AugmentedDataset(size)
+
+
+def make_ragged(size: int = 256, max_length: int = 64) -> RaggedDataset:
+    return RaggedDataset(size, max_length)

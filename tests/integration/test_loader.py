@@ -311,22 +311,24 @@ class Loaders:
         wait: bool = True,
         idle_exit: float = 30.0,
         selection: str | None = None,
+        dataset: tuple[str, dict[str, Any]] | None = None,
     ) -> Producer:
+        """A producer of the synthetic dataset (size, shape, cost_ms), or of `dataset`: a
+        factory and its arguments."""
         home = home or self.home
         self.count += 1
+        factory, args = dataset or (
+            FACTORY,
+            {"size": size, "shape": list(shape), "cost_ms": cost_ms},
+        )
         argv = [
             *GPUDESK,
             "loader",
             "serve",
             name,
             "--dataset",
-            FACTORY,
-            "--arg",
-            f"size={size}",
-            "--arg",
-            f"shape={json.dumps(list(shape))}",
-            "--arg",
-            f"cost_ms={cost_ms}",
+            factory,
+            *[part for k, v in args.items() for part in ("--arg", f"{k}={json.dumps(v)}")],
             "--batch-size",
             str(batch),
             "--workers",
@@ -487,15 +489,17 @@ def test_every_consumer_gets_every_sample_once_per_epoch_in_the_seeds_order(
     # between: its first epoch is the same batches, in another order.
     streams = [[e["stream_epoch"] for e in epochs_seen] for epochs_seen in results]
     assert streams == [list(range(epochs))] * 2, streams
-    for epoch in range(1, epochs):
-        assert results[0][epoch]["ids"] == results[1][epoch]["ids"] == canonical(size, seed, epoch)
+    # Each epoch is that epoch's batches. A consumer reads them in the epoch's order unless one
+    # had to be made again for it (it fell further behind than the ring keeps, which a loaded
+    # machine may cause): then that one comes when it is made.
+    remade = producer.status()["makeups_produced"]
+    for epoch in range(epochs):
+        order = canonical(size, seed, epoch)
+        for epochs_seen in results:
+            assert_whole_batches_of(epochs_seen[epoch]["ids"], order, batch)
+            if not remade:
+                assert epochs_seen[epoch]["ids"] == order
     order0 = canonical(size, seed, 0)
-    firsts = [epochs_seen[0]["ids"] for epochs_seen in results]
-    assert order0 in firsts
-    if producer.status()["makeups_produced"] == 0:
-        assert firsts == [order0, order0]
-    for ids in firsts:
-        assert_whole_batches_of(ids, order0, batch)
 
     # The same seed elsewhere gives the same order; another seed another; so does the
     # local fallback, with no producer at all.
@@ -509,8 +513,11 @@ def test_every_consumer_gets_every_sample_once_per_epoch_in_the_seeds_order(
         assert p.stop() == 0
 
 
-def test_a_consumer_joining_mid_epoch_starts_at_once_and_gets_its_makeups(loaders: Loaders) -> None:
+def test_a_consumer_joining_mid_epoch_starts_at_once_and_gets_what_it_missed(
+    loaders: Loaders,
+) -> None:
     size, batch = 400, 8  # 50 batches an epoch
+    per_epoch = size // batch
     producer = loaders.serve(size=size, batch=batch, workers=1)
     steady = loaders.thread(epochs=2, delay=0.02)
     early, late = loaders.thread(epochs=2, gated=True), loaders.thread(epochs=2, gated=True)
@@ -524,23 +531,16 @@ def test_a_consumer_joining_mid_epoch_starts_at_once_and_gets_its_makeups(loader
         wait_for(lambda: consumer.batches() >= 1, 5, what="the joiner's first batch")
         assert consumer.events("batch")[0]["t"] - go < 2.0
 
-    def makeups_for(joiner: Consumer | ThreadConsumer, go: float) -> None:
-        """It joined mid-epoch: what it missed is produced again for it."""
-        before = producer.status()["makeups_produced"]
-        first_batch_soon(joiner, go)
-        wait_for(
-            lambda: producer.status()["makeups_produced"] > before,
-            5,
-            what="make-ups for the joiner",
-        )
-
     wait_for(lambda: steady_at(8), 15, what="the steady consumer to be 8 batches in")
-    makeups_for(early, early.go())
-    # One that joins in the second half of the epoch: most of its epoch is make-ups, which must
-    # reach it before the stream's next epoch fills the ring with batches it cannot use yet.
+    first_batch_soon(early, early.go())
+    # One that joins in the second half of the epoch: most of its epoch is behind the stream.
     wait_for(lambda: steady_at(30), 15, what="the steady consumer to be 30 batches in")
-    makeups_for(late, late.go())
+    first_batch_soon(late, late.go())
 
+    # The joiners read faster than the steady one, which therefore falls behind them: every
+    # consumer still reads each of its epochs whole, each batch once. What one missed it got
+    # from the ring while it was there, else made again for it; never more than what the
+    # joiners' first epochs and the steady one's lag need.
     for joiner in (early, late):
         epochs_seen = joiner.finish(30)
         assert len(epochs_seen) == 2
@@ -550,9 +550,12 @@ def test_a_consumer_joining_mid_epoch_starts_at_once_and_gets_its_makeups(loader
         first, then = (e["stream_epoch"] for e in epochs_seen)
         assert then == first + 1
         assert_whole_batches_of(epochs_seen[0]["ids"], canonical(size, 0, first), batch)
-        assert epochs_seen[1]["ids"] == canonical(size, 0, then)
-    # The consumer that was there all along saw exactly the stream.
-    assert [e["ids"] for e in steady.finish(30)] == [canonical(size, 0, e) for e in range(2)]
+        assert_whole_batches_of(epochs_seen[1]["ids"], canonical(size, 0, then), batch)
+    for e in steady.finish(30):
+        assert_whole_batches_of(e["ids"], canonical(size, 0, e["stream_epoch"]), batch)
+        assert e["data_ok"]
+    status = producer.status()
+    assert status["makeups_produced"] <= 3 * per_epoch, status
     assert producer.stop() == 0
 
 
@@ -613,14 +616,14 @@ def test_a_killed_consumer_releases_its_slots_and_the_others_go_on(
     victim = loaders.consumer(epochs=2, pause_file=pause, pause_from=3)
     producer.wait_ready()
 
-    # The victim holds its 4th batch, mid-epoch, and the ring fills behind it: a consumer that
-    # comes now gets nothing until the victim lets go.
+    # The victim holds its 4th batch, mid-epoch, and what it was given beyond it: its share of
+    # the ring, no more. A consumer that comes now goes on past it.
     wait_for(lambda: victim.batches() >= 4, 20, what="the victim to be paused mid-epoch")
-    wait_for(lambda: producer.status()["slots_used"] == slots, 5, what="the ring to fill")
     survivor = loaders.thread(epochs=2)
-    wait_for(lambda: len(producer.consumers()) == 2, 5, what="the second consumer to join")
-    assert producer.consumers()[victim.pid]["held_slots"] == slots
-    assert survivor.batches() == 0
+    wait_for(lambda: survivor.batches() >= 10, 10, what="the survivor to read past the victim")
+    assert victim.batches() == 4  # still paused
+    held = producer.consumers()[victim.pid]["held_slots"]
+    assert 1 <= held <= 3, held
 
     os.kill(victim.pid, signal.SIGKILL)
     killed = time.monotonic()
@@ -722,41 +725,41 @@ def test_batches_are_views_of_the_shared_ring(loaders: Loaders) -> None:
     assert producer.stop() == 0
 
 
-def test_a_paused_consumer_holds_the_producer_back_by_the_ring_size(
+def test_a_paused_consumer_holds_only_its_share_and_the_others_go_on(
     loaders: Loaders, tmp_path: Path
 ) -> None:
+    """The ring's look-back is bounded: a consumer that stops reading keeps the few batches it
+    was given and the few kept for it, no more, and the others do not wait for it. When it
+    reads again it gets every batch of its epoch once: what the ring still has, and the rest
+    made again for it."""
     size, slots = 800, 8  # 100 batches an epoch
     pause = tmp_path / "pause"
     producer = loaders.serve(size=size, batch=8, slots=slots)
     slow = loaders.thread(delay=0.01, pause_file=pause)
-    fast = loaders.thread(delay=0.01)
+    fast = loaders.thread(epochs=2, delay=0.01)
 
     def both_streaming() -> bool:
         consumers = producer.status()["consumers"]
-        return len(consumers) == 2 and all(
-            c["makeups_left"] == 0 and c["delivered"] for c in consumers
-        )
+        return len(consumers) == 2 and all(c["delivered"] for c in consumers)
 
-    wait_for(both_streaming, 10, what="both consumers to be past their make-ups")
+    wait_for(both_streaming, 10, what="both consumers to be reading")
     pause.touch()
-
-    def fast_stalled() -> bool:
-        before = fast.batches()
-        time.sleep(0.25)
-        return fast.batches() == before
-
-    wait_for(fast_stalled, 10, what="the fast consumer to stall")
-    ahead = fast.batches() - slow.batches()
-    assert ahead >= slots // 2, f"the fast consumer got only {ahead} batches ahead"
-    assert ahead <= slots, f"the fast consumer got {ahead} batches ahead of a ring of {slots}"
-    assert not fast.epochs()  # the producer waited for the slow one; nothing was dropped
-    assert producer.status()["slots_used"] == slots
+    for e in fast.finish(30):  # two whole epochs while the slow one holds its batch
+        assert_exactly_once(e["ids"], size)
+        assert e["data_ok"]
+    assert not slow.epochs()
+    status = producer.status()
+    [held] = [c["held_slots"] for c in status["consumers"]]
+    assert 1 <= held <= 3 and status["slots_used"] == held, status
+    # What it holds and what is kept for it: a few batches whatever the others read meanwhile.
+    assert status["slots"] <= 2 + 1 + 2 * 2 * 3, status
 
     pause.unlink()
-    for consumer in (slow, fast):
-        [epoch] = consumer.finish(30)
-        assert_exactly_once(epoch["ids"], size)
-        assert epoch["data_ok"]
+    [epoch] = slow.finish(30)
+    assert_exactly_once(epoch["ids"], size)
+    assert epoch["data_ok"]
+    # The ring did not keep all it missed: most of its epoch was made a second time.
+    assert producer.status()["produced"] > 2 * size // 8 + size // 8 // 2
     assert producer.stop() == 0
 
 
@@ -843,9 +846,14 @@ def test_status_shows_consumers_and_a_second_producer_is_refused(
     assert result.returncode == 0, result.stderr
     [entry] = json.loads(result.stdout)["loaders"]
     assert entry["name"] == "syn" and entry["pid"] == producer.pid
-    assert entry["slots"] == slots and 1 <= entry["slots_used"] <= slots
+    assert entry["slots"] >= slots and 1 <= entry["slots_used"] <= entry["slots"]
     assert entry["cpu_s"] > 0 and entry["produced"] > per_epoch
     assert entry["worker_processes"] == 2
+    # Its decode workers run at the producer's own priority: lowered, they lost their share of
+    # the cores to any other work on the machine (issue 16).
+    workers = psutil.Process(producer.pid).children()
+    assert len(workers) == 2
+    assert {w.nice() for w in workers} == {psutil.Process(producer.pid).nice()}
     [seen] = entry["consumers"]
     assert seen["pid"] == consumer.pid
     assert seen["epoch"] == 1  # it is in its second epoch
@@ -854,7 +862,10 @@ def test_status_shows_consumers_and_a_second_producer_is_refused(
     text = subprocess.run(
         [*GPUDESK, "loader", "status"], capture_output=True, text=True, timeout=30
     ).stdout
-    assert f"consumer pid {consumer.pid}" in text and f"slots {entry['slots_used']}/4" in text
+    assert (
+        f"consumer pid {consumer.pid}" in text
+        and f"slots {entry['slots_used']}/{entry['slots']}" in text
+    )
 
     _, error = second.communicate(timeout=60)
     assert second.returncode != 0

@@ -1,146 +1,224 @@
-"""The shared loader's slot ring, in one process: its layout, how batches are taken apart and put
-back together, what a write puts where, and how a consumer assembles batches from slots."""
+"""The shared loader's ring, in one process: how samples are laid into it (`batch.pack`), how
+the producer sizes and places slots (`slots.SlotTable`), and how a consumer reads batches back
+out of it, compared with what torch's own `default_collate` makes of the same samples."""
 
 from __future__ import annotations
 
-import json
 import os
+import random
 from collections.abc import Iterator
+from typing import Any
 
+import numpy as np
 import pytest
 import torch
+from torch.utils.data import default_collate
 
-from gpudesk.loader.consumer import SharedLoader, _Piece
-from gpudesk.loader.ring import ALIGN, Layout, Ring, RingError, flatten, plan_layout, unflatten
+from gpudesk.loader.batch import (
+    BatchError,
+    BatchMeta,
+    Packed,
+    Piece,
+    collate,
+    ids,
+    pack,
+    samples,
+)
+from gpudesk.loader.consumer import SharedLoader
+from gpudesk.loader.fetch import batch_seed, seeded
+from gpudesk.loader.ring import Ring
+from gpudesk.loader.slots import SlotTable
 
 
-def sample_batch(ids: list[int], shape: tuple[int, ...] = (3,)) -> tuple[torch.Tensor, ...]:
-    """(features filled with each sample's id, labels = ids), as the synthetic dataset's."""
-    features = torch.stack([torch.full(shape, float(i)) for i in ids])
-    return features, torch.tensor(ids, dtype=torch.int64)
+def sample(i: int, shape: tuple[int, ...] = (3,)) -> tuple[torch.Tensor, int]:
+    """(features filled with the sample's id, its id as a Python int), as a dataset returns."""
+    return torch.full(shape, float(i)), i
 
 
 @pytest.fixture
-def ring() -> Iterator[Ring]:
-    ring = Ring.create(plan_layout(sample_batch(list(range(8))), batch_size=8, slots=6))
-    yield ring
-    os.close(ring.fd)
+def table() -> Iterator[SlotTable]:
+    ring = Ring.create()
+    yield SlotTable(ring, 6, batch_size=8)
+    ring.close()
 
 
-def write(ring: Ring, slot: int, ids: list[int]) -> None:
-    tensors, _ = flatten(sample_batch(ids))
-    assert ring.write(slot, tensors, torch.tensor(ids)) == len(ids)
+def put(
+    table: SlotTable, slot: int, key: tuple[int, int], batch: list[Any], ids: list[int]
+) -> Piece:
+    """Pack `batch` as a producer's worker would (into the slot's regions where they fit) and
+    place it; the piece a consumer would get for it."""
+    regions = table.request_regions(slot)
+
+    def place(field: int, nbytes: int) -> tuple[int, torch.Tensor] | None:
+        if field >= len(regions) or nbytes > regions[field][1]:
+            return None
+        return regions[field][0], table.ring.view(regions[field][0], nbytes)
+
+    meta = table.place(slot, pack(key, batch, ids, place))
+    return Piece(slot, BatchMeta.from_wire(meta.to_wire()), 0, meta.count, key[1])
 
 
-def test_layout_round_trips_through_json() -> None:
-    batch = {
-        "image": torch.zeros(4, 3, 5, 5, dtype=torch.uint8),
-        "meta": (torch.zeros(4, dtype=torch.int32), [torch.zeros(4, 2)]),
-    }
-    layout = plan_layout(batch, batch_size=4, slots=5)
-    again = Layout.from_dict(json.loads(json.dumps(layout.to_dict())))
-    assert (again.slots, again.batch_size, again.size) == (5, 4, layout.size)
-    assert again.fields == layout.fields
-    assert [f.dtype for f in again.fields] == ["uint8", "int32", "float32", "int64"]
-    assert again.fields[0].sample_shape == (3, 5, 5) and again.fields[-1].sample_shape == ()
-    assert all(f.offset % ALIGN == 0 for f in again.fields)
-    assert again.batch_bytes == 4 * (75 + 4 + 8 + 8)
-    # The structure survives JSON's lists: it rebuilds the same nesting.
-    tensors, _ = flatten(batch)
-    rebuilt = unflatten(again.structure, tensors)
-    assert set(rebuilt) == {"image", "meta"} and rebuilt["image"] is tensors[0]
-    assert rebuilt["meta"][0] is tensors[1] and rebuilt["meta"][1][0] is tensors[2]
-    assert Layout.from_dict(json.loads(json.dumps(again.to_dict()))) == again
+def base(table: SlotTable) -> torch.Tensor:
+    assert table.ring.base is not None
+    return table.ring.base
 
 
-def test_flatten_and_unflatten_tuples_lists_and_dicts() -> None:
-    a, b, c = torch.zeros(2), torch.ones(2), torch.full((2,), 2.0)
-    tensors, structure = flatten((a, {"x": b, "y": [c]}))
-    assert len(tensors) == 3 and all(t is u for t, u in zip(tensors, [a, b, c], strict=True))
-    rebuilt = unflatten(structure, tensors)
-    assert isinstance(rebuilt, tuple) and rebuilt[0] is a
-    assert rebuilt[1]["x"] is b and rebuilt[1]["y"][0] is c  # a list comes back a tuple
-    tensors, structure = flatten(a)
-    assert unflatten(structure, tensors) is a
-    with pytest.raises(RingError, match=r"only tensors .* found str"):
-        flatten((a, "label"))
+def test_a_fixed_shape_batch_reads_back_as_default_collate_makes_it_and_as_views(
+    table: SlotTable,
+) -> None:
+    batch = [
+        ({"x": sample(i)[0], "n": np.full(2, i, dtype=np.int32)}, i, i / 2, i % 2 == 0)
+        for i in range(8)
+    ]
+    piece = put(table, 0, (0, 0), batch, list(range(8)))
+    got, copies = collate(base(table), [(piece, 0, 8)])
+    want = default_collate(batch)
+    assert copies == 0 and isinstance(got, list) and isinstance(want, list)
+    assert torch.equal(got[0]["x"], want[0]["x"]) and torch.equal(got[0]["n"], want[0]["n"])
+    for mine, torchs in zip(got[1:], want[1:], strict=True):
+        assert mine.dtype == torchs.dtype and torch.equal(mine, torchs)  # int64, float64, bool
+    for tensor in (got[0]["x"], got[0]["n"], got[1], got[2], got[3]):
+        assert tensor.untyped_storage().data_ptr() == base(table).untyped_storage().data_ptr()
+    # Part of a batch is a view of part of it; the samples come back as the dataset made them.
+    part, _ = collate(base(table), [(piece, 2, 3)])
+    assert part[1].tolist() == [2, 3, 4]
+    [again] = samples(base(table), [(piece, 5, 1)])
+    assert isinstance(again, tuple) and again[1:] == (5, 2.5, False)
+    assert torch.equal(again[0]["x"], sample(5)[0]) and again[0]["n"].tolist() == [5, 5]
+    assert ids(base(table), [(piece, 0, 8)]).tolist() == list(range(8))
 
 
-def test_a_batch_written_by_one_mapping_is_read_by_another(ring: Ring) -> None:
-    write(ring, 2, [10, 11, 12, 13, 14, 15, 16, 17])
-    write(ring, 3, [20, 21, 22])  # a short, last batch
-    other = Ring.attach(ring.layout, os.dup(ring.fd))
+def test_variable_size_samples_read_back_whole_and_a_batch_outgrowing_its_slot_moves(
+    table: SlotTable,
+) -> None:
+    def text(i: int, length: int) -> tuple[torch.Tensor, str]:
+        return torch.arange(length, dtype=torch.int64) + i, f"sample {i}" * (length % 3)
+
+    first = [text(i, 1 + i % 4) for i in range(8)]
+    piece = put(table, 1, (0, 0), first, list(range(8)))
+    back = samples(base(table), [(piece, 0, 8)])
+    assert [b[1] for b in back] == [f[1] for f in first]
+    assert all(torch.equal(b[0], f[0]) for b, f in zip(back, first, strict=True))
+    # default_collate cannot stack them, and neither can a consumer without a collate_fn.
+    with pytest.raises(RuntimeError, match="equal size"):
+        default_collate(first)
+    with pytest.raises(RuntimeError, match="equal size"):
+        collate(base(table), [(piece, 0, 8)])
+    # Far longer samples than the first batch's do not fit the slot: the producer places them
+    # in a new region at the end of the ring, and the slot keeps it.
+    before = table.request_regions(1)[0]
+    long = [text(i, 500 + i) for i in range(8)]
+    piece = put(table, 1, (0, 1), long, list(range(8)))
+    moved = table.request_regions(1)[0]
+    assert moved[0] > before[0] and moved[1] >= sum(500 + i for i in range(8)) * 8
+    assert table.bytes_copied > 0
+    back = samples(base(table), [(piece, 0, 8)])
+    assert all(torch.equal(b[0], f[0]) for b, f in zip(back, long, strict=True))
+
+
+def test_samples_of_one_batch_must_share_a_structure_and_carry_only_what_the_ring_can() -> None:
+    with pytest.raises(BatchError, match="different structures"):
+        pack((0, 0), [(torch.zeros(2), 1), (torch.zeros(2),)], [0, 1], None)
+    with pytest.raises(BatchError, match="carries tensors, NumPy arrays, numbers and strings"):
+        pack((0, 0), [(torch.zeros(2), object())], [0], None)
+    with pytest.raises(BatchError, match="one dtype per field"):
+        pack((0, 0), [torch.zeros(2), torch.zeros(2, dtype=torch.float64)], [0, 1], None)
+    # Without a slot every field comes back loose, for the producer to place: nothing is lost.
+    packed = pack((0, 0), [sample(0), sample(1)], [0, 1], None)
+    assert isinstance(packed, Packed) and sorted(packed.loose) == [0, 1, 2]
+    assert all(f.offset == -1 for f in packed.meta.fields)
+
+
+def test_the_first_batch_lays_slots_out_field_by_field_so_adjacent_slots_are_one_view(
+    table: SlotTable,
+) -> None:
+    first = put(table, 3, (0, 0), [sample(i) for i in range(8)], list(range(8)))
+    second = put(table, 4, (0, 1), [sample(i) for i in range(8, 16)], list(range(8, 16)))
+    # Each field's regions start aligned for its items (float32 features, int64 ids).
+    assert all(offset % 8 == 0 for regions in table.regions for offset, _ in regions)
+    batch, copies = collate(base(table), [(first, 0, 8), (second, 0, 8)])
+    assert copies == 0 and batch[1].tolist() == list(range(16))
+    assert batch[0].is_contiguous() and torch.equal(batch[0][:, 0], torch.arange(16.0))
+    # A run that does not start where the one before ends is copied, never misread: after a
+    # producer restart a half-used batch comes back with its start past what was handed out.
+    batch, copies = collate(base(table), [(first, 0, 8), (second, 4, 4)])
+    assert copies == 2 and batch[1].tolist() == [*range(8), *range(12, 16)]
+    assert batch[0][:, 0].tolist() == [float(i) for i in [*range(8), *range(12, 16)]]
+
+
+def test_a_second_mapping_sees_the_same_pages_and_growing_keeps_old_views(table: SlotTable) -> None:
+    piece = put(table, 0, (0, 0), [sample(i) for i in range(8)], list(range(8)))
+    other = Ring.attach(os.dup(table.ring.fd), os.fstat(table.ring.fd).st_size)
     try:
-        (features, labels), ids = other.batch(2, 8)
-        assert ids.tolist() == labels.tolist() == list(range(10, 18))
-        assert torch.equal(features, sample_batch(list(range(10, 18)))[0])
-        (features, labels), ids = other.batch(3, 3)
-        assert ids.tolist() == [20, 21, 22] and features[:, 0].tolist() == [20.0, 21.0, 22.0]
-        # The same pages: a write through one mapping shows through the other.
-        write(ring, 2, [30] * 8)
-        assert other.batch(2, 8)[1].tolist() == [30] * 8
-        assert features.untyped_storage().data_ptr() == other.base.untyped_storage().data_ptr()
+        assert other.base is not None
+        view, _ = collate(other.base, [(piece, 0, 8)])
+        assert view[1].tolist() == list(range(8))
+        put(table, 0, (0, 1), [sample(i) for i in range(20, 28)], list(range(20, 28)))
+        assert view[1].tolist() == list(range(20, 28))  # the same pages
+        table.ring.allocate(1 << 20)  # the producer grows the ring...
+        other.ensure(table.ring.end)  # ...and a consumer maps it again
+        assert view[1].tolist() == list(range(20, 28))  # what it read before is still good
+        assert not other.holds(view[1]) and other.size >= table.ring.end
     finally:
-        os.close(other.fd)
+        other.close()
 
 
-def test_a_batch_that_does_not_fit_the_layout_is_refused_clearly(ring: Ring) -> None:
-    features, labels = sample_batch(list(range(8)), shape=(4,))
-    with pytest.raises(RingError, match=r"shape \(8, 4\).*\(8, 3\) float32.*fixed shape"):
-        ring.write(0, [features, labels], labels.clone())
-    features, labels = sample_batch(list(range(8)))
-    with pytest.raises(RingError, match="dtype float64"):
-        ring.write(0, [features.double(), labels], labels.clone())
-    with pytest.raises(RingError, match="does not fit a slot of 8"):
-        ring.write(
-            0,
-            [torch.zeros(9, 3), torch.zeros(9, dtype=torch.int64)],
-            torch.zeros(9, dtype=torch.int64),
-        )
-    with pytest.raises(RingError, match="has 1 tensors; the first had 2"):
-        ring.write(0, [features], labels)
-    with pytest.raises(RingError, match="batch size"):
-        plan_layout((torch.zeros(8, 3), torch.zeros(7)), batch_size=8, slots=4)
+def test_slots_in_use_are_never_reused_and_pins_are_kept_per_consumer(table: SlotTable) -> None:
+    put(table, 0, (0, 0), [sample(i) for i in range(8)], list(range(8)))
+    table.slots[0].refs = 1  # given to a consumer
+    table.pin(1, b"a", limit=1)
+    table.pin(2, b"a", limit=1)  # a's second pin: its first goes back to the look-back
+    table.pin(3, b"b", limit=1)
+    reserved = [table.reserve() for _ in range(4)]
+    assert sorted(r for r in reserved if r is not None) == [1, 4, 5]
+    assert reserved[-1] is None  # nothing free: the producer places that batch later
+    assert table.where == {(0, 0): 0}  # the held batch is still there for late readers
+    table.unpin_all(b"a")
+    assert table.reserve() == 2
 
 
-def test_adjacent_slots_are_one_contiguous_view(ring: Ring) -> None:
-    write(ring, 3, list(range(0, 8)))
-    write(ring, 4, list(range(8, 16)))
-    (features, labels), ids = ring.batch(3, 16, slots=2)
-    assert ids.tolist() == labels.tolist() == list(range(16))
-    assert features.is_contiguous() and features.shape == (16, 3)
-    assert torch.equal(features, sample_batch(list(range(16)))[0])
-    first, _ = ring.batch(3, 8)
-    second, _ = ring.batch(4, 8)
-    assert features.data_ptr() == first[0].data_ptr()
-    assert second[0].data_ptr() == first[0].data_ptr() + 8 * 3 * 4  # right after slot 3's
+def test_batch_seeds_are_fixed_per_batch_and_a_training_process_keeps_its_random_state() -> None:
+    assert batch_seed(0, 1, 2) == batch_seed(0, 1, 2)
+    assert len({batch_seed(s, e, j) for s in (0, 1) for e in (0, 1) for j in (0, 1)}) == 8
+    torch.manual_seed(7)
+    random.seed(7)
+    np.random.seed(7)
+    expected = (torch.rand(1), random.random(), np.random.rand())
+    torch.manual_seed(7)
+    random.seed(7)
+    np.random.seed(7)
+    with seeded(batch_seed(0, 0, 0), restore=True):
+        drawn = (torch.rand(1), random.random(), np.random.rand())
+    with seeded(batch_seed(0, 0, 0), restore=True):
+        assert (torch.rand(1), random.random(), np.random.rand()) == drawn
+    assert (torch.rand(1), random.random(), np.random.rand()) == expected
 
 
-def assembler(ring: Ring) -> SharedLoader:
+def assembler(table: SlotTable, collate_fn: Any = None) -> SharedLoader:
     """A SharedLoader with just what `_assemble` uses (no producer)."""
     loader = SharedLoader.__new__(SharedLoader)
-    loader.ring, loader.producer_batch = ring, ring.layout.batch_size
+    loader.ring, loader.collate_fn = table.ring, collate_fn
     return loader
 
 
-def test_assembling_across_adjacent_slots_is_a_view_of_the_ring(ring: Ring) -> None:
-    write(ring, 1, list(range(0, 8)))
-    write(ring, 2, list(range(8, 16)))
-    pieces = [_Piece(1, 0, 8, 0), _Piece(2, 0, 8, 1)]
-    (features, _labels), ids, spent = assembler(ring)._assemble(pieces, 12, torch)
-    assert ids.tolist() == list(range(12)) and spent == [1]
-    assert features.untyped_storage().data_ptr() == ring.base.untyped_storage().data_ptr()
-    assert pieces == [_Piece(2, 4, 8, 1)]
-
-
-def test_assembling_never_reuses_samples_already_handed_out(ring: Ring) -> None:
-    # After a producer restart, a batch half handed out comes back with its start past the
-    # handed-out samples; when it lies right after another whole slot, a view of both slots
-    # would hand those samples out again (and lose as many at its end).
-    write(ring, 1, list(range(0, 8)))
-    write(ring, 2, list(range(8, 16)))
-    pieces = [_Piece(1, 0, 8, 0), _Piece(2, 4, 8, 1)]
-    (features, labels), ids, spent = assembler(ring)._assemble(pieces, 12, torch)
-    assert ids.tolist() == [*range(8), *range(12, 16)]
-    assert labels.tolist() == ids.tolist() and features[:, 0].tolist() == ids.float().tolist()
-    assert spent == [1, 2] and pieces == []
+def test_assembling_takes_samples_across_slots_once_and_hands_them_to_a_collate_fn(
+    table: SlotTable,
+) -> None:
+    pieces = [
+        put(table, 1, (0, 0), [sample(i) for i in range(8)], list(range(8))),
+        put(table, 2, (0, 1), [sample(i) for i in range(8, 16)], list(range(8, 16))),
+    ]
+    batch, batch_ids, spent = assembler(table)._assemble(pieces, 12)
+    assert batch_ids.tolist() == batch[1].tolist() == list(range(12)) and spent == [1]
+    assert batch[0].untyped_storage().data_ptr() == base(table).untyped_storage().data_ptr()
+    assert len(pieces) == 1 and pieces[0].start == 4
+    seen: list[list[Any]] = []
+    batch, batch_ids, spent = assembler(table, lambda s: seen.append(s) or len(s))._assemble(
+        pieces, 4
+    )
+    assert batch == 4 and batch_ids.tolist() == list(range(12, 16)) and spent == [2]
+    assert [s[1] for s in seen[0]] == list(range(12, 16))
+    assert all(
+        s[0].untyped_storage().data_ptr() == base(table).untyped_storage().data_ptr()
+        for s in seen[0]
+    )
