@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpudesk.engine import faults, runner
+from gpudesk.engine import diskspace, faults, runner
 from gpudesk.engine.containment import Containment
 from gpudesk.engine.events import EventPublisher
 from gpudesk.engine.jobs import JobState
@@ -124,6 +124,9 @@ class Attempts:
         self.dataset_of: dict[int, str] = {}  # running job id -> the dataset it names
         self.history = store.demand_history()  # command signature -> measured (MiB, SM %, runs)
         self.containment = Containment.probe(home.root)
+        # A full disk met while settling, for `check` to raise once it has been through every
+        # attempt: the engine then says so in one paragraph (Engine._say_disk).
+        self.disk_full: Exception | None = None
         log.info("job containment: %s", self.containment.describe())
 
     # ----------------------------------------------------------------- views
@@ -402,8 +405,10 @@ class Attempts:
 
     # ------------------------------------------------------------- watching
     def check(self) -> None:
-        """Settle attempts that ended; escalate a cancel whose grace ran out to SIGKILL."""
+        """Settle attempts that ended; escalate a cancel whose grace ran out to SIGKILL. Raises
+        the full disk that kept an outcome from being recorded, after every attempt was seen."""
         now = time.monotonic()
+        self.disk_full = None
         for live in list(self.live.values()):
             if live.retry is not None:  # it ended, but that could not be stored: again when due
                 if now >= live.retry_at:
@@ -431,6 +436,8 @@ class Attempts:
                 )
                 self.kill(live)
                 live.kill_at = None
+        if self.disk_full is not None:
+            raise self.disk_full
 
     def terminate(self, live: LiveAttempt, grace: float) -> None:
         """SIGTERM to every process of the attempt (its cgroup's, else its process group's);
@@ -531,11 +538,19 @@ class Attempts:
     def _settle_failed(
         self, live: LiveAttempt, exc: Exception, asked: tuple[int | None, bool]
     ) -> None:
-        """Settling `live` raised: end it as failed with a reason that cannot fail the same way;
-        when even that cannot be stored, settle it again (as `asked`) later, backing off, from
-        `check`. Logged once."""
+        """Settling `live` raised. On a full disk, settle it again (as `asked`) shortly, from
+        `check`. Else end it as failed with a reason that cannot fail the same way; when even
+        that cannot be stored, settle it again later, backing off. Logged once."""
         attempt = live.attempt
         live.settle_failures += 1
+        if diskspace.is_full(exc, self.home.root):
+            # Neither the attempt's fault nor for ever: its outcome waits in its folder, and it
+            # is settled when the disk has room. Never recorded as failed for it (that would
+            # turn a success into a failure, and a retry into a second run).
+            live.retry, live.retry_at = asked, time.monotonic() + SETTLE_RETRY_S
+            self.live[attempt.id] = live  # one from recover() is not there yet
+            self.disk_full = exc
+            return
         if live.settle_failures == 1:
             log.error(
                 "could not record how attempt %d of job %d ended",

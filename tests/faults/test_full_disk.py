@@ -115,6 +115,10 @@ def test_a_job_that_fills_the_disk_is_recorded_succeeded_and_runs_once(
     assert engine_pid is not None, "the engine died on the full disk"
     assert engine.job(job_id)["state"] in {"running", "succeeded"}
     assert runs(marker) == 1
+    # said once, as a full disk; never taken for a fault of the attempt's
+    said = engine.home.engine_log.read_text(errors="replace")
+    assert said.count("job outcomes cannot be recorded in the database now") <= 1
+    assert "could not record how attempt" not in said
 
     filler.unlink()
     wait_for(
