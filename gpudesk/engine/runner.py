@@ -191,8 +191,6 @@ def launch(
     none (`containment.Containment.prepare`)."""
     if not os.path.isdir(workdir):
         raise LaunchError(f"the working directory {workdir} does not exist")
-    if not (attempt_dir / EXIT_RESERVE_FILE).exists():
-        prepare(attempt_dir)
     lock = _take_launch_lock(attempt_dir)
     argv = [
         sys.executable,
@@ -230,11 +228,7 @@ def launch(
         ) from exc
     finally:
         os.close(lock)  # the wrapper's copy holds the lock from here on
-    try:
-        start_time = psutil.Process(pid).create_time()
-    except psutil.Error:
-        start_time = 0.0
-    return Launched(pid, start_time)
+    return Launched(pid, process_start_time(pid) or 0.0)
 
 
 def wrapper_holds_lock(attempt_dir: str | Path) -> bool | None:

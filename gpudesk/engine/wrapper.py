@@ -214,13 +214,17 @@ def main(argv: list[str]) -> int:
     # Written before the command starts, so a restarted engine can find this process even if it
     # died before recording the pid itself (the launch lock says that this process lives).
     started_at = time.time()
-    write_record(
-        wrapper_file,
-        pid=os.getpid(),
-        child_pid=None,
-        started_at=started_at,
-        containment=containment,
-    )
+
+    def say_who(child_pid: int | None) -> None:
+        write_record(
+            wrapper_file,
+            pid=os.getpid(),
+            child_pid=child_pid,
+            started_at=started_at,
+            containment=containment,
+        )
+
+    say_who(None)
 
     if lock >= 0:
         # From here on the command may run: a restarted engine that finds this wrapper dead
@@ -235,13 +239,7 @@ def main(argv: list[str]) -> int:
         write_exit(exit_file, exit_code=code, signal=None, ended_at=time.time(), error=error)
         return code
 
-    write_record(
-        wrapper_file,
-        pid=os.getpid(),
-        child_pid=child,
-        started_at=started_at,
-        containment=containment,
-    )
+    say_who(child)
     _, status = os.waitpid(child, 0)  # retried by Python on EINTR (PEP 475)
     ended_at = time.time()
     killed_by = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
