@@ -39,14 +39,16 @@ class HomeError(RuntimeError):
     """This home cannot be used by this user; the message is one paragraph saying what to do."""
 
 
-def _user(uid: int) -> str:
-    """A user's name, or their uid when the system has no name for it."""
-    import pwd
-
+def _user_name(uid: int) -> str | None:
     try:
         return pwd.getpwuid(uid).pw_name
     except KeyError:
-        return str(uid)
+        return None
+
+
+def _user(uid: int) -> str:
+    """A user's name, or their uid when the system has no name for it."""
+    return _user_name(uid) or str(uid)
 
 
 def check_owner(root: Path) -> None:
@@ -93,10 +95,8 @@ class UnsafePath(HomeError):
 
 
 def _owner(uid: int) -> str:
-    try:
-        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
-    except KeyError:
-        return f"uid {uid}"
+    name = _user_name(uid)
+    return f"{name} (uid {uid})" if name else f"uid {uid}"
 
 
 def _kind(mode: int) -> str:
@@ -252,7 +252,7 @@ class Home:
         inside = self.root / "run"
         if self.sockets_inside:
             return inside
-        digest = hashlib.sha1(str(self.root).encode()).hexdigest()[:16]
+        digest = hashlib.sha1(os.fsencode(self.root)).hexdigest()[:16]  # bytes: any name
         return Path(tempfile.gettempdir()) / f"gpudesk-{os.getuid()}" / digest
 
     @property
