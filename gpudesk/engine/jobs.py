@@ -183,7 +183,7 @@ def check_env(value: Any, inherited: bool = False) -> dict[str, str]:
     return env
 
 
-def _int_in(lo: int, hi: int) -> Callable[[Any], int]:
+def whole_number_in(lo: int, hi: int) -> Callable[[Any], int]:
     def check(value: Any) -> int:
         if isinstance(value, bool) or not isinstance(value, int):
             raise ValueError(f"expected a whole number from {lo} to {hi}, found {describe(value)}")
@@ -251,9 +251,9 @@ def check_bool(value: Any) -> bool:
     return value
 
 
-check_gpus = _int_in(0, MAX_GPUS)
-check_priority = _int_in(*PRIORITY_RANGE)
-check_max_attempts = _int_in(1, MAX_ATTEMPTS)
+check_gpus = whole_number_in(0, MAX_GPUS)
+check_priority = whole_number_in(*PRIORITY_RANGE)
+check_max_attempts = whole_number_in(1, MAX_ATTEMPTS)
 check_memory_gb = number_in(0.0, 16384.0, lo_open=True)
 check_sm_pct = number_in(0.0, 100.0)
 

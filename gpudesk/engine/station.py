@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from gpudesk.engine.jobs import check_bool, describe, number_in
+from gpudesk.engine.jobs import check_bool, describe, number_in, whole_number_in
 from gpudesk.engine.mig.profiles import COMPUTE_SLICES, compute_slices, is_plain_profile_name
 from gpudesk.engine.telemetry.backend import check_backend_name
 from gpudesk.engine.telemetry.energy import DEFAULT_GRID_G_PER_KWH
@@ -92,12 +92,7 @@ check_grid_intensity = number_in(0.0, 2000.0)  # g CO2e per kWh
 check_log_max_mb = number_in(0.0, 1024.0 * 1024.0)  # MiB per attempt's output.log; 0: no cap
 
 
-def check_log_keep(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_LOG_KEEP:
-        raise ValueError(
-            f"expected a whole number from 0 to {MAX_LOG_KEEP}, found {describe(value)}"
-        )
-    return value
+check_log_keep = whole_number_in(0, MAX_LOG_KEEP)  # rotated parts kept per attempt's log
 
 
 STATION_CHECKS = {
