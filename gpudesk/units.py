@@ -12,6 +12,15 @@ MIB = 1024.0  # MiB per GiB, and KiB per MiB: memory is counted in MiB throughou
 MIB_PER_GIB = MIB
 MIB_PER_GB = MIB  # job hints say "GB" and mean GiB, as the frameworks report it
 S_PER_HOUR = 3600.0
+BYTES_PER_MIB = 1024 * 1024  # for sizes on disk and on the wire, counted in bytes
+
+
+def byte_size(n: int) -> str:
+    """A size for people: "512 bytes", "64 MiB", "95.4 MiB"."""
+    if n < BYTES_PER_MIB:
+        return f"{n} bytes"
+    whole, rest = divmod(n, BYTES_PER_MIB)
+    return f"{n / BYTES_PER_MIB:.1f} MiB" if rest else f"{whole} MiB"
 
 
 def carbon_g(joules: float | None, g_per_kwh: float) -> float | None:

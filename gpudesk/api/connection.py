@@ -22,6 +22,7 @@ from gpudesk.engine import diskspace, protocol
 from gpudesk.engine.station import StationConfig
 from gpudesk.paths import Home, UnsafePath, check_owner, open_state_file
 from gpudesk.spawn import SAFE_CWD, module_argv
+from gpudesk.units import byte_size
 
 if TYPE_CHECKING:
     import zmq
@@ -55,24 +56,27 @@ def engine_pid(home: Home) -> int | None:
         return None
 
 
-def _log_tail(home: Home, lines: int = 8) -> str:
+def _engine_log(home: Home, offset: int | None = None, tail: int = 16384) -> str | None:
+    """The engine's log from `offset` (else its last `tail` bytes), read as every state file
+    is (never through a link); None when it cannot be read."""
     try:
         with os.fdopen(open_state_file(home.engine_log, os.O_RDONLY), "rb") as log:
-            log.seek(max(0, os.fstat(log.fileno()).st_size - 16384))
-            text = log.read().decode(errors="replace").splitlines()[-lines:]
+            log.seek(max(0, os.fstat(log.fileno()).st_size - tail) if offset is None else offset)
+            return log.read().decode(errors="replace")
     except (OSError, UnsafePath):
-        return ""
+        return None
+
+
+def _log_tail(home: Home, lines: int = 8) -> str:
+    text = (_engine_log(home) or "").splitlines()[-lines:]
     return "\n".join("    " + line for line in text)
 
 
 def _start_failure(home: Home, offset: int) -> str | None:
     """What an engine that refused to start logged (from `offset` of its log on): its error
     paragraphs, or None when it logged none (a crash: the caller shows the log's end)."""
-    try:
-        with open(home.engine_log, "rb") as log:
-            log.seek(offset)
-            text = log.read().decode(errors="replace")
-    except OSError:
+    text = _engine_log(home, offset)
+    if text is None:
         return None
     found = [m.group(1) for line in text.splitlines() if (m := _LOGGED_ERROR.match(line))]
     return " ".join(found) if found and "Traceback" not in text else None
@@ -209,9 +213,9 @@ class Connection:
         payload = protocol.Request(op=op, args=args, id=request_id).encode()
         if len(payload) > protocol.MAX_MESSAGE_BYTES:
             raise EngineError(
-                f"this {op!r} request is {_mib(len(payload))}, more than the "
-                f"{_mib(protocol.MAX_MESSAGE_BYTES)} the engine takes in one message, so it was "
-                "not sent: send less at once (fewer jobs per submit), or keep large values "
+                f"this {op!r} request is {byte_size(len(payload))}, more than the "
+                f"{byte_size(protocol.MAX_MESSAGE_BYTES)} the engine takes in one message, so it "
+                "was not sent: send less at once (fewer jobs per submit), or keep large values "
                 "(a big env) out of every job",
                 TOO_LARGE,
             )
@@ -231,7 +235,7 @@ class Connection:
                     if left <= 0:
                         raise EngineError(
                             f"the engine for {self.home.root} closed the connection without "
-                            f"answering this {op!r} request ({_mib(len(payload))}): it was "
+                            f"answering this {op!r} request ({byte_size(len(payload))}): it was "
                             "larger than the engine takes, or the engine stopped "
                             f"(`gpudesk engine status`; its log: {self.home.engine_log})"
                         )
@@ -263,10 +267,6 @@ class Connection:
             yield sock
         finally:
             sock.close(linger=0)
-
-
-def _mib(size: int) -> str:
-    return f"{size / 2**20:.1f} MiB" if size % 2**20 else f"{size // 2**20} MiB"
 
 
 def connect(home: Home | None = None, *, autostart: bool = True) -> Connection:

@@ -11,16 +11,13 @@ import time
 from typing import TYPE_CHECKING, TextIO
 
 from gpudesk.joblog import LogStream, Piece, stream_end
+from gpudesk.units import byte_size
 
 if TYPE_CHECKING:
     from gpudesk.api.client import Client
     from gpudesk.api.models import AttemptView
 
 POLL_S = 0.2
-
-
-def _size(n: int) -> str:
-    return f"{n / 1024 / 1024:.1f} MiB" if n >= 1024 * 1024 else f"{n} bytes"
 
 
 class LogFollower:
@@ -74,7 +71,7 @@ class LogFollower:
     def _emit(self, piece: Piece) -> None:
         if piece.skipped:
             self._note(
-                f"{_size(piece.skipped)} of output rotated away before this point "
+                f"{byte_size(piece.skipped)} of output rotated away before this point "
                 "(the log is capped by [station] log_max_mb and log_keep)"
             )
         if piece.data:

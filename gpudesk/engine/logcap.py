@@ -15,11 +15,11 @@ from collections.abc import Callable, Iterable
 
 from gpudesk import joblog
 from gpudesk.engine.station import StationConfig
+from gpudesk.units import BYTES_PER_MIB
 
 log = logging.getLogger("gpudesk.engine")
 
 CHECK_EVERY_S = 0.5
-MIB = 1024 * 1024
 
 
 class LogCap:
@@ -49,7 +49,7 @@ class LogCap:
         ended, self._watched = self._watched - running, running
         if config.log_max_mb <= 0:
             return
-        cap = max(1, int(config.log_max_mb * MIB))
+        cap = max(1, int(config.log_max_mb * BYTES_PER_MIB))
         for path in running | ended:
             try:
                 joblog.rotate(path, cap, config.log_keep)
