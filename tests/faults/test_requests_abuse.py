@@ -4,6 +4,7 @@ one the engine drops anyway is reported at once instead of after the 30 s time-o
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 
@@ -17,6 +18,7 @@ from gpudesk.api.errors import TOO_LARGE, EngineError
 from gpudesk.api.models import JobEvent
 from gpudesk.engine import protocol
 from gpudesk.engine.jobs import JobSpec
+from gpudesk.engine.station import STATION_KEYS
 
 # Values a hostile or buggy client sends where something else is expected.
 HUGE = 2**70
@@ -61,22 +63,9 @@ OPS: dict[str, tuple[dict[str, object], list[str]]] = {
     "model_reset": ({}, ["gpu_model", "confirm"]),
     "submit": ({"jobs": [{"name": "ok", "command": ["true"]}]}, ["jobs", "env"]),
 }
-JOB_FIELDS = [
-    "name",
-    "command",
-    "shell",
-    "workdir",
-    "env",
-    "gpus",
-    "memory_gb",
-    "sm_pct",
-    "dataset",
-    "selection",
-    "priority",
-    "max_attempts",
-    "group",
-]
-STATION_FIELDS = ["backend", "policy", "slots", "sample_interval", "grid_intensity", "mig"]
+# every field a job or the station takes, from where they are defined: a new one is fuzzed too
+JOB_FIELDS = [f.name for f in dataclasses.fields(JobSpec)]
+STATION_FIELDS = list(STATION_KEYS)
 
 
 class RawClient:

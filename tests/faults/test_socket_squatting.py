@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-import pwd
 import select
 import shutil
 import signal
@@ -23,49 +22,20 @@ import socket
 import subprocess
 import sys
 import tempfile
-import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
+import local_users
 import pytest
 from conftest import wait_for
+from local_users import LocalUser
 
 from gpudesk.api.connection import engine_pid
 from gpudesk.paths import Home
 
+other_user = local_users.other_user  # the fixture (tests/faults/local_users.py)
+
 GPUDESK = [sys.executable, "-m", "gpudesk"]
-
-
-@dataclass(frozen=True)
-class LocalUser:
-    name: str
-    uid: int
-    gid: int
-
-
-@pytest.fixture
-def other_user() -> Iterator[LocalUser]:
-    """A throwaway local user, deleted (with its home) after the test, even on failure."""
-    if os.geteuid() != 0:
-        pytest.skip("needs root: creates a second local user with useradd")
-    if shutil.which("useradd") is None or shutil.which("userdel") is None:
-        pytest.skip("useradd/userdel are not installed")
-    name = f"gdsq{uuid.uuid4().hex[:8]}"
-    made = subprocess.run(
-        ["useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", name],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if made.returncode != 0:
-        pytest.skip(f"useradd failed: {made.stderr.strip()}")
-    try:
-        entry = pwd.getpwnam(name)
-        yield LocalUser(name, entry.pw_uid, entry.pw_gid)
-    finally:
-        subprocess.run(["userdel", "-r", name], capture_output=True, check=False)
-        subprocess.run(["userdel", name], capture_output=True, check=False)
 
 
 @pytest.fixture

@@ -8,19 +8,21 @@ from __future__ import annotations
 
 import contextlib
 import os
-import pwd
 import shutil
 import signal
 import sqlite3
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
+import local_users
 import pytest
 from conftest import EngineHandle, wait_for
+from local_users import LocalUser
 
 from gpudesk.paths import Home
+
+other_user = local_users.other_user  # the fixture (tests/faults/local_users.py)
 
 GPUDESK = [sys.executable, "-m", "gpudesk"]
 
@@ -152,44 +154,22 @@ def test_a_database_from_a_newer_gpudesk_is_one_paragraph(engine: EngineHandle) 
 
 
 # ------------------------------------------------------------- another user's home
-@pytest.fixture
-def other_user() -> Iterator[pwd.struct_passwd]:
-    """A second local user, removed afterwards (root only)."""
-    if os.geteuid() != 0:
-        pytest.skip("needs root: creates a second local user")
-    if not (shutil.which("useradd") and shutil.which("userdel") and shutil.which("setpriv")):
-        pytest.skip("needs useradd, userdel and setpriv")
-    name = f"gdfault{os.getpid() % 100000}"
-    made = subprocess.run(
-        ["useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", name],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if made.returncode != 0:
-        pytest.skip(f"cannot create a second user: {made.stderr.strip()}")
-    try:
-        yield pwd.getpwnam(name)
-    finally:
-        subprocess.run(["userdel", name], capture_output=True, check=False)
-
-
 # Root, but without the capabilities that let root read anyone's files: what another user
 # meets in this home (root keeps its own uid, so the interpreter under /root still runs).
 WITHOUT_ROOT_POWERS = ("setpriv", "--bounding-set=-all", "--inh-caps=-all")
 
 
-def test_a_home_owned_by_another_user_is_one_paragraph(
-    home: Home, other_user: pwd.struct_passwd
-) -> None:
+def test_a_home_owned_by_another_user_is_one_paragraph(home: Home, other_user: LocalUser) -> None:
+    if shutil.which("setpriv") is None:
+        pytest.skip("needs setpriv, to run the CLI as root without root's powers")
     home.root.mkdir(mode=0o700)
-    os.chown(home.root, other_user.pw_uid, other_user.pw_gid)
+    os.chown(home.root, other_user.uid, other_user.gid)
     try:
         for command in (("engine", "start"), ("queue",), ("engine", "status")):
             refuses(
                 cli(*command, prefix=WITHOUT_ROOT_POWERS),
-                f"the gpudesk home {home.root} belongs to {other_user.pw_name} "
-                f"(uid {other_user.pw_uid}), and you are root (uid 0)",
+                f"the gpudesk home {home.root} belongs to {other_user.name} "
+                f"(uid {other_user.uid}), and you are root (uid 0)",
                 "Set GPUDESK_HOME to a folder of your own",
             )
         assert list(home.root.iterdir()) == []  # nothing was written into it
