@@ -662,18 +662,15 @@ class Learner:
 
 
 class InterferenceModel:
-    """The parameters placement uses for each GPU model: the learner's, else the defaults."""
+    """The parameters placement uses for each GPU model: the learner's, else the defaults.
+    Always the learner's current fit (kept by the learner when observations come, so asking
+    costs a lookup): nothing to renew when it learns."""
 
     def __init__(self, learner: Learner | None = None) -> None:
         self.learner = learner
-        self._cache: dict[str, ModelParams] = {}
 
     def params(self, gpu_model: str = "") -> ModelParams:
-        cached = self._cache.get(gpu_model)
-        if cached is None:
-            cached = self.learner.params(gpu_model) if self.learner else DEFAULT_PARAMS
-            self._cache[gpu_model] = cached
-        return cached
+        return self.learner.params(gpu_model) if self.learner else DEFAULT_PARAMS
 
 
 PRIOR_MODEL = InterferenceModel()
