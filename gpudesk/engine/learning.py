@@ -220,7 +220,6 @@ class StationLearning:
         self.store.add_model_observations(rows, keep=self.learner.keep)
         self.learner.observe_all(gpu_model, kept)
         self.counts.sources[source] = self.counts.sources.get(source, 0) + len(kept)
-        self.model = InterferenceModel(self.learner)  # a fresh cache of parameters
         return names
 
     def reset(self, gpu_model: str | None = None) -> int:
@@ -230,7 +229,6 @@ class StationLearning:
         moved = sum(1 for m in models for param in self.learner.describe(m) if param.observations)
         self.store.reset_model_params(gpu_model)
         self.learner.forget(gpu_model)
-        self.model = InterferenceModel(self.learner)
         return moved
 
     # ------------------------------------------------------- watching progress

@@ -139,7 +139,7 @@ class Scheduler:
             self.policy.place(self._placeable(), view),
             self._relayable(view),
             commit=self._commit,
-            repartition=lambda _: self.repartition(self.station_view()),
+            repartition=lambda relayable: self.repartition(relayable, view),
             place_again=lambda: self.policy.place(self._placeable(), self.station_view()),
         )
 
@@ -173,13 +173,13 @@ class Scheduler:
             return set()
         return {g.index for g in view.gpu_states if g.mig_enabled and g.idle and not g.lost}
 
-    def repartition(self, view: StationView) -> bool:
-        """`auto` (or `mig`) with `[station] mig_repartition = true`: give each idle MIG-mode
-        GPU the layout the queue wants where the model says the change pays. True when one
-        changed.
+    def repartition(self, relayable: set[int], view: StationView) -> bool:
+        """`auto` (or `mig`) with `[station] mig_repartition = true`: give each of the idle
+        MIG-mode GPUs `relayable` (`_relayable(view)`) the layout the queue wants where the model
+        says the change pays. True when one changed. `view` may be from before the pass started
+        the placements elsewhere: those left these GPUs as they were.
         A failure (nvidia-smi, another user's process on the GPU) is an event, and the same
         GPUs and queue are not tried again until something changes."""
-        relayable = self._relayable(view)
         idle = [g for g in view.gpu_states if g.index in relayable]
         queue = [q for q in mig_candidates(self.queue, self.attempts) if not q.held]
         if not idle or not queue:

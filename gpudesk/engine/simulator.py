@@ -563,7 +563,6 @@ class Simulation:
             )
         self.learner.observe(self.model.name, obs, at=self.now)
         self.observations += 1
-        self.interference = InterferenceModel(self.learner)
 
     # --------------------------------------------------------------- events
     def run(self) -> SimResult:

@@ -291,6 +291,63 @@ def real_station(
         engine.client.close()
 
 
+def test_the_nvml_fake_lists_what_the_nvidia_smi_fake_created(tmp_path: Path) -> None:
+    """The two fakes are one driver: NVML lists the compute instances `nvidia-smi mig` created,
+    in the order and with the names `nvidia-smi -L` gives them; a compute instance smaller than
+    its GPU instance is a "1c.3g.20gb" with its share of the SMs."""
+    name, uuid = "NVIDIA A100-SXM4-40GB", "GPU-e86cb44c-6756-fd30-cd4a-1e6da3caf9b0"
+    state, nvml = tmp_path / "smi.json", tmp_path / "nvml.json"
+    gpu = {"name": name, "uuid": uuid, "pci_bus_id": "00000000:07:00.0", "mig_mode": "enabled"}
+    state.write_text(json.dumps({"root": True, "gpus": [{**gpu, "gpu_instances": []}]}))
+    nvml.write_text(
+        json.dumps(
+            {
+                "follow_nvidia_smi": True,
+                "gpus": [{"name": name, "uuid": uuid, "memory_total_mib": 40960, "sm_count": 108}],
+            }
+        )
+    )
+    env = {
+        **os.environ,
+        "GPUDESK_FAKE_NVIDIA_SMI_STATE": str(state),
+        "GPUDESK_FAKE_NVML": str(nvml),
+        "PYTHONPATH": str(FAKES / "nvml_shim"),
+    }
+
+    def smi(*args: str) -> str:
+        done = subprocess.run(
+            [str(FAKE_SMI), *args], env=env, capture_output=True, text=True, timeout=30
+        )
+        assert done.returncode == 0, done.stdout
+        return done.stdout
+
+    smi("mig", "-i", "0", "-cgi", "2g.10gb,3g.20gb")  # GPU instances 5 and 1, no compute ones
+    smi("mig", "-i", "0", "-cgi", "1g.5gb", "-C")
+    smi("mig", "-i", "0", "-gi", "1", "-cci", "0,0,0")  # three 1c.3g.20gb
+    smi("mig", "-i", "0", "-gi", "5", "-cci", "1")
+    # "  MIG 1c.3g.20gb Device 0: (UUID: MIG-...)"
+    listed = [line.split() for line in smi("-L").splitlines() if line.startswith("  MIG ")]
+    code = (
+        "import json\n"
+        "from gpudesk.engine.telemetry.nvml import NvmlBackend\n"
+        "b = NvmlBackend(); b.open(); (g,) = b.read().gpus; b.close()\n"
+        "print(json.dumps([[m.name, m.uuid, m.sm_count] for m in g.mig_devices]))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    devices = json.loads(done.stdout)
+    assert [(n, u) for n, u, _ in devices] == [
+        (f"{name} MIG {words[1]}", words[-1].rstrip(")")) for words in listed
+    ]
+    assert [(n.rsplit(" ", 1)[-1], sm) for n, _, sm in devices] == [
+        *[("1c.3g.20gb", 14)] * 3,
+        ("2g.10gb", 28),
+        ("1g.5gb", 14),
+    ]
+
+
 def submit_big_jobs(engine: EngineHandle, command: list[str]) -> list[int]:
     """Two 24 GB jobs: neither fits a 3g.20gb."""
     return engine.submit(

@@ -393,15 +393,16 @@ PRIOR_WEIGHT = 3.0  # assumption: a published default counts as three observatio
 
 # The observations the learner keeps per GPU model (the newest; the oldest is forgotten when a
 # new one comes). Why 1000: each parameter is refitted from all of them at every observation, at
-# about 2 us per observation per sweep, so keeping 1000 costs the engine well under 10 ms per
-# observation (measured ~0.5 ms on a 2-core VM, ~7 ms for the refit from scratch at start;
-# observations come at most once per 60 s interval of a job) and the store ~1000 small rows
-# per GPU model; a parameter that one observation in ten informs (contention) still has ~100
-# values behind it, enough to average out the few per cent a 60 s rate is measured to; and the
-# model follows a station that changes (a driver, a new mix of jobs) within that many
-# observations: a day or two of a busy station observing a few dozen times an hour (an
-# assumption, no station has been measured). A simulated run observes ~200 times, so its
-# results do not depend on this number.
+# about 2 us per observation per sweep, so keeping 1000 costs the engine under 10 ms per
+# observation (measured on a 2-core VM: ~4 ms for the usual three sweeps, ~2 ms for two, 0.15 ms
+# when the first, from the estimates the last refit left, already settles it; ~7 ms for the
+# refit from scratch at start; observations come at most once per 60 s interval of a job) and
+# the store ~1000 small rows per GPU model; a parameter that one observation in ten informs
+# (contention) still has ~100 values behind it, enough to average out the few per cent a 60 s
+# rate is measured to; and the model follows a station that changes (a driver, a new mix of
+# jobs) within that many observations: a day or two of a busy station observing a few dozen
+# times an hour (an assumption, no station has been measured). A simulated run observes ~200
+# times, so its results do not depend on this number.
 KEPT_OBSERVATIONS = 1000
 # The refit stops when no parameter moved more than this in a sweep: far below the 4 decimals
 # `gpudesk model show` prints and anything placement can tell apart. With today's model a
@@ -662,18 +663,15 @@ class Learner:
 
 
 class InterferenceModel:
-    """The parameters placement uses for each GPU model: the learner's, else the defaults."""
+    """The parameters placement uses for each GPU model: the learner's, else the defaults.
+    Always the learner's current fit (kept by the learner when observations come, so asking
+    costs a lookup): nothing to renew when it learns."""
 
     def __init__(self, learner: Learner | None = None) -> None:
         self.learner = learner
-        self._cache: dict[str, ModelParams] = {}
 
     def params(self, gpu_model: str = "") -> ModelParams:
-        cached = self._cache.get(gpu_model)
-        if cached is None:
-            cached = self.learner.params(gpu_model) if self.learner else DEFAULT_PARAMS
-            self._cache[gpu_model] = cached
-        return cached
+        return self.learner.params(gpu_model) if self.learner else DEFAULT_PARAMS
 
 
 PRIOR_MODEL = InterferenceModel()

@@ -72,7 +72,8 @@ def _load() -> tuple[FakeNvml, bool]:
 
 
 def _smi_module() -> ModuleType:
-    """The nvidia-smi fake (a script without .py) as a module, for its profile table."""
+    """The nvidia-smi fake (a script without .py) as a module: its profile table, and how it
+    lists and names instances."""
     loader = importlib.machinery.SourceFileLoader("fake_nvidia_smi", str(FAKE_SMI))
     spec = importlib.util.spec_from_loader("fake_nvidia_smi", loader)
     assert spec is not None
@@ -110,21 +111,22 @@ def _follow_nvidia_smi() -> None:
         mode = smi_gpu.get("mig_mode", "disabled")
         # "pending" is not yet enabled: the GPU needs a reset first
         gpu.mig_enabled = None if mode == "unsupported" else mode == "enabled"
-        profiles = {p["id"]: p for p in SMI.profiles_of(smi_gpu)}
         devices: list[FakeMig | None] = []
-        for gi in smi_gpu.get("gpu_instances", []):
-            profile = profiles[gi["profile_id"]]
+        # in the order `nvidia-smi -L` lists them (by GPU instance, then compute instance), named
+        # as it names them ("1c.3g.20gb": a compute instance smaller than its GPU instance)
+        for gi in sorted(SMI.gpu_instances(smi_gpu), key=lambda g: g["id"]):
+            profile = SMI.profile_by_id(smi_gpu, gi["profile_id"])
             memory = round(float(profile["memory"]) * 1024 / MIG_MEMORY_STEP_MIB)
-            for ci in gi.get("compute_instances", []):
+            for ci in sorted(gi.get("compute_instances", []), key=lambda c: c["id"]):
                 devices.append(
                     FakeMig(
                         uuid=ci["uuid"],
-                        name=f"{gpu.name} MIG {profile['name']}",
+                        name=f"{gpu.name} MIG {SMI.ci_name(profile, ci['size'])}",
                         gpu_instance_id=gi["id"],
                         compute_instance_id=ci["id"],
                         memory_total_mib=memory * MIG_MEMORY_STEP_MIB,
                         # a compute instance gets its compute slices' share of the SMs
-                        sm_count=profile["sm"] * ci["size"] // int(profile["name"].split("g")[0]),
+                        sm_count=profile["sm"] * ci["size"] // SMI.compute_slices(profile),
                     )
                 )
         gpu.mig_devices = [*devices, *([None] * max(0, MIG_SLOTS - len(devices)))]
