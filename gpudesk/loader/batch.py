@@ -314,23 +314,26 @@ def _rows(base: torch.Tensor, field: FieldMeta, start: int, count: int) -> torch
     return typed[start * per : (start + count) * per].view(count, *field.shape)
 
 
-def _leaf(base: torch.Tensor, field: FieldMeta, sample: int) -> Any:
-    """One sample's leaf of a field, as the dataset returned it (tensors and arrays are views
-    of the ring; numbers and strings are Python values)."""
+def _column(base: torch.Tensor, field: FieldMeta, start: int, count: int) -> list[Any]:
+    """Samples start .. start + count of a field, each leaf as the dataset returned it (tensors
+    and arrays are views of the ring; numbers and strings are Python values). The field's data
+    is looked up once for the run, not once per sample."""
     if field.uniform:
-        view = _rows(base, field, sample, 1)[0]
-    else:
-        assert field.shapes is not None
-        start = sum(math.prod(s) for s in field.shapes[:sample])
-        shape = field.shapes[sample]
-        view = _typed(base, field)[start : start + math.prod(shape)].view(shape)
-    if field.kind == "tensor":
-        return view
-    if field.kind == "ndarray":
-        return view.numpy()
+        rows = _rows(base, field, start, count)
+        if field.kind == "tensor":
+            return list(rows.unbind(0))
+        if field.kind == "ndarray":
+            return [row.numpy() for row in rows.unbind(0)]
+        return rows.tolist()  # numbers: what .item() gives, for the whole run at once
+    assert field.shapes is not None
+    shapes = field.shapes[start : start + count]
+    sizes = [math.prod(s) for s in shapes]
+    first = sum(math.prod(s) for s in field.shapes[:start])
+    parts = _typed(base, field)[first : first + sum(sizes)].split(sizes)
     if field.kind == "str":
-        return bytes(view.numpy()).decode()
-    return view.item()
+        return [bytes(part.numpy()).decode() for part in parts]
+    views = [part.view(shape) for part, shape in zip(parts, shapes, strict=True)]
+    return views if field.kind == "tensor" else [v.numpy() for v in views]
 
 
 def _build(structure: Any, leaves: list[Any], seq: Callable[[list[Any], str], Any]) -> Any:
@@ -350,9 +353,9 @@ def samples(base: torch.Tensor, pieces: list[tuple[Piece, int, int]]) -> list[An
     """The samples of (piece, start, count) runs, each rebuilt as the dataset returned it."""
     out = []
     for piece, start, count in pieces:
-        fields = piece.meta.fields[:-1]
-        for sample in range(start, start + count):
-            leaves = [_leaf(base, f, sample) for f in fields]
+        columns = [_column(base, f, start, count) for f in piece.meta.fields[:-1]]
+        for sample in range(count):
+            leaves = [column[sample] for column in columns]
             out.append(_build(piece.meta.structure, leaves, _as_sample))
     return out
 
@@ -385,7 +388,7 @@ def collate(base: torch.Tensor, pieces: list[tuple[Piece, int, int]]) -> tuple[A
             for f, _, _ in runs
         )
         if field.kind == "str":
-            columns.append([_leaf(base, f, i) for f, s, n in runs for i in range(s, s + n)])
+            columns.append([leaf for f, s, n in runs for leaf in _column(base, f, s, n)])
         elif same:
             column = _joined(base, runs)
             if column is None:
@@ -394,7 +397,7 @@ def collate(base: torch.Tensor, pieces: list[tuple[Piece, int, int]]) -> tuple[A
             columns.append(column)
         else:  # ragged: what default_collate does with them (it raises for unequal shapes)
             columns.append(
-                default_collate([_leaf(base, f, i) for f, s, n in runs for i in range(s, s + n)])
+                default_collate([leaf for f, s, n in runs for leaf in _column(base, f, s, n)])
             )
             copies += 1
     return _build(first.structure, columns, lambda items, _kind: items), copies
