@@ -177,7 +177,8 @@ def _as_tensors(kind: str, leaves: list[Any]) -> list[torch.Tensor] | torch.Tens
         except TypeError as exc:
             raise BatchError(f"a sample holds a NumPy array torch cannot take: {exc}") from None
     if kind == "str":
-        return [torch.tensor(list(s.encode()), dtype=torch.uint8) for s in leaves]
+        # Through a buffer, not a list of its bytes as Python ints (an object per character).
+        return [torch.from_numpy(np.frombuffer(bytearray(s.encode()), np.uint8)) for s in leaves]
     dtype = {"int": torch.int64, "float": torch.float64, "bool": torch.bool}[kind]
     return torch.tensor(leaves, dtype=dtype)
 
