@@ -377,8 +377,8 @@ def collate(base: torch.Tensor, pieces: list[tuple[Piece, int, int]]) -> tuple[A
     from torch.utils.data import default_collate
 
     first = pieces[0][0].meta
-    structures = {p.meta.structure.__repr__() for p, _, _ in pieces}
-    if len(structures) > 1:  # batches of other structures: let default_collate say so
+    if any(p.meta.structure != first.structure for p, _, _ in pieces):
+        # batches of other structures: let default_collate say so
         return default_collate(samples(base, pieces)), 1
     columns: list[Any] = []
     copies = 0
