@@ -177,7 +177,8 @@ def _as_tensors(kind: str, leaves: list[Any]) -> list[torch.Tensor] | torch.Tens
         except TypeError as exc:
             raise BatchError(f"a sample holds a NumPy array torch cannot take: {exc}") from None
     if kind == "str":
-        return [torch.tensor(list(s.encode()), dtype=torch.uint8) for s in leaves]
+        # Through a buffer, not a list of its bytes as Python ints (an object per character).
+        return [torch.from_numpy(np.frombuffer(bytearray(s.encode()), np.uint8)) for s in leaves]
     dtype = {"int": torch.int64, "float": torch.float64, "bool": torch.bool}[kind]
     return torch.tensor(leaves, dtype=dtype)
 
@@ -314,23 +315,26 @@ def _rows(base: torch.Tensor, field: FieldMeta, start: int, count: int) -> torch
     return typed[start * per : (start + count) * per].view(count, *field.shape)
 
 
-def _leaf(base: torch.Tensor, field: FieldMeta, sample: int) -> Any:
-    """One sample's leaf of a field, as the dataset returned it (tensors and arrays are views
-    of the ring; numbers and strings are Python values)."""
+def _column(base: torch.Tensor, field: FieldMeta, start: int, count: int) -> list[Any]:
+    """Samples start .. start + count of a field, each leaf as the dataset returned it (tensors
+    and arrays are views of the ring; numbers and strings are Python values). The field's data
+    is looked up once for the run, not once per sample."""
     if field.uniform:
-        view = _rows(base, field, sample, 1)[0]
-    else:
-        assert field.shapes is not None
-        start = sum(math.prod(s) for s in field.shapes[:sample])
-        shape = field.shapes[sample]
-        view = _typed(base, field)[start : start + math.prod(shape)].view(shape)
-    if field.kind == "tensor":
-        return view
-    if field.kind == "ndarray":
-        return view.numpy()
+        rows = _rows(base, field, start, count)
+        if field.kind == "tensor":
+            return list(rows.unbind(0))
+        if field.kind == "ndarray":
+            return [row.numpy() for row in rows.unbind(0)]
+        return rows.tolist()  # numbers: what .item() gives, for the whole run at once
+    assert field.shapes is not None
+    shapes = field.shapes[start : start + count]
+    sizes = [math.prod(s) for s in shapes]
+    first = sum(math.prod(s) for s in field.shapes[:start])
+    parts = _typed(base, field)[first : first + sum(sizes)].split(sizes)
     if field.kind == "str":
-        return bytes(view.numpy()).decode()
-    return view.item()
+        return [bytes(part.numpy()).decode() for part in parts]
+    views = [part.view(shape) for part, shape in zip(parts, shapes, strict=True)]
+    return views if field.kind == "tensor" else [v.numpy() for v in views]
 
 
 def _build(structure: Any, leaves: list[Any], seq: Callable[[list[Any], str], Any]) -> Any:
@@ -350,9 +354,9 @@ def samples(base: torch.Tensor, pieces: list[tuple[Piece, int, int]]) -> list[An
     """The samples of (piece, start, count) runs, each rebuilt as the dataset returned it."""
     out = []
     for piece, start, count in pieces:
-        fields = piece.meta.fields[:-1]
-        for sample in range(start, start + count):
-            leaves = [_leaf(base, f, sample) for f in fields]
+        columns = [_column(base, f, start, count) for f in piece.meta.fields[:-1]]
+        for sample in range(count):
+            leaves = [column[sample] for column in columns]
             out.append(_build(piece.meta.structure, leaves, _as_sample))
     return out
 
@@ -373,8 +377,8 @@ def collate(base: torch.Tensor, pieces: list[tuple[Piece, int, int]]) -> tuple[A
     from torch.utils.data import default_collate
 
     first = pieces[0][0].meta
-    structures = {p.meta.structure.__repr__() for p, _, _ in pieces}
-    if len(structures) > 1:  # batches of other structures: let default_collate say so
+    if any(p.meta.structure != first.structure for p, _, _ in pieces):
+        # batches of other structures: let default_collate say so
         return default_collate(samples(base, pieces)), 1
     columns: list[Any] = []
     copies = 0
@@ -385,7 +389,7 @@ def collate(base: torch.Tensor, pieces: list[tuple[Piece, int, int]]) -> tuple[A
             for f, _, _ in runs
         )
         if field.kind == "str":
-            columns.append([_leaf(base, f, i) for f, s, n in runs for i in range(s, s + n)])
+            columns.append([leaf for f, s, n in runs for leaf in _column(base, f, s, n)])
         elif same:
             column = _joined(base, runs)
             if column is None:
@@ -394,7 +398,7 @@ def collate(base: torch.Tensor, pieces: list[tuple[Piece, int, int]]) -> tuple[A
             columns.append(column)
         else:  # ragged: what default_collate does with them (it raises for unequal shapes)
             columns.append(
-                default_collate([_leaf(base, f, i) for f, s, n in runs for i in range(s, s + n)])
+                default_collate([leaf for f, s, n in runs for leaf in _column(base, f, s, n)])
             )
             copies += 1
     return _build(first.structure, columns, lambda items, _kind: items), copies

@@ -39,7 +39,7 @@ from typing import Any, cast
 import zmq
 
 from gpudesk.loader.batch import BatchMeta, Piece, collate, ids, samples
-from gpudesk.loader.fetch import Request, Source, batch_seed
+from gpudesk.loader.fetch import Source
 from gpudesk.loader.protocol import (
     ENV_DATASET,
     ENV_RESUME_S,
@@ -437,23 +437,14 @@ class SharedLoader:
         import torch
         from torch.utils.data import DataLoader, default_collate
 
+        from gpudesk.loader.producer import BatchPlan
+
         dataset = self._local_dataset()
-        length = len(dataset)
         epoch = self._local_epoch
-        order = (
-            torch.randperm(
-                length,
-                generator=torch.Generator().manual_seed(self.seed * 1_000_003 + epoch),
-            ).tolist()
-            if self.shuffle
-            else list(range(length))
-        )
         self._local_epoch += 1
-        size = self.batch_size or 64
-        requests = [
-            Request((epoch, j), tuple(order[start : start + size]), batch_seed(self.seed, epoch, j))
-            for j, start in enumerate(range(0, length, size))
-        ]
+        # A producer's own plan of the stream, so the order and the batches' seeds are its.
+        plan = BatchPlan(len(dataset), self.batch_size or 64, self.seed, self.shuffle)
+        requests = [plan.request((epoch, j)) for j in range(plan.per_epoch)]
         loader = DataLoader(
             cast(Any, Source(dataset)),
             batch_sampler=cast(Any, requests),

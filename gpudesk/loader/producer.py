@@ -249,6 +249,7 @@ class _Consumer:
     holding_since: float | None = None  # when the stream began to wait for it
     hold_debt: float = 0.0  # seconds the stream waited for it, decaying over HOLD_WINDOW_S
     debt_at: float = 0.0  # when hold_debt was last reckoned
+    gap: Key = (0, 0)  # (epoch, j): where `first_gap` last found the first batch it lacks
 
     def debt(self, now: float) -> float:
         return self.hold_debt * math.exp(-(now - self.debt_at) / HOLD_WINDOW_S)
@@ -262,6 +263,19 @@ class _Consumer:
 
     def has(self, key: Key) -> bool:
         return key[1] in self.got.get(key[0], ())
+
+    def first_gap(self, per_epoch: int) -> int:
+        """The first batch of its epoch it was not given. What it got of an epoch only grows,
+        so the search goes on from where it last stopped: the producer asks on every turn of its
+        loop, and an epoch may have thousands of batches."""
+        epoch, j = self.gap
+        if epoch != self.epoch:
+            j = 0
+        got = self.got.get(self.epoch, ())
+        while j < per_epoch and j in got:
+            j += 1
+        self.gap = (self.epoch, j)
+        return j
 
     def accepts(self, key: Key) -> bool:
         """Whether it would take `key` now (room aside from what it ordered)."""
@@ -713,10 +727,7 @@ class Producer:
         consumers = self.consumers.values()
         if not consumers:
             return
-        start = min(
-            (c.epoch, next(j for j in range(self.plan.per_epoch) if not c.has((c.epoch, j))))
-            for c in consumers
-        )
+        start = min((c.epoch, c.first_gap(self.plan.per_epoch)) for c in consumers)
         behind = head < start
         if start == head or not (behind or all(head[0] > c.epoch + 1 for c in consumers)):
             return

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import test_loader
 import torch
 from conftest import wait_for
 from test_loader import Loaders, assert_exactly_once, assert_whole_batches_of, canonical
@@ -31,14 +31,9 @@ AUGMENTED = "gpudesk.workloads.synthetic:make_augmented"
 RAGGED = "gpudesk.workloads.synthetic:make_ragged"
 SOURCES = ("epoch", "torch", "random", "numpy")  # what make_augmented's samples draw from
 
-
-@pytest.fixture
-def loaders(home: Home, tmp_path: Path) -> Iterator[Loaders]:
-    launcher = Loaders(home, tmp_path)
-    try:
-        yield launcher
-    finally:
-        launcher.close()
+# test_loader's fixture (its producers and consumers are stopped after each test), bound here
+# rather than imported by name: a test's parameter would shadow the import (ruff F811).
+loaders = test_loader.loaders
 
 
 def by_sample(batches: list[Any]) -> dict[int, tuple[Any, ...]]:
