@@ -5,13 +5,12 @@ a stream of batch requests. Each request names a slot of the shared ring, and th
 fetches the batch writes it there itself (`fetch.py`); the producer tells every consumer that
 takes the batch which slot it is in. Nothing is copied on the way, nothing pickled.
 
-The stream is a sequence of epochs; epoch `e` visits the dataset in the order
-`randperm(len, seed + e)`, in batches `(e, 0) ... (e, B - 1)`, the same for every consumer, and
-every batch is fetched under its own seed (`fetch.batch_seed`), so it is the same wherever and
-whenever it is made. A consumer reads every batch of each of its epochs exactly once, in any
-order: the stream's as they come, and the ones it missed (it joined mid-epoch, it fell behind,
-or a restarted producer lost them) from the ring while they are still there, else made again
-for it ("make-ups").
+The stream is a sequence of epochs; epoch `e` visits the dataset in the order `randperm(len, seed *
+1_000_003 + e)`, in batches `(e, 0) ... (e, B - 1)`, the same for every consumer, and every batch is
+fetched under its own seed (`fetch.batch_seed`), so it is the same wherever and whenever it is made.
+A consumer reads every batch of each of its epochs exactly once, in any order: the stream's as they
+come, and the ones it missed (it joined mid-epoch, it fell behind, or a restarted producer lost
+them) from the ring while they are still there, else made again for it ("make-ups").
 
 Flow control. A consumer is given at most `need + LOOKAHEAD` slots at a time (`need`: the slots
 one of its batches spans), and as many batches it had no room for yet are kept for it (pinned):
