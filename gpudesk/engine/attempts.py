@@ -127,6 +127,9 @@ class Attempts:
         # A full disk met while settling, for `check` to raise once it has been through every
         # attempt: the engine then says so in one paragraph (Engine._say_disk).
         self.disk_full: Exception | None = None
+        # The logs of attempts settled since the log cap last looked (`take_settled_logs`): a
+        # job can start, print and end between two of its looks.
+        self._settled_logs: set[str] = set()
         log.info("job containment: %s", self.containment.describe())
 
     # ----------------------------------------------------------------- views
@@ -452,6 +455,11 @@ class Attempts:
         self.containment.kill(live.attempt.job_id, live.attempt.number)
         runner.signal_group(live.pid, signal.SIGKILL)
 
+    def take_settled_logs(self) -> set[str]:
+        """The logs of the attempts settled since the last call (for the log cap's last look)."""
+        taken, self._settled_logs = self._settled_logs, set()
+        return taken
+
     def terminate_job(self, job_id: int, grace: float) -> None:
         for live in self.live.values():
             if live.attempt.job_id == job_id:
@@ -462,6 +470,7 @@ class Attempts:
         """Record how an attempt ended and move its job on; `watched` when it ended while this
         engine ran. Never raises: an attempt that cannot be settled is recorded as failed with
         the reason, so it can stop neither the settling of the others nor an engine start."""
+        self._settled_logs.add(live.attempt.log_path)
         try:
             self._settle(live, returncode, watched)
         except Exception as exc:

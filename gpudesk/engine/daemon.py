@@ -131,7 +131,9 @@ class Engine:
         )
         self.learning = StationLearning(store, self.attempts, self.telemetry)
         self.logcap = LogCap(
-            lambda: self.station.config, lambda: [a.attempt.log_path for a in self.attempts]
+            lambda: self.station.config,
+            lambda: [a.attempt.log_path for a in self.attempts],
+            self.attempts.take_settled_logs,
         )
         self.mig = MigControl(
             self.station,

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import EngineHandle
+from conftest import EngineHandle, wait_for
 
 from gpudesk import joblog
 from gpudesk.paths import Home
@@ -104,6 +104,22 @@ def test_a_job_printing_50_mib_keeps_its_log_under_the_cap(home: Home, tmp_path:
     assert printed == sorted(printed) and len(printed) == len(set(printed))
     assert printed[-1] == 50 * MIB // 128 - 1
     assert len(shown.stdout) <= bound + 64 * 1024
+
+
+def test_a_job_that_ends_between_two_looks_is_capped_too(home: Home, tmp_path: Path) -> None:
+    """A job can start, print far past the cap and end before the engine's next look at the
+    running logs (every 0.5 s): its log is capped once it has settled all the same."""
+    cap_mib, keep = 1, 1
+    engine = EngineHandle(home)
+    engine.start(log_max_mb=cap_mib, log_keep=keep)
+    (job_id,) = engine.submit(printer_job(tmp_path, total_mib=20, rate_mib=0))
+    assert engine.wait_state(job_id, {"succeeded", "failed"})["state"] == "succeeded"
+    folder = home.attempt_dir(job_id, 1)
+    bound = cap_mib * MIB * (keep + 1) + 64 * 1024
+    wait_for(lambda: disk_use(folder) <= bound, 5.0, what="the settled attempt's log capped")
+    shown = gpudesk(home, "logs", str(job_id))
+    assert b"the last line %d" % (20 * MIB // 128) in shown.stdout
+    assert b"rotated away" in shown.stdout.splitlines()[0]
 
 
 def peak_rss_of(command: list[str], env: dict[str, str]) -> tuple[int, bytes, int]:
