@@ -174,6 +174,8 @@ class JobView(WireModel, frozen=True):
     cancel_requested: bool
     held: bool
     attempts_before_requeue: int
+    user: str  # the owner's user name (the uid as text when the system has none for it)
+    uid: int
     spec: JobSpecView
     slot: str | None
     gpus: list[int]
@@ -728,6 +730,7 @@ class JobEvent(WireModel, frozen=True):
     name: str
     state: JobStateName
     group: str | None
+    user: str
     attempts: int
     exit_code: int | None
     held: bool

@@ -33,6 +33,7 @@ from gpudesk import __version__
 from gpudesk.engine import diskspace, protocol
 from gpudesk.engine.attempts import Attempts
 from gpudesk.engine.events import EventPublisher
+from gpudesk.engine.identity import Caller
 from gpudesk.engine.job_control import JobControl
 from gpudesk.engine.learning import StationLearning
 from gpudesk.engine.loaders import CHECK_EVERY_S, DatasetSpec, LoaderSupervisor
@@ -326,7 +327,9 @@ class Engine:
             if len(frames) < 2:
                 continue  # nothing we could address a reply to
             identity, envelope, raw = frames[0], frames[1:-1], frames[-1]
-            reply = self.handlers.handle(raw)
+            # zmq's ipc:// gives no peer credentials: every caller of a personal engine is its
+            # own user (the socket is 0600 in a 0700 folder).
+            reply = self.handlers.handle(raw, Caller.of_process())
             try:
                 self.control.send_multipart([identity, *envelope, reply], zmq.NOBLOCK)
             except zmq.ZMQError as exc:

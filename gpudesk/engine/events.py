@@ -31,6 +31,7 @@ class EventPublisher:
             "name": job.name,
             "state": job.state.value,
             "group": job.spec.group,
+            "user": job.user,
             "attempts": job.attempts,
             "exit_code": job.exit_code,
             "held": job.held,

@@ -16,6 +16,7 @@ from gpudesk import __version__
 from gpudesk.engine import protocol, runner
 from gpudesk.engine.attempts import Attempts, LiveAttempt
 from gpudesk.engine.events import EventPublisher
+from gpudesk.engine.identity import Caller
 from gpudesk.engine.job_control import JobControl, JobOutcome
 from gpudesk.engine.jobs import (
     PRIORITY_RANGE,
@@ -90,7 +91,7 @@ class EngineParts:
 class RequestHandlers:
     def __init__(self, parts: EngineParts) -> None:
         self.parts = parts
-        self.table: dict[str, Callable[[Args], Reply]] = {
+        self.table: dict[str, Callable[[Args, Caller], Reply]] = {
             "ping": self.ping,
             "status": self.status,
             "submit": self.submit,
@@ -112,8 +113,9 @@ class RequestHandlers:
             "model_reset": self.model_reset,
         }
 
-    def handle(self, raw: bytes) -> bytes:
-        """One request's reply: its result, or an error with its code and message."""
+    def handle(self, raw: bytes, caller: Caller) -> bytes:
+        """One request's reply: its result, or an error with its code and message. `caller` is
+        who sent it, as the kernel says (the control socket's peer credentials)."""
         request_id = None
         try:
             request = protocol.decode_request(raw)
@@ -124,7 +126,7 @@ class RequestHandlers:
                     protocol.UNKNOWN_OP,
                     f"unknown operation {request.op!r}; known: {', '.join(sorted(self.table))}",
                 )
-            return protocol.encode_result(request_id, handler(request.args))
+            return protocol.encode_result(request_id, handler(request.args, caller))
         except ProtocolError as exc:
             return protocol.encode_error(exc.request_id or request_id, exc.code, exc.message)
         except UnknownJob as exc:
@@ -136,10 +138,10 @@ class RequestHandlers:
             )
 
     # ---------------------------------------------------------------- engine
-    def ping(self, _args: Args) -> Reply:
+    def ping(self, _args: Args, _caller: Caller) -> Reply:
         return {"pid": os.getpid(), "version": __version__, "protocol": protocol.PROTOCOL_VERSION}
 
-    def status(self, args: Args) -> Reply:
+    def status(self, args: Args, _caller: Caller) -> Reply:
         parts = self.parts
         if args.get("fresh_loaders") and parts.loaders.producers:
             parts.loaders.refresh_status()
@@ -173,11 +175,11 @@ class RequestHandlers:
             "loaders": parts.loaders.summary(),
         }
 
-    def shutdown(self, _args: Args) -> Reply:
+    def shutdown(self, _args: Args, _caller: Caller) -> Reply:
         self.parts.stop()
         return {"running_attempts": len(self.parts.attempts)}
 
-    def configure(self, args: Args) -> Reply:
+    def configure(self, args: Args, _caller: Caller) -> Reply:
         parts = self.parts
         try:
             config = StationConfig.from_dict(args.get("station") or {})
@@ -198,7 +200,7 @@ class RequestHandlers:
             parts.due.mark()
         return {"station": config.to_dict(), "changed": changed}
 
-    def datasets(self, args: Args) -> Reply:
+    def datasets(self, args: Args, _caller: Caller) -> Reply:
         """Register datasets' shared-loader settings (a profile's [datasets] tables); an empty
         list only lists the registered ones."""
         loaders = self.parts.loaders
@@ -215,7 +217,7 @@ class RequestHandlers:
             "specs": [s.to_dict() for _, s in sorted(loaders.specs.items())],
         }
 
-    def telemetry(self, args: Args) -> Reply:
+    def telemetry(self, args: Args, _caller: Caller) -> Reply:
         """The latest station view (None before the first sample) and, on request, the last
         `history` points of each GPU's series.
 
@@ -240,7 +242,7 @@ class RequestHandlers:
         }
 
     # ------------------------------------------------------------------ jobs
-    def submit(self, args: Args) -> Reply:
+    def submit(self, args: Args, caller: Caller) -> Reply:
         raw_jobs = _job_list(args, "jobs")
         specs: list[JobSpec] = []
         for index, raw in enumerate(raw_jobs):
@@ -254,14 +256,14 @@ class RequestHandlers:
                 base_env = check_env(base_env, inherited=True)
             except ValueError as exc:
                 raise ProtocolError(protocol.INVALID_ARGS, f"env: {exc}") from None
-        records = self.parts.store.submit(specs, base_env)
+        records = self.parts.store.submit(specs, base_env, owner=caller.identity)
         for record in records:
             self.parts.queue.add(record)
             self.parts.events.job(record.id, "submitted", record)
         self.parts.due.mark()
         return {"ids": [r.id for r in records]}
 
-    def jobs(self, args: Args) -> Reply:
+    def jobs(self, args: Args, _caller: Caller) -> Reply:
         states = None
         if args.get("states") is not None:
             try:
@@ -292,7 +294,7 @@ class RequestHandlers:
                 data["usage"] = usage.get(data["id"])
         return {"jobs": result}
 
-    def show(self, args: Args) -> Reply:
+    def show(self, args: Args, _caller: Caller) -> Reply:
         parts = self.parts
         job = self._find(args.get("job"), "job")
         result: Reply = {
@@ -382,7 +384,7 @@ class RequestHandlers:
             results.append(result)
         return {"results": results}
 
-    def cancel(self, args: Args) -> Reply:
+    def cancel(self, args: Args, _caller: Caller) -> Reply:
         grace = args.get("grace", DEFAULT_CANCEL_GRACE_S)
         if (
             isinstance(grace, bool)
@@ -395,18 +397,18 @@ class RequestHandlers:
         control = self.parts.control
         return self.act_on_jobs(args, lambda job: control.cancel(job, grace), can_refuse=False)
 
-    def hold(self, args: Args) -> Reply:
+    def hold(self, args: Args, _caller: Caller) -> Reply:
         """{"jobs": [refs]}: hold queued jobs. The placement policy never starts a held job; it
         keeps its place in the queue. Outcomes: "held", "already held", or (ok false) why
         not, e.g. "running: only a queued job can be held"."""
         return self.act_on_jobs(args, self.parts.control.hold)
 
-    def release(self, args: Args) -> Reply:
+    def release(self, args: Args, _caller: Caller) -> Reply:
         """{"jobs": [refs]}: release held jobs. Outcomes: "released", "not held" (also for a
         job that is not queued, e.g. "not held (running)")."""
         return self.act_on_jobs(args, self.parts.control.release)
 
-    def priority(self, args: Args) -> Reply:
+    def priority(self, args: Args, _caller: Caller) -> Reply:
         """{"jobs": [refs], "priority": int} sets the priority (submit's range), or
         {"jobs": [refs], "delta": int} moves it (+1 raises, -1 lowers; kept in the range).
         A queued job moves in the queue at once; a running or finished one keeps the new
@@ -434,7 +436,7 @@ class RequestHandlers:
             )
         return self.act_on_jobs(args, lambda job: control.move_priority(job, step))
 
-    def requeue(self, args: Args) -> Reply:
+    def requeue(self, args: Args, _caller: Caller) -> Reply:
         """{"jobs": [refs]}: put finished jobs (failed, cancelled, or succeeded to rerun them)
         back in the queue as the same job, with a fresh attempt budget; attempt numbers
         continue. Outcomes: "requeued", "already queued", or (ok false)
@@ -442,7 +444,7 @@ class RequestHandlers:
         return self.act_on_jobs(args, self.parts.control.requeue)
 
     # ------------------------------------------------------------------- MIG
-    def mig_plan(self, args: Args) -> Reply:
+    def mig_plan(self, args: Args, _caller: Caller) -> Reply:
         """{"gpu": int | null}: the MIG plan of one or every MIG-capable GPU (MigPlan.to_dict):
         the layout the queue would want, the job each slice is for, the nvidia-smi commands
         applying it would run, whether the engine may apply it, or why not, and in "auto" what
@@ -457,7 +459,7 @@ class RequestHandlers:
             "simulated": self.parts.telemetry.monitor.simulated,
         }
 
-    def mig_apply(self, args: Args) -> Reply:
+    def mig_apply(self, args: Args, _caller: Caller) -> Reply:
         """{"gpu": int, "profiles": [str, ...], "confirm": true}: give an idle MIG-mode GPU this
         layout, destroying its instances, only where [station] mig_repartition allows it and
         only with confirm. A simulated station's `mig` table changes (telemetry and placement
@@ -485,7 +487,7 @@ class RequestHandlers:
             raise _mig_protocol_error(exc) from None
 
     # ------------------------------------------------------- interference model
-    def model_show(self, _args: Args) -> Reply:
+    def model_show(self, _args: Args, _caller: Caller) -> Reply:
         """The interference model's parameters for each GPU model on the station (and any
         other the store learned about), then the defaults (gpu_model ""), each with its
         prior, provenance and observations."""
@@ -509,7 +511,7 @@ class RequestHandlers:
             "models": models,
         }
 
-    def model_observe(self, args: Args) -> Reply:
+    def model_observe(self, args: Args, _caller: Caller) -> Reply:
         """{"gpu_model": str, "observations": [observation], "source": "calibrated"|"learned"}:
         feed measured observations (`gpudesk calibrate`'s probes) to the learner, stored at
         once. Validated all first: one bad observation fails the request with none kept."""
@@ -549,7 +551,7 @@ class RequestHandlers:
             "params": [_param_reply(p) for p in learning.describe(gpu_model)],
         }
 
-    def model_reset(self, args: Args) -> Reply:
+    def model_reset(self, args: Args, _caller: Caller) -> Reply:
         """{"confirm": true, "gpu_model": str | null}: forget what was learned and calibrated
         for one GPU model (or all): its parameters go back to the defaults."""
         gpu_model = args.get("gpu_model")

@@ -115,6 +115,8 @@ def job_wire(**given: Any) -> dict[str, Any]:
         "cancel_requested": False,
         "held": False,
         "attempts_before_requeue": 0,
+        "user": "ada",
+        "uid": 1000,
         "spec": spec,
         "slot": None,
         "gpus": [],

@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from gpudesk.engine.identity import Identity
 from gpudesk.engine.jobs import InvalidTransition, JobSpec, JobState, check_transition
 from gpudesk.engine.store.connection import StoreConnection
 from gpudesk.engine.store.records import AttemptRecord, JobRecord, read_attempt, read_job
@@ -27,10 +28,13 @@ class JobTables(StoreConnection):
         specs: Sequence[JobSpec],
         base_env: Mapping[str, str] | None = None,
         now: float | None = None,
+        owner: Identity | None = None,
     ) -> list[JobRecord]:
-        """Queue jobs, all or none. `base_env` is the submitter's environment, which the jobs
-        start from (stored once however many jobs share it)."""
+        """Queue jobs, all or none, for `owner` (default: the engine's own user). `base_env` is
+        the submitter's environment, which the jobs start from (stored once however many jobs
+        share it)."""
         now = now or time.time()
+        owner = owner or Identity.of_process()
         ids: list[int] = []
         env: tuple[str, int] | None = None
         with self.transaction() as conn:
@@ -39,9 +43,20 @@ class JobTables(StoreConnection):
             env_id = env[1] if env else None
             for spec in specs:
                 cur = conn.execute(
-                    "INSERT INTO jobs (name, grp, spec, base_env, state, priority, submitted_at) "
-                    "VALUES (?, ?, ?, ?, 'queued', ?, ?)",
-                    (spec.name, spec.group, json.dumps(spec.to_dict()), env_id, spec.priority, now),
+                    "INSERT INTO jobs (name, grp, spec, base_env, state, priority, submitted_at, "
+                    "owner_uid, owner_gid, owner_groups) "
+                    "VALUES (?, ?, ?, ?, 'queued', ?, ?, ?, ?, ?)",
+                    (
+                        spec.name,
+                        spec.group,
+                        json.dumps(spec.to_dict()),
+                        env_id,
+                        spec.priority,
+                        now,
+                        owner.uid,
+                        owner.gid,
+                        json.dumps(list(owner.groups)),
+                    ),
                 )
                 job_id = int(cur.lastrowid or 0)
                 ids.append(job_id)
@@ -50,7 +65,7 @@ class JobTables(StoreConnection):
                 )
         if env is not None:
             self._env_ids[env[0]] = env[1]
-        return [JobRecord.queued(i, s, now) for i, s in zip(ids, specs, strict=True)]
+        return [JobRecord.queued(i, s, now, owner) for i, s in zip(ids, specs, strict=True)]
 
     def _environment_id(self, conn: sqlite3.Connection, env: Mapping[str, str]) -> tuple[str, int]:
         """(digest, row id) of an environment, inserted if new. The caller caches the pair once

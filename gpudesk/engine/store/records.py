@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpudesk.engine.identity import Identity
 from gpudesk.engine.jobs import JobSpec, JobState
 
 
@@ -27,11 +28,31 @@ class JobRecord:
     demand: dict[str, Any] | None = None  # raised after an out-of-memory death
     held: bool = False  # a queued job the placement policy must not start until released
     attempts_before_requeue: int = 0  # attempts made before the user last requeued it
+    owner: Identity = field(default_factory=Identity.of_process)  # whom it runs as
 
     @classmethod
-    def queued(cls, job_id: int, spec: JobSpec, submitted_at: float) -> JobRecord:
+    def queued(
+        cls, job_id: int, spec: JobSpec, submitted_at: float, owner: Identity | None = None
+    ) -> JobRecord:
         """A job just submitted: queued, never run."""
-        return cls(job_id, spec, JobState.QUEUED, submitted_at, None, None, 0, None, None, False)
+        return cls(
+            job_id,
+            spec,
+            JobState.QUEUED,
+            submitted_at,
+            None,
+            None,
+            0,
+            None,
+            None,
+            False,
+            owner=owner or Identity.of_process(),
+        )
+
+    @property
+    def user(self) -> str:
+        """The owner's user name (the uid as text when the system has none for it)."""
+        return self.owner.name
 
     @property
     def name(self) -> str:
@@ -60,6 +81,8 @@ class JobRecord:
             "cancel_requested": self.cancel_requested,
             "held": self.held,
             "attempts_before_requeue": self.attempts_before_requeue,
+            "user": self.user,
+            "uid": self.owner.uid,
             "spec": spec,
         }
 
@@ -137,7 +160,16 @@ def read_job(row: sqlite3.Row) -> JobRecord:
         demand=json.loads(row["demand"]) if row["demand"] else None,
         held=bool(row["held"]),
         attempts_before_requeue=row["attempts_before_requeue"],
+        owner=_owner(row),
     )
+
+
+def _owner(row: sqlite3.Row) -> Identity:
+    """A job's owner; a job stored before owners were (schema 7) was the engine's user's."""
+    if row["owner_uid"] is None:
+        return Identity.of_process()
+    groups = json.loads(row["owner_groups"]) if row["owner_groups"] else []
+    return Identity.of(row["owner_uid"], row["owner_gid"], groups)
 
 
 def read_attempt(row: sqlite3.Row) -> AttemptRecord:

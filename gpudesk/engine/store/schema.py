@@ -170,6 +170,16 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX model_observations_by_model ON model_observations (gpu_model, id);
     """,
+    # 7: a shared station. Every job has an owner: the uid, primary group and supplementary
+    # groups the kernel reported for the process that submitted it (a system engine runs the job
+    # with them). Jobs of an older store were a personal engine's, so its user's: NULL reads as
+    # the engine's own identity.
+    """
+    ALTER TABLE jobs ADD COLUMN owner_uid INTEGER;
+    ALTER TABLE jobs ADD COLUMN owner_gid INTEGER;
+    ALTER TABLE jobs ADD COLUMN owner_groups TEXT;
+    CREATE INDEX jobs_by_owner ON jobs (owner_uid, state);
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

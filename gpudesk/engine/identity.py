@@ -1,0 +1,79 @@
+"""Who is asking, and whom a job belongs to.
+
+An `Identity` is a uid with its primary group and supplementary groups, as the kernel reports them
+for a process: the engine takes a caller's from the control socket's peer credentials
+(SO_PEERCRED, SO_PEERGROUPS), never from what the client wrote in a request, and a job keeps its
+submitter's to run with (a system engine runs each job as its owner). A personal engine's callers
+are all its own user; its jobs run as that user, as before.
+"""
+
+from __future__ import annotations
+
+import grp
+import os
+import pwd
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Identity:
+    uid: int
+    gid: int  # the primary group
+    groups: tuple[int, ...]  # the supplementary groups, sorted, without duplicates
+
+    @classmethod
+    def of_process(cls) -> Identity:
+        """This process's own identity (a personal engine's, and that of its jobs)."""
+        return cls.of(os.getuid(), os.getgid(), os.getgroups())
+
+    @classmethod
+    def of(cls, uid: int, gid: int, groups: list[int] | tuple[int, ...]) -> Identity:
+        return cls(uid, gid, tuple(sorted(set(groups))))
+
+    @property
+    def name(self) -> str:
+        """The user's name, or the uid as text when the system has no name for it."""
+        return user_name(self.uid)
+
+    def in_group(self, gid: int) -> bool:
+        return gid == self.gid or gid in self.groups
+
+    def to_dict(self) -> dict[str, object]:
+        return {"uid": self.uid, "gid": self.gid, "groups": list(self.groups)}
+
+
+@dataclass(frozen=True)
+class Caller:
+    """The process at the other end of a request: its identity and pid (from the kernel)."""
+
+    identity: Identity
+    pid: int | None
+
+    @classmethod
+    def of_process(cls) -> Caller:
+        return cls(Identity.of_process(), os.getpid())
+
+    @property
+    def uid(self) -> int:
+        return self.identity.uid
+
+    @property
+    def name(self) -> str:
+        return self.identity.name
+
+
+def user_name(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
+
+
+def group_id(name: str) -> int | None:
+    """A group's gid by its name (or a gid given as digits), or None when there is none."""
+    if name.isdigit():
+        return int(name)
+    try:
+        return grp.getgrnam(name).gr_gid
+    except KeyError:
+        return None
