@@ -143,6 +143,9 @@ class Profile:
     station: StationConfig
     datasets: dict[str, DatasetConfig]
     jobs: list[JobSpec]  # fully expanded, in file order: [[jobs]] first, then [[sweeps]]
+    # The [station] keys the file names: only these are asked of the engine (a key left out
+    # keeps the station's value; `station` holds the defaults for those).
+    station_keys: tuple[str, ...] = ()
 
 
 def load_profile(path: str | os.PathLike[str]) -> Profile:
@@ -491,7 +494,8 @@ class _Builder:
 
         jobs = self.expand(entries)
         self.raise_problems()
-        return Profile(self.path, name, description, station, datasets, jobs)
+        station_keys = tuple(k for k in STATION_KEYS if k in (document.get("station") or {}))
+        return Profile(self.path, name, description, station, datasets, jobs, station_keys)
 
     def station(self, document: dict[str, Any]) -> StationConfig:
         if "station" not in document:

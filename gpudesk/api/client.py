@@ -237,8 +237,16 @@ class Client:
         """Stop the engine; running jobs keep running and the next engine adopts them."""
         return self.call(ShutdownResult, "shutdown")
 
-    def configure(self, station: StationConfig) -> ConfigureResult:
-        return self.call(ConfigureResult, "configure", station=station.to_dict())
+    def configure(
+        self, station: StationConfig, keys: Sequence[str] | None = None
+    ) -> ConfigureResult:
+        """Ask the engine for these station settings: only `keys` of `station` when given (a
+        profile's [station] sends the keys it names), else all of them. The reply says what
+        changed and what was not applied, and why (another user's station, GPUDESK_BACKEND)."""
+        table = station.to_dict()
+        if keys is not None:
+            table = {key: table[key] for key in keys}
+        return self.call(ConfigureResult, "configure", station=table)
 
     def register_datasets(self, datasets: Sequence[DatasetSpec]) -> DatasetsResult:
         """Register shared-loader settings; an empty list lists what is registered."""

@@ -16,7 +16,7 @@ reply that leaves it out fails to decode.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, TypeAlias
 
 import msgspec
 
@@ -67,6 +67,9 @@ __all__ = [
     "PlanLeftOut",
     "PlanSlice",
     "ProcessView",
+    "SettingChange",
+    "SettingNotApplied",
+    "SettingValue",
     "ShutdownResult",
     "SlotCounts",
     "Snapshot",
@@ -280,12 +283,13 @@ class SubmitResult(WireModel, frozen=True):
 
 
 class ActionOutcome(WireModel, frozen=True):
-    """What a job-control request did to one job; `ok` is absent for cancel (never refused)."""
+    """What a job-control request did to one job; `ok` false where it was refused (another
+    user's job, a running job held), and `outcome` says why."""
 
     id: int
     name: str
     outcome: str
-    ok: bool | None = None
+    ok: bool
 
 
 class ActionResult(WireModel, frozen=True):
@@ -457,9 +461,37 @@ class ShutdownResult(WireModel, frozen=True):
     running_attempts: int
 
 
+# A station setting's value as the wire carries it (StationConfig's fields).
+SettingValue: TypeAlias = str | int | float | bool | dict[str, str] | None
+
+
+class SettingChange(WireModel, frozen=True):
+    """A station setting `configure` changed; `message` says so ("policy auto → fifo")."""
+
+    key: str
+    old: SettingValue
+    new: SettingValue
+    message: str
+
+
+class SettingNotApplied(WireModel, frozen=True):
+    """A station setting `configure` was asked for and did not apply; `message` says what and
+    why ("not applied: policy fifo (the station runs auto; only an admin ...)")."""
+
+    key: str
+    value: SettingValue
+    current: SettingValue
+    reason: str
+    message: str
+
+
 class ConfigureResult(WireModel, frozen=True):
+    """The station config in force after `configure`, and what the request did to it."""
+
     station: StationConfigView
     changed: bool
+    changes: list[SettingChange]
+    not_applied: list[SettingNotApplied]
 
 
 class DatasetsResult(WireModel, frozen=True):

@@ -1,7 +1,9 @@
 """Submitting work to the engine: the one workflow every front end uses (`gpudesk run`, the
 desk's submit-by-profile, `gpudesk select compare`).
 
-A profile is submitted in this order: its `[station]` is applied (the engine's `configure`), its
+A profile is submitted in this order: its `[station]` is asked of the engine (`configure`: only
+the keys it names; the engine applies them for an admin and reports each change, or reports what
+it did not apply and why, and the run goes on either way), its
 `[datasets]` are registered (`datasets`), the pre-pass jobs its selections need are queued and
 waited for, what the engine measured of each is written into the selection cache entry it
 computed, and then, only if every pre-pass succeeded, the profile's training jobs are queued as
@@ -29,9 +31,8 @@ from gpudesk.engine.jobs import JobSpec
 
 if TYPE_CHECKING:
     from gpudesk.api.client import Client
-    from gpudesk.api.models import JobView
+    from gpudesk.api.models import ConfigureResult, JobView
     from gpudesk.engine.loaders import DatasetSpec
-    from gpudesk.engine.station import StationConfig
     from gpudesk.profile import Profile
     from gpudesk.selection.cache import SelectionCache
 
@@ -90,9 +91,39 @@ def record_prepasses(
 
 
 # ------------------------------------------------------------------ the engine's side
-def configure_station(client: Client, station: StationConfig) -> None:
-    """Apply a profile's [station] to the engine."""
-    client.configure(station)
+@dataclass(frozen=True)
+class StationReport:
+    """What the engine did with a profile's [station]: the settings it changed and those it did
+    not apply. A run says each in its output; nothing to say when the station already ran them."""
+
+    source: str  # where the settings came from: "profiles/quickstart.toml [station]"
+    result: ConfigureResult
+
+    def lines(self) -> list[str]:
+        """ "station: policy auto → fifo (from profiles/quickstart.toml [station])", then
+        "station: not applied: policy fifo (the station runs auto; only an admin ...)"."""
+        return [f"station: {c.message} (from {self.source})" for c in self.result.changes] + [
+            f"station: {n.message}" for n in self.result.not_applied
+        ]
+
+
+def configure_station(client: Client, profile: Profile) -> StationReport | None:
+    """Ask the engine for the settings a profile's [station] names (None: it names none)."""
+    if not profile.station_keys:
+        return None
+    result = client.configure(profile.station, profile.station_keys)
+    return StationReport(f"{_shown_path(profile.path)} [station]", result)
+
+
+def _shown_path(path: os.PathLike[str]) -> str:
+    """A profile's path as its user would type it: relative to the current directory when
+    inside it."""
+    shown = os.fspath(path)
+    try:
+        relative = os.path.relpath(shown)
+    except ValueError:
+        return shown
+    return shown if relative.startswith("..") else relative
 
 
 def register_datasets(client: Client, datasets: Sequence[DatasetSpec]) -> None:
@@ -101,10 +132,12 @@ def register_datasets(client: Client, datasets: Sequence[DatasetSpec]) -> None:
         client.register_datasets(datasets)
 
 
-def prepare_station(client: Client, profile: Profile) -> None:
-    """Everything a profile asks of the engine before its jobs: [station] and [datasets]."""
-    configure_station(client, profile.station)
+def prepare_station(client: Client, profile: Profile) -> StationReport | None:
+    """Everything a profile asks of the engine before its jobs: [station] and [datasets]. What
+    the engine did with [station] (None: the profile has none)."""
+    report = configure_station(client, profile)
     register_datasets(client, [d.loader for d in profile.datasets.values() if d.loader is not None])
+    return report
 
 
 def submit_specs(
@@ -155,7 +188,7 @@ class Submitted:
     ids: tuple[int, ...]
 
 
-Step: TypeAlias = Submitted | PrepassResult  # what `submit_profile` tells `on_step`
+Step: TypeAlias = StationReport | Submitted | PrepassResult  # what `submit_profile` tells `on_step`
 
 
 @dataclass
@@ -163,6 +196,7 @@ class ProfileSubmission:
     """What `submit_profile` did."""
 
     group: str
+    station: StationReport | None = None  # what the engine did with [station]; None: none asked
     prepasses: list[PrepassResult] = field(default_factory=list)
     job_ids: list[int] = field(default_factory=list)  # the training jobs; none if a pre-pass failed
 
@@ -181,17 +215,19 @@ def submit_profile(
     cache: SelectionCache | None = None,
     env: Mapping[str, str] | None = None,
 ) -> ProfileSubmission:
-    """Submit a profile: apply [station] and [datasets], queue the selections' pre-pass jobs,
-    `wait` for them (default: `wait_for_jobs`), record their measurements in `cache` (default:
-    the submitter's home's), then queue the training jobs if every pre-pass succeeded. Every
-    job goes in `group` (default: a new one for this submission). `on_step` hears of each step
-    as it happens."""
+    """Submit a profile: ask for [station] (see StationReport), register [datasets], queue the
+    selections' pre-pass jobs, `wait` for them (default: `wait_for_jobs`), record their
+    measurements in `cache` (default: the submitter's home's), then queue the training jobs if
+    every pre-pass succeeded. Every job goes in `group` (default: a new one for this
+    submission). `on_step` hears of each step as it happens."""
     from gpudesk.api.prepass import profile_prepasses
     from gpudesk.paths import Home
     from gpudesk.selection.cache import SelectionCache
 
     outcome = ProfileSubmission(group or run_group(profile.name))
-    prepare_station(client, profile)
+    outcome.station = prepare_station(client, profile)
+    if outcome.station is not None and on_step is not None:
+        on_step(outcome.station)
     prepasses = profile_prepasses(profile)
     if prepasses:
         workdir = str(profile.path.parent)

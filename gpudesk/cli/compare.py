@@ -155,7 +155,9 @@ class Comparison:
         self.current: int | None = None  # the job running now (cancelled on Ctrl-C)
 
     def run(self) -> list[Trial]:
-        configure_station(self.client, self.plan.profile.station)
+        station = configure_station(self.client, self.plan.profile)
+        for line in station.lines() if station is not None else []:
+            self.say(line)
         register_datasets(self.client, [self.plan.dataset_for(s) for s in self.plan.seeds])
         try:
             for seed in self.plan.seeds:

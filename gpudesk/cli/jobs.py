@@ -351,7 +351,7 @@ def _report_outcomes(results: list[ActionOutcome], json_out: bool) -> None:
     else:
         for r in results:
             print(f"job {r.id} ({r.name}): {r.outcome}")
-    if any(r.ok is False for r in results):  # cancel never refuses: no `ok`
+    if any(not r.ok for r in results):
         raise typer.Exit(EXIT_FAILED)
 
 

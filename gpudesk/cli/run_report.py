@@ -19,7 +19,7 @@ import msgspec
 from gpudesk import render
 from gpudesk.api.client import Client, EventStream
 from gpudesk.api.models import JobView, LoaderView, UsageFigures, to_builtins
-from gpudesk.api.submit import PrepassResult, Step, run_group, submit_profile
+from gpudesk.api.submit import PrepassResult, StationReport, Step, run_group, submit_profile
 from gpudesk.engine.telemetry.energy import summarize
 from gpudesk.profile import Profile
 from gpudesk.selection.cache import SelectionCache
@@ -215,6 +215,13 @@ class _Progress:
             self.live = Live(console=Console(file=stream), refresh_per_second=4, transient=True)
             self.live.start()
 
+    def say(self, line: str) -> None:
+        """A line of its own, above the live table on a terminal."""
+        if self.live is not None:
+            self.live.console.print(line, markup=False, highlight=False)
+        else:
+            print(line, file=self.stream, flush=True)
+
     def update(self, jobs: list[JobView]) -> None:
         if self.live is not None:
             self.live.update(self._table(jobs, rows=self.live.console.height - 4))
@@ -298,6 +305,11 @@ def run_profile(
     def note(step: Step) -> None:
         if isinstance(step, PrepassResult):
             report.notes.append(step.describe())
+        elif isinstance(step, StationReport):
+            # Said at once, before the jobs, and again in the report: the station is everyone's.
+            for line in step.lines():
+                progress.say(line)
+                report.notes.append(line)
 
     try:
         with client.events("job") as events:

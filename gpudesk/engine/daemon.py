@@ -31,9 +31,10 @@ import zmq
 
 from gpudesk import __version__
 from gpudesk.engine import diskspace, protocol
+from gpudesk.engine.access import DEFAULT_ADMIN_GROUP, Access
 from gpudesk.engine.attempts import Attempts
 from gpudesk.engine.events import EventPublisher
-from gpudesk.engine.identity import Caller
+from gpudesk.engine.identity import Caller, group_id
 from gpudesk.engine.job_control import JobControl
 from gpudesk.engine.learning import StationLearning
 from gpudesk.engine.loaders import CHECK_EVERY_S, DatasetSpec, LoaderSupervisor
@@ -97,7 +98,9 @@ class Engine:
     """The loop and the wiring: it builds the collaborators, hands requests to the handler
     table, and runs each collaborator's periodic step."""
 
-    def __init__(self, home: Home, store: Store, config: StationConfig) -> None:
+    def __init__(
+        self, home: Home, store: Store, config: StationConfig, access: Access | None = None
+    ) -> None:
         self.home = home
         self.store = store
         self.stopping = False
@@ -178,6 +181,7 @@ class Engine:
                 started_at=time.time(),
                 cores=self.scheduler.cores,
                 stop=self.stop,
+                access=access or Access.personal(),
             )
         )
 
@@ -416,7 +420,7 @@ def open_store(home: Home) -> Store:
     return store
 
 
-def serve(home: Home, requested: StationConfig | None = None) -> int:
+def serve(home: Home, requested: StationConfig | None = None, access: Access | None = None) -> int:
     """Run the engine in this process until stopped. Returns the exit status."""
     try:
         home.ensure()
@@ -440,7 +444,7 @@ def serve(home: Home, requested: StationConfig | None = None) -> int:
             store.close()
             return 2
         store.set_setting("station", config.to_dict())
-        engine = Engine(home, store, config)
+        engine = Engine(home, store, config, access)
         engine.bind()
         try:
             engine.recover()
@@ -457,6 +461,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="gpudesk-engine", description="the gpudesk engine daemon")
     parser.add_argument("--home", help="GPUDESK_HOME (default: environment or XDG state dir)")
     parser.add_argument("--station", help="station config as JSON")
+    parser.add_argument(
+        "--admin-group",
+        metavar="NAME",
+        help="a group whose members are admins: they act on every job and change station "
+        f"settings (a system engine's; its default is {DEFAULT_ADMIN_GROUP})",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(
         stream=sys.stderr,
@@ -464,6 +474,13 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     home = Home.from_env(args.home)
+    access = None
+    if args.admin_group:
+        gid = group_id(args.admin_group)
+        if gid is None:
+            log.error("--admin-group %s: there is no such group on this system", args.admin_group)
+            return 2
+        access = Access.with_admin_group(gid)
     requested = None
     if args.station:
         try:
@@ -472,7 +489,7 @@ def main(argv: list[str] | None = None) -> int:
             log.error("bad station config: %s", exc)
             return 2
     try:
-        return serve(home, requested)
+        return serve(home, requested, access)
     except Exception as exc:
         if diskspace.is_full(exc, home.root):
             # One paragraph, on stderr (engine.log may be the file that cannot grow); the

@@ -5,15 +5,15 @@ collaborator that owns it; a bad argument is a ProtocolError naming it.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from gpudesk import __version__
-from gpudesk.engine import protocol, runner
+from gpudesk.engine import protocol, reconfigure, runner
+from gpudesk.engine.access import Access
 from gpudesk.engine.attempts import Attempts, LiveAttempt
 from gpudesk.engine.events import EventPublisher
 from gpudesk.engine.identity import Caller
@@ -43,7 +43,6 @@ from gpudesk.engine.repartition.control import MigControl
 from gpudesk.engine.repartition.station import MigApplyRefused
 from gpudesk.engine.scheduler import Scheduler
 from gpudesk.engine.state import CurrentStation, PlacementDue
-from gpudesk.engine.station import StationConfig
 from gpudesk.engine.store.database import Store
 from gpudesk.engine.store.records import AttemptRecord, JobRecord
 from gpudesk.engine.store.schema import UnknownJob
@@ -86,6 +85,8 @@ class EngineParts:
     started_at: float
     cores: int
     stop: Callable[[], None]  # ends the engine's loop
+    # Who may do what (engine/access.py): a personal engine's callers are all admins.
+    access: Access = field(default_factory=Access.personal)
 
 
 class RequestHandlers:
@@ -175,40 +176,74 @@ class RequestHandlers:
             "loaders": parts.loaders.summary(),
         }
 
-    def shutdown(self, _args: Args, _caller: Caller) -> Reply:
+    def shutdown(self, _args: Args, caller: Caller) -> Reply:
+        self._need_admin(caller, "stop the engine")
         self.parts.stop()
         return {"running_attempts": len(self.parts.attempts)}
 
-    def configure(self, args: Args, _caller: Caller) -> Reply:
+    def configure(self, args: Args, caller: Caller) -> Reply:
+        """{"station": a [station] table}: weigh it key by key (engine/reconfigure.py). Only
+        the keys it names count; an admin's differing keys are applied, each recorded as an
+        event; anyone else's are reported as not applied (never an error: a profile's run goes
+        on with the station as it is). Returns the config in force, `changed`, and the
+        `changes` and `not_applied`, each with its message."""
         parts = self.parts
+        access = parts.access
+        refusal = (
+            None
+            if access.is_admin(caller)
+            else f"only {access.admin_role} changes station settings"
+        )
+        old = parts.station.config
+        queued_gpu_jobs = sum(1 for job in parts.queue.ordered() if job.spec.gpus)
         try:
-            config = StationConfig.from_dict(args.get("station") or {})
-            config = config.with_env_override()
-            policy = make_policy(config.policy)
+            weighed = reconfigure.weigh(
+                old, args.get("station"), refusal=refusal, queued_gpu_jobs=queued_gpu_jobs
+            )
+            policy = make_policy(weighed.config.policy)
         except ValueError as exc:
             raise ProtocolError(protocol.INVALID_ARGS, str(exc)) from None
-        old = parts.station.config
-        changed = config != old
-        if changed:
-            log.info("station reconfigured: %s -> %s", old.to_dict(), config.to_dict())
-            parts.store.add_event("engine", f"station reconfigured: {json.dumps(config.to_dict())}")
+        for item in weighed.not_applied:
+            log.info("station setting from %s %s", caller.name, item.message)
+        config = weighed.config
+        if weighed.changes:
+            for change in weighed.changes:
+                message = f"station: {change.message} (by {caller.name})"
+                log.info("%s", message)
+                parts.store.add_event("engine", message)
             telemetry_changed = any(getattr(config, k) != getattr(old, k) for k in TELEMETRY_KEYS)
             parts.station.replace(config)
             parts.scheduler.policy = policy
             if telemetry_changed:
                 parts.telemetry.restart()
             parts.due.mark()
-        return {"station": config.to_dict(), "changed": changed}
+        return {
+            "station": config.to_dict(),
+            "changed": bool(weighed.changes),
+            "changes": [change.to_dict() for change in weighed.changes],
+            "not_applied": [item.to_dict() for item in weighed.not_applied],
+        }
 
-    def datasets(self, args: Args, _caller: Caller) -> Reply:
+    def datasets(self, args: Args, caller: Caller) -> Reply:
         """Register datasets' shared-loader settings (a profile's [datasets] tables); an empty
-        list only lists the registered ones."""
+        list only lists the registered ones. Registering a new dataset or new settings is an
+        admin's: the engine's producer imports the factory module and reads the data as the
+        engine's user (root, on a system engine). Anyone may repeat what is registered."""
         loaders = self.parts.loaders
         raw = args.get("datasets")
         if not isinstance(raw, list):
             raise ProtocolError(protocol.INVALID_ARGS, "'datasets' must be a list")
         try:
-            loaders.register([DatasetSpec.from_dict(d) for d in raw])
+            specs = [DatasetSpec.from_dict(d) for d in raw]
+        except ValueError as exc:
+            raise ProtocolError(protocol.INVALID_ARGS, f"datasets: {exc}") from None
+        new = [spec.name for spec in specs if loaders.specs.get(spec.name) != spec]
+        if new:
+            self._need_admin(
+                caller, f"register shared-loader datasets or change their settings ({new[0]})"
+            )
+        try:
+            loaders.register(specs)
         except ValueError as exc:
             raise ProtocolError(protocol.INVALID_ARGS, f"datasets: {exc}") from None
         self.parts.store.set_setting("datasets", [s.to_dict() for s in loaders.specs.values()])
@@ -294,7 +329,7 @@ class RequestHandlers:
                 data["usage"] = usage.get(data["id"])
         return {"jobs": result}
 
-    def show(self, args: Args, _caller: Caller) -> Reply:
+    def show(self, args: Args, caller: Caller) -> Reply:
         parts = self.parts
         job = self._find(args.get("job"), "job")
         result: Reply = {
@@ -309,6 +344,10 @@ class RequestHandlers:
         elif job.state is JobState.QUEUED:
             result["waiting"] = parts.scheduler.explain_wait(job)
         if args.get("env"):
+            # The environment can hold secrets: the owner's and the admins' to read only.
+            refusal = parts.access.job_refusal(caller, job, "see the environment of")
+            if refusal:
+                raise ProtocolError(protocol.REFUSED, refusal)
             result["env"] = {**parts.store.base_env(job.id), **job.spec.env}
         return result
 
@@ -340,6 +379,13 @@ class RequestHandlers:
         data["loader"] = self.parts.loaders.loader_for(job.spec.dataset, job.spec.selection)
         return data
 
+    def _need_admin(self, caller: Caller, what: str) -> None:
+        """Refuse a station-wide action (`what`: "apply MIG layouts") to a caller who is no
+        admin, naming the rule."""
+        refusal = self.parts.access.admin_refusal(caller, what)
+        if refusal:
+            raise ProtocolError(protocol.REFUSED, refusal)
+
     def _usage(self, job_ids: list[int]) -> dict[int, dict[str, Any]]:
         return self.parts.telemetry.job_usage(job_ids, self.parts.attempts.attempt_numbers())
 
@@ -365,26 +411,31 @@ class RequestHandlers:
 
     # ----------------------------------------------------------- job control
     def act_on_jobs(
-        self, args: Args, action: Callable[[JobRecord], JobOutcome], *, can_refuse: bool = True
+        self,
+        args: Args,
+        caller: Caller,
+        verb: str,
+        action: Callable[[JobRecord], JobOutcome],
     ) -> Reply:
         """The shape of every job-control op: resolve all of `args["jobs"]` (ids or names)
         first, so one unknown job fails the request with none touched, then act on each job
-        once, in the order given. Returns {"results": [{"id", "name", "outcome", "ok"}]};
-        "ok" only for an op that `can_refuse` a job (cancel never does)."""
+        once, in the order given. A job the caller may not `verb` (not theirs, and they are no
+        admin) is refused on its own: its outcome names the rule, the others go on. Returns
+        {"results": [{"id", "name", "outcome", "ok"}]}."""
         jobs: dict[int, JobRecord] = {}
         for index, ref in enumerate(_job_list(args, "jobs")):
             job = self._find(ref, f"jobs[{index}]")
             jobs.setdefault(job.id, job)
         results = []
         for job in jobs.values():
-            outcome = action(job)
-            result = {"id": job.id, "name": job.name, "outcome": outcome.message}
-            if can_refuse:
-                result["ok"] = outcome.ok
-            results.append(result)
+            refusal = self.parts.access.job_refusal(caller, job, verb)
+            outcome = JobOutcome(refusal, ok=False) if refusal else action(job)
+            results.append(
+                {"id": job.id, "name": job.name, "outcome": outcome.message, "ok": outcome.ok}
+            )
         return {"results": results}
 
-    def cancel(self, args: Args, _caller: Caller) -> Reply:
+    def cancel(self, args: Args, caller: Caller) -> Reply:
         grace = args.get("grace", DEFAULT_CANCEL_GRACE_S)
         if (
             isinstance(grace, bool)
@@ -395,20 +446,20 @@ class RequestHandlers:
                 protocol.INVALID_ARGS, f"'grace' must be 0 to {MAX_CANCEL_GRACE_S:g} seconds"
             )
         control = self.parts.control
-        return self.act_on_jobs(args, lambda job: control.cancel(job, grace), can_refuse=False)
+        return self.act_on_jobs(args, caller, "cancel", lambda job: control.cancel(job, grace))
 
-    def hold(self, args: Args, _caller: Caller) -> Reply:
+    def hold(self, args: Args, caller: Caller) -> Reply:
         """{"jobs": [refs]}: hold queued jobs. The placement policy never starts a held job; it
         keeps its place in the queue. Outcomes: "held", "already held", or (ok false) why
         not, e.g. "running: only a queued job can be held"."""
-        return self.act_on_jobs(args, self.parts.control.hold)
+        return self.act_on_jobs(args, caller, "hold", self.parts.control.hold)
 
-    def release(self, args: Args, _caller: Caller) -> Reply:
+    def release(self, args: Args, caller: Caller) -> Reply:
         """{"jobs": [refs]}: release held jobs. Outcomes: "released", "not held" (also for a
         job that is not queued, e.g. "not held (running)")."""
-        return self.act_on_jobs(args, self.parts.control.release)
+        return self.act_on_jobs(args, caller, "release", self.parts.control.release)
 
-    def priority(self, args: Args, _caller: Caller) -> Reply:
+    def priority(self, args: Args, caller: Caller) -> Reply:
         """{"jobs": [refs], "priority": int} sets the priority (submit's range), or
         {"jobs": [refs], "delta": int} moves it (+1 raises, -1 lowers; kept in the range).
         A queued job moves in the queue at once; a running or finished one keeps the new
@@ -426,7 +477,9 @@ class RequestHandlers:
                 wanted = check_priority(priority)
             except ValueError as exc:
                 raise ProtocolError(protocol.INVALID_ARGS, f"'priority': {exc}") from None
-            return self.act_on_jobs(args, lambda job: control.set_priority(job, wanted))
+            return self.act_on_jobs(
+                args, caller, "re-prioritize", lambda job: control.set_priority(job, wanted)
+            )
         low, high = PRIORITY_RANGE
         step = _whole_number(delta, -(high - low), high - low)
         if step is None:
@@ -434,14 +487,16 @@ class RequestHandlers:
                 protocol.INVALID_ARGS,
                 f"'delta' must be a whole number from {low - high} to {high - low}, e.g. 1 or -1",
             )
-        return self.act_on_jobs(args, lambda job: control.move_priority(job, step))
+        return self.act_on_jobs(
+            args, caller, "re-prioritize", lambda job: control.move_priority(job, step)
+        )
 
-    def requeue(self, args: Args, _caller: Caller) -> Reply:
+    def requeue(self, args: Args, caller: Caller) -> Reply:
         """{"jobs": [refs]}: put finished jobs (failed, cancelled, or succeeded to rerun them)
         back in the queue as the same job, with a fresh attempt budget; attempt numbers
         continue. Outcomes: "requeued", "already queued", or (ok false)
         "running: only a finished job can be requeued"."""
-        return self.act_on_jobs(args, self.parts.control.requeue)
+        return self.act_on_jobs(args, caller, "requeue", self.parts.control.requeue)
 
     # ------------------------------------------------------------------- MIG
     def mig_plan(self, args: Args, _caller: Caller) -> Reply:
@@ -459,12 +514,13 @@ class RequestHandlers:
             "simulated": self.parts.telemetry.monitor.simulated,
         }
 
-    def mig_apply(self, args: Args, _caller: Caller) -> Reply:
+    def mig_apply(self, args: Args, caller: Caller) -> Reply:
         """{"gpu": int, "profiles": [str, ...], "confirm": true}: give an idle MIG-mode GPU this
         layout, destroying its instances, only where [station] mig_repartition allows it and
         only with confirm. A simulated station's `mig` table changes (telemetry and placement
         see the new slices); a real GPU is repartitioned through nvidia-smi. The queue is not
-        touched. Never enables MIG mode or resets a GPU."""
+        touched. Never enables MIG mode or resets a GPU. An admin's only."""
+        self._need_admin(caller, "apply MIG layouts")
         gpu = _mig_gpu_arg(args, required=True)
         assert gpu is not None
         profiles = args.get("profiles")
@@ -511,10 +567,12 @@ class RequestHandlers:
             "models": models,
         }
 
-    def model_observe(self, args: Args, _caller: Caller) -> Reply:
+    def model_observe(self, args: Args, caller: Caller) -> Reply:
         """{"gpu_model": str, "observations": [observation], "source": "calibrated"|"learned"}:
         feed measured observations (`gpudesk calibrate`'s probes) to the learner, stored at
-        once. Validated all first: one bad observation fails the request with none kept."""
+        once. Validated all first: one bad observation fails the request with none kept.
+        An admin's only: the model places everyone's jobs."""
+        self._need_admin(caller, "feed observations to the interference model")
         gpu_model = args.get("gpu_model")
         if not isinstance(gpu_model, str) or not gpu_model.strip() or not is_text(gpu_model):
             raise ProtocolError(
@@ -551,9 +609,10 @@ class RequestHandlers:
             "params": [_param_reply(p) for p in learning.describe(gpu_model)],
         }
 
-    def model_reset(self, args: Args, _caller: Caller) -> Reply:
+    def model_reset(self, args: Args, caller: Caller) -> Reply:
         """{"confirm": true, "gpu_model": str | null}: forget what was learned and calibrated
-        for one GPU model (or all): its parameters go back to the defaults."""
+        for one GPU model (or all): its parameters go back to the defaults. An admin's only."""
+        self._need_admin(caller, "reset the interference model")
         gpu_model = args.get("gpu_model")
         if gpu_model is not None and not (isinstance(gpu_model, str) and is_text(gpu_model)):
             raise ProtocolError(

@@ -242,6 +242,7 @@ class DeskApp(App[str]):
         from gpudesk.api import JobSpec, SpecError
         from gpudesk.api.profiles import ProfileError, load_profile
         from gpudesk.api.submit import (
+            StationReport,
             Step,
             Submitted,
             WaitStopped,
@@ -256,6 +257,8 @@ class DeskApp(App[str]):
             return worker.is_cancelled or not self.is_running
 
         def told(step: Step) -> None:
+            if isinstance(step, StationReport) and step.lines() and not closing():
+                self.call_from_thread(self.notify, "\n".join(step.lines()), timeout=10)
             if isinstance(step, Submitted) and step.stage == "prepass" and not closing():
                 self.call_from_thread(
                     self.notify,

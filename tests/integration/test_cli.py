@@ -107,6 +107,36 @@ def test_run_a_profile_to_completion(engine: EngineHandle, tmp_path: Path) -> No
     assert all(j["attempts"] == 1 and j["exit_code"] == 0 for j in jobs.values())
 
 
+def test_run_says_which_station_settings_it_changed(engine: EngineHandle, tmp_path: Path) -> None:
+    """The quickstart's [station] against a personal engine running `auto`: the run applies its
+    policy and says so, in its output and as an engine event; a second run has nothing to say.
+    (A system engine's refusal is tested at the request level: tests/unit/test_access.py.)"""
+    quickstart = (Path(__file__).parents[2] / "profiles" / "quickstart.toml").read_text()
+    station = quickstart[quickstart.index("[station]") : quickstart.index("[defaults]")]
+    assert 'policy = "fifo"' in station
+    (tmp_path / "profiles").mkdir()
+    write_profile(
+        tmp_path / "profiles",
+        """
+        name = "quick"
+        [[jobs]]
+        name = "one"
+        command = ["true"]
+        """
+        + station.replace('backend = "auto"', 'backend = "none"'),  # the engine's CPU station
+        name="quickstart.toml",
+    )
+    first = gpudesk("run", "profiles/quickstart.toml", cwd=tmp_path)
+    assert first.returncode == 0, first.stdout + first.stderr
+    said = "station: policy auto → fifo (from profiles/quickstart.toml [station])"
+    assert said in first.stdout.splitlines()
+    assert "station: policy auto → fifo (by " in engine.home.engine_log.read_text()
+    status = json.loads(gpudesk("engine", "status", "--json").stdout)
+    assert status["station"]["policy"] == "fifo" and status["station"]["slots"] == 2
+    again = gpudesk("run", "profiles/quickstart.toml", cwd=tmp_path)
+    assert again.returncode == 0 and "station:" not in again.stdout
+
+
 def test_run_exits_non_zero_when_a_job_fails_and_json_report(
     engine: EngineHandle, tmp_path: Path
 ) -> None:

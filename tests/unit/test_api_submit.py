@@ -10,7 +10,7 @@ from typing import Any
 from test_api_prepass import PROFILE, job_wire  # same folder: on sys.path under pytest
 
 from gpudesk.api.client import Client
-from gpudesk.api.submit import Step, Submitted, submit_profile
+from gpudesk.api.submit import StationReport, Step, Submitted, submit_profile
 from gpudesk.engine import protocol
 from gpudesk.paths import Home
 from gpudesk.profile import parse_profile
@@ -26,6 +26,7 @@ class FakeEngine:
         self.calls: list[tuple[str, dict[str, Any]]] = []
         self.submitted: dict[int, dict[str, Any]] = {}
         self.home = Home(log.parent)
+        self.configured: dict[str, Any] = {}  # the reply to `configure`
 
     @property
     def client(self) -> Client:
@@ -59,7 +60,7 @@ class FakeEngine:
                 ]
             }
         if op == "configure":
-            return {"station": {**args["station"], "mig": None}, "changed": False}
+            return self.configured
         if op == "datasets":
             return {"datasets": [d["name"] for d in args["datasets"]], "specs": args["datasets"]}
         return {}
@@ -86,8 +87,8 @@ def test_a_profile_is_submitted_prepasses_first_then_its_jobs(tmp_path: Path) ->
         env={"PATH": "/bin"},
     )
     ops = [op for op, _ in engine.calls]
-    assert ops == ["configure", "datasets", "submit", "jobs", "submit"]
-    prepasses, training = engine.calls[2][1], engine.calls[4][1]
+    assert ops == ["datasets", "submit", "jobs", "submit"]  # no [station]: nothing to ask
+    prepasses, training = engine.calls[1][1], engine.calls[3][1]
     assert [j["name"] for j in prepasses["jobs"]] == [
         "prepass-d-el2n-25",
         "prepass-d.less-10-less-10",
@@ -110,7 +111,7 @@ def test_a_failed_prepass_keeps_the_profiles_jobs_back(tmp_path: Path) -> None:
     outcome = submit_profile(
         engine.client, parse_profile(PROFILE, "p.toml"), group="g", wait=lambda ids: None
     )
-    assert [op for op, _ in engine.calls] == ["configure", "datasets", "submit", "jobs"]
+    assert [op for op, _ in engine.calls] == ["datasets", "submit", "jobs"]
     assert outcome.job_ids == [] and len(outcome.failed_prepasses) == 2
     assert outcome.failed_prepasses[0].describe() == (
         "pre-pass job 1 (prepass-d-el2n-25) failed: the profile's jobs were not submitted "
@@ -122,5 +123,74 @@ def test_a_profile_without_selections_has_no_prepass_step() -> None:
     engine = FakeEngine(Path("/nonexistent"))
     profile = parse_profile(b'name = "plain"\n[[jobs]]\nname = "x"\ncommand = ["true"]\n', "p.toml")
     outcome = submit_profile(engine.client, profile)
-    assert [op for op, _ in engine.calls] == ["configure", "submit"]
+    assert [op for op, _ in engine.calls] == ["submit"]
     assert outcome.job_ids == [1] and outcome.group.startswith("plain@")
+
+
+QUICKSTART = b"""name = "quickstart"
+[station]
+backend = "auto"
+policy = "fifo"
+[[jobs]]
+name = "x"
+command = ["true"]
+"""
+
+
+def station_reply(policy: str, **what: list[dict[str, Any]]) -> dict[str, Any]:
+    station = {
+        "backend": "auto",
+        "policy": policy,
+        "slots": None,
+        "sample_interval": 1.0,
+        "grid_intensity": 400.0,
+        "mig": None,
+        "isolation": False,
+        "mig_repartition": False,
+        "log_max_mb": 100.0,
+        "log_keep": 2,
+    }
+    changes, not_applied = what.get("changes", []), what.get("not_applied", [])
+    return {
+        "station": station,
+        "changed": bool(changes),
+        "changes": changes,
+        "not_applied": not_applied,
+    }
+
+
+def test_a_profile_asks_only_for_the_station_keys_it_names_and_reports_each_change() -> None:
+    """Personal mode: the engine applied the quickstart's policy; the run says so."""
+    engine = FakeEngine(Path("/nonexistent"))
+    change = {"key": "policy", "old": "auto", "new": "fifo", "message": "policy auto → fifo"}
+    engine.configured = station_reply("fifo", changes=[change])
+    steps: list[Step] = []
+    outcome = submit_profile(
+        engine.client, parse_profile(QUICKSTART, "profiles/quickstart.toml"), on_step=steps.append
+    )
+    assert engine.calls[0] == ("configure", {"station": {"backend": "auto", "policy": "fifo"}})
+    assert isinstance(steps[0], StationReport) and steps[0] == outcome.station
+    assert steps[0].lines() == [
+        "station: policy auto → fifo (from profiles/quickstart.toml [station])"
+    ]
+    assert outcome.job_ids == [1]
+
+
+def test_a_station_setting_not_applied_is_reported_and_the_jobs_go_on() -> None:
+    """System mode: a user's [station] is not applied; the run says what the station runs."""
+    engine = FakeEngine(Path("/nonexistent"))
+    reason = "the station runs auto; only an admin (gpudesk-admin) changes station settings"
+    refused = {
+        "key": "policy",
+        "value": "fifo",
+        "current": "auto",
+        "reason": reason,
+        "message": f"not applied: policy fifo ({reason})",
+    }
+    engine.configured = station_reply("auto", not_applied=[refused])
+    outcome = submit_profile(engine.client, parse_profile(QUICKSTART, "quickstart.toml"))
+    assert outcome.station is not None and outcome.station.lines() == [
+        "station: not applied: policy fifo (the station runs auto; only an admin "
+        "(gpudesk-admin) changes station settings)"
+    ]
+    assert outcome.job_ids == [1]

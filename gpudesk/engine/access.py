@@ -1,0 +1,89 @@
+"""Who may do what: the engine's roles.
+
+Root and the user the engine runs as are admins. A system engine names an admin group (default
+`gpudesk-admin`): its members, as the kernel reports a caller's groups, are admins too. Everyone
+else is a user: they act only on their own jobs (a job's owner is the uid that submitted it) and
+may not change what belongs to the whole station (its settings, MIG layouts, the interference
+model, registered datasets, stopping the engine). A personal engine has no admin group, and
+every caller is its own user, so every caller is an admin there, as before.
+
+Every refusal is one sentence that names the rule, so the person refused knows whom to ask.
+"""
+
+from __future__ import annotations
+
+import grp
+import os
+from dataclasses import dataclass
+
+from gpudesk.engine.identity import Caller, user_name
+from gpudesk.engine.store.records import JobRecord
+
+DEFAULT_ADMIN_GROUP = "gpudesk-admin"  # a system engine's admin group, unless told another
+
+
+@dataclass(frozen=True)
+class Access:
+    """The engine's roles: its own uid and, on a system engine, its admin group's gid."""
+
+    engine_uid: int
+    admin_group: int | None = None
+
+    @classmethod
+    def personal(cls) -> Access:
+        """A personal engine's: only this process's user (and root) are admins."""
+        return cls(os.getuid())
+
+    @classmethod
+    def with_admin_group(cls, gid: int) -> Access:
+        """A system engine's: this process's user, root and the members of `gid`."""
+        return cls(os.getuid(), gid)
+
+    def is_admin(self, caller: Caller) -> bool:
+        if caller.uid in (0, self.engine_uid):
+            return True
+        return self.admin_group is not None and caller.identity.in_group(self.admin_group)
+
+    @property
+    def admins(self) -> str:
+        """Who the admins are, for a refusal: "a member of gpudesk-admin"."""
+        if self.admin_group is not None:
+            return f"a member of {group_name(self.admin_group)}"
+        if self.engine_uid == 0:
+            return "root"
+        return f"root or {user_name(self.engine_uid)} (the engine's user)"
+
+    @property
+    def admin_role(self) -> str:
+        """The admin role in a few words: "an admin (gpudesk-admin)"."""
+        if self.admin_group is not None:
+            return f"an admin ({group_name(self.admin_group)})"
+        return f"an admin ({self.admins})"
+
+    def may_act_on(self, caller: Caller, job: JobRecord) -> bool:
+        return job.owner.uid == caller.uid or self.is_admin(caller)
+
+    def job_refusal(self, caller: Caller, job: JobRecord, verb: str) -> str | None:
+        """Why `caller` may not `verb` ("cancel", "hold", "see the environment of") `job`, or
+        None when they may."""
+        if self.may_act_on(caller, job):
+            return None
+        return (
+            f"refused: job {job.id} belongs to {job.user}, and only its owner or "
+            f"{self.admins} may {verb} it"
+        )
+
+    def admin_refusal(self, caller: Caller, what: str) -> str | None:
+        """Why `caller` may not do `what` ("apply MIG layouts"), a station-wide action, or None
+        when they may."""
+        if self.is_admin(caller):
+            return None
+        return f"refused: only {self.admins} may {what}"
+
+
+def group_name(gid: int) -> str:
+    """A group's name, or the gid as text when the system has no name for it."""
+    try:
+        return grp.getgrgid(gid).gr_name
+    except KeyError:
+        return str(gid)

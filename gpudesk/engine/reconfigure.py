@@ -1,0 +1,134 @@
+"""A request to change station settings, weighed key by key: what changes (old -> new) and what
+is not applied, and why.
+
+Station settings are the station's: a profile's `[station]` table names only the keys it cares
+about, and only those are weighed (a key it leaves out keeps the station's value; a key given as
+null goes back to its default). A key the station already has changes nothing and is not
+mentioned. `GPUDESK_BACKEND` in the engine's environment wins over a requested backend, and a
+caller who is no admin changes nothing: each differing key is reported as not applied, so the
+one who asked can see what the station runs instead.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from gpudesk.engine.station import STATION_KEYS, StationConfig
+
+
+@dataclass(frozen=True)
+class SettingChange:
+    """One station setting the request changed."""
+
+    key: str
+    old: Any
+    new: Any
+    note: str | None = None  # what the change does to the queue, where it does something
+
+    @property
+    def message(self) -> str:
+        """ "policy auto → fifo" """
+        text = f"{self.key} {setting_text(self.old)} → {setting_text(self.new)}"
+        return f"{text} ({self.note})" if self.note else text
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"key": self.key, "old": self.old, "new": self.new, "message": self.message}
+
+
+@dataclass(frozen=True)
+class SettingNotApplied:
+    """One station setting the request asked for and did not get."""
+
+    key: str
+    value: Any  # what was asked
+    current: Any  # what the station keeps
+    reason: str
+
+    @property
+    def message(self) -> str:
+        """ "not applied: policy fifo (the station runs auto; only an admin ... )" """
+        return f"not applied: {self.key} {setting_text(self.value)} ({self.reason})"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "key": self.key,
+            "value": self.value,
+            "current": self.current,
+            "reason": self.reason,
+            "message": self.message,
+        }
+
+
+@dataclass(frozen=True)
+class Reconfiguration:
+    """The config the station runs after the request, and what the request did to it."""
+
+    config: StationConfig
+    changes: tuple[SettingChange, ...]
+    not_applied: tuple[SettingNotApplied, ...]
+
+
+def weigh(
+    current: StationConfig,
+    table: Any,
+    *,
+    refusal: str | None,
+    queued_gpu_jobs: int = 0,
+    env: Mapping[str, str] | None = None,
+) -> Reconfiguration:
+    """Weigh a `[station]` table (untrusted: raises ValueError naming a bad key) against the
+    config in force. `refusal` says why the caller may change nothing ("only an admin
+    (gpudesk-admin) changes station settings"), None when they may. `queued_gpu_jobs` is how
+    many queued jobs ask for GPUs: a new backend decides whether they ever run."""
+    requested = StationConfig.from_dict(table if table is not None else {})
+    given = [key for key in STATION_KEYS if key in table] if table else []
+    wanted = dataclasses.replace(current, **{key: getattr(requested, key) for key in given})
+    env = os.environ if env is None else env
+    overridden = wanted.with_env_override(env)
+    not_applied: list[SettingNotApplied] = []
+    if "backend" in given and overridden.backend != wanted.backend:
+        not_applied.append(
+            SettingNotApplied(
+                "backend",
+                wanted.backend,
+                overridden.backend,
+                f"GPUDESK_BACKEND={env.get('GPUDESK_BACKEND')} in the engine's environment wins",
+            )
+        )
+    wanted = overridden
+    changes: list[SettingChange] = []
+    kept: dict[str, Any] = {}
+    for key in STATION_KEYS:
+        old, new = getattr(current, key), getattr(wanted, key)
+        if old == new:
+            continue
+        if refusal is not None:
+            reason = f"the station runs {setting_text(old)}; {refusal}"
+            not_applied.append(SettingNotApplied(key, new, old, reason))
+            kept[key] = old
+            continue
+        note = None
+        if key == "backend" and queued_gpu_jobs:
+            note = (
+                f"{queued_gpu_jobs} queued job(s) ask for GPUs: they run on the new backend's "
+                "GPUs, and fail if it has none or too few"
+            )
+        changes.append(SettingChange(key, old, new, note))
+    return Reconfiguration(dataclasses.replace(wanted, **kept), tuple(changes), tuple(not_applied))
+
+
+def setting_text(value: Any) -> str:
+    """A setting's value as a person reads it: `auto`, `true`, `2`, `3=3g.20gb,2g.10gb`."""
+    if value is None:
+        return "default"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, Mapping):
+        return "; ".join(f"{k}={v}" for k, v in sorted(value.items())) or "none"
+    return str(value)
