@@ -115,7 +115,7 @@ def test_cancel_kills_the_whole_process_tree(engine: EngineHandle, tmp_path: Pat
     assert len(processes_in_group(pgid)) >= 5  # wrapper, sh, 2 sleeps, the stubborn sh (+ sleep)
 
     result = engine.client.request("cancel", jobs=[job_id], grace=0.5)["results"]
-    assert result == [{"id": job_id, "name": "tree", "outcome": "stopping"}]
+    assert result == [{"id": job_id, "name": "tree", "outcome": "stopping", "ok": True}]
     job = engine.wait_state(job_id, "cancelled")
     assert job["attempts"] == 1
     wait_for(lambda: not processes_in_group(pgid), 5.0, what="the process group to be empty")
