@@ -6,7 +6,7 @@ Layout::
       gpudesk.db          SQLite store (WAL)
       engine.log          the daemon's own log
       engine.lock         single-instance lock (flock), holds the daemon's pid
-      run/                0700: the daemon's ipc:// sockets (in a 0700 folder of the
+      run/                0700: the daemon's control socket (in a 0700 folder of the
                           temporary directory when the home's path is too long for a socket)
       jobs/<id>/<n>/      one folder per attempt: output.log (and its rotated parts,
                           gpudesk.joblog), wrapper.json, exit.json
@@ -31,7 +31,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-# sun_path in sockaddr_un is 108 bytes on Linux; zmq refuses longer ipc:// paths.
+# sun_path in sockaddr_un is 108 bytes on Linux: a longer socket path cannot be bound.
 _MAX_SOCKET_PATH = 100
 
 
@@ -292,12 +292,9 @@ class Home:
         return self.socket_dir
 
     @property
-    def control_endpoint(self) -> str:
-        return f"ipc://{self.socket_dir / 'control.sock'}"
-
-    @property
-    def events_endpoint(self) -> str:
-        return f"ipc://{self.socket_dir / 'events.sock'}"
+    def control_socket(self) -> Path:
+        """The engine's control socket (requests, and events for those who subscribe)."""
+        return self.socket_dir / "control.sock"
 
     @property
     def selection_dir(self) -> Path:

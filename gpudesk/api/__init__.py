@@ -11,7 +11,7 @@ the engine through this package:
 
 The names are loaded when first used (PEP 562): importing `gpudesk.api.errors` or
 `gpudesk.api.connection` — what `gpudesk --help` and `gpudesk top` without an engine need — does
-not load msgspec, zmq or the models.
+not load msgspec or the models.
 """
 
 from __future__ import annotations

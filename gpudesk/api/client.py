@@ -50,9 +50,7 @@ from gpudesk.api.models import (
 from gpudesk.engine.protocol import INTERNAL, PROTOCOL_VERSION
 
 if TYPE_CHECKING:
-    import zmq
-
-    from gpudesk.api.connection import Connection
+    from gpudesk.api.connection import Connection, EventSocket
     from gpudesk.engine.jobs import JobSpec
     from gpudesk.engine.loaders import DatasetSpec
     from gpudesk.engine.placement.interference import Observation
@@ -129,10 +127,10 @@ _EVENT_MODELS: dict[str, type[JobEvent] | type[TelemetryEvent]] = {
 
 class EventStream:
     """The engine's published events, decoded. A subscription misses what was published
-    before it connected (zmq PUB/SUB): read the current state with a request after
-    subscribing, then follow the events."""
+    before it was answered: read the current state with a request after subscribing, then
+    follow the events."""
 
-    def __init__(self, socket: zmq.Socket[bytes]) -> None:
+    def __init__(self, socket: EventSocket) -> None:
         self._socket = socket
 
     def wait(self, timeout: float) -> bool:
@@ -141,17 +139,14 @@ class EventStream:
 
     def next(self, timeout: float = 0.0) -> Event | None:
         """The next event, waiting up to `timeout` seconds; None when none came."""
-        frames = self.next_raw(timeout)
-        return None if frames is None else decode_event(*frames)
+        event = self.next_raw(timeout)
+        return None if event is None else decode_event(*event)
 
     def next_raw(self, timeout: float = 0.0) -> tuple[bytes, bytes] | None:
         """The next event's (topic, body) as published, undecoded (for recording)."""
-        import zmq
-
         if not self.wait(timeout):
             return None
-        topic, body = self._socket.recv_multipart(zmq.NOBLOCK)
-        return topic, body
+        return self._socket.recv_event()
 
     def drain(self) -> list[Event]:
         """Every event already waiting, without blocking."""

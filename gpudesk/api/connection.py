@@ -1,7 +1,6 @@
-"""The transport under `gpudesk.api.Client`: `Connection`, a zmq REQ socket to one engine (raw
-`request()` / `exchange()`, and `subscribe()` to its events), and starting the engine when needed
-(`start_engine`, `engine_pid`, `connect`). zmq is imported where a socket is made, so asking
-whether an engine runs (`engine_pid`) costs no zmq."""
+"""The transport under `gpudesk.api.Client`: `Connection`, a connection to one engine's control
+socket (raw `request()` / `exchange()`, and `subscribe()` to its events), and starting the engine
+when needed (`start_engine`, `engine_pid`, `connect`)."""
 
 from __future__ import annotations
 
@@ -10,12 +9,15 @@ import itertools
 import json
 import os
 import re
+import select
+import socket
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any
 
 from gpudesk.api.errors import TOO_LARGE, EngineError
 from gpudesk.engine import diskspace, protocol
@@ -24,14 +26,8 @@ from gpudesk.paths import Home, UnsafePath, check_owner, open_state_file
 from gpudesk.spawn import SAFE_CWD, module_argv
 from gpudesk.units import byte_size
 
-if TYPE_CHECKING:
-    import zmq
-
 DEFAULT_TIMEOUT_S = 30.0
 START_TIMEOUT_S = 20.0
-# After the engine drops the connection a request went out on, how long a reply may still come
-# (the request may have been queued, and sent again once reconnected) before it counts as lost.
-DROPPED_GRACE_S = 1.0
 # A line the engine logs when it refuses to start: "<date> <time> ERROR <logger>: <message>".
 _LOGGED_ERROR = re.compile(r"^\S+ \S+ (?:ERROR|CRITICAL) \S+: (.*)$")
 
@@ -141,34 +137,49 @@ def start_engine(
 
 
 class Connection:
-    """A REQ socket to the engine of `home`: one request in flight, replies as raw bytes
-    (`exchange`) or as the protocol's plain result (`request`, for tests and tools that speak
-    the raw protocol; front ends use `gpudesk.api.Client`, which decodes into the models)."""
+    """A connection to the engine of `home` on its control socket: one request in flight,
+    replies as raw bytes (`exchange`) or as the protocol's plain result (`request`, for tests
+    and tools that speak the raw protocol; front ends use `gpudesk.api.Client`, which decodes
+    into the models)."""
 
     def __init__(self, home: Home, timeout: float = DEFAULT_TIMEOUT_S) -> None:
         self.home = home
         self.timeout = timeout
-        import zmq
-
-        self._ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
-        self._sock: zmq.Socket | None = None
-        self._dropped: zmq.Socket | None = None  # the socket's disconnect events
+        self._sock: socket.socket | None = None
         self._ids = itertools.count(1)
 
-    def _socket(self) -> tuple[zmq.Socket, zmq.Socket]:
-        """The REQ socket, and a monitor telling when the engine drops its connection: zmq
-        would silently reconnect, and the request in flight is lost (the engine refuses a
-        message over MAXMSGSIZE that way, or it stopped)."""
-        import zmq
+    @property
+    def socket_path(self) -> Path:
+        return self.home.control_socket
 
-        if self._sock is None or self._dropped is None:
-            self._check_sockets()
-            sock = self._ctx.socket(zmq.REQ)
-            sock.setsockopt(zmq.LINGER, 0)
-            self._dropped = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
-            sock.connect(self.home.control_endpoint)
-            self._sock = sock
-        return self._sock, self._dropped
+    def _connect(self) -> socket.socket:
+        """A new connection, after checking whom the socket belongs to."""
+        self._check_sockets()
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        sock.settimeout(self.timeout)
+        try:
+            sock.connect(str(self.socket_path))
+        except (FileNotFoundError, ConnectionRefusedError):
+            sock.close()
+            raise EngineError(
+                f"no engine is listening for {self.home.root} (start one with "
+                "`gpudesk engine start`)"
+            ) from None
+        except OSError as exc:
+            sock.close()
+            raise EngineError(
+                f"cannot reach the engine at {self.socket_path}: {exc.strerror or exc}"
+            ) from None
+        return sock
+
+    def _socket(self) -> socket.socket:
+        """The connection, made again when the engine closed it since the last request (it
+        stopped, and another may run now): nothing was in flight on it, so nothing is lost."""
+        if self._sock is not None and _closed_by_peer(self._sock):
+            self.close()
+        if self._sock is None:
+            self._sock = self._connect()
+        return self._sock
 
     def _check_sockets(self) -> None:
         """Before anything is sent: the socket folder must be this user's, reached through no
@@ -185,11 +196,7 @@ class Connection:
 
     def close(self) -> None:
         if self._sock is not None:
-            if self._dropped is not None:
-                self._sock.disable_monitor()
-                self._dropped.close(linger=0)
-                self._dropped = None
-            self._sock.close(linger=0)
+            self._sock.close()
             self._sock = None
 
     def __enter__(self) -> Connection:
@@ -207,8 +214,6 @@ class Connection:
 
     def exchange(self, op: str, args: dict[str, Any]) -> bytes:
         """Send one request and return the engine's reply as it came (JSON bytes)."""
-        import zmq
-
         request_id = next(self._ids)
         payload = protocol.Request(op=op, args=args, id=request_id).encode()
         if len(payload) > protocol.MAX_MESSAGE_BYTES:
@@ -219,54 +224,144 @@ class Connection:
                 "(a big env) out of every job",
                 TOO_LARGE,
             )
-        sock, dropped = self._socket()
+        sock = self._socket()
+        deadline = time.monotonic() + self.timeout
         try:
-            while dropped.poll(0):  # disconnects before this request are not its business
-                dropped.recv_multipart()
-            sock.send(payload)
-            poller = zmq.Poller()
-            poller.register(sock, zmq.POLLIN)
-            poller.register(dropped, zmq.POLLIN)
-            deadline = time.monotonic() + self.timeout
-            dropped_at: float | None = None
-            while (left := deadline - time.monotonic()) > 0:
-                if dropped_at is not None:
-                    left = min(left, dropped_at + DROPPED_GRACE_S - time.monotonic())
-                    if left <= 0:
-                        raise EngineError(
-                            f"the engine for {self.home.root} closed the connection without "
-                            f"answering this {op!r} request ({byte_size(len(payload))}): it was "
-                            "larger than the engine takes, or the engine stopped "
-                            f"(`gpudesk engine status`; its log: {self.home.engine_log})"
-                        )
-                ready = dict(poller.poll(int(left * 1000) + 1))
-                if sock in ready:
-                    return sock.recv()
-                if dropped in ready:
-                    dropped.recv_multipart()
-                    dropped_at = dropped_at or time.monotonic()
+            _send_all(sock, protocol.frame(payload), deadline)
+            return _read_frame(sock, deadline)
+        except _Closed:
+            self.close()
+            raise EngineError(
+                f"the engine for {self.home.root} closed the connection without answering this "
+                f"{op!r} request ({byte_size(len(payload))}): it was larger than the engine "
+                f"takes, or the engine stopped (`gpudesk engine status`; its log: "
+                f"{self.home.engine_log})"
+            ) from None
+        except TimeoutError:
+            self.close()
             raise EngineError(
                 f"the engine for {self.home.root} did not answer within {self.timeout:g} s "
                 f"(is it running? `gpudesk engine status`; its log: {self.home.engine_log})"
-            )
+            ) from None
         except BaseException:
-            # A REQ socket that missed its reply (a time-out, a Ctrl-C) cannot send again.
+            # a reply may still come on this connection: it must not be read as the next one's
             self.close()
             raise
 
     @contextmanager
-    def subscribe(self, topic: str = "") -> Iterator[zmq.Socket]:
-        import zmq
-
-        self._check_sockets()
-        sock = self._ctx.socket(zmq.SUB)
-        sock.setsockopt(zmq.LINGER, 0)
-        sock.setsockopt(zmq.SUBSCRIBE, topic.encode())
-        sock.connect(self.home.events_endpoint)
+    def subscribe(self, topic: str = "") -> Iterator[EventSocket]:
+        """A connection of its own that receives the engine's events on `topic` ("job",
+        "telemetry", or "" for both) from now on."""
+        sock = self._connect()
         try:
-            yield sock
+            deadline = time.monotonic() + self.timeout
+            request = protocol.Request(op=protocol.SUBSCRIBE_OP, args={"topic": topic}, id=0)
+            try:
+                _send_all(sock, protocol.frame(request.encode()), deadline)
+                protocol.decode_reply(_read_frame(sock, deadline))
+            except (_Closed, TimeoutError) as exc:
+                raise EngineError(f"could not subscribe to the engine's events: {exc}") from None
+            except protocol.ProtocolError as exc:
+                raise EngineError(exc.message, exc.code) from None
+            yield EventSocket(sock)
         finally:
-            sock.close(linger=0)
+            sock.close()
+
+
+def _closed_by_peer(sock: socket.socket) -> bool:
+    readable, _, _ = select.select([sock], [], [], 0)
+    if not readable:
+        return False
+    try:
+        return sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+    except (BlockingIOError, InterruptedError):
+        return False
+    except OSError:
+        return True
+
+
+class _Closed(Exception):
+    """The engine closed the connection."""
+
+
+def _send_all(sock: socket.socket, data: bytes, deadline: float) -> None:
+    view = memoryview(data)
+    while view:
+        sock.settimeout(max(0.001, deadline - time.monotonic()))
+        try:
+            sent = sock.send(view)
+        except (BrokenPipeError, ConnectionResetError):
+            raise _Closed("the engine closed the connection") from None
+        except TimeoutError:
+            raise TimeoutError from None
+        view = view[sent:]
+
+
+def _recv_exact(sock: socket.socket, size: int, deadline: float | None) -> bytes:
+    parts = bytearray()
+    while len(parts) < size:
+        sock.settimeout(None if deadline is None else max(0.001, deadline - time.monotonic()))
+        try:
+            chunk = sock.recv(min(size - len(parts), 1 << 20))
+        except ConnectionResetError:
+            chunk = b""
+        except TimeoutError:
+            raise TimeoutError from None
+        if not chunk:
+            raise _Closed("the engine closed the connection")
+        parts += chunk
+    return bytes(parts)
+
+
+def _read_frame(sock: socket.socket, deadline: float | None) -> bytes:
+    header = protocol.FRAME_HEADER
+    (length,) = header.unpack(_recv_exact(sock, header.size, deadline))
+    return _recv_exact(sock, length, deadline)
+
+
+class EventSocket:
+    """The engine's events on a subscribed connection, one frame each (`protocol.split_event`)."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+        self._buffer = bytearray()
+
+    def _frame_ready(self) -> bool:
+        header = protocol.FRAME_HEADER
+        if len(self._buffer) < header.size:
+            return False
+        (length,) = header.unpack_from(self._buffer)
+        return len(self._buffer) >= header.size + length
+
+    def poll(self, timeout_ms: int) -> bool:
+        """True once a whole event can be read, False after `timeout_ms` without one. An
+        engine that went away raises EngineError."""
+        deadline = time.monotonic() + max(0, timeout_ms) / 1000
+        while not self._frame_ready():
+            left = deadline - time.monotonic()
+            ready, _, _ = select.select([self._sock], [], [], max(0.0, left))
+            if not ready:
+                return False
+            try:
+                chunk = self._sock.recv(1 << 20)
+            except (BlockingIOError, InterruptedError):
+                continue
+            except OSError:
+                chunk = b""
+            if not chunk:
+                raise EngineError("the engine closed the event stream (it stopped?)")
+            self._buffer += chunk
+        return True
+
+    def recv_event(self) -> tuple[bytes, bytes]:
+        """The next event's (topic, body); call after `poll` said one is ready."""
+        if not self.poll(0):
+            raise EngineError("no event is ready")
+        header = protocol.FRAME_HEADER
+        (length,) = header.unpack_from(self._buffer)
+        body = bytes(self._buffer[header.size : header.size + length])
+        del self._buffer[: header.size + length]
+        return protocol.split_event(body)
 
 
 def connect(home: Home | None = None, *, autostart: bool = True) -> Connection:

@@ -1,5 +1,5 @@
 """What a client of the engine raises. Standard library only: the CLI catches `EngineError`
-around every command, `--help` included, without loading zmq, msgspec or the models."""
+around every command, `--help` included, without loading msgspec or the models."""
 
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ engine's sampler sees (it never starts one); otherwise it samples the station di
 `--once` and `--json` means two readings 0.12 s apart.
 
 The engine is asked through `gpudesk.api.Client`, imported only when an engine runs: without
-one, top loads neither zmq nor msgspec. A frame is drawn from the view `--json` prints: the
+one, top loads no msgspec. A frame is drawn from the view `--json` prints: the
 snapshot as the wire carries it (the direct sampler makes the same shape), with `engine`
 from `EngineSummary`.
 """

@@ -1,7 +1,8 @@
 """The engine daemon: one per GPUDESK_HOME.
 
 A single-threaded loop owns the store, the queue and the running attempts. It answers requests on
-a zmq ROUTER socket, publishes job events on a PUB socket, notices attempts ending (SIGCHLD for its
+its control socket (`control_socket`: a Unix stream socket whose peers the kernel names), sends
+job events to the connections that subscribed, notices attempts ending (SIGCHLD for its
 own children, polling for attempts it re-adopted after a restart) and calls the placement policy
 whenever something changed. Jobs never depend on the daemon being alive: stopping or killing it
 leaves them running, and the next daemon re-adopts or settles them.
@@ -20,6 +21,7 @@ import fcntl
 import json
 import logging
 import os
+import select
 import signal
 import socket
 import sys
@@ -27,12 +29,11 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
-import zmq
-
 from gpudesk import __version__
-from gpudesk.engine import diskspace, protocol
+from gpudesk.engine import diskspace
 from gpudesk.engine.access import DEFAULT_ADMIN_GROUP, Access
 from gpudesk.engine.attempts import Attempts
+from gpudesk.engine.control_socket import ControlSocket
 from gpudesk.engine.events import EventPublisher
 from gpudesk.engine.identity import Caller, group_id
 from gpudesk.engine.job_control import JobControl
@@ -105,14 +106,13 @@ class Engine:
         self.store = store
         self.stopping = False
         self.disk_full_said: float | None = None  # when the log last said the disk is full
-        self.ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
-        self.control = self.ctx.socket(zmq.ROUTER)
+        self.control = ControlSocket(home.control_socket, self._handle)
         self.wake_r, self.wake_w = socket.socketpair()
         self.wake_r.setblocking(False)
         self.wake_w.setblocking(False)
         self.due = PlacementDue()
         self.station = CurrentStation(store, config)
-        self.events = EventPublisher(self.ctx.socket(zmq.PUB), store)
+        self.events = EventPublisher(self.control, store)
         self.queue = JobQueue()
         self.telemetry = TelemetrySink(
             store, self.station, self._wake, self.events.telemetry, self.due.mark
@@ -187,31 +187,19 @@ class Engine:
 
     # ----------------------------------------------------------- life cycle
     def bind(self) -> None:
-        for sock, endpoint in (
-            (self.control, self.home.control_endpoint),
-            (self.events.socket, self.home.events_endpoint),
-        ):
-            path = endpoint.removeprefix("ipc://")
-            if os.path.exists(path):
-                os.unlink(path)  # stale, from a daemon that died; we hold the lock
-            sock.setsockopt(zmq.LINGER, 0)
-            sock.setsockopt(zmq.MAXMSGSIZE, protocol.MAX_MESSAGE_BYTES)
-            sock.bind(endpoint)
-            os.chmod(path, 0o600)
+        self.control.bind()  # a socket left there is a dead engine's: we hold the lock
+        with contextlib.suppress(FileNotFoundError):  # a gpudesk before 0.2 published here
+            os.unlink(self.home.socket_dir / "events.sock")
 
     def close(self) -> None:
         self.attempts.containment.close()
         self.telemetry.close()
         self.wake_r.close()
         self.wake_w.close()
-        for sock, endpoint in (
-            (self.control, self.home.control_endpoint),
-            (self.events.socket, self.home.events_endpoint),
-        ):
-            sock.close(linger=0)
-            path = endpoint.removeprefix("ipc://")
-            if os.path.exists(path):
-                os.unlink(path)
+        self.control.close()
+
+    def _handle(self, raw: bytes, caller: Caller) -> bytes:
+        return self.handlers.handle(raw, caller)
 
     def recover(self) -> None:
         """Re-adopt attempts that are still running, settle those that ended while we were down."""
@@ -239,9 +227,6 @@ class Engine:
         signal.signal(signal.SIGTERM, self._stop_signal)
         signal.signal(signal.SIGINT, self._stop_signal)
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
-        poller = zmq.Poller()
-        poller.register(self.control, zmq.POLLIN)
-        poller.register(wake_r.fileno(), zmq.POLLIN)
         self.telemetry.start()
         log.info(
             "engine %s ready (pid %d, station %s, GPU backend %s)",
@@ -251,6 +236,9 @@ class Engine:
             self.telemetry.monitor.backend.name,
         )
         while not self.stopping:
+            poller = select.poll()
+            poller.register(wake_r.fileno(), select.POLLIN)
+            self.control.register(poller)
             ready = dict(poller.poll(self._poll_timeout_ms()))
             if wake_r.fileno() in ready:
                 try:
@@ -258,8 +246,7 @@ class Engine:
                         pass
                 except BlockingIOError:
                     pass
-            if self.control in ready:
-                self._serve_requests()
+            self.control.serve(ready)
             self._steps()
         log.info("engine stopping; %d attempt(s) keep running", len(self.attempts))
         # Producers of running jobs keep serving them (the next engine adopts them); one that
@@ -321,23 +308,6 @@ class Engine:
         if self.due.pending:
             timeout = 0.0
         return int(timeout * 1000)
-
-    def _serve_requests(self) -> None:
-        while True:
-            try:
-                frames = self.control.recv_multipart(zmq.NOBLOCK)
-            except zmq.Again:
-                return
-            if len(frames) < 2:
-                continue  # nothing we could address a reply to
-            identity, envelope, raw = frames[0], frames[1:-1], frames[-1]
-            # zmq's ipc:// gives no peer credentials: every caller of a personal engine is its
-            # own user (the socket is 0600 in a 0700 folder).
-            reply = self.handlers.handle(raw, Caller.of_process())
-            try:
-                self.control.send_multipart([identity, *envelope, reply], zmq.NOBLOCK)
-            except zmq.ZMQError as exc:
-                log.warning("could not reply to a client: %s", exc)
 
     # ------------------------------------------------------ periodic checks
     def check_mps(self) -> None:

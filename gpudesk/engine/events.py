@@ -1,48 +1,59 @@
-"""The engine's PUB socket: job events and telemetry frames for every subscriber.
+"""Job events and telemetry frames for every subscriber of the control socket.
 
-Events are best effort (NOBLOCK): a slow subscriber must never stall the engine. Job events are in
-the store too, so a subscriber that missed one can read it there.
+Events are best effort: a slow subscriber must never stall the engine, so one that falls behind
+misses events (`control_socket.EVENT_BACKLOG_BYTES`). Job events are in the store too, so a
+subscriber that missed one can read it there.
 """
 
 from __future__ import annotations
 
-import contextlib
 import time
+from collections.abc import Callable
 from typing import Any
 
-import zmq
-
 from gpudesk.engine import protocol
+from gpudesk.engine.control_socket import ControlSocket
+from gpudesk.engine.identity import Caller
 from gpudesk.engine.store.database import Store
 from gpudesk.engine.store.records import JobRecord
 
 
+def _everyone(_caller: Caller, _job: JobRecord) -> bool:
+    return True
+
+
 class EventPublisher:
-    def __init__(self, socket: zmq.Socket[bytes], store: Store) -> None:
-        self.socket = socket
+    def __init__(
+        self,
+        socket: ControlSocket | None,
+        store: Store,
+        job_visible: Callable[[Caller, JobRecord], bool] = _everyone,
+    ) -> None:
+        self.socket = socket  # None until the engine binds it
         self.store = store
+        self.job_visible = job_visible  # may this subscriber see this job's events?
 
     def job(self, job_id: int, message: str, job: JobRecord | None = None) -> None:
         """A job changed: its state as it is now in the store, and why."""
-        job = job or self.store.job(job_id)
+        record = job or self.store.job(job_id)
         payload = {
             "ts": time.time(),
-            "id": job.id,
-            "name": job.name,
-            "state": job.state.value,
-            "group": job.spec.group,
-            "user": job.user,
-            "attempts": job.attempts,
-            "exit_code": job.exit_code,
-            "held": job.held,
-            "priority": job.spec.priority,
+            "id": record.id,
+            "name": record.name,
+            "state": record.state.value,
+            "group": record.spec.group,
+            "user": record.user,
+            "attempts": record.attempts,
+            "exit_code": record.exit_code,
+            "held": record.held,
+            "priority": record.spec.priority,
             "message": message,
         }
-        self._send("job", payload)
+        self._send("job", payload, lambda caller: self.job_visible(caller, record))
 
     def telemetry(self, view: dict[str, Any]) -> None:
-        self._send("telemetry", view)
+        self._send("telemetry", view, lambda _caller: True)
 
-    def _send(self, kind: str, payload: dict[str, Any]) -> None:
-        with contextlib.suppress(zmq.ZMQError):
-            self.socket.send_multipart(protocol.encode_event(kind, payload), zmq.NOBLOCK)
+    def _send(self, kind: str, payload: dict[str, Any], visible: Callable[[Caller], bool]) -> None:
+        if self.socket is not None:
+            self.socket.publish(kind, protocol.encode_event(kind, payload), visible)

@@ -1,22 +1,31 @@
-"""The engine's wire protocol: versioned JSON over zmq.
+"""The engine's wire protocol: versioned JSON in length-prefixed frames on a Unix stream socket.
 
+Frame:    a 4-byte big-endian length, then that many bytes.
 Request:  {"v": 1, "id": <int|str>, "op": "<name>", "args": {...}}
 Reply:    {"v": 1, "id": <same>, "ok": true,  "result": {...}}
           {"v": 1, "id": <same>, "ok": false, "error": {"code": "...", "message": "..."}}
-Event (publish socket, two frames): b"<topic>", {"v": 1, "ts": <float>, ...}
+Event:    after a `subscribe` request ({"topic": "job" | "telemetry" | ""}) is answered, the
+          connection carries only events, one frame each: b"<topic>\n" + {"v": 1, "ts": ..., ...}
+
+Why a plain Unix socket and not zmq (which carried this until the shared station): the engine
+must learn who sends a request from the kernel (SO_PEERCRED: pid, uid, gid; SO_PEERGROUPS: the
+supplementary groups), never from what the client wrote. Over zmq's ipc:// those are reachable
+only through libzmq's per-message Peer-Address metadata or a ZAP handler, and a client-sent
+User-Id can be forged; on a plain stream socket they belong to the connection.
 
 Text on the wire: a request may carry a file name, argument or environment value that is not
 UTF-8 as Python spells it (`\udce9` escapes, PEP 383), and the engine keeps it as it is, so the
 job runs the exact bytes; a surrogate no byte stands for is refused (`invalid_args`). Replies and
 events are strict UTF-8 JSON: such bytes are spelled `\xe9` there (`gpudesk.text`).
 A message is at most MAX_MESSAGE_BYTES: a client refuses to send a larger one, and the engine's
-socket drops the connection of a peer that sends one anyway (zmq MAXMSGSIZE).
+socket drops the connection of a peer that announces one anyway.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import struct
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +33,8 @@ from gpudesk.text import is_os_text, json_bytes, safe_text
 
 PROTOCOL_VERSION = 1
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+FRAME_HEADER = struct.Struct(">I")  # each frame's length
+SUBSCRIBE_OP = "subscribe"  # answered by the socket itself: the connection then carries events
 
 # Error codes a client can act on.
 BAD_REQUEST = "bad_request"
@@ -157,10 +168,22 @@ def decode_reply(raw: bytes) -> tuple[Any, dict[str, Any]]:
     )
 
 
-def encode_event(topic: str, payload: dict[str, Any]) -> list[bytes]:
-    return [topic.encode(), json_bytes({"v": PROTOCOL_VERSION, **payload})]
+def frame(body: bytes) -> bytes:
+    """`body` as one frame on the socket: its length, then itself."""
+    return FRAME_HEADER.pack(len(body)) + body
 
 
-def decode_event(frames: list[bytes]) -> tuple[str, dict[str, Any]]:
-    topic, body = frames[0].decode(), json.loads(frames[1])
-    return topic, body
+def encode_event(topic: str, payload: dict[str, Any]) -> bytes:
+    """An event's frame body: its topic, a newline, its JSON."""
+    return topic.encode() + b"\n" + json_bytes({"v": PROTOCOL_VERSION, **payload})
+
+
+def split_event(body: bytes) -> tuple[bytes, bytes]:
+    """(topic, JSON body) of an event frame."""
+    topic, _, payload = body.partition(b"\n")
+    return topic, payload
+
+
+def decode_event(body: bytes) -> tuple[str, dict[str, Any]]:
+    topic, payload = split_event(body)
+    return topic.decode(), json.loads(payload)

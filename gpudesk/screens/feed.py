@@ -122,7 +122,7 @@ class EngineFeed:
         self.interval = interval
         self.client = Client.attach(home, timeout=10.0)
         # Actions and detail reads come from other threads than `next_frame`'s: a client of
-        # their own (zmq sockets are not thread-safe), one request at a time.
+        # their own (a connection carries one request at a time), one request at a time.
         self.actions = Client.attach(home, timeout=10.0)
         self._actions_lock = threading.Lock()
         self._events: EventStream | None = None

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import socket
 import time
 
 import msgspec
 import pytest
-import zmq
 from conftest import EngineHandle
 
 from gpudesk.api.client import Client, decode_event
@@ -69,18 +69,29 @@ STATION_FIELDS = list(STATION_KEYS)
 
 
 class RawClient:
-    """A REQ socket that sends any bytes, as a client of another language might."""
+    """A connection that sends any bytes, as a client of another language might."""
 
     def __init__(self, engine: EngineHandle) -> None:
-        self.sock = zmq.Context.instance().socket(zmq.REQ)
-        self.sock.setsockopt(zmq.LINGER, 0)
-        self.sock.connect(engine.home.control_endpoint)
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(10.0)
+        self.sock.connect(str(engine.home.control_socket))
+
+    def exchange(self, raw: bytes) -> bytes:
+        self.sock.sendall(protocol.frame(raw))
+        (length,) = protocol.FRAME_HEADER.unpack(self._exactly(protocol.FRAME_HEADER.size))
+        return self._exactly(length)
+
+    def _exactly(self, size: int) -> bytes:
+        data = b""
+        while len(data) < size:
+            chunk = self.sock.recv(size - len(data))
+            assert chunk, "the engine closed the connection"
+            data += chunk
+        return data
 
     def send(self, message: object) -> dict:
         # Python's json writes a lone surrogate as a \\ud800 escape, as another client might.
-        self.sock.send(json.dumps(message).encode())
-        assert self.sock.poll(10_000), f"no reply to {message!r:.200}"
-        return json.loads(self.sock.recv())
+        return json.loads(self.exchange(json.dumps(message).encode()))
 
     def close(self) -> None:
         self.sock.close()
@@ -176,14 +187,13 @@ def test_replies_and_events_are_strict_json_whatever_the_request_held(
             {"v": 1, "id": 1, "op": "no-such-op\udce9"},
             request("submit", {"jobs": [{"name": "x", "command": ["/no/such/\udce9"]}]}),
         ):
-            raw.sock.send(json.dumps(message).encode())
-            assert raw.sock.poll(10_000)
-            reply = msgspec.json.decode(raw.sock.recv())  # strict: refuses a lone surrogate
+            # strict: refuses a lone surrogate
+            reply = msgspec.json.decode(raw.exchange(json.dumps(message).encode()))
             assert reply["v"] == 1
         messages = []
         while not any(m.startswith("command not found") for m in messages):
             assert events.poll(10_000), f"no 'failed' event; got {messages}"
-            event = decode_event(*events.recv_multipart())
+            event = decode_event(*events.recv_event())
             assert isinstance(event, JobEvent)
             messages.append(event.message)
     assert "command not found: /no/such/\\xe9" in messages
@@ -216,7 +226,7 @@ def test_an_oversized_message_the_engine_drops_is_reported_at_once(
     engine: EngineHandle, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A client whose limit is larger than the engine's (another version, another language):
-    zmq closes the connection without a word; the client says so instead of waiting."""
+    the engine closes the connection without a word; the client says so instead of waiting."""
     monkeypatch.setattr(protocol, "MAX_MESSAGE_BYTES", 4 * protocol.MAX_MESSAGE_BYTES)
     client = Client.attach(engine.home, timeout=20.0)
     started = time.monotonic()

@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import socket
 import subprocess
 import sys
-import time
 
 import pytest
-import zmq
 from conftest import EngineHandle, wait_for
 
 from gpudesk.api.connection import Connection
 from gpudesk.api.errors import EngineError
+from gpudesk.engine import protocol
 from gpudesk.engine.store.database import Store
 from gpudesk.paths import Home
 
@@ -164,13 +165,14 @@ def test_unknown_jobs_and_bad_arguments_get_error_replies(engine: EngineHandle) 
 def test_hostile_requests_never_crash_the_engine(
     engine: EngineHandle, raw: bytes, code: str
 ) -> None:
-    sock = zmq.Context.instance().socket(zmq.REQ)
-    sock.setsockopt(zmq.LINGER, 0)
-    sock.connect(engine.home.control_endpoint)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(5.0)
+    sock.connect(str(engine.home.control_socket))
     try:
-        sock.send(raw)
-        assert sock.poll(5000), "no reply"
-        reply = json.loads(sock.recv())
+        sock.sendall(protocol.frame(raw))
+        with sock.makefile("rb") as replies:
+            (length,) = protocol.FRAME_HEADER.unpack(replies.read(protocol.FRAME_HEADER.size))
+            reply = json.loads(replies.read(length))
     finally:
         sock.close()
     assert reply["ok"] is False
@@ -178,16 +180,27 @@ def test_hostile_requests_never_crash_the_engine(
     assert engine.client.request("ping")["pid"] == engine.pid
 
 
-def test_raw_frames_without_an_envelope_are_ignored(engine: EngineHandle) -> None:
-    dealer = zmq.Context.instance().socket(zmq.DEALER)
-    dealer.setsockopt(zmq.LINGER, 0)
-    dealer.connect(engine.home.control_endpoint)
+def test_broken_frames_and_stalled_clients_never_stall_the_engine(engine: EngineHandle) -> None:
+    """Half a header, half a frame, a header announcing more than a message may hold, and a
+    client that never reads its replies: the engine answers everyone else meanwhile."""
+    socks = [socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) for _ in range(4)]
     try:
-        dealer.send(b"garbage-without-empty-delimiter")
-        dealer.send_multipart([b"", b"a", b"b", b"c"])
-        time.sleep(0.1)
+        for sock in socks:
+            sock.connect(str(engine.home.control_socket))
+        socks[0].sendall(b"\x00\x00")  # half a header
+        socks[1].sendall(protocol.FRAME_HEADER.pack(100) + b"{")  # half a frame
+        socks[2].sendall(protocol.FRAME_HEADER.pack(protocol.MAX_MESSAGE_BYTES + 1))
+        ping = protocol.frame(protocol.Request("jobs", {}, 1).encode())
+        socks[3].setblocking(False)
+        with contextlib.suppress(BlockingIOError):
+            for _ in range(20_000):  # never read: its replies pile up in the engine
+                socks[3].send(ping)
+        assert engine.client.request("ping")["pid"] == engine.pid
+        socks[2].settimeout(5.0)
+        assert socks[2].recv(1) == b"", "the oversized frame's connection stays open"
     finally:
-        dealer.close()
+        for sock in socks:
+            sock.close()
     assert engine.client.request("ping")["pid"] == engine.pid
 
 

@@ -169,4 +169,4 @@ def test_sigterm_to_the_engine_is_a_clean_stop(engine: EngineHandle) -> None:
 
     os.kill(pid, signal.SIGTERM)
     wait_for(lambda: engine.pid is None, 5.0, what="the engine to exit")
-    assert not Path(engine.home.control_endpoint.removeprefix("ipc://")).exists()
+    assert not engine.home.control_socket.exists()

@@ -132,7 +132,7 @@ def test_a_sweep_on_the_simulated_station_moves_memory_and_energy(
 def test_samples_are_published_on_the_event_socket(sim_engine: EngineHandle) -> None:
     with sim_engine.client.subscribe("telemetry") as events:
         assert events.poll(5000), "no telemetry event within 5 s"
-        kind, payload = protocol.decode_event(events.recv_multipart())
+        kind, payload = protocol.decode_event(b"\n".join(events.recv_event()))
     assert kind == "telemetry" and payload["backend"] == SIM and len(payload["gpus"]) == 4
 
 

@@ -1,0 +1,74 @@
+"""The control socket: who is asking comes from the kernel, frames hold together."""
+
+from __future__ import annotations
+
+import os
+import select
+import socket
+from pathlib import Path
+
+from gpudesk.engine import protocol
+from gpudesk.engine.control_socket import ControlSocket, peer_caller
+from gpudesk.engine.identity import Caller
+
+
+def test_peer_caller_is_what_the_kernel_says_of_the_other_end() -> None:
+    left, right = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    with left, right:
+        caller = peer_caller(left)
+    assert caller.pid == os.getpid()
+    assert caller.uid == os.getuid()
+    assert caller.identity.gid == os.getgid()
+    assert set(caller.identity.groups) == set(os.getgroups())
+
+
+def _serve_once(server: ControlSocket, timeout: float = 2.0) -> None:
+    poller = select.poll()
+    server.register(poller)
+    server.serve(dict(poller.poll(int(timeout * 1000))))
+
+
+def test_a_request_is_answered_with_the_callers_identity_whatever_it_claims(tmp_path: Path) -> None:
+    seen: list[Caller] = []
+
+    def handle(raw: bytes, caller: Caller) -> bytes:
+        seen.append(caller)
+        return protocol.encode_result(1, {"echo": raw.decode()})
+
+    server = ControlSocket(tmp_path / "c.sock", handle)
+    server.bind()
+    assert (tmp_path / "c.sock").stat().st_mode & 0o777 == 0o600
+    client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        client.connect(str(tmp_path / "c.sock"))
+        _serve_once(server)  # accept
+        body = b'{"v": 1, "id": 1, "op": "ping", "args": {"uid": 0, "user": "root"}}'
+        wire = protocol.frame(body)
+        client.sendall(wire[:3])  # a header in two pieces
+        _serve_once(server)
+        client.sendall(wire[3:])
+        _serve_once(server)
+        client.settimeout(2.0)
+        header = client.recv(4)
+        (length,) = protocol.FRAME_HEADER.unpack(header)
+        reply = b""
+        while len(reply) < length:
+            reply += client.recv(length - len(reply))
+        assert b'"echo"' in reply
+        assert [c.uid for c in seen] == [os.getuid()]
+    finally:
+        client.close()
+        server.close()
+    assert not (tmp_path / "c.sock").exists()
+
+
+def test_bind_refuses_what_is_not_a_socket(tmp_path: Path) -> None:
+    (tmp_path / "c.sock").write_text("keep me")
+    server = ControlSocket(tmp_path / "c.sock", lambda raw, caller: raw)
+    try:
+        server.bind()
+    except OSError as exc:
+        assert "is not a socket" in str(exc)
+    else:
+        raise AssertionError("bound over a plain file")
+    assert (tmp_path / "c.sock").read_text() == "keep me"
