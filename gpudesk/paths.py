@@ -199,6 +199,52 @@ def open_private_file(path: Path, flags: int, remedy: str) -> int:
     return fd
 
 
+_STATION_DIR_REMEDY = (
+    "The station's socket folder must be root's, reached through no link, and writable by root "
+    "alone; remove it (`sudo rm -rf` it) and start the system engine again, which makes it."
+)
+
+
+def station_dir(path: Path, group: int | None) -> Path:
+    """The system engine's socket folder (as root): made when missing, 0750 and of the
+    station's group, so its members (and no one else) can reach the socket; refused when it is
+    a link or not root's."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(FileExistsError):
+        path.mkdir(mode=0o700)
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        check_private(path, os.fstat(fd), True, _STATION_DIR_REMEDY)
+        if group is not None:
+            os.fchown(fd, 0, group)
+        os.fchmod(fd, 0o750 if group is not None else 0o700)
+    finally:
+        os.close(fd)
+    return path
+
+
+def check_station_dir(path: Path) -> Path:
+    """A client's check of a system engine's socket folder before it sends anything: root's,
+    not a link, writable by no one else (so the socket in it is the engine's)."""
+    st = os.lstat(path)
+    problem = None
+    if stat.S_ISLNK(st.st_mode):
+        problem = f"is a symbolic link (to {_link_target(path)})"
+    elif not stat.S_ISDIR(st.st_mode):
+        problem = f"is {_kind(st.st_mode)}, not a folder"
+    elif st.st_uid != 0:
+        problem = f"belongs to {_owner(st.st_uid)}, not root"
+    elif st.st_mode & 0o022:
+        problem = f"is writable by others (mode {st.st_mode & 0o7777:o})"
+    if problem is not None:
+        raise UnsafePath(
+            f"{path} {problem}: it cannot be the station's engine's, and gpudesk sends nothing "
+            "to a socket anyone else could have put there (environment variables included). "
+            "Tell the station's admin."
+        )
+    return path
+
+
 # What to do about a refused folder or file inside the home
 _RECREATED = "Remove it; gpudesk creates it again."
 
@@ -219,13 +265,58 @@ def check_state_file(path: Path) -> None:
     check_private(path, st, False, _RECREATED)
 
 
+SYSTEM_STATE_DIR = Path("/var/lib/gpudesk")
+SYSTEM_SOCKET = Path("/run/gpudesk/control.sock")
+SYSTEM_GROUP = "gpudesk"
+
+
+def system_socket_from_env() -> Path | None:
+    """The system engine a client should talk to, or None for a personal engine: GPUDESK_SOCKET
+    when set; else, unless GPUDESK_HOME names a personal home, the station's default socket when
+    one is there."""
+    chosen = os.environ.get("GPUDESK_SOCKET")
+    if chosen:
+        return Path(chosen).expanduser().absolute()
+    if os.environ.get("GPUDESK_HOME"):
+        return None
+    return SYSTEM_SOCKET if os.path.lexists(SYSTEM_SOCKET) else None
+
+
 @dataclass(frozen=True)
 class Home:
+    """Where an engine keeps its state (`root`) and where it listens. A personal engine's home
+    is one user's (`$GPUDESK_HOME`, its socket inside or in a private folder of the temporary
+    directory); a system engine's (`system_socket` set) is root's state dir, with the socket
+    in a folder of its own (/run/gpudesk) that the station's group may reach."""
+
     root: Path
+    system_socket: Path | None = None
 
     @classmethod
     def from_env(cls, explicit: str | os.PathLike[str] | None = None) -> Home:
+        """An explicit home (`--home`) is a personal engine's; else GPUDESK_SOCKET, GPUDESK_HOME
+        and the station's socket decide (`system_socket_from_env`)."""
+        if explicit is None:
+            socket = system_socket_from_env()
+            if socket is not None:
+                return cls.system(socket)
         return cls(resolve_home(explicit))
+
+    @classmethod
+    def system(cls, socket: Path = SYSTEM_SOCKET, state_dir: Path = SYSTEM_STATE_DIR) -> Home:
+        return cls(state_dir.absolute(), socket.absolute())
+
+    @property
+    def is_system(self) -> bool:
+        return self.system_socket is not None
+
+    @property
+    def description(self) -> str:
+        """Which engine this is, for people: "the station's engine at /run/gpudesk/control.sock"
+        or "the personal engine of /home/ada/.local/state/gpudesk"."""
+        if self.system_socket is not None:
+            return f"the station's engine at {self.system_socket}"
+        return f"the personal engine of {self.root}"
 
     @property
     def db(self) -> Path:
@@ -248,7 +339,10 @@ class Home:
 
     @property
     def socket_dir(self) -> Path:
-        """A 0700 folder for the sockets; outside the home when the home's path is too long."""
+        """A 0700 folder for the sockets; outside the home when the home's path is too long.
+        A system engine's: the folder of its socket."""
+        if self.system_socket is not None:
+            return self.system_socket.parent
         inside = self.root / "run"
         if self.sockets_inside:
             return inside
@@ -282,8 +376,11 @@ class Home:
 
     def checked_socket_dir(self) -> Path:
         """The socket folder, checked (nothing created): every folder on the way is this
-        user's, none a link, so no one else can have put a socket there. Raises UnsafePath, or
-        FileNotFoundError when it does not exist (no engine made it)."""
+        user's, none a link, so no one else can have put a socket there (a system engine's:
+        root's, writable by root alone). Raises UnsafePath, or FileNotFoundError when it does
+        not exist (no engine made it)."""
+        if self.system_socket is not None:
+            return check_station_dir(self.socket_dir)
         for folder, remedy in self._socket_chain():
             st = os.lstat(folder)
             check_private(folder, st, True, remedy)
@@ -294,6 +391,8 @@ class Home:
     @property
     def control_socket(self) -> Path:
         """The engine's control socket (requests, and events for those who subscribe)."""
+        if self.system_socket is not None:
+            return self.system_socket
         return self.socket_dir / "control.sock"
 
     @property
@@ -324,15 +423,37 @@ class Home:
         """A private folder inside the home (jobs/, loaders/, …), checked as `private_dir`."""
         return private_dir(path, _RECREATED)
 
-    def ensure(self) -> Home:
+    def ensure(self, group: int | None = None) -> Home:
         """Create the home and its private folders (idempotent); check what is there already.
         Raises UnsafePath (one paragraph for the user) when any of them, or a state file, is
-        a link or someone else's; HomeError when the home itself is another user's."""
+        a link or someone else's; HomeError when the home itself is another user's. A system
+        engine's (root's): the socket folder is made 0750 with the station's `group`."""
+        if self.system_socket is not None:
+            return self._ensure_system(group)
         check_owner(self.root)
         private_dir(self.root, self._home_remedy)
         for folder, remedy in self._socket_chain()[1 if self.sockets_inside else 0 :]:
             private_dir(folder, remedy)
         self.private_subdir(self.jobs_dir)
+        for name in (self.db, f"{self.db}-wal", f"{self.db}-shm", self.lock, self.engine_log):
+            check_state_file(Path(name))
+        return self
+
+    def _ensure_system(self, group: int | None) -> Home:
+        if os.geteuid() != 0:
+            raise HomeError(
+                f"a system engine runs as root (it runs each job as its owner), and you are "
+                f"{_user(os.geteuid())}. Start it from its service (`sudo systemctl start "
+                "gpudesk`) or as root (`sudo gpudesk engine start --system`); without root, "
+                "use a personal engine (unset GPUDESK_SOCKET)."
+            )
+        private_dir(self.root, self._home_remedy)
+        # Owners reach their own jobs' logs under jobs/ (the files are theirs and private);
+        # nothing else in the state dir is readable to them.
+        os.chmod(self.root, 0o711)
+        self.private_subdir(self.jobs_dir)
+        os.chmod(self.jobs_dir, 0o711)
+        station_dir(self.socket_dir, group)
         for name in (self.db, f"{self.db}-wal", f"{self.db}-shm", self.lock, self.engine_log):
             check_state_file(Path(name))
         return self

@@ -22,7 +22,7 @@ from typing import Any
 from gpudesk.api.errors import TOO_LARGE, EngineError
 from gpudesk.engine import diskspace, protocol
 from gpudesk.engine.station import StationConfig
-from gpudesk.paths import Home, UnsafePath, check_owner, open_state_file
+from gpudesk.paths import Home, HomeError, UnsafePath, check_owner, open_state_file
 from gpudesk.spawn import SAFE_CWD, module_argv
 from gpudesk.units import byte_size
 
@@ -34,7 +34,10 @@ _LOGGED_ERROR = re.compile(r"^\S+ \S+ (?:ERROR|CRITICAL) \S+: (.*)$")
 
 def engine_pid(home: Home) -> int | None:
     """The pid of the engine holding this home's lock, or None when no engine runs.
-    HomeError when the home is another user's."""
+    HomeError when the home is another user's. A system engine's lock is root's: it is asked
+    instead (None when nothing listens; EngineError when this user may not connect)."""
+    if home.is_system:
+        return _system_engine_pid(home)
     check_owner(home.root)
     try:
         fd = open_state_file(home.lock, os.O_RDONLY)
@@ -50,6 +53,18 @@ def engine_pid(home: Home) -> int | None:
             return int(text) if text.isdigit() else -1
         fcntl.flock(handle, fcntl.LOCK_UN)
         return None
+
+
+def _system_engine_pid(home: Home) -> int | None:
+    try:
+        with Connection(home, timeout=5.0) as probe:
+            return int(probe.request("ping")["pid"])
+    except EngineNotListening:
+        return None
+
+
+class EngineNotListening(EngineError):
+    """Nothing listens at the engine's socket (no engine runs)."""
 
 
 def _engine_log(home: Home, offset: int | None = None, tail: int = 16384) -> str | None:
@@ -79,20 +94,36 @@ def _start_failure(home: Home, offset: int) -> str | None:
 
 
 def start_engine(
-    home: Home, station: StationConfig | None = None, timeout: float = START_TIMEOUT_S
+    home: Home,
+    station: StationConfig | None = None,
+    timeout: float = START_TIMEOUT_S,
+    system_args: tuple[str, ...] = (),
 ) -> int:
-    """Start a daemon for `home` in its own session and wait until it answers."""
+    """Start a daemon for `home` in its own session and wait until it answers. A system
+    engine's home (root only) is given with the daemon's `--group` / `--admin-group` options in
+    `system_args`."""
     try:
         (station or StationConfig()).with_env_override()
     except ValueError as exc:
         raise EngineError(str(exc), "invalid_args") from None
-    argv = module_argv("gpudesk.engine.daemon", "--home", str(home.root))
+    if home.system_socket is not None:
+        argv = module_argv(
+            "gpudesk.engine.daemon",
+            "--system",
+            "--state-dir",
+            str(home.root),
+            "--socket",
+            str(home.system_socket),
+            *system_args,
+        )
+    else:
+        argv = module_argv("gpudesk.engine.daemon", "--home", str(home.root))
     if station is not None:
         argv += ["--station", json.dumps(station.to_dict())]
     try:
         home.ensure()
         log = open_state_file(home.engine_log, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
-    except UnsafePath as exc:
+    except HomeError as exc:  # a link or someone else's; a system engine without root
         raise EngineError(str(exc)) from None
     offset = os.lseek(log, 0, os.SEEK_END)  # what this engine logs starts here
     try:
@@ -161,10 +192,10 @@ class Connection:
             sock.connect(str(self.socket_path))
         except (FileNotFoundError, ConnectionRefusedError):
             sock.close()
-            raise EngineError(
-                f"no engine is listening for {self.home.root} (start one with "
-                "`gpudesk engine start`)"
-            ) from None
+            raise EngineNotListening(_not_listening(self.home)) from None
+        except PermissionError:
+            sock.close()
+            raise EngineError(_not_allowed(self.home)) from None
         except OSError as exc:
             sock.close()
             raise EngineError(
@@ -189,10 +220,11 @@ class Connection:
         except UnsafePath as exc:
             raise EngineError(str(exc)) from None
         except FileNotFoundError as exc:
-            raise EngineError(
-                f"no engine is listening for {self.home.root}: {exc.filename} does not exist "
-                "(start one with `gpudesk engine start`)"
+            raise EngineNotListening(
+                f"{_not_listening(self.home)}: {exc.filename} does not exist"
             ) from None
+        except PermissionError:
+            raise EngineError(_not_allowed(self.home)) from None
 
     def close(self) -> None:
         if self._sock is not None:
@@ -232,7 +264,7 @@ class Connection:
         except _Closed:
             self.close()
             raise EngineError(
-                f"the engine for {self.home.root} closed the connection without answering this "
+                f"{self.home.description} closed the connection without answering this "
                 f"{op!r} request ({byte_size(len(payload))}): it was larger than the engine "
                 f"takes, or the engine stopped (`gpudesk engine status`; its log: "
                 f"{self.home.engine_log})"
@@ -240,7 +272,7 @@ class Connection:
         except TimeoutError:
             self.close()
             raise EngineError(
-                f"the engine for {self.home.root} did not answer within {self.timeout:g} s "
+                f"{self.home.description} did not answer within {self.timeout:g} s "
                 f"(is it running? `gpudesk engine status`; its log: {self.home.engine_log})"
             ) from None
         except BaseException:
@@ -278,6 +310,41 @@ def _closed_by_peer(sock: socket.socket) -> bool:
         return False
     except OSError:
         return True
+
+
+def _not_listening(home: Home) -> str:
+    if home.is_system:
+        return (
+            f"{home.description} is not running; an admin starts it (`sudo systemctl start "
+            "gpudesk`, or `sudo gpudesk engine start --system`). To use a personal engine "
+            "instead, set GPUDESK_HOME"
+        )
+    return f"no engine is listening for {home.root} (start one with `gpudesk engine start`)"
+
+
+def _not_allowed(home: Home) -> str:
+    """Connecting was refused by the socket's mode: the user is not in the station's group."""
+    import grp
+
+    try:
+        group = grp.getgrgid(home.socket_dir.stat().st_gid).gr_name
+    except (KeyError, OSError):
+        group = "the station's group"
+    return (
+        f"you may not use {home.description}: it serves the members of the group {group}, "
+        f"and you ({_me()}) are not one. Ask an admin to add you (`sudo usermod -aG {group} "
+        f"{_me()}`), then log in again so the new group applies; or use a personal engine "
+        "(set GPUDESK_HOME)."
+    )
+
+
+def _me() -> str:
+    import pwd
+
+    try:
+        return pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
+        return str(os.getuid())
 
 
 class _Closed(Exception):
@@ -367,6 +434,8 @@ class EventSocket:
 def connect(home: Home | None = None, *, autostart: bool = True) -> Connection:
     """A client for the home's engine, starting the engine first when it is not running."""
     home = home or Home.from_env()
+    if home.is_system:
+        return Connection(home)  # never started by a client: its errors say who starts it
     if engine_pid(home) is None:
         if not autostart:
             raise EngineError(

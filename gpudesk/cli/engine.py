@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import json
 import sys
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
 
 from gpudesk.cli.common import EXIT_NOT_RUNNING, EXIT_USAGE, current_home, fail, print_json
+from gpudesk.paths import SYSTEM_GROUP, SYSTEM_SOCKET, SYSTEM_STATE_DIR
 
 if TYPE_CHECKING:
     from gpudesk.engine.station import StationConfig
+    from gpudesk.paths import Home
 
 engine_app = typer.Typer(help="Start, stop and inspect the engine daemon.", no_args_is_help=True)
 
@@ -40,26 +44,64 @@ def engine_start(
     ),
     policy: str | None = typer.Option(None, "--policy", help="Placement policy."),
     backend: str | None = typer.Option(None, "--backend", help="Hardware backend."),
+    system: bool = typer.Option(
+        False,
+        "--system",
+        help="The station's engine for a whole group (root; docs/shared-station.md).",
+    ),
+    state_dir: Path = typer.Option(
+        SYSTEM_STATE_DIR, "--state-dir", help="With --system: where its state lives."
+    ),
+    socket: Path = typer.Option(
+        SYSTEM_SOCKET, "--socket", help="With --system: its socket (its folder is the group's)."
+    ),
+    group: str = typer.Option(
+        SYSTEM_GROUP, "--group", help="With --system: the group whose members may use it."
+    ),
+    admin_group: str | None = typer.Option(
+        None,
+        "--admin-group",
+        help="With --system: the group of its admins (default gpudesk-admin, when it exists).",
+    ),
 ) -> None:
-    """Start the engine for this GPUDESK_HOME (one per home)."""
+    """Start the engine for this GPUDESK_HOME (one per home), or with --system the station's
+    engine for a whole group."""
     from gpudesk.api.connection import engine_pid, start_engine
+    from gpudesk.paths import Home
 
-    home = current_home()
+    if system:
+        home = Home.system(socket, state_dir)
+        system_args = ("--group", group) + (("--admin-group", admin_group) if admin_group else ())
+    else:
+        home = current_home()
+        system_args = ()
+        if home.is_system:
+            fail(
+                f"this shell talks to {home.description} (GPUDESK_SOCKET, or the station's "
+                "socket exists): start it with `sudo gpudesk engine start --system`, or set "
+                "GPUDESK_HOME to start a personal engine"
+            )
     station = _station_from_options(slots, policy, backend)
     pid = engine_pid(home)
     if pid is not None:
-        fail(f"an engine is already running for {home.root} (pid {pid})")
+        fail(f"{home.description} is already running (pid {pid})")
     if foreground:
         import logging
 
-        from gpudesk.engine.daemon import serve
+        from gpudesk.engine import daemon
 
+        if system:
+            argv = ["--system", "--state-dir", str(state_dir), "--socket", str(socket)]
+            argv += list(system_args)
+            if station is not None:
+                argv += ["--station", json.dumps(station.to_dict())]
+            raise typer.Exit(daemon.main(argv))
         logging.basicConfig(
             stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s"
         )
-        raise typer.Exit(serve(home, station))
-    pid = start_engine(home, station)
-    print(f"engine started (pid {pid}) for {home.root}")
+        raise typer.Exit(daemon.serve(home, station))
+    pid = start_engine(home, station, system_args=system_args)
+    print(f"engine started (pid {pid}): {home.description}")
 
 
 @engine_app.command("stop")
@@ -72,7 +114,7 @@ def engine_stop(
 
     home = current_home()
     if engine_pid(home) is None:
-        print(f"no engine is running for {home.root}")
+        print(f"{home.description} is not running")
         return
     with Client.attach(home, timeout=timeout) as client:
         running = client.shutdown().running_attempts
@@ -96,11 +138,14 @@ def engine_status(json_out: bool = typer.Option(False, "--json", help="Print JSO
 
     home = current_home()
     pid = engine_pid(home)
+    kind = "system" if home.is_system else "personal"
     if pid is None:
         if json_out:
-            print_json({"running": False, "home": str(home.root)})
+            print_json(
+                {"running": False, "kind": kind, "home": str(home.root), **_socket_field(home)}
+            )
         else:
-            print(f"engine: not running (home {home.root})")
+            print(f"engine: not running ({home.description})")
         raise typer.Exit(EXIT_NOT_RUNNING)
     try:
         with Client.attach(home, timeout=5.0) as client:
@@ -110,14 +155,18 @@ def engine_status(json_out: bool = typer.Option(False, "--json", help="Print JSO
             fail(str(exc))
         fail(f"the engine (pid {pid}) holds the lock but does not answer: {exc}")
     if json_out:
-        print_json({"running": True, **to_builtins(status)})
+        print_json({"running": True, "kind": kind, **_socket_field(home), **to_builtins(status)})
         return
     station = status.station
     print(
         f"engine: running (pid {status.pid}, version {status.version}, up "
         f"{render.duration(time.time() - status.started_at)})"
     )
-    print(f"home:    {status.home}")
+    if home.is_system:
+        print(f"talks to: the station's system engine at {home.control_socket}")
+        print(f"state:   {status.home}")
+    else:
+        print(f"talks to: the personal engine of {status.home}")
     print(
         f"station: backend {station.effective_backend}"
         + (" (SIMULATED)" if station.simulated else "")
@@ -128,3 +177,7 @@ def engine_status(json_out: bool = typer.Option(False, "--json", help="Print JSO
     if station.gpu_problem:
         print(f"GPUs:    {station.gpu_problem}")
     print("jobs:    " + ", ".join(f"{n} {s}" for s, n in status.counts.items()))
+
+
+def _socket_field(home: Home) -> dict[str, str]:
+    return {"socket": str(home.control_socket)}

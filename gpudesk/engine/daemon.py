@@ -33,7 +33,7 @@ from gpudesk import __version__
 from gpudesk.engine import diskspace
 from gpudesk.engine.access import DEFAULT_ADMIN_GROUP, Access
 from gpudesk.engine.attempts import Attempts
-from gpudesk.engine.control_socket import ControlSocket
+from gpudesk.engine.control_socket import ControlSocket, SocketAccess
 from gpudesk.engine.events import EventPublisher
 from gpudesk.engine.identity import Caller, group_id
 from gpudesk.engine.job_control import JobControl
@@ -50,7 +50,14 @@ from gpudesk.engine.station import StationConfig, host_cores
 from gpudesk.engine.store.database import Store
 from gpudesk.engine.store.schema import IncompatibleStore, StoreError
 from gpudesk.engine.telemetry_sink import TelemetrySink
-from gpudesk.paths import Home, HomeError, open_state_file
+from gpudesk.paths import (
+    SYSTEM_GROUP,
+    SYSTEM_SOCKET,
+    SYSTEM_STATE_DIR,
+    Home,
+    HomeError,
+    open_state_file,
+)
 
 log = logging.getLogger("gpudesk.engine")
 
@@ -100,13 +107,24 @@ class Engine:
     table, and runs each collaborator's periodic step."""
 
     def __init__(
-        self, home: Home, store: Store, config: StationConfig, access: Access | None = None
+        self,
+        home: Home,
+        store: Store,
+        config: StationConfig,
+        access: Access | None = None,
+        station_group: int | None = None,
     ) -> None:
         self.home = home
         self.store = store
         self.stopping = False
         self.disk_full_said: float | None = None  # when the log last said the disk is full
-        self.control = ControlSocket(home.control_socket, self._handle)
+        # A system engine's socket is for the station's group (0660; its folder 0750): who
+        # may connect is the kernel's call, what each caller may do is `access`'s.
+        self.control = ControlSocket(
+            home.control_socket,
+            self._handle,
+            SocketAccess(0o660, station_group) if home.is_system else SocketAccess(),
+        )
         self.wake_r, self.wake_w = socket.socketpair()
         self.wake_r.setblocking(False)
         self.wake_w.setblocking(False)
@@ -390,10 +408,16 @@ def open_store(home: Home) -> Store:
     return store
 
 
-def serve(home: Home, requested: StationConfig | None = None, access: Access | None = None) -> int:
-    """Run the engine in this process until stopped. Returns the exit status."""
+def serve(
+    home: Home,
+    requested: StationConfig | None = None,
+    access: Access | None = None,
+    station_group: int | None = None,
+) -> int:
+    """Run the engine in this process until stopped. Returns the exit status. A system engine
+    (`home.is_system`) serves the members of `station_group`."""
     try:
-        home.ensure()
+        home.ensure(station_group)
         lock = acquire_lock(home.lock)
     except AlreadyRunning as exc:
         log.error("%s", exc)
@@ -414,7 +438,7 @@ def serve(home: Home, requested: StationConfig | None = None, access: Access | N
             store.close()
             return 2
         store.set_setting("station", config.to_dict())
-        engine = Engine(home, store, config, access)
+        engine = Engine(home, store, config, access, station_group)
         engine.bind()
         try:
             engine.recover()
@@ -432,6 +456,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--home", help="GPUDESK_HOME (default: environment or XDG state dir)")
     parser.add_argument("--station", help="station config as JSON")
     parser.add_argument(
+        "--system",
+        action="store_true",
+        help="the station's engine (root): jobs run as their owners, the socket serves a group",
+    )
+    parser.add_argument(
+        "--state-dir", default=str(SYSTEM_STATE_DIR), help="a system engine's state"
+    )
+    parser.add_argument("--socket", default=str(SYSTEM_SOCKET), help="a system engine's socket")
+    parser.add_argument(
+        "--group", default=SYSTEM_GROUP, help="the group whose members may use a system engine"
+    )
+    parser.add_argument(
         "--admin-group",
         metavar="NAME",
         help="a group whose members are admins: they act on every job and change station "
@@ -443,14 +479,39 @@ def main(argv: list[str] | None = None) -> int:
         level=logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    home = Home.from_env(args.home)
-    access = None
-    if args.admin_group:
-        gid = group_id(args.admin_group)
-        if gid is None:
-            log.error("--admin-group %s: there is no such group on this system", args.admin_group)
+    station_group = None
+    if args.system:
+        home = Home.system(Path(args.socket), Path(args.state_dir))
+        station_group = group_id(args.group)
+        if station_group is None:
+            log.error(
+                "--group %s: there is no such group on this system. A system engine serves the "
+                "members of one group: create it (`sudo groupadd %s`) and add the station's "
+                "users (`sudo usermod -aG %s USER`), or name another with --group.",
+                args.group,
+                args.group,
+                args.group,
+            )
             return 2
-        access = Access.with_admin_group(gid)
+    else:
+        home = Home.from_env(args.home)
+    access = None
+    admin_group = args.admin_group or (DEFAULT_ADMIN_GROUP if args.system else None)
+    if admin_group:
+        gid = group_id(admin_group)
+        if gid is None and args.admin_group:
+            log.error("--admin-group %s: there is no such group on this system", admin_group)
+            return 2
+        if gid is None:
+            log.warning(
+                "there is no group %s: only root is an admin of this station (create it and "
+                "add the admins: `sudo groupadd %s`, `sudo usermod -aG %s USER`)",
+                admin_group,
+                admin_group,
+                admin_group,
+            )
+        else:
+            access = Access.with_admin_group(gid)
     requested = None
     if args.station:
         try:
@@ -459,7 +520,7 @@ def main(argv: list[str] | None = None) -> int:
             log.error("bad station config: %s", exc)
             return 2
     try:
-        return serve(home, requested, access)
+        return serve(home, requested, access, station_group)
     except Exception as exc:
         if diskspace.is_full(exc, home.root):
             # One paragraph, on stderr (engine.log may be the file that cannot grow); the
