@@ -1,0 +1,198 @@
+"""A system engine serving real local users, for the shared-station tests (root only).
+
+`station` creates the station's group and its admin group, four throwaway users (ada and bob in
+the group, an admin in both, an outsider in neither), and starts a real system engine
+(`python -m gpudesk.engine.daemon --system`) with its state and socket in a temporary folder.
+Users talk to it with `raw_client.py` under the system's python3 (the project's environment may
+sit in root's home, which they cannot read), so the engine learns who they are from the kernel,
+as it would from `gpudesk`. Everything is removed afterwards, even on failure: the engine
+stopped, the users' processes killed before `userdel -r` (which refuses a user still running),
+the groups deleted."""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+HERE = Path(__file__).parent
+SYSTEM_PYTHON = "/usr/bin/python3"
+ROLES = ("ada", "bob", "admin", "outsider")
+
+
+@dataclass(frozen=True)
+class StationUser:
+    role: str
+    name: str
+    uid: int
+    gid: int
+
+
+@dataclass
+class Station:
+    state_dir: Path
+    socket: Path
+    group: str
+    admin_group: str
+    users: dict[str, StationUser]
+    client: Path
+    log: Path
+    process: subprocess.Popen[bytes] | None = None
+    env: dict[str, str] = field(default_factory=dict)
+
+    def call(self, role: str | None, op: str, **args: Any) -> dict[str, Any]:
+        """One request as `role`'s user (None: root), through a real connection."""
+        argv = [SYSTEM_PYTHON, str(self.client), str(self.socket), op, json.dumps(args)]
+        if role is not None:
+            argv = ["runuser", "-u", self.users[role].name, "--", *argv]
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=60, cwd="/")
+        assert done.returncode == 0, f"client failed: {done.stderr}"
+        return json.loads(done.stdout)
+
+    def ok(self, role: str | None, op: str, **args: Any) -> dict[str, Any]:
+        reply = self.call(role, op, **args)
+        assert reply.get("ok"), f"{op} as {role}: {reply}"
+        return reply["result"]
+
+    def job(self, job_id: int) -> dict[str, Any]:
+        return self.ok(None, "show", job=job_id)["job"]
+
+    def wait_state(self, job_id: int, *states: str, timeout: float = 30.0) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while True:
+            job = self.job(job_id)
+            if job["state"] in states:
+                return job
+            if time.monotonic() > deadline:
+                raise AssertionError(f"job {job_id} is {job['state']}, not {states}")
+            time.sleep(0.1)
+
+    def start(self) -> None:
+        with open(self.log, "ab") as log:
+            self.process = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-P",
+                    "-m",
+                    "gpudesk.engine.daemon",
+                    "--system",
+                    "--state-dir",
+                    str(self.state_dir),
+                    "--socket",
+                    str(self.socket),
+                    "--group",
+                    self.group,
+                    "--admin-group",
+                    self.admin_group,
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd="/",
+                env=self.env,
+                start_new_session=True,
+            )
+        deadline = time.monotonic() + 30
+        while True:
+            if self.socket.exists():
+                reply = self.call(None, "ping")
+                if reply.get("ok"):
+                    return
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(f"the system engine did not start:\n{self.log.read_text()}")
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(5)
+        self.process = None
+
+
+def _run(*argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(list(argv), capture_output=True, text=True, check=False)
+
+
+def make_station(backend: str = "none") -> Iterator[Station]:
+    if os.geteuid() != 0:
+        pytest.skip("needs root: creates local users and groups and runs a system engine")
+    for tool in ("useradd", "userdel", "groupadd", "groupdel", "runuser"):
+        if shutil.which(tool) is None:
+            pytest.skip(f"{tool} is not installed")
+    if not os.access(SYSTEM_PYTHON, os.X_OK):
+        pytest.skip(f"{SYSTEM_PYTHON} is missing: the test users' client needs a system Python")
+    tag = uuid.uuid4().hex[:6]
+    group, admin_group = f"gdst{tag}", f"gdad{tag}"
+    users: dict[str, StationUser] = {}
+    made_groups: list[str] = []
+    top = Path(tempfile.mkdtemp(prefix="gdst-", dir="/tmp"))
+    os.chmod(top, 0o755)  # the users reach the client script and their jobs' folders below
+    station = None
+    try:
+        for name in (group, admin_group):
+            done = _run("groupadd", name)
+            if done.returncode != 0:
+                pytest.skip(f"groupadd failed: {done.stderr.strip()}")
+            made_groups.append(name)
+        for role in ROLES:
+            name = f"gd{role[:3]}{tag}"
+            extra = {
+                "ada": [group],
+                "bob": [group],
+                "admin": [group, admin_group],
+                "outsider": [],
+            }[role]
+            argv = ["useradd", "-m", "-s", "/bin/sh", name]
+            if extra:
+                argv += ["-G", ",".join(extra)]
+            done = _run(*argv)
+            if done.returncode != 0:
+                pytest.skip(f"useradd failed: {done.stderr.strip()}")
+            entry = pwd.getpwnam(name)
+            users[role] = StationUser(role, name, entry.pw_uid, entry.pw_gid)
+        client = top / "raw_client.py"
+        shutil.copy(HERE / "raw_client.py", client)
+        os.chmod(client, 0o755)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("GPUDESK_")}
+        env["GPUDESK_BACKEND"] = backend
+        station = Station(
+            state_dir=top / "state",
+            socket=top / "run" / "control.sock",
+            group=group,
+            admin_group=admin_group,
+            users=users,
+            client=client,
+            log=top / "engine-stderr.log",
+            env=env,
+        )
+        station.start()
+        yield station
+    finally:
+        if station is not None:
+            station.stop()
+        for user in users.values():
+            _run("pkill", "-KILL", "-u", user.name)
+        for user in users.values():
+            for _ in range(50):  # userdel -r refuses a user whose processes are still going
+                if _run("userdel", "-r", user.name).returncode in (0, 6):
+                    break
+                time.sleep(0.1)
+        for name in made_groups:
+            _run("groupdel", name)
+        shutil.rmtree(top, ignore_errors=True)

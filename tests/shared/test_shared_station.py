@@ -1,0 +1,70 @@
+"""A shared station: one system engine, several real users (root only; see station_fixture)."""
+
+from __future__ import annotations
+
+import grp
+import os
+import stat
+from collections.abc import Iterator
+
+import pytest
+from station_fixture import Station, make_station
+
+
+@pytest.fixture
+def station() -> Iterator[Station]:
+    yield from make_station()
+
+
+def test_the_socket_serves_the_group_and_no_one_else(station: Station) -> None:
+    folder = os.stat(station.socket.parent)
+    sock = os.stat(station.socket)
+    assert stat.S_IMODE(folder.st_mode) == 0o750 and folder.st_uid == 0
+    assert stat.S_IMODE(sock.st_mode) == 0o660
+    assert folder.st_gid == sock.st_gid == grp.getgrnam(station.group).gr_gid
+    outsider = station.call("outsider", "ping")
+    assert outsider.get("connect_error") == "EACCES", outsider
+    assert station.call("ada", "ping")["ok"]
+
+
+def test_a_job_belongs_to_whoever_the_kernel_says_submitted_it(station: Station) -> None:
+    job = {"name": "mine", "command": ["true"]}
+    [job_id] = station.ok("ada", "submit", jobs=[job], env={"PATH": "/usr/bin:/bin"})["ids"]
+    # what a client writes about itself is ignored: the kernel named the caller
+    [forged] = station.ok(
+        "bob", "submit", jobs=[job], env={"PATH": "/usr/bin:/bin"}, user="root", uid=0
+    )["ids"]
+    assert station.job(job_id)["user"] == station.users["ada"].name
+    assert station.job(job_id)["uid"] == station.users["ada"].uid
+    assert station.job(forged)["user"] == station.users["bob"].name
+
+
+def test_one_user_cannot_control_anothers_job_and_an_admin_can(station: Station) -> None:
+    held = {"name": "ada-job", "command": ["sleep", "30"], "gpus": 0}
+    [job_id] = station.ok("ada", "submit", jobs=[held], env={"PATH": "/usr/bin:/bin"})["ids"]
+    for op in ("hold", "cancel", "requeue", "release"):
+        args = {"jobs": [job_id]}
+        result = station.ok("bob", op, **args)["results"][0]
+        assert result["ok"] is False, (op, result)
+        assert station.users["ada"].name in result["outcome"], result
+        assert station.admin_group in result["outcome"], result
+    result = station.ok("bob", "priority", jobs=[job_id], priority=5)["results"][0]
+    assert result["ok"] is False
+    env = station.call("bob", "show", job=job_id, env=True)
+    assert env["ok"] is False and station.admin_group in env["error"]["message"]
+    cancelled = station.ok("admin", "cancel", jobs=[job_id], grace=0)["results"][0]
+    assert cancelled["ok"] is True
+    assert station.wait_state(job_id, "cancelled")["state"] == "cancelled"
+
+
+def test_a_non_admins_station_settings_are_reported_not_applied(station: Station) -> None:
+    before = station.ok(None, "status")["station"]["policy"]
+    wanted = "fifo" if before != "fifo" else "auto"
+    reply = station.ok("ada", "configure", station={"policy": wanted})
+    assert reply["changes"] == []
+    assert [n["key"] for n in reply["not_applied"]] == ["policy"]
+    assert station.admin_group in reply["not_applied"][0]["reason"]
+    assert station.ok(None, "status")["station"]["policy"] == before
+    applied = station.ok("admin", "configure", station={"policy": wanted})
+    assert [c["key"] for c in applied["changes"]] == ["policy"]
+    assert station.ok(None, "status")["station"]["policy"] == wanted
