@@ -307,6 +307,13 @@ class Home:
         return cls(state_dir.absolute(), socket.absolute())
 
     @property
+    def log_hint(self) -> str:
+        """Where to read the engine's log, for people."""
+        if self.system_socket is not None:
+            return "`journalctl -u gpudesk`, or engine.log in its state folder"
+        return str(self.engine_log)
+
+    @property
     def is_system(self) -> bool:
         return self.system_socket is not None
 

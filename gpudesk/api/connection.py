@@ -59,12 +59,17 @@ def _system_engine_pid(home: Home) -> int | None:
     try:
         with Connection(home, timeout=5.0) as probe:
             return int(probe.request("ping")["pid"])
-    except EngineNotListening:
+    except (EngineNotListening, EngineClosed):  # none runs, or it is stopping
         return None
 
 
 class EngineNotListening(EngineError):
     """Nothing listens at the engine's socket (no engine runs)."""
+
+
+class EngineClosed(EngineError):
+    """The engine closed the connection without answering (it stopped, or the request was
+    larger than it takes)."""
 
 
 def _engine_log(home: Home, offset: int | None = None, tail: int = 16384) -> str | None:
@@ -263,17 +268,17 @@ class Connection:
             return _read_frame(sock, deadline)
         except _Closed:
             self.close()
-            raise EngineError(
+            raise EngineClosed(
                 f"{self.home.description} closed the connection without answering this "
                 f"{op!r} request ({byte_size(len(payload))}): it was larger than the engine "
                 f"takes, or the engine stopped (`gpudesk engine status`; its log: "
-                f"{self.home.engine_log})"
+                f"{self.home.log_hint})"
             ) from None
         except TimeoutError:
             self.close()
             raise EngineError(
                 f"{self.home.description} did not answer within {self.timeout:g} s "
-                f"(is it running? `gpudesk engine status`; its log: {self.home.engine_log})"
+                f"(is it running? `gpudesk engine status`; its log: {self.home.log_hint})"
             ) from None
         except BaseException:
             # a reply may still come on this connection: it must not be read as the next one's

@@ -416,6 +416,10 @@ def serve(
 ) -> int:
     """Run the engine in this process until stopped. Returns the exit status. A system engine
     (`home.is_system`) serves the members of `station_group`."""
+    if home.is_system:
+        # Root's files hold every user's environment: none readable by anyone else unless made
+        # so on purpose (the socket, the folders owners pass through to their own logs).
+        os.umask(0o077)
     try:
         home.ensure(station_group)
         lock = acquire_lock(home.lock)
