@@ -135,7 +135,13 @@ class Engine:
         self.telemetry = TelemetrySink(
             store, self.station, self._wake, self.events.telemetry, self.due.mark
         )
-        self.mps_watch = MpsWatch(home.root, store, lambda: self.telemetry.monitor, self.due.mark)
+        self.mps_watch = MpsWatch(
+            home.root,
+            store,
+            lambda: self.telemetry.monitor,
+            self.due.mark,
+            shared=home.is_system,
+        )
         self.loaders = LoaderSupervisor(home)
         with contextlib.suppress(Exception):  # a bad stored value must not stop the engine
             self.loaders.register(

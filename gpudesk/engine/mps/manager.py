@@ -168,8 +168,14 @@ class MpsManager:
         command_timeout: float = 5.0,
         start_timeout: float = 10.0,
         stop_timeout: float = 10.0,
+        shared: bool = False,
     ) -> None:
         self.home_root = Path(home_root).absolute()
+        # A system engine's daemons (root's) serve the jobs of every user of the station: their
+        # pipe folders must be reachable by those users' MPS clients (traverse only; the
+        # daemon's sockets in them carry their own modes). NVIDIA's multi-user MPS: one control
+        # daemon per GPU started by root, its server serving one uid at a time.
+        self.shared = shared
         requested = control or os.environ.get(CONTROL_ENV) or CONTROL_BINARY
         self._requested = requested
         self._from_env = control is None and bool(os.environ.get(CONTROL_ENV))
@@ -247,6 +253,9 @@ class MpsManager:
                 _private_dir(server.pipe_dir.parent.parent)
                 _private_dir(server.pipe_dir.parent)
             _private_dir(server.pipe_dir)
+            if self.shared:
+                for folder in (self.mps_root, server.root, server.pipe_dir):
+                    os.chmod(folder, 0o711)
             server.log_dir.mkdir(exist_ok=True)
         except PermissionError as exc:
             raise MpsError(

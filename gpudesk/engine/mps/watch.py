@@ -41,10 +41,11 @@ class MpsWatch:
         store: Store,
         monitor: Callable[[], Monitor],
         on_change: Callable[[], None],
+        shared: bool = False,
     ) -> None:
         """`monitor` gives the telemetry monitor in use (it is replaced when telemetry
         restarts); `on_change` asks for placement to look again."""
-        self.manager = MpsManager(home_root, command_timeout=2.0)
+        self.manager = MpsManager(home_root, command_timeout=2.0, shared=shared)
         self.store = store
         self.monitor = monitor
         self.on_change = on_change
