@@ -449,6 +449,7 @@ class StationStatus(WireModel, frozen=True):
     gpus: GpuCounts
     counts: dict[str, int]
     loaders: list[LoaderView]
+    station_changes: list[EventView]  # the latest changes of station settings, oldest first
 
 
 class PingResult(WireModel, frozen=True):

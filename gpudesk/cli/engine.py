@@ -177,6 +177,9 @@ def engine_status(json_out: bool = typer.Option(False, "--json", help="Print JSO
     if station.gpu_problem:
         print(f"GPUs:    {station.gpu_problem}")
     print("jobs:    " + ", ".join(f"{n} {s}" for s, n in status.counts.items()))
+    for change in status.station_changes:
+        stamp = time.strftime("%Y-%m-%d %H:%M", time.localtime(change.ts))
+        print(f"changed: {stamp} {change.message}")
 
 
 def _socket_field(home: Home) -> dict[str, str]:

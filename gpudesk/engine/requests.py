@@ -56,6 +56,8 @@ MAX_JOBS_PER_REQUEST = 10_000
 DEFAULT_CANCEL_GRACE_S = 10.0
 MAX_CANCEL_GRACE_S = 3600.0
 MAX_HISTORY_POINTS = 600
+STATION_EVENT = "station"  # the kind of event a change of station settings is stored as
+STATION_CHANGES_SHOWN = 5  # how many of the latest `status` carries
 MAX_ROW_ID = 2**63 - 1  # the largest id SQLite stores: a larger int is no job's
 # Station settings that need a fresh telemetry monitor when they change.
 TELEMETRY_KEYS = ("backend", "sample_interval", "grid_intensity", "mig")
@@ -174,6 +176,10 @@ class RequestHandlers:
             },
             "counts": parts.store.counts(),
             "loaders": parts.loaders.summary(),
+            "station_changes": [
+                event.to_dict()
+                for event in parts.store.events_of_kind(STATION_EVENT, STATION_CHANGES_SHOWN)
+            ],
         }
 
     def shutdown(self, _args: Args, caller: Caller) -> Reply:
@@ -210,7 +216,7 @@ class RequestHandlers:
             for change in weighed.changes:
                 message = f"station: {change.message} (by {caller.name})"
                 log.info("%s", message)
-                parts.store.add_event("engine", message)
+                parts.store.add_event(STATION_EVENT, message)
             telemetry_changed = any(getattr(config, k) != getattr(old, k) for k in TELEMETRY_KEYS)
             parts.station.replace(config)
             parts.scheduler.policy = policy

@@ -133,6 +133,9 @@ def test_run_says_which_station_settings_it_changed(engine: EngineHandle, tmp_pa
     assert "station: policy auto → fifo (by " in engine.home.engine_log.read_text()
     status = json.loads(gpudesk("engine", "status", "--json").stdout)
     assert status["station"]["policy"] == "fifo" and status["station"]["slots"] == 2
+    [change] = status["station_changes"]
+    assert change["kind"] == "station" and "policy auto → fifo (by " in change["message"]
+    assert "changed: " in gpudesk("engine", "status").stdout  # the event, for people
     again = gpudesk("run", "profiles/quickstart.toml", cwd=tmp_path)
     assert again.returncode == 0 and "station:" not in again.stdout
 

@@ -211,7 +211,7 @@ def test_an_admins_station_settings_are_applied_and_recorded(system: Handlers) -
     )
     assert result["changes"][1]["message"] == "policy auto → fifo"
     assert system.ok(ALICE, "status")["station"]["policy"] == "fifo"
-    events = [e.message for e in system.engine.store.events() if e.kind == "engine"]
+    events = [e.message for e in system.engine.store.events() if e.kind == "station"]
     assert f"station: policy auto → fifo (by {ALICE.name})" in events
 
 

@@ -115,6 +115,16 @@ class StoreConnection:
             )
         return [read_event(r) for r in rows]
 
+    def events_of_kind(self, kind: str, limit: int) -> list[EventRecord]:
+        """The latest `limit` events of one kind (the engine's own: station changes), oldest
+        first."""
+        rows = self._conn.execute(
+            "SELECT * FROM (SELECT * FROM events WHERE kind = ? ORDER BY id DESC LIMIT ?) "
+            "ORDER BY id",
+            (kind, limit),
+        )
+        return [read_event(r) for r in rows]
+
     # --------------------------------------------------------------- settings
     def setting(self, key: str) -> Any:
         row = self._conn.execute("SELECT value FROM settings WHERE key = ?", (key,)).fetchone()
