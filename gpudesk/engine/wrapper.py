@@ -26,6 +26,13 @@ What it is handed (`runner.launch`):
   The outcome is written into it in place (no new blocks needed) and renamed to `exit.json`, so
   the record survives a disk that filled up while the job ran.
 
+A job run as its owner (an engine run by root, a job of another user; `runner.run_as`): the
+wrapper gets `--as UID:GID:G1,G2` and stays root, so it can join the cgroup and write its records;
+it forks, and the child takes the owner's supplementary groups, gid and uid, then enters the
+working directory *as the owner* (a folder the owner may not enter fails the job with 126 and a
+line that says so, never entered with root's rights) and execs the command (`_start_as`). A
+personal engine's jobs keep posix_spawnp, the fast path.
+
 Whatever happens to its records, it exits with the command's own exit code (128 + the signal
 that killed it), never with a traceback: the engine, its parent, learns the outcome from that
 status when the record could not be written.
@@ -36,6 +43,12 @@ Files in the attempt folder:
                         atomically (temporary file + rename) before and after the command starts
     exit.json           {"exit_code", "signal", "ended_at", "error"} when the command has ended
     output.log          the job's stdout and stderr
+
+Who owns what, for a job run as its owner: the job's folder and the attempt's are the engine's
+(root's, 0711: no one else lists them, and the owner cannot put a name in them), so no record
+root writes here can be reached through a link or a second name the owner planted; the records
+are 0600. Only output.log is the owner's (created by the engine, O_EXCL, 0600, before the job
+starts), and the parts rotated out of it are made the same (gpudesk.joblog).
 """
 
 from __future__ import annotations
