@@ -86,18 +86,29 @@ def read_rotation(log: str | os.PathLike[str]) -> Rotation:
         return Rotation()
 
 
-def _create(path: Path) -> int:
-    """A new file of the engine's own: whatever stood at `path` (a leftover, a link) goes."""
+def _create(path: Path, like: os.stat_result) -> int:
+    """A new file of the engine's own: whatever stood at `path` (a leftover, a link) goes. It
+    gets the owner and the mode of the log (`like`), so a job run as its owner can read its
+    rotated parts as it reads its log, and no one else can (O_EXCL: the file is new, so the
+    chown acts on nothing but what was just made)."""
     with contextlib.suppress(FileNotFoundError):
         path.unlink()
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-    return os.open(path, flags, 0o644)
+    fd = os.open(path, flags, 0o600)
+    try:
+        if like.st_uid != os.geteuid():
+            os.fchown(fd, like.st_uid, like.st_gid)
+        os.fchmod(fd, stat.S_IMODE(like.st_mode) & 0o666)
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
 
 
-def _write_rotation(log: str | os.PathLike[str], record: Rotation) -> None:
+def _write_rotation(log: str | os.PathLike[str], record: Rotation, like: os.stat_result) -> None:
     path = record_path(log)
     tmp = path.with_name(path.name + ".tmp")
-    fd = _create(tmp)
+    fd = _create(tmp, like)
     try:
         os.write(fd, record.to_json().encode())
     finally:
@@ -145,10 +156,10 @@ def rotate(log: str | os.PathLike[str], cap: int, keep: int) -> bool:
         record = read_rotation(log)
         number = record.rotations + 1
         start = _line_start(fd, size - cap) if keep else size
-        end = _copy_then_truncate(fd, start, part_path(log, number) if keep else None)
+        end = _copy_then_truncate(fd, start, part_path(log, number) if keep else None, st)
         parts = (*record.parts, Part(number, record.base + start, record.base + end))
         kept = parts[-keep:] if keep else ()
-        _write_rotation(log, Rotation(record.base + end, number, kept))
+        _write_rotation(log, Rotation(record.base + end, number, kept), st)
         for gone in parts[: len(parts) - len(kept)]:
             with contextlib.suppress(FileNotFoundError):
                 part_path(log, gone.number).unlink()
@@ -166,13 +177,13 @@ def _line_start(fd: int, offset: int) -> int:
     return offset + newline if newline >= 0 else offset
 
 
-def _copy_then_truncate(fd: int, start: int, part: Path | None) -> int:
+def _copy_then_truncate(fd: int, start: int, part: Path | None, like: os.stat_result) -> int:
     """Copy the log from `start` into `part` until it stops growing, then truncate it at once;
     returns where the copy ended (the log's size at the truncation, as far as can be told)."""
     offset = start
     out = None
     if part is not None:
-        out = _create(part.with_name(part.name + ".tmp"))
+        out = _create(part.with_name(part.name + ".tmp"), like)
     try:
         while True:
             if out is None:
@@ -247,6 +258,10 @@ class LogStream:
             return None
         self.position = position + len(data)
         return Piece(data, skipped)
+
+    def end(self) -> int:
+        """The stream position just past what the log holds now."""
+        return stream_end(self.log)
 
 
 def stream_end(log: str | os.PathLike[str]) -> int:

@@ -34,6 +34,7 @@ from gpudesk.api.models import (
     JobList,
     JobStateName,
     JobView,
+    LogChunk,
     MigApplyResult,
     MigPlanResult,
     ModelObserveResult,
@@ -290,6 +291,23 @@ class Client:
         if env:
             args["env"] = True
         return self.call(JobDetail, "show", **args)
+
+    def log(
+        self,
+        job: JobRef,
+        attempt: int | None = None,
+        *,
+        offset: int = 0,
+        max_bytes: int | None = None,
+    ) -> LogChunk:
+        """A piece of an attempt's output (default: the latest attempt's) from stream position
+        `offset`, read by the engine: for a log this process may not read itself."""
+        args: dict[str, Any] = {"job": job, "offset": offset}
+        if attempt is not None:
+            args["attempt"] = attempt
+        if max_bytes is not None:
+            args["max_bytes"] = max_bytes
+        return self.call(LogChunk, "log", **args)
 
     def cancel(self, jobs: Sequence[JobRef], grace: float | None = None) -> list[ActionOutcome]:
         args: dict[str, Any] = {"jobs": list(jobs)}

@@ -12,7 +12,6 @@ import re
 import select
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -451,11 +450,7 @@ def connect(home: Home | None = None, *, autostart: bool = True) -> Connection:
 
 
 def submit_env() -> dict[str, str]:
-    """The environment jobs start from: the submitter's, with this Python's folder on PATH, so
-    `python` in a job is the interpreter gpudesk itself runs on even in an unactivated venv."""
-    env = dict(os.environ)
-    bindir = os.path.dirname(sys.executable)
-    path = env.get("PATH", "")
-    if bindir not in path.split(os.pathsep):
-        env["PATH"] = os.pathsep.join(p for p in (bindir, path) if p)
-    return env
+    """The environment jobs start from: the submitter's, as it is. PATH is left alone: with
+    gpudesk installed as a tool (pipx, uv tool), a job's `python` must be the user's, not the
+    interpreter gpudesk runs on (issue 17)."""
+    return dict(os.environ)

@@ -49,6 +49,7 @@ __all__ = [
     "LoaderSpec",
     "LoaderStatus",
     "LoaderView",
+    "LogChunk",
     "MigApplyResult",
     "MigDeviceCreated",
     "MigDeviceView",
@@ -276,6 +277,17 @@ class JobDetail(WireModel, frozen=True):
     waiting: str | None
     usage: UsageSummary | None
     env: dict[str, str] | None = None  # only when asked for
+
+
+class LogChunk(WireModel, frozen=True):
+    """`log`: a piece of an attempt's output, read by the engine (docs/protocol.md)."""
+
+    job: int
+    attempt: int
+    data: bytes  # base64 on the wire
+    skipped: int  # bytes before `data` rotated away before they could be read
+    next: int  # the stream position after `data`
+    end: int  # where the stream ends now
 
 
 class SubmitResult(WireModel, frozen=True):
@@ -790,6 +802,7 @@ REPLY_MODELS: dict[str, type[WireModel]] = {
     "submit": SubmitResult,
     "jobs": JobList,
     "show": JobDetail,
+    "log": LogChunk,
     "cancel": ActionResult,
     "hold": ActionResult,
     "release": ActionResult,

@@ -337,7 +337,7 @@ def logs(
         if follow and attempt is None:
             follower.follow()
         else:
-            follower.dump(attempts[-1].log)
+            follower.dump(attempts[-1])
 
 
 # ------------------------------------------------------------------- job control

@@ -2,15 +2,24 @@
 
 A log is read as a stream (gpudesk.joblog.LogStream): in pieces of at most a MiB whatever its
 size, on across the engine's rotations (`[station] log_max_mb`), with one line where output was
-rotated away before it could be printed."""
+rotated away before it could be printed.
+
+The file is read directly where this process may (a personal engine's jobs, always): it is the
+fastest way and works with no engine running. Where the file refuses (EACCES/EPERM: a system
+engine's job, whose folders are the engine's and whose log is its owner's alone, read by an
+admin, or by the owner where the state folder is not theirs to enter) the same stream comes
+through the engine's `log` request (`EngineLogStream`), which checks who may read it. Asking
+only after a refusal keeps a personal engine's `gpudesk logs` as it was."""
 
 from __future__ import annotations
 
 import codecs
+import errno
+import os
 import time
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Protocol, TextIO
 
-from gpudesk.joblog import LogStream, Piece, stream_end
+from gpudesk.joblog import CHUNK_BYTES, LogStream, Piece
 from gpudesk.units import byte_size
 
 if TYPE_CHECKING:
@@ -18,6 +27,46 @@ if TYPE_CHECKING:
     from gpudesk.api.models import AttemptView
 
 POLL_S = 0.2
+
+
+class LogReader(Protocol):
+    position: int
+
+    def read(self, limit: int = CHUNK_BYTES) -> Piece | None: ...
+
+    def end(self) -> int: ...
+
+
+class EngineLogStream:
+    """A log read through the engine (`Client.log`), position by position as LogStream."""
+
+    def __init__(self, client: Client, job_id: int, attempt: int, position: int = 0) -> None:
+        self.client = client
+        self.job_id = job_id
+        self.attempt = attempt
+        self.position = position
+
+    def read(self, limit: int = CHUNK_BYTES) -> Piece | None:
+        chunk = self.client.log(
+            self.job_id, self.attempt, offset=self.position, max_bytes=min(limit, CHUNK_BYTES)
+        )
+        self.position = chunk.next
+        if not chunk.data and not chunk.skipped:
+            return None
+        return Piece(chunk.data, chunk.skipped)
+
+    def end(self) -> int:
+        return self.client.log(self.job_id, self.attempt, offset=self.position, max_bytes=0).end
+
+
+def refused(path: str) -> bool:
+    """Does this process lack the right to read the file at `path` (or to reach it)?"""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        return exc.errno in (errno.EACCES, errno.EPERM)
+    os.close(fd)
+    return False
 
 
 class LogFollower:
@@ -28,12 +77,21 @@ class LogFollower:
         self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
         self._line_open = False  # the last text printed did not end a line
 
-    def dump(self, path: str | None) -> None:
+    def reader(self, attempt: AttemptView) -> LogReader | None:
+        """How to read an attempt's log: from its file, or through the engine where the file
+        refuses this process."""
+        if attempt.log is None:
+            return None
+        if refused(attempt.log):
+            return EngineLogStream(self.client, self.job_id, attempt.number)
+        return LogStream(attempt.log)
+
+    def dump(self, attempt: AttemptView) -> None:
         """Print the log as it is now (what is kept of it)."""
-        if path is None:
+        stream = self.reader(attempt)
+        if stream is None:
             return
-        stream = LogStream(path)
-        end = stream_end(path)  # a job still printing is not chased
+        end = stream.end()  # a job still printing is not chased
         while stream.position < end and (piece := stream.read()) is not None:
             self._emit(piece)
         self._finish()
@@ -51,8 +109,7 @@ class LogFollower:
                     self._finish()
                     self._note(f"attempt {attempts[-1].number}")
                 attempt_no = attempts[-1].number
-                log = self._log_of(attempts, attempt_no)
-                stream = LogStream(log) if log else None
+                stream = self.reader(attempts[-1])
             if stream is not None:
                 self._drain(stream)
             if data.job.terminal:
@@ -60,11 +117,7 @@ class LogFollower:
                 return
             time.sleep(POLL_S)
 
-    @staticmethod
-    def _log_of(attempts: list[AttemptView], number: int) -> str | None:
-        return next(a.log for a in attempts if a.number == number)
-
-    def _drain(self, stream: LogStream) -> None:
+    def _drain(self, stream: LogReader) -> None:
         while (piece := stream.read()) is not None:
             self._emit(piece)
 

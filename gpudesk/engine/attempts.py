@@ -345,8 +345,11 @@ class Attempts:
         # job stays queued, untouched, and the loop tries again (a job that started without
         # room for its outcome could lose it and run twice).
         not_prepared: runner.LaunchError | None = None
+        owner = runner.run_as(job.owner)
         try:
-            runner.prepare(self.home.attempt_dir(job.id, job.attempts + 1))
+            runner.prepare(
+                self.home.attempt_dir(job.id, job.attempts + 1), private=owner is not None
+            )
         except runner.LaunchError as exc:
             if exc.no_space:
                 self.queue.add(job)
@@ -374,7 +377,7 @@ class Attempts:
             if not_prepared is not None:
                 raise not_prepared
             launched = runner.launch(
-                Path(attempt.dir), job.spec.command, job.spec.shell, workdir, env, contained
+                Path(attempt.dir), job.spec.command, job.spec.shell, workdir, env, contained, owner
             )
         except (runner.LaunchError, ValueError) as exc:  # ValueError: argv or env the OS refuses
             self.containment.release(job.id, attempt.number)

@@ -5,13 +5,14 @@ collaborator that owns it; a bad argument is a ProtocolError naming it.
 
 from __future__ import annotations
 
+import base64
 import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpudesk import __version__
+from gpudesk import __version__, joblog
 from gpudesk.engine import protocol, reconfigure, runner
 from gpudesk.engine.access import Access
 from gpudesk.engine.attempts import Attempts, LiveAttempt
@@ -100,6 +101,7 @@ class RequestHandlers:
             "submit": self.submit,
             "jobs": self.jobs,
             "show": self.show,
+            "log": self.log,
             "cancel": self.cancel,
             "hold": self.hold,
             "release": self.release,
@@ -356,6 +358,48 @@ class RequestHandlers:
                 raise ProtocolError(protocol.REFUSED, refusal)
             result["env"] = {**parts.store.base_env(job.id), **job.spec.env}
         return result
+
+    def log(self, args: Args, caller: Caller) -> Reply:
+        """{"job", "attempt"?, "offset"?, "max_bytes"?}: at most `max_bytes` of an attempt's
+        output (default: its latest) from stream position `offset`, read by the engine, for a
+        client that may not read the file itself (an admin reading another user's job on a
+        system engine; the owner where the state folder is not theirs to enter). The owner's
+        and the admins' only (engine/access.py). `data` is base64; `skipped` the bytes before it
+        that were rotated away; `next` the position after it; `end` the stream's end now."""
+        parts = self.parts
+        job = self._find(args.get("job"), "job")
+        refusal = parts.access.job_refusal(caller, job, "read the logs of")
+        if refusal:
+            raise ProtocolError(protocol.REFUSED, refusal)
+        number = args.get("attempt", job.attempts)
+        if job.attempts == 0:
+            raise ProtocolError(protocol.INVALID_ARGS, f"job {job.id} has not started yet")
+        if _whole_number(number, 1, job.attempts) is None:
+            raise ProtocolError(
+                protocol.INVALID_ARGS,
+                f"'attempt': job {job.id} has attempts 1 to {job.attempts}",
+            )
+        offset = args.get("offset", 0)
+        if _whole_number(offset, 0, MAX_ROW_ID) is None:
+            raise ProtocolError(
+                protocol.INVALID_ARGS, "'offset' must be a stream position (0 or more)"
+            )
+        limit = args.get("max_bytes", joblog.CHUNK_BYTES)
+        if _whole_number(limit, 0, joblog.CHUNK_BYTES) is None:
+            raise ProtocolError(
+                protocol.INVALID_ARGS, f"'max_bytes' must be from 0 to {joblog.CHUNK_BYTES}"
+            )
+        path = parts.home.attempt_dir(job.id, number) / runner.LOG_FILE
+        stream = joblog.LogStream(path, offset)
+        piece = stream.read(limit) if limit else None
+        return {
+            "job": job.id,
+            "attempt": number,
+            "data": base64.b64encode(piece.data if piece else b"").decode("ascii"),
+            "skipped": piece.skipped if piece else 0,
+            "next": stream.position,
+            "end": joblog.stream_end(path),
+        }
 
     @staticmethod
     def attempt_reply(attempt: AttemptRecord) -> Reply:

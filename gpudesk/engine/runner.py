@@ -29,6 +29,7 @@ import psutil
 
 from gpudesk.engine import wrapper
 from gpudesk.engine.hostmetrics import group_processes
+from gpudesk.engine.identity import Identity
 
 WRAPPER_PATH = Path(wrapper.__file__).resolve()
 EXIT_FILE = "exit.json"
@@ -37,6 +38,10 @@ EXIT_RESERVE_BYTES = 4096  # a record is ~100 bytes; one block, the least a file
 WRAPPER_FILE = "wrapper.json"
 LOCK_FILE = "launch.lock"
 LOG_FILE = "output.log"
+# How the engine opens a job's log for the wrapper: never through a link (the folder is the
+# engine's, but a name is checked where it costs nothing).
+LOG_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW
+PRIVATE_DIR_MODE = 0o711  # a job run as its owner: its folders, the engine's, enterable only
 # create_time() is derived from boot time and clock ticks; allow for its rounding.
 _START_TIME_TOLERANCE = 0.05
 
@@ -109,12 +114,17 @@ def _no_space(exc: OSError) -> bool:
     return exc.errno in (errno.ENOSPC, errno.EDQUOT)
 
 
-def prepare(attempt_dir: Path) -> None:
+def prepare(attempt_dir: Path, *, private: bool = False) -> None:
     """Create the attempt's folder and reserve the space of its exit record (EXIT_RESERVE_FILE,
     written in full, so its blocks are allocated now: the wrapper overwrites them in place).
-    Raises LaunchError, with `no_space` set when the disk is full."""
+    `private`: the job runs as its owner (`run_as`): the job's folder and the attempt's stay the
+    engine's, PRIVATE_DIR_MODE (no one else lists them; only the log inside is the owner's, see
+    `_create_owned_log`). Raises LaunchError, with `no_space` set when the disk is full."""
     try:
         attempt_dir.mkdir(parents=True, exist_ok=True)
+        if private:
+            for folder in (attempt_dir.parent, attempt_dir):
+                _chmod_own_folder(folder, PRIVATE_DIR_MODE)
     except OSError as exc:
         raise LaunchError(
             f"cannot create the attempt folder {attempt_dir}: {exc.strerror or exc}",
@@ -134,7 +144,9 @@ def prepare(attempt_dir: Path) -> None:
         )
     try:
         fd = os.open(
-            attempt_dir / EXIT_RESERVE_FILE, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644
+            attempt_dir / EXIT_RESERVE_FILE,
+            os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+            0o600,
         )
         try:
             if os.pwrite(fd, b" " * EXIT_RESERVE_BYTES, 0) != EXIT_RESERVE_BYTES:
@@ -148,10 +160,50 @@ def prepare(attempt_dir: Path) -> None:
         ) from exc
 
 
+def run_as(owner: Identity) -> Identity | None:
+    """Whom a job of `owner` runs as, where that is not the engine's own user: its owner on an
+    engine run by root (a system engine), else None (a personal engine's jobs are all its
+    user's; an engine that is not root cannot change its uid anyway)."""
+    if os.geteuid() != 0 or owner.uid == os.getuid():
+        return None
+    return owner
+
+
+def _create_owned_log(log: Path, owner: Identity) -> None:
+    """The log of a job run as its owner: created by the engine before the job starts, new
+    (O_EXCL, never a name found there), owned by the owner, readable by them alone."""
+    try:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        fd = os.open(log, flags, 0o600)
+        try:
+            os.fchown(fd, owner.uid, owner.gid)
+            os.fchmod(fd, 0o600)  # whatever the umask
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise LaunchError(
+            f"cannot create the job's log {log}: {exc.strerror or exc}", no_space=_no_space(exc)
+        ) from exc
+
+
+def _chmod_own_folder(folder: Path, mode: int) -> None:
+    """Set the mode of a folder the engine made, through an fd (never a link), and only when it
+    is the engine's own: a folder someone else made there is refused."""
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        if os.fstat(fd).st_uid != os.geteuid():
+            raise PermissionError(errno.EPERM, "the folder is not the engine's own", str(folder))
+        os.fchmod(fd, mode)
+    finally:
+        os.close(fd)
+
+
 def _take_launch_lock(attempt_dir: Path) -> int:
     """Open the attempt's launch lock and take it (exclusive); the open fd, close-on-exec."""
     try:
-        fd = os.open(attempt_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        fd = os.open(
+            attempt_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600
+        )
     except OSError as exc:
         raise LaunchError(
             f"cannot create the launch lock in {attempt_dir}: {exc.strerror or exc}",
@@ -185,13 +237,21 @@ def launch(
     workdir: str,
     env: dict[str, str],
     containment: str,
+    owner: Identity | None = None,
 ) -> Launched:
     """Start the wrapper for one attempt (its folder `prepare`d); the caller must reap it
     (`reap`). `containment` is the attempt's cgroup for the wrapper to join, or why there is
-    none (`containment.Containment.prepare`)."""
-    if not os.path.isdir(workdir):
+    none (`containment.Containment.prepare`). `owner`: the identity to run the command as,
+    where it is not the engine's (a system engine's job; `run_as`)."""
+    if owner is None and not os.path.isdir(workdir):
+        # (a job run as its owner learns this in the wrapper, as its owner: whether root can
+        # see the folder says nothing of whether its owner may enter it)
         raise LaunchError(f"the working directory {workdir} does not exist")
     lock = _take_launch_lock(attempt_dir)
+    identity = []
+    if owner is not None:
+        groups = ",".join(str(g) for g in owner.groups)
+        identity = ["--as", f"{owner.uid}:{owner.gid}:{groups}"]
     argv = [
         sys.executable,
         "-I",
@@ -202,10 +262,13 @@ def launch(
         "1" if shell else "0",
         str(wrapper.LOCK_FD),
         containment,
+        *identity,
         "--",
         *command,
     ]
     log = str(attempt_dir / LOG_FILE)
+    if owner is not None:
+        _create_owned_log(Path(log), owner)
     # posix_spawn (vfork underneath) rather than subprocess: forking a large daemon for every job
     # costs milliseconds on the submit-to-start path. Every fd the engine holds is close-on-exec
     # but the launch lock, which becomes the wrapper's fd 3.
@@ -216,7 +279,7 @@ def launch(
             env,
             file_actions=[
                 (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
-                (os.POSIX_SPAWN_OPEN, 1, log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644),
+                (os.POSIX_SPAWN_OPEN, 1, log, LOG_FLAGS, 0o644),
                 (os.POSIX_SPAWN_DUP2, 1, 2),
                 (os.POSIX_SPAWN_DUP2, lock, wrapper.LOCK_FD),
             ],

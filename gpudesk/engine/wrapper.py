@@ -26,6 +26,13 @@ What it is handed (`runner.launch`):
   The outcome is written into it in place (no new blocks needed) and renamed to `exit.json`, so
   the record survives a disk that filled up while the job ran.
 
+A job run as its owner (an engine run by root, a job of another user; `runner.run_as`): the
+wrapper gets `--as UID:GID:G1,G2` and stays root, so it can join the cgroup and write its records;
+it forks, and the child takes the owner's supplementary groups, gid and uid, then enters the
+working directory *as the owner* (a folder the owner may not enter fails the job with 126 and a
+line that says so, never entered with root's rights) and execs the command (`_start_as`). A
+personal engine's jobs keep posix_spawnp, the fast path.
+
 Whatever happens to its records, it exits with the command's own exit code (128 + the signal
 that killed it), never with a traceback: the engine, its parent, learns the outcome from that
 status when the record could not be written.
@@ -36,6 +43,12 @@ Files in the attempt folder:
                         atomically (temporary file + rename) before and after the command starts
     exit.json           {"exit_code", "signal", "ended_at", "error"} when the command has ended
     output.log          the job's stdout and stderr
+
+Who owns what, for a job run as its owner: the job's folder and the attempt's are the engine's
+(root's, 0711: no one else lists them, and the owner cannot put a name in them), so no record
+root writes here can be reached through a link or a second name the owner planted; the records
+are 0600. Only output.log is the owner's (created by the engine, O_EXCL, 0600, before the job
+starts), and the parts rotated out of it are made the same (gpudesk.joblog).
 """
 
 from __future__ import annotations
@@ -176,13 +189,115 @@ def _start(command: list[str], workdir: str) -> tuple[int, str | None, int]:
         pid = os.posix_spawnp(
             command[0], command, os.environ, setsigdef=(signal.SIGPIPE, signal.SIGXFSZ)
         )
-    except FileNotFoundError:
-        return 0, f"command not found: {command[0]}", EXIT_NOT_FOUND
-    except PermissionError:
-        return 0, f"permission denied: {command[0]}", EXIT_NOT_EXECUTABLE
     except OSError as exc:
-        return 0, f"cannot start {command[0]}: {exc.strerror or exc}", EXIT_NOT_EXECUTABLE
+        return (0, *_exec_failure(command[0], exc))
     return pid, None, 0
+
+
+def _exec_failure(program: str, exc: OSError) -> tuple[str, int]:
+    """What a command that could not be started is told, and its exit code (as a shell's)."""
+    if isinstance(exc, FileNotFoundError):
+        return f"command not found: {program}", EXIT_NOT_FOUND
+    if isinstance(exc, PermissionError):
+        return f"permission denied: {program}", EXIT_NOT_EXECUTABLE
+    return f"cannot start {program}: {exc.strerror or exc}", EXIT_NOT_EXECUTABLE
+
+
+def parse_owner(text: str) -> tuple[int, int, list[int]] | None:
+    """ "UID:GID:G1,G2,..." (the `--as` argument) as numbers, or None when it is not that."""
+    fields = text.split(":")
+    if len(fields) != 3 or not (fields[0].isdigit() and fields[1].isdigit()):
+        return None
+    groups = fields[2].split(",") if fields[2] else []
+    if not all(g.isdigit() for g in groups):
+        return None
+    return int(fields[0]), int(fields[1]), [int(g) for g in groups]
+
+
+def _execvpe(program: str, argv: list[str]) -> None:
+    """os.execvpe without its imports: run as the job's owner, the child may not read the
+    interpreter's library (a virtual environment in root's home), so it imports nothing after
+    the switch. The search is os.execvpe's (the first error other than "not there" wins), but
+    a folder on PATH the owner may not search counts as "not there", as a shell counts it."""
+    if "/" in program:
+        os.execve(program, argv, os.environ)
+    first: OSError | None = None
+    last: OSError | None = None
+    for folder in os.environ.get("PATH", os.defpath).split(os.pathsep):
+        try:
+            os.execve(os.path.join(folder or ".", program), argv, os.environ)
+        except (FileNotFoundError, NotADirectoryError) as exc:
+            last = exc
+        except PermissionError as exc:
+            if os.access(folder or ".", os.X_OK):  # the file refuses, not its folder
+                first = first or exc
+            last = exc if first else FileNotFoundError(program)
+        except OSError as exc:
+            last = exc
+            first = first or exc
+    raise first or last or FileNotFoundError(program)
+
+
+def _start_as(
+    command: list[str], workdir: str, owner: tuple[int, int, list[int]], umask: int
+) -> tuple[int, str | None, int]:
+    """Start the command as its owner (a system engine's job): fork; the child takes the
+    owner's groups, gid and uid, and only then enters the working directory, so a folder the
+    owner may not enter fails the job instead of being entered with root's rights. posix_spawn
+    cannot change the uid, hence fork. What went wrong in the child comes back through a
+    close-on-exec pipe ("CODE MESSAGE"; nothing when the exec succeeded)."""
+    uid, gid, groups = owner
+    read_end, write_end = os.pipe()  # both close-on-exec (PEP 446)
+    pid = os.fork()
+    if pid == 0:  # the child: only os calls, and never back into the wrapper's code
+        code, error = EXIT_NOT_EXECUTABLE, "cannot start the command"
+        try:
+            os.close(read_end)
+            try:
+                os.setgroups(groups)
+                os.setgid(gid)
+                os.setuid(uid)
+            except OSError as exc:
+                error = f"cannot take the identity of uid {uid}: {exc.strerror or exc}"
+                raise
+            try:
+                os.chdir(workdir)
+            except OSError as exc:
+                error = f"cannot enter the working directory {workdir}: {exc.strerror or exc}"
+                raise
+            os.umask(umask)  # the wrapper's own records were private; the job gets the engine's
+            for sig in _RESET_SIGNALS:
+                signal.signal(sig, signal.SIG_DFL)
+            try:
+                _execvpe(command[0], command)
+            except OSError as exc:
+                error, code = _exec_failure(command[0], exc)
+                raise
+        except BaseException:
+            try:  # noqa: SIM105
+                os.write(write_end, f"{code} {error}".encode("utf-8", "surrogateescape"))
+            except BaseException:
+                pass
+            os._exit(code)
+    os.close(write_end)
+    report = b""
+    try:
+        while chunk := os.read(read_end, 4096):
+            report += chunk
+    except OSError:
+        pass
+    finally:
+        os.close(read_end)
+    if not report:
+        return pid, None, 0
+    os.waitpid(pid, 0)
+    code_text, _, message = report.decode("utf-8", "surrogateescape").partition(" ")
+    return 0, message, int(code_text) if code_text.isdigit() else EXIT_NOT_EXECUTABLE
+
+
+# What the command gets back as the default: what Python ignores (SIGPIPE, SIGXFSZ; as
+# subprocess does) and what the wrapper handles itself.
+_RESET_SIGNALS = (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
 def _ignore(_signum: int, _frame: object) -> None:
@@ -190,13 +305,26 @@ def _ignore(_signum: int, _frame: object) -> None:
 
 
 def main(argv: list[str]) -> int:
+    # ATTEMPT_DIR WORKDIR SHELL LOCK_FD CONTAINMENT [--as UID:GID:GROUPS] -- COMMAND...
+    owner = None
+    if len(argv) > 7 and argv[5] == "--as":
+        owner = parse_owner(argv[6])
+        argv = argv[:5] + argv[7:]
+        if owner is None:
+            argv = []
     if len(argv) < 7 or argv[5] != "--":
-        _say("usage: wrapper.py ATTEMPT_DIR WORKDIR SHELL(0|1) LOCK_FD CONTAINMENT -- COMMAND...")
+        _say(
+            "usage: wrapper.py ATTEMPT_DIR WORKDIR SHELL(0|1) LOCK_FD CONTAINMENT "
+            "[--as UID:GID:G1,G2] -- COMMAND..."
+        )
         return EXIT_USAGE
     attempt_dir, workdir, shell, lock_fd = argv[0], argv[1], argv[2] == "1", argv[3]
     command = ["/bin/sh", "-c", argv[6]] if shell else argv[6:]
     wrapper_file = os.path.join(attempt_dir, "wrapper.json")
     exit_file = os.path.join(attempt_dir, "exit.json")
+    # A job run as its owner: the records this root process writes in the attempt's folder are
+    # for the engine alone (the owner reads only the log).
+    umask = os.umask(0o077) if owner is not None else 0
 
     # Cancel sends SIGTERM to the whole process group: the command handles it; the wrapper only
     # needs to outlive it to record the exit. Handlers (unlike SIG_IGN) are reset in the child.
@@ -233,7 +361,10 @@ def main(argv: list[str]) -> int:
             os.pwrite(lock, LOCK_STARTED, 0)
         except OSError:
             pass
-    child, error, code = _start(command, workdir)
+    if owner is None:
+        child, error, code = _start(command, workdir)
+    else:
+        child, error, code = _start_as(command, workdir, owner, umask)
     if error is not None:
         _say(error)
         write_exit(exit_file, exit_code=code, signal=None, ended_at=time.time(), error=error)

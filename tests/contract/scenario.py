@@ -209,6 +209,7 @@ def run_station_scenario(driver: StationDriver, subscribed: Callable[[], None]) 
     client.requeue([failing])
     client.show(failing, env=True)
     client.show("victim")
+    client.log(failing, 1, offset=0, max_bytes=4096)  # a log read through the engine
     driver.wait_done([mig_a, mig_b, mps_a, mps_b, reader, failing], timeout=90.0)
 
     # The idle MIG GPU takes a new layout; the station is reconfigured.

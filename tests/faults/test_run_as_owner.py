@@ -1,0 +1,310 @@
+"""Jobs run as their owner (issue 17), with real Unix users: root only.
+
+A real engine's collaborators run in this (root) process and are driven step by step, as the
+daemon's loop drives them; requests come in as raw bytes from callers whose identities are those
+of two real users made for the test (as the kernel would report them). A job of another user runs
+as that user: its uid, primary and supplementary groups, the PATH it was sent, its working
+directory entered as that user; its log is its owner's alone, its folders the engine's; a cancel
+kills everything it started; its log is read through the engine by its owner and an admin only.
+The users' jobs use system binaries: the project's interpreter sits in root's home, which they
+cannot read.
+"""
+
+from __future__ import annotations
+
+import base64
+import grp
+import json
+import os
+import pwd
+import shutil
+import stat
+import subprocess
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from gpudesk.engine.access import Access
+from gpudesk.engine.daemon import Engine
+from gpudesk.engine.identity import Caller, Identity
+from gpudesk.engine.station import StationConfig
+from gpudesk.engine.store.database import Store
+from gpudesk.paths import Home
+
+pytestmark = pytest.mark.skipif(
+    os.geteuid() != 0, reason="needs root: makes real users and runs jobs as them"
+)
+
+
+@dataclass(frozen=True)
+class User:
+    name: str
+    uid: int
+    gid: int
+    caller: Caller
+
+
+@dataclass(frozen=True)
+class Users:
+    ada: User  # owns the jobs; also in `team`
+    bob: User  # another user
+    team: int  # a supplementary group of ada's
+
+
+def _run(*argv: str) -> None:
+    subprocess.run(argv, capture_output=True, text=True, check=True)
+
+
+@pytest.fixture
+def users() -> Iterator[Users]:
+    if shutil.which("useradd") is None or shutil.which("groupadd") is None:
+        pytest.skip("useradd/groupadd are not installed")
+    tag = uuid.uuid4().hex[:6]
+    team, names = f"gdtm{tag}", [f"gdada{tag}", f"gdbob{tag}"]
+    made: list[str] = []
+    try:
+        _run("groupadd", team)
+        for name in names:
+            _run("useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", name)
+            made.append(name)
+        _run("usermod", "-a", "-G", team, names[0])
+        team_gid = grp.getgrnam(team).gr_gid
+
+        def user(name: str) -> User:
+            entry = pwd.getpwnam(name)
+            groups = os.getgrouplist(name, entry.pw_gid)
+            identity = Identity.of(entry.pw_uid, entry.pw_gid, groups)
+            return User(name, entry.pw_uid, entry.pw_gid, Caller(identity, None))
+
+        yield Users(user(names[0]), user(names[1]), team_gid)
+    finally:
+        for name in made:  # after their processes are gone (each test waits for its jobs)
+            for proc in psutil.process_iter(["uids"]):
+                if proc.info["uids"] and proc.info["uids"].real == pwd.getpwnam(name).pw_uid:
+                    proc.kill()
+            subprocess.run(["userdel", name], capture_output=True, check=False)
+        subprocess.run(["groupdel", team], capture_output=True, check=False)
+
+
+class Station:
+    """A personal engine's collaborators, run by root, driven step by step."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    def call(self, caller: Caller, op: str, **args: Any) -> dict[str, Any]:
+        raw = json.dumps({"v": 1, "id": 1, "op": op, "args": args}).encode()
+        return json.loads(self.engine.handlers.handle(raw, caller))  # type: ignore[no-any-return]
+
+    def ok(self, caller: Caller, op: str, **args: Any) -> dict[str, Any]:
+        reply = self.call(caller, op, **args)
+        assert reply["ok"], reply
+        return reply["result"]  # type: ignore[no-any-return]
+
+    def submit(self, user: User, command: str, workdir: str, env: dict[str, str]) -> int:
+        job = {"name": "j", "command": command, "shell": True, "workdir": workdir}
+        return self.ok(user.caller, "submit", jobs=[job], env=env)["ids"][0]  # type: ignore[no-any-return]
+
+    def wait(self, user: User, job_id: int, states: set[str], timeout: float = 20.0) -> dict:
+        deadline = time.monotonic() + timeout
+        while True:
+            self.engine._steps()  # the loop's periodic steps: start, reap, settle
+            job = self.ok(user.caller, "show", job=job_id)["job"]
+            if job["state"] in states:
+                return job  # type: ignore[no-any-return]
+            assert time.monotonic() < deadline, f"job {job_id} is still {job['state']}"
+            time.sleep(0.05)
+
+
+@pytest.fixture
+def station() -> Iterator[Station]:
+    # The home in a folder others may pass through, so that what keeps a user from another's
+    # log is the job's own folder and file, not the home around them.
+    top = Path(tempfile.mkdtemp(prefix="gd-owner-", dir="/tmp"))
+    top.chmod(0o711)
+    home = Home(top / "home")
+    home.ensure()
+    store = Store.open(home.db)
+    engine = Engine(home, store, StationConfig(backend="none", slots=2), Access(os.getuid(), None))
+    try:
+        yield Station(engine)
+    finally:
+        engine.close()
+        store.close()
+        shutil.rmtree(top, ignore_errors=True)
+
+
+def open_up(home: Home) -> None:
+    """Let anyone pass through the home and its jobs folder (a system engine's layout decides
+    this; here it shows that the job's folder and log are private on their own)."""
+    home.root.chmod(0o711)
+    home.jobs_dir.chmod(0o711)
+
+
+def as_user(user: User, *argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        argv,
+        user=user.uid,
+        group=user.gid,
+        extra_groups=[],
+        cwd="/",
+        capture_output=True,
+        text=True,
+        check=False,
+        env={"PATH": "/usr/bin:/bin"},
+    )
+
+
+@pytest.fixture
+def workdir(users: Users) -> Iterator[Path]:
+    """A folder of ada's with a `python` of hers on a bin folder of hers."""
+    folder = Path(tempfile.mkdtemp(prefix="gd-ada-", dir="/tmp"))
+    bindir = folder / "bin"
+    bindir.mkdir()
+    (bindir / "python").write_text("#!/bin/sh\necho the python of ada\n")
+    (bindir / "python").chmod(0o755)
+    for path in (folder, bindir, bindir / "python"):
+        os.chown(path, users.ada.uid, users.ada.gid)
+    folder.chmod(0o700)
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def log_of(station: Station, job_id: int) -> Path:
+    return station.engine.home.attempt_dir(job_id, 1) / "output.log"
+
+
+def test_a_job_runs_as_its_owner_with_her_groups_path_and_workdir(
+    station: Station, users: Users, workdir: Path
+) -> None:
+    ada = users.ada
+    path = f"{workdir}/bin:/usr/bin:/bin"
+    job_id = station.submit(
+        ada, "id -u; id -g; id -G; pwd; command -v python; python", str(workdir), {"PATH": path}
+    )
+    job = station.wait(ada, job_id, {"succeeded", "failed"})
+    lines = log_of(station, job_id).read_text().splitlines()
+    assert job["state"] == "succeeded", lines
+    assert lines[0] == str(ada.uid)
+    assert lines[1] == str(ada.gid)
+    assert sorted(int(g) for g in lines[2].split()) == sorted({ada.gid, users.team})
+    assert lines[3] == str(workdir)
+    assert lines[4:] == [f"{workdir}/bin/python", "the python of ada"]
+
+
+def test_the_log_is_the_owners_alone_and_the_folders_the_engines(
+    station: Station, users: Users, workdir: Path
+) -> None:
+    ada, bob = users.ada, users.bob
+    job_id = station.submit(ada, "echo secret of ada", str(workdir), {"PATH": "/usr/bin:/bin"})
+    station.wait(ada, job_id, {"succeeded"})
+    open_up(station.engine.home)
+    log = log_of(station, job_id)
+    st = log.stat()
+    assert (st.st_uid, stat.S_IMODE(st.st_mode)) == (ada.uid, 0o600)
+    for folder in (log.parent, log.parent.parent):  # jobs/<id>/<n> and jobs/<id>
+        st = folder.stat()
+        assert (st.st_uid, stat.S_IMODE(st.st_mode)) == (0, 0o711), folder
+    assert as_user(ada, "cat", str(log)).stdout == "secret of ada\n"
+    read = as_user(bob, "cat", str(log))
+    assert read.returncode != 0 and "Permission denied" in read.stderr
+    listed = as_user(bob, "ls", str(log.parent))
+    assert listed.returncode != 0 and "Permission denied" in listed.stderr
+    # the engine's records are the engine's alone
+    for name in ("wrapper.json", "exit.json", "launch.lock"):
+        st = (log.parent / name).stat()
+        assert (st.st_uid, stat.S_IMODE(st.st_mode) & 0o077) == (0, 0), name
+
+
+def test_the_owner_cannot_plant_a_link_for_root_to_follow(
+    station: Station, users: Users, workdir: Path
+) -> None:
+    """The attempt's folder is the engine's: a job cannot put a name there that the engine's
+    records (written by root) would follow; the records stay the engine's own files."""
+    ada = users.ada
+    target = workdir / "target"
+    target.write_text("ada's file\n")
+    os.chown(target, ada.uid, ada.gid)
+    folder = station.engine.home.attempt_dir(1, 1)
+    plant = (
+        f"ln -s {target} {folder}/exit.json; ln -s {target} {folder}/wrapper.json.tmp; "
+        f"ln {target} {folder}/output.log.1; echo planted=$?"
+    )
+    job_id = station.submit(ada, plant, str(workdir), {"PATH": "/usr/bin:/bin"})
+    assert job_id == 1
+    job = station.wait(ada, job_id, {"succeeded", "failed"})
+    text = log_of(station, job_id).read_text()
+    assert "Permission denied" in text and "planted=1" in text, text
+    assert target.read_text() == "ada's file\n"
+    assert job["state"] == "succeeded"  # its own exit record, not one it planted
+    assert not (folder / "exit.json").is_symlink()
+
+
+def test_a_workdir_the_owner_cannot_enter_fails_the_job(station: Station, users: Users) -> None:
+    """Root could enter it: the job must not (126, and the line says why)."""
+    ada = users.ada
+    closed = Path(tempfile.mkdtemp(prefix="gd-closed-", dir="/tmp"))
+    try:
+        closed.chmod(0o700)  # root's
+        job_id = station.submit(ada, "pwd", str(closed), {"PATH": "/usr/bin:/bin"})
+        job = station.wait(ada, job_id, {"succeeded", "failed"})
+        shown = station.ok(ada, "show", job=job_id)
+        attempt = shown["attempts"][-1]
+        assert job["state"] == "failed" and attempt["exit_code"] == 126
+        said = f"cannot enter the working directory {closed}: Permission denied"
+        assert said in log_of(station, job_id).read_text()
+        assert said in attempt["reason"], attempt
+    finally:
+        shutil.rmtree(closed, ignore_errors=True)
+
+
+def test_cancel_kills_everything_the_owners_job_started(
+    station: Station, users: Users, workdir: Path
+) -> None:
+    ada = users.ada
+    command = "sleep 300 & setsid sleep 301 & (sleep 302 &) ; echo started; wait"
+    job_id = station.submit(ada, command, str(workdir), {"PATH": "/usr/bin:/bin"})
+    station.wait(ada, job_id, {"running"})
+
+    def adas() -> list[psutil.Process]:
+        return [p for p in psutil.process_iter(["uids"]) if p.info["uids"].real == ada.uid]
+
+    deadline = time.monotonic() + 10
+    while len(adas()) < 4 and time.monotonic() < deadline:  # sh and its three sleeps
+        time.sleep(0.05)
+    assert len(adas()) >= 4
+    [result] = station.ok(ada, "cancel", jobs=[job_id], grace=1)["results"]
+    assert result["ok"], result
+    assert station.wait(ada, job_id, {"cancelled"})["state"] == "cancelled"
+    deadline = time.monotonic() + 5
+    while adas() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert adas() == []
+
+
+def test_the_log_op_serves_the_owner_and_the_admins_only(
+    station: Station, users: Users, workdir: Path
+) -> None:
+    ada, bob = users.ada, users.bob
+    job_id = station.submit(ada, "printf 'one\\ntwo\\n'", str(workdir), {"PATH": "/usr/bin:/bin"})
+    station.wait(ada, job_id, {"succeeded"})
+    root = Caller(Identity.of(0, 0, [0]), None)
+    for reader in (ada.caller, root):
+        chunk = station.ok(reader, "log", job=job_id)
+        assert base64.b64decode(chunk["data"]) == b"one\ntwo\n"
+        assert (chunk["attempt"], chunk["skipped"], chunk["next"], chunk["end"]) == (1, 0, 8, 8)
+    part = station.ok(ada, "log", job=job_id, offset=4, max_bytes=2)
+    assert (base64.b64decode(part["data"]), part["next"]) == (b"tw", 6)
+    refused = station.call(bob.caller, "log", job=job_id)
+    assert refused["error"]["code"] == "refused"
+    assert refused["error"]["message"] == (
+        f"refused: job {job_id} belongs to {ada.name}, and only its owner or root may read "
+        "the logs of it"
+    )
