@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import base64
 import grp
 import os
 import stat
+import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from station_fixture import Station, make_station
@@ -68,3 +71,37 @@ def test_a_non_admins_station_settings_are_reported_not_applied(station: Station
     applied = station.ok("admin", "configure", station={"policy": wanted})
     assert [c["key"] for c in applied["changes"]] == ["policy"]
     assert station.ok(None, "status")["station"]["policy"] == wanted
+
+
+def test_jobs_run_as_their_owner_with_the_environment_they_sent(station: Station) -> None:
+    ada = station.users["ada"]
+    home = Path(f"/home/{ada.name}")
+    shim = home / "bin"
+    shim.mkdir()
+    (shim / "python").symlink_to("/usr/bin/python3")
+    os.chown(shim, ada.uid, ada.gid)
+    script = "id -u; id -g; id -G; pwd; command -v python; echo $GREETING"
+    job = {"name": "who", "command": ["sh", "-c", script], "workdir": str(home), "gpus": 0}
+    env = {"PATH": f"{shim}:/usr/bin:/bin", "GREETING": "hello from ada", "HOME": str(home)}
+    [job_id] = station.ok("ada", "submit", jobs=[job], env=env)["ids"]
+    done = station.wait_state(job_id, "succeeded", "failed")
+    assert done["state"] == "succeeded", done
+    log = Path(done["log"])
+    lines = log.read_text().split("\n")
+    groups = {int(g) for g in lines[2].split()}
+    assert lines[0] == str(ada.uid) and lines[1] == str(ada.gid)
+    assert grp.getgrnam(station.group).gr_gid in groups  # her supplementary group too
+    assert lines[3:6] == [str(home), str(shim / "python"), "hello from ada"]
+    # the log is hers and private: she reads it, bob cannot; the engine serves it to an admin
+    assert os.stat(log).st_uid == ada.uid and stat.S_IMODE(os.stat(log).st_mode) == 0o600
+    for role, allowed in (("ada", True), ("bob", False)):
+        read = subprocess.run(
+            ["runuser", "-u", station.users[role].name, "--", "cat", str(log)],
+            capture_output=True,
+            text=True,
+        )
+        assert (read.returncode == 0) is allowed, (role, read.stderr)
+    refused = station.call("bob", "log", job=job_id)
+    assert refused["ok"] is False and station.admin_group in refused["error"]["message"]
+    served = station.ok("admin", "log", job=job_id)
+    assert base64.b64decode(served["data"]).decode().startswith(str(ada.uid))
