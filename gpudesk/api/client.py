@@ -270,9 +270,13 @@ class Client:
         ids: Sequence[int] | None = None,
         limit: int | None = None,
         usage: bool = False,
+        user: str | int | None = None,
     ) -> list[JobView]:
-        """Jobs, oldest first, filtered by state, group or ids; `limit` keeps the newest."""
+        """Jobs, oldest first, filtered by state, group, ids or owner (`user`: a user name or
+        uid); `limit` keeps the newest."""
         args: dict[str, Any] = {}
+        if user is not None:
+            args["user"] = user
         if states is not None:
             args["states"] = list(states)
         if group is not None:

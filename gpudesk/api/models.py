@@ -338,6 +338,10 @@ class StationConfigView(WireModel, frozen=True):
     mig_repartition: bool
     log_max_mb: float
     log_keep: int
+    fairshare_half_life_h: float
+    fairshare_cpu_weight: float
+    max_running_gpus_per_user: int | None
+    max_queued_per_user: int | None
 
 
 class StationInfo(StationConfigView, frozen=True):

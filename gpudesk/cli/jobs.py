@@ -116,6 +116,7 @@ def _queue_rows(jobs: list[JobView]) -> str:
         (
             j.id,
             j.name,
+            j.user,
             "held" if j.held else j.state,
             j.spec.priority,
             f"{j.attempts - j.attempts_before_requeue}/{j.max_attempts}",
@@ -128,10 +129,10 @@ def _queue_rows(jobs: list[JobView]) -> str:
         for j in jobs
     ]
     return render.table(
-        ("ID", "NAME", "STATE", "PRI", "TRY", "GPUS", "SLOT", "TIME", "EXIT", "SUBMITTED"),
+        ("ID", "NAME", "USER", "STATE", "PRI", "TRY", "GPUS", "SLOT", "TIME", "EXIT", "SUBMITTED"),
         rows,
-        max_widths={1: 24},
-        right=(0, 3, 5, 7, 8),
+        max_widths={1: 24, 2: 12},
+        right=(0, 4, 6, 8, 9),
     )
 
 
@@ -140,14 +141,22 @@ def queue(
     all_jobs: bool = typer.Option(False, "--all", "-a", help="Include finished jobs."),
     group: str | None = typer.Option(None, "--group", "-g", help="Only this run's jobs."),
     limit: int = typer.Option(500, "--limit", help="Show at most the newest N jobs."),
+    user: str | None = typer.Option(None, "--user", "-u", help="Only this user's jobs."),
+    me: bool = typer.Option(False, "--me", help="Only my jobs."),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
-    """List queued and running jobs (with --all, finished ones too)."""
+    """List queued and running jobs (with --all, finished ones too), everyone's unless
+    --user or --me."""
+    import os
+
     from gpudesk.api.models import JobStateName, to_builtins
 
+    if me and user is not None:
+        fail("--user and --me name two owners; give one of them", EXIT_USAGE)
+    owner: str | int | None = os.getuid() if me else user
     states: list[JobStateName] | None = None if all_jobs else ["queued", "running"]
     with engine_client() as client:
-        jobs = client.jobs(states=states, group=group, limit=max(1, limit))
+        jobs = client.jobs(states=states, group=group, limit=max(1, limit), user=owner)
     if json_out:
         print_json({"jobs": to_builtins(jobs)})
         return
@@ -181,6 +190,7 @@ def show(
     command = spec.command[0] if spec.shell else shlex.join(spec.command)
     lines = [
         f"job {j.id}: {j.name}",
+        f"  user       {j.user} (uid {j.uid})",
         f"  state      {j.state}"
         + (", held" if j.held else "")
         + (f" ({j.reason})" if j.reason else ""),

@@ -66,6 +66,11 @@ class LiveAttempt:
     # when; see Attempts.check.
     retry: tuple[int | None, bool] | None = None
     retry_at: float = 0.0
+    owner_uid: int | None = None  # its job's owner's uid (None: the engine's own user's)
+
+    @property
+    def uid(self) -> int:
+        return os.getuid() if self.owner_uid is None else self.owner_uid
 
     @property
     def mode(self) -> str:
@@ -88,6 +93,7 @@ class LiveAttempt:
             memory_mib=float(demand.get("memory_mib", 0.0)),
             sm_pct=float(demand.get("sm_pct", 0.0)),
             peak_known=demand.get("source") == "history",
+            uid=self.uid,
         )
 
 
@@ -221,6 +227,7 @@ class Attempts:
         slot = str(attempt.placement.get("slot", "?"))
         gpus = tuple(int(i) for i in attempt.placement.get("gpus", ()))
         live = LiveAttempt(attempt, attempt.pid or 0, attempt.pid_started, slot, gpus)
+        live.owner_uid = self.store.job(attempt.job_id).owner.uid  # whose MPS clients, limits
         if attempt.pid is None:  # the last engine died between starting it and recording it
             return self._recover_unrecorded(live)
         if runner.is_alive(attempt.pid, attempt.pid_started):
@@ -401,6 +408,7 @@ class Attempts:
             placement.slot,
             placement.gpus,
             is_child=True,
+            owner_uid=job.owner.uid,
         )
         try:
             self.store.attempt_launched(attempt.id, launched.pid, launched.start_time)

@@ -69,6 +69,16 @@ def user_name(uid: int) -> str:
         return str(uid)
 
 
+def user_id(name: str) -> int | None:
+    """A user's uid by name (or a uid given as digits), or None when there is none."""
+    if name.isdigit():
+        return int(name)
+    try:
+        return pwd.getpwnam(name).pw_uid
+    except KeyError:
+        return None
+
+
 def group_id(name: str) -> int | None:
     """A group's gid by its name (or a gid given as digits), or None when there is none."""
     if name.isdigit():

@@ -17,7 +17,7 @@ from gpudesk.engine import protocol, reconfigure, runner
 from gpudesk.engine.access import Access
 from gpudesk.engine.attempts import Attempts, LiveAttempt
 from gpudesk.engine.events import EventPublisher
-from gpudesk.engine.identity import Caller
+from gpudesk.engine.identity import Caller, user_id
 from gpudesk.engine.job_control import JobControl, JobOutcome
 from gpudesk.engine.jobs import (
     PRIORITY_RANGE,
@@ -299,12 +299,31 @@ class RequestHandlers:
                 base_env = check_env(base_env, inherited=True)
             except ValueError as exc:
                 raise ProtocolError(protocol.INVALID_ARGS, f"env: {exc}") from None
+        self._check_queued_limit(caller, len(specs))
         records = self.parts.store.submit(specs, base_env, owner=caller.identity)
         for record in records:
             self.parts.queue.add(record)
             self.parts.events.job(record.id, "submitted", record)
         self.parts.due.mark()
         return {"ids": [r.id for r in records]}
+
+    def _check_queued_limit(self, caller: Caller, adding: int) -> None:
+        """Refuse a submit that would leave the caller more queued jobs (waiting, held ones
+        included; running ones are bounded by max_running_gpus_per_user) than `[station]
+        max_queued_per_user`. All of a request's jobs or none."""
+        limit = self.parts.station.config.max_queued_per_user
+        if limit is None:
+            return
+        queued = sum(1 for job in self.parts.queue.ordered() if job.owner.uid == caller.uid)
+        if queued + adding <= limit:
+            return
+        raise ProtocolError(
+            protocol.REFUSED,
+            f"{caller.name} has {queued} job{'s' if queued != 1 else ''} queued and the station "
+            f"allows {limit} per user ([station] max_queued_per_user); these {adding} would make "
+            f"{queued + adding}. Nothing was submitted: wait for some to start, or cancel some "
+            f"(gpudesk queue --user {caller.name}).",
+        )
 
     def jobs(self, args: Args, _caller: Caller) -> Reply:
         states = None
@@ -328,7 +347,10 @@ class RequestHandlers:
         limit = args.get("limit")
         if limit is not None and _whole_number(limit, 1, MAX_ROW_ID) is None:
             raise ProtocolError(protocol.INVALID_ARGS, "'limit' must be a positive integer")
-        jobs = self.parts.store.jobs(states=states, group=group, ids=ids, limit=limit)
+        owner = _user_arg(args.get("user"))
+        jobs = self.parts.store.jobs(
+            states=states, group=group, ids=ids, limit=limit, owner_uid=owner
+        )
         live_by_job = self.parts.attempts.by_job()
         result = [self.job_reply(job, live_by_job.get(job.id)) for job in jobs]
         if args.get("usage"):
@@ -702,6 +724,22 @@ def _job_list(args: Args, key: str) -> list[Any]:
             f"at most {MAX_JOBS_PER_REQUEST} jobs per request, found {len(refs)}",
         )
     return refs
+
+
+def _user_arg(value: Any) -> int | None:
+    """The `user` argument: a user name, or a uid as digits or a number; its uid."""
+    if value is None:
+        return None
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**32:
+        return value
+    if isinstance(value, str) and is_text(value) and value:
+        uid = user_id(value)
+        if uid is not None:
+            return uid
+        raise ProtocolError(
+            protocol.INVALID_ARGS, f"'user': no user named {safe_text(value)!r} on this station"
+        )
+    raise ProtocolError(protocol.INVALID_ARGS, "'user' must be a user name or a uid")
 
 
 def _whole_number(value: Any, low: int, high: int) -> int | None:

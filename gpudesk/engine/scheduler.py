@@ -15,6 +15,13 @@ from gpudesk.engine.learning import StationLearning
 from gpudesk.engine.mig.nvidia_smi import MigError
 from gpudesk.engine.mps.watch import MpsWatch
 from gpudesk.engine.placement.demand import Demand
+from gpudesk.engine.placement.fairshare import (
+    FairShare,
+    ahead_by_fair_share,
+    fair_order,
+    several_users,
+    usage_by_user,
+)
 from gpudesk.engine.placement.gpu_states import gpu_states
 from gpudesk.engine.placement.policies import make_policy
 from gpudesk.engine.placement.policy import Decision, PlacementPolicy, StationView
@@ -119,7 +126,83 @@ class Scheduler:
         }
 
     def explain_wait(self, job: JobRecord) -> str:
-        return self.policy.explain_wait(job, self.queue.placeable(), self.station_view())
+        """Why a queued job waits: a per-user limit, else the policy's words, after where fair
+        share put it when several users' jobs wait."""
+        over = self._over_gpu_limit(job, self.running_gpus_by_user())
+        if over:
+            return f"waiting: {over}"
+        queue = self.queue.placeable()
+        text = self.policy.explain_wait(job, queue, self.station_view())
+        if not several_users(queue):
+            return text
+        usage = self.usage_by_user()
+        ahead = ahead_by_fair_share(job, queue, usage)
+        share = self.fair_share
+        mine = (
+            f"{job.user}'s usage {usage.get(job.owner.uid, 0.0):.1f} GPU-h (decayed, half-life "
+            f"{share.half_life_h:g} h)"
+        )
+        where = (
+            f"behind {ahead} job{'s' if ahead != 1 else ''} of users with less recent usage; "
+            if ahead
+            else ""
+        )
+        return f"fair share: {where}{mine}; {text}"
+
+    # ------------------------------------------------------- fair share, limits
+    @property
+    def fair_share(self) -> FairShare:
+        config = self.station.config
+        return FairShare(config.fairshare_half_life_h, config.fairshare_cpu_weight)
+
+    def usage_by_user(self, now: float | None = None) -> dict[int, float]:
+        """Each user's decayed usage in GPU-hour equivalents (placement.fairshare)."""
+        now = time.time() if now is None else now
+        share = self.fair_share
+        return usage_by_user(self.store.usage_spans(now - share.horizon_s), now, share)
+
+    def running_gpus_by_user(self) -> dict[int, int]:
+        """GPUs each user's running attempts hold (a MIG slice or a shared GPU counts as one)."""
+        held: dict[int, int] = {}
+        for live in self.attempts:
+            if live.gpus:
+                held[live.uid] = held.get(live.uid, 0) + len(live.gpus)
+        return held
+
+    def _over_gpu_limit(self, job: JobRecord, held: dict[int, int]) -> str:
+        """Why the job may not start under `[station] max_running_gpus_per_user`, or ""."""
+        limit = self.station.config.max_running_gpus_per_user
+        if limit is None or not job.spec.gpus:
+            return ""
+        holding = held.get(job.owner.uid, 0)
+        if holding + job.spec.gpus <= limit:
+            return ""
+        return (
+            f"{job.user}'s running jobs hold {holding} GPU{'s' if holding != 1 else ''} and this "
+            f"one asks for {job.spec.gpus}; the station allows {limit} per user "
+            "([station] max_running_gpus_per_user)"
+        )
+
+    def _within_limits(self, decision: Decision) -> Decision:
+        """The decision without the placements that would take a user past `[station]
+        max_running_gpus_per_user` (the policy places a pass's jobs without knowing owners).
+        Those jobs stay queued and another pass comes, which leaves them out before the policy
+        sees them (`_placeable`): each pass starts at least one job of every user it trims."""
+        if self.station.config.max_running_gpus_per_user is None:
+            return decision
+        held = self.running_gpus_by_user()
+        kept = []
+        for placement in decision.placements:
+            job = self.queue.get(placement.job_id)
+            if job is not None and self._over_gpu_limit(job, held):
+                continue
+            if job is not None and job.spec.gpus:
+                held[job.owner.uid] = held.get(job.owner.uid, 0) + job.spec.gpus
+            kept.append(placement)
+        if len(kept) == len(decision.placements):
+            return decision
+        self.due.mark()
+        return Decision(kept, decision.rejections, decision.overtaken)
 
     def retry_in(self, seconds: float) -> None:
         """A loop step failed: schedule again after `seconds` even if nothing changes."""
@@ -136,11 +219,13 @@ class Scheduler:
             return
         view = self.station_view()
         schedule_pass(
-            self.policy.place(self._placeable(), view),
+            self._within_limits(self.policy.place(self._placeable(), view)),
             self._relayable(view),
             commit=self._commit,
             repartition=lambda relayable: self.repartition(relayable, view),
-            place_again=lambda: self.policy.place(self._placeable(), self.station_view()),
+            place_again=lambda: self._within_limits(
+                self.policy.place(self._placeable(), self.station_view())
+            ),
         )
 
     def _placeable(self) -> list[JobRecord]:
@@ -151,6 +236,11 @@ class Scheduler:
             # a MIG GPU would look whole and memory in use would be missed. GPU jobs wait for
             # the first sample, which schedules again.
             jobs = [job for job in jobs if not job.spec.gpus]
+        if self.station.config.max_running_gpus_per_user is not None:
+            held = self.running_gpus_by_user()
+            jobs = [job for job in jobs if not self._over_gpu_limit(job, held)]
+        if several_users(jobs):
+            jobs = fair_order(jobs, self.usage_by_user())
         return jobs
 
     def _commit(self, decision: Decision) -> None:

@@ -28,6 +28,10 @@ STATION_KEYS = (
     "mig_repartition",
     "log_max_mb",
     "log_keep",
+    "fairshare_half_life_h",
+    "fairshare_cpu_weight",
+    "max_running_gpus_per_user",
+    "max_queued_per_user",
 )
 DEFAULT_LOG_MAX_MB = 100.0
 DEFAULT_LOG_KEEP = 2
@@ -94,6 +98,33 @@ check_log_max_mb = number_in(0.0, 1024.0 * 1024.0)  # MiB per attempt's output.l
 
 check_log_keep = whole_number_in(0, MAX_LOG_KEEP)  # rotated parts kept per attempt's log
 
+# Fair share (gpudesk.engine.placement.fairshare). Slurm's PriorityDecayHalfLife defaults to 7
+# days: usage a week old counts half.
+DEFAULT_FAIRSHARE_HALF_LIFE_H = 7 * 24.0
+# What one CPU core-hour costs against one GPU-hour (Slurm's TRESBillingWeights, "CPU=...,
+# GRES/gpu=1"): 1/16, a DGX Station A100's 64 cores over its 4 GPUs, so a job using a GPU's
+# share of the cores weighs as much again as the GPU.
+DEFAULT_FAIRSHARE_CPU_WEIGHT = 1.0 / 16.0
+MAX_PER_USER_LIMIT = 1_000_000
+check_fairshare_half_life_h = number_in(0.0, 24.0 * 366, lo_open=True)  # hours
+check_fairshare_cpu_weight = number_in(0.0, 1000.0)  # GPU-hours per core-hour
+
+
+def check_per_user_limit(value: Any) -> int | None:
+    """A per-user limit: a whole number, 0 (or absent) for none."""
+    if value is None:
+        return None
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int)
+        or not 0 <= value <= MAX_PER_USER_LIMIT
+    ):
+        raise ValueError(
+            f"expected a whole number from 0 (no limit) to {MAX_PER_USER_LIMIT}, "
+            f"found {describe(value)}"
+        )
+    return value or None
+
 
 STATION_CHECKS = {
     "backend": check_backend,
@@ -106,6 +137,10 @@ STATION_CHECKS = {
     "mig_repartition": check_bool,
     "log_max_mb": check_log_max_mb,
     "log_keep": check_log_keep,
+    "fairshare_half_life_h": check_fairshare_half_life_h,
+    "fairshare_cpu_weight": check_fairshare_cpu_weight,
+    "max_running_gpus_per_user": check_per_user_limit,
+    "max_queued_per_user": check_per_user_limit,
 }
 
 
@@ -130,6 +165,14 @@ class StationConfig:
     # `log_keep` rotated parts (gpudesk.joblog): a job printing without end cannot fill the disk.
     log_max_mb: float = DEFAULT_LOG_MAX_MB
     log_keep: int = DEFAULT_LOG_KEEP
+    # Fair share among users with equal priority: each user's GPU-hours plus CPU core-hours x
+    # `fairshare_cpu_weight`, decayed with this half-life (gpudesk.engine.placement.fairshare).
+    fairshare_half_life_h: float = DEFAULT_FAIRSHARE_HALF_LIFE_H
+    fairshare_cpu_weight: float = DEFAULT_FAIRSHARE_CPU_WEIGHT
+    # GPUs one user's running jobs may hold at once (None: no limit); their further GPU jobs
+    # wait. Queued (waiting, held included) jobs one user may have; a submit beyond is refused.
+    max_running_gpus_per_user: int | None = None
+    max_queued_per_user: int | None = None
 
     @property
     def repartitions_on_its_own(self) -> bool:

@@ -236,4 +236,6 @@ def run_station_scenario(driver: StationDriver, subscribed: Callable[[], None]) 
     client.model_reset(gpu_model, confirm=True)
     client.jobs(usage=True)
     client.jobs(states=["failed", "succeeded"], limit=3)
+    mine = client.jobs(user=os.getuid())  # a user's jobs: here every job is the engine user's
+    assert mine and mine == client.jobs(user=mine[0].user)
     subscribed()

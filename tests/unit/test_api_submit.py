@@ -12,6 +12,7 @@ from test_api_prepass import PROFILE, job_wire  # same folder: on sys.path under
 from gpudesk.api.client import Client
 from gpudesk.api.submit import StationReport, Step, Submitted, submit_profile
 from gpudesk.engine import protocol
+from gpudesk.engine.station import StationConfig
 from gpudesk.paths import Home
 from gpudesk.profile import parse_profile
 from gpudesk.selection.cache import SelectionCache
@@ -138,18 +139,8 @@ command = ["true"]
 
 
 def station_reply(policy: str, **what: list[dict[str, Any]]) -> dict[str, Any]:
-    station = {
-        "backend": "auto",
-        "policy": policy,
-        "slots": None,
-        "sample_interval": 1.0,
-        "grid_intensity": 400.0,
-        "mig": None,
-        "isolation": False,
-        "mig_repartition": False,
-        "log_max_mb": 100.0,
-        "log_keep": 2,
-    }
+    # the engine's reply: its config in force, every key (a new key is in it too)
+    station = StationConfig(policy=policy, grid_intensity=400.0).to_dict()
     changes, not_applied = what.get("changes", []), what.get("not_applied", [])
     return {
         "station": station,

@@ -37,6 +37,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Generic, TypeVar
 
+from gpudesk.engine.identity import user_name
 from gpudesk.engine.mig.profiles import (
     CARVED_PROFILES,
     COMPUTE_SLICES,
@@ -135,6 +136,9 @@ class _Host:
     # as its SM share grows, so one at least as heavy gains nothing either (jobs without a
     # bandwidth figure only: theirs follows their SM share).
     gainless_sm: float = math.inf
+    # The user whose jobs the GPU's MPS server serves, where that is not the placed job's
+    # owner: the job may only time-slice beside them (`_FilledStation.foreign_host`).
+    mps_user: int | None = None
 
 
 _IDLE, _SHARED, _MIG, _CLOSED = range(4)
@@ -148,12 +152,51 @@ class _FilledStation:
     placements: list[Placement] = field(default_factory=list)
     _hosts: dict[int, _Host] = field(default_factory=dict)
     _usable: list[_Host] | None = None  # the hosts of the GPUs not lost, in index order
+    _mps_uids: tuple[int, ...] = ()  # the users the usable GPUs' MPS servers serve
+    _foreign: dict[int, _Host] = field(default_factory=dict)  # GPU index -> its foreign host
 
-    def hosts(self, station: StationView, mode: str) -> list[_Host]:
-        """Every GPU not lost as a `_Host`, each cached until a job is placed there."""
+    def hosts(self, station: StationView, mode: str, uid: int | None = None) -> list[_Host]:
+        """Every GPU not lost as a `_Host` for a job of user `uid`, each cached until a job is
+        placed there. A GPU whose MPS server serves another user's jobs is that GPU's
+        `foreign_host` (one user's station never has one)."""
         if self._usable is None:
             self._usable = [self._host(g, station, mode) for g in self.gpus.values() if not g.lost]
-        return self._usable
+            self._mps_uids = tuple(
+                {h.gpu.mps_uid for h in self._usable if h.gpu.mps_uid is not None}
+            )
+        if uid is None or all(other == uid for other in self._mps_uids):
+            return self._usable
+        return [
+            self.foreign_host(h.gpu, station)
+            if h.gpu.mps_uid is not None and h.gpu.mps_uid != uid
+            else h
+            for h in self._usable
+        ]
+
+    def foreign_host(self, gpu: GpuState, station: StationView) -> _Host:
+        """A GPU whose MPS server serves another user's jobs, as a job of a third user sees it.
+        An MPS server serves one uid at a time (a second user's clients wait until the first
+        user's have all left), so the job never joins it as an MPS client: it may only
+        time-slice beside its clients (the server is one more context to the GPU), where the
+        GPU would take a tenant at all. The model weighs it as time-slicing with every tenant."""
+        cached = self._foreign.get(gpu.index)
+        if cached is not None and cached.gpu is gpu:
+            return cached
+        shares = not (
+            gpu.exclusive or station.config.isolation or not gpu.tenant_modes <= {"mps", "naive"}
+        )
+        host = _Host(
+            gpu,
+            station.interference.params(gpu.model),
+            "naive",
+            _SHARED if shares else _CLOSED,
+            gpu.free_mib if shares else 0.0,
+            gpu.heaviest_tenant_sm_pct >= HEAVY_SM_PCT,
+            False,
+            mps_user=gpu.mps_uid,
+        )
+        self._foreign[gpu.index] = host
+        return host
 
     def _host(self, gpu: GpuState, station: StationView, mode: str) -> _Host:
         cached = self._hosts.get(gpu.index)
@@ -200,7 +243,15 @@ class _FilledStation:
         for index in choice.gpus:
             gpu = self.gpus[index]
             slice_key = choice.mig_slice.key if choice.mig_slice else None
-            tenant = Tenant(job.id, choice.mode, memory, demand.sm_pct, slice_key, demand.membw_pct)
+            tenant = Tenant(
+                job.id,
+                choice.mode,
+                memory,
+                demand.sm_pct,
+                slice_key,
+                demand.membw_pct,
+                uid=job.owner.uid,
+            )
             slices = gpu.mig_slices
             if choice.mig_slice is not None:
                 others = tuple(s for s in slices if s.key != slice_key)
@@ -278,6 +329,22 @@ def _collocated_reason(
         f"{slowed:.2f}, station gains {predicted.gain:.2f} GPU; {_mib(gpu.free_mib)} free for "
         f"{_mib(demand.memory_mib)} + {_mib(margin)} margin"
     )
+
+
+def mps_serves_other(gpu: GpuState, uid: int | None) -> str:
+    """Why a job of `uid` only time-slices on the GPU: "" where its MPS server (if any) serves
+    the job's own user."""
+    other = gpu.mps_uid
+    if other is None or uid is None or other == uid:
+        return ""
+    return (
+        f"GPU {gpu.index}'s MPS server serves {user_name(other)}'s jobs; an MPS server serves "
+        "one user at a time"
+    )
+
+
+def _foreign_reason(gpu: GpuState, uid: int, shared: str) -> str:
+    return f"time-sliced: {mps_serves_other(gpu, uid)}; {shared}"
 
 
 def _tenant_workloads(gpu: GpuState, params: ModelParams) -> list[Workload]:
@@ -469,7 +536,7 @@ class SharingPolicy:
         scored by the interference model: the work per second the station gains (the job's
         speed there, minus what it costs the tenants it joins), less, for an idle GPU, what
         it takes from the jobs behind that need one."""
-        hosts = plan.hosts(station, self.mode)
+        hosts = plan.hosts(station, self.mode, job.owner.uid)
         if exclude:
             hosts = [h for h in hosts if h.gpu.index not in exclude]
         if job.spec.gpus > 1 or demand.exclusive or self.mode == "exclusive":
@@ -492,7 +559,7 @@ class SharingPolicy:
                     load_params = host.params
                     load = workload(demand.sm_pct, demand.membw_pct, load_params)
                 assert load is not None
-                option = self._shared_option(plan, host, demand, margin, load)
+                option = self._shared_option(plan, host, demand, margin, load, job.owner.uid)
             elif kind == _IDLE:
                 if memory > host.room_mib:
                     continue
@@ -553,9 +620,11 @@ class SharingPolicy:
         demand: Demand,
         margin: float,
         load: Workload,
+        uid: int | None = None,
     ) -> _Choice | None:
         """The job beside the GPU's tenants under MPS or time-slicing (its memory fits with
-        the margin), if the model predicts the station gains."""
+        the margin), if the model predicts the station gains. `uid`: the job's owner (named
+        in the reason where another user's MPS server makes it time-slice)."""
         if demand.heavy and host.heavy_tenant:
             return None  # two compute-heavy jobs: no gain (published)
         bounded = demand.membw_pct is None
@@ -567,11 +636,14 @@ class SharingPolicy:
                 host.gainless_sm = min(host.gainless_sm, demand.sm_pct)
             return None
         gpu = host.gpu
+        why = functools.partial(_collocated_reason, gpu, host.share, demand, predicted, margin)
+        if host.mps_user is not None and uid is not None:
+            why = functools.partial(lambda w, u: _foreign_reason(gpu, u, w()), why, uid)
         return _Choice(
             (gpu.index,),
             host.share,
             "",  # written only if this option is chosen (a pass weighs many)
-            why=functools.partial(_collocated_reason, gpu, host.share, demand, predicted, margin),
+            why=why,
             free_mib=host.room_mib,
             rate=predicted.rate,
             value=predicted.gain,
@@ -642,9 +714,10 @@ class SharingPolicy:
             elif gpu.exclusive:
                 reasons.append(f"GPU {gpu.index} held exclusively")
             elif not gpu.idle:
+                other_user = mps_serves_other(gpu, job.owner.uid)
                 reasons.append(
                     f"GPU {gpu.index}: {_mib(max(0.0, gpu.free_mib))} free, SM "
-                    f"demand {gpu.sm_demand_pct:.0f}%"
+                    f"demand {gpu.sm_demand_pct:.0f}%" + (f" ({other_user})" if other_user else "")
                 )
         need = (
             f"needs {job.spec.gpus} idle GPUs"
@@ -785,12 +858,11 @@ class CarmaPolicy(SharingPolicy):
         ):
             return None
         share = gpu.tenants[0].mode if gpu.tenants else "naive"
-        return _Choice(
-            (gpu.index,),
-            share,
-            f"CARMA: GPU {gpu.index} has the most free memory",
-            mps_limits=False,
-        )
+        reason = f"CARMA: GPU {gpu.index} has the most free memory"
+        other_user = mps_serves_other(gpu, job.owner.uid)
+        if other_user:  # never an MPS client of another user's server
+            share, reason = "naive", f"time-sliced: {other_user}; {reason}"
+        return _Choice((gpu.index,), share, reason, mps_limits=False)
 
 
 def make_sharing_policy(name: str) -> SharingPolicy:

@@ -30,6 +30,7 @@ class RunningAttempt:
     memory_mib: float  # the demand its placement assumed
     sm_pct: float
     peak_known: bool = False  # its demand was a peak measured by earlier runs
+    uid: int | None = None  # its job's owner (an MPS server serves one uid at a time)
 
 
 def tenants_by_gpu(
@@ -50,7 +51,14 @@ def tenants_by_gpu(
         memory = reservation(attempt.memory_mib, per_gpu, settled, attempt.peak_known)
         for index in attempt.gpus:
             tenants.setdefault(index, []).append(
-                Tenant(attempt.job_id, attempt.mode, memory, attempt.sm_pct, attempt.mig_slice)
+                Tenant(
+                    attempt.job_id,
+                    attempt.mode,
+                    memory,
+                    attempt.sm_pct,
+                    attempt.mig_slice,
+                    uid=attempt.uid,
+                )
             )
     return tenants
 

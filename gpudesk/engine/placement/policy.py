@@ -56,6 +56,7 @@ class Tenant:
     mig_slice: str | None = None
     membw_pct: float | None = None  # DRAM bandwidth share alone (None: from its SM share)
     thread_pct: int | None = None  # its MPS active-thread cap, fixed when it started
+    uid: int | None = None  # its owner: a GPU's MPS server serves one user at a time
 
 
 @dataclass(frozen=True)
@@ -104,6 +105,13 @@ class GpuState:
     @_memo
     def tenant_modes(self) -> frozenset[str]:
         return frozenset(t.mode for t in self.tenants)
+
+    @_memo
+    def mps_uid(self) -> int | None:
+        """The user whose jobs the GPU's MPS server serves now (None: no MPS client runs). An
+        MPS server serves one uid at a time: another user's clients would wait until all of
+        these have left (NVIDIA's multi-user MPS guidance)."""
+        return next((t.uid for t in self.tenants if t.mode == "mps"), None)
 
     @_memo
     def heaviest_tenant_sm_pct(self) -> float:

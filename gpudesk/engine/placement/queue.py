@@ -44,6 +44,9 @@ class JobQueue:
             del self._keys[index]
         return job
 
+    def get(self, job_id: int) -> JobRecord | None:
+        return self._jobs.get(job_id)
+
     def ordered(self) -> list[JobRecord]:
         """Every queued job, held ones included, in placement order."""
         return [self._jobs[job_id] for _, job_id in self._keys]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 import sqlite3
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -103,9 +104,14 @@ class JobTables(StoreConnection):
         group: str | None = None,
         ids: Iterable[int] | None = None,
         limit: int | None = None,
+        owner_uid: int | None = None,
     ) -> list[JobRecord]:
         clauses: list[str] = []
         params: list[Any] = []
+        if owner_uid is not None:
+            # a job stored before owners were (schema 7) is the engine's user's
+            clauses.append("(owner_uid = ? OR (owner_uid IS NULL AND ? = ?))")
+            params.extend([owner_uid, owner_uid, os.getuid()])
         if states is not None:
             wanted = [s.value for s in states]
             clauses.append(f"state IN ({','.join('?' * len(wanted))})")

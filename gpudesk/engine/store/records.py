@@ -13,6 +13,17 @@ from gpudesk.engine.jobs import JobSpec, JobState
 
 
 @dataclass(frozen=True)
+class UsageSpan:
+    """One attempt's use of the station, as fair share weighs it (placement.fairshare)."""
+
+    uid: int  # its job's owner
+    started_at: float
+    ended_at: float | None  # None: still running
+    gpus: int  # GPUs it held (whole, shared or a MIG slice: each counts as one)
+    cpu_s: float  # CPU seconds its processes used (as last stored)
+
+
+@dataclass(frozen=True)
 class JobRecord:
     id: int
     spec: JobSpec

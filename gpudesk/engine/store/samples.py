@@ -4,12 +4,14 @@ energy per stored window, and the demand earlier runs of a command measured."""
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from gpudesk.engine.store.connection import StoreConnection
-from gpudesk.engine.store.schema import GPU_ENERGY_METRIC
+from gpudesk.engine.store.records import UsageSpan
+from gpudesk.engine.store.schema import GPU_ENERGY_METRIC, LIVE_ATTEMPT_STATES
 
 
 class SampleTables(StoreConnection):
@@ -44,6 +46,32 @@ class SampleTables(StoreConnection):
         for job_id, number, usage in rows:
             found.setdefault(job_id, []).append({"attempt": number, **json.loads(usage)})
         return found
+
+    def usage_spans(self, since: float) -> list[UsageSpan]:
+        """The attempts that ran at some time after `since` (wall clock), for fair share: each
+        one's owner, run, GPUs and CPU time. A job from before owners were stored (schema 7)
+        is the engine's user's."""
+        rows = self._conn.execute(
+            "SELECT j.owner_uid, a.started_at, a.ended_at, a.placement, u.usage FROM attempts a "
+            "JOIN jobs j ON j.id = a.job_id LEFT JOIN attempt_usage u ON u.attempt_id = a.id "
+            "WHERE a.started_at IS NOT NULL AND (a.ended_at > ? OR (a.ended_at IS NULL AND "
+            f"a.state IN ({','.join('?' * len(LIVE_ATTEMPT_STATES))})))",
+            (since, *LIVE_ATTEMPT_STATES),
+        )
+        spans = []
+        for owner_uid, started_at, ended_at, placement, usage in rows:
+            gpus = json.loads(placement).get("gpus") or ()
+            cpu_s = json.loads(usage).get("cpu_s", 0.0) if usage else 0.0
+            spans.append(
+                UsageSpan(
+                    os.getuid() if owner_uid is None else owner_uid,
+                    started_at,
+                    ended_at,
+                    len(gpus),
+                    float(cpu_s or 0.0),
+                )
+            )
+        return spans
 
     def add_samples(
         self,
