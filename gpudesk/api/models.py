@@ -575,6 +575,7 @@ class JobTelemetry(WireModel, frozen=True):
     id: int
     attempt_id: int
     name: str
+    user: str  # its job's owner
     slot: str
     gpus: list[int]
     runtime_s: float | None

@@ -295,6 +295,7 @@ def render_frame(view: dict[str, Any], width: int = WIDTH) -> str:
             rows.append(
                 (
                     job["id"],
+                    job.get("user") or "-",  # the direct sampler (no engine) knows no owner
                     job["name"],
                     job["slot"] or "-",
                     render.duration(job["runtime_s"]),
@@ -304,13 +305,13 @@ def render_frame(view: dict[str, Any], width: int = WIDTH) -> str:
                     spent,
                 )
             )
-        name_width = max(8, width - 60)
+        name_width = max(8, width - 69)
         lines.append(
             render.table(
-                ("ID", "NAME", "SLOT", "TIME", "CPU", "RSS", "GPU MEM", "ENERGY"),
+                ("ID", "USER", "NAME", "SLOT", "TIME", "CPU", "RSS", "GPU MEM", "ENERGY"),
                 rows,
-                max_widths={1: name_width, 2: 10},
-                right=(0, 3, 4, 5, 6, 7),
+                max_widths={1: 8, 2: name_width, 3: 10},
+                right=(0, 4, 5, 6, 7, 8),
             )
         )
     return "\n".join(render.clip(line, width) for line in "\n".join(lines).splitlines())

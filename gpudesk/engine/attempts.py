@@ -193,6 +193,7 @@ class Attempts:
                     sm_pct=job.spec.sm_pct,
                     started_at=live.attempt.started_at or job.started_at,
                     mig_slice=live.attempt.placement.get("mig_slice"),
+                    user=job.user,
                 )
             )
         self.telemetry.track(tracked)

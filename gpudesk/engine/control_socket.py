@@ -150,7 +150,10 @@ class ControlSocket:
         if self.listener is not None:
             poller.register(self.listener.fileno(), select.POLLIN)
         for fd, conn in self.connections.items():
-            events = 0 if conn.closing else select.POLLIN
+            # A client's next request is read once its last reply has gone out: one that
+            # never reads its replies makes the engine hold one reply, not an endless pile.
+            reading = not conn.closing and (not conn.outbox or conn.topic is not None)
+            events = select.POLLIN if reading else 0
             if conn.outbox:
                 events |= select.POLLOUT
             poller.register(fd, events)
@@ -167,6 +170,8 @@ class ControlSocket:
                 self._read(conn)
             if fd in self.connections and conn.outbox and events & (select.POLLOUT | select.POLLIN):
                 self._write(conn)
+                if fd in self.connections and not conn.outbox and conn.inbox:
+                    self._process(conn)  # requests that waited for this reply to go out
 
     def publish(self, topic: str, body: bytes, visible: Callable[[Caller], bool]) -> None:
         """Queue an event frame for each subscriber of `topic` that may see it."""
@@ -213,9 +218,15 @@ class ControlSocket:
         if not data:
             self._drop(conn)
             return
+        if conn.topic is not None:
+            return  # a subscriber only listens: what it sends is dropped
         conn.inbox += data
+        self._process(conn)
+
+    def _process(self, conn: _Connection) -> None:
+        """Answer the whole requests in the inbox, one at a time, while replies go out."""
         header = protocol.FRAME_HEADER
-        while len(conn.inbox) >= header.size and not conn.closing:
+        while len(conn.inbox) >= header.size and not (conn.closing or conn.outbox):
             (length,) = header.unpack_from(conn.inbox)
             if length > protocol.MAX_MESSAGE_BYTES:
                 log.warning(
@@ -232,11 +243,8 @@ class ControlSocket:
                 return
             raw = bytes(conn.inbox[header.size : header.size + length])
             del conn.inbox[: header.size + length]
-            if conn.topic is not None:
-                continue  # a subscriber only listens
             conn.outbox += protocol.frame(self._answer(conn, raw))
-        if conn.outbox:
-            self._write(conn)
+            self._write(conn)  # usually all of it: then the next request in the inbox is read
 
     def _answer(self, conn: _Connection, raw: bytes) -> bytes:
         request = _subscription(raw)
@@ -265,6 +273,7 @@ class ControlSocket:
             self._drop(conn)
 
     def _drop(self, conn: _Connection) -> None:
+        conn.closing = True
         self.connections.pop(conn.sock.fileno(), None)
         conn.sock.close()
 

@@ -46,6 +46,7 @@ def render_summary(job: JobView, detail: JobDetail | None, state: DeskState) -> 
     shown = job_state(job)
     text.append(f"job {job.id} ", style="bold")
     text.append(job.name, style="bold")
+    text.append(f"  {job.user}")
     text.append(f"  {shown}", style=STATE_STYLES.get(shown, ""))
     spec = job.spec
     text.append(f"  attempt {job.attempts}/{job.max_attempts}  priority {spec.priority}")

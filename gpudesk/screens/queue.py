@@ -37,6 +37,7 @@ class Column:
 
 COLUMNS = (
     Column("id", "ID", 3),
+    Column("user", "USER", 8),
     Column("name", "NAME", None),
     Column("state", "STATE", 9),
     Column("where", "WHERE", 13),
@@ -46,9 +47,12 @@ COLUMNS = (
     Column("priority", "PRI", 3),
 )
 NAME_WIDTH = (10, 40)  # the name column takes what the others leave, within these bounds
+# Left out, in this order, while the name column would be narrower than NAME_WIDTH[0] (80
+# columns over SSH): progress shows in the job screen too.
+DROPPED_WHEN_NARROW = ("progress",)
 CELL_PADDING = 1  # DataTable's default: a cell each side of every column
 SCROLLBAR = 2
-SORTS = ("id", "state", "name", "runtime", "energy", "priority")
+SORTS = ("id", "state", "user", "name", "runtime", "energy", "priority")
 
 
 def job_state(job: JobView) -> str:
@@ -67,6 +71,7 @@ def job_cells(job: JobView, state: DeskState) -> dict[str, Text | str]:
     estimate = job.usage is not None and job.usage.estimate
     return {
         "id": Text(str(job.id), justify="right"),
+        "user": Text(job.user, no_wrap=True, overflow="ellipsis"),
         "name": Text(job.name, no_wrap=True, overflow="ellipsis"),
         "state": Text(shown, style=STATE_STYLES.get(shown, "")),
         "where": where,
@@ -91,6 +96,8 @@ def sort_value(job: JobView, key: str, now: float | None = None) -> SortValue:
         return (job_state(job), job.id)
     if key == "name":
         return (job.name, job.id)
+    if key == "user":
+        return (job.user, job.id)
     if key == "runtime":
         return job_runtime(job, now) or 0.0
     if key == "energy":
@@ -107,6 +114,7 @@ def matches(job: JobView, text: str, state: DeskState) -> bool:
         str(v)
         for v in (
             job.id,
+            job.user,
             job.name,
             job_state(job),
             job.slot or "",
@@ -158,6 +166,7 @@ class QueueScreen(JobActions):
     def on_mount(self) -> None:
         self.query_one("#filter", Input).display = False
         self.name_width = 0
+        self.columns: list[Column] = list(COLUMNS)
         self._fit_columns()
 
     def on_resize(self) -> None:
@@ -166,15 +175,22 @@ class QueueScreen(JobActions):
 
     def _fit_columns(self) -> bool:
         """Give the name column what the fixed ones leave, so the table never needs a
-        horizontal scroll bar (80 columns over SSH). True when the columns changed."""
-        fixed = sum(c.width or 0 for c in COLUMNS) + 2 * CELL_PADDING * len(COLUMNS)
+        horizontal scroll bar (80 columns over SSH), leaving out DROPPED_WHEN_NARROW's
+        columns where it would still be too narrow. True when the columns changed."""
+        columns = list(COLUMNS)
+        for dropped in ("", *DROPPED_WHEN_NARROW):
+            columns = [c for c in columns if c.key != dropped]
+            fixed = sum(c.width or 0 for c in columns) + 2 * CELL_PADDING * len(columns)
+            if self.size.width - fixed - SCROLLBAR >= NAME_WIDTH[0]:
+                break
         width = max(NAME_WIDTH[0], min(NAME_WIDTH[1], self.size.width - fixed - SCROLLBAR))
-        if width == self.name_width:
+        if width == self.name_width and columns == self.columns:
             return False
         self.name_width = width
+        self.columns = columns
         table = self.query_one("#jobs", DataTable)
         table.clear(columns=True)
-        for column in COLUMNS:
+        for column in columns:
             table.add_column(column.label, key=column.key, width=column.width or width)
         return True
 
@@ -192,7 +208,7 @@ class QueueScreen(JobActions):
             table.clear()
             for job in jobs:
                 cells = job_cells(job, state)
-                table.add_row(*(cells[c.key] for c in COLUMNS), key=str(job.id))
+                table.add_row(*(cells[c.key] for c in self.columns), key=str(job.id))
             if selected is not None and str(selected) in wanted:
                 table.move_cursor(row=wanted.index(str(selected)), animate=False)
             table.scroll_to(y=scroll_y, animate=False)
@@ -201,7 +217,7 @@ class QueueScreen(JobActions):
         for job in jobs:
             cells = job_cells(job, state)
             row = table.get_row(str(job.id))
-            for position, column in enumerate(COLUMNS):
+            for position, column in enumerate(self.columns):
                 if str(row[position]) != str(cells[column.key]):
                     table.update_cell(str(job.id), column.key, cells[column.key])
 

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from conftest import EngineHandle, processes_in_group, wait_for
 
+from gpudesk.engine.identity import user_name
 from gpudesk.paths import Home
 
 GPUDESK = [sys.executable, "-m", "gpudesk"]
@@ -367,6 +368,7 @@ def test_top_once_and_json_show_the_station_and_running_jobs(engine: EngineHandl
     assert (snapshot["backend"], snapshot["simulated"], snapshot["gpus"]) == ("none", False, [])
     (job,) = snapshot["jobs"]
     assert job["id"] == job_id and job["processes"] >= 1
+    assert job["user"] == user_name(os.getuid())  # whose job it is
     assert job["cpu_pct"] > 20  # a busy loop, over the engine's last sampling interval
     assert snapshot["host"]["memory_total_mib"] > 0
     frame = gpudesk("top", "--once")
@@ -375,7 +377,9 @@ def test_top_once_and_json_show_the_station_and_running_jobs(engine: EngineHandl
     assert all(len(line) <= 80 for line in lines)
     assert "backend none" in lines[0] and "CPU slots 1/2" in lines[1]
     assert "SIMULATED" not in frame.stdout
-    assert any(line.split()[:3] == [str(job_id), "busy", "cpu:0"] for line in lines)
+    me = user_name(os.getuid())
+    assert any(line.split()[:4] == [str(job_id), me, "busy", "cpu:0"] for line in lines)
+    assert "USER" in next(line for line in lines if line.lstrip().startswith("ID"))
 
 
 def test_top_without_an_engine_does_not_start_one(home: Home) -> None:

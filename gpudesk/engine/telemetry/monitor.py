@@ -62,6 +62,7 @@ class TrackedAttempt:
     sm_pct: float | None = None
     started_at: float | None = None
     mig_slice: str | None = None
+    user: str = ""  # its job's owner
 
     def load(self) -> JobLoad:
         return JobLoad(
@@ -403,6 +404,7 @@ class Monitor:
             "id": attempt.job_id,
             "attempt_id": attempt.attempt_id,
             "name": attempt.name,
+            "user": attempt.user,
             "slot": attempt.slot,
             "gpus": list(attempt.gpus),
             "runtime_s": rounded(now - attempt.started_at) if attempt.started_at else None,
