@@ -7,6 +7,7 @@ import grp
 import os
 import stat
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -105,3 +106,66 @@ def test_jobs_run_as_their_owner_with_the_environment_they_sent(station: Station
     assert refused["ok"] is False and station.admin_group in refused["error"]["message"]
     served = station.ok("admin", "log", job=job_id)
     assert base64.b64decode(served["data"]).decode().startswith(str(ada.uid))
+
+
+@pytest.fixture
+def sim_station() -> Iterator[Station]:
+    yield from make_station("sim:a100-40gbx1")
+
+
+PATH = {"PATH": "/usr/bin:/bin"}
+
+
+def test_fair_share_starts_the_lighter_users_job_first(sim_station: Station) -> None:
+    whole_gpu = {"gpus": 1, "memory_gb": 30, "sm_pct": 90, "workdir": "/"}  # one at a time
+    [warm] = sim_station.ok(
+        "ada",
+        "submit",
+        jobs=[{"name": "ada-warm", "command": ["sleep", "2"], **whole_gpu}],
+        env=PATH,
+    )["ids"]
+    sim_station.wait_state(warm, "running")
+    [ada_next] = sim_station.ok(
+        "ada",
+        "submit",
+        jobs=[{"name": "ada-next", "command": ["sleep", "1"], **whole_gpu}],
+        env=PATH,
+    )["ids"]
+    [bob_first] = sim_station.ok(
+        "bob",
+        "submit",
+        jobs=[{"name": "bob-first", "command": ["sleep", "1"], **whole_gpu}],
+        env=PATH,
+    )["ids"]
+    waiting = sim_station.ok("ada", "show", job=ada_next)["waiting"]
+    assert waiting.startswith("fair share: behind 1 job of users with less recent usage"), waiting
+    bob = sim_station.wait_state(bob_first, "succeeded", timeout=60)
+    ada = sim_station.wait_state(ada_next, "succeeded", timeout=60)
+    # submitted after ada's, at the same priority: bob, who had used nothing, went first
+    assert bob["started_at"] < ada["started_at"]
+
+
+def test_two_users_never_share_an_mps_server(sim_station: Station) -> None:
+    light = {"gpus": 1, "memory_gb": 4, "sm_pct": 20, "workdir": "/"}
+    ids = {}
+    for role in ("ada", "bob", "ada", "bob"):
+        job = {"name": f"{role}-light", "command": ["sleep", "3"], **light}
+        [job_id] = sim_station.ok(role, "submit", jobs=[job], env=PATH)["ids"]
+        ids[job_id] = role
+    seen_mps: set[str] = set()
+    reasons: list[str] = []
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        jobs = [sim_station.job(job_id) for job_id in ids]
+        under_mps = {j["user"] for j in jobs if j["state"] == "running" and j["mode"] == "mps"}
+        assert len(under_mps) <= 1, f"two users under one MPS server: {jobs}"
+        seen_mps |= under_mps
+        if all(j["state"] in ("succeeded", "failed") for j in jobs):
+            break
+        time.sleep(0.1)
+    assert all(sim_station.job(job_id)["state"] == "succeeded" for job_id in ids)
+    for job_id in ids:
+        for event in sim_station.ok(None, "show", job=job_id)["events"]:
+            reasons.append(event["message"])
+    assert seen_mps, "no job ran under MPS at all"
+    assert any("an MPS server serves one user at a time" in r for r in reasons), reasons
