@@ -452,6 +452,17 @@ class LoaderView(WireModel, frozen=True):
     status: LoaderStatus | None
 
 
+class UserShare(WireModel, frozen=True):
+    """A user as fair share weighs them: decayed usage in GPU-hour equivalents (lightest goes
+    first), the GPUs their running jobs hold, their waiting jobs."""
+
+    user: str
+    uid: int
+    usage_gpu_h: float
+    running_gpus: int
+    waiting: int
+
+
 class StationStatus(WireModel, frozen=True):
     """`status`: the engine, the station, the queue's counts and the shared loaders."""
 
@@ -465,6 +476,7 @@ class StationStatus(WireModel, frozen=True):
     gpus: GpuCounts
     counts: dict[str, int]
     loaders: list[LoaderView]
+    users: list[UserShare]  # lightest recent usage first
     station_changes: list[EventView]  # the latest changes of station settings, oldest first
 
 

@@ -177,6 +177,14 @@ def engine_status(json_out: bool = typer.Option(False, "--json", help="Print JSO
     if station.gpu_problem:
         print(f"GPUs:    {station.gpu_problem}")
     print("jobs:    " + ", ".join(f"{n} {s}" for s, n in status.counts.items()))
+    if status.station.fairshare_half_life_h and len(status.users) > 1:
+        half_life = status.station.fairshare_half_life_h
+        print(f"users:   fair share, lightest first (usage decayed, half-life {half_life:g} h)")
+    for share in status.users if len(status.users) > 1 else ():
+        print(
+            f"  {share.user:<12} {share.usage_gpu_h:8.2f} GPU-h  {share.running_gpus} GPU(s) "
+            f"running  {share.waiting} waiting"
+        )
     for change in status.station_changes:
         stamp = time.strftime("%Y-%m-%d %H:%M", time.localtime(change.ts))
         print(f"changed: {stamp} {change.message}")

@@ -17,7 +17,7 @@ from gpudesk.engine import protocol, reconfigure, runner
 from gpudesk.engine.access import Access
 from gpudesk.engine.attempts import Attempts, LiveAttempt
 from gpudesk.engine.events import EventPublisher
-from gpudesk.engine.identity import Caller, user_id
+from gpudesk.engine.identity import Caller, user_id, user_name
 from gpudesk.engine.job_control import JobControl, JobOutcome
 from gpudesk.engine.jobs import (
     PRIORITY_RANGE,
@@ -178,11 +178,32 @@ class RequestHandlers:
             },
             "counts": parts.store.counts(),
             "loaders": parts.loaders.summary(),
+            "users": self._user_shares(),
             "station_changes": [
                 event.to_dict()
                 for event in parts.store.events_of_kind(STATION_EVENT, STATION_CHANGES_SHOWN)
             ],
         }
+
+    def _user_shares(self) -> list[Reply]:
+        """Each user with recent usage, running GPUs or waiting jobs: what fair share weighs."""
+        parts = self.parts
+        usage = parts.scheduler.usage_by_user()
+        running = parts.scheduler.running_gpus_by_user()
+        waiting: dict[int, int] = {}
+        for job in parts.queue.ordered():
+            waiting[job.owner.uid] = waiting.get(job.owner.uid, 0) + 1
+        uids = sorted(set(usage) | set(running) | set(waiting), key=lambda u: usage.get(u, 0.0))
+        return [
+            {
+                "user": user_name(uid),
+                "uid": uid,
+                "usage_gpu_h": round(usage.get(uid, 0.0), 6),
+                "running_gpus": running.get(uid, 0),
+                "waiting": waiting.get(uid, 0),
+            }
+            for uid in uids
+        ]
 
     def shutdown(self, _args: Args, caller: Caller) -> Reply:
         self._need_admin(caller, "stop the engine")

@@ -143,6 +143,11 @@ def test_fair_share_starts_the_lighter_users_job_first(sim_station: Station) -> 
     ada = sim_station.wait_state(ada_next, "succeeded", timeout=60)
     # submitted after ada's, at the same priority: bob, who had used nothing, went first
     assert bob["started_at"] < ada["started_at"]
+    # and `status` shows both as fair share weighs them, the lighter first
+    users = sim_station.ok("bob", "status")["users"]
+    names = [u["user"] for u in users]
+    assert names == [sim_station.users["bob"].name, sim_station.users["ada"].name], users
+    assert 0 < users[0]["usage_gpu_h"] < users[1]["usage_gpu_h"]
 
 
 def test_two_users_never_share_an_mps_server(sim_station: Station) -> None:
