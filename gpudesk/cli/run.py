@@ -43,7 +43,7 @@ def run(
     client = engine_client()  # run_profile applies the profile's [station] to the engine
     progress = sys.stderr if json_out else sys.stdout
     print(
-        f"running {len(loaded.jobs)} job(s) from {profile} on the engine at {client.home.root}",
+        f"running {len(loaded.jobs)} job(s) from {profile} on {client.home.description}",
         file=progress,
         flush=True,
     )
