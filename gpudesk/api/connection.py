@@ -263,8 +263,22 @@ class Connection:
         sock = self._socket()
         deadline = time.monotonic() + self.timeout
         try:
-            _send_all(sock, protocol.frame(payload), deadline)
-            return _read_frame(sock, deadline)
+            try:
+                _send_all(sock, protocol.frame(payload), deadline)
+                return _read_frame(sock, deadline)
+            except _Closed:
+                if _greeted_by_zmq(sock) or _greets_like_zmq(self.socket_path):
+                    raise _OtherProtocol from None
+                raise
+        except _OtherProtocol:
+            self.close()
+            raise EngineError(
+                f"{self.home.description} does not speak this gpudesk's protocol: it is an "
+                "engine of an older gpudesk (which spoke zmq), still running after an upgrade. "
+                "Stop it (`pkill -f gpudesk.engine.daemon`; its running jobs keep running and "
+                "the next engine adopts them), then run the command again.",
+                "unsupported_version",
+            ) from None
         except _Closed:
             self.close()
             raise EngineClosed(
@@ -384,9 +398,40 @@ def _recv_exact(sock: socket.socket, size: int, deadline: float | None) -> bytes
     return bytes(parts)
 
 
+def _greeted_by_zmq(sock: socket.socket) -> bool:
+    """Did the peer send a ZMTP greeting (it starts with 0xFF) before closing?"""
+    try:
+        return sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b"\xff"
+    except OSError:
+        return False
+
+
+def _greets_like_zmq(path: Path) -> bool:
+    """Does whatever listens at `path` speak first, with a ZMTP greeting? gpudesk's engine never
+    speaks first; a zmq socket greets every connection at once. Asked only after a connection
+    was closed without an answer, so a working engine never pays for it."""
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+    try:
+        probe.settimeout(1.0)
+        probe.connect(str(path))
+        ready, _, _ = select.select([probe], [], [], 0.5)
+        return bool(ready) and probe.recv(1, socket.MSG_PEEK) == b"\xff"
+    except OSError:
+        return False
+    finally:
+        probe.close()
+
+
+class _OtherProtocol(Exception):
+    """The peer does not speak gpudesk's frames: a ZMTP greeting (an engine of a gpudesk from
+    before the shared station, which spoke zmq on the same socket path) or worse."""
+
+
 def _read_frame(sock: socket.socket, deadline: float | None) -> bytes:
     header = protocol.FRAME_HEADER
     (length,) = header.unpack(_recv_exact(sock, header.size, deadline))
+    if length > protocol.MAX_MESSAGE_BYTES:  # ZMTP's greeting starts with 0xFF
+        raise _OtherProtocol
     return _recv_exact(sock, length, deadline)
 
 

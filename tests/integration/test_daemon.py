@@ -8,6 +8,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 
 import pytest
 from conftest import EngineHandle, wait_for
@@ -313,3 +314,25 @@ def test_a_job_on_a_mig_slice_names_its_gpu_and_slice(home: Home) -> None:
         handle.stop()
         handle.cleanup_jobs()
         handle.client.close()
+
+
+def test_an_engine_of_an_older_gpudesk_is_named_not_waited_for(tmp_path) -> None:
+    """After an upgrade, the engine still running speaks zmq on the same socket path: the client
+    says what it is and how to stop it, at once."""
+    import zmq
+
+    home = Home(tmp_path / "home")
+    home.ensure()
+    old = zmq.Context.instance().socket(zmq.ROUTER)
+    old.setsockopt(zmq.LINGER, 0)
+    old.bind(f"ipc://{home.control_socket}")
+    started = time.monotonic()
+    try:
+        with pytest.raises(EngineError) as info:
+            Connection(home, timeout=10.0).request("ping")
+    finally:
+        old.close()
+    assert time.monotonic() - started < 5.0
+    assert info.value.code == "unsupported_version"
+    assert "an engine of an older gpudesk" in str(info.value)
+    assert "pkill -f gpudesk.engine.daemon" in str(info.value)
