@@ -11,6 +11,7 @@ them as a message. Actions and detail reads go through the feed's typed methods.
 from __future__ import annotations
 
 import json
+import os
 import re
 import threading
 import time
@@ -74,6 +75,8 @@ class Feed(Protocol):
 
     def show(self, job_id: int) -> JobDetail: ...
 
+    def log_tail(self, job_id: int, path: str | None, lines: int) -> list[str]: ...
+
     def cancel(self, job_ids: Sequence[int]) -> list[ActionOutcome]: ...
 
     def hold(self, job_ids: Sequence[int]) -> list[ActionOutcome]: ...
@@ -108,8 +111,17 @@ def read_progress(log: str | None) -> tuple[int, int] | None:
     return int(epoch), int(total)
 
 
+LOG_PANE_BYTES = 64 * 1024
+
+
 def read_log_tail(path: str | None, lines: int = 200) -> list[str]:
-    return file_end(path, 64 * 1024).splitlines()[-lines:]
+    return file_end(path, LOG_PANE_BYTES).splitlines()[-lines:]
+
+
+def _readable(path: str | None) -> bool:
+    """Can this process read the log itself? Not another user's on a system engine (an admin's
+    desk): the engine serves that one."""
+    return path is None or os.access(path, os.R_OK) or not os.path.exists(path)
 
 
 class EngineFeed:
@@ -197,6 +209,21 @@ class EngineFeed:
 
     def show(self, job_id: int) -> JobDetail:
         return self._act(lambda client: client.show(job_id))
+
+    def log_tail(self, job_id: int, path: str | None, lines: int) -> list[str]:
+        """The end of a job's log: read here when this user may, else through the engine."""
+        if _readable(path):
+            return read_log_tail(path, lines)
+
+        def through_engine(client: Client) -> bytes:
+            end = client.log(job_id, max_bytes=0).end
+            return client.log(job_id, offset=max(0, end - LOG_PANE_BYTES)).data
+
+        try:
+            data = self._act(through_engine)
+        except EngineError:
+            return []
+        return data.decode("utf-8", "replace").splitlines()[-lines:]
 
     def cancel(self, job_ids: Sequence[int]) -> list[ActionOutcome]:
         return self._act(lambda client: client.cancel(job_ids))
@@ -312,6 +339,9 @@ class ReplayFeed:
 
     def _not_recorded(self, what: str) -> EngineError:
         return EngineError(f"{what} is not available in a recorded replay")
+
+    def log_tail(self, job_id: int, path: str | None, lines: int) -> list[str]:
+        return read_log_tail(path, lines)
 
     def show(self, job_id: int) -> JobDetail:
         if job_id in self.shows:

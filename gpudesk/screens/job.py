@@ -18,7 +18,6 @@ from textual.widgets import Footer, Log, Static
 from gpudesk import render
 from gpudesk.api import EngineError, JobDetail, JobView, LoaderView
 from gpudesk.screens.base import DeskScreen, JobActions
-from gpudesk.screens.feed import read_log_tail
 from gpudesk.screens.queue import STATE_STYLES, job_state
 from gpudesk.screens.state import DeskState, job_runtime, sharing_mode
 from gpudesk.screens.widgets.glyphs import energy_text, sparkline
@@ -201,7 +200,7 @@ class JobScreen(JobActions):
             detail = self.desk.feed.show(self.job_id)
         except EngineError as exc:
             trouble = DetailTrouble(time.time(), f"(could not load: {exc})")
-        tail = read_log_tail(log, LOG_LINES)
+        tail = self.desk.feed.log_tail(self.job_id, log, LOG_LINES)
         self.app.call_from_thread(self._loaded, detail, trouble, tail)
 
     def _loaded(
