@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import signal
 import sqlite3
 import subprocess
@@ -373,12 +374,19 @@ def test_top_refreshes_as_plain_frames_in_a_dumb_terminal(home: Home) -> None:
         text=True,
         env=env,
     )
+    seen = ""
     try:
-        time.sleep(1.5)  # start-up and a few 0.2 s frames
+        # until three frames came (start-up takes ~0.7 s alone, longer on a loaded machine)
+        assert proc.stdout is not None
+        deadline = time.monotonic() + 15
+        while seen.count("gpudesk top") < 3 and time.monotonic() < deadline:
+            if select.select([proc.stdout], [], [], 0.2)[0]:
+                seen += proc.stdout.readline()
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=10)
     finally:
         proc.kill()
+    out = seen + out
     assert proc.returncode == 0, err
     assert out.count("gpudesk top") >= 3  # frames appended, one after another
     assert "\x1b" not in out and all(len(line) <= 80 for line in out.splitlines())
