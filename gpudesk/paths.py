@@ -23,6 +23,7 @@ never used, followed, truncated or chmod-ed.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import os
 import pwd
@@ -39,14 +40,19 @@ class HomeError(RuntimeError):
     """This home cannot be used by this user; the message is one paragraph saying what to do."""
 
 
+@functools.lru_cache(maxsize=4096)
 def _user_name(uid: int) -> str | None:
+    """The system's name for a uid, or None. Remembered for the life of the process: an engine
+    names every job's owner in every `jobs` reply, and a uid the system does not know costs a
+    scan of the user database each time (0.1 ms here, far more over LDAP). A user renamed while
+    the engine runs keeps the old name until it restarts."""
     try:
         return pwd.getpwuid(uid).pw_name
     except KeyError:
         return None
 
 
-def _user(uid: int) -> str:
+def user_name(uid: int) -> str:
     """A user's name, or their uid when the system has no name for it."""
     return _user_name(uid) or str(uid)
 
@@ -68,11 +74,11 @@ def check_owner(root: Path) -> None:
         default = default_home()
         elsewhere = f" (the default is {default})" if default != root else ""
         raise HomeError(
-            f"the gpudesk home {root} belongs to {_user(owner)} (uid {owner}), and you are "
-            f"{_user(me)} (uid {me}): each user keeps a home of their own, and an engine here "
+            f"the gpudesk home {root} belongs to {user_name(owner)} (uid {owner}), and you are "
+            f"{user_name(me)} (uid {me}): each user keeps a home of their own, and an engine here "
             "would mix your jobs with theirs or fail on their files. Set GPUDESK_HOME to a "
             f"folder of your own{elsewhere}, or, if this home is yours, take it back: "
-            f"`sudo chown -R {_user(me)} {root}`."
+            f"`sudo chown -R {user_name(me)} {root}`."
         )
 
 
@@ -450,7 +456,7 @@ class Home:
         if os.geteuid() != 0:
             raise HomeError(
                 f"a system engine runs as root (it runs each job as its owner), and you are "
-                f"{_user(os.geteuid())}. Start it from its service (`sudo systemctl start "
+                f"{user_name(os.geteuid())}. Start it from its service (`sudo systemctl start "
                 "gpudesk`) or as root (`sudo gpudesk engine start --system`); without root, "
                 "use a personal engine (unset GPUDESK_SOCKET)."
             )

@@ -21,7 +21,7 @@ from typing import Any
 from gpudesk.api.errors import TOO_LARGE, EngineError
 from gpudesk.engine import diskspace, protocol
 from gpudesk.engine.station import StationConfig
-from gpudesk.paths import Home, HomeError, UnsafePath, check_owner, open_state_file
+from gpudesk.paths import Home, HomeError, UnsafePath, check_owner, open_state_file, user_name
 from gpudesk.spawn import SAFE_CWD, module_argv
 from gpudesk.units import byte_size
 
@@ -342,27 +342,19 @@ def _not_listening(home: Home) -> str:
 
 def _not_allowed(home: Home) -> str:
     """Connecting was refused by the socket's mode: the user is not in the station's group."""
-    import grp
+    from gpudesk.engine.access import group_name
 
     try:
-        group = grp.getgrgid(home.socket_dir.stat().st_gid).gr_name
-    except (KeyError, OSError):
+        group = group_name(home.socket_dir.stat().st_gid)
+    except OSError:
         group = "the station's group"
+    me = user_name(os.getuid())
     return (
         f"you may not use {home.description}: it serves the members of the group {group}, "
-        f"and you ({_me()}) are not one. Ask an admin to add you (`sudo usermod -aG {group} "
-        f"{_me()}`), then log in again so the new group applies; or use a personal engine "
+        f"and you ({me}) are not one. Ask an admin to add you (`sudo usermod -aG {group} "
+        f"{me}`), then log in again so the new group applies; or use a personal engine "
         "(set GPUDESK_HOME)."
     )
-
-
-def _me() -> str:
-    import pwd
-
-    try:
-        return pwd.getpwuid(os.getuid()).pw_name
-    except KeyError:
-        return str(os.getuid())
 
 
 class _Closed(Exception):

@@ -12,7 +12,10 @@ from __future__ import annotations
 import grp
 import os
 import pwd
+from collections.abc import Callable
 from dataclasses import dataclass
+
+from gpudesk.paths import user_name
 
 
 @dataclass(frozen=True)
@@ -62,28 +65,20 @@ class Caller:
         return self.identity.name
 
 
-def user_name(uid: int) -> str:
-    try:
-        return pwd.getpwuid(uid).pw_name
-    except KeyError:
-        return str(uid)
-
-
 def user_id(name: str) -> int | None:
     """A user's uid by name (or a uid given as digits), or None when there is none."""
-    if name.isdigit():
-        return int(name)
-    try:
-        return pwd.getpwnam(name).pw_uid
-    except KeyError:
-        return None
+    return _number_of(name, lambda n: pwd.getpwnam(n).pw_uid)
 
 
 def group_id(name: str) -> int | None:
     """A group's gid by its name (or a gid given as digits), or None when there is none."""
+    return _number_of(name, lambda n: grp.getgrnam(n).gr_gid)
+
+
+def _number_of(name: str, lookup: Callable[[str], int]) -> int | None:
     if name.isdigit():
         return int(name)
     try:
-        return grp.getgrnam(name).gr_gid
+        return lookup(name)
     except KeyError:
         return None
