@@ -267,7 +267,7 @@ class Connection:
                 _send_all(sock, protocol.frame(payload), deadline)
                 return _read_frame(sock, deadline)
             except _Closed:
-                if _greeted_by_zmq(sock) or _greets_like_zmq(self.socket_path):
+                if _greets_like_zmq(self.socket_path):
                     raise _OtherProtocol from None
                 raise
         except _OtherProtocol:
@@ -388,14 +388,6 @@ def _recv_exact(sock: socket.socket, size: int, deadline: float | None) -> bytes
             raise _Closed("the engine closed the connection")
         parts += chunk
     return bytes(parts)
-
-
-def _greeted_by_zmq(sock: socket.socket) -> bool:
-    """Did the peer send a ZMTP greeting (it starts with 0xFF) before closing?"""
-    try:
-        return sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b"\xff"
-    except OSError:
-        return False
 
 
 def _greets_like_zmq(path: Path) -> bool:

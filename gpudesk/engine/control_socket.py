@@ -173,14 +173,14 @@ class ControlSocket:
                 if fd in self.connections and not conn.outbox and conn.inbox:
                     self._process(conn)  # requests that waited for this reply to go out
 
-    def publish(self, topic: str, body: bytes, visible: Callable[[Caller], bool]) -> None:
-        """Queue an event frame for each subscriber of `topic` that may see it."""
+    def publish(self, topic: str, body: bytes) -> None:
+        """Queue an event frame for each subscriber of `topic`."""
         wanted = topic.encode()
         frame = protocol.frame(body)
         for conn in list(self.connections.values()):
             if conn.topic is None or conn.closing or conn.topic not in (b"", wanted):
                 continue
-            if len(conn.outbox) > EVENT_BACKLOG_BYTES or not visible(conn.caller):
+            if len(conn.outbox) > EVENT_BACKLOG_BYTES:
                 continue  # behind: this one is dropped for it, never waited for
             conn.outbox += frame
             self._write(conn)

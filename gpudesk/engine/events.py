@@ -1,4 +1,5 @@
-"""Job events and telemetry frames for every subscriber of the control socket.
+"""Job events and telemetry frames for every subscriber of the control socket. Every member of a
+station sees every job's events, as they see the queue (docs/shared-station.md, "What is private").
 
 Events are best effort: a slow subscriber must never stall the engine, so one that falls behind
 misses events (`control_socket.EVENT_BACKLOG_BYTES`). Job events are in the store too, so a
@@ -8,30 +9,18 @@ subscriber that missed one can read it there.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from typing import Any
 
 from gpudesk.engine import protocol
 from gpudesk.engine.control_socket import ControlSocket
-from gpudesk.engine.identity import Caller
 from gpudesk.engine.store.database import Store
 from gpudesk.engine.store.records import JobRecord
 
 
-def _everyone(_caller: Caller, _job: JobRecord) -> bool:
-    return True
-
-
 class EventPublisher:
-    def __init__(
-        self,
-        socket: ControlSocket | None,
-        store: Store,
-        job_visible: Callable[[Caller, JobRecord], bool] = _everyone,
-    ) -> None:
-        self.socket = socket  # None until the engine binds it
+    def __init__(self, socket: ControlSocket | None, store: Store) -> None:
+        self.socket = socket
         self.store = store
-        self.job_visible = job_visible  # may this subscriber see this job's events?
 
     def job(self, job_id: int, message: str, job: JobRecord | None = None) -> None:
         """A job changed: its state as it is now in the store, and why."""
@@ -49,11 +38,11 @@ class EventPublisher:
             "priority": record.spec.priority,
             "message": message,
         }
-        self._send("job", payload, lambda caller: self.job_visible(caller, record))
+        self._send("job", payload)
 
     def telemetry(self, view: dict[str, Any]) -> None:
-        self._send("telemetry", view, lambda _caller: True)
+        self._send("telemetry", view)
 
-    def _send(self, kind: str, payload: dict[str, Any], visible: Callable[[Caller], bool]) -> None:
+    def _send(self, kind: str, payload: dict[str, Any]) -> None:
         if self.socket is not None:
-            self.socket.publish(kind, protocol.encode_event(kind, payload), visible)
+            self.socket.publish(kind, protocol.encode_event(kind, payload))
