@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
 
 from gpudesk.engine.attempts import Attempts
 from gpudesk.engine.events import EventPublisher
@@ -33,6 +34,19 @@ from gpudesk.engine.state import CurrentStation, PlacementDue
 from gpudesk.engine.store.database import Store
 from gpudesk.engine.store.records import JobRecord
 from gpudesk.engine.telemetry_sink import TelemetrySink
+
+# How long usage_by_user's answer is kept while no attempt starts or ends: what running attempts
+# accrue in that time (1/60 GPU-h per GPU) cannot reorder users whose usage differs by more.
+USAGE_REFRESH_S = 60.0
+
+
+@dataclass(frozen=True)
+class _KeptUsage:
+    attempts: tuple[int, frozenset[int]]  # the newest attempt id and the running ones then
+    share: FairShare
+    at: float
+    usage: dict[int, float]
+
 
 log = logging.getLogger("gpudesk.engine")
 
@@ -85,6 +99,7 @@ class Scheduler:
         self.cores = cores
         self.learning = learning  # the interference model, learned on this station
         self.mig = mig
+        self._usage: _KeptUsage | None = None  # usage_by_user's last answer
         self.weighed: _Weighed | None = None  # what the last repartition check looked at
         self.policy: PlacementPolicy = make_policy(station.config.policy)
         self.retry_at: float | None = None  # when to retry after a failed step
@@ -155,11 +170,28 @@ class Scheduler:
         config = self.station.config
         return FairShare(config.fairshare_half_life_h, config.fairshare_cpu_weight)
 
-    def usage_by_user(self, now: float | None = None) -> dict[int, float]:
-        """Each user's decayed usage in GPU-hour equivalents (placement.fairshare)."""
-        now = time.time() if now is None else now
+    def usage_by_user(self) -> dict[int, float]:
+        """Each user's decayed usage in GPU-hour equivalents (placement.fairshare). Worked out
+        again when an attempt started or ended, the weights changed, or USAGE_REFRESH_S passed;
+        else remembered: it reads every attempt of the horizon (~0.3 s for 20,000), and both
+        `status` (each refresh of every desk) and each placement pass while several users wait
+        ask for it."""
+        now = time.time()
         share = self.fair_share
-        return usage_by_user(self.store.usage_spans(now - share.horizon_s), now, share)
+        # Attempts that started (a newer id) or ended (the running set shrank) since: an end
+        # alone never brings back an earlier pair, so the pair changes with every start and end.
+        running = frozenset(a.attempt.id for a in self.attempts)
+        attempts = (self.store.newest_attempt_id(), running)
+        kept = self._usage
+        if (
+            kept is None
+            or kept.attempts != attempts
+            or kept.share != share
+            or now - kept.at >= USAGE_REFRESH_S
+        ):
+            usage = usage_by_user(self.store.usage_spans(now - share.horizon_s), now, share)
+            kept = self._usage = _KeptUsage(attempts, share, now, usage)
+        return kept.usage
 
     def running_gpus_by_user(self) -> dict[int, int]:
         """GPUs each user's running attempts hold (a MIG slice or a shared GPU counts as one)."""

@@ -302,6 +302,11 @@ class JobTables(StoreConnection):
             raise StoreError(f"no attempt with id {attempt_id}")
         return read_attempt(row)
 
+    def newest_attempt_id(self) -> int:
+        """The id of the attempt started last (0 before any): it grows with every start."""
+        row = self._conn.execute("SELECT MAX(id) FROM attempts").fetchone()
+        return int(row[0] or 0)
+
     def attempts(self, job_id: int) -> list[AttemptRecord]:
         rows = self._conn.execute(
             "SELECT * FROM attempts WHERE job_id = ? ORDER BY number", (job_id,)
