@@ -23,12 +23,12 @@ never used, followed, truncated or chmod-ed.
 from __future__ import annotations
 
 import contextlib
-import functools
 import hashlib
 import os
 import pwd
 import stat
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,16 +40,28 @@ class HomeError(RuntimeError):
     """This home cannot be used by this user; the message is one paragraph saying what to do."""
 
 
-@functools.lru_cache(maxsize=4096)
+# uid -> when a lookup found no user for it (time.monotonic()). A uid the system does not know
+# costs a scan of the whole user database (0.1 ms here, far more over LDAP), and an engine names
+# every job's owner in every `jobs` reply; a known uid is a quick hit (0.01 ms), and is never
+# remembered, so a uid deleted and given to someone else is named right at once.
+_UNKNOWN_UIDS: dict[int, float] = {}
+UNKNOWN_UID_RECHECK_S = 60.0  # a user created for such a uid is named within this
+
+
 def _user_name(uid: int) -> str | None:
-    """The system's name for a uid, or None. Remembered for the life of the process: an engine
-    names every job's owner in every `jobs` reply, and a uid the system does not know costs a
-    scan of the user database each time (0.1 ms here, far more over LDAP). A user renamed while
-    the engine runs keeps the old name until it restarts."""
-    try:
-        return pwd.getpwuid(uid).pw_name
-    except KeyError:
+    """The system's name for a uid, or None."""
+    missed = _UNKNOWN_UIDS.get(uid)
+    if missed is not None and time.monotonic() - missed < UNKNOWN_UID_RECHECK_S:
         return None
+    try:
+        name = pwd.getpwuid(uid).pw_name
+    except KeyError:
+        if len(_UNKNOWN_UIDS) > 4096:
+            _UNKNOWN_UIDS.clear()
+        _UNKNOWN_UIDS[uid] = time.monotonic()
+        return None
+    _UNKNOWN_UIDS.pop(uid, None)
+    return name
 
 
 def user_name(uid: int) -> str:
