@@ -16,9 +16,13 @@ import pytest
 
 from gpudesk.api.connection import Connection, engine_pid, start_engine
 from gpudesk.engine import containment
+from gpudesk.engine.access import Access
+from gpudesk.engine.daemon import Engine
+from gpudesk.engine.identity import Caller
 from gpudesk.engine.jobs import TERMINAL_STATE_NAMES
 from gpudesk.engine.runner import read_wrapper_pid
 from gpudesk.engine.station import StationConfig
+from gpudesk.engine.store.database import Store
 from gpudesk.paths import Home
 
 
@@ -65,6 +69,33 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Home]:
     finally:
         handle.client.close()
         handle.cleanup_jobs()
+
+
+class EngineInProcess:
+    """An engine's collaborators built in this process, without its loop or socket: requests go
+    to its handlers in raw bytes with any caller, as the daemon hands them over (the caller's
+    identity is what the kernel would have said), and `step()` runs the loop's periodic steps."""
+
+    def __init__(self, home: Home, config: StationConfig, access: Access | None = None) -> None:
+        home.ensure()
+        self.store = Store.open(home.db)
+        self.engine = Engine(home, self.store, config, access)
+
+    def call(self, caller: Caller, op: str, **args: object) -> dict:
+        raw = json.dumps({"v": 1, "id": 1, "op": op, "args": args}).encode()
+        return json.loads(self.engine.handlers.handle(raw, caller))  # type: ignore[no-any-return]
+
+    def ok(self, caller: Caller, op: str, **args: object) -> dict:
+        reply = self.call(caller, op, **args)
+        assert reply["ok"], reply
+        return reply["result"]  # type: ignore[no-any-return]
+
+    def step(self) -> None:
+        self.engine._steps()  # start, reap, settle: what the loop does each turn
+
+    def close(self) -> None:
+        self.engine.close()
+        self.store.close()
 
 
 class EngineHandle:

@@ -13,29 +13,24 @@ cannot read.
 from __future__ import annotations
 
 import base64
-import grp
-import json
 import os
-import pwd
 import shutil
 import stat
 import subprocess
 import tempfile
 import time
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import psutil
 import pytest
+from conftest import EngineInProcess
+from local_users import local_accounts
 
 from gpudesk.engine.access import Access
-from gpudesk.engine.daemon import Engine
 from gpudesk.engine.identity import Caller, Identity
 from gpudesk.engine.station import StationConfig
-from gpudesk.engine.store.database import Store
 from gpudesk.paths import Home
 
 pytestmark = pytest.mark.skipif(
@@ -58,55 +53,20 @@ class Users:
     team: int  # a supplementary group of ada's
 
 
-def _run(*argv: str) -> None:
-    subprocess.run(argv, capture_output=True, text=True, check=True)
-
-
 @pytest.fixture
 def users() -> Iterator[Users]:
-    if shutil.which("useradd") is None or shutil.which("groupadd") is None:
-        pytest.skip("useradd/groupadd are not installed")
-    tag = uuid.uuid4().hex[:6]
-    team, names = f"gdtm{tag}", [f"gdada{tag}", f"gdbob{tag}"]
-    made: list[str] = []
-    try:
-        _run("groupadd", team)
-        for name in names:
-            _run("useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", name)
-            made.append(name)
-        _run("usermod", "-a", "-G", team, names[0])
-        team_gid = grp.getgrnam(team).gr_gid
+    with local_accounts({"ada": ["team"], "bob": []}, groups=["team"]) as made:
 
-        def user(name: str) -> User:
-            entry = pwd.getpwnam(name)
-            groups = os.getgrouplist(name, entry.pw_gid)
-            identity = Identity.of(entry.pw_uid, entry.pw_gid, groups)
-            return User(name, entry.pw_uid, entry.pw_gid, Caller(identity, None))
+        def user(role: str) -> User:
+            account = made.users[role]
+            identity = Identity.of(account.uid, account.gid, account.groups)
+            return User(account.name, account.uid, account.gid, Caller(identity, None))
 
-        yield Users(user(names[0]), user(names[1]), team_gid)
-    finally:
-        for name in made:  # after their processes are gone (each test waits for its jobs)
-            for proc in psutil.process_iter(["uids"]):
-                if proc.info["uids"] and proc.info["uids"].real == pwd.getpwnam(name).pw_uid:
-                    proc.kill()
-            subprocess.run(["userdel", name], capture_output=True, check=False)
-        subprocess.run(["groupdel", team], capture_output=True, check=False)
+        yield Users(user("ada"), user("bob"), made.groups["team"])
 
 
-class Station:
+class Station(EngineInProcess):
     """A personal engine's collaborators, run by root, driven step by step."""
-
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
-
-    def call(self, caller: Caller, op: str, **args: Any) -> dict[str, Any]:
-        raw = json.dumps({"v": 1, "id": 1, "op": op, "args": args}).encode()
-        return json.loads(self.engine.handlers.handle(raw, caller))  # type: ignore[no-any-return]
-
-    def ok(self, caller: Caller, op: str, **args: Any) -> dict[str, Any]:
-        reply = self.call(caller, op, **args)
-        assert reply["ok"], reply
-        return reply["result"]  # type: ignore[no-any-return]
 
     def submit(self, user: User, command: str, workdir: str, env: dict[str, str]) -> int:
         job = {"name": "j", "command": command, "shell": True, "workdir": workdir}
@@ -115,7 +75,7 @@ class Station:
     def wait(self, user: User, job_id: int, states: set[str], timeout: float = 20.0) -> dict:
         deadline = time.monotonic() + timeout
         while True:
-            self.engine._steps()  # the loop's periodic steps: start, reap, settle
+            self.step()
             job = self.ok(user.caller, "show", job=job_id)["job"]
             if job["state"] in states:
                 return job  # type: ignore[no-any-return]
@@ -130,14 +90,11 @@ def station() -> Iterator[Station]:
     top = Path(tempfile.mkdtemp(prefix="gd-owner-", dir="/tmp"))
     top.chmod(0o711)
     home = Home(top / "home")
-    home.ensure()
-    store = Store.open(home.db)
-    engine = Engine(home, store, StationConfig(backend="none", slots=2), Access(os.getuid(), None))
+    station = Station(home, StationConfig(backend="none", slots=2), Access(os.getuid(), None))
     try:
-        yield Station(engine)
+        yield station
     finally:
-        engine.close()
-        store.close()
+        station.close()
         shutil.rmtree(top, ignore_errors=True)
 
 

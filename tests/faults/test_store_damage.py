@@ -22,7 +22,7 @@ from local_users import LocalUser
 
 from gpudesk.paths import Home
 
-other_user = local_users.other_user  # the fixture (tests/faults/local_users.py)
+other_user = local_users.other_user  # the fixture (tests/local_users.py)
 
 GPUDESK = [sys.executable, "-m", "gpudesk"]
 

@@ -1,44 +1,34 @@
 """A system engine serving real local users, for the shared-station tests (root only).
 
-`station` creates the station's group and its admin group, four throwaway users (ada and bob in
-the group, an admin in both, an outsider in neither), and starts a real system engine
-(`python -m gpudesk.engine.daemon --system`) with its state and socket in a temporary folder.
-Users talk to it with `raw_client.py` under the system's python3 (the project's environment may
-sit in root's home, which they cannot read), so the engine learns who they are from the kernel,
-as it would from `gpudesk`. Everything is removed afterwards, even on failure: the engine
-stopped, the users' processes killed before `userdel -r` (which refuses a user still running),
-the groups deleted."""
+`make_station` creates the station's group and its admin group, four throwaway users (ada and
+bob in the group, an admin in both, an outsider in neither; tests/local_users.py), and starts a
+real system engine (`python -m gpudesk.engine.daemon --system`) with its state and socket in a
+temporary folder. Users talk to it with `raw_client.py` under the system's python3 (the project's
+environment may sit in root's home, which they cannot read), so the engine learns who they are
+from the kernel, as it would from `gpudesk`. Everything is removed afterwards, even on failure:
+the engine stopped, then the users and groups (local_users)."""
 
 from __future__ import annotations
 
+import grp
 import json
 import os
-import pwd
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
+from local_users import LocalUser, local_accounts
 
 HERE = Path(__file__).parent
 SYSTEM_PYTHON = "/usr/bin/python3"
-ROLES = ("ada", "bob", "admin", "outsider")
-
-
-@dataclass(frozen=True)
-class StationUser:
-    role: str
-    name: str
-    uid: int
-    gid: int
 
 
 @dataclass
@@ -47,7 +37,7 @@ class Station:
     socket: Path
     group: str
     admin_group: str
-    users: dict[str, StationUser]
+    users: dict[str, LocalUser]
     client: Path
     log: Path
     process: subprocess.Popen[bytes] | None = None
@@ -125,74 +115,35 @@ class Station:
         self.process = None
 
 
-def _run(*argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(list(argv), capture_output=True, text=True, check=False)
-
-
 def make_station(backend: str = "none") -> Iterator[Station]:
-    if os.geteuid() != 0:
-        pytest.skip("needs root: creates local users and groups and runs a system engine")
-    for tool in ("useradd", "userdel", "groupadd", "groupdel", "runuser"):
-        if shutil.which(tool) is None:
-            pytest.skip(f"{tool} is not installed")
+    if shutil.which("runuser") is None:
+        pytest.skip("runuser is not installed: the test users' client runs through it")
     if not os.access(SYSTEM_PYTHON, os.X_OK):
         pytest.skip(f"{SYSTEM_PYTHON} is missing: the test users' client needs a system Python")
-    tag = uuid.uuid4().hex[:6]
-    group, admin_group = f"gdst{tag}", f"gdad{tag}"
-    users: dict[str, StationUser] = {}
-    made_groups: list[str] = []
-    top = Path(tempfile.mkdtemp(prefix="gdst-", dir="/tmp"))
-    os.chmod(top, 0o755)  # the users reach the client script and their jobs' folders below
-    station = None
-    try:
-        for name in (group, admin_group):
-            done = _run("groupadd", name)
-            if done.returncode != 0:
-                pytest.skip(f"groupadd failed: {done.stderr.strip()}")
-            made_groups.append(name)
-        for role in ROLES:
-            name = f"gd{role[:3]}{tag}"
-            extra = {
-                "ada": [group],
-                "bob": [group],
-                "admin": [group, admin_group],
-                "outsider": [],
-            }[role]
-            argv = ["useradd", "-m", "-s", "/bin/sh", name]
-            if extra:
-                argv += ["-G", ",".join(extra)]
-            done = _run(*argv)
-            if done.returncode != 0:
-                pytest.skip(f"useradd failed: {done.stderr.strip()}")
-            entry = pwd.getpwnam(name)
-            users[role] = StationUser(role, name, entry.pw_uid, entry.pw_gid)
-        client = top / "raw_client.py"
-        shutil.copy(HERE / "raw_client.py", client)
-        os.chmod(client, 0o755)
-        env = {k: v for k, v in os.environ.items() if not k.startswith("GPUDESK_")}
-        env["GPUDESK_BACKEND"] = backend
-        station = Station(
-            state_dir=top / "state",
-            socket=top / "run" / "control.sock",
-            group=group,
-            admin_group=admin_group,
-            users=users,
-            client=client,
-            log=top / "engine-stderr.log",
-            env=env,
-        )
-        station.start()
-        yield station
-    finally:
-        if station is not None:
-            station.stop()
-        for user in users.values():
-            _run("pkill", "-KILL", "-u", user.name)
-        for user in users.values():
-            for _ in range(50):  # userdel -r refuses a user whose processes are still going
-                if _run("userdel", "-r", user.name).returncode in (0, 6):
-                    break
-                time.sleep(0.1)
-        for name in made_groups:
-            _run("groupdel", name)
-        shutil.rmtree(top, ignore_errors=True)
+    roles = {"ada": ["station"], "bob": ["station"], "admin": ["station", "admins"], "outsider": []}
+    with local_accounts(roles, groups=["station", "admins"], homes=True) as made:
+        top = Path(tempfile.mkdtemp(prefix="gdst-", dir="/tmp"))
+        os.chmod(top, 0o755)  # the users reach the client script and their jobs' folders below
+        station = None
+        try:
+            client = top / "raw_client.py"
+            shutil.copy(HERE / "raw_client.py", client)
+            os.chmod(client, 0o755)
+            env = {k: v for k, v in os.environ.items() if not k.startswith("GPUDESK_")}
+            env["GPUDESK_BACKEND"] = backend
+            station = Station(
+                state_dir=top / "state",
+                socket=top / "run" / "control.sock",
+                group=grp.getgrgid(made.groups["station"]).gr_name,
+                admin_group=grp.getgrgid(made.groups["admins"]).gr_name,
+                users=made.users,
+                client=client,
+                log=top / "engine-stderr.log",
+                env=env,
+            )
+            station.start()
+            yield station
+        finally:
+            if station is not None:
+                station.stop()  # before the users go: their jobs end with the engine's care
+            shutil.rmtree(top, ignore_errors=True)

@@ -5,20 +5,18 @@ needed here (the system-engine tests with real users are the shared-station fixt
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterator
 from typing import Any
 
 import msgspec
 import pytest
+from conftest import EngineInProcess
 
 from gpudesk.api.models import ConfigureResult
 from gpudesk.engine.access import Access, group_name
-from gpudesk.engine.daemon import Engine
 from gpudesk.engine.identity import Caller, Identity
 from gpudesk.engine.station import StationConfig
-from gpudesk.engine.store.database import Store
 from gpudesk.paths import Home
 
 ADMINS = 7000  # the admin group's gid (a name where the system has one)
@@ -28,20 +26,8 @@ ALICE = Caller(Identity.of(5003, 5003, [5003, ADMINS]), 103)  # an admin, by her
 ROOT = Caller(Identity.of(0, 0, [0]), 104)
 
 
-class Handlers:
+class Handlers(EngineInProcess):
     """The engine's request handlers, spoken to in raw bytes as the daemon does."""
-
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
-
-    def call(self, caller: Caller, op: str, **args: Any) -> dict[str, Any]:
-        raw = json.dumps({"v": 1, "id": 1, "op": op, "args": args}).encode()
-        return json.loads(self.engine.handlers.handle(raw, caller))  # type: ignore[no-any-return]
-
-    def ok(self, caller: Caller, op: str, **args: Any) -> dict[str, Any]:
-        reply = self.call(caller, op, **args)
-        assert reply["ok"], reply
-        return reply["result"]  # type: ignore[no-any-return]
 
     def submit(self, caller: Caller, name: str, **spec: Any) -> int:
         job = {"name": name, "command": ["true"], **spec}
@@ -50,14 +36,11 @@ class Handlers:
 
 
 def engine_at(home: Home, access: Access, config: StationConfig) -> Iterator[Handlers]:
-    home.ensure()
-    store = Store.open(home.db)
-    engine = Engine(home, store, config, access)
+    handlers = Handlers(home, config, access)
     try:
-        yield Handlers(engine)
+        yield handlers
     finally:
-        engine.close()
-        store.close()
+        handlers.close()
 
 
 @pytest.fixture
