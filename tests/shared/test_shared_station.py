@@ -33,11 +33,9 @@ def test_the_socket_serves_the_group_and_no_one_else(station: Station) -> None:
 
 def test_a_job_belongs_to_whoever_the_kernel_says_submitted_it(station: Station) -> None:
     job = {"name": "mine", "command": ["true"]}
-    [job_id] = station.ok("ada", "submit", jobs=[job], env={"PATH": "/usr/bin:/bin"})["ids"]
+    job_id = station.submit("ada", job)
     # what a client writes about itself is ignored: the kernel named the caller
-    [forged] = station.ok(
-        "bob", "submit", jobs=[job], env={"PATH": "/usr/bin:/bin"}, user="root", uid=0
-    )["ids"]
+    forged = station.submit("bob", job, user="root", uid=0)
     assert station.job(job_id)["user"] == station.users["ada"].name
     assert station.job(job_id)["uid"] == station.users["ada"].uid
     assert station.job(forged)["user"] == station.users["bob"].name
@@ -45,7 +43,7 @@ def test_a_job_belongs_to_whoever_the_kernel_says_submitted_it(station: Station)
 
 def test_one_user_cannot_control_anothers_job_and_an_admin_can(station: Station) -> None:
     held = {"name": "ada-job", "command": ["sleep", "30"], "gpus": 0}
-    [job_id] = station.ok("ada", "submit", jobs=[held], env={"PATH": "/usr/bin:/bin"})["ids"]
+    job_id = station.submit("ada", held)
     for op in ("hold", "cancel", "requeue", "release"):
         args = {"jobs": [job_id]}
         result = station.ok("bob", op, **args)["results"][0]
@@ -84,7 +82,7 @@ def test_jobs_run_as_their_owner_with_the_environment_they_sent(station: Station
     script = "id -u; id -g; id -G; pwd; command -v python; echo $GREETING"
     job = {"name": "who", "command": ["sh", "-c", script], "workdir": str(home), "gpus": 0}
     env = {"PATH": f"{shim}:/usr/bin:/bin", "GREETING": "hello from ada", "HOME": str(home)}
-    [job_id] = station.ok("ada", "submit", jobs=[job], env=env)["ids"]
+    job_id = station.submit("ada", job, env)
     done = station.wait_state(job_id, "succeeded", "failed")
     assert done["state"] == "succeeded", done
     log = Path(done["log"])
@@ -113,30 +111,16 @@ def sim_station() -> Iterator[Station]:
     yield from make_station("sim:a100-40gbx1")
 
 
-PATH = {"PATH": "/usr/bin:/bin"}
-
-
 def test_fair_share_starts_the_lighter_users_job_first(sim_station: Station) -> None:
     whole_gpu = {"gpus": 1, "memory_gb": 30, "sm_pct": 90, "workdir": "/"}  # one at a time
-    [warm] = sim_station.ok(
-        "ada",
-        "submit",
-        jobs=[{"name": "ada-warm", "command": ["sleep", "2"], **whole_gpu}],
-        env=PATH,
-    )["ids"]
+    warm = sim_station.submit("ada", {"name": "ada-warm", "command": ["sleep", "2"], **whole_gpu})
     sim_station.wait_state(warm, "running")
-    [ada_next] = sim_station.ok(
-        "ada",
-        "submit",
-        jobs=[{"name": "ada-next", "command": ["sleep", "1"], **whole_gpu}],
-        env=PATH,
-    )["ids"]
-    [bob_first] = sim_station.ok(
-        "bob",
-        "submit",
-        jobs=[{"name": "bob-first", "command": ["sleep", "1"], **whole_gpu}],
-        env=PATH,
-    )["ids"]
+    ada_next = sim_station.submit(
+        "ada", {"name": "ada-next", "command": ["sleep", "1"], **whole_gpu}
+    )
+    bob_first = sim_station.submit(
+        "bob", {"name": "bob-first", "command": ["sleep", "1"], **whole_gpu}
+    )
     waiting = sim_station.ok("ada", "show", job=ada_next)["waiting"]
     assert waiting.startswith("fair share: behind 1 job of users with less recent usage"), waiting
     bob = sim_station.wait_state(bob_first, "succeeded", timeout=60)
@@ -155,7 +139,7 @@ def test_two_users_never_share_an_mps_server(sim_station: Station) -> None:
     ids = {}
     for role in ("ada", "bob", "ada", "bob"):
         job = {"name": f"{role}-light", "command": ["sleep", "3"], **light}
-        [job_id] = sim_station.ok(role, "submit", jobs=[job], env=PATH)["ids"]
+        job_id = sim_station.submit(role, job)
         ids[job_id] = role
     seen_mps: set[str] = set()
     reasons: list[str] = []
