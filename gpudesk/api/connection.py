@@ -97,6 +97,20 @@ def _start_failure(home: Home, offset: int) -> str | None:
     return " ".join(found) if found and "Traceback" not in text else None
 
 
+def daemon_args(
+    home: Home, station: StationConfig | None, system_args: tuple[str, ...] = ()
+) -> list[str]:
+    """The engine daemon's command line for `home` (`gpudesk.engine.daemon.main`)."""
+    if home.system_socket is not None:
+        args = ["--system", "--state-dir", str(home.root), "--socket", str(home.system_socket)]
+        args += system_args
+    else:
+        args = ["--home", str(home.root)]
+    if station is not None:
+        args += ["--station", json.dumps(station.to_dict())]
+    return args
+
+
 def start_engine(
     home: Home,
     station: StationConfig | None = None,
@@ -110,20 +124,7 @@ def start_engine(
         (station or StationConfig()).with_env_override()
     except ValueError as exc:
         raise EngineError(str(exc), "invalid_args") from None
-    if home.system_socket is not None:
-        argv = module_argv(
-            "gpudesk.engine.daemon",
-            "--system",
-            "--state-dir",
-            str(home.root),
-            "--socket",
-            str(home.system_socket),
-            *system_args,
-        )
-    else:
-        argv = module_argv("gpudesk.engine.daemon", "--home", str(home.root))
-    if station is not None:
-        argv += ["--station", json.dumps(station.to_dict())]
+    argv = module_argv("gpudesk.engine.daemon", *daemon_args(home, station, system_args))
     try:
         home.ensure()
         log = open_state_file(home.engine_log, os.O_WRONLY | os.O_APPEND | os.O_CREAT)

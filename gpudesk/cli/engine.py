@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from pathlib import Path
@@ -15,7 +14,6 @@ from gpudesk.paths import SYSTEM_GROUP, SYSTEM_SOCKET, SYSTEM_STATE_DIR
 
 if TYPE_CHECKING:
     from gpudesk.engine.station import StationConfig
-    from gpudesk.paths import Home
 
 engine_app = typer.Typer(help="Start, stop and inspect the engine daemon.", no_args_is_help=True)
 
@@ -66,7 +64,7 @@ def engine_start(
 ) -> None:
     """Start the engine for this GPUDESK_HOME (one per home), or with --system the station's
     engine for a whole group."""
-    from gpudesk.api.connection import engine_pid, start_engine
+    from gpudesk.api.connection import daemon_args, engine_pid, start_engine
     from gpudesk.paths import Home
 
     if system:
@@ -90,12 +88,8 @@ def engine_start(
 
         from gpudesk.engine import daemon
 
-        if system:
-            argv = ["--system", "--state-dir", str(state_dir), "--socket", str(socket)]
-            argv += list(system_args)
-            if station is not None:
-                argv += ["--station", json.dumps(station.to_dict())]
-            raise typer.Exit(daemon.main(argv))
+        if system:  # the daemon's own entry: it checks the group and sets up its logging
+            raise typer.Exit(daemon.main(daemon_args(home, station, system_args)))
         logging.basicConfig(
             stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s"
         )
@@ -142,7 +136,12 @@ def engine_status(json_out: bool = typer.Option(False, "--json", help="Print JSO
     if pid is None:
         if json_out:
             print_json(
-                {"running": False, "kind": kind, "home": str(home.root), **_socket_field(home)}
+                {
+                    "running": False,
+                    "kind": kind,
+                    "home": str(home.root),
+                    "socket": str(home.control_socket),
+                }
             )
         else:
             print(f"engine: not running ({home.description})")
@@ -155,7 +154,10 @@ def engine_status(json_out: bool = typer.Option(False, "--json", help="Print JSO
             fail(str(exc))
         fail(f"the engine (pid {pid}) holds the lock but does not answer: {exc}")
     if json_out:
-        print_json({"running": True, "kind": kind, **_socket_field(home), **to_builtins(status)})
+        print_json(
+            {"running": True, "kind": kind, "socket": str(home.control_socket)}
+            | to_builtins(status)
+        )
         return
     station = status.station
     print(
@@ -188,7 +190,3 @@ def engine_status(json_out: bool = typer.Option(False, "--json", help="Print JSO
     for change in status.station_changes:
         stamp = time.strftime("%Y-%m-%d %H:%M", time.localtime(change.ts))
         print(f"changed: {stamp} {change.message}")
-
-
-def _socket_field(home: Home) -> dict[str, str]:
-    return {"socket": str(home.control_socket)}
