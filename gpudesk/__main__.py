@@ -1,3 +1,3 @@
-from gpudesk.cli.main import main
+from gpudesk.cli.entry import main
 
 main()

@@ -18,14 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from gpudesk.cli.common import (
-    EXIT_FAILED,
-    EXIT_USAGE,
-    current_home,
-    engine_client,
-    fail,
-    print_json,
-)
+from gpudesk.cli.common import current_home, engine_client, fail, print_json
+from gpudesk.cli.exit_codes import EXIT_FAILED, EXIT_USAGE
 
 if TYPE_CHECKING:
     from gpudesk.engine.placement.calibration import AloneMeasurement, Plan, Report

@@ -13,14 +13,11 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import typer
 
+from gpudesk.cli.exit_codes import EXIT_FAILED
+
 if TYPE_CHECKING:
     from gpudesk.api.client import Client
     from gpudesk.paths import Home
-
-EXIT_FAILED = 1  # the command ran but something it did failed (a job, the engine)
-EXIT_USAGE = 2  # bad input: a profile, an argument
-EXIT_NOT_RUNNING = 3  # `engine status`: no engine runs for this home
-EXIT_INTERRUPTED = 130
 
 
 class CliError(Exception):

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import typer
 
-from gpudesk.cli.common import EXIT_USAGE, fail
+from gpudesk.cli.common import fail
+from gpudesk.cli.exit_codes import EXIT_USAGE
 
 desk_app = typer.Typer()
 

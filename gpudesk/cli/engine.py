@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from gpudesk.cli.common import EXIT_NOT_RUNNING, EXIT_USAGE, current_home, fail, print_json
+from gpudesk.cli.common import current_home, fail, print_json
+from gpudesk.cli.exit_codes import EXIT_NOT_RUNNING, EXIT_USAGE
 from gpudesk.paths import SYSTEM_GROUP, SYSTEM_SOCKET, SYSTEM_STATE_DIR
 
 if TYPE_CHECKING:

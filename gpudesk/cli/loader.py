@@ -8,7 +8,8 @@ from typing import Annotated
 
 import typer
 
-from gpudesk.cli.common import EXIT_FAILED, factory_kwargs, fail
+from gpudesk.cli.common import factory_kwargs, fail
+from gpudesk.cli.exit_codes import EXIT_FAILED
 
 loader_app = typer.Typer(
     help="Shared data loaders: one producer per dataset.", no_args_is_help=True

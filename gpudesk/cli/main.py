@@ -27,12 +27,8 @@ from gpudesk.cli import (
     simulate,
     top,
 )
-from gpudesk.cli.common import (
-    EXIT_FAILED,
-    EXIT_INTERRUPTED,
-    CliError,
-    reflow_help,
-)
+from gpudesk.cli.common import CliError, reflow_help
+from gpudesk.cli.exit_codes import EXIT_FAILED, EXIT_INTERRUPTED
 
 app = typer.Typer(
     name="gpudesk",

@@ -14,14 +14,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from gpudesk.cli.common import (
-    EXIT_FAILED,
-    EXIT_USAGE,
-    engine_client,
-    fail,
-    print_json,
-    print_model,
-)
+from gpudesk.cli.common import engine_client, fail, print_json, print_model
+from gpudesk.cli.exit_codes import EXIT_FAILED, EXIT_USAGE
 from gpudesk.units import MIB_PER_GIB
 
 if TYPE_CHECKING:

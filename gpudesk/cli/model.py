@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from gpudesk.cli.common import EXIT_FAILED, EXIT_USAGE, engine_client, fail, print_model
+from gpudesk.cli.common import engine_client, fail, print_model
+from gpudesk.cli.exit_codes import EXIT_FAILED, EXIT_USAGE
 
 if TYPE_CHECKING:
     from gpudesk.api.models import GpuModelView, ModelShowResult

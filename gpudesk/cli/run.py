@@ -8,14 +8,8 @@ from pathlib import Path
 
 import typer
 
-from gpudesk.cli.common import (
-    EXIT_FAILED,
-    EXIT_INTERRUPTED,
-    EXIT_USAGE,
-    engine_client,
-    fail,
-    print_json,
-)
+from gpudesk.cli.common import engine_client, fail, print_json
+from gpudesk.cli.exit_codes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE
 
 run_app = typer.Typer()
 

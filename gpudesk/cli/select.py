@@ -11,14 +11,8 @@ from typing import Annotated, Any
 
 import typer
 
-from gpudesk.cli.common import (
-    EXIT_FAILED,
-    EXIT_INTERRUPTED,
-    EXIT_USAGE,
-    engine_client,
-    factory_kwargs,
-    fail,
-)
+from gpudesk.cli.common import engine_client, factory_kwargs, fail
+from gpudesk.cli.exit_codes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE
 from gpudesk.units import J_PER_WH
 
 select_app = typer.Typer(

@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from gpudesk.cli.common import EXIT_FAILED, EXIT_USAGE, fail, print_json
+from gpudesk.cli.common import fail, print_json
+from gpudesk.cli.exit_codes import EXIT_FAILED, EXIT_USAGE
 
 if TYPE_CHECKING:
     from gpudesk.engine.simulator import SimResult

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import sys
+
 import typer
 
-from gpudesk.cli.common import EXIT_USAGE, current_home, fail
+from gpudesk.cli.common import current_home, fail
+from gpudesk.cli.exit_codes import EXIT_USAGE
 
 top_app = typer.Typer()
 
@@ -24,3 +27,6 @@ def top(
         run_top(current_home(), once=once, as_json=json_out, interval=interval)
     except ValueError as exc:
         fail(str(exc), EXIT_USAGE)
+    except KeyboardInterrupt:
+        # Ctrl-C is how top is left, even while it is still starting or closing
+        sys.stdout.write("\n")

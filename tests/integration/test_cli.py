@@ -77,6 +77,27 @@ def test_help_is_fast_to_import_and_never_loads_torch() -> None:
     assert result.stdout.strip().endswith("NO-TORCH\nNO-MIG")  # the MIG layer loads on use
 
 
+def test_ctrl_c_while_the_cli_still_loads_exits_130_without_a_traceback() -> None:
+    # Ctrl-C lands inside an import (typer here) the way it does when pressed in the first
+    # few hundred milliseconds of `gpudesk top`
+    code = (
+        "import builtins, sys\n"
+        "real_import = builtins.__import__\n"
+        "def interrupted(name, *args, **kwargs):\n"
+        "    if name == 'typer':\n        raise KeyboardInterrupt\n"
+        "    return real_import(name, *args, **kwargs)\n"
+        "builtins.__import__ = interrupted\n"
+        "sys.argv = ['gpudesk', 'top']\n"
+        "from gpudesk.cli.entry import main\n"
+        "main()\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 130, result.stderr
+    assert "Traceback" not in result.stderr and "KeyboardInterrupt" not in result.stderr
+
+
 def test_run_a_profile_to_completion(engine: EngineHandle, tmp_path: Path) -> None:
     profile = write_profile(
         tmp_path,

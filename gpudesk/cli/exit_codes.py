@@ -1,0 +1,7 @@
+"""The exit codes every `gpudesk` command shares (standard library only: the entry point loads it
+before typer)."""
+
+EXIT_FAILED = 1  # the command ran but something it did failed (a job, the engine)
+EXIT_USAGE = 2  # bad input: a profile, an argument
+EXIT_NOT_RUNNING = 3  # `engine status`: no engine runs for this home
+EXIT_INTERRUPTED = 130  # 128 + SIGINT: Ctrl-C
