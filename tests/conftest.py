@@ -42,6 +42,24 @@ def wait_for(
         time.sleep(interval)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _no_cgroup_folder_left_behind() -> Iterator[None]:
+    """An engine stops by removing its home's cgroup folder; one a test killed or ran in-process
+    leaves it behind. After the session, the folders it made are emptied and removed."""
+    mount = containment.v2_mount()
+    hierarchy = Path(mount) if mount else None
+    before = set(hierarchy.glob("gpudesk-u*")) if hierarchy is not None else set()
+    yield
+    if hierarchy is None:
+        return
+    for folder in set(hierarchy.glob("gpudesk-u*")) - before:
+        for cgroup in folder.glob("job-*"):
+            containment.kill_all(cgroup)
+            containment.remove(cgroup, wait=2.0)
+        with contextlib.suppress(OSError):
+            folder.rmdir()
+
+
 def processes_in_group(pgid: int) -> list[psutil.Process]:
     """Written apart from gpudesk.engine.hostmetrics.group_processes on purpose: the tests'
     oracle for "no process survives" must not share a bug with the code it checks."""
