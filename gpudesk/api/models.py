@@ -121,6 +121,7 @@ class JobSpecView(WireModel, frozen=True):
     priority: int
     max_attempts: int
     group: str | None
+    after: list[int] = []  # jobs that must succeed first
 
 
 class UsageFigures(WireModel, frozen=True):
@@ -193,6 +194,23 @@ class JobView(WireModel, frozen=True):
     @property
     def terminal(self) -> bool:
         return self.state in ("succeeded", "failed", "cancelled")
+
+    @property
+    def exit_status(self) -> int:
+        """What `gpudesk wait` and `logs -f` exit with once the job has ended: 0 when it
+        succeeded; its own exit code when it ended with one (128 + N when signal N killed it);
+        1 otherwise (it could not start, was lost, or was cancelled before it ran)."""
+        if self.state == "succeeded":
+            return 0
+        if self.exit_code is not None and 0 < self.exit_code < 256:
+            return self.exit_code
+        return 1
+
+    @property
+    def outcome(self) -> str:
+        """One line for a job that has ended: `job 3 (prep) failed: exit code 4`."""
+        why = f": {self.reason}" if self.reason else ""
+        return f"job {self.id} ({self.name}) {self.state}{why}"
 
 
 class DemandView(WireModel, frozen=True):

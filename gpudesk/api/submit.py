@@ -161,11 +161,20 @@ def wait_for_jobs(
     *,
     poll_s: float = POLL_S,
     stop: Callable[[], bool] | None = None,
+    on_end: Callable[[JobView], None] | None = None,
+    usage: bool = True,
 ) -> list[JobView]:
-    """Poll until every job has ended; the jobs (with their usage). Raises WaitStopped when
+    """Poll until every job has ended; the jobs (with their usage unless `usage` is False).
+    `on_end` hears of each job once, when it is first seen ended. Raises WaitStopped when
     `stop()` says so first."""
+    heard: set[int] = set()
     while True:
-        jobs = client.jobs(ids=list(ids), usage=True)
+        jobs = client.jobs(ids=list(ids), usage=usage)
+        if on_end is not None:
+            for job in jobs:
+                if job.terminal and job.id not in heard:
+                    heard.add(job.id)
+                    on_end(job)
         if all(job.terminal for job in jobs):
             return jobs
         if stop is not None and stop():

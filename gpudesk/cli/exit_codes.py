@@ -4,4 +4,5 @@ before typer)."""
 EXIT_FAILED = 1  # the command ran but something it did failed (a job, the engine)
 EXIT_USAGE = 2  # bad input: a profile, an argument
 EXIT_NOT_RUNNING = 3  # `engine status`: no engine runs for this home
+EXIT_TIMED_OUT = 124  # `wait --timeout`: as timeout(1)
 EXIT_INTERRUPTED = 130  # 128 + SIGINT: Ctrl-C

@@ -1,5 +1,5 @@
-"""Job control: `gpudesk submit / queue / show / logs / cancel / hold / release / priority /
-requeue`. Each command parses, asks the engine, prints."""
+"""Job control: `gpudesk submit / queue / show / logs / wait / cancel / hold / release /
+priority / requeue`. Each command parses, asks the engine, prints."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from gpudesk.cli.common import engine_client, fail, print_json
-from gpudesk.cli.exit_codes import EXIT_FAILED, EXIT_USAGE
+from gpudesk.cli.exit_codes import EXIT_FAILED, EXIT_TIMED_OUT, EXIT_USAGE
 
 if TYPE_CHECKING:
     from gpudesk.api.models import ActionOutcome, AlternativeView, JobView, UsageSummary
@@ -65,6 +65,12 @@ def submit(
         None, "--workdir", "-C", help="Working directory (default: here)."
     ),
     shell: bool = typer.Option(False, "--shell", help="Run COMMAND (one string) with /bin/sh."),
+    after: list[str] = typer.Option(
+        [],
+        "--after",
+        help="Start only once these jobs have succeeded (ids or names, comma-separated or "
+        "repeated); if one fails or is cancelled, this job is cancelled.",
+    ),
     json_out: bool = typer.Option(False, "--json", help="Print the new job as JSON."),
 ) -> None:
     """Queue one job: gpudesk submit [OPTIONS] -- COMMAND [ARGS]..."""
@@ -101,7 +107,22 @@ def submit(
         fail(f"{option}: {exc.message}", EXIT_USAGE)
     if not cwd.is_dir():
         fail(f"--workdir: {cwd} is not a directory", EXIT_USAGE)
+    refs = [ref.strip() for value in after for ref in value.split(",")]
+    if any(not ref for ref in refs):
+        fail(
+            "--after: expected job ids or names separated by commas, e.g. --after 3,prep",
+            EXIT_USAGE,
+        )
     with engine_client() as client:
+        if refs:  # names become ids here: the job waits for those jobs, not later namesakes
+            ids = [
+                int(ref) if ref.isascii() and ref.isdigit() else client.show(ref).job.id
+                for ref in refs
+            ]
+            try:
+                spec = JobSpec.from_dict({**raw, "after": ids})
+            except SpecError as exc:
+                fail(f"--after: {exc.message}", EXIT_USAGE)
         (job_id,) = submit_specs(client, [spec])
     if json_out:
         print_json({"id": job_id, "name": spec.name})
@@ -346,9 +367,48 @@ def logs(
             return
         follower = LogFollower(client, data.job.id, sys.stdout)
         if follow and attempt is None:
-            follower.follow()
+            ended = follower.follow()
         else:
             follower.dump(attempts[-1])
+            return
+    # like `tail --pid` plus the job's own status, so `gpudesk logs -f 3 && next` chains
+    raise typer.Exit(ended.exit_status)
+
+
+@jobs_app.command()
+def wait(
+    jobs: list[str] = typer.Argument(..., help="Job ids or names."),
+    timeout: float | None = typer.Option(
+        None, "--timeout", min=0, help="Give up after this many seconds (exit 124)."
+    ),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Print nothing; only exit."),
+) -> None:
+    """Wait until jobs end; exit 0 if all succeeded, else with the status of the first one
+    (in the order given) that did not: its exit code, 128+N if signal N killed it, or 1."""
+    from gpudesk.api.submit import WaitStopped, wait_for_jobs
+
+    deadline = None if timeout is None else time.monotonic() + timeout
+    with engine_client() as client:
+        ids: list[int] = []
+        for ref in jobs:  # every job resolved first: one unknown job, and none is waited for
+            job_id = client.show(ref).job.id
+            if job_id not in ids:
+                ids.append(job_id)
+        try:
+            ended = wait_for_jobs(
+                client,
+                ids,
+                stop=None if deadline is None else lambda: time.monotonic() >= deadline,
+                on_end=None if quiet else lambda job: print(job.outcome, flush=True),
+                usage=False,
+            )
+        except WaitStopped:
+            if not quiet:
+                print(f"gave up after {timeout:g} s; some jobs have not ended", file=sys.stderr)
+            raise typer.Exit(EXIT_TIMED_OUT) from None
+    by_id = {job.id: job for job in ended}
+    failed = [by_id[job_id] for job_id in ids if by_id[job_id].exit_status != 0]
+    raise typer.Exit(failed[0].exit_status if failed else 0)
 
 
 # ------------------------------------------------------------------- job control

@@ -24,7 +24,7 @@ from gpudesk.units import byte_size
 
 if TYPE_CHECKING:
     from gpudesk.api.client import Client
-    from gpudesk.api.models import AttemptView
+    from gpudesk.api.models import AttemptView, JobView
 
 POLL_S = 0.2
 
@@ -96,9 +96,9 @@ class LogFollower:
             self._emit(piece)
         self._finish()
 
-    def follow(self) -> None:
+    def follow(self) -> JobView:
         """Print the latest attempt's log as it grows; move to the next attempt on a retry;
-        return once the job has ended and its output is drained."""
+        once the job has ended and its output is drained, print how it ended and return it."""
         attempt_no, stream = 0, None
         while True:
             data = self.client.show(self.job_id)
@@ -114,7 +114,8 @@ class LogFollower:
                 self._drain(stream)
             if data.job.terminal:
                 self._finish()
-                return
+                self._note(data.job.outcome)
+                return data.job
             time.sleep(POLL_S)
 
     def _drain(self, stream: LogReader) -> None:

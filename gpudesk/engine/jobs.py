@@ -19,6 +19,8 @@ MAX_ENV_VARS = 4096
 MAX_ENV_BYTES = 1024 * 1024
 MAX_GPUS = 64
 MAX_ATTEMPTS = 100
+MAX_AFTER = 100  # dependencies of one job
+MAX_JOB_ID = 2**63 - 1  # the largest id SQLite stores
 PRIORITY_RANGE = (-1000, 1000)
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -251,6 +253,21 @@ def check_bool(value: Any) -> bool:
     return value
 
 
+def check_after(value: Any) -> tuple[int, ...]:
+    """The ids of the jobs a job waits for, in the order given, each once."""
+    if isinstance(value, bool) or not isinstance(value, (list, tuple)):
+        raise ValueError(f"expected a list of job ids, found {describe(value)}")
+    if len(value) > MAX_AFTER:
+        raise ValueError(f"expected at most {MAX_AFTER} jobs, found {len(value)}")
+    ids: list[int] = []
+    for item in value:
+        if isinstance(item, bool) or not isinstance(item, int) or not 1 <= item <= MAX_JOB_ID:
+            raise ValueError(f"expected job ids (whole numbers from 1), found {describe(item)}")
+        if item not in ids:
+            ids.append(item)
+    return tuple(ids)
+
+
 check_gpus = whole_number_in(0, MAX_GPUS)
 check_priority = whole_number_in(*PRIORITY_RANGE)
 check_max_attempts = whole_number_in(1, MAX_ATTEMPTS)
@@ -275,11 +292,15 @@ class JobSpec:
     priority: int = 0
     max_attempts: int = 1
     group: str | None = None  # the run (profile invocation) a job belongs to
+    # Job ids that must succeed before this one may start (pueue's --after, Slurm's afterok);
+    # one of them failing or being cancelled cancels this job, which then never runs.
+    after: tuple[int, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         data = {f.name: getattr(self, f.name) for f in fields(self)}  # asdict deep-copies: slow
         data["command"] = list(self.command)
         data["env"] = dict(self.env)
+        data["after"] = list(self.after)
         return data
 
     @classmethod
@@ -313,7 +334,14 @@ class JobSpec:
     def from_stored(cls, data: Mapping[str, Any]) -> JobSpec:
         """Rebuild a spec the store wrote from a validated one: no checks, since listing a
         long queue reads every row and re-validating each one costs more than the query."""
-        return cls(**{**data, "command": tuple(data["command"]), "env": dict(data["env"])})
+        return cls(
+            **{
+                **data,
+                "command": tuple(data["command"]),
+                "env": dict(data["env"]),
+                "after": tuple(data.get("after", ())),  # specs stored before dependencies had none
+            }
+        )
 
 
 def _checked(key: str, check: Callable[[Any], Any], value: Any) -> Any:
@@ -335,6 +363,7 @@ _CHECKS: dict[str, Callable[[Any], Any]] = {
     "selection": check_selection,
     "priority": check_priority,
     "max_attempts": check_max_attempts,
+    "after": check_after,
 }
 _FIELDS = frozenset({"name", "command", "shell", "group", *_CHECKS})
 FIELD_CHECKS: Mapping[str, Callable[[Any], Any]] = _CHECKS

@@ -314,6 +314,13 @@ class RequestHandlers:
                 specs.append(JobSpec.from_dict(raw))
             except SpecError as exc:
                 raise ProtocolError(protocol.INVALID_ARGS, f"jobs[{index}].{exc}") from None
+            for job_id in specs[-1].after:
+                if not self.parts.store.job_exists(job_id):
+                    raise ProtocolError(
+                        protocol.UNKNOWN_JOB,
+                        f"jobs[{index}].after: there is no job {job_id} to run after "
+                        "(gpudesk queue --all lists the jobs)",
+                    )
         base_env = args.get("env")
         if base_env is not None:
             try:

@@ -9,6 +9,7 @@ import logging
 import time
 from dataclasses import dataclass
 
+from gpudesk.engine import dependencies
 from gpudesk.engine.attempts import Attempts
 from gpudesk.engine.events import EventPublisher
 from gpudesk.engine.jobs import JobState
@@ -143,6 +144,9 @@ class Scheduler:
     def explain_wait(self, job: JobRecord) -> str:
         """Why a queued job waits: a per-user limit, else the policy's words, after where fair
         share put it when several users' jobs wait."""
+        dependency = self.queue.blocked.get(job.id)
+        if dependency is not None:
+            return dependencies.waiting_text(dependency)
         over = self._over_gpu_limit(job, self.running_gpus_by_user())
         if over:
             return f"waiting: {over}"
@@ -249,6 +253,7 @@ class Scheduler:
         self.due.pending = False
         if not self.queue:
             return
+        self.settle_dependencies()
         view = self.station_view()
         schedule_pass(
             self._within_limits(self.policy.place(self._placeable(), view)),
@@ -259,6 +264,27 @@ class Scheduler:
                 self.policy.place(self._placeable(), self.station_view())
             ),
         )
+
+    def settle_dependencies(self) -> None:
+        """Find the queued jobs still waiting for the jobs they run after, and cancel those
+        that never can start (and, in turn, the jobs waiting for them)."""
+        while True:
+            blocked: dict[int, JobRecord] = {}
+            cancelled = False
+            for job in self.queue.ordered():
+                if not job.spec.after:
+                    continue
+                found = dependencies.verdict(self.store, job.spec.after)
+                if found.never:
+                    self.queue.remove(job.id)
+                    self.store.finish_queued(job.id, JobState.CANCELLED, found.never)
+                    self.events.job(job.id, found.never)
+                    cancelled = True
+                elif found.waiting_on is not None:
+                    blocked[job.id] = found.waiting_on
+            self.queue.blocked = blocked
+            if not cancelled:
+                return
 
     def _placeable(self) -> list[JobRecord]:
         jobs = self.queue.placeable()

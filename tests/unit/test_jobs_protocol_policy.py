@@ -52,6 +52,12 @@ def record(
         ({"name": "x", "command": ["a\x00b"]}, "command", "NUL"),
         ({"name": "x", "command": ["a"], "colour": "red"}, "colour", "unknown"),
         ({"command": ["a"]}, "name", "missing"),
+        ({"name": "x", "command": ["a"], "after": 3}, "after", "list of job ids"),
+        ({"name": "x", "command": ["a"], "after": ["prep"]}, "after", "whole numbers from 1"),
+        ({"name": "x", "command": ["a"], "after": [0]}, "after", "whole numbers from 1"),
+        ({"name": "x", "command": ["a"], "after": [True]}, "after", "whole numbers from 1"),
+        ({"name": "x", "command": ["a"], "after": [2**63]}, "after", "whole numbers from 1"),
+        ({"name": "x", "command": ["a"], "after": list(range(1, 102))}, "after", "at most 100"),
     ],
 )
 def test_spec_errors_name_the_field(data: dict, key: str, fragment: str) -> None:
@@ -73,6 +79,7 @@ def test_spec_round_trips_through_a_dict() -> None:
         priority=2,
         max_attempts=3,
         group="run@1",
+        after=(4, 2),
     )
     assert JobSpec.from_dict(json.loads(json.dumps(spec.to_dict()))) == spec
     assert JobSpec.from_stored(json.loads(json.dumps(spec.to_dict()))) == spec

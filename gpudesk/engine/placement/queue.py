@@ -2,7 +2,8 @@
 then first come) so the policy gets an ordered queue without a sort on every decision.
 
 A held job stays in the queue at its place (so releasing it puts it back where it was) but is
-not placeable. A changed job (held, released, a new priority) is re-added: `add` replaces."""
+not placeable; so does a job waiting for the jobs it runs after (`blocked`). A changed job
+(held, released, a new priority) is re-added: `add` replaces."""
 
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ class JobQueue:
     def __init__(self, jobs: Iterable[JobRecord] = ()) -> None:
         self._jobs: dict[int, JobRecord] = {}
         self._keys: list[tuple[int, int]] = []
+        # queued job id -> the job it waits for (`after`), as the scheduler last found it
+        self.blocked: dict[int, JobRecord] = {}
         for job in jobs:
             self.add(job)
 
@@ -52,8 +55,9 @@ class JobQueue:
         return [self._jobs[job_id] for _, job_id in self._keys]
 
     def placeable(self) -> list[JobRecord]:
-        """The queued jobs a policy may start (not held), in placement order."""
-        return [job for job in self.ordered() if not job.held]
+        """The queued jobs a policy may start (not held, not waiting for another job), in
+        placement order."""
+        return [job for job in self.ordered() if not job.held and job.id not in self.blocked]
 
     def __len__(self) -> int:
         return len(self._jobs)

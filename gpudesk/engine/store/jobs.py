@@ -94,6 +94,11 @@ class JobTables(StoreConnection):
             raise UnknownJob(f"no job with id {job_id}")
         return read_job(row)
 
+    def job_exists(self, job_id: int) -> bool:
+        return (
+            self._conn.execute("SELECT 1 FROM jobs WHERE id = ?", (job_id,)).fetchone() is not None
+        )
+
     def jobs_named(self, name: str) -> list[JobRecord]:
         rows = self._conn.execute("SELECT * FROM jobs WHERE name = ? ORDER BY id", (name,))
         return [read_job(r) for r in rows]

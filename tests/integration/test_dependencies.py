@@ -1,0 +1,127 @@
+"""Job dependencies and waiting on the real daemon: `submit --after` (ids or names), a failed
+or cancelled dependency cancelling what runs after it, `gpudesk wait` and `logs -f` exiting
+with the job's status."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import EngineHandle, wait_for
+
+GPUDESK = [sys.executable, "-m", "gpudesk"]
+
+
+def gpudesk(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([*GPUDESK, *args], capture_output=True, text=True, timeout=60)
+
+
+def submitted_id(result: subprocess.CompletedProcess) -> int:
+    assert result.returncode == 0, result.stderr
+    return int(result.stdout.split()[2])  # "submitted job 3 (name)"
+
+
+def test_a_chain_runs_in_order_and_a_failure_cancels_what_runs_after_it(
+    engine: EngineHandle, tmp_path: Path
+) -> None:
+    trace = tmp_path / "trace"
+    first = submitted_id(
+        gpudesk("submit", "--name", "prep", "--", "sh", "-c", f"sleep 0.5; echo prep >> {trace}")
+    )
+    second = submitted_id(
+        gpudesk(
+            "submit",
+            "--name",
+            "train",
+            "--after",
+            "prep",
+            "--",
+            "sh",
+            "-c",
+            f"echo train >> {trace}",
+        )
+    )
+    broken = submitted_id(gpudesk("submit", "--name", "broken", "--", "sh", "-c", "exit 4"))
+    # one by id and one by name, comma-separated: both must succeed first
+    child = submitted_id(
+        gpudesk("submit", "--name", "child", "--after", f"{second},broken", "--", "true")
+    )
+    grandchild = submitted_id(
+        gpudesk("submit", "--name", "grandchild", "--after", str(child), "--", "true")
+    )
+
+    waited = gpudesk("wait", str(second), str(grandchild), str(first))
+    # the first of the jobs named that did not succeed is grandchild: cancelled, never ran
+    assert waited.returncode == 1, waited.stderr
+    assert trace.read_text() == "prep\ntrain\n"
+    prep, train = engine.show(first)["job"], engine.show(second)["job"]
+    assert train["started_at"] >= prep["ended_at"]
+    assert train["spec"]["after"] == [first]
+    shown = engine.show(child)["job"]
+    assert shown["state"] == "cancelled" and shown["started_at"] is None
+    assert (
+        shown["reason"] == f"job {broken} (broken), which it runs after, failed; this job never ran"
+    )
+    assert engine.show(grandchild)["job"]["reason"] == (
+        f"job {child} (child), which it runs after, cancelled; this job never ran"
+    )
+    lines = waited.stdout.splitlines()
+    assert f"job {second} (train) succeeded: exit code 0" in lines
+    assert any(line.startswith(f"job {grandchild} (grandchild) cancelled: ") for line in lines)
+
+
+def test_a_waiting_job_says_what_it_waits_for(engine: EngineHandle, tmp_path: Path) -> None:
+    gate = tmp_path / "gate"
+    blocker = submitted_id(
+        gpudesk(
+            "submit",
+            "--name",
+            "blocker",
+            "--",
+            "sh",
+            "-c",
+            f"while [ ! -e {gate} ]; do sleep 0.02; done",
+        )
+    )
+    after = submitted_id(
+        gpudesk("submit", "--name", "after", "--after", str(blocker), "--", "true")
+    )
+    engine.wait_state(blocker, "running")
+    # a free slot is there (2 slots), yet it waits
+    waiting = wait_for(lambda: engine.show(after)["waiting"], 10.0, what="a waiting reason")
+    assert waiting == f"waiting: runs after job {blocker} (blocker), which is running"
+    assert engine.show(after)["job"]["state"] == "queued"
+    gate.touch()
+    assert gpudesk("wait", "after").returncode == 0
+
+
+def test_wait_and_logs_follow_exit_with_the_jobs_status(engine: EngineHandle) -> None:
+    job = submitted_id(gpudesk("submit", "--name", "four", "--", "sh", "-c", "echo out; exit 4"))
+    assert gpudesk("wait", str(job)).returncode == 4
+    follow = gpudesk("logs", "-f", str(job))
+    assert follow.returncode == 4
+    assert follow.stdout.splitlines() == [
+        "out",
+        f"--- gpudesk: job {job} (four) failed: exit code 4 ---",
+    ]
+    killed = submitted_id(gpudesk("submit", "--name", "killed", "--", "sh", "-c", "kill -9 $$"))
+    assert gpudesk("wait", "-q", str(killed)).returncode == 128 + 9
+    slow = submitted_id(gpudesk("submit", "--name", "slow", "--", "sleep", "30"))
+    timed_out = gpudesk("wait", "--timeout", "0.3", str(slow))
+    assert timed_out.returncode == 124
+    assert "gave up after 0.3 s" in timed_out.stderr
+    gpudesk("cancel", str(slow))
+
+
+def test_an_unknown_dependency_or_a_bad_list_queues_nothing(engine: EngineHandle) -> None:
+    missing = gpudesk("submit", "--after", "999", "--", "true")
+    assert missing.returncode != 0
+    assert "there is no job 999 to run after" in missing.stderr
+    empty = gpudesk("submit", "--after", "1,", "--", "true")
+    assert empty.returncode == 2 and "--after: expected job ids or names" in empty.stderr
+    unknown_name = gpudesk("submit", "--after", "nosuchjob", "--", "true")
+    assert unknown_name.returncode != 0 and "Traceback" not in unknown_name.stderr
+    assert engine.client.request("jobs")["jobs"] == []
+    unknown_wait = gpudesk("wait", "nosuchjob")
+    assert unknown_wait.returncode != 0 and "Traceback" not in unknown_wait.stderr
