@@ -16,6 +16,7 @@ from __future__ import annotations
 import codecs
 import errno
 import os
+import sys
 import time
 from typing import TYPE_CHECKING, Protocol, TextIO
 
@@ -114,7 +115,7 @@ class LogFollower:
                 self._drain(stream)
             if data.job.terminal:
                 self._finish()
-                self._note(data.job.outcome)
+                self._ended(data.job)
                 return data.job
             time.sleep(POLL_S)
 
@@ -140,6 +141,14 @@ class LogFollower:
             self.out.write("\n")
             self._line_open = False
         print(f"--- gpudesk: {text} ---", file=self.out, flush=True)
+
+    def _ended(self, job: JobView) -> None:
+        """How the job ended, on stderr: stdout stays the job's output (`logs -f 3 > out`)."""
+        if self._line_open:
+            self.out.write("\n")
+            self._line_open = False
+            self.out.flush()
+        print(f"--- gpudesk: {job.outcome} ---", file=sys.stderr, flush=True)
 
     def _finish(self) -> None:
         rest = self._decoder.decode(b"", final=True)
