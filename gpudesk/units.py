@@ -6,6 +6,8 @@ benchmarks may all import it.
 
 from __future__ import annotations
 
+import re
+
 J_PER_WH = 3600.0  # joules in a watt-hour
 J_PER_KWH = 1000.0 * J_PER_WH
 MIB = 1024.0  # MiB per GiB, and KiB per MiB: memory is counted in MiB throughout
@@ -26,3 +28,43 @@ def byte_size(n: int) -> str:
 def carbon_g(joules: float | None, g_per_kwh: float) -> float | None:
     """Grams of CO2e for `joules` at a grid intensity of `g_per_kwh`; None for unknown energy."""
     return None if joules is None else joules / J_PER_KWH * g_per_kwh
+
+
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)([dhms])")
+_UNIT_S = {"d": 86400.0, "h": 3600.0, "m": 60.0, "s": 1.0}
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in a time limit written as sbatch's --time takes it (`90` is 90 minutes, `90:00`
+    minutes:seconds, `1:30:00`, `2-0`, `2-12:00`, `2-12:00:00`) or with units (`90s`, `30m`,
+    `1h30m`, `2d`). Raises ValueError saying what is accepted."""
+    value = text.strip().lower()
+    try:
+        if _DURATION_PART.fullmatch(value) or (
+            value and "".join(m.group(0) for m in _DURATION_PART.finditer(value)) == value
+        ):
+            return sum(float(n) * _UNIT_S[unit] for n, unit in _DURATION_PART.findall(value))
+        days = 0.0
+        if "-" in value:
+            day_text, value = value.split("-", 1)
+            days = float(int(day_text))
+            parts = [int(p) for p in value.split(":")]
+            if not 1 <= len(parts) <= 3:
+                raise ValueError
+            hours, minutes, seconds = [*parts, 0, 0][:3]
+        else:
+            parts = [int(p) for p in value.split(":")]
+            if len(parts) == 1:
+                hours, minutes, seconds = 0, parts[0], 0
+            elif len(parts) == 2:
+                hours, (minutes, seconds) = 0, parts
+            elif len(parts) == 3:
+                hours, minutes, seconds = parts
+            else:
+                raise ValueError
+        return days * 86400.0 + hours * 3600.0 + minutes * 60.0 + seconds
+    except ValueError:
+        raise ValueError(
+            f"{text!r} is not a duration: give minutes as sbatch --time does (90, 90:00, "
+            "1:30:00, 2-12:00:00) or units (90s, 30m, 1h30m, 2d)"
+        ) from None

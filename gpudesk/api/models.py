@@ -122,6 +122,7 @@ class JobSpecView(WireModel, frozen=True):
     max_attempts: int
     group: str | None
     after: list[int] = []  # jobs that must succeed first
+    time_limit_s: float | None = None  # wall-clock seconds an attempt may run
 
 
 class UsageFigures(WireModel, frozen=True):

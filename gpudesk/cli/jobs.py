@@ -65,6 +65,14 @@ def submit(
         None, "--workdir", "-C", help="Working directory (default: here)."
     ),
     shell: bool = typer.Option(False, "--shell", help="Run COMMAND (one string) with /bin/sh."),
+    time_limit: str | None = typer.Option(
+        None,
+        "--time",
+        "-t",
+        help="Wall-clock limit, as sbatch --time takes it (90 is 90 minutes; 1:30:00, "
+        "2-12:00:00) or with units (90s, 30m, 2h): then SIGTERM, SIGKILL after 10 s, and "
+        "the job fails as timed out.",
+    ),
     after: list[str] = typer.Option(
         [],
         "--after",
@@ -98,12 +106,29 @@ def submit(
         "priority": priority,
         "max_attempts": max_attempts,
     }
+    if time_limit is not None:
+        from gpudesk.engine.jobs import MAX_TIME_LIMIT_S
+        from gpudesk.units import parse_duration
+
+        try:
+            seconds = parse_duration(time_limit)
+        except ValueError as exc:
+            fail(f"--time: {exc}", EXIT_USAGE)
+        if not 1 <= seconds <= MAX_TIME_LIMIT_S:
+            fail(
+                f"--time: a time limit is 1 s to 366 days; {time_limit} is {seconds:g} s",
+                EXIT_USAGE,
+            )
+        raw["time_limit_s"] = seconds
     try:
         spec = JobSpec.from_dict(raw)
     except SpecError as exc:
-        option = {"memory_gb": "--mem", "sm_pct": "--sm", "max_attempts": "--max-attempts"}.get(
-            exc.key, f"--{exc.key}"
-        )
+        option = {
+            "memory_gb": "--mem",
+            "sm_pct": "--sm",
+            "max_attempts": "--max-attempts",
+            "time_limit_s": "--time",
+        }.get(exc.key, f"--{exc.key}")
         fail(f"{option}: {exc.message}", EXIT_USAGE)
     if not cwd.is_dir():
         fail(f"--workdir: {cwd} is not a directory", EXIT_USAGE)

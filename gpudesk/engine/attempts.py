@@ -22,7 +22,7 @@ from pathlib import Path
 from gpudesk.engine import diskspace, faults, runner
 from gpudesk.engine.containment import Containment
 from gpudesk.engine.events import EventPublisher
-from gpudesk.engine.jobs import JobState
+from gpudesk.engine.jobs import DEFAULT_CANCEL_GRACE_S, JobState
 from gpudesk.engine.loaders import LoaderSupervisor
 from gpudesk.engine.mps.watch import MpsWatch
 from gpudesk.engine.oom import gpu_oom_line
@@ -67,6 +67,8 @@ class LiveAttempt:
     retry: tuple[int | None, bool] | None = None
     retry_at: float = 0.0
     owner_uid: int | None = None  # its job's owner's uid (None: the engine's own user's)
+    time_limit_s: float | None = None  # its job's time limit
+    timed_out: bool = False  # its time limit passed and it was told to stop
 
     @property
     def uid(self) -> int:
@@ -228,7 +230,9 @@ class Attempts:
         slot = str(attempt.placement.get("slot", "?"))
         gpus = tuple(int(i) for i in attempt.placement.get("gpus", ()))
         live = LiveAttempt(attempt, attempt.pid or 0, attempt.pid_started, slot, gpus)
-        live.owner_uid = self.store.job(attempt.job_id).owner.uid  # whose MPS clients, limits
+        job = self.store.job(attempt.job_id)
+        live.owner_uid = job.owner.uid  # whose MPS clients, limits
+        live.time_limit_s = job.spec.time_limit_s
         if attempt.pid is None:  # the last engine died between starting it and recording it
             return self._recover_unrecorded(live)
         if runner.is_alive(attempt.pid, attempt.pid_started):
@@ -410,6 +414,7 @@ class Attempts:
             placement.gpus,
             is_child=True,
             owner_uid=job.owner.uid,
+            time_limit_s=job.spec.time_limit_s,
         )
         try:
             self.store.attempt_launched(attempt.id, launched.pid, launched.start_time)
@@ -443,6 +448,8 @@ class Attempts:
                 live.kill_at = None
                 self.settle(live, returncode=None, watched=True)
                 continue
+            if live.time_limit_s is not None and not live.timed_out:
+                self._check_time_limit(live)
             if live.kill_at is not None and now >= live.kill_at:
                 log.info(
                     "attempt %d of job %d ignored SIGTERM; sending SIGKILL",
@@ -453,6 +460,21 @@ class Attempts:
                 live.kill_at = None
         if self.disk_full is not None:
             raise self.disk_full
+
+    def _check_time_limit(self, live: LiveAttempt) -> None:
+        """Stop an attempt whose time limit has passed, as a cancel does. Wall-clock time since
+        it started, so an engine restarted meanwhile finds it over the limit all the same."""
+        limit, started = live.time_limit_s, live.attempt.started_at
+        if limit is None or started is None or time.time() - started < limit:
+            return
+        live.timed_out = True
+        self.terminate(live, DEFAULT_CANCEL_GRACE_S)
+        self.store.add_event(
+            "time_limit",
+            f"time limit of {limit:g} s reached: SIGTERM, then SIGKILL after "
+            f"{DEFAULT_CANCEL_GRACE_S:g} s",
+            job_id=live.attempt.job_id,
+        )
 
     def terminate(self, live: LiveAttempt, grace: float) -> None:
         """SIGTERM to every process of the attempt (its cgroup's, else its process group's);
@@ -530,7 +552,8 @@ class Attempts:
             attempt_state, exit_code, signal_number = "exited", record.exit_code, record.signal
             outcome = record.description
         usage = self.telemetry.monitor.usage.get(attempt.id)
-        ending = self._ending(job, attempt, exit_code, outcome, usage)
+        ended_at = record.ended_at if record and record.ended_at else time.time()
+        ending = self._ending(job, attempt, exit_code, outcome, usage, ended_at)
         raised = ending.raised_demand
         self.store.finish_attempt(
             attempt,
@@ -618,12 +641,20 @@ class Attempts:
         exit_code: int | None,
         outcome: str,
         usage: AttemptUsage | None,
+        ended_at: float,
     ) -> Ending:
         oom = gpu_oom_line(attempt.log_path, exit_code) if job.spec.gpus else None
         if job.cancel_requested and exit_code != 0:
             return Ending(JobState.CANCELLED, f"cancelled ({outcome})")
         if exit_code == 0:
             return Ending(JobState.SUCCEEDED, outcome)
+        limit = job.spec.time_limit_s
+        started = attempt.started_at
+        if limit is not None and started is not None and ended_at - started >= limit:
+            return Ending(
+                JobState.FAILED,
+                f"timed out: ran past its time limit of {limit:g} s ({outcome})",
+            )
         if oom and job.attempts_since_requeue < job.spec.max_attempts + OOM_RETRIES:
             # An out-of-memory death is retried whatever max_attempts says: with more memory
             # and a GPU to itself, so the next attempt cannot die the same way or hurt others.

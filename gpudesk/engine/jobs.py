@@ -20,6 +20,10 @@ MAX_ENV_BYTES = 1024 * 1024
 MAX_GPUS = 64
 MAX_ATTEMPTS = 100
 MAX_AFTER = 100  # dependencies of one job
+MAX_TIME_LIMIT_S = 366 * 86400.0
+# What a cancel gives a job between SIGTERM and SIGKILL unless told otherwise, and what a job
+# gets when its time limit passes (Slurm's KillWait does the same, 30 s by default there).
+DEFAULT_CANCEL_GRACE_S = 10.0
 MAX_JOB_ID = 2**63 - 1  # the largest id SQLite stores
 PRIORITY_RANGE = (-1000, 1000)
 
@@ -269,6 +273,7 @@ def check_after(value: Any) -> tuple[int, ...]:
 
 
 check_gpus = whole_number_in(0, MAX_GPUS)
+check_time_limit = number_in(1.0, MAX_TIME_LIMIT_S)
 check_priority = whole_number_in(*PRIORITY_RANGE)
 check_max_attempts = whole_number_in(1, MAX_ATTEMPTS)
 check_memory_gb = number_in(0.0, 16384.0, lo_open=True)
@@ -295,6 +300,9 @@ class JobSpec:
     # Job ids that must succeed before this one may start (pueue's --after, Slurm's afterok);
     # one of them failing or being cancelled cancels this job, which then never runs.
     after: tuple[int, ...] = ()
+    # Wall-clock seconds an attempt may run: then SIGTERM, SIGKILL after DEFAULT_CANCEL_GRACE_S,
+    # and the job fails "timed out" (Slurm's --time; not retried, as Slurm's TIMEOUT is not).
+    time_limit_s: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data = {f.name: getattr(self, f.name) for f in fields(self)}  # asdict deep-copies: slow
@@ -364,6 +372,7 @@ _CHECKS: dict[str, Callable[[Any], Any]] = {
     "priority": check_priority,
     "max_attempts": check_max_attempts,
     "after": check_after,
+    "time_limit_s": check_time_limit,
 }
 _FIELDS = frozenset({"name", "command", "shell", "group", *_CHECKS})
 FIELD_CHECKS: Mapping[str, Callable[[Any], Any]] = _CHECKS

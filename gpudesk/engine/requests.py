@@ -20,6 +20,7 @@ from gpudesk.engine.events import EventPublisher
 from gpudesk.engine.identity import Caller, user_id, user_name
 from gpudesk.engine.job_control import JobControl, JobOutcome
 from gpudesk.engine.jobs import (
+    DEFAULT_CANCEL_GRACE_S,
     PRIORITY_RANGE,
     JobSpec,
     JobState,
@@ -54,7 +55,6 @@ from gpudesk.text import is_text, safe_text
 log = logging.getLogger("gpudesk.engine")
 
 MAX_JOBS_PER_REQUEST = 10_000
-DEFAULT_CANCEL_GRACE_S = 10.0
 MAX_CANCEL_GRACE_S = 3600.0
 MAX_HISTORY_POINTS = 600
 STATION_EVENT = "station"  # the kind of event a change of station settings is stored as

@@ -123,3 +123,29 @@ def test_an_unknown_dependency_or_a_bad_list_queues_nothing(engine: EngineHandle
     assert engine.client.request("jobs")["jobs"] == []
     unknown_wait = gpudesk("wait", "nosuchjob")
     assert unknown_wait.returncode != 0 and "Traceback" not in unknown_wait.stderr
+
+
+def test_a_time_limit_stops_the_job_and_fails_it_as_timed_out(engine: EngineHandle) -> None:
+    script = 'trap "echo stopped; exit 7" TERM; sleep 30 & wait'
+    job = submitted_id(
+        gpudesk("submit", "--time", "1s", "--name", "bounded", "--", "sh", "-c", script)
+    )
+    waited = gpudesk("wait", str(job))
+    assert waited.returncode == 7  # the job's own status after SIGTERM
+    shown = engine.show(job)
+    assert shown["job"]["state"] == "failed"
+    assert shown["job"]["reason"] == "timed out: ran past its time limit of 1 s (exit code 7)"
+    assert shown["job"]["spec"]["time_limit_s"] == 1.0
+    ran = shown["job"]["ended_at"] - shown["job"]["started_at"]
+    assert 1.0 <= ran < 10.0  # stopped at the limit, well before its 30 s sleep
+    assert any(e["kind"] == "time_limit" for e in shown["events"])
+    assert gpudesk("logs", str(job)).stdout == "stopped\n"
+    within = submitted_id(gpudesk("submit", "--time", "1m", "--", "true"))
+    assert gpudesk("wait", str(within)).returncode == 0
+
+
+def test_a_bad_time_limit_is_a_usage_error(engine: EngineHandle) -> None:
+    for text, fragment in (("1x", "is not a duration"), ("0.5s", "1 s to 366 days")):
+        result = gpudesk("submit", "--time", text, "--", "true")
+        assert result.returncode == 2 and fragment in result.stderr, result.stderr
+    assert engine.client.request("jobs")["jobs"] == []
