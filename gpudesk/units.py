@@ -26,3 +26,20 @@ def byte_size(n: int) -> str:
 def carbon_g(joules: float | None, g_per_kwh: float) -> float | None:
     """Grams of CO2e for `joules` at a grid intensity of `g_per_kwh`; None for unknown energy."""
     return None if joules is None else joules / J_PER_KWH * g_per_kwh
+
+
+def watt_hours(joules: float | None) -> str:
+    """Energy for people, in Wh (kWh from 1,000 Wh), as a power bill counts it; JSON keeps
+    joules. "n/a" for unknown energy, "<0.01 Wh" for a measured trace below that."""
+    if joules is None:
+        return "n/a"
+    wh = joules / J_PER_WH
+    if wh >= 1000:
+        return f"{wh / 1000:.2f} kWh"
+    if wh >= 100:
+        return f"{wh:.0f} Wh"
+    if wh >= 10:
+        return f"{wh:.1f} Wh"
+    if wh >= 0.01 or wh <= 0:
+        return f"{max(wh, 0.0):.2f} Wh"
+    return "<0.01 Wh"
