@@ -39,6 +39,7 @@ from gpudesk.engine.jobs import (
 )
 from gpudesk.engine.loaders import LOADER_KEYS, DatasetSpec
 from gpudesk.engine.station import STATION_CHECKS, STATION_KEYS, StationConfig
+from gpudesk.results import Goal
 from gpudesk.toml_lines import BARE_KEY, Key, KeyLines
 
 if sys.version_info >= (3, 11):
@@ -53,6 +54,7 @@ __all__ = [
     "Problem",
     "Profile",
     "ProfileError",
+    "ReportConfig",
     "load_profile",
     "parse_profile",
 ]
@@ -65,7 +67,18 @@ MAX_PROBLEMS_SHOWN = 20
 
 # A key path inside the document: ("jobs", 2, "gpus") is rendered "jobs[2].gpus".
 
-TOP_KEYS = ("name", "description", "station", "defaults", "datasets", "jobs", "sweeps")
+TOP_KEYS = (
+    "name",
+    "description",
+    "station",
+    "defaults",
+    "datasets",
+    "report",
+    "jobs",
+    "sweeps",
+)
+REPORT_KEYS = ("metric", "goal")
+MAX_METRIC_CHARS = 100
 JOB_KEYS = (
     "name",
     "command",
@@ -136,6 +149,14 @@ class DatasetConfig:
 
 
 @dataclass(frozen=True)
+class ReportConfig:
+    """[report]: the result metric (gpudesk.results) a run's report ranks its jobs by."""
+
+    metric: str
+    goal: Goal  # "max": larger is better; "min": smaller is
+
+
+@dataclass(frozen=True)
 class Profile:
     path: Path  # absolute
     name: str
@@ -146,6 +167,7 @@ class Profile:
     # The [station] keys the file names: only these are asked of the engine (a key left out
     # keeps the station's value; `station` holds the defaults for those).
     station_keys: tuple[str, ...] = ()
+    report: ReportConfig | None = None  # None: the report calls no job best
 
 
 def load_profile(path: str | os.PathLike[str]) -> Profile:
@@ -344,6 +366,31 @@ def _check_factory(value: Any) -> str:
     return value
 
 
+def _check_metric(value: Any) -> str:
+    if (
+        not isinstance(value, str)
+        or not value.strip()
+        or len(value) > MAX_METRIC_CHARS
+        or not value.isprintable()
+    ):
+        raise ValueError(
+            "expected the name of a metric in the jobs' `result {json}` line, such as "
+            f'"val_acc" (printable, at most {MAX_METRIC_CHARS} characters), '
+            f"found {describe(value)}"
+        )
+    return value
+
+
+def _check_goal(value: Any) -> Goal:
+    if value == "max":
+        return "max"
+    if value == "min":
+        return "min"
+    raise ValueError(
+        f'expected "max" (larger is better) or "min" (smaller is better), found {describe(value)}'
+    )
+
+
 def _check_description(value: Any) -> str:
     if not isinstance(value, str):
         raise ValueError(f"expected a string, found {describe(value)}")
@@ -459,6 +506,7 @@ class _Builder:
             description = None if checked is _INVALID else checked
         station = self.station(document)
         datasets = self.datasets(document)
+        report = self.report(document)
         self.read_defaults(document)
 
         entries: list[_Entry] = []
@@ -495,7 +543,7 @@ class _Builder:
         jobs = self.expand(entries)
         self.raise_problems()
         station_keys = tuple(k for k in STATION_KEYS if k in (document.get("station") or {}))
-        return Profile(self.path, name, description, station, datasets, jobs, station_keys)
+        return Profile(self.path, name, description, station, datasets, jobs, station_keys, report)
 
     def station(self, document: dict[str, Any]) -> StationConfig:
         if "station" not in document:
@@ -511,6 +559,37 @@ class _Builder:
                 if checked is not _INVALID:
                     values[key] = checked
         return StationConfig(**values)
+
+    def report(self, document: dict[str, Any]) -> ReportConfig | None:
+        if "report" not in document:
+            return None
+        table = self.table(("report",), document["report"], "a [report] table")
+        if table is None:
+            return None
+        self.unknown_keys(("report",), table, REPORT_KEYS)
+        metric = goal = _INVALID
+        if "metric" not in table:
+            self.problem(
+                ("report", "metric"),
+                'missing: name the result metric to rank the jobs by, e.g. metric = "val_acc" '
+                "(a key of the `result {json}` line the jobs print; docs/results.md)",
+                at=("report",),
+            )
+        else:
+            metric = self.check(("report", "metric"), _check_metric, table["metric"])
+        if "goal" not in table:
+            shown = metric if isinstance(metric, str) else "the metric"
+            self.problem(
+                ("report", "goal"),
+                f'missing: say goal = "max" if a larger {shown} is better, or goal = "min" '
+                "if a smaller one is (an accuracy is maxed, a loss minimized)",
+                at=("report",),
+            )
+        else:
+            goal = self.check(("report", "goal"), _check_goal, table["goal"])
+        if metric is _INVALID or goal is _INVALID:
+            return None
+        return ReportConfig(metric, goal)
 
     def datasets(self, document: dict[str, Any]) -> dict[str, DatasetConfig]:
         if "datasets" not in document:

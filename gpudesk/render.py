@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -64,16 +65,27 @@ def table(
     rows: Sequence[Sequence[object]],
     max_widths: dict[int, int] | None = None,
     right: Sequence[int] = (),
+    width: int | None = None,
+    shrink: Sequence[int] = (),
 ) -> str:
-    """A plain table: columns separated by two spaces, clipped to `max_widths` by column index."""
+    """A plain table: columns separated by two spaces, clipped to `max_widths` by column index.
+    Given a `width`, the `shrink` columns (in that order, each down to its header) are clipped
+    further until every line fits in it, where they can."""
     max_widths = max_widths or {}
     cells = [[str(c) for c in headers]] + [["-" if c is None else str(c) for c in r] for r in rows]
     cells = [[clip(c, max_widths.get(i, 10_000)) for i, c in enumerate(r)] for r in cells]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    excess = sum(widths) + 2 * (len(widths) - 1) - (width or 10_000_000)
+    for i in shrink:
+        if excess <= 0:
+            break
+        cut = min(excess, max(0, widths[i] - max(len(str(headers[i])), 4)))
+        widths[i] -= cut
+        excess -= cut
     lines = []
     for row in cells:
         parts = [
-            c.rjust(w) if i in right else c.ljust(w)
+            clip(c, w).rjust(w) if i in right else clip(c, w).ljust(w)
             for i, (c, w) in enumerate(zip(row, widths, strict=True))
         ]
         lines.append("  ".join(parts).rstrip())
@@ -107,8 +119,18 @@ def last_line(path: str | os.PathLike[str] | None, max_bytes: int = 4096) -> str
     return ""
 
 
-def shorten_path(path: str | None) -> str:
+def shorten_path(path: str | None, cwd: str | None = None) -> str:
+    """A path for people: relative to the working directory when inside it, else under `~`
+    when in the home folder, else as it is."""
     if not path:
         return "-"
+    here = cwd if cwd is not None else os.getcwd()
+    if path.startswith(here.rstrip(os.sep) + os.sep):
+        return os.path.relpath(path, here)
     home = str(Path.home())
     return "~" + path[len(home) :] if path.startswith(home + os.sep) else path
+
+
+def terminal_width() -> int:
+    """The width to fit plain output to: $COLUMNS, else the terminal's, else 80."""
+    return max(40, shutil.get_terminal_size((80, 24)).columns)

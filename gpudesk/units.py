@@ -68,3 +68,20 @@ def parse_duration(text: str) -> float:
             f"{text!r} is not a duration: give minutes as sbatch --time does (90, 90:00, "
             "1:30:00, 2-12:00:00) or units (90s, 30m, 1h30m, 2d)"
         ) from None
+
+
+def watt_hours(joules: float | None) -> str:
+    """Energy for people, in Wh (kWh from 1,000 Wh), as a power bill counts it; JSON keeps
+    joules. "n/a" for unknown energy, "<0.01 Wh" for a measured trace below that."""
+    if joules is None:
+        return "n/a"
+    wh = joules / J_PER_WH
+    if wh >= 1000:
+        return f"{wh / 1000:.2f} kWh"
+    if wh >= 100:
+        return f"{wh:.0f} Wh"
+    if wh >= 10:
+        return f"{wh:.1f} Wh"
+    if wh >= 0.01 or wh <= 0:
+        return f"{max(wh, 0.0):.2f} Wh"
+    return "<0.01 Wh"

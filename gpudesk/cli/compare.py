@@ -8,15 +8,15 @@ other: first the pre-pass (`gpudesk select run`, skipped for `full` and `rs2`), 
 CPU time and energy the engine measures and this module writes into the cache entry; then the
 training job, reading the dataset through the shared loader under that selection (a loader of
 its own, `NAME.sK.PRESET`). The job's quality is read from the last `result {json}` line it
-prints. The seed reaches the job as $GPUDESK_SEED (the built-in workloads default --seed to it),
-and `{seed}` in the job's command or env is replaced by it.
+prints (gpudesk.results; docs/results.md). The seed reaches the job as $GPUDESK_SEED (the
+built-in workloads default --seed to it), and `{seed}` in the job's command or env is replaced by
+it.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import re
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -30,6 +30,7 @@ from gpudesk.api.submit import configure_station, register_datasets, submit_spec
 from gpudesk.engine.jobs import JobSpec
 from gpudesk.engine.loaders import DatasetSpec
 from gpudesk.profile import Profile
+from gpudesk.results import last_result, metrics_of
 from gpudesk.selection.cache import SelectionCache
 from gpudesk.selection.presets import Preset, PresetError, parse_preset
 from gpudesk.units import J_PER_WH
@@ -40,7 +41,6 @@ if TYPE_CHECKING:
     from gpudesk.api.models import JobView, StationInfo
 
 DEFAULT_PRESETS = "full,random-25,stratified-25,el2n-25,dedup-25,less-25"
-RESULT_LINE = re.compile(r"^result (\{.*\})\s*$", re.MULTILINE)
 POLL_S = 0.25
 
 
@@ -219,17 +219,17 @@ class Comparison:
             trial.train_cpu_s = done.usage.cpu_s
             trial.train_energy_j = done.usage.total_j
         log = Path(done.log).read_text(errors="replace") if done.log else ""
-        result = _last_result(log)
+        metrics = metrics_of(last_result(log))
         if done.state != "succeeded":
             trial.problems.append(f"training job {job_id} {done.state}; see gpudesk logs {job_id}")
-        elif result is None or not isinstance(result.get(self.plan.metric), (int, float)):
+        elif self.plan.metric not in metrics:
             trial.problems.append(
                 f"training job {job_id} printed no `result {{json}}` line with {self.plan.metric!r}"
             )
         else:
-            trial.quality = float(result[self.plan.metric])
-            samples = result.get("train_samples")
-            trial.train_samples = int(samples) if isinstance(samples, int) else None
+            trial.quality = metrics[self.plan.metric]
+            samples = metrics.get("train_samples")
+            trial.train_samples = int(samples) if samples is not None else None
         self._read_selection(trial, done.loader)
 
     def _read_selection(self, trial: Trial, loader: str | None) -> None:
@@ -256,18 +256,6 @@ class Comparison:
         (job,) = wait_for_jobs(self.client, [job_id], poll_s=POLL_S)
         self.current = None
         return job
-
-
-def _last_result(log: str) -> dict[str, Any] | None:
-    found = RESULT_LINE.findall(log)
-    for text in reversed(found):
-        try:
-            value = json.loads(text)
-        except ValueError:
-            continue
-        if isinstance(value, dict):
-            return value
-    return None
 
 
 # ------------------------------------------------------------------------ report

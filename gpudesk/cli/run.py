@@ -4,10 +4,12 @@ gpudesk.cli.run_report)."""
 from __future__ import annotations
 
 import sys
+import textwrap
 from pathlib import Path
 
 import typer
 
+from gpudesk import render
 from gpudesk.cli.common import engine_client, fail, print_json
 from gpudesk.cli.exit_codes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE
 
@@ -36,11 +38,9 @@ def run(
         fail(f"the profile is not valid:\n{exc}", EXIT_USAGE)
     client = engine_client()  # run_profile applies the profile's [station] to the engine
     progress = sys.stderr if json_out else sys.stdout
-    print(
-        f"running {len(loaded.jobs)} job(s) from {profile} on {client.home.description}",
-        file=progress,
-        flush=True,
-    )
+    said = f"running {len(loaded.jobs)} job(s) from {profile} on {client.home.description}"
+    print(textwrap.fill(said, render.terminal_width(), break_on_hyphens=False), file=progress)
+    progress.flush()
     try:
         result = run_profile(loaded, client, progress_stream=progress)
     except KeyboardInterrupt:

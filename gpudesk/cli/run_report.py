@@ -8,7 +8,9 @@ Progress is a live table on a terminal and one plain line per state change other
 from __future__ import annotations
 
 import json
+import os
 import sys
+import textwrap
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,8 +23,10 @@ from gpudesk.api.client import Client, EventStream
 from gpudesk.api.models import JobView, LoaderView, UsageFigures, to_builtins
 from gpudesk.api.submit import PrepassResult, StationReport, Step, run_group, submit_profile
 from gpudesk.engine.telemetry.energy import summarize
-from gpudesk.profile import Profile
+from gpudesk.profile import Profile, ReportConfig
+from gpudesk.results import Best, best, read_metrics
 from gpudesk.selection.cache import SelectionCache
+from gpudesk.units import watt_hours
 
 REFRESH_S = 0.5  # refresh at least this often even without events
 MIN_REFRESH_S = 0.1
@@ -45,6 +49,9 @@ class RunReport:
     grid_g_per_kwh: float | None = None
     loaders: list[LoaderView] = field(default_factory=list)  # the run's shared loaders
     notes: list[str] = field(default_factory=list)  # what the run did besides its jobs
+    ranking: ReportConfig | None = None  # the profile's [report]: the metric that names a best
+    # Each job's result metrics (gpudesk.results), for the jobs that printed a result line.
+    metrics: dict[int, dict[str, float]] = field(default_factory=dict)
 
     @property
     def counts(self) -> dict[str, int]:
@@ -66,7 +73,17 @@ class RunReport:
         summary = summarize(usages, self.grid_g_per_kwh)
         return None if summary is None else msgspec.convert(summary, UsageFigures)
 
+    @property
+    def best(self) -> Best | None:
+        """The succeeded job that did best by the profile's metric (None without [report])."""
+        if self.ranking is None:
+            return None
+        done = [(j.id, self.metrics.get(j.id, {})) for j in self.jobs if j.state == "succeeded"]
+        return best(done, self.ranking.metric, self.ranking.goal)
+
     def to_dict(self) -> dict[str, Any]:
+        top = self.best
+        names = {j.id: j.name for j in self.jobs}
         return {
             "profile": self.profile,
             "backend": self.backend,
@@ -81,6 +98,20 @@ class RunReport:
             "energy": to_builtins(self.energy),
             "loaders": to_builtins(self.loaders),
             "notes": self.notes,
+            "report": None
+            if self.ranking is None
+            else {"metric": self.ranking.metric, "goal": self.ranking.goal},
+            "best": None
+            if top is None or self.ranking is None
+            else {
+                "job": top.job,
+                "name": names.get(top.job),
+                "metric": self.ranking.metric,
+                "goal": self.ranking.goal,
+                "value": top.value,
+                "ranked": top.ranked,
+                "ties": top.ties,
+            },
             "jobs": [
                 {
                     "id": j.id,
@@ -92,12 +123,18 @@ class RunReport:
                     "reason": j.reason,
                     "log": j.log,
                     "usage": to_builtins(j.usage),
+                    "metrics": self.metrics.get(j.id),
                 }
                 for j in self.jobs
             ],
         }
 
-    def text(self) -> str:
+    def text(self, width: int | None = None) -> str:
+        """The report for people, every line at most `width` columns (default: the terminal's)."""
+        width = width or render.terminal_width()
+        logs = [j.log for j in self.jobs if j.log]
+        # Logs lie at ID/ATTEMPT/output.log under the jobs folder: name it once, not per row.
+        folder = os.path.commonpath([str(Path(log).parents[2]) for log in logs]) if logs else ""
         rows = [
             (
                 j.id,
@@ -106,10 +143,10 @@ class RunReport:
                 j.attempts,
                 render.duration(render.runtime(j.started_at, j.ended_at)),
                 j.exit_code,
-                render.energy_cell(
-                    j.usage.total_j if j.usage else None, bool(j.usage and j.usage.estimate)
-                ),
-                render.shorten_path(j.log),
+                ("~" if j.usage and j.usage.estimate else "") + watt_hours(j.usage.total_j)
+                if j.usage and j.usage.total_j is not None
+                else None,
+                os.path.relpath(j.log, folder) if j.log else None,
             )
             for j in self.jobs
         ]
@@ -118,13 +155,95 @@ class RunReport:
             rows,
             max_widths={1: 32},
             right=(0, 3, 4, 5, 6),
+            width=width,
+            shrink=(1, 7),
         )
         counts = ", ".join(f"{n} {state}" for state, n in sorted(self.counts.items()))
         head = f"{self.profile}: {counts} in {render.duration(self.ended_at - self.started_at)}"
         if self.interrupted:
             head += " (interrupted)"
-        lines = [self.energy_line(), *self.loader_lines(), *self.notes]
-        return f"{table}\n\n{head}\n" + "\n".join(lines)
+        lines = [head]
+        if folder:
+            lines.append(
+                f"logs: LOG under {render.shorten_path(folder)}{os.sep}, or gpudesk logs ID"
+            )
+        lines += [self.energy_line(), *self.loader_lines(), *self.notes]
+        wrapped = [
+            textwrap.fill(line, width, subsequent_indent="  ", break_on_hyphens=False)
+            for line in lines
+        ]
+        results = self.results_text(width)
+        return f"{table}\n\n" + (f"{results}\n\n" if results else "") + "\n".join(wrapped)
+
+    def results_text(self, width: int) -> str:
+        """The jobs' result metrics (best first when the profile names a metric), and the best
+        configuration or how to name one."""
+        if not self.metrics:
+            if self.ranking is None:
+                return ""
+            return _fill(
+                f"best: none; no job printed a `result {{json}}` line with "
+                f"{self.ranking.metric!r} (docs/results.md)",
+                width,
+            )
+        ranked = [j for j in self.jobs if j.id in self.metrics]
+        keys: list[str] = []
+        for j in ranked:
+            keys += [k for k in self.metrics[j.id] if k not in keys]
+        ranking = self.ranking
+        if ranking is not None:
+            metric, sign = ranking.metric, (-1.0 if ranking.goal == "max" else 1.0)
+            keys.sort(key=lambda k: k != metric)  # the ranked metric first
+            ranked.sort(
+                key=lambda j: (
+                    j.state != "succeeded",  # a failed job's figures are never the best
+                    metric not in self.metrics[j.id],
+                    sign * self.metrics[j.id].get(metric, 0.0),
+                )
+            )
+        # As many metric columns as fit beside whole names; names are clipped only to fit one.
+        shown = 1
+        while shown < len(keys):
+            wider = _results_table(ranked, self.metrics, keys[: shown + 1])
+            if max(len(line) for line in wider.splitlines()) > width:
+                break
+            shown += 1
+        table = _results_table(ranked, self.metrics, keys[:shown], width)
+        title = f"results, best {ranking.metric} first:" if ranking else "results:"
+        lines = [_fill(title, width), table]
+        if shown < len(keys):
+            lines.append(_fill(f"more metrics in --json: {', '.join(keys[shown:])}", width))
+        silent = len(self.jobs) - len(ranked)
+        if silent:
+            lines.append(f"{silent} job(s) printed no result line")
+        top = self.best
+        if ranking is None:
+            lines.append(
+                _fill(
+                    "no job is called best: the profile names no metric to rank by; add "
+                    f'[report] with metric = "{keys[0] if keys else "val_acc"}" and '
+                    'goal = "max" (or "min" when smaller is better)',
+                    width,
+                )
+            )
+        elif top is None:
+            lines.append(
+                _fill(
+                    f"best: none; no succeeded job printed {ranking.metric!r} in its result line",
+                    width,
+                )
+            )
+        else:
+            name = next(j.name for j in self.jobs if j.id == top.job)
+            tied = f", {top.ties} tied" if top.ties else ""
+            lines.append(
+                _fill(
+                    f"best configuration: {name} (job {top.job}): {ranking.metric} "
+                    f"{_number(top.value)} ({ranking.goal} of {top.ranked}{tied})",
+                    width,
+                )
+            )
+        return "\n".join(lines)
 
     def loader_lines(self) -> list[str]:
         """One line per shared loader: its CPU, and what unshared loading would have cost."""
@@ -179,22 +298,51 @@ class RunReport:
         if energy.gpu_j is not None:
             idle = energy.gpu_idle_j
             parts.append(
-                f"GPU {render.joules(energy.gpu_j)}"
-                + (f" (idle baseline {render.joules(idle)})" if idle is not None else "")
+                f"GPU {watt_hours(energy.gpu_j)}"
+                + (f" (idle baseline {watt_hours(idle)})" if idle is not None else "")
             )
         parts.append(
             "CPU "
-            + (
-                render.joules(energy.cpu_j)
-                if energy.cpu_j is not None
-                else "n/a (RAPL not readable)"
-            )
+            + (watt_hours(energy.cpu_j) if energy.cpu_j is not None else "n/a (RAPL not readable)")
         )
         estimate = ", estimated for shared GPUs/CPU" if energy.estimate else ""
+        # The jobs' counters, read from each attempt's start: the run's energy since it began.
         return (
-            f"energy: {', '.join(parts)}; {energy.carbon_g or 0.0:.1f} g CO2e at "
+            f"energy since {render.clock(self.started_at)} (this run's jobs): "
+            f"{', '.join(parts)}; {energy.carbon_g or 0.0:.1f} g CO2e at "
             f"{self.grid_g_per_kwh:g} g/kWh ({station}{estimate})"
         )
+
+
+def _fill(text: str, width: int) -> str:
+    return textwrap.fill(text, width, subsequent_indent="  ", break_on_hyphens=False)
+
+
+def _number(value: float) -> str:
+    """A metric for a table cell: whole numbers whole, others to 4 significant digits."""
+    if float(value).is_integer() and abs(value) < 1e15:
+        return str(int(value))
+    return f"{value:.0f}" if abs(value) >= 1e4 else f"{value:.4g}"
+
+
+def _results_table(
+    jobs: list[JobView],
+    metrics: dict[int, dict[str, float]],
+    keys: list[str],
+    width: int | None = None,
+) -> str:
+    rows = [
+        (j.id, j.name, *(_number(metrics[j.id][k]) if k in metrics[j.id] else None for k in keys))
+        for j in jobs
+    ]
+    return render.table(
+        ("ID", "NAME", *keys),
+        rows,
+        max_widths={1: 32},
+        right=(0, *range(2, 2 + len(keys))),
+        width=width,
+        shrink=(1,),
+    )
 
 
 def _rounded(seconds: float | None) -> float | None:
@@ -299,7 +447,9 @@ def run_profile(
     jobs, then the training jobs if every pre-pass succeeded), follow its jobs to the end."""
     started = time.time()
     group = run_group(profile.name, started)  # names this run's jobs
-    report = RunReport(profile=profile.name, group=group, started_at=started)
+    report = RunReport(
+        profile=profile.name, group=group, started_at=started, ranking=profile.report
+    )
     progress = _Progress(progress_stream, progress_stream.isatty() if live is None else live)
 
     def note(step: Step) -> None:
@@ -337,6 +487,7 @@ def run_profile(
         progress.close()
     report.ended_at = time.time()
     _add_usage(client, report)
+    report.metrics = {j.id: m for j in report.jobs if (m := read_metrics(j.log)) is not None}
     return report
 
 

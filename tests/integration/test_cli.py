@@ -350,31 +350,61 @@ def test_ctrl_c_anywhere_leaves_no_job_of_the_run_behind(
 
 
 def test_quickstart_style_sweep_trains_for_real(engine: EngineHandle, tmp_path: Path) -> None:
-    """The real torch workload under the real engine (two tiny jobs)."""
+    """The real torch workload under the real engine (three tiny jobs of a quickstart-style
+    sweep): at 80 columns the report shows each job's result metrics and the best
+    configuration by the profile's [report] metric, and no line is wider than 80."""
     profile = write_profile(
         tmp_path,
         """
+        name = "quickstart"
         [station]
         backend = "none"
         slots = 2
+        [report]
+        metric = "val_acc"
+        goal = "max"
         [[sweeps]]
-        name = "digits-lr{lr}"
-        command = ["python", "-m", "gpudesk.workloads.digits", "--lr", "{lr}", "--epochs", "2"]
-        grid = { lr = [0.05, 0.1] }
+        name = "digits-lr{lr}-h{hidden}"
+        command = ["python", "-m", "gpudesk.workloads.digits", "--lr", "{lr}",
+                   "--hidden", "{hidden}", "--epochs", "2"]
+        grid = { lr = [0.003, 0.1], hidden = [32] }
+        [[jobs]]
+        name = "digits-lr0.05-h64"
+        command = ["python", "-m", "gpudesk.workloads.digits", "--lr", "0.05",
+                   "--hidden", "64", "--epochs", "2"]
     """,
     )
     env = {
         **os.environ,
         "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
+        "COLUMNS": "80",
     }
-    result = gpudesk("run", str(profile), "--json", timeout=120, env=env)
-    assert result.returncode == 0, result.stderr
-    for job in json.loads(result.stdout)["jobs"]:
+    report = tmp_path / "report.json"
+    result = gpudesk("run", str(profile), "--report", str(report), timeout=180, env=env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    data = json.loads(report.read_text())
+    accuracy = {}
+    for job in data["jobs"]:
         log = Path(job["log"]).read_text()
         assert "epoch 2/2" in log
-        final = json.loads(log.split("result ", 1)[1])
-        assert final["val_acc"] > 0.5
         assert "threads 1" in log  # the CPU station gave each job its share of the cores
+        final = json.loads(log.rsplit("result ", 1)[1])
+        assert job["metrics"]["val_acc"] == final["val_acc"]
+        assert "device" not in job["metrics"]  # a string is not a metric
+        accuracy[job["name"]] = final["val_acc"]
+    assert max(accuracy.values()) > 0.5
+    winner = max(accuracy, key=lambda name: accuracy[name])
+    assert (data["best"]["name"], data["best"]["value"]) == (winner, accuracy[winner])
+    lines = result.stdout.splitlines()
+    too_wide = [line for line in lines if len(line) > 80]
+    assert not too_wide, result.stdout
+    start = lines.index("results, best val_acc first:")
+    assert lines[start + 1].split()[:3] == ["ID", "NAME", "val_acc"]
+    rows = [line.split() for line in lines[start + 2 : start + 5]]
+    assert [float(row[2]) for row in rows] == sorted(accuracy.values(), reverse=True)
+    assert [accuracy[row[1]] for row in rows] == [float(row[2]) for row in rows]
+    best_line = next(line for line in lines if line.startswith("best configuration: "))
+    assert best_line.startswith(f"best configuration: {winner} (job {data['best']['job']}): ")
 
 
 def test_top_once_and_json_show_the_station_and_running_jobs(engine: EngineHandle) -> None:

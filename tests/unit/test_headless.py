@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import io
 
+import pytest
 from rich.console import Console
 from test_api_prepass import job_view  # same folder: on sys.path under pytest
 
+from gpudesk import render
 from gpudesk.api.models import JobView
 from gpudesk.cli.run_report import RunReport, _Progress
+from gpudesk.profile import ReportConfig
 
 
 def job(job_id: int, state: str, **extra: object) -> JobView:
@@ -55,3 +58,81 @@ def test_live_table_shows_running_first_and_fits_the_screen() -> None:
     assert lines[3].split()[:3] == ["31", "j31", "queued"]
     assert len(lines) == 2 + 6 + 1
     assert lines[-1] == "… and 26 more"
+
+
+def sweep_report(ranking: ReportConfig | None) -> RunReport:
+    home = "/very/long/state/folder/of/a/group/that/shares/one/gpu/server/gpudesk/jobs"
+    jobs = [
+        job(
+            i,
+            "succeeded",
+            name=f"digits-lr{lr}-h{h}-with-a-long-suffix",
+            log=f"{home}/{i}/1/output.log",
+        )
+        for i, (lr, h) in enumerate([(0.003, 128), (0.03, 512), (0.1, 128)], start=1)
+    ] + [job(4, "failed", exit_code=3, log=f"{home}/4/1/output.log")]
+    metrics = {
+        i: {
+            "val_acc": acc,
+            "best_val_acc": acc,
+            "final_loss": 1 - acc,
+            "epochs": 40.0,
+            "samples_per_s": 12345.6,
+            "params": 8970.0,
+            "wall_s": 3.2,
+        }
+        for i, acc in [(1, 0.91), (2, 0.9722), (3, 0.5)]
+    }
+    metrics[4] = {"val_acc": 0.99}  # a failed job is never called best
+    return RunReport("quickstart", "g", 100.0, 110.0, jobs=jobs, ranking=ranking, metrics=metrics)
+
+
+def test_report_ranks_the_sweep_and_fits_80_columns() -> None:
+    report = sweep_report(ReportConfig("val_acc", "max"))
+    text = report.text(width=80)
+    lines = text.splitlines()
+    assert max(len(line) for line in lines) <= 80, text
+    start = lines.index("results, best val_acc first:")
+    assert lines[start + 1].split()[:3] == ["ID", "NAME", "val_acc"]
+    assert [line.split()[0] for line in lines[start + 2 : start + 6]] == ["2", "1", "3", "4"]
+    assert (
+        "best configuration: digits-lr0.03-h512-with-a-long-suffix (job 2): val_acc 0.9722 "
+        "(max of 3)" in " ".join(line.strip() for line in lines)
+    )
+    assert "logs: LOG under /very/long/" in " ".join(text.split()) and "2/1/output.log" in text
+    data = report.to_dict()
+    assert data["best"] == {
+        "job": 2,
+        "name": "digits-lr0.03-h512-with-a-long-suffix",
+        "metric": "val_acc",
+        "goal": "max",
+        "value": 0.9722,
+        "ranked": 3,
+        "ties": 0,
+    }
+    assert data["report"] == {"metric": "val_acc", "goal": "max"}
+    assert data["jobs"][1]["metrics"]["val_acc"] == 0.9722
+    low = sweep_report(ReportConfig("final_loss", "min")).to_dict()["best"]
+    assert (low["job"], low["value"]) == (2, pytest.approx(0.0278))
+
+
+def test_report_without_a_metric_calls_no_job_best() -> None:
+    report = sweep_report(None)
+    text = report.text(width=80)
+    assert "best configuration" not in text
+    assert 'add [report] with metric = "val_acc" and goal = "max"' in " ".join(text.split())
+    assert report.to_dict()["best"] is None and report.to_dict()["report"] is None
+    assert max(len(line) for line in text.splitlines()) <= 80
+
+
+def test_report_energy_in_wh_since_the_run_began() -> None:
+    usage = {"gpu_j": 7200.0, "cpu_j": 1800.0, "total_j": 9000.0}
+    report = RunReport("p", "g", 100.0, 110.0, jobs=[job(1, "succeeded", usage=usage)])
+    report.grid_g_per_kwh = 475.0
+    report.backend = "nvml"
+    text = report.text(width=80)
+    assert "2.50 Wh" in text  # the job's row
+    line = report.energy_line()
+    assert line.startswith(f"energy since {render.clock(100.0)} (this run's jobs): GPU 2.00 Wh")
+    assert "CPU 0.50 Wh" in line
+    assert report.to_dict()["jobs"][0]["usage"]["total_j"] == 9000.0  # JSON keeps joules

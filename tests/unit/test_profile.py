@@ -23,6 +23,7 @@ from gpudesk.profile import (
     Problem,
     Profile,
     ProfileError,
+    ReportConfig,
     load_profile,
     parse_profile,
 )
@@ -367,6 +368,45 @@ def test_bad_toml_duplicate_table() -> None:
     problem = only_problem('[[jobs]]\nname = "a"\n[jobs]\n')
     assert problem.line == 3
     assert "Cannot declare ('jobs',) twice" in problem.message
+
+
+def test_report_names_the_metric_and_its_goal() -> None:
+    assert parse(JOB).report is None  # without [report] no job is called best
+    text = '[report]\nmetric = "final_loss"\ngoal = "min"\n' + JOB
+    assert parse(text).report == ReportConfig("final_loss", "min")
+
+
+@pytest.mark.parametrize(
+    ("text", "key", "line", "fragment"),
+    [
+        ("report = 3\n" + JOB, "report", 1, "expected a [report] table, found 3 (integer)"),
+        ('[report]\ngoal = "max"\n' + JOB, "report.metric", 1, 'e.g. metric = "val_acc"'),
+        (
+            '[report]\nmetric = "val_acc"\n' + JOB,
+            "report.goal",
+            1,
+            'say goal = "max" if a larger val_acc is better, or goal = "min"',
+        ),
+        (
+            '[report]\nmetric = "val_acc"\ngoal = "maximum"\n' + JOB,
+            "report.goal",
+            3,
+            'expected "max" (larger is better) or "min" (smaller is better), found \'maximum\'',
+        ),
+        ('[report]\nmetric = 1\ngoal = "max"\n' + JOB, "report.metric", 2, "found 1 (integer)"),
+        ('[report]\nmetric = ""\ngoal = "max"\n' + JOB, "report.metric", 2, 'such as "val_acc"'),
+        (
+            '[report]\nmetric = "a"\ngoal = "max"\nmetirc = "b"\n' + JOB,
+            "report.metirc",
+            4,
+            "unknown key; did you mean 'metric'?",
+        ),
+    ],
+)
+def test_bad_report_tables(text: str, key: str, line: int, fragment: str) -> None:
+    problem = only_problem(text)
+    assert (problem.key, problem.line) == (key, line)
+    assert fragment in problem.message
 
 
 @pytest.mark.parametrize(
