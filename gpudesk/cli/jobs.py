@@ -190,11 +190,23 @@ def queue(
     limit: int = typer.Option(500, "--limit", help="Show at most the newest N jobs."),
     user: str | None = typer.Option(None, "--user", "-u", help="Only this user's jobs."),
     me: bool = typer.Option(False, "--me", help="Only my jobs."),
+    state: str | None = typer.Option(
+        None,
+        "--state",
+        "-s",
+        help="Only jobs in these states, comma-separated: queued, held, running, succeeded, "
+        "failed, cancelled (finished ones need no --all).",
+    ),
+    name: str | None = typer.Option(
+        None, "--name", help="Only jobs whose name matches this shell pattern (train-*)."
+    ),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """List queued and running jobs (with --all, finished ones too), everyone's unless
     --user or --me."""
+    import fnmatch
     import os
+    from typing import get_args
 
     from gpudesk.api.models import JobStateName, to_builtins
 
@@ -202,17 +214,37 @@ def queue(
         fail("--user and --me name two owners; give one of them", EXIT_USAGE)
     owner: str | int | None = os.getuid() if me else user
     states: list[JobStateName] | None = None if all_jobs else ["queued", "running"]
+    asked: set[str] = set()
+    if state is not None:
+        known = {*get_args(JobStateName), "held"}
+        asked = {word.strip().lower() for word in state.split(",") if word.strip()}
+        wrong = sorted(asked - known)
+        if wrong or not asked:
+            fail(
+                f"--state: {', '.join(wrong) or 'nothing'} is not a job state; "
+                f"use {', '.join(sorted(known))}",
+                EXIT_USAGE,
+            )
+        # "held" is a queued job the policy skips, as the STATE column shows it
+        states = [
+            s for s in get_args(JobStateName) if s in asked or (s == "queued" and "held" in asked)
+        ]
     with engine_client() as client:
         jobs = client.jobs(states=states, group=group, limit=max(1, limit), user=owner)
+    if asked:
+        jobs = [job for job in jobs if ("held" if job.held else job.state) in asked]
+    if name is not None:
+        jobs = [job for job in jobs if fnmatch.fnmatchcase(job.name, name)]
     if json_out:
         print_json({"jobs": to_builtins(jobs)})
         return
     if not jobs:
-        print(
-            "no jobs"
-            if all_jobs
-            else "no queued or running jobs (gpudesk queue --all shows finished ones)"
-        )
+        if state is not None or name is not None:
+            print("no jobs match")
+        elif all_jobs:
+            print("no jobs")
+        else:
+            print("no queued or running jobs (gpudesk queue --all shows finished ones)")
         return
     print(_queue_rows(jobs))
 

@@ -4,6 +4,7 @@ with the job's status."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -149,3 +150,34 @@ def test_a_bad_time_limit_is_a_usage_error(engine: EngineHandle) -> None:
         result = gpudesk("submit", "--time", text, "--", "true")
         assert result.returncode == 2 and fragment in result.stderr, result.stderr
     assert engine.client.request("jobs")["jobs"] == []
+
+
+def test_queue_filters_by_state_and_name(engine: EngineHandle, tmp_path: Path) -> None:
+    gate = tmp_path / "gate"
+    for name, script in (
+        ("train-a", "true"),
+        ("train-b", "exit 3"),
+        ("eval", f"while [ ! -e {gate} ]; do sleep 0.02; done"),
+    ):
+        submitted_id(gpudesk("submit", "--name", name, "--", "sh", "-c", script))
+    held = submitted_id(gpudesk("submit", "--name", "held-one", "--after", "eval", "--", "true"))
+    gpudesk("hold", str(held))
+    wait_for(
+        lambda: engine.show("train-b")["job"]["state"] == "failed", 10.0, what="train-b to fail"
+    )
+
+    def names(*args: str) -> list[str]:
+        result = gpudesk("queue", "--json", *args)
+        assert result.returncode == 0, result.stderr
+        return [job["name"] for job in json.loads(result.stdout)["jobs"]]
+
+    assert names("--state", "failed,succeeded") == ["train-a", "train-b"]
+    assert names("--name", "train-*", "--all") == ["train-a", "train-b"]
+    assert names("--name", "train-*") == []  # finished, and no --all
+    assert names("--state", "held") == ["held-one"]
+    assert names("--state", "queued") == []  # the only queued job is held
+    assert names("--state", "running", "--name", "ev*") == ["eval"]
+    wrong = gpudesk("queue", "--state", "bogus")
+    assert wrong.returncode == 2 and "bogus is not a job state" in wrong.stderr
+    assert gpudesk("queue", "--state", "queued").stdout.strip() == "no jobs match"
+    gate.touch()
