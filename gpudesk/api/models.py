@@ -191,6 +191,10 @@ class JobView(WireModel, frozen=True):
     log: str | None
     loader: str | None
     usage: UsageSummary | None = None  # only when `jobs` is asked for usage
+    # Also only with usage: where its last attempt ran (`slot` is only set while it runs), and
+    # its GPU-seconds over every attempt (wall time × GPUs held, as allocated).
+    last_slot: str | None = None
+    gpu_s: float | None = None
 
     @property
     def terminal(self) -> bool:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import logging
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -383,8 +384,10 @@ class RequestHandlers:
         result = [self.job_reply(job, live_by_job.get(job.id)) for job in jobs]
         if args.get("usage"):
             usage = self._usage([job.id for job in jobs])
+            allocations = self.parts.store.allocations([job.id for job in jobs], time.time())
             for data in result:
                 data["usage"] = usage.get(data["id"])
+                data["last_slot"], data["gpu_s"] = allocations.get(data["id"], (None, 0.0))
         return {"jobs": result}
 
     def show(self, args: Args, caller: Caller) -> Reply:

@@ -47,6 +47,28 @@ class SampleTables(StoreConnection):
             found.setdefault(job_id, []).append({"attempt": number, **json.loads(usage)})
         return found
 
+    def allocations(
+        self, job_ids: Sequence[int], now: float
+    ) -> dict[int, tuple[str | None, float]]:
+        """Each job's last attempt's slot (where it ran: gpu:0/mps, cpu:1) and its GPU-seconds
+        over every attempt: wall time × the GPUs it held (a running one counts up to `now`)."""
+        if not job_ids:
+            return {}
+        marks = ",".join("?" * len(job_ids))
+        rows = self._conn.execute(
+            "SELECT job_id, placement, started_at, ended_at FROM attempts "
+            f"WHERE job_id IN ({marks}) ORDER BY job_id, number",
+            list(job_ids),
+        )
+        found: dict[int, tuple[str | None, float]] = {}
+        for job_id, placement, started_at, ended_at in rows:
+            where = json.loads(placement) if placement else {}
+            gpu_s = found.get(job_id, (None, 0.0))[1]
+            if started_at is not None:
+                gpu_s += max(0.0, (ended_at or now) - started_at) * len(where.get("gpus") or ())
+            found[job_id] = (where.get("slot"), gpu_s)
+        return found
+
     def usage_spans(self, since: float) -> list[UsageSpan]:
         """The attempts that ran at some time after `since` (wall clock), for fair share: each
         one's owner, run, GPUs and CPU time. A job from before owners were stored (schema 7)

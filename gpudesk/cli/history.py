@@ -1,0 +1,209 @@
+"""`gpudesk history`: finished jobs with what each used, as a table for people or as CSV/JSON
+for a spreadsheet or an accounting script (Slurm's `sacct`; pueue keeps no usage).
+
+Energy is joules in CSV and JSON and Wh in the table (gpudesk.units.watt_hours); GPU-seconds
+are each attempt's wall time × the GPUs it held (a MIG slice or a shared GPU counts as one),
+summed: as allocated, not as used."""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import sys
+import time
+from dataclasses import asdict, dataclass, fields
+from typing import TYPE_CHECKING
+
+import typer
+
+from gpudesk.cli.common import engine_client, fail, print_json
+from gpudesk.cli.exit_codes import EXIT_USAGE
+
+if TYPE_CHECKING:
+    from gpudesk.api.models import JobView
+
+history_app = typer.Typer()
+
+FORMATS = ("table", "csv", "json")
+
+
+@dataclass(frozen=True)
+class HistoryRow:
+    """One finished job as `history` reports it; None where nothing was measured."""
+
+    id: int
+    name: str
+    user: str
+    state: str
+    exit_code: int | None
+    attempts: int
+    submitted_at: float
+    started_at: float | None
+    ended_at: float | None
+    wall_s: float | None
+    gpus: int
+    gpu_s: float | None
+    placement: str | None  # the last attempt's slot (gpu:0/mps, mig 1g.10gb, cpu:1)
+    cpu_s: float | None
+    rss_peak_mib: float | None
+    gpu_memory_peak_mib: float | None
+    gpu_j: float | None
+    cpu_j: float | None
+    energy_j: float | None
+    co2e_g: float | None
+
+
+def history_row(job: JobView) -> HistoryRow:
+    wall = (
+        job.ended_at - job.started_at
+        if job.started_at is not None and job.ended_at is not None
+        else None
+    )
+    usage = job.usage
+    peaks = [
+        a.gpu_memory_peak_mib
+        for a in (usage.per_attempt if usage else [])
+        if a.gpu_memory_peak_mib is not None
+    ]
+    return HistoryRow(
+        id=job.id,
+        name=job.name,
+        user=job.user,
+        state=job.state,
+        exit_code=job.exit_code,
+        attempts=job.attempts,
+        submitted_at=job.submitted_at,
+        started_at=job.started_at,
+        ended_at=job.ended_at,
+        wall_s=wall,
+        gpus=job.spec.gpus,
+        gpu_s=job.gpu_s,
+        placement=job.last_slot,
+        cpu_s=usage.cpu_s if usage else None,
+        rss_peak_mib=usage.rss_peak_mib if usage else None,
+        gpu_memory_peak_mib=max(peaks) if peaks else None,
+        gpu_j=usage.gpu_j if usage else None,
+        cpu_j=usage.cpu_j if usage else None,
+        energy_j=usage.total_j if usage else None,
+        co2e_g=usage.carbon_g if usage else None,
+    )
+
+
+def parse_since(text: str, now: float | None = None) -> float:
+    """A point in time: a date or date-time (2026-11-20, 2026-11-20T14:00, "2026-11-20 14:00",
+    local time) or how long ago (3h, 2d, 90m). Raises ValueError saying what is accepted."""
+    from gpudesk.units import parse_duration
+
+    value = text.strip()
+    try:
+        return dt.datetime.fromisoformat(value).timestamp()
+    except ValueError:
+        pass
+    if value and value[-1].lower() in "smhd":
+        try:
+            return (now if now is not None else time.time()) - parse_duration(value)
+        except ValueError:
+            pass
+    raise ValueError(
+        f"{text!r} is not a time: give a date or date-time (2026-11-20, 2026-11-20 14:00) "
+        "or how long ago (90m, 3h, 2d)"
+    )
+
+
+def _clock(ts: float | None) -> str:
+    return "-" if ts is None else time.strftime("%m-%d %H:%M", time.localtime(ts))
+
+
+def _table(rows: list[HistoryRow]) -> str:
+    """What fits 80 columns; CPU-seconds, peak memory, the energy split and CO2e are in the
+    CSV and JSON."""
+    from gpudesk import render
+    from gpudesk.units import watt_hours
+
+    def number(value: float | None, fmt: str) -> str:
+        return "-" if value is None else fmt.format(value)
+
+    return render.table(
+        (
+            "ID",
+            "NAME",
+            "USER",
+            "STATE",
+            "EXIT",
+            "ENDED",
+            "WALL",
+            "RAN ON",
+            "GPU-S",
+            "ENERGY",
+        ),
+        [
+            (
+                r.id,
+                r.name,
+                r.user,
+                r.state,
+                "-" if r.exit_code is None else r.exit_code,
+                _clock(r.ended_at),
+                render.duration(r.wall_s),
+                r.placement or "-",
+                number(r.gpu_s, "{:.0f}"),
+                watt_hours(r.energy_j) if r.energy_j is not None else "-",
+            )
+            for r in rows
+        ],
+        max_widths={1: 20, 2: 10, 7: 12},
+        right=(0, 4, 8, 9),
+        width=render.terminal_width(),
+        shrink=(1, 2, 7),
+    )
+
+
+@history_app.command()
+def history(
+    since: str | None = typer.Option(
+        None,
+        "--since",
+        help="Only jobs that ended since then: 2026-11-20, '2026-11-20 14:00', 3h, 2d.",
+    ),
+    output_format: str = typer.Option("table", "--format", "-f", help="table, csv or json."),
+    user: str | None = typer.Option(None, "--user", "-u", help="Only this user's jobs."),
+    me: bool = typer.Option(False, "--me", help="Only my jobs."),
+    limit: int = typer.Option(1000, "--limit", help="At most the newest N jobs."),
+) -> None:
+    """Finished jobs with what each used: wall time, GPU- and CPU-seconds, peak memory,
+    energy and CO2e, where it ran (CSV and JSON in joules, for accounting)."""
+    import os
+
+    if output_format not in FORMATS:
+        fail(f"--format: {output_format!r} is not one of {', '.join(FORMATS)}", EXIT_USAGE)
+    if me and user is not None:
+        fail("--user and --me name two owners; give one of them", EXIT_USAGE)
+    start = None
+    if since is not None:
+        try:
+            start = parse_since(since)
+        except ValueError as exc:
+            fail(f"--since: {exc}", EXIT_USAGE)
+    with engine_client() as client:
+        jobs = client.jobs(
+            states=["succeeded", "failed", "cancelled"],
+            limit=max(1, limit),
+            usage=True,
+            user=os.getuid() if me else user,
+        )
+    rows = [
+        history_row(job)
+        for job in jobs
+        if start is None or (job.ended_at is not None and job.ended_at >= start)
+    ]
+    if output_format == "json":
+        print_json({"jobs": [asdict(row) for row in rows]})
+    elif output_format == "csv":
+        writer = csv.writer(sys.stdout, lineterminator="\n")
+        writer.writerow([f.name for f in fields(HistoryRow)])
+        for row in rows:
+            writer.writerow(["" if v is None else v for v in asdict(row).values()])
+    elif rows:
+        print(_table(rows))
+    else:
+        print("no finished jobs" + (f" since {since}" if since else ""))

@@ -1,0 +1,69 @@
+"""`gpudesk history` on the real daemon watching a SIMULATED GPU: finished jobs with their
+usage as a table within 80 columns, and as CSV and JSON in joules."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import subprocess
+import sys
+import time
+
+from conftest import EngineHandle
+
+GPUDESK = [sys.executable, "-m", "gpudesk"]
+
+
+def gpudesk(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "COLUMNS": "80"}
+    return subprocess.run([*GPUDESK, *args], capture_output=True, text=True, timeout=60, env=env)
+
+
+def test_history_reports_usage_and_energy_as_csv_json_and_a_table(
+    sim_engine: EngineHandle,
+) -> None:
+    gpu_job, cpu_job = sim_engine.submit(
+        {"name": "on-gpu", "command": ["sleep", "1.5"], "gpus": 1},
+        {"name": "on-cpu", "command": ["sh", "-c", "exit 3"]},
+    )
+    assert gpudesk("wait", "-q", str(gpu_job), str(cpu_job)).returncode == 3
+
+    table = gpudesk("history")
+    assert table.returncode == 0, table.stderr
+    assert all(len(line) <= 80 for line in table.stdout.splitlines()), table.stdout
+    assert "RAN ON" in table.stdout and "Wh" in table.stdout
+
+    rows = {
+        row["name"]: row
+        for row in csv.DictReader(io.StringIO(gpudesk("history", "--format", "csv").stdout))
+    }
+    assert {"energy_j", "gpu_j", "cpu_j", "co2e_g", "gpu_s", "cpu_s", "placement"} <= set(
+        rows["on-gpu"]
+    )
+    gpu_row, cpu_row = rows["on-gpu"], rows["on-cpu"]
+    assert (gpu_row["state"], cpu_row["state"], cpu_row["exit_code"]) == (
+        "succeeded",
+        "failed",
+        "3",
+    )
+    assert float(gpu_row["energy_j"]) > 0 and float(gpu_row["gpu_j"]) > 0
+    assert float(gpu_row["co2e_g"]) > 0
+    assert 1.4 <= float(gpu_row["gpu_s"]) <= 10  # 1.5 s on one GPU
+    assert gpu_row["placement"].startswith("gpu:0") and cpu_row["placement"].startswith("cpu:")
+    assert float(cpu_row["gpu_s"]) == 0.0
+
+    listed = json.loads(gpudesk("history", "--format", "json").stdout)["jobs"]
+    assert [job["name"] for job in listed] == ["on-gpu", "on-cpu"]
+    assert listed[0]["energy_j"] == float(gpu_row["energy_j"])
+
+    assert (
+        gpudesk("history", "--since", "1h", "--format", "json").stdout
+        == gpudesk("history", "--format", "json").stdout
+    )
+    later = time.strftime("%Y-%m-%d", time.localtime(time.time() + 2 * 86400))
+    assert gpudesk("history", "--since", later).stdout.strip() == f"no finished jobs since {later}"
+    bad = gpudesk("history", "--since", "tomorrow")
+    assert bad.returncode == 2 and "is not a time" in bad.stderr
+    assert gpudesk("history", "--format", "xml").returncode == 2
