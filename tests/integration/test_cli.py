@@ -287,6 +287,26 @@ def test_user_errors_are_one_paragraph_not_tracebacks(engine: EngineHandle) -> N
         assert "Traceback" not in result.stderr
 
 
+def test_an_unknown_option_is_a_usage_error_not_the_command(engine: EngineHandle) -> None:
+    for args in (("--after", "1", "--", "true"), ("--bogus", "true")):
+        refused = gpudesk("submit", *args)
+        assert refused.returncode == 2, refused.stdout
+        assert refused.stderr.startswith(f"error: No such option: {args[0]}")
+        assert len(refused.stderr.strip().splitlines()) == 1  # one paragraph, no usage box
+        assert "gpudesk submit [OPTIONS]" in refused.stderr
+    assert json.loads(gpudesk("queue", "--all", "--json").stdout)["jobs"] == []
+    # from the command's first word on, every word is the command's, options and `--` included
+    for args, command in (
+        (("--name", "a", "python", "train.py", "--lr", "3"), ["python", "train.py", "--lr", "3"]),
+        (("--name", "b", "--", "-x", "--", "--help"), ["-x", "--", "--help"]),
+    ):
+        result = gpudesk("submit", "--json", *args)
+        assert result.returncode == 0, result.stderr
+        job_id = json.loads(result.stdout)["id"]
+        shown = json.loads(gpudesk("show", str(job_id), "--json").stdout)
+        assert shown["job"]["spec"]["command"] == command
+
+
 def test_commands_start_the_engine_when_needed_and_engine_commands(home: Home) -> None:
     assert gpudesk("engine", "status").returncode == 3
     result = gpudesk("queue")
