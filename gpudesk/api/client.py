@@ -249,8 +249,16 @@ class Client:
         return self.call(DatasetsResult, "datasets", datasets=[d.to_dict() for d in datasets])
 
     # ------------------------------------------------------------------------- jobs
-    def submit(self, specs: Sequence[JobSpec], env: Mapping[str, str] | None = None) -> list[int]:
-        """Queue jobs (one transaction: all or none); returns their ids in order.
+    def submit(
+        self,
+        specs: Sequence[JobSpec],
+        env: Mapping[str, str] | None = None,
+        *,
+        check_only: bool = False,
+    ) -> list[int]:
+        """Queue jobs (one transaction: all or none); returns their ids in order. The engine
+        refuses (`invalid_args`) a job it can never run, such as one asking for more GPUs than
+        the station has; with `check_only` it only says whether it would accept them (no ids).
 
         As with `gpudesk submit`, jobs start from the submitter's environment (`env`, by
         default this process's, with this Python's folder first on PATH; each spec's own `env`
@@ -260,7 +268,8 @@ class Client:
         here = os.getcwd()
         jobs = [(spec if spec.workdir else replace(spec, workdir=here)).to_dict() for spec in specs]
         environment = dict(env) if env is not None else submit_env()
-        return self.call(SubmitResult, "submit", jobs=jobs, env=environment).ids
+        extra = {"check": True} if check_only else {}
+        return self.call(SubmitResult, "submit", jobs=jobs, env=environment, **extra).ids
 
     def jobs(
         self,

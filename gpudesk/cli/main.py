@@ -117,7 +117,11 @@ def main(argv: list[str] | None = None) -> None:
     except CliError as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(exc.code)
-    except (EngineError, HomeError) as exc:
+    except EngineError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        # the engine found the request's arguments wrong (a job it can never run): bad input
+        sys.exit(EXIT_USAGE if exc.code == "invalid_args" else EXIT_FAILED)
+    except HomeError as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(EXIT_FAILED)
     except usage_error as exc:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import logging
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,6 +39,7 @@ from gpudesk.engine.mig.nvidia_smi import LayoutError, MigError, MigUsageError
 from gpudesk.engine.mps.watch import MpsWatch
 from gpudesk.engine.placement.interference import LearnedParam
 from gpudesk.engine.placement.policies import make_policy
+from gpudesk.engine.placement.policy import gpus_missing
 from gpudesk.engine.placement.queue import JobQueue
 from gpudesk.engine.protocol import ProtocolError
 from gpudesk.engine.repartition.control import MigControl
@@ -59,6 +61,9 @@ MAX_CANCEL_GRACE_S = 3600.0
 MAX_HISTORY_POINTS = 600
 STATION_EVENT = "station"  # the kind of event a change of station settings is stored as
 STATION_CHANGES_SHOWN = 5  # how many of the latest `status` carries
+# A backend that has just (re)started answers within this; a submit waits for it to say how many
+# GPUs the station has, then checks without it (placement fails an impossible job later).
+BACKEND_OPEN_WAIT_S = 5.0
 MAX_ROW_ID = 2**63 - 1  # the largest id SQLite stores: a larger int is no job's
 # Station settings that need a fresh telemetry monitor when they change.
 TELEMETRY_KEYS = ("backend", "sample_interval", "grid_intensity", "mig")
@@ -320,13 +325,55 @@ class RequestHandlers:
                 base_env = check_env(base_env, inherited=True)
             except ValueError as exc:
                 raise ProtocolError(protocol.INVALID_ARGS, f"env: {exc}") from None
+        self._check_gpus_exist(specs)
         self._check_queued_limit(caller, len(specs))
+        if args.get("check"):
+            return {"ids": []}  # the client only asked whether these would be accepted
         records = self.parts.store.submit(specs, base_env, owner=caller.identity)
         for record in records:
             self.parts.queue.add(record)
             self.parts.events.job(record.id, "submitted", record)
         self.parts.due.mark()
         return {"ids": [r.id for r in records]}
+
+    def _check_gpus_exist(self, specs: list[JobSpec]) -> None:
+        """Refuse, at once and whole, jobs that ask for more GPUs than the station has: they
+        could only wait and then fail. Not while the GPUs cannot be read (they may come back)."""
+        wanted = max((spec.gpus for spec in specs), default=0)
+        if not wanted:
+            return
+        have = self._station_gpu_count()
+        if have is None or wanted <= have:
+            return
+        backend = self.parts.telemetry.monitor.backend.name
+        for spec in specs:
+            missing = gpus_missing(spec.gpus, have, backend)
+            if missing:
+                others = len(specs) - 1
+                raise ProtocolError(
+                    protocol.INVALID_ARGS,
+                    f"job {safe_text(spec.name)!r} {missing}. It could never "
+                    "run here, so nothing was submitted"
+                    + (
+                        f" (nor the {others} other job{'s' if others != 1 else ''})"
+                        if others
+                        else ""
+                    )
+                    + ".",
+                )
+
+    def _station_gpu_count(self) -> int | None:
+        """How many GPUs the station has, once its backend has opened; None when it cannot
+        tell (the backend cannot read the GPUs, or has not answered within
+        BACKEND_OPEN_WAIT_S). The sampler thread opens a new backend on its first reading."""
+        deadline = time.monotonic() + BACKEND_OPEN_WAIT_S
+        while True:
+            monitor = self.parts.telemetry.monitor
+            if monitor.opened:
+                return len(monitor.inventory)
+            if monitor.open_problem is not None or time.monotonic() >= deadline:
+                return None
+            time.sleep(0.01)
 
     def _check_queued_limit(self, caller: Caller, adding: int) -> None:
         """Refuse a submit that would leave the caller more queued jobs (waiting, held ones

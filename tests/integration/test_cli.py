@@ -307,6 +307,31 @@ def test_an_unknown_option_is_a_usage_error_not_the_command(engine: EngineHandle
         assert shown["job"]["spec"]["command"] == command
 
 
+def test_submit_and_run_refuse_gpus_the_station_does_not_have(
+    engine: EngineHandle, tmp_path: Path
+) -> None:
+    refused = gpudesk("submit", "--gpus", "1", "--", "true")
+    assert refused.returncode == 2, refused.stdout
+    assert refused.stderr.startswith("error: job 'true' asks for 1 GPU but this station has none")
+    assert "gpus = 0" in refused.stderr and "Traceback" not in refused.stderr
+    profile = write_profile(
+        tmp_path,
+        """
+        [[jobs]]
+        name = "cpu"
+        command = ["true"]
+        [[jobs]]
+        name = "big"
+        command = ["true"]
+        gpus = 2
+    """,
+    )
+    run = gpudesk("run", str(profile))
+    assert run.returncode == 2, run.stdout + run.stderr
+    assert "job 'big' asks for 2 GPUs" in run.stderr and "nothing was submitted" in run.stderr
+    assert json.loads(gpudesk("queue", "--all", "--json").stdout)["jobs"] == []
+
+
 def test_commands_start_the_engine_when_needed_and_engine_commands(home: Home) -> None:
     assert gpudesk("engine", "status").returncode == 3
     result = gpudesk("queue")

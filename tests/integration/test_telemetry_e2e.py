@@ -171,10 +171,19 @@ def test_top_follows_the_requested_backend_when_the_engine_watches_another(
     assert all(len(line) <= 80 for line in lines)
 
 
-def test_gpu_jobs_on_a_cpu_station_fail_with_a_reason(engine: EngineHandle) -> None:
-    (job_id,) = engine.submit(gpu_job("wants-gpu", 0.1))
-    job = engine.wait_state(job_id, "failed")
-    assert "this station has none (backend none)" in job["reason"]
+def test_gpu_jobs_the_station_can_never_run_are_refused_at_submission(
+    engine: EngineHandle,
+) -> None:
+    with pytest.raises(EngineError, match="asks for 1 GPU but this station has none") as refused:
+        engine.submit({"name": "cpu", "command": ["true"]}, gpu_job("wants-gpu", 0.1))
+    assert refused.value.code == "invalid_args"
+    assert "'wants-gpu'" in str(refused.value) and "nor the 1 other job" in str(refused.value)
+    assert engine.client.request("jobs")["jobs"] == []  # all or nothing
+    engine.client.request("configure", station={"backend": "sim:h100x2"})
+    with pytest.raises(EngineError, match="asks for 3 GPUs but this station has only 2"):
+        engine.submit({**gpu_job("three", 0.1), "gpus": 3})
+    (fits,) = engine.submit({**gpu_job("two", 0.1), "gpus": 2})
+    assert engine.client.request("jobs")["jobs"][0]["id"] == fits
 
 
 def test_run_report_gives_energy_and_carbon(home: Home, tmp_path: Path) -> None:
