@@ -294,15 +294,24 @@ def test_auto_picks_nvml_when_a_driver_answers(home: Home, tmp_path: Path) -> No
     assert top_json(nvml_env(tmp_path, TWO_GPUS, backend="auto"))["backend"] == "nvml"
 
 
-def test_a_driver_mismatch_is_a_banner_not_a_crash(home: Home, tmp_path: Path) -> None:
+def test_a_named_backend_that_cannot_start_ends_top_in_one_paragraph(
+    home: Home, tmp_path: Path
+) -> None:
+    # as nvidia-smi, nvitop and gpustat do without a working driver
     env = nvml_env(tmp_path, {"init_error": "LibRmVersionMismatch", "gpus": [{}]})
-    frame = gpudesk("top", "--once", env=env)
-    assert frame.returncode == 0, frame.stderr
-    assert "!! the NVIDIA kernel module and libnvidia-ml are different versions" in frame.stdout
-    snapshot = top_json(env)
-    assert snapshot["gpus"] == [] and "reboot" in snapshot["banner"]
-    # auto does not pick a backend that cannot start
-    assert top_json({**env, "GPUDESK_BACKEND": "auto"})["backend"] == "none"
+    for mode in ("--once", "--json"):
+        done = gpudesk("top", mode, env=env)
+        assert (done.returncode, done.stdout) == (1, ""), done.stderr
+        (line,) = done.stderr.splitlines()  # one paragraph: no log line, no traceback
+        assert line.startswith("error: GPUDESK_BACKEND=nvml: the NVIDIA kernel module and ")
+        assert "reboot" in line and "GPUDESK_BACKEND=auto" in line
+    # auto does not pick a backend that cannot start, and says why it shows no GPUs
+    auto = {**env, "GPUDESK_BACKEND": "auto"}
+    snapshot = top_json(auto)
+    assert snapshot["backend"] == "none" and snapshot["gpus"] == []
+    assert "GPUDESK_BACKEND=auto looked for NVML and the NVIDIA kernel module" in snapshot["note"]
+    frame = gpudesk("top", "--once", env=auto)
+    assert frame.returncode == 0 and "!! no GPUs shown: GPUDESK_BACKEND=auto" in frame.stdout
 
 
 def test_an_engine_on_nvml_places_gpu_jobs_and_accounts_their_energy(
