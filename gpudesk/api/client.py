@@ -48,7 +48,7 @@ from gpudesk.api.models import (
     TelemetryResult,
     WireModel,
 )
-from gpudesk.engine.protocol import INTERNAL, PROTOCOL_VERSION
+from gpudesk.engine.protocol import INTERNAL, PROTOCOL_VERSION, UNKNOWN_OP
 
 if TYPE_CHECKING:
     from gpudesk.api.connection import Connection, EventSocket
@@ -250,17 +250,33 @@ class Client:
 
     # ------------------------------------------------------------------------- jobs
     def submit(self, specs: Sequence[JobSpec], env: Mapping[str, str] | None = None) -> list[int]:
-        """Queue jobs (one transaction: all or none); returns their ids in order.
+        """Queue jobs (one transaction: all or none); returns their ids in order. The engine
+        refuses (`invalid_args`) a job it can never run, such as one asking for more GPUs than
+        the station has.
 
         As with `gpudesk submit`, jobs start from the submitter's environment (`env`, by
         default this process's, with this Python's folder first on PATH; each spec's own `env`
         is laid on top) and a spec without a `workdir` runs in the current directory."""
+        return self.call(SubmitResult, "submit", **self._submit_args(specs, env)).ids
+
+    def check_submit(self, specs: Sequence[JobSpec], env: Mapping[str, str] | None = None) -> bool:
+        """Whether the engine would accept these jobs, queueing nothing: raises the EngineError
+        `submit` would. False when the engine is older than this check (it cannot say)."""
+        try:
+            self.call(SubmitResult, "check_submit", **self._submit_args(specs, env))
+        except EngineError as exc:
+            if exc.code == UNKNOWN_OP:
+                return False
+            raise
+        return True
+
+    @staticmethod
+    def _submit_args(specs: Sequence[JobSpec], env: Mapping[str, str] | None) -> dict[str, Any]:
         from gpudesk.api.connection import submit_env
 
         here = os.getcwd()
         jobs = [(spec if spec.workdir else replace(spec, workdir=here)).to_dict() for spec in specs]
-        environment = dict(env) if env is not None else submit_env()
-        return self.call(SubmitResult, "submit", jobs=jobs, env=environment).ids
+        return {"jobs": jobs, "env": dict(env) if env is not None else submit_env()}
 
     def jobs(
         self,

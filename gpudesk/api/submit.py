@@ -239,6 +239,9 @@ def submit_profile(
         on_step(outcome.station)
     prepasses = profile_prepasses(profile)
     if prepasses:
+        # the training jobs wait for the pre-passes: first ask whether the engine would take
+        # them at all (GPUs the station has), so a profile it refuses runs nothing
+        client.check_submit(profile.jobs, env=env)
         workdir = str(profile.path.parent)
         ids = submit_specs(
             client, [p.job(workdir) for p in prepasses], group=outcome.group, env=env

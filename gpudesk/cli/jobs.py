@@ -31,12 +31,16 @@ def _parse_env(pairs: list[str]) -> dict[str, str]:
     return env
 
 
-@jobs_app.command(
-    context_settings={"allow_interspersed_args": False, "ignore_unknown_options": True}
-)
+# Options end at the command: its first word that is not an option, or whatever follows `--`.
+# An option gpudesk does not know, before that, is a usage error rather than the start of the
+# command (pueue and sbatch read the line the same way); everything from the command on is the
+# command's own, `--lr 3` and `--help` included.
+@jobs_app.command(context_settings={"allow_interspersed_args": False})
 def submit(
     command: list[str] = typer.Argument(
-        ..., metavar="-- COMMAND [ARGS]...", help="The command to run, after `--`."
+        ...,
+        metavar="COMMAND [ARGS]...",
+        help="The command to run and its arguments. Put `--` before it when it starts with `-`.",
     ),
     name: str | None = typer.Option(
         None, "--name", "-n", help="Job name (default: the program's name)."
@@ -81,15 +85,15 @@ def submit(
     ),
     json_out: bool = typer.Option(False, "--json", help="Print the new job as JSON."),
 ) -> None:
-    """Queue one job: gpudesk submit [OPTIONS] -- COMMAND [ARGS]..."""
+    """Queue one job: gpudesk submit [OPTIONS] [--] COMMAND [ARGS]...
+
+    gpudesk's options come first; from the command on, every word is the command's."""
     from gpudesk.api.submit import submit_specs
     from gpudesk.engine.jobs import JobSpec, SpecError
     from gpudesk.text import safe_text
 
-    if command and command[0] == "--":
-        command = command[1:]
     if not command:
-        fail("no command given: gpudesk submit [OPTIONS] -- COMMAND [ARGS]...", EXIT_USAGE)
+        fail("no command given: gpudesk submit [OPTIONS] [--] COMMAND [ARGS]...", EXIT_USAGE)
     cwd = (workdir or Path.cwd()).expanduser().absolute()
     raw = {
         # a program whose file name is not UTF-8 runs as it is; its name only shows it

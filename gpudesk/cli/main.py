@@ -29,7 +29,7 @@ from gpudesk.cli import (
     top,
 )
 from gpudesk.cli.common import CliError, reflow_help
-from gpudesk.cli.exit_codes import EXIT_FAILED, EXIT_INTERRUPTED
+from gpudesk.cli.exit_codes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE
 
 app = typer.Typer(
     name="gpudesk",
@@ -89,19 +89,57 @@ def _root(
 reflow_help(app)  # every command is registered by now
 
 
+def _click_error(name: str) -> type[Exception]:
+    """One of click's exception classes, found through typer's public BadParameter: typer
+    0.2x carries its own copy of click, older ones use click itself."""
+    return next(k for k in typer.BadParameter.__mro__ if k.__name__ == name)
+
+
+def usage_paragraph(exc: Exception) -> str:
+    """A usage error as one paragraph: what is wrong, the command's usage line, where the help
+    is. (Click's own form is three blocks, or a box with Rich.)"""
+    message = str(getattr(exc, "format_message", exc.__str__)())
+    if not message.endswith((".", "?", "!")):
+        message += "."
+    ctx = getattr(exc, "ctx", None)
+    if ctx is None:
+        return f"{message} (gpudesk --help lists the commands)"
+    usage = " ".join(ctx.command.get_usage(ctx).split()).removeprefix("Usage: ")
+    return f"{message} Usage: {usage} ({ctx.command_path} --help says more)"
+
+
 def main(argv: list[str] | None = None) -> None:
     from gpudesk.api.errors import EngineError
     from gpudesk.paths import HomeError  # UnsafePath is one
 
+    usage_error, click_exception = _click_error("UsageError"), _click_error("ClickException")
     try:
-        app(args=argv, prog_name="gpudesk", standalone_mode=True)
+        # not standalone: click's errors come here, to be printed as every other error is
+        code = app(args=argv, prog_name="gpudesk", standalone_mode=False)
     except CliError as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(exc.code)
-    except (EngineError, HomeError) as exc:
+    except EngineError as exc:
         print(f"error: {exc}", file=sys.stderr)
+        # the engine found the request's arguments wrong (a job it can never run): bad input
+        sys.exit(EXIT_USAGE if exc.code == "invalid_args" else EXIT_FAILED)
+    except HomeError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(EXIT_FAILED)
+    except usage_error as exc:
+        print(f"error: {usage_paragraph(exc)}", file=sys.stderr)
+        sys.exit(EXIT_USAGE)
+    except click_exception as exc:
+        print(f"error: {getattr(exc, 'format_message', exc.__str__)()}", file=sys.stderr)
+        sys.exit(getattr(exc, "exit_code", EXIT_FAILED))
+    except typer.Abort as exc:
+        if isinstance(exc.__cause__, KeyboardInterrupt):  # click turns Ctrl-C into Abort
+            sys.exit(EXIT_INTERRUPTED)
+        print("aborted", file=sys.stderr)
         sys.exit(EXIT_FAILED)
     except KeyboardInterrupt:
         sys.exit(EXIT_INTERRUPTED)
     except BrokenPipeError:
         os._exit(0)  # `gpudesk queue | head`: the reader left; that is not an error
+    # typer.Exit(N) comes back as N; a command that returns comes back with what it returned
+    sys.exit(code if isinstance(code, int) else 0)

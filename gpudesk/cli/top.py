@@ -7,7 +7,7 @@ import sys
 import typer
 
 from gpudesk.cli.common import current_home, fail
-from gpudesk.cli.exit_codes import EXIT_USAGE
+from gpudesk.cli.exit_codes import EXIT_FAILED, EXIT_USAGE
 
 top_app = typer.Typer()
 
@@ -21,12 +21,14 @@ def top(
     ),
 ) -> None:
     """A plain monitor for SSH: station, host CPU/memory, running jobs. Never starts the engine."""
-    from gpudesk.cli.top_view import run_top
+    from gpudesk.cli.top_view import BackendDown, run_top
 
     try:
         run_top(current_home(), once=once, as_json=json_out, interval=interval)
     except ValueError as exc:
         fail(str(exc), EXIT_USAGE)
+    except BackendDown as exc:
+        fail(str(exc), EXIT_FAILED)
     except KeyboardInterrupt:
         # Ctrl-C is how top is left, even while it is still starting or closing
         sys.stdout.write("\n")

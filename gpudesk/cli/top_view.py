@@ -15,6 +15,7 @@ from `EngineSummary`.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
 import textwrap
@@ -77,6 +78,7 @@ class Source:
     engine: EngineSummary | None = None
     monitor: Any = None  # telemetry.monitor.Monitor when sampling directly
     note: str | None = None
+    explicit: bool = False  # the backend sampled directly was named, not found by `auto`
 
     def close(self) -> None:
         if self.monitor is not None:
@@ -126,13 +128,35 @@ def open_source(home: Home, env: dict[str, str] | None = None) -> Source:
     from gpudesk.engine.telemetry.backend import make_backend
     from gpudesk.engine.telemetry.monitor import Monitor
 
-    source = Source(home, engine, Monitor(make_backend(backend_name)))
+    backend = make_backend(backend_name)
+    source = Source(home, engine, Monitor(backend), explicit=backend_name == "nvml")
     if engine is not None and answering:
         source.note = (
             f"the engine watches {engine.backend}; showing "
             f"GPUDESK_BACKEND={requested}, sampled directly"
         )
+    elif backend_name == "auto" and backend.name == "none":
+        from gpudesk.engine.telemetry.nvml import nvml_problem
+
+        # auto found no driver: say so, rather than a bare "none" a user takes for a bug
+        why = nvml_problem() or "no NVIDIA driver answered when top started"
+        source.note = f"no GPUs shown: GPUDESK_BACKEND=auto looked for NVML and {why}"
     return source
+
+
+class BackendDown(Exception):
+    """The backend the user asked for by name cannot start: top has nothing to show."""
+
+
+def _check_backend(source: Source) -> None:
+    """An explicitly chosen backend (GPUDESK_BACKEND=nvml) that cannot start ends top at
+    once, as nvidia-smi, nvitop and gpustat end without a driver; `auto` shows the CPU."""
+    monitor = source.monitor
+    if source.explicit and monitor is not None and monitor.open_problem:
+        raise BackendDown(
+            f"GPUDESK_BACKEND={monitor.backend.name}: {monitor.open_problem}. Install or load "
+            "the NVIDIA driver, or set GPUDESK_BACKEND=auto (or none) to watch the CPU only."
+        )
 
 
 def take_view(source: Source, *, fresh: bool = False) -> dict[str, Any]:
@@ -324,10 +348,16 @@ def _can_redraw(stream: TextIO) -> bool:
 def run_top(
     home: Home, *, once: bool, as_json: bool, interval: float, out: TextIO = sys.stdout
 ) -> None:
+    # The monitor logs a backend's problems for the engine's log; top says them in its frame
+    # (or its one error paragraph), so they are not printed a second time on stderr.
+    telemetry_log = logging.getLogger("gpudesk.telemetry")
+    if not telemetry_log.handlers:
+        telemetry_log.addHandler(logging.NullHandler())
     source = open_source(home)
     try:
         if once or as_json:
             view = take_view(source, fresh=True)
+            _check_backend(source)
             if as_json:
                 print(json.dumps(view, indent=2), file=out)
             else:
@@ -335,6 +365,7 @@ def run_top(
             return
         redraw = _can_redraw(out)
         view = take_view(source, fresh=True)
+        _check_backend(source)
         while True:
             frame = render_frame(view)
             out.write(f"\x1b[H\x1b[2J{frame}\n" if redraw else f"{frame}\n\n")

@@ -40,6 +40,7 @@ from gpudesk.engine.mig.nvidia_smi import LayoutError, MigError, MigUsageError
 from gpudesk.engine.mps.watch import MpsWatch
 from gpudesk.engine.placement.interference import LearnedParam
 from gpudesk.engine.placement.policies import make_policy
+from gpudesk.engine.placement.policy import gpus_missing
 from gpudesk.engine.placement.queue import JobQueue
 from gpudesk.engine.protocol import ProtocolError
 from gpudesk.engine.repartition.control import MigControl
@@ -100,6 +101,7 @@ class RequestHandlers:
             "ping": self.ping,
             "status": self.status,
             "submit": self.submit,
+            "check_submit": self.check_submit,
             "jobs": self.jobs,
             "show": self.show,
             "log": self.log,
@@ -308,6 +310,24 @@ class RequestHandlers:
 
     # ------------------------------------------------------------------ jobs
     def submit(self, args: Args, caller: Caller) -> Reply:
+        specs, base_env = self._accepted(args, caller)
+        records = self.parts.store.submit(specs, base_env, owner=caller.identity)
+        for record in records:
+            self.parts.queue.add(record)
+            self.parts.events.job(record.id, "submitted", record)
+        self.parts.due.mark()
+        return {"ids": [r.id for r in records]}
+
+    def check_submit(self, args: Args, caller: Caller) -> Reply:
+        """`submit`'s checks without queueing anything: whether these jobs would be accepted.
+        An op of its own, not a flag on `submit`, so that an engine from before it answers
+        `unknown_op` instead of queueing the jobs."""
+        self._accepted(args, caller)
+        return {"ids": []}
+
+    def _accepted(self, args: Args, caller: Caller) -> tuple[list[JobSpec], dict[str, str] | None]:
+        """The jobs of a submit request and the submitter's environment, once every check
+        passed; raises ProtocolError naming the first that failed."""
         raw_jobs = _job_list(args, "jobs")
         specs: list[JobSpec] = []
         for index, raw in enumerate(raw_jobs):
@@ -328,13 +348,42 @@ class RequestHandlers:
                 base_env = check_env(base_env, inherited=True)
             except ValueError as exc:
                 raise ProtocolError(protocol.INVALID_ARGS, f"env: {exc}") from None
+        self._check_gpus_exist(specs)
         self._check_queued_limit(caller, len(specs))
-        records = self.parts.store.submit(specs, base_env, owner=caller.identity)
-        for record in records:
-            self.parts.queue.add(record)
-            self.parts.events.job(record.id, "submitted", record)
-        self.parts.due.mark()
-        return {"ids": [r.id for r in records]}
+        return specs, base_env
+
+    def _check_gpus_exist(self, specs: list[JobSpec]) -> None:
+        """Refuse, at once and whole, jobs that ask for more GPUs than the station has: they
+        could only wait and then fail. Not while the GPUs cannot be read (they may come back)."""
+        wanted = max((spec.gpus for spec in specs), default=0)
+        if not wanted:
+            return
+        have = self._station_gpu_count()
+        if have is None or wanted <= have:
+            return
+        backend = self.parts.telemetry.monitor.backend.name
+        for spec in specs:
+            missing = gpus_missing(spec.gpus, have, backend)
+            if missing:
+                others = len(specs) - 1
+                raise ProtocolError(
+                    protocol.INVALID_ARGS,
+                    f"job {safe_text(spec.name)!r} {missing}. It could never "
+                    "run here, so nothing was submitted"
+                    + (
+                        f" (nor the {others} other job{'s' if others != 1 else ''})"
+                        if others
+                        else ""
+                    )
+                    + ".",
+                )
+
+    def _station_gpu_count(self) -> int | None:
+        """How many GPUs the station has, once its backend has opened; None while it cannot
+        tell (not opened yet, or the GPUs cannot be read): then placement fails an impossible
+        job instead. Never waited for: the engine's one loop serves every client."""
+        monitor = self.parts.telemetry.monitor
+        return len(monitor.inventory) if monitor.opened else None
 
     def _check_queued_limit(self, caller: Caller, adding: int) -> None:
         """Refuse a submit that would leave the caller more queued jobs (waiting, held ones

@@ -287,6 +287,51 @@ def test_user_errors_are_one_paragraph_not_tracebacks(engine: EngineHandle) -> N
         assert "Traceback" not in result.stderr
 
 
+def test_an_unknown_option_is_a_usage_error_not_the_command(engine: EngineHandle) -> None:
+    for args in (("--before", "1", "--", "true"), ("--bogus", "true")):
+        refused = gpudesk("submit", *args)
+        assert refused.returncode == 2, refused.stdout
+        assert refused.stderr.startswith(f"error: No such option: {args[0]}")
+        assert len(refused.stderr.strip().splitlines()) == 1  # one paragraph, no usage box
+        assert "gpudesk submit [OPTIONS]" in refused.stderr
+    assert json.loads(gpudesk("queue", "--all", "--json").stdout)["jobs"] == []
+    # from the command's first word on, every word is the command's, options and `--` included
+    for args, command in (
+        (("--name", "a", "python", "train.py", "--lr", "3"), ["python", "train.py", "--lr", "3"]),
+        (("--name", "b", "--", "-x", "--", "--help"), ["-x", "--", "--help"]),
+    ):
+        result = gpudesk("submit", "--json", *args)
+        assert result.returncode == 0, result.stderr
+        job_id = json.loads(result.stdout)["id"]
+        shown = json.loads(gpudesk("show", str(job_id), "--json").stdout)
+        assert shown["job"]["spec"]["command"] == command
+
+
+def test_submit_and_run_refuse_gpus_the_station_does_not_have(
+    engine: EngineHandle, tmp_path: Path
+) -> None:
+    refused = gpudesk("submit", "--gpus", "1", "--", "true")
+    assert refused.returncode == 2, refused.stdout
+    assert refused.stderr.startswith("error: job 'true' asks for 1 GPU but this station has none")
+    assert "gpus = 0" in refused.stderr and "Traceback" not in refused.stderr
+    profile = write_profile(
+        tmp_path,
+        """
+        [[jobs]]
+        name = "cpu"
+        command = ["true"]
+        [[jobs]]
+        name = "big"
+        command = ["true"]
+        gpus = 2
+    """,
+    )
+    run = gpudesk("run", str(profile))
+    assert run.returncode == 2, run.stdout + run.stderr
+    assert "job 'big' asks for 2 GPUs" in run.stderr and "nothing was submitted" in run.stderr
+    assert json.loads(gpudesk("queue", "--all", "--json").stdout)["jobs"] == []
+
+
 def test_commands_start_the_engine_when_needed_and_engine_commands(home: Home) -> None:
     assert gpudesk("engine", "status").returncode == 3
     result = gpudesk("queue")

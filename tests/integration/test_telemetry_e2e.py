@@ -3,6 +3,7 @@ GPUs, `gpudesk top`, `show` and `run` reading what the sampler measured."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import select
@@ -171,10 +172,19 @@ def test_top_follows_the_requested_backend_when_the_engine_watches_another(
     assert all(len(line) <= 80 for line in lines)
 
 
-def test_gpu_jobs_on_a_cpu_station_fail_with_a_reason(engine: EngineHandle) -> None:
-    (job_id,) = engine.submit(gpu_job("wants-gpu", 0.1))
-    job = engine.wait_state(job_id, "failed")
-    assert "this station has none (backend none)" in job["reason"]
+def test_gpu_jobs_the_station_can_never_run_are_refused_at_submission(
+    engine: EngineHandle,
+) -> None:
+    with pytest.raises(EngineError, match="asks for 1 GPU but this station has none") as refused:
+        engine.submit({"name": "cpu", "command": ["true"]}, gpu_job("wants-gpu", 0.1))
+    assert refused.value.code == "invalid_args"
+    assert "'wants-gpu'" in str(refused.value) and "nor the 1 other job" in str(refused.value)
+    assert engine.client.request("jobs")["jobs"] == []  # all or nothing
+    engine.client.request("configure", station={"backend": "sim:h100x2"})
+    with pytest.raises(EngineError, match="asks for 3 GPUs but this station has only 2"):
+        engine.submit({**gpu_job("three", 0.1), "gpus": 3})
+    (fits,) = engine.submit({**gpu_job("two", 0.1), "gpus": 2})
+    assert engine.client.request("jobs")["jobs"][0]["id"] == fits
 
 
 def test_run_report_gives_energy_and_carbon(home: Home, tmp_path: Path) -> None:
@@ -196,7 +206,11 @@ def test_run_report_gives_energy_and_carbon(home: Home, tmp_path: Path) -> None:
     )
     result = gpudesk("run", str(profile), "--report", str(tmp_path / "report.json"))
     assert result.returncode == 0, result.stderr
-    energy_line = next(line for line in result.stdout.splitlines() if line.startswith("energy:"))
+    lines = result.stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("energy"))
+    # the paragraph, wrapped to the terminal's width: its first line and the indented rest
+    wrapped = list(itertools.takewhile(lambda line: line.startswith(" "), lines[start + 1 :]))
+    energy_line = " ".join([lines[start], *(line.strip() for line in wrapped)])
     assert "GPU" in energy_line and "g CO2e at 300 g/kWh" in energy_line
     assert "SIMULATED" in energy_line
     report = json.loads((tmp_path / "report.json").read_text())
@@ -285,15 +299,24 @@ def test_auto_picks_nvml_when_a_driver_answers(home: Home, tmp_path: Path) -> No
     assert top_json(nvml_env(tmp_path, TWO_GPUS, backend="auto"))["backend"] == "nvml"
 
 
-def test_a_driver_mismatch_is_a_banner_not_a_crash(home: Home, tmp_path: Path) -> None:
+def test_a_named_backend_that_cannot_start_ends_top_in_one_paragraph(
+    home: Home, tmp_path: Path
+) -> None:
+    # as nvidia-smi, nvitop and gpustat do without a working driver
     env = nvml_env(tmp_path, {"init_error": "LibRmVersionMismatch", "gpus": [{}]})
-    frame = gpudesk("top", "--once", env=env)
-    assert frame.returncode == 0, frame.stderr
-    assert "!! the NVIDIA kernel module and libnvidia-ml are different versions" in frame.stdout
-    snapshot = top_json(env)
-    assert snapshot["gpus"] == [] and "reboot" in snapshot["banner"]
-    # auto does not pick a backend that cannot start
-    assert top_json({**env, "GPUDESK_BACKEND": "auto"})["backend"] == "none"
+    for mode in ("--once", "--json"):
+        done = gpudesk("top", mode, env=env)
+        assert (done.returncode, done.stdout) == (1, ""), done.stderr
+        (line,) = done.stderr.splitlines()  # one paragraph: no log line, no traceback
+        assert line.startswith("error: GPUDESK_BACKEND=nvml: the NVIDIA kernel module and ")
+        assert "reboot" in line and "GPUDESK_BACKEND=auto" in line
+    # auto does not pick a backend that cannot start, and says why it shows no GPUs
+    auto = {**env, "GPUDESK_BACKEND": "auto"}
+    snapshot = top_json(auto)
+    assert snapshot["backend"] == "none" and snapshot["gpus"] == []
+    assert "GPUDESK_BACKEND=auto looked for NVML and the NVIDIA kernel module" in snapshot["note"]
+    frame = gpudesk("top", "--once", env=auto)
+    assert frame.returncode == 0 and "!! no GPUs shown: GPUDESK_BACKEND=auto" in frame.stdout
 
 
 def test_an_engine_on_nvml_places_gpu_jobs_and_accounts_their_energy(

@@ -181,16 +181,17 @@ def test_a_users_station_settings_are_reported_not_applied_on_a_system_engine(
 
 
 def test_an_admins_station_settings_are_applied_and_recorded(system: Handlers) -> None:
+    system.ok(ALICE, "configure", station={"backend": "sim:h100"})  # a GPU job is accepted
     system.submit(ADA, "gpu-job", gpus=1)
     result = system.ok(ALICE, "configure", station=QUICKSTART_STATION)
     assert result["changed"] is True and result["not_applied"] == []
     assert [(c["key"], c["old"], c["new"]) for c in result["changes"]] == [
-        ("backend", "none", "auto"),
+        ("backend", "sim:h100", "auto"),
         ("policy", "auto", "fifo"),
     ]
     assert result["changes"][0]["message"] == (
-        "backend none → auto (1 queued job(s) ask for GPUs: they run on the new backend's GPUs, "
-        "and fail if it has none or too few)"
+        "backend sim:h100 → auto (1 queued job(s) ask for GPUs: they run on the new backend's "
+        "GPUs, and fail if it has none or too few)"
     )
     assert result["changes"][1]["message"] == "policy auto → fifo"
     assert system.ok(ALICE, "status")["station"]["policy"] == "fifo"

@@ -7,9 +7,11 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 from test_api_prepass import PROFILE, job_wire  # same folder: on sys.path under pytest
 
 from gpudesk.api.client import Client
+from gpudesk.api.errors import EngineError
 from gpudesk.api.submit import StationReport, Step, Submitted, submit_profile
 from gpudesk.engine import protocol
 from gpudesk.engine.station import StationConfig
@@ -22,8 +24,10 @@ class FakeEngine:
     """Answers the workflow's requests as the engine would (on the wire, under a real
     `Client`), and records them."""
 
-    def __init__(self, log: Path, prepass_state: str = "succeeded") -> None:
-        self.log, self.prepass_state = log, prepass_state
+    def __init__(
+        self, log: Path, prepass_state: str = "succeeded", refuse: str | None = None
+    ) -> None:
+        self.log, self.prepass_state, self.refuse = log, prepass_state, refuse
         self.calls: list[tuple[str, dict[str, Any]]] = []
         self.submitted: dict[int, dict[str, Any]] = {}
         self.home = Home(log.parent)
@@ -37,10 +41,15 @@ class FakeEngine:
         pass
 
     def exchange(self, op: str, args: dict[str, Any]) -> bytes:
+        if op in ("submit", "check_submit") and self.refuse is not None:
+            self.calls.append((op, args))
+            return protocol.encode_error(1, protocol.INVALID_ARGS, self.refuse)
         return protocol.encode_result(1, self.answer(op, args))
 
     def answer(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
         self.calls.append((op, args))
+        if op == "check_submit":
+            return {"ids": []}
         if op == "submit":
             first = len(self.submitted) + 1
             ids = list(range(first, first + len(args["jobs"])))
@@ -88,8 +97,9 @@ def test_a_profile_is_submitted_prepasses_first_then_its_jobs(tmp_path: Path) ->
         env={"PATH": "/bin"},
     )
     ops = [op for op, _ in engine.calls]
-    assert ops == ["datasets", "submit", "jobs", "submit"]  # no [station]: nothing to ask
-    prepasses, training = engine.calls[1][1], engine.calls[3][1]
+    assert ops == ["datasets", "check_submit", "submit", "jobs", "submit"]  # no [station] asked
+    check, prepasses, training = engine.calls[1][1], engine.calls[2][1], engine.calls[4][1]
+    assert [j["name"] for j in check["jobs"]] == [j["name"] for j in training["jobs"]]
     assert [j["name"] for j in prepasses["jobs"]] == [
         "prepass-d-el2n-25",
         "prepass-d.less-10-less-10",
@@ -112,12 +122,56 @@ def test_a_failed_prepass_keeps_the_profiles_jobs_back(tmp_path: Path) -> None:
     outcome = submit_profile(
         engine.client, parse_profile(PROFILE, "p.toml"), group="g", wait=lambda ids: None
     )
-    assert [op for op, _ in engine.calls] == ["datasets", "submit", "jobs"]
+    assert [op for op, _ in engine.calls] == ["datasets", "check_submit", "submit", "jobs"]
     assert outcome.job_ids == [] and len(outcome.failed_prepasses) == 2
     assert outcome.failed_prepasses[0].describe() == (
         "pre-pass job 1 (prepass-d-el2n-25) failed: the profile's jobs were not submitted "
         "(gpudesk logs 1)"
     )
+
+
+def test_jobs_the_engine_refuses_keep_the_prepasses_back(tmp_path: Path) -> None:
+    engine = FakeEngine(prepass_log(tmp_path), refuse="job 'a' asks for 2 GPUs")
+    with pytest.raises(EngineError, match="asks for 2 GPUs"):
+        submit_profile(engine.client, parse_profile(PROFILE, "p.toml"), wait=lambda ids: None)
+    assert [op for op, _ in engine.calls] == ["datasets", "check_submit"]
+    assert engine.submitted == {}  # no pre-pass was queued
+
+
+def test_an_engine_older_than_the_check_is_not_sent_the_jobs_twice(tmp_path: Path) -> None:
+    """An engine from before `check_submit` answers unknown_op: the run goes on, and the
+    training jobs are submitted once, after the pre-passes."""
+    engine = FakeEngine(prepass_log(tmp_path))
+    answer = engine.answer
+
+    def older(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        if op == "check_submit":
+            raise AssertionError("not reached")
+        return answer(op, args)
+
+    def exchange(op: str, args: dict[str, Any]) -> bytes:
+        if op == "check_submit":
+            engine.calls.append((op, args))
+            return protocol.encode_error(1, protocol.UNKNOWN_OP, "unknown op 'check_submit'")
+        return protocol.encode_result(1, older(op, args))
+
+    engine.exchange = exchange  # type: ignore[method-assign]
+    submit_profile(
+        engine.client,
+        parse_profile(PROFILE, "p.toml"),
+        wait=lambda ids: None,
+        cache=SelectionCache(tmp_path / "sel"),
+        env={"PATH": "/bin"},
+    )
+    assert [op for op, _ in engine.calls] == [
+        "datasets",
+        "check_submit",
+        "submit",
+        "jobs",
+        "submit",
+    ]
+    names = [job["name"] for job in engine.submitted.values()]
+    assert sorted(n for n in names if not n.startswith("prepass-")) == ["a", "b", "c", "e"]
 
 
 def test_a_profile_without_selections_has_no_prepass_step() -> None:

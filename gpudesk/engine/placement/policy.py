@@ -362,6 +362,19 @@ def _gpus(count: int) -> str:
     return f"{count} GPU{'s' if count != 1 else ''}"
 
 
+def gpus_missing(wanted: int, have: int, backend: str) -> str | None:
+    """ "asks for N GPUs but this station has only M" when a job can never get the GPUs it asks
+    for, else None. Placement fails such a queued job; submission refuses it."""
+    if wanted <= have:
+        return None
+    if have == 0:
+        return (
+            f"asks for {_gpus(wanted)} but this station has none (backend {backend}); "
+            "submit it with gpus = 0 to run on the CPU"
+        )
+    return f"asks for {_gpus(wanted)} but this station has only {have}"
+
+
 def gpu_job_impossible(
     job: JobRecord, need_mib: float, station: StationView, reserve_mib: float = 0.0
 ) -> str | None:
@@ -369,14 +382,9 @@ def gpu_job_impossible(
     keeps free on every GPU."""
     if station.gpu_problem is not None:
         return None  # the GPUs may come back: wait
-    wanted = _gpus(job.spec.gpus)
-    if station.gpu_count == 0:
-        return (
-            f"the job asks for {wanted} but this station has none "
-            f"(backend {station.backend}); submit it with gpus = 0 to run on the CPU"
-        )
-    if job.spec.gpus > station.gpu_count:
-        return f"the job asks for {wanted} but this station has only {station.gpu_count}"
+    too_many = gpus_missing(job.spec.gpus, station.gpu_count, station.backend)
+    if too_many:
+        return f"the job {too_many}"
     largest = max((g.memory_total_mib for g in station.gpu_states if not g.lost), default=0.0)
     if need_mib > largest - reserve_mib:
         return (

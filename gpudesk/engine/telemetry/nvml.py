@@ -127,6 +127,20 @@ def probe_nvml(module: Any = None) -> bool:
             nv.nvmlShutdown()
 
 
+def nvml_problem(module: Any = None) -> str | None:
+    """Why NVML shows no GPU here (no driver, a broken library, none attached), or None when
+    it sees one: what `auto` resolving to `none` means, in words."""
+    backend = NvmlBackend(module)
+    try:
+        backend.open()
+    except BackendUnavailable as exc:
+        return str(exc)
+    try:
+        return None if backend.inventory() else "the NVIDIA driver answers but sees no GPU"
+    finally:
+        backend.close()
+
+
 class NvmlBackend:
     """The station's GPUs as NVML reports them. `module` is a pynvml-like object (tests pass a
     fake); by default `pynvml` is imported when the backend opens."""
