@@ -36,8 +36,9 @@ def run(
         fail(f"the profile is not valid:\n{exc}", EXIT_USAGE)
     client = engine_client()  # run_profile applies the profile's [station] to the engine
     progress = sys.stderr if json_out else sys.stdout
+    source = f"{profile} (gpudesk's bundled example)" if loaded.bundled else str(profile)
     print(
-        f"running {len(loaded.jobs)} job(s) from {profile} on {client.home.description}",
+        f"running {len(loaded.jobs)} job(s) from {source} on {client.home.description}",
         file=progress,
         flush=True,
     )
