@@ -13,6 +13,7 @@ Sweeps expand grid-major (first parameter slowest) with the repeat index varying
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import itertools
 import json
@@ -39,6 +40,7 @@ from gpudesk.engine.jobs import (
 )
 from gpudesk.engine.loaders import LOADER_KEYS, DatasetSpec
 from gpudesk.engine.station import STATION_CHECKS, STATION_KEYS, StationConfig
+from gpudesk.examples import bundled
 from gpudesk.results import Goal
 from gpudesk.toml_lines import BARE_KEY, Key, KeyLines
 
@@ -168,10 +170,21 @@ class Profile:
     # keeps the station's value; `station` holds the defaults for those).
     station_keys: tuple[str, ...] = ()
     report: ReportConfig | None = None  # None: the report calls no job best
+    # Read from gpudesk's bundled examples because `path` named none in the current folder
+    # (gpudesk.examples); its relative workdirs are then anchored at the current folder.
+    bundled: bool = False
 
 
 def load_profile(path: str | os.PathLike[str]) -> Profile:
-    """Read and parse a profile file. Raises ProfileError for anything the user can fix."""
+    """Read and parse a profile file. Raises ProfileError for anything the user can fix.
+
+    A path that does not exist but names a bundled example (`profiles/quickstart.toml`,
+    `quickstart`) reads that example: installed from a wheel, the README's commands work in any
+    folder. Its jobs run in the current folder, not inside the installed package."""
+    example = bundled(path, "profiles")
+    if example is not None:
+        loaded = parse_profile(example.read_bytes(), example, base_dir=Path.cwd())
+        return dataclasses.replace(loaded, bundled=True)
     shown = os.fsdecode(path)
     try:
         info = os.stat(path)
@@ -195,8 +208,11 @@ def load_profile(path: str | os.PathLike[str]) -> Profile:
     return parse_profile(data, path)
 
 
-def parse_profile(data: bytes, path: str | os.PathLike[str]) -> Profile:
-    """Parse profile bytes; `path` names the file in messages and anchors relative workdirs."""
+def parse_profile(
+    data: bytes, path: str | os.PathLike[str], base_dir: Path | None = None
+) -> Profile:
+    """Parse profile bytes; `path` names the file in messages and anchors relative workdirs
+    (`base_dir`, when given, anchors them instead)."""
     shown = os.fsdecode(path)
     try:
         if len(data) > MAX_PROFILE_BYTES:
@@ -204,7 +220,7 @@ def parse_profile(data: bytes, path: str | os.PathLike[str]) -> Profile:
         text = _decode(bytes(data), shown)
         document = _read_toml(text, shown)
         _check_integer_range(document, shown, text)
-        builder = _Builder(shown, Path(os.path.abspath(shown)), KeyLines(text))
+        builder = _Builder(shown, Path(os.path.abspath(shown)), KeyLines(text), base_dir)
         return builder.build(document)
     except RecursionError:
         raise _file_error(shown, "the profile is nested too deeply to read") from None
@@ -443,10 +459,12 @@ class _Entry:
 
 
 class _Builder:
-    def __init__(self, shown: str, path: Path, locator: KeyLines) -> None:
+    def __init__(
+        self, shown: str, path: Path, locator: KeyLines, base_dir: Path | None = None
+    ) -> None:
         self.shown = shown
         self.path = path
-        self.base_dir = path.parent
+        self.base_dir = base_dir or path.parent
         self.locator = locator
         self.problems: list[Problem] = []
         self.dataset_names: set[str] | None = set()  # None: [datasets] unusable, skip references

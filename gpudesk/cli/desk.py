@@ -20,9 +20,12 @@ def open_desk(readonly: bool, refresh: float, replay: Path | None) -> None:
             "`gpudesk queue` or `gpudesk --help`",
             EXIT_USAGE,
         )
-    from gpudesk.screens import run_desk
+    from gpudesk.screens import DeskFailed, run_desk
 
-    message = run_desk(readonly=readonly, refresh_s=refresh, replay=replay)
+    try:
+        message = run_desk(readonly=readonly, refresh_s=refresh, replay=replay)
+    except DeskFailed as exc:
+        fail(f"{exc}; the message above says what went wrong")
     if message:
         print(message)
 

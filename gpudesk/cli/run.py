@@ -38,7 +38,8 @@ def run(
         fail(f"the profile is not valid:\n{exc}", EXIT_USAGE)
     client = engine_client()  # run_profile applies the profile's [station] to the engine
     progress = sys.stderr if json_out else sys.stdout
-    said = f"running {len(loaded.jobs)} job(s) from {profile} on {client.home.description}"
+    source = f"{profile} (gpudesk's bundled example)" if loaded.bundled else str(profile)
+    said = f"running {len(loaded.jobs)} job(s) from {source} on {client.home.description}"
     print(textwrap.fill(said, render.terminal_width(), break_on_hyphens=False), file=progress)
     progress.flush()
     try:

@@ -68,6 +68,7 @@ from gpudesk.engine.station import StationConfig
 from gpudesk.engine.store.records import JobRecord
 from gpudesk.engine.telemetry.backend import check_backend_name, parse_sim_name
 from gpudesk.engine.telemetry.sim import STATIONS, GpuModel
+from gpudesk.examples import bundled
 from gpudesk.units import J_PER_KWH, MIB_PER_GB, MIB_PER_GIB, S_PER_HOUR
 
 # SM activity of a job running alone, by the trace's class, where the trace gives no `sm_pct`;
@@ -128,6 +129,9 @@ def _percent(raw: Mapping[str, Any], key: str) -> float | None:
 
 
 def load_trace(path: str | Path) -> Trace:
+    # Installed from a wheel, `traces/carma-philly-t1.json` (or `carma-philly-t1`) names the
+    # bundled copy when no such file is here.
+    path = bundled(path, "traces") or path
     try:
         data = json.loads(Path(path).read_text())
     except OSError as exc:

@@ -7,6 +7,15 @@ from __future__ import annotations
 from pathlib import Path
 
 
+class DeskFailed(Exception):
+    """The desk stopped on an error Textual has already shown (a missing or broken stylesheet,
+    an exception in a screen): the command must not exit 0 as if the user had left it."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(f"the desk stopped on an error (exit code {code})")
+        self.code = code
+
+
 def run_desk(
     readonly: bool = False, refresh_s: float = 1.0, replay: Path | None = None
 ) -> str | None:
@@ -25,7 +34,12 @@ def run_desk(
         home = Home.from_env()
         Client.connect(home).close()  # starts the engine when none runs
         feed = EngineFeed(home, interval=refresh_s)
+    app = DeskApp(feed, readonly=readonly, refresh_s=refresh_s)
     try:
-        return DeskApp(feed, readonly=readonly, refresh_s=refresh_s).run()
+        message = app.run()
     finally:
         feed.close()
+    # Textual prints the error and returns normally; only its return code tells a crash apart.
+    if app.return_code:
+        raise DeskFailed(app.return_code)
+    return message
