@@ -94,11 +94,13 @@ JOB_KEYS = (
     "selection",
     "priority",
     "max_attempts",
+    "time_limit",
+    "after",
     "repeat",
 )
 SWEEP_KEYS = (*JOB_KEYS, "grid")
 # [defaults] may set every job key but those that make a job what it is.
-DEFAULT_KEYS = tuple(key for key in JOB_KEYS if key not in ("name", "command", "repeat"))
+DEFAULT_KEYS = tuple(key for key in JOB_KEYS if key not in ("name", "command", "repeat", "after"))
 DATASET_KEYS = ("factory", *LOADER_KEYS)
 # Resource fields that go straight from the table (or [defaults]) into the JobSpec.
 _RESOURCE_KEYS = ("gpus", "memory_gb", "sm_pct", "dataset", "selection", "priority", "max_attempts")
@@ -370,6 +372,40 @@ def _substitute(template: str, values: Mapping[str, str]) -> str:
     return _PLACEHOLDER.sub(lambda m: values.get(m.group(1), m.group(0)), template)
 
 
+def _check_time_limit(value: Any) -> float:
+    """`time_limit = "2h"` (or "1:30:00", "2-12:00:00", as sbatch --time) or a whole number
+    of minutes, as sbatch takes a bare number."""
+    from gpudesk.engine.jobs import MAX_TIME_LIMIT_S
+    from gpudesk.units import parse_duration
+
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise ValueError(
+            f'expected a duration such as "2h", "1:30:00" or a whole number of minutes, '
+            f"found {describe(value)}"
+        )
+    seconds = parse_duration(str(value))
+    if not 1 <= seconds <= MAX_TIME_LIMIT_S:
+        raise ValueError(f"a time limit is 1 s to 366 days, found {seconds:g} s")
+    return seconds
+
+
+def _check_after_names(value: Any) -> tuple[str, ...]:
+    """`after = ["prep"]`: the names of [[jobs]] or [[sweeps]] tables of the same profile."""
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, list) or not items:
+        raise ValueError(
+            f'expected the names of jobs or sweeps of this profile, e.g. after = ["prep"], '
+            f"found {describe(value)}"
+        )
+    return tuple(dict.fromkeys(check_name(item) for item in items))
+
+
+_KEY_CHECKS: dict[str, Callable[[Any], Any]] = {
+    "shell": check_bool,
+    "time_limit": _check_time_limit,
+}
+
+
 def _check_repeat(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_REPEAT:
         raise ValueError(f"expected a whole number from 1 to {MAX_REPEAT}, found {describe(value)}")
@@ -440,6 +476,7 @@ class _Entry:
     resources: dict[str, Any]  # gpus, memory_gb, …, defaults already merged in
     repeat: int
     grid: dict[str, list[str]] = field(default_factory=dict)  # parameter -> rendered values
+    after: tuple[str, ...] = ()  # names of the [[jobs]]/[[sweeps]] whose jobs must succeed first
 
     def variants(self) -> Iterator[tuple[str, dict[str, str]]]:
         """(job name, placeholder values) for each job this entry makes, in order."""
@@ -665,7 +702,7 @@ class _Builder:
         self.unknown_keys(("defaults",), table, DEFAULT_KEYS, _DEFAULT_HINTS)
         for key in DEFAULT_KEYS:
             if key in table:
-                check = check_bool if key == "shell" else FIELD_CHECKS[key]
+                check = _KEY_CHECKS.get(key) or FIELD_CHECKS[key]
                 self.defaults[key] = self.check(("defaults", key), check, table[key])
         dataset = self.defaults.get("dataset")
         if isinstance(dataset, str):
@@ -722,6 +759,14 @@ class _Builder:
                 "a selection applies to the job's dataset: set "
                 "dataset too (or put the selection in its [datasets.NAME] table)",
             )
+        if "time_limit" in table:
+            resources["time_limit"] = self.check(
+                (*key, "time_limit"), _check_time_limit, table["time_limit"]
+            )
+        after: tuple[str, ...] = ()
+        if "after" in table:
+            checked_after = self.check((*key, "after"), _check_after_names, table["after"])
+            after = () if checked_after is _INVALID else checked_after
         env = self.check((*key, "env"), FIELD_CHECKS["env"], table["env"]) if "env" in table else {}
         workdir = (
             self.check((*key, "workdir"), FIELD_CHECKS["workdir"], table["workdir"])
@@ -743,7 +788,7 @@ class _Builder:
             self.check_placeholders(key, *templates, grid)
         if len(self.problems) > before:
             return None
-        return _Entry(key, name, command, shell, env, workdir, resources, repeat, grid)
+        return _Entry(key, name, command, shell, env, workdir, resources, repeat, grid, after)
 
     def grid(self, key: Key, table: dict[str, Any]) -> dict[str, list[str]] | None:
         grid_key = (*key, "grid")
@@ -883,7 +928,17 @@ class _Builder:
         jobs: list[JobSpec] = []
         made_by: dict[str, Key] = {}
         reported: set[tuple[Key, Key]] = set()  # one problem per (entry, field or other entry)
-        for entry in entries:
+        made: dict[Key, list[int]] = {}  # entry -> the indices of its jobs in `jobs`
+        ordered = self.dependency_order(entries)
+        if ordered is None:
+            return jobs  # its problems are raised by the caller
+        for entry in ordered:
+            # the jobs it runs after, as `submit` takes them within one request: -(index + 1)
+            after = tuple(
+                -(index + 1)
+                for other in entry.after
+                for index in made.get(self.entry_named(entries, other).key, [])
+            )
             for name, values in entry.variants():
                 spec = self.make_job(entry, name, values, reported)
                 if spec is None:
@@ -895,8 +950,51 @@ class _Builder:
                         self.duplicate(entry, spec.name, other)
                     continue
                 made_by[spec.name] = entry.key
-                jobs.append(spec)
+                made.setdefault(entry.key, []).append(len(jobs))
+                jobs.append(dataclasses.replace(spec, after=after) if after else spec)
         return jobs
+
+    @staticmethod
+    def entry_named(entries: list[_Entry], name: str) -> _Entry:
+        return next(entry for entry in entries if entry.name == name)
+
+    def dependency_order(self, entries: list[_Entry]) -> list[_Entry] | None:
+        """The entries in file order, except that one comes after those it runs `after`
+        (a stable topological order); None, with the problems noted, for an unknown name, a
+        job after itself, or a cycle."""
+        names = {entry.name for entry in entries}
+        ok = True
+        for entry in entries:
+            for other in entry.after:
+                if other not in names:
+                    ok = False
+                    known = ", ".join(sorted(repr(n) for n in names if n != entry.name)) or "none"
+                    self.problem(
+                        (*entry.key, "after"),
+                        f"no [[jobs]] or [[sweeps]] named {other!r} in this profile "
+                        f"(after names a table's name; these are: {known})",
+                    )
+                elif other == entry.name:
+                    ok = False
+                    self.problem((*entry.key, "after"), "a job cannot run after itself")
+        if not ok:
+            return None
+        placed: list[_Entry] = []
+        waiting = list(entries)
+        while waiting:
+            ready = next(
+                (e for e in waiting if all(o in {p.name for p in placed} for o in e.after)), None
+            )
+            if ready is None:
+                cycle = " -> ".join(e.name for e in waiting)
+                self.problem(
+                    (*waiting[0].key, "after"),
+                    f"these run after each other in a circle, so none could start: {cycle}",
+                )
+                return None
+            placed.append(ready)
+            waiting.remove(ready)
+        return placed
 
     def make_job(
         self, entry: _Entry, name: str, values: dict[str, str], reported: set[tuple[Key, Key]]
@@ -931,7 +1029,7 @@ class _Builder:
             shell=entry.shell,
             workdir=self.resolve_dir(checked["workdir"]),
             env=checked["env"],
-            **entry.resources,
+            **{("time_limit_s" if k == "time_limit" else k): v for k, v in entry.resources.items()},
         )
 
     @staticmethod

@@ -258,15 +258,25 @@ def check_bool(value: Any) -> bool:
 
 
 def check_after(value: Any) -> tuple[int, ...]:
-    """The ids of the jobs a job waits for, in the order given, each once."""
+    """The jobs a job waits for, in the order given, each once: job ids, or -k for the k-th
+    job of the same submit request (a profile's jobs, which have no ids yet; the store puts
+    their ids in when it queues them)."""
     if isinstance(value, bool) or not isinstance(value, (list, tuple)):
         raise ValueError(f"expected a list of job ids, found {describe(value)}")
     if len(value) > MAX_AFTER:
         raise ValueError(f"expected at most {MAX_AFTER} jobs, found {len(value)}")
     ids: list[int] = []
     for item in value:
-        if isinstance(item, bool) or not isinstance(item, int) or not 1 <= item <= MAX_JOB_ID:
-            raise ValueError(f"expected job ids (whole numbers from 1), found {describe(item)}")
+        if (
+            isinstance(item, bool)
+            or not isinstance(item, int)
+            or item == 0
+            or not -MAX_JOB_ID <= item <= MAX_JOB_ID
+        ):
+            raise ValueError(
+                f"expected job ids (whole numbers from 1, or -k for the k-th job of the same "
+                f"request), found {describe(item)}"
+            )
         if item not in ids:
             ids.append(item)
     return tuple(ids)

@@ -336,7 +336,14 @@ class RequestHandlers:
             except SpecError as exc:
                 raise ProtocolError(protocol.INVALID_ARGS, f"jobs[{index}].{exc}") from None
             for job_id in specs[-1].after:
-                if not self.parts.store.job_exists(job_id):
+                if job_id < 0:  # -k: the k-th job of this request, which must come before it
+                    if -job_id > index:
+                        raise ProtocolError(
+                            protocol.INVALID_ARGS,
+                            f"jobs[{index}].after: {job_id} names job {-job_id} of this request; "
+                            "a job can run only after jobs before it in the request",
+                        )
+                elif not self.parts.store.job_exists(job_id):
                     raise ProtocolError(
                         protocol.UNKNOWN_JOB,
                         f"jobs[{index}].after: there is no job {job_id} to run after "

@@ -181,3 +181,35 @@ def test_queue_filters_by_state_and_name(engine: EngineHandle, tmp_path: Path) -
     assert wrong.returncode == 2 and "bogus is not a job state" in wrong.stderr
     assert gpudesk("queue", "--state", "queued").stdout.strip() == "no jobs match"
     gate.touch()
+
+
+def test_a_profiles_after_chain_runs_in_order_and_stops_at_a_failure(
+    engine: EngineHandle, tmp_path: Path
+) -> None:
+    trace = tmp_path / "trace"
+    profile = tmp_path / "chain.toml"
+    profile.write_text(
+        f"""
+[[jobs]]
+name = "report"
+command = ["sh", "-c", "echo report >> {trace}"]
+after = ["train-{{lr}}"]
+[[jobs]]
+name = "prep"
+command = ["sh", "-c", "sleep 0.3; echo prep >> {trace}"]
+[[sweeps]]
+name = "train-{{lr}}"
+command = ["sh", "-c", "echo train {{lr}} >> {trace}; [ {{lr}} = 1 ]"]
+grid = {{ lr = [1, 2] }}
+after = "prep"
+"""
+    )
+    result = gpudesk("run", str(profile), "--json")
+    assert result.returncode == 1, result.stderr  # train-2 failed, so report never ran
+    lines = trace.read_text().splitlines()
+    assert lines[0] == "prep" and sorted(lines[1:]) == ["train 1", "train 2"]
+    jobs = {job["name"]: job for job in json.loads(result.stdout)["jobs"]}
+    assert jobs["report"]["state"] == "cancelled"
+    shown = engine.show("report")["job"]
+    assert shown["reason"].endswith("(train-2), which it runs after, failed; this job never ran")
+    assert shown["spec"]["after"] == [jobs["train-1"]["id"], jobs["train-2"]["id"]]

@@ -1078,3 +1078,59 @@ def test_selection_on_a_dataset_and_on_a_job() -> None:
     assert spec.variant(other.selection).name == "digits.full"
     assert spec.variant(other.selection).selection is None
     assert spec.variant("dedup-25") is spec
+
+
+def test_after_orders_the_jobs_and_names_them_within_the_request() -> None:
+    profile = parse(
+        """
+        [[jobs]]
+        name = "eval"
+        command = ["true"]
+        after = ["train-{lr}"]
+        [[jobs]]
+        name = "prep"
+        command = ["true"]
+        time_limit = "1:30:00"
+        [[sweeps]]
+        name = "train-{lr}"
+        command = ["true"]
+        grid = { lr = [1, 2] }
+        after = "prep"
+        time_limit = 90
+        """
+    )
+    # prep first, then the sweep, then eval: each after the tables it names
+    assert [job.name for job in profile.jobs] == ["prep", "train-1", "train-2", "eval"]
+    # -k is the k-th job of the submit request (no ids yet); the store puts the ids in
+    assert [job.after for job in profile.jobs] == [(), (-1,), (-1,), (-2, -3)]
+    assert [job.time_limit_s for job in profile.jobs] == [5400.0, 5400.0, 5400.0, None]
+
+
+@pytest.mark.parametrize(
+    "tables, fragment",
+    [
+        ('after = ["zz"]', "no [[jobs]] or [[sweeps]] named 'zz' in this profile"),
+        ('after = ["a"]', "a job cannot run after itself"),
+        ("after = []", "expected the names of jobs or sweeps"),
+        ("after = [3]", "expected a string"),
+        ("time_limit = 1.5", 'expected a duration such as "2h"'),
+        ('time_limit = "soon"', "is not a duration"),
+        ('time_limit = "0s"', "a time limit is 1 s to 366 days"),
+    ],
+)
+def test_bad_after_and_time_limit(tables: str, fragment: str) -> None:
+    problem = only_problem(f'[[jobs]]\nname = "a"\ncommand = ["true"]\n{tables}\n')
+    assert fragment in problem.message
+
+
+def test_a_circle_of_after_is_a_problem() -> None:
+    problem = only_problem(
+        '[[jobs]]\nname = "a"\ncommand = ["true"]\nafter = "b"\n'
+        '[[jobs]]\nname = "b"\ncommand = ["true"]\nafter = "a"\n'
+    )
+    assert "run after each other in a circle" in problem.message and "a -> b" in problem.message
+
+
+def test_after_cannot_be_a_default() -> None:
+    problem = only_problem('[defaults]\nafter = ["a"]\n[[jobs]]\nname = "a"\ncommand = ["true"]\n')
+    assert problem.key == "defaults.after" and "unknown key" in problem.message

@@ -33,16 +33,22 @@ class JobTables(StoreConnection):
     ) -> list[JobRecord]:
         """Queue jobs, all or none, for `owner` (default: the engine's own user). `base_env` is
         the submitter's environment, which the jobs start from (stored once however many jobs
-        share it)."""
+        share it). An `after` of -k names the k-th of these jobs, queued before it: its id is
+        put in."""
         now = now or time.time()
         owner = owner or Identity.of_process()
+        specs = list(specs)
         ids: list[int] = []
         env: tuple[str, int] | None = None
         with self.transaction() as conn:
             if base_env is not None:
                 env = self._environment_id(conn, base_env)
             env_id = env[1] if env else None
-            for spec in specs:
+            for number, spec in enumerate(specs):
+                if any(ref < 0 for ref in spec.after):  # -k: the k-th job of this request
+                    resolved = tuple(ids[-ref - 1] if ref < 0 else ref for ref in spec.after)
+                    spec = dataclasses.replace(spec, after=resolved)
+                    specs[number] = spec
                 cur = conn.execute(
                     "INSERT INTO jobs (name, grp, spec, base_env, state, priority, submitted_at, "
                     "owner_uid, owner_gid, owner_groups) "
