@@ -840,6 +840,7 @@ REPLY_MODELS: dict[str, type[WireModel]] = {
     "configure": ConfigureResult,
     "datasets": DatasetsResult,
     "submit": SubmitResult,
+    "check_submit": SubmitResult,
     "jobs": JobList,
     "show": JobDetail,
     "log": LogChunk,

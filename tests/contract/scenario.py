@@ -171,6 +171,9 @@ def run_station_scenario(driver: StationDriver, subscribed: Callable[[], None]) 
     script = driver.workdir / "consumer.py"
     script.write_text(CONSUMER)
 
+    # Whether a job would be accepted, queueing nothing.
+    assert client.check_submit([driver.job("checked", sleeper(1), gpus=1)], env=dict(os.environ))
+
     # Two light jobs on one GPU under MPS, two on GPU 1's MIG slices, a loader's consumer.
     mig_a, mig_b, mps_a, mps_b = driver.submit(
         driver.job("mig-a", sleeper(4), gpus=1, memory_gb=8, sm_pct=30),
