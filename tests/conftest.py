@@ -25,6 +25,9 @@ from gpudesk.engine.station import StationConfig
 from gpudesk.engine.store.database import Store
 from gpudesk.paths import Home
 
+# The tests never read the user's own defaults (gpudesk.cli.config); test_config names its files.
+os.environ["GPUDESK_CONFIG"] = ""
+
 
 def wait_for(
     predicate: Callable[[], object],

@@ -108,6 +108,16 @@ def usage_paragraph(exc: Exception) -> str:
     return f"{message} Usage: {usage} ({ctx.command_path} --help says more)"
 
 
+def _user_defaults() -> dict[str, object]:
+    """The option defaults of the user's config file (gpudesk.cli.config), if there is one."""
+    from gpudesk.cli.config import config_path, default_map
+
+    path = config_path()
+    if path is None or not path.exists():
+        return {}
+    return default_map(typer.main.get_command(app), path)
+
+
 def main(argv: list[str] | None = None) -> None:
     from gpudesk.api.errors import EngineError
     from gpudesk.paths import HomeError  # UnsafePath is one
@@ -115,7 +125,9 @@ def main(argv: list[str] | None = None) -> None:
     usage_error, click_exception = _click_error("UsageError"), _click_error("ClickException")
     try:
         # not standalone: click's errors come here, to be printed as every other error is
-        code = app(args=argv, prog_name="gpudesk", standalone_mode=False)
+        code = app(
+            args=argv, prog_name="gpudesk", standalone_mode=False, default_map=_user_defaults()
+        )
     except CliError as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(exc.code)

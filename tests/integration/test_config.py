@@ -1,0 +1,65 @@
+"""The user's config file gives command options their defaults; the command line wins; a
+wrong file is one paragraph and nothing runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import EngineHandle
+
+GPUDESK = [sys.executable, "-m", "gpudesk"]
+
+
+def gpudesk(config: Path | str, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "GPUDESK_CONFIG": str(config)}
+    return subprocess.run([*GPUDESK, *args], capture_output=True, text=True, timeout=60, env=env)
+
+
+def test_defaults_from_the_config_file_and_the_command_line_wins(
+    engine: EngineHandle, tmp_path: Path
+) -> None:
+    config = tmp_path / "config.toml"
+    config.write_text('[submit]\ntime = "2h"\nmax-attempts = 2\n[queue]\nall = true\n')
+    first = gpudesk(config, "submit", "--json", "--", "true")
+    assert first.returncode == 0, first.stderr
+    second = gpudesk(
+        config, "submit", "--json", "--time", "5m", "--max-attempts", "1", "--", "true"
+    )
+    ids = [json.loads(r.stdout)["id"] for r in (first, second)]
+    specs = [engine.show(i)["job"] for i in ids]
+    assert [(s["spec"]["time_limit_s"], s["max_attempts"]) for s in specs] == [
+        (7200.0, 2),
+        (300.0, 1),
+    ]
+    gpudesk(config, "wait", "-q", *map(str, ids))
+    listed = gpudesk(config, "queue")  # [queue] all = true: finished jobs too
+    assert all(str(i) in listed.stdout for i in ids)
+    assert "no queued or running jobs" in gpudesk("", "queue").stdout  # no config file
+
+
+def test_a_wrong_config_file_is_one_paragraph_and_nothing_runs(
+    engine: EngineHandle, tmp_path: Path
+) -> None:
+    config = tmp_path / "config.toml"
+    for text, fragment in (
+        ("[sumbit]\ntime = 1\n", "gpudesk has no command 'sumbit'"),
+        ("[submit]\ntiem = 1\n", "[submit] tiem: `gpudesk submit` has no option --tiem"),
+        ("[submit\n", "is not valid TOML"),
+        ("submit = 3\n", "is not a table"),
+        (b"[submit]\nname = '\xff'\n", "is not UTF-8 text"),
+    ):
+        if isinstance(text, bytes):
+            config.write_bytes(text)
+        else:
+            config.write_text(text)
+        result = gpudesk(config, "submit", "--", "true")
+        assert result.returncode == 2, (text, result.stderr)
+        assert fragment in result.stderr and "Traceback" not in result.stderr
+        assert str(config) in result.stderr
+    assert engine.client.request("jobs")["jobs"] == []
+    missing = gpudesk(tmp_path / "absent.toml", "queue")  # no file: no defaults, no error
+    assert missing.returncode == 0, missing.stderr
