@@ -18,6 +18,7 @@ from gpudesk.cli import (
     calibrate,
     desk,
     engine,
+    examples,
     history,
     jobs,
     loader,
@@ -47,6 +48,7 @@ for commands in (
     top.top_app,
     simulate.simulate_app,
     calibrate.calibrate_app,
+    examples.examples_app,
 ):
     app.add_typer(commands)
 app.add_typer(engine.engine_app, name="engine")

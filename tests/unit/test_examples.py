@@ -60,3 +60,27 @@ def test_the_bundled_trace_by_its_readme_path_and_its_name(
     monkeypatch.chdir(tmp_path)
     for given in ("traces/carma-philly-t1.json", "carma-philly-t1"):
         assert len(load_trace(given).jobs) == 60
+
+
+def test_examples_copies_the_bundled_files_out_and_keeps_the_users(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    into = tmp_path / "mine"
+    (into / "profiles").mkdir(parents=True)
+    (into / "profiles" / "quickstart.toml").write_text("# my own\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "gpudesk", "examples", str(into)], capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr
+    assert (into / "profiles" / "quickstart.toml").read_text() == "# my own\n"  # kept
+    assert (into / "traces" / "carma-philly-t1.json").is_file()
+    assert "kept 1 already there" in result.stdout
+    not_a_folder = tmp_path / "file"
+    not_a_folder.write_text("")
+    refused = subprocess.run(
+        [sys.executable, "-m", "gpudesk", "examples", str(not_a_folder)],
+        capture_output=True,
+        text=True,
+    )
+    assert refused.returncode == 2 and "is not a folder" in refused.stderr
