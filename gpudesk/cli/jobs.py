@@ -64,15 +64,18 @@ def submit(
     max_attempts: int = typer.Option(
         1, "--max-attempts", help="Retry a failed job up to this many attempts in all."
     ),
-    env: list[str] = typer.Option([], "--env", "-e", help="NAME=VALUE for the job (repeatable)."),
+    env: list[str] = typer.Option(
+        [], "--env", "-e", metavar="NAME=VALUE", help="NAME=VALUE for the job (repeatable)."
+    ),
     workdir: Path | None = typer.Option(
-        None, "--workdir", "-C", help="Working directory (default: here)."
+        None, "--workdir", "-C", metavar="DIR", help="Working directory (default: here)."
     ),
     shell: bool = typer.Option(False, "--shell", help="Run COMMAND (one string) with /bin/sh."),
     time_limit: str | None = typer.Option(
         None,
         "--time",
         "-t",
+        metavar="TIME",
         help="Wall-clock limit, as sbatch --time takes it (90 is 90 minutes; 1:30:00, "
         "2-12:00:00) or with units (90s, 30m, 2h): then SIGTERM, SIGKILL after 10 s, and "
         "the job fails as timed out.",
@@ -80,6 +83,7 @@ def submit(
     after: list[str] = typer.Option(
         [],
         "--after",
+        metavar="JOB",
         help="Start only once these jobs have succeeded (ids or names, comma-separated or "
         "repeated); if one fails or is cancelled, this job is cancelled.",
     ),
@@ -490,7 +494,9 @@ def _report_outcomes(results: list[ActionOutcome], json_out: bool) -> None:
 @jobs_app.command()
 def cancel(
     jobs: list[str] = typer.Argument(..., help="Job ids or names."),
-    grace: float = typer.Option(10.0, "--grace", help="Seconds between SIGTERM and SIGKILL."),
+    grace: float = typer.Option(
+        10.0, "--grace", metavar="SECONDS", help="Seconds between SIGTERM and SIGKILL."
+    ),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Cancel jobs: queued ones at once, running ones with SIGTERM, then SIGKILL after --grace."""
