@@ -410,6 +410,14 @@ def logs(
     attempt: int | None = typer.Option(
         None, "--attempt", help="Which attempt (default: the latest)."
     ),
+    lines: int | None = typer.Option(
+        None,
+        "--lines",
+        "-n",
+        min=0,
+        metavar="N",
+        help="Only the last N lines (with -f: then follow, as tail -n N -f).",
+    ),
 ) -> None:
     """Print a job's output."""
     from gpudesk.cli.logs import LogFollower
@@ -432,9 +440,9 @@ def logs(
             return
         follower = LogFollower(client, data.job.id, sys.stdout)
         if follow and attempt is None:
-            ended = follower.follow()
+            ended = follower.follow(lines)
         else:
-            follower.dump(attempts[-1])
+            follower.dump(attempts[-1], lines)
             return
     # like `tail --pid` plus the job's own status, so `gpudesk logs -f 3 && next` chains
     raise typer.Exit(ended.exit_status)
