@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from gpudesk.cli.common import engine_client, fail, print_json
+from gpudesk.cli.common import complete_job, engine_client, fail, print_json
 from gpudesk.cli.exit_codes import EXIT_FAILED, EXIT_TIMED_OUT, EXIT_USAGE
 
 if TYPE_CHECKING:
@@ -84,6 +84,7 @@ def submit(
         [],
         "--after",
         metavar="JOB",
+        autocompletion=complete_job,
         help="Start only once these jobs have succeeded (ids or names, comma-separated or "
         "repeated); if one fails or is cancelled, this job is cancelled.",
     ),
@@ -260,7 +261,9 @@ def queue(
 # -------------------------------------------------------------------------- show
 @jobs_app.command()
 def show(
-    job: str = typer.Argument(..., help="Job id, or name (the newest job of that name)."),
+    job: str = typer.Argument(
+        ..., help="Job id, or name (the newest job of that name).", autocompletion=complete_job
+    ),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
     env: bool = typer.Option(False, "--env", help="Include the job's full environment."),
 ) -> None:
@@ -400,7 +403,7 @@ def _usage_lines(usage: UsageSummary | None) -> list[str]:
 # -------------------------------------------------------------------------- logs
 @jobs_app.command()
 def logs(
-    job: str = typer.Argument(..., help="Job id or name."),
+    job: str = typer.Argument(..., help="Job id or name.", autocompletion=complete_job),
     follow: bool = typer.Option(
         False,
         "--follow",
@@ -450,7 +453,7 @@ def logs(
 
 @jobs_app.command()
 def wait(
-    jobs: list[str] = typer.Argument(..., help="Job ids or names."),
+    jobs: list[str] = typer.Argument(..., help="Job ids or names.", autocompletion=complete_job),
     timeout: float | None = typer.Option(
         None, "--timeout", min=0, help="Give up after this many seconds (exit 124)."
     ),
@@ -501,7 +504,7 @@ def _report_outcomes(results: list[ActionOutcome], json_out: bool) -> None:
 
 @jobs_app.command()
 def cancel(
-    jobs: list[str] = typer.Argument(..., help="Job ids or names."),
+    jobs: list[str] = typer.Argument(..., help="Job ids or names.", autocompletion=complete_job),
     grace: float = typer.Option(
         10.0, "--grace", metavar="SECONDS", help="Seconds between SIGTERM and SIGKILL."
     ),
@@ -515,7 +518,7 @@ def cancel(
 
 @jobs_app.command()
 def hold(
-    jobs: list[str] = typer.Argument(..., help="Job ids or names."),
+    jobs: list[str] = typer.Argument(..., help="Job ids or names.", autocompletion=complete_job),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Hold queued jobs: they keep their place in the queue but do not start until released.
@@ -528,7 +531,7 @@ def hold(
 
 @jobs_app.command()
 def release(
-    jobs: list[str] = typer.Argument(..., help="Job ids or names."),
+    jobs: list[str] = typer.Argument(..., help="Job ids or names.", autocompletion=complete_job),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Release held jobs: they may start again, from the place in the queue they kept."""
@@ -539,7 +542,7 @@ def release(
 
 @jobs_app.command()
 def priority(
-    jobs: list[str] = typer.Argument(..., help="Job ids or names."),
+    jobs: list[str] = typer.Argument(..., help="Job ids or names.", autocompletion=complete_job),
     value: int | None = typer.Option(
         None, "--set", help="The new priority, -1000..1000 (higher runs first)."
     ),
@@ -580,7 +583,7 @@ def priority(
 
 @jobs_app.command()
 def requeue(
-    jobs: list[str] = typer.Argument(..., help="Job ids or names."),
+    jobs: list[str] = typer.Argument(..., help="Job ids or names.", autocompletion=complete_job),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Run finished jobs again (failed, cancelled or succeeded) as the same jobs.

@@ -35,7 +35,6 @@ from gpudesk.cli.plain_help import plain_help
 app = typer.Typer(
     name="gpudesk",
     help="Queue, pack and watch training jobs on a single GPU workstation.",
-    add_completion=False,
     no_args_is_help=False,  # no command opens the desk
     context_settings={"help_option_names": ["-h", "--help"]},
 )
