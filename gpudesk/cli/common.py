@@ -49,6 +49,32 @@ def engine_client(*, autostart: bool = True, timeout: float | None = None) -> Cl
     return Client.connect(current_home(), autostart=autostart, timeout=timeout)
 
 
+COMPLETION_TIMEOUT_S = 0.5  # a shell waits on this at each Tab: an engine that is slow is none
+
+
+def complete_job(incomplete: str) -> list[tuple[str, str]]:
+    """Job ids and names that start with `incomplete`, for shell completion, newest first, each
+    with its state. Asked of a running engine only: completion never starts one, and with none
+    running (or one too slow to answer) it offers nothing and returns at once."""
+    try:
+        from gpudesk.api.client import Client
+        from gpudesk.api.connection import engine_pid
+
+        home = current_home()
+        if not home.is_system and engine_pid(home) is None:
+            return []
+        with Client.connect(home, autostart=False, timeout=COMPLETION_TIMEOUT_S) as client:
+            jobs = client.jobs(limit=500)
+    except Exception:  # whatever went wrong, a Tab press must not print a traceback
+        return []
+    found: dict[str, str] = {}
+    for job in reversed(jobs):
+        for word in (str(job.id), job.name):
+            if word.startswith(incomplete) and word not in found:
+                found[word] = f"{job.name} ({job.state})" if word != job.name else job.state
+    return list(found.items())
+
+
 def print_model(model: Any) -> None:
     """A reply's model (or a list of them) as `--json`: the JSON the engine sent."""
     from gpudesk.api.models import to_builtins

@@ -36,7 +36,7 @@ def desk(
         False, "--readonly", help="Hide every action (for a shared screen): watch only."
     ),
     refresh: float = typer.Option(
-        1.0, "--refresh", min=0.2, max=60.0, help="Seconds between redraws."
+        1.0, "--refresh", metavar="SECONDS", min=0.2, max=60.0, help="Seconds between redraws."
     ),
     replay: Path | None = typer.Option(
         None,

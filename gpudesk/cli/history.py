@@ -163,9 +163,12 @@ def history(
     since: str | None = typer.Option(
         None,
         "--since",
+        metavar="WHEN",
         help="Only jobs that ended since then: 2026-11-20, '2026-11-20 14:00', 3h, 2d.",
     ),
-    output_format: str = typer.Option("table", "--format", "-f", help="table, csv or json."),
+    output_format: str = typer.Option(
+        "table", "--format", "-f", metavar="[table|csv|json]", help="table, csv or json."
+    ),
     user: str | None = typer.Option(None, "--user", "-u", help="Only this user's jobs."),
     me: bool = typer.Option(False, "--me", help="Only my jobs."),
     limit: int = typer.Option(1000, "--limit", help="At most the newest N jobs."),

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from gpudesk.cli.common import engine_client, fail, print_json
+from gpudesk.cli.common import complete_job, engine_client, fail, print_json
 from gpudesk.cli.exit_codes import EXIT_FAILED, EXIT_TIMED_OUT, EXIT_USAGE
 
 if TYPE_CHECKING:
@@ -64,15 +64,18 @@ def submit(
     max_attempts: int = typer.Option(
         1, "--max-attempts", help="Retry a failed job up to this many attempts in all."
     ),
-    env: list[str] = typer.Option([], "--env", "-e", help="NAME=VALUE for the job (repeatable)."),
+    env: list[str] = typer.Option(
+        [], "--env", "-e", metavar="NAME=VALUE", help="NAME=VALUE for the job (repeatable)."
+    ),
     workdir: Path | None = typer.Option(
-        None, "--workdir", "-C", help="Working directory (default: here)."
+        None, "--workdir", "-C", metavar="DIR", help="Working directory (default: here)."
     ),
     shell: bool = typer.Option(False, "--shell", help="Run COMMAND (one string) with /bin/sh."),
     time_limit: str | None = typer.Option(
         None,
         "--time",
         "-t",
+        metavar="TIME",
         help="Wall-clock limit, as sbatch --time takes it (90 is 90 minutes; 1:30:00, "
         "2-12:00:00) or with units (90s, 30m, 2h): then SIGTERM, SIGKILL after 10 s, and "
         "the job fails as timed out.",
@@ -80,6 +83,8 @@ def submit(
     after: list[str] = typer.Option(
         [],
         "--after",
+        metavar="JOB",
+        autocompletion=complete_job,
         help="Start only once these jobs have succeeded (ids or names, comma-separated or "
         "repeated); if one fails or is cancelled, this job is cancelled.",
     ),
@@ -256,7 +261,9 @@ def queue(
 # -------------------------------------------------------------------------- show
 @jobs_app.command()
 def show(
-    job: str = typer.Argument(..., help="Job id, or name (the newest job of that name)."),
+    job: str = typer.Argument(
+        ..., help="Job id, or name (the newest job of that name).", autocompletion=complete_job
+    ),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
     env: bool = typer.Option(False, "--env", help="Include the job's full environment."),
 ) -> None:
@@ -396,7 +403,7 @@ def _usage_lines(usage: UsageSummary | None) -> list[str]:
 # -------------------------------------------------------------------------- logs
 @jobs_app.command()
 def logs(
-    job: str = typer.Argument(..., help="Job id or name."),
+    job: str = typer.Argument(..., help="Job id or name.", autocompletion=complete_job),
     follow: bool = typer.Option(
         False,
         "--follow",
@@ -405,6 +412,14 @@ def logs(
     ),
     attempt: int | None = typer.Option(
         None, "--attempt", help="Which attempt (default: the latest)."
+    ),
+    lines: int | None = typer.Option(
+        None,
+        "--lines",
+        "-n",
+        min=0,
+        metavar="N",
+        help="Only the last N lines (with -f: then follow, as tail -n N -f).",
     ),
 ) -> None:
     """Print a job's output."""
@@ -428,9 +443,9 @@ def logs(
             return
         follower = LogFollower(client, data.job.id, sys.stdout)
         if follow and attempt is None:
-            ended = follower.follow()
+            ended = follower.follow(lines)
         else:
-            follower.dump(attempts[-1])
+            follower.dump(attempts[-1], lines)
             return
     # like `tail --pid` plus the job's own status, so `gpudesk logs -f 3 && next` chains
     raise typer.Exit(ended.exit_status)
@@ -438,7 +453,7 @@ def logs(
 
 @jobs_app.command()
 def wait(
-    jobs: list[str] = typer.Argument(..., help="Job ids or names."),
+    jobs: list[str] = typer.Argument(..., help="Job ids or names.", autocompletion=complete_job),
     timeout: float | None = typer.Option(
         None, "--timeout", min=0, help="Give up after this many seconds (exit 124)."
     ),
@@ -489,8 +504,10 @@ def _report_outcomes(results: list[ActionOutcome], json_out: bool) -> None:
 
 @jobs_app.command()
 def cancel(
-    jobs: list[str] = typer.Argument(..., help="Job ids or names."),
-    grace: float = typer.Option(10.0, "--grace", help="Seconds between SIGTERM and SIGKILL."),
+    jobs: list[str] = typer.Argument(..., help="Job ids or names.", autocompletion=complete_job),
+    grace: float = typer.Option(
+        10.0, "--grace", metavar="SECONDS", help="Seconds between SIGTERM and SIGKILL."
+    ),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Cancel jobs: queued ones at once, running ones with SIGTERM, then SIGKILL after --grace."""
@@ -501,7 +518,7 @@ def cancel(
 
 @jobs_app.command()
 def hold(
-    jobs: list[str] = typer.Argument(..., help="Job ids or names."),
+    jobs: list[str] = typer.Argument(..., help="Job ids or names.", autocompletion=complete_job),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Hold queued jobs: they keep their place in the queue but do not start until released.
@@ -514,7 +531,7 @@ def hold(
 
 @jobs_app.command()
 def release(
-    jobs: list[str] = typer.Argument(..., help="Job ids or names."),
+    jobs: list[str] = typer.Argument(..., help="Job ids or names.", autocompletion=complete_job),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Release held jobs: they may start again, from the place in the queue they kept."""
@@ -525,7 +542,7 @@ def release(
 
 @jobs_app.command()
 def priority(
-    jobs: list[str] = typer.Argument(..., help="Job ids or names."),
+    jobs: list[str] = typer.Argument(..., help="Job ids or names.", autocompletion=complete_job),
     value: int | None = typer.Option(
         None, "--set", help="The new priority, -1000..1000 (higher runs first)."
     ),
@@ -566,7 +583,7 @@ def priority(
 
 @jobs_app.command()
 def requeue(
-    jobs: list[str] = typer.Argument(..., help="Job ids or names."),
+    jobs: list[str] = typer.Argument(..., help="Job ids or names.", autocompletion=complete_job),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Run finished jobs again (failed, cancelled or succeeded) as the same jobs.

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from gpudesk.api.models import AttemptView, JobView
 
 POLL_S = 0.2
+TAIL_BLOCK = 64 << 10  # what `-n` reads at a time, walking back from the end
 
 
 class LogReader(Protocol):
@@ -70,6 +71,42 @@ def refused(path: str) -> bool:
     return False
 
 
+def _kept_before(stream: LogReader, start: int, stop: int) -> tuple[int, bytes]:
+    """The kept bytes of stream [start, stop) that run up to `stop` with no gap among them:
+    (where they begin, the bytes). Rotated-away output before a gap is no line of the tail."""
+    stream.position = start
+    begin, data = start, bytearray()
+    while stream.position < stop and (piece := stream.read(stop - stream.position)) is not None:
+        if piece.skipped:  # a gap: only what follows it is contiguous with `stop`
+            begin, data = stream.position - len(piece.data), bytearray()
+        data += piece.data
+    return begin, bytes(data[: max(0, stop - begin)])
+
+
+def tail_start(stream: LogReader, lines: int) -> int:
+    """The stream position where the last `lines` lines of what the log holds now begin (as
+    `tail -n`: a last line with no newline counts). Read backwards in blocks, so a log of
+    gigabytes costs a few reads."""
+    end = stream.end()
+    if lines <= 0:
+        return end
+    found, stop = 0, end
+    while stop > 0:
+        start = max(0, stop - TAIL_BLOCK)
+        begin, data = _kept_before(stream, start, stop)
+        index = len(data)
+        while (index := data.rfind(b"\n", 0, index)) != -1:
+            if begin + index == end - 1:
+                continue  # the newline that ends the last line starts no line after it
+            found += 1
+            if found == lines:
+                return begin + index + 1
+        if begin > start or not data:  # nothing older is kept: the whole kept log is the tail
+            return min(begin, stop)
+        stop = start
+    return 0
+
+
 class LogFollower:
     def __init__(self, client: Client, job_id: int, out: TextIO) -> None:
         self.client = client
@@ -87,20 +124,25 @@ class LogFollower:
             return EngineLogStream(self.client, self.job_id, attempt.number)
         return LogStream(attempt.log)
 
-    def dump(self, attempt: AttemptView) -> None:
-        """Print the log as it is now (what is kept of it)."""
+    def dump(self, attempt: AttemptView, lines: int | None = None) -> None:
+        """Print the log as it is now (what is kept of it; only its last `lines` lines)."""
         stream = self.reader(attempt)
         if stream is None:
             return
+        if lines is not None:
+            stream.position = tail_start(stream, lines)
         end = stream.end()  # a job still printing is not chased
         while stream.position < end and (piece := stream.read()) is not None:
             self._emit(piece)
         self._finish()
 
-    def follow(self) -> JobView:
+    def follow(self, lines: int | None = None) -> JobView:
         """Print the latest attempt's log as it grows; move to the next attempt on a retry;
-        once the job has ended and its output is drained, print how it ended and return it."""
+        once the job has ended and its output is drained, print how it ended and return it.
+        With `lines`, the attempt running now starts at its last `lines` lines (`tail -n -f`);
+        a later attempt is printed whole."""
         attempt_no, stream = 0, None
+        first = True
         while True:
             data = self.client.show(self.job_id)
             attempts = data.attempts
@@ -111,6 +153,9 @@ class LogFollower:
                     self._note(f"attempt {attempts[-1].number}")
                 attempt_no = attempts[-1].number
                 stream = self.reader(attempts[-1])
+                if stream is not None and first and lines is not None:
+                    stream.position = tail_start(stream, lines)
+            first = False
             if stream is not None:
                 self._drain(stream)
             if data.job.terminal:

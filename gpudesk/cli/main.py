@@ -31,11 +31,11 @@ from gpudesk.cli import (
 )
 from gpudesk.cli.common import CliError, reflow_help
 from gpudesk.cli.exit_codes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE
+from gpudesk.cli.plain_help import plain_help
 
 app = typer.Typer(
     name="gpudesk",
     help="Queue, pack and watch training jobs on a single GPU workstation.",
-    add_completion=False,
     no_args_is_help=False,  # no command opens the desk
     context_settings={"help_option_names": ["-h", "--help"]},
 )
@@ -78,7 +78,12 @@ def _root(
         False, "--readonly", help="Open the desk without any action (for a shared screen)."
     ),
     refresh: float = typer.Option(
-        1.0, "--refresh", min=0.2, max=60.0, help="Seconds between the desk's redraws."
+        1.0,
+        "--refresh",
+        metavar="SECONDS",
+        min=0.2,
+        max=60.0,
+        help="Seconds between the desk's redraws.",
     ),
 ) -> None:
     """Queue, pack and watch training jobs on a single GPU workstation.
@@ -89,6 +94,7 @@ def _root(
 
 
 reflow_help(app)  # every command is registered by now
+plain_help(app)
 
 
 def _click_error(name: str) -> type[Exception]:

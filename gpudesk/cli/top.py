@@ -17,7 +17,13 @@ def top(
     once: bool = typer.Option(False, "--once", help="Print one frame and exit."),
     json_out: bool = typer.Option(False, "--json", help="Print one JSON snapshot and exit."),
     interval: float = typer.Option(
-        1.0, "--interval", "-n", min=0.1, max=3600, help="Seconds between frames."
+        1.0,
+        "--interval",
+        "-n",
+        metavar="SECONDS",
+        min=0.1,
+        max=3600,
+        help="Seconds between frames.",
     ),
 ) -> None:
     """A plain monitor for SSH: station, host CPU/memory, running jobs. Never starts the engine."""

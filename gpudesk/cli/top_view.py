@@ -14,12 +14,15 @@ from `EngineSummary`.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
+import select
 import sys
 import textwrap
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, TextIO
 
@@ -345,8 +348,62 @@ def _can_redraw(stream: TextIO) -> bool:
     return stream.isatty() and os.environ.get("TERM", "") not in ("", "dumb")
 
 
+QUIT_KEYS = ("q", "Q")
+
+
+def _sleep(seconds: float) -> str:
+    time.sleep(seconds)
+    return ""
+
+
+@contextlib.contextmanager
+def key_reader(stream: TextIO) -> Iterator[Callable[[float], str]]:
+    """`wait(seconds)`: the keys pressed within `seconds` (returns at the first one), or "".
+
+    On a terminal, keys come one at a time, unechoed, without Enter (cbreak mode: Ctrl-C still
+    interrupts), and the terminal's own mode is put back however top ends. With no terminal
+    (a pipe, a file, /dev/null) `wait` only sleeps: top runs until it is interrupted, as before.
+    """
+    try:
+        fd = stream.fileno()
+        on_tty = stream.isatty()
+    except (OSError, ValueError):  # no stdin at all, or one with no file behind it
+        on_tty = False
+    if not on_tty:
+        yield _sleep
+        return
+    import termios
+    import tty
+
+    saved = termios.tcgetattr(fd)
+    open_ = [True]  # until the terminal hangs up: then select would wake at once forever
+
+    def wait(seconds: float) -> str:
+        if not open_[0]:
+            return _sleep(seconds)
+        ready, _, _ = select.select([fd], [], [], seconds)
+        if not ready:
+            return ""
+        data = os.read(fd, 64)
+        if not data:
+            open_[0] = False
+        return data.decode(errors="replace")
+
+    try:
+        tty.setcbreak(fd, termios.TCSANOW)
+        yield wait
+    finally:
+        termios.tcsetattr(fd, termios.TCSADRAIN, saved)
+
+
 def run_top(
-    home: Home, *, once: bool, as_json: bool, interval: float, out: TextIO = sys.stdout
+    home: Home,
+    *,
+    once: bool,
+    as_json: bool,
+    interval: float,
+    out: TextIO = sys.stdout,
+    keys: TextIO | None = None,
 ) -> None:
     # The monitor logs a backend's problems for the engine's log; top says them in its frame
     # (or its one error paragraph), so they are not printed a second time on stderr.
@@ -366,12 +423,17 @@ def run_top(
         redraw = _can_redraw(out)
         view = take_view(source, fresh=True)
         _check_backend(source)
-        while True:
-            frame = render_frame(view)
-            out.write(f"\x1b[H\x1b[2J{frame}\n" if redraw else f"{frame}\n\n")
-            out.flush()
-            time.sleep(interval)
-            view = take_view(source)
+        with key_reader(sys.stdin if keys is None else keys) as wait:
+            while True:
+                frame = render_frame(view)
+                out.write(f"\x1b[H\x1b[2J{frame}\n" if redraw else f"{frame}\n\n")
+                out.flush()
+                # the frame's interval, or less when a key comes: `q` leaves at once
+                deadline = time.monotonic() + interval
+                while (left := deadline - time.monotonic()) > 0:
+                    if any(key in QUIT_KEYS for key in wait(left)):
+                        return
+                view = take_view(source)
     except KeyboardInterrupt:
         out.write("\n")
     finally:

@@ -272,6 +272,36 @@ def test_logs_follow_streams_until_the_job_ends(engine: EngineHandle) -> None:
     assert followed.stdout == "line 1\nline 2\nline 3\n"
 
 
+def test_logs_n_prints_the_last_lines_and_with_f_follows_on(
+    engine: EngineHandle, tmp_path: Path
+) -> None:
+    done = json.loads(gpudesk("submit", "--json", "--", "seq", "1000").stdout)["id"]
+    engine.wait_state(done, "succeeded")
+    assert gpudesk("logs", "-n", "3", str(done)).stdout == "998\n999\n1000\n"
+    assert gpudesk("logs", "--lines", "0", str(done)).stdout == ""
+    assert gpudesk("logs", "-n", "5000", str(done)).stdout.count("\n") == 1000
+    # `tail -n 2 -f`: the last two lines printed by now, then the rest as it comes, then the
+    # job's own exit status
+    script = "seq 1 50; touch go; while [ ! -e more ]; do sleep 0.1; done; echo 51; exit 3"
+    submitted = gpudesk("submit", "--json", "--", "sh", "-c", script, cwd=tmp_path)
+    job_id = json.loads(submitted.stdout)["id"]
+    workdir = tmp_path
+    wait_for(lambda: (workdir / "go").exists(), what="the job to print its first 50 lines")
+    follower = subprocess.Popen(
+        [*GPUDESK, "logs", "-n", "2", "-f", str(job_id)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    time.sleep(1.0)  # the follower has printed the tail and is following
+    (workdir / "more").touch()
+    out, err = follower.communicate(timeout=30)
+    assert follower.returncode == 3, err
+    assert out == "49\n50\n51\n"
+    refused = gpudesk("logs", "-n", "-1", str(done))
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr
+
+
 def test_user_errors_are_one_paragraph_not_tracebacks(engine: EngineHandle) -> None:
     cases = [
         (("show", "424242"), 1, "no job with id 424242"),
