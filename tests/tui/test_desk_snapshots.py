@@ -129,3 +129,35 @@ def test_every_energy_figure_says_since_when_and_is_never_cut(size: str) -> None
                 assert re.search(r"\d Wh today( ≈[\d.]+ g CO2e)?$", header), header
 
     asyncio.run(main())
+
+
+def test_station_snapshot_at_200x50(snap_compare: Any) -> None:
+    """A big terminal: the running jobs listed under the cards, temperature and clock in them."""
+    assert snap_compare(desk(), terminal_size=(200, 50), run_before=screen_steps(()))
+
+
+@pytest.mark.parametrize(("size", "listed"), [((80, 24), False), ((200, 50), True)])
+def test_the_job_list_shows_under_the_cards_only_where_it_fits(
+    size: tuple[int, int], listed: bool
+) -> None:
+    """At 80×24 the cards fill the screen and keep every line; at 200×50 every running job of
+    the replay is listed under them, with its placement, mode, SM and memory."""
+    app = desk()
+
+    async def main() -> None:
+        async with app.run_test(size=size) as pilot:
+            await replayed(pilot)
+            await pilot.pause(0.1)
+            jobs = app.screen.query_one("#station-jobs")
+            assert jobs.display is listed
+            cards = [str(card.render()) for card in app.screen.query(GpuCard)]
+            assert all(("°C" in c and "MHz" in c) is listed for c in cards)
+            if listed:
+                text = str(jobs.render())
+                running = [j for j in app.state.jobs if j.state == "running"]
+                assert f"running jobs ({len(running)})" in text and len(running) >= 4
+                for job in running:
+                    assert re.search(rf"^ *{job.id}  {re.escape(job.name)} ", text, re.M), text
+                assert "gpu:1/mps" in text and "3g.20gb" in text and "SM" in text
+
+    asyncio.run(main())

@@ -75,7 +75,7 @@ def render_gpu_card(gpu: GpuView, state: DeskState, width: int) -> Text:
     title = _title_line(gpu, state)
     if gpu.lost:
         return title
-    lines = [title]
+    lines = [_with_sensors(title, gpu, inner)]
     fault = state.station.mps.fault_of(gpu.index) if state.station else None
     if fault is not None:
         lines.append(mps_fault_line(fault))
@@ -103,6 +103,17 @@ def _title_line(gpu: GpuView, state: DeskState) -> Text:
         return title
     label = mps_label(state, gpu.index)
     title.append(f" {label}", style=FAULT_STYLE if "FAULT" in label else "dim")
+    return title
+
+
+def _with_sensors(title: Text, gpu: GpuView, inner: int) -> Text:
+    """Temperature and SM clock at the title's end where the card has room for them (a
+    wide terminal); left out rather than cut."""
+    parts = [f"{gpu.temperature_c:.0f}°C" if gpu.temperature_c is not None else ""]
+    parts.append(f"{gpu.sm_clock_mhz:.0f} MHz" if gpu.sm_clock_mhz is not None else "")
+    sensors = "  ".join(p for p in parts if p)
+    if sensors and title.cell_len + 2 + len(sensors) <= inner:
+        title.append("  " + sensors, style="dim")
     return title
 
 
