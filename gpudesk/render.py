@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from gpudesk import joblog
+from gpudesk.units import watt_hours
 
 
 def duration(seconds: float | None) -> str:
@@ -32,14 +33,15 @@ def clock(ts: float | None) -> str:
     return time.strftime("%H:%M:%S", time.localtime(ts))
 
 
-def joules(value: float | None) -> str:
-    """Energy in J, kJ or MJ."""
-    if value is None:
-        return "n/a"
-    for unit, size in (("MJ", 1e6), ("kJ", 1e3)):
-        if value >= size:
-            return f"{value / size:.1f} {unit}"
-    return f"{value:.0f} J"
+def since(ts: float | None, now: float | None = None) -> str:
+    """When an energy counter began, for "12.5 Wh since 21:40": the time of day, with the
+    date when it began on another day than `now` (default: this moment); "" when unknown."""
+    if ts is None:
+        return ""
+    day = time.strftime("%Y-%m-%d", time.localtime(time.time() if now is None else now))
+    if time.strftime("%Y-%m-%d", time.localtime(ts)) != day:
+        return time.strftime("%m-%d %H:%M", time.localtime(ts))
+    return time.strftime("%H:%M", time.localtime(ts))
 
 
 def energy(usage: dict | None) -> str:
@@ -53,7 +55,7 @@ def energy_cell(total_j: float | None, estimate: bool) -> str:
     """`energy` from the figures themselves (a model's `usage.total_j`, `usage.estimate`)."""
     if total_j is None:
         return "-"
-    return ("~" if estimate else "") + joules(total_j)
+    return ("~" if estimate else "") + watt_hours(total_j)
 
 
 def clip(text: str, width: int) -> str:

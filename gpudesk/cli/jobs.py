@@ -351,8 +351,10 @@ def _na(value: float | None, fmt: str) -> str:
 
 
 def _usage_lines(usage: UsageSummary | None) -> list[str]:
-    """What a job used: energy (with carbon), CPU, memory, I/O."""
+    """What a job used since it started: energy (Wh, as every view shows it; `--json` keeps
+    joules) with carbon, CPU, memory, I/O."""
     from gpudesk import render
+    from gpudesk.units import watt_hours
 
     if not usage:
         return ["usage:     not measured yet"]
@@ -370,20 +372,19 @@ def _usage_lines(usage: UsageSummary | None) -> list[str]:
         }.get(usage.split or "", "")
         source = "energy counter" if usage.gpu_source == "counter" else f"{usage.gpu_source} power"
         baseline = (
-            f" = {render.joules(usage.gpu_above_idle_j)} above an idle baseline of "
-            f"{render.joules(idle)}"
+            f" = {watt_hours(usage.gpu_above_idle_j)} above an idle baseline of {watt_hours(idle)}"
             if idle is not None
             else " (idle baseline unknown)"
         )
         lines.append(
-            f"  GPU energy {render.joules(usage.gpu_j)}{baseline}  [{source}; {how}]"
+            f"  GPU energy {watt_hours(usage.gpu_j)}{baseline}  [{source}; {how}]"
             + ("  ESTIMATE" if usage.estimate else "")
         )
     cpu = usage.cpu_j
     lines.append(
         "  CPU energy "
         + (
-            f"{render.joules(cpu)} (RAPL, by share of busy CPU time)"
+            f"{watt_hours(cpu)} (RAPL, by share of busy CPU time)"
             if cpu is not None
             else "n/a (RAPL not readable here)"
         )

@@ -1,10 +1,12 @@
 """`gpudesk top`: a plain monitor made for SSH — no curses, 80 columns, no colour needed.
 
 Each frame shows the station (backend, engine state), the host's CPU and memory, one block per
-GPU (SM activity, kernel-active time, memory, power, energy since sampling began, MIG devices and
-the jobs on it) and every running job. When an engine runs for this home, top shows what the
-engine's sampler sees (it never starts one); otherwise it samples the station directly, which for
-`--once` and `--json` means two readings 0.12 s apart.
+GPU (SM activity, kernel-active time, memory, power, energy in Wh since sampling began, with
+that time, MIG devices and the jobs on it) and every running job. `--json` keeps joules.
+
+When an engine runs for this home, top shows what the engine's sampler sees (it never starts
+one); otherwise it samples the station directly, which for `--once` and `--json` means two
+readings 0.12 s apart.
 
 The engine is asked through `gpudesk.api.Client`, imported only when an engine runs: without
 one, top loads no msgspec. A frame is drawn from the view `--json` prints: the
@@ -30,12 +32,13 @@ from gpudesk import render
 from gpudesk.api.connection import engine_pid
 from gpudesk.engine.station import StationConfig
 from gpudesk.paths import Home
-from gpudesk.units import MIB_PER_GIB
+from gpudesk.units import MIB_PER_GIB, watt_hours
 
 DIRECT_WINDOW_S = 0.12  # GPM (>= 0.1 s apart), CPU % and energy all need two readings
 FIRST_SAMPLE_WAIT_S = 3.0  # an engine that just started has no sample yet
 GIB = MIB_PER_GIB
 WIDTH = 80
+BAR = 16  # the SM and memory bars: room for "energy 12.5 Wh since 21:40 (integrated)"
 
 
 @dataclass(frozen=True)
@@ -245,17 +248,27 @@ def _header(view: dict[str, Any]) -> list[str]:
             lines.extend(textwrap.wrap(text, WIDTH, initial_indent="!! ", subsequent_indent="   "))
     host = view["host"]
     used, total = host["memory_used_mib"] / GIB, host["memory_total_mib"] / GIB
-    cpu_energy = host.get("cpu_energy_j")
     lines.append(
         f"CPU {_bar(host['cpu_pct'] / 100, 16)} {host['cpu_pct']:3.0f}% of {host['cores']}  "
         f"MEM {_bar(used / total if total else 0, 10)} {used:.1f}/{total:.0f} GiB  "
         f"load {host['load_avg'][0]:.2f}"
-        + (f"  CPU {render.joules(cpu_energy)}" if cpu_energy is not None else "")
     )
+    cpu_energy = host.get("cpu_energy_j")
+    if cpu_energy is not None:  # a line of its own: the host line has no room for "since"
+        lines.append(f"CPU energy {watt_hours(cpu_energy)} {_since(view)} (RAPL)")
     return lines
 
 
-def _gpu_block(gpu: dict[str, Any], simulated: bool, jobs: dict[int, dict[str, Any]]) -> list[str]:
+def _since(view: dict[str, Any]) -> str:
+    """Since when the energy counters shown count: the engine's sampler, or top's own when it
+    samples directly (both give `sampling_since`)."""
+    began = render.since(view.get("sampling_since"), view["taken_at"])
+    return f"since {began}" if began else "since sampling began"
+
+
+def _gpu_block(
+    gpu: dict[str, Any], simulated: bool, jobs: dict[int, dict[str, Any]], since: str
+) -> list[str]:
     tag = " (SIMULATED)" if simulated else ""
     if gpu["lost"]:
         return [f"GPU {gpu['index']}  {gpu['name'] or '?'}{tag}  LOST: fell off the bus"]
@@ -269,7 +282,7 @@ def _gpu_block(gpu: dict[str, Any], simulated: bool, jobs: dict[int, dict[str, A
         _na(power, unit=" W") if limit is None or power is None else f"{power:.0f}/{limit:.0f} W"
     )
     lines.append(
-        f"  SM  {_bar(None if sm is None else sm / 100, 20)} {_na(sm, unit='%'):>4}  "
+        f"  SM  {_bar(None if sm is None else sm / 100, BAR)} {_na(sm, unit='%'):>4}  "
         f"kernel-active {_na(gpu['kernel_active_pct'], unit='%'):>4}  "
         f"power {power_text}"
     )
@@ -278,7 +291,8 @@ def _gpu_block(gpu: dict[str, Any], simulated: bool, jobs: dict[int, dict[str, A
     memory = "n/a" if used is None or total is None else f"{used / GIB:.1f}/{total / GIB:.1f} GiB"
     source = {"counter": "", "integrated": " (integrated)"}.get(gpu["energy_source"] or "", "")
     lines.append(
-        f"  MEM {_bar(fraction, 20)} {memory:<16} energy {render.joules(gpu['energy_j'])}{source}"
+        f"  MEM {_bar(fraction, BAR)} {memory:<13}  energy {watt_hours(gpu['energy_j'])} "
+        f"{since}{source}"
     )
     for mig in gpu["mig_devices"]:
         mem = (
@@ -308,7 +322,7 @@ def render_frame(view: dict[str, Any], width: int = WIDTH) -> str:
             "GPUs: none on this station" if view["backend"] == "none" else "GPUs: none answering"
         )
     for gpu in view["gpus"]:
-        lines.extend(_gpu_block(gpu, view["simulated"], jobs))
+        lines.extend(_gpu_block(gpu, view["simulated"], jobs, _since(view)))
     lines.append("")
     if not view["jobs"]:
         lines.append("no running jobs")

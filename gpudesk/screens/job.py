@@ -20,8 +20,9 @@ from gpudesk.api import EngineError, JobDetail, JobView, LoaderView
 from gpudesk.screens.base import DeskScreen, JobActions
 from gpudesk.screens.queue import STATE_STYLES, job_state
 from gpudesk.screens.state import DeskState, job_runtime, sharing_mode
-from gpudesk.screens.widgets.glyphs import energy_text, sparkline
+from gpudesk.screens.widgets.glyphs import sparkline
 from gpudesk.screens.widgets.strips import DeskHeader
+from gpudesk.units import watt_hours
 
 DETAIL_REFRESH_S = 2.0
 EVENTS_SHOWN = 12
@@ -92,13 +93,13 @@ def render_usage(job: JobView, detail: JobDetail | None, state: DeskState, width
     usage = (detail.usage if detail else None) or job.usage
     text.append("energy ", style="bold")
     if usage is None:
-        text.append(energy_text(None))
+        text.append(watt_hours(None))
     else:
-        text.append(("~" if usage.estimate else "") + energy_text(usage.total_j))
+        text.append(("~" if usage.estimate else "") + watt_hours(usage.total_j))
         if usage.gpu_j is not None:
-            text.append(f" (GPU {energy_text(usage.gpu_j)}")
+            text.append(f" (GPU {watt_hours(usage.gpu_j)}")
             if usage.cpu_j is not None:
-                text.append(f", CPU {energy_text(usage.cpu_j)}")
+                text.append(f", CPU {watt_hours(usage.cpu_j)}")
             text.append(")")
         if usage.carbon_g is not None:
             text.append(f"  ≈{usage.carbon_g:.1f} g CO2e")

@@ -15,8 +15,8 @@ from gpudesk import render
 from gpudesk.api import JobView
 from gpudesk.screens.base import JobActions
 from gpudesk.screens.state import DeskState, job_runtime, sharing_mode
-from gpudesk.screens.widgets.glyphs import energy_text
 from gpudesk.screens.widgets.strips import DeskHeader
+from gpudesk.units import watt_hours
 
 STATE_STYLES = {
     "queued": "yellow",
@@ -81,7 +81,7 @@ def job_cells(job: JobView, state: DeskState) -> dict[str, Text | str]:
             justify="right",
         ),
         "energy": Text(
-            ("~" if estimate else "") + energy_text(energy) if energy is not None else "-",
+            ("~" if estimate else "") + watt_hours(energy) if energy is not None else "-",
             justify="right",
         ),
         "priority": Text(str(job.spec.priority), justify="right"),

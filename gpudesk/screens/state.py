@@ -8,6 +8,7 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from gpudesk import units
 from gpudesk.api import (
     GpuView,
     HistoryGpu,
@@ -19,7 +20,7 @@ from gpudesk.api import (
     StationInfo,
     StationStatus,
 )
-from gpudesk.render import runtime
+from gpudesk.render import runtime, since
 from gpudesk.screens.feed import Frame
 
 SERIES_POINTS = 120  # samples kept per series (2 minutes at the default 1 s interval)
@@ -139,17 +140,26 @@ class DeskState:
         now, start = gpu.energy_j, self.energy_at_open_j.get(gpu.index)
         return None if now is None or start is None else max(0.0, now - start)
 
-    def total_energy_j(self) -> float | None:
-        """GPU energy since sampling began, all GPUs."""
+    def total_energy_j(self) -> tuple[float, str] | None:
+        """GPU energy of all GPUs and since when it counts, for the header: today's (the
+        engine's per-GPU sums since local midnight) where the engine tells them, else since
+        its sampler began ("since 14:13")."""
+        today = self.frame.energy_today_j if self.frame else {}
+        if today:
+            return sum(today.values()), "today"
         known = [g.energy_j for g in self.gpus if g.energy_j is not None]
-        return sum(known) if known else None
+        if not known:
+            return None
+        telemetry = self.frame.telemetry if self.frame else None
+        began = since(telemetry.sampling_since, self.now) if telemetry else ""
+        return sum(known), f"since {began}" if began else "since sampling began"
 
     def carbon_g(self) -> float | None:
         energy = self.total_energy_j()
         if energy is None:
             return None
         grams = (self.station.grid_intensity if self.station else 0.0) or GRAMS_PER_KWH_DEFAULT
-        return energy / 3.6e6 * grams
+        return units.carbon_g(energy[0], grams)
 
     def counts(self) -> dict[str, int]:
         return dict(self.status.counts) if self.status else {}

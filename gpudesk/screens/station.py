@@ -1,7 +1,10 @@
-"""The station: one card per GPU, the host strip, and the totals in the header."""
+"""The station: one card per GPU, the host strip, the totals in the header, and the running
+jobs under the cards where the terminal has room for them (never at the cost of a card line:
+at 80×24 the cards fill the screen and the list stays hidden)."""
 
 from __future__ import annotations
 
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Grid, VerticalScroll
 from textual.widgets import Footer, Static
@@ -9,7 +12,11 @@ from textual.widgets import Footer, Static
 from gpudesk.screens.base import DeskScreen
 from gpudesk.screens.state import DeskState
 from gpudesk.screens.widgets.gpu_card import GpuCard
+from gpudesk.screens.widgets.job_list import render_job_list
 from gpudesk.screens.widgets.strips import DeskHeader, HostStrip
+
+MIN_LIST_LINES = 3  # title, header, one job
+MIN_LIST_GAP = 1  # a blank line between the cards and the list
 
 
 class StationScreen(DeskScreen):
@@ -19,6 +26,7 @@ class StationScreen(DeskScreen):
         with VerticalScroll(id="station-body"):
             yield Static("", id="station-note")
             yield Grid(id="gpu-grid")
+            yield Static("", id="station-jobs")
         yield Footer()
 
     def show_state(self, state: DeskState) -> None:
@@ -48,3 +56,31 @@ class StationScreen(DeskScreen):
         grid.set_class(len(wanted) == 1, "-single")
         for gpu in gpus:
             cards[gpu.index].show(gpu, state)
+        self._state = state
+        self.call_after_refresh(self._show_jobs)
+
+    def _show_jobs(self) -> None:
+        """The job list, where the body has room under the cards for its title, header and at
+        least one row; hidden otherwise, so it never pushes a card line out of view."""
+        body = self.query_one("#station-body", VerticalScroll)
+        grid = self.query_one("#gpu-grid", Grid)
+        jobs = self.query_one("#station-jobs", Static)
+        note = self.query_one("#station-note", Static)
+        used = grid.outer_size.height + (note.outer_size.height if note.display else 0)
+        room = body.size.height - used - MIN_LIST_GAP
+        state = getattr(self, "_state", None)
+        if state is None or room < MIN_LIST_LINES:
+            jobs.display = False
+            return
+        text = render_job_list(state, max(20, body.size.width - 2))
+        lines = text.plain.split("\n")
+        if len(lines) > room:  # what fits, and how many more there are
+            more = len(lines) - room + 1
+            joined = Text("\n").join(list(text.split("\n"))[: room - 1])
+            joined.append(f"\n… {more} more (2: every job)", style="dim")
+            text = joined
+        jobs.update(text)
+        jobs.display = True
+
+    def on_resize(self) -> None:
+        self.call_after_refresh(self._show_jobs)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import re
 import select
 import signal
 import sqlite3
@@ -70,6 +71,10 @@ def test_top_without_an_engine_samples_the_simulated_station_directly(home: Home
     assert "SIMULATED" in lines[0] and "engine not running" in frame.stdout
     gpu_lines = [line for line in lines if line.startswith("GPU ")]
     assert len(gpu_lines) == 4 and all("(SIMULATED)" in line for line in gpu_lines)
+    # energy for people in Wh, saying since when it counts (here: since top began sampling)
+    energy = [line for line in lines if " energy " in line]
+    assert len(energy) == 4 and " J" not in frame.stdout
+    assert all(re.search(r" energy (<0\.01|\d+\.?\d*) k?Wh since \d\d:\d\d$", e) for e in energy)
     snapshot = top_json(env)
     assert (snapshot["backend"], snapshot["simulated"], snapshot["source"]) == (SIM, True, "direct")
     assert [g["index"] for g in snapshot["gpus"]] == [0, 1, 2, 3]
@@ -121,6 +126,7 @@ def test_a_sweep_on_the_simulated_station_moves_memory_and_energy(
     assert usage["carbon_g"] > 0 and usage["cpu_s"] > 0
     shown = gpudesk("show", str(ids[0]))
     assert "GPU energy" in shown.stdout and "exclusive GPU" in shown.stdout
+    assert re.search(r"GPU energy \d+\.?\d* k?Wh", shown.stdout)  # Wh for people, J in JSON
     assert "g CO2e at 475 g/kWh" in shown.stdout
 
     sim_engine.stop()
@@ -291,6 +297,7 @@ def test_top_reads_real_nvml_structures_and_degrades_to_null(home: Home, tmp_pat
     frame = gpudesk("top", "--once", env=env).stdout
     sm_lines = [line for line in frame.splitlines() if line.startswith("  SM  [")]
     assert "SIMULATED" not in frame and "(integrated)" in frame and "jobs: pid 4242" in frame
+    assert re.search(r" energy \S+ k?Wh since \d\d:\d\d \(integrated\)$", frame, re.M)
     assert "n/a" not in sm_lines[0] and sm_lines[1].split("]")[1].split()[0] == "n/a"
     assert all(len(line) <= 80 for line in frame.splitlines())
 

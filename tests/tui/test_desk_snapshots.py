@@ -6,6 +6,7 @@ before committing."""
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +17,7 @@ from replay import MPS_FAULT, STATION, replay_feed
 
 from gpudesk.screens.app import DeskApp
 from gpudesk.screens.widgets.gpu_card import GpuCard
+from gpudesk.screens.widgets.strips import DeskHeader
 
 SIZES = {"80x24": (80, 24), "160x48": (160, 48)}
 
@@ -102,5 +104,60 @@ def test_the_gpu_card_shows_a_faulted_mps_server() -> None:
             assert "MPS FAULT" in cards[0]
             assert "FAULT, new jobs time-sliced: MPS server" in cards[0]
             assert "FAULT" not in cards[1] and "MPS on" in cards[1]
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("size", sorted(SIZES))
+def test_every_energy_figure_says_since_when_and_is_never_cut(size: str) -> None:
+    """Energy is Wh for people and each counter says since when: each card its energy since
+    the desk opened and today, whole even on an 80-column card; the header's total "today"
+    or not at all (never "6.1 Wh …" with its "since" cut off)."""
+    app = desk()
+
+    async def main() -> None:
+        async with app.run_test(size=SIZES[size]) as pilot:
+            await replayed(pilot)
+            for card in app.screen.query(GpuCard):
+                text = str(card.render())
+                assert re.search(r"E \d+\.\d\d Wh since (open|the desk opened)", text), text
+                assert re.search(r"\d+\.\d\d Wh today", text), text
+                assert "…" not in text.split("PWR", 1)[1].split("JOBS")[0].split("MIG")[0]
+            header = str(app.screen.query_one(DeskHeader).render())
+            assert " J " not in header and "kJ" not in header
+            if "Wh" in header:
+                assert re.search(r"\d Wh today( ≈[\d.]+ g CO2e)?$", header), header
+
+    asyncio.run(main())
+
+
+def test_station_snapshot_at_200x50(snap_compare: Any) -> None:
+    """A big terminal: the running jobs listed under the cards, temperature and clock in them."""
+    assert snap_compare(desk(), terminal_size=(200, 50), run_before=screen_steps(()))
+
+
+@pytest.mark.parametrize(("size", "listed"), [((80, 24), False), ((200, 50), True)])
+def test_the_job_list_shows_under_the_cards_only_where_it_fits(
+    size: tuple[int, int], listed: bool
+) -> None:
+    """At 80×24 the cards fill the screen and keep every line; at 200×50 every running job of
+    the replay is listed under them, with its placement, mode, SM and memory."""
+    app = desk()
+
+    async def main() -> None:
+        async with app.run_test(size=size) as pilot:
+            await replayed(pilot)
+            await pilot.pause(0.1)
+            jobs = app.screen.query_one("#station-jobs")
+            assert jobs.display is listed
+            cards = [str(card.render()) for card in app.screen.query(GpuCard)]
+            assert all(("°C" in c and "MHz" in c) is listed for c in cards)
+            if listed:
+                text = str(jobs.render())
+                running = [j for j in app.state.jobs if j.state == "running"]
+                assert f"running jobs ({len(running)})" in text and len(running) >= 4
+                for job in running:
+                    assert re.search(rf"^ *{job.id}  {re.escape(job.name)} ", text, re.M), text
+                assert "gpu:1/mps" in text and "3g.20gb" in text and "SM" in text
 
     asyncio.run(main())

@@ -72,11 +72,3 @@ def pct(value: float | None) -> str:
 
 def watts(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.0f} W"
-
-
-def energy_text(joules: float | None) -> str:
-    """Energy in Wh or kWh (what people compare against their power bill)."""
-    if joules is None:
-        return "n/a"
-    wh = joules / 3600.0
-    return f"{wh / 1000:.2f} kWh" if wh >= 1000 else f"{wh:.1f} Wh"

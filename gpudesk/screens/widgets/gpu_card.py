@@ -14,13 +14,13 @@ from gpudesk.api import GpuView, MigDeviceView, MpsFault, ProcessView
 from gpudesk.screens.state import DeskState
 from gpudesk.screens.widgets.glyphs import (
     SHARE_FILLS,
-    energy_text,
     gib,
     pct,
     share_bar,
     sparkline,
     watts,
 )
+from gpudesk.units import watt_hours
 
 LABEL = 4  # "SM  ", "MEM " ...
 MIG_PROFILE = re.compile(r"\d+g\.\d+gb(\+me)?")
@@ -75,7 +75,7 @@ def render_gpu_card(gpu: GpuView, state: DeskState, width: int) -> Text:
     title = _title_line(gpu, state)
     if gpu.lost:
         return title
-    lines = [title]
+    lines = [_with_sensors(title, gpu, inner)]
     fault = state.station.mps.fault_of(gpu.index) if state.station else None
     if fault is not None:
         lines.append(mps_fault_line(fault))
@@ -103,6 +103,17 @@ def _title_line(gpu: GpuView, state: DeskState) -> Text:
         return title
     label = mps_label(state, gpu.index)
     title.append(f" {label}", style=FAULT_STYLE if "FAULT" in label else "dim")
+    return title
+
+
+def _with_sensors(title: Text, gpu: GpuView, inner: int) -> Text:
+    """Temperature and SM clock at the title's end where the card has room for them (a
+    wide terminal); left out rather than cut."""
+    parts = [f"{gpu.temperature_c:.0f}°C" if gpu.temperature_c is not None else ""]
+    parts.append(f"{gpu.sm_clock_mhz:.0f} MHz" if gpu.sm_clock_mhz is not None else "")
+    sensors = "  ".join(p for p in parts if p)
+    if sensors and title.cell_len + 2 + len(sensors) <= inner:
+        title.append("  " + sensors, style="dim")
     return title
 
 
@@ -147,18 +158,30 @@ def _memory_lines(gpu: GpuView, inner: int) -> list[Text]:
 
 def _power_lines(gpu: GpuView, state: DeskState, inner: int) -> list[Text]:
     """Power now and its limit, and energy since the desk opened and today (one line where
-    both fit)."""
+    both fit; "since the desk opened" in words where the card is wide enough)."""
     power = Text("PWR ", style="bold")
     limit = gpu.power_limit_w
     power.append(watts(gpu.power_w) + (f" of {limit:.0f}" if limit else ""))
-    energy = f"E {energy_text(state.energy_since_open_j(gpu))} since open"
+    opened = watt_hours(state.energy_since_open_j(gpu))
     today = state.frame.energy_today_j.get(gpu.index) if state.frame else None
-    if today is not None:
-        energy += f", {energy_text(today)} today"
-    if power.cell_len + 2 + len(energy) <= inner:
-        power.append("  " + energy)
-        return [power]
-    return [power, Text("    " + energy)]
+    spent = f"{watt_hours(today)} today" if today is not None else ""
+    # Each counter says since when, in words where the card is wide enough, and is never cut
+    # off: on a narrow card today's energy goes beside the power and the rest below.
+    since_open = (f"{opened} since the desk opened", f"{opened} since open")
+    both = [f"E {o}, {spent}" if spent else f"E {o}" for o in since_open]
+    for energy in both:
+        if power.cell_len + 2 + len(energy) <= inner:
+            power.append("  " + energy)
+            return [power]
+    for energy in both:
+        if LABEL + len(energy) <= inner:
+            return [power, Text("    " + energy)]
+    below = [Text(f"    E {since_open[1]}")]
+    if spent and power.cell_len + 2 + len(spent) <= inner:
+        power.append(f"  {spent}")
+    elif spent:
+        below.append(Text(f"    E {spent}"))
+    return [power, *below]
 
 
 def _placement_lines(gpu: GpuView, state: DeskState, inner: int) -> list[Text]:

@@ -6,10 +6,16 @@ from rich.text import Text
 from textual.widgets import Static
 
 from gpudesk.screens.state import DeskState
-from gpudesk.screens.widgets.glyphs import bar, energy_text
+from gpudesk.screens.widgets.glyphs import bar
+from gpudesk.units import watt_hours
 
 
-def render_header(state: DeskState, readonly: bool = False, note: str | None = None) -> Text:
+def render_header(
+    state: DeskState, readonly: bool = False, note: str | None = None, width: int | None = None
+) -> Text:
+    """The station and its totals. The energy total always says since when it counts; where
+    it does not fit whole in `width`, the carbon goes first, then the total (each card
+    still shows its GPU's energy today)."""
     text = Text(no_wrap=True, overflow="ellipsis")
     text.append("gpudesk", style="bold")
     station = state.station
@@ -24,16 +30,22 @@ def render_header(state: DeskState, readonly: bool = False, note: str | None = N
     failed = counts.get("failed", 0)
     if failed:
         text.append(f" · failed {failed}", style="red")
+    tail = Text()
+    if readonly:
+        tail.append("  READ-ONLY", style="bold reverse")
+    if note:
+        tail.append(f"  {note}", style="bold red")
     energy = state.total_energy_j()
     if energy is not None:
-        text.append(f"  {energy_text(energy)}")
+        total = f"  {watt_hours(energy[0])} {energy[1]}"
         carbon = state.carbon_g()
-        if carbon is not None:
-            text.append(f" ≈{carbon:.1f} g CO2e")
-    if readonly:
-        text.append("  READ-ONLY", style="bold reverse")
-    if note:
-        text.append(f"  {note}", style="bold red")
+        with_carbon = total + (f" ≈{carbon:.1f} g CO2e" if carbon is not None else "")
+        room = None if width is None else width - text.cell_len - tail.cell_len
+        for shown in (with_carbon, total):
+            if room is None or len(shown) <= room:
+                text.append(shown)
+                break
+    text.append_text(tail)
     return text
 
 
@@ -66,7 +78,12 @@ class DeskHeader(Static):
     """
 
     def show(self, state: DeskState, readonly: bool = False, note: str | None = None) -> None:
-        self.update(render_header(state, readonly, note))
+        self._shown = (state, readonly, note)
+        self.update(render_header(state, readonly, note, self.content_size.width or None))
+
+    def on_resize(self) -> None:
+        if getattr(self, "_shown", None) is not None:  # what fits depends on the width
+            self.show(*self._shown)
 
 
 class HostStrip(Static):

@@ -1,0 +1,50 @@
+"""The running jobs under the GPU cards, where the terminal has room for them (nvitop's
+process list): id, name, user, placement, sharing mode, SM %, GPU memory, CPU %, energy since
+the job started and runtime, from the engine's latest sample."""
+
+from __future__ import annotations
+
+from rich.text import Text
+
+from gpudesk import render
+from gpudesk.screens.state import DeskState, job_runtime, sharing_mode
+
+HEADERS = ("ID", "NAME", "USER", "WHERE", "MODE", "SM", "GPU MEM", "CPU", "ENERGY", "TIME")
+RIGHT = (0, 5, 6, 7, 8, 9)
+NAME, USER = 1, 2
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f}%"
+
+
+def render_job_list(state: DeskState, width: int) -> Text:
+    """A plain table of the running jobs, fitted to `width` (the name is cut first)."""
+    jobs = [j for j in state.jobs if j.state == "running"]
+    title = Text(f"running jobs ({len(jobs)})", style="bold")
+    if not jobs:
+        return title + Text("  none", style="dim")
+    rows = []
+    for job in sorted(jobs, key=lambda j: (j.slot or "", j.id)):
+        seen = state.job_telemetry(job.id)
+        memory = seen.gpu_memory_mib if seen else None
+        usage = job.usage
+        rows.append(
+            (
+                job.id,
+                job.name,
+                job.user,
+                job.slot or "-",
+                sharing_mode(job, state) or "-",
+                _pct(seen.gpu_sm_pct if seen else None),
+                "-" if memory is None else f"{memory / 1024:.1f}G",
+                _pct(seen.cpu_pct if seen else None),
+                render.energy_cell(usage.total_j, usage.estimate) if usage else "-",
+                render.duration(job_runtime(job, state.now)),
+            )
+        )
+    table = render.table(
+        HEADERS, rows, max_widths={USER: 10}, right=RIGHT, width=width, shrink=(NAME, USER)
+    )
+    head, _, body = table.partition("\n")
+    return title + Text("\n") + Text(head, style="bold") + Text("\n" + body)
