@@ -46,21 +46,41 @@ def wait_for(
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _no_cgroup_folder_left_behind() -> Iterator[None]:
+def _no_cgroup_folder_left_behind(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """An engine stops by removing its home's cgroup folder; one a test killed or ran in-process
-    leaves it behind. After the session, the folders it made are emptied and removed."""
-    mount = containment.v2_mount()
-    hierarchy = Path(mount) if mount else None
-    before = set(hierarchy.glob("gpudesk-u*")) if hierarchy is not None else set()
+    leaves it behind. After the session, the folders of this session's homes (every folder a
+    few levels under its temporary root, by the digest containment names them with) are emptied
+    and removed. Only those: another pytest session may be running engines right now."""
     yield
-    if hierarchy is None:
+    mount = containment.v2_mount()
+    if mount is None:
         return
-    for folder in set(hierarchy.glob("gpudesk-u*")) - before:
+    # tmp_path/home, tmp_path/state (a system engine's), …: a few levels are enough
+    for home in _folders_under(tmp_path_factory.getbasetemp(), levels=3):
+        folder = containment.home_folder(mount, home)
+        if not folder.is_dir():
+            continue
         for cgroup in folder.glob("job-*"):
             containment.kill_all(cgroup)
             containment.remove(cgroup, wait=2.0)
         with contextlib.suppress(OSError):
             folder.rmdir()
+
+
+def _folders_under(root: Path, levels: int) -> list[Path]:
+    found: list[Path] = []
+    layer = [root]
+    for _ in range(levels):
+        layer = [child for parent in layer for child in _subfolders(parent)]
+        found += layer
+    return found
+
+
+def _subfolders(folder: Path) -> list[Path]:
+    try:
+        return [p for p in folder.iterdir() if p.is_dir() and not p.is_symlink()]
+    except OSError:
+        return []
 
 
 def processes_in_group(pgid: int) -> list[psutil.Process]:
