@@ -51,7 +51,11 @@ def render_plans(plans: list[MigPlanView] | None, error: str | None) -> Text:
         return text
     if not plans:
         text.append("\nno MIG-capable GPU", style="dim")
+    off = [plan for plan in plans if not plan.mig_enabled]
     for plan in plans:
+        if not plan.mig_enabled:  # one line each; what to do is said once, below
+            text.append(f"\nGPU {plan.gpu}: {_mig_off(plan)}", style="dim")
+            continue
         current = ", ".join(plan.current) or "none"
         wanted = ", ".join(plan.wanted) or "none"
         text.append(f"\nGPU {plan.gpu}: now {current} → wants {wanted}")
@@ -66,7 +70,28 @@ def render_plans(plans: list[MigPlanView] | None, error: str | None) -> Text:
             text.append(f"\n  not applied: {plan.reason}", style="yellow")
         for command in plan.commands:
             text.append(f"\n  $ {command}", style="dim")
+    hinted = [plan for plan in off if plan.enable_hint]
+    if hinted:
+        gpus = ", ".join(str(plan.gpu) for plan in off)
+        text.append(f"\n\nMIG is off on GPU {gpus}. {hinted[0].enable_hint}", style="dim")
+        if len(hinted) > 1:
+            others = "; ".join(f"GPU {p.gpu}: -i {p.gpu}" for p in hinted[1:])
+            text.append(f" (The same for the others, {others}.)", style="dim")
+        if any(plan.simulated for plan in off):
+            text.append(
+                " On a SIMULATED station, MIG mode comes from the [station] mig table.",
+                style="dim",
+            )
     return text
+
+
+def _mig_off(plan: MigPlanView) -> str:
+    """A GPU not in MIG mode, in one line: whether it can be, and what the queue would want."""
+    if plan.mig_mode == "unsupported":
+        return f"{plan.name} does not support MIG"
+    wanted = f"; the queue would want {', '.join(plan.wanted)}" if plan.wanted else ""
+    pending = " (a change to MIG mode is pending)" if plan.mig_mode == "pending" else ""
+    return f"MIG off{pending}{wanted}"
 
 
 class MigScreen(DeskScreen):

@@ -10,6 +10,7 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.widgets import DataTable, Footer, Input
+from textual.widgets.data_table import ColumnKey
 
 from gpudesk import render
 from gpudesk.api import JobView
@@ -191,8 +192,27 @@ class QueueScreen(JobActions):
         table = self.query_one("#jobs", DataTable)
         table.clear(columns=True)
         for column in columns:
-            table.add_column(column.label, key=column.key, width=column.width or width)
+            width_here = column.width or width
+            table.add_column(self._label(column, width_here), key=column.key, width=width_here)
         return True
+
+    def _label(self, column: Column, width: int) -> str:
+        """A column's header, with ▲ (ascending) or ▼ on the one the queue is sorted by,
+        clipped so the arrow always shows (PRI, 3 wide: PR▼)."""
+        if column.key != self.sort_key:
+            return column.label
+        return column.label[: max(0, width - 1)] + ("▼" if self.sort_reverse else "▲")
+
+    def _relabel(self) -> None:
+        """Move the sort arrow to the column sorted by now."""
+        table = self.query_one("#jobs", DataTable)
+        for column in self.columns:
+            key = ColumnKey(column.key)
+            if key in table.columns:
+                table.columns[key].label = Text(
+                    self._label(column, column.width or self.name_width)
+                )
+        table.refresh()
 
     # ------------------------------------------------------------------ drawing
     def show_state(self, state: DeskState) -> None:
@@ -279,8 +299,10 @@ class QueueScreen(JobActions):
         self.notify(
             f"sorted by {self.sort_key}" + (" (reversed)" if self.sort_reverse else ""), timeout=2
         )
+        self._relabel()
         self.show_state(self.desk.state)
 
     def action_sort_reverse(self) -> None:
         self.sort_reverse = not self.sort_reverse
+        self._relabel()
         self.show_state(self.desk.state)

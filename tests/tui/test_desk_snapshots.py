@@ -161,3 +161,32 @@ def test_the_job_list_shows_under_the_cards_only_where_it_fits(
                 assert "gpu:1/mps" in text and "3g.20gb" in text and "SM" in text
 
     asyncio.run(main())
+
+
+def test_the_queue_header_shows_what_it_is_sorted_by() -> None:
+    from textual.widgets import DataTable
+
+    async def run() -> list[str]:
+        app = desk()
+        seen: list[str] = []
+        async with app.run_test(size=(80, 24)) as pilot:
+            await replayed(pilot)
+            await pilot.press("2")
+            await pilot.pause()
+            table = app.screen.query_one("#jobs", DataTable)
+
+            def arrows() -> str:
+                return " ".join(
+                    str(c.label) for c in table.columns.values() if str(c.label)[-1] in "▲▼"
+                )
+
+            seen.append(arrows())
+            await pilot.press("o")  # by state
+            await pilot.pause()
+            seen.append(arrows())
+            await pilot.press("O")  # reversed
+            await pilot.pause()
+            seen.append(arrows())
+        return seen
+
+    assert asyncio.run(run()) == ["ID▲", "STATE▲", "STATE▼"]
