@@ -112,7 +112,8 @@ def configure_station(client: Client, profile: Profile) -> StationReport | None:
     if not profile.station_keys:
         return None
     result = client.configure(profile.station, profile.station_keys)
-    return StationReport(f"{_shown_path(profile.path)} [station]", result)
+    shown = f"bundled {profile.path.name}" if profile.bundled else _shown_path(profile.path)
+    return StationReport(f"{shown} [station]", result)
 
 
 def _shown_path(path: os.PathLike[str]) -> str:

@@ -40,7 +40,12 @@ def run(
     progress = sys.stderr if json_out else sys.stdout
     source = f"{profile} (gpudesk's bundled example)" if loaded.bundled else str(profile)
     said = f"running {len(loaded.jobs)} job(s) from {source} on {client.home.description}"
-    print(textwrap.fill(said, render.terminal_width(), break_on_hyphens=False), file=progress)
+    print(
+        textwrap.fill(
+            said, render.terminal_width(), break_on_hyphens=False, break_long_words=False
+        ),
+        file=progress,
+    )
     progress.flush()
     try:
         result = run_profile(loaded, client, progress_stream=progress)

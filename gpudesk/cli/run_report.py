@@ -169,7 +169,9 @@ class RunReport:
             )
         lines += [self.energy_line(), *self.loader_lines(), *self.notes]
         wrapped = [
-            textwrap.fill(line, width, subsequent_indent="  ", break_on_hyphens=False)
+            textwrap.fill(
+                line, width, subsequent_indent="  ", break_on_hyphens=False, break_long_words=False
+            )
             for line in lines
         ]
         results = self.results_text(width)
@@ -315,7 +317,9 @@ class RunReport:
 
 
 def _fill(text: str, width: int) -> str:
-    return textwrap.fill(text, width, subsequent_indent="  ", break_on_hyphens=False)
+    return textwrap.fill(
+        text, width, subsequent_indent="  ", break_on_hyphens=False, break_long_words=False
+    )
 
 
 def _number(value: float) -> str:
