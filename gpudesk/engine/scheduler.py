@@ -271,10 +271,10 @@ class Scheduler:
         while True:
             blocked: dict[int, JobRecord] = {}
             cancelled = False
-            for job in self.queue.ordered():
-                if not job.spec.after:
-                    continue
-                found = dependencies.verdict(self.store, job.spec.after)
+            waiting = [job for job in self.queue.ordered() if job.spec.after]
+            known = dependencies.dependencies_of(self.store, waiting)
+            for job in waiting:
+                found = dependencies.verdict(job.spec.after, known)
                 if found.never:
                     self.queue.remove(job.id)
                     self.store.finish_queued(job.id, JobState.CANCELLED, found.never)
