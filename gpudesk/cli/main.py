@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Any
 
 import typer
 
@@ -116,14 +117,15 @@ def usage_paragraph(exc: Exception) -> str:
     return f"{message} Usage: {usage} ({ctx.command_path} --help says more)"
 
 
-def _user_defaults() -> dict[str, object]:
-    """The option defaults of the user's config file (gpudesk.cli.config), if there is one."""
+def _user_defaults(command: Any) -> dict[str, object]:
+    """The option defaults of the user's config file (gpudesk.cli.config), if there is one,
+    checked against `command`, the click command tree this run uses."""
     from gpudesk.cli.config import config_path, default_map
 
     path = config_path()
     if path is None or not path.exists():
         return {}
-    return default_map(typer.main.get_command(app), path)
+    return default_map(command, path)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -133,8 +135,12 @@ def main(argv: list[str] | None = None) -> None:
     usage_error, click_exception = _click_error("UsageError"), _click_error("ClickException")
     try:
         # not standalone: click's errors come here, to be printed as every other error is
-        code = app(
-            args=argv, prog_name="gpudesk", standalone_mode=False, default_map=_user_defaults()
+        command = typer.main.get_command(app)  # built once: the config check reads it too
+        code = command.main(
+            args=argv,
+            prog_name="gpudesk",
+            standalone_mode=False,
+            default_map=_user_defaults(command),
         )
     except CliError as exc:
         print(f"error: {exc}", file=sys.stderr)
