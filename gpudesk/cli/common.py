@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import typer
 
-from gpudesk.cli.exit_codes import EXIT_FAILED
+from gpudesk.cli.exit_codes import EXIT_FAILED, EXIT_USAGE
 
 if TYPE_CHECKING:
     from gpudesk.api.client import Client
@@ -106,3 +106,12 @@ def reflow_help(group: typer.Typer) -> None:
     for sub in group.registered_groups:
         if sub.typer_instance is not None:
             reflow_help(sub.typer_instance)
+
+
+def owner_filter(user: str | None, me: bool) -> str | int | None:
+    """Whose jobs `--user NAME` / `--me` ask for (a name, this uid, or everyone's: None)."""
+    import os
+
+    if me and user is not None:
+        fail("--user and --me name two owners; give one of them", EXIT_USAGE)
+    return os.getuid() if me else user

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from gpudesk.cli.common import engine_client, fail, print_json
+from gpudesk.cli.common import engine_client, fail, owner_filter, print_json
 from gpudesk.cli.exit_codes import EXIT_USAGE
 
 if TYPE_CHECKING:
@@ -175,12 +175,10 @@ def history(
 ) -> None:
     """Finished jobs with what each used: wall time, GPU- and CPU-seconds, peak memory,
     energy and CO2e, where it ran (CSV and JSON in joules, for accounting)."""
-    import os
 
     if output_format not in FORMATS:
         fail(f"--format: {output_format!r} is not one of {', '.join(FORMATS)}", EXIT_USAGE)
-    if me and user is not None:
-        fail("--user and --me name two owners; give one of them", EXIT_USAGE)
+    owner = owner_filter(user, me)
     start = None
     if since is not None:
         try:
@@ -192,7 +190,7 @@ def history(
             states=["succeeded", "failed", "cancelled"],
             limit=max(1, limit),
             usage=True,
-            user=os.getuid() if me else user,
+            user=owner,
         )
     rows = [
         history_row(job)

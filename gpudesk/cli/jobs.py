@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from gpudesk.cli.common import complete_job, engine_client, fail, print_json
+from gpudesk.cli.common import complete_job, engine_client, fail, owner_filter, print_json
 from gpudesk.cli.exit_codes import EXIT_FAILED, EXIT_TIMED_OUT, EXIT_USAGE
 
 if TYPE_CHECKING:
@@ -214,14 +214,11 @@ def queue(
     """List queued and running jobs (with --all, finished ones too), everyone's unless
     --user or --me."""
     import fnmatch
-    import os
     from typing import get_args
 
     from gpudesk.api.models import JobStateName, to_builtins
 
-    if me and user is not None:
-        fail("--user and --me name two owners; give one of them", EXIT_USAGE)
-    owner: str | int | None = os.getuid() if me else user
+    owner = owner_filter(user, me)
     states: list[JobStateName] | None = None if all_jobs else ["queued", "running"]
     asked: set[str] = set()
     if state is not None:
