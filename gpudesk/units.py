@@ -31,6 +31,7 @@ def carbon_g(joules: float | None, g_per_kwh: float) -> float | None:
 
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)([dhms])")
+_WITH_UNITS = re.compile(rf"(?:{_DURATION_PART.pattern})+")  # 1h30m: parts, nothing between
 _UNIT_S = {"d": 86400.0, "h": 3600.0, "m": 60.0, "s": 1.0}
 
 
@@ -40,9 +41,7 @@ def parse_duration(text: str) -> float:
     `1h30m`, `2d`). Raises ValueError saying what is accepted."""
     value = text.strip().lower()
     try:
-        if _DURATION_PART.fullmatch(value) or (
-            value and "".join(m.group(0) for m in _DURATION_PART.finditer(value)) == value
-        ):
+        if _WITH_UNITS.fullmatch(value):
             return sum(float(n) * _UNIT_S[unit] for n, unit in _DURATION_PART.findall(value))
         days = 0.0
         if "-" in value:
