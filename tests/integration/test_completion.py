@@ -65,21 +65,19 @@ def test_with_no_engine_completion_is_silent_fast_and_starts_none(home: Home) ->
 
 def test_the_completion_script_is_shown_and_installed(home: Home, tmp_path: Path) -> None:
     env = {**os.environ, "HOME": str(tmp_path), "SHELL": "/bin/bash"}
-    shown = subprocess.run(
-        [sys.executable, "-m", "gpudesk", "--show-completion", "bash"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
+
+    def gpudesk(option: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "gpudesk", option, "bash"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+
+    shown = gpudesk("--show-completion")
     assert shown.returncode == 0, shown.stderr
     assert "_GPUDESK_COMPLETE=complete_bash" in shown.stdout
-    installed = subprocess.run(
-        [sys.executable, "-m", "gpudesk", "--install-completion", "bash"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
+    installed = gpudesk("--install-completion")
     assert installed.returncode == 0, installed.stderr
     assert "gpudesk" in (tmp_path / ".bashrc").read_text()

@@ -85,8 +85,15 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
         ),
     )
     out = tmp / "dist"
+    pip(sys.executable, "wheel", "--no-deps", "-w", str(out), str(source))
+    (built,) = out.glob("gpudesk-*.whl")
+    return built
+
+
+def pip(python: str, command: str, *args: str) -> None:
+    """`python -m pip COMMAND ARGS`; a skip when no index answers, a failure otherwise."""
     done = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", str(out), str(source)],
+        [python, "-m", "pip", command, *args],
         capture_output=True,
         text=True,
         timeout=PIP_TIMEOUT,
@@ -94,9 +101,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )
     if done.returncode != 0:
         skip_if_offline(done.stdout + done.stderr)
-        pytest.fail(f"pip wheel failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
-    (built,) = out.glob("gpudesk-*.whl")
-    return built
+        pytest.fail(f"pip {command} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
 
 
 def skip_if_offline(output: str) -> None:
@@ -126,16 +131,7 @@ def floors(wheel: Path) -> list[str]:
 
 def install(wheel: Path, venv: Path, pins: list[str]) -> dict[str, str]:
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
-    done = subprocess.run(
-        [str(venv / "bin" / "python"), "-m", "pip", "install", str(wheel), *pins],
-        capture_output=True,
-        text=True,
-        timeout=PIP_TIMEOUT,
-        check=False,
-    )
-    if done.returncode != 0:
-        skip_if_offline(done.stdout + done.stderr)
-        pytest.fail(f"pip install failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+    pip(str(venv / "bin" / "python"), "install", str(wheel), *pins)
     env = {
         k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV", "COV"))
     }
