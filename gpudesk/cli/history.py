@@ -110,15 +110,10 @@ def parse_since(text: str, now: float | None = None) -> float:
     )
 
 
-def _clock(ts: float | None) -> str:
-    return "-" if ts is None else time.strftime("%m-%d %H:%M", time.localtime(ts))
-
-
 def _table(rows: list[HistoryRow]) -> str:
     """What fits 80 columns; CPU-seconds, peak memory, the energy split and CO2e are in the
     CSV and JSON."""
     from gpudesk import render
-    from gpudesk.units import watt_hours
 
     def number(value: float | None, fmt: str) -> str:
         return "-" if value is None else fmt.format(value)
@@ -143,11 +138,11 @@ def _table(rows: list[HistoryRow]) -> str:
                 r.user,
                 r.state,
                 "-" if r.exit_code is None else r.exit_code,
-                _clock(r.ended_at),
+                render.clock(r.ended_at),  # with the date past 20 h, as queue
                 render.duration(r.wall_s),
                 r.placement or "-",
                 number(r.gpu_s, "{:.0f}"),
-                watt_hours(r.energy_j) if r.energy_j is not None else "-",
+                render.energy_cell(r.energy_j, estimate=False),
             )
             for r in rows
         ],
