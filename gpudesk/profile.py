@@ -29,14 +29,18 @@ from typing import Any
 
 from gpudesk.engine.jobs import (
     FIELD_CHECKS,
+    MLFLOW_MAX_PARAM_VALUE,
     JobSpec,
+    TrackingSpec,
     check_bool,
     check_command,
     check_dataset,
     check_env,
+    check_mlflow_uri,
     check_name,
     check_workdir,
     describe,
+    resolve_mlflow_uri,
 )
 from gpudesk.engine.loaders import LOADER_KEYS, DatasetSpec
 from gpudesk.engine.station import STATION_CHECKS, STATION_KEYS, StationConfig
@@ -76,10 +80,12 @@ TOP_KEYS = (
     "defaults",
     "datasets",
     "report",
+    "tracking",
     "jobs",
     "sweeps",
 )
 REPORT_KEYS = ("metric", "goal")
+TRACKING_KEYS = ("mlflow_uri", "experiment")  # [tracking] (docs/tracking.md)
 MAX_METRIC_CHARS = 100
 JOB_KEYS = (
     "name",
@@ -175,6 +181,8 @@ class Profile:
     # Read from gpudesk's bundled examples because `path` named none in the current folder
     # (gpudesk.examples); its relative workdirs are then anchored at the current folder.
     bundled: bool = False
+    # [tracking]: where its jobs' MLflow runs go (each job's spec carries it too); None: none.
+    tracking: TrackingSpec | None = None
 
 
 def load_profile(path: str | os.PathLike[str]) -> Profile:
@@ -443,6 +451,14 @@ def _check_goal(value: Any) -> Goal:
     )
 
 
+def _param_value(text: str) -> str:
+    """A value cut to MLflow's limit on a param's value, saying so."""
+    if len(text) <= MLFLOW_MAX_PARAM_VALUE:
+        return text
+    note = " … (cut to MLflow's limit)"
+    return text[: MLFLOW_MAX_PARAM_VALUE - len(note)] + note
+
+
 def _check_description(value: Any) -> str:
     if not isinstance(value, str):
         raise ValueError(f"expected a string, found {describe(value)}")
@@ -507,6 +523,7 @@ class _Builder:
         self.dataset_names: set[str] | None = set()  # None: [datasets] unusable, skip references
         self.defaults: dict[str, Any] = {}
         self.counts: list[tuple[Key, int]] = []  # jobs each entry would make, before expanding
+        self.tracking: TrackingSpec | None = None  # [tracking], once read
 
     # -- recording problems
 
@@ -562,6 +579,7 @@ class _Builder:
         station = self.station(document)
         datasets = self.datasets(document)
         report = self.report(document)
+        self.tracking = self.read_tracking(document, name)
         self.read_defaults(document)
 
         entries: list[_Entry] = []
@@ -598,7 +616,17 @@ class _Builder:
         jobs = self.expand(entries)
         self.raise_problems()
         station_keys = tuple(k for k in STATION_KEYS if k in (document.get("station") or {}))
-        return Profile(self.path, name, description, station, datasets, jobs, station_keys, report)
+        return Profile(
+            self.path,
+            name,
+            description,
+            station,
+            datasets,
+            jobs,
+            station_keys,
+            report,
+            tracking=self.tracking,
+        )
 
     def station(self, document: dict[str, Any]) -> StationConfig:
         if "station" not in document:
@@ -645,6 +673,35 @@ class _Builder:
         if metric is _INVALID or goal is _INVALID:
             return None
         return ReportConfig(metric, goal)
+
+    def read_tracking(self, document: dict[str, Any], profile_name: str) -> TrackingSpec | None:
+        """[tracking]: `mlflow_uri` (a relative sqlite path is anchored at the profile's folder)
+        and `experiment` (default: the profile's name)."""
+        if "tracking" not in document:
+            return None
+        table = self.table(("tracking",), document["tracking"], "a [tracking] table")
+        if table is None:
+            return None
+        self.unknown_keys(("tracking",), table, TRACKING_KEYS)
+        uri = experiment = _INVALID
+        if "mlflow_uri" not in table:
+            self.problem(
+                ("tracking", "mlflow_uri"),
+                'missing: name the MLflow tracking store, e.g. mlflow_uri = "sqlite:///mlflow.db" '
+                '(a file beside this profile) or "http://127.0.0.1:5000" (docs/tracking.md)',
+                at=("tracking",),
+            )
+        else:
+            raw = table["mlflow_uri"]
+            if isinstance(raw, str):
+                raw = resolve_mlflow_uri(raw.strip(), str(self.base_dir))
+            uri = self.check(("tracking", "mlflow_uri"), check_mlflow_uri, raw)
+        experiment = profile_name
+        if "experiment" in table:
+            experiment = self.check(("tracking", "experiment"), check_name, table["experiment"])
+        if uri is _INVALID or experiment is _INVALID:
+            return None
+        return TrackingSpec(uri, experiment)
 
     def datasets(self, document: dict[str, Any]) -> dict[str, DatasetConfig]:
         if "datasets" not in document:
@@ -1023,12 +1080,24 @@ class _Builder:
                     self.problem((*entry.key, field_name), self.context(entry, values) + str(exc))
         if len(checked) < len(checks):
             return None
+        sweep = entry.name if entry.key[0] == "sweeps" else None
+        tracking = self.tracking
+        if tracking is not None and sweep is not None:
+            tracking = dataclasses.replace(
+                tracking,
+                params={param: _param_value(values[param]) for param in entry.grid},
+                sweep_params={
+                    param: _param_value(", ".join(shown)) for param, shown in entry.grid.items()
+                },
+            )
         return JobSpec(
             name=checked["name"],
             command=checked["command"],
             shell=entry.shell,
             workdir=self.resolve_dir(checked["workdir"]),
             env=checked["env"],
+            sweep=sweep,
+            tracking=tracking,
             **{("time_limit_s" if k == "time_limit" else k): v for k, v in entry.resources.items()},
         )
 

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from gpudesk.api.models import *  # noqa: F403 (every model, listed in models.__all__)
     from gpudesk.engine.jobs import JobSpec as JobSpec
     from gpudesk.engine.jobs import SpecError as SpecError
+    from gpudesk.engine.jobs import TrackingSpec as TrackingSpec
 
 _LAZY = {
     "Client": "gpudesk.api.client",
@@ -36,6 +37,7 @@ _LAZY = {
     "EventStream": "gpudesk.api.client",
     "JobSpec": "gpudesk.engine.jobs",
     "SpecError": "gpudesk.engine.jobs",
+    "TrackingSpec": "gpudesk.engine.jobs",
 }
 _EAGER = ["BAD_REPLY", "EngineError"]
 

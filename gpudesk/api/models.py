@@ -40,6 +40,7 @@ __all__ = [
     "JobDetail",
     "JobEvent",
     "JobList",
+    "JobRunView",
     "JobSpecView",
     "JobStateName",
     "JobTelemetry",
@@ -80,6 +81,8 @@ __all__ = [
     "SubmitResult",
     "TelemetryEvent",
     "TelemetryResult",
+    "TrackingHealth",
+    "TrackingView",
     "UsageFigures",
     "UsageSummary",
     "WireModel",
@@ -105,6 +108,15 @@ def to_builtins(value: Any) -> Any:
 
 
 # ------------------------------------------------------------------------------------ jobs
+class TrackingView(WireModel, frozen=True):
+    """A job's MLflow tracking as submitted (docs/tracking.md)."""
+
+    mlflow_uri: str
+    experiment: str
+    params: dict[str, str] = {}  # its sweep values, logged as params
+    sweep_params: dict[str, str] = {}  # its sweep's grid: the parent run's params
+
+
 class JobSpecView(WireModel, frozen=True):
     """What was submitted, as the engine keeps it (the environment is left out of listings:
     it can hold secrets; `show --env` asks for it)."""
@@ -123,6 +135,8 @@ class JobSpecView(WireModel, frozen=True):
     group: str | None
     after: list[int] = []  # jobs that must succeed first
     time_limit_s: float | None = None  # wall-clock seconds an attempt may run
+    sweep: str | None = None  # the [[sweeps]] table of its profile that made it
+    tracking: TrackingView | None = None  # its MLflow run's store and experiment
 
 
 class UsageFigures(WireModel, frozen=True):
@@ -291,6 +305,16 @@ class EventView(WireModel, frozen=True):
     message: str
 
 
+class JobRunView(WireModel, frozen=True):
+    """A tracked job's MLflow run: `run_id` once the store made it; `error`, the store's last
+    error while it fails."""
+
+    mlflow_uri: str
+    experiment: str
+    run_id: str | None
+    error: str | None
+
+
 class JobDetail(WireModel, frozen=True):
     """`show`: a job, its attempts and events, why it waits, what it used."""
 
@@ -300,6 +324,7 @@ class JobDetail(WireModel, frozen=True):
     waiting: str | None
     usage: UsageSummary | None
     env: dict[str, str] | None = None  # only when asked for
+    tracking: JobRunView | None = None  # a tracked job's MLflow run
 
 
 class LogChunk(WireModel, frozen=True):
@@ -486,6 +511,20 @@ class UserShare(WireModel, frozen=True):
     waiting: int
 
 
+class TrackingHealth(WireModel, frozen=True):
+    """An MLflow store as one user's tracking worker finds it: updates `queued` for it (about:
+    those not yet handed to the worker count for each store of that user), its last `error`
+    while it fails and since when, metric points `dropped` because too many waited."""
+
+    user: str
+    uid: int
+    mlflow_uri: str
+    queued: int
+    error: str | None
+    error_since: float | None
+    dropped: int
+
+
 class StationStatus(WireModel, frozen=True):
     """`status`: the engine, the station, the queue's counts and the shared loaders."""
 
@@ -501,6 +540,7 @@ class StationStatus(WireModel, frozen=True):
     loaders: list[LoaderView]
     users: list[UserShare]  # lightest recent usage first
     station_changes: list[EventView]  # the latest changes of station settings, oldest first
+    tracking: list[TrackingHealth] = []  # the MLflow stores tracked jobs log to
 
 
 class PingResult(WireModel, frozen=True):

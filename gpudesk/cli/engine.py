@@ -188,6 +188,17 @@ def engine_status(json_out: bool = typer.Option(False, "--json", help="Print JSO
             f"  {share.user:<12} {share.usage_gpu_h:8.2f} GPU-h  {share.running_gpus} GPU(s) "
             f"running  {share.waiting} waiting"
         )
+    for store in status.tracking:
+        how = (
+            f"failing since {render.clock(store.error_since)}: {store.error}"
+            if store.error
+            else "ok"
+        )
+        dropped = f", {store.dropped} metric points dropped" if store.dropped else ""
+        print(
+            f"mlflow:  {store.mlflow_uri} ({store.user}): {how}; "
+            f"{store.queued} update(s) queued{dropped}"
+        )
     for change in status.station_changes:
         stamp = time.strftime("%Y-%m-%d %H:%M", time.localtime(change.ts))
         print(f"changed: {stamp} {change.message}")

@@ -88,6 +88,20 @@ def submit(
         help="Start only once these jobs have succeeded (ids or names, comma-separated or "
         "repeated); if one fails or is cancelled, this job is cancelled.",
     ),
+    mlflow_uri: str | None = typer.Option(
+        None,
+        "--mlflow-uri",
+        metavar="URI",
+        help="Track the job as an MLflow run in this store (sqlite:///mlflow.db, a file here; "
+        "http://host:5000): its params, GPU and CPU metrics, energy and result line; the job "
+        "gets MLFLOW_RUN_ID. Needs the mlflow extra (docs/tracking.md).",
+    ),
+    experiment: str | None = typer.Option(
+        None,
+        "--experiment",
+        metavar="NAME",
+        help="The MLflow experiment of --mlflow-uri (default: gpudesk).",
+    ),
     json_out: bool = typer.Option(False, "--json", help="Print the new job as JSON."),
 ) -> None:
     """Queue one job: gpudesk submit [OPTIONS] [--] COMMAND [ARGS]...
@@ -129,9 +143,22 @@ def submit(
                 EXIT_USAGE,
             )
         raw["time_limit_s"] = seconds
+    if experiment is not None and mlflow_uri is None:
+        fail("--experiment names an MLflow experiment: give --mlflow-uri too", EXIT_USAGE)
+    if mlflow_uri is not None:
+        from gpudesk.engine.jobs import resolve_mlflow_uri
+
+        # a relative sqlite path means one here, as a relative --workdir does
+        raw["tracking"] = {
+            "mlflow_uri": resolve_mlflow_uri(mlflow_uri.strip(), str(Path.cwd())),
+            "experiment": experiment,
+        }
     try:
         spec = JobSpec.from_dict(raw)
     except SpecError as exc:
+        if exc.key == "tracking":  # "mlflow_uri: …" or "experiment: …"
+            field, _, message = exc.message.partition(": ")
+            fail(f"--{field.replace('_', '-')}: {message}", EXIT_USAGE)
         option = {
             "memory_gb": "--mem",
             "sm_pct": "--sm",
@@ -294,7 +321,14 @@ def show(
         f"   time {render.duration(render.runtime(j.started_at, j.ended_at))}",
     ]
     if j.group:
-        lines.append(f"  run        {j.group}")
+        lines.append(f"  run        {j.group}" + (f", sweep {spec.sweep}" if spec.sweep else ""))
+    if data.tracking is not None:
+        run = data.tracking
+        lines.append(
+            f"  mlflow     {run.mlflow_uri}, experiment {run.experiment}, "
+            + (f"run {run.run_id}" if run.run_id else "run not made yet")
+            + (f" (the store: {run.error})" if run.error else "")
+        )
     if data.waiting:
         lines.append(f"  waiting    {data.waiting}")
     if data.attempts:

@@ -36,6 +36,7 @@ from gpudesk.engine.store.records import AttemptRecord, JobRecord
 from gpudesk.engine.telemetry.energy import AttemptUsage
 from gpudesk.engine.telemetry.monitor import TrackedAttempt
 from gpudesk.engine.telemetry_sink import TelemetrySink
+from gpudesk.engine.tracking.tracker import Tracking
 from gpudesk.paths import Home
 from gpudesk.text import safe_text
 from gpudesk.units import MIB_PER_GIB
@@ -119,6 +120,7 @@ class Attempts:
         mps: MpsWatch,
         events: EventPublisher,
         due: PlacementDue,
+        tracking: Tracking,
     ) -> None:
         self.home = home
         self.store = store
@@ -128,6 +130,7 @@ class Attempts:
         self.mps = mps
         self.events = events
         self.due = due
+        self.tracking = tracking  # MLflow runs: a tracked job's variables
         self.live: dict[int, LiveAttempt] = {}  # by attempt id
         self.dataset_of: dict[int, str] = {}  # running job id -> the dataset it names
         self.history = store.demand_history()  # command signature -> measured (MiB, SM %, runs)
@@ -374,6 +377,15 @@ class Attempts:
             raise
         env = self.job_env(job, placement, attempt)
         env.update(self._loader_env(job))
+        tracking_env, tracking_note = self.tracking.launch(job, placement, attempt.number)
+        if tracking_env:
+            # The run's settings win over what the submitter's shell exported (an MLFLOW_RUN_ID
+            # there names some other run), not over the job's own `env`.
+            if "MLFLOW_RUN_ID" not in job.spec.env:
+                env.pop("MLFLOW_RUN_ID", None)
+            env.update({k: v for k, v in tracking_env.items() if k not in job.spec.env})
+        if tracking_note:
+            self.store.add_event("tracking", tracking_note, job_id=job.id)
         if placement.mode == "mps" and not self.telemetry.monitor.simulated:
             env.update(
                 self.mps.client_env(

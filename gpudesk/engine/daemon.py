@@ -50,6 +50,7 @@ from gpudesk.engine.station import StationConfig, host_cores
 from gpudesk.engine.store.database import Store
 from gpudesk.engine.store.schema import IncompatibleStore, StoreError
 from gpudesk.engine.telemetry_sink import TelemetrySink
+from gpudesk.engine.tracking.tracker import Tracking
 from gpudesk.paths import (
     SYSTEM_GROUP,
     SYSTEM_SOCKET,
@@ -133,8 +134,12 @@ class Engine:
         self.events = EventPublisher(self.control, store)
         self.queue = JobQueue()
         self.telemetry = TelemetrySink(
-            store, self.station, self._wake, self.events.telemetry, self.due.mark
+            store, self.station, self._wake, self._publish_telemetry, self.due.mark
         )
+        self.tracking = Tracking(
+            home, store, self.telemetry, lambda: self.attempts.attempt_numbers(), self.due
+        )
+        self.events.listeners.append(self.tracking.job_changed)
         self.mps_watch = MpsWatch(
             home.root,
             store,
@@ -156,6 +161,7 @@ class Engine:
             self.mps_watch,
             self.events,
             self.due,
+            self.tracking,
         )
         self.learning = StationLearning(store, self.attempts, self.telemetry)
         self.logcap = LogCap(
@@ -184,6 +190,7 @@ class Engine:
             host_cores(),
             self.learning,
             self.mig,
+            self.tracking,
         )
         self.job_control = JobControl(store, self.queue, self.attempts, self.events, self.due)
         self.handlers = RequestHandlers(
@@ -202,6 +209,7 @@ class Engine:
                 loaders=self.loaders,
                 events=self.events,
                 due=self.due,
+                tracking=self.tracking,
                 started_at=time.time(),
                 cores=self.scheduler.cores,
                 stop=self.stop,
@@ -216,11 +224,17 @@ class Engine:
             os.unlink(self.home.socket_dir / "events.sock")
 
     def close(self) -> None:
+        with contextlib.suppress(Exception):  # best effort: a full disk must not block exit
+            self.tracking.close()
         self.attempts.containment.close()
         self.telemetry.close()
         self.wake_r.close()
         self.wake_w.close()
         self.control.close()
+
+    def _publish_telemetry(self, view: dict[str, Any]) -> None:
+        self.events.telemetry(view)
+        self.tracking.sample(view)
 
     def _handle(self, raw: bytes, caller: Caller) -> bytes:
         return self.handlers.handle(raw, caller)
@@ -230,6 +244,7 @@ class Engine:
         adopted, settled = self.attempts.recover()
         self.queue.replace(self.store.queued())
         self.attempts.track()
+        self.tracking.recover()
         if adopted or settled:
             message = f"re-adopted {adopted} running attempt(s), settled {settled}"
             log.info(message)
@@ -263,6 +278,7 @@ class Engine:
             poller = select.poll()
             poller.register(wake_r.fileno(), select.POLLIN)
             self.control.register(poller)
+            self.tracking.register(poller)
             ready = dict(poller.poll(self._poll_timeout_ms()))
             if wake_r.fileno() in ready:
                 try:
@@ -288,6 +304,7 @@ class Engine:
             self.attempts.containment.retry,
             self.scheduler.schedule_if_due,
             self.telemetry.ingest,
+            self.tracking.step,
             self.learning.step,
             self.check_mps,
             self.check_loaders,
@@ -327,6 +344,7 @@ class Engine:
             timeout = min(timeout, max(0.0, retry_at - time.monotonic()))
         timeout = self.attempts.poll_timeout(timeout)
         timeout = self.logcap.poll_timeout(timeout)
+        timeout = self.tracking.poll_timeout(timeout)
         if self.loaders.producers:
             timeout = min(timeout, CHECK_EVERY_S)
         if self.due.pending:

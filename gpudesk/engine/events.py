@@ -9,6 +9,7 @@ subscriber that missed one can read it there.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from gpudesk.engine import protocol
@@ -21,6 +22,9 @@ class EventPublisher:
     def __init__(self, socket: ControlSocket | None, store: Store) -> None:
         self.socket = socket
         self.store = store
+        # Who else hears of every job change, in the engine (MLflow tracking): called with the
+        # job as the store has it now.
+        self.listeners: list[Callable[[JobRecord], None]] = []
 
     def job(self, job_id: int, message: str, job: JobRecord | None = None) -> None:
         """A job changed: its state as it is now in the store, and why."""
@@ -39,6 +43,8 @@ class EventPublisher:
             "message": message,
         }
         self._send("job", payload)
+        for listener in self.listeners:
+            listener(record)
 
     def telemetry(self, view: dict[str, Any]) -> None:
         self._send("telemetry", view)

@@ -27,7 +27,15 @@ DEFAULT_CANCEL_GRACE_S = 10.0
 MAX_JOB_ID = 2**63 - 1  # the largest id SQLite stores
 PRIORITY_RANGE = (-1000, 1000)
 
+# MLflow's own limits (mlflow.utils.validation): a param's key and value, a run's params.
+MLFLOW_MAX_PARAM_KEY = 250
+MLFLOW_MAX_PARAM_VALUE = 6000
+MAX_TRACKING_PARAMS = 100
+MAX_TRACKING_URI = 2000
+DEFAULT_EXPERIMENT = "gpudesk"  # a single job's experiment unless --experiment names one
+
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_URI_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):")
 _DATASET_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 
 
@@ -282,6 +290,144 @@ def check_after(value: Any) -> tuple[int, ...]:
     return tuple(ids)
 
 
+def check_mlflow_uri(value: Any) -> str:
+    """An MLflow tracking URI: `scheme:...` (sqlite:////abs/mlflow.db, http://host:5000,
+    postgresql://…). A sqlite or file store's path must be absolute: the tracking worker runs
+    in `/` (gpudesk.spawn), so a relative one would land there (`resolve_mlflow_uri` anchors
+    one from a profile or the command line first)."""
+    if not isinstance(value, str):
+        raise ValueError(
+            "expected an MLflow tracking URI string such as "
+            f'"sqlite:////home/you/mlflow.db" or "http://127.0.0.1:5000", found {describe(value)}'
+        )
+    uri = value.strip()
+    if not uri or len(uri) > MAX_TRACKING_URI:
+        raise ValueError(f"expected a tracking URI of 1 to {MAX_TRACKING_URI} characters")
+    if any(ord(c) < 32 or ord(c) == 127 for c in uri) or not is_text(uri):
+        raise ValueError("a tracking URI cannot contain control characters or non-UTF-8 bytes")
+    match = _URI_SCHEME.match(uri)
+    if match is None or len(match.group(1)) == 1:  # "C:" is a path, not a scheme
+        raise ValueError(
+            f"{uri!r} is not a URI: give the store with its scheme, e.g. "
+            '"sqlite:////home/you/mlflow.db" (an SQLite file; four slashes for an absolute '
+            'path) or "http://127.0.0.1:5000" (an MLflow server)'
+        )
+    scheme = match.group(1).lower()
+    if scheme in ("sqlite", "file"):
+        path = uri[len(scheme) + 1 :]
+        path = path[2:] if path.startswith("//") else path  # file:///abs, sqlite:////abs
+        if scheme == "sqlite":
+            path = path[1:] if path.startswith("/") else path
+        if not path.startswith("/"):
+            raise ValueError(
+                f"{uri!r}: the store's path must be absolute (the tracking worker runs in /); "
+                "write sqlite:////full/path/mlflow.db (four slashes)"
+            )
+    return uri
+
+
+def resolve_mlflow_uri(uri: str, base_dir: str) -> str:
+    """A sqlite (or file) store given with a relative path, anchored at `base_dir` (a profile's
+    folder, the current one for `gpudesk submit`); any other URI as it is."""
+    for scheme in ("sqlite:///", "file://"):
+        if uri.startswith(scheme):
+            path = uri[len(scheme) :]
+            if path and not path.startswith("/"):
+                import os.path
+
+                absolute = os.path.normpath(os.path.join(base_dir, os.path.expanduser(path)))
+                return scheme + absolute
+    if uri.startswith("file:") and not uri.startswith("file:/"):
+        import os.path
+
+        return "file://" + os.path.normpath(os.path.join(base_dir, uri[len("file:") :]))
+    return uri
+
+
+def _check_params(value: Any, what: str) -> dict[str, str]:
+    if not isinstance(value, Mapping):
+        raise ValueError(f'{what}: expected a table of name = "value", found {describe(value)}')
+    if len(value) > MAX_TRACKING_PARAMS:
+        raise ValueError(f"{what}: expected at most {MAX_TRACKING_PARAMS}, found {len(value)}")
+    params: dict[str, str] = {}
+    for key, val in value.items():
+        if not isinstance(key, str) or not key or len(key) > MLFLOW_MAX_PARAM_KEY:
+            raise ValueError(f"{what}: a name is 1 to {MLFLOW_MAX_PARAM_KEY} characters")
+        if not isinstance(val, str) or len(val) > MLFLOW_MAX_PARAM_VALUE:
+            raise ValueError(
+                f"{what}.{key}: expected a string of at most {MLFLOW_MAX_PARAM_VALUE} "
+                f"characters, found {describe(val)}"
+            )
+        params[key] = val
+    return params
+
+
+@dataclass(frozen=True)
+class TrackingSpec:
+    """Where a job's MLflow run goes and what it adds to it (docs/tracking.md): one run per job
+    in `experiment` of the store at `mlflow_uri`. `params`: the job's own values of its sweep's
+    grid, logged as params; `sweep_params`: that grid (each parameter's values), the params of
+    the sweep's parent run."""
+
+    mlflow_uri: str
+    experiment: str = DEFAULT_EXPERIMENT
+    params: Mapping[str, str] = field(default_factory=dict)
+    sweep_params: Mapping[str, str] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "mlflow_uri": self.mlflow_uri,
+            "experiment": self.experiment,
+            "params": dict(self.params),
+            "sweep_params": dict(self.sweep_params),
+        }
+
+    @classmethod
+    def from_stored(cls, data: Mapping[str, Any]) -> TrackingSpec:
+        return cls(
+            data["mlflow_uri"],
+            data["experiment"],
+            dict(data.get("params") or {}),
+            dict(data.get("sweep_params") or {}),
+        )
+
+
+TRACKING_KEYS = ("mlflow_uri", "experiment", "params", "sweep_params")
+
+
+def check_tracking(value: Any) -> TrackingSpec:
+    """A job's `tracking` table: `mlflow_uri` (required), `experiment`, `params`,
+    `sweep_params`."""
+    if isinstance(value, TrackingSpec):
+        value = value.to_dict()
+    if not isinstance(value, Mapping):
+        raise ValueError(
+            f'expected a table such as {{mlflow_uri = "sqlite:////home/you/mlflow.db"}}, '
+            f"found {describe(value)}"
+        )
+    unknown = sorted(str(k) for k in value if k not in TRACKING_KEYS)
+    if unknown:
+        raise ValueError(f"{unknown[0]}: unknown key (known: {', '.join(TRACKING_KEYS)})")
+    if value.get("mlflow_uri") is None:
+        raise ValueError("mlflow_uri: missing: name the MLflow tracking store")
+    try:
+        uri = check_mlflow_uri(value["mlflow_uri"])
+    except ValueError as exc:
+        raise ValueError(f"mlflow_uri: {exc}") from None
+    experiment = DEFAULT_EXPERIMENT
+    if value.get("experiment") is not None:
+        try:
+            experiment = check_name(value["experiment"])
+        except ValueError as exc:
+            raise ValueError(f"experiment: {exc}") from None
+    return TrackingSpec(
+        uri,
+        experiment,
+        _check_params(value.get("params") or {}, "params"),
+        _check_params(value.get("sweep_params") or {}, "sweep_params"),
+    )
+
+
 check_gpus = whole_number_in(0, MAX_GPUS)
 check_time_limit = number_in(1.0, MAX_TIME_LIMIT_S)
 check_priority = whole_number_in(*PRIORITY_RANGE)
@@ -313,12 +459,17 @@ class JobSpec:
     # Wall-clock seconds an attempt may run: then SIGTERM, SIGKILL after DEFAULT_CANCEL_GRACE_S,
     # and the job fails "timed out" (Slurm's --time; not retried, as Slurm's TIMEOUT is not).
     time_limit_s: float | None = None
+    # The [[sweeps]] table of its profile that made it (None: a [[jobs]] table, or a single
+    # submit): with `group`, what an MLflow parent run stands for.
+    sweep: str | None = None
+    tracking: TrackingSpec | None = None  # its MLflow run (docs/tracking.md); None: no tracking
 
     def to_dict(self) -> dict[str, Any]:
         data = {f.name: getattr(self, f.name) for f in fields(self)}  # asdict deep-copies: slow
         data["command"] = list(self.command)
         data["env"] = dict(self.env)
         data["after"] = list(self.after)
+        data["tracking"] = self.tracking.to_dict() if self.tracking else None
         return data
 
     @classmethod
@@ -340,8 +491,9 @@ class JobSpec:
         for key, check in _CHECKS.items():
             if key in data and data[key] is not None:
                 values[key] = _checked(key, check, data[key])
-        if "group" in data and data["group"] is not None:
-            values["group"] = _checked("group", check_name, data["group"])
+        for key in ("group", "sweep"):
+            if key in data and data[key] is not None:
+                values[key] = _checked(key, check_name, data[key])
         if "selection" in data and data["selection"] is not None and not values.get("dataset"):
             raise SpecError(
                 "selection", "a selection applies to the job's dataset: name the dataset too"
@@ -352,12 +504,14 @@ class JobSpec:
     def from_stored(cls, data: Mapping[str, Any]) -> JobSpec:
         """Rebuild a spec the store wrote from a validated one: no checks, since listing a
         long queue reads every row and re-validating each one costs more than the query."""
+        tracking = data.get("tracking")
         return cls(
             **{
                 **data,
                 "command": tuple(data["command"]),
                 "env": dict(data["env"]),
                 "after": tuple(data.get("after", ())),  # specs stored before dependencies had none
+                "tracking": TrackingSpec.from_stored(tracking) if tracking else None,
             }
         )
 
@@ -383,6 +537,7 @@ _CHECKS: dict[str, Callable[[Any], Any]] = {
     "max_attempts": check_max_attempts,
     "after": check_after,
     "time_limit_s": check_time_limit,
+    "tracking": check_tracking,
 }
-_FIELDS = frozenset({"name", "command", "shell", "group", *_CHECKS})
+_FIELDS = frozenset({"name", "command", "shell", "group", "sweep", *_CHECKS})
 FIELD_CHECKS: Mapping[str, Callable[[Any], Any]] = _CHECKS

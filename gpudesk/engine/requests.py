@@ -51,6 +51,8 @@ from gpudesk.engine.store.database import Store
 from gpudesk.engine.store.records import AttemptRecord, JobRecord
 from gpudesk.engine.store.schema import UnknownJob
 from gpudesk.engine.telemetry_sink import TelemetrySink
+from gpudesk.engine.tracking.available import missing_for
+from gpudesk.engine.tracking.tracker import Tracking
 from gpudesk.paths import Home
 from gpudesk.text import is_text, safe_text
 
@@ -87,6 +89,7 @@ class EngineParts:
     loaders: LoaderSupervisor
     events: EventPublisher
     due: PlacementDue
+    tracking: Tracking  # MLflow runs: their stores' health, a job's run
     started_at: float
     cores: int
     stop: Callable[[], None]  # ends the engine's loop
@@ -186,6 +189,7 @@ class RequestHandlers:
                 event.to_dict()
                 for event in parts.store.events_of_kind(STATION_EVENT, STATION_CHANGES_SHOWN)
             ],
+            "tracking": parts.tracking.health_list(),
         }
 
     def _user_shares(self) -> list[Reply]:
@@ -356,8 +360,18 @@ class RequestHandlers:
             except ValueError as exc:
                 raise ProtocolError(protocol.INVALID_ARGS, f"env: {exc}") from None
         self._check_gpus_exist(specs)
+        self._check_tracking(specs)
         self._check_queued_limit(caller, len(specs))
         return specs, base_env
+
+    @staticmethod
+    def _check_tracking(specs: list[JobSpec]) -> None:
+        """Refuse, whole, jobs tracked to a store this engine's Python cannot reach (the mlflow
+        extra is missing): each would run untracked while the user believes otherwise."""
+        for uri in sorted({s.tracking.mlflow_uri for s in specs if s.tracking is not None}):
+            missing = missing_for(uri)
+            if missing:
+                raise ProtocolError(protocol.REFUSED, missing)
 
     def _check_gpus_exist(self, specs: list[JobSpec]) -> None:
         """Refuse, at once and whole, jobs that ask for more GPUs than the station has: they
@@ -455,6 +469,7 @@ class RequestHandlers:
             "events": [e.to_dict() for e in parts.store.events(job.id)],
             "waiting": None,
             "usage": self._usage([job.id]).get(job.id),
+            "tracking": parts.tracking.job_view(job),
         }
         if job.state is JobState.QUEUED and job.held:
             result["waiting"] = f"held: it will not start until released (gpudesk release {job.id})"

@@ -35,6 +35,7 @@ from gpudesk.engine.state import CurrentStation, PlacementDue
 from gpudesk.engine.store.database import Store
 from gpudesk.engine.store.records import JobRecord
 from gpudesk.engine.telemetry_sink import TelemetrySink
+from gpudesk.engine.tracking.tracker import Tracking
 
 # How long usage_by_user's answer is kept while no attempt starts or ends: what running attempts
 # accrue in that time (1/60 GPU-h per GPU) cannot reorder users whose usage differs by more.
@@ -88,6 +89,7 @@ class Scheduler:
         cores: int,
         learning: StationLearning,
         mig: MigControl,
+        tracking: Tracking,
     ) -> None:
         self.station = station
         self.store = store
@@ -100,6 +102,7 @@ class Scheduler:
         self.cores = cores
         self.learning = learning  # the interference model, learned on this station
         self.mig = mig
+        self.tracking = tracking  # a tracked job waits (briefly) for its MLflow run
         self._usage: _KeptUsage | None = None  # usage_by_user's last answer
         self.weighed: _Weighed | None = None  # what the last repartition check looked at
         self.policy: PlacementPolicy = make_policy(station.config.policy)
@@ -147,6 +150,9 @@ class Scheduler:
         dependency = self.queue.blocked.get(job.id)
         if dependency is not None:
             return dependencies.waiting_text(dependency)
+        run_wait = self.tracking.waiting_text(job) if self.tracking.holds(job) else None
+        if run_wait:
+            return run_wait
         over = self._over_gpu_limit(job, self.running_gpus_by_user())
         if over:
             return f"waiting: {over}"
@@ -287,7 +293,7 @@ class Scheduler:
                 return
 
     def _placeable(self) -> list[JobRecord]:
-        jobs = self.queue.placeable()
+        jobs = [job for job in self.queue.placeable() if not self.tracking.holds(job)]
         monitor = self.telemetry.monitor
         if monitor.inventory and monitor.latest is None:
             # The GPUs are known but not read yet (the engine or its telemetry just started):

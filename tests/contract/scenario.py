@@ -19,12 +19,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpudesk.api import Client, JobSpec, JobView
+from gpudesk.api import Client, JobSpec, JobView, TrackingSpec
 from gpudesk.api.connection import Connection, engine_pid, start_engine
 from gpudesk.api.errors import EngineError
 from gpudesk.engine.loaders import DatasetSpec
 from gpudesk.engine.placement.interference import Observation, Workload
 from gpudesk.engine.station import StationConfig
+from gpudesk.engine.tracking.available import missing_for
 from gpudesk.paths import Home
 
 SIM_STATION = "sim:dgx-station-a100"
@@ -160,6 +161,26 @@ def sim_engine(home: Home, **station: Any) -> Iterator[None]:
         wait_until(lambda: engine_pid(home) is None, 15.0, "the engine to stop")
 
 
+def track_mlflow(driver: StationDriver) -> None:
+    """A job of a sweep tracked in an MLflow SQLite store (docs/tracking.md): its spec's
+    `sweep` and `tracking`, `show`'s run, `status`'s store. Left out where the mlflow extra is
+    not installed (the engine would refuse the job)."""
+    uri = f"sqlite:///{driver.workdir}/mlflow.db"
+    if missing_for(uri):
+        return
+    tracking = TrackingSpec(uri, "contract", {"lr": "0.1"}, {"lr": "0.1, 0.01"})
+    (tracked,) = driver.submit(
+        driver.job("tracked", sleeper(0.2), group="contract", sweep="lr", tracking=tracking)
+    )
+    driver.wait_done([tracked])
+    wait_until(
+        lambda: driver.client.show(tracked).tracking.run_id,  # type: ignore[union-attr]
+        60.0,
+        "the tracked job's MLflow run",
+    )
+    assert driver.client.status().tracking
+
+
 def run_station_scenario(driver: StationDriver, subscribed: Callable[[], None]) -> None:
     """Everything the protocol can carry, on a simulated station. `subscribed` collects the
     events published so far (the caller's subscription)."""
@@ -213,6 +234,7 @@ def run_station_scenario(driver: StationDriver, subscribed: Callable[[], None]) 
     client.show(failing, env=True)
     client.show("victim")
     client.log(failing, 1, offset=0, max_bytes=4096)  # a log read through the engine
+    track_mlflow(driver)
     driver.wait_done([mig_a, mig_b, mps_a, mps_b, reader, failing], timeout=90.0)
 
     # The idle MIG GPU takes a new layout; the station is reconfigured.

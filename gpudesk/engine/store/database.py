@@ -5,9 +5,10 @@ from __future__ import annotations
 from gpudesk.engine.store.jobs import JobTables
 from gpudesk.engine.store.model_params import ModelParamTables
 from gpudesk.engine.store.samples import SampleTables
+from gpudesk.engine.store.tracking import TrackingTables
 
 
-class Store(JobTables, SampleTables, ModelParamTables):
+class Store(JobTables, SampleTables, ModelParamTables, TrackingTables):
     """All reads and writes of the engine's database: its connection (`StoreConnection`), the
     jobs and attempts (`JobTables`), telemetry and measured demand (`SampleTables`), and the
-    interference model's learning (`ModelParamTables`)."""
+    interference model's learning (`ModelParamTables`), the MLflow runs (`TrackingTables`)."""

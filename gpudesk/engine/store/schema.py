@@ -180,6 +180,24 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE jobs ADD COLUMN owner_groups TEXT;
     CREATE INDEX jobs_by_owner ON jobs (owner_uid, state);
     """,
+    # 8: MLflow tracking (docs/tracking.md). One row per MLflow run the engine made or is making:
+    # a job's (job_id set) or a sweep's parent run (job_id NULL). `create_op` is the op that makes
+    # it, sent again after a restart until `run_id` is known; `final` once its end (status,
+    # totals, results) is in MLflow, so a restart neither loses nor repeats it; `step` where its
+    # metrics' steps go on from.
+    """
+    CREATE TABLE tracking_runs (
+        key TEXT PRIMARY KEY,
+        job_id INTEGER REFERENCES jobs (id),
+        uid INTEGER NOT NULL,
+        uri TEXT NOT NULL,
+        create_op TEXT NOT NULL,
+        run_id TEXT,
+        final INTEGER NOT NULL DEFAULT 0,
+        step INTEGER NOT NULL DEFAULT 0
+    );
+    CREATE INDEX tracking_runs_by_job ON tracking_runs (job_id);
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

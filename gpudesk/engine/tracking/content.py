@@ -1,0 +1,182 @@
+"""What a job's MLflow run holds (docs/tracking.md), as pure functions of gpudesk's records:
+the keys that name runs, the params and tags, the metric points of a telemetry sample, the
+totals and result metrics at the end, and the status each job state maps to."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import shlex
+from collections.abc import Mapping
+from typing import Any
+
+from gpudesk.engine.jobs import MLFLOW_MAX_PARAM_VALUE, JobState
+from gpudesk.engine.placement.policy import Placement
+from gpudesk.engine.store.records import JobRecord
+from gpudesk.engine.tracking.messages import MetricPoint
+from gpudesk.results import LINE, metrics_of
+
+# A job's state as its run's status (MLflow's RunStatus names).
+STATUS_OF = {
+    JobState.QUEUED: "SCHEDULED",
+    JobState.RUNNING: "RUNNING",
+    JobState.SUCCEEDED: "FINISHED",
+    JobState.FAILED: "FAILED",
+    JobState.CANCELLED: "KILLED",
+}
+# The metric names MLflow takes (mlflow.utils.validation): a result key outside them is left out
+# rather than failing the batch it would share with the others.
+_METRIC_NAME = re.compile(r"^[\w\-. /]{1,250}$")
+CUT_NOTE = " … [cut to MLflow's 6000-character limit; `gpudesk show` has it whole]"
+
+
+def job_key(station: str, job_id: int) -> str:
+    """The key of a job's run: unique across the engines (homes) that share a store."""
+    return f"{station}:job:{job_id}"
+
+
+def sweep_key(station: str, group: str, sweep: str) -> str:
+    """The key of a sweep's parent run: one per profile invocation (`group`) and [[sweeps]]
+    table. Hashed: group and sweep names may hold characters a search filter would trip on."""
+    digest = hashlib.sha256(f"{group}\0{sweep}".encode("utf-8", "surrogatepass")).hexdigest()
+    return f"{station}:sweep:{digest[:20]}"
+
+
+def param_value(text: str) -> str:
+    if len(text) <= MLFLOW_MAX_PARAM_VALUE:
+        return text
+    return text[: MLFLOW_MAX_PARAM_VALUE - len(CUT_NOTE)] + CUT_NOTE
+
+
+def command_text(job: JobRecord) -> str:
+    return job.spec.command[0] if job.spec.shell else shlex.join(job.spec.command)
+
+
+def run_params(job: JobRecord) -> dict[str, str]:
+    """The params a job's run gets when it is made: what was asked for, and its sweep values."""
+    spec = job.spec
+    params = {
+        "command": param_value(command_text(job)),
+        "gpudesk.job_id": str(job.id),
+        "user": job.user,
+        "gpus": str(spec.gpus),
+        "max_attempts": str(spec.max_attempts),
+    }
+    for key in ("dataset", "selection", "memory_gb", "sm_pct", "time_limit_s"):
+        value = getattr(spec, key)
+        if value is not None:
+            params[key] = f"{value:g}" if isinstance(value, float) else str(value)
+    if spec.tracking is not None:
+        params.update(spec.tracking.params)
+    return params
+
+
+def run_tags(job: JobRecord) -> dict[str, str]:
+    tags = {
+        "mlflow.user": job.user,
+        "mlflow.source.name": param_value(command_text(job)),
+        "gpudesk.job_id": str(job.id),
+        "gpudesk.job_name": job.name,
+    }
+    if job.spec.group:
+        tags["gpudesk.group"] = job.spec.group
+    if job.spec.sweep:
+        tags["gpudesk.sweep"] = job.spec.sweep
+    return tags
+
+
+def sweep_tags(job: JobRecord) -> dict[str, str]:
+    return {
+        "mlflow.user": job.user,
+        "gpudesk.group": job.spec.group or "",
+        "gpudesk.sweep": job.spec.sweep or "",
+    }
+
+
+def placement_values(
+    placement: Placement, gpu_models: Mapping[int, str | None], simulated: bool
+) -> dict[str, str]:
+    """Where an attempt runs: the slot, mode, GPU model (SIMULATED marked) and MIG slice."""
+    values = {"slot": placement.slot, "mode": placement.mode}
+    names = sorted({gpu_models.get(i) or "unknown" for i in placement.gpus})
+    if names:
+        model = ", ".join(names)
+        values["gpu_model"] = f"{model} (SIMULATED)" if simulated else model
+    if placement.mig_slice:
+        values["mig_slice"] = placement.mig_slice
+    return values
+
+
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def sample_points(
+    job_view: Mapping[str, Any], gpus: Mapping[int, Mapping[str, Any]], ts_ms: int, step: int
+) -> list[MetricPoint]:
+    """One telemetry sample of a running job as metric points: its GPUs' readings (means of
+    its GPUs' percentages, sums of their memory and power), its own share of them, its
+    processes' CPU and memory, and its energy so far."""
+    values: dict[str, float | None] = {
+        "cpu.pct": job_view.get("cpu_pct"),
+        "host.rss_mib": job_view.get("rss_mib"),
+        "job.gpu_memory_mib": job_view.get("gpu_memory_mib"),
+        "job.gpu_sm_pct": job_view.get("gpu_sm_pct"),
+        "energy_j": (job_view.get("energy") or {}).get("total_j"),
+    }
+    readings = [gpus[i] for i in job_view.get("gpus") or () if i in gpus]
+    if readings:
+        for name in ("sm_activity_pct", "kernel_active_pct"):
+            known = [float(g[name]) for g in readings if g.get(name) is not None]
+            values[f"gpu.{name}"] = _mean(known)
+        for name in ("memory_used_mib", "power_w"):
+            known = [float(g[name]) for g in readings if g.get(name) is not None]
+            values[f"gpu.{name}"] = sum(known) if known else None
+    return [
+        MetricPoint(name, float(value), ts_ms, step)
+        for name, value in values.items()
+        if value is not None
+    ]
+
+
+def total_points(
+    summary: Mapping[str, Any] | None, gpu_s: float | None, ts_ms: int, step: int
+) -> list[MetricPoint]:
+    """What the job used, over every attempt: the figures `gpudesk history` prints."""
+    summary = summary or {}
+    values = {
+        "energy_j": summary.get("total_j"),
+        "gpu_energy_j": summary.get("gpu_j"),
+        "cpu_energy_j": summary.get("cpu_j"),
+        "co2e_g": summary.get("carbon_g"),
+        "cpu_seconds": summary.get("cpu_s"),
+        "gpu_seconds": gpu_s,
+    }
+    return [
+        MetricPoint(name, float(value), ts_ms, step)
+        for name, value in values.items()
+        if value is not None
+    ]
+
+
+def result_points(text: str, ts_ms: int) -> list[MetricPoint]:
+    """Every `result {json}` line in `text` (gpudesk.results), the n-th at step n: a job that
+    prints one per epoch gets a history, and the last line is each metric's last value."""
+    import json
+
+    points = []
+    step = 0
+    for found in LINE.findall(text):
+        try:
+            value = json.loads(found)
+        except ValueError:
+            continue
+        if not isinstance(value, dict):
+            continue
+        points += [
+            MetricPoint(k, v, ts_ms, step)
+            for k, v in metrics_of(value).items()
+            if _METRIC_NAME.match(k)
+        ]
+        step += 1
+    return points

@@ -1,0 +1,253 @@
+"""The wire between the engine and a tracking worker: one JSON object per line, each way.
+
+Engine → worker (`Op`s): `create` a run (or find the one made for the same key before: a
+restarted engine or worker never makes a second), `log` metrics, params and tags to it, set its
+`status`, `bind` a key to a run id the engine already knows. Every op names the store (`uri`)
+and the run by gpudesk's key, never by MLflow's id alone, so an op sent before the run existed
+still finds it.
+
+Worker → engine (`Reply`s): the `run` id made for a key, an `acked` op the engine asked to hear
+about (a run's end, so it is not sent again after a restart), a `rejected` op (the store said
+no: retrying cannot help) and the `health` of a store (updates queued, the last error).
+
+A leaf: stdlib only, imported by both ends.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+MAX_LINE_BYTES = 4 * 1024 * 1024  # a line longer than this is refused by either end
+
+Status = Literal["SCHEDULED", "RUNNING", "FINISHED", "FAILED", "KILLED"]
+STATUSES = ("SCHEDULED", "RUNNING", "FINISHED", "FAILED", "KILLED")
+
+
+class BadMessage(ValueError):
+    """A line that is not one of this module's messages."""
+
+
+@dataclass(frozen=True)
+class MetricPoint:
+    """One value of a metric: MLflow's (key, value, timestamp in ms, step)."""
+
+    name: str
+    value: float
+    timestamp_ms: int
+    step: int
+
+
+@dataclass(frozen=True)
+class CreateRun:
+    """Make the run for `key` (or find the one tagged with it) in `experiment`, with `tags`
+    and `params`; under the run of `parent` (a key) when given."""
+
+    uri: str
+    key: str
+    experiment: str
+    run_name: str
+    status: str = "SCHEDULED"
+    start_ms: int | None = None
+    tags: Mapping[str, str] = field(default_factory=dict)
+    params: Mapping[str, str] = field(default_factory=dict)
+    parent: str | None = None
+    op: Literal["create"] = "create"
+
+
+@dataclass(frozen=True)
+class LogToRun:
+    """Metrics, params and tags for the run of `key`."""
+
+    uri: str
+    key: str
+    metrics: tuple[MetricPoint, ...] = ()
+    params: Mapping[str, str] = field(default_factory=dict)
+    tags: Mapping[str, str] = field(default_factory=dict)
+    op: Literal["log"] = "log"
+
+
+@dataclass(frozen=True)
+class SetStatus:
+    """The run of `key` is now `status`; `end_ms` ends it. `ack`: reply `acked` once done."""
+
+    uri: str
+    key: str
+    status: str
+    end_ms: int | None = None
+    ack: bool = False
+    op: Literal["status"] = "status"
+
+
+@dataclass(frozen=True)
+class BindRun:
+    """The run of `key` is `run_id` (the engine stored it): no need to look for it."""
+
+    uri: str
+    key: str
+    run_id: str
+    op: Literal["bind"] = "bind"
+
+
+Op = CreateRun | LogToRun | SetStatus | BindRun
+
+
+@dataclass(frozen=True)
+class RunMade:
+    key: str
+    run_id: str
+    kind: Literal["run"] = "run"
+
+
+@dataclass(frozen=True)
+class Acked:
+    key: str
+    kind: Literal["acked"] = "acked"
+
+
+@dataclass(frozen=True)
+class Rejected:
+    key: str
+    message: str
+    kind: Literal["rejected"] = "rejected"
+
+
+@dataclass(frozen=True)
+class Health:
+    """A store's state: `queued` updates waiting for it, `error` while it fails (None once it
+    answers again), `dropped` metric points let go because too many waited."""
+
+    uri: str
+    queued: int
+    error: str | None = None
+    dropped: int = 0
+    kind: Literal["health"] = "health"
+
+
+Reply = RunMade | Acked | Rejected | Health
+
+
+def encode(message: Op | Reply) -> bytes:
+    """One message as its line (with the newline)."""
+    data = {k: v for k, v in vars(message).items()}
+    if isinstance(message, LogToRun):
+        data["metrics"] = [[m.name, m.value, m.timestamp_ms, m.step] for m in message.metrics]
+    for key in ("tags", "params"):
+        if key in data:
+            data[key] = dict(data[key])
+    return json.dumps(data, separators=(",", ":"), allow_nan=False).encode() + b"\n"
+
+
+def _text(data: Mapping[str, Any], key: str, optional: bool = False) -> Any:
+    value = data.get(key)
+    if value is None and optional:
+        return None
+    if not isinstance(value, str):
+        raise BadMessage(f"{key!r} must be a string")
+    return value
+
+
+def _int(data: Mapping[str, Any], key: str) -> int | None:
+    value = data.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise BadMessage(f"{key!r} must be a whole number")
+    return value
+
+
+def _strings(data: Mapping[str, Any], key: str) -> dict[str, str]:
+    value = data.get(key) or {}
+    if not isinstance(value, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    ):
+        raise BadMessage(f"{key!r} must map strings to strings")
+    return value
+
+
+def _points(raw: Any) -> tuple[MetricPoint, ...]:
+    if not isinstance(raw, list):
+        raise BadMessage("'metrics' must be a list")
+    points = []
+    for item in raw:
+        if (
+            not isinstance(item, list)
+            or len(item) != 4
+            or not isinstance(item[0], str)
+            or isinstance(item[1], bool)
+            or not isinstance(item[1], (int, float))
+            or not all(isinstance(n, int) and not isinstance(n, bool) for n in item[2:])
+        ):
+            raise BadMessage("a metric is [name, value, timestamp_ms, step]")
+        points.append(MetricPoint(item[0], float(item[1]), item[2], item[3]))
+    return tuple(points)
+
+
+def _json(line: bytes) -> dict[str, Any]:
+    if len(line) > MAX_LINE_BYTES:
+        raise BadMessage(f"a line of {len(line)} bytes, over {MAX_LINE_BYTES}")
+    try:
+        data = json.loads(line)
+    except ValueError as exc:
+        raise BadMessage(f"not JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise BadMessage("not a JSON object")
+    return data
+
+
+def decode_op(line: bytes) -> Op:
+    """The op on one line from the engine. Raises BadMessage."""
+    data = _json(line)
+    op = data.get("op")
+    uri, key = _text(data, "uri"), _text(data, "key")
+    if op == "create":
+        status = _text(data, "status")
+        if status not in STATUSES:
+            raise BadMessage(f"unknown status {status!r}")
+        return CreateRun(
+            uri,
+            key,
+            _text(data, "experiment"),
+            _text(data, "run_name"),
+            status,
+            _int(data, "start_ms"),
+            _strings(data, "tags"),
+            _strings(data, "params"),
+            _text(data, "parent", optional=True),
+        )
+    if op == "log":
+        return LogToRun(
+            uri, key, _points(data.get("metrics", [])), _strings(data, "params"),
+            _strings(data, "tags"),
+        )  # fmt: skip
+    if op == "status":
+        status = _text(data, "status")
+        if status not in STATUSES:
+            raise BadMessage(f"unknown status {status!r}")
+        return SetStatus(uri, key, status, _int(data, "end_ms"), bool(data.get("ack")))
+    if op == "bind":
+        return BindRun(uri, key, _text(data, "run_id"))
+    raise BadMessage(f"unknown op {op!r}")
+
+
+def decode_reply(line: bytes) -> Reply:
+    """The reply on one line from a worker. Raises BadMessage."""
+    data = _json(line)
+    kind = data.get("kind")
+    if kind == "run":
+        return RunMade(_text(data, "key"), _text(data, "run_id"))
+    if kind == "acked":
+        return Acked(_text(data, "key"))
+    if kind == "rejected":
+        return Rejected(_text(data, "key"), _text(data, "message"))
+    if kind == "health":
+        queued = _int(data, "queued") or 0
+        return Health(
+            _text(data, "uri"),
+            queued,
+            _text(data, "error", optional=True),
+            _int(data, "dropped") or 0,
+        )
+    raise BadMessage(f"unknown reply {kind!r}")

@@ -1,0 +1,229 @@
+"""One tracking worker process, as the engine holds it: started as the jobs' owner, fed through
+a non-blocking pipe (`outbox`), its replies read on the engine's loop, restarted (within a bound)
+when it dies.
+
+Why a process per owner: a tracking URI is the user's (sqlite:////home/alice/mlruns.db), so
+whatever writes to it must have that user's rights, never root's; and mlflow's import (seconds
+holding the GIL) and a slow store must never stall the engine's loop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import logging
+import os
+import pwd
+import subprocess
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpudesk.engine.identity import Identity
+from gpudesk.engine.tracking import messages
+from gpudesk.engine.tracking.outbox import Outbox
+from gpudesk.paths import UnsafePath, open_state_file
+from gpudesk.spawn import SAFE_CWD, module_argv
+
+log = logging.getLogger("gpudesk.engine")
+
+WORKER_MODULE = "gpudesk.engine.tracking.worker"
+# A worker that keeps dying is started again at most this often within the window; then it
+# stays down (tracking paused for its owner, said in the log and `status`) until the window
+# has passed, so a broken install cannot turn into a fork loop.
+MAX_RESTARTS = 5
+RESTART_WINDOW_S = 600.0
+RESTART_DELAY_S = 2.0
+READ_CHUNK = 1 << 16
+# The worker gives up on its store this long at most per call, and does its own retries: mlflow's
+# own (7 retries, backing off to minutes) would hold every other update behind one call.
+WORKER_ENV = {
+    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0",
+    "MLFLOW_HTTP_REQUEST_TIMEOUT": "10",
+    "PYTHONUNBUFFERED": "1",
+}
+
+
+@dataclass
+class WorkerState:
+    """What `status` shows of a worker."""
+
+    uid: int
+    pid: int | None = None
+    restarts: int = 0
+    problem: str | None = None  # why it is not running, when it is not
+
+
+class Sidecar:
+    """The worker for one owner. `owner` None: the engine's own user (a personal engine, or a
+    system engine's own jobs)."""
+
+    def __init__(
+        self, uid: int, owner: Identity | None, log_path: str, on_start: Callable[[bool], None]
+    ) -> None:
+        self.uid = uid
+        self.owner = owner
+        self.log_path = log_path
+        # What the tracker sends a new worker first; told whether it replaces one (a restart).
+        self.on_start = on_start
+        self.started_before = False
+        self.outbox = Outbox()
+        self.process: subprocess.Popen[bytes] | None = None
+        self.buffer = b""
+        self.starts: deque[float] = deque()
+        self.next_start = 0.0
+        self.state = WorkerState(uid)
+
+    # ------------------------------------------------------------ life cycle
+    def ensure_running(self) -> None:
+        """Start the worker if it is not running and may be started now."""
+        if self.process is not None and self.process.poll() is None:
+            return
+        if self.process is not None:
+            self._lost()
+        now = time.monotonic()
+        if now < self.next_start:
+            return
+        while self.starts and now - self.starts[0] > RESTART_WINDOW_S:
+            self.starts.popleft()
+        if len(self.starts) >= MAX_RESTARTS:
+            self.next_start = self.starts[0] + RESTART_WINDOW_S
+            self.state.problem = (
+                f"the tracking worker died {MAX_RESTARTS} times within "
+                f"{RESTART_WINDOW_S / 60:g} min; not started again before "
+                f"{time.strftime('%H:%M', time.localtime(time.time() + self.next_start - now))} "
+                f"(its log: {self.log_path})"
+            )
+            return
+        self.starts.append(now)
+        try:
+            self._start()
+        except (OSError, UnsafePath) as exc:
+            self.process = None
+            self.next_start = now + RESTART_DELAY_S
+            self.state.problem = f"the tracking worker could not be started: {exc}"
+            log.warning("%s", self.state.problem)
+            return
+        self.state.problem = None
+        restart, self.started_before = self.started_before, True
+        self.on_start(restart)
+
+    def _start(self) -> None:
+        out = open_state_file(Path(self.log_path), os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+        try:
+            owner = self.owner
+            self.process = subprocess.Popen(
+                module_argv(WORKER_MODULE),
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=out,
+                cwd=SAFE_CWD,
+                start_new_session=True,  # a Ctrl-C meant for the engine is not the worker's
+                env=self._env(),
+                # the owner's, on a system engine (a job of another user); else the engine's
+                user=owner.uid if owner else None,
+                group=owner.gid if owner else None,
+                extra_groups=list(owner.groups) if owner else None,
+            )
+        finally:
+            os.close(out)
+        assert self.process.stdin is not None and self.process.stdout is not None
+        for stream in (self.process.stdin, self.process.stdout):
+            flags = fcntl.fcntl(stream.fileno(), fcntl.F_GETFL)
+            fcntl.fcntl(stream.fileno(), fcntl.F_SETFL, flags | os.O_NONBLOCK)
+        self.buffer = b""
+        self.outbox.restart()
+        self.state.pid = self.process.pid
+        self.state.restarts = len(self.starts) - 1
+        log.info("tracking worker for uid %d started (pid %d)", self.uid, self.process.pid)
+
+    def _env(self) -> dict[str, str]:
+        if self.owner is None:
+            return {**os.environ, **WORKER_ENV}
+        # Not root's environment: the owner's own basics, as a login would give them.
+        try:
+            entry = pwd.getpwuid(self.owner.uid)
+            home, name = entry.pw_dir, entry.pw_name
+        except KeyError:
+            home, name = "/", str(self.owner.uid)
+        return {
+            "HOME": home,
+            "USER": name,
+            "LOGNAME": name,
+            "PATH": os.environ.get("PATH", os.defpath),
+            "LANG": os.environ.get("LANG", "C.UTF-8"),
+            **WORKER_ENV,
+        }
+
+    def _lost(self) -> None:
+        process = self.process
+        assert process is not None
+        code = process.poll()
+        for stream in (process.stdin, process.stdout):
+            with contextlib.suppress(OSError):
+                if stream is not None:
+                    stream.close()
+        self.process = None
+        self.state.pid = None
+        self.next_start = time.monotonic() + RESTART_DELAY_S
+        self.state.problem = (
+            f"the tracking worker exited ({code}); restarting (its log: {self.log_path})"
+        )
+        log.warning("tracking worker for uid %d exited (%s); restarting", self.uid, code)
+
+    def close(self) -> None:
+        """The engine stops: end of input tells the worker to finish what it holds (briefly)."""
+        if self.process is None:
+            return
+        with contextlib.suppress(OSError):
+            if self.process.stdin is not None:
+                self.outbox.write_to(self.process.stdin.fileno())
+        for stream in (self.process.stdin, self.process.stdout):
+            with contextlib.suppress(OSError):
+                if stream is not None:
+                    stream.close()
+        self.process = None
+
+    # ------------------------------------------------------------- the pipe
+    def send(self, op: messages.Op, droppable: bool = False) -> None:
+        self.outbox.put(messages.encode(op), droppable)
+
+    def fds(self) -> tuple[int | None, int | None]:
+        """(the fd to read replies from, the fd to write to when something waits)."""
+        process = self.process
+        if process is None or process.stdout is None or process.stdin is None:
+            return None, None
+        return process.stdout.fileno(), process.stdin.fileno() if self.outbox.pending else None
+
+    def pump(self) -> list[messages.Reply]:
+        """Write what waits, read what the worker said. Never blocks."""
+        process = self.process
+        if process is None or process.stdin is None or process.stdout is None:
+            return []
+        with contextlib.suppress(OSError):  # BrokenPipeError: it died; ensure_running restarts it
+            self.outbox.write_to(process.stdin.fileno())
+        replies: list[messages.Reply] = []
+        while True:
+            try:
+                chunk = os.read(process.stdout.fileno(), READ_CHUNK)
+            except BlockingIOError:
+                break
+            except OSError:
+                break
+            if not chunk:
+                break
+            self.buffer += chunk
+            if len(self.buffer) > messages.MAX_LINE_BYTES and b"\n" not in self.buffer:
+                log.warning("tracking worker for uid %d: an overlong line, dropped", self.uid)
+                self.buffer = b""
+        *lines, self.buffer = self.buffer.split(b"\n")
+        for line in lines:
+            if not line.strip():
+                continue
+            try:
+                replies.append(messages.decode_reply(line))
+            except messages.BadMessage as exc:
+                log.warning("tracking worker (uid %d): an unreadable reply: %s", self.uid, exc)
+        return replies

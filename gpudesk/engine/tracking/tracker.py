@@ -1,0 +1,573 @@
+"""The engine's collaborator for MLflow tracking (docs/tracking.md): which runs exist and which
+are being made, what each gets and when, the workers that talk to the stores, and how they fare.
+
+- A job with `tracking` gets its run when it is submitted (status SCHEDULED), under its sweep's
+  parent run when it came from a [[sweeps]] table; the row in the store (`tracking_runs`) keeps
+  the op that makes it until MLflow named the run, and whether its end is in MLflow yet.
+- At launch the job gets MLFLOW_TRACKING_URI, MLFLOW_EXPERIMENT_NAME and MLFLOW_RUN_ID, so its
+  own `mlflow.start_run()` logs into the same run. The run must exist by then: a job whose run
+  is not made yet waits (`holds`) for at most RUN_WAIT_S, then starts without MLFLOW_RUN_ID.
+- Each telemetry sample of a running job becomes metric points (`sample`); its end, its
+  totals, result lines and status (`job_changed`), sent until the worker says MLflow has it.
+- Workers (`sidecar`) run as the jobs' owners; what they say of their stores (`Health`) is
+  logged when a store starts or stops failing and shown by `status` (`health`).
+
+Nothing here waits on a worker: ops go into the worker's outbox, replies are read on the loop.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import select
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from gpudesk import joblog
+from gpudesk.engine import runner
+from gpudesk.engine.identity import Identity
+from gpudesk.engine.jobs import JobState
+from gpudesk.engine.placement.policy import Placement
+from gpudesk.engine.state import PlacementDue
+from gpudesk.engine.store.database import Store
+from gpudesk.engine.store.records import JobRecord
+from gpudesk.engine.store.tracking import TrackingRow
+from gpudesk.engine.telemetry_sink import TelemetrySink
+from gpudesk.engine.tracking import content, messages
+from gpudesk.engine.tracking.sidecar import Sidecar
+from gpudesk.paths import Home, user_name
+from gpudesk.results import TAIL_BYTES
+from gpudesk.text import safe_text
+
+log = logging.getLogger("gpudesk.engine")
+
+# How long a job waits at launch for its MLflow run to exist. MLFLOW_RUN_ID must name a run
+# that exists (mlflow.start_run() with it fails otherwise), and the run is made at submit, so a
+# job waits only when the store is slow or down; past this it starts without MLFLOW_RUN_ID, at
+# most this late, and its run is made and filled in when the store answers again.
+RUN_WAIT_S = 30.0
+RUN_WAIT_ENV = "GPUDESK_TRACKING_WAIT_S"  # the engine's environment may set another bound
+
+
+def run_wait_s() -> float:
+    """RUN_WAIT_S, or the engine's GPUDESK_TRACKING_WAIT_S (0 to 3600 s; tests use a short one)."""
+    try:
+        value = float(os.environ.get(RUN_WAIT_ENV, RUN_WAIT_S))
+    except ValueError:
+        return RUN_WAIT_S
+    return min(max(value, 0.0), 3600.0) if value == value else RUN_WAIT_S
+
+
+TRACKING_EVENT = "tracking"  # the kind of event tracking problems are stored as
+
+
+@dataclass
+class TrackedRun:
+    """A run the engine made or is making, until its end is in MLflow."""
+
+    key: str
+    job_id: int | None  # None: a sweep's parent run
+    uid: int
+    uri: str
+    create: messages.CreateRun
+    run_id: str | None = None
+    step: int = 0  # the step of its next sample's points
+    final_ops: list[messages.Op] = field(default_factory=list)  # its end, once sent
+    running: bool = False  # a parent: told RUNNING
+
+
+@dataclass
+class StoreHealth:
+    """A store as one owner's worker finds it."""
+
+    uid: int
+    uri: str
+    queued: int = 0
+    error: str | None = None
+    since: float | None = None  # when it started failing (wall clock)
+    dropped: int = 0
+
+    def to_dict(self, unsent: int, worker_problem: str | None) -> dict[str, object]:
+        return {
+            "user": user_name(self.uid),
+            "uid": self.uid,
+            "mlflow_uri": self.uri,
+            "queued": self.queued + unsent,
+            "error": self.error or worker_problem,
+            "error_since": self.since,
+            "dropped": self.dropped,
+        }
+
+
+def _identity_of(uid: int) -> Identity:
+    """A user's identity from the system's records (a parent run's owner after a restart)."""
+    import pwd
+
+    try:
+        entry = pwd.getpwuid(uid)
+    except KeyError:
+        return Identity.of(uid, uid, ())
+    return Identity.of(uid, entry.pw_gid, os.getgrouplist(entry.pw_name, entry.pw_gid))
+
+
+class Tracking:
+    def __init__(
+        self,
+        home: Home,
+        store: Store,
+        telemetry: TelemetrySink,
+        attempt_numbers: Callable[[], Mapping[int, int]],
+        due: PlacementDue,
+    ) -> None:
+        self.home = home
+        self.store = store
+        self.telemetry = telemetry
+        self.attempt_numbers = attempt_numbers
+        self.due = due
+        self._station: str | None = None
+        self.runs: dict[str, TrackedRun] = {}  # by key, until their end is in MLflow
+        self.by_job: dict[int, str] = {}  # job id -> its run's key
+        self.new: dict[int, JobRecord] = {}  # tracked jobs submitted, runs not made yet
+        self.awaiting: dict[int, float] = {}  # queued job id -> when it stops waiting (monotonic)
+        self.workers: dict[int, Sidecar] = {}  # by owner uid
+        self.health: dict[tuple[int, str], StoreHealth] = {}
+        self.started_at = time.monotonic()
+        self.run_wait_s = run_wait_s()
+
+    @property
+    def station(self) -> str:
+        if self._station is None:
+            self._station = self.store.tracking_station()
+        return self._station
+
+    # ---------------------------------------------------------------- workers
+    def _worker(self, uid: int, owner: Identity | None) -> Sidecar:
+        worker = self.workers.get(uid)
+        if worker is None:
+            folder = self.home.private_subdir(self.home.root / "tracking")
+            worker = Sidecar(
+                uid,
+                owner,
+                str(folder / f"worker-{uid}.log"),
+                lambda restart: self._restarted(uid, restart),
+            )
+            self.workers[uid] = worker
+            worker.ensure_running()
+        return worker
+
+    def _send(self, run: TrackedRun, op: messages.Op, droppable: bool = False) -> None:
+        worker = self.workers.get(run.uid)
+        if worker is None:
+            worker = self._worker(run.uid, self._owner(run.uid))
+        worker.send(op, droppable)
+
+    def _owner(self, uid: int) -> Identity | None:
+        """Whom a worker for `uid` runs as (None: the engine's own user)."""
+        return runner.run_as(_identity_of(uid))
+
+    def _restarted(self, uid: int, restart: bool) -> None:
+        """A worker started: what it must know first. The first start of a worker needs
+        nothing (what follows tells it); a restart loses what the old one held, so each
+        unfinished run of its owner is bound or made again, and ends sent are sent again."""
+        worker = self.workers.get(uid)
+        if worker is None or not restart:
+            return
+        for run in self.runs.values():
+            if run.uid != uid:
+                continue
+            if run.run_id is not None:
+                worker.send(messages.BindRun(run.uri, run.key, run.run_id))
+            else:
+                worker.send(run.create)
+            for op in run.final_ops:
+                worker.send(op)
+
+    def register(self, poller: select.poll) -> None:
+        """Add the workers' pipes to the loop's poll: replies to read, room to write."""
+        for worker in self.workers.values():
+            readable, writable = worker.fds()
+            if readable is not None:
+                poller.register(readable, select.POLLIN)
+            if writable is not None:
+                poller.register(writable, select.POLLOUT)
+
+    def poll_timeout(self, timeout: float) -> float:
+        now = time.monotonic()
+        for deadline in self.awaiting.values():
+            timeout = min(timeout, max(0.0, deadline - now))
+        for worker in self.workers.values():
+            if worker.process is None:
+                timeout = min(timeout, max(0.0, worker.next_start - now))
+        return timeout
+
+    def step(self) -> None:
+        """A loop step: runs of jobs just submitted, the workers' pipes and replies, the jobs
+        whose wait for their run ended."""
+        self._flush_new()
+        for uid, worker in list(self.workers.items()):
+            worker.ensure_running()
+            for reply in worker.pump():
+                self._on_reply(uid, reply)
+        now = time.monotonic()
+        ended = [job_id for job_id, deadline in self.awaiting.items() if now >= deadline]
+        for job_id in ended:
+            del self.awaiting[job_id]
+        if ended:
+            self.due.mark()
+
+    def close(self) -> None:
+        """The engine stops: keep each unfinished run's step, let the workers finish."""
+        self.store.set_tracking_steps((r.key, r.step) for r in self.runs.values() if r.job_id)
+        for worker in self.workers.values():
+            worker.close()
+
+    # ---------------------------------------------------------------- replies
+    def _on_reply(self, uid: int, reply: messages.Reply) -> None:
+        if isinstance(reply, messages.RunMade):
+            run = self.runs.get(reply.key)
+            if run is None or run.run_id == reply.run_id:
+                return
+            run.run_id = reply.run_id
+            self.store.set_tracking_run_id(reply.key, reply.run_id)
+            if run.job_id is not None and self.awaiting.pop(run.job_id, None) is not None:
+                self.due.mark()  # it waited for this run: it may start now
+        elif isinstance(reply, messages.Acked):
+            run = self.runs.pop(reply.key, None)
+            if run is None:
+                return
+            self.store.set_tracking_final(reply.key, True)
+            if run.job_id is not None:
+                self.store.set_tracking_steps([(run.key, run.step)])
+                self.by_job.pop(run.job_id, None)
+        elif isinstance(reply, messages.Rejected):
+            run = self.runs.get(reply.key)
+            message = f"MLflow refused an update of this job's run: {reply.message}"
+            log.warning("%s (%s)", message, reply.key)
+            if run is not None and run.job_id is not None:
+                self.store.add_event(TRACKING_EVENT, message, job_id=run.job_id)
+        elif isinstance(reply, messages.Health):
+            self._on_health(uid, reply)
+
+    def _on_health(self, uid: int, reply: messages.Health) -> None:
+        health = self.health.setdefault((uid, reply.uri), StoreHealth(uid, reply.uri))
+        was_failing = health.error is not None
+        health.queued, health.dropped = reply.queued, reply.dropped
+        health.error = reply.error
+        if reply.error is not None and not was_failing:
+            health.since = time.time()
+            message = (
+                f"MLflow store {reply.uri} unreachable: {reply.error}; {reply.queued} "
+                "update(s) queued, retrying"
+            )
+            log.warning("%s", message)
+            self.store.add_event(TRACKING_EVENT, message)
+        elif reply.error is None and was_failing:
+            health.since = None
+            message = f"MLflow store {reply.uri} answers again; the queued updates are sent"
+            log.info("%s", message)
+            self.store.add_event(TRACKING_EVENT, message)
+
+    def health_list(self) -> list[dict[str, object]]:
+        """Each store each owner's worker talks to: what `status` shows."""
+        shown = []
+        for (uid, _uri), health in sorted(self.health.items()):
+            worker = self.workers.get(uid)
+            unsent = len(worker.outbox) if worker else 0
+            shown.append(health.to_dict(unsent, worker.state.problem if worker else None))
+        return shown
+
+    # -------------------------------------------------------------- job life
+    def job_changed(self, job: JobRecord) -> None:
+        """Every job event (gpudesk.engine.events): a tracked job was submitted, requeued, or
+        ended."""
+        if job.spec.tracking is None:
+            return
+        key = self.by_job.get(job.id)
+        if job.state is JobState.QUEUED:
+            run = self.runs.get(key) if key else None
+            if run is None:
+                self.new[job.id] = job
+            elif run.final_ops:  # requeued after its end: the run opens again
+                run.final_ops = []
+                self._send(run, messages.SetStatus(run.uri, run.key, "SCHEDULED"))
+        elif job.state.terminal:
+            self._flush_new()
+            self.awaiting.pop(job.id, None)
+            self._finish(job)
+
+    def _flush_new(self) -> None:
+        """Make the runs of the tracked jobs submitted since the last look: one store
+        transaction for them all (a sweep of thousands is one submit)."""
+        if not self.new:
+            return
+        jobs, self.new = list(self.new.values()), {}
+        known = self.store.tracking_runs_of([job.id for job in jobs])
+        rows: list[TrackingRow] = []
+        deadline_from = max(time.monotonic(), self.started_at)
+        for job in jobs:
+            row = known.get(job.id)
+            if row is not None:  # a job requeued after its run ended: the run opens again
+                run = self._load(row)
+                self.store.set_tracking_final(row.key, False)
+                self._send(run, messages.SetStatus(run.uri, run.key, "SCHEDULED"))
+                continue
+            rows += self._make(job, deadline_from)
+        try:
+            self.store.add_tracking_runs(rows)
+        except Exception:  # the worker finds a run by its key; a restart without the row
+            log.exception("could not store %d MLflow run(s) being made", len(rows))
+
+    def _make(self, job: JobRecord, deadline_from: float) -> list[TrackingRow]:
+        tracking = job.spec.tracking
+        assert tracking is not None
+        owner = runner.run_as(job.owner)
+        uid = job.owner.uid
+        worker = self._worker(uid, owner)
+        rows = []
+        parent = None
+        if job.spec.sweep and job.spec.group:
+            parent = content.sweep_key(self.station, job.spec.group, job.spec.sweep)
+            if parent not in self.runs:
+                row = self.store.tracking_run(parent)
+                if row is not None:
+                    self._load(row)
+                else:
+                    create = messages.CreateRun(
+                        tracking.mlflow_uri,
+                        parent,
+                        tracking.experiment,
+                        f"{job.spec.sweep} ({job.spec.group})",
+                        "SCHEDULED",
+                        int(job.submitted_at * 1000),
+                        content.sweep_tags(job),
+                        tracking.sweep_params,
+                    )
+                    self.runs[parent] = TrackedRun(parent, None, uid, tracking.mlflow_uri, create)
+                    worker.send(create)
+                    rows.append(self._row(self.runs[parent]))
+        key = content.job_key(self.station, job.id)
+        create = messages.CreateRun(
+            tracking.mlflow_uri,
+            key,
+            tracking.experiment,
+            job.name,
+            "SCHEDULED",
+            int(job.submitted_at * 1000),
+            content.run_tags(job),
+            content.run_params(job),
+            parent,
+        )
+        run = self.runs[key] = TrackedRun(key, job.id, uid, tracking.mlflow_uri, create)
+        self.by_job[job.id] = key
+        worker.send(create)
+        rows.append(self._row(run))
+        if job.state is JobState.QUEUED:
+            self.awaiting[job.id] = deadline_from + self.run_wait_s
+        return rows
+
+    @staticmethod
+    def _row(run: TrackedRun) -> TrackingRow:
+        return TrackingRow(
+            run.key, run.job_id, run.uid, run.uri, messages.encode(run.create), None, False, 0
+        )
+
+    def _load(self, row: TrackingRow) -> TrackedRun:
+        """A run from the store into memory (a restart, or a run that opens again)."""
+        create = messages.decode_op(row.create_op)
+        assert isinstance(create, messages.CreateRun)
+        run = TrackedRun(row.key, row.job_id, row.uid, row.uri, create, row.run_id, row.step)
+        self.runs[row.key] = run
+        if row.job_id is not None:
+            self.by_job[row.job_id] = row.key
+        if row.run_id is not None:
+            self._send(run, messages.BindRun(run.uri, run.key, row.run_id))
+        else:
+            self._send(run, create)
+        return run
+
+    def recover(self) -> None:
+        """At engine start: every run whose end is not in MLflow yet, bound or made again;
+        the ends of jobs that ended meanwhile sent."""
+        now = time.monotonic()
+        for row in self.store.unfinished_tracking_runs():
+            try:
+                run = self._load(row)
+                if row.job_id is None:
+                    continue
+                job = self.store.job(row.job_id)
+                if job.state.terminal:
+                    self._finish(job)
+                elif job.state is JobState.QUEUED and run.run_id is None:
+                    self.awaiting[job.id] = now + self.run_wait_s
+            except Exception:  # one bad row must not keep the engine from starting
+                log.exception("could not take up the MLflow run %s again", row.key)
+
+    # ---------------------------------------------------------------- waiting
+    def holds(self, job: JobRecord) -> bool:
+        """Whether a queued job waits for its run (not made yet, and not for long yet)."""
+        if job.spec.tracking is None:
+            return False
+        self._flush_new()
+        deadline = self.awaiting.get(job.id)
+        return deadline is not None and time.monotonic() < deadline
+
+    def waiting_text(self, job: JobRecord) -> str | None:
+        deadline = self.awaiting.get(job.id)
+        if deadline is None or job.spec.tracking is None:
+            return None
+        left = max(0.0, deadline - time.monotonic())
+        uri = job.spec.tracking.mlflow_uri
+        health = self.health.get((job.owner.uid, uri))
+        why = f"; the store: {health.error}" if health and health.error else ""
+        return (
+            f"waiting for its MLflow run to be made in {uri} (at most {left:.0f} s more, then "
+            f"it starts without MLFLOW_RUN_ID){why}"
+        )
+
+    # --------------------------------------------------------------- launching
+    def launch(
+        self, job: JobRecord, placement: Placement, attempt: int
+    ) -> tuple[dict[str, str], str | None]:
+        """The variables a tracked job's attempt gets, and what to note in its events when its
+        run is not made yet. Tells its run (and its parent) where it runs."""
+        tracking = job.spec.tracking
+        if tracking is None:
+            return {}, None
+        self._flush_new()
+        self.awaiting.pop(job.id, None)
+        env = {
+            "MLFLOW_TRACKING_URI": tracking.mlflow_uri,
+            "MLFLOW_EXPERIMENT_NAME": tracking.experiment,
+        }
+        key = self.by_job.get(job.id)
+        run = self.runs.get(key) if key else None
+        note = None
+        if run is not None and run.run_id is not None:
+            env["MLFLOW_RUN_ID"] = run.run_id
+        else:
+            health = self.health.get((job.owner.uid, tracking.mlflow_uri))
+            why = f" (the store: {health.error})" if health and health.error else ""
+            note = (
+                f"started without MLFLOW_RUN_ID: its MLflow run was not made within "
+                f"{self.run_wait_s:g} s{why}. gpudesk's run gets its metrics when the store "
+                "answers; an mlflow.start_run() of the job's own makes a run of its own"
+            )
+        if run is None:
+            return env, note
+        monitor = self.telemetry.monitor
+        models = {g.index: g.name for g in monitor.inventory}
+        where = content.placement_values(placement, models, monitor.simulated)
+        tags = {f"gpudesk.{k}": v for k, v in where.items()}
+        tags["gpudesk.attempts"] = str(attempt)
+        if monitor.simulated:
+            tags["gpudesk.simulated"] = "true"
+        # Params cannot change in MLflow: the first attempt's placement is the params, every
+        # attempt's is in the tags.
+        params = where if attempt == 1 else {}
+        self._send(run, messages.LogToRun(run.uri, run.key, params=params, tags=tags))
+        self._send(run, messages.SetStatus(run.uri, run.key, "RUNNING"))
+        parent = self.runs.get(run.create.parent) if run.create.parent else None
+        if parent is not None and not parent.running:
+            parent.running = True
+            self._send(parent, messages.SetStatus(parent.uri, parent.key, "RUNNING"))
+        return env, note
+
+    # ------------------------------------------------------------------ samples
+    def sample(self, view: Mapping[str, object]) -> None:
+        """One telemetry view: a metric point set for each running tracked job."""
+        if not self.by_job:
+            return
+        jobs = view.get("jobs")
+        if not isinstance(jobs, list) or not jobs:
+            return
+        gpus = {g["index"]: g for g in view.get("gpus") or []}  # type: ignore[attr-defined]
+        taken_at = view.get("taken_at")
+        ts_ms = int(float(taken_at) * 1000) if isinstance(taken_at, (int, float)) else 0
+        for job_view in jobs:
+            key = self.by_job.get(job_view.get("id"))
+            run = self.runs.get(key) if key else None
+            if run is None or run.final_ops:
+                continue
+            points = content.sample_points(job_view, gpus, ts_ms, run.step)
+            run.step += 1
+            if points:
+                self._send(run, messages.LogToRun(run.uri, run.key, tuple(points)), True)
+
+    # ------------------------------------------------------------------- ends
+    def _finish(self, job: JobRecord) -> None:
+        """A tracked job ended: its totals, results and status, then its sweep's if that was
+        the last of it."""
+        key = self.by_job.get(job.id)
+        run = self.runs.get(key) if key else None
+        if run is None or run.final_ops:
+            return
+        now = time.time()
+        ts_ms = int(now * 1000)
+        summary = self.telemetry.job_usage([job.id], self.attempt_numbers()).get(job.id)
+        gpu_s = self.store.allocations([job.id], now).get(job.id, (None, None))[1]
+        points = content.total_points(summary, gpu_s, ts_ms, run.step)
+        if job.attempts:
+            path = self.home.attempt_dir(job.id, job.attempts) / runner.LOG_FILE
+            try:
+                text = joblog.tail(path, TAIL_BYTES).decode("utf-8", "replace")
+            except OSError:
+                text = ""
+            points += content.result_points(text, ts_ms)
+        tags = {"gpudesk.state": job.state.value, "gpudesk.attempts": str(job.attempts)}
+        if job.reason:
+            tags["gpudesk.reason"] = content.param_value(safe_text(job.reason))
+        ended = int((job.ended_at or now) * 1000)
+        run.final_ops = [
+            messages.LogToRun(run.uri, run.key, tuple(points), tags=tags),
+            messages.SetStatus(run.uri, run.key, content.STATUS_OF[job.state], ended, ack=True),
+        ]
+        for op in run.final_ops:
+            self._send(run, op)
+        if run.create.parent:
+            self._finish_sweep(job, run.create.parent)
+
+    def _finish_sweep(self, job: JobRecord, parent_key: str) -> None:
+        parent = self.runs.get(parent_key)
+        if parent is None or parent.final_ops:
+            return
+        siblings = [
+            j
+            for j in self.store.jobs(group=job.spec.group)
+            if j.spec.sweep == job.spec.sweep and j.spec.tracking is not None
+        ]
+        if not all(j.state.terminal for j in siblings):
+            return
+        states = {j.state for j in siblings}
+        status = (
+            "FAILED"
+            if JobState.FAILED in states
+            else "KILLED"
+            if JobState.CANCELLED in states
+            else "FINISHED"
+        )
+        ended = max((j.ended_at or 0.0) for j in siblings) or time.time()
+        parent.final_ops = [
+            messages.SetStatus(parent.uri, parent.key, status, int(ended * 1000), ack=True)
+        ]
+        self._send(parent, parent.final_ops[0])
+
+    # ------------------------------------------------------------------- views
+    def job_view(self, job: JobRecord) -> dict[str, object] | None:
+        """What `show` says of a tracked job's run."""
+        tracking = job.spec.tracking
+        if tracking is None:
+            return None
+        key = self.by_job.get(job.id)
+        run = self.runs.get(key) if key else None
+        run_id = run.run_id if run else None
+        if run is None:
+            row = self.store.tracking_runs_of([job.id]).get(job.id)
+            run_id = row.run_id if row else None
+        health = self.health.get((job.owner.uid, tracking.mlflow_uri))
+        return {
+            "mlflow_uri": tracking.mlflow_uri,
+            "experiment": tracking.experiment,
+            "run_id": run_id,
+            "error": health.error if health else None,
+        }

@@ -1,0 +1,231 @@
+"""MLflow tracking against a real MLflow SQLite store (docs/tracking.md): a sweep's parent and
+child runs with params, metric histories, energy and result metrics; a job's own
+`mlflow.start_run()` landing in the run gpudesk made for it; the engine scheduling on with the
+store down, and the runs appearing once it is back.
+
+mlflow is imported here only to read the store back (MlflowClient), as a user would."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from conftest import EngineHandle, wait_for
+
+from gpudesk.paths import Home
+
+pytest.importorskip("mlflow")
+pytest.importorskip("sqlalchemy")
+# MLflow's SQLite store on SQLAlchemy 2.1 warns of a loader option it uses: MLflow's to change.
+pytestmark = pytest.mark.filterwarnings("ignore:The ``noload`` loader strategy")
+
+GPUDESK = [sys.executable, "-m", "gpudesk"]
+
+# A tiny job: a few samples long (the station samples every 0.2 s), then its result lines.
+JOB = """
+import sys, time
+time.sleep(2)
+print('result {"val_acc": 0.1, "loss": 0.9}')
+print('result {"val_acc": %s, "loss": 0.5}' % sys.argv[1], flush=True)
+"""
+
+
+@pytest.fixture(scope="module")
+def empty_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An MLflow SQLite database with its tables made: making them takes MLflow ~4 s, once
+    here instead of in every test (each copies this file)."""
+    path = tmp_path_factory.mktemp("mlflow") / "empty.db"
+    client(f"sqlite:///{path}").search_experiments()
+    return path
+
+
+def store_from(empty: Path, folder: Path) -> str:
+    """A fresh store in `folder` (made atomically, a rename): its URI."""
+    staging = folder.parent / f".{folder.name}.new"
+    staging.mkdir()
+    shutil.copyfile(empty, staging / "mlflow.db")
+    staging.rename(folder)
+    return f"sqlite:///{folder}/mlflow.db"
+
+
+def gpudesk(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*GPUDESK, *args], capture_output=True, text=True, timeout=90, cwd=cwd)
+
+
+def client(uri: str):
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(tracking_uri=uri)
+
+
+def runs_of(uri: str, experiment: str) -> list:
+    mlflow_client = client(uri)
+    found = mlflow_client.get_experiment_by_name(experiment)
+    if found is None:
+        return []
+    return list(mlflow_client.search_runs([found.experiment_id]))
+
+
+def test_a_sweep_is_a_parent_run_with_a_child_run_per_job(
+    sim_engine: EngineHandle, tmp_path: Path, empty_store: Path
+) -> None:
+    uri = store_from(empty_store, tmp_path / "store")
+    (tmp_path / "job.py").write_text(JOB)
+    profile = tmp_path / "sweep.toml"
+    profile.write_text(
+        textwrap.dedent(f"""
+        name = "mlsweep"
+        [tracking]
+        mlflow_uri = "{uri}"
+        [[sweeps]]
+        name = "acc"
+        command = ["{sys.executable}", "job.py", "{{acc}}"]
+        gpus = 1
+        memory_gb = 4
+        grid = {{ acc = [0.7, 0.8, 0.9] }}
+        """)
+    )
+    started = time.monotonic()
+    result = gpudesk("run", str(profile))
+    assert result.returncode == 0, result.stdout + result.stderr
+    ids = [j["id"] for j in sim_engine.client.request("jobs")["jobs"]]
+    assert len(ids) == 3
+
+    def all_final() -> list | None:
+        runs = runs_of(uri, "mlsweep")
+        done = [r for r in runs if r.info.status in ("FINISHED", "FAILED", "KILLED")]
+        return runs if len(runs) == 4 and len(done) == 4 else None
+
+    runs = wait_for(all_final, 30.0, interval=0.3, what="four finished MLflow runs")
+    print(f"sweep tracked in {time.monotonic() - started:.1f} s")
+    assert isinstance(runs, list)
+    parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    assert len(parents) == 1 and len(children) == 3
+    parent = parents[0]
+    assert parent.info.status == "FINISHED"
+    assert parent.data.params == {"acc": "0.7, 0.8, 0.9"}
+    assert {c.data.tags["mlflow.parentRunId"] for c in children} == {parent.info.run_id}
+    mlflow_client = client(uri)
+    for child in children:
+        params, metrics, tags = child.data.params, child.data.metrics, child.data.tags
+        assert child.info.status == "FINISHED"
+        assert params["acc"] in ("0.7", "0.8", "0.9")
+        assert metrics["val_acc"] == float(params["acc"])
+        assert metrics["loss"] == 0.5
+        assert params["mode"] in ("exclusive", "mps", "naive", "mig")
+        assert "(SIMULATED)" in params["gpu_model"] and tags["gpudesk.simulated"] == "true"
+        assert params["gpudesk.job_id"] in {str(i) for i in ids}
+        assert sys.executable in params["command"]
+        assert metrics["energy_j"] > 0 and metrics["gpu_seconds"] > 0
+        assert "co2e_g" in metrics and "cpu_seconds" in metrics
+        history = mlflow_client.get_metric_history(child.info.run_id, "gpu.power_w")
+        assert len(history) > 1, history
+        assert [m.step for m in history] == sorted(m.step for m in history)
+        assert len(mlflow_client.get_metric_history(child.info.run_id, "cpu.pct")) >= 1
+        shown = sim_engine.show(int(params["gpudesk.job_id"]))
+        assert shown["tracking"]["run_id"] == child.info.run_id
+
+
+OWN_RUN = (
+    "import mlflow; mlflow.start_run(); mlflow.log_metric('own', 1); mlflow.end_run(); "
+    "print('result {\"done\": 1}')"
+)
+
+
+def test_a_jobs_own_start_run_logs_into_the_run_gpudesk_made(
+    engine: EngineHandle, tmp_path: Path, empty_store: Path
+) -> None:
+    uri = store_from(empty_store, tmp_path / "store")
+    submitted = gpudesk(
+        "submit", "--name", "own", "--mlflow-uri", uri, "--experiment", "mine", "--",
+        sys.executable, "-c", OWN_RUN,
+    )  # fmt: skip
+    assert submitted.returncode == 0, submitted.stderr
+    job_id = int(submitted.stdout.split()[2])
+    done = engine.wait_state(job_id, {"succeeded", "failed"}, timeout=40.0)
+    assert done["state"] == "succeeded", engine.show(job_id)
+
+    def finished() -> list | None:
+        runs = runs_of(uri, "mine")
+        return (
+            runs
+            if runs and runs[0].info.status == "FINISHED" and "done" in (runs[0].data.metrics)
+            else None
+        )
+
+    runs = wait_for(finished, 20.0, interval=0.3, what="the job's run to be finished")
+    assert isinstance(runs, list)
+    assert len(runs) == 1, [r.info for r in runs]  # no second run of the job's own
+    (run,) = runs
+    assert run.data.metrics["own"] == 1 and run.data.metrics["done"] == 1
+    assert run.data.params["gpudesk.job_id"] == str(job_id)
+    assert run.data.tags["mlflow.user"] == done["user"]
+    assert engine.show(job_id)["tracking"]["run_id"] == run.info.run_id
+
+
+def test_with_the_store_down_jobs_run_the_engine_answers_and_runs_appear_later(
+    home: Home, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, empty_store: Path
+) -> None:
+    # A file where the store's folder should be: MLflow cannot make its database (the store is
+    # down) until the file goes (the store is back).
+    blocker = tmp_path / "store"
+    blocker.write_text("not a folder")
+    uri = f"sqlite:///{blocker}/mlflow.db"
+    monkeypatch.setenv("GPUDESK_TRACKING_WAIT_S", "1.5")  # the engine's bound on waiting
+    engine = EngineHandle(home)
+    engine.start()
+    job = "import time; time.sleep(0.5); print('result {\"val_acc\": 0.5}')"
+    ids = engine.submit(
+        *(
+            {
+                "name": f"down{i}",
+                "command": [sys.executable, "-c", job],
+                "tracking": {"mlflow_uri": uri, "experiment": "down"},
+            }
+            for i in range(3)
+        )
+    )
+
+    def failing() -> dict | None:
+        stores = engine.client.request("status").get("tracking") or []
+        return stores[0] if stores and stores[0]["error"] else None
+
+    store = wait_for(failing, 15.0, interval=0.1, what="tracking to report the store down")
+    assert isinstance(store, dict)
+    assert store["mlflow_uri"] == uri and store["queued"] >= 1
+    assert "store" in store["error"] or "File" in store["error"], store
+    # the engine answers at once while its worker retries
+    for _ in range(5):
+        asked = time.monotonic()
+        engine.client.request("status")
+        assert time.monotonic() - asked < 1.0
+    text = gpudesk("engine", "status")
+    assert f"mlflow:  {uri}" in text.stdout and "failing since" in text.stdout, text.stdout
+    jobs = engine.wait_all_done(ids, timeout=30.0)
+    assert [j["state"] for j in jobs] == ["succeeded"] * 3
+    shown = engine.show(ids[0])
+    assert any("started without MLFLOW_RUN_ID" in e["message"] for e in shown["events"])
+    assert shown["tracking"]["run_id"] is None
+
+    blocker.unlink()  # the store is back
+    assert store_from(empty_store, blocker) == uri
+
+    def all_finished() -> list | None:
+        runs = runs_of(uri, "down")
+        ended = [r for r in runs if r.info.status == "FINISHED" and "val_acc" in r.data.metrics]
+        return runs if len(ended) == 3 else None
+
+    runs = wait_for(all_finished, 40.0, interval=0.5, what="the three runs once the store is back")
+    assert isinstance(runs, list) and len(runs) == 3
+    store = wait_for(
+        lambda: (s := engine.client.request("status")["tracking"][0])["error"] is None and s,
+        10.0,
+        what="tracking to report the store back",
+    )
+    assert engine.show(ids[0])["tracking"]["run_id"] in {r.info.run_id for r in runs}
