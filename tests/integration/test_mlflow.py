@@ -7,6 +7,7 @@ mlflow is imported here only to read the store back (MlflowClient), as a user wo
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import subprocess
 import sys
@@ -14,6 +15,7 @@ import textwrap
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 from conftest import EngineHandle, wait_for
 
@@ -213,6 +215,13 @@ def test_with_the_store_down_jobs_run_the_engine_answers_and_runs_appear_later(
     assert any("started without MLFLOW_RUN_ID" in e["message"] for e in shown["events"])
     assert shown["tracking"]["run_id"] is None
 
+    # An engine restart and a worker crash while the store is down: nothing is lost, and no
+    # run is made twice (exactly three below).
+    engine.stop()
+    engine.start()
+    worker = wait_for(lambda: tracking_worker(engine), 10.0, what="the new tracking worker")
+    assert isinstance(worker, psutil.Process)
+    worker.kill()
     blocker.unlink()  # the store is back
     assert store_from(empty_store, blocker) == uri
 
@@ -228,4 +237,16 @@ def test_with_the_store_down_jobs_run_the_engine_answers_and_runs_appear_later(
         10.0,
         what="tracking to report the store back",
     )
-    assert engine.show(ids[0])["tracking"]["run_id"] in {r.info.run_id for r in runs}
+    assert {engine.show(i)["tracking"]["run_id"] for i in ids} == {r.info.run_id for r in runs}
+    log = home.engine_log.read_text()
+    assert "unreachable" in log and "tracking worker for uid" in log and "exited" in log
+
+
+def tracking_worker(engine: EngineHandle) -> psutil.Process | None:
+    """The engine's tracking worker process (its child running the worker module)."""
+    assert engine.pid is not None
+    for child in psutil.Process(engine.pid).children():
+        with contextlib.suppress(psutil.Error):
+            if "gpudesk.engine.tracking.worker" in " ".join(child.cmdline()):
+                return child
+    return None

@@ -328,19 +328,29 @@ def test_a_store_that_fails_is_retried_in_order_and_said_so(worker: Any) -> None
     client.down = True
     worker.take(create())
     worker.take(LogToRun(URI, "k", (MetricPoint("m", 1.0, 0, 0),)))
-    worker.work_due(closing=True)
+    worker.work_due()
     (health,) = worker.said
     assert isinstance(health, Health) and health.queued == 2
     assert health.error == "StoreError: connection refused"
     store = worker.stores[URI]
     assert store.retry_at > 0 and worker.next_due() is not None
-    worker.work_due(closing=True)  # not due yet: backing off
+    worker.work_due()  # not due yet: backing off
     assert len(worker.said) == 1
     client.down = False
     store.retry_at = 0.0
-    worker.work_due(closing=True)
+    worker.work_due()
     assert worker.said[1] == RunMade("k", "run1")
     assert worker.said[-1] == Health(URI, 0, None, 0)  # answers again, nothing queued
+
+
+def test_once_the_engine_is_gone_a_failing_stores_updates_are_dropped(worker: Any) -> None:
+    worker.clients[URI].down = True
+    worker.take(create())
+    worker.work_due()
+    # the next engine sends them again; this worker must not make the run later, racing its
+    # successor's worker to make a second one
+    worker.work_due(closing=True)
+    assert not worker.pending
 
 
 def test_what_the_store_refuses_is_said_once_and_not_retried(worker: Any) -> None:

@@ -15,6 +15,7 @@ import logging
 import os
 import pwd
 import subprocess
+import sys
 import time
 from collections import deque
 from collections.abc import Callable
@@ -104,6 +105,12 @@ class Sidecar:
             self.process = None
             self.next_start = now + RESTART_DELAY_S
             self.state.problem = f"the tracking worker could not be started: {exc}"
+            if self.owner is not None:
+                self.state.problem += (
+                    f" (it runs as uid {self.owner.uid}, the jobs' owner: the engine's Python, "
+                    f"{sys.executable}, and gpudesk[mlflow] must be ones the station's users "
+                    "may run, e.g. a system-wide install)"
+                )
             log.warning("%s", self.state.problem)
             return
         self.state.problem = None

@@ -130,6 +130,9 @@ class Tracking:
         self.by_job: dict[int, str] = {}  # job id -> its run's key
         self.new: dict[int, JobRecord] = {}  # tracked jobs submitted, runs not made yet
         self.awaiting: dict[int, float] = {}  # queued job id -> when it stops waiting (monotonic)
+        # A sweep's parent run -> its jobs whose runs have not ended: the parent ends with the
+        # last of them (asking the store for the whole sweep only then).
+        self.open_children: dict[str, set[int]] = {}
         self.workers: dict[int, Sidecar] = {}  # by owner uid
         self.health: dict[tuple[int, str], StoreHealth] = {}
         self.started_at = time.monotonic()
@@ -269,9 +272,14 @@ class Tracking:
             self.store.add_event(TRACKING_EVENT, message)
 
     def health_list(self) -> list[dict[str, object]]:
-        """Each store each owner's worker talks to: what `status` shows."""
+        """Each store each owner's worker talks to, or is to talk to: what `status` shows. A
+        store its worker has said nothing of yet (it is starting, or cannot start) is shown
+        too, with the worker's problem."""
+        stores = dict(self.health)
+        for run in self.runs.values():
+            stores.setdefault((run.uid, run.uri), StoreHealth(run.uid, run.uri))
         shown = []
-        for (uid, _uri), health in sorted(self.health.items()):
+        for (uid, _uri), health in sorted(stores.items()):
             worker = self.workers.get(uid)
             unsent = len(worker.outbox) if worker else 0
             shown.append(health.to_dict(unsent, worker.state.problem if worker else None))
@@ -311,12 +319,28 @@ class Tracking:
                 run = self._load(row)
                 self.store.set_tracking_final(row.key, False)
                 self._send(run, messages.SetStatus(run.uri, run.key, "SCHEDULED"))
+                self._reopen_parent(run)
                 continue
             rows += self._make(job, deadline_from)
         try:
             self.store.add_tracking_runs(rows)
         except Exception:  # the worker finds a run by its key; a restart without the row
             log.exception("could not store %d MLflow run(s) being made", len(rows))
+
+    def _reopen_parent(self, run: TrackedRun) -> None:
+        """A sweep's job runs again after its sweep's run ended: that run opens again too."""
+        parent = run.create.parent
+        if parent is None or run.job_id is None:
+            return
+        if parent not in self.runs:
+            row = self.store.tracking_run(parent)
+            if row is None:
+                return
+            self._load(row)
+            self.store.set_tracking_final(parent, False)
+            self._send(self.runs[parent], messages.SetStatus(row.uri, parent, "RUNNING"))
+        self.runs[parent].final_ops = []
+        self.open_children.setdefault(parent, set()).add(run.job_id)
 
     def _make(self, job: JobRecord, deadline_from: float) -> list[TrackingRow]:
         tracking = job.spec.tracking
@@ -360,6 +384,8 @@ class Tracking:
         )
         run = self.runs[key] = TrackedRun(key, job.id, uid, tracking.mlflow_uri, create)
         self.by_job[job.id] = key
+        if parent is not None:
+            self.open_children.setdefault(parent, set()).add(job.id)
         worker.send(create)
         rows.append(self._row(run))
         if job.state is JobState.QUEUED:
@@ -380,6 +406,8 @@ class Tracking:
         self.runs[row.key] = run
         if row.job_id is not None:
             self.by_job[row.job_id] = row.key
+            if create.parent is not None:
+                self.open_children.setdefault(create.parent, set()).add(row.job_id)
         if row.run_id is not None:
             self._send(run, messages.BindRun(run.uri, run.key, row.run_id))
         else:
@@ -388,20 +416,26 @@ class Tracking:
 
     def recover(self) -> None:
         """At engine start: every run whose end is not in MLflow yet, bound or made again;
-        the ends of jobs that ended meanwhile sent."""
+        then the ends of jobs that ended meanwhile sent (all loaded first: a sweep's run ends
+        with the last of its jobs)."""
         now = time.monotonic()
+        loaded = []
         for row in self.store.unfinished_tracking_runs():
             try:
-                run = self._load(row)
-                if row.job_id is None:
-                    continue
-                job = self.store.job(row.job_id)
+                loaded.append(self._load(row))
+            except Exception:  # one bad row must not keep the engine from starting
+                log.exception("could not take up the MLflow run %s again", row.key)
+        for run in loaded:
+            if run.job_id is None:
+                continue
+            try:
+                job = self.store.job(run.job_id)
                 if job.state.terminal:
                     self._finish(job)
                 elif job.state is JobState.QUEUED and run.run_id is None:
                     self.awaiting[job.id] = now + self.run_wait_s
-            except Exception:  # one bad row must not keep the engine from starting
-                log.exception("could not take up the MLflow run %s again", row.key)
+            except Exception:
+                log.exception("could not take up the MLflow run %s again", run.key)
 
     # ---------------------------------------------------------------- waiting
     def holds(self, job: JobRecord) -> bool:
@@ -529,8 +563,11 @@ class Tracking:
 
     def _finish_sweep(self, job: JobRecord, parent_key: str) -> None:
         parent = self.runs.get(parent_key)
-        if parent is None or parent.final_ops:
+        waiting = self.open_children.get(parent_key, set())
+        waiting.discard(job.id)
+        if parent is None or parent.final_ops or waiting:
             return
+        self.open_children.pop(parent_key, None)
         siblings = [
             j
             for j in self.store.jobs(group=job.spec.group)

@@ -143,6 +143,13 @@ class Worker:
     def work_due(self, closing: bool = False) -> None:
         now = time.monotonic()
         for store in list(self.stores.values()):
+            if closing and store.error is not None:
+                # The engine stopped and this store fails: what waits for it is dropped now,
+                # never sent later. The next engine sends the runs' lives again, and its worker
+                # alone may make them (two workers racing to make one run would make two).
+                store.ops.clear()
+                store.points = 0
+                continue
             if store.due(now, closing):
                 self.work(store)
 
