@@ -395,3 +395,12 @@ def test_a_missing_extra_is_one_paragraph_naming_it(monkeypatch: Any) -> None:
     assert text is not None and "pip install 'gpudesk[mlflow]'" in text
     assert "sqlalchemy, alembic" in text and "\n" not in text
     assert available.missing_for("http://127.0.0.1:5000") is None
+
+
+def test_what_a_new_worker_must_know_goes_ahead_of_what_waited_for_it() -> None:
+    outbox = Outbox()
+    outbox.put(b"metrics\n", droppable=True)
+    outbox.partial = b"half"
+    outbox.restart()
+    outbox.put_first([b"bind a\n", b"bind b\n"])
+    assert [line for line, _ in outbox.lines] == [b"bind a\n", b"bind b\n", b"metrics\n"]

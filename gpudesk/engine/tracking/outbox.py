@@ -35,6 +35,13 @@ class Outbox:
         if len(self.lines) > self.max_lines:
             self._drop_one()
 
+    def put_first(self, lines: list[bytes]) -> None:
+        """Lines that must reach a new worker before anything queued for it (what it must know
+        of the runs the updates waiting here are for). Only after `restart`: no part line is
+        in the way then."""
+        assert not self.partial, "a part line must be finished first"
+        self.lines.extendleft((line, False) for line in reversed(lines))
+
     def _drop_one(self) -> None:
         for index, (_line, droppable) in enumerate(self.lines):
             if droppable:

@@ -197,6 +197,10 @@ class Sidecar:
     def send(self, op: messages.Op, droppable: bool = False) -> None:
         self.outbox.put(messages.encode(op), droppable)
 
+    def send_first(self, ops: list[messages.Op]) -> None:
+        """Ops a new worker must have before the updates that waited for it (`on_start`)."""
+        self.outbox.put_first([messages.encode(op) for op in ops])
+
     def fds(self) -> tuple[int | None, int | None]:
         """(the fd to read replies from, the fd to write to when something waits)."""
         process = self.process

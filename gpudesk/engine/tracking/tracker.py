@@ -176,15 +176,21 @@ class Tracking:
         worker = self.workers.get(uid)
         if worker is None or not restart:
             return
+        # Ahead of the updates that waited in the outbox meanwhile: each names a run the new
+        # worker must know first. Parents come first (dicts keep the order runs were made in).
+        first: list[messages.Op] = []
+        ends: list[messages.Op] = []
         for run in self.runs.values():
             if run.uid != uid:
                 continue
             if run.run_id is not None:
-                worker.send(messages.BindRun(run.uri, run.key, run.run_id))
+                first.append(messages.BindRun(run.uri, run.key, run.run_id))
             else:
-                worker.send(run.create)
-            for op in run.final_ops:
-                worker.send(op)
+                first.append(run.create)
+            ends += run.final_ops
+        worker.send_first(first)
+        for op in ends:
+            worker.send(op)
 
     def register(self, poller: select.poll) -> None:
         """Add the workers' pipes to the loop's poll: replies to read, room to write."""
