@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -404,3 +405,27 @@ def test_what_a_new_worker_must_know_goes_ahead_of_what_waited_for_it() -> None:
     outbox.restart()
     outbox.put_first([b"bind a\n", b"bind b\n"])
     assert [line for line, _ in outbox.lines] == [b"bind a\n", b"bind b\n", b"metrics\n"]
+
+
+def test_a_tracked_submit_without_the_extra_is_refused_whole(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    from conftest import EngineInProcess
+
+    from gpudesk.engine.identity import Caller
+    from gpudesk.engine.station import StationConfig
+    from gpudesk.engine.tracking import available
+    from gpudesk.paths import Home
+
+    monkeypatch.setattr(available, "_installed", lambda module: False)
+    station = EngineInProcess(Home(tmp_path / "home"), StationConfig(backend="none", slots=1))
+    caller = Caller.of_process()
+    try:
+        plain = {"name": "plain", "command": ["true"]}
+        tracked = {"name": "tracked", "command": ["true"], "tracking": {"mlflow_uri": URI}}
+        reply = station.call(caller, "submit", jobs=[plain, tracked])
+        assert not reply["ok"] and reply["error"]["code"] == "refused"
+        assert "pip install 'gpudesk[mlflow]'" in reply["error"]["message"]
+        assert station.ok(caller, "jobs")["jobs"] == []  # neither job: all or none
+    finally:
+        station.close()
