@@ -42,6 +42,6 @@ def grid_command(
             max_widths={2: 28},
             right=(3,),
             width=render.terminal_width(),
-            shrink=(2, 5),
+            shrink=(5, 2),  # the long source first: a country keeps its name
         )
     )
