@@ -230,3 +230,14 @@ def test_the_desk_header_names_the_grid_code_and_source_where_they_fit(
     narrow = str(render_header(state, width=66))  # type: ignore[arg-type]
     assert narrow.endswith("6.10 Wh today ≈1.2 g CO2e US-CA"), narrow
     assert str(render_header(state, width=48)).endswith("6.10 Wh today")  # type: ignore[arg-type]
+
+
+def test_a_saved_setting_no_longer_accepted_goes_back_to_its_default_alone(caplog):
+    """A grid code a newer table dropped must not reset the admin's other saved settings."""
+    from gpudesk.engine.daemon import saved_config
+
+    with caplog.at_level("WARNING", logger="gpudesk.engine"):
+        config = saved_config({"policy": "fifo", "slots": 3, "grid_intensity": "XX-NOWHERE"})
+    assert (config.policy, config.slots) == ("fifo", 3)
+    assert config.grid_intensity == StationConfig().grid_intensity
+    assert "grid_intensity" in caplog.text
