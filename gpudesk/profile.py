@@ -641,7 +641,7 @@ class _Builder:
                 checked = self.check(("station", key), check, table[key])
                 if checked is not _INVALID:
                     values[key] = checked
-        return StationConfig(**values)
+        return StationConfig.from_checked(values)
 
     def report(self, document: dict[str, Any]) -> ReportConfig | None:
         if "report" not in document:

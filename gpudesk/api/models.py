@@ -390,9 +390,22 @@ class StationConfigView(WireModel, frozen=True):
     fairshare_cpu_weight: float
     max_running_gpus_per_user: int | None
     max_queued_per_user: int | None
+    # Sent only where grid_intensity was given as a code of the engine's bundled table: the
+    # code ("FR", "US-CA") and where its figure comes from ("Our World in Data 2023 via
+    # codecarbon 3.3.2"). grid_intensity is the figure in use either way.
+    grid_region: str | None = None
+    grid_source: str | None = None
+
+    @property
+    def grid_text(self) -> str:
+        """ "56.039 g CO2e/kWh (FR, Our World in Data 2023 via codecarbon 3.3.2)", or
+        "475 g CO2e/kWh" for a figure given as a number."""
+        where = f" ({self.grid_region}, {self.grid_source})" if self.grid_region else ""
+        return f"{self.grid_intensity:g} g CO2e/kWh{where}"
 
 
-class StationInfo(StationConfigView, frozen=True):
+# kw_only repeated for type checkers: its fields without defaults follow grid_region's.
+class StationInfo(StationConfigView, frozen=True, kw_only=True):
     """The station's configuration and what the engine made of it."""
 
     effective_backend: str

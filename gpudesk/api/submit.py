@@ -190,6 +190,12 @@ def run_group(profile_name: str, started: float | None = None) -> str:
     return f"{profile_name}@{stamp}.{os.getpid()}"
 
 
+def profile_of_group(group: str) -> str:
+    """The profile name a `run_group` name begins with; a group named otherwise (a script's
+    own, `gpudesk submit` with a group) is its own name."""
+    return group.rsplit("@", 1)[0] if "@" in group else group
+
+
 @dataclass(frozen=True)
 class Submitted:
     """The engine queued jobs of the sequence: its pre-passes, or the profile's jobs."""

@@ -12,6 +12,7 @@ import datetime as dt
 import sys
 import time
 from dataclasses import asdict, dataclass, fields
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
 
 history_app = typer.Typer()
 
-FORMATS = ("table", "csv", "json")
+FORMATS = ("table", "csv", "json", "codecarbon")  # codecarbon: gpudesk.cli.emissions
 
 
 @dataclass(frozen=True)
@@ -162,7 +163,18 @@ def history(
         help="Only jobs that ended since then: 2026-11-20, '2026-11-20 14:00', 3h, 2d.",
     ),
     output_format: str = typer.Option(
-        "table", "--format", "-f", metavar="[table|csv|json]", help="table, csv or json."
+        "table",
+        "--format",
+        "-f",
+        metavar="[table|csv|json|codecarbon]",
+        help="table, csv, json, or codecarbon's emissions.csv columns (docs/emissions.md).",
+    ),
+    output: Path | None = typer.Option(
+        None,
+        "--output",
+        "-o",
+        metavar="FILE",
+        help="With --format codecarbon: append to this emissions.csv, as codecarbon does.",
     ),
     user: str | None = typer.Option(None, "--user", "-u", help="Only this user's jobs."),
     me: bool = typer.Option(False, "--me", help="Only my jobs."),
@@ -173,6 +185,8 @@ def history(
 
     if output_format not in FORMATS:
         fail(f"--format: {output_format!r} is not one of {', '.join(FORMATS)}", EXIT_USAGE)
+    if output is not None and output_format != "codecarbon":
+        fail("--output appends to a codecarbon emissions.csv: add --format codecarbon", EXIT_USAGE)
     owner = owner_filter(user, me)
     start = None
     if since is not None:
@@ -187,11 +201,18 @@ def history(
             usage=True,
             user=owner,
         )
-    rows = [
-        history_row(job)
-        for job in jobs
-        if start is None or (job.ended_at is not None and job.ended_at >= start)
-    ]
+        jobs = [
+            j for j in jobs if start is None or (j.ended_at is not None and j.ended_at >= start)
+        ]
+        if output_format == "codecarbon":
+            from gpudesk.cli import emissions
+
+            try:
+                emissions.report(client, jobs, output)
+            except emissions.EmissionsFileError as exc:
+                fail(str(exc))
+            return
+    rows = [history_row(job) for job in jobs]
     if output_format == "json":
         print_json({"jobs": [asdict(row) for row in rows]})
     elif output_format == "csv":

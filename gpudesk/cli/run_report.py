@@ -47,6 +47,8 @@ class RunReport:
     backend: str = "none"
     simulated: bool = False
     grid_g_per_kwh: float | None = None
+    grid_region: str | None = None  # the station's grid code ("FR") where it names one
+    grid_source: str | None = None  # and where that code's figure comes from
     loaders: list[LoaderView] = field(default_factory=list)  # the run's shared loaders
     notes: list[str] = field(default_factory=list)  # what the run did besides its jobs
     ranking: ReportConfig | None = None  # the profile's [report]: the metric that names a best
@@ -96,6 +98,11 @@ class RunReport:
             "succeeded": self.succeeded,
             "counts": self.counts,
             "energy": to_builtins(self.energy),
+            "grid": {
+                "g_per_kwh": self.grid_g_per_kwh,
+                "region": self.grid_region,
+                "source": self.grid_source,
+            },
             "loaders": to_builtins(self.loaders),
             "notes": self.notes,
             "report": None
@@ -308,11 +315,12 @@ class RunReport:
             + (watt_hours(energy.cpu_j) if energy.cpu_j is not None else "n/a (RAPL not readable)")
         )
         estimate = ", estimated for shared GPUs/CPU" if energy.estimate else ""
+        grid = f"{self.grid_region}, {self.grid_source}; " if self.grid_region else ""
         # The jobs' counters, read from each attempt's start: the run's energy since it began.
         return (
             f"energy since {render.clock(self.started_at)} (this run's jobs): "
             f"{', '.join(parts)}; {energy.carbon_g or 0.0:.1f} g CO2e at "
-            f"{self.grid_g_per_kwh:g} g/kWh ({station}{estimate})"
+            f"{self.grid_g_per_kwh:g} g/kWh ({grid}{station}{estimate})"
         )
 
 
@@ -503,6 +511,7 @@ def _add_usage(client: Client, report: RunReport) -> None:
     report.loaders = [entry for entry in status.loaders if entry.name in used]
     report.backend, report.simulated = station.effective_backend, station.simulated
     report.grid_g_per_kwh = station.grid_intensity
+    report.grid_region, report.grid_source = station.grid_region, station.grid_source
     usage = {j.id: j.usage for j in client.jobs(group=report.group, usage=True)}
     report.jobs = [msgspec.structs.replace(j, usage=usage.get(j.id)) for j in report.jobs]
 

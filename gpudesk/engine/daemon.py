@@ -368,15 +368,29 @@ class Engine:
 
 def initial_config(store: Store, requested: StationConfig | None) -> StationConfig:
     """What the client asked for, else what the last engine of this home used, else defaults."""
-    if requested is not None:
-        config = requested
-    else:
-        saved = store.setting("station")
-        try:
-            config = StationConfig.from_dict(saved) if saved else StationConfig()
-        except ValueError:
-            config = StationConfig()
+    config = requested if requested is not None else saved_config(store.setting("station"))
     return config.with_env_override()
+
+
+def saved_config(saved: object) -> StationConfig:
+    """The station config the last engine saved. A setting this version no longer accepts (a
+    grid code dropped from a newer table, say) goes back to its default alone, with a warning
+    naming it; the admin's other settings are kept."""
+    if not isinstance(saved, dict) or not saved:
+        return StationConfig()
+    try:
+        return StationConfig.from_dict(saved)
+    except ValueError:
+        pass
+    kept: dict[str, object] = {}
+    for key, value in saved.items():
+        try:
+            StationConfig.from_dict({key: value})
+        except ValueError as exc:
+            log.warning("the saved station setting is not used, its default is: %s", exc)
+            continue
+        kept[key] = value
+    return StationConfig.from_dict(kept)
 
 
 def job_folders(home: Home) -> list[int]:

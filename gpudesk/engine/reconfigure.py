@@ -86,7 +86,8 @@ def weigh(
     many queued jobs ask for GPUs: a new backend decides whether they ever run."""
     requested = StationConfig.from_dict(table if table is not None else {})
     given = [key for key in STATION_KEYS if key in table] if table else []
-    wanted = dataclasses.replace(current, **{key: getattr(requested, key) for key in given})
+    asked = {name: value for key in given for name, value in requested.fields_of(key).items()}
+    wanted = dataclasses.replace(current, **asked)
     env = os.environ if env is None else env
     overridden = wanted.with_env_override(env)
     not_applied: list[SettingNotApplied] = []
@@ -103,15 +104,17 @@ def weigh(
     changes: list[SettingChange] = []
     kept: dict[str, Any] = {}
     for key in STATION_KEYS:
-        old, new = getattr(current, key), getattr(wanted, key)
+        old, new = current.setting(key), wanted.setting(key)
         if old == new:
             continue
         if refusal is not None:
             reason = f"the station runs {setting_text(old)}; {refusal}"
             not_applied.append(SettingNotApplied(key, new, old, reason))
-            kept[key] = old
+            kept.update(current.fields_of(key))
             continue
         note = None
+        if key == "grid_intensity" and wanted.grid_source is not None:
+            note = f"{wanted.grid_intensity:g} g CO2e/kWh, {wanted.grid_source}"
         if key == "backend" and queued_gpu_jobs:
             note = (
                 f"{queued_gpu_jobs} queued job(s) ask for GPUs: they run on the new backend's "

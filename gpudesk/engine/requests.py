@@ -167,7 +167,7 @@ class RequestHandlers:
             "home": str(parts.home.root),
             "started_at": parts.started_at,
             "station": {
-                **config.to_dict(),
+                **config.view(),
                 "effective_backend": monitor.backend.name,
                 "simulated": monitor.simulated,
                 "gpu_problem": view.gpu_problem,
@@ -254,7 +254,7 @@ class RequestHandlers:
                 parts.telemetry.restart()
             parts.due.mark()
         return {
-            "station": config.to_dict(),
+            "station": config.view(),
             "changed": bool(weighed.changes),
             "changes": [change.to_dict() for change in weighed.changes],
             "not_applied": [item.to_dict() for item in weighed.not_applied],

@@ -1,5 +1,6 @@
 """The station: which backend describes the hardware, which policy places jobs, the CPU slots
-it offers, how often it is sampled and the grid's carbon intensity for energy reports."""
+it offers, how often it is sampled and the grid's carbon intensity for energy reports (a figure,
+or a country or region code of gpudesk's bundled table, gpudesk.grid)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from gpudesk import grid
 from gpudesk.engine.jobs import check_bool, describe, number_in, whole_number_in
 from gpudesk.engine.mig.profiles import COMPUTE_SLICES, compute_slices, is_plain_profile_name
 from gpudesk.engine.telemetry.backend import check_backend_name
@@ -92,7 +94,23 @@ def check_mig(value: Any) -> dict[str, str] | None:
 
 
 check_sample_interval = number_in(0.1, 60.0)  # seconds between GPU and host readings
-check_grid_intensity = number_in(0.0, 2000.0)  # g CO2e per kWh
+_check_grid_figure = number_in(0.0, 2000.0)  # g CO2e per kWh
+
+
+def check_grid_intensity(value: Any) -> float | grid.GridRegion | None:
+    """g CO2e per kWh from 0 to 2000, or a code of the bundled table (any case): its row, whose
+    figure StationConfig.from_checked keeps with the code."""
+    if isinstance(value, str):
+        return grid.lookup(value)
+    try:
+        return _check_grid_figure(value)
+    except ValueError:
+        raise ValueError(
+            'expected g CO2e per kWh from 0 to 2000, or a country or region code such as "FR", '
+            f'"DEU" or "US-CA" (`gpudesk grid` lists them), found {describe(value)}'
+        ) from None
+
+
 check_log_max_mb = number_in(0.0, 1024.0 * 1024.0)  # MiB per attempt's output.log; 0: no cap
 
 
@@ -155,6 +173,10 @@ class StationConfig:
     slots: int | None = None  # concurrent CPU jobs; None = number of cores
     sample_interval: float = DEFAULT_SAMPLE_INTERVAL_S
     grid_intensity: float = DEFAULT_GRID_G_PER_KWH  # g CO2e per kWh, for carbon figures
+    # The bundled table's code ("FR", "US-CA") the figure was taken from; None for a figure
+    # given as a number. The figure is the one every calculation uses; the code says where it
+    # came from, and is what is kept (to_dict), so a newer table's figure follows it.
+    grid_region: str | None = None
     mig: dict[str, str] | None = None  # a simulated station's MIG layout, by GPU index
     isolation: bool = False  # jobs never share a GPU except on separate MIG slices
     # The engine may repartition an idle MIG-mode GPU to fit the queue: on its own where that
@@ -185,8 +207,52 @@ class StationConfig:
     def effective_slots(self) -> int:
         return self.slots if self.slots is not None else host_cores()
 
+    @property
+    def grid_source(self) -> str | None:
+        """Where the grid figure comes from ("Our World in Data 2023 via codecarbon 3.3.2");
+        None for a figure given as a number."""
+        region = grid.find(self.grid_region) if self.grid_region else None
+        return region.source if region else None
+
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The config as a `[station]` table states it, which from_dict reads back: a grid code
+        stands in grid_intensity for the figure it resolves to."""
+        data = asdict(self)
+        region = data.pop("grid_region")
+        if region is not None:
+            data["grid_intensity"] = region
+        return data
+
+    def view(self) -> dict[str, Any]:
+        """The config as replies carry it (api.models.StationConfigView): grid_intensity is the
+        figure in use; with a code, grid_region and grid_source say which and whence."""
+        data = asdict(self)
+        if data.pop("grid_region") is not None:
+            data["grid_region"] = self.grid_region
+            data["grid_source"] = self.grid_source
+        return data
+
+    def setting(self, key: str) -> Any:
+        """A `[station]` key's value as a table states it: a grid code, else the figure."""
+        if key == "grid_intensity" and self.grid_region is not None:
+            return self.grid_region
+        return getattr(self, key)
+
+    def fields_of(self, key: str) -> dict[str, Any]:
+        """The fields a `[station]` key sets: grid_intensity sets the figure and the code."""
+        if key == "grid_intensity":
+            return {"grid_intensity": self.grid_intensity, "grid_region": self.grid_region}
+        return {key: getattr(self, key)}
+
+    @classmethod
+    def from_checked(cls, values: Mapping[str, Any]) -> StationConfig:
+        """A config from values STATION_CHECKS passed: a grid code's row gives the figure and
+        the code."""
+        fields = dict(values)
+        picked = fields.get("grid_intensity")
+        if isinstance(picked, grid.GridRegion):
+            fields["grid_intensity"], fields["grid_region"] = picked.g_per_kwh, picked.code
+        return cls(**fields)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> StationConfig:
@@ -203,7 +269,7 @@ class StationConfig:
                     values[key] = check(data[key])
                 except ValueError as exc:
                     raise ValueError(f"station.{key}: {exc}") from None
-        return cls(**values)
+        return cls.from_checked(values)
 
     def with_env_override(self, env: Mapping[str, str] | None = None) -> StationConfig:
         """`GPUDESK_BACKEND`, when set, wins over what a profile or the store says."""

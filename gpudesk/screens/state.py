@@ -158,7 +158,9 @@ class DeskState:
         energy = self.total_energy_j()
         if energy is None:
             return None
-        grams = (self.station.grid_intensity if self.station else 0.0) or GRAMS_PER_KWH_DEFAULT
+        # A station set to 0 g/kWh (all hydro, say) means zero, not "unknown": the default is
+        # only for a desk that has not heard from the station yet.
+        grams = self.station.grid_intensity if self.station else GRAMS_PER_KWH_DEFAULT
         return units.carbon_g(energy[0], grams)
 
     def counts(self) -> dict[str, int]:

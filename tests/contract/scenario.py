@@ -237,7 +237,8 @@ def run_station_scenario(driver: StationDriver, subscribed: Callable[[], None]) 
     track_mlflow(driver)
     driver.wait_done([mig_a, mig_b, mps_a, mps_b, reader, failing], timeout=90.0)
 
-    # The idle MIG GPU takes a new layout; the station is reconfigured.
+    # The idle MIG GPU takes a new layout; the station is reconfigured, its grid named by a
+    # code of the bundled table (the replies then carry grid_region and grid_source).
     client.mig_apply(3, ["3g.20gb", "3g.20gb"], confirm=True)
     client.configure(
         StationConfig(
@@ -247,8 +248,10 @@ def run_station_scenario(driver: StationDriver, subscribed: Callable[[], None]) 
             sample_interval=0.25,
             mig=SIM_MIG,
             mig_repartition=True,
+            **StationConfig.from_dict({"grid_intensity": "FR"}).fields_of("grid_intensity"),
         )
     )
+    assert client.status().station.grid_region == "FR"
     client.telemetry(history=3)
 
     # The interference model: shown, fed a calibration probe's observation, reset.

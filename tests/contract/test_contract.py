@@ -90,6 +90,8 @@ def test_the_scenario_covers_what_the_desk_shows(recorded: tuple[Recording, set[
         for status in statuses
         for loader in status.loaders
     )
+    # a grid code's source, for the desk's header and `engine status`
+    assert any(status.station.grid_source for status in statuses)
     applied = [
         decode_reply(models.MigApplyResult, e.reply, "mig_apply")
         for e in recording.exchanges

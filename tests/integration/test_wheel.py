@@ -1,8 +1,8 @@
 """The package as a user gets it: the wheel is built, installed into a fresh virtual environment
 WITHOUT torch (the base dependencies only), and run from a folder outside the checkout:
-`--version`, `top --once`, `simulate` on the bundled trace, and the desk under Textual's Pilot on a
-real engine. The same again with every base dependency at its declared floor (`>=X` installed as
-`==X`), so the floors in pyproject.toml are true.
+`--version`, `grid FR` (the bundled table), `top --once`, `simulate` on the bundled trace, and
+the desk under Textual's Pilot on a real engine. The same again with every base dependency at
+its declared floor (`>=X` installed as `==X`), so the floors in pyproject.toml are true.
 
 pip fetches the dependencies from the configured index (cached after the first run); where no
 index answers, the test skips and says so, rather than pretending.
@@ -176,6 +176,8 @@ def test_the_wheel_runs_outside_the_checkout_without_torch(
         assert all(pin.lower() in listed for pin in pins), (pins, listed)
 
     assert run([gpudesk, "--version"], outside, env).startswith("gpudesk ")
+    # the grid table is package data: `[station] grid_intensity = "FR"` reads it
+    assert "Our World in Data" in run([gpudesk, "grid", "FR"], outside, env)
 
     top = run([gpudesk, "top", "--once"], outside, {**env, "GPUDESK_BACKEND": "sim:h100"})
     assert "SIMULATED" in top and "H100" in top, top

@@ -40,8 +40,15 @@ def render_header(
         total = f"  {watt_hours(energy[0])} {energy[1]}"
         carbon = state.carbon_g()
         with_carbon = total + (f" ≈{carbon:.1f} g CO2e" if carbon is not None else "")
+        # Where the grid figure names a code, the code and its source when they fit, else
+        # the code alone ("≈1.2 g CO2e FR").
+        region, source = station.grid_region, station.grid_source
+        with_grid = [
+            f"{with_carbon} ({region}, {source})",
+            f"{with_carbon} {region}",
+        ]
         room = None if width is None else width - text.cell_len - tail.cell_len
-        for shown in (with_carbon, total):
+        for shown in (*(with_grid if carbon is not None and region else ()), with_carbon, total):
             if room is None or len(shown) <= room:
                 text.append(shown)
                 break
