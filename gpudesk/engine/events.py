@@ -21,9 +21,13 @@ class EventPublisher:
     def __init__(self, socket: ControlSocket | None, store: Store) -> None:
         self.socket = socket
         self.store = store
+        # Job events published so far: the metrics exporter counts the queue again when it moved
+        # (every change of a job's state is published here).
+        self.job_events = 0
 
     def job(self, job_id: int, message: str, job: JobRecord | None = None) -> None:
         """A job changed: its state as it is now in the store, and why."""
+        self.job_events += 1
         record = job or self.store.job(job_id)
         payload = {
             "ts": time.time(),
