@@ -32,6 +32,7 @@ from typing import IO, Any
 from gpudesk import __version__
 from gpudesk.engine import diskspace
 from gpudesk.engine.access import DEFAULT_ADMIN_GROUP, Access
+from gpudesk.engine.activity import EngineActivity
 from gpudesk.engine.attempts import Attempts
 from gpudesk.engine.control_socket import ControlSocket, SocketAccess
 from gpudesk.engine.events import EventPublisher
@@ -40,6 +41,7 @@ from gpudesk.engine.job_control import JobControl
 from gpudesk.engine.learning import StationLearning
 from gpudesk.engine.loaders import CHECK_EVERY_S, DatasetSpec, LoaderSupervisor
 from gpudesk.engine.logcap import LogCap
+from gpudesk.engine.metrics.exporter import MetricsExporter
 from gpudesk.engine.mps.watch import MpsWatch
 from gpudesk.engine.placement.queue import JobQueue
 from gpudesk.engine.repartition.control import MigControl
@@ -132,6 +134,7 @@ class Engine:
         self.station = CurrentStation(store, config)
         self.events = EventPublisher(self.control, store)
         self.queue = JobQueue()
+        self.activity = EngineActivity()  # what the metrics count: placements, OOMs, decisions
         self.telemetry = TelemetrySink(
             store, self.station, self._wake, self.events.telemetry, self.due.mark
         )
@@ -156,6 +159,7 @@ class Engine:
             self.mps_watch,
             self.events,
             self.due,
+            self.activity,
         )
         self.learning = StationLearning(store, self.attempts, self.telemetry)
         self.logcap = LogCap(
@@ -184,6 +188,10 @@ class Engine:
             host_cores(),
             self.learning,
             self.mig,
+            self.activity,
+        )
+        self.metrics = MetricsExporter(
+            self.station, store, self.telemetry, self.loaders, self.events, self.activity
         )
         self.job_control = JobControl(store, self.queue, self.attempts, self.events, self.due)
         self.handlers = RequestHandlers(
@@ -200,6 +208,7 @@ class Engine:
                 mps=self.mps_watch,
                 mig=self.mig,
                 loaders=self.loaders,
+                metrics=self.metrics,
                 events=self.events,
                 due=self.due,
                 started_at=time.time(),
@@ -216,6 +225,7 @@ class Engine:
             os.unlink(self.home.socket_dir / "events.sock")
 
     def close(self) -> None:
+        self.metrics.close()
         self.attempts.containment.close()
         self.telemetry.close()
         self.wake_r.close()
@@ -252,6 +262,7 @@ class Engine:
         signal.signal(signal.SIGINT, self._stop_signal)
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
         self.telemetry.start()
+        self.metrics.apply()  # [station] metrics_listen: a port in use is logged, not fatal
         log.info(
             "engine %s ready (pid %d, station %s, GPU backend %s)",
             __version__,
@@ -288,6 +299,7 @@ class Engine:
             self.attempts.containment.retry,
             self.scheduler.schedule_if_due,
             self.telemetry.ingest,
+            self.metrics.step,
             self.learning.step,
             self.check_mps,
             self.check_loaders,
