@@ -12,6 +12,7 @@ import signal
 import socket
 import sqlite3
 import subprocess
+import sys
 import time
 import urllib.parse
 import urllib.request
@@ -239,6 +240,46 @@ def test_mig_devices_carry_dcgm_exporters_mig_labels_and_their_own_jobs(home: Ho
     assert all("GPU_I_ID" not in s[1] for s in got["DCGM_FI_DEV_GPU_UTIL"])
     whole = by_gpu(got, "DCGM_FI_DEV_POWER_USAGE")[1][0]
     assert whole["hpc_job"] == ",".join(str(j) for j in sorted(ids))
+
+
+def test_an_out_of_memory_recovery_is_counted(metrics_engine: tuple[EngineHandle, str]) -> None:
+    engine, url = metrics_engine
+    dies = (
+        "print('torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB'); exit(1)"
+    )
+    (job,) = engine.submit(
+        {"name": "oom", "command": [sys.executable, "-c", dies], "gpus": 1, "max_attempts": 1}
+    )
+    done = engine.wait_state(job, "failed", timeout=30.0)
+    assert done["attempts"] == 3  # its own attempt and the two OOM retries, each requeued
+    wait_for(
+        lambda: (
+            scrape(url)["gpudesk_oom_recoveries"] == [("gpudesk_oom_recoveries_total", {}, 2.0)]
+        ),
+        5.0,
+        0.1,
+        "the endpoint to count two recoveries",
+    )
+
+
+def test_a_stuck_scraper_does_not_stall_the_engine_or_other_scrapes(
+    metrics_engine: tuple[EngineHandle, str],
+) -> None:
+    engine, url = metrics_engine
+    address = urllib.parse.urlsplit(url)
+    stuck = []
+    for _ in range(3):  # connections that send half a request and never read
+        conn = socket.create_connection((address.hostname, address.port))
+        conn.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
+        stuck.append(conn)
+    try:
+        started = time.monotonic()
+        assert engine.client.request("ping")["pid"] == engine.pid
+        assert scrape(url)["gpudesk_station_info"]
+        assert time.monotonic() - started < 2.0
+    finally:
+        for conn in stuck:
+            conn.close()
 
 
 def test_engine_status_shows_the_endpoint(
