@@ -356,6 +356,33 @@ def test_only_an_admin_turns_the_endpoint_on(home: Home) -> None:
         urllib.request.urlopen(url, timeout=2.0)
 
 
+def test_a_taken_port_is_tried_again_until_it_is_free(home: Home) -> None:
+    engine = EngineInProcess(home, StationConfig(backend="none", slots=1))
+    now = [1000.0]
+    engine.engine.metrics.clock = lambda: now[0]
+    me = Caller.of_process()
+    taken = socket.socket()
+    try:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        reply = engine.ok(me, "configure", station={"metrics_listen": f"127.0.0.1:{port}"})
+        assert "is in use by another program" in reply["changes"][0]["message"]
+        taken.close()  # the other program lets go
+        now[0] += 29.0
+        engine.step()
+        assert engine.ok(me, "status")["station"]["metrics_url"] is None  # not due yet
+        now[0] += 2.0
+        engine.step()
+        station = engine.ok(me, "status")["station"]
+        assert station["metrics_url"] == f"http://127.0.0.1:{port}/metrics"
+        assert station["metrics_problem"] is None
+        assert scrape(station["metrics_url"])["gpudesk_station_info"]
+    finally:
+        taken.close()
+        engine.close()
+
+
 # ------------------------------------------------------------------- a real Prometheus
 @pytest.fixture
 def prometheus(tmp_path: Path) -> Iterator[Any]:

@@ -222,10 +222,11 @@ def bind_problem(address: ListenAddress, exc: OSError) -> str:
     """Why `address` could not be bound, in words, and what to do about it."""
     setting = "[station] metrics_listen"
     if exc.errno == errno.EADDRINUSE:
+        dcgm = " (dcgm-exporter's default port)" if address.port == 9400 else ""
         return (
-            f"port {address.port} is in use by another program (dcgm-exporter's default is "
-            f"9400 too); the engine runs on without metrics, tries again every "
-            f"{RETRY_BIND_S:g} s, and {setting} may name another port"
+            f"port {address.port} is in use by another program{dcgm}; the engine runs on "
+            f"without metrics, tries again every {RETRY_BIND_S:g} s, and {setting} may name "
+            "another port"
         )
     if exc.errno == errno.EADDRNOTAVAIL:
         return f"{address.host} is no address of this machine; fix {setting}"
