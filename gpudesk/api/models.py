@@ -395,6 +395,9 @@ class StationConfigView(WireModel, frozen=True):
     # codecarbon 3.3.2"). grid_intensity is the figure in use either way.
     grid_region: str | None = None
     grid_source: str | None = None
+    # "HOST:PORT" of the Prometheus endpoint (docs/metrics.md); None: off. An engine from before
+    # the setting existed leaves it out.
+    metrics_listen: str | None = None
 
     @property
     def grid_text(self) -> str:
@@ -415,6 +418,10 @@ class StationInfo(StationConfigView, frozen=True, kw_only=True):
     cores: int
     gpus: int
     mps: MpsInfo
+    # With metrics_listen set: where the metrics are served (the real port when 0 was asked),
+    # or why they are not (a port in use, ...).
+    metrics_url: str | None = None
+    metrics_problem: str | None = None
 
 
 class SlotCounts(WireModel, frozen=True):

@@ -180,6 +180,11 @@ def engine_status(json_out: bool = typer.Option(False, "--json", help="Print JSO
     if station.gpu_problem:
         print(f"GPUs:    {station.gpu_problem}")
     print(f"grid:    {station.grid_text}")
+    if station.metrics_url:
+        simulated = " (SIMULATED station)" if station.simulated else ""
+        print(f"metrics: {station.metrics_url} (Prometheus){simulated}")
+    elif station.metrics_problem:
+        print(f"metrics: {station.metrics_problem.removeprefix('metrics: ')}")
     print("jobs:    " + ", ".join(f"{n} {s}" for s, n in status.counts.items()))
     if status.station.fairshare_half_life_h and len(status.users) > 1:
         half_life = status.station.fairshare_half_life_h

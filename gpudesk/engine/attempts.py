@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpudesk.engine import diskspace, faults, runner
+from gpudesk.engine.activity import EngineActivity
 from gpudesk.engine.containment import Containment
 from gpudesk.engine.events import EventPublisher
 from gpudesk.engine.jobs import DEFAULT_CANCEL_GRACE_S, JobState
@@ -121,6 +122,7 @@ class Attempts:
         events: EventPublisher,
         due: PlacementDue,
         tracking: Tracking,
+        activity: EngineActivity | None = None,
     ) -> None:
         self.home = home
         self.store = store
@@ -131,6 +133,7 @@ class Attempts:
         self.events = events
         self.due = due
         self.tracking = tracking  # MLflow runs: a tracked job's variables
+        self.activity = activity if activity is not None else EngineActivity()
         self.live: dict[int, LiveAttempt] = {}  # by attempt id
         self.dataset_of: dict[int, str] = {}  # running job id -> the dataset it names
         self.history = store.demand_history()  # command signature -> measured (MiB, SM %, runs)
@@ -588,6 +591,8 @@ class Attempts:
         self.telemetry.finish(attempt.id)
         if ending.state is JobState.QUEUED:
             self.queue.add(self.store.job(job.id))
+        if raised is not None:
+            self.activity.oom_recovered()  # counted once its requeue is stored
         self.due.mark()
         self.events.job(job.id, ending.message)
 

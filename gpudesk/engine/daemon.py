@@ -32,6 +32,7 @@ from typing import IO, Any
 from gpudesk import __version__
 from gpudesk.engine import diskspace
 from gpudesk.engine.access import DEFAULT_ADMIN_GROUP, Access
+from gpudesk.engine.activity import EngineActivity
 from gpudesk.engine.attempts import Attempts
 from gpudesk.engine.control_socket import ControlSocket, SocketAccess
 from gpudesk.engine.events import EventPublisher
@@ -40,6 +41,7 @@ from gpudesk.engine.job_control import JobControl
 from gpudesk.engine.learning import StationLearning
 from gpudesk.engine.loaders import CHECK_EVERY_S, DatasetSpec, LoaderSupervisor
 from gpudesk.engine.logcap import LogCap
+from gpudesk.engine.metrics.exporter import MetricsExporter
 from gpudesk.engine.mps.watch import MpsWatch
 from gpudesk.engine.placement.queue import JobQueue
 from gpudesk.engine.repartition.control import MigControl
@@ -133,6 +135,7 @@ class Engine:
         self.station = CurrentStation(store, config)
         self.events = EventPublisher(self.control, store)
         self.queue = JobQueue()
+        self.activity = EngineActivity()  # what the metrics count: placements, OOMs, decisions
         self.telemetry = TelemetrySink(
             store, self.station, self._wake, self._publish_telemetry, self.due.mark
         )
@@ -162,6 +165,7 @@ class Engine:
             self.events,
             self.due,
             self.tracking,
+            self.activity,
         )
         self.learning = StationLearning(store, self.attempts, self.telemetry)
         self.logcap = LogCap(
@@ -191,6 +195,10 @@ class Engine:
             self.learning,
             self.mig,
             self.tracking,
+            self.activity,
+        )
+        self.metrics = MetricsExporter(
+            self.station, store, self.telemetry, self.loaders, self.events, self.activity
         )
         self.job_control = JobControl(store, self.queue, self.attempts, self.events, self.due)
         self.handlers = RequestHandlers(
@@ -207,6 +215,7 @@ class Engine:
                 mps=self.mps_watch,
                 mig=self.mig,
                 loaders=self.loaders,
+                metrics=self.metrics,
                 events=self.events,
                 due=self.due,
                 tracking=self.tracking,
@@ -226,6 +235,7 @@ class Engine:
     def close(self) -> None:
         with contextlib.suppress(Exception):  # best effort: a full disk must not block exit
             self.tracking.close()
+        self.metrics.close()
         self.attempts.containment.close()
         self.telemetry.close()
         self.wake_r.close()
@@ -267,6 +277,7 @@ class Engine:
         signal.signal(signal.SIGINT, self._stop_signal)
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
         self.telemetry.start()
+        self.metrics.apply()  # [station] metrics_listen: a port in use is logged, not fatal
         log.info(
             "engine %s ready (pid %d, station %s, GPU backend %s)",
             __version__,
@@ -305,6 +316,7 @@ class Engine:
             self.scheduler.schedule_if_due,
             self.telemetry.ingest,
             self.tracking.step,
+            self.metrics.step,
             self.learning.step,
             self.check_mps,
             self.check_loaders,

@@ -25,9 +25,13 @@ class EventPublisher:
         # Who else hears of every job change, in the engine (MLflow tracking): called with the
         # job as the store has it now.
         self.listeners: list[Callable[[JobRecord], None]] = []
+        # Job events published so far: the metrics exporter counts the queue again when it moved
+        # (every change of a job's state is published here).
+        self.job_events = 0
 
     def job(self, job_id: int, message: str, job: JobRecord | None = None) -> None:
         """A job changed: its state as it is now in the store, and why."""
+        self.job_events += 1
         record = job or self.store.job(job_id)
         payload = {
             "ts": time.time(),

@@ -6,6 +6,7 @@ collaborator that owns it; a bad argument is a ProtocolError naming it.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import logging
 import os
 import time
@@ -36,6 +37,7 @@ from gpudesk.engine.learning import (
     observation_from_dict,
 )
 from gpudesk.engine.loaders import DatasetSpec, LoaderSupervisor
+from gpudesk.engine.metrics.exporter import MetricsExporter
 from gpudesk.engine.mig.nvidia_smi import LayoutError, MigError, MigUsageError
 from gpudesk.engine.mps.watch import MpsWatch
 from gpudesk.engine.placement.interference import LearnedParam
@@ -87,6 +89,7 @@ class EngineParts:
     mps: MpsWatch
     mig: MigControl
     loaders: LoaderSupervisor
+    metrics: MetricsExporter
     events: EventPublisher
     due: PlacementDue
     tracking: Tracking  # MLflow runs: their stores' health, a job's run
@@ -175,6 +178,8 @@ class RequestHandlers:
                 "cores": parts.cores,
                 "gpus": view.gpu_count,
                 "mps": {"available": parts.mps.available, "faults": faults},
+                "metrics_url": parts.metrics.url,
+                "metrics_problem": parts.metrics.problem,
             },
             "slots": {"total": len(view.slots), "busy": len(view.busy_slots)},
             "gpus": {
@@ -242,8 +247,9 @@ class RequestHandlers:
         for item in weighed.not_applied:
             log.info("station setting from %s %s", caller.name, item.message)
         config = weighed.config
-        if weighed.changes:
-            for change in weighed.changes:
+        changes = list(weighed.changes)
+        if changes:
+            for change in changes:
                 message = f"station: {change.message} (by {caller.name})"
                 log.info("%s", message)
                 parts.store.add_event(STATION_EVENT, message)
@@ -252,13 +258,30 @@ class RequestHandlers:
             parts.scheduler.policy = policy
             if telemetry_changed:
                 parts.telemetry.restart()
+            if config.metrics_listen != old.metrics_listen:
+                changes = [
+                    self._metrics_moved(c) if c.key == "metrics_listen" else c for c in changes
+                ]
             parts.due.mark()
         return {
             "station": config.view(),
-            "changed": bool(weighed.changes),
-            "changes": [change.to_dict() for change in weighed.changes],
+            "changed": bool(changes),
+            "changes": [change.to_dict() for change in changes],
             "not_applied": [item.to_dict() for item in weighed.not_applied],
         }
+
+    def _metrics_moved(self, change: reconfigure.SettingChange) -> reconfigure.SettingChange:
+        """Start, move or stop the metrics endpoint; the change says what came of it (a port in
+        use is said here, in engine.log and as an engine event, and the engine goes on)."""
+        metrics = self.parts.metrics
+        problem = metrics.apply()
+        if problem is not None:
+            note = problem.removeprefix("metrics: ")
+        elif metrics.url is not None:
+            note = f"serving {metrics.url}"
+        else:
+            note = "metrics no longer served"
+        return dataclasses.replace(change, note=note)
 
     def datasets(self, args: Args, caller: Caller) -> Reply:
         """Register datasets' shared-loader settings (a profile's [datasets] tables); an empty

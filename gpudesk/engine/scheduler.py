@@ -10,6 +10,7 @@ import time
 from dataclasses import dataclass
 
 from gpudesk.engine import dependencies
+from gpudesk.engine.activity import EngineActivity
 from gpudesk.engine.attempts import Attempts
 from gpudesk.engine.events import EventPublisher
 from gpudesk.engine.jobs import JobState
@@ -90,6 +91,7 @@ class Scheduler:
         learning: StationLearning,
         mig: MigControl,
         tracking: Tracking,
+        activity: EngineActivity | None = None,
     ) -> None:
         self.station = station
         self.store = store
@@ -103,6 +105,7 @@ class Scheduler:
         self.learning = learning  # the interference model, learned on this station
         self.mig = mig
         self.tracking = tracking  # a tracked job waits (briefly) for its MLflow run
+        self.activity = activity if activity is not None else EngineActivity()
         self._usage: _KeptUsage | None = None  # usage_by_user's last answer
         self.weighed: _Weighed | None = None  # what the last repartition check looked at
         self.policy: PlacementPolicy = make_policy(station.config.policy)
@@ -262,14 +265,22 @@ class Scheduler:
         self.settle_dependencies()
         view = self.station_view()
         schedule_pass(
-            self._within_limits(self.policy.place(self._placeable(), view)),
+            self._within_limits(self._decide(self._placeable(), view)),
             self._relayable(view),
             commit=self._commit,
             repartition=lambda relayable: self.repartition(relayable, view),
             place_again=lambda: self._within_limits(
-                self.policy.place(self._placeable(), self.station_view())
+                self._decide(self._placeable(), self.station_view())
             ),
         )
+
+    def _decide(self, jobs: list[JobRecord], view: StationView) -> Decision:
+        """The policy's decision for `jobs`, its time counted (gpudesk_placement_decision_seconds):
+        the policy call alone, not building the view or starting what it placed."""
+        started = time.perf_counter()
+        decision = self.policy.place(jobs, view)
+        self.activity.decided(time.perf_counter() - started)
+        return decision
 
     def settle_dependencies(self) -> None:
         """Find the queued jobs still waiting for the jobs they run after, and cancel those
@@ -319,6 +330,7 @@ class Scheduler:
             assert job is not None, f"the policy placed job {placement.job_id}, not queued"
             self.overtaken.pop(job.id, None)
             self.attempts.start(job, placement)
+            self.activity.placed(placement.mode)
 
     def _relayable(self, view: StationView) -> set[int]:
         """The idle MIG-mode GPUs `auto` (or `mig`) may give a new layout now, under `[station]

@@ -12,6 +12,7 @@ from typing import Any
 
 from gpudesk import grid
 from gpudesk.engine.jobs import check_bool, describe, number_in, whole_number_in
+from gpudesk.engine.listen import check_metrics_listen
 from gpudesk.engine.mig.profiles import COMPUTE_SLICES, compute_slices, is_plain_profile_name
 from gpudesk.engine.telemetry.backend import check_backend_name
 from gpudesk.engine.telemetry.energy import DEFAULT_GRID_G_PER_KWH
@@ -34,6 +35,7 @@ STATION_KEYS = (
     "fairshare_cpu_weight",
     "max_running_gpus_per_user",
     "max_queued_per_user",
+    "metrics_listen",
 )
 DEFAULT_LOG_MAX_MB = 100.0
 DEFAULT_LOG_KEEP = 2
@@ -159,6 +161,7 @@ STATION_CHECKS = {
     "fairshare_cpu_weight": check_fairshare_cpu_weight,
     "max_running_gpus_per_user": check_per_user_limit,
     "max_queued_per_user": check_per_user_limit,
+    "metrics_listen": check_metrics_listen,
 }
 
 
@@ -195,6 +198,9 @@ class StationConfig:
     # wait. Queued (waiting, held included) jobs one user may have; a submit beyond is refused.
     max_running_gpus_per_user: int | None = None
     max_queued_per_user: int | None = None
+    # Where the engine serves Prometheus metrics ("127.0.0.1:9400", docs/metrics.md); None: it
+    # does not. Loopback unless an admin writes another address (gpudesk.engine.listen).
+    metrics_listen: str | None = None
 
     @property
     def repartitions_on_its_own(self) -> bool:

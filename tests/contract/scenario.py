@@ -149,6 +149,7 @@ def sim_engine(home: Home, **station: Any) -> Iterator[None]:
         sample_interval=0.2,
         mig=SIM_MIG,
         mig_repartition=True,
+        metrics_listen="127.0.0.1:0",  # status carries the endpoint; any free port
         **station,
     )
     start_engine(home, config)

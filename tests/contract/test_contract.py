@@ -92,6 +92,7 @@ def test_the_scenario_covers_what_the_desk_shows(recorded: tuple[Recording, set[
     )
     # a grid code's source, for the desk's header and `engine status`
     assert any(status.station.grid_source for status in statuses)
+    assert all(s.station.metrics_url for s in statuses[:1])  # the endpoint, on a free port
     applied = [
         decode_reply(models.MigApplyResult, e.reply, "mig_apply")
         for e in recording.exchanges

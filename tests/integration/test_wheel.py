@@ -1,8 +1,9 @@
 """The package as a user gets it: the wheel is built, installed into a fresh virtual environment
 WITHOUT torch (the base dependencies only), and run from a folder outside the checkout:
-`--version`, `grid FR` (the bundled table), `top --once`, `simulate` on the bundled trace, and
-the desk under Textual's Pilot on a real engine. The same again with every base dependency at
-its declared floor (`>=X` installed as `==X`), so the floors in pyproject.toml are true.
+`--version`, `grid FR` (the bundled table), `top --once`, `simulate` on the bundled trace, the
+desk under Textual's Pilot on a real engine, and that engine's Prometheus endpoint scraped. The
+same again with every base dependency at its declared floor (`>=X` installed as `==X`), so the
+floors in pyproject.toml are true.
 
 pip fetches the dependencies from the configured index (cached after the first run); where no
 index answers, the test skips and says so, rather than pretending.
@@ -57,6 +58,29 @@ finally:
     feed.close()
 print("DESK", result)
 sys.exit(0 if result == "drawn" else 1)
+"""
+
+# The engine's Prometheus endpoint turned on at run time, scraped and parsed with the
+# prometheus_client installed (its floor, in the floors run).
+METRICS_SCRIPT = """
+import sys, time, urllib.request
+from prometheus_client.parser import text_string_to_metric_families
+from gpudesk.api import Client
+from gpudesk.engine.station import StationConfig
+
+with Client.connect() as client:
+    client.configure(StationConfig(metrics_listen="127.0.0.1:0"), ["metrics_listen"])
+    url = client.status().station.metrics_url
+names = set()
+for _ in range(100):
+    with urllib.request.urlopen(url, timeout=5) as reply:
+        names = {f.name for f in text_string_to_metric_families(reply.read().decode())}
+    if {"DCGM_FI_DEV_GPU_UTIL", "gpudesk_placements"} <= names:
+        print("METRICS served", url)
+        sys.exit(0)
+    time.sleep(0.1)
+print("METRICS missing", sorted(names))
+sys.exit(1)
 """
 
 
@@ -189,3 +213,6 @@ def test_the_wheel_runs_outside_the_checkout_without_torch(
 
     desk = run([python, "-c", DESK_SCRIPT], outside, {**env, "GPUDESK_BACKEND": "sim:h100"})
     assert "DESK drawn" in desk, desk
+
+    metrics = run([python, "-c", METRICS_SCRIPT], outside, {**env, "GPUDESK_BACKEND": "sim:h100"})
+    assert "METRICS served http://127.0.0.1:" in metrics, metrics

@@ -155,6 +155,15 @@ class JobTables(StoreConnection):
         counts.update({state: n for state, n in rows})
         return counts
 
+    def counts_by_owner(self) -> list[tuple[int | None, str, int]]:
+        """(owner uid, state, jobs) for every owner and state that has jobs; a job stored
+        before owners were (schema 7) has None, the engine's own user. An index-only scan
+        (jobs_by_owner)."""
+        rows = self._conn.execute(
+            "SELECT owner_uid, state, COUNT(*) FROM jobs GROUP BY owner_uid, state"
+        )
+        return [(uid, state, n) for uid, state, n in rows]
+
     @staticmethod
     def _state(conn: sqlite3.Connection, job_id: int) -> JobState:
         row = conn.execute("SELECT state FROM jobs WHERE id = ?", (job_id,)).fetchone()

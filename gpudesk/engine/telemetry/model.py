@@ -49,6 +49,7 @@ class MigDevice:
     memory_total_mib: float | None
     sm_count: int | None
     processes: tuple[GpuProcess, ...] = ()
+    memory_free_mib: float | None = None  # what NVML calls free (its total less used, reserved)
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,9 @@ class GpuReading:
     lost: bool = False  # the device fell off the bus (GpuIsLost); other fields are None
     memory_used_mib: float | None = None
     memory_total_mib: float | None = None
+    # What NVML calls free: the total less what is used and what the driver reserves (v2), so
+    # not total - used; what dcgm-exporter's DCGM_FI_DEV_FB_FREE reports.
+    memory_free_mib: float | None = None
     kernel_active_pct: float | None = None
     sm_activity_pct: float | None = None
     power_w: float | None = None

@@ -141,6 +141,9 @@ class Monitor:
         self.history: deque[dict[str, Any]] = deque(maxlen=history_points)
         self.averages = Averages()
         self.latest: dict[str, Any] | None = None
+        # The sample behind `latest`, its attempts those still running when it was taken in:
+        # typed readings for the engine's metrics (gpudesk.engine.metrics).
+        self.latest_raw: RawSample | None = None
         self.started_at = time.time()
         self.opened = False
         self.open_problem: str | None = None
@@ -233,6 +236,7 @@ class Monitor:
         job_views = self._ingest_jobs(raw, job_gpu)
         self._add_series(raw, gpu_views, job_views)
 
+        self.latest_raw = raw
         self.latest = {
             "taken_at": reading.taken_at,
             "backend": self.backend.name,

@@ -368,6 +368,7 @@ class NvmlBackend:
             dev.name,
             memory_used_mib=_mib(memory.used) if memory is not None else None,
             memory_total_mib=_mib(memory.total) if memory is not None else None,
+            memory_free_mib=_mib(memory.free) if memory is not None else None,
             kernel_active_pct=float(utilization.gpu) if utilization is not None else None,
             sm_activity_pct=sm_activity,
             power_w=_scaled(power_mw, 1000),
@@ -484,6 +485,7 @@ class NvmlBackend:
             processes=tuple(
                 GpuProcess(p.pid, _mib(p.usedGpuMemory), mig_device=slot) for p in listed or ()
             ),
+            memory_free_mib=_mib(memory.free) if memory is not None else None,
         )
 
     def _processes(self, dev: _Device, migs: tuple[MigDevice, ...]) -> tuple[GpuProcess, ...]:

@@ -190,6 +190,7 @@ class SimBackend:
             name=model.name,
             memory_used_mib=round(memory_used, 1),
             memory_total_mib=model.memory_total_mib,
+            memory_free_mib=round(model.memory_total_mib - memory_used, 1),
             kernel_active_pct=round(kernel_active, 1),
             sm_activity_pct=round(sm_activity, 1),
             power_w=round(power, 1),
@@ -219,6 +220,8 @@ class SimBackend:
         devices = []
         for slot, profile in enumerate(self.mig[reading.index]):
             on_slice = tuple(p for p in processes if p.mig_device == slot)
+            used = sum((p.used_memory_mib or 0.0) for p in on_slice)
+            total = mig_memory_mib(profile, self.model)
             devices.append(
                 MigDevice(
                     index=slot,
@@ -226,10 +229,11 @@ class SimBackend:
                     name=f"{self.model.name} MIG {profile}",
                     gpu_instance_id=slot + 1,
                     compute_instance_id=0,
-                    memory_used_mib=sum((p.used_memory_mib or 0.0) for p in on_slice),
-                    memory_total_mib=mig_memory_mib(profile, self.model),
+                    memory_used_mib=used,
+                    memory_total_mib=total,
                     sm_count=self.model.sm_count * compute_slices(profile) // COMPUTE_SLICES,
                     processes=on_slice,
+                    memory_free_mib=max(0.0, total - used),
                 )
             )
         return replace(reading, mig_enabled=True, mig_devices=tuple(devices), processes=processes)

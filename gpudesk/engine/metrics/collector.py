@@ -1,0 +1,318 @@
+"""A `MetricsSnapshot` as Prometheus metric families: the DCGM names dcgm-exporter uses for the
+same readings, with its labels, and gpudesk's own `gpudesk_*` metrics (docs/metrics.md).
+
+`SnapshotCollector.collect()` runs on the HTTP server's thread at each scrape. It reads one
+reference (the exporter's latest snapshot, swapped whole by the engine's loop) and renders it;
+it touches nothing else the engine owns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from prometheus_client.metrics_core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
+
+from gpudesk.engine.metrics.snapshot import Device, DeviceReading, MetricsSnapshot
+
+# (name, help, the DeviceReading field) as dcgm-exporter's default-counters.csv and
+# dcp-metrics-included.csv have them: the same name, unit and help text, so a dashboard built
+# on dcgm-exporter reads these unchanged.
+DCGM_GAUGES: tuple[tuple[str, str, str], ...] = (
+    ("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).", "gpu_util_pct"),
+    (
+        "DCGM_FI_PROF_SM_ACTIVE",
+        "The ratio of cycles an SM has at least 1 warp assigned.",
+        "sm_active",
+    ),
+    ("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).", "fb_used_mib"),
+    ("DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB).", "fb_free_mib"),
+    ("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).", "power_w"),
+    ("DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C).", "temperature_c"),
+    ("DCGM_FI_DEV_SM_CLOCK", "SM clock frequency (in MHz).", "sm_clock_mhz"),
+)
+# dcgm-exporter declares this one a counter. Prometheus client libraries name every counter
+# NAME_total (the OpenMetrics rule; prometheus_client writes `# TYPE NAME_total counter`), so
+# the DCGM name cannot be kept with the counter type: it is exported untyped under its DCGM name,
+# which is what dashboards query (`rate(DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION[5m])` works on it
+# as on dcgm-exporter's). gpudesk_gpu_energy_joules_total is the typed counter.
+DCGM_ENERGY = (
+    "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+    "Total energy consumption since boot (in mJ).",
+)
+DCGM_NAMES = (*(name for name, _, _ in DCGM_GAUGES), DCGM_ENERGY[0])
+
+
+class SnapshotCollector(Collector):
+    """Renders whatever snapshot `latest()` returns at the time of the scrape."""
+
+    def __init__(self, latest: Callable[[], MetricsSnapshot | None]) -> None:
+        self.latest = latest
+
+    def collect(self) -> Iterator[Metric]:
+        snapshot = self.latest()
+        if snapshot is not None:
+            yield from render(snapshot)
+
+
+def render(snapshot: MetricsSnapshot) -> list[Metric]:
+    """Every metric family of a snapshot (a pure function: tests/unit/test_metrics_snapshot.py)."""
+    return [
+        _station_info(snapshot),
+        *_sampled_at(snapshot),
+        *_dcgm(snapshot),
+        _gpu_energy(snapshot),
+        *_jobs(snapshot),
+        *_activity(snapshot),
+        *_loaders(snapshot),
+    ]
+
+
+# ------------------------------------------------------------------------------- station
+def _station_info(snapshot: MetricsSnapshot) -> Metric:
+    info = GaugeMetricFamily(
+        "gpudesk_station_info",
+        "The station gpudesk watches: its GPU backend, whether it is SIMULATED (sim:* "
+        "backends: no reading is from real hardware), the host and gpudesk's version. Always 1.",
+        labels=["backend", "simulated", "Hostname", "version"],
+    )
+    info.add_metric(
+        [
+            snapshot.backend,
+            "true" if snapshot.simulated else "false",
+            snapshot.hostname,
+            snapshot.version,
+        ],
+        1.0,
+    )
+    return info
+
+
+def _sampled_at(snapshot: MetricsSnapshot) -> list[Metric]:
+    if snapshot.taken_at is None:
+        return []
+    taken = GaugeMetricFamily(
+        "gpudesk_telemetry_sample_timestamp_seconds",
+        "When the GPU readings these metrics carry were taken (Unix time): a value that stops "
+        "moving means the sampler stopped delivering.",
+    )
+    taken.add_metric([], snapshot.taken_at)
+    return [taken]
+
+
+# ---------------------------------------------------------------------------------- DCGM
+def _device_labels(snapshot: MetricsSnapshot, device: Device) -> dict[str, str]:
+    """dcgm-exporter's labels for a device, then what runs there. GPU_I_PROFILE and GPU_I_ID
+    only on MIG devices (dcgm-exporter leaves both out on a whole GPU; Prometheus stores an
+    empty label as none). `hpc_job` is dcgm-exporter's own label for the job on a GPU outside
+    Kubernetes; `job` itself is the label Prometheus gives every series of a scrape target."""
+    labels = {
+        "gpu": str(device.gpu),
+        "UUID": device.uuid,
+        "device": f"nvidia{device.gpu}",
+        "modelName": device.model_name,
+        "Hostname": snapshot.hostname,
+    }
+    if device.mig_profile is not None:
+        labels["GPU_I_PROFILE"] = device.mig_profile
+        labels["GPU_I_ID"] = str(device.mig_instance_id)
+    labels["hpc_job"] = ",".join(str(job) for job in device.jobs)
+    labels["user"] = ",".join(device.users)
+    if snapshot.simulated:
+        labels["simulated"] = "true"
+    return labels
+
+
+def _dcgm(snapshot: MetricsSnapshot) -> list[Metric]:
+    families: list[Metric] = []
+    for name, text, field in DCGM_GAUGES:
+        family = GaugeMetricFamily(name, text)
+        _add(family, name, snapshot, field)
+        families.append(family)
+    energy = Metric(DCGM_ENERGY[0], DCGM_ENERGY[1], "unknown")
+    _add(energy, DCGM_ENERGY[0], snapshot, "energy_mj")
+    families.append(energy)
+    return families
+
+
+def _add(family: Metric, name: str, snapshot: MetricsSnapshot, field: str) -> None:
+    """One sample per device whose reading has `field` (a missing reading is no sample). The
+    label set differs between a GPU and a MIG device, as dcgm-exporter's does, hence samples
+    added one by one rather than through a family's fixed label names."""
+    for reading in snapshot.devices:
+        value = getattr(reading, field)
+        if value is not None:
+            family.add_sample(name, _device_labels(snapshot, reading.device), float(value))
+
+
+def _gpu_energy(snapshot: MetricsSnapshot) -> Metric:
+    energy = CounterMetricFamily(
+        "gpudesk_gpu_energy_joules",
+        "Energy each GPU used since this engine began sampling it, in joules: its total-energy "
+        "counter's increase, or integrated power where it has none. Starts at 0 with each "
+        "engine (a counter reset).",
+        labels=["gpu", "UUID", "modelName", "Hostname"],
+    )
+    for reading in _whole_gpus(snapshot.devices):
+        if reading.energy_j is not None:
+            device = reading.device
+            energy.add_metric(
+                [str(device.gpu), device.uuid, device.model_name, snapshot.hostname],
+                reading.energy_j,
+            )
+    return energy
+
+
+def _whole_gpus(devices: tuple[DeviceReading, ...]) -> Iterator[DeviceReading]:
+    return (d for d in devices if d.device.mig_profile is None)
+
+
+# ---------------------------------------------------------------------------------- jobs
+def _jobs(snapshot: MetricsSnapshot) -> list[Metric]:
+    queue = GaugeMetricFamily(
+        "gpudesk_jobs",
+        "Jobs in the engine's store by state (queued, held ones included; running; succeeded; "
+        "failed; cancelled) and owner.",
+        labels=["state", "user"],
+    )
+    for count in snapshot.jobs:
+        queue.add_metric([count.state, count.user], count.count)
+    energy = GaugeMetricFamily(
+        "gpudesk_job_energy_joules",
+        "Energy a running job's current attempt used so far, in joules: source gpu is its "
+        "share of its GPUs' energy (split by SM share or evenly where GPUs are shared), cpu "
+        "its share of the CPU package energy (RAPL, where readable). Running jobs only.",
+        labels=["job_id", "job_name", "user", "source"],
+    )
+    carbon = GaugeMetricFamily(
+        "gpudesk_job_co2e_grams",
+        "Grams of CO2e of a running job's current attempt so far, at the station's "
+        "grid_intensity. Running jobs only.",
+        labels=["job_id", "job_name", "user"],
+    )
+    for job in snapshot.running:
+        names = [str(job.job_id), job.name, job.user]
+        for source, joules in (("gpu", job.gpu_j), ("cpu", job.cpu_j)):
+            if joules is not None:
+                energy.add_metric([*names, source], joules)
+        if job.co2e_g is not None:
+            carbon.add_metric(names, job.co2e_g)
+    return [queue, energy, carbon]
+
+
+# ------------------------------------------------------------------------------ activity
+def _activity(snapshot: MetricsSnapshot) -> list[Metric]:
+    placements = CounterMetricFamily(
+        "gpudesk_placements",
+        "Attempts the scheduler started, by placement mode: exclusive (a GPU alone), naive "
+        "(time-slicing), mps, mig, cpu. Since this engine started.",
+        labels=["mode"],
+    )
+    counted = dict(snapshot.placements)
+    for mode in sorted(set(snapshot.modes) | set(counted)):
+        placements.add_metric([mode], counted.get(mode, 0))
+    ooms = CounterMetricFamily(
+        "gpudesk_oom_recoveries",
+        "Attempts that died of a GPU out-of-memory error and whose job was requeued with a "
+        "raised memory estimate on a GPU of its own. Since this engine started.",
+    )
+    ooms.add_metric([], snapshot.oom_recoveries)
+    out: list[Metric] = [placements, ooms]
+    decisions = snapshot.decisions
+    if decisions is not None:
+        buckets = [
+            (_le(bound), count)
+            for bound, count in zip(decisions.bounds, decisions.cumulative, strict=False)
+        ]
+        buckets.append(("+Inf", decisions.cumulative[-1]))
+        out.append(
+            HistogramMetricFamily(
+                "gpudesk_placement_decision_seconds",
+                "Time the placement policy took per call, in seconds (the policy's decision "
+                "alone). Since this engine started.",
+                buckets=buckets,
+                sum_value=decisions.sum_s,
+            )
+        )
+    return out
+
+
+def _le(bound: float) -> str:
+    return repr(bound)
+
+
+# ------------------------------------------------------------------------------- loaders
+LOADER_FIELDS: tuple[tuple[str, str, str, str], ...] = (
+    # (name, type, help, field)
+    (
+        "gpudesk_loader_batches",
+        "counter",
+        "Batches a shared loader's producer made (resets when the producer restarts).",
+        "batches",
+    ),
+    (
+        "gpudesk_loader_delivered_batches",
+        "counter",
+        "Batches a shared loader handed to its consumers, each consumer's counted.",
+        "delivered",
+    ),
+    (
+        "gpudesk_loader_batches_per_second",
+        "gauge",
+        "Batches per second a shared loader's consumers read, summed.",
+        "batches_per_s",
+    ),
+    (
+        "gpudesk_loader_samples_per_second",
+        "gauge",
+        "Samples per second a shared loader's consumers read, summed (batches x batch size).",
+        "samples_per_s",
+    ),
+    (
+        "gpudesk_loader_cpu_seconds",
+        "counter",
+        "CPU seconds a shared loader's producer used.",
+        "cpu_s",
+    ),
+    (
+        "gpudesk_loader_cpu_saved_seconds",
+        "gauge",
+        "CPU seconds a shared loader saved: what its consumers would have spent loading their "
+        "own batches at the producer's cost per batch, less what the producer spent.",
+        "saved_cpu_s",
+    ),
+)
+
+
+def _loaders(snapshot: MetricsSnapshot) -> list[Metric]:
+    running = GaugeMetricFamily(
+        "gpudesk_loader_running",
+        "1 while a shared loader's producer runs, 0 once it stopped (its last figures stay).",
+        labels=["dataset"],
+    )
+    consumers = GaugeMetricFamily(
+        "gpudesk_loader_consumers",
+        "Jobs reading from a shared loader.",
+        labels=["dataset"],
+    )
+    out: list[Metric] = [running, consumers]
+    for loader in snapshot.loaders:
+        running.add_metric([loader.dataset], 1.0 if loader.running else 0.0)
+        consumers.add_metric([loader.dataset], loader.consumers)
+    for name, kind, text, field in LOADER_FIELDS:
+        family: CounterMetricFamily | GaugeMetricFamily = (
+            CounterMetricFamily(name, text, labels=["dataset"])
+            if kind == "counter"
+            else GaugeMetricFamily(name, text, labels=["dataset"])
+        )
+        for loader in snapshot.loaders:
+            value = getattr(loader, field)
+            if value is not None:
+                family.add_metric([loader.dataset], value)
+        out.append(family)
+    return out
