@@ -13,7 +13,7 @@ import select
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -98,16 +98,24 @@ def _start_failure(home: Home, offset: int) -> str | None:
 
 
 def daemon_args(
-    home: Home, station: StationConfig | None, system_args: tuple[str, ...] = ()
+    home: Home,
+    station: StationConfig | None,
+    system_args: tuple[str, ...] = (),
+    keys: Sequence[str] | None = None,
 ) -> list[str]:
-    """The engine daemon's command line for `home` (`gpudesk.engine.daemon.main`)."""
+    """The engine daemon's command line for `home` (`gpudesk.engine.daemon.main`). `keys`: only
+    these settings of `station` are sent, laid over what the home's last engine used (`gpudesk
+    engine start --slots 4` keeps the saved metrics endpoint and grid); all of them when None."""
     if home.system_socket is not None:
         args = ["--system", "--state-dir", str(home.root), "--socket", str(home.system_socket)]
         args += system_args
     else:
         args = ["--home", str(home.root)]
     if station is not None:
-        args += ["--station", json.dumps(station.to_dict())]
+        table = station.to_dict()
+        if keys is not None:
+            table = {key: table[key] for key in keys}
+        args += ["--station", json.dumps(table)]
     return args
 
 
@@ -116,6 +124,7 @@ def start_engine(
     station: StationConfig | None = None,
     timeout: float = START_TIMEOUT_S,
     system_args: tuple[str, ...] = (),
+    keys: Sequence[str] | None = None,
 ) -> int:
     """Start a daemon for `home` in its own session and wait until it answers. A system
     engine's home (root only) is given with the daemon's `--group` / `--admin-group` options in
@@ -124,7 +133,7 @@ def start_engine(
         (station or StationConfig()).with_env_override()
     except ValueError as exc:
         raise EngineError(str(exc), "invalid_args") from None
-    argv = module_argv("gpudesk.engine.daemon", *daemon_args(home, station, system_args))
+    argv = module_argv("gpudesk.engine.daemon", *daemon_args(home, station, system_args, keys))
     try:
         home.ensure()
         log = open_state_file(home.engine_log, os.O_WRONLY | os.O_APPEND | os.O_CREAT)

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from gpudesk.cli.common import current_home, fail, print_json
-from gpudesk.cli.exit_codes import EXIT_NOT_RUNNING, EXIT_USAGE
+from gpudesk.cli.common import current_home, engine_client, fail, print_json
+from gpudesk.cli.exit_codes import EXIT_FAILED, EXIT_NOT_RUNNING, EXIT_USAGE
 from gpudesk.paths import SYSTEM_GROUP, SYSTEM_SOCKET, SYSTEM_STATE_DIR
 
 if TYPE_CHECKING:
@@ -21,14 +21,16 @@ engine_app = typer.Typer(help="Start, stop and inspect the engine daemon.", no_a
 
 def _station_from_options(
     slots: int | None, policy: str | None, backend: str | None
-) -> StationConfig | None:
+) -> tuple[StationConfig | None, tuple[str, ...]]:
+    """The settings `engine start` was given and their keys: only those change; the others
+    stay as the home's last engine had them."""
     from gpudesk.engine.station import StationConfig
 
     given = {k: v for k, v in (("slots", slots), ("policy", policy), ("backend", backend)) if v}
     if not given:
-        return None
+        return None, ()
     try:
-        return StationConfig.from_dict(given)
+        return StationConfig.from_dict(given), tuple(given)
     except ValueError as exc:
         fail(str(exc), EXIT_USAGE)
 
@@ -80,7 +82,7 @@ def engine_start(
                 "socket exists): start it with `sudo gpudesk engine start --system`, or set "
                 "GPUDESK_HOME to start a personal engine"
             )
-    station = _station_from_options(slots, policy, backend)
+    station, keys = _station_from_options(slots, policy, backend)
     pid = engine_pid(home)
     if pid is not None:
         fail(f"{home.description} is already running (pid {pid})")
@@ -90,12 +92,13 @@ def engine_start(
         from gpudesk.engine import daemon
 
         if system:  # the daemon's own entry: it checks the group and sets up its logging
-            raise typer.Exit(daemon.main(daemon_args(home, station, system_args)))
+            raise typer.Exit(daemon.main(daemon_args(home, station, system_args, keys)))
         logging.basicConfig(
             stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s"
         )
-        raise typer.Exit(daemon.serve(home, station))
-    pid = start_engine(home, station, system_args=system_args)
+        requested = {key: getattr(station, key) for key in keys}
+        raise typer.Exit(daemon.serve(home, requested))
+    pid = start_engine(home, station, system_args=system_args, keys=keys)
     print(f"engine started (pid {pid}): {home.description}")
 
 
@@ -120,6 +123,61 @@ def engine_stop(
         time.sleep(0.05)
     suffix = f"; {running} running job(s) keep running" if running else ""
     print(f"engine stopped{suffix}")
+
+
+def _settings_table(pairs: list[str]) -> dict[str, object]:
+    """`KEY=VALUE` words as a [station] table: each value read as TOML (`slots=4`,
+    `isolation=true`, `grid_intensity=56.1`), a bare word as a string (`policy=fifo`,
+    `grid_intensity=FR`, `metrics_listen=127.0.0.1:9400`); an empty value goes back to the
+    default."""
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - Python 3.10
+        import tomli as tomllib
+
+    table: dict[str, object] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            fail(f"expected KEY=VALUE, found {pair!r} (e.g. metrics_listen=127.0.0.1:9400)", 2)
+        value: object = None
+        if raw.strip():
+            try:
+                value = tomllib.loads(f"value = {raw}")["value"]
+            except tomllib.TOMLDecodeError:
+                value = raw.strip()
+        table[key] = value
+    return table
+
+
+@engine_app.command("set")
+def engine_set(
+    settings: list[str] = typer.Argument(
+        ..., metavar="KEY=VALUE...", help="Station settings, as a profile's [station] names them."
+    ),
+) -> None:
+    """Change station settings on the engine, as a profile's [station] would: `gpudesk engine
+    set metrics_listen=127.0.0.1:9400 grid_intensity=FR`. An empty value (`slots=`) goes back
+    to the default. On a shared station only an admin changes them; anyone else is told what
+    the station keeps. Settings are kept for the next engine of this home."""
+    from gpudesk.engine.station import StationConfig
+
+    table = _settings_table(settings)
+    try:
+        asked = StationConfig.from_dict({k: v for k, v in table.items() if v is not None})
+    except ValueError as exc:
+        fail(str(exc), EXIT_USAGE)
+    with engine_client() as client:
+        result = client.configure(asked, list(table))
+    for change in result.changes:
+        print(f"station: {change.message}")
+    for refused in result.not_applied:
+        print(f"station: {refused.message}", file=sys.stderr)
+    if not result.changes and not result.not_applied:
+        print("station: nothing to change (it runs these settings already)")
+    if result.not_applied:
+        raise typer.Exit(EXIT_FAILED)
 
 
 @engine_app.command("status")

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import fcntl
 import json
 import logging
@@ -26,6 +27,7 @@ import signal
 import socket
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Any
 
@@ -378,9 +380,13 @@ class Engine:
             self.store.add_event("engine", message)
 
 
-def initial_config(store: Store, requested: StationConfig | None) -> StationConfig:
-    """What the client asked for, else what the last engine of this home used, else defaults."""
-    config = requested if requested is not None else saved_config(store.setting("station"))
+def initial_config(store: Store, requested: Mapping[str, Any] | None) -> StationConfig:
+    """What the last engine of this home used (else defaults) with the settings the client
+    asked for laid over it: only the keys `requested` names change."""
+    config = saved_config(store.setting("station"))
+    if requested:
+        asked = StationConfig.from_dict(requested)
+        config = dataclasses.replace(config, **{key: getattr(asked, key) for key in requested})
     return config.with_env_override()
 
 
@@ -460,7 +466,7 @@ def open_store(home: Home) -> Store:
 
 def serve(
     home: Home,
-    requested: StationConfig | None = None,
+    requested: Mapping[str, Any] | None = None,
     access: Access | None = None,
     station_group: int | None = None,
 ) -> int:
@@ -569,7 +575,8 @@ def main(argv: list[str] | None = None) -> int:
     requested = None
     if args.station:
         try:
-            requested = StationConfig.from_dict(json.loads(args.station))
+            requested = json.loads(args.station)
+            StationConfig.from_dict(requested)  # checked here: a bad one is the caller's error
         except ValueError as exc:
             log.error("bad station config: %s", exc)
             return 2
