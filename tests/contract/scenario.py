@@ -214,6 +214,7 @@ def run_station_scenario(driver: StationDriver, subscribed: Callable[[], None]) 
     client.show("victim")
     client.log(failing, 1, offset=0, max_bytes=4096)  # a log read through the engine
     driver.wait_done([mig_a, mig_b, mps_a, mps_b, reader, failing], timeout=90.0)
+    client.show(mps_a, series=True)  # its telemetry over its life (`gpudesk show --plot`)
 
     # The idle MIG GPU takes a new layout; the station is reconfigured.
     client.mig_apply(3, ["3g.20gb", "3g.20gb"], confirm=True)

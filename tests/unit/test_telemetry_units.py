@@ -30,7 +30,7 @@ from gpudesk.engine.telemetry.model import (
     GpuReading,
     JobLoad,
 )
-from gpudesk.engine.telemetry.monitor import Monitor, TrackedAttempt
+from gpudesk.engine.telemetry.monitor import JOB_POWER_SERIES, Monitor, TrackedAttempt
 from gpudesk.engine.telemetry.rapl import RaplReader
 from gpudesk.engine.telemetry.sim import SimBackend
 from gpudesk.units import carbon_g
@@ -342,6 +342,14 @@ def test_monitor_splits_a_shared_gpu_by_sm_share() -> None:
     a, b = monitor.usage[1], monitor.usage[2]
     assert a.split == b.split == "sm share"
     assert a.gpu_j == pytest.approx(3 * b.gpu_j, rel=0.1)
+    # each job's share of the GPU's power goes with its series (what `show --plot` draws):
+    # together the GPU's power, split as its energy is
+    averages = monitor.drain_averages()
+    share_a = averages.jobs[(10, 1, JOB_POWER_SERIES)].value
+    share_b = averages.jobs[(11, 2, JOB_POWER_SERIES)].value
+    assert share_a is not None and share_b is not None
+    assert share_a == pytest.approx(3 * share_b, rel=0.1)
+    assert share_a + share_b == pytest.approx(averages.gpus[(0, "power_w")].value, rel=0.1)
 
 
 class BrokenBackend:
