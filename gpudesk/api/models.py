@@ -300,7 +300,7 @@ class JobSeriesView(WireModel, frozen=True):
     value) points oldest first. A stored point is the mean of the `window_s` window that ended
     at its time (a long job's are averaged further, to at most 2,000 points); while a window
     is open, the job's means so far are its last point. `gpu_power_w` is the job's share of its
-    GPUs' power as the energy split credits it; `simulated`: the engine's GPUs are simulated."""
+    GPUs' power as the energy split credits it; `simulated`: the job ran on simulated GPUs."""
 
     window_s: float
     simulated: bool

@@ -24,6 +24,7 @@ from gpudesk.engine.telemetry.energy import AttemptUsage, summarize
 from gpudesk.engine.telemetry.monitor import (
     JOB_POWER_SERIES,
     JOB_SERIES,
+    JOB_SIMULATED_SERIES,
     Monitor,
     RawSample,
     TrackedAttempt,
@@ -47,7 +48,7 @@ class JobSeries:
     job's latest window, not stored yet, is its last point, stamped with the time it was read."""
 
     window_s: float
-    simulated: bool  # the engine's GPUs are simulated (its backend now)
+    simulated: bool  # the job's GPUs were simulated
     points: dict[str, list[tuple[float, float]]]
 
     def to_dict(self) -> dict[str, Any]:
@@ -137,6 +138,8 @@ class TelemetrySink:
         carried over."""
         self.stop()
         self.ingest()
+        # the window not stored yet ends here: its means would go with the old monitor
+        self.flush(force=True)
         usage = self.monitor.usage
         unstored = self._energy_not_stored()
         self.monitor.close()
@@ -269,10 +272,17 @@ class TelemetrySink:
             for metric in SHOWN_JOB_SERIES
         }
         now = time.time()
-        for metric, value in self.monitor.pending_job_means(job_id).items():
+        pending = self.monitor.pending_job_means(job_id)
+        for metric, value in pending.items():
             if metric in points:
                 points[metric].append((now, value))
-        return JobSeries(STORE_SAMPLES_EVERY_S, self.monitor.simulated, points)
+        simulated = JOB_SIMULATED_SERIES in pending or self.store.job_has_series(
+            job_id, JOB_SIMULATED_SERIES
+        )
+        if not simulated and not points[JOB_POWER_SERIES]:
+            # stored before the engine marked simulated samples: the backend it has now
+            simulated = self.monitor.simulated
+        return JobSeries(STORE_SAMPLES_EVERY_S, simulated, points)
 
     def record_usage(self, usages: Iterable[AttemptUsage]) -> None:
         grid = self.station.config.grid_intensity

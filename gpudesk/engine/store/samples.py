@@ -144,6 +144,15 @@ class SampleTables(StoreConnection):
             )
         ]
 
+    def job_has_series(self, job_id: int, metric: str) -> bool:
+        return (
+            self._conn.execute(
+                "SELECT 1 FROM job_samples WHERE job_id = ? AND metric = ? LIMIT 1",
+                (job_id, metric),
+            ).fetchone()
+            is not None
+        )
+
     def job_series_thinned(
         self, job_id: int, metric: str, max_points: int
     ) -> list[tuple[float, float]]:

@@ -123,6 +123,9 @@ JOB_SERIES = ("cpu_pct", "rss_mib", "gpu_memory_mib", "gpu_sm_pct")
 # it (energy.attribute_gpu) over the interval's seconds. Stored with the job series, not in the
 # view (the `telemetry` event's jobs carry their energy so far instead).
 JOB_POWER_SERIES = "gpu_power_w"
+# 1 for each window in which a job's GPUs were simulated: whether a stored job ran on simulated
+# GPUs, whatever backend the engine has when it is asked later.
+JOB_SIMULATED_SERIES = "gpu_simulated"
 
 
 class Monitor:
@@ -240,6 +243,8 @@ class Monitor:
         for attempt in raw.attempts:
             power = self._power_share(attempt, intervals, credited.get(attempt.attempt_id))
             self.averages.add_job(attempt.job_id, attempt.attempt_id, JOB_POWER_SERIES, power)
+            if attempt.gpus and self.simulated:
+                self.averages.add_job(attempt.job_id, attempt.attempt_id, JOB_SIMULATED_SERIES, 1)
 
         self.latest = {
             "taken_at": reading.taken_at,
