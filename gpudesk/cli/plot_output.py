@@ -20,9 +20,10 @@ if TYPE_CHECKING:
 
     from gpudesk.plots.common import PlotTarget
 
+# after each command's own "Also draw …." sentence
 PLOT_HELP = (
-    "Also draw it: FILE.svg, .png or .pdf (the suffix picks the format; needs the plot extra, "
-    "pip install 'gpudesk[plot]'), or - to draw it on the terminal in characters."
+    "FILE.svg, .png or .pdf (the suffix picks the format; needs the plot extra, pip install "
+    "'gpudesk[plot]'), or - for the terminal, in characters."
 )
 
 

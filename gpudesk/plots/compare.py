@@ -3,7 +3,8 @@ scores, and after how many training runs its pre-pass pays for itself.
 
 Left, quality against the minutes one run costs the first time (the fresh pre-pass plus the
 training, wall time, means over seeds): one point per preset, error bars of one standard deviation
-over seeds where there are two or more, the full-data result a star and a dashed line.
+over seeds where there are two or more, the full-data result a star and a dashed line. A legend
+under both panels names each preset and its break-even.
 Right, the break-even: the minutes n runs cost in all, on the full data (n × its training) and
 under each preset (its pre-pass once, then n × its training); a preset's line crosses below the
 full-data one at its break-even, the run count compare's table prints and this marks.
@@ -60,37 +61,56 @@ def _break_even_runs(row: PresetResult) -> int | None:
     return int(row.break_even) if row.break_even.isdigit() else None
 
 
+def _legend_label(row: PresetResult, is_full: bool) -> str:
+    if is_full:
+        return f"{row.preset}: the baseline (dashed)"
+    runs = _break_even_runs(row)
+    if runs is not None:
+        return f"{row.preset}: breaks even after {runs} run{'s' if runs != 1 else ''}"
+    if row.break_even == "never":
+        return f"{row.preset}: never breaks even (trains no faster than full)"
+    return f"{row.preset}: no pre-pass to pay back" if row.break_even == "-" else row.preset
+
+
 def compare_figure(rows: Sequence[PresetResult], *, metric: str, caption: str) -> Figure:
-    figure = new_figure(11.0, 4.8)
+    figure = new_figure(11.0, 5.6)
     quality_ax, cost_ax = figure.subplots(1, 2, gridspec_kw={"width_ratios": [1.15, 1.0]})
     full = next((r for r in rows if r.preset == "full"), None)
+    legend = []
     for i, row in enumerate(plotted(rows)):
         x, y = run_cost_min(row), row.quality_mean
         is_full = row is full
-        quality_ax.errorbar(
-            [x],
-            [y],
-            yerr=[row.quality_sd] if row.quality_sd is not None else None,
-            fmt="*" if is_full else "o",
-            markersize=13 if is_full else 7,
-            color="black" if is_full else PALETTE[i % len(PALETTE)],
-            capsize=3,
-            label=row.preset,
+        legend.append(
+            quality_ax.errorbar(
+                [x],
+                [y],
+                yerr=[row.quality_sd] if row.quality_sd is not None else None,
+                fmt="*" if is_full else "o",
+                markersize=13 if is_full else 7,
+                color="black" if is_full else PALETTE[i % len(PALETTE)],
+                capsize=3,
+                label=row.preset,
+            )
         )
-        runs = _break_even_runs(row)
-        note = row.preset
-        if runs is not None:
-            note += f"\nbreak-even: {runs} run{'s' if runs != 1 else ''}"
-        elif row.break_even == "never":
-            note += "\nnever breaks even"
-        quality_ax.annotate(note, (x, y), xytext=(6, 4), textcoords="offset points", fontsize=7)
+    # One legend for both panels (a preset keeps its colour in each), naming each break-even;
+    # notes beside the points would collide where presets cost and score alike.
+    figure.legend(
+        handles=legend,
+        labels=[_legend_label(row, row is full) for row in plotted(rows)],
+        loc="outside lower center",
+        ncol=3,
+        fontsize=8,
+        frameon=False,
+    )
     if full is not None and full.quality_mean is not None:
         quality_ax.axhline(full.quality_mean, color="black", linestyle="--", linewidth=0.8)
     quality_ax.set_xlabel("minutes per run: fresh pre-pass + training (wall time)")
     quality_ax.set_ylabel(f"{metric} (mean over seeds, ± 1 SD)")
     quality_ax.set_title("quality against cost, per preset", fontsize=10)
-    quality_ax.set_xlim(left=0)
-    quality_ax.margins(x=0.25, y=0.15)
+    # room on the right for the last point's note
+    longest = max((run_cost_min(r) or 0.0 for r in plotted(rows)), default=0.0)
+    quality_ax.set_xlim(0, longest * 1.3 or 1.0)
+    quality_ax.margins(y=0.15)
     quality_ax.grid(linewidth=0.3, alpha=0.5)
 
     _break_even_panel(cost_ax, rows, full)
@@ -99,7 +119,7 @@ def compare_figure(rows: Sequence[PresetResult], *, metric: str, caption: str) -
 
 
 def _break_even_panel(ax: Axes, rows: Sequence[PresetResult], full: PresetResult | None) -> None:
-    ax.set_title("break-even: total minutes after n training runs", fontsize=10)
+    ax.set_title("break-even: minutes in all after n runs (a dot: paid back)", fontsize=10)
     ax.set_xlabel("training runs on the same data (n)")
     ax.set_ylabel("minutes in all (wall time)")
     if full is None or full.train_min is None:
@@ -131,17 +151,8 @@ def _break_even_panel(ax: Axes, rows: Sequence[PresetResult], full: PresetResult
         n = _break_even_runs(row)
         if n is not None and n <= last:
             ax.plot([n], [prepass + n * train], "o", color=color, markersize=6)
-            ax.annotate(
-                f"{n}",
-                (n, prepass + n * train),
-                xytext=(4, -10),
-                textcoords="offset points",
-                fontsize=7,
-                color=color,
-            )
     ax.set_xlim(0, last)
     ax.set_ylim(bottom=0)
-    ax.legend(fontsize=7, loc="upper left")
     ax.grid(linewidth=0.3, alpha=0.5)
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from conftest import EngineHandle
 
 from gpudesk.api.client import Client
+from gpudesk.render import SPARKS
 
 GPUDESK = [sys.executable, "-m", "gpudesk"]
 # `gpudesk` as if the plot extra were not installed: `import matplotlib` fails.
@@ -105,6 +106,14 @@ def test_show_and_history_plot_a_job_on_a_simulated_gpu(
     assert [len(ax.lines) for ax in figure.axes] == [1, 2, 1, 1]  # memory: GPU and host
     assert all(len(ax.lines[0].get_xdata()) >= 2 for ax in figure.axes)
     assert figure.axes[-1].get_xlabel() == "time since the job started (s)"
+
+    run = gpudesk("show", str(gpu_job), "--plot", "-")
+    assert run.returncode == 0, run.stderr
+    drawn = run.stdout.split("events:")[1]
+    assert f"job {gpu_job} (on-gpu)" in drawn and "GPUs SIMULATED" in drawn
+    for series in ("SM activity", "GPU memory", "host memory (RSS)", "GPU power", "CPU"):
+        (line,) = [line for line in drawn.splitlines() if line.startswith(series)]
+        assert set(line) & set(SPARKS), line  # a sparkline, not "no samples"
 
     run = gpudesk("show", str(never), "--plot", str(tmp_path / "never.svg"))
     assert run.returncode == 1 and not (tmp_path / "never.svg").exists()

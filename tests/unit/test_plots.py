@@ -159,9 +159,14 @@ def test_the_compare_figure_has_a_point_per_preset_and_the_break_even() -> None:
     assert xs == pytest.approx([3.0, 0.9, 1.22, 3.4, 4.0])
     assert quality.get_xlabel() == "minutes per run: fresh pre-pass + training (wall time)"
     assert quality.get_ylabel().startswith("val_acc")
-    notes = [t.get_text() for t in quality.texts]
-    assert "dedup-25\nbreak-even: 1 run" in notes and "less-25\nbreak-even: 2 runs" in notes
-    assert "el2n-25\nnever breaks even" in notes
+    (legend,) = figure.legends  # one for both panels, naming each break-even
+    assert [t.get_text() for t in legend.get_texts()] == [
+        "full: the baseline (dashed)",
+        "random-25: no pre-pass to pay back",
+        "dedup-25: breaks even after 1 run",
+        "less-25: breaks even after 2 runs",
+        "el2n-25: never breaks even (trains no faster than full)",
+    ]
     assert any(line.get_linestyle() == "--" for line in quality.lines)  # the full-data level
     # right: the full-data line and one line per other preset, a dot at each break-even
     labels = [line.get_label() for line in cost.lines if not line.get_label().startswith("_")]
