@@ -25,6 +25,9 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 
+MIN_DAYS_WIDE = 7  # the panels are at least this many days wide
+
+
 class UsageRecord(Protocol):
     """What the plot reads of one finished job."""
 
@@ -144,6 +147,9 @@ def history_figure(rows: Sequence[UsageRecord], *, caption: str) -> Figure:
     )
     energy_ax.set_title(f"energy per day (GPU + CPU), by user{missing}", fontsize=10)
     energy_ax.set_xlabel("day (local time; a job across midnight is split by its time in each)")
+    # a few days' bars keep a bar's width, centred, rather than fill the panel
+    pad = max(0.0, (MIN_DAYS_WIDE - len(usage.days)) / 2)
+    energy_ax.set_xlim(-0.5 - pad, len(usage.days) - 0.5 + pad)
     step = max(1, len(usage.days) // 20)
     energy_ax.set_xticks(
         positions[::step], [d.strftime("%m-%d") for d in usage.days[::step]], rotation=45
