@@ -1,11 +1,12 @@
-"""Plain-text rendering shared by the commands: durations, times, fixed-width tables."""
+"""Plain-text rendering shared by the commands and the desk: durations, times, fixed-width tables,
+sparklines and bars."""
 
 from __future__ import annotations
 
 import os
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from gpudesk import joblog
@@ -56,6 +57,30 @@ def energy_cell(total_j: float | None, estimate: bool) -> str:
     if total_j is None:
         return "-"
     return ("~" if estimate else "") + watt_hours(total_j)
+
+
+SPARKS = "▁▂▃▄▅▆▇█"
+EMPTY = "·"
+
+
+def sparkline(values: Iterable[float | None], width: int, top: float = 100.0) -> str:
+    """The last `width` values as block characters (a gap where a value is missing)."""
+    points = list(values)[-width:]
+    out = []
+    for value in points:
+        if value is None:
+            out.append(" ")
+            continue
+        level = max(0.0, min(1.0, value / top)) if top else 0.0
+        out.append(SPARKS[min(len(SPARKS) - 1, round(level * (len(SPARKS) - 1)))])
+    return "".join(out).rjust(width)
+
+
+def bar(fraction: float | None, width: int, fill: str = "█") -> str:
+    if fraction is None:
+        return EMPTY * width
+    filled = round(max(0.0, min(1.0, fraction)) * width)
+    return fill * filled + EMPTY * (width - filled)
 
 
 def clip(text: str, width: int) -> str:

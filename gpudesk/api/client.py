@@ -305,11 +305,14 @@ class Client:
             args["usage"] = True
         return self.call(JobList, "jobs", **args).jobs
 
-    def show(self, job: JobRef, *, env: bool = False) -> JobDetail:
-        """One job with its attempts, events, usage and why it waits."""
+    def show(self, job: JobRef, *, env: bool = False, series: bool = False) -> JobDetail:
+        """One job with its attempts, events, usage and why it waits; with `series`, its
+        telemetry over its life (`JobDetail.series`)."""
         args: dict[str, Any] = {"job": job}
         if env:
             args["env"] = True
+        if series:
+            args["series"] = True
         return self.call(JobDetail, "show", **args)
 
     def log(

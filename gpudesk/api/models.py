@@ -41,6 +41,7 @@ __all__ = [
     "JobEvent",
     "JobList",
     "JobRunView",
+    "JobSeriesView",
     "JobSpecView",
     "JobStateName",
     "JobTelemetry",
@@ -315,6 +316,25 @@ class JobRunView(WireModel, frozen=True):
     error: str | None
 
 
+SeriesPoints: TypeAlias = list[tuple[float, float]]
+
+
+class JobSeriesView(WireModel, frozen=True):
+    """`show` with `series: true`: the job's telemetry over its life, each metric as (time,
+    value) points oldest first. A stored point is the mean of the `window_s` window that ended
+    at its time (a long job's are averaged further, to at most 2,000 points); while a window
+    is open, the job's means so far are its last point. `gpu_power_w` is the job's share of its
+    GPUs' power as the energy split credits it; `simulated`: the job ran on simulated GPUs."""
+
+    window_s: float
+    simulated: bool
+    cpu_pct: SeriesPoints
+    rss_mib: SeriesPoints
+    gpu_memory_mib: SeriesPoints
+    gpu_sm_pct: SeriesPoints
+    gpu_power_w: SeriesPoints
+
+
 class JobDetail(WireModel, frozen=True):
     """`show`: a job, its attempts and events, why it waits, what it used."""
 
@@ -325,6 +345,7 @@ class JobDetail(WireModel, frozen=True):
     usage: UsageSummary | None
     env: dict[str, str] | None = None  # only when asked for
     tracking: JobRunView | None = None  # a tracked job's MLflow run
+    series: JobSeriesView | None = None  # only when asked for
 
 
 class LogChunk(WireModel, frozen=True):

@@ -19,6 +19,7 @@ import typer
 
 from gpudesk.cli.common import engine_client, fail, owner_filter, print_json
 from gpudesk.cli.exit_codes import EXIT_USAGE
+from gpudesk.cli.plot_output import PLOT_HELP, plot_target, write_plot
 
 if TYPE_CHECKING:
     from gpudesk.api.models import JobView
@@ -179,6 +180,12 @@ def history(
     user: str | None = typer.Option(None, "--user", "-u", help="Only this user's jobs."),
     me: bool = typer.Option(False, "--me", help="Only my jobs."),
     limit: int = typer.Option(1000, "--limit", help="At most the newest N jobs."),
+    plot: str | None = typer.Option(
+        None,
+        "--plot",
+        metavar="FILE",
+        help="Also draw GPU-hours and energy per day, by user. " + PLOT_HELP,
+    ),
 ) -> None:
     """Finished jobs with what each used: wall time, GPU- and CPU-seconds, peak memory,
     energy and CO2e, where it ran (CSV and JSON in joules, for accounting)."""
@@ -187,6 +194,9 @@ def history(
         fail(f"--format: {output_format!r} is not one of {', '.join(FORMATS)}", EXIT_USAGE)
     if output is not None and output_format != "codecarbon":
         fail("--output appends to a codecarbon emissions.csv: add --format codecarbon", EXIT_USAGE)
+    target = plot_target(
+        plot, machine_output=None if output_format == "table" else f"--format {output_format}"
+    )
     owner = owner_filter(user, me)
     start = None
     if since is not None:
@@ -211,9 +221,10 @@ def history(
                 emissions.report(client, jobs, output)
             except emissions.EmissionsFileError as exc:
                 fail(str(exc))
-            return
     rows = [history_row(job) for job in jobs]
-    if output_format == "json":
+    if output_format == "codecarbon":
+        pass  # written above, with the engine's station at hand
+    elif output_format == "json":
         print_json({"jobs": [asdict(row) for row in rows]})
     elif output_format == "csv":
         writer = csv.writer(sys.stdout, lineterminator="\n")
@@ -224,3 +235,14 @@ def history(
         print(_table(rows))
     else:
         print("no finished jobs" + (f" since {since}" if since else ""))
+    if target is not None:
+        from gpudesk import render
+        from gpudesk.plots.history import history_figure, history_text
+
+        whose = f", user {user}" if user else ", my jobs" if me else ""
+        caption = "gpudesk history" + (f" since {since}" if since else "") + whose
+        write_plot(
+            target,
+            lambda: history_figure(rows, caption=caption),
+            lambda: history_text(rows, caption=caption, width=render.terminal_width()),
+        )

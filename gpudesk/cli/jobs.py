@@ -13,9 +13,17 @@ import typer
 
 from gpudesk.cli.common import complete_job, engine_client, fail, owner_filter, print_json
 from gpudesk.cli.exit_codes import EXIT_FAILED, EXIT_TIMED_OUT, EXIT_USAGE
+from gpudesk.cli.plot_output import PLOT_HELP, plot_target, write_plot
 
 if TYPE_CHECKING:
-    from gpudesk.api.models import ActionOutcome, AlternativeView, JobView, UsageSummary
+    from gpudesk.api.models import (
+        ActionOutcome,
+        AlternativeView,
+        JobDetail,
+        JobView,
+        UsageSummary,
+    )
+    from gpudesk.plots.common import PlotTarget
 
 jobs_app = typer.Typer()
 
@@ -290,15 +298,23 @@ def show(
     ),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
     env: bool = typer.Option(False, "--env", help="Include the job's full environment."),
+    plot: str | None = typer.Option(
+        None,
+        "--plot",
+        metavar="FILE",
+        help="Also draw its SM activity, memory, power and CPU over its life. " + PLOT_HELP,
+    ),
 ) -> None:
     """Show one job: its spec, attempts, events and why it waits."""
     from gpudesk import render
     from gpudesk.api.models import to_builtins
 
+    target = plot_target(plot, machine_output="--json" if json_out else None)
     with engine_client() as client:
-        data = client.show(job, env=env)
+        data = client.show(job, env=env, series=target is not None)
     if json_out:
         print_json(to_builtins(data))
+        _plot_job(target, data)
         return
     j, spec = data.job, data.job.spec
     command = spec.command[0] if spec.shell else shlex.join(spec.command)
@@ -355,6 +371,21 @@ def show(
         lines.append("environment:")
         lines.extend(f"  {k}={v}" for k, v in sorted(data.env.items()))
     print("\n".join(lines))
+    _plot_job(target, data)
+
+
+def _plot_job(target: PlotTarget | None, data: JobDetail) -> None:
+    """`show --plot`, after what show prints."""
+    if target is None:
+        return
+    from gpudesk import render
+    from gpudesk.plots.job import job_figure, job_text
+
+    write_plot(
+        target,
+        lambda: job_figure(data),
+        lambda: job_text(data, width=render.terminal_width()),
+    )
 
 
 def _alternative_lines(alternatives: list[AlternativeView]) -> list[str]:

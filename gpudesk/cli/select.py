@@ -7,13 +7,19 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from gpudesk.cli.common import engine_client, factory_kwargs, fail
 from gpudesk.cli.exit_codes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE
+from gpudesk.cli.plot_output import PLOT_HELP, plot_target, write_plot
 from gpudesk.units import J_PER_WH
+
+if TYPE_CHECKING:
+    from gpudesk.api.models import StationInfo
+    from gpudesk.cli.compare import ComparePlan, PresetRow
+    from gpudesk.plots.common import PlotTarget
 
 select_app = typer.Typer(
     help="Data selection presets, cached and shared across jobs.", no_args_is_help=True
@@ -415,9 +421,19 @@ def compare_command(
     as_json: Annotated[
         bool, typer.Option("--json", help="Print JSON instead of the table.")
     ] = False,
+    plot: Annotated[
+        str | None,
+        typer.Option(
+            "--plot",
+            metavar="FILE",
+            help="Also draw quality against cost per preset, and the break-even. " + PLOT_HELP,
+        ),
+    ] = None,
 ) -> None:
     from gpudesk.cli import compare
     from gpudesk.profile import ProfileError, load_profile
+
+    target = plot_target(plot, machine_output="--json" if as_json else None)
 
     try:
         loaded = load_profile(profile)
@@ -457,5 +473,27 @@ def compare_command(
         print(compare.render_targets(report["targets"]))
         for problem in problems:
             print(f"problem: {problem}")
+    if target is not None:
+        _plot_compare(target, rows, chosen, station)
     if problems:
         raise typer.Exit(EXIT_FAILED)
+
+
+def _plot_compare(
+    target: PlotTarget, rows: list[PresetRow], plan: ComparePlan, station: StationInfo
+) -> None:
+    """`--plot`, after the table (a plot that fails does not lose an expensive comparison)."""
+    from gpudesk import render
+    from gpudesk.plots.compare import compare_figure, compare_text
+
+    caption = (
+        f"select compare: {plan.job.name} on {plan.dataset.factory}, {len(plan.seeds)} seed(s), "
+        f"backend {station.effective_backend}" + (" (SIMULATED)" if station.simulated else "")
+    )
+    write_plot(
+        target,
+        lambda: compare_figure(rows, metric=plan.metric, caption=caption),
+        lambda: compare_text(
+            rows, metric=plan.metric, caption=caption, width=render.terminal_width()
+        ),
+    )

@@ -9,9 +9,11 @@ import typer
 
 from gpudesk.cli.common import fail, print_json
 from gpudesk.cli.exit_codes import EXIT_FAILED, EXIT_USAGE
+from gpudesk.cli.plot_output import PLOT_HELP, plot_target, write_plot
 
 if TYPE_CHECKING:
-    from gpudesk.engine.simulator import SimResult
+    from gpudesk.engine.simulator import SimResult, Simulation
+    from gpudesk.plots.common import PlotTarget
 
 simulate_app = typer.Typer()
 
@@ -66,8 +68,16 @@ def simulate(
         False, "--prior-knows-truth", help="Give the policy the truth as its prior."
     ),
     json_out: bool = typer.Option(False, "--json", help="Print the results as JSON."),
+    plot: str | None = typer.Option(
+        None,
+        "--plot",
+        metavar="FILE",
+        help="Also draw each policy's GPU timeline and its makespan, mean JCT and energy. "
+        + PLOT_HELP,
+    ),
 ) -> None:
     """Replay a job trace on a SIMULATED station through the engine's placement policies."""
+    target = plot_target(plot, machine_output="--json" if json_out else None)
     from gpudesk.engine.placement.interference import DEFAULT_PARAMS
     from gpudesk.engine.placement.policies import POLICY_NAMES
     from gpudesk.engine.simulator import (
@@ -134,6 +144,7 @@ def simulate(
                 },
             }
         )
+        _plot(target, results, sims[0], loaded.name, chosen)
         return
     mig_text = (
         "; MIG " + " ".join(f"{g}={','.join(v) or '(none)'}" for g, v in layouts.items())
@@ -159,6 +170,32 @@ def simulate(
             print(f"impossible: job {j['id']} ({j['name']}) {j['reason']}")
         for reason, jobs in _by_reason(r.lost_jobs).items():
             print(f"lost under {r.policy}: {_listed(jobs)}: {reason}")
+    _plot(target, results, sims[0], loaded.name, chosen)
+
+
+def _plot(
+    target: PlotTarget | None,
+    results: list[SimResult],
+    sim: Simulation,
+    trace_name: str,
+    station: str,
+) -> None:
+    """`--plot`, after the results are printed (a plot that fails does not lose them)."""
+    if target is None:
+        return
+    from gpudesk import render
+    from gpudesk.plots.simulate import simulate_figure, simulate_text
+
+    gpus = sim.gpu_count
+    caption = (
+        f"{station} ({gpus} × {sim.model.name}): trace {trace_name}, {len(sim.trace.jobs)} "
+        f"jobs, memory hints from {sim.estimator}"
+    )
+    write_plot(
+        target,
+        lambda: simulate_figure(results, gpus=gpus, caption=caption),
+        lambda: simulate_text(results, gpus=gpus, caption=caption, width=render.terminal_width()),
+    )
 
 
 def _by_reason(jobs: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:

@@ -504,6 +504,9 @@ class RequestHandlers:
             if refusal:
                 raise ProtocolError(protocol.REFUSED, refusal)
             result["env"] = {**parts.store.base_env(job.id), **job.spec.env}
+        if args.get("series"):
+            # what `gpudesk show --plot` draws; anyone may read it, as the usage
+            result["series"] = parts.telemetry.job_series(job.id).to_dict()
         return result
 
     def log(self, args: Args, caller: Caller) -> Reply:

@@ -308,6 +308,21 @@ class _Run:
         return self.placement
 
 
+@dataclass(frozen=True)
+class Occupancy:
+    """One attempt of a job on the simulated station: which GPUs it held, how, and when (the
+    timeline `gpudesk simulate --plot` draws). An attempt that died of an out-of-memory error
+    ends with `ended = "oom"`; the one that finished with "finished"."""
+
+    job_id: int
+    gpus: tuple[int, ...]
+    mode: str  # the placement's mode: exclusive, naive (time-sliced), mps, mig
+    start_s: float
+    end_s: float
+    ended: str  # "finished" or "oom"
+    mig_profile: str | None = None  # the MIG slice's profile, e.g. 3g.20gb
+
+
 @dataclass
 class SimResult:
     policy: str
@@ -333,10 +348,15 @@ class SimResult:
     observations: int = 0  # rates fed to the learner
     mig_violations: int = 0  # whole-GPU placements on a GPU in MIG mode (a policy error)
     learned_params: dict[str, float] = field(default_factory=dict)  # the policy's, at the end
+    # Every attempt, in the order they ended: for the timeline plot. Left out of `to_dict` (the
+    # `--json` report), where one row per attempt would drown the figures it compares.
+    occupancies: list[Occupancy] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for key, value in vars(self).items():
+            if key == "occupancies":
+                continue
             if isinstance(value, float):
                 value = round(value, 3)
             elif key == "learned_params":
@@ -414,6 +434,7 @@ class Simulation:
         self.decision_ms: list[float] = []
         self.modes: dict[str, int] = {}
         self.lost_why: dict[int, str] = {}
+        self.occupancies: list[Occupancy] = []
 
     def _new_run(self, job: TraceJob) -> _Run:
         if self.estimator == "measured":
@@ -641,7 +662,7 @@ class Simulation:
     def _crash(self, run: _Run) -> None:
         self.ooms += 1
         observed = min(run.job.peak_memory_mib, run.limit_mib or self.model.memory_total_mib)
-        self._stop(run)
+        self._stop(run, "oom")
         if run.attempts >= MAX_ATTEMPTS:
             run.lost = True
             self.lost_why[run.job.id] = f"out of memory {run.attempts} times"
@@ -651,9 +672,21 @@ class Simulation:
         self.queue.append(run)
         self.queue.sort(key=lambda r: r.record.id)
 
-    def _stop(self, run: _Run) -> None:
+    def _stop(self, run: _Run, ended: str = "finished") -> None:
         placement = run.placed
         gpu = placement.gpus[0]
+        mig = self._mig_slice(run) if placement.mode == "mig" else None
+        self.occupancies.append(
+            Occupancy(
+                run.job.id,
+                tuple(placement.gpus),
+                placement.mode,
+                run.started_at,
+                self.now,
+                ended,
+                mig.profile if mig is not None else None,
+            )
+        )
         for other in self._tenants(gpu):  # its stretch and its co-tenants' end here
             self._close_segment(other)
         self.running.remove(run)
@@ -907,6 +940,7 @@ class Simulation:
             observations=self.observations,
             mig_violations=self.mig_violations,
             learned_params=self.learner.params(self.model.name).to_dict(),
+            occupancies=list(self.occupancies),
         )
 
 

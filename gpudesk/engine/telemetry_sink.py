@@ -12,6 +12,7 @@ import logging
 import queue
 import time
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from gpudesk.engine.state import CurrentStation
@@ -20,7 +21,14 @@ from gpudesk.engine.store.database import Store
 from gpudesk.engine.store.schema import GPU_ENERGY_METRIC
 from gpudesk.engine.telemetry.backend import make_backend
 from gpudesk.engine.telemetry.energy import AttemptUsage, summarize
-from gpudesk.engine.telemetry.monitor import Monitor, RawSample, TrackedAttempt
+from gpudesk.engine.telemetry.monitor import (
+    JOB_POWER_SERIES,
+    JOB_SERIES,
+    JOB_SIMULATED_SERIES,
+    Monitor,
+    RawSample,
+    TrackedAttempt,
+)
 from gpudesk.engine.telemetry.sampler import SamplerThread
 
 log = logging.getLogger("gpudesk.engine")
@@ -28,6 +36,30 @@ log = logging.getLogger("gpudesk.engine")
 STORE_SAMPLES_EVERY_S = 10.0  # the store keeps means over this window; live views get every sample
 SAMPLE_RETENTION_S = 30 * 24 * 3600.0
 PRUNE_EVERY_S = 3600.0
+# What `show` with `series` returns of a job: its stored series, at most this many points each.
+SHOWN_JOB_SERIES = (*JOB_SERIES, JOB_POWER_SERIES)
+MAX_SERIES_POINTS = 2000
+
+
+@dataclass(frozen=True)
+class JobSeries:
+    """A job's telemetry over its life (`show` with `series`): per metric, (time, value) oldest
+    first; each stored point the mean of the window of `window_s` that ended at its time. A
+    job's latest window, not stored yet, is its last point, stamped with the time it was read."""
+
+    window_s: float
+    simulated: bool  # the job's GPUs were simulated
+    points: dict[str, list[tuple[float, float]]]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "window_s": self.window_s,
+            "simulated": self.simulated,
+            **{
+                metric: [[round(t, 3), round(v, 3)] for t, v in points]
+                for metric, points in self.points.items()
+            },
+        }
 
 
 # Per GPU: (index, MIG mode, its MIG devices' UUIDs): what placement's slices come from.
@@ -106,6 +138,8 @@ class TelemetrySink:
         carried over."""
         self.stop()
         self.ingest()
+        # the window not stored yet ends here: its means would go with the old monitor
+        self.flush(force=True)
         usage = self.monitor.usage
         unstored = self._energy_not_stored()
         self.monitor.close()
@@ -230,6 +264,25 @@ class TelemetrySink:
         }
         if idle:
             self.store.set_setting("idle_power_w", idle)
+
+    def job_series(self, job_id: int) -> JobSeries:
+        """The job's stored series and, while a window is open, its means so far."""
+        points = {
+            metric: self.store.job_series_thinned(job_id, metric, MAX_SERIES_POINTS)
+            for metric in SHOWN_JOB_SERIES
+        }
+        now = time.time()
+        pending = self.monitor.pending_job_means(job_id)
+        for metric, value in pending.items():
+            if metric in points:
+                points[metric].append((now, value))
+        simulated = JOB_SIMULATED_SERIES in pending or self.store.job_has_series(
+            job_id, JOB_SIMULATED_SERIES
+        )
+        if not simulated and not points[JOB_POWER_SERIES]:
+            # stored before the engine marked simulated samples: the backend it has now
+            simulated = self.monitor.simulated
+        return JobSeries(STORE_SAMPLES_EVERY_S, simulated, points)
 
     def record_usage(self, usages: Iterable[AttemptUsage]) -> None:
         grid = self.station.config.grid_intensity

@@ -237,6 +237,7 @@ def run_station_scenario(driver: StationDriver, subscribed: Callable[[], None]) 
     client.log(failing, 1, offset=0, max_bytes=4096)  # a log read through the engine
     track_mlflow(driver)
     driver.wait_done([mig_a, mig_b, mps_a, mps_b, reader, failing], timeout=90.0)
+    client.show(mps_a, series=True)  # its telemetry over its life (`gpudesk show --plot`)
 
     # The idle MIG GPU takes a new layout; the station is reconfigured, its grid named by a
     # code of the bundled table (the replies then carry grid_region and grid_source).

@@ -106,6 +106,14 @@ def test_the_scenario_covers_what_the_desk_shows(recorded: tuple[Recording, set[
     ]
     assert observed and observed[0].moved == {"mps_tenant_cost": 1}
     assert any(p.kind == "calibrated" for p in observed[0].params)
+    (series,) = [
+        shown.series
+        for e in recording.exchanges
+        if e.op == "show"
+        and (shown := decode_reply(models.JobDetail, e.reply, "show")).series is not None
+    ]
+    # a GPU job of 4 s sampled every 0.2 s: its SM activity, memory and share of the power
+    assert series.simulated and series.gpu_sm_pct and series.gpu_memory_mib and series.gpu_power_w
 
 
 def test_a_missing_or_unknown_field_fails_to_decode() -> None:

@@ -33,6 +33,7 @@ def test_compare_trains_under_each_preset_and_amortizes_the_cached_prepass(
     profile = tmp_path / "cmp.toml"
     profile.write_text(PROFILE.format(python=json.dumps(sys.executable)))
     out = tmp_path / "first.json"
+    plot = tmp_path / "compare.svg"
     code, table, err = gpudesk(
         "select",
         "compare",
@@ -43,8 +44,14 @@ def test_compare_trains_under_each_preset_and_amortizes_the_cached_prepass(
         "1",
         "--out",
         str(out),
+        "--plot",
+        str(plot),
     )
     assert code == 0, err
+    # the plot, after the table: a point per preset and the break-even (tests/unit/test_plots.py)
+    drawn = plot.read_text()
+    assert f"plot: wrote {plot}" in err and drawn.lstrip().startswith("<?xml")
+    assert all(p in drawn for p in ("full", "random-25", "dedup-25", "break-even"))
     assert "needs 3 or more" in err  # one seed: said, not hidden
     for fragment in (
         "PRESET",

@@ -72,6 +72,21 @@ def test_usage_and_series_round_trip(store: Store, tmp_path: Path) -> None:
     assert store.gpu_series(0, "power_w") == [(110.0, 260.0)]
 
 
+def test_a_long_job_series_is_thinned_to_at_most_so_many_points(
+    store: Store, tmp_path: Path
+) -> None:
+    (job,) = store.submit([JobSpec(name="long", command=("true",))])
+    attempt = store.start_attempt(job.id, {"slot": "gpu:0"}, tmp_path / "jobs")
+    store.add_samples([], [(10.0 * i, job.id, attempt.id, "gpu_sm_pct", i) for i in range(1, 11)])
+    assert len(store.job_series_thinned(job.id, "gpu_sm_pct", 10)) == 10  # as stored
+    # runs of 4, 4 and 2 points, each its mean at its last point's time
+    assert store.job_series_thinned(job.id, "gpu_sm_pct", 3) == [
+        (40.0, 2.5),
+        (80.0, 6.5),
+        (100.0, 9.5),
+    ]
+
+
 def test_reopening_does_not_migrate_again(tmp_path: Path) -> None:
     Store.open(tmp_path / "db").close()
     again = Store.open(tmp_path / "db")

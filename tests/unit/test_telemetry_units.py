@@ -30,7 +30,12 @@ from gpudesk.engine.telemetry.model import (
     GpuReading,
     JobLoad,
 )
-from gpudesk.engine.telemetry.monitor import Monitor, TrackedAttempt
+from gpudesk.engine.telemetry.monitor import (
+    JOB_POWER_SERIES,
+    JOB_SIMULATED_SERIES,
+    Monitor,
+    TrackedAttempt,
+)
 from gpudesk.engine.telemetry.rapl import RaplReader
 from gpudesk.engine.telemetry.sim import SimBackend
 from gpudesk.units import carbon_g
@@ -342,6 +347,37 @@ def test_monitor_splits_a_shared_gpu_by_sm_share() -> None:
     a, b = monitor.usage[1], monitor.usage[2]
     assert a.split == b.split == "sm share"
     assert a.gpu_j == pytest.approx(3 * b.gpu_j, rel=0.1)
+    # each job's share of the GPU's power goes with its series (what `show --plot` draws):
+    # together the GPU's power, split as its energy is
+    averages = monitor.drain_averages()
+    share_a = averages.jobs[(10, 1, JOB_POWER_SERIES)].value
+    share_b = averages.jobs[(11, 2, JOB_POWER_SERIES)].value
+    assert share_a is not None and share_b is not None
+    assert share_a == pytest.approx(3 * share_b, rel=0.1)
+    assert share_a + share_b == pytest.approx(averages.gpus[(0, "power_w")].value, rel=0.1)
+    assert averages.jobs[(10, 1, JOB_SIMULATED_SERIES)].value == 1  # the GPUs were simulated
+
+
+def test_a_telemetry_restart_stores_the_window_it_cuts_short(tmp_path: Path) -> None:
+    """A station change restarts telemetry with a fresh monitor: the means of the window not
+    stored yet are stored then, not lost with the old monitor (a job's last points)."""
+    from gpudesk.engine.jobs import JobSpec
+    from gpudesk.engine.state import CurrentStation
+    from gpudesk.engine.store.database import Store
+    from gpudesk.engine.telemetry_sink import TelemetrySink
+
+    store = Store.open(tmp_path / "db")
+    (job,) = store.submit([JobSpec(name="j", command=("true",))])
+    attempt = store.start_attempt(job.id, {"slot": "gpu:0"}, tmp_path / "jobs")
+    station = CurrentStation(store, StationConfig(backend="sim:a100-40gb"))
+    sink = TelemetrySink(store, station, lambda: None, lambda view: None, lambda: None)
+    try:
+        sink.monitor.averages.add_job(job.id, attempt.id, "cpu_pct", 50.0)
+        sink.restart()
+        assert [v for _, v in store.job_series(job.id, "cpu_pct")] == [50.0]
+    finally:
+        sink.close()
+        store.close()
 
 
 class BrokenBackend:

@@ -4,7 +4,9 @@ energy per stored window, and the demand earlier runs of a command measured."""
 from __future__ import annotations
 
 import json
+import math
 import os
+import statistics
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -141,6 +143,28 @@ class SampleTables(StoreConnection):
                 (job_id, metric),
             )
         ]
+
+    def job_has_series(self, job_id: int, metric: str) -> bool:
+        return (
+            self._conn.execute(
+                "SELECT 1 FROM job_samples WHERE job_id = ? AND metric = ? LIMIT 1",
+                (job_id, metric),
+            ).fetchone()
+            is not None
+        )
+
+    def job_series_thinned(
+        self, job_id: int, metric: str, max_points: int
+    ) -> list[tuple[float, float]]:
+        """`job_series` with at most `max_points` points: where there are more (a job of weeks),
+        runs of consecutive points are averaged, each stamped with its last point's time (a
+        stored point is the mean of the window that ended then)."""
+        points = self.job_series(job_id, metric)
+        if len(points) <= max_points:
+            return points
+        per = math.ceil(len(points) / max_points)
+        runs = (points[i : i + per] for i in range(0, len(points), per))
+        return [(run[-1][0], statistics.fmean(v for _, v in run)) for run in runs]
 
     def prune_samples(self, before: float) -> int:
         with self.transaction() as conn:

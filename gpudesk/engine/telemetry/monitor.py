@@ -119,6 +119,13 @@ class Averages:
 
 GPU_SERIES = ("sm_activity_pct", "kernel_active_pct", "memory_used_mib", "power_w", "temperature_c")
 JOB_SERIES = ("cpu_pct", "rss_mib", "gpu_memory_mib", "gpu_sm_pct")
+# A job's share of its GPUs' power (W) over each sample's interval: the energy the split credited
+# it (energy.attribute_gpu) over the interval's seconds. Stored with the job series, not in the
+# view (the `telemetry` event's jobs carry their energy so far instead).
+JOB_POWER_SERIES = "gpu_power_w"
+# 1 for each window in which a job's GPUs were simulated: whether a stored job ran on simulated
+# GPUs, whatever backend the engine has when it is asked later.
+JOB_SIMULATED_SERIES = "gpu_simulated"
 
 
 class Monitor:
@@ -232,9 +239,15 @@ class Monitor:
                 attempt.attempt_id, AttemptUsage(attempt.attempt_id, attempt.job_id)
             )
 
+        credited = {a.attempt_id: self.usage[a.attempt_id].gpu_j for a in raw.attempts}
         gpu_views, job_gpu = self._ingest_gpus(raw, intervals)
         job_views = self._ingest_jobs(raw, job_gpu)
         self._add_series(raw, gpu_views, job_views)
+        for attempt in raw.attempts:
+            power = self._power_share(attempt, intervals, credited.get(attempt.attempt_id))
+            self.averages.add_job(attempt.job_id, attempt.attempt_id, JOB_POWER_SERIES, power)
+            if attempt.gpus and self.simulated:
+                self.averages.add_job(attempt.job_id, attempt.attempt_id, JOB_SIMULATED_SERIES, 1)
 
         self.latest_raw = raw
         self.latest = {
@@ -336,9 +349,29 @@ class Monitor:
             }
         )
 
+    def _power_share(
+        self, attempt: TrackedAttempt, intervals: dict[int, Interval], before_j: float | None
+    ) -> float | None:
+        """The watts of its GPUs the energy split credited this attempt over this interval;
+        None without an interval on its GPUs (the first sample, no GPU)."""
+        seconds = next((intervals[i].seconds for i in attempt.gpus if i in intervals), None)
+        after_j = self.usage[attempt.attempt_id].gpu_j
+        if not seconds or seconds <= 0 or after_j is None:
+            return None
+        return max(0.0, after_j - (before_j or 0.0)) / seconds
+
     def finish(self, attempt_id: int) -> AttemptUsage | None:
         """An attempt ended: its final usage, no longer tracked."""
         return self.usage.pop(attempt_id, None)
+
+    def pending_job_means(self, job_id: int) -> dict[str, float]:
+        """The job's means in the window not stored yet (its latest attempt's), by metric."""
+        found: dict[str, tuple[int, float]] = {}
+        for (job, attempt, metric), mean in self.averages.jobs.items():
+            value = mean.value
+            if job == job_id and value is not None and attempt >= found.get(metric, (-1, 0.0))[0]:
+                found[metric] = (attempt, value)
+        return {metric: value for metric, (_, value) in found.items()}
 
     def drain_averages(self) -> Averages:
         averages, self.averages = self.averages, Averages()

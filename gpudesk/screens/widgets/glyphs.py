@@ -3,35 +3,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 from rich.text import Text
 
-SPARKS = "▁▂▃▄▅▆▇█"
+# The sparkline and bar glyphs are shared with the CLI's terminal plots (gpudesk.plots).
+from gpudesk.render import EMPTY as EMPTY
+from gpudesk.render import SPARKS as SPARKS
+from gpudesk.render import bar as bar
+from gpudesk.render import sparkline as sparkline
+
 # Each tenant of a memory bar gets its own fill, so shares stay apart without colour.
 SHARE_FILLS = "█▓▒▞▚▖"
 SHARE_STYLES = ("green", "cyan", "magenta", "yellow", "blue", "red")
-EMPTY = "·"
-
-
-def sparkline(values: Iterable[float | None], width: int, top: float = 100.0) -> str:
-    """The last `width` values as block characters (a gap where a value is missing)."""
-    points = list(values)[-width:]
-    out = []
-    for value in points:
-        if value is None:
-            out.append(" ")
-            continue
-        level = max(0.0, min(1.0, value / top)) if top else 0.0
-        out.append(SPARKS[min(len(SPARKS) - 1, round(level * (len(SPARKS) - 1)))])
-    return "".join(out).rjust(width)
-
-
-def bar(fraction: float | None, width: int, fill: str = "█") -> str:
-    if fraction is None:
-        return EMPTY * width
-    filled = round(max(0.0, min(1.0, fraction)) * width)
-    return fill * filled + EMPTY * (width - filled)
 
 
 def share_bar(

@@ -1,0 +1,66 @@
+"""`--plot FILE|-`, as the commands that draw a plot share it (simulate, select compare, history,
+show): the option's help, checking the target before any work is done, and writing the plot after
+the command's own output, so a plot that fails never costs the results (docs/plots.md).
+
+gpudesk.plots is imported inside these functions: `gpudesk --help` loads neither it nor
+matplotlib.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from gpudesk.cli.common import fail
+from gpudesk.cli.exit_codes import EXIT_FAILED, EXIT_USAGE
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+    from gpudesk.plots.common import PlotTarget
+
+# after each command's own "Also draw …." sentence
+PLOT_HELP = (
+    "FILE.svg, .png or .pdf (the suffix picks the format; needs the plot extra, pip install "
+    "'gpudesk[plot]'), or - for the terminal, in characters."
+)
+
+
+def plot_target(text: str | None, *, machine_output: str | None = None) -> PlotTarget | None:
+    """The checked `--plot` value (None when not given); a bad one fails with exit 2 before
+    the command does anything. `machine_output` names the option that makes stdout a format
+    for programs (`--json`, `--format csv`), which `--plot -` would break."""
+    if text is None:
+        return None
+    from gpudesk.plots.common import PlotError, PlotTarget
+
+    try:
+        target = PlotTarget.parse(text)
+    except PlotError as exc:
+        fail(str(exc), EXIT_USAGE)
+    if target.terminal and machine_output:
+        fail(
+            f"--plot - draws on the terminal, which would break the output of "
+            f"{machine_output}; give --plot a file (FILE.svg, .png or .pdf) with "
+            f"{machine_output}",
+            EXIT_USAGE,
+        )
+    return target
+
+
+def write_plot(target: PlotTarget, figure: Callable[[], Figure], text: Callable[[], str]) -> None:
+    """Draw the plot where the target says: `text()` printed for the terminal, else `figure()`
+    saved to the file (said on stderr, so --json's stdout stays JSON). Without matplotlib, with
+    nothing to draw, or when the file cannot be written, fails with one paragraph and exit 1."""
+    from gpudesk.plots.common import PlotError, require_matplotlib, save
+
+    try:
+        if target.terminal:
+            print(text())
+            return
+        require_matplotlib()
+        save(figure(), target)
+    except PlotError as exc:
+        fail(str(exc), EXIT_FAILED)
+    print(f"plot: wrote {target.path}", file=sys.stderr)
