@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import signal
@@ -43,6 +44,41 @@ def wait_for(
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
         time.sleep(interval)
+
+
+@pytest.fixture(autouse=True)
+def _serial_tests_run_alone(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[None]:
+    """Under pytest-xdist (the suite runs on 2 workers, pyproject's addopts), a test marked
+    `serial` runs with no other test running: those measure CPU time or throughput (the
+    calibration probe's busy share, select compare's training), which a test on the other core
+    would distort. Two locks in the session's shared temporary folder: every test passes the
+    gate (shared) and holds the room (shared); a serial test closes the gate first (so tests
+    starting meanwhile wait at it rather than keep the room busy forever), then takes the room
+    alone once the running ones have left."""
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        yield
+        return
+    shared = tmp_path_factory.getbasetemp().parent
+    with (
+        open(shared / "serial-gate.lock", "a") as gate,
+        open(shared / "serial-room.lock", "a") as room,
+    ):
+        serial = request.node.get_closest_marker("serial") is not None
+        if serial:
+            fcntl.flock(gate, fcntl.LOCK_EX)
+            fcntl.flock(room, fcntl.LOCK_EX)
+        else:
+            fcntl.flock(gate, fcntl.LOCK_SH)
+            fcntl.flock(room, fcntl.LOCK_SH)
+            fcntl.flock(gate, fcntl.LOCK_UN)
+        try:
+            yield
+        finally:
+            fcntl.flock(room, fcntl.LOCK_UN)
+            if serial:
+                fcntl.flock(gate, fcntl.LOCK_UN)
 
 
 @pytest.fixture(scope="session", autouse=True)

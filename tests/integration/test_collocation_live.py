@@ -45,6 +45,7 @@ def engine(home: Home) -> Iterator[EngineHandle]:
     handle.client.close()  # `home` stops the engine
 
 
+@pytest.mark.serial
 def test_idle_gpus_first_then_light_jobs_share_and_a_heavy_one_stays_alone(
     engine: EngineHandle,
 ) -> None:
@@ -110,6 +111,7 @@ def test_other_failures_are_not_retried(engine: EngineHandle) -> None:
     assert (done["state"], done["attempts"], done["exit_code"]) == ("failed", 1, 3)
 
 
+@pytest.mark.serial
 def test_the_next_run_of_a_command_uses_what_the_last_one_measured(engine: EngineHandle) -> None:
     command = [sys.executable, "-c", "import time; time.sleep(3.6)"]  # memory fills in 3 s
     (first,) = engine.submit({"name": "measure", "command": command, "gpus": 1})

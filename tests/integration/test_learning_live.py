@@ -58,6 +58,7 @@ def engine(home: Home, monkeypatch: pytest.MonkeyPatch) -> Iterator[EngineHandle
     handle.client.close()
 
 
+@pytest.mark.serial
 def test_a_job_slowed_beside_another_teaches_the_model(
     engine: EngineHandle, tmp_path: Path, gpudesk: Run
 ) -> None:

@@ -7,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
 from conftest import EngineHandle, Run
 
 from gpudesk.selection.cache import SelectionCache
@@ -27,6 +28,7 @@ command = [{python}, "-m", "gpudesk.workloads.digits", "--loader", "shared", "--
 """
 
 
+@pytest.mark.serial
 def test_compare_trains_under_each_preset_and_amortizes_the_cached_prepass(
     engine: EngineHandle, gpudesk: Run, tmp_path: Path
 ) -> None:

@@ -186,6 +186,7 @@ def test_truth_without_a_simulated_station_is_a_usage_error(tmp_path: Path) -> N
 
 
 # --- the probe --------------------------------------------------------------------------------
+@pytest.mark.serial
 def test_the_probe_runs_on_the_cpu_and_prints_progress_and_a_summary() -> None:
     done = subprocess.run(
         [
