@@ -8,6 +8,7 @@ import json
 import os
 import signal
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -46,26 +47,27 @@ def wait_for(
         time.sleep(interval)
 
 
-@pytest.fixture(autouse=True)
-def _serial_tests_run_alone(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[None]:
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
     """Under pytest-xdist (the suite runs on 2 workers, pyproject's addopts), a test marked
     `serial` runs with no other test running: those measure CPU time or throughput (the
     calibration probe's busy share, select compare's training), which a test on the other core
-    would distort. Two locks in the session's shared temporary folder: every test passes the
+    would distort. Two locks in a folder all workers of the run share: every test passes the
     gate (shared) and holds the room (shared); a serial test closes the gate first (so tests
     starting meanwhile wait at it rather than keep the room busy forever), then takes the room
-    alone once the running ones have left."""
-    if "PYTEST_XDIST_WORKER" not in os.environ:
+    alone once the running ones have left. Taken around the whole test, outside pytest-timeout's
+    clock (this wrapper is the outermost): waiting for a turn is not the test's time."""
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    if run is None:
         yield
         return
-    shared = tmp_path_factory.getbasetemp().parent
+    shared = Path(tempfile.gettempdir()) / f"gpudesk-tests-{run}"
+    shared.mkdir(exist_ok=True)
     with (
         open(shared / "serial-gate.lock", "a") as gate,
         open(shared / "serial-room.lock", "a") as room,
     ):
-        serial = request.node.get_closest_marker("serial") is not None
+        serial = item.get_closest_marker("serial") is not None
         if serial:
             fcntl.flock(gate, fcntl.LOCK_EX)
             fcntl.flock(room, fcntl.LOCK_EX)
