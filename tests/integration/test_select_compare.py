@@ -4,12 +4,16 @@ jobs reading the real digits through shared loaders under each preset."""
 from __future__ import annotations
 
 import json
+import shutil
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from conftest import EngineHandle, Run
 
+from gpudesk.paths import Home
 from gpudesk.selection.cache import SelectionCache
 
 PROFILE = """
@@ -28,10 +32,27 @@ command = [{python}, "-m", "gpudesk.workloads.digits", "--loader", "shared", "--
 """
 
 
-# It trains 6 short jobs for real: about 40 s alone on 2 cores; the default 120 s is tight
-# on a busy machine.
-@pytest.mark.serial
-@pytest.mark.timeout(300)
+@pytest.fixture
+def home(monkeypatch: pytest.MonkeyPatch) -> Iterator[Home]:
+    """conftest's `home` at a short path: the shared loaders' sockets lie under it
+    (run/loaders/digits.s0.random-25.ctl), a Unix socket's path holds 107 bytes at most, and
+    pytest-xdist's worker folder plus this test's name pass that (the loader then says so and
+    exits)."""
+    root = Path(tempfile.mkdtemp(prefix="gd-cmp-")) / "home"
+    monkeypatch.setenv("GPUDESK_HOME", str(root))
+    monkeypatch.delenv("GPUDESK_BACKEND", raising=False)
+    home = Home(root)
+    yield home
+    handle = EngineHandle(home)
+    try:
+        handle.stop()
+    finally:
+        handle.client.close()
+        handle.cleanup_jobs()
+        shutil.rmtree(root.parent, ignore_errors=True)
+
+
+@pytest.mark.serial  # it reports what each preset's training cost: nothing else may run
 def test_compare_trains_under_each_preset_and_amortizes_the_cached_prepass(
     engine: EngineHandle, gpudesk: Run, tmp_path: Path
 ) -> None:
