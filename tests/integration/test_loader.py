@@ -455,6 +455,9 @@ def first_epoch_ids(home: Home, name: str) -> list[int]:
 
 
 # -------------------------------------------------------------------------------------- tests
+# Two consumers told to connect at one moment while the first epoch streams: a test on the other
+# core can delay one past that epoch (seen once under pytest-xdist: stream epochs [1, 2, 3]).
+@pytest.mark.serial
 def test_every_consumer_gets_every_sample_once_per_epoch_in_the_seeds_order(
     loaders: Loaders, home: Home, tmp_path: Path
 ) -> None:
