@@ -137,7 +137,13 @@ def processes_in_group(pgid: int) -> list[psutil.Process]:
 @pytest.fixture
 def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Home]:
     """An empty GPUDESK_HOME; whatever engine and jobs a test started in it are stopped after."""
-    root = tmp_path / "home"
+    with home_at(tmp_path / "home", monkeypatch) as home:
+        yield home
+
+
+@contextlib.contextmanager
+def home_at(root: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Home]:
+    """`home` at a path of the test's choosing (a short one, for sockets under it)."""
     monkeypatch.setenv("GPUDESK_HOME", str(root))
     monkeypatch.delenv("GPUDESK_BACKEND", raising=False)
     home = Home(root)

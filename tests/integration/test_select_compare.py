@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import EngineHandle, Run
+from conftest import EngineHandle, Run, home_at
 
 from gpudesk.paths import Home
 from gpudesk.selection.cache import SelectionCache
@@ -38,18 +38,12 @@ def home(monkeypatch: pytest.MonkeyPatch) -> Iterator[Home]:
     (run/loaders/digits.s0.random-25.ctl), a Unix socket's path holds 107 bytes at most, and
     pytest-xdist's worker folder plus this test's name pass that (the loader then says so and
     exits)."""
-    root = Path(tempfile.mkdtemp(prefix="gd-cmp-")) / "home"
-    monkeypatch.setenv("GPUDESK_HOME", str(root))
-    monkeypatch.delenv("GPUDESK_BACKEND", raising=False)
-    home = Home(root)
-    yield home
-    handle = EngineHandle(home)
+    short = Path(tempfile.mkdtemp(prefix="gd-cmp-"))
     try:
-        handle.stop()
+        with home_at(short / "home", monkeypatch) as home:
+            yield home
     finally:
-        handle.client.close()
-        handle.cleanup_jobs()
-        shutil.rmtree(root.parent, ignore_errors=True)
+        shutil.rmtree(short, ignore_errors=True)
 
 
 @pytest.mark.serial  # it reports what each preset's training cost: nothing else may run
