@@ -21,7 +21,6 @@ import math
 import os
 import re
 import stat
-import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,12 +45,7 @@ from gpudesk.engine.loaders import LOADER_KEYS, DatasetSpec
 from gpudesk.engine.station import STATION_CHECKS, STATION_KEYS, StationConfig
 from gpudesk.examples import bundled
 from gpudesk.results import Goal
-from gpudesk.toml_lines import BARE_KEY, Key, KeyLines
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # Python 3.10
-    import tomli as tomllib
+from gpudesk.toml_lines import BARE_KEY, Key, KeyLines, tomllib
 
 __all__ = [
     "MAX_JOBS",

@@ -6,6 +6,15 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+import sys
+
+# The one place that picks the TOML parser: the standard library's from 3.11, tomli before.
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+__all__ = ["BARE_KEY", "Key", "KeyLines", "tomllib"]
 
 # A key path inside a document: ("jobs", 2, "gpus") is `jobs[2].gpus`.
 Key = tuple[str | int, ...]

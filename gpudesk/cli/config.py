@@ -20,7 +20,6 @@ is one paragraph naming the file and the key, and the command does not run.
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -42,10 +41,8 @@ def config_path() -> Path | None:
 
 
 def _read(path: Path) -> dict[str, Any]:
-    if sys.version_info >= (3, 11):
-        import tomllib
-    else:  # pragma: no cover - Python 3.10
-        import tomli as tomllib
+    from gpudesk.toml_lines import tomllib
+
     try:
         data = path.read_bytes()
     except FileNotFoundError:

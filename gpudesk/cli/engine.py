@@ -130,10 +130,7 @@ def _settings_table(pairs: list[str]) -> dict[str, object]:
     `isolation=true`, `grid_intensity=56.1`), a bare word as a string (`policy=fifo`,
     `grid_intensity=FR`, `metrics_listen=127.0.0.1:9400`); an empty value goes back to the
     default."""
-    if sys.version_info >= (3, 11):
-        import tomllib
-    else:  # pragma: no cover - Python 3.10
-        import tomli as tomllib
+    from gpudesk.toml_lines import tomllib
 
     table: dict[str, object] = {}
     for pair in pairs:
