@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpudesk.engine.cluster import CLUSTER_KEYS, ClusterSpec, check_cluster
 from gpudesk.engine.jobs import (
     FIELD_CHECKS,
     MLFLOW_MAX_PARAM_VALUE,
@@ -75,6 +76,7 @@ TOP_KEYS = (
     "datasets",
     "report",
     "tracking",
+    "cluster",
     "jobs",
     "sweeps",
 )
@@ -177,6 +179,9 @@ class Profile:
     bundled: bool = False
     # [tracking]: where its jobs' MLflow runs go (each job's spec carries it too); None: none.
     tracking: TrackingSpec | None = None
+    # [cluster]: the Slurm cluster its jobs go to by default (docs/slurm.md); None: the station.
+    # The jobs' specs do not carry it: `gpudesk run --on` may send them elsewhere.
+    cluster: ClusterSpec | None = None
 
 
 def load_profile(path: str | os.PathLike[str]) -> Profile:
@@ -574,6 +579,7 @@ class _Builder:
         datasets = self.datasets(document)
         report = self.report(document)
         self.tracking = self.read_tracking(document, name)
+        cluster = self.read_cluster(document)
         self.read_defaults(document)
 
         entries: list[_Entry] = []
@@ -620,6 +626,7 @@ class _Builder:
             station_keys,
             report,
             tracking=self.tracking,
+            cluster=cluster,
         )
 
     def station(self, document: dict[str, Any]) -> StationConfig:
@@ -696,6 +703,28 @@ class _Builder:
         if uri is _INVALID or experiment is _INVALID:
             return None
         return TrackingSpec(uri, experiment)
+
+    def read_cluster(self, document: dict[str, Any]) -> ClusterSpec | None:
+        """[cluster]: the Slurm cluster the profile's jobs go to (gpudesk.engine.cluster); each
+        key's problem is reported at its own line."""
+        if "cluster" not in document:
+            return None
+        table = self.table(("cluster",), document["cluster"], "a [cluster] table")
+        if table is None:
+            return None
+        self.unknown_keys(("cluster",), table, CLUSTER_KEYS)
+        ok = True
+        for key in CLUSTER_KEYS:
+            if key not in table:
+                continue
+            try:
+                check_cluster({key: table[key]})
+            except ValueError as exc:
+                ok = False
+                self.problem(("cluster", key), str(exc).removeprefix(f"{key}: "))
+        if not ok or any(key not in CLUSTER_KEYS for key in table):
+            return None
+        return check_cluster(table)
 
     def datasets(self, document: dict[str, Any]) -> dict[str, DatasetConfig]:
         if "datasets" not in document:

@@ -27,6 +27,7 @@ __all__ = [
     "AttemptUsageFigures",
     "AttemptUsageView",
     "AttemptView",
+    "ClusterView",
     "ConfigureResult",
     "DatasetsResult",
     "DemandView",
@@ -75,6 +76,7 @@ __all__ = [
     "SettingValue",
     "ShutdownResult",
     "SlotCounts",
+    "SlurmJobView",
     "Snapshot",
     "StationConfigView",
     "StationInfo",
@@ -118,6 +120,22 @@ class TrackingView(WireModel, frozen=True):
     sweep_params: dict[str, str] = {}  # its sweep's grid: the parent run's params
 
 
+class ClusterView(WireModel, frozen=True):
+    """The cluster a job was submitted to (gpudesk.engine.cluster.ClusterSpec, docs/slurm.md)."""
+
+    kind: str
+    name: str | None
+    partition: str | None
+    account: str | None
+    qos: str | None
+    share: str
+    gpu_type: str | None
+    mig_profile: str | None
+    cpus_per_task: int
+    mem_gb: float | None
+    conf: str | None
+
+
 class JobSpecView(WireModel, frozen=True):
     """What was submitted, as the engine keeps it (the environment is left out of listings:
     it can hold secrets; `show --env` asks for it)."""
@@ -138,6 +156,7 @@ class JobSpecView(WireModel, frozen=True):
     time_limit_s: float | None = None  # wall-clock seconds an attempt may run
     sweep: str | None = None  # the [[sweeps]] table of its profile that made it
     tracking: TrackingView | None = None  # its MLflow run's store and experiment
+    cluster: ClusterView | None = None  # the Slurm cluster it was submitted to; None: the station
 
 
 class UsageFigures(WireModel, frozen=True):
@@ -177,6 +196,19 @@ class UsageSummary(UsageFigures, frozen=True):
     per_attempt: list[AttemptUsageView]
 
 
+class SlurmJobView(WireModel, frozen=True):
+    """A job the engine submitted to a Slurm cluster (docs/slurm.md): its id there ("123", or
+    "123_4" for task 4 of array 123) and what Slurm last said of it."""
+
+    cluster: str  # the cluster's name (its ClusterName, or [cluster] name)
+    job_id: str | None  # None until sbatch answered
+    state: str | None  # Slurm's word: PENDING, RUNNING, COMPLETED, TIMEOUT ...
+    reason: str | None  # Slurm's reason: Resources, Priority, DependencyNeverSatisfied ...
+    node: str | None  # where it runs or ran
+    gres: str | None  # the gres it asked for ("gpu:1g.10gb:1"); None: a CPU job
+    script: str  # the sbatch script gpudesk wrote and submitted
+
+
 class JobView(WireModel, frozen=True):
     """A job as `jobs` and `show` list it. While it runs, `gpus`, `mode` and `mig_slice` say
     where (structured; `slot` is only the display label, e.g. "gpu:0/mps")."""
@@ -210,6 +242,7 @@ class JobView(WireModel, frozen=True):
     # its GPU-seconds over every attempt (wall time × GPUs held, as allocated).
     last_slot: str | None = None
     gpu_s: float | None = None
+    slurm: SlurmJobView | None = None  # a job submitted to Slurm: its id there and state
 
     @property
     def terminal(self) -> bool:

@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from gpudesk.engine.cluster import ClusterSpec, check_cluster
 from gpudesk.text import is_os_text, is_text, safe_text
 
 MAX_NAME_LEN = 200
@@ -463,6 +464,8 @@ class JobSpec:
     # submit): with `group`, what an MLflow parent run stands for.
     sweep: str | None = None
     tracking: TrackingSpec | None = None  # its MLflow run (docs/tracking.md); None: no tracking
+    # The Slurm cluster it is submitted to (docs/slurm.md); None: it runs on the station.
+    cluster: ClusterSpec | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data = {f.name: getattr(self, f.name) for f in fields(self)}  # asdict deep-copies: slow
@@ -470,6 +473,7 @@ class JobSpec:
         data["env"] = dict(self.env)
         data["after"] = list(self.after)
         data["tracking"] = self.tracking.to_dict() if self.tracking else None
+        data["cluster"] = self.cluster.to_dict() if self.cluster else None
         return data
 
     @classmethod
@@ -505,6 +509,7 @@ class JobSpec:
         """Rebuild a spec the store wrote from a validated one: no checks, since listing a
         long queue reads every row and re-validating each one costs more than the query."""
         tracking = data.get("tracking")
+        cluster = data.get("cluster")
         return cls(
             **{
                 **data,
@@ -512,6 +517,7 @@ class JobSpec:
                 "env": dict(data["env"]),
                 "after": tuple(data.get("after", ())),  # specs stored before dependencies had none
                 "tracking": TrackingSpec.from_stored(tracking) if tracking else None,
+                "cluster": ClusterSpec.from_stored(cluster) if cluster else None,
             }
         )
 
@@ -538,6 +544,7 @@ _CHECKS: dict[str, Callable[[Any], Any]] = {
     "after": check_after,
     "time_limit_s": check_time_limit,
     "tracking": check_tracking,
+    "cluster": check_cluster,
 }
 _FIELDS = frozenset({"name", "command", "shell", "group", "sweep", *_CHECKS})
 FIELD_CHECKS: Mapping[str, Callable[[Any], Any]] = _CHECKS

@@ -1,0 +1,294 @@
+"""A job's sbatch options from gpudesk's placement vocabulary (docs/slurm.md has the table).
+
+Each option carries why it is there, in words: `gpudesk export slurm` writes that as the comment
+above its `#SBATCH` line, and the engine logs it with the submission. On the station the engine
+picks, per job, a whole GPU, a MIG slice, an MPS share or time-slicing; on Slurm the same choice
+becomes a gres request made once, at submit, from what the job asks (`gpus`, `memory_gb`,
+`sm_pct`), the `[cluster]` table (`share`, `gpu_type`, `mig_profile`) and what the cluster's
+nodes offer (`sinfo -o %G`, parsed into a `GresOffer`).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from gpudesk.engine.cluster import ClusterSpec
+from gpudesk.engine.jobs import PRIORITY_RANGE, JobSpec
+
+# A MIG profile as NVIDIA names it and Slurm's gres.conf types it (AutoDetect=nvml names them
+# this way): "1g.10gb", "3g.40gb", "1g.10gb+me", "1c.3g.40gb" (a compute instance of a slice).
+_MIG_PROFILE = re.compile(r"^(?:\d+c\.)?(\d+)g\.(\d+)gb(?:\+me)?$")
+# One item of sinfo's %G: name[:type]:count, then an optional socket list "(S:0-1)".
+_GRES_ITEM = re.compile(r"^([a-z]+)(?::([^:()]+))?:(\d+)(?:\([^)]*\))?$")
+
+
+class SlurmMappingError(ValueError):
+    """A job asks for something this cluster cannot be asked for (or not in this way)."""
+
+
+@dataclass(frozen=True)
+class GresOffer:
+    """The GPU gres a cluster's nodes offer, from `sinfo -h -o %G` (`known` False: not asked,
+    as for `gpudesk export slurm` without a cluster to ask; every choice is then the job's
+    own or a whole GPU)."""
+
+    gpu_types: tuple[str, ...] = ()  # whole-GPU types ("a100"); "" for untyped GPUs
+    mig_profiles: tuple[str, ...] = ()  # typed GPUs named like MIG profiles ("1g.10gb")
+    mps: bool = False
+    shard: bool = False
+    known: bool = False
+
+    @classmethod
+    def parse(cls, lines: Iterable[str]) -> GresOffer:
+        """From sinfo's %G lines, e.g. `gpu:a100:2,gpu:1g.10gb:2,mps:100,shard:4(S:0)`."""
+        types: set[str] = set()
+        profiles: set[str] = set()
+        mps = shard = False
+        for line in lines:
+            for item in line.strip().split(","):
+                match = _GRES_ITEM.match(item.strip())
+                if match is None:
+                    continue
+                name, kind, count = match.group(1), match.group(2) or "", int(match.group(3))
+                if count == 0:
+                    continue
+                if name == "gpu":
+                    (profiles if _MIG_PROFILE.match(kind) else types).add(kind)
+                elif name == "mps":
+                    mps = True
+                elif name == "shard":
+                    shard = True
+        return cls(
+            tuple(sorted(types)),
+            tuple(sorted(profiles, key=_profile_order)),
+            mps,
+            shard,
+            known=True,
+        )
+
+    def describe(self) -> str:
+        if not self.known:
+            return "not asked"
+        parts = [f"gpu:{t}" if t else "gpu" for t in self.gpu_types]
+        parts += [f"gpu:{p} (MIG)" for p in self.mig_profiles]
+        parts += ["mps"] * self.mps + ["shard"] * self.shard
+        return ", ".join(parts) or "no GPU gres"
+
+
+def _profile_order(profile: str) -> tuple[int, int, str]:
+    match = _MIG_PROFILE.match(profile)
+    if match is None:
+        return (1 << 30, 1 << 30, profile)
+    return (int(match.group(2)), int(match.group(1)), profile)
+
+
+def mig_memory_gb(profile: str) -> int | None:
+    """The memory of a MIG profile, from its name ("3g.40gb" -> 40)."""
+    match = _MIG_PROFILE.match(profile)
+    return int(match.group(2)) if match else None
+
+
+@dataclass(frozen=True)
+class SbatchOption:
+    """One sbatch option and why it is there."""
+
+    flag: str  # "--gres"
+    value: str
+    why: str
+
+    @property
+    def arg(self) -> str:
+        return f"{self.flag}={self.value}"
+
+
+def _gpu(kind: str | None, count: int) -> str:
+    return f"gpu:{kind}:{count}" if kind else f"gpu:{count}"
+
+
+def gres_choice(spec: JobSpec, cluster: ClusterSpec, offer: GresOffer) -> SbatchOption | None:
+    """The gres a job asks for (None: a CPU job). Raises SlurmMappingError when its `share`
+    cannot be met by what the job or the cluster has."""
+    if spec.gpus == 0:
+        return None
+    share = cluster.share
+    whole_type = cluster.gpu_type
+    if spec.gpus > 1:
+        if share not in ("auto", "whole"):
+            raise SlurmMappingError(
+                f"job {spec.name!r} asks for {spec.gpus} GPUs; only a one-GPU job can share its "
+                f"GPU ([cluster] share = {share!r})"
+            )
+        return SbatchOption(
+            "--gres",
+            _gpu(whole_type, spec.gpus),
+            f"gpus = {spec.gpus}: whole GPUs"
+            + (f" of type {whole_type} ([cluster] gpu_type)" if whole_type else ""),
+        )
+    if share == "whole":
+        return _whole(whole_type, "[cluster] share = 'whole'")
+    if share == "mps":
+        return _mps(spec, offer, forced=True)
+    if share == "timeslice":
+        return _shard(offer, "[cluster] share = 'timeslice'", forced=True)
+    if share == "mig":
+        return _mig(spec, cluster, offer, forced=True) or _whole(whole_type, "")
+    # auto: what the station would weigh, made once from the job's own hints
+    if cluster.mig_profile is not None:
+        return _mig(spec, cluster, offer, forced=False)
+    if spec.sm_pct is not None and spec.sm_pct < 100 and offer.mps:
+        return _mps(spec, offer, forced=False)
+    if spec.memory_gb is not None and offer.mig_profiles:
+        chosen = _mig(spec, cluster, offer, forced=False)
+        if chosen is not None:
+            return chosen
+    if spec.sm_pct is not None and spec.sm_pct < 100 and offer.shard:
+        return _shard(
+            offer, f"sm_pct = {spec.sm_pct:g} and the cluster offers no MPS", forced=False
+        )
+    because = "a one-GPU job with no sm_pct or memory_gb that a share fits"
+    if not offer.known:
+        because = "what the cluster offers was not asked, so no share is assumed"
+    return _whole(whole_type, because)
+
+
+def _whole(kind: str | None, because: str) -> SbatchOption:
+    why = "gpus = 1: a whole GPU" + (f" of type {kind} ([cluster] gpu_type)" if kind else "")
+    return SbatchOption("--gres", _gpu(kind, 1), why + (f"; {because}" if because else ""))
+
+
+def _mps(spec: JobSpec, offer: GresOffer, *, forced: bool) -> SbatchOption:
+    if spec.sm_pct is None:
+        raise SlurmMappingError(
+            f"job {spec.name!r}: an MPS share ([cluster] share = 'mps') is the job's sm_pct, "
+            "and it names none"
+        )
+    if offer.known and not offer.mps:
+        raise SlurmMappingError(
+            f"job {spec.name!r}: the cluster offers no mps gres (it offers {offer.describe()})"
+        )
+    share = max(1, min(100, math.ceil(spec.sm_pct)))
+    how = "[cluster] share = 'mps'" if forced else "auto: the cluster offers MPS"
+    return SbatchOption(
+        "--gres",
+        f"mps:{share}",
+        f"sm_pct = {spec.sm_pct:g}: an MPS share of {share}% of one GPU's SMs ({how}; Slurm "
+        "sets CUDA_MPS_ACTIVE_THREAD_PERCENTAGE)",
+    )
+
+
+def _shard(offer: GresOffer, because: str, *, forced: bool) -> SbatchOption:
+    if forced and offer.known and not offer.shard:
+        raise SlurmMappingError(
+            f"the cluster offers no shard gres for time-slicing (it offers {offer.describe()})"
+        )
+    return SbatchOption(
+        "--gres", "shard:1", f"time-sliced: one shard of a GPU that other jobs share ({because})"
+    )
+
+
+def _mig(
+    spec: JobSpec, cluster: ClusterSpec, offer: GresOffer, *, forced: bool
+) -> SbatchOption | None:
+    if cluster.mig_profile is not None:
+        if offer.known and cluster.mig_profile not in offer.mig_profiles:
+            raise SlurmMappingError(
+                f"[cluster] mig_profile = {cluster.mig_profile!r}: the cluster offers no such "
+                f"gres (it offers {offer.describe()})"
+            )
+        return SbatchOption(
+            "--gres",
+            _gpu(cluster.mig_profile, 1),
+            f"a MIG slice of profile {cluster.mig_profile} ([cluster] mig_profile)",
+        )
+    if spec.memory_gb is None:
+        if forced:
+            raise SlurmMappingError(
+                f"job {spec.name!r}: [cluster] share = 'mig' picks the smallest MIG profile that "
+                "holds the job's memory_gb, and it names none (or set [cluster] mig_profile)"
+            )
+        return None
+    fits = [p for p in offer.mig_profiles if (mig_memory_gb(p) or 0) >= spec.memory_gb]
+    if not fits:
+        if forced:
+            raise SlurmMappingError(
+                f"job {spec.name!r}: no MIG profile the cluster offers holds memory_gb = "
+                f"{spec.memory_gb:g} (it offers {offer.describe()})"
+            )
+        return None
+    profile = fits[0]
+    return SbatchOption(
+        "--gres",
+        _gpu(profile, 1),
+        f"memory_gb = {spec.memory_gb:g}: the smallest MIG profile the cluster offers that holds "
+        f"it ({profile}, {mig_memory_gb(profile)} GB)",
+    )
+
+
+def slurm_time(seconds: float) -> str:
+    """A time limit as sbatch takes it ("D-HH:MM:SS"); Slurm acts on whole minutes."""
+    total = math.ceil(seconds)
+    days, rest = divmod(total, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    clock = f"{hours:02d}:{minutes:02d}:{secs:02d}"
+    return f"{days}-{clock}" if days else clock
+
+
+def sbatch_options(spec: JobSpec, cluster: ClusterSpec, offer: GresOffer) -> list[SbatchOption]:
+    """Every option a job's sbatch gets from its spec and its cluster, in the order a script
+    lists them (output, array and dependency options are the submission's: gpudesk.engine.
+    slurm.script)."""
+    options = [SbatchOption("--job-name", spec.name, "the job's name")]
+    for flag, value, key in (
+        ("--partition", cluster.partition, "partition"),
+        ("--account", cluster.account, "account"),
+        ("--qos", cluster.qos, "qos"),
+    ):
+        if value is not None:
+            options.append(SbatchOption(flag, value, f"[cluster] {key}"))
+    gres = gres_choice(spec, cluster, offer)
+    if gres is not None:
+        options.append(gres)
+    options.append(
+        SbatchOption(
+            "--cpus-per-task",
+            str(cluster.cpus_per_task),
+            "CPU cores: one job is one CPU slot on the station"
+            if cluster.cpus_per_task == 1
+            else "[cluster] cpus_per_task",
+        )
+    )
+    if cluster.mem_gb is not None:
+        options.append(
+            SbatchOption("--mem", f"{math.ceil(cluster.mem_gb * 1024)}M", "[cluster] mem_gb")
+        )
+    if spec.time_limit_s is not None:
+        options.append(
+            SbatchOption(
+                "--time",
+                slurm_time(spec.time_limit_s),
+                f"time_limit = {spec.time_limit_s:g} s (Slurm acts on whole minutes)",
+            )
+        )
+    if spec.priority < 0:
+        options.append(
+            SbatchOption(
+                "--nice",
+                str(-spec.priority),
+                f"priority = {spec.priority}: a nice of {-spec.priority} lowers it",
+            )
+        )
+    elif spec.priority > 0:
+        options.append(
+            SbatchOption(
+                "--nice",
+                "0",
+                f"priority = {spec.priority}: Slurm lets only its operators raise a job's "
+                f"priority (a negative nice), so it goes at nice 0 (gpudesk's range is "
+                f"{PRIORITY_RANGE[0]} to {PRIORITY_RANGE[1]})",
+            )
+        )
+    return options

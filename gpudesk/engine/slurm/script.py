@@ -1,0 +1,208 @@
+"""The sbatch scripts gpudesk submits (and `gpudesk export slurm` writes for people to read).
+
+A submission is one Slurm job or one job array: the jobs of one [[sweeps]] table that ask for
+the same resources become one array, task i running the i-th of them (a `case` on
+SLURM_ARRAY_TASK_ID), so `squeue` shows one line per sweep and `scancel` stops it whole. Every
+`#SBATCH` line has a comment saying where it came from.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from gpudesk.engine.cluster import ClusterSpec
+from gpudesk.engine.jobs import JobSpec
+from gpudesk.engine.slurm.request import GresOffer, SbatchOption, sbatch_options
+
+ARRAY_TASK = "%a"  # sbatch's file-name pattern for an array task's index
+
+
+@dataclass(frozen=True)
+class Task:
+    """One job of a submission: its spec, and gpudesk's id for it (None: not submitted by
+    gpudesk, as in `gpudesk export slurm`)."""
+
+    spec: JobSpec
+    job_id: int | None = None
+
+
+@dataclass(frozen=True)
+class Submission:
+    """One sbatch: a job, or an array of jobs (one task each, in order)."""
+
+    tasks: tuple[Task, ...]
+    options: tuple[SbatchOption, ...]  # the first task's; the same for all, but the name
+    array_name: str | None = None  # an array's --job-name (its sweep's); None: not an array
+
+    @property
+    def is_array(self) -> bool:
+        return self.array_name is not None
+
+    def output_of(self, pattern: str, index: int) -> str:
+        """Task `index`'s output file, given the --output pattern."""
+        return pattern.replace(ARRAY_TASK, str(index)) if self.is_array else pattern
+
+
+def _same_request(a: list[SbatchOption], b: list[SbatchOption]) -> bool:
+    return [o for o in a if o.flag != "--job-name"] == [o for o in b if o.flag != "--job-name"]
+
+
+def plan(
+    specs: Sequence[JobSpec],
+    cluster: ClusterSpec,
+    offer: GresOffer,
+    job_ids: Sequence[int | None] | None = None,
+) -> list[Submission]:
+    """Group jobs, in order, into submissions: neighbours from one sweep (same sweep, group and
+    `after`) that ask for the same resources form an array; every other job is one of its own.
+    Raises SlurmMappingError for a job this cluster cannot be asked for."""
+    ids = list(job_ids) if job_ids is not None else [None] * len(specs)
+    submissions: list[Submission] = []
+    current: list[Task] = []
+    current_options: list[SbatchOption] = []
+
+    def close() -> None:
+        if not current:
+            return
+        first = current[0].spec
+        name = first.sweep if len(current) > 1 else None
+        options = current_options
+        if name is not None:
+            options = [
+                SbatchOption("--job-name", name, "the sweep's name: one array task per job")
+                if o.flag == "--job-name"
+                else o
+                for o in options
+            ]
+        submissions.append(Submission(tuple(current), tuple(options), name))
+        current.clear()
+
+    for spec, job_id in zip(specs, ids, strict=True):
+        options = sbatch_options(spec, cluster, offer)
+        if current:
+            first = current[0].spec
+            joins = (
+                spec.sweep is not None
+                and spec.sweep == first.sweep
+                and spec.group == first.group
+                and spec.after == first.after
+                and _same_request(options, current_options)
+            )
+            if not joins:
+                close()
+        if not current:
+            current_options = options
+        current.append(Task(spec, job_id))
+    close()
+    return submissions
+
+
+def _comment(text: str) -> list[str]:
+    return [f"#   {line}" for line in text.splitlines()]
+
+
+def _task_lines(task: Task, chdir: str | None, indent: str) -> list[str]:
+    spec = task.spec
+    lines = []
+    if task.job_id is not None:
+        lines.append(
+            f"export GPUDESK_JOB_ID={task.job_id} GPUDESK_JOB_NAME={shlex.quote(spec.name)} "
+            "GPUDESK_ATTEMPT=1"
+        )
+    for key, value in spec.env.items():
+        lines.append(f"export {key}={shlex.quote(value)}")
+    if spec.workdir is not None and spec.workdir != chdir:
+        lines.append(f"cd {shlex.quote(spec.workdir)} || exit 1")
+    if spec.shell:
+        lines.append(f"exec /bin/sh -c {shlex.quote(spec.command[0])}")
+    else:
+        lines.append(f"exec {shlex.join(spec.command)}")
+    return [indent + line for line in lines]
+
+
+def render(
+    submission: Submission,
+    *,
+    output: str,
+    header: Sequence[str] = (),
+    dependency: SbatchOption | None = None,
+) -> str:
+    """The script: `#SBATCH` lines with their reasons, then the job (or a `case` over the
+    array's tasks). `output` is the --output file (with %a for an array)."""
+    tasks = submission.tasks
+    workdirs = {t.spec.workdir for t in tasks}
+    chdir = next(iter(workdirs)) if len(workdirs) == 1 else None
+    options: list[SbatchOption] = list(submission.options)
+    if submission.is_array:
+        options.append(
+            SbatchOption(
+                "--array",
+                f"0-{len(tasks) - 1}",
+                f"the {len(tasks)} jobs of the sweep, task i running the i-th below",
+            )
+        )
+    if chdir is not None:
+        options.append(SbatchOption("--chdir", chdir, "the job's workdir"))
+    options.append(
+        SbatchOption(
+            "--output",
+            output,
+            "stdout and stderr together, as gpudesk logs show them"
+            + (" (%a: the array task)" if submission.is_array else ""),
+        )
+    )
+    options.append(
+        SbatchOption(
+            "--open-mode", "append", "a requeued job adds to its output, as on the station"
+        )
+    )
+    options.append(
+        SbatchOption(
+            "--export",
+            "ALL",
+            "the environment sbatch runs in (gpudesk runs it with the submitter's), and the "
+            "job's own env below",
+        )
+    )
+    if dependency is not None:
+        options.append(dependency)
+        options.append(
+            SbatchOption(
+                "--kill-on-invalid-dep",
+                "yes",
+                "a parent that fails or is cancelled cancels this job, not leaves it pending",
+            )
+        )
+    lines = ["#!/bin/bash", *(f"# {h}" if h else "#" for h in header)]
+    for option in options:
+        lines.append(f"#SBATCH {shlex.quote(option.arg)}")
+        lines.extend(_comment(option.why))
+    lines.append("")
+    if not submission.is_array:
+        lines.extend(_task_lines(tasks[0], chdir, ""))
+        return "\n".join(lines) + "\n"
+    lines.append('case "$SLURM_ARRAY_TASK_ID" in')
+    for index, task in enumerate(tasks):
+        who = f"gpudesk job {task.job_id}: " if task.job_id is not None else ""
+        lines.append(f"  {index})  # {who}{task.spec.name}")
+        lines.extend(_task_lines(task, chdir, "    "))
+        lines.append("    ;;")
+    lines.append('  *) echo "gpudesk: no job for array task $SLURM_ARRAY_TASK_ID" >&2; exit 1 ;;')
+    lines.append("esac")
+    return "\n".join(lines) + "\n"
+
+
+def job_environment(base: Mapping[str, str], conf: str | None) -> dict[str, str]:
+    """The environment sbatch runs in: the submitter's, without the SLURM_/SBATCH_ variables
+    of a Slurm job it may itself be running in (sbatch would read SBATCH_* as options, and
+    SLURM_JOB_ID would mislead the job), with SLURM_CONF set to the job's cluster's."""
+    env = {
+        k: v
+        for k, v in base.items()
+        if not (k.startswith(("SLURM_", "SBATCH_", "SALLOC_", "SRUN_")))
+    }
+    if conf is not None:
+        env["SLURM_CONF"] = conf
+    return env
