@@ -134,7 +134,10 @@ def write_config(root: Path) -> None:
         (dev / name).symlink_to("/dev/null")
     for folder in ("state", "spool"):
         (root / folder).mkdir()
-    cpus = os.cpu_count() or 2
+    # One CPU more than the machine has (SlurmdParameters=config_overrides lets slurmd believe
+    # the configuration): a sleeping job must not keep a 2-core CI machine's other jobs
+    # pending, and more would run more trainings at once than the cores can serve.
+    cpus = (os.cpu_count() or 2) + 1
     memory = max(_memory_mb() * 8 // 10, 512)
     (root / "slurm.conf").write_text(
         "\n".join(
@@ -168,6 +171,7 @@ def write_config(root: Path) -> None:
                 "MinJobAge=600",
                 "KillWait=5",
                 "ReturnToService=2",
+                "SlurmdParameters=config_overrides",
                 "InactiveLimit=0",
                 f"NodeName=localhost CPUs={cpus} RealMemory={memory} "
                 "Gres=gpu:a100:2,gpu:1g.10gb:2,mps:100,shard:4 State=UNKNOWN",

@@ -32,6 +32,7 @@ from gpudesk.engine.jobs import JobSpec
 if TYPE_CHECKING:
     from gpudesk.api.client import Client
     from gpudesk.api.models import ConfigureResult, JobView
+    from gpudesk.engine.cluster import ClusterSpec
     from gpudesk.engine.loaders import DatasetSpec
     from gpudesk.profile import Profile
     from gpudesk.selection.cache import SelectionCache
@@ -230,6 +231,7 @@ def submit_profile(
     on_step: Callable[[Step], None] | None = None,
     cache: SelectionCache | None = None,
     env: Mapping[str, str] | None = None,
+    cluster: ClusterSpec | None = None,
 ) -> ProfileSubmission:
     """Submit a profile: ask for [station] (see StationReport), register [datasets], queue the
     selections' pre-pass jobs, `wait` for them (default: `wait_for_jobs`), record their
@@ -241,7 +243,13 @@ def submit_profile(
     from gpudesk.selection.cache import SelectionCache
 
     outcome = ProfileSubmission(group or run_group(profile.name))
-    outcome.station = prepare_station(client, profile)
+    if cluster is not None:
+        profile = replace(profile, jobs=[replace(j, cluster=cluster) for j in profile.jobs])
+        register_datasets(
+            client, [d.loader for d in profile.datasets.values() if d.loader is not None]
+        )
+    else:
+        outcome.station = prepare_station(client, profile)
     if outcome.station is not None and on_step is not None:
         on_step(outcome.station)
     prepasses = profile_prepasses(profile)
@@ -251,7 +259,10 @@ def submit_profile(
         client.check_submit(profile.jobs, env=env)
         workdir = str(profile.path.parent)
         ids = submit_specs(
-            client, [p.job(workdir) for p in prepasses], group=outcome.group, env=env
+            client,
+            [replace(p.job(workdir), cluster=cluster) for p in prepasses],
+            group=outcome.group,
+            env=env,
         )
         if on_step is not None:
             on_step(Submitted("prepass", tuple(ids)))

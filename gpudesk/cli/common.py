@@ -17,6 +17,7 @@ from gpudesk.cli.exit_codes import EXIT_FAILED, EXIT_USAGE
 
 if TYPE_CHECKING:
     from gpudesk.api.client import Client
+    from gpudesk.engine.cluster import ClusterSpec
     from gpudesk.paths import Home
 
 
@@ -115,3 +116,31 @@ def owner_filter(user: str | None, me: bool) -> str | int | None:
     if me and user is not None:
         fail("--user and --me name two owners; give one of them", EXIT_USAGE)
     return os.getuid() if me else user
+
+
+def target_cluster(
+    on: str | None,
+    profile_cluster: ClusterSpec | None,
+    *,
+    partition: str | None = None,
+    account: str | None = None,
+    qos: str | None = None,
+) -> ClusterSpec | None:
+    """Where `--on` (and a profile's [cluster]) send jobs: None for the station, else the
+    Slurm cluster with --partition/--account/--qos laid over the profile's. A bad value is a
+    usage error (exit 2)."""
+    from gpudesk.engine.cluster import ClusterSpec, check_cluster
+
+    if on not in (None, "station", "slurm"):
+        fail(f"--on: expected station or slurm, found {on!r}", EXIT_USAGE)
+    given = {"partition": partition, "account": account, "qos": qos}
+    if on == "station" or (on is None and profile_cluster is None):
+        named = [f"--{k}" for k, v in given.items() if v is not None]
+        if named:
+            fail(f"{', '.join(named)} name a Slurm setting: add --on slurm", EXIT_USAGE)
+        return None
+    base = (profile_cluster or ClusterSpec()).to_dict()
+    try:
+        return check_cluster({**base, **{k: v for k, v in given.items() if v is not None}})
+    except ValueError as exc:
+        fail(f"--on slurm: {exc}", EXIT_USAGE)

@@ -11,7 +11,14 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from gpudesk.cli.common import complete_job, engine_client, fail, owner_filter, print_json
+from gpudesk.cli.common import (
+    complete_job,
+    engine_client,
+    fail,
+    owner_filter,
+    print_json,
+    target_cluster,
+)
 from gpudesk.cli.exit_codes import EXIT_FAILED, EXIT_TIMED_OUT, EXIT_USAGE
 from gpudesk.cli.plot_output import PLOT_HELP, plot_target, write_plot
 
@@ -110,6 +117,16 @@ def submit(
         metavar="NAME",
         help="The MLflow experiment of --mlflow-uri (default: gpudesk).",
     ),
+    on: str | None = typer.Option(
+        None,
+        "--on",
+        metavar="PLACE",
+        help="station (default), or slurm: submit it to the Slurm cluster with sbatch "
+        "(docs/slurm.md).",
+    ),
+    partition: str | None = typer.Option(None, "--partition", help="Slurm partition."),
+    account: str | None = typer.Option(None, "--account", help="Slurm account."),
+    qos: str | None = typer.Option(None, "--qos", help="Slurm QOS."),
     json_out: bool = typer.Option(False, "--json", help="Print the new job as JSON."),
 ) -> None:
     """Queue one job: gpudesk submit [OPTIONS] [--] COMMAND [ARGS]...
@@ -121,6 +138,7 @@ def submit(
 
     if not command:
         fail("no command given: gpudesk submit [OPTIONS] [--] COMMAND [ARGS]...", EXIT_USAGE)
+    cluster = target_cluster(on, None, partition=partition, account=account, qos=qos)
     cwd = (workdir or Path.cwd()).expanduser().absolute()
     raw = {
         # a program whose file name is not UTF-8 runs as it is; its name only shows it
@@ -136,6 +154,7 @@ def submit(
         "selection": selection,
         "priority": priority,
         "max_attempts": max_attempts,
+        "cluster": cluster,
     }
     if time_limit is not None:
         from gpudesk.engine.jobs import MAX_TIME_LIMIT_S
@@ -195,6 +214,11 @@ def submit(
         (job_id,) = submit_specs(client, [spec])
     if json_out:
         print_json({"id": job_id, "name": spec.name})
+    elif cluster is not None:
+        with engine_client() as client:
+            slurm = client.show(job_id).job.slurm
+        where = f" as Slurm job {slurm.job_id} on {slurm.cluster}" if slurm else " to Slurm"
+        print(f"submitted job {job_id} ({spec.name}){where}")
     else:
         print(f"submitted job {job_id} ({spec.name})")
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import typer
 
 from gpudesk import render
-from gpudesk.cli.common import engine_client, fail, print_json
+from gpudesk.cli.common import engine_client, fail, print_json, target_cluster
 from gpudesk.cli.exit_codes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE
 
 run_app = typer.Typer()
@@ -25,6 +25,15 @@ def run(
         help="Also write the report here (JSON when the name ends in .json, else text).",
     ),
     json_out: bool = typer.Option(False, "--json", help="Print the report as JSON on stdout."),
+    on: str | None = typer.Option(
+        None,
+        "--on",
+        help="Where the jobs run: station, or slurm (the profile's [cluster], or a default "
+        "one; docs/slurm.md). Default: slurm when the profile has a [cluster], else station.",
+    ),
+    partition: str | None = typer.Option(None, "--partition", help="Slurm partition."),
+    account: str | None = typer.Option(None, "--account", help="Slurm account."),
+    qos: str | None = typer.Option(None, "--qos", help="Slurm QOS."),
 ) -> None:
     """Run a profile to completion: submit its jobs, follow them, report.
 
@@ -36,10 +45,15 @@ def run(
         loaded = load_profile(profile)
     except ProfileError as exc:
         fail(f"the profile is not valid:\n{exc}", EXIT_USAGE)
+    cluster = target_cluster(on, loaded.cluster, partition=partition, account=account, qos=qos)
     client = engine_client()  # run_profile applies the profile's [station] to the engine
     progress = sys.stderr if json_out else sys.stdout
     source = f"{profile} (gpudesk's bundled example)" if loaded.bundled else str(profile)
-    said = f"running {len(loaded.jobs)} job(s) from {source} on {client.home.description}"
+    where = client.home.description
+    if cluster is not None:
+        where = "Slurm" + (f" partition {cluster.partition}" if cluster.partition else "")
+        where += f", followed by the engine of {client.home.description}"
+    said = f"running {len(loaded.jobs)} job(s) from {source} on {where}"
     print(
         textwrap.fill(
             said, render.terminal_width(), break_on_hyphens=False, break_long_words=False
@@ -48,7 +62,7 @@ def run(
     )
     progress.flush()
     try:
-        result = run_profile(loaded, client, progress_stream=progress)
+        result = run_profile(loaded, client, progress_stream=progress, cluster=cluster)
     except KeyboardInterrupt:
         print("left the run; the engine is finishing the cancels", file=sys.stderr)
         raise typer.Exit(EXIT_INTERRUPTED) from None

@@ -22,6 +22,7 @@ from gpudesk import render
 from gpudesk.api.client import Client, EventStream
 from gpudesk.api.models import JobView, LoaderView, UsageFigures, to_builtins
 from gpudesk.api.submit import PrepassResult, StationReport, Step, run_group, submit_profile
+from gpudesk.engine.cluster import ClusterSpec
 from gpudesk.engine.telemetry.energy import summarize
 from gpudesk.profile import Profile, ReportConfig
 from gpudesk.results import Best, best, read_metrics
@@ -454,9 +455,11 @@ def run_profile(
     *,
     progress_stream: TextIO = sys.stderr,
     live: bool | None = None,
+    cluster: ClusterSpec | None = None,
 ) -> RunReport:
     """Submit the profile (gpudesk.api.submit: [station], [datasets], the selections' pre-pass
-    jobs, then the training jobs if every pre-pass succeeded), follow its jobs to the end."""
+    jobs, then the training jobs if every pre-pass succeeded), follow its jobs to the end; on
+    `cluster` (a Slurm cluster) when given."""
     started = time.time()
     group = run_group(profile.name, started)  # names this run's jobs
     report = RunReport(
@@ -489,6 +492,7 @@ def run_profile(
                     wait=follow,
                     on_step=note,
                     cache=SelectionCache(client.home.selection_dir),
+                    cluster=cluster,
                 )
                 follow()
             except KeyboardInterrupt:
@@ -499,6 +503,10 @@ def run_profile(
         progress.close()
     report.ended_at = time.time()
     _add_usage(client, report)
+    if cluster is not None:  # the jobs ran on the cluster, not on the station's backend
+        slurm = next((j.slurm for j in report.jobs if j.slurm is not None), None)
+        report.backend = f"slurm:{slurm.cluster}" if slurm else "slurm"
+        report.simulated = False
     report.metrics = {j.id: m for j in report.jobs if (m := read_metrics(j.log)) is not None}
     return report
 

@@ -128,14 +128,3 @@ def check_cluster(value: Any) -> ClusterSpec:
             raise ValueError(f"conf: expected the absolute path of a slurm.conf, found {conf!r}")
         checked["conf"] = conf
     return ClusterSpec(**checked)
-
-
-def with_submitter_conf(cluster: ClusterSpec, environ: Mapping[str, str]) -> ClusterSpec:
-    """The cluster with the submitter's SLURM_CONF, unless it names its own: the engine's
-    Slurm commands for the job then read the configuration its user's would."""
-    if cluster.conf is not None:
-        return cluster
-    conf = environ.get("SLURM_CONF")
-    if conf and os.path.isabs(conf):
-        return ClusterSpec(**{**cluster.to_dict(), "conf": conf})
-    return cluster

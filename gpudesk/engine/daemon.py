@@ -49,6 +49,7 @@ from gpudesk.engine.placement.queue import JobQueue
 from gpudesk.engine.repartition.control import MigControl
 from gpudesk.engine.requests import EngineParts, RequestHandlers
 from gpudesk.engine.scheduler import Scheduler, mig_candidates
+from gpudesk.engine.slurm.backend import SlurmBackend
 from gpudesk.engine.state import CurrentStation, PlacementDue
 from gpudesk.engine.station import StationConfig, host_cores
 from gpudesk.engine.store.database import Store
@@ -202,7 +203,10 @@ class Engine:
         self.metrics = MetricsExporter(
             self.station, store, self.telemetry, self.loaders, self.events, self.activity
         )
-        self.job_control = JobControl(store, self.queue, self.attempts, self.events, self.due)
+        self.slurm = SlurmBackend(home, store, self.events, self.due, self._wake)
+        self.job_control = JobControl(
+            store, self.queue, self.attempts, self.events, self.due, self.slurm
+        )
         self.handlers = RequestHandlers(
             EngineParts(
                 home=home,
@@ -221,6 +225,7 @@ class Engine:
                 events=self.events,
                 due=self.due,
                 tracking=self.tracking,
+                slurm=self.slurm,
                 started_at=time.time(),
                 cores=self.scheduler.cores,
                 stop=self.stop,
@@ -237,6 +242,7 @@ class Engine:
     def close(self) -> None:
         with contextlib.suppress(Exception):  # best effort: a full disk must not block exit
             self.tracking.close()
+        self.slurm.close()
         self.metrics.close()
         self.attempts.containment.close()
         self.telemetry.close()
@@ -318,6 +324,7 @@ class Engine:
             self.scheduler.schedule_if_due,
             self.telemetry.ingest,
             self.tracking.step,
+            self.slurm.step,
             self.metrics.step,
             self.learning.step,
             self.check_mps,

@@ -9,6 +9,7 @@ from gpudesk.engine.attempts import Attempts
 from gpudesk.engine.events import EventPublisher
 from gpudesk.engine.jobs import PRIORITY_RANGE, TERMINAL_STATES, JobState
 from gpudesk.engine.placement.queue import JobQueue
+from gpudesk.engine.slurm.backend import SlurmBackend
 from gpudesk.engine.state import PlacementDue
 from gpudesk.engine.store.database import Store
 from gpudesk.engine.store.records import JobRecord
@@ -37,7 +38,9 @@ class JobControl:
         attempts: Attempts,
         events: EventPublisher,
         due: PlacementDue,
+        slurm: SlurmBackend,
     ) -> None:
+        self.slurm = slurm
         self.store = store
         self.queue = queue
         self.attempts = attempts
@@ -56,6 +59,8 @@ class JobControl:
     def cancel(self, job: JobRecord, grace: float) -> JobOutcome:
         if job.state in TERMINAL_STATES:
             return JobOutcome(f"already {job.state.value}")
+        if job.spec.cluster is not None:  # Slurm ends it; the job ends when Slurm says so
+            return JobOutcome(self.slurm.cancel(job))
         if job.state is JobState.QUEUED:
             self.queue.remove(job.id)
             self.store.finish_queued(job.id, JobState.CANCELLED, "cancelled while queued")
@@ -67,6 +72,8 @@ class JobControl:
         return JobOutcome("stopping")
 
     def hold(self, job: JobRecord) -> JobOutcome:
+        if job.spec.cluster is not None:
+            return self._on_slurm(job, "hold")
         if job.state is not JobState.QUEUED:
             return JobOutcome(f"{_state_phrase(job)}: only a queued job can be held", ok=False)
         if job.held:
@@ -75,6 +82,8 @@ class JobControl:
         return JobOutcome("held")
 
     def release(self, job: JobRecord) -> JobOutcome:
+        if job.spec.cluster is not None:
+            return self._on_slurm(job, "release")
         if job.state is not JobState.QUEUED:
             return JobOutcome(f"not held ({_state_phrase(job)})")
         if not job.held:
@@ -104,6 +113,8 @@ class JobControl:
         return self.set_priority(job, min(high, max(low, job.spec.priority + delta)))
 
     def requeue(self, job: JobRecord) -> JobOutcome:
+        if job.spec.cluster is not None:
+            return self._on_slurm(job, "requeue")
         if job.state is JobState.QUEUED:
             return JobOutcome("already queued" + (" (held)" if job.held else ""))
         if job.state is JobState.RUNNING:
@@ -115,6 +126,19 @@ class JobControl:
             f"{record.attempts + 1} next, {record.spec.max_attempts} allowed",
         )
         return JobOutcome("requeued")
+
+    def _on_slurm(self, job: JobRecord, verb: str) -> JobOutcome:
+        """Slurm, not the station, holds, releases and requeues a Slurm job: say how."""
+        row = self.store.slurm_job(job.id)
+        slurm_id = row.slurm_id if row is not None else "?"
+        how = {
+            "hold": f"scontrol hold {slurm_id}",
+            "release": f"scontrol release {slurm_id}",
+            "requeue": f"scontrol requeue {slurm_id}",
+        }[verb]
+        return JobOutcome(
+            f"a Slurm job: gpudesk does not {verb} it on the cluster; `{how}` does", ok=False
+        )
 
     def _changed(self, job: JobRecord, message: str) -> None:
         """A user changed a job (its store record and event are written): keep the queue's

@@ -12,6 +12,7 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from gpudesk import __version__, joblog
@@ -48,10 +49,13 @@ from gpudesk.engine.protocol import ProtocolError
 from gpudesk.engine.repartition.control import MigControl
 from gpudesk.engine.repartition.station import MigApplyRefused
 from gpudesk.engine.scheduler import Scheduler
+from gpudesk.engine.slurm.backend import SlurmBackend, SubmitRefused
+from gpudesk.engine.slurm.request import mig_memory_gb
 from gpudesk.engine.state import CurrentStation, PlacementDue
 from gpudesk.engine.store.database import Store
 from gpudesk.engine.store.records import AttemptRecord, JobRecord
 from gpudesk.engine.store.schema import UnknownJob
+from gpudesk.engine.store.slurm import SlurmRow
 from gpudesk.engine.telemetry_sink import TelemetrySink
 from gpudesk.engine.tracking.available import missing_for
 from gpudesk.engine.tracking.tracker import Tracking
@@ -93,6 +97,7 @@ class EngineParts:
     events: EventPublisher
     due: PlacementDue
     tracking: Tracking  # MLflow runs: their stores' health, a job's run
+    slurm: SlurmBackend  # jobs submitted to a Slurm cluster
     started_at: float
     cores: int
     stop: Callable[[], None]  # ends the engine's loop
@@ -338,6 +343,14 @@ class RequestHandlers:
     # ------------------------------------------------------------------ jobs
     def submit(self, args: Args, caller: Caller) -> Reply:
         specs, base_env = self._accepted(args, caller)
+        if specs and specs[0].cluster is not None:
+            try:
+                records = self.parts.slurm.submit(specs, base_env, caller.identity)
+            except SubmitRefused as exc:
+                raise ProtocolError(protocol.REFUSED, str(exc)) from None
+            for record in records:
+                self.parts.events.job(record.id, "submitted to Slurm", record)
+            return {"ids": [r.id for r in records]}
         records = self.parts.store.submit(specs, base_env, owner=caller.identity)
         for record in records:
             self.parts.queue.add(record)
@@ -349,7 +362,12 @@ class RequestHandlers:
         """`submit`'s checks without queueing anything: whether these jobs would be accepted.
         An op of its own, not a flag on `submit`, so that an engine from before it answers
         `unknown_op` instead of queueing the jobs."""
-        self._accepted(args, caller)
+        specs, base_env = self._accepted(args, caller)
+        if specs and specs[0].cluster is not None:
+            try:
+                self.parts.slurm.check(specs, base_env)
+            except SubmitRefused as exc:
+                raise ProtocolError(protocol.REFUSED, str(exc)) from None
         return {"ids": []}
 
     def _accepted(self, args: Args, caller: Caller) -> tuple[list[JobSpec], dict[str, str] | None]:
@@ -382,10 +400,23 @@ class RequestHandlers:
                 base_env = check_env(base_env, inherited=True)
             except ValueError as exc:
                 raise ProtocolError(protocol.INVALID_ARGS, f"env: {exc}") from None
-        self._check_gpus_exist(specs)
+        self._check_one_place(specs)
+        self._check_gpus_exist([s for s in specs if s.cluster is None])
         self._check_tracking(specs)
         self._check_queued_limit(caller, len(specs))
         return specs, base_env
+
+    @staticmethod
+    def _check_one_place(specs: list[JobSpec]) -> None:
+        """One request's jobs all run on the station or all on one cluster: a run is followed,
+        and refused, as a whole."""
+        places = {spec.cluster for spec in specs}
+        if len(places) > 1:
+            raise ProtocolError(
+                protocol.INVALID_ARGS,
+                "one request's jobs go to one place: some of these name a Slurm cluster and "
+                "some do not (or name another); submit them separately",
+            )
 
     @staticmethod
     def _check_tracking(specs: list[JobSpec]) -> None:
@@ -481,6 +512,12 @@ class RequestHandlers:
             for data in result:
                 data["usage"] = usage.get(data["id"])
                 data["last_slot"], data["gpu_s"] = allocations.get(data["id"], (None, 0.0))
+                slurm = data.get("slurm")
+                if slurm is not None:  # Slurm allocated it: its GPUs for its wall time
+                    data["last_slot"] = f"{slurm['node'] or '?'} ({slurm['cluster']})"
+                    spec = data["spec"]
+                    started, ended = data["started_at"], data["ended_at"] or time.time()
+                    data["gpu_s"] = spec["gpus"] * (ended - started) if started else 0.0
         return {"jobs": result}
 
     def show(self, args: Args, caller: Caller) -> Reply:
@@ -494,8 +531,13 @@ class RequestHandlers:
             "usage": self._usage([job.id]).get(job.id),
             "tracking": parts.tracking.job_view(job),
         }
+        row = parts.store.slurm_job(job.id) if job.spec.cluster is not None else None
+        if row is not None and job.attempts:  # Slurm ran it: its one attempt, as Slurm tells
+            result["attempts"] = [slurm_attempt(job, row)]
         if job.state is JobState.QUEUED and job.held:
             result["waiting"] = f"held: it will not start until released (gpudesk release {job.id})"
+        elif job.state is JobState.QUEUED and job.spec.cluster is not None:
+            result["waiting"] = parts.slurm.explain_wait(job)
         elif job.state is JobState.QUEUED:
             result["waiting"] = parts.scheduler.explain_wait(job)
         if args.get("env"):
@@ -540,6 +582,9 @@ class RequestHandlers:
                 protocol.INVALID_ARGS, f"'max_bytes' must be from 0 to {joblog.CHUNK_BYTES}"
             )
         path = parts.home.attempt_dir(job.id, number) / runner.LOG_FILE
+        row = parts.store.slurm_job(job.id) if job.spec.cluster is not None else None
+        if row is not None:
+            path = Path(row.output)
         stream = joblog.LogStream(path, offset)
         piece = stream.read(limit) if limit else None
         return {
@@ -575,6 +620,13 @@ class RequestHandlers:
             if job.attempts
             else None
         )
+        if job.spec.cluster is not None:
+            row = self.parts.store.slurm_job(job.id)
+            if row is not None:
+                data["log"] = row.output if job.attempts else None
+                data["slurm"] = slurm_view(row)
+                if job.state is JobState.RUNNING:  # the display label, while it runs
+                    data["slot"] = f"slurm:{row.node or '?'}"
         # the shared loader it reads: its dataset's, or the dataset's variant for its selection
         data["loader"] = self.parts.loaders.loader_for(job.spec.dataset, job.spec.selection)
         return data
@@ -827,6 +879,56 @@ class RequestHandlers:
         log.info(message)
         self.parts.store.add_event("model", message)
         return {"gpu_model": gpu_model, "dropped": dropped}
+
+
+def slurm_view(row: SlurmRow) -> Reply:
+    """A Slurm job's part of its reply (api.models.SlurmJobView)."""
+    return {
+        "cluster": row.cluster,
+        "job_id": row.slurm_id,
+        "state": row.state,
+        "reason": row.reason,
+        "node": row.node,
+        "gres": row.gres,
+        "script": row.script,
+    }
+
+
+def slurm_attempt(job: JobRecord, row: SlurmRow) -> Reply:
+    """A Slurm job's run as an attempt (api.models.AttemptView): where Slurm placed it, in the
+    station's words (a MIG slice, an MPS share, a time-sliced shard, whole GPUs)."""
+    gres = row.gres or ""
+    mode = (
+        "cpu"
+        if not gres
+        else "mps"
+        if gres.startswith("mps:")
+        else "naive"
+        if gres.startswith("shard:")
+        else "mig"
+        if mig_memory_gb(gres.split(":")[1] if gres.count(":") == 2 else "") is not None
+        else "exclusive"
+    )
+    return {
+        "number": 1,
+        "state": "running" if job.state is JobState.RUNNING else "exited",
+        "placement": {
+            "slot": f"slurm:{row.node or '?'}",
+            "mode": mode,
+            "reason": f"Slurm job {row.slurm_id} on cluster {row.cluster}"
+            + (f", gres {gres}" if gres else ""),
+            "gpus": [],
+            "env": {},
+            "env_defaults": {},
+        },
+        "pid": None,
+        "started_at": job.started_at,
+        "ended_at": job.ended_at,
+        "exit_code": job.exit_code,
+        "signal": None,
+        "reason": job.reason if job.state.terminal else None,
+        "log": row.output,
+    }
 
 
 def _param_reply(param: LearnedParam) -> Reply:

@@ -23,6 +23,7 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from gpudesk.engine.identity import Identity
 from gpudesk.engine.slurm.request import GresOffer
 from gpudesk.text import safe_text
 
@@ -118,14 +119,23 @@ class SlurmCommands:
     default)."""
 
     def __init__(self, conf: str | None = None, env: Mapping[str, str] | None = None) -> None:
-        self.conf = conf_path(conf)
-        self.env = {**(env if env is not None else os.environ), "SLURM_CONF": self.conf}
+        base = env if env is not None else os.environ
+        # the submitter's SLURM_CONF (its environment comes with the request) before the
+        # engine's own
+        self.conf = conf or base.get("SLURM_CONF") or conf_path(None)
+        self.env = {**base, "SLURM_CONF": self.conf}
 
     def run(
-        self, args: Sequence[str], what: str, *, env: Mapping[str, str] | None = None
+        self,
+        args: Sequence[str],
+        what: str,
+        *,
+        env: Mapping[str, str] | None = None,
+        owner: Identity | None = None,
     ) -> subprocess.CompletedProcess[str]:
-        """Run a Slurm client; raises SlurmError when it cannot be run at all (its exit status
-        is the caller's to read)."""
+        """Run a Slurm client (as `owner` when given: a system engine submits as the job's
+        owner); raises SlurmError when it cannot be run at all (its exit status is the
+        caller's to read)."""
         program = shutil.which(args[0], path=(env or self.env).get("PATH"))
         if program is None:
             raise SlurmError(
@@ -150,6 +160,9 @@ class SlurmCommands:
                 timeout=TIMEOUT_S,
                 stdin=subprocess.DEVNULL,
                 check=False,
+                user=owner.uid if owner is not None else None,
+                group=owner.gid if owner is not None else None,
+                extra_groups=list(owner.groups) if owner is not None else None,
             )
         except subprocess.TimeoutExpired:
             raise SlurmError(
@@ -259,9 +272,17 @@ class SlurmCommands:
         return None
 
     # --------------------------------------------------------------- acting
-    def sbatch(self, script: str, env: Mapping[str, str], args: Sequence[str] = ()) -> str:
+    def sbatch(
+        self,
+        script: str,
+        env: Mapping[str, str],
+        args: Sequence[str] = (),
+        owner: Identity | None = None,
+    ) -> str:
         """Submit a script file; the job's id (an array's: its id)."""
-        done = self.run(["sbatch", "--parsable", *args, script], "submit to Slurm", env=env)
+        done = self.run(
+            ["sbatch", "--parsable", *args, script], "submit to Slurm", env=env, owner=owner
+        )
         if done.returncode != 0:
             raise SlurmError(f"sbatch refused the job: {self.said(done)}")
         answer = done.stdout.strip().splitlines()

@@ -145,7 +145,8 @@ class JobTables(StoreConnection):
     def queued(self) -> list[JobRecord]:
         """Queued jobs in the order a first-come policy would consider them."""
         rows = self._conn.execute(
-            "SELECT * FROM jobs WHERE state = 'queued' ORDER BY priority DESC, id"
+            "SELECT * FROM jobs WHERE state = 'queued' "
+            "AND id NOT IN (SELECT job_id FROM slurm_jobs) ORDER BY priority DESC, id"
         )
         return [read_job(r) for r in rows]
 

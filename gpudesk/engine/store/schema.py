@@ -198,6 +198,28 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX tracking_runs_by_job ON tracking_runs (job_id);
     """,
+    # 9: jobs submitted to a Slurm cluster (docs/slurm.md). One row per such job: the sbatch that
+    # carries it (`submission`: a job's id, or an array's) and its task in it (NULL: not an
+    # array), the id Slurm knows it by, its output file and script, and what Slurm last said.
+    # A job without a row runs on the station.
+    """
+    CREATE TABLE slurm_jobs (
+        job_id INTEGER PRIMARY KEY REFERENCES jobs (id),
+        cluster TEXT NOT NULL,
+        conf TEXT NOT NULL,
+        submission TEXT NOT NULL,
+        task INTEGER,
+        own_id TEXT,
+        output TEXT NOT NULL,
+        script TEXT NOT NULL,
+        gres TEXT,
+        state TEXT,
+        reason TEXT,
+        node TEXT,
+        cancel_sent INTEGER NOT NULL DEFAULT 0
+    );
+    CREATE INDEX slurm_jobs_by_submission ON slurm_jobs (submission);
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -1,0 +1,545 @@
+"""The engine's collaborator for jobs on a Slurm cluster (docs/slurm.md).
+
+- `submit`: a request's jobs that name a cluster are stored, written as sbatch scripts (one per
+  job, one per sweep's array) under GPUDESK_HOME/slurm/, and submitted with `sbatch --parsable`
+  in dependency order. All or nothing: when one sbatch fails, those already submitted are
+  cancelled and the jobs forgotten, and the request is refused with what Slurm said.
+- Following: a poller thread asks squeue (and, for ended jobs, scontrol or the completion log)
+  about the jobs not ended yet, every POLL_S; the loop applies what it heard (`step`): queued ->
+  running when Slurm starts one, the end state, exit code and reason when it ends. Every change
+  is a job event, so `wait`, `run`, the desk and local jobs that run `after` it hear of it.
+- `cancel`: scancel, from the poller thread; the job ends cancelled when Slurm says so.
+
+Slurm jobs never enter the station's queue: Slurm places them. Nothing here waits on Slurm
+in the loop but `submit`, which must answer the request with Slurm's verdict.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import queue
+import shutil
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gpudesk import __version__
+from gpudesk.engine.cluster import ClusterSpec
+from gpudesk.engine.dependencies import dependencies_of, verdict
+from gpudesk.engine.events import EventPublisher
+from gpudesk.engine.identity import Identity
+from gpudesk.engine.jobs import JobSpec, JobState
+from gpudesk.engine.slurm import commands as slurm
+from gpudesk.engine.slurm.commands import Ended, QueueLine, SlurmCommands, SlurmError
+from gpudesk.engine.slurm.request import GresOffer, SbatchOption, SlurmMappingError
+from gpudesk.engine.slurm.script import ARRAY_TASK, Submission, job_environment, plan, render
+from gpudesk.engine.state import PlacementDue
+from gpudesk.engine.store.database import Store
+from gpudesk.engine.store.records import JobRecord
+from gpudesk.engine.store.slurm import SlurmRow
+from gpudesk.paths import Home
+
+log = logging.getLogger("gpudesk.engine")
+
+POLL_S = 2.0  # how often squeue is asked while Slurm jobs have not ended
+POLL_ENV = "GPUDESK_SLURM_POLL_S"  # the engine's environment may set another (tests: 0.5)
+MISSING_POLLS = 3  # a job no command knows this many polls in a row is lost
+
+
+def poll_s() -> float:
+    try:
+        value = float(os.environ.get(POLL_ENV, POLL_S))
+    except ValueError:
+        return POLL_S
+    return min(max(value, 0.1), 60.0) if value == value else POLL_S
+
+
+class SubmitRefused(Exception):
+    """Slurm (or the mapping onto it) refused a request's jobs; nothing of them is left."""
+
+
+@dataclass(frozen=True)
+class Watched:
+    """A job the poller asks about (a copy of its row: the thread never reads the store)."""
+
+    job_id: int
+    conf: str
+    submission: str
+    task: int | None
+    own_id: str | None
+
+    @property
+    def slurm_id(self) -> str:
+        return self.submission if self.task is None else f"{self.submission}_{self.task}"
+
+
+@dataclass(frozen=True)
+class Heard:
+    """What the poller heard of one job: its squeue line, how it ended, or that no one knows
+    it (`line` and `ended` None)."""
+
+    job_id: int
+    line: QueueLine | None
+    ended: Ended | None = None
+
+
+@dataclass
+class _Shared:
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    watched: list[Watched] = field(default_factory=list)
+    cancels: list[tuple[str, list[str], list[int]]] = field(default_factory=list)
+
+
+def _slurm_time(text: str | None) -> float | None:
+    """Slurm's local timestamps ("2026-11-25T02:20:42")."""
+    if not text:
+        return None
+    try:
+        return time.mktime(time.strptime(text, "%Y-%m-%dT%H:%M:%S"))
+    except ValueError:
+        return None
+
+
+class Poller:
+    """The thread that runs squeue/scontrol/scancel, so the loop never waits on Slurm."""
+
+    def __init__(self, wake: Callable[[], None]) -> None:
+        self.shared = _Shared()
+        self.heard: queue.SimpleQueue[list[Heard] | str] = queue.SimpleQueue()
+        self.wake = wake
+        self.poke = threading.Event()
+        self.stopping = False
+        self.thread: threading.Thread | None = None
+
+    def watch(self, watched: list[Watched]) -> None:
+        with self.shared.lock:
+            self.shared.watched = watched
+        if watched:
+            self._start()
+
+    def cancel(self, conf: str, slurm_ids: list[str], job_ids: list[int]) -> None:
+        with self.shared.lock:
+            self.shared.cancels.append((conf, slurm_ids, job_ids))
+        self._start()
+        self.poke.set()
+
+    def _start(self) -> None:
+        if self.thread is None:
+            self.thread = threading.Thread(target=self._run, name="gpudesk-slurm", daemon=True)
+            self.thread.start()
+
+    def stop(self) -> None:
+        self.stopping = True
+        self.poke.set()
+
+    def _run(self) -> None:
+        while not self.stopping:
+            with self.shared.lock:
+                watched = list(self.shared.watched)
+                cancels, self.shared.cancels = self.shared.cancels, []
+            for conf, slurm_ids, job_ids in cancels:
+                try:
+                    refused = SlurmCommands(conf).cancel(slurm_ids)
+                except SlurmError as exc:
+                    refused = str(exc)
+                if refused:
+                    self.heard.put(f"scancel of job(s) {', '.join(map(str, job_ids))}: {refused}")
+            if watched:
+                try:
+                    self.heard.put(self._poll(watched))
+                except Exception as exc:  # a failing Slurm must not end the thread
+                    self.heard.put(f"could not ask Slurm about its jobs: {exc}")
+                self.wake()
+            self.poke.wait(poll_s())
+            self.poke.clear()
+
+    @staticmethod
+    def _poll(watched: list[Watched]) -> list[Heard]:
+        heard: list[Heard] = []
+        by_conf: dict[str, list[Watched]] = {}
+        for item in watched:
+            by_conf.setdefault(item.conf, []).append(item)
+        for conf, items in by_conf.items():
+            commands = SlurmCommands(conf)
+            lines = commands.queue(sorted({i.submission for i in items}))
+            exact = {line.slurm_id: line for line in lines if not line.pending_tasks}
+            pending = {line.own_id: line for line in lines if line.pending_tasks}
+            for item in items:
+                line = exact.get(item.slurm_id)
+                if line is None and item.task is None:
+                    line = exact.get(item.submission)
+                if line is not None:
+                    ended = None
+                    if line.state not in slurm.RUNNING_STATES | slurm.QUEUED_STATES:
+                        ended = commands.ended(line.own_id)
+                    heard.append(Heard(item.job_id, line, ended))
+                elif item.submission in pending:
+                    heard.append(Heard(item.job_id, pending[item.submission]))
+                else:
+                    heard.append(
+                        Heard(item.job_id, None, commands.ended(item.own_id or item.slurm_id))
+                    )
+        return heard
+
+
+class SlurmBackend:
+    def __init__(
+        self,
+        home: Home,
+        store: Store,
+        events: EventPublisher,
+        due: PlacementDue,
+        wake: Callable[[], None],
+    ) -> None:
+        self.home = home
+        self.store = store
+        self.events = events
+        self.due = due
+        self.poller = Poller(wake)
+        self.missing: dict[int, int] = {}  # job id -> polls in a row no one knew it
+        self.refresh()
+
+    # ----------------------------------------------------------- submitting
+    def check(self, specs: Sequence[JobSpec], base_env: Mapping[str, str] | None) -> None:
+        """What `submit` checks before it stores anything; raises SubmitRefused."""
+        self._prepare(specs, base_env)
+
+    def _prepare(
+        self, specs: Sequence[JobSpec], base_env: Mapping[str, str] | None
+    ) -> tuple[ClusterSpec, SlurmCommands, GresOffer, str]:
+        clusters = {spec.cluster for spec in specs}
+        if len(clusters) != 1 or None in clusters:
+            raise SubmitRefused(
+                "one request goes to one place: these jobs name different clusters (or some "
+                "the station); submit them separately. Nothing was submitted."
+            )
+        cluster = specs[0].cluster
+        assert cluster is not None
+        commands = SlurmCommands(cluster.conf, env=base_env)
+        try:
+            offer = commands.offer(cluster.partition)
+            if cluster.partition is not None and cluster.partition not in commands.partitions():
+                known = ", ".join(commands.partitions()) or "none"
+                raise SubmitRefused(
+                    f"the cluster has no partition {cluster.partition!r} (it has: {known}); "
+                    "name one of those in [cluster] partition or --partition. Nothing was "
+                    "submitted."
+                )
+            plan(specs, cluster, offer)  # a job the cluster cannot be asked for is refused here
+            name = cluster.name or commands.cluster_name()
+        except (SlurmError, SlurmMappingError) as exc:
+            raise SubmitRefused(f"{str(exc).rstrip('.')}. Nothing was submitted.") from None
+        return cluster, commands, offer, name
+
+    def submit(
+        self, specs: Sequence[JobSpec], base_env: Mapping[str, str] | None, owner: Identity
+    ) -> list[JobRecord]:
+        """Store the jobs and submit them to Slurm, all or none; raises SubmitRefused."""
+        for index, spec in enumerate(specs):
+            for ref in spec.after:
+                if ref > 0 and self.store.slurm_job(ref) is None:
+                    raise SubmitRefused(
+                        f"jobs[{index}] ({spec.name}) runs after job {ref}, which runs on the "
+                        "station: a Slurm job can run only after Slurm jobs (Slurm cannot see "
+                        "the station's). Nothing was submitted."
+                    )
+        cluster, commands, offer, name = self._prepare(specs, base_env)
+        records = self.store.submit(specs, base_env, owner=owner)
+        ids = [r.id for r in records]
+        submissions = plan([r.spec for r in records], cluster, offer, ids)
+        env = job_environment(base_env if base_env is not None else os.environ, commands.conf)
+        rows: list[SlurmRow] = []
+        sent: list[str] = []
+        folders: list[Path] = []
+        never: list[tuple[int, str]] = []
+        try:
+            for submission in submissions:
+                first = submission.tasks[0]
+                assert first.job_id is not None
+                dependency, why_not = self._dependency(first.spec.after, rows)
+                if why_not:
+                    never += [(t.job_id or 0, why_not) for t in submission.tasks]
+                    continue
+                folder = self.home.root / "slurm" / str(first.job_id)
+                folder.mkdir(parents=True, exist_ok=True)
+                folders.append(folder)
+                output = str(
+                    folder / (f"task-{ARRAY_TASK}.log" if submission.is_array else "output.log")
+                )
+                script = folder / "job.sbatch"
+                script.write_text(
+                    render(
+                        submission,
+                        output=output,
+                        header=_header(submission, name, cluster),
+                        dependency=dependency,
+                    )
+                )
+                _give_to(owner, folder, script)
+                submitted = commands.sbatch(str(script), env, owner=_other_user(owner))
+                sent.append(submitted)
+                gres = next((o.value for o in submission.options if o.flag == "--gres"), None)
+                for index, task in enumerate(submission.tasks):
+                    assert task.job_id is not None
+                    rows.append(
+                        SlurmRow(
+                            task.job_id,
+                            name,
+                            commands.conf,
+                            submitted,
+                            index if submission.is_array else None,
+                            None,
+                            submission.output_of(output, index),
+                            str(script),
+                            gres,
+                            "PENDING",
+                        )
+                    )
+        except (SlurmError, OSError) as exc:
+            refused = commands.cancel(sent) if sent else None
+            self.store.discard_jobs(ids)
+            for folder in folders:
+                shutil.rmtree(folder, ignore_errors=True)
+            what = (
+                exc if isinstance(exc, SlurmError) else f"could not write the sbatch script: {exc}"
+            )
+            undone = f" The {len(sent)} already submitted were cancelled (scancel)." if sent else ""
+            if refused:
+                undone = f" Cancelling the {len(sent)} already submitted failed: {refused}."
+            raise SubmitRefused(f"{what}.{undone} Nothing was submitted.") from None
+        self.store.add_slurm_jobs(rows)
+        for job_id, reason in never:
+            self.store.slurm_ended(
+                job_id,
+                JobState.CANCELLED,
+                reason,
+                exit_code=None,
+                started_at=None,
+                ended_at=time.time(),
+            )
+        for row in rows:
+            log.info("job %d submitted to Slurm cluster %s as %s", row.job_id, name, row.slurm_id)
+        self.refresh()
+        return [self.store.job(i) for i in ids]
+
+    def _dependency(
+        self, after: tuple[int, ...], made: list[SlurmRow]
+    ) -> tuple[SbatchOption | None, str]:
+        """The --dependency for jobs that run after `after` (gpudesk ids), and why they can
+        never run ("" while they can): a parent that already failed or was cancelled."""
+        if not after:
+            return None, ""
+        rows = {r.job_id: r for r in made}
+        rows.update(self.store.slurm_jobs([i for i in after if i not in rows]))
+        parents = dependencies_of(self.store, [_stub(after)])
+        said = verdict(after, parents)
+        if said.never:
+            return None, said.never
+        waiting = [
+            rows[i].slurm_id
+            for i in after
+            if i in rows
+            and parents.get(i) is not None
+            and parents[i].state is not JobState.SUCCEEDED
+        ]
+        if not waiting:
+            return None, ""
+        return (
+            SbatchOption(
+                "--dependency",
+                "afterok:" + ":".join(waiting),
+                f"after = gpudesk job(s) {', '.join(map(str, after))}: start only once they "
+                "succeeded",
+            ),
+            "",
+        )
+
+    # ----------------------------------------------------------- following
+    def refresh(self) -> None:
+        """Tell the poller which jobs to ask about (after a submit, an end, a restart)."""
+        self.poller.watch(
+            [
+                Watched(r.job_id, r.conf, r.submission, r.task, r.own_id)
+                for r in self.store.active_slurm_jobs()
+            ]
+        )
+
+    def explain_wait(self, job: JobRecord) -> str:
+        """Why a queued Slurm job has not started, as Slurm last said."""
+        row = self.store.slurm_job(job.id)
+        if row is None:
+            return "waiting to be submitted to Slurm"
+        why = f": {row.reason}" if row.reason and row.reason != "None" else ""
+        return f"pending in Slurm{why} (squeue -j {row.slurm_id}, cluster {row.cluster})"
+
+    def cancel(self, job: JobRecord) -> str:
+        row = self.store.slurm_job(job.id)
+        if row is None:
+            return "not a Slurm job"
+        self.store.slurm_cancel_sent([job.id])
+        self.poller.cancel(row.conf, [row.slurm_id], [job.id])
+        return f"cancelling (scancel {row.slurm_id})"
+
+    def step(self) -> None:
+        """Apply what the poller heard."""
+        changed = False
+        while True:
+            try:
+                heard = self.poller.heard.get_nowait()
+            except queue.Empty:
+                break
+            if isinstance(heard, str):
+                log.warning("%s", heard)
+                continue
+            rows = self.store.slurm_jobs([h.job_id for h in heard])
+            for item in heard:
+                row = rows.get(item.job_id)
+                if row is not None:
+                    changed |= self._apply(row, item)
+        if changed:
+            self.refresh()
+            self.due.mark()
+
+    def _apply(self, row: SlurmRow, heard: Heard) -> bool:
+        job = self.store.job(row.job_id)
+        if job.state.terminal:
+            return False
+        line, ended = heard.line, heard.ended
+        if line is None and ended is None:
+            self.missing[row.job_id] = self.missing.get(row.job_id, 0) + 1
+            if self.missing[row.job_id] < MISSING_POLLS:
+                return False
+            self.missing.pop(row.job_id, None)
+            lost = (
+                f"lost: Slurm no longer knows job {row.slurm_id} and its completion log has no "
+                "record of it (an operator may have purged it)"
+            )
+            self._end(job, JobState.FAILED, lost, None, None)
+            return True
+        self.missing.pop(row.job_id, None)
+        state = (ended.state if ended else None) or (line.state if line else "UNKNOWN")
+        node = (ended.node if ended else None) or (line.node if line else None)
+        reason = (ended.reason if ended else None) or (line.reason if line else None)
+        own = line.own_id if line is not None and not line.pending_tasks else None
+        if state != row.state or reason != row.reason or node != row.node:
+            self.store.note_slurm(row.job_id, state, reason, node, own)
+        if state in slurm.QUEUED_STATES:
+            return False
+        started = _slurm_time(ended.started) if ended else None
+        ran = state in slurm.RUNNING_STATES or started is not None
+        # A job cancelled while pending has a StartTime too (its end): it never ran.
+        if job.state is JobState.QUEUED and ran and state not in slurm.CANCELLED_STATES:
+            self.store.slurm_started(
+                job.id,
+                started or time.time(),
+                f"started by Slurm on {node or '?'} (job {row.slurm_id})",
+            )
+            self.events.job(job.id, f"running on Slurm node {node or '?'}")
+            job = self.store.job(job.id)
+        if state in slurm.RUNNING_STATES:
+            return True
+        code = ended.exit_code if ended else None
+        sig = ended.signal if ended else None
+        if state in slurm.SUCCEEDED_STATES:
+            self._end(
+                job,
+                JobState.SUCCEEDED,
+                f"exit code 0 (Slurm job {row.slurm_id} on {node})",
+                0,
+                ended,
+            )
+        elif state in slurm.CANCELLED_STATES:
+            self._end(
+                job,
+                JobState.CANCELLED,
+                self._cancel_reason(job, row, reason),
+                _code(code, sig) if job.started_at else None,
+                ended,
+            )
+        else:
+            self._end(
+                job, JobState.FAILED, _failure(state, code, sig, row), _code(code, sig), ended
+            )
+        return True
+
+    def _cancel_reason(self, job: JobRecord, row: SlurmRow, reason: str | None) -> str:
+        if reason == "DependencyNeverSatisfied":
+            said = verdict(job.spec.after, dependencies_of(self.store, [job])).never
+            return (said or "a job it runs after did not succeed") + (
+                " (Slurm: DependencyNeverSatisfied, --kill-on-invalid-dep)"
+            )
+        if row.cancel_sent:
+            return f"cancelled by user (scancel {row.slurm_id})"
+        return f"cancelled in Slurm (scancel of job {row.slurm_id} from outside gpudesk)"
+
+    def _end(
+        self, job: JobRecord, state: JobState, reason: str, code: int | None, ended: Ended | None
+    ) -> None:
+        started = job.started_at
+        end = (_slurm_time(ended.ended) if ended else None) or time.time()
+        if started is not None:
+            end = max(end, started)
+        self.store.slurm_ended(
+            job.id, state, reason, exit_code=code, started_at=started, ended_at=end
+        )
+        self.events.job(job.id, reason)
+
+    def close(self) -> None:
+        self.poller.stop()
+
+
+def _stub(after: tuple[int, ...]) -> JobRecord:
+    return JobRecord.queued(0, JobSpec(name="-", command=("true",), after=after), time.time())
+
+
+def _code(code: int | None, sig: int | None) -> int | None:
+    """An exit code as gpudesk keeps them: 128 + N for a death by signal N."""
+    if sig:
+        return 128 + sig
+    return code
+
+
+def _failure(state: str, code: int | None, sig: int | None, row: SlurmRow) -> str:
+    where = f"Slurm job {row.slurm_id}"
+    if state == "TIMEOUT":
+        return f"timed out: Slurm's time limit (--time) passed ({where})"
+    if state == "OUT_OF_MEMORY":
+        return f"out of memory: the job went past its host memory (--mem) ({where}, OUT_OF_MEMORY)"
+    if state == "FAILED" and code is not None:
+        return f"exit code {code}" + (f", signal {sig}" if sig else "") + f" ({where})"
+    return f"Slurm ended it {state} ({where})"
+
+
+def _header(submission: Submission, cluster_name: str, cluster: ClusterSpec) -> list[str]:
+    first = submission.tasks[0]
+    ids = [t.job_id for t in submission.tasks]
+    what = (
+        f"gpudesk jobs {ids[0]}-{ids[-1]}, the sweep {first.spec.sweep!r}"
+        if submission.is_array
+        else f"gpudesk job {ids[0]} ({first.spec.name})"
+    )
+    return [
+        f"{what}, written by gpudesk {__version__} on {time.strftime('%Y-%m-%d %H:%M:%S')}",
+        f"for Slurm cluster {cluster_name}"
+        + (f", partition {cluster.partition}" if cluster.partition else ""),
+        "gpudesk submitted it with `sbatch --parsable`; cancel it with `gpudesk cancel`.",
+    ]
+
+
+def _give_to(owner: Identity, *paths: Path) -> None:
+    """A system engine (root) submits as the job's owner: its folder and script are theirs."""
+    if os.geteuid() != 0 or owner.uid == 0:
+        return
+    for path in paths:
+        with contextlib.suppress(OSError):
+            os.chown(path, owner.uid, owner.gid)
+
+
+def _other_user(owner: Identity) -> Identity | None:
+    """Whom a system engine (root) runs sbatch as: the job's owner, so Slurm runs the job as
+    them (None: the engine's own user, as a personal engine does)."""
+    return owner if os.geteuid() == 0 and owner.uid != os.geteuid() else None

@@ -1,0 +1,167 @@
+"""Jobs submitted to a Slurm cluster, in the store (schema 9): which sbatch carries each, the id
+Slurm knows it by, and what Slurm last said of it (gpudesk.engine.slurm.backend)."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from gpudesk.engine.jobs import JobState
+from gpudesk.engine.store.jobs import JobTables
+from gpudesk.text import safe_text
+
+
+@dataclass(frozen=True)
+class SlurmRow:
+    job_id: int
+    cluster: str  # its name, for the views
+    conf: str  # the slurm.conf its commands read
+    submission: str  # the sbatch's job id (an array's id for an array task)
+    task: int | None  # its index in the array; None: not an array
+    own_id: str | None  # the task's own job id, once Slurm gave it one (it started)
+    output: str  # its output file
+    script: str  # the script gpudesk submitted
+    gres: str | None
+    state: str | None = None  # Slurm's last word: PENDING, RUNNING, COMPLETED ...
+    reason: str | None = None
+    node: str | None = None
+    cancel_sent: bool = False
+
+    @property
+    def slurm_id(self) -> str:
+        """How squeue and scancel name it: "12", or "12_3" for task 3 of array 12."""
+        return self.submission if self.task is None else f"{self.submission}_{self.task}"
+
+
+def _row(row: sqlite3.Row) -> SlurmRow:
+    return SlurmRow(
+        row["job_id"],
+        row["cluster"],
+        row["conf"],
+        row["submission"],
+        row["task"],
+        row["own_id"],
+        row["output"],
+        row["script"],
+        row["gres"],
+        row["state"],
+        row["reason"],
+        row["node"],
+        bool(row["cancel_sent"]),
+    )
+
+
+class SlurmTables(JobTables):
+    def add_slurm_jobs(self, rows: Iterable[SlurmRow]) -> None:
+        with self.transaction() as conn:
+            conn.executemany(
+                "INSERT INTO slurm_jobs (job_id, cluster, conf, submission, task, output, "
+                "script, gres, state) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [
+                    (
+                        r.job_id,
+                        r.cluster,
+                        r.conf,
+                        r.submission,
+                        r.task,
+                        r.output,
+                        r.script,
+                        r.gres,
+                        r.state,
+                    )
+                    for r in rows
+                ],
+            )
+
+    def slurm_jobs(self, job_ids: Sequence[int]) -> dict[int, SlurmRow]:
+        if not job_ids:
+            return {}
+        found: dict[int, SlurmRow] = {}
+        for start in range(0, len(job_ids), 500):  # SQLite's bound on parameters
+            chunk = list(job_ids[start : start + 500])
+            marks = ",".join("?" * len(chunk))
+            for row in self._conn.execute(
+                f"SELECT * FROM slurm_jobs WHERE job_id IN ({marks})", chunk
+            ):
+                found[row["job_id"]] = _row(row)
+        return found
+
+    def slurm_job(self, job_id: int) -> SlurmRow | None:
+        return self.slurm_jobs([job_id]).get(job_id)
+
+    def active_slurm_jobs(self) -> list[SlurmRow]:
+        """The Slurm jobs that have not ended (as gpudesk has them)."""
+        rows = self._conn.execute(
+            "SELECT s.* FROM slurm_jobs s JOIN jobs j ON j.id = s.job_id "
+            "WHERE j.state IN ('queued', 'running') ORDER BY s.job_id"
+        )
+        return [_row(r) for r in rows]
+
+    def note_slurm(
+        self,
+        job_id: int,
+        state: str | None,
+        reason: str | None,
+        node: str | None,
+        own_id: str | None,
+    ) -> None:
+        """What Slurm said of a job that did not change its gpudesk state."""
+        with self.transaction() as conn:
+            conn.execute(
+                "UPDATE slurm_jobs SET state = ?, reason = ?, node = COALESCE(?, node), "
+                "own_id = COALESCE(?, own_id) WHERE job_id = ?",
+                (state, reason, node, own_id, job_id),
+            )
+
+    def slurm_cancel_sent(self, job_ids: Sequence[int]) -> None:
+        with self.transaction() as conn:
+            conn.executemany(
+                "UPDATE slurm_jobs SET cancel_sent = 1 WHERE job_id = ?", [(i,) for i in job_ids]
+            )
+
+    def slurm_started(self, job_id: int, started_at: float, message: str) -> None:
+        """queued -> running: Slurm started it (its one attempt, as gpudesk counts them)."""
+        with self.transaction() as conn:
+            self._transition(
+                conn,
+                job_id,
+                JobState.RUNNING,
+                safe_text(message),
+                time.time(),
+                attempts=1,
+                started_at=started_at,
+            )
+
+    def slurm_ended(
+        self,
+        job_id: int,
+        state: JobState,
+        message: str,
+        *,
+        exit_code: int | None,
+        started_at: float | None,
+        ended_at: float,
+    ) -> None:
+        """A Slurm job ended (from queued, when it never ran: cancelled, or its parent failed)."""
+        message = safe_text(message)
+        with self.transaction() as conn:
+            columns: dict[str, object] = {
+                "ended_at": ended_at,
+                "exit_code": exit_code,
+                "reason": message,
+                "held": 0,
+            }
+            if started_at is not None:
+                columns.update(attempts=1, started_at=started_at)
+            self._transition(conn, job_id, state, message, time.time(), **columns)
+
+    def discard_jobs(self, job_ids: Sequence[int]) -> None:
+        """Forget jobs that were never submitted anywhere (their submission to Slurm failed as
+        a whole): their rows and events go, as if the request had been refused."""
+        with self.transaction() as conn:
+            for job_id in job_ids:
+                conn.execute("DELETE FROM slurm_jobs WHERE job_id = ?", (job_id,))
+                conn.execute("DELETE FROM events WHERE job_id = ?", (job_id,))
+                conn.execute("DELETE FROM jobs WHERE id = ?", (job_id,))

@@ -1,0 +1,213 @@
+"""The Slurm backend against a real single-node Slurm (tests/slurm_cluster.py): jobs submitted
+with sbatch, followed through squeue/scontrol, cancelled with scancel, shown by the CLI.
+
+One cluster and one engine serve the whole module (starting them costs about a second each);
+each test submits its own jobs. The time-limit job is submitted first and checked last, so its
+minute overlaps the other tests.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import EngineHandle, wait_for
+from slurm_cluster import SlurmCluster, missing_reason, running_cluster
+
+from gpudesk.api.errors import EngineError
+from gpudesk.paths import Home
+
+pytestmark = pytest.mark.skipif(missing_reason() is not None, reason=missing_reason() or "")
+
+PARTITION = "gpu"
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
+    with running_cluster(tmp_path_factory.mktemp("slurm")) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def slurm_engine(
+    cluster: SlurmCluster, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[EngineHandle]:
+    """An engine whose submitters' environment names the test cluster (SLURM_CONF)."""
+    root = tmp_path_factory.mktemp("home")
+    saved = dict(os.environ)
+    os.environ.update(
+        {"GPUDESK_HOME": str(root), "SLURM_CONF": str(cluster.conf), "GPUDESK_SLURM_POLL_S": "0.3"}
+    )
+    os.environ.pop("GPUDESK_BACKEND", None)
+    handle = EngineHandle(Home(root))
+    try:
+        handle.start()
+        yield handle
+    finally:
+        handle.stop()
+        handle.client.close()
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def _cli(*args: str, timeout: float = 240.0) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "gpudesk", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=os.environ.copy(),
+        check=False,
+    )
+
+
+def _cluster(**keys: object) -> dict[str, object]:
+    return {"kind": "slurm", "partition": PARTITION, **keys}
+
+
+def _submit(engine: EngineHandle, *jobs: dict, cluster: dict | None = None) -> list[int]:
+    placed = [{"cluster": cluster or _cluster(), **job} for job in jobs]
+    return engine.submit(*placed)
+
+
+def _log(engine: EngineHandle, job_id: int) -> str:
+    path = engine.job(job_id)["log"]
+    assert path, engine.job(job_id)
+    return Path(path).read_text()
+
+
+SHOW_GPU = "echo CVD=${CUDA_VISIBLE_DEVICES:-unset} MPS=${CUDA_MPS_ACTIVE_THREAD_PERCENTAGE:-unset}"
+
+
+def test_time_limit_submitted_first(slurm_engine: EngineHandle) -> None:
+    """Submitted now, checked by the last test: Slurm acts on whole minutes."""
+    (job,) = _submit(
+        slurm_engine,
+        {"name": "overtime", "command": ["sleep", "300"], "time_limit_s": 30},
+    )
+    assert slurm_engine.job(job)["slurm"]["job_id"]
+
+
+@pytest.mark.timeout(300)  # eight real trainings on a 2-core machine
+def test_quickstart_runs_on_slurm_as_one_array(slurm_engine: EngineHandle, tmp_path: Path) -> None:
+    done = _cli("run", "profiles/quickstart.toml", "--on", "slurm", "--json", timeout=300)
+    assert done.returncode == 0, done.stderr + done.stdout
+    report = json.loads(done.stdout)
+    assert report["succeeded"] and report["counts"] == {"succeeded": 8}
+    assert report["backend"] == "slurm:gpudesk-test"
+    assert report["best"]["metric"] == "val_acc" and report["best"]["value"] > 0.9
+    assert all(j["metrics"] and "val_acc" in j["metrics"] for j in report["jobs"])
+    views = [slurm_engine.job(j["id"])["slurm"] for j in report["jobs"]]
+    arrays = {v["job_id"].split("_")[0] for v in views}
+    assert len(arrays) == 1, views  # one sbatch: the sweep is one array
+    assert sorted(int(v["job_id"].split("_")[1]) for v in views) == list(range(8))
+    assert all(v["state"] == "COMPLETED" and v["cluster"] == "gpudesk-test" for v in views)
+
+
+@pytest.mark.parametrize(
+    ("job", "target", "gres", "shown"),
+    [
+        ({"gpus": 1}, _cluster(gpu_type="a100"), "gpu:a100:1", "CVD=0 MPS=unset"),
+        ({"gpus": 1, "memory_gb": 8}, _cluster(), "gpu:1g.10gb:1", "CVD=2 MPS=unset"),
+        ({"gpus": 1, "sm_pct": 50}, _cluster(), "mps:50", "MPS=50"),
+        ({"gpus": 1}, _cluster(share="timeslice"), "shard:1", "CVD=1 MPS=unset"),
+        ({"gpus": 2}, _cluster(gpu_type="a100"), "gpu:a100:2", "CVD=0,1 MPS=unset"),
+    ],
+    ids=["whole", "mig", "mps", "shard", "two-gpus"],
+)
+def test_placement_vocabulary_becomes_gres(
+    slurm_engine: EngineHandle, job: dict, target: dict, gres: str, shown: str
+) -> None:
+    (job_id,) = _submit(
+        slurm_engine,
+        {"name": "gres", "command": [SHOW_GPU], "shell": True, **job},
+        cluster=target,
+    )
+    (done,) = slurm_engine.wait_all_done([job_id], timeout=60)
+    assert done["state"] == "succeeded", done
+    assert done["slurm"]["gres"] == gres
+    assert shown in _log(slurm_engine, job_id)
+
+
+def test_exit_code_and_cancel_come_back(slurm_engine: EngineHandle) -> None:
+    failing, sleeper = _submit(
+        slurm_engine,
+        {"name": "fails", "command": ["sh", "-c", "echo about to fail; exit 3"]},
+        {"name": "sleeps", "command": ["sleep", "120"]},
+    )
+    slurm_engine.wait_state(sleeper, "running", timeout=30)
+    cancel = _cli("cancel", str(sleeper))
+    assert cancel.returncode == 0, cancel.stderr
+    assert "scancel" in cancel.stdout
+    ended = {j["id"]: j for j in slurm_engine.wait_all_done([failing, sleeper], timeout=60)}
+    assert ended[failing]["state"] == "failed" and ended[failing]["exit_code"] == 3
+    assert ended[sleeper]["state"] == "cancelled"
+    assert "cancelled by user" in ended[sleeper]["reason"]
+    assert ended[sleeper]["slurm"]["state"] == "CANCELLED"
+    waited = _cli("wait", str(failing))
+    assert waited.returncode == 3, waited.stdout + waited.stderr
+    logs = _cli("logs", str(failing))
+    assert "about to fail" in logs.stdout
+    shown = _cli("queue", "--all")
+    assert "slurm" in shown.stdout or "fails" in shown.stdout
+
+
+def test_after_chain_with_failing_parent_cancels_the_child(slurm_engine: EngineHandle) -> None:
+    parent, child = _submit(
+        slurm_engine,
+        {"name": "parent", "command": ["sh", "-c", "sleep 1; exit 1"]},
+        {"name": "child", "command": ["echo", "never"], "after": [-1]},
+    )
+    ended = {j["id"]: j for j in slurm_engine.wait_all_done([parent, child], timeout=60)}
+    assert ended[parent]["state"] == "failed"
+    assert ended[child]["state"] == "cancelled"
+    assert f"job {parent} (parent)" in ended[child]["reason"]
+    assert "DependencyNeverSatisfied" in ended[child]["reason"]
+    assert ended[child]["started_at"] is None
+
+
+def test_slurm_refusals_leave_nothing(slurm_engine: EngineHandle, cluster: SlurmCluster) -> None:
+    before = slurm_engine.client.request("jobs")["jobs"]
+    queued_before = cluster.run("squeue", "-h", "-o", "%i")
+    # an unknown partition: one paragraph, exit 2... refused before any sbatch
+    done = _cli("submit", "--on", "slurm", "--partition", "nope", "--", "true")
+    assert done.returncode != 0
+    assert "no partition 'nope'" in done.stderr and "Nothing was submitted" in done.stderr
+    assert "Traceback" not in done.stderr
+    # a gres the cluster lacks
+    with pytest.raises(EngineError, match="offers no such gres"):
+        _submit(
+            slurm_engine,
+            {"name": "x", "command": ["true"], "gpus": 1},
+            cluster=_cluster(mig_profile="7g.80gb"),
+        )
+    # the second job's sbatch fails (more GPUs than the node has): the first is cancelled too
+    with pytest.raises(EngineError, match="Nothing was submitted") as refused:
+        _submit(
+            slurm_engine,
+            {"name": "fine", "command": ["sleep", "30"], "gpus": 1},
+            {"name": "too-big", "command": ["true"], "gpus": 9},
+        )
+    assert "already submitted were cancelled" in str(refused.value)
+    assert slurm_engine.client.request("jobs")["jobs"] == before
+    wait_for(
+        lambda: cluster.run("squeue", "-h", "-o", "%i") == queued_before,
+        10,
+        what="the half-submitted job to be cancelled",
+    )
+
+
+@pytest.mark.timeout(200)
+def test_time_limit_fails_the_job_timed_out(slurm_engine: EngineHandle) -> None:
+    (job,) = [
+        j["id"] for j in slurm_engine.client.request("jobs")["jobs"] if j["name"] == "overtime"
+    ]
+    (done,) = slurm_engine.wait_all_done([job], timeout=150)
+    assert done["state"] == "failed"
+    assert "timed out" in done["reason"]
+    assert done["slurm"]["state"] == "TIMEOUT"
