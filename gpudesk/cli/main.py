@@ -20,6 +20,7 @@ from gpudesk.cli import (
     desk,
     engine,
     examples,
+    export,
     grid,
     history,
     jobs,
@@ -59,6 +60,7 @@ app.add_typer(mig.mig_app, name="mig")
 app.add_typer(model.model_app, name="model")
 app.add_typer(loader.loader_app, name="loader")
 app.add_typer(select.select_app, name="select")
+app.add_typer(export.export_app, name="export")
 
 
 def _version_callback(value: bool) -> None:

@@ -212,6 +212,12 @@ def _mig(
         return None
     fits = [p for p in offer.mig_profiles if (mig_memory_gb(p) or 0) >= spec.memory_gb]
     if not fits:
+        if forced and not offer.known:
+            raise SlurmMappingError(
+                f"job {spec.name!r}: [cluster] share = 'mig' picks the smallest MIG profile the "
+                "cluster offers that holds the job's memory_gb, and the cluster was not asked "
+                "what it offers (set [cluster] mig_profile, or let gpudesk ask it: sinfo)"
+            )
         if forced:
             raise SlurmMappingError(
                 f"job {spec.name!r}: no MIG profile the cluster offers holds memory_gb = "
