@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 
 from gpudesk.engine.attempts import Attempts, LiveAttempt
+from gpudesk.engine.env_seconds import env_seconds
 from gpudesk.engine.mig.profiles import compute_slices, memory_slices, table_for_gpu
 from gpudesk.engine.placement.demand import DEFAULT_SM_PCT, signature
 from gpudesk.engine.placement.interference import (
@@ -54,12 +54,8 @@ SOURCES = ("learned", "calibrated")
 
 
 def observe_min_s() -> float:
-    raw = os.environ.get(OBSERVE_MIN_S_ENV, "")
-    try:
-        value = float(raw)
-    except ValueError:
-        return OBSERVE_MIN_S
-    return value if value > 0 else OBSERVE_MIN_S
+    """OBSERVE_MIN_S, or GPUDESK_OBSERVE_MIN_S (at least 0.1 s: tests only)."""
+    return env_seconds(OBSERVE_MIN_S_ENV, OBSERVE_MIN_S, 0.1, 86400.0)
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from gpudesk.engine.env_seconds import env_seconds
 from gpudesk.engine.jobs import check_selection
 from gpudesk.loader.protocol import (
     ENV_DATASET,
@@ -199,10 +200,7 @@ class LoaderSupervisor:
         self.events: list[str] = []  # for the engine to record
         self.status_at = 0.0
         self.checked_at = 0.0
-        try:
-            self.grace_s = float(os.environ.get(ENV_GRACE_S, STOP_GRACE_S))
-        except ValueError:
-            self.grace_s = STOP_GRACE_S
+        self.grace_s = env_seconds(ENV_GRACE_S, STOP_GRACE_S, 0.0, 86400.0)
 
     # --------------------------------------------------------------- datasets
     def register(self, specs: list[DatasetSpec]) -> None:

@@ -30,6 +30,7 @@ from pathlib import Path
 from gpudesk import __version__
 from gpudesk.engine.cluster import ClusterSpec
 from gpudesk.engine.dependencies import dependencies_of, verdict
+from gpudesk.engine.env_seconds import env_seconds
 from gpudesk.engine.events import EventPublisher
 from gpudesk.engine.identity import Identity
 from gpudesk.engine.jobs import JobSpec, JobState
@@ -51,11 +52,8 @@ MISSING_POLLS = 3  # a job no command knows this many polls in a row is lost
 
 
 def poll_s() -> float:
-    try:
-        value = float(os.environ.get(POLL_ENV, POLL_S))
-    except ValueError:
-        return POLL_S
-    return min(max(value, 0.1), 60.0) if value == value else POLL_S
+    """POLL_S, or the engine's GPUDESK_SLURM_POLL_S (0.1 to 60 s)."""
+    return env_seconds(POLL_ENV, POLL_S, 0.1, 60.0)
 
 
 class SubmitRefused(Exception):

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 from gpudesk import joblog
 from gpudesk.engine import runner
+from gpudesk.engine.env_seconds import env_seconds
 from gpudesk.engine.identity import Identity
 from gpudesk.engine.jobs import JobState
 from gpudesk.engine.placement.policy import Placement
@@ -52,11 +53,7 @@ RUN_WAIT_ENV = "GPUDESK_TRACKING_WAIT_S"  # the engine's environment may set ano
 
 def run_wait_s() -> float:
     """RUN_WAIT_S, or the engine's GPUDESK_TRACKING_WAIT_S (0 to 3600 s; tests use a short one)."""
-    try:
-        value = float(os.environ.get(RUN_WAIT_ENV, RUN_WAIT_S))
-    except ValueError:
-        return RUN_WAIT_S
-    return min(max(value, 0.0), 3600.0) if value == value else RUN_WAIT_S
+    return env_seconds(RUN_WAIT_ENV, RUN_WAIT_S, 0.0, 3600.0)
 
 
 TRACKING_EVENT = "tracking"  # the kind of event tracking problems are stored as
