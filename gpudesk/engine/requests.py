@@ -49,8 +49,8 @@ from gpudesk.engine.protocol import ProtocolError
 from gpudesk.engine.repartition.control import MigControl
 from gpudesk.engine.repartition.station import MigApplyRefused
 from gpudesk.engine.scheduler import Scheduler
+from gpudesk.engine.slurm import views as slurm_views
 from gpudesk.engine.slurm.backend import SlurmBackend, SubmitRefused
-from gpudesk.engine.slurm.request import mig_memory_gb
 from gpudesk.engine.state import CurrentStation, PlacementDue
 from gpudesk.engine.store.database import Store
 from gpudesk.engine.store.records import AttemptRecord, JobRecord
@@ -505,39 +505,43 @@ class RequestHandlers:
             states=states, group=group, ids=ids, limit=limit, owner_uid=owner
         )
         live_by_job = self.parts.attempts.by_job()
-        result = [self.job_reply(job, live_by_job.get(job.id)) for job in jobs]
+        # one query for every Slurm job listed, not one per job: a run can list thousands
+        on_slurm = self.parts.store.slurm_jobs([j.id for j in jobs if j.spec.cluster is not None])
+        result = [
+            self.job_reply(job, live_by_job.get(job.id), on_slurm.get(job.id)) for job in jobs
+        ]
         if args.get("usage"):
             usage = self._usage([job.id for job in jobs])
             allocations = self.parts.store.allocations([job.id for job in jobs], time.time())
-            for data in result:
-                data["usage"] = usage.get(data["id"])
-                data["last_slot"], data["gpu_s"] = allocations.get(data["id"], (None, 0.0))
-                slurm = data.get("slurm")
-                if slurm is not None:  # Slurm allocated it: its GPUs for its wall time
-                    data["last_slot"] = f"{slurm['node'] or '?'} ({slurm['cluster']})"
-                    spec = data["spec"]
-                    started, ended = data["started_at"], data["ended_at"] or time.time()
-                    data["gpu_s"] = spec["gpus"] * (ended - started) if started else 0.0
+            for job, data in zip(jobs, result, strict=True):
+                data["usage"] = usage.get(job.id)
+                data["last_slot"], data["gpu_s"] = allocations.get(job.id, (None, 0.0))
+                row = on_slurm.get(job.id)
+                if row is not None and job.started_at is not None:
+                    # Slurm allocated it: the GPUs it asked for, over its wall time
+                    data["last_slot"] = slurm_views.slot(row)
+                    ended = job.ended_at or time.time()
+                    data["gpu_s"] = job.spec.gpus * (ended - job.started_at)
         return {"jobs": result}
 
     def show(self, args: Args, caller: Caller) -> Reply:
         parts = self.parts
         job = self._find(args.get("job"), "job")
+        row = parts.store.slurm_job(job.id) if job.spec.cluster is not None else None
         result: Reply = {
-            "job": self.job_reply(job, parts.attempts.by_job().get(job.id)),
+            "job": self.job_reply(job, parts.attempts.by_job().get(job.id), row),
             "attempts": [self.attempt_reply(a) for a in parts.store.attempts(job.id)],
             "events": [e.to_dict() for e in parts.store.events(job.id)],
             "waiting": None,
             "usage": self._usage([job.id]).get(job.id),
             "tracking": parts.tracking.job_view(job),
         }
-        row = parts.store.slurm_job(job.id) if job.spec.cluster is not None else None
         if row is not None and job.attempts:  # Slurm ran it: its one attempt, as Slurm tells
-            result["attempts"] = [slurm_attempt(job, row)]
+            result["attempts"] = [slurm_views.attempt(job, row)]
         if job.state is JobState.QUEUED and job.held:
             result["waiting"] = f"held: it will not start until released (gpudesk release {job.id})"
-        elif job.state is JobState.QUEUED and job.spec.cluster is not None:
-            result["waiting"] = parts.slurm.explain_wait(job)
+        elif job.state is JobState.QUEUED and row is not None:
+            result["waiting"] = slurm_views.explain_wait(row)
         elif job.state is JobState.QUEUED:
             result["waiting"] = parts.scheduler.explain_wait(job)
         if args.get("env"):
@@ -606,9 +610,12 @@ class RequestHandlers:
             data["containment"] = wrapper.containment
         return data
 
-    def job_reply(self, job: JobRecord, live: LiveAttempt | None) -> Reply:
+    def job_reply(
+        self, job: JobRecord, live: LiveAttempt | None, slurm: SlurmRow | None = None
+    ) -> Reply:
         """A job on the wire: its record, and while it runs, where (`slot`, a label; `gpus`,
-        `mode` and `mig_slice`, the same as data)."""
+        `mode` and `mig_slice`, the same as data); a Slurm job's `slurm` row (the store's, which
+        the caller reads, in one query for a whole listing) gives its Slurm part."""
         data = job.to_dict()
         data["slot"] = live.slot if live else None
         data["gpus"] = list(live.gpus) if live else []
@@ -620,13 +627,8 @@ class RequestHandlers:
             if job.attempts
             else None
         )
-        if job.spec.cluster is not None:
-            row = self.parts.store.slurm_job(job.id)
-            if row is not None:
-                data["log"] = row.output if job.attempts else None
-                data["slurm"] = slurm_view(row)
-                if job.state is JobState.RUNNING:  # the display label, while it runs
-                    data["slot"] = f"slurm:{row.node or '?'}"
+        if slurm is not None:
+            data.update(slurm_views.job_fields(job, slurm))
         # the shared loader it reads: its dataset's, or the dataset's variant for its selection
         data["loader"] = self.parts.loaders.loader_for(job.spec.dataset, job.spec.selection)
         return data
@@ -879,56 +881,6 @@ class RequestHandlers:
         log.info(message)
         self.parts.store.add_event("model", message)
         return {"gpu_model": gpu_model, "dropped": dropped}
-
-
-def slurm_view(row: SlurmRow) -> Reply:
-    """A Slurm job's part of its reply (api.models.SlurmJobView)."""
-    return {
-        "cluster": row.cluster,
-        "job_id": row.slurm_id,
-        "state": row.state,
-        "reason": row.reason,
-        "node": row.node,
-        "gres": row.gres,
-        "script": row.script,
-    }
-
-
-def slurm_attempt(job: JobRecord, row: SlurmRow) -> Reply:
-    """A Slurm job's run as an attempt (api.models.AttemptView): where Slurm placed it, in the
-    station's words (a MIG slice, an MPS share, a time-sliced shard, whole GPUs)."""
-    gres = row.gres or ""
-    mode = (
-        "cpu"
-        if not gres
-        else "mps"
-        if gres.startswith("mps:")
-        else "naive"
-        if gres.startswith("shard:")
-        else "mig"
-        if mig_memory_gb(gres.split(":")[1] if gres.count(":") == 2 else "") is not None
-        else "exclusive"
-    )
-    return {
-        "number": 1,
-        "state": "running" if job.state is JobState.RUNNING else "exited",
-        "placement": {
-            "slot": f"slurm:{row.node or '?'}",
-            "mode": mode,
-            "reason": f"Slurm job {row.slurm_id} on cluster {row.cluster}"
-            + (f", gres {gres}" if gres else ""),
-            "gpus": [],
-            "env": {},
-            "env_defaults": {},
-        },
-        "pid": None,
-        "started_at": job.started_at,
-        "ended_at": job.ended_at,
-        "exit_code": job.exit_code,
-        "signal": None,
-        "reason": job.reason if job.state.terminal else None,
-        "log": row.output,
-    }
 
 
 def _param_reply(param: LearnedParam) -> Reply:

@@ -366,14 +366,6 @@ class SlurmBackend:
             ]
         )
 
-    def explain_wait(self, job: JobRecord) -> str:
-        """Why a queued Slurm job has not started, as Slurm last said."""
-        row = self.store.slurm_job(job.id)
-        if row is None:
-            return "waiting to be submitted to Slurm"
-        why = f": {row.reason}" if row.reason and row.reason != "None" else ""
-        return f"pending in Slurm{why} (squeue -j {row.slurm_id}, cluster {row.cluster})"
-
     def cancel(self, job: JobRecord) -> str:
         row = self.store.slurm_job(job.id)
         if row is None:

@@ -233,6 +233,21 @@ def _mig(
     )
 
 
+def gres_mode(gres: str | None) -> str:
+    """The station's placement mode (api.models.PlacementMode) a gres this module asked for
+    stands for: none is a CPU job, `mps:N` an MPS share, `shard:1` time-slicing, a GPU typed
+    like a MIG profile a MIG slice, any other GPU a whole one."""
+    if not gres:
+        return "cpu"
+    name, _, rest = gres.partition(":")
+    if name == "mps":
+        return "mps"
+    if name == "shard":
+        return "naive"
+    kind = rest.rpartition(":")[0]  # "1g.10gb" of "gpu:1g.10gb:1"; "" of "gpu:2"
+    return "mig" if mig_memory_gb(kind) is not None else "exclusive"
+
+
 def slurm_time(seconds: float) -> str:
     """A time limit as sbatch takes it ("D-HH:MM:SS"); Slurm acts on whole minutes."""
     total = math.ceil(seconds)

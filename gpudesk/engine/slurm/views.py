@@ -1,0 +1,70 @@
+"""How a Slurm job shows in the engine's replies: its `slurm` part (api.models.SlurmJobView),
+its log, its slot label, and its run as the one attempt `show` lists (api.models.AttemptView),
+told in the station's placement words."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpudesk.engine.jobs import JobState
+from gpudesk.engine.slurm.request import gres_mode
+from gpudesk.engine.store.records import JobRecord
+from gpudesk.engine.store.slurm import SlurmRow
+
+Reply = dict[str, Any]
+
+
+def slot(row: SlurmRow) -> str:
+    """Where it runs or ran, as views label a slot: `slurm:NODE`."""
+    return f"slurm:{row.node or '?'}"
+
+
+def job_fields(job: JobRecord, row: SlurmRow) -> Reply:
+    """What a Slurm job's reply has in place of a station job's: its Slurm view, the log Slurm
+    writes (once it started), and its slot label while it runs."""
+    fields: Reply = {
+        "log": row.output if job.attempts else None,
+        "slurm": {
+            "cluster": row.cluster,
+            "job_id": row.slurm_id,
+            "state": row.state,
+            "reason": row.reason,
+            "node": row.node,
+            "gres": row.gres,
+            "script": row.script,
+        },
+    }
+    if job.state is JobState.RUNNING:
+        fields["slot"] = slot(row)
+    return fields
+
+
+def attempt(job: JobRecord, row: SlurmRow) -> Reply:
+    """Its run as an attempt: where Slurm placed it, in the station's words (a MIG slice, an
+    MPS share, a time-sliced shard, whole GPUs)."""
+    return {
+        "number": 1,
+        "state": "running" if job.state is JobState.RUNNING else "exited",
+        "placement": {
+            "slot": slot(row),
+            "mode": gres_mode(row.gres),
+            "reason": f"Slurm job {row.slurm_id} on cluster {row.cluster}"
+            + (f", gres {row.gres}" if row.gres else ""),
+            "gpus": [],
+            "env": {},
+            "env_defaults": {},
+        },
+        "pid": None,
+        "started_at": job.started_at,
+        "ended_at": job.ended_at,
+        "exit_code": job.exit_code,
+        "signal": None,
+        "reason": job.reason if job.state.terminal else None,
+        "log": row.output,
+    }
+
+
+def explain_wait(row: SlurmRow) -> str:
+    """Why a queued Slurm job has not started, as Slurm last said."""
+    why = f": {row.reason}" if row.reason and row.reason != "None" else ""
+    return f"pending in Slurm{why} (squeue -j {row.slurm_id}, cluster {row.cluster})"
