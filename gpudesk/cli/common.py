@@ -137,7 +137,8 @@ def target_cluster(
     if on == "station" or (on is None and profile_cluster is None):
         named = [f"--{k}" for k, v in given.items() if v is not None]
         if named:
-            fail(f"{', '.join(named)} name a Slurm setting: add --on slurm", EXIT_USAGE)
+            what = "names a Slurm setting" if len(named) == 1 else "name Slurm settings"
+            fail(f"{', '.join(named)} {what}: add --on slurm", EXIT_USAGE)
         return None
     base = (profile_cluster or ClusterSpec()).to_dict()
     try:

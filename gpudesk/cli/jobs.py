@@ -212,15 +212,13 @@ def submit(
             except SpecError as exc:
                 fail(f"--after: {exc.message}", EXIT_USAGE)
         (job_id,) = submit_specs(client, [spec])
+        # a Slurm job: say the id Slurm gave it, as sbatch would
+        slurm = client.show(job_id).job.slurm if cluster is not None and not json_out else None
     if json_out:
         print_json({"id": job_id, "name": spec.name})
-    elif cluster is not None:
-        with engine_client() as client:
-            slurm = client.show(job_id).job.slurm
-        where = f" as Slurm job {slurm.job_id} on {slurm.cluster}" if slurm else " to Slurm"
-        print(f"submitted job {job_id} ({spec.name}){where}")
     else:
-        print(f"submitted job {job_id} ({spec.name})")
+        where = f" as Slurm job {slurm.job_id} on {slurm.cluster}" if slurm else ""
+        print(f"submitted job {job_id} ({spec.name}){where}")
 
 
 # ------------------------------------------------------------------------- queue

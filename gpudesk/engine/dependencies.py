@@ -8,7 +8,7 @@ restarted engine needs nothing more than its queue."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from gpudesk.engine.jobs import JobState
@@ -30,7 +30,12 @@ class Verdict:
 def dependencies_of(store: Store, queued: list[JobRecord]) -> dict[int, JobRecord]:
     """Every job the queued jobs run after, read in a few queries (not one per job and pass:
     a sweep of thousands after one pre-pass is asked about on every placement pass)."""
-    wanted = sorted({job_id for job in queued for job_id in job.spec.after})
+    return jobs_by_id(store, {job_id for job in queued for job_id in job.spec.after})
+
+
+def jobs_by_id(store: Store, ids: Iterable[int]) -> dict[int, JobRecord]:
+    """These jobs (those that exist), by id, in a few queries."""
+    wanted = sorted(set(ids))
     found: dict[int, JobRecord] = {}
     for start in range(0, len(wanted), _IDS_PER_QUERY):
         for job in store.jobs(ids=wanted[start : start + _IDS_PER_QUERY]):

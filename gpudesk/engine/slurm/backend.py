@@ -29,7 +29,7 @@ from pathlib import Path
 
 from gpudesk import __version__
 from gpudesk.engine.cluster import ClusterSpec
-from gpudesk.engine.dependencies import dependencies_of, verdict
+from gpudesk.engine.dependencies import dependencies_of, jobs_by_id, verdict
 from gpudesk.engine.env_seconds import env_seconds
 from gpudesk.engine.events import EventPublisher
 from gpudesk.engine.identity import Identity
@@ -37,7 +37,14 @@ from gpudesk.engine.jobs import JobSpec, JobState
 from gpudesk.engine.slurm import commands as slurm
 from gpudesk.engine.slurm.commands import Ended, QueueLine, SlurmCommands, SlurmError
 from gpudesk.engine.slurm.request import GresOffer, SbatchOption, SlurmMappingError
-from gpudesk.engine.slurm.script import ARRAY_TASK, Submission, job_environment, plan, render
+from gpudesk.engine.slurm.script import (
+    ARRAY_TASK,
+    Submission,
+    job_environment,
+    literal,
+    plan,
+    render,
+)
 from gpudesk.engine.state import PlacementDue
 from gpudesk.engine.store.database import Store
 from gpudesk.engine.store.records import JobRecord
@@ -199,6 +206,7 @@ class SlurmBackend:
         self.due = due
         self.poller = Poller(wake)
         self.missing: dict[int, int] = {}  # job id -> polls in a row no one knew it
+        self.cluster_names: dict[str, str] = {}  # slurm.conf -> its ClusterName
         self.refresh()
 
     # ----------------------------------------------------------- submitting
@@ -220,18 +228,27 @@ class SlurmBackend:
         commands = SlurmCommands(cluster.conf, env=base_env)
         try:
             offer = commands.offer(cluster.partition)
-            if cluster.partition is not None and cluster.partition not in commands.partitions():
-                known = ", ".join(commands.partitions()) or "none"
+            # sinfo -p NOSUCH answers nothing and exits 0: the partition is checked on its own
+            known_partitions = commands.partitions() if cluster.partition is not None else []
+            if cluster.partition is not None and cluster.partition not in known_partitions:
+                known = ", ".join(known_partitions) or "none"
                 raise SubmitRefused(
                     f"the cluster has no partition {cluster.partition!r} (it has: {known}); "
                     "name one of those in [cluster] partition or --partition. Nothing was "
                     "submitted."
                 )
             plan(specs, cluster, offer)  # a job the cluster cannot be asked for is refused here
-            name = cluster.name or commands.cluster_name()
+            name = cluster.name or self._cluster_name(commands)
         except (SlurmError, SlurmMappingError) as exc:
             raise SubmitRefused(f"{str(exc).rstrip('.')}. Nothing was submitted.") from None
         return cluster, commands, offer, name
+
+    def _cluster_name(self, commands: SlurmCommands) -> str:
+        """A cluster's ClusterName, asked once per slurm.conf (`scontrol show config` prints
+        hundreds of lines; a submit runs in the engine's loop)."""
+        if commands.conf not in self.cluster_names:
+            self.cluster_names[commands.conf] = commands.cluster_name()
+        return self.cluster_names[commands.conf]
 
     def submit(
         self, specs: Sequence[JobSpec], base_env: Mapping[str, str] | None, owner: Identity
@@ -265,14 +282,12 @@ class SlurmBackend:
                 folder = self.home.root / "slurm" / str(first.job_id)
                 folder.mkdir(parents=True, exist_ok=True)
                 folders.append(folder)
-                output = str(
-                    folder / (f"task-{ARRAY_TASK}.log" if submission.is_array else "output.log")
-                )
+                log_name = "task-{}.log" if submission.is_array else "output.log"
                 script = folder / "job.sbatch"
                 script.write_text(
                     render(
                         submission,
-                        output=output,
+                        output=literal(f"{folder}/") + log_name.format(ARRAY_TASK),
                         header=_header(submission, name, cluster),
                         dependency=dependency,
                     )
@@ -291,7 +306,7 @@ class SlurmBackend:
                             submitted,
                             index if submission.is_array else None,
                             None,
-                            submission.output_of(output, index),
+                            str(folder / log_name.format(index)),
                             str(script),
                             gres,
                             "PENDING",
@@ -333,7 +348,7 @@ class SlurmBackend:
             return None, ""
         rows = {r.job_id: r for r in made}
         rows.update(self.store.slurm_jobs([i for i in after if i not in rows]))
-        parents = dependencies_of(self.store, [_stub(after)])
+        parents = jobs_by_id(self.store, after)
         said = verdict(after, parents)
         if said.never:
             return None, said.never
@@ -480,10 +495,6 @@ class SlurmBackend:
 
     def close(self) -> None:
         self.poller.stop()
-
-
-def _stub(after: tuple[int, ...]) -> JobRecord:
-    return JobRecord.queued(0, JobSpec(name="-", command=("true",), after=after), time.time())
 
 
 def _code(code: int | None, sig: int | None) -> int | None:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from gpudesk.engine.cluster import ClusterSpec
 from gpudesk.engine.jobs import JobSpec
 from gpudesk.engine.slurm.request import GresOffer, SlurmMappingError
-from gpudesk.engine.slurm.script import Submission, plan, render
+from gpudesk.engine.slurm.script import Submission, literal, plan, render
 
 SUBMIT_SCRIPT = "submit.sh"
 LOGS = "logs"
@@ -39,7 +39,7 @@ def safe_name(text: str) -> str:
 def output_pattern(directory: str, name: str, *, array: bool) -> str:
     """The --output file of a script: `DIR/logs/NAME-%j.out`, `-%A_%a.out` for an array (a `%`
     in DIR doubled, as sbatch reads `%%`)."""
-    folder = directory.rstrip("/").replace("%", "%%")
+    folder = literal(directory.rstrip("/"))
     suffix = "%A_%a" if array else "%j"
     return f"{folder}/{LOGS}/{name}-{suffix}.out"
 

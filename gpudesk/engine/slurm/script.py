@@ -19,6 +19,12 @@ from gpudesk.engine.slurm.request import GresOffer, SbatchOption, sbatch_options
 ARRAY_TASK = "%a"  # sbatch's file-name pattern for an array task's index
 
 
+def literal(path: str) -> str:
+    """A path as it must stand in an sbatch file-name pattern (--output): sbatch reads `%j`,
+    `%a` and the like in it, so a `%` of the path itself is doubled."""
+    return path.replace("%", "%%")
+
+
 @dataclass(frozen=True)
 class Task:
     """One job of a submission: its spec, and gpudesk's id for it (None: not submitted by
@@ -39,10 +45,6 @@ class Submission:
     @property
     def is_array(self) -> bool:
         return self.array_name is not None
-
-    def output_of(self, pattern: str, index: int) -> str:
-        """Task `index`'s output file, given the --output pattern."""
-        return pattern.replace(ARRAY_TASK, str(index)) if self.is_array else pattern
 
 
 def _same_request(a: list[SbatchOption], b: list[SbatchOption]) -> bool:
