@@ -129,8 +129,6 @@ def target_cluster(
     """Where `--on` (and a profile's [cluster]) send jobs: None for the station, else the
     Slurm cluster with --partition/--account/--qos laid over the profile's. A bad value is a
     usage error (exit 2)."""
-    from gpudesk.engine.cluster import ClusterSpec, check_cluster
-
     if on not in (None, "station", "slurm"):
         fail(f"--on: expected station or slurm, found {on!r}", EXIT_USAGE)
     given = {"partition": partition, "account": account, "qos": qos}
@@ -140,8 +138,27 @@ def target_cluster(
             what = "names a Slurm setting" if len(named) == 1 else "name Slurm settings"
             fail(f"{', '.join(named)} {what}: add --on slurm", EXIT_USAGE)
         return None
-    base = (profile_cluster or ClusterSpec()).to_dict()
+    return cluster_with_options(profile_cluster, given)
+
+
+def cluster_with_options(
+    profile_cluster: ClusterSpec | None, overrides: dict[str, str | None]
+) -> ClusterSpec:
+    """The profile's [cluster] (ClusterSpec() without one), the command line's options over it
+    (`overrides`: [cluster] keys; None: not given). A bad option is a usage error naming it."""
+    from gpudesk.engine.cluster import ClusterSpec, check_cluster
+
+    values: dict[str, Any] = profile_cluster.to_dict() if profile_cluster else {}
+    for key, value in overrides.items():
+        if value is None:
+            continue
+        try:
+            check_cluster({key: value})
+        except ValueError as exc:
+            option = "--" + key.replace("_", "-")
+            fail(f"{option}: {str(exc).removeprefix(f'{key}: ')}", EXIT_USAGE)
+        values[key] = value
     try:
-        return check_cluster({**base, **{k: v for k, v in given.items() if v is not None}})
-    except ValueError as exc:
-        fail(f"--on slurm: {exc}", EXIT_USAGE)
+        return check_cluster(values) if values else ClusterSpec()
+    except ValueError as exc:  # the profile's own table was checked when it was read
+        fail(f"the cluster is not valid: {exc}", EXIT_USAGE)

@@ -15,11 +15,11 @@ import shutil
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import typer
 
-from gpudesk.cli.common import fail, print_json
+from gpudesk.cli.common import cluster_with_options, fail, print_json
 from gpudesk.cli.exit_codes import EXIT_FAILED, EXIT_USAGE
 
 if TYPE_CHECKING:
@@ -34,26 +34,6 @@ export_app = typer.Typer(
 
 _OLD_SCRIPT = re.compile(r"^\d+-.*\.sbatch$")
 _BAD_PATH = re.compile(r"[\x00-\x1f\x7f\\]")
-
-
-def _cluster(profile_cluster: ClusterSpec | None, overrides: dict[str, str | None]) -> ClusterSpec:
-    """The profile's [cluster] (ClusterSpec() without one), the command line's options over it."""
-    from gpudesk.engine.cluster import ClusterSpec, check_cluster
-
-    values: dict[str, Any] = profile_cluster.to_dict() if profile_cluster else {}
-    for key, value in overrides.items():
-        if value is None:
-            continue
-        try:
-            check_cluster({key: value})
-        except ValueError as exc:
-            option = "--" + key.replace("_", "-")
-            fail(f"{option}: {str(exc).removeprefix(f'{key}: ')}", EXIT_USAGE)
-        values[key] = value
-    try:
-        return check_cluster(values) if values else ClusterSpec()
-    except ValueError as exc:  # the profile's own table was checked when it was read
-        fail(f"the cluster is not valid: {exc}", EXIT_USAGE)
 
 
 def _check_dir(target: Path, force: bool) -> Path:
@@ -256,7 +236,7 @@ def slurm(
         loaded = load_profile(profile)
     except ProfileError as exc:
         fail(f"the profile is not valid:\n{exc}", EXIT_USAGE)
-    cluster = _cluster(
+    cluster = cluster_with_options(
         loaded.cluster,
         {
             "partition": partition,
