@@ -400,17 +400,18 @@ class SlurmBackend:
             if isinstance(heard, str):
                 log.warning("%s", heard)
                 continue
-            rows = self.store.slurm_jobs([h.job_id for h in heard])
+            # two queries a poll, not two per job: an array's thousand tasks are heard at once
+            ids = [h.job_id for h in heard]
+            rows, jobs = self.store.slurm_jobs(ids), jobs_by_id(self.store, ids)
             for item in heard:
-                row = rows.get(item.job_id)
-                if row is not None:
-                    changed |= self._apply(row, item)
+                row, job = rows.get(item.job_id), jobs.get(item.job_id)
+                if row is not None and job is not None:
+                    changed |= self._apply(row, job, item)
         if changed:
             self.refresh()
             self.due.mark()
 
-    def _apply(self, row: SlurmRow, heard: Heard) -> bool:
-        job = self.store.job(row.job_id)
+    def _apply(self, row: SlurmRow, job: JobRecord, heard: Heard) -> bool:
         if job.state.terminal:
             return False
         line, ended = heard.line, heard.ended
