@@ -52,7 +52,7 @@ def run(
     where = client.home.description
     if cluster is not None:
         where = "Slurm" + (f" partition {cluster.partition}" if cluster.partition else "")
-        where += f", followed by the engine of {client.home.description}"
+        where += f", followed by {client.home.description}"
     said = f"running {len(loaded.jobs)} job(s) from {source} on {where}"
     print(
         textwrap.fill(
