@@ -24,6 +24,9 @@ EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE
 EXIT_SIGTERM = 128 + signal.SIGTERM
 SGD_MOMENTUM = 0.9
 ENV_SEED = "GPUDESK_SEED"  # the run's seed, set by `gpudesk select compare` on every job
+# the train/val split the run uses (a dataset factory's `split_seed`), set by `gpudesk select
+# compare --splits K` on every job; the built-in workloads default --split-seed to it
+ENV_SPLIT = "GPUDESK_SPLIT"
 PROGRESS_EVERY = 10  # training steps between two `progress` lines
 
 
