@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gzip
 import importlib.util
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -107,14 +108,33 @@ def digits_split_indices(split: str, split_seed: int = 0, n: int | None = None) 
     return target if split == "target" else np.setdiff1d(rest, target)
 
 
+def check_digit_classes(classes: Iterable[int]) -> list[int]:
+    """The distinct digit classes asked for, sorted; a ValueError names a bad one."""
+    chosen = []
+    for label in classes:
+        if isinstance(label, bool) or not isinstance(label, (int, np.integer)):
+            raise ValueError(f"classes: expected whole numbers 0 to 9, found {label!r}")
+        if not 0 <= int(label) < DIGITS_CLASSES:
+            raise ValueError(f"classes: {int(label)} is not a digit class (0 to 9)")
+        chosen.append(int(label))
+    if not chosen:
+        raise ValueError("classes: name at least one class, e.g. [3, 8]")
+    return sorted(set(chosen))
+
+
 class DigitsDataset:
     """The digits (or one split of them) as a map-style dataset of (image float32[64] in
     [0, 1], label int) pairs, for the shared loader and data selection
-    (`gpudesk.workloads.data:make_digits`)."""
+    (`gpudesk.workloads.data:make_digits`). `classes` keeps only the samples of those labels
+    (a target set of only 3s and 8s: `split="target", classes=[3, 8]`)."""
 
-    def __init__(self, split: str = "all", split_seed: int = 0) -> None:
+    def __init__(
+        self, split: str = "all", split_seed: int = 0, classes: Sequence[int] | None = None
+    ) -> None:
         images, labels = load_digits()
         chosen = digits_split_indices(split, split_seed, len(labels))
+        if classes is not None:
+            chosen = chosen[np.isin(labels[chosen], check_digit_classes(classes))]
         self.images, self.labels = images[chosen], labels[chosen]
 
     def __len__(self) -> int:
@@ -124,5 +144,7 @@ class DigitsDataset:
         return self.images[index], int(self.labels[index])
 
 
-def make_digits(split: str = "all", split_seed: int = 0) -> DigitsDataset:
-    return DigitsDataset(split, split_seed)
+def make_digits(
+    split: str = "all", split_seed: int = 0, classes: Sequence[int] | None = None
+) -> DigitsDataset:
+    return DigitsDataset(split, split_seed, classes)
