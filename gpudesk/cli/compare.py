@@ -366,9 +366,13 @@ class Comparison:
         if isinstance(accuracy, (int, float)) and not isinstance(accuracy, bool):
             trial.proxy_accuracy = float(accuracy)
         if cached.labels is not None:
-            kept = kept_of(self.cache, cached, trial.preset)
-            trial.kept_per_class = class_counts(cached.labels, kept.canonical)
-            trial.dataset_per_class = class_counts(cached.labels)
+            try:
+                kept = kept_of(self.cache, cached, trial.preset)
+            except PresetError as exc:  # the entry is not this preset's: no class mix, said
+                trial.problems.append(f"{trial.label}: the kept set's class mix: {exc}")
+            else:
+                trial.kept_per_class = class_counts(cached.labels, kept.canonical)
+                trial.dataset_per_class = class_counts(cached.labels)
         if parse_preset(trial.preset).method == "less":
             trial.target_classes = self._target_classes(trial, dataset)
 
