@@ -367,7 +367,7 @@ class Comparison:
             trial.proxy_accuracy = float(accuracy)
         if cached.labels is not None:
             try:
-                kept = kept_of(self.cache, cached, trial.preset)
+                kept = kept_of(cached, trial.preset)
             except PresetError as exc:  # the entry is not this preset's: no class mix, said
                 trial.problems.append(f"{trial.label}: the kept set's class mix: {exc}")
             else:

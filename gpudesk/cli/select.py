@@ -385,11 +385,10 @@ def show_command(
     kept = None
     if chosen is not None:
         try:
-            kept = kept_of(cache, entry, chosen)
+            kept = kept_of(entry, chosen)
         except PresetError as exc:
             fail(f"--preset: {exc}", EXIT_USAGE)
         data["preset"] = kept.preset
-        data["taken"] = kept.how
         data["kept"] = sorted(int(i) for i in positions.of(kept.canonical))
         data["kept_per_class"] = (
             class_counts(entry.labels, kept.canonical) if entry.labels is not None else None
@@ -433,8 +432,7 @@ def show_command(
         lines.append(
             (
                 kept.preset,
-                f"keeps {len(kept.canonical)} of {len(entry.order)}, {kept.how} (--json "
-                "lists them)",
+                f"keeps {len(kept.canonical)} of {len(entry.order)} (--json lists them)",
             )
         )
     if not labelled:

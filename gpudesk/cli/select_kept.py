@@ -5,9 +5,8 @@ A cache entry names samples by their place in the dataset's *canonical* (digest-
 (gpudesk.selection.apply). The dataset indexes under `selection/datasets/` remember, for each
 way a dataset was built (factory and arguments), its fingerprint and canonical order; the index
 whose fingerprint is the entry's maps canonical places back to the dataset's own positions
-(`dataset[i]`). The kept set at a percent is taken as a loader takes it: through the selection
-package's own `cached` lookup when it finds this very entry, else from the stored ordering with
-`take` (and then says so).
+(`dataset[i]`). The kept set at a percent is taken from the entry by the selection package's own
+rule, the one a loader's cache hit goes through.
 """
 
 from __future__ import annotations
@@ -23,8 +22,8 @@ from typing import Any
 import numpy as np
 
 from gpudesk.selection.cache import INDEX_DIR, Entry, SelectionCache
-from gpudesk.selection.prepass import cached
-from gpudesk.selection.presets import PresetError, parse_preset, take
+from gpudesk.selection.prepass import _selection
+from gpudesk.selection.presets import PresetError, parse_preset
 
 
 @dataclass(frozen=True)
@@ -33,43 +32,24 @@ class Kept:
 
     preset: str
     canonical: np.ndarray  # sorted places in the canonical order
-    as_loader: bool  # taken through the selection package's lookup, exactly as a loader does
-
-    @property
-    def how(self) -> str:
-        return (
-            "as a loader takes it"
-            if self.as_loader
-            else "from the stored ordering (this version keys the preset otherwise: its loader "
-            "would compute a new entry)"
-        )
 
 
-def kept_of(cache: SelectionCache, entry: Entry, preset_name: str) -> Kept:
-    """What `preset_name` (METHOD-P of the entry's method) keeps of `entry`. Raises
-    PresetError when the preset does not parse or is of another method."""
+def kept_of(entry: Entry, preset_name: str) -> Kept:
+    """What `preset_name` (a preset of the entry's method: any percent, and whatever else the
+    preset's name says of how to take from the ordering) keeps of `entry`, taken by the
+    selection package's own rule, the one a loader's cache hit goes through. Raises
+    PresetError when the preset does not parse, is of another method, or cannot be taken from
+    this entry."""
     preset = parse_preset(preset_name)
     if preset.method != entry.method:
         raise PresetError(
             f"entry {entry.key} is an ordering by {entry.method}; {preset.name} is another "
             f"method (give {entry.method}-P)"
         )
-    n = len(entry.order)
-    try:
-        hit = cached(
-            preset,
-            n,
-            entry.fingerprint,
-            cache,
-            seed=int(entry.params.get("seed", 0)),
-            used_by=None,  # looking is not using
-            target_fingerprint=entry.params.get("target"),
-        )
-    except PresetError:
-        hit = None
-    if hit is not None and hit.key == entry.key:
-        return Kept(preset.name, np.sort(np.asarray(hit.indices, dtype=np.int64)), True)
-    return Kept(preset.name, take(entry.order, preset.percent, entry.labels), False)
+    # prepass._selection is how `cached` turns an entry into the kept indices; it takes the
+    # entry itself, so no key is rebuilt here (the key needs what only the samples say)
+    chosen = _selection(preset, entry, len(entry.order), reused=True)
+    return Kept(preset.name, np.sort(np.asarray(chosen.indices, dtype=np.int64)))
 
 
 def class_counts(labels: np.ndarray, places: Iterable[int] | None = None) -> dict[int, int]:

@@ -108,7 +108,7 @@ def test_show_lists_the_samples_the_loader_served(home: Home, gpudesk: Run, tmp_
     code, out, err = gpudesk("select", "show", key, "--percent", "25", "--json")
     assert code == 0, err
     shown = json.loads(out)
-    assert shown["preset"] == "el2n-25" and shown["taken"] == "as a loader takes it"
+    assert shown["preset"] == "el2n-25"
     assert shown["kept"] == sorted(trained)  # what the loader trained on, position by position
     assert len(shown["kept"]) == 347 == round(0.25 * len(data))
     assert shown["positions"]["factory"] == FACTORY
@@ -126,7 +126,7 @@ def test_show_lists_the_samples_the_loader_served(home: Home, gpudesk: Run, tmp_
     assert sorted(ordering) == list(range(len(data))) and "kept" not in json.loads(out)
     # the text view: the class mix at that percent against the data's
     code, out, _ = gpudesk("select", "show", key, "--percent", "25")
-    assert code == 0 and "el2n-25      keeps 347 of 1388, as a loader takes it" in out
+    assert code == 0 and "el2n-25      keeps 347 of 1388 (--json lists them)" in out
     assert "CLASS" in out and "el2n-25 keeps" in out and "share vs data" in out
     for args, message in [
         (("--percent", "25", "--preset", "el2n-25"), "not both"),
