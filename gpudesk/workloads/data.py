@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import gzip
 import importlib.util
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -108,20 +108,6 @@ def digits_split_indices(split: str, split_seed: int = 0, n: int | None = None) 
     return target if split == "target" else np.setdiff1d(rest, target)
 
 
-def check_digit_classes(classes: Iterable[int]) -> list[int]:
-    """The distinct digit classes asked for, sorted; a ValueError names a bad one."""
-    chosen = []
-    for label in classes:
-        if isinstance(label, bool) or not isinstance(label, (int, np.integer)):
-            raise ValueError(f"classes: expected whole numbers 0 to 9, found {label!r}")
-        if not 0 <= int(label) < DIGITS_CLASSES:
-            raise ValueError(f"classes: {int(label)} is not a digit class (0 to 9)")
-        chosen.append(int(label))
-    if not chosen:
-        raise ValueError("classes: name at least one class, e.g. [3, 8]")
-    return sorted(set(chosen))
-
-
 class DigitsDataset:
     """The digits (or one split of them) as a map-style dataset of (image float32[64] in
     [0, 1], label int) pairs, for the shared loader and data selection
@@ -131,10 +117,9 @@ class DigitsDataset:
     def __init__(
         self, split: str = "all", split_seed: int = 0, classes: Sequence[int] | None = None
     ) -> None:
+        wanted = parse_classes(classes, DIGITS_CLASSES)
         images, labels = load_digits()
-        chosen = digits_split_indices(split, split_seed, len(labels))
-        if classes is not None:
-            chosen = chosen[np.isin(labels[chosen], check_digit_classes(classes))]
+        chosen = keep_classes(digits_split_indices(split, split_seed, len(labels)), labels, wanted)
         self.images, self.labels = images[chosen], labels[chosen]
 
     def __len__(self) -> int:
@@ -148,3 +133,31 @@ def make_digits(
     split: str = "all", split_seed: int = 0, classes: Sequence[int] | None = None
 ) -> DigitsDataset:
     return DigitsDataset(split, split_seed, classes)
+
+
+def parse_classes(classes: Sequence[int] | None, n_classes: int) -> tuple[int, ...] | None:
+    """`classes` checked (each an int in 0..n_classes-1, at least one), sorted, without
+    repeats; None stays None (every class)."""
+    if classes is None:
+        return None
+    if isinstance(classes, (str, bytes)) or not isinstance(classes, Sequence):
+        raise ValueError(f"classes: expected a list of class labels, found {classes!r}")
+    picked = set()
+    for label in classes:
+        if isinstance(label, bool) or not isinstance(label, (int, np.integer)):
+            raise ValueError(f"classes: expected integer labels, found {label!r}")
+        if not 0 <= label < n_classes:
+            raise ValueError(f"classes: {label} is not a label (0..{n_classes - 1})")
+        picked.add(int(label))
+    if not picked:
+        raise ValueError("classes: name at least one class, or leave it out for all")
+    return tuple(sorted(picked))
+
+
+def keep_classes(
+    indices: np.ndarray, labels: np.ndarray, classes: tuple[int, ...] | None
+) -> np.ndarray:
+    """The `indices` whose label is one of `classes` (all of them when None)."""
+    if classes is None:
+        return indices
+    return indices[np.isin(labels[indices], classes)]

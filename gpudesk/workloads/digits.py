@@ -50,9 +50,9 @@ from gpudesk.workloads.data import (
     DIGITS_CLASSES,
     DIGITS_FEATURES,
     VAL_FRACTION,
-    check_digit_classes,
     digits_split_indices,
     load_digits,
+    parse_classes,
     train_val_split,
 )
 
@@ -158,7 +158,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _digit_classes(text: str) -> list[int]:
-    """`--target-classes 3,8` as [3, 8] (argparse turns the ValueError into a usage error)."""
+    """`--target-classes 3,8` as [3, 8]; a bad list is an ArgumentTypeError (a usage error)."""
     try:
         numbers = [int(part) for part in text.split(",") if part.strip()]
     except ValueError:
@@ -166,7 +166,7 @@ def _digit_classes(text: str) -> list[int]:
             f"{text!r}: expected class numbers separated by commas, e.g. 3,8"
         ) from None
     try:
-        return check_digit_classes(numbers)
+        return list(parse_classes(numbers, DIGITS_CLASSES) or ())
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc).replace("classes: ", "")) from None
 

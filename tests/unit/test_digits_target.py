@@ -31,9 +31,10 @@ def test_classes_keep_only_those_labels_of_the_split() -> None:
     ("classes", "message"),
     [
         ([], "name at least one class"),
-        ([3, 10], "10 is not a digit class"),
-        (["3"], "expected whole numbers 0 to 9"),
-        ([True], "expected whole numbers 0 to 9"),
+        ([3, 10], r"10 is not a label \(0..9\)"),
+        (["3"], "expected integer labels"),
+        ([True], "expected integer labels"),
+        ("38", "expected a list of class labels"),
     ],
 )
 def test_bad_classes_are_refused(classes: list[object], message: str) -> None:
@@ -65,7 +66,7 @@ def test_target_acc_is_the_accuracy_on_the_val_samples_of_those_classes(
     ("value", "message"),
     [
         ("3,x", "'3,x': expected class numbers separated by commas, e.g. 3,8"),
-        ("3,11", "11 is not a digit class"),
+        ("3,11", "11 is not a label (0..9)"),
         ("", "name"),
     ],
 )
