@@ -18,7 +18,8 @@ from gpudesk.units import J_PER_WH
 
 if TYPE_CHECKING:
     from gpudesk.api.models import StationInfo
-    from gpudesk.cli.compare import ComparePlan, PresetRow
+    from gpudesk.cli.compare import ComparePlan
+    from gpudesk.cli.compare_report import PresetRow
     from gpudesk.plots.common import PlotTarget
 
 select_app = typer.Typer(
@@ -321,28 +322,79 @@ def _short(params: dict[str, Any]) -> str:
 @select_app.command("show")
 def show_command(
     key: Annotated[str, typer.Argument(help="A key from `gpudesk select list`.")],
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    percent: Annotated[
+        int | None,
+        typer.Option(
+            "--percent",
+            min=1,
+            max=100,
+            metavar="P",
+            help="Say which samples the entry keeps at P %: their class mix, and with --json "
+            "the kept sample indices.",
+        ),
+    ] = None,
+    preset: Annotated[
+        str | None,
+        typer.Option(
+            "--preset",
+            help="Like --percent, named as a preset of the entry's method (e.g. el2n-25).",
+        ),
+    ] = None,
+    as_json: Annotated[
+        bool,
+        typer.Option(
+            "--json",
+            help="Print JSON; with --percent or --preset it lists the kept sample indices, "
+            "without, the whole ordering (most wanted first), as dataset positions.",
+        ),
+    ] = False,
 ) -> None:
-    """One cached ordering: what it was computed from and who reused it."""
+    """One cached ordering: what it was computed from, who reused it, and what it keeps."""
+    from gpudesk.cli.select_kept import class_counts, kept_of, positions_for
+    from gpudesk.selection.presets import PresetError
 
+    if percent is not None and preset is not None:
+        fail("give --percent or --preset, not both", EXIT_USAGE)
     cache = _cache()
     entry = cache.load(key)
     _report_problems(cache)
     if entry is None:
         fail(f"no selection cache entry {key!r} (see `gpudesk select list`)", EXIT_FAILED)
-    data = {
+    labelled = entry.labels is not None
+    data: dict[str, Any] = {
         "key": entry.key,
         "fingerprint": entry.fingerprint,
         "method": entry.method,
         "params": entry.params,
         "proxy": entry.proxy,
         "samples": len(entry.order),
-        "quotas": "per class" if entry.labels is not None else "none",
+        "quotas": "per class" if labelled else "none",
+        "labels": "stored"
+        if labelled
+        else f"none: a {entry.method} entry stores no labels, so no class mix",
         "notes": entry.notes,
         "cost": vars(entry.cost),
         "created_at": entry.created_at,
         "reused_by": entry.reused_by,
     }
+    positions = positions_for(cache, entry.fingerprint)
+    data["positions"] = positions.to_dict()
+    if labelled:
+        data["per_class"] = class_counts(entry.labels)
+    chosen = f"{entry.method}-{percent}" if percent is not None else preset
+    kept = None
+    if chosen is not None:
+        try:
+            kept = kept_of(entry, chosen)
+        except PresetError as exc:
+            fail(f"--preset: {exc}", EXIT_USAGE)
+        data["preset"] = kept.preset
+        data["kept"] = sorted(int(i) for i in positions.of(kept.canonical))
+        data["kept_per_class"] = (
+            class_counts(entry.labels, kept.canonical) if entry.labels is not None else None
+        )
+    elif as_json:
+        data["ordering"] = [int(i) for i in positions.of(entry.order)]
     if as_json:
         print(json.dumps(data, indent=2))
         return
@@ -356,6 +408,7 @@ def show_command(
         ("proxy", entry.proxy or "-"),
         ("fingerprint", entry.fingerprint),
         ("samples", f"{len(entry.order)} (quotas: {data['quotas']})"),
+        ("positions", positions.note),
         (
             "computed",
             f"{render.clock(entry.created_at)} in {cost.wall_s:.2f} s ({cost.cpu_s:.2f} CPU-s)",
@@ -375,8 +428,46 @@ def show_command(
     ]
     if entry.notes:
         lines.append(("notes", json.dumps(entry.notes)))
+    if kept is not None:
+        lines.append(
+            (
+                kept.preset,
+                f"keeps {len(kept.canonical)} of {len(entry.order)} (--json lists them)",
+            )
+        )
+    if not labelled:
+        lines.append(("classes", data["labels"]))
     for name, value in lines:
         print(f"{name:<12} {value}")
+    if labelled:
+        print()
+        mix = _class_mix(
+            data["per_class"], kept.preset if kept else None, data.get("kept_per_class")
+        )
+        print(mix)
+
+
+def _class_mix(whole: dict[int, int], preset: str | None, kept: dict[int, int] | None) -> str:
+    """The class mix of the data and, at a percent, of the kept set and its share of each
+    class against the data's (1.00: as in the data; 2.00: twice as common)."""
+    from gpudesk import render
+
+    labels = list(whole)
+    rows: list[list[object]] = [["data", *whole.values()]]
+    if kept is not None and preset is not None:
+        total_kept = sum(kept.values()) or 1
+        total = sum(whole.values()) or 1
+        rows.append([f"{preset} keeps", *(kept.get(label, 0) for label in labels)])
+        rows.append(
+            [
+                "share vs data",
+                *(
+                    f"{(kept.get(label, 0) / total_kept) / (whole[label] / total):.2f}"
+                    for label in labels
+                ),
+            ]
+        )
+    return render.table(["CLASS", *map(str, labels)], rows, right=range(1, len(labels) + 1))
 
 
 @select_app.command("clear")
@@ -388,11 +479,16 @@ def clear_command() -> None:
 @select_app.command(
     "compare",
     help=(
-        "Train the profile's job under each preset and seed; print the cost-vs-quality table.\n\n"
+        "Train the profile's job under each preset, split and seed; print the cost-vs-quality "
+        "tables.\n\n"
         "Jobs run one at a time on the engine: each preset's pre-pass (`gpudesk select run`), then "
-        "the training job on the shared loader under that selection. Pre-pass cost is shown fresh "
-        "and amortized over every job that trained on the cached entry; break-even is how many "
-        "training runs on the subset pay the pre-pass back in wall time."
+        "the training job on the shared loader under that selection. Split k sets split_seed in "
+        "the dataset's (and its target's) factory arguments; seed j shifts the dataset's seed. "
+        "Quality is a mean ± sd over all runs, and each preset at P % is compared with random-P "
+        "run for run (a paired t-test at 95 %: better than random, WORSE than random, or no "
+        "different). Pre-pass cost is shown fresh and amortized over the training jobs that used "
+        "the cached entry; break-even is how many training runs on the subset pay the pre-pass "
+        "back in wall time."
     ),
 )
 def compare_command(
@@ -400,12 +496,29 @@ def compare_command(
         Path, typer.Argument(help="A profile whose training job reads a dataset with a factory.")
     ],
     presets: Annotated[
-        str, typer.Option("--presets", help="Comma-separated presets.")
-    ] = "full,random-25,stratified-25,el2n-25,dedup-25,less-25",
+        str | None,
+        typer.Option(
+            "--presets",
+            help="Comma-separated presets (default: "
+            "full,random-25,stratified-25,loss-25,el2n-25,coverage-25,dedup-25,less-25).",
+            show_default=False,
+        ),
+    ] = None,
+    splits: Annotated[
+        int,
+        typer.Option(
+            "--splits",
+            metavar="K",
+            help="Redraw the train/val split K times: split k sets split_seed to the profile's "
+            "value + k (its [datasets] args must hold split_seed when K > 1).",
+        ),
+    ] = 3,
     seeds: Annotated[
         int,
         typer.Option(
-            "--seeds", help="Repeat each preset with seeds 0 .. N-1 (3 or more to see the spread)."
+            "--seeds",
+            metavar="N",
+            help="Repeat each preset and split with seeds 0 .. N-1 (3 or more).",
         ),
     ] = 3,
     job: Annotated[
@@ -415,11 +528,17 @@ def compare_command(
     metric: Annotated[
         str, typer.Option("--metric", help="The key of the job's `result {json}` line to compare.")
     ] = "val_acc",
+    lower_is_better: Annotated[
+        bool,
+        typer.Option(
+            "--lower-is-better", help="The metric is a loss or an error: lower is better."
+        ),
+    ] = False,
     out: Annotated[
         Path | None, typer.Option("--out", help="Also write everything measured here, as JSON.")
     ] = None,
     as_json: Annotated[
-        bool, typer.Option("--json", help="Print JSON instead of the table.")
+        bool, typer.Option("--json", help="Print JSON instead of the tables.")
     ] = False,
     plot: Annotated[
         str | None,
@@ -430,20 +549,32 @@ def compare_command(
         ),
     ] = None,
 ) -> None:
-    from gpudesk.cli import compare
+    from gpudesk.cli import compare, compare_report
     from gpudesk.profile import ProfileError, load_profile
 
     target = plot_target(plot, machine_output="--json" if as_json else None)
 
     try:
         loaded = load_profile(profile)
-        chosen = compare.plan(loaded, presets, seeds, job, metric)
+        chosen = compare.plan(
+            loaded,
+            compare.DEFAULT_PRESETS if presets is None else presets,
+            seeds,
+            job,
+            metric,
+            splits=splits,
+            higher_is_better=not lower_is_better,
+        )
     except ProfileError as exc:
         fail(f"the profile is not valid:\n{exc}", EXIT_USAGE)
     except compare.CompareError as exc:
         fail(str(exc), EXIT_USAGE)
-    if seeds < 3:
-        print(f"note: {seeds} seed(s): the seed-to-seed spread needs 3 or more", file=sys.stderr)
+    if splits * seeds < compare_report.MIN_SPLITS * compare_report.MIN_SEEDS:
+        print(
+            f"note: {splits} split(s) × {seeds} seed(s): the issue's check asks for "
+            f"≥ {compare_report.MIN_SPLITS} × {compare_report.MIN_SEEDS} runs per preset",
+            file=sys.stderr,
+        )
     with engine_client() as client:
 
         def say(line: str) -> None:
@@ -456,8 +587,8 @@ def compare_command(
             print("stopped: the running job was cancelled", file=sys.stderr)
             raise typer.Exit(EXIT_INTERRUPTED) from None
         station = client.status().station
-    rows = compare.summarize(trials)
-    report = compare.to_json(chosen, trials, rows, station)
+    rows = compare_report.summarize(trials, chosen.higher_is_better)
+    report = compare_report.to_json(chosen, trials, rows, station)
     if out is not None:
         try:
             out.write_text(json.dumps(report, indent=2) + "\n")
@@ -467,10 +598,19 @@ def compare_command(
     if as_json:
         print(json.dumps(report, indent=2))
     else:
-        print(compare.render_header(chosen, station))
-        print(compare.render_table(rows, metric))
+        found = compare_report.checks(chosen, trials, rows)
+        print(compare_report.render_header(chosen, station))
+        print(compare_report.render_quality(rows, metric))
         print()
-        print(compare.render_targets(report["targets"]))
+        print(compare_report.render_cost(rows))
+        print()
+        print(compare_report.render_legend())
+        print()
+        paid = compare_report.render_break_even(rows)
+        if paid:
+            print(paid)
+            print()
+        print(compare_report.render_checks(found, metric))
         for problem in problems:
             print(f"problem: {problem}")
     if target is not None:
@@ -487,7 +627,8 @@ def _plot_compare(
     from gpudesk.plots.compare import compare_figure, compare_text
 
     caption = (
-        f"select compare: {plan.job.name} on {plan.dataset.factory}, {len(plan.seeds)} seed(s), "
+        f"select compare: {plan.job.name} on {plan.dataset.factory}, {len(plan.splits)} split(s) "
+        f"× {len(plan.seeds)} seed(s), "
         f"backend {station.effective_backend}" + (" (SIMULATED)" if station.simulated else "")
     )
     write_plot(

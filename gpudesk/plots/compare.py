@@ -2,15 +2,15 @@
 scores, and after how many training runs its pre-pass pays for itself.
 
 Left, quality against the minutes one run costs the first time (the fresh pre-pass plus the
-training, wall time, means over seeds): one point per preset, error bars of one standard deviation
-over seeds where there are two or more, the full-data result a star and a dashed line. A legend
-under both panels names each preset and its break-even.
+training, wall time, means over runs: splits × seeds): one point per preset, error bars of one
+standard deviation over runs where there are two or more, the full-data result a star and a
+dashed line. A legend under both panels names each preset and its break-even.
 Right, the break-even: the minutes n runs cost in all, on the full data (n × its training) and
 under each preset (its pre-pass once, then n × its training); a preset's line crosses below the
 full-data one at its break-even, the run count compare's table prints and this marks.
 
-The rows are `select compare`'s `PresetRow`s (gpudesk.cli.compare); the plot reads them through
-the `PresetResult` protocol, so it does not import the CLI that imports it.
+The rows are `select compare`'s `PresetRow`s (gpudesk.cli.compare_report); the plot reads them
+through the `PresetResult` protocol, so it does not import the CLI that imports it.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ MIN_RUNS, MAX_RUNS = 5, 100  # the break-even panel's horizontal range
 
 
 class PresetResult(Protocol):
-    """What the plot reads of one preset's row (means over its seeds)."""
+    """What the plot reads of one preset's row (means over its runs: splits × seeds)."""
 
     @property
     def preset(self) -> str: ...
@@ -105,7 +105,7 @@ def compare_figure(rows: Sequence[PresetResult], *, metric: str, caption: str) -
     if full is not None and full.quality_mean is not None:
         quality_ax.axhline(full.quality_mean, color="black", linestyle="--", linewidth=0.8)
     quality_ax.set_xlabel("minutes per run: fresh pre-pass + training (wall time)")
-    quality_ax.set_ylabel(f"{metric} (mean over seeds, ± 1 SD)")
+    quality_ax.set_ylabel(f"{metric} (mean over runs, ± 1 SD)")
     quality_ax.set_title("quality against cost, per preset", fontsize=10)
     # room on the right for the last point's note
     longest = max((run_cost_min(r) or 0.0 for r in plotted(rows)), default=0.0)
@@ -169,7 +169,7 @@ def compare_text(rows: Sequence[PresetResult], *, metric: str, caption: str, wid
     top_c = max(run_cost_min(r) or 0.0 for r in shown)
     lines = [
         caption,
-        f"{'':<{name_w}}  {metric + ' (± SD over seeds)':<{bar_w + 18}}"
+        f"{'':<{name_w}}  {metric + ' (± SD over runs)':<{bar_w + 18}}"
         f"minutes per run (fresh pre-pass + training)   break-even",
     ]
     for row in shown:

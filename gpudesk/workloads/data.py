@@ -131,11 +131,15 @@ def split_indices(split: str, split_seed: int, n: int, target_size: int) -> np.n
 class DigitsDataset:
     """The digits (or one split of them) as a map-style dataset of (image float32[64] in
     [0, 1], label int) pairs, for the shared loader and data selection
-    (`gpudesk.workloads.data:make_digits`)."""
+    (`gpudesk.workloads.data:make_digits`). `classes` keeps only the samples of those labels
+    (a target set of only 3s and 8s: `split="target", classes=[3, 8]`)."""
 
-    def __init__(self, split: str = "all", split_seed: int = 0) -> None:
+    def __init__(
+        self, split: str = "all", split_seed: int = 0, classes: Sequence[int] | None = None
+    ) -> None:
+        wanted = parse_classes(classes, DIGITS_CLASSES)
         images, labels = load_digits()
-        chosen = digits_split_indices(split, split_seed, len(labels))
+        chosen = keep_classes(digits_split_indices(split, split_seed, len(labels)), labels, wanted)
         self.images, self.labels = images[chosen], labels[chosen]
 
     def __len__(self) -> int:
@@ -145,8 +149,10 @@ class DigitsDataset:
         return self.images[index], int(self.labels[index])
 
 
-def make_digits(split: str = "all", split_seed: int = 0) -> DigitsDataset:
-    return DigitsDataset(split, split_seed)
+def make_digits(
+    split: str = "all", split_seed: int = 0, classes: Sequence[int] | None = None
+) -> DigitsDataset:
+    return DigitsDataset(split, split_seed, classes)
 
 
 MNIST_SHAPE = (1, 28, 28)  # one sample: [channels, height, width]

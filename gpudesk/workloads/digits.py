@@ -2,11 +2,13 @@
 
     python -m gpudesk.workloads.digits [--hidden 64] [--layers 2] [--lr 0.05]
         [--batch-size 64] [--epochs 10] [--seed 0] [--optimizer sgd|adam]
-        [--device auto|cpu|cuda] [--threads N]
+        [--device auto|cpu|cuda] [--threads N] [--loader local|shared]
+        [--split-seed S] [--target-classes 3,8]
 
 Output (stdout, one flushed line each): a `config ...` line, one `epoch E/N ...` line
 per epoch, then `result {json}` with val_acc, best_val_acc, final_loss, epochs,
-samples_per_s, params, device and wall_s.
+samples_per_s, params, device and wall_s (with --loader shared also train_samples; with
+--target-classes also target_acc, the final accuracy on the val samples of those classes).
 
 Exit status: 0 done; 1 data unavailable (scikit-learn missing, or with --loader shared no
 producer running or one lost for good); 2 bad arguments;
@@ -32,6 +34,7 @@ import numpy as np
 
 from gpudesk.workloads.common import (
     ENV_SEED,
+    ENV_SPLIT,
     EXIT_OK,
     SGD_MOMENTUM,
     Progress,
@@ -49,6 +52,7 @@ from gpudesk.workloads.data import (
     VAL_FRACTION,
     digits_split_indices,
     load_digits,
+    parse_classes,
     train_val_split,
 )
 
@@ -137,11 +141,34 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--split-seed",
         type=int,
-        default=0,
+        default=os.environ.get(ENV_SPLIT) or "0",  # argparse applies `type` to it
         help="with --loader shared: the split_seed of the loader's make_digits (the job "
-        "evaluates on that split's val part)",
+        f"evaluates on that split's val part; default: ${ENV_SPLIT}, which `gpudesk select "
+        "compare --splits` sets, else 0)",
+    )
+    parser.add_argument(
+        "--target-classes",
+        type=_digit_classes,
+        default=None,
+        metavar="C,C,...",
+        help="also report target_acc: the accuracy on the val samples of these classes (the "
+        "target a targeted selection such as less-P was asked to serve), e.g. 3,8",
     )
     return parser
+
+
+def _digit_classes(text: str) -> list[int]:
+    """`--target-classes 3,8` as [3, 8]; a bad list is an ArgumentTypeError (a usage error)."""
+    try:
+        numbers = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected class numbers separated by commas, e.g. 3,8"
+        ) from None
+    try:
+        return list(parse_classes(numbers, DIGITS_CLASSES) or ())
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc).replace("classes: ", "")) from None
 
 
 def parse_args(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
@@ -155,6 +182,8 @@ def parse_args(parser: argparse.ArgumentParser, argv: list[str] | None) -> argpa
         parser.error("--lr must be a positive number")
     if args.seed < 0:
         parser.error("--seed must be >= 0")
+    if args.split_seed < 0:
+        parser.error("--split-seed must be >= 0")
     return args
 
 
@@ -206,6 +235,8 @@ def _run(
         ),
     )
     result = summarize(history, params, device, time.perf_counter() - started, data.n_train)
+    if args.target_classes is not None:
+        result["target_acc"] = target_accuracy(model, data.x_val, data.y_val, args.target_classes)
     say("result " + json.dumps(result, separators=(",", ":")))
     return EXIT_OK
 
@@ -242,7 +273,8 @@ def _run_shared(
         params,
         device,
         threads,
-        f"loader shared {loader.name} train {loader.dataset_len} val {len(val_idx)}",
+        f"loader shared {loader.name} split_seed {args.split_seed} train {loader.dataset_len} "
+        f"val {len(val_idx)}",
     )
     counter = StepCounter()
     with loader:
@@ -261,6 +293,8 @@ def _run_shared(
     seen = history[-1].samples
     result = summarize(history, params, device, time.perf_counter() - started, seen)
     result["train_samples"] = seen
+    if args.target_classes is not None:
+        result["target_acc"] = target_accuracy(model, x_val_t, y_val_t, args.target_classes)
     say("result " + json.dumps(result, separators=(",", ":")))
     return EXIT_OK
 
@@ -442,6 +476,19 @@ def evaluate(model: torch.nn.Module, inputs: torch.Tensor, targets: torch.Tensor
     with torch.inference_mode():
         predictions = model(inputs).argmax(dim=1)
     return (predictions == targets).double().mean().item()
+
+
+def target_accuracy(
+    model: torch.nn.Module, x_val: torch.Tensor, y_val: torch.Tensor, classes: list[int]
+) -> float | None:
+    """The final model's accuracy on the val samples of `classes` (None: the val part has
+    none of them)."""
+    import torch
+
+    wanted = torch.isin(y_val, torch.tensor(classes, device=y_val.device))
+    if not bool(wanted.any()):
+        return None
+    return round(evaluate(model, x_val[wanted], y_val[wanted]), 4)
 
 
 def summarize(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import statistics
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -15,12 +16,14 @@ from conftest import EngineHandle, Run, home_at
 
 from gpudesk.paths import Home
 from gpudesk.selection.cache import SelectionCache
+from gpudesk.selection.fingerprint import fingerprint
+from gpudesk.workloads.data import make_digits
 
 PROFILE = """
 name = "cmp"
 [datasets.digits]
 factory = "gpudesk.workloads.data:make_digits"
-args = {{ split = "train" }}
+args = {{ split = "train", split_seed = 0 }}
 batch_size = 64
 workers = 0
 
@@ -35,7 +38,7 @@ command = [{python}, "-m", "gpudesk.workloads.digits", "--loader", "shared", "--
 @pytest.fixture
 def home(monkeypatch: pytest.MonkeyPatch) -> Iterator[Home]:
     """conftest's `home` at a short path: the shared loaders' sockets lie under it
-    (run/loaders/digits.s0.random-25.ctl), a Unix socket's path holds 107 bytes at most, and
+    (run/loaders/digits.p0s0.random-25.ctl), a Unix socket's path holds 107 bytes at most, and
     pytest-xdist's worker folder plus this test's name pass that (the loader then says so and
     exits)."""
     short = Path(tempfile.mkdtemp(prefix="gd-cmp-"))
@@ -47,7 +50,8 @@ def home(monkeypatch: pytest.MonkeyPatch) -> Iterator[Home]:
 
 
 @pytest.mark.serial  # it reports what each preset's training cost: nothing else may run
-def test_compare_trains_under_each_preset_and_amortizes_the_cached_prepass(
+@pytest.mark.timeout(900)  # 12 training jobs and 8 pre-pass jobs, one at a time
+def test_compare_runs_each_preset_on_every_split_and_seed_and_pairs_it_with_random(
     engine: EngineHandle, gpudesk: Run, tmp_path: Path
 ) -> None:
     profile = tmp_path / "cmp.toml"
@@ -59,9 +63,11 @@ def test_compare_trains_under_each_preset_and_amortizes_the_cached_prepass(
         "compare",
         str(profile),
         "--presets",
-        "full,random-25,dedup-25",
+        "full,random-25,el2n-25",
+        "--splits",
+        "2",
         "--seeds",
-        "1",
+        "2",
         "--out",
         str(out),
         "--plot",
@@ -71,46 +77,90 @@ def test_compare_trains_under_each_preset_and_amortizes_the_cached_prepass(
     # the plot, after the table: a point per preset and the break-even (tests/unit/test_plots.py)
     drawn = plot.read_text()
     assert f"plot: wrote {plot}" in err and drawn.lstrip().startswith("<?xml")
-    assert all(p in drawn for p in ("full", "random-25", "dedup-25", "break-even"))
-    assert "needs 3 or more" in err  # one seed: said, not hidden
+    assert all(p in drawn for p in ("full", "random-25", "el2n-25", "break-even"))
+    assert "the issue's check asks for ≥ 3 × 3" in err  # 2 × 2: said, not hidden
+    report = json.loads(out.read_text())
+    trials = report["trials"]
+    # every preset on every split and seed, each its own engine jobs
+    assert sorted((t["preset"], t["split"], t["seed"]) for t in trials) == sorted(
+        (p, k, s) for p in ("full", "random-25", "el2n-25") for k in (0, 1) for s in (0, 1)
+    )
+    assert all(t["train_state"] == "succeeded" and t["quality"] is not None for t in trials)
+    assert len({t["train_job"] for t in trials}) == 12
+    full = [t for t in trials if t["preset"] == "full"]
+    el2n = [t for t in trials if t["preset"] == "el2n-25"]
+    assert all(t["train_samples"] == 1388 and t["prepass_job"] is None for t in full)
+    assert all(t["train_samples"] == 347 and t["prepass_fresh"] is True for t in el2n)
+
+    # split k reached the pre-pass and the loader (its factory's split_seed) and the job
+    cache = SelectionCache(engine.home.selection_dir)
+    for trial in el2n:
+        entry = cache.load(trial["prepass_key"])
+        assert entry is not None
+        assert entry.fingerprint == fingerprint(make_digits("train", trial["split"]))
+        assert entry.params["seed"] == trial["seed"]  # the dataset's seed 0 + the seed offset
+        # the engine's measurement of the pre-pass job is in the cache entry
+        assert entry.cost.job == trial["prepass_job"]
+        assert entry.cost.job_wall_s == trial["prepass_wall_s"] > trial["prepass_compute_s"] > 0
+        # USES: the one training job, not the pre-pass job too; amortized over it is the fresh
+        assert trial["prepass_uses"] == 1
+        assert 0 <= trial["reuse_s"] < trial["prepass_compute_s"]
+        assert sum(trial["kept_per_class"].values()) == 347
+        assert sum(trial["dataset_per_class"].values()) == 1388
+        log = Path(engine.job(trial["train_job"])["log"]).read_text()
+        assert f"split_seed {trial['split']} " in log, log
+    assert len({t["prepass_key"] for t in el2n}) == 4
+
+    rows = {r["preset"]: r for r in report["presets"]}
+    assert rows["el2n-25"]["uses"] == 1
+    assert rows["el2n-25"]["amortized_min"] == pytest.approx(rows["el2n-25"]["prepass_min"])
+    # quality: mean and sd over the 4 runs; the paired differences against random-25
+    values = sorted(t["quality"] for t in el2n)
+    assert sorted(rows["el2n-25"]["quality_values"]) == values
+    assert rows["el2n-25"]["quality_mean"] == pytest.approx(statistics.fmean(values))
+    random = {(t["split"], t["seed"]): t["quality"] for t in trials if t["preset"] == "random-25"}
+    differences = [t["quality"] - random[(t["split"], t["seed"])] for t in el2n]
+    paired = rows["el2n-25"]["vs_random"]
+    assert paired["baseline"] == "random-25" and paired["pairs"] == 4
+    assert paired["mean_diff"] == pytest.approx(statistics.fmean(differences))
+    assert paired["sd_diff"] == pytest.approx(statistics.stdev(differences))
+    assert rows["el2n-25"]["verdict"] in (
+        "better than random",
+        "WORSE than random",
+        "no different from random",
+    )
+    assert rows["random-25"]["verdict"] == "(the baseline)" and rows["full"]["verdict"] == "-"
+    assert report["checks"]["verdicts"] == {"el2n-25": rows["el2n-25"]["verdict"]}
+    assert report["checks"]["enough_runs"] is False
+
     for fragment in (
-        "PRESET",
-        "full",
-        "random-25",
-        "dedup-25",
-        "VAL_ACC",
+        "2 split(s) (split_seed 0..1) × 2 seed(s)",
+        "VAL_ACC (MEAN ± SD)",
+        "VS RANDOM, PAIRED",
+        "VERDICT (95 %)",
+        rows["el2n-25"]["verdict"],
         "100.0 %",
         "BREAK-EVEN",
-        "best non-random preset at 25 %: dedup-25",
+        "USES",
+        "el2n-25 ",
+        "FEWER than the issue's ≥ 3 × 3",
     ):
         assert fragment in table, table
-    report = json.loads(out.read_text())
-    trials = {t["preset"]: t for t in report["trials"]}
-    assert set(trials) == {"full", "random-25", "dedup-25"}
-    assert all(
-        t["train_state"] == "succeeded" and t["quality"] is not None for t in trials.values()
-    )
-    assert trials["full"]["train_samples"] == 1388 and trials["full"]["prepass_job"] is None
-    assert trials["dedup-25"]["train_samples"] == 347
-    assert trials["dedup-25"]["prepass_fresh"] is True
-    assert trials["dedup-25"]["prepass_wall_s"] > trials["dedup-25"]["prepass_compute_s"] > 0
-    # the engine's measurement of the pre-pass job is in the cache entry
-    cache = SelectionCache(engine.home.selection_dir)
-    dedup = cache.load(trials["dedup-25"]["prepass_key"])
-    assert dedup is not None and dedup.cost.job == trials["dedup-25"]["prepass_job"]
-    assert dedup.cost.job_wall_s == trials["dedup-25"]["prepass_wall_s"]
-    # the training job reused it through its loader, cheaply, and is counted
-    assert trials["dedup-25"]["prepass_uses"] == 2
-    assert 0 <= trials["dedup-25"]["reuse_s"] < trials["dedup-25"]["prepass_compute_s"]
+    if rows["el2n-25"]["break_even"].isdigit():
+        assert f"el2n-25 pays its pre-pass back after {rows['el2n-25']['break_even']} run" in table
+    else:
+        assert "el2n-25 never pays its pre-pass back" in table
 
-    # again: the pre-pass is found in the cache, and its cost is shared by more jobs
+    # again: the pre-pass is found in the cache, and its cost is shared by one more training job
     out = tmp_path / "again.json"
     code, _, err = gpudesk(
         "select",
         "compare",
         str(profile),
         "--presets",
-        "dedup-25",
+        "el2n-25",
+        "--splits",
+        "1",
         "--seeds",
         "1",
         "--json",
@@ -119,10 +169,13 @@ def test_compare_trains_under_each_preset_and_amortizes_the_cached_prepass(
     )
     assert code == 0, err
     (again,) = json.loads(out.read_text())["trials"]
-    assert again["prepass_fresh"] is False and again["prepass_uses"] == 3  # trainings only
-    assert again["prepass_wall_s"] == trials["dedup-25"]["prepass_wall_s"]  # the fresh cost
+    first = next(t for t in el2n if (t["split"], t["seed"]) == (0, 0))
+    assert again["prepass_key"] == first["prepass_key"]
+    assert again["prepass_fresh"] is False and again["prepass_uses"] == 2  # trainings only
+    assert again["prepass_wall_s"] == first["prepass_wall_s"]  # the fresh cost
     (row,) = json.loads(out.read_text())["presets"]
-    assert abs(row["amortized_min"] * 3 - row["prepass_min"]) < 1e-9
+    assert row["amortized_min"] * 2 == pytest.approx(row["prepass_min"])
+    assert row["vs_random"]["verdict"] == "random-25 not run"
 
 
 def test_compare_refuses_what_it_cannot_run(home: Path, gpudesk: Run, tmp_path: Path) -> None:
@@ -131,11 +184,20 @@ def test_compare_refuses_what_it_cannot_run(home: Path, gpudesk: Run, tmp_path: 
     for args, message in [
         (("--presets", "full,nonsense-25"), "unknown selection method 'nonsense'"),
         (("--presets", "less-25"), "selection_target"),
-        (("--job", "nope"), "no job 'nope'"),
-        (("--seeds", "0"), "--seeds"),
+        (("--presets", "full", "--job", "nope"), "no job 'nope'"),
+        (("--presets", "full", "--seeds", "0"), "--seeds"),
+        (("--presets", "full", "--splits", "21"), "--splits"),
     ]:
         code, out, err = gpudesk("select", "compare", str(profile), *args)
         assert code == 2 and message in err and "Traceback" not in out + err, err
+    # several splits redraw the factory's split_seed: a profile without one is told to add it
+    profile.write_text(profile.read_text().replace(", split_seed = 0", ""))
+    code, out, err = gpudesk(
+        "select", "compare", str(profile), "--presets", "full", "--splits", "2"
+    )
+    assert code == 2 and "Traceback" not in out + err
+    assert "--splits 2: add split_seed = 0 to [datasets.digits] args" in err, err
+    assert len(err.strip().splitlines()) == 1, err
 
 
 def test_select_run_finds_a_dataset_the_engine_knows_by_name(

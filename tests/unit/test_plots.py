@@ -12,7 +12,7 @@ import pytest
 from matplotlib.axes import Axes
 from matplotlib.collections import PolyCollection
 
-from gpudesk.cli.compare import PresetRow
+from gpudesk.cli.compare_report import PresetRow
 from gpudesk.cli.history import HistoryRow
 from gpudesk.engine.simulator import Occupancy, SimResult, Simulation, load_trace
 from gpudesk.plots.common import NothingToPlot, PlotError, PlotTarget, resample, save
@@ -120,7 +120,8 @@ def test_a_real_replay_keeps_each_attempt_for_the_timeline() -> None:
 def preset_row(preset: str, prepass: float | None, train: float, quality: float) -> PresetRow:
     return PresetRow(
         preset=preset,
-        seeds=3,
+        percent=None if preset == "full" else int(preset.rsplit("-", 1)[1]),
+        runs=9,
         prepass_min=prepass,
         prepass_wh=None,
         amortized_min=None,
@@ -132,7 +133,10 @@ def preset_row(preset: str, prepass: float | None, train: float, quality: float)
         quality_sd=0.005,
         quality_values=[quality] * 3,
         of_full_pct=None,
+        vs_random=None,
+        proxy_accuracy=None,
         break_even="-",
+        saved_min=None,
         reuse_ms=None,
         prepass_compute_s=None,
     )
