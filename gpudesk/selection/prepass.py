@@ -2,11 +2,11 @@
 an entry for (dataset, method, parameters, proxy) exists and is intact, else it is computed
 and stored. Any percent of a cached method is free: the percent is not part of the key.
 
-`stratified` and every scored method (`loss`, `el2n`, `dedup`, `less`) keep the labels with
-the ordering, so a subset takes each class's first samples up to its quota (class-balanced, in
-proportion to the class sizes); `random` keeps the plain prefix. `less` also needs a `Target`,
-whose fingerprint is part of its key. A reused entry gives exactly the indices a fresh
-computation would.
+`stratified` and every scored method keep the labels with the ordering. A `stratified` subset,
+and a scored one asked for `-perclass`, takes each class's first samples up to its quota (in
+proportion to the class sizes); any other subset is the plain prefix of the ordering, the top
+of the method's ranking. `less` also needs a `Target`, whose fingerprint is part of its key. A
+reused entry gives exactly the indices a fresh computation would.
 """
 
 from __future__ import annotations
@@ -115,7 +115,9 @@ def _selection(preset: Preset, entry: Entry, n: int, reused: bool) -> Selection:
         raise PresetError(
             f"cache entry {entry.key} orders {len(entry.order)} samples, the dataset has {n}"
         )
-    indices = take(entry.order, preset.percent, entry.labels)
+    if preset.quotas and entry.labels is None:
+        raise PresetError(f"cache entry {entry.key} has no labels for {preset.name}'s quotas")
+    indices = take(entry.order, preset.percent, entry.labels if preset.quotas else None)
     return Selection(preset, indices, entry.key, reused, entry.cost, dict(entry.notes))
 
 

@@ -1,4 +1,5 @@
-"""Preset names (`METHOD-PERCENT`) and how an ordering becomes the kept subset.
+"""Preset names (`METHOD-PERCENT`, or `METHOD-PERCENT-perclass`) and how an ordering becomes the
+kept subset.
 
 - `full`: every sample (no percent).
 - `random-P`: a seeded random ordering; the first P % are kept.
@@ -8,15 +9,13 @@
   replacement: the next part of a random permutation).
 
 Scored methods are named here so a profile can be checked, and are computed by their own
-modules (each trains the small proxy of `scoring` first):
+modules (see `ABOUT` and docs/selection.md).
 
-- `loss-P`, `el2n-P` (`scoring`): proxy difficulty, mixed with coverage over score bins;
-- `dedup-P` (`diversity`): farthest-point traversal of the proxy's embeddings, so near-duplicates
-  of kept samples come late;
-- `less-P` (`targeted`): similarity of each sample's last-layer gradient to a target set's.
-
-Like `stratified`, every scored preset is taken with per-class quotas (`take` with labels), so
-its subsets are class-balanced in proportion to the class sizes.
+A scored preset keeps the first P % of its method's ordering: the top of the ranking, whatever
+classes that holds. `-perclass` (e.g. `el2n-25-perclass`) asks for per-class quotas instead:
+the first samples of each class in the ordering, up to quotas in proportion to the class sizes
+(`take` with labels). The quota choice is applied when the subset is taken from the cached
+ordering, so both spellings share one cache entry.
 """
 
 from __future__ import annotations
@@ -63,7 +62,10 @@ ABOUT: dict[str, tuple[str, str]] = {
         "proxy + forward over data and target + projection; needs a target set",
     ),
 }
-PRESET = re.compile(r"^(?P<method>[a-z0-9]+)(?:-(?P<percent>\d{1,3}))?$")
+PER_CLASS_SUFFIX = "perclass"
+PRESET = re.compile(
+    rf"^(?P<method>[a-z0-9]+)(?:-(?P<percent>\d{{1,3}}))?(?P<per_class>-{PER_CLASS_SUFFIX})?$"
+)
 
 
 class PresetError(ValueError):
@@ -74,10 +76,19 @@ class PresetError(ValueError):
 class Preset:
     method: str
     percent: int  # of the dataset kept, 1..100
+    per_class: bool = False  # `-perclass`: a scored method taken with per-class quotas
 
     @property
     def name(self) -> str:
-        return "full" if self.method == "full" else f"{self.method}-{self.percent}"
+        if self.method == "full":
+            return "full"
+        suffix = f"-{PER_CLASS_SUFFIX}" if self.per_class else ""
+        return f"{self.method}-{self.percent}{suffix}"
+
+    @property
+    def quotas(self) -> bool:
+        """Whether the subset is taken per class (stratified always is)."""
+        return self.method == "stratified" or self.per_class
 
     @property
     def fraction(self) -> float:
@@ -89,15 +100,16 @@ def parse_preset(text: str) -> Preset:
     if not found:
         raise PresetError(
             f"{text!r} is not a selection preset: write METHOD-PERCENT, e.g. "
-            f"random-25 (methods: {', '.join(METHODS)})"
+            f"random-25, or METHOD-PERCENT-{PER_CLASS_SUFFIX} for per-class quotas "
+            f"(methods: {', '.join(METHODS)})"
         )
-    method, percent = found["method"], found["percent"]
+    method, percent, per_class = found["method"], found["percent"], bool(found["per_class"])
     if method not in METHODS:
         raise PresetError(
             f"unknown selection method {method!r} in {text!r}; known: {', '.join(METHODS)}"
         )
     if method == "full":
-        if percent not in (None, "100"):
+        if percent not in (None, "100") or per_class:
             raise PresetError(f"{text!r}: `full` keeps everything; write full")
         return Preset("full", 100)
     if percent is None:
@@ -105,7 +117,17 @@ def parse_preset(text: str) -> Preset:
     value = int(percent)
     if not 1 <= value <= 100:
         raise PresetError(f"{text!r}: the percent must be 1 to 100")
-    return Preset(method, value)
+    if per_class and method not in SCORED_METHODS:
+        raise PresetError(f"{text!r}: {_PER_CLASS_REFUSED[method].format(percent=value)}")
+    return Preset(method, value, per_class)
+
+
+# why `-perclass` does not apply to a cheap method (what to write instead)
+_PER_CLASS_REFUSED = {
+    "random": "random with per-class quotas is stratified: write stratified-{percent}",
+    "stratified": "stratified is always per class: write stratified-{percent}",
+    "rs2": "rs2 draws a plain random part every epoch, without quotas: write rs2-{percent}",
+}
 
 
 def keep_count(n: int, percent: int) -> int:

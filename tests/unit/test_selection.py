@@ -70,18 +70,67 @@ def test_fingerprint_reads_torch_tensors_like_arrays(digits) -> None:
         ("el2n-25", "el2n", 25),
         ("rs2-50", "rs2", 50),
         ("full-100", "full", 100),
+        ("less-25-perclass", "less", 25),
+        ("EL2N-10-PerClass", "el2n", 10),
     ],
 )
 def test_preset_names_parse(text: str, method: str, percent: int) -> None:
     preset = parse_preset(text)
     assert (preset.method, preset.percent) == (method, percent)
+    assert preset.per_class == text.lower().endswith("-perclass")
+    # the canonical name parses back to the same preset
+    assert parse_preset(preset.name) == preset
+    assert preset.quotas == (preset.per_class or method == "stratified")
+
+
+def test_per_class_names_round_trip_and_stay_valid_loader_names() -> None:
+    from gpudesk.engine.jobs import check_selection
+    from gpudesk.engine.loaders import DatasetSpec
+    from gpudesk.loader.protocol import NAME
+
+    assert parse_preset("less-25-perclass").name == "less-25-perclass"
+    assert parse_preset("less-25").name == "less-25"
+    assert check_selection("EL2N-25-perclass") == "el2n-25-perclass"
+    spec = DatasetSpec("a-dataset-with-a-rather-long-name", "gpudesk.workloads.data:make_digits")
+    variant = spec.variant("stratified-100")
+    assert NAME.match(variant.name) and variant.name.endswith(".stratified-100")
+    variant = spec.variant("el2n-100-perclass")
+    assert NAME.match(variant.name) and variant.name.endswith("-100-perclass")
 
 
 @pytest.mark.parametrize(
-    "text", ["random", "random-0", "random-101", "magic-25", "full-50", "random-25%", ""]
+    "text",
+    [
+        "random",
+        "random-0",
+        "random-101",
+        "magic-25",
+        "full-50",
+        "random-25%",
+        "",
+        "el2n-25-perclas",
+        "el2n-perclass",
+        "full-perclass",
+    ],
 )
 def test_bad_preset_names_say_what_to_write(text: str) -> None:
-    with pytest.raises(PresetError, match=r"random-25|1 to 100|keeps everything|unknown"):
+    with pytest.raises(
+        PresetError, match=r"random-25|how much to keep|1 to 100|keeps everything|unknown"
+    ) as err:
+        parse_preset(text)
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "advice"),
+    [
+        ("random-25-perclass", "write stratified-25"),
+        ("stratified-25-perclass", "always per class: write stratified-25"),
+        ("rs2-25-perclass", "write rs2-25"),
+    ],
+)
+def test_per_class_on_a_cheap_method_says_what_to_write(text: str, advice: str) -> None:
+    with pytest.raises(PresetError, match=advice):
         parse_preset(text)
 
 
@@ -333,19 +382,33 @@ def test_the_proxy_gives_embeddings_and_probabilities(digit_features) -> None:
     assert np.allclose(el2n, np.linalg.norm(p - onehot, axis=1), atol=1e-5)
 
 
-def test_scored_subsets_are_exact_and_class_balanced(
+def test_scored_subsets_are_the_top_of_the_ordering_or_per_class_when_asked(
     digits, digit_features, tmp_path: Path
 ) -> None:
     inputs, labels, digest = digit_features
     cache = SelectionCache(tmp_path / "sel")
     for method in SCORED:
         target = digit_target(digits) if method == "less" else None
-        chosen = prepare(
+        top = prepare(
             Preset(method, 25), labels, digest, cache, seed=0, inputs=inputs, target=target
         )
-        assert len(chosen.indices) == keep_count(len(labels), 25)
-        counts = dict(zip(*np.unique(labels[chosen.indices], return_counts=True), strict=True))
-        assert counts == class_quotas(labels, len(chosen.indices)), method
+        per_class = prepare(
+            Preset(method, 25, per_class=True),
+            labels,
+            digest,
+            cache,
+            seed=0,
+            inputs=inputs,
+            target=target,
+        )
+        # one cache entry serves both: the quotas are applied when the subset is taken
+        assert per_class.reused and per_class.key == top.key, method
+        entry = cache.load(top.key)
+        assert entry is not None
+        assert np.array_equal(top.indices, np.sort(entry.order[: keep_count(len(labels), 25)]))
+        assert len(top.indices) == len(per_class.indices) == keep_count(len(labels), 25)
+        counts = dict(zip(*np.unique(labels[per_class.indices], return_counts=True), strict=True))
+        assert counts == class_quotas(labels, len(per_class.indices)), method
 
 
 # ------------------------------------------------------------------ dedup
@@ -361,7 +424,7 @@ def test_dedup_is_exact_deterministic_and_seeded(digit_features, tmp_path: Path)
         Preset("dedup", 25), labels, digest, SelectionCache(tmp_path / "a"), seed=3, inputs=inputs
     )
     assert len(chosen.indices) == keep_count(len(labels), 25)
-    assert np.array_equal(chosen.indices, take(first.order, 25, labels))
+    assert np.array_equal(chosen.indices, take(first.order, 25))
     # the count of near-duplicates is reported with the selection, and kept in the cache
     assert chosen.notes == {"near_duplicates": first.near_duplicates}
 
@@ -444,7 +507,7 @@ def test_less_needs_a_target_and_is_deterministic(digits, digit_features, tmp_pa
     order = less(inputs, labels, target, seed=0)
     assert sorted(order.tolist()) == list(range(len(labels)))
     assert np.array_equal(less(inputs, labels, target, seed=0), order)
-    assert np.array_equal(first.indices, take(order, 25, labels))
+    assert np.array_equal(first.indices, take(order, 25))
     assert not np.array_equal(less(inputs, labels, target, seed=1), order)
     with pytest.raises(PresetError, match="features"):
         prepare(
