@@ -34,7 +34,7 @@ import numpy as np
 ARRAYS = ("order", "labels")
 META = "meta.json"
 INDEX_DIR = "datasets"  # gpudesk.selection.apply's dataset indexes, beside the entries
-KEY_VERSION = 1
+KEY_VERSION = 2  # 2: scored presets keyed by proxy model and recipe; dedup is real dedup
 
 
 def cache_key(

@@ -59,12 +59,16 @@ class DedupOrdering:
 
 
 def dedup(
-    inputs: np.ndarray, labels: np.ndarray, seed: int, cluster_size: int = CLUSTER_SIZE
+    inputs: np.ndarray,
+    labels: np.ndarray,
+    seed: int,
+    shape: tuple[int, ...],
+    cluster_size: int = CLUSTER_SIZE,
 ) -> DedupOrdering:
     """Train the proxy (seeded), embed every sample and order them (see the module doc)."""
     labels = np.asarray(labels, dtype=np.int64)
     inputs = np.ascontiguousarray(inputs, dtype=np.float32).reshape(len(labels), -1)
-    proxy = train_proxy(inputs, labels, seed)
+    proxy = train_proxy(inputs, labels, shape, seed)
     # embed each distinct sample once, so byte-identical samples get identical embeddings
     _, first, inverse = np.unique(inputs, axis=0, return_index=True, return_inverse=True)
     embeddings = proxy_outputs(proxy, inputs[first])[0][inverse.reshape(-1)]

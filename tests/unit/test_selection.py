@@ -309,19 +309,6 @@ def test_select_run_errors_are_one_clear_paragraph(
 
 
 # ------------------------------------------------------------------ scored presets
-def test_coverage_ordering_spreads_over_scores_and_puts_outliers_last() -> None:
-    from gpudesk.selection.scoring import PRUNE_HARDEST, SCORE_BINS, coverage_ordering
-
-    scores = np.arange(1000, dtype=np.float64)  # sample i has score i: 999 is the hardest
-    order = coverage_ordering(scores, seed=0)
-    assert sorted(order.tolist()) == list(range(1000))
-    outliers = round(1000 * PRUNE_HARDEST)
-    assert set(order[-outliers:].tolist()) == set(range(1000 - outliers, 1000))
-    # the first SCORE_BINS picks come one from each score bin, hardest bin first
-    first = order[:SCORE_BINS]
-    assert len({int(i) // 95 for i in first}) == SCORE_BINS and first[0] == 1000 - outliers - 1
-
-
 @pytest.fixture(scope="module")
 def digit_features(digits) -> tuple[np.ndarray, np.ndarray, str]:
     """(proxy features, labels, fingerprint) of the digits."""
@@ -339,47 +326,6 @@ def digit_target(digits, rows: slice = slice(0, 200)) -> Target:
     images, labels = digits
     part = as_dataset(images[rows], labels[rows])
     return Target(inputs=images[rows], labels=labels[rows], fingerprint=fingerprint(part))
-
-
-def test_el2n_preset_is_deterministic_cached_and_spread(digits, tmp_path: Path) -> None:
-    from gpudesk.selection.scoring import features
-
-    images, labels = digits
-    dataset = as_dataset(images, labels)
-    inputs, feature_labels = features(dataset)
-    assert np.array_equal(feature_labels, labels)
-    digest = fingerprint(dataset)
-    cache = SelectionCache(tmp_path / "sel")
-    first = prepare(Preset("el2n", 25), labels, digest, cache, seed=1, inputs=inputs)
-    other = prepare(
-        Preset("el2n", 25), labels, digest, SelectionCache(tmp_path / "b"), seed=1, inputs=inputs
-    )
-    assert np.array_equal(first.indices, other.indices)
-    again = prepare(Preset("el2n", 25), labels, digest, cache, seed=1, inputs=inputs)
-    assert again.reused and np.array_equal(again.indices, first.indices)
-    assert len(first.indices) == keep_count(len(labels), 25)
-    # coverage: every class is represented in a 10 % el2n subset
-    ten = prepare(Preset("el2n", 10), labels, digest, cache, seed=1, inputs=inputs)
-    assert set(labels[ten.indices].tolist()) == set(range(10))
-    with pytest.raises(PresetError, match="features"):
-        prepare(Preset("loss", 25), labels, digest, cache, seed=1)
-
-
-def test_the_proxy_gives_embeddings_and_probabilities(digit_features) -> None:
-    from gpudesk.selection.scoring import PROXY_HIDDEN, proxy_outputs, proxy_scores, train_proxy
-
-    inputs, labels, _ = digit_features
-    proxy = train_proxy(inputs, labels, seed=2)
-    embeddings, probabilities = proxy_outputs(proxy, inputs[:100])
-    assert embeddings.shape == (100, PROXY_HIDDEN) and embeddings.dtype == np.float32
-    assert probabilities.shape == (100, 10) and probabilities.dtype == np.float32
-    assert (embeddings >= 0).all() and np.allclose(probabilities.sum(axis=1), 1, atol=1e-5)
-    # el2n is the distance of those probabilities from the one-hot labels
-    el2n = proxy_scores(inputs[:100], labels[:100], "el2n", seed=2).values
-    again = train_proxy(inputs[:100], labels[:100], seed=2)
-    _, p = proxy_outputs(again, inputs[:100])
-    onehot = np.eye(10, dtype=np.float32)[labels[:100]]
-    assert np.allclose(el2n, np.linalg.norm(p - onehot, axis=1), atol=1e-5)
 
 
 def test_scored_subsets_are_the_top_of_the_ordering_or_per_class_when_asked(
@@ -416,10 +362,10 @@ def test_dedup_is_exact_deterministic_and_seeded(digit_features, tmp_path: Path)
     from gpudesk.selection.diversity import dedup
 
     inputs, labels, digest = digit_features
-    first = dedup(inputs, labels, seed=3)
+    first = dedup(inputs, labels, seed=3, shape=(64,))
     assert sorted(first.order.tolist()) == list(range(len(labels)))
-    assert np.array_equal(dedup(inputs, labels, seed=3).order, first.order)
-    assert not np.array_equal(dedup(inputs, labels, seed=4).order, first.order)
+    assert np.array_equal(dedup(inputs, labels, seed=3, shape=(64,)).order, first.order)
+    assert not np.array_equal(dedup(inputs, labels, seed=4, shape=(64,)).order, first.order)
     chosen = prepare(
         Preset("dedup", 25), labels, digest, SelectionCache(tmp_path / "a"), seed=3, inputs=inputs
     )
@@ -436,7 +382,7 @@ def test_dedup_puts_each_copy_after_its_original(digit_features) -> None:
     originals = np.arange(5, len(labels), 97)  # 19 samples, copied to the end of the data
     copies = len(labels) + np.arange(len(originals))
     data = np.concatenate([inputs, inputs[originals]])
-    result = dedup(data, np.concatenate([labels, labels[originals]]), seed=0)
+    result = dedup(data, np.concatenate([labels, labels[originals]]), seed=0, shape=(64,))
     position = np.empty(len(data), dtype=np.int64)
     position[result.order] = np.arange(len(data))
     assert (position[copies] > position[originals]).all()
@@ -448,7 +394,10 @@ def test_dedup_puts_each_copy_after_its_original(digit_features) -> None:
         0, 0.01, inputs[originals].shape
     ).astype(np.float32)
     result = dedup(
-        np.concatenate([inputs, noisy]), np.concatenate([labels, labels[originals]]), seed=0
+        np.concatenate([inputs, noisy]),
+        np.concatenate([labels, labels[originals]]),
+        seed=0,
+        shape=(64,),
     )
     position[result.order] = np.arange(len(data))
     later = np.maximum(position[copies], position[originals])
@@ -474,7 +423,7 @@ def test_dedup_merges_clusters_in_proportion_to_their_size(digit_features) -> No
     from gpudesk.selection.scoring import proxy_outputs, train_proxy
 
     inputs, labels, _ = digit_features
-    embeddings = proxy_outputs(train_proxy(inputs, labels, seed=0), inputs)[0]
+    embeddings = proxy_outputs(train_proxy(inputs, labels, (64,), seed=0), inputs)[0]
     result = dedup_ordering(embeddings, seed=0, cluster_size=300)  # k = ceil(1797 / 300) = 6
     sizes = np.bincount(result.clusters)
     assert len(sizes) > 1 and sizes.sum() == len(labels) and sizes.max() <= 600
@@ -504,11 +453,11 @@ def test_less_needs_a_target_and_is_deterministic(digits, digit_features, tmp_pa
         prepare(Preset("less", 25), labels, digest, cache, seed=0, inputs=inputs)
     target = digit_target(digits)
     first = prepare(Preset("less", 25), labels, digest, cache, seed=0, inputs=inputs, target=target)
-    order = less(inputs, labels, target, seed=0)
+    order, _ = less(inputs, labels, target, seed=0, shape=(64,))
     assert sorted(order.tolist()) == list(range(len(labels)))
-    assert np.array_equal(less(inputs, labels, target, seed=0), order)
+    assert np.array_equal(less(inputs, labels, target, seed=0, shape=(64,))[0], order)
     assert np.array_equal(first.indices, take(order, 25))
-    assert not np.array_equal(less(inputs, labels, target, seed=1), order)
+    assert not np.array_equal(less(inputs, labels, target, seed=1, shape=(64,))[0], order)
     with pytest.raises(PresetError, match="features"):
         prepare(
             Preset("less", 25),
