@@ -34,7 +34,14 @@ import numpy as np
 from gpudesk.selection.cache import INDEX_DIR, SelectionCache
 from gpudesk.selection.fingerprint import fingerprint_digests, sample_digest
 from gpudesk.selection.prepass import SCORED, Selection, Target, cached, prepare
-from gpudesk.selection.presets import Preset, PresetError, keep_count, parse_preset, rs2_subset
+from gpudesk.selection.presets import (
+    PROXY_METHODS,
+    Preset,
+    PresetError,
+    keep_count,
+    parse_preset,
+    rs2_subset,
+)
 
 PROBE_SAMPLES = 256
 
@@ -198,6 +205,8 @@ class DatasetSelection:
     indices: np.ndarray | None  # the kept positions, sorted (None for rs2: every epoch's own)
     fingerprint: str | None
     select_s: float  # what choosing took here: reading, and the pre-pass or the cache
+    # dedup: int64 [m, 2] (near-duplicate, the kept sample it duplicates), as positions
+    duplicates: np.ndarray | None = None
 
     @property
     def kept(self) -> int:
@@ -276,13 +285,14 @@ def select(
                 np.sort(known.canon[hit.indices]),
                 known.fingerprint,
                 time.perf_counter() - started,
+                None if hit.duplicates is None else known.canon[hit.duplicates],
             )
     read = scan(dataset, features=chosen.method in SCORED)
-    if chosen.method in SCORED and not read.labelled:
+    if chosen.method in PROXY_METHODS and not read.labelled:
         raise PresetError(
             f"{chosen.name} trains a proxy classifier: it needs samples of "
             "(input, label); this dataset is unlabelled (random-P, "
-            "stratified-P and rs2-P work without labels)"
+            "stratified-P, rs2-P and dedup-P work without labels)"
         )
     if goal is not None and read.named:
         raise PresetError(
@@ -311,6 +321,7 @@ def select(
         np.sort(canon[result.indices]),
         read.fingerprint,
         time.perf_counter() - started,
+        None if result.duplicates is None else canon[result.duplicates],
     )
 
 

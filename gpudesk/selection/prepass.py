@@ -17,9 +17,16 @@ from typing import Any
 
 import numpy as np
 
-from gpudesk.selection import diversity, models, scoring, targeted
+from gpudesk.selection import coverage, dedup, models, scoring, targeted
 from gpudesk.selection.cache import Cost, Entry, SelectionCache, cache_key
-from gpudesk.selection.presets import SCORED_METHODS, Preset, PresetError, random_ordering, take
+from gpudesk.selection.presets import (
+    PROXY_METHODS,
+    SCORED_METHODS,
+    Preset,
+    PresetError,
+    random_ordering,
+    take,
+)
 from gpudesk.selection.targeted import Target
 
 __all__ = ["SCORED", "Selection", "Target", "cached", "prepare"]
@@ -33,6 +40,9 @@ class Selection:
     reused: bool  # True when the ordering came from the cache
     cost: Cost  # what computing the ordering took (when it was computed)
     notes: dict[str, Any] = field(default_factory=dict)  # e.g. {"proxy_accuracy": 0.95}
+    # dedup: int64 [m, 2] (near-duplicate, the kept sample it duplicates), in the sample
+    # numbering of `indices`
+    duplicates: np.ndarray | None = None
 
 
 SCORED = SCORED_METHODS  # the methods whose pre-pass reads the samples themselves
@@ -69,7 +79,7 @@ def prepare(
     params, proxy = _key_parts(preset, seed, target_fingerprint, shape, classes)
     key = cache_key(fingerprint, preset.method, params, proxy)
     started, cpu = time.perf_counter(), time.process_time()
-    order, notes = _ordering(preset.method, labels, seed, inputs, target, shape)
+    order, notes, duplicates = _ordering(preset.method, labels, seed, inputs, target, shape)
     entry = Entry(
         key=key,
         fingerprint=fingerprint,
@@ -81,6 +91,7 @@ def prepare(
         cost=Cost(wall_s=time.perf_counter() - started, cpu_s=time.process_time() - cpu),
         created_at=time.time(),
         notes=notes,
+        duplicates=duplicates,
     )
     cache.store(entry)
     return _selection(preset, entry, n, reused=False)
@@ -118,7 +129,9 @@ def _selection(preset: Preset, entry: Entry, n: int, reused: bool) -> Selection:
     if preset.quotas and entry.labels is None:
         raise PresetError(f"cache entry {entry.key} has no labels for {preset.name}'s quotas")
     indices = take(entry.order, preset.percent, entry.labels if preset.quotas else None)
-    return Selection(preset, indices, entry.key, reused, entry.cost, dict(entry.notes))
+    return Selection(
+        preset, indices, entry.key, reused, entry.cost, dict(entry.notes), entry.duplicates
+    )
 
 
 def _key_parts(
@@ -140,10 +153,13 @@ def _key_parts(
     params: dict[str, Any] = {"seed": seed}
     if preset.method not in SCORED:
         return params, None
+    if preset.method == "dedup":  # no model: the samples' own inputs
+        params.update(dedup.key_params())
+        return params, None
     if preset.method in ("loss", "el2n"):
         params.update(scoring.key_params())
-    if preset.method == "dedup":
-        params.update(recipe="k-center", cluster_size=diversity.CLUSTER_SIZE)
+    if preset.method == "coverage":
+        params.update(coverage.key_params())
     if preset.method == "less":
         if target_fingerprint is None:
             raise PresetError(
@@ -165,17 +181,21 @@ def _ordering(
     inputs: np.ndarray | None,
     target: Target | None,
     shape: tuple[int, ...] | None,
-) -> tuple[np.ndarray, dict[str, Any]]:
-    """(the method's ordering, its notes), computed."""
+) -> tuple[np.ndarray, dict[str, Any], np.ndarray | None]:
+    """(the method's ordering, its notes, dedup's near-duplicate pairs), computed."""
     if method in ("random", "stratified"):
-        return random_ordering(len(labels), seed), {}
-    assert inputs is not None and shape is not None  # checked by prepare and _key_parts
+        return random_ordering(len(labels), seed), {}, None
+    assert inputs is not None  # checked by prepare
     if method == "dedup":
-        result = diversity.dedup(inputs, labels, seed, shape)
-        return result.order, {"near_duplicates": result.near_duplicates}
+        result = dedup.dedup(inputs, seed)
+        return result.order, {"near_duplicates": len(result.pairs)}, result.pairs
+    assert shape is not None and method in PROXY_METHODS  # checked by _key_parts
+    if method == "coverage":
+        return coverage.coverage(inputs, labels, seed, shape).order, {}, None
     if method == "less":
         assert target is not None  # checked by _key_parts
-        return targeted.less(inputs, labels, target, seed, shape)
+        order, notes = targeted.less(inputs, labels, target, seed, shape)
+        return order, notes, None
     scores = scoring.proxy_scores(inputs, labels, method, seed, shape)
     notes = {} if scores.proxy_accuracy is None else {"proxy_accuracy": scores.proxy_accuracy}
-    return scoring.hard_first_ordering(scores.values, seed), notes
+    return scoring.hard_first_ordering(scores.values, seed), notes, None

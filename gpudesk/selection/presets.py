@@ -26,10 +26,12 @@ from dataclasses import dataclass
 import numpy as np
 
 CHEAP_METHODS = ("full", "random", "stratified", "rs2")
-SCORED_METHODS = ("loss", "el2n", "dedup", "less")
+SCORED_METHODS = ("loss", "el2n", "coverage", "dedup", "less")
+PROXY_METHODS = ("loss", "el2n", "coverage", "less")  # train a classifier: need labels
 METHODS = CHEAP_METHODS + SCORED_METHODS
 
-# What each method computes, and what its pre-pass costs (`gpudesk select presets`).
+# What each method computes (and its source), and what its pre-pass costs
+# (`gpudesk select presets`; docs/selection.md has the details).
 ABOUT: dict[str, tuple[str, str]] = {
     "full": ("every sample", "none"),
     "random": ("a seeded random permutation; the first P %", "one permutation"),
@@ -39,29 +41,46 @@ ABOUT: dict[str, tuple[str, str]] = {
         "one permutation",
     ),
     "rs2": (
-        "a new P % every epoch, the next part of a random permutation (every sample "
-        "once before any twice)",
+        "a new P % every epoch, the next part of a random permutation, every sample "
+        "once before any twice (RS2, Okanovic et al., 2023)",
         "none: drawn as each epoch starts",
     ),
     "loss": (
-        "proxy cross-entropy per sample, ordered round-robin over 10 score bins, hardest 5 % last",
-        "proxy (MLP, 5 epochs on 20 %) + one forward pass",
+        "the hardest P % by cross-entropy, averaged over the 4 of 5 cross-fitted proxies "
+        "(trained 20 epochs) that trained on each sample, after putting the hardest 10 % "
+        "last (Paul et al., 2021; Zheng et al., 2023); reports the proxies' held-out accuracy",
+        "5 proxy trainings (the model build_model picks for the samples' shape) + forward passes",
     ),
     "el2n": (
-        "proxy EL2N, |softmax(f(x)) - onehot(y)|, ordered like loss",
-        "proxy + one forward pass",
+        "the hardest P % as loss does, scored by EL2N, |softmax(f(x)) - onehot(y)| "
+        "(Paul et al., 2021)",
+        "as loss",
+    ),
+    "coverage": (
+        "the first P % of a k-center order: farthest-point traversal of one proxy's "
+        "embeddings within k-means clusters of ~4096, merged by share (Sener & Savarese, "
+        "2018)",
+        "1 proxy training + forward + k-means + O(m^2 d) per cluster of m",
     ),
     "dedup": (
-        "proxy embeddings, k-means clusters of <= 4096, farthest-point order in each "
-        "(near-duplicates last, counted), clusters merged by share",
-        "proxy + forward + k-means + O(m^2 d) per cluster of m",
+        "a random P % of the samples that are not near-duplicates (random-P's order, the "
+        "near-duplicates moved last); a sample whose centred input has cosine >= 0.98 to "
+        "an earlier kept one is a near-duplicate, counted and listed (after SemDeDup, Abbas "
+        "et al., 2023). On data without near-duplicates this is exactly random-P",
+        "no model: block-wise cosine similarities, O(n m d) for clusters of m",
     ),
     "less": (
-        "last-layer gradient features (p - y) x [h, 1], projected to 256 dims; max over "
-        "target classes of the mean cosine to the target set, ordered like loss",
-        "proxy + forward over data and target + projection; needs a target set",
+        "the P % whose gradients look most like a target set's (LESS, Xia et al., 2024; "
+        "see gpudesk/selection/targeted.py)",
+        "proxy + gradient features over data and target; needs a target set",
     ),
 }
+# how a scored method's subset is taken (`gpudesk select presets` prints it last)
+QUOTAS_NOTE = (
+    "A scored preset keeps the top P % of its ordering, whatever classes that holds; "
+    "add -perclass (e.g. el2n-25-perclass) for per-class quotas in proportion to the "
+    "class sizes."
+)
 PER_CLASS_SUFFIX = "perclass"
 PRESET = re.compile(
     rf"^(?P<method>[a-z0-9]+)(?:-(?P<percent>\d{{1,3}}))?(?P<per_class>-{PER_CLASS_SUFFIX})?$"

@@ -286,6 +286,7 @@ def test_select_run_computes_a_dedup_preset(home: Home, gpudesk: Run) -> None:
     assert code == 0, err
     result = json.loads(out)
     assert (result["kept"], result["of"], result["reused"]) == (180, 1797, False)
+    assert isinstance(result["notes"]["near_duplicates"], int)
 
 
 @pytest.mark.parametrize(
@@ -357,58 +358,47 @@ def test_scored_subsets_are_the_top_of_the_ordering_or_per_class_when_asked(
         assert counts == class_quotas(labels, len(per_class.indices)), method
 
 
-# ------------------------------------------------------------------ dedup
-def test_dedup_is_exact_deterministic_and_seeded(digit_features, tmp_path: Path) -> None:
-    from gpudesk.selection.diversity import dedup
+# ------------------------------------------------------------------ coverage
+def test_coverage_is_exact_deterministic_and_seeded(digit_features, tmp_path: Path) -> None:
+    from gpudesk.selection.coverage import coverage
 
     inputs, labels, digest = digit_features
-    first = dedup(inputs, labels, seed=3, shape=(64,))
+    first = coverage(inputs, labels, seed=3, shape=(64,))
     assert sorted(first.order.tolist()) == list(range(len(labels)))
-    assert np.array_equal(dedup(inputs, labels, seed=3, shape=(64,)).order, first.order)
-    assert not np.array_equal(dedup(inputs, labels, seed=4, shape=(64,)).order, first.order)
+    assert np.array_equal(coverage(inputs, labels, seed=3, shape=(64,)).order, first.order)
+    assert not np.array_equal(coverage(inputs, labels, seed=4, shape=(64,)).order, first.order)
     chosen = prepare(
-        Preset("dedup", 25), labels, digest, SelectionCache(tmp_path / "a"), seed=3, inputs=inputs
+        Preset("coverage", 25),
+        labels,
+        digest,
+        SelectionCache(tmp_path / "a"),
+        seed=3,
+        inputs=inputs,
     )
     assert len(chosen.indices) == keep_count(len(labels), 25)
     assert np.array_equal(chosen.indices, take(first.order, 25))
-    # the count of near-duplicates is reported with the selection, and kept in the cache
-    assert chosen.notes == {"near_duplicates": first.near_duplicates}
+    assert chosen.notes == {} and chosen.duplicates is None
 
 
-def test_dedup_puts_each_copy_after_its_original(digit_features) -> None:
-    from gpudesk.selection.diversity import dedup
+def test_coverage_puts_each_exact_copy_after_every_distinct_sample(digit_features) -> None:
+    from gpudesk.selection.coverage import coverage
 
     inputs, labels, _ = digit_features
     originals = np.arange(5, len(labels), 97)  # 19 samples, copied to the end of the data
     copies = len(labels) + np.arange(len(originals))
     data = np.concatenate([inputs, inputs[originals]])
-    result = dedup(data, np.concatenate([labels, labels[originals]]), seed=0, shape=(64,))
+    result = coverage(data, np.concatenate([labels, labels[originals]]), seed=0, shape=(64,))
     position = np.empty(len(data), dtype=np.int64)
     position[result.order] = np.arange(len(data))
     assert (position[copies] > position[originals]).all()
-    # the copies come after every distinct sample, and each counts as a near-duplicate
     assert position[copies].min() >= len(labels)
-    assert result.near_duplicates >= len(originals)
-    # a copy with a little pixel noise is a near-duplicate too: one of each pair comes late
-    noisy = inputs[originals] + np.random.default_rng(0).normal(
-        0, 0.01, inputs[originals].shape
-    ).astype(np.float32)
-    result = dedup(
-        np.concatenate([inputs, noisy]),
-        np.concatenate([labels, labels[originals]]),
-        seed=0,
-        shape=(64,),
-    )
-    position[result.order] = np.arange(len(data))
-    later = np.maximum(position[copies], position[originals])
-    assert later.min() >= len(labels) * 0.9 and result.near_duplicates >= len(originals)
 
 
-def test_dedup_10_percent_covers_every_class(digit_features, tmp_path: Path) -> None:
+def test_coverage_10_percent_covers_every_class(digit_features, tmp_path: Path) -> None:
     inputs, labels, digest = digit_features
     for seed in (0, 1):
         ten = prepare(
-            Preset("dedup", 10),
+            Preset("coverage", 10),
             labels,
             digest,
             SelectionCache(tmp_path / "sel"),
@@ -418,13 +408,13 @@ def test_dedup_10_percent_covers_every_class(digit_features, tmp_path: Path) -> 
         assert set(labels[ten.indices].tolist()) == set(range(10))
 
 
-def test_dedup_merges_clusters_in_proportion_to_their_size(digit_features) -> None:
-    from gpudesk.selection.diversity import dedup_ordering
+def test_coverage_merges_clusters_in_proportion_to_their_size(digit_features) -> None:
+    from gpudesk.selection.coverage import coverage_ordering
     from gpudesk.selection.scoring import proxy_outputs, train_proxy
 
     inputs, labels, _ = digit_features
     embeddings = proxy_outputs(train_proxy(inputs, labels, (64,), seed=0), inputs)[0]
-    result = dedup_ordering(embeddings, seed=0, cluster_size=300)  # k = ceil(1797 / 300) = 6
+    result = coverage_ordering(embeddings, seed=0, cluster_size=300)  # k = ceil(1797 / 300) = 6
     sizes = np.bincount(result.clusters)
     assert len(sizes) > 1 and sizes.sum() == len(labels) and sizes.max() <= 600
     assert sorted(result.order.tolist()) == list(range(len(labels)))
@@ -439,7 +429,7 @@ def test_dedup_merges_clusters_in_proportion_to_their_size(digit_features) -> No
         members = result.order[result.clusters[result.order] == cluster]
         distances = 1 - unit[members] @ unit[members[0]]
         assert distances[1] == pytest.approx(distances.max(), abs=1e-6)
-    again = dedup_ordering(embeddings, seed=0, cluster_size=300)
+    again = coverage_ordering(embeddings, seed=0, cluster_size=300)
     assert np.array_equal(again.order, result.order)
 
 
@@ -501,7 +491,7 @@ def test_less_key_follows_the_target(digits, digit_features, tmp_path: Path) -> 
     assert same.reused and same.key == one.key
 
 
-@pytest.mark.parametrize("method", ["dedup", "less"])
+@pytest.mark.parametrize("method", ["coverage", "dedup", "less"])
 def test_a_cached_scored_selection_equals_a_fresh_one(
     digits, digit_features, tmp_path: Path, method: str
 ) -> None:
@@ -532,6 +522,10 @@ def test_a_cached_scored_selection_equals_a_fresh_one(
     assert np.array_equal(cached.indices, fresh.indices)
     assert np.array_equal(elsewhere.indices, fresh.indices)
     assert cached.notes == fresh.notes == elsewhere.notes
+    if method == "dedup":
+        assert fresh.duplicates is not None and cached.duplicates is not None
+        assert np.array_equal(cached.duplicates, fresh.duplicates)
+        assert cached.notes == {"near_duplicates": len(fresh.duplicates)}
     assert cached.cost == fresh.cost and fresh.cost.wall_s > 0
     ten = prepare(Preset(method, 10), labels, digest, cache, seed=2, inputs=inputs, target=target)
     assert ten.reused and ten.key == fresh.key
@@ -546,5 +540,7 @@ def test_select_presets_says_what_each_method_computes_and_costs(gpudesk: Run) -
     rows = json.loads(out)["presets"]
     assert [r["method"] for r in rows] == list(METHODS)
     assert all(r["computes"] and r["cost"] for r in rows)
+    assert "-perclass" in json.loads(out)["quotas"]
     code, out, _ = gpudesk("select", "presets")
-    assert code == 0 and "dedup-P" in out and "needs a target set" in out
+    assert code == 0 and "dedup-P" in out and "coverage-P" in out and "needs a target set" in out
+    assert "exactly random-P" in " ".join(out.split()) and "-perclass" in out

@@ -34,7 +34,7 @@ def digits() -> tuple[np.ndarray, np.ndarray]:
     return load_digits()
 
 
-@pytest.mark.parametrize("preset", ["random-25", "stratified-25", "dedup-25"])
+@pytest.mark.parametrize("preset", ["random-25", "stratified-25", "coverage-25", "dedup-25"])
 def test_a_reordered_dataset_reuses_the_entry_and_keeps_the_same_samples(
     digits, tmp_path: Path, preset: str
 ) -> None:

@@ -105,12 +105,128 @@ def test_loss_and_el2n_presets_are_top_k_report_accuracy_and_are_cached(
 
 # ------------------------------------------------------------------ the seed
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("method", ["random", "stratified", "loss", "el2n"])
+@pytest.mark.parametrize("method", ["random", "stratified", "loss", "el2n", "coverage", "dedup"])
 def test_two_seeds_keep_different_samples(train, tmp_path: Path, method: str) -> None:
     inputs, labels, digest = train
     cache = SelectionCache(tmp_path / "sel")
-    kept = [
-        set(prepare(Preset(method, 25), labels, digest, cache, seed, inputs=inputs).indices)
-        for seed in (0, 1)
+    for per_class in (False, True) if method not in ("random", "stratified") else (False,):
+        preset = Preset(method, 25, per_class)
+        kept = [
+            set(prepare(preset, labels, digest, cache, seed, inputs=inputs).indices)
+            for seed in (0, 1)
+        ]
+        assert kept[0] != kept[1], preset.name
+        assert len(kept[0]) == len(kept[1]) == keep_count(len(labels), 25)
+
+
+def test_the_coverage_start_alone_changes_the_kept_set(train) -> None:
+    """The same embeddings, two seeds: farthest-point traversal from another start keeps
+    another set (not merely another order of one set)."""
+    from gpudesk.selection.coverage import coverage_ordering
+    from gpudesk.selection.scoring import proxy_outputs, train_proxy
+
+    inputs, labels, _ = train
+    embeddings = proxy_outputs(train_proxy(inputs, labels, (64,), seed=0), inputs)[0]
+    size = keep_count(len(labels), 25)
+    first, second = (set(coverage_ordering(embeddings, seed).order[:size]) for seed in (0, 1))
+    assert first != second
+
+
+# ------------------------------------------------------------------ dedup
+def noisy_copies(
+    inputs: np.ndarray, count: int, sd: float, seed: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """(the inputs with `count` noisy copies appended, which sample each copy copies): Gaussian
+    pixel noise of `sd` (pixels are in [0, 1]), clipped to [0, 1]."""
+    rng = np.random.default_rng(seed)
+    sources = rng.choice(len(inputs), count, replace=False)
+    noise = rng.normal(0.0, sd, inputs[sources].shape).astype(np.float32)
+    copies = np.clip(inputs[sources] + noise, 0.0, 1.0)
+    return np.concatenate([inputs, copies]), sources
+
+
+def test_dedup_finds_injected_noisy_copies_with_few_false_positives(train) -> None:
+    from gpudesk.selection.dedup import near_duplicates
+
+    inputs, _, _ = train
+    n = len(inputs)
+    plain = near_duplicates(inputs)
+    # 50 copies with pixel noise of sd 2 % of the range
+    data, sources = noisy_copies(inputs, 50, 0.02, seed=1)
+    pairs = near_duplicates(data)
+    groups: dict[int, int] = {}  # each flagged sample -> the sample kept for its group
+    for duplicate, kept in pairs.tolist():
+        groups[duplicate] = kept
+    for copy, source in enumerate(sources.tolist(), start=n):
+        # the copy and its source end up in one group (whichever of them comes first)
+        root_copy, root_source = groups.get(copy, copy), groups.get(source, source)
+        assert root_copy == root_source, (copy, source)
+    involved = set(range(n, n + 50)) | set(sources.tolist())
+    false = [pair for pair in pairs.tolist() if not set(pair) & involved]
+    assert len(false) <= len(plain) <= 2  # only what the plain split has itself
+    assert len(pairs) <= 50 + len(plain)
+
+
+def test_dedup_ordering_is_random_with_the_near_duplicates_last(train, tmp_path: Path) -> None:
+    from gpudesk.selection.dedup import dedup
+    from gpudesk.selection.presets import random_ordering
+
+    inputs, _, _ = train
+    data, _ = noisy_copies(inputs, 30, 0.01, seed=2)
+    result = dedup(data, seed=4)
+    flagged = result.pairs[:, 0]
+    assert len(flagged) >= 30 and len(set(flagged.tolist())) == len(flagged)
+    tail = result.order[len(data) - len(flagged) :]
+    assert set(tail.tolist()) == set(flagged.tolist())
+    # the rest is random-P's permutation at the same seed, the duplicates taken out
+    permutation = random_ordering(len(data), 4)
+    rest = permutation[~np.isin(permutation, flagged)]
+    assert np.array_equal(result.order[: len(rest)], rest)
+    # so without near-duplicates, dedup-25 keeps exactly what random-25 keeps
+    unique = np.delete(inputs, np.unique(dedup(inputs, 0).pairs[:, 0]), axis=0)
+    data_fingerprint = f"fp-unique-{len(unique)}"
+    cache = SelectionCache(tmp_path / "sel")
+    no_labels = np.zeros(len(unique), dtype=np.int64)
+    plain = prepare(Preset("dedup", 25), no_labels, data_fingerprint, cache, 4, inputs=unique)
+    rand = prepare(Preset("random", 25), no_labels, data_fingerprint, cache, 4)
+    assert plain.notes == {"near_duplicates": 0} and np.array_equal(plain.indices, rand.indices)
+
+
+def test_dedup_lists_its_pairs_in_the_cache_and_the_selection(train, tmp_path: Path) -> None:
+    from gpudesk.selection.apply import select
+
+    inputs, labels, _ = train
+    data, sources = noisy_copies(inputs, 10, 0.0, seed=3)  # exact copies
+    dataset = [
+        (data[i], int(np.concatenate([labels, labels[sources]])[i])) for i in range(len(data))
     ]
-    assert kept[0] != kept[1] and len(kept[0]) == len(kept[1]) == keep_count(len(labels), 25)
+    cache = SelectionCache(tmp_path / "sel")
+    chosen = select(dataset, "dedup-25", cache, seed=0)
+    assert chosen.duplicates is not None and chosen.selection is not None
+    # as positions in the dataset: each copy is paired with its source (or the other way)
+    pairs = {tuple(sorted(pair)) for pair in chosen.duplicates.tolist()}
+    for copy, source in enumerate(sources.tolist(), start=len(inputs)):
+        assert (source, copy) in pairs
+    assert chosen.selection.notes["near_duplicates"] == len(chosen.duplicates)
+    entry = cache.load(chosen.selection.key)
+    assert entry is not None and entry.duplicates is not None and entry.proxy is None
+    assert np.array_equal(entry.duplicates, chosen.selection.duplicates)
+    # no kept sample is a near-duplicate at 25 %
+    assert not set(chosen.duplicates[:, 0].tolist()) & set(chosen.indices.tolist())
+    # a damaged pair list is caught like any other array
+    (tmp_path / "sel" / entry.key / "duplicates.npy").write_bytes(b"not an array")
+    assert cache.load(entry.key) is None and "damaged" in cache.problems[0]
+
+
+def test_dedup_works_on_unlabelled_samples_and_refuses_text(tmp_path: Path) -> None:
+    from gpudesk.selection.apply import select
+    from gpudesk.selection.presets import PresetError
+
+    cache = SelectionCache(tmp_path / "sel")
+    rng = np.random.default_rng(0)
+    vectors = [rng.normal(size=16).astype(np.float32) for _ in range(40)]
+    vectors.append(vectors[3] + np.float32(1e-3))
+    chosen = select(vectors, "dedup-50", cache)
+    assert chosen.duplicates is not None and chosen.duplicates.tolist() == [[40, 3]]
+    with pytest.raises(PresetError, match="reads each input as numbers"):
+        select([f"text {i}" for i in range(10)], "dedup-50", cache)
