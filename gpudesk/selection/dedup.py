@@ -30,7 +30,7 @@ The pairs (near-duplicate, the kept sample it duplicates) are stored in the cach
 (`duplicates.npy`) and their count in the notes (`near_duplicates`).
 
 Cost: one pass of matrix products, O(n · m · d) for clusters of m (all n² pairs up to
-`CLUSTER_SIZE` samples), no model: 0.1 s on the digits' train split.
+`CLUSTER_SIZE` samples), no model: under 0.1 s on the digits' train split.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ from gpudesk.selection.presets import random_ordering
 
 # assumption: the cosine (of centred inputs) at which two samples count as one. On the digits'
 # train split (1,388 8x8 images) it flags 1 pair of distinct samples (two "1"s whose 64 pixels
-# differ by at most 4 of 16 levels; nearest neighbours' cosines: median 0.88, 99.9th
+# differ by at most 3 of 16 levels; nearest neighbours' cosines: median 0.88, 99.9th
 # percentile 0.984), while a copy with Gaussian pixel noise of sd 2 % of the range lies at
 # 0.995 or more and one of 5 % at 0.97 to 0.99. (SemDeDup's thresholds are for a pre-trained
 # model's embeddings, a different space: NeMo Curator's default is 1 - cos = 0.07.)
