@@ -230,3 +230,17 @@ def test_dedup_works_on_unlabelled_samples_and_refuses_text(tmp_path: Path) -> N
     assert chosen.duplicates is not None and chosen.duplicates.tolist() == [[40, 3]]
     with pytest.raises(PresetError, match="reads each input as numbers"):
         select([f"text {i}" for i in range(10)], "dedup-50", cache)
+
+
+def test_dedup_in_clusters_finds_what_comparing_every_pair_finds(train) -> None:
+    """Above `cluster_size` samples, pairs are compared within k-means clusters (and each
+    sample's second-nearest one), a block of rows at a time; on the digits with noisy copies
+    that finds the same near-duplicates as comparing every pair."""
+    from gpudesk.selection.dedup import near_duplicates
+
+    inputs, _, _ = train
+    data, _ = noisy_copies(inputs, 40, 0.01, seed=6)
+    every_pair = near_duplicates(data)
+    clustered = near_duplicates(data, cluster_size=200)  # k = ceil(1428 / 200) = 8 clusters
+    assert len(every_pair) >= 40
+    assert set(clustered[:, 0].tolist()) == set(every_pair[:, 0].tolist())
