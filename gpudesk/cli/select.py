@@ -111,7 +111,9 @@ DatasetArgument = Annotated[
 PresetOption = Annotated[
     str,
     typer.Option(
-        "--preset", help="METHOD-PERCENT, e.g. random-25, el2n-25, dedup-25, less-25, or full."
+        "--preset",
+        help="METHOD-PERCENT[-perclass], e.g. random-25, el2n-25, coverage-25, less-25-perclass, "
+        "or full.",
     ),
 ]
 SeedOption = Annotated[
@@ -232,7 +234,7 @@ def presets_command(
     import shutil
     import textwrap
 
-    from gpudesk.selection.presets import ABOUT, METHODS
+    from gpudesk.selection.presets import ABOUT, METHODS, QUOTAS_NOTE
 
     rows = [
         {
@@ -244,7 +246,7 @@ def presets_command(
         for m in METHODS
     ]
     if as_json:
-        print(json.dumps({"presets": rows}, indent=2))
+        print(json.dumps({"presets": rows, "quotas": QUOTAS_NOTE}, indent=2))
         return
     width = max(40, min(100, shutil.get_terminal_size().columns) - 2)
     for row in rows:
@@ -255,7 +257,9 @@ def presets_command(
                     text, width, initial_indent=f"  {label:<6}", subsequent_indent=" " * 8
                 )
             )
-    print("\nP is the percent kept (1-100); docs/selection.md has the details.")
+    print()
+    print(textwrap.fill(QUOTAS_NOTE, width))
+    print("P is the percent kept (1-100); docs/selection.md has the details.")
 
 
 @select_app.command("list")

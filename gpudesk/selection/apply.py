@@ -34,7 +34,14 @@ import numpy as np
 from gpudesk.selection.cache import INDEX_DIR, SelectionCache
 from gpudesk.selection.fingerprint import fingerprint_digests, sample_digest
 from gpudesk.selection.prepass import SCORED, Selection, Target, cached, prepare
-from gpudesk.selection.presets import Preset, PresetError, keep_count, parse_preset, rs2_subset
+from gpudesk.selection.presets import (
+    PROXY_METHODS,
+    Preset,
+    PresetError,
+    keep_count,
+    parse_preset,
+    rs2_subset,
+)
 
 PROBE_SAMPLES = 256
 
@@ -53,14 +60,25 @@ class Scan:
     canon: np.ndarray  # positions in canonical (digest) order
     digests: list[bytes]
     inputs: np.ndarray | None  # float32 [n, d] by position, when asked for
+    shape: tuple[int, ...] | None  # every sample's input shape (None: they differ, or are text)
+
+    @property
+    def classes(self) -> int:
+        """How many classes (or strata) the label codes number."""
+        return int(self.labels.max()) + 1 if len(self.labels) else 0
 
 
 def scan(dataset: Sequence[Any], features: bool) -> Scan:
     """Read every sample once. A labelled sample is (input, label, ...) with an integer or
     string label; anything else is unlabelled, and is stratified by the dataset's
     `selection_strata` (e.g. each sample's source) or else by the size of the sample (a
-    power-of-two bucket of its length: short and long texts keep their shares)."""
+    power-of-two bucket of its length: short and long texts keep their shares).
+
+    With `features`, the inputs are also read as numbers (`flat_features`); they must all have
+    one shape, which the scan keeps (it picks the proxy model)."""
     digests, labels, inputs, sizes = [], [], [], []
+    shape: tuple[int, ...] | None = None
+    uniform = True
     for index in range(len(dataset)):
         sample = dataset[index]
         labels.append(_label(sample))
@@ -69,8 +87,25 @@ def scan(dataset: Sequence[Any], features: bool) -> Scan:
             digests.append(sample_digest(sample))
         except TypeError as exc:
             raise PresetError(f"sample {index}: {exc}") from None
+        part = sample[0] if _is_pair(sample) else sample
+        this = _input_shape(part)
+        if index == 0:
+            shape = this
+        elif this != shape:
+            uniform = False
+            if features:
+                raise PresetError(
+                    f"a scored preset reads samples of one shape: sample 0's input has shape "
+                    f"{_shape_text(shape)}, sample {index}'s {_shape_text(this)}"
+                )
         if features:
-            inputs.append(flat_features(sample[0] if _is_pair(sample) else sample))
+            try:
+                inputs.append(flat_features(part))
+            except (TypeError, ValueError):
+                raise PresetError(
+                    f"sample {index}: a scored preset reads each input as numbers (an array "
+                    f"or tensor), not a {type(part).__name__}"
+                ) from None
     strata = getattr(dataset, STRATA_ATTRIBUTE, None)
     labelled = all(label is not None for label in labels)
     if strata is not None:
@@ -95,7 +130,26 @@ def scan(dataset: Sequence[Any], features: bool) -> Scan:
         canon,
         digests,
         np.stack(inputs) if features else None,
+        shape if uniform else None,
     )
+
+
+def _input_shape(part: Any) -> tuple[int, ...] | None:
+    """The shape of a sample's input when it is numeric: an array, a tensor, a list of numbers
+    (None for text and anything else)."""
+    if hasattr(part, "detach") and hasattr(part, "shape"):  # a torch tensor
+        return tuple(int(d) for d in part.shape)
+    if isinstance(part, (str, bytes)):
+        return None
+    try:
+        array = np.asarray(part)
+    except (TypeError, ValueError):  # e.g. ragged nested lists
+        return None
+    return tuple(array.shape) if array.dtype.kind in "biuf" else None
+
+
+def _shape_text(shape: tuple[int, ...] | None) -> str:
+    return "(not an array)" if shape is None else str(list(shape))
 
 
 def _is_pair(sample: Any) -> bool:
@@ -151,6 +205,8 @@ class DatasetSelection:
     indices: np.ndarray | None  # the kept positions, sorted (None for rs2: every epoch's own)
     fingerprint: str | None
     select_s: float  # what choosing took here: reading, and the pre-pass or the cache
+    # dedup: int64 [m, 2] (near-duplicate, the kept sample it duplicates), as positions
+    duplicates: np.ndarray | None = None
 
     @property
     def kept(self) -> int:
@@ -208,10 +264,17 @@ def select(
     goal = _target(chosen, target)
     index = DatasetIndex(cache.root / INDEX_DIR)
     known = None if identity is None or verify else index.recall(identity, dataset)
-    if known is not None:
-        fingerprint, canon = known
+    if known is not None and (known.shape is not None or chosen.method not in SCORED):
         hit = cached(
-            chosen, size, fingerprint, cache, seed, used_by, goal.fingerprint if goal else None
+            chosen,
+            size,
+            known.fingerprint,
+            cache,
+            seed,
+            used_by,
+            goal.fingerprint if goal else None,
+            known.shape,
+            known.classes,
         )
         if hit is not None:
             return DatasetSelection(
@@ -219,16 +282,17 @@ def select(
                 size,
                 seed,
                 hit,
-                np.sort(canon[hit.indices]),
-                fingerprint,
+                np.sort(known.canon[hit.indices]),
+                known.fingerprint,
                 time.perf_counter() - started,
+                None if hit.duplicates is None else known.canon[hit.duplicates],
             )
     read = scan(dataset, features=chosen.method in SCORED)
-    if chosen.method in SCORED and not read.labelled:
+    if chosen.method in PROXY_METHODS and not read.labelled:
         raise PresetError(
             f"{chosen.name} trains a proxy classifier: it needs samples of "
             "(input, label); this dataset is unlabelled (random-P, "
-            "stratified-P and rs2-P work without labels)"
+            "stratified-P, rs2-P and dedup-P work without labels)"
         )
     if goal is not None and read.named:
         raise PresetError(
@@ -247,6 +311,7 @@ def select(
         used_by=used_by,
         inputs=None if read.inputs is None else read.inputs[canon],
         target=goal,
+        shape=read.shape,
     )
     return DatasetSelection(
         chosen,
@@ -256,6 +321,7 @@ def select(
         np.sort(canon[result.indices]),
         read.fingerprint,
         time.perf_counter() - started,
+        None if result.duplicates is None else canon[result.duplicates],
     )
 
 
@@ -278,8 +344,19 @@ def _target(preset: Preset, target: Sequence[Any] | None) -> Target | None:
     return Target(aim.inputs[aim.canon], aim.labels[aim.canon], aim.fingerprint)
 
 
+@dataclass(frozen=True)
+class KnownDataset:
+    """What the dataset index remembers of one dataset."""
+
+    fingerprint: str
+    canon: np.ndarray  # positions in canonical (digest) order
+    shape: tuple[int, ...] | None  # every sample's input shape (as `Scan.shape`)
+    classes: int  # as `Scan.classes`
+
+
 class DatasetIndex:
-    """Each dataset's fingerprint and canonical order, remembered by how it is built."""
+    """Each dataset's fingerprint, canonical order, sample shape and number of classes,
+    remembered by how it is built."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -292,10 +369,8 @@ class DatasetIndex:
     def probe_positions(size: int) -> np.ndarray:
         return np.unique(np.linspace(0, size - 1, min(size, PROBE_SAMPLES)).astype(np.int64))
 
-    def recall(
-        self, identity: dict[str, Any], dataset: Sequence[Any]
-    ) -> tuple[str, np.ndarray] | None:
-        """(fingerprint, canonical order) when this dataset was indexed and still matches."""
+    def recall(self, identity: dict[str, Any], dataset: Sequence[Any]) -> KnownDataset | None:
+        """What was remembered of this dataset, when it was indexed and still matches."""
         folder = self._dir(identity)
         try:
             meta = json.loads((folder / "meta.json").read_text())
@@ -309,7 +384,13 @@ class DatasetIndex:
             probe = [sample_digest(dataset[int(i)]).hex() for i in self.probe_positions(size)]
             if probe != meta["probe"]:
                 return None
-            return str(meta["fingerprint"]), canon
+            shape = meta["shape"]
+            return KnownDataset(
+                str(meta["fingerprint"]),
+                canon,
+                None if shape is None else tuple(int(d) for d in shape),
+                int(meta["classes"]),
+            )
         except (OSError, ValueError, KeyError, TypeError):
             return None
 
@@ -322,6 +403,8 @@ class DatasetIndex:
             "identity": identity,
             "n": size,
             "fingerprint": read.fingerprint,
+            "shape": None if read.shape is None else list(read.shape),
+            "classes": read.classes,
             "sha256": hashlib.sha256(data).hexdigest(),
             "probe": [read.digests[int(i)].hex() for i in self.probe_positions(size)],
         }

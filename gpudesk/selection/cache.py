@@ -1,12 +1,16 @@
 """The selection cache: one entry per (dataset fingerprint, method, parameters, proxy), holding
 the method's ordering of the samples (and the labels, for per-class quotas), what computing it
-cost, notes the method reports (e.g. dedup's near-duplicate count), and which jobs reused it.
+cost, notes the method reports (e.g. a proxy's accuracy, dedup's near-duplicate count), and
+which jobs reused it.
 
 Layout under `$GPUDESK_HOME/selection/`::
 
-    <key>/order.npy     int64 ordering, most wanted first
-    <key>/labels.npy    int64 labels (stratified and scored methods: per-class quotas)
-    <key>/meta.json     key parts, sha256 of each array file, costs, notes, reuses
+    <key>/order.npy       int64 ordering, most wanted first
+    <key>/labels.npy      int64 labels (stratified and scored methods: per-class quotas)
+    <key>/duplicates.npy  int64 [m, 2] (near-duplicate, the kept sample it duplicates): dedup
+    <key>/meta.json       key parts, sha256 of each array file, costs, notes, reuses
+
+Samples are named by their place in the dataset's canonical order (see `apply`).
 
 Entries are written to a temporary folder and renamed into place, so a reader never sees half
 of one. Every load checks the arrays against the sha256 in meta.json: a damaged or truncated
@@ -31,10 +35,10 @@ from typing import Any
 
 import numpy as np
 
-ARRAYS = ("order", "labels")
+ARRAYS = ("order", "labels", "duplicates")
 META = "meta.json"
 INDEX_DIR = "datasets"  # gpudesk.selection.apply's dataset indexes, beside the entries
-KEY_VERSION = 1
+KEY_VERSION = 2  # 2: scored presets keyed by proxy model and recipe; dedup is real dedup
 
 
 def cache_key(
@@ -77,6 +81,7 @@ class Entry:
     created_at: float
     reused_by: list[str] = field(default_factory=list)
     notes: dict[str, Any] = field(default_factory=dict)  # what the method reports; not keyed
+    duplicates: np.ndarray | None = None  # dedup: int64 [m, 2] (near-duplicate, kept sample)
 
 
 class CorruptEntry(Exception):
@@ -179,7 +184,7 @@ class SelectionCache:
             sums = meta["sha256"]
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise CorruptEntry(f"{META}: {exc}") from None
-        arrays: dict[str, np.ndarray | None] = {"labels": None}
+        arrays: dict[str, np.ndarray | None] = {"labels": None, "duplicates": None}
         for name in ARRAYS:
             if name not in sums:
                 continue
@@ -196,6 +201,13 @@ class SelectionCache:
         order = arrays.get("order")
         if order is None or len(order) != meta.get("n"):
             raise CorruptEntry("the ordering is missing or has the wrong length")
+        pairs = arrays["duplicates"]
+        if pairs is not None and (
+            pairs.ndim != 2
+            or pairs.shape[1] != 2
+            or (pairs.size and not 0 <= int(pairs.min()) <= int(pairs.max()) < len(order))
+        ):
+            raise CorruptEntry("duplicates.npy is not a list of sample pairs")
         cost = meta.get("cost") or {}
         return Entry(
             key=meta["key"],
@@ -209,6 +221,7 @@ class SelectionCache:
             created_at=meta["created_at"],
             reused_by=list(meta.get("reused_by") or []),
             notes=dict(meta.get("notes") or {}),
+            duplicates=pairs,
         )
 
     def entries(self) -> list[Entry]:

@@ -2,11 +2,11 @@
 an entry for (dataset, method, parameters, proxy) exists and is intact, else it is computed
 and stored. Any percent of a cached method is free: the percent is not part of the key.
 
-`stratified` and every scored method (`loss`, `el2n`, `dedup`, `less`) keep the labels with
-the ordering, so a subset takes each class's first samples up to its quota (class-balanced, in
-proportion to the class sizes); `random` keeps the plain prefix. `less` also needs a `Target`,
-whose fingerprint is part of its key. A reused entry gives exactly the indices a fresh
-computation would.
+`stratified` and every scored method keep the labels with the ordering. A `stratified` subset,
+and a scored one asked for `-perclass`, takes each class's first samples up to its quota (in
+proportion to the class sizes); any other subset is the plain prefix of the ordering, the top
+of the method's ranking. `less` also needs a `Target`, whose fingerprint is part of its key. A
+reused entry gives exactly the indices a fresh computation would.
 """
 
 from __future__ import annotations
@@ -17,9 +17,16 @@ from typing import Any
 
 import numpy as np
 
-from gpudesk.selection import diversity, scoring, targeted
+from gpudesk.selection import coverage, dedup, models, scoring, targeted
 from gpudesk.selection.cache import Cost, Entry, SelectionCache, cache_key
-from gpudesk.selection.presets import Preset, PresetError, random_ordering, take
+from gpudesk.selection.presets import (
+    PROXY_METHODS,
+    SCORED_METHODS,
+    Preset,
+    PresetError,
+    random_ordering,
+    take,
+)
 from gpudesk.selection.targeted import Target
 
 __all__ = ["SCORED", "Selection", "Target", "cached", "prepare"]
@@ -32,10 +39,13 @@ class Selection:
     key: str | None  # the cache entry it came from (None for `full`)
     reused: bool  # True when the ordering came from the cache
     cost: Cost  # what computing the ordering took (when it was computed)
-    notes: dict[str, Any] = field(default_factory=dict)  # e.g. {"near_duplicates": 3} (dedup)
+    notes: dict[str, Any] = field(default_factory=dict)  # e.g. {"proxy_accuracy": 0.95}
+    # dedup: int64 [m, 2] (near-duplicate, the kept sample it duplicates), in the sample
+    # numbering of `indices`
+    duplicates: np.ndarray | None = None
 
 
-SCORED = ("loss", "el2n", "dedup", "less")
+SCORED = SCORED_METHODS  # the methods whose pre-pass reads the samples themselves
 
 
 def prepare(
@@ -47,32 +57,29 @@ def prepare(
     used_by: str | None = None,
     inputs: np.ndarray | None = None,
     target: Target | None = None,
+    shape: tuple[int, ...] | None = None,
 ) -> Selection:
     """The kept indices of a dataset of `len(labels)` samples under `preset`. Scored presets
-    also need the samples as features (`scoring.features`); `less` also needs `target`."""
+    also need the samples, flattened to float32 [n, d] (`scoring.features`), and one sample's
+    `shape` (default: a flat vector of d), which picks the proxy model
+    (`models.build_model`); `less` also needs `target`."""
     n = len(labels)
     labels = np.asarray(labels, dtype=np.int64)
     if preset.method == "full":
         return Selection(preset, np.arange(n, dtype=np.int64), None, False, Cost())
     if preset.method in SCORED and inputs is None:
-        raise PresetError(
-            f"{preset.name} scores samples with a proxy model: pass the samples' features"
-        )
-    found = cached(
-        preset,
-        n,
-        fingerprint,
-        cache,
-        seed,
-        used_by,
-        target.fingerprint if target is not None else None,
-    )
+        raise PresetError(f"{preset.name} reads the samples themselves: pass them as features")
+    if inputs is not None and shape is None:
+        shape = tuple(np.asarray(inputs).shape[1:])
+    classes = int(labels.max()) + 1 if n else 0
+    target_fingerprint = target.fingerprint if target is not None else None
+    found = cached(preset, n, fingerprint, cache, seed, used_by, target_fingerprint, shape, classes)
     if found is not None:
         return found
-    params, proxy = _key_parts(preset, seed, target.fingerprint if target else None)
+    params, proxy = _key_parts(preset, seed, target_fingerprint, shape, classes)
     key = cache_key(fingerprint, preset.method, params, proxy)
     started, cpu = time.perf_counter(), time.process_time()
-    order, notes = _ordering(preset.method, labels, seed, inputs, target)
+    order, notes, duplicates = _ordering(preset.method, labels, seed, inputs, target, shape)
     entry = Entry(
         key=key,
         fingerprint=fingerprint,
@@ -84,6 +91,7 @@ def prepare(
         cost=Cost(wall_s=time.perf_counter() - started, cpu_s=time.process_time() - cpu),
         created_at=time.time(),
         notes=notes,
+        duplicates=duplicates,
     )
     cache.store(entry)
     return _selection(preset, entry, n, reused=False)
@@ -97,10 +105,13 @@ def cached(
     seed: int = 0,
     used_by: str | None = None,
     target_fingerprint: str | None = None,
+    shape: tuple[int, ...] | None = None,
+    classes: int | None = None,
 ) -> Selection | None:
     """The selection from an intact cache entry alone (recording `used_by` as a reuse), or
-    None when the pre-pass has to run."""
-    params, proxy = _key_parts(preset, seed, target_fingerprint)
+    None when the pre-pass has to run. A method with a proxy model needs the samples' `shape`
+    and number of `classes` (they name the model in the key)."""
+    params, proxy = _key_parts(preset, seed, target_fingerprint, shape, classes)
     key = cache_key(fingerprint, preset.method, params, proxy)
     entry = cache.load(key)
     if entry is None:
@@ -115,14 +126,23 @@ def _selection(preset: Preset, entry: Entry, n: int, reused: bool) -> Selection:
         raise PresetError(
             f"cache entry {entry.key} orders {len(entry.order)} samples, the dataset has {n}"
         )
-    indices = take(entry.order, preset.percent, entry.labels)
-    return Selection(preset, indices, entry.key, reused, entry.cost, dict(entry.notes))
+    if preset.quotas and entry.labels is None:
+        raise PresetError(f"cache entry {entry.key} has no labels for {preset.name}'s quotas")
+    indices = take(entry.order, preset.percent, entry.labels if preset.quotas else None)
+    return Selection(
+        preset, indices, entry.key, reused, entry.cost, dict(entry.notes), entry.duplicates
+    )
 
 
 def _key_parts(
-    preset: Preset, seed: int, target_fingerprint: str | None
+    preset: Preset,
+    seed: int,
+    target_fingerprint: str | None,
+    shape: tuple[int, ...] | None,
+    classes: int | None,
 ) -> tuple[dict[str, Any], str | None]:
-    """(the parameters, the proxy name) that key the preset's cache entry."""
+    """(the parameters, the proxy model) that key the preset's cache entry. Whether a subset
+    is taken per class is not part of it: every scored entry keeps the labels."""
     if preset.method == "rs2":
         raise PresetError(
             "rs2 has no pre-pass: it draws a new subset every epoch "
@@ -133,12 +153,13 @@ def _key_parts(
     params: dict[str, Any] = {"seed": seed}
     if preset.method not in SCORED:
         return params, None
-    # "quotas" marks entries that keep labels: older scored entries (no labels) are not reused
-    params["quotas"] = "class"
-    if preset.method in ("loss", "el2n", "less"):
-        params.update(prune=scoring.PRUNE_HARDEST, bins=scoring.SCORE_BINS)
-    if preset.method == "dedup":
-        params.update(cluster_size=diversity.CLUSTER_SIZE)
+    if preset.method == "dedup":  # no model: the samples' own inputs
+        params.update(dedup.key_params())
+        return params, None
+    if preset.method in ("loss", "el2n"):
+        params.update(scoring.key_params())
+    if preset.method == "coverage":
+        params.update(coverage.key_params())
     if preset.method == "less":
         if target_fingerprint is None:
             raise PresetError(
@@ -146,22 +167,35 @@ def _key_parts(
                 "the dataset a selection target (samples of the task to serve, "
                 "e.g. a validation set) with its labels and fingerprint"
             )
-        params.update(target=target_fingerprint, projection=targeted.PROJECTION_DIM)
-    return params, scoring.PROXY_NAME
+        params.update(target=target_fingerprint, **targeted.key_params())
+    if shape is None or classes is None:
+        raise PresetError(f"{preset.name} needs the samples' shape and classes for its proxy")
+    # the proxy part names the model and how it was trained and used
+    return params, f"{models.model_name(shape, classes)}/{params['recipe']}"
 
 
 def _ordering(
-    method: str, labels: np.ndarray, seed: int, inputs: np.ndarray | None, target: Target | None
-) -> tuple[np.ndarray, dict[str, Any]]:
-    """(the method's ordering, its notes), computed."""
+    method: str,
+    labels: np.ndarray,
+    seed: int,
+    inputs: np.ndarray | None,
+    target: Target | None,
+    shape: tuple[int, ...] | None,
+) -> tuple[np.ndarray, dict[str, Any], np.ndarray | None]:
+    """(the method's ordering, its notes, dedup's near-duplicate pairs), computed."""
     if method in ("random", "stratified"):
-        return random_ordering(len(labels), seed), {}
-    assert inputs is not None  # checked by _key_parts
+        return random_ordering(len(labels), seed), {}, None
+    assert inputs is not None  # checked by prepare
     if method == "dedup":
-        result = diversity.dedup(inputs, labels, seed)
-        return result.order, {"near_duplicates": result.near_duplicates}
+        result = dedup.dedup(inputs, seed)
+        return result.order, {"near_duplicates": len(result.pairs)}, result.pairs
+    assert shape is not None and method in PROXY_METHODS  # checked by _key_parts
+    if method == "coverage":
+        return coverage.coverage(inputs, labels, seed, shape).order, {}, None
     if method == "less":
         assert target is not None  # checked by _key_parts
-        return targeted.less(inputs, labels, target, seed), {}
-    scores = scoring.proxy_scores(inputs, labels, method, seed)
-    return scoring.coverage_ordering(scores.values, seed), {}
+        order, notes = targeted.less(inputs, labels, target, seed, shape)
+        return order, notes, None
+    scores = scoring.proxy_scores(inputs, labels, method, seed, shape)
+    notes = {} if scores.proxy_accuracy is None else {"proxy_accuracy": scores.proxy_accuracy}
+    return scoring.hard_first_ordering(scores.values, seed), notes, None

@@ -1,4 +1,5 @@
-"""Preset names (`METHOD-PERCENT`) and how an ordering becomes the kept subset.
+"""Preset names (`METHOD-PERCENT`, or `METHOD-PERCENT-perclass`) and how an ordering becomes the
+kept subset.
 
 - `full`: every sample (no percent).
 - `random-P`: a seeded random ordering; the first P % are kept.
@@ -8,15 +9,13 @@
   replacement: the next part of a random permutation).
 
 Scored methods are named here so a profile can be checked, and are computed by their own
-modules (each trains the small proxy of `scoring` first):
+modules (see `ABOUT` and docs/selection.md).
 
-- `loss-P`, `el2n-P` (`scoring`): proxy difficulty, mixed with coverage over score bins;
-- `dedup-P` (`diversity`): farthest-point traversal of the proxy's embeddings, so near-duplicates
-  of kept samples come late;
-- `less-P` (`targeted`): similarity of each sample's last-layer gradient to a target set's.
-
-Like `stratified`, every scored preset is taken with per-class quotas (`take` with labels), so
-its subsets are class-balanced in proportion to the class sizes.
+A scored preset keeps the first P % of its method's ordering: the top of the ranking, whatever
+classes that holds. `-perclass` (e.g. `el2n-25-perclass`) asks for per-class quotas instead:
+the first samples of each class in the ordering, up to quotas in proportion to the class sizes
+(`take` with labels). The quota choice is applied when the subset is taken from the cached
+ordering, so both spellings share one cache entry.
 """
 
 from __future__ import annotations
@@ -27,10 +26,12 @@ from dataclasses import dataclass
 import numpy as np
 
 CHEAP_METHODS = ("full", "random", "stratified", "rs2")
-SCORED_METHODS = ("loss", "el2n", "dedup", "less")
+SCORED_METHODS = ("loss", "el2n", "coverage", "dedup", "less")
+PROXY_METHODS = ("loss", "el2n", "coverage", "less")  # train a classifier: need labels
 METHODS = CHEAP_METHODS + SCORED_METHODS
 
-# What each method computes, and what its pre-pass costs (`gpudesk select presets`).
+# What each method computes (and its source), and what its pre-pass costs
+# (`gpudesk select presets`; docs/selection.md has the details).
 ABOUT: dict[str, tuple[str, str]] = {
     "full": ("every sample", "none"),
     "random": ("a seeded random permutation; the first P %", "one permutation"),
@@ -40,30 +41,50 @@ ABOUT: dict[str, tuple[str, str]] = {
         "one permutation",
     ),
     "rs2": (
-        "a new P % every epoch, the next part of a random permutation (every sample "
-        "once before any twice)",
+        "a new P % every epoch, the next part of a random permutation, every sample "
+        "once before any twice (RS2, Okanovic et al., 2023)",
         "none: drawn as each epoch starts",
     ),
     "loss": (
-        "proxy cross-entropy per sample, ordered round-robin over 10 score bins, hardest 5 % last",
-        "proxy (MLP, 5 epochs on 20 %) + one forward pass",
+        "the hardest P % by cross-entropy, averaged over the 4 of 5 cross-fitted proxies "
+        "(trained 20 epochs) that trained on each sample, after putting the hardest 10 % "
+        "last (Paul et al., 2021; Zheng et al., 2023); reports the proxies' held-out accuracy",
+        "5 proxy trainings (the model build_model picks for the samples' shape) + forward passes",
     ),
     "el2n": (
-        "proxy EL2N, |softmax(f(x)) - onehot(y)|, ordered like loss",
-        "proxy + one forward pass",
+        "the hardest P % as loss does, scored by EL2N, |softmax(f(x)) - onehot(y)| "
+        "(Paul et al., 2021)",
+        "as loss",
+    ),
+    "coverage": (
+        "the first P % of a k-center order: farthest-point traversal of one proxy's "
+        "embeddings within k-means clusters of ~4096, merged by share (Sener & Savarese, "
+        "2018)",
+        "1 proxy training + forward + k-means + O(m^2 d) per cluster of m",
     ),
     "dedup": (
-        "proxy embeddings, k-means clusters of <= 4096, farthest-point order in each "
-        "(near-duplicates last, counted), clusters merged by share",
-        "proxy + forward + k-means + O(m^2 d) per cluster of m",
+        "a random P % of the samples that are not near-duplicates (random-P's order, the "
+        "near-duplicates moved last); a sample whose centred input has cosine >= 0.98 to "
+        "an earlier kept one is a near-duplicate, counted and listed (after SemDeDup, Abbas "
+        "et al., 2023). On data without near-duplicates this is exactly random-P",
+        "no model: block-wise cosine similarities, O(n m d) for clusters of m",
     ),
     "less": (
-        "last-layer gradient features (p - y) x [h, 1], projected to 256 dims; max over "
-        "target classes of the mean cosine to the target set, ordered like loss",
-        "proxy + forward over data and target + projection; needs a target set",
+        "the P % whose gradients look most like a target set's (LESS, Xia et al., 2024; "
+        "see gpudesk/selection/targeted.py)",
+        "proxy + gradient features over data and target; needs a target set",
     ),
 }
-PRESET = re.compile(r"^(?P<method>[a-z0-9]+)(?:-(?P<percent>\d{1,3}))?$")
+# how a scored method's subset is taken (`gpudesk select presets` prints it last)
+QUOTAS_NOTE = (
+    "A scored preset keeps the top P % of its ordering, whatever classes that holds; "
+    "add -perclass (e.g. el2n-25-perclass) for per-class quotas in proportion to the "
+    "class sizes."
+)
+PER_CLASS_SUFFIX = "perclass"
+PRESET = re.compile(
+    rf"^(?P<method>[a-z0-9]+)(?:-(?P<percent>\d{{1,3}}))?(?P<per_class>-{PER_CLASS_SUFFIX})?$"
+)
 
 
 class PresetError(ValueError):
@@ -74,10 +95,19 @@ class PresetError(ValueError):
 class Preset:
     method: str
     percent: int  # of the dataset kept, 1..100
+    per_class: bool = False  # `-perclass`: a scored method taken with per-class quotas
 
     @property
     def name(self) -> str:
-        return "full" if self.method == "full" else f"{self.method}-{self.percent}"
+        if self.method == "full":
+            return "full"
+        suffix = f"-{PER_CLASS_SUFFIX}" if self.per_class else ""
+        return f"{self.method}-{self.percent}{suffix}"
+
+    @property
+    def quotas(self) -> bool:
+        """Whether the subset is taken per class (stratified always is)."""
+        return self.method == "stratified" or self.per_class
 
     @property
     def fraction(self) -> float:
@@ -89,15 +119,16 @@ def parse_preset(text: str) -> Preset:
     if not found:
         raise PresetError(
             f"{text!r} is not a selection preset: write METHOD-PERCENT, e.g. "
-            f"random-25 (methods: {', '.join(METHODS)})"
+            f"random-25, or METHOD-PERCENT-{PER_CLASS_SUFFIX} for per-class quotas "
+            f"(methods: {', '.join(METHODS)})"
         )
-    method, percent = found["method"], found["percent"]
+    method, percent, per_class = found["method"], found["percent"], bool(found["per_class"])
     if method not in METHODS:
         raise PresetError(
             f"unknown selection method {method!r} in {text!r}; known: {', '.join(METHODS)}"
         )
     if method == "full":
-        if percent not in (None, "100"):
+        if percent not in (None, "100") or per_class:
             raise PresetError(f"{text!r}: `full` keeps everything; write full")
         return Preset("full", 100)
     if percent is None:
@@ -105,7 +136,17 @@ def parse_preset(text: str) -> Preset:
     value = int(percent)
     if not 1 <= value <= 100:
         raise PresetError(f"{text!r}: the percent must be 1 to 100")
-    return Preset(method, value)
+    if per_class and method not in SCORED_METHODS:
+        raise PresetError(f"{text!r}: {_PER_CLASS_REFUSED[method].format(percent=value)}")
+    return Preset(method, value, per_class)
+
+
+# why `-perclass` does not apply to a cheap method (what to write instead)
+_PER_CLASS_REFUSED = {
+    "random": "random with per-class quotas is stratified: write stratified-{percent}",
+    "stratified": "stratified is always per class: write stratified-{percent}",
+    "rs2": "rs2 draws a plain random part every epoch, without quotas: write rs2-{percent}",
+}
 
 
 def keep_count(n: int, percent: int) -> int:

@@ -70,18 +70,67 @@ def test_fingerprint_reads_torch_tensors_like_arrays(digits) -> None:
         ("el2n-25", "el2n", 25),
         ("rs2-50", "rs2", 50),
         ("full-100", "full", 100),
+        ("less-25-perclass", "less", 25),
+        ("EL2N-10-PerClass", "el2n", 10),
     ],
 )
 def test_preset_names_parse(text: str, method: str, percent: int) -> None:
     preset = parse_preset(text)
     assert (preset.method, preset.percent) == (method, percent)
+    assert preset.per_class == text.lower().endswith("-perclass")
+    # the canonical name parses back to the same preset
+    assert parse_preset(preset.name) == preset
+    assert preset.quotas == (preset.per_class or method == "stratified")
+
+
+def test_per_class_names_round_trip_and_stay_valid_loader_names() -> None:
+    from gpudesk.engine.jobs import check_selection
+    from gpudesk.engine.loaders import DatasetSpec
+    from gpudesk.loader.protocol import NAME
+
+    assert parse_preset("less-25-perclass").name == "less-25-perclass"
+    assert parse_preset("less-25").name == "less-25"
+    assert check_selection("EL2N-25-perclass") == "el2n-25-perclass"
+    spec = DatasetSpec("a-dataset-with-a-rather-long-name", "gpudesk.workloads.data:make_digits")
+    variant = spec.variant("stratified-100")
+    assert NAME.match(variant.name) and variant.name.endswith(".stratified-100")
+    variant = spec.variant("el2n-100-perclass")
+    assert NAME.match(variant.name) and variant.name.endswith("-100-perclass")
 
 
 @pytest.mark.parametrize(
-    "text", ["random", "random-0", "random-101", "magic-25", "full-50", "random-25%", ""]
+    "text",
+    [
+        "random",
+        "random-0",
+        "random-101",
+        "magic-25",
+        "full-50",
+        "random-25%",
+        "",
+        "el2n-25-perclas",
+        "el2n-perclass",
+        "full-perclass",
+    ],
 )
 def test_bad_preset_names_say_what_to_write(text: str) -> None:
-    with pytest.raises(PresetError, match=r"random-25|1 to 100|keeps everything|unknown"):
+    with pytest.raises(
+        PresetError, match=r"random-25|how much to keep|1 to 100|keeps everything|unknown"
+    ) as err:
+        parse_preset(text)
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "advice"),
+    [
+        ("random-25-perclass", "write stratified-25"),
+        ("stratified-25-perclass", "always per class: write stratified-25"),
+        ("rs2-25-perclass", "write rs2-25"),
+    ],
+)
+def test_per_class_on_a_cheap_method_says_what_to_write(text: str, advice: str) -> None:
+    with pytest.raises(PresetError, match=advice):
         parse_preset(text)
 
 
@@ -237,6 +286,7 @@ def test_select_run_computes_a_dedup_preset(home: Home, gpudesk: Run) -> None:
     assert code == 0, err
     result = json.loads(out)
     assert (result["kept"], result["of"], result["reused"]) == (180, 1797, False)
+    assert isinstance(result["notes"]["near_duplicates"], int)
 
 
 @pytest.mark.parametrize(
@@ -260,19 +310,6 @@ def test_select_run_errors_are_one_clear_paragraph(
 
 
 # ------------------------------------------------------------------ scored presets
-def test_coverage_ordering_spreads_over_scores_and_puts_outliers_last() -> None:
-    from gpudesk.selection.scoring import PRUNE_HARDEST, SCORE_BINS, coverage_ordering
-
-    scores = np.arange(1000, dtype=np.float64)  # sample i has score i: 999 is the hardest
-    order = coverage_ordering(scores, seed=0)
-    assert sorted(order.tolist()) == list(range(1000))
-    outliers = round(1000 * PRUNE_HARDEST)
-    assert set(order[-outliers:].tolist()) == set(range(1000 - outliers, 1000))
-    # the first SCORE_BINS picks come one from each score bin, hardest bin first
-    first = order[:SCORE_BINS]
-    assert len({int(i) // 95 for i in first}) == SCORE_BINS and first[0] == 1000 - outliers - 1
-
-
 @pytest.fixture(scope="module")
 def digit_features(digits) -> tuple[np.ndarray, np.ndarray, str]:
     """(proxy features, labels, fingerprint) of the digits."""
@@ -292,111 +329,76 @@ def digit_target(digits, rows: slice = slice(0, 200)) -> Target:
     return Target(inputs=images[rows], labels=labels[rows], fingerprint=fingerprint(part))
 
 
-def test_el2n_preset_is_deterministic_cached_and_spread(digits, tmp_path: Path) -> None:
-    from gpudesk.selection.scoring import features
-
-    images, labels = digits
-    dataset = as_dataset(images, labels)
-    inputs, feature_labels = features(dataset)
-    assert np.array_equal(feature_labels, labels)
-    digest = fingerprint(dataset)
-    cache = SelectionCache(tmp_path / "sel")
-    first = prepare(Preset("el2n", 25), labels, digest, cache, seed=1, inputs=inputs)
-    other = prepare(
-        Preset("el2n", 25), labels, digest, SelectionCache(tmp_path / "b"), seed=1, inputs=inputs
-    )
-    assert np.array_equal(first.indices, other.indices)
-    again = prepare(Preset("el2n", 25), labels, digest, cache, seed=1, inputs=inputs)
-    assert again.reused and np.array_equal(again.indices, first.indices)
-    assert len(first.indices) == keep_count(len(labels), 25)
-    # coverage: every class is represented in a 10 % el2n subset
-    ten = prepare(Preset("el2n", 10), labels, digest, cache, seed=1, inputs=inputs)
-    assert set(labels[ten.indices].tolist()) == set(range(10))
-    with pytest.raises(PresetError, match="features"):
-        prepare(Preset("loss", 25), labels, digest, cache, seed=1)
-
-
-def test_the_proxy_gives_embeddings_and_probabilities(digit_features) -> None:
-    from gpudesk.selection.scoring import PROXY_HIDDEN, proxy_outputs, proxy_scores, train_proxy
-
-    inputs, labels, _ = digit_features
-    proxy = train_proxy(inputs, labels, seed=2)
-    embeddings, probabilities = proxy_outputs(proxy, inputs[:100])
-    assert embeddings.shape == (100, PROXY_HIDDEN) and embeddings.dtype == np.float32
-    assert probabilities.shape == (100, 10) and probabilities.dtype == np.float32
-    assert (embeddings >= 0).all() and np.allclose(probabilities.sum(axis=1), 1, atol=1e-5)
-    # el2n is the distance of those probabilities from the one-hot labels
-    el2n = proxy_scores(inputs[:100], labels[:100], "el2n", seed=2).values
-    again = train_proxy(inputs[:100], labels[:100], seed=2)
-    _, p = proxy_outputs(again, inputs[:100])
-    onehot = np.eye(10, dtype=np.float32)[labels[:100]]
-    assert np.allclose(el2n, np.linalg.norm(p - onehot, axis=1), atol=1e-5)
-
-
-def test_scored_subsets_are_exact_and_class_balanced(
+def test_scored_subsets_are_the_top_of_the_ordering_or_per_class_when_asked(
     digits, digit_features, tmp_path: Path
 ) -> None:
     inputs, labels, digest = digit_features
     cache = SelectionCache(tmp_path / "sel")
     for method in SCORED:
         target = digit_target(digits) if method == "less" else None
-        chosen = prepare(
+        top = prepare(
             Preset(method, 25), labels, digest, cache, seed=0, inputs=inputs, target=target
         )
-        assert len(chosen.indices) == keep_count(len(labels), 25)
-        counts = dict(zip(*np.unique(labels[chosen.indices], return_counts=True), strict=True))
-        assert counts == class_quotas(labels, len(chosen.indices)), method
+        per_class = prepare(
+            Preset(method, 25, per_class=True),
+            labels,
+            digest,
+            cache,
+            seed=0,
+            inputs=inputs,
+            target=target,
+        )
+        # one cache entry serves both: the quotas are applied when the subset is taken
+        assert per_class.reused and per_class.key == top.key, method
+        entry = cache.load(top.key)
+        assert entry is not None
+        assert np.array_equal(top.indices, np.sort(entry.order[: keep_count(len(labels), 25)]))
+        assert len(top.indices) == len(per_class.indices) == keep_count(len(labels), 25)
+        counts = dict(zip(*np.unique(labels[per_class.indices], return_counts=True), strict=True))
+        assert counts == class_quotas(labels, len(per_class.indices)), method
 
 
-# ------------------------------------------------------------------ dedup
-def test_dedup_is_exact_deterministic_and_seeded(digit_features, tmp_path: Path) -> None:
-    from gpudesk.selection.diversity import dedup
+# ------------------------------------------------------------------ coverage
+def test_coverage_is_exact_deterministic_and_seeded(digit_features, tmp_path: Path) -> None:
+    from gpudesk.selection.coverage import coverage
 
     inputs, labels, digest = digit_features
-    first = dedup(inputs, labels, seed=3)
+    first = coverage(inputs, labels, seed=3, shape=(64,))
     assert sorted(first.order.tolist()) == list(range(len(labels)))
-    assert np.array_equal(dedup(inputs, labels, seed=3).order, first.order)
-    assert not np.array_equal(dedup(inputs, labels, seed=4).order, first.order)
+    assert np.array_equal(coverage(inputs, labels, seed=3, shape=(64,)).order, first.order)
+    assert not np.array_equal(coverage(inputs, labels, seed=4, shape=(64,)).order, first.order)
     chosen = prepare(
-        Preset("dedup", 25), labels, digest, SelectionCache(tmp_path / "a"), seed=3, inputs=inputs
+        Preset("coverage", 25),
+        labels,
+        digest,
+        SelectionCache(tmp_path / "a"),
+        seed=3,
+        inputs=inputs,
     )
     assert len(chosen.indices) == keep_count(len(labels), 25)
-    assert np.array_equal(chosen.indices, take(first.order, 25, labels))
-    # the count of near-duplicates is reported with the selection, and kept in the cache
-    assert chosen.notes == {"near_duplicates": first.near_duplicates}
+    assert np.array_equal(chosen.indices, take(first.order, 25))
+    assert chosen.notes == {} and chosen.duplicates is None
 
 
-def test_dedup_puts_each_copy_after_its_original(digit_features) -> None:
-    from gpudesk.selection.diversity import dedup
+def test_coverage_puts_each_exact_copy_after_every_distinct_sample(digit_features) -> None:
+    from gpudesk.selection.coverage import coverage
 
     inputs, labels, _ = digit_features
     originals = np.arange(5, len(labels), 97)  # 19 samples, copied to the end of the data
     copies = len(labels) + np.arange(len(originals))
     data = np.concatenate([inputs, inputs[originals]])
-    result = dedup(data, np.concatenate([labels, labels[originals]]), seed=0)
+    result = coverage(data, np.concatenate([labels, labels[originals]]), seed=0, shape=(64,))
     position = np.empty(len(data), dtype=np.int64)
     position[result.order] = np.arange(len(data))
     assert (position[copies] > position[originals]).all()
-    # the copies come after every distinct sample, and each counts as a near-duplicate
     assert position[copies].min() >= len(labels)
-    assert result.near_duplicates >= len(originals)
-    # a copy with a little pixel noise is a near-duplicate too: one of each pair comes late
-    noisy = inputs[originals] + np.random.default_rng(0).normal(
-        0, 0.01, inputs[originals].shape
-    ).astype(np.float32)
-    result = dedup(
-        np.concatenate([inputs, noisy]), np.concatenate([labels, labels[originals]]), seed=0
-    )
-    position[result.order] = np.arange(len(data))
-    later = np.maximum(position[copies], position[originals])
-    assert later.min() >= len(labels) * 0.9 and result.near_duplicates >= len(originals)
 
 
-def test_dedup_10_percent_covers_every_class(digit_features, tmp_path: Path) -> None:
+def test_coverage_10_percent_covers_every_class(digit_features, tmp_path: Path) -> None:
     inputs, labels, digest = digit_features
     for seed in (0, 1):
         ten = prepare(
-            Preset("dedup", 10),
+            Preset("coverage", 10),
             labels,
             digest,
             SelectionCache(tmp_path / "sel"),
@@ -406,13 +408,13 @@ def test_dedup_10_percent_covers_every_class(digit_features, tmp_path: Path) -> 
         assert set(labels[ten.indices].tolist()) == set(range(10))
 
 
-def test_dedup_merges_clusters_in_proportion_to_their_size(digit_features) -> None:
-    from gpudesk.selection.diversity import dedup_ordering
+def test_coverage_merges_clusters_in_proportion_to_their_size(digit_features) -> None:
+    from gpudesk.selection.coverage import coverage_ordering
     from gpudesk.selection.scoring import proxy_outputs, train_proxy
 
     inputs, labels, _ = digit_features
-    embeddings = proxy_outputs(train_proxy(inputs, labels, seed=0), inputs)[0]
-    result = dedup_ordering(embeddings, seed=0, cluster_size=300)  # k = ceil(1797 / 300) = 6
+    embeddings = proxy_outputs(train_proxy(inputs, labels, (64,), seed=0), inputs)[0]
+    result = coverage_ordering(embeddings, seed=0, cluster_size=300)  # k = ceil(1797 / 300) = 6
     sizes = np.bincount(result.clusters)
     assert len(sizes) > 1 and sizes.sum() == len(labels) and sizes.max() <= 600
     assert sorted(result.order.tolist()) == list(range(len(labels)))
@@ -427,7 +429,7 @@ def test_dedup_merges_clusters_in_proportion_to_their_size(digit_features) -> No
         members = result.order[result.clusters[result.order] == cluster]
         distances = 1 - unit[members] @ unit[members[0]]
         assert distances[1] == pytest.approx(distances.max(), abs=1e-6)
-    again = dedup_ordering(embeddings, seed=0, cluster_size=300)
+    again = coverage_ordering(embeddings, seed=0, cluster_size=300)
     assert np.array_equal(again.order, result.order)
 
 
@@ -441,11 +443,11 @@ def test_less_needs_a_target_and_is_deterministic(digits, digit_features, tmp_pa
         prepare(Preset("less", 25), labels, digest, cache, seed=0, inputs=inputs)
     target = digit_target(digits)
     first = prepare(Preset("less", 25), labels, digest, cache, seed=0, inputs=inputs, target=target)
-    order = less(inputs, labels, target, seed=0)
+    order, _ = less(inputs, labels, target, seed=0, shape=(64,))
     assert sorted(order.tolist()) == list(range(len(labels)))
-    assert np.array_equal(less(inputs, labels, target, seed=0), order)
-    assert np.array_equal(first.indices, take(order, 25, labels))
-    assert not np.array_equal(less(inputs, labels, target, seed=1), order)
+    assert np.array_equal(less(inputs, labels, target, seed=0, shape=(64,))[0], order)
+    assert np.array_equal(first.indices, take(order, 25))
+    assert not np.array_equal(less(inputs, labels, target, seed=1, shape=(64,))[0], order)
     with pytest.raises(PresetError, match="features"):
         prepare(
             Preset("less", 25),
@@ -489,7 +491,7 @@ def test_less_key_follows_the_target(digits, digit_features, tmp_path: Path) -> 
     assert same.reused and same.key == one.key
 
 
-@pytest.mark.parametrize("method", ["dedup", "less"])
+@pytest.mark.parametrize("method", ["coverage", "dedup", "less"])
 def test_a_cached_scored_selection_equals_a_fresh_one(
     digits, digit_features, tmp_path: Path, method: str
 ) -> None:
@@ -520,6 +522,10 @@ def test_a_cached_scored_selection_equals_a_fresh_one(
     assert np.array_equal(cached.indices, fresh.indices)
     assert np.array_equal(elsewhere.indices, fresh.indices)
     assert cached.notes == fresh.notes == elsewhere.notes
+    if method == "dedup":
+        assert fresh.duplicates is not None and cached.duplicates is not None
+        assert np.array_equal(cached.duplicates, fresh.duplicates)
+        assert cached.notes == {"near_duplicates": len(fresh.duplicates)}
     assert cached.cost == fresh.cost and fresh.cost.wall_s > 0
     ten = prepare(Preset(method, 10), labels, digest, cache, seed=2, inputs=inputs, target=target)
     assert ten.reused and ten.key == fresh.key
@@ -534,5 +540,7 @@ def test_select_presets_says_what_each_method_computes_and_costs(gpudesk: Run) -
     rows = json.loads(out)["presets"]
     assert [r["method"] for r in rows] == list(METHODS)
     assert all(r["computes"] and r["cost"] for r in rows)
+    assert "-perclass" in json.loads(out)["quotas"]
     code, out, _ = gpudesk("select", "presets")
-    assert code == 0 and "dedup-P" in out and "needs a target set" in out
+    assert code == 0 and "dedup-P" in out and "coverage-P" in out and "needs a target set" in out
+    assert "exactly random-P" in " ".join(out.split()) and "-perclass" in out

@@ -34,7 +34,7 @@ def digits() -> tuple[np.ndarray, np.ndarray]:
     return load_digits()
 
 
-@pytest.mark.parametrize("preset", ["random-25", "stratified-25", "dedup-25"])
+@pytest.mark.parametrize("preset", ["random-25", "stratified-25", "coverage-25", "dedup-25"])
 def test_a_reordered_dataset_reuses_the_entry_and_keeps_the_same_samples(
     digits, tmp_path: Path, preset: str
 ) -> None:
@@ -156,3 +156,34 @@ def test_named_classes_and_unlabelled_data_are_stratified(tmp_path: Path) -> Non
     chosen = select(sourced, "stratified-50", cache)
     assert chosen.indices is not None
     assert sum(1 for i in chosen.indices if i < 10) == 5
+
+
+def test_image_shaped_samples_get_a_cnn_proxy_also_on_a_reuse(digits, tmp_path: Path) -> None:
+    from gpudesk.selection import models
+
+    images, labels = digits
+    cache = SelectionCache(tmp_path / "sel")
+    identity = {"factory": "tests:digit-images", "kwargs": {}}
+    square = images[:400].reshape(-1, 8, 8)  # [H, W] images: a CNN proxy
+    fresh = select(Counting(square, labels[:400]), "loss-25", cache, identity=identity)
+    assert fresh.selection is not None and fresh.selection.key is not None
+    entry = cache.load(fresh.selection.key)
+    assert entry is not None and entry.proxy is not None
+    assert entry.proxy.startswith(models.model_name((8, 8), 10)) and entry.proxy.startswith("cnn")
+    # the dataset index remembers the shape, so a reuse finds the same entry without a read
+    reading = Counting(square, labels[:400])
+    reused = select(reading, "loss-25", cache, identity=identity)
+    assert reused.selection is not None and reused.selection.reused
+    assert reading.reads <= PROBE_SAMPLES
+    # the same pixels as flat vectors are another proxy, so another entry
+    flat = select(Counting(images[:400], labels[:400]), "loss-25", cache)
+    assert flat.selection is not None and flat.selection.key != fresh.selection.key
+
+
+def test_a_scored_preset_needs_samples_of_one_shape(tmp_path: Path) -> None:
+    cache = SelectionCache(tmp_path / "sel")
+    ragged = [(np.zeros(4 if i != 7 else 5, dtype=np.float32), i % 2) for i in range(20)]
+    with pytest.raises(PresetError, match=r"one shape: sample 0's input has shape \[4\], sample 7"):
+        select(ragged, "el2n-25", cache)
+    chosen = select(ragged, "random-25", cache)  # a cheap method does not read the inputs
+    assert chosen.kept == 5
