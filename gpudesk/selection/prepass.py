@@ -146,7 +146,7 @@ def _key_parts(
                 "the dataset a selection target (samples of the task to serve, "
                 "e.g. a validation set) with its labels and fingerprint"
             )
-        params.update(target=target_fingerprint, projection=targeted.PROJECTION_DIM)
+        params.update(target=target_fingerprint, **targeted.key_params())
     return params, scoring.PROXY_NAME
 
 
@@ -162,6 +162,6 @@ def _ordering(
         return result.order, {"near_duplicates": result.near_duplicates}
     if method == "less":
         assert target is not None  # checked by _key_parts
-        return targeted.less(inputs, labels, target, seed), {}
+        return targeted.less(inputs, labels, target, seed, (inputs.shape[1],))
     scores = scoring.proxy_scores(inputs, labels, method, seed)
     return scoring.coverage_ordering(scores.values, seed), {}
