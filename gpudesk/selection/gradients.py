@@ -124,16 +124,19 @@ def projected_gradients(
         width = flat.shape[1]
         # one block of the projection's rows at a time: the Adam transform's temporaries are
         # [b, PROJECTION_BLOCK_ROWS], never the size of a whole parameter's gradients
+        mark = time.perf_counter()
         for low, high, rows in projection.row_blocks(offset, offset + width):
-            started = time.perf_counter()
+            generated = time.perf_counter()  # making the block is projection time
             piece = flat[:, low - offset : high - offset]
             if moments is not None:
                 first, second = moments
                 piece = adam_preconditioned(piece, first[low:high], second[low:high])
             projecting = time.perf_counter()
             out.addmm_(piece, rows)
-            times.gradients += projecting - started
-            times.projection += time.perf_counter() - projecting
+            done = time.perf_counter()
+            times.gradients += projecting - generated
+            times.projection += (generated - mark) + (done - projecting)
+            mark = done
         offset += width
     return out
 
