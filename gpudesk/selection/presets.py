@@ -70,9 +70,11 @@ ABOUT: dict[str, tuple[str, str]] = {
         "no model: block-wise cosine similarities, O(n m d) for clusters of m",
     ),
     "less": (
-        "the P % whose gradients look most like a target set's (LESS, Xia et al., 2024; "
-        "see gpudesk/selection/targeted.py)",
-        "proxy + gradient features over data and target; needs a target set",
+        "LESS (Xia et al., 2024): per-sample gradients over every parameter at 4 warm-up "
+        "checkpoints, Adam-preconditioned, projected to 8192 dims; the top P % by the max over "
+        "the target's classes of the mean cosine to the target's gradients",
+        "Adam warm-up on 5 % for 4 epochs + 4 per-sample gradient passes + a projection "
+        "(dominant, O(n x params x 8192)); needs a target set",
     ),
 }
 # how a scored method's subset is taken (`gpudesk select presets` prints it last)

@@ -1,122 +1,320 @@
-"""The `less-P` preset: rank training samples by how much their gradient looks like a target
-set's, in the spirit of LESS (Xia et al., 2024), on the shared proxy instead of an LLM.
+"""The `less-P` preset: the LESS recipe (Xia et al., 2024, "LESS: Selecting Influential Data for
+Targeted Instruction Tuning", arXiv 2402.04333; reference code github.com/princeton-nlp/LESS) at
+small scale, on the model `models.build_model` gives for the samples' shape (an MLP for vectors,
+a small CNN for images) instead of LoRA adapters on an LLM.
 
-What it computes:
+What it computes, for training samples z and a target set (samples of the task to serve):
 
-1. Train a proxy (`scoring.train_proxy`: `models.build_model` for the samples' shape, seeded) on
-   the training data only; the target set never trains it.
-2. Gradient features of the proxy's last layer, per sample: for softmax cross-entropy the
-   gradient with respect to the last weights is (p - onehot(y)) ⊗ h and with respect to the bias
-   p - onehot(y), where h is the penultimate ReLU activation and p the class probabilities. The
-   C × (H + 1) values are flattened, projected to `PROJECTION_DIM` dimensions with a seeded
-   Gaussian matrix (Johnson-Lindenstrauss: inner products survive up to a small distortion) and
-   L2-normalised. The same for every target sample, under the same projection.
-3. Score each training sample by the maximum, over the target's classes c, of its mean cosine
-   similarity to the target samples of class c (LESS's max over target subtasks).
-4. Order by the score, most target-like first (top-k; equal scores in a seeded order). The
-   pre-pass keeps the labels, so `less-P-perclass` can take per-class quotas.
+1. Warm-up: train the model with Adam on a seeded random `WARMUP_FRACTION` of the training data
+   for `WARMUP_EPOCHS` epochs (a linear learning-rate schedule with warm-up, as LESS's trainer),
+   keeping a checkpoint after each epoch: the parameters and Adam's first and second moments.
+   The target never trains it.
+2. At each checkpoint i, the per-sample gradient of the cross-entropy over all trainable
+   parameters (`gradients.per_sample_gradients`), in chunks of at most `GRADIENT_CHUNK_BYTES`.
+3. Training samples: the gradient Adam-preconditioned from the checkpoint's moments,
+   Gamma_i(z) = m' / sqrt(v' + eps) (`gradients.adam_preconditioned`). Target samples: the plain
+   gradient g_i(t) (LESS takes SGD gradients for the validation set).
+4. Both projected to `PROJECTION_DIM` dimensions by the same seeded Rademacher projection,
+   generated block by block (`gradients.RademacherProjection`), and L2-normalised.
+5. score(z) = max over the target's classes c (LESS's subtasks) of
+   sum_i eta_i * mean over the targets t of class c of cos(Gamma_i(z), g_i(t)), where eta_i is
+   the mean learning rate of epoch i, normalised to sum to 1 (LESS's checkpoint weights). The
+   mean cosine to a class is the dot product with the mean of its normalised target features,
+   so the target side costs one vector per class and checkpoint.
+6. The ordering: descending score (top-k), ties broken by a seeded permutation. No coverage
+   bins, no pruning; per-class quotas, when asked, are applied later (`presets.take`).
 
-How well it does (honestly): on sklearn's digits, where the target is a sample of the same
-distribution, plain top-k by this score reached 0.877 validation accuracy and the coverage
-ordering 0.933, both below random-25 (0.947): gradient similarity to a small target pays off
-when the target differs from the bulk of the training data (a task or domain to specialise to),
-not as a general-purpose pruner. (Measured with an earlier MLP proxy and ordering.)
+The seed changes the warm-up part, the initialisation and the projection.
 
-Cost: the proxy (as for `loss`/`el2n`), one forward pass over the training and target samples,
-and a projection of C × (H + 1) → `PROJECTION_DIM` per sample: O(n · C · H · PROJECTION_DIM),
-done in chunks of `CHUNK` samples so memory stays O(CHUNK · C · H). Well under a second for
-digits; the projection matrix is C · (H + 1) × 256 float32 (1.3 MB for 10 classes).
+Cost: the warm-up (`WARMUP_EPOCHS` epochs on `WARMUP_FRACTION` of the data), then per
+checkpoint one per-sample backward pass over the training and target samples and a projection
+of P -> `PROJECTION_DIM` per sample, where P is the model's parameter count:
+O(WARMUP_EPOCHS * (n + m) * P * PROJECTION_DIM) multiply-adds, the dominant term. Memory stays
+O(chunk * P + PROJECTION_BLOCK_ROWS * PROJECTION_DIM): neither the gradients of all samples nor
+the whole projection matrix is ever held.
 """
 
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from gpudesk.selection import models
+from gpudesk.selection import gradients, models
 from gpudesk.selection.presets import PresetError
-from gpudesk.selection.scoring import Proxy, proxy_outputs, train_proxy
 
-PROJECTION_DIM = 256
-PROJECTION_STREAM = 0x1E55  # mixed with the seed, so the projection is not the proxy's stream
-CHUNK = 4096
+# LESS's warm-up: "PERCENTAGE=0.05" of the training data (README, "Warmup training"; the paper's
+# step 1 trains on a random 5 % for N = 4 epochs) with "--num_train_epochs 4" and
+# "--save_strategy epoch" (less/scripts/train/base_training_args.sh): four checkpoints, one per
+# epoch. Assumption: never fewer samples than classes, for tiny data sets.
+WARMUP_FRACTION = 0.05
+WARMUP_EPOCHS = 4
+# base_training_args.sh: "--per_device_train_batch_size 1 --gradient_accumulation_steps 32",
+# an effective batch of 32 samples per Adam step.
+WARMUP_BATCH = 32
+# base_training_args.sh: "--lr_scheduler_type linear --warmup_ratio 0.03" (Hugging Face's
+# linear schedule: up from 0 over ceil(3 % of the steps), then down towards 0).
+WARMUP_RATIO = 0.03
+# Assumption: Adam's default rate (Kingma & Ba, 2015; torch's default). LESS's 2e-5 is for LoRA
+# adapters on a pretrained LLM; these small models start from a random initialisation, and at
+# 2e-5 a few dozen steps would leave them where they started.
+WARMUP_LR = 1e-3
+# README: "We use 8192 as our default projection dimension" (the paper's main results).
+PROJECTION_DIM = 8192
+# Assumption (memory): a chunk's per-sample gradients and projected features take at most
+# 48 MiB together, e.g. 360 samples of the 26,698-parameter CNN. With vmap's working memory and
+# one projection block, the pre-pass of 4,000 28x28 samples peaked at 505 MB resident (torch and
+# its CNN kernels are ~330 MB of it); 32 MiB measured 464 MB and 64 MiB 503 MB on 1,000. Larger
+# chunks generate the projection fewer times (once per chunk and checkpoint). The scores do not
+# depend on it (beyond float rounding).
+GRADIENT_CHUNK_BYTES = 48 * 2**20
+EVAL_CHUNK = 256  # samples per forward pass when measuring the warm-up's accuracy (memory)
+WARMUP_STREAM = 0x3A9  # mixed with the seed for the warm-up part and its batch order
+TIE_STREAM = 0x71E  # mixed with the seed for breaking equal scores
+RECIPE = "less-v2"  # names this recipe in the cache key (v1: the last-layer proxy score)
 
 
 @dataclass(frozen=True)
 class Target:
-    """The samples a `less` selection should serve: features like `scoring.features` gives,
-    integer labels, and the target's content fingerprint (part of the cache key)."""
+    """The samples a `less` selection should serve: flattened inputs float32 [m, d] (as
+    `scoring.features` gives), integer labels int64 [m], and the target's content fingerprint
+    (part of the cache key)."""
 
     inputs: np.ndarray
     labels: np.ndarray
     fingerprint: str
 
 
-def less(
-    inputs: np.ndarray, labels: np.ndarray, target: Target, seed: int, shape: tuple[int, ...]
-) -> tuple[np.ndarray, dict[str, Any]]:
-    """(the `less` ordering of the training samples, most wanted first: the top-k order; its
-    notes). See the module doc."""
-    scores = less_scores(inputs, labels, target, seed, shape)
-    tie = np.random.default_rng(seed).permutation(len(scores))
-    return np.lexsort((tie, -scores)).astype(np.int64), {}
+@dataclass(frozen=True)
+class Checkpoint:
+    """The warm-up's state after one epoch: parameter values {name: tensor}, Adam's flattened
+    moments (float32 [P], in the parameters' order) and the epoch's mean learning rate."""
+
+    params: dict[str, Any]
+    exp_avg: Any
+    exp_avg_sq: Any
+    mean_lr: float
+
+
+@dataclass(frozen=True)
+class Warmup:
+    model: Any  # the architecture (its final values are the last checkpoint's)
+    checkpoints: list[Checkpoint]
+    part: np.ndarray  # the training samples it trained on
+    steps: int
+    accuracy: float | None  # on the training samples outside `part` (None when there are none)
+
+
+@dataclass(frozen=True)
+class LessScores:
+    values: np.ndarray  # float64 [n], higher = more like the target
+    notes: dict[str, Any]  # JSON-able: what the pre-pass did and how long each stage took
 
 
 def key_params() -> dict[str, Any]:
-    """The recipe constants a `less` cache key names (a change is a new entry)."""
-    return {"recipe": "last-layer-gradient-top-k", "projection": PROJECTION_DIM}
+    """The recipe's constants, part of the cache key: a change to any is a new entry."""
+    return {
+        "recipe": RECIPE,
+        "warmup_fraction": WARMUP_FRACTION,
+        "warmup_epochs": WARMUP_EPOCHS,
+        "warmup_batch": WARMUP_BATCH,
+        "warmup_lr": WARMUP_LR,
+        "warmup_ratio": WARMUP_RATIO,
+        "adam": [gradients.ADAM_BETA1, gradients.ADAM_BETA2, gradients.ADAM_EPS],
+        "projection": "rademacher",
+        "projection_dim": PROJECTION_DIM,
+    }
+
+
+def less(
+    inputs: np.ndarray, labels: np.ndarray, target: Target, seed: int, shape: tuple[int, ...]
+) -> tuple[np.ndarray, dict[str, Any]]:
+    """(the ordering of the training samples, most wanted first: descending LESS score, and the
+    pre-pass's notes). See the module doc."""
+    scores = less_scores(inputs, labels, target, seed, shape)
+    return top_k_ordering(scores.values, seed), scores.notes
+
+
+def top_k_ordering(scores: np.ndarray, seed: int) -> np.ndarray:
+    """Indices by descending score; equal scores in a seeded random order."""
+    tie = np.random.default_rng((seed, TIE_STREAM)).permutation(len(scores))
+    return np.lexsort((tie, -np.asarray(scores, dtype=np.float64))).astype(np.int64)
 
 
 def less_scores(
     inputs: np.ndarray, labels: np.ndarray, target: Target, seed: int, shape: tuple[int, ...]
-) -> np.ndarray:
-    """float64 [n]: each training sample's best per-class mean cosine similarity to the
-    target's gradient features."""
-    labels = np.asarray(labels, dtype=np.int64)
+) -> LessScores:
+    """Each training sample's LESS score (see the module doc) and the pre-pass's notes."""
+    import torch
+
+    labels = np.asarray(labels, dtype=np.int64).reshape(-1)
     inputs = np.ascontiguousarray(inputs, dtype=np.float32).reshape(len(labels), -1)
+    _check_shape(shape, inputs.shape[1])
     target_inputs, target_labels = _checked_target(target, inputs.shape[1])
-    proxy = train_proxy(inputs, labels, shape, seed)
-    if int(target_labels.max()) >= proxy.classes:
+    classes = int(labels.max()) + 1
+    if int(target_labels.max()) >= classes:
         raise PresetError(
             f"the selection target has label {int(target_labels.max())}; the "
-            f"training data has labels 0..{proxy.classes - 1} only"
+            f"training data has labels 0..{classes - 1} only"
         )
-    hidden = models.head(proxy.model).in_features
-    projection = projection_matrix(proxy.classes * (hidden + 1), seed)
-    train = gradient_features(proxy, inputs, labels, projection)
-    aim = gradient_features(proxy, target_inputs, target_labels, projection)
-    # the mean cosine similarity to a class's targets is the dot product with their mean
-    means = np.stack([aim[target_labels == c].mean(axis=0) for c in np.unique(target_labels)])
-    return (train @ means.T).max(axis=1).astype(np.float64)
+    started = time.perf_counter()
+    warmup = warm_up(inputs, labels, classes, seed, shape)
+    warmup_s = time.perf_counter() - started
+
+    rows = gradients.parameter_count(warmup.model)
+    projection = gradients.RademacherProjection(rows, PROJECTION_DIM, seed)
+    chunk = max(1, GRADIENT_CHUNK_BYTES // (4 * (rows + PROJECTION_DIM)))
+    weights = checkpoint_weights([c.mean_lr for c in warmup.checkpoints])
+    target_classes, class_of, class_count = np.unique(
+        target_labels, return_inverse=True, return_counts=True
+    )
+    target_class = torch.from_numpy(class_of.astype(np.int64))
+    class_sizes = torch.from_numpy(class_count.astype(np.float64))
+    x, y = torch.from_numpy(inputs), torch.from_numpy(labels)
+    tx, ty = torch.from_numpy(target_inputs), torch.from_numpy(target_labels)
+    times = gradients.StageTimes()
+    scores = torch.zeros((len(labels), len(target_classes)), dtype=torch.float64)
+    for checkpoint, weight in zip(warmup.checkpoints, weights, strict=True):
+        # the target side: plain gradients, one mean normalised feature per target class
+        sums = torch.zeros((len(target_classes), PROJECTION_DIM), dtype=torch.float64)
+        for s in _chunks(len(target_labels), chunk):
+            aim = _features(warmup.model, checkpoint, tx[s], ty[s], projection, False, times)
+            sums.index_add_(0, target_class[s], aim.double())
+        means = (sums / class_sizes[:, None]).float()
+        for s in _chunks(len(labels), chunk):
+            train = _features(warmup.model, checkpoint, x[s], y[s], projection, True, times)
+            scores[s] += weight * (train @ means.T).double()
+    values = scores.max(dim=1).values.numpy()
+    notes = {
+        "model": models.model_name(shape, classes),
+        "parameters": rows,
+        "warmup_samples": len(warmup.part),
+        "warmup_epochs": WARMUP_EPOCHS,
+        "warmup_steps": warmup.steps,
+        "warmup_accuracy": None if warmup.accuracy is None else round(warmup.accuracy, 4),
+        "checkpoint_weights": [round(w, 6) for w in weights],
+        "projection_dim": PROJECTION_DIM,
+        "target_samples": len(target_labels),
+        "target_classes": [int(c) for c in target_classes],
+        "timings_s": {
+            "warmup": round(warmup_s, 3),
+            "gradients": round(times.gradients, 3),
+            "projection": round(times.projection, 3),
+        },
+    }
+    return LessScores(values=values.astype(np.float64), notes=notes)
 
 
-def projection_matrix(rows: int, seed: int) -> np.ndarray:
-    """A seeded Gaussian [rows, PROJECTION_DIM] float32 matrix with entries N(0, 1/dim)."""
-    rng = np.random.default_rng((seed, PROJECTION_STREAM))
-    scale = 1.0 / math.sqrt(PROJECTION_DIM)
-    return (rng.standard_normal((rows, PROJECTION_DIM)) * scale).astype(np.float32)
+def warm_up(
+    inputs: np.ndarray, labels: np.ndarray, classes: int, seed: int, shape: tuple[int, ...]
+) -> Warmup:
+    """Train a fresh model (seeded) with Adam on a seeded random `WARMUP_FRACTION` of the
+    training data for `WARMUP_EPOCHS` epochs; a checkpoint after each epoch."""
+    import torch
 
-
-def gradient_features(
-    proxy: Proxy, inputs: np.ndarray, labels: np.ndarray, projection: np.ndarray
-) -> np.ndarray:
-    """float32 [n, PROJECTION_DIM]: the projected, L2-normalised gradient of each sample's
-    cross-entropy with respect to the proxy's last layer (weights and bias)."""
     n = len(labels)
-    features = np.empty((n, projection.shape[1]), dtype=np.float32)
-    for start in range(0, n, CHUNK):
-        stop = min(n, start + CHUNK)
-        hidden, probabilities = proxy_outputs(proxy, inputs[start:stop])
-        error = probabilities.copy()
-        error[np.arange(stop - start), labels[start:stop]] -= 1.0  # p - onehot(y)
-        extended = np.concatenate([hidden, np.ones((stop - start, 1), np.float32)], axis=1)
-        gradient = (error[:, :, None] * extended[:, None, :]).reshape(stop - start, -1)
-        features[start:stop] = gradient @ projection
-    norms = np.linalg.norm(features, axis=1, keepdims=True)
-    return np.divide(features, norms, out=np.zeros_like(features), where=norms > 0)
+    generator = np.random.default_rng((seed, WARMUP_STREAM))
+    size = min(n, max(classes, round(n * WARMUP_FRACTION)))
+    part = np.sort(generator.permutation(n)[:size])
+    model = models.build_model(shape, classes, seed)
+    params = list(gradients.trainable_parameters(model))
+    named = dict(model.named_parameters())
+    optimizer = torch.optim.Adam(
+        [named[name] for name in params],
+        lr=WARMUP_LR,
+        betas=(gradients.ADAM_BETA1, gradients.ADAM_BETA2),
+        eps=gradients.ADAM_EPS,
+    )
+    per_epoch = math.ceil(size / WARMUP_BATCH)
+    rates = learning_rates(per_epoch * WARMUP_EPOCHS)
+    x, y = torch.from_numpy(inputs), torch.from_numpy(labels)
+    checkpoints, step = [], 0
+    model.train()
+    for epoch in range(WARMUP_EPOCHS):
+        order = part[generator.permutation(size)]
+        for start in range(0, size, WARMUP_BATCH):
+            batch = torch.from_numpy(order[start : start + WARMUP_BATCH])
+            for group in optimizer.param_groups:
+                group["lr"] = float(rates[step])
+            optimizer.zero_grad()
+            torch.nn.functional.cross_entropy(model(x[batch]), y[batch]).backward()
+            optimizer.step()
+            step += 1
+        exp_avg, exp_avg_sq = gradients.flat_moments(optimizer, [named[name] for name in params])
+        epoch_rates = rates[epoch * per_epoch : (epoch + 1) * per_epoch]
+        checkpoints.append(
+            Checkpoint(
+                params={name: named[name].detach().clone() for name in params},
+                exp_avg=exp_avg,
+                exp_avg_sq=exp_avg_sq,
+                mean_lr=float(np.mean(epoch_rates)),
+            )
+        )
+    model.eval()
+    rest = np.setdiff1d(np.arange(n), part)
+    accuracy = None
+    if len(rest):
+        with torch.no_grad():  # in chunks: a CNN's activations over all samples are large
+            predicted = np.concatenate(
+                [
+                    model(x[torch.from_numpy(rest[s])]).argmax(dim=1).numpy()
+                    for s in _chunks(len(rest), EVAL_CHUNK)
+                ]
+            )
+        accuracy = float((predicted == labels[rest]).mean())
+    return Warmup(model=model, checkpoints=checkpoints, part=part, steps=step, accuracy=accuracy)
+
+
+def learning_rates(steps: int) -> np.ndarray:
+    """float64 [steps]: the rate of each Adam step under Hugging Face's linear schedule with
+    warm-up (LESS's trainer): up from 0 over ceil(WARMUP_RATIO * steps) steps, then linearly
+    down towards 0 at `steps`."""
+    warm = math.ceil(steps * WARMUP_RATIO)
+    step = np.arange(steps, dtype=np.float64)
+    up = step / max(1, warm)
+    down = np.maximum(0.0, (steps - step) / max(1, steps - warm))
+    return WARMUP_LR * np.where(step < warm, up, down)
+
+
+def checkpoint_weights(mean_rates: list[float]) -> list[float]:
+    """eta_i: each epoch's mean learning rate, normalised to sum to 1 (LESS's `matching.py`
+    renormalises its checkpoint weights); equal weights if every rate is 0."""
+    total = float(sum(mean_rates))
+    if total <= 0:
+        return [1.0 / len(mean_rates)] * len(mean_rates)
+    return [float(rate) / total for rate in mean_rates]
+
+
+def _features(
+    model: Any,
+    checkpoint: Checkpoint,
+    inputs: Any,
+    labels: Any,
+    projection: gradients.RademacherProjection,
+    adam: bool,
+    times: gradients.StageTimes,
+) -> Any:
+    """float32 [b, PROJECTION_DIM]: the projected, L2-normalised gradient features of the
+    samples at `checkpoint`, Adam-preconditioned by its moments when `adam`."""
+    moments = (checkpoint.exp_avg, checkpoint.exp_avg_sq) if adam else None
+    projected = gradients.projected_gradients(
+        model, checkpoint.params, inputs, labels, projection, moments, times
+    )
+    return gradients.l2_normalised(projected)
+
+
+def _chunks(n: int, size: int) -> list[slice]:
+    return [slice(start, min(n, start + size)) for start in range(0, n, size)]
+
+
+def _check_shape(shape: tuple[int, ...], width: int) -> None:
+    if not shape or math.prod(shape) != width:
+        raise PresetError(
+            f"the samples have {width} features, but their shape is given as {tuple(shape)}"
+        )
 
 
 def _checked_target(target: Target, width: int) -> tuple[np.ndarray, np.ndarray]:
