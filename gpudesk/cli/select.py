@@ -372,7 +372,15 @@ def show_command(
         "params": entry.params,
         "proxy": entry.proxy,
         "samples": len(entry.order),
-        "quotas": "per class" if labelled else "none",
+        # stored labels make quotas possible; whether a subset uses them is the preset's
+        # choice (stratified always, a scored method only as METHOD-P-perclass)
+        "quotas": (
+            "per class"
+            if entry.method == "stratified"
+            else "per class with -perclass, else none"
+            if labelled
+            else "none"
+        ),
         "labels": "stored"
         if labelled
         else f"none: a {entry.method} entry stores no labels, so no class mix",
