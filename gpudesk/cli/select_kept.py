@@ -11,18 +11,16 @@ rule, the one a loader's cache hit goes through.
 
 from __future__ import annotations
 
-import hashlib
-import io
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from gpudesk.selection.apply import DatasetIndex
 from gpudesk.selection.cache import INDEX_DIR, Entry, SelectionCache
-from gpudesk.selection.prepass import _selection
+from gpudesk.selection.prepass import entry_selection
 from gpudesk.selection.presets import PresetError, parse_preset
 
 
@@ -46,9 +44,8 @@ def kept_of(entry: Entry, preset_name: str) -> Kept:
             f"entry {entry.key} is an ordering by {entry.method}; {preset.name} is another "
             f"method (give {entry.method}-P)"
         )
-    # prepass._selection is how `cached` turns an entry into the kept indices; it takes the
-    # entry itself, so no key is rebuilt here (the key needs what only the samples say)
-    chosen = _selection(preset, entry, len(entry.order), reused=True)
+    # the entry itself, not its key: the key needs what only the samples say
+    chosen = entry_selection(preset, entry, len(entry.order), reused=True)
     return Kept(preset.name, np.sort(np.asarray(chosen.indices, dtype=np.int64)))
 
 
@@ -96,41 +93,14 @@ class DatasetPositions:
 
 def positions_for(cache: SelectionCache, fingerprint: str) -> DatasetPositions:
     """The dataset index whose content is `fingerprint` (the first by factory and arguments
-    when several are), read and checked against its recorded sha256."""
-    found: list[tuple[str, dict[str, Any], np.ndarray]] = []
-    root = cache.root / INDEX_DIR
-    for folder in sorted(root.iterdir()) if root.is_dir() else []:
-        index = _read_index(folder)
-        if index is None or index[0] != fingerprint:
-            continue
-        identity, canon = index[1], index[2]
-        found.append((json.dumps(identity, sort_keys=True, default=str), identity, canon))
+    when several are), read and checked by the selection package's own reader."""
+    found = DatasetIndex(cache.root / INDEX_DIR).matching(fingerprint)
     if not found:
         return DatasetPositions(None, None, None, 0)
-    found.sort(key=lambda item: item[0])
-    _, identity, canon = found[0]
-    factory = identity.get("factory")
-    kwargs = identity.get("kwargs")
+    factory, kwargs = found[0].identity.get("factory"), found[0].identity.get("kwargs")
     return DatasetPositions(
         str(factory) if factory is not None else None,
         dict(kwargs) if isinstance(kwargs, dict) else None,
-        canon,
+        found[0].known.canon,
         len(found) - 1,
     )
-
-
-def _read_index(folder: Path) -> tuple[str, dict[str, Any], np.ndarray] | None:
-    """(fingerprint, identity, canonical order) of one dataset index; None if unreadable
-    or damaged (an index is only a shortcut: a damaged one is not an error here)."""
-    try:
-        meta = json.loads((folder / "meta.json").read_text())
-        data = (folder / "canon.npy").read_bytes()
-        if hashlib.sha256(data).hexdigest() != meta["sha256"]:
-            return None
-        canon = np.load(io.BytesIO(data), allow_pickle=False)
-        identity = meta.get("identity")
-        if len(canon) != meta["n"] or not isinstance(identity, dict):
-            return None
-        return str(meta["fingerprint"]), identity, canon.astype(np.int64)
-    except (OSError, ValueError, KeyError, TypeError):
-        return None

@@ -354,6 +354,17 @@ class KnownDataset:
     classes: int  # as `Scan.classes`
 
 
+@dataclass(frozen=True)
+class StoredIndex:
+    """One dataset index as stored: how the dataset is built, its size, the digests probed on
+    a reuse, and what it remembers."""
+
+    identity: dict[str, Any]  # the factory and its arguments
+    n: int
+    probe: list[str]  # hex digests of the samples at `probe_positions(n)`
+    known: KnownDataset
+
+
 class DatasetIndex:
     """Each dataset's fingerprint, canonical order, sample shape and number of classes,
     remembered by how it is built."""
@@ -371,26 +382,47 @@ class DatasetIndex:
 
     def recall(self, identity: dict[str, Any], dataset: Sequence[Any]) -> KnownDataset | None:
         """What was remembered of this dataset, when it was indexed and still matches."""
-        folder = self._dir(identity)
+        stored = self.read(self._dir(identity))
+        if stored is None:
+            return None
+        size = len(dataset)
+        if stored.n != size:
+            return None
+        probe = [sample_digest(dataset[int(i)]).hex() for i in self.probe_positions(size)]
+        if probe != stored.probe:
+            return None
+        return stored.known
+
+    def matching(self, fingerprint: str) -> list[StoredIndex]:
+        """Every intact index of the content `fingerprint` (the same samples built by other
+        factories or arguments each have their own), ordered by their identity."""
+        found = [
+            stored
+            for folder in (sorted(self.root.iterdir()) if self.root.is_dir() else [])
+            if (stored := self.read(folder)) is not None and stored.known.fingerprint == fingerprint
+        ]
+        return sorted(found, key=lambda stored: json.dumps(stored.identity, sort_keys=True))
+
+    @staticmethod
+    def read(folder: Path) -> StoredIndex | None:
+        """One index as written by `remember`, checked against its recorded sha256; None when
+        it is missing, damaged or of another layout (an index is only a shortcut)."""
         try:
             meta = json.loads((folder / "meta.json").read_text())
             data = (folder / "canon.npy").read_bytes()
             if hashlib.sha256(data).hexdigest() != meta["sha256"]:
                 return None
-            canon = np.load(io.BytesIO(data), allow_pickle=False)
-            size = len(dataset)
-            if meta["n"] != size or len(canon) != size:
+            canon = np.load(io.BytesIO(data), allow_pickle=False).astype(np.int64)
+            identity, shape = meta["identity"], meta["shape"]
+            if len(canon) != meta["n"] or not isinstance(identity, dict):
                 return None
-            probe = [sample_digest(dataset[int(i)]).hex() for i in self.probe_positions(size)]
-            if probe != meta["probe"]:
-                return None
-            shape = meta["shape"]
-            return KnownDataset(
+            known = KnownDataset(
                 str(meta["fingerprint"]),
                 canon,
                 None if shape is None else tuple(int(d) for d in shape),
                 int(meta["classes"]),
             )
+            return StoredIndex(identity, int(meta["n"]), list(meta["probe"]), known)
         except (OSError, ValueError, KeyError, TypeError):
             return None
 

@@ -29,7 +29,7 @@ from gpudesk.selection.presets import (
 )
 from gpudesk.selection.targeted import Target
 
-__all__ = ["SCORED", "Selection", "Target", "cached", "prepare"]
+__all__ = ["SCORED", "Selection", "Target", "cached", "entry_selection", "prepare"]
 
 
 @dataclass(frozen=True)
@@ -94,7 +94,7 @@ def prepare(
         duplicates=duplicates,
     )
     cache.store(entry)
-    return _selection(preset, entry, n, reused=False)
+    return entry_selection(preset, entry, n, reused=False)
 
 
 def cached(
@@ -118,10 +118,12 @@ def cached(
         return None
     if used_by:
         cache.note_reuse(key, used_by)
-    return _selection(preset, entry, n, reused=True)
+    return entry_selection(preset, entry, n, reused=True)
 
 
-def _selection(preset: Preset, entry: Entry, n: int, reused: bool) -> Selection:
+def entry_selection(preset: Preset, entry: Entry, n: int, reused: bool) -> Selection:
+    """What `preset` keeps of a cache entry of its method (for a dataset of `n` samples): the
+    one rule a cache hit, a fresh pre-pass and `gpudesk select show` take a subset by."""
     if len(entry.order) != n:
         raise PresetError(
             f"cache entry {entry.key} orders {len(entry.order)} samples, the dataset has {n}"
