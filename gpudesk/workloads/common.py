@@ -7,6 +7,7 @@ import argparse
 import os
 import signal
 import sys
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -157,6 +158,26 @@ def is_loader_error(exc: BaseException) -> bool:
     protocol = sys.modules.get("gpudesk.loader.protocol")
     error_type = getattr(protocol, "LoaderError", None)
     return error_type is not None and isinstance(exc, error_type)
+
+
+# a training workload's body: (its arguments, their parser, its progress, when main started)
+WorkloadBody = Callable[[argparse.Namespace, argparse.ArgumentParser, "Progress", float], int]
+
+
+def run_workload(
+    argv: list[str] | None,
+    build_parser: Callable[[], argparse.ArgumentParser],
+    parse_args: Callable[[argparse.ArgumentParser, list[str] | None], argparse.Namespace],
+    body: WorkloadBody,
+) -> int:
+    """A training workload's `main`: parse, then run `body` with SIGTERM raising and its known
+    failures reported as one line and the documented exit status."""
+    started = time.perf_counter()
+    parser = build_parser()
+    args = parse_args(parser, argv)
+    progress = Progress()
+    with sigterm_raises(progress):
+        return run_reporting(lambda: body(args, parser, progress, started), progress)
 
 
 def run_reporting(run: Callable[[], int], progress: Progress) -> int:

@@ -22,11 +22,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -34,17 +33,13 @@ import numpy as np
 
 from gpudesk.workloads.common import (
     ENV_SEED,
-    ENV_SPLIT,
     EXIT_OK,
     SGD_MOMENTUM,
     Progress,
     StepCounter,
-    TrainingDiverged,
     resolve_device,
-    run_reporting,
+    run_workload,
     say,
-    sigterm_raises,
-    threads_from_env,
 )
 from gpudesk.workloads.data import (
     DIGITS_CLASSES,
@@ -52,23 +47,20 @@ from gpudesk.workloads.data import (
     VAL_FRACTION,
     digits_split_indices,
     load_digits,
-    parse_classes,
     train_val_split,
+)
+from gpudesk.workloads.training import (
+    add_run_arguments,
+    check_run_arguments,
+    configure_threads,
+    fit_epoch,
+    summarize,
+    target_accuracy,
+    train_epochs,
 )
 
 if TYPE_CHECKING:
     import torch
-
-
-@dataclass(frozen=True)
-class EpochStats:
-    loss: float
-    train_acc: float
-    val_acc: float
-    samples_per_s: float
-    train_seconds: float
-    seconds: float
-    samples: int  # trained on this epoch
 
 
 @dataclass(frozen=True)
@@ -122,78 +114,22 @@ def build_parser() -> argparse.ArgumentParser:
         default="sgd",
         help=f"sgd uses momentum {SGD_MOMENTUM}",
     )
-    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
-    parser.add_argument(
-        "--threads",
-        type=int,
-        default=None,
-        help="torch CPU threads (default: $OMP_NUM_THREADS, else torch's default)",
-    )
-    parser.add_argument(
-        "--loader",
-        choices=("local", "shared"),
-        default="local",
-        help="local: the whole training split in memory; shared: batches from the shared "
-        "loader --dataset-name (gpudesk.workloads.data:make_digits with split=train), which "
-        "may serve a data selection of it",
-    )
-    parser.add_argument("--dataset-name", default="digits", help="the shared loader's name")
-    parser.add_argument(
-        "--split-seed",
-        type=int,
-        default=os.environ.get(ENV_SPLIT) or "0",  # argparse applies `type` to it
-        help="with --loader shared: the split_seed of the loader's make_digits (the job "
-        f"evaluates on that split's val part; default: ${ENV_SPLIT}, which `gpudesk select "
-        "compare --splits` sets, else 0)",
-    )
-    parser.add_argument(
-        "--target-classes",
-        type=_digit_classes,
-        default=None,
-        metavar="C,C,...",
-        help="also report target_acc: the accuracy on the val samples of these classes (the "
-        "target a targeted selection such as less-P was asked to serve), e.g. 3,8",
+    add_run_arguments(
+        parser,
+        dataset="digits",
+        factory="gpudesk.workloads.data:make_digits",
+        classes=DIGITS_CLASSES,
     )
     return parser
 
 
-def _digit_classes(text: str) -> list[int]:
-    """`--target-classes 3,8` as [3, 8]; a bad list is an ArgumentTypeError (a usage error)."""
-    try:
-        numbers = [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"{text!r}: expected class numbers separated by commas, e.g. 3,8"
-        ) from None
-    try:
-        return list(parse_classes(numbers, DIGITS_CLASSES) or ())
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc).replace("classes: ", "")) from None
-
-
 def parse_args(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
-    for flag in ("hidden", "layers", "batch_size", "epochs"):
-        if getattr(args, flag) < 1:
-            parser.error(f"--{flag.replace('_', '-')} must be a positive integer")
-    if args.threads is not None and args.threads < 1:
-        parser.error("--threads must be a positive integer")
-    if not (math.isfinite(args.lr) and args.lr > 0):
-        parser.error("--lr must be a positive number")
-    if args.seed < 0:
-        parser.error("--seed must be >= 0")
-    if args.split_seed < 0:
-        parser.error("--split-seed must be >= 0")
-    return args
+    return check_run_arguments(parser, args, ("hidden", "layers", "batch_size", "epochs"))
 
 
 def main(argv: list[str] | None = None) -> int:
-    started = time.perf_counter()
-    parser = build_parser()
-    args = parse_args(parser, argv)
-    progress = Progress()
-    with sigterm_raises(progress):
-        return run_reporting(lambda: _run(args, parser, progress, started), progress)
+    return run_workload(argv, build_parser, parse_args, _run)
 
 
 def _run(
@@ -299,16 +235,6 @@ def _run_shared(
     return EXIT_OK
 
 
-def configure_threads(requested: int | None) -> int:
-    """Apply --threads, else $OMP_NUM_THREADS, else keep torch's default; return the count."""
-    import torch
-
-    count = requested if requested is not None else threads_from_env()
-    if count is not None:
-        torch.set_num_threads(count)
-    return torch.get_num_threads()
-
-
 def load_split(seed: int) -> Split:
     images, labels = load_digits()
     train_idx, val_idx = train_val_split(len(labels), VAL_FRACTION, seed)
@@ -361,25 +287,6 @@ def scaling(x_train: np.ndarray) -> tuple[np.ndarray, np.float32]:
     return mean, np.float32(max(float((x_train - mean).std()), 1e-6))
 
 
-def train_epochs(
-    epochs: int, progress: Progress, one_epoch: Callable[[], EpochStats]
-) -> list[EpochStats]:
-    """Run `one_epoch` `epochs` times, printing each epoch's line; stop on a diverged loss."""
-    history: list[EpochStats] = []
-    for epoch in range(1, epochs + 1):
-        progress.epoch = epoch
-        stats = one_epoch()
-        if not math.isfinite(stats.loss):
-            raise TrainingDiverged(epoch, stats.loss)
-        history.append(stats)
-        say(
-            f"epoch {epoch}/{epochs} loss {stats.loss:.4f} "
-            f"train_acc {stats.train_acc:.4f} val_acc {stats.val_acc:.4f} "
-            f"samples/s {stats.samples_per_s:.0f} time {stats.seconds:.2f}s"
-        )
-    return history
-
-
 def build_mlp(hidden: int, layers: int) -> torch.nn.Sequential:
     from torch import nn
 
@@ -400,50 +307,6 @@ def build_optimizer(
     if name == "adam":
         return torch.optim.Adam(params, lr=lr)
     return torch.optim.SGD(params, lr=lr, momentum=SGD_MOMENTUM)
-
-
-def fit_epoch(
-    model: torch.nn.Module,
-    optimizer: torch.optim.Optimizer,
-    batches: Iterable[tuple[torch.Tensor, torch.Tensor]],
-    x_val: torch.Tensor,
-    y_val: torch.Tensor,
-    counter: StepCounter | None = None,
-) -> EpochStats:
-    """One pass over `batches` of (inputs, targets) on the model's device, then the val
-    accuracy."""
-    import torch
-    from torch.nn import functional
-
-    model.train()
-    epoch_start = time.perf_counter()
-    device = y_val.device
-    # Accumulate on the device and read once per epoch: one sync, not one per batch.
-    loss_sum = torch.zeros((), device=device)
-    correct = torch.zeros((), dtype=torch.int64, device=device)
-    samples = 0
-    for inputs, targets in batches:
-        logits = model(inputs)
-        loss = functional.cross_entropy(logits, targets)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        loss_sum += loss.detach() * len(targets)
-        correct += (logits.detach().argmax(dim=1) == targets).sum()
-        samples += len(targets)
-        if counter is not None:
-            counter.step()
-    train_seconds = time.perf_counter() - epoch_start
-    count = max(samples, 1)
-    return EpochStats(
-        loss=loss_sum.item() / count,
-        train_acc=correct.item() / count,
-        val_acc=evaluate(model, x_val, y_val),
-        samples_per_s=samples / max(train_seconds, 1e-9),
-        train_seconds=train_seconds,
-        seconds=time.perf_counter() - epoch_start,
-        samples=samples,
-    )
 
 
 def local_batches(
@@ -467,49 +330,6 @@ def shared_batches(
     """One epoch of a shared loader's batches, standardized on the device."""
     for inputs, targets in loader:
         yield (inputs.to(device) - mean) / scale, targets.to(device)
-
-
-def evaluate(model: torch.nn.Module, inputs: torch.Tensor, targets: torch.Tensor) -> float:
-    import torch
-
-    model.eval()
-    with torch.inference_mode():
-        predictions = model(inputs).argmax(dim=1)
-    return (predictions == targets).double().mean().item()
-
-
-def target_accuracy(
-    model: torch.nn.Module, x_val: torch.Tensor, y_val: torch.Tensor, classes: list[int]
-) -> float | None:
-    """The final model's accuracy on the val samples of `classes` (None: the val part has
-    none of them)."""
-    import torch
-
-    wanted = torch.isin(y_val, torch.tensor(classes, device=y_val.device))
-    if not bool(wanted.any()):
-        return None
-    return round(evaluate(model, x_val[wanted], y_val[wanted]), 4)
-
-
-def summarize(
-    history: list[EpochStats],
-    params: int,
-    device: torch.device,
-    wall_s: float,
-    n_train: int,
-) -> dict[str, object]:
-    last = history[-1]
-    train_seconds = sum(stats.train_seconds for stats in history)
-    return {
-        "val_acc": round(last.val_acc, 4),
-        "best_val_acc": round(max(stats.val_acc for stats in history), 4),
-        "final_loss": round(last.loss, 6),
-        "epochs": len(history),
-        "samples_per_s": round(n_train * len(history) / train_seconds, 1),
-        "params": params,
-        "device": str(device),
-        "wall_s": round(wall_s, 3),
-    }
 
 
 if __name__ == "__main__":

@@ -66,9 +66,8 @@ from gpudesk.workloads.common import (
     TrainingDiverged,
     is_loader_error,
     resolve_device,
-    run_reporting,
+    run_workload,
     say,
-    sigterm_raises,
     threads_from_env,
 )
 from gpudesk.workloads.images import NUM_CLASSES, DatasetUnavailable, check_available
@@ -153,12 +152,7 @@ def parse_args(parser: argparse.ArgumentParser, argv: list[str] | None) -> argpa
 
 
 def main(argv: list[str] | None = None) -> int:
-    started = time.perf_counter()
-    parser = build_parser()
-    args = parse_args(parser, argv)
-    progress = Progress()
-    with sigterm_raises(progress):
-        return run_reporting(lambda: _run(args, parser, progress, started), progress)
+    return run_workload(argv, build_parser, parse_args, _run)
 
 
 def _run(

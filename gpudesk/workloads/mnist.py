@@ -40,21 +40,21 @@ import numpy as np
 
 from gpudesk.workloads.common import (
     ENV_SEED,
-    ENV_SPLIT,
     EXIT_OK,
     Progress,
     StepCounter,
     resolve_device,
-    run_reporting,
+    run_workload,
     say,
-    sigterm_raises,
 )
 from gpudesk.workloads.data import MNIST_CLASSES, MNIST_SHAPE, make_mnist
-from gpudesk.workloads.digits import (
+from gpudesk.workloads.training import (
+    add_run_arguments,
+    check_run_arguments,
     configure_threads,
-    evaluate,
     fit_epoch,
     summarize,
+    target_accuracy,
     train_epochs,
 )
 
@@ -85,77 +85,18 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"seeds the model's init and the local shuffle (default: ${ENV_SEED}, which "
         "`gpudesk select compare` sets, else 0)",
     )
-    parser.add_argument(
-        "--split-seed",
-        type=int,
-        default=os.environ.get(ENV_SPLIT) or "0",
-        help="the split_seed of make_mnist: which 1,000 images are val and which 3,950 train "
-        f"(default: ${ENV_SPLIT}, which `gpudesk select compare --splits` sets, else 0); with "
-        "--loader shared, the loader's dataset must be that split's train part",
+    add_run_arguments(
+        parser, dataset="mnist", factory="gpudesk.workloads.data:make_mnist", classes=MNIST_CLASSES
     )
-    parser.add_argument(
-        "--target-classes",
-        default=None,
-        metavar="C,C,...",
-        help="also report target_acc, the accuracy on the val images of these classes (e.g. 3,8)",
-    )
-    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
-    parser.add_argument(
-        "--threads",
-        type=int,
-        default=None,
-        help="torch CPU threads (default: $OMP_NUM_THREADS, else torch's default)",
-    )
-    parser.add_argument(
-        "--loader",
-        choices=("local", "shared"),
-        default="local",
-        help="local: the whole train split in memory; shared: batches from the shared loader "
-        "--dataset-name (gpudesk.workloads.data:make_mnist with split=train), which may serve "
-        "a data selection of it",
-    )
-    parser.add_argument("--dataset-name", default="mnist", help="the shared loader's name")
     return parser
 
 
 def parse_args(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
-    args = parser.parse_args(argv)
-    for flag in ("batch_size", "epochs"):
-        if getattr(args, flag) < 1:
-            parser.error(f"--{flag.replace('_', '-')} must be a positive integer")
-    if args.threads is not None and args.threads < 1:
-        parser.error("--threads must be a positive integer")
-    if not (math.isfinite(args.lr) and args.lr > 0):
-        parser.error("--lr must be a positive number")
-    if args.seed < 0:
-        parser.error("--seed must be >= 0")
-    if args.split_seed < 0:
-        parser.error("--split-seed must be >= 0")
-    args.target_classes = parse_target_classes(parser, args.target_classes)
-    return args
-
-
-def parse_target_classes(
-    parser: argparse.ArgumentParser, text: str | None
-) -> tuple[int, ...] | None:
-    if text is None:
-        return None
-    try:
-        classes = {int(part) for part in text.split(",")}
-    except ValueError:
-        parser.error(f"--target-classes: expected class labels such as 3,8, found {text!r}")
-    if not classes or any(not 0 <= label < MNIST_CLASSES for label in classes):
-        parser.error(f"--target-classes: labels are 0..{MNIST_CLASSES - 1}, found {text!r}")
-    return tuple(sorted(classes))
+    return check_run_arguments(parser, parser.parse_args(argv), ("batch_size", "epochs"))
 
 
 def main(argv: list[str] | None = None) -> int:
-    started = time.perf_counter()
-    parser = build_parser()
-    args = parse_args(parser, argv)
-    progress = Progress()
-    with sigterm_raises(progress):
-        return run_reporting(lambda: _run(args, parser, progress, started), progress)
+    return run_workload(argv, build_parser, parse_args, _run)
 
 
 def _run(
@@ -224,7 +165,7 @@ def _run(
     result = summarize(history, params, device, time.perf_counter() - started, seen)
     result["train_samples"] = seen
     if args.target_classes is not None:
-        result["target_acc"] = round(target_accuracy(model, x_val, y_val, args.target_classes), 4)
+        result["target_acc"] = target_accuracy(model, x_val, y_val, args.target_classes)
     say("result " + json.dumps(result, separators=(",", ":")))
     return EXIT_OK
 
@@ -247,18 +188,6 @@ def on_device(
     """One epoch of a shared loader's batches on the training device."""
     for inputs, targets in loader:
         yield inputs.to(device), targets.to(device)
-
-
-def target_accuracy(
-    model: torch.nn.Module, x_val: torch.Tensor, y_val: torch.Tensor, classes: tuple[int, ...]
-) -> float:
-    """The accuracy on the val images whose label is one of `classes` (over all ten outputs:
-    a target image taken for another class counts as wrong). Every class has about 100 of the
-    1,000 val images."""
-    import torch
-
-    chosen = torch.isin(y_val, torch.tensor(classes, device=y_val.device))
-    return evaluate(model, x_val[chosen], y_val[chosen])
 
 
 if __name__ == "__main__":

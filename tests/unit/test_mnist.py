@@ -260,8 +260,8 @@ def test_the_split_seed_comes_from_the_environment_and_the_seed_changes_the_mode
         (["--lr", "nan"], "--lr must be a positive number"),
         (["--seed", "-1"], "--seed must be >= 0"),
         (["--split-seed", "-1"], "--split-seed must be >= 0"),
-        (["--target-classes", "3,x"], "expected class labels such as 3,8"),
-        (["--target-classes", "3,10"], "labels are 0..9"),
+        (["--target-classes", "3,x"], "expected class numbers separated by commas, e.g. 3,8"),
+        (["--target-classes", "3,10"], "10 is not a label (0..9)"),
         (["--loader", "disk"], "invalid choice"),
     ],
 )
