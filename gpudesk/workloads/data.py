@@ -128,18 +128,25 @@ def split_indices(split: str, split_seed: int, n: int, target_size: int) -> np.n
     return target if split == "target" else np.setdiff1d(rest, target)
 
 
-class DigitsDataset:
-    """The digits (or one split of them) as a map-style dataset of (image float32[64] in
-    [0, 1], label int) pairs, for the shared loader and data selection
-    (`gpudesk.workloads.data:make_digits`). `classes` keeps only the samples of those labels
-    (a target set of only 3s and 8s: `split="target", classes=[3, 8]`)."""
+class SplitDataset:
+    """One split of a labelled image set (maybe only some classes) as a map-style dataset of
+    (image float32 in [0, 1], label int) pairs, for the shared loader and data selection. The
+    splits are `split_indices`'; `classes` keeps only the samples of those labels (a target set
+    of only 3s and 8s: `split="target", classes=[3, 8]`)."""
 
     def __init__(
-        self, split: str = "all", split_seed: int = 0, classes: Sequence[int] | None = None
+        self,
+        images: np.ndarray,
+        labels: np.ndarray,
+        n_classes: int,
+        target_size: int,
+        split: str,
+        split_seed: int,
+        classes: Sequence[int] | None,
     ) -> None:
-        wanted = parse_classes(classes, DIGITS_CLASSES)
-        images, labels = load_digits()
-        chosen = keep_classes(digits_split_indices(split, split_seed, len(labels)), labels, wanted)
+        wanted = parse_classes(classes, n_classes)
+        chosen = split_indices(split, split_seed, len(labels), target_size)
+        chosen = keep_classes(chosen, labels, wanted)
         self.images, self.labels = images[chosen], labels[chosen]
 
     def __len__(self) -> int:
@@ -151,8 +158,13 @@ class DigitsDataset:
 
 def make_digits(
     split: str = "all", split_seed: int = 0, classes: Sequence[int] | None = None
-) -> DigitsDataset:
-    return DigitsDataset(split, split_seed, classes)
+) -> SplitDataset:
+    """The digits (or one split of them): images float32[64] in [0, 1]
+    (`gpudesk.workloads.data:make_digits`)."""
+    images, labels = load_digits()
+    return SplitDataset(
+        images, labels, DIGITS_CLASSES, DIGITS_TARGET_SIZE, split, split_seed, classes
+    )
 
 
 MNIST_SHAPE = (1, 28, 28)  # one sample: [channels, height, width]
@@ -259,30 +271,13 @@ def keep_classes(
     return indices[np.isin(labels[indices], classes)]
 
 
-class MnistDataset:
-    """MNIST-5k (or one split of it, maybe only some classes) as a map-style dataset of
-    (image float32[1, 28, 28] in [0, 1], label int) pairs, for the shared loader and data
-    selection (`gpudesk.workloads.data:make_mnist`). The splits are the digits' (`split_indices`
-    with 50 target samples): val 1,000, target 50, train 3,950."""
-
-    def __init__(
-        self, split: str = "all", split_seed: int = 0, classes: Sequence[int] | None = None
-    ) -> None:
-        check_split(split)
-        wanted = parse_classes(classes, MNIST_CLASSES)
-        images, labels = load_mnist()
-        chosen = split_indices(split, split_seed, len(labels), MNIST_TARGET_SIZE)
-        chosen = keep_classes(chosen, labels, wanted)
-        self.images, self.labels = images[chosen], labels[chosen]
-
-    def __len__(self) -> int:
-        return len(self.labels)
-
-    def __getitem__(self, index: int) -> tuple[np.ndarray, int]:
-        return self.images[index], int(self.labels[index])
-
-
 def make_mnist(
     split: str = "all", split_seed: int = 0, classes: Sequence[int] | None = None
-) -> MnistDataset:
-    return MnistDataset(split, split_seed, classes)
+) -> SplitDataset:
+    """MNIST-5k (or one split of it): images float32[1, 28, 28] in [0, 1]
+    (`gpudesk.workloads.data:make_mnist`). The splits are the digits' with 50 target samples:
+    val 1,000, target 50, train 3,950."""
+    images, labels = load_mnist()
+    return SplitDataset(
+        images, labels, MNIST_CLASSES, MNIST_TARGET_SIZE, split, split_seed, classes
+    )
