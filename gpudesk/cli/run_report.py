@@ -52,6 +52,8 @@ class RunReport:
     grid_source: str | None = None  # and where that code's figure comes from
     loaders: list[LoaderView] = field(default_factory=list)  # the run's shared loaders
     notes: list[str] = field(default_factory=list)  # what the run did besides its jobs
+    # the selections' pre-pass jobs: they print their cache entry, never a `result` line
+    prepass_jobs: set[int] = field(default_factory=set)
     ranking: ReportConfig | None = None  # the profile's [report]: the metric that names a best
     # Each job's result metrics (gpudesk.results), for the jobs that printed a result line.
     metrics: dict[int, dict[str, float]] = field(default_factory=dict)
@@ -223,7 +225,9 @@ class RunReport:
         lines = [_fill(title, width), table]
         if shown < len(keys):
             lines.append(_fill(f"more metrics in --json: {', '.join(keys[shown:])}", width))
-        silent = len(self.jobs) - len(ranked)
+        silent = sum(
+            1 for j in self.jobs if j.id not in self.metrics and j.id not in self.prepass_jobs
+        )
         if silent:
             lines.append(f"{silent} job(s) printed no result line")
         top = self.best
@@ -470,6 +474,7 @@ def run_profile(
     def note(step: Step) -> None:
         if isinstance(step, PrepassResult):
             report.notes.append(step.describe())
+            report.prepass_jobs.add(step.job_id)
         elif isinstance(step, StationReport):
             # Said at once, before the jobs, and again in the report: the station is everyone's.
             for line in step.lines():

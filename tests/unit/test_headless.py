@@ -136,3 +136,15 @@ def test_report_energy_in_wh_since_the_run_began() -> None:
     assert line.startswith(f"energy since {render.clock(100.0)} (this run's jobs): GPU 2.00 Wh")
     assert "CPU 0.50 Wh" in line
     assert report.to_dict()["jobs"][0]["usage"]["total_j"] == 9000.0  # JSON keeps joules
+
+
+def test_a_pre_pass_job_is_not_a_job_without_a_result() -> None:
+    # a selection's pre-pass prints its cache entry, never a `result` line: only a training
+    # job that printed none is counted as silent
+    report = sweep_report(ReportConfig("val_acc", "max"))
+    report.jobs.append(job(5, "succeeded"))
+    assert "1 job(s) printed no result line" in report.text(width=80)
+    report.prepass_jobs.add(5)
+    assert "printed no result line" not in report.text(width=80)
+    report.jobs.append(job(6, "succeeded"))
+    assert "1 job(s) printed no result line" in report.text(width=80)
