@@ -322,6 +322,24 @@ def digit_features(digits) -> tuple[np.ndarray, np.ndarray, str]:
     return inputs, labels, fingerprint(dataset)
 
 
+@pytest.fixture(scope="module")
+def few_digits(digits) -> tuple[np.ndarray, np.ndarray]:
+    """The first 400 digits (every class about 40 times): enough for what a test checks of
+    less-P's plumbing, whose pre-pass costs in proportion to the samples (~6 s for all)."""
+    images, labels = digits
+    return images[:400], labels[:400]
+
+
+@pytest.fixture(scope="module")
+def few_digit_features(few_digits) -> tuple[np.ndarray, np.ndarray, str]:
+    """(proxy features, labels, fingerprint) of `few_digits`."""
+    from gpudesk.selection.scoring import features
+
+    images, labels = few_digits
+    dataset = as_dataset(images, labels)
+    return features(dataset)[0], labels, fingerprint(dataset)
+
+
 def digit_target(digits, rows: slice = slice(0, 200)) -> Target:
     """A selection target of digits samples (a stand-in for a task's validation set)."""
     images, labels = digits
@@ -329,14 +347,13 @@ def digit_target(digits, rows: slice = slice(0, 200)) -> Target:
     return Target(inputs=images[rows], labels=labels[rows], fingerprint=fingerprint(part))
 
 
-@pytest.mark.timeout(300)  # less-P's pre-pass: ~30 s a run on 2 busy cores
 def test_scored_subsets_are_the_top_of_the_ordering_or_per_class_when_asked(
-    digits, digit_features, tmp_path: Path
+    few_digits, few_digit_features, tmp_path: Path
 ) -> None:
-    inputs, labels, digest = digit_features
+    inputs, labels, digest = few_digit_features
     cache = SelectionCache(tmp_path / "sel")
     for method in SCORED:
-        target = digit_target(digits) if method == "less" else None
+        target = digit_target(few_digits) if method == "less" else None
         top = prepare(
             Preset(method, 25), labels, digest, cache, seed=0, inputs=inputs, target=target
         )
@@ -435,15 +452,16 @@ def test_coverage_merges_clusters_in_proportion_to_their_size(digit_features) ->
 
 
 # ------------------------------------------------------------------ less
-@pytest.mark.timeout(300)  # less-P's pre-pass: ~30 s a run on 2 busy cores
-def test_less_needs_a_target_and_is_deterministic(digits, digit_features, tmp_path: Path) -> None:
+def test_less_needs_a_target_and_is_deterministic(
+    few_digits, few_digit_features, tmp_path: Path
+) -> None:
     from gpudesk.selection.targeted import less
 
-    inputs, labels, digest = digit_features
+    inputs, labels, digest = few_digit_features
     cache = SelectionCache(tmp_path / "sel")
     with pytest.raises(PresetError, match="less-25 ranks samples by similarity to a target"):
         prepare(Preset("less", 25), labels, digest, cache, seed=0, inputs=inputs)
-    target = digit_target(digits)
+    target = digit_target(few_digits)
     first = prepare(Preset("less", 25), labels, digest, cache, seed=0, inputs=inputs, target=target)
     order, _ = less(inputs, labels, target, seed=0, shape=(64,))
     assert sorted(order.tolist()) == list(range(len(labels)))
@@ -461,9 +479,8 @@ def test_less_needs_a_target_and_is_deterministic(digits, digit_features, tmp_pa
         )
 
 
-@pytest.mark.timeout(300)  # less-P's pre-pass: ~30 s a run on 2 busy cores
-def test_less_key_follows_the_target(digits, digit_features, tmp_path: Path) -> None:
-    inputs, labels, digest = digit_features
+def test_less_key_follows_the_target(few_digits, few_digit_features, tmp_path: Path) -> None:
+    inputs, labels, digest = few_digit_features
     cache = SelectionCache(tmp_path / "sel")
     one = prepare(
         Preset("less", 25),
@@ -471,7 +488,7 @@ def test_less_key_follows_the_target(digits, digit_features, tmp_path: Path) -> 
         digest,
         cache,
         inputs=inputs,
-        target=digit_target(digits, slice(0, 200)),
+        target=digit_target(few_digits, slice(0, 200)),
     )
     other = prepare(
         Preset("less", 25),
@@ -479,7 +496,7 @@ def test_less_key_follows_the_target(digits, digit_features, tmp_path: Path) -> 
         digest,
         cache,
         inputs=inputs,
-        target=digit_target(digits, slice(200, 400)),
+        target=digit_target(few_digits, slice(200, 400)),
     )
     assert one.key != other.key and not other.reused
     assert not np.array_equal(one.indices, other.indices)
@@ -489,18 +506,17 @@ def test_less_key_follows_the_target(digits, digit_features, tmp_path: Path) -> 
         digest,
         cache,
         inputs=inputs,
-        target=digit_target(digits, slice(0, 200)),
+        target=digit_target(few_digits, slice(0, 200)),
     )
     assert same.reused and same.key == one.key
 
 
-@pytest.mark.timeout(300)  # less-P's pre-pass: ~30 s a run on 2 busy cores
 @pytest.mark.parametrize("method", ["coverage", "dedup", "less"])
 def test_a_cached_scored_selection_equals_a_fresh_one(
-    digits, digit_features, tmp_path: Path, method: str
+    few_digits, few_digit_features, tmp_path: Path, method: str
 ) -> None:
-    inputs, labels, digest = digit_features
-    target = digit_target(digits) if method == "less" else None
+    inputs, labels, digest = few_digit_features
+    target = digit_target(few_digits) if method == "less" else None
     cache = SelectionCache(tmp_path / "a")
     fresh = prepare(Preset(method, 25), labels, digest, cache, seed=2, inputs=inputs, target=target)
     cached = prepare(
