@@ -31,7 +31,7 @@ from gpudesk.engine.loaders import DatasetSpec
 from gpudesk.loader.protocol import VARIANT_SEPARATOR
 from gpudesk.profile import Profile
 from gpudesk.results import last_result, metrics_of
-from gpudesk.selection.cache import Entry, SelectionCache
+from gpudesk.selection.cache import SelectionCache
 from gpudesk.selection.presets import Preset, PresetError, parse_preset
 from gpudesk.workloads.common import ENV_SEED, ENV_SPLIT
 
@@ -46,10 +46,6 @@ POLL_S = 0.25
 MAX_REPEATS = 20  # splits, and seeds: each multiplies the jobs the comparison runs
 SPLIT_ARG = "split_seed"  # the factory argument a split redraws
 LOADER_NAME_MAX = 40  # gpudesk.engine.loaders: a loader name is 1 to 40 characters
-# Who trained on an entry: the shared loader records each job it serves from a cached entry as
-# "job N via loader NAME" (gpudesk.loader.producer, _note_reuse); `gpudesk select run` records
-# "job N" or "gpudesk select run at ...", which are look-ups, not training.
-TRAINING_USE = " via loader "
 
 
 class CompareError(Exception):
@@ -226,11 +222,6 @@ class Trial:
         return f"split {self.split} seed {self.seed} {self.preset}"
 
 
-def training_uses(entry: Entry) -> int:
-    """The training jobs recorded as using a cache entry (the pre-pass job is not one)."""
-    return sum(TRAINING_USE in who for who in entry.reused_by)
-
-
 class Comparison:
     def __init__(
         self,
@@ -272,7 +263,7 @@ class Comparison:
         for trial in self.trials:
             cached = self.cache.load(trial.prepass_key) if trial.prepass_key else None
             if cached is not None:
-                trial.prepass_uses = training_uses(cached)
+                trial.prepass_uses = cached.training_uses
 
     def trial(self, preset: Preset, split: int, seed: int) -> Trial:
         trial = Trial(preset.name, split, seed)
@@ -357,7 +348,7 @@ class Comparison:
         cached = self.cache.load(trial.prepass_key)
         if cached is None:
             return
-        trial.prepass_uses = training_uses(cached)
+        trial.prepass_uses = cached.training_uses
         trial.prepass_wall_s = cached.cost.job_wall_s
         trial.prepass_compute_s = cached.cost.wall_s
         trial.prepass_cpu_s = cached.cost.job_cpu_s

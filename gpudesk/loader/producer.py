@@ -859,6 +859,8 @@ class Producer:
 
     def _note_reuse(self, job: Any, pid: int, resumed: bool) -> None:
         """Record, in the selection cache, that a job trains on this selection's pre-pass."""
+        from gpudesk.selection.cache import loader_use
+
         chosen = self.selection.selection if self.selection is not None else None
         if chosen is None or chosen.key is None or resumed:
             return
@@ -867,7 +869,7 @@ class Producer:
             return
         who = f"job {job}" if job else f"pid {pid}"
         try:
-            self.selection_cache.note_reuse(chosen.key, f"{who} via loader {self.config.name}")
+            self.selection_cache.note_reuse(chosen.key, loader_use(who, self.config.name))
         except (OSError, ValueError) as exc:
             log.warning(
                 "loader %s: could not record the reuse of %s: %s", self.config.name, chosen.key, exc

@@ -83,6 +83,21 @@ class Entry:
     notes: dict[str, Any] = field(default_factory=dict)  # what the method reports; not keyed
     duplicates: np.ndarray | None = None  # dedup: int64 [m, 2] (near-duplicate, kept sample)
 
+    @property
+    def training_uses(self) -> int:
+        """The jobs that trained on the entry through a shared loader (`loader_use` records)."""
+        return sum(LOADER_USE in who for who in self.reused_by)
+
+
+# How a shared loader names a job it served from an entry ("job 7 via loader digits"); other
+# records (`gpudesk select run`'s look-ups) name no loader and trained nothing.
+LOADER_USE = " via loader "
+
+
+def loader_use(who: str, loader: str) -> str:
+    """The reuse record of `who` (a job, a process) trained through shared loader `loader`."""
+    return f"{who}{LOADER_USE}{loader}"
+
 
 class CorruptEntry(Exception):
     """An entry whose files do not match their recorded checksums (or do not parse)."""

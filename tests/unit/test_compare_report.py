@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gpudesk.cli.compare import CompareError, ComparePlan, Trial, plan, training_uses
+from gpudesk.cli.compare import CompareError, ComparePlan, Trial, plan
 from gpudesk.cli.compare_report import (
     break_even,
     checks,
@@ -251,7 +251,7 @@ def test_uses_counts_the_training_jobs_a_loader_recorded() -> None:
             "pid 123 via loader digits",  # a consumer started by hand trains too
         ],
     )
-    assert training_uses(entry) == 2
+    assert entry.training_uses == 2
 
 
 def test_the_quality_table_says_worse_plainly() -> None:
