@@ -26,7 +26,7 @@ from gpudesk import render
 from gpudesk.api.prepass import NO_PREPASS
 from gpudesk.cli.compare import ComparePlan, Trial
 from gpudesk.cli.paired import BETTER, WORSE, PairedTest, paired_test
-from gpudesk.selection.presets import CHEAP_METHODS, Preset, parse_preset
+from gpudesk.selection.presets import PROXY_METHODS, Preset, parse_preset
 from gpudesk.units import J_PER_WH
 
 if TYPE_CHECKING:
@@ -205,6 +205,8 @@ class Checks:
     enough_runs: bool  # at least MIN_SPLITS × MIN_SEEDS
     verdicts: dict[str, str]  # preset -> its verdict against random at the same fraction
     targeting: list[TargetingCheck] = field(default_factory=list)
+    # targeted presets whose target holds every class of the data (no enrichment to check)
+    untargeted: list[str] = field(default_factory=list)
     break_even: dict[str, str] = field(default_factory=dict)  # presets with a pre-pass
     prepass_share_of_full: dict[str, float] = field(default_factory=dict)
     reuse_share_of_prepass: dict[str, float] = field(default_factory=dict)  # proxy pre-passes
@@ -225,16 +227,29 @@ def checks(plan: ComparePlan, trials: Sequence[Trial], rows: Sequence[PresetRow]
         found.break_even[row.preset] = row.break_even
         if full is not None and full.train_min and row.prepass_min is not None:
             found.prepass_share_of_full[row.preset] = row.prepass_min / full.train_min
-        # a permutation (random, stratified) costs less to redraw than to look up: the target
-        # is about the pre-passes that train a proxy
-        costly = parse_preset(row.preset).method not in CHEAP_METHODS
+        # a permutation (random, stratified) or dedup's pass over the raw inputs costs
+        # milliseconds, about what the lookup's checksum costs: the target is about the
+        # pre-passes that train a proxy
+        costly = parse_preset(row.preset).method in PROXY_METHODS
         if costly and row.reuse_ms is not None and row.prepass_compute_s:
             found.reuse_share_of_prepass[row.preset] = row.reuse_ms / 1000 / row.prepass_compute_s
         if parse_preset(row.preset).method == "less":
-            found.targeting.append(
-                _targeting(row, [t for t in trials if t.preset == row.preset], by_name)
-            )
+            runs = [t for t in trials if t.preset == row.preset]
+            if _targets_every_class(runs):
+                found.untargeted.append(row.preset)
+            else:
+                found.targeting.append(_targeting(row, runs, by_name))
     return found
+
+
+def _targets_every_class(trials: Sequence[Trial]) -> bool:
+    """Whether the target holds every class of the training data: then there is no class for
+    the kept set to be enriched in, and the targeting check does not apply."""
+    for trial in trials:
+        if trial.target_classes and trial.dataset_per_class:
+            present = {c for c, n in trial.dataset_per_class.items() if n}
+            return present <= set(trial.target_classes)
+    return False
 
 
 def _targeting(
@@ -436,6 +451,12 @@ def render_checks(found: Checks, metric: str) -> str:
             lines.append(f"{verdict}: {', '.join(grouped[verdict])}")
     for check in found.targeting:
         lines.extend(_render_targeting(check, metric))
+    for preset in found.untargeted:
+        lines.append(
+            f"{preset}: the target holds every class of the data, so there is no class for its "
+            "kept set to be enriched in; the targeting check needs a target of some classes "
+            "(profiles/selection-target.toml)"
+        )
     if found.prepass_share_of_full:
         lines.append(
             "a fresh pre-pass against one full training run's wall time: "

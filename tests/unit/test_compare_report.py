@@ -344,6 +344,38 @@ def test_a_class_mix_as_the_data_is_not_enriched(tmp_path: Path) -> None:
     assert "does NOT beat it by more than the spread" in text
 
 
+def test_a_target_of_every_class_has_no_enrichment_to_check(tmp_path: Path) -> None:
+    """A target drawn from every class (profiles/selection.toml's) gives less-P nothing to be
+    enriched in: the report says so instead of calling a 1.00x mix "NOT enriched"; dedup's
+    millisecond pass over the raw inputs is not held to the reuse target (it trains no proxy)."""
+    chosen = a_plan(tmp_path, "random-25,dedup-25,less-25", splits=1, seeds=2)
+    data = {c: 10 for c in range(10)}
+    kept = {c: 0 for c in range(10)} | {0: 30, 4: 30, 6: 40}  # top-k collapsed on 3 classes
+    trials = []
+    for seed in (0, 1):
+        trials += [
+            trial("random-25", 0, seed, 0.95, reuse_s=0.003, prepass_compute_s=0.001),
+            trial("dedup-25", 0, seed, 0.95, reuse_s=0.003, prepass_compute_s=0.01),
+            trial(
+                "less-25",
+                0,
+                seed,
+                0.45,
+                reuse_s=0.003,
+                prepass_compute_s=10.0,
+                kept_per_class=kept,
+                dataset_per_class=data,
+                target_classes=list(range(10)),
+            ),
+        ]
+    found = checks(chosen, trials, summarize(trials))
+    assert found.targeting == [] and found.untargeted == ["less-25"]
+    assert set(found.reuse_share_of_prepass) == {"less-25"}
+    text = render_checks(found, "val_acc")
+    assert "less-25: the target holds every class of the data" in text
+    assert "NOT enriched" not in text
+
+
 # ------------------------------------------------------------------------- the plan
 def test_each_split_redraws_the_dataset_and_its_target(tmp_path: Path) -> None:
     chosen = a_plan(tmp_path, splits=3, seeds=2)
