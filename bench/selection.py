@@ -1,7 +1,8 @@
 """Data selection: quality vs cost of each preset on a real dataset, and the issue's checks.
 
     python bench/selection.py [--profile profiles/selection.toml] [--splits 3] [--seeds 3]
-                              [--presets full,random-25,...] [--metric val_acc] [--out FILE.json]
+                              [--presets full,random-25,...] [--metric val_acc] [--job NAME]
+                              [--out FILE.json]
 
 Starts a fresh engine in a temporary GPUDESK_HOME (empty selection cache), runs
 `gpudesk select compare PROFILE --presets ... --splits K --seeds N` (every pre-pass fresh, every
@@ -46,6 +47,7 @@ def main() -> int:
         default="full,random-25,stratified-25,loss-25,el2n-25,coverage-25,dedup-25,less-25",
     )
     parser.add_argument("--metric", default="val_acc")
+    parser.add_argument("--job", default=None, help="the training job, where several read the data")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="gpudesk-bench-selection-") as home:
@@ -69,6 +71,7 @@ def main() -> int:
                     args.metric,
                     "--out",
                     str(out),
+                    *(["--job", args.job] if args.job else []),
                 ],
                 env=env,
                 cwd=ROOT,

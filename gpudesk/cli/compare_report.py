@@ -452,11 +452,17 @@ def render_checks(found: Checks, metric: str) -> str:
     for check in found.targeting:
         lines.extend(_render_targeting(check, metric))
     for preset in found.untargeted:
-        lines.append(
+        line = (
             f"{preset}: the target holds every class of the data, so there is no class for its "
             "kept set to be enriched in; the targeting check needs a target of some classes "
             "(profiles/selection-target.toml)"
         )
+        if not parse_preset(preset).per_class:
+            line += (
+                ". Its top-k keeps the classes whose gradients agree most with the target's: "
+                f"{preset}-perclass keeps the data's class mix"
+            )
+        lines.append(line)
     if found.prepass_share_of_full:
         lines.append(
             "a fresh pre-pass against one full training run's wall time: "

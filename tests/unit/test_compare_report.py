@@ -373,6 +373,7 @@ def test_a_target_of_every_class_has_no_enrichment_to_check(tmp_path: Path) -> N
     assert set(found.reuse_share_of_prepass) == {"less-25"}
     text = render_checks(found, "val_acc")
     assert "less-25: the target holds every class of the data" in text
+    assert "less-25-perclass keeps the data's class mix" in text
     assert "NOT enriched" not in text
 
 
