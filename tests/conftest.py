@@ -6,6 +6,7 @@ import contextlib
 import fcntl
 import json
 import os
+import shutil
 import signal
 import sys
 import tempfile
@@ -139,6 +140,20 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Home]:
     """An empty GPUDESK_HOME; whatever engine and jobs a test started in it are stopped after."""
     with home_at(tmp_path / "home", monkeypatch) as home:
         yield home
+
+
+@contextlib.contextmanager
+def short_home(prefix: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Home]:
+    """`home` under a fresh folder in the system's temporary directory: the shared loaders'
+    sockets lie under the home (run/loaders/NAME.ctl), a Unix socket's path holds 107 bytes at
+    most, and pytest-xdist's worker folder plus a long test name pass that (the loader then says
+    so and exits)."""
+    short = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        with home_at(short / "home", monkeypatch) as home:
+            yield home
+    finally:
+        shutil.rmtree(short, ignore_errors=True)
 
 
 @contextlib.contextmanager

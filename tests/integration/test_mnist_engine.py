@@ -7,14 +7,12 @@ from __future__ import annotations
 import importlib.util
 import json
 import re
-import shutil
 import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import EngineHandle, Run, home_at
+from conftest import EngineHandle, Run, short_home
 
 from gpudesk.paths import Home
 from gpudesk.results import last_result
@@ -35,14 +33,9 @@ SWEEP_CLASSES = [3, 8]
 
 @pytest.fixture
 def home(monkeypatch: pytest.MonkeyPatch) -> Iterator[Home]:
-    """conftest's `home` at a short path: the shared loaders' sockets lie under it, and a Unix
-    socket's path holds 107 bytes at most (as in test_select_compare.py)."""
-    short = Path(tempfile.mkdtemp(prefix="gd-mnist-"))
-    try:
-        with home_at(short / "home", monkeypatch) as home:
-            yield home
-    finally:
-        shutil.rmtree(short, ignore_errors=True)
+    """conftest's `home` at a short path, for the loaders' sockets (conftest.short_home)."""
+    with short_home("gd-mnist-", monkeypatch) as home:
+        yield home
 
 
 def mnist_job(name: str, *args: str, selection: str | None = None) -> dict:

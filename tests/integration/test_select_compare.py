@@ -4,15 +4,13 @@ jobs reading the real digits through shared loaders under each preset."""
 from __future__ import annotations
 
 import json
-import shutil
 import statistics
 import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import EngineHandle, Run, home_at
+from conftest import EngineHandle, Run, short_home
 
 from gpudesk.paths import Home
 from gpudesk.selection.cache import SelectionCache
@@ -37,16 +35,9 @@ command = [{python}, "-m", "gpudesk.workloads.digits", "--loader", "shared", "--
 
 @pytest.fixture
 def home(monkeypatch: pytest.MonkeyPatch) -> Iterator[Home]:
-    """conftest's `home` at a short path: the shared loaders' sockets lie under it
-    (run/loaders/digits.p0s0.random-25.ctl), a Unix socket's path holds 107 bytes at most, and
-    pytest-xdist's worker folder plus this test's name pass that (the loader then says so and
-    exits)."""
-    short = Path(tempfile.mkdtemp(prefix="gd-cmp-"))
-    try:
-        with home_at(short / "home", monkeypatch) as home:
-            yield home
-    finally:
-        shutil.rmtree(short, ignore_errors=True)
+    """conftest's `home` at a short path, for the loaders' sockets (conftest.short_home)."""
+    with short_home("gd-cmp-", monkeypatch) as home:
+        yield home
 
 
 @pytest.mark.serial  # it reports what each preset's training cost: nothing else may run

@@ -7,16 +7,14 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import Run, home_at, wait_for
+from conftest import Run, short_home, wait_for
 
 from gpudesk.loader import SharedLoader
 from gpudesk.loader.protocol import read_info
@@ -28,13 +26,9 @@ FACTORY = "gpudesk.workloads.data:make_digits"
 
 @pytest.fixture
 def home(monkeypatch: pytest.MonkeyPatch) -> Iterator[Home]:
-    """A home at a short path: the loader's sockets lie under it (107 bytes at most)."""
-    short = Path(tempfile.mkdtemp(prefix="gd-show-"))
-    try:
-        with home_at(short / "home", monkeypatch) as home:
-            yield home
-    finally:
-        shutil.rmtree(short, ignore_errors=True)
+    """conftest's `home` at a short path, for the loaders' sockets (conftest.short_home)."""
+    with short_home("gd-show-", monkeypatch) as home:
+        yield home
 
 
 @contextlib.contextmanager
