@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from gpudesk.api.prepass import NO_PREPASS, Prepass, job_wall, record_prepass
 from gpudesk.api.submit import configure_station, register_datasets, submit_specs, wait_for_jobs
@@ -235,7 +235,6 @@ class Comparison:
         self.group = f"compare-{plan.profile.name}@{stamp}"[:100]
         self.trials: list[Trial] = []
         self.current: int | None = None  # the job running now (cancelled on Ctrl-C)
-        self._targets: dict[tuple[Any, str], list[int] | None] = {}  # per target set
 
     def run(self) -> list[Trial]:
         station = configure_station(self.client, self.plan.profile)
@@ -260,10 +259,16 @@ class Comparison:
     def _count_uses(self) -> None:
         """USES as the comparison ends: presets of one method and seed at other percents share
         an entry (random-10 and random-25), so each trial counts every training on it."""
+        uses: dict[str, int | None] = {}
         for trial in self.trials:
-            cached = self.cache.load(trial.prepass_key) if trial.prepass_key else None
-            if cached is not None:
-                trial.prepass_uses = cached.training_uses
+            if not trial.prepass_key:
+                continue
+            if trial.prepass_key not in uses:
+                cached = self.cache.load(trial.prepass_key)
+                uses[trial.prepass_key] = None if cached is None else cached.training_uses
+            counted = uses[trial.prepass_key]
+            if counted is not None:
+                trial.prepass_uses = counted
 
     def trial(self, preset: Preset, split: int, seed: int) -> Trial:
         trial = Trial(preset.name, split, seed)
@@ -336,9 +341,9 @@ class Comparison:
             trial.quality = metrics[self.plan.metric]
             samples = metrics.get("train_samples")
             trial.train_samples = int(samples) if samples is not None else None
-        self._read_selection(trial, done.loader, dataset)
+        self._read_selection(trial, done.loader)
 
-    def _read_selection(self, trial: Trial, loader: str | None, dataset: DatasetSpec) -> None:
+    def _read_selection(self, trial: Trial, loader: str | None) -> None:
         for entry in self.client.status(fresh_loaders=True).loaders:
             chosen = entry.status.selection if entry.status is not None else None
             if entry.name == loader and chosen is not None:
@@ -348,7 +353,6 @@ class Comparison:
         cached = self.cache.load(trial.prepass_key)
         if cached is None:
             return
-        trial.prepass_uses = cached.training_uses
         trial.prepass_wall_s = cached.cost.job_wall_s
         trial.prepass_compute_s = cached.cost.wall_s
         trial.prepass_cpu_s = cached.cost.job_cpu_s
@@ -364,26 +368,10 @@ class Comparison:
             else:
                 trial.kept_per_class = class_counts(cached.labels, kept.canonical)
                 trial.dataset_per_class = class_counts(cached.labels)
-        if parse_preset(trial.preset).method == "less":
-            trial.target_classes = self._target_classes(trial, dataset)
-
-    def _target_classes(self, trial: Trial, dataset: DatasetSpec) -> list[int] | None:
-        """The labels the target set holds (what a targeted selection should favour)."""
-        from gpudesk.loader.producer import load_factory
-
-        key = (dataset.selection_target, repr(sorted(dataset.selection_target_args.items())))
-        if key not in self._targets:
-            try:
-                target = load_factory(str(dataset.selection_target))(
-                    **dataset.selection_target_args
-                )
-                self._targets[key] = sorted({int(target[i][1]) for i in range(len(target))})
-            except Exception as exc:  # the user's factory: said once, not a traceback
-                trial.problems.append(
-                    f"could not read the target set's classes: {type(exc).__name__}: {exc}"
-                )
-                self._targets[key] = None
-        return self._targets[key]
+        # the classes the target set held, as the targeted pre-pass recorded them
+        held = cached.notes.get("target_classes")
+        if isinstance(held, list) and all(isinstance(c, int) for c in held):
+            trial.target_classes = [int(c) for c in held]
 
     # ------------------------------------------------------------------ engine
     def submit(self, spec: JobSpec) -> int:

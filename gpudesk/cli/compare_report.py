@@ -212,13 +212,18 @@ class Checks:
     reuse_share_of_prepass: dict[str, float] = field(default_factory=dict)  # proxy pre-passes
 
 
+def enough_runs(splits: int, seeds: int) -> bool:
+    """Whether a comparison has the issue's >= MIN_SPLITS splits x MIN_SEEDS seeds."""
+    return splits >= MIN_SPLITS and seeds >= MIN_SEEDS
+
+
 def checks(plan: ComparePlan, trials: Sequence[Trial], rows: Sequence[PresetRow]) -> Checks:
     by_name = {row.preset: row for row in rows}
     full = by_name.get("full")
     found = Checks(
         splits=len(plan.splits),
         seeds=len(plan.seeds),
-        enough_runs=len(plan.splits) >= MIN_SPLITS and len(plan.seeds) >= MIN_SEEDS,
+        enough_runs=enough_runs(len(plan.splits), len(plan.seeds)),
         verdicts={row.preset: row.verdict for row in rows if row.vs_random is not None},
     )
     for row in rows:
@@ -238,7 +243,7 @@ def checks(plan: ComparePlan, trials: Sequence[Trial], rows: Sequence[PresetRow]
             if _targets_every_class(runs):
                 found.untargeted.append(row.preset)
             else:
-                found.targeting.append(_targeting(row, runs, by_name))
+                found.targeting.append(_targeting(row, runs, by_name, plan.higher_is_better))
     return found
 
 
@@ -253,7 +258,10 @@ def _targets_every_class(trials: Sequence[Trial]) -> bool:
 
 
 def _targeting(
-    row: PresetRow, trials: Sequence[Trial], by_name: dict[str, PresetRow]
+    row: PresetRow,
+    trials: Sequence[Trial],
+    by_name: dict[str, PresetRow],
+    higher_is_better: bool = True,
 ) -> TargetingCheck:
     classes = next((t.target_classes for t in trials if t.target_classes), None)
     kept = _mean([_share(t.kept_per_class, t.target_classes) for t in trials])
@@ -276,7 +284,8 @@ def _targeting(
         spread=spread,
         beats_by_more_than_spread=None
         if margin is None or spread is None
-        else margin > spread and row.verdict == BETTER,
+        # the margin in the metric's better direction (a loss improves downwards)
+        else (margin if higher_is_better else -margin) > spread and row.verdict == BETTER,
         verdict=row.verdict,
     )
 
@@ -512,6 +521,7 @@ def to_json(
     plan: ComparePlan,
     trials: Sequence[Trial],
     rows: Sequence[PresetRow],
+    found: Checks,
     station: StationInfo,
 ) -> dict[str, Any]:
     return {
@@ -527,5 +537,5 @@ def to_json(
         "simulated": station.simulated,
         "trials": [asdict(t) for t in trials],
         "presets": [{**asdict(r), "verdict": r.verdict} for r in rows],
-        "checks": asdict(checks(plan, trials, rows)),
+        "checks": asdict(found),
     }

@@ -581,7 +581,7 @@ def compare_command(
         fail(f"the profile is not valid:\n{exc}", EXIT_USAGE)
     except compare.CompareError as exc:
         fail(str(exc), EXIT_USAGE)
-    if splits * seeds < compare_report.MIN_SPLITS * compare_report.MIN_SEEDS:
+    if not compare_report.enough_runs(splits, seeds):
         print(
             f"note: {splits} split(s) × {seeds} seed(s): the issue's check asks for "
             f"≥ {compare_report.MIN_SPLITS} × {compare_report.MIN_SEEDS} runs per preset",
@@ -600,7 +600,8 @@ def compare_command(
             raise typer.Exit(EXIT_INTERRUPTED) from None
         station = client.status().station
     rows = compare_report.summarize(trials, chosen.higher_is_better)
-    report = compare_report.to_json(chosen, trials, rows, station)
+    found = compare_report.checks(chosen, trials, rows)
+    report = compare_report.to_json(chosen, trials, rows, found, station)
     if out is not None:
         try:
             out.write_text(json.dumps(report, indent=2) + "\n")
@@ -610,7 +611,6 @@ def compare_command(
     if as_json:
         print(json.dumps(report, indent=2))
     else:
-        found = compare_report.checks(chosen, trials, rows)
         print(compare_report.render_header(chosen, station))
         print(compare_report.render_quality(rows, metric))
         print()

@@ -327,6 +327,38 @@ def test_the_targeting_check(tmp_path: Path) -> None:
     assert "better than random: less-25" in text
 
 
+def test_the_targeting_margin_follows_the_metrics_direction(tmp_path: Path) -> None:
+    """With --lower-is-better (a loss), a targeted preset that lowers the loss by more than the
+    spread beats random: the margin is taken in the metric's better direction."""
+    path = tmp_path / "cmp.toml"
+    path.write_text(
+        PROFILE.format(split=", split_seed = 0", target_split=", split_seed = 0", dataset="digits")
+    )
+    chosen = plan(load_profile(path), "random-25,less-25", 3, splits=3, higher_is_better=False)
+    data = {c: 100 for c in range(10)}
+    kept = {c: 10 for c in range(10)} | {3: 60, 8: 60}
+    trials = []
+    for split in chosen.splits:
+        for seed in chosen.seeds:
+            trials += [
+                trial("random-25", split, seed, 0.50 + 0.01 * seed),
+                trial(
+                    "less-25",
+                    split,
+                    seed,
+                    0.40 + 0.01 * seed + 0.002 * split,
+                    kept_per_class=kept,
+                    dataset_per_class=data,
+                    target_classes=[3, 8],
+                ),
+            ]
+    rows = summarize(trials, higher_is_better=False)
+    found = checks(chosen, trials, rows)
+    (target,) = found.targeting
+    assert target.verdict == BETTER and target.margin == pytest.approx(-0.098)
+    assert target.beats_by_more_than_spread
+
+
 def test_a_class_mix_as_the_data_is_not_enriched(tmp_path: Path) -> None:
     chosen = a_plan(tmp_path, "random-25,less-25", splits=1, seeds=2)
     mix = {c: 10 for c in range(10)}
