@@ -46,10 +46,7 @@ def key_params() -> dict[str, Any]:
     return {
         "recipe": "k-center",
         "cluster_size": CLUSTER_SIZE,
-        "epochs": scoring.PROXY_EPOCHS,
-        "max_steps": scoring.PROXY_MAX_STEPS,
-        "batch": scoring.PROXY_BATCH,
-        "optimizer": f"adam-{scoring.PROXY_LR:g}",
+        **scoring.proxy_recipe(),
     }
 
 

@@ -68,15 +68,23 @@ PRUNE_HARDEST = 0.10
 SCORE_METHODS = ("loss", "el2n")
 
 
+def proxy_recipe() -> dict[str, Any]:
+    """The proxy training's constants, for the cache key of every method that trains one with
+    `train_proxy` (loss, el2n, coverage): a change to them is a new entry for each."""
+    return {
+        "epochs": PROXY_EPOCHS,
+        "max_steps": PROXY_MAX_STEPS,
+        "batch": PROXY_BATCH,
+        "optimizer": f"adam-{PROXY_LR:g}",
+    }
+
+
 def key_params() -> dict[str, Any]:
     """The recipe constants a `loss`/`el2n` cache key names (a change is a new entry)."""
     return {
         "recipe": "crossfit-hard-first",
         "folds": PROXY_FOLDS,
-        "epochs": PROXY_EPOCHS,
-        "max_steps": PROXY_MAX_STEPS,
-        "batch": PROXY_BATCH,
-        "optimizer": f"adam-{PROXY_LR:g}",
+        **proxy_recipe(),
         "prune": PRUNE_HARDEST,
     }
 

@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from gpudesk.selection import gradients, models
+from gpudesk.selection import gradients, models, scoring
 from gpudesk.selection.presets import PresetError
 
 # LESS's warm-up: "PERCENTAGE=0.05" of the training data (README, "Warmup training"; the paper's
@@ -71,7 +71,6 @@ PROJECTION_DIM = 8192
 # chunks generate the projection fewer times (once per chunk and checkpoint). The scores do not
 # depend on it (beyond float rounding).
 GRADIENT_CHUNK_BYTES = 48 * 2**20
-EVAL_CHUNK = 256  # samples per forward pass when measuring the warm-up's accuracy (memory)
 WARMUP_STREAM = 0x3A9  # mixed with the seed for the warm-up part and its batch order
 TIE_STREAM = 0x71E  # mixed with the seed for breaking equal scores
 RECIPE = "less-v2"  # names this recipe in the cache key (v1: the last-layer proxy score)
@@ -256,15 +255,10 @@ def warm_up(
     model.eval()
     rest = np.setdiff1d(np.arange(n), part)
     accuracy = None
-    if len(rest):
-        with torch.no_grad():  # in chunks: a CNN's activations over all samples are large
-            predicted = np.concatenate(
-                [
-                    model(x[torch.from_numpy(rest[s])]).argmax(dim=1).numpy()
-                    for s in _chunks(len(rest), EVAL_CHUNK)
-                ]
-            )
-        accuracy = float((predicted == labels[rest]).mean())
+    if len(rest):  # on the samples it did not train on, as the proxies' accuracy is measured
+        warmed = scoring.Proxy(model=model, classes=classes, shape=shape, seed=seed)
+        _, right = scoring.sample_scores(warmed, inputs[rest], labels[rest], "loss")
+        accuracy = float(right.mean())
     return Warmup(model=model, checkpoints=checkpoints, part=part, steps=step, accuracy=accuracy)
 
 
