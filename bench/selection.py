@@ -33,6 +33,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from gpudesk.cli.compare_report import MIN_SEEDS, MIN_SPLITS, REUSE_TARGET
+
 ROOT = Path(__file__).resolve().parents[1]
 GPUDESK = [sys.executable, "-m", "gpudesk"]
 
@@ -89,10 +91,14 @@ def main() -> int:
         args.out.write_text(json.dumps(report, indent=2) + "\n")
     found = report["checks"]
     checks = {
-        f"{found['splits']} splits x {found['seeds']} seeds >= 3 x 3": found["enough_runs"],
+        f"{found['splits']} splits x {found['seeds']} seeds >= {MIN_SPLITS} x {MIN_SEEDS}": found[
+            "enough_runs"
+        ],
     }
     for preset, share in found["reuse_share_of_prepass"].items():
-        checks[f"{preset}: cached reuse <= 1 % of the pre-pass"] = share <= 0.01
+        checks[f"{preset}: cached reuse <= {100 * REUSE_TARGET:g} % of the pre-pass"] = (
+            share <= REUSE_TARGET
+        )
     for target in found["targeting"]:
         checks[f"{target['preset']}: target classes >= 2x their share"] = bool(target["enriched"])
         checks[f"{target['preset']}: beats {target['baseline']} by more than the spread"] = bool(
