@@ -41,10 +41,16 @@ class EpochStats:
 
 
 def add_run_arguments(
-    parser: argparse.ArgumentParser, *, dataset: str, factory: str, classes: int
+    parser: argparse.ArgumentParser,
+    *,
+    dataset: str,
+    factory: str,
+    classes: int,
+    local_split: str | None = None,
 ) -> None:
     """The flags every built-in training workload shares: where it runs (--device, --threads),
-    where its data comes from (--loader, --dataset-name, --split-seed) and --target-classes."""
+    where its data comes from (--loader, --dataset-name, --split-seed) and --target-classes.
+    `local_split`: how --loader local splits the data, where it does not follow --split-seed."""
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     parser.add_argument(
         "--threads",
@@ -64,9 +70,11 @@ def add_run_arguments(
         "--split-seed",
         type=int,
         default=os.environ.get(ENV_SPLIT) or "0",  # argparse applies `type` to it
-        help=f"the split_seed of {factory}: the job evaluates on that split's val part "
+        help=("with --loader shared: " if local_split else "")
+        + f"the split_seed of {factory}: the job evaluates on that split's val part "
         f"(default: ${ENV_SPLIT}, which `gpudesk select compare --splits` sets, else 0); with "
-        "--loader shared, the loader's dataset must be that split's train part",
+        "--loader shared, the loader's dataset must be that split's train part"
+        + (f"; {local_split}" if local_split else ""),
     )
     parser.add_argument(
         "--target-classes",
