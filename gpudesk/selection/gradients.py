@@ -26,7 +26,7 @@ from __future__ import annotations
 import functools
 import math
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -118,26 +118,18 @@ def projected_gradients(
     parts = per_sample_gradients(model, params, inputs, labels)
     times.gradients += time.perf_counter() - started
     out = torch.zeros((len(labels), projection.dim), dtype=torch.float32)
+    transform = None
+    if moments is not None:
+        first, second = moments
+
+        def transform(piece: Any, low: int, high: int) -> Any:
+            return adam_preconditioned(piece, first[low:high], second[low:high])
+
     offset = 0
     for name in list(parts):
         flat = parts.pop(name).reshape(len(labels), -1)
-        width = flat.shape[1]
-        # one block of the projection's rows at a time: the Adam transform's temporaries are
-        # [b, PROJECTION_BLOCK_ROWS], never the size of a whole parameter's gradients
-        mark = time.perf_counter()
-        for low, high, rows in projection.row_blocks(offset, offset + width):
-            generated = time.perf_counter()  # making the block is projection time
-            piece = flat[:, low - offset : high - offset]
-            if moments is not None:
-                first, second = moments
-                piece = adam_preconditioned(piece, first[low:high], second[low:high])
-            projecting = time.perf_counter()
-            out.addmm_(piece, rows)
-            done = time.perf_counter()
-            times.gradients += projecting - generated
-            times.projection += (generated - mark) + (done - projecting)
-            mark = done
-        offset += width
+        projection.accumulate(out, flat, offset, transform, times)
+        offset += flat.shape[1]
     return out
 
 
@@ -203,12 +195,34 @@ class RademacherProjection:
         self.accumulate(out, features, 0)
         return out
 
-    def accumulate(self, out: Any, features: Any, offset: int) -> None:
-        """out += features @ (the matrix's rows offset .. offset + width), in place: the
-        projection of coordinates offset.. of a longer vector (one parameter's part of a
-        gradient). `out` float32 [b, dim], `features` float32 [b, width]."""
+    def accumulate(
+        self,
+        out: Any,
+        features: Any,
+        offset: int,
+        transform: Callable[[Any, int, int], Any] | None = None,
+        times: StageTimes | None = None,
+    ) -> None:
+        """out += transform(features) @ (the matrix's rows offset .. offset + width), in place:
+        the projection of coordinates offset.. of a longer vector (one parameter's part of a
+        gradient). `out` float32 [b, dim], `features` float32 [b, width]. `transform(piece,
+        low, high)` rewrites the columns of coordinates low..high before they are projected
+        (LESS's Adam step), one block at a time, so its temporaries are [b, a block's rows],
+        never the size of a whole parameter's gradients. `times` adds the seconds spent in
+        `transform` to its gradients and the rest (making blocks, multiplying) to projection."""
+        mark = time.perf_counter()
         for low, high, rows in self.row_blocks(offset, offset + features.shape[1]):
-            out.addmm_(features[:, low - offset : high - offset], rows)
+            generated = time.perf_counter()  # making the block is projection time
+            piece = features[:, low - offset : high - offset]
+            if transform is not None:
+                piece = transform(piece, low, high)
+            projecting = time.perf_counter()
+            out.addmm_(piece, rows)
+            done = time.perf_counter()
+            if times is not None:
+                times.gradients += projecting - generated
+                times.projection += (generated - mark) + (done - projecting)
+            mark = done
 
     def row_blocks(self, start: int, stop: int) -> Iterator[tuple[int, int, Any]]:
         """(low, high, the matrix's rows low..high) covering rows start..stop, one block at a

@@ -132,3 +132,28 @@ def test_projection_to_lesss_dimension_roughly_preserves_inner_products() -> Non
     # Johnson-Lindenstrauss: the error of a cosine is about 1/sqrt(8192) = 0.011
     assert np.abs(pcos - cos).max() < 0.05
     assert np.allclose(np.linalg.norm(pa, axis=1) / np.linalg.norm(a, axis=1), 1.0, atol=0.05)
+
+
+def test_projected_gradients_are_the_projection_of_the_adam_step_of_the_gradients() -> None:
+    """The pre-pass's one-pass path (per parameter, per block of the projection, Adam applied
+    block by block) equals the three steps done whole: gradients, Adam, then the projection;
+    and its stage timings add up."""
+    import torch
+
+    model = build_model((1, 28, 28), 10, seed=2)
+    rng = np.random.default_rng(3)
+    x = torch.from_numpy(rng.random((6, 784), dtype=np.float32))
+    y = torch.from_numpy(rng.integers(0, 10, 6))
+    params = gradients.trainable_parameters(model)
+    rows = gradients.parameter_count(model)
+    m = torch.from_numpy(rng.standard_normal(rows).astype(np.float32) * 0.01)
+    v = torch.from_numpy(rng.random(rows).astype(np.float32) * 1e-4)
+    projection = gradients.RademacherProjection(rows, 256, seed=5)
+    whole = gradients.flattened(gradients.per_sample_gradients(model, params, x, y))
+    times = gradients.StageTimes()
+    got = gradients.projected_gradients(model, params, x, y, projection, (m, v), times)
+    expected = projection.project(gradients.adam_preconditioned(whole.clone(), m, v))
+    assert np.allclose(got.numpy(), expected.numpy(), rtol=1e-4, atol=1e-5)
+    plain = gradients.projected_gradients(model, params, x, y, projection)
+    assert np.allclose(plain.numpy(), projection.project(whole).numpy(), rtol=1e-4, atol=1e-5)
+    assert times.gradients > 0 and times.projection > 0
