@@ -751,6 +751,10 @@ def test_a_paused_consumer_holds_only_its_share_and_the_others_go_on(
         assert_exactly_once(e["ids"], size)
         assert e["data_ok"]
     assert not slow.epochs()
+    # the fast consumer has closed; the producer learns it from its socket, a moment later
+    wait_for(
+        lambda: len(producer.status()["consumers"]) == 1, 10, what="the fast consumer to leave"
+    )
     status = producer.status()
     [held] = [c["held_slots"] for c in status["consumers"]]
     assert 1 <= held <= 3 and status["slots_used"] == held, status
