@@ -1,0 +1,155 @@
+"""What an engine run by root does for a user, and how it treats what a user controls.
+
+The rule (docs/security.md): **root never runs a program, loads a library, follows a path, or
+believes a record that a user controls.**
+
+- Everything done for a user that runs her tools or touches her files happens in a process that
+  has dropped to her identity first, started with an environment the engine built
+  (`engine_environment`), never the one her client sent: the dynamic loader reads `LD_PRELOAD`,
+  `LD_LIBRARY_PATH`, `LD_AUDIT`, glibc reads `GCONV_PATH` … before any of the process's own code
+  runs, so a variable of hers in a root process is her code running as root. Her own
+  environment is applied only after the switch (the job wrapper's child, `wrapper._start_as`).
+- Programs are found on the site's PATH (`SITE_PATH`), never on hers.
+- What root must read from a place she can write is opened with `open_untrusted`:
+  `O_NOFOLLOW | O_NONBLOCK` (a link is not followed, a FIFO does not block the open), then checked
+  to be a regular file with one name, of the expected owner, no larger than the reader takes,
+  and parsed as untrusted input by the caller.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import pwd
+import shutil
+import stat
+
+from gpudesk.engine.identity import Identity
+
+# The site's programs: what a root process started for a user searches, whatever PATH the user
+# sent (the default PATH of a Debian root login, which also holds Slurm's clients).
+SITE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+# The variables the dynamic loader and glibc honour at a process's start (ld.so(8), the
+# "ENVIRONMENT" section; glibc's unsecvars.h, which a setuid program drops for the same
+# reason). None ever reaches a root process the engine starts for a user: the engine builds
+# that environment whole (`engine_environment`), so this list is for the tests and the docs,
+# not a filter.
+LOADER_VARIABLES = (
+    "LD_PRELOAD",
+    "LD_LIBRARY_PATH",
+    "LD_AUDIT",
+    "LD_BIND_NOW",
+    "LD_BIND_NOT",
+    "LD_DEBUG",
+    "LD_DEBUG_OUTPUT",
+    "LD_DYNAMIC_WEAK",
+    "LD_HWCAP_MASK",
+    "LD_ORIGIN_PATH",
+    "LD_PROFILE",
+    "LD_PROFILE_OUTPUT",
+    "LD_SHOW_AUXV",
+    "LD_USE_LOAD_BIAS",
+    "LD_ASSUME_KERNEL",
+    "GCONV_PATH",
+    "GETCONF_DIR",
+    "HOSTALIASES",
+    "LOCALDOMAIN",
+    "LOCPATH",
+    "MALLOC_TRACE",
+    "NIS_PATH",
+    "NLSPATH",
+    "RESOLV_HOST_CONF",
+    "RES_OPTIONS",
+    "TMPDIR",
+    "TZDIR",
+    "GLIBC_TUNABLES",
+    "MALLOC_CHECK_",
+    "MALLOC_ARENA_MAX",
+)
+
+# How much root reads of a record a user can write (a rotation record, a reply line): more is
+# not a record of ours.
+RECORD_MAX_BYTES = 64 * 1024
+
+
+class UntrustedFileError(OSError):
+    """A file root was to read from a place a user can write is not what it should be."""
+
+
+def engine_environment(owner: Identity | None, **extra: str) -> dict[str, str]:
+    """The whole environment of a process the engine starts for `owner` (None: for itself):
+    the site's PATH, the owner's HOME, USER, LOGNAME and SHELL from the password database (never
+    from her request), a UTF-8 locale, and `extra` (SLURM_CONF, say). Nothing the user sent."""
+    env = {"PATH": SITE_PATH, "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
+    uid = owner.uid if owner is not None else os.geteuid()
+    try:
+        entry = pwd.getpwuid(uid)
+    except KeyError:  # a uid without a name: no home to name
+        env.update(HOME="/", USER=str(uid), LOGNAME=str(uid))
+    else:
+        env.update(
+            HOME=entry.pw_dir or "/",
+            USER=entry.pw_name,
+            LOGNAME=entry.pw_name,
+            SHELL=entry.pw_shell or "/bin/sh",
+        )
+    env.update(extra)
+    return env
+
+
+def site_program(name: str) -> str | None:
+    """`name` found on the site's PATH (never a user's), or None."""
+    return shutil.which(name, path=SITE_PATH)
+
+
+def open_untrusted(path: str | os.PathLike[str], owner_uid: int | None, flags: int = 0) -> int:
+    """Open a file that sits where a user can write, for reading (plus `flags`): never through a
+    link, never blocking on a FIFO, and only a regular file with one name owned by `owner_uid`
+    (None: any owner, for a personal engine's own files). Returns the fd (close-on-exec).
+    Raises FileNotFoundError when there is nothing there, UntrustedFileError when what is
+    there is not such a file."""
+    access = flags if flags & (os.O_WRONLY | os.O_RDWR) else os.O_RDONLY | flags
+    try:
+        fd = os.open(path, access | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise UntrustedFileError(errno.ELOOP, "a link, not followed", str(path)) from None
+        if exc.errno in (errno.ENXIO, errno.EISDIR):  # a socket; a folder asked for writing
+            raise UntrustedFileError(exc.errno, "not a regular file", str(path)) from None
+        raise
+    try:
+        check_untrusted(fd, owner_uid, str(path))
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def check_untrusted(fd: int, owner_uid: int | None, what: str) -> os.stat_result:
+    """The checks of `open_untrusted` on an open fd; its stat."""
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        raise UntrustedFileError(errno.EPERM, "not a regular file", what)
+    if st.st_nlink != 1:
+        raise UntrustedFileError(errno.EPERM, "a file with a second name (a hard link)", what)
+    if owner_uid is not None and st.st_uid != owner_uid:
+        raise UntrustedFileError(
+            errno.EPERM, f"owned by uid {st.st_uid}, not by uid {owner_uid}", what
+        )
+    return st
+
+
+def read_untrusted(
+    path: str | os.PathLike[str], owner_uid: int | None, max_bytes: int = RECORD_MAX_BYTES
+) -> bytes:
+    """The whole of a small file that sits where a user can write (`open_untrusted`); raises
+    UntrustedFileError when it is larger than `max_bytes`."""
+    fd = open_untrusted(path, owner_uid)
+    try:
+        data = os.read(fd, max_bytes + 1)
+    finally:
+        os.close(fd)
+    if len(data) > max_bytes:
+        raise UntrustedFileError(errno.EFBIG, f"larger than {max_bytes} bytes", str(path))
+    return data
