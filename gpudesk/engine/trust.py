@@ -9,7 +9,7 @@ believes a record that a user controls.**
   `LD_LIBRARY_PATH`, `LD_AUDIT`, glibc reads `GCONV_PATH` … before any of the process's own code
   runs, so a variable of hers in a root process is her code running as root. Her own
   environment is applied only after the switch (the job wrapper's child, `wrapper._start_as`).
-- Programs are found on the site's PATH (`SITE_PATH`), never on hers.
+- Programs are found on the site's PATH (`site_path`: the engine's own), never on hers.
 - What root must read from a place she can write is opened with `open_untrusted`:
   `O_NOFOLLOW | O_NONBLOCK` (a link is not followed, a FIFO does not block the open), then checked
   to be a regular file with one name, of the expected owner, no larger than the reader takes,
@@ -26,9 +26,9 @@ import stat
 
 from gpudesk.engine.identity import Identity
 
-# The site's programs: what a root process started for a user searches, whatever PATH the user
-# sent (the default PATH of a Debian root login, which also holds Slurm's clients).
-SITE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# Where the site's programs are when the engine's own environment names no PATH (the default
+# PATH of a Debian root login, which also holds Slurm's clients).
+DEFAULT_SITE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 # The variables the dynamic loader and glibc honour at a process's start (ld.so(8), the
 # "ENVIRONMENT" section; glibc's unsecvars.h, which a setuid program drops for the same
@@ -81,7 +81,7 @@ def engine_environment(owner: Identity | None, **extra: str) -> dict[str, str]:
     """The whole environment of a process the engine starts for `owner` (None: for itself):
     the site's PATH, the owner's HOME, USER, LOGNAME and SHELL from the password database (never
     from her request), a UTF-8 locale, and `extra` (SLURM_CONF, say). Nothing the user sent."""
-    env = {"PATH": SITE_PATH, "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
+    env = {"PATH": site_path(), "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
     uid = owner.uid if owner is not None else os.geteuid()
     try:
         entry = pwd.getpwuid(uid)
@@ -98,9 +98,15 @@ def engine_environment(owner: Identity | None, **extra: str) -> dict[str, str]:
     return env
 
 
+def site_path() -> str:
+    """The site's PATH: the engine's own (root's service unit sets it; a user's request never
+    does), else DEFAULT_SITE_PATH. What every process the engine starts for a user searches."""
+    return os.environ.get("PATH") or DEFAULT_SITE_PATH
+
+
 def site_program(name: str) -> str | None:
     """`name` found on the site's PATH (never a user's), or None."""
-    return shutil.which(name, path=SITE_PATH)
+    return shutil.which(name, path=site_path())
 
 
 def open_untrusted(path: str | os.PathLike[str], owner_uid: int | None, flags: int = 0) -> int:
