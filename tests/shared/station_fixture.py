@@ -6,7 +6,11 @@ real system engine (`python -m gpudesk.engine.daemon --system`) with its state a
 temporary folder. Users talk to it with `raw_client.py` under the system's python3 (the project's
 environment may sit in root's home, which they cannot read), so the engine learns who they are
 from the kernel, as it would from `gpudesk`. Everything is removed afterwards, even on failure:
-the engine stopped, then the users and groups (local_users)."""
+the engine stopped, then the users and groups (local_users).
+
+`python`: the interpreter the engine runs (default: the tests' own). The engine starts its
+tracking workers, as the jobs' owners, with its own interpreter: a test of them gives one the
+users may run (tests/security/user_python.py), since the project's may sit in root's home."""
 
 from __future__ import annotations
 
@@ -42,6 +46,7 @@ class Station:
     log: Path
     process: subprocess.Popen[bytes] | None = None
     env: dict[str, str] = field(default_factory=dict)
+    python: str = sys.executable
 
     def call(self, role: str | None, op: str, **args: Any) -> dict[str, Any]:
         """One request as `role`'s user (None: root), through a real connection."""
@@ -82,7 +87,7 @@ class Station:
         with open(self.log, "ab") as log:
             self.process = subprocess.Popen(
                 [
-                    sys.executable,
+                    self.python,
                     "-P",
                     "-m",
                     "gpudesk.engine.daemon",
@@ -123,7 +128,7 @@ class Station:
         self.process = None
 
 
-def make_station(backend: str = "none") -> Iterator[Station]:
+def make_station(backend: str = "none", python: str | None = None) -> Iterator[Station]:
     if shutil.which("runuser") is None:
         pytest.skip("runuser is not installed: the test users' client runs through it")
     if not os.access(SYSTEM_PYTHON, os.X_OK):
@@ -148,6 +153,7 @@ def make_station(backend: str = "none") -> Iterator[Station]:
                 client=client,
                 log=top / "engine-stderr.log",
                 env=env,
+                python=python or sys.executable,
             )
             station.start()
             yield station

@@ -10,17 +10,35 @@ Worker → engine (`Reply`s): the `run` id made for a key, an `acked` op the eng
 about (a run's end, so it is not sent again after a restart), a `rejected` op (the store said
 no: retrying cannot help) and the `health` of a store (updates queued, the last error).
 
+A worker runs as the jobs' owner, who may attach to it or write to its pipe herself: on the
+engine's side a reply is untrusted input (`decode_reply`): a line of at most MAX_REPLY_BYTES,
+every field checked for its type and shape (a run id as MLflow makes them, a key or a URI of
+bounded length), free text cut to MAX_REPLY_TEXT characters with its control characters spelled
+out. Whether the run it names is one its worker may speak for is the tracker's to check.
+
 A leaf: stdlib only, imported by both ends.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-MAX_LINE_BYTES = 4 * 1024 * 1024  # a line longer than this is refused by either end
+MAX_LINE_BYTES = 4 * 1024 * 1024  # an op line longer than this is refused by the worker
+# A reply is a key, a run id, a store's URI and an error message: far less than this. A longer
+# line is not a reply of ours, and the engine does not hold more of one in memory.
+MAX_REPLY_BYTES = 64 * 1024
+MAX_REPLY_TEXT = 1000  # a rejection's message or a store's error, as kept and shown
+MAX_KEY_CHARS = 200  # gpudesk's keys are ~50 (content.job_key, content.sweep_key)
+MAX_URI_CHARS = 2000  # the engine's own bound on a tracking URI (jobs.MAX_TRACKING_URI)
+MAX_COUNT = 2**53  # queued and dropped counts: whole numbers JSON keeps exactly
+# MLflow's own check of a run id (mlflow.utils.validation._RUN_ID_REGEX): what a store makes.
+RUN_ID = re.compile(r"[a-zA-Z0-9][\w\-]{0,255}", re.ASCII)
+# C0 and C1 controls and DEL: a terminal acts on them; a reply's text shows them spelled out.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
 
 Status = Literal["SCHEDULED", "RUNNING", "FINISHED", "FAILED", "KILLED"]
 STATUSES = ("SCHEDULED", "RUNNING", "FINISHED", "FAILED", "KILLED")
@@ -232,22 +250,50 @@ def decode_op(line: bytes) -> Op:
     raise BadMessage(f"unknown op {op!r}")
 
 
+def shown_text(text: str, limit: int = MAX_REPLY_TEXT) -> str:
+    """Free text from a worker as it may be kept and shown: each control character spelled out
+    (`\\x1b`), cut to `limit` characters (saying so)."""
+    text = _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _bounded(data: Mapping[str, Any], key: str, limit: int) -> str:
+    value: str = _text(data, key)
+    if not value or len(value) > limit or _CONTROL.search(value):
+        raise BadMessage(f"{key!r} must be 1 to {limit} characters, no control character")
+    return value
+
+
+def _count(data: Mapping[str, Any], key: str) -> int:
+    value = _int(data, key) or 0
+    if not 0 <= value <= MAX_COUNT:
+        raise BadMessage(f"{key!r} must be a count (0 or more)")
+    return value
+
+
 def decode_reply(line: bytes) -> Reply:
-    """The reply on one line from a worker. Raises BadMessage."""
+    """The reply on one line from a worker, checked as untrusted input (the module's
+    docstring). Raises BadMessage (its text short: it names a field, never echoes a value)."""
+    if len(line) > MAX_REPLY_BYTES:
+        raise BadMessage(f"a line of {len(line)} bytes, over {MAX_REPLY_BYTES}")
     data = _json(line)
     kind = data.get("kind")
     if kind == "run":
-        return RunMade(_text(data, "key"), _text(data, "run_id"))
+        run_id = _text(data, "run_id")
+        if not RUN_ID.fullmatch(run_id):
+            raise BadMessage("'run_id' is not a run id as MLflow makes them")
+        return RunMade(_bounded(data, "key", MAX_KEY_CHARS), run_id)
     if kind == "acked":
-        return Acked(_text(data, "key"))
+        return Acked(_bounded(data, "key", MAX_KEY_CHARS))
     if kind == "rejected":
-        return Rejected(_text(data, "key"), _text(data, "message"))
+        message = shown_text(_text(data, "message"))
+        return Rejected(_bounded(data, "key", MAX_KEY_CHARS), message)
     if kind == "health":
-        queued = _int(data, "queued") or 0
+        error = _text(data, "error", optional=True)
         return Health(
-            _text(data, "uri"),
-            queued,
-            _text(data, "error", optional=True),
-            _int(data, "dropped") or 0,
+            _bounded(data, "uri", MAX_URI_CHARS),
+            _count(data, "queued"),
+            None if error is None else shown_text(error),
+            _count(data, "dropped"),
         )
-    raise BadMessage(f"unknown reply {kind!r}")
+    raise BadMessage("an unknown kind of reply")

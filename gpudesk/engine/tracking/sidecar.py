@@ -5,6 +5,12 @@ when it dies.
 Why a process per owner: a tracking URI is the user's (sqlite:////home/alice/mlruns.db), so
 whatever writes to it must have that user's rights, never root's; and mlflow's import (seconds
 holding the GIL) and a slow store must never stall the engine's loop.
+
+What the engine gives a worker of another user: her identity (uid, groups) set before the exec,
+an environment it built (`trust.engine_environment`: nothing from her requests, nothing of
+root's), `/` as its folder, and the ops of her own runs only (`tracker`). What it takes back is
+hers to forge: lines of at most `messages.MAX_REPLY_BYTES`, each decoded as untrusted input
+(`messages.decode_reply`); what they may change is the tracker's to check.
 """
 
 from __future__ import annotations
@@ -13,7 +19,6 @@ import contextlib
 import fcntl
 import logging
 import os
-import pwd
 import subprocess
 import sys
 import time
@@ -22,9 +27,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpudesk.engine import trust
 from gpudesk.engine.identity import Identity
 from gpudesk.engine.tracking import messages
 from gpudesk.engine.tracking.outbox import Outbox
+from gpudesk.engine.tracking.replies import Complaints
 from gpudesk.paths import UnsafePath, open_state_file
 from gpudesk.spawn import SAFE_CWD, module_argv
 
@@ -73,6 +80,8 @@ class Sidecar:
         self.outbox = Outbox()
         self.process: subprocess.Popen[bytes] | None = None
         self.buffer = b""
+        self.discarding = False  # within an overlong line: dropped up to its end
+        self.unreadable = Complaints(uid)  # lines that were no reply, said now and then
         self.starts: deque[float] = deque()
         self.next_start = 0.0
         self.state = WorkerState(uid)
@@ -141,28 +150,18 @@ class Sidecar:
             flags = fcntl.fcntl(stream.fileno(), fcntl.F_GETFL)
             fcntl.fcntl(stream.fileno(), fcntl.F_SETFL, flags | os.O_NONBLOCK)
         self.buffer = b""
+        self.discarding = False
         self.outbox.restart()
         self.state.pid = self.process.pid
         self.state.restarts = len(self.starts) - 1
         log.info("tracking worker for uid %d started (pid %d)", self.uid, self.process.pid)
 
     def _env(self) -> dict[str, str]:
-        if self.owner is None:
+        if self.owner is None:  # the engine's own user: its own environment (its credentials)
             return {**os.environ, **WORKER_ENV}
-        # Not root's environment: the owner's own basics, as a login would give them.
-        try:
-            entry = pwd.getpwuid(self.owner.uid)
-            home, name = entry.pw_dir, entry.pw_name
-        except KeyError:
-            home, name = "/", str(self.owner.uid)
-        return {
-            "HOME": home,
-            "USER": name,
-            "LOGNAME": name,
-            "PATH": os.environ.get("PATH", os.defpath),
-            "LANG": os.environ.get("LANG", "C.UTF-8"),
-            **WORKER_ENV,
-        }
+        # Neither root's environment nor anything from her requests: one the engine built,
+        # with her HOME and names from the password database, as a login would give them.
+        return trust.engine_environment(self.owner, **WORKER_ENV)
 
     def _lost(self) -> None:
         process = self.process
@@ -225,16 +224,27 @@ class Sidecar:
                 break
             if not chunk:
                 break
-            self.buffer += chunk
-            if len(self.buffer) > messages.MAX_LINE_BYTES and b"\n" not in self.buffer:
-                log.warning("tracking worker for uid %d: an overlong line, dropped", self.uid)
-                self.buffer = b""
-        *lines, self.buffer = self.buffer.split(b"\n")
+            replies += self._take(chunk)
+        return replies
+
+    def _take(self, chunk: bytes) -> list[messages.Reply]:
+        """The replies the lines completed by `chunk` hold. Never more than one reply's worth
+        is held: a line longer than MAX_REPLY_BYTES is dropped to its end, as it comes."""
+        *lines, rest = (self.buffer + chunk).split(b"\n")
+        if self.discarding and lines:  # the end of an overlong line
+            lines.pop(0)
+            self.discarding = False
+        if self.discarding or len(rest) > messages.MAX_REPLY_BYTES:
+            if not self.discarding:
+                self.unreadable.dropped("a line longer than any reply")
+            self.discarding, rest = True, b""
+        self.buffer = rest
+        replies: list[messages.Reply] = []
         for line in lines:
             if not line.strip():
                 continue
             try:
                 replies.append(messages.decode_reply(line))
             except messages.BadMessage as exc:
-                log.warning("tracking worker (uid %d): an unreadable reply: %s", self.uid, exc)
+                self.unreadable.dropped(f"an unreadable reply: {exc}")
         return replies

@@ -11,6 +11,8 @@ are being made, what each gets and when, the workers that talk to the stores, an
   totals, result lines and status (`job_changed`), sent until the worker says MLflow has it.
 - Workers (`sidecar`) run as the jobs' owners; what they say of their stores (`Health`) is
   logged when a store starts or stops failing and shown by `status` (`health`).
+- A worker's replies are its owner's to forge: each counts only for a run of the worker's own
+  uid (`replies`), and its text is cut before it is logged or kept.
 
 Nothing here waits on a worker: ops go into the worker's outbox, replies are read on the loop.
 """
@@ -36,6 +38,7 @@ from gpudesk.engine.store.records import JobRecord
 from gpudesk.engine.store.tracking import TrackingRow
 from gpudesk.engine.telemetry_sink import TelemetrySink
 from gpudesk.engine.tracking import content, messages
+from gpudesk.engine.tracking.replies import Complaints, EventBudget
 from gpudesk.engine.tracking.sidecar import Sidecar
 from gpudesk.paths import Home, user_name
 from gpudesk.results import TAIL_BYTES
@@ -72,6 +75,7 @@ class TrackedRun:
     step: int = 0  # the step of its next sample's points
     final_ops: list[messages.Op] = field(default_factory=list)  # its end, once sent
     running: bool = False  # a parent: told RUNNING
+    events: EventBudget = field(default_factory=EventBudget)  # its worker's rejections' events
 
 
 @dataclass
@@ -84,6 +88,7 @@ class StoreHealth:
     error: str | None = None
     since: float | None = None  # when it started failing (wall clock)
     dropped: int = 0
+    events: EventBudget = field(default_factory=EventBudget)  # its failing and recovering
 
     def to_dict(self, unsent: int, worker_problem: str | None) -> dict[str, object]:
         return {
@@ -132,6 +137,9 @@ class Tracking:
         self.open_children: dict[str, set[int]] = {}
         self.workers: dict[int, Sidecar] = {}  # by owner uid
         self.health: dict[tuple[int, str], StoreHealth] = {}
+        # The stores each owner's runs use: the ones her worker may report the health of.
+        self.stores_of: dict[int, set[str]] = {}
+        self.complaints: dict[int, Complaints] = {}  # by worker uid: replies not believed
         self.started_at = time.monotonic()
         self.run_wait_s = run_wait_s()
 
@@ -230,49 +238,70 @@ class Tracking:
 
     # ---------------------------------------------------------------- replies
     def _on_reply(self, uid: int, reply: messages.Reply) -> None:
+        """One reply of the worker of `uid`, believed only for a run that worker was handed
+        (module docstring)."""
+        if isinstance(reply, messages.Health):
+            self._on_health(uid, reply)
+            return
+        run = self.runs.get(reply.key)
+        if run is None or run.uid != uid:
+            # Another user's run, or a key the engine never made (or a run already ended: a
+            # late reply). Nothing of it is believed.
+            whose = "no run it was handed" if run is None else "another user's run"
+            self._complaints(uid).dropped(f"a {reply.kind!r} reply for {whose}")
+            return
         if isinstance(reply, messages.RunMade):
-            run = self.runs.get(reply.key)
-            if run is None or run.run_id == reply.run_id:
+            if run.run_id == reply.run_id:
                 return
             run.run_id = reply.run_id
             self.store.set_tracking_run_id(reply.key, reply.run_id)
             if run.job_id is not None and self.awaiting.pop(run.job_id, None) is not None:
                 self.due.mark()  # it waited for this run: it may start now
         elif isinstance(reply, messages.Acked):
-            run = self.runs.pop(reply.key, None)
-            if run is None:
-                return
+            del self.runs[reply.key]
             self.store.set_tracking_final(reply.key, True)
             if run.job_id is not None:
                 self.store.set_tracking_steps([(run.key, run.step)])
                 self.by_job.pop(run.job_id, None)
         elif isinstance(reply, messages.Rejected):
-            run = self.runs.get(reply.key)
-            message = f"MLflow refused an update of this job's run: {reply.message}"
+            if not run.events.take():  # a flood of rejections: the first ones are said
+                return
+            message = f"MLflow refused an update of this job's run: {safe_text(reply.message)}"
             log.warning("%s (%s)", message, reply.key)
-            if run is not None and run.job_id is not None:
+            if run.job_id is not None:
                 self.store.add_event(TRACKING_EVENT, message, job_id=run.job_id)
-        elif isinstance(reply, messages.Health):
-            self._on_health(uid, reply)
+
+    def _complaints(self, uid: int) -> Complaints:
+        return self.complaints.setdefault(uid, Complaints(uid))
+
+    def _track_store(self, run: TrackedRun) -> None:
+        self.stores_of.setdefault(run.uid, set()).add(run.uri)
 
     def _on_health(self, uid: int, reply: messages.Health) -> None:
+        if reply.uri not in self.stores_of.get(uid, ()):
+            self._complaints(uid).dropped("the health of a store none of its runs uses")
+            return
         health = self.health.setdefault((uid, reply.uri), StoreHealth(uid, reply.uri))
         was_failing = health.error is not None
         health.queued, health.dropped = reply.queued, reply.dropped
-        health.error = reply.error
-        if reply.error is not None and not was_failing:
+        error = None if reply.error is None else safe_text(reply.error)
+        health.error = error
+        shown_uri = reply.uri
+        if error is not None and not was_failing:
             health.since = time.time()
             message = (
-                f"MLflow store {reply.uri} unreachable: {reply.error}; {reply.queued} "
+                f"MLflow store {shown_uri} unreachable: {error}; {reply.queued} "
                 "update(s) queued, retrying"
             )
-            log.warning("%s", message)
-            self.store.add_event(TRACKING_EVENT, message)
-        elif reply.error is None and was_failing:
+        elif error is None and was_failing:
             health.since = None
-            message = f"MLflow store {reply.uri} answers again; the queued updates are sent"
-            log.info("%s", message)
-            self.store.add_event(TRACKING_EVENT, message)
+            message = f"MLflow store {shown_uri} answers again; the queued updates are sent"
+        else:
+            return
+        if not health.events.take():  # a store flapping (or said to): its first changes said
+            return
+        log.log(logging.WARNING if error else logging.INFO, "%s", message)
+        self.store.add_event(TRACKING_EVENT, message)
 
     def health_list(self) -> list[dict[str, object]]:
         """Each store each owner's worker talks to, or is to talk to: what `status` shows. A
@@ -285,7 +314,8 @@ class Tracking:
         for (uid, _uri), health in sorted(stores.items()):
             worker = self.workers.get(uid)
             unsent = len(worker.outbox) if worker else 0
-            shown.append(health.to_dict(unsent, worker.state.problem if worker else None))
+            problem = worker.state.problem if worker else None
+            shown.append(health.to_dict(unsent, problem))
         return shown
 
     # -------------------------------------------------------------- job life
@@ -371,6 +401,7 @@ class Tracking:
                         tracking.sweep_params,
                     )
                     self.runs[parent] = TrackedRun(parent, None, uid, tracking.mlflow_uri, create)
+                    self._track_store(self.runs[parent])
                     worker.send(create)
                     rows.append(self._row(self.runs[parent]))
         key = content.job_key(self.station, job.id)
@@ -386,6 +417,7 @@ class Tracking:
             parent,
         )
         run = self.runs[key] = TrackedRun(key, job.id, uid, tracking.mlflow_uri, create)
+        self._track_store(run)
         self.by_job[job.id] = key
         if parent is not None:
             self.open_children.setdefault(parent, set()).add(job.id)
@@ -407,6 +439,7 @@ class Tracking:
         assert isinstance(create, messages.CreateRun)
         run = TrackedRun(row.key, row.job_id, row.uid, row.uri, create, row.run_id, row.step)
         self.runs[row.key] = run
+        self._track_store(run)
         if row.job_id is not None:
             self.by_job[row.job_id] = row.key
             if create.parent is not None:

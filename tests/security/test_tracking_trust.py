@@ -1,0 +1,214 @@
+"""Issue 35, finding 6: a user's own MLflow worker must not speak for other users' jobs.
+
+Each user's tracking worker runs as that user, so she may attach to it or write to its pipe
+herself. The engine believes a reply only for a run of the worker's own user (engine/tracking/
+replies.py); anything else is dropped, and said in the log once, however many come.
+
+The end-to-end test needs root (real users), a real system engine, and a Python the users may
+run (their workers run the engine's; tests/security/user_python.py): each is skipped, saying
+why, where it cannot run. The rest are unit tests of the reply parsing and the pipe reader.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+from user_python import user_python
+
+from gpudesk.engine.tracking import messages
+from gpudesk.engine.tracking.replies import Complaints
+from gpudesk.engine.tracking.sidecar import Sidecar
+from gpudesk.paths import Home
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "shared"))
+from station_fixture import Station, make_station
+
+# No store answers at these: no run is ever made by a real worker.
+ADA_STORE, BOB_STORE = "http://127.0.0.1:1/", "http://127.0.0.1:2/"
+FORGED_RUN_ID = "f" * 32
+
+
+# ------------------------------------------------------------------------ end to end
+@pytest.fixture
+def station() -> Iterator[Station]:
+    folder = Path(tempfile.mkdtemp(prefix="gd-upy-", dir="/tmp"))
+    folder.chmod(0o755)
+    try:
+        yield from make_station(python=user_python(folder))
+    finally:
+        subprocess.run(["rm", "-rf", str(folder)], check=False)
+
+
+def tracked(name: str, uri: str) -> dict[str, object]:
+    return {
+        "name": name,
+        "command": ["sleep", "60"],
+        "workdir": "/",
+        "tracking": {"mlflow_uri": uri, "experiment": name},
+    }
+
+
+def run_rows(station: Station) -> dict[int, sqlite3.Row]:
+    """The engine's record of each job's run (read as root: what `show` cannot say, such as
+    whether its end is recorded as in MLflow)."""
+    db = sqlite3.connect(f"file:{Home(station.state_dir).db}?mode=ro", uri=True)
+    db.row_factory = sqlite3.Row
+    try:
+        rows = db.execute("SELECT * FROM tracking_runs WHERE job_id IS NOT NULL").fetchall()
+    finally:
+        db.close()
+    return {row["job_id"]: row for row in rows}
+
+
+def engine_log(station: Station) -> str:
+    """What the engine logged: a system engine logs to its stderr (the service's journal)."""
+    files = [station.log, Home(station.state_dir).engine_log]
+    return "".join(f.read_text(errors="replace") for f in files if f.exists())
+
+
+def worker_pid(station: Station, uid: int) -> int:
+    """The pid of the tracking worker running as `uid`, once it runs; skips the test, saying
+    why, where the engine says it cannot start."""
+    deadline = time.monotonic() + 60
+    while True:
+        for process in psutil.process_iter(["cmdline", "uids"]):
+            cmdline = process.info["cmdline"] or []
+            uids = process.info["uids"]
+            if "gpudesk.engine.tracking.worker" in cmdline and uids and uids.real == uid:
+                return process.pid
+        problems = [s["error"] for s in station.ok(None, "status")["tracking"] if s["uid"] == uid]
+        if any(p and "could not be started" in p for p in problems):
+            pytest.skip(f"the user's tracking worker cannot start here: {problems}")
+        assert time.monotonic() < deadline, problems
+        time.sleep(0.1)
+
+
+def speak_as_worker(station: Station, role: str, pid: int, lines: bytes) -> None:
+    """`role`'s user makes her own tracking worker (`pid`) write `lines` on its reply pipe, as
+    she may: the worker is her process, so she attaches to it with gdb (which the test needs)
+    and has it run `cat` of a file of hers, with the worker's stdout."""
+    if shutil.which("gdb") is None:
+        pytest.skip("gdb is not installed: the user attaches to her worker with it")
+    user = station.users[role]
+    forged = Path(f"/home/{user.name}/forged-replies")
+    forged.write_bytes(lines)
+    os.chown(forged, user.uid, user.gid)
+    command = f'call (int)system("cat {forged}")'
+    done = subprocess.run(
+        ["runuser", "-u", user.name, "--", "gdb", "-p", str(pid), "-batch", "-nx", "-ex", command],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    if "$1 = 0" not in done.stdout:  # ptrace refused here (a container's seccomp, Yama)
+        pytest.skip(f"the user cannot attach to her own process here: {done.stderr[-300:]}")
+
+
+def test_a_users_worker_cannot_speak_for_another_users_run(station: Station) -> None:
+    ada_job = station.submit("ada", tracked("ada-run", ADA_STORE))
+    bob_job = station.submit("bob", tracked("bob-run", BOB_STORE))
+    bob = station.users["bob"]
+    pid = worker_pid(station, bob.uid)
+    deadline = time.monotonic() + 30
+    while not {ada_job, bob_job} <= run_rows(station).keys():
+        assert time.monotonic() < deadline, "the runs were never recorded"
+        time.sleep(0.1)
+    rows = run_rows(station)
+    ada_key, bob_key = rows[ada_job]["key"], rows[bob_job]["key"]
+    assert rows[ada_job]["run_id"] is None  # nobody could make it: its store never answers
+    forged = [
+        messages.RunMade(ada_key, FORGED_RUN_ID),
+        messages.Rejected(ada_key, "INJECTED BY bob: mail your password to bob"),
+        messages.Acked(ada_key),
+        messages.Health(ADA_STORE, 0, "INJECTED BY bob"),  # a store of ada's, not bob's
+    ]
+    flood = [messages.Rejected(ada_key, f"flood {n}") for n in range(300)]
+    # Last, a reply bob's worker may give (his own run): once the engine shows it, it has read
+    # every line before it.
+    sentinel = messages.RunMade(bob_key, "b" * 32)
+    lines = b"".join(messages.encode(m) for m in [*forged, *flood, sentinel])
+    speak_as_worker(station, "bob", pid, lines)
+    deadline = time.monotonic() + 30
+    while station.ok("bob", "show", job=bob_job)["tracking"]["run_id"] != "b" * 32:
+        assert time.monotonic() < deadline, "the engine never read bob's worker's replies"
+        time.sleep(0.1)
+
+    shown = station.ok("ada", "show", job=ada_job)
+    assert shown["tracking"]["run_id"] is None, shown["tracking"]  # not rebound to bob's id
+    texts = [event["message"] for event in shown["events"]]
+    assert not any("INJECTED" in t or "flood" in t for t in texts), texts
+    row = run_rows(station)[ada_job]
+    assert row["run_id"] is None and not row["final"]  # not closed by bob's "acked"
+    log = engine_log(station)
+    assert "INJECTED" not in log and "flood" not in log
+    complaints = [line for line in log.splitlines() if f"worker of uid {bob.uid}" in line]
+    assert len(complaints) == 1, complaints  # 303 forged replies: one line, rate-limited
+
+
+# ------------------------------------------------------------------------ the parsing
+@pytest.mark.parametrize(
+    ("reply", "why"),
+    [
+        ({"kind": "run", "key": "k", "run_id": "../../etc"}, "run id"),
+        ({"kind": "run", "key": "k", "run_id": "x" * 300}, "run id"),
+        ({"kind": "run", "key": "k", "run_id": ""}, "run id"),
+        ({"kind": "acked", "key": "k" * 201}, "'key'"),
+        ({"kind": "acked", "key": "k\x1b]0;owned\x07"}, "'key'"),
+        ({"kind": "acked", "key": ""}, "'key'"),
+        ({"kind": "health", "uri": "u", "queued": -1}, "'queued'"),
+        ({"kind": "health", "uri": "u", "queued": True}, "'queued'"),
+        ({"kind": "health", "uri": "u" * 2001, "queued": 0}, "'uri'"),
+        ({"kind": "rejected", "key": "k", "message": 5}, "'message'"),
+        ({"kind": "shell", "key": "k"}, "unknown kind"),
+    ],
+)
+def test_a_reply_is_parsed_as_untrusted_input(reply: dict[str, object], why: str) -> None:
+    with pytest.raises(messages.BadMessage, match=why):
+        messages.decode_reply(json.dumps(reply).encode())
+
+
+def test_a_replys_text_is_cut_and_its_control_characters_spelled_out() -> None:
+    message = "\x1b]0;pwned\x07\x1b[2J" + "y" * 5000
+    line = json.dumps({"kind": "rejected", "key": "k", "message": message}).encode()
+    reply = messages.decode_reply(line)
+    assert isinstance(reply, messages.Rejected)
+    assert "\x1b" not in reply.message and "\x07" not in reply.message
+    assert reply.message.startswith("\\x1b]0;pwned\\x07\\x1b[2J")
+    assert len(reply.message) == messages.MAX_REPLY_TEXT and reply.message.endswith("...")
+    with pytest.raises(messages.BadMessage, match="over"):
+        messages.decode_reply(b" " * (messages.MAX_REPLY_BYTES + 1))
+
+
+def test_the_pipe_reader_holds_no_more_than_a_reply_and_drops_an_overlong_line() -> None:
+    sidecar = Sidecar(12345, None, "/dev/null", lambda restart: None)
+    good = messages.encode(messages.Acked("k"))
+    # an overlong line, in pieces, whose tail would parse as a reply: dropped to its end
+    assert sidecar._take(b"x" * (messages.MAX_REPLY_BYTES + 10)) == []
+    assert len(sidecar.buffer) == 0 and sidecar.discarding
+    assert sidecar._take(b"y" * 100_000) == [] and len(sidecar.buffer) == 0
+    assert sidecar._take(b'{"kind":"acked","key":"tail"}\n' + good) == [messages.Acked("k")]
+    assert not sidecar.discarding
+    # a reply split over reads is whole once its end comes
+    assert sidecar._take(good[:5]) == [] and sidecar._take(good[5:]) == [messages.Acked("k")]
+
+
+def test_complaints_are_logged_once_per_interval_with_a_count(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    complaints = Complaints(7)
+    with caplog.at_level("WARNING", logger="gpudesk.engine"):
+        for n in range(1000):
+            complaints.dropped(f"reply {n}")
+    assert len(caplog.records) == 1 and "reply 0" in caplog.records[0].getMessage()
+    assert complaints.unsaid == 999
