@@ -60,6 +60,7 @@ from gpudesk.engine.telemetry_sink import TelemetrySink
 from gpudesk.engine.tracking.available import missing_for
 from gpudesk.engine.tracking.tracker import Tracking
 from gpudesk.paths import Home
+from gpudesk.redact import redact_secrets
 from gpudesk.text import is_text, safe_text
 
 log = logging.getLogger("gpudesk.engine")
@@ -160,7 +161,7 @@ class RequestHandlers:
     def ping(self, _args: Args, _caller: Caller) -> Reply:
         return {"pid": os.getpid(), "version": __version__, "protocol": protocol.PROTOCOL_VERSION}
 
-    def status(self, args: Args, _caller: Caller) -> Reply:
+    def status(self, args: Args, caller: Caller) -> Reply:
         parts = self.parts
         if args.get("fresh_loaders") and parts.loaders.producers:
             parts.loaders.refresh_status()
@@ -199,7 +200,7 @@ class RequestHandlers:
                 event.to_dict()
                 for event in parts.store.events_of_kind(STATION_EVENT, STATION_CHANGES_SHOWN)
             ],
-            "tracking": parts.tracking.health_list(),
+            "tracking": parts.tracking.health_list(lambda uid: self._sees_secrets(caller, uid)),
         }
 
     def _user_shares(self) -> list[Reply]:
@@ -478,7 +479,7 @@ class RequestHandlers:
             f"(gpudesk queue --user {caller.name}).",
         )
 
-    def jobs(self, args: Args, _caller: Caller) -> Reply:
+    def jobs(self, args: Args, caller: Caller) -> Reply:
         states = None
         if args.get("states") is not None:
             try:
@@ -508,7 +509,8 @@ class RequestHandlers:
         # one query for every Slurm job listed, not one per job: a run can list thousands
         on_slurm = self.parts.store.slurm_jobs([j.id for j in jobs if j.spec.cluster is not None])
         result = [
-            self.job_reply(job, live_by_job.get(job.id), on_slurm.get(job.id)) for job in jobs
+            self.job_reply(job, caller, live_by_job.get(job.id), on_slurm.get(job.id))
+            for job in jobs
         ]
         if args.get("usage"):
             usage = self._usage([job.id for job in jobs])
@@ -529,12 +531,12 @@ class RequestHandlers:
         job = self._find(args.get("job"), "job")
         row = parts.store.slurm_job(job.id) if job.spec.cluster is not None else None
         result: Reply = {
-            "job": self.job_reply(job, parts.attempts.by_job().get(job.id), row),
+            "job": self.job_reply(job, caller, parts.attempts.by_job().get(job.id), row),
             "attempts": [self.attempt_reply(a) for a in parts.store.attempts(job.id)],
             "events": [e.to_dict() for e in parts.store.events(job.id)],
             "waiting": None,
             "usage": self._usage([job.id]).get(job.id),
-            "tracking": parts.tracking.job_view(job),
+            "tracking": parts.tracking.job_view(job, self._sees_secrets(caller, job.owner.uid)),
         }
         if row is not None and job.attempts:  # Slurm ran it: its one attempt, as Slurm tells
             result["attempts"] = [slurm_views.attempt(job, row)]
@@ -610,13 +612,27 @@ class RequestHandlers:
             data["containment"] = wrapper.containment
         return data
 
+    def _sees_secrets(self, caller: Caller, owner_uid: int) -> bool:
+        """Whether `caller` sees the secrets in the URIs of `owner_uid`'s jobs (a tracking
+        store's password): the owner and the admins do, as they may read the job's environment;
+        anyone else sees them redacted (gpudesk.redact)."""
+        return caller.uid == owner_uid or self.parts.access.is_admin(caller)
+
     def job_reply(
-        self, job: JobRecord, live: LiveAttempt | None, slurm: SlurmRow | None = None
+        self,
+        job: JobRecord,
+        caller: Caller,
+        live: LiveAttempt | None,
+        slurm: SlurmRow | None = None,
     ) -> Reply:
-        """A job on the wire: its record, and while it runs, where (`slot`, a label; `gpus`,
-        `mode` and `mig_slice`, the same as data); a Slurm job's `slurm` row (the store's, which
-        the caller reads, in one query for a whole listing) gives its Slurm part."""
+        """A job on the wire, as `caller` may see it: its record, and while it runs, where
+        (`slot`, a label; `gpus`, `mode` and `mig_slice`, the same as data); a Slurm job's
+        `slurm` row (the store's, which the caller reads, in one query for a whole listing)
+        gives its Slurm part."""
         data = job.to_dict()
+        tracking = data["spec"].get("tracking")
+        if tracking and not self._sees_secrets(caller, job.owner.uid):
+            tracking["mlflow_uri"] = redact_secrets(tracking["mlflow_uri"])
         data["slot"] = live.slot if live else None
         data["gpus"] = list(live.gpus) if live else []
         data["mode"] = live.mode if live else None

@@ -12,7 +12,9 @@ are being made, what each gets and when, the workers that talk to the stores, an
 - Workers (`sidecar`) run as the jobs' owners; what they say of their stores (`Health`) is
   logged when a store starts or stops failing and shown by `status` (`health`).
 - A worker's replies are its owner's to forge: each counts only for a run of the worker's own
-  uid (`replies`), and its text is cut before it is logged or kept.
+  uid (`replies`), and its text is redacted and cut before it is logged or kept.
+- A URI can hold a password: the views show it whole to its job's owner and the admins only
+  (`sees_secrets`), and the log and the events, which others read, never (`redact_secrets`).
 
 Nothing here waits on a worker: ops go into the worker's outbox, replies are read on the loop.
 """
@@ -41,6 +43,7 @@ from gpudesk.engine.tracking import content, messages
 from gpudesk.engine.tracking.replies import Complaints, EventBudget
 from gpudesk.engine.tracking.sidecar import Sidecar
 from gpudesk.paths import Home, user_name
+from gpudesk.redact import redact_secrets
 from gpudesk.results import TAIL_BYTES
 from gpudesk.text import safe_text
 
@@ -60,6 +63,10 @@ def run_wait_s() -> float:
 
 
 TRACKING_EVENT = "tracking"  # the kind of event tracking problems are stored as
+
+# Whether the viewer of a request may see the secrets in the URIs of a user's (by uid) jobs:
+# the owner and the admins may (requests.py decides); anyone else sees them redacted.
+SeesSecrets = Callable[[int], bool]
 
 
 @dataclass
@@ -90,11 +97,13 @@ class StoreHealth:
     dropped: int = 0
     events: EventBudget = field(default_factory=EventBudget)  # its failing and recovering
 
-    def to_dict(self, unsent: int, worker_problem: str | None) -> dict[str, object]:
+    def to_dict(
+        self, unsent: int, worker_problem: str | None, whole_uri: bool
+    ) -> dict[str, object]:
         return {
             "user": user_name(self.uid),
             "uid": self.uid,
-            "mlflow_uri": self.uri,
+            "mlflow_uri": self.uri if whole_uri else redact_secrets(self.uri),
             "queued": self.queued + unsent,
             "error": self.error or worker_problem,
             "error_since": self.since,
@@ -266,7 +275,10 @@ class Tracking:
         elif isinstance(reply, messages.Rejected):
             if not run.events.take():  # a flood of rejections: the first ones are said
                 return
-            message = f"MLflow refused an update of this job's run: {safe_text(reply.message)}"
+            message = (
+                "MLflow refused an update of this job's run: "
+                f"{redact_secrets(safe_text(reply.message))}"
+            )
             log.warning("%s (%s)", message, reply.key)
             if run.job_id is not None:
                 self.store.add_event(TRACKING_EVENT, message, job_id=run.job_id)
@@ -284,9 +296,10 @@ class Tracking:
         health = self.health.setdefault((uid, reply.uri), StoreHealth(uid, reply.uri))
         was_failing = health.error is not None
         health.queued, health.dropped = reply.queued, reply.dropped
-        error = None if reply.error is None else safe_text(reply.error)
+        # Worker's text: what the store said, which may name the store with its password.
+        error = None if reply.error is None else redact_secrets(safe_text(reply.error))
         health.error = error
-        shown_uri = reply.uri
+        shown_uri = redact_secrets(reply.uri)  # the log and the events are read by others
         if error is not None and not was_failing:
             health.since = time.time()
             message = (
@@ -303,10 +316,11 @@ class Tracking:
         log.log(logging.WARNING if error else logging.INFO, "%s", message)
         self.store.add_event(TRACKING_EVENT, message)
 
-    def health_list(self) -> list[dict[str, object]]:
+    def health_list(self, sees_secrets: SeesSecrets) -> list[dict[str, object]]:
         """Each store each owner's worker talks to, or is to talk to: what `status` shows. A
         store its worker has said nothing of yet (it is starting, or cannot start) is shown
-        too, with the worker's problem."""
+        too, with the worker's problem. A store's URI is its owner's: whole only for a viewer
+        who `sees_secrets` of that owner's jobs."""
         stores = dict(self.health)
         for run in self.runs.values():
             stores.setdefault((run.uid, run.uri), StoreHealth(run.uid, run.uri))
@@ -315,7 +329,7 @@ class Tracking:
             worker = self.workers.get(uid)
             unsent = len(worker.outbox) if worker else 0
             problem = worker.state.problem if worker else None
-            shown.append(health.to_dict(unsent, problem))
+            shown.append(health.to_dict(unsent, problem, sees_secrets(uid)))
         return shown
 
     # -------------------------------------------------------------- job life
@@ -490,9 +504,9 @@ class Tracking:
         uri = job.spec.tracking.mlflow_uri
         health = self.health.get((job.owner.uid, uri))
         why = f"; the store: {health.error}" if health and health.error else ""
-        return (
-            f"waiting for its MLflow run to be made in {uri} (at most {left:.0f} s more, then "
-            f"it starts without MLFLOW_RUN_ID){why}"
+        return (  # shown to anyone who lists the job: the URI redacted
+            f"waiting for its MLflow run to be made in {redact_secrets(uri)} (at most "
+            f"{left:.0f} s more, then it starts without MLFLOW_RUN_ID){why}"
         )
 
     # --------------------------------------------------------------- launching
@@ -626,8 +640,9 @@ class Tracking:
         self._send(parent, parent.final_ops[0])
 
     # ------------------------------------------------------------------- views
-    def job_view(self, job: JobRecord) -> dict[str, object] | None:
-        """What `show` says of a tracked job's run."""
+    def job_view(self, job: JobRecord, whole_uri: bool) -> dict[str, object] | None:
+        """What `show` says of a tracked job's run; its URI redacted unless `whole_uri` (the
+        viewer is its owner or an admin)."""
         tracking = job.spec.tracking
         if tracking is None:
             return None
@@ -639,7 +654,7 @@ class Tracking:
             run_id = row.run_id if row else None
         health = self.health.get((job.owner.uid, tracking.mlflow_uri))
         return {
-            "mlflow_uri": tracking.mlflow_uri,
+            "mlflow_uri": tracking.mlflow_uri if whole_uri else redact_secrets(tracking.mlflow_uri),
             "experiment": tracking.experiment,
             "run_id": run_id,
             "error": health.error if health else None,

@@ -41,6 +41,7 @@ from gpudesk.engine.tracking.messages import (
     RunMade,
     SetStatus,
 )
+from gpudesk.redact import redact_secrets
 
 log = logging.getLogger("gpudesk.tracking")
 
@@ -93,7 +94,9 @@ class StoreQueue:
 
 
 def _error_text(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
+    """An error as the engine hears of it: one line, cut, with no store's password in it (an
+    HTTP store's errors name its URL, userinfo and all)."""
+    text = redact_secrets(" ".join(str(exc).split()))
     if len(text) > 300:
         text = text[:297] + "..."
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
@@ -182,7 +185,12 @@ class Worker:
                     continue
                 store.error = _error_text(exc)
                 store.retry_at = time.monotonic() + store.delay
-                log.warning("store %s failed (again in %.1f s): %s", store.uri, store.delay, exc)
+                log.warning(
+                    "store %s failed (again in %.1f s): %s",
+                    redact_secrets(store.uri),
+                    store.delay,
+                    redact_secrets(str(exc)),
+                )
                 store.delay = min(RETRY_MAX_S, store.delay * 2)
                 self._tell(store)
                 return
@@ -204,7 +212,9 @@ class Worker:
             return
         if isinstance(op, CreateRun):
             self.refused.add((op.uri, op.key))
-        log.warning("the store %s refused %s for %s: %s", op.uri, op.op, op.key, why)
+        log.warning(
+            "the store %s refused %s for %s: %s", redact_secrets(op.uri), op.op, op.key, why
+        )
         self.emit(Rejected(op.key, why))
 
     def _forget(self, store: StoreQueue, op: messages.Op) -> None:
