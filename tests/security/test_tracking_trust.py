@@ -156,6 +156,32 @@ def test_a_users_worker_cannot_speak_for_another_users_run(station: Station) -> 
     assert len(complaints) == 1, complaints  # 303 forged replies: one line, rate-limited
 
 
+def test_a_sweep_named_like_another_users_gets_a_parent_run_of_its_own(station: Station) -> None:
+    """A job's group and sweep are whatever its client sent, and `queue` shows them to all:
+    bob naming ada's must not make his job a child of her sweep's run (which would hold it
+    open, end it FAILED with his job, reopen it with his requeue)."""
+    same = {"group": "ada-grid-20261129", "sweep": "lr"}
+    ada_job = station.submit("ada", {**tracked("ada-lr", ADA_STORE), **same})
+    bob_job = station.submit("bob", {**tracked("bob-lr", BOB_STORE), **same})
+    deadline = time.monotonic() + 30
+    while not {ada_job, bob_job} <= run_rows(station).keys():
+        assert time.monotonic() < deadline, "the runs were never recorded"
+        time.sleep(0.1)
+    rows = run_rows(station)
+    parents = {job: json.loads(rows[job]["create_op"])["parent"] for job in (ada_job, bob_job)}
+    assert parents[ada_job] is not None and parents[bob_job] is not None
+    assert parents[ada_job] != parents[bob_job], parents
+    db = sqlite3.connect(f"file:{Home(station.state_dir).db}?mode=ro", uri=True)
+    try:
+        owners = dict(db.execute("SELECT key, uid FROM tracking_runs WHERE job_id IS NULL"))
+    finally:
+        db.close()
+    assert owners == {
+        parents[ada_job]: station.users["ada"].uid,
+        parents[bob_job]: station.users["bob"].uid,
+    }
+
+
 # ------------------------------------------------------------------------ the parsing
 @pytest.mark.parametrize(
     ("reply", "why"),

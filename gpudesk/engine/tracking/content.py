@@ -35,10 +35,14 @@ def job_key(station: str, job_id: int) -> str:
     return f"{station}:job:{job_id}"
 
 
-def sweep_key(station: str, group: str, sweep: str) -> str:
-    """The key of a sweep's parent run: one per profile invocation (`group`) and [[sweeps]]
-    table. Hashed: group and sweep names may hold characters a search filter would trip on."""
-    digest = hashlib.sha256(f"{group}\0{sweep}".encode("utf-8", "surrogatepass")).hexdigest()
+def sweep_key(station: str, owner_uid: int, group: str, sweep: str) -> str:
+    """The key of a sweep's parent run: one per owner, profile invocation (`group`) and
+    [[sweeps]] table. The owner is in it because a group's name is whatever the client sent
+    (and `queue` shows it to everyone): another user naming the same group and sweep gets a
+    parent of his own, never a say in hers. Hashed: group and sweep names may hold characters a
+    search filter would trip on."""
+    named = f"{owner_uid}\0{group}\0{sweep}"
+    digest = hashlib.sha256(named.encode("utf-8", "surrogatepass")).hexdigest()
     return f"{station}:sweep:{digest[:20]}"
 
 

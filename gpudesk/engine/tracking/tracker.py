@@ -398,7 +398,7 @@ class Tracking:
         rows = []
         parent = None
         if job.spec.sweep and job.spec.group:
-            parent = content.sweep_key(self.station, job.spec.group, job.spec.sweep)
+            parent = content.sweep_key(self.station, uid, job.spec.group, job.spec.sweep)
             if parent not in self.runs:
                 row = self.store.tracking_run(parent)
                 if row is not None:
@@ -618,9 +618,9 @@ class Tracking:
         if parent is None or parent.final_ops or waiting:
             return
         self.open_children.pop(parent_key, None)
-        siblings = [
+        siblings = [  # its owner's only: anyone may name a group (content.sweep_key)
             j
-            for j in self.store.jobs(group=job.spec.group)
+            for j in self.store.jobs(group=job.spec.group, owner_uid=parent.uid)
             if j.spec.sweep == job.spec.sweep and j.spec.tracking is not None
         ]
         if not all(j.state.terminal for j in siblings):
