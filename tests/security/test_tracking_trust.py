@@ -26,9 +26,12 @@ import psutil
 import pytest
 from user_python import user_python
 
+from gpudesk.engine import trust
+from gpudesk.engine.identity import Identity
 from gpudesk.engine.tracking import messages
+from gpudesk.engine.tracking import sidecar as sidecar_module
 from gpudesk.engine.tracking.replies import Complaints
-from gpudesk.engine.tracking.sidecar import Sidecar
+from gpudesk.engine.tracking.sidecar import WORKER_ENV, Sidecar
 from gpudesk.paths import Home
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "shared"))
@@ -117,9 +120,15 @@ def speak_as_worker(station: Station, role: str, pid: int, lines: bytes) -> None
 
 def test_a_users_worker_cannot_speak_for_another_users_run(station: Station) -> None:
     ada_job = station.submit("ada", tracked("ada-run", ADA_STORE))
-    bob_job = station.submit("bob", tracked("bob-run", BOB_STORE))
+    # what bob's client sends (his shell's variables) never reaches his worker
+    sent = {"PATH": "/home/bob/bin:/usr/bin:/bin", "LD_LIBRARY_PATH": "/home/bob/lib"}
+    bob_job = station.submit("bob", tracked("bob-run", BOB_STORE), {**sent, "MARK": "bob's"})
     bob = station.users["bob"]
     pid = worker_pid(station, bob.uid)
+    environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    worker_env = dict(item.decode().split("=", 1) for item in environ if item)
+    identity = Identity.of(bob.uid, bob.gid, bob.groups)
+    assert worker_env == trust.engine_environment(identity, **WORKER_ENV), worker_env
     deadline = time.monotonic() + 30
     while not {ada_job, bob_job} <= run_rows(station).keys():
         assert time.monotonic() < deadline, "the runs were never recorded"
@@ -238,3 +247,16 @@ def test_complaints_are_logged_once_per_interval_with_a_count(
             complaints.dropped(f"reply {n}")
     assert len(caplog.records) == 1 and "reply 0" in caplog.records[0].getMessage()
     assert complaints.unsaid == 999
+
+
+def test_a_workers_log_is_emptied_once_it_passes_its_bound(tmp_path: Path) -> None:
+    """The worker writes its log (in root's state folder) as its owner: however much she makes
+    it write, the engine keeps it under LOG_MAX_BYTES, give or take LOG_CHECK_S of writing."""
+    path = tmp_path / "worker-1234.log"
+    path.write_bytes(b"x" * (sidecar_module.LOG_MAX_BYTES + 1))
+    sidecar = Sidecar(1234, None, str(path), lambda restart: None)
+    assert sidecar.pump() == []
+    assert path.stat().st_size == 0 and sidecar.log_emptied == 1
+    path.write_bytes(b"y" * 100)
+    sidecar.pump()
+    assert path.stat().st_size == 100  # below the bound: kept

@@ -10,7 +10,9 @@ What the engine gives a worker of another user: her identity (uid, groups) set b
 an environment it built (`trust.engine_environment`: nothing from her requests, nothing of
 root's), `/` as its folder, and the ops of her own runs only (`tracker`). What it takes back is
 hers to forge: lines of at most `messages.MAX_REPLY_BYTES`, each decoded as untrusted input
-(`messages.decode_reply`); what they may change is the tracker's to check.
+(`messages.decode_reply`); what they may change is the tracker's to check. Its stderr is a log
+in root's state folder that she can write as much as she likes to: the engine empties it once
+it passes LOG_MAX_BYTES (`_cap_log`), so her worker cannot fill the station's disk.
 """
 
 from __future__ import annotations
@@ -45,6 +47,8 @@ MAX_RESTARTS = 5
 RESTART_WINDOW_S = 600.0
 RESTART_DELAY_S = 2.0
 READ_CHUNK = 1 << 16
+LOG_MAX_BYTES = 16 * 1024 * 1024  # a worker's log past this is emptied (a worker says little)
+LOG_CHECK_S = 5.0
 # The worker gives up on its store this long at most per call, and does its own retries: mlflow's
 # own (7 retries, backing off to minutes) would hold every other update behind one call.
 WORKER_ENV = {
@@ -82,6 +86,8 @@ class Sidecar:
         self.buffer = b""
         self.discarding = False  # within an overlong line: dropped up to its end
         self.unreadable = Complaints(uid)  # lines that were no reply, said now and then
+        self.log_checked_at = 0.0
+        self.log_emptied = 0  # times its log was emptied for its size (said the first time)
         self.starts: deque[float] = deque()
         self.next_start = 0.0
         self.state = WorkerState(uid)
@@ -207,8 +213,32 @@ class Sidecar:
             return None, None
         return process.stdout.fileno(), process.stdin.fileno() if self.outbox.pending else None
 
+    def _cap_log(self) -> None:
+        """Empty the worker's log once it passes LOG_MAX_BYTES (looked at every LOG_CHECK_S):
+        the worker writes it as its owner, and root's state folder is not hers to fill. Its fd
+        appends (O_APPEND), so what it writes next lands at the start again."""
+        now = time.monotonic()
+        if now - self.log_checked_at < LOG_CHECK_S:
+            return
+        self.log_checked_at = now
+        try:
+            if os.stat(self.log_path).st_size <= LOG_MAX_BYTES:
+                return
+            os.truncate(self.log_path, 0)
+        except OSError:
+            return
+        self.log_emptied += 1
+        if self.log_emptied == 1:
+            log.warning(
+                "tracking worker for uid %d: its log passed %d MiB and was emptied (%s)",
+                self.uid,
+                LOG_MAX_BYTES >> 20,
+                self.log_path,
+            )
+
     def pump(self) -> list[messages.Reply]:
         """Write what waits, read what the worker said. Never blocks."""
+        self._cap_log()
         process = self.process
         if process is None or process.stdin is None or process.stdout is None:
             return []
