@@ -21,6 +21,8 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, cast
 
 import psutil
 import pytest
@@ -260,3 +262,26 @@ def test_a_workers_log_is_emptied_once_it_passes_its_bound(tmp_path: Path) -> No
     path.write_bytes(b"y" * 100)
     sidecar.pump()
     assert path.stat().st_size == 100  # below the bound: kept
+
+
+def test_a_worker_writing_without_end_cannot_hold_the_engines_loop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One pump reads at most READS_PER_PUMP chunks; the rest waits for the next loop step."""
+    monkeypatch.setattr(sidecar_module, "READ_CHUNK", 1024)  # a pipe's 64 KiB holds more
+    limit = sidecar_module.READS_PER_PUMP * 1024
+    read_end, write_end = os.pipe()
+    try:
+        os.set_blocking(read_end, False)
+        line = messages.encode(messages.Acked("k"))
+        flood = line * (4 * limit // len(line))
+        assert os.write(write_end, flood) == len(flood)
+        sidecar = Sidecar(1234, None, os.devnull, lambda restart: None)
+        with open(os.devnull, "wb") as stdin, os.fdopen(os.dup(read_end), "rb") as stdout:
+            sidecar.process = cast(Any, SimpleNamespace(stdin=stdin, stdout=stdout))
+            replies = sidecar.pump()
+        assert 0 < len(replies) <= limit // len(line) + 1
+        assert os.read(read_end, 1)  # the rest is left for the next step
+    finally:
+        os.close(read_end)
+        os.close(write_end)

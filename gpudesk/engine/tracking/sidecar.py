@@ -47,6 +47,7 @@ MAX_RESTARTS = 5
 RESTART_WINDOW_S = 600.0
 RESTART_DELAY_S = 2.0
 READ_CHUNK = 1 << 16
+READS_PER_PUMP = 16  # 1 MiB of replies per loop step at most: far more than a worker says
 LOG_MAX_BYTES = 16 * 1024 * 1024  # a worker's log past this is emptied (a worker says little)
 LOG_CHECK_S = 5.0
 # The worker gives up on its store this long at most per call, and does its own retries: mlflow's
@@ -237,7 +238,9 @@ class Sidecar:
             )
 
     def pump(self) -> list[messages.Reply]:
-        """Write what waits, read what the worker said. Never blocks."""
+        """Write what waits, read what the worker said: at most READS_PER_PUMP chunks, so a
+        worker that writes without end cannot hold the engine's loop (what is left waits for
+        the next step: the poll wakes it again). Never blocks."""
         self._cap_log()
         process = self.process
         if process is None or process.stdin is None or process.stdout is None:
@@ -245,7 +248,7 @@ class Sidecar:
         with contextlib.suppress(OSError):  # BrokenPipeError: it died; ensure_running restarts it
             self.outbox.write_to(process.stdin.fileno())
         replies: list[messages.Reply] = []
-        while True:
+        for _ in range(READS_PER_PUMP):
             try:
                 chunk = os.read(process.stdout.fileno(), READ_CHUNK)
             except BlockingIOError:
