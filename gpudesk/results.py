@@ -52,7 +52,10 @@ def metrics_of(result: Mapping[str, object] | None) -> dict[str, float]:
     for key, value in (result or {}).items():
         if isinstance(value, bool) or not isinstance(value, int | float):
             continue
-        number = float(value)
+        try:
+            number = float(value)
+        except OverflowError:  # a whole number JSON holds and no float does (10**400)
+            continue
         if math.isfinite(number):
             out[key] = number
     return out

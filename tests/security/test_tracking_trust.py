@@ -30,7 +30,7 @@ from user_python import user_python
 
 from gpudesk.engine import trust
 from gpudesk.engine.identity import Identity
-from gpudesk.engine.tracking import messages
+from gpudesk.engine.tracking import content, messages
 from gpudesk.engine.tracking import sidecar as sidecar_module
 from gpudesk.engine.tracking.replies import Complaints
 from gpudesk.engine.tracking.sidecar import WORKER_ENV, Sidecar
@@ -285,3 +285,23 @@ def test_a_worker_writing_without_end_cannot_hold_the_engines_loop(
     finally:
         os.close(read_end)
         os.close(write_end)
+
+
+def test_a_result_line_no_float_holds_does_not_trip_the_engine(station: Station) -> None:
+    """The engine reads a tracked job's `result {json}` lines from its log (the job's own
+    output) to log them as metrics: a number JSON holds but a float does not (10**400) is
+    skipped, and the job's end is recorded as any other's."""
+    huge = "1" + "0" * 400
+    script = f'echo \'result {{"acc": 0.5, "huge": {huge}}}\''
+    job = {**tracked("huge", ADA_STORE), "command": ["sh", "-c", script]}
+    job_id = station.submit("ada", job)
+    done = station.wait_state(job_id, "succeeded", "failed", timeout=90)
+    assert done["state"] == "succeeded", done
+    after = station.submit("bob", {"name": "after", "command": ["true"], "workdir": "/"})
+    assert station.wait_state(after, "succeeded", "failed")["state"] == "succeeded"
+    assert "OverflowError" not in engine_log(station)
+
+
+def test_a_result_number_no_float_holds_is_skipped() -> None:
+    line = 'result {"acc": 0.5, "huge": 1' + "0" * 400 + ', "nan": NaN}'
+    assert content.result_points(line, 0) == [messages.MetricPoint("acc", 0.5, 0, 0)]
