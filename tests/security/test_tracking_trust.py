@@ -148,7 +148,8 @@ def test_a_users_worker_cannot_speak_for_another_users_run(station: Station) -> 
     # Last, a reply bob's worker may give (his own run): once the engine shows it, it has read
     # every line before it.
     sentinel = messages.RunMade(bob_key, "b" * 32)
-    lines = b"".join(messages.encode(m) for m in [*forged, *flood, sentinel])
+    nested = b"[" * 60_000 + b"\n"  # JSON no parser follows that deep (RecursionError)
+    lines = nested + b"".join(messages.encode(m) for m in [*forged, *flood, sentinel])
     speak_as_worker(station, "bob", pid, lines)
     deadline = time.monotonic() + 30
     while station.ok("bob", "show", job=bob_job)["tracking"]["run_id"] != "b" * 32:
@@ -163,6 +164,7 @@ def test_a_users_worker_cannot_speak_for_another_users_run(station: Station) -> 
     assert row["run_id"] is None and not row["final"]  # not closed by bob's "acked"
     log = engine_log(station)
     assert "INJECTED" not in log and "flood" not in log
+    assert "Traceback" not in log  # not one engine step failed on what bob's worker said
     complaints = [line for line in log.splitlines() if f"worker of uid {bob.uid}" in line]
     assert len(complaints) == 1, complaints  # 303 forged replies: one line, rate-limited
 
@@ -208,6 +210,7 @@ def test_a_sweep_named_like_another_users_gets_a_parent_run_of_its_own(station: 
         ({"kind": "health", "uri": "u" * 2001, "queued": 0}, "'uri'"),
         ({"kind": "rejected", "key": "k", "message": 5}, "'message'"),
         ({"kind": "shell", "key": "k"}, "unknown kind"),
+        ([[[[[]]]]], "not a JSON object"),
     ],
 )
 def test_a_reply_is_parsed_as_untrusted_input(reply: dict[str, object], why: str) -> None:
@@ -225,6 +228,8 @@ def test_a_replys_text_is_cut_and_its_control_characters_spelled_out() -> None:
     assert len(reply.message) == messages.MAX_REPLY_TEXT and reply.message.endswith("...")
     with pytest.raises(messages.BadMessage, match="over"):
         messages.decode_reply(b" " * (messages.MAX_REPLY_BYTES + 1))
+    with pytest.raises(messages.BadMessage, match="RecursionError"):
+        messages.decode_reply(b"[" * 60_000)
 
 
 def test_the_pipe_reader_holds_no_more_than_a_reply_and_drops_an_overlong_line() -> None:

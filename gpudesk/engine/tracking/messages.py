@@ -208,8 +208,8 @@ def _json(line: bytes) -> dict[str, Any]:
         raise BadMessage(f"a line of {len(line)} bytes, over {MAX_LINE_BYTES}")
     try:
         data = json.loads(line)
-    except ValueError as exc:
-        raise BadMessage(f"not JSON: {exc}") from None
+    except (ValueError, RecursionError) as exc:  # RecursionError: `[[[[…` nested too deep
+        raise BadMessage(f"not JSON: {type(exc).__name__}") from None
     if not isinstance(data, dict):
         raise BadMessage("not a JSON object")
     return data

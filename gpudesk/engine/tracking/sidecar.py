@@ -86,7 +86,9 @@ class Sidecar:
         self.process: subprocess.Popen[bytes] | None = None
         self.buffer = b""
         self.discarding = False  # within an overlong line: dropped up to its end
-        self.unreadable = Complaints(uid)  # lines that were no reply, said now and then
+        # Its replies not believed (unreadable, or not its to give: the tracker's checks), said
+        # in the log now and then: one voice per worker, however many reasons.
+        self.complaints = Complaints(uid)
         self.log_checked_at = 0.0
         self.log_emptied = 0  # times its log was emptied for its size (said the first time)
         self.starts: deque[float] = deque()
@@ -269,7 +271,7 @@ class Sidecar:
             self.discarding = False
         if self.discarding or len(rest) > messages.MAX_REPLY_BYTES:
             if not self.discarding:
-                self.unreadable.dropped("a line longer than any reply")
+                self.complaints.dropped("a line longer than any reply")
             self.discarding, rest = True, b""
         self.buffer = rest
         replies: list[messages.Reply] = []
@@ -279,5 +281,5 @@ class Sidecar:
             try:
                 replies.append(messages.decode_reply(line))
             except messages.BadMessage as exc:
-                self.unreadable.dropped(f"an unreadable reply: {exc}")
+                self.complaints.dropped(f"an unreadable reply: {exc}")
         return replies

@@ -29,7 +29,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from gpudesk import joblog
-from gpudesk.engine import runner
+from gpudesk.engine import diskspace, runner
 from gpudesk.engine.env_seconds import env_seconds
 from gpudesk.engine.identity import Identity
 from gpudesk.engine.jobs import JobState
@@ -148,7 +148,6 @@ class Tracking:
         self.health: dict[tuple[int, str], StoreHealth] = {}
         # The stores each owner's runs use: the ones her worker may report the health of.
         self.stores_of: dict[int, set[str]] = {}
-        self.complaints: dict[int, Complaints] = {}  # by worker uid: replies not believed
         self.started_at = time.monotonic()
         self.run_wait_s = run_wait_s()
 
@@ -231,7 +230,12 @@ class Tracking:
         for uid, worker in list(self.workers.items()):
             worker.ensure_running()
             for reply in worker.pump():
-                self._on_reply(uid, reply)
+                try:
+                    self._on_reply(uid, reply)
+                except Exception as exc:  # one worker's replies never stop the others'
+                    if diskspace.is_full(exc, self.home.root):
+                        raise  # the engine's loop says that once
+                    self._complaints(uid).dropped(f"a reply the engine failed on ({exc!r})")
         now = time.monotonic()
         ended = [job_id for job_id, deadline in self.awaiting.items() if now >= deadline]
         for job_id in ended:
@@ -284,7 +288,8 @@ class Tracking:
                 self.store.add_event(TRACKING_EVENT, message, job_id=run.job_id)
 
     def _complaints(self, uid: int) -> Complaints:
-        return self.complaints.setdefault(uid, Complaints(uid))
+        """Where the replies of `uid`'s worker that are not believed are said (rate-limited)."""
+        return self.workers[uid].complaints
 
     def _track_store(self, run: TrackedRun) -> None:
         self.stores_of.setdefault(run.uid, set()).add(run.uri)
