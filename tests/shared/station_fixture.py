@@ -10,7 +10,8 @@ the engine stopped, then the users and groups (local_users).
 
 `python`: the interpreter the engine runs (default: the tests' own). The engine starts its
 tracking workers, as the jobs' owners, with its own interpreter: a test of them gives one the
-users may run (tests/security/user_python.py), since the project's may sit in root's home."""
+users may run (tests/security/user_python.py), since the project's may sit in root's home.
+`engine_env`: variables for the engine's own environment (GPUDESK_TRACKING_WAIT_S, say)."""
 
 from __future__ import annotations
 
@@ -128,7 +129,9 @@ class Station:
         self.process = None
 
 
-def make_station(backend: str = "none", python: str | None = None) -> Iterator[Station]:
+def make_station(
+    backend: str = "none", python: str | None = None, engine_env: dict[str, str] | None = None
+) -> Iterator[Station]:
     if shutil.which("runuser") is None:
         pytest.skip("runuser is not installed: the test users' client runs through it")
     if not os.access(SYSTEM_PYTHON, os.X_OK):
@@ -144,6 +147,7 @@ def make_station(backend: str = "none", python: str | None = None) -> Iterator[S
             os.chmod(client, 0o755)
             env = {k: v for k, v in os.environ.items() if not k.startswith("GPUDESK_")}
             env["GPUDESK_BACKEND"] = backend
+            env.update(engine_env or {})  # the engine's own settings a test needs
             station = Station(
                 state_dir=top / "state",
                 socket=top / "run" / "control.sock",
