@@ -19,7 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -123,7 +123,11 @@ class Station:
         self.process = None
 
 
-def make_station(backend: str = "none") -> Iterator[Station]:
+def make_station(
+    backend: str = "none", extra_env: Mapping[str, str] | None = None
+) -> Iterator[Station]:
+    """The station (see the module's doc); `extra_env` goes into the engine's own environment
+    (its PATH, SLURM_CONF: what the site gives root's service)."""
     if shutil.which("runuser") is None:
         pytest.skip("runuser is not installed: the test users' client runs through it")
     if not os.access(SYSTEM_PYTHON, os.X_OK):
@@ -139,6 +143,7 @@ def make_station(backend: str = "none") -> Iterator[Station]:
             os.chmod(client, 0o755)
             env = {k: v for k, v in os.environ.items() if not k.startswith("GPUDESK_")}
             env["GPUDESK_BACKEND"] = backend
+            env.update(extra_env or {})
             station = Station(
                 state_dir=top / "state",
                 socket=top / "run" / "control.sock",
