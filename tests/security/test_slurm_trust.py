@@ -447,3 +447,16 @@ def test_her_clients_ignore_a_line_of_another_users_job(site: Site) -> None:
     assert hers.cancel([bobs]) is not None  # Slurm refuses her his job
     assert _slurm_state(site, bobs) in ("RUNNING", "PENDING")
     site.cluster.run("scancel", bobs, check=False)
+
+
+def test_a_sweep_is_one_array_of_hers(site: Site) -> None:
+    """An array's id (squeue lists its pending tasks as `ID_[0-1]`) is recognised as hers."""
+    cluster = {"kind": "slurm", "partition": PARTITION}
+    jobs = [
+        {"name": f"task{i}", "command": ["echo", f"task {i}"], "sweep": "s", "cluster": cluster}
+        for i in range(2)
+    ]
+    ids = site.station.ok("ada", "submit", jobs=jobs, env={"PATH": "/usr/bin:/bin"})["ids"]
+    ended = [_ended(site, job_id) for job_id in ids]
+    assert [j["state"] for j in ended] == ["succeeded", "succeeded"], ended
+    assert len({j["slurm"]["job_id"].split("_")[0] for j in ended}) == 1

@@ -256,7 +256,10 @@ class SlurmCommands:
     def owns(self, slurm_id: str) -> bool:
         """Does Slurm know job `slurm_id` as the owner's? (What sbatch printed is checked so
         before gpudesk keeps it.)"""
-        return any(line.slurm_id == slurm_id for line in self.queue([slurm_id]))
+        return any(
+            slurm_id in (line.own_id, line.slurm_id.split("_")[0])  # an array: "12_[0-7]"
+            for line in self.queue([slurm_id])
+        )
 
     def ended(self, slurm_id: str) -> Ended | None:
         """How one of the owner's jobs ended: scontrol while Slurm keeps it, else the job
