@@ -13,8 +13,10 @@ read up to a bound, within a time limit, and parsed as untrusted text by the cal
 
 from __future__ import annotations
 
+import contextlib
 import os
 import selectors
+import signal
 import subprocess
 import time
 from collections.abc import Sequence
@@ -80,7 +82,8 @@ def run_as(
     try:
         stdout, stderr = _collect(process, stdin, timeout, max_bytes)
     except BaseException:
-        process.kill()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)  # its session's group: a shell's children too
         process.wait()
         raise
     finally:
