@@ -22,6 +22,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from gpudesk.engine.cluster import has_control
 from gpudesk.engine.identity import Identity
 from gpudesk.engine.slurm.as_owner import Answer, TimedOut, acts_for_other, run_as
 from gpudesk.engine.slurm.request import GresOffer
@@ -133,7 +134,12 @@ def _uid_of(user_id: str | None) -> int | None:
 
 
 def _null(value: str | None) -> str | None:
-    return None if value in (None, "", "(null)", "None", "N/A", "Unknown") else value
+    """A field as the views keep it: None for Slurm's words for nothing, and for anything that
+    is not one line of text (a client run as a user answers what she makes it: the views show
+    it to everyone)."""
+    if value is None or has_control(value) or len(value) > 1000:
+        return None
+    return None if value in ("", "(null)", "None", "N/A", "Unknown") else value
 
 
 class SlurmCommands:
@@ -163,8 +169,12 @@ class SlurmCommands:
                 "install Slurm's client commands (Debian: slurm-client)."
             )
         if not self.conf_checked:
-            self.conf_checked = True
-            self._check_conf(what)
+            self.conf_checked = True  # the check runs `test` through here itself
+            try:
+                self._check_conf(what)
+            except SlurmError:
+                self.conf_checked = False  # asked again next time: it may be there by then
+                raise
         try:
             return run_as(
                 self.owner, [program, *args[1:]], self.env, timeout=TIMEOUT_S, stdin=stdin
@@ -211,7 +221,10 @@ class SlurmCommands:
             for line in done.out.splitlines():
                 key, _, value = line.partition("=")
                 if key.strip() == "ClusterName" and value.strip():
-                    return value.strip()
+                    # a label the views show everyone: what her slurm.conf says is not
+                    # believed past one line of text
+                    name = value.strip()
+                    return name if not has_control(name) and len(name) <= 64 else "slurm"
         return "slurm"
 
     def offer(self, partition: str | None = None) -> GresOffer:
@@ -246,7 +259,7 @@ class SlurmCommands:
         lines = []
         for line in done.out.splitlines():
             parts = line.split("|")
-            if len(parts) != 6 or _number(parts[5]) != self.owner.uid:
+            if len(parts) != 6 or has_control(line) or _number(parts[5]) != self.owner.uid:
                 continue
             lines.append(
                 QueueLine(parts[0], parts[1], parts[2].upper(), _null(parts[3]), _null(parts[4]))
@@ -266,8 +279,9 @@ class SlurmCommands:
         completion log (`sacct -c`); None when neither knows it as hers."""
         done = self.run(["scontrol", "show", "job", "-o", slurm_id], "read how a Slurm job ended")
         if done.returncode == 0 and done.out.strip():
-            fields = parse_fields(done.out.splitlines()[0])
-            if _uid_of(fields.get("UserId")) != self.owner.uid:
+            first = done.out.splitlines()[0]
+            fields = parse_fields(first)
+            if has_control(first) or _uid_of(fields.get("UserId")) != self.owner.uid:
                 return None
             code, sig = _exit(fields.get("ExitCode"))
             return Ended(
@@ -297,7 +311,12 @@ class SlurmCommands:
         )
         for line in done.out.splitlines():
             parts = line.split("|")
-            if len(parts) != 7 or parts[0] != slurm_id or _number(parts[6]) != self.owner.uid:
+            if (
+                len(parts) != 7
+                or has_control(line)
+                or parts[0] != slurm_id
+                or _number(parts[6]) != self.owner.uid
+            ):
                 continue
             code, sig = _exit(parts[2])
             state = parts[1].split()[0].upper() if parts[1] else "UNKNOWN"
