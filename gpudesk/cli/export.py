@@ -82,7 +82,7 @@ def _offer(cluster: ClusterSpec, ask: bool | None) -> tuple[GresOffer, str, str 
         return GresOffer(), "--no-ask", None
     if ask is None and shutil.which("sinfo") is None:
         return GresOffer(), "sinfo is not on PATH", None
-    commands = SlurmCommands(cluster.conf)
+    commands = SlurmCommands.of_process(cluster.conf)
     try:
         offer = commands.offer(cluster.partition)
         if cluster.partition is not None:

@@ -42,6 +42,12 @@ MAX_CPUS_PER_TASK = 4096
 _SLURM_WORD = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+\-]{0,63}$")
 
 
+def has_control(text: str) -> bool:
+    """Does `text` hold a control character (below 0x20, or DEL)? A name that reaches an sbatch
+    script may not: a newline in a `#` comment there starts a shell line of its own."""
+    return any(ord(c) < 0x20 or ord(c) == 0x7F for c in text)
+
+
 @dataclass(frozen=True)
 class ClusterSpec:
     """A job's cluster. Fields left None take the cluster's defaults (its default partition,
@@ -104,6 +110,11 @@ def check_cluster(value: Any) -> ClusterSpec:
         name = values["name"]
         if not isinstance(name, str) or not is_text(name) or not 0 < len(name) <= 64:
             raise ValueError(f"name: expected a short label, found {name!r}"[:300])
+        if has_control(name):
+            raise ValueError(
+                f"name: a cluster's name is a label on one line: it cannot hold a control "
+                f"character (a newline, a tab ...); found {name!r}"[:300]
+            )
         checked["name"] = name
     for key in ("partition", "account", "qos", "gpu_type", "mig_profile"):
         if key in values:
@@ -124,7 +135,12 @@ def check_cluster(value: Any) -> ClusterSpec:
         checked["mem_gb"] = float(mem)
     if "conf" in values:
         conf = values["conf"]
-        if not isinstance(conf, str) or not is_text(conf) or not os.path.isabs(conf):
+        if (
+            not isinstance(conf, str)
+            or not is_text(conf)
+            or has_control(conf)
+            or not os.path.isabs(conf)
+        ):
             raise ValueError(f"conf: expected the absolute path of a slurm.conf, found {conf!r}")
         checked["conf"] = conf
     return ClusterSpec(**checked)

@@ -49,7 +49,9 @@ from gpudesk.engine.protocol import ProtocolError
 from gpudesk.engine.repartition.control import MigControl
 from gpudesk.engine.repartition.station import MigApplyRefused
 from gpudesk.engine.scheduler import Scheduler
+from gpudesk.engine.slurm import logs as slurm_logs
 from gpudesk.engine.slurm import views as slurm_views
+from gpudesk.engine.slurm.as_owner import acts_for_other
 from gpudesk.engine.slurm.backend import SlurmBackend, SubmitRefused
 from gpudesk.engine.state import CurrentStation, PlacementDue
 from gpudesk.engine.store.database import Store
@@ -366,7 +368,7 @@ class RequestHandlers:
         specs, base_env = self._accepted(args, caller)
         if specs and specs[0].cluster is not None:
             try:
-                self.parts.slurm.check(specs, base_env)
+                self.parts.slurm.check(specs, base_env, caller.identity)
             except SubmitRefused as exc:
                 raise ProtocolError(protocol.REFUSED, str(exc)) from None
         return {"ids": []}
@@ -589,6 +591,20 @@ class RequestHandlers:
             )
         path = parts.home.attempt_dir(job.id, number) / runner.LOG_FILE
         row = parts.store.slurm_job(job.id) if job.spec.cluster is not None else None
+        if row is not None and acts_for_other(job.owner):
+            # in her folder, every name of whose path is hers: read by a process run as her
+            try:
+                read = slurm_logs.read_as_owner(job.owner, row.output, offset, limit)
+            except slurm_logs.LogUnreadable as exc:
+                raise ProtocolError(protocol.REFUSED, f"job {job.id}'s log: {exc}") from None
+            return {
+                "job": job.id,
+                "attempt": number,
+                "data": base64.b64encode(read.data).decode("ascii"),
+                "skipped": 0,
+                "next": offset + len(read.data),
+                "end": read.end,
+            }
         if row is not None:
             path = Path(row.output)
         stream = joblog.LogStream(path, offset)

@@ -24,7 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -130,8 +130,12 @@ class Station:
 
 
 def make_station(
-    backend: str = "none", python: str | None = None, engine_env: dict[str, str] | None = None
+    backend: str = "none",
+    python: str | None = None,
+    engine_env: Mapping[str, str] | None = None,
 ) -> Iterator[Station]:
+    """The station (see the module's doc); `engine_env` goes into the engine's own environment
+    (its PATH, SLURM_CONF: what the site gives root's service; a test's engine settings)."""
     if shutil.which("runuser") is None:
         pytest.skip("runuser is not installed: the test users' client runs through it")
     if not os.access(SYSTEM_PYTHON, os.X_OK):
@@ -147,7 +151,7 @@ def make_station(
             os.chmod(client, 0o755)
             env = {k: v for k, v in os.environ.items() if not k.startswith("GPUDESK_")}
             env["GPUDESK_BACKEND"] = backend
-            env.update(engine_env or {})  # the engine's own settings a test needs
+            env.update(engine_env or {})
             station = Station(
                 state_dir=top / "state",
                 socket=top / "run" / "control.sock",

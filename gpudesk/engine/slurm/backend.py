@@ -1,9 +1,13 @@
 """The engine's collaborator for jobs on a Slurm cluster (docs/slurm.md).
 
 - `submit`: a request's jobs that name a cluster are stored, written as sbatch scripts (one per
-  job, one per sweep's array) under GPUDESK_HOME/slurm/, and submitted with `sbatch --parsable`
-  in dependency order. All or nothing: when one sbatch fails, those already submitted are
-  cancelled and the jobs forgotten, and the request is refused with what Slurm said.
+  job, one per sweep's array) into the owner's Slurm folder (`slurm_folder`), and submitted with
+  `sbatch --parsable` in dependency order. All or nothing: when one sbatch fails, those already
+  submitted are cancelled and the jobs forgotten, and the request is refused with what Slurm
+  said.
+- Every Slurm client for a job runs as its owner with an environment the engine built
+  (gpudesk.engine.slurm.as_owner): a system engine (root) runs none for her, writes nothing in
+  her folder, and believes a Slurm id only once Slurm lists it as hers.
 - Following: a poller thread asks squeue (and, for ended jobs, scontrol or the completion log)
   about the jobs not ended yet, every POLL_S; the loop applies what it heard (`step`): queued ->
   running when Slurm starts one, the end state, exit code and reason when it ends. Every change
@@ -16,11 +20,11 @@ in the loop but `submit`, which must answer the request with Slurm's verdict.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
+import pwd
 import queue
-import shutil
+import secrets
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -35,7 +39,8 @@ from gpudesk.engine.events import EventPublisher
 from gpudesk.engine.identity import Identity
 from gpudesk.engine.jobs import JobSpec, JobState
 from gpudesk.engine.slurm import commands as slurm
-from gpudesk.engine.slurm.commands import Ended, QueueLine, SlurmCommands, SlurmError
+from gpudesk.engine.slurm.as_owner import acts_for_other
+from gpudesk.engine.slurm.commands import Ended, QueueLine, SlurmCommands, SlurmError, site_conf
 from gpudesk.engine.slurm.request import GresOffer, SbatchOption, SlurmMappingError
 from gpudesk.engine.slurm.script import (
     ARRAY_TASK,
@@ -56,6 +61,9 @@ log = logging.getLogger("gpudesk.engine")
 POLL_S = 2.0  # how often squeue is asked while Slurm jobs have not ended
 POLL_ENV = "GPUDESK_SLURM_POLL_S"  # the engine's environment may set another (tests: 0.5)
 MISSING_POLLS = 3  # a job no command knows this many polls in a row is lost
+# Where a system engine keeps a user's Slurm jobs' scripts and output: in her home (as Slurm's
+# nodes usually share it), made by a process run as her; never in root's state folder.
+STATION_FOLDER = ".local/state/gpudesk/station-slurm"
 
 
 def poll_s() -> float:
@@ -73,6 +81,7 @@ class Watched:
 
     job_id: int
     conf: str
+    owner: Identity  # whom its Slurm clients run as
     submission: str
     task: int | None
     own_id: str | None
@@ -96,7 +105,7 @@ class Heard:
 class _Shared:
     lock: threading.Lock = field(default_factory=threading.Lock)
     watched: list[Watched] = field(default_factory=list)
-    cancels: list[tuple[str, list[str], list[int]]] = field(default_factory=list)
+    cancels: list[tuple[str, Identity, list[str], list[int]]] = field(default_factory=list)
 
 
 def _slurm_time(text: str | None) -> float | None:
@@ -119,6 +128,7 @@ class Poller:
         self.poke = threading.Event()
         self.stopping = False
         self.thread: threading.Thread | None = None
+        self.clients: dict[tuple[str, Identity], SlurmCommands] = {}  # the thread's own
 
     def watch(self, watched: list[Watched]) -> None:
         with self.shared.lock:
@@ -126,9 +136,9 @@ class Poller:
         if watched:
             self._start()
 
-    def cancel(self, conf: str, slurm_ids: list[str], job_ids: list[int]) -> None:
+    def cancel(self, conf: str, owner: Identity, slurm_ids: list[str], job_ids: list[int]) -> None:
         with self.shared.lock:
-            self.shared.cancels.append((conf, slurm_ids, job_ids))
+            self.shared.cancels.append((conf, owner, slurm_ids, job_ids))
         self._start()
         self.poke.set()
 
@@ -146,9 +156,9 @@ class Poller:
             with self.shared.lock:
                 watched = list(self.shared.watched)
                 cancels, self.shared.cancels = self.shared.cancels, []
-            for conf, slurm_ids, job_ids in cancels:
+            for conf, owner, slurm_ids, job_ids in cancels:
                 try:
-                    refused = SlurmCommands(conf).cancel(slurm_ids)
+                    refused = self._clients(conf, owner).cancel(slurm_ids)
                 except SlurmError as exc:
                     refused = str(exc)
                 if refused:
@@ -162,32 +172,47 @@ class Poller:
             self.poke.wait(poll_s())
             self.poke.clear()
 
-    @staticmethod
-    def _poll(watched: list[Watched]) -> list[Heard]:
+    def _clients(self, conf: str, owner: Identity) -> SlurmCommands:
+        """The clients for one owner's jobs on one cluster, kept across polls (each checks its
+        slurm.conf once)."""
+        key = (conf, owner)
+        if key not in self.clients:
+            self.clients[key] = SlurmCommands(conf, owner)
+        return self.clients[key]
+
+    def _poll(self, watched: list[Watched]) -> list[Heard]:
         heard: list[Heard] = []
-        by_conf: dict[str, list[Watched]] = {}
+        by_client: dict[tuple[str, Identity], list[Watched]] = {}
         for item in watched:
-            by_conf.setdefault(item.conf, []).append(item)
-        for conf, items in by_conf.items():
-            commands = SlurmCommands(conf)
-            lines = commands.queue(sorted({i.submission for i in items}))
-            exact = {line.slurm_id: line for line in lines if not line.pending_tasks}
-            pending = {line.own_id: line for line in lines if line.pending_tasks}
-            for item in items:
-                line = exact.get(item.slurm_id)
-                if line is None and item.task is None:
-                    line = exact.get(item.submission)
-                if line is not None:
-                    ended = None
-                    if line.state not in slurm.RUNNING_STATES | slurm.QUEUED_STATES:
-                        ended = commands.ended(line.own_id)
-                    heard.append(Heard(item.job_id, line, ended))
-                elif item.submission in pending:
-                    heard.append(Heard(item.job_id, pending[item.submission]))
-                else:
-                    heard.append(
-                        Heard(item.job_id, None, commands.ended(item.own_id or item.slurm_id))
-                    )
+            by_client.setdefault((item.conf, item.owner), []).append(item)
+        for (conf, owner), items in by_client.items():
+            # one owner's failing cluster (her slurm.conf, her controller) is hers alone: the
+            # other owners' jobs are still heard of
+            try:
+                heard += self._poll_one(self._clients(conf, owner), items)
+            except SlurmError as exc:
+                self.heard.put(f"could not ask Slurm about {owner.name}'s jobs: {exc}")
+        return heard
+
+    @staticmethod
+    def _poll_one(commands: SlurmCommands, items: list[Watched]) -> list[Heard]:
+        heard: list[Heard] = []
+        lines = commands.queue(sorted({i.submission for i in items}))
+        exact = {line.slurm_id: line for line in lines if not line.pending_tasks}
+        pending = {line.own_id: line for line in lines if line.pending_tasks}
+        for item in items:
+            line = exact.get(item.slurm_id)
+            if line is None and item.task is None:
+                line = exact.get(item.submission)
+            if line is not None:
+                ended = None
+                if line.state not in slurm.RUNNING_STATES | slurm.QUEUED_STATES:
+                    ended = commands.ended(line.own_id)
+                heard.append(Heard(item.job_id, line, ended))
+            elif item.submission in pending:
+                heard.append(Heard(item.job_id, pending[item.submission]))
+            else:
+                heard.append(Heard(item.job_id, None, commands.ended(item.own_id or item.slurm_id)))
         return heard
 
 
@@ -206,16 +231,18 @@ class SlurmBackend:
         self.due = due
         self.poller = Poller(wake)
         self.missing: dict[int, int] = {}  # job id -> polls in a row no one knew it
-        self.cluster_names: dict[str, str] = {}  # slurm.conf -> its ClusterName
+        self.cluster_names: dict[tuple[str, int], str] = {}  # (slurm.conf, uid) -> ClusterName
         self.refresh()
 
     # ----------------------------------------------------------- submitting
-    def check(self, specs: Sequence[JobSpec], base_env: Mapping[str, str] | None) -> None:
+    def check(
+        self, specs: Sequence[JobSpec], base_env: Mapping[str, str] | None, owner: Identity
+    ) -> None:
         """What `submit` checks before it stores anything; raises SubmitRefused."""
-        self._prepare(specs, base_env)
+        self._prepare(specs, base_env, owner)
 
     def _prepare(
-        self, specs: Sequence[JobSpec], base_env: Mapping[str, str] | None
+        self, specs: Sequence[JobSpec], base_env: Mapping[str, str] | None, owner: Identity
     ) -> tuple[ClusterSpec, SlurmCommands, GresOffer, str]:
         clusters = {spec.cluster for spec in specs}
         if len(clusters) != 1 or None in clusters:
@@ -225,7 +252,7 @@ class SlurmBackend:
             )
         cluster = specs[0].cluster
         assert cluster is not None
-        commands = SlurmCommands(cluster.conf, env=base_env)
+        commands = SlurmCommands(_conf_for(cluster, base_env, owner), owner)
         try:
             offer = commands.offer(cluster.partition)
             # sinfo -p NOSUCH answers nothing and exits 0: the partition is checked on its own
@@ -243,12 +270,30 @@ class SlurmBackend:
             raise SubmitRefused(f"{str(exc).rstrip('.')}. Nothing was submitted.") from None
         return cluster, commands, offer, name
 
+    def slurm_folder(self, owner: Identity, job_id: int) -> Path:
+        """Where a submission's script and output go: a personal engine's GPUDESK_HOME/slurm/ID;
+        for another user (a system engine), a new folder under her home as the password
+        database has it (never $HOME from her request), which her process makes."""
+        if not acts_for_other(owner):
+            return self.home.root / "slurm" / str(job_id)
+        try:
+            home = pwd.getpwuid(owner.uid).pw_dir
+        except KeyError:
+            home = ""
+        if not home or not os.path.isabs(home) or home == "/":
+            raise SlurmError(
+                f"uid {owner.uid} has no home folder in the password database, and a Slurm "
+                "job's script and output go there"
+            )
+        return Path(home) / STATION_FOLDER / f"{job_id}-{secrets.token_hex(4)}"
+
     def _cluster_name(self, commands: SlurmCommands) -> str:
         """A cluster's ClusterName, asked once per slurm.conf (`scontrol show config` prints
         hundreds of lines; a submit runs in the engine's loop)."""
-        if commands.conf not in self.cluster_names:
-            self.cluster_names[commands.conf] = commands.cluster_name()
-        return self.cluster_names[commands.conf]
+        key = (commands.conf, commands.owner.uid)
+        if key not in self.cluster_names:
+            self.cluster_names[key] = commands.cluster_name()
+        return self.cluster_names[key]
 
     def submit(
         self, specs: Sequence[JobSpec], base_env: Mapping[str, str] | None, owner: Identity
@@ -262,11 +307,17 @@ class SlurmBackend:
                         "station: a Slurm job can run only after Slurm jobs (Slurm cannot see "
                         "the station's). Nothing was submitted."
                     )
-        cluster, commands, offer, name = self._prepare(specs, base_env)
+        cluster, commands, offer, name = self._prepare(specs, base_env, owner)
         records = self.store.submit(specs, base_env, owner=owner)
         ids = [r.id for r in records]
         submissions = plan([r.spec for r in records], cluster, offer, ids)
-        env = job_environment(base_env if base_env is not None else os.environ, commands.conf)
+        # the submitter's environment reaches the job through its script; sbatch runs in the
+        # one the engine built (commands.env), whose variables hers has not are unset there
+        if base_env is not None:
+            environment, unset = job_environment(base_env, commands.conf), sorted(commands.env)
+        else:  # a request without one: the engine's own, for a personal engine
+            mine = {} if acts_for_other(owner) else os.environ
+            environment, unset = job_environment(mine, commands.conf), []
         rows: list[SlurmRow] = []
         sent: list[str] = []
         folders: list[Path] = []
@@ -279,21 +330,19 @@ class SlurmBackend:
                 if why_not:
                     never += [(t.job_id or 0, why_not) for t in submission.tasks]
                     continue
-                folder = self.home.root / "slurm" / str(first.job_id)
-                folder.mkdir(parents=True, exist_ok=True)
+                folder = self.slurm_folder(owner, first.job_id)
                 folders.append(folder)
                 log_name = "task-{}.log" if submission.is_array else "output.log"
                 script = folder / "job.sbatch"
-                script.write_text(
-                    render(
-                        submission,
-                        output=literal(f"{folder}/") + log_name.format(ARRAY_TASK),
-                        header=_header(submission, name, cluster),
-                        dependency=dependency,
-                    )
+                text = render(
+                    submission,
+                    output=literal(f"{folder}/") + log_name.format(ARRAY_TASK),
+                    header=_header(submission, name, cluster),
+                    dependency=dependency,
+                    environment=environment,
+                    unset=unset,
                 )
-                _give_to(owner, folder, script)
-                submitted = commands.sbatch(str(script), env, owner=_other_user(owner))
+                submitted = commands.sbatch(str(folder), str(script), text)
                 sent.append(submitted)
                 gres = next((o.value for o in submission.options if o.flag == "--gres"), None)
                 for index, task in enumerate(submission.tasks):
@@ -316,7 +365,7 @@ class SlurmBackend:
             refused = commands.cancel(sent) if sent else None
             self.store.discard_jobs(ids)
             for folder in folders:
-                shutil.rmtree(folder, ignore_errors=True)
+                commands.remove_folder(str(folder))
             what = (
                 exc if isinstance(exc, SlurmError) else f"could not write the sbatch script: {exc}"
             )
@@ -374,10 +423,13 @@ class SlurmBackend:
     # ----------------------------------------------------------- following
     def refresh(self) -> None:
         """Tell the poller which jobs to ask about (after a submit, an end, a restart)."""
+        rows = self.store.active_slurm_jobs()
+        jobs = jobs_by_id(self.store, [r.job_id for r in rows])
         self.poller.watch(
             [
-                Watched(r.job_id, r.conf, r.submission, r.task, r.own_id)
-                for r in self.store.active_slurm_jobs()
+                Watched(r.job_id, r.conf, jobs[r.job_id].owner, r.submission, r.task, r.own_id)
+                for r in rows
+                if r.job_id in jobs
             ]
         )
 
@@ -386,7 +438,7 @@ class SlurmBackend:
         if row is None:
             return "not a Slurm job"
         self.store.slurm_cancel_sent([job.id])
-        self.poller.cancel(row.conf, [row.slurm_id], [job.id])
+        self.poller.cancel(row.conf, job.owner, [row.slurm_id], [job.id])
         return f"cancelling (scancel {row.slurm_id})"
 
     def step(self) -> None:
@@ -532,16 +584,12 @@ def _header(submission: Submission, cluster_name: str, cluster: ClusterSpec) -> 
     ]
 
 
-def _give_to(owner: Identity, *paths: Path) -> None:
-    """A system engine (root) submits as the job's owner: its folder and script are theirs."""
-    if os.geteuid() != 0 or owner.uid == 0:
-        return
-    for path in paths:
-        with contextlib.suppress(OSError):
-            os.chown(path, owner.uid, owner.gid)
-
-
-def _other_user(owner: Identity) -> Identity | None:
-    """Whom a system engine (root) runs sbatch as: the job's owner, so Slurm runs the job as
-    them (None: the engine's own user, as a personal engine does)."""
-    return owner if os.geteuid() == 0 and owner.uid != os.geteuid() else None
+def _conf_for(cluster: ClusterSpec, base_env: Mapping[str, str] | None, owner: Identity) -> str:
+    """The slurm.conf a job's clients read: the one its [cluster] names, else the site's. A
+    personal engine takes its submitter's SLURM_CONF over its own, as her shell would; a system
+    engine never a variable of her request (her `conf` is hers to name, and read as her)."""
+    if cluster.conf:
+        return cluster.conf
+    if base_env is not None and not acts_for_other(owner) and base_env.get("SLURM_CONF"):
+        return base_env["SLURM_CONF"]
+    return site_conf()

@@ -16,20 +16,26 @@ Facts this relies on (Slurm 22.05, Debian's slurm-wlm; docs/slurm.md):
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
-import shutil
-import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
+from gpudesk.engine.cluster import has_control
 from gpudesk.engine.identity import Identity
+from gpudesk.engine.slurm.as_owner import Answer, TimedOut, acts_for_other, run_as
 from gpudesk.engine.slurm.request import GresOffer
+from gpudesk.engine.trust import engine_environment, site_path, site_program
 from gpudesk.text import safe_text
 
 DEFAULT_CONF = "/etc/slurm/slurm.conf"
 TIMEOUT_S = 30.0  # a controller that does not answer: Slurm's own MessageTimeout is 10 s
-SQUEUE_FORMAT = "%i|%A|%T|%r|%N"  # array-task id, own job id, state, reason, nodes
+# array-task id, own job id, state, reason, nodes, the owner's uid
+SQUEUE_FORMAT = "%i|%A|%T|%r|%N|%U"
+# What the owner's process runs to submit ($1 her folder, $2 the script in it, $3 sbatch from
+# the site's PATH; the script's text on stdin): umask 077 keeps her folder hers alone.
+SUBMIT_SCRIPT = 'umask 077 && mkdir -p -- "$1" && cat > "$2" && exec "$3" --parsable "$2"'
 # Slurm's states, by what gpudesk calls them (JOB_STATE_* in slurm.h; squeue's long names).
 RUNNING_STATES = frozenset({"RUNNING", "COMPLETING", "SUSPENDED", "STOPPED", "SIGNALING"})
 QUEUED_STATES = frozenset(
@@ -84,8 +90,14 @@ class Ended:
     ended: str | None
 
 
+def site_conf() -> str:
+    """The site's slurm.conf: the engine's own SLURM_CONF (root's service unit sets it; a
+    user's request never does), else Slurm's default."""
+    return os.environ.get("SLURM_CONF") or DEFAULT_CONF
+
+
 def conf_path(conf: str | None) -> str:
-    return conf or os.environ.get("SLURM_CONF") or DEFAULT_CONF
+    return conf or site_conf()
 
 
 def parse_fields(line: str) -> dict[str, str]:
@@ -110,61 +122,64 @@ def _exit(text: str | None) -> tuple[int | None, int | None]:
         return None, None
 
 
+def _number(text: str) -> int | None:
+    text = text.strip()
+    return int(text) if text.isascii() and text.isdigit() and len(text) <= 20 else None
+
+
+def _uid_of(user_id: str | None) -> int | None:
+    """scontrol's `UserId=ada(1001)`: the uid."""
+    match = re.fullmatch(r"[^()]*\((\d{1,20})\)", user_id or "")
+    return int(match.group(1)) if match else None
+
+
 def _null(value: str | None) -> str | None:
-    return None if value in (None, "", "(null)", "None", "N/A", "Unknown") else value
+    """A field as the views keep it: None for Slurm's words for nothing, and for anything that
+    is not one line of text (a client run as a user answers what she makes it: the views show
+    it to everyone)."""
+    if value is None or has_control(value) or len(value) > 1000:
+        return None
+    return None if value in ("", "(null)", "None", "N/A", "Unknown") else value
 
 
 class SlurmCommands:
-    """The commands for one cluster, named by its slurm.conf (None: SLURM_CONF or Slurm's
-    default)."""
+    """Slurm's clients for one owner's jobs on one cluster (named by its slurm.conf): each run
+    as the owner, found on the site's PATH, with an environment the engine built
+    (gpudesk.engine.slurm.as_owner)."""
 
-    def __init__(self, conf: str | None = None, env: Mapping[str, str] | None = None) -> None:
-        base = env if env is not None else os.environ
-        # the submitter's SLURM_CONF (its environment comes with the request) before the
-        # engine's own
-        self.conf = conf or base.get("SLURM_CONF") or conf_path(None)
-        self.env = {**base, "SLURM_CONF": self.conf}
+    def __init__(self, conf: str, owner: Identity) -> None:
+        self.conf = conf
+        self.owner = owner
+        self.env = engine_environment(owner, SLURM_CONF=conf)
+        self.conf_checked = False
 
-    def run(
-        self,
-        args: Sequence[str],
-        what: str,
-        *,
-        env: Mapping[str, str] | None = None,
-        owner: Identity | None = None,
-    ) -> subprocess.CompletedProcess[str]:
-        """Run a Slurm client (as `owner` when given: a system engine submits as the job's
-        owner); raises SlurmError when it cannot be run at all (its exit status is the
-        caller's to read)."""
-        program = shutil.which(args[0], path=(env or self.env).get("PATH"))
+    @classmethod
+    def of_process(cls, conf: str | None) -> SlurmCommands:
+        """The clients as this process runs them (the CLI's `export slurm`)."""
+        return cls(conf_path(conf), Identity.of_process())
+
+    def run(self, args: Sequence[str], what: str, stdin: bytes = b"") -> Answer:
+        """Run a Slurm client (or a site program that prepares for one) as the owner; raises
+        SlurmError when it cannot be run at all (its exit status is the caller's to read)."""
+        program = site_program(args[0])
         if program is None:
             raise SlurmError(
-                f"Slurm's {args[0]} is not on this machine's PATH, so gpudesk cannot {what}. "
-                "Run gpudesk on a machine of the cluster (a login node), or install Slurm's "
-                "client commands (Debian: slurm-client)."
+                f"Slurm's {args[0]} is not on this machine's PATH ({site_path()}), so gpudesk "
+                f"cannot {what}. Run gpudesk on a machine of the cluster (a login node), or "
+                "install Slurm's client commands (Debian: slurm-client)."
             )
-        if not os.path.isfile(self.conf):
-            raise SlurmError(
-                f"there is no Slurm configuration at {self.conf}"
-                + (" (SLURM_CONF)" if self.conf != DEFAULT_CONF else "")
-                + f", so gpudesk cannot {what}. Set SLURM_CONF to the cluster's slurm.conf, or "
-                "run gpudesk on a machine of the cluster."
-            )
+        if not self.conf_checked:
+            self.conf_checked = True  # the check runs `test` through here itself
+            try:
+                self._check_conf(what)
+            except SlurmError:
+                self.conf_checked = False  # asked again next time: it may be there by then
+                raise
         try:
-            return subprocess.run(
-                [program, *args[1:]],
-                env={**(env or self.env), "SLURM_CONF": self.conf},
-                capture_output=True,
-                text=True,
-                errors="replace",
-                timeout=TIMEOUT_S,
-                stdin=subprocess.DEVNULL,
-                check=False,
-                user=owner.uid if owner is not None else None,
-                group=owner.gid if owner is not None else None,
-                extra_groups=list(owner.groups) if owner is not None else None,
+            return run_as(
+                self.owner, [program, *args[1:]], self.env, timeout=TIMEOUT_S, stdin=stdin
             )
-        except subprocess.TimeoutExpired:
+        except TimedOut:
             raise SlurmError(
                 f"{args[0]} did not answer within {TIMEOUT_S:g} s, so gpudesk could not {what}; "
                 f"is the cluster's controller up (scontrol ping)?"
@@ -172,12 +187,28 @@ class SlurmCommands:
         except OSError as exc:
             raise SlurmError(f"could not run {program} to {what}: {exc.strerror or exc}") from None
 
+    def _check_conf(self, what: str) -> None:
+        """Is there a slurm.conf the owner can read? (Without one a client retries for 60 s.)
+        Asked as the owner: the file may be one she names, in a place of hers."""
+        if acts_for_other(self.owner):
+            readable = self.run(["test", "-f", self.conf], "read slurm.conf").returncode == 0
+        else:
+            readable = os.path.isfile(self.conf)
+        if not readable:
+            raise SlurmError(
+                f"there is no Slurm configuration at {self.conf}"
+                + (" (SLURM_CONF)" if self.conf != DEFAULT_CONF else "")
+                + (f" that {self.owner.name} can reach" if acts_for_other(self.owner) else "")
+                + f", so gpudesk cannot {what}. Set SLURM_CONF to the cluster's slurm.conf, or "
+                "run gpudesk on a machine of the cluster."
+            )
+
     @staticmethod
-    def said(done: subprocess.CompletedProcess[str]) -> str:
+    def said(done: Answer) -> str:
         """What a failed command said, in one line, without Slurm's `sbatch: error:` prefixes."""
         text = " ".join(
             re.sub(r"^\w+: (error|fatal): ", "", line.strip())
-            for line in (done.stderr or done.stdout).splitlines()
+            for line in (done.err or done.out).splitlines()
             if line.strip()
         )
         return safe_text(text)[:600] or f"exit status {done.returncode}"
@@ -187,10 +218,13 @@ class SlurmCommands:
         """The cluster's ClusterName (scontrol show config)."""
         done = self.run(["scontrol", "show", "config"], "read the cluster's configuration")
         if done.returncode == 0:
-            for line in done.stdout.splitlines():
+            for line in done.out.splitlines():
                 key, _, value = line.partition("=")
                 if key.strip() == "ClusterName" and value.strip():
-                    return value.strip()
+                    # a label the views show everyone: what her slurm.conf says is not
+                    # believed past one line of text
+                    name = value.strip()
+                    return name if not has_control(name) and len(name) <= 64 else "slurm"
         return "slurm"
 
     def offer(self, partition: str | None = None) -> GresOffer:
@@ -202,14 +236,16 @@ class SlurmCommands:
                 f"sinfo could not list the cluster's nodes: {self.said(done)}"
                 + (f" (partition {partition!r}; sinfo -s lists them)" if partition else "")
             )
-        return GresOffer.parse(done.stdout.splitlines())
+        return GresOffer.parse(done.out.splitlines())
 
     def partitions(self) -> list[str]:
         done = self.run(["sinfo", "-h", "-o", "%R"], "list the cluster's partitions")
-        return sorted({line.strip() for line in done.stdout.splitlines() if line.strip()})
+        return sorted({line.strip() for line in done.out.splitlines() if line.strip()})
 
     def queue(self, ids: Sequence[str]) -> list[QueueLine]:
-        """squeue's lines for these jobs (arrays: every task), ended ones within MinJobAge too."""
+        """squeue's lines for these jobs (arrays: every task), ended ones within MinJobAge too;
+        only the owner's: a line of another user's job is no news of hers, whatever id she
+        got gpudesk to ask about."""
         if not ids:
             return []
         done = self.run(
@@ -217,25 +253,36 @@ class SlurmCommands:
             "read the state of its Slurm jobs",
         )
         if done.returncode != 0:
-            if "Invalid job id" in (done.stderr or ""):
+            if "Invalid job id" in done.err:
                 return []
             raise SlurmError(f"squeue failed: {self.said(done)}")
         lines = []
-        for line in done.stdout.splitlines():
+        for line in done.out.splitlines():
             parts = line.split("|")
-            if len(parts) != 5:
+            if len(parts) != 6 or has_control(line) or _number(parts[5]) != self.owner.uid:
                 continue
             lines.append(
                 QueueLine(parts[0], parts[1], parts[2].upper(), _null(parts[3]), _null(parts[4]))
             )
         return lines
 
+    def owns(self, slurm_id: str) -> bool:
+        """Does Slurm know job `slurm_id` as the owner's? (What sbatch printed is checked so
+        before gpudesk keeps it.)"""
+        return any(
+            slurm_id in (line.own_id, line.slurm_id.split("_")[0])  # an array: "12_[0-7]"
+            for line in self.queue([slurm_id])
+        )
+
     def ended(self, slurm_id: str) -> Ended | None:
-        """How a job ended: scontrol while Slurm keeps it, else the job completion log (`sacct
-        -c`); None when neither knows it."""
+        """How one of the owner's jobs ended: scontrol while Slurm keeps it, else the job
+        completion log (`sacct -c`); None when neither knows it as hers."""
         done = self.run(["scontrol", "show", "job", "-o", slurm_id], "read how a Slurm job ended")
-        if done.returncode == 0 and done.stdout.strip():
-            fields = parse_fields(done.stdout.splitlines()[0])
+        if done.returncode == 0 and done.out.strip():
+            first = done.out.splitlines()[0]
+            fields = parse_fields(first)
+            if has_control(first) or _uid_of(fields.get("UserId")) != self.owner.uid:
+                return None
             code, sig = _exit(fields.get("ExitCode"))
             return Ended(
                 fields.get("JobState", "UNKNOWN").upper(),
@@ -258,13 +305,18 @@ class SlurmCommands:
                 "-P",
                 "-j",
                 slurm_id,
-                "--format=JobID,State,ExitCode,NodeList,Start,End",
+                "--format=JobID,State,ExitCode,NodeList,Start,End,UID",
             ],
             "read the job completion log",
         )
-        for line in done.stdout.splitlines():
+        for line in done.out.splitlines():
             parts = line.split("|")
-            if len(parts) != 6 or parts[0] != slurm_id:
+            if (
+                len(parts) != 7
+                or has_control(line)
+                or parts[0] != slurm_id
+                or _number(parts[6]) != self.owner.uid
+            ):
                 continue
             code, sig = _exit(parts[2])
             state = parts[1].split()[0].upper() if parts[1] else "UNKNOWN"
@@ -272,28 +324,46 @@ class SlurmCommands:
         return None
 
     # --------------------------------------------------------------- acting
-    def sbatch(
-        self,
-        script: str,
-        env: Mapping[str, str],
-        args: Sequence[str] = (),
-        owner: Identity | None = None,
-    ) -> str:
-        """Submit a script file; the job's id (an array's: its id)."""
+    def sbatch(self, folder: str, script: str, text: str) -> str:
+        """Make the owner's folder, write the script there and submit it, all in one process
+        run as the owner (root writes nothing of hers); the job's id (an array's: its id),
+        once Slurm confirmed the job is hers."""
         done = self.run(
-            ["sbatch", "--parsable", *args, script], "submit to Slurm", env=env, owner=owner
+            ["sh", "-c", SUBMIT_SCRIPT, "gpudesk-submit", folder, script, self._program("sbatch")],
+            "submit to Slurm",
+            stdin=text.encode("utf-8", "surrogateescape"),
         )
         if done.returncode != 0:
             raise SlurmError(f"sbatch refused the job: {self.said(done)}")
-        answer = done.stdout.strip().splitlines()
+        answer = done.out.strip().splitlines()
         job_id = answer[-1].split(";")[0].strip() if answer else ""
-        if not job_id.isdigit():
-            raise SlurmError(f"sbatch answered {safe_text(done.stdout)[:200]!r}, not a job id")
+        if not (job_id.isascii() and job_id.isdigit() and len(job_id) <= 20):
+            raise SlurmError(f"sbatch answered {safe_text(done.out)[:200]!r}, not a job id")
+        if not self.owns(job_id):
+            raise SlurmError(
+                f"sbatch answered job {job_id}, but Slurm does not list it as a job of "
+                f"{self.owner.name}'s (squeue -j {job_id})"
+            )
         return job_id
 
+    def _program(self, name: str) -> str:
+        program = site_program(name)
+        if program is None:
+            raise SlurmError(
+                f"Slurm's {name} is not on this machine's PATH ({site_path()}); install Slurm's "
+                "client commands (Debian: slurm-client)."
+            )
+        return program
+
     def cancel(self, slurm_ids: Sequence[str]) -> str | None:
-        """scancel; what it said when it failed (None: it did not)."""
+        """scancel, as the owner (Slurm refuses her another user's job); what it said when it
+        failed (None: it did not)."""
         if not slurm_ids:
             return None
         done = self.run(["scancel", *slurm_ids], "cancel Slurm jobs")
         return None if done.returncode == 0 else self.said(done)
+
+    def remove_folder(self, folder: str) -> None:
+        """Remove a folder of the owner's (a submission that was undone), as her."""
+        with contextlib.suppress(SlurmError):
+            self.run(["rm", "-rf", "--", folder], "remove the Slurm folder of a refused job")

@@ -8,6 +8,7 @@ SLURM_ARRAY_TASK_ID), so `squeue` shows one line per sweep and `scancel` stops i
 
 from __future__ import annotations
 
+import re
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -17,6 +18,18 @@ from gpudesk.engine.jobs import JobSpec
 from gpudesk.engine.slurm.request import GresOffer, SbatchOption, sbatch_options
 
 ARRAY_TASK = "%a"  # sbatch's file-name pattern for an array task's index
+_CONTROL = re.compile("[\x00-\x1f\x7f]")
+# A name the shell's `export` takes (an environment may hold others: bash's exported functions)
+_SHELL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# bash's read-only variables: an `export` of one fails (and says so in the job's log)
+_READ_ONLY = frozenset({"BASHOPTS", "BASH_VERSINFO", "EUID", "PPID", "SHELLOPTS", "UID"})
+
+
+def one_line(text: str) -> str:
+    """`text` with every control character spelled out (`\\x0a`): what a `#` comment of the
+    script may hold. Names are refused with one at validation (cluster.has_control); this is the
+    renderer's own guard, since a newline in a comment would start a shell line of its own."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
 def literal(path: str) -> str:
@@ -102,7 +115,7 @@ def plan(
 
 
 def _comment(text: str) -> list[str]:
-    return [f"#   {line}" for line in text.splitlines()]
+    return [f"#   {one_line(line)}" for line in text.split("\n")]
 
 
 def _task_lines(task: Task, chdir: str | None, indent: str) -> list[str]:
@@ -130,9 +143,16 @@ def render(
     output: str,
     header: Sequence[str] = (),
     dependency: SbatchOption | None = None,
+    environment: Mapping[str, str] | None = None,
+    unset: Sequence[str] = (),
 ) -> str:
     """The script: `#SBATCH` lines with their reasons, then the job (or a `case` over the
-    array's tasks). `output` is the --output file (with %a for an array)."""
+    array's tasks). `output` is the --output file (with %a for an array).
+
+    `environment` (the engine's submissions): the submitter's environment, written into the
+    script and set by it (after unsetting `unset`: what sbatch's own environment has and hers
+    has not), so that sbatch itself runs with an environment the engine built and hers reaches
+    only the job. None (`gpudesk export slurm`): the environment of whoever runs sbatch."""
     tasks = submission.tasks
     workdirs = {t.spec.workdir for t in tasks}
     chdir = next(iter(workdirs)) if len(workdirs) == 1 else None
@@ -164,8 +184,12 @@ def render(
         SbatchOption(
             "--export",
             "ALL",
-            "the environment sbatch runs in (gpudesk runs it with the submitter's), and the "
-            "job's own env below",
+            "the environment sbatch runs in"
+            + (
+                " (one gpudesk built), then the submitter's, set below"
+                if environment is not None
+                else ", and the job's own env below"
+            ),
         )
     )
     if dependency is not None:
@@ -177,18 +201,20 @@ def render(
                 "a parent that fails or is cancelled cancels this job, not leaves it pending",
             )
         )
-    lines = ["#!/bin/bash", *(f"# {h}" if h else "#" for h in header)]
+    lines = ["#!/bin/bash", *(f"# {one_line(h)}" if h else "#" for h in header)]
     for option in options:
         lines.append(f"#SBATCH {shlex.quote(option.arg)}")
         lines.extend(_comment(option.why))
     lines.append("")
+    if environment is not None:
+        lines.extend(_environment_lines(environment, unset))
     if not submission.is_array:
         lines.extend(_task_lines(tasks[0], chdir, ""))
         return "\n".join(lines) + "\n"
     lines.append('case "$SLURM_ARRAY_TASK_ID" in')
     for index, task in enumerate(tasks):
         who = f"gpudesk job {task.job_id}: " if task.job_id is not None else ""
-        lines.append(f"  {index})  # {who}{task.spec.name}")
+        lines.append(f"  {index})  # {one_line(who + task.spec.name)}")
         lines.extend(_task_lines(task, chdir, "    "))
         lines.append("    ;;")
     lines.append('  *) echo "gpudesk: no job for array task $SLURM_ARRAY_TASK_ID" >&2; exit 1 ;;')
@@ -196,10 +222,23 @@ def render(
     return "\n".join(lines) + "\n"
 
 
+def _environment_lines(environment: Mapping[str, str], unset: Sequence[str]) -> list[str]:
+    """The submitter's environment as the script sets it, before the job's own `env`."""
+    lines = ["# the submitter's environment (sbatch ran in one gpudesk built)"]
+    names = sorted(k for k in unset if _SHELL_NAME.match(k) and k not in environment)
+    if names:
+        lines.append(f"unset {' '.join(names)}")
+    for key, value in sorted(environment.items()):
+        if _SHELL_NAME.match(key) and key not in _READ_ONLY:
+            lines.append(f"export {key}={shlex.quote(value)}")
+    lines.append("")
+    return lines
+
+
 def job_environment(base: Mapping[str, str], conf: str | None) -> dict[str, str]:
-    """The environment sbatch runs in: the submitter's, without the SLURM_/SBATCH_ variables
-    of a Slurm job it may itself be running in (sbatch would read SBATCH_* as options, and
-    SLURM_JOB_ID would mislead the job), with SLURM_CONF set to the job's cluster's."""
+    """The submitter's environment as the job gets it: without the SLURM_/SBATCH_ variables
+    of a Slurm job it may itself be running in (SLURM_JOB_ID would mislead the job), with
+    SLURM_CONF set to the job's cluster's."""
     env = {
         k: v
         for k, v in base.items()
