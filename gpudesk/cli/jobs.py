@@ -508,7 +508,9 @@ def logs(
     ),
 ) -> None:
     """Print a job's output."""
+    from gpudesk import joblog
     from gpudesk.cli.logs import LogFollower
+    from gpudesk.untrusted import UntrustedFileError
 
     with engine_client() as client:
         data = client.show(job)
@@ -526,12 +528,15 @@ def logs(
                 file=sys.stderr,
             )
             return
-        follower = LogFollower(client, data.job.id, sys.stdout)
-        if follow and attempt is None:
-            ended = follower.follow(lines)
-        else:
-            follower.dump(attempts[-1], lines)
-            return
+        follower = LogFollower(client, data.job.id, sys.stdout, data.job.uid)
+        try:
+            if follow and attempt is None:
+                ended = follower.follow(lines)
+            else:
+                follower.dump(attempts[-1], lines)
+                return
+        except UntrustedFileError as exc:  # read directly: the engine would refuse it too
+            fail(joblog.refusal(data.job.id, exc))
     # like `tail --pid` plus the job's own status, so `gpudesk logs -f 3 && next` chains
     raise typer.Exit(ended.exit_status)
 

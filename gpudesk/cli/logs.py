@@ -63,8 +63,8 @@ class EngineLogStream:
 
 def refused(path: str) -> bool:
     """Does this process lack the right to read the file at `path` (or to reach it)?"""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:  # O_NONBLOCK: a FIFO put in the log's place must not hold the reader here
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:
         return exc.errno in (errno.EACCES, errno.EPERM)
     os.close(fd)
@@ -108,10 +108,16 @@ def tail_start(stream: LogReader, lines: int) -> int:
 
 
 class LogFollower:
-    def __init__(self, client: Client, job_id: int, out: TextIO) -> None:
+    """Prints a job's log. `owner_uid`: the job's owner, whose files a log read directly must
+    be (gpudesk.joblog refuses anything else with UntrustedFileError)."""
+
+    def __init__(
+        self, client: Client, job_id: int, out: TextIO, owner_uid: int | None = None
+    ) -> None:
         self.client = client
         self.job_id = job_id
         self.out = out
+        self.owner_uid = owner_uid
         self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
         self._line_open = False  # the last text printed did not end a line
 
@@ -122,7 +128,7 @@ class LogFollower:
             return None
         if refused(attempt.log):
             return EngineLogStream(self.client, self.job_id, attempt.number)
-        return LogStream(attempt.log)
+        return LogStream(attempt.log, owner_uid=self.owner_uid)
 
     def dump(self, attempt: AttemptView, lines: int | None = None) -> None:
         """Print the log as it is now (what is kept of it; only its last `lines` lines)."""

@@ -59,6 +59,7 @@ from gpudesk.engine.store.slurm import SlurmRow
 from gpudesk.engine.telemetry_sink import TelemetrySink
 from gpudesk.engine.tracking.available import missing_for
 from gpudesk.engine.tracking.tracker import Tracking
+from gpudesk.engine.trust import UntrustedFileError
 from gpudesk.paths import Home
 from gpudesk.text import is_text, safe_text
 
@@ -586,18 +587,26 @@ class RequestHandlers:
                 protocol.INVALID_ARGS, f"'max_bytes' must be from 0 to {joblog.CHUNK_BYTES}"
             )
         path = parts.home.attempt_dir(job.id, number) / runner.LOG_FILE
+        # whose files the log and its parts must be: its owner's where the job ran as them,
+        # else the engine's own (gpudesk.joblog reads them as files a user may have planted)
+        owner_uid = job.owner.uid if runner.run_as(job.owner) is not None else os.geteuid()
         row = parts.store.slurm_job(job.id) if job.spec.cluster is not None else None
         if row is not None:
-            path = Path(row.output)
-        stream = joblog.LogStream(path, offset)
-        piece = stream.read(limit) if limit else None
+            path, owner_uid = Path(row.output), job.owner.uid
+        stream = joblog.LogStream(path, offset, owner_uid)
+        try:
+            piece = stream.read(limit) if limit else None
+            end = joblog.stream_end(path, owner_uid)
+        except UntrustedFileError as exc:
+            raise ProtocolError(protocol.REFUSED, joblog.refusal(job.id, exc)) from None
+        data = piece.data if piece else b""
         return {
             "job": job.id,
             "attempt": number,
-            "data": base64.b64encode(piece.data if piece else b"").decode("ascii"),
+            "data": base64.b64encode(data).decode("ascii"),
             "skipped": piece.skipped if piece else 0,
             "next": stream.position,
-            "end": joblog.stream_end(path),
+            "end": end,
         }
 
     @staticmethod
