@@ -3,6 +3,7 @@ priority / requeue`. Each command parses, asks the engine, prints."""
 
 from __future__ import annotations
 
+import os
 import shlex
 import sys
 import time
@@ -506,6 +507,13 @@ def logs(
         metavar="N",
         help="Only the last N lines (with -f: then follow, as tail -n N -f).",
     ),
+    raw: bool = typer.Option(
+        False,
+        "--raw",
+        help="Write the job's control characters and escape sequences to the terminal as they "
+        "are (without it a terminal gets them spelled out, as \\x1b; a pipe always gets them "
+        "as they are). Another user's job is always spelled out.",
+    ),
 ) -> None:
     """Print a job's output."""
     from gpudesk import joblog
@@ -528,7 +536,15 @@ def logs(
                 file=sys.stderr,
             )
             return
-        follower = LogFollower(client, data.job.id, sys.stdout, data.job.uid)
+        follower = LogFollower(
+            client,
+            data.job.id,
+            sys.stdout,
+            data.job.uid,
+            # someone else's job (root reading it here, directly) is spelled out as the
+            # engine spells it out for its other readers
+            spell_controls=(not raw and sys.stdout.isatty()) or os.geteuid() != data.job.uid,
+        )
         try:
             if follow and attempt is None:
                 ended = follower.follow(lines)

@@ -9,7 +9,12 @@ fastest way and works with no engine running. Where the file refuses (EACCES/EPE
 engine's job, whose folders are the engine's and whose log is its owner's alone, read by an
 admin, or by the owner where the state folder is not theirs to enter) the same stream comes
 through the engine's `log` request (`EngineLogStream`), which checks who may read it. Asking
-only after a refusal keeps a personal engine's `gpudesk logs` as it was."""
+only after a refusal keeps a personal engine's `gpudesk logs` as it was.
+
+Printed on a terminal, a job's control characters are spelled out (`\\x1b`): its escape
+sequences (a window title, a cleared screen) are shown, never obeyed, as `less` shows them;
+`--raw` writes the bytes as they are, as `cat` (and as always into a pipe or a file). The
+engine spells them out itself for a reader who is not the job's owner, --raw or not."""
 
 from __future__ import annotations
 
@@ -21,6 +26,7 @@ import time
 from typing import TYPE_CHECKING, Protocol, TextIO
 
 from gpudesk.joblog import CHUNK_BYTES, LogStream, Piece
+from gpudesk.text import printable
 from gpudesk.units import byte_size
 
 if TYPE_CHECKING:
@@ -109,15 +115,24 @@ def tail_start(stream: LogReader, lines: int) -> int:
 
 class LogFollower:
     """Prints a job's log. `owner_uid`: the job's owner, whose files a log read directly must
-    be (gpudesk.joblog refuses anything else with UntrustedFileError)."""
+    be (gpudesk.joblog refuses anything else with UntrustedFileError). `spell_controls`: write
+    the job's control characters spelled out (gpudesk.text.printable), as for a terminal, where
+    its escape sequences would be obeyed (`gpudesk logs` without --raw)."""
 
     def __init__(
-        self, client: Client, job_id: int, out: TextIO, owner_uid: int | None = None
+        self,
+        client: Client,
+        job_id: int,
+        out: TextIO,
+        owner_uid: int | None = None,
+        *,
+        spell_controls: bool = False,
     ) -> None:
         self.client = client
         self.job_id = job_id
         self.out = out
         self.owner_uid = owner_uid
+        self.spell_controls = spell_controls
         self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
         self._line_open = False  # the last text printed did not end a line
 
@@ -182,6 +197,8 @@ class LogFollower:
             )
         if piece.data:
             text = self._decoder.decode(piece.data)
+            if self.spell_controls:
+                text = printable(text)
             if text:
                 self.out.write(text)
                 self._line_open = not text.endswith("\n")
@@ -203,6 +220,8 @@ class LogFollower:
 
     def _finish(self) -> None:
         rest = self._decoder.decode(b"", final=True)
+        if self.spell_controls:
+            rest = printable(rest)
         if rest:
             self.out.write(rest)
         self.out.flush()

@@ -61,7 +61,7 @@ from gpudesk.engine.tracking.available import missing_for
 from gpudesk.engine.tracking.tracker import Tracking
 from gpudesk.engine.trust import UntrustedFileError
 from gpudesk.paths import Home
-from gpudesk.text import is_text, safe_text
+from gpudesk.text import ends_in_c1_lead, is_text, printable_bytes, safe_text
 
 log = logging.getLogger("gpudesk.engine")
 
@@ -600,6 +600,13 @@ class RequestHandlers:
         except UntrustedFileError as exc:
             raise ProtocolError(protocol.REFUSED, joblog.refusal(job.id, exc)) from None
         data = piece.data if piece else b""
+        if caller.uid != job.owner.uid:
+            # someone else's output (an admin reading it) never drives their terminal: its
+            # control characters are spelled out (gpudesk.text); a \xc2 that ends the piece
+            # waits for the next one, which may make it a C1 control
+            if ends_in_c1_lead(data):
+                data, stream.position = data[:-1], stream.position - 1
+            data = printable_bytes(data)
         return {
             "job": job.id,
             "attempt": number,

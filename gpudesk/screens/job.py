@@ -23,6 +23,7 @@ from gpudesk.screens.queue import STATE_STYLES, job_state
 from gpudesk.screens.state import DeskState, job_runtime, sharing_mode
 from gpudesk.screens.widgets.glyphs import sparkline
 from gpudesk.screens.widgets.strips import DeskHeader
+from gpudesk.text import printable
 from gpudesk.units import watt_hours
 
 DETAIL_REFRESH_S = 2.0
@@ -262,7 +263,8 @@ class LogScreen(DeskScreen):
             self.app.call_from_thread(self.notify, f"cannot read the log: {exc}", severity="error")
             return
         if piece is not None and piece.data:
-            text = self.decoder.decode(piece.data)
+            # the job's escape sequences are shown, never obeyed by the desk's terminal
+            text = printable(self.decoder.decode(piece.data))
             self.app.call_from_thread(self._append, text)
 
     def _append(self, text: str) -> None:
