@@ -27,6 +27,7 @@ sys.path.insert(0, str(SHARED))  # the station fixture and its raw client live b
 from station_fixture import Station, make_station  # noqa: E402
 
 from gpudesk import render  # noqa: E402
+from gpudesk.engine.oom import gpu_oom_line  # noqa: E402
 from gpudesk.screens.feed import read_log_tail  # noqa: E402
 from gpudesk.text import printable, printable_bytes  # noqa: E402
 
@@ -114,3 +115,12 @@ def test_printable_spells_every_control_but_newline_and_tab() -> None:
     assert "\n" in shown and "\t" in shown
     assert printable("é ° — ok") == "é ° — ok"
     assert printable_bytes(controls.encode()).decode() == shown
+
+
+def test_an_oom_line_that_becomes_the_jobs_reason_is_spelled_out(tmp_path: Path) -> None:
+    """The line that shows a GPU OOM becomes the job's reason, which every member sees in
+    `gpudesk show` and the queue: no escape sequence of the job's rides in with it."""
+    log = tmp_path / "output.log"
+    log.write_bytes(b"RuntimeError: CUDA out of memory.\x1b]0;pwned\x07\x1b[2J\n")
+    line = gpu_oom_line(log, 1)
+    assert line == r"RuntimeError: CUDA out of memory.\x1b]0;pwned\x07\x1b[2J"
