@@ -121,8 +121,11 @@ def test_the_wrapper_runs_with_the_engines_environment_and_the_job_with_hers(
     try:
         wrapper_env = environ(wrapper.pid)
         job_env = environ(command.pid)
+        # the file that carried her environment to the wrapper's child (root's) is gone
+        left = sorted(os.listdir(Path(running["log"]).parent))
     finally:
         go.touch()
+    assert "job.env" not in left, left
     assert wrapper.uids().effective == 0  # the process that must not have her environment
     root = trust.engine_environment(None)
     expected = {**root, "PATH": station.env.get("PATH") or trust.DEFAULT_SITE_PATH}
