@@ -22,6 +22,14 @@ follower reads across a rotation from the part that now holds what it had not re
 hold a shared flock on output.log for one bounded read at a time, the engine an exclusive one
 (not waiting: a rotation is tried again at the next check) while it rotates, so a reader never
 sees a truncated file with the record of before.
+
+Who owns what (an engine run by root, a job run as its owner): output.log and its parts are the
+owner's; the record is the engine's own (root's, readable by all: it holds byte positions only),
+so the owner cannot name the files root reads. Root still reads everything here as something a
+user may have planted (gpudesk.untrusted): output.log and each part are opened O_NOFOLLOW |
+O_NONBLOCK and must be a regular file with one name, of the log's owner (`owner_uid`); the
+record must be root's or the reader's own, and every field of it is checked (`parse_rotation`).
+What is refused raises UntrustedFileError (an OSError), which a reader turns into one line.
 """
 
 from __future__ import annotations
@@ -35,9 +43,17 @@ import stat
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeGuard
+
+from gpudesk.untrusted import RECORD_MAX_BYTES, UntrustedFileError, open_untrusted
 
 RECORD_SUFFIX = ".rotation"
 CHUNK_BYTES = 1 << 20  # what one read or copy step holds in memory
+RECORD_MODE = 0o644  # byte positions only; the attempt's folder says who may reach them
+# Bounds of a record that is believed: the station keeps at most 100 parts
+# (station.MAX_LOG_KEEP), and no stream position or part number comes near 2**62.
+MAX_RECORD_PARTS = 1000
+MAX_RECORD_NUMBER = 2**62
 
 
 @dataclass(frozen=True)
@@ -77,38 +93,96 @@ def record_path(log: str | os.PathLike[str]) -> Path:
 
 
 def read_rotation(log: str | os.PathLike[str]) -> Rotation:
-    """The log's rotation record (an empty one when it never rotated or the record is bad)."""
+    """The log's rotation record: an empty one when it never rotated, or when what stands at
+    the record's path is not a record this process may believe (`_record_bytes`,
+    `parse_rotation`). Never raises."""
     try:
-        data = json.loads(record_path(log).read_text())
-        parts = tuple(Part(int(n), int(s), int(e)) for n, s, e in data["parts"])
-        return Rotation(int(data["base"]), int(data["rotations"]), parts)
-    except (OSError, ValueError, KeyError, TypeError):
+        data = _record_bytes(record_path(log))
+    except OSError:
         return Rotation()
+    return parse_rotation(data)
 
 
-def _create(path: Path, like: os.stat_result) -> int:
-    """A new file of the engine's own: whatever stood at `path` (a leftover, a link) goes. It
-    gets the owner and the mode of the log (`like`), so a job run as its owner can read its
-    rotated parts as it reads its log, and no one else can (O_EXCL: the file is new, so the
-    chown acts on nothing but what was just made)."""
+def _record_bytes(path: Path) -> bytes:
+    """The record's bytes, read as untrusted: never through a link or from a FIFO, a regular
+    file with one name written by root or by this process's own user (whoever rotates the
+    log: the engine), never by the job's owner; at most RECORD_MAX_BYTES."""
+    fd = open_untrusted(path, None)
+    try:
+        owner = os.fstat(fd).st_uid
+        if owner not in (0, os.geteuid()):
+            raise UntrustedFileError(
+                errno.EPERM, f"owned by uid {owner}, not by the engine", str(path)
+            )
+        data = os.read(fd, RECORD_MAX_BYTES + 1)
+    finally:
+        os.close(fd)
+    if len(data) > RECORD_MAX_BYTES:
+        raise UntrustedFileError(errno.EFBIG, f"larger than {RECORD_MAX_BYTES} bytes", str(path))
+    return data
+
+
+def parse_rotation(data: bytes) -> Rotation:
+    """A record's bytes as a Rotation, every field checked: whole non-negative numbers, parts
+    numbered 1 to `rotations` in increasing order, each a range of the stream after the one
+    before it and before `base`, at most MAX_RECORD_PARTS of them. Anything else is no record
+    (an empty Rotation), never an exception."""
+    try:
+        value = json.loads(data)
+    except (ValueError, RecursionError):
+        return Rotation()
+    if not isinstance(value, dict):
+        return Rotation()
+    base, rotations, parts = value.get("base"), value.get("rotations"), value.get("parts")
+    if not (_record_number(base) and _record_number(rotations) and isinstance(parts, list)):
+        return Rotation()
+    if len(parts) > MAX_RECORD_PARTS:
+        return Rotation()
+    checked: list[Part] = []
+    for entry in parts:
+        if not (isinstance(entry, list) and len(entry) == 3 and all(map(_record_number, entry))):
+            return Rotation()
+        part = Part(*entry)
+        after = checked[-1] if checked else Part(0, 0, 0)
+        if not (after.number < part.number <= rotations and after.end <= part.start <= part.end):
+            return Rotation()
+        checked.append(part)
+    if checked and checked[-1].end > base:
+        return Rotation()
+    return Rotation(base, rotations, tuple(checked))
+
+
+def _record_number(value: object) -> TypeGuard[int]:
+    return type(value) is int and 0 <= value <= MAX_RECORD_NUMBER
+
+
+def _create(path: Path, like: os.stat_result | None) -> int:
+    """A new file of the engine's own: whatever stood at `path` (a leftover, a link) goes
+    (unlink acts on the name, never on what a link names). With `like` (a rotated part) it gets
+    the owner and the mode of the log, so a job run as its owner can read its rotated parts as
+    it reads its log, and no one else can (O_EXCL: the file is new, so the chown acts on
+    nothing but what was just made); without (the record) it stays the engine's, RECORD_MODE."""
     with contextlib.suppress(FileNotFoundError):
         path.unlink()
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     fd = os.open(path, flags, 0o600)
     try:
-        if like.st_uid != os.geteuid():
-            os.fchown(fd, like.st_uid, like.st_gid)
-        os.fchmod(fd, stat.S_IMODE(like.st_mode) & 0o666)
+        if like is None:
+            os.fchmod(fd, RECORD_MODE)
+        else:
+            if like.st_uid != os.geteuid():
+                os.fchown(fd, like.st_uid, like.st_gid)
+            os.fchmod(fd, stat.S_IMODE(like.st_mode) & 0o666)
     except OSError:
         os.close(fd)
         raise
     return fd
 
 
-def _write_rotation(log: str | os.PathLike[str], record: Rotation, like: os.stat_result) -> None:
+def _write_rotation(log: str | os.PathLike[str], record: Rotation) -> None:
     path = record_path(log)
-    tmp = path.with_name(path.name + ".tmp")
-    fd = _create(tmp, like)
+    tmp = _tmp(path)
+    fd = _create(tmp, None)
     try:
         os.write(fd, record.to_json().encode())
     finally:
@@ -116,8 +190,18 @@ def _write_rotation(log: str | os.PathLike[str], record: Rotation, like: os.stat
     os.replace(tmp, path)
 
 
-def _open_log(log: str | os.PathLike[str], flags: int) -> int:
-    return os.open(log, flags | os.O_NOFOLLOW | os.O_CLOEXEC)
+def _refuse_folder(path: Path) -> None:
+    """Raise when a folder stands where a file of the rotation is to be renamed to: found
+    before the log is truncated, not after, when the copy could no longer be put in place."""
+    with contextlib.suppress(FileNotFoundError):
+        if stat.S_ISDIR(os.lstat(path).st_mode):
+            raise UntrustedFileError(errno.EISDIR, "a folder, not a file of the log", str(path))
+
+
+def _open_log(log: str | os.PathLike[str], owner_uid: int | None, flags: int = 0) -> int:
+    """output.log or a part, opened as a file a user may have planted (gpudesk.untrusted):
+    no link, no FIFO, no second name, of `owner_uid` (None: whoever owns it)."""
+    return open_untrusted(log, owner_uid, flags)
 
 
 def _lock_shared(fd: int) -> None:
@@ -138,7 +222,8 @@ def rotate(log: str | os.PathLike[str], cap: int, keep: int) -> bool:
     try:
         if os.stat(log, follow_symlinks=False).st_size <= cap:
             return False
-        fd = _open_log(log, os.O_RDWR)
+        # not a link, a FIFO or a second name of another file (gpudesk.untrusted): left alone
+        fd = _open_log(log, None, os.O_RDWR)
     except FileNotFoundError:
         return False
     try:
@@ -147,25 +232,34 @@ def rotate(log: str | os.PathLike[str], cap: int, keep: int) -> bool:
         except BlockingIOError:
             return False
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
-            # the job put something else there (a second name for another file): leave it
-            raise OSError(errno.EPERM, "not a plain file with one name; left alone", str(log))
         size = st.st_size
         if size <= cap:
             return False
         record = read_rotation(log)
         number = record.rotations + 1
+        for path in _rotation_files(log, number):
+            _refuse_folder(path)
         start = _line_start(fd, size - cap) if keep else size
         end = _copy_then_truncate(fd, start, part_path(log, number) if keep else None, st)
         parts = (*record.parts, Part(number, record.base + start, record.base + end))
         kept = parts[-keep:] if keep else ()
-        _write_rotation(log, Rotation(record.base + end, number, kept), st)
+        _write_rotation(log, Rotation(record.base + end, number, kept))
         for gone in parts[: len(parts) - len(kept)]:
             with contextlib.suppress(FileNotFoundError):
                 part_path(log, gone.number).unlink()
         return True
     finally:
         os.close(fd)  # also releases the lock
+
+
+def _rotation_files(log: str | os.PathLike[str], number: int) -> tuple[Path, ...]:
+    """The names a rotation making part `number` creates or replaces."""
+    part, record = part_path(log, number), record_path(log)
+    return part, _tmp(part), record, _tmp(record)
+
+
+def _tmp(path: Path) -> Path:
+    return path.with_name(path.name + ".tmp")
 
 
 def _line_start(fd: int, offset: int) -> int:
@@ -183,7 +277,7 @@ def _copy_then_truncate(fd: int, start: int, part: Path | None, like: os.stat_re
     offset = start
     out = None
     if part is not None:
-        out = _create(part.with_name(part.name + ".tmp"), like)
+        out = _create(_tmp(part), like)
     try:
         while True:
             if out is None:
@@ -199,7 +293,7 @@ def _copy_then_truncate(fd: int, start: int, part: Path | None, like: os.stat_re
         if out is not None:
             os.close(out)
     if part is not None:
-        os.replace(part.with_name(part.name + ".tmp"), part)
+        os.replace(_tmp(part), part)
     return offset
 
 
@@ -214,20 +308,27 @@ class Piece:
 
 class LogStream:
     """Reads an attempt's whole output in bounded pieces, across rotations; `position` is the
-    next stream byte to read."""
+    next stream byte to read. `owner_uid`: whose files output.log and its parts must be (the
+    job's owner, for an engine run by root; None: whoever owns output.log). A file that is not
+    what it should be raises UntrustedFileError."""
 
-    def __init__(self, log: str | os.PathLike[str], position: int = 0) -> None:
+    def __init__(
+        self, log: str | os.PathLike[str], position: int = 0, owner_uid: int | None = None
+    ) -> None:
         self.log = log
         self.position = position
+        self.owner_uid = owner_uid
 
     def read(self, limit: int = CHUNK_BYTES) -> Piece | None:
         """The next piece (at most `limit` bytes), or None when there is nothing new yet."""
         try:
-            fd = _open_log(self.log, os.O_RDONLY)
+            fd = _open_log(self.log, self.owner_uid)
         except FileNotFoundError:
             return None  # the attempt has not started writing
         try:
             _lock_shared(fd)
+            # the parts are the log's: of its owner, whoever that is
+            owner = os.fstat(fd).st_uid if self.owner_uid is None else self.owner_uid
             record = read_rotation(self.log)
             position, skipped = self.position, 0
             for part in record.parts:
@@ -236,12 +337,12 @@ class LogStream:
                 if part.start > position:
                     skipped += part.start - position
                     position = part.start
-                try:
-                    with open(part_path(self.log, part.number), "rb") as fh:
-                        fh.seek(position - part.start)
-                        data = fh.read(min(limit, part.end - position))
-                except FileNotFoundError:
-                    data = b""
+                data = _read_part(
+                    part_path(self.log, part.number),
+                    owner,
+                    position - part.start,
+                    min(limit, part.end - position),
+                )
                 if not data:  # gone meanwhile, or shorter than recorded: a gap
                     skipped += part.end - position
                     position = part.end
@@ -261,13 +362,28 @@ class LogStream:
 
     def end(self) -> int:
         """The stream position just past what the log holds now."""
-        return stream_end(self.log)
+        return stream_end(self.log, self.owner_uid)
 
 
-def stream_end(log: str | os.PathLike[str]) -> int:
-    """The stream position just past what the log holds now (0 when there is no log)."""
+def _read_part(path: Path, owner_uid: int, offset: int, size: int) -> bytes:
+    """`size` bytes of a rotated part from `offset` (b"" when it is gone)."""
     try:
-        fd = _open_log(log, os.O_RDONLY)
+        fd = _open_log(path, owner_uid)
+    except FileNotFoundError:
+        return b""
+    try:
+        return os.pread(fd, size, offset)
+    finally:
+        os.close(fd)
+
+
+def stream_end(log: str | os.PathLike[str], owner_uid: int | None = None) -> int:
+    """The stream position just past what the log holds now (0 when there is no log, or it
+    cannot be read); raises UntrustedFileError when output.log is not what it should be."""
+    try:
+        fd = _open_log(log, owner_uid)
+    except UntrustedFileError:
+        raise
     except OSError:
         return 0
     try:
@@ -277,12 +393,23 @@ def stream_end(log: str | os.PathLike[str]) -> int:
         os.close(fd)
 
 
-def tail(log: str | os.PathLike[str], max_bytes: int) -> bytes:
+def tail(log: str | os.PathLike[str], max_bytes: int, owner_uid: int | None = None) -> bytes:
     """The last `max_bytes` of the stream: output.log's end, with the newest part's end before
-    it when output.log was just rotated and holds less."""
-    end = stream_end(log)
-    stream = LogStream(log, max(0, end - max_bytes))
+    it when output.log was just rotated and holds less. Raises OSError (UntrustedFileError
+    among them) when it cannot be read."""
+    end = stream_end(log, owner_uid)
+    stream = LogStream(log, max(0, end - max_bytes), owner_uid)
     out = bytearray()
     while len(out) < max_bytes and (piece := stream.read(max_bytes - len(out))) is not None:
         out += piece.data
     return bytes(out)
+
+
+def refusal(job_id: int, exc: UntrustedFileError) -> str:
+    """What a reader of job `job_id`'s log is told when a file of it was refused: one
+    paragraph, naming the file and what it is instead."""
+    return (
+        f"the log of job {job_id} is not shown: {exc.filename} is {exc.strerror}. A job's "
+        "log is read only from regular files with one name, of the job's owner; something "
+        "else was put in its place (ask an admin to look at the attempt's folder)"
+    )

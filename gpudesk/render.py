@@ -10,6 +10,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from gpudesk import joblog
+from gpudesk.text import printable
 from gpudesk.units import watt_hours
 
 
@@ -138,11 +139,12 @@ def file_end(path: str | os.PathLike[str] | None, max_bytes: int = 4096) -> str:
 
 
 def last_line(path: str | os.PathLike[str] | None, max_bytes: int = 4096) -> str:
-    """The last non-empty line of a log file (cheap: reads only its end)."""
+    """The last non-empty line of a log file (cheap: reads only its end), its control
+    characters spelled out (gpudesk.text.printable): it is shown on a terminal."""
     tail = file_end(path, max_bytes)
     for line in reversed(tail.replace("\r", "\n").splitlines()):
         if line.strip():
-            return line.strip()
+            return printable(line.strip())
     return ""
 
 

@@ -12,6 +12,11 @@ goes through `safe_text`, which spells each such byte as `\\xNN`, the way `ls -b
 A surrogate that no byte stands for (U+D800..U+DC7F, U+DD00..U+DFFF: a JSON `\\ud800` escape sent
 by a client, never a file name) cannot reach the operating system at all: `is_os_text` says so,
 and the engine refuses such a request (`gpudesk.engine.protocol.decode_request`).
+
+A job's output shown on someone's terminal goes through `printable` (text) or `printable_bytes`
+(the engine's replies to a reader who is not the job's owner): every control character but a
+newline and a tab, ESC first (the start of every escape sequence: a window title, a cleared
+screen, a rewritten line), is spelled `\\xNN` in the same way, so it is seen and never obeyed.
 """
 
 from __future__ import annotations
@@ -21,6 +26,12 @@ import re
 from typing import Any
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
+# C0 controls but \n and \t, DEL, and the C1 controls (U+0080..U+009F: a terminal may take
+# U+009B as CSI, as ESC [)
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+_CONTROL_BUT_CR = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+# the same in UTF-8 bytes (a C1 control is \xc2 then \x80..\x9f)
+_CONTROL_BYTES = re.compile(b"[\x00-\x08\x0b-\x1f\x7f]|\xc2[\x80-\x9f]")
 
 
 def _spell(match: re.Match[str]) -> str:
@@ -34,6 +45,34 @@ def safe_text(text: str) -> str:
     if text.isascii():
         return text
     return _SURROGATE.sub(_spell, text)
+
+
+def printable(text: str, keep_carriage_return: bool = False) -> str:
+    """`text` (a job's output) safe to write to a terminal: every control character but a
+    newline and a tab spelled `\\xNN` (ESC as `\\x1b`), so no escape sequence reaches the
+    terminal. `keep_carriage_return`: a `\\r` stays one (the owner's own progress bars redraw
+    in place, as they did when the job wrote them; someone else's output never gets this: a
+    `\\r` can hide a line under the next)."""
+    pattern = _CONTROL_BUT_CR if keep_carriage_return else _CONTROL
+    return pattern.sub(lambda match: f"\\x{ord(match.group()):02x}", text)
+
+
+def printable_bytes(data: bytes) -> bytes:
+    """`printable` on bytes of UTF-8 text, for a piece of a stream: a C1 control is spelled
+    by its code point, as `printable` spells it. A \xc2 that ends `data` is left to the caller
+    (the next piece may make it a C1 control: see `ends_in_c1_lead`)."""
+    return _CONTROL_BYTES.sub(_spell_control_bytes, data)
+
+
+def ends_in_c1_lead(data: bytes) -> bool:
+    """Does `data` end in the first byte of what may be a C1 control in UTF-8 (\xc2)? A reader
+    that neutralises a stream piece by piece holds it back for the next piece."""
+    return data.endswith(b"\xc2")
+
+
+def _spell_control_bytes(match: re.Match[bytes]) -> bytes:
+    code = match.group()[-1]  # \xc2\x9b is U+009B
+    return b"\\x%02x" % code
 
 
 def is_text(text: str) -> bool:

@@ -3,6 +3,7 @@ priority / requeue`. Each command parses, asks the engine, prints."""
 
 from __future__ import annotations
 
+import os
 import shlex
 import sys
 import time
@@ -506,9 +507,18 @@ def logs(
         metavar="N",
         help="Only the last N lines (with -f: then follow, as tail -n N -f).",
     ),
+    raw: bool = typer.Option(
+        False,
+        "--raw",
+        help="Write the job's control characters and escape sequences to the terminal as they "
+        "are (without it a terminal gets them spelled out, as \\x1b; a pipe always gets them "
+        "as they are). Another user's job is always spelled out.",
+    ),
 ) -> None:
     """Print a job's output."""
+    from gpudesk import joblog
     from gpudesk.cli.logs import LogFollower
+    from gpudesk.untrusted import UntrustedFileError
 
     with engine_client() as client:
         data = client.show(job)
@@ -526,12 +536,24 @@ def logs(
                 file=sys.stderr,
             )
             return
-        follower = LogFollower(client, data.job.id, sys.stdout)
-        if follow and attempt is None:
-            ended = follower.follow(lines)
-        else:
-            follower.dump(attempts[-1], lines)
-            return
+        follower = LogFollower(
+            client,
+            data.job.id,
+            sys.stdout,
+            data.job.uid,
+            # someone else's job (root reading it here, directly) is spelled out as the
+            # engine spells it out for its other readers
+            spell_controls=(not raw and sys.stdout.isatty()) or os.geteuid() != data.job.uid,
+            keep_carriage_return=os.geteuid() == data.job.uid,
+        )
+        try:
+            if follow and attempt is None:
+                ended = follower.follow(lines)
+            else:
+                follower.dump(attempts[-1], lines)
+                return
+        except UntrustedFileError as exc:  # read directly: the engine would refuse it too
+            fail(joblog.refusal(data.job.id, exc))
     # like `tail --pid` plus the job's own status, so `gpudesk logs -f 3 && next` chains
     raise typer.Exit(ended.exit_status)
 

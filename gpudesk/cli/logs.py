@@ -9,7 +9,12 @@ fastest way and works with no engine running. Where the file refuses (EACCES/EPE
 engine's job, whose folders are the engine's and whose log is its owner's alone, read by an
 admin, or by the owner where the state folder is not theirs to enter) the same stream comes
 through the engine's `log` request (`EngineLogStream`), which checks who may read it. Asking
-only after a refusal keeps a personal engine's `gpudesk logs` as it was."""
+only after a refusal keeps a personal engine's `gpudesk logs` as it was.
+
+Printed on a terminal, a job's control characters are spelled out (`\\x1b`): its escape
+sequences (a window title, a cleared screen) are shown, never obeyed, as `less` shows them;
+`--raw` writes the bytes as they are, as `cat` (and as always into a pipe or a file). The
+engine spells them out itself for a reader who is not the job's owner, --raw or not."""
 
 from __future__ import annotations
 
@@ -21,6 +26,7 @@ import time
 from typing import TYPE_CHECKING, Protocol, TextIO
 
 from gpudesk.joblog import CHUNK_BYTES, LogStream, Piece
+from gpudesk.text import printable
 from gpudesk.units import byte_size
 
 if TYPE_CHECKING:
@@ -63,8 +69,8 @@ class EngineLogStream:
 
 def refused(path: str) -> bool:
     """Does this process lack the right to read the file at `path` (or to reach it)?"""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:  # O_NONBLOCK: a FIFO put in the log's place must not hold the reader here
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:
         return exc.errno in (errno.EACCES, errno.EPERM)
     os.close(fd)
@@ -108,10 +114,28 @@ def tail_start(stream: LogReader, lines: int) -> int:
 
 
 class LogFollower:
-    def __init__(self, client: Client, job_id: int, out: TextIO) -> None:
+    """Prints a job's log. `owner_uid`: the job's owner, whose files a log read directly must
+    be (gpudesk.joblog refuses anything else with UntrustedFileError). `spell_controls`: write
+    the job's control characters spelled out (gpudesk.text.printable), as for a terminal, where
+    its escape sequences would be obeyed (`gpudesk logs` without --raw); `keep_carriage_return`:
+    but a `\\r` (the reader's own job: her progress bars redraw in place)."""
+
+    def __init__(
+        self,
+        client: Client,
+        job_id: int,
+        out: TextIO,
+        owner_uid: int | None = None,
+        *,
+        spell_controls: bool = False,
+        keep_carriage_return: bool = False,
+    ) -> None:
         self.client = client
         self.job_id = job_id
         self.out = out
+        self.owner_uid = owner_uid
+        self.spell_controls = spell_controls
+        self.keep_carriage_return = keep_carriage_return
         self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
         self._line_open = False  # the last text printed did not end a line
 
@@ -122,7 +146,7 @@ class LogFollower:
             return None
         if refused(attempt.log):
             return EngineLogStream(self.client, self.job_id, attempt.number)
-        return LogStream(attempt.log)
+        return LogStream(attempt.log, owner_uid=self.owner_uid)
 
     def dump(self, attempt: AttemptView, lines: int | None = None) -> None:
         """Print the log as it is now (what is kept of it; only its last `lines` lines)."""
@@ -176,6 +200,8 @@ class LogFollower:
             )
         if piece.data:
             text = self._decoder.decode(piece.data)
+            if self.spell_controls:
+                text = printable(text, self.keep_carriage_return)
             if text:
                 self.out.write(text)
                 self._line_open = not text.endswith("\n")
@@ -197,6 +223,8 @@ class LogFollower:
 
     def _finish(self) -> None:
         rest = self._decoder.decode(b"", final=True)
+        if self.spell_controls:
+            rest = printable(rest, self.keep_carriage_return)
         if rest:
             self.out.write(rest)
         self.out.flush()

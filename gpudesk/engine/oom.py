@@ -12,6 +12,7 @@ import os
 import re
 
 from gpudesk import joblog
+from gpudesk.text import printable
 
 LOG_TAIL_BYTES = 64 * 1024
 
@@ -42,5 +43,7 @@ def gpu_oom_line(log_path: str | os.PathLike[str], exit_code: int | None) -> str
         return None
     for line in reversed(tail.splitlines()):
         if _PATTERN.search(line):
-            return line.strip()[:300]
+            # it becomes the job's reason, shown to every member: its control characters
+            # spelled out (gpudesk.text), never a sequence for their terminals
+            return printable(line.strip())[:300]
     return None

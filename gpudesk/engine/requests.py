@@ -61,9 +61,10 @@ from gpudesk.engine.store.slurm import SlurmRow
 from gpudesk.engine.telemetry_sink import TelemetrySink
 from gpudesk.engine.tracking.available import missing_for
 from gpudesk.engine.tracking.tracker import Tracking
+from gpudesk.engine.trust import UntrustedFileError
 from gpudesk.paths import Home
 from gpudesk.redact import redact_secrets
-from gpudesk.text import is_text, safe_text
+from gpudesk.text import ends_in_c1_lead, is_text, printable_bytes, safe_text
 
 log = logging.getLogger("gpudesk.engine")
 
@@ -590,6 +591,9 @@ class RequestHandlers:
                 protocol.INVALID_ARGS, f"'max_bytes' must be from 0 to {joblog.CHUNK_BYTES}"
             )
         path = parts.home.attempt_dir(job.id, number) / runner.LOG_FILE
+        # whose files the log and its parts must be: its owner's where the job ran as them,
+        # else the engine's own (gpudesk.joblog reads them as files a user may have planted)
+        owner_uid = job.owner.uid if runner.run_as(job.owner) is not None else os.geteuid()
         row = parts.store.slurm_job(job.id) if job.spec.cluster is not None else None
         if row is not None and acts_for_other(job.owner):
             # in her folder, every name of whose path is hers: read by a process run as her
@@ -597,25 +601,32 @@ class RequestHandlers:
                 read = slurm_logs.read_as_owner(job.owner, row.output, offset, limit)
             except slurm_logs.LogUnreadable as exc:
                 raise ProtocolError(protocol.REFUSED, f"job {job.id}'s log: {exc}") from None
-            return {
-                "job": job.id,
-                "attempt": number,
-                "data": base64.b64encode(read.data).decode("ascii"),
-                "skipped": 0,
-                "next": offset + len(read.data),
-                "end": read.end,
-            }
-        if row is not None:
-            path = Path(row.output)
-        stream = joblog.LogStream(path, offset)
-        piece = stream.read(limit) if limit else None
+            data, skipped, position, end = read.data, 0, offset + len(read.data), read.end
+        else:
+            if row is not None:
+                path, owner_uid = Path(row.output), job.owner.uid
+            stream = joblog.LogStream(path, offset, owner_uid)
+            try:
+                piece = stream.read(limit) if limit else None
+                end = joblog.stream_end(path, owner_uid)
+            except UntrustedFileError as exc:
+                raise ProtocolError(protocol.REFUSED, joblog.refusal(job.id, exc)) from None
+            data = piece.data if piece else b""
+            skipped, position = (piece.skipped if piece else 0), stream.position
+        if caller.uid != job.owner.uid:
+            # someone else's output (an admin reading it) never drives their terminal: its
+            # control characters are spelled out (gpudesk.text); a \xc2 that ends the piece
+            # waits for the next one, which may make it a C1 control
+            if ends_in_c1_lead(data):
+                data, position = data[:-1], position - 1
+            data = printable_bytes(data)
         return {
             "job": job.id,
             "attempt": number,
-            "data": base64.b64encode(piece.data if piece else b"").decode("ascii"),
-            "skipped": piece.skipped if piece else 0,
-            "next": stream.position,
-            "end": joblog.stream_end(path),
+            "data": base64.b64encode(data).decode("ascii"),
+            "skipped": skipped,
+            "next": position,
+            "end": end,
         }
 
     @staticmethod

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import psutil
 
-from gpudesk.engine import wrapper
+from gpudesk.engine import trust, wrapper
 from gpudesk.engine.hostmetrics import group_processes
 from gpudesk.engine.identity import Identity
 
@@ -186,6 +186,28 @@ def _create_owned_log(log: Path, owner: Identity) -> None:
         ) from exc
 
 
+def _write_job_env(attempt_dir: Path, env: dict[str, str]) -> None:
+    """The job's environment for the wrapper of a job run as its owner (wrapper.ENV_FILE):
+    new (O_EXCL), root's, 0600, in the attempt's folder (root's, PRIVATE_DIR_MODE), so only
+    root reads it and no one else can put it there. Raises ValueError for an environment the
+    OS refuses (as posix_spawn would), LaunchError when it cannot be written."""
+    data = wrapper.encode_env(env)
+    try:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        fd = os.open(attempt_dir / wrapper.ENV_FILE, flags, 0o600)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise LaunchError(
+            f"cannot write the job's environment in {attempt_dir}: {exc.strerror or exc}",
+            no_space=_no_space(exc),
+        ) from exc
+
+
 def _chmod_own_folder(folder: Path, mode: int) -> None:
     """Set the mode of a folder the engine made, through an fd (never a link), and only when it
     is the engine's own: a folder someone else made there is refused."""
@@ -269,6 +291,11 @@ def launch(
     log = str(attempt_dir / LOG_FILE)
     if owner is not None:
         _create_owned_log(Path(log), owner)
+        # The wrapper stays root: it gets the engine's environment, never the job's (whose
+        # LD_PRELOAD … the loader would obey as root); the job's waits in a file of root's
+        # for the wrapper's child, which applies it after the switch to the owner.
+        _write_job_env(attempt_dir, env)
+        env = trust.engine_environment(None)
     # posix_spawn (vfork underneath) rather than subprocess: forking a large daemon for every job
     # costs milliseconds on the submit-to-start path. Every fd the engine holds is close-on-exec
     # but the launch lock, which becomes the wrapper's fd 3.
@@ -350,10 +377,11 @@ def lock_holder(attempt_dir: str | Path) -> int | None:
 
 
 def clean(attempt_dir: str | Path) -> None:
-    """Remove what a settled attempt no longer needs: the unused exit reserve, and temporary
+    """Remove what a settled attempt no longer needs: the unused exit reserve, a job's
+    environment its wrapper never took (wrapper.ENV_FILE: it may hold secrets), and temporary
     files a write on a full disk left behind."""
     folder = Path(attempt_dir)
-    for name in (EXIT_RESERVE_FILE, EXIT_FILE + ".tmp", WRAPPER_FILE + ".tmp"):
+    for name in (EXIT_RESERVE_FILE, wrapper.ENV_FILE, EXIT_FILE + ".tmp", WRAPPER_FILE + ".tmp"):
         with contextlib.suppress(OSError):
             (folder / name).unlink()
 

@@ -18,13 +18,19 @@ believes a record that a user controls.**
 
 from __future__ import annotations
 
-import errno
 import os
 import pwd
 import shutil
-import stat
 
 from gpudesk.engine.identity import Identity
+
+# Opening what sits where a user can write: a leaf module (gpudesk.joblog, which the engine
+# imports, reads logs with it too), named here as the rule's other primitives are.
+from gpudesk.untrusted import RECORD_MAX_BYTES as RECORD_MAX_BYTES
+from gpudesk.untrusted import UntrustedFileError as UntrustedFileError
+from gpudesk.untrusted import check_untrusted as check_untrusted
+from gpudesk.untrusted import open_untrusted as open_untrusted
+from gpudesk.untrusted import read_untrusted as read_untrusted
 
 # Where the site's programs are when the engine's own environment names no PATH (the default
 # PATH of a Debian root login, which also holds Slurm's clients).
@@ -68,14 +74,6 @@ LOADER_VARIABLES = (
     "MALLOC_ARENA_MAX",
 )
 
-# How much root reads of a record a user can write (a rotation record, a reply line): more is
-# not a record of ours.
-RECORD_MAX_BYTES = 64 * 1024
-
-
-class UntrustedFileError(OSError):
-    """A file root was to read from a place a user can write is not what it should be."""
-
 
 def engine_environment(owner: Identity | None, **extra: str) -> dict[str, str]:
     """The whole environment of a process the engine starts for `owner` (None: for itself):
@@ -107,55 +105,3 @@ def site_path() -> str:
 def site_program(name: str) -> str | None:
     """`name` found on the site's PATH (never a user's), or None."""
     return shutil.which(name, path=site_path())
-
-
-def open_untrusted(path: str | os.PathLike[str], owner_uid: int | None, flags: int = 0) -> int:
-    """Open a file that sits where a user can write, for reading (plus `flags`): never through a
-    link, never blocking on a FIFO, and only a regular file with one name owned by `owner_uid`
-    (None: any owner, for a personal engine's own files). Returns the fd (close-on-exec).
-    Raises FileNotFoundError when there is nothing there, UntrustedFileError when what is
-    there is not such a file."""
-    access = flags if flags & (os.O_WRONLY | os.O_RDWR) else os.O_RDONLY | flags
-    try:
-        fd = os.open(path, access | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise UntrustedFileError(errno.ELOOP, "a link, not followed", str(path)) from None
-        if exc.errno in (errno.ENXIO, errno.EISDIR):  # a socket; a folder asked for writing
-            raise UntrustedFileError(exc.errno, "not a regular file", str(path)) from None
-        raise
-    try:
-        check_untrusted(fd, owner_uid, str(path))
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
-
-
-def check_untrusted(fd: int, owner_uid: int | None, what: str) -> os.stat_result:
-    """The checks of `open_untrusted` on an open fd; its stat."""
-    st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode):
-        raise UntrustedFileError(errno.EPERM, "not a regular file", what)
-    if st.st_nlink != 1:
-        raise UntrustedFileError(errno.EPERM, "a file with a second name (a hard link)", what)
-    if owner_uid is not None and st.st_uid != owner_uid:
-        raise UntrustedFileError(
-            errno.EPERM, f"owned by uid {st.st_uid}, not by uid {owner_uid}", what
-        )
-    return st
-
-
-def read_untrusted(
-    path: str | os.PathLike[str], owner_uid: int | None, max_bytes: int = RECORD_MAX_BYTES
-) -> bytes:
-    """The whole of a small file that sits where a user can write (`open_untrusted`); raises
-    UntrustedFileError when it is larger than `max_bytes`."""
-    fd = open_untrusted(path, owner_uid)
-    try:
-        data = os.read(fd, max_bytes + 1)
-    finally:
-        os.close(fd)
-    if len(data) > max_bytes:
-        raise UntrustedFileError(errno.EFBIG, f"larger than {max_bytes} bytes", str(path))
-    return data

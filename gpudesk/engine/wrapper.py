@@ -33,6 +33,15 @@ working directory *as the owner* (a folder the owner may not enter fails the job
 line that says so, never entered with root's rights) and execs the command (`_start_as`). A
 personal engine's jobs keep posix_spawnp, the fast path.
 
+Such a wrapper is root, so it never runs with the job's environment: the dynamic loader would
+obey her `LD_PRELOAD`, `LD_AUDIT`, `GCONV_PATH` … in a root process before any code of ours
+(docs/security.md). The engine starts it with an environment it built itself
+(gpudesk.engine.trust.engine_environment) and hands the job's own in `job.env` (ENV_FILE), a
+file of root's (0600, in the attempt's folder, which is root's 0711: the owner can neither read
+nor replace it): NUL-separated `NAME=VALUE` bytes, as /proc/PID/environ. The wrapper reads it
+and removes it before anything else; only the child, after the switch to the owner, gets it
+(execve), and the command is searched for on *its* PATH, as the owner.
+
 Whatever happens to its records, it exits with the command's own exit code (128 + the signal
 that killed it), never with a traceback: the engine, its parent, learns the outcome from that
 status when the record could not be written.
@@ -43,6 +52,7 @@ Files in the attempt folder:
                         atomically (temporary file + rename) before and after the command starts
     exit.json           {"exit_code", "signal", "ended_at", "error"} when the command has ended
     output.log          the job's stdout and stderr
+    job.env             a job run as its owner: its environment, until the wrapper has read it
 
 Who owns what, for a job run as its owner: the job's folder and the attempt's are the engine's
 (root's, 0711: no one else lists them, and the owner cannot put a name in them), so no record
@@ -65,6 +75,8 @@ LOCK_FD = 3  # where runner.launch puts the launch lock
 LOCK_LAUNCHING = b"-"  # the lock file's first byte, as the engine writes it
 LOCK_STARTED = b"+"  # ... as the wrapper overwrites it just before starting the command
 RESERVE_SUFFIX = ".reserved"  # exit.json.reserved: the space the outcome is written into
+ENV_FILE = "job.env"  # a job run as its owner: its environment, for the child alone
+ENV_MAX_BYTES = 16 << 20  # more than any environment execve takes (ARG_MAX is far less)
 
 
 def _json_str(text: str) -> str:
@@ -214,18 +226,64 @@ def parse_owner(text: str) -> tuple[int, int, list[int]] | None:
     return int(fields[0]), int(fields[1]), [int(g) for g in groups]
 
 
-def _execvpe(program: str, argv: list[str]) -> None:
+def encode_env(env: dict[str, str]) -> bytes:
+    """An environment as ENV_FILE holds it: `NAME=VALUE` NUL-terminated, each as the OS has
+    it (os.fsencode). Raises ValueError for what no environment can hold, as execve would."""
+    out = []
+    for name, value in env.items():
+        key, data = os.fsencode(name), os.fsencode(value)
+        if not key or b"=" in key or b"\0" in key or b"\0" in data:
+            raise ValueError(f"illegal environment variable: {name!r}")
+        out.append(key + b"=" + data + b"\0")
+    return b"".join(out)
+
+
+def decode_env(data: bytes) -> dict[bytes, bytes]:
+    """ENV_FILE's bytes as the mapping execve takes (a name without "=" is left out)."""
+    env = {}
+    for entry in data.split(b"\0"):
+        name, sep, value = entry.partition(b"=")
+        if sep and name:
+            env[name] = value
+    return env
+
+
+def take_env(attempt_dir: str) -> dict[bytes, bytes] | None:
+    """The job's environment from ENV_FILE, which is then removed (it may hold secrets and is
+    no longer needed: a restarted engine adopts the wrapper, never starts it again); None
+    when it cannot be read. The folder is root's alone: the file is the engine's."""
+    path = os.path.join(attempt_dir, ENV_FILE)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        data = os.read(fd, ENV_MAX_BYTES)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    try:  # noqa: SIM105
+        os.unlink(path)
+    except OSError:
+        pass
+    return decode_env(data)
+
+
+def _execvpe(program: str, argv: list[str], env: dict[bytes, bytes]) -> None:
     """os.execvpe without its imports: run as the job's owner, the child may not read the
     interpreter's library (a virtual environment in root's home), so it imports nothing after
-    the switch. The search is os.execvpe's (the first error other than "not there" wins), but
-    a folder on PATH the owner may not search counts as "not there", as a shell counts it."""
+    the switch. The search is os.execvpe's (the first error other than "not there" wins) on
+    the job's PATH (`env`'s, never the wrapper's own), but a folder on PATH the owner may not
+    search counts as "not there", as a shell counts it."""
     if "/" in program:
-        os.execve(program, argv, os.environ)
+        os.execve(program, argv, env)
     first: OSError | None = None
     last: OSError | None = None
-    for folder in os.environ.get("PATH", os.defpath).split(os.pathsep):
+    path = env.get(b"PATH", os.defpath.encode()).decode("utf-8", "surrogateescape")
+    for folder in path.split(os.pathsep):
         try:
-            os.execve(os.path.join(folder or ".", program), argv, os.environ)
+            os.execve(os.path.join(folder or ".", program), argv, env)
         except (FileNotFoundError, NotADirectoryError) as exc:
             last = exc
         except PermissionError as exc:
@@ -239,13 +297,18 @@ def _execvpe(program: str, argv: list[str]) -> None:
 
 
 def _start_as(
-    command: list[str], workdir: str, owner: tuple[int, int, list[int]], umask: int
+    command: list[str],
+    workdir: str,
+    owner: tuple[int, int, list[int]],
+    umask: int,
+    env: dict[bytes, bytes],
 ) -> tuple[int, str | None, int]:
     """Start the command as its owner (a system engine's job): fork; the child takes the
     owner's groups, gid and uid, and only then enters the working directory, so a folder the
-    owner may not enter fails the job instead of being entered with root's rights. posix_spawn
-    cannot change the uid, hence fork. What went wrong in the child comes back through a
-    close-on-exec pipe ("CODE MESSAGE"; nothing when the exec succeeded)."""
+    owner may not enter fails the job instead of being entered with root's rights, and only
+    then gets the job's environment `env` (execve), which this root process never had.
+    posix_spawn cannot change the uid, hence fork. What went wrong in the child comes back
+    through a close-on-exec pipe ("CODE MESSAGE"; nothing when the exec succeeded)."""
     uid, gid, groups = owner
     read_end, write_end = os.pipe()  # both close-on-exec (PEP 446)
     pid = os.fork()
@@ -269,7 +332,7 @@ def _start_as(
             for sig in _RESET_SIGNALS:
                 signal.signal(sig, signal.SIG_DFL)
             try:
-                _execvpe(command[0], command)
+                _execvpe(command[0], command, env)
             except OSError as exc:
                 error, code = _exec_failure(command[0], exc)
                 raise
@@ -325,6 +388,8 @@ def main(argv: list[str]) -> int:
     # A job run as its owner: the records this root process writes in the attempt's folder are
     # for the engine alone (the owner reads only the log).
     umask = os.umask(0o077) if owner is not None else 0
+    # ... and its environment is the engine's: the job's own waits in job.env for the child
+    job_env = take_env(attempt_dir) if owner is not None else None
 
     # Cancel sends SIGTERM to the whole process group: the command handles it; the wrapper only
     # needs to outlive it to record the exit. Handlers (unlike SIG_IGN) are reset in the child.
@@ -363,8 +428,10 @@ def main(argv: list[str]) -> int:
             pass
     if owner is None:
         child, error, code = _start(command, workdir)
+    elif job_env is None:
+        child, error, code = 0, "cannot read the job's environment (job.env)", EXIT_NOT_EXECUTABLE
     else:
-        child, error, code = _start_as(command, workdir, owner, umask)
+        child, error, code = _start_as(command, workdir, owner, umask, job_env)
     if error is not None:
         _say(error)
         write_exit(exit_file, exit_code=code, signal=None, ended_at=time.time(), error=error)

@@ -41,6 +41,7 @@ from gpudesk.api import (
 from gpudesk.api.client import decode
 from gpudesk.paths import Home
 from gpudesk.render import file_end
+from gpudesk.text import printable
 
 LOG_TAIL_BYTES = 4096
 PROGRESS = re.compile(r"\bepoch[ =]?(\d+)\s*/\s*(\d+)", re.IGNORECASE)
@@ -115,7 +116,9 @@ LOG_PANE_BYTES = 64 * 1024
 
 
 def read_log_tail(path: str | None, lines: int = 200) -> list[str]:
-    return file_end(path, LOG_PANE_BYTES).splitlines()[-lines:]
+    """The last `lines` lines of a job's log, its control characters spelled out (a job's
+    escape sequences never reach the desk's terminal: gpudesk.text.printable)."""
+    return [printable(line) for line in file_end(path, LOG_PANE_BYTES).splitlines()[-lines:]]
 
 
 def _readable(path: str | None) -> bool:
@@ -223,7 +226,7 @@ class EngineFeed:
             data = self._act(through_engine)
         except EngineError:
             return []
-        return data.decode("utf-8", "replace").splitlines()[-lines:]
+        return [printable(line) for line in data.decode("utf-8", "replace").splitlines()[-lines:]]
 
     def cancel(self, job_ids: Sequence[int]) -> list[ActionOutcome]:
         return self._act(lambda client: client.cancel(job_ids))

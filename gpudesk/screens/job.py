@@ -3,6 +3,7 @@ energy and CPU time, the shared loader it reads, and the end of its log. And the
 
 from __future__ import annotations
 
+import codecs
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -15,13 +16,14 @@ from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
 from textual.widgets import Footer, Log, Static
 
-from gpudesk import render
+from gpudesk import joblog, render
 from gpudesk.api import EngineError, JobDetail, JobView, LoaderView
 from gpudesk.screens.base import DeskScreen, JobActions
 from gpudesk.screens.queue import STATE_STYLES, job_state
 from gpudesk.screens.state import DeskState, job_runtime, sharing_mode
 from gpudesk.screens.widgets.glyphs import sparkline
 from gpudesk.screens.widgets.strips import DeskHeader
+from gpudesk.text import printable
 from gpudesk.units import watt_hours
 
 DETAIL_REFRESH_S = 2.0
@@ -229,7 +231,10 @@ class LogScreen(DeskScreen):
         super().__init__()
         self.job = job
         self.path = job.log
-        self.read_offset = 0
+        # read as a stream across rotations, and only from files of the job's owner (a link or
+        # a FIFO in its place is refused: gpudesk.joblog)
+        self.stream = joblog.LogStream(job.log, 0, job.uid) if job.log else None
+        self.decoder = codecs.getincrementaldecoder("utf-8")("replace")
         self.follow = True
 
     def compose(self) -> ComposeResult:
@@ -250,18 +255,17 @@ class LogScreen(DeskScreen):
 
     @work(thread=True, exclusive=True, group="log-read")
     def read_more(self) -> None:
-        if not self.path:
+        if self.stream is None:
             return
         try:
-            with open(self.path, "rb") as handle:
-                handle.seek(self.read_offset)
-                chunk = handle.read(256 * 1024)
+            piece = self.stream.read(256 * 1024)
         except OSError as exc:
             self.app.call_from_thread(self.notify, f"cannot read the log: {exc}", severity="error")
             return
-        if chunk:
-            self.read_offset += len(chunk)
-            self.app.call_from_thread(self._append, chunk.decode(errors="replace"))
+        if piece is not None and piece.data:
+            # the job's escape sequences are shown, never obeyed by the desk's terminal
+            text = printable(self.decoder.decode(piece.data))
+            self.app.call_from_thread(self._append, text)
 
     def _append(self, text: str) -> None:
         log = self.query_one("#log", Log)

@@ -293,11 +293,14 @@ def test_logs_n_prints_the_last_lines_and_with_f_follows_on(
         stderr=subprocess.PIPE,
         text=True,
     )
-    time.sleep(1.0)  # the follower has printed the tail and is following
+    assert follower.stdout is not None
+    # the follower has printed the tail (so it is following) before the job goes on: a
+    # follower started late, on a loaded machine, would see the job's end as its tail
+    tail = [follower.stdout.readline() for _ in range(2)]
     (workdir / "more").touch()
     out, err = follower.communicate(timeout=30)
     assert follower.returncode == 3, err
-    assert out == "49\n50\n51\n"
+    assert "".join(tail) + out == "49\n50\n51\n"
     refused = gpudesk("logs", "-n", "-1", str(done))
     assert refused.returncode == 2 and "Traceback" not in refused.stderr
 
