@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeGuard
 
-from gpudesk.untrusted import RECORD_MAX_BYTES, UntrustedFileError, open_untrusted
+from gpudesk.untrusted import UntrustedFileError, open_untrusted, read_untrusted
 
 RECORD_SUFFIX = ".rotation"
 CHUNK_BYTES = 1 << 20  # what one read or copy step holds in memory
@@ -104,22 +104,10 @@ def read_rotation(log: str | os.PathLike[str]) -> Rotation:
 
 
 def _record_bytes(path: Path) -> bytes:
-    """The record's bytes, read as untrusted: never through a link or from a FIFO, a regular
-    file with one name written by root or by this process's own user (whoever rotates the
-    log: the engine), never by the job's owner; at most RECORD_MAX_BYTES."""
-    fd = open_untrusted(path, None)
-    try:
-        owner = os.fstat(fd).st_uid
-        if owner not in (0, os.geteuid()):
-            raise UntrustedFileError(
-                errno.EPERM, f"owned by uid {owner}, not by the engine", str(path)
-            )
-        data = os.read(fd, RECORD_MAX_BYTES + 1)
-    finally:
-        os.close(fd)
-    if len(data) > RECORD_MAX_BYTES:
-        raise UntrustedFileError(errno.EFBIG, f"larger than {RECORD_MAX_BYTES} bytes", str(path))
-    return data
+    """The record's bytes, read as untrusted (`read_untrusted`): never through a link or from a
+    FIFO, a regular file with one name written by root or by this process's own user (whoever
+    rotates the log: the engine), never by the job's owner; at most RECORD_MAX_BYTES."""
+    return read_untrusted(path, frozenset({0, os.geteuid()}))
 
 
 def parse_rotation(data: bytes) -> Rotation:

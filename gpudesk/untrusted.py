@@ -23,7 +23,12 @@ class UntrustedFileError(OSError):
     """A file root was to read from a place a user can write is not what it should be."""
 
 
-def open_untrusted(path: str | os.PathLike[str], owner_uid: int | None, flags: int = 0) -> int:
+# Whose a file must be: one uid, any of several (a record root or the engine's own user may have
+# written), or None (any owner: a personal engine's own files).
+Owners = int | frozenset[int] | None
+
+
+def open_untrusted(path: str | os.PathLike[str], owner_uid: Owners, flags: int = 0) -> int:
     """Open a file that sits where a user can write, for reading (plus `flags`): never through a
     link, never blocking on a FIFO, and only a regular file with one name owned by `owner_uid`
     (None: any owner, for a personal engine's own files). Returns the fd (close-on-exec).
@@ -46,22 +51,24 @@ def open_untrusted(path: str | os.PathLike[str], owner_uid: int | None, flags: i
     return fd
 
 
-def check_untrusted(fd: int, owner_uid: int | None, what: str) -> os.stat_result:
+def check_untrusted(fd: int, owner_uid: Owners, what: str) -> os.stat_result:
     """The checks of `open_untrusted` on an open fd; its stat."""
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):
         raise UntrustedFileError(errno.EPERM, "not a regular file", what)
     if st.st_nlink != 1:
         raise UntrustedFileError(errno.EPERM, "a file with a second name (a hard link)", what)
-    if owner_uid is not None and st.st_uid != owner_uid:
+    allowed = frozenset([owner_uid]) if isinstance(owner_uid, int) else owner_uid
+    if allowed is not None and st.st_uid not in allowed:
+        expected = " or ".join(str(uid) for uid in sorted(allowed))
         raise UntrustedFileError(
-            errno.EPERM, f"owned by uid {st.st_uid}, not by uid {owner_uid}", what
+            errno.EPERM, f"owned by uid {st.st_uid}, not by uid {expected}", what
         )
     return st
 
 
 def read_untrusted(
-    path: str | os.PathLike[str], owner_uid: int | None, max_bytes: int = RECORD_MAX_BYTES
+    path: str | os.PathLike[str], owner_uid: Owners, max_bytes: int = RECORD_MAX_BYTES
 ) -> bytes:
     """The whole of a small file that sits where a user can write (`open_untrusted`); raises
     UntrustedFileError when it is larger than `max_bytes`."""
