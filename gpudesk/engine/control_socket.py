@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import logging
 import os
 import select
@@ -30,6 +31,7 @@ from pathlib import Path
 
 from gpudesk.engine import protocol
 from gpudesk.engine.identity import Caller, Identity
+from gpudesk.engine.offloop import Pending
 
 log = logging.getLogger("gpudesk.engine")
 
@@ -41,7 +43,7 @@ _SO_PEERGROUPS = getattr(socket, "SO_PEERGROUPS", 59)  # Linux >= 4.13; Python h
 _UCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
 _MAX_GROUPS = 65536  # NGROUPS_MAX on Linux
 
-Handler = Callable[[bytes, Caller], bytes]
+Handler = Callable[[bytes, Caller], bytes | Pending]
 
 
 def peer_caller(sock: socket.socket) -> Caller:
@@ -84,6 +86,7 @@ class _Connection:
     outbox: bytearray = field(default_factory=bytearray)
     topic: bytes | None = None  # set once it subscribed: b"" for every topic
     closing: bool = False  # close once the outbox is sent
+    waiting: bool = False  # its request's reply is being worked out off the loop
 
 
 @dataclass(frozen=True)
@@ -152,7 +155,9 @@ class ControlSocket:
         for fd, conn in self.connections.items():
             # A client's next request is read once its last reply has gone out: one that
             # never reads its replies makes the engine hold one reply, not an endless pile.
-            reading = not conn.closing and (not conn.outbox or conn.topic is not None)
+            reading = not conn.closing and (
+                conn.topic is not None or not (conn.outbox or conn.waiting)
+            )
             events = select.POLLIN if reading else 0
             if conn.outbox:
                 events |= select.POLLOUT
@@ -226,7 +231,7 @@ class ControlSocket:
     def _process(self, conn: _Connection) -> None:
         """Answer the whole requests in the inbox, one at a time, while replies go out."""
         header = protocol.FRAME_HEADER
-        while len(conn.inbox) >= header.size and not (conn.closing or conn.outbox):
+        while len(conn.inbox) >= header.size and not (conn.closing or conn.outbox or conn.waiting):
             (length,) = header.unpack_from(conn.inbox)
             if length > protocol.MAX_MESSAGE_BYTES:
                 log.warning(
@@ -243,10 +248,25 @@ class ControlSocket:
                 return
             raw = bytes(conn.inbox[header.size : header.size + length])
             del conn.inbox[: header.size + length]
-            conn.outbox += protocol.frame(self._answer(conn, raw))
+            answer = self._answer(conn, raw)
+            if isinstance(answer, Pending):
+                conn.waiting = True  # its next request waits for this reply, as it would here
+                answer.start(functools.partial(self._post, conn))
+                continue
+            conn.outbox += protocol.frame(answer)
             self._write(conn)  # usually all of it: then the next request in the inbox is read
 
-    def _answer(self, conn: _Connection, raw: bytes) -> bytes:
+    def _post(self, conn: _Connection, body: bytes) -> None:
+        """The reply worked out off the loop (on the loop now): sent, unless its client left."""
+        conn.waiting = False
+        if conn.closing or self.connections.get(conn.sock.fileno()) is not conn:
+            return
+        conn.outbox += protocol.frame(body)
+        self._write(conn)
+        if self.connections.get(conn.sock.fileno()) is conn and not conn.outbox and conn.inbox:
+            self._process(conn)  # requests that waited for this reply to go out
+
+    def _answer(self, conn: _Connection, raw: bytes) -> bytes | Pending:
         request = _subscription(raw)
         if request is None:
             return self.handle(raw, conn.caller)

@@ -45,6 +45,7 @@ from gpudesk.engine.loaders import CHECK_EVERY_S, DatasetSpec, LoaderSupervisor
 from gpudesk.engine.logcap import LogCap
 from gpudesk.engine.metrics.exporter import MetricsExporter
 from gpudesk.engine.mps.watch import MpsWatch
+from gpudesk.engine.offloop import OffLoop, Pending
 from gpudesk.engine.placement.queue import JobQueue
 from gpudesk.engine.repartition.control import MigControl
 from gpudesk.engine.requests import EngineParts, RequestHandlers
@@ -207,6 +208,7 @@ class Engine:
         self.job_control = JobControl(
             store, self.queue, self.attempts, self.events, self.due, self.slurm
         )
+        self.offloop = OffLoop(self._wake)
         self.handlers = RequestHandlers(
             EngineParts(
                 home=home,
@@ -229,6 +231,7 @@ class Engine:
                 started_at=time.time(),
                 cores=self.scheduler.cores,
                 stop=self.stop,
+                offloop=self.offloop,
                 access=access or Access.personal(),
             )
         )
@@ -243,6 +246,7 @@ class Engine:
         with contextlib.suppress(Exception):  # best effort: a full disk must not block exit
             self.tracking.close()
         self.slurm.close()
+        self.offloop.close()
         self.metrics.close()
         self.attempts.containment.close()
         self.telemetry.close()
@@ -254,7 +258,7 @@ class Engine:
         self.events.telemetry(view)
         self.tracking.sample(view)
 
-    def _handle(self, raw: bytes, caller: Caller) -> bytes:
+    def _handle(self, raw: bytes, caller: Caller) -> bytes | Pending:
         return self.handlers.handle(raw, caller)
 
     def recover(self) -> None:
@@ -306,6 +310,7 @@ class Engine:
                 except BlockingIOError:
                     pass
             self.control.serve(ready)
+            self.offloop.deliver()  # replies worked out off the loop go out
             self._steps()
         log.info("engine stopping; %d attempt(s) keep running", len(self.attempts))
         # Producers of running jobs keep serving them (the next engine adopts them); one that
@@ -366,6 +371,7 @@ class Engine:
         timeout = self.attempts.poll_timeout(timeout)
         timeout = self.logcap.poll_timeout(timeout)
         timeout = self.tracking.poll_timeout(timeout)
+        timeout = self.offloop.poll_timeout(timeout)
         if self.loaders.producers:
             timeout = min(timeout, CHECK_EVERY_S)
         if self.due.pending:

@@ -41,6 +41,7 @@ from gpudesk.engine.loaders import DatasetSpec, LoaderSupervisor
 from gpudesk.engine.metrics.exporter import MetricsExporter
 from gpudesk.engine.mig.nvidia_smi import LayoutError, MigError, MigUsageError
 from gpudesk.engine.mps.watch import MpsWatch
+from gpudesk.engine.offloop import Busy, Later, OffLoop, Pending
 from gpudesk.engine.placement.interference import LearnedParam
 from gpudesk.engine.placement.policies import make_policy
 from gpudesk.engine.placement.policy import gpus_missing
@@ -105,6 +106,7 @@ class EngineParts:
     started_at: float
     cores: int
     stop: Callable[[], None]  # ends the engine's loop
+    offloop: OffLoop  # where a handler's slow work runs (engine/offloop.py)
     # Who may do what (engine/access.py): a personal engine's callers are all admins.
     access: Access = field(default_factory=Access.personal)
 
@@ -112,7 +114,7 @@ class EngineParts:
 class RequestHandlers:
     def __init__(self, parts: EngineParts) -> None:
         self.parts = parts
-        self.table: dict[str, Callable[[Args, Caller], Reply]] = {
+        self.table: dict[str, Callable[[Args, Caller], Reply | Later[Any]]] = {
             "ping": self.ping,
             "status": self.status,
             "submit": self.submit,
@@ -136,9 +138,10 @@ class RequestHandlers:
             "model_reset": self.model_reset,
         }
 
-    def handle(self, raw: bytes, caller: Caller) -> bytes:
+    def handle(self, raw: bytes, caller: Caller) -> bytes | Pending:
         """One request's reply: its result, or an error with its code and message. `caller` is
-        who sent it, as the kernel says (the control socket's peer credentials)."""
+        who sent it, as the kernel says (the control socket's peer credentials). A handler
+        whose work may wait answers `Later`: the reply then comes through the `Pending`."""
         request_id = None
         try:
             request = protocol.decode_request(raw)
@@ -149,16 +152,30 @@ class RequestHandlers:
                     protocol.UNKNOWN_OP,
                     f"unknown operation {request.op!r}; known: {', '.join(sorted(self.table))}",
                 )
-            return protocol.encode_result(request_id, handler(request.args, caller))
-        except ProtocolError as exc:
-            return protocol.encode_error(exc.request_id or request_id, exc.code, exc.message)
-        except UnknownJob as exc:
-            return protocol.encode_error(request_id, protocol.UNKNOWN_JOB, str(exc))
+            result = handler(request.args, caller)
+            if isinstance(result, Later):
+                return self._pending(request_id, caller, result)
+            return protocol.encode_result(request_id, result)
         except Exception as exc:
-            log.exception("request failed")
-            return protocol.encode_error(
-                request_id, protocol.INTERNAL, f"the engine failed on this request: {exc}"
-            )
+            return _error_reply(request_id, exc)
+
+    def _pending(self, request_id: Any, caller: Caller, later: Later[Any]) -> Pending:
+        def start(post: Callable[[bytes], None]) -> None:
+            def done(result: Any, error: BaseException | None) -> None:
+                if error is not None:
+                    post(_error_reply(request_id, error))
+                    return
+                try:
+                    post(protocol.encode_result(request_id, later.finish(result)))
+                except Exception as exc:
+                    post(_error_reply(request_id, exc))
+
+            try:
+                self.parts.offloop.submit(caller.uid, later.what, later.work, done, later.bound_s)
+            except Busy as exc:
+                post(protocol.encode_error(request_id, protocol.REFUSED, str(exc)))
+
+        return Pending(start)
 
     # ---------------------------------------------------------------- engine
     def ping(self, _args: Args, _caller: Caller) -> Reply:
@@ -560,7 +577,7 @@ class RequestHandlers:
             result["series"] = parts.telemetry.job_series(job.id).to_dict()
         return result
 
-    def log(self, args: Args, caller: Caller) -> Reply:
+    def log(self, args: Args, caller: Caller) -> Reply | Later[slurm_logs.LogRead]:
         """{"job", "attempt"?, "offset"?, "max_bytes"?}: at most `max_bytes` of an attempt's
         output (default: its latest) from stream position `offset`, read by the engine, for a
         client that may not read the file itself (an admin reading another user's job on a
@@ -595,39 +612,53 @@ class RequestHandlers:
         # else the engine's own (gpudesk.joblog reads them as files a user may have planted)
         owner_uid = job.owner.uid if runner.run_as(job.owner) is not None else os.geteuid()
         row = parts.store.slurm_job(job.id) if job.spec.cluster is not None else None
+        spelled_out = caller.uid != job.owner.uid
+
+        def reply(data: bytes, skipped: int, position: int, end: int) -> Reply:
+            if spelled_out:
+                # someone else's output (an admin reading it) never drives their terminal: its
+                # control characters are spelled out (gpudesk.text); a \xc2 that ends the piece
+                # waits for the next one, which may make it a C1 control
+                if ends_in_c1_lead(data):
+                    data, position = data[:-1], position - 1
+                data = printable_bytes(data)
+            return {
+                "job": job.id,
+                "attempt": number,
+                "data": base64.b64encode(data).decode("ascii"),
+                "skipped": skipped,
+                "next": position,
+                "end": end,
+            }
+
         if row is not None and acts_for_other(job.owner):
-            # in her folder, every name of whose path is hers: read by a process run as her
-            try:
-                read = slurm_logs.read_as_owner(job.owner, row.output, offset, limit)
-            except slurm_logs.LogUnreadable as exc:
-                raise ProtocolError(protocol.REFUSED, f"job {job.id}'s log: {exc}") from None
-            data, skipped, position, end = read.data, 0, offset + len(read.data), read.end
-        else:
-            if row is not None:
-                path, owner_uid = Path(row.output), job.owner.uid
-            stream = joblog.LogStream(path, offset, owner_uid)
-            try:
-                piece = stream.read(limit) if limit else None
-                end = joblog.stream_end(path, owner_uid)
-            except UntrustedFileError as exc:
-                raise ProtocolError(protocol.REFUSED, joblog.refusal(job.id, exc)) from None
-            data = piece.data if piece else b""
-            skipped, position = (piece.skipped if piece else 0), stream.position
-        if caller.uid != job.owner.uid:
-            # someone else's output (an admin reading it) never drives their terminal: its
-            # control characters are spelled out (gpudesk.text); a \xc2 that ends the piece
-            # waits for the next one, which may make it a C1 control
-            if ends_in_c1_lead(data):
-                data, position = data[:-1], position - 1
-            data = printable_bytes(data)
-        return {
-            "job": job.id,
-            "attempt": number,
-            "data": base64.b64encode(data).decode("ascii"),
-            "skipped": skipped,
-            "next": position,
-            "end": end,
-        }
+            # in her folder, every name of whose path is hers: read by a process run as her,
+            # off the loop (the process may take up to slurm_logs.READ_S)
+            output, owner = row.output, job.owner
+
+            def read_hers() -> slurm_logs.LogRead:
+                try:
+                    return slurm_logs.read_as_owner(owner, output, offset, limit)
+                except slurm_logs.LogUnreadable as exc:
+                    raise ProtocolError(protocol.REFUSED, f"job {job.id}'s log: {exc}") from None
+
+            return Later(
+                read_hers,
+                lambda read: reply(read.data, 0, offset + len(read.data), read.end),
+                slurm_logs.READ_S + 5.0,
+                f"reading job {job.id}'s log as {job.owner.name}",
+            )
+        if row is not None:
+            path, owner_uid = Path(row.output), job.owner.uid
+        stream = joblog.LogStream(path, offset, owner_uid)
+        try:
+            piece = stream.read(limit) if limit else None
+            end = joblog.stream_end(path, owner_uid)
+        except UntrustedFileError as exc:
+            raise ProtocolError(protocol.REFUSED, joblog.refusal(job.id, exc)) from None
+        data = piece.data if piece else b""
+        skipped = piece.skipped if piece else 0
+        return reply(data, skipped, stream.position, end)
 
     @staticmethod
     def attempt_reply(attempt: AttemptRecord) -> Reply:
@@ -924,6 +955,20 @@ class RequestHandlers:
         log.info(message)
         self.parts.store.add_event("model", message)
         return {"gpu_model": gpu_model, "dropped": dropped}
+
+
+def _error_reply(request_id: Any, exc: BaseException) -> bytes:
+    """The error reply for what a handler (or its work off the loop) raised."""
+    if isinstance(exc, ProtocolError):
+        return protocol.encode_error(exc.request_id or request_id, exc.code, exc.message)
+    if isinstance(exc, UnknownJob):
+        return protocol.encode_error(request_id, protocol.UNKNOWN_JOB, str(exc))
+    if isinstance(exc, TimeoutError):
+        return protocol.encode_error(request_id, protocol.REFUSED, str(exc))
+    log.error("request failed", exc_info=exc)
+    return protocol.encode_error(
+        request_id, protocol.INTERNAL, f"the engine failed on this request: {exc}"
+    )
 
 
 def _param_reply(param: LearnedParam) -> Reply:

@@ -16,7 +16,7 @@ from gpudesk.engine.slurm.as_owner import TimedOut, run_as
 from gpudesk.engine.trust import engine_environment, site_program
 from gpudesk.text import safe_text
 
-READ_S = 5.0  # the longest the engine's loop waits for a read (a FIFO makes dd fail at once)
+READ_S = 5.0  # the longest a read as her may take, off the loop (a FIFO makes dd fail at once)
 # $1 the log, $2 where to start, $3 how much: its size on the first line (0 when it is not
 # there yet), then at most $3 bytes from $2. nonblock: a FIFO does not hold the open.
 READ_SCRIPT = (

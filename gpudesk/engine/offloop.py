@@ -1,0 +1,169 @@
+"""Work a request needs that may wait (a subprocess, a user's file, a lock), done off the loop.
+
+The engine's loop serves every client, so a request handler never waits: one that needs slow or
+blocking work returns `Later(work, finish, bound_s, what)`. `work` runs on a worker thread and
+must not touch the store or any of the loop's state (it gets what it needs as arguments, e.g. a
+path and an owner); `finish(result)` runs back on the loop with its result and builds the reply
+(it may read the store). The connection that asked waits for that reply, and only that
+connection: every other client is answered meanwhile.
+
+Bounds, so one member cannot use up the workers:
+- `bound_s`: a piece of work that has not finished by then is answered "took longer than N s"
+  (the thread is left to end on its own; its result is dropped). Work that runs a subprocess
+  gives it its own timeout below this bound, so threads do not pile up.
+- `WORKERS` threads in all; at most `PER_USER` pieces of one user's work in flight or waiting.
+  More are refused at once, naming the limit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+log = logging.getLogger("gpudesk.engine")
+
+T = TypeVar("T")
+
+# Assumption: 4 threads cover the slow requests a group makes at once (log reads of Slurm jobs,
+# Slurm commands at submit); they mostly wait on a subprocess, so they cost the loop no CPU.
+WORKERS = 4
+# Assumption: a user with 2 slow requests in flight (two terminals following logs) is normal;
+# more would let one member hold every worker.
+PER_USER = 2
+
+
+class Busy(Exception):
+    """The caller already has `PER_USER` pieces of work in flight."""
+
+
+@dataclass
+class Later(Generic[T]):
+    """A handler's answer that comes later: `work()` off the loop, then `finish(result)` on it.
+    `work` raising is passed to `finish_error`, which builds the error reply (on the loop)."""
+
+    work: Callable[[], T]
+    finish: Callable[[T], dict[str, Any]]
+    bound_s: float
+    what: str  # for messages: "reading job 12's log"
+
+
+@dataclass(frozen=True)
+class Pending:
+    """What `RequestHandlers.handle` returns for a `Later`: the socket calls `start(post)` and
+    holds the connection's next request until `post(reply)` is called (on the loop)."""
+
+    start: Callable[[Callable[[bytes], None]], None]
+
+
+@dataclass
+class _Task:
+    uid: int
+    work: Callable[[], Any]
+    done: Callable[[Any, BaseException | None], None]  # on the loop
+    deadline: float
+    what: str
+    bound_s: float
+    settled: bool = False
+
+
+@dataclass
+class OffLoop:
+    """The worker threads and what they post back. `wake` wakes the loop (from any thread);
+    the loop calls `deliver()` each turn and uses `poll_timeout` so a deadline is noticed."""
+
+    wake: Callable[[], None]
+    workers: int = WORKERS
+    per_user: int = PER_USER
+    _todo: queue.SimpleQueue[_Task | None] = field(default_factory=queue.SimpleQueue)
+    _done: queue.SimpleQueue[tuple[_Task, Any, BaseException | None]] = field(
+        default_factory=queue.SimpleQueue
+    )
+    _in_flight: list[_Task] = field(default_factory=list)
+    _threads: list[threading.Thread] = field(default_factory=list)
+
+    def submit(
+        self,
+        uid: int,
+        what: str,
+        work: Callable[[], Any],
+        done: Callable[[Any, BaseException | None], None],
+        bound_s: float,
+    ) -> None:
+        """Run `work` off the loop; `done(result, error)` is called on the loop once, with the
+        result, the exception `work` raised, or a TimeoutError past `bound_s`. Raises Busy when
+        this user has too much in flight."""
+        mine = sum(1 for task in self._in_flight if task.uid == uid)
+        if mine >= self.per_user:
+            raise Busy(
+                f"uid {uid} already has {mine} slow request(s) in progress (the most one user "
+                f"may have at once is {self.per_user}); try again when they have finished"
+            )
+        task = _Task(uid, work, done, time.monotonic() + bound_s, what, bound_s)
+        self._in_flight.append(task)
+        while len(self._threads) < self.workers:  # started once, on first use
+            self._start_thread()
+        self._todo.put(task)
+
+    def deliver(self) -> None:
+        """On the loop: hand finished work to its `done`, and time out what is overdue."""
+        while True:
+            try:
+                task, result, error = self._done.get_nowait()
+            except queue.Empty:
+                break
+            self._settle(task, result, error)
+        now = time.monotonic()
+        for task in list(self._in_flight):
+            if now >= task.deadline:
+                self._settle(
+                    task,
+                    None,
+                    TimeoutError(f"{task.what} took longer than {task.bound_s:g} s"),
+                )
+
+    def poll_timeout(self, timeout: float) -> float:
+        if not self._in_flight:
+            return timeout
+        soonest = min(task.deadline for task in self._in_flight)
+        return max(0.0, min(timeout, soonest - time.monotonic()))
+
+    def close(self) -> None:
+        for _ in self._threads:
+            self._todo.put(None)
+
+    # ---------------------------------------------------------------- inside
+    def _settle(self, task: _Task, result: Any, error: BaseException | None) -> None:
+        if task.settled:
+            return  # timed out earlier: the late result is dropped
+        task.settled = True
+        with contextlib.suppress(ValueError):
+            self._in_flight.remove(task)
+        try:
+            task.done(result, error)
+        except Exception:
+            log.exception("finishing %s failed", task.what)
+
+    def _start_thread(self) -> None:
+        thread = threading.Thread(target=self._run, name="gpudesk-offloop", daemon=True)
+        self._threads.append(thread)
+        thread.start()
+
+    def _run(self) -> None:
+        while True:
+            task = self._todo.get()
+            if task is None:
+                return
+            if task.settled:
+                continue  # timed out while waiting for a thread
+            try:
+                result, error = task.work(), None
+            except BaseException as exc:  # handed to the loop, which builds the reply
+                result, error = None, exc
+            self._done.put((task, result, error))
+            self.wake()
