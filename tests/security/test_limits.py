@@ -2,17 +2,29 @@
 
 6: `[station] max_queued_per_user` holds on every path into the queue, a requeue included.
 7: only an admin raises a job's priority above 0; a member may lower hers.
+10: a job's time limit runs on CLOCK_BOOTTIME: a stepped wall clock neither ends it early nor
+lets it run over.
 The station tests run a real system engine with real users (root only; station_fixture says
-why it skips). The cgroup and clock tests are further down, each with its own reason to skip.
+why it skips). The clock test steps the wall clock of the engine's process tree alone, through
+wallclock_shim.c (LD_PRELOAD, built here with the C compiler; it skips without one): the shim
+adds an offset, read from a file at every call, to what the C library's wall-clock calls
+return, which is what a step of the system clock does to them, while CLOCK_MONOTONIC and
+CLOCK_BOOTTIME go on untouched, as they do in a real step. The system clock is never stepped
+(other tests run beside this one).
 """
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from conftest import EngineHandle, Home
 
 SHARED = Path(__file__).resolve().parent.parent / "shared"
 sys.path.insert(0, str(SHARED))  # the station fixture and its raw client live beside its tests
@@ -102,3 +114,65 @@ def test_only_an_admin_raises_a_priority_and_fair_share_then_holds(sim_station: 
     ada = st.wait_state(ada_next, "succeeded", timeout=60)
     # at equal priority fair share decides: bob, who had used less, went first
     assert bob["started_at"] < ada["started_at"]
+
+
+@pytest.fixture
+def wallclock_shim() -> Iterator[Path]:
+    """wallclock_shim.c built into a shared object (removed afterwards)."""
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        pytest.skip("no C compiler to build tests/security/wallclock_shim.c with")
+    folder = Path(tempfile.mkdtemp(prefix="gdclock-"))
+    try:
+        shim = folder / "wallclock_shim.so"
+        source = Path(__file__).with_name("wallclock_shim.c")
+        subprocess.run(
+            [compiler, "-shared", "-fPIC", "-O2", "-o", str(shim), str(source), "-ldl"],
+            check=True,
+            capture_output=True,
+        )
+        yield shim
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_a_stepped_wall_clock_neither_ends_a_job_early_nor_lets_it_overrun(
+    home: Home, wallclock_shim: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    offset = home.root.parent / "wall-clock-offset"
+    home.root.parent.mkdir(parents=True, exist_ok=True)
+    offset.write_text("0")
+    # the engine (and what it starts) reads a wall clock `offset` seconds off the real one
+    monkeypatch.setenv("LD_PRELOAD", str(wallclock_shim))
+    monkeypatch.setenv("WALLCLOCK_SHIM_OFFSET_FILE", str(offset))
+    engine = EngineHandle(home)
+    engine.start()
+    monkeypatch.delenv("LD_PRELOAD")  # the test's own subprocesses from here on: real time
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+    # +2 h while a job with a minute's limit runs for 3 s: it is not "timed out"
+    [short] = engine.submit(
+        {"name": "step-forward", "command": ["sleep", "3"], "time_limit_s": 60}, env=env
+    )
+    engine.wait_state(short, "running")
+    offset.write_text("7200")
+    done = engine.wait_state(short, {"succeeded", "failed", "cancelled"}, timeout=30)
+    assert done["state"] == "succeeded", done
+    # -2 h while a job with a 3 s limit runs: it is stopped at its limit all the same
+    [long] = engine.submit(
+        {"name": "step-back", "command": ["sleep", "120"], "time_limit_s": 3}, env=env
+    )
+    engine.wait_state(long, "running")
+    offset.write_text("0")
+    done = engine.wait_state(long, {"succeeded", "failed", "cancelled"}, timeout=30)
+    assert done["state"] == "failed", done
+    assert done["reason"].startswith("timed out: ran past its time limit of 3 s"), done
+
+
+def test_a_start_from_another_boot_is_never_compared_with_this_ones_clock() -> None:
+    from gpudesk.engine import boottime
+
+    here = boottime.stamp()
+    assert here is not None  # Linux says its boot id in /proc
+    assert boottime.start_in_this_boot(here.boot_id, here.at) == here.at
+    assert boottime.start_in_this_boot("another-boot", here.at) is None
+    assert boottime.start_in_this_boot(None, None) is None
