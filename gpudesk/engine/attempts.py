@@ -15,13 +15,13 @@ import os
 import signal
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from gpudesk.engine import boottime, diskspace, faults, runner
 from gpudesk.engine.activity import EngineActivity
-from gpudesk.engine.containment import Containment
+from gpudesk.engine.containment import Containment, JobLimits
 from gpudesk.engine.events import EventPublisher
 from gpudesk.engine.jobs import DEFAULT_CANCEL_GRACE_S, JobState
 from gpudesk.engine.loaders import LoaderSupervisor
@@ -136,6 +136,7 @@ class Attempts:
         due: PlacementDue,
         tracking: Tracking,
         activity: EngineActivity | None = None,
+        job_limits: Callable[[], JobLimits] = JobLimits,
     ) -> None:
         self.home = home
         self.store = store
@@ -151,6 +152,7 @@ class Attempts:
         self.dataset_of: dict[int, str] = {}  # running job id -> the dataset it names
         self.history = store.demand_history()  # command signature -> measured (MiB, SM %, runs)
         self.containment = Containment.probe(home.root)
+        self.job_limits = job_limits  # each new attempt's cgroup limits, from [station] now
         # A full disk met while settling, for `check` to raise once it has been through every
         # attempt: the engine then says so in one paragraph (Engine._say_disk).
         self.disk_full: Exception | None = None
@@ -413,7 +415,7 @@ class Attempts:
                 )
             )
         workdir = job.spec.workdir or env.get("HOME") or "/"
-        contained = self.containment.prepare(job.id, attempt.number)
+        contained = self.containment.prepare(job.id, attempt.number, self.job_limits())
         try:
             if not_prepared is not None:
                 raise not_prepared

@@ -2,6 +2,7 @@
 
 6: `[station] max_queued_per_user` holds on every path into the queue, a requeue included.
 7: only an admin raises a job's priority above 0; a member may lower hers.
+8: each job's cgroup has pids.max and memory.max ([station] job_pids_max, job_memory_max_gb).
 10: a job's time limit runs on CLOCK_BOOTTIME: a stepped wall clock neither ends it early nor
 lets it run over.
 The station tests run a real system engine with real users (root only; station_fixture says
@@ -25,6 +26,8 @@ from pathlib import Path
 
 import pytest
 from conftest import EngineHandle, Home
+
+from gpudesk.engine import containment
 
 SHARED = Path(__file__).resolve().parent.parent / "shared"
 sys.path.insert(0, str(SHARED))  # the station fixture and its raw client live beside its tests
@@ -176,3 +179,87 @@ def test_a_start_from_another_boot_is_never_compared_with_this_ones_clock() -> N
     assert boottime.start_in_this_boot(here.boot_id, here.at) == here.at
     assert boottime.start_in_this_boot("another-boot", here.at) is None
     assert boottime.start_in_this_boot(None, None) is None
+
+
+FORKER = """
+import os, signal, sys, time
+children = []
+try:
+    for _ in range(500):
+        pid = os.fork()
+        if pid == 0:
+            time.sleep(60)
+            os._exit(0)
+        children.append(pid)
+    print("forked all 500", flush=True)
+except BlockingIOError as exc:
+    print(f"fork refused after {len(children)}: {exc.strerror}", flush=True)
+for pid in children:
+    os.kill(pid, signal.SIGKILL)
+"""
+
+
+@pytest.fixture
+def limited_engine(home: Home) -> Iterator[EngineHandle]:
+    """An engine whose attempts get cgroups with pids.max 64 and memory.max 1 GiB; skips where
+    this host's cgroup v2 hierarchy cannot hold them."""
+    probe = containment.Containment.probe(home.root)
+    if probe.base is None:
+        pytest.skip(f"no writable cgroup v2 here: {probe.reason}")
+    offered = (probe.base / "cgroup.controllers").read_text().split()
+    probe.close()
+    if not {"pids", "memory"} <= set(offered):
+        pytest.skip(
+            "this host's cgroup v2 hierarchy does not offer the pids and memory controllers "
+            f"(it offers {offered or 'none'}: a hybrid host keeps them in cgroup v1)"
+        )
+    engine = EngineHandle(home)
+    engine.start(job_pids_max=64, job_memory_max_gb=1)
+    yield engine  # `home` stops it and removes what is left of its cgroups
+    engine.client.close()
+
+
+def test_a_job_that_forks_without_end_is_stopped_at_pids_max(limited_engine: EngineHandle) -> None:
+    engine = limited_engine
+    [job_id] = engine.submit(
+        {"name": "forker", "command": [sys.executable, "-c", FORKER + "time.sleep(30)"]}
+    )
+    engine.wait_state(job_id, "running")
+    attempt = engine.show(job_id)["attempts"][0]
+    assert "pids.max 64, memory.max 1.0 GiB" in (attempt.get("containment") or ""), attempt
+    cgroup = containment.home_folder(containment.v2_mount() or "", engine.home.root)
+    cgroup = cgroup / f"job-{job_id}-1"
+    assert (cgroup / "pids.max").read_text().strip() == "64"
+    assert (cgroup / "memory.max").read_text().strip() == str(2**30)
+    engine.client.request("cancel", jobs=[job_id], grace=0)
+    done = engine.wait_state(job_id, {"cancelled", "failed", "succeeded"}, timeout=30)
+    log = Path(done["log"]).read_text()
+    assert "fork refused after" in log and "forked all" not in log, log
+    refused_after = int(log.split("fork refused after ")[1].split(":")[0])
+    assert refused_after < 64, log
+
+
+def test_show_says_when_the_cgroup_cannot_hold_the_limits(home: Home) -> None:
+    """Where attempts get a cgroup whose hierarchy lacks the controllers (a hybrid host), the
+    containment line says which limit is missing and why, instead of implying one."""
+    probe = containment.Containment.probe(home.root)
+    if probe.base is None:
+        pytest.skip(f"no writable cgroup v2 here: {probe.reason}")
+    offered = set((probe.base / "cgroup.controllers").read_text().split())
+    probe.close()
+    engine = EngineHandle(home)
+    engine.start(job_pids_max=64, job_memory_max_gb=1)
+    try:
+        [job_id] = engine.submit({"name": "plain", "command": ["true"]})
+        engine.wait_state(job_id, "succeeded")
+        line = engine.show(job_id)["attempts"][0]["containment"]
+        for limit, controller, value in (
+            ("pids.max", "pids", "64"),
+            ("memory.max", "memory", "1.0 GiB"),
+        ):
+            if controller in offered:
+                assert f"{limit} {value}" in line, line
+            else:
+                assert f"no {limit}: the {controller} controller is not enabled" in line, line
+    finally:
+        engine.client.close()
