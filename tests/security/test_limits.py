@@ -263,3 +263,29 @@ def test_show_says_when_the_cgroup_cannot_hold_the_limits(home: Home) -> None:
                 assert f"no {limit}: the {controller} controller is not enabled" in line, line
     finally:
         engine.client.close()
+
+
+def test_a_time_limit_survives_an_engine_restart_across_a_clock_step(
+    home: Home, wallclock_shim: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The attempt's start on CLOCK_BOOTTIME is in the store: an engine restarted after a +2 h
+    step of the wall clock re-adopts the job and lets it finish within its limit."""
+    offset = home.root.parent / "wall-clock-offset"
+    home.root.parent.mkdir(parents=True, exist_ok=True)
+    offset.write_text("0")
+    monkeypatch.setenv("LD_PRELOAD", str(wallclock_shim))
+    monkeypatch.setenv("WALLCLOCK_SHIM_OFFSET_FILE", str(offset))
+    engine = EngineHandle(home)
+    engine.start()
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+    [job_id] = engine.submit(
+        {"name": "outlives-engine", "command": ["sleep", "4"], "time_limit_s": 60}, env=env
+    )
+    engine.wait_state(job_id, "running")
+    engine.kill9()
+    offset.write_text("7200")
+    engine = EngineHandle(home)
+    engine.start()  # the shim still preloaded: this engine reads the stepped wall clock
+    monkeypatch.delenv("LD_PRELOAD")
+    done = engine.wait_state(job_id, {"succeeded", "failed", "cancelled"}, timeout=30)
+    assert done["state"] == "succeeded", done
