@@ -322,8 +322,9 @@ class AttemptView(WireModel, frozen=True):
     signal: int | None
     reason: str | None
     log: str | None
-    # "cgroup PATH", or "process group only: why" (a cancel or its end cannot reach a process
-    # that left the group); absent until its wrapper has started
+    # "cgroup PATH (pids.max 4096, memory.max 21.6 GiB)" (the limits read back from it, or
+    # which is missing and why), or "process group only: why" (a cancel or its end cannot reach
+    # a process that left the group); absent until its wrapper has started
     containment: str | None = None
 
 
@@ -452,6 +453,10 @@ class StationConfigView(WireModel, frozen=True):
     # "HOST:PORT" of the Prometheus endpoint (docs/metrics.md); None: off. An engine from before
     # the setting existed leaves it out.
     metrics_listen: str | None = None
+    # Each job's cgroup's pids.max and memory.max in GiB (0: none; memory None: 90 % of the
+    # host's memory). An engine from before the settings existed leaves them out.
+    job_pids_max: int | None = None
+    job_memory_max_gb: float | None = None
 
     @property
     def grid_text(self) -> str:

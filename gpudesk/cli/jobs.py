@@ -76,7 +76,12 @@ def submit(
         "dataset: a data-selection preset such as el2n-25 "
         "(overrides the dataset's own).",
     ),
-    priority: int = typer.Option(0, "--priority", help="Higher runs first (-1000..1000)."),
+    priority: int = typer.Option(
+        0,
+        "--priority",
+        help="Higher runs first (-1000..1000). Above 0 is an admin's to give on a shared "
+        "station; anyone may go lower.",
+    ),
     max_attempts: int = typer.Option(
         1, "--max-attempts", help="Retry a failed job up to this many attempts in all."
     ),
@@ -661,7 +666,10 @@ def priority(
 
     A queued job moves in the queue at once.
 
-    A running or finished job keeps it for when it is queued again (a retry, a requeue)."""
+    A running or finished job keeps it for when it is queued again (a retry, a requeue).
+
+    On a shared station only an admin raises a priority above 0; you may lower yours, and
+    raise it back to 0."""
     from gpudesk.engine.jobs import check_priority
 
     given = [
@@ -697,7 +705,8 @@ def requeue(
 
     Each gets a fresh budget of max_attempts; its attempt numbers continue.
 
-    Exits 1 if a job is still running."""
+    Exits 1 if a job is still running, or if requeueing it would leave its owner more
+    queued jobs than [station] max_queued_per_user allows."""
     with engine_client() as client:
         results = client.requeue(list(jobs))
     _report_outcomes(results, json_out)

@@ -15,13 +15,13 @@ import os
 import signal
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpudesk.engine import diskspace, faults, runner
+from gpudesk.engine import boottime, diskspace, faults, runner
 from gpudesk.engine.activity import EngineActivity
-from gpudesk.engine.containment import Containment
+from gpudesk.engine.containment import Containment, JobLimits
 from gpudesk.engine.events import EventPublisher
 from gpudesk.engine.jobs import DEFAULT_CANCEL_GRACE_S, JobState
 from gpudesk.engine.loaders import LoaderSupervisor
@@ -71,10 +71,23 @@ class LiveAttempt:
     owner_uid: int | None = None  # its job's owner's uid (None: the engine's own user's)
     time_limit_s: float | None = None  # its job's time limit
     timed_out: bool = False  # its time limit passed and it was told to stop
+    # When it started on this boot's CLOCK_BOOTTIME (engine/boottime.py), which its time limit
+    # runs on; None when unknown (stored before schema 10): then the wall clock, as before.
+    started_boot: float | None = None
 
     @property
     def uid(self) -> int:
         return os.getuid() if self.owner_uid is None else self.owner_uid
+
+    def elapsed_s(self, wall_now: float | None = None) -> float | None:
+        """How long it has run: on CLOCK_BOOTTIME where its start is known there, so a stepped
+        wall clock changes nothing; else by the wall clock (`wall_now`, default now)."""
+        if self.started_boot is not None:
+            return boottime.now() - self.started_boot
+        started = self.attempt.started_at
+        if started is None:
+            return None
+        return (time.time() if wall_now is None else wall_now) - started
 
     @property
     def mode(self) -> str:
@@ -123,6 +136,7 @@ class Attempts:
         due: PlacementDue,
         tracking: Tracking,
         activity: EngineActivity | None = None,
+        job_limits: Callable[[], JobLimits] = JobLimits,
     ) -> None:
         self.home = home
         self.store = store
@@ -138,6 +152,7 @@ class Attempts:
         self.dataset_of: dict[int, str] = {}  # running job id -> the dataset it names
         self.history = store.demand_history()  # command signature -> measured (MiB, SM %, runs)
         self.containment = Containment.probe(home.root)
+        self.job_limits = job_limits  # each new attempt's cgroup limits, from [station] now
         # A full disk met while settling, for `check` to raise once it has been through every
         # attempt: the engine then says so in one paragraph (Engine._say_disk).
         self.disk_full: Exception | None = None
@@ -239,6 +254,7 @@ class Attempts:
         job = self.store.job(attempt.job_id)
         live.owner_uid = job.owner.uid  # whose MPS clients, limits
         live.time_limit_s = job.spec.time_limit_s
+        live.started_boot = boottime.start_in_this_boot(attempt.boot_id, attempt.started_boottime)
         if attempt.pid is None:  # the last engine died between starting it and recording it
             return self._recover_unrecorded(live)
         if runner.is_alive(attempt.pid, attempt.pid_started):
@@ -399,7 +415,7 @@ class Attempts:
                 )
             )
         workdir = job.spec.workdir or env.get("HOME") or "/"
-        contained = self.containment.prepare(job.id, attempt.number)
+        contained = self.containment.prepare(job.id, attempt.number, self.job_limits())
         try:
             if not_prepared is not None:
                 raise not_prepared
@@ -417,6 +433,7 @@ class Attempts:
             )
             self.events.job(job.id, str(exc))
             return
+        started = boottime.stamp()  # its time limit counts from here, on CLOCK_BOOTTIME
         faults.after_spawn(launched.pid)  # test only: inert unless GPUDESK_FAULT=after-spawn
         if contained.startswith("/"):
             self.containment.move_soon(launched.pid, contained)
@@ -430,9 +447,10 @@ class Attempts:
             is_child=True,
             owner_uid=job.owner.uid,
             time_limit_s=job.spec.time_limit_s,
+            started_boot=started.at if started else None,
         )
         try:
-            self.store.attempt_launched(attempt.id, launched.pid, launched.start_time)
+            self.store.attempt_launched(attempt.id, launched.pid, launched.start_time, boot=started)
         except sqlite3.Error as exc:  # a full disk: a restarted engine finds it by its lock
             log.warning("could not record the pid of attempt %d: %s", attempt.id, exc)
         self.track()
@@ -477,10 +495,12 @@ class Attempts:
             raise self.disk_full
 
     def _check_time_limit(self, live: LiveAttempt) -> None:
-        """Stop an attempt whose time limit has passed, as a cancel does. Wall-clock time since
-        it started, so an engine restarted meanwhile finds it over the limit all the same."""
-        limit, started = live.time_limit_s, live.attempt.started_at
-        if limit is None or started is None or time.time() - started < limit:
+        """Stop an attempt whose time limit has passed, as a cancel does. Timed on
+        CLOCK_BOOTTIME since it started (LiveAttempt.elapsed_s): a stepped wall clock neither
+        ends it early nor lets it run over, and an engine restarted meanwhile finds it over
+        the limit all the same."""
+        limit, elapsed = live.time_limit_s, live.elapsed_s()
+        if limit is None or elapsed is None or elapsed < limit:
             return
         live.timed_out = True
         self.terminate(live, DEFAULT_CANCEL_GRACE_S)
@@ -568,7 +588,9 @@ class Attempts:
             outcome = record.description
         usage = self.telemetry.monitor.usage.get(attempt.id)
         ended_at = record.ended_at if record and record.ended_at else time.time()
-        ending = self._ending(job, attempt, exit_code, outcome, usage, ended_at)
+        ending = self._ending(
+            job, attempt, exit_code, outcome, usage, ran_past_limit(live, watched, ended_at)
+        )
         raised = ending.raised_demand
         self.store.finish_attempt(
             attempt,
@@ -658,7 +680,7 @@ class Attempts:
         exit_code: int | None,
         outcome: str,
         usage: AttemptUsage | None,
-        ended_at: float,
+        timed_out: bool,
     ) -> Ending:
         oom = gpu_oom_line(attempt.log_path, exit_code) if job.spec.gpus else None
         if job.cancel_requested and exit_code != 0:
@@ -666,8 +688,7 @@ class Attempts:
         if exit_code == 0:
             return Ending(JobState.SUCCEEDED, outcome)
         limit = job.spec.time_limit_s
-        started = attempt.started_at
-        if limit is not None and started is not None and ended_at - started >= limit:
+        if limit is not None and timed_out:
             return Ending(
                 JobState.FAILED,
                 f"timed out: ran past its time limit of {limit:g} s ({outcome})",
@@ -733,3 +754,22 @@ class Attempts:
         )
         mean = (old[1] * runs + sm) / (runs + 1) if old else sm
         self.history[key] = (memory, mean, runs + 1)
+
+
+def ran_past_limit(live: LiveAttempt, watched: bool, ended_at: float) -> bool:
+    """Did this attempt, which has ended, run past its time limit? Yes when the engine stopped
+    it for that. Else, when it ended while this engine watched and its start is known on
+    CLOCK_BOOTTIME, by that clock (it is settled within a loop's turn of its end). Else it
+    ended while no engine watched: its wall-clock start and end (`ended_at`, its exit record's)
+    are all there is."""
+    limit = live.time_limit_s
+    if limit is None:
+        return False
+    if live.timed_out:
+        return True
+    if watched and live.started_boot is not None:
+        elapsed = live.elapsed_s()
+    else:
+        started = live.attempt.started_at
+        elapsed = None if started is None else ended_at - started
+    return elapsed is not None and elapsed >= limit

@@ -15,6 +15,14 @@ a hybrid one). One folder per home, so two engines of one user never touch each 
 Where no v2 hierarchy is mounted, where it is not writable (a personal engine under systemd, which
 delegates no cgroup to it here) or where GPUDESK_CGROUP=off, attempts keep the process group alone
 and `gpudesk show` says why.
+
+Limits: each attempt's cgroup gets `pids.max` and `memory.max` (`[station] job_pids_max`,
+`job_memory_max_gb`), so one job can neither fork until the machine has no pid left nor take its
+memory from everyone: past pids.max its fork() fails with EAGAIN; past memory.max the kernel
+reclaims and then ends it inside its own cgroup. The engine enables the pids and memory
+controllers for its folder (`cgroup.subtree_control`); where the hierarchy does not offer them
+(a hybrid host whose controllers sit in v1), the wrapper's containment line, which `gpudesk show`
+prints, says which limit is missing and why.
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ import re
 import signal
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 log = logging.getLogger("gpudesk.engine")
@@ -56,6 +65,48 @@ def home_folder(mount: str, home_root: Path) -> Path:
     """The folder of this home's attempts in the v2 hierarchy mounted at `mount`."""
     digest = hashlib.sha1(str(home_root).encode("utf-8", "surrogateescape")).hexdigest()
     return Path(mount) / f"gpudesk-u{os.getuid()}-{digest[:12]}"
+
+
+LIMITED_CONTROLLERS = ("pids", "memory")  # enabled for this home's folder, for the limits below
+
+
+@dataclass(frozen=True)
+class JobLimits:
+    """What one attempt's cgroup may hold: tasks (pids.max) and bytes (memory.max); 0: none."""
+
+    pids_max: int = 0
+    memory_max_bytes: int = 0
+
+
+def limits_for(pids_max: int, memory_max_gb: float | None, memory_fraction: float) -> JobLimits:
+    """`[station] job_pids_max` and `job_memory_max_gb` as a cgroup's limits; memory unset:
+    `memory_fraction` of the host's physical memory (sysconf: MemTotal)."""
+    if memory_max_gb is None:
+        try:
+            total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        except (OSError, ValueError):
+            total = 0  # cannot tell: no memory limit rather than a wrong one
+        memory = int(total * memory_fraction)
+    else:
+        memory = int(memory_max_gb * 2**30)
+    return JobLimits(pids_max=pids_max, memory_max_bytes=memory)
+
+
+def enable_controllers(base: Path) -> None:
+    """Offer the limits' controllers to this home's attempts' cgroups. Best effort: a hierarchy
+    without them (its root does not delegate them) leaves attempts unlimited, and each attempt's
+    containment line says so (wrapper.limits_text)."""
+    for controller in LIMITED_CONTROLLERS:
+        with contextlib.suppress(OSError):
+            (base / "cgroup.subtree_control").write_text(f"+{controller}")
+
+
+def write_limits(cgroup: Path, limits: JobLimits) -> None:
+    """Write the attempt's pids.max and memory.max ("max": no limit). A file that is missing
+    (its controller is not enabled) is left to wrapper.limits_text to report."""
+    for name, value in (("pids.max", limits.pids_max), ("memory.max", limits.memory_max_bytes)):
+        with contextlib.suppress(OSError):
+            (cgroup / name).write_text(str(value) if value > 0 else "max")
 
 
 def _move(pid: int, cgroup: Path) -> None:
@@ -138,6 +189,7 @@ class Containment:
             with contextlib.suppress(OSError):
                 base.rmdir()
             return cls(None, f"cgroup v2 not writable ({base}/cgroup.procs)")
+        enable_controllers(base)
         return cls(base, "")
 
     def describe(self) -> str:
@@ -148,9 +200,9 @@ class Containment:
     def path(self, job_id: int, number: int) -> Path | None:
         return None if self.base is None else self.base / f"job-{job_id}-{number}"
 
-    def prepare(self, job_id: int, number: int) -> str:
-        """Make the attempt's cgroup; what the wrapper is told: the cgroup's path to join, or
-        why there is none (never starting with "/")."""
+    def prepare(self, job_id: int, number: int, limits: JobLimits | None = None) -> str:
+        """Make the attempt's cgroup with its `limits`; what the wrapper is told: the cgroup's
+        path to join, or why there is none (never starting with "/")."""
         cgroup = self.path(job_id, number)
         if cgroup is None:
             return self.reason
@@ -158,6 +210,7 @@ class Containment:
             cgroup.mkdir(exist_ok=True)
         except OSError as exc:
             return f"cgroup v2 not writable ({cgroup}: {exc.strerror or exc})"
+        write_limits(cgroup, limits or JobLimits())
         return str(cgroup)
 
     def move_soon(self, pid: int, cgroup: str) -> None:

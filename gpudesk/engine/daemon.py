@@ -36,6 +36,7 @@ from gpudesk.engine import diskspace
 from gpudesk.engine.access import DEFAULT_ADMIN_GROUP, Access
 from gpudesk.engine.activity import EngineActivity
 from gpudesk.engine.attempts import Attempts
+from gpudesk.engine.containment import limits_for
 from gpudesk.engine.control_socket import ControlSocket, SocketAccess
 from gpudesk.engine.events import EventPublisher
 from gpudesk.engine.identity import Caller, group_id
@@ -52,7 +53,7 @@ from gpudesk.engine.requests import EngineParts, RequestHandlers
 from gpudesk.engine.scheduler import Scheduler, mig_candidates
 from gpudesk.engine.slurm.backend import SlurmBackend
 from gpudesk.engine.state import CurrentStation, PlacementDue
-from gpudesk.engine.station import StationConfig, host_cores
+from gpudesk.engine.station import DEFAULT_JOB_MEMORY_FRACTION, StationConfig, host_cores
 from gpudesk.engine.store.database import Store
 from gpudesk.engine.store.schema import IncompatibleStore, StoreError
 from gpudesk.engine.telemetry_sink import TelemetrySink
@@ -170,6 +171,11 @@ class Engine:
             self.due,
             self.tracking,
             self.activity,
+            lambda: limits_for(
+                self.station.config.job_pids_max,
+                self.station.config.job_memory_max_gb,
+                DEFAULT_JOB_MEMORY_FRACTION,
+            ),
         )
         self.learning = StationLearning(store, self.attempts, self.telemetry)
         self.logcap = LogCap(

@@ -107,10 +107,11 @@ class JobControl:
             f"(it orders the queue after {later})"
         )
 
-    def move_priority(self, job: JobRecord, delta: int) -> JobOutcome:
-        """Raise (+) or lower (-) the priority by `delta`, kept in the range."""
+    @staticmethod
+    def moved_priority(job: JobRecord, delta: int) -> int:
+        """The priority `delta` makes: raised (+) or lowered (-), kept in the range."""
         low, high = PRIORITY_RANGE
-        return self.set_priority(job, min(high, max(low, job.spec.priority + delta)))
+        return min(high, max(low, job.spec.priority + delta))
 
     def requeue(self, job: JobRecord) -> JobOutcome:
         if job.spec.cluster is not None:

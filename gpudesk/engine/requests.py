@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from gpudesk import __version__, joblog
-from gpudesk.engine import protocol, reconfigure, runner
+from gpudesk.engine import protocol, reconfigure, runner, user_limits
 from gpudesk.engine.access import Access
 from gpudesk.engine.attempts import Attempts, LiveAttempt
 from gpudesk.engine.events import EventPublisher
@@ -424,6 +424,7 @@ class RequestHandlers:
         self._check_one_place(specs)
         self._check_gpus_exist([s for s in specs if s.cluster is None])
         self._check_tracking(specs)
+        self._check_priorities(specs, caller)
         self._check_queued_limit(caller, len(specs))
         return specs, base_env
 
@@ -482,22 +483,36 @@ class RequestHandlers:
         return len(monitor.inventory) if monitor.opened else None
 
     def _check_queued_limit(self, caller: Caller, adding: int) -> None:
-        """Refuse a submit that would leave the caller more queued jobs (waiting, held ones
-        included; running ones are bounded by max_running_gpus_per_user) than `[station]
-        max_queued_per_user`. All of a request's jobs or none."""
-        limit = self.parts.station.config.max_queued_per_user
-        if limit is None:
-            return
-        queued = sum(1 for job in self.parts.queue.ordered() if job.owner.uid == caller.uid)
-        if queued + adding <= limit:
-            return
-        raise ProtocolError(
-            protocol.REFUSED,
-            f"{caller.name} has {queued} job{'s' if queued != 1 else ''} queued and the station "
-            f"allows {limit} per user ([station] max_queued_per_user); these {adding} would make "
-            f"{queued + adding}. Nothing was submitted: wait for some to start, or cancel some "
-            f"(gpudesk queue --user {caller.name}).",
+        """Refuse a submit that would leave the caller more queued jobs than `[station]
+        max_queued_per_user` (engine/user_limits.py says what counts). All of a request's jobs
+        or none."""
+        queued = user_limits.queued_count(self.parts.queue, caller.uid)
+        refusal = user_limits.queued_refusal(
+            self.parts.station.config.max_queued_per_user,
+            caller.name,
+            queued,
+            adding,
+            "submitting",
+            "Nothing was submitted",
         )
+        if refusal:
+            raise ProtocolError(protocol.REFUSED, refusal)
+
+    def _check_priorities(self, specs: list[JobSpec], caller: Caller) -> None:
+        """Refuse, whole, a member's submit that asks a priority above the default: only an
+        admin may raise one (engine/user_limits.py)."""
+        if self.parts.access.is_admin(caller):
+            return
+        for index, spec in enumerate(specs):
+            refusal = user_limits.priority_refusal(
+                user_limits.DEFAULT_PRIORITY, spec.priority, self.parts.access.admins
+            )
+            if refusal:
+                raise ProtocolError(
+                    protocol.REFUSED,
+                    f"jobs[{index}] ({safe_text(spec.name)!r}).priority: {refusal} "
+                    "Nothing was submitted.",
+                )
 
     def jobs(self, args: Args, caller: Caller) -> Reply:
         states = None
@@ -806,7 +821,7 @@ class RequestHandlers:
             except ValueError as exc:
                 raise ProtocolError(protocol.INVALID_ARGS, f"'priority': {exc}") from None
             return self.act_on_jobs(
-                args, caller, "re-prioritize", lambda job: control.set_priority(job, wanted)
+                args, caller, "re-prioritize", lambda job: self._reprioritize(caller, job, wanted)
             )
         low, high = PRIORITY_RANGE
         step = _whole_number(delta, -(high - low), high - low)
@@ -816,15 +831,48 @@ class RequestHandlers:
                 f"'delta' must be a whole number from {low - high} to {high - low}, e.g. 1 or -1",
             )
         return self.act_on_jobs(
-            args, caller, "re-prioritize", lambda job: control.move_priority(job, step)
+            args,
+            caller,
+            "re-prioritize",
+            lambda job: self._reprioritize(caller, job, control.moved_priority(job, step)),
         )
+
+    def _reprioritize(self, caller: Caller, job: JobRecord, wanted: int) -> JobOutcome:
+        """Set `job`'s priority to `wanted`, unless the caller is no admin and that raises it
+        above the default (engine/user_limits.py): then the outcome is the refusal."""
+        if not self.parts.access.is_admin(caller):
+            refusal = user_limits.priority_refusal(
+                job.spec.priority, wanted, self.parts.access.admins
+            )
+            if refusal:
+                return JobOutcome(refusal, ok=False)
+        return self.parts.control.set_priority(job, wanted)
 
     def requeue(self, args: Args, caller: Caller) -> Reply:
         """{"jobs": [refs]}: put finished jobs (failed, cancelled, or succeeded to rerun them)
         back in the queue as the same job, with a fresh attempt budget; attempt numbers
         continue. Outcomes: "requeued", "already queued", or (ok false)
         "running: only a finished job can be requeued"."""
-        return self.act_on_jobs(args, caller, "requeue", self.parts.control.requeue)
+        return self.act_on_jobs(args, caller, "requeue", self._requeue)
+
+    def _requeue(self, job: JobRecord) -> JobOutcome:
+        """Requeue `job` unless that would leave its owner more queued jobs than `[station]
+        max_queued_per_user` (whoever asks: the limit is the owner's); then the outcome is the
+        refusal. Only a finished station job would enter the queue: the others' outcomes say
+        why nothing happens."""
+        control = self.parts.control
+        if job.state.terminal and job.spec.cluster is None:
+            refusal = user_limits.queued_refusal(
+                self.parts.station.config.max_queued_per_user,
+                job.user,
+                user_limits.queued_count(self.parts.queue, job.owner.uid),
+                1,
+                "requeueing",
+                f"Job {job.id} was not requeued",
+            )
+            if refusal:
+                return JobOutcome(refusal, ok=False)
+        return control.requeue(job)
 
     # ------------------------------------------------------------------- MIG
     def mig_plan(self, args: Args, _caller: Caller) -> Reply:

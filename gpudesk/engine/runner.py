@@ -84,7 +84,7 @@ class WrapperRecord:
     pid: int
     child_pid: int | None  # the command's pid, once it was started
     started_at: float | None
-    containment: str | None  # "cgroup PATH" or "process group only: why"
+    containment: str | None  # "cgroup PATH (its limits)" or "process group only: why"
 
 
 def _signal_name(number: int) -> str:

@@ -36,6 +36,8 @@ STATION_KEYS = (
     "max_running_gpus_per_user",
     "max_queued_per_user",
     "metrics_listen",
+    "job_pids_max",
+    "job_memory_max_gb",
 )
 DEFAULT_LOG_MAX_MB = 100.0
 DEFAULT_LOG_KEEP = 2
@@ -130,6 +132,36 @@ check_fairshare_half_life_h = number_in(0.0, 24.0 * 366, lo_open=True)  # hours
 check_fairshare_cpu_weight = number_in(0.0, 1000.0)  # GPU-hours per core-hour
 
 
+# Each attempt's cgroup gets pids.max and memory.max (engine/containment.py), so one job cannot
+# fork until the machine has no pid left, nor take all of its memory. 0 (or "none") turns one
+# off. ASSUMPTION: 4096 tasks a job (pids.max counts threads too) is an eighth of Linux's
+# default pid_max of 32768 (kernel/pid.c PID_MAX_DEFAULT), well above what a training job uses
+# (a process with its data-loader workers and their threads: some hundreds), so eight runaway
+# jobs together still leave the machine pids to log in and stop them with.
+DEFAULT_JOB_PIDS_MAX = 4096
+MAX_JOB_PIDS_MAX = 4194304  # the kernel's PID_MAX_LIMIT on 64-bit (include/linux/threads.h)
+# ASSUMPTION: unset, a job may use 90 % of the host's memory (MemTotal): it can use nearly all
+# of it, but when it wants more the kernel ends it inside its own cgroup, before the machine's
+# own out-of-memory killer picks a victim that may be another member's job or the engine.
+DEFAULT_JOB_MEMORY_FRACTION = 0.9
+MAX_JOB_MEMORY_GB = 1048576.0  # 1 PiB: beyond any one machine, a typo's guard
+_OFF_WORDS = {"none", "off"}
+
+
+def check_job_pids_max(value: Any) -> int:
+    """pids.max for each attempt's cgroup: a whole number, 0 or "none" for no limit."""
+    if isinstance(value, str) and value.strip().lower() in _OFF_WORDS:
+        return 0
+    return whole_number_in(0, MAX_JOB_PIDS_MAX)(value)
+
+
+def check_job_memory_max_gb(value: Any) -> float | None:
+    """memory.max for each attempt's cgroup, in GB (GiB): a number, 0 or "none" for no limit."""
+    if isinstance(value, str) and value.strip().lower() in _OFF_WORDS:
+        return 0.0
+    return number_in(0.0, MAX_JOB_MEMORY_GB)(value)
+
+
 def check_per_user_limit(value: Any) -> int | None:
     """A per-user limit: a whole number, 0 (or absent) for none."""
     if value is None:
@@ -162,6 +194,8 @@ STATION_CHECKS = {
     "max_running_gpus_per_user": check_per_user_limit,
     "max_queued_per_user": check_per_user_limit,
     "metrics_listen": check_metrics_listen,
+    "job_pids_max": check_job_pids_max,
+    "job_memory_max_gb": check_job_memory_max_gb,
 }
 
 
@@ -201,6 +235,10 @@ class StationConfig:
     # Where the engine serves Prometheus metrics ("127.0.0.1:9400", docs/metrics.md); None: it
     # does not. Loopback unless an admin writes another address (gpudesk.engine.listen).
     metrics_listen: str | None = None
+    # Each attempt's cgroup's pids.max and memory.max (GiB), where it has a cgroup; 0: none.
+    # job_memory_max_gb None: DEFAULT_JOB_MEMORY_FRACTION of the host's memory.
+    job_pids_max: int = DEFAULT_JOB_PIDS_MAX
+    job_memory_max_gb: float | None = None
 
     @property
     def repartitions_on_its_own(self) -> bool:

@@ -152,6 +152,23 @@ def write_exit(path: str, **fields: object) -> bool:
         return write_record(path, **fields)
 
 
+def limits_text(cgroup: str) -> str:
+    """The limits in force in the attempt's cgroup, read back from it (engine/containment.py
+    wrote them): "pids.max 4096, memory.max 21.6 GiB", or which is missing and why."""
+    parts = []
+    for name, controller in (("pids.max", "pids"), ("memory.max", "memory")):
+        try:
+            with open(os.path.join(cgroup, name)) as fh:
+                value = fh.read().strip()
+        except OSError:
+            parts.append(f"no {name}: the {controller} controller is not enabled for it")
+            continue
+        if name == "memory.max" and value.isdigit():
+            value = f"{int(value) / 2**30:.1f} GiB"
+        parts.append(f"{name} {value}")
+    return ", ".join(parts)
+
+
 def _join_cgroup(containment: str) -> str:
     """Move this process into the attempt's cgroup (before the command starts, so every
     descendant is born inside); the containment as `gpudesk show` says it."""
@@ -175,7 +192,7 @@ def _join_cgroup(containment: str) -> str:
                 os.close(fd)
     except OSError as exc:
         return f"process group only: could not join the cgroup {containment} ({exc.strerror})"
-    return f"cgroup {containment}"
+    return f"cgroup {containment} ({limits_text(containment)})"
 
 
 def _say(text: str) -> None:

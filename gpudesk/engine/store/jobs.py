@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from gpudesk.engine.boottime import BootStamp
 from gpudesk.engine.identity import Identity
 from gpudesk.engine.jobs import InvalidTransition, JobSpec, JobState, check_transition
 from gpudesk.engine.store.connection import StoreConnection
@@ -341,13 +342,28 @@ class JobTables(StoreConnection):
         return [read_attempt(r) for r in rows]
 
     def attempt_launched(
-        self, attempt_id: int, pid: int, pid_started: float, now: float | None = None
+        self,
+        attempt_id: int,
+        pid: int,
+        pid_started: float,
+        now: float | None = None,
+        boot: BootStamp | None = None,
     ) -> None:
+        """The attempt's wrapper runs as `pid`. `boot`: when it started on CLOCK_BOOTTIME, which
+        its time limit runs on (None keeps what is stored)."""
         with self.transaction() as conn:
             conn.execute(
-                "UPDATE attempts SET state = 'running', pid = ?, pid_started = ?, started_at = ? "
+                "UPDATE attempts SET state = 'running', pid = ?, pid_started = ?, started_at = ?, "
+                "started_boottime = COALESCE(?, started_boottime), boot_id = COALESCE(?, boot_id) "
                 "WHERE id = ?",
-                (pid, pid_started, now or time.time(), attempt_id),
+                (
+                    pid,
+                    pid_started,
+                    now or time.time(),
+                    boot.at if boot else None,
+                    boot.boot_id if boot else None,
+                    attempt_id,
+                ),
             )
 
     def finish_attempt(

@@ -113,6 +113,9 @@ class AttemptRecord:
     exit_code: int | None
     signal: int | None
     reason: str | None
+    # its start on CLOCK_BOOTTIME and that boot's id (engine/boottime.py); None before schema 10
+    started_boottime: float | None = None
+    boot_id: str | None = None
 
     @property
     def log_path(self) -> str:
@@ -198,6 +201,8 @@ def read_attempt(row: sqlite3.Row) -> AttemptRecord:
         exit_code=row["exit_code"],
         signal=row["signal"],
         reason=row["reason"],
+        started_boottime=row["started_boottime"],
+        boot_id=row["boot_id"],
     )
 
 

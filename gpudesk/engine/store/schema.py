@@ -220,6 +220,13 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX slurm_jobs_by_submission ON slurm_jobs (submission);
     """,
+    # 10: when an attempt started on CLOCK_BOOTTIME, and in which boot (engine/boottime.py): its
+    # time limit runs on that clock, not on the wall clock `started_at` is read from, so a
+    # stepped clock neither ends it early nor lets it run over, across an engine restart too.
+    """
+    ALTER TABLE attempts ADD COLUMN started_boottime REAL;
+    ALTER TABLE attempts ADD COLUMN boot_id TEXT;
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
