@@ -38,6 +38,7 @@ from gpudesk.engine.learning import (
     observation_from_dict,
 )
 from gpudesk.engine.loaders import DatasetSpec, LoaderSupervisor
+from gpudesk.engine.loop_timing import LoopTiming
 from gpudesk.engine.metrics.exporter import MetricsExporter
 from gpudesk.engine.mig.nvidia_smi import LayoutError, MigError, MigUsageError
 from gpudesk.engine.mps.watch import MpsWatch
@@ -107,6 +108,8 @@ class EngineParts:
     stop: Callable[[], None]  # ends the engine's loop
     # Who may do what (engine/access.py): a personal engine's callers are all admins.
     access: Access = field(default_factory=Access.personal)
+    # How long requests and periodic steps held the loop (engine/loop_timing.py).
+    loop: LoopTiming = field(default_factory=LoopTiming)
 
 
 class RequestHandlers:
@@ -140,10 +143,12 @@ class RequestHandlers:
         """One request's reply: its result, or an error with its code and message. `caller` is
         who sent it, as the kernel says (the control socket's peer credentials)."""
         request_id = None
+        started, op = time.perf_counter(), "invalid"  # how long it held the loop, per op
         try:
             request = protocol.decode_request(raw)
             request_id = request.id
             handler = self.table.get(request.op)
+            op = request.op if handler is not None else "unknown"
             if handler is None:
                 raise ProtocolError(
                     protocol.UNKNOWN_OP,
@@ -159,6 +164,8 @@ class RequestHandlers:
             return protocol.encode_error(
                 request_id, protocol.INTERNAL, f"the engine failed on this request: {exc}"
             )
+        finally:
+            self.parts.loop.request(op, time.perf_counter() - started, caller.uid)
 
     # ---------------------------------------------------------------- engine
     def ping(self, _args: Args, _caller: Caller) -> Reply:
@@ -204,6 +211,7 @@ class RequestHandlers:
                 for event in parts.store.events_of_kind(STATION_EVENT, STATION_CHANGES_SHOWN)
             ],
             "tracking": parts.tracking.health_list(lambda uid: self._sees_secrets(caller, uid)),
+            "loop": parts.loop.summary(),
         }
 
     def _user_shares(self) -> list[Reply]:
