@@ -33,10 +33,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import platform
 import random
+import signal
 import statistics
 import subprocess
 import sys
@@ -50,6 +52,7 @@ from gpudesk.api.connection import Connection, engine_pid, start_engine
 from gpudesk.engine.identity import Identity
 from gpudesk.engine.jobs import JobSpec
 from gpudesk.engine.placement.policy import Placement
+from gpudesk.engine.runner import read_wrapper_pid
 from gpudesk.engine.station import StationConfig
 from gpudesk.engine.store.database import Store
 from gpudesk.engine.telemetry.energy import DEFAULT_GRID_G_PER_KWH, AttemptUsage
@@ -479,16 +482,18 @@ def collect(proc: subprocess.Popen[str], timeout: float) -> dict[str, Any]:
 
 
 def stop(home: Home) -> None:
-    """Cancel the live jobs (their sleeping processes go) and stop the engine."""
+    """Cancel the live jobs (their sleeping processes go) and stop the engine; then end any job
+    process group still there (a listing capped below the live jobs, a cancel that timed out)."""
     try:
         with Connection(home, timeout=120.0) as conn:
-            live = conn.request("jobs", states=["queued", "running"])
-            ids = [job["id"] for job in live["jobs"]]
-            if ids:
-                conn.request("cancel", jobs=ids, grace=0)
             deadline = time.monotonic() + 60
-            while conn.request("status")["counts"].get("running", 0):
-                if time.monotonic() > deadline:
+            while time.monotonic() < deadline:
+                live = conn.request("jobs", states=["queued", "running"])
+                ids = [job["id"] for job in live["jobs"]]
+                if ids:
+                    conn.request("cancel", jobs=ids, grace=0)
+                counts = conn.request("status")["counts"]
+                if not counts.get("queued", 0) and not counts.get("running", 0):
                     break
                 time.sleep(0.2)
             conn.request("shutdown")
@@ -496,6 +501,11 @@ def stop(home: Home) -> None:
         deadline = time.monotonic() + 60
         while engine_pid(home) is not None and time.monotonic() < deadline:
             time.sleep(0.1)
+        for attempt_dir in home.jobs_dir.glob("*/*"):
+            pid = read_wrapper_pid(attempt_dir)
+            if pid:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(pid, signal.SIGKILL)
 
 
 def measure(home: Home, seconds: float) -> dict[str, Any]:
