@@ -53,6 +53,10 @@ __all__ = [
     "LoaderStatus",
     "LoaderView",
     "LogChunk",
+    "LoopRequest",
+    "LoopTimingView",
+    "LoopTurn",
+    "LoopTurns",
     "MigApplyResult",
     "MigDeviceCreated",
     "MigDeviceView",
@@ -604,6 +608,44 @@ class TrackingHealth(WireModel, frozen=True):
     dropped: int
 
 
+class LoopRequest(WireModel, frozen=True):
+    """One of the slowest requests of the window: its op, how long it held the loop, whose."""
+
+    op: str
+    ms: float
+    uid: int
+
+
+class LoopTurn(WireModel, frozen=True):
+    """One of the slowest turns of the loop's periodic steps, and its slowest step."""
+
+    ms: float
+    step: str
+    step_ms: float
+
+
+class LoopTurns(WireModel, frozen=True):
+    turns: int  # since the engine started
+    window: int  # the latest turns the figures cover
+    p50_ms: float | None  # None: no turn yet
+    p99_ms: float | None
+    max_ms: float | None
+    slowest: list[LoopTurn]
+
+
+class LoopTimingView(WireModel, frozen=True):
+    """How long requests held the engine's one loop (every other client waits meanwhile): over
+    the latest `window` requests, with the slowest named; and its periodic steps' turns."""
+
+    requests: int  # since the engine started
+    window: int
+    p50_ms: float | None  # None: no request yet
+    p99_ms: float | None
+    max_ms: float | None
+    slowest: list[LoopRequest]
+    turns: LoopTurns
+
+
 class StationStatus(WireModel, frozen=True):
     """`status`: the engine, the station, the queue's counts and the shared loaders."""
 
@@ -620,6 +662,7 @@ class StationStatus(WireModel, frozen=True):
     users: list[UserShare]  # lightest recent usage first
     station_changes: list[EventView]  # the latest changes of station settings, oldest first
     tracking: list[TrackingHealth] = []  # the MLflow stores tracked jobs log to
+    loop: LoopTimingView | None = None  # None: an engine from before issue 36
 
 
 class PingResult(WireModel, frozen=True):

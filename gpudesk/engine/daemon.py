@@ -44,6 +44,7 @@ from gpudesk.engine.job_control import JobControl
 from gpudesk.engine.learning import StationLearning
 from gpudesk.engine.loaders import CHECK_EVERY_S, DatasetSpec, LoaderSupervisor
 from gpudesk.engine.logcap import LogCap
+from gpudesk.engine.loop_timing import LoopTiming
 from gpudesk.engine.metrics.exporter import MetricsExporter
 from gpudesk.engine.mps.watch import MpsWatch
 from gpudesk.engine.offloop import OffLoop, Pending
@@ -207,8 +208,15 @@ class Engine:
             self.tracking,
             self.activity,
         )
+        self.loop_timing = LoopTiming()  # what held the loop: requests, periodic steps
         self.metrics = MetricsExporter(
-            self.station, store, self.telemetry, self.loaders, self.events, self.activity
+            self.station,
+            store,
+            self.telemetry,
+            self.loaders,
+            self.events,
+            self.activity,
+            loop=self.loop_timing,
         )
         self.slurm = SlurmBackend(home, store, self.events, self.due, self._wake)
         self.job_control = JobControl(
@@ -239,6 +247,7 @@ class Engine:
                 stop=self.stop,
                 offloop=self.offloop,
                 access=access or Access.personal(),
+                loop=self.loop_timing,
             )
         )
 
@@ -329,19 +338,22 @@ class Engine:
         # A failing step (a full disk, say) is logged and retried; it never stops the engine,
         # which would strand the jobs it watches.
         full = False
-        for step in (
-            self.attempts.check,
-            self.attempts.containment.retry,
-            self.scheduler.schedule_if_due,
-            self.telemetry.ingest,
-            self.tracking.step,
-            self.slurm.step,
-            self.metrics.step,
-            self.learning.step,
-            self.check_mps,
-            self.check_loaders,
-            self.logcap.check,
+        clock = time.perf_counter
+        timed: list[tuple[str, float]] = []  # each step's time: a slow one stalls every client
+        for name, step in (
+            ("attempts", self.attempts.check),
+            ("containment", self.attempts.containment.retry),
+            ("schedule", self.scheduler.schedule_if_due),
+            ("telemetry", self.telemetry.ingest),
+            ("tracking", self.tracking.step),
+            ("slurm", self.slurm.step),
+            ("metrics", self.metrics.step),
+            ("learning", self.learning.step),
+            ("mps", self.check_mps),
+            ("loaders", self.check_loaders),
+            ("logcap", self.logcap.check),
         ):
+            started = clock()
             try:
                 step()
             except Exception as exc:
@@ -350,6 +362,8 @@ class Engine:
                 else:
                     log.exception("engine step failed; retrying in %g s", RETRY_AFTER_ERROR_S)
                 self.scheduler.retry_in(RETRY_AFTER_ERROR_S)
+            timed.append((name, clock() - started))
+        self.loop_timing.turn(timed)
         self._say_disk(full)
 
     def _say_disk(self, full: bool) -> None:

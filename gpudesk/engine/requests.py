@@ -38,6 +38,7 @@ from gpudesk.engine.learning import (
     observation_from_dict,
 )
 from gpudesk.engine.loaders import DatasetSpec, LoaderSupervisor
+from gpudesk.engine.loop_timing import LoopTiming
 from gpudesk.engine.metrics.exporter import MetricsExporter
 from gpudesk.engine.mig.nvidia_smi import LayoutError, MigError, MigUsageError
 from gpudesk.engine.mps.watch import MpsWatch
@@ -109,6 +110,8 @@ class EngineParts:
     offloop: OffLoop  # where a handler's slow work runs (engine/offloop.py)
     # Who may do what (engine/access.py): a personal engine's callers are all admins.
     access: Access = field(default_factory=Access.personal)
+    # How long requests and periodic steps held the loop (engine/loop_timing.py).
+    loop: LoopTiming = field(default_factory=LoopTiming)
 
 
 class RequestHandlers:
@@ -143,10 +146,12 @@ class RequestHandlers:
         who sent it, as the kernel says (the control socket's peer credentials). A handler
         whose work may wait answers `Later`: the reply then comes through the `Pending`."""
         request_id = None
+        started, op = time.perf_counter(), "invalid"  # how long it held the loop, per op
         try:
             request = protocol.decode_request(raw)
             request_id = request.id
             handler = self.table.get(request.op)
+            op = request.op if handler is not None else "unknown"
             if handler is None:
                 raise ProtocolError(
                     protocol.UNKNOWN_OP,
@@ -154,21 +159,27 @@ class RequestHandlers:
                 )
             result = handler(request.args, caller)
             if isinstance(result, Later):
-                return self._pending(request_id, caller, result)
+                return self._pending(request_id, caller, result, op)
             return protocol.encode_result(request_id, result)
         except Exception as exc:
             return _error_reply(request_id, exc)
+        finally:
+            self.parts.loop.request(op, time.perf_counter() - started, caller.uid)
 
-    def _pending(self, request_id: Any, caller: Caller, later: Later[Any]) -> Pending:
+    def _pending(self, request_id: Any, caller: Caller, later: Later[Any], op: str) -> Pending:
         def start(post: Callable[[bytes], None]) -> None:
             def done(result: Any, error: BaseException | None) -> None:
-                if error is not None:
-                    post(_error_reply(request_id, error))
-                    return
+                started = time.perf_counter()  # `finish` holds the loop too: counted as the op
                 try:
-                    post(protocol.encode_result(request_id, later.finish(result)))
-                except Exception as exc:
-                    post(_error_reply(request_id, exc))
+                    if error is not None:
+                        post(_error_reply(request_id, error))
+                        return
+                    try:
+                        post(protocol.encode_result(request_id, later.finish(result)))
+                    except Exception as exc:
+                        post(_error_reply(request_id, exc))
+                finally:
+                    self.parts.loop.request(op, time.perf_counter() - started, caller.uid)
 
             try:
                 self.parts.offloop.submit(caller.uid, later.what, later.work, done, later.bound_s)
@@ -221,6 +232,7 @@ class RequestHandlers:
                 for event in parts.store.events_of_kind(STATION_EVENT, STATION_CHANGES_SHOWN)
             ],
             "tracking": parts.tracking.health_list(lambda uid: self._sees_secrets(caller, uid)),
+            "loop": parts.loop.summary(),
         }
 
     def _user_shares(self) -> list[Reply]:

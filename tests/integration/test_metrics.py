@@ -282,6 +282,39 @@ def test_a_stuck_scraper_does_not_stall_the_engine_or_other_scrapes(
             conn.close()
 
 
+def test_the_loops_request_and_step_times_are_histograms(
+    metrics_engine: tuple[EngineHandle, str],
+) -> None:
+    engine, url = metrics_engine
+    for _ in range(3):
+        engine.client.request("ping")
+
+    def pings_counted() -> Samples | None:
+        got = scrape(url)
+        counts = {
+            labels["op"]: value
+            for name, labels, value in got.get("gpudesk_engine_request_seconds", [])
+            if name == "gpudesk_engine_request_seconds_count"
+        }
+        return got if counts.get("ping", 0) >= 3 else None
+
+    got = wait_for(pings_counted, 10.0, 0.1, "the endpoint to count 3 pings")
+    assert isinstance(got, dict)
+    ping = {
+        (name, labels.get("le")): value
+        for name, labels, value in got["gpudesk_engine_request_seconds"]
+        if labels["op"] == "ping"
+    }
+    # cumulative buckets up to +Inf, which holds every ping; a ping is well under a second
+    assert (
+        ping[("gpudesk_engine_request_seconds_bucket", "+Inf")]
+        == ping[("gpudesk_engine_request_seconds_count", None)]
+    )
+    assert ping[("gpudesk_engine_request_seconds_bucket", "1.0")] >= 3
+    steps = {labels["step"] for _, labels, _ in got["gpudesk_engine_step_seconds"]}
+    assert {"attempts", "schedule", "telemetry", "metrics"} <= steps
+
+
 def test_engine_status_shows_the_endpoint(
     metrics_engine: tuple[EngineHandle, str], home: Home, gpudesk: Run
 ) -> None:

@@ -18,6 +18,7 @@ from prometheus_client.metrics_core import (
 )
 from prometheus_client.registry import Collector
 
+from gpudesk.engine.loop_timing import Buckets
 from gpudesk.engine.metrics.snapshot import Device, DeviceReading, MetricsSnapshot
 
 # (name, help, the DeviceReading field) as dcgm-exporter's default-counters.csv and
@@ -70,6 +71,7 @@ def render(snapshot: MetricsSnapshot) -> list[Metric]:
         *_jobs(snapshot),
         *_activity(snapshot),
         *_loaders(snapshot),
+        *_loop(snapshot),
     ]
 
 
@@ -244,6 +246,39 @@ def _activity(snapshot: MetricsSnapshot) -> list[Metric]:
 
 def _le(bound: float) -> str:
     return repr(bound)
+
+
+# ---------------------------------------------------------------------------------- loop
+def _loop(snapshot: MetricsSnapshot) -> list[Metric]:
+    """How long the engine's one loop was held, per request op and per periodic step: every
+    other client waits that long (docs/metrics.md, "The engine's loop")."""
+    requests = HistogramMetricFamily(
+        "gpudesk_engine_request_seconds",
+        "Time each request held the engine's loop, in seconds: decoding it, its handler and "
+        "encoding its reply, by op (an op the engine does not know is `unknown`, an undecodable "
+        "request `invalid`). Every other client waits meanwhile. Since this engine started.",
+        labels=["op"],
+    )
+    for op, buckets in snapshot.requests:
+        requests.add_metric([op], _buckets(buckets), buckets.sum_s)
+    steps = HistogramMetricFamily(
+        "gpudesk_engine_step_seconds",
+        "Time each of the loop's periodic steps took per turn, in seconds, by step (attempts, "
+        "schedule, telemetry, metrics, ...). Requests wait meanwhile. Since this engine started.",
+        labels=["step"],
+    )
+    for step, buckets in snapshot.steps:
+        steps.add_metric([step], _buckets(buckets), buckets.sum_s)
+    return [requests, steps]
+
+
+def _buckets(buckets: Buckets) -> list[tuple[str, float]]:
+    out = [
+        (_le(bound), float(count))
+        for bound, count in zip(buckets.bounds, buckets.cumulative, strict=False)
+    ]
+    out.append(("+Inf", float(buckets.cumulative[-1])))
+    return out
 
 
 # ------------------------------------------------------------------------------- loaders

@@ -26,6 +26,7 @@ from gpudesk.engine.activity import EngineActivity
 from gpudesk.engine.events import EventPublisher
 from gpudesk.engine.listen import ListenAddress, parse_listen
 from gpudesk.engine.loaders import LoaderSupervisor
+from gpudesk.engine.loop_timing import LoopTiming
 from gpudesk.engine.metrics.snapshot import (
     JobCount,
     MetricsSnapshot,
@@ -49,6 +50,10 @@ RETRY_BIND_S = 30.0  # how often an address that could not be bound is tried aga
 # The job counts are read again at least this often even when no job event was published (a
 # state change made behind the engine's events, as recovery at start-up does).
 JOB_COUNTS_EVERY_S = 30.0
+# The loop's request and step histograms change with every request: the snapshot is built again
+# for them at most this often (assumption: a scrape interval is 5 s or more, Prometheus's
+# default is 1 min, so a second-old histogram loses nothing a scrape would see).
+LOOP_TIMES_EVERY_S = 1.0
 
 
 class MetricsExporter:
@@ -61,6 +66,7 @@ class MetricsExporter:
         events: EventPublisher,
         activity: EngineActivity,
         clock: Callable[[], float] = time.monotonic,
+        loop: LoopTiming | None = None,
     ) -> None:
         self.station = station
         self.store = store
@@ -69,6 +75,7 @@ class MetricsExporter:
         self.events = events
         self.activity = activity
         self.clock = clock
+        self.loop = loop or LoopTiming()  # how long requests and steps held the loop
         self.hostname = socket.gethostname()  # dcgm-exporter's Hostname label
         # The one reference the HTTP thread reads; replaced whole, never changed in place.
         self.snapshot: MetricsSnapshot | None = None
@@ -80,6 +87,8 @@ class MetricsExporter:
         self._built_raw: RawSample | None = None
         self._built_events = -1
         self._counts_at = -JOB_COUNTS_EVERY_S
+        self._built_at = -LOOP_TIMES_EVERY_S
+        self._built_requests = -1  # the loop's request count the latest snapshot has
         self._counts_events = -1
         self._counts: tuple[JobCount, ...] = ()
         self._names: dict[int | None, str] = {}
@@ -165,10 +174,16 @@ class MetricsExporter:
                 return
         raw = self.telemetry.monitor.latest_raw
         events = self.events.job_events
+        now = self.clock()
         same = raw is self._built_raw and events == self._built_events
-        if same and self.clock() - self._counts_at < JOB_COUNTS_EVERY_S:
+        loop_new = (
+            self.loop.requests != self._built_requests
+            and now - self._built_at >= LOOP_TIMES_EVERY_S
+        )
+        if same and not loop_new and now - self._counts_at < JOB_COUNTS_EVERY_S:
             return
         self._built_raw, self._built_events = raw, events
+        self._built_at, self._built_requests = now, self.loop.requests
         self.snapshot = self.build()
 
     def build(self) -> MetricsSnapshot:
@@ -180,6 +195,7 @@ class MetricsExporter:
             for info in monitor.inventory
             if (joules := monitor.meter.energy_j(info.index)) is not None
         }
+        by_op, by_step = self.loop.histograms()
         return MetricsSnapshot(
             backend=monitor.backend.name,
             simulated=monitor.simulated,
@@ -199,6 +215,8 @@ class MetricsExporter:
             oom_recoveries=self.activity.oom_recoveries,
             decisions=self.activity.decision_times(),
             loaders=loader_figures(self.loaders.summary()),
+            requests=by_op,
+            steps=by_step,
         )
 
     def _job_counts(self) -> tuple[JobCount, ...]:

@@ -19,6 +19,7 @@ from typing import Any
 
 from gpudesk.engine.activity import DecisionTimes
 from gpudesk.engine.jobs import JobState
+from gpudesk.engine.loop_timing import Buckets
 from gpudesk.engine.mig.profiles import short_name
 from gpudesk.engine.telemetry.energy import AttemptUsage
 from gpudesk.engine.telemetry.model import BackendReading, GpuReading, MigDevice
@@ -104,6 +105,9 @@ class MetricsSnapshot:
     oom_recoveries: int = 0
     decisions: DecisionTimes | None = None
     loaders: tuple[LoaderFigures, ...] = ()
+    # How long the loop was held since the engine started: per request op, per periodic step.
+    requests: tuple[tuple[str, Buckets], ...] = ()
+    steps: tuple[tuple[str, Buckets], ...] = ()
     # Every placement mode, so each counter series exists from the start (a counter that
     # appears only at its first increment hides that first increment from rate()).
     modes: tuple[str, ...] = field(default=("cpu", "exclusive", "naive", "mps", "mig"))
