@@ -227,6 +227,14 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE attempts ADD COLUMN started_boottime REAL;
     ALTER TABLE attempts ADD COLUMN boot_id TEXT;
     """,
+    # 11: indexes for issue 36 (a store of 100,000 jobs): attempts by their end, for fair
+    # share's ledger (what ended since it last looked, what leaves the horizon: usage_ledger);
+    # events by kind, for `status`'s latest station changes (events_of_kind), which else scan
+    # every event.
+    """
+    CREATE INDEX attempts_by_end ON attempts (ended_at);
+    CREATE INDEX events_by_kind ON events (kind, id);
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
