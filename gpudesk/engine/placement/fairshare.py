@@ -54,18 +54,26 @@ def decayed_hours(start: float, end: float, now: float, half_life_h: float) -> f
     return (newest - oldest) / rate / SECONDS_PER_HOUR
 
 
+def span_usage(span: UsageSpan, now: float, share: FairShare) -> float | None:
+    """One attempt's decayed usage at `now` in GPU-hour equivalents; None when it has not run
+    for any time by then (it then names no user)."""
+    end = now if span.ended_at is None else min(span.ended_at, now)
+    wall_h = max(0.0, end - span.started_at) / SECONDS_PER_HOUR
+    if wall_h <= 0.0:
+        return None
+    cores = span.cpu_s / SECONDS_PER_HOUR / wall_h  # mean cores busy over its run
+    weight = span.gpus + cores * share.cpu_weight
+    return weight * decayed_hours(span.started_at, end, now, share.half_life_h)
+
+
 def usage_by_user(spans: Iterable[UsageSpan], now: float, share: FairShare) -> dict[int, float]:
-    """Each uid's decayed usage in GPU-hour equivalents."""
+    """Each uid's decayed usage in GPU-hour equivalents: the definition. The engine keeps the
+    same sums up to date instead (placement.usage_ledger) rather than reading every attempt."""
     usage: dict[int, float] = {}
     for span in spans:
-        end = now if span.ended_at is None else min(span.ended_at, now)
-        wall_h = max(0.0, end - span.started_at) / SECONDS_PER_HOUR
-        if wall_h <= 0.0:
-            continue
-        cores = span.cpu_s / SECONDS_PER_HOUR / wall_h  # mean cores busy over its run
-        weight = span.gpus + cores * share.cpu_weight
-        decayed = decayed_hours(span.started_at, end, now, share.half_life_h)
-        usage[span.uid] = usage.get(span.uid, 0.0) + weight * decayed
+        term = span_usage(span, now, share)
+        if term is not None:
+            usage[span.uid] = usage.get(span.uid, 0.0) + term
     return usage
 
 

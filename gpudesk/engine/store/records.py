@@ -21,6 +21,7 @@ class UsageSpan:
     ended_at: float | None  # None: still running
     gpus: int  # GPUs it held (whole, shared or a MIG slice: each counts as one)
     cpu_s: float  # CPU seconds its processes used (as last stored)
+    attempt_id: int = 0  # 0: not an attempt of the store (a span made up, as in a simulation)
 
 
 @dataclass(frozen=True)

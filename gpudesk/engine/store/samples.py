@@ -15,6 +15,8 @@ from gpudesk.engine.store.connection import StoreConnection
 from gpudesk.engine.store.records import UsageSpan
 from gpudesk.engine.store.schema import GPU_ENERGY_METRIC, LIVE_ATTEMPT_STATES
 
+_LIVE_MARKS = ",".join("?" * len(LIVE_ATTEMPT_STATES))
+
 
 class SampleTables(StoreConnection):
     """Usage, samples, energy and measured demand."""
@@ -75,24 +77,51 @@ class SampleTables(StoreConnection):
         """The attempts that ran at some time after `since` (wall clock), for fair share: each
         one's owner, run, GPUs and CPU time. A job from before owners were stored (schema 7)
         is the engine's user's."""
-        rows = self._conn.execute(
-            "SELECT j.owner_uid, a.started_at, a.ended_at, a.placement, u.usage FROM attempts a "
-            "JOIN jobs j ON j.id = a.job_id LEFT JOIN attempt_usage u ON u.attempt_id = a.id "
-            "WHERE a.started_at IS NOT NULL AND (a.ended_at > ? OR (a.ended_at IS NULL AND "
-            f"a.state IN ({','.join('?' * len(LIVE_ATTEMPT_STATES))})))",
+        return self._usage_spans(
+            "a.started_at IS NOT NULL AND (a.ended_at > ? OR (a.ended_at IS NULL AND "
+            f"a.state IN ({_LIVE_MARKS})))",
             (since, *LIVE_ATTEMPT_STATES),
         )
+
+    def usage_spans_ended(self, after: float, until: float, up_to_id: int) -> list[UsageSpan]:
+        """The attempts (up to id `up_to_id`) that ended in (`after`, `until`]: those leaving
+        fair share's horizon as it moves on (placement.usage_ledger). Found through the index
+        on attempts' ends, so it costs what ended in that window, not the store's size."""
+        return self._usage_spans(
+            "a.ended_at > ? AND a.ended_at <= ? AND a.started_at IS NOT NULL AND a.id <= ?",
+            (after, until, up_to_id),
+        )
+
+    def usage_spans_since(self, after_id: int, also: Sequence[int]) -> list[UsageSpan]:
+        """The attempts after id `after_id` and those of `also` (attempts that had not ended),
+        as they are now: the running ones and the ended ones, for fair share's ledger."""
+        marks = ",".join("?" * len(also))
+        return self._usage_spans(
+            f"(a.id > ? OR a.id IN ({marks})) AND a.started_at IS NOT NULL AND "
+            f"(a.ended_at IS NOT NULL OR a.state IN ({_LIVE_MARKS}))",
+            (after_id, *also, *LIVE_ATTEMPT_STATES),
+        )
+
+    def _usage_spans(self, where: str, args: Sequence[Any]) -> list[UsageSpan]:
+        rows = self._conn.execute(
+            "SELECT a.id, j.owner_uid, a.started_at, a.ended_at, a.placement, u.usage "
+            "FROM attempts a JOIN jobs j ON j.id = a.job_id "
+            f"LEFT JOIN attempt_usage u ON u.attempt_id = a.id WHERE {where}",
+            args,
+        )
+        me = os.getuid()
         spans = []
-        for owner_uid, started_at, ended_at, placement, usage in rows:
+        for attempt_id, owner_uid, started_at, ended_at, placement, usage in rows:
             gpus = json.loads(placement).get("gpus") or ()
             cpu_s = json.loads(usage).get("cpu_s", 0.0) if usage else 0.0
             spans.append(
                 UsageSpan(
-                    os.getuid() if owner_uid is None else owner_uid,
+                    me if owner_uid is None else owner_uid,
                     started_at,
                     ended_at,
                     len(gpus),
                     float(cpu_s or 0.0),
+                    attempt_id,
                 )
             )
         return spans
