@@ -13,6 +13,7 @@ from gpudesk.engine import dependencies
 from gpudesk.engine.activity import EngineActivity
 from gpudesk.engine.attempts import Attempts
 from gpudesk.engine.events import EventPublisher
+from gpudesk.engine.fair_usage import FairUsage
 from gpudesk.engine.jobs import JobState
 from gpudesk.engine.learning import StationLearning
 from gpudesk.engine.mig.nvidia_smi import MigError
@@ -23,7 +24,6 @@ from gpudesk.engine.placement.fairshare import (
     ahead_by_fair_share,
     fair_order,
     several_users,
-    usage_by_user,
 )
 from gpudesk.engine.placement.gpu_states import gpu_states
 from gpudesk.engine.placement.policies import make_policy
@@ -40,6 +40,8 @@ from gpudesk.engine.tracking.tracker import Tracking
 
 # How long usage_by_user's answer is kept while no attempt starts or ends: what running attempts
 # accrue in that time (1/60 GPU-h per GPU) cannot reorder users whose usage differs by more.
+# Working it out is cheap now (fair_usage: what changed since); this spares even that to the
+# placement passes and the desks' refreshes in between.
 USAGE_REFRESH_S = 60.0
 
 
@@ -107,6 +109,7 @@ class Scheduler:
         self.tracking = tracking  # a tracked job waits (briefly) for its MLflow run
         self.activity = activity if activity is not None else EngineActivity()
         self._usage: _KeptUsage | None = None  # usage_by_user's last answer
+        self.fair_usage = FairUsage(store)
         self.weighed: _Weighed | None = None  # what the last repartition check looked at
         self.policy: PlacementPolicy = make_policy(station.config.policy)
         self.retry_at: float | None = None  # when to retry after a failed step
@@ -186,9 +189,8 @@ class Scheduler:
     def usage_by_user(self) -> dict[int, float]:
         """Each user's decayed usage in GPU-hour equivalents (placement.fairshare). Worked out
         again when an attempt started or ended, the weights changed, or USAGE_REFRESH_S passed;
-        else remembered: it reads every attempt of the horizon (~0.3 s for 20,000), and both
-        `status` (each refresh of every desk) and each placement pass while several users wait
-        ask for it."""
+        else remembered: both `status` (each refresh of every desk) and each placement pass
+        while several users wait ask for it."""
         now = time.time()
         share = self.fair_share
         # Attempts that started (a newer id) or ended (the running set shrank) since: an end
@@ -202,7 +204,7 @@ class Scheduler:
             or kept.share != share
             or now - kept.at >= USAGE_REFRESH_S
         ):
-            usage = usage_by_user(self.store.usage_spans(now - share.horizon_s), now, share)
+            usage = self.fair_usage.usage_by_user(now, share)
             kept = self._usage = _KeptUsage(attempts, share, now, usage)
         return kept.usage
 
