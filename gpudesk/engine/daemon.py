@@ -344,6 +344,7 @@ class Engine:
             ("attempts", self.attempts.check),
             ("containment", self.attempts.containment.retry),
             ("schedule", self.scheduler.schedule_if_due),
+            ("fairshare", self.scheduler.fair_usage.step),
             ("telemetry", self.telemetry.ingest),
             ("tracking", self.tracking.step),
             ("slurm", self.slurm.step),
@@ -392,6 +393,7 @@ class Engine:
         timeout = self.logcap.poll_timeout(timeout)
         timeout = self.tracking.poll_timeout(timeout)
         timeout = self.offloop.poll_timeout(timeout)
+        timeout = self.scheduler.fair_usage.poll_timeout(timeout)
         if self.loaders.producers:
             timeout = min(timeout, CHECK_EVERY_S)
         if self.due.pending:

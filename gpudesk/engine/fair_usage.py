@@ -8,43 +8,74 @@ giving up on one, recovery at start), cannot miss one. An ended attempt is count
 time it is seen ended, with its CPU time as stored then: `Attempts` stores an attempt's last
 usage figures in the same loop step that records its end, before anything can ask for usage.
 
-The ledger is built from every attempt of the horizon when the engine first asks, and again
-when the weights change (`[station] fairshare_half_life_h`, `fairshare_cpu_weight`) or the wall
-clock was stepped back behind its time.
+A ledger is built when the engine starts, and again when the weights change (`[station]
+fairshare_half_life_h`, `fairshare_cpu_weight`) or the wall clock was stepped back behind its
+time. Building reads every attempt of the horizon, seconds for 100,000 on a loaded machine
+(docs/benchmarks.md), so it is done BUILD_CHUNK attempts per turn of the loop (`step`), newest
+first, and every client is answered in between. Until it is done (`building`) the usage is that
+of the attempts read so far: the newest, which weigh the most; the oldest, missing, weigh least.
 """
 
 from __future__ import annotations
+
+import time
+from collections.abc import Callable
 
 from gpudesk.engine.placement.fairshare import FairShare
 from gpudesk.engine.placement.usage_ledger import UsageLedger
 from gpudesk.engine.store.database import Store
 
+# Measured: reading and weighing 2000 attempts took 63 ms (median of 55 chunks, 83 ms the most)
+# on the 2-core VM shared by five sessions, a store of 110,000 attempts (bench/store_scale.py's).
+# Half that keeps a chunk near 30 ms there, under issue 36's 50 ms, in ~110 turns of the loop.
+BUILD_CHUNK = 1000
+
 
 class FairUsage:
-    def __init__(self, store: Store) -> None:
+    def __init__(
+        self, store: Store, share: Callable[[], FairShare], chunk: int = BUILD_CHUNK
+    ) -> None:
         self.store = store
+        self.share = share  # the station's weights now
+        self.chunk = chunk
         self._ledger: UsageLedger | None = None
 
-    def usage_by_user(self, now: float, share: FairShare) -> dict[int, float]:
+    @property
+    def building(self) -> bool:
+        """Whether older attempts are still to be read (or the build has not begun, or must
+        begin again for new weights)."""
+        ledger = self._ledger
+        return ledger is None or ledger.floor > 0 or ledger.share != self.share()
+
+    def usage_by_user(self, now: float) -> dict[int, float]:
         """Each uid's decayed usage at `now` in GPU-hour equivalents: what
-        fairshare.usage_by_user answers over `store.usage_spans(now - horizon)`."""
+        fairshare.usage_by_user answers over `store.usage_spans(now - horizon)`, once built."""
+        return self._current(now).usage()
+
+    def step(self, now: float | None = None) -> None:
+        """A turn of the loop: read the next chunk of a build, if one is under way."""
+        if not self.building:
+            return
+        ledger = self._current(time.time() if now is None else now)
+        if ledger.floor <= 0:
+            return
+        low = max(0, ledger.floor - self.chunk)
+        for span in self.store.usage_spans(ledger.cut, (low, ledger.floor)):
+            ledger.add(span)
+        ledger.floor = low
+
+    def poll_timeout(self, timeout: float) -> float:
+        """The loop comes straight back while a build is under way."""
+        return 0.0 if self.building else timeout
+
+    def _current(self, now: float) -> UsageLedger:
+        """The ledger brought up to `now`, or a new one (to be built) where it cannot be."""
+        share = self.share()
         ledger = self._ledger
         if ledger is None or ledger.share != share or ledger.behind(now):
-            ledger = self._ledger = self._build(now, share)
-        else:
-            self._catch_up(ledger, now)
-        return ledger.usage()
-
-    def _build(self, now: float, share: FairShare) -> UsageLedger:
-        ledger = UsageLedger(share, now)
-        # Taken first: the spans below are read at the same moment (one thread, one connection).
-        newest = self.store.newest_attempt_id()
-        for span in self.store.usage_spans(ledger.cut):
-            ledger.add(span)
-        ledger.seen_id = newest
-        return ledger
-
-    def _catch_up(self, ledger: UsageLedger, now: float) -> None:
+            newest = self.store.newest_attempt_id()
+            ledger = self._ledger = UsageLedger(share, now, seen_id=newest, floor=newest)
+            return ledger
         old_cut = ledger.advance(now)
         if ledger.cut > old_cut:
             ledger.expire(self.store.usage_spans_ended(old_cut, ledger.cut, ledger.seen_id))
@@ -52,3 +83,4 @@ class FairUsage:
         was_open = ledger.take_open()
         for span in self.store.usage_spans_since(ledger.seen_id, was_open):
             ledger.add(span)
+        return ledger

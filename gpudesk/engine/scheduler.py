@@ -109,7 +109,7 @@ class Scheduler:
         self.tracking = tracking  # a tracked job waits (briefly) for its MLflow run
         self.activity = activity if activity is not None else EngineActivity()
         self._usage: _KeptUsage | None = None  # usage_by_user's last answer
-        self.fair_usage = FairUsage(store)
+        self.fair_usage = FairUsage(store, lambda: self.fair_share)
         self.weighed: _Weighed | None = None  # what the last repartition check looked at
         self.policy: PlacementPolicy = make_policy(station.config.policy)
         self.retry_at: float | None = None  # when to retry after a failed step
@@ -203,8 +203,9 @@ class Scheduler:
             or kept.attempts != attempts
             or kept.share != share
             or now - kept.at >= USAGE_REFRESH_S
+            or self.fair_usage.building  # what it answered lacked the oldest attempts
         ):
-            usage = self.fair_usage.usage_by_user(now, share)
+            usage = self.fair_usage.usage_by_user(now)
             kept = self._usage = _KeptUsage(attempts, share, now, usage)
         return kept.usage
 

@@ -63,6 +63,26 @@ class Station:
         self.end(attempt, start + hours * HOUR, cpu_cores * hours * HOUR if cpu_cores else None)
 
 
+class Weights:
+    """The station's weights, as `[station]` has them now."""
+
+    def __init__(self, share: FairShare = SHARE) -> None:
+        self.share = share
+
+
+def ledger_of(store: Store, weights: Weights | None = None, chunk: int = 1000) -> FairUsage:
+    holder = weights or Weights()
+    return FairUsage(store, lambda: holder.share, chunk)
+
+
+def asked(usage: FairUsage, now: float) -> dict[int, float]:
+    """The usage at `now`, the ledger built first (as the loop's turns build it)."""
+    usage.usage_by_user(now)  # where the clock went back, a build begins
+    while usage.building:
+        usage.step(now)
+    return usage.usage_by_user(now)
+
+
 def full(store: Store, now: float, share: FairShare) -> dict[int, float]:
     """The definition: every attempt of the horizon, read and summed."""
     return usage_by_user(store.usage_spans(now - share.horizon_s), now, share)
@@ -91,8 +111,8 @@ def test_the_ledger_matches_the_full_sum_as_attempts_start_end_and_leave_the_hor
 ) -> None:
     station = Station(tmp_path)
     history(station, 300)
-    usage = FairUsage(station.store)
-    assert_same(usage.usage_by_user(T0, SHARE), full(station.store, T0, SHARE))
+    usage = ledger_of(station.store)
+    assert_same(asked(usage, T0), full(station.store, T0, SHARE))
     rng = station.rng
     now = T0
     for step in range(60):  # 30 h in half-hour steps: everything of the start leaves the horizon
@@ -105,10 +125,10 @@ def test_the_ledger_matches_the_full_sum_as_attempts_start_end_and_leave_the_hor
         if step % 7 == 0:  # one found ended late: its end lies well before the last question
             station.ran(now - rng.uniform(1.0, 10.0) * HOUR, 0.5, 2.0)
         now = later
-        assert_same(usage.usage_by_user(now, SHARE), full(station.store, now, SHARE))
+        assert_same(asked(usage, now), full(station.store, now, SHARE))
     # Asked again at the same moment, and a second later: nothing changed but the decay.
-    assert_same(usage.usage_by_user(now, SHARE), full(station.store, now, SHARE))
-    assert_same(usage.usage_by_user(now + 1, SHARE), full(station.store, now + 1, SHARE))
+    assert_same(asked(usage, now), full(station.store, now, SHARE))
+    assert_same(asked(usage, now + 1), full(station.store, now + 1, SHARE))
 
 
 def test_a_user_whose_attempts_all_left_the_horizon_is_no_longer_named(tmp_path: Path) -> None:
@@ -116,11 +136,11 @@ def test_a_user_whose_attempts_all_left_the_horizon_is_no_longer_named(tmp_path:
     ada, bob = USERS[0], USERS[1]
     station.end(station.start(T0 - 5 * HOUR, ada), T0 - 4 * HOUR, 3600.0)
     station.end(station.start(T0 - 2 * HOUR, bob), T0 - 1 * HOUR)
-    usage = FairUsage(station.store)
-    assert set(usage.usage_by_user(T0, SHARE)) == {ada.uid, bob.uid}
+    usage = ledger_of(station.store)
+    assert set(asked(usage, T0)) == {ada.uid, bob.uid}
     # Ada's attempt ended 4 h before T0: 16 h later it is 20 half-lives old, at the horizon.
     at_the_cut = T0 + 16 * HOUR
-    kept = usage.usage_by_user(at_the_cut, SHARE)
+    kept = asked(usage, at_the_cut)
     assert set(kept) == {bob.uid}
     assert_same(kept, full(station.store, at_the_cut, SHARE))
 
@@ -128,16 +148,18 @@ def test_a_user_whose_attempts_all_left_the_horizon_is_no_longer_named(tmp_path:
 def test_new_weights_and_a_clock_stepped_back_rebuild_the_same_numbers(tmp_path: Path) -> None:
     station = Station(tmp_path)
     history(station, 200)
-    usage = FairUsage(station.store)
-    usage.usage_by_user(T0, SHARE)
+    weights = Weights()
+    usage = ledger_of(station.store, weights)
+    asked(usage, T0)
     for share in (
         FairShare(half_life_h=2.0, cpu_weight=1 / 16),
         FairShare(half_life_h=2.0, cpu_weight=0.5),
         FairShare(half_life_h=168.0, cpu_weight=0.0),
     ):
-        assert_same(usage.usage_by_user(T0 + HOUR, share), full(station.store, T0 + HOUR, share))
+        weights.share = share
+        assert_same(asked(usage, T0 + HOUR), full(station.store, T0 + HOUR, share))
     # The wall clock stepped back an hour behind the last question.
-    assert_same(usage.usage_by_user(T0, SHARE), full(station.store, T0, SHARE))
+    assert_same(asked(usage, T0), full(station.store, T0, weights.share))
 
 
 def test_an_attempt_ending_after_now_counts_as_the_full_sum_counts_it(tmp_path: Path) -> None:
@@ -145,11 +167,11 @@ def test_an_attempt_ending_after_now_counts_as_the_full_sum_counts_it(tmp_path: 
     counts it up to now, as a running one, until now passes its end."""
     station = Station(tmp_path)
     history(station, 50)
-    usage = FairUsage(station.store)
-    usage.usage_by_user(T0, SHARE)
+    usage = ledger_of(station.store)
+    asked(usage, T0)
     station.end(station.running[0], T0 + 2 * HOUR, 7200.0)
     for now in (T0 + HOUR, T0 + 2 * HOUR, T0 + 3 * HOUR):
-        assert_same(usage.usage_by_user(now, SHARE), full(station.store, now, SHARE))
+        assert_same(asked(usage, now), full(station.store, now, SHARE))
 
 
 @pytest.mark.parametrize("half_life_h", [0.001, 1e6])
@@ -159,11 +181,11 @@ def test_extreme_half_lives_neither_overflow_nor_drift(tmp_path: Path, half_life
     share = FairShare(half_life_h=half_life_h, cpu_weight=1 / 16)
     station = Station(tmp_path)
     history(station, 50)
-    usage = FairUsage(station.store)
+    usage = ledger_of(station.store, Weights(share))
     for hours in range(0, 73, 8):
         now = T0 + hours * HOUR
         station.ran(now - 0.5 * HOUR, 0.25, 1.0)
-        assert_same(usage.usage_by_user(now, share), full(station.store, now, share))
+        assert_same(asked(usage, now), full(station.store, now, share))
 
 
 def test_attempts_found_ended_as_the_horizon_passes_their_end_are_never_taken_out(
@@ -176,9 +198,31 @@ def test_attempts_found_ended_as_the_horizon_passes_their_end_are_never_taken_ou
     history(station, 100)
     ada = USERS[0]
     was_running = station.start(T0 - 30 * HOUR, ada)
-    usage = FairUsage(station.store)
-    usage.usage_by_user(T0, SHARE)
+    usage = ledger_of(station.store)
+    asked(usage, T0)
     station.end(was_running, T0 - 19.5 * HOUR, 3600.0)
     station.ran(T0 - 21 * HOUR, 1.5, 4.0)  # never seen: ended at T0 - 19.5 h too
     now = T0 + HOUR  # the cut moves from T0 - 20 h to T0 - 19 h
-    assert_same(usage.usage_by_user(now, SHARE), full(station.store, now, SHARE))
+    assert_same(asked(usage, now), full(station.store, now, SHARE))
+
+
+def test_a_build_a_chunk_at_a_time_ends_exact_while_attempts_come_and_go(tmp_path: Path) -> None:
+    """Built newest first, a chunk of attempts per turn of the loop, while attempts start and
+    end and the horizon moves: meanwhile the answer lacks only unread (older) attempts, so it
+    never exceeds the whole sum; once built it is the whole sum."""
+    station = Station(tmp_path)
+    history(station, 300)
+    usage = ledger_of(station.store, chunk=25)
+    now = T0
+    turns = 0
+    while usage.building:
+        usage.step(now)
+        turns += 1
+        partial, whole = usage.usage_by_user(now), full(station.store, now, SHARE)
+        assert all(value <= whole[uid] * (1 + 1e-9) for uid, value in partial.items())
+        now += 0.2 * HOUR
+        station.ran(now - 0.3 * HOUR, 0.2, 1.0)
+        if station.running:
+            station.end(station.running[0], now - 0.05 * HOUR, 100.0)
+    assert turns >= 300 // 25
+    assert_same(usage.usage_by_user(now), full(station.store, now, SHARE))

@@ -42,7 +42,11 @@ class UsageLedger:
 
     share: FairShare
     at: float  # the time the sums are as of (seconds since the epoch)
-    seen_id: int = 0  # every attempt up to this id has been handed to `add`
+    # Every attempt with an id in (floor, seen_id] has been handed to `add`. A ledger is built
+    # from the newest attempts down (engine.fair_usage), so it is closest to the whole sum early
+    # on, when only the oldest attempts (the lightest: the most decayed) are still unread.
+    seen_id: int = 0
+    floor: int = 0
     # uid -> the sum of their counted ended attempts' terms at `at`, and how many they are
     ended: dict[int, float] = field(default_factory=dict)
     counted: dict[int, int] = field(default_factory=dict)
@@ -87,9 +91,13 @@ class UsageLedger:
 
     def expire(self, spans: Iterable[UsageSpan]) -> None:
         """Take out the counted attempts the cut passed. `spans` may hold attempts that were
-        never counted (open ones, ones never seen): those are skipped."""
+        never counted (open ones, ones not read yet): those are skipped."""
         for span in spans:
-            if span.attempt_id in self.open or span.attempt_id > self.seen_id:
+            if (
+                span.attempt_id in self.open
+                or span.attempt_id > self.seen_id
+                or span.attempt_id <= self.floor
+            ):
                 continue
             term = span_usage(span, self.at, self.share)
             if term is None:

@@ -73,14 +73,15 @@ class SampleTables(StoreConnection):
             found[job_id] = (where.get("slot"), gpu_s)
         return found
 
-    def usage_spans(self, since: float) -> list[UsageSpan]:
+    def usage_spans(self, since: float, ids: tuple[int, int] | None = None) -> list[UsageSpan]:
         """The attempts that ran at some time after `since` (wall clock), for fair share: each
-        one's owner, run, GPUs and CPU time. A job from before owners were stored (schema 7)
-        is the engine's user's."""
+        one's owner, run, GPUs and CPU time; `ids` (low, high]: only those attempts. A job from
+        before owners were stored (schema 7) is the engine's user's."""
+        low, high = ids if ids is not None else (0, 2**63 - 1)
         return self._usage_spans(
-            "a.started_at IS NOT NULL AND (a.ended_at > ? OR (a.ended_at IS NULL AND "
-            f"a.state IN ({_LIVE_MARKS})))",
-            (since, *LIVE_ATTEMPT_STATES),
+            "a.id > ? AND a.id <= ? AND a.started_at IS NOT NULL AND (a.ended_at > ? OR "
+            f"(a.ended_at IS NULL AND a.state IN ({_LIVE_MARKS})))",
+            (low, high, since, *LIVE_ATTEMPT_STATES),
         )
 
     def usage_spans_ended(self, after: float, until: float, up_to_id: int) -> list[UsageSpan]:
