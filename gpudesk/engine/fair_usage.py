@@ -11,9 +11,10 @@ usage figures in the same loop step that records its end, before anything can as
 A ledger is built when the engine starts, and again when the weights change (`[station]
 fairshare_half_life_h`, `fairshare_cpu_weight`) or the wall clock was stepped back behind its
 time. Building reads every attempt of the horizon, seconds for 100,000 on a loaded machine
-(docs/benchmarks.md), so it is done BUILD_CHUNK attempts per turn of the loop (`step`), newest
-first, and every client is answered in between. Until it is done (`building`) the usage is that
-of the attempts read so far: the newest, which weigh the most; the oldest, missing, weigh least.
+(docs/benchmarks.md), so it is done in slices of the loop's turns (`step`: BUILD_SLICE_S at a
+time), newest first, and every client is answered in between. Until it is done (`building`)
+the usage is that of the attempts read so far: the newest, which weigh the most; the oldest,
+missing, weigh the least. It stops at the oldest attempt of the horizon, whatever lies below.
 """
 
 from __future__ import annotations
@@ -25,20 +26,29 @@ from gpudesk.engine.placement.fairshare import FairShare
 from gpudesk.engine.placement.usage_ledger import UsageLedger
 from gpudesk.engine.store.database import Store
 
-# Measured: reading and weighing 2000 attempts took 63 ms (median of 55 chunks, 83 ms the most)
-# on the 2-core VM shared by five sessions, a store of 110,000 attempts (bench/store_scale.py's).
-# Half that keeps a chunk near 30 ms there, under issue 36's 50 ms, in ~110 turns of the loop.
-BUILD_CHUNK = 1000
+# Assumption: a turn of the build may hold the loop for half of issue 36's 50 ms per request,
+# leaving the other half to a request that waits behind it.
+BUILD_SLICE_S = 0.025
+# Measured: reading and weighing 1000 attempts took 35-70 ms on the 2-core VM shared by five
+# sessions (a store of 22,000 attempts, bench/status_scale.py), so 200 at a time lets a turn
+# stop within ~15 ms of its slice there.
+BUILD_CHUNK = 200
 
 
 class FairUsage:
     def __init__(
-        self, store: Store, share: Callable[[], FairShare], chunk: int = BUILD_CHUNK
+        self,
+        store: Store,
+        share: Callable[[], FairShare],
+        chunk: int = BUILD_CHUNK,
+        slice_s: float = BUILD_SLICE_S,
     ) -> None:
         self.store = store
         self.share = share  # the station's weights now
         self.chunk = chunk
+        self.slice_s = slice_s
         self._ledger: UsageLedger | None = None
+        self._bottom = 0  # the build is done once it has read every attempt above this id
 
     @property
     def building(self) -> bool:
@@ -53,16 +63,22 @@ class FairUsage:
         return self._current(now).usage()
 
     def step(self, now: float | None = None) -> None:
-        """A turn of the loop: read the next chunk of a build, if one is under way."""
+        """A turn of the loop: read older attempts for a build under way, `chunk` at a time,
+        until `slice_s` has passed (at least one chunk, so every turn makes progress)."""
         if not self.building:
             return
+        clock = time.perf_counter
+        deadline = clock() + self.slice_s
         ledger = self._current(time.time() if now is None else now)
-        if ledger.floor <= 0:
-            return
-        low = max(0, ledger.floor - self.chunk)
-        for span in self.store.usage_spans(ledger.cut, (low, ledger.floor)):
-            ledger.add(span)
-        ledger.floor = low
+        while ledger.floor > self._bottom:
+            low = max(self._bottom, ledger.floor - self.chunk)
+            for span in self.store.usage_spans(ledger.cut, (low, ledger.floor)):
+                ledger.add(span)
+            ledger.floor = low
+            if clock() >= deadline:
+                break
+        if ledger.floor <= self._bottom:
+            ledger.floor = 0  # the attempts below ended before the horizon: nothing to read
 
     def poll_timeout(self, timeout: float) -> float:
         """The loop comes straight back while a build is under way."""
@@ -75,6 +91,7 @@ class FairUsage:
         if ledger is None or ledger.share != share or ledger.behind(now):
             newest = self.store.newest_attempt_id()
             ledger = self._ledger = UsageLedger(share, now, seen_id=newest, floor=newest)
+            self._bottom = max(0, self.store.oldest_usage_id(ledger.cut) - 1)
             return ledger
         old_cut = ledger.advance(now)
         if ledger.cut > old_cut:

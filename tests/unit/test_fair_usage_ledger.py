@@ -70,9 +70,11 @@ class Weights:
         self.share = share
 
 
-def ledger_of(store: Store, weights: Weights | None = None, chunk: int = 1000) -> FairUsage:
+def ledger_of(
+    store: Store, weights: Weights | None = None, chunk: int = 1000, slice_s: float = 0.025
+) -> FairUsage:
     holder = weights or Weights()
-    return FairUsage(store, lambda: holder.share, chunk)
+    return FairUsage(store, lambda: holder.share, chunk, slice_s)
 
 
 def asked(usage: FairUsage, now: float) -> dict[int, float]:
@@ -212,7 +214,7 @@ def test_a_build_a_chunk_at_a_time_ends_exact_while_attempts_come_and_go(tmp_pat
     never exceeds the whole sum; once built it is the whole sum."""
     station = Station(tmp_path)
     history(station, 300)
-    usage = ledger_of(station.store, chunk=25)
+    usage = ledger_of(station.store, chunk=25, slice_s=0.0)  # one chunk per turn
     now = T0
     turns = 0
     while usage.building:
@@ -226,3 +228,21 @@ def test_a_build_a_chunk_at_a_time_ends_exact_while_attempts_come_and_go(tmp_pat
             station.end(station.running[0], now - 0.05 * HOUR, 100.0)
     assert turns >= 300 // 25
     assert_same(usage.usage_by_user(now), full(station.store, now, SHARE))
+
+
+def test_a_build_stops_at_the_oldest_attempt_of_the_horizon(tmp_path: Path) -> None:
+    """A store of years holds far more attempts than the horizon: those below its oldest one
+    are not read."""
+    station = Station(tmp_path)
+    for k in range(200):  # ended 30-40 h before T0, beyond the 20 h horizon
+        station.ran(T0 - 40 * HOUR + k * 180.0, 0.5)
+    for k in range(40):
+        station.ran(T0 - 10 * HOUR + k * 600.0, 0.5, 2.0)
+    usage = ledger_of(station.store, chunk=10, slice_s=0.0)
+    usage.usage_by_user(T0)
+    turns = 0
+    while usage.building:
+        usage.step(T0)
+        turns += 1
+    assert turns == 4  # the 40 recent attempts, 10 a turn
+    assert_same(usage.usage_by_user(T0), full(station.store, T0, SHARE))

@@ -84,6 +84,17 @@ class SampleTables(StoreConnection):
             (low, high, since, *LIVE_ATTEMPT_STATES),
         )
 
+    def oldest_usage_id(self, since: float) -> int:
+        """The lowest id of the attempts `usage_spans(since)` holds (0: none): attempts below
+        it ended before `since`, so a fair-share ledger built down from the newest stops there
+        (a store of years holds far more attempts than the horizon)."""
+        row = self._conn.execute(
+            "SELECT MIN(id) FROM attempts WHERE started_at IS NOT NULL AND (ended_at > ? OR "
+            f"(ended_at IS NULL AND state IN ({_LIVE_MARKS})))",
+            (since, *LIVE_ATTEMPT_STATES),
+        ).fetchone()
+        return int(row[0] or 0)
+
     def usage_spans_ended(self, after: float, until: float, up_to_id: int) -> list[UsageSpan]:
         """The attempts (up to id `up_to_id`) that ended in (`after`, `until`]: those leaving
         fair share's horizon as it moves on (placement.usage_ledger). Found through the index
