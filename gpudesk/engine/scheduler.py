@@ -40,8 +40,8 @@ from gpudesk.engine.tracking.tracker import Tracking
 
 # How long usage_by_user's answer is kept while no attempt starts or ends: what running attempts
 # accrue in that time (1/60 GPU-h per GPU) cannot reorder users whose usage differs by more.
-# Working it out is cheap now (fair_usage: what changed since); this spares even that to the
-# placement passes and the desks' refreshes in between.
+# Working it out costs what changed since the last time (fair_usage); remembering it spares
+# even that to the placement passes and the desks' refreshes in between.
 USAGE_REFRESH_S = 60.0
 
 

