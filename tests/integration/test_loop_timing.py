@@ -46,6 +46,7 @@ def test_status_carries_the_loops_times_and_counts_each_request(engine: EngineHa
         "attempts",
         "containment",
         "schedule",
+        "fairshare",
         "telemetry",
         "tracking",
         "slurm",
