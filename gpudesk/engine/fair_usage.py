@@ -49,6 +49,9 @@ class FairUsage:
         self.slice_s = slice_s
         self._ledger: UsageLedger | None = None
         self._bottom = 0  # the build is done once it has read every attempt above this id
+        # The last build step raised (the loop logs it): the loop no longer comes straight back
+        # for the build, so a store that keeps failing costs a log line a turn, not a busy loop.
+        self._failed = False
 
     @property
     def building(self) -> bool:
@@ -69,6 +72,7 @@ class FairUsage:
             return
         clock = time.perf_counter
         deadline = clock() + self.slice_s
+        self._failed = True  # until this step is through
         ledger = self._current(time.time() if now is None else now)
         while ledger.floor > self._bottom:
             low = max(self._bottom, ledger.floor - self.chunk)
@@ -79,10 +83,11 @@ class FairUsage:
                 break
         if ledger.floor <= self._bottom:
             ledger.floor = 0  # the attempts below ended before the horizon: nothing to read
+        self._failed = False
 
     def poll_timeout(self, timeout: float) -> float:
         """The loop comes straight back while a build is under way."""
-        return 0.0 if self.building else timeout
+        return 0.0 if self.building and not self._failed else timeout
 
     def _current(self, now: float) -> UsageLedger:
         """The ledger brought up to `now`, or a new one (to be built) where it cannot be."""
@@ -93,11 +98,18 @@ class FairUsage:
             ledger = self._ledger = UsageLedger(share, now, seen_id=newest, floor=newest)
             self._bottom = max(0, self.store.oldest_usage_id(ledger.cut) - 1)
             return ledger
-        old_cut = ledger.advance(now)
-        if ledger.cut > old_cut:
-            ledger.expire(self.store.usage_spans_ended(old_cut, ledger.cut, ledger.seen_id))
-        # After `expire`, which must still know which attempts were open (never counted).
-        was_open = ledger.take_open()
-        for span in self.store.usage_spans_since(ledger.seen_id, was_open):
+        # Everything is read before the ledger changes: a read that fails leaves it as it was,
+        # to be brought up to date next time, never half moved.
+        cut = max(ledger.cut, now - share.horizon_s)
+        leaving = (
+            self.store.usage_spans_ended(ledger.cut, cut, ledger.seen_id)
+            if cut > ledger.cut
+            else []
+        )
+        changed = self.store.usage_spans_since(ledger.seen_id, list(ledger.open))
+        ledger.advance(now)
+        ledger.expire(leaving)
+        ledger.forget_open()  # after `expire`, which must know which were open (never counted)
+        for span in changed:
             ledger.add(span)
         return ledger

@@ -63,16 +63,14 @@ class UsageLedger:
         be moved back exactly, so the ledger is built afresh."""
         return now < self.at
 
-    def advance(self, now: float) -> float:
-        """Move the sums to `now` (not before `at`): each user's sum decays by one factor.
-        Returns the old cut: the ended attempts in (old cut, new cut] must go (`expire`)."""
-        old_cut = self.cut
+    def advance(self, now: float) -> None:
+        """Move the sums to `now` (not before `at`): each user's sum decays by one factor. The
+        ended attempts the cut passes, (old cut, new cut], must then go (`expire`)."""
         if now > self.at:
             rate = math.log(2.0) / (self.share.half_life_h * SECONDS_PER_HOUR)
             factor = math.exp(-rate * (now - self.at))
             self.ended = {uid: total * factor for uid, total in self.ended.items()}
             self.at = now
-        return old_cut
 
     def add(self, span: UsageSpan) -> None:
         """An attempt seen for the first time, or one that was open, as the store has it now:
@@ -111,12 +109,10 @@ class UsageLedger:
             # The sum can only be positive: rounding must not make it a hair below zero.
             self.ended[span.uid] = max(0.0, self.ended[span.uid] - term)
 
-    def take_open(self) -> list[int]:
-        """The open attempts' ids, forgotten: the caller hands each back to `add` as the store
-        has it now (ended or not)."""
-        ids = list(self.open)
+    def forget_open(self) -> None:
+        """Forget the open attempts: the caller hands each back to `add` as the store has it
+        now (ended or not)."""
         self.open = {}
-        return ids
 
     def usage(self) -> dict[int, float]:
         """Each uid's decayed usage at `at`, in GPU-hour equivalents: what
