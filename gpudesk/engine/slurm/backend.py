@@ -147,7 +147,8 @@ class Poller:
         self.thread: threading.Thread | None = None
         self.clients: dict[tuple[str, Identity], SlurmCommands] = {}  # the thread's own
         # (slurm.conf, owner) -> (what it said, when it was last said): the broken clusters
-        self.broken: dict[tuple[str, Identity], tuple[str, float]] = {}  # the thread's own
+        self.broken: dict[tuple[str, Identity], tuple[str, float]] = {}  # under shared.lock
+        self.asking: set[tuple[str, Identity]] = set()  # being polled now; under shared.lock
 
     def watch(self, watched: list[Watched]) -> None:
         with self.shared.lock:
@@ -184,10 +185,10 @@ class Poller:
                     self.heard.put(f"scancel of job(s) {', '.join(map(str, job_ids))}: {refused}")
             if watched:
                 try:
-                    self.heard.put(self._poll(watched))
+                    self._poll(watched)
                 except Exception as exc:  # a failing Slurm must not end the thread
                     self.heard.put(f"could not ask Slurm about its jobs: {exc}")
-                self.wake()
+                    self.wake()
             self.poke.wait(poll_s())
             self.poke.clear()
 
@@ -195,38 +196,59 @@ class Poller:
         """The clients for one owner's jobs on one cluster, kept across polls (each checks its
         slurm.conf once)."""
         key = (conf, owner)
-        if key not in self.clients:
-            self.clients[key] = SlurmCommands(conf, owner)
-        return self.clients[key]
+        with self.shared.lock:
+            if key not in self.clients:
+                self.clients[key] = SlurmCommands(conf, owner)
+            return self.clients[key]
 
-    def _poll(self, watched: list[Watched]) -> list[Heard]:
-        heard: list[Heard] = []
+    def _poll(self, watched: list[Watched]) -> None:
+        """Ask each cluster (slurm.conf and owner) about its jobs on a thread of its own: one
+        whose clients wait (a deleted slurm.conf makes each retry for 60 s, a controller that
+        does not answer up to commands.TIMEOUT_S) delays no other's news. A cluster still being
+        asked from an earlier poll is skipped this time."""
         by_client: dict[tuple[str, Identity], list[Watched]] = {}
         for item in watched:
             by_client.setdefault((item.conf, item.owner), []).append(item)
-        for key, items in by_client.items():
-            # one owner's failing cluster (her slurm.conf, her controller) is hers alone: the
-            # other owners' jobs are still heard of, and hers count a poll no one answered
-            try:
-                heard += self._poll_one(self._clients(*key), items)
-            except Exception as exc:  # whatever one cluster does, the others are still asked
-                said = str(exc) if isinstance(exc, SlurmError) else f"{type(exc).__name__}: {exc}"
-                heard += [Heard(i.job_id, None, None, said) for i in items]
-                self._say_broken(key, said)
-            else:
-                self._say_recovered(key)
-        for key in [k for k in self.broken if k not in by_client]:
-            del self.broken[key]  # no job of it is watched any more
-        return heard
+        with self.shared.lock:
+            for key in [k for k in self.broken if k not in by_client]:
+                del self.broken[key]  # no job of it is watched any more
+            todo = [k for k in by_client if k not in self.asking]
+            self.asking.update(todo)
+        for key in todo:  # at most one thread per cluster: one still asking is skipped above
+            threading.Thread(
+                target=self._poll_client,
+                args=(key, by_client[key]),
+                name="gpudesk-slurm-poll",
+                daemon=True,  # a client waiting on a dead controller never holds up an exit
+            ).start()
+
+    def _poll_client(self, key: tuple[str, Identity], items: list[Watched]) -> None:
+        # one owner's failing cluster (her slurm.conf, her controller) is hers alone: the
+        # other owners' jobs are still heard of, and hers count a poll no one answered
+        try:
+            commands = self._clients(*key)
+            commands.conf_checked = False  # a slurm.conf deleted since is noticed at once
+            heard = self._poll_one(commands, items)
+        except Exception as exc:  # whatever one cluster does, the others are still asked
+            said = str(exc) if isinstance(exc, SlurmError) else f"{type(exc).__name__}: {exc}"
+            heard = [Heard(i.job_id, None, None, said) for i in items]
+            self._say_broken(key, said)
+        else:
+            self._say_recovered(key)
+        finally:
+            with self.shared.lock:
+                self.asking.discard(key)
+        self.heard.put(heard)
+        self.wake()
 
     def _say_broken(self, key: tuple[str, Identity], said: str) -> None:
         """Warn when a cluster breaks, then at most every BROKEN_SAY_EVERY_S while it stays so."""
         now = time.monotonic()
-        before = self.broken.get(key)
-        if before is not None and now - before[1] < BROKEN_SAY_EVERY_S:
-            self.broken[key] = (said, before[1])
-            return
-        self.broken[key] = (said, now)
+        with self.shared.lock:
+            before = self.broken.get(key)
+            if before is not None and now - before[1] < BROKEN_SAY_EVERY_S:
+                return
+            self.broken[key] = (said, now)
         again = "still " if before is not None else ""
         self.heard.put(
             f"could {again}not ask Slurm about {key[1].name}'s jobs (slurm.conf {key[0]}): "
@@ -234,7 +256,9 @@ class Poller:
         )
 
     def _say_recovered(self, key: tuple[str, Identity]) -> None:
-        if self.broken.pop(key, None) is not None:
+        with self.shared.lock:
+            was_broken = self.broken.pop(key, None) is not None
+        if was_broken:
             self.heard.put(f"Slurm answers about {key[1].name}'s jobs again (slurm.conf {key[0]})")
 
     @staticmethod
