@@ -1,10 +1,11 @@
 """The engine's collaborator for jobs on a Slurm cluster (docs/slurm.md).
 
-- `submit`: a request's jobs that name a cluster are stored, written as sbatch scripts (one per
-  job, one per sweep's array) into the owner's Slurm folder (`slurm_folder`), and submitted with
-  `sbatch --parsable` in dependency order. All or nothing: when one sbatch fails, those already
-  submitted are cancelled and the jobs forgotten, and the request is refused with what Slurm
-  said.
+- `submit`: a request's jobs that name a cluster are checked (off the loop), stored with an
+  intent row each, written as sbatch scripts (one per job, one per sweep's array) into the
+  owner's Slurm folder (`slurm_folder`), and submitted with `sbatch --parsable` in dependency
+  order (off the loop). All or nothing: when one sbatch fails, those already submitted are
+  cancelled and the jobs forgotten, and the request is refused with what Slurm said; an engine
+  killed meanwhile leaves intent rows that the next one adopts or fails (never runs here).
 - Every Slurm client for a job runs as its owner with an environment the engine built
   (gpudesk.engine.slurm.as_owner): a system engine (root) runs none for her, writes nothing in
   her folder, and believes a Slurm id only once Slurm lists it as hers.
@@ -15,7 +16,7 @@
 - `cancel`: scancel, from the poller thread; the job ends cancelled when Slurm says so.
 
 Slurm jobs never enter the station's queue: Slurm places them. Nothing here waits on Slurm
-in the loop but `submit`, which must answer the request with Slurm's verdict.
+in the loop: `submit`'s Slurm work runs on the engine's worker threads (engine/offloop.py).
 """
 
 from __future__ import annotations
