@@ -632,6 +632,22 @@ class SlurmBackend:
             return True
         if time.time() < max(job.submitted_at, self.started) + intent_grace_s():
             return False
+        if heard.unreachable is not None:  # cannot tell: fail it, saying it may run there
+            self.missing[row.job_id] = self.missing.get(row.job_id, 0) + 1
+            if self.missing[row.job_id] < MISSING_POLLS:
+                return False
+            self.missing.pop(row.job_id, None)
+            self._end(
+                job,
+                JobState.FAILED,
+                "lost: the engine stopped while submitting it, and gpudesk could not ask Slurm "
+                f"whether it got it for {MISSING_POLLS} polls in a row: "
+                f"{heard.unreachable.rstrip('.')}. It may still run in Slurm (squeue -u "
+                f"{job.user}, its script {row.script}); it will not run here.",
+                None,
+                None,
+            )
+            return True
         self._end(
             job,
             JobState.FAILED,
