@@ -54,7 +54,8 @@ from gpudesk.engine.scheduler import Scheduler
 from gpudesk.engine.slurm import logs as slurm_logs
 from gpudesk.engine.slurm import views as slurm_views
 from gpudesk.engine.slurm.as_owner import acts_for_other
-from gpudesk.engine.slurm.backend import SlurmBackend, SubmitRefused
+from gpudesk.engine.slurm.backend import Prepared, Sent, SlurmBackend, SubmitRefused
+from gpudesk.engine.slurm.commands import TIMEOUT_S as SLURM_TIMEOUT_S
 from gpudesk.engine.state import CurrentStation, PlacementDue
 from gpudesk.engine.store.database import Store
 from gpudesk.engine.store.records import AttemptRecord, JobRecord
@@ -75,6 +76,9 @@ MAX_CANCEL_GRACE_S = 3600.0
 MAX_HISTORY_POINTS = 600
 STATION_EVENT = "station"  # the kind of event a change of station settings is stored as
 STATION_CHANGES_SHOWN = 5  # how many of the latest `status` carries
+# A Slurm submit's first step runs up to four clients (the slurm.conf check, sinfo twice,
+# scontrol), each bounded by Slurm's client timeout; one more of margin.
+PREPARE_BOUND_S = 5 * SLURM_TIMEOUT_S
 MAX_ROW_ID = 2**63 - 1  # the largest id SQLite stores: a larger int is no job's
 # Station settings that need a fresh telemetry monitor when they change.
 TELEMETRY_KEYS = ("backend", "sample_interval", "grid_intensity", "mig")
@@ -168,23 +172,31 @@ class RequestHandlers:
 
     def _pending(self, request_id: Any, caller: Caller, later: Later[Any], op: str) -> Pending:
         def start(post: Callable[[bytes], None]) -> None:
-            def done(result: Any, error: BaseException | None) -> None:
-                started = time.perf_counter()  # `finish` holds the loop too: counted as the op
-                try:
-                    if error is not None:
-                        post(_error_reply(request_id, error))
-                        return
+            def run(step: Later[Any]) -> None:
+                def done(result: Any, error: BaseException | None) -> None:
+                    started = time.perf_counter()  # `finish` holds the loop too: counted as op
                     try:
-                        post(protocol.encode_result(request_id, later.finish(result)))
-                    except Exception as exc:
-                        post(_error_reply(request_id, exc))
-                finally:
-                    self.parts.loop.request(op, time.perf_counter() - started, caller.uid)
+                        if error is not None:
+                            post(_error_reply(request_id, error))
+                            return
+                        try:
+                            reply = step.finish(result)
+                        except Exception as exc:
+                            post(_error_reply(request_id, exc))
+                            return
+                        if isinstance(reply, Later):  # a next step off the loop (a Slurm submit)
+                            run(reply)
+                        else:
+                            post(protocol.encode_result(request_id, reply))
+                    finally:
+                        self.parts.loop.request(op, time.perf_counter() - started, caller.uid)
 
-            try:
-                self.parts.offloop.submit(caller.uid, later.what, later.work, done, later.bound_s)
-            except Busy as exc:
-                post(protocol.encode_error(request_id, protocol.REFUSED, str(exc)))
+                try:
+                    self.parts.offloop.submit(caller.uid, step.what, step.work, done, step.bound_s)
+                except Busy as exc:
+                    post(protocol.encode_error(request_id, protocol.REFUSED, str(exc)))
+
+            run(later)
 
         return Pending(start)
 
@@ -374,16 +386,10 @@ class RequestHandlers:
         }
 
     # ------------------------------------------------------------------ jobs
-    def submit(self, args: Args, caller: Caller) -> Reply:
+    def submit(self, args: Args, caller: Caller) -> Reply | Later[Any]:
         specs, base_env = self._accepted(args, caller)
         if specs and specs[0].cluster is not None:
-            try:
-                records = self.parts.slurm.submit(specs, base_env, caller.identity)
-            except SubmitRefused as exc:
-                raise ProtocolError(protocol.REFUSED, str(exc)) from None
-            for record in records:
-                self.parts.events.job(record.id, "submitted to Slurm", record)
-            return {"ids": [r.id for r in records]}
+            return self._submit_to_slurm(specs, base_env, caller)
         records = self.parts.store.submit(specs, base_env, owner=caller.identity)
         for record in records:
             self.parts.queue.add(record)
@@ -391,16 +397,40 @@ class RequestHandlers:
         self.parts.due.mark()
         return {"ids": [r.id for r in records]}
 
-    def check_submit(self, args: Args, caller: Caller) -> Reply:
+    def _submit_to_slurm(
+        self, specs: list[JobSpec], base_env: dict[str, str] | None, caller: Caller
+    ) -> Later[Prepared]:
+        """A Slurm submit in the backend's three steps (gpudesk.engine.slurm.backend): its
+        Slurm commands run off the loop, so a slow cluster keeps only its submitter waiting."""
+        backend, owner = self.parts.slurm, caller.identity
+        backend.check_after(specs)
+        prepare = backend.prepared(specs, base_env, owner)
+
+        def prepared(ready: Prepared) -> Later[Sent]:
+            ids, work, bound = backend.record_intent(specs, base_env, owner, ready)
+
+            def sent(outcome: Sent) -> Reply:
+                records = backend.record_sent(ids, outcome)
+                for record in records:
+                    self.parts.events.job(record.id, "submitted to Slurm", record)
+                return {"ids": ids}
+
+            return Later(work, sent, bound, f"submitting job(s) {ids[0]}-{ids[-1]} to Slurm")
+
+        return Later(prepare, prepared, PREPARE_BOUND_S, "asking the Slurm cluster what it has")
+
+    def check_submit(self, args: Args, caller: Caller) -> Reply | Later[Prepared]:
         """`submit`'s checks without queueing anything: whether these jobs would be accepted.
         An op of its own, not a flag on `submit`, so that an engine from before it answers
         `unknown_op` instead of queueing the jobs."""
         specs, base_env = self._accepted(args, caller)
         if specs and specs[0].cluster is not None:
-            try:
-                self.parts.slurm.check(specs, base_env, caller.identity)
-            except SubmitRefused as exc:
-                raise ProtocolError(protocol.REFUSED, str(exc)) from None
+            backend = self.parts.slurm
+            backend.check_after(specs)
+            prepare = backend.prepared(specs, base_env, caller.identity)
+            return Later(
+                prepare, lambda _ready: {"ids": []}, PREPARE_BOUND_S, "asking the Slurm cluster"
+            )
         return {"ids": []}
 
     def _accepted(self, args: Args, caller: Caller) -> tuple[list[JobSpec], dict[str, str] | None]:
@@ -1023,7 +1053,7 @@ def _error_reply(request_id: Any, exc: BaseException) -> bytes:
         return protocol.encode_error(exc.request_id or request_id, exc.code, exc.message)
     if isinstance(exc, UnknownJob):
         return protocol.encode_error(request_id, protocol.UNKNOWN_JOB, str(exc))
-    if isinstance(exc, TimeoutError):
+    if isinstance(exc, (TimeoutError, SubmitRefused)):
         return protocol.encode_error(request_id, protocol.REFUSED, str(exc))
     log.error("request failed", exc_info=exc)
     return protocol.encode_error(

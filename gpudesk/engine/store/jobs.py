@@ -144,12 +144,14 @@ class JobTables(StoreConnection):
         return [read_job(r) for r in self._conn.execute(sql, params)]
 
     def queued(self) -> list[JobRecord]:
-        """Queued jobs in the order a first-come policy would consider them."""
+        """The station's queued jobs in the order a first-come policy would consider them. A job
+        that names a cluster is never one, whatever its Slurm row says or whether it has one
+        (an engine stopped during its submission): Slurm places it, or it fails."""
         rows = self._conn.execute(
             "SELECT * FROM jobs WHERE state = 'queued' "
             "AND id NOT IN (SELECT job_id FROM slurm_jobs) ORDER BY priority DESC, id"
         )
-        return [read_job(r) for r in rows]
+        return [job for job in map(read_job, rows) if job.spec.cluster is None]
 
     def counts(self) -> dict[str, int]:
         rows = self._conn.execute("SELECT state, COUNT(*) FROM jobs GROUP BY state")
