@@ -610,7 +610,7 @@ class RequestHandlers:
         path = parts.home.attempt_dir(job.id, number) / runner.LOG_FILE
         # whose files the log and its parts must be: its owner's where the job ran as them,
         # else the engine's own (gpudesk.joblog reads them as files a user may have planted)
-        owner_uid = job.owner.uid if runner.run_as(job.owner) is not None else os.geteuid()
+        owner_uid = runner.log_owner_uid(job.owner)
         row = parts.store.slurm_job(job.id) if job.spec.cluster is not None else None
         spelled_out = caller.uid != job.owner.uid
 
@@ -650,10 +650,15 @@ class RequestHandlers:
             )
         if row is not None:
             path, owner_uid = Path(row.output), job.owner.uid
-        stream = joblog.LogStream(path, offset, owner_uid)
+        # On the loop, never waiting on the log's lock (wait=False): a job can hold its own
+        # output.log locked for good, and a wait here stalled every client 2 x 3 s per request
+        # (issue 36). Reading it is safe unlocked: the loop is what rotates it (gpudesk.joblog).
+        # Not moved off the loop: the files are opened O_NONBLOCK and regular, so a read of
+        # at most `limit` bytes does not wait on anyone.
+        stream = joblog.LogStream(path, offset, owner_uid, wait=False)
         try:
             piece = stream.read(limit) if limit else None
-            end = joblog.stream_end(path, owner_uid)
+            end = joblog.stream_end(path, owner_uid, wait=False)
         except UntrustedFileError as exc:
             raise ProtocolError(protocol.REFUSED, joblog.refusal(job.id, exc)) from None
         data = piece.data if piece else b""
