@@ -53,6 +53,7 @@ from gpudesk.engine.scheduler import Scheduler, mig_candidates
 from gpudesk.engine.slurm.backend import SlurmBackend
 from gpudesk.engine.state import CurrentStation, PlacementDue
 from gpudesk.engine.station import StationConfig, host_cores
+from gpudesk.engine.store.damage import damaged_text, is_damage
 from gpudesk.engine.store.database import Store
 from gpudesk.engine.store.schema import IncompatibleStore, StoreError
 from gpudesk.engine.telemetry_sink import TelemetrySink
@@ -465,12 +466,7 @@ def open_store(home: Home) -> Store:
     except StoreError as exc:
         if diskspace.is_full(exc, home.root):
             raise  # not damage: `main` says the disk is full, and what to do
-        raise HomeError(
-            f"{exc}. The file is damaged or not a gpudesk database, so the engine does not "
-            f"start. Keep it for now: restore {home.db.name} from a backup, or move the whole "
-            f"home aside to start afresh (`mv {home.root} {home.root}.damaged`), which keeps "
-            "its job logs."
-        ) from None
+        raise HomeError(damaged_text(home.db, home.root, str(exc))) from None
     # A database restored from an older backup must not hand out the ids of the jobs that ran
     # after it was taken: their folders are there.
     store.reserve_job_ids(max(job_folders(home), default=0))
@@ -601,6 +597,12 @@ def main(argv: list[str] | None = None) -> int:
             # exit status tells `gpudesk engine start` to say the same without the log.
             log.error("%s", diskspace.start_text(home.root))
             return diskspace.EXIT_DISK_FULL
+        if is_damage(exc):
+            # damage past the database's header, found by a query after the open (a settings
+            # row read at start, a job while recovering): the paragraph of a damaged header
+            detail = f"cannot read the gpudesk database {home.db}: {exc}"
+            log.error("%s", damaged_text(home.db, home.root, detail))
+            return EXIT_BAD_HOME
         log.exception("the engine stopped on an unexpected error")
         return 1
 

@@ -55,6 +55,7 @@ from gpudesk.engine.slurm import views as slurm_views
 from gpudesk.engine.slurm.as_owner import acts_for_other
 from gpudesk.engine.slurm.backend import SlurmBackend, SubmitRefused
 from gpudesk.engine.state import CurrentStation, PlacementDue
+from gpudesk.engine.store.damage import is_damage, request_text
 from gpudesk.engine.store.database import Store
 from gpudesk.engine.store.records import AttemptRecord, JobRecord
 from gpudesk.engine.store.schema import UnknownJob
@@ -971,6 +972,8 @@ def _error_reply(request_id: Any, exc: BaseException) -> bytes:
     if isinstance(exc, TimeoutError):
         return protocol.encode_error(request_id, protocol.REFUSED, str(exc))
     log.error("request failed", exc_info=exc)
+    if is_damage(exc):  # a page of the database past its header (gpudesk.engine.store.damage)
+        return protocol.encode_error(request_id, protocol.INTERNAL, request_text(str(exc)))
     return protocol.encode_error(
         request_id, protocol.INTERNAL, f"the engine failed on this request: {exc}"
     )
