@@ -186,7 +186,12 @@ class _Producer:
     process: subprocess.Popen[bytes] | None = None
     pid: int | None = None
     unneeded_since: float | None = None
+    # Two counts, as they answer two questions: `restarts`, every restart after a death since
+    # the engine started it (what status reports; it once shared the second's reset and read 0
+    # after any restart its consumers reconnected to); `failing`, the restarts since a
+    # consumer last connected (what RESTART_LIMIT bounds: a producer that cannot serve).
     restarts: int = 0
+    failing: int = 0
     last_status: dict[str, Any] | None = None
 
 
@@ -332,13 +337,14 @@ class LoaderSupervisor:
                 producer.unneeded_since = None
                 if not alive:
                     code = producer.process.returncode if producer.process else None
-                    if producer.restarts >= RESTART_LIMIT:
+                    if producer.failing >= RESTART_LIMIT:
                         continue
+                    producer.failing += 1
                     producer.restarts += 1
                     self.events.append(
                         f"shared loader {name!r} (pid {producer.pid}) died "
                         f"(exit {code}); restarting it, attempt "
-                        f"{producer.restarts} of {RESTART_LIMIT} — its "
+                        f"{producer.failing} of {RESTART_LIMIT} — its "
                         f"consumers resume their epoch"
                     )
                     self._start(producer)
@@ -363,7 +369,7 @@ class LoaderSupervisor:
             if status and not status.get("error") and not status.get("preparing"):
                 producer.last_status = status
                 if status.get("consumers"):
-                    producer.restarts = 0  # it works: a later death starts a fresh count
+                    producer.failing = 0  # it works: a later death starts a fresh count
 
     def stop(self, name: str, why: str) -> None:
         if name in self.producers:
