@@ -30,6 +30,14 @@ def loader_view(engine: EngineHandle) -> dict[str, Any]:
     return loader  # type: ignore[no-any-return]
 
 
+def epochs_read(out: Path) -> int:
+    """Whole epochs the consumer job has written out so far."""
+    try:
+        return out.read_text().count("\n")
+    except FileNotFoundError:
+        return 0
+
+
 def serving(engine: EngineHandle, pid: int) -> bool:
     """Producer `pid` is the engine's and a consumer reads from it."""
     loader = loader_view(engine)
@@ -40,12 +48,16 @@ def serving(engine: EngineHandle, pid: int) -> bool:
 def test_a_producer_killed_three_times_is_reported_restarted_three_times(
     loader_engine: EngineHandle, tmp_path: Path
 ) -> None:
-    job, _out = consumer_job(tmp_path, "long", 10_000, delay=0.02)  # reads until cancelled
+    job, out = consumer_job(tmp_path, "long", 10_000, delay=0.02)  # reads until cancelled
     (job_id,) = loader_engine.submit(job)
     try:
         pid = wait_for(lambda: producer_pid(loader_engine), 30.0, what="the producer to start")
         for kill in range(1, KILLS + 1):
-            # killed only once its consumer reads from it: the restart worked before this one
+            # killed only once its consumer has read a whole epoch more from it: the restart
+            # before this one worked, and the consumer is past its first connection (a
+            # producer killed during that one fails the job: not what this test is about)
+            epochs = epochs_read(out)
+            wait_for(lambda n=epochs: epochs_read(out) > n, 30.0, what="an epoch read")
             wait_for(lambda p=pid: serving(loader_engine, p), 30.0, what="a consumer to read")
             os.kill(pid, signal.SIGKILL)
             pid = wait_for(
