@@ -25,7 +25,9 @@ sees a truncated file with the record of before.
 The engine's own reads (its `log` request, the OOM check, the tracked result) take the shared
 lock with one try and read on without it when it is held (`wait=False`): they run on the loop
 that rotates, so no rotation can be under way, and the only other holder is the job, whose
-lock must not stall the engine's loop (issue 36).
+lock must not stall the engine's loop (issue 36). For the same reason a rotation goes ahead
+despite a lock held far longer than any read (`despite_lock`, gpudesk.engine.logcap): else a
+job that flocks its own output.log would lift its cap for good.
 
 Who owns what (an engine run by root, a job run as its owner): output.log and its parts are the
 owner's; the record is the engine's own (root's, readable by all: it holds byte positions only),
@@ -219,9 +221,11 @@ def _lock_shared(fd: int, wait: bool = True) -> None:
 
 
 # ------------------------------------------------------------------------------- rotation
-def rotate(log: str | os.PathLike[str], cap: int, keep: int) -> bool:
+def rotate(log: str | os.PathLike[str], cap: int, keep: int, despite_lock: bool = False) -> bool:
     """Rotate `log` when it is larger than `cap` bytes, keeping `keep` parts. Returns whether
-    it rotated (False also when a reader holds the lock: the caller tries again later)."""
+    it rotated (False also when a reader holds the lock: the caller tries again later).
+    `despite_lock`: rotate even when someone holds the lock, for a lock held far longer than
+    any reader's read (the job's own, gpudesk.engine.logcap), which must not lift the cap."""
     try:
         if os.stat(log, follow_symlinks=False).st_size <= cap:
             return False
@@ -233,7 +237,8 @@ def rotate(log: str | os.PathLike[str], cap: int, keep: int) -> bool:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            return False
+            if not despite_lock:
+                return False
         st = os.fstat(fd)
         size = st.st_size
         if size <= cap:
