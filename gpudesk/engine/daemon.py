@@ -27,7 +27,7 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import IO, Any
 
@@ -41,11 +41,11 @@ from gpudesk.engine.events import EventPublisher
 from gpudesk.engine.identity import Caller, group_id
 from gpudesk.engine.job_control import JobControl
 from gpudesk.engine.learning import StationLearning
-from gpudesk.engine.loaders import CHECK_EVERY_S, DatasetSpec, LoaderSupervisor
+from gpudesk.engine.loaders import CHECK_EVERY_S, DatasetSpec, LoaderSupervisor, Statuses
 from gpudesk.engine.logcap import LogCap
 from gpudesk.engine.metrics.exporter import MetricsExporter
 from gpudesk.engine.mps.watch import MpsWatch
-from gpudesk.engine.offloop import OffLoop, Pending
+from gpudesk.engine.offloop import Busy, OffLoop, Pending
 from gpudesk.engine.placement.queue import JobQueue
 from gpudesk.engine.repartition.control import MigControl
 from gpudesk.engine.requests import EngineParts, RequestHandlers
@@ -69,6 +69,10 @@ from gpudesk.paths import (
 
 log = logging.getLogger("gpudesk.engine")
 
+# Whose work the engine's own off-loop work counts as (gpudesk.engine.offloop bounds each uid's):
+# no user's, as no uid is negative.
+ENGINE_WORK_UID = -1
+LOADER_STATUS_WORK = "asking the shared loaders for their status"
 EXIT_BAD_HOME = 4  # the home's state cannot be used as it is: the log says why and what to do
 IDLE_POLL_S = 1.0
 LOCK_RETRY_S = 1.0
@@ -210,6 +214,7 @@ class Engine:
             store, self.queue, self.attempts, self.events, self.due, self.slurm
         )
         self.offloop = OffLoop(self._wake)
+        self.loaders.offload = self._offload_loader_status
         self.handlers = RequestHandlers(
             EngineParts(
                 home=home,
@@ -382,6 +387,25 @@ class Engine:
     # ------------------------------------------------------ periodic checks
     def check_mps(self) -> None:
         self.mps_watch.check(self.attempts.mps_gpus())
+
+    def _offload_loader_status(
+        self,
+        work: Callable[[], Statuses],
+        done: Callable[[Statuses | None], None],
+        bound_s: float,
+    ) -> None:
+        """The periodic ask of the shared loaders' status, off the loop (a producer that does
+        not answer made the loop wait up to a second every STATUS_EVERY_S)."""
+
+        def settled(result: Statuses | None, error: BaseException | None) -> None:
+            if error is not None:
+                log.warning("asking the shared loaders for their status: %s", error)
+            done(result if error is None else None)
+
+        try:
+            self.offloop.submit(ENGINE_WORK_UID, LOADER_STATUS_WORK, work, settled, bound_s)
+        except Busy:
+            done(None)
 
     def check_loaders(self) -> None:
         """Start, restart and stop dataset producers as the jobs need them."""

@@ -37,7 +37,7 @@ from gpudesk.engine.learning import (
     StationLearning,
     observation_from_dict,
 )
-from gpudesk.engine.loaders import DatasetSpec, LoaderSupervisor
+from gpudesk.engine.loaders import DatasetSpec, LoaderSupervisor, Statuses
 from gpudesk.engine.metrics.exporter import MetricsExporter
 from gpudesk.engine.mig.nvidia_smi import LayoutError, MigError, MigUsageError
 from gpudesk.engine.mps.watch import MpsWatch
@@ -182,10 +182,27 @@ class RequestHandlers:
     def ping(self, _args: Args, _caller: Caller) -> Reply:
         return {"pid": os.getpid(), "version": __version__, "protocol": protocol.PROTOCOL_VERSION}
 
-    def status(self, args: Args, caller: Caller) -> Reply:
+    def status(self, args: Args, caller: Caller) -> Reply | Later[Statuses]:
+        """The engine, the station and its loaders; `fresh_loaders`: the producers asked now,
+        off the loop (one that does not answer is waited for up to a second), the reply built
+        once they have answered."""
+        loaders = self.parts.loaders
+        if args.get("fresh_loaders") and loaders.producers:
+
+            def finish(statuses: Statuses) -> Reply:
+                loaders.apply_status(statuses)
+                return self._status(caller)
+
+            return Later(
+                loaders.ask_status(),
+                finish,
+                loaders.status_bound_s(),
+                "asking the shared loaders for their status",
+            )
+        return self._status(caller)
+
+    def _status(self, caller: Caller) -> Reply:
         parts = self.parts
-        if args.get("fresh_loaders") and parts.loaders.producers:
-            parts.loaders.refresh_status()
         view = parts.scheduler.station_view()
         monitor = parts.telemetry.monitor
         config = parts.station.config
