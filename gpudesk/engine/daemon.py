@@ -27,7 +27,7 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import IO, Any
 
@@ -42,12 +42,12 @@ from gpudesk.engine.events import EventPublisher
 from gpudesk.engine.identity import Caller, group_id
 from gpudesk.engine.job_control import JobControl
 from gpudesk.engine.learning import StationLearning
-from gpudesk.engine.loaders import CHECK_EVERY_S, DatasetSpec, LoaderSupervisor
+from gpudesk.engine.loaders import CHECK_EVERY_S, DatasetSpec, LoaderSupervisor, Statuses
 from gpudesk.engine.logcap import LogCap
 from gpudesk.engine.loop_timing import LoopTiming
 from gpudesk.engine.metrics.exporter import MetricsExporter
 from gpudesk.engine.mps.watch import MpsWatch
-from gpudesk.engine.offloop import OffLoop, Pending
+from gpudesk.engine.offloop import Busy, OffLoop, Pending
 from gpudesk.engine.placement.queue import JobQueue
 from gpudesk.engine.repartition.control import MigControl
 from gpudesk.engine.requests import EngineParts, RequestHandlers
@@ -55,6 +55,7 @@ from gpudesk.engine.scheduler import Scheduler, mig_candidates
 from gpudesk.engine.slurm.backend import SlurmBackend
 from gpudesk.engine.state import CurrentStation, PlacementDue
 from gpudesk.engine.station import DEFAULT_JOB_MEMORY_FRACTION, StationConfig, host_cores
+from gpudesk.engine.store.damage import damaged_text, is_damage
 from gpudesk.engine.store.database import Store
 from gpudesk.engine.store.schema import IncompatibleStore, StoreError
 from gpudesk.engine.telemetry_sink import TelemetrySink
@@ -70,6 +71,10 @@ from gpudesk.paths import (
 
 log = logging.getLogger("gpudesk.engine")
 
+# Whose work the engine's own off-loop work counts as (gpudesk.engine.offloop bounds each uid's):
+# no user's, as no uid is negative.
+ENGINE_WORK_UID = -1
+LOADER_STATUS_WORK = "asking the shared loaders for their status"
 EXIT_BAD_HOME = 4  # the home's state cannot be used as it is: the log says why and what to do
 IDLE_POLL_S = 1.0
 LOCK_RETRY_S = 1.0
@@ -223,6 +228,7 @@ class Engine:
             store, self.queue, self.attempts, self.events, self.due, self.slurm
         )
         self.offloop = OffLoop(self._wake)
+        self.loaders.offload = self._offload_loader_status
         self.handlers = RequestHandlers(
             EngineParts(
                 home=home,
@@ -402,6 +408,25 @@ class Engine:
     def check_mps(self) -> None:
         self.mps_watch.check(self.attempts.mps_gpus())
 
+    def _offload_loader_status(
+        self,
+        work: Callable[[], Statuses],
+        done: Callable[[Statuses | None], None],
+        bound_s: float,
+    ) -> None:
+        """The periodic ask of the shared loaders' status, off the loop (a producer that does
+        not answer made the loop wait up to a second every STATUS_EVERY_S)."""
+
+        def settled(result: Statuses | None, error: BaseException | None) -> None:
+            if error is not None:
+                log.warning("asking the shared loaders for their status: %s", error)
+            done(result if error is None else None)
+
+        try:
+            self.offloop.submit(ENGINE_WORK_UID, LOADER_STATUS_WORK, work, settled, bound_s)
+        except Busy:
+            done(None)
+
     def check_loaders(self) -> None:
         """Start, restart and stop dataset producers as the jobs need them."""
         messages = self.loaders.supervise(
@@ -485,12 +510,7 @@ def open_store(home: Home) -> Store:
     except StoreError as exc:
         if diskspace.is_full(exc, home.root):
             raise  # not damage: `main` says the disk is full, and what to do
-        raise HomeError(
-            f"{exc}. The file is damaged or not a gpudesk database, so the engine does not "
-            f"start. Keep it for now: restore {home.db.name} from a backup, or move the whole "
-            f"home aside to start afresh (`mv {home.root} {home.root}.damaged`), which keeps "
-            "its job logs."
-        ) from None
+        raise HomeError(damaged_text(home.db, home.root, str(exc))) from None
     # A database restored from an older backup must not hand out the ids of the jobs that ran
     # after it was taken: their folders are there.
     store.reserve_job_ids(max(job_folders(home), default=0))
@@ -621,6 +641,12 @@ def main(argv: list[str] | None = None) -> int:
             # exit status tells `gpudesk engine start` to say the same without the log.
             log.error("%s", diskspace.start_text(home.root))
             return diskspace.EXIT_DISK_FULL
+        if is_damage(exc):
+            # damage past the database's header, found by a query after the open (a settings
+            # row read at start, a job while recovering): the paragraph of a damaged header
+            detail = f"cannot read the gpudesk database {home.db}: {exc}"
+            log.error("%s", damaged_text(home.db, home.root, detail))
+            return EXIT_BAD_HOME
         log.exception("the engine stopped on an unexpected error")
         return 1
 

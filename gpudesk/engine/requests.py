@@ -37,7 +37,7 @@ from gpudesk.engine.learning import (
     StationLearning,
     observation_from_dict,
 )
-from gpudesk.engine.loaders import DatasetSpec, LoaderSupervisor
+from gpudesk.engine.loaders import DatasetSpec, LoaderSupervisor, Statuses
 from gpudesk.engine.loop_timing import LoopTiming
 from gpudesk.engine.metrics.exporter import MetricsExporter
 from gpudesk.engine.mig.nvidia_smi import LayoutError, MigError, MigUsageError
@@ -57,6 +57,7 @@ from gpudesk.engine.slurm.as_owner import acts_for_other
 from gpudesk.engine.slurm.backend import Prepared, Sent, SlurmBackend, SubmitRefused
 from gpudesk.engine.slurm.commands import TIMEOUT_S as SLURM_TIMEOUT_S
 from gpudesk.engine.state import CurrentStation, PlacementDue
+from gpudesk.engine.store.damage import is_damage, request_text
 from gpudesk.engine.store.database import Store
 from gpudesk.engine.store.records import AttemptRecord, JobRecord
 from gpudesk.engine.store.schema import UnknownJob
@@ -204,10 +205,27 @@ class RequestHandlers:
     def ping(self, _args: Args, _caller: Caller) -> Reply:
         return {"pid": os.getpid(), "version": __version__, "protocol": protocol.PROTOCOL_VERSION}
 
-    def status(self, args: Args, caller: Caller) -> Reply:
+    def status(self, args: Args, caller: Caller) -> Reply | Later[Statuses]:
+        """The engine, the station and its loaders; `fresh_loaders`: the producers asked now,
+        off the loop (one that does not answer is waited for up to a second), the reply built
+        once they have answered."""
+        loaders = self.parts.loaders
+        if args.get("fresh_loaders") and loaders.producers:
+
+            def finish(statuses: Statuses) -> Reply:
+                loaders.apply_status(statuses)
+                return self._status(caller)
+
+            return Later(
+                loaders.ask_status(),
+                finish,
+                loaders.status_bound_s(),
+                "asking the shared loaders for their status",
+            )
+        return self._status(caller)
+
+    def _status(self, caller: Caller) -> Reply:
         parts = self.parts
-        if args.get("fresh_loaders") and parts.loaders.producers:
-            parts.loaders.refresh_status()
         view = parts.scheduler.station_view()
         monitor = parts.telemetry.monitor
         config = parts.station.config
@@ -667,7 +685,7 @@ class RequestHandlers:
         path = parts.home.attempt_dir(job.id, number) / runner.LOG_FILE
         # whose files the log and its parts must be: its owner's where the job ran as them,
         # else the engine's own (gpudesk.joblog reads them as files a user may have planted)
-        owner_uid = job.owner.uid if runner.run_as(job.owner) is not None else os.geteuid()
+        owner_uid = runner.log_owner_uid(job.owner)
         row = parts.store.slurm_job(job.id) if job.spec.cluster is not None else None
         spelled_out = caller.uid != job.owner.uid
 
@@ -707,10 +725,15 @@ class RequestHandlers:
             )
         if row is not None:
             path, owner_uid = Path(row.output), job.owner.uid
-        stream = joblog.LogStream(path, offset, owner_uid)
+        # On the loop, never waiting on the log's lock (wait=False): a job can hold its own
+        # output.log locked for good, and a wait here stalled every client 2 x 3 s per request
+        # (issue 36). Reading it is safe unlocked: the loop is what rotates it (gpudesk.joblog).
+        # Not moved off the loop: the files are opened O_NONBLOCK and regular, so a read of
+        # at most `limit` bytes does not wait on anyone.
+        stream = joblog.LogStream(path, offset, owner_uid, wait=False)
         try:
             piece = stream.read(limit) if limit else None
-            end = joblog.stream_end(path, owner_uid)
+            end = joblog.stream_end(path, owner_uid, wait=False)
         except UntrustedFileError as exc:
             raise ProtocolError(protocol.REFUSED, joblog.refusal(job.id, exc)) from None
         data = piece.data if piece else b""
@@ -1056,6 +1079,8 @@ def _error_reply(request_id: Any, exc: BaseException) -> bytes:
     if isinstance(exc, (TimeoutError, SubmitRefused)):
         return protocol.encode_error(request_id, protocol.REFUSED, str(exc))
     log.error("request failed", exc_info=exc)
+    if is_damage(exc):  # a page of the database past its header (gpudesk.engine.store.damage)
+        return protocol.encode_error(request_id, protocol.INTERNAL, request_text(str(exc)))
     return protocol.encode_error(
         request_id, protocol.INTERNAL, f"the engine failed on this request: {exc}"
     )
