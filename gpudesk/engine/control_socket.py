@@ -59,7 +59,7 @@ NOFILE_WANTED = 8192  # RLIMIT_NOFILE soft limit asked for (up to the hard one) 
 CONNECTION_IDLE_S = 10.0
 # Unfinished requests one user may have the engine hold, across her connections: two of the
 # largest at once (protocol.MAX_MESSAGE_BYTES), charged as announced by each frame's header.
-INBOX_BYTES_PER_USER = 2 * protocol.MAX_MESSAGE_BYTES
+INBOX_BYTES_PER_USER = 2 * (protocol.FRAME_HEADER.size + protocol.MAX_MESSAGE_BYTES)
 # Events a subscriber may leave unread (Redis's pubsub limit is 32 MiB hard, 8 MiB for 60 s;
 # gpudesk's events are ~0.3 KiB (a job's) and ~1 to 4 KiB a second (telemetry), so 1 MiB is
 # minutes of them), and all of one user's subscribers together.
@@ -112,9 +112,10 @@ def _groups_of(uid: int, gid: int) -> list[int]:
 
 @dataclass(frozen=True)
 class SocketLimits:
-    """The per-user bounds (see the constants). The engine's environment may set two of them:
-    GPUDESK_CONNECTIONS_PER_USER and GPUDESK_CONNECTION_IDLE_S (a station with unusual clients;
-    tests use small ones)."""
+    """The per-user bounds (see the constants). The engine's environment may set three of them:
+    GPUDESK_CONNECTIONS_PER_USER, GPUDESK_CONNECTION_IDLE_S and GPUDESK_SUBSCRIBER_BACKLOG_BYTES
+    (a user's subscribers together: 8 times that), for a station with unusual clients; tests
+    use small ones."""
 
     connections_per_user: int = CONNECTIONS_PER_USER
     idle_s: float = CONNECTION_IDLE_S
@@ -126,7 +127,17 @@ class SocketLimits:
     def from_env(cls) -> SocketLimits:
         per_user = env_seconds("GPUDESK_CONNECTIONS_PER_USER", CONNECTIONS_PER_USER, 1, 100_000)
         idle = env_seconds("GPUDESK_CONNECTION_IDLE_S", CONNECTION_IDLE_S, 0.1, 3600.0)
-        return cls(connections_per_user=int(per_user), idle_s=idle)
+        backlog = int(
+            env_seconds(
+                "GPUDESK_SUBSCRIBER_BACKLOG_BYTES", SUBSCRIBER_BACKLOG_BYTES, 65536, 1 << 30
+            )
+        )
+        return cls(
+            connections_per_user=int(per_user),
+            idle_s=idle,
+            subscriber_backlog_bytes=backlog,
+            backlog_bytes_per_user=8 * backlog,
+        )
 
 
 @dataclass
