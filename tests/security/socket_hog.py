@@ -58,6 +58,7 @@ def main() -> None:
     deadline = time.monotonic() + DEADLINE_S
     held: list[socket.socket] = []
     refused: list[socket.socket] = []  # the engine closed it: read why below
+    answered: dict[socket.socket, bytes | None] = {}
     for _ in range(count):
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
@@ -75,6 +76,7 @@ def main() -> None:
                 reply = read_frame(sock, deadline)
                 if reply is None or not json.loads(reply).get("ok"):
                     refused.append(sock)
+                    answered[sock] = reply  # its refusal, already read
                     continue
         except OSError:
             refused.append(sock)
@@ -100,7 +102,10 @@ def main() -> None:
     silent = 0
     for sock in refused:
         try:
-            said = read_frame(sock, min(deadline, time.monotonic() + 2.0))
+            if sock in answered:
+                said = answered[sock]
+            else:
+                said = read_frame(sock, min(deadline, time.monotonic() + 2.0))
         except OSError:
             said = None
         if said is None:
