@@ -68,8 +68,8 @@ class EngineNotListening(EngineError):
 
 
 class EngineClosed(EngineError):
-    """The engine closed the connection without answering (it stopped, or the request was
-    larger than it takes)."""
+    """The engine closed the connection without answering or saying why (it stopped); when it
+    refuses a connection or a request it says why, and that is raised instead."""
 
 
 def _engine_log(home: Home, offset: int | None = None, tail: int = 16384) -> str | None:
