@@ -302,6 +302,7 @@ class ControlSocket:
             if len(conn.outbox) + len(frame) > limits.subscriber_backlog_bytes:
                 self._cut_subscriber(
                     conn,
+                    "events",
                     f"this subscriber left {byte_size(len(conn.outbox))} of events unread, more "
                     f"than the {byte_size(limits.subscriber_backlog_bytes)} one may",
                 )
@@ -313,6 +314,7 @@ class ControlSocket:
                 worst = max(usage.subscribers.values(), key=lambda c: len(c.outbox))
                 self._cut_subscriber(
                     worst,
+                    "user's events",
                     f"uid {conn.caller.uid}'s subscribers left {byte_size(usage.backlog)} of "
                     f"events unread, more than the {byte_size(limits.backlog_bytes_per_user)} "
                     "one user's may; this one was the furthest behind",
@@ -452,7 +454,7 @@ class ControlSocket:
         try:
             sent = conn.sock.send(conn.outbox)
         except (BlockingIOError, InterruptedError):
-            return
+            sent = 0  # its reader is behind: what waits here counts against its user
         except OSError:
             self._drop(conn)
             return
@@ -520,12 +522,12 @@ class ControlSocket:
                 pending = True
         self._deadlines = pending
 
-    def _cut_subscriber(self, conn: _Connection, why: str) -> None:
+    def _cut_subscriber(self, conn: _Connection, kind: str, why: str) -> None:
         message = (
             f"events were missed: {why}. The engine stopped sending them here; subscribe again "
             "and read the current state (`gpudesk queue`) to catch up"
         )
-        self._say(conn.caller, "events", message)
+        self._say(conn.caller, kind, message)
         self._refuse(conn, protocol.EVENTS_MISSED, message)
 
     def _refuse(self, conn: _Connection, code: str, message: str) -> None:

@@ -256,3 +256,24 @@ def test_a_regular_file_where_the_socket_goes_is_one_paragraph(
     # a personal engine's client starts the engine first: its words, once more
     assert "a regular file is there, not a socket" in err, err
     assert home.control_socket.read_text() == "not a socket\n"  # never removed
+
+
+def test_one_members_subscribers_together_are_cut_off_at_her_bound(
+    quick_station: Station,
+) -> None:
+    """20 subscribers of hers that never read: past 8 x 64 KiB unread between them, the one
+    furthest behind is cut off, each in turn; the engine never holds more for her."""
+    uid = quick_station.users["ada"].uid
+    job = {"name": "e", "command": ["true"], "gpus": 0, "workdir": "/"}
+    with hog(quick_station, "ada", "subscribe", "20") as held:
+        assert held["held"] == 20, held
+        deadline = time.monotonic() + 90
+        said = f"uid {uid}'s subscribers left"
+        while said not in quick_station.log.read_text():
+            tail = quick_station.log.read_text()[-1500:]
+            assert time.monotonic() < deadline, f"her subscribers were never cut off: {tail}"
+            quick_station.ok(None, "submit", jobs=[job] * 200, env={"PATH": "/usr/bin:/bin"})
+        assert "more than the 524288 bytes one user's may; this one was the furthest behind" in (
+            quick_station.log.read_text()
+        )
+        assert timed_ping(quick_station, "bob") < 10.0
