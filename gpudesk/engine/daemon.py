@@ -37,7 +37,12 @@ from gpudesk.engine.access import DEFAULT_ADMIN_GROUP, Access
 from gpudesk.engine.activity import EngineActivity
 from gpudesk.engine.attempts import Attempts
 from gpudesk.engine.containment import limits_for
-from gpudesk.engine.control_socket import ControlSocket, SocketAccess
+from gpudesk.engine.control_socket import (
+    CannotListen,
+    ControlSocket,
+    SocketAccess,
+    SocketLimits,
+)
 from gpudesk.engine.events import EventPublisher
 from gpudesk.engine.identity import Caller, group_id
 from gpudesk.engine.job_control import JobControl
@@ -134,10 +139,15 @@ class Engine:
         self.disk_full_said: float | None = None  # when the log last said the disk is full
         # A system engine's socket is for the station's group (0660; its folder 0750): who
         # may connect is the kernel's call, what each caller may do is `access`'s.
+        access = access or Access.personal()
+        # Who is an admin decides which connections the per-user bounds apply to (none on a
+        # personal engine: its callers are all admins).
         self.control = ControlSocket(
             home.control_socket,
             self._handle,
             SocketAccess(0o660, station_group) if home.is_system else SocketAccess(),
+            access.is_admin,
+            SocketLimits.from_env(),
         )
         self.wake_r, self.wake_w = socket.socketpair()
         self.wake_r.setblocking(False)
@@ -252,7 +262,7 @@ class Engine:
                 cores=self.scheduler.cores,
                 stop=self.stop,
                 offloop=self.offloop,
-                access=access or Access.personal(),
+                access=access,
                 loop=self.loop_timing,
             )
         )
@@ -398,6 +408,7 @@ class Engine:
         timeout = self.logcap.poll_timeout(timeout)
         timeout = self.tracking.poll_timeout(timeout)
         timeout = self.offloop.poll_timeout(timeout)
+        timeout = self.control.poll_timeout(timeout)
         if self.loaders.producers:
             timeout = min(timeout, CHECK_EVERY_S)
         if self.due.pending:
@@ -552,7 +563,13 @@ def serve(
             return 2
         store.set_setting("station", config.to_dict())
         engine = Engine(home, store, config, access, station_group)
-        engine.bind()
+        try:
+            engine.bind()
+        except CannotListen as exc:  # a file in the socket's place: one paragraph, no traceback
+            log.error("%s", exc)
+            engine.close()
+            store.close()
+            return EXIT_BAD_HOME
         try:
             engine.recover()
             engine.run()

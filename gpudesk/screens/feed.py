@@ -39,6 +39,7 @@ from gpudesk.api import (
     WireModel,
 )
 from gpudesk.api.client import decode
+from gpudesk.api.errors import EVENTS_MISSED
 from gpudesk.paths import Home
 from gpudesk.render import file_end
 from gpudesk.text import printable
@@ -166,19 +167,27 @@ class EngineFeed:
             return self._frame(with_history=True)
         deadline = time.monotonic() + timeout
         changed = False
-        while True:
-            wait = deadline - time.monotonic()
-            if wait <= 0 or not events.wait(wait):
-                break
-            for event in events.drain():
-                if isinstance(event, TelemetryEvent):
-                    self._telemetry = event
-                else:
-                    self._jobs_stale = True
-                changed = True
-            # Gather what else arrives in this refresh interval into one frame.
-            if time.monotonic() - self._last_frame_at >= self.interval:
-                break
+        try:
+            while True:
+                wait = deadline - time.monotonic()
+                if wait <= 0 or not events.wait(wait):
+                    break
+                for event in events.drain():
+                    if isinstance(event, TelemetryEvent):
+                        self._telemetry = event
+                    else:
+                        self._jobs_stale = True
+                    changed = True
+                # Gather what else arrives in this refresh interval into one frame.
+                if time.monotonic() - self._last_frame_at >= self.interval:
+                    break
+        except EngineError as exc:
+            if exc.code != EVENTS_MISSED:
+                raise
+            # The desk fell behind (a suspended terminal): follow anew and read the state.
+            self.close()
+            self._subscribe()
+            self._jobs_stale = changed = True
         if not changed and time.monotonic() - self._last_frame_at < 5 * self.interval:
             return None
         return self._frame()
