@@ -35,6 +35,7 @@ from gpudesk import __version__
 from gpudesk.engine import diskspace
 from gpudesk.engine.access import DEFAULT_ADMIN_GROUP, Access
 from gpudesk.engine.activity import EngineActivity
+from gpudesk.engine.archive import Archiver
 from gpudesk.engine.attempts import Attempts
 from gpudesk.engine.control_socket import ControlSocket, SocketAccess
 from gpudesk.engine.events import EventPublisher
@@ -204,6 +205,7 @@ class Engine:
             self.station, store, self.telemetry, self.loaders, self.events, self.activity
         )
         self.slurm = SlurmBackend(home, store, self.events, self.due, self._wake)
+        self.archiver = Archiver(store, lambda: self.station.config)
         self.job_control = JobControl(
             store, self.queue, self.attempts, self.events, self.due, self.slurm
         )
@@ -330,6 +332,7 @@ class Engine:
             self.check_mps,
             self.check_loaders,
             self.logcap.check,
+            self.archiver.step,
         ):
             try:
                 step()
@@ -365,6 +368,7 @@ class Engine:
             timeout = min(timeout, max(0.0, retry_at - time.monotonic()))
         timeout = self.attempts.poll_timeout(timeout)
         timeout = self.logcap.poll_timeout(timeout)
+        timeout = self.archiver.poll_timeout(timeout)
         timeout = self.tracking.poll_timeout(timeout)
         if self.loaders.producers:
             timeout = min(timeout, CHECK_EVERY_S)

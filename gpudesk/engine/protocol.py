@@ -33,6 +33,15 @@ from gpudesk.text import is_os_text, json_bytes, safe_text
 
 PROTOCOL_VERSION = 1
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+# The most jobs one `jobs` reply carries: a page. Measured (docs/benchmarks.md, "A page of
+# jobs"): a page of 200 with usage is built on the engine's loop in about 12 ms on a 2-core
+# machine with a store of 100,000 jobs, well under the loop's 50 ms p99 budget per request; a
+# longer listing is several requests, and other clients' requests go between them.
+JOBS_PAGE_CAP = 200
+# The most job ids one `jobs` request may name: a labelled assumption, far above any one
+# run's jobs (MAX_JOBS_PER_REQUEST is 10,000 too) and far below SQLite's 32,766 variables per
+# statement (3.32 and later). The client asks for more in several requests.
+MAX_LISTING_IDS = 10_000
 FRAME_HEADER = struct.Struct(">I")  # each frame's length
 SUBSCRIBE_OP = "subscribe"  # answered by the socket itself: the connection then carries events
 

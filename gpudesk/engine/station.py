@@ -36,6 +36,7 @@ STATION_KEYS = (
     "max_running_gpus_per_user",
     "max_queued_per_user",
     "metrics_listen",
+    "keep_finished_days",
 )
 DEFAULT_LOG_MAX_MB = 100.0
 DEFAULT_LOG_KEEP = 2
@@ -146,6 +147,14 @@ def check_per_user_limit(value: Any) -> int | None:
     return value or None
 
 
+# Finished jobs stay in the live listings (queue, desk) this many days after they end, then are
+# archived: history and accounting still read them (docs/reliability.md, "Listings of the whole
+# store"). 30 days is an assumption: a month of a group's runs to look back on in the desk.
+# 0: never archived.
+DEFAULT_KEEP_FINISHED_DAYS = 30.0
+check_keep_finished_days = number_in(0.0, 100.0 * 366)  # days; 0: never
+
+
 STATION_CHECKS = {
     "backend": check_backend,
     "policy": check_policy,
@@ -162,6 +171,7 @@ STATION_CHECKS = {
     "max_running_gpus_per_user": check_per_user_limit,
     "max_queued_per_user": check_per_user_limit,
     "metrics_listen": check_metrics_listen,
+    "keep_finished_days": check_keep_finished_days,
 }
 
 
@@ -201,6 +211,8 @@ class StationConfig:
     # Where the engine serves Prometheus metrics ("127.0.0.1:9400", docs/metrics.md); None: it
     # does not. Loopback unless an admin writes another address (gpudesk.engine.listen).
     metrics_listen: str | None = None
+    # Days a finished job stays in the live listings before it is archived (0: never).
+    keep_finished_days: float = DEFAULT_KEEP_FINISHED_DAYS
 
     @property
     def repartitions_on_its_own(self) -> bool:
