@@ -30,30 +30,32 @@ def fill_jobs(
     owner_uid: int | None = None,
     name: str = "filler",
     group: str | None = None,
+    held: bool = False,
 ) -> list[int]:
     """Insert `finished` finished jobs (succeeded, failed, cancelled in turn), then `queued`
-    queued and `running` running ones (with no attempt: the engine must not be running on this
-    store, or it would see its running jobs lost); their ids, in that order."""
+    queued (`held`: never started until released) and `running` running ones (with no attempt:
+    an engine adopting the store finds those lost); their ids, in that order."""
     now = time.time()
     ended = now if ended_at is None else ended_at
     uid = os.getuid() if owner_uid is None else owner_uid
     spec = json.dumps(JobSpec(name=name, command=("true",), group=group).to_dict())
     rows = []
     for number in range(finished):
-        rows.append((FINISHED_CYCLE[number % 3], ended - 60, ended - 30, ended))
-    rows += [("queued", now, None, None)] * queued
-    rows += [("running", now, now, None)] * running
+        state = FINISHED_CYCLE[number % 3]
+        rows.append((state, ended - 60, ended - 30, ended, 1, 0 if state == "succeeded" else 1))
+    rows += [("queued", now, None, None, 0, None)] * queued
+    rows += [("running", now, now, None, 1, None)] * running
     conn = sqlite3.connect(str(db), isolation_level=None, timeout=30.0)
     try:
         conn.execute("BEGIN IMMEDIATE")
         first = int(conn.execute("SELECT COALESCE(MAX(id), 0) FROM jobs").fetchone()[0]) + 1
         conn.executemany(
             "INSERT INTO jobs (name, grp, spec, state, submitted_at, started_at, ended_at, "
-            "attempts, exit_code, owner_uid, owner_gid, owner_groups) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, 1, 0, ?, ?, '[]')",
+            "attempts, exit_code, owner_uid, owner_gid, owner_groups, held) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, '[]', ?)",
             [
-                (name, group, spec, state, sub, start, end, uid, uid)
-                for state, sub, start, end in rows
+                (name, group, spec, state, sub, start, end, tries, code, uid, uid, int(held))
+                for state, sub, start, end, tries, code in rows
             ],
         )
         conn.execute("COMMIT")
