@@ -14,11 +14,14 @@ from store_fill import corrupt_spec, fill_jobs
 
 from gpudesk.api.client import Client
 from gpudesk.api.errors import EngineError
-from gpudesk.engine.protocol import JOBS_PAGE_CAP, MAX_LISTING_IDS
+from gpudesk.engine import protocol
 from gpudesk.engine.store.database import Store
 from gpudesk.paths import Home
 
 DAY_S = 86_400.0
+# the engine's (read so that this module loads on code from before they were, to fail there)
+JOBS_PAGE_CAP = getattr(protocol, "JOBS_PAGE_CAP", 200)
+MAX_LISTING_IDS = getattr(protocol, "MAX_LISTING_IDS", 10_000)
 
 
 def _store_made(home: Home) -> None:
