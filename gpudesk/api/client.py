@@ -356,16 +356,17 @@ class Client:
                 pages: list[list[JobView]] = []
                 before: int | None = None
                 left = limit
-                while left > 0:
+                while True:  # a limit below 1 is the engine's to refuse (invalid_args)
                     page = self.jobs_page(ids=chunk, limit=left, before_id=before, **filters)
                     pages.append(page.jobs)
                     damaged += page.damaged
                     left -= len(page.jobs) + len(page.damaged)
                     if not page.more or page.before_id is None:
                         break
+                    if left <= 0:
+                        more = True
+                        break
                     before = page.before_id
-                else:
-                    more = more or page.more
                 jobs += [job for found in reversed(pages) for job in found]
         if len(chunks) > 1:
             jobs.sort(key=lambda job: job.id)
