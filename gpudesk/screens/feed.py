@@ -241,7 +241,7 @@ class EngineFeed:
         running = client.job_listing(states=["running"], usage=True)
         waiting: list[JobView] = []
         damaged = list(running.damaged)
-        after: int | None = None
+        after = 0  # oldest first: the queue's head (a `limit` alone would be the newest)
         more_waiting, total_waiting = False, 0
         while len(waiting) < WAITING_SHOWN:
             page = client.jobs_page(
@@ -249,7 +249,7 @@ class EngineFeed:
                 after_id=after,
                 limit=WAITING_SHOWN - len(waiting),
                 usage=True,
-                count=after is None,
+                count=after == 0,
             )
             waiting += page.jobs
             damaged += page.damaged

@@ -127,7 +127,8 @@ def test_the_desk_reads_only_its_live_window(home: Home, engine: EngineHandle) -
     engine.stop()
     _store_made(home)
     finished = fill_jobs(home.db, finished=20_000)
-    queued = fill_jobs(home.db, queued=3, held=True)  # held: they stay queued
+    # more waiting than a page (held: they stay queued): the desk reads the queue's head on
+    queued = fill_jobs(home.db, queued=JOBS_PAGE_CAP * 2 + 50, held=True)
     engine.start()
 
     feed = desk_feed.EngineFeed(home, interval=0.05)
