@@ -33,11 +33,12 @@ from gpudesk.text import is_os_text, json_bytes, safe_text
 
 PROTOCOL_VERSION = 1
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
-# The most jobs one `jobs` reply carries: a page. Measured (docs/benchmarks.md, "A page of
-# jobs"): a page of 200 with usage is built on the engine's loop in about 12 ms on a 2-core
-# machine with a store of 100,000 jobs, well under the loop's 50 ms p99 budget per request; a
-# longer listing is several requests, and other clients' requests go between them.
-JOBS_PAGE_CAP = 200
+# The most jobs one `jobs` reply carries: a page. Measured (docs/benchmarks.md, "Listings of
+# the whole store"): over a store of 100,000 jobs, on a 2-core machine shared with other work
+# (load 5-6), a page with usage took p50 20 ms, p95 32 ms to build on the engine's loop at 100
+# jobs, p95 58 ms at 200; 100 keeps a page well under the loop's 50 ms p99 budget per request.
+# A longer listing is several requests, and other clients' requests go between them.
+JOBS_PAGE_CAP = 100
 # The most job ids one `jobs` request may name: a labelled assumption, far above any one
 # run's jobs (MAX_JOBS_PER_REQUEST is 10,000 too) and far below SQLite's 32,766 variables per
 # statement (3.32 and later). The client asks for more in several requests.

@@ -112,6 +112,7 @@ class EngineParts:
 class RequestHandlers:
     def __init__(self, parts: EngineParts) -> None:
         self.parts = parts
+        self._jobs_root = str(parts.home.jobs_dir)
         self.table: dict[str, Callable[[Args, Caller], Reply]] = {
             "ping": self.ping,
             "status": self.status,
@@ -707,10 +708,10 @@ class RequestHandlers:
         data["mode"] = live.mode if live else None
         data["mig_slice"] = live.mig_slice if live else None
         data["pgid"] = live.pid if live else None  # the attempt's process group, while it runs
+        # home.attempt_dir's path, joined as text: pathlib's joins were a quarter of the time
+        # a page of 200 jobs took to build on the loop
         data["log"] = (
-            str(self.parts.home.attempt_dir(job.id, job.attempts) / runner.LOG_FILE)
-            if job.attempts
-            else None
+            f"{self._jobs_root}/{job.id}/{job.attempts}/{runner.LOG_FILE}" if job.attempts else None
         )
         if slurm is not None:
             data.update(slurm_views.job_fields(job, slurm))

@@ -54,8 +54,8 @@ JOBS_REFRESH_INTERVALS = 5  # the job table is re-read on a job event, else this
 # older finished jobs a page at a time when the user asks (`older_finished`). Assumptions,
 # each a screenful or a few: a station with more waiting jobs than this shows the queue's
 # head and says how many more wait.
-WAITING_SHOWN = 1000
-FINISHED_SHOWN = 200
+WAITING_SHOWN = 500
+FINISHED_SHOWN = 100  # one page of the engine's (JOBS_PAGE_CAP)
 FINISHED: tuple[JobStateName, ...] = ("succeeded", "failed", "cancelled")
 
 Progress = dict[int, tuple[int, int]]  # job id -> (epoch, of), from the job's log

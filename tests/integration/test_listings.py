@@ -20,7 +20,7 @@ from gpudesk.paths import Home
 
 DAY_S = 86_400.0
 # the engine's (read so that this module loads on code from before they were, to fail there)
-JOBS_PAGE_CAP = getattr(protocol, "JOBS_PAGE_CAP", 200)
+JOBS_PAGE_CAP = getattr(protocol, "JOBS_PAGE_CAP", 100)
 MAX_LISTING_IDS = getattr(protocol, "MAX_LISTING_IDS", 10_000)
 
 
@@ -123,7 +123,7 @@ def test_queue_with_600_waiting_shows_the_running_job_and_says_what_it_cut(
 def test_the_desk_reads_only_its_live_window(home: Home, engine: EngineHandle) -> None:
     from gpudesk.screens import feed as desk_feed
 
-    shown = getattr(desk_feed, "FINISHED_SHOWN", 200)
+    shown = getattr(desk_feed, "FINISHED_SHOWN", 100)
     engine.stop()
     _store_made(home)
     finished = fill_jobs(home.db, finished=20_000)
