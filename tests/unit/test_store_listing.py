@@ -48,6 +48,9 @@ def _walks_an_index(plan: list[str], index: str) -> bool:
         (dict(newest=True), "jobs_unarchived"),
         # a run's jobs
         (dict(group="sweep-1"), "jobs_by_group"),
+        # one user's history, and all of one user's jobs
+        (dict(states=FINISHED, newest=True, archived=True, owner_uid=5001), "jobs_by_owner_id"),
+        (dict(owner_uid=5001), "jobs_by_owner_id"),
     ],
 )
 def test_every_listing_query_walks_an_index(store: Store, filters: dict, index: str) -> None:

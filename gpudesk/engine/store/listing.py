@@ -111,16 +111,25 @@ def _page_query(
     if not archived and ids is None:
         clauses.append(UNARCHIVED_TERM)
         index = "jobs_unarchived"
-    if owner_uid is not None:
+    if owner_uid is not None and owner_uid == os.getuid():
         # a job stored before owners were (schema 7) is the engine's user's
-        clauses.append("(owner_uid = ? OR (owner_uid IS NULL AND ? = ?))")
-        params.extend([owner_uid, owner_uid, os.getuid()])
+        clauses.append("(owner_uid = ? OR owner_uid IS NULL)")
+        params.append(owner_uid)
+    elif owner_uid is not None:
+        clauses.append("owner_uid = ?")
+        params.append(owner_uid)
     if states is not None:
         if not states:
             return None
         term, state_index = _state_term(states)
         clauses.append(term)
         index = state_index or index
+    if owner_uid is not None and owner_uid != os.getuid():
+        # One user's jobs (`history --me` on a station of many users): walk that user's own
+        # jobs in id order, not every finished job's, unless it asks for live ones, a few
+        # that jobs_by_owner (owner_uid, state) finds at once.
+        live = states is not None and frozenset(states) <= LIVE_STATES
+        index = None if live else "jobs_by_owner_id"
     if group is not None:
         clauses.append("grp = ?")
         params.append(group)

@@ -226,9 +226,9 @@ MIGRATIONS: tuple[str, ...] = (
     # indexes give each listing its rows in id order without sorting the whole store: the live
     # window (queued and running), the finished jobs (history), the unarchived ones (a plain
     # listing), and what is due for archiving (by end); one state's unarchived jobs in id order
-    # and every listing's count, read from an index alone. A query uses a partial index only when
-    # its WHERE holds the index's terms word for word: store/listing.py writes them from the
-    # same constants.
+    # and every listing's count, read from an index alone; one user's jobs in id order. A query
+    # uses a partial index only when its WHERE holds the index's terms word for word:
+    # store/listing.py writes them from the same constants.
     """
     ALTER TABLE jobs ADD COLUMN archived INTEGER NOT NULL DEFAULT 0;
     CREATE INDEX jobs_live ON jobs (id) WHERE state IN ('queued', 'running');
@@ -236,6 +236,7 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX jobs_unarchived ON jobs (id) WHERE archived = 0;
     CREATE INDEX jobs_to_archive ON jobs (ended_at) WHERE archived = 0;
     CREATE INDEX jobs_by_state_archived ON jobs (state, archived, id);
+    CREATE INDEX jobs_by_owner_id ON jobs (owner_uid, id);
     """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
