@@ -3,8 +3,8 @@ store of 100,000 jobs as quick as on a new one (docs/reliability.md, "Listings o
 store").
 
 A page is at most `limit` rows in id order from a cursor: ascending after `after_id`, or the
-newest before `before_id` (handed back oldest first). Each query states migration 10's partial
-index terms word for word, so SQLite walks an index in id order and stops at the page's end
+newest before `before_id` (handed back oldest first). Each query states the listing migration's
+partial index terms word for word, so SQLite walks an index in id order and stops at the page's end
 instead of reading and sorting every matching row. A row `read_job` cannot read (a spec that is
 not JSON, a state or owner it does not know) is skipped and reported, never failing the page.
 """

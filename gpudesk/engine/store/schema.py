@@ -242,8 +242,8 @@ MIGRATIONS: tuple[str, ...] = (
 SCHEMA_VERSION = len(MIGRATIONS)
 
 LIVE_ATTEMPT_STATES = ("launching", "running")
-# The WHERE terms of migration 10's partial indexes, word for word (a query that states them
-# otherwise, or with bound parameters, is not matched to the index by SQLite's planner).
+# The WHERE terms of the listing migration's partial indexes, word for word (a query that states
+# them otherwise, or with bound parameters, is not matched to the index by SQLite's planner).
 LIVE_JOBS_TERM = "state IN ('queued', 'running')"
 FINISHED_JOBS_TERM = "state IN ('succeeded', 'failed', 'cancelled')"
 UNARCHIVED_TERM = "archived = 0"
