@@ -35,6 +35,7 @@ from gpudesk import __version__
 from gpudesk.engine import diskspace
 from gpudesk.engine.access import DEFAULT_ADMIN_GROUP, Access
 from gpudesk.engine.activity import EngineActivity
+from gpudesk.engine.archive import Archiver
 from gpudesk.engine.attempts import Attempts
 from gpudesk.engine.containment import limits_for
 from gpudesk.engine.control_socket import (
@@ -234,6 +235,7 @@ class Engine:
             loop=self.loop_timing,
         )
         self.slurm = SlurmBackend(home, store, self.events, self.due, self._wake)
+        self.archiver = Archiver(store, lambda: self.station.config)
         self.job_control = JobControl(
             store, self.queue, self.attempts, self.events, self.due, self.slurm
         )
@@ -368,6 +370,7 @@ class Engine:
             ("mps", self.check_mps),
             ("loaders", self.check_loaders),
             ("logcap", self.logcap.check),
+            ("archive", self.archiver.step),
         ):
             started = clock()
             try:
@@ -406,6 +409,7 @@ class Engine:
             timeout = min(timeout, max(0.0, retry_at - time.monotonic()))
         timeout = self.attempts.poll_timeout(timeout)
         timeout = self.logcap.poll_timeout(timeout)
+        timeout = self.archiver.poll_timeout(timeout)
         timeout = self.tracking.poll_timeout(timeout)
         timeout = self.offloop.poll_timeout(timeout)
         timeout = self.control.poll_timeout(timeout)

@@ -43,6 +43,16 @@ PROTOCOL_VERSION = 1
 # (\u0001): 8 MiB fits every job a kernel would start, bar the most escaped (assumption).
 MAX_MESSAGE_BYTES = 8 * 1024 * 1024
 MAX_REQUEST_VALUES = 100_000
+# The most jobs one `jobs` reply carries: a page. Measured (docs/benchmarks.md, "Listings of
+# the whole store"): over a store of 100,000 jobs, on a 2-core machine shared with other work
+# (load 5-6), a page with usage took p50 20 ms, p95 32 ms to build on the engine's loop at 100
+# jobs, p95 58 ms at 200; 100 keeps a page well under the loop's 50 ms p99 budget per request.
+# A longer listing is several requests, and other clients' requests go between them.
+JOBS_PAGE_CAP = 100
+# The most job ids one `jobs` request may name: a labelled assumption, far above any one
+# run's jobs (MAX_JOBS_PER_REQUEST is 10,000 too) and far below SQLite's 32,766 variables per
+# statement (3.32 and later). The client asks for more in several requests.
+MAX_LISTING_IDS = 10_000
 FRAME_HEADER = struct.Struct(">I")  # each frame's length
 SUBSCRIBE_OP = "subscribe"  # answered by the socket itself: the connection then carries events
 

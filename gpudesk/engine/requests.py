@@ -122,6 +122,7 @@ class EngineParts:
 class RequestHandlers:
     def __init__(self, parts: EngineParts) -> None:
         self.parts = parts
+        self._jobs_root = str(parts.home.jobs_dir)
         self.table: dict[str, Callable[[Args, Caller], Reply | Later[Any]]] = {
             "ping": self.ping,
             "status": self.status,
@@ -575,6 +576,12 @@ class RequestHandlers:
                 )
 
     def jobs(self, args: Args, caller: Caller) -> Reply:
+        """One page of jobs, oldest first, at most `limit` (and at most JOBS_PAGE_CAP): from
+        the oldest, or after `after_id`; with `limit` alone the newest, or with `before_id` the
+        newest before it. `more` says rows match beyond the page, and `after_id` or
+        `before_id` where to go on; `total` (with `count`) how many match; `damaged` the rows
+        skipped because the store cannot read them. Archived jobs only with `archived`, or
+        when named by `ids`."""
         states = None
         if args.get("states") is not None:
             try:
@@ -593,13 +600,42 @@ class RequestHandlers:
             or not all(_whole_number(i, -MAX_ROW_ID, MAX_ROW_ID) is not None for i in ids)
         ):
             raise ProtocolError(protocol.INVALID_ARGS, "'ids' must be a list of job ids")
+        if ids is not None and len(ids) > protocol.MAX_LISTING_IDS:
+            raise ProtocolError(
+                protocol.INVALID_ARGS,
+                f"'ids': at most {protocol.MAX_LISTING_IDS} job ids per request, found "
+                f"{len(ids)}; ask for the rest in further requests (the client does)",
+            )
         limit = args.get("limit")
         if limit is not None and _whole_number(limit, 1, MAX_ROW_ID) is None:
             raise ProtocolError(protocol.INVALID_ARGS, "'limit' must be a positive integer")
+        cursors = {}
+        for key in ("after_id", "before_id"):
+            if args.get(key) is not None:
+                if _whole_number(args[key], 0, MAX_ROW_ID) is None:
+                    raise ProtocolError(protocol.INVALID_ARGS, f"'{key}' must be a job id")
+                cursors[key] = args[key]
+        if len(cursors) > 1:
+            raise ProtocolError(
+                protocol.INVALID_ARGS,
+                "give 'after_id' (oldest first) or 'before_id' (newest first), not both",
+            )
         owner = _user_arg(args.get("user"))
-        jobs = self.parts.store.jobs(
-            states=states, group=group, ids=ids, limit=limit, owner_uid=owner
+        # newest first: with `before_id`, or with `limit` and no `after_id` (the newest N)
+        descending = "before_id" in cursors or (limit is not None and "after_id" not in cursors)
+        page = self.parts.store.jobs_page(
+            limit=min(limit or protocol.JOBS_PAGE_CAP, protocol.JOBS_PAGE_CAP),
+            states=states,
+            group=group,
+            ids=ids,
+            owner_uid=owner,
+            after_id=cursors.get("after_id"),
+            before_id=cursors.get("before_id"),
+            newest=descending,
+            archived=bool(args.get("archived")),
+            count=bool(args.get("count")),
         )
+        jobs = page.jobs
         live_by_job = self.parts.attempts.by_job()
         # one query for every Slurm job listed, not one per job: a run can list thousands
         on_slurm = self.parts.store.slurm_jobs([j.id for j in jobs if j.spec.cluster is not None])
@@ -619,7 +655,14 @@ class RequestHandlers:
                     data["last_slot"] = slurm_views.slot(row)
                     ended = job.ended_at or time.time()
                     data["gpu_s"] = job.spec.gpus * (ended - job.started_at)
-        return {"jobs": result}
+        reply: Reply = {"jobs": result, "more": page.more}
+        if page.more:
+            reply["before_id" if descending else "after_id"] = page.cursor
+        if page.total is not None:
+            reply["total"] = page.total
+        if page.damaged:
+            reply["damaged"] = [{"id": d.id, "reason": d.reason} for d in page.damaged]
+        return reply
 
     def show(self, args: Args, caller: Caller) -> Reply:
         parts = self.parts
@@ -776,10 +819,10 @@ class RequestHandlers:
         data["mode"] = live.mode if live else None
         data["mig_slice"] = live.mig_slice if live else None
         data["pgid"] = live.pid if live else None  # the attempt's process group, while it runs
+        # home.attempt_dir's path, joined as text: pathlib's joins were a quarter of the time
+        # a page of 200 jobs took to build on the loop
         data["log"] = (
-            str(self.parts.home.attempt_dir(job.id, job.attempts) / runner.LOG_FILE)
-            if job.attempts
-            else None
+            f"{self._jobs_root}/{job.id}/{job.attempts}/{runner.LOG_FILE}" if job.attempts else None
         )
         if slurm is not None:
             data.update(slurm_views.job_fields(job, slurm))
