@@ -22,6 +22,12 @@ follower reads across a rotation from the part that now holds what it had not re
 hold a shared flock on output.log for one bounded read at a time, the engine an exclusive one
 (not waiting: a rotation is tried again at the next check) while it rotates, so a reader never
 sees a truncated file with the record of before.
+The engine's own reads (its `log` request, the OOM check, the tracked result) take the shared
+lock with one try and read on without it when it is held (`wait=False`): they run on the loop
+that rotates, so no rotation can be under way, and the only other holder is the job, whose
+lock must not stall the engine's loop (issue 36). For the same reason a rotation goes ahead
+despite a lock held far longer than any read (`despite_lock`, gpudesk.engine.logcap): else a
+job that flocks its own output.log would lift its cap for good.
 
 Who owns what (an engine run by root, a job run as its owner): output.log and its parts are the
 owner's; the record is the engine's own (root's, readable by all: it holds byte positions only),
@@ -192,21 +198,34 @@ def _open_log(log: str | os.PathLike[str], owner_uid: int | None, flags: int = 0
     return open_untrusted(log, owner_uid, flags)
 
 
-def _lock_shared(fd: int) -> None:
+# A reader outside the engine waits out a rotation (milliseconds) for at most this long before
+# it reads on unlocked: assumption, 3 s is far beyond any copy of a log of at most a few caps.
+LOCK_TRIES = 300
+LOCK_RETRY_S = 0.01
+
+
+def _lock_shared(fd: int, wait: bool = True) -> None:
     """A reader's lock: waits out a rotation (milliseconds), but reads on unlocked rather than
-    hang should something else hold the file locked."""
-    for _ in range(300):
+    hang should something else hold the file locked. `wait=False` (the engine's own reads):
+    one try, never a sleep. The engine reads on the loop, the thread that also rotates, so no
+    rotation of its own can be under way while it reads: the lock shields readers in other
+    processes from the engine, and a lock the engine finds held is the job's (its owner can
+    flock her own output.log for as long as she likes), which must not stall every client."""
+    for _ in range(LOCK_TRIES if wait else 1):
         try:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
             return
         except BlockingIOError:
-            time.sleep(0.01)
+            if wait:
+                time.sleep(LOCK_RETRY_S)
 
 
 # ------------------------------------------------------------------------------- rotation
-def rotate(log: str | os.PathLike[str], cap: int, keep: int) -> bool:
+def rotate(log: str | os.PathLike[str], cap: int, keep: int, despite_lock: bool = False) -> bool:
     """Rotate `log` when it is larger than `cap` bytes, keeping `keep` parts. Returns whether
-    it rotated (False also when a reader holds the lock: the caller tries again later)."""
+    it rotated (False also when a reader holds the lock: the caller tries again later).
+    `despite_lock`: rotate even when someone holds the lock, for a lock held far longer than
+    any reader's read (the job's own, gpudesk.engine.logcap), which must not lift the cap."""
     try:
         if os.stat(log, follow_symlinks=False).st_size <= cap:
             return False
@@ -218,7 +237,8 @@ def rotate(log: str | os.PathLike[str], cap: int, keep: int) -> bool:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            return False
+            if not despite_lock:
+                return False
         st = os.fstat(fd)
         size = st.st_size
         if size <= cap:
@@ -301,11 +321,16 @@ class LogStream:
     what it should be raises UntrustedFileError."""
 
     def __init__(
-        self, log: str | os.PathLike[str], position: int = 0, owner_uid: int | None = None
+        self,
+        log: str | os.PathLike[str],
+        position: int = 0,
+        owner_uid: int | None = None,
+        wait: bool = True,
     ) -> None:
         self.log = log
         self.position = position
         self.owner_uid = owner_uid
+        self.wait = wait  # False: the engine's loop, which never waits on a lock (_lock_shared)
 
     def read(self, limit: int = CHUNK_BYTES) -> Piece | None:
         """The next piece (at most `limit` bytes), or None when there is nothing new yet."""
@@ -314,7 +339,7 @@ class LogStream:
         except FileNotFoundError:
             return None  # the attempt has not started writing
         try:
-            _lock_shared(fd)
+            _lock_shared(fd, self.wait)
             # the parts are the log's: of its owner, whoever that is
             owner = os.fstat(fd).st_uid if self.owner_uid is None else self.owner_uid
             record = read_rotation(self.log)
@@ -350,7 +375,7 @@ class LogStream:
 
     def end(self) -> int:
         """The stream position just past what the log holds now."""
-        return stream_end(self.log, self.owner_uid)
+        return stream_end(self.log, self.owner_uid, self.wait)
 
 
 def _read_part(path: Path, owner_uid: int, offset: int, size: int) -> bytes:
@@ -365,9 +390,10 @@ def _read_part(path: Path, owner_uid: int, offset: int, size: int) -> bytes:
         os.close(fd)
 
 
-def stream_end(log: str | os.PathLike[str], owner_uid: int | None = None) -> int:
+def stream_end(log: str | os.PathLike[str], owner_uid: int | None = None, wait: bool = True) -> int:
     """The stream position just past what the log holds now (0 when there is no log, or it
-    cannot be read); raises UntrustedFileError when output.log is not what it should be."""
+    cannot be read); raises UntrustedFileError when output.log is not what it should be.
+    `wait=False`: the engine's loop, which never waits on a lock (_lock_shared)."""
     try:
         fd = _open_log(log, owner_uid)
     except UntrustedFileError:
@@ -375,18 +401,23 @@ def stream_end(log: str | os.PathLike[str], owner_uid: int | None = None) -> int
     except OSError:
         return 0
     try:
-        _lock_shared(fd)
+        _lock_shared(fd, wait)
         return read_rotation(log).base + os.fstat(fd).st_size
     finally:
         os.close(fd)
 
 
-def tail(log: str | os.PathLike[str], max_bytes: int, owner_uid: int | None = None) -> bytes:
+def tail(
+    log: str | os.PathLike[str],
+    max_bytes: int,
+    owner_uid: int | None = None,
+    wait: bool = True,
+) -> bytes:
     """The last `max_bytes` of the stream: output.log's end, with the newest part's end before
     it when output.log was just rotated and holds less. Raises OSError (UntrustedFileError
-    among them) when it cannot be read."""
-    end = stream_end(log, owner_uid)
-    stream = LogStream(log, max(0, end - max_bytes), owner_uid)
+    among them) when it cannot be read. `wait=False`: the engine's loop (_lock_shared)."""
+    end = stream_end(log, owner_uid, wait)
+    stream = LogStream(log, max(0, end - max_bytes), owner_uid, wait)
     out = bytearray()
     while len(out) < max_bytes and (piece := stream.read(max_bytes - len(out))) is not None:
         out += piece.data

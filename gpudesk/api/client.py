@@ -28,6 +28,7 @@ from gpudesk.api.models import (
     ActionOutcome,
     ActionResult,
     ConfigureResult,
+    DamagedJob,
     DatasetsResult,
     JobDetail,
     JobEvent,
@@ -48,7 +49,7 @@ from gpudesk.api.models import (
     TelemetryResult,
     WireModel,
 )
-from gpudesk.engine.protocol import INTERNAL, PROTOCOL_VERSION, UNKNOWN_OP
+from gpudesk.engine.protocol import INTERNAL, MAX_LISTING_IDS, PROTOCOL_VERSION, UNKNOWN_OP
 
 if TYPE_CHECKING:
     from gpudesk.api.connection import Connection, EventSocket
@@ -278,18 +279,24 @@ class Client:
         jobs = [(spec if spec.workdir else replace(spec, workdir=here)).to_dict() for spec in specs]
         return {"jobs": jobs, "env": dict(env) if env is not None else submit_env()}
 
-    def jobs(
+    def jobs_page(
         self,
         *,
         states: Sequence[JobStateName] | None = None,
         group: str | None = None,
         ids: Sequence[int] | None = None,
         limit: int | None = None,
+        after_id: int | None = None,
+        before_id: int | None = None,
         usage: bool = False,
         user: str | int | None = None,
-    ) -> list[JobView]:
-        """Jobs, oldest first, filtered by state, group, ids or owner (`user`: a user name or
-        uid); `limit` keeps the newest."""
+        archived: bool = False,
+        count: bool = False,
+    ) -> JobList:
+        """One `jobs` request: a page of at most the engine's cap (JOBS_PAGE_CAP) and `limit`,
+        oldest first; from the oldest, or after `after_id`; with `limit` alone the newest, or
+        with `before_id` the newest before it. The reply says whether more match and where to
+        go on (`JobList`)."""
         args: dict[str, Any] = {}
         if user is not None:
             args["user"] = user
@@ -299,11 +306,98 @@ class Client:
             args["group"] = group
         if ids is not None:
             args["ids"] = list(ids)
-        if limit is not None:
-            args["limit"] = limit
-        if usage:
-            args["usage"] = True
-        return self.call(JobList, "jobs", **args).jobs
+        for key, value in (("limit", limit), ("after_id", after_id), ("before_id", before_id)):
+            if value is not None:
+                args[key] = value
+        for key, flag in (("usage", usage), ("archived", archived), ("count", count)):
+            if flag:
+                args[key] = True
+        return self.call(JobList, "jobs", **args)
+
+    def job_listing(
+        self,
+        *,
+        states: Sequence[JobStateName] | None = None,
+        group: str | None = None,
+        ids: Sequence[int] | None = None,
+        limit: int | None = None,
+        usage: bool = False,
+        user: str | int | None = None,
+        archived: bool = False,
+    ) -> JobList:
+        """Every job that matches (with `limit`, the newest `limit`), oldest first, in one
+        JobList gathered from as many pages as it takes: each page its own request, so other
+        clients' requests go between them. `more` (with `limit`): more matched than were
+        kept. `damaged`: every page's skipped rows. Ids beyond the engine's per-request limit
+        are asked for in several requests."""
+        chunks: list[list[int] | None] = [None]
+        if ids is not None:
+            ids = list(dict.fromkeys(ids))
+            chunks = [
+                ids[i : i + MAX_LISTING_IDS] for i in range(0, len(ids), MAX_LISTING_IDS)
+            ] or [[]]
+        filters: dict[str, Any] = dict(
+            states=states, group=group, usage=usage, user=user, archived=archived
+        )
+        jobs: list[JobView] = []
+        damaged: list[DamagedJob] = []
+        more = False
+        for chunk in chunks:
+            if limit is None:  # oldest first, page after page
+                after: int | None = None
+                while True:
+                    page = self.jobs_page(ids=chunk, after_id=after, **filters)
+                    jobs += page.jobs
+                    damaged += page.damaged
+                    if not page.more or page.after_id is None:
+                        break
+                    after = page.after_id
+            else:  # newest first until `limit` are kept (damaged rows count: they were there)
+                pages: list[list[JobView]] = []
+                before: int | None = None
+                left = limit
+                while True:  # a limit below 1 is the engine's to refuse (invalid_args)
+                    page = self.jobs_page(ids=chunk, limit=left, before_id=before, **filters)
+                    pages.append(page.jobs)
+                    damaged += page.damaged
+                    left -= len(page.jobs) + len(page.damaged)
+                    if not page.more or page.before_id is None:
+                        break
+                    if left <= 0:
+                        more = True
+                        break
+                    before = page.before_id
+                jobs += [job for found in reversed(pages) for job in found]
+        if len(chunks) > 1:
+            jobs.sort(key=lambda job: job.id)
+            if limit is not None and len(jobs) > limit:
+                jobs, more = jobs[-limit:], True
+        return JobList(jobs=jobs, more=more, damaged=damaged)
+
+    def jobs(
+        self,
+        *,
+        states: Sequence[JobStateName] | None = None,
+        group: str | None = None,
+        ids: Sequence[int] | None = None,
+        limit: int | None = None,
+        usage: bool = False,
+        user: str | int | None = None,
+        archived: bool = False,
+    ) -> list[JobView]:
+        """Jobs, oldest first, filtered by state, group, ids or owner (`user`: a user name or
+        uid); `limit` keeps the newest. Archived jobs (finished longer ago than the station
+        keeps them live) only with `archived`, or when named by `ids`. Rows the engine cannot
+        read are left out: `job_listing` says which."""
+        return self.job_listing(
+            states=states,
+            group=group,
+            ids=ids,
+            limit=limit,
+            usage=usage,
+            user=user,
+            archived=archived,
+        ).jobs
 
     def show(self, job: JobRef, *, env: bool = False, series: bool = False) -> JobDetail:
         """One job with its attempts, events, usage and why it waits; with `series`, its

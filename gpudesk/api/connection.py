@@ -11,6 +11,7 @@ import os
 import re
 import select
 import socket
+import stat
 import subprocess
 import time
 from collections.abc import Iterator, Sequence
@@ -67,8 +68,8 @@ class EngineNotListening(EngineError):
 
 
 class EngineClosed(EngineError):
-    """The engine closed the connection without answering (it stopped, or the request was
-    larger than it takes)."""
+    """The engine closed the connection without answering or saying why (it stopped); when it
+    refuses a connection or a request it says why, and that is raised instead."""
 
 
 def _engine_log(home: Home, offset: int | None = None, tail: int = 16384) -> str | None:
@@ -206,7 +207,9 @@ class Connection:
             sock.connect(str(self.socket_path))
         except (FileNotFoundError, ConnectionRefusedError):
             sock.close()
-            raise EngineNotListening(_not_listening(self.home)) from None
+            raise EngineNotListening(
+                _not_a_socket(self.socket_path) or _not_listening(self.home)
+            ) from None
         except PermissionError:
             sock.close()
             raise EngineError(_not_allowed(self.home)) from None
@@ -270,6 +273,14 @@ class Connection:
                 "(a big env) out of every job",
                 TOO_LARGE,
             )
+        values = protocol.json_values(payload)
+        if values > protocol.MAX_REQUEST_VALUES:
+            raise EngineError(
+                f"this {op!r} request holds up to {values:,} JSON values, more than the "
+                f"{protocol.MAX_REQUEST_VALUES:,} the engine parses in one message, so it was not "
+                "sent: send less at once (fewer jobs per submit, about 2,000 plain ones fit)",
+                TOO_LARGE,
+            )
         sock = self._socket()
         deadline = time.monotonic() + self.timeout
         try:
@@ -277,6 +288,12 @@ class Connection:
                 _send_all(sock, protocol.frame(payload), deadline)
                 return _read_frame(sock, deadline)
             except _Closed:
+                # The engine may have closed after saying why (it refused the connection): its
+                # words are the answer.
+                parting = _parting_words(sock)
+                if parting is not None:
+                    self.close()
+                    return parting
                 if _greets_like_zmq(self.socket_path):
                     raise _OtherProtocol from None
                 raise
@@ -293,9 +310,8 @@ class Connection:
             self.close()
             raise EngineClosed(
                 f"{self.home.description} closed the connection without answering this "
-                f"{op!r} request ({byte_size(len(payload))}): it was larger than the engine "
-                f"takes, or the engine stopped (`gpudesk engine status`; its log: "
-                f"{self.home.log_hint})"
+                f"{op!r} request and without saying why: it stopped or restarted, or dropped "
+                f"the connection (`gpudesk engine status`; its log: {self.home.log_hint})"
             ) from None
         except TimeoutError:
             self.close()
@@ -317,8 +333,15 @@ class Connection:
             deadline = time.monotonic() + self.timeout
             request = protocol.Request(op=protocol.SUBSCRIBE_OP, args={"topic": topic}, id=0)
             try:
-                _send_all(sock, protocol.frame(request.encode()), deadline)
-                protocol.decode_reply(_read_frame(sock, deadline))
+                try:
+                    _send_all(sock, protocol.frame(request.encode()), deadline)
+                    reply = _read_frame(sock, deadline)
+                except _Closed:
+                    parting = _parting_words(sock)
+                    if parting is None:
+                        raise
+                    reply = parting
+                protocol.decode_reply(reply)
             except (_Closed, TimeoutError) as exc:
                 raise EngineError(f"could not subscribe to the engine's events: {exc}") from None
             except protocol.ProtocolError as exc:
@@ -329,15 +352,32 @@ class Connection:
 
 
 def _closed_by_peer(sock: socket.socket) -> bool:
+    """Whether an idle connection is done with: the engine closed it, or sent something
+    unasked (its last words before closing it), which must not be read as the next reply."""
     readable, _, _ = select.select([sock], [], [], 0)
     if not readable:
         return False
     try:
-        return sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+        sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
     except (BlockingIOError, InterruptedError):
         return False
     except OSError:
-        return True
+        pass
+    return True
+
+
+def _parting_words(sock: socket.socket) -> bytes | None:
+    """The error frame an engine sent before closing the connection (why it refused it), when
+    one is there to read; None when it closed without a word."""
+    try:
+        raw = _read_frame(sock, time.monotonic() + 1.0)
+    except (_Closed, _OtherProtocol, TimeoutError, OSError):
+        return None
+    try:
+        protocol.decode_reply(raw)
+    except protocol.ProtocolError:
+        return raw
+    return None
 
 
 def _not_listening(home: Home) -> str:
@@ -348,6 +388,22 @@ def _not_listening(home: Home) -> str:
             "instead, set GPUDESK_HOME"
         )
     return f"no engine is listening for {home.root} (start one with `gpudesk engine start`)"
+
+
+def _not_a_socket(path: Path) -> str | None:
+    """Why no engine can listen at `path` when something other than a socket is there."""
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        return None
+    if stat.S_ISSOCK(mode):
+        return None
+    return (
+        f"no engine is listening at {path}: something other than a socket is there (a file "
+        "or folder left by hand or by another program), and no engine can listen there until "
+        f"it is moved away (`mv {path} {path}.old`; for a station's socket an admin does it), "
+        "then the engine started again"
+    )
 
 
 def _not_allowed(home: Home) -> str:
@@ -423,9 +479,10 @@ class _OtherProtocol(Exception):
 
 def _read_frame(sock: socket.socket, deadline: float | None) -> bytes:
     header = protocol.FRAME_HEADER
-    (length,) = header.unpack(_recv_exact(sock, header.size, deadline))
-    if length > protocol.MAX_MESSAGE_BYTES:  # ZMTP's greeting starts with 0xFF
+    head = _recv_exact(sock, header.size, deadline)
+    if head[0] == 0xFF:  # ZMTP's greeting starts with 0xFF; no reply is 4 GiB long
         raise _OtherProtocol
+    (length,) = header.unpack(head)
     return _recv_exact(sock, length, deadline)
 
 
@@ -471,6 +528,12 @@ class EventSocket:
         (length,) = header.unpack_from(self._buffer)
         body = bytes(self._buffer[header.size : header.size + length])
         del self._buffer[: header.size + length]
+        if body.startswith(b"{"):  # no topic: the engine's last words before it closes
+            try:
+                protocol.decode_reply(body)
+            except protocol.ProtocolError as exc:
+                raise EngineError(exc.message, exc.code) from None
+            raise EngineError("the engine sent a reply on its event stream", "bad_reply")
         return protocol.split_event(body)
 
 

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 BAD_REPLY = "bad_reply"  # the engine answered something this client's models do not describe
 TOO_LARGE = "too_large"  # a request over the protocol's message limit: never sent
+# An event stream the engine cut off because it fell too far behind: events were missed, and a
+# follower subscribes again and reads the state anew (protocol.EVENTS_MISSED).
+EVENTS_MISSED = "events_missed"
 
 
 class EngineError(RuntimeError):
@@ -17,4 +20,4 @@ class EngineError(RuntimeError):
         self.code = code
 
 
-__all__ = ["BAD_REPLY", "TOO_LARGE", "EngineError"]
+__all__ = ["BAD_REPLY", "EVENTS_MISSED", "TOO_LARGE", "EngineError"]

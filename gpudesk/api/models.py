@@ -29,6 +29,7 @@ __all__ = [
     "AttemptView",
     "ClusterView",
     "ConfigureResult",
+    "DamagedJob",
     "DatasetsResult",
     "DemandView",
     "EventView",
@@ -309,10 +310,27 @@ class PlacementView(WireModel, frozen=True):
     alternatives: list[AlternativeView] = []
 
 
+class DamagedJob(WireModel, frozen=True):
+    """A job row the engine's store cannot read (its spec is not JSON, say): left out of the
+    listing, and why."""
+
+    id: int
+    reason: str
+
+
 class JobList(WireModel, frozen=True):
-    """`jobs`: the jobs asked for, oldest first."""
+    """`jobs`: one page of the jobs asked for, oldest first (at most the engine's page cap).
+    `more`: further jobs match; go on with `after_id` (oldest-first pages) or `before_id`
+    (newest-first pages), whichever is set. `total` (asked with `count`): how many match in
+    all. `damaged`: rows skipped because the store cannot read them. `Client.job_listing`
+    follows the pages and gathers them into one JobList."""
 
     jobs: list[JobView]
+    more: bool = False
+    after_id: int | None = None
+    before_id: int | None = None
+    total: int | None = None
+    damaged: list[DamagedJob] = []
 
 
 class AttemptView(WireModel, frozen=True):
@@ -461,6 +479,9 @@ class StationConfigView(WireModel, frozen=True):
     # host's memory). An engine from before the settings existed leaves them out.
     job_pids_max: int | None = None
     job_memory_max_gb: float | None = None
+    # Days a finished job stays in the live listings before it is archived (0: never); an
+    # engine from before the setting existed leaves it out.
+    keep_finished_days: float | None = None
 
     @property
     def grid_text(self) -> str:

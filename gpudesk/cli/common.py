@@ -65,7 +65,7 @@ def complete_job(incomplete: str) -> list[tuple[str, str]]:
         if not home.is_system and engine_pid(home) is None:
             return []
         with Client.connect(home, autostart=False, timeout=COMPLETION_TIMEOUT_S) as client:
-            jobs = client.jobs(limit=500)
+            jobs = client.jobs(limit=200)  # one page: a Tab press waits on it
     except Exception:  # whatever went wrong, a Tab press must not print a traceback
         return []
     found: dict[str, str] = {}
@@ -74,6 +74,21 @@ def complete_job(incomplete: str) -> list[tuple[str, str]]:
             if word.startswith(incomplete) and word not in found:
                 found[word] = f"{job.name} ({job.state})" if word != job.name else job.state
     return list(found.items())
+
+
+def say_damaged(damaged: Any) -> None:
+    """One line on stderr for the job rows the engine skipped because its store cannot read
+    them (`JobList.damaged`): the listing goes on without them, but never silently."""
+    import sys
+
+    if damaged:
+        shown = "; ".join(f"job {d.id}: {d.reason}" for d in damaged[:3])
+        others = f" (and {len(damaged) - 3} more)" if len(damaged) > 3 else ""
+        print(
+            f"warning: {len(damaged)} job record(s) in the engine's store cannot be read and "
+            f"are left out: {shown}{others}; the engine's log names them",
+            file=sys.stderr,
+        )
 
 
 def print_model(model: Any) -> None:

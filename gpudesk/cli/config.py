@@ -57,6 +57,19 @@ def _read(path: Path) -> dict[str, Any]:
         raise CliError(f"the config file {path} is not UTF-8 text", EXIT_USAGE) from None
     except tomllib.TOMLDecodeError as exc:
         raise CliError(f"the config file {path} is not valid TOML: {exc}", EXIT_USAGE) from None
+    except RecursionError:  # tomllib recurses once per level of nesting: `a = [[[[…`
+        raise CliError(
+            f"the config file {path} is not valid TOML: arrays or inline tables are nested too "
+            "deeply",
+            EXIT_USAGE,
+        ) from None
+    except ValueError as exc:  # tomllib lets Python's int() digit limit through as ValueError
+        reason = (
+            "a number is too long (integers must fit in 64 bits)"
+            if "integer string conversion" in str(exc)
+            else str(exc)
+        )
+        raise CliError(f"the config file {path} is not valid TOML: {reason}", EXIT_USAGE) from None
 
 
 def default_map(command: Any, path: Path | None = None) -> DefaultMap:

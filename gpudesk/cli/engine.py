@@ -143,7 +143,10 @@ def _settings_table(pairs: list[str]) -> dict[str, object]:
         if raw.strip():
             try:
                 value = tomllib.loads(f"value = {raw}")["value"]
-            except tomllib.TOMLDecodeError:
+            except (ValueError, RecursionError):
+                # not a TOML value (TOMLDecodeError is a ValueError; so is a number past
+                # int()'s digit limit; `[[[[…` nested past the stack is a RecursionError): the
+                # word as it is, which the engine checks as it checks any setting
                 value = raw.strip()
         table[key] = value
     return table

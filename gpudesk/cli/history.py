@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from gpudesk.cli.common import engine_client, fail, owner_filter, print_json
+from gpudesk.cli.common import engine_client, fail, owner_filter, print_json, say_damaged
 from gpudesk.cli.exit_codes import EXIT_USAGE
 from gpudesk.cli.plot_output import PLOT_HELP, plot_target, write_plot
 
@@ -205,12 +205,16 @@ def history(
         except ValueError as exc:
             fail(f"--since: {exc}", EXIT_USAGE)
     with engine_client() as client:
-        jobs = client.jobs(
+        # archived jobs too: history is accounting, the whole store's
+        listing = client.job_listing(
             states=["succeeded", "failed", "cancelled"],
             limit=max(1, limit),
             usage=True,
             user=owner,
+            archived=True,
         )
+        say_damaged(listing.damaged)
+        jobs = listing.jobs
         jobs = [
             j for j in jobs if start is None or (j.ended_at is not None and j.ended_at >= start)
         ]

@@ -18,16 +18,20 @@ from gpudesk.cli.common import (
     fail,
     owner_filter,
     print_json,
+    say_damaged,
     target_cluster,
 )
 from gpudesk.cli.exit_codes import EXIT_FAILED, EXIT_TIMED_OUT, EXIT_USAGE
 from gpudesk.cli.plot_output import PLOT_HELP, plot_target, write_plot
 
 if TYPE_CHECKING:
+    from gpudesk.api.client import Client
     from gpudesk.api.models import (
         ActionOutcome,
         AlternativeView,
+        DamagedJob,
         JobDetail,
+        JobStateName,
         JobView,
         UsageSummary,
     )
@@ -259,7 +263,12 @@ def _queue_rows(jobs: list[JobView]) -> str:
 def queue(
     all_jobs: bool = typer.Option(False, "--all", "-a", help="Include finished jobs."),
     group: str | None = typer.Option(None, "--group", "-g", help="Only this run's jobs."),
-    limit: int = typer.Option(500, "--limit", help="Show at most the newest N jobs."),
+    limit: int = typer.Option(
+        500,
+        "--limit",
+        help="Show at most N waiting jobs (every running one is shown); with --all or --state, "
+        "the newest N jobs. Says what it left out.",
+    ),
     user: str | None = typer.Option(None, "--user", "-u", help="Only this user's jobs."),
     me: bool = typer.Option(False, "--me", help="Only my jobs."),
     state: str | None = typer.Option(
@@ -298,17 +307,23 @@ def queue(
         states = [
             s for s in get_args(JobStateName) if s in asked or (s == "queued" and "held" in asked)
         ]
+    limit = max(1, limit)
     with engine_client() as client:
-        jobs = client.jobs(states=states, group=group, limit=max(1, limit), user=owner)
+        jobs, damaged, cut = _listed(client, states, group, limit, owner)
     if asked:
         jobs = [job for job in jobs if ("held" if job.held else job.state) in asked]
     if name is not None:
         jobs = [job for job in jobs if fnmatch.fnmatchcase(job.name, name)]
+    say_damaged(damaged)
     if json_out:
         print_json({"jobs": to_builtins(jobs)})
+        if cut:
+            print(cut, file=sys.stderr)
         return
     if not jobs:
-        if state is not None or name is not None:
+        if cut:
+            print(cut)
+        elif state is not None or name is not None:
             print("no jobs match")
         elif all_jobs:
             print("no jobs")
@@ -316,6 +331,49 @@ def queue(
             print("no queued or running jobs (gpudesk queue --all shows finished ones)")
         return
     print(_queue_rows(jobs))
+    if cut:
+        print(cut)
+
+
+LIVE_STATES = ("running", "queued")
+
+
+def _listed(
+    client: Client,
+    states: list[JobStateName] | None,
+    group: str | None,
+    limit: int,
+    owner: str | int | None,
+) -> tuple[list[JobView], list[DamagedJob], str | None]:
+    """What `queue` lists, the rows the engine skipped as damaged, and a line saying what the
+    `limit` cut (None: nothing was). Queued and running jobs (the default): every running job,
+    then the waiting ones in queue order (priority, then submission), the first `limit` of
+    them. Otherwise the newest `limit` jobs, every running one among those asked for kept."""
+    if states is not None and set(states) <= set(LIVE_STATES):
+        wanted = [s for s in LIVE_STATES if s in states]
+        listings = {s: client.job_listing(states=[s], group=group, user=owner) for s in wanted}
+        damaged = [d for listing in listings.values() for d in listing.damaged]
+        running = listings["running"].jobs if "running" in listings else []
+        waiting = listings["queued"].jobs if "queued" in listings else []
+        waiting.sort(key=lambda job: (-job.spec.priority, job.id))
+        cut = None
+        if len(waiting) > limit:
+            cut = (
+                f"… and {len(waiting) - limit} more waiting (of {len(waiting)}); "
+                f"--limit {len(waiting)} shows them all"
+            )
+        return running + waiting[:limit], damaged, cut
+    listing = client.job_listing(states=states, group=group, limit=limit, user=owner)
+    jobs, damaged, cut = listing.jobs, list(listing.damaged), None
+    if listing.more:
+        total = client.jobs_page(states=states, group=group, limit=1, user=owner, count=True).total
+        older = f"{total - len(jobs) - len(damaged)} older jobs" if total else "older jobs"
+        cut = f"… and {older} not shown; --limit N shows more"
+    if states is None or "running" in states:
+        shown = {job.id for job in jobs}
+        live = client.job_listing(states=["running"], group=group, user=owner).jobs
+        jobs = sorted([*jobs, *(j for j in live if j.id not in shown)], key=lambda j: j.id)
+    return jobs, damaged, cut
 
 
 # -------------------------------------------------------------------------- show

@@ -525,14 +525,14 @@ def _add_usage(client: Client, report: RunReport) -> None:
     report.backend, report.simulated = station.effective_backend, station.simulated
     report.grid_g_per_kwh = station.grid_intensity
     report.grid_region, report.grid_source = station.grid_region, station.grid_source
-    usage = {j.id: j.usage for j in client.jobs(group=report.group, usage=True)}
+    usage = {j.id: j.usage for j in client.jobs(group=report.group, usage=True, archived=True)}
     report.jobs = [msgspec.structs.replace(j, usage=usage.get(j.id)) for j in report.jobs]
 
 
 def _follow(client: Client, events: EventStream, group: str, progress: _Progress) -> list[JobView]:
     while True:
         started = time.monotonic()
-        jobs = client.jobs(group=group)
+        jobs = client.jobs(group=group, archived=True)
         gap = max(MIN_REFRESH_S, (time.monotonic() - started) / ENGINE_SHARE)
         progress.update(jobs)
         if all(job.terminal for job in jobs):

@@ -682,7 +682,11 @@ class Attempts:
         usage: AttemptUsage | None,
         timed_out: bool,
     ) -> Ending:
-        oom = gpu_oom_line(attempt.log_path, exit_code) if job.spec.gpus else None
+        oom = (
+            gpu_oom_line(attempt.log_path, exit_code, runner.log_owner_uid(job.owner))
+            if job.spec.gpus
+            else None
+        )
         if job.cancel_requested and exit_code != 0:
             return Ending(JobState.CANCELLED, f"cancelled ({outcome})")
         if exit_code == 0:

@@ -27,7 +27,7 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import IO, Any
 
@@ -35,19 +35,25 @@ from gpudesk import __version__
 from gpudesk.engine import diskspace
 from gpudesk.engine.access import DEFAULT_ADMIN_GROUP, Access
 from gpudesk.engine.activity import EngineActivity
+from gpudesk.engine.archive import Archiver
 from gpudesk.engine.attempts import Attempts
 from gpudesk.engine.containment import limits_for
-from gpudesk.engine.control_socket import ControlSocket, SocketAccess
+from gpudesk.engine.control_socket import (
+    CannotListen,
+    ControlSocket,
+    SocketAccess,
+    SocketLimits,
+)
 from gpudesk.engine.events import EventPublisher
 from gpudesk.engine.identity import Caller, group_id
 from gpudesk.engine.job_control import JobControl
 from gpudesk.engine.learning import StationLearning
-from gpudesk.engine.loaders import CHECK_EVERY_S, DatasetSpec, LoaderSupervisor
+from gpudesk.engine.loaders import CHECK_EVERY_S, DatasetSpec, LoaderSupervisor, Statuses
 from gpudesk.engine.logcap import LogCap
 from gpudesk.engine.loop_timing import LoopTiming
 from gpudesk.engine.metrics.exporter import MetricsExporter
 from gpudesk.engine.mps.watch import MpsWatch
-from gpudesk.engine.offloop import OffLoop, Pending
+from gpudesk.engine.offloop import Busy, OffLoop, Pending
 from gpudesk.engine.placement.queue import JobQueue
 from gpudesk.engine.repartition.control import MigControl
 from gpudesk.engine.requests import EngineParts, RequestHandlers
@@ -55,6 +61,7 @@ from gpudesk.engine.scheduler import Scheduler, mig_candidates
 from gpudesk.engine.slurm.backend import SlurmBackend
 from gpudesk.engine.state import CurrentStation, PlacementDue
 from gpudesk.engine.station import DEFAULT_JOB_MEMORY_FRACTION, StationConfig, host_cores
+from gpudesk.engine.store.damage import damaged_text, is_damage
 from gpudesk.engine.store.database import Store
 from gpudesk.engine.store.schema import IncompatibleStore, StoreError
 from gpudesk.engine.telemetry_sink import TelemetrySink
@@ -70,6 +77,10 @@ from gpudesk.paths import (
 
 log = logging.getLogger("gpudesk.engine")
 
+# Whose work the engine's own off-loop work counts as (gpudesk.engine.offloop bounds each uid's):
+# no user's, as no uid is negative.
+ENGINE_WORK_UID = -1
+LOADER_STATUS_WORK = "asking the shared loaders for their status"
 EXIT_BAD_HOME = 4  # the home's state cannot be used as it is: the log says why and what to do
 IDLE_POLL_S = 1.0
 LOCK_RETRY_S = 1.0
@@ -129,10 +140,15 @@ class Engine:
         self.disk_full_said: float | None = None  # when the log last said the disk is full
         # A system engine's socket is for the station's group (0660; its folder 0750): who
         # may connect is the kernel's call, what each caller may do is `access`'s.
+        access = access or Access.personal()
+        # Who is an admin decides which connections the per-user bounds apply to (none on a
+        # personal engine: its callers are all admins).
         self.control = ControlSocket(
             home.control_socket,
             self._handle,
             SocketAccess(0o660, station_group) if home.is_system else SocketAccess(),
+            access.is_admin,
+            SocketLimits.from_env(),
         )
         self.wake_r, self.wake_w = socket.socketpair()
         self.wake_r.setblocking(False)
@@ -219,10 +235,12 @@ class Engine:
             loop=self.loop_timing,
         )
         self.slurm = SlurmBackend(home, store, self.events, self.due, self._wake)
+        self.archiver = Archiver(store, lambda: self.station.config)
         self.job_control = JobControl(
             store, self.queue, self.attempts, self.events, self.due, self.slurm
         )
         self.offloop = OffLoop(self._wake)
+        self.loaders.offload = self._offload_loader_status
         self.handlers = RequestHandlers(
             EngineParts(
                 home=home,
@@ -246,7 +264,7 @@ class Engine:
                 cores=self.scheduler.cores,
                 stop=self.stop,
                 offloop=self.offloop,
-                access=access or Access.personal(),
+                access=access,
                 loop=self.loop_timing,
             )
         )
@@ -353,6 +371,7 @@ class Engine:
             ("mps", self.check_mps),
             ("loaders", self.check_loaders),
             ("logcap", self.logcap.check),
+            ("archive", self.archiver.step),
         ):
             started = clock()
             try:
@@ -391,9 +410,11 @@ class Engine:
             timeout = min(timeout, max(0.0, retry_at - time.monotonic()))
         timeout = self.attempts.poll_timeout(timeout)
         timeout = self.logcap.poll_timeout(timeout)
+        timeout = self.archiver.poll_timeout(timeout)
         timeout = self.tracking.poll_timeout(timeout)
         timeout = self.offloop.poll_timeout(timeout)
         timeout = self.scheduler.fair_usage.poll_timeout(timeout)
+        timeout = self.control.poll_timeout(timeout)
         if self.loaders.producers:
             timeout = min(timeout, CHECK_EVERY_S)
         if self.due.pending:
@@ -403,6 +424,25 @@ class Engine:
     # ------------------------------------------------------ periodic checks
     def check_mps(self) -> None:
         self.mps_watch.check(self.attempts.mps_gpus())
+
+    def _offload_loader_status(
+        self,
+        work: Callable[[], Statuses],
+        done: Callable[[Statuses | None], None],
+        bound_s: float,
+    ) -> None:
+        """The periodic ask of the shared loaders' status, off the loop (a producer that does
+        not answer made the loop wait up to a second every STATUS_EVERY_S)."""
+
+        def settled(result: Statuses | None, error: BaseException | None) -> None:
+            if error is not None:
+                log.warning("asking the shared loaders for their status: %s", error)
+            done(result if error is None else None)
+
+        try:
+            self.offloop.submit(ENGINE_WORK_UID, LOADER_STATUS_WORK, work, settled, bound_s)
+        except Busy:
+            done(None)
 
     def check_loaders(self) -> None:
         """Start, restart and stop dataset producers as the jobs need them."""
@@ -487,12 +527,7 @@ def open_store(home: Home) -> Store:
     except StoreError as exc:
         if diskspace.is_full(exc, home.root):
             raise  # not damage: `main` says the disk is full, and what to do
-        raise HomeError(
-            f"{exc}. The file is damaged or not a gpudesk database, so the engine does not "
-            f"start. Keep it for now: restore {home.db.name} from a backup, or move the whole "
-            f"home aside to start afresh (`mv {home.root} {home.root}.damaged`), which keeps "
-            "its job logs."
-        ) from None
+        raise HomeError(damaged_text(home.db, home.root, str(exc))) from None
     # A database restored from an older backup must not hand out the ids of the jobs that ran
     # after it was taken: their folders are there.
     store.reserve_job_ids(max(job_folders(home), default=0))
@@ -534,7 +569,13 @@ def serve(
             return 2
         store.set_setting("station", config.to_dict())
         engine = Engine(home, store, config, access, station_group)
-        engine.bind()
+        try:
+            engine.bind()
+        except CannotListen as exc:  # a file in the socket's place: one paragraph, no traceback
+            log.error("%s", exc)
+            engine.close()
+            store.close()
+            return EXIT_BAD_HOME
         try:
             engine.recover()
             engine.run()
@@ -623,6 +664,12 @@ def main(argv: list[str] | None = None) -> int:
             # exit status tells `gpudesk engine start` to say the same without the log.
             log.error("%s", diskspace.start_text(home.root))
             return diskspace.EXIT_DISK_FULL
+        if is_damage(exc):
+            # damage past the database's header, found by a query after the open (a settings
+            # row read at start, a job while recovering): the paragraph of a damaged header
+            detail = f"cannot read the gpudesk database {home.db}: {exc}"
+            log.error("%s", damaged_text(home.db, home.root, detail))
+            return EXIT_BAD_HOME
         log.exception("the engine stopped on an unexpected error")
         return 1
 

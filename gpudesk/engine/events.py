@@ -2,8 +2,8 @@
 station sees every job's events, as they see the queue (docs/shared-station.md, "What is private").
 
 Events are best effort: a slow subscriber must never stall the engine, so one that falls behind
-misses events (`control_socket.EVENT_BACKLOG_BYTES`). Job events are in the store too, so a
-subscriber that missed one can read it there.
+its bound is told `events_missed` and cut off (`control_socket.SUBSCRIBER_BACKLOG_BYTES`). Job
+events are in the store too, so a subscriber that missed some can read them there.
 """
 
 from __future__ import annotations

@@ -25,6 +25,7 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 
+from gpudesk.engine import runner
 from gpudesk.engine.attempts import Attempts, LiveAttempt
 from gpudesk.engine.env_seconds import env_seconds
 from gpudesk.engine.mig.profiles import compute_slices, memory_slices, table_for_gpu
@@ -310,7 +311,12 @@ class StationLearning:
         path = attempt.attempt.log_path
         # an attempt this engine started is read from its start; one re-adopted after a restart
         # from now on (its earlier tenancy is unknown)
-        reader = ProgressReader(path) if attempt.is_child else ProgressReader.from_end(path)
+        owner_uid = runner.log_owner_uid(job.owner)
+        reader = (
+            ProgressReader(path, 0, owner_uid)
+            if attempt.is_child
+            else ProgressReader.from_end(path, owner_uid)
+        )
         return Tracker(
             attempt.attempt.id,
             job.id,

@@ -36,6 +36,11 @@ from gpudesk.spawn import SAFE_CWD, module_argv
 
 log = logging.getLogger("gpudesk.engine")
 
+Statuses = list[dict[str, Any]]
+# Hands `work` (asking the producers for their status) to a worker thread and `done(result)`
+# back to the loop, with None when it failed or took too long (gpudesk.engine.offloop).
+Offload = Callable[[Callable[[], Statuses], Callable[[Statuses | None], None], float], None]
+
 STOP_GRACE_S = 10.0  # an unneeded producer is stopped after this long (a sweep's next job)
 ENV_GRACE_S = "GPUDESK_LOADER_GRACE_S"  # overrides it (tests; stations with slow sweeps)
 STATUS_EVERY_S = 2.0
@@ -186,7 +191,12 @@ class _Producer:
     process: subprocess.Popen[bytes] | None = None
     pid: int | None = None
     unneeded_since: float | None = None
+    # Two counts, as they answer two questions: `restarts`, every restart after a death since
+    # the engine started it (what status reports; it once shared the second's reset and read 0
+    # after any restart its consumers reconnected to); `failing`, the restarts since a
+    # consumer last connected (what RESTART_LIMIT bounds: a producer that cannot serve).
     restarts: int = 0
+    failing: int = 0
     last_status: dict[str, Any] | None = None
 
 
@@ -201,6 +211,11 @@ class LoaderSupervisor:
         self.status_at = 0.0
         self.checked_at = 0.0
         self.grace_s = env_seconds(ENV_GRACE_S, STOP_GRACE_S, 0.0, 86400.0)
+        # Asking the producers waits up to STATUS_TIMEOUT_MS on each that does not answer: the
+        # engine gives `offload` so the loop never waits on it (issue 36); without one (a
+        # supervisor built alone) the periodic refresh asks in place.
+        self.offload: Offload | None = None
+        self._asking = False  # a periodic refresh is in flight off the loop
 
     # --------------------------------------------------------------- datasets
     def register(self, specs: list[DatasetSpec]) -> None:
@@ -332,13 +347,14 @@ class LoaderSupervisor:
                 producer.unneeded_since = None
                 if not alive:
                     code = producer.process.returncode if producer.process else None
-                    if producer.restarts >= RESTART_LIMIT:
+                    if producer.failing >= RESTART_LIMIT:
                         continue
+                    producer.failing += 1
                     producer.restarts += 1
                     self.events.append(
                         f"shared loader {name!r} (pid {producer.pid}) died "
                         f"(exit {code}); restarting it, attempt "
-                        f"{producer.restarts} of {RESTART_LIMIT} — its "
+                        f"{producer.failing} of {RESTART_LIMIT} — its "
                         f"consumers resume their epoch"
                     )
                     self._start(producer)
@@ -352,18 +368,49 @@ class LoaderSupervisor:
                 self.stop(name, "no queued or running job needs it")
         if now - self.status_at >= STATUS_EVERY_S and self.producers:
             self.status_at = now
-            self.refresh_status()
+            if self.offload is None:
+                self.refresh_status()
+            elif not self._asking:
+                self._asking = True
+                self.offload(self.ask_status(), self._asked, self.status_bound_s())
+
+    def _asked(self, statuses: Statuses | None) -> None:
+        self._asking = False
+        if statuses is not None:
+            self.apply_status(statuses)
+
+    def ask_status(self) -> Callable[[], Statuses]:
+        """The work of asking every producer of the home for its status: it touches nothing of
+        the supervisor's, so it may run on a worker thread (`apply_status` takes its result)."""
+        home = self.home
+
+        def ask() -> Statuses:
+            from gpudesk.loader.status import collect
+
+            return collect(home=home)
+
+        return ask
+
+    def status_bound_s(self) -> float:
+        """How long asking may take: each producer is given STATUS_TIMEOUT_MS, one after the
+        other, plus a margin (assumption: 5 s covers reading the info files and connecting)."""
+        from gpudesk.loader.status import STATUS_TIMEOUT_MS
+
+        return len(self.producers) * STATUS_TIMEOUT_MS / 1000 + 5.0
 
     def refresh_status(self) -> None:
-        from gpudesk.loader.status import collect
+        """Ask the producers now, in place (waits up to STATUS_TIMEOUT_MS on each)."""
+        self.apply_status(self.ask_status()())
 
-        by_name = {s.get("name"): s for s in collect(home=self.home)}
+    def apply_status(self, statuses: Statuses) -> None:
+        """On the loop: take what the producers answered (`ask_status`)."""
+        by_name = {s.get("name"): s for s in statuses}
         for name, producer in self.producers.items():
             status = by_name.get(name)
             if status and not status.get("error") and not status.get("preparing"):
                 producer.last_status = status
                 if status.get("consumers"):
-                    producer.restarts = 0  # it works: a later death starts a fresh count
+                    producer.failing = 0  # it works: a later death starts a fresh count
 
     def stop(self, name: str, why: str) -> None:
         if name in self.producers:

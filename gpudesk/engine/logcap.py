@@ -5,12 +5,15 @@ rotates the ones over the cap (gpudesk.joblog.rotate, copy-truncate). Every atte
 settled since the last look gets one last check, so its final log is capped too, including one
 that started and ended between two looks (`settled_logs`). A log grows by what its job writes
 between two looks beyond the cap (the slack), so disk use per attempt stays under about
-cap × (log_keep + 1) + what the job writes in CHECK_EVERY_S.
+cap × (log_keep + 1) + what the job writes in CHECK_EVERY_S. A log whose lock someone holds
+is rotated despite it once LOCK_OVERRIDE_S have passed; until then it grows by what its job
+writes in that time.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Callable, Iterable
 
@@ -21,6 +24,12 @@ from gpudesk.units import BYTES_PER_MIB
 log = logging.getLogger("gpudesk.engine")
 
 CHECK_EVERY_S = 0.5
+# A reader holds the log's shared lock for one bounded read (at most a MiB: milliseconds), so
+# a log still locked after this long is held by its job or its owner, not read, and is rotated
+# despite the lock: else a job that flocks its own output.log lifts the cap for good (issue
+# 36). Assumption: 5 s (ten looks) is far beyond any reader's read, and a reader caught by the
+# rotation reads at worst one piece from the wrong place, its owner's own log.
+LOCK_OVERRIDE_S = 5.0
 
 
 class LogCap:
@@ -36,10 +45,11 @@ class LogCap:
         self._watched: set[str] = set()
         self._checked_at = 0.0
         self._failing: set[str] = set()  # logs whose last rotation failed (warned once)
+        self._locked_since: dict[str, float] = {}  # logs over the cap a lock kept unrotated
 
     def poll_timeout(self, timeout: float) -> float:
         """`timeout` shortened so that running attempts' logs are looked at in time."""
-        if self._watched and self._config().log_max_mb > 0:
+        if (self._watched or self._locked_since) and self._config().log_max_mb > 0:
             due_in = self._checked_at + CHECK_EVERY_S - time.monotonic()
             return min(timeout, max(0.0, due_in))
         return timeout
@@ -56,12 +66,27 @@ class LogCap:
         if config.log_max_mb <= 0:
             return
         cap = max(1, int(config.log_max_mb * BYTES_PER_MIB))
-        for path in running | ended:
+        # a log a lock kept from rotating is looked at again, its attempt ended or not
+        for path in running | ended | set(self._locked_since):
+            locked_since = self._locked_since.get(path)
+            despite_lock = locked_since is not None and now - locked_since >= LOCK_OVERRIDE_S
             try:
-                joblog.rotate(path, cap, config.log_keep)
+                rotated = joblog.rotate(path, cap, config.log_keep, despite_lock)
                 self._failing.discard(path)
+                if not rotated and _over(path, cap):  # a lock kept it from rotating
+                    self._locked_since.setdefault(path, now)
+                else:
+                    self._locked_since.pop(path, None)
             except OSError as exc:
+                self._locked_since.pop(path, None)
                 if path not in self._failing:  # a full disk: say so once, try again next time
                     log.warning("could not rotate %s: %s", path, exc)
                     self._failing.add(path)
         self._failing &= running
+
+
+def _over(path: str, cap: int) -> bool:
+    try:
+        return os.stat(path, follow_symlinks=False).st_size > cap
+    except OSError:
+        return False

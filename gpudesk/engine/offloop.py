@@ -45,10 +45,12 @@ class Busy(Exception):
 @dataclass
 class Later(Generic[T]):
     """A handler's answer that comes later: `work()` off the loop, then `finish(result)` on it.
-    `work` raising is passed to `finish_error`, which builds the error reply (on the loop)."""
+    `work` raising is passed to `finish_error`, which builds the error reply (on the loop).
+    `finish` may answer another `Later`: a next step off the loop (a Slurm submit records its
+    intent on the loop between its checks and its sbatches)."""
 
     work: Callable[[], T]
-    finish: Callable[[T], dict[str, Any]]
+    finish: Callable[[T], dict[str, Any] | Later[Any]]
     bound_s: float
     what: str  # for messages: "reading job 12's log"
 

@@ -31,17 +31,23 @@ GPU_OOM_PATTERNS = (
 _PATTERN = re.compile("|".join(GPU_OOM_PATTERNS), re.IGNORECASE)
 
 
-def gpu_oom_line(log_path: str | os.PathLike[str], exit_code: int | None) -> str | None:
+def gpu_oom_line(
+    log_path: str | os.PathLike[str], exit_code: int | None, owner_uid: int | None = None
+) -> str | None:
     """The log line that shows a GPU out-of-memory death, or None. A job that exited 0 did
-    not die of it, whatever it printed (it may have caught and retried)."""
+    not die of it, whatever it printed (it may have caught and retried). `owner_uid`: whose
+    files the log and its parts must be (gpudesk.engine.runner.log_owner_uid; None: anyone's):
+    anything else at their names is refused, as in the `log` request, and there is no OOM
+    line."""
     if exit_code == 0:
         return None
     try:
-        # across a rotation (gpudesk.joblog): the engine may just have rotated the log
-        tail = joblog.tail(log_path, LOG_TAIL_BYTES).decode("utf-8", "replace")
+        # across a rotation (gpudesk.joblog): the engine may just have rotated the log; on the
+        # loop, so never waiting on a lock the job (or what it left running) holds on it
+        data = joblog.tail(log_path, LOG_TAIL_BYTES, owner_uid, wait=False)
     except OSError:
         return None
-    for line in reversed(tail.splitlines()):
+    for line in reversed(data.decode("utf-8", "replace").splitlines()):
         if _PATTERN.search(line):
             # it becomes the job's reason, shown to every member: its control characters
             # spelled out (gpudesk.text), never a sequence for their terminals

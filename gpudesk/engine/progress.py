@@ -13,6 +13,8 @@ from __future__ import annotations
 import os
 import re
 
+from gpudesk.untrusted import open_untrusted
+
 MAX_READ_BYTES = 256 * 1024
 MAX_LINE_BYTES = 4096
 PROGRESS_LINE = re.compile(
@@ -31,36 +33,45 @@ def parse_progress(line: bytes) -> float | None:
 class ProgressReader:
     """The progress values a log gained since the last `read()`, in order."""
 
-    def __init__(self, path: str, offset: int = 0) -> None:
+    def __init__(self, path: str, offset: int = 0, owner_uid: int | None = None) -> None:
         self.path = path
         self.offset = offset
+        # whose file the log must be (gpudesk.engine.runner.log_owner_uid; None: whoever's):
+        # the engine reads it as a file a user may have planted (gpudesk.untrusted), as joblog
+        self.owner_uid = owner_uid
         self._partial = b""  # an unfinished last line
         self._skipping = False  # inside a line too long to be a progress line
 
     @classmethod
-    def from_end(cls, path: str) -> ProgressReader:
+    def from_end(cls, path: str, owner_uid: int | None = None) -> ProgressReader:
         """A reader that ignores what the log holds now (an attempt re-adopted mid-run)."""
         try:
-            size = os.path.getsize(path)
+            size = os.stat(path, follow_symlinks=False).st_size
         except OSError:
             size = 0
-        return cls(path, size)
+        return cls(path, size, owner_uid)
 
     def read(self) -> list[float]:
+        # never through a link, never blocking on a FIFO, only the owner's regular file: what
+        # is not is read as nothing (UntrustedFileError is an OSError)
         try:
-            with open(self.path, "rb") as handle:
-                size = os.fstat(handle.fileno()).st_size
-                if size < self.offset:  # truncated: start again
-                    self.offset, self._partial, self._skipping = 0, b"", False
-                if size == self.offset:
-                    return []
-                if size - self.offset > MAX_READ_BYTES:
-                    # too much to read each tick: only the newest bytes, from a line's start
-                    self.offset, self._partial, self._skipping = size - MAX_READ_BYTES, b"", True
-                handle.seek(self.offset)
-                data = handle.read(size - self.offset)
+            fd = open_untrusted(self.path, self.owner_uid)
         except OSError:
             return []
+        try:
+            size = os.fstat(fd).st_size
+            if size < self.offset:  # truncated: start again
+                self.offset, self._partial, self._skipping = 0, b"", False
+            if size == self.offset:
+                return []
+            if size - self.offset > MAX_READ_BYTES:
+                # too much to read each tick: only the newest bytes, from a line's start
+                self.offset, self._partial, self._skipping = size - MAX_READ_BYTES, b"", True
+            data = os.pread(fd, size - self.offset, self.offset)
+        except OSError:
+            return []
+        finally:
+            os.close(fd)
         self.offset += len(data)
         return self._lines(data)
 

@@ -32,7 +32,27 @@ from typing import Any
 from gpudesk.text import is_os_text, json_bytes, safe_text
 
 PROTOCOL_VERSION = 1
-MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+# A message's bounds. The engine parses each request on the one loop that serves everyone, and
+# json.loads holds the GIL, so what bounds a request is what parsing it costs the others.
+# Measured here (2-core VM, CPython 3.12, docs/shared-station.md): the worst shapes cost 120 to
+# 460 ns per JSON value (nested empty lists, which also wake the cyclic GC), so
+# MAX_REQUEST_VALUES = 100,000 keeps one request's parse under ~50 ms even at its worst and ~12 ms
+# for ints; a sweep's job is ~45 values (2,200 jobs per submit). Strings cost ~2 ms per MiB: the
+# byte bound is sized by execve instead: one job's command and environment may not exceed ARG_MAX
+# (2 MiB with the default 8 MiB stack; fact, execve(2)), and JSON may spell a byte in up to 6
+# (\u0001): 8 MiB fits every job a kernel would start, bar the most escaped (assumption).
+MAX_MESSAGE_BYTES = 8 * 1024 * 1024
+MAX_REQUEST_VALUES = 100_000
+# The most jobs one `jobs` reply carries: a page. Measured (docs/benchmarks.md, "Listings of
+# the whole store"): over a store of 100,000 jobs, on a 2-core machine shared with other work
+# (load 5-6), a page with usage took p50 20 ms, p95 32 ms to build on the engine's loop at 100
+# jobs, p95 58 ms at 200; 100 keeps a page well under the loop's 50 ms p99 budget per request.
+# A longer listing is several requests, and other clients' requests go between them.
+JOBS_PAGE_CAP = 100
+# The most job ids one `jobs` request may name: a labelled assumption, far above any one
+# run's jobs (MAX_JOBS_PER_REQUEST is 10,000 too) and far below SQLite's 32,766 variables per
+# statement (3.32 and later). The client asks for more in several requests.
+MAX_LISTING_IDS = 10_000
 FRAME_HEADER = struct.Struct(">I")  # each frame's length
 SUBSCRIBE_OP = "subscribe"  # answered by the socket itself: the connection then carries events
 
@@ -44,6 +64,8 @@ INVALID_ARGS = "invalid_args"
 UNKNOWN_JOB = "unknown_job"
 INTERNAL = "internal"
 REFUSED = "refused"  # a valid request the engine may not carry out now (config, state, confirm)
+TOO_LARGE = "too_large"  # a request over MAX_MESSAGE_BYTES or MAX_REQUEST_VALUES
+EVENTS_MISSED = "events_missed"  # a subscriber fell too far behind: cut off, events were missed
 MIG_FAILED = "mig_failed"  # nvidia-smi could not change or read the MIG layout
 
 
@@ -166,6 +188,30 @@ def decode_reply(raw: bytes) -> tuple[Any, dict[str, Any]]:
         str(error.get("message", "unknown error")),
         message.get("id"),
     )
+
+
+def json_values(raw: bytes) -> int:
+    """An upper bound on the values a JSON text holds, counted without parsing it (each `[`,
+    `{`, `,` and `:` outside a string starts at most one; inside strings they only overcount):
+    what parsing it costs the loop, at C speed before it is parsed."""
+    return raw.count(b",") + raw.count(b":") + raw.count(b"[") + raw.count(b"{")
+
+
+def too_large(raw: bytes) -> str | None:
+    """Why the engine will not parse this request, or None when it will."""
+    if len(raw) > MAX_MESSAGE_BYTES:
+        return (
+            f"the request is {len(raw):,} bytes, more than the {MAX_MESSAGE_BYTES:,} a message "
+            "may have"
+        )
+    values = json_values(raw)
+    if values > MAX_REQUEST_VALUES:
+        return (
+            f"the request holds up to {values:,} JSON values, more than the "
+            f"{MAX_REQUEST_VALUES:,} the engine parses in one message (it parses on the loop that "
+            "serves every user)"
+        )
+    return None
 
 
 def frame(body: bytes) -> bytes:

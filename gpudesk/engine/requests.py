@@ -37,7 +37,7 @@ from gpudesk.engine.learning import (
     StationLearning,
     observation_from_dict,
 )
-from gpudesk.engine.loaders import DatasetSpec, LoaderSupervisor
+from gpudesk.engine.loaders import DatasetSpec, LoaderSupervisor, Statuses
 from gpudesk.engine.loop_timing import LoopTiming
 from gpudesk.engine.metrics.exporter import MetricsExporter
 from gpudesk.engine.mig.nvidia_smi import LayoutError, MigError, MigUsageError
@@ -54,8 +54,10 @@ from gpudesk.engine.scheduler import Scheduler
 from gpudesk.engine.slurm import logs as slurm_logs
 from gpudesk.engine.slurm import views as slurm_views
 from gpudesk.engine.slurm.as_owner import acts_for_other
-from gpudesk.engine.slurm.backend import SlurmBackend, SubmitRefused
+from gpudesk.engine.slurm.backend import Prepared, Sent, SlurmBackend, SubmitRefused
+from gpudesk.engine.slurm.commands import TIMEOUT_S as SLURM_TIMEOUT_S
 from gpudesk.engine.state import CurrentStation, PlacementDue
+from gpudesk.engine.store.damage import is_damage, request_text
 from gpudesk.engine.store.database import Store
 from gpudesk.engine.store.records import AttemptRecord, JobRecord
 from gpudesk.engine.store.schema import UnknownJob
@@ -75,6 +77,9 @@ MAX_CANCEL_GRACE_S = 3600.0
 MAX_HISTORY_POINTS = 600
 STATION_EVENT = "station"  # the kind of event a change of station settings is stored as
 STATION_CHANGES_SHOWN = 5  # how many of the latest `status` carries
+# A Slurm submit's first step runs up to four clients (the slurm.conf check, sinfo twice,
+# scontrol), each bounded by Slurm's client timeout; one more of margin.
+PREPARE_BOUND_S = 5 * SLURM_TIMEOUT_S
 MAX_ROW_ID = 2**63 - 1  # the largest id SQLite stores: a larger int is no job's
 # Station settings that need a fresh telemetry monitor when they change.
 TELEMETRY_KEYS = ("backend", "sample_interval", "grid_intensity", "mig")
@@ -117,6 +122,7 @@ class EngineParts:
 class RequestHandlers:
     def __init__(self, parts: EngineParts) -> None:
         self.parts = parts
+        self._jobs_root = str(parts.home.jobs_dir)
         self.table: dict[str, Callable[[Args, Caller], Reply | Later[Any]]] = {
             "ping": self.ping,
             "status": self.status,
@@ -168,23 +174,31 @@ class RequestHandlers:
 
     def _pending(self, request_id: Any, caller: Caller, later: Later[Any], op: str) -> Pending:
         def start(post: Callable[[bytes], None]) -> None:
-            def done(result: Any, error: BaseException | None) -> None:
-                started = time.perf_counter()  # `finish` holds the loop too: counted as the op
-                try:
-                    if error is not None:
-                        post(_error_reply(request_id, error))
-                        return
+            def run(step: Later[Any]) -> None:
+                def done(result: Any, error: BaseException | None) -> None:
+                    started = time.perf_counter()  # `finish` holds the loop too: counted as op
                     try:
-                        post(protocol.encode_result(request_id, later.finish(result)))
-                    except Exception as exc:
-                        post(_error_reply(request_id, exc))
-                finally:
-                    self.parts.loop.request(op, time.perf_counter() - started, caller.uid)
+                        if error is not None:
+                            post(_error_reply(request_id, error))
+                            return
+                        try:
+                            reply = step.finish(result)
+                        except Exception as exc:
+                            post(_error_reply(request_id, exc))
+                            return
+                        if isinstance(reply, Later):  # a next step off the loop (a Slurm submit)
+                            run(reply)
+                        else:
+                            post(protocol.encode_result(request_id, reply))
+                    finally:
+                        self.parts.loop.request(op, time.perf_counter() - started, caller.uid)
 
-            try:
-                self.parts.offloop.submit(caller.uid, later.what, later.work, done, later.bound_s)
-            except Busy as exc:
-                post(protocol.encode_error(request_id, protocol.REFUSED, str(exc)))
+                try:
+                    self.parts.offloop.submit(caller.uid, step.what, step.work, done, step.bound_s)
+                except Busy as exc:
+                    post(protocol.encode_error(request_id, protocol.REFUSED, str(exc)))
+
+            run(later)
 
         return Pending(start)
 
@@ -192,10 +206,27 @@ class RequestHandlers:
     def ping(self, _args: Args, _caller: Caller) -> Reply:
         return {"pid": os.getpid(), "version": __version__, "protocol": protocol.PROTOCOL_VERSION}
 
-    def status(self, args: Args, caller: Caller) -> Reply:
+    def status(self, args: Args, caller: Caller) -> Reply | Later[Statuses]:
+        """The engine, the station and its loaders; `fresh_loaders`: the producers asked now,
+        off the loop (one that does not answer is waited for up to a second), the reply built
+        once they have answered."""
+        loaders = self.parts.loaders
+        if args.get("fresh_loaders") and loaders.producers:
+
+            def finish(statuses: Statuses) -> Reply:
+                loaders.apply_status(statuses)
+                return self._status(caller)
+
+            return Later(
+                loaders.ask_status(),
+                finish,
+                loaders.status_bound_s(),
+                "asking the shared loaders for their status",
+            )
+        return self._status(caller)
+
+    def _status(self, caller: Caller) -> Reply:
         parts = self.parts
-        if args.get("fresh_loaders") and parts.loaders.producers:
-            parts.loaders.refresh_status()
         view = parts.scheduler.station_view()
         monitor = parts.telemetry.monitor
         config = parts.station.config
@@ -374,16 +405,10 @@ class RequestHandlers:
         }
 
     # ------------------------------------------------------------------ jobs
-    def submit(self, args: Args, caller: Caller) -> Reply:
+    def submit(self, args: Args, caller: Caller) -> Reply | Later[Any]:
         specs, base_env = self._accepted(args, caller)
         if specs and specs[0].cluster is not None:
-            try:
-                records = self.parts.slurm.submit(specs, base_env, caller.identity)
-            except SubmitRefused as exc:
-                raise ProtocolError(protocol.REFUSED, str(exc)) from None
-            for record in records:
-                self.parts.events.job(record.id, "submitted to Slurm", record)
-            return {"ids": [r.id for r in records]}
+            return self._submit_to_slurm(specs, base_env, caller)
         records = self.parts.store.submit(specs, base_env, owner=caller.identity)
         for record in records:
             self.parts.queue.add(record)
@@ -391,16 +416,40 @@ class RequestHandlers:
         self.parts.due.mark()
         return {"ids": [r.id for r in records]}
 
-    def check_submit(self, args: Args, caller: Caller) -> Reply:
+    def _submit_to_slurm(
+        self, specs: list[JobSpec], base_env: dict[str, str] | None, caller: Caller
+    ) -> Later[Prepared]:
+        """A Slurm submit in the backend's three steps (gpudesk.engine.slurm.backend): its
+        Slurm commands run off the loop, so a slow cluster keeps only its submitter waiting."""
+        backend, owner = self.parts.slurm, caller.identity
+        backend.check_after(specs)
+        prepare = backend.prepared(specs, base_env, owner)
+
+        def prepared(ready: Prepared) -> Later[Sent]:
+            ids, work, bound = backend.record_intent(specs, base_env, owner, ready)
+
+            def sent(outcome: Sent) -> Reply:
+                records = backend.record_sent(ids, outcome)
+                for record in records:
+                    self.parts.events.job(record.id, "submitted to Slurm", record)
+                return {"ids": ids}
+
+            return Later(work, sent, bound, f"submitting job(s) {ids[0]}-{ids[-1]} to Slurm")
+
+        return Later(prepare, prepared, PREPARE_BOUND_S, "asking the Slurm cluster what it has")
+
+    def check_submit(self, args: Args, caller: Caller) -> Reply | Later[Prepared]:
         """`submit`'s checks without queueing anything: whether these jobs would be accepted.
         An op of its own, not a flag on `submit`, so that an engine from before it answers
         `unknown_op` instead of queueing the jobs."""
         specs, base_env = self._accepted(args, caller)
         if specs and specs[0].cluster is not None:
-            try:
-                self.parts.slurm.check(specs, base_env, caller.identity)
-            except SubmitRefused as exc:
-                raise ProtocolError(protocol.REFUSED, str(exc)) from None
+            backend = self.parts.slurm
+            backend.check_after(specs)
+            prepare = backend.prepared(specs, base_env, caller.identity)
+            return Later(
+                prepare, lambda _ready: {"ids": []}, PREPARE_BOUND_S, "asking the Slurm cluster"
+            )
         return {"ids": []}
 
     def _accepted(self, args: Args, caller: Caller) -> tuple[list[JobSpec], dict[str, str] | None]:
@@ -527,6 +576,12 @@ class RequestHandlers:
                 )
 
     def jobs(self, args: Args, caller: Caller) -> Reply:
+        """One page of jobs, oldest first, at most `limit` (and at most JOBS_PAGE_CAP): from
+        the oldest, or after `after_id`; with `limit` alone the newest, or with `before_id` the
+        newest before it. `more` says rows match beyond the page, and `after_id` or
+        `before_id` where to go on; `total` (with `count`) how many match; `damaged` the rows
+        skipped because the store cannot read them. Archived jobs only with `archived`, or
+        when named by `ids`."""
         states = None
         if args.get("states") is not None:
             try:
@@ -545,13 +600,42 @@ class RequestHandlers:
             or not all(_whole_number(i, -MAX_ROW_ID, MAX_ROW_ID) is not None for i in ids)
         ):
             raise ProtocolError(protocol.INVALID_ARGS, "'ids' must be a list of job ids")
+        if ids is not None and len(ids) > protocol.MAX_LISTING_IDS:
+            raise ProtocolError(
+                protocol.INVALID_ARGS,
+                f"'ids': at most {protocol.MAX_LISTING_IDS} job ids per request, found "
+                f"{len(ids)}; ask for the rest in further requests (the client does)",
+            )
         limit = args.get("limit")
         if limit is not None and _whole_number(limit, 1, MAX_ROW_ID) is None:
             raise ProtocolError(protocol.INVALID_ARGS, "'limit' must be a positive integer")
+        cursors = {}
+        for key in ("after_id", "before_id"):
+            if args.get(key) is not None:
+                if _whole_number(args[key], 0, MAX_ROW_ID) is None:
+                    raise ProtocolError(protocol.INVALID_ARGS, f"'{key}' must be a job id")
+                cursors[key] = args[key]
+        if len(cursors) > 1:
+            raise ProtocolError(
+                protocol.INVALID_ARGS,
+                "give 'after_id' (oldest first) or 'before_id' (newest first), not both",
+            )
         owner = _user_arg(args.get("user"))
-        jobs = self.parts.store.jobs(
-            states=states, group=group, ids=ids, limit=limit, owner_uid=owner
+        # newest first: with `before_id`, or with `limit` and no `after_id` (the newest N)
+        descending = "before_id" in cursors or (limit is not None and "after_id" not in cursors)
+        page = self.parts.store.jobs_page(
+            limit=min(limit or protocol.JOBS_PAGE_CAP, protocol.JOBS_PAGE_CAP),
+            states=states,
+            group=group,
+            ids=ids,
+            owner_uid=owner,
+            after_id=cursors.get("after_id"),
+            before_id=cursors.get("before_id"),
+            newest=descending,
+            archived=bool(args.get("archived")),
+            count=bool(args.get("count")),
         )
+        jobs = page.jobs
         live_by_job = self.parts.attempts.by_job()
         # one query for every Slurm job listed, not one per job: a run can list thousands
         on_slurm = self.parts.store.slurm_jobs([j.id for j in jobs if j.spec.cluster is not None])
@@ -571,7 +655,14 @@ class RequestHandlers:
                     data["last_slot"] = slurm_views.slot(row)
                     ended = job.ended_at or time.time()
                     data["gpu_s"] = job.spec.gpus * (ended - job.started_at)
-        return {"jobs": result}
+        reply: Reply = {"jobs": result, "more": page.more}
+        if page.more:
+            reply["before_id" if descending else "after_id"] = page.cursor
+        if page.total is not None:
+            reply["total"] = page.total
+        if page.damaged:
+            reply["damaged"] = [{"id": d.id, "reason": d.reason} for d in page.damaged]
+        return reply
 
     def show(self, args: Args, caller: Caller) -> Reply:
         parts = self.parts
@@ -637,7 +728,7 @@ class RequestHandlers:
         path = parts.home.attempt_dir(job.id, number) / runner.LOG_FILE
         # whose files the log and its parts must be: its owner's where the job ran as them,
         # else the engine's own (gpudesk.joblog reads them as files a user may have planted)
-        owner_uid = job.owner.uid if runner.run_as(job.owner) is not None else os.geteuid()
+        owner_uid = runner.log_owner_uid(job.owner)
         row = parts.store.slurm_job(job.id) if job.spec.cluster is not None else None
         spelled_out = caller.uid != job.owner.uid
 
@@ -677,10 +768,15 @@ class RequestHandlers:
             )
         if row is not None:
             path, owner_uid = Path(row.output), job.owner.uid
-        stream = joblog.LogStream(path, offset, owner_uid)
+        # On the loop, never waiting on the log's lock (wait=False): a job can hold its own
+        # output.log locked for good, and a wait here stalled every client 2 x 3 s per request
+        # (issue 36). Reading it is safe unlocked: the loop is what rotates it (gpudesk.joblog).
+        # Not moved off the loop: the files are opened O_NONBLOCK and regular, so a read of
+        # at most `limit` bytes does not wait on anyone.
+        stream = joblog.LogStream(path, offset, owner_uid, wait=False)
         try:
             piece = stream.read(limit) if limit else None
-            end = joblog.stream_end(path, owner_uid)
+            end = joblog.stream_end(path, owner_uid, wait=False)
         except UntrustedFileError as exc:
             raise ProtocolError(protocol.REFUSED, joblog.refusal(job.id, exc)) from None
         data = piece.data if piece else b""
@@ -723,10 +819,10 @@ class RequestHandlers:
         data["mode"] = live.mode if live else None
         data["mig_slice"] = live.mig_slice if live else None
         data["pgid"] = live.pid if live else None  # the attempt's process group, while it runs
+        # home.attempt_dir's path, joined as text: pathlib's joins were a quarter of the time
+        # a page of 200 jobs took to build on the loop
         data["log"] = (
-            str(self.parts.home.attempt_dir(job.id, job.attempts) / runner.LOG_FILE)
-            if job.attempts
-            else None
+            f"{self._jobs_root}/{job.id}/{job.attempts}/{runner.LOG_FILE}" if job.attempts else None
         )
         if slurm is not None:
             data.update(slurm_views.job_fields(job, slurm))
@@ -1023,9 +1119,11 @@ def _error_reply(request_id: Any, exc: BaseException) -> bytes:
         return protocol.encode_error(exc.request_id or request_id, exc.code, exc.message)
     if isinstance(exc, UnknownJob):
         return protocol.encode_error(request_id, protocol.UNKNOWN_JOB, str(exc))
-    if isinstance(exc, TimeoutError):
+    if isinstance(exc, (TimeoutError, SubmitRefused)):
         return protocol.encode_error(request_id, protocol.REFUSED, str(exc))
     log.error("request failed", exc_info=exc)
+    if is_damage(exc):  # a page of the database past its header (gpudesk.engine.store.damage)
+        return protocol.encode_error(request_id, protocol.INTERNAL, request_text(str(exc)))
     return protocol.encode_error(
         request_id, protocol.INTERNAL, f"the engine failed on this request: {exc}"
     )

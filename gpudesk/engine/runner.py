@@ -169,6 +169,13 @@ def run_as(owner: Identity) -> Identity | None:
     return owner
 
 
+def log_owner_uid(owner: Identity) -> int:
+    """Whose files a job's output.log and its parts must be when the engine reads them
+    (gpudesk.joblog reads them as files a user may have planted): its owner's where the job ran
+    as them, else the engine's own."""
+    return owner.uid if run_as(owner) is not None else os.geteuid()
+
+
 def _create_owned_log(log: Path, owner: Identity) -> None:
     """The log of a job run as its owner: created by the engine before the job starts, new
     (O_EXCL, never a name found there), owned by the owner, readable by them alone."""

@@ -38,6 +38,7 @@ STATION_KEYS = (
     "metrics_listen",
     "job_pids_max",
     "job_memory_max_gb",
+    "keep_finished_days",
 )
 DEFAULT_LOG_MAX_MB = 100.0
 DEFAULT_LOG_KEEP = 2
@@ -178,6 +179,14 @@ def check_per_user_limit(value: Any) -> int | None:
     return value or None
 
 
+# Finished jobs stay in the live listings (queue, desk) this many days after they end, then are
+# archived: history and accounting still read them (docs/reliability.md, "Listings of the whole
+# store"). 30 days is an assumption: a month of a group's runs to look back on in the desk.
+# 0: never archived.
+DEFAULT_KEEP_FINISHED_DAYS = 30.0
+check_keep_finished_days = number_in(0.0, 100.0 * 366)  # days; 0: never
+
+
 STATION_CHECKS = {
     "backend": check_backend,
     "policy": check_policy,
@@ -196,6 +205,7 @@ STATION_CHECKS = {
     "metrics_listen": check_metrics_listen,
     "job_pids_max": check_job_pids_max,
     "job_memory_max_gb": check_job_memory_max_gb,
+    "keep_finished_days": check_keep_finished_days,
 }
 
 
@@ -239,6 +249,8 @@ class StationConfig:
     # job_memory_max_gb None: DEFAULT_JOB_MEMORY_FRACTION of the host's memory.
     job_pids_max: int = DEFAULT_JOB_PIDS_MAX
     job_memory_max_gb: float | None = None
+    # Days a finished job stays in the live listings before it is archived (0: never).
+    keep_finished_days: float = DEFAULT_KEEP_FINISHED_DAYS
 
     @property
     def repartitions_on_its_own(self) -> bool:

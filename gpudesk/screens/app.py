@@ -99,6 +99,8 @@ class DeskApp(App[str]):
         self.workdir = workdir or Path.cwd()
         self.state = DeskState()
         self.connection_note: str | None = None
+        self.damaged_said: set[int] = set()  # damaged job rows already told of
+        self.left_out_said: str | None = None
 
     # ------------------------------------------------------------------ data
     def on_mount(self) -> None:
@@ -125,8 +127,39 @@ class DeskApp(App[str]):
                 self.post_message(FrameArrived(frame))
 
     def on_frame_arrived(self, message: FrameArrived) -> None:
-        self.state.fold(message.frame)
+        frame = message.frame
+        self.state.fold(frame)
+        self._say_listing(frame)
         self._redraw()
+
+    def _say_listing(self, frame: Frame) -> None:
+        """Say, once each, which job rows the engine could not read (they are left out) and
+        what the live window leaves out: the desk never shows a cut list silently."""
+        fresh = [d for d in frame.damaged if d.id not in self.damaged_said]
+        if fresh:
+            self.damaged_said.update(d.id for d in fresh)
+            shown = "; ".join(f"job {d.id}: {d.reason}" for d in fresh[:3])
+            self.notify(
+                f"{len(fresh)} job record(s) cannot be read and are left out: {shown}",
+                severity="warning",
+                timeout=10,
+            )
+        if frame.left_out and frame.left_out != self.left_out_said:
+            self.notify(frame.left_out, timeout=6)
+        self.left_out_said = frame.left_out
+
+    def load_older_finished(self) -> None:
+        """The next page of older finished jobs into the queue (its `m` key)."""
+        self._load_older()
+
+    @work(thread=True, group="older", exclusive=True)
+    def _load_older(self) -> None:
+        try:
+            found = self.feed.older_finished()
+            text = f"loaded {found} older finished job(s)" if found else "no older finished jobs"
+            self.call_from_thread(self.notify, text, timeout=4)
+        except EngineError as exc:
+            self.call_from_thread(self.notify, f"older jobs: {exc}", severity="error", timeout=8)
 
     def on_feed_trouble(self, message: FeedTrouble) -> None:
         self.connection_note = message.problem and "ENGINE NOT ANSWERING"

@@ -24,11 +24,13 @@ from typing import Any, Protocol, TypeVar
 from gpudesk.api import (
     ActionOutcome,
     Client,
+    DamagedJob,
     EngineError,
     EventStream,
     HistoryPoint,
     JobDetail,
     JobList,
+    JobStateName,
     JobView,
     MigApplyResult,
     MigPlanResult,
@@ -39,6 +41,7 @@ from gpudesk.api import (
     WireModel,
 )
 from gpudesk.api.client import decode
+from gpudesk.api.errors import EVENTS_MISSED
 from gpudesk.paths import Home
 from gpudesk.render import file_end
 from gpudesk.text import printable
@@ -47,6 +50,14 @@ LOG_TAIL_BYTES = 4096
 PROGRESS = re.compile(r"\bepoch[ =]?(\d+)\s*/\s*(\d+)", re.IGNORECASE)
 TELEMETRY_HISTORY_POINTS = 120
 JOBS_REFRESH_INTERVALS = 5  # the job table is re-read on a job event, else this often
+# The desk's live window (docs/reliability.md, "Listings of the whole store"): every running
+# job, the first waiting ones, and the newest finished ones, each read at every refresh;
+# older finished jobs a page at a time when the user asks (`older_finished`). Assumptions,
+# each a screenful or a few: a station with more waiting jobs than this shows the queue's
+# head and says how many more wait.
+WAITING_SHOWN = 500
+FINISHED_SHOWN = 100  # one page of the engine's (JOBS_PAGE_CAP)
+FINISHED: tuple[JobStateName, ...] = ("succeeded", "failed", "cancelled")
 
 Progress = dict[int, tuple[int, int]]  # job id -> (epoch, of), from the job's log
 Result = TypeVar("Result")
@@ -63,6 +74,10 @@ class Frame:
     history: list[HistoryPoint] = field(default_factory=list)  # earlier samples, oldest first
     progress: Progress = field(default_factory=dict)
     taken_at: float = 0.0
+    # Job rows the engine could not read (left out of `jobs`), and what the live window left
+    # out ("1,200 more waiting", "older finished jobs: press m"), for the desk to say.
+    damaged: list[DamagedJob] = field(default_factory=list)
+    left_out: str | None = None
 
 
 class Feed(Protocol):
@@ -75,6 +90,9 @@ class Feed(Protocol):
         """The next frame once something changed (None when nothing did within `timeout`)."""
 
     def show(self, job_id: int) -> JobDetail: ...
+
+    def older_finished(self) -> int:
+        """Add the next page of older finished jobs to the frames to come; how many."""
 
     def log_tail(self, job_id: int, path: str | None, lines: int) -> list[str]: ...
 
@@ -147,6 +165,14 @@ class EngineFeed:
         self._first = True
         self._jobs_stale = True
         self._jobs: list[JobView] = []
+        self._damaged: list[DamagedJob] = []
+        self._left_out: str | None = None
+        # older finished jobs the user asked for (their figures are final: read once), and
+        # whether there are more before them
+        self._older: list[JobView] = []
+        self._finished_more = False
+        self._finished_cursor: int | None = None  # where the next older page starts
+        self._older_lock = threading.Lock()
         self._energy_today: dict[int, float] = {}
         self._jobs_at = 0.0
         self._last_frame_at = 0.0
@@ -166,19 +192,27 @@ class EngineFeed:
             return self._frame(with_history=True)
         deadline = time.monotonic() + timeout
         changed = False
-        while True:
-            wait = deadline - time.monotonic()
-            if wait <= 0 or not events.wait(wait):
-                break
-            for event in events.drain():
-                if isinstance(event, TelemetryEvent):
-                    self._telemetry = event
-                else:
-                    self._jobs_stale = True
-                changed = True
-            # Gather what else arrives in this refresh interval into one frame.
-            if time.monotonic() - self._last_frame_at >= self.interval:
-                break
+        try:
+            while True:
+                wait = deadline - time.monotonic()
+                if wait <= 0 or not events.wait(wait):
+                    break
+                for event in events.drain():
+                    if isinstance(event, TelemetryEvent):
+                        self._telemetry = event
+                    else:
+                        self._jobs_stale = True
+                    changed = True
+                # Gather what else arrives in this refresh interval into one frame.
+                if time.monotonic() - self._last_frame_at >= self.interval:
+                    break
+        except EngineError as exc:
+            if exc.code != EVENTS_MISSED:
+                raise
+            # The desk fell behind (a suspended terminal): follow anew and read the state.
+            self.close()
+            self._subscribe()
+            self._jobs_stale = changed = True
         if not changed and time.monotonic() - self._last_frame_at < 5 * self.interval:
             return None
         return self._frame()
@@ -188,7 +222,7 @@ class EngineFeed:
         now = time.monotonic()
         if self._jobs_stale or now - self._jobs_at >= JOBS_REFRESH_INTERVALS * self.interval:
             # usage and energy move while jobs run even when no job changes state
-            self._jobs = self.client.jobs(usage=True)
+            self._read_live_window()
             self._energy_today = self.client.telemetry().energy_today_j
             self._jobs_stale, self._jobs_at = False, now
         progress = {}
@@ -204,7 +238,70 @@ class EngineFeed:
             history=self._history if with_history else [],
             progress=progress,
             taken_at=time.time(),
+            damaged=self._damaged,
+            left_out=self._left_out,
         )
+
+    def _read_live_window(self) -> None:
+        """Every running job, the first WAITING_SHOWN waiting ones and the newest
+        FINISHED_SHOWN finished ones (with the older ones the user asked for): a handful of
+        page requests, whatever the store holds, never the whole store."""
+        client = self.client
+        running = client.job_listing(states=["running"], usage=True)
+        waiting: list[JobView] = []
+        damaged = list(running.damaged)
+        after = 0  # oldest first: the queue's head (a `limit` alone would be the newest)
+        more_waiting, total_waiting = False, 0
+        while len(waiting) < WAITING_SHOWN:
+            page = client.jobs_page(
+                states=["queued"],
+                after_id=after,
+                limit=WAITING_SHOWN - len(waiting),
+                usage=True,
+                count=after == 0,
+            )
+            waiting += page.jobs
+            damaged += page.damaged
+            if page.total is not None:
+                total_waiting = page.total
+            more_waiting = page.more
+            if not page.more or page.after_id is None:
+                break
+            after = page.after_id
+        finished = client.jobs_page(states=list(FINISHED), limit=FINISHED_SHOWN, usage=True)
+        damaged += finished.damaged
+        with self._older_lock:
+            older = [j for j in self._older if not finished.jobs or j.id < finished.jobs[0].id]
+            if not self._older:
+                self._finished_more = finished.more
+            self._finished_cursor = (
+                older[0].id if older else finished.before_id if finished.more else None
+            )
+        notes = []
+        if more_waiting:
+            notes.append(f"{total_waiting - len(waiting):,} more waiting jobs not shown")
+        if self._finished_more:
+            notes.append("older finished jobs: press b to load more")
+        self._jobs = sorted([*older, *finished.jobs, *running.jobs, *waiting], key=lambda j: j.id)
+        self._damaged, self._left_out = damaged, "; ".join(notes) or None
+
+    def older_finished(self) -> int:
+        """The next page of older finished jobs, kept for the frames to come; how many."""
+        with self._older_lock:
+            cursor = self._finished_cursor
+        if cursor is None:
+            return 0
+        page = self._act(
+            lambda client: client.jobs_page(
+                states=list(FINISHED), before_id=cursor, limit=FINISHED_SHOWN, usage=True
+            )
+        )
+        with self._older_lock:
+            self._older = sorted([*page.jobs, *self._older], key=lambda j: j.id)
+            self._finished_more = page.more
+            self._finished_cursor = page.before_id if page.more else None
+        self._jobs_stale = True
+        return len(page.jobs)
 
     def _act(self, request: Callable[[Client], Result]) -> Result:
         with self._actions_lock:
@@ -345,6 +442,9 @@ class ReplayFeed:
 
     def log_tail(self, job_id: int, path: str | None, lines: int) -> list[str]:
         return read_log_tail(path, lines)
+
+    def older_finished(self) -> int:
+        raise self._not_recorded("older finished jobs")
 
     def show(self, job_id: int) -> JobDetail:
         if job_id in self.shows:

@@ -146,6 +146,7 @@ class QueueScreen(JobActions):
         Binding("p", "pager_job", "Pager", show=False),
         Binding("slash", "filter", "Filter", key_display="/"),
         Binding("o", "sort", "Sort"),
+        Binding("b", "older_finished", "Older jobs", show=False),
         Binding("O", "sort_reverse", "Reverse", show=False),
         Binding("escape", "clear_filter", "Clear filter", show=False),
     ]
@@ -272,6 +273,9 @@ class QueueScreen(JobActions):
         if job:
             job_id = job.id
             self.desk.act("priority", lambda feed: feed.move_priority([job_id], delta))
+
+    def action_older_finished(self) -> None:
+        self.desk.load_older_finished()
 
     def action_filter(self) -> None:
         box = self.query_one("#filter", Input)

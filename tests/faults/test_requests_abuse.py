@@ -218,24 +218,25 @@ def test_a_request_over_the_limit_is_refused_at_once_and_not_sent(engine: Engine
     assert info.value.code == TOO_LARGE
     message = str(info.value)
     assert "this 'submit' request is 95." in message and "MiB" in message
-    assert "more than the 64 MiB the engine takes in one message, so it was not sent" in message
+    assert "more than the 8 MiB the engine takes in one message, so it was not sent" in message
     assert engine.client.request("jobs")["jobs"] == []
 
 
-def test_an_oversized_message_the_engine_drops_is_reported_at_once(
+def test_an_oversized_message_the_engine_refuses_is_reported_with_its_reason(
     engine: EngineHandle, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A client whose limit is larger than the engine's (another version, another language):
-    the engine closes the connection without a word; the client says so instead of waiting."""
+    the engine says the message is too large before it closes the connection, and the client
+    says that, not a guess, at once (issue 36: it used to blame the size for every close)."""
     monkeypatch.setattr(protocol, "MAX_MESSAGE_BYTES", 4 * protocol.MAX_MESSAGE_BYTES)
     client = Client.attach(engine.home, timeout=20.0)
     started = time.monotonic()
     try:
         with pytest.raises(EngineError) as info:
-            client.submit(sweep(700, 100_000))
+            client.submit(sweep(100, 100_000))  # 9.6 MiB
         assert time.monotonic() - started < 8.0
-        assert "closed the connection without answering this 'submit' request" in str(info.value)
-        assert info.value.code == "unavailable"
+        assert info.value.code == TOO_LARGE
+        assert "the engine takes messages of at most 8,388,608 bytes" in str(info.value)
         # the engine is fine, and the same client can go on
         assert client.ping().pid == engine.pid
     finally:

@@ -197,7 +197,10 @@ def test_broken_frames_and_stalled_clients_never_stall_the_engine(engine: Engine
                 socks[3].send(ping)
         assert engine.client.request("ping")["pid"] == engine.pid
         socks[2].settimeout(5.0)
-        assert socks[2].recv(1) == b"", "the oversized frame's connection stays open"
+        with socks[2].makefile("rb") as said:  # why, then the end of the connection
+            (length,) = protocol.FRAME_HEADER.unpack(said.read(protocol.FRAME_HEADER.size))
+            assert json.loads(said.read(length))["error"]["code"] == "too_large"
+            assert said.read(1) == b"", "the oversized frame's connection stays open"
     finally:
         for sock in socks:
             sock.close()

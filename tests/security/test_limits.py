@@ -21,6 +21,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -89,7 +90,11 @@ def test_a_requeue_obeys_max_queued_per_user_as_a_submit_does(station: Station) 
 def test_only_an_admin_raises_a_priority_and_fair_share_then_holds(sim_station: Station) -> None:
     st = sim_station
     whole_gpu = {"gpus": 1, "memory_gb": 30, "sm_pct": 90, "workdir": "/"}  # one at a time
-    warm = st.submit("ada", {"name": "ada-warm", "command": ["sleep", "2"], **whole_gpu})
+    # ada's first job holds the GPU until both users' next jobs wait (a flag file, not a sleep:
+    # on a loaded machine the steps below can take longer than any fixed run)
+    release = Path(tempfile.gettempdir()) / f"gdst-release-{os.getpid()}-{time.monotonic_ns()}"
+    hold = f"while [ ! -e {release} ]; do sleep 0.05; done"
+    warm = st.submit("ada", {"name": "ada-warm", "command": ["sh", "-c", hold], **whole_gpu})
     st.wait_state(warm, "running")
     # ada, the heavier user, may not put her jobs first by priority: not at submit...
     jump = {"name": "ada-jump", "command": ["sleep", "1"], "priority": 1000, **whole_gpu}
@@ -113,7 +118,11 @@ def test_only_an_admin_raises_a_priority_and_fair_share_then_holds(sim_station: 
     raised = st.ok("admin", "priority", jobs=[bob_first], priority=10)["results"][0]
     assert raised["ok"] and st.job(bob_first)["spec"]["priority"] == 10
     assert st.ok("admin", "priority", jobs=[bob_first], priority=0)["results"][0]["ok"]
-    bob = st.wait_state(bob_first, "succeeded", timeout=60)
+    release.touch()
+    try:
+        bob = st.wait_state(bob_first, "succeeded", timeout=60)
+    finally:
+        release.unlink()
     ada = st.wait_state(ada_next, "succeeded", timeout=60)
     # at equal priority fair share decides: bob, who had used less, went first
     assert bob["started_at"] < ada["started_at"]

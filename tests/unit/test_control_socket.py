@@ -7,8 +7,10 @@ import select
 import socket
 from pathlib import Path
 
+import pytest
+
 from gpudesk.engine import protocol
-from gpudesk.engine.control_socket import ControlSocket, peer_caller
+from gpudesk.engine.control_socket import CannotListen, ControlSocket, peer_caller
 from gpudesk.engine.identity import Caller
 
 
@@ -65,10 +67,7 @@ def test_a_request_is_answered_with_the_callers_identity_whatever_it_claims(tmp_
 def test_bind_refuses_what_is_not_a_socket(tmp_path: Path) -> None:
     (tmp_path / "c.sock").write_text("keep me")
     server = ControlSocket(tmp_path / "c.sock", lambda raw, caller: raw)
-    try:
+    with pytest.raises(CannotListen) as info:
         server.bind()
-    except OSError as exc:
-        assert "is not a socket" in str(exc)
-    else:
-        raise AssertionError("bound over a plain file")
+    assert "a regular file is there, not a socket" in str(info.value)
     assert (tmp_path / "c.sock").read_text() == "keep me"

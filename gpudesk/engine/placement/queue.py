@@ -34,6 +34,8 @@ class JobQueue:
             self.add(job)
 
     def add(self, job: JobRecord) -> None:
+        if job.spec.cluster is not None:
+            return  # Slurm places a job that names a cluster; the station never runs it
         if job.id in self._jobs:
             self.remove(job.id)
         self._jobs[job.id] = job

@@ -1,10 +1,11 @@
 """The engine's collaborator for jobs on a Slurm cluster (docs/slurm.md).
 
-- `submit`: a request's jobs that name a cluster are stored, written as sbatch scripts (one per
-  job, one per sweep's array) into the owner's Slurm folder (`slurm_folder`), and submitted with
-  `sbatch --parsable` in dependency order. All or nothing: when one sbatch fails, those already
-  submitted are cancelled and the jobs forgotten, and the request is refused with what Slurm
-  said.
+- `submit`: a request's jobs that name a cluster are checked (off the loop), stored with an
+  intent row each, written as sbatch scripts (one per job, one per sweep's array) into the
+  owner's Slurm folder (`slurm_folder`), and submitted with `sbatch --parsable` in dependency
+  order (off the loop). All or nothing: when one sbatch fails, those already submitted are
+  cancelled and the jobs forgotten, and the request is refused with what Slurm said; an engine
+  killed meanwhile leaves intent rows that the next one adopts or fails (never runs here).
 - Every Slurm client for a job runs as its owner with an environment the engine built
   (gpudesk.engine.slurm.as_owner): a system engine (root) runs none for her, writes nothing in
   her folder, and believes a Slurm id only once Slurm lists it as hers.
@@ -15,7 +16,7 @@
 - `cancel`: scancel, from the poller thread; the job ends cancelled when Slurm says so.
 
 Slurm jobs never enter the station's queue: Slurm places them. Nothing here waits on Slurm
-in the loop but `submit`, which must answer the request with Slurm's verdict.
+in the loop: `submit`'s Slurm work runs on the engine's worker threads (engine/offloop.py).
 """
 
 from __future__ import annotations
@@ -53,17 +54,31 @@ from gpudesk.engine.slurm.script import (
 from gpudesk.engine.state import PlacementDue
 from gpudesk.engine.store.database import Store
 from gpudesk.engine.store.records import JobRecord
-from gpudesk.engine.store.slurm import SlurmRow
+from gpudesk.engine.store.slurm import SENDING, SENDING_STATE, SlurmRow
 from gpudesk.paths import Home
 
 log = logging.getLogger("gpudesk.engine")
 
 POLL_S = 2.0  # how often squeue is asked while Slurm jobs have not ended
 POLL_ENV = "GPUDESK_SLURM_POLL_S"  # the engine's environment may set another (tests: 0.5)
-MISSING_POLLS = 3  # a job no command knows this many polls in a row is lost
+MISSING_POLLS = 3  # a job no command knows this many polls in a row is lost (docs/slurm.md)
+# Assumption: a cluster that stays broken is said again this often, not every poll (2 s would
+# fill engine.log with one line per poll); its breaking and its recovery are said at once.
+BROKEN_SAY_EVERY_S = 300.0
 # Where a system engine keeps a user's Slurm jobs' scripts and output: in her home (as Slurm's
 # nodes usually share it), made by a process run as her; never in root's state folder.
 STATION_FOLDER = ".local/state/gpudesk/station-slurm"
+
+
+# Assumption: an sbatch a stopped engine left running ends within two client timeouts (Slurm's
+# own MessageTimeout is 10 s); an intent not found in Slurm after that never reached it.
+INTENT_GRACE_S = 2 * slurm.TIMEOUT_S
+INTENT_GRACE_ENV = "GPUDESK_SLURM_INTENT_GRACE_S"  # tests: a few seconds
+
+
+def intent_grace_s() -> float:
+    """INTENT_GRACE_S, or the engine's GPUDESK_SLURM_INTENT_GRACE_S (1 to 600 s)."""
+    return env_seconds(INTENT_GRACE_ENV, INTENT_GRACE_S, 1.0, 600.0)
 
 
 def poll_s() -> float:
@@ -85,6 +100,7 @@ class Watched:
     submission: str
     task: int | None
     own_id: str | None
+    script: str = ""  # an intent's marker: squeue's %o of its sbatch, if it reached Slurm
 
     @property
     def slurm_id(self) -> str:
@@ -99,6 +115,8 @@ class Heard:
     job_id: int
     line: QueueLine | None
     ended: Ended | None = None
+    unreachable: str | None = None  # why its cluster could not be asked (then both are None)
+    sent: str | None = None  # an intent's sbatch found in Slurm: its submission's id
 
 
 @dataclass
@@ -129,6 +147,9 @@ class Poller:
         self.stopping = False
         self.thread: threading.Thread | None = None
         self.clients: dict[tuple[str, Identity], SlurmCommands] = {}  # the thread's own
+        # (slurm.conf, owner) -> (what it said, when it was last said): the broken clusters
+        self.broken: dict[tuple[str, Identity], tuple[str, float]] = {}  # under shared.lock
+        self.asking: set[tuple[str, Identity]] = set()  # being polled now; under shared.lock
 
     def watch(self, watched: list[Watched]) -> None:
         with self.shared.lock:
@@ -165,10 +186,10 @@ class Poller:
                     self.heard.put(f"scancel of job(s) {', '.join(map(str, job_ids))}: {refused}")
             if watched:
                 try:
-                    self.heard.put(self._poll(watched))
+                    self._poll(watched)
                 except Exception as exc:  # a failing Slurm must not end the thread
                     self.heard.put(f"could not ask Slurm about its jobs: {exc}")
-                self.wake()
+                    self.wake()
             self.poke.wait(poll_s())
             self.poke.clear()
 
@@ -176,27 +197,79 @@ class Poller:
         """The clients for one owner's jobs on one cluster, kept across polls (each checks its
         slurm.conf once)."""
         key = (conf, owner)
-        if key not in self.clients:
-            self.clients[key] = SlurmCommands(conf, owner)
-        return self.clients[key]
+        with self.shared.lock:
+            if key not in self.clients:
+                self.clients[key] = SlurmCommands(conf, owner)
+            return self.clients[key]
 
-    def _poll(self, watched: list[Watched]) -> list[Heard]:
-        heard: list[Heard] = []
+    def _poll(self, watched: list[Watched]) -> None:
+        """Ask each cluster (slurm.conf and owner) about its jobs on a thread of its own: one
+        whose clients wait (a deleted slurm.conf makes each retry for 60 s, a controller that
+        does not answer up to commands.TIMEOUT_S) delays no other's news. A cluster still being
+        asked from an earlier poll is skipped this time."""
         by_client: dict[tuple[str, Identity], list[Watched]] = {}
         for item in watched:
             by_client.setdefault((item.conf, item.owner), []).append(item)
-        for (conf, owner), items in by_client.items():
-            # one owner's failing cluster (her slurm.conf, her controller) is hers alone: the
-            # other owners' jobs are still heard of
-            try:
-                heard += self._poll_one(self._clients(conf, owner), items)
-            except SlurmError as exc:
-                self.heard.put(f"could not ask Slurm about {owner.name}'s jobs: {exc}")
-        return heard
+        with self.shared.lock:
+            for key in [k for k in self.broken if k not in by_client]:
+                del self.broken[key]  # no job of it is watched any more
+            todo = [k for k in by_client if k not in self.asking]
+            self.asking.update(todo)
+        for key in todo:  # at most one thread per cluster: one still asking is skipped above
+            threading.Thread(
+                target=self._poll_client,
+                args=(key, by_client[key]),
+                name="gpudesk-slurm-poll",
+                daemon=True,  # a client waiting on a dead controller never holds up an exit
+            ).start()
+
+    def _poll_client(self, key: tuple[str, Identity], items: list[Watched]) -> None:
+        # one owner's failing cluster (her slurm.conf, her controller) is hers alone: the
+        # other owners' jobs are still heard of, and hers count a poll no one answered
+        try:
+            commands = self._clients(*key)
+            commands.conf_checked = False  # a slurm.conf deleted since is noticed at once
+            heard = self._poll_one(commands, items)
+        except Exception as exc:  # whatever one cluster does, the others are still asked
+            said = str(exc) if isinstance(exc, SlurmError) else f"{type(exc).__name__}: {exc}"
+            heard = [Heard(i.job_id, None, None, said) for i in items]
+            self._say_broken(key, said)
+        else:
+            self._say_recovered(key)
+        finally:
+            with self.shared.lock:
+                self.asking.discard(key)
+        self.heard.put(heard)
+        self.wake()
+
+    def _say_broken(self, key: tuple[str, Identity], said: str) -> None:
+        """Warn when a cluster breaks, then at most every BROKEN_SAY_EVERY_S while it stays so."""
+        now = time.monotonic()
+        with self.shared.lock:
+            before = self.broken.get(key)
+            if before is not None and now - before[1] < BROKEN_SAY_EVERY_S:
+                return
+            self.broken[key] = (said, now)
+        again = "still " if before is not None else ""
+        self.heard.put(
+            f"could {again}not ask Slurm about {key[1].name}'s jobs (slurm.conf {key[0]}): "
+            f"{said} (said again at most every {BROKEN_SAY_EVERY_S:g} s while it lasts)"
+        )
+
+    def _say_recovered(self, key: tuple[str, Identity]) -> None:
+        with self.shared.lock:
+            was_broken = self.broken.pop(key, None) is not None
+        if was_broken:
+            self.heard.put(f"Slurm answers about {key[1].name}'s jobs again (slurm.conf {key[0]})")
 
     @staticmethod
     def _poll_one(commands: SlurmCommands, items: list[Watched]) -> list[Heard]:
         heard: list[Heard] = []
+        intents = [i for i in items if i.submission == SENDING]
+        if intents:
+            found = commands.sent_scripts()
+            heard += [Heard(i.job_id, None, None, sent=found.get(i.script)) for i in intents]
+            items = [i for i in items if i.submission != SENDING]
         lines = commands.queue(sorted({i.submission for i in items}))
         exact = {line.slurm_id: line for line in lines if not line.pending_tasks}
         pending = {line.own_id: line for line in lines if line.pending_tasks}
@@ -232,18 +305,28 @@ class SlurmBackend:
         self.poller = Poller(wake)
         self.missing: dict[int, int] = {}  # job id -> polls in a row no one knew it
         self.cluster_names: dict[tuple[str, int], str] = {}  # (slurm.conf, uid) -> ClusterName
+        # requests whose sbatches are under way (their job ids) -> when their work's bound
+        # passes: their intent rows are theirs to settle until then, not the poller's
+        self.sending: dict[tuple[int, ...], float] = {}
+        self.started = time.time()  # a former engine's sbatch started before this
+        self.fail_unrecorded()
         self.refresh()
 
     # ----------------------------------------------------------- submitting
-    def check(
+    # A submit runs in three steps, so that the loop never waits on Slurm and an engine killed
+    # at any moment leaves nothing that runs twice or in the wrong place:
+    #   1. off the loop, `prepared`: the offer, the partition, the mapping, the cluster's name;
+    #   2. on the loop, `record_intent`: the jobs and one intent row each (submission SENDING,
+    #      its script's path: unique per job and store) before any sbatch;
+    #   3. off the loop, `send`: each sbatch; on the loop, `record_sent`: the ids Slurm gave.
+    # An engine stopped during 3 leaves intent rows; the poller finds their sbatch in squeue by
+    # the script's path (%o) and adopts it, or fails the job "never reached Slurm" once no
+    # sbatch of a former engine can still be under way (intent_grace_s).
+    def prepared(
         self, specs: Sequence[JobSpec], base_env: Mapping[str, str] | None, owner: Identity
-    ) -> None:
-        """What `submit` checks before it stores anything; raises SubmitRefused."""
-        self._prepare(specs, base_env, owner)
-
-    def _prepare(
-        self, specs: Sequence[JobSpec], base_env: Mapping[str, str] | None, owner: Identity
-    ) -> tuple[ClusterSpec, SlurmCommands, GresOffer, str]:
+    ) -> Callable[[], Prepared]:
+        """Step 1's work (for a worker thread: it reads no store and no state of the loop's);
+        it raises SubmitRefused."""
         clusters = {spec.cluster for spec in specs}
         if len(clusters) != 1 or None in clusters:
             raise SubmitRefused(
@@ -252,23 +335,9 @@ class SlurmBackend:
             )
         cluster = specs[0].cluster
         assert cluster is not None
-        commands = SlurmCommands(_conf_for(cluster, base_env, owner), owner)
-        try:
-            offer = commands.offer(cluster.partition)
-            # sinfo -p NOSUCH answers nothing and exits 0: the partition is checked on its own
-            known_partitions = commands.partitions() if cluster.partition is not None else []
-            if cluster.partition is not None and cluster.partition not in known_partitions:
-                known = ", ".join(known_partitions) or "none"
-                raise SubmitRefused(
-                    f"the cluster has no partition {cluster.partition!r} (it has: {known}); "
-                    "name one of those in [cluster] partition or --partition. Nothing was "
-                    "submitted."
-                )
-            plan(specs, cluster, offer)  # a job the cluster cannot be asked for is refused here
-            name = cluster.name or self._cluster_name(commands)
-        except (SlurmError, SlurmMappingError) as exc:
-            raise SubmitRefused(f"{str(exc).rstrip('.')}. Nothing was submitted.") from None
-        return cluster, commands, offer, name
+        conf = _conf_for(cluster, base_env, owner)
+        known_name = cluster.name or self.cluster_names.get((conf, owner.uid))
+        return lambda: _prepare(list(specs), cluster, conf, owner, known_name)
 
     def slurm_folder(self, owner: Identity, job_id: int) -> Path:
         """Where a submission's script and output go: a personal engine's GPUDESK_HOME/slurm/ID;
@@ -287,30 +356,47 @@ class SlurmBackend:
             )
         return Path(home) / STATION_FOLDER / f"{job_id}-{secrets.token_hex(4)}"
 
-    def _cluster_name(self, commands: SlurmCommands) -> str:
-        """A cluster's ClusterName, asked once per slurm.conf (`scontrol show config` prints
-        hundreds of lines; a submit runs in the engine's loop)."""
-        key = (commands.conf, commands.owner.uid)
-        if key not in self.cluster_names:
-            self.cluster_names[key] = commands.cluster_name()
-        return self.cluster_names[key]
-
-    def submit(
-        self, specs: Sequence[JobSpec], base_env: Mapping[str, str] | None, owner: Identity
-    ) -> list[JobRecord]:
-        """Store the jobs and submit them to Slurm, all or none; raises SubmitRefused."""
+    def check_after(self, specs: Sequence[JobSpec]) -> None:
+        """A Slurm job runs only after Slurm jobs that reached Slurm; raises SubmitRefused."""
         for index, spec in enumerate(specs):
             for ref in spec.after:
-                if ref > 0 and self.store.slurm_job(ref) is None:
+                if ref <= 0:
+                    continue
+                row = self.store.slurm_job(ref)
+                if row is None:
                     raise SubmitRefused(
                         f"jobs[{index}] ({spec.name}) runs after job {ref}, which runs on the "
                         "station: a Slurm job can run only after Slurm jobs (Slurm cannot see "
                         "the station's). Nothing was submitted."
                     )
-        cluster, commands, offer, name = self._prepare(specs, base_env, owner)
+                if row.sending:
+                    raise SubmitRefused(
+                        f"jobs[{index}] ({spec.name}) runs after job {ref}, whose submission to "
+                        "Slurm is still under way; submit it again once job "
+                        f"{ref} has a Slurm id (gpudesk show {ref}). Nothing was submitted."
+                    )
+
+    def record_intent(
+        self,
+        specs: Sequence[JobSpec],
+        base_env: Mapping[str, str] | None,
+        owner: Identity,
+        ready: Prepared,
+    ) -> tuple[list[int], Callable[[], Sent], float]:
+        """Step 2 (on the loop): store the jobs and their intent rows; step 3's work and its
+        bound. Raises SubmitRefused (nothing is left then)."""
+        self.check_after(specs)
+        cluster, commands = ready.cluster, ready.commands
+        if cluster.name is None:
+            self.cluster_names[(commands.conf, owner.uid)] = ready.name
         records = self.store.submit(specs, base_env, owner=owner)
         ids = [r.id for r in records]
-        submissions = plan([r.spec for r in records], cluster, offer, ids)
+        try:
+            submissions = plan([r.spec for r in records], cluster, ready.offer, ids)
+            sends = [self._send_plan(sub, ready, ids) for sub in submissions]
+        except (SlurmError, SlurmMappingError) as exc:
+            self.store.discard_jobs(ids)
+            raise SubmitRefused(f"{str(exc).rstrip('.')}. Nothing was submitted.") from None
         # the submitter's environment reaches the job through its script; sbatch runs in the
         # one the engine built (commands.env), whose variables hers has not are unset there
         if base_env is not None:
@@ -318,63 +404,66 @@ class SlurmBackend:
         else:  # a request without one: the engine's own, for a personal engine
             mine = {} if acts_for_other(owner) else os.environ
             environment, unset = job_environment(mine, commands.conf), []
-        rows: list[SlurmRow] = []
-        sent: list[str] = []
-        folders: list[Path] = []
-        never: list[tuple[int, str]] = []
-        try:
-            for submission in submissions:
-                first = submission.tasks[0]
-                assert first.job_id is not None
-                dependency, why_not = self._dependency(first.spec.after, rows)
-                if why_not:
-                    never += [(t.job_id or 0, why_not) for t in submission.tasks]
-                    continue
-                folder = self.slurm_folder(owner, first.job_id)
-                folders.append(folder)
-                log_name = "task-{}.log" if submission.is_array else "output.log"
-                script = folder / "job.sbatch"
-                text = render(
-                    submission,
-                    output=literal(f"{folder}/") + log_name.format(ARRAY_TASK),
-                    header=_header(submission, name, cluster),
-                    dependency=dependency,
-                    environment=environment,
-                    unset=unset,
-                )
-                submitted = commands.sbatch(str(folder), str(script), text)
-                sent.append(submitted)
-                gres = next((o.value for o in submission.options if o.flag == "--gres"), None)
-                for index, task in enumerate(submission.tasks):
-                    assert task.job_id is not None
-                    rows.append(
-                        SlurmRow(
-                            task.job_id,
-                            name,
-                            commands.conf,
-                            submitted,
-                            index if submission.is_array else None,
-                            None,
-                            str(folder / log_name.format(index)),
-                            str(script),
-                            gres,
-                            "PENDING",
-                        )
-                    )
-        except (SlurmError, OSError) as exc:
-            refused = commands.cancel(sent) if sent else None
-            self.store.discard_jobs(ids)
-            for folder in folders:
-                commands.remove_folder(str(folder))
-            what = (
-                exc if isinstance(exc, SlurmError) else f"could not write the sbatch script: {exc}"
+        self.store.add_slurm_jobs(row for send in sends for row in send.rows)
+        # Assumption: each sbatch costs at most two commands (sbatch, then squeue to confirm
+        # it is hers), each bounded by commands.TIMEOUT_S; one more for undoing a failure.
+        bound = slurm.TIMEOUT_S * (2 * len(sends) + 2)
+        self.sending[tuple(ids)] = time.monotonic() + bound
+        header_name = ready.name
+
+        def work() -> Sent:
+            return _send(commands, cluster, header_name, sends, environment, unset)
+
+        return ids, work, bound
+
+    def _send_plan(self, submission: Submission, ready: Prepared, ids: list[int]) -> _Send:
+        """One sbatch's plan: its folder, its intent rows, and its dependencies as the store
+        has them now (parents in this request are resolved as they are sent)."""
+        first = submission.tasks[0]
+        assert first.job_id is not None
+        folder = self.slurm_folder(ready.commands.owner, first.job_id)
+        log_name = "task-{}.log" if submission.is_array else "output.log"
+        script = folder / "job.sbatch"
+        gres = next((o.value for o in submission.options if o.flag == "--gres"), None)
+        rows = [
+            SlurmRow(
+                task.job_id or 0,
+                ready.name,
+                ready.commands.conf,
+                SENDING,
+                index if submission.is_array else None,
+                None,
+                str(folder / log_name.format(index)),
+                str(script),
+                gres,
+                SENDING_STATE,
             )
-            undone = f" The {len(sent)} already submitted were cancelled (scancel)." if sent else ""
-            if refused:
-                undone = f" Cancelling the {len(sent)} already submitted failed: {refused}."
-            raise SubmitRefused(f"{what}.{undone} Nothing was submitted.") from None
-        self.store.add_slurm_jobs(rows)
-        for job_id, reason in never:
+            for index, task in enumerate(submission.tasks)
+        ]
+        after = first.spec.after
+        inside = tuple(i for i in after if i in ids)
+        outside = [i for i in after if i not in ids]
+        parents = jobs_by_id(self.store, outside)
+        never = verdict(tuple(outside), parents).never if outside else ""
+        parent_rows = self.store.slurm_jobs(outside)
+        waiting = tuple(
+            parent_rows[i].slurm_id
+            for i in outside
+            if i in parent_rows
+            and parents.get(i) is not None
+            and parents[i].state is not JobState.SUCCEEDED
+        )
+        return _Send(submission, folder, log_name, rows, after, inside, waiting, never)
+
+    def record_sent(self, ids: list[int], sent: Sent) -> list[JobRecord]:
+        """Step 3's outcome, on the loop: the Slurm ids kept, or the jobs forgotten and the
+        request refused (SubmitRefused) when one sbatch failed (the work cancelled the others)."""
+        self.sending.pop(tuple(ids), None)
+        if sent.refused is not None:
+            self.store.discard_jobs(ids)
+            raise SubmitRefused(sent.refused)
+        self.store.slurm_sent(sent.ids)
+        for job_id, reason in sent.never:
             self.store.slurm_ended(
                 job_id,
                 JobState.CANCELLED,
@@ -383,53 +472,48 @@ class SlurmBackend:
                 started_at=None,
                 ended_at=time.time(),
             )
-        for row in rows:
-            log.info("job %d submitted to Slurm cluster %s as %s", row.job_id, name, row.slurm_id)
+        for job_id, slurm_id in sent.ids:
+            log.info("job %d submitted to Slurm as %s", job_id, slurm_id)
         self.refresh()
         return [self.store.job(i) for i in ids]
 
-    def _dependency(
-        self, after: tuple[int, ...], made: list[SlurmRow]
-    ) -> tuple[SbatchOption | None, str]:
-        """The --dependency for jobs that run after `after` (gpudesk ids), and why they can
-        never run ("" while they can): a parent that already failed or was cancelled."""
-        if not after:
-            return None, ""
-        rows = {r.job_id: r for r in made}
-        rows.update(self.store.slurm_jobs([i for i in after if i not in rows]))
-        parents = jobs_by_id(self.store, after)
-        said = verdict(after, parents)
-        if said.never:
-            return None, said.never
-        waiting = [
-            rows[i].slurm_id
-            for i in after
-            if i in rows
-            and parents.get(i) is not None
-            and parents[i].state is not JobState.SUCCEEDED
-        ]
-        if not waiting:
-            return None, ""
-        return (
-            SbatchOption(
-                "--dependency",
-                "afterok:" + ":".join(waiting),
-                f"after = gpudesk job(s) {', '.join(map(str, after))}: start only once they "
-                "succeeded",
-            ),
-            "",
-        )
+    def check(
+        self, specs: Sequence[JobSpec], base_env: Mapping[str, str] | None, owner: Identity
+    ) -> None:
+        """What `submit` checks, run here and now (tests, tools; the engine's requests run
+        `prepared` off the loop); raises SubmitRefused."""
+        self.prepared(specs, base_env, owner)()
+
+    def submit(
+        self, specs: Sequence[JobSpec], base_env: Mapping[str, str] | None, owner: Identity
+    ) -> list[JobRecord]:
+        """All three steps here and now (tests, tools; the engine's requests run the Slurm
+        steps off the loop); raises SubmitRefused."""
+        self.check_after(specs)
+        ready = self.prepared(specs, base_env, owner)()
+        ids, work, _bound = self.record_intent(specs, base_env, owner, ready)
+        return self.record_sent(ids, work())
 
     # ----------------------------------------------------------- following
     def refresh(self) -> None:
         """Tell the poller which jobs to ask about (after a submit, an end, a restart)."""
         rows = self.store.active_slurm_jobs()
         jobs = jobs_by_id(self.store, [r.job_id for r in rows])
+        now = time.monotonic()
+        busy = {i for ids, bound in self.sending.items() if now < bound for i in ids}
         self.poller.watch(
             [
-                Watched(r.job_id, r.conf, jobs[r.job_id].owner, r.submission, r.task, r.own_id)
+                Watched(
+                    r.job_id,
+                    r.conf,
+                    jobs[r.job_id].owner,
+                    r.submission,
+                    r.task,
+                    r.own_id,
+                    r.script,
+                )
                 for r in rows
-                if r.job_id in jobs
+                if r.job_id in jobs and r.job_id not in busy
             ]
         )
 
@@ -443,7 +527,11 @@ class SlurmBackend:
 
     def step(self) -> None:
         """Apply what the poller heard."""
-        changed = False
+        now = time.monotonic()
+        expired = [key for key, bound in self.sending.items() if now >= bound]
+        for key in expired:  # their request gave up: the poller settles their intent rows
+            del self.sending[key]
+        changed = bool(expired)
         while True:
             try:
                 heard = self.poller.heard.get_nowait()
@@ -466,6 +554,8 @@ class SlurmBackend:
     def _apply(self, row: SlurmRow, job: JobRecord, heard: Heard) -> bool:
         if job.state.terminal:
             return False
+        if row.sending:
+            return self._settle_intent(row, job, heard)
         line, ended = heard.line, heard.ended
         if line is None and ended is None:
             self.missing[row.job_id] = self.missing.get(row.job_id, 0) + 1
@@ -476,6 +566,12 @@ class SlurmBackend:
                 f"lost: Slurm no longer knows job {row.slurm_id} and its completion log has no "
                 "record of it (an operator may have purged it)"
             )
+            if heard.unreachable is not None:
+                lost = (
+                    f"lost: gpudesk could not ask Slurm about job {row.slurm_id} for "
+                    f"{MISSING_POLLS} polls in a row: {heard.unreachable.rstrip('.')}. It may "
+                    f"still run in Slurm (squeue -j {row.slurm_id})"
+                )
             self._end(job, JobState.FAILED, lost, None, None)
             return True
         self.missing.pop(row.job_id, None)
@@ -523,6 +619,60 @@ class SlurmBackend:
                 job, JobState.FAILED, _failure(state, code, sig, row), _code(code, sig), ended
             )
         return True
+
+    def _settle_intent(self, row: SlurmRow, job: JobRecord, heard: Heard) -> bool:
+        """An intent row no live request is settling (its engine stopped during its sbatch):
+        adopt the Slurm job its sbatch made, or, once no sbatch can still be under way, fail
+        it as never sent. It is never run on the station."""
+        if heard.sent is not None:
+            self.store.slurm_sent([(row.job_id, heard.sent)])
+            message = f"adopted Slurm job {heard.sent}, submitted before the engine restarted"
+            log.info("job %d: %s", job.id, message)
+            self.events.job(job.id, message)
+            return True
+        if time.time() < max(job.submitted_at, self.started) + intent_grace_s():
+            return False
+        if heard.unreachable is not None:  # cannot tell: fail it, saying it may run there
+            self.missing[row.job_id] = self.missing.get(row.job_id, 0) + 1
+            if self.missing[row.job_id] < MISSING_POLLS:
+                return False
+            self.missing.pop(row.job_id, None)
+            self._end(
+                job,
+                JobState.FAILED,
+                "lost: the engine stopped while submitting it, and gpudesk could not ask Slurm "
+                f"whether it got it for {MISSING_POLLS} polls in a row: "
+                f"{heard.unreachable.rstrip('.')}. It may still run in Slurm (squeue -u "
+                f"{job.user}, its script {row.script}); it will not run here.",
+                None,
+                None,
+            )
+            return True
+        self._end(
+            job,
+            JobState.FAILED,
+            "never reached Slurm: the engine stopped while submitting it and Slurm lists no "
+            f"job of {job.user}'s with its script ({row.script}); it did not run, here or "
+            "there. Submit it again.",
+            None,
+            None,
+        )
+        return True
+
+    def fail_unrecorded(self) -> None:
+        """At start: jobs that name a cluster but have no Slurm row (an engine from before
+        intent rows stopped during their submission) fail; the station never runs them."""
+        for job_id in self.store.cluster_jobs_without_row():
+            job = self.store.job(job_id)
+            self._end(
+                job,
+                JobState.FAILED,
+                "never followed in Slurm: the engine stopped while submitting it, before it "
+                "recorded where it went; it was not run on the station (squeue -u "
+                f"{job.user} shows whether Slurm has it). Submit it again if not.",
+                None,
+                None,
+            )
 
     def _cancel_reason(self, job: JobRecord, row: SlurmRow, reason: str | None) -> str:
         if reason == "DependencyNeverSatisfied":
@@ -593,3 +743,135 @@ def _conf_for(cluster: ClusterSpec, base_env: Mapping[str, str] | None, owner: I
     if base_env is not None and not acts_for_other(owner) and base_env.get("SLURM_CONF"):
         return base_env["SLURM_CONF"]
     return site_conf()
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """What step 1 found out (off the loop): the cluster, its clients, its offer, its name."""
+
+    cluster: ClusterSpec
+    commands: SlurmCommands
+    offer: GresOffer
+    name: str
+
+
+@dataclass(frozen=True)
+class _Send:
+    """One sbatch as the loop planned it (step 2), for the worker to send (step 3)."""
+
+    submission: Submission
+    folder: Path
+    log_name: str
+    rows: list[SlurmRow]  # its intent rows, one per job
+    after: tuple[int, ...]  # the first job's parents (gpudesk ids)
+    inside: tuple[int, ...]  # those in this request: sent before it, or never
+    waiting: tuple[str, ...]  # Slurm ids of parents outside it that have not succeeded
+    never: str  # why it can never run ("" while it can): a parent outside already failed
+
+    @property
+    def job_ids(self) -> list[int]:
+        return [row.job_id for row in self.rows]
+
+
+@dataclass(frozen=True)
+class Sent:
+    """Step 3's outcome: (job id, Slurm id of its submission) for each job sent, the jobs that
+    can never run (a parent failed), or why the whole request was refused (all undone)."""
+
+    ids: list[tuple[int, str]]
+    never: list[tuple[int, str]]
+    refused: str | None = None
+
+
+def _prepare(
+    specs: list[JobSpec],
+    cluster: ClusterSpec,
+    conf: str,
+    owner: Identity,
+    known_name: str | None,
+) -> Prepared:
+    """Step 1, as the owner, off the loop: raises SubmitRefused."""
+    commands = SlurmCommands(conf, owner)
+    try:
+        offer = commands.offer(cluster.partition)
+        # sinfo -p NOSUCH answers nothing and exits 0: the partition is checked on its own
+        known_partitions = commands.partitions() if cluster.partition is not None else []
+        if cluster.partition is not None and cluster.partition not in known_partitions:
+            known = ", ".join(known_partitions) or "none"
+            raise SubmitRefused(
+                f"the cluster has no partition {cluster.partition!r} (it has: {known}); "
+                "name one of those in [cluster] partition or --partition. Nothing was "
+                "submitted."
+            )
+        plan(specs, cluster, offer)  # a job the cluster cannot be asked for is refused here
+        # ClusterName is asked once per slurm.conf and owner (scontrol show config prints
+        # hundreds of lines)
+        name = known_name or commands.cluster_name()
+    except (SlurmError, SlurmMappingError) as exc:
+        raise SubmitRefused(f"{str(exc).rstrip('.')}. Nothing was submitted.") from None
+    return Prepared(cluster, commands, offer, name)
+
+
+def _send(
+    commands: SlurmCommands,
+    cluster: ClusterSpec,
+    name: str,
+    sends: list[_Send],
+    environment: Mapping[str, str],
+    unset: Sequence[str],
+) -> Sent:
+    """Step 3, as the owner, off the loop: each sbatch in order; when one fails, those already
+    sent are cancelled and the folders removed (all or nothing)."""
+    ids: list[tuple[int, str]] = []
+    never: list[tuple[int, str]] = []
+    by_job: dict[int, str] = {}  # job id -> its submission's Slurm id, as they are sent
+    never_by_job: dict[int, str] = {}
+    sent: list[str] = []
+    folders: list[Path] = []
+    try:
+        for send in sends:
+            parent = next((i for i in send.inside if i in never_by_job), None)
+            why_not = send.never or (
+                f"job {parent}, which it runs after, can never run ({never_by_job[parent]})"
+                if parent is not None
+                else ""
+            )
+            if why_not:
+                never += [(i, why_not) for i in send.job_ids]
+                never_by_job.update(dict.fromkeys(send.job_ids, why_not))
+                continue
+            waiting = list(send.waiting) + [by_job[i] for i in send.inside if i in by_job]
+            dependency = (
+                SbatchOption(
+                    "--dependency",
+                    "afterok:" + ":".join(waiting),
+                    f"after = gpudesk job(s) {', '.join(map(str, send.after))}: start only once "
+                    "they succeeded",
+                )
+                if waiting
+                else None
+            )
+            folders.append(send.folder)
+            text = render(
+                send.submission,
+                output=literal(f"{send.folder}/") + send.log_name.format(ARRAY_TASK),
+                header=_header(send.submission, name, cluster),
+                dependency=dependency,
+                environment=environment,
+                unset=unset,
+            )
+            submitted = commands.sbatch(str(send.folder), str(send.folder / "job.sbatch"), text)
+            sent.append(submitted)
+            for row in send.rows:
+                by_job[row.job_id] = submitted if row.task is None else f"{submitted}_{row.task}"
+                ids.append((row.job_id, submitted))
+    except (SlurmError, OSError) as exc:
+        refused = commands.cancel(sent) if sent else None
+        for folder in folders:
+            commands.remove_folder(str(folder))
+        what = exc if isinstance(exc, SlurmError) else f"could not write the sbatch script: {exc}"
+        undone = f" The {len(sent)} already submitted were cancelled (scancel)." if sent else ""
+        if refused:
+            undone = f" Cancelling the {len(sent)} already submitted failed: {refused}."
+        return Sent([], [], f"{what}.{undone} Nothing was submitted.")
+    return Sent(ids, never)

@@ -266,6 +266,25 @@ class SlurmCommands:
             )
         return lines
 
+    def sent_scripts(self) -> dict[str, str]:
+        """The owner's jobs Slurm lists (ended ones within MinJobAge too), by the script sbatch
+        was given (squeue %o) -> the submission's id (%F: an array's own id): how an intent
+        whose engine stopped during its sbatch is found."""
+        done = self.run(
+            ["squeue", "-h", "-t", "all", "-u", str(self.owner.uid), "-o", "%F|%U|%o"],
+            "look for jobs a stopped engine submitted",
+        )
+        if done.returncode != 0:
+            raise SlurmError(f"squeue failed: {self.said(done)}")
+        found: dict[str, str] = {}
+        for line in done.out.splitlines():
+            submission, _, rest = line.partition("|")
+            uid, _, script = rest.partition("|")  # a path may hold "|": it comes last
+            if has_control(line) or _number(uid) != self.owner.uid or _number(submission) is None:
+                continue
+            found[script] = submission
+        return found
+
     def owns(self, slurm_id: str) -> bool:
         """Does Slurm know job `slurm_id` as the owner's? (What sbatch printed is checked so
         before gpudesk keeps it.)"""

@@ -66,5 +66,7 @@ def attempt(job: JobRecord, row: SlurmRow) -> Reply:
 
 def explain_wait(row: SlurmRow) -> str:
     """Why a queued Slurm job has not started, as Slurm last said."""
+    if row.sending:
+        return f"being submitted to Slurm (cluster {row.cluster}; {row.script})"
     why = f": {row.reason}" if row.reason and row.reason != "None" else ""
     return f"pending in Slurm{why} (squeue -j {row.slurm_id}, cluster {row.cluster})"

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from gpudesk.engine.store.jobs import JobTables
+from gpudesk.engine.store.listing import JobListing
 from gpudesk.engine.store.model_params import ModelParamTables
 from gpudesk.engine.store.samples import SampleTables
 from gpudesk.engine.store.slurm import SlurmTables
 from gpudesk.engine.store.tracking import TrackingTables
 
 
-class Store(SlurmTables, JobTables, SampleTables, ModelParamTables, TrackingTables):
+class Store(SlurmTables, JobTables, JobListing, SampleTables, ModelParamTables, TrackingTables):
     """All reads and writes of the engine's database: its connection (`StoreConnection`), the
     jobs and attempts (`JobTables`), telemetry and measured demand (`SampleTables`), and the
     interference model's learning (`ModelParamTables`), the MLflow runs (`TrackingTables`), the

@@ -16,6 +16,7 @@ from gpudesk.engine.boottime import BootStamp
 from gpudesk.engine.identity import Identity
 from gpudesk.engine.jobs import InvalidTransition, JobSpec, JobState, check_transition
 from gpudesk.engine.store.connection import StoreConnection
+from gpudesk.engine.store.listing import read_rows
 from gpudesk.engine.store.records import AttemptRecord, JobRecord, read_attempt, read_job
 from gpudesk.engine.store.schema import StoreError, UnknownJob
 from gpudesk.text import safe_text
@@ -141,15 +142,18 @@ class JobTables(StoreConnection):
         else:  # the newest `limit`, oldest first
             sql = f"SELECT * FROM (SELECT * FROM jobs{where} ORDER BY id DESC LIMIT ?) ORDER BY id"
             params.append(limit)
-        return [read_job(r) for r in self._conn.execute(sql, params)]
+        return read_rows(self._conn.execute(sql, params))[0]
 
     def queued(self) -> list[JobRecord]:
-        """Queued jobs in the order a first-come policy would consider them."""
+        """The station's queued jobs in the order a first-come policy would consider them. A job
+        that names a cluster is never one, whatever its Slurm row says or whether it has one
+        (an engine stopped during its submission): Slurm places it, or it fails. A row that
+        cannot be read is left out (and logged): it must not stop the queue of everyone else."""
         rows = self._conn.execute(
             "SELECT * FROM jobs WHERE state = 'queued' "
             "AND id NOT IN (SELECT job_id FROM slurm_jobs) ORDER BY priority DESC, id"
         )
-        return [read_job(r) for r in rows]
+        return [job for job in read_rows(rows)[0] if job.spec.cluster is None]
 
     def counts(self) -> dict[str, int]:
         rows = self._conn.execute("SELECT state, COUNT(*) FROM jobs GROUP BY state")
@@ -273,8 +277,8 @@ class JobTables(StoreConnection):
                 )
             conn.execute(
                 "UPDATE jobs SET state = 'queued', attempts_before_requeue = attempts, "
-                "held = 0, cancel_requested = 0, kill_deadline = NULL, started_at = NULL, "
-                "ended_at = NULL, exit_code = NULL, reason = NULL WHERE id = ?",
+                "archived = 0, held = 0, cancel_requested = 0, kill_deadline = NULL, "
+                "started_at = NULL, ended_at = NULL, exit_code = NULL, reason = NULL WHERE id = ?",
                 (job_id,),
             )
             self._add_event(

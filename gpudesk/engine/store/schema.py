@@ -227,7 +227,25 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE attempts ADD COLUMN started_boottime REAL;
     ALTER TABLE attempts ADD COLUMN boot_id TEXT;
     """,
-    # 11: indexes for issue 36 (a store of 100,000 jobs): attempts by their end, for fair
+    # 11: listings that stay fast on a long-lived store (docs/reliability.md, "Listings of the
+    # whole store"). A finished job older than `[station] keep_finished_days` is archived: it
+    # leaves the live listings (queue, desk) but history and accounting still read it. Partial
+    # indexes give each listing its rows in id order without sorting the whole store: the live
+    # window (queued and running), the finished jobs (history), the unarchived ones (a plain
+    # listing), and what is due for archiving (by end); one state's unarchived jobs in id order
+    # and every listing's count, read from an index alone; one user's jobs in id order. A query
+    # uses a partial index only when its WHERE holds the index's terms word for word:
+    # store/listing.py writes them from the same constants.
+    """
+    ALTER TABLE jobs ADD COLUMN archived INTEGER NOT NULL DEFAULT 0;
+    CREATE INDEX jobs_live ON jobs (id) WHERE state IN ('queued', 'running');
+    CREATE INDEX jobs_finished ON jobs (id) WHERE state IN ('succeeded', 'failed', 'cancelled');
+    CREATE INDEX jobs_unarchived ON jobs (id) WHERE archived = 0;
+    CREATE INDEX jobs_to_archive ON jobs (ended_at) WHERE archived = 0;
+    CREATE INDEX jobs_by_state_archived ON jobs (state, archived, id);
+    CREATE INDEX jobs_by_owner_id ON jobs (owner_uid, id);
+    """,
+    # 12: indexes for issue 36 (a store of 100,000 jobs): attempts by their end, for fair
     # share's ledger (what ended since it last looked, what leaves the horizon: usage_ledger);
     # events by kind, for `status`'s latest station changes (events_of_kind), which else scan
     # every event.
@@ -239,6 +257,11 @@ MIGRATIONS: tuple[str, ...] = (
 SCHEMA_VERSION = len(MIGRATIONS)
 
 LIVE_ATTEMPT_STATES = ("launching", "running")
+# The WHERE terms of the listing migration's partial indexes, word for word (a query that states
+# them otherwise, or with bound parameters, is not matched to the index by SQLite's planner).
+LIVE_JOBS_TERM = "state IN ('queued', 'running')"
+FINISHED_JOBS_TERM = "state IN ('succeeded', 'failed', 'cancelled')"
+UNARCHIVED_TERM = "archived = 0"
 # The gpu_samples metric holding the energy a GPU used over each stored window, in joules (a
 # sum, where the other metrics are means): what "energy today" adds up.
 GPU_ENERGY_METRIC = "energy_j"

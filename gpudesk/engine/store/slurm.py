@@ -3,6 +3,7 @@ Slurm knows it by, and what Slurm last said of it (gpudesk.engine.slurm.backend)
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import time
 from collections.abc import Iterable, Sequence
@@ -12,13 +13,17 @@ from gpudesk.engine.jobs import JobState
 from gpudesk.engine.store.jobs import JobTables
 from gpudesk.text import safe_text
 
+# A row's submission while its sbatch may or may not have reached Slurm (an intent row).
+SENDING = ""
+SENDING_STATE = "SUBMITTING"  # its Slurm state meanwhile, for the views
+
 
 @dataclass(frozen=True)
 class SlurmRow:
     job_id: int
     cluster: str  # its name, for the views
     conf: str  # the slurm.conf its commands read
-    submission: str  # the sbatch's job id (an array's id for an array task)
+    submission: str  # the sbatch's job id (an array's id for an array task); SENDING: none yet
     task: int | None  # its index in the array; None: not an array
     own_id: str | None  # the task's own job id, once Slurm gave it one (it started)
     output: str  # its output file
@@ -28,6 +33,12 @@ class SlurmRow:
     reason: str | None = None
     node: str | None = None
     cancel_sent: bool = False
+
+    @property
+    def sending(self) -> bool:
+        """An intent: recorded before its sbatch, not yet known to have reached Slurm (the
+        script path, unique per job and store, is how squeue's %o finds it if it did)."""
+        return self.submission == SENDING
 
     @property
     def slurm_id(self) -> str:
@@ -156,6 +167,24 @@ class SlurmTables(JobTables):
             if started_at is not None:
                 columns.update(attempts=1, started_at=started_at)
             self._transition(conn, job_id, state, message, time.time(), **columns)
+
+    def slurm_sent(self, sent: Sequence[tuple[int, str]]) -> None:
+        """Intent rows whose sbatch reached Slurm: (job id, the submission's Slurm id)."""
+        with self.transaction() as conn:
+            conn.executemany(
+                "UPDATE slurm_jobs SET submission = ?, state = 'PENDING' "
+                "WHERE job_id = ? AND submission = ?",
+                [(submission, job_id, SENDING) for job_id, submission in sent],
+            )
+
+    def cluster_jobs_without_row(self) -> list[int]:
+        """Unended jobs that name a cluster but have no Slurm row (an engine before intent rows
+        was stopped during their submission): they ran nowhere gpudesk can tell."""
+        rows = self._conn.execute(
+            "SELECT id, spec FROM jobs WHERE state IN ('queued', 'running') "
+            "AND id NOT IN (SELECT job_id FROM slurm_jobs)"
+        )
+        return [r["id"] for r in rows if json.loads(r["spec"]).get("cluster")]
 
     def discard_jobs(self, job_ids: Sequence[int]) -> None:
         """Forget jobs that were never submitted anywhere (their submission to Slurm failed as

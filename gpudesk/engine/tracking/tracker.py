@@ -599,7 +599,11 @@ class Tracking:
         if job.attempts:
             path = self.home.attempt_dir(job.id, job.attempts) / runner.LOG_FILE
             try:
-                text = joblog.tail(path, TAIL_BYTES).decode("utf-8", "replace")
+                # its owner's files only (as the `log` request reads them), and on the loop,
+                # never waiting on a lock the job holds on its log (gpudesk.joblog)
+                owner_uid = runner.log_owner_uid(job.owner)
+                data = joblog.tail(path, TAIL_BYTES, owner_uid, wait=False)
+                text = data.decode("utf-8", "replace")
             except OSError:
                 text = ""
             points += content.result_points(text, ts_ms)
