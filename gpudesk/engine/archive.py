@@ -14,11 +14,15 @@ from gpudesk.engine.store.database import Store
 
 log = logging.getLogger("gpudesk.engine")
 
-# Rows archived per engine tick: an assumption sized by measurement (docs/benchmarks.md,
-# "Archiving finished jobs"): a batch of 500 takes a few ms on a store of 100,000 jobs, so a
-# tick that archives holds the loop far below its 50 ms budget. A full batch is followed by
-# the next at the next tick; the station's backlog drains at thousands of rows a second.
+# Rows archived per engine tick, at most: an assumption sized by measurement (docs/benchmarks.md,
+# "Archiving finished jobs"): a batch of 500 takes a few ms on a quiet store of 100,000 jobs.
+# On a busy one (bench/store_scale.py, 2 listers and a desk at it) a batch of 500 held the
+# loop 59 ms, over the 50 ms a request may wait, so each batch is also sized from the last
+# one's time to take about ARCHIVE_BUDGET_S (a fifth of that budget: assumption), never fewer
+# than ARCHIVE_MIN_BATCH rows. A full batch is followed by the next at the next tick.
 ARCHIVE_BATCH = 500
+ARCHIVE_MIN_BATCH = 20
+ARCHIVE_BUDGET_S = 0.010
 # How often the engine looks for jobs newly due when the last look found none (a day's
 # setting needs no finer grain).
 ARCHIVE_EVERY_S = 60.0
@@ -26,13 +30,15 @@ DAY_S = 86_400.0
 
 
 class Archiver:
-    """Archives finished jobs past the station's `keep_finished_days`, ARCHIVE_BATCH a tick."""
+    """Archives finished jobs past the station's `keep_finished_days`, a batch a tick (at most
+    ARCHIVE_BATCH, sized to take about ARCHIVE_BUDGET_S)."""
 
     def __init__(self, store: Store, config: Callable[[], StationConfig]) -> None:
         self._store = store
         self._config = config
         self._next_at = 0.0  # monotonic; 0: look at the first tick
         self.archived = 0  # since the engine started
+        self.batch = ARCHIVE_BATCH  # the next batch's size, from the last one's time
 
     def poll_timeout(self, timeout: float) -> float:
         """`timeout` shortened to when the next batch is due."""
@@ -47,10 +53,17 @@ class Archiver:
             self._next_at = time.monotonic() + ARCHIVE_EVERY_S
             return 0
         cutoff = (now or time.time()) - days * DAY_S
-        done = self._store.archive_finished(cutoff, ARCHIVE_BATCH)
+        batch = self.batch
+        started = time.perf_counter()
+        done = self._store.archive_finished(cutoff, batch)
+        took = time.perf_counter() - started
         self.archived += done
+        if done:
+            per_row = took / done
+            fits = int(ARCHIVE_BUDGET_S / per_row) if per_row > 0 else ARCHIVE_BATCH
+            self.batch = max(ARCHIVE_MIN_BATCH, min(ARCHIVE_BATCH, fits))
         # a full batch: more may be due, at the next tick; else look again in a while
-        self._next_at = time.monotonic() + (0.0 if done == ARCHIVE_BATCH else ARCHIVE_EVERY_S)
+        self._next_at = time.monotonic() + (0.0 if done == batch else ARCHIVE_EVERY_S)
         if done:
             log.debug("archived %d finished jobs that ended over %g days ago", done, days)
         return done

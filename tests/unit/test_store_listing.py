@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 from store_fill import fill_jobs
 
+from gpudesk.engine.archive import ARCHIVE_BATCH, ARCHIVE_MIN_BATCH, Archiver
 from gpudesk.engine.jobs import JobState
+from gpudesk.engine.station import StationConfig
 from gpudesk.engine.store.database import Store
 
 FINISHED = [JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED]
@@ -82,3 +84,26 @@ def test_archiving_goes_in_bounded_batches_and_leaves_the_live_listing(tmp_path:
     assert store.archived_count() == len(old)
     store.requeue(old[0])  # a job put back in the queue is live again
     assert old[0] in [job.id for job in store.jobs_page(limit=100, states=LIVE).jobs]
+
+
+def test_the_archiver_sizes_each_batch_to_its_time_budget_and_drains_the_backlog(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "gpudesk.db"
+    Store.open(path).close()
+    old = fill_jobs(path, finished=2_000, ended_at=time.time() - 40 * DAY_S)
+    store = Store.open(path)
+    archiver = Archiver(store, lambda: StationConfig(keep_finished_days=30))
+    sizes: list[int] = []
+    for _ in range(len(old)):  # at most one row a tick: it must be done well before
+        batch = archiver.batch
+        assert ARCHIVE_MIN_BATCH <= batch <= ARCHIVE_BATCH
+        done = archiver.step()
+        if done == 0:
+            break
+        sizes.append(done)
+        assert done <= batch
+    assert sum(sizes) == len(old) == store.archived_count()
+    # what the next batch may be follows from the last one's time per row and the budget
+    assert archiver.batch in range(ARCHIVE_MIN_BATCH, ARCHIVE_BATCH + 1)
+    assert archiver.step() == 0  # nothing is due now: the next look is a while off
