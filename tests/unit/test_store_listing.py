@@ -60,6 +60,11 @@ def test_every_listing_query_walks_an_index(store: Store, filters: dict, index: 
     assert _walks_an_index(plan, index), plan
 
 
+def test_choosing_what_to_archive_walks_its_index_in_end_order(store: Store) -> None:
+    plan = store.archive_plan()
+    assert _walks_an_index(plan, "jobs_to_archive"), plan
+
+
 def test_a_page_from_the_newest_is_oldest_first_and_says_where_to_go_on(store: Store) -> None:
     page = store.jobs_page(limit=100, states=FINISHED, newest=True, archived=True, count=True)
     ids = [job.id for job in page.jobs]

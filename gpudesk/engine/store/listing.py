@@ -225,11 +225,24 @@ class JobListing(StoreConnection):
         first; how many were. Bounded so one engine tick never holds the loop long."""
         with self.transaction() as conn:
             return conn.execute(
-                f"UPDATE jobs SET archived = 1 WHERE id IN (SELECT id FROM jobs "
-                f"WHERE {UNARCHIVED_TERM} AND ended_at < ? AND {FINISHED_JOBS_TERM} "
-                "ORDER BY ended_at LIMIT ?)",
+                f"UPDATE jobs SET archived = 1 WHERE id IN ({_DUE_FOR_ARCHIVE})",
                 (ended_before, batch),
             ).rowcount
 
+    def archive_plan(self) -> list[str]:
+        """EXPLAIN QUERY PLAN of the choice of the next batch to archive (for the tests)."""
+        rows = self._conn.execute(f"EXPLAIN QUERY PLAN {_DUE_FOR_ARCHIVE}", (0.0, 1))
+        return [str(row[-1]) for row in rows]
+
     def archived_count(self) -> int:
         return int(self._conn.execute("SELECT COUNT(*) FROM jobs WHERE archived = 1").fetchone()[0])
+
+
+# The next finished jobs to archive, oldest end first. INDEXED BY: left to itself the planner
+# took jobs_by_state_archived and sorted every finished job by its end, ~100 ms a batch of any
+# size over 100,000 jobs; jobs_to_archive hands them over in end order (4-10 ms a batch).
+_DUE_FOR_ARCHIVE = (
+    f"SELECT id FROM jobs INDEXED BY jobs_to_archive "
+    f"WHERE {UNARCHIVED_TERM} AND ended_at < ? AND {FINISHED_JOBS_TERM} "
+    "ORDER BY ended_at LIMIT ?"
+)
