@@ -83,6 +83,18 @@ def _client(run: Run) -> Connection:
     return Connection(run.home, timeout=120.0)
 
 
+def _every_job(client: Connection) -> list[dict]:
+    """Every job in the store: `jobs` answers a page at a time (protocol.JOBS_PAGE_CAP)."""
+    jobs: list[dict] = []
+    after = 0
+    while True:
+        page = client.request("jobs", after_id=after)
+        jobs += page["jobs"]
+        if not page.get("more") or page.get("after_id") is None:
+            return jobs
+        after = page["after_id"]
+
+
 def submitter(run: Run, total: int, rng: random.Random) -> None:
     made = 0
     while made < total:
@@ -132,7 +144,7 @@ def check(run: Run) -> dict:
     names = sorted(set(run.answered) | set(run.unanswered))
     deadline = time.monotonic() + END_WAIT_S
     while True:
-        jobs = _client(run).request("jobs")["jobs"]
+        jobs = _every_job(_client(run))
         by_name: dict[str, list[dict]] = {}
         for job in jobs:
             by_name.setdefault(job["name"], []).append(job)
