@@ -17,14 +17,16 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpudesk.api.errors import TOO_LARGE, EngineError
 from gpudesk.engine import diskspace, protocol
-from gpudesk.engine.station import StationConfig
 from gpudesk.paths import Home, HomeError, UnsafePath, check_owner, open_state_file, user_name
 from gpudesk.spawn import SAFE_CWD, module_argv
 from gpudesk.units import byte_size
+
+if TYPE_CHECKING:  # imported where an engine is started: a client that only asks never loads it
+    from gpudesk.engine.station import StationConfig
 
 DEFAULT_TIMEOUT_S = 30.0
 START_TIMEOUT_S = 20.0
@@ -130,6 +132,8 @@ def start_engine(
     """Start a daemon for `home` in its own session and wait until it answers. A system
     engine's home (root only) is given with the daemon's `--group` / `--admin-group` options in
     `system_args`."""
+    from gpudesk.engine.station import StationConfig
+
     try:
         (station or StationConfig()).with_env_override()
     except ValueError as exc:
