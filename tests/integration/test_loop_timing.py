@@ -55,6 +55,7 @@ def test_status_carries_the_loops_times_and_counts_each_request(engine: EngineHa
         "mps",
         "loaders",
         "logcap",
+        "archive",
     }
 
 
