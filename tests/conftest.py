@@ -31,6 +31,13 @@ from gpudesk.paths import Home
 # The tests never read the user's own defaults (gpudesk.cli.config); test_config names its files.
 os.environ["GPUDESK_CONFIG"] = ""
 
+# A suite started as a background job of a non-interactive shell (`.ci/run &`, nohup, some CI
+# runners) inherits SIGINT ignored, and so would every process a test starts: Python then never
+# turns Ctrl-C into KeyboardInterrupt, and the tests that press Ctrl-C in `gpudesk top` wait for
+# an exit that cannot come. Caught here, SIGINT is back to its default in what tests start.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
 
 def wait_for(
     predicate: Callable[[], object],
