@@ -72,6 +72,11 @@ def _read(path: Path) -> dict[str, Any]:
         raise CliError(f"the config file {path} is not valid TOML: {reason}", EXIT_USAGE) from None
 
 
+def sections(path: Path) -> list[str]:
+    """The names of the file's top-level tables (the commands it sets options for)."""
+    return list(_read(path))
+
+
 def default_map(command: Any, path: Path | None = None) -> DefaultMap:
     """click's default_map for `command` (the root click group) from the config file, every
     command and option in it checked to exist; {} without a file."""

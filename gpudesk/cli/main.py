@@ -15,52 +15,81 @@ from typing import Any
 import typer
 
 from gpudesk import __version__
-from gpudesk.cli import (
-    calibrate,
-    desk,
-    engine,
-    examples,
-    export,
-    grid,
-    history,
-    jobs,
-    loader,
-    mig,
-    model,
-    run,
-    select,
-    simulate,
-    top,
-)
 from gpudesk.cli.common import CliError, reflow_help
 from gpudesk.cli.exit_codes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE
 from gpudesk.cli.plain_help import plain_help
 
-app = typer.Typer(
-    name="gpudesk",
-    help="Queue, pack and watch training jobs on a single GPU workstation.",
-    no_args_is_help=False,  # no command opens the desk
-    context_settings={"help_option_names": ["-h", "--help"]},
-)
-# Commands of the root, in the order `gpudesk --help` lists them, then the groups.
-for commands in (
-    desk.desk_app,
-    run.run_app,
-    jobs.jobs_app,
-    history.history_app,
-    grid.grid_app,
-    top.top_app,
-    simulate.simulate_app,
-    calibrate.calibrate_app,
-    examples.examples_app,
-):
-    app.add_typer(commands)
-app.add_typer(engine.engine_app, name="engine")
-app.add_typer(mig.mig_app, name="mig")
-app.add_typer(model.model_app, name="model")
-app.add_typer(loader.loader_app, name="loader")
-app.add_typer(select.select_app, name="select")
-app.add_typer(export.export_app, name="export")
+# Each command of the root, the module (in gpudesk.cli) that holds it, in the order `gpudesk
+# --help` lists them: the commands of the nameless typers first, then the groups. A command line
+# that names one of these loads that module alone; building every command costs a few hundred
+# milliseconds a short command (`gpudesk queue`) must not pay. tests/unit/test_cli_commands.py
+# checks this table against the commands the modules define.
+ROOT_COMMANDS: dict[str, str] = {
+    "desk": "desk",
+    "run": "run",
+    "submit": "jobs",
+    "queue": "jobs",
+    "show": "jobs",
+    "logs": "jobs",
+    "wait": "jobs",
+    "cancel": "jobs",
+    "hold": "jobs",
+    "release": "jobs",
+    "priority": "jobs",
+    "requeue": "jobs",
+    "history": "history",
+    "grid": "grid",
+    "top": "top",
+    "simulate": "simulate",
+    "calibrate": "calibrate",
+    "examples": "examples",
+    "engine": "engine",
+    "mig": "mig",
+    "model": "model",
+    "loader": "loader",
+    "select": "select",
+    "export": "export",
+}
+# The modules whose typer is a group of its own (`gpudesk engine start`), by the group's name.
+GROUP_MODULES = ("engine", "mig", "model", "loader", "select", "export")
+
+
+def _module_typer(module: str) -> typer.Typer:
+    from importlib import import_module
+
+    loaded = import_module(f"gpudesk.cli.{module}")
+    found: typer.Typer = getattr(loaded, f"{module}_app")
+    return found
+
+
+def build_app(modules: list[str] | None = None) -> typer.Typer:
+    """The root command with the commands of `modules` (every module when None)."""
+    wanted = list(dict.fromkeys(ROOT_COMMANDS.values())) if modules is None else modules
+    root = typer.Typer(
+        name="gpudesk",
+        help="Queue, pack and watch training jobs on a single GPU workstation.",
+        no_args_is_help=False,  # no command opens the desk
+        context_settings={"help_option_names": ["-h", "--help"]},
+    )
+    root.callback(invoke_without_command=True)(_root)
+    for module in wanted:
+        if module in GROUP_MODULES:
+            root.add_typer(_module_typer(module), name=module)
+        else:
+            root.add_typer(_module_typer(module))
+    reflow_help(root)
+    plain_help(root)
+    return root
+
+
+def modules_for(argv: list[str]) -> list[str] | None:
+    """The one module a command line needs, when its first word names a command; None (every
+    module) for the rest: `--help`, root options, no command (the desk), a misspelt command (the
+    error names the commands there are)."""
+    first = argv[0] if argv else None
+    if first is None or first not in ROOT_COMMANDS:
+        return None
+    return [ROOT_COMMANDS[first]]
 
 
 def _version_callback(value: bool) -> None:
@@ -69,7 +98,6 @@ def _version_callback(value: bool) -> None:
         raise typer.Exit()
 
 
-@app.callback(invoke_without_command=True)
 def _root(
     ctx: typer.Context,
     version: bool = typer.Option(
@@ -95,11 +123,9 @@ def _root(
 
     With no command, opens the desk (a terminal UI) on the engine, starting it if needed."""
     if ctx.invoked_subcommand is None:
-        desk.open_desk(readonly, refresh, None)
+        from gpudesk.cli.desk import open_desk
 
-
-reflow_help(app)  # every command is registered by now
-plain_help(app)
+        open_desk(readonly, refresh, None)
 
 
 def _click_error(name: str) -> type[Exception]:
@@ -121,14 +147,18 @@ def usage_paragraph(exc: Exception) -> str:
     return f"{message} Usage: {usage} ({ctx.command_path} --help says more)"
 
 
-def _user_defaults(command: Any) -> dict[str, object]:
+def _user_defaults(command: Any, partial: bool) -> dict[str, object]:
     """The option defaults of the user's config file (gpudesk.cli.config), if there is one,
-    checked against `command`, the click command tree this run uses."""
-    from gpudesk.cli.config import config_path, default_map
+    checked against `command`, the click command tree this run uses: against every command
+    when that tree holds only some (the file may set options of any command) and the file
+    names one it lacks."""
+    from gpudesk.cli.config import config_path, default_map, sections
 
     path = config_path()
     if path is None or not path.exists():
         return {}
+    if partial and not set(sections(path)) <= set(getattr(command, "commands", {})):
+        command = typer.main.get_command(build_app())
     return default_map(command, path)
 
 
@@ -139,12 +169,15 @@ def main(argv: list[str] | None = None) -> None:
     usage_error, click_exception = _click_error("UsageError"), _click_error("ClickException")
     try:
         # not standalone: click's errors come here, to be printed as every other error is
-        command = typer.main.get_command(app)  # built once: the config check reads it too
+        args = sys.argv[1:] if argv is None else argv
+        modules = modules_for(args)
+        # built once: the config check reads it too
+        command = typer.main.get_command(build_app(modules))
         code = command.main(
-            args=argv,
+            args=args,
             prog_name="gpudesk",
             standalone_mode=False,
-            default_map=_user_defaults(command),
+            default_map=_user_defaults(command, partial=modules is not None),
         )
     except CliError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -7,7 +7,9 @@ import re
 import pytest
 import typer
 
-from gpudesk.cli.main import app
+from gpudesk.cli.main import build_app
+
+app = build_app()
 
 
 def commands(group: typer.Typer, prefix: str = "") -> list[tuple[str, str | None]]:

@@ -292,8 +292,9 @@ def test_the_cli_table_and_errors(tmp_path: Path) -> None:
     from typer.testing import CliRunner
 
     from gpudesk.cli.common import CliError
-    from gpudesk.cli.main import app
+    from gpudesk.cli.main import build_app
 
+    app = build_app()
     trace = write_trace(tmp_path, [{}, {"sm_pct": 80}])
     runner = CliRunner()
     result = runner.invoke(app, ["simulate", str(trace), "--policy", "exclusive,mps,carma,auto"])

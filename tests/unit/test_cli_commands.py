@@ -1,0 +1,57 @@
+"""The root's command table (gpudesk.cli.main.ROOT_COMMANDS) says where every command lives, and a
+command line that names one loads that module alone."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import typer.main
+
+from gpudesk.cli.main import GROUP_MODULES, ROOT_COMMANDS, build_app, modules_for
+
+
+def defining_module(command: object) -> str:
+    """The gpudesk.cli module a click command (or a group's first command) comes from."""
+    callback = getattr(command, "callback", None)
+    if callback is None:  # a group: where its commands are defined
+        callback = next(iter(command.commands.values())).callback  # type: ignore[attr-defined]
+    return str(callback.__module__).removeprefix("gpudesk.cli.")
+
+
+def test_the_table_names_every_command_of_the_full_tree_and_where_it_lives() -> None:
+    full = typer.main.get_command(build_app())
+    found = {name: defining_module(command) for name, command in full.commands.items()}  # type: ignore[attr-defined]
+    assert found == ROOT_COMMANDS
+    # `gpudesk --help` lists them in the table's order
+    assert list(full.commands) == list(ROOT_COMMANDS)  # type: ignore[attr-defined]
+    assert set(GROUP_MODULES) <= set(ROOT_COMMANDS.values())
+
+
+def test_a_named_command_builds_only_its_module_and_the_rest_build_everything() -> None:
+    assert modules_for(["queue", "--all"]) == ["jobs"]
+    assert modules_for(["engine", "status"]) == ["engine"]
+    for argv in ([], ["--help"], ["--readonly"], ["quue"], ["--version"]):
+        assert modules_for(argv) is None, argv
+    partial = typer.main.get_command(build_app(modules_for(["queue"])))
+    assert set(partial.commands) == {k for k, v in ROOT_COMMANDS.items() if v == "jobs"}  # type: ignore[attr-defined]
+
+
+def test_gpudesk_queue_help_imports_no_other_command_module() -> None:
+    program = (
+        "import sys\n"
+        "from gpudesk.cli.main import main\n"
+        "try:\n"
+        "    main(['queue', '--help'])\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "print(' '.join(sorted(m for m in sys.modules if m.startswith('gpudesk.cli.'))))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, timeout=60, check=True
+    )
+    lines = done.stdout.strip().splitlines()
+    loaded = set(lines[-1].split())
+    assert "gpudesk.cli.jobs" in loaded
+    others = {f"gpudesk.cli.{m}" for m in ROOT_COMMANDS.values() if m != "jobs"}
+    assert not loaded & others, loaded & others
