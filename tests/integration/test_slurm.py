@@ -134,6 +134,19 @@ def test_placement_vocabulary_becomes_gres(
     assert shown in _log(slurm_engine, job_id)
 
 
+def test_a_task_gets_one_thread_per_cpu_unless_the_job_says(slurm_engine: EngineHandle) -> None:
+    show = {"command": ["echo threads=$OMP_NUM_THREADS"], "shell": True}
+    default, own = _submit(
+        slurm_engine,
+        {"name": "threads", **show},
+        {"name": "own-threads", **show, "env": {"OMP_NUM_THREADS": "3"}},
+    )
+    ended = slurm_engine.wait_all_done([default, own], timeout=60)
+    assert all(job["state"] == "succeeded" for job in ended), ended
+    assert "threads=1" in _log(slurm_engine, default)  # --cpus-per-task 1
+    assert "threads=3" in _log(slurm_engine, own)
+
+
 def test_exit_code_and_cancel_come_back(slurm_engine: EngineHandle) -> None:
     failing, sleeper = _submit(
         slurm_engine,

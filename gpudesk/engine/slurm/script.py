@@ -208,6 +208,7 @@ def render(
     lines.append("")
     if environment is not None:
         lines.extend(_environment_lines(environment, unset))
+    lines.extend(_THREADS_LINES)
     if not submission.is_array:
         lines.extend(_task_lines(tasks[0], chdir, ""))
         return "\n".join(lines) + "\n"
@@ -220,6 +221,15 @@ def render(
     lines.append('  *) echo "gpudesk: no job for array task $SLURM_ARRAY_TASK_ID" >&2; exit 1 ;;')
     lines.append("esac")
     return "\n".join(lines) + "\n"
+
+
+# OpenMP and torch start a thread per core they see, not per CPU Slurm gave the task: tasks
+# sharing a node would each spin on every core. One thread per CPU of the task, as the station
+# sets one per slot (the submitter's or the job's own OMP_NUM_THREADS wins, as on the station).
+_THREADS_LINES = [
+    "# one OpenMP/torch thread per CPU of the task (unless OMP_NUM_THREADS is set)",
+    'export OMP_NUM_THREADS="${OMP_NUM_THREADS:-${SLURM_CPUS_PER_TASK:-1}}"',
+]
 
 
 def _environment_lines(environment: Mapping[str, str], unset: Sequence[str]) -> list[str]:
