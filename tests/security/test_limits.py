@@ -24,6 +24,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import EngineHandle, Home
@@ -162,28 +163,31 @@ def clock_offset(home: Home, wallclock_shim: Path, monkeypatch: pytest.MonkeyPat
     return offset
 
 
+def _ended_across_a_step(
+    engine: EngineHandle, clock_offset: Path, job: dict[str, Any], offset_s: int
+) -> dict[str, Any]:
+    """`job` submitted; once it runs, the wall clock steps to `offset_s` off the real one; the
+    job as it ended."""
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+    [job_id] = engine.submit(job, env=env)
+    engine.wait_state(job_id, "running")
+    clock_offset.write_text(str(offset_s))
+    return engine.wait_state(job_id, {"succeeded", "failed", "cancelled"}, timeout=30)
+
+
 def test_a_stepped_wall_clock_neither_ends_a_job_early_nor_lets_it_overrun(
     home: Home, clock_offset: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     engine = EngineHandle(home)
     engine.start()
     monkeypatch.delenv("LD_PRELOAD")  # the test's own subprocesses from here on: real time
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
     # +2 h while a job with a minute's limit runs for 3 s: it is not "timed out"
-    [short] = engine.submit(
-        {"name": "step-forward", "command": ["sleep", "3"], "time_limit_s": 60}, env=env
-    )
-    engine.wait_state(short, "running")
-    clock_offset.write_text("7200")
-    done = engine.wait_state(short, {"succeeded", "failed", "cancelled"}, timeout=30)
+    short = {"name": "step-forward", "command": ["sleep", "3"], "time_limit_s": 60}
+    done = _ended_across_a_step(engine, clock_offset, short, 7200)
     assert done["state"] == "succeeded", done
     # -2 h while a job with a 3 s limit runs: it is stopped at its limit all the same
-    [long] = engine.submit(
-        {"name": "step-back", "command": ["sleep", "120"], "time_limit_s": 3}, env=env
-    )
-    engine.wait_state(long, "running")
-    clock_offset.write_text("0")
-    done = engine.wait_state(long, {"succeeded", "failed", "cancelled"}, timeout=30)
+    long = {"name": "step-back", "command": ["sleep", "120"], "time_limit_s": 3}
+    done = _ended_across_a_step(engine, clock_offset, long, 0)
     assert done["state"] == "failed", done
     assert done["reason"].startswith("timed out: ran past its time limit of 3 s"), done
 
