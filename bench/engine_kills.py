@@ -39,6 +39,7 @@ sys.path.insert(0, str(HERE.parent / "tests"))  # the test cluster (a bench, not
 
 from slurm_cluster import PARTITION, missing_reason, running_cluster  # noqa: E402
 
+from gpudesk.api.client import Client  # noqa: E402
 from gpudesk.api.connection import (  # noqa: E402
     Connection,
     EngineNotListening,
@@ -46,6 +47,7 @@ from gpudesk.api.connection import (  # noqa: E402
     start_engine,
 )
 from gpudesk.api.errors import EngineError  # noqa: E402
+from gpudesk.api.models import JobView  # noqa: E402
 from gpudesk.engine.jobs import TERMINAL_STATE_NAMES  # noqa: E402
 from gpudesk.engine.station import StationConfig  # noqa: E402
 from gpudesk.paths import Home  # noqa: E402
@@ -81,18 +83,6 @@ def _job(run: Run, name: str, on_slurm: bool) -> dict:
 
 def _client(run: Run) -> Connection:
     return Connection(run.home, timeout=120.0)
-
-
-def _every_job(client: Connection) -> list[dict]:
-    """Every job in the store: `jobs` answers a page at a time (protocol.JOBS_PAGE_CAP)."""
-    jobs: list[dict] = []
-    after = 0
-    while True:
-        page = client.request("jobs", after_id=after)
-        jobs += page["jobs"]
-        if not page.get("more") or page.get("after_id") is None:
-            return jobs
-        after = page["after_id"]
 
 
 def submitter(run: Run, total: int, rng: random.Random) -> None:
@@ -144,12 +134,12 @@ def check(run: Run) -> dict:
     names = sorted(set(run.answered) | set(run.unanswered))
     deadline = time.monotonic() + END_WAIT_S
     while True:
-        jobs = _every_job(_client(run))
-        by_name: dict[str, list[dict]] = {}
+        jobs = Client(_client(run)).jobs()  # every job, page after page
+        by_name: dict[str, list[JobView]] = {}
         for job in jobs:
-            by_name.setdefault(job["name"], []).append(job)
+            by_name.setdefault(job.name, []).append(job)
         unended = [
-            j for n in names for j in by_name.get(n, []) if j["state"] not in TERMINAL_STATE_NAMES
+            j for n in names for j in by_name.get(n, []) if j.state not in TERMINAL_STATE_NAMES
         ]
         if not unended or time.monotonic() > deadline:
             break
@@ -166,18 +156,18 @@ def check(run: Run) -> dict:
             continue  # a request whose reply was lost and that was never taken
         job = found[0]
         lines = (run.runs / name).read_text().splitlines() if (run.runs / name).exists() else []
-        if job["state"] not in TERMINAL_STATE_NAMES:
-            lost.append(f"{name}: still {job['state']}")
+        if job.state not in TERMINAL_STATE_NAMES:
+            lost.append(f"{name}: still {job.state}")
         if len(lines) > 1:
             twice.append(f"{name}: {lines}")
         in_slurm = [line for line in lines if line != "slurm="]
         if (name in run.cluster) != bool(in_slurm) and lines:
             wrong.append(f"{name}: {lines}")
-        if job["state"] == "succeeded" and not lines:
+        if job.state == "succeeded" and not lines:
             lost.append(f"{name}: succeeded without running")
         if len(lines) == 1:
             counts["exactly_once"] += 1
-        elif "never reached Slurm" in (job.get("reason") or ""):
+        elif "never reached Slurm" in (job.reason or ""):
             counts["never_reached_slurm"] += 1
         elif not lines:
             counts["not_run_other"] += 1

@@ -28,8 +28,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -42,18 +41,11 @@ from station_fixture import SYSTEM_PYTHON, Station, make_station  # noqa: E402
 HOG = TESTS / "security" / "socket_hog.py"
 MiB = 1024 * 1024
 
-# bob's pinger: one connection, N pings, each one's latency in seconds (standard library only)
+# bob's pinger: one connection, N pings, each one's latency in seconds (standard library only:
+# it sits next to the station's raw_client.py and frames its requests with it)
 PINGER = """
-import json, socket, struct, sys, time
-H = struct.Struct(">I")
-def exactly(s, n):
-    b = b""
-    while len(b) < n:
-        c = s.recv(n - len(b))
-        if not c:
-            raise SystemExit("closed")
-        b += c
-    return b
+import json, socket, sys, time
+from raw_client import read_reply, request_frame
 s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
 s.settimeout(60)
 s.connect(sys.argv[1])
@@ -62,11 +54,10 @@ stop_at = time.monotonic() + float(sys.argv[3])
 for i in range(int(sys.argv[2])):
     if time.monotonic() > stop_at:
         break
-    body = json.dumps({"v": 1, "id": i, "op": "ping", "args": {}}).encode()
+    frame = request_frame("ping", {}, i)
     t = time.perf_counter()
-    s.sendall(H.pack(len(body)) + body)
-    (n,) = H.unpack(exactly(s, 4))
-    exactly(s, n)
+    s.sendall(frame)
+    read_reply(s)
     out.append(time.perf_counter() - t)
     time.sleep(0.02)
 print(json.dumps(out))
@@ -81,28 +72,6 @@ def memory(pid: int) -> dict[str, int]:
         if key in ("VmRSS", "VmHWM"):
             found[key] = int(value.split()[0])
     return found
-
-
-@contextmanager
-def as_user(station: Station, role: str, *argv: str) -> Iterator[subprocess.Popen[str]]:
-    process = subprocess.Popen(
-        ["runuser", "-u", station.users[role].name, "--", *argv],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd="/",
-    )
-    try:
-        yield process
-    finally:
-        if process.stdin is not None and not process.stdin.closed:
-            process.stdin.close()
-        try:
-            process.wait(60)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(5)
 
 
 def report_of(process: subprocess.Popen[str], timeout: float = 300.0) -> dict[str, Any]:
@@ -185,7 +154,7 @@ def main() -> int:
         hog = str(station.client.parent / "socket_hog.py")
         pinger = [SYSTEM_PYTHON, str(station.client.parent / "pinger.py"), str(station.socket)]
 
-        with as_user(station, "bob", *pinger, "100", "120") as quiet:
+        with station.popen_as("bob", *pinger, "100", "120") as quiet:
             base = json.loads(quiet.communicate(timeout=120)[0])
         results["before"] = memory(pid)
 
@@ -202,7 +171,7 @@ def main() -> int:
         phases: list[tuple[str, list[float], dict[str, int]]] = []
 
         def pings(what: str, window_s: float) -> None:
-            with as_user(station, "bob", *pinger, str(args.pings), str(window_s)) as busy:
+            with station.popen_as("bob", *pinger, str(args.pings), str(window_s)) as busy:
                 times = json.loads(busy.communicate(timeout=window_s + 120)[0])
             phases.append((what, times, memory(pid)))
 
@@ -216,7 +185,7 @@ def main() -> int:
                 ],
             }
             running = {
-                name: attack.enter_context(as_user(station, "ada", SYSTEM_PYTHON, *argv))
+                name: attack.enter_context(station.popen_as("ada", SYSTEM_PYTHON, *argv))
                 for name, argv in hogs.items()
             }
             # once every attack is in place (each hog reports then, and holds on)

@@ -25,12 +25,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from store_scale import SLOTS, build_store, request_histograms, stop
+from store_scale import build_store, request_histograms, start_timed_engine, stop
 
 from gpudesk.api.client import Client
-from gpudesk.api.connection import start_engine
 from gpudesk.engine.jobs import JobSpec
-from gpudesk.engine.station import StationConfig
 from gpudesk.paths import Home
 
 JOB_END_TIMEOUT_S = 60.0  # a job of `true` ends in milliseconds; this is only a deadline
@@ -46,13 +44,7 @@ def wait_ended(client: Client, job_id: int) -> None:
 
 
 def measure(home: Home, rounds: int) -> dict[str, Any]:
-    started = time.perf_counter()
-    start_engine(
-        home,
-        StationConfig(backend="none", slots=SLOTS, metrics_listen="127.0.0.1:0"),
-        timeout=300.0,
-    )
-    result: dict[str, Any] = {"engine_start_s": round(time.perf_counter() - started, 2)}
+    result: dict[str, Any] = {"engine_start_s": start_timed_engine(home)}
     with Client.attach(home, timeout=120.0) as client:
         for _ in range(rounds):
             (job_id,) = client.submit([JobSpec(name="blip", command=("true",))])

@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -53,6 +54,19 @@ def wait_for(
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
         time.sleep(interval)
+
+
+def refuses(result: subprocess.CompletedProcess[str], *phrases: str) -> str:
+    """The command failed with one `error:` paragraph holding `phrases`, and no traceback or
+    bare exception (`RecursionError: ...`) behind it; returns the paragraph."""
+    assert result.returncode != 0, result.stdout
+    for leak in ("Traceback", 'File "', "Error:"):
+        assert leak not in result.stderr, result.stderr
+    message = result.stderr.strip()
+    assert message.startswith("error: ") and "\n" not in message, message
+    for phrase in phrases:
+        assert phrase in message, message
+    return message
 
 
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)

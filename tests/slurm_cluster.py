@@ -59,8 +59,12 @@ def _memory_mb() -> int:
     return 1024
 
 
-def _sbin(program: str) -> str:
-    return shutil.which(program) or f"/usr/sbin/{program}"
+def slurm_program(program: str, path: str | None = None) -> str:
+    """Where Slurm's `program` is: the first on `path` (default: PATH), else in /usr/sbin,
+    where Debian puts the daemons and which a user's PATH may lack."""
+    found = shutil.which(program, path=path) or f"/usr/sbin/{program}"
+    assert os.path.exists(found), f"Slurm's {program} is not installed"
+    return found
 
 
 @dataclass
@@ -204,8 +208,8 @@ def running_cluster(root: Path) -> Iterator[SlurmCluster]:
     daemons: list[subprocess.Popen[bytes]] = []
     try:
         for command in (
-            [_sbin("slurmctld"), "-D", "-i"],
-            [_sbin("slurmd"), "-D", "-N", "localhost"],
+            [slurm_program("slurmctld"), "-D", "-i"],
+            [slurm_program("slurmd"), "-D", "-N", "localhost"],
         ):
             daemons.append(
                 subprocess.Popen(

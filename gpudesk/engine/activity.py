@@ -10,8 +10,9 @@ Prometheus counter may (`rate()` and `increase()` take a restart as a counter re
 
 from __future__ import annotations
 
-import bisect
 from dataclasses import dataclass, field
+
+from gpudesk.engine.histogram import Buckets, Histogram
 
 # Upper bounds (seconds) of the decision-time histogram's buckets: a pass over a short queue
 # takes well under a millisecond, one over thousands of waiting jobs some milliseconds
@@ -33,24 +34,11 @@ DECISION_BUCKETS_S = (
 )
 
 
-@dataclass(frozen=True)
-class DecisionTimes:
-    """The decision-time histogram at one moment: cumulative counts per upper bound (the
-    last one +Inf, as Prometheus has them), their number and sum."""
-
-    bounds: tuple[float, ...]
-    cumulative: tuple[int, ...]  # len(bounds) + 1: the last counts every decision
-    count: int
-    sum_s: float
-
-
 @dataclass
 class EngineActivity:
     placements: dict[str, int] = field(default_factory=dict)  # placement mode -> attempts started
     oom_recoveries: int = 0  # out-of-memory deaths requeued with a raised estimate
-    _buckets: list[int] = field(default_factory=lambda: [0] * (len(DECISION_BUCKETS_S) + 1))
-    _decisions: int = 0
-    _decision_s: float = 0.0
+    _decisions: Histogram = field(default_factory=lambda: Histogram(DECISION_BUCKETS_S))
 
     def placed(self, mode: str) -> None:
         """An attempt started where the policy placed it ("exclusive", "mps", "mig", ...)."""
@@ -62,15 +50,8 @@ class EngineActivity:
 
     def decided(self, seconds: float) -> None:
         """One call of the placement policy took `seconds`."""
-        self._buckets[bisect.bisect_left(DECISION_BUCKETS_S, seconds)] += 1
-        self._decisions += 1
-        self._decision_s += seconds
+        self._decisions.add(seconds)
 
-    def decision_times(self) -> DecisionTimes:
-        cumulative, total = [], 0
-        for count in self._buckets:
-            total += count
-            cumulative.append(total)
-        return DecisionTimes(
-            DECISION_BUCKETS_S, tuple(cumulative), self._decisions, self._decision_s
-        )
+    def decision_times(self) -> Buckets:
+        """The decision-time histogram at this moment."""
+        return self._decisions.view()

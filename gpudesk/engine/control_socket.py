@@ -412,8 +412,7 @@ class ControlSocket:
                 f"requests over its connections, more than the {byte_size(bound)} one user may "
                 "have the engine hold; this connection was closed"
             )
-            self._say(conn.caller, "unfinished", message)
-            self._refuse(conn, protocol.REFUSED, message)
+            self._refuse(conn, protocol.REFUSED, "unfinished", message)
 
     def _process(self, conn: _Connection) -> None:
         """Answer the whole requests in the inbox, one at a time, while replies go out."""
@@ -425,8 +424,7 @@ class ControlSocket:
                     f"the engine takes messages of at most {protocol.MAX_MESSAGE_BYTES:,} bytes, "
                     f"and this one announced {length:,}; it closed the connection"
                 )
-                self._say(conn.caller, "too large", message)
-                self._refuse(conn, protocol.TOO_LARGE, message)
+                self._refuse(conn, protocol.TOO_LARGE, "too large", message)
                 return
             if len(conn.inbox) < header.size + length:
                 return
@@ -537,8 +535,7 @@ class ControlSocket:
                         f"{idle:g} s; the engine closed it (gpudesk's clients send theirs as "
                         "soon as they connect)"
                     )
-                    self._say(conn.caller, "idle", message)
-                    self._refuse(conn, protocol.REFUSED, message)
+                    self._refuse(conn, protocol.REFUSED, "idle", message)
                 pending = True
         self._deadlines = pending
 
@@ -547,13 +544,13 @@ class ControlSocket:
             f"events were missed: {why}. The engine stopped sending them here; subscribe again "
             "and read the current state (`gpudesk queue`) to catch up"
         )
-        self._say(conn.caller, kind, message)
-        self._refuse(conn, protocol.EVENTS_MISSED, message)
+        self._refuse(conn, protocol.EVENTS_MISSED, kind, message)
 
-    def _refuse(self, conn: _Connection, code: str, message: str) -> None:
+    def _refuse(self, conn: _Connection, code: str, kind: str, message: str) -> None:
         """Close `conn` after telling it why: what it was sent of a frame is finished, the rest
         of its outbox (events no one read) gives way to an error frame, and it is dropped once
-        that is read or PARTING_S later."""
+        that is read or PARTING_S later. The engine's log says so too (`_say`, by `kind`)."""
+        self._say(conn.caller, kind, message)
         del conn.outbox[conn.started :]
         if conn.topic is not None:  # no longer a subscriber the user's bound may cut
             self.usage[conn.caller.uid].subscribers.pop(conn.sock.fileno(), None)

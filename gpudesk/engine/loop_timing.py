@@ -20,11 +20,11 @@ Recording costs two clock reads and a deque append per request.
 
 from __future__ import annotations
 
-import bisect
 import heapq
 from collections import deque
-from dataclasses import dataclass, field
 from typing import Any
+
+from gpudesk.engine.histogram import Buckets, Histogram
 
 # Upper bounds (seconds) of the histograms' buckets. A ping or a status is well under a
 # millisecond; listing thousands of jobs takes tens to hundreds (docs/benchmarks.md, issue 36);
@@ -55,48 +55,18 @@ MAX_LABELS = 64  # distinct op or step names counted apart; more than the op tab
 OTHER = "other"  # the label of every name past MAX_LABELS
 
 
-@dataclass(frozen=True)
-class Buckets:
-    """One histogram at one moment: cumulative counts per upper bound (the last one +Inf, as
-    Prometheus has them), their number and sum."""
-
-    bounds: tuple[float, ...]
-    cumulative: tuple[int, ...]  # len(bounds) + 1: the last counts every observation
-    count: int
-    sum_s: float
-
-
-@dataclass
-class _Counts:
-    buckets: list[int] = field(default_factory=lambda: [0] * (len(BUCKETS_S) + 1))
-    count: int = 0
-    sum_s: float = 0.0
-
-    def add(self, seconds: float) -> None:
-        self.buckets[bisect.bisect_left(BUCKETS_S, seconds)] += 1
-        self.count += 1
-        self.sum_s += seconds
-
-    def view(self) -> Buckets:
-        cumulative, total = [], 0
-        for count in self.buckets:
-            total += count
-            cumulative.append(total)
-        return Buckets(BUCKETS_S, tuple(cumulative), self.count, self.sum_s)
-
-
 class _Labelled:
     """Histograms by label, at most MAX_LABELS of them (then "other")."""
 
     def __init__(self) -> None:
-        self.by_label: dict[str, _Counts] = {}
+        self.by_label: dict[str, Histogram] = {}
 
     def add(self, label: str, seconds: float) -> None:
         counts = self.by_label.get(label)
         if counts is None:
             if len(self.by_label) >= MAX_LABELS - 1 and label != OTHER:
                 label = OTHER
-            counts = self.by_label.setdefault(label, _Counts())
+            counts = self.by_label.setdefault(label, Histogram(BUCKETS_S))
         counts.add(seconds)
 
     def views(self) -> tuple[tuple[str, Buckets], ...]:

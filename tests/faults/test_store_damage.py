@@ -17,7 +17,7 @@ from pathlib import Path
 
 import local_users
 import pytest
-from conftest import EngineHandle, wait_for
+from conftest import EngineHandle, refuses, wait_for
 from local_users import LocalUser
 
 from gpudesk.paths import Home
@@ -31,17 +31,6 @@ def cli(*args: str, prefix: tuple[str, ...] = ()) -> subprocess.CompletedProcess
     return subprocess.run(
         [*prefix, *GPUDESK, *args], capture_output=True, text=True, timeout=60, check=False
     )
-
-
-def refuses(result: subprocess.CompletedProcess[str], *phrases: str) -> str:
-    """The command failed with one `error:` paragraph holding `phrases`; returns it."""
-    assert result.returncode != 0, result.stdout
-    assert "Traceback" not in result.stderr and 'File "' not in result.stderr, result.stderr
-    message = result.stderr.strip()
-    assert message.startswith("error: ") and "\n" not in message, message
-    for phrase in phrases:
-        assert phrase in message, message
-    return message
 
 
 def finished_job(engine: EngineHandle, text: str) -> int:

@@ -15,8 +15,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import EngineHandle
-from test_store_damage import cli, finished_job, refuses
+from conftest import EngineHandle, refuses
+from test_store_damage import cli, finished_job
 
 from gpudesk.paths import Home
 

@@ -69,29 +69,13 @@ def hog(station: Station, role: str, *args: str) -> Iterator[dict[str, Any]]:
     """socket_hog.py run as `role`'s user: yields its report once its connections are in
     place, and holds them until the block ends."""
     argv = [SYSTEM_PYTHON, str(station.client.parent / "socket_hog.py"), str(station.socket)]
-    argv = ["runuser", "-u", station.users[role].name, "--", *argv, *args]
     shutil.copy(HOG, station.client.parent / "socket_hog.py")
-    process = subprocess.Popen(
-        argv,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd="/",
-    )
-    assert process.stdout is not None and process.stdin is not None
-    try:
+    with station.popen_as(role, *argv, *args, end_wait_s=30) as process:
+        assert process.stdout is not None
         ready, _, _ = select.select([process.stdout], [], [], 180)
         line = process.stdout.readline() if ready else ""
         assert line, f"the hog did not report: {process.stderr.read() if ready else ''}"
         yield json.loads(line)
-    finally:
-        process.stdin.close()
-        try:
-            process.wait(30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(5)
 
 
 def ask_as(station: Station, role: str, python: str) -> dict[str, Any]:

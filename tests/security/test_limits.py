@@ -24,6 +24,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import EngineHandle, Home
@@ -148,34 +149,45 @@ def wallclock_shim() -> Iterator[Path]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def test_a_stepped_wall_clock_neither_ends_a_job_early_nor_lets_it_overrun(
-    home: Home, wallclock_shim: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.fixture
+def clock_offset(home: Home, wallclock_shim: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The file of the wall clock's offset in seconds, "0" to begin with: the processes
+    started from here on (the engine, and what it starts) have the shim preloaded, and read
+    a wall clock that many seconds off the real one. A test that wants real time again in its
+    own subprocesses deletes LD_PRELOAD."""
     offset = home.root.parent / "wall-clock-offset"
     home.root.parent.mkdir(parents=True, exist_ok=True)
     offset.write_text("0")
-    # the engine (and what it starts) reads a wall clock `offset` seconds off the real one
     monkeypatch.setenv("LD_PRELOAD", str(wallclock_shim))
     monkeypatch.setenv("WALLCLOCK_SHIM_OFFSET_FILE", str(offset))
+    return offset
+
+
+def _ended_across_a_step(
+    engine: EngineHandle, clock_offset: Path, job: dict[str, Any], offset_s: int
+) -> dict[str, Any]:
+    """`job` submitted; once it runs, the wall clock steps to `offset_s` off the real one; the
+    job as it ended."""
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+    [job_id] = engine.submit(job, env=env)
+    engine.wait_state(job_id, "running")
+    clock_offset.write_text(str(offset_s))
+    return engine.wait_state(job_id, {"succeeded", "failed", "cancelled"}, timeout=30)
+
+
+def test_a_stepped_wall_clock_neither_ends_a_job_early_nor_lets_it_overrun(
+    home: Home, clock_offset: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     engine = EngineHandle(home)
     engine.start()
     monkeypatch.delenv("LD_PRELOAD")  # the test's own subprocesses from here on: real time
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
     # +2 h while a job with a minute's limit runs for 3 s: it is not "timed out"
-    [short] = engine.submit(
-        {"name": "step-forward", "command": ["sleep", "3"], "time_limit_s": 60}, env=env
-    )
-    engine.wait_state(short, "running")
-    offset.write_text("7200")
-    done = engine.wait_state(short, {"succeeded", "failed", "cancelled"}, timeout=30)
+    short = {"name": "step-forward", "command": ["sleep", "3"], "time_limit_s": 60}
+    done = _ended_across_a_step(engine, clock_offset, short, 7200)
     assert done["state"] == "succeeded", done
     # -2 h while a job with a 3 s limit runs: it is stopped at its limit all the same
-    [long] = engine.submit(
-        {"name": "step-back", "command": ["sleep", "120"], "time_limit_s": 3}, env=env
-    )
-    engine.wait_state(long, "running")
-    offset.write_text("0")
-    done = engine.wait_state(long, {"succeeded", "failed", "cancelled"}, timeout=30)
+    long = {"name": "step-back", "command": ["sleep", "120"], "time_limit_s": 3}
+    done = _ended_across_a_step(engine, clock_offset, long, 0)
     assert done["state"] == "failed", done
     assert done["reason"].startswith("timed out: ran past its time limit of 3 s"), done
 
@@ -275,15 +287,10 @@ def test_show_says_when_the_cgroup_cannot_hold_the_limits(home: Home) -> None:
 
 
 def test_a_time_limit_survives_an_engine_restart_across_a_clock_step(
-    home: Home, wallclock_shim: Path, monkeypatch: pytest.MonkeyPatch
+    home: Home, clock_offset: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The attempt's start on CLOCK_BOOTTIME is in the store: an engine restarted after a +2 h
     step of the wall clock re-adopts the job and lets it finish within its limit."""
-    offset = home.root.parent / "wall-clock-offset"
-    home.root.parent.mkdir(parents=True, exist_ok=True)
-    offset.write_text("0")
-    monkeypatch.setenv("LD_PRELOAD", str(wallclock_shim))
-    monkeypatch.setenv("WALLCLOCK_SHIM_OFFSET_FILE", str(offset))
     engine = EngineHandle(home)
     engine.start()
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
@@ -292,7 +299,7 @@ def test_a_time_limit_survives_an_engine_restart_across_a_clock_step(
     )
     engine.wait_state(job_id, "running")
     engine.kill9()
-    offset.write_text("7200")
+    clock_offset.write_text("7200")
     engine = EngineHandle(home)
     engine.start()  # the shim still preloaded: this engine reads the stepped wall clock
     monkeypatch.delenv("LD_PRELOAD")

@@ -40,27 +40,18 @@ LOCKER = (
 )
 
 # Bob's pinger: one ping per line on stdin, each on a new connection as a client makes it;
-# prints the seconds each took. Standard library only (he cannot read the project's venv).
+# prints the seconds each took. Standard library only (he cannot read the project's venv): it
+# sits next to raw_client.py and frames its requests with it.
 PINGER = """
-import json, socket, struct, sys, time
-HEADER = struct.Struct(">I")
-def exactly(sock, size):
-    data = b""
-    while len(data) < size:
-        chunk = sock.recv(size - len(data))
-        if not chunk:
-            raise SystemExit("closed")
-        data += chunk
-    return data
+import json, socket, sys, time
+from raw_client import read_reply, request_frame
 for _ in sys.stdin:
     started = time.monotonic()
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.settimeout(60)
     sock.connect(sys.argv[1])
-    body = json.dumps({"v": 1, "id": 1, "op": "ping", "args": {}}).encode()
-    sock.sendall(HEADER.pack(len(body)) + body)
-    (length,) = HEADER.unpack(exactly(sock, HEADER.size))
-    reply = json.loads(exactly(sock, length))
+    sock.sendall(request_frame("ping", {}))
+    reply = json.loads(read_reply(sock))
     sock.close()
     print(json.dumps({"ok": reply.get("ok"), "s": time.monotonic() - started}), flush=True)
 """

@@ -23,7 +23,13 @@ from pathlib import Path
 
 import pytest
 from shared.station_fixture import Station, make_station
-from slurm_cluster import PARTITION, SlurmCluster, missing_reason, running_cluster
+from slurm_cluster import (
+    PARTITION,
+    SlurmCluster,
+    missing_reason,
+    running_cluster,
+    slurm_program,
+)
 
 SLOW_SINFO_S = 6.0  # how long the shim sinfo sleeps: far above a ping's time
 SINFO_SHIM = """#!/bin/sh
@@ -76,12 +82,6 @@ class Site:
         )
 
 
-def _real(program: str) -> str:
-    found = shutil.which(program) or f"/usr/sbin/{program}"
-    assert os.path.exists(found), program
-    return found
-
-
 @pytest.fixture(scope="module")
 def site() -> Iterator[Site]:
     if missing_reason() is not None:
@@ -96,11 +96,14 @@ def site() -> Iterator[Site]:
             folder.mkdir()
             os.chmod(folder, 0o1777)
         (shims / "sinfo").write_text(
-            SINFO_SHIM.format(slow=top / "slow", sleep=SLOW_SINFO_S, real=_real("sinfo"))
+            SINFO_SHIM.format(slow=top / "slow", sleep=SLOW_SINFO_S, real=slurm_program("sinfo"))
         )
         (shims / "sbatch").write_text(
             SBATCH_SHIM.format(
-                block=top / "block", sent=top / "sent", ready=top / "ready", real=_real("sbatch")
+                block=top / "block",
+                sent=top / "sent",
+                ready=top / "ready",
+                real=slurm_program("sbatch"),
             )
         )
         for shim in shims.iterdir():

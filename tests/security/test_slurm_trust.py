@@ -26,7 +26,13 @@ from pathlib import Path
 import pytest
 from local_users import LocalUser
 from shared.station_fixture import Station, make_station
-from slurm_cluster import PARTITION, SlurmCluster, missing_reason, running_cluster
+from slurm_cluster import (
+    PARTITION,
+    SlurmCluster,
+    missing_reason,
+    running_cluster,
+    slurm_program,
+)
 
 CLIENTS = ("sbatch", "squeue", "scancel", "scontrol", "sinfo", "sacct")
 SENT = "GPUDESK_SENT_BY_ADA"  # a variable only her request carries
@@ -116,12 +122,6 @@ class Site:
         return self.station.wait_state(job_id, *states, timeout=timeout)
 
 
-def _real(program: str, path: str) -> str:
-    found = shutil.which(program, path=path) or f"/usr/sbin/{program}"
-    assert os.path.exists(found), program
-    return found
-
-
 @pytest.fixture(scope="module")
 def site() -> Iterator[Site]:
     if missing_reason() is not None:
@@ -142,7 +142,7 @@ def site() -> Iterator[Site]:
         for name in CLIENTS:
             shim = shims / name
             shim.write_text(
-                SHIM.format(name=name, records=records, forge=forge, real=_real(name, path))
+                SHIM.format(name=name, records=records, forge=forge, real=slurm_program(name, path))
             )
             shim.chmod(0o755)
         cluster_root = top / "cluster"

@@ -25,6 +25,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -70,6 +71,32 @@ class Station:
         env = {"PATH": "/usr/bin:/bin"} if env is None else env
         [job_id] = self.ok(role, "submit", jobs=[job], env=env, **extra)["ids"]
         return job_id  # type: ignore[no-any-return]
+
+    @contextmanager
+    def popen_as(
+        self, role: str, *argv: str, end_wait_s: float = 60.0
+    ) -> Iterator[subprocess.Popen[str]]:
+        """`argv` running as `role`'s user, its stdin, stdout and stderr piped (text), for as
+        long as the block lasts; then its stdin is closed, which tells it to end, and it has
+        `end_wait_s` to do so before it is killed."""
+        process = subprocess.Popen(
+            ["runuser", "-u", self.users[role].name, "--", *argv],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd="/",
+        )
+        try:
+            yield process
+        finally:
+            if process.stdin is not None and not process.stdin.closed:
+                process.stdin.close()
+            try:
+                process.wait(end_wait_s)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(5)
 
     def job(self, job_id: int) -> dict[str, Any]:
         return self.ok(None, "show", job=job_id)["job"]

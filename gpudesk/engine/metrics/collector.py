@@ -18,7 +18,7 @@ from prometheus_client.metrics_core import (
 )
 from prometheus_client.registry import Collector
 
-from gpudesk.engine.loop_timing import Buckets
+from gpudesk.engine.histogram import Buckets
 from gpudesk.engine.metrics.snapshot import Device, DeviceReading, MetricsSnapshot
 
 # (name, help, the DeviceReading field) as dcgm-exporter's default-counters.csv and
@@ -227,17 +227,12 @@ def _activity(snapshot: MetricsSnapshot) -> list[Metric]:
     out: list[Metric] = [placements, ooms]
     decisions = snapshot.decisions
     if decisions is not None:
-        buckets = [
-            (_le(bound), count)
-            for bound, count in zip(decisions.bounds, decisions.cumulative, strict=False)
-        ]
-        buckets.append(("+Inf", decisions.cumulative[-1]))
         out.append(
             HistogramMetricFamily(
                 "gpudesk_placement_decision_seconds",
                 "Time the placement policy took per call, in seconds (the policy's decision "
                 "alone). Since this engine started.",
-                buckets=buckets,
+                buckets=_buckets(decisions),
                 sum_value=decisions.sum_s,
             )
         )

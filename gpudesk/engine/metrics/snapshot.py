@@ -17,9 +17,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpudesk.engine.activity import DecisionTimes
+from gpudesk.engine.histogram import Buckets
 from gpudesk.engine.jobs import JobState
-from gpudesk.engine.loop_timing import Buckets
 from gpudesk.engine.mig.profiles import short_name
 from gpudesk.engine.telemetry.energy import AttemptUsage
 from gpudesk.engine.telemetry.model import BackendReading, GpuReading, MigDevice
@@ -103,7 +102,7 @@ class MetricsSnapshot:
     jobs: tuple[JobCount, ...] = ()
     placements: tuple[tuple[str, int], ...] = ()  # (mode, count)
     oom_recoveries: int = 0
-    decisions: DecisionTimes | None = None
+    decisions: Buckets | None = None
     loaders: tuple[LoaderFigures, ...] = ()
     # How long the loop was held since the engine started: per request op, per periodic step.
     requests: tuple[tuple[str, Buckets], ...] = ()
