@@ -149,6 +149,10 @@ def test_an_engine_started_on_a_full_disk_says_so_and_loses_nothing(
         {"name": "outlives", "command": ["sh", "-c", script], "max_attempts": 2}
     )
     engine.wait_state(job_id, "running")
+    # "running" is said once the wrapper is spawned; the test finds the wrapper through the
+    # wrapper.json it writes before the command starts, which a disk filled before then would
+    # never hold (the engine keeps the pid in its store): wait for the command itself.
+    wait_for(lambda: runs(marker) == 1, 10.0, what="the command to start")
     engine.stop()  # its job keeps running
     fill(small_disk / "filler")
     gate.touch()

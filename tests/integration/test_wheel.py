@@ -147,9 +147,14 @@ def floors(wheel: Path) -> list[str]:
         requirement = line.removeprefix("Requires-Dist:").strip()
         if ";" in requirement:  # a marker: only for other Pythons (tomli)
             continue
-        found = re.fullmatch(r"([A-Za-z0-9_.-]+)\s*>=\s*([0-9][^,\s]*)", requirement)
+        # a floor, and at most a cap (`typer<0.29,>=0.15`, as pip writes it)
+        found = re.fullmatch(r"([A-Za-z0-9_.-]+)\s*(\S+)", requirement)
         assert found, f"a base requirement without a plain floor: {requirement}"
-        pins.append(f"{found[1]}=={found[2]}")
+        specifiers = found[2].split(",")
+        floor = [s.removeprefix(">=") for s in specifiers if s.startswith(">=")]
+        others = [s for s in specifiers if not s.startswith((">=", "<"))]
+        assert len(floor) == 1 and not others, f"not a floor and a cap: {requirement}"
+        pins.append(f"{found[1]}=={floor[0]}")
     return pins
 
 
