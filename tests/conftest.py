@@ -40,6 +40,22 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist, the torch of each worker uses its share of the cores: torch starts a
+    thread per core, and two workers training at once on a 2-core CI machine would each spin on
+    both (an in-process selection test: 35 s so, 27 s on one thread, beside a busy core).
+    Only this process's torch is set: what tests start keeps its own environment, so the
+    OMP_NUM_THREADS the engine and Slurm give jobs is still what is tested."""
+    import importlib.util
+
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0") or 0)
+    if workers < 2 or importlib.util.find_spec("torch") is None:
+        return
+    import torch
+
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
+
+
 def wait_for(
     predicate: Callable[[], object],
     timeout: float = 15.0,
