@@ -431,8 +431,9 @@ class Engine:
         done: Callable[[Statuses | None], None],
         bound_s: float,
     ) -> None:
-        """The periodic ask of the shared loaders' status, off the loop (a producer that does
-        not answer made the loop wait up to a second every STATUS_EVERY_S)."""
+        """Asking the shared loaders for their status (the periodic ask, and a stopping
+        producer's final figures), off the loop: a producer that does not answer made the loop
+        wait up to a second each time."""
 
         def settled(result: Statuses | None, error: BaseException | None) -> None:
             if error is not None:

@@ -47,6 +47,9 @@ STATUS_EVERY_S = 2.0
 RESTART_LIMIT = 5  # restarts in a row without a consumer connecting: then give up
 RESUME_S = 30  # how long a managed job's consumer waits for its producer to come back
 CHECK_EVERY_S = 0.5  # how often the engine has producers checked (restarted, stopped)
+# A producer told to stop (SIGTERM) that is still there after this long is killed. Assumption:
+# a producer closes its socket and shared memory in well under a second.
+STOP_WAIT_S = 5.0
 LOADER_KEYS = (
     "args",
     "batch_size",
@@ -198,6 +201,7 @@ class _Producer:
     restarts: int = 0
     failing: int = 0
     last_status: dict[str, Any] | None = None
+    kill_at: float | None = None  # stopping: told to (SIGTERM); killed if still there then
 
 
 class LoaderSupervisor:
@@ -207,6 +211,10 @@ class LoaderSupervisor:
         self._variants: dict[tuple[str, str], str] = {}  # (dataset, selection) -> loader name
         self.producers: dict[str, _Producer] = {}
         self.stopped: dict[str, _Producer] = {}  # the last producer of each stopped dataset
+        # Producers being stopped off the loop (`stop_soon`): asked for their final figures,
+        # then told to stop, then killed after STOP_WAIT_S; a new one of the same name starts
+        # only once the old one is gone (it holds the socket and the info file).
+        self.stopping: dict[str, _Producer] = {}
         self.events: list[str] = []  # for the engine to record
         self.status_at = 0.0
         self.checked_at = 0.0
@@ -263,6 +271,8 @@ class LoaderSupervisor:
     def _alive(self, producer: _Producer) -> bool:
         if producer.process is not None and producer.process.poll() is not None:
             return False
+        if producer.spec.name in self.stopping:
+            return False  # the info file is the old producer's, which is on its way out
         info = self._info(producer.spec.name)
         if info is not None and process_alive(int(info.get("pid", 0)), info.get("create_time")):
             producer.pid = int(info["pid"])
@@ -275,8 +285,8 @@ class LoaderSupervisor:
         self.stopped.pop(name, None)
         producer.spec = self.specs[name]
         producer.unneeded_since = None
-        if self._alive(producer):
-            return
+        if self._alive(producer) or name in self.stopping:
+            return  # a stopping one's successor starts once it is gone (`_reap_stopping`)
         self._start(producer)
 
     def _start(self, producer: _Producer) -> None:
@@ -318,14 +328,14 @@ class LoaderSupervisor:
         if now - self.checked_at < CHECK_EVERY_S:
             return []
         self.checked_at = now
-        if not self.specs and not self.producers:
+        if not self.specs and not self.producers and not self.stopping:
             return []  # no [datasets] registered: nothing to start, and no queue scan every 0.5 s
         needed = running | {
             served
             for dataset, selection in queued()
             if (served := self.loader_for(dataset, selection))
         }
-        if not needed and not self.producers:
+        if not needed and not self.producers and not self.stopping:
             return []
         self.tick(needed, running)
         happened, self.events = self.events, []
@@ -339,13 +349,13 @@ class LoaderSupervisor:
         for name in running - set(self.producers):
             if name in self.specs:
                 producer = self.producers.setdefault(name, _Producer(self.specs[name]))
-                if not self._alive(producer):
+                if not self._alive(producer) and name not in self.stopping:
                     self._start(producer)
         for name, producer in list(self.producers.items()):
             alive = self._alive(producer)
             if name in needed:
                 producer.unneeded_since = None
-                if not alive:
+                if not alive and name not in self.stopping:
                     code = producer.process.returncode if producer.process else None
                     if producer.failing >= RESTART_LIMIT:
                         continue
@@ -365,7 +375,8 @@ class LoaderSupervisor:
             if producer.unneeded_since is None:
                 producer.unneeded_since = now
             elif now - producer.unneeded_since >= self.grace_s:
-                self.stop(name, "no queued or running job needs it")
+                self.stop_soon(name, "no queued or running job needs it")
+        self._reap_stopping(now)
         if now - self.status_at >= STATUS_EVERY_S and self.producers:
             self.status_at = now
             if self.offload is None:
@@ -406,33 +417,88 @@ class LoaderSupervisor:
         """On the loop: take what the producers answered (`ask_status`)."""
         by_name = {s.get("name"): s for s in statuses}
         for name, producer in self.producers.items():
-            status = by_name.get(name)
-            if status and not status.get("error") and not status.get("preparing"):
-                producer.last_status = status
-                if status.get("consumers"):
-                    producer.failing = 0  # it works: a later death starts a fresh count
+            self._take_status(producer, by_name.get(name))
+
+    @staticmethod
+    def _take_status(producer: _Producer, status: dict[str, Any] | None) -> None:
+        if status and not status.get("error") and not status.get("preparing"):
+            producer.last_status = status
+            if status.get("consumers"):
+                producer.failing = 0  # it works: a later death starts a fresh count
 
     def stop(self, name: str, why: str) -> None:
+        """Stop a producer now, waiting for it (up to STOP_WAIT_S, then a kill): for the
+        engine's shutdown, after its loop has ended. The loop uses `stop_soon`."""
         if name in self.producers:
             self.refresh_status()  # its final figures, kept for the report after it is gone
-        producer = self.producers.pop(name, None)
+        producer = self.producers.pop(name, None) or self.stopping.pop(name, None)
         if producer is None:
             return
         self.stopped[name] = producer
-        pid = producer.pid
-        if pid:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGTERM)
+        self._signal(producer, signal.SIGTERM)
         if producer.process is not None:
             try:
-                producer.process.wait(timeout=5)
+                producer.process.wait(timeout=STOP_WAIT_S)
             except subprocess.TimeoutExpired:
                 producer.process.kill()
                 producer.process.wait()
         self.events.append(f"shared loader {name!r} stopped: {why}")
 
+    def stop_soon(self, name: str, why: str) -> None:
+        """Stop a producer without the loop waiting on it: its final figures are asked off the
+        loop (a producer that does not answer held the loop STATUS_TIMEOUT_MS), then it is told
+        to stop, and killed by `_reap_stopping` if it is still there STOP_WAIT_S later (the
+        loop waited those seconds for it, and a second's ask, before)."""
+        if self.offload is None:  # a supervisor built alone: in place, as before
+            self.stop(name, why)
+            return
+        producer = self.producers.pop(name, None)
+        if producer is None:
+            return
+        self.stopped[name] = producer
+        self.stopping[name] = producer
+        ask = self.ask_status()
+
+        def asked(statuses: Statuses | None) -> None:  # on the loop
+            if statuses is not None:
+                by_name = {s.get("name"): s for s in statuses}
+                self._take_status(producer, by_name.get(name))
+            self._signal(producer, signal.SIGTERM)
+            producer.kill_at = time.monotonic() + STOP_WAIT_S
+            self.events.append(f"shared loader {name!r} stopped: {why}")
+
+        self.offload(ask, asked, self.status_bound_s() + 1.0)
+
+    def _reap_stopping(self, now: float) -> None:
+        """Forget the stopping producers that are gone (starting a successor a job needs by
+        now), and kill those still there at their `kill_at`."""
+        for name, producer in list(self.stopping.items()):
+            if producer.kill_at is None:
+                continue  # its final figures are still being asked for
+            if self._gone(producer):
+                del self.stopping[name]
+                successor = self.producers.get(name)
+                if successor is not None and not self._alive(successor):
+                    self._start(successor)
+            elif now >= producer.kill_at:
+                self._signal(producer, signal.SIGKILL)
+                producer.kill_at = now + STOP_WAIT_S  # and again, should that not take
+
+    def _gone(self, producer: _Producer) -> bool:
+        if producer.process is not None:
+            return producer.process.poll() is not None
+        return not (producer.pid and process_alive(producer.pid))
+
+    @staticmethod
+    def _signal(producer: _Producer, sig: signal.Signals) -> None:
+        if producer.process is not None and producer.process.poll() is not None:
+            return  # reaped: its pid may be another process's by now
+        if producer.pid:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(producer.pid, sig)
+
     def stop_all_but(self, keep: set[str], why: str) -> None:
-        for name in [n for n in self.producers if n not in keep]:
+        for name in [n for n in [*self.producers, *self.stopping] if n not in keep]:
             self.stop(name, why)
 
     def reap(self) -> None:

@@ -9,6 +9,7 @@ with SIGSTOP (a producer that does not answer), a real consumer job.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
@@ -21,6 +22,7 @@ from test_loader_engine import consumer_job, loader_engine, producer_pid
 
 from gpudesk.api.connection import Connection
 from gpudesk.engine.loaders import STATUS_EVERY_S
+from gpudesk.loader.protocol import process_alive
 from gpudesk.loader.status import STATUS_TIMEOUT_MS
 
 __all__ = ["loader_engine"]  # the fixture, used by name
@@ -64,3 +66,38 @@ def test_a_producer_that_does_not_answer_never_stalls_other_requests(
     finally:
         os.kill(pid, signal.SIGCONT)
         loader_engine.client.request("cancel", jobs=[job_id], grace=0)
+
+
+def test_stopping_a_producer_that_does_not_answer_never_stalls_other_requests(
+    loader_engine: EngineHandle, tmp_path: Path
+) -> None:
+    """Once no job needs it, a producer is asked for its final figures, told to stop and, still
+    there STOP_WAIT_S later, killed: the loop had waited through all of it (a second's ask, then
+    up to five for the process)."""
+    job, out = consumer_job(tmp_path, "long", 10_000, delay=0.02)
+    (job_id,) = loader_engine.submit(job)
+    pid = wait_for(lambda: producer_pid(loader_engine), 30.0, what="the producer to start")
+    assert isinstance(pid, int)
+    wait_for(lambda: out.exists() and out.read_text(), 30.0, what="a first epoch")
+    os.kill(pid, signal.SIGSTOP)  # SIGTERM waits, pending, for a SIGCONT that never comes
+    try:
+        loader_engine.client.request("cancel", jobs=[job_id], grace=0)
+        pings: list[float] = []
+        with Connection(loader_engine.home, timeout=60.0) as mine:
+            # the grace (1 s here), the ask, STOP_WAIT_S, the kill: well within a minute
+            until = time.monotonic() + 60.0
+            while time.monotonic() < until and process_alive(pid):
+                started = time.monotonic()
+                mine.request("ping")
+                pings.append(time.monotonic() - started)
+        assert not process_alive(pid), "the producer was never killed"
+        assert max(pings) < PING_BOUND_S, f"the slowest pings took {sorted(pings)[-3:]} s"
+        stopped = "shared loader 'syn' stopped: no queued or running job needs it"
+        wait_for(
+            lambda: stopped in loader_engine.home.engine_log.read_text(errors="replace"),
+            10.0,
+            what="the engine to say the producer stopped",
+        )
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)
