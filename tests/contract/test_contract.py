@@ -5,10 +5,11 @@ is missing, fails here, before any view reads it."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
+from collections.abc import Iterator
 
 import msgspec
 import pytest
+from conftest import home_at
 from scenario import Recording, StationDriver, run_station_scenario, sim_engine
 
 from gpudesk.api import models
@@ -28,12 +29,19 @@ def engine_ops(home: Home) -> set[str]:
     return {op.strip() for op in listed.group(1).split(",")}
 
 
-@pytest.fixture
-def recorded(home: Home, tmp_path: Path) -> tuple[Recording, set[str]]:
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Recording, set[str]]]:
+    """The scenario's exchanges and events, recorded once for the module's tests (it runs a
+    simulated station's engine through every request: ~17 s on a 2-core machine)."""
+    root = tmp_path_factory.mktemp("contract")
     recording = Recording()
-    with sim_engine(home):
+    with (
+        pytest.MonkeyPatch.context() as monkeypatch,
+        home_at(root / "home", monkeypatch) as home,
+        sim_engine(home),
+    ):
         known = engine_ops(home)
-        driver = StationDriver(home, recording, tmp_path)
+        driver = StationDriver(home, recording, root)
         with driver.client.events() as events:
 
             def collect() -> None:
@@ -43,7 +51,7 @@ def recorded(home: Home, tmp_path: Path) -> tuple[Recording, set[str]]:
             run_station_scenario(driver, collect)
             # the engine's last word: shutdown, decoded like the rest
             driver.client.shutdown()
-    return recording, known
+    yield recording, known  # the engine stopped and the environment restored
 
 
 def test_every_request_and_event_decodes_strictly(
