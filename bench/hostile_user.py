@@ -98,8 +98,10 @@ def log_lock_loop(station: Station, job: int, stop: threading.Event, out: dict[s
     out.update(requests=len(times), refused=refused, slowest_s=max(times, default=0.0))
 
 
-def break_slurm(station: Station, cluster: Any) -> str:
-    """Ada submits a cluster job naming a slurm.conf of hers, then deletes that file."""
+def submit_cluster_job(station: Station, cluster: Any) -> tuple[Path, str]:
+    """Ada submits a cluster job naming a slurm.conf of hers (deleted later, `conf.unlink()`).
+    Before her flood: during it, her own connections are at her limit and a submit of hers may
+    be refused, as it should be."""
     ada_home = Path(f"/home/{station.users['ada'].name}")
     conf = ada_home / "slurm.conf"
     conf.write_text(cluster.conf.read_text())
@@ -118,8 +120,7 @@ def break_slurm(station: Station, cluster: Any) -> str:
         ],
         env={"PATH": "/usr/bin:/bin"},
     )
-    conf.unlink()
-    return "submitted, then its conf deleted" if reply.get("ok") else str(reply)
+    return conf, "submitted, then its conf deleted" if reply.get("ok") else str(reply)
 
 
 def main() -> int:
@@ -166,6 +167,11 @@ def main() -> int:
             env,
         )
         station.wait_state(locked, "running")
+        cluster_conf = None
+        if cluster is not None:
+            cluster_conf, results["slurm"] = submit_cluster_job(station, cluster)
+        else:
+            results["slurm"] = f"skipped: {slurm_skip}"
         stop = threading.Event()
         log_loop: dict[str, Any] = {}
         phases: list[tuple[str, list[float], dict[str, int]]] = []
@@ -196,11 +202,9 @@ def main() -> int:
             )
             looper.start()
             pings("+ `log` of her flock-held log, again and again", 300)
-            if cluster is not None:
-                results["slurm"] = break_slurm(station, cluster)
+            if cluster_conf is not None:
+                cluster_conf.unlink()
                 pings("+ her cluster job's slurm.conf deleted", args.slurm_window)
-            else:
-                results["slurm"] = f"skipped: {slurm_skip}"
             stop.set()
             looper.join(120)
             results["log_loop"] = log_loop
