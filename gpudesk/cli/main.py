@@ -83,13 +83,16 @@ def build_app(modules: list[str] | None = None) -> typer.Typer:
 
 
 def modules_for(argv: list[str]) -> list[str] | None:
-    """The one module a command line needs, when its first word names a command; None (every
-    module) for the rest: `--help`, root options, no command (the desk), a misspelt command (the
-    error names the commands there are)."""
-    first = argv[0] if argv else None
-    if first is None or first not in ROOT_COMMANDS:
+    """The one module a command line needs, when its first word names a command, or when it is
+    empty (`gpudesk` alone opens the desk); None (every module) for the rest: `--help`, root
+    options, a misspelt command (the error names the commands there are)."""
+    if "_GPUDESK_COMPLETE" in os.environ:
+        return None  # shell completion (click reads the words from the environment) names any
+    if not argv:
+        return ["desk"]
+    if argv[0] not in ROOT_COMMANDS:
         return None
-    return [ROOT_COMMANDS[first]]
+    return [ROOT_COMMANDS[argv[0]]]
 
 
 def _version_callback(value: bool) -> None:

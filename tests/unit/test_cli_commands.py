@@ -31,7 +31,8 @@ def test_the_table_names_every_command_of_the_full_tree_and_where_it_lives() -> 
 def test_a_named_command_builds_only_its_module_and_the_rest_build_everything() -> None:
     assert modules_for(["queue", "--all"]) == ["jobs"]
     assert modules_for(["engine", "status"]) == ["engine"]
-    for argv in ([], ["--help"], ["--readonly"], ["quue"], ["--version"]):
+    assert modules_for([]) == ["desk"]  # `gpudesk` alone opens the desk
+    for argv in (["--help"], ["--readonly"], ["quue"], ["--version"]):
         assert modules_for(argv) is None, argv
     partial = typer.main.get_command(build_app(modules_for(["queue"])))
     assert set(partial.commands) == {k for k, v in ROOT_COMMANDS.items() if v == "jobs"}  # type: ignore[attr-defined]
