@@ -56,6 +56,27 @@ def pytest_configure(config: pytest.Config) -> None:
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
 
 
+MODULES_MARK = "--- modules loaded ---"
+
+
+def cli_in_fresh_python(*command_lines: list[str]) -> tuple[str, set[str]]:
+    """Run `gpudesk` command lines in turn in a fresh interpreter (`main(argv)`, its exit
+    caught): what they printed, and every module the interpreter holds after them (what the
+    commands imported, apart from this process's imports)."""
+    program = (
+        "import json, sys\nfrom gpudesk.cli.main import main\n"
+        f"for argv in {[list(line) for line in command_lines]!r}:\n"
+        "    try:\n        main(argv)\n    except SystemExit:\n        pass\n"
+        f"print({MODULES_MARK!r})\nprint(json.dumps(sorted(sys.modules)))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    printed, _, modules = done.stdout.rpartition(MODULES_MARK + "\n")
+    return printed, set(json.loads(modules))
+
+
 def wait_for(
     predicate: Callable[[], object],
     timeout: float = 15.0,

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import EngineHandle, processes_in_group, wait_for
+from conftest import EngineHandle, cli_in_fresh_python, processes_in_group, wait_for
 
 from gpudesk.engine.identity import user_name
 from gpudesk.paths import Home
@@ -61,20 +61,12 @@ def start_interruptible_run(profile: Path) -> subprocess.Popen:
 
 
 def test_help_is_fast_to_import_and_never_loads_torch() -> None:
-    code = (
-        "import sys\nfrom gpudesk.cli.main import main\n"
-        "for argv in (['--help'], ['top', '--help'], ['run', '--help'],\n"
-        "             ['engine', '--help']):\n"
-        "    try:\n        main(argv)\n    except SystemExit:\n        pass\n"
-        "print('TORCH' if 'torch' in sys.modules else 'NO-TORCH')\n"
-        "print('MIG' if 'gpudesk.engine.mig' in sys.modules else 'NO-MIG')"
+    printed, modules = cli_in_fresh_python(
+        ["--help"], ["top", "--help"], ["run", "--help"], ["engine", "--help"]
     )
-    result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60
-    )
-    assert result.returncode == 0, result.stderr
-    assert "Usage: gpudesk" in result.stdout
-    assert result.stdout.strip().endswith("NO-TORCH\nNO-MIG")  # the MIG layer loads on use
+    assert "Usage: gpudesk" in printed
+    assert "torch" not in modules
+    assert "gpudesk.engine.mig" not in modules  # the MIG layer loads on use
 
 
 def test_ctrl_c_while_the_cli_still_loads_exits_130_without_a_traceback() -> None:

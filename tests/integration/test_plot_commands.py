@@ -12,7 +12,7 @@ import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from conftest import EngineHandle
+from conftest import EngineHandle, cli_in_fresh_python
 
 from gpudesk.api.client import Client
 from gpudesk.render import SPARKS
@@ -132,14 +132,12 @@ def test_show_and_history_plot_a_job_on_a_simulated_gpu(
 
 
 def test_help_and_the_commands_with_plot_options_do_not_load_matplotlib() -> None:
-    code = (
-        "import sys\nfrom gpudesk.cli.main import main\n"
-        "for argv in (['--help'], ['simulate', '--help'], ['history', '--help'],\n"
-        "             ['show', '--help'], ['select', 'compare', '--help']):\n"
-        "    try:\n        main(argv)\n    except SystemExit:\n        pass\n"
-        "print(sorted(m for m in sys.modules if m.startswith(('matplotlib', 'gpudesk.plots'))))"
+    printed, modules = cli_in_fresh_python(
+        ["--help"],
+        ["simulate", "--help"],
+        ["history", "--help"],
+        ["show", "--help"],
+        ["select", "compare", "--help"],
     )
-    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert run.returncode == 0, run.stderr
-    assert "--plot FILE" in run.stdout
-    assert run.stdout.strip().endswith("[]")
+    assert "--plot FILE" in printed
+    assert not {m for m in modules if m.startswith(("matplotlib", "gpudesk.plots"))}

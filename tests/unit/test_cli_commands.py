@@ -3,10 +3,8 @@ command line that names one loads that module alone."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import typer.main
+from conftest import cli_in_fresh_python
 
 from gpudesk.cli.main import GROUP_MODULES, ROOT_COMMANDS, build_app, modules_for
 
@@ -39,20 +37,9 @@ def test_a_named_command_builds_only_its_module_and_the_rest_build_everything() 
 
 
 def test_gpudesk_queue_help_imports_no_other_command_module() -> None:
-    program = (
-        "import sys\n"
-        "from gpudesk.cli.main import main\n"
-        "try:\n"
-        "    main(['queue', '--help'])\n"
-        "except SystemExit:\n"
-        "    pass\n"
-        "print(' '.join(sorted(m for m in sys.modules if m.startswith('gpudesk.cli.'))))\n"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", program], capture_output=True, text=True, timeout=60, check=True
-    )
-    lines = done.stdout.strip().splitlines()
-    loaded = set(lines[-1].split())
+    printed, modules = cli_in_fresh_python(["queue", "--help"])
+    assert "gpudesk queue" in printed
+    loaded = {m for m in modules if m.startswith("gpudesk.cli.")}
     assert "gpudesk.cli.jobs" in loaded
     others = {f"gpudesk.cli.{m}" for m in ROOT_COMMANDS.values() if m != "jobs"}
     assert not loaded & others, loaded & others
