@@ -193,6 +193,9 @@ class _Producer:
     spec: DatasetSpec
     process: subprocess.Popen[bytes] | None = None
     pid: int | None = None
+    # when the process with `pid` started (its info file says): a pid is signalled only while
+    # it is still that process, never one that took the number after it ended
+    create_time: float | None = None
     unneeded_since: float | None = None
     # Two counts, as they answer two questions: `restarts`, every restart after a death since
     # the engine started it (what status reports; it once shared the second's reset and read 0
@@ -275,7 +278,7 @@ class LoaderSupervisor:
             return False  # the info file is the old producer's, which is on its way out
         info = self._info(producer.spec.name)
         if info is not None and process_alive(int(info.get("pid", 0)), info.get("create_time")):
-            producer.pid = int(info["pid"])
+            producer.pid, producer.create_time = int(info["pid"]), info.get("create_time")
             return True
         # Starting: the process runs but has not written its info yet.
         return producer.process is not None and producer.process.poll() is None
@@ -310,7 +313,7 @@ class LoaderSupervisor:
             )
         finally:
             os.close(out)
-        producer.pid = producer.process.pid
+        producer.pid, producer.create_time = producer.process.pid, None
         self.events.append(
             f"shared loader {producer.spec.name!r} started (pid "
             f"{producer.pid}): {producer.spec.factory}, batches of "
@@ -484,18 +487,17 @@ class LoaderSupervisor:
                 self._signal(producer, signal.SIGKILL)
                 producer.kill_at = now + STOP_WAIT_S  # and again, should that not take
 
-    def _gone(self, producer: _Producer) -> bool:
-        if producer.process is not None:
-            return producer.process.poll() is not None
-        return not (producer.pid and process_alive(producer.pid))
-
     @staticmethod
-    def _signal(producer: _Producer, sig: signal.Signals) -> None:
+    def _gone(producer: _Producer) -> bool:
         if producer.process is not None and producer.process.poll() is not None:
-            return  # reaped: its pid may be another process's by now
-        if producer.pid:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(producer.pid, sig)
+            return True  # reaped: its pid may be another process's by now
+        return not (producer.pid and process_alive(producer.pid, producer.create_time))
+
+    def _signal(self, producer: _Producer, sig: signal.Signals) -> None:
+        if self._gone(producer) or not producer.pid:
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(producer.pid, sig)
 
     def stop_all_but(self, keep: set[str], why: str) -> None:
         for name in [n for n in [*self.producers, *self.stopping] if n not in keep]:
