@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import sqlite3
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -215,10 +215,7 @@ class JobListing(StoreConnection):
         )
         if filters:
             raise TypeError(f"unknown filters: {', '.join(filters)}")
-        if query is None:
-            return []
-        rows = self._conn.execute(f"EXPLAIN QUERY PLAN {query.page_sql}", query.page_params)
-        return [str(row["detail"]) for row in rows]
+        return [] if query is None else self._plan(query.page_sql, query.page_params)
 
     def archive_finished(self, ended_before: float, batch: int) -> int:
         """Archive at most `batch` finished jobs that ended before `ended_before`, oldest end
@@ -231,8 +228,12 @@ class JobListing(StoreConnection):
 
     def archive_plan(self) -> list[str]:
         """EXPLAIN QUERY PLAN of the choice of the next batch to archive (for the tests)."""
-        rows = self._conn.execute(f"EXPLAIN QUERY PLAN {_DUE_FOR_ARCHIVE}", (0.0, 1))
-        return [str(row[-1]) for row in rows]
+        return self._plan(_DUE_FOR_ARCHIVE, (0.0, 1))
+
+    def _plan(self, sql: str, params: Sequence[Any]) -> list[str]:
+        """EXPLAIN QUERY PLAN of `sql`: each step's words."""
+        rows = self._conn.execute(f"EXPLAIN QUERY PLAN {sql}", params)
+        return [str(row["detail"]) for row in rows]
 
     def archived_count(self) -> int:
         return int(self._conn.execute("SELECT COUNT(*) FROM jobs WHERE archived = 1").fetchone()[0])
