@@ -288,11 +288,13 @@ class LoaderSupervisor:
         self.stopped.pop(name, None)
         producer.spec = self.specs[name]
         producer.unneeded_since = None
-        if self._alive(producer) or name in self.stopping:
-            return  # a stopping one's successor starts once it is gone (`_reap_stopping`)
+        if self._alive(producer):
+            return
         self._start(producer)
 
     def _start(self, producer: _Producer) -> None:
+        if producer.spec.name in self.stopping:
+            return  # its predecessor still holds the socket: `_reap_stopping` starts it after
         path = self.home.loader_log(producer.spec.name)
         try:
             self.home.private_subdir(path.parent)
@@ -352,13 +354,13 @@ class LoaderSupervisor:
         for name in running - set(self.producers):
             if name in self.specs:
                 producer = self.producers.setdefault(name, _Producer(self.specs[name]))
-                if not self._alive(producer) and name not in self.stopping:
+                if not self._alive(producer):
                     self._start(producer)
         for name, producer in list(self.producers.items()):
             alive = self._alive(producer)
             if name in needed:
                 producer.unneeded_since = None
-                if not alive and name not in self.stopping:
+                if not alive and name not in self.stopping:  # not dead: waiting its turn
                     code = producer.process.returncode if producer.process else None
                     if producer.failing >= RESTART_LIMIT:
                         continue

@@ -91,3 +91,25 @@ def test_a_pid_that_now_names_a_members_process_is_never_signalled(
     finally:
         member.kill()
         member.wait()
+
+
+def test_a_job_needing_a_stopping_producers_dataset_gets_a_new_one_once_it_is_gone(
+    producer: subprocess.Popen[bytes], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The old producer holds the dataset's socket and info file until it is gone: its
+    successor starts then, never beside it (nor adopts it, by the info file)."""
+    monkeypatch.setattr(loaders, "STOP_WAIT_S", 0.0)
+    supervisor = adopted(Home(tmp_path / "home"), producer)
+    supervisor.stop_soon(SPEC.name, "no job needs it")
+    supervisor.ensure(SPEC.name)  # a job needs it again
+    waiting = supervisor.producers[SPEC.name]
+    assert waiting.process is None and waiting.pid is None  # none started, the old not adopted
+    try:
+        supervisor.tick({SPEC.name})  # the old one killed
+        wait_for(lambda: producer.poll() is not None, 10.0, what="the kill")
+        supervisor.tick({SPEC.name})  # gone: the successor starts
+        assert SPEC.name not in supervisor.stopping
+        assert waiting.process is not None and waiting.pid != producer.pid
+        assert not any("died" in event for event in supervisor.events), supervisor.events
+    finally:
+        supervisor.stop(SPEC.name, "the test ended")
