@@ -63,6 +63,19 @@ Model = TypeVar("Model", bound=WireModel)
 JobRef = int | str  # a job's id, or its name (the newest job of that name)
 
 
+def one_view_per_job(*reads: Sequence[JobView]) -> list[JobView]:
+    """The jobs of listings read one request after another, oldest first, one view per job:
+    the latest read's, since a job can change state between two requests (running at one,
+    finished by the next) and show up in both. Read the states in the order jobs pass
+    through them (queued, running, finished) and a job that moves meanwhile is always in a
+    later read, never in none."""
+    latest: dict[int, JobView] = {}
+    for read in reads:
+        for job in read:
+            latest[job.id] = job
+    return sorted(latest.values(), key=lambda job: job.id)
+
+
 class _ErrorBody(msgspec.Struct, frozen=True):
     code: str
     message: str

@@ -335,7 +335,7 @@ def queue(
         print(cut)
 
 
-LIVE_STATES = ("running", "queued")
+LIVE_STATES = ("queued", "running")  # the order jobs pass through them
 
 
 def _listed(
@@ -350,11 +350,15 @@ def _listed(
     then the waiting ones in queue order (priority, then submission), the first `limit` of
     them. Otherwise the newest `limit` jobs, every running one among those asked for kept."""
     if states is not None and set(states) <= set(LIVE_STATES):
+        # queued before running, the order jobs pass through them: a job that starts between
+        # the two requests is in the second, never in neither; shown once, as it is now
         wanted = [s for s in LIVE_STATES if s in states]
         listings = {s: client.job_listing(states=[s], group=group, user=owner) for s in wanted}
         damaged = [d for listing in listings.values() for d in listing.damaged]
         running = listings["running"].jobs if "running" in listings else []
-        waiting = listings["queued"].jobs if "queued" in listings else []
+        started = {job.id for job in running}
+        queued = listings["queued"].jobs if "queued" in listings else []
+        waiting = [job for job in queued if job.id not in started]
         waiting.sort(key=lambda job: (-job.spec.priority, job.id))
         cut = None
         if len(waiting) > limit:
@@ -370,9 +374,10 @@ def _listed(
         older = f"{total - len(jobs) - len(damaged)} older jobs" if total else "older jobs"
         cut = f"… and {older} not shown; --limit N shows more"
     if states is None or "running" in states:
-        shown = {job.id for job in jobs}
+        from gpudesk.api.client import one_view_per_job
+
         live = client.job_listing(states=["running"], group=group, user=owner).jobs
-        jobs = sorted([*jobs, *(j for j in live if j.id not in shown)], key=lambda j: j.id)
+        jobs = one_view_per_job(jobs, live)
     return jobs, damaged, cut
 
 

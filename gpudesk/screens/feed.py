@@ -40,7 +40,7 @@ from gpudesk.api import (
     TelemetryResult,
     WireModel,
 )
-from gpudesk.api.client import decode
+from gpudesk.api.client import decode, one_view_per_job
 from gpudesk.api.errors import EVENTS_MISSED
 from gpudesk.paths import Home
 from gpudesk.render import file_end
@@ -245,11 +245,12 @@ class EngineFeed:
     def _read_live_window(self) -> None:
         """Every running job, the first WAITING_SHOWN waiting ones and the newest
         FINISHED_SHOWN finished ones (with the older ones the user asked for): a handful of
-        page requests, whatever the store holds, never the whole store."""
+        page requests, whatever the store holds, never the whole store. The states are read
+        in the order jobs pass through them, so a job that moves on between two requests is
+        never missed, and it is shown once, as the later request saw it."""
         client = self.client
-        running = client.job_listing(states=["running"], usage=True)
         waiting: list[JobView] = []
-        damaged = list(running.damaged)
+        damaged: list[DamagedJob] = []
         after = 0  # oldest first: the queue's head (a `limit` alone would be the newest)
         more_waiting, total_waiting = False, 0
         while len(waiting) < WAITING_SHOWN:
@@ -268,6 +269,8 @@ class EngineFeed:
             if not page.more or page.after_id is None:
                 break
             after = page.after_id
+        running = client.job_listing(states=["running"], usage=True)
+        damaged += running.damaged
         finished = client.jobs_page(states=list(FINISHED), limit=FINISHED_SHOWN, usage=True)
         damaged += finished.damaged
         with self._older_lock:
@@ -282,7 +285,7 @@ class EngineFeed:
             notes.append(f"{total_waiting - len(waiting):,} more waiting jobs not shown")
         if self._finished_more:
             notes.append("older finished jobs: press b to load more")
-        self._jobs = sorted([*older, *finished.jobs, *running.jobs, *waiting], key=lambda j: j.id)
+        self._jobs = one_view_per_job(older, waiting, running.jobs, finished.jobs)
         self._damaged, self._left_out = damaged, "; ".join(notes) or None
 
     def older_finished(self) -> int:
