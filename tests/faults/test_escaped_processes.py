@@ -40,7 +40,9 @@ def escaping_script(pids: Path, then: str) -> str:
     return (
         f"setsid sh -c 'echo $$ >> {pids}; exec sleep 300' < /dev/null > /dev/null 2>&1 & "
         f"( sh -c 'echo $$ >> {pids}; exec sleep 300' < /dev/null > /dev/null 2>&1 & ) ; "
-        f'while [ "$(wc -l < {pids} 2>/dev/null)" -lt 2 ]; do sleep 0.02; done; '
+        # `cat`, not `wc -l < file`: before the file exists the redirection fails, `[ "" -lt 2 ]`
+        # is an error, and the loop would end with the daemons not yet started
+        f'while [ "$(cat {pids} 2>/dev/null | wc -l)" -lt 2 ]; do sleep 0.02; done; '
         f"{then}"
     )
 
