@@ -375,16 +375,20 @@ def role_lister(home: Home, seconds: float) -> dict[str, Any]:
 
 def role_desk(home: Home, seconds: float, launched_at: float) -> dict[str, Any]:
     """The first user: the desk, headless. Its first paint of the queue table, then it stays
-    open (refreshing as the desk does) until the phase ends."""
+    open (refreshing as the desk does) until the phase ends. In the order `run_desk` opens
+    it: the feed starts reading the first frame, then Textual loads."""
+    from gpudesk.screens.feed import EngineFeed
+
+    feed = EngineFeed(home, interval=1.0)
+    feed.read_ahead()
+
     from textual.widgets import DataTable
 
     from gpudesk.screens.app import DeskApp
-    from gpudesk.screens.feed import EngineFeed
     from gpudesk.screens.queue import QueueScreen
 
     app_start = time.time()
     result: dict[str, Any] = {"imports_s": round(app_start - launched_at, 3)}
-    feed = EngineFeed(home, interval=1.0)
     app = DeskApp(feed, refresh_s=1.0, workdir=home.root)
 
     def rows() -> int:

@@ -22,7 +22,6 @@ def run_desk(
     """Open the desk on this home's engine (started if it is not running), or on a recorded
     replay; returns the line to print when it closes."""
     from gpudesk.paths import Home
-    from gpudesk.screens.app import DeskApp
     from gpudesk.screens.feed import EngineFeed, Feed, ReplayFeed
 
     feed: Feed
@@ -34,6 +33,9 @@ def run_desk(
         home = Home.from_env()
         Client.connect(home).close()  # starts the engine when none runs
         feed = EngineFeed(home, interval=refresh_s)
+        feed.read_ahead()  # the engine answers while Textual loads (the next line)
+    from gpudesk.screens.app import DeskApp
+
     app = DeskApp(feed, readonly=readonly, refresh_s=refresh_s)
     try:
         message = app.run()

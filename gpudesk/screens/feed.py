@@ -176,6 +176,24 @@ class EngineFeed:
         self._energy_today: dict[int, float] = {}
         self._jobs_at = 0.0
         self._last_frame_at = 0.0
+        self._ahead: threading.Thread | None = None  # reading the first frame (read_ahead)
+        self._ahead_result: Frame | Exception | None = None
+
+    def read_ahead(self) -> None:
+        """Start reading the first frame now, on a thread of its own, so that the engine's
+        answers arrive while the desk is still loading Textual; the first `next_frame` takes
+        it. (A daemon thread: a desk closed meanwhile does not wait for it.)"""
+        if self._first and self._ahead is None:
+            self._ahead = threading.Thread(
+                target=self._read_ahead, name="gpudesk-desk-first-frame", daemon=True
+            )
+            self._ahead.start()
+
+    def _read_ahead(self) -> None:
+        try:
+            self._ahead_result = self._first_frame()
+        except Exception as exc:  # handed to next_frame's caller, as if read there
+            self._ahead_result = exc
 
     def _subscribe(self) -> EventStream:
         if self._events is None:
@@ -183,13 +201,26 @@ class EngineFeed:
             self._events = self._events_cm.__enter__()
         return self._events
 
+    def _first_frame(self) -> Frame:
+        self._subscribe()
+        reply = self.client.telemetry(history=TELEMETRY_HISTORY_POINTS)
+        self._telemetry, self._history = reply.snapshot, reply.history
+        self._energy_today = reply.energy_today_j
+        frame = self._frame(with_history=True, energy_read=True)
+        self._first = False
+        return frame
+
     def next_frame(self, timeout: float) -> Frame | None:
-        events = self._subscribe()
+        if self._ahead is not None:
+            self._ahead.join()
+            ahead, self._ahead, self._ahead_result = self._ahead_result, None, None
+            if isinstance(ahead, Exception):
+                raise ahead
+            if ahead is not None:
+                return ahead
         if self._first:
-            reply = self.client.telemetry(history=TELEMETRY_HISTORY_POINTS)
-            self._telemetry, self._history = reply.snapshot, reply.history
-            self._first = False
-            return self._frame(with_history=True)
+            return self._first_frame()
+        events = self._subscribe()
         deadline = time.monotonic() + timeout
         changed = False
         try:
@@ -217,13 +248,14 @@ class EngineFeed:
             return None
         return self._frame()
 
-    def _frame(self, with_history: bool = False) -> Frame:
+    def _frame(self, with_history: bool = False, energy_read: bool = False) -> Frame:
         status = self.client.status()
         now = time.monotonic()
         if self._jobs_stale or now - self._jobs_at >= JOBS_REFRESH_INTERVALS * self.interval:
             # usage and energy move while jobs run even when no job changes state
             self._read_live_window()
-            self._energy_today = self.client.telemetry().energy_today_j
+            if not energy_read:
+                self._energy_today = self.client.telemetry().energy_today_j
             self._jobs_stale, self._jobs_at = False, now
         progress = {}
         for job in self._jobs:
