@@ -23,11 +23,9 @@ never used, followed, truncated or chmod-ed.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import pwd
 import stat
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -371,6 +369,9 @@ class Home:
         inside = self.root / "run"
         if self.sockets_inside:
             return inside
+        import hashlib  # here: every command imports this module, few homes need this
+        import tempfile
+
         digest = hashlib.sha1(os.fsencode(self.root)).hexdigest()[:16]  # bytes: any name
         return Path(tempfile.gettempdir()) / f"gpudesk-{os.getuid()}" / digest
 
