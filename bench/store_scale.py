@@ -44,19 +44,19 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpudesk.api.connection import Connection, engine_pid, start_engine
-from gpudesk.engine.identity import Identity
-from gpudesk.engine.jobs import JobSpec
-from gpudesk.engine.placement.policy import Placement
-from gpudesk.engine.runner import read_wrapper_pid
-from gpudesk.engine.station import StationConfig
-from gpudesk.engine.store.database import Store
-from gpudesk.engine.telemetry.energy import DEFAULT_GRID_G_PER_KWH, AttemptUsage
 from gpudesk.paths import Home
+
+if TYPE_CHECKING:
+    from gpudesk.engine.identity import Identity
+    from gpudesk.engine.jobs import JobSpec
+
+# The engine's modules are imported by the functions that build the store and drive the
+# engine, not here: the desk's process (`--role desk`) imports this file, and its launch time
+# must be the desk's, not the engine code's a desk never loads (~0.15 s of imports).
 
 DAY_S = 86400.0
 HISTORY_DAYS = 60  # finished jobs ended over the last 60 days (the issue's mix)
@@ -81,6 +81,8 @@ SLEEP = ["sleep", "3600"]
 def owners() -> list[Identity]:
     """The three users: this one and two others (uids that need not exist: a personal
     engine shows them by number)."""
+    from gpudesk.engine.identity import Identity
+
     me = Identity.of_process()
     others = [Identity.of(uid, uid, [uid]) for uid in (me.uid + 1001, me.uid + 1002)]
     return [me, *others]
@@ -88,6 +90,8 @@ def owners() -> list[Identity]:
 
 def usage_templates(rng: random.Random) -> list[str]:
     """A few attempts' usage as the engine stores it (AttemptUsage.to_dict), as JSON."""
+    from gpudesk.engine.telemetry.energy import DEFAULT_GRID_G_PER_KWH, AttemptUsage
+
     out = []
     for _ in range(16):
         gpu = rng.random() < GPU_SHARE
@@ -112,6 +116,8 @@ def usage_templates(rng: random.Random) -> list[str]:
 
 
 def spec(rng: random.Random, number: int, queued: bool, workdir: str) -> JobSpec:
+    from gpudesk.engine.jobs import JobSpec
+
     sweep = number // 50
     gpus = 1 if rng.random() < GPU_SHARE and not queued else 0
     return JobSpec(
@@ -133,6 +139,9 @@ def spec(rng: random.Random, number: int, queued: bool, workdir: str) -> JobSpec
 def build_store(home: Home, jobs: int, queued: int, seed: int = 36) -> dict[str, Any]:
     """The store of a station that ran `jobs - queued` jobs over 60 days and has `queued`
     waiting. Returns what it holds and how long building it took."""
+    from gpudesk.engine.placement.policy import Placement
+    from gpudesk.engine.store.database import Store
+
     rng = random.Random(seed)
     started = time.perf_counter()
     home.ensure()
@@ -375,12 +384,18 @@ def role_lister(home: Home, seconds: float) -> dict[str, Any]:
 
 def role_desk(home: Home, seconds: float, launched_at: float) -> dict[str, Any]:
     """The first user: the desk, headless. Its first paint of the queue table, then it stays
-    open (refreshing as the desk does) until the phase ends. In the order `run_desk` opens
-    it: the feed starts reading the first frame, then Textual loads."""
-    from gpudesk.screens.feed import EngineFeed
+    open (refreshing as the desk does) until the phase ends. It starts as `gpudesk` alone
+    does: the CLI builds its desk command, `open_feed` starts reading the first frame, then
+    Textual loads."""
+    import typer
 
-    feed = EngineFeed(home, interval=1.0)
-    feed.read_ahead()
+    from gpudesk.cli.main import build_app, modules_for
+
+    typer.main.get_command(build_app(modules_for([])))
+    from gpudesk.screens import open_feed
+
+    os.environ["GPUDESK_HOME"] = str(home.root)
+    feed = open_feed(refresh_s=1.0)
 
     from textual.widgets import DataTable
 
@@ -440,6 +455,8 @@ def memory(pid: int) -> dict[str, float]:
 def request_histograms(url: str) -> dict[str, dict[str, Any]]:
     """Per op: requests, mean and the bucket the p99 falls in (gpudesk_engine_request_seconds
     since the engine started), from the metrics endpoint."""
+    import urllib.request
+
     from prometheus_client.parser import text_string_to_metric_families
 
     with urllib.request.urlopen(url, timeout=30.0) as reply:
@@ -507,6 +524,8 @@ def collect(proc: subprocess.Popen[str], timeout: float) -> dict[str, Any]:
 def stop(home: Home) -> None:
     """Cancel the live jobs (their sleeping processes go) and stop the engine; then end any job
     process group still there (a listing capped below the live jobs, a cancel that timed out)."""
+    from gpudesk.engine.runner import read_wrapper_pid
+
     try:
         with Connection(home, timeout=120.0) as conn:
             deadline = time.monotonic() + 60
@@ -534,6 +553,8 @@ def stop(home: Home) -> None:
 def start_timed_engine(home: Home) -> float:
     """Starts `home`'s engine (no GPUs, SLOTS slots, metrics on a free port) and says how many
     seconds that took: with a large store, most of it is opening the store."""
+    from gpudesk.engine.station import StationConfig
+
     started = time.perf_counter()
     start_engine(
         home,

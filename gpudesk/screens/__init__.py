@@ -5,6 +5,10 @@ only when the desk opens, so the other commands stay fast."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from gpudesk.screens.feed import Feed
 
 
 class DeskFailed(Exception):
@@ -16,28 +20,34 @@ class DeskFailed(Exception):
         self.code = code
 
 
+def open_feed(refresh_s: float = 1.0, replay: Path | None = None) -> Feed:
+    """The desk's feed: a recorded replay, or this home's engine (started if it is not
+    running), whose first frame is being read already (EngineFeed.read_ahead): the engine
+    answers while the caller loads Textual."""
+    from gpudesk.paths import Home
+    from gpudesk.screens.feed import EngineFeed, ReplayFeed
+
+    if replay is not None:
+        return ReplayFeed.load(replay)
+    from gpudesk.api import Client
+
+    home = Home.from_env()
+    Client.connect(home).close()  # starts the engine when none runs
+    feed = EngineFeed(home, interval=refresh_s)
+    feed.read_ahead()
+    return feed
+
+
 def run_desk(
     readonly: bool = False, refresh_s: float = 1.0, replay: Path | None = None
 ) -> str | None:
     """Open the desk on this home's engine (started if it is not running), or on a recorded
     replay; returns the line to print when it closes."""
-    from gpudesk.paths import Home
-    from gpudesk.screens.feed import EngineFeed, Feed, ReplayFeed
-
-    feed: Feed
-    if replay is not None:
-        feed = ReplayFeed.load(replay)
-    else:
-        from gpudesk.api import Client
-
-        home = Home.from_env()
-        Client.connect(home).close()  # starts the engine when none runs
-        feed = EngineFeed(home, interval=refresh_s)
-        feed.read_ahead()  # the engine answers while Textual loads (the next line)
-    from gpudesk.screens.app import DeskApp
-
-    app = DeskApp(feed, readonly=readonly, refresh_s=refresh_s)
+    feed = open_feed(refresh_s, replay)
     try:
+        from gpudesk.screens.app import DeskApp  # Textual: loads while the feed reads
+
+        app = DeskApp(feed, readonly=readonly, refresh_s=refresh_s)
         message = app.run()
     finally:
         feed.close()

@@ -1,6 +1,7 @@
 """The desk's exit code: a desk that crashes (here: its stylesheet is missing, as it was from the
 wheel) exits non-zero, and one the user leaves with `q` exits 0. Run as the real `gpudesk desk`
-command on a real pseudo-terminal, on a recorded replay (no engine needed)."""
+command on a real pseudo-terminal, on a recorded replay (no engine needed), and as `gpudesk`
+alone on a real engine (its first frame read while Textual loads: `open_feed`)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,9 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import EngineHandle
+
+from gpudesk.paths import Home
 
 REPLAY = Path(__file__).resolve().parents[1] / "tui" / "data" / "station.json"
 
@@ -31,9 +35,11 @@ main()
 """
 
 
-def run_on_pty(args: list[str], keys: bytes, timeout: float = 30.0) -> tuple[int, str]:
+def run_on_pty(
+    args: list[str], keys: bytes, timeout: float = 30.0, drawn: bytes = b"SIMULATED"
+) -> tuple[int, str]:
     """Run `args` with a 100x30 pseudo-terminal as stdin/stdout/stderr; type `keys` once it
-    has drawn something; return its exit code and everything it wrote."""
+    has drawn `drawn`; return its exit code and everything it wrote."""
     leader, follower = os.openpty()
     fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 100, 0, 0))
     env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": "100", "LINES": "30"}
@@ -55,7 +61,7 @@ def run_on_pty(args: list[str], keys: bytes, timeout: float = 30.0) -> tuple[int
                 if not chunk and proc.poll() is not None:
                     break
                 seen += chunk
-            if not typed and b"SIMULATED" in seen:
+            if not typed and drawn in seen:
                 time.sleep(0.5)
                 os.write(leader, keys)
                 typed = True
@@ -81,3 +87,17 @@ def test_a_desk_that_crashes_exits_non_zero() -> None:
 def test_a_desk_left_with_q_exits_zero() -> None:
     code, out = run_on_pty([sys.executable, "-c", SCRIPT, "present", str(REPLAY)], b"q")
     assert code == 0, out[-2000:]
+
+
+def test_gpudesk_alone_opens_the_desk_on_the_engine_and_q_leaves_it(
+    engine: EngineHandle, home: Home
+) -> None:
+    engine.stop()
+    engine.start(backend="sim:dgx-station-a100")
+    (job,) = engine.submit({"name": "shown-on-the-desk", "command": ["sleep", "30"]})
+    engine.wait_state(job, "running")
+    entry = "from gpudesk.cli.entry import main; main()"
+    # SIMULATED and the job's name come from the engine's first frame (status, then jobs)
+    code, out = run_on_pty([sys.executable, "-c", entry], b"q", drawn=b"shown-on-the-desk")
+    assert code == 0, out[-2000:]
+    assert "SIMULATED" in out
