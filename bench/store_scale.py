@@ -7,14 +7,17 @@ Builds a fresh GPUDESK_HOME whose store holds `--jobs` jobs before any engine ru
 ended over the last 60 days, owned by three uids), the rest queued behind 4 slots (some held).
 It is built through the store's own `submit` and then one SQL transaction. Then it starts a
 personal engine on it (GPUDESK_BACKEND=none, 4 slots: the first 4 queued jobs start and sleep;
-metrics on a free loopback port, for the per-op histograms) and, for `--seconds`, at once:
+metrics on a free loopback port, for the per-op histograms) and, for `--seconds`:
 
-(a) the desk (the Textual app, headless through App.run_test) opens, switches to the queue and
-    its first paint is timed: from launching its process (and from the app's start) to the
-    queue table showing rows;
-(b) a lister lists everything in a loop: the API's `jobs()` with no limit, `gpudesk queue
+(a) a lister lists everything in a loop: the API's `jobs()` with no limit, `gpudesk queue
     --all --json` and `gpudesk history --limit 100000`, each as its own process;
-(c) a third user pings every 20 ms (p50/p99/max round trip);
+(b) a third user pings every 20 ms (p50/p99/max round trip);
+(c) the desk (the Textual app, headless through App.run_test, started as `gpudesk` alone
+    starts it) opens, switches to the queue and its first paint is timed: from launching its
+    process (and from the app's start) to the queue table showing rows. By default it opens
+    once (a) and (b) are at work (`--desk-opens while-listing`: a desk opened while another
+    user lists everything); `--desk-opens at-once` launches it in the same instant as their
+    processes, so that three interpreters start up together on the machine's cores.
 
 meanwhile `gpudesk queue` runs several times (as a process, wall time). Before and after, the
 engine's RSS (VmRSS, VmHWM from /proc). At the end: the engine's own record of how long each
@@ -311,7 +314,13 @@ def gpudesk(home: Home, *args: str, timeout: float) -> tuple[float | None, str]:
     return elapsed, done.stdout
 
 
-def role_pinger(home: Home, seconds: float) -> dict[str, Any]:
+def say_ready(ready: Path | None) -> None:
+    """Tell the bench this role is at work (the file it waits for)."""
+    if ready is not None:
+        ready.touch()
+
+
+def role_pinger(home: Home, seconds: float, ready: Path | None = None) -> dict[str, Any]:
     """The third user: a ping every 20 ms; each round trip, reconnecting after a failure."""
     deadline = time.monotonic() + seconds
     rtts: list[float] = []
@@ -323,6 +332,8 @@ def role_pinger(home: Home, seconds: float) -> dict[str, Any]:
         try:
             conn.request("ping")
             rtts.append(time.perf_counter() - started)
+            if len(rtts) == 1:
+                say_ready(ready)
         except Exception as exc:
             failures.append(str(exc)[:200])
             conn.close()
@@ -341,11 +352,12 @@ def role_pinger(home: Home, seconds: float) -> dict[str, Any]:
     }
 
 
-def role_lister(home: Home, seconds: float) -> dict[str, Any]:
+def role_lister(home: Home, seconds: float, ready: Path | None = None) -> dict[str, Any]:
     """The second user: lists everything, again and again, three ways."""
     from gpudesk.api.client import Client
 
     deadline = time.monotonic() + seconds
+    say_ready(ready)  # imports done: its first listing goes out now
     runs: dict[str, list[float]] = {"api_jobs": [], "queue_all_json": [], "history": []}
     counts: dict[str, int] = {}
     problems: list[str] = []
@@ -487,24 +499,26 @@ def request_histograms(url: str) -> dict[str, dict[str, Any]]:
     return out
 
 
-def spawn(role: str, home: Home, seconds: float) -> subprocess.Popen[str]:
+def spawn(
+    role: str, home: Home, seconds: float, ready: Path | None = None
+) -> subprocess.Popen[str]:
+    args = ["--role", role, "--home", str(home.root), "--seconds", str(seconds)]
+    if ready is not None:
+        args += ["--ready", str(ready)]
     return subprocess.Popen(
-        [
-            sys.executable,
-            __file__,
-            "--role",
-            role,
-            "--home",
-            str(home.root),
-            "--seconds",
-            str(seconds),
-            "--launched",
-            repr(time.time()),
-        ],
+        [sys.executable, __file__, *args, "--launched", repr(time.time())],
         stdout=subprocess.PIPE,
         text=True,
         env=user_env(home),
     )
+
+
+def wait_ready(files: list[Path], timeout: float) -> float:
+    """Wait until every role named by `files` is at work; how long that took."""
+    started = time.monotonic()
+    while not all(f.exists() for f in files) and time.monotonic() - started < timeout:
+        time.sleep(0.02)
+    return round(time.monotonic() - started, 2)
 
 
 def collect(proc: subprocess.Popen[str], timeout: float) -> dict[str, Any]:
@@ -564,7 +578,7 @@ def start_timed_engine(home: Home) -> float:
     return round(time.perf_counter() - started, 2)
 
 
-def measure(home: Home, seconds: float) -> dict[str, Any]:
+def measure(home: Home, seconds: float, desk_opens: str = "while-listing") -> dict[str, Any]:
     result: dict[str, Any] = {"engine_start_s": start_timed_engine(home)}
     pid = engine_pid(home)
     assert pid is not None
@@ -582,12 +596,20 @@ def measure(home: Home, seconds: float) -> dict[str, Any]:
     # what a command costs before it asks anything: on a busy machine most of `gpudesk queue`
     result["version_quiet_s"] = [gpudesk(home, "--version", timeout=60.0)[0] for _ in range(3)]
     result["queue_quiet_s"] = [gpudesk(home, "queue", timeout=60.0)[0] for _ in range(3)]
-    # the three users, at once
-    desk = spawn("desk", home, seconds)
-    lister = spawn("lister", home, seconds)
-    pinger = spawn("pinger", home, seconds)
-    loaded = []
+    # the three users: the desk at once with the others, or once they are at work
+    result["desk_opens"] = desk_opens
     phase_end = time.monotonic() + seconds
+    if desk_opens == "at-once":
+        desk = spawn("desk", home, seconds)
+        lister = spawn("lister", home, seconds)
+        pinger = spawn("pinger", home, seconds)
+    else:
+        ready = [home.root / "lister.ready", home.root / "pinger.ready"]
+        lister = spawn("lister", home, seconds, ready[0])
+        pinger = spawn("pinger", home, seconds, ready[1])
+        result["others_ready_s"] = wait_ready(ready, seconds / 2)
+        desk = spawn("desk", home, max(1.0, phase_end - time.monotonic()))
+    loaded = []
     for _ in range(QUEUE_RUNS):
         if time.monotonic() > phase_end:
             break
@@ -637,6 +659,14 @@ def report(result: dict[str, Any]) -> str:
             else f"> {result['seconds']:g} s {desk.get('stalled', '')}".rstrip(),
         ),
         ("  of which the desk's imports", "", f"{desk.get('imports_s')} s"),
+        (
+            "  the desk opened",
+            "",
+            "with the lister and pinger, all three launched at once"
+            if result.get("desk_opens") == "at-once"
+            else f"once the lister and pinger were at work ({result.get('others_ready_s')} s "
+            "after their launch)",
+        ),
         (
             "third user's ping p50 / p99 / max",
             f"p99 <= {TARGET_PING_P99_MS:g} ms",
@@ -722,10 +752,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=100_000, help="jobs in the store")
     parser.add_argument("--queued", type=int, default=400, help="of them, waiting")
     parser.add_argument("--seconds", type=float, default=60.0, help="the load phase")
+    parser.add_argument(
+        "--desk-opens",
+        choices=("while-listing", "at-once"),
+        default="while-listing",
+        help="the desk opens once the lister and pinger are at work, or with them",
+    )
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--role", choices=("desk", "lister", "pinger"), help=argparse.SUPPRESS)
     parser.add_argument("--home", help=argparse.SUPPRESS)
     parser.add_argument("--launched", type=float, help=argparse.SUPPRESS)
+    parser.add_argument("--ready", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.jobs < 1 or not 0 <= args.queued <= args.jobs or args.seconds <= 0:
         parser.error("--jobs must be positive, --queued at most --jobs, --seconds positive")
@@ -734,9 +771,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.role == "desk":
             out = role_desk(home, args.seconds, args.launched or time.time())
         elif args.role == "lister":
-            out = role_lister(home, args.seconds)
+            out = role_lister(home, args.seconds, args.ready)
         else:
-            out = role_pinger(home, args.seconds)
+            out = role_pinger(home, args.seconds, args.ready)
         print(json.dumps(out))
         return 0
     with tempfile.TemporaryDirectory(prefix="gpudesk-scale-") as tmp:
@@ -751,7 +788,7 @@ def main(argv: list[str] | None = None) -> int:
         }
         result["store"] = build_store(home, args.jobs, args.queued)
         try:
-            result.update(measure(home, args.seconds))
+            result.update(measure(home, args.seconds, args.desk_opens))
         finally:
             stop(home)
     print(json.dumps(result, indent=2) if args.json else report(result))

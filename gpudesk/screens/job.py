@@ -14,13 +14,14 @@ from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
-from textual.widgets import Footer, Log, Static
+from textual.widgets import Log, Static
 
 from gpudesk import joblog, render
 from gpudesk.api import EngineError, JobDetail, JobView, LoaderView
 from gpudesk.screens.base import DeskScreen, JobActions
 from gpudesk.screens.queue import STATE_STYLES, job_state
 from gpudesk.screens.state import DeskState, job_runtime, sharing_mode
+from gpudesk.screens.widgets.footer import DeskFooter
 from gpudesk.screens.widgets.glyphs import sparkline
 from gpudesk.screens.widgets.strips import DeskHeader
 from gpudesk.text import printable
@@ -177,7 +178,7 @@ class JobScreen(JobActions):
             yield Static(id="job-usage")
             yield Static(id="job-events")
             yield Static(id="job-log")
-        yield Footer()
+        yield DeskFooter()
 
     def show_state(self, state: DeskState) -> None:
         job = state.job(self.job_id)
@@ -244,7 +245,7 @@ class LogScreen(DeskScreen):
             id="log-title",
         )
         yield Log(id="log", highlight=False, auto_scroll=True)
-        yield Footer()
+        yield DeskFooter()
 
     def on_mount(self) -> None:
         self.read_more()

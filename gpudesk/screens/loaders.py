@@ -7,11 +7,12 @@ from typing import Any
 
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.widgets import DataTable, Footer, Static
+from textual.widgets import DataTable, Static
 
 from gpudesk.api import LoaderView
 from gpudesk.screens.base import DeskScreen
 from gpudesk.screens.state import DeskState
+from gpudesk.screens.widgets.footer import DeskFooter
 from gpudesk.screens.widgets.strips import DeskHeader
 
 COLUMNS = (
@@ -91,7 +92,7 @@ class LoadersScreen(DeskScreen):
         for key, label, width in COLUMNS:
             table.add_column(label, key=key, width=width)
         yield table
-        yield Footer()
+        yield DeskFooter()
 
     def show_state(self, state: DeskState) -> None:
         loaders = state.loaders

@@ -12,11 +12,12 @@ from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
-from textual.widgets import Footer, Static
+from textual.widgets import Static
 
 from gpudesk.api import EngineError, MigPlanView
 from gpudesk.screens.base import DeskScreen
 from gpudesk.screens.state import DeskState
+from gpudesk.screens.widgets.footer import DeskFooter
 from gpudesk.screens.widgets.gpu_card import mig_profile
 from gpudesk.screens.widgets.strips import DeskHeader
 
@@ -112,7 +113,7 @@ class MigScreen(DeskScreen):
         with VerticalScroll():
             yield Static(id="mig-layout")
             yield Static(id="mig-plans")
-        yield Footer()
+        yield DeskFooter()
 
     def show_state(self, state: DeskState) -> None:
         self.query_one("#mig-layout", Static).update(render_layout(state))

@@ -9,13 +9,14 @@ from typing import ClassVar
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.widgets import DataTable, Footer, Input
+from textual.widgets import DataTable, Input
 from textual.widgets.data_table import ColumnKey
 
 from gpudesk import render
 from gpudesk.api import JobView
 from gpudesk.screens.base import JobActions
 from gpudesk.screens.state import DeskState, job_runtime, sharing_mode
+from gpudesk.screens.widgets.footer import DeskFooter
 from gpudesk.screens.widgets.strips import DeskHeader
 from gpudesk.units import watt_hours
 
@@ -163,7 +164,7 @@ class QueueScreen(JobActions):
         yield Input(
             placeholder="filter: words, or state:running — Enter keeps, Esc clears", id="filter"
         )
-        yield Footer()
+        yield DeskFooter()
 
     def on_mount(self) -> None:
         self.query_one("#filter", Input).display = False

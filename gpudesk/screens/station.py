@@ -7,10 +7,11 @@ from __future__ import annotations
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Grid, VerticalScroll
-from textual.widgets import Footer, Static
+from textual.widgets import Static
 
 from gpudesk.screens.base import DeskScreen
 from gpudesk.screens.state import DeskState
+from gpudesk.screens.widgets.footer import DeskFooter
 from gpudesk.screens.widgets.gpu_card import GpuCard
 from gpudesk.screens.widgets.job_list import render_job_list
 from gpudesk.screens.widgets.strips import DeskHeader, HostStrip
@@ -27,7 +28,7 @@ class StationScreen(DeskScreen):
             yield Static("", id="station-note")
             yield Grid(id="gpu-grid")
             yield Static("", id="station-jobs")
-        yield Footer()
+        yield DeskFooter()
 
     def show_state(self, state: DeskState) -> None:
         self.query_one(HostStrip).show(state)
