@@ -40,7 +40,6 @@ def home(monkeypatch: pytest.MonkeyPatch) -> Iterator[Home]:
         yield home
 
 
-@pytest.mark.serial  # it reports what each preset's training cost: nothing else may run
 @pytest.mark.timeout(900)  # 12 training jobs and 8 pre-pass jobs, one at a time
 def test_compare_runs_each_preset_on_every_split_and_seed_and_pairs_it_with_random(
     engine: EngineHandle, gpudesk: Run, tmp_path: Path
