@@ -42,7 +42,7 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
 
 def pytest_configure(config: pytest.Config) -> None:
     """Under pytest-xdist, the torch of each worker uses its share of the cores: torch starts a
-    thread per core, and two workers training at once on a 2-core CI machine would each spin on
+    thread per core, and workers training at once on a 2-core CI machine would each spin on
     both (an in-process selection test: 35 s so, 27 s on one thread, beside a busy core).
     Only this process's torch is set: what tests start keeps its own environment, so the
     OMP_NUM_THREADS the engine and Slurm give jobs is still what is tested."""
@@ -108,7 +108,7 @@ def refuses(result: subprocess.CompletedProcess[str], *phrases: str) -> str:
 
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)
 def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
-    """Under pytest-xdist (the suite runs on 2 workers, pyproject's addopts), a test marked
+    """Under pytest-xdist (the suite runs on 3 workers, pyproject's addopts), a test marked
     `serial` runs with no other test running: those measure CPU time or throughput (the
     calibration probe's busy share, the collocation measurements), which a test on the other core
     would distort. Two locks in a folder all workers of the run share: every test passes the
