@@ -7,6 +7,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Grid, VerticalScroll
+from textual.message import Message
 from textual.widgets import Static
 
 from gpudesk.screens.base import DeskScreen
@@ -20,13 +21,25 @@ MIN_LIST_LINES = 3  # title, header, one job
 MIN_LIST_GAP = 1  # a blank line between the cards and the list
 
 
+class CardGrid(Grid):
+    """The GPU cards. It says when its size changes (cards mounted, a card's lines changed),
+    so that the job list under it is fitted to the room really left, not to a layout the
+    cards had not reached yet."""
+
+    class Resized(Message):
+        pass
+
+    def on_resize(self) -> None:
+        self.post_message(self.Resized())
+
+
 class StationScreen(DeskScreen):
     def compose(self) -> ComposeResult:
         yield DeskHeader()
         yield HostStrip()
         with VerticalScroll(id="station-body"):
             yield Static("", id="station-note")
-            yield Grid(id="gpu-grid")
+            yield CardGrid(id="gpu-grid")
             yield Static("", id="station-jobs")
         yield DeskFooter()
 
@@ -84,4 +97,7 @@ class StationScreen(DeskScreen):
         jobs.display = True
 
     def on_resize(self) -> None:
+        self.call_after_refresh(self._show_jobs)
+
+    def on_card_grid_resized(self, _: CardGrid.Resized) -> None:
         self.call_after_refresh(self._show_jobs)
