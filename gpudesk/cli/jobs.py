@@ -350,15 +350,16 @@ def _listed(
     then the waiting ones in queue order (priority, then submission), the first `limit` of
     them. Otherwise the newest `limit` jobs, every running one among those asked for kept."""
     if states is not None and set(states) <= set(LIVE_STATES):
+        from gpudesk.api.client import one_view_per_job
+
         # queued before running, the order jobs pass through them: a job that starts between
         # the two requests is in the second, never in neither; shown once, as it is now
         wanted = [s for s in LIVE_STATES if s in states]
-        listings = {s: client.job_listing(states=[s], group=group, user=owner) for s in wanted}
-        damaged = [d for listing in listings.values() for d in listing.damaged]
-        running = listings["running"].jobs if "running" in listings else []
-        started = {job.id for job in running}
-        queued = listings["queued"].jobs if "queued" in listings else []
-        waiting = [job for job in queued if job.id not in started]
+        listings = [client.job_listing(states=[s], group=group, user=owner) for s in wanted]
+        damaged = [d for listing in listings for d in listing.damaged]
+        latest = one_view_per_job(*(listing.jobs for listing in listings))
+        running = [job for job in latest if job.state == "running"]
+        waiting = [job for job in latest if job.state != "running"]
         waiting.sort(key=lambda job: (-job.spec.priority, job.id))
         cut = None
         if len(waiting) > limit:
