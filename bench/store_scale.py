@@ -409,8 +409,7 @@ def role_desk(
     typer.main.get_command(build_app(modules_for([])))
     from gpudesk.screens import open_feed
 
-    os.environ["GPUDESK_HOME"] = str(home.root)
-    feed = open_feed(refresh_s=1.0)
+    feed = open_feed(refresh_s=1.0)  # GPUDESK_HOME: spawn's user_env
 
     from textual.widgets import DataTable
 
