@@ -34,6 +34,11 @@ def test_a_named_command_builds_only_its_module_and_the_rest_build_everything() 
         assert modules_for(argv) is None, argv
     partial = typer.main.get_command(build_app(modules_for(["queue"])))
     assert set(partial.commands) == {k for k, v in ROOT_COMMANDS.items() if v == "jobs"}  # type: ignore[attr-defined]
+    # the command line's own command, alone of its module's (a group keeps all of its own)
+    alone = typer.main.get_command(build_app(["jobs"], "queue"))
+    assert set(alone.commands) == {"queue"}  # type: ignore[attr-defined]
+    engine = typer.main.get_command(build_app(["engine"], "engine"))
+    assert set(engine.commands["engine"].commands) >= {"start", "stop", "status"}  # type: ignore[attr-defined]
 
 
 def test_gpudesk_queue_help_imports_no_other_command_module() -> None:
