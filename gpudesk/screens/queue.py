@@ -157,6 +157,7 @@ class QueueScreen(JobActions):
         self.sort_key = "id"
         self.sort_reverse = False
         self.filter_text = ""
+        self._drawn: tuple[object, ...] | None = None  # what show_state last drew from
 
     def compose(self) -> ComposeResult:
         yield DeskHeader()
@@ -193,6 +194,7 @@ class QueueScreen(JobActions):
         self.columns = columns
         table = self.query_one("#jobs", DataTable)
         table.clear(columns=True)
+        self._drawn = None
         for column in columns:
             width_here = column.width or width
             table.add_column(self._label(column, width_here), key=column.key, width=width_here)
@@ -218,6 +220,14 @@ class QueueScreen(JobActions):
 
     # ------------------------------------------------------------------ drawing
     def show_state(self, state: DeskState) -> None:
+        # What the table shows follows from these alone: a screen coming back (or resized to
+        # the same columns) with nothing new skips going over every row again (500 of them
+        # on a busy station: ~0.1 s of the desk's first paint).
+        drawn = (state.frame, self.filter_text, self.sort_key, self.sort_reverse, self.columns)
+        last = self._drawn
+        if last is not None and last[0] is state.frame and last[1:] == drawn[1:]:
+            return
+        self._drawn = drawn
         table = self.query_one("#jobs", DataTable)
         jobs = [j for j in state.jobs if matches(j, self.filter_text, state)]
         jobs.sort(key=lambda j: sort_value(j, self.sort_key, state.now), reverse=self.sort_reverse)

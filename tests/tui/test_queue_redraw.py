@@ -1,0 +1,64 @@
+"""The queue draws its rows again only when what it shows from changed: a new frame, the
+filter, the sort or the columns. Coming back to the queue with nothing new skips going over
+every row (a busy station's desk has 500 of them at its first paint), and a resize that
+changes the columns draws every row again in the new ones. On a recorded engine (replay)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from replay import replay_feed
+from textual.widgets.data_table import ColumnKey
+
+from gpudesk.screens import queue as queue_screen
+from gpudesk.screens.app import DeskApp
+from gpudesk.screens.queue import QueueScreen
+
+
+def test_the_queue_goes_over_its_rows_only_when_what_it_shows_from_changed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    calls = 0
+    job_cells = queue_screen.job_cells
+
+    def counted(*args: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        return job_cells(*args)
+
+    monkeypatch.setattr(queue_screen, "job_cells", counted)
+    feed = replay_feed()
+    app = DeskApp(feed, refresh_s=60.0)  # one frame, the replay's first, for the whole test
+
+    async def main() -> None:
+        async with app.run_test(size=(120, 32)) as pilot:
+            while not app.state.jobs:
+                await pilot.pause(0.05)
+            await pilot.press("2")
+            await pilot.pause()
+            screen = app.screen
+            assert isinstance(screen, QueueScreen)
+            table = screen.query_one("#jobs")
+            shown = len(app.state.jobs)
+            assert table.row_count == shown and calls >= shown
+            before = calls
+            await pilot.press("1", "2")  # away and back: the same frame
+            await pilot.pause()
+            assert calls == before, "the same frame went over every row again"
+            await pilot.press("o")  # sorted otherwise: drawn again
+            await pilot.pause()
+            assert calls > before
+            before = calls
+            await pilot.resize_terminal(80, 32)  # a narrower name column: new columns
+            await pilot.pause()
+            assert calls > before
+            assert table.row_count == shown
+            assert screen.name_width < 40
+            assert table.columns[ColumnKey("name")].width == screen.name_width
+
+    try:
+        asyncio.run(main())
+    finally:
+        feed.close()
