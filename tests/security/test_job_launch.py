@@ -117,7 +117,19 @@ def test_the_wrapper_runs_with_the_engines_environment_and_the_job_with_hers(
     job_id = station.submit("ada", job, sent)
     running = station.wait_state(job_id, "running")
     wrapper = psutil.Process(running["pgid"])  # the wrapper leads the attempt's session
-    command = wait_for(lambda: wrapper.children(), what="the job's command to start")[0]
+
+    def her_command() -> psutil.Process | None:
+        """The wrapper's child once it is her command: forked, it is the wrapper still (its
+        environment the wrapper's, job.env not yet read) until it execs `sh`."""
+        for child in wrapper.children():
+            try:
+                if child.cmdline()[:2] == ["sh", "-c"]:
+                    return child
+            except psutil.Error:
+                continue
+        return None
+
+    command = wait_for(her_command, what="the job's command to start")
     try:
         wrapper_env = environ(wrapper.pid)
         job_env = environ(command.pid)
