@@ -288,6 +288,14 @@ class EngineHandle:
             what=f"job {job_id} to be {'/'.join(sorted(wanted))}",
         )
 
+    def occupy_the_only_slot(self, gate: Path) -> int:
+        """One CPU slot, taken by a job that runs until `gate` exists; the job's id."""
+        self.client.request("configure", station={"backend": "none", "slots": 1})
+        script = f"while [ ! -e {gate} ]; do sleep 0.02; done"
+        (blocker,) = self.submit({"name": "blocker", "command": ["sh", "-c", script]})
+        self.wait_state(blocker, "running")
+        return blocker
+
     def wait_all_done(self, ids: list[int], timeout: float = 30.0) -> list[dict]:
         def done() -> list[dict] | None:
             jobs = self.client.request("jobs", ids=ids)["jobs"]

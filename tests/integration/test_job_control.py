@@ -26,11 +26,8 @@ def sh(script: str, name: str, **extra: object) -> dict:
 
 def occupy_the_only_slot(engine: EngineHandle, tmp_path: Path) -> tuple[int, Path]:
     """One CPU slot, taken by a job that runs until the returned gate file exists."""
-    engine.client.request("configure", station={"backend": "none", "slots": 1})
     gate = tmp_path / "gate"
-    (blocker,) = engine.submit(sh(f"while [ ! -e {gate} ]; do sleep 0.02; done", "blocker"))
-    engine.wait_state(blocker, "running")
-    return blocker, gate
+    return engine.occupy_the_only_slot(gate), gate
 
 
 def request(engine: EngineHandle, op: str, *jobs: int | str, **args: object) -> list[dict]:

@@ -56,10 +56,8 @@ def ending(engine: EngineHandle, tmp_path: Path) -> tuple[int, Callable[[], None
 
 def starting(engine: EngineHandle, tmp_path: Path) -> tuple[int, Callable[[], None]]:
     """A queued job behind one holding the only slot, and what starts it."""
-    engine.client.request("configure", station={"backend": "none", "slots": 1})
     first, later = tmp_path / "first", tmp_path / "later"
-    (blocker,) = engine.submit(gated(first, "blocker"))
-    engine.wait_state(blocker, "running")
+    engine.occupy_the_only_slot(first)
     (job,) = engine.submit(gated(later, "starts"))
 
     def move_on() -> None:
