@@ -1,5 +1,8 @@
 """The `gpudesk` command's entry point, kept to the standard library.
 
+`gpudesk --version` and `gpudesk --help` (when its text is in gpudesk.cli.help_cache) are
+answered here, before typer and the commands are imported.
+
 Ctrl-C is how `top`, `run` and the desk are left, and a user may press it before the CLI has
 finished loading (typer, click and rich take a few hundred milliseconds): then the command exits
 130 quietly (as `run` does once loaded) instead of printing a traceback from inside an import.
@@ -13,6 +16,21 @@ from gpudesk.cli.exit_codes import EXIT_INTERRUPTED
 
 
 def main() -> None:
+    args = sys.argv[1:]
+    # What people type first answers before typer and the commands are loaded (~0.25 s):
+    # the version, and the root help once it has been rendered for this terminal width.
+    if args == ["--version"]:
+        from gpudesk import __version__
+
+        print(f"gpudesk {__version__}")
+        return
+    if args in (["--help"], ["-h"]):
+        from gpudesk.cli.help_cache import cached_root_help
+
+        kept = cached_root_help()
+        if kept is not None:
+            sys.stdout.write(kept)
+            return
     try:
         from gpudesk.cli.main import main as run_cli
     except KeyboardInterrupt:

@@ -182,6 +182,18 @@ def _user_defaults(command: Any, partial: bool) -> dict[str, object]:
     return default_map(command, path)
 
 
+def _print_root_help(command: Any, defaults: dict[str, object]) -> None:
+    """`gpudesk --help`, as click prints it, kept for the next time (gpudesk.cli.help_cache)."""
+    from gpudesk.cli.config import config_path
+    from gpudesk.cli.help_cache import keep_root_help
+
+    ctx = command.make_context("gpudesk", [], default_map=defaults, resilient_parsing=True)
+    text = ctx.get_help() + "\n"
+    sys.stdout.write(text)
+    path = config_path()
+    keep_root_help(text, str(path) if path is not None else "")
+
+
 def main(argv: list[str] | None = None) -> None:
     from gpudesk.api.errors import EngineError
     from gpudesk.paths import HomeError  # UnsafePath is one
@@ -194,11 +206,12 @@ def main(argv: list[str] | None = None) -> None:
         named = args[0] if modules is not None and args else None
         # built once: the config check reads it too
         command = typer.main.get_command(build_app(modules, named))
+        defaults = _user_defaults(command, partial=modules is not None)
+        if args in (["--help"], ["-h"]):
+            _print_root_help(command, defaults)
+            return
         code = command.main(
-            args=args,
-            prog_name="gpudesk",
-            standalone_mode=False,
-            default_map=_user_defaults(command, partial=modules is not None),
+            args=args, prog_name="gpudesk", standalone_mode=False, default_map=defaults
         )
     except CliError as exc:
         print(f"error: {exc}", file=sys.stderr)
