@@ -1,11 +1,13 @@
-"""How fast the commands people type start: `gpudesk --help`, `gpudesk top --once`, `gpudesk
-queue` (against a running engine) and the quickstart, for this tree and (optionally) another
-checkout, measured side by side.
+"""How fast the commands people type start: `gpudesk --version`, `gpudesk --help`, `gpudesk top
+--once`, `gpudesk queue` (against a running engine) and the quickstart, for this tree and
+(optionally) another checkout, measured side by side.
 
     python bench/cli_startup.py [--baseline DIR] [--baseline-python PY] [--runs 7]
                                 [--quickstart-runs 1] [--json]
 
-Each command runs as `python -m gpudesk ...` with PYTHONPATH set to the tree under test (so a
+Each command runs as `python -m gpudesk ...` (beside `python -c pass`, Python's own start, and
+`gpudesk --version`; `--help` keeps its text in a cache folder of each tree's, as on a user's
+machine: the unmeasured first run renders it) with PYTHONPATH set to the tree under test (so a
 baseline checkout of an older commit runs its own code with this venv's packages; with
 `--baseline-python`, another venv's, to compare versions of a dependency), in a fresh
 GPUDESK_HOME; `queue` asks an engine started once per tree on an empty store. Python's bytecode
@@ -25,6 +27,7 @@ import contextlib
 import json
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -35,7 +38,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
+# Python's own start, the floor every command stands on (issue 37 asks side by side with it).
+FLOOR = "python -c pass"
 COMMANDS = {
+    FLOOR: ([], {}),
+    "--version": (["--version"], {}),
     "--help": (["--help"], {}),
     "top --once": (["top", "--once"], {"GPUDESK_BACKEND": "sim:dgx-station-a100"}),
 }
@@ -45,8 +52,14 @@ COMMANDS = {
 ENGINE_COMMANDS = {"queue": ["queue"]}
 
 
+# Each tree's own user cache folder (where `gpudesk --help` keeps its text once rendered), kept
+# across its runs as on a user's machine, apart from the bench user's own.
+CACHES: dict[Path, str] = {}
+
+
 def environment(tree: Path, home: str, extra_env: dict[str, str]) -> dict[str, str]:
     env = {**os.environ, **extra_env, "PYTHONPATH": str(tree), "GPUDESK_HOME": home}
+    env["XDG_CACHE_HOME"] = CACHES.setdefault(tree, tempfile.mkdtemp(prefix="gpudesk-bench-cache-"))
     env.pop("PYTHONDONTWRITEBYTECODE", None)  # a user's machine caches bytecode
     env["GPUDESK_CONFIG"] = ""  # the bench's user's own defaults must not leak in
     if "GPUDESK_BACKEND" not in extra_env:
@@ -64,8 +77,9 @@ def run_once(
     with tempfile.TemporaryDirectory(prefix="gpudesk-bench-") as fresh:
         env = environment(tree, engine_home or fresh, extra_env)
         started = time.perf_counter()
+        command = [python, "-c", "pass"] if not argv else [python, "-m", "gpudesk", *argv]
         done = subprocess.run(
-            [python, "-m", "gpudesk", *argv],
+            command,
             cwd=tree,
             env=env,
             stdout=subprocess.DEVNULL,
@@ -130,6 +144,8 @@ def main() -> int:
                 for label, (python, tree) in trees.items():  # alternate: load hits both alike
                     home = homes[label] if name in ENGINE_COMMANDS else None
                     timings[name][label].append(run_once(python, tree, argv, env, home))
+    for folder in CACHES.values():
+        shutil.rmtree(folder, ignore_errors=True)
     result = {
         name: {label: round(statistics.median(ts), 3) for label, ts in per_tree.items()}
         for name, per_tree in timings.items()
