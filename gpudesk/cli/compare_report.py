@@ -446,10 +446,10 @@ def render_checks(found: Checks, metric: str) -> str:
     lines = [
         f"runs: {found.splits} split(s) × {found.seeds} seed(s) per preset — "
         + (
-            "enough for the issue's check (≥ 3 × 3)"
+            f"enough for a verdict (≥ {MIN_SPLITS} × {MIN_SEEDS})"
             if found.enough_runs
-            else f"FEWER than the issue's ≥ {MIN_SPLITS} × {MIN_SEEDS}: read the verdicts "
-            "as preliminary"
+            else f"FEWER than the ≥ {MIN_SPLITS} × {MIN_SEEDS} a verdict wants: read the "
+            "verdicts as preliminary"
         )
     ]
     grouped: dict[str, list[str]] = {}
