@@ -253,10 +253,14 @@ class Client:
         """Ask the engine for these station settings: only `keys` of `station` when given (a
         profile's [station] sends the keys it names), else all of them. The reply says what
         changed and what was not applied, and why (another user's station, GPUDESK_BACKEND)."""
-        table = station.to_dict()
-        if keys is not None:
-            table = {key: table[key] for key in keys}
-        return self.call(ConfigureResult, "configure", station=table)
+        return self.call(ConfigureResult, "configure", station=_station_table(station, keys))
+
+    def check_configure(
+        self, station: StationConfig, keys: Sequence[str] | None = None
+    ) -> ConfigureResult:
+        """What `configure` would change, and what it would not apply, changing nothing.
+        Raises the EngineError `unknown_op` from an engine older than this check."""
+        return self.call(ConfigureResult, "check_configure", station=_station_table(station, keys))
 
     def register_datasets(self, datasets: Sequence[DatasetSpec]) -> DatasetsResult:
         """Register shared-loader settings; an empty list lists what is registered."""
@@ -271,7 +275,13 @@ class Client:
         As with `gpudesk submit`, jobs start from the submitter's environment (`env`, by
         default this process's, with this Python's folder first on PATH; each spec's own `env`
         is laid on top) and a spec without a `workdir` runs in the current directory."""
-        return self.call(SubmitResult, "submit", **self._submit_args(specs, env)).ids
+        return self.submit_jobs(specs, env).ids
+
+    def submit_jobs(
+        self, specs: Sequence[JobSpec], env: Mapping[str, str] | None = None
+    ) -> SubmitResult:
+        """`submit`, with all the engine said: the ids, and whether the station is SIMULATED."""
+        return self.call(SubmitResult, "submit", **self._submit_args(specs, env))
 
     def check_submit(self, specs: Sequence[JobSpec], env: Mapping[str, str] | None = None) -> bool:
         """Whether the engine would accept these jobs, queueing nothing: raises the EngineError
@@ -355,6 +365,7 @@ class Client:
         jobs: list[JobView] = []
         damaged: list[DamagedJob] = []
         more = False
+        simulated: str | None = None
         for chunk in chunks:
             if limit is None:  # oldest first, page after page
                 after: int | None = None
@@ -362,6 +373,7 @@ class Client:
                     page = self.jobs_page(ids=chunk, after_id=after, **filters)
                     jobs += page.jobs
                     damaged += page.damaged
+                    simulated = page.simulated
                     if not page.more or page.after_id is None:
                         break
                     after = page.after_id
@@ -373,6 +385,7 @@ class Client:
                     page = self.jobs_page(ids=chunk, limit=left, before_id=before, **filters)
                     pages.append(page.jobs)
                     damaged += page.damaged
+                    simulated = page.simulated
                     left -= len(page.jobs) + len(page.damaged)
                     if not page.more or page.before_id is None:
                         break
@@ -385,7 +398,7 @@ class Client:
             jobs.sort(key=lambda job: job.id)
             if limit is not None and len(jobs) > limit:
                 jobs, more = jobs[-limit:], True
-        return JobList(jobs=jobs, more=more, damaged=damaged)
+        return JobList(jobs=jobs, more=more, damaged=damaged, simulated=simulated)
 
     def jobs(
         self,
@@ -516,3 +529,9 @@ class Client:
 
 
 __all__ = ["BAD_REPLY", "Client", "Event", "EventStream", "decode", "decode_event"]
+
+
+def _station_table(station: StationConfig, keys: Sequence[str] | None) -> dict[str, Any]:
+    """A [station] table of `keys` of `station` (every key when None), as the engine weighs it."""
+    table = station.to_dict()
+    return table if keys is None else {key: table[key] for key in keys}

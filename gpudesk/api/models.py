@@ -331,6 +331,7 @@ class JobList(WireModel, frozen=True):
     before_id: int | None = None
     total: int | None = None
     damaged: list[DamagedJob] = []
+    simulated: str | None = None  # the station's backend (sim:MODEL) when its GPUs are simulated
 
 
 class AttemptView(WireModel, frozen=True):
@@ -417,6 +418,7 @@ class LogChunk(WireModel, frozen=True):
 
 class SubmitResult(WireModel, frozen=True):
     ids: list[int]
+    simulated: str | None = None  # the station's backend (sim:MODEL) when its GPUs are simulated
 
 
 class ActionOutcome(WireModel, frozen=True):
@@ -1021,6 +1023,7 @@ REPLY_MODELS: dict[str, type[WireModel]] = {
     "status": StationStatus,
     "shutdown": ShutdownResult,
     "configure": ConfigureResult,
+    "check_configure": ConfigureResult,
     "datasets": DatasetsResult,
     "submit": SubmitResult,
     "check_submit": SubmitResult,

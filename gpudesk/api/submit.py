@@ -1,9 +1,11 @@
 """Submitting work to the engine: the one workflow every front end uses (`gpudesk run`, the
 desk's submit-by-profile, `gpudesk select compare`).
 
-A profile is submitted in this order: its `[station]` is asked of the engine (`configure`: only
-the keys it names; the engine applies them for an admin and reports each change, or reports what
-it did not apply and why, and the run goes on either way), its
+A profile is submitted in this order: its `[station]` is weighed by the engine (only the keys it
+names; applied only when the front end asks, `gpudesk run --apply-station`: station settings are
+everyone's and stay after the run; otherwise each difference is reported with how to apply it;
+an applied table changes what an admin may change, and the rest is reported as not applied, and
+the run goes on either way), its
 `[datasets]` are registered (`datasets`), the pre-pass jobs its selections need are queued and
 waited for, what the engine measured of each is written into the selection cache entry it
 computed, and then, only if every pre-pass succeeded, the profile's training jobs are queued as
@@ -94,27 +96,44 @@ def record_prepasses(
 # ------------------------------------------------------------------ the engine's side
 @dataclass(frozen=True)
 class StationReport:
-    """What the engine did with a profile's [station]: the settings it changed and those it did
-    not apply. A run says each in its output; nothing to say when the station already ran them."""
+    """What came of a profile's [station]: the settings the engine changed and those it did not
+    apply, or (`applied` false: the station is left as it is unless the user asks) the settings
+    that differ, each with how to apply it. A run says each in its output; nothing to say when
+    the station already runs them."""
 
     source: str  # where the settings came from: "profiles/quickstart.toml [station]"
     result: ConfigureResult
+    applied: bool = True
+    how_to_apply: str = ""  # said with each setting left as it is
 
     def lines(self) -> list[str]:
         """ "station: policy auto → fifo (from profiles/quickstart.toml [station])", then
-        "station: not applied: policy fifo (the station runs auto; only an admin ...)"."""
-        return [f"station: {c.message} (from {self.source})" for c in self.result.changes] + [
-            f"station: {n.message}" for n in self.result.not_applied
-        ]
+        "station: not applied: policy fifo (the station runs auto; only an admin ...)"; or,
+        left as it is: "station: not applied: policy auto → fifo (HOW; from ...)"."""
+        if self.applied:
+            changed = [f"station: {c.message} (from {self.source})" for c in self.result.changes]
+        else:
+            changed = [
+                f"station: not applied: {c.message} ({self.how_to_apply}; from {self.source})"
+                for c in self.result.changes
+            ]
+        return changed + [f"station: {n.message}" for n in self.result.not_applied]
 
 
-def configure_station(client: Client, profile: Profile) -> StationReport | None:
-    """Ask the engine for the settings a profile's [station] names (None: it names none)."""
+def configure_station(
+    client: Client, profile: Profile, *, apply: bool = False, how_to_apply: str = ""
+) -> StationReport | None:
+    """What a profile's [station] would change on the engine (None: it names no setting):
+    applied only with `apply` (the station is everyone's, and settings stay after the run);
+    otherwise weighed and reported, `how_to_apply` said with each setting left as it is."""
     if not profile.station_keys:
         return None
-    result = client.configure(profile.station, profile.station_keys)
     shown = f"bundled {profile.path.name}" if profile.bundled else _shown_path(profile.path)
-    return StationReport(f"{shown} [station]", result)
+    source = f"{shown} [station]"
+    if apply:
+        return StationReport(source, client.configure(profile.station, profile.station_keys))
+    result = client.check_configure(profile.station, profile.station_keys)
+    return StationReport(source, result, applied=False, how_to_apply=how_to_apply)
 
 
 def _shown_path(path: os.PathLike[str]) -> str:
@@ -134,10 +153,13 @@ def register_datasets(client: Client, datasets: Sequence[DatasetSpec]) -> None:
         client.register_datasets(datasets)
 
 
-def prepare_station(client: Client, profile: Profile) -> StationReport | None:
-    """Everything a profile asks of the engine before its jobs: [station] and [datasets]. What
-    the engine did with [station] (None: the profile has none)."""
-    report = configure_station(client, profile)
+def prepare_station(
+    client: Client, profile: Profile, *, apply: bool = False, how_to_apply: str = ""
+) -> StationReport | None:
+    """Everything a profile asks of the engine before its jobs: [station] (applied only with
+    `apply`: `configure_station`) and [datasets]. What came of [station] (None: the profile
+    has none)."""
+    report = configure_station(client, profile, apply=apply, how_to_apply=how_to_apply)
     register_datasets(client, [d.loader for d in profile.datasets.values() if d.loader is not None])
     return report
 
@@ -232,6 +254,8 @@ def submit_profile(
     cache: SelectionCache | None = None,
     env: Mapping[str, str] | None = None,
     cluster: ClusterSpec | None = None,
+    apply_station: bool = False,
+    how_to_apply: str = "",
 ) -> ProfileSubmission:
     """Submit a profile: ask for [station] (see StationReport), register [datasets], queue the
     selections' pre-pass jobs, `wait` for them (default: `wait_for_jobs`), record their
@@ -249,7 +273,9 @@ def submit_profile(
             client, [d.loader for d in profile.datasets.values() if d.loader is not None]
         )
     else:
-        outcome.station = prepare_station(client, profile)
+        outcome.station = prepare_station(
+            client, profile, apply=apply_station, how_to_apply=how_to_apply
+        )
     if outcome.station is not None and on_step is not None:
         on_step(outcome.station)
     prepasses = profile_prepasses(profile)

@@ -229,15 +229,23 @@ class Comparison:
         client: Client,
         cache: SelectionCache,
         say: Callable[[str], None],
+        *,
+        apply_station: bool = False,
     ) -> None:
         self.plan, self.client, self.cache, self.say = plan, client, cache, say
+        self.apply_station = apply_station
         stamp = time.strftime("%Y%m%d-%H%M%S")
         self.group = f"compare-{plan.profile.name}@{stamp}"[:100]
         self.trials: list[Trial] = []
         self.current: int | None = None  # the job running now (cancelled on Ctrl-C)
 
     def run(self) -> list[Trial]:
-        station = configure_station(self.client, self.plan.profile)
+        station = configure_station(
+            self.client,
+            self.plan.profile,
+            apply=self.apply_station,
+            how_to_apply="--apply-station applies it; gpudesk engine set keeps it",
+        )
         for line in station.lines() if station is not None else []:
             self.say(line)
         register_datasets(

@@ -142,7 +142,6 @@ def submit(
     """Queue one job: gpudesk submit [OPTIONS] [--] COMMAND [ARGS]...
 
     gpudesk's options come first; from the command on, every word is the command's."""
-    from gpudesk.api.submit import submit_specs
     from gpudesk.engine.jobs import JobSpec, SpecError
     from gpudesk.text import safe_text
 
@@ -221,13 +220,16 @@ def submit(
                 spec = JobSpec.from_dict({**raw, "after": ids})
             except SpecError as exc:
                 fail(f"--after: {exc.message}", EXIT_USAGE)
-        (job_id,) = submit_specs(client, [spec])
+        submitted = client.submit_jobs([spec])
+        (job_id,) = submitted.ids
         # a Slurm job: say the id Slurm gave it, as sbatch would
         slurm = client.show(job_id).job.slurm if cluster is not None and not json_out else None
     if json_out:
-        print_json({"id": job_id, "name": spec.name})
+        print_json({"id": job_id, "name": spec.name, "simulated": submitted.simulated})
     else:
         where = f" as Slurm job {slurm.job_id} on {slurm.cluster}" if slurm else ""
+        if submitted.simulated and slurm is None:
+            where = f" on a SIMULATED station ({submitted.simulated}: its GPUs are not real)"
         print(f"submitted job {job_id} ({spec.name}){where}")
 
 

@@ -3,6 +3,7 @@ gpudesk.cli.run_report)."""
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import textwrap
 from pathlib import Path
@@ -34,10 +35,19 @@ def run(
     partition: str | None = typer.Option(None, "--partition", help="Slurm partition."),
     account: str | None = typer.Option(None, "--account", help="Slurm account."),
     qos: str | None = typer.Option(None, "--qos", help="Slurm QOS."),
+    apply_station: bool = typer.Option(
+        False,
+        "--apply-station",
+        help="Apply the profile's [station] settings to the engine (they stay after the run; "
+        "an admin's on a shared station). Without it, the run says which differ.",
+    ),
 ) -> None:
     """Run a profile to completion: submit its jobs, follow them, report.
 
-    Exits 0 only if every job succeeded. Ctrl-C cancels this run's jobs and still reports."""
+    Exits 0 only if every job succeeded. Ctrl-C cancels this run's jobs and still reports. A
+    profile whose [station] asks for a SIMULATED station runs on one of its own, beside your
+    engine, which it leaves as it is (docs/profiles.md)."""
+    from gpudesk.api.own_station import own_station, own_station_home, simulated_backend
     from gpudesk.cli.run_report import run_profile, write_report
     from gpudesk.profile import ProfileError, load_profile
 
@@ -46,28 +56,43 @@ def run(
     except ProfileError as exc:
         fail(f"the profile is not valid:\n{exc}", EXIT_USAGE)
     cluster = target_cluster(on, loaded.cluster, partition=partition, account=account, qos=qos)
-    client = engine_client()  # run_profile applies the profile's [station] to the engine
     progress = sys.stderr if json_out else sys.stdout
     source = f"{profile} (gpudesk's bundled example)" if loaded.bundled else str(profile)
-    where = client.home.description
-    if cluster is not None:
-        where = "Slurm" + (f" partition {cluster.partition}" if cluster.partition else "")
-        where += f", followed by {client.home.description}"
-    said = f"running {len(loaded.jobs)} job(s) from {source} on {where}"
-    print(
-        textwrap.fill(
-            said, render.terminal_width(), break_on_hyphens=False, break_long_words=False
-        ),
-        file=progress,
-    )
-    progress.flush()
-    try:
-        result = run_profile(loaded, client, progress_stream=progress, cluster=cluster)
-    except KeyboardInterrupt:
-        print("left the run; the engine is finishing the cancels", file=sys.stderr)
-        raise typer.Exit(EXIT_INTERRUPTED) from None
-    finally:
-        client.close()
+    simulated = simulated_backend(loaded) if cluster is None else None
+    with contextlib.ExitStack() as stack:
+        if simulated is not None:
+            home = own_station_home(simulated)
+            client = stack.enter_context(own_station(loaded, simulated))
+            where = (
+                f"a SIMULATED station of its own ({simulated}, home {home.root}); your engine is "
+                f"left as it is. Its jobs afterwards: GPUDESK_HOME={home.root} gpudesk history"
+            )
+        else:
+            client = stack.enter_context(engine_client())
+            where = client.home.description
+        if cluster is not None:
+            where = "Slurm" + (f" partition {cluster.partition}" if cluster.partition else "")
+            where += f", followed by {client.home.description}"
+        said = f"running {len(loaded.jobs)} job(s) from {source} on {where}"
+        print(
+            textwrap.fill(
+                said, render.terminal_width(), break_on_hyphens=False, break_long_words=False
+            ),
+            file=progress,
+        )
+        progress.flush()
+        try:
+            result = run_profile(
+                loaded,
+                client,
+                progress_stream=progress,
+                cluster=cluster,
+                # its own station is set as the profile says; another only when asked
+                apply_station=apply_station or simulated is not None,
+            )
+        except KeyboardInterrupt:
+            print("left the run; the engine is finishing the cancels", file=sys.stderr)
+            raise typer.Exit(EXIT_INTERRUPTED) from None
     if report is not None:
         try:
             write_report(result, report)

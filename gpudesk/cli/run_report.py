@@ -453,6 +453,10 @@ class _Progress:
             self.live.stop()
 
 
+# Said with each [station] setting a run leaves as the station has it.
+APPLY_STATION_HINT = "gpudesk run --apply-station applies it; gpudesk engine set keeps it"
+
+
 def run_profile(
     profile: Profile,
     client: Client,
@@ -460,10 +464,11 @@ def run_profile(
     progress_stream: TextIO = sys.stderr,
     live: bool | None = None,
     cluster: ClusterSpec | None = None,
+    apply_station: bool = False,
 ) -> RunReport:
-    """Submit the profile (gpudesk.api.submit: [station], [datasets], the selections' pre-pass
-    jobs, then the training jobs if every pre-pass succeeded), follow its jobs to the end; on
-    `cluster` (a Slurm cluster) when given."""
+    """Submit the profile (gpudesk.api.submit: [station], applied only with `apply_station`,
+    [datasets], the selections' pre-pass jobs, then the training jobs if every pre-pass
+    succeeded), follow its jobs to the end; on `cluster` (a Slurm cluster) when given."""
     started = time.time()
     group = run_group(profile.name, started)  # names this run's jobs
     report = RunReport(
@@ -498,6 +503,8 @@ def run_profile(
                     on_step=note,
                     cache=SelectionCache(client.home.selection_dir),
                     cluster=cluster,
+                    apply_station=apply_station,
+                    how_to_apply=APPLY_STATION_HINT,
                 )
                 follow()
             except KeyboardInterrupt:

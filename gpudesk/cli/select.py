@@ -560,6 +560,14 @@ def compare_command(
             help="Also draw quality against cost per preset, and the break-even. " + PLOT_HELP,
         ),
     ] = None,
+    apply_station: Annotated[
+        bool,
+        typer.Option(
+            "--apply-station",
+            help="Apply the profile's [station] settings to the engine (they stay after the "
+            "comparison). Without it, the comparison says which differ.",
+        ),
+    ] = False,
 ) -> None:
     from gpudesk.cli import compare, compare_report
     from gpudesk.profile import ProfileError, load_profile
@@ -583,8 +591,9 @@ def compare_command(
         fail(str(exc), EXIT_USAGE)
     if not compare_report.enough_runs(splits, seeds):
         print(
-            f"note: {splits} split(s) × {seeds} seed(s): the issue's check asks for "
-            f"≥ {compare_report.MIN_SPLITS} × {compare_report.MIN_SEEDS} runs per preset",
+            f"note: {splits} split(s) × {seeds} seed(s): a verdict on a preset wants at least "
+            f"{compare_report.MIN_SPLITS} splits × {compare_report.MIN_SEEDS} seeds; with fewer, "
+            "read the verdicts as preliminary",
             file=sys.stderr,
         )
     with engine_client() as client:
@@ -592,7 +601,7 @@ def compare_command(
         def say(line: str) -> None:
             print(f"{time.strftime('%H:%M:%S')}  {line}", file=sys.stderr, flush=True)
 
-        runner = compare.Comparison(chosen, client, _cache(), say)
+        runner = compare.Comparison(chosen, client, _cache(), say, apply_station=apply_station)
         try:
             trials = runner.run()
         except KeyboardInterrupt:

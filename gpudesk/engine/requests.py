@@ -137,6 +137,7 @@ class RequestHandlers:
             "priority": self.priority,
             "requeue": self.requeue,
             "configure": self.configure,
+            "check_configure": self.check_configure,
             "shutdown": self.shutdown,
             "telemetry": self.telemetry,
             "datasets": self.datasets,
@@ -339,6 +340,35 @@ class RequestHandlers:
             "not_applied": [item.to_dict() for item in weighed.not_applied],
         }
 
+    def check_configure(self, args: Args, caller: Caller) -> Reply:
+        """`configure`'s weighing without applying anything: what the [station] table would
+        change and what would not be applied (a profile run that leaves the station as it is
+        says what differs). An op of its own, not a flag on `configure`, so that an engine
+        from before it answers `unknown_op` instead of applying the table."""
+        parts = self.parts
+        access = parts.access
+        refusal = (
+            None
+            if access.is_admin(caller)
+            else f"only {access.admin_role} changes station settings"
+        )
+        try:
+            weighed = reconfigure.weigh(parts.station.config, args.get("station"), refusal=refusal)
+        except ValueError as exc:
+            raise ProtocolError(protocol.INVALID_ARGS, str(exc)) from None
+        return {
+            "station": parts.station.config.view(),
+            "changed": False,
+            "changes": [change.to_dict() for change in weighed.changes],
+            "not_applied": [item.to_dict() for item in weighed.not_applied],
+        }
+
+    def _simulated(self) -> str | None:
+        """The station's backend when its GPUs are simulated (`sim:MODEL`), for replies that
+        must say so; None on a real (or CPU-only) station."""
+        monitor = self.parts.telemetry.monitor
+        return monitor.backend.name if monitor.simulated else None
+
     def _metrics_moved(self, change: reconfigure.SettingChange) -> reconfigure.SettingChange:
         """Start, move or stop the metrics endpoint; the change says what came of it (a port in
         use is said here, in engine.log and as an engine event, and the engine goes on)."""
@@ -414,7 +444,7 @@ class RequestHandlers:
             self.parts.queue.add(record)
             self.parts.events.job(record.id, "submitted", record)
         self.parts.due.mark()
-        return {"ids": [r.id for r in records]}
+        return {"ids": [r.id for r in records], "simulated": self._simulated()}
 
     def _submit_to_slurm(
         self, specs: list[JobSpec], base_env: dict[str, str] | None, caller: Caller
@@ -655,7 +685,7 @@ class RequestHandlers:
                     data["last_slot"] = slurm_views.slot(row)
                     ended = job.ended_at or time.time()
                     data["gpu_s"] = job.spec.gpus * (ended - job.started_at)
-        reply: Reply = {"jobs": result, "more": page.more}
+        reply: Reply = {"jobs": result, "more": page.more, "simulated": self._simulated()}
         if page.more:
             reply["before_id" if descending else "after_id"] = page.cursor
         if page.total is not None:

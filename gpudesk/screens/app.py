@@ -314,6 +314,8 @@ class DeskApp(App[str]):
                     profile,
                     wait=lambda ids: wait_for_jobs(client, ids, stop=closing),
                     on_step=told,
+                    how_to_apply="the desk leaves station settings as they are; "
+                    "gpudesk engine set changes them",
                 )
                 failed = outcome.failed_prepasses
                 if failed:

@@ -121,12 +121,15 @@ def test_run_a_profile_to_completion(engine: EngineHandle, tmp_path: Path) -> No
     assert all(j["attempts"] == 1 and j["exit_code"] == 0 for j in jobs.values())
 
 
-def test_run_says_which_station_settings_it_changed(engine: EngineHandle, tmp_path: Path) -> None:
-    """The quickstart's [station] against a personal engine running `auto`: the run applies its
-    policy and says so, in its output and as an engine event; a second run has nothing to say.
+def test_run_leaves_the_station_as_it_is_unless_asked_and_says_what_differs(
+    engine: EngineHandle, tmp_path: Path
+) -> None:
+    """The quickstart's [station] against a personal engine running `auto`: a plain run leaves
+    the policy as it is and says that it differs and how to apply it; `--apply-station` applies
+    it and says so, in its output and as an engine event; a further run has nothing to say.
     (A system engine's refusal is tested at the request level: tests/unit/test_access.py.)"""
     quickstart = (Path(__file__).parents[2] / "profiles" / "quickstart.toml").read_text()
-    station = quickstart[quickstart.index("[station]") : quickstart.index("[defaults]")]
+    station = quickstart[quickstart.index("[station]") : quickstart.index("[report]")]
     assert 'policy = "fifo"' in station
     (tmp_path / "profiles").mkdir()
     write_profile(
@@ -140,12 +143,26 @@ def test_run_says_which_station_settings_it_changed(engine: EngineHandle, tmp_pa
         + station.replace('backend = "auto"', 'backend = "none"'),  # the engine's CPU station
         name="quickstart.toml",
     )
-    first = gpudesk("run", "profiles/quickstart.toml", cwd=tmp_path)
+
+    def settings() -> dict:
+        return json.loads(gpudesk("engine", "status", "--json").stdout)
+
+    plain = gpudesk("run", "profiles/quickstart.toml", cwd=tmp_path)
+    assert plain.returncode == 0, plain.stdout + plain.stderr
+    said = " ".join(plain.stdout.split())
+    assert (
+        "station: not applied: policy auto → fifo (gpudesk run --apply-station applies it; "
+        "gpudesk engine set keeps it; from profiles/quickstart.toml [station])"
+    ) in said
+    status = settings()
+    assert status["station"]["policy"] == "auto" and status["station_changes"] == []
+
+    first = gpudesk("run", "--apply-station", "profiles/quickstart.toml", cwd=tmp_path)
     assert first.returncode == 0, first.stdout + first.stderr
     said = "station: policy auto → fifo (from profiles/quickstart.toml [station])"
     assert said in first.stdout.splitlines()
     assert "station: policy auto → fifo (by " in engine.home.engine_log.read_text()
-    status = json.loads(gpudesk("engine", "status", "--json").stdout)
+    status = settings()
     assert status["station"]["policy"] == "fifo" and status["station"]["slots"] == 2
     [change] = status["station_changes"]
     assert change["kind"] == "station" and "policy auto → fifo (by " in change["message"]

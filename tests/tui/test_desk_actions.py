@@ -63,6 +63,10 @@ async def until(
         await pilot.pause(0.05)
 
 
+def notices(app: DeskApp) -> list[str]:
+    return [str(n.message) for n in app._notifications]
+
+
 def engine_job(engine: EngineHandle, job_id: int) -> dict[str, Any]:
     return engine.job(job_id)
 
@@ -220,15 +224,23 @@ def test_submit_a_profile(desk_engine: EngineHandle, tmp_path: Path) -> None:
     run_desk(desk_engine, scenario)
 
 
-def test_submit_a_profile_applies_its_station_and_runs_its_prepasses_first(
+def test_submit_a_profile_leaves_the_station_and_runs_its_prepasses_first(
     desk_engine: EngineHandle, tmp_path: Path
 ) -> None:
-    """Submit-by-profile is `gpudesk run`'s workflow: [station] applied, the selection's
-    pre-pass job queued and finished first (its cost recorded), then the profile's job."""
+    """Submit-by-profile is `gpudesk run`'s workflow: [station] weighed and left as the station
+    has it (the desk says what differs), the selection's pre-pass job queued and finished
+    first (its cost recorded), then the profile's job."""
+    before = desk_engine.client.request("status")["station"]["grid_intensity"]
+    assert before != 123
     profile = selection_profile(tmp_path, "grid_intensity = 123")
 
     async def scenario(app: DeskApp, pilot: Any) -> None:
         await submit_profile_from_the_dialog(app, pilot, profile)
+        await until(
+            pilot,
+            lambda: any("not applied: grid_intensity" in n for n in notices(app)),
+            what="the setting left as it is, said",
+        )
         await until(
             pilot,
             lambda: any(j.name == "train" for j in app.state.jobs),
@@ -237,7 +249,7 @@ def test_submit_a_profile_applies_its_station_and_runs_its_prepasses_first(
         )
 
     run_desk(desk_engine, scenario)
-    assert desk_engine.client.request("status")["station"]["grid_intensity"] == 123
+    assert desk_engine.client.request("status")["station"]["grid_intensity"] == before
     prepass, train = sorted(
         desk_engine.client.request("jobs", usage=True)["jobs"], key=lambda j: j["id"]
     )
@@ -253,6 +265,7 @@ def test_closing_the_desk_while_a_prepass_waits_leaves_it_to_the_engine(
 ) -> None:
     """The submit worker waits for pre-passes off the UI thread, and stops waiting when the desk
     closes: `q` closes at once; the pre-pass stays queued, the profile's job is not submitted."""
+    desk_engine.client.request("configure", station={"slots": 1})
     (blocker,) = desk_engine.submit({"name": "blocker", "command": SLEEP})
     desk_engine.wait_state(blocker, "running")
     profile = selection_profile(tmp_path, "slots = 1")

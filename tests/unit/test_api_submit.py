@@ -69,7 +69,7 @@ class FakeEngine:
                     for i in args["ids"]
                 ]
             }
-        if op == "configure":
+        if op in ("configure", "check_configure"):
             return self.configured
         if op == "datasets":
             return {"datasets": [d["name"] for d in args["datasets"]], "specs": args["datasets"]}
@@ -205,18 +205,45 @@ def station_reply(policy: str, **what: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def test_a_profile_asks_only_for_the_station_keys_it_names_and_reports_each_change() -> None:
-    """Personal mode: the engine applied the quickstart's policy; the run says so."""
+    """Asked to apply it (`gpudesk run --apply-station`), the engine applied the quickstart's
+    policy; the run says so."""
     engine = FakeEngine(Path("/nonexistent"))
     change = {"key": "policy", "old": "auto", "new": "fifo", "message": "policy auto → fifo"}
     engine.configured = station_reply("fifo", changes=[change])
     steps: list[Step] = []
     outcome = submit_profile(
-        engine.client, parse_profile(QUICKSTART, "profiles/quickstart.toml"), on_step=steps.append
+        engine.client,
+        parse_profile(QUICKSTART, "profiles/quickstart.toml"),
+        on_step=steps.append,
+        apply_station=True,
     )
     assert engine.calls[0] == ("configure", {"station": {"backend": "auto", "policy": "fifo"}})
     assert isinstance(steps[0], StationReport) and steps[0] == outcome.station
     assert steps[0].lines() == [
         "station: policy auto → fifo (from profiles/quickstart.toml [station])"
+    ]
+    assert outcome.job_ids == [1]
+
+
+def test_a_profile_leaves_the_station_as_it_is_unless_asked_and_says_what_differs() -> None:
+    """By default the [station] is only weighed (`check_configure`, which changes nothing):
+    each setting that differs is said, with how to apply it, and the jobs go on."""
+    engine = FakeEngine(Path("/nonexistent"))
+    change = {"key": "policy", "old": "auto", "new": "fifo", "message": "policy auto → fifo"}
+    engine.configured = station_reply("auto", changes=[change])
+    outcome = submit_profile(
+        engine.client,
+        parse_profile(QUICKSTART, "profiles/quickstart.toml"),
+        how_to_apply="--apply-station applies it",
+    )
+    assert engine.calls[0] == (
+        "check_configure",
+        {"station": {"backend": "auto", "policy": "fifo"}},
+    )
+    assert not any(op == "configure" for op, _ in engine.calls)
+    assert outcome.station is not None and outcome.station.lines() == [
+        "station: not applied: policy auto → fifo (--apply-station applies it; "
+        "from profiles/quickstart.toml [station])"
     ]
     assert outcome.job_ids == [1]
 
@@ -233,7 +260,9 @@ def test_a_station_setting_not_applied_is_reported_and_the_jobs_go_on() -> None:
         "message": f"not applied: policy fifo ({reason})",
     }
     engine.configured = station_reply("auto", not_applied=[refused])
-    outcome = submit_profile(engine.client, parse_profile(QUICKSTART, "quickstart.toml"))
+    outcome = submit_profile(
+        engine.client, parse_profile(QUICKSTART, "quickstart.toml"), apply_station=True
+    )
     assert outcome.station is not None and outcome.station.lines() == [
         "station: not applied: policy fifo (the station runs auto; only an admin "
         "(gpudesk-admin) changes station settings)"

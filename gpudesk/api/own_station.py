@@ -1,0 +1,67 @@
+"""A station of its own for a profile that asks for a SIMULATED one.
+
+A profile's `[station]` describes the station it was written for. On the user's own engine it
+is applied only when she asks (`gpudesk run --apply-station`): station settings stay after the
+run, and a station is everyone who uses it. A simulated backend is never put on her engine by a
+profile at all: the GPUs her next real job is placed on would not exist. Such a profile (the
+bundled DGX Station sweep) runs instead on a personal engine of its own, in a home beside hers
+(`HOME/simulated/MODEL`), started with the profile's settings and stopped when the run that
+started it ends; its jobs stay in that home's store (`GPUDESK_HOME=that gpudesk history`).
+`GPUDESK_BACKEND` set to the same simulated backend says the user wants her own engine to be
+that station: the profile then runs there, as any other.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from gpudesk.paths import Home, resolve_home
+
+if TYPE_CHECKING:
+    from gpudesk.api.client import Client
+    from gpudesk.profile import Profile
+
+SIMULATED_PREFIX = "sim:"
+
+
+def simulated_backend(profile: Profile) -> str | None:
+    """The simulated backend (`sim:MODEL`) a profile's [station] asks for, unless the user's
+    own engine is set to be that station (GPUDESK_BACKEND); None for any other profile."""
+    if "backend" not in profile.station_keys:
+        return None
+    backend = profile.station.backend
+    if not backend.startswith(SIMULATED_PREFIX):
+        return None
+    return None if os.environ.get("GPUDESK_BACKEND") == backend else backend
+
+
+def own_station_home(backend: str) -> Home:
+    """Where the station of its own for `backend` lives: beside the user's personal home."""
+    return Home(resolve_home() / "simulated" / backend.removeprefix(SIMULATED_PREFIX))
+
+
+@contextlib.contextmanager
+def own_station(profile: Profile, backend: str) -> Iterator[Client]:
+    """A client of the profile's own simulated station, its engine started with the profile's
+    settings when none runs there, and stopped on the way out once it has no live job (a run
+    left with a second Ctrl-C leaves it finishing the cancels); one already running is used
+    as it is."""
+    from gpudesk.api.client import Client
+    from gpudesk.api.connection import engine_pid, start_engine
+
+    home = own_station_home(backend)
+    started_here = engine_pid(home) is None
+    if started_here:
+        start_engine(home, profile.station, keys=profile.station_keys)
+    client = Client.connect(home)
+    try:
+        yield client
+    finally:
+        if started_here:
+            with contextlib.suppress(Exception):  # stopped already, or gone: nothing to stop
+                if not client.job_listing(states=["queued", "running"]).jobs:
+                    client.shutdown()
+        client.close()

@@ -1,0 +1,35 @@
+"""Whoever talks to a SIMULATED station is told so where she acts on it: `gpudesk submit` says
+the station's GPUs are not real (and `--json` names the simulated backend), so that a job meant
+for real GPUs is not quietly "placed" on simulated ones. On a real (here CPU-only) station it
+says nothing of the kind."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from conftest import EngineHandle
+
+GPUDESK = [sys.executable, "-m", "gpudesk"]
+
+
+def submit(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*GPUDESK, "submit", *args], capture_output=True, text=True, timeout=60, check=False
+    )
+
+
+def test_submit_on_a_simulated_station_says_so(sim_engine: EngineHandle) -> None:
+    done = submit("--gpus", "1", "--", "true")
+    assert done.returncode == 0, done.stderr
+    assert "on a SIMULATED station (sim:dgx-station-a100: its GPUs are not real)" in done.stdout
+    as_json = submit("--json", "--", "true")
+    assert json.loads(as_json.stdout)["simulated"] == "sim:dgx-station-a100"
+
+
+def test_submit_on_a_real_station_says_nothing_of_it(engine: EngineHandle) -> None:
+    done = submit("--", "true")
+    assert done.returncode == 0, done.stderr
+    assert "SIMULATED" not in done.stdout and done.stdout.startswith("submitted job ")
+    assert json.loads(submit("--json", "--", "true").stdout)["simulated"] is None
