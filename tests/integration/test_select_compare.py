@@ -68,7 +68,7 @@ def test_compare_runs_each_preset_on_every_split_and_seed_and_pairs_it_with_rand
     drawn = plot.read_text()
     assert f"plot: wrote {plot}" in err and drawn.lstrip().startswith("<?xml")
     assert all(p in drawn for p in ("full", "random-25", "el2n-25", "break-even"))
-    assert "the issue's check asks for ≥ 3 × 3" in err  # 2 × 2: said, not hidden
+    assert "wants at least 3 splits × 3 seeds" in err  # 2 × 2: said, not hidden
     report = json.loads(out.read_text())
     trials = report["trials"]
     # every preset on every split and seed, each its own engine jobs
@@ -133,7 +133,7 @@ def test_compare_runs_each_preset_on_every_split_and_seed_and_pairs_it_with_rand
         "BREAK-EVEN",
         "USES",
         "el2n-25 ",
-        "FEWER than the issue's ≥ 3 × 3",
+        "FEWER than the ≥ 3 × 3 a verdict wants",
     ):
         assert fragment in table, table
     if rows["el2n-25"]["break_even"].isdigit():

@@ -372,7 +372,7 @@ def test_a_class_mix_as_the_data_is_not_enriched(tmp_path: Path) -> None:
     assert target.enrichment == pytest.approx(1.0) and target.enriched is False
     assert not target.beats_by_more_than_spread
     text = render_checks(found, "val_acc")
-    assert "NOT enriched" in text and "FEWER than the issue's ≥ 3 × 3" in text
+    assert "NOT enriched" in text and "FEWER than the ≥ 3 × 3 a verdict wants" in text
     assert "does NOT beat it by more than the spread" in text
 
 
