@@ -54,6 +54,9 @@ class RunReport:
     notes: list[str] = field(default_factory=list)  # what the run did besides its jobs
     # the selections' pre-pass jobs: they print their cache entry, never a `result` line
     prepass_jobs: set[int] = field(default_factory=set)
+    # the selections this run's own pre-pass jobs computed (key -> their wall seconds): the
+    # loader then reads them from the cache, which is not a cache hit of an earlier run
+    prepasses_run: dict[str, float] = field(default_factory=dict)
     ranking: ReportConfig | None = None  # the profile's [report]: the metric that names a best
     # Each job's result metrics (gpudesk.results), for the jobs that printed a result line.
     metrics: dict[int, dict[str, float]] = field(default_factory=dict)
@@ -231,15 +234,17 @@ class RunReport:
         if silent:
             lines.append(f"{silent} job(s) printed no result line")
         top = self.best
+        trained = [job for job in self.metrics if job not in self.prepass_jobs]
         if ranking is None:
-            lines.append(
-                _fill(
-                    "no job is called best: the profile names no metric to rank by; add "
-                    f'[report] with metric = "{keys[0] if keys else "val_acc"}" and '
-                    'goal = "max" (or "min" when smaller is better)',
-                    width,
+            if len(trained) > 1:  # one job's numbers leave nothing to rank
+                lines.append(
+                    _fill(
+                        "no job is called best: the profile names no metric to rank by; add "
+                        f'[report] with metric = "{keys[0] if keys else "val_acc"}" and '
+                        'goal = "max" (or "min" when smaller is better)',
+                        width,
+                    )
                 )
-            )
         elif top is None:
             lines.append(
                 _fill(
@@ -271,8 +276,11 @@ class RunReport:
                 continue
             chosen = status.selection if status else None
             if chosen:
+                run_here = self.prepasses_run.get(chosen.key) if chosen.key else None
                 how = (
-                    "cached pre-pass"
+                    f"pre-pass {run_here:.1f} s in this run, now cached"
+                    if run_here is not None
+                    else "pre-pass from the cache of an earlier run"
                     if chosen.reused
                     else "no pre-pass"
                     if chosen.key is None
@@ -480,6 +488,9 @@ def run_profile(
         if isinstance(step, PrepassResult):
             report.notes.append(step.describe())
             report.prepass_jobs.add(step.job_id)
+            out = step.output
+            if out is not None and not out["reused"]:
+                report.prepasses_run[str(out["key"])] = float(out["prepass_wall_s"])
         elif isinstance(step, StationReport):
             # Said at once, before the jobs, and again in the report: the station is everyone's.
             for line in step.lines():

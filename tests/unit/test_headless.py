@@ -148,3 +148,40 @@ def test_a_pre_pass_job_is_not_a_job_without_a_result() -> None:
     assert "printed no result line" not in report.text(width=80)
     report.jobs.append(job(6, "succeeded"))
     assert "1 job(s) printed no result line" in report.text(width=80)
+
+
+def test_one_jobs_numbers_ask_for_no_ranking() -> None:
+    # "no job is called best" is advice for a sweep; a run of one training job has nothing to
+    # rank, and its report does not end on advice
+    report = RunReport("one", "g", 100.0, 110.0, jobs=[job(1, "succeeded")])
+    report.metrics = {1: {"val_acc": 0.9}}
+    assert "no job is called best" not in report.text(width=80)
+    report.jobs.append(job(2, "succeeded"))
+    report.metrics[2] = {"val_acc": 0.8}
+    assert "no job is called best" in report.text(width=80)
+
+
+def loader_with_selection(key: str, reused: bool) -> object:
+    """A stand-in for a LoaderView with only what loader_lines reads."""
+    from types import SimpleNamespace
+
+    selection = SimpleNamespace(
+        preset="coverage-25", kept=250, of=1000, key=key, reused=reused, prepass_wall_s=3.2
+    )
+    status = SimpleNamespace(consumers_total=1, selection=selection, produced=4, delivered_total=4)
+    return SimpleNamespace(
+        name="digits", status=status, saved_cpu_s=1.0, cpu_s=1.0, unshared_cpu_s=2.0
+    )
+
+
+def test_a_pre_pass_computed_by_this_run_is_not_called_a_cache_hit() -> None:
+    # the run's own pre-pass job computes the selection and caches it; the loader then finds
+    # it in the cache ("reused"), which is this run's work, not an earlier run's
+    report = RunReport("sel", "g", 100.0, 110.0, jobs=[job(1, "succeeded")])
+    report.loaders = [loader_with_selection("abc123", reused=True)]  # type: ignore[list-item]
+    report.prepasses_run["abc123"] = 3.2
+    [line, *_] = report.loader_lines()
+    assert "pre-pass 3.2 s in this run, now cached" in line and "earlier run" not in line
+    report.prepasses_run.clear()  # computed by an earlier run
+    [line, *_] = report.loader_lines()
+    assert "pre-pass from the cache of an earlier run" in line
