@@ -408,6 +408,7 @@ class SharingPolicy:
         self.mode = mode
         self.name = mode
         self.max_overtakes = max_overtakes
+        self.kept_free_mib = RESERVE_MIB
 
     # ---------------------------------------------------------------- placing
     def place(self, queue: Sequence[JobRecord], station: StationView) -> Decision:
@@ -445,9 +446,9 @@ class SharingPolicy:
                 memory, sm = hinted(spec.memory_gb, spec.sm_pct)
                 exclusive = False
             if not (spec.gpus <= gpu_total and memory <= fits_any):
-                impossible = gpu_job_impossible(job, memory, station, RESERVE_MIB)
+                impossible = gpu_job_impossible(spec.gpus, memory, station, RESERVE_MIB)
                 if impossible:
-                    rejections.append(Rejection(job.id, impossible))
+                    rejections.append(Rejection(job.id, f"the job {impossible}"))
                     continue
             shape = (spec.gpus, exclusive, known is not None and known.source == "history")
             frontier = no_room.get(shape)
@@ -810,9 +811,9 @@ class CarmaPolicy(SharingPolicy):
                     plan.placements.append(cpu_placement(job, cpu_slots.pop(0), station))
                 continue
             demand = demand_of(job, station)
-            impossible = gpu_job_impossible(job, demand.memory_mib, station, RESERVE_MIB)
+            impossible = gpu_job_impossible(job.spec.gpus, demand.memory_mib, station, RESERVE_MIB)
             if impossible:
-                rejections.append(Rejection(job.id, impossible))
+                rejections.append(Rejection(job.id, f"the job {impossible}"))
                 continue
             choice = self.choose(job, demand, plan, station)
             if choice is None:
