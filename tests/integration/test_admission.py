@@ -73,3 +73,27 @@ def test_more_memory_than_any_gpu_offers_is_refused_at_submit_and_nothing_is_sto
         )
     assert "nor the 1 other job" in str(whole.value)
     assert stored(mig_station) == []
+
+
+def submit_four(engine: EngineHandle) -> int:
+    """`gpudesk submit --gpus 4`: four whole GPUs. GPU 3 is in MIG mode, but leaving MIG mode
+    would give the station four: accepted."""
+    accepted = gpudesk("submit", "--name", "four", "--gpus", "4", "--", "sleep", "60")
+    assert accepted.returncode == 0, accepted.stderr
+    (four,) = [j["id"] for j in stored(engine)]
+    assert engine.job(four)["state"] == "queued"
+    return four
+
+
+def test_no_gpu_is_held_for_a_job_that_waits_for_an_admins_change(
+    mig_station: EngineHandle,
+) -> None:
+    four = submit_four(mig_station)
+    # the next one-GPU job starts on an idle whole GPU, not squeezed onto a MIG slice: none is
+    # held for the 4-GPU job, which could not use them before an admin acts
+    (one,) = mig_station.submit({"name": "one", "command": ["sleep", "60"], "gpus": 1})
+    mig_station.wait_state(one, "running")
+    placement = mig_station.show(one)["attempts"][0]["placement"]
+    assert placement["gpus"][0] in (0, 1, 2) and placement["mode"] != "mig", placement
+    assert "mig_slice" not in placement and "idle" in placement["reason"], placement
+    assert mig_station.job(four)["state"] == "queued"
