@@ -97,3 +97,19 @@ def test_no_gpu_is_held_for_a_job_that_waits_for_an_admins_change(
     assert placement["gpus"][0] in (0, 1, 2) and placement["mode"] != "mig", placement
     assert "mig_slice" not in placement and "idle" in placement["reason"], placement
     assert mig_station.job(four)["state"] == "queued"
+
+
+def test_show_says_which_change_the_waiting_job_needs(mig_station: EngineHandle) -> None:
+    four = submit_four(mig_station)
+    reason = wait_for(lambda: mig_station.show(four)["waiting"], 10.0, what="its reason")
+    assert reason == (
+        f"waiting for an admin: it needs 4 whole GPUs; this station has {STATION_HAS}, and a "
+        "GPU in MIG mode runs jobs on its slices only. Leaving MIG mode on GPU 3 (on this "
+        "simulated station: GPU 3 out of the [station] mig layout) would let it start"
+    ), reason
+    # `gpudesk show` says why in one line: no doubled word, no trailing separator
+    shown = gpudesk("show", str(four))
+    assert shown.returncode == 0, shown.stderr
+    (why,) = [line for line in shown.stdout.splitlines() if line.startswith("  why ")]
+    assert why == f"  why        {reason}", why
+    assert "waiting waiting" not in shown.stdout and not why.rstrip().endswith(";")
