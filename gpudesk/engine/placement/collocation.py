@@ -72,6 +72,7 @@ from gpudesk.engine.placement.policy import (
     queued_before,
 )
 from gpudesk.engine.placement.station_fit import (
+    AsIs,
     Ask,
     MigRules,
     mig_table,
@@ -435,6 +436,7 @@ class SharingPolicy:
         gpu_total = len(station.gpu_states)
         demands = station.demands
         lookahead = _Lookahead(queue, station)
+        as_is = AsIs(self.rules, station)
         for position, job in enumerate(queue):
             spec = job.spec
             if not spec.gpus:
@@ -457,7 +459,7 @@ class SharingPolicy:
             frontier = no_room.get(shape)
             banded = known is not None and known.membw_pct is not None
             if frontier is not None and not banded and frontier.dominates(memory, sm):
-                if waiting is None and self.runs_as_is(job, known, station):
+                if waiting is None and as_is(spec.gpus, self._whole(spec.gpus, exclusive), memory):
                     waiting = job
                 continue
             demand = known or from_hints(spec.memory_gb, spec.sm_pct)
@@ -478,7 +480,8 @@ class SharingPolicy:
                 behind=functools.partial(lookahead.behind, position),
             )
             if choice is None:
-                if waiting is None and self.runs_as_is(job, demand, station):
+                whole = self._whole(spec.gpus, demand.exclusive)
+                if waiting is None and as_is(spec.gpus, whole, demand.memory_mib):
                     # the first job that could start once GPUs drain: the one GPUs may be held
                     # for (a job that first needs an admin's change could not use them)
                     waiting = job
@@ -497,17 +500,13 @@ class SharingPolicy:
         (later jobs still start on the others)."""
         return self.max_overtakes if job.spec.gpus <= 1 else 0
 
+    def _whole(self, gpus: int, exclusive: bool) -> bool:
+        """Whether a job needs whole GPUs to itself (`_whole_gpus`) under this policy."""
+        return gpus > 1 or exclusive or self.mode == "exclusive"
+
     def ask(self, job: JobRecord, demand: Demand) -> Ask:
         """What the job needs of the station's GPUs under this policy."""
-        whole = job.spec.gpus > 1 or demand.exclusive or self.mode == "exclusive"
-        return Ask(job.spec.gpus, demand.memory_mib, whole)
-
-    def runs_as_is(self, job: JobRecord, demand: Demand | None, station: StationView) -> bool:
-        """Whether the job could start on the station as its GPUs are set up now, once they
-        drain (gpudesk.engine.placement.station_fit); `demand` None: from its hints."""
-        if demand is None:
-            demand = demand_of(job, station)
-        return runs_as_is(self.ask(job, demand), self.rules, station)
+        return Ask(job.spec.gpus, demand.memory_mib, self._whole(job.spec.gpus, demand.exclusive))
 
     def reserve(
         self, job: JobRecord, station: StationView, gpus: Iterable[GpuState] | None = None
@@ -548,7 +547,7 @@ class SharingPolicy:
         hosts = plan.hosts(station, self.mode, job.owner.uid)
         if exclude:
             hosts = [h for h in hosts if h.gpu.index not in exclude]
-        if job.spec.gpus > 1 or demand.exclusive or self.mode == "exclusive":
+        if self._whole(job.spec.gpus, demand.exclusive):
             return self._whole_gpus(job, demand, [h.gpu for h in hosts])
         options: list[_Choice] = []
         idle_whole = sum(h.idle_whole for h in hosts)
@@ -822,7 +821,7 @@ class CarmaPolicy(SharingPolicy):
                 continue
             choice = self.choose(job, demand, plan, station)
             if choice is None:
-                if not self.runs_as_is(job, demand, station):
+                if not runs_as_is(self.ask(job, demand), self.rules, station):
                     continue  # it cannot start before an admin's change: it blocks nobody
                 break  # FIFO without backfilling: the head of the queue blocks the rest
             plan.take(job, demand, choice, station)

@@ -12,8 +12,9 @@ nothing), and its waiting reason names the change.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gpudesk.engine.mig.profiles import CARVED_PROFILES, MigProfile, table_for_gpu
 from gpudesk.engine.placement.policy import (
@@ -63,18 +64,21 @@ def _carvable(gpu: GpuState, station: StationView) -> bool:
 def room_once_drained(gpu: GpuState, whole: bool, rules: MigRules, station: StationView) -> float:
     """The most memory the GPU could give one job once its tenants have left, as it is set up
     now: all of it but the reserve where the job may use it whole, else its largest slice (or
-    profile that may be carved); 0 where it runs no such job. MIG mode is never toggled."""
+    profile that may be carved); -inf where it runs no such job (a lost GPU, a GPU in MIG mode
+    for a job that needs a whole one: MIG mode is never toggled)."""
     full = gpu.memory_total_mib - RESERVE_MIB
+    if gpu.lost:
+        return -math.inf
     if whole:
         usable = not gpu.mig_enabled or (gpu.mig_dynamic and rules.whole_when_dynamic)
-        return full if usable else 0.0
+        return full if usable else -math.inf
     if not rules.slices:
-        return 0.0 if gpu.mig_enabled else full
+        return -math.inf if gpu.mig_enabled else full
     if not (gpu.mig_enabled or rules.slices_only):
         return full
     if _carvable(gpu, station):
-        return max((p.memory_mib for p in mig_table(gpu)), default=0.0)
-    return max((s.memory_mib for s in gpu.mig_slices), default=0.0)
+        return max((p.memory_mib for p in mig_table(gpu)), default=-math.inf)
+    return max((s.memory_mib for s in gpu.mig_slices), default=-math.inf)
 
 
 def gpus_for(ask: Ask, rules: MigRules, station: StationView) -> list[GpuState]:
@@ -82,14 +86,40 @@ def gpus_for(ask: Ask, rules: MigRules, station: StationView) -> list[GpuState]:
     return [
         g
         for g in station.gpu_states
-        if not g.lost and room_once_drained(g, ask.whole, rules, station) >= ask.memory_mib
+        if room_once_drained(g, ask.whole, rules, station) >= ask.memory_mib
     ]
+
+
+def most_memory_as_is(gpus: int, whole: bool, rules: MigRules, station: StationView) -> float:
+    """The most memory (per GPU) a job of `gpus` GPUs, whole or not, may need and still start
+    on the station as it is set up now, once GPUs drain: the `gpus`-th largest room."""
+    rooms = sorted(room_once_drained(g, whole, rules, station) for g in station.gpu_states)
+    need = max(1, gpus)
+    return rooms[-need] if len(rooms) >= need else -math.inf
 
 
 def runs_as_is(ask: Ask, rules: MigRules, station: StationView) -> bool:
     """Whether enough GPUs could run the job once they drain: else it waits for a change, and
     no GPU is held for it."""
-    return len(gpus_for(ask, rules, station)) >= max(1, ask.gpus)
+    return ask.memory_mib <= most_memory_as_is(ask.gpus, ask.whole, rules, station)
+
+
+@dataclass
+class AsIs:
+    """`runs_as_is` over one placement pass: worked out once per job shape (GPUs, whole), since
+    the MIG setup does not change within a pass and a long queue asks for every job."""
+
+    rules: MigRules
+    station: StationView
+    limits: dict[tuple[int, bool], float] = field(default_factory=dict)
+
+    def __call__(self, gpus: int, whole: bool, memory_mib: float) -> bool:
+        """`runs_as_is` for a job of this shape (plain values: no `Ask` on the hot path)."""
+        key = (gpus, whole)
+        limit = self.limits.get(key)
+        if limit is None:
+            limit = self.limits[key] = most_memory_as_is(gpus, whole, self.rules, self.station)
+        return memory_mib <= limit
 
 
 def _gib(mib: float) -> str:
