@@ -523,8 +523,7 @@ class SharingPolicy:
             (
                 g
                 for g in (station.gpu_states if gpus is None else gpus)
-                if not g.lost
-                and room_once_drained(g, ask.whole, self.rules, station) >= ask.memory_mib
+                if room_once_drained(g, ask.whole, self.rules, station) >= ask.memory_mib
             ),
             key=lambda g: (g.sm_demand_pct, len(g.tenants), g.index),
         )

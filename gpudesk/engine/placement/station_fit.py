@@ -136,7 +136,7 @@ def _leave_mig(indices: Sequence[int], station: StationView) -> str:
     if station.simulated:
         return f"on this simulated station: {named} out of the [station] mig layout"
     listed = ",".join(map(str, indices))
-    return f"as root, with nothing running on it: nvidia-smi -i {listed} -mig 0"
+    return f"as root, with nothing running there: nvidia-smi -i {listed} -mig 0"
 
 
 def _slice_for(gpu: GpuState, memory_mib: float) -> MigProfile | None:
