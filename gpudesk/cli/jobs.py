@@ -439,8 +439,8 @@ def show(
             + (f"run {run.run_id}" if run.run_id else "run not made yet")
             + (f" (the store: {run.error})" if run.error else "")
         )
-    if data.waiting:
-        lines.append(f"  waiting    {data.waiting}")
+    if data.waiting:  # the reason says "waiting ...", "held: ...", "pending in Slurm ..."
+        lines.append(f"  why        {data.waiting}")
     if data.attempts:
         lines.append("attempts:")
         for a in data.attempts:

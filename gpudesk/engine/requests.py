@@ -45,7 +45,7 @@ from gpudesk.engine.mps.watch import MpsWatch
 from gpudesk.engine.offloop import Busy, Later, OffLoop, Pending
 from gpudesk.engine.placement.interference import LearnedParam
 from gpudesk.engine.placement.policies import make_policy
-from gpudesk.engine.placement.policy import gpus_missing
+from gpudesk.engine.placement.policy import gpu_job_impossible
 from gpudesk.engine.placement.queue import JobQueue
 from gpudesk.engine.protocol import ProtocolError
 from gpudesk.engine.repartition.control import MigControl
@@ -69,6 +69,7 @@ from gpudesk.engine.trust import UntrustedFileError
 from gpudesk.paths import Home
 from gpudesk.redact import redact_secrets
 from gpudesk.text import ends_in_c1_lead, is_text, printable_bytes, safe_text
+from gpudesk.units import MIB_PER_GB
 
 log = logging.getLogger("gpudesk.engine")
 
@@ -513,7 +514,7 @@ class RequestHandlers:
             except ValueError as exc:
                 raise ProtocolError(protocol.INVALID_ARGS, f"env: {exc}") from None
         self._check_one_place(specs)
-        self._check_gpus_exist([s for s in specs if s.cluster is None])
+        self._check_station_fits([s for s in specs if s.cluster is None])
         self._check_tracking(specs)
         self._check_priorities(specs, caller)
         self._check_queued_limit(caller, len(specs))
@@ -540,23 +541,30 @@ class RequestHandlers:
             if missing:
                 raise ProtocolError(protocol.REFUSED, missing)
 
-    def _check_gpus_exist(self, specs: list[JobSpec]) -> None:
-        """Refuse, at once and whole, jobs that ask for more GPUs than the station has: they
-        could only wait and then fail. Not while the GPUs cannot be read (they may come back)."""
-        wanted = max((spec.gpus for spec in specs), default=0)
-        if not wanted:
+    def _check_station_fits(self, specs: list[JobSpec]) -> None:
+        """Refuse, at once and whole, jobs this station could never run, whatever an admin
+        changes on its GPUs: more GPUs than it has, more memory than its largest GPU offers
+        (placement.policy.gpu_job_impossible). They could only wait and then fail. A job that
+        fits only after such a change (leaving MIG mode on a GPU) is accepted and waits, its
+        reason naming the change (placement.station_fit). Not while the GPUs cannot be read
+        (they may come back): placement fails an impossible job then."""
+        if not any(spec.gpus for spec in specs):
             return
-        have = self._station_gpu_count()
-        if have is None or wanted <= have:
-            return
-        backend = self.parts.telemetry.monitor.backend.name
+        monitor = self.parts.telemetry.monitor
+        if not monitor.opened:
+            return  # never waited for: the engine's one loop serves every client
+        view = self.parts.scheduler.station_view(queued_demands=False)
+        kept_free = self.parts.scheduler.policy.kept_free_mib
         for spec in specs:
-            missing = gpus_missing(spec.gpus, have, backend)
-            if missing:
+            if not spec.gpus:
+                continue
+            need = spec.memory_gb * MIB_PER_GB if spec.memory_gb is not None else 0.0
+            impossible = gpu_job_impossible(spec.gpus, need, view, kept_free)
+            if impossible:
                 others = len(specs) - 1
                 raise ProtocolError(
                     protocol.INVALID_ARGS,
-                    f"job {safe_text(spec.name)!r} {missing}. It could never "
+                    f"job {safe_text(spec.name)!r} {impossible}. It could never "
                     "run here, so nothing was submitted"
                     + (
                         f" (nor the {others} other job{'s' if others != 1 else ''})"
@@ -565,13 +573,6 @@ class RequestHandlers:
                     )
                     + ".",
                 )
-
-    def _station_gpu_count(self) -> int | None:
-        """How many GPUs the station has, once its backend has opened; None while it cannot
-        tell (not opened yet, or the GPUs cannot be read): then placement fails an impossible
-        job instead. Never waited for: the engine's one loop serves every client."""
-        monitor = self.parts.telemetry.monitor
-        return len(monitor.inventory) if monitor.opened else None
 
     def _check_queued_limit(self, caller: Caller, adding: int) -> None:
         """Refuse a submit that would leave the caller more queued jobs than `[station]

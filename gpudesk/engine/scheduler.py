@@ -115,7 +115,10 @@ class Scheduler:
         self.retry_at: float | None = None  # when to retry after a failed step
         self.overtaken: dict[int, int] = {}  # queued job id -> later jobs started before it
 
-    def station_view(self) -> StationView:
+    def station_view(self, queued_demands: bool = True) -> StationView:
+        """The station as the policy sees it. Without `queued_demands` the queued jobs'
+        demands are left out (`demands` empty): what judging a submit needs, without a pass
+        over a long queue."""
         live = list(self.attempts)
         monitor = self.telemetry.monitor
         return StationView(
@@ -132,8 +135,9 @@ class Scheduler:
             gpu_problem=None if monitor.opened else monitor.open_problem,
             simulated=monitor.simulated,
             overtaken=self.overtaken,
-            demands=self._demands_beyond_hints(),
+            demands=self._demands_beyond_hints() if queued_demands else {},
             interference=self.learning.model,
+            gpus_read=monitor.latest is not None,
         )
 
     def _demands_beyond_hints(self) -> dict[int, Demand]:

@@ -77,7 +77,7 @@ def render_summary(job: JobView, detail: JobDetail | None, state: DeskState) -> 
             )
     waiting = detail.waiting if detail else None
     if waiting:
-        text.append("\nwaiting: ", style="bold yellow")
+        text.append("\nwhy: ", style="bold yellow")  # the reason itself says "waiting ..."
         text.append(waiting)
     if job.reason and job.state != "running":
         text.append(f"\n{job.reason}", style="dim")

@@ -171,7 +171,7 @@ def test_job_control_commands_and_their_errors(engine: EngineHandle, tmp_path: P
         ("blocker", "running", False),
         ("waiting", "queued", True),
     ]
-    assert "waiting    held: it will not start" in gpudesk("show", "waiting").stdout
+    assert "why        held: it will not start" in gpudesk("show", "waiting").stdout
     moved = gpudesk("priority", "waiting", "--set", "-5", "--json")
     assert json.loads(moved.stdout)["results"][0]["outcome"] == "priority 0 -> -5"
     refused = gpudesk("hold", str(blocker))

@@ -38,14 +38,7 @@ from dataclasses import dataclass, field, replace
 from typing import Generic, TypeVar
 
 from gpudesk.engine.identity import user_name
-from gpudesk.engine.mig.profiles import (
-    CARVED_PROFILES,
-    COMPUTE_SLICES,
-    MEMORY_SLICES,
-    MigProfile,
-    memory_slices,
-    table_for_gpu,
-)
+from gpudesk.engine.mig.profiles import COMPUTE_SLICES, MEMORY_SLICES, memory_slices
 from gpudesk.engine.placement.demand import (
     HEAVY_SM_PCT,
     MARGIN_MIB,
@@ -77,6 +70,15 @@ from gpudesk.engine.placement.policy import (
     gpu_env,
     gpu_job_impossible,
     queued_before,
+)
+from gpudesk.engine.placement.station_fit import (
+    AsIs,
+    Ask,
+    MigRules,
+    mig_table,
+    room_once_drained,
+    runs_as_is,
+    wait_for_change,
 )
 from gpudesk.engine.store.records import JobRecord
 from gpudesk.units import MIB_PER_GIB
@@ -408,6 +410,9 @@ class SharingPolicy:
         self.mode = mode
         self.name = mode
         self.max_overtakes = max_overtakes
+        self.kept_free_mib = RESERVE_MIB
+        # in the `mig` mode every one-GPU job runs on a slice
+        self.rules = MigRules(slices_only=mode == "mig")
 
     # ---------------------------------------------------------------- placing
     def place(self, queue: Sequence[JobRecord], station: StationView) -> Decision:
@@ -431,6 +436,7 @@ class SharingPolicy:
         gpu_total = len(station.gpu_states)
         demands = station.demands
         lookahead = _Lookahead(queue, station)
+        as_is = AsIs(self.rules, station)
         for position, job in enumerate(queue):
             spec = job.spec
             if not spec.gpus:
@@ -445,15 +451,16 @@ class SharingPolicy:
                 memory, sm = hinted(spec.memory_gb, spec.sm_pct)
                 exclusive = False
             if not (spec.gpus <= gpu_total and memory <= fits_any):
-                impossible = gpu_job_impossible(job, memory, station, RESERVE_MIB)
+                impossible = gpu_job_impossible(spec.gpus, memory, station, RESERVE_MIB)
                 if impossible:
-                    rejections.append(Rejection(job.id, impossible))
+                    rejections.append(Rejection(job.id, f"the job {impossible}"))
                     continue
             shape = (spec.gpus, exclusive, known is not None and known.source == "history")
             frontier = no_room.get(shape)
             banded = known is not None and known.membw_pct is not None
             if frontier is not None and not banded and frontier.dominates(memory, sm):
-                waiting = waiting or job
+                if waiting is None and as_is(spec.gpus, self._whole(spec.gpus, exclusive), memory):
+                    waiting = job
                 continue
             demand = known or from_hints(spec.memory_gb, spec.sm_pct)
             if (
@@ -473,7 +480,11 @@ class SharingPolicy:
                 behind=functools.partial(lookahead.behind, position),
             )
             if choice is None:
-                waiting = waiting or job
+                whole = self._whole(spec.gpus, demand.exclusive)
+                if waiting is None and as_is(spec.gpus, whole, demand.memory_mib):
+                    # the first job that could start once GPUs drain: the one GPUs may be held
+                    # for (a job that first needs an admin's change could not use them)
+                    waiting = job
                 if demand.membw_pct is None:  # the frontier knows memory and SM only
                     no_room.setdefault(shape, _Frontier()).add(memory, sm)
                 continue
@@ -489,6 +500,14 @@ class SharingPolicy:
         (later jobs still start on the others)."""
         return self.max_overtakes if job.spec.gpus <= 1 else 0
 
+    def _whole(self, gpus: int, exclusive: bool) -> bool:
+        """Whether a job needs whole GPUs to itself (`_whole_gpus`) under this policy."""
+        return gpus > 1 or exclusive or self.mode == "exclusive"
+
+    def ask(self, job: JobRecord, demand: Demand) -> Ask:
+        """What the job needs of the station's GPUs under this policy."""
+        return Ask(job.spec.gpus, demand.memory_mib, self._whole(job.spec.gpus, demand.exclusive))
+
     def reserve(
         self, job: JobRecord, station: StationView, gpus: Iterable[GpuState] | None = None
     ) -> set[int]:
@@ -496,32 +515,20 @@ class SharingPolicy:
         they drain (`gpus`: the station as this pass has filled it). A GPU in MIG mode runs
         jobs on its slices only, so it is never held for a job that needs whole GPUs, and for a
         one-GPU job only where one of its slices (or a profile the engine may carve) holds the
-        job's memory: holding any other GPU would keep it idle for
-        nothing while the job still waits for the GPUs it can use."""
-        demand = demand_of(job, station)
-        whole = job.spec.gpus > 1 or demand.exclusive or self.mode == "exclusive"
+        job's memory: holding any other GPU would keep it idle for nothing while the job still
+        waits for the GPUs it can use. None at all where too few could run it
+        (station_fit.runs_as_is): it waits for an admin's change, not for GPUs to drain."""
+        ask = self.ask(job, demand_of(job, station))
         usable = sorted(
             (
                 g
                 for g in (station.gpu_states if gpus is None else gpus)
-                if not g.lost and self._could_run(g, demand, whole, station)
+                if room_once_drained(g, ask.whole, self.rules, station) >= ask.memory_mib
             ),
             key=lambda g: (g.sm_demand_pct, len(g.tenants), g.index),
         )
-        return {g.index for g in usable[: max(1, job.spec.gpus)]}
-
-    def _could_run(self, gpu: GpuState, demand: Demand, whole: bool, station: StationView) -> bool:
-        """Whether the job could run on the GPU once it has drained."""
-        if whole:  # _whole_gpus: MIG mode is never toggled, so never a GPU in MIG mode
-            return not gpu.mig_enabled or gpu.mig_dynamic
-        # the engine may give an idle MIG-mode GPU any layout (repartition.payoff)
-        carvable = gpu.mig_dynamic or station.config.repartitions_on_its_own
-        if not (gpu.mig_enabled or self.mode == "mig"):
-            return True
-        need = demand.memory_mib
-        if carvable:
-            return any(p.memory_mib >= need for p in _mig_table(gpu))
-        return any(s.memory_mib >= need for s in gpu.mig_slices)
+        need = max(1, job.spec.gpus)
+        return {g.index for g in usable[:need]} if len(usable) >= need else set()
 
     def choose(
         self,
@@ -539,7 +546,7 @@ class SharingPolicy:
         hosts = plan.hosts(station, self.mode, job.owner.uid)
         if exclude:
             hosts = [h for h in hosts if h.gpu.index not in exclude]
-        if job.spec.gpus > 1 or demand.exclusive or self.mode == "exclusive":
+        if self._whole(job.spec.gpus, demand.exclusive):
             return self._whole_gpus(job, demand, [h.gpu for h in hosts])
         options: list[_Choice] = []
         idle_whole = sum(h.idle_whole for h in hosts)
@@ -657,7 +664,7 @@ class SharingPolicy:
         and, where slices may be carved, the profiles that still fit."""
         need = demand.memory_mib
         job_load = workload(demand.sm_pct, demand.membw_pct, params)
-        table = _mig_table(gpu)
+        table = mig_table(gpu)
         fitting: list[SliceOption[MigSlice]] = []
         for mig in gpu.mig_slices:
             if not mig.busy and mig.memory_mib >= need:
@@ -706,29 +713,31 @@ class SharingPolicy:
         if station.gpu_problem:
             return f"waiting: the GPUs cannot be read ({station.gpu_problem})"
         demand = demand_of(job, station)
-        ahead = [o for o in queue if o.id != job.id and queued_before(o, job) and o.spec.gpus]
-        reasons = []
-        for gpu in station.gpu_states:
-            if gpu.lost:
-                reasons.append(f"GPU {gpu.index} lost")
-            elif gpu.exclusive:
-                reasons.append(f"GPU {gpu.index} held exclusively")
-            elif not gpu.idle:
-                other_user = mps_serves_other(gpu, job.owner.uid)
-                reasons.append(
-                    f"GPU {gpu.index}: {_mib(max(0.0, gpu.free_mib))} free, SM "
-                    f"demand {gpu.sm_demand_pct:.0f}%" + (f" ({other_user})" if other_user else "")
-                )
+        change = wait_for_change(self.ask(job, demand), self.rules, station, self.name)
+        if change:
+            return change
         need = (
             f"needs {job.spec.gpus} idle GPUs"
             if job.spec.gpus > 1 or demand.exclusive
             else f"needs {_mib(demand.memory_mib)} + {_mib(margin_mib(demand))} margin and "
             f"{demand.sm_pct:.0f}% SM, and a GPU where sharing is predicted to gain"
         )
-        text = f"waiting ({demand.source} demand: {need}); " + "; ".join(reasons)
+        parts = [f"waiting ({demand.source} demand: {need})"]
+        for gpu in station.gpu_states:
+            if gpu.lost:
+                parts.append(f"GPU {gpu.index} lost")
+            elif gpu.exclusive:
+                parts.append(f"GPU {gpu.index} held exclusively")
+            elif not gpu.idle:
+                other_user = mps_serves_other(gpu, job.owner.uid)
+                parts.append(
+                    f"GPU {gpu.index}: {_mib(max(0.0, gpu.free_mib))} free, SM "
+                    f"demand {gpu.sm_demand_pct:.0f}%" + (f" ({other_user})" if other_user else "")
+                )
+        ahead = sum(1 for o in queue if o.id != job.id and queued_before(o, job) and o.spec.gpus)
         if ahead:
-            text += f"; {len(ahead)} GPU job(s) ahead"
-        return text
+            parts.append(f"{ahead} GPU job(s) ahead")
+        return "; ".join(parts)
 
 
 SliceT = TypeVar("SliceT")
@@ -757,13 +766,6 @@ def best_slice(options: Sequence[SliceOption[SliceT]], sm: float) -> SliceOption
     if covering:
         return min(covering, key=lambda o: (o.new, o.compute_slices, o.memory_mib))
     return max(options, key=lambda o: (o.rate, not o.new, -o.memory_mib))
-
-
-def _mig_table(gpu: GpuState) -> tuple[MigProfile, ...]:
-    """The MIG profiles that may be carved on this GPU: its model's (simulated ones), else the
-    A100 40GB's, the station the research measured."""
-    table = tuple(p for p in table_for_gpu(gpu.model) if p.simulated) if gpu.model else ()
-    return table or CARVED_PROFILES
 
 
 class _Frontier:
@@ -799,6 +801,8 @@ class CarmaPolicy(SharingPolicy):
     def __init__(self) -> None:
         super().__init__("auto")
         self.name = "carma"
+        # CARMA places processes on whole GPUs: a GPU in MIG mode runs none of its jobs
+        self.rules = MigRules(slices=False, whole_when_dynamic=False)
 
     def place(self, queue: Sequence[JobRecord], station: StationView) -> Decision:
         plan = _FilledStation({g.index: g for g in station.gpu_states})
@@ -810,12 +814,14 @@ class CarmaPolicy(SharingPolicy):
                     plan.placements.append(cpu_placement(job, cpu_slots.pop(0), station))
                 continue
             demand = demand_of(job, station)
-            impossible = gpu_job_impossible(job, demand.memory_mib, station, RESERVE_MIB)
+            impossible = gpu_job_impossible(job.spec.gpus, demand.memory_mib, station, RESERVE_MIB)
             if impossible:
-                rejections.append(Rejection(job.id, impossible))
+                rejections.append(Rejection(job.id, f"the job {impossible}"))
                 continue
             choice = self.choose(job, demand, plan, station)
             if choice is None:
+                if not runs_as_is(self.ask(job, demand), self.rules, station):
+                    continue  # it cannot start before an admin's change: it blocks nobody
                 break  # FIFO without backfilling: the head of the queue blocks the rest
             plan.take(job, demand, choice, station)
         return Decision(plan.placements, rejections)

@@ -8,7 +8,8 @@ be pure: the same queue and station give the same decision, so the simulator can
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar, overload
 
@@ -206,6 +207,8 @@ class StationView:
     demands: Mapping[int, Any] = field(default_factory=dict)  # job id -> demand.Demand
     overtaken: Mapping[int, int] = field(default_factory=dict)  # job id -> times overtaken
     interference: InterferenceModel = PRIOR_MODEL  # speeds under sharing, learned or prior
+    # The GPUs were read at least once: before, their MIG mode and slices are not known yet.
+    gpus_read: bool = True
 
     @property
     def gpu_count(self) -> int:
@@ -242,6 +245,7 @@ class StationView:
 
 class PlacementPolicy(Protocol):
     name: str
+    kept_free_mib: float  # what it keeps free on every GPU: a job may use the rest
 
     def place(self, queue: Sequence[JobRecord], station: StationView) -> Decision: ...
 
@@ -256,6 +260,7 @@ class FifoPolicy:
     never overtakes an earlier one that is still waiting."""
 
     name = "fifo"
+    kept_free_mib = 0.0  # whole GPUs to one job each
 
     def place(self, queue: Sequence[JobRecord], station: StationView) -> Decision:
         free_slots = station.free_slots
@@ -266,9 +271,9 @@ class FifoPolicy:
         for job in queue:
             if job.spec.gpus:
                 need = job.spec.memory_gb * 1024 if job.spec.memory_gb is not None else 0.0
-                impossible = gpu_job_impossible(job, need, station)
+                impossible = gpu_job_impossible(job.spec.gpus, need, station, self.kept_free_mib)
                 if impossible:
-                    rejections.append(Rejection(job.id, impossible))
+                    rejections.append(Rejection(job.id, f"the job {impossible}"))
                     continue
                 if gpu_pool_blocked or len(free_gpus) < job.spec.gpus:
                     gpu_pool_blocked = True  # keep scanning only to reject impossible jobs
@@ -362,33 +367,89 @@ def _gpus(count: int) -> str:
     return f"{count} GPU{'s' if count != 1 else ''}"
 
 
-def gpus_missing(wanted: int, have: int, backend: str) -> str | None:
-    """ "asks for N GPUs but this station has only M" when a job can never get the GPUs it asks
-    for, else None. Placement fails such a queued job; submission refuses it."""
+def index_list(indices: Iterable[int]) -> str:
+    """GPU indices as people write them: runs of three or more as "0-2", the rest by commas
+    ("0-2, 5", "1, 3")."""
+    runs: list[list[int]] = []
+    for index in sorted(indices):
+        if runs and index == runs[-1][-1] + 1:
+            runs[-1].append(index)
+        else:
+            runs.append([index])
+    return ", ".join(
+        f"{run[0]}-{run[-1]}" if len(run) > 2 else ", ".join(map(str, run)) for run in runs
+    )
+
+
+def in_words(parts: Sequence[str]) -> str:
+    """ "a", "a and b", "a, b and c"."""
+    return " and ".join(p for p in (", ".join(parts[:-1]), parts[-1] if parts else "") if p)
+
+
+def describe_gpus(station: StationView) -> str:
+    """What the station's GPUs are, as they are set up now: "3 whole GPUs (0-2) and GPU 3 in
+    MIG mode (slices 3g.20gb, 2g.10gb, 2g.10gb)"; "2 GPUs (0, 1)" where none is in MIG mode;
+    lost GPUs named. Before the GPUs were first read (`gpus_read`) only how many there are."""
+    gpus = station.gpu_states
+    indices = [g.index for g in gpus]
+    if not station.gpus_read:
+        return f"{_gpus(len(gpus))} ({index_list(indices)})"
+    lost = [g.index for g in gpus if g.lost]
+    mig = [g for g in gpus if g.mig_enabled and not g.lost]
+    whole = [g.index for g in gpus if not g.mig_enabled and not g.lost]
+    if whole:
+        kind = "whole " if mig else ""
+        plural = "s" if len(whole) != 1 else ""
+        parts = [f"{len(whole)} {kind}GPU{plural} ({index_list(whole)})"]
+    else:
+        parts = ["no whole GPU"]
+    for gpu in mig:
+        slices = ", ".join(s.profile for s in gpu.mig_slices)
+        parts.append(
+            f"GPU {gpu.index} in MIG mode ({'slices ' + slices if slices else 'no slices'})"
+        )
+    if lost:
+        parts.append(f"GPU{'s' if len(lost) != 1 else ''} {index_list(lost)} lost")
+    return in_words(parts)
+
+
+def gpus_missing(wanted: int, station: StationView) -> str | None:
+    """ "asks for N GPUs but this station has only M: what they are" when a job can never get
+    the GPUs it asks for, whatever is changed on them, else None."""
+    have = station.gpu_count
     if wanted <= have:
         return None
     if have == 0:
         return (
-            f"asks for {_gpus(wanted)} but this station has none (backend {backend}); "
+            f"asks for {_gpus(wanted)} but this station has none (backend {station.backend}); "
             "submit it with gpus = 0 to run on the CPU"
         )
-    return f"asks for {_gpus(wanted)} but this station has only {have}"
+    return (
+        f"asks for {_gpus(wanted)} but this station has only {have}: {describe_gpus(station)}; "
+        f"ask for at most {have}"
+    )
 
 
 def gpu_job_impossible(
-    job: JobRecord, need_mib: float, station: StationView, reserve_mib: float = 0.0
+    gpus: int, need_mib: float, station: StationView, kept_free_mib: float = 0.0
 ) -> str | None:
-    """Why a GPU job can never run on this station, or None. `reserve_mib` is what a policy
-    keeps free on every GPU."""
+    """Why a job asking for `gpus` GPUs with `need_mib` on each can never run on this station,
+    whatever an admin changes on its GPUs (MIG mode, layouts), or None: more GPUs than it has,
+    or more memory than its largest GPU offers whole (every MIG slice offers less). Said
+    without a subject ("asks for ...", "needs ..."). Placement fails such a queued job;
+    submission refuses it. `kept_free_mib` is what a policy keeps free on every GPU."""
     if station.gpu_problem is not None:
         return None  # the GPUs may come back: wait
-    too_many = gpus_missing(job.spec.gpus, station.gpu_count, station.backend)
+    too_many = gpus_missing(gpus, station)
     if too_many:
-        return f"the job {too_many}"
+        return too_many
     largest = max((g.memory_total_mib for g in station.gpu_states if not g.lost), default=0.0)
-    if need_mib > largest - reserve_mib:
+    offered = largest - kept_free_mib
+    if need_mib > offered:
+        most = math.floor(max(0.0, offered) / MIB_PER_GIB * 10) / 10
         return (
-            f"the job needs {need_mib / MIB_PER_GIB:.1f} GiB of GPU memory but the largest GPU "
-            f"here has {largest / MIB_PER_GIB:.1f} GiB"
+            f"needs {need_mib / MIB_PER_GIB:.1f} GiB of GPU memory but the largest GPU here has "
+            f"{largest / MIB_PER_GIB:.1f} GiB (this station has {describe_gpus(station)}); "
+            f"ask for at most {most:g} GB"
         )
     return None

@@ -1,0 +1,115 @@
+"""Admission on a simulated DGX Station A100 with GPU 3 in MIG mode: a job the station could
+never run is refused at submit in one paragraph saying what the station has, and nothing is
+stored; one that fits only after an admin's change (leaving MIG mode) is accepted, its reason
+names the change, and no GPU is held for it meanwhile."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from conftest import EngineHandle, wait_for
+from test_cli import gpudesk
+
+from gpudesk.api.errors import EngineError
+from gpudesk.paths import Home
+
+LAYOUT = "3g.20gb,2g.10gb,2g.10gb"
+STATION_HAS = "3 whole GPUs (0-2) and GPU 3 in MIG mode (slices 3g.20gb, 2g.10gb, 2g.10gb)"
+
+
+@pytest.fixture
+def mig_station(home: Home) -> Iterator[EngineHandle]:
+    """The simulated DGX Station (4 A100 40GB) with GPU 3 in MIG mode, read at least once."""
+    handle = EngineHandle(home)
+    handle.start(backend="sim:dgx-station-a100", sample_interval=0.2, mig={"3": LAYOUT})
+    wait_for(
+        lambda: (
+            (s := handle.client.request("telemetry")["snapshot"]) and s["gpus"][3]["mig_devices"]
+        ),
+        10.0,
+        what="GPU 3's MIG devices to be read",
+    )
+    yield handle
+    handle.client.close()
+
+
+def stored(engine: EngineHandle) -> list[dict]:
+    return engine.client.request("jobs")["jobs"]  # type: ignore[no-any-return]
+
+
+def refused(*args: str) -> str:
+    """`gpudesk submit ARGS` as a user runs it: refused with exit 2 and one paragraph."""
+    result = gpudesk("submit", *args)
+    assert result.returncode == 2, result.stdout + result.stderr
+    message = result.stderr.strip()
+    assert "Traceback" not in message and "\n\n" not in message, message
+    assert "nothing was submitted" in message, message
+    return message
+
+
+def test_more_gpus_than_the_station_has_is_refused_at_submit_saying_what_it_has(
+    mig_station: EngineHandle,
+) -> None:
+    message = refused("--gpus", "5", "--", "true")
+    assert f"asks for 5 GPUs but this station has only 4: {STATION_HAS}" in message, message
+    assert "ask for at most 4" in message
+    assert stored(mig_station) == []
+
+
+def test_more_memory_than_any_gpu_offers_is_refused_at_submit_and_nothing_is_stored(
+    mig_station: EngineHandle,
+) -> None:
+    # more than any GPU offers, even whole: no admin's change makes room for it
+    message = refused("--gpus", "1", "--mem", "41", "--", "true")
+    assert "needs 41.0 GiB of GPU memory but the largest GPU here has 39.6 GiB" in message
+    assert STATION_HAS in message and "ask for at most 39" in message, message
+    assert stored(mig_station) == []
+    # a request with one such job among others is refused whole
+    with pytest.raises(EngineError, match=r"needs 41\.0 GiB") as whole:
+        mig_station.submit(
+            {"name": "fits", "command": ["true"], "gpus": 1, "memory_gb": 4},
+            {"name": "huge", "command": ["true"], "gpus": 1, "memory_gb": 41},
+        )
+    assert "nor the 1 other job" in str(whole.value)
+    assert stored(mig_station) == []
+
+
+def submit_four(engine: EngineHandle) -> int:
+    """`gpudesk submit --gpus 4`: four whole GPUs. GPU 3 is in MIG mode, but leaving MIG mode
+    would give the station four: accepted."""
+    accepted = gpudesk("submit", "--name", "four", "--gpus", "4", "--", "sleep", "60")
+    assert accepted.returncode == 0, accepted.stderr
+    (four,) = [j["id"] for j in stored(engine)]
+    assert engine.job(four)["state"] == "queued"
+    return four
+
+
+def test_no_gpu_is_held_for_a_job_that_waits_for_an_admins_change(
+    mig_station: EngineHandle,
+) -> None:
+    four = submit_four(mig_station)
+    # the next one-GPU job starts on an idle whole GPU, not squeezed onto a MIG slice: none is
+    # held for the 4-GPU job, which could not use them before an admin acts
+    (one,) = mig_station.submit({"name": "one", "command": ["sleep", "60"], "gpus": 1})
+    mig_station.wait_state(one, "running")
+    placement = mig_station.show(one)["attempts"][0]["placement"]
+    assert placement["gpus"][0] in (0, 1, 2) and placement["mode"] != "mig", placement
+    assert "mig_slice" not in placement and "idle" in placement["reason"], placement
+    assert mig_station.job(four)["state"] == "queued"
+
+
+def test_show_says_which_change_the_waiting_job_needs(mig_station: EngineHandle) -> None:
+    four = submit_four(mig_station)
+    reason = wait_for(lambda: mig_station.show(four)["waiting"], 10.0, what="its reason")
+    assert reason == (
+        f"waiting for an admin: it needs 4 whole GPUs; this station has {STATION_HAS}, and a "
+        "GPU in MIG mode runs jobs on its slices only. Leaving MIG mode on GPU 3 (on this "
+        "simulated station: GPU 3 out of the [station] mig layout) would let it start"
+    ), reason
+    # `gpudesk show` says why in one line: no doubled word, no trailing separator
+    shown = gpudesk("show", str(four))
+    assert shown.returncode == 0, shown.stderr
+    (why,) = [line for line in shown.stdout.splitlines() if line.startswith("  why ")]
+    assert why == f"  why        {reason}", why
+    assert "waiting waiting" not in shown.stdout and not why.rstrip().endswith(";")
