@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -88,6 +89,43 @@ def clip(text: str, width: int) -> str:
     return text if len(text) <= width else text[: max(0, width - 1)] + "…"
 
 
+def clip_middle(text: str, width: int, head: int | None = None) -> str:
+    """`text` in `width` columns with the ellipsis in the middle, keeping both ends: `head`
+    characters of its start (default: a third) and the rest from its end, which differs most
+    between a sweep's jobs (`light-lr0.01-h512-1`, `-2`)."""
+    if len(text) <= width:
+        return text
+    if width < 3:
+        return clip(text, width)
+    if head is None:
+        head = (width - 1) // 3
+    head = max(0, min(head, width - 1))
+    tail = width - 1 - head
+    return text[:head] + "…" + (text[len(text) - tail :] if tail else "")
+
+
+def clip_apart(values: Sequence[str], width: int) -> list[str]:
+    """Each of a column's `values` in `width` columns, clipped in the middle (clip_middle) at
+    the one place that keeps the most of them apart: `light-lr0.01-h512-1` and
+    `light-lr0.001-h512-1` become `lig…0.01-h512-1` and `lig….001-h512-1`, not the same
+    `ligh…01-h512-1` twice. Of the places that tell as many apart, the one nearest a third in."""
+    if all(len(v) <= width for v in values):
+        return list(values)
+    if width < 3:
+        return [clip(v, width) for v in values]
+    preferred = (width - 1) // 3
+    best: tuple[int, int] | None = None  # (distinct values, -distance from a third), head
+    chosen = preferred
+    for head in sorted(range(width), key=lambda h: abs(h - preferred)):
+        distinct = len({clip_middle(v, width, head) for v in values})
+        score = (distinct, -abs(head - preferred))
+        if best is None or score > best:
+            best, chosen = score, head
+        if distinct == len(set(values)):
+            break  # the nearest place that tells them all apart
+    return [clip_middle(v, width, chosen) for v in values]
+
+
 def table(
     headers: Sequence[str],
     rows: Sequence[Sequence[object]],
@@ -95,26 +133,39 @@ def table(
     right: Sequence[int] = (),
     width: int | None = None,
     shrink: Sequence[int] = (),
+    middle: Sequence[int] = (),
+    min_widths: dict[int, int] | None = None,
 ) -> str:
     """A plain table: columns separated by two spaces, clipped to `max_widths` by column index.
-    Given a `width`, the `shrink` columns (in that order, each down to its header) are clipped
-    further until every line fits in it, where they can."""
-    max_widths = max_widths or {}
+    Given a `width`, the `shrink` columns (in that order, each down to its header, or its
+    `min_widths` where that is wider) are clipped
+    further until every line fits in it, where they can: list the free text first (a reason, a
+    path), names after; columns not listed (ids, states) are never clipped. The `middle`
+    columns (job names) are clipped in the middle where that keeps them apart (clip_apart):
+    a sweep's jobs differ at the end."""
+    max_widths, min_widths = max_widths or {}, min_widths or {}
     cells = [[str(c) for c in headers]] + [["-" if c is None else str(c) for c in r] for r in rows]
-    cells = [[clip(c, max_widths.get(i, 10_000)) for i, c in enumerate(r)] for r in cells]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    widths = [
+        min(max(len(r[i]) for r in cells), max(len(cells[0][i]), max_widths.get(i, 10_000)))
+        for i in range(len(headers))
+    ]
     excess = sum(widths) + 2 * (len(widths) - 1) - (width or 10_000_000)
     for i in shrink:
         if excess <= 0:
             break
-        cut = min(excess, max(0, widths[i] - max(len(str(headers[i])), 4)))
+        floor = max(len(str(headers[i])), 4, min_widths.get(i, 0))
+        cut = min(excess, max(0, widths[i] - floor))
         widths[i] -= cut
         excess -= cut
+    columns = [
+        clip_apart([r[i] for r in cells], w) if i in middle else [clip(r[i], w) for r in cells]
+        for i, w in enumerate(widths)
+    ]
     lines = []
-    for row in cells:
+    for number in range(len(cells)):
         parts = [
-            clip(c, w).rjust(w) if i in right else clip(c, w).ljust(w)
-            for i, (c, w) in enumerate(zip(row, widths, strict=True))
+            column[number].rjust(w) if i in right else column[number].ljust(w)
+            for i, (column, w) in enumerate(zip(columns, widths, strict=True))
         ]
         lines.append("  ".join(parts).rstrip())
     return "\n".join(lines)
@@ -163,3 +214,12 @@ def shorten_path(path: str | None, cwd: str | None = None) -> str:
 def terminal_width() -> int:
     """The width to fit plain output to: $COLUMNS, else the terminal's, else 80."""
     return max(40, shutil.get_terminal_size((80, 24)).columns)
+
+
+def table_width() -> int | None:
+    """The width a command's table is fitted to: the terminal's (terminal_width, $COLUMNS
+    first); None when the output goes to a pipe or a file and $COLUMNS is not set, which keeps
+    whole cells for a script (`gpudesk queue | grep`), as `ps` does."""
+    if os.environ.get("COLUMNS", "").strip() or sys.stdout.isatty():
+        return terminal_width()
+    return None

@@ -232,9 +232,25 @@ def submit(
 
 
 # ------------------------------------------------------------------------- queue
-def _queue_rows(jobs: list[JobView]) -> str:
+def where_or_why(job: JobView) -> str:
+    """squeue's NODELIST(REASON) for one job: where it runs, or why it waits in parentheses
+    ((Priority), (Resources), (Dependency), ...); "" for a finished job."""
+    if job.state == "running":
+        return job.slot or ""
+    if job.state == "queued":
+        return f"({job.wait_reason or ('JobHeldUser' if job.held else 'Pending')})"
+    return ""
+
+
+def _queue_rows(jobs: list[JobView], width: int | None) -> str:
+    """The queue as a table in `width` columns (None: no limit, for a pipe): the reason
+    gives way first, then the name (clipped in the middle: a sweep's jobs differ at the end),
+    then the user; ids and states are never clipped. EXIT only when a listed job has ended."""
     from gpudesk import render
 
+    ended = any(j.state not in LIVE_STATES for j in jobs)
+    headers = ["ID", "NAME", "USER", "STATE", "PRI", "TRY", "GPUS", "TIME"]
+    headers += ["EXIT"] * ended + ["SUBMITTED", "SLOT(REASON)"]
     rows = [
         (
             j.id,
@@ -244,18 +260,23 @@ def _queue_rows(jobs: list[JobView]) -> str:
             j.spec.priority,
             f"{j.attempts - j.attempts_before_requeue}/{j.max_attempts}",
             j.spec.gpus,
-            j.slot or "",
             render.duration(render.runtime(j.started_at, j.ended_at)),
-            j.exit_code,
+            *([j.exit_code] if ended else []),
             render.clock(j.submitted_at),
+            where_or_why(j) or "-",
         )
         for j in jobs
     ]
+    last = len(headers) - 1
     return render.table(
-        ("ID", "NAME", "USER", "STATE", "PRI", "TRY", "GPUS", "SLOT", "TIME", "EXIT", "SUBMITTED"),
+        headers,
         rows,
-        max_widths={1: 24, 2: 12},
-        right=(0, 4, 6, 8, 9),
+        max_widths={1: 32, 2: 12},
+        right=(0, 4, 6, 7, 8) if ended else (0, 4, 6, 7),
+        width=width,
+        shrink=(last, 1, 2),
+        middle=(1,),
+        min_widths={last: len("(JobHeldUser)")},  # the common codes stay whole
     )
 
 
@@ -288,6 +309,7 @@ def queue(
     import fnmatch
     from typing import get_args
 
+    from gpudesk import render
     from gpudesk.api.models import JobStateName, to_builtins
 
     owner = owner_filter(user, me)
@@ -330,7 +352,7 @@ def queue(
         else:
             print("no queued or running jobs (gpudesk queue --all shows finished ones)")
         return
-    print(_queue_rows(jobs))
+    print(_queue_rows(jobs, render.table_width()))
     if cut:
         print(cut)
 
