@@ -138,11 +138,35 @@ def table(
 ) -> str:
     """A plain table: columns separated by two spaces, clipped to `max_widths` by column index.
     Given a `width`, the `shrink` columns (in that order, each down to its header, or its
-    `min_widths` where that is wider) are clipped
-    further until every line fits in it, where they can: list the free text first (a reason, a
-    path), names after; columns not listed (ids, states) are never clipped. The `middle`
-    columns (job names) are clipped in the middle where that keeps them apart (clip_apart):
-    a sweep's jobs differ at the end."""
+    `min_widths` where that is wider) are clipped further until every line fits in it, where
+    they can: list the free text first (a reason, a path), names after; columns not listed
+    (ids, states) are never clipped. The `middle` columns (job names) are clipped in the
+    middle where that keeps them apart (clip_apart): a sweep's jobs differ at the end."""
+    cells, widths, _ = _layout(headers, rows, max_widths, width, shrink, min_widths)
+    columns = [
+        clip_apart([r[i] for r in cells], w) if i in middle else [clip(r[i], w) for r in cells]
+        for i, w in enumerate(widths)
+    ]
+    lines = []
+    for number in range(len(cells)):
+        parts = [
+            column[number].rjust(w) if i in right else column[number].ljust(w)
+            for i, (column, w) in enumerate(zip(columns, widths, strict=True))
+        ]
+        lines.append("  ".join(parts).rstrip())
+    return "\n".join(lines)
+
+
+def _layout(
+    headers: Sequence[str],
+    rows: Sequence[Sequence[object]],
+    max_widths: dict[int, int] | None,
+    width: int | None,
+    shrink: Sequence[int],
+    min_widths: dict[int, int] | None,
+) -> tuple[list[list[str]], list[int], int]:
+    """`table`'s cells as text, each column's width, and by how many columns the widest line
+    still exceeds `width` (0 or less: it fits)."""
     max_widths, min_widths = max_widths or {}, min_widths or {}
     cells = [[str(c) for c in headers]] + [["-" if c is None else str(c) for c in r] for r in rows]
     widths = [
@@ -157,18 +181,49 @@ def table(
         cut = min(excess, max(0, widths[i] - floor))
         widths[i] -= cut
         excess -= cut
-    columns = [
-        clip_apart([r[i] for r in cells], w) if i in middle else [clip(r[i], w) for r in cells]
-        for i, w in enumerate(widths)
-    ]
-    lines = []
-    for number in range(len(cells)):
-        parts = [
-            column[number].rjust(w) if i in right else column[number].ljust(w)
-            for i, (column, w) in enumerate(zip(columns, widths, strict=True))
-        ]
-        lines.append("  ".join(parts).rstrip())
-    return "\n".join(lines)
+    return cells, widths, excess
+
+
+def fitted_table(
+    headers: Sequence[str],
+    rows: Sequence[Sequence[object]],
+    *,
+    width: int | None,
+    optional: Sequence[int] = (),
+    max_widths: dict[int, int] | None = None,
+    right: Sequence[int] = (),
+    shrink: Sequence[int] = (),
+    middle: Sequence[int] = (),
+    min_widths: dict[int, int] | None = None,
+) -> tuple[str, list[str]]:
+    """`table` in `width` columns, leaving out `optional` columns (the last listed first) while
+    it would not fit otherwise, `shrink` columns clipped down to their `min_widths` at most;
+    the table and the headers of the columns left out (for a line saying how to see them)."""
+    kept = list(range(len(headers)))
+    dropped: list[str] = []
+    for column in [*reversed(optional), None]:
+        index = {old: new for new, old in enumerate(kept)}
+        picked = [[row[i] for i in kept] for row in rows]
+        args = (
+            [headers[i] for i in kept],
+            picked,
+            {index[i]: w for i, w in (max_widths or {}).items() if i in index},
+        )
+        moved = [index[i] for i in shrink if i in index]
+        floors = {index[i]: w for i, w in (min_widths or {}).items() if i in index}
+        if column is None or _layout(*args, width, moved, floors)[2] <= 0:
+            text = table(
+                *args,
+                right=[index[i] for i in right if i in index],
+                width=width,
+                shrink=moved,
+                middle=[index[i] for i in middle if i in index],
+                min_widths=floors,
+            )
+            return text, list(reversed(dropped))
+        kept.remove(column)
+        dropped.append(headers[column])
+    raise AssertionError("unreachable")  # the loop returns with column None at the latest
 
 
 def runtime(started: float | None, ended: float | None, now: float | None = None) -> float | None:
