@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from gpudesk.api.models import (
         ActionOutcome,
         AlternativeView,
+        AttemptView,
         DamagedJob,
         JobDetail,
         JobStateName,
@@ -426,6 +427,8 @@ def show(
     target = plot_target(plot, machine_output="--json" if json_out else None)
     with engine_client() as client:
         data = client.show(job, env=env, series=target is not None)
+        # the jobs it runs after, as they stand now (archived ones too: named by id)
+        after = client.jobs(ids=data.job.spec.after) if data.job.spec.after and not json_out else []
     if json_out:
         print_json(to_builtins(data))
         _plot_job(target, data)
@@ -445,11 +448,28 @@ def show(
         + (f", {spec.sm_pct:g}% SM" if spec.sm_pct is not None else "")
         + (f", dataset {spec.dataset}" if spec.dataset else "")
         + (f" ({spec.selection})" if spec.selection else ""),
-        f"  priority   {spec.priority}   attempts {_attempts_text(j)}",
+        f"  priority   {spec.priority}   attempts {_attempts_text(j)}"
+        + (
+            f"   time limit {render.duration(spec.time_limit_s)} per attempt"
+            if spec.time_limit_s is not None
+            else ""
+        ),
         f"  submitted  {render.clock(j.submitted_at)}   started {render.clock(j.started_at)}"
         f"   ended {render.clock(j.ended_at)}"
         f"   time {render.duration(render.runtime(j.started_at, j.ended_at))}",
     ]
+    if spec.after:
+        states = {other.id: other for other in after}
+        lines.append(
+            "  after      "
+            + ", ".join(
+                f"job {ref} ({states[ref].name}, {states[ref].state})"
+                if ref in states
+                else f"job {ref} (gone)"
+                for ref in spec.after
+            )
+            + ": starts once all have succeeded"
+        )
     if j.group:
         lines.append(f"  run        {j.group}" + (f", sweep {spec.sweep}" if spec.sweep else ""))
     if data.tracking is not None:
@@ -477,7 +497,7 @@ def show(
                 lines.append(f"      in  {a.containment}")
             lines.append(f"      why {a.placement.reason}")
             lines.extend(_alternative_lines(a.placement.alternatives))
-    lines.extend(_usage_lines(data.usage))
+    lines.extend(_usage_lines(data.usage, j, data.attempts))
     lines.append("events:")
     for e in data.events:
         lines.append(f"  {render.clock(e.ts)}  {e.state or e.kind:<10} {e.message}")
@@ -526,14 +546,19 @@ def _na(value: float | None, fmt: str) -> str:
     return "n/a" if value is None else fmt.format(value)
 
 
-def _usage_lines(usage: UsageSummary | None) -> list[str]:
+def _usage_lines(
+    usage: UsageSummary | None, job: JobView, attempts: list[AttemptView]
+) -> list[str]:
     """What a job used since it started: energy (Wh, as every view shows it; `--json` keeps
     joules) with carbon, CPU, memory, I/O."""
     from gpudesk import render
     from gpudesk.units import watt_hours
 
     if not usage:
+        if job.terminal and not attempts:
+            return [f"usage:     none: it never ran ({job.state} before it started)"]
         return ["usage:     not measured yet"]
+    on_mig = any(a.placement.mode == "mig" for a in attempts)
 
     def mib(value: float | None) -> str:
         return "-" if value is None else f"{value:.0f} MiB"
@@ -542,7 +567,11 @@ def _usage_lines(usage: UsageSummary | None) -> list[str]:
     if usage.gpu_j is not None:
         idle = usage.gpu_idle_j
         how = {
-            "exclusive": "exclusive GPU",
+            # a MIG slice's energy is not measured: NVML counts the whole GPU's, every slice
+            # and the idle ones included
+            "exclusive": "the whole GPU in MIG mode, not the slice's own: its idle slices included"
+            if on_mig
+            else "exclusive GPU",
             "sm share": "shared GPU, split by SM share",
             "even": "shared GPU, split evenly",
         }.get(usage.split or "", "")
