@@ -1,7 +1,8 @@
 """`gpudesk history`: finished jobs with what each used, as a table for people or as CSV/JSON
 for a spreadsheet or an accounting script (Slurm's `sacct`; pueue keeps no usage).
 
-Energy is joules in CSV and JSON and Wh in the table (gpudesk.units.watt_hours); GPU-seconds
+Energy is joules in CSV and JSON and Wh in the table (gpudesk.units.watt_hours); times are ISO
+8601 in UTC in the CSV (a spreadsheet reads them) and epoch seconds in JSON; GPU-seconds
 are each attempt's wall time × the GPUs it held (a MIG slice or a shared GPU counts as one),
 summed: as allocated, not as used."""
 
