@@ -4,12 +4,9 @@ GPU shares it under MPS, and what a MIG slice's energy figure is."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 from conftest import EngineHandle, Run, wait_for
-
-from gpudesk.paths import Home
 
 
 def test_show_prints_the_time_limit_and_the_jobs_it_runs_after_and_that_it_never_ran(
@@ -57,39 +54,21 @@ def test_a_job_alone_on_an_idle_gpu_says_why_mps_and_not_the_whole_gpu(
 
 
 def test_show_of_a_job_on_a_mig_slice_does_not_call_the_whole_gpus_counter_its_own(
-    home: Home, gpudesk: Run
+    mig_engine: EngineHandle, gpudesk: Run
 ) -> None:
-    handle = EngineHandle(home)
-    handle.start(
-        backend="sim:dgx-station-a100",
-        policy="mig",
-        sample_interval=0.2,
-        mig={"1": "3g.20gb,2g.10gb,2g.10gb"},
+    (job_id,) = mig_engine.submit(
+        {"name": "sliced", "command": ["sleep", "30"], "gpus": 1, "memory_gb": 4, "sm_pct": 20}
     )
-    try:
-        (job_id,) = handle.submit(
-            {
-                "name": "sliced",
-                "command": [sys.executable, "-c", "import time; time.sleep(30)"],
-                "gpus": 1,
-                "memory_gb": 4,
-                "sm_pct": 20,
-            }
-        )
-        handle.wait_state(job_id, "running")
-        wait_for(
-            lambda: (handle.show(job_id)["usage"] or {}).get("gpu_j") is not None,
-            20.0,
-            what="the slice's job to be measured",
-        )
-        code, out, err = gpudesk("show", str(job_id))
-        assert code == 0, err
-        energy = next(line for line in out.splitlines() if "GPU energy" in line)
-        assert "exclusive GPU" not in energy
-        assert "the whole GPU in MIG mode, not the slice's own: its idle slices included" in energy
-        handle.client.request("cancel", jobs=[job_id], grace=0)
-        handle.wait_all_done([job_id])
-    finally:
-        handle.stop()
-        handle.cleanup_jobs()
-        handle.client.close()
+    assert mig_engine.wait_state(job_id, "running")["mode"] == "mig"
+    wait_for(
+        lambda: (mig_engine.show(job_id)["usage"] or {}).get("gpu_j") is not None,
+        20.0,
+        what="the slice's job to be measured",
+    )
+    code, out, err = gpudesk("show", str(job_id))
+    assert code == 0, err
+    energy = next(line for line in out.splitlines() if "GPU energy" in line)
+    assert "exclusive GPU" not in energy
+    assert "the whole GPU in MIG mode, not the slice's own: its idle slices included" in energy
+    mig_engine.client.request("cancel", jobs=[job_id], grace=0)
+    mig_engine.wait_all_done([job_id])

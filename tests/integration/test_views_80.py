@@ -6,20 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from conftest import SWEEP_NAMES as SWEEP
 from conftest import EngineHandle, Run
-
-SWEEP = (
-    "light-lr0.01-h512-1",
-    "light-lr0.01-h512-2",
-    "light-lr0.001-h512-1",
-    "heavy-lr0.01-h1024-1",
-)
-
-
-def fits(text: str, width: int = 80) -> list[str]:
-    lines = text.splitlines()
-    assert lines and all(len(line) <= width for line in lines), "\n" + text
-    return lines
+from conftest import lines_within as fits
 
 
 def test_queue_at_80_columns_keeps_sweep_names_apart_and_says_why_each_job_waits(

@@ -10,25 +10,14 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+from conftest import SWEEP_NAMES as SWEEP
+from conftest import lines_within as fits
 from test_api_prepass import job_view  # same folder: on sys.path under pytest
 from test_plots import history_row
 
 from gpudesk import render
 from gpudesk.cli.history import _table
 from gpudesk.cli.history import history_row as row_of
-
-SWEEP = (
-    "light-lr0.01-h512-1",
-    "light-lr0.01-h512-2",
-    "light-lr0.001-h512-1",
-    "heavy-lr0.01-h1024-1",
-)
-
-
-def fits(text: str, width: int = 80) -> list[str]:
-    lines = text.splitlines()
-    assert lines and all(len(line) <= width for line in lines), "\n" + text
-    return lines
 
 
 def test_clip_apart_keeps_a_sweeps_names_apart_where_a_plain_clip_does_not() -> None:

@@ -6,6 +6,7 @@ import io
 from pathlib import Path
 
 import pytest
+from conftest import SWEEP_NAMES as SWEEP
 from rich.console import Console
 from test_api_prepass import job_view  # same folder: on sys.path under pytest
 
@@ -152,14 +153,6 @@ def test_a_pre_pass_job_is_not_a_job_without_a_result() -> None:
     assert "1 job(s) printed no result line" in report.text(width=80)
 
 
-SWEEP = (
-    "light-lr0.01-h512-1",
-    "light-lr0.01-h512-2",
-    "light-lr0.001-h512-1",
-    "heavy-lr0.01-h1024-1",
-)
-
-
 def sweep_jobs(tmp_path: Path, state: str, **extra: object) -> list[JobView]:
     """A sweep's jobs whose names differ only in their middle and end, each with a log where
     the engine keeps it (jobs/ID/ATTEMPT/output.log)."""
@@ -174,7 +167,10 @@ def sweep_jobs(tmp_path: Path, state: str, **extra: object) -> list[JobView]:
     return jobs
 
 
-def test_final_table_at_80_columns_keeps_each_sweep_job_apart(tmp_path: Path) -> None:
+def test_final_table_at_80_columns_keeps_each_sweep_job_apart(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # the logs' folder is named from here: jobs/
     jobs = sweep_jobs(tmp_path, "succeeded", usage={"total_j": 3600.0, "estimate": True})
     text = RunReport("sweep", "g", 100.0, 4000.0, jobs=jobs).text(width=80)
     assert text.splitlines()[:7] == [
@@ -186,8 +182,7 @@ def test_final_table_at_80_columns_keeps_each_sweep_job_apart(tmp_path: Path) ->
         "",
         "sweep: 4 succeeded in 1h05m",
     ]
-    where = f"logs: ID/ATTEMPT/output.log under {tmp_path / 'jobs'}/, or gpudesk logs ID"
-    assert where in " ".join(line.strip() for line in text.splitlines())
+    assert text.splitlines()[7] == "logs: ID/ATTEMPT/output.log under jobs/, or gpudesk logs ID"
     assert all(len(line) <= 80 for line in text.splitlines()), text
 
 
