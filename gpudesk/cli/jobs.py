@@ -582,8 +582,8 @@ def _usage_lines(
             else " (idle baseline unknown)"
         )
         lines.append(
-            f"  GPU energy {watt_hours(usage.gpu_j)}{baseline}  [{source}; {how}]"
-            + ("  ESTIMATE" if usage.estimate else "")
+            f"  GPU energy {render.energy_cell(usage.gpu_j, usage.estimate)}{baseline}"
+            f"  [{source}; {how}]" + ("  ESTIMATE" if usage.estimate else "")
         )
     cpu = usage.cpu_j
     lines.append(
