@@ -220,6 +220,8 @@ class Scheduler:
         heads: dict[bool, tuple[tuple[int, float, int], int]] = {}
         firsts: set[tuple[bool, int]] = set()  # (pool, owner) whose first job was weighed
         for job in self.queue.ordered_iter():
+            if len(heads) == 2 and -job.spec.priority > max(k[0] for k, _ in heads.values()):
+                break  # the queue is in priority order: no job from here on comes first
             pool, uid = bool(job.spec.gpus), job.owner.uid
             if (pool, uid) in firsts or blocker(job) is not None:
                 continue  # a user's later jobs never come before their first
