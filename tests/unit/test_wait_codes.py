@@ -9,7 +9,9 @@ from conftest import EngineInProcess
 from store_fill import fill_jobs
 
 from gpudesk.engine.identity import Caller
+from gpudesk.engine.slurm import views as slurm_views
 from gpudesk.engine.station import StationConfig
+from gpudesk.engine.store.slurm import SENDING, SlurmRow
 from gpudesk.paths import Home
 
 
@@ -45,3 +47,24 @@ def test_two_users_queue_one_head_the_rest_behind_it_and_no_query_per_job(home: 
         assert len(statements) == few  # 96 jobs listed with the same queries as 6
     finally:
         engine.close()
+
+
+def test_a_slurm_jobs_code_is_slurms_own_reason() -> None:
+    def row(**given: object) -> SlurmRow:
+        fields: dict = {
+            "job_id": 7,
+            "cluster": "lab",
+            "conf": "/etc/slurm/slurm.conf",
+            "submission": "123",
+            "task": None,
+            "own_id": None,
+            "output": "/home/ada/out",
+            "script": "/home/ada/job.sh",
+            "gres": "gpu:1",
+            **given,
+        }
+        return SlurmRow(**fields)
+
+    assert slurm_views.wait_code(row(state="PENDING", reason="Priority")) == "Priority"
+    assert slurm_views.wait_code(row(state="PENDING", reason="None")) == "Pending"
+    assert slurm_views.wait_code(row(submission=SENDING)) == "Submitting"
