@@ -246,7 +246,8 @@ def where_or_why(job: JobView) -> str:
 def _queue_rows(jobs: list[JobView], width: int | None) -> str:
     """The queue as a table in `width` columns (None: no limit, for a pipe): the reason
     gives way first, then the name (clipped in the middle: a sweep's jobs differ at the end),
-    then the user; ids and states are never clipped. EXIT only when a listed job has ended."""
+    then the user, then whole columns (TRY, PRI, SUBMITTED); ids and states are never
+    clipped. EXIT only when a listed job has ended."""
     from gpudesk import render
 
     ended = any(j.state not in LIVE_STATES for j in jobs)
@@ -269,16 +270,20 @@ def _queue_rows(jobs: list[JobView], width: int | None) -> str:
         for j in jobs
     ]
     last = len(headers) - 1
-    return render.table(
+    text, _ = render.fitted_table(
         headers,
         rows,
+        width=width,
+        # where names would be clipped below 16, TRY gives way first, then PRI, then SUBMITTED
+        optional=(last - 1, 4, 5),
         max_widths={1: 32, 2: 12},
         right=(0, 4, 6, 7, 8) if ended else (0, 4, 6, 7),
-        width=width,
         shrink=(last, 1, 2),
         middle=(1,),
-        min_widths={last: len("(JobHeldUser)")},  # the common codes stay whole
+        # the common codes stay whole; a name keeps 16 characters before a column goes
+        min_widths={last: len("(JobHeldUser)"), 1: 16},
     )
+    return text
 
 
 @jobs_app.command()
