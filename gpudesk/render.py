@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -88,6 +89,43 @@ def clip(text: str, width: int) -> str:
     return text if len(text) <= width else text[: max(0, width - 1)] + "…"
 
 
+def clip_middle(text: str, width: int, head: int | None = None) -> str:
+    """`text` in `width` columns with the ellipsis in the middle, keeping both ends: `head`
+    characters of its start (default: a third) and the rest from its end, which differs most
+    between a sweep's jobs (`light-lr0.01-h512-1`, `-2`)."""
+    if len(text) <= width:
+        return text
+    if width < 3:
+        return clip(text, width)
+    if head is None:
+        head = (width - 1) // 3
+    head = max(0, min(head, width - 1))
+    tail = width - 1 - head
+    return text[:head] + "…" + (text[len(text) - tail :] if tail else "")
+
+
+def clip_apart(values: Sequence[str], width: int) -> list[str]:
+    """Each of a column's `values` in `width` columns, clipped in the middle (clip_middle) at
+    the one place that keeps the most of them apart: `light-lr0.01-h512-1` and
+    `light-lr0.001-h512-1` become `lig…0.01-h512-1` and `lig….001-h512-1`, not the same
+    `ligh…01-h512-1` twice. Of the places that tell as many apart, the one nearest a third in."""
+    if all(len(v) <= width for v in values):
+        return list(values)
+    if width < 3:
+        return [clip(v, width) for v in values]
+    preferred = (width - 1) // 3
+    best: tuple[int, int] | None = None  # (distinct values, -distance from a third), head
+    chosen = preferred
+    for head in sorted(range(width), key=lambda h: abs(h - preferred)):
+        distinct = len({clip_middle(v, width, head) for v in values})
+        score = (distinct, -abs(head - preferred))
+        if best is None or score > best:
+            best, chosen = score, head
+        if distinct == len(set(values)):
+            break  # the nearest place that tells them all apart
+    return [clip_middle(v, width, chosen) for v in values]
+
+
 def table(
     headers: Sequence[str],
     rows: Sequence[Sequence[object]],
@@ -95,29 +133,97 @@ def table(
     right: Sequence[int] = (),
     width: int | None = None,
     shrink: Sequence[int] = (),
+    middle: Sequence[int] = (),
+    min_widths: dict[int, int] | None = None,
 ) -> str:
     """A plain table: columns separated by two spaces, clipped to `max_widths` by column index.
-    Given a `width`, the `shrink` columns (in that order, each down to its header) are clipped
-    further until every line fits in it, where they can."""
-    max_widths = max_widths or {}
+    Given a `width`, the `shrink` columns (in that order, each down to its header, or its
+    `min_widths` where that is wider) are clipped further until every line fits in it, where
+    they can: list the free text first (a reason, a path), names after; columns not listed
+    (ids, states) are never clipped. The `middle` columns (job names) are clipped in the
+    middle where that keeps them apart (clip_apart): a sweep's jobs differ at the end."""
+    cells, widths, _ = _layout(headers, rows, max_widths, width, shrink, min_widths)
+    columns = [
+        clip_apart([r[i] for r in cells], w) if i in middle else [clip(r[i], w) for r in cells]
+        for i, w in enumerate(widths)
+    ]
+    lines = []
+    for number in range(len(cells)):
+        parts = [
+            column[number].rjust(w) if i in right else column[number].ljust(w)
+            for i, (column, w) in enumerate(zip(columns, widths, strict=True))
+        ]
+        lines.append("  ".join(parts).rstrip())
+    return "\n".join(lines)
+
+
+def _layout(
+    headers: Sequence[str],
+    rows: Sequence[Sequence[object]],
+    max_widths: dict[int, int] | None,
+    width: int | None,
+    shrink: Sequence[int],
+    min_widths: dict[int, int] | None,
+) -> tuple[list[list[str]], list[int], int]:
+    """`table`'s cells as text, each column's width, and by how many columns the widest line
+    still exceeds `width` (0 or less: it fits)."""
+    max_widths, min_widths = max_widths or {}, min_widths or {}
     cells = [[str(c) for c in headers]] + [["-" if c is None else str(c) for c in r] for r in rows]
-    cells = [[clip(c, max_widths.get(i, 10_000)) for i, c in enumerate(r)] for r in cells]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    widths = [
+        min(max(len(r[i]) for r in cells), max(len(cells[0][i]), max_widths.get(i, 10_000)))
+        for i in range(len(headers))
+    ]
     excess = sum(widths) + 2 * (len(widths) - 1) - (width or 10_000_000)
     for i in shrink:
         if excess <= 0:
             break
-        cut = min(excess, max(0, widths[i] - max(len(str(headers[i])), 4)))
+        floor = max(len(str(headers[i])), 4, min_widths.get(i, 0))
+        cut = min(excess, max(0, widths[i] - floor))
         widths[i] -= cut
         excess -= cut
-    lines = []
-    for row in cells:
-        parts = [
-            clip(c, w).rjust(w) if i in right else clip(c, w).ljust(w)
-            for i, (c, w) in enumerate(zip(row, widths, strict=True))
-        ]
-        lines.append("  ".join(parts).rstrip())
-    return "\n".join(lines)
+    return cells, widths, excess
+
+
+def fitted_table(
+    headers: Sequence[str],
+    rows: Sequence[Sequence[object]],
+    *,
+    width: int | None,
+    optional: Sequence[int] = (),
+    max_widths: dict[int, int] | None = None,
+    right: Sequence[int] = (),
+    shrink: Sequence[int] = (),
+    middle: Sequence[int] = (),
+    min_widths: dict[int, int] | None = None,
+) -> tuple[str, list[str]]:
+    """`table` in `width` columns, leaving out `optional` columns (the last listed first) while
+    it would not fit otherwise, `shrink` columns clipped down to their `min_widths` at most;
+    the table and the headers of the columns left out (for a line saying how to see them)."""
+    kept = list(range(len(headers)))
+    dropped: list[str] = []
+    for column in [*reversed(optional), None]:
+        index = {old: new for new, old in enumerate(kept)}
+        picked = [[row[i] for i in kept] for row in rows]
+        args = (
+            [headers[i] for i in kept],
+            picked,
+            {index[i]: w for i, w in (max_widths or {}).items() if i in index},
+        )
+        moved = [index[i] for i in shrink if i in index]
+        floors = {index[i]: w for i, w in (min_widths or {}).items() if i in index}
+        if column is None or _layout(*args, width, moved, floors)[2] <= 0:
+            text = table(
+                *args,
+                right=[index[i] for i in right if i in index],
+                width=width,
+                shrink=moved,
+                middle=[index[i] for i in middle if i in index],
+                min_widths=floors,
+            )
+            return text, list(reversed(dropped))
+        kept.remove(column)
+        dropped.append(headers[column])
+    raise AssertionError("unreachable")  # the loop returns with column None at the latest
 
 
 def runtime(started: float | None, ended: float | None, now: float | None = None) -> float | None:
@@ -163,3 +269,12 @@ def shorten_path(path: str | None, cwd: str | None = None) -> str:
 def terminal_width() -> int:
     """The width to fit plain output to: $COLUMNS, else the terminal's, else 80."""
     return max(40, shutil.get_terminal_size((80, 24)).columns)
+
+
+def table_width() -> int | None:
+    """The width a command's table is fitted to: the terminal's (terminal_width, $COLUMNS
+    first); None when the output goes to a pipe or a file and $COLUMNS is not set, which keeps
+    whole cells for a script (`gpudesk queue | grep`), as `ps` does."""
+    if os.environ.get("COLUMNS", "").strip() or sys.stdout.isatty():
+        return terminal_width()
+    return None

@@ -363,6 +363,38 @@ def sim_engine(home: Home) -> Iterator[EngineHandle]:
 
 
 @pytest.fixture
+def mig_engine(home: Home) -> Iterator[EngineHandle]:
+    """A real daemon on a simulated DGX Station A100 whose GPU 1 is in MIG mode (3g.20gb,
+    2g.10gb, 2g.10gb), placing with the mig policy, sampling every 0.2 s."""
+    handle = EngineHandle(home)
+    handle.start(
+        backend="sim:dgx-station-a100",
+        policy="mig",
+        sample_interval=0.2,
+        mig={"1": "3g.20gb,2g.10gb,2g.10gb"},
+    )
+    yield handle
+    handle.client.close()
+
+
+# A sweep's job names, which differ only in their middle and end: what a view at 80 columns
+# must keep apart.
+SWEEP_NAMES = (
+    "light-lr0.01-h512-1",
+    "light-lr0.01-h512-2",
+    "light-lr0.001-h512-1",
+    "heavy-lr0.01-h1024-1",
+)
+
+
+def lines_within(text: str, width: int = 80) -> list[str]:
+    """`text`'s lines, asserting there is one and none is wider than `width`."""
+    lines = text.splitlines()
+    assert lines and all(len(line) <= width for line in lines), "\n" + text
+    return lines
+
+
+@pytest.fixture
 def gpudesk_cmd() -> list[str]:
     return [sys.executable, "-m", "gpudesk"]
 

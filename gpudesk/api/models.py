@@ -248,6 +248,11 @@ class JobView(WireModel, frozen=True):
     last_slot: str | None = None
     gpu_s: float | None = None
     slurm: SlurmJobView | None = None  # a job submitted to Slurm: its id there and state
+    # A queued job: why it waits, as a short code in squeue's words: Priority (a job ahead of
+    # it waits too), Resources (next to start, waiting for room), Dependency (its --after
+    # jobs), JobHeldUser, QOSMaxGRESPerUser (its owner's GPU limit), TrackingRun (its MLflow
+    # run is being made); a Slurm job's is Slurm's own. `show`'s `waiting` says it at length.
+    wait_reason: str | None = None
 
     @property
     def terminal(self) -> bool:

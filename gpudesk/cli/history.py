@@ -1,7 +1,8 @@
 """`gpudesk history`: finished jobs with what each used, as a table for people or as CSV/JSON
 for a spreadsheet or an accounting script (Slurm's `sacct`; pueue keeps no usage).
 
-Energy is joules in CSV and JSON and Wh in the table (gpudesk.units.watt_hours); GPU-seconds
+Energy is joules in CSV and JSON and Wh in the table (gpudesk.units.watt_hours); times are ISO
+8601 in UTC in the CSV (a spreadsheet reads them) and epoch seconds in JSON; GPU-seconds
 are each attempt's wall time × the GPUs it held (a MIG slice or a shared GPU counts as one),
 summed: as allocated, not as used."""
 
@@ -53,6 +54,8 @@ class HistoryRow:
     cpu_j: float | None
     energy_j: float | None
     co2e_g: float | None
+    # energy_j is a share of a shared GPU's (or CPU's) energy: an estimate, shown with "~"
+    energy_estimate: bool = False
 
 
 def history_row(job: JobView) -> HistoryRow:
@@ -87,8 +90,18 @@ def history_row(job: JobView) -> HistoryRow:
         gpu_j=usage.gpu_j if usage else None,
         cpu_j=usage.cpu_j if usage else None,
         energy_j=usage.total_j if usage else None,
+        energy_estimate=bool(usage and usage.estimate),
         co2e_g=usage.carbon_g if usage else None,
     )
+
+
+TIMES = ("submitted_at", "started_at", "ended_at")  # epoch seconds; ISO 8601 in the CSV
+
+
+def iso_utc(ts: float) -> str:
+    """A time for a spreadsheet: ISO 8601 in UTC with its offset, to the second
+    (2026-11-29T16:20:05+00:00); JSON keeps the epoch seconds."""
+    return dt.datetime.fromtimestamp(ts, dt.timezone.utc).isoformat(timespec="seconds")
 
 
 def parse_since(text: str, now: float | None = None) -> float:
@@ -112,47 +125,65 @@ def parse_since(text: str, now: float | None = None) -> float:
     )
 
 
-def _table(rows: list[HistoryRow]) -> str:
-    """What fits 80 columns; CPU-seconds, peak memory, the energy split and CO2e are in the
-    CSV and JSON."""
+def _table(rows: list[HistoryRow], width: int | None) -> str:
+    """The jobs as a table in `width` columns (None: every column, whole): what fits 80
+    columns first; the user, CPU-seconds, CO2e and the memory peaks where there is room
+    (`--wide`, a wider terminal, a pipe), with a line naming those left out. Names are
+    clipped in the middle (a sweep's jobs differ at the end); ids and states never."""
     from gpudesk import render
 
     def number(value: float | None, fmt: str) -> str:
         return "-" if value is None else fmt.format(value)
 
-    return render.table(
-        (
-            "ID",
-            "NAME",
-            "USER",
-            "STATE",
-            "EXIT",
-            "ENDED",
-            "WALL",
-            "RAN ON",
-            "GPU-S",
-            "ENERGY",
-        ),
-        [
-            (
-                r.id,
-                r.name,
-                r.user,
-                r.state,
-                "-" if r.exit_code is None else r.exit_code,
-                render.clock(r.ended_at),  # with the date past 20 h, as queue
-                render.duration(r.wall_s),
-                r.placement or "-",
-                number(r.gpu_s, "{:.0f}"),
-                render.energy_cell(r.energy_j, estimate=False),
-            )
-            for r in rows
-        ],
-        max_widths={1: 20, 2: 10, 7: 12},
-        right=(0, 4, 8, 9),
-        width=render.terminal_width(),
-        shrink=(1, 2, 7),
+    headers = (
+        "ID",
+        "NAME",
+        "USER",
+        "STATE",
+        "EXIT",
+        "ENDED",
+        "WALL",
+        "RAN ON",
+        "GPU-S",
+        "CPU-S",
+        "MAXRSS",
+        "GPU MEM",
+        "ENERGY",
+        "CO2E",
     )
+    cells = [
+        (
+            r.id,
+            r.name,
+            r.user,
+            r.state,
+            "-" if r.exit_code is None else r.exit_code,
+            render.clock(r.ended_at),  # with the date past 20 h, as queue
+            render.duration(r.wall_s),
+            r.placement or "-",
+            number(r.gpu_s, "{:.0f}"),
+            number(r.cpu_s, "{:.0f}"),
+            number(r.rss_peak_mib, "{:.0f}M"),
+            number(r.gpu_memory_peak_mib, "{:.0f}M"),
+            render.energy_cell(r.energy_j, r.energy_estimate),
+            number(r.co2e_g, "{:.1f}g"),
+        )
+        for r in rows
+    ]
+    text, left_out = render.fitted_table(
+        headers,
+        cells,
+        width=width,
+        optional=(2, 9, 13, 10, 11),  # the last given way first
+        max_widths={1: 32, 2: 10, 7: 16},
+        right=(0, 4, 8, 9, 10, 11, 12, 13),
+        shrink=(7, 1, 2),
+        middle=(1,),
+        min_widths={1: 12},
+    )
+    if left_out:
+        text += f"\n({', '.join(left_out)} with --wide, or in --format csv)"
+    return text
 
 
 @history_app.command()
@@ -180,6 +211,12 @@ def history(
     user: str | None = typer.Option(None, "--user", "-u", help="Only this user's jobs."),
     me: bool = typer.Option(False, "--me", help="Only my jobs."),
     limit: int = typer.Option(1000, "--limit", help="At most the newest N jobs."),
+    wide: bool = typer.Option(
+        False,
+        "--wide",
+        "-w",
+        help="The table with every column (CPU-seconds, peak memory, CO2e), however wide.",
+    ),
     plot: str | None = typer.Option(
         None,
         "--plot",
@@ -234,9 +271,16 @@ def history(
         writer = csv.writer(sys.stdout, lineterminator="\n")
         writer.writerow([f.name for f in fields(HistoryRow)])
         for row in rows:
-            writer.writerow(["" if v is None else v for v in asdict(row).values()])
+            writer.writerow(
+                [
+                    "" if v is None else iso_utc(v) if k in TIMES else v
+                    for k, v in asdict(row).items()
+                ]
+            )
     elif rows:
-        print(_table(rows))
+        from gpudesk import render
+
+        print(_table(rows, None if wide else render.table_width()))
     else:
         print("no finished jobs" + (f" since {since}" if since else ""))
     if target is not None:

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from gpudesk.api.models import (
         ActionOutcome,
         AlternativeView,
+        AttemptView,
         DamagedJob,
         JobDetail,
         JobStateName,
@@ -234,9 +235,26 @@ def submit(
 
 
 # ------------------------------------------------------------------------- queue
-def _queue_rows(jobs: list[JobView]) -> str:
+def where_or_why(job: JobView) -> str:
+    """squeue's NODELIST(REASON) for one job: where it runs, or why it waits in parentheses
+    ((Priority), (Resources), (Dependency), ...); "" for a finished job."""
+    if job.state == "running":
+        return job.slot or ""
+    if job.state == "queued":
+        return f"({job.wait_reason or ('JobHeldUser' if job.held else 'Pending')})"
+    return ""
+
+
+def _queue_rows(jobs: list[JobView], width: int | None) -> str:
+    """The queue as a table in `width` columns (None: no limit, for a pipe): the reason
+    gives way first, then the name (clipped in the middle: a sweep's jobs differ at the end),
+    then the user, then whole columns (TRY, PRI, SUBMITTED); ids and states are never
+    clipped. EXIT only when a listed job has ended."""
     from gpudesk import render
 
+    ended = any(j.state not in LIVE_STATES for j in jobs)
+    headers = ["ID", "NAME", "USER", "STATE", "PRI", "TRY", "GPUS", "TIME"]
+    headers += ["EXIT"] * ended + ["SUBMITTED", "SLOT(REASON)"]
     rows = [
         (
             j.id,
@@ -246,19 +264,28 @@ def _queue_rows(jobs: list[JobView]) -> str:
             j.spec.priority,
             f"{j.attempts - j.attempts_before_requeue}/{j.max_attempts}",
             j.spec.gpus,
-            j.slot or "",
             render.duration(render.runtime(j.started_at, j.ended_at)),
-            j.exit_code,
+            *([j.exit_code] if ended else []),
             render.clock(j.submitted_at),
+            where_or_why(j) or "-",
         )
         for j in jobs
     ]
-    return render.table(
-        ("ID", "NAME", "USER", "STATE", "PRI", "TRY", "GPUS", "SLOT", "TIME", "EXIT", "SUBMITTED"),
+    last = len(headers) - 1
+    text, _ = render.fitted_table(
+        headers,
         rows,
-        max_widths={1: 24, 2: 12},
-        right=(0, 4, 6, 8, 9),
+        width=width,
+        # where names would be clipped below 16, TRY gives way first, then PRI, then SUBMITTED
+        optional=(last - 1, 4, 5),
+        max_widths={1: 32, 2: 12},
+        right=(0, 4, 6, 7, 8) if ended else (0, 4, 6, 7),
+        shrink=(last, 1, 2),
+        middle=(1,),
+        # the common codes stay whole; a name keeps 16 characters before a column goes
+        min_widths={last: len("(JobHeldUser)"), 1: 16},
     )
+    return text
 
 
 @jobs_app.command()
@@ -290,6 +317,7 @@ def queue(
     import fnmatch
     from typing import get_args
 
+    from gpudesk import render
     from gpudesk.api.models import JobStateName, to_builtins
 
     owner = owner_filter(user, me)
@@ -332,7 +360,7 @@ def queue(
         else:
             print("no queued or running jobs (gpudesk queue --all shows finished ones)")
         return
-    print(_queue_rows(jobs))
+    print(_queue_rows(jobs, render.table_width()))
     if cut:
         print(cut)
 
@@ -406,6 +434,8 @@ def show(
     target = plot_target(plot, machine_output="--json" if json_out else None)
     with engine_client() as client:
         data = client.show(job, env=env, series=target is not None)
+        # the jobs it runs after, as they stand now (archived ones too: named by id)
+        after = client.jobs(ids=data.job.spec.after) if data.job.spec.after and not json_out else []
     if json_out:
         print_json(to_builtins(data))
         _plot_job(target, data)
@@ -425,11 +455,28 @@ def show(
         + (f", {spec.sm_pct:g}% SM" if spec.sm_pct is not None else "")
         + (f", dataset {spec.dataset}" if spec.dataset else "")
         + (f" ({spec.selection})" if spec.selection else ""),
-        f"  priority   {spec.priority}   attempts {_attempts_text(j)}",
+        f"  priority   {spec.priority}   attempts {_attempts_text(j)}"
+        + (
+            f"   time limit {render.duration(spec.time_limit_s)} per attempt"
+            if spec.time_limit_s is not None
+            else ""
+        ),
         f"  submitted  {render.clock(j.submitted_at)}   started {render.clock(j.started_at)}"
         f"   ended {render.clock(j.ended_at)}"
         f"   time {render.duration(render.runtime(j.started_at, j.ended_at))}",
     ]
+    if spec.after:
+        states = {other.id: other for other in after}
+        lines.append(
+            "  after      "
+            + ", ".join(
+                f"job {ref} ({states[ref].name}, {states[ref].state})"
+                if ref in states
+                else f"job {ref} (gone)"
+                for ref in spec.after
+            )
+            + ": starts once all have succeeded"
+        )
     if j.group:
         lines.append(f"  run        {j.group}" + (f", sweep {spec.sweep}" if spec.sweep else ""))
     if data.tracking is not None:
@@ -457,7 +504,7 @@ def show(
                 lines.append(f"      in  {a.containment}")
             lines.append(f"      why {a.placement.reason}")
             lines.extend(_alternative_lines(a.placement.alternatives))
-    lines.extend(_usage_lines(data.usage))
+    lines.extend(_usage_lines(data.usage, j, data.attempts))
     lines.append("events:")
     for e in data.events:
         lines.append(f"  {render.clock(e.ts)}  {e.state or e.kind:<10} {e.message}")
@@ -506,14 +553,19 @@ def _na(value: float | None, fmt: str) -> str:
     return "n/a" if value is None else fmt.format(value)
 
 
-def _usage_lines(usage: UsageSummary | None) -> list[str]:
+def _usage_lines(
+    usage: UsageSummary | None, job: JobView, attempts: list[AttemptView]
+) -> list[str]:
     """What a job used since it started: energy (Wh, as every view shows it; `--json` keeps
     joules) with carbon, CPU, memory, I/O."""
     from gpudesk import render
     from gpudesk.units import watt_hours
 
     if not usage:
+        if job.terminal and not attempts:
+            return [f"usage:     none: it never ran ({job.state} before it started)"]
         return ["usage:     not measured yet"]
+    on_mig = any(a.placement.mode == "mig" for a in attempts)
 
     def mib(value: float | None) -> str:
         return "-" if value is None else f"{value:.0f} MiB"
@@ -522,7 +574,11 @@ def _usage_lines(usage: UsageSummary | None) -> list[str]:
     if usage.gpu_j is not None:
         idle = usage.gpu_idle_j
         how = {
-            "exclusive": "exclusive GPU",
+            # a MIG slice's energy is not measured: NVML counts the whole GPU's, every slice
+            # and the idle ones included
+            "exclusive": "the whole GPU in MIG mode, not the slice's own: its idle slices included"
+            if on_mig
+            else "exclusive GPU",
             "sm share": "shared GPU, split by SM share",
             "even": "shared GPU, split evenly",
         }.get(usage.split or "", "")
@@ -533,8 +589,8 @@ def _usage_lines(usage: UsageSummary | None) -> list[str]:
             else " (idle baseline unknown)"
         )
         lines.append(
-            f"  GPU energy {watt_hours(usage.gpu_j)}{baseline}  [{source}; {how}]"
-            + ("  ESTIMATE" if usage.estimate else "")
+            f"  GPU energy {render.energy_cell(usage.gpu_j, usage.estimate)}{baseline}"
+            f"  [{source}; {how}]" + ("  ESTIMATE" if usage.estimate else "")
         )
     cpu = usage.cpu_j
     lines.append(

@@ -35,6 +35,8 @@ MIN_REFRESH_S = 0.1
 # 10,000 jobs on a 2-core machine), so a follower spaces its refreshes to stay under this share.
 ENGINE_SHARE = 0.1
 CANCEL_GRACE_S = 5.0
+NAME_WIDTH = 40  # the live table's names at most
+MIN_OUTPUT_WIDTH = 10  # a narrower LAST OUTPUT column is left out
 
 
 @dataclass
@@ -146,7 +148,8 @@ class RunReport:
         """The report for people, every line at most `width` columns (default: the terminal's)."""
         width = width or render.terminal_width()
         logs = [j.log for j in self.jobs if j.log]
-        # Logs lie at ID/ATTEMPT/output.log under the jobs folder: name it once, not per row.
+        # Logs lie at ID/ATTEMPT/output.log under the jobs folder: said once, below, not as a
+        # column repeating "N/1/output.log" where the names need the width.
         folder = os.path.commonpath([str(Path(log).parents[2]) for log in logs]) if logs else ""
         rows = [
             (
@@ -156,20 +159,18 @@ class RunReport:
                 j.attempts,
                 render.duration(render.runtime(j.started_at, j.ended_at)),
                 j.exit_code,
-                ("~" if j.usage and j.usage.estimate else "") + watt_hours(j.usage.total_j)
-                if j.usage and j.usage.total_j is not None
-                else None,
-                os.path.relpath(j.log, folder) if j.log else None,
+                render.energy_cell(j.usage.total_j, j.usage.estimate) if j.usage else None,
             )
             for j in self.jobs
         ]
         table = render.table(
-            ("ID", "NAME", "STATE", "ATTEMPTS", "WALL", "EXIT", "ENERGY", "LOG"),
+            ("ID", "NAME", "STATE", "ATTEMPTS", "WALL", "EXIT", "ENERGY"),
             rows,
-            max_widths={1: 32},
+            max_widths={1: 40},
             right=(0, 3, 4, 5, 6),
             width=width,
-            shrink=(1, 7),
+            shrink=(1,),
+            middle=(1,),
         )
         counts = ", ".join(f"{n} {state}" for state, n in sorted(self.counts.items()))
         head = f"{self.profile}: {counts} in {render.duration(self.ended_at - self.started_at)}"
@@ -178,7 +179,8 @@ class RunReport:
         lines = [head]
         if folder:
             lines.append(
-                f"logs: LOG under {render.shorten_path(folder)}{os.sep}, or gpudesk logs ID"
+                f"logs: ID{os.sep}ATTEMPT{os.sep}output.log under "
+                f"{render.shorten_path(folder)}{os.sep}, or gpudesk logs ID"
             )
         lines += [self.energy_line(), *self.loader_lines(), *self.notes]
         wrapped = [
@@ -367,6 +369,7 @@ def _results_table(
         right=(0, *range(2, 2 + len(keys))),
         width=width,
         shrink=(1,),
+        middle=(1,),
     )
 
 
@@ -397,7 +400,8 @@ class _Progress:
 
     def update(self, jobs: list[JobView]) -> None:
         if self.live is not None:
-            self.live.update(self._table(jobs, rows=self.live.console.height - 4))
+            console = self.live.console
+            self.live.update(self._table(jobs, rows=console.height - 4, width=console.width))
             return
         for job in jobs:
             key = (job.state, job.attempts)
@@ -415,8 +419,12 @@ class _Progress:
                 flush=True,
             )
 
-    def _table(self, jobs: list[JobView], rows: int) -> Any:
+    def _table(self, jobs: list[JobView], rows: int, width: int) -> Any:
+        """As many jobs as `rows` holds, in `width` columns: ids, states and times whole, the
+        names next (clipped in the middle where they must be: a sweep's jobs differ at the
+        end), the last output line in what is left, or not at all."""
         from rich.table import Table
+        from rich.text import Text
 
         done = sum(1 for j in jobs if j.terminal)
         # Running jobs first, then the queue, then finished ones, as many as the screen holds.
@@ -424,6 +432,16 @@ class _Progress:
         ordered = sorted(jobs, key=lambda j: (rank.get(j.state, 2), j.id))
         shown = ordered[: max(5, rows)]
         caption = f"… and {len(jobs) - len(shown)} more" if len(shown) < len(jobs) else None
+        ids = [str(j.id) for j in shown]
+        times = [render.duration(render.runtime(j.started_at, j.ended_at)) for j in shown]
+        outputs = [render.last_line(j.log) if j.state == "running" else "" for j in shown]
+        fixed = max(map(len, ids), default=2) + len("succeeded") + max(map(len, times), default=4)
+        room = width - fixed - 2 * 3  # the name's, and the output's after two more spaces
+        names = [j.name for j in shown]
+        name_width = max(len("NAME"), min(NAME_WIDTH, max(map(len, names), default=4), room))
+        output_width = room - name_width - 2 if any(outputs) else 0
+        if output_width < MIN_OUTPUT_WIDTH:
+            output_width = 0
         table = Table(
             title=f"{done}/{len(jobs)} done",
             title_justify="left",
@@ -434,10 +452,11 @@ class _Progress:
             caption_justify="left",
         )
         table.add_column("ID", justify="right", no_wrap=True)
-        table.add_column("NAME", no_wrap=True, overflow="ellipsis", max_width=32)
+        table.add_column("NAME", no_wrap=True, max_width=name_width)
         table.add_column("STATE", no_wrap=True, min_width=len("succeeded"))
         table.add_column("TIME", justify="right", no_wrap=True)
-        table.add_column("LAST OUTPUT", no_wrap=True, overflow="ellipsis", max_width=60)
+        if output_width:
+            table.add_column("LAST OUTPUT", no_wrap=True, max_width=output_width)
         colors = {
             "running": "cyan",
             "succeeded": "green",
@@ -445,14 +464,14 @@ class _Progress:
             "cancelled": "yellow",
             "queued": "dim",
         }
-        for job in shown:
-            output = render.last_line(job.log) if job.state == "running" else ""
+        cells = zip(ids, render.clip_apart(names, name_width), shown, times, outputs, strict=True)
+        for job_id, name, job, took, output in cells:
             table.add_row(
-                str(job.id),
-                job.name,
-                f"[{colors.get(job.state, '')}]{job.state}[/]",
-                render.duration(render.runtime(job.started_at, job.ended_at)),
-                output,
+                job_id,
+                Text(name),
+                Text(job.state, style=colors.get(job.state, "")),
+                took,
+                *([Text(render.clip(output, output_width))] if output_width else []),
             )
         return table
 

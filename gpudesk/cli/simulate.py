@@ -151,25 +151,30 @@ def simulate(
         if layouts
         else ""
     )
-    print(
+    from gpudesk import render
+
+    width = render.terminal_width()
+    lines = [
         f"SIMULATED {chosen} ({sims[0].gpu_count} x {sims[0].model.name}{mig_text}): trace "
         f"{loaded.name}, {len(loaded.jobs)} jobs, memory hints from {estimator}, learning "
         f"{'on' if learn else 'off'}{', truth from ' + str(truth) if truth else ''}; "
         f"ratios against {_baseline(results).policy}"
-    )
-    print(_results_table(results))
-    for line in _ratio_lines(ratios):
-        print(line)
+    ]
+    print(_fill(lines[0], width))
+    print(_results_table(results, width))
+    notes = list(_ratio_lines(ratios))
     for r in results:
         if r.mig_violations:
-            print(
+            notes.append(
                 f"{r.policy}: {r.mig_violations} whole-GPU placement(s) on a GPU in MIG mode "
                 "(impossible on real hardware; played out as if allowed)"
             )
         for j in r.impossible_jobs if r is first else ():
-            print(f"impossible: job {j['id']} ({j['name']}) {j['reason']}")
+            notes.append(f"impossible: job {j['id']} ({j['name']}) {j['reason']}")
         for reason, jobs in _by_reason(r.lost_jobs).items():
-            print(f"lost under {r.policy}: {_listed(jobs)}: {reason}")
+            notes.append(f"lost under {r.policy}: {_listed(jobs)}: {reason}")
+    for note in notes:
+        print(_fill(note, width))
     _plot(target, results, sims[0], loaded.name, chosen)
 
 
@@ -281,9 +286,11 @@ def _ratio_lines(ratios: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _results_table(results: list[SimResult]) -> str:
+def _results_table(results: list[SimResult], width: int | None = None) -> str:
     """One row per policy; the "x" columns are makespan and energy against the exclusive
-    policy's (else the first policy's)."""
+    policy's (else the first policy's). Where the whole table is wider than `width`, the
+    times and energy come first and the crash and loss counts after, as a table of their own
+    where any is not 0, else as one line."""
     from gpudesk import render
 
     base = _baseline(results)
@@ -309,4 +316,35 @@ def _results_table(results: list[SimResult]) -> str:
         )
         for r in results
     ]
-    return render.table(_RESULT_HEADERS, rows, right=tuple(range(1, 13)))
+    whole = render.table(_RESULT_HEADERS, rows, right=tuple(range(1, 13)))
+    if width is None or max(len(line) for line in whole.splitlines()) <= width:
+        return whole
+    split = _RESULT_HEADERS.index("OOM")
+    times = render.table(
+        _RESULT_HEADERS[:split],
+        [row[:split] for row in rows],
+        right=tuple(range(1, split)),
+        width=width,
+        shrink=(0,),
+    )
+    counts = [(row[0], *row[split:]) for row in rows]
+    if not any(any(count for count in row[1:]) for row in counts):
+        said = "OOM crashes, recoveries, lost and impossible jobs: none under any policy"
+        return f"{times}\n{_fill(said, width)}"
+    losses = render.table(
+        ("POLICY", *_RESULT_HEADERS[split:]),
+        counts,
+        right=tuple(range(1, len(counts[0]))),
+        width=width,
+        shrink=(0,),
+    )
+    return f"{times}\n\n{losses}"
+
+
+def _fill(text: str, width: int) -> str:
+    """A line of prose in `width` columns, continued lines indented."""
+    import textwrap
+
+    return textwrap.fill(
+        text, width, subsequent_indent="  ", break_on_hyphens=False, break_long_words=False
+    )

@@ -674,6 +674,7 @@ class RequestHandlers:
             self.job_reply(job, caller, live_by_job.get(job.id), on_slurm.get(job.id))
             for job in jobs
         ]
+        self._add_wait_reasons(jobs, result, on_slurm)
         if args.get("usage"):
             usage = self._usage([job.id for job in jobs])
             allocations = self.parts.store.allocations([job.id for job in jobs], time.time())
@@ -707,6 +708,7 @@ class RequestHandlers:
             "usage": self._usage([job.id]).get(job.id),
             "tracking": parts.tracking.job_view(job, self._sees_secrets(caller, job.owner.uid)),
         }
+        self._add_wait_reasons([job], [result["job"]], {job.id: row} if row else {})
         if row is not None and job.attempts:  # Slurm ran it: its one attempt, as Slurm tells
             result["attempts"] = [slurm_views.attempt(job, row)]
         if job.state is JobState.QUEUED and job.held:
@@ -860,6 +862,22 @@ class RequestHandlers:
         # the shared loader it reads: its dataset's, or the dataset's variant for its selection
         data["loader"] = self.parts.loaders.loader_for(job.spec.dataset, job.spec.selection)
         return data
+
+    def _add_wait_reasons(
+        self, jobs: list[JobRecord], replies: list[Reply], on_slurm: dict[int, SlurmRow]
+    ) -> None:
+        """Each queued job's `wait_reason`, the short code `gpudesk queue` shows as squeue
+        does (Scheduler.wait_codes; a Slurm job's is Slurm's own), for the whole page at once."""
+        queued = [job for job in jobs if job.state is JobState.QUEUED]
+        codes = self.parts.scheduler.wait_codes(job.id for job in queued)
+        for job, data in zip(jobs, replies, strict=True):
+            if job.state is not JobState.QUEUED:
+                continue
+            row = on_slurm.get(job.id)
+            if row is not None:
+                data["wait_reason"] = slurm_views.wait_code(row)
+            else:
+                data["wait_reason"] = "JobHeldUser" if job.held else codes.get(job.id)
 
     def _need_admin(self, caller: Caller, what: str) -> None:
         """Refuse a station-wide action (`what`: "apply MIG layouts") to a caller who is no

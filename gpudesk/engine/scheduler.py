@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from gpudesk.engine import dependencies
@@ -22,6 +23,7 @@ from gpudesk.engine.placement.demand import Demand
 from gpudesk.engine.placement.fairshare import (
     FairShare,
     ahead_by_fair_share,
+    fair_key,
     fair_order,
     several_users,
 )
@@ -183,6 +185,61 @@ class Scheduler:
             else ""
         )
         return f"fair share: {where}{mine}; {text}"
+
+    def wait_codes(self, job_ids: Iterable[int]) -> dict[int, str]:
+        """Why each of these queued jobs waits, as a short code in the words of squeue's
+        NODELIST(REASON) column (explain_wait says it at length): JobHeldUser, Dependency,
+        TrackingRun (its MLflow run is being made), QOSMaxGRESPerUser (the owner's running
+        jobs hold the GPUs [station] max_running_gpus_per_user allows), Resources (the next of
+        its pool, GPU or CPU, to start: it waits for room), Priority (a job placement takes
+        first waits too). Jobs not in the station's queue are left out. One pass over the
+        queue for all of them, stopping early when one user's jobs wait: a listing page asks
+        for up to 100 jobs."""
+        wanted = {job_id: job for job_id in job_ids if (job := self.queue.get(job_id)) is not None}
+        if not wanted:
+            return {}
+        held = self.running_gpus_by_user()
+        limited = self.station.config.max_running_gpus_per_user is not None
+        blocked = self.queue.blocked
+
+        def blocker(job: JobRecord) -> str | None:
+            if job.held:
+                return "JobHeldUser"
+            if job.id in blocked:
+                return "Dependency"
+            if job.spec.tracking is not None and self.tracking.holds(job):
+                return "TrackingRun"
+            if limited and self._over_gpu_limit(job, held):
+                return "QOSMaxGRESPerUser"
+            return None
+
+        codes = {job_id: code for job_id, job in wanted.items() if (code := blocker(job))}
+        if len(codes) == len(wanted):
+            return codes
+        # The head of each pool (GPU jobs, CPU jobs) in placement order: fair share's when
+        # several users' jobs wait (the lowest fair_key: each user's first job, weighed by
+        # usage), else the queue's own, whose first startable job of each pool ends the scan.
+        mixed = several_users(self.queue.ordered_iter())
+        usage = self.usage_by_user() if mixed else {}
+        heads: dict[bool, tuple[tuple[int, float, int], int]] = {}
+        firsts: set[tuple[bool, int]] = set()  # (pool, owner) whose first job was weighed
+        for job in self.queue.ordered_iter():
+            if len(heads) == 2 and -job.spec.priority > max(k[0] for k, _ in heads.values()):
+                break  # the queue is in priority order: no job from here on comes first
+            pool, uid = bool(job.spec.gpus), job.owner.uid
+            if (pool, uid) in firsts or blocker(job) is not None:
+                continue  # a user's later jobs never come before their first
+            firsts.add((pool, uid))
+            key = fair_key(job, usage)
+            if pool not in heads or key < heads[pool][0]:
+                heads[pool] = (key, job.id)
+            if not mixed and len(heads) == 2:
+                break
+        for job_id, job in wanted.items():
+            if job_id not in codes:
+                head = heads.get(bool(job.spec.gpus))
+                codes[job_id] = "Resources" if head is None or head[1] == job_id else "Priority"
+        return codes
 
     # ------------------------------------------------------- fair share, limits
     @property

@@ -288,34 +288,22 @@ def test_a_running_job_says_where_it_runs(engine: EngineHandle) -> None:
     assert (done["slot"], done["gpus"], done["mode"], done["mig_slice"]) == (None, [], None, None)
 
 
-def test_a_job_on_a_mig_slice_names_its_gpu_and_slice(home: Home) -> None:
-    handle = EngineHandle(home)
-    handle.start(
-        backend="sim:dgx-station-a100",
-        policy="mig",
-        sample_interval=0.2,
-        mig={"1": "3g.20gb,2g.10gb,2g.10gb"},
+def test_a_job_on_a_mig_slice_names_its_gpu_and_slice(mig_engine: EngineHandle) -> None:
+    (job_id,) = mig_engine.submit(
+        {
+            "name": "sliced",
+            "command": [sys.executable, "-c", "import time; time.sleep(30)"],
+            "gpus": 1,
+            "memory_gb": 4,
+            "sm_pct": 20,
+        }
     )
-    try:
-        (job_id,) = handle.submit(
-            {
-                "name": "sliced",
-                "command": [sys.executable, "-c", "import time; time.sleep(30)"],
-                "gpus": 1,
-                "memory_gb": 4,
-                "sm_pct": 20,
-            }
-        )
-        job = handle.wait_state(job_id, "running")
-        placement = handle.show(job_id)["attempts"][0]["placement"]
-        assert (job["mode"], job["gpus"]) == ("mig", placement["gpus"])
-        assert job["mig_slice"] == placement["mig_slice"] and job["mig_slice"].startswith("MIG-")
-        handle.client.request("cancel", jobs=[job_id], grace=0)
-        handle.wait_all_done([job_id])
-    finally:
-        handle.stop()
-        handle.cleanup_jobs()
-        handle.client.close()
+    job = mig_engine.wait_state(job_id, "running")
+    placement = mig_engine.show(job_id)["attempts"][0]["placement"]
+    assert (job["mode"], job["gpus"]) == ("mig", placement["gpus"])
+    assert job["mig_slice"] == placement["mig_slice"] and job["mig_slice"].startswith("MIG-")
+    mig_engine.client.request("cancel", jobs=[job_id], grace=0)
+    mig_engine.wait_all_done([job_id])
 
 
 def test_an_engine_of_an_older_gpudesk_is_named_not_waited_for(tmp_path) -> None:

@@ -4,6 +4,7 @@ usage as a table within 80 columns, and as CSV and JSON in joules."""
 from __future__ import annotations
 
 import csv
+import datetime as dt
 import io
 import json
 import os
@@ -53,6 +54,18 @@ def test_history_reports_usage_and_energy_as_csv_json_and_a_table(
     assert 1.4 <= float(gpu_row["gpu_s"]) <= 10  # 1.5 s on one GPU
     assert gpu_row["placement"].startswith("gpu:0") and cpu_row["placement"].startswith("cpu:")
     assert float(cpu_row["gpu_s"]) == 0.0
+
+    # times for a spreadsheet: ISO 8601 in UTC with the offset, not epoch seconds
+    ended = dt.datetime.fromisoformat(gpu_row["ended_at"])
+    assert gpu_row["ended_at"].endswith("+00:00") and ended.utcoffset() == dt.timedelta(0)
+    assert abs(ended.timestamp() - time.time()) < 600
+    assert cpu_row["started_at"] and dt.datetime.fromisoformat(cpu_row["submitted_at"])
+
+    # what the table leaves out at 80 columns it names; --wide shows it
+    assert "CO2E, MAXRSS, GPU MEM with --wide, or in --format csv)" in table.stdout
+    wide = gpudesk("history", "--wide").stdout.splitlines()
+    assert wide[0].split()[2] == "USER"
+    assert wide[0].split()[-6:] == ["CPU-S", "MAXRSS", "GPU", "MEM", "ENERGY", "CO2E"]
 
     listed = json.loads(gpudesk("history", "--format", "json").stdout)["jobs"]
     assert [job["name"] for job in listed] == ["on-gpu", "on-cpu"]

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import io
+from pathlib import Path
 
 import pytest
+from conftest import SWEEP_NAMES as SWEEP
 from rich.console import Console
 from test_api_prepass import job_view  # same folder: on sys.path under pytest
 
@@ -49,7 +51,7 @@ def test_report_counts_and_success() -> None:
 
 def test_live_table_shows_running_first_and_fits_the_screen() -> None:
     jobs = [job(i, "succeeded") for i in range(1, 31)] + [job(31, "queued"), job(32, "running")]
-    table = _Progress(io.StringIO(), live=False)._table(jobs, rows=6)
+    table = _Progress(io.StringIO(), live=False)._table(jobs, rows=6, width=100)
     out = io.StringIO()
     Console(file=out, width=100).print(table)
     lines = [line.rstrip() for line in out.getvalue().splitlines()]
@@ -99,7 +101,8 @@ def test_report_ranks_the_sweep_and_fits_80_columns() -> None:
         "best configuration: digits-lr0.03-h512-with-a-long-suffix (job 2): val_acc 0.9722 "
         "(max of 3)" in " ".join(line.strip() for line in lines)
     )
-    assert "logs: LOG under /very/long/" in " ".join(text.split()) and "2/1/output.log" in text
+    assert "logs: ID/ATTEMPT/output.log under /very/long/" in " ".join(text.split())
+    assert "2/1/output.log" not in text  # no column repeating it per job
     data = report.to_dict()
     assert data["best"] == {
         "job": 2,
@@ -185,3 +188,68 @@ def test_a_pre_pass_computed_by_this_run_is_not_called_a_cache_hit() -> None:
     report.prepasses_run.clear()  # computed by an earlier run
     [line, *_] = report.loader_lines()
     assert "pre-pass from the cache of an earlier run" in line
+
+
+def sweep_jobs(tmp_path: Path, state: str, **extra: object) -> list[JobView]:
+    """A sweep's jobs whose names differ only in their middle and end, each with a log where
+    the engine keeps it (jobs/ID/ATTEMPT/output.log)."""
+    jobs = []
+    for number, name in enumerate(SWEEP, start=1001):
+        log = tmp_path / "jobs" / str(number) / "1" / "output.log"
+        log.parent.mkdir(parents=True)
+        log.write_text("epoch 3/40 loss 0.1234 val_acc 0.9123 samples/s 12345.6 lr 0.01\n")
+        jobs.append(
+            job(number, state, name=f"{name}-with-seed-42", log=str(log), ended_at=3825.0, **extra)
+        )
+    return jobs
+
+
+def test_final_table_at_80_columns_keeps_each_sweep_job_apart(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # the logs' folder is named from here: jobs/
+    jobs = sweep_jobs(tmp_path, "succeeded", usage={"total_j": 3600.0, "estimate": True})
+    text = RunReport("sweep", "g", 100.0, 4000.0, jobs=jobs).text(width=80)
+    assert text.splitlines()[:7] == [
+        "  ID  NAME                            STATE      ATTEMPTS   WALL  EXIT    ENERGY",
+        "1001  light-….01-h512-1-with-seed-42  succeeded         1  1h02m     0  ~1.00 Wh",
+        "1002  light-….01-h512-2-with-seed-42  succeeded         1  1h02m     0  ~1.00 Wh",
+        "1003  light-…001-h512-1-with-seed-42  succeeded         1  1h02m     0  ~1.00 Wh",
+        "1004  heavy-…01-h1024-1-with-seed-42  succeeded         1  1h02m     0  ~1.00 Wh",
+        "",
+        "sweep: 4 succeeded in 1h05m",
+    ]
+    assert text.splitlines()[7] == "logs: ID/ATTEMPT/output.log under jobs/, or gpudesk logs ID"
+    assert all(len(line) <= 80 for line in text.splitlines()), text
+
+
+def test_live_table_at_80_columns_gives_the_width_to_ids_names_and_times(
+    tmp_path: Path,
+) -> None:
+    jobs = [*sweep_jobs(tmp_path, "running"), job(999, "succeeded", name="prep")]
+
+    def shown(width: int) -> list[str]:
+        out = io.StringIO()
+        table = _Progress(io.StringIO(), live=False)._table(jobs, rows=10, width=width)
+        Console(file=out, width=width).print(table)
+        return [line.rstrip() for line in out.getvalue().splitlines()]
+
+    assert shown(80) == [
+        "1/5 done",
+        "  ID  NAME                               STATE       TIME  LAST OUTPUT",
+        "1001  light-lr0.01-h512-1-with-seed-42   running    1h02m  epoch 3/40 loss 0.12…",
+        "1002  light-lr0.01-h512-2-with-seed-42   running    1h02m  epoch 3/40 loss 0.12…",
+        "1003  light-lr0.001-h512-1-with-seed-42  running    1h02m  epoch 3/40 loss 0.12…",
+        "1004  heavy-lr0.01-h1024-1-with-seed-42  running    1h02m  epoch 3/40 loss 0.12…",
+        " 999  prep                               succeeded   2.5s",
+    ]
+    # narrower: the output gives way first, then the names' middles; ids and times stay
+    assert shown(50) == [
+        "1/5 done",
+        "  ID  NAME                        STATE       TIME",
+        "1001  li….01-h512-1-with-seed-42  running    1h02m",
+        "1002  li….01-h512-2-with-seed-42  running    1h02m",
+        "1003  li…001-h512-1-with-seed-42  running    1h02m",
+        "1004  he…01-h1024-1-with-seed-42  running    1h02m",
+        " 999  prep                        succeeded   2.5s",
+    ]

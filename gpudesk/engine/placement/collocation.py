@@ -333,6 +333,21 @@ def _collocated_reason(
     )
 
 
+def idle_share_reason(gpu: GpuState, share: str, demand: Demand, mode: str) -> str:
+    """Why a job alone on an idle GPU starts as a sharing tenant (`share`: "mps" or "naive")
+    rather than holding the whole GPU: a one-GPU job that need not run alone leaves room for
+    the jobs after it, under MPS where the GPU's server can take it."""
+    asks = f"{demand.sm_pct:.0f}% SM and {_mib(demand.memory_mib)} ({demand.source})"
+    if share == "mps":
+        return f"MPS, not the whole GPU: it asks for {asks}, so later jobs may share the GPU"
+    if mode == "naive":
+        return f"time-sliced, not the whole GPU (policy naive): it asks for {asks}"
+    return (
+        f"time-sliced, not the whole GPU: it asks for {asks}; no MPS server is usable on "
+        f"GPU {gpu.index}"
+    )
+
+
 def mps_serves_other(gpu: GpuState, uid: int | None) -> str:
     """Why a job of `uid` only time-slices on the GPU: "" where its MPS server (if any) serves
     the job's own user."""
@@ -570,7 +585,7 @@ class SharingPolicy:
             elif kind == _IDLE:
                 if memory > host.room_mib:
                     continue
-                option = self._idle_option(host, keep_idle)
+                option = self._idle_option(host, keep_idle, demand)
             elif kind == _MIG:
                 option = self._mig_option(host.gpu, demand, job.id, host.params)
             else:
@@ -604,17 +619,19 @@ class SharingPolicy:
         )
         return _Choice(chosen, "exclusive", f"GPU {','.join(map(str, chosen))} idle; {why}")
 
-    def _idle_option(self, host: _Host, keep_idle: bool) -> _Choice:
+    def _idle_option(self, host: _Host, keep_idle: bool, demand: Demand) -> _Choice:
         """The job alone on an idle GPU. Kept for the jobs behind (`keep_idle`): any sharing
         placement that gains goes first, but a job with nowhere else to go still takes it (it
         is ahead of them in the queue)."""
         index = host.gpu.index
+        where = f"GPU {index} idle" + (" (kept for the heavier jobs queued behind)" * keep_idle)
+        # written out only for the option chosen: a pass weighs every idle GPU for every job
+        share, mode = host.share, self.mode
         return _Choice(
             (index,),
-            host.share,
-            f"GPU {index} idle (kept for the heavier jobs queued behind)"
-            if keep_idle
-            else f"GPU {index} idle",
+            share,
+            where,
+            why=lambda: f"{where}; {idle_share_reason(host.gpu, share, demand, mode)}",
             alone=True,
             value=KEPT_IDLE_VALUE if keep_idle else 1.0,
             rank=(0.0, index),
@@ -846,7 +863,10 @@ class CarmaPolicy(SharingPolicy):
         if idle:
             gpu = idle[0]
             share = "mps" if gpu.mps_usable else "naive"
-            return _Choice((gpu.index,), share, f"CARMA: GPU {gpu.index} idle", mps_limits=False)
+            why = idle_share_reason(gpu, share, demand, "auto")
+            return _Choice(
+                (gpu.index,), share, f"CARMA: GPU {gpu.index} idle; {why}", mps_limits=False
+            )
         # The GPU with the most free memory as measured (CARMA reads nvidia-smi).
         busy = sorted(
             (g for g in gpus if not g.exclusive),

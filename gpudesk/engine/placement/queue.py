@@ -8,7 +8,7 @@ not placeable; so does a job waiting for the jobs it runs after (`blocked`). A c
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 from gpudesk.engine.store.records import JobRecord
 
@@ -55,6 +55,10 @@ class JobQueue:
     def ordered(self) -> list[JobRecord]:
         """Every queued job, held ones included, in placement order."""
         return [self._jobs[job_id] for _, job_id in self._keys]
+
+    def ordered_iter(self) -> Iterator[JobRecord]:
+        """ordered(), one job at a time: for a scan that may stop at the first few."""
+        return (self._jobs[job_id] for _, job_id in self._keys)
 
     def placeable(self) -> list[JobRecord]:
         """The queued jobs a policy may start (not held, not waiting for another job), in

@@ -64,6 +64,14 @@ def attempt(job: JobRecord, row: SlurmRow) -> Reply:
     }
 
 
+def wait_code(row: SlurmRow) -> str:
+    """Why a queued Slurm job has not started, as squeue's short reason (Priority,
+    Resources, ...), or Submitting while its sbatch has not answered."""
+    if row.sending:
+        return "Submitting"
+    return row.reason if row.reason and row.reason != "None" else "Pending"
+
+
 def explain_wait(row: SlurmRow) -> str:
     """Why a queued Slurm job has not started, as Slurm last said."""
     if row.sending:

@@ -1,0 +1,74 @@
+"""`gpudesk show` says what a user set and what the figures are, on a real engine: the time
+limit and the jobs it runs after, "never ran" for a job cancelled first, why a job on an idle
+GPU shares it under MPS, and what a MIG slice's energy figure is."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from conftest import EngineHandle, Run, wait_for
+
+
+def test_show_prints_the_time_limit_and_the_jobs_it_runs_after_and_that_it_never_ran(
+    engine: EngineHandle, gpudesk: Run, tmp_path: Path
+) -> None:
+    gate = tmp_path / "gate"
+    engine.occupy_the_only_slot(gate)
+    (prep,) = engine.submit({"name": "prep", "command": ["true"]})
+    (train,) = engine.submit(
+        {"name": "train", "command": ["true"], "after": [prep], "time_limit_s": 5400}
+    )
+    code, out, err = gpudesk("show", str(train))
+    assert code == 0, err
+    lines = [line.strip() for line in out.splitlines()]
+    assert "time limit 1h30m per attempt" in out
+    assert f"after      job {prep} (prep, queued): starts once all have succeeded" in lines
+    assert "usage:     not measured yet" in lines  # it may still run
+    assert gpudesk("cancel", str(prep))[0] == 0
+    engine.wait_state(train, "cancelled")
+    code, out, err = gpudesk("show", str(train))
+    assert f"after      job {prep} (prep, cancelled): starts once all have succeeded" in [
+        line.strip() for line in out.splitlines()
+    ]
+    assert "usage:     none: it never ran (cancelled before it started)" in out.splitlines()
+    gate.touch()
+
+
+def test_a_job_alone_on_an_idle_gpu_says_why_mps_and_not_the_whole_gpu(
+    sim_engine: EngineHandle, gpudesk: Run
+) -> None:
+    sim_engine.client.request("configure", station={"policy": "auto"})
+    (job_id,) = sim_engine.submit(
+        {"name": "small", "command": ["sleep", "30"], "gpus": 1, "memory_gb": 4, "sm_pct": 20}
+    )
+    sim_engine.wait_state(job_id, "running")
+    placement = sim_engine.show(job_id)["attempts"][0]["placement"]
+    assert placement["mode"] == "mps", placement
+    assert placement["reason"] == (
+        f"GPU {placement['gpus'][0]} idle; MPS, not the whole GPU: it asks for 20% SM and "
+        "4.0 GiB (hint), so later jobs may share the GPU"
+    )
+    out = gpudesk("show", str(job_id))[1]
+    assert "MPS, not the whole GPU: it asks for 20% SM" in out
+    sim_engine.client.request("cancel", jobs=[job_id], grace=0)
+
+
+def test_show_of_a_job_on_a_mig_slice_does_not_call_the_whole_gpus_counter_its_own(
+    mig_engine: EngineHandle, gpudesk: Run
+) -> None:
+    (job_id,) = mig_engine.submit(
+        {"name": "sliced", "command": ["sleep", "30"], "gpus": 1, "memory_gb": 4, "sm_pct": 20}
+    )
+    assert mig_engine.wait_state(job_id, "running")["mode"] == "mig"
+    wait_for(
+        lambda: (mig_engine.show(job_id)["usage"] or {}).get("gpu_j") is not None,
+        20.0,
+        what="the slice's job to be measured",
+    )
+    code, out, err = gpudesk("show", str(job_id))
+    assert code == 0, err
+    energy = next(line for line in out.splitlines() if "GPU energy" in line)
+    assert "exclusive GPU" not in energy
+    assert "the whole GPU in MIG mode, not the slice's own: its idle slices included" in energy
+    mig_engine.client.request("cancel", jobs=[job_id], grace=0)
+    mig_engine.wait_all_done([job_id])
