@@ -7,6 +7,7 @@ import os
 import shlex
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -339,17 +340,20 @@ def queue(
         ]
     limit = max(1, limit)
     with engine_client() as client:
-        jobs, damaged, cut = _listed(client, states, group, limit, owner)
+        listed = _listed(client, states, group, limit, owner)
+    jobs, damaged, cut = listed.jobs, listed.damaged, listed.cut
     if asked:
         jobs = [job for job in jobs if ("held" if job.held else job.state) in asked]
     if name is not None:
         jobs = [job for job in jobs if fnmatch.fnmatchcase(job.name, name)]
     say_damaged(damaged)
     if json_out:
-        print_json({"jobs": to_builtins(jobs)})
+        print_json({"jobs": to_builtins(jobs), "simulated": listed.simulated})
         if cut:
             print(cut, file=sys.stderr)
         return
+    if listed.simulated:  # said first: the GPUs these jobs are placed on are not real
+        print(f"SIMULATED station ({listed.simulated}): its GPUs are not real")
     if not jobs:
         if cut:
             print(cut)
@@ -368,17 +372,27 @@ def queue(
 LIVE_STATES = ("queued", "running")  # the order jobs pass through them
 
 
+@dataclass(frozen=True)
+class Listed:
+    """What `queue` lists: the jobs, the rows the engine skipped as damaged, a line saying what
+    the limit cut (None: nothing was), and the station's backend when it is SIMULATED."""
+
+    jobs: list[JobView]
+    damaged: list[DamagedJob]
+    cut: str | None
+    simulated: str | None
+
+
 def _listed(
     client: Client,
     states: list[JobStateName] | None,
     group: str | None,
     limit: int,
     owner: str | int | None,
-) -> tuple[list[JobView], list[DamagedJob], str | None]:
-    """What `queue` lists, the rows the engine skipped as damaged, and a line saying what the
-    `limit` cut (None: nothing was). Queued and running jobs (the default): every running job,
-    then the waiting ones in queue order (priority, then submission), the first `limit` of
-    them. Otherwise the newest `limit` jobs, every running one among those asked for kept."""
+) -> Listed:
+    """Queued and running jobs (the default): every running job, then the waiting ones in queue
+    order (priority, then submission), the first `limit` of them. Otherwise the newest `limit`
+    jobs, every running one among those asked for kept."""
     if states is not None and set(states) <= set(LIVE_STATES):
         from gpudesk.api.client import one_view_per_job
 
@@ -397,7 +411,8 @@ def _listed(
                 f"… and {len(waiting) - limit} more waiting (of {len(waiting)}); "
                 f"--limit {len(waiting)} shows them all"
             )
-        return running + waiting[:limit], damaged, cut
+        simulated = listings[-1].simulated if listings else None
+        return Listed(running + waiting[:limit], damaged, cut, simulated)
     listing = client.job_listing(states=states, group=group, limit=limit, user=owner)
     jobs, damaged, cut = listing.jobs, list(listing.damaged), None
     if listing.more:
@@ -409,7 +424,7 @@ def _listed(
 
         live = client.job_listing(states=["running"], group=group, user=owner).jobs
         jobs = one_view_per_job(jobs, live)
-    return jobs, damaged, cut
+    return Listed(jobs, damaged, cut, listing.simulated)
 
 
 # -------------------------------------------------------------------------- show

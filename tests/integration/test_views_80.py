@@ -63,7 +63,8 @@ def test_queue_says_a_per_user_gpu_limit_holds_a_job(home: Home, gpudesk: Run) -
     assert listed[second]["wait_reason"] == "QOSMaxGRESPerUser"  # a GPU is free: her limit
     code, out, err = gpudesk("queue")
     assert code == 0, err
-    assert out.splitlines()[2].split()[-1] == "(QOSMaxGRESPerUser)"
+    row = next(line for line in out.splitlines() if line.split()[0] == str(second))
+    assert row.split()[-1] == "(QOSMaxGRESPerUser)"
     engine.client.request("cancel", jobs=[first, second], grace=0)
     engine.client.close()
 
