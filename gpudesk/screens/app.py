@@ -339,11 +339,20 @@ class DeskApp(App[str]):
         self.push_screen(HelpScreen(self.readonly))
 
     def action_quit_desk(self) -> None:
-        counts = self.state.counts()
+        # The counts as the engine has them now (the last frame may be a refresh old, or
+        # older on a busy engine); where it cannot say, the last frame's, saying as of when.
+        as_of = ""
+        try:
+            counts = self.feed.job_counts()
+        except EngineError:
+            counts = self.state.counts()
+            if self.state.now is not None:
+                when = time.strftime("%H:%M:%S", time.localtime(self.state.now))
+                as_of = f",\nas of {when}, when the desk last heard from it"
         running, queued = counts.get("running", 0), counts.get("queued", 0)
         self.exit(
             f"desk closed: the engine goes on with {running} running and {queued} "
-            "queued job(s).\n`gpudesk` reopens it; `gpudesk engine stop` stops the "
+            f"queued job(s){as_of}.\n`gpudesk` reopens it; `gpudesk engine stop` stops the "
             "engine, not the jobs."
         )
 

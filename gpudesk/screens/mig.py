@@ -57,9 +57,7 @@ def render_plans(plans: list[MigPlanView] | None, error: str | None) -> Text:
         if not plan.mig_enabled:  # one line each; what to do is said once, below
             text.append(f"\nGPU {plan.gpu}: {_mig_off(plan)}", style="dim")
             continue
-        current = ", ".join(plan.current) or "none"
-        wanted = ", ".join(plan.wanted) or "none"
-        text.append(f"\nGPU {plan.gpu}: now {current} → wants {wanted}")
+        text.append(f"\nGPU {plan.gpu}: {_change(plan)}")
         for slot in plan.slices:
             jobs = ", ".join(f"j{j}" for j in slot.jobs)
             text.append(f"\n  {slot.profile}: {jobs or '-'}", style="dim")
@@ -84,6 +82,17 @@ def render_plans(plans: list[MigPlanView] | None, error: str | None) -> Text:
                 style="dim",
             )
     return text
+
+
+def _change(plan: MigPlanView) -> str:
+    """What the plan does to a MIG GPU's layout, in words that cannot read as "destroy the
+    slices" where it keeps them: no queued job wanting a slice leaves the layout as it is."""
+    current = ", ".join(plan.current) or "no slices"
+    if not plan.wanted:
+        return f"now {current}; no waiting job wants a slice here: keep as is"
+    if sorted(plan.wanted) == sorted(plan.current):
+        return f"now {current}; already what the queue wants: no change"
+    return f"now {current} → would become {', '.join(plan.wanted)}"
 
 
 def _mig_off(plan: MigPlanView) -> str:

@@ -39,30 +39,51 @@ class Column:
 
 COLUMNS = (
     Column("id", "ID", 3),
-    Column("user", "USER", 8),
+    Column("user", "USER", None),
     Column("name", "NAME", None),
     Column("state", "STATE", 9),
     Column("where", "WHERE", 13),
     Column("progress", "PROG", 5),
     Column("runtime", "TIME", 6),
-    Column("energy", "ENERGY", 8),
+    Column("energy", "ENERGY", 9),  # "~<0.01 Wh", an estimate's smallest figure, whole
     Column("priority", "PRI", 3),
 )
 NAME_WIDTH = (10, 40)  # the name column takes what the others leave, within these bounds
-# Left out, in this order, while the name column would be narrower than NAME_WIDTH[0] (80
-# columns over SSH): progress shows in the job screen too.
-DROPPED_WHEN_NARROW = ("progress",)
+USER_WIDTH = (4, 8)  # as wide as the longest user shown (its header's 4 at least), at most 8
+# Left out, in this order, while the name column would be narrower than NAME_ROOMY (80 columns
+# over SSH): a sweep's names (heavy-lr0.001-h1024-3) need about that much to be told apart even
+# cut in the middle; progress and priority show in the job screen too.
+NAME_ROOMY = 20
+DROPPED_WHEN_NARROW = ("progress", "priority")
 CELL_PADDING = 1  # DataTable's default: a cell each side of every column
 SCROLLBAR = 2
-SORTS = ("id", "state", "user", "name", "runtime", "energy", "priority")
+# "live" (the default): running jobs first, then the waiting ones in queue order, then the
+# finished ones newest first, as squeue and nvitop put what is happening now on top.
+SORTS = ("live", "id", "state", "user", "name", "runtime", "energy", "priority")
+SORT_NAMES = {"live": "running first, then waiting, then finished newest first"}
+LIVE_ORDER = {"running": 0, "queued": 1}  # the finished states follow, newest first
+
+
+def clip_middle(text: str, width: int) -> str:
+    """`text` in `width` cells, cut in the middle where it is longer: a sweep's names differ at
+    their end (light-lr0.01-h512-1, light-lr0.01-h512-2), which a cut at the end would hide."""
+    if len(text) <= width:
+        return text
+    if width < 5:
+        return text[: max(0, width - 1)] + "…"
+    tail = (width - 1) // 2
+    return text[: width - 1 - tail] + "…" + text[len(text) - tail :]
 
 
 def job_state(job: JobView) -> str:
     return "held" if job.state == "queued" and job.held else job.state
 
 
-def job_cells(job: JobView, state: DeskState) -> dict[str, Text | str]:
-    """The table cells of one job, as displayed, by column key."""
+def job_cells(
+    job: JobView, state: DeskState, name_width: int = NAME_WIDTH[1]
+) -> dict[str, Text | str]:
+    """The table cells of one job, as displayed, by column key (the name fitted to
+    `name_width`, cut in the middle)."""
     shown = job_state(job)
     where = job.slot or ""
     if job.state == "queued":
@@ -74,7 +95,7 @@ def job_cells(job: JobView, state: DeskState) -> dict[str, Text | str]:
     return {
         "id": Text(str(job.id), justify="right"),
         "user": Text(job.user, no_wrap=True, overflow="ellipsis"),
-        "name": Text(job.name, no_wrap=True, overflow="ellipsis"),
+        "name": Text(clip_middle(job.name, name_width), no_wrap=True),
         "state": Text(shown, style=STATE_STYLES.get(shown, "")),
         "where": where,
         "progress": f"{progress[0]}/{progress[1]}" if progress else "",
@@ -90,10 +111,15 @@ def job_cells(job: JobView, state: DeskState) -> dict[str, Text | str]:
     }
 
 
-SortValue = tuple[str, int] | tuple[int, int] | float | int
+SortValue = tuple[object, ...] | float | int
 
 
 def sort_value(job: JobView, key: str, now: float | None = None) -> SortValue:
+    if key == "live":
+        rank = LIVE_ORDER.get(job.state, 2)
+        if rank == 1:  # waiting: the queue's order (held ones with the rest, by priority)
+            return (rank, -job.spec.priority, job.id)
+        return (rank, 0, job.id if rank == 0 else -(job.ended_at or 0.0), -job.id)
     if key == "state":
         return (job_state(job), job.id)
     if key == "name":
@@ -154,7 +180,7 @@ class QueueScreen(JobActions):
 
     def __init__(self) -> None:
         super().__init__()
-        self.sort_key = "id"
+        self.sort_key = SORTS[0]
         self.sort_reverse = False
         self.filter_text = ""
         self._drawn: tuple[object, ...] | None = None  # what show_state last drew from
@@ -170,25 +196,33 @@ class QueueScreen(JobActions):
     def on_mount(self) -> None:
         self.query_one("#filter", Input).display = False
         self.name_width = 0
+        self.user_width = USER_WIDTH[0]
         self.columns: list[Column] = list(COLUMNS)
-        self._fit_columns()
+        self._fit_columns(force=True)
 
     def on_resize(self) -> None:
         if self._fit_columns():
             self.show_state(self.desk.state)
 
-    def _fit_columns(self) -> bool:
-        """Give the name column what the fixed ones leave, so the table never needs a
-        horizontal scroll bar (80 columns over SSH), leaving out DROPPED_WHEN_NARROW's
-        columns where it would still be too narrow. True when the columns changed."""
+    def _width(self, column: Column) -> int:
+        if column.key == "user":
+            return self.user_width
+        return column.width or self.name_width
+
+    def _fit_columns(self, force: bool = False) -> bool:
+        """Give the name column what the others leave (USER only as wide as the users shown
+        need), so the table never needs a horizontal scroll bar (80 columns over SSH), leaving
+        out DROPPED_WHEN_NARROW's columns where it would still be too narrow. True when the
+        columns changed."""
         columns = list(COLUMNS)
         for dropped in ("", *DROPPED_WHEN_NARROW):
             columns = [c for c in columns if c.key != dropped]
-            fixed = sum(c.width or 0 for c in columns) + 2 * CELL_PADDING * len(columns)
-            if self.size.width - fixed - SCROLLBAR >= NAME_WIDTH[0]:
+            fixed = sum(self._width(c) for c in columns if c.key != "name")
+            fixed += 2 * CELL_PADDING * len(columns)
+            if self.size.width - fixed - SCROLLBAR >= NAME_ROOMY:
                 break
         width = max(NAME_WIDTH[0], min(NAME_WIDTH[1], self.size.width - fixed - SCROLLBAR))
-        if width == self.name_width and columns == self.columns:
+        if not force and width == self.name_width and columns == self.columns:
             return False
         self.name_width = width
         self.columns = columns
@@ -196,9 +230,18 @@ class QueueScreen(JobActions):
         table.clear(columns=True)
         self._drawn = None
         for column in columns:
-            width_here = column.width or width
+            width_here = self._width(column)
             table.add_column(self._label(column, width_here), key=column.key, width=width_here)
         return True
+
+    def _fit_users(self, jobs: list[JobView]) -> None:
+        """USER as wide as the longest user among `jobs` (within USER_WIDTH): on a station of
+        short login names the name column gets the rest."""
+        longest = max((len(j.user) for j in jobs), default=0)
+        width = max(USER_WIDTH[0], min(USER_WIDTH[1], longest))
+        if width != self.user_width:
+            self.user_width = width
+            self._fit_columns(force=True)
 
     def _label(self, column: Column, width: int) -> str:
         """A column's header, with ▲ (ascending) or ▼ on the one the queue is sorted by,
@@ -213,9 +256,7 @@ class QueueScreen(JobActions):
         for column in self.columns:
             key = ColumnKey(column.key)
             if key in table.columns:
-                table.columns[key].label = Text(
-                    self._label(column, column.width or self.name_width)
-                )
+                table.columns[key].label = Text(self._label(column, self._width(column)))
         table.refresh()
 
     # ------------------------------------------------------------------ drawing
@@ -223,6 +264,7 @@ class QueueScreen(JobActions):
         # What the table shows follows from these alone: a screen coming back (or resized to
         # the same columns) with nothing new skips going over every row again (500 of them
         # on a busy station: ~0.1 s of the desk's first paint).
+        self._fit_users(state.jobs)
         drawn = (state.frame, self.filter_text, self.sort_key, self.sort_reverse, self.columns)
         last = self._drawn
         if last is not None and last[0] is state.frame and last[1:] == drawn[1:]:
@@ -239,7 +281,7 @@ class QueueScreen(JobActions):
             scroll_y = table.scroll_y
             table.clear()
             for job in jobs:
-                cells = job_cells(job, state)
+                cells = job_cells(job, state, self.name_width)
                 table.add_row(*(cells[c.key] for c in self.columns), key=str(job.id))
             if selected is not None and str(selected) in wanted:
                 table.move_cursor(row=wanted.index(str(selected)), animate=False)
@@ -247,7 +289,7 @@ class QueueScreen(JobActions):
             return
         # ... else update the cells that changed, in place.
         for job in jobs:
-            cells = job_cells(job, state)
+            cells = job_cells(job, state, self.name_width)
             row = table.get_row(str(job.id))
             for position, column in enumerate(self.columns):
                 if str(row[position]) != str(cells[column.key]):
@@ -311,9 +353,8 @@ class QueueScreen(JobActions):
 
     def action_sort(self) -> None:
         self.sort_key = SORTS[(SORTS.index(self.sort_key) + 1) % len(SORTS)]
-        self.notify(
-            f"sorted by {self.sort_key}" + (" (reversed)" if self.sort_reverse else ""), timeout=2
-        )
+        named = SORT_NAMES.get(self.sort_key, self.sort_key)
+        self.notify(f"sorted by {named}" + (" (reversed)" if self.sort_reverse else ""), timeout=2)
         self._relabel()
         self.show_state(self.desk.state)
 
