@@ -116,6 +116,7 @@ class MigScreen(DeskScreen):
         self.error: str | None = None
         self.loaded_at = 0.0
         self.gpu_choice = 0
+        self.apply_once_loaded = False  # the palette's "Apply MIG plan" came before the plans
 
     def compose(self) -> ComposeResult:
         yield DeskHeader()
@@ -143,6 +144,16 @@ class MigScreen(DeskScreen):
         self.plans, self.error = plans, error
         if self.is_current:
             self.query_one("#mig-plans", Static).update(render_plans(plans, error))
+        if self.apply_once_loaded:
+            self.apply_once_loaded = False
+            self.action_apply_plan()
+
+    def apply_when_loaded(self) -> None:
+        """Apply (asking first) as soon as the plans are read; at once if they are."""
+        if self.plans is None and self.error is None:
+            self.apply_once_loaded = True
+        else:
+            self.action_apply_plan()
 
     def _chosen(self) -> MigPlanView | None:
         applicable = [p for p in self.plans or [] if p.allowed]

@@ -17,6 +17,7 @@ from gpudesk.api import JobView
 from gpudesk.screens.base import JobActions
 from gpudesk.screens.state import DeskState, job_runtime, sharing_mode
 from gpudesk.screens.widgets.footer import DeskFooter
+from gpudesk.screens.widgets.glyphs import clip_middle
 from gpudesk.screens.widgets.strips import DeskHeader
 from gpudesk.units import watt_hours
 
@@ -62,17 +63,6 @@ SCROLLBAR = 2
 SORTS = ("live", "id", "state", "user", "name", "runtime", "energy", "priority")
 SORT_NAMES = {"live": "running first, then waiting, then finished newest first"}
 LIVE_ORDER = {"running": 0, "queued": 1}  # the finished states follow, newest first
-
-
-def clip_middle(text: str, width: int) -> str:
-    """`text` in `width` cells, cut in the middle where it is longer: a sweep's names differ at
-    their end (light-lr0.01-h512-1, light-lr0.01-h512-2), which a cut at the end would hide."""
-    if len(text) <= width:
-        return text
-    if width < 5:
-        return text[: max(0, width - 1)] + "…"
-    tail = (width - 1) // 2
-    return text[: width - 1 - tail] + "…" + text[len(text) - tail :]
 
 
 def job_state(job: JobView) -> str:
@@ -305,27 +295,25 @@ class QueueScreen(JobActions):
             return None
         return int(key.value) if key.value is not None else None
 
-    def current_job(self) -> JobView | None:
+    def selected_job(self) -> JobView | None:
         job_id = self.selected_id()
-        if job_id is None:
+        return None if job_id is None else self.desk.state.job(job_id)
+
+    def current_job(self) -> JobView | None:
+        job = self.selected_job()
+        if job is None:
             self.notify("no job selected", severity="warning")
-            return None
-        return self.desk.state.job(job_id)
+        return job
 
     # ------------------------------------------------------------------ actions
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         self.action_open_job()
 
     def action_open_job(self) -> None:
-        job = self.current_job()
-        if job:
-            self.desk.open_job(job.id)
+        self._run("open_job")
 
     def action_priority(self, delta: int) -> None:
-        job = self.current_job()
-        if job:
-            job_id = job.id
-            self.desk.act("priority", lambda feed: feed.move_priority([job_id], delta))
+        self._run("priority_up" if delta > 0 else "priority_down")
 
     def action_older_finished(self) -> None:
         self.desk.load_older_finished()

@@ -13,7 +13,8 @@ from textual.widgets import DataTable
 
 from gpudesk.screens.app import DeskApp
 from gpudesk.screens.feed import Feed
-from gpudesk.screens.queue import QueueScreen, clip_middle
+from gpudesk.screens.queue import QueueScreen
+from gpudesk.screens.widgets.glyphs import clip_middle
 
 SIZES = {"80x24": (80, 24), "200x50": (200, 50)}
 

@@ -66,6 +66,7 @@ SCREENS = {
     "job": ("2", "o", "down", "down", "enter"),  # sorted by id, the third row: job 3
     "loaders": ("3",),
     "mig": ("4",),
+    "processes": ("5",),
     "help": ("question_mark",),
 }
 
