@@ -106,7 +106,7 @@ class DeskApp(App[str]):
     }
     DEFAULT_MODE = "station"
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("1,s", "switch_mode('station')", "Station"),
+        Binding("1,s", "switch_mode('station')", "GPUs"),
         Binding("2,j", "switch_mode('queue')", "Jobs"),
         Binding("3", "switch_mode('loaders')", "Loaders"),
         Binding("4,m", "switch_mode('mig')", "MIG"),
