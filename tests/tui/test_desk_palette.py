@@ -4,10 +4,13 @@ changes something. Checked against a real engine's own state."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from conftest import EngineHandle
+from replay import replay_feed
 from test_desk_actions import SLEEP, engine_job, run_desk, select_job, until
+from test_desk_snapshots import replayed
 from textual.command import CommandPalette
 
 from gpudesk.screens.app import DeskApp
@@ -85,3 +88,24 @@ def test_a_readonly_palette_offers_no_action_that_changes_something(
         assert not any("MIG" in o for o in offered), offered
 
     run_desk(sim_engine, scenario, readonly=True)
+
+
+def test_apply_mig_plan_from_the_palette_on_another_screen() -> None:
+    """From the station, "Apply MIG plan" opens the MIG screen and applies once the plans are
+    read: here the recorded plans allow none, and the desk says so."""
+    app = DeskApp(replay_feed(readonly_reason=None), refresh_s=0.05)
+
+    async def main() -> None:
+        async with app.run_test(size=(100, 32)) as pilot:
+            await replayed(pilot)
+            offered = await palette(pilot, app, "Apply MIG")
+            assert "Apply MIG plan" in offered, offered
+            await pilot.press("enter")
+            await until(pilot, lambda: app.current_mode == "mig", what="the MIG screen")
+            await until(
+                pilot,
+                lambda: any("no plan can be applied" in str(n.message) for n in app._notifications),
+                what="the answer",
+            )
+
+    asyncio.run(main())
