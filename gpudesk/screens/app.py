@@ -320,8 +320,8 @@ class DeskApp(App[str]):
             return max(found, key=lambda j: j.id), ""
         if not found:
             return None, f"no job named like {text!r}"
-        names = ", ".join(f"{j.id} {j.name}" for j in found[:4])
-        return None, f"{len(found)} jobs match {text!r} ({names}…): give its id"
+        names = ", ".join(f"{j.id} {j.name}" for j in found[:4]) + ("…" if len(found) > 4 else "")
+        return None, f"{len(found)} jobs match {text!r} ({names}): give its id"
 
     def apply_mig_plan(self) -> None:
         """The MIG screen's apply (asks first), from anywhere: once its plans are read."""
