@@ -11,7 +11,13 @@ of `--size`, as an SSH session would see it. After `--warmup` seconds it measure
 share of one core, and the bytes the desk wrote to the terminal per second (everything read
 from the pty master: the real output an SSH connection would carry). It then presses `q`,
 checks the desk exits and the jobs are still running, and stops everything.
-Targets (issue 6): <= 5 % of one core and <= 20 KiB/s at 80x24 at the default refresh.
+Targets: <= 5 % of one core and <= 20 KiB/s at 80x24 at the default refresh.
+
+Then, with `--switch-rounds N` (default 5; 0 leaves it out), it presses 2, 3, 4, 1 (queue,
+loaders, MIG, station) N times round and times each key to its repaint: from writing the key
+to the last byte of the output it causes (the output then quiet for QUIET_S). Target: a key
+answered within 100 ms on an idle machine. The samples' own redraws (one a second) can fall
+into a window and lengthen it: the median is the figure, the maximum says how much.
 """
 
 from __future__ import annotations
@@ -37,6 +43,8 @@ import psutil
 
 ROOT = Path(__file__).resolve().parents[1]
 SLEEP = [sys.executable, "-c", "import time; time.sleep(3600)"]
+QUIET_S = 0.08  # no output for this long: the repaint a key caused is over
+SWITCH_KEYS = (b"2", b"3", b"4", b"1")  # queue, loaders, MIG, station
 
 
 def gpudesk(home: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -114,8 +122,53 @@ def cpu_of(proc: psutil.Process) -> float:
     return total
 
 
+def switch_latencies(master: int, rounds: int) -> list[tuple[str, float]]:
+    """(key, seconds from the key written to the end of the repaint it caused), each press."""
+    latencies = []
+    for key in SWITCH_KEYS * rounds:
+        _drain(master, QUIET_S)  # start from a quiet terminal
+        pressed = time.monotonic()
+        os.write(master, key)
+        last = None
+        while True:
+            ready, _, _ = select.select([master], [], [], QUIET_S)
+            if not ready:
+                if last is not None or time.monotonic() - pressed > 5.0:
+                    break
+                continue
+            try:
+                data = os.read(master, 65536)
+            except OSError:
+                break
+            if not data:
+                break
+            last = time.monotonic()
+        latencies.append((key.decode(), (last or time.monotonic()) - pressed))
+    return latencies
+
+
+def _drain(master: int, quiet: float) -> None:
+    """Read until the terminal has been quiet for `quiet` seconds (at most 3 s)."""
+    deadline = time.monotonic() + 3.0
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([master], [], [], quiet)
+        if not ready:
+            return
+        try:
+            if not os.read(master, 65536):
+                return
+        except OSError:
+            return
+
+
 def measure(
-    home: Path, columns: int, rows: int, refresh: float, warmup: float, seconds: float
+    home: Path,
+    columns: int,
+    rows: int,
+    refresh: float,
+    warmup: float,
+    seconds: float,
+    switch_rounds: int = 0,
 ) -> dict[str, Any]:
     env = {
         **os.environ,
@@ -153,6 +206,12 @@ def measure(
     written = pump(started + seconds)
     elapsed = time.monotonic() - started
     cpu = cpu_of(proc) - cpu_before
+    presses = switch_latencies(master, switch_rounds) if switch_rounds else []
+    latencies = sorted(seconds for _, seconds in presses)
+    by_key = {
+        key: round(1000 * sorted(t for k, t in presses if k == key)[switch_rounds // 2], 1)
+        for key in dict.fromkeys(k for k, _ in presses)
+    }
     os.write(master, b"q")
     exit_deadline = time.monotonic() + 15
     exited = False
@@ -174,6 +233,17 @@ def measure(
         "bytes_per_s": round(written / elapsed, 1),
         "kib_per_s": round(written / elapsed / 1024, 2),
         "quit_cleanly": exited,
+        **(
+            {
+                "switch_ms_median": round(1000 * latencies[len(latencies) // 2], 1),
+                "switch_ms_p90": round(1000 * latencies[int(len(latencies) * 0.9)], 1),
+                "switch_ms_max": round(1000 * latencies[-1], 1),
+                "switches": len(latencies),
+                "switch_ms_median_by_key": by_key,
+            }
+            if latencies
+            else {}
+        ),
     }
 
 
@@ -184,6 +254,7 @@ def main() -> int:
     parser.add_argument("--size", default="80x24")
     parser.add_argument("--refresh", default="1.0", help="comma-separated refresh intervals")
     parser.add_argument("--jobs", type=int, default=50)
+    parser.add_argument("--switch-rounds", type=int, default=5)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     columns, rows = (int(v) for v in args.size.lower().split("x"))
@@ -193,7 +264,9 @@ def main() -> int:
         start_station(home, args.jobs)
         try:
             for refresh in (float(v) for v in args.refresh.split(",")):
-                result = measure(home, columns, rows, refresh, args.warmup, args.seconds)
+                result = measure(
+                    home, columns, rows, refresh, args.warmup, args.seconds, args.switch_rounds
+                )
                 status = json.loads(gpudesk(home, "engine", "status", "--json").stdout)
                 result["jobs_running_after_quit"] = status["counts"].get("running", 0)
                 results.append(result)
@@ -210,12 +283,20 @@ def main() -> int:
         print(json.dumps(report, indent=2))
         return 0
     print(f"{report['date']}  {report['machine']}; SIMULATED DGX Station A100, {args.jobs} jobs")
-    print(f"{'size':<8}{'refresh':>8}{'CPU % core':>12}{'KiB/s':>8}  quit  running after")
+    print(
+        f"{'size':<8}{'refresh':>8}{'CPU % core':>12}{'KiB/s':>8}  quit  running after"
+        "  key to repaint, ms: median p90 max"
+    )
     for r in results:
+        switch = (
+            f"{r['switch_ms_median']:>8.0f} {r['switch_ms_p90']:>4.0f} {r['switch_ms_max']:>4.0f}"
+            if "switches" in r
+            else ""
+        )
         print(
             f"{r['size']:<8}{r['refresh_s']:>7.1f}s{r['cpu_pct_of_core']:>12.2f}"
             f"{r['kib_per_s']:>8.2f}  {'ok' if r['quit_cleanly'] else 'NO'}    "
-            f"{r['jobs_running_after_quit']}"
+            f"{r['jobs_running_after_quit']:<13}{switch}"
         )
     return 0
 

@@ -20,12 +20,16 @@ from gpudesk.units import MIB_PER_GIB
 
 if TYPE_CHECKING:
     from gpudesk.api.models import MigPlanView
+    from gpudesk.cli.mig_simulated import SimulatedStation
     from gpudesk.engine.mig.nvidia_smi import NvidiaSmiError
     from gpudesk.engine.mig.profiles import SliceSpan
     from gpudesk.engine.mig.records import GiProfile, GpuEntry, MigLayout
 
 # gpudesk.engine.mig is imported inside the commands: every `gpudesk` command loads this module
 # (it is registered in gpudesk.cli.main), and the MIG layer costs ~25-40 ms to import.
+
+# On a simulated station `profiles` and `list` answer from the engine (gpudesk.cli.mig_simulated).
+SIMULATED_MODE_NOTE = " On a SIMULATED station, MIG mode comes from the [station] mig table."
 
 mig_app = typer.Typer(help="MIG partitions through nvidia-smi.", no_args_is_help=True)
 
@@ -89,6 +93,17 @@ class _GpuProfiles:
     entry: GpuEntry
     profiles: list[GiProfile]
     places: dict[int, tuple[SliceSpan, ...]]
+    simulated: bool = False
+
+
+@dataclass(frozen=True)
+class _Skipped:
+    """A GPU not in MIG mode (listed without profiles): its mode and what to do about it."""
+
+    entry: GpuEntry
+    mode: str  # disabled, pending, unsupported
+    problem: str
+    simulated: bool = False
 
 
 @mig_app.command("profiles")
@@ -99,18 +114,54 @@ def profiles_cmd(
     """The GPU instance profiles each MIG-enabled GPU offers.
 
     Free/total counts, memory, engines, and placements (start:size in memory slices)."""
-    found, skipped = _read_profiles(gpu)
+    from gpudesk.cli.mig_simulated import simulated_station
+
+    with _engine_errors():
+        station = simulated_station()
+    found, skipped = _read_profiles(gpu) if station is None else _simulated_profiles(station, gpu)
     if json_out:
         print_json({"gpus": _profiles_json(found, skipped)})
         return
     blocks = [(f.entry.index, _profiles_text(f)) for f in found]
-    blocks += [(e.index, f"GPU {e.index}: {e.name}\n  {problem}") for e, problem in skipped]
+    blocks += [
+        (s.entry.index, f"{_gpu_title(s.entry, s.simulated)}\n  {s.problem}") for s in skipped
+    ]
     print("\n\n".join(text for _, text in sorted(blocks)))
 
 
-def _read_profiles(
-    gpu: int | None,
-) -> tuple[list[_GpuProfiles], list[tuple[GpuEntry, NvidiaSmiError]]]:
+def _gpu_title(entry: GpuEntry, simulated: bool) -> str:
+    return f"GPU {entry.index}: {entry.name}" + ("  [SIMULATED]" if simulated else "")
+
+
+def _simulated_profiles(
+    station: SimulatedStation, gpu: int | None
+) -> tuple[list[_GpuProfiles], list[_Skipped]]:
+    """Each simulated MIG-capable GPU's profiles (from its model's table), as `_read_profiles`
+    reads a real station's."""
+    from gpudesk.cli.mig_simulated import simulated_profiles
+    from gpudesk.engine.mig.records import GpuEntry
+
+    if gpu is not None and gpu not in station.plans:
+        known = ", ".join(str(i) for i in sorted(station.plans)) or "none"
+        fail(
+            f"GPU {gpu} is not a MIG-capable GPU of this station (MIG-capable GPUs: {known}).",
+            EXIT_USAGE,
+        )
+    uuids = {g.index: g.uuid or "" for g in station.gpus}
+    found: list[_GpuProfiles] = []
+    skipped: list[_Skipped] = []
+    for plan in (p for i, p in sorted(station.plans.items()) if gpu is None or i == gpu):
+        entry = GpuEntry(plan.gpu, plan.name, uuids.get(plan.gpu, ""))
+        if not plan.mig_enabled:
+            note = _mode_note(plan.gpu, plan.mig_mode) + SIMULATED_MODE_NOTE
+            skipped.append(_Skipped(entry, plan.mig_mode, note, simulated=True))
+            continue
+        profiles, places = simulated_profiles(plan)
+        found.append(_GpuProfiles(entry, profiles, places, simulated=True))
+    return found, skipped
+
+
+def _read_profiles(gpu: int | None) -> tuple[list[_GpuProfiles], list[_Skipped]]:
     """Each asked-for GPU's profiles; with no `--gpu`, GPUs not in MIG mode are skipped with
     the reason (an error only when none is in MIG mode)."""
     from gpudesk.engine.mig.layout import derive_placements
@@ -136,17 +187,16 @@ def _read_profiles(
             found.append(_GpuProfiles(entry, profiles, places))
         if not found and skipped:
             raise skipped[0][1]
-    return found, skipped
+    return found, [_Skipped(e, exc.kind.removeprefix("mig-"), str(exc)) for e, exc in skipped]
 
 
-def _profiles_json(
-    found: list[_GpuProfiles], skipped: list[tuple[GpuEntry, NvidiaSmiError]]
-) -> list[dict[str, Any]]:
+def _profiles_json(found: list[_GpuProfiles], skipped: list[_Skipped]) -> list[dict[str, Any]]:
     gpus: list[dict[str, Any]] = [
         {
             "index": f.entry.index,
             "name": f.entry.name,
             "uuid": f.entry.uuid,
+            "simulated": f.simulated,
             "mig_mode": "enabled",
             "profiles": [
                 {
@@ -171,14 +221,15 @@ def _profiles_json(
     ]
     gpus += [
         {
-            "index": entry.index,
-            "name": entry.name,
-            "uuid": entry.uuid,
-            "mig_mode": problem.kind.removeprefix("mig-"),
-            "problem": str(problem),
+            "index": s.entry.index,
+            "name": s.entry.name,
+            "uuid": s.entry.uuid,
+            "simulated": s.simulated,
+            "mig_mode": s.mode,
+            "problem": s.problem,
             "profiles": [],
         }
-        for entry, problem in skipped
+        for s in skipped
     ]
     return sorted(gpus, key=lambda g: g["index"])
 
@@ -205,18 +256,14 @@ def _profiles_text(found: _GpuProfiles) -> str:
             p.short_name,
             f"{p.free}/{p.total}",
             f"{p.memory_gib:.2f} GiB",
-            p.sm,
-            p.ce,
-            p.dec,
-            p.enc,
-            p.jpeg,
-            p.ofa,
+            # a simulated GPU models no engine counts: "-", not a made-up figure
+            *("-" if n is None else n for n in (p.sm, p.ce, p.dec, p.enc, p.jpeg, p.ofa)),
             _placements_text(found.places[p.id]),
         )
         for p in found.profiles
     ]
     table = _table(_PROFILE_HEADERS, rows, right=(0, 4, 5, 6, 7, 8, 9))
-    return f"GPU {found.entry.index}: {found.entry.name}\n" + table
+    return _gpu_title(found.entry, found.simulated) + "\n" + table
 
 
 # -------------------------------------------------------------------------------- list
@@ -273,7 +320,14 @@ def _layout_text(gpu: int, layout: MigLayout) -> list[str]:
 @mig_app.command("list")
 def list_cmd(json_out: JsonOption = False) -> None:
     """Every GPU's MIG mode and MIG devices, with the UUIDs jobs use (CUDA_VISIBLE_DEVICES)."""
+    from gpudesk.cli.mig_simulated import simulated_station
     from gpudesk.engine.mig.manager import MigManager
+
+    with _engine_errors():
+        station = simulated_station()
+    if station is not None:
+        _list_simulated(station, json_out)
+        return
     from gpudesk.engine.mig.nvidia_smi import MIG_MODE_KINDS, NvidiaSmiError
 
     manager = MigManager()
@@ -326,6 +380,65 @@ def list_cmd(json_out: JsonOption = False) -> None:
             f"GPU {entry.index}: {entry.name}  MIG enabled, {len(layout.slots)} MIG device(s)"
         )
         lines.extend(_layout_text(entry.index, layout))
+    print("\n".join(lines))
+
+
+def _list_simulated(station: SimulatedStation, json_out: bool) -> None:
+    """`list` on a simulated station: each GPU's mode and MIG devices as the engine's telemetry
+    shows them (a simulated slice has no memory-slice placement to show)."""
+    report = []
+    for gpu in sorted(station.gpus, key=lambda g: g.index):
+        plan = station.plans.get(gpu.index)
+        mode = plan.mig_mode if plan else "unsupported"
+        devices = sorted(gpu.mig_devices, key=lambda m: m.index) if mode == "enabled" else []
+        report.append((gpu, mode, devices))
+    if json_out:
+        print_json(
+            {
+                "simulated": True,
+                "backend": station.backend,
+                "gpus": [
+                    {
+                        "index": gpu.index,
+                        "name": gpu.name,
+                        "uuid": gpu.uuid,
+                        "simulated": True,
+                        "mig_mode": mode,
+                        "mig_devices": [
+                            {
+                                "gpu": gpu.index,
+                                "device": m.index,
+                                "profile": m.profile,
+                                "uuid": m.uuid,
+                                "gpu_instance_id": m.gpu_instance_id,
+                                "compute_instance_id": m.compute_instance_id,
+                                "placement": None,
+                            }
+                            for m in devices
+                        ],
+                    }
+                    for gpu, mode, devices in report
+                ],
+            }
+        )
+        return
+    lines = [f"{station.backend} SIMULATED: MIG devices of the simulated GPUs (not nvidia-smi's)"]
+    for gpu, mode, devices in report:
+        title = f"GPU {gpu.index}: {gpu.name}"
+        if mode != "enabled":
+            lines.append(f"{title}  {_mode_note(gpu.index, mode)}")
+            continue
+        lines.append(f"{title}  MIG enabled, {len(devices)} MIG device(s)")
+        if devices:
+            rows = [
+                (m.index, m.profile, m.gpu_instance_id, m.compute_instance_id, "-", m.uuid)
+                for m in devices
+            ]
+            lines.append(
+                _table(("DEV", "PROFILE", "GI", "CI", "PLACEMENT", "UUID"), rows, right=(0, 2, 3))
+            )
+        else:
+            lines.append(f"  no MIG instances (`gpudesk mig apply-plan --gpu {gpu.index}`)")
     print("\n".join(lines))
 
 

@@ -10,6 +10,7 @@ import subprocess
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -21,12 +22,13 @@ from textual.screen import Screen
 
 from gpudesk.api import ActionOutcome, EngineError, JobView, MigApplyResult
 from gpudesk.screens.base import MUTATING, DeskScreen, JobActions
-from gpudesk.screens.dialogs import ConfirmScreen, SubmitRequest, SubmitScreen
+from gpudesk.screens.dialogs import ConfirmScreen, JobPromptScreen, SubmitRequest, SubmitScreen
 from gpudesk.screens.feed import Feed, Frame
 from gpudesk.screens.help import HelpScreen
 from gpudesk.screens.job import JobScreen, LogScreen
 from gpudesk.screens.loaders import LoadersScreen
 from gpudesk.screens.mig import MigScreen
+from gpudesk.screens.processes import ProcessesScreen
 from gpudesk.screens.queue import QueueScreen
 from gpudesk.screens.state import DeskState
 from gpudesk.screens.station import StationScreen
@@ -54,6 +56,34 @@ Action = Callable[[Feed], Sequence[ActionOutcome] | MigApplyResult]
 
 
 @dataclass(frozen=True)
+class JobCommand:
+    """An action on one job, as the command palette offers it (`DeskApp.run_job_command`)."""
+
+    action: str  # a JobActions action; MUTATING names the ones read-only desks leave out
+    title: str
+    help: str
+
+
+JOB_COMMANDS = (
+    JobCommand("open_job", "Job detail", "placement and why, usage, events, log tail"),
+    JobCommand("cancel_job", "Cancel job", "stop it, or take it out of the queue (asks first)"),
+    JobCommand("hold_job", "Hold / release job", "keep a queued job from starting, or let it"),
+    JobCommand("priority_up", "Raise priority", "the job runs sooner"),
+    JobCommand("priority_down", "Lower priority", "the job runs later"),
+    JobCommand("requeue_job", "Requeue job", "run a finished job again"),
+    JobCommand("log_job", "Open log", "the job's log in a pane, following"),
+    JobCommand("pager_job", "Open log in $PAGER", "the job's log in your pager"),
+)
+SCREEN_COMMANDS = (  # (mode, title, help)
+    ("station", "Station", "GPU cards, host and totals"),
+    ("queue", "Queue & jobs", "every job, with actions"),
+    ("loaders", "Loaders", "shared data loaders and their consumers"),
+    ("mig", "MIG plan", "MIG layout and the planner"),
+    ("processes", "Running jobs", "per-job SM, GPU memory, CPU, energy (nvitop's table)"),
+)
+
+
+@dataclass(frozen=True)
 class ActionDone:
     """How an action went, for its notification."""
 
@@ -72,13 +102,15 @@ class DeskApp(App[str]):
         "queue": QueueScreen,
         "loaders": LoadersScreen,
         "mig": MigScreen,
+        "processes": ProcessesScreen,
     }
     DEFAULT_MODE = "station"
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("1,s", "switch_mode('station')", "Station"),
+        Binding("1,s", "switch_mode('station')", "GPUs"),
         Binding("2,j", "switch_mode('queue')", "Jobs"),
         Binding("3", "switch_mode('loaders')", "Loaders"),
         Binding("4,m", "switch_mode('mig')", "MIG"),
+        Binding("5", "switch_mode('processes')", "Procs"),
         Binding("n", "submit", "Submit"),
         Binding("question_mark", "help", "Help", key_display="?"),
         Binding("q", "quit_desk", "Quit"),
@@ -234,6 +266,73 @@ class DeskApp(App[str]):
     def open_job(self, job_id: int) -> None:
         self.push_screen(JobScreen(job_id))
 
+    def run_job_command(self, action: str, job: JobView) -> None:
+        """Carry out one of JOB_COMMANDS on `job` (keys and the palette both come here)."""
+        if self.readonly and action in MUTATING:
+            self.notify("read-only desk: actions are off", severity="warning")
+            return
+        job_id = job.id
+        if action == "open_job":
+            self.open_job(job_id)
+        elif action == "cancel_job":
+            self.confirm_cancel(job)
+        elif action == "hold_job":
+            if job.held:
+                self.act("release", lambda feed: feed.release([job_id]))
+            else:
+                self.act("hold", lambda feed: feed.hold([job_id]))
+        elif action in ("priority_up", "priority_down"):
+            delta = 1 if action == "priority_up" else -1
+            self.act("priority", lambda feed: feed.move_priority([job_id], delta))
+        elif action == "requeue_job":
+            self.act("requeue", lambda feed: feed.requeue([job_id]))
+        elif action == "log_job":
+            self.open_log(job)
+        elif action == "pager_job":
+            self.page_log(job)
+        else:
+            raise ValueError(f"not a job command: {action}")
+
+    def ask_job_then(self, command: JobCommand) -> None:
+        """Ask which job (its id or name), then run `command` on it."""
+
+        def answered(text: str | None) -> None:
+            if text is None:
+                return
+            job, problem = self.find_job(text)
+            if job is None:
+                self.notify(problem, severity="warning", timeout=6)
+                return
+            self.run_job_command(command.action, job)
+
+        self.push_screen(JobPromptScreen(command.title), answered)
+
+    def find_job(self, text: str) -> tuple[JobView | None, str]:
+        """The job a user means by `text`: its id, its exact name, else the one job whose name
+        contains it (the newest where several share a name); else why none."""
+        jobs = self.state.jobs
+        if text.isdigit():
+            job = self.state.job(int(text))
+            return job, "" if job else f"no job {text} in the desk's list"
+        exact = [j for j in jobs if j.name == text]
+        found = exact or [j for j in jobs if text.lower() in j.name.lower()]
+        if len(found) == 1 or exact:
+            return max(found, key=lambda j: j.id), ""
+        if not found:
+            return None, f"no job named like {text!r}"
+        names = ", ".join(f"{j.id} {j.name}" for j in found[:4]) + ("…" if len(found) > 4 else "")
+        return None, f"{len(found)} jobs match {text!r} ({names}): give its id"
+
+    def apply_mig_plan(self) -> None:
+        """The MIG screen's apply (asks first), from anywhere: once its plans are read."""
+        self.switch_mode("mig")
+        self.call_after_refresh(self._apply_when_planned)
+
+    def _apply_when_planned(self) -> None:
+        screen = self.screen
+        if isinstance(screen, MigScreen):
+            screen.apply_when_loaded()
+
     def open_log(self, job: JobView) -> None:
         if not job.log:
             self.notify(f"job {job.id} has no log yet (it has not started)", severity="warning")
@@ -341,63 +440,50 @@ class DeskApp(App[str]):
         self.push_screen(HelpScreen(self.readonly))
 
     def action_quit_desk(self) -> None:
-        counts = self.state.counts()
+        # The counts as the engine has them now (the last frame may be a refresh old, or
+        # older on a busy engine); where it cannot say, the last frame's, saying as of when.
+        as_of = ""
+        try:
+            counts = self.feed.job_counts()
+        except EngineError:
+            counts = self.state.counts()
+            if self.state.now is not None:
+                when = time.strftime("%H:%M:%S", time.localtime(self.state.now))
+                as_of = f",\nas of {when}, when the desk last heard from it"
         running, queued = counts.get("running", 0), counts.get("queued", 0)
         self.exit(
             f"desk closed: the engine goes on with {running} running and {queued} "
-            "queued job(s).\n`gpudesk` reopens it; `gpudesk engine stop` stops the "
+            f"queued job(s){as_of}.\n`gpudesk` reopens it; `gpudesk engine stop` stops the "
             "engine, not the jobs."
         )
 
     # ------------------------------------------------------------------ palette
     def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
-        yield SystemCommand(
-            "Station", "GPU cards, host and totals", lambda: self.switch_mode("station")
-        )
-        yield SystemCommand(
-            "Queue & jobs", "every job, with actions", lambda: self.switch_mode("queue")
-        )
-        yield SystemCommand(
-            "Loaders",
-            "shared data loaders and their consumers",
-            lambda: self.switch_mode("loaders"),
-        )
-        yield SystemCommand("MIG", "MIG layout and planner", lambda: self.switch_mode("mig"))
-        yield SystemCommand("Help", "every key binding", self.action_help)
-        yield SystemCommand("Quit", "close the desk (jobs keep running)", self.action_quit_desk)
+        """Every action, on every screen: the screens, the job actions (on the selected job
+        where the screen has one, else on a job the palette asks for), submit, the MIG plan,
+        help and quit. A read-only desk leaves the actions that change something out."""
+        for mode, title, help_text in SCREEN_COMMANDS:
+            yield SystemCommand(title, help_text, partial(self.switch_mode, mode))
+        selected = screen.selected_job() if isinstance(screen, JobActions) else None
+        for command in JOB_COMMANDS:
+            if self.readonly and command.action in MUTATING:
+                continue
+            if selected is not None:
+                yield SystemCommand(
+                    f"{command.title} {selected.id} ({selected.name})",
+                    command.help,
+                    partial(self.run_job_command, command.action, selected),
+                )
+            yield SystemCommand(
+                f"{command.title}…",
+                command.help + "; asks which job",
+                partial(self.ask_job_then, command),
+            )
         if not self.readonly:
             yield SystemCommand("Submit", "submit a profile or a command", self.action_submit)
-            if isinstance(screen, JobActions):
-                for title, what, action in (
-                    ("Cancel job", "cancel the selected job (asks first)", "cancel_job"),
-                    (
-                        "Hold / release job",
-                        "keep a queued job from starting, or let it",
-                        "hold_job",
-                    ),
-                    ("Requeue job", "run a finished job again", "requeue_job"),
-                    ("Open log", "the job's log in a pane, following", "log_job"),
-                    ("Open log in $PAGER", "the job's log in your pager", "pager_job"),
-                ):
-                    yield SystemCommand(title, what, getattr(screen, f"action_{action}"))
-            if isinstance(screen, QueueScreen):
-                yield SystemCommand(
-                    "Raise priority",
-                    "the selected job runs sooner",
-                    lambda: screen.action_priority(1),
-                )
-                yield SystemCommand(
-                    "Lower priority",
-                    "the selected job runs later",
-                    lambda: screen.action_priority(-1),
-                )
-                yield SystemCommand(
-                    "Job detail", "placement, usage, events, log tail", screen.action_open_job
-                )
-            if isinstance(screen, MigScreen):
-                yield SystemCommand(
-                    "Apply MIG plan",
-                    "repartition as planned (asks first)",
-                    screen.action_apply_plan,
-                )
+            yield SystemCommand(
+                "Apply MIG plan", "repartition as planned (asks first)", self.apply_mig_plan
+            )
+        yield SystemCommand("Help", "every key binding", self.action_help)
+        yield SystemCommand("Quit", "close the desk (jobs keep running)", self.action_quit_desk)
         yield from super().get_system_commands(screen)

@@ -16,7 +16,18 @@ if TYPE_CHECKING:
     from gpudesk.screens.app import DeskApp
 
 # Actions that change something: hidden and refused in --readonly.
-MUTATING = frozenset({"submit", "cancel_job", "hold_job", "priority", "requeue_job", "apply_plan"})
+MUTATING = frozenset(
+    {
+        "submit",
+        "cancel_job",
+        "hold_job",
+        "priority",
+        "priority_up",
+        "priority_down",
+        "requeue_job",
+        "apply_plan",
+    }
+)
 
 
 class DeskScreen(Screen[None]):
@@ -51,32 +62,31 @@ class DeskScreen(Screen[None]):
 
 class JobActions(DeskScreen):
     """The actions on one job, for screens that have a current job (the queue's selected row,
-    the job detail's job)."""
+    the job detail's job). The app carries them out (`DeskApp.run_job_command`), so the
+    command palette reaches the same actions from any screen."""
 
-    def current_job(self) -> JobView | None:
+    def selected_job(self) -> JobView | None:
+        """The job the screen has selected, if any (quietly: the palette asks)."""
         raise NotImplementedError
 
-    def action_cancel_job(self) -> None:
+    def current_job(self) -> JobView | None:
+        return self.selected_job()
+
+    def _run(self, action: str) -> None:
         if job := self.current_job():
-            self.desk.confirm_cancel(job)
+            self.desk.run_job_command(action, job)
+
+    def action_cancel_job(self) -> None:
+        self._run("cancel_job")
 
     def action_hold_job(self) -> None:
-        if job := self.current_job():
-            job_id = job.id
-            if job.held:
-                self.desk.act("release", lambda feed: feed.release([job_id]))
-            else:
-                self.desk.act("hold", lambda feed: feed.hold([job_id]))
+        self._run("hold_job")
 
     def action_requeue_job(self) -> None:
-        if job := self.current_job():
-            job_id = job.id
-            self.desk.act("requeue", lambda feed: feed.requeue([job_id]))
+        self._run("requeue_job")
 
     def action_log_job(self) -> None:
-        if job := self.current_job():
-            self.desk.open_log(job)
+        self._run("log_job")
 
     def action_pager_job(self) -> None:
-        if job := self.current_job():
-            self.desk.page_log(job)
+        self._run("pager_job")

@@ -140,3 +140,28 @@ class SubmitScreen(ModalScreen[SubmitRequest | None]):
                 }
             )
         )
+
+
+class JobPromptScreen(ModalScreen[str | None]):
+    """Which job, for an action chosen in the command palette where no job is selected: its
+    id or (part of) its name. Esc cancels."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "Cancel")]
+
+    def __init__(self, what: str) -> None:
+        super().__init__()
+        self.what = what
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog"):
+            yield Static(f"{self.what}: which job?", classes="question")
+            yield Input(placeholder="job id or name (Enter; Esc cancels)", id="job-prompt")
+
+    def on_mount(self) -> None:
+        self.query_one("#job-prompt", Input).focus()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        self.dismiss(event.value.strip() or None)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)

@@ -110,6 +110,9 @@ class Feed(Protocol):
     def mig_plan(self) -> MigPlanResult:
         """The MIG layout the queue would want, on every MIG-capable GPU."""
 
+    def job_counts(self) -> dict[str, int]:
+        """How many jobs are in each state now (the desk's closing line)."""
+
     def mig_apply(self, gpu: int, profiles: Sequence[str]) -> MigApplyResult:
         """Repartition `gpu` (the desk asked the user first)."""
 
@@ -378,6 +381,9 @@ class EngineFeed:
     def mig_plan(self) -> MigPlanResult:
         return self._act(lambda client: client.mig_plan())
 
+    def job_counts(self) -> dict[str, int]:
+        return dict(self._act(lambda client: client.status()).counts)
+
     def mig_apply(self, gpu: int, profiles: Sequence[str]) -> MigApplyResult:
         return self._act(lambda client: client.mig_apply(gpu, profiles, confirm=True))
 
@@ -490,6 +496,9 @@ class ReplayFeed:
         if self.plan is None:
             raise self._not_recorded("mig_plan")
         return self.plan
+
+    def job_counts(self) -> dict[str, int]:
+        raise self._not_recorded("the engine's job counts now")
 
     def cancel(self, job_ids: Sequence[int]) -> list[ActionOutcome]:
         raise self._not_recorded("cancel")

@@ -214,7 +214,7 @@ class JobScreen(JobActions):
         if self.is_current:
             self.show_state(self.desk.state)
 
-    def current_job(self) -> JobView | None:
+    def selected_job(self) -> JobView | None:
         return self.desk.state.job(self.job_id)
 
 

@@ -106,6 +106,7 @@ class LoadersScreen(DeskScreen):
                 "share one producer (docs/loader.md)"
             )
         table = self.query_one("#loaders", DataTable)
+        table.display = bool(loaders)  # the hint alone, not above an empty table's header
         rows = [row for loader in loaders for row in loader_rows(loader)]
         keys = [key for key, _ in rows]
         if [str(k.value) for k in table.rows] != keys:

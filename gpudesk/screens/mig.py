@@ -57,9 +57,7 @@ def render_plans(plans: list[MigPlanView] | None, error: str | None) -> Text:
         if not plan.mig_enabled:  # one line each; what to do is said once, below
             text.append(f"\nGPU {plan.gpu}: {_mig_off(plan)}", style="dim")
             continue
-        current = ", ".join(plan.current) or "none"
-        wanted = ", ".join(plan.wanted) or "none"
-        text.append(f"\nGPU {plan.gpu}: now {current} → wants {wanted}")
+        text.append(f"\nGPU {plan.gpu}: {_change(plan)}")
         for slot in plan.slices:
             jobs = ", ".join(f"j{j}" for j in slot.jobs)
             text.append(f"\n  {slot.profile}: {jobs or '-'}", style="dim")
@@ -86,6 +84,17 @@ def render_plans(plans: list[MigPlanView] | None, error: str | None) -> Text:
     return text
 
 
+def _change(plan: MigPlanView) -> str:
+    """What the plan does to a MIG GPU's layout, in words that cannot read as "destroy the
+    slices" where it keeps them: no queued job wanting a slice leaves the layout as it is."""
+    current = ", ".join(plan.current) or "no slices"
+    if not plan.wanted:
+        return f"now {current}; no waiting job wants a slice here: keep as is"
+    if sorted(plan.wanted) == sorted(plan.current):
+        return f"now {current}; already what the queue wants: no change"
+    return f"now {current} → would become {', '.join(plan.wanted)}"
+
+
 def _mig_off(plan: MigPlanView) -> str:
     """A GPU not in MIG mode, in one line: whether it can be, and what the queue would want."""
     if plan.mig_mode == "unsupported":
@@ -107,6 +116,7 @@ class MigScreen(DeskScreen):
         self.error: str | None = None
         self.loaded_at = 0.0
         self.gpu_choice = 0
+        self.apply_once_loaded = False  # the palette's "Apply MIG plan" came before the plans
 
     def compose(self) -> ComposeResult:
         yield DeskHeader()
@@ -134,6 +144,16 @@ class MigScreen(DeskScreen):
         self.plans, self.error = plans, error
         if self.is_current:
             self.query_one("#mig-plans", Static).update(render_plans(plans, error))
+        if self.apply_once_loaded:
+            self.apply_once_loaded = False
+            self.action_apply_plan()
+
+    def apply_when_loaded(self) -> None:
+        """Apply (asking first) as soon as the plans are read; at once if they are."""
+        if self.plans is None and self.error is None:
+            self.apply_once_loaded = True
+        else:
+            self.action_apply_plan()
 
     def _chosen(self) -> MigPlanView | None:
         applicable = [p for p in self.plans or [] if p.allowed]

@@ -17,6 +17,7 @@ from gpudesk.api import JobView
 from gpudesk.screens.base import JobActions
 from gpudesk.screens.state import DeskState, job_runtime, sharing_mode
 from gpudesk.screens.widgets.footer import DeskFooter
+from gpudesk.screens.widgets.glyphs import clip_middle
 from gpudesk.screens.widgets.strips import DeskHeader
 from gpudesk.units import watt_hours
 
@@ -39,30 +40,40 @@ class Column:
 
 COLUMNS = (
     Column("id", "ID", 3),
-    Column("user", "USER", 8),
+    Column("user", "USER", None),
     Column("name", "NAME", None),
     Column("state", "STATE", 9),
     Column("where", "WHERE", 13),
     Column("progress", "PROG", 5),
     Column("runtime", "TIME", 6),
-    Column("energy", "ENERGY", 8),
+    Column("energy", "ENERGY", 9),  # "~<0.01 Wh", an estimate's smallest figure, whole
     Column("priority", "PRI", 3),
 )
 NAME_WIDTH = (10, 40)  # the name column takes what the others leave, within these bounds
-# Left out, in this order, while the name column would be narrower than NAME_WIDTH[0] (80
-# columns over SSH): progress shows in the job screen too.
-DROPPED_WHEN_NARROW = ("progress",)
+USER_WIDTH = (4, 8)  # as wide as the longest user shown (its header's 4 at least), at most 8
+# Left out, in this order, while the name column would be narrower than NAME_ROOMY (80 columns
+# over SSH): a sweep's names (heavy-lr0.001-h1024-3) need about that much to be told apart even
+# cut in the middle; progress and priority show in the job screen too.
+NAME_ROOMY = 20
+DROPPED_WHEN_NARROW = ("progress", "priority")
 CELL_PADDING = 1  # DataTable's default: a cell each side of every column
 SCROLLBAR = 2
-SORTS = ("id", "state", "user", "name", "runtime", "energy", "priority")
+# "live" (the default): running jobs first, then the waiting ones in queue order, then the
+# finished ones newest first, as squeue and nvitop put what is happening now on top.
+SORTS = ("live", "id", "state", "user", "name", "runtime", "energy", "priority")
+SORT_NAMES = {"live": "running first, then waiting, then finished newest first"}
+LIVE_ORDER = {"running": 0, "queued": 1}  # the finished states follow, newest first
 
 
 def job_state(job: JobView) -> str:
     return "held" if job.state == "queued" and job.held else job.state
 
 
-def job_cells(job: JobView, state: DeskState) -> dict[str, Text | str]:
-    """The table cells of one job, as displayed, by column key."""
+def job_cells(
+    job: JobView, state: DeskState, name_width: int = NAME_WIDTH[1]
+) -> dict[str, Text | str]:
+    """The table cells of one job, as displayed, by column key (the name fitted to
+    `name_width`, cut in the middle)."""
     shown = job_state(job)
     where = job.slot or ""
     if job.state == "queued":
@@ -74,7 +85,7 @@ def job_cells(job: JobView, state: DeskState) -> dict[str, Text | str]:
     return {
         "id": Text(str(job.id), justify="right"),
         "user": Text(job.user, no_wrap=True, overflow="ellipsis"),
-        "name": Text(job.name, no_wrap=True, overflow="ellipsis"),
+        "name": Text(clip_middle(job.name, name_width), no_wrap=True),
         "state": Text(shown, style=STATE_STYLES.get(shown, "")),
         "where": where,
         "progress": f"{progress[0]}/{progress[1]}" if progress else "",
@@ -90,10 +101,15 @@ def job_cells(job: JobView, state: DeskState) -> dict[str, Text | str]:
     }
 
 
-SortValue = tuple[str, int] | tuple[int, int] | float | int
+SortValue = tuple[object, ...] | float | int
 
 
 def sort_value(job: JobView, key: str, now: float | None = None) -> SortValue:
+    if key == "live":
+        rank = LIVE_ORDER.get(job.state, 2)
+        if rank == 1:  # waiting: the queue's order (held ones with the rest, by priority)
+            return (rank, -job.spec.priority, job.id)
+        return (rank, 0, job.id if rank == 0 else -(job.ended_at or 0.0), -job.id)
     if key == "state":
         return (job_state(job), job.id)
     if key == "name":
@@ -154,10 +170,15 @@ class QueueScreen(JobActions):
 
     def __init__(self) -> None:
         super().__init__()
-        self.sort_key = "id"
+        self.sort_key = SORTS[0]
         self.sort_reverse = False
         self.filter_text = ""
         self._drawn: tuple[object, ...] | None = None  # what show_state last drew from
+        # Each job's cells as last drawn, with the view and name width they came from: a
+        # job that is not running shows the same cells while the feed hands the same view
+        # (it re-reads the table every few refreshes), so a frame goes over the running
+        # rows only (300 rows took ~0.2 s of a screen switch on a 2-core machine).
+        self._cells: dict[int, tuple[JobView, int, dict[str, Text | str]]] = {}
 
     def compose(self) -> ComposeResult:
         yield DeskHeader()
@@ -170,25 +191,33 @@ class QueueScreen(JobActions):
     def on_mount(self) -> None:
         self.query_one("#filter", Input).display = False
         self.name_width = 0
+        self.user_width = USER_WIDTH[0]
         self.columns: list[Column] = list(COLUMNS)
-        self._fit_columns()
+        self._fit_columns(force=True)
 
     def on_resize(self) -> None:
         if self._fit_columns():
             self.show_state(self.desk.state)
 
-    def _fit_columns(self) -> bool:
-        """Give the name column what the fixed ones leave, so the table never needs a
-        horizontal scroll bar (80 columns over SSH), leaving out DROPPED_WHEN_NARROW's
-        columns where it would still be too narrow. True when the columns changed."""
+    def _width(self, column: Column) -> int:
+        if column.key == "user":
+            return self.user_width
+        return column.width or self.name_width
+
+    def _fit_columns(self, force: bool = False) -> bool:
+        """Give the name column what the others leave (USER only as wide as the users shown
+        need), so the table never needs a horizontal scroll bar (80 columns over SSH), leaving
+        out DROPPED_WHEN_NARROW's columns where it would still be too narrow. True when the
+        columns changed."""
         columns = list(COLUMNS)
         for dropped in ("", *DROPPED_WHEN_NARROW):
             columns = [c for c in columns if c.key != dropped]
-            fixed = sum(c.width or 0 for c in columns) + 2 * CELL_PADDING * len(columns)
-            if self.size.width - fixed - SCROLLBAR >= NAME_WIDTH[0]:
+            fixed = sum(self._width(c) for c in columns if c.key != "name")
+            fixed += 2 * CELL_PADDING * len(columns)
+            if self.size.width - fixed - SCROLLBAR >= NAME_ROOMY:
                 break
         width = max(NAME_WIDTH[0], min(NAME_WIDTH[1], self.size.width - fixed - SCROLLBAR))
-        if width == self.name_width and columns == self.columns:
+        if not force and width == self.name_width and columns == self.columns:
             return False
         self.name_width = width
         self.columns = columns
@@ -196,9 +225,18 @@ class QueueScreen(JobActions):
         table.clear(columns=True)
         self._drawn = None
         for column in columns:
-            width_here = column.width or width
+            width_here = self._width(column)
             table.add_column(self._label(column, width_here), key=column.key, width=width_here)
         return True
+
+    def _fit_users(self, jobs: list[JobView]) -> None:
+        """USER as wide as the longest user among `jobs` (within USER_WIDTH): on a station of
+        short login names the name column gets the rest."""
+        longest = max((len(j.user) for j in jobs), default=0)
+        width = max(USER_WIDTH[0], min(USER_WIDTH[1], longest))
+        if width != self.user_width:
+            self.user_width = width
+            self._fit_columns(force=True)
 
     def _label(self, column: Column, width: int) -> str:
         """A column's header, with ▲ (ascending) or ▼ on the one the queue is sorted by,
@@ -213,9 +251,7 @@ class QueueScreen(JobActions):
         for column in self.columns:
             key = ColumnKey(column.key)
             if key in table.columns:
-                table.columns[key].label = Text(
-                    self._label(column, column.width or self.name_width)
-                )
+                table.columns[key].label = Text(self._label(column, self._width(column)))
         table.refresh()
 
     # ------------------------------------------------------------------ drawing
@@ -223,13 +259,16 @@ class QueueScreen(JobActions):
         # What the table shows follows from these alone: a screen coming back (or resized to
         # the same columns) with nothing new skips going over every row again (500 of them
         # on a busy station: ~0.1 s of the desk's first paint).
+        self._fit_users(state.jobs)
         drawn = (state.frame, self.filter_text, self.sort_key, self.sort_reverse, self.columns)
         last = self._drawn
         if last is not None and last[0] is state.frame and last[1:] == drawn[1:]:
             return
         self._drawn = drawn
         table = self.query_one("#jobs", DataTable)
-        jobs = [j for j in state.jobs if matches(j, self.filter_text, state)]
+        jobs = list(state.jobs)
+        if self.filter_text.strip():
+            jobs = [j for j in jobs if matches(j, self.filter_text, state)]
         jobs.sort(key=lambda j: sort_value(j, self.sort_key, state.now), reverse=self.sort_reverse)
         selected = self.selected_id()
         wanted = [str(j.id) for j in jobs]
@@ -239,7 +278,7 @@ class QueueScreen(JobActions):
             scroll_y = table.scroll_y
             table.clear()
             for job in jobs:
-                cells = job_cells(job, state)
+                cells, _ = self._cells_of(job, state)
                 table.add_row(*(cells[c.key] for c in self.columns), key=str(job.id))
             if selected is not None and str(selected) in wanted:
                 table.move_cursor(row=wanted.index(str(selected)), animate=False)
@@ -247,11 +286,27 @@ class QueueScreen(JobActions):
             return
         # ... else update the cells that changed, in place.
         for job in jobs:
-            cells = job_cells(job, state)
+            cells, fresh = self._cells_of(job, state)
+            if not fresh:
+                continue  # drawn already as they are
             row = table.get_row(str(job.id))
             for position, column in enumerate(self.columns):
                 if str(row[position]) != str(cells[column.key]):
                     table.update_cell(str(job.id), column.key, cells[column.key])
+
+    def _cells_of(self, job: JobView, state: DeskState) -> tuple[dict[str, Text | str], bool]:
+        """The job's cells, and whether they were made anew (else as last drawn)."""
+        cached = self._cells.get(job.id)
+        if (
+            cached is not None
+            and cached[0] is job
+            and cached[1] == self.name_width
+            and job.state != "running"  # its time and progress move with every frame
+        ):
+            return cached[2], False
+        cells = job_cells(job, state, self.name_width)
+        self._cells[job.id] = (job, self.name_width, cells)
+        return cells, True
 
     def selected_id(self) -> int | None:
         table = self.query_one("#jobs", DataTable)
@@ -263,27 +318,25 @@ class QueueScreen(JobActions):
             return None
         return int(key.value) if key.value is not None else None
 
-    def current_job(self) -> JobView | None:
+    def selected_job(self) -> JobView | None:
         job_id = self.selected_id()
-        if job_id is None:
+        return None if job_id is None else self.desk.state.job(job_id)
+
+    def current_job(self) -> JobView | None:
+        job = self.selected_job()
+        if job is None:
             self.notify("no job selected", severity="warning")
-            return None
-        return self.desk.state.job(job_id)
+        return job
 
     # ------------------------------------------------------------------ actions
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         self.action_open_job()
 
     def action_open_job(self) -> None:
-        job = self.current_job()
-        if job:
-            self.desk.open_job(job.id)
+        self._run("open_job")
 
     def action_priority(self, delta: int) -> None:
-        job = self.current_job()
-        if job:
-            job_id = job.id
-            self.desk.act("priority", lambda feed: feed.move_priority([job_id], delta))
+        self._run("priority_up" if delta > 0 else "priority_down")
 
     def action_older_finished(self) -> None:
         self.desk.load_older_finished()
@@ -311,9 +364,8 @@ class QueueScreen(JobActions):
 
     def action_sort(self) -> None:
         self.sort_key = SORTS[(SORTS.index(self.sort_key) + 1) % len(SORTS)]
-        self.notify(
-            f"sorted by {self.sort_key}" + (" (reversed)" if self.sort_reverse else ""), timeout=2
-        )
+        named = SORT_NAMES.get(self.sort_key, self.sort_key)
+        self.notify(f"sorted by {named}" + (" (reversed)" if self.sort_reverse else ""), timeout=2)
         self._relabel()
         self.show_state(self.desk.state)
 

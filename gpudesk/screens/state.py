@@ -4,6 +4,7 @@ series for the job detail, energy counted since the desk opened). Pure data: no 
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -46,6 +47,11 @@ class DeskState:
     gpu_series: dict[int, GpuSeries] = field(default_factory=dict)
     job_series: dict[int, JobSeries] = field(default_factory=dict)
     energy_at_open_j: dict[int, float] = field(default_factory=dict)
+    opened_at: float | None = None  # the first frame's time
+    # Today's energy as the engine last told it (it is read every few refreshes, the counters
+    # at every sample), and each GPU's counter when it was read: today moves on with them.
+    today_read: dict[int, float] | None = None
+    counter_at_today_read: dict[int, float] = field(default_factory=dict)
     last_sample_at: float | None = None
     updates: int = 0
 
@@ -64,6 +70,15 @@ class DeskState:
             for gpu in telemetry.gpus:
                 if gpu.energy_j is not None:
                     self.energy_at_open_j.setdefault(gpu.index, gpu.energy_j)
+        if frame.energy_today_j is not self.today_read:  # read anew
+            self.today_read = frame.energy_today_j
+            self.counter_at_today_read = {
+                gpu.index: gpu.energy_j
+                for gpu in (telemetry.gpus if telemetry else [])
+                if gpu.energy_j is not None
+            }
+        if self.opened_at is None and frame.taken_at:
+            self.opened_at = frame.taken_at
         self.frame = frame
         self.updates += 1
 
@@ -140,13 +155,37 @@ class DeskState:
         now, start = gpu.energy_j, self.energy_at_open_j.get(gpu.index)
         return None if now is None or start is None else max(0.0, now - start)
 
+    def energy_today_j(self, gpu: GpuView) -> float | None:
+        """GPU `gpu`'s energy since local midnight: the engine's figure, moved on by what the
+        GPU's counter added since it was read, and never less than what the desk counted since
+        it opened when it opened today (a fresh engine's sums start late). None if unknown."""
+        told = (self.today_read or {}).get(gpu.index)
+        if told is None:
+            return None
+        at_read = self.counter_at_today_read.get(gpu.index)
+        if gpu.energy_j is not None and at_read is not None:
+            told += max(0.0, gpu.energy_j - at_read)
+        opened = self.energy_since_open_j(gpu)
+        if opened is not None and self._opened_today():
+            told = max(told, opened)
+        return told
+
+    def _opened_today(self) -> bool:
+        now = self.now
+        if self.opened_at is None or now is None:
+            return False
+        return time.localtime(self.opened_at)[:3] == time.localtime(now)[:3]
+
     def total_energy_j(self) -> tuple[float, str] | None:
         """GPU energy of all GPUs and since when it counts, for the header: today's (the
-        engine's per-GPU sums since local midnight) where the engine tells them, else since
-        its sampler began ("since 14:13")."""
-        today = self.frame.energy_today_j if self.frame else {}
-        if today:
-            return sum(today.values()), "today"
+        engine's per-GPU sums since local midnight, as `energy_today_j` moves them on) where
+        the engine tells them, else since its sampler began ("since 14:13")."""
+        today = [self.energy_today_j(g) for g in self.gpus]
+        if any(t is not None for t in today):
+            return sum(t for t in today if t is not None), "today"
+        told = self.frame.energy_today_j if self.frame else {}
+        if told:  # no sample yet to move them on
+            return sum(told.values()), "today"
         known = [g.energy_j for g in self.gpus if g.energy_j is not None]
         if not known:
             return None

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -13,9 +14,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import Run
+from conftest import EngineHandle, Run, wait_for
 
 from gpudesk.engine.mig import layout, manager, profiles, records
+from gpudesk.paths import Home
 
 FAKE = Path(__file__).resolve().parents[1] / "fakes" / "nvidia-smi"
 READ_ONLY = ("-L", "-lgip", "-lgipp", "-lgi", "-lci", "--query-gpu")
@@ -355,3 +357,55 @@ def test_as_a_separate_process(tmp_path: Path) -> None:
         f"error: cannot run nvidia-smi at {missing} (from GPUDESK_NVIDIA_SMI)"
     )
     assert "Traceback" not in result.stderr
+
+
+# ----------------------------------------------------------------- a simulated station
+def sim_slices(engine: EngineHandle, gpu: int) -> list[str] | None:
+    snapshot = engine.client.request("telemetry")["snapshot"]
+    if snapshot is None:
+        return None
+    return [m["name"].rsplit(" ", 1)[-1] for m in snapshot["gpus"][gpu]["mig_devices"]]
+
+
+def test_profiles_and_list_on_a_simulated_station(
+    home: Home, gpudesk: Run, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A SIMULATED DGX Station A100 with GPU 3 in MIG mode and no nvidia-smi on PATH: `mig
+    profiles` and `mig list` answer from the engine (as `mig plan` does), labelled SIMULATED,
+    instead of failing on the missing nvidia-smi."""
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))  # no nvidia-smi anywhere
+    monkeypatch.delenv("GPUDESK_NVIDIA_SMI", raising=False)
+    engine = EngineHandle(home)
+    engine.start(backend="sim:dgx-station-a100", sample_interval=0.2, mig={"3": "3g.20gb"})
+    try:
+        wait_for(
+            lambda: sim_slices(engine, 3) == ["3g.20gb"],
+            what="GPU 3's MIG slice in telemetry",
+        )
+        code, out, err = gpudesk("mig", "profiles")
+        assert code == 0, err
+        assert "GPU 3: NVIDIA A100-SXM4-40GB  [SIMULATED]" in out
+        row = next(line for line in out.splitlines() if " 3g.20gb " in line)
+        assert row.split()[:3] == ["9", "3g.20gb", "1/2"] and row.endswith("{0,4}:4")
+        assert "GPU 0: NVIDIA A100-SXM4-40GB  [SIMULATED]\n  MIG disabled." in out
+        code, out, _ = gpudesk("mig", "profiles", "--gpu", "3", "--json")
+        (gpu,) = json.loads(out)["gpus"]
+        assert gpu["simulated"] is True and gpu["mig_mode"] == "enabled"
+        rows = {p["name"]: p for p in gpu["profiles"]}
+        assert (rows["7g.40gb"]["free"], rows["1g.5gb"]["free"]) == (0, 3)  # 1g: at 4, 5, 6
+        code, _, err = gpudesk("mig", "profiles", "--gpu", "9")
+        assert code == 2 and "GPU 9 is not a MIG-capable GPU" in err
+
+        code, out, err = gpudesk("mig", "list")
+        assert code == 0, err
+        assert out.startswith("sim:dgx-station-a100 SIMULATED")
+        assert "GPU 3: NVIDIA A100-SXM4-40GB  MIG enabled, 1 MIG device(s)" in out
+        assert re.search(r"^\s+0\s+3g\.20gb\s.*MIG-", out, re.M), out
+        assert "nvidia-smi was not found" not in out + err
+        code, out, _ = gpudesk("mig", "list", "--json")
+        listed = json.loads(out)
+        assert listed["simulated"] is True
+        assert [m["profile"] for m in listed["gpus"][3]["mig_devices"]] == ["3g.20gb"]
+        assert [g["mig_mode"] for g in listed["gpus"]] == ["disabled"] * 3 + ["enabled"]
+    finally:
+        engine.client.close()

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from gpudesk.api import JobView
 from gpudesk.screens.feed import ReplayFeed
 
 DATA = Path(__file__).resolve().parent / "data"
@@ -22,3 +23,34 @@ MPS_FAULT = DATA / "mps-fault.json"
 
 def replay_feed(path: Path = STATION, readonly_reason: str | None = None) -> ReplayFeed:
     return ReplayFeed.load(path, readonly_reason=readonly_reason)
+
+
+# A hyper-parameter sweep's names, as a user names its jobs: they differ only at their end.
+SWEEP_NAMES = [
+    f"{size}-lr{lr}-h{hidden}-{seed}"
+    for size in ("light", "heavy")
+    for lr in ("0.01", "0.001")
+    for hidden in ("512", "1024")
+    for seed in (1, 2, 3)
+]
+
+
+def sweep_feed() -> ReplayFeed:
+    """`STATION` with its jobs renamed to a sweep's names (light-lr0.01-h512-1 …
+    heavy-lr0.001-h1024-3) and owned by a short login name: the same recorded frames (several
+    running, waiting and finished jobs), decoded through gpudesk.api's models, for the queue's
+    name column at 80 and 200 columns."""
+    import dataclasses
+
+    import msgspec
+
+    recorded = replay_feed()
+    ids = sorted(job.id for job in recorded.frames[-1].jobs)
+    step = (len(SWEEP_NAMES) - 1) / max(1, len(ids) - 1)  # the first name to the last
+    names = {job_id: SWEEP_NAMES[round(n * step)] for n, job_id in enumerate(ids)}
+
+    def renamed(job: JobView) -> JobView:
+        return msgspec.structs.replace(job, name=names.get(job.id, job.name), user="ana")
+
+    frames = [dataclasses.replace(f, jobs=[renamed(j) for j in f.jobs]) for f in recorded.frames]
+    return ReplayFeed(frames, recorded.shows, recorded.plan, recorded.readonly_reason)

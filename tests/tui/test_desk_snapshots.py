@@ -63,9 +63,10 @@ def screen_steps(keys: tuple[str, ...]) -> Any:
 SCREENS = {
     "station": (),
     "queue": ("2",),
-    "job": ("2", "down", "down", "enter"),  # the third row: job 3
+    "job": ("2", "o", "down", "down", "enter"),  # sorted by id, the third row: job 3
     "loaders": ("3",),
     "mig": ("4",),
+    "processes": ("5",),
     "help": ("question_mark",),
 }
 
@@ -180,6 +181,9 @@ def test_the_queue_header_shows_what_it_is_sorted_by() -> None:
                     str(c.label) for c in table.columns.values() if str(c.label)[-1] in "▲▼"
                 )
 
+            seen.append(arrows())  # running first: no one column
+            await pilot.press("o")  # by id
+            await pilot.pause()
             seen.append(arrows())
             await pilot.press("o")  # by state
             await pilot.pause()
@@ -189,4 +193,4 @@ def test_the_queue_header_shows_what_it_is_sorted_by() -> None:
             seen.append(arrows())
         return seen
 
-    assert asyncio.run(run()) == ["ID▲", "STATE▲", "STATE▼"]
+    assert asyncio.run(run()) == ["", "ID▲", "STATE▲", "STATE▼"]

@@ -7,7 +7,7 @@ from gpudesk.api.models import MigPlanView
 from gpudesk.screens.mig import render_plans
 
 
-def _plan(auto: str | None) -> MigPlanView:
+def _plan(auto: str | None, wanted: tuple[str, ...] = ("3g.20gb",)) -> MigPlanView:
     return MigPlanView(
         gpu=3,
         name="NVIDIA A100-SXM4-40GB",
@@ -15,7 +15,7 @@ def _plan(auto: str | None) -> MigPlanView:
         mig_enabled=True,
         simulated=True,
         current=["1g.5gb"],
-        wanted=["3g.20gb"],
+        wanted=list(wanted),
         slices=[],
         left_out=[],
         left_out_total=0,
@@ -32,8 +32,21 @@ def _plan(auto: str | None) -> MigPlanView:
 def test_the_plan_shows_what_auto_predicts() -> None:
     said = "GPU 3: 1g.5gb -> 3g.20gb; predicted work rate 0.00 -> 1.00; it pays"
     text = render_plans([_plan(said)], None).plain
-    assert f"GPU 3: now 1g.5gb → wants 3g.20gb\n  auto: {said}\n" in text
+    assert f"GPU 3: now 1g.5gb → would become 3g.20gb\n  auto: {said}\n" in text
 
 
 def test_no_auto_line_where_auto_does_not_weigh_the_gpu() -> None:
     assert "auto:" not in render_plans([_plan(None)], None).plain
+
+
+def test_a_plan_that_wants_no_slice_says_the_layout_is_kept() -> None:
+    """No waiting job wants a slice: the layout stays. "→ wants none" read as "destroy the
+    slices"; the line says what happens instead."""
+    text = render_plans([_plan(None, wanted=())], None).plain
+    assert "wants none" not in text and "→" not in text
+    assert "GPU 3: now 1g.5gb; no waiting job wants a slice here: keep as is" in text
+
+
+def test_a_plan_that_wants_the_current_layout_says_no_change() -> None:
+    text = render_plans([_plan(None, wanted=("1g.5gb",))], None).plain
+    assert "GPU 3: now 1g.5gb; already what the queue wants: no change" in text

@@ -163,7 +163,7 @@ def _power_lines(gpu: GpuView, state: DeskState, inner: int) -> list[Text]:
     limit = gpu.power_limit_w
     power.append(watts(gpu.power_w) + (f" of {limit:.0f}" if limit else ""))
     opened = watt_hours(state.energy_since_open_j(gpu))
-    today = state.frame.energy_today_j.get(gpu.index) if state.frame else None
+    today = state.energy_today_j(gpu)
     spent = f"{watt_hours(today)} today" if today is not None else ""
     # Each counter says since when, in words where the card is wide enough, and is never cut
     # off: on a narrow card today's energy goes beside the power and the rest below.

@@ -1,0 +1,117 @@
+"""`gpudesk mig profiles` and `mig list` on a simulated station (`sim:*`): its GPUs and their MIG
+slices are the engine's simulator's, so nvidia-smi has nothing to say about them. They are read
+from the engine, as `mig plan` reads them: the layout from its MIG plan and its telemetry, the
+profiles from the model's table (the one the simulator carves slices from)."""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from gpudesk.api.models import GpuView, MigPlanView
+    from gpudesk.engine.mig.profiles import SliceSpan
+    from gpudesk.engine.mig.records import GiProfile
+
+SNAPSHOT_WAIT_S = 5.0  # an engine just started takes its first sample within a second or two
+SIMULATED = "SIMULATED"
+
+
+@dataclass(frozen=True)
+class SimulatedStation:
+    """What the engine of a simulated station says of its GPUs and their MIG layouts."""
+
+    backend: str
+    gpus: list[GpuView]  # every GPU of the latest sample, with its MIG devices
+    plans: dict[int, MigPlanView]  # the MIG-capable GPUs, by index: mode and current layout
+
+
+def simulated_station() -> SimulatedStation | None:
+    """This home's station when it is simulated, else None (nvidia-smi answers for a real one).
+    A running engine is asked; one is started (as `mig plan` does) only where GPUDESK_BACKEND
+    names a simulated station or no nvidia-smi could answer anyway."""
+    from gpudesk.api.connection import engine_pid
+    from gpudesk.api.errors import EngineError
+    from gpudesk.cli.common import current_home, engine_client
+    from gpudesk.engine.mig.manager import MigManager
+    from gpudesk.engine.telemetry.backend import is_simulated
+
+    asked_sim = is_simulated(os.environ.get("GPUDESK_BACKEND", ""))
+    try:
+        running = engine_pid(current_home()) is not None
+    except Exception:  # another user's home, an engine that does not answer: nvidia-smi then
+        running = False
+    if not (asked_sim or running or MigManager().nvidia_smi is None):
+        return None
+    try:
+        with engine_client() as client:
+            station = client.status().station
+            if not station.simulated:
+                return None
+            plans = {plan.gpu: plan for plan in client.mig_plan().plans}
+            deadline = time.monotonic() + SNAPSHOT_WAIT_S
+            snapshot = client.telemetry().snapshot
+            while snapshot is None and time.monotonic() < deadline:
+                time.sleep(0.1)
+                snapshot = client.telemetry().snapshot
+    except EngineError:
+        if asked_sim:
+            raise
+        return None  # no engine to ask: nvidia-smi's own error says what is missing
+    return SimulatedStation(station.effective_backend, snapshot.gpus if snapshot else [], plans)
+
+
+def simulated_profiles(
+    plan: MigPlanView,
+) -> tuple[list[GiProfile], dict[int, tuple[SliceSpan, ...]]]:
+    """A simulated GPU's instance profiles as `nvidia-smi mig -lgip` would list them, each with
+    how many more instances fit beside its current layout, and their placements."""
+    from gpudesk.engine.mig.layout import plan_layout
+    from gpudesk.engine.mig.nvidia_smi import MigError
+    from gpudesk.engine.mig.profiles import table_for_gpu
+    from gpudesk.engine.mig.records import GiProfile
+    from gpudesk.units import MIB_PER_GIB
+
+    table = [p for p in table_for_gpu(plan.name) if p.simulated]
+    places = {p.id: p.placements for p in table}
+    whole = [
+        GiProfile(
+            gpu=plan.gpu,
+            name=f"MIG {p.name}",
+            short_name=p.name,
+            id=p.id,
+            free=p.instances,
+            total=p.instances,
+            memory_gib=round(p.memory_mib / MIB_PER_GIB, 2),
+        )
+        for p in table
+    ]
+    try:
+        occupied = [i.placement for i in plan_layout(whole, plan.current, places)]
+    except MigError:
+        occupied = [] if not plan.current else [s for p in table for s in p.placements]
+
+    def free(profile: GiProfile) -> int:
+        for count in range(profile.total, 0, -1):
+            try:
+                plan_layout(whole, [profile.short_name] * count, places, occupied)
+                return count
+            except MigError:
+                continue
+        return 0
+
+    profiles = [
+        GiProfile(
+            gpu=p.gpu,
+            name=p.name,
+            short_name=p.short_name,
+            id=p.id,
+            free=free(p) if plan.current else p.total,
+            total=p.total,
+            memory_gib=p.memory_gib,
+        )
+        for p in whole
+    ]
+    return profiles, places

@@ -1,0 +1,40 @@
+"""Running jobs (nvitop's process table): every running job with its placement, sharing mode,
+SM, GPU memory, CPU, energy and runtime, on a screen of its own, so it is there at 80×24 too
+(the station lists them under the cards only where a big terminal leaves room)."""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.containers import VerticalScroll
+from textual.widgets import Static
+
+from gpudesk.screens.base import DeskScreen
+from gpudesk.screens.state import DeskState
+from gpudesk.screens.widgets.footer import DeskFooter
+from gpudesk.screens.widgets.job_list import render_job_list
+from gpudesk.screens.widgets.strips import DeskHeader, HostStrip
+
+
+class ProcessesScreen(DeskScreen):
+    def compose(self) -> ComposeResult:
+        yield DeskHeader()
+        yield HostStrip()
+        with VerticalScroll(id="processes-body"):
+            yield Static("", id="processes")
+        yield DeskFooter()
+
+    def show_state(self, state: DeskState) -> None:
+        self.query_one(HostStrip).show(state)
+        self._state = state
+        self._show()
+
+    def _show(self) -> None:
+        state = getattr(self, "_state", None)
+        if state is None:
+            return
+        body = self.query_one("#processes-body", VerticalScroll)
+        width = max(20, (body.size.width or self.size.width) - 2)
+        self.query_one("#processes", Static).update(render_job_list(state, width))
+
+    def on_resize(self) -> None:
+        self._show()

@@ -1,0 +1,111 @@
+"""The command palette (ctrl+p) offers every action on every screen: on a screen without a
+selected job it asks which job (its id or name); a read-only desk offers no action that
+changes something. Checked against a real engine's own state."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from conftest import EngineHandle
+from replay import replay_feed
+from test_desk_actions import SLEEP, engine_job, run_desk, select_job, until
+from test_desk_snapshots import replayed
+from textual.command import CommandPalette
+
+from gpudesk.screens.app import DeskApp
+from gpudesk.screens.dialogs import ConfirmScreen, JobPromptScreen
+
+
+async def palette(pilot: Any, app: DeskApp, typed: str) -> list[str]:
+    """Open the palette, type `typed`, and return the commands it offers."""
+    await pilot.press("ctrl+p")
+    await until(pilot, lambda: isinstance(app.screen, CommandPalette), what="the palette")
+    await pilot.press(*typed)
+    await pilot.pause(0.4)
+    found = app.screen.query_one("CommandList")
+    return [str(option.prompt).split("\n")[0] for option in found._options]  # type: ignore[attr-defined]
+
+
+def test_job_actions_from_the_palette_on_any_screen(sim_engine: EngineHandle) -> None:
+    # one CPU slot, taken by the first job: the second waits in the queue
+    sim_engine.client.request(
+        "configure", station={"backend": "sim:dgx-station-a100", "slots": 1, "sample_interval": 0.2}
+    )
+    first, second = sim_engine.submit(
+        {"name": "sweep-a-1", "command": SLEEP}, {"name": "sweep-b-2", "command": SLEEP}
+    )
+    sim_engine.wait_state(first, "running")
+
+    async def scenario(app: DeskApp, pilot: Any) -> None:
+        await until(pilot, lambda: app.state.job(second) is not None, what="the jobs")
+        for key in ("3", "1"):  # loaders, then station: no job selected on either
+            await pilot.press(key)
+            offered = await palette(pilot, app, "Cancel job")
+            assert any(o.startswith("Cancel job…") for o in offered), offered
+            await pilot.press("escape")
+            await pilot.pause()
+        # hold by name, from the station
+        await palette(pilot, app, "Hold")
+        await pilot.press("enter")
+        await until(pilot, lambda: isinstance(app.screen, JobPromptScreen), what="the prompt")
+        await pilot.press(*"sweep-b", "enter")
+        await until(pilot, lambda: engine_job(sim_engine, second)["held"] or False, what="hold")
+        # cancel by id, from the MIG screen
+        await pilot.press("4")
+        await palette(pilot, app, "Cancel job")
+        await pilot.press("enter")
+        await until(pilot, lambda: isinstance(app.screen, JobPromptScreen), what="the prompt")
+        await pilot.press(*str(first), "enter")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="the question")
+        await pilot.press("y")
+        await until(
+            pilot, lambda: engine_job(sim_engine, first)["state"] == "cancelled", what="cancel"
+        )
+        # on the queue the selected job is offered by its id and name
+        await select_job(app, pilot, second)
+        offered = await palette(pilot, app, "Raise")
+        assert f"Raise priority {second} (sweep-b-2)" in offered, offered
+        await pilot.press("escape")
+        # screens from the palette
+        await palette(pilot, app, "Running jobs")
+        await pilot.press("enter")
+        await until(pilot, lambda: app.current_mode == "processes", what="running jobs")
+
+    run_desk(sim_engine, scenario)
+    assert engine_job(sim_engine, second)["held"]
+
+
+def test_a_readonly_palette_offers_no_action_that_changes_something(
+    sim_engine: EngineHandle,
+) -> None:
+    async def scenario(app: DeskApp, pilot: Any) -> None:
+        offered = await palette(pilot, app, "job")
+        assert any(o.startswith("Job detail…") for o in offered), offered
+        assert not any(o.startswith(("Cancel", "Hold", "Requeue", "Raise")) for o in offered)
+        await pilot.press("escape")
+        offered = await palette(pilot, app, "Apply")
+        assert not any("MIG" in o for o in offered), offered
+
+    run_desk(sim_engine, scenario, readonly=True)
+
+
+def test_apply_mig_plan_from_the_palette_on_another_screen() -> None:
+    """From the station, "Apply MIG plan" opens the MIG screen and applies once the plans are
+    read: here the recorded plans allow none, and the desk says so."""
+    app = DeskApp(replay_feed(readonly_reason=None), refresh_s=0.05)
+
+    async def main() -> None:
+        async with app.run_test(size=(100, 32)) as pilot:
+            await replayed(pilot)
+            offered = await palette(pilot, app, "Apply MIG")
+            assert "Apply MIG plan" in offered, offered
+            await pilot.press("enter")
+            await until(pilot, lambda: app.current_mode == "mig", what="the MIG screen")
+            await until(
+                pilot,
+                lambda: any("no plan can be applied" in str(n.message) for n in app._notifications),
+                what="the answer",
+            )
+
+    asyncio.run(main())

@@ -1,0 +1,54 @@
+"""The loaders screen's empty state, and the running processes' view at 80×24."""
+
+from __future__ import annotations
+
+import asyncio
+
+from replay import MPS_FAULT, STATION, replay_feed
+from test_desk_snapshots import replayed
+from textual.widgets import DataTable, Static
+
+from gpudesk.screens.app import DeskApp
+from gpudesk.screens.help import KEYS
+
+
+def test_no_loaders_shows_the_hint_and_no_empty_table_header() -> None:
+    async def main(path: object, expect_table: bool) -> None:
+        app = DeskApp(replay_feed(path), refresh_s=0.05)  # type: ignore[arg-type]
+        async with app.run_test(size=(80, 24)) as pilot:
+            await replayed(pilot)
+            await pilot.press("3")
+            await pilot.pause()
+            table = app.screen.query_one("#loaders", DataTable)
+            note = str(app.screen.query_one("#loaders-note", Static).render())
+            assert table.display is expect_table
+            if not expect_table:
+                assert note.startswith("no shared loaders")
+            else:
+                assert table.row_count >= 2
+
+    asyncio.run(main(MPS_FAULT, False))  # recorded with no shared loader
+    asyncio.run(main(STATION, True))
+
+
+def test_the_running_jobs_have_a_screen_of_their_own_at_80x24() -> None:
+    """nvitop's process table: at 80×24 the station's cards fill the screen, so the running
+    jobs are one key away (5), each with its placement, mode, SM and GPU memory."""
+    app = DeskApp(replay_feed(STATION), refresh_s=0.05)
+
+    async def main() -> None:
+        async with app.run_test(size=(80, 24)) as pilot:
+            await replayed(pilot)
+            assert app.screen.query_one("#station-jobs").display is False
+            await pilot.press("5")
+            await pilot.pause()
+            assert app.current_mode == "processes"
+            text = str(app.screen.query_one("#processes", Static).render())
+            running = [j for j in app.state.jobs if j.state == "running"]
+            assert f"running jobs ({len(running)})" in text and len(running) >= 4
+            for job in running:
+                assert f"{job.id}  " in text
+            assert "SM" in text and "GPU MEM" in text and "3g.20gb" in text
+            assert any(row[1].startswith("running jobs") for _, rows in KEYS for row in rows)
+
+    asyncio.run(main())
