@@ -17,7 +17,6 @@ from gpudesk.api import JobView
 from gpudesk.screens.base import JobActions
 from gpudesk.screens.state import DeskState, job_runtime, sharing_mode
 from gpudesk.screens.widgets.footer import DeskFooter
-from gpudesk.screens.widgets.glyphs import clip_middle
 from gpudesk.screens.widgets.strips import DeskHeader
 from gpudesk.units import watt_hours
 
@@ -85,7 +84,7 @@ def job_cells(
     return {
         "id": Text(str(job.id), justify="right"),
         "user": Text(job.user, no_wrap=True, overflow="ellipsis"),
-        "name": Text(clip_middle(job.name, name_width), no_wrap=True),
+        "name": Text(render.clip_middle(job.name, name_width), no_wrap=True),
         "state": Text(shown, style=STATE_STYLES.get(shown, "")),
         "where": where,
         "progress": f"{progress[0]}/{progress[1]}" if progress else "",

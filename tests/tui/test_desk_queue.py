@@ -14,7 +14,6 @@ from textual.widgets import DataTable
 from gpudesk.screens.app import DeskApp
 from gpudesk.screens.feed import Feed
 from gpudesk.screens.queue import QueueScreen
-from gpudesk.screens.widgets.glyphs import clip_middle
 
 SIZES = {"80x24": (80, 24), "200x50": (200, 50)}
 
@@ -109,12 +108,6 @@ def test_each_sweep_name_keeps_its_distinguishing_end(size: str) -> None:
     if size == "200x50":
         assert all(row["name"] == names[int(row["id"])] for row in rows)
     assert len({row["name"] for row in rows}) == len(rows)  # every row tells its job apart
-
-
-def test_clip_middle_keeps_both_ends() -> None:
-    assert clip_middle("heavy-lr0.001-h1024-3", 12) == "heavy-…024-3"
-    assert clip_middle("short", 12) == "short"
-    assert len(clip_middle("heavy-lr0.001-h1024-3", 10)) == 10
 
 
 @pytest.mark.parametrize("size", sorted(SIZES))

@@ -56,14 +56,3 @@ def pct(value: float | None) -> str:
 
 def watts(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.0f} W"
-
-
-def clip_middle(text: str, width: int) -> str:
-    """`text` in `width` cells, cut in the middle where it is longer: a sweep's names differ at
-    their end (light-lr0.01-h512-1, light-lr0.01-h512-2), which a cut at the end would hide."""
-    if len(text) <= width:
-        return text
-    if width < 5:
-        return text[: max(0, width - 1)] + "…"
-    tail = (width - 1) // 2
-    return text[: width - 1 - tail] + "…" + text[len(text) - tail :]

@@ -8,7 +8,6 @@ from rich.text import Text
 
 from gpudesk import render
 from gpudesk.screens.state import DeskState, job_runtime, sharing_mode
-from gpudesk.screens.widgets.glyphs import clip_middle
 
 HEADERS = ("ID", "NAME", "USER", "WHERE", "MODE", "SM", "GPU MEM", "CPU", "ENERGY", "TIME")
 RIGHT = ("ID", "SM", "GPU MEM", "CPU", "ENERGY", "TIME")
@@ -69,7 +68,7 @@ def render_job_list(state: DeskState, width: int) -> Text:
         if _name_room(headers, rows, width) >= NAME_ROOMY:
             break
     room = max(len("NAME"), _name_room(headers, rows, width))
-    rows = [(row[0], clip_middle(str(row[1]), room), *row[2:]) for row in rows]
+    rows = [(row[0], render.clip_middle(str(row[1]), room), *row[2:]) for row in rows]
     table = render.table(
         headers,
         rows,
