@@ -209,7 +209,7 @@ def main(argv: list[str] | None = None) -> None:
         defaults = _user_defaults(command, partial=modules is not None)
         if args in (["--help"], ["-h"]):
             _print_root_help(command, defaults)
-            return
+            sys.exit(0)  # as click's help does
         code = command.main(
             args=args, prog_name="gpudesk", standalone_mode=False, default_map=defaults
         )

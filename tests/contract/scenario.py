@@ -242,6 +242,9 @@ def run_station_scenario(driver: StationDriver, subscribed: Callable[[], None]) 
     # The idle MIG GPU takes a new layout; the station is reconfigured, its grid named by a
     # code of the bundled table (the replies then carry grid_region and grid_source).
     client.mig_apply(3, ["3g.20gb", "3g.20gb"], confirm=True)
+    # a profile's [station] weighed first, as `gpudesk run` does without --apply-station
+    weighed = client.check_configure(StationConfig(policy="fifo"), ["policy"])
+    assert not weighed.changed and [c.key for c in weighed.changes] == ["policy"]
     client.configure(
         StationConfig(
             backend=SIM_STATION,

@@ -99,7 +99,8 @@ def test_queue_shows_a_job_that_moved_between_requests_once(
     job, move_on = MOVES[move](engine, tmp_path)
     with Client.attach(engine.home, timeout=10.0) as client:
         moving_on_between_requests(client, job, move_on, when)
-        jobs, damaged, _ = _listed(client, ["running", "queued"], None, 100, None)
+        listed = _listed(client, ["running", "queued"], None, 100, None)
+    jobs, damaged = listed.jobs, listed.damaged
     ids = [j.id for j in jobs]
     states = [j.state for j in jobs if j.id == job]
     assert len(ids) == len(set(ids)), f"a job listed twice: {ids}"
