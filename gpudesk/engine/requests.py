@@ -300,12 +300,7 @@ class RequestHandlers:
         on with the station as it is). Returns the config in force, `changed`, and the
         `changes` and `not_applied`, each with its message."""
         parts = self.parts
-        access = parts.access
-        refusal = (
-            None
-            if access.is_admin(caller)
-            else f"only {access.admin_role} changes station settings"
-        )
+        refusal = self._settings_refusal(caller)
         old = parts.station.config
         queued_gpu_jobs = sum(1 for job in parts.queue.ordered() if job.spec.gpus)
         try:
@@ -341,18 +336,20 @@ class RequestHandlers:
             "not_applied": [item.to_dict() for item in weighed.not_applied],
         }
 
+    def _settings_refusal(self, caller: Caller) -> str | None:
+        """Why `caller` may change no station setting; None for an admin."""
+        access = self.parts.access
+        if access.is_admin(caller):
+            return None
+        return f"only {access.admin_role} changes station settings"
+
     def check_configure(self, args: Args, caller: Caller) -> Reply:
         """`configure`'s weighing without applying anything: what the [station] table would
         change and what would not be applied (a profile run that leaves the station as it is
         says what differs). An op of its own, not a flag on `configure`, so that an engine
         from before it answers `unknown_op` instead of applying the table."""
         parts = self.parts
-        access = parts.access
-        refusal = (
-            None
-            if access.is_admin(caller)
-            else f"only {access.admin_role} changes station settings"
-        )
+        refusal = self._settings_refusal(caller)
         try:
             weighed = reconfigure.weigh(parts.station.config, args.get("station"), refusal=refusal)
         except ValueError as exc:

@@ -205,8 +205,10 @@ def test_stop_leaves_no_process_and_never_raises_when_stopped(
 
     assert manager.stop(GPU_A) is True
 
-    assert not alive(server.pid)
-    assert not alive(server_pid)
+    # stop() returns once the daemon no longer runs its binary: an exiting process has given
+    # up its command line before the kernel has finished it off, so its last moment is
+    # waited for here, as briefly as it lasts
+    wait_for(lambda: not alive(server.pid) and not alive(server_pid), 5.0, what="their exit")
     assert fake_processes(home_root) == []
     assert not (server.pipe_dir / "control").exists()
     assert manager.status(GPU_A).state == "stopped"
