@@ -402,8 +402,8 @@ def role_desk(
 ) -> dict[str, Any]:
     """The first user: `gpudesk` alone, on a real 160x48 pseudo-terminal, as she types it. Once
     it shows the station (its first frame's note), she presses 2; the queue's first paint is the
-    first time the terminal is sent one of `marks` (names of jobs near the top of the queue's
-    live window). Timed from launching the command: interpreter, CLI, engine connection,
+    first time the terminal is sent one of `marks` (names only the queue shows: desk_marks).
+    Timed from launching the command: interpreter, CLI, engine connection,
     Textual, the first frame and the terminal's output all count. Then the desk stays open
     (its output read, as a terminal does) until the phase ends, and `q` closes it."""
     import fcntl
@@ -474,17 +474,16 @@ def role_desk(
     return result
 
 
-def desk_marks(home: Home, count: int = 15) -> list[str]:
-    """Names of jobs the queue shows near its top (sorted by id, the oldest of the live window
-    first: the oldest of its newest finished jobs), from the 5th row on, so that a few jobs
-    ending during the phase do not take them off the first screen."""
+def desk_marks(home: Home) -> list[str]:
+    """Names the terminal is sent only once the queue shows: the waiting jobs' (the queue lists
+    running jobs first, then the waiting ones, then the finished; the station screen lists the
+    running ones), less any that is part of a running job's name."""
     from gpudesk.api import Client
-    from gpudesk.screens.feed import FINISHED, FINISHED_SHOWN
 
     with Client.connect(home) as client:
-        finished = client.jobs_page(states=list(FINISHED), limit=FINISHED_SHOWN)
-    names = [job.name for job in sorted(finished.jobs, key=lambda job: job.id)]
-    return names[5 : 5 + count]
+        running = [job.name for job in client.job_listing(states=["running"]).jobs]
+        waiting = {job.name for job in client.job_listing(states=["queued"]).jobs}
+    return sorted(name for name in waiting if not any(name in other for other in running))
 
 
 # ------------------------------------------------------------------------------ the engine
