@@ -10,6 +10,10 @@ commands and their help), of the installed packages' folder (typer's version), o
 file whose defaults the help shows, and the environment that names that file. Any change and
 the help is rendered again, and kept again. Standard library only: `gpudesk.cli.entry` reads it
 before anything else is imported. A cache that cannot be read or written is passed over.
+
+Root keeps no cache: `sudo` may leave HOME (or XDG_CACHE_HOME) naming a user's folder, and root
+never believes, follows or writes what a user controls. A user's own cache file is opened
+without following a link, and only a regular file of hers is read.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import contextlib
 import os
 import shutil
 import site
+import stat
 import sys
 
 import gpudesk
@@ -67,25 +72,44 @@ def fingerprint(config_file: str) -> str:
     return " | ".join(parts)
 
 
+def _usable() -> bool:
+    """Whether this process keeps a help cache at all: not root (see above)."""
+    return os.geteuid() != 0
+
+
 def cached_root_help() -> str | None:
     """The root help kept for this terminal width, when nothing it is made from has changed."""
+    if not _usable():
+        return None
     try:
-        with open(_cache_file(), encoding="utf-8") as kept:
+        fd = os.open(_cache_file(), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        found = os.fstat(fd)
+        if not stat.S_ISREG(found.st_mode) or found.st_uid != os.geteuid():
+            return None
+        with os.fdopen(fd, encoding="utf-8", closefd=False) as kept:
             config_file = kept.readline().rstrip("\n")
             key = kept.readline().rstrip("\n")
             text = kept.read()
     except (OSError, UnicodeDecodeError):
         return None
+    finally:
+        os.close(fd)
     return text if text and key == fingerprint(config_file) else None
 
 
 def keep_root_help(text: str, config_file: str) -> None:
     """Keep `text`, the root help rendered with `config_file`'s defaults, for next time."""
+    if not _usable():
+        return
     path = _cache_file()
     partial = f"{path}.{os.getpid()}"
     try:
         os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-        with open(partial, "w", encoding="utf-8") as out:
+        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
             out.write(f"{config_file}\n{fingerprint(config_file)}\n{text}")
         os.replace(partial, path)
     except OSError:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import shutil
 import subprocess
 import sys
@@ -21,14 +22,26 @@ from gpudesk.cli.exit_codes import EXIT_USAGE
 MARK = "--- typer loaded: ---"
 
 
+# Root keeps no cache (gpudesk.cli.help_cache). The tests of the cache's own workings run as
+# whoever runs the suite: as root (CI), the interpreter is told to keep one anyway, since this
+# venv's Python is not another user's to run; the rule itself is tested as root, unpatched,
+# against a real other user's folder (the last test).
+AS_A_USER = (
+    "import gpudesk.cli.help_cache as cache\ncache._usable = lambda: True\n"
+    if os.geteuid() == 0
+    else ""
+)
+
+
 def gpudesk_entry(
-    args: list[str], cache: Path, columns: int = 80, **env: str
+    args: list[str], cache: Path, columns: int = 80, as_a_user: bool = True, **env: str
 ) -> tuple[str, bool, int]:
     """`gpudesk ARGS` through the console script's entry point in a fresh interpreter: what it
     printed, whether typer was imported, its exit code."""
     program = (
         "import json, sys\n"
-        f"sys.argv = ['gpudesk', *{args!r}]\n"
+        + (AS_A_USER if as_a_user else "")
+        + f"sys.argv = ['gpudesk', *{args!r}]\n"
         "from gpudesk.cli.entry import main\n"
         "code = 0\n"
         "try:\n    main()\nexcept SystemExit as exc:\n    code = exc.code or 0\n"
@@ -94,6 +107,7 @@ def test_a_config_file_that_appears_or_changes_renders_the_help_again(tmp_path: 
 def test_a_changed_command_module_renders_the_help_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(help_cache, "_usable", lambda: True)  # as a user, also under root
     package = tmp_path / "gpudesk"
     shutil.copytree(Path(gpudesk.__file__).parent / "cli", package / "cli")
     monkeypatch.setattr(gpudesk, "__file__", str(package / "__init__.py"))
@@ -113,3 +127,22 @@ def test_a_cache_that_cannot_be_written_is_passed_over(tmp_path: Path) -> None:
     assert code == 0 and "Usage: gpudesk" in printed
     again, typer_loaded, _ = gpudesk_entry(["--help"], blocked)
     assert again == printed and typer_loaded
+
+
+def test_root_neither_reads_nor_writes_a_cache_in_a_users_folder(tmp_path: Path) -> None:
+    """`sudo gpudesk --help` may keep HOME (so the cache folder) a user's: root prints the help
+    it renders, not a text she planted, and leaves nothing in her folder."""
+    if os.geteuid() != 0:
+        pytest.skip("the rule is root's: run as root to test it")
+    her = pwd.getpwnam("nobody")  # a real other user of this machine
+    folder = tmp_path / "hers"
+    (folder / "gpudesk").mkdir(parents=True)
+    planted = folder / "gpudesk" / "root-help-80.txt"
+    planted.write_text("\nplanted\n\x1b]0;owned\x07the help she wrote\n")
+    for path in (folder, folder / "gpudesk", planted):
+        os.chown(path, her.pw_uid, her.pw_gid)
+    printed, typer_loaded, code = gpudesk_entry(["--help"], folder, as_a_user=False)
+    assert code == 0 and typer_loaded and "Usage: gpudesk" in printed
+    assert "she wrote" not in printed
+    assert sorted(p.name for p in (folder / "gpudesk").iterdir()) == ["root-help-80.txt"]
+    assert "she wrote" in planted.read_text()
