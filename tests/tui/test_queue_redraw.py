@@ -20,18 +20,23 @@ from gpudesk.screens.feed import ReplayFeed
 from gpudesk.screens.queue import QueueScreen
 
 
-def test_the_queue_goes_over_its_rows_only_when_what_it_shows_from_changed(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    calls = 0
+@pytest.fixture
+def cells_made(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The id of each job the queue makes cells for, in order (queue_screen.job_cells)."""
+    made: list[int] = []
     job_cells = queue_screen.job_cells
 
-    def counted(*args: Any) -> Any:
-        nonlocal calls
-        calls += 1
-        return job_cells(*args)
+    def counted(job: Any, *args: Any) -> Any:
+        made.append(job.id)
+        return job_cells(job, *args)
 
     monkeypatch.setattr(queue_screen, "job_cells", counted)
+    return made
+
+
+def test_the_queue_goes_over_its_rows_only_when_what_it_shows_from_changed(
+    cells_made: list[int],
+) -> None:
     feed = replay_feed()
     app = DeskApp(feed, refresh_s=60.0)  # one frame, the replay's first, for the whole test
 
@@ -45,18 +50,18 @@ def test_the_queue_goes_over_its_rows_only_when_what_it_shows_from_changed(
             assert isinstance(screen, QueueScreen)
             table = screen.query_one("#jobs")
             shown = len(app.state.jobs)
-            assert table.row_count == shown and calls >= shown
-            before = calls
+            assert table.row_count == shown and len(cells_made) >= shown
+            before = len(cells_made)
             await pilot.press("1", "2")  # away and back: the same frame
             await pilot.pause()
-            assert calls == before, "the same frame went over every row again"
+            assert len(cells_made) == before, "the same frame went over every row again"
             await pilot.press("o")  # sorted otherwise: drawn again
             await pilot.pause()
-            assert calls > before
-            before = calls
+            assert len(cells_made) > before
+            before = len(cells_made)
             await pilot.resize_terminal(80, 32)  # a narrower name column: new columns
             await pilot.pause()
-            assert calls > before
+            assert len(cells_made) > before
             assert table.row_count == shown
             assert screen.name_width < 40
             assert table.columns[ColumnKey("name")].width == screen.name_width
@@ -67,18 +72,10 @@ def test_the_queue_goes_over_its_rows_only_when_what_it_shows_from_changed(
         feed.close()
 
 
-def test_a_new_frame_goes_over_the_running_rows_only(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_new_frame_goes_over_the_running_rows_only(cells_made: list[int]) -> None:
     """A frame with the same job views (the feed re-reads the table every few refreshes) makes
     new cells for the running jobs alone: their time moves; the others' cells are as drawn.
     Going over every row made a switch to the queue of 300 jobs ~0.2 s."""
-    calls: list[int] = []
-    job_cells = queue_screen.job_cells
-
-    def counted(job: Any, *args: Any) -> Any:
-        calls.append(job.id)
-        return job_cells(job, *args)
-
-    monkeypatch.setattr(queue_screen, "job_cells", counted)
     recorded = replay_feed()
     last = recorded.frames[-1]
     later = dataclasses.replace(last, taken_at=last.taken_at + 5.0)  # the same views, later
@@ -93,11 +90,11 @@ def test_a_new_frame_goes_over_the_running_rows_only(monkeypatch: pytest.MonkeyP
             await pilot.pause()
             screen = app.screen
             assert isinstance(screen, QueueScreen)
-            calls.clear()
+            cells_made.clear()
             app.post_message(FrameArrived(later))
             await pilot.pause(0.2)
             running = sorted(j.id for j in last.jobs if j.state == "running")
-            assert sorted(calls) == running and len(running) < len(last.jobs)
+            assert sorted(cells_made) == running and len(running) < len(last.jobs)
             table = screen.query_one("#jobs", DataTable)
             row = table.get_row(str(running[0]))
             assert str(row[[c.key for c in screen.columns].index("runtime")]) != "27.0s"
