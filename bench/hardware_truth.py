@@ -1,0 +1,746 @@
+"""Hardware truth: every real-GPU check of gpudesk in one run, each with its own time limit.
+
+    python bench/hardware_truth.py --out DIR [--fakes] [--budget-s 420] [--only a,b]
+
+Runs, in order, each check in processes of its own and with its own time limit; a check that
+fails, times out or finds no GPU is recorded as such and the next one runs. After every check
+the results so far are written to DIR/hardware_truth.json, so a run cut short still leaves
+what it saw. Read-only: nothing here changes MIG mode, clocks, power limits, the compute mode or
+persistence, or resets a GPU (calibrate and the MPS daemon only read them; the MPS daemons are
+gpudesk's own, in temporary folders, and are quit).
+
+- `environment`: the GPU's name and driver as nvidia-smi prints them, torch and CUDA, nvidia-ml-py.
+- `raw_probe`: bench/hw_raw_probe.py: the driver's raw answers to every NVML call, read-only
+  nvidia-smi command and MPS control command gpudesk makes (DIR/raw_probe.json), to diff
+  against the fakes (`python bench/hw_raw_probe.py --fakes --compare DIR/raw_probe.json`).
+- `nvml`: bench/nvml_validation.py under a real training load: the metrics the GPU answers,
+  GPM SM activity beside kernel-active time, energy counter against integrated power,
+  per-process samples, `gpudesk top --once --json`.
+- `mps_engine`: two real torch training jobs (the digits MLP, widened so the GPU has work)
+  through `gpudesk run` on an engine of their own with `policy = "mps"`, then `"naive"`, then
+  `"exclusive"`: each job's throughput, SM activity and energy as the engine reports them,
+  NVML's SM activity and DRAM bandwidth over the run (1-s windows), the MPS daemons seen
+  (their pipe folder, whether it lies under the run's GPUDESK_HOME) and how long after the
+  jobs ended they were gone. The jobs are sized first (a short run alone) to ~`--job-s` each.
+- `calibrate`: `gpudesk calibrate --json --mechanisms naive,mps` with short probes, and the
+  placement model's prediction for the pair of `mps_engine` (workloads measured in the
+  exclusive run) with the published defaults and with the fit, beside the measured rates.
+- `loader`: bench/loader.py with N = 1, 2, 4 consumers on one GPU (`--device cuda`), the
+  independent DataLoader baseline and gpudesk's shared loader: throughput, host CPU-s per batch,
+  host-to-device bytes per batch, GPU memory per consumer.
+
+`--fakes` runs the same plan on a machine without a GPU against the faithful fakes
+(tests/fakes: NVML through the shim, nvidia-smi, the MPS control binary), the jobs and loads on
+the CPU and calibrate on a SIMULATED H200: how this script is checked before it meets a GPU.
+Results go into docs/hardware-validation.md by hand.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+FAKES = REPO / "tests" / "fakes"
+PYTHON = sys.executable
+TAIL = 4000  # characters of a command's output kept in the JSON
+
+# A fake station for --fakes: one H200 as NVML names it, GPM supported, the energy counter
+# running on the wall clock (tests/fakes/nvml_shim documents the scenario's keys).
+FAKE_SCENARIO = {
+    "clock": "wall",
+    "gpus": [
+        {
+            "name": "NVIDIA H200",
+            "uuid": "GPU-7c1b0f4e-0000-4000-8000-00000000h200",
+            "memory_total_mib": 143771,
+            "memory_used_mib": 0,
+            "gpm_supported": True,
+            "utilization_gpu": 60,
+            "sm_util_pct": 45.0,
+            "power_w": 350,
+            "power_limit_w": 700,
+            "temperature_c": 40,
+        }
+    ],
+}
+
+CHECKS: dict[str, float] = {  # name -> its time limit in seconds
+    "environment": 40,
+    "raw_probe": 60,
+    "nvml": 75,
+    "mps_engine": 200,
+    "calibrate": 170,
+    "loader": 150,
+}
+
+
+class Run:
+    """The results so far, written after every check, and a log of every command."""
+
+    def __init__(self, out: Path, fakes: bool, budget_s: float) -> None:
+        self.out = out
+        self.fakes = fakes
+        self.deadline = time.monotonic() + budget_s
+        self.results: dict[str, Any] = {
+            "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+            "fakes": fakes,
+            "host": os.uname().nodename,
+            "checks": {},
+        }
+        self.log = (out / "log.txt").open("a", encoding="utf-8", errors="replace")
+        self.env = dict(os.environ)
+        self.env["PYTHONUNBUFFERED"] = "1"
+        self.env.pop("GPUDESK_BACKEND", None)
+        self.tmp = Path(tempfile.mkdtemp(prefix="gpudesk-hwtruth-"))
+
+    def say(self, line: str) -> None:
+        stamp = time.strftime("%H:%M:%S")
+        print(f"[{stamp}] {line}", flush=True)
+        self.log.write(f"[{stamp}] {line}\n")
+        self.log.flush()
+
+    def left(self, limit: float) -> float:
+        return max(1.0, min(limit, self.deadline - time.monotonic()))
+
+    def save(self) -> None:
+        path = self.out / "hardware_truth.json"
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.results, indent=1, default=str))
+        tmp.replace(path)
+
+    def cmd(
+        self,
+        argv: list[str],
+        timeout: float,
+        env: dict[str, str] | None = None,
+        stdin: str | None = None,
+    ) -> dict[str, Any]:
+        """Run a command to its end or its time limit (its whole process group is killed then);
+        its output goes to the log and its tail to the result."""
+        self.say("$ " + " ".join(argv))
+        start = time.monotonic()
+        try:
+            proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                errors="replace",
+                env=env or self.env,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            return {"argv": argv, "rc": None, "error": f"{type(exc).__name__}: {exc}"}
+        timed_out = False
+        try:
+            out, err = proc.communicate(stdin, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            out, err = proc.communicate()
+        wall = time.monotonic() - start
+        self.log.write(out + ("\n--- stderr ---\n" + err if err.strip() else "") + "\n")
+        self.log.flush()
+        return {
+            "argv": argv,
+            "rc": proc.returncode,
+            "timed_out": timed_out,
+            "wall_s": round(wall, 2),
+            "stdout": out,
+            "stderr_tail": err[-TAIL:],
+        }
+
+
+def tail(result: dict[str, Any]) -> dict[str, Any]:
+    """A command's result for the JSON: stdout trimmed to its tail."""
+    kept = dict(result)
+    kept["stdout_tail"] = kept.pop("stdout", "")[-TAIL:]
+    return kept
+
+
+def parse_json(text: str) -> Any:
+    """The last JSON document a command printed (a whole-output document first)."""
+    text = text.strip()
+    with contextlib.suppress(ValueError):
+        return json.loads(text)
+    for line in reversed(text.splitlines()):
+        with contextlib.suppress(ValueError):
+            return json.loads(line)
+    return None
+
+
+def gpudesk(*args: str) -> list[str]:
+    return [PYTHON, "-m", "gpudesk", *args]
+
+
+# ================================================================================ environment
+def check_environment(run: Run) -> dict[str, Any]:
+    query = (
+        "name,driver_version,memory.total,mig.mode.current,compute_mode,persistence_mode,"
+        "power.limit,clocks.max.sm,pci.bus_id"
+    )
+    torch_probe = (
+        "import json, torch\n"
+        "ok = torch.cuda.is_available()\n"
+        "print(json.dumps({'torch': torch.__version__, 'cuda': torch.version.cuda,"
+        " 'available': ok, 'device': torch.cuda.get_device_name(0) if ok else None,"
+        " 'capability': list(torch.cuda.get_device_capability(0)) if ok else None}))"
+    )
+    nvml_probe = (
+        "import json, pynvml\nfrom importlib import metadata\n"
+        "pynvml.nvmlInit()\n"
+        "print(json.dumps({'nvidia_ml_py': metadata.version('nvidia-ml-py'),"
+        " 'driver': pynvml.nvmlSystemGetDriverVersion(),"
+        " 'cuda_driver': pynvml.nvmlSystemGetCudaDriverVersion()}))"
+    )
+    smi_l = run.cmd(["nvidia-smi", "-L"], 15)
+    smi_q = run.cmd(["nvidia-smi", f"--query-gpu={query}", "--format=csv"], 15)
+    return {
+        "nvidia_smi_L": smi_l.get("stdout", "").strip() or smi_l.get("error"),
+        "nvidia_smi_query": smi_q.get("stdout", "").strip() or smi_q.get("error"),
+        "python": sys.version.split()[0],
+        "torch": parse_json(run.cmd([PYTHON, "-c", torch_probe], 30).get("stdout", "")),
+        "nvml": parse_json(run.cmd([PYTHON, "-c", nvml_probe], 15).get("stdout", "")),
+        "mps_control": shutil.which("nvidia-cuda-mps-control", path=run.env.get("PATH"))
+        or run.env.get("GPUDESK_MPS_CONTROL"),
+        "cpus": os.cpu_count(),
+        "gpudesk": run.cmd(gpudesk("--version"), 15).get("stdout", "").strip(),
+    }
+
+
+# ================================================================================ raw probe
+def check_raw_probe(run: Run) -> dict[str, Any]:
+    script = REPO / "bench" / "hw_raw_probe.py"
+    if not script.exists():
+        return {"skipped": "bench/hw_raw_probe.py is not in this tree"}
+    out = run.out / "raw_probe.json"
+    argv = [PYTHON, str(script), "--out", str(out), "--time-limit", "50"]
+    done = run.cmd(argv, run.left(CHECKS["raw_probe"]))
+    return {"command": tail(done), "file": out.name if out.exists() else None}
+
+
+# ================================================================================ nvml
+def check_nvml(run: Run) -> dict[str, Any]:
+    argv = [PYTHON, str(REPO / "bench" / "nvml_validation.py"), "--seconds", "15", "--json"]
+    if run.fakes:
+        argv += ["--load-device", "cpu"]
+    done = run.cmd(argv, run.left(CHECKS["nvml"]))
+    result = parse_json(done.get("stdout", ""))
+    return {"command": tail(done), "result": result}
+
+
+# ================================================================ MPS through the engine
+POLICIES = ("mps", "naive", "exclusive")
+DIGITS_TRAIN_SAMPLES = 1437  # 80 % of scikit-learn's 1,797 digits (gpudesk/workloads/data.py)
+# On the GPU: wide enough that the pair has kernels to share (4 x 4096² layers, 512 per batch).
+# On the CPU (--fakes) small, so the plan's plumbing is checked in seconds.
+JOB_SHAPE = {
+    "cuda": ["--hidden", "4096", "--layers", "4", "--batch-size", "512"],
+    "cpu": ["--hidden", "128", "--layers", "2", "--batch-size", "64"],
+}
+JOB_NEEDS = {"gpus": 1, "memory_gb": 8, "sm_pct": 50}
+
+
+def job_command(device: str, epochs: int, seed: int) -> list[str]:
+    return [
+        PYTHON,
+        "-m",
+        "gpudesk.workloads.digits",
+        *JOB_SHAPE[device],
+        "--epochs",
+        str(epochs),
+        "--seed",
+        str(seed),
+        "--device",
+        device,
+    ]
+
+
+def profile_text(policy: str, device: str, epochs: int) -> str:
+    lines = [
+        f'name = "hw-{policy}"',
+        "[station]",
+        'backend = "nvml"',
+        f'policy = "{policy}"',
+        "[defaults]",
+        "max_attempts = 1",
+    ]
+    for index, name in enumerate(("pair-a", "pair-b")):
+        command = job_command(device, epochs, seed=index)
+        lines += [
+            "[[jobs]]",
+            f'name = "{name}"',
+            "command = [" + ", ".join(json.dumps(c) for c in command) + "]",
+            *(f"{key} = {value}" for key, value in JOB_NEEDS.items()),
+        ]
+    return "\n".join(lines) + "\n"
+
+
+class Meter:
+    """NVML's SM activity, DRAM bandwidth and kernel-active time in 1-s windows, in a thread
+    (the calibration runner's meter, so the engine check reads the GPU as calibrate does)."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        self.windows: list[dict[str, Any]] = []
+        self.error: str | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._env = env
+
+    def __enter__(self) -> Meter:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def _loop(self) -> None:
+        try:
+            from gpudesk.engine.calibrate.runner import NvmlMeter
+
+            with NvmlMeter(0) as meter:
+                while not self._stop.is_set():
+                    began = time.time()
+                    meter.start()
+                    self._stop.wait(1.0)
+                    reading = meter.stop()
+                    self.windows.append(
+                        {
+                            "t0": round(began, 2),
+                            "t1": round(time.time(), 2),
+                            "sm": reading.sm,
+                            "membw": reading.membw,
+                            "kernel_active": reading.kernel_active,
+                            "membw_source": reading.membw_source,
+                        }
+                    )
+        except Exception as exc:  # the meter is a witness: the check goes on without it
+            self.error = f"{type(exc).__name__}: {exc}"
+
+    def between(self, t0: float, t1: float) -> dict[str, Any]:
+        inside = [w for w in self.windows if w["t0"] >= t0 and w["t1"] <= t1]
+
+        def median(key: str) -> float | None:
+            values = [w[key] for w in inside if w[key] is not None]
+            return round(statistics.median(values), 4) if values else None
+
+        return {
+            "windows": len(inside),
+            "sm": median("sm"),
+            "membw": median("membw"),
+            "kernel_active": median("kernel_active"),
+            "membw_source": inside[0]["membw_source"] if inside else None,
+        }
+
+
+def running_job_env() -> list[dict[str, str]]:
+    """The CUDA and MPS variables of the pair's training processes, read from /proc while they
+    run: what the engine really gave them."""
+    import psutil
+
+    found = []
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        if "gpudesk.workloads.digits" not in (proc.info["cmdline"] or []):
+            continue
+        with contextlib.suppress(psutil.Error):
+            env = proc.environ()
+            found.append({k: v for k, v in env.items() if k.startswith(("CUDA_", "GPUDESK_GPUS"))})
+    return found
+
+
+def mps_processes() -> list[dict[str, Any]]:
+    """The MPS control daemons and servers running now, with the pipe folder each was given."""
+    import psutil
+
+    found = []
+    for proc in psutil.process_iter(["pid", "name", "cmdline"]):
+        name = proc.info["name"] or ""
+        if "nvidia-cuda-mps" not in name and not any(
+            "nvidia-cuda-mps" in part for part in (proc.info["cmdline"] or [])[:2]
+        ):
+            continue
+        pipe = None
+        with contextlib.suppress(psutil.Error):
+            pipe = proc.environ().get("CUDA_MPS_PIPE_DIRECTORY")
+        found.append({"pid": proc.info["pid"], "name": name, "pipe_dir": pipe})
+    return found
+
+
+def size_job(run: Run, device: str, target_s: float) -> dict[str, Any]:
+    """Epochs for ~target_s of training alone, from a short run of the job alone."""
+    trial_epochs = 3 if run.fakes else 20
+    env = dict(run.env)
+    done = run.cmd(job_command(device, trial_epochs, 0), 90, env=env)
+    result = None
+    for line in done.get("stdout", "").splitlines():
+        if line.startswith("result "):
+            result = json.loads(line[len("result ") :])
+    if not result or not result.get("samples_per_s"):
+        return {"trial": tail(done), "epochs": None}
+    # samples_per_s counts training time alone (gpudesk/workloads/training.py); validation and
+    # start-up come on top, so a job runs somewhat longer than target_s.
+    per_epoch = DIGITS_TRAIN_SAMPLES / float(result["samples_per_s"])
+    epochs = max(3, min(5000, round(target_s / per_epoch)))
+    return {
+        "trial_epochs": trial_epochs,
+        "trial_wall_s": result["wall_s"],
+        "trial_samples_per_s": result.get("samples_per_s"),
+        "epochs": epochs,
+    }
+
+
+def job_detail(run: Run, env: dict[str, str], job_id: int) -> dict[str, Any]:
+    shown = parse_json(run.cmd(gpudesk("show", str(job_id), "--json"), 30, env=env)["stdout"])
+    if not isinstance(shown, dict):
+        return {}
+    job = shown.get("job", shown)
+    attempts = shown.get("attempts") or [{}]
+    placement = attempts[-1].get("placement") or {}
+    events = shown.get("events") or []
+    return {
+        "started_at": job.get("started_at"),
+        "ended_at": job.get("ended_at"),
+        "mode": placement.get("mode"),
+        "slot": placement.get("slot"),
+        "placement_reason": placement.get("reason"),
+        # what the engine added to the job's environment (the MPS pipe, thread share, limits)
+        "env": placement.get("env") or {},
+        "env_defaults": placement.get("env_defaults") or {},
+        "events": [e.get("message") if isinstance(e, dict) else e for e in events][-12:],
+    }
+
+
+def run_policy(run: Run, policy: str, device: str, epochs: int, meter: Meter) -> dict[str, Any]:
+    home = run.tmp / f"home-{policy}"
+    home.mkdir()
+    profile = run.tmp / f"hw-{policy}.toml"
+    profile.write_text(profile_text(policy, device, epochs))
+    env = dict(run.env, GPUDESK_HOME=str(home))
+    seen: dict[int, dict[str, Any]] = {}
+    top: Any = None
+    smi = ""
+    job_env: list[dict[str, str]] = []
+    argv = gpudesk("run", str(profile), "--apply-station", "--json")
+    run.say("$ " + " ".join(argv) + f"  (GPUDESK_HOME={home})")
+    began = time.time()
+    proc = subprocess.Popen(
+        argv,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
+    limit = run.left(CHECKS["mps_engine"] / 3 + 20)
+    output: dict[str, str] = {}
+    reader = threading.Thread(
+        target=lambda: output.update(zip(("out", "err"), proc.communicate(), strict=True)),
+        daemon=True,
+    )
+    reader.start()
+    while reader.is_alive() and time.time() - began < limit:
+        for found in mps_processes():
+            seen.setdefault(found["pid"], found)
+        if not job_env:
+            job_env = running_job_env()
+        if top is None and job_env:
+            top = parse_json(run.cmd(gpudesk("top", "--once", "--json"), 20, env=env)["stdout"])
+            smi = run.cmd(["nvidia-smi"], 15, env=env).get("stdout", "")[-TAIL:]
+        reader.join(0.5)
+    if reader.is_alive():
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        reader.join(10)
+    ended = time.time()
+    run.log.write(output.get("err", "") + "\n")
+    report = parse_json(output.get("out", ""))
+    jobs = []
+    for job in (report or {}).get("jobs", []):
+        detail = job_detail(run, env, job["id"])
+        usage = job.get("usage") or {}
+        attempt = (usage.get("per_attempt") or [{}])[-1]
+        jobs.append(
+            {
+                "name": job.get("name"),
+                "state": job.get("state"),
+                "wall_s": job.get("wall_s"),
+                "samples_per_s": (job.get("metrics") or {}).get("samples_per_s"),
+                "train_wall_s": (job.get("metrics") or {}).get("wall_s"),
+                "gpu_j": usage.get("gpu_j"),
+                "gpu_above_idle_j": usage.get("gpu_above_idle_j"),
+                "gpu_source": usage.get("gpu_source"),
+                "energy_split": usage.get("split"),
+                "energy_estimate": usage.get("estimate"),
+                "gpu_sm_mean_pct": attempt.get("gpu_sm_mean_pct"),
+                "gpu_memory_peak_mib": attempt.get("gpu_memory_peak_mib"),
+                **detail,
+                "nvml": meter.between(detail.get("started_at") or 0, detail.get("ended_at") or 0),
+            }
+        )
+    starts = [j["started_at"] for j in jobs if j.get("started_at")]
+    ends = [j["ended_at"] for j in jobs if j.get("ended_at")]
+    overlap = max(0.0, min(ends) - max(starts)) if len(starts) == 2 and len(ends) == 2 else None
+    roots = tuple(mps_roots(home))
+    ours = [p for p in seen.values() if str(p.get("pipe_dir")).startswith(roots)]
+    quit_after = None
+    if ours:  # the engine quits a drained GPU's daemon: how long after the jobs ended
+        waited = time.time()
+        while time.time() - waited < 30 and any(
+            str(p.get("pipe_dir")).startswith(roots) for p in mps_processes()
+        ):
+            time.sleep(0.25)
+        if not any(str(p.get("pipe_dir")).startswith(roots) for p in mps_processes()):
+            quit_after = round(time.time() - (max(ends) if ends else ended), 2)
+    stop = run.cmd(gpudesk("engine", "stop"), 30, env=env)
+    return {
+        "profile": profile.read_text(),
+        "rc": proc.returncode,
+        "wall_s": round(ended - began, 2),
+        "stderr_tail": output.get("err", "")[-TAIL:],
+        "jobs": jobs,
+        "overlap_s": None if overlap is None else round(overlap, 2),
+        "both": meter.between(max(starts), min(ends)) if overlap else None,
+        "top_during": top,
+        "nvidia_smi_during": smi,
+        "job_process_env": job_env,
+        "mps_seen": ours,  # MPS daemons and servers whose pipe folder is this home's
+        "mps_under_home": bool(ours)
+        and all(str(p["pipe_dir"]).startswith(str(home)) for p in ours),
+        "mps_other_processes": len(seen) - len(ours),
+        "mps_gone_after_s": quit_after,
+        "engine_stop": stop.get("stdout", "").strip() or stop.get("stderr_tail"),
+    }
+
+
+def mps_roots(home: Path) -> list[str]:
+    """Where gpudesk puts a home's MPS pipe folders: under the home, or (a long home path)
+    under /tmp/gpudesk-<uid>/ (gpudesk/engine/mps/manager.py)."""
+    return [str(home), f"/tmp/gpudesk-{os.getuid()}"]
+
+
+def check_mps_engine(run: Run, job_s: float) -> dict[str, Any]:
+    device = "cpu" if run.fakes else "cuda"
+    sizing = size_job(run, device, job_s)
+    result: dict[str, Any] = {"device": device, "sizing": sizing, "policies": {}}
+    run.results["checks"]["mps_engine"] = result
+    if not sizing.get("epochs"):
+        result["error"] = "the sizing run did not finish"
+        return result
+    with Meter(run.env) as meter:
+        for policy in POLICIES:
+            try:
+                result["policies"][policy] = run_policy(
+                    run, policy, device, sizing["epochs"], meter
+                )
+            except Exception:
+                result["policies"][policy] = {"error": traceback.format_exc()[-TAIL:]}
+            run.save()
+    result["meter_error"] = meter.error
+    result["rates"] = measured_rates(result["policies"])
+    return result
+
+
+def measured_rates(policies: dict[str, Any]) -> dict[str, Any]:
+    """Each job's throughput shared over its throughput in the exclusive run."""
+    alone = {
+        j["name"]: j["samples_per_s"]
+        for j in policies.get("exclusive", {}).get("jobs", [])
+        if j.get("samples_per_s")
+    }
+    rates: dict[str, Any] = {}
+    for policy in ("mps", "naive"):
+        for job in policies.get(policy, {}).get("jobs", []):
+            if job.get("samples_per_s") and alone.get(job["name"]):
+                rates.setdefault(policy, {})[job["name"]] = round(
+                    job["samples_per_s"] / alone[job["name"]], 4
+                )
+    return rates
+
+
+# ================================================================================ calibrate
+def check_calibrate(run: Run) -> dict[str, Any]:
+    env = dict(run.env, GPUDESK_HOME=str(run.tmp / "home-calibrate"))
+    seconds = "1.5"
+    argv = gpudesk("calibrate", "--json", "--seconds", seconds, "--mechanisms", "naive,mps")
+    if run.fakes:
+        argv += ["--station", "sim:h200"]
+    argv.append("--no-save")
+    done = run.cmd(argv, run.left(CHECKS["calibrate"]), env=env)
+    report = parse_json(done.get("stdout", ""))
+    if isinstance(report, dict):
+        (run.out / "calibrate.json").write_text(json.dumps(report, indent=1))
+    result: dict[str, Any] = {"command": tail(done), "file": "calibrate.json" if report else None}
+    if isinstance(report, dict):
+        result["summary"] = {
+            k: report.get(k)
+            for k in ("gpu_model", "wall_s", "rms_residual_default", "rms_residual_fit", "fitted")
+        }
+    result["prediction"] = predict_pair(run, report if isinstance(report, dict) else None)
+    return result
+
+
+def predict_pair(run: Run, calibration: dict[str, Any] | None) -> dict[str, Any]:
+    """The placement model's rates for the engine check's pair, from the workloads measured
+    while each job ran alone (exclusive run), with the published defaults and with the fit."""
+    from gpudesk.engine.placement.interference import (
+        DEFAULT_PARAMS,
+        Workload,
+        params_from_json,
+        shared_rates,
+    )
+
+    engine = run.results["checks"].get("mps_engine", {})
+    policies = engine.get("policies", {}) if isinstance(engine, dict) else {}
+    alone = {j["name"]: j for j in policies.get("exclusive", {}).get("jobs", [])}
+    workloads = {}
+    for name, job in alone.items():
+        nvml = job.get("nvml") or {}
+        if nvml.get("sm") is None:
+            return {"error": f"no NVML SM activity measured while {name} ran alone"}
+        membw = nvml.get("membw")
+        workloads[name] = Workload(float(nvml["sm"]), float(membw if membw is not None else 0.0))
+    if len(workloads) != 2:
+        return {"error": "the exclusive run did not measure both jobs"}
+    sets = {"defaults": DEFAULT_PARAMS}
+    if calibration and isinstance(calibration.get("fitted"), dict):
+        sets["fit"] = params_from_json(calibration, "calibrate --json")
+    names = sorted(workloads)
+    out: dict[str, Any] = {
+        "workloads": {n: {"sm": w.sm, "membw": w.membw} for n, w in workloads.items()},
+        "measured": engine.get("rates", {}),
+    }
+    for policy in ("mps", "naive"):
+        for label, params in sets.items():
+            tenants = []
+            for name in names:
+                cap = None
+                pct = (
+                    next(
+                        (
+                            {**j.get("env_defaults", {}), **j.get("env", {})}.get(
+                                "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
+                            )
+                            for j in policies.get(policy, {}).get("jobs", [])
+                            if j["name"] == name
+                        ),
+                        None,
+                    )
+                    if policy == "mps"
+                    else None
+                )
+                if pct:
+                    cap = float(pct) / 100.0
+                tenants.append(Workload(workloads[name].sm, workloads[name].membw, cap))
+            rates = shared_rates(params, policy, tenants)
+            out.setdefault(policy, {})[label] = {
+                n: round(r, 4) for n, r in zip(names, rates, strict=True)
+            }
+    return out
+
+
+# ================================================================================ loader
+def check_loader(run: Run) -> dict[str, Any]:
+    out = run.out / "loader.json"
+    argv = [
+        PYTHON,
+        str(REPO / "bench" / "loader.py"),
+        "--consumers",
+        "1,2,4",
+        "--configs",
+        "independent,gpudesk",
+        "--device",
+        "cpu" if run.fakes else "cuda",
+        "--json-out",
+        str(out),
+    ]
+    argv += ["--batches", "40", "--size", "256"] if run.fakes else ["--batches", "160"]
+    done = run.cmd(argv, run.left(CHECKS["loader"]))
+    return {
+        "command": tail(done),
+        "file": out.name if out.exists() else None,
+        "cuda_ipc_handoff": "not built (docs/loader.md): consumers copy from host shared memory",
+        "gpu_decode": "not built: decoding runs in the producer's CPU workers",
+    }
+
+
+# ================================================================================ main
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, required=True, help="folder for the results")
+    parser.add_argument("--fakes", action="store_true", help="run against tests/fakes, no GPU")
+    parser.add_argument("--budget-s", type=float, default=420.0, help="the whole run's limit")
+    parser.add_argument("--job-s", type=float, default=10.0, help="each engine job alone, s")
+    parser.add_argument("--only", help="comma-separated checks (default: all, in order)")
+    args = parser.parse_args()
+    chosen = args.only.split(",") if args.only else list(CHECKS)
+    unknown = [c for c in chosen if c not in CHECKS]
+    if unknown:
+        print(f"unknown check(s): {', '.join(unknown)}; known: {', '.join(CHECKS)}")
+        return 2
+    if args.fakes and not os.environ.get("GPUDESK_FAKE_NVML"):
+        # This process reads NVML too (the meter): put the fakes in its own environment first.
+        with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as scenario:
+            json.dump(FAKE_SCENARIO, scenario)
+        env = dict(os.environ, GPUDESK_FAKE_NVML=scenario.name)
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (str(FAKES / "nvml_shim"), env.get("PYTHONPATH", "")) if p
+        )
+        env["PATH"] = f"{FAKES}{os.pathsep}{env.get('PATH', '')}"
+        env["GPUDESK_MPS_CONTROL"] = str(FAKES / "nvidia-cuda-mps-control")
+        os.execve(PYTHON, [PYTHON, *sys.argv], env)
+    args.out.mkdir(parents=True, exist_ok=True)
+    run = Run(args.out, args.fakes, args.budget_s)
+    steps: dict[str, Callable[[], dict[str, Any]]] = {
+        "environment": lambda: check_environment(run),
+        "raw_probe": lambda: check_raw_probe(run),
+        "nvml": lambda: check_nvml(run),
+        "mps_engine": lambda: check_mps_engine(run, args.job_s),
+        "calibrate": lambda: check_calibrate(run),
+        "loader": lambda: check_loader(run),
+    }
+    try:
+        for name in chosen:
+            if time.monotonic() > run.deadline - 5:
+                run.results["checks"][name] = {"skipped": "the run's budget was spent"}
+                continue
+            run.say(f"== {name} (limit {CHECKS[name]:.0f} s)")
+            began = time.monotonic()
+            try:
+                result = steps[name]()
+            except Exception:
+                result = {"error": traceback.format_exc()[-TAIL:]}
+            result["check_wall_s"] = round(time.monotonic() - began, 1)
+            run.results["checks"][name] = result
+            run.save()
+            run.say(f"   {name} done in {result['check_wall_s']} s")
+    finally:
+        run.save()
+        shutil.rmtree(run.tmp, ignore_errors=True)
+    summary = {
+        name: ("error" if "error" in r else "skipped" if "skipped" in r else "ran")
+        for name, r in run.results["checks"].items()
+    }
+    print(json.dumps(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
