@@ -1313,8 +1313,8 @@ def progress(entry: dict[str, Any], args: argparse.Namespace) -> None:
 def gpu_cells(row: dict[str, Any]) -> str:
     """The table's device columns for one row."""
     h2d = row.get("h2d_bytes_per_batch")
-    mib = "/".join("n/a" if row.get(key) is None else f"{row[key]:.0f}" for key in GPU_MIB_KEYS)
-    return f" {'n/a' if h2d is None else f'{h2d / 2**20:.2f}'} | {mib.replace('/', ' / ')} |"
+    mib = " / ".join("n/a" if row.get(key) is None else f"{row[key]:.0f}" for key in GPU_MIB_KEYS)
+    return f" {'n/a' if h2d is None else f'{h2d / 2**20:.2f}'} | {mib} |"
 
 
 def fmt_pair(value: dict[str, Any] | None) -> str:

@@ -100,6 +100,17 @@ def test_device_figures_are_means_over_the_consumers():
     )
 
 
+def test_the_table_shows_h2d_mib_and_gpu_mib_or_n_a():
+    row = {
+        "h2d_bytes_per_batch": 884_992,
+        "gpu_mib_driver": 612.4,
+        "gpu_mib_torch_max_allocated": 3.2,
+        "gpu_mib_torch_reserved": 20.0,
+    }
+    assert bench.gpu_cells(row) == " 0.84 | 612 / 3 / 20 |"
+    assert bench.gpu_cells({**row, "gpu_mib_driver": None}) == " 0.84 | n/a / 3 / 20 |"
+
+
 def run_bench(tmp_path: Path, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
     env = {**os.environ, "TMPDIR": str(tmp_path)}
     return subprocess.run(
@@ -149,3 +160,54 @@ def test_a_cpu_run_reports_device_and_cpu_per_batch(tmp_path):
     assert run["h2d_bytes_per_batch"] == 0
     assert [row[key] for key in bench.GPU_MIB_KEYS] == [None, None, None]
     assert "CPU-ms / batch" in done.stdout and "H2D" not in done.stdout
+
+
+def test_the_cuda_report_has_the_device_columns_and_fields(tmp_path, monkeypatch, capsys):
+    """The launcher's cuda report, from the figures a GPU run produces (runs made up here, with
+    torch told it has a GPU): nothing in it needs the GPU beyond its name."""
+
+    def measured(kind, n, args, *_rest, **_kw):
+        assert args.device == "cuda:0"
+        gpudesk = kind == "gpudesk"
+        return {
+            "n": n,
+            "config": kind,
+            "repeat": 0,
+            "scenario": "steady",
+            "ok": True,
+            "pin_memory": bench.pins_memory(kind, args),
+            "cpu_s": 2.0 if gpudesk else 4.0 * n,
+            "cpu_s_all": 9.0,
+            "cpu_s_psutil": 2.0,
+            "batches_per_s_mean": 30.0,
+            "batches_per_s_min": 29.0,
+            "wall_s": 8.0,
+            "moved_x": 1.0,
+            "cpu_s_per_batch": 0.01 if gpudesk else 0.0166,
+            "h2d_bytes_per_batch": 884_992,
+            "gpu_mib_driver": 612.0,
+            "gpu_mib_torch_max_allocated": 3.0,
+            "gpu_mib_torch_reserved": 20.0,
+            "handoff_ms": {"p50": 0.5, "p99": 2.0} if gpudesk else None,
+            "queued_ms": None,
+            "next_ready_ms": None,
+        }
+
+    monkeypatch.setattr(bench, "run_config", measured)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H200")
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    out = tmp_path / "out.json"
+    argv = ["loader.py", "--device", "cuda", "--consumers", "1,4", "--size", "8", "--no-join"]
+    monkeypatch.setattr(sys, "argv", [*argv, "--json-out", str(out)])
+    bench.main()
+    text = capsys.readouterr().out
+    result = json.loads(out.read_text())
+    assert (result["device"], result["gpu"]) == ("cuda:0", "NVIDIA H200")
+    assert result["params"]["pin_memory"] is True
+    assert result["params"]["configs"] == ["independent", "gpudesk"]
+    assert "not supported with --device cuda" in result["tensorsocket"]
+    assert "device cuda:0: NVIDIA H200; pinned DataLoader batches: True" in text
+    assert "| H2D MiB / batch | GPU MiB per consumer: driver / torch peak / reserved |" in text
+    assert "| 4 | gpudesk | 2.00 | 0.125 | 9.00 | 10.00 | 30.0 |" in text
+    assert text.count(" 0.84 | 612 / 3 / 20 |") == 4
