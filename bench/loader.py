@@ -3,7 +3,8 @@
     python bench/loader.py [--consumers 1,2,4] [--workers 2] [--batch-size 32] [--batches 240]
                            [--size 1024] [--image-px 96] [--json] [--skip-tensorsocket]
                            [--repeats 1] [--ts-producer-batch P] [--timeout 180] [--json-out F]
-                           [--consumer-work mean|touch]
+                           [--consumer-work mean|touch] [--configs independent,gpudesk,...]
+                           [--device cpu|cuda] [--no-pin-memory] [--no-join]
 
 Every consumer reads `--batches` batches of `gpudesk.workloads.images:make_dataset(size,
 image_px)` (a JPEG decode + augmentation per sample, ~2 ms of CPU), does `images.float().mean()`
@@ -20,6 +21,23 @@ For each N in `--consumers`, one configuration at a time, each in fresh processe
                 tensorsocket==0.0.5 tornado`: it needs tornado), unless `--skip-tensorsocket`.
                 Its consumers keep draining after their last counted batch until all are done:
                 its producer waits 10 s for the acknowledgement of a consumer that left.
+
+`--configs` chooses among them (default all three; `--skip-tensorsocket` still drops it).
+
+`--device cuda`: every consumer uses its batches on `cuda:0`, as a training script does: each
+tensor of the batch goes `.to("cuda:0", non_blocking=True)`, the work (`--consumer-work`) runs
+on the GPU tensor, and the consumer waits for the GPU (`torch.cuda.synchronize`) before its next
+batch, so a step's time holds the copy and the work. Pinning: the independent DataLoaders get
+`pin_memory=True`, as GPU training scripts (torch's ImageNet example among them) set them up;
+their pin-memory thread's CPU is in the CPU-s, and its copy in "bytes moved" (`pinned_bytes`).
+`--no-pin-memory` turns that off. `SharedLoader` has no such option: its batches are views of
+the producer's shared memory, not page-locked, so their copy to the GPU goes from pageable
+memory (CUDA stages it, and `.to(non_blocking=True)` returns once the batch is staged), the
+same as an unpinned DataLoader's. Each consumer makes its CUDA context before it reports ready
+(start-up, left out of CPU-s like the imports). TensorSocket is not run with cuda (it would
+hand GPU batches from its producer over CUDA IPC, which this benchmark's producer does not
+do). Without a GPU torch can use, `--device cuda` stops with one line and exit status 2 before
+starting anything.
 
 The dataset cache is built once before anything is timed. Every process (producer included)
 first imports what it needs, reports its own CPU time so far, and waits; all start together on
@@ -62,6 +80,17 @@ Measured, per configuration:
   (gpudesk: a message was readable on its socket; TensorSocket: its receive buffer was not
   empty; DataLoader: the next result was cached or its result pipe was readable, a heuristic),
   i.e. the consumer's own cost of receiving and mapping (or unpickling) a batch.
+- CPU-s per batch: CPU-s / the batches delivered to consumers (the table shows ms).
+- with `--device cuda`, per consumer, then the mean over the configuration's consumers:
+  host-to-device bytes per batch (the nbytes of every tensor `.to()` copied to the GPU);
+  GPU memory at the end of its run (the CPU that reading it takes is left out of CPU-s):
+  `torch.cuda.max_memory_allocated()`,
+  `torch.cuda.memory_reserved()`, and what the driver counts for its pid (NVML's running
+  compute processes, so the CUDA context included; null where NVML does not list it, as from
+  another PID namespace). All of these are null with `--device cpu` (H2D bytes: 0).
+
+The JSON records `device`, `torch` (its version) and `gpu` (torch.cuda.get_device_name; null
+on cpu).
 
 Targets at N = 4: gpudesk CPU-s <= 0.30 x independent; gpudesk batches/s per consumer (mean) >=
 independent's; bytes moved per delivered batch <= 1.05 x independent's; hand-off p50 <= 1 ms
@@ -142,6 +171,92 @@ def tensor_bytes(value: Any) -> int:
     if isinstance(value, dict):
         return sum(tensor_bytes(v) for v in value.values())
     return 0
+
+
+# ============================================================================ the device side
+# What a training script does with each batch: move its tensors to the device, use them there.
+GPU_FIELDS = ("gpu_driver_bytes", "gpu_torch_max_allocated_bytes", "gpu_torch_reserved_bytes")
+# ... and, per configuration, their means over the consumers in MiB
+GPU_MIB_KEYS = ("gpu_mib_driver", "gpu_mib_torch_max_allocated", "gpu_mib_torch_reserved")
+
+
+def to_device(batch: Any, device: str) -> tuple[Any, int]:
+    """`batch` with every tensor moved by `.to(device, non_blocking=True)`, as a training script
+    moves it, and the bytes that crossed to another device (a tensor already there is not
+    copied, so is not counted: 0 on "cpu")."""
+    import torch
+
+    target = torch.device(device)
+    moved = 0
+
+    def move(value: Any) -> Any:
+        nonlocal moved
+        if isinstance(value, torch.Tensor):
+            if value.device != target:
+                moved += value.nbytes
+            return value.to(target, non_blocking=True)
+        if isinstance(value, (tuple, list)):
+            return type(value)(move(v) for v in value)
+        if isinstance(value, dict):
+            return {k: move(v) for k, v in value.items()}
+        return value
+
+    return move(batch), moved
+
+
+def consume(batch: Any, device: str, work: str) -> tuple[float, int]:
+    """One consumer step: the batch moved to `device`, its work done there ("mean" stands for a
+    training step's use of the images; "touch" reads one value, to see the hand-off without the
+    consumers' own work competing for the cores), and the device waited for, so the step's time
+    includes the copy and the work. The work's value and the bytes moved."""
+    import torch
+
+    on_device, moved = to_device(batch, device)
+    images = on_device[0]
+    value = images.float().mean() if work == "mean" else images.reshape(-1)[0]
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
+    return float(value), moved
+
+
+def driver_gpu_bytes(pid: int, nvml: Any = None) -> int | None:
+    """The GPU memory NVML counts for process `pid` (over every GPU), in bytes; None where NVML
+    cannot be read, does not list the process (another PID namespace, MPS) or cannot tell its
+    memory. `nvml`: a pynvml-like module (tests pass a fake); by default pynvml."""
+    from gpudesk.engine.telemetry.nvml import NvmlBackend
+
+    backend = NvmlBackend(module=nvml)
+    try:
+        backend.open()
+        used = [
+            proc.used_memory_mib
+            for gpu in backend.read().gpus
+            for proc in gpu.processes
+            if proc.pid == pid
+        ]
+    except Exception:
+        return None
+    finally:
+        with contextlib.suppress(Exception):
+            backend.close()
+    if not used or any(mib is None for mib in used):
+        return None
+    return round(sum(mib for mib in used if mib is not None) * 2**20)
+
+
+def gpu_memory(device: str, nvml: Any = None) -> dict[str, int | None]:
+    """This process's GPU memory now, for GPU_FIELDS: the driver's figure (CUDA context
+    included) and torch's caching allocator's peak allocated and reserved bytes. All None when
+    `device` is not a CUDA device."""
+    import torch
+
+    if torch.device(device).type != "cuda":
+        return dict.fromkeys(GPU_FIELDS)
+    return {
+        "gpu_driver_bytes": driver_gpu_bytes(os.getpid(), nvml),
+        "gpu_torch_max_allocated_bytes": torch.cuda.max_memory_allocated(device),
+        "gpu_torch_reserved_bytes": torch.cuda.memory_reserved(device),
+    }
 
 
 # ============================================================================ roles
@@ -266,6 +381,12 @@ def role_consumer(spec: dict[str, Any]) -> None:
             os._exit(0)  # the launcher went away
 
     threading.Thread(target=stdin_reader, daemon=True).start()
+    device = spec.get("device", "cpu")
+    if device != "cpu":
+        # The CUDA context, as a training script makes it (its model) before its first batch:
+        # start-up, like the imports, left out of the loader's CPU-s.
+        torch.zeros(1, device=device)
+        torch.cuda.synchronize(device)
     write_json(out / f"{name}.ready.json", {"pid": os.getpid(), "cpu_s": own_cpu()})
     go.wait()
     t_go = time.time()
@@ -281,6 +402,7 @@ def role_consumer(spec: dict[str, Any]) -> None:
             shuffle=True,
             num_workers=workers,
             persistent_workers=workers > 0,
+            pin_memory=spec.get("pin_memory", False),
         )
         torch.manual_seed(SEED + spec["index"])
 
@@ -333,6 +455,7 @@ def role_consumer(spec: dict[str, Any]) -> None:
     batch_bytes = 0
     views = 0
     checksum = 0.0
+    h2d_bytes = 0
     it = new_epoch()
     while len(times) < spec["batches"]:
         waiting = ready(it)
@@ -345,13 +468,9 @@ def role_consumer(spec: dict[str, Any]) -> None:
             continue
         took = (time.perf_counter() - start) * 1000
         images = batch[0]
-        # "mean" stands for a training step's use of the batch; "touch" reads one value, to
-        # see the hand-off without the consumers' own work competing for the cores
-        checksum += (
-            float(images.float().mean())
-            if spec.get("work", "mean") == "mean"
-            else float(images.reshape(-1)[0])
-        )
+        value, moved = consume(batch, device, spec.get("work", "mean"))
+        checksum += value
+        h2d_bytes += moved
         times.append(time.time())
         with lock:
             stats["deliveries"] += 1
@@ -368,8 +487,14 @@ def role_consumer(spec: dict[str, Any]) -> None:
             ring = loader.ring.base.untyped_storage().data_ptr()
             views += images.untyped_storage().data_ptr() == ring
     t_done = time.time()
+    probe_start = own_cpu()
+    memory = gpu_memory(device)
     result.update(
         {
+            **memory,
+            # reading it (NVML's start included) is the benchmark's, not the loader's, CPU
+            "probe_cpu_s": own_cpu() - probe_start,
+            "h2d_bytes": h2d_bytes,
             "pid": os.getpid(),
             "t_go": t_go,
             "t_first": times[0],
@@ -682,6 +807,8 @@ def run_config(
         "cache": str(cache),
         "loader_name": f"{LOADER_NAME}-{n}-{repeat}{'-join' if join else ''}",
         "ts_producer_batch": args.ts_producer_batch,
+        "device": args.device,
+        "pin_memory": pins_memory(kind, args),
     }
     if kind == "tensorsocket":
         spec["ports"] = free_ports(4)
@@ -716,6 +843,8 @@ def run_config(
         "config": kind,
         "repeat": repeat,
         "scenario": "join" if join else "steady",
+        "device": args.device,
+        "pin_memory": spec["pin_memory"],
     }
     status: dict[str, Any] = {}
     consumers = [f"consumer-{i}" for i in range(n)]
@@ -814,10 +943,11 @@ def run_config(
     results = [read_json(folder / f"{c}.result.json") or {} for c in consumers]
     finals = {name: read_json(folder / f"{name}.final.json") or {} for name in procs}
     startup_cpu = sum(r.get("cpu_s", 0.0) for r in ready.values())
+    probe_cpu = sum(r.get("probe_cpu_s", 0.0) for r in results)
     cpu_all = after - before
-    entry["cpu_s"] = round(cpu_all - startup_cpu, 2)
+    entry["cpu_s"] = round(cpu_all - startup_cpu - probe_cpu, 2)
     entry["cpu_s_all"] = round(cpu_all, 2)
-    entry["cpu_s_psutil"] = round(sum(sampler.cpu.values()) - startup_cpu, 2)
+    entry["cpu_s_psutil"] = round(sum(sampler.cpu.values()) - startup_cpu - probe_cpu, 2)
     entry["processes"] = len(sampler.cpu)
     if "producer" in procs:
         entry["producer_startup_cpu_s"] = round(ready["producer"].get("cpu_s", 0.0), 2)
@@ -835,6 +965,13 @@ def run_config(
     collated = sum(f.get("collated_bytes", 0) for f in finals.values())
     moved = collated
     detail: dict[str, Any] = {"collated_bytes": collated}
+    if spec["pin_memory"]:
+        # the consumers' pin-memory threads copy every batch their workers collated once more
+        pinned = sum(
+            f.get("collated_bytes", 0) for name, f in finals.items() if name.startswith("consumer")
+        )
+        moved += pinned
+        detail["pinned_bytes"] = pinned
     if kind == "gpudesk":
         moved += status.get("bytes_written", 0)
         detail["bytes_written"] = status.get("bytes_written")
@@ -863,6 +1000,11 @@ def run_config(
         serving = read_json(folder / "producer.serving.json") or {}
         detail["producer_batch_size"] = serving.get("producer_batch_size")
     entry["deliveries"] = deliveries
+    entry["cpu_s_per_batch"] = round(entry["cpu_s"] / deliveries, 5)
+    entry.update(device_figures(results))
+    entry["per_consumer"] = [
+        {key: r[key] for key in ("pid", "batches", "h2d_bytes", *GPU_FIELDS)} for r in results
+    ]
     entry["batch_bytes"] = batch_bytes
     entry["moved_x"] = round(moved / deliveries / batch_bytes, 3)
     entry["bytes"] = detail
@@ -905,6 +1047,29 @@ def run_config(
     return entry
 
 
+def pins_memory(kind: str, args: argparse.Namespace) -> bool:
+    """Whether this configuration's loader pins its batches: the independent DataLoaders on
+    cuda, as GPU training scripts set them up (unless --no-pin-memory). SharedLoader batches
+    are views of the ring's shared memory, which is not pinned."""
+    return kind == "independent" and args.device != "cpu" and not args.no_pin_memory
+
+
+def mean_or_none(values: list[int | float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return statistics.fmean(known) if known and len(known) == len(values) else None
+
+
+def device_figures(results: list[dict[str, Any]]) -> dict[str, float | None]:
+    """Means over the consumers: host-to-device bytes per counted batch, and GPU memory in MiB
+    (None where a consumer's figure is unknown, and on cpu)."""
+    h2d = mean_or_none([r["h2d_bytes"] / r["batches"] for r in results])
+    figures: dict[str, float | None] = {"h2d_bytes_per_batch": None if h2d is None else round(h2d)}
+    for field, key in zip(GPU_FIELDS, GPU_MIB_KEYS, strict=True):
+        mib = mean_or_none([None if r[field] is None else r[field] / 2**20 for r in results])
+        figures[key] = None if mib is None else round(mib, 1)
+    return figures
+
+
 def joined(results: list[dict[str, Any]]) -> dict[str, Any]:
     """The join scenario's figures: how long the fast consumer's next() waited while the slow
     one was reading (from its first batch to its last), and each one's pace."""
@@ -936,6 +1101,9 @@ MEDIAN_KEYS = (
     "moved_x",
     "status_x",
     "producer_startup_cpu_s",
+    "cpu_s_per_batch",
+    "h2d_bytes_per_batch",
+    *GPU_MIB_KEYS,
 )
 
 
@@ -975,7 +1143,9 @@ def combine(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         for key in MEDIAN_KEYS:
             values = [r[key] for r in good if r.get(key) is not None]
             if values:
-                row[key] = round(statistics.median(values), 3)
+                row[key] = round(statistics.median(values), 5 if key == "cpu_s_per_batch" else 3)
+            elif key in GPU_MIB_KEYS:
+                row[key] = None  # not on a GPU, or not known
         for key in ("handoff_ms", "queued_ms", "next_ready_ms"):
             found = [r[key] for r in good if r.get(key)]
             row[key] = (
@@ -1006,6 +1176,37 @@ def tensorsocket_available() -> tuple[bool, str]:
         return False, f"import failed: {type(exc).__name__}: {exc}"
     version = getattr(tensorsocket, "__version__", "?")
     return True, f"tensorsocket {version}"
+
+
+def chosen_configs(
+    parser: argparse.ArgumentParser, args: argparse.Namespace
+) -> tuple[list[str], str]:
+    """The configurations to run, in CONFIGS' order, and what became of TensorSocket."""
+    asked = [c.strip() for c in args.configs.split(",") if c.strip()]
+    unknown = [c for c in asked if c not in CONFIGS]
+    if unknown or not asked:
+        parser.error(
+            f"--configs takes a comma-separated list of {', '.join(CONFIGS)}, "
+            f"found {args.configs!r}"
+        )
+    configs = [c for c in CONFIGS if c in asked]
+    ts_note = "not asked for (--configs)"  # the JSON's "tensorsocket": what became of it
+    if "tensorsocket" in configs:
+        if args.skip_tensorsocket:
+            ts_note = "skipped (--skip-tensorsocket)"
+        elif args.device != "cpu":
+            ts_note = (
+                "skipped: not supported with --device cuda (TensorSocket hands GPU batches "
+                "from its producer over CUDA IPC; this benchmark's producer keeps them on the host)"
+            )
+        else:
+            ok, ts_note = tensorsocket_available()
+            if ok:
+                return configs, ts_note
+        configs.remove("tensorsocket")
+    if not configs:
+        parser.error(f"no configuration left to run: tensorsocket {ts_note}")
+    return configs, ts_note
 
 
 def _row(rows: list[dict[str, Any]], scenario: str, n: int, config: str) -> dict[str, Any] | None:
@@ -1109,6 +1310,13 @@ def progress(entry: dict[str, Any], args: argparse.Namespace) -> None:
         )
 
 
+def gpu_cells(row: dict[str, Any]) -> str:
+    """The table's device columns for one row."""
+    h2d = row.get("h2d_bytes_per_batch")
+    mib = " / ".join("n/a" if row.get(key) is None else f"{row[key]:.0f}" for key in GPU_MIB_KEYS)
+    return f" {'n/a' if h2d is None else f'{h2d / 2**20:.2f}'} | {mib} |"
+
+
 def fmt_pair(value: dict[str, Any] | None) -> str:
     return "n/a" if not value else f"{value['p50']:.3f}/{value['p99']:.3f}"
 
@@ -1123,7 +1331,24 @@ def main() -> None:
     parser.add_argument("--image-px", type=int, default=96)
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--json-out", metavar="FILE", help="also write the JSON to FILE")
+    parser.add_argument(
+        "--configs",
+        default=",".join(CONFIGS),
+        help=f"comma-separated configurations to run, of {', '.join(CONFIGS)} (default: all)",
+    )
     parser.add_argument("--skip-tensorsocket", action="store_true")
+    parser.add_argument(
+        "--device",
+        choices=("cpu", "cuda"),
+        default="cpu",
+        help="where consumers use their batches: cpu (default), or cuda:0 (each batch moved "
+        "there with .to(non_blocking=True), its work done there, the GPU waited for)",
+    )
+    parser.add_argument(
+        "--no-pin-memory",
+        action="store_true",
+        help="with --device cuda: the independent DataLoaders do not pin their batches",
+    )
     parser.add_argument(
         "--no-join", action="store_true", help="skip the join scenario (a slow consumer joining)"
     )
@@ -1173,16 +1398,19 @@ def main() -> None:
         }[args.role](spec)
         return
     counts = [int(c) for c in args.consumers.split(",") if c.strip()]
-    configs = list(CONFIGS)
-    ts_note = "skipped (--skip-tensorsocket)"
-    if not args.skip_tensorsocket:
-        ok, ts_note = tensorsocket_available()
-        if not ok:
-            configs.remove("tensorsocket")
-    else:
-        configs.remove("tensorsocket")
+    configs, ts_note = chosen_configs(parser, args)
 
     import torch
+
+    if args.device == "cuda":
+        args.device = "cuda:0"
+        if not torch.cuda.is_available():
+            print(
+                f"bench/loader.py: --device cuda needs a GPU that torch can use, and torch "
+                f"{torch.__version__} finds none (torch.cuda.is_available() is False).",
+                file=sys.stderr,
+            )
+            sys.exit(2)
 
     from gpudesk.workloads.images import make_dataset
 
@@ -1214,6 +1442,9 @@ def main() -> None:
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, "
         f"{psutil.virtual_memory().total / 2**30:.0f} GiB, "
         f"Python {platform.python_version()}, torch {torch.__version__}",
+        "device": args.device,
+        "torch": torch.__version__,
+        "gpu": torch.cuda.get_device_name(args.device) if args.device != "cpu" else None,
         "params": {
             "consumers": counts,
             "workers": args.workers,
@@ -1222,6 +1453,8 @@ def main() -> None:
             "size": args.size,
             "image_px": args.image_px,
             "consumer_work": args.consumer_work,
+            "configs": configs,
+            "pin_memory": pins_memory("independent", args),
             "seed": SEED,
             "slots": SLOTS,
             "ts_producer_batch": args.ts_producer_batch,
@@ -1244,15 +1477,23 @@ def main() -> None:
     print(f"{result['date']}  {result['machine']}")
     print(
         f"images {p['size']} samples x {p['image_px']} px, batch {p['batch_size']}, "
-        f"{p['workers']} workers, {p['batches']} batches per consumer; {ts_note}; "
+        f"{p['workers']} workers, {p['batches']} batches per consumer; "
+        f"{ts_note if ts_note.startswith('tensorsocket') else 'tensorsocket ' + ts_note}; "
         f"{'median of ' + str(args.repeats) + ' runs' if args.repeats > 1 else '1 run'}"
     )
     print()
+    on_gpu = args.device != "cpu"
+    if on_gpu:
+        print(
+            f"device {args.device}: {result['gpu']}; pinned DataLoader batches: {p['pin_memory']}"
+        )
+    gpu_header = " H2D MiB / batch | GPU MiB per consumer: driver / torch peak / reserved |"
     print(
-        "| N | config | CPU-s | x independent | (all) | batches/s per consumer | x independent "
-        "| wall s | bytes moved | hand-off p50 / p99 ms |"
+        "| N | config | CPU-s | x independent | (all) | CPU-ms / batch "
+        "| batches/s per consumer | x independent | wall s | bytes moved | hand-off p50 / p99 ms |"
+        + (gpu_header if on_gpu else "")
     )
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|" + ("---|---|" if on_gpu else ""))
     for r in rows:
         if r["scenario"] != "steady":
             continue
@@ -1265,10 +1506,12 @@ def main() -> None:
         handoff = r["handoff_ms"]
         print(
             f"| {r['n']} | {r['config']} | {r['cpu_s']:.2f} | {cpu_x} | {r['cpu_s_all']:.2f} "
+            f"| {r['cpu_s_per_batch'] * 1000:.2f} "
             f"| {r['batches_per_s_mean']:.1f} | {rate_x} | {r['wall_s']:.2f} "
             f"| {r['moved_x']:.2f}x | "
             + (f"{handoff['p50']:.2f} / {handoff['p99']:.1f}" if handoff else "n/a")
             + " |"
+            + (gpu_cells(r) if on_gpu else "")
         )
     joins = [r for r in rows if r["scenario"] == "join"]
     if joins:
@@ -1297,9 +1540,17 @@ def main() -> None:
     print()
     print(
         "CPU-s: all processes after their imports; (all): with Python start + imports. "
-        "bytes moved: bytes written/copied per delivered batch, x the batch's bytes. "
+        "CPU-ms / batch: CPU-s / delivered batches. "
+        "bytes moved: bytes written/copied in host memory per delivered batch, x the batch's "
+        "bytes. "
         "hand-off: batches the consumer was waiting for. Join waits: the worst over the runs."
     )
+    if on_gpu:
+        print(
+            "H2D: bytes each consumer copied to the GPU per batch. GPU MiB: the consumer's "
+            "memory as the driver counts it (NVML; its CUDA context included), "
+            "torch.cuda.max_memory_allocated and memory_reserved; means over the consumers."
+        )
     for r in rows:
         label = f"{r['scenario']} N={r['n']} {r['config']}"
         if r.get("leaked_processes"):
