@@ -581,6 +581,9 @@ class Probe:
         if self.handle is None or not self.cuda:
             section["skipped"] = "no NVML device" if self.handle is None else "no CUDA torch"
             return
+        if self.left() < 2 * MPS_BUDGET_S:  # nvidia-smi and MPS come first
+            section["skipped"] = "time limit"
+            return
         env = {k: v for k, v in os.environ.items() if not k.startswith("CUDA_MPS_")}
         if self.gpu_uuid:
             env["CUDA_VISIBLE_DEVICES"] = self.gpu_uuid
@@ -593,7 +596,9 @@ class Probe:
                 return
             self._under_load("load", pid=ready.get("pid"))
         finally:
-            section["client_end"] = client.finish(15.0)
+            section["client_end"] = client.finish(
+                max(1.0, min(self.args.client_seconds + 5, self.left()))
+            )
 
     def _under_load(self, phase: str, pid: Any) -> None:
         gpu, handle = self.args.gpu, self.handle
@@ -733,7 +738,10 @@ class Probe:
         if not binary or not os.path.isfile(binary):
             section["skipped"] = f"{requested} not found"
             return
-        budget_end = time.monotonic() + min(MPS_BUDGET_S, max(5.0, self.left() - 5))
+        if self.left() < 10:  # not enough time to start a daemon and surely stop it
+            section["skipped"] = "time limit"
+            return
+        budget_end = time.monotonic() + min(MPS_BUDGET_S, self.left() - 5)
         folder = Path(tempfile.mkdtemp(prefix="gpudesk-mps-probe-"))
         pipe, logs = folder / "pipe", folder / "log"
         pipe.mkdir(mode=0o700)
