@@ -769,6 +769,8 @@ class Probe:
         if not folder:
             return
         section: dict[str, Any] = {}
+        with contextlib.suppress(OSError, json.JSONDecodeError):
+            section["scenario"] = json.loads((Path(folder) / "nvml.json").read_text())
         fake = getattr(self.nv, "FAKE", None)  # the shim's FakeNvml
         if fake is not None:
             section["nvml_calls"] = dict(sorted(fake.calls.items()))
@@ -1109,34 +1111,89 @@ def write_atomically(path: Path, text: str) -> None:
 
 
 # --------------------------------------------------------------------------- the fakes
-def fake_environment(folder: Path) -> dict[str, str]:
-    """The environment the tests give gpudesk's hardware fakes: one H200-like GPU without MIG,
-    the fake pynvml (tests/fakes/nvml_shim) following the fake nvidia-smi's state, both fakes
-    and the fake MPS control binary found on PATH and through gpudesk's variables."""
-    uuid = "GPU-9d0f7a5e-3b1c-4f62-8a0e-5c2d6e7f8a91"
-    name = "NVIDIA H200"
-    nvml = {
-        "follow_nvidia_smi": True,
-        "gpus": [
-            {
-                "name": name,
-                "uuid": uuid,
-                "memory_total_mib": 143771,
-                "memory_reserved_mib": 512,
-                "power_w": 75,
-                "power_limit_w": 700,
-                "energy_mj": 5_000_000,
-                "temperature_c": 30,
-                "sm_clock_mhz": 345,
-                "memory_clock_mhz": 3201,
-                "mig_enabled": False,
-            }
-        ],
+def recorded_gpu(doc: dict[str, Any]) -> dict[str, Any]:
+    """The GPU a record was taken on, as fields of the fakes' scenario (FakeGpu's names), so that
+    --fakes --compare asks fakes configured like it: what differs then is behaviour, not the
+    GPU. What the record does not show is left out."""
+    gpu = doc.get("probe", {}).get("gpu", 0)
+    calls = doc.get("nvml", {}).get("calls", [])
+    answers = {c["key"]: c.get("value") for c in calls if c.get("ok")}
+    failed = {c["key"] for c in calls if not c.get("ok") and not c.get("skipped")}
+
+    def value(what: str) -> Any:
+        return answers.get(f"idle/gpu{gpu} {what}")
+
+    facts: dict[str, Any] = {}
+    for field, what in (("name", "nvmlDeviceGetName"), ("uuid", "nvmlDeviceGetUUID")):
+        if isinstance(value(what), str):
+            facts[field] = value(what)
+    memory = value("nvmlDeviceGetMemoryInfo(version=nvmlMemory_v2)")
+    if isinstance(memory, dict):
+        for field, key in (("memory_total_mib", "total"), ("memory_used_mib", "used")):
+            facts[field] = memory.get(key, 0) / 2**20
+        facts["memory_reserved_mib"] = memory.get("reserved", 0) / 2**20
+    scaled = (
+        ("power_w", "nvmlDeviceGetPowerUsage", 1000),
+        ("power_limit_w", "nvmlDeviceGetEnforcedPowerLimit", 1000),
+        ("temperature_c", "nvmlDeviceGetTemperature(NVML_TEMPERATURE_GPU)", 1),
+        ("sm_clock_mhz", "nvmlDeviceGetClockInfo(NVML_CLOCK_SM)", 1),
+        ("memory_clock_mhz", "nvmlDeviceGetClockInfo(NVML_CLOCK_MEM)", 1),
+    )
+    for field, what, divisor in scaled:
+        if isinstance(value(what), (int, float)):
+            facts[field] = value(what) / divisor if divisor != 1 else value(what)
+    attributes = value("nvmlDeviceGetAttributes")
+    if isinstance(attributes, dict) and attributes.get("multiprocessorCount"):
+        facts["sm_count"] = attributes["multiprocessorCount"]
+    mode = value("nvmlDeviceGetMigMode")
+    if isinstance(mode, list) and mode:
+        facts["mig_enabled"] = mode[0] == 1  # NVML_DEVICE_MIG_ENABLE
+    elif f"idle/gpu{gpu} nvmlDeviceGetMigMode" in failed:
+        facts["mig_enabled"] = None
+    support = value("nvmlGpmQueryDeviceSupport")
+    if isinstance(support, dict) and "isSupportedDevice" in support:
+        facts["gpm_supported"] = bool(support["isSupportedDevice"])
+    for run in doc.get("nvidia_smi", {}).get("runs", []):
+        lines = str(run.get("stdout") or "").splitlines()
+        if run.get("key") == "query with header" and run.get("rc") == 0 and len(lines) > 1:
+            columns = [c.strip() for c in lines[1].split(",")]
+            if len(columns) > 3:
+                facts["pci_bus_id"] = columns[3]
+    return facts
+
+
+def fake_environment(folder: Path, like: dict[str, Any] | None = None) -> dict[str, str]:
+    """The environment the tests give gpudesk's hardware fakes: one GPU (an H200 without MIG,
+    or the GPU `like` describes: recorded_gpu's fields), the fake pynvml (tests/fakes/nvml_shim)
+    following the fake nvidia-smi's state, both fakes and the fake MPS control binary found on
+    PATH and through gpudesk's variables."""
+    facts = dict(like or {})
+    pci_bus_id = facts.pop("pci_bus_id", "00000000:19:00.0")
+    gpu = {
+        "name": "NVIDIA H200",
+        "uuid": "GPU-9d0f7a5e-3b1c-4f62-8a0e-5c2d6e7f8a91",
+        "memory_total_mib": 143771,
+        "memory_reserved_mib": 512,
+        "power_w": 75,
+        "power_limit_w": 700,
+        "energy_mj": 5_000_000,
+        "temperature_c": 30,
+        "sm_clock_mhz": 345,
+        "memory_clock_mhz": 3201,
+        "mig_enabled": False,
+        **facts,
     }
+    mig = gpu["mig_enabled"]
+    nvml = {"follow_nvidia_smi": True, "gpus": [gpu]}
     smi = {
         "root": True,
         "gpus": [
-            {"name": name, "uuid": uuid, "pci_bus_id": "00000000:19:00.0", "mig_mode": "disabled"}
+            {
+                "name": gpu["name"],
+                "uuid": gpu["uuid"],
+                "pci_bus_id": pci_bus_id,
+                "mig_mode": "unsupported" if mig is None else "enabled" if mig else "disabled",
+            }
         ],
     }
     (folder / "nvml.json").write_text(json.dumps(nvml, indent=1))
@@ -1162,12 +1219,12 @@ def fake_environment(folder: Path) -> dict[str, str]:
     return env
 
 
-def rerun_on_fakes(argv: list[str]) -> int:
+def rerun_on_fakes(argv: list[str], like: dict[str, Any] | None) -> int:
     if not (FAKES_DIR / "nvml_shim" / "pynvml.py").is_file():
         print(f"--fakes needs gpudesk's test fakes, which are not in {FAKES_DIR}.", file=sys.stderr)
         return 2
     with tempfile.TemporaryDirectory(prefix="gpudesk-fakes-") as folder:
-        env = fake_environment(Path(folder))
+        env = fake_environment(Path(folder), like)
         rest = [a for a in argv if a != "--fakes"]
         return subprocess.run(
             [sys.executable, str(Path(__file__).resolve()), *rest], env=env
@@ -1284,6 +1341,17 @@ class Diff:
             ", ".join(f"{k} {short(va[k], 30)} | {short(vb.get(k), 30)}" for k in changed[:4]),
         )
 
+    def log(self, key: str, a: str, b: str) -> None:
+        forms_a, forms_b = log_forms(a), log_forms(b)
+        if forms_a == forms_b:
+            self.say("same" if a == b else "numbers", key, "" if a == b else "same kinds of line")
+            return
+        self.say("differs", key, "kinds of line")
+        for form in sorted(forms_a - forms_b)[:20]:
+            self.more(f"-{form}")
+        for form in sorted(forms_b - forms_a)[:20]:
+            self.more(f"+{form}")
+
     def text(self, key: str, a: dict[str, Any], b: dict[str, Any]) -> None:
         kind = "same"
         notes: list[str] = []
@@ -1314,6 +1382,13 @@ class Diff:
         self.say(kind, key, "; ".join(notes))
         for line in shown:
             self.more(line)
+
+
+def log_forms(text: str) -> set[str]:
+    """The kinds of line a log holds: each line's message (after its `[date time who pid]`
+    prefix) with numbers and UUIDs masked. How many of each, and in which order, depends on the
+    run's timing; which kinds appear, and how they are worded, is the tool's."""
+    return {text_form(line.split("]", 1)[-1].strip()) for line in text.splitlines() if line.strip()}
 
 
 def folder_names(files: Any) -> dict[str, dict[str, str]]:
@@ -1378,7 +1453,7 @@ def compare(a: dict[str, Any], b: dict[str, Any], left: str, right: str) -> tupl
         if name not in la or name not in lb:
             diff.say(f"only-{left if name in la else right}", f"mps log {name}")
         else:
-            diff.text(f"mps log {name}", {"stdout": la[name]}, {"stdout": lb[name]})
+            diff.log(f"mps log {name}", la[name], lb[name])
     c = diff.counts
     diff.lines.append(
         f"{c['same']} same, {c['numbers']} differ in numbers only, {c['differs']} differ, "
@@ -1449,7 +1524,7 @@ def main(argv: list[str] | None = None) -> int:
             print(text)
             return 1 if differs else 0
     if args.fakes and not os.environ.get(ENV_FAKES):
-        return rerun_on_fakes(argv)
+        return rerun_on_fakes(argv, recorded_gpu(real) if args.compare else None)
 
     if not args.python:
         fake_client = FAKES_DIR / "cuda-python"

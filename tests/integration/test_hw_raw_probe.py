@@ -182,3 +182,23 @@ def test_the_probe_uses_gpudesks_names_for_the_tools() -> None:
     ):
         assert f'{name} = "{value}"' in source, name
     assert not re.search(r"^\s*(import|from) gpudesk", source, re.MULTILINE)
+
+
+def test_compare_on_the_fakes_sets_them_up_like_the_recorded_gpu(
+    fake_run: tuple[Path, dict], tmp_path: Path
+) -> None:
+    """--fakes --compare gives the fakes the recorded GPU's name, UUID and memory, so that what
+    it lists is how the fakes answer, not which GPU they pretend to be."""
+    _, doc = fake_run
+    text = json.dumps(doc).replace("NVIDIA H200", "NVIDIA H100 80GB HBM3")
+    other = json.loads(text.replace("GPU-9d0f7a5e", "GPU-1d0f7a5e"))
+    calls = {c["key"]: c for c in other["nvml"]["calls"]}
+    memory = calls["idle/gpu0 nvmlDeviceGetMemoryInfo(version=nvmlMemory_v2)"]["value"]
+    memory["total"] = 81559 * 2**20
+    recorded = tmp_path / "h100.json"
+    recorded.write_text(json.dumps(other))
+
+    done = probe("--fakes", "--compare", str(recorded), "--client-seconds", "1")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "DIFFERS" not in done.stdout and "ONLY-" not in done.stdout
+    assert " -L" not in done.stdout  # nvidia-smi -L names the same GPU
