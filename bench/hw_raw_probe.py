@@ -82,9 +82,11 @@ REPO = Path(__file__).resolve().parents[1]
 FAKES_DIR = REPO / "tests" / "fakes"
 
 # What a torch subprocess runs: one JSON line when ready (or why it cannot be), then a busy loop
-# of matrix products for argv[1] seconds, then one JSON line when done.
+# of matrix products until its stdin closes (at most argv[1] seconds), then one JSON line.
 TORCH_CLIENT = r"""
-import json, os, sys, time
+import json, os, sys, threading, time
+stop = threading.Event()
+threading.Thread(target=lambda: (sys.stdin.read(), stop.set()), daemon=True).start()
 def say(**fields):
     print(json.dumps(fields), flush=True)
 try:
@@ -102,7 +104,7 @@ say(event="ready", pid=os.getpid(), torch=torch.__version__, cuda=torch.version.
     device=p.name, sm_count=p.multi_processor_count, mem_free=free, mem_total=total,
     env={k: v for k, v in os.environ.items() if k.startswith(("CUDA_MPS", "CUDA_VISIBLE"))})
 end, n = time.monotonic() + seconds, 0
-while time.monotonic() < end:
+while time.monotonic() < end and not stop.is_set():
     y = x @ x
     n += 1
     if n % 10 == 0:
@@ -315,7 +317,7 @@ class Probe:
     def start_torch(self, seconds: float, env: dict[str, str]) -> TorchProcess:
         proc = subprocess.Popen(
             [self.args.python, "-c", TORCH_CLIENT, str(seconds)],
-            stdin=subprocess.DEVNULL,
+            stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -596,9 +598,7 @@ class Probe:
                 return
             self._under_load("load", pid=ready.get("pid"))
         finally:
-            section["client_end"] = client.finish(
-                max(1.0, min(self.args.client_seconds + 5, self.left()))
-            )
+            section["client_end"] = client.finish(max(1.0, min(10.0, self.left())))
 
     def _under_load(self, phase: str, pid: Any) -> None:
         gpu, handle = self.args.gpu, self.handle
@@ -812,7 +812,11 @@ class TorchProcess:
         return capped("".join(self.stderr[-40:]))[0]
 
     def finish(self, timeout: float) -> dict[str, Any]:
+        """Tell the client to stop (its stdin closes) and wait for it."""
         started = time.monotonic()
+        with contextlib.suppress(OSError):
+            if self.proc.stdin is not None:
+                self.proc.stdin.close()
         try:
             rc: int | None = self.proc.wait(timeout=max(0.5, timeout))
         except subprocess.TimeoutExpired:
@@ -959,12 +963,11 @@ class MpsSession:
             "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "50",
             "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=4096M",
         }
-        seconds = max(1.0, min(probe.args.client_seconds, self.left() - 12))
-        clients = {"plain": probe.start_torch(seconds, plain)}
-        clients["limited"] = probe.start_torch(seconds, limited)
+        clients = {"plain": probe.start_torch(probe.args.client_seconds, plain)}
+        clients["limited"] = probe.start_torch(probe.args.client_seconds, limited)
         ready: dict[str, Any] = {}
         for name, client in clients.items():
-            event = client.wait_event(max(1.0, self.left() - seconds))
+            event = client.wait_event(max(1.0, self.left() - 8))  # 8 s: the queries and quit
             ready[name] = event
             if not event or event.get("event") != "ready":
                 ready[name + "_stderr"] = self.masked(client.stderr_now())
@@ -1505,7 +1508,10 @@ def main(argv: list[str] | None = None) -> int:
         "tests/fakes/cuda-python)",
     )
     parser.add_argument(
-        "--client-seconds", type=float, default=5.0, help="how long each torch client works"
+        "--client-seconds",
+        type=float,
+        default=30.0,
+        help="the longest a torch client works (the probe stops it once it has read the GPU)",
     )
     parser.add_argument("--fakes", action="store_true", help="run on gpudesk's hardware fakes")
     parser.add_argument(

@@ -43,7 +43,7 @@ def probe(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
 def fake_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     out = tmp_path_factory.mktemp("probe") / "fake.json"
     # the torch clients are tests/fakes/cuda-python: a CUDA client without a GPU
-    done = probe("--fakes", "--out", str(out), "--client-seconds", "1")
+    done = probe("--fakes", "--out", str(out))
     assert done.returncode == 0, done.stderr
     return out, json.loads(out.read_text())
 
@@ -198,7 +198,7 @@ def test_compare_on_the_fakes_sets_them_up_like_the_recorded_gpu(
     recorded = tmp_path / "h100.json"
     recorded.write_text(json.dumps(other))
 
-    done = probe("--fakes", "--compare", str(recorded), "--client-seconds", "1")
+    done = probe("--fakes", "--compare", str(recorded))
     assert done.returncode == 0, done.stdout + done.stderr
     assert "DIFFERS" not in done.stdout and "ONLY-" not in done.stdout
     assert " -L" not in done.stdout  # nvidia-smi -L names the same GPU
