@@ -202,3 +202,31 @@ def test_compare_on_the_fakes_sets_them_up_like_the_recorded_gpu(
     assert done.returncode == 0, done.stdout + done.stderr
     assert "DIFFERS" not in done.stdout and "ONLY-" not in done.stdout
     assert " -L" not in done.stdout  # nvidia-smi -L names the same GPU
+
+
+def test_a_driver_that_fails_is_recorded_and_the_rest_still_runs(tmp_path: Path) -> None:
+    """NVML that cannot start, no nvidia-smi, no MPS binary, no torch: each is an answer in the
+    record, and the probe finishes."""
+    scenario = tmp_path / "nvml.json"
+    scenario.write_text(json.dumps({"init_error": "LibRmVersionMismatch", "gpus": [{}]}))
+    env = {
+        "PATH": str(tmp_path),  # neither nvidia-smi nor nvidia-cuda-mps-control
+        "PYTHONPATH": str(REPO / "tests" / "fakes" / "nvml_shim"),
+        "GPUDESK_FAKE_NVML": str(scenario),
+    }
+    out = tmp_path / "out.json"
+    done = subprocess.run(
+        [sys.executable, str(PROBE), "--out", str(out), "--python", str(tmp_path / "none")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(out.read_text())
+    assert doc["probe"]["finished"] and "section_errors" not in doc["probe"]
+    (init,) = doc["nvml"]["calls"]
+    assert init["error"]["class"] == "NVMLError_LibRmVersionMismatch"
+    assert doc["torch"]["error"]["class"] == "FileNotFoundError"
+    assert doc["nvidia_smi"]["skipped"].startswith("nvidia-smi not on PATH")
+    assert doc["mps"]["skipped"] == "nvidia-cuda-mps-control not found"
