@@ -8,8 +8,8 @@ Writes one JSON document (to --out, default stdout) with these sections:
 
 - `nvml`: every pynvml function gpudesk calls (gpudesk/engine/telemetry/nvml.py,
   gpudesk/engine/calibrate/runner.py), with the same arguments, on GPU --gpu and on each of its
-  MIG devices: idle, then while a small torch load runs (processes, process utilization since a
-  timestamp, GPM between two samples), then while MPS clients run. Each call is a record: the call
+  MIG devices: idle, while MPS clients run, and while a plain torch load runs (processes, process
+  utilization since a timestamp, GPM between two samples). Each call is a record: the call
   as text, ok or the exception (class, `value`, str), the result's Python type and its value made
   JSON-able (ctypes structures as a dict of their fields). Driver, NVML and CUDA versions too.
 - `torch`: what a torch subprocess sees (the probe itself never imports torch).
@@ -25,8 +25,11 @@ It is read-only: only NVML getters and queries, no nvidia-smi command that chang
 (no -mig, -cgi, -dgi, -r, -pm, -pl, -c, -lgc); the only things it starts are its own MPS control
 daemon (stopped with `quit`, then SIGTERM if it lingers) and its torch subprocesses. Every call is
 guarded (a failure is recorded, never raised), every subprocess has a timeout, and a watchdog
-writes what was recorded and exits when --time-limit runs out. The --out file is also rewritten
-after each section, so a run cut short still leaves what it had.
+writes what was recorded and exits (status 3) at --time-limit. The sections run in the order
+NVML idle, nvidia-smi, MPS, torch load, each within the time left (the load is skipped under
+about 15 s); the --out file is rewritten after each, so a run cut short still leaves what it had.
+On an H200 with torch already on disk the whole run should take about a minute: give it
+--time-limit 90 or more to see every section.
 
 --fakes runs it on gpudesk's hardware fakes (tests/fakes: the fake pynvml through nvml_shim on
 PYTHONPATH, nvidia-smi and nvidia-cuda-mps-control on PATH, cuda-python for the torch clients),
@@ -66,6 +69,11 @@ SCHEMA = 1
 TEXT_CAP = 8192  # bytes kept of each stdout / stderr
 ARRAY_CAP = 16  # elements kept of a ctypes array inside a structure
 MPS_BUDGET_S = 30.0
+SMI_KEEPS_S = 12.0  # nvidia-smi stops short of this, for the MPS section after it
+LOAD_NEEDS_S = 15.0  # the plain torch load: start, CUDA context, the reads
+# Kept back from --time-limit for quitting the MPS daemon and shutting NVML down: the sections
+# plan against the limit less this, the watchdog fires at the limit itself.
+RESERVE_S = 8.0
 SMI_TIMEOUT_S = 20.0
 MPS_COMMAND_TIMEOUT_S = 5.0
 # The environment names gpudesk reads (gpudesk/engine/mig/nvidia_smi.py ENV_NVIDIA_SMI,
@@ -192,7 +200,8 @@ class Probe:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
         self.started = time.monotonic()
-        self.deadline = self.started + args.time_limit
+        self.hard_deadline = self.started + args.time_limit
+        self.deadline = self.hard_deadline - min(RESERVE_S, args.time_limit / 4)
         self.doc: dict[str, Any] = {
             "probe": {
                 "schema": SCHEMA,
@@ -212,6 +221,7 @@ class Probe:
         self.lock = threading.Lock()
         self.children: list[subprocess.Popen[str]] = []  # every process started, for cleanup
         self.mps_pids: list[int] = []  # the MPS daemon and servers this probe caused
+        self.mps_pipe: Path | None = None  # its daemon's pipe folder, once made
         self.nv: Any = None
         self.handle: Any = None
         self.gpu_uuid: str | None = None
@@ -221,6 +231,10 @@ class Probe:
 
     def left(self) -> float:
         return self.deadline - time.monotonic()
+
+    def use_reserve(self) -> None:
+        """For the steps that must run (quit MPS, shut NVML down): up to the hard limit."""
+        self.deadline = max(self.deadline, self.hard_deadline - 0.5)
 
     def elapsed_ms(self, since: float) -> float:
         return round((time.monotonic() - since) * 1000, 1)
@@ -332,7 +346,11 @@ class Probe:
             if proc.poll() is None:
                 with contextlib.suppress(OSError):
                     proc.kill()
-        for pid in self.mps_pids:  # only if it still runs MPS (not a recycled pid)
+        pids = list(self.mps_pids)
+        with contextlib.suppress(OSError, ValueError, IndexError):  # a daemon not yet asked
+            if self.mps_pipe is not None:
+                pids.append(int((self.mps_pipe / MPS_PID_FILE).read_text().split()[0]))
+        for pid in pids:  # only if it still runs MPS (not a recycled pid)
             if alive(pid) and b"mps" in proc_cmdline(pid):
                 with contextlib.suppress(OSError):
                     os.kill(pid, signal.SIGTERM)
@@ -344,9 +362,9 @@ class Probe:
             ("nvml-open", self.section_nvml_open),
             ("torch", self.section_torch),
             ("nvml-idle", self.section_nvml_idle),
-            ("nvml-load", self.section_nvml_load),
             ("nvidia_smi", self.section_nvidia_smi),
             ("mps", self.section_mps),
+            ("nvml-load", self.section_nvml_load),  # last: what the time left allows
         ]
         try:
             for name, section in sections:
@@ -583,7 +601,7 @@ class Probe:
         if self.handle is None or not self.cuda:
             section["skipped"] = "no NVML device" if self.handle is None else "no CUDA torch"
             return
-        if self.left() < 2 * MPS_BUDGET_S:  # nvidia-smi and MPS come first
+        if self.left() < LOAD_NEEDS_S:  # nvidia-smi and MPS came first
             section["skipped"] = "time limit"
             return
         env = {k: v for k, v in os.environ.items() if not k.startswith("CUDA_MPS_")}
@@ -591,7 +609,7 @@ class Probe:
             env["CUDA_VISIBLE_DEVICES"] = self.gpu_uuid
         client = self.start_torch(self.args.client_seconds, env)
         try:
-            ready = client.wait_event(min(40.0, max(1.0, self.left() - 60)))
+            ready = client.wait_event(min(40.0, max(1.0, self.left() - 3)))
             section["client"] = ready
             if not ready or ready.get("event") != "ready":
                 section["client_stderr"] = client.stderr_now()
@@ -660,13 +678,15 @@ class Probe:
         if self.nv is not None and any(
             r["fn"] == "nvmlInit" and r.get("ok") for r in self.doc["nvml"]["calls"]
         ):
-            self.deadline = max(self.deadline, time.monotonic() + 2)  # always shut down
+            self.use_reserve()  # always shut down
             self.nvml("nvmlShutdown", "nvmlShutdown()", "nvmlShutdown")
 
     # torch -----------------------------------------------------------------------------------
 
     def section_torch(self) -> None:
-        record = self.run([self.args.python, "-c", TORCH_CHECK], timeout=90.0)
+        # bounded so that a torch slow to import cannot eat the MPS section's time
+        timeout = min(60.0, max(10.0, 0.35 * self.left()))
+        record = self.run([self.args.python, "-c", TORCH_CHECK], timeout=timeout)
         try:
             record["seen"] = json.loads(record.get("stdout", "").strip().splitlines()[-1])
         except (IndexError, json.JSONDecodeError):
@@ -720,7 +740,7 @@ class Probe:
             section["skipped"] = f"nvidia-smi not on PATH and {ENV_NVIDIA_SMI} unset"
             return
         for key, args in self.smi_commands():
-            if self.left() < MPS_BUDGET_S / 2:
+            if self.left() < SMI_KEEPS_S:
                 section["runs"].append({"key": key, "argv": args, "skipped": "time limit"})
                 continue
             record = {"key": key, **self.run([binary, *args], timeout=SMI_TIMEOUT_S)}
@@ -741,10 +761,11 @@ class Probe:
         if self.left() < 10:  # not enough time to start a daemon and surely stop it
             section["skipped"] = "time limit"
             return
-        budget_end = time.monotonic() + min(MPS_BUDGET_S, self.left() - 5)
+        budget_end = time.monotonic() + min(MPS_BUDGET_S, self.left())
         folder = Path(tempfile.mkdtemp(prefix="gpudesk-mps-probe-"))
         pipe, logs = folder / "pipe", folder / "log"
         pipe.mkdir(mode=0o700)
+        self.mps_pipe = pipe
         logs.mkdir()
         section["folder"] = "$TMP"
         mps = MpsSession(self, binary, folder, pipe, logs, budget_end, section)
@@ -1013,13 +1034,14 @@ class MpsSession:
     def stop(self) -> None:
         """`quit`, as MpsManager.stop; SIGTERM to what is still running after 5 s."""
         self.budget_end = max(self.budget_end, time.monotonic() + 8)
-        self.probe.deadline = max(self.probe.deadline, time.monotonic() + 8)
+        self.probe.use_reserve()
         if self.daemon_pid is None and not self.server_pids:
             self.daemon_pid = self.read_pid()
         self.command("quit", "quit")
         started = time.monotonic()
         pids = [p for p in [self.daemon_pid, *self.server_pids] if p]
-        while any(alive(p) for p in pids) and time.monotonic() - started < 5.0:
+        wait = min(5.0, max(0.5, self.probe.left() - 1.5))
+        while any(alive(p) for p in pids) and time.monotonic() - started < wait:
             time.sleep(0.1)
         lingering = [p for p in pids if alive(p)]
         for pid in lingering:
@@ -1536,7 +1558,7 @@ def main(argv: list[str] | None = None) -> int:
         fake_client = FAKES_DIR / "cuda-python"
         args.python = str(fake_client) if os.environ.get(ENV_FAKES) else sys.executable
     probe = Probe(args)
-    watchdog(probe, args.time_limit + 20)  # the grace: quitting MPS and shutting NVML down
+    watchdog(probe, args.time_limit)
     try:
         probe.probe()
     except KeyboardInterrupt:

@@ -55,9 +55,9 @@ def test_a_run_on_the_fakes_records_every_section(fake_run: tuple[Path, dict]) -
         "nvml-open",
         "torch",
         "nvml-idle",
-        "nvml-load",
         "nvidia_smi",
         "mps",
+        "nvml-load",
         "nvml-close",
         "fakes",
     ]
@@ -230,3 +230,23 @@ def test_a_driver_that_fails_is_recorded_and_the_rest_still_runs(tmp_path: Path)
     assert doc["torch"]["error"]["class"] == "FileNotFoundError"
     assert doc["nvidia_smi"]["skipped"].startswith("nvidia-smi not on PATH")
     assert doc["mps"]["skipped"] == "nvidia-cuda-mps-control not found"
+
+
+def test_the_watchdog_writes_what_was_recorded_at_the_time_limit(tmp_path: Path) -> None:
+    """A call that never returns (here: a sleep) cannot keep the probe past --time-limit."""
+    out = tmp_path / "out.json"
+    code = (
+        "import argparse, importlib.util, sys, time\n"
+        f"spec = importlib.util.spec_from_file_location('probe', {str(PROBE)!r})\n"
+        "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)\n"
+        f"args = argparse.Namespace(time_limit=1.0, gpu=0, python=sys.executable, out={str(out)!r},"
+        " compare=None, client_seconds=1.0)\n"
+        "probe = m.Probe(args); m.watchdog(probe, 1.0)\n"
+        "probe.doc['nvml'] = {'calls': [{'key': 'hung', 'fn': 'nvmlDeviceGetCount'}]}\n"
+        "time.sleep(60)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 3, done.stderr
+    doc = json.loads(out.read_text())
+    assert doc["probe"]["timed_out"] is True and doc["probe"]["finished"] is False
+    assert doc["nvml"]["calls"][0]["key"] == "hung"
