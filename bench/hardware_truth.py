@@ -81,7 +81,7 @@ FAKE_SCENARIO = {
 
 CHECKS: dict[str, float] = {  # name -> its time limit in seconds
     "environment": 40,
-    "raw_probe": 60,
+    "raw_probe": 100,
     "nvml": 75,
     "mps_engine": 200,
     "calibrate": 170,
@@ -231,7 +231,7 @@ def check_raw_probe(run: Run) -> dict[str, Any]:
     if not script.exists():
         return {"skipped": "bench/hw_raw_probe.py is not in this tree"}
     out = run.out / "raw_probe.json"
-    argv = [PYTHON, str(script), "--out", str(out), "--time-limit", "50"]
+    argv = [PYTHON, str(script), "--out", str(out), "--time-limit", "90"]
     done = run.cmd(argv, run.left(CHECKS["raw_probe"]))
     return {"command": tail(done), "file": out.name if out.exists() else None}
 
@@ -248,6 +248,7 @@ def check_nvml(run: Run) -> dict[str, Any]:
 
 # ================================================================ MPS through the engine
 POLICIES = ("mps", "naive", "exclusive")
+MID_RUN_S = 6.0  # when top and nvidia-smi are read during a run: past CUDA start-up
 DIGITS_TRAIN_SAMPLES = 1437  # 80 % of scikit-learn's 1,797 digits (gpudesk/workloads/data.py)
 # On the GPU: wide enough that the pair has kernels to share (4 x 4096² layers, 512 per batch).
 # On the CPU (--fakes) small, so the plan's plumbing is checked in seconds.
@@ -330,10 +331,40 @@ class Meter:
                             "membw": reading.membw,
                             "kernel_active": reading.kernel_active,
                             "membw_source": reading.membw_source,
+                            **self._processes(),
                         }
                     )
         except Exception as exc:  # the meter is a witness: the check goes on without it
             self.error = f"{type(exc).__name__}: {exc}"
+
+    def _processes(self) -> dict[str, Any]:
+        """What NVML lists per process right now, raw: the compute processes, the MPS compute
+        processes (where the binding has the call), and the utilization samples of the last
+        window, so a run shows which pids NVML names under MPS and naive time-slicing."""
+        import pynvml as nv
+
+        seen: dict[str, Any] = {}
+        try:
+            handle = nv.nvmlDeviceGetHandleByIndex(0)
+        except Exception as exc:
+            return {"processes_error": f"{type(exc).__name__}: {exc}"}
+        calls = {
+            "compute": "nvmlDeviceGetComputeRunningProcesses",
+            "mps_compute": "nvmlDeviceGetMPSComputeRunningProcesses",
+        }
+        for key, name in calls.items():
+            try:
+                listed = getattr(nv, name)(handle)
+                seen[key] = [[p.pid, p.usedGpuMemory] for p in listed]
+            except Exception as exc:
+                seen[key] = f"{type(exc).__name__}: {exc}"
+        since = int((time.time() - 1.5) * 1e6)
+        try:
+            samples = nv.nvmlDeviceGetProcessUtilization(handle, since)
+            seen["utilization"] = [[u.pid, u.smUtil, u.memUtil, u.timeStamp] for u in samples]
+        except Exception as exc:
+            seen["utilization"] = f"{type(exc).__name__}: {exc}"
+        return seen
 
     def between(self, t0: float, t1: float) -> dict[str, Any]:
         inside = [w for w in self.windows if w["t0"] >= t0 and w["t1"] <= t1]
@@ -461,7 +492,7 @@ def run_policy(run: Run, policy: str, device: str, epochs: int, meter: Meter) ->
             seen.setdefault(found["pid"], found)
         if not job_env:
             job_env = running_job_env()
-        if top is None and job_env:
+        if top is None and job_env and time.time() - began > MID_RUN_S:
             top = parse_json(run.cmd(gpudesk("top", "--once", "--json"), 20, env=env)["stdout"])
             smi = run.cmd(["nvidia-smi"], 15, env=env).get("stdout", "")[-TAIL:]
         reader.join(0.5)
@@ -536,7 +567,7 @@ def mps_roots(home: Path) -> list[str]:
     return [str(home), f"/tmp/gpudesk-{os.getuid()}"]
 
 
-def check_mps_engine(run: Run, job_s: float) -> dict[str, Any]:
+def check_mps_engine(run: Run, job_s: float, policies: tuple[str, ...]) -> dict[str, Any]:
     device = "cpu" if run.fakes else "cuda"
     sizing = size_job(run, device, job_s)
     result: dict[str, Any] = {"device": device, "sizing": sizing, "policies": {}}
@@ -545,7 +576,7 @@ def check_mps_engine(run: Run, job_s: float) -> dict[str, Any]:
         result["error"] = "the sizing run did not finish"
         return result
     with Meter(run.env) as meter:
-        for policy in POLICIES:
+        for policy in policies:
             try:
                 result["policies"][policy] = run_policy(
                     run, policy, device, sizing["epochs"], meter
@@ -554,6 +585,7 @@ def check_mps_engine(run: Run, job_s: float) -> dict[str, Any]:
                 result["policies"][policy] = {"error": traceback.format_exc()[-TAIL:]}
             run.save()
     result["meter_error"] = meter.error
+    result["meter_windows"] = meter.windows
     result["rates"] = measured_rates(result["policies"])
     return result
 
@@ -670,6 +702,9 @@ def check_loader(run: Run) -> dict[str, Any]:
         "cpu" if run.fakes else "cuda",
         "--json-out",
         str(out),
+        "--no-join",  # the join scenarios are the CPU benchmark's business
+        "--timeout",
+        "60",  # one hung configuration does not spend the others' time
     ]
     argv += ["--batches", "40", "--size", "256"] if run.fakes else ["--batches", "160"]
     done = run.cmd(argv, run.left(CHECKS["loader"]))
@@ -689,7 +724,14 @@ def main() -> int:
     parser.add_argument("--budget-s", type=float, default=420.0, help="the whole run's limit")
     parser.add_argument("--job-s", type=float, default=10.0, help="each engine job alone, s")
     parser.add_argument("--only", help="comma-separated checks (default: all, in order)")
+    parser.add_argument(
+        "--policies", default=",".join(POLICIES), help="the engine check's policies, in order"
+    )
     args = parser.parse_args()
+    policies = tuple(p for p in args.policies.split(",") if p)
+    if not set(policies) <= set(POLICIES):
+        print(f"--policies: choose from {', '.join(POLICIES)}")
+        return 2
     chosen = args.only.split(",") if args.only else list(CHECKS)
     unknown = [c for c in chosen if c not in CHECKS]
     if unknown:
@@ -712,7 +754,7 @@ def main() -> int:
         "environment": lambda: check_environment(run),
         "raw_probe": lambda: check_raw_probe(run),
         "nvml": lambda: check_nvml(run),
-        "mps_engine": lambda: check_mps_engine(run, args.job_s),
+        "mps_engine": lambda: check_mps_engine(run, args.job_s, policies),
         "calibrate": lambda: check_calibrate(run),
         "loader": lambda: check_loader(run),
     }

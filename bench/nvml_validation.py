@@ -81,12 +81,14 @@ def main() -> None:
         stderr=subprocess.PIPE,
         text=True,
     )
+    started = time.monotonic()
     readings = []
     top_snapshot: dict[str, Any] | None = None
     time.sleep(min(3.0, args.seconds / 4))  # CUDA context and allocation
     while load.poll() is None:
         readings.append(backend.read())
-        if top_snapshot is None and len(readings) >= 4:
+        # Half-way through the load: past CUDA start-up, well before the load winds down.
+        if top_snapshot is None and time.monotonic() - started >= args.seconds / 2:
             env = {**os.environ, "GPUDESK_BACKEND": "nvml"}
             done = subprocess.run(
                 [sys.executable, "-m", "gpudesk", "top", "--once", "--json"],
@@ -118,7 +120,10 @@ def main() -> None:
             if len(counter) > 1 and None not in (counter[0], counter[-1])
             else None
         )
-        processes = {p.pid: p for g in live for p in g.processes}
+        per_pid: dict[int, list[Any]] = {}
+        for g in live:
+            for p in g.processes:
+                per_pid.setdefault(p.pid, []).append(p)
         gpus.append(
             {
                 "index": index,
@@ -147,9 +152,15 @@ def main() -> None:
                 "window_s": round(readings[-1].monotonic - readings[0].monotonic, 2)
                 if len(readings) > 1
                 else 0.0,
+                # every reading's per-process figures, summarised: NVML's process samples
+                # beside the GPU's SM activity above
                 "processes": [
-                    {"pid": p.pid, "used_memory_mib": p.used_memory_mib, "sm_pct": p.sm_pct}
-                    for p in processes.values()
+                    {
+                        "pid": pid,
+                        "used_memory_mib": summary([p.used_memory_mib for p in seen]),
+                        "sm_pct": summary([p.sm_pct for p in seen]),
+                    }
+                    for pid, seen in per_pid.items()
                 ],
                 "mig_enabled": first.mig_enabled,
             }
