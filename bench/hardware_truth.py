@@ -248,6 +248,7 @@ def check_nvml(run: Run) -> dict[str, Any]:
 
 # ================================================================ MPS through the engine
 POLICIES = ("mps", "naive", "exclusive")
+ACTIVE_KERNEL = 0.05  # a window counts as the job at work from this kernel-active share
 MID_RUN_S = 6.0  # when top and nvidia-smi are read during a run: past CUDA start-up
 DIGITS_TRAIN_SAMPLES = 1437  # 80 % of scikit-learn's 1,797 digits (gpudesk/workloads/data.py)
 # On the GPU: wide enough that the pair has kernels to share (4 x 4096² layers, 512 per batch).
@@ -367,17 +368,26 @@ class Meter:
         return seen
 
     def between(self, t0: float, t1: float) -> dict[str, Any]:
+        """Medians over the windows inside [t0, t1]: over all of them, and over the *active*
+        ones (kernel-active at least ACTIVE_KERNEL): a job's start-up (python, torch, the CUDA
+        context, its data) keeps the GPU idle for seconds, and the model's workload is the job
+        at work, not its start-up."""
         inside = [w for w in self.windows if w["t0"] >= t0 and w["t1"] <= t1]
+        active = [w for w in inside if (w["kernel_active"] or 0.0) >= ACTIVE_KERNEL]
 
-        def median(key: str) -> float | None:
-            values = [w[key] for w in inside if w[key] is not None]
+        def median(windows: list[dict[str, Any]], key: str) -> float | None:
+            values = [w[key] for w in windows if w[key] is not None]
             return round(statistics.median(values), 4) if values else None
 
         return {
             "windows": len(inside),
-            "sm": median("sm"),
-            "membw": median("membw"),
-            "kernel_active": median("kernel_active"),
+            "sm": median(inside, "sm"),
+            "membw": median(inside, "membw"),
+            "kernel_active": median(inside, "kernel_active"),
+            "active_windows": len(active),
+            "active_sm": median(active, "sm"),
+            "active_membw": median(active, "membw"),
+            "active_kernel_active": median(active, "kernel_active"),
             "membw_source": inside[0]["membw_source"] if inside else None,
         }
 
@@ -645,10 +655,11 @@ def predict_pair(run: Run, calibration: dict[str, Any] | None) -> dict[str, Any]
     workloads = {}
     for name, job in alone.items():
         nvml = job.get("nvml") or {}
-        if nvml.get("sm") is None:
+        sm = nvml.get("active_sm", nvml.get("sm"))
+        if sm is None:
             return {"error": f"no NVML SM activity measured while {name} ran alone"}
-        membw = nvml.get("membw")
-        workloads[name] = Workload(float(nvml["sm"]), float(membw if membw is not None else 0.0))
+        membw = nvml.get("active_membw", nvml.get("membw"))
+        workloads[name] = Workload(float(sm), float(membw if membw is not None else 0.0))
     if len(workloads) != 2:
         return {"error": "the exclusive run did not measure both jobs"}
     sets = {"defaults": DEFAULT_PARAMS}

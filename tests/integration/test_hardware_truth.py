@@ -80,7 +80,14 @@ def engine_runs(cap_pct: str | None) -> dict[str, object]:
     return {
         "exclusive": {
             "jobs": [
-                job("pair-a", 1000.0, 0, nvml={"sm": 0.6, "membw": 0.2}),
+                # pair-a's figures at work differ from its whole life's (start-up idles the
+                # GPU): the model gets the ones at work; pair-b has only whole-life figures
+                job(
+                    "pair-a",
+                    1000.0,
+                    0,
+                    nvml={"sm": 0.3, "membw": 0.05, "active_sm": 0.6, "active_membw": 0.2},
+                ),
                 job("pair-b", 800.0, 10, nvml={"sm": 0.3, "membw": 0.1}),
             ]
         },
