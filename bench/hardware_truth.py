@@ -238,7 +238,7 @@ def check_raw_probe(run: Run) -> dict[str, Any]:
 
 # ================================================================================ nvml
 def check_nvml(run: Run) -> dict[str, Any]:
-    argv = [PYTHON, str(REPO / "bench" / "nvml_validation.py"), "--seconds", "15", "--json"]
+    argv = [PYTHON, str(REPO / "bench" / "nvml_validation.py"), "--seconds", "20", "--json"]
     if run.fakes:
         argv += ["--load-device", "cpu"]
     done = run.cmd(argv, run.left(CHECKS["nvml"]))
@@ -249,7 +249,7 @@ def check_nvml(run: Run) -> dict[str, Any]:
 # ================================================================ MPS through the engine
 POLICIES = ("mps", "naive", "exclusive")
 ACTIVE_KERNEL = 0.05  # a window counts as the job at work from this kernel-active share
-MID_RUN_S = 6.0  # when top and nvidia-smi are read during a run: past CUDA start-up
+MID_RUN_S = 10.0  # when top and nvidia-smi are read in a run: past start-up (6-8 s on the H200)
 DIGITS_TRAIN_SAMPLES = 1437  # 80 % of scikit-learn's 1,797 digits (gpudesk/workloads/data.py)
 # On the GPU: wide enough that the pair has kernels to share (4 x 4096² layers, 512 per batch).
 # On the CPU (--fakes) small, so the plan's plumbing is checked in seconds.
