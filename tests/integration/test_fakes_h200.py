@@ -1,7 +1,8 @@
-"""The nvidia-smi and MPS control fakes answer as the real tools did on an H200 (driver
-580.159.04, MIG mode disabled, 2026-11-29): every answer recorded in
-bench/results/h200-2026-11-29/run2/raw_probe.json that the fakes model is replayed against them,
-byte for byte, exit status and streams apart; and gpudesk reads those answers right."""
+"""The nvidia-smi fake answers as the real tool did on an H200 (driver 580.159.04, MIG mode
+disabled, 2026-11-29): every answer recorded in bench/results/h200-2026-11-29/run2/raw_probe.json
+that the fake models is replayed against it, byte for byte, exit status and streams apart; and
+gpudesk reads those answers right. (The MPS control fake's replay is in
+tests/integration/test_mps.py.)"""
 
 from __future__ import annotations
 
@@ -19,7 +20,6 @@ ROOT = Path(__file__).resolve().parents[2]
 FAKES = ROOT / "tests" / "fakes"
 RAW = json.loads((ROOT / "bench/results/h200-2026-11-29/run2/raw_probe.json").read_text())
 SMI_RUNS = {run["key"]: run for run in RAW["nvidia_smi"]["runs"]}
-MPS_STEPS = {step["key"]: step for step in RAW["mps"]["steps"]}
 # Answers of nvidia-smi that gpudesk never reads and the fake does not model.
 UNMODELLED = {"table", "--version", "-q -d COMPUTE", "query-compute-apps"}
 
