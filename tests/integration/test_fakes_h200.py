@@ -13,13 +13,14 @@ from pathlib import Path
 
 import pytest
 from conftest import Run
+from fakes.h200_records import extra_checks, raw_probe
 
 from gpudesk.engine.mig import manager, nvidia_smi
 
 ROOT = Path(__file__).resolve().parents[2]
 FAKES = ROOT / "tests" / "fakes"
-RAW = json.loads((ROOT / "bench/results/h200-2026-11-29/run2/raw_probe.json").read_text())
-SMI_RUNS = {run["key"]: run for run in RAW["nvidia_smi"]["runs"]}
+SMI_RUNS = {run["key"]: run for run in raw_probe()["nvidia_smi"]["runs"]}
+SMI_CHECKS = {k: v for k, v in extra_checks().items() if k.startswith("nvidia-smi ")}
 # Answers of nvidia-smi that gpudesk never reads and the fake does not model.
 UNMODELLED = {"table", "--version", "-q -d COMPUTE", "query-compute-apps"}
 
@@ -51,6 +52,14 @@ def test_nvidia_smi_fake_answers_as_the_h200_did(tmp_path: Path, key: str) -> No
         real["stdout"],
         real["stderr"],
     )
+
+
+@pytest.mark.parametrize("command", sorted(SMI_CHECKS))
+def test_nvidia_smi_fake_answers_the_follow_up_checks_as_the_h200_did(
+    tmp_path: Path, command: str
+) -> None:
+    here = run_smi(h200_state(tmp_path), command.split()[1:])
+    assert (here.returncode, here.stdout, here.stderr) == SMI_CHECKS[command]
 
 
 def test_the_h200_profile_table_reads_alike_from_the_driver_and_the_fake(tmp_path: Path) -> None:

@@ -18,6 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 from conftest import EngineHandle, wait_for
+from fakes.h200_records import extra_checks, raw_probe
 
 from gpudesk.engine.daemon import Engine
 from gpudesk.engine.mps.manager import CONTROL_ENV, MpsError, MpsManager
@@ -269,11 +270,7 @@ def test_fake_refuses_a_second_daemon_like_the_real_tool(manager: MpsManager) ->
 
 
 # What the real tool answered on an H200 (driver 580.159.04, 2026-11-29), step by step.
-H200_MPS = json.loads(
-    (
-        Path(__file__).resolve().parents[2] / "bench/results/h200-2026-11-29/run2/raw_probe.json"
-    ).read_text()
-)["mps"]
+H200_MPS = raw_probe()["mps"]
 H200_STEPS = {step["key"]: step for step in H200_MPS["steps"]}
 
 
@@ -328,6 +325,24 @@ def test_fake_answers_and_leaves_its_folders_as_the_h200_did(manager: MpsManager
     assert _folder(server.pipe_dir) == _recorded(H200_MPS["files"]["pipe"])
     log = server.control_log.read_text()
     assert "Server 999999 not found" in log and 'Unknown command "no_such_command"' in log
+
+
+def test_fake_answers_the_follow_up_checks_as_the_h200_did(manager: MpsManager) -> None:
+    """The commands of the follow-up checks, in their order, with the server they started."""
+    checks = {k[5:]: v for k, v in extra_checks().items() if k.startswith("mps: ")}
+    env = manager.client_env(GPU_A)
+    manager.ensure(GPU_A)
+    real_server = checks["get_server_list"].stdout.strip()
+    server = ""
+    for command, real in checks.items():
+        if command.startswith("start_server -uid "):
+            command = f"start_server -uid {os.getuid()}"
+        here = run_fake(env, stdin=command.replace(real_server, server) + "\n")
+        if command == "get_server_list":
+            server = here.stdout.strip()
+            assert server.isdigit(), here
+            real = real._replace(stdout=real.stdout.replace(real_server, server))
+        assert (here.returncode, here.stdout, here.stderr) == real, command
 
 
 def test_the_fake_server_is_a_program_of_its_own(manager: MpsManager) -> None:
