@@ -107,7 +107,8 @@ class MigManager:
         output = proc.stdout + (("\n" + proc.stderr) if proc.stderr.strip() else "")
         if any(output.strip().startswith(e) for e in empty):
             return output  # "No GPU instances found": the parsers read it as an empty list
-        # Listing commands may answer these with exit 0 on some drivers: still an error.
+        # Listing commands answer these with exit 0 (`-lgi`, `-lci` on an H200 with MIG off,
+        # driver 580.159.04): still an error.
         if proc.returncode != 0 or classify_output(output.strip()[:200]) in (
             "mig-disabled",
             "no-gpu",
