@@ -88,7 +88,7 @@ def test_a_run_on_the_fakes_records_every_section(fake_run: tuple[Path, dict]) -
     assert runs["mig -lgi"]["stdout"] == "No MIG-enabled devices found.\n"
 
     steps = {s["key"]: s for s in doc["mps"]["steps"]}
-    assert steps["get_server_list before the daemon"]["stdout"].startswith(
+    assert steps["get_server_list before the daemon"]["stderr"].startswith(
         "Cannot find MPS control daemon process"
     )
     assert steps["daemon answers"]["answered"] is True
@@ -188,14 +188,15 @@ def test_compare_on_the_fakes_sets_them_up_like_the_recorded_gpu(
     fake_run: tuple[Path, dict], tmp_path: Path
 ) -> None:
     """--fakes --compare gives the fakes the recorded GPU's name, UUID and memory, so that what
-    it lists is how the fakes answer, not which GPU they pretend to be."""
+    it lists is how the fakes answer, not which GPU they pretend to be. (Another H200 model:
+    the fake nvidia-smi picks its MIG profile table by the name.)"""
     _, doc = fake_run
-    text = json.dumps(doc).replace("NVIDIA H200", "NVIDIA H100 80GB HBM3")
+    text = json.dumps(doc).replace("NVIDIA H200", "NVIDIA H200 NVL")
     other = json.loads(text.replace("GPU-9d0f7a5e", "GPU-1d0f7a5e"))
     calls = {c["key"]: c for c in other["nvml"]["calls"]}
     memory = calls["idle/gpu0 nvmlDeviceGetMemoryInfo(version=nvmlMemory_v2)"]["value"]
     memory["total"] = 81559 * 2**20
-    recorded = tmp_path / "h100.json"
+    recorded = tmp_path / "h200-nvl.json"
     recorded.write_text(json.dumps(other))
 
     done = probe("--fakes", "--compare", str(recorded))

@@ -18,6 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 from conftest import EngineHandle, wait_for
+from fakes.h200_records import extra_checks, raw_probe
 
 from gpudesk.engine.daemon import Engine
 from gpudesk.engine.mps.manager import CONTROL_ENV, MpsError, MpsManager
@@ -26,6 +27,7 @@ from gpudesk.engine.store.database import Store
 from gpudesk.paths import Home
 
 FAKE = Path(__file__).resolve().parents[1] / "fakes" / "nvidia-cuda-mps-control"
+FAKE_SERVER = FAKE.parent / "nvidia-cuda-mps-server"  # the program the fake daemon runs
 GPU_A = "GPU-8f3a1c2e-5b7d-4e09-a1c3-0d9e8f7a6b5c"
 GPU_B = "GPU-1b2c3d4e-6f70-4812-93a4-b5c6d7e8f901"
 MIG_A = "MIG-4c5d6e7f-8091-5a2b-b3c4-d5e6f7a8b9c0"
@@ -44,7 +46,8 @@ def fake_processes(home_root: Path) -> list[psutil.Process]:
     found = []
     for proc in psutil.process_iter(["cmdline"]):
         try:
-            if str(FAKE) not in " ".join(proc.info["cmdline"] or ()):
+            cmdline = " ".join(proc.info["cmdline"] or ())
+            if str(FAKE) not in cmdline and str(FAKE_SERVER) not in cmdline:
                 continue
             logs = proc.environ().get("CUDA_MPS_LOG_DIRECTORY", "")
             if logs.startswith(str(home_root)) and proc.status() != psutil.STATUS_ZOMBIE:
@@ -210,7 +213,13 @@ def test_stop_leaves_no_process_and_never_raises_when_stopped(
     # waited for here, as briefly as it lasts
     wait_for(lambda: not alive(server.pid) and not alive(server_pid), 5.0, what="their exit")
     assert fake_processes(home_root) == []
-    assert not (server.pipe_dir / "control").exists()
+    # as the real daemon (an H200, driver 580.159.04): the pid file and the log fifo go, the
+    # stale sockets and the lock stay
+    assert sorted(p.name for p in server.pipe_dir.iterdir()) == [
+        "control",
+        "control_lock",
+        "control_privileged",
+    ]
     assert manager.status(GPU_A).state == "stopped"
     assert manager.stop(GPU_A) is False
     log = (server.log_dir / "control.log").read_text()
@@ -244,7 +253,12 @@ def test_a_killed_daemon_is_replaced(manager: MpsManager) -> None:
 def test_fake_refuses_a_second_daemon_like_the_real_tool(manager: MpsManager) -> None:
     env = manager.client_env(GPU_A)
     nobody = run_fake(env, stdin="get_server_list\n")
-    assert (nobody.returncode, nobody.stdout) == (1, "Cannot find MPS control daemon process\n")
+    # on stderr, as the real tool (an H200, driver 580.159.04)
+    assert (nobody.returncode, nobody.stdout, nobody.stderr) == (
+        1,
+        "",
+        "Cannot find MPS control daemon process\n",
+    )
 
     manager.ensure(GPU_A)
     second = run_fake(env, "-d")
@@ -253,6 +267,107 @@ def test_fake_refuses_a_second_daemon_like_the_real_tool(manager: MpsManager) ->
         "An instance of this daemon is already running\n",
     )
     assert run_fake(env, stdin="set_default_active_thread_percentage 40\n").stdout == "40.0\n"
+
+
+# What the real tool answered on an H200 (driver 580.159.04, 2026-11-29), step by step.
+H200_MPS = raw_probe()["mps"]
+H200_STEPS = {step["key"]: step for step in H200_MPS["steps"]}
+
+
+def _answered_as_the_h200(key: str, env: dict[str, str]) -> None:
+    real = H200_STEPS[key]
+    here = run_fake(env, *real["argv"][1:], stdin=real.get("stdin", ""))
+    assert (here.returncode, here.stdout, here.stderr) == (
+        real["rc"],
+        real["stdout"],
+        real["stderr"],
+    ), key
+
+
+def _folder(path: Path) -> list[tuple[str, str, str]]:
+    kinds = {stat.S_IFSOCK: "socket", stat.S_IFIFO: "fifo", stat.S_IFREG: "file"}
+    return sorted(
+        (p.name, kinds.get(stat.S_IFMT(p.lstat().st_mode), "other"), oct(p.lstat().st_mode & 0o777))
+        for p in path.iterdir()
+    )
+
+
+def _recorded(files: list[dict]) -> list[tuple[str, str, str]]:
+    return sorted((f["name"], f["kind"], f["mode"]) for f in files)
+
+
+def test_fake_answers_and_leaves_its_folders_as_the_h200_did(manager: MpsManager) -> None:
+    """Every step of the recorded real session that needs no CUDA client, replayed: exit
+    status, stdout and stderr apart, and the pipe and log folders while running and after
+    quit (names, kinds, modes)."""
+    env = manager.client_env(GPU_A)
+    server = manager.layout(GPU_A)
+    server.pipe_dir.mkdir(parents=True)
+    server.log_dir.mkdir(parents=True)
+    _answered_as_the_h200("get_server_list before the daemon", env)
+    _answered_as_the_h200("-d", env)
+    wait_for(lambda: run_fake(env, stdin="get_server_list\n").returncode == 0, 5, what="daemon")
+    running = H200_STEPS["folders while running"]["files"]
+    assert _folder(server.pipe_dir) == _recorded(running["pipe"])
+    assert _folder(server.log_dir) == _recorded(running["log"])
+    pid_file = (server.pipe_dir / "nvidia-cuda-mps-control.pid").read_text()
+    assert pid_file.isdigit()  # "538": no newline
+    for key in (
+        "second -d",
+        "get_server_list without clients",
+        "get_default_active_thread_percentage",
+        "get_server_status <unknown pid>",
+        "unknown command",
+        "quit",
+        "get_server_list after quit",
+    ):
+        _answered_as_the_h200(key, env)
+    assert _folder(server.pipe_dir) == _recorded(H200_MPS["files"]["pipe"])
+    log = server.control_log.read_text()
+    assert "Server 999999 not found" in log and 'Unknown command "no_such_command"' in log
+
+
+def test_fake_answers_the_follow_up_checks_as_the_h200_did(manager: MpsManager) -> None:
+    """The commands of the follow-up checks, in their order, with the server they started."""
+    checks = {k[5:]: v for k, v in extra_checks().items() if k.startswith("mps: ")}
+    env = manager.client_env(GPU_A)
+    manager.ensure(GPU_A)
+    real_server = checks["get_server_list"].stdout.strip()
+    server = ""
+    for command, real in checks.items():
+        if command.startswith("start_server -uid "):
+            command = f"start_server -uid {os.getuid()}"
+        here = run_fake(env, stdin=command.replace(real_server, server) + "\n")
+        if command == "get_server_list":
+            server = here.stdout.strip()
+            assert server.isdigit(), here
+            real = real._replace(stdout=real.stdout.replace(real_server, server))
+        assert (here.returncode, here.stdout, here.stderr) == real, command
+
+
+def test_the_fake_server_is_a_program_of_its_own(manager: MpsManager) -> None:
+    """The real server's command line is `nvidia-cuda-mps-server`, the daemon's
+    `nvidia-cuda-mps-control -d`: a process list tells them apart, and so must the fake's."""
+    assert H200_STEPS["server process"]["cmdline"] == "nvidia-cuda-mps-server"
+    daemon = manager.ensure(GPU_A)
+    server_pid = start_server(manager, GPU_A)
+    assert server_pid != daemon.pid
+    cmdline = psutil.Process(server_pid).cmdline()
+    assert Path(cmdline[-1]).name == "nvidia-cuda-mps-server", cmdline
+    assert not any("nvidia-cuda-mps-control" in word for word in cmdline)
+    assert psutil.Process(server_pid).ppid() == daemon.pid
+    assert manager.status(GPU_A).servers == {server_pid: "ACTIVE"}
+
+
+def test_status_of_a_server_that_exits_between_list_and_status(manager: MpsManager) -> None:
+    """The real daemon answers `get_server_status` of a server that is gone with "Server N not
+    found": the server exited, which is no fault."""
+    manager.ensure(GPU_A)
+    server_pid = start_server(manager, GPU_A)
+    (manager.layout(GPU_A).pipe_dir / "fake-exit-after-list").touch()
+    status = manager.status(GPU_A)
+    assert (status.state, status.usable, status.servers) == ("running", True, {}), status
+    assert not alive(server_pid)
 
 
 def test_long_home_falls_back_to_a_short_pipe_dir(tmp_path: Path) -> None:

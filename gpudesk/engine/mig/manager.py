@@ -107,7 +107,8 @@ class MigManager:
         output = proc.stdout + (("\n" + proc.stderr) if proc.stderr.strip() else "")
         if any(output.strip().startswith(e) for e in empty):
             return output  # "No GPU instances found": the parsers read it as an empty list
-        # Listing commands may answer these with exit 0 on some drivers: still an error.
+        # Listing commands answer these with exit 0 (`-lgi`, `-lci` on an H200 with MIG off,
+        # driver 580.159.04): still an error.
         if proc.returncode != 0 or classify_output(output.strip()[:200]) in (
             "mig-disabled",
             "no-gpu",
@@ -126,6 +127,12 @@ class MigManager:
         mode = modes.get(gpu)
         if modes and mode is None:
             return self._unknown_gpu(gpu)
+        return self._not_in_mig_mode(gpu, mode, error.argv, error.returncode, error.output)
+
+    def _not_in_mig_mode(
+        self, gpu: int, mode: MigMode | None, argv: Sequence[str], returncode: int, output: str
+    ) -> NvidiaSmiError:
+        """GPU `gpu` is not in MIG mode (`mode`: as the driver reported it, if it did)."""
         state = mode.state if mode else "disabled"
         name = ""
         if state == "unsupported":
@@ -133,9 +140,7 @@ class MigManager:
         kind = {"pending": "mig-pending", "unsupported": "mig-unsupported"}.get(
             state, "mig-disabled"
         )
-        return NvidiaSmiError(
-            mig_mode_message(gpu, mode, name), kind, error.argv, error.returncode, error.output
-        )
+        return NvidiaSmiError(mig_mode_message(gpu, mode, name), kind, argv, returncode, output)
 
     def _unknown_gpu(self, gpu: int) -> UnknownGpuError:
         known = ", ".join(str(g.index) for g in self._gpus_quietly()) or "none"
@@ -176,11 +181,15 @@ class MigManager:
         return modes
 
     def profiles(self, gpu: int) -> list[GiProfile]:
-        return [
-            p
-            for p in parse_gi_profiles(self._run(["mig", "-i", str(gpu), "-lgip"], gpu=gpu))
-            if p.gpu == gpu
-        ]
+        """The GPU instance profiles a GPU in MIG mode offers now (`-lgip`). A GPU not in MIG
+        mode raises the mode error: the driver lists profiles in any mode (an H200 with MIG
+        disabled answers `-lgip` with its full table and exit 0, driver 580.159.04), but none
+        can be created until MIG is on."""
+        mode = self.mig_modes().get(gpu)
+        argv = ["mig", "-i", str(gpu), "-lgip"]
+        if mode is not None and mode.state != "enabled":
+            raise self._not_in_mig_mode(gpu, mode, self.argv(*argv), 0, "")
+        return [p for p in parse_gi_profiles(self._run(argv, gpu=gpu)) if p.gpu == gpu]
 
     def placements(self, gpu: int) -> dict[int, tuple[SliceSpan, ...]]:
         """Possible placements per profile ID (`-lgipp`); empty when the driver lacks `-lgipp`,

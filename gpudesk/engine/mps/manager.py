@@ -22,9 +22,11 @@ nvidia-cuda-mps-control(1) man page):
   `get_server_status <PID>` prints the server's state (ACTIVE, or FAULT after a fatal GPU
   exception: such a server refuses new clients until all of its clients have exited, docs
   "Error Containment"), `quit` stops the daemon (`echo quit | nvidia-cuda-mps-control`).
-- Without a daemon listening, a command prints "Cannot find MPS control daemon process" and exits
-  with status 1; a second `-d` on the same pipe directory prints "An instance of this daemon is
-  already running" and exits with status 1 (as matched by public wrappers of the real tool).
+- Without a daemon listening, a command prints "Cannot find MPS control daemon process" (on
+  stderr) and exits with status 1; a second `-d` on the same pipe directory prints "An instance of
+  this daemon is already running" and exits with status 1; `get_server_status` of a server that
+  is gone prints "Server <PID> not found" and exits 0 (all seen on an H200, driver 580.159.04,
+  2026-11-29: bench/results/h200-2026-11-29/run2/raw_probe.json).
 - Client environment: CUDA_MPS_ACTIVE_THREAD_PERCENTAGE (a percentage of the device's threads),
   CUDA_MPS_PINNED_DEVICE_MEM_LIMIT as a comma list of `<device>=<size>` such as "0=4096M"
   ("Appendix: Environment Variables"); device ordinals are those the client sees.
@@ -57,6 +59,7 @@ CONTROL_SOCKET = "control"
 PID_FILE = "nvidia-cuda-mps-control.pid"
 NOT_RUNNING = "Cannot find MPS control daemon process"
 ALREADY_RUNNING = "An instance of this daemon is already running"
+SERVER_GONE = "Server {pid} not found"  # get_server_status of a server that has exited
 # Same budget as gpudesk/paths.py for its sockets (sun_path is 108 bytes on Linux), with room in
 # the pipe folder for socket names longer than "control" that some driver versions may create.
 _MAX_SOCKET_PATH = 100
@@ -525,9 +528,10 @@ class MpsManager:
             for word in listing.split():
                 if not word.isdigit():
                     continue
-                reply = self._command(server, f"get_server_status {word}").split()
-                if reply:  # an empty reply: the server exited meanwhile
-                    states[int(word)] = reply[0]
+                reply = self._command(server, f"get_server_status {word}").strip()
+                if reply and reply != SERVER_GONE.format(pid=word):
+                    states[int(word)] = reply.split()[0]
+                # else the server exited between the listing and this question
         except _DaemonNotRunning:
             return MpsStatus(
                 uuid,
