@@ -133,6 +133,9 @@ class FakeProcess:
     # what nvmlSystemGetProcessName answers: the command as it was started
     name: str = "/usr/bin/python3"
     mps: str | None = None  # "client", "server" (nvidia-cuda-mps-server), None: outside MPS
+    # A steady load: every nvmlDeviceGetProcessUtilization call finds a fresh sample of it with
+    # this smUtil (None: only the samples added to the GPU's process_samples)
+    sm_util: int | None = None
 
     def __post_init__(self) -> None:
         if self.mps not in MPS_ROLES:
@@ -223,17 +226,17 @@ def _checked(cls: type, data: Mapping[str, Any]) -> dict[str, Any]:
     return dict(data)
 
 
-def _mps_folded(gpu: FakeGpu) -> list[FakeSample]:
+def _mps_folded(gpu: FakeGpu, samples: list[FakeSample]) -> list[FakeSample]:
     """The process-utilization samples NVML gives for `gpu`: under MPS the clients' samples
     become the server's (their SM and memory use summed, at most 100 each), at the times they
     were taken; a process outside MPS keeps its own."""
     server = next((p.pid for p in gpu.processes if p.mps == "server"), None)
     if server is None:
-        return list(gpu.process_samples)
+        return samples
     clients = {p.pid for p in gpu.processes if p.mps == "client"}
-    own = [s for s in gpu.process_samples if s.pid not in clients]
+    own = [s for s in samples if s.pid not in clients]
     folded: dict[int, FakeSample] = {}
-    for sample in gpu.process_samples:
+    for sample in samples:
         if sample.pid in clients:
             at = sample.timestamp_us
             into = folded.setdefault(at, FakeSample(server, at, 0))
@@ -617,7 +620,14 @@ class FakeNvml:
         target = self._enter("nvmlDeviceGetProcessUtilization", handle, args=(timeStamp,))
         if target.mig is not None:
             raise real.NVMLError(real.NVML_ERROR_NOT_SUPPORTED)
-        fresh = [s for s in _mps_folded(target.gpu) if s.timestamp_us > timeStamp]
+        now_us = int(self.now() * 1e6)
+        steady = [
+            FakeSample(p.pid, now_us, p.sm_util)
+            for p in target.gpu.processes
+            if p.sm_util is not None
+        ]
+        taken = _mps_folded(target.gpu, [*target.gpu.process_samples, *steady])
+        fresh = [s for s in taken if s.timestamp_us > timeStamp]
         if not fresh:
             raise real.NVMLError(real.NVML_ERROR_NOT_FOUND)
         samples = (real.c_nvmlProcessUtilizationSample_t * len(fresh))()
