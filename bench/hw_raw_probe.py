@@ -1196,9 +1196,6 @@ def recorded_gpu(doc: dict[str, Any]) -> dict[str, Any]:
     for field, what, divisor in scaled:
         if isinstance(value(what), (int, float)):
             facts[field] = value(what) / divisor if divisor != 1 else value(what)
-    attributes = value("nvmlDeviceGetAttributes")
-    if isinstance(attributes, dict) and attributes.get("multiprocessorCount"):
-        facts["sm_count"] = attributes["multiprocessorCount"]
     mode = value("nvmlDeviceGetMigMode")
     if isinstance(mode, list) and mode:
         facts["mig_enabled"] = mode[0] == 1  # NVML_DEVICE_MIG_ENABLE

@@ -29,7 +29,8 @@ hardware_truth.json, `checks.mps_engine.meter_windows`):
   daemon stops it. nvmlSystemGetProcessName answers the process's command as started
   ("/opt/torch/.venv/bin/python3" for a client; nvidia-smi, which asks NVML, names the server
   "nvidia-cuda-mps-server").
-- A full GPU (not a MIG device): nvmlDeviceGetAttributes raises NotSupported;
+- A full GPU (not a MIG device): nvmlDeviceGetAttributes raises NotSupported (NVML's reference:
+  "currently only supports MIG device handles");
   nvmlDeviceGetGpuInstanceId / nvmlDeviceGetComputeInstanceId raise InvalidArgument; with MIG
   disabled nvmlDeviceGetMaxMigDeviceCount answers 0 and nvmlDeviceGetMigDeviceHandleByIndex(0)
   raises NotFound; a process's gpuInstanceId / computeInstanceId are 4294967295.
@@ -183,7 +184,6 @@ class FakeGpu:
     temperature_c: int = 35
     sm_clock_mhz: int = 1980
     memory_clock_mhz: int = 2619
-    sm_count: int = 132
     serial: str = "1653724027175"
     compute_mode: int = 0  # NVML_COMPUTEMODE_DEFAULT
     persistence_mode: int = 1
@@ -583,13 +583,19 @@ class FakeNvml:
         return []  # a compute GPU runs no graphics context
 
     def nvmlSystemGetProcessName(self, pid: int) -> str:
-        self._enter("nvmlSystemGetProcessName", args=(pid,))
-        for gpu in self.gpus:
-            on_migs = [p for m in gpu.mig_devices if m for p in m.processes]
-            for process in [*gpu.processes, *on_migs]:
-                if process.pid == pid:
-                    return process.name
-        raise real.NVMLError(real.NVML_ERROR_NOT_FOUND)
+        """The name of a process a GPU lists; that GPU's `errors` and `unsupported` for this
+        function apply to it (NoPermission, say)."""
+        listed = [
+            (index, process)
+            for index, gpu in enumerate(self.gpus)
+            for process in [*gpu.processes, *(p for m in gpu.mig_devices if m for p in m.processes)]
+            if process.pid == pid
+        ]
+        index = listed[0][0] if listed else None
+        self._enter("nvmlSystemGetProcessName", index=index, args=(pid,))
+        if not listed:
+            raise real.NVMLError(real.NVML_ERROR_NOT_FOUND)
+        return listed[0][1].name
 
     def nvmlDeviceGetComputeMode(self, handle: Any) -> int:
         return self._enter("nvmlDeviceGetComputeMode", handle).gpu.compute_mode

@@ -135,6 +135,30 @@ def test_mps_clients_share_the_servers_sm_and_a_time_sliced_tenant_keeps_its_own
     assert f"MPS server (pid {SERVER})" in frame and f"pid {SERVER}," not in frame
 
 
+def test_without_a_known_server_mps_clients_and_a_plain_tenant_split_evenly() -> None:
+    """NVML lists MPS clients, but the server's name cannot be read (NoPermission): its samples
+    are a stranger's, nobody's share can be told, and the plain job must not take it all."""
+    fake = FakeNvml(
+        [
+            FakeGpu(
+                power_w=300.0,
+                processes=[mps_server(), client(CLIENT_A), FakeProcess(NAIVE, 2000.0)],
+                errors={"nvmlSystemGetProcessName": "NoPermission"},
+            )
+        ]
+    )
+    monitor = Monitor(opened(fake), rapl=RaplReader("/nonexistent/*"))
+    attempts = [attempt(1, CLIENT_A), attempt(3, NAIVE, "gpu:0/naive")]
+    for _ in range(4):
+        fake.add_sample(0, CLIENT_A, sm_util=60)
+        fake.add_sample(0, NAIVE, sm_util=40)
+        fake.advance(1.0)
+        monitor.ingest(monitor.collect(attempts))
+    a, naive = monitor.usage[1], monitor.usage[3]
+    assert a.gpu_j == pytest.approx(naive.gpu_j)
+    assert a.split == naive.split == "even"
+
+
 def test_mps_clients_alone_split_evenly_and_say_so() -> None:
     fake = FakeNvml([FakeGpu(power_w=300.0, processes=[mps_server(), client(CLIENT_A)])])
     fake.gpus[0].processes.append(client(CLIENT_B))
