@@ -27,8 +27,8 @@ hardware_truth.json, `checks.mps_engine.meter_windows`):
   smUtil the whole GPU's (the clients' together, at most 100). A process outside MPS on the same
   GPU keeps samples of its own. The server stays listed after its clients end, until the control
   daemon stops it. nvmlSystemGetProcessName answers the process's command as started
-  ("/opt/torch/.venv/bin/python3" for a client; nvidia-smi, which asks NVML, names the server
-  "nvidia-cuda-mps-server").
+  ("/opt/torch/.venv/bin/python3" for a client), "nvidia-cuda-mps-server" for the server, and
+  NotFound for a pid that does not exist (bench/results/h200-2026-11-29/nvml_mps_names.json).
 - A full GPU (not a MIG device): nvmlDeviceGetAttributes raises NotSupported (NVML's reference:
   "currently only supports MIG device handles");
   nvmlDeviceGetGpuInstanceId / nvmlDeviceGetComputeInstanceId raise InvalidArgument; with MIG
@@ -40,7 +40,8 @@ hardware_truth.json, `checks.mps_engine.meter_windows`):
 - GPM metrics come back with each metric's `metricInfo` (shortName "smutil", longName "SM_UTIL",
   unit "%") filled in.
 
-Assumption (no real answer recorded): nvmlSystemGetProcessName of a pid on no GPU raises NotFound.
+Assumption: nvmlSystemGetProcessName of a process that runs but is on no GPU raises NotFound
+(seen for a pid that does not exist).
 """
 
 from __future__ import annotations

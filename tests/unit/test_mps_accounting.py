@@ -25,7 +25,8 @@ from gpudesk.screens.widgets.gpu_card import job_shares
 # the simulator's jobs
 CLIENT_A, CLIENT_B, NAIVE = 2**22 + 1, 2**22 + 2, 2**22 + 3
 SERVER = 797
-SERVER_NAME = "nvidia-cuda-mps-server"  # as nvidia-smi, which asks NVML, names it on the H200
+# as NVML named it on the H200 (bench/results/h200-2026-11-29/nvml_mps_names.json)
+SERVER_NAME = "nvidia-cuda-mps-server"
 
 
 def mps_server(pid: int = SERVER) -> FakeProcess:

@@ -38,8 +38,9 @@ from gpudesk.engine.telemetry.model import (
 log = logging.getLogger("gpudesk.telemetry")
 
 MIB = 1024 * 1024
-# The MPS server's name as NVML gives it (nvmlSystemGetProcessName; nvidia-smi's process table
-# shows the same): the basename, as the control daemon may start it by path.
+# The MPS server's name as NVML gives it (nvmlSystemGetProcessName, which nvidia-smi's process
+# table shows too; seen on an H200, driver 580.159.04). Its basename is compared, in case a
+# control daemon starts it by path.
 MPS_SERVER_NAME = "nvidia-cuda-mps-server"
 
 DRIVER_MISMATCH = (
