@@ -614,6 +614,7 @@ class Probe:
             if not ready or ready.get("event") != "ready":
                 section["client_stderr"] = client.stderr_now()
                 return
+            list_on_fakes([gpu_process(ready.get("pid"), sm_util=99)])
             self._under_load("load", pid=ready.get("pid"))
         finally:
             section["client_end"] = client.finish(max(1.0, min(10.0, self.left())))
@@ -1002,6 +1003,10 @@ class MpsSession:
             self.command("get_client_list <server pid>", f"get_client_list {pid}")
             self.step("server process", self.proc_info(pid))
         if probe.handle is not None:
+            # as the H200 listed them: the server, then each client through it
+            servers = [gpu_process(p, name="nvidia-cuda-mps-server", mps="server") for p in pids]
+            listed = [(event or {}).get("pid") for event in ready.values()]
+            list_on_fakes([*servers, *(gpu_process(p, mps="client", sm_util=50) for p in listed)])
             self.probe._under_load("mps", pid=(ready.get("plain") or {}).get("pid"))
         ends = {name: client.finish(max(1.0, self.left())) for name, client in clients.items()}
         for end in ends.values():
@@ -1111,6 +1116,30 @@ def alive(pid: int) -> bool:
     return True
 
 
+def gpu_process(pid: Any, **fields: Any) -> dict[str, Any] | None:
+    """A process the fake pynvml lists (FakeProcess's fields), named as NVML names it: its
+    command as started."""
+    if not isinstance(pid, int):
+        return None
+    command = proc_cmdline(pid).split(b"\0")[0].decode(errors="replace")
+    memory = 66 if fields.get("mps") == "server" else 810
+    return {"pid": pid, "used_memory_mib": memory, "name": command or "python3", **fields}
+
+
+def list_on_fakes(processes: list[dict[str, Any] | None]) -> None:
+    """Under --fakes: the fake pynvml lists these as the GPU's processes from now on (the
+    scenario is live), as a driver lists the processes that opened the GPU. Elsewhere nothing."""
+    folder = os.environ.get(ENV_FAKES)
+    if not folder:
+        return
+    path = Path(folder) / "nvml.json"
+    scenario = json.loads(path.read_text())
+    scenario["gpus"][0]["processes"] = [p for p in processes if p]
+    staged = path.with_suffix(".new")
+    staged.write_text(json.dumps(scenario, indent=1))
+    staged.replace(path)  # whole, as the shim reads it
+
+
 def proc_cmdline(pid: int) -> bytes:
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes()
@@ -1167,9 +1196,6 @@ def recorded_gpu(doc: dict[str, Any]) -> dict[str, Any]:
     for field, what, divisor in scaled:
         if isinstance(value(what), (int, float)):
             facts[field] = value(what) / divisor if divisor != 1 else value(what)
-    attributes = value("nvmlDeviceGetAttributes")
-    if isinstance(attributes, dict) and attributes.get("multiprocessorCount"):
-        facts["sm_count"] = attributes["multiprocessorCount"]
     mode = value("nvmlDeviceGetMigMode")
     if isinstance(mode, list) and mode:
         facts["mig_enabled"] = mode[0] == 1  # NVML_DEVICE_MIG_ENABLE
@@ -1209,7 +1235,8 @@ def fake_environment(folder: Path, like: dict[str, Any] | None = None) -> dict[s
         **facts,
     }
     mig = gpu["mig_enabled"]
-    nvml = {"follow_nvidia_smi": True, "gpus": [gpu]}
+    # live: list_on_fakes() names the torch clients it starts as the GPU's processes
+    nvml = {"follow_nvidia_smi": True, "live": True, "gpus": [gpu]}
     smi = {
         "root": True,
         "gpus": [

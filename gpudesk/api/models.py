@@ -748,6 +748,13 @@ class ProcessView(WireModel, frozen=True):
     sm_pct: float | None
     mig_device: int | None  # the MIG device (index on its GPU) the process runs on
     job_id: int | None
+    # "server": the GPU's MPS server (nvidia-cuda-mps-server); "client": a process running
+    # through it (NVML gives no SM share of its own); None: outside MPS
+    mps: str | None = None
+
+    @property
+    def mps_server(self) -> bool:
+        return self.mps == "server"
 
 
 class MigDeviceView(WireModel, frozen=True):

@@ -595,6 +595,7 @@ def _usage_lines(
             if on_mig
             else "exclusive GPU",
             "sm share": "shared GPU, split by SM share",
+            "mps share": "shared GPU, split by SM share, its MPS clients' share evenly",
             "even": "shared GPU, split evenly",
         }.get(usage.split or "", "")
         source = "energy counter" if usage.gpu_source == "counter" else f"{usage.gpu_source} power"

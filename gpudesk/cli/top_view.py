@@ -300,7 +300,7 @@ def _gpu_block(
             if mig["memory_used_mib"] is None or mig["memory_total_mib"] is None
             else f"{mig['memory_used_mib'] / GIB:.1f}/{mig['memory_total_mib'] / GIB:.1f} GiB"
         )
-        users = ", ".join(str(p["job_id"] or p["pid"]) for p in mig["processes"]) or "idle"
+        users = ", ".join(_process_label(p) for p in mig["processes"]) or "idle"
         lines.append(
             f"  MIG {mig['index']} {mig['name'] or '?'}  GI {mig['gpu_instance_id']} "
             f"CI {mig['compute_instance_id']}  {mem}  {users}"
@@ -309,9 +309,18 @@ def _gpu_block(
     others = [p for p in gpu["processes"] if p["job_id"] is None]
     if holders or others:
         parts = [f"{j['id']} {j['name']}" for j in holders]
-        parts += [f"pid {p['pid']}" for p in others]
+        parts += [_process_label(p) for p in others]
         lines.append("  jobs: " + ", ".join(parts))
     return lines
+
+
+def _process_label(process: dict[str, Any]) -> str:
+    """A GPU process in a list of a GPU's users: its job, the MPS server, or its pid."""
+    if process["job_id"] is not None:
+        return str(process["job_id"])
+    if process.get("mps") == "server":
+        return f"MPS server (pid {process['pid']})"
+    return f"pid {process['pid']}"
 
 
 def render_frame(view: dict[str, Any], width: int = WIDTH) -> str:

@@ -15,6 +15,33 @@ manual (`advance`) or the wall clock; the energy counter grows at `power_w` with
 
 Function names for `unsupported`, `errors` and the counters are pynvml's; the versioned memory
 call (`nvmlDeviceGetMemoryInfo(h, version=...)`) counts as "nvmlDeviceGetMemoryInfo_v2".
+
+What the real driver answers, as seen on an H200, driver 580.159.04, nvidia-ml-py 13.610.43, MIG
+disabled, 2026-11-29 (bench/results/h200-2026-11-29/run2: raw_probe.json, section `nvml`, and
+hardware_truth.json, `checks.mps_engine.meter_windows`):
+
+- MPS. A GPU with an MPS server (a `FakeProcess` with `mps="server"`, its clients `mps="client"`):
+  nvmlDeviceGetComputeRunningProcesses lists the server (about 66 MiB of its own) and every
+  client; nvmlDeviceGetMPSComputeRunningProcesses lists only the clients (nvidia-smi's "M+C");
+  nvmlDeviceGetProcessUtilization has samples for the server's pid only, never for a client, its
+  smUtil the whole GPU's (the clients' together, at most 100). A process outside MPS on the same
+  GPU keeps samples of its own. The server stays listed after its clients end, until the control
+  daemon stops it. nvmlSystemGetProcessName answers the process's command as started
+  ("/opt/torch/.venv/bin/python3" for a client), "nvidia-cuda-mps-server" for the server, and
+  NotFound for a pid that does not exist (bench/results/h200-2026-11-29/nvml_mps_names.json).
+- A full GPU (not a MIG device): nvmlDeviceGetAttributes raises NotSupported (NVML's reference:
+  "currently only supports MIG device handles");
+  nvmlDeviceGetGpuInstanceId / nvmlDeviceGetComputeInstanceId raise InvalidArgument; with MIG
+  disabled nvmlDeviceGetMaxMigDeviceCount answers 0 and nvmlDeviceGetMigDeviceHandleByIndex(0)
+  raises NotFound; a process's gpuInstanceId / computeInstanceId are 4294967295.
+- nvmlDeviceGetGraphicsRunningProcesses answers [] on a compute GPU; nvmlDeviceGetComputeMode 0
+  (default), nvmlDeviceGetPersistenceMode 1; nvmlSystemGetDriverVersion "580.159.04",
+  nvmlSystemGetNVMLVersion "13.580.159.04", nvmlSystemGetCudaDriverVersion(_v2) 13000.
+- GPM metrics come back with each metric's `metricInfo` (shortName "smutil", longName "SM_UTIL",
+  unit "%") filled in.
+
+Assumption: nvmlSystemGetProcessName of a process that runs but is on no GPU raises NotFound
+(seen for a pid that does not exist).
 """
 
 from __future__ import annotations
@@ -70,6 +97,15 @@ def load_real_pynvml() -> ModuleType:
 real = load_real_pynvml()
 
 MIB = 1024 * 1024
+# What the H200's driver answered (see the module's docstring).
+DRIVER_VERSION = "580.159.04"
+NVML_VERSION = "13.580.159.04"
+CUDA_DRIVER_VERSION = 13000
+# GPM metric -> the metricInfo (shortName, longName, unit) the driver fills in
+GPM_METRIC_INFO = {
+    real.NVML_GPM_METRIC_SM_UTIL: (b"smutil", b"SM_UTIL", b"%"),
+    real.NVML_GPM_METRIC_DRAM_BW_UTIL: (b"dram", b"DRAM_BW_UTIL", b"%"),
+}
 _ERROR_CODES = {
     cls.__name__.removeprefix("NVMLError_"): code
     for code, cls in real.NVMLError._valClassMapping.items()
@@ -89,10 +125,23 @@ def nvml_error(spec: ErrorSpec) -> BaseException:
     return real.NVMLError(_ERROR_CODES[name])
 
 
+MPS_ROLES = (None, "client", "server")
+
+
 @dataclass
 class FakeProcess:
     pid: int
     used_memory_mib: float | None = 0.0  # None: NVML cannot tell (usedGpuMemory None)
+    # what nvmlSystemGetProcessName answers: the command as it was started
+    name: str = "/usr/bin/python3"
+    mps: str | None = None  # "client", "server" (nvidia-cuda-mps-server), None: outside MPS
+    # A steady load: every nvmlDeviceGetProcessUtilization call finds a fresh sample of it with
+    # this smUtil (None: only the samples added to the GPU's process_samples)
+    sm_util: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.mps not in MPS_ROLES:
+            raise ValueError(f"FakeProcess.mps is client, server or None, found {self.mps!r}")
 
 
 @dataclass
@@ -127,6 +176,7 @@ class FakeGpu:
     utilization_gpu: int = 0
     utilization_memory: int = 0
     sm_util_pct: float = 0.0  # what GPM reports: the value when the later sample was taken
+    dram_bw_util_pct: float = 0.0  # GPM's DRAM bandwidth use, as sm_util_pct
     gpm_supported: bool = True  # isSupportedDevice (Hopper and newer)
     power_w: float = 70.0
     power_limit_w: float = 700.0
@@ -135,7 +185,9 @@ class FakeGpu:
     temperature_c: int = 35
     sm_clock_mhz: int = 1980
     memory_clock_mhz: int = 2619
-    sm_count: int = 132
+    serial: str = "1653724027175"
+    compute_mode: int = 0  # NVML_COMPUTEMODE_DEFAULT
+    persistence_mode: int = 1
     mig_enabled: bool | None = False  # None: the GPU cannot do MIG (GetMigMode: NotSupported)
     mig_devices: list[FakeMig | None] = field(default_factory=list)  # None: an empty slot
     processes: list[FakeProcess] = field(default_factory=list)
@@ -175,6 +227,25 @@ def _checked(cls: type, data: Mapping[str, Any]) -> dict[str, Any]:
     return dict(data)
 
 
+def _mps_folded(gpu: FakeGpu, samples: list[FakeSample]) -> list[FakeSample]:
+    """The process-utilization samples NVML gives for `gpu`: under MPS the clients' samples
+    become the server's (their SM and memory use summed, at most 100 each), at the times they
+    were taken; a process outside MPS keeps its own."""
+    server = next((p.pid for p in gpu.processes if p.mps == "server"), None)
+    if server is None:
+        return samples
+    clients = {p.pid for p in gpu.processes if p.mps == "client"}
+    own = [s for s in samples if s.pid not in clients]
+    folded: dict[int, FakeSample] = {}
+    for sample in samples:
+        if sample.pid in clients:
+            at = sample.timestamp_us
+            into = folded.setdefault(at, FakeSample(server, at, 0))
+            into.sm_util = min(100, into.sm_util + sample.sm_util)
+            into.mem_util = min(100, into.mem_util + sample.mem_util)
+    return sorted([*own, *folded.values()], key=lambda s: s.timestamp_us)
+
+
 class _Target(NamedTuple):
     index: int
     gpu: FakeGpu
@@ -185,6 +256,7 @@ class _Target(NamedTuple):
 class _GpmSample:
     gpu: int | None = None  # None until nvmlGpmSampleGet fills it
     sm_util: float = 0.0
+    dram_bw_util: float = 0.0
 
 
 def _address(pointer: Any) -> int | None:
@@ -436,11 +508,13 @@ class FakeNvml:
         gpu = self._enter("nvmlDeviceGetMaxMigDeviceCount", handle).gpu
         if gpu.mig_enabled is None:
             raise real.NVMLError(real.NVML_ERROR_NOT_SUPPORTED)
-        return len(gpu.mig_devices)
+        return len(gpu.mig_devices) if gpu.mig_enabled else 0  # the H200, MIG disabled: 0
 
     def nvmlDeviceGetMigDeviceHandleByIndex(self, handle: Any, index: int) -> Any:
         target = self._enter("nvmlDeviceGetMigDeviceHandleByIndex", handle, args=(index,))
-        if not target.gpu.mig_enabled or not 0 <= index < len(target.gpu.mig_devices):
+        if not target.gpu.mig_enabled:
+            raise real.NVMLError(real.NVML_ERROR_NOT_FOUND)  # the H200, MIG disabled
+        if not 0 <= index < len(target.gpu.mig_devices):
             raise real.NVMLError(real.NVML_ERROR_INVALID_ARGUMENT)
         if target.gpu.mig_devices[index] is None:
             raise real.NVMLError(real.NVML_ERROR_NOT_FOUND)
@@ -459,22 +533,29 @@ class FakeNvml:
         return mig.compute_instance_id
 
     def nvmlDeviceGetAttributes(self, handle: Any) -> Any:
-        _, gpu, mig = self._enter("nvmlDeviceGetAttributes", handle)
+        mig = self._enter("nvmlDeviceGetAttributes", handle).mig
+        if mig is None:  # a full GPU: NotSupported (the H200, MIG disabled)
+            raise real.NVMLError(real.NVML_ERROR_NOT_SUPPORTED)
         attributes = real.c_nvmlDeviceAttributes()
-        attributes.multiprocessorCount = mig.sm_count if mig else gpu.sm_count
-        total = mig.memory_total_mib if mig else gpu.memory_total_mib
-        attributes.memorySizeMB = int(total)
+        attributes.multiprocessorCount = mig.sm_count
+        attributes.memorySizeMB = int(mig.memory_total_mib)
         return attributes
 
     @real.throwOnVersionMismatch  # as the binding: FunctionNotFound -> NVMLLibraryMismatchError
     def nvmlDeviceGetComputeRunningProcesses(self, handle: Any) -> list[Any]:
-        _, gpu, mig = self._enter("nvmlDeviceGetComputeRunningProcesses", handle)
+        """Every compute process: an MPS server and its clients included."""
+        return self._process_list("nvmlDeviceGetComputeRunningProcesses", handle, mps=False)
+
+    def _process_list(self, function: str, handle: Any, *, mps: bool) -> list[Any]:
+        _, gpu, mig = self._enter(function, handle)
         if mig is not None:
             listed = [(p, mig) for p in mig.processes]
         else:  # the parent of MIG devices lists every instance's processes
             listed = [(p, None) for p in gpu.processes] + [
                 (p, m) for m in gpu.mig_devices if m and gpu.mig_enabled for p in m.processes
             ]
+        if mps:
+            listed = [(p, on) for p, on in listed if p.mps == "client"]
         not_available = real.NVML_VALUE_NOT_AVAILABLE_ulonglong.value
         processes = []
         for process, on in listed:
@@ -494,11 +575,66 @@ class FakeNvml:
             processes.append(friendly)
         return processes
 
+    def nvmlDeviceGetMPSComputeRunningProcesses(self, handle: Any) -> list[Any]:
+        """The MPS clients alone (nvidia-smi's "M+C"), not the server."""
+        return self._process_list("nvmlDeviceGetMPSComputeRunningProcesses", handle, mps=True)
+
+    def nvmlDeviceGetGraphicsRunningProcesses(self, handle: Any) -> list[Any]:
+        self._enter("nvmlDeviceGetGraphicsRunningProcesses", handle)
+        return []  # a compute GPU runs no graphics context
+
+    def nvmlSystemGetProcessName(self, pid: int) -> str:
+        """The name of a process a GPU lists; that GPU's `errors` and `unsupported` for this
+        function apply to it (NoPermission, say)."""
+        listed = [
+            (index, process)
+            for index, gpu in enumerate(self.gpus)
+            for process in [*gpu.processes, *(p for m in gpu.mig_devices if m for p in m.processes)]
+            if process.pid == pid
+        ]
+        index = listed[0][0] if listed else None
+        self._enter("nvmlSystemGetProcessName", index=index, args=(pid,))
+        if not listed:
+            raise real.NVMLError(real.NVML_ERROR_NOT_FOUND)
+        return listed[0][1].name
+
+    def nvmlDeviceGetComputeMode(self, handle: Any) -> int:
+        return self._enter("nvmlDeviceGetComputeMode", handle).gpu.compute_mode
+
+    def nvmlDeviceGetPersistenceMode(self, handle: Any) -> int:
+        return self._enter("nvmlDeviceGetPersistenceMode", handle).gpu.persistence_mode
+
+    def nvmlDeviceGetSerial(self, handle: Any) -> str:
+        return self._enter("nvmlDeviceGetSerial", handle).gpu.serial
+
+    def nvmlSystemGetDriverVersion(self) -> str:
+        self._enter("nvmlSystemGetDriverVersion")
+        return DRIVER_VERSION
+
+    def nvmlSystemGetNVMLVersion(self) -> str:
+        self._enter("nvmlSystemGetNVMLVersion")
+        return NVML_VERSION
+
+    def nvmlSystemGetCudaDriverVersion(self) -> int:
+        self._enter("nvmlSystemGetCudaDriverVersion")
+        return CUDA_DRIVER_VERSION
+
+    def nvmlSystemGetCudaDriverVersion_v2(self) -> int:
+        self._enter("nvmlSystemGetCudaDriverVersion_v2")
+        return CUDA_DRIVER_VERSION
+
     def nvmlDeviceGetProcessUtilization(self, handle: Any, timeStamp: int) -> list[Any]:
         target = self._enter("nvmlDeviceGetProcessUtilization", handle, args=(timeStamp,))
         if target.mig is not None:
             raise real.NVMLError(real.NVML_ERROR_NOT_SUPPORTED)
-        fresh = [s for s in target.gpu.process_samples if s.timestamp_us > timeStamp]
+        now_us = int(self.now() * 1e6)
+        steady = [
+            FakeSample(p.pid, now_us, p.sm_util)
+            for p in target.gpu.processes
+            if p.sm_util is not None
+        ]
+        taken = _mps_folded(target.gpu, [*target.gpu.process_samples, *steady])
+        fresh = [s for s in taken if s.timestamp_us > timeStamp]
         if not fresh:
             raise real.NVMLError(real.NVML_ERROR_NOT_FOUND)
         samples = (real.c_nvmlProcessUtilizationSample_t * len(fresh))()
@@ -533,6 +669,7 @@ class FakeNvml:
         if state is None:
             raise real.NVMLError(real.NVML_ERROR_INVALID_ARGUMENT)
         state.gpu, state.sm_util = target.index, target.gpu.sm_util_pct
+        state.dram_bw_util = target.gpu.dram_bw_util_pct
         return sample
 
     def nvmlGpmMetricsGet(self, metricsGet: Any) -> Any:
@@ -543,10 +680,16 @@ class FakeNvml:
             raise real.NVMLError(real.NVML_ERROR_INVALID_ARGUMENT)
         if metricsGet.version != real.NVML_GPM_METRICS_GET_VERSION:
             raise real.NVMLError(real.NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
+        values = {
+            real.NVML_GPM_METRIC_SM_UTIL: second.sm_util,
+            real.NVML_GPM_METRIC_DRAM_BW_UTIL: second.dram_bw_util,
+        }
         for slot in range(metricsGet.numMetrics):
             metric = metricsGet.metrics[slot]
-            if metric.metricId == real.NVML_GPM_METRIC_SM_UTIL:
-                metric.value, metric.nvmlReturn = second.sm_util, real.NVML_SUCCESS
+            if metric.metricId in values:
+                metric.value, metric.nvmlReturn = values[metric.metricId], real.NVML_SUCCESS
+                info = metric.metricInfo
+                info.shortName, info.longName, info.unit = GPM_METRIC_INFO[metric.metricId]
             else:
                 metric.nvmlReturn = real.NVML_ERROR_NOT_SUPPORTED
         return metricsGet

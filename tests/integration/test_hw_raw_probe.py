@@ -251,3 +251,15 @@ def test_the_watchdog_writes_what_was_recorded_at_the_time_limit(tmp_path: Path)
     doc = json.loads(out.read_text())
     assert doc["probe"]["timed_out"] is True and doc["probe"]["finished"] is False
     assert doc["nvml"]["calls"][0]["key"] == "hung"
+
+
+def test_the_fake_nvml_answers_in_kind_as_the_h200_did() -> None:
+    """Every NVML call gpudesk makes, on the fakes, against what a real H200 answered (driver
+    580.159.04, MIG disabled; idle, two MPS clients, a plain torch load): nothing differs in
+    kind. The one difference left is the command a client was started with, which NVML names
+    it by: /opt/torch/.venv/bin/python3 there, `python3` (tests/fakes/cuda-python's #!) here."""
+    recorded = REPO / "bench/results/h200-2026-11-29/run2/raw_probe.json"
+    done = probe("--fakes", "--compare", str(recorded), timeout=120)
+    nvml = done.stdout.split("== nvml", 1)[1].split("\n== ", 1)[0]
+    differs = [line for line in nvml.splitlines() if line.startswith(("  DIFFERS", "  ONLY-"))]
+    assert differs and all("nvmlSystemGetProcessName(client)" in line for line in differs), nvml

@@ -558,3 +558,78 @@ def test_the_status_reply_lists_an_mps_fault_by_gpu_index(
         engine.cleanup_jobs()
         engine.client.close()
         MpsManager(home.root).stop_all()
+
+
+def test_a_real_engine_names_the_mps_server_and_invents_no_per_client_figure(
+    home_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two MPS jobs with NVML answering as the H200's driver did under MPS (the server and the
+    clients listed, utilization samples for the server alone: tests/fakes/fake_pynvml.py). The
+    engine's view names the server as such, not as a stranger's process; the clients' energy is
+    split evenly, and neither gets an SM figure NVML never gave."""
+    scenario = tmp_path / "nvml.json"
+    gpu = {"uuid": GPU_A, "memory_total_mib": 143771, "power_w": 400}
+
+    def list_processes(processes: list[dict]) -> None:
+        staged = tmp_path / "nvml.json.new"  # whole or not at all, as the shim reads it
+        staged.write_text(json.dumps({"live": True, "gpus": [{**gpu, "processes": processes}]}))
+        staged.replace(scenario)
+
+    list_processes([])
+    monkeypatch.setenv("PYTHONPATH", str(FAKE.parent / "nvml_shim"))
+    monkeypatch.setenv("GPUDESK_FAKE_NVML", str(scenario))
+    monkeypatch.setenv(CONTROL_ENV, str(FAKE))
+    home = Home(home_root)
+    home.ensure()
+    monkeypatch.setenv("GPUDESK_HOME", str(home_root))
+    engine = EngineHandle(home)
+    engine.start(backend="nvml", policy="mps", sample_interval=0.2)
+    sleeper = [sys.executable, "-c", "import time; time.sleep(60)"]
+    job = {"command": sleeper, "gpus": 1, "memory_gb": 4, "sm_pct": 20}
+    try:
+        ids = engine.submit(*({**job, "name": f"mps-{i}"} for i in range(2)))
+        assert {engine.wait_state(i, "running")["mode"] for i in ids} == {"mps"}
+        server = start_server(MpsManager(home.root), GPU_A)  # what the first CUDA client does
+        a, b = (engine.show(i)["attempts"][0]["pid"] for i in ids)
+        list_processes(
+            [
+                {"pid": server, "used_memory_mib": 66, "name": "nvidia-cuda-mps-server"}
+                | {"mps": "server"},
+                {"pid": a, "used_memory_mib": 1448, "mps": "client", "sm_util": 70},
+                {"pid": b, "used_memory_mib": 1448, "mps": "client", "sm_util": 20},
+            ]
+        )
+
+        def view() -> dict | None:
+            snapshot = engine.client.request("telemetry")["snapshot"]
+            listed = {p["pid"]: p for g in snapshot["gpus"] for p in g["processes"]}
+            return snapshot if listed.get(server, {}).get("sm_pct") is not None else None
+
+        before = wait_for(view, timeout=15.0, what="the processes in the engine's view")
+        assert isinstance(before, dict)
+        (gpu_view,) = before["gpus"]
+        roles = {p["pid"]: (p.get("mps"), p["job_id"]) for p in gpu_view["processes"]}
+        assert roles == {server: ("server", None), a: ("client", ids[0]), b: ("client", ids[1])}
+
+        def spent() -> dict[int, float] | None:
+            now = view()
+            assert now is not None
+            energy = {j["id"]: j["energy"]["gpu_j"] for j in now["jobs"]}
+            grown = {j["id"]: energy[j["id"]] - j["energy"]["gpu_j"] for j in before["jobs"]}
+            return grown if sum(grown.values()) > 1200 else None  # 3 s at 400 W
+
+        after = wait_for(spent, timeout=30.0, what="3 s of the GPU's energy")
+        assert isinstance(after, dict)
+        assert after[ids[0]] == pytest.approx(after[ids[1]], rel=0.01)
+        now = view()
+        assert now is not None
+        assert [j["gpu_sm_pct"] for j in now["jobs"]] == [None, None]
+        engine.client.request("cancel", jobs=ids, grace=0)
+        engine.wait_all_done(ids)
+        for job_id in ids:
+            assert engine.show(job_id)["usage"]["split"] == "even"
+    finally:
+        engine.stop()
+        engine.cleanup_jobs()
+        engine.client.close()
+        MpsManager(home.root).stop_all()

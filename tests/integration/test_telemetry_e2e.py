@@ -302,6 +302,41 @@ def test_top_reads_real_nvml_structures_and_degrades_to_null(home: Home, tmp_pat
     assert all(len(line) <= 80 for line in frame.splitlines())
 
 
+# Two MPS clients and their server, as the H200's driver listed them (driver 580.159.04,
+# bench/results/h200-2026-11-29/run2/hardware_truth.json, checks.mps_engine.meter_windows)
+MPS_GPU = {
+    "gpus": [
+        {
+            "name": "NVIDIA H200",
+            "uuid": "GPU-4c185902-fd69-cccd-bdd0-08bfc0fbea09",
+            "memory_total_mib": 143771,
+            "processes": [
+                {
+                    "pid": 797,
+                    "used_memory_mib": 66,
+                    "name": "nvidia-cuda-mps-server",
+                    "mps": "server",
+                },
+                {"pid": 746, "used_memory_mib": 1448, "mps": "client"},
+                {"pid": 747, "used_memory_mib": 1448, "mps": "client"},
+            ],
+        }
+    ]
+}
+
+
+def test_top_names_the_mps_server_rather_than_an_unknown_process(
+    home: Home, tmp_path: Path
+) -> None:
+    env = nvml_env(tmp_path, MPS_GPU)
+    (gpu,) = top_json(env)["gpus"]
+    roles = {p["pid"]: p.get("mps") for p in gpu["processes"]}
+    assert roles == {797: "server", 746: "client", 747: "client"}
+    frame = gpudesk("top", "--once", env=env).stdout
+    assert "MPS server (pid 797)" in frame and "pid 746" in frame
+    assert all(len(line) <= 80 for line in frame.splitlines())
+
+
 def test_auto_picks_nvml_when_a_driver_answers(home: Home, tmp_path: Path) -> None:
     assert top_json(nvml_env(tmp_path, TWO_GPUS, backend="auto"))["backend"] == "nvml"
 

@@ -7,7 +7,10 @@ Per attempt, every interval between two readings is attributed:
 - a GPU held by one attempt gives it the whole interval (summed over its life this is the
   counter's delta over the job's lifetime, to within one sampling interval at each end);
 - a GPU shared by several attempts is split by their processes' SM share where NVML reports it,
-  else evenly, and the attempt is marked as an estimate;
+  else evenly, and the attempt is marked as an estimate. Under MPS, NVML reports the SM share
+  of the MPS server alone, never of a client: the server's share goes to the GPU's MPS clients
+  as a group, evenly among them ("mps share" where other tenants keep their own share, "even"
+  where the clients are the only tenants);
 - the idle baseline (the GPU's idle power × the interval) is split the same way and reported
   separately, so "above idle" is what the job itself added;
 - CPU package energy (RAPL) is split by each attempt's share of the host's busy CPU time.
@@ -19,12 +22,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpudesk.engine.telemetry.model import BackendReading, GpuReading
+from gpudesk.engine.telemetry.model import MPS_SERVER, BackendReading, GpuReading
 from gpudesk.units import carbon_g
 
 IDLE_SMOOTHING = 0.1  # EWMA weight of a new idle-power reading
 # How the GPU energy of an attempt was split from its GPU's, least to most approximate.
-SPLIT_ORDER = ("exclusive", "sm share", "even")
+SPLIT_ORDER = ("exclusive", "sm share", "mps share", "even")
 DEFAULT_GRID_G_PER_KWH = 475.0  # world average grid intensity (IEA); set your own in [station]
 
 
@@ -107,7 +110,9 @@ class GpuEnergyMeter:
                 state.source = "counter" if gpu.energy_counter_j is not None else "integrated"
             state.last_counter_j, state.last_power_w = gpu.energy_counter_j, gpu.power_w
             state.last_t = now
-            if gpu.power_w is not None and gpu.index not in busy and not gpu.processes:
+            # An MPS server alone (it outlives its clients) keeps no SM busy: the GPU is idle.
+            running = [p for p in gpu.processes if p.mps != MPS_SERVER]
+            if gpu.power_w is not None and gpu.index not in busy and not running:
                 state.idle_power_w = (
                     gpu.power_w
                     if state.idle_power_w is None
@@ -142,7 +147,7 @@ class AttemptUsage:
     gpu_j: float | None = None
     gpu_idle_j: float | None = None
     gpu_source: str | None = None  # "counter", "integrated", or "counter+integrated"
-    split: str | None = None  # "exclusive", "sm share" or "even"
+    split: str | None = None  # one of SPLIT_ORDER
     cpu_j: float | None = None
     cpu_s: float = 0.0
     rss_peak_bytes: int = 0
@@ -191,8 +196,7 @@ class AttemptUsage:
             self.gpu_source = source
         elif source not in self.gpu_source.split("+"):
             self.gpu_source = "counter+integrated"
-        rank = {None: 0, "exclusive": 1, "sm share": 2, "even": 3}
-        if rank[split] > rank[self.split]:
+        if self.split is None or SPLIT_ORDER.index(split) > SPLIT_ORDER.index(self.split):
             self.split = split  # the least exact method used in any interval
 
     def to_dict(self, g_per_kwh: float) -> dict[str, Any]:
@@ -227,10 +231,12 @@ def rounded(value: float | None, digits: int = 1) -> float | None:
 
 @dataclass(frozen=True)
 class Occupant:
-    """An attempt holding a GPU, and the SM share its processes showed in the interval."""
+    """An attempt holding a GPU, and the SM share its processes showed in the interval.
+    `mps_group`: the share is an even part of the GPU's MPS server's, not its own."""
 
     attempt_id: int
     sm_pct: float | None
+    mps_group: bool = False
 
 
 def split_interval(interval: Interval, occupants: list[Occupant]) -> list[tuple[int, float, str]]:
@@ -240,14 +246,17 @@ def split_interval(interval: Interval, occupants: list[Occupant]) -> list[tuple[
     if len(occupants) == 1:
         return [(occupants[0].attempt_id, 1.0, "exclusive")]
     shares = [o.sm_pct for o in occupants]
-    if all(s is not None for s in shares):
+    grouped = [o.mps_group for o in occupants]
+    if all(s is not None for s in shares) and not all(grouped):
+        method = "mps share" if any(grouped) else "sm share"
         total = sum(shares)  # type: ignore[arg-type]
         if total <= 0:  # nobody kept an SM busy: the SM-share split is an even one
-            return [(o.attempt_id, 1.0 / len(occupants), "sm share") for o in occupants]
+            return [(o.attempt_id, 1.0 / len(occupants), method) for o in occupants]
         return [
-            (o.attempt_id, o.sm_pct / total, "sm share")  # type: ignore[operator]
+            (o.attempt_id, o.sm_pct / total, method)  # type: ignore[operator]
             for o in occupants
         ]
+    # No share for someone, or only MPS clients (whose parts of the server's are even anyway)
     return [(o.attempt_id, 1.0 / len(occupants), "even") for o in occupants]
 
 

@@ -36,6 +36,14 @@ class GpuProcess:
     used_memory_mib: float | None
     sm_pct: float | None = None  # the process's SM share, where NVML gives it
     mig_device: int | None = None  # index of the MIG device it runs on; None = the whole GPU
+    # MPS_SERVER: the GPU's MPS server (nvidia-cuda-mps-server), MPS_CLIENT: a process running
+    # through it, None: a process outside MPS. Under MPS, NVML's process-utilization samples
+    # name the server alone: its SM share is its clients' together, none has one of its own.
+    mps: str | None = None
+
+
+MPS_SERVER = "server"
+MPS_CLIENT = "client"
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,8 @@ from gpudesk.engine.telemetry.energy import (
     rounded,
 )
 from gpudesk.engine.telemetry.model import (
+    MPS_CLIENT,
+    MPS_SERVER,
     BackendReading,
     BackendUnavailable,
     GpuInfo,
@@ -389,6 +391,7 @@ class Monitor:
                 "sm_pct": rounded(proc.sm_pct),
                 "mig_device": proc.mig_device,
                 "job_id": owner.job_id if owner else None,
+                "mps": proc.mps,
             }
 
         return {
@@ -491,14 +494,29 @@ def _occupants(
     gpu: GpuReading, holders: Iterable[TrackedAttempt], owners: dict[int, TrackedAttempt | None]
 ) -> list[Occupant]:
     """Each attempt on a GPU with its processes' SM share, or None for all when the GPU gives
-    no per-process SM figures."""
+    no per-process SM figures. Under MPS, NVML's samples name only the MPS server: its share
+    is its clients', and goes to the attempts with a client on the GPU, evenly (NVML gives no
+    per-client figure); attempts outside MPS keep their own processes' share."""
     holders = list(holders)
     processes = list(_all_processes(gpu))
-    if not any(p.sm_pct is not None for p in processes):
+    servers = [p for p in processes if p.mps == MPS_SERVER]
+    mps_clients = {
+        owner.attempt_id
+        for p in processes
+        if p.mps == MPS_CLIENT and (owner := owners.get(p.pid)) is not None
+    }
+    if not any(p.sm_pct is not None for p in processes) or (mps_clients and not servers):
+        # no figures, or MPS clients whose server is not known: none of theirs can be told
         return [Occupant(a.attempt_id, None) for a in holders]
     share = {a.attempt_id: 0.0 for a in holders}
     for proc in processes:
         owner = owners.get(proc.pid)
         if owner is not None and proc.sm_pct is not None:
             share[owner.attempt_id] = share.get(owner.attempt_id, 0.0) + proc.sm_pct
-    return [Occupant(a.attempt_id, share[a.attempt_id]) for a in holders]
+    if mps_clients:
+        server_sm = sum(p.sm_pct or 0.0 for p in servers) / len(mps_clients)
+        for attempt_id in mps_clients:
+            share[attempt_id] = share.get(attempt_id, 0.0) + server_sm
+    return [
+        Occupant(a.attempt_id, share[a.attempt_id], a.attempt_id in mps_clients) for a in holders
+    ]

@@ -24,6 +24,8 @@ from typing import Any
 
 from gpudesk.engine.telemetry.model import (
     METRICS,
+    MPS_CLIENT,
+    MPS_SERVER,
     BackendReading,
     BackendUnavailable,
     GpuInfo,
@@ -36,6 +38,10 @@ from gpudesk.engine.telemetry.model import (
 log = logging.getLogger("gpudesk.telemetry")
 
 MIB = 1024 * 1024
+# The MPS server's name as NVML gives it (nvmlSystemGetProcessName, which nvidia-smi's process
+# table shows too; seen on an H200, driver 580.159.04). Its basename is compared, in case a
+# control daemon starts it by path.
+MPS_SERVER_NAME = "nvidia-cuda-mps-server"
 
 DRIVER_MISMATCH = (
     "the NVIDIA kernel module and libnvidia-ml are different versions (usually a driver update "
@@ -76,6 +82,8 @@ class _Device:
     gpm: _Gpm | None = None
     utilization_since_us: int = 0  # newest process-utilization sample seen
     migs: dict[int, _Device] = field(default_factory=dict)  # MIG slot -> its state
+    # pid -> whether it is an MPS server, for the processes listed at the last read
+    mps_servers: dict[int, bool] = field(default_factory=dict)
 
     def identity(self) -> GpuReading:
         return GpuReading(self.index, self.uuid, self.name, lost=self.lost)
@@ -502,11 +510,48 @@ class NvmlBackend:
                 memory.setdefault(process.pid, process.used_memory_mib)
                 on_mig.setdefault(process.pid, mig.index)
         if not memory:
+            dev.mps_servers.clear()
             return ()
         sm = self._process_sm(dev)
+        mps = self._mps_roles(dev, list(memory))
         return tuple(
-            GpuProcess(pid, used, sm.get(pid), on_mig.get(pid)) for pid, used in memory.items()
+            GpuProcess(pid, used, sm.get(pid), on_mig.get(pid), mps.get(pid))
+            for pid, used in memory.items()
         )
+
+    def _mps_roles(self, dev: _Device, pids: list[int]) -> dict[int, str]:
+        """pid -> MPS_SERVER or MPS_CLIENT for the listed processes that are either. The
+        clients are what NVML lists as MPS compute processes. The server is recognised by the
+        name NVML gives it: that holds for a server gpudesk did not start, for `gpudesk top`
+        without an engine, and for root and personal engines alike (NVML reads the name of any
+        user's process), where the engine's MPS control daemon knows only its own servers."""
+        nv = self._nv
+        clients: set[int] = set()
+        listing = getattr(nv, "nvmlDeviceGetMPSComputeRunningProcesses", None)
+        if listing is not None:
+            listed = self._query(dev, "mps_processes", listing, dev.handle)
+            clients = {info.pid for info in listed or ()}
+        known, dev.mps_servers = dev.mps_servers, {}
+        for pid in pids:
+            if pid in clients:
+                continue
+            if pid not in known:
+                name = self._query(dev, "process_name", self._process_name, pid)
+                if name is None:
+                    continue  # asked again at the next read
+                known[pid] = name.rsplit("/", 1)[-1] == MPS_SERVER_NAME
+            dev.mps_servers[pid] = known[pid]
+        roles = {pid: MPS_CLIENT for pid in clients if pid in pids}
+        roles.update({pid: MPS_SERVER for pid, server in dev.mps_servers.items() if server})
+        return roles
+
+    def _process_name(self, pid: int) -> str | None:
+        nv = self._nv
+        try:
+            name = nv.nvmlSystemGetProcessName(pid)
+        except nv.NVMLError_NotFound:
+            return None  # it ended since the list was taken
+        return name.decode() if isinstance(name, bytes) else str(name)
 
     def _process_sm(self, dev: _Device) -> dict[int, float]:
         """Each process's SM share from the samples NVML took since the last read."""

@@ -31,9 +31,12 @@ def job_shares(processes: Sequence[ProcessView]) -> list[tuple[str, float]]:
     """(job label, MiB) per job holding memory among `processes` (a GPU's or a MIG device's)."""
     totals: dict[str, float] = {}
     for proc in processes:
-        label = f"j{proc.job_id}" if proc.job_id is not None else "other"
+        if proc.job_id is not None:
+            label = f"j{proc.job_id}"
+        else:
+            label = "MPS" if proc.mps_server else "other"
         totals[label] = totals.get(label, 0.0) + (proc.used_memory_mib or 0.0)
-    return sorted(totals.items(), key=lambda item: (item[0] == "other", item[0]))
+    return sorted(totals.items(), key=lambda item: (item[0] in ("MPS", "other"), item[0]))
 
 
 def gpu_processes(gpu: GpuView) -> list[ProcessView]:

@@ -25,7 +25,10 @@ The scenario:
       ]
     }
 
-Every key is optional. "follow_nvidia_smi": true makes the two fakes one driver: each GPU whose
+Every key is optional. "live": true makes each GPU's "processes" follow the scenario file:
+read again whenever it changes, so a test can list the processes of jobs it started (their pids,
+MPS roles, steady "sm_util") while the engine runs. "follow_nvidia_smi": true makes the two
+fakes one driver: each GPU whose
 UUID the nvidia-smi fake's state (GPUDESK_FAKE_NVIDIA_SMI_STATE) lists takes its MIG mode and its
 MIG devices from there, read again whenever that file changes, so what `nvidia-smi mig -cgi`
 creates is what NVML lists next, as on a real GPU. "init_error" (default none) is an NVML error
@@ -49,7 +52,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # tests/, for the fakes package
 
-from fakes.fake_pynvml import FakeMig, FakeNvml
+from fakes.fake_pynvml import FakeGpu, FakeMig, FakeNvml
 
 SMI_STATE_ENV = "GPUDESK_FAKE_NVIDIA_SMI_STATE"
 FAKE_SMI = Path(__file__).resolve().parents[1] / "nvidia-smi"
@@ -61,14 +64,15 @@ MIG_SLOTS = 7
 MIG_MEMORY_STEP_MIB = 64
 
 
-def _load() -> tuple[FakeNvml, bool]:
+def _load() -> tuple[FakeNvml, bool, bool]:
     path = os.environ.get("GPUDESK_FAKE_NVML")
     if not path:
         raise ImportError("the fake pynvml needs GPUDESK_FAKE_NVML=<scenario.json>")
     with open(path, encoding="utf-8") as file:
         scenario = json.load(file)
     follow = bool(scenario.pop("follow_nvidia_smi", False))
-    return FakeNvml.from_scenario(scenario, clock="wall"), follow
+    live = bool(scenario.pop("live", False))
+    return FakeNvml.from_scenario(scenario, clock="wall"), follow, live
 
 
 def _smi_module() -> ModuleType:
@@ -82,9 +86,29 @@ def _smi_module() -> ModuleType:
     return module
 
 
-FAKE, FOLLOW = _load()
+FAKE, FOLLOW, LIVE = _load()
 SMI = _smi_module() if FOLLOW else None
 _smi_seen: tuple[float, int] | None = None  # the state file's (mtime, size) last read
+_scenario_seen: tuple[int, int] | None = None  # the scenario file's (mtime_ns, size) last read
+
+
+def _follow_scenario() -> None:
+    """Where the scenario is live, each GPU's processes as the scenario file lists them now."""
+    global _scenario_seen
+    if not LIVE:
+        return
+    path = os.environ["GPUDESK_FAKE_NVML"]
+    stat = os.stat(path)
+    if _scenario_seen == (stat.st_mtime_ns, stat.st_size):
+        return
+    try:
+        with open(path, encoding="utf-8") as file:
+            scenario = json.load(file)
+    except json.JSONDecodeError:
+        return  # caught half-written: read at the next call
+    _scenario_seen = (stat.st_mtime_ns, stat.st_size)
+    for gpu, listed in zip(FAKE.gpus, scenario.get("gpus", []), strict=False):
+        gpu.processes = FakeGpu.from_dict({"processes": listed.get("processes", [])}).processes
 
 
 def _follow_nvidia_smi() -> None:
@@ -134,4 +158,5 @@ def _follow_nvidia_smi() -> None:
 
 def __getattr__(name: str) -> Any:
     _follow_nvidia_smi()
+    _follow_scenario()
     return getattr(FAKE, name)
