@@ -249,7 +249,9 @@ def check_nvml(run: Run) -> dict[str, Any]:
 # ================================================================ MPS through the engine
 POLICIES = ("mps", "naive", "exclusive")
 ACTIVE_KERNEL = 0.05  # a window counts as the job at work from this kernel-active share
-MID_RUN_S = 10.0  # when top and nvidia-smi are read in a run: past start-up (6-8 s on the H200)
+# top and nvidia-smi are read in a run once NVML shows kernels running, else this late: the
+# jobs' start-up (python, torch, CUDA, their data) kept the H200 idle for 6-11 s
+MID_RUN_S = 20.0
 DIGITS_TRAIN_SAMPLES = 1437  # 80 % of scikit-learn's 1,797 digits (gpudesk/workloads/data.py)
 # On the GPU: wide enough that the pair has kernels to share (4 x 4096² layers, 512 per batch).
 # On the CPU (--fakes) small, so the plan's plumbing is checked in seconds.
@@ -502,7 +504,9 @@ def run_policy(run: Run, policy: str, device: str, epochs: int, meter: Meter) ->
             seen.setdefault(found["pid"], found)
         if not job_env:
             job_env = running_job_env()
-        if top is None and job_env and time.time() - began > MID_RUN_S:
+        at_work = bool(meter.windows) and (meter.windows[-1]["kernel_active"] or 0.0) >= 0.5
+        late = time.time() - began > MID_RUN_S
+        if top is None and job_env and (at_work or late):
             top = parse_json(run.cmd(gpudesk("top", "--once", "--json"), 20, env=env)["stdout"])
             smi = run.cmd(["nvidia-smi"], 15, env=env).get("stdout", "")[-TAIL:]
         reader.join(0.5)

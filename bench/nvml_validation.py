@@ -52,6 +52,9 @@ print(f"steps {steps}", flush=True)
 """
 
 
+BUSY_PCT = 50.0  # kernel-active share from which the GPU counts as under the load
+
+
 def summary(values: list[float | None]) -> dict[str, float] | None:
     known = [v for v in values if v is not None]
     if not known:
@@ -82,13 +85,23 @@ def main() -> None:
         text=True,
     )
     started = time.monotonic()
+    top_after_s: float | None = None
+    top_busy = False
     readings = []
     top_snapshot: dict[str, Any] | None = None
     time.sleep(min(3.0, args.seconds / 4))  # CUDA context and allocation
     while load.poll() is None:
         readings.append(backend.read())
-        # Half-way through the load: past CUDA start-up, well before the load winds down.
-        if top_snapshot is None and time.monotonic() - started >= args.seconds / 2:
+        # Once the load is at work: two readings in a row with kernels running most of the time
+        # (its start-up, python, torch and the CUDA context, took 8-11 s on an H200 and left
+        # the GPU idle), or half-way through as a last resort on a GPU that never gets busy.
+        busy = len(readings) >= 2 and all(
+            (g.kernel_active_pct or 0.0) >= BUSY_PCT for r in readings[-2:] for g in r.gpus[:1]
+        )
+        waited = time.monotonic() - started >= args.seconds / 2 + 15
+        if top_snapshot is None and (busy or waited):
+            top_after_s = round(time.monotonic() - started, 1)
+            top_busy = busy
             env = {**os.environ, "GPUDESK_BACKEND": "nvml"}
             done = subprocess.run(
                 [sys.executable, "-m", "gpudesk", "top", "--once", "--json"],
@@ -173,6 +186,8 @@ def main() -> None:
         "gpus": gpus,
         "banner": next((r.banner for r in readings if r.banner), None),
         "gpudesk_top": top_snapshot,
+        "gpudesk_top_after_s": top_after_s,  # since the load started; taken at work if "busy"
+        "gpudesk_top_busy": top_busy,
     }
     print(json.dumps(result, indent=2 if not args.json else None))
 
