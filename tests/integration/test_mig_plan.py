@@ -271,7 +271,6 @@ def real_station(
                         "name": "NVIDIA A100-SXM4-40GB",
                         "uuid": "GPU-e86cb44c-6756-fd30-cd4a-1e6da3caf9b0",
                         "memory_total_mib": 40960,
-                        "sm_count": 108,
                     }
                 ],
             }
@@ -303,7 +302,7 @@ def test_the_nvml_fake_lists_what_the_nvidia_smi_fake_created(tmp_path: Path) ->
         json.dumps(
             {
                 "follow_nvidia_smi": True,
-                "gpus": [{"name": name, "uuid": uuid, "memory_total_mib": 40960, "sm_count": 108}],
+                "gpus": [{"name": name, "uuid": uuid, "memory_total_mib": 40960}],
             }
         )
     )
