@@ -424,6 +424,9 @@ class LogChunk(WireModel, frozen=True):
 class SubmitResult(WireModel, frozen=True):
     ids: list[int]
     simulated: str | None = None  # the station's backend (sim:MODEL) when its GPUs are simulated
+    # job id -> why it waits, for the jobs that can start only once the station changes (an
+    # admin leaving MIG mode, a lost GPU coming back): draining the GPUs will not start them
+    waits_for_change: dict[int, str] = {}
 
 
 class ActionOutcome(WireModel, frozen=True):

@@ -226,13 +226,23 @@ def submit(
         (job_id,) = submitted.ids
         # a Slurm job: say the id Slurm gave it, as sbatch would
         slurm = client.show(job_id).job.slurm if cluster is not None and not json_out else None
+    change = submitted.waits_for_change.get(job_id)
     if json_out:
-        print_json({"id": job_id, "name": spec.name, "simulated": submitted.simulated})
+        print_json(
+            {
+                "id": job_id,
+                "name": spec.name,
+                "simulated": submitted.simulated,
+                "waits_for_change": change,
+            }
+        )
     else:
         where = f" as Slurm job {slurm.job_id} on {slurm.cluster}" if slurm else ""
         if submitted.simulated and slurm is None:
             where = f" on a SIMULATED station ({submitted.simulated}: its GPUs are not real)"
         print(f"submitted job {job_id} ({spec.name}){where}")
+        if change:  # queued, but no GPU will drain for it: say so now, not at the next `queue`
+            print(f"note: job {job_id} is {change}", file=sys.stderr)
 
 
 # ------------------------------------------------------------------------- queue

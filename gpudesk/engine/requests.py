@@ -10,7 +10,7 @@ import dataclasses
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,6 +47,7 @@ from gpudesk.engine.placement.interference import LearnedParam
 from gpudesk.engine.placement.policies import make_policy
 from gpudesk.engine.placement.policy import gpu_job_impossible
 from gpudesk.engine.placement.queue import JobQueue
+from gpudesk.engine.placement.station_fit import waits_for_change
 from gpudesk.engine.protocol import ProtocolError
 from gpudesk.engine.repartition.control import MigControl
 from gpudesk.engine.repartition.station import MigApplyRefused
@@ -78,6 +79,9 @@ MAX_CANCEL_GRACE_S = 3600.0
 MAX_HISTORY_POINTS = 600
 STATION_EVENT = "station"  # the kind of event a change of station settings is stored as
 STATION_CHANGES_SHOWN = 5  # how many of the latest `status` carries
+# How many distinct jobs of one submit are judged for waiting on a station change: a sweep's
+# jobs share a shape, and the loop does not weigh thousands of different ones at submit.
+CHANGE_CHECKS = 100
 # A Slurm submit's first step runs up to four clients (the slurm.conf check, sinfo twice,
 # scontrol), each bounded by Slurm's client timeout; one more of margin.
 PREPARE_BOUND_S = 5 * SLURM_TIMEOUT_S
@@ -442,7 +446,37 @@ class RequestHandlers:
             self.parts.queue.add(record)
             self.parts.events.job(record.id, "submitted", record)
         self.parts.due.mark()
-        return {"ids": [r.id for r in records], "simulated": self._simulated()}
+        reply: Reply = {"ids": [r.id for r in records], "simulated": self._simulated()}
+        changes = self._waits_for_change(records)
+        if changes:
+            reply["waits_for_change"] = changes
+        return reply
+
+    def _waits_for_change(self, records: Sequence[JobRecord]) -> dict[int, str]:
+        """The new GPU jobs that can start only once the station changes (an admin leaving MIG
+        mode, a lost GPU coming back), with the policy's reason: the submitter hears it at once,
+        not from `queue` later. Asked only where a GPU is in MIG mode or lost (else every job
+        the station accepted runs as it is), once per command and shape, for at most
+        CHANGE_CHECKS of them (a huge sweep is not judged job by job on the loop)."""
+        gpu_jobs = [r for r in records if r.spec.gpus]
+        if not gpu_jobs or not self.parts.telemetry.monitor.opened:
+            return {}
+        view = self.parts.scheduler.station_view(queued_demands=False)
+        if not any(g.mig_enabled or g.lost for g in view.gpu_states):
+            return {}
+        policy = self.parts.scheduler.policy
+        reasons: dict[tuple[object, ...], str] = {}
+        changes = {}
+        for record in gpu_jobs:
+            spec = record.spec
+            shape = (tuple(spec.command), spec.gpus, spec.memory_gb, spec.sm_pct)
+            if shape not in reasons:
+                if len(reasons) >= CHANGE_CHECKS:
+                    break
+                reasons[shape] = policy.explain_wait(record, (), view)
+            if waits_for_change(reasons[shape]):
+                changes[record.id] = reasons[shape]
+        return changes
 
     def _submit_to_slurm(
         self, specs: list[JobSpec], base_env: dict[str, str] | None, caller: Caller

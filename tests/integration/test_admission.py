@@ -5,6 +5,7 @@ names the change, and no GPU is held for it meanwhile."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 
 import pytest
@@ -113,3 +114,29 @@ def test_show_says_which_change_the_waiting_job_needs(mig_station: EngineHandle)
     (why,) = [line for line in shown.stdout.splitlines() if line.startswith("  why ")]
     assert why == f"  why        {reason}", why
     assert "waiting waiting" not in shown.stdout and not why.rstrip().endswith(";")
+
+
+def test_submit_says_at_once_that_a_job_waits_for_an_admins_change(
+    mig_station: EngineHandle,
+) -> None:
+    """Queued, but no GPU will drain for it: `gpudesk submit` says so on the spot with the
+    reason `show` gives later, in --json too; a job that runs as the station is set up gets no
+    such note."""
+    accepted = gpudesk("submit", "--name", "four", "--gpus", "4", "--", "sleep", "60")
+    assert accepted.returncode == 0, accepted.stderr
+    (four,) = [j["id"] for j in stored(mig_station)]
+    assert accepted.stdout.startswith(f"submitted job {four} (four) on a SIMULATED station")
+    (note,) = accepted.stderr.strip().splitlines()
+    assert note.startswith(f"note: job {four} is waiting for an admin: it needs 4 whole GPUs;")
+    assert "Leaving MIG mode on GPU 3" in note, note
+    reason = wait_for(lambda: mig_station.show(four)["waiting"], 10.0, what="its reason")
+    assert note == f"note: job {four} is {reason}"
+
+    as_json = gpudesk("submit", "--json", "--name", "four-b", "--gpus", "4", "--", "sleep", "60")
+    assert as_json.returncode == 0, as_json.stderr
+    assert json.loads(as_json.stdout)["waits_for_change"] == reason
+
+    fits = gpudesk("submit", "--name", "one", "--gpus", "1", "--", "sleep", "60")
+    assert fits.returncode == 0 and fits.stderr.strip() == "", fits.stderr
+    fits_json = gpudesk("submit", "--json", "--name", "two", "--gpus", "1", "--", "sleep", "60")
+    assert json.loads(fits_json.stdout)["waits_for_change"] is None
