@@ -72,6 +72,24 @@ def test_a_non_admins_station_settings_are_reported_not_applied(station: Station
     assert station.ok(None, "status")["station"]["policy"] == wanted
 
 
+def test_weighing_a_profiles_station_changes_nothing_for_member_or_admin(
+    station: Station,
+) -> None:
+    """What `gpudesk run` asks of a profile's [station] without --apply-station
+    (`check_configure`), from real users of a system engine: a member hears that the change
+    would not be applied and why, the admin what would change; neither changes anything."""
+    before = station.ok(None, "status")["station"]["policy"]
+    wanted = "fifo" if before != "fifo" else "auto"
+    member = station.ok("ada", "check_configure", station={"policy": wanted})
+    assert member["changed"] is False and member["changes"] == []
+    assert [n["key"] for n in member["not_applied"]] == ["policy"]
+    assert station.admin_group in member["not_applied"][0]["reason"]
+    admin = station.ok("admin", "check_configure", station={"policy": wanted})
+    assert admin["changed"] is False and admin["not_applied"] == []
+    assert [(c["key"], c["new"]) for c in admin["changes"]] == [("policy", wanted)]
+    assert station.ok(None, "status")["station"]["policy"] == before
+
+
 def test_jobs_run_as_their_owner_with_the_environment_they_sent(station: Station) -> None:
     ada = station.users["ada"]
     home = Path(f"/home/{ada.name}")
