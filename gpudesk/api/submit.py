@@ -33,7 +33,7 @@ from gpudesk.engine.jobs import JobSpec
 
 if TYPE_CHECKING:
     from gpudesk.api.client import Client
-    from gpudesk.api.models import ConfigureResult, JobView
+    from gpudesk.api.models import ConfigureResult, JobView, SubmitResult
     from gpudesk.engine.cluster import ClusterSpec
     from gpudesk.engine.loaders import DatasetSpec
     from gpudesk.profile import Profile
@@ -174,7 +174,14 @@ def submit_specs(
     """Queue jobs in one request, each in `group` when given, starting from the submitter's
     environment (`submit_env`) unless `env` is given; their ids, in order. (`Client.submit`:
     a spec without a workdir runs in the current directory.)"""
-    return client.submit(
+    return list(_submit(client, specs, group, env).ids)
+
+
+def _submit(
+    client: Client, specs: Sequence[JobSpec], group: str | None, env: Mapping[str, str] | None
+) -> SubmitResult:
+    """`submit_specs` with all the engine said (the jobs waiting for a change to the station)."""
+    return client.submit_jobs(
         [spec if group is None else replace(spec, group=group) for spec in specs], env=env
     )
 
@@ -225,6 +232,13 @@ class Submitted:
 
     stage: Literal["prepass", "train"]
     ids: tuple[int, ...]
+    # job id -> why it waits, for the jobs that can start only once the station changes (an
+    # admin leaving MIG mode, a lost GPU back): following the run would wait for that change
+    waits_for_change: Mapping[int, str] = field(default_factory=dict)
+
+    def lines(self) -> list[str]:
+        """What to tell the user at once of the jobs that wait for a change to the station."""
+        return [f"job {job_id} is {why}" for job_id, why in sorted(self.waits_for_change.items())]
 
 
 Step: TypeAlias = StationReport | Submitted | PrepassResult  # what `submit_profile` tells `on_step`
@@ -284,14 +298,15 @@ def submit_profile(
         # them at all (GPUs the station has), so a profile it refuses runs nothing
         client.check_submit(profile.jobs, env=env)
         workdir = str(profile.path.parent)
-        ids = submit_specs(
+        queued = _submit(
             client,
             [replace(p.job(workdir), cluster=cluster) for p in prepasses],
-            group=outcome.group,
-            env=env,
+            outcome.group,
+            env,
         )
+        ids = list(queued.ids)
         if on_step is not None:
-            on_step(Submitted("prepass", tuple(ids)))
+            on_step(Submitted("prepass", tuple(ids), queued.waits_for_change))
         if wait is None:
             wait_for_jobs(client, ids)
         else:
@@ -304,7 +319,8 @@ def submit_profile(
                 on_step(result)
         if outcome.failed_prepasses:
             return outcome
-    outcome.job_ids = submit_specs(client, profile.jobs, group=outcome.group, env=env)
+    queued = _submit(client, profile.jobs, outcome.group, env)
+    outcome.job_ids = list(queued.ids)
     if on_step is not None:
-        on_step(Submitted("train", tuple(outcome.job_ids)))
+        on_step(Submitted("train", tuple(outcome.job_ids), queued.waits_for_change))
     return outcome

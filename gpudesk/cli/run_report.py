@@ -21,7 +21,14 @@ import msgspec
 from gpudesk import render
 from gpudesk.api.client import Client, EventStream
 from gpudesk.api.models import JobView, LoaderView, UsageFigures, to_builtins
-from gpudesk.api.submit import PrepassResult, StationReport, Step, run_group, submit_profile
+from gpudesk.api.submit import (
+    PrepassResult,
+    StationReport,
+    Step,
+    Submitted,
+    run_group,
+    submit_profile,
+)
 from gpudesk.engine.cluster import ClusterSpec
 from gpudesk.engine.telemetry.energy import summarize
 from gpudesk.profile import Profile, ReportConfig
@@ -510,6 +517,11 @@ def run_profile(
             out = step.output
             if out is not None and not out["reused"]:
                 report.prepasses_run[str(out["key"])] = float(out["prepass_wall_s"])
+        elif isinstance(step, Submitted):
+            # Such a job holds the run until an admin acts: said at once, and in the report.
+            for line in step.lines():
+                progress.say(line)
+                report.notes.append(line)
         elif isinstance(step, StationReport):
             # Said at once, before the jobs, and again in the report: the station is everyone's.
             for line in step.lines():

@@ -6,11 +6,14 @@ names the change, and no GPU is held for it meanwhile."""
 from __future__ import annotations
 
 import json
+import signal
+import threading
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from conftest import EngineHandle, wait_for
-from test_cli import gpudesk
+from test_cli import gpudesk, start_interruptible_run, write_profile
 
 from gpudesk.api.errors import EngineError
 from gpudesk.paths import Home
@@ -140,3 +143,43 @@ def test_submit_says_at_once_that_a_job_waits_for_an_admins_change(
     assert fits.returncode == 0 and fits.stderr.strip() == "", fits.stderr
     fits_json = gpudesk("submit", "--json", "--name", "two", "--gpus", "1", "--", "sleep", "60")
     assert json.loads(fits_json.stdout)["waits_for_change"] is None
+
+
+def test_a_profile_run_says_at_once_that_a_job_waits_for_an_admins_change(
+    mig_station: EngineHandle, tmp_path: Path
+) -> None:
+    """`gpudesk run` would follow such a job until an admin acts: it says so as soon as the jobs
+    are queued, with the reason `show` gives; Ctrl-C then cancels the run as ever."""
+    profile = write_profile(
+        tmp_path,
+        """
+        name = "needs-four"
+        [[jobs]]
+        name = "four"
+        command = ["sleep", "60"]
+        gpus = 4
+        """,
+    )
+    run = start_interruptible_run(profile)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(run.stdout), daemon=True)  # type: ignore[arg-type]
+    reader.start()
+    try:
+        note = wait_for(
+            lambda: next(
+                (line for line in list(lines) if " is waiting for an admin" in line), None
+            ),
+            30.0,
+            what="the run to say the job waits for an admin",
+        )
+        (four,) = [j["id"] for j in stored(mig_station)]
+        reason = mig_station.show(four)["waiting"]
+        assert note.strip().endswith(f"job {four} is {reason}"), note
+        run.send_signal(signal.SIGINT)
+        run.wait(timeout=30)
+    finally:
+        if run.poll() is None:
+            run.kill()
+    reader.join(10)
+    assert run.returncode == 130, "".join(lines)
+    assert mig_station.job(four)["state"] == "cancelled"
