@@ -128,11 +128,8 @@ def main() -> None:
         for a, b, ra, rb in zip(live, live[1:], readings, readings[1:], strict=False):
             if a.power_w is not None and b.power_w is not None:
                 integrated += (a.power_w + b.power_w) / 2 * (rb.monotonic - ra.monotonic)
-        counter_delta = (
-            (counter[-1] - counter[0])
-            if len(counter) > 1 and None not in (counter[0], counter[-1])
-            else None
-        )
+        first_j, last_j = (counter[0], counter[-1]) if len(counter) > 1 else (None, None)
+        counter_delta = last_j - first_j if first_j is not None and last_j is not None else None
         per_pid: dict[int, list[Any]] = {}
         for g in live:
             for p in g.processes:
