@@ -47,7 +47,6 @@ from gpudesk.engine.placement.interference import LearnedParam
 from gpudesk.engine.placement.policies import make_policy
 from gpudesk.engine.placement.policy import gpu_job_impossible
 from gpudesk.engine.placement.queue import JobQueue
-from gpudesk.engine.placement.station_fit import waits_for_change
 from gpudesk.engine.protocol import ProtocolError
 from gpudesk.engine.repartition.control import MigControl
 from gpudesk.engine.repartition.station import MigApplyRefused
@@ -473,8 +472,8 @@ class RequestHandlers:
             if shape not in reasons:
                 if len(reasons) >= CHANGE_CHECKS:
                     break
-                reasons[shape] = policy.explain_wait(record, (), view)
-            if waits_for_change(reasons[shape]):
+                reasons[shape] = policy.change_needed(record, view)
+            if reasons[shape]:
                 changes[record.id] = reasons[shape]
         return changes
 

@@ -724,15 +724,23 @@ class SharingPolicy:
         )
 
     # ----------------------------------------------------------- explaining
+    def change_needed(self, job: JobRecord, station: StationView) -> str:
+        """station_fit's reason when the job can start only once the station changes (an admin
+        leaving MIG mode, a lost GPU back); "" when it can start as the GPUs are set up."""
+        if not job.spec.gpus or station.gpu_problem:
+            return ""
+        ask = self.ask(job, demand_of(job, station))
+        return wait_for_change(ask, self.rules, station, self.name)
+
     def explain_wait(self, job: JobRecord, queue: Sequence[JobRecord], station: StationView) -> str:
         if not job.spec.gpus:
             return cpu_wait(job, queue, station)
         if station.gpu_problem:
             return f"waiting: the GPUs cannot be read ({station.gpu_problem})"
-        demand = demand_of(job, station)
-        change = wait_for_change(self.ask(job, demand), self.rules, station, self.name)
+        change = self.change_needed(job, station)
         if change:
             return change
+        demand = demand_of(job, station)
         need = (
             f"needs {job.spec.gpus} idle GPUs"
             if job.spec.gpus > 1 or demand.exclusive

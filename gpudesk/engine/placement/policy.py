@@ -253,6 +253,11 @@ class PlacementPolicy(Protocol):
         self, job: JobRecord, queue: Sequence[JobRecord], station: StationView
     ) -> str: ...
 
+    def change_needed(self, job: JobRecord, station: StationView) -> str:
+        """Why the job can start only once the station changes (an admin leaving MIG mode, a
+        lost GPU back); "" when it can start as the GPUs are set up, once they drain."""
+        ...
+
 
 class FifoPolicy:
     """First come, first served (higher priority first), over two pools: CPU slots for jobs
@@ -295,6 +300,9 @@ class FifoPolicy:
             if free_slots:
                 placements.append(cpu_placement(job, free_slots.pop(0), station))
         return Decision(placements, rejections)
+
+    def change_needed(self, job: JobRecord, station: StationView) -> str:
+        return ""  # whole GPUs, first come first served: it weighs no MIG setup
 
     def explain_wait(self, job: JobRecord, queue: Sequence[JobRecord], station: StationView) -> str:
         wants_gpu = bool(job.spec.gpus)

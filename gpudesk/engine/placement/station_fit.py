@@ -27,15 +27,6 @@ from gpudesk.engine.placement.policy import (
 )
 from gpudesk.units import MIB_PER_GIB
 
-# How `wait_for_change` begins: a job with such a reason waits for a change to the station, not
-# for GPUs to drain (`gpudesk submit` says so at once).
-FOR_A_CHANGE = ("waiting for an admin:", "waiting for a lost GPU:", "waiting for a change to the")
-
-
-def waits_for_change(reason: str) -> bool:
-    """Whether a waiting reason is `wait_for_change`'s: the job waits for the station to change."""
-    return reason.startswith(FOR_A_CHANGE)
-
 
 @dataclass(frozen=True)
 class MigRules:
