@@ -507,17 +507,12 @@ def test_the_engine_routes_new_jobs_around_a_faulted_mps_server(
         store.close()
 
 
-def test_the_status_reply_lists_an_mps_fault_by_gpu_index(
-    home_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A real engine on the faithful NVML and MPS fakes: MPS jobs run on GPU 1, its server goes
-    into FAULT, and `status` reports it as {"gpu": index, "uuid", "message"} (the desk looks
-    faults up by GPU index)."""
-    fakes = FAKE.parent
-    scenario = tmp_path / "nvml.json"
-    gpus = [{"uuid": uuid, "memory_total_mib": 40960} for uuid in (GPU_B, GPU_A)]
-    scenario.write_text(json.dumps({"gpus": gpus}))
-    monkeypatch.setenv("PYTHONPATH", str(fakes / "nvml_shim"))
+def mps_engine_on_the_fakes(
+    home_root: Path, scenario: Path, monkeypatch: pytest.MonkeyPatch
+) -> tuple[Home, EngineHandle]:
+    """A real engine with policy mps on the faithful NVML fake (`scenario`) and the MPS control
+    fake, its home `home_root`."""
+    monkeypatch.setenv("PYTHONPATH", str(FAKE.parent / "nvml_shim"))
     monkeypatch.setenv("GPUDESK_FAKE_NVML", str(scenario))
     monkeypatch.setenv(CONTROL_ENV, str(FAKE))
     home = Home(home_root)
@@ -525,6 +520,19 @@ def test_the_status_reply_lists_an_mps_fault_by_gpu_index(
     monkeypatch.setenv("GPUDESK_HOME", str(home_root))
     engine = EngineHandle(home)
     engine.start(backend="nvml", policy="mps", sample_interval=0.2)
+    return home, engine
+
+
+def test_the_status_reply_lists_an_mps_fault_by_gpu_index(
+    home_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A real engine on the faithful NVML and MPS fakes: MPS jobs run on GPU 1, its server goes
+    into FAULT, and `status` reports it as {"gpu": index, "uuid", "message"} (the desk looks
+    faults up by GPU index)."""
+    scenario = tmp_path / "nvml.json"
+    gpus = [{"uuid": uuid, "memory_total_mib": 40960} for uuid in (GPU_B, GPU_A)]
+    scenario.write_text(json.dumps({"gpus": gpus}))
+    home, engine = mps_engine_on_the_fakes(home_root, scenario, monkeypatch)
     sleeper = [sys.executable, "-c", "import time; time.sleep(60)"]
     try:
         ids = engine.submit(
@@ -576,14 +584,7 @@ def test_a_real_engine_names_the_mps_server_and_invents_no_per_client_figure(
         staged.replace(scenario)
 
     list_processes([])
-    monkeypatch.setenv("PYTHONPATH", str(FAKE.parent / "nvml_shim"))
-    monkeypatch.setenv("GPUDESK_FAKE_NVML", str(scenario))
-    monkeypatch.setenv(CONTROL_ENV, str(FAKE))
-    home = Home(home_root)
-    home.ensure()
-    monkeypatch.setenv("GPUDESK_HOME", str(home_root))
-    engine = EngineHandle(home)
-    engine.start(backend="nvml", policy="mps", sample_interval=0.2)
+    home, engine = mps_engine_on_the_fakes(home_root, scenario, monkeypatch)
     sleeper = [sys.executable, "-c", "import time; time.sleep(60)"]
     job = {"command": sleeper, "gpus": 1, "memory_gb": 4, "sm_pct": 20}
     try:

@@ -8,6 +8,8 @@ samples name the server alone, its smUtil the whole GPU's. tests/fakes/fake_pynv
 
 from __future__ import annotations
 
+from typing import Any
+
 import msgspec
 import pytest
 from fakes.fake_pynvml import FakeGpu, FakeNvml, FakeProcess
@@ -45,6 +47,24 @@ def opened(fake: FakeNvml) -> NvmlBackend:
     backend = NvmlBackend(module=fake)
     backend.open()
     return backend
+
+
+def sample_intervals(
+    fake: FakeNvml,
+    monitor: Monitor,
+    attempts: list[TrackedAttempt],
+    sm_by_pid: dict[int, int],
+    intervals: int = 4,
+) -> Any:
+    """`intervals` seconds of the processes keeping these SM shares, each read by the monitor;
+    the last view it made."""
+    view = None
+    for _ in range(intervals):
+        for pid, sm in sm_by_pid.items():
+            fake.add_sample(0, pid, sm_util=sm)
+        fake.advance(1.0)
+        view = monitor.ingest(monitor.collect(attempts))
+    return view
 
 
 def test_the_fake_answers_as_the_h200_did_under_mps() -> None:
@@ -107,13 +127,9 @@ def test_mps_clients_share_the_servers_sm_and_a_time_sliced_tenant_keeps_its_own
     )
     monitor = Monitor(opened(fake), rapl=RaplReader("/nonexistent/*"))
     attempts = [attempt(1, CLIENT_A), attempt(2, CLIENT_B), attempt(3, NAIVE, "gpu:0/naive")]
-    view = None
-    for _ in range(6):
-        fake.add_sample(0, CLIENT_A, sm_util=35)
-        fake.add_sample(0, CLIENT_B, sm_util=25)
-        fake.add_sample(0, NAIVE, sm_util=40)
-        fake.advance(1.0)
-        view = monitor.ingest(monitor.collect(attempts))
+    view = sample_intervals(
+        fake, monitor, attempts, {CLIENT_A: 35, CLIENT_B: 25, NAIVE: 40}, intervals=6
+    )
     a, b, naive = monitor.usage[1], monitor.usage[2], monitor.usage[3]
     assert a.gpu_j is not None and b.gpu_j is not None and naive.gpu_j is not None
     total = a.gpu_j + b.gpu_j + naive.gpu_j
@@ -150,11 +166,7 @@ def test_without_a_known_server_mps_clients_and_a_plain_tenant_split_evenly() ->
     )
     monitor = Monitor(opened(fake), rapl=RaplReader("/nonexistent/*"))
     attempts = [attempt(1, CLIENT_A), attempt(3, NAIVE, "gpu:0/naive")]
-    for _ in range(4):
-        fake.add_sample(0, CLIENT_A, sm_util=60)
-        fake.add_sample(0, NAIVE, sm_util=40)
-        fake.advance(1.0)
-        monitor.ingest(monitor.collect(attempts))
+    sample_intervals(fake, monitor, attempts, {CLIENT_A: 60, NAIVE: 40})
     a, naive = monitor.usage[1], monitor.usage[3]
     assert a.gpu_j == pytest.approx(naive.gpu_j)
     assert a.split == naive.split == "even"
@@ -165,11 +177,7 @@ def test_mps_clients_alone_split_evenly_and_say_so() -> None:
     fake.gpus[0].processes.append(client(CLIENT_B))
     monitor = Monitor(opened(fake), rapl=RaplReader("/nonexistent/*"))
     attempts = [attempt(1, CLIENT_A), attempt(2, CLIENT_B)]
-    for _ in range(4):
-        fake.add_sample(0, CLIENT_A, sm_util=80)
-        fake.add_sample(0, CLIENT_B, sm_util=10)
-        fake.advance(1.0)
-        monitor.ingest(monitor.collect(attempts))
+    sample_intervals(fake, monitor, attempts, {CLIENT_A: 80, CLIENT_B: 10})
     a, b = monitor.usage[1], monitor.usage[2]
     assert a.gpu_j == pytest.approx(b.gpu_j)
     assert a.split == b.split == "even"
