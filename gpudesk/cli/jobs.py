@@ -404,16 +404,12 @@ def _listed(
     order (priority, then submission), the first `limit` of them. Otherwise the newest `limit`
     jobs, every running one among those asked for kept."""
     if states is not None and set(states) <= set(LIVE_STATES):
-        from gpudesk.api.client import one_view_per_job
-
-        # queued before running, the order jobs pass through them: a job that starts between
-        # the two requests is in the second, never in neither; shown once, as it is now
-        wanted = [s for s in LIVE_STATES if s in states]
-        listings = [client.job_listing(states=[s], group=group, user=owner) for s in wanted]
-        damaged = [d for listing in listings for d in listing.damaged]
-        latest = one_view_per_job(*(listing.jobs for listing in listings))
-        running = [job for job in latest if job.state == "running"]
-        waiting = [job for job in latest if job.state != "running"]
+        # one listing in id order: a job that starts or ends between its pages is listed once,
+        # as it was when its page was read (a job still waiting or running is never missed)
+        listing = client.job_listing(states=states, group=group, user=owner)
+        damaged = list(listing.damaged)
+        running = [job for job in listing.jobs if job.state == "running"]
+        waiting = [job for job in listing.jobs if job.state != "running"]
         waiting.sort(key=lambda job: (-job.spec.priority, job.id))
         cut = None
         if len(waiting) > limit:
@@ -421,8 +417,7 @@ def _listed(
                 f"… and {len(waiting) - limit} more waiting (of {len(waiting)}); "
                 f"--limit {len(waiting)} shows them all"
             )
-        simulated = listings[-1].simulated if listings else None
-        return Listed(running + waiting[:limit], damaged, cut, simulated)
+        return Listed(running + waiting[:limit], damaged, cut, listing.simulated)
     listing = client.job_listing(states=states, group=group, limit=limit, user=owner)
     jobs, damaged, cut = listing.jobs, list(listing.damaged), None
     if listing.more:
