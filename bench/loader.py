@@ -608,6 +608,7 @@ def role_ts_producer(spec: dict[str, Any]) -> None:
         "sent_bytes": 0,
         "payloads": 0,
     }
+    stopped: dict[str, str] = {}  # "error": why the producer stopped, when it failed
     collate = tsp.collate
 
     def counted_collate(batches: list) -> tuple:
@@ -684,7 +685,7 @@ def role_ts_producer(spec: dict[str, Any]) -> None:
         pass
     except Exception as exc:
         traceback.print_exc()
-        counts["error"] = f"{type(exc).__name__}: {exc}"
+        stopped["error"] = f"{type(exc).__name__}: {exc}"
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         with contextlib.suppress(Exception):
@@ -692,7 +693,8 @@ def role_ts_producer(spec: dict[str, Any]) -> None:
         for child in multiprocessing.active_children():
             child.join(5)
         write_json(
-            out / "producer.final.json", {"cpu_end_s": own_cpu(), **counts, **Collated.as_dict()}
+            out / "producer.final.json",
+            {"cpu_end_s": own_cpu(), **counts, **stopped, **Collated.as_dict()},
         )
         sys.stdout.flush()
         os._exit(0)
@@ -897,9 +899,11 @@ def run_config(
         )
         if kind == "tensorsocket":
             for name in consumers:
-                with contextlib.suppress(OSError):
-                    procs[name].stdin.write(b"quit\n")
-                    procs[name].stdin.flush()
+                stdin = procs[name].stdin
+                if stdin is not None:  # started with stdin=PIPE
+                    with contextlib.suppress(OSError):
+                        stdin.write(b"quit\n")
+                        stdin.flush()
         for name in consumers:
             procs[name].wait(timeout=30)
         if kind == "gpudesk":
