@@ -104,7 +104,15 @@ def stop_station(home: Path) -> None:
     from gpudesk.paths import Home
 
     with Connection(Home(home), timeout=10) as client:
-        ids = [j["id"] for j in client.request("jobs")["jobs"]]
+        # every live job, page after page (a `jobs` reply is a page: 300 jobs are 3 of them)
+        ids: list[int] = []
+        args: dict[str, Any] = {"states": ["queued", "running"]}
+        while True:
+            page = client.request("jobs", **args)
+            ids += [j["id"] for j in page["jobs"]]
+            if not page["more"]:
+                break
+            args["after_id"] = page["after_id"]
         if ids:
             client.request("cancel", jobs=ids, grace=0)
     time.sleep(1.0)
