@@ -105,6 +105,7 @@ class StationReport:
     result: ConfigureResult
     applied: bool = True
     how_to_apply: str = ""  # said with each setting left as it is
+    notes: tuple[str, ...] = ()  # what the engine was not asked, and why
 
     def lines(self) -> list[str]:
         """ "station: policy auto → fifo (from profiles/quickstart.toml [station])", then
@@ -117,7 +118,8 @@ class StationReport:
                 f"station: not applied: {c.message} ({self.how_to_apply}; from {self.source})"
                 for c in self.result.changes
             ]
-        return changed + [f"station: {n.message}" for n in self.result.not_applied]
+        not_applied = [f"station: {n.message}" for n in self.result.not_applied]
+        return changed + not_applied + [f"station: {note}" for note in self.notes]
 
 
 def configure_station(
@@ -126,14 +128,31 @@ def configure_station(
     """What a profile's [station] would change on the engine (None: it names no setting):
     applied only with `apply` (the station is everyone's, and settings stay after the run);
     otherwise weighed and reported, `how_to_apply` said with each setting left as it is."""
+    from gpudesk.api.own_station import simulated_backend
+
     if not profile.station_keys:
         return None
     shown = f"bundled {profile.path.name}" if profile.bundled else _shown_path(profile.path)
     source = f"{shown} [station]"
+    keys = profile.station_keys
+    simulated = simulated_backend(profile)
+    if simulated is not None:
+        # never sent: the engine's next real job would be placed on GPUs that do not exist
+        keys = tuple(key for key in keys if key != "backend")
     if apply:
-        return StationReport(source, client.configure(profile.station, profile.station_keys))
-    result = client.check_configure(profile.station, profile.station_keys)
-    return StationReport(source, result, applied=False, how_to_apply=how_to_apply)
+        report = StationReport(source, client.configure(profile.station, keys))
+    else:
+        result = client.check_configure(profile.station, keys)
+        report = StationReport(source, result, applied=False, how_to_apply=how_to_apply)
+    running = report.result.station.backend
+    if simulated is not None and running != simulated:
+        note = (
+            f"not applied: backend {simulated} (the engine runs {running}; a profile never "
+            "sets a SIMULATED backend on it: gpudesk run runs such a profile on a station of "
+            f"its own, and GPUDESK_BACKEND={simulated} makes the engine that station)"
+        )
+        report = replace(report, notes=(note,))
+    return report
 
 
 def _shown_path(path: os.PathLike[str]) -> str:

@@ -40,3 +40,27 @@ def test_the_station_of_its_own_is_simulated_whatever_gpudesk_backend_says(
         handle = EngineHandle(own)
         handle.stop()
         handle.client.close()
+
+
+def test_a_simulated_profile_applied_to_the_users_engine_leaves_its_backend(
+    engine: EngineHandle,
+) -> None:
+    """`gpudesk select compare --apply-station` applies a profile's [station] to the user's own
+    engine: a simulated backend is not among what it sends, and the run says so."""
+    from gpudesk.api.client import Client
+    from gpudesk.api.submit import configure_station
+
+    profile = load_profile("dgx-station-sweep")
+    with Client.connect(engine.home) as client:
+        applied = configure_station(client, profile, apply=True)
+        weighed = configure_station(client, profile, how_to_apply="--apply-station applies it")
+        assert client.status().station.effective_backend == "none"
+    assert applied is not None and weighed is not None
+    for report in (applied, weighed):
+        assert "backend" not in [c.key for c in report.result.changes], report
+        assert report.lines()[-1].startswith(
+            "station: not applied: backend sim:dgx-station-a100 (the engine runs none; a profile "
+            "never sets a SIMULATED backend on it"
+        ), report.lines()
+    # the rest of the table is the profile's: its policy and sampling applied
+    assert engine.client.request("status")["station"]["sample_interval"] == 0.5
