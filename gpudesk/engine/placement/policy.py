@@ -451,7 +451,9 @@ def gpu_job_impossible(
     too_many = gpus_missing(gpus, station)
     if too_many:
         return too_many
-    largest = max((g.memory_total_mib for g in station.gpu_states if not g.lost), default=0.0)
+    # lost GPUs count: one may come back, and a job it would hold waits for it
+    # (station_fit.wait_for_change) rather than being refused or failed
+    largest = max((g.memory_total_mib for g in station.gpu_states), default=0.0)
     offered = largest - kept_free_mib
     if need_mib > offered:
         most = math.floor(max(0.0, offered) / MIB_PER_GIB * 10) / 10
