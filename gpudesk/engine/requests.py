@@ -78,8 +78,8 @@ MAX_CANCEL_GRACE_S = 3600.0
 MAX_HISTORY_POINTS = 600
 STATION_EVENT = "station"  # the kind of event a change of station settings is stored as
 STATION_CHANGES_SHOWN = 5  # how many of the latest `status` carries
-# How many distinct jobs of one submit are judged for waiting on a station change: a sweep's
-# jobs share a shape, and the loop does not weigh thousands of different ones at submit.
+# How many job shapes of one submit are judged for waiting on a station change: a sweep's
+# jobs share a few, and the loop does not weigh thousands of different ones at submit.
 CHANGE_CHECKS = 100
 # A Slurm submit's first step runs up to four clients (the slurm.conf check, sinfo twice,
 # scontrol), each bounded by Slurm's client timeout; one more of margin.
@@ -453,28 +453,28 @@ class RequestHandlers:
 
     def _waits_for_change(self, records: Sequence[JobRecord]) -> dict[int, str]:
         """The new GPU jobs that can start only once the station changes (an admin leaving MIG
-        mode, a lost GPU coming back), with the policy's reason: the submitter hears it at once,
-        not from `queue` later. Asked only where a GPU is in MIG mode or lost (else every job
-        the station accepted runs as it is), once per command and shape, for at most
-        CHANGE_CHECKS of them (a huge sweep is not judged job by job on the loop)."""
+        mode, a lost GPU coming back, a GPU set in MIG mode under policy mig), with the policy's
+        reason: the submitter hears it at once, not from `queue` later. Judged once per shape
+        (what the policy weighs of a new job: its GPUs and hints), for at most CHANGE_CHECKS
+        shapes (a huge sweep is not judged job by job on the loop); a job of a shape judged is
+        always told."""
         gpu_jobs = [r for r in records if r.spec.gpus]
         if not gpu_jobs or not self.parts.telemetry.monitor.opened:
             return {}
         view = self.parts.scheduler.station_view(queued_demands=False)
-        if not any(g.mig_enabled or g.lost for g in view.gpu_states):
-            return {}
         policy = self.parts.scheduler.policy
-        reasons: dict[tuple[object, ...], str] = {}
+        reasons: dict[tuple[int, float | None, float | None], str] = {}
         changes = {}
         for record in gpu_jobs:
             spec = record.spec
-            shape = (tuple(spec.command), spec.gpus, spec.memory_gb, spec.sm_pct)
-            if shape not in reasons:
+            shape = (spec.gpus, spec.memory_gb, spec.sm_pct)
+            reason = reasons.get(shape)
+            if reason is None:
                 if len(reasons) >= CHANGE_CHECKS:
-                    break
-                reasons[shape] = policy.change_needed(record, view)
-            if reasons[shape]:
-                changes[record.id] = reasons[shape]
+                    continue
+                reason = reasons[shape] = policy.change_needed(record, view)
+            if reason:
+                changes[record.id] = reason
         return changes
 
     def _submit_to_slurm(
