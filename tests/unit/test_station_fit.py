@@ -4,6 +4,8 @@ it start (gpudesk.engine.placement.station_fit)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from test_placement_hot_path import GIB, SLICES, _gpu, _job, _station
 
 from gpudesk.engine.placement.collocation import CarmaPolicy, SharingPolicy
@@ -68,9 +70,17 @@ def test_a_job_larger_than_every_slice_names_the_layouts_that_would_hold_it() ->
         "waiting for an admin: it needs 30.0 GiB on one GPU; this station has no whole GPU and "
         "GPU 0 in MIG mode (slices 3g.20gb, 1g.5gb), and no slice there holds 30.0 GiB. "
         "Leaving MIG mode on GPU 0 (on this simulated station: GPU 0 out of the [station] mig "
-        "layout), or a layout with a slice that holds it (gpudesk mig apply --gpu 0 7g.40gb), "
-        "would let it start"
+        "layout), or a layout with a slice that holds it (on this simulated station: 7g.40gb "
+        "for GPU 0 in the [station] mig layout), would let it start"
     )
+    # on real GPUs, the commands an admin runs
+    real = dataclasses.replace(view, simulated=False)
+    said = SharingPolicy("auto").explain_wait(big, [big], real)
+    assert said.endswith(
+        "Leaving MIG mode on GPU 0 (as root, with nothing running there: nvidia-smi -i 0 -mig "
+        "0), or a layout with a slice that holds it (gpudesk mig apply --gpu 0 7g.40gb), would "
+        "let it start"
+    ), said
     # where the engine may relay the idle GPU for the queue, it waits for that, not an admin
     relaid = _station(view.gpu_states[0], repartition=True)
     assert SharingPolicy("auto").reserve(big, relaid) == {0}

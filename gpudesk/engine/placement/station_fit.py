@@ -139,6 +139,16 @@ def _leave_mig(indices: Sequence[int], station: StationView) -> str:
     return f"as root, with nothing running there: nvidia-smi -i {listed} -mig 0"
 
 
+def _set_layouts(slices: Sequence[tuple[int, str]], station: StationView) -> str:
+    """How an admin gives each GPU (index) a layout with the slice (profile name), on this
+    station: a simulated GPU's layout is a station setting, and nvidia-smi (under `gpudesk mig
+    apply`) would change the host's GPUs instead."""
+    if station.simulated:
+        given = in_words([f"{name} for GPU {index}" for index, name in slices])
+        return f"on this simulated station: {given} in the [station] mig layout"
+    return in_words([f"gpudesk mig apply --gpu {index} {name}" for index, name in slices])
+
+
 def _slice_for(gpu: GpuState, memory_mib: float) -> MigProfile | None:
     """The smallest profile of the GPU's model that holds the job."""
     fitting = [p for p in mig_table(gpu) if p.memory_mib >= memory_mib]
@@ -171,13 +181,15 @@ def wait_for_change(ask: Ask, rules: MigRules, station: StationView, policy: str
         indices = [g.index for g in chosen]
         change = f"Leaving MIG mode on {_gpus_named(indices)} ({_leave_mig(indices, station)})"
         if not ask.whole and rules.slices:
-            layouts = [
-                f"gpudesk mig apply --gpu {g.index} {profile.name}"
+            slices = [
+                (g.index, profile.name)
                 for g in chosen
                 if (profile := _slice_for(g, ask.memory_mib)) is not None
             ]
-            if len(layouts) == len(chosen):
-                change += f", or a layout with a slice that holds it ({in_words(layouts)}),"
+            if len(slices) == len(chosen):
+                change += (
+                    f", or a layout with a slice that holds it ({_set_layouts(slices, station)}),"
+                )
         return f"waiting for an admin: {asks}; {has}. {change} would let it start"
     lost = [g.index for g in station.gpu_states if g.lost]
     if len(lost) >= missing:
