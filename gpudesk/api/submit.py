@@ -29,7 +29,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
+from gpudesk.api.errors import EngineError
 from gpudesk.engine.jobs import JobSpec
+from gpudesk.engine.protocol import UNKNOWN_OP
 
 if TYPE_CHECKING:
     from gpudesk.api.client import Client
@@ -43,6 +45,13 @@ if TYPE_CHECKING:
 # `gpudesk submit` of one command needs only `submit_specs`.
 
 POLL_S = 0.25  # how often `wait_for_jobs` asks
+# Said instead of a [station]'s differences by an engine from before `check_configure`, which
+# could only apply the table to weigh it: the station is left as it is, and the run goes on.
+OLDER_ENGINE = (
+    "not weighed: the running engine is older than this gpudesk and cannot compare a [station] "
+    "without applying it; restart it to have it weighed (gpudesk engine stop: the next command "
+    "starts the new one)"
+)
 
 
 class WaitStopped(Exception):
@@ -102,7 +111,7 @@ class StationReport:
     the station already runs them."""
 
     source: str  # where the settings came from: "profiles/quickstart.toml [station]"
-    result: ConfigureResult
+    result: ConfigureResult | None  # None: the engine could not weigh it (`notes` say why)
     applied: bool = True
     how_to_apply: str = ""  # said with each setting left as it is
     notes: tuple[str, ...] = ()  # what the engine was not asked, and why
@@ -111,6 +120,9 @@ class StationReport:
         """ "station: policy auto → fifo (from profiles/quickstart.toml [station])", then
         "station: not applied: policy fifo (the station runs auto; only an admin ...)"; or,
         left as it is: "station: not applied: policy auto → fifo (HOW; from ...)"."""
+        notes = [f"station: {note}" for note in self.notes]
+        if self.result is None:
+            return notes
         if self.applied:
             changed = [f"station: {c.message} (from {self.source})" for c in self.result.changes]
         else:
@@ -118,8 +130,7 @@ class StationReport:
                 f"station: not applied: {c.message} ({self.how_to_apply}; from {self.source})"
                 for c in self.result.changes
             ]
-        not_applied = [f"station: {n.message}" for n in self.result.not_applied]
-        return changed + not_applied + [f"station: {note}" for note in self.notes]
+        return changed + [f"station: {n.message}" for n in self.result.not_applied] + notes
 
 
 def configure_station(
@@ -142,9 +153,14 @@ def configure_station(
     if apply:
         report = StationReport(source, client.configure(profile.station, keys))
     else:
-        result = client.check_configure(profile.station, keys)
+        try:
+            result = client.check_configure(profile.station, keys)
+        except EngineError as exc:
+            if exc.code != UNKNOWN_OP:
+                raise
+            return StationReport(source, None, applied=False, notes=(OLDER_ENGINE,))
         report = StationReport(source, result, applied=False, how_to_apply=how_to_apply)
-    running = report.result.station.backend
+    running = report.result.station.backend if report.result is not None else simulated
     if simulated is not None and running != simulated:
         note = (
             f"not applied: backend {simulated} (the engine runs {running}; a profile never "
