@@ -57,6 +57,7 @@ from gpudesk.engine.slurm.as_owner import acts_for_other
 from gpudesk.engine.slurm.backend import Prepared, Sent, SlurmBackend, SubmitRefused
 from gpudesk.engine.slurm.commands import TIMEOUT_S as SLURM_TIMEOUT_S
 from gpudesk.engine.state import CurrentStation, PlacementDue
+from gpudesk.engine.station import StationConfig
 from gpudesk.engine.store.damage import is_damage, request_text
 from gpudesk.engine.store.database import Store
 from gpudesk.engine.store.records import AttemptRecord, JobRecord
@@ -303,13 +304,9 @@ class RequestHandlers:
         on with the station as it is). Returns the config in force, `changed`, and the
         `changes` and `not_applied`, each with its message."""
         parts = self.parts
-        refusal = self._settings_refusal(caller)
         old = parts.station.config
-        queued_gpu_jobs = sum(1 for job in parts.queue.ordered() if job.spec.gpus)
+        weighed = self._weigh(args, caller)
         try:
-            weighed = reconfigure.weigh(
-                old, args.get("station"), refusal=refusal, queued_gpu_jobs=queued_gpu_jobs
-            )
             policy = make_policy(weighed.config.policy)
         except ValueError as exc:
             raise ProtocolError(protocol.INVALID_ARGS, str(exc)) from None
@@ -332,12 +329,7 @@ class RequestHandlers:
                     self._metrics_moved(c) if c.key == "metrics_listen" else c for c in changes
                 ]
             parts.due.mark()
-        return {
-            "station": config.view(),
-            "changed": bool(changes),
-            "changes": [change.to_dict() for change in changes],
-            "not_applied": [item.to_dict() for item in weighed.not_applied],
-        }
+        return _settings_reply(config, changes, weighed.not_applied, changed=bool(changes))
 
     def _settings_refusal(self, caller: Caller) -> str | None:
         """Why `caller` may change no station setting; None for an admin."""
@@ -346,23 +338,29 @@ class RequestHandlers:
             return None
         return f"only {access.admin_role} changes station settings"
 
+    def _weigh(self, args: Args, caller: Caller) -> reconfigure.Reconfiguration:
+        """The [station] table of `args` weighed against the config in force, for `caller`:
+        what `configure` applies, and what `check_configure` says it would."""
+        parts = self.parts
+        queued_gpu_jobs = sum(1 for job in parts.queue.ordered() if job.spec.gpus)
+        try:
+            return reconfigure.weigh(
+                parts.station.config,
+                args.get("station"),
+                refusal=self._settings_refusal(caller),
+                queued_gpu_jobs=queued_gpu_jobs,
+            )
+        except ValueError as exc:
+            raise ProtocolError(protocol.INVALID_ARGS, str(exc)) from None
+
     def check_configure(self, args: Args, caller: Caller) -> Reply:
         """`configure`'s weighing without applying anything: what the [station] table would
         change and what would not be applied (a profile run that leaves the station as it is
         says what differs). An op of its own, not a flag on `configure`, so that an engine
         from before it answers `unknown_op` instead of applying the table."""
-        parts = self.parts
-        refusal = self._settings_refusal(caller)
-        try:
-            weighed = reconfigure.weigh(parts.station.config, args.get("station"), refusal=refusal)
-        except ValueError as exc:
-            raise ProtocolError(protocol.INVALID_ARGS, str(exc)) from None
-        return {
-            "station": parts.station.config.view(),
-            "changed": False,
-            "changes": [change.to_dict() for change in weighed.changes],
-            "not_applied": [item.to_dict() for item in weighed.not_applied],
-        }
+        weighed = self._weigh(args, caller)
+        config = self.parts.station.config
+        return _settings_reply(config, weighed.changes, weighed.not_applied, changed=False)
 
     def _simulated(self) -> str | None:
         """The station's backend when its GPUs are simulated (`sim:MODEL`), for replies that
@@ -1278,3 +1276,20 @@ def _mig_protocol_error(exc: MigError) -> ProtocolError:
     if isinstance(exc, (MigUsageError, LayoutError)):
         return ProtocolError(protocol.INVALID_ARGS, str(exc))
     return ProtocolError(protocol.MIG_FAILED, str(exc))
+
+
+def _settings_reply(
+    config: StationConfig,
+    changes: Sequence[reconfigure.SettingChange],
+    not_applied: Sequence[reconfigure.SettingNotApplied],
+    *,
+    changed: bool,
+) -> Reply:
+    """`configure`'s and `check_configure`'s reply: the config in force and what the table
+    changed (or would), and what it did not apply."""
+    return {
+        "station": config.view(),
+        "changed": changed,
+        "changes": [change.to_dict() for change in changes],
+        "not_applied": [item.to_dict() for item in not_applied],
+    }

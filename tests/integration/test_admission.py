@@ -233,3 +233,19 @@ def test_every_job_of_a_judged_shape_is_told_however_many_commands_and_shapes(
     told = set(map(int, mixed.get("waits_for_change", {})))
     ids = mixed["ids"]
     assert told == set(ids[:CHANGE_CHECKS]) | {ids[-1]}, sorted(set(ids) - told)
+
+
+def test_weighing_a_new_backend_says_what_applying_it_does_to_the_queued_gpu_jobs(
+    mig_policy_without_mig: EngineHandle,
+) -> None:
+    """`check_configure` (a profile's [station] left as it is) says what `configure` would:
+    a new backend decides whether the queued GPU jobs ever run."""
+    engine = mig_policy_without_mig
+    engine.client.request("submit", jobs=sleepers(1, gpus=1), env=dict(os.environ))
+    table = {"backend": "sim:h100"}
+    weighed = engine.client.request("check_configure", station=table)
+    assert engine.client.request("status")["station"]["backend"] == "sim:a100-40gb"
+    applied = engine.client.request("configure", station=table)
+    assert weighed["changes"] == applied["changes"], weighed
+    (change,) = weighed["changes"]
+    assert "1 queued job(s) ask for GPUs" in change["message"], change
