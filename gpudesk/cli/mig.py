@@ -173,9 +173,10 @@ def _read_profiles(gpu: int | None) -> tuple[list[_GpuProfiles], list[_Skipped]]
     skipped: list[tuple[GpuEntry, NvidiaSmiError]] = []
     with _mig_errors():
         targets = [manager.gpu(gpu)] if gpu is not None else manager.gpus()
+        modes = manager.mig_modes()
         for entry in targets:
             try:
-                profiles = manager.profiles(entry.index)
+                profiles = manager.profiles(entry.index, modes)
                 placements = manager.placements(entry.index)
             except NvidiaSmiError as exc:
                 if gpu is not None or exc.kind not in MIG_MODE_KINDS:
