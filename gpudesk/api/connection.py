@@ -115,10 +115,7 @@ def daemon_args(
     else:
         args = ["--home", str(home.root)]
     if station is not None:
-        table = station.to_dict()
-        if keys is not None:
-            table = {key: table[key] for key in keys}
-        args += ["--station", json.dumps(table)]
+        args += ["--station", json.dumps(station.table(keys))]
     return args
 
 

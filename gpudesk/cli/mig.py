@@ -16,7 +16,7 @@ import typer
 
 from gpudesk.cli.common import engine_client, fail, print_json, print_model
 from gpudesk.cli.exit_codes import EXIT_FAILED, EXIT_USAGE
-from gpudesk.units import MIB_PER_GIB
+from gpudesk.units import gib
 
 if TYPE_CHECKING:
     from gpudesk.api.models import MigPlanView
@@ -517,10 +517,6 @@ def _engine_errors() -> Iterator[None]:
         fail(str(exc), EXIT_USAGE if exc.code == INVALID_ARGS else EXIT_FAILED)
 
 
-def _gib(mib: float) -> str:
-    return f"{mib / MIB_PER_GIB:.1f} GiB"
-
-
 def _plan_text(plan: MigPlanView) -> str:
     mode = {
         "enabled": "MIG enabled",
@@ -534,10 +530,10 @@ def _plan_text(plan: MigPlanView) -> str:
         rows = [
             (
                 s.profile,
-                _gib(s.memory_mib),
+                gib(s.memory_mib),
                 s.job_id,
                 s.job_name + (" (held)" if s.job_held else ""),
-                f"{_gib(s.job_memory_mib)}, {s.job_sm_pct:.0f}% SM",
+                f"{gib(s.job_memory_mib)}, {s.job_sm_pct:.0f}% SM",
             )
             for s in plan.slices
         ]

@@ -22,10 +22,10 @@ from gpudesk.engine.placement.policy import (
     GpuState,
     StationView,
     describe_gpus,
+    gpus_named,
     in_words,
-    index_list,
 )
-from gpudesk.units import MIB_PER_GIB
+from gpudesk.units import gib
 
 
 @dataclass(frozen=True)
@@ -122,17 +122,9 @@ class AsIs:
         return memory_mib <= limit
 
 
-def _gib(mib: float) -> str:
-    return f"{mib / MIB_PER_GIB:.1f} GiB"
-
-
-def _gpus_named(indices: Sequence[int]) -> str:
-    return f"GPU{'s' if len(indices) != 1 else ''} {index_list(indices)}"
-
-
 def _leave_mig(indices: Sequence[int], station: StationView) -> str:
     """How an admin takes GPUs out of MIG mode, on this station."""
-    named = _gpus_named(indices)
+    named = gpus_named(indices)
     if station.simulated:
         return f"on this simulated station: {named} out of the [station] mig layout"
     listed = ",".join(map(str, indices))
@@ -165,7 +157,7 @@ def wait_for_change(ask: Ask, rules: MigRules, station: StationView, policy: str
     if ask.whole:
         asks = f"it needs {ask.gpus} whole GPU{'s' if ask.gpus != 1 else ''}"
     else:
-        asks = f"it needs {_gib(ask.memory_mib)} on one GPU" + (
+        asks = f"it needs {gib(ask.memory_mib)} on one GPU" + (
             ", on a MIG slice (policy mig)" if rules.slices_only else ""
         )
     has = f"this station has {describe_gpus(station)}"
@@ -173,13 +165,13 @@ def wait_for_change(ask: Ask, rules: MigRules, station: StationView, policy: str
     if in_mig and (ask.whole or not rules.slices):
         has += ", and a GPU in MIG mode runs jobs on its slices only"
     elif in_mig:
-        has += f", and no slice there holds {_gib(ask.memory_mib)}"
+        has += f", and no slice there holds {gib(ask.memory_mib)}"
     # GPUs in MIG mode that would hold the job whole
     leavable = [g for g in in_mig if g.memory_total_mib - RESERVE_MIB >= ask.memory_mib]
     if not rules.slices_only and len(leavable) >= missing:
         chosen = leavable[:missing]
         indices = [g.index for g in chosen]
-        change = f"Leaving MIG mode on {_gpus_named(indices)} ({_leave_mig(indices, station)})"
+        change = f"Leaving MIG mode on {gpus_named(indices)} ({_leave_mig(indices, station)})"
         if not ask.whole and rules.slices:
             slices = [
                 (g.index, profile.name)
@@ -194,7 +186,7 @@ def wait_for_change(ask: Ask, rules: MigRules, station: StationView, policy: str
     lost = [g.index for g in station.gpu_states if g.lost]
     if len(lost) >= missing:
         back = "is" if len(lost) == 1 else "are"
-        named = _gpus_named(lost)
+        named = gpus_named(lost)
         return f"waiting for a lost GPU: {asks}; {has}. It can start once {named} {back} back"
     return (
         f"waiting for a change to the station: {asks}; {has}. Under policy {policy} it can start "
