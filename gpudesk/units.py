@@ -17,6 +17,11 @@ S_PER_HOUR = 3600.0
 BYTES_PER_MIB = 1024 * 1024  # for sizes on disk and on the wire, counted in bytes
 
 
+def gib(mib: float) -> str:
+    """A memory figure counted in MiB, as people read it: "4.0 GiB"."""
+    return f"{mib / MIB_PER_GIB:.1f} GiB"
+
+
 def byte_size(n: int) -> str:
     """A size for people: "512 bytes", "64 MiB", "95.4 MiB"."""
     if n < BYTES_PER_MIB:

@@ -253,14 +253,14 @@ class Client:
         """Ask the engine for these station settings: only `keys` of `station` when given (a
         profile's [station] sends the keys it names), else all of them. The reply says what
         changed and what was not applied, and why (another user's station, GPUDESK_BACKEND)."""
-        return self.call(ConfigureResult, "configure", station=_station_table(station, keys))
+        return self.call(ConfigureResult, "configure", station=station.table(keys))
 
     def check_configure(
         self, station: StationConfig, keys: Sequence[str] | None = None
     ) -> ConfigureResult:
         """What `configure` would change, and what it would not apply, changing nothing.
         Raises the EngineError `unknown_op` from an engine older than this check."""
-        return self.call(ConfigureResult, "check_configure", station=_station_table(station, keys))
+        return self.call(ConfigureResult, "check_configure", station=station.table(keys))
 
     def register_datasets(self, datasets: Sequence[DatasetSpec]) -> DatasetsResult:
         """Register shared-loader settings; an empty list lists what is registered."""
@@ -529,9 +529,3 @@ class Client:
 
 
 __all__ = ["BAD_REPLY", "Client", "Event", "EventStream", "decode", "decode_event"]
-
-
-def _station_table(station: StationConfig, keys: Sequence[str] | None) -> dict[str, Any]:
-    """A [station] table of `keys` of `station` (every key when None), as the engine weighs it."""
-    table = station.to_dict()
-    return table if keys is None else {key: table[key] for key in keys}

@@ -14,7 +14,7 @@ import socket
 import stat
 import subprocess
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -115,10 +115,7 @@ def daemon_args(
     else:
         args = ["--home", str(home.root)]
     if station is not None:
-        table = station.to_dict()
-        if keys is not None:
-            table = {key: table[key] for key in keys}
-        args += ["--station", json.dumps(table)]
+        args += ["--station", json.dumps(station.table(keys))]
     return args
 
 
@@ -128,14 +125,16 @@ def start_engine(
     timeout: float = START_TIMEOUT_S,
     system_args: tuple[str, ...] = (),
     keys: Sequence[str] | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> int:
     """Start a daemon for `home` in its own session and wait until it answers. A system
     engine's home (root only) is given with the daemon's `--group` / `--admin-group` options in
-    `system_args`."""
+    `system_args`. `env`: the daemon's environment (default: this process's); its
+    GPUDESK_BACKEND wins over `station`'s backend there."""
     from gpudesk.engine.station import StationConfig
 
     try:
-        (station or StationConfig()).with_env_override()
+        (station or StationConfig()).with_env_override(env)
     except ValueError as exc:
         raise EngineError(str(exc), "invalid_args") from None
     argv = module_argv("gpudesk.engine.daemon", *daemon_args(home, station, system_args, keys))
@@ -154,6 +153,7 @@ def start_engine(
             cwd=SAFE_CWD,
             start_new_session=True,
             close_fds=True,
+            env=None if env is None else dict(env),
         )
     finally:
         os.close(log)

@@ -8,7 +8,9 @@ bundled DGX Station sweep) runs instead on a personal engine of its own, in a ho
 (`HOME/simulated/MODEL`), started with the profile's settings and stopped when the run that
 started it ends; its jobs stay in that home's store (`GPUDESK_HOME=that gpudesk history`).
 `GPUDESK_BACKEND` set to the same simulated backend says the user wants her own engine to be
-that station: the profile then runs there, as any other.
+that station: the profile then runs there, as any other. Set to anything else, it is not passed
+on to the station of its own: an engine's GPUDESK_BACKEND wins over its settings, and a station
+said to be SIMULATED would then place its jobs on the real GPUs (or none).
 """
 
 from __future__ import annotations
@@ -18,13 +20,12 @@ import os
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+from gpudesk.engine.telemetry.backend import SIM_PREFIX, is_simulated
 from gpudesk.paths import Home, resolve_home
 
 if TYPE_CHECKING:
     from gpudesk.api.client import Client
     from gpudesk.profile import Profile
-
-SIMULATED_PREFIX = "sim:"
 
 
 def simulated_backend(profile: Profile) -> str | None:
@@ -33,14 +34,14 @@ def simulated_backend(profile: Profile) -> str | None:
     if "backend" not in profile.station_keys:
         return None
     backend = profile.station.backend
-    if not backend.startswith(SIMULATED_PREFIX):
+    if not is_simulated(backend):
         return None
     return None if os.environ.get("GPUDESK_BACKEND") == backend else backend
 
 
 def own_station_home(backend: str) -> Home:
     """Where the station of its own for `backend` lives: beside the user's personal home."""
-    return Home(resolve_home() / "simulated" / backend.removeprefix(SIMULATED_PREFIX))
+    return Home(resolve_home() / "simulated" / backend.removeprefix(SIM_PREFIX))
 
 
 @contextlib.contextmanager
@@ -55,7 +56,9 @@ def own_station(profile: Profile, backend: str) -> Iterator[Client]:
     home = own_station_home(backend)
     started_here = engine_pid(home) is None
     if started_here:
-        start_engine(home, profile.station, keys=profile.station_keys)
+        # the simulated backend whatever the user's GPUDESK_BACKEND says (see the module's doc)
+        env = {**os.environ, "GPUDESK_BACKEND": backend}
+        start_engine(home, profile.station, keys=profile.station_keys, env=env)
     client = Client.connect(home)
     try:
         yield client

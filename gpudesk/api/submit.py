@@ -29,7 +29,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
+from gpudesk.api.errors import EngineError
 from gpudesk.engine.jobs import JobSpec
+from gpudesk.engine.protocol import UNKNOWN_OP
 
 if TYPE_CHECKING:
     from gpudesk.api.client import Client
@@ -43,6 +45,13 @@ if TYPE_CHECKING:
 # `gpudesk submit` of one command needs only `submit_specs`.
 
 POLL_S = 0.25  # how often `wait_for_jobs` asks
+# Said instead of a [station]'s differences by an engine from before `check_configure`, which
+# could only apply the table to weigh it: the station is left as it is, and the run goes on.
+OLDER_ENGINE = (
+    "not weighed: the running engine is older than this gpudesk and cannot compare a [station] "
+    "without applying it; restart it to have it weighed (gpudesk engine stop: the next command "
+    "starts the new one)"
+)
 
 
 class WaitStopped(Exception):
@@ -102,14 +111,18 @@ class StationReport:
     the station already runs them."""
 
     source: str  # where the settings came from: "profiles/quickstart.toml [station]"
-    result: ConfigureResult
+    result: ConfigureResult | None  # None: the engine could not weigh it (`notes` say why)
     applied: bool = True
     how_to_apply: str = ""  # said with each setting left as it is
+    notes: tuple[str, ...] = ()  # what the engine was not asked, and why
 
     def lines(self) -> list[str]:
         """ "station: policy auto → fifo (from profiles/quickstart.toml [station])", then
         "station: not applied: policy fifo (the station runs auto; only an admin ...)"; or,
         left as it is: "station: not applied: policy auto → fifo (HOW; from ...)"."""
+        notes = [f"station: {note}" for note in self.notes]
+        if self.result is None:
+            return notes
         if self.applied:
             changed = [f"station: {c.message} (from {self.source})" for c in self.result.changes]
         else:
@@ -117,7 +130,7 @@ class StationReport:
                 f"station: not applied: {c.message} ({self.how_to_apply}; from {self.source})"
                 for c in self.result.changes
             ]
-        return changed + [f"station: {n.message}" for n in self.result.not_applied]
+        return changed + [f"station: {n.message}" for n in self.result.not_applied] + notes
 
 
 def configure_station(
@@ -126,14 +139,36 @@ def configure_station(
     """What a profile's [station] would change on the engine (None: it names no setting):
     applied only with `apply` (the station is everyone's, and settings stay after the run);
     otherwise weighed and reported, `how_to_apply` said with each setting left as it is."""
+    from gpudesk.api.own_station import simulated_backend
+
     if not profile.station_keys:
         return None
     shown = f"bundled {profile.path.name}" if profile.bundled else _shown_path(profile.path)
     source = f"{shown} [station]"
+    keys = profile.station_keys
+    simulated = simulated_backend(profile)
+    if simulated is not None:
+        # never sent: the engine's next real job would be placed on GPUs that do not exist
+        keys = tuple(key for key in keys if key != "backend")
     if apply:
-        return StationReport(source, client.configure(profile.station, profile.station_keys))
-    result = client.check_configure(profile.station, profile.station_keys)
-    return StationReport(source, result, applied=False, how_to_apply=how_to_apply)
+        report = StationReport(source, client.configure(profile.station, keys))
+    else:
+        try:
+            result = client.check_configure(profile.station, keys)
+        except EngineError as exc:
+            if exc.code != UNKNOWN_OP:
+                raise
+            return StationReport(source, None, applied=False, notes=(OLDER_ENGINE,))
+        report = StationReport(source, result, applied=False, how_to_apply=how_to_apply)
+    running = report.result.station.backend if report.result is not None else simulated
+    if simulated is not None and running != simulated:
+        note = (
+            f"not applied: backend {simulated} (the engine runs {running}; a profile never "
+            "sets a SIMULATED backend on it: gpudesk run runs such a profile on a station of "
+            f"its own, and GPUDESK_BACKEND={simulated} makes the engine that station)"
+        )
+        report = replace(report, notes=(note,))
+    return report
 
 
 def _shown_path(path: os.PathLike[str]) -> str:

@@ -16,7 +16,7 @@ import typer
 
 from gpudesk.cli.common import engine_client, fail, print_json, print_model
 from gpudesk.cli.exit_codes import EXIT_FAILED, EXIT_USAGE
-from gpudesk.units import MIB_PER_GIB
+from gpudesk.units import gib
 
 if TYPE_CHECKING:
     from gpudesk.api.models import MigPlanView
@@ -173,9 +173,10 @@ def _read_profiles(gpu: int | None) -> tuple[list[_GpuProfiles], list[_Skipped]]
     skipped: list[tuple[GpuEntry, NvidiaSmiError]] = []
     with _mig_errors():
         targets = [manager.gpu(gpu)] if gpu is not None else manager.gpus()
+        modes = manager.mig_modes()
         for entry in targets:
             try:
-                profiles = manager.profiles(entry.index)
+                profiles = manager.profiles(entry.index, modes)
                 placements = manager.placements(entry.index)
             except NvidiaSmiError as exc:
                 if gpu is not None or exc.kind not in MIG_MODE_KINDS:
@@ -516,10 +517,6 @@ def _engine_errors() -> Iterator[None]:
         fail(str(exc), EXIT_USAGE if exc.code == INVALID_ARGS else EXIT_FAILED)
 
 
-def _gib(mib: float) -> str:
-    return f"{mib / MIB_PER_GIB:.1f} GiB"
-
-
 def _plan_text(plan: MigPlanView) -> str:
     mode = {
         "enabled": "MIG enabled",
@@ -533,10 +530,10 @@ def _plan_text(plan: MigPlanView) -> str:
         rows = [
             (
                 s.profile,
-                _gib(s.memory_mib),
+                gib(s.memory_mib),
                 s.job_id,
                 s.job_name + (" (held)" if s.job_held else ""),
-                f"{_gib(s.job_memory_mib)}, {s.job_sm_pct:.0f}% SM",
+                f"{gib(s.job_memory_mib)}, {s.job_sm_pct:.0f}% SM",
             )
             for s in plan.slices
         ]

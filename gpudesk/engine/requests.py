@@ -57,6 +57,7 @@ from gpudesk.engine.slurm.as_owner import acts_for_other
 from gpudesk.engine.slurm.backend import Prepared, Sent, SlurmBackend, SubmitRefused
 from gpudesk.engine.slurm.commands import TIMEOUT_S as SLURM_TIMEOUT_S
 from gpudesk.engine.state import CurrentStation, PlacementDue
+from gpudesk.engine.station import StationConfig
 from gpudesk.engine.store.damage import is_damage, request_text
 from gpudesk.engine.store.database import Store
 from gpudesk.engine.store.records import AttemptRecord, JobRecord
@@ -78,8 +79,8 @@ MAX_CANCEL_GRACE_S = 3600.0
 MAX_HISTORY_POINTS = 600
 STATION_EVENT = "station"  # the kind of event a change of station settings is stored as
 STATION_CHANGES_SHOWN = 5  # how many of the latest `status` carries
-# How many distinct jobs of one submit are judged for waiting on a station change: a sweep's
-# jobs share a shape, and the loop does not weigh thousands of different ones at submit.
+# How many job shapes of one submit are judged for waiting on a station change: a sweep's
+# jobs share a few, and the loop does not weigh thousands of different ones at submit.
 CHANGE_CHECKS = 100
 # A Slurm submit's first step runs up to four clients (the slurm.conf check, sinfo twice,
 # scontrol), each bounded by Slurm's client timeout; one more of margin.
@@ -303,13 +304,9 @@ class RequestHandlers:
         on with the station as it is). Returns the config in force, `changed`, and the
         `changes` and `not_applied`, each with its message."""
         parts = self.parts
-        refusal = self._settings_refusal(caller)
         old = parts.station.config
-        queued_gpu_jobs = sum(1 for job in parts.queue.ordered() if job.spec.gpus)
+        weighed = self._weigh(args, caller)
         try:
-            weighed = reconfigure.weigh(
-                old, args.get("station"), refusal=refusal, queued_gpu_jobs=queued_gpu_jobs
-            )
             policy = make_policy(weighed.config.policy)
         except ValueError as exc:
             raise ProtocolError(protocol.INVALID_ARGS, str(exc)) from None
@@ -332,12 +329,7 @@ class RequestHandlers:
                     self._metrics_moved(c) if c.key == "metrics_listen" else c for c in changes
                 ]
             parts.due.mark()
-        return {
-            "station": config.view(),
-            "changed": bool(changes),
-            "changes": [change.to_dict() for change in changes],
-            "not_applied": [item.to_dict() for item in weighed.not_applied],
-        }
+        return _settings_reply(config, changes, weighed.not_applied, changed=bool(changes))
 
     def _settings_refusal(self, caller: Caller) -> str | None:
         """Why `caller` may change no station setting; None for an admin."""
@@ -346,23 +338,29 @@ class RequestHandlers:
             return None
         return f"only {access.admin_role} changes station settings"
 
+    def _weigh(self, args: Args, caller: Caller) -> reconfigure.Reconfiguration:
+        """The [station] table of `args` weighed against the config in force, for `caller`:
+        what `configure` applies, and what `check_configure` says it would."""
+        parts = self.parts
+        queued_gpu_jobs = sum(1 for job in parts.queue.ordered() if job.spec.gpus)
+        try:
+            return reconfigure.weigh(
+                parts.station.config,
+                args.get("station"),
+                refusal=self._settings_refusal(caller),
+                queued_gpu_jobs=queued_gpu_jobs,
+            )
+        except ValueError as exc:
+            raise ProtocolError(protocol.INVALID_ARGS, str(exc)) from None
+
     def check_configure(self, args: Args, caller: Caller) -> Reply:
         """`configure`'s weighing without applying anything: what the [station] table would
         change and what would not be applied (a profile run that leaves the station as it is
         says what differs). An op of its own, not a flag on `configure`, so that an engine
         from before it answers `unknown_op` instead of applying the table."""
-        parts = self.parts
-        refusal = self._settings_refusal(caller)
-        try:
-            weighed = reconfigure.weigh(parts.station.config, args.get("station"), refusal=refusal)
-        except ValueError as exc:
-            raise ProtocolError(protocol.INVALID_ARGS, str(exc)) from None
-        return {
-            "station": parts.station.config.view(),
-            "changed": False,
-            "changes": [change.to_dict() for change in weighed.changes],
-            "not_applied": [item.to_dict() for item in weighed.not_applied],
-        }
+        weighed = self._weigh(args, caller)
+        config = self.parts.station.config
+        return _settings_reply(config, weighed.changes, weighed.not_applied, changed=False)
 
     def _simulated(self) -> str | None:
         """The station's backend when its GPUs are simulated (`sim:MODEL`), for replies that
@@ -453,28 +451,28 @@ class RequestHandlers:
 
     def _waits_for_change(self, records: Sequence[JobRecord]) -> dict[int, str]:
         """The new GPU jobs that can start only once the station changes (an admin leaving MIG
-        mode, a lost GPU coming back), with the policy's reason: the submitter hears it at once,
-        not from `queue` later. Asked only where a GPU is in MIG mode or lost (else every job
-        the station accepted runs as it is), once per command and shape, for at most
-        CHANGE_CHECKS of them (a huge sweep is not judged job by job on the loop)."""
+        mode, a lost GPU coming back, a GPU set in MIG mode under policy mig), with the policy's
+        reason: the submitter hears it at once, not from `queue` later. Judged once per shape
+        (what the policy weighs of a new job: its GPUs and hints), for at most CHANGE_CHECKS
+        shapes (a huge sweep is not judged job by job on the loop); a job of a shape judged is
+        always told."""
         gpu_jobs = [r for r in records if r.spec.gpus]
         if not gpu_jobs or not self.parts.telemetry.monitor.opened:
             return {}
         view = self.parts.scheduler.station_view(queued_demands=False)
-        if not any(g.mig_enabled or g.lost for g in view.gpu_states):
-            return {}
         policy = self.parts.scheduler.policy
-        reasons: dict[tuple[object, ...], str] = {}
+        reasons: dict[tuple[int, float | None, float | None], str] = {}
         changes = {}
         for record in gpu_jobs:
             spec = record.spec
-            shape = (tuple(spec.command), spec.gpus, spec.memory_gb, spec.sm_pct)
-            if shape not in reasons:
+            shape = (spec.gpus, spec.memory_gb, spec.sm_pct)
+            reason = reasons.get(shape)
+            if reason is None:
                 if len(reasons) >= CHANGE_CHECKS:
-                    break
-                reasons[shape] = policy.change_needed(record, view)
-            if reasons[shape]:
-                changes[record.id] = reasons[shape]
+                    continue
+                reason = reasons[shape] = policy.change_needed(record, view)
+            if reason:
+                changes[record.id] = reason
         return changes
 
     def _submit_to_slurm(
@@ -1278,3 +1276,20 @@ def _mig_protocol_error(exc: MigError) -> ProtocolError:
     if isinstance(exc, (MigUsageError, LayoutError)):
         return ProtocolError(protocol.INVALID_ARGS, str(exc))
     return ProtocolError(protocol.MIG_FAILED, str(exc))
+
+
+def _settings_reply(
+    config: StationConfig,
+    changes: Sequence[reconfigure.SettingChange],
+    not_applied: Sequence[reconfigure.SettingNotApplied],
+    *,
+    changed: bool,
+) -> Reply:
+    """`configure`'s and `check_configure`'s reply: the config in force and what the table
+    changed (or would), and what it did not apply."""
+    return {
+        "station": config.view(),
+        "changed": changed,
+        "changes": [change.to_dict() for change in changes],
+        "not_applied": [item.to_dict() for item in not_applied],
+    }

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -278,6 +278,12 @@ class StationConfig:
         if region is not None:
             data["grid_intensity"] = region
         return data
+
+    def table(self, keys: Sequence[str] | None = None) -> dict[str, Any]:
+        """The `[station]` table of only `keys` (a profile's, a command line's: what a client
+        asks an engine for), every key when None."""
+        data = self.to_dict()
+        return data if keys is None else {key: data[key] for key in keys}
 
     def view(self) -> dict[str, Any]:
         """The config as replies carry it (api.models.StationConfigView): grid_intensity is the

@@ -6,6 +6,7 @@ names the change, and no GPU is held for it meanwhile."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import threading
 from collections.abc import Iterator
@@ -16,6 +17,7 @@ from conftest import EngineHandle, wait_for
 from test_cli import gpudesk, start_interruptible_run, write_profile
 
 from gpudesk.api.errors import EngineError
+from gpudesk.engine.requests import CHANGE_CHECKS
 from gpudesk.paths import Home
 
 LAYOUT = "3g.20gb,2g.10gb,2g.10gb"
@@ -183,3 +185,67 @@ def test_a_profile_run_says_at_once_that_a_job_waits_for_an_admins_change(
     reader.join(10)
     assert run.returncode == 130, "".join(lines)
     assert mig_station.job(four)["state"] == "cancelled"
+
+
+@pytest.fixture
+def mig_policy_without_mig(home: Home) -> Iterator[EngineHandle]:
+    """One simulated A100 40GB, not in MIG mode, placing with policy mig (slices only)."""
+    handle = EngineHandle(home)
+    handle.start(backend="sim:a100-40gb", policy="mig", sample_interval=0.2)
+    wait_for(
+        lambda: handle.client.request("telemetry")["snapshot"], 10.0, what="the GPU to be read"
+    )
+    yield handle
+    handle.client.close()
+
+
+def sleepers(count: int, **spec: object) -> list[dict]:
+    return [{"name": f"s{i}", "command": ["sleep", f"{60 + i}"], **spec} for i in range(count)]
+
+
+def test_under_policy_mig_a_station_without_a_mig_gpu_tells_the_submitter(
+    mig_policy_without_mig: EngineHandle,
+) -> None:
+    """Under policy mig every one-GPU job runs on a slice: on a GPU not in MIG mode it waits for
+    an admin, and its submitter hears so at once, with the reason `show` gives."""
+    engine = mig_policy_without_mig
+    reply = engine.client.request("submit", jobs=sleepers(1, gpus=1), env=dict(os.environ))
+    (job,) = reply["ids"]
+    reason = wait_for(lambda: engine.show(job)["waiting"], 10.0, what="its reason")
+    assert reason.startswith("waiting for "), reason
+    assert reply.get("waits_for_change") == {str(job): reason}
+
+
+def test_every_job_of_a_judged_shape_is_told_however_many_commands_and_shapes(
+    mig_policy_without_mig: EngineHandle,
+) -> None:
+    """A sweep's jobs differ in their command, not in what placement weighs: each of 150 is told.
+    Past the shapes judged on the loop, a later job of a judged shape is still told."""
+    engine = mig_policy_without_mig
+    env = dict(os.environ)
+    sweep = engine.client.request("submit", jobs=sleepers(150, gpus=1, memory_gb=4), env=env)
+    assert sorted(map(int, sweep.get("waits_for_change", {}))) == sweep["ids"]
+    # as many shapes as are judged, one more, then the first shape again
+    shapes = [{"gpus": 1, "memory_gb": 1 + i / 10} for i in range(CHANGE_CHECKS + 1)]
+    jobs = [{**job, **shape} for job, shape in zip(sleepers(len(shapes)), shapes, strict=True)]
+    jobs.append({"name": "again", "command": ["sleep", "60"], **shapes[0]})
+    mixed = engine.client.request("submit", jobs=jobs, env=env)
+    told = set(map(int, mixed.get("waits_for_change", {})))
+    ids = mixed["ids"]
+    assert told == set(ids[:CHANGE_CHECKS]) | {ids[-1]}, sorted(set(ids) - told)
+
+
+def test_weighing_a_new_backend_says_what_applying_it_does_to_the_queued_gpu_jobs(
+    mig_policy_without_mig: EngineHandle,
+) -> None:
+    """`check_configure` (a profile's [station] left as it is) says what `configure` would:
+    a new backend decides whether the queued GPU jobs ever run."""
+    engine = mig_policy_without_mig
+    engine.client.request("submit", jobs=sleepers(1, gpus=1), env=dict(os.environ))
+    table = {"backend": "sim:h100"}
+    weighed = engine.client.request("check_configure", station=table)
+    assert engine.client.request("status")["station"]["backend"] == "sim:a100-40gb"
+    applied = engine.client.request("configure", station=table)
+    assert weighed["changes"] == applied["changes"], weighed
+    (change,) = weighed["changes"]
+    assert "1 queued job(s) ask for GPUs" in change["message"], change

@@ -409,3 +409,22 @@ def test_profiles_and_list_on_a_simulated_station(
         assert [g["mig_mode"] for g in listed["gpus"]] == ["disabled"] * 3 + ["enabled"]
     finally:
         engine.client.close()
+
+
+def test_the_mig_mode_is_read_once_for_every_gpus_profiles(smi: FakeSmi, gpudesk: Run) -> None:
+    """`mig profiles` and the engine's reading of the MIG GPUs (`mig plan`, repartitioning) ask
+    nvidia-smi for the GPUs' MIG modes once, not once more per GPU."""
+    from gpudesk.engine.mig.manager import MigManager
+    from gpudesk.engine.repartition.station import real_gpus
+
+    second = a100(uuid="GPU-e86cb44c-6756-fd30-cd4a-1e6da3caf9b1", pci_bus_id="00000000:0F:00.0")
+    smi.write(a100(), second, a100(uuid="GPU-3", pci_bus_id="00000000:47:00.0"))
+
+    def mode_reads() -> int:
+        return sum(1 for call in smi.calls() if any(a.startswith("--query-gpu") for a in call))
+
+    code, out, _ = gpudesk("mig", "profiles", "--json")
+    assert code == 0 and len(json.loads(out)["gpus"]) == 3, out
+    assert mode_reads() == 1
+    assert [state.mig_mode for state in real_gpus(MigManager(), {})] == ["enabled"] * 3
+    assert mode_reads() == 2

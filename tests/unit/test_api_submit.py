@@ -268,3 +268,27 @@ def test_a_station_setting_not_applied_is_reported_and_the_jobs_go_on() -> None:
         "(gpudesk-admin) changes station settings)"
     ]
     assert outcome.job_ids == [1]
+
+
+def test_an_engine_older_than_the_station_check_says_so_in_a_line_and_the_run_goes_on() -> None:
+    """An engine from before `check_configure` answers unknown_op: the station is left as it
+    is (nothing is applied to weigh it), the run says in one line to restart the engine, and
+    its jobs are submitted."""
+    engine = FakeEngine(Path("/nonexistent"))
+    answer = engine.exchange
+
+    def older(op: str, args: dict[str, Any]) -> bytes:
+        if op == "check_configure":
+            engine.calls.append((op, args))
+            return protocol.encode_error(1, protocol.UNKNOWN_OP, "unknown operation")
+        return answer(op, args)
+
+    engine.exchange = older  # type: ignore[method-assign]
+    outcome = submit_profile(engine.client, parse_profile(QUICKSTART, "quickstart.toml"))
+    assert [op for op, _ in engine.calls] == ["check_configure", "submit"]
+    assert outcome.station is not None and outcome.station.lines() == [
+        "station: not weighed: the running engine is older than this gpudesk and cannot compare "
+        "a [station] without applying it; restart it to have it weighed (gpudesk engine stop: the "
+        "next command starts the new one)"
+    ]
+    assert outcome.job_ids == [1]

@@ -4,10 +4,19 @@ it start (gpudesk.engine.placement.station_fit)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from test_placement_hot_path import GIB, SLICES, _gpu, _job, _station
 
 from gpudesk.engine.placement.collocation import CarmaPolicy, SharingPolicy
-from gpudesk.engine.placement.policy import GpuState, describe_gpus, index_list
+from gpudesk.engine.placement.policy import (
+    RESERVE_MIB,
+    FifoPolicy,
+    GpuState,
+    describe_gpus,
+    gpu_job_impossible,
+    index_list,
+)
 
 MIG_GPU = GpuState(1, "GPU-1", 40 * GIB, mig_enabled=True, mig_slices=SLICES)
 
@@ -61,9 +70,17 @@ def test_a_job_larger_than_every_slice_names_the_layouts_that_would_hold_it() ->
         "waiting for an admin: it needs 30.0 GiB on one GPU; this station has no whole GPU and "
         "GPU 0 in MIG mode (slices 3g.20gb, 1g.5gb), and no slice there holds 30.0 GiB. "
         "Leaving MIG mode on GPU 0 (on this simulated station: GPU 0 out of the [station] mig "
-        "layout), or a layout with a slice that holds it (gpudesk mig apply --gpu 0 7g.40gb), "
-        "would let it start"
+        "layout), or a layout with a slice that holds it (on this simulated station: 7g.40gb "
+        "for GPU 0 in the [station] mig layout), would let it start"
     )
+    # on real GPUs, the commands an admin runs
+    real = dataclasses.replace(view, simulated=False)
+    said = SharingPolicy("auto").explain_wait(big, [big], real)
+    assert said.endswith(
+        "Leaving MIG mode on GPU 0 (as root, with nothing running there: nvidia-smi -i 0 -mig "
+        "0), or a layout with a slice that holds it (gpudesk mig apply --gpu 0 7g.40gb), would "
+        "let it start"
+    ), said
     # where the engine may relay the idle GPU for the queue, it waits for that, not an admin
     relaid = _station(view.gpu_states[0], repartition=True)
     assert SharingPolicy("auto").reserve(big, relaid) == {0}
@@ -81,3 +98,24 @@ def test_a_job_waiting_for_a_lost_gpu_says_so_and_a_plain_wait_ends_cleanly() ->
     # nothing busy to list, nothing ahead: the reason ends with what the job needs
     idle = SharingPolicy("auto").explain_wait(two, [two], _station(_gpu(0), _gpu(1)))
     assert idle == "waiting (hint demand: needs 2 idle GPUs)"
+
+
+def test_a_job_only_a_lost_gpu_holds_waits_for_it_instead_of_being_refused() -> None:
+    """The 80 GB GPU fell off the bus, the 40 GB one is left: a 60 GiB job is neither refused at
+    submit nor failed in the queue; it waits for the lost GPU, and says so."""
+    lost = GpuState(0, "GPU-0", 80 * GIB, lost=True)
+    view = _station(lost, _gpu(1))
+    big = _job(1, 1, 60.0, 30.0)
+    assert gpu_job_impossible(1, 60 * GIB, view, RESERVE_MIB) is None
+    for policy in (SharingPolicy("auto"), CarmaPolicy(), FifoPolicy()):
+        assert policy.place([big], view).rejections == [], policy.name
+    assert SharingPolicy("auto").explain_wait(big, [big], view) == (
+        "waiting for a lost GPU: it needs 60.0 GiB on one GPU; this station has 1 GPU (1) and "
+        "GPU 0 lost. It can start once GPU 0 is back"
+    )
+    # every GPU lost: nothing is refused for its memory (a 0 GiB job least of all)
+    gone = _station(lost, GpuState(1, "GPU-1", 40 * GIB, lost=True))
+    assert gpu_job_impossible(1, 0.0, gone) is None
+    # more than even the lost GPU has is still refused, its size named
+    refused = gpu_job_impossible(1, 100 * GIB, view)
+    assert refused is not None and "the largest GPU here has 80.0 GiB" in refused

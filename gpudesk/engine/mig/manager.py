@@ -180,12 +180,13 @@ class MigManager:
                 modes[int(parts[0])] = MigMode(parts[1], parts[2])
         return modes
 
-    def profiles(self, gpu: int) -> list[GiProfile]:
+    def profiles(self, gpu: int, modes: Mapping[int, MigMode] | None = None) -> list[GiProfile]:
         """The GPU instance profiles a GPU in MIG mode offers now (`-lgip`). A GPU not in MIG
         mode raises the mode error: the driver lists profiles in any mode (an H200 with MIG
         disabled answers `-lgip` with its full table and exit 0, driver 580.159.04), but none
-        can be created until MIG is on."""
-        mode = self.mig_modes().get(gpu)
+        can be created until MIG is on. `modes`: what `mig_modes()` said, when the caller read
+        it already (one nvidia-smi less per GPU); read here when None."""
+        mode = (self.mig_modes() if modes is None else modes).get(gpu)
         argv = ["mig", "-i", str(gpu), "-lgip"]
         if mode is not None and mode.state != "enabled":
             raise self._not_in_mig_mode(gpu, mode, self.argv(*argv), 0, "")

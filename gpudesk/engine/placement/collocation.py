@@ -81,7 +81,7 @@ from gpudesk.engine.placement.station_fit import (
     wait_for_change,
 )
 from gpudesk.engine.store.records import JobRecord
-from gpudesk.units import MIB_PER_GIB
+from gpudesk.units import gib
 
 SATURATED_SM_PCT = 80.0  # CARMA: a GPU this busy over the window takes no new tenant
 CARMA_WINDOW_S = 30.0  # CARMA judges a GPU over 30 one-second samples
@@ -314,10 +314,6 @@ def station_gpu(station: StationView, index: int) -> GpuState:
     raise KeyError(index)
 
 
-def _mib(value: float) -> str:
-    return f"{value / MIB_PER_GIB:.1f} GiB"
-
-
 def _collocated_reason(
     gpu: GpuState, share: str, demand: Demand, predicted: Prediction, margin: float
 ) -> str:
@@ -328,8 +324,8 @@ def _collocated_reason(
     return (
         f"collocated on GPU {gpu.index} under {share}: predicted speed "
         f"{predicted.rate:.2f}, its {len(gpu.tenants)} tenant(s) slowed by at most "
-        f"{slowed:.2f}, station gains {predicted.gain:.2f} GPU; {_mib(gpu.free_mib)} free for "
-        f"{_mib(demand.memory_mib)} + {_mib(margin)} margin"
+        f"{slowed:.2f}, station gains {predicted.gain:.2f} GPU; {gib(gpu.free_mib)} free for "
+        f"{gib(demand.memory_mib)} + {gib(margin)} margin"
     )
 
 
@@ -337,7 +333,7 @@ def idle_share_reason(gpu: GpuState, share: str, demand: Demand, mode: str) -> s
     """Why a job alone on an idle GPU starts as a sharing tenant (`share`: "mps" or "naive")
     rather than holding the whole GPU: a one-GPU job that need not run alone leaves room for
     the jobs after it, under MPS where the GPU's server can take it."""
-    asks = f"{demand.sm_pct:.0f}% SM and {_mib(demand.memory_mib)} ({demand.source})"
+    asks = f"{demand.sm_pct:.0f}% SM and {gib(demand.memory_mib)} ({demand.source})"
     if share == "mps":
         return f"MPS, not the whole GPU: it asks for {asks}, so later jobs may share the GPU"
     if mode == "naive":
@@ -715,7 +711,7 @@ class SharingPolicy:
         return _Choice(
             (gpu.index,),
             "mig",
-            f"{verb} {mig.profile} on GPU {gpu.index}: fits {_mib(need)}, predicted speed "
+            f"{verb} {mig.profile} on GPU {gpu.index}: fits {gib(need)}, predicted speed "
             f"{rate:.2f} (isolated: slows nobody)",
             mig,
             rate=rate,
@@ -744,7 +740,7 @@ class SharingPolicy:
         need = (
             f"needs {job.spec.gpus} idle GPUs"
             if job.spec.gpus > 1 or demand.exclusive
-            else f"needs {_mib(demand.memory_mib)} + {_mib(margin_mib(demand))} margin and "
+            else f"needs {gib(demand.memory_mib)} + {gib(margin_mib(demand))} margin and "
             f"{demand.sm_pct:.0f}% SM, and a GPU where sharing is predicted to gain"
         )
         parts = [f"waiting ({demand.source} demand: {need})"]
@@ -756,7 +752,7 @@ class SharingPolicy:
             elif not gpu.idle:
                 other_user = mps_serves_other(gpu, job.owner.uid)
                 parts.append(
-                    f"GPU {gpu.index}: {_mib(max(0.0, gpu.free_mib))} free, SM "
+                    f"GPU {gpu.index}: {gib(max(0.0, gpu.free_mib))} free, SM "
                     f"demand {gpu.sm_demand_pct:.0f}%" + (f" ({other_user})" if other_user else "")
                 )
         ahead = sum(1 for o in queue if o.id != job.id and queued_before(o, job) and o.spec.gpus)

@@ -16,7 +16,7 @@ from typing import Any, Generic, Protocol, TypeVar, overload
 from gpudesk.engine.placement.interference import PRIOR_MODEL, InterferenceModel
 from gpudesk.engine.station import StationConfig
 from gpudesk.engine.store.records import JobRecord
-from gpudesk.units import MIB_PER_GIB
+from gpudesk.units import MIB_PER_GIB, gib
 
 RESERVE_MIB = 512.0  # kept free on every GPU (driver, fragmentation)
 
@@ -417,8 +417,13 @@ def describe_gpus(station: StationView) -> str:
             f"GPU {gpu.index} in MIG mode ({'slices ' + slices if slices else 'no slices'})"
         )
     if lost:
-        parts.append(f"GPU{'s' if len(lost) != 1 else ''} {index_list(lost)} lost")
+        parts.append(f"{gpus_named(lost)} lost")
     return in_words(parts)
+
+
+def gpus_named(indices: Sequence[int]) -> str:
+    """ "GPU 2", "GPUs 0-2, 5": GPUs named by their indices."""
+    return f"GPU{'s' if len(indices) != 1 else ''} {index_list(indices)}"
 
 
 def gpus_missing(wanted: int, station: StationView) -> str | None:
@@ -451,13 +456,14 @@ def gpu_job_impossible(
     too_many = gpus_missing(gpus, station)
     if too_many:
         return too_many
-    largest = max((g.memory_total_mib for g in station.gpu_states if not g.lost), default=0.0)
+    # lost GPUs count: one may come back, and a job it would hold waits for it
+    # (station_fit.wait_for_change) rather than being refused or failed
+    largest = max((g.memory_total_mib for g in station.gpu_states), default=0.0)
     offered = largest - kept_free_mib
     if need_mib > offered:
         most = math.floor(max(0.0, offered) / MIB_PER_GIB * 10) / 10
         return (
-            f"needs {need_mib / MIB_PER_GIB:.1f} GiB of GPU memory but the largest GPU here has "
-            f"{largest / MIB_PER_GIB:.1f} GiB (this station has {describe_gpus(station)}); "
-            f"ask for at most {most:g} GB"
+            f"needs {gib(need_mib)} of GPU memory but the largest GPU here has {gib(largest)} "
+            f"(this station has {describe_gpus(station)}); ask for at most {most:g} GiB"
         )
     return None

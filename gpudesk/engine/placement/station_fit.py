@@ -22,10 +22,10 @@ from gpudesk.engine.placement.policy import (
     GpuState,
     StationView,
     describe_gpus,
+    gpus_named,
     in_words,
-    index_list,
 )
-from gpudesk.units import MIB_PER_GIB
+from gpudesk.units import gib
 
 
 @dataclass(frozen=True)
@@ -122,21 +122,23 @@ class AsIs:
         return memory_mib <= limit
 
 
-def _gib(mib: float) -> str:
-    return f"{mib / MIB_PER_GIB:.1f} GiB"
-
-
-def _gpus_named(indices: Sequence[int]) -> str:
-    return f"GPU{'s' if len(indices) != 1 else ''} {index_list(indices)}"
-
-
 def _leave_mig(indices: Sequence[int], station: StationView) -> str:
     """How an admin takes GPUs out of MIG mode, on this station."""
-    named = _gpus_named(indices)
+    named = gpus_named(indices)
     if station.simulated:
         return f"on this simulated station: {named} out of the [station] mig layout"
     listed = ",".join(map(str, indices))
     return f"as root, with nothing running there: nvidia-smi -i {listed} -mig 0"
+
+
+def _set_layouts(slices: Sequence[tuple[int, str]], station: StationView) -> str:
+    """How an admin gives each GPU (index) a layout with the slice (profile name), on this
+    station: a simulated GPU's layout is a station setting, and nvidia-smi (under `gpudesk mig
+    apply`) would change the host's GPUs instead."""
+    if station.simulated:
+        given = in_words([f"{name} for GPU {index}" for index, name in slices])
+        return f"on this simulated station: {given} in the [station] mig layout"
+    return in_words([f"gpudesk mig apply --gpu {index} {name}" for index, name in slices])
 
 
 def _slice_for(gpu: GpuState, memory_mib: float) -> MigProfile | None:
@@ -155,7 +157,7 @@ def wait_for_change(ask: Ask, rules: MigRules, station: StationView, policy: str
     if ask.whole:
         asks = f"it needs {ask.gpus} whole GPU{'s' if ask.gpus != 1 else ''}"
     else:
-        asks = f"it needs {_gib(ask.memory_mib)} on one GPU" + (
+        asks = f"it needs {gib(ask.memory_mib)} on one GPU" + (
             ", on a MIG slice (policy mig)" if rules.slices_only else ""
         )
     has = f"this station has {describe_gpus(station)}"
@@ -163,26 +165,28 @@ def wait_for_change(ask: Ask, rules: MigRules, station: StationView, policy: str
     if in_mig and (ask.whole or not rules.slices):
         has += ", and a GPU in MIG mode runs jobs on its slices only"
     elif in_mig:
-        has += f", and no slice there holds {_gib(ask.memory_mib)}"
+        has += f", and no slice there holds {gib(ask.memory_mib)}"
     # GPUs in MIG mode that would hold the job whole
     leavable = [g for g in in_mig if g.memory_total_mib - RESERVE_MIB >= ask.memory_mib]
     if not rules.slices_only and len(leavable) >= missing:
         chosen = leavable[:missing]
         indices = [g.index for g in chosen]
-        change = f"Leaving MIG mode on {_gpus_named(indices)} ({_leave_mig(indices, station)})"
+        change = f"Leaving MIG mode on {gpus_named(indices)} ({_leave_mig(indices, station)})"
         if not ask.whole and rules.slices:
-            layouts = [
-                f"gpudesk mig apply --gpu {g.index} {profile.name}"
+            slices = [
+                (g.index, profile.name)
                 for g in chosen
                 if (profile := _slice_for(g, ask.memory_mib)) is not None
             ]
-            if len(layouts) == len(chosen):
-                change += f", or a layout with a slice that holds it ({in_words(layouts)}),"
+            if len(slices) == len(chosen):
+                change += (
+                    f", or a layout with a slice that holds it ({_set_layouts(slices, station)}),"
+                )
         return f"waiting for an admin: {asks}; {has}. {change} would let it start"
     lost = [g.index for g in station.gpu_states if g.lost]
     if len(lost) >= missing:
         back = "is" if len(lost) == 1 else "are"
-        named = _gpus_named(lost)
+        named = gpus_named(lost)
         return f"waiting for a lost GPU: {asks}; {has}. It can start once {named} {back} back"
     return (
         f"waiting for a change to the station: {asks}; {has}. Under policy {policy} it can start "

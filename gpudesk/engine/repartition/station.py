@@ -23,7 +23,7 @@ from gpudesk.engine.mig.nvidia_smi import (
     NvidiaSmiError,
     UnknownGpuError,
 )
-from gpudesk.engine.mig.records import GpuEntry, MigSlot
+from gpudesk.engine.mig.records import GpuEntry, MigMode, MigSlot
 from gpudesk.engine.repartition.planner import (
     Blocker,
     GpuMigState,
@@ -108,7 +108,7 @@ def real_gpus(manager: MigManager, running: Mapping[int, tuple[int, ...]]) -> li
             )
             continue
         try:
-            states.append(_enabled_gpu(manager, entry, running.get(entry.index, ())))
+            states.append(_enabled_gpu(manager, entry, modes, running.get(entry.index, ())))
         except NvidiaSmiError as exc:  # the driver could not say the mode; nvidia-smi did now
             if exc.kind not in MIG_MODE_KINDS:
                 raise
@@ -125,9 +125,12 @@ def real_gpus(manager: MigManager, running: Mapping[int, tuple[int, ...]]) -> li
 
 
 def _enabled_gpu(
-    manager: MigManager, entry: GpuEntry, running_job_ids: tuple[int, ...]
+    manager: MigManager,
+    entry: GpuEntry,
+    modes: Mapping[int, MigMode],
+    running_job_ids: tuple[int, ...],
 ) -> GpuMigState:
-    profiles = manager.profiles(entry.index)
+    profiles = manager.profiles(entry.index, modes)
     placements = manager.placements(entry.index)
     layout = manager.layout(entry.index, entry)
     return GpuMigState(
