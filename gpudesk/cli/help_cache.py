@@ -89,11 +89,13 @@ def cached_root_help() -> str | None:
         found = os.fstat(fd)
         if not stat.S_ISREG(found.st_mode) or found.st_uid != os.geteuid():
             return None
-        with os.fdopen(fd, encoding="utf-8", closefd=False) as kept:
+        # surrogateescape: a path that is not UTF-8 (a HOME or GPUDESK_CONFIG of raw bytes)
+        # reads back as the same str that os.environ gave when it was kept
+        with os.fdopen(fd, encoding="utf-8", errors="surrogateescape", closefd=False) as kept:
             config_file = kept.readline().rstrip("\n")
             key = kept.readline().rstrip("\n")
             text = kept.read()
-    except (OSError, UnicodeDecodeError):
+    except OSError:
         return None
     finally:
         os.close(fd)
@@ -109,9 +111,9 @@ def keep_root_help(text: str, config_file: str) -> None:
     try:
         os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
         fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
+        with os.fdopen(fd, "w", encoding="utf-8", errors="surrogateescape") as out:
             out.write(f"{config_file}\n{fingerprint(config_file)}\n{text}")
         os.replace(partial, path)
-    except OSError:
+    except (OSError, UnicodeError):  # a text that cannot be kept: rendered again next time
         with contextlib.suppress(OSError):
             os.unlink(partial)
