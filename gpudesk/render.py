@@ -136,12 +136,13 @@ def table(
     middle: Sequence[int] = (),
     min_widths: dict[int, int] | None = None,
 ) -> str:
-    """A plain table: columns separated by two spaces, clipped to `max_widths` by column index.
-    Given a `width`, the `shrink` columns (in that order, each down to its header, or its
-    `min_widths` where that is wider) are clipped further until every line fits in it, where
-    they can: list the free text first (a reason, a path), names after; columns not listed
-    (ids, states) are never clipped. The `middle` columns (job names) are clipped in the
-    middle where that keeps them apart (clip_apart): a sweep's jobs differ at the end."""
+    """A plain table: columns separated by two spaces. Given a `width`, columns are clipped to
+    `max_widths` by column index, and the `shrink` columns (in that order, each down to its
+    header, or its `min_widths` where that is wider) are clipped further until every line fits
+    in it, where they can: list the free text first (a reason, a path), names after; columns
+    not listed (ids, states) are never clipped. The `middle` columns (job names) are clipped in the
+    middle where that keeps them apart (clip_apart): a sweep's jobs differ at the end.
+    Without a `width` (output to a pipe, `--wide`) every cell is whole, for a script."""
     cells, widths, _ = _layout(headers, rows, max_widths, width, shrink, min_widths)
     columns = [
         clip_apart([r[i] for r in cells], w) if i in middle else [clip(r[i], w) for r in cells]
@@ -167,7 +168,9 @@ def _layout(
 ) -> tuple[list[list[str]], list[int], int]:
     """`table`'s cells as text, each column's width, and by how many columns the widest line
     still exceeds `width` (0 or less: it fits)."""
-    max_widths, min_widths = max_widths or {}, min_widths or {}
+    # no width: nothing to fit, so nothing clipped (a script reading a pipe needs whole cells)
+    max_widths = max_widths if width is not None and max_widths else {}
+    min_widths = min_widths or {}
     cells = [[str(c) for c in headers]] + [["-" if c is None else str(c) for c in r] for r in rows]
     widths = [
         min(max(len(r[i]) for r in cells), max(len(cells[0][i]), max_widths.get(i, 10_000)))

@@ -228,7 +228,8 @@ class RunReport:
         # As many metric columns as fit beside whole names; names are clipped only to fit one.
         shown = 1
         while shown < len(keys):
-            wider = _results_table(ranked, self.metrics, keys[: shown + 1])
+            # names at most 32 wide, as the table below shows them, and nothing fitted yet
+            wider = _results_table(ranked, self.metrics, keys[: shown + 1], sys.maxsize)
             if max(len(line) for line in wider.splitlines()) > width:
                 break
             shown += 1
