@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+import textwrap
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -83,6 +84,14 @@ def bar(fraction: float | None, width: int, fill: str = "█") -> str:
         return EMPTY * width
     filled = round(max(0.0, min(1.0, fraction)) * width)
     return fill * filled + EMPTY * (width - filled)
+
+
+def fill(text: str, width: int, indent: str = "  ") -> str:
+    """A line of prose in `width` columns, its continued lines indented by `indent`; a word,
+    a path or a hyphenated name is never broken (a longer one runs past `width`)."""
+    return textwrap.fill(
+        text, width, subsequent_indent=indent, break_on_hyphens=False, break_long_words=False
+    )
 
 
 def clip(text: str, width: int) -> str:
