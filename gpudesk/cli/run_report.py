@@ -431,7 +431,11 @@ class _Progress:
         ids = [str(j.id) for j in shown]
         times = [render.duration(render.runtime(j.started_at, j.ended_at)) for j in shown]
         outputs = [render.last_line(j.log) if j.state == "running" else "" for j in shown]
-        fixed = max(map(len, ids), default=2) + len("succeeded") + max(map(len, times), default=4)
+        # each column as wide as its widest cell or its header, whichever is wider
+        fixed = sum(
+            max(len(header), *map(len, cells))
+            for header, cells in (("ID", ids), ("STATE", ["succeeded"]), ("TIME", times))
+        )
         room = width - fixed - 2 * 3  # the name's, and the output's after two more spaces
         names = [j.name for j in shown]
         name_width = max(len("NAME"), min(NAME_WIDTH, max(map(len, names), default=4), room))
