@@ -137,6 +137,25 @@ def test_a_path_that_is_not_utf8_is_kept_and_read_back(tmp_path: Path, variable:
     assert [p.name for p in (cache / "gpudesk").iterdir()] == ["root-help-80.txt"]
 
 
+def test_a_relative_xdg_cache_home_is_ignored(tmp_path: Path) -> None:
+    """The XDG spec: a relative XDG_CACHE_HOME is invalid. The cache goes under HOME, not into
+    whatever folder the command was run from."""
+    here, home = tmp_path / "here", tmp_path / "home"
+    here.mkdir()
+    program = (
+        AS_A_USER + "import os\nfrom gpudesk.cli import help_cache\n"
+        "help_cache.keep_root_help('the help\\n', '')\nprint(help_cache.cached_root_help())\n"
+    )
+    environment = {**os.environ, "XDG_CACHE_HOME": "cache", "HOME": str(home), "COLUMNS": "80"}
+    done = subprocess.run(
+        [sys.executable, "-c", program],
+        cwd=here, capture_output=True, text=True, env=environment, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0 and done.stdout == "the help\n\n", done.stderr
+    assert list(here.iterdir()) == []
+    assert (home / ".cache" / "gpudesk" / "root-help-80.txt").is_file()
+
+
 def test_a_cache_that_cannot_be_written_is_passed_over(tmp_path: Path) -> None:
     blocked = tmp_path / "a-file"
     blocked.write_text("")  # the cache folder's parent is a file: nothing can be kept there
