@@ -115,8 +115,8 @@ def clip_middle(text: str, width: int, head: int | None = None) -> str:
 
 def clip_apart(values: Sequence[str], width: int) -> list[str]:
     """Each of a column's `values` in `width` columns, clipped in the middle (clip_middle) at
-    the one place that keeps the most of them apart: `light-lr0.01-h512-1` and
-    `light-lr0.001-h512-1` become `lig…0.01-h512-1` and `lig….001-h512-1`, not the same
+    the one place that keeps the most of them apart: in 14 columns `light-lr0.01-h512-1` and
+    `light-lr0.001-h512-1` become `lig….01-h512-1` and `lig…001-h512-1`, not the same
     `ligh…01-h512-1` twice. Of the places that tell as many apart, the one nearest a third in."""
     if all(len(v) <= width for v in values):
         return list(values)

@@ -144,6 +144,7 @@ def submit(
     """Queue one job: gpudesk submit [OPTIONS] [--] COMMAND [ARGS]...
 
     gpudesk's options come first; from the command on, every word is the command's."""
+    from gpudesk.api.submit import change_lines
     from gpudesk.engine.jobs import JobSpec, SpecError
     from gpudesk.text import safe_text
 
@@ -241,8 +242,9 @@ def submit(
         if submitted.simulated and slurm is None:
             where = f" on a SIMULATED station ({submitted.simulated}: its GPUs are not real)"
         print(f"submitted job {job_id} ({spec.name}){where}")
-        if change:  # queued, but no GPU will drain for it: say so now, not at the next `queue`
-            print(f"note: job {job_id} is {change}", file=sys.stderr)
+        # queued, but no GPU will drain for it: say so now, not at the next `queue`
+        for line in change_lines(submitted.waits_for_change):
+            print(f"note: {line}", file=sys.stderr)
 
 
 # ------------------------------------------------------------------------- queue
