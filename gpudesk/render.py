@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+import textwrap
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -85,6 +86,14 @@ def bar(fraction: float | None, width: int, fill: str = "█") -> str:
     return fill * filled + EMPTY * (width - filled)
 
 
+def fill(text: str, width: int, indent: str = "  ") -> str:
+    """A line of prose in `width` columns, its continued lines indented by `indent`; a word,
+    a path or a hyphenated name is never broken (a longer one runs past `width`)."""
+    return textwrap.fill(
+        text, width, subsequent_indent=indent, break_on_hyphens=False, break_long_words=False
+    )
+
+
 def clip(text: str, width: int) -> str:
     return text if len(text) <= width else text[: max(0, width - 1)] + "…"
 
@@ -106,8 +115,8 @@ def clip_middle(text: str, width: int, head: int | None = None) -> str:
 
 def clip_apart(values: Sequence[str], width: int) -> list[str]:
     """Each of a column's `values` in `width` columns, clipped in the middle (clip_middle) at
-    the one place that keeps the most of them apart: `light-lr0.01-h512-1` and
-    `light-lr0.001-h512-1` become `lig…0.01-h512-1` and `lig….001-h512-1`, not the same
+    the one place that keeps the most of them apart: in 14 columns `light-lr0.01-h512-1` and
+    `light-lr0.001-h512-1` become `lig….01-h512-1` and `lig…001-h512-1`, not the same
     `ligh…01-h512-1` twice. Of the places that tell as many apart, the one nearest a third in."""
     if all(len(v) <= width for v in values):
         return list(values)
@@ -136,12 +145,13 @@ def table(
     middle: Sequence[int] = (),
     min_widths: dict[int, int] | None = None,
 ) -> str:
-    """A plain table: columns separated by two spaces, clipped to `max_widths` by column index.
-    Given a `width`, the `shrink` columns (in that order, each down to its header, or its
-    `min_widths` where that is wider) are clipped further until every line fits in it, where
-    they can: list the free text first (a reason, a path), names after; columns not listed
-    (ids, states) are never clipped. The `middle` columns (job names) are clipped in the
-    middle where that keeps them apart (clip_apart): a sweep's jobs differ at the end."""
+    """A plain table: columns separated by two spaces. Given a `width`, columns are clipped to
+    `max_widths` by column index, and the `shrink` columns (in that order, each down to its
+    header, or its `min_widths` where that is wider) are clipped further until every line fits
+    in it, where they can: list the free text first (a reason, a path), names after; columns
+    not listed (ids, states) are never clipped. The `middle` columns (job names) are clipped in the
+    middle where that keeps them apart (clip_apart): a sweep's jobs differ at the end.
+    Without a `width` (output to a pipe, `--wide`) every cell is whole, for a script."""
     cells, widths, _ = _layout(headers, rows, max_widths, width, shrink, min_widths)
     columns = [
         clip_apart([r[i] for r in cells], w) if i in middle else [clip(r[i], w) for r in cells]
@@ -167,7 +177,9 @@ def _layout(
 ) -> tuple[list[list[str]], list[int], int]:
     """`table`'s cells as text, each column's width, and by how many columns the widest line
     still exceeds `width` (0 or less: it fits)."""
-    max_widths, min_widths = max_widths or {}, min_widths or {}
+    # no width: nothing to fit, so nothing clipped (a script reading a pipe needs whole cells)
+    max_widths = max_widths if width is not None and max_widths else {}
+    min_widths = min_widths or {}
     cells = [[str(c) for c in headers]] + [["-" if c is None else str(c) for c in r] for r in rows]
     widths = [
         min(max(len(r[i]) for r in cells), max(len(cells[0][i]), max_widths.get(i, 10_000)))

@@ -42,7 +42,8 @@ if TYPE_CHECKING:
     from gpudesk.selection.cache import SelectionCache
 
 # The profile parser, the selection cache and numpy are imported by the steps that need them:
-# `gpudesk submit` of one command needs only `submit_specs`.
+# the desk's submit of one command (`submit_specs`) and `gpudesk wait` (`wait_for_jobs`) load
+# none of them.
 
 POLL_S = 0.25  # how often `wait_for_jobs` asks
 # Said instead of a [station]'s differences by an engine from before `check_configure`, which
@@ -272,8 +273,13 @@ class Submitted:
     waits_for_change: Mapping[int, str] = field(default_factory=dict)
 
     def lines(self) -> list[str]:
-        """What to tell the user at once of the jobs that wait for a change to the station."""
-        return [f"job {job_id} is {why}" for job_id, why in sorted(self.waits_for_change.items())]
+        return change_lines(self.waits_for_change)
+
+
+def change_lines(waits_for_change: Mapping[int, str]) -> list[str]:
+    """What to tell the user at once of the jobs that wait for a change to the station (an
+    engine's `waits_for_change`), one line each: "job 12 is waiting for ..."."""
+    return [f"job {job_id} is {why}" for job_id, why in sorted(waits_for_change.items())]
 
 
 Step: TypeAlias = StationReport | Submitted | PrepassResult  # what `submit_profile` tells `on_step`

@@ -13,6 +13,7 @@ from __future__ import annotations
 import sys
 
 from gpudesk.cli.exit_codes import EXIT_INTERRUPTED
+from gpudesk.cli.first_answers import ROOT_HELP, version_text
 
 
 def main() -> None:
@@ -20,11 +21,9 @@ def main() -> None:
     # What people type first answers before typer and the commands are loaded (~0.25 s):
     # the version, and the root help once it has been rendered for this terminal width.
     if args == ["--version"]:
-        from gpudesk import __version__
-
-        print(f"gpudesk {__version__}")
+        print(version_text())
         return
-    if args in (["--help"], ["-h"]):
+    if args in ROOT_HELP:
         from gpudesk.cli.help_cache import cached_root_help
 
         kept = cached_root_help()

@@ -4,12 +4,13 @@ The root's help lists every command, and rendering it means importing typer (wit
 click) and every command module and reading each command's options from its signature: about
 0.25 s of a 2-core machine, where Python itself starts in 0.05 s. The text only changes when
 what it is made from changes, so it is kept, per terminal width, in the user's cache folder
-(`$XDG_CACHE_HOME/gpudesk`, else `~/.cache/gpudesk`) under a key of everything it depends on:
-gpudesk's version and the size and modification time of every module of gpudesk.cli (the
-commands and their help), of the installed packages' folder (typer's version), of the config
-file whose defaults the help shows, and the environment that names that file. Any change and
-the help is rendered again, and kept again. Standard library only: `gpudesk.cli.entry` reads it
-before anything else is imported. A cache that cannot be read or written is passed over.
+(`$XDG_CACHE_HOME/gpudesk` where that is an absolute path, else `~/.cache/gpudesk`) under a
+key of everything it depends on: gpudesk's version and the size and modification time of
+every module of gpudesk.cli (the commands and their help), of the installed packages' folder
+(typer's version), of the config file whose defaults the help shows, and the environment that
+names that file. Any change and the help is rendered again, and kept again. Standard library
+only: `gpudesk.cli.entry` reads it before anything else is imported. A cache that cannot be
+read or written is passed over.
 
 Root keeps no cache: `sudo` may leave HOME (or XDG_CACHE_HOME) naming a user's folder, and root
 never believes, follows or writes what a user controls. A user's own cache file is opened
@@ -30,13 +31,12 @@ import gpudesk
 # What names the config file (gpudesk.cli.config: GPUDESK_CONFIG, else platformdirs' folder,
 # which follows these).
 CONFIG_ENVIRONMENT = ("GPUDESK_CONFIG", "XDG_CONFIG_HOME", "HOME")
-ROOT_HELP = (["--help"], ["-h"])
 
 
 def cache_folder() -> str:
-    base = os.environ.get("XDG_CACHE_HOME", "").strip() or os.path.join(
-        os.path.expanduser("~"), ".cache"
-    )
+    base = os.environ.get("XDG_CACHE_HOME", "").strip()
+    if not os.path.isabs(base):  # the XDG spec: a relative value is invalid, to be ignored
+        base = os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(base, "gpudesk")
 
 
@@ -89,11 +89,13 @@ def cached_root_help() -> str | None:
         found = os.fstat(fd)
         if not stat.S_ISREG(found.st_mode) or found.st_uid != os.geteuid():
             return None
-        with os.fdopen(fd, encoding="utf-8", closefd=False) as kept:
+        # surrogateescape: a path that is not UTF-8 (a HOME or GPUDESK_CONFIG of raw bytes)
+        # reads back as the same str that os.environ gave when it was kept
+        with os.fdopen(fd, encoding="utf-8", errors="surrogateescape", closefd=False) as kept:
             config_file = kept.readline().rstrip("\n")
             key = kept.readline().rstrip("\n")
             text = kept.read()
-    except (OSError, UnicodeDecodeError):
+    except OSError:
         return None
     finally:
         os.close(fd)
@@ -109,9 +111,9 @@ def keep_root_help(text: str, config_file: str) -> None:
     try:
         os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
         fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
+        with os.fdopen(fd, "w", encoding="utf-8", errors="surrogateescape") as out:
             out.write(f"{config_file}\n{fingerprint(config_file)}\n{text}")
         os.replace(partial, path)
-    except OSError:
+    except (OSError, UnicodeError):  # a text that cannot be kept: rendered again next time
         with contextlib.suppress(OSError):
             os.unlink(partial)

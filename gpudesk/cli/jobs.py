@@ -144,6 +144,7 @@ def submit(
     """Queue one job: gpudesk submit [OPTIONS] [--] COMMAND [ARGS]...
 
     gpudesk's options come first; from the command on, every word is the command's."""
+    from gpudesk.api.submit import change_lines
     from gpudesk.engine.jobs import JobSpec, SpecError
     from gpudesk.text import safe_text
 
@@ -241,8 +242,9 @@ def submit(
         if submitted.simulated and slurm is None:
             where = f" on a SIMULATED station ({submitted.simulated}: its GPUs are not real)"
         print(f"submitted job {job_id} ({spec.name}){where}")
-        if change:  # queued, but no GPU will drain for it: say so now, not at the next `queue`
-            print(f"note: job {job_id} is {change}", file=sys.stderr)
+        # queued, but no GPU will drain for it: say so now, not at the next `queue`
+        for line in change_lines(submitted.waits_for_change):
+            print(f"note: {line}", file=sys.stderr)
 
 
 # ------------------------------------------------------------------------- queue
@@ -433,6 +435,9 @@ def _listed(
 
 
 # -------------------------------------------------------------------------- show
+FIELD_INDENT = " " * len("  after      ")  # where a field's value starts in `show`
+
+
 @jobs_app.command()
 def show(
     job: str = typer.Argument(
@@ -461,6 +466,7 @@ def show(
         _plot_job(target, data)
         return
     j, spec = data.job, data.job.spec
+    width = render.terminal_width()
     command = spec.command[0] if spec.shell else shlex.join(spec.command)
     lines = [
         f"job {j.id}: {j.name}",
@@ -487,16 +493,15 @@ def show(
     ]
     if spec.after:
         states = {other.id: other for other in after}
-        lines.append(
-            "  after      "
-            + ", ".join(
-                f"job {ref} ({states[ref].name}, {states[ref].state})"
-                if ref in states
-                else f"job {ref} (gone)"
-                for ref in spec.after
-            )
-            + ": starts once all have succeeded"
-        )
+        refs = [
+            f"job {ref} ({states[ref].name}, {states[ref].state})"
+            if ref in states
+            else f"job {ref} (gone)"
+            for ref in spec.after
+        ]
+        # what it still waits for; once it has run (or was cancelled for them) it waits no more
+        until = "starts once all have succeeded" if j.state == "queued" else ""
+        lines.extend(_after_lines(refs, until, width))
     if j.group:
         lines.append(f"  run        {j.group}" + (f", sweep {spec.sweep}" if spec.sweep else ""))
     if data.tracking is not None:
@@ -507,7 +512,7 @@ def show(
             + (f" (the store: {run.error})" if run.error else "")
         )
     if data.waiting:  # the reason says "waiting ...", "held: ...", "pending in Slurm ..."
-        lines.append(f"  why        {data.waiting}")
+        lines.append(render.fill(f"  why        {data.waiting}", width, FIELD_INDENT))
     if data.attempts:
         lines.append("attempts:")
         for a in data.attempts:
@@ -533,6 +538,22 @@ def show(
         lines.extend(f"  {k}={v}" for k, v in sorted(data.env.items()))
     print("\n".join(lines))
     _plot_job(target, data)
+
+
+def _after_lines(refs: list[str], until: str, width: int) -> list[str]:
+    """show's `after` field in `width` columns: the jobs it runs after, a sweep's many of them
+    continued under the first, each job's mention kept on one line; then `until` ("" for
+    nothing), wrapped as prose."""
+    head = "  after      "  # as wide as FIELD_INDENT
+    pieces = [f"{ref}," for ref in refs[:-1]] + [refs[-1] + (":" if until else "")]
+    pieces += until.split()
+    lines = [head + pieces[0]]
+    for piece in pieces[1:]:
+        if len(lines[-1]) + 1 + len(piece) > width:
+            lines.append(FIELD_INDENT + piece)
+        else:
+            lines[-1] += " " + piece
+    return lines
 
 
 def _plot_job(target: PlotTarget | None, data: JobDetail) -> None:

@@ -14,9 +14,9 @@ from typing import Any
 
 import typer
 
-from gpudesk import __version__
 from gpudesk.cli.common import CliError, reflow_help
 from gpudesk.cli.exit_codes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE
+from gpudesk.cli.first_answers import ROOT_HELP, version_text
 from gpudesk.cli.plain_help import plain_help
 
 # Each command of the root, the module (in gpudesk.cli) that holds it, in the order `gpudesk
@@ -114,7 +114,7 @@ def modules_for(argv: list[str]) -> list[str] | None:
 
 def _version_callback(value: bool) -> None:
     if value:
-        print(f"gpudesk {__version__}")
+        print(version_text())
         raise typer.Exit()
 
 
@@ -207,7 +207,7 @@ def main(argv: list[str] | None = None) -> None:
         # built once: the config check reads it too
         command = typer.main.get_command(build_app(modules, named))
         defaults = _user_defaults(command, partial=modules is not None)
-        if args in (["--help"], ["-h"]):
+        if args in ROOT_HELP:
             _print_root_help(command, defaults)
             sys.exit(0)  # as click's help does
         code = command.main(

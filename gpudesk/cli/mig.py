@@ -23,13 +23,13 @@ if TYPE_CHECKING:
     from gpudesk.cli.mig_simulated import SimulatedStation
     from gpudesk.engine.mig.nvidia_smi import NvidiaSmiError
     from gpudesk.engine.mig.profiles import SliceSpan
-    from gpudesk.engine.mig.records import GiProfile, GpuEntry, MigLayout
+    from gpudesk.engine.mig.records import GiProfile, GpuEntry, MigLayout, MigSlot
 
 # gpudesk.engine.mig is imported inside the commands: every `gpudesk` command loads this module
 # (it is registered in gpudesk.cli.main), and the MIG layer costs ~25-40 ms to import.
 
 # On a simulated station `profiles` and `list` answer from the engine (gpudesk.cli.mig_simulated).
-SIMULATED_MODE_NOTE = " On a SIMULATED station, MIG mode comes from the [station] mig table."
+NO_MIG_GPU = "no MIG-capable GPU on this station"
 
 mig_app = typer.Typer(help="MIG partitions through nvidia-smi.", no_args_is_help=True)
 
@@ -119,18 +119,22 @@ def profiles_cmd(
     with _engine_errors():
         station = simulated_station()
     found, skipped = _read_profiles(gpu) if station is None else _simulated_profiles(station, gpu)
+    if not found and not skipped:  # as where every GPU is one without MIG: nothing to list
+        fail(NO_MIG_GPU, EXIT_FAILED)
     if json_out:
         print_json({"gpus": _profiles_json(found, skipped)})
         return
     blocks = [(f.entry.index, _profiles_text(f)) for f in found]
     blocks += [
-        (s.entry.index, f"{_gpu_title(s.entry, s.simulated)}\n  {s.problem}") for s in skipped
+        (s.entry.index, f"{_gpu_title(s.entry.index, s.entry.name, s.simulated)}\n  {s.problem}")
+        for s in skipped
     ]
     print("\n\n".join(text for _, text in sorted(blocks)))
 
 
-def _gpu_title(entry: GpuEntry, simulated: bool) -> str:
-    return f"GPU {entry.index}: {entry.name}" + ("  [SIMULATED]" if simulated else "")
+def _gpu_title(index: int, name: str, simulated: bool = False, mode: str = "") -> str:
+    """A GPU's heading: "GPU 3: NVIDIA A100-SXM4-40GB", then its MIG `mode` where given."""
+    return f"GPU {index}: {name}" + (f"  {mode}" if mode else "") + ("  [SIMULATED]" * simulated)
 
 
 def _simulated_profiles(
@@ -138,7 +142,7 @@ def _simulated_profiles(
 ) -> tuple[list[_GpuProfiles], list[_Skipped]]:
     """Each simulated MIG-capable GPU's profiles (from its model's table), as `_read_profiles`
     reads a real station's."""
-    from gpudesk.cli.mig_simulated import simulated_profiles
+    from gpudesk.cli.mig_simulated import simulated_mode_note, simulated_profiles
     from gpudesk.engine.mig.records import GpuEntry
 
     if gpu is not None and gpu not in station.plans:
@@ -153,7 +157,7 @@ def _simulated_profiles(
     for plan in (p for i, p in sorted(station.plans.items()) if gpu is None or i == gpu):
         entry = GpuEntry(plan.gpu, plan.name, uuids.get(plan.gpu, ""))
         if not plan.mig_enabled:
-            note = _mode_note(plan.gpu, plan.mig_mode) + SIMULATED_MODE_NOTE
+            note = simulated_mode_note(plan.gpu, plan.name, plan.mig_mode)
             skipped.append(_Skipped(entry, plan.mig_mode, note, simulated=True))
             continue
         profiles, places = simulated_profiles(plan)
@@ -264,7 +268,7 @@ def _profiles_text(found: _GpuProfiles) -> str:
         for p in found.profiles
     ]
     table = _table(_PROFILE_HEADERS, rows, right=(0, 4, 5, 6, 7, 8, 9))
-    return _gpu_title(found.entry, found.simulated) + "\n" + table
+    return _gpu_title(found.entry.index, found.entry.name, found.simulated) + "\n" + table
 
 
 # -------------------------------------------------------------------------------- list
@@ -293,21 +297,21 @@ def _layout_dict(layout: MigLayout) -> dict[str, Any]:
     }
 
 
+def _slots_table(slots: Sequence[MigSlot]) -> str:
+    rows = [
+        (s.device, s.profile, s.gpu_instance_id, s.compute_instance_id, s.placement, s.uuid)
+        for s in slots
+    ]
+    return _table(("DEV", "PROFILE", "GI", "CI", "PLACEMENT", "UUID"), rows, right=(0, 2, 3))
+
+
 def _layout_text(gpu: int, layout: MigLayout) -> list[str]:
     if not layout.gpu_instances:
         return [
             f"  no MIG instances (`gpudesk mig apply --gpu {gpu} PROFILE[,PROFILE...]` "
             f"creates some)"
         ]
-    lines = []
-    if layout.slots:
-        rows = [
-            (s.device, s.profile, s.gpu_instance_id, s.compute_instance_id, s.placement, s.uuid)
-            for s in layout.slots
-        ]
-        lines.append(
-            _table(("DEV", "PROFILE", "GI", "CI", "PLACEMENT", "UUID"), rows, right=(0, 2, 3))
-        )
+    lines = [_slots_table(layout.slots)] if layout.slots else []
     with_ci = {c.gpu_instance_id for c in layout.compute_instances}
     bare = [g for g in layout.gpu_instances if g.instance_id not in with_ci]
     if bare:
@@ -375,11 +379,10 @@ def list_cmd(json_out: JsonOption = False) -> None:
     lines = []
     for entry, state, layout in report:
         if layout is None:
-            lines.append(f"GPU {entry.index}: {entry.name}  {_mode_note(entry.index, state)}")
+            lines.append(_gpu_title(entry.index, entry.name, mode=_mode_note(entry.index, state)))
             continue
-        lines.append(
-            f"GPU {entry.index}: {entry.name}  MIG enabled, {len(layout.slots)} MIG device(s)"
-        )
+        devices = f"MIG enabled, {len(layout.slots)} MIG device(s)"
+        lines.append(_gpu_title(entry.index, entry.name, mode=devices))
         lines.extend(_layout_text(entry.index, layout))
     print("\n".join(lines))
 
@@ -387,57 +390,37 @@ def list_cmd(json_out: JsonOption = False) -> None:
 def _list_simulated(station: SimulatedStation, json_out: bool) -> None:
     """`list` on a simulated station: each GPU's mode and MIG devices as the engine's telemetry
     shows them (a simulated slice has no memory-slice placement to show)."""
+    from gpudesk.cli.mig_simulated import (
+        simulated_layout_dict,
+        simulated_mode_note,
+        simulated_slots,
+    )
+
     report = []
     for gpu in sorted(station.gpus, key=lambda g: g.index):
         plan = station.plans.get(gpu.index)
         mode = plan.mig_mode if plan else "unsupported"
-        devices = sorted(gpu.mig_devices, key=lambda m: m.index) if mode == "enabled" else []
-        report.append((gpu, mode, devices))
+        slots = simulated_slots(gpu.index, gpu.mig_devices if mode == "enabled" else [])
+        report.append((gpu, mode, slots))
     if json_out:
-        print_json(
-            {
-                "simulated": True,
-                "backend": station.backend,
-                "gpus": [
-                    {
-                        "index": gpu.index,
-                        "name": gpu.name,
-                        "uuid": gpu.uuid,
-                        "simulated": True,
-                        "mig_mode": mode,
-                        "mig_devices": [
-                            {
-                                "gpu": gpu.index,
-                                "device": m.index,
-                                "profile": m.profile,
-                                "uuid": m.uuid,
-                                "gpu_instance_id": m.gpu_instance_id,
-                                "compute_instance_id": m.compute_instance_id,
-                                "placement": None,
-                            }
-                            for m in devices
-                        ],
-                    }
-                    for gpu, mode, devices in report
-                ],
-            }
-        )
+        gpus = [
+            {"index": gpu.index, "name": gpu.name, "uuid": gpu.uuid, "simulated": True}
+            | {"mig_mode": mode, **simulated_layout_dict(gpu.name or "", slots)}
+            for gpu, mode, slots in report
+        ]
+        print_json({"simulated": True, "backend": station.backend, "gpus": gpus})
         return
     lines = [f"{station.backend} SIMULATED: MIG devices of the simulated GPUs (not nvidia-smi's)"]
-    for gpu, mode, devices in report:
-        title = f"GPU {gpu.index}: {gpu.name}"
+    for gpu, mode, slots in report:
+        name = gpu.name or "?"  # a simulated GPU always has its model's name
         if mode != "enabled":
-            lines.append(f"{title}  {_mode_note(gpu.index, mode)}")
+            note = simulated_mode_note(gpu.index, name, mode)
+            lines.append(_gpu_title(gpu.index, name, mode=note))
             continue
-        lines.append(f"{title}  MIG enabled, {len(devices)} MIG device(s)")
-        if devices:
-            rows = [
-                (m.index, m.profile, m.gpu_instance_id, m.compute_instance_id, "-", m.uuid)
-                for m in devices
-            ]
-            lines.append(
-                _table(("DEV", "PROFILE", "GI", "CI", "PLACEMENT", "UUID"), rows, right=(0, 2, 3))
-            )
+        devices = f"MIG enabled, {len(slots)} MIG device(s)"
+        lines.append(_gpu_title(gpu.index, name, mode=devices))
+        if slots:
+            lines.append(_slots_table(slots))
         else:
             lines.append(f"  no MIG instances (`gpudesk mig apply-plan --gpu {gpu.index}`)")
     print("\n".join(lines))
@@ -523,7 +506,7 @@ def _plan_text(plan: MigPlanView) -> str:
         "pending": "MIG enabled, pending a GPU reset",
         "disabled": "MIG disabled",
     }.get(plan.mig_mode, f"MIG {plan.mig_mode}")
-    lines = [f"GPU {plan.gpu}: {plan.name}  {mode}" + ("  [SIMULATED]" if plan.simulated else "")]
+    lines = [_gpu_title(plan.gpu, plan.name, plan.simulated, mode)]
     lines.append(f"  current  {', '.join(plan.current) or 'no MIG instances'}")
     lines.append(f"  wanted   {', '.join(plan.wanted) or '-'}")
     if plan.slices:
@@ -587,7 +570,7 @@ def plan_cmd(
         print_model(result)
         return
     if not result.plans:
-        print("no MIG-capable GPU on this station")
+        print(NO_MIG_GPU)
         return
     print("\n\n".join(_plan_text(plan) for plan in result.plans))
 

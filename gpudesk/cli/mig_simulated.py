@@ -8,15 +8,14 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from gpudesk.api.models import GpuView, MigPlanView
+    from gpudesk.api.models import GpuView, MigDeviceView, MigPlanView
     from gpudesk.engine.mig.profiles import SliceSpan
-    from gpudesk.engine.mig.records import GiProfile
+    from gpudesk.engine.mig.records import GiProfile, MigSlot
 
 SNAPSHOT_WAIT_S = 5.0  # an engine just started takes its first sample within a second or two
-SIMULATED = "SIMULATED"
 
 
 @dataclass(frozen=True)
@@ -61,6 +60,63 @@ def simulated_station() -> SimulatedStation | None:
             raise
         return None  # no engine to ask: nvidia-smi's own error says what is missing
     return SimulatedStation(station.effective_backend, snapshot.gpus if snapshot else [], plans)
+
+
+def simulated_mode_note(gpu: int, gpu_name: str, mode: str) -> str:
+    """What to do about a simulated GPU not in MIG mode: nothing on the machine (there is no
+    nvidia-smi to run, no GPU to reset) but the station's `mig` table, which puts a GPU in MIG
+    mode by giving it a layout."""
+    from gpudesk.engine.mig.profiles import table_for_gpu
+
+    if mode != "disabled":  # a simulated GPU is either in MIG mode or not: nothing pends
+        return "no MIG support" if mode == "unsupported" else f"MIG {mode}"
+    halves = [p.name for p in table_for_gpu(gpu_name) if p.simulated and p.instances == 2]
+    layout = ",".join(halves[:1] * 2) or "..."
+    return (
+        "MIG disabled (SIMULATED). A simulated GPU is in MIG mode when the station's `mig` "
+        f'table gives it a layout: mig = {{ {gpu} = "{layout}" }} under [station].'
+    )
+
+
+# `nvidia-smi mig -lcip`: the compute instance that takes a whole GPU instance of N slices
+# ("MIG 3g.20gb", marked *) is profile Nc's id (data/nvidia-smi lcip: 1c 0, 2c 1, 3c 2, ...)
+FULL_CI_PROFILE_ID = {1: 0, 2: 1, 3: 2, 4: 3, 7: 4}
+
+
+def simulated_slots(gpu: int, devices: list[MigDeviceView]) -> list[MigSlot]:
+    """A simulated GPU's MIG devices as `mig list` reads a real GPU's (no placement)."""
+    from gpudesk.engine.mig.records import MigSlot
+
+    return [
+        MigSlot(gpu, m.index, m.profile, m.uuid or "", m.gpu_instance_id, m.compute_instance_id)
+        for m in sorted(devices, key=lambda m: m.index)
+    ]
+
+
+def simulated_layout_dict(gpu_name: str, slots: list[MigSlot]) -> dict[str, Any]:
+    """`mig list --json`'s layout keys for a simulated GPU, as for a real one: each simulated
+    slice is a GPU instance with one compute instance as large as itself."""
+    from gpudesk.engine.mig.profiles import table_for_gpu
+
+    ids = {p.name: p.id for p in table_for_gpu(gpu_name)}
+
+    def full_ci(profile: str) -> int | None:
+        size = profile.partition("g.")[0]
+        return FULL_CI_PROFILE_ID.get(int(size)) if size.isdigit() else None
+
+    return {
+        "mig_devices": [s.to_dict() for s in slots],
+        "gpu_instances": [
+            {"id": s.gpu_instance_id, "profile": s.profile, "profile_id": ids.get(s.profile)}
+            | {"placement": None}
+            for s in slots
+        ],
+        "compute_instances": [
+            {"gpu_instance_id": s.gpu_instance_id, "id": s.compute_instance_id}
+            | {"profile": s.profile, "profile_id": full_ci(s.profile), "placement": None}
+            for s in slots
+        ],
+    }
 
 
 def simulated_profiles(

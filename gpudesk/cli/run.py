@@ -46,7 +46,7 @@ def run(
 
     Exits 0 only if every job succeeded. Ctrl-C cancels this run's jobs and still reports. A
     profile whose [station] asks for a SIMULATED station runs on one of its own, beside your
-    engine, which it leaves as it is (docs/profiles.md)."""
+    engine, which it leaves as it is (docs/shared-station.md)."""
     from gpudesk.api.own_station import own_station, own_station_home, simulated_backend
     from gpudesk.cli.run_report import run_profile, write_report
     from gpudesk.profile import ProfileError, load_profile

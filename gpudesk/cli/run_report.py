@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import textwrap
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -190,12 +189,7 @@ class RunReport:
                 f"{render.shorten_path(folder)}{os.sep}, or gpudesk logs ID"
             )
         lines += [self.energy_line(), *self.loader_lines(), *self.notes]
-        wrapped = [
-            textwrap.fill(
-                line, width, subsequent_indent="  ", break_on_hyphens=False, break_long_words=False
-            )
-            for line in lines
-        ]
+        wrapped = [render.fill(line, width) for line in lines]
         results = self.results_text(width)
         return f"{table}\n\n" + (f"{results}\n\n" if results else "") + "\n".join(wrapped)
 
@@ -205,7 +199,7 @@ class RunReport:
         if not self.metrics:
             if self.ranking is None:
                 return ""
-            return _fill(
+            return render.fill(
                 f"best: none; no job printed a `result {{json}}` line with "
                 f"{self.ranking.metric!r} (docs/results.md)",
                 width,
@@ -228,15 +222,16 @@ class RunReport:
         # As many metric columns as fit beside whole names; names are clipped only to fit one.
         shown = 1
         while shown < len(keys):
-            wider = _results_table(ranked, self.metrics, keys[: shown + 1])
+            # names at most 32 wide, as the table below shows them, and nothing fitted yet
+            wider = _results_table(ranked, self.metrics, keys[: shown + 1], sys.maxsize)
             if max(len(line) for line in wider.splitlines()) > width:
                 break
             shown += 1
         table = _results_table(ranked, self.metrics, keys[:shown], width)
         title = f"results, best {ranking.metric} first:" if ranking else "results:"
-        lines = [_fill(title, width), table]
+        lines = [render.fill(title, width), table]
         if shown < len(keys):
-            lines.append(_fill(f"more metrics in --json: {', '.join(keys[shown:])}", width))
+            lines.append(render.fill(f"more metrics in --json: {', '.join(keys[shown:])}", width))
         silent = sum(
             1 for j in self.jobs if j.id not in self.metrics and j.id not in self.prepass_jobs
         )
@@ -247,7 +242,7 @@ class RunReport:
         if ranking is None:
             if len(trained) > 1:  # one job's numbers leave nothing to rank
                 lines.append(
-                    _fill(
+                    render.fill(
                         "no job is called best: the profile names no metric to rank by; add "
                         f'[report] with metric = "{keys[0] if keys else "val_acc"}" and '
                         'goal = "max" (or "min" when smaller is better)',
@@ -256,7 +251,7 @@ class RunReport:
                 )
         elif top is None:
             lines.append(
-                _fill(
+                render.fill(
                     f"best: none; no succeeded job printed {ranking.metric!r} in its result line",
                     width,
                 )
@@ -265,7 +260,7 @@ class RunReport:
             name = next(j.name for j in self.jobs if j.id == top.job)
             tied = f", {top.ties} tied" if top.ties else ""
             lines.append(
-                _fill(
+                render.fill(
                     f"best configuration: {name} (job {top.job}): {ranking.metric} "
                     f"{_number(top.value)} ({ranking.goal} of {top.ranked}{tied})",
                     width,
@@ -344,12 +339,6 @@ class RunReport:
             f"{', '.join(parts)}; {energy.carbon_g or 0.0:.1f} g CO2e at "
             f"{self.grid_g_per_kwh:g} g/kWh ({grid}{station}{estimate})"
         )
-
-
-def _fill(text: str, width: int) -> str:
-    return textwrap.fill(
-        text, width, subsequent_indent="  ", break_on_hyphens=False, break_long_words=False
-    )
 
 
 def _number(value: float) -> str:
@@ -442,7 +431,11 @@ class _Progress:
         ids = [str(j.id) for j in shown]
         times = [render.duration(render.runtime(j.started_at, j.ended_at)) for j in shown]
         outputs = [render.last_line(j.log) if j.state == "running" else "" for j in shown]
-        fixed = max(map(len, ids), default=2) + len("succeeded") + max(map(len, times), default=4)
+        # each column as wide as its widest cell or its header, whichever is wider
+        fixed = sum(
+            max(len(header), *map(len, cells))
+            for header, cells in (("ID", ids), ("STATE", ["succeeded"]), ("TIME", times))
+        )
         room = width - fixed - 2 * 3  # the name's, and the output's after two more spaces
         names = [j.name for j in shown]
         name_width = max(len("NAME"), min(NAME_WIDTH, max(map(len, names), default=4), room))

@@ -160,7 +160,7 @@ def simulate(
         f"{'on' if learn else 'off'}{', truth from ' + str(truth) if truth else ''}; "
         f"ratios against {_baseline(results).policy}"
     ]
-    print(_fill(lines[0], width))
+    print(render.fill(lines[0], width))
     print(_results_table(results, width))
     notes = list(_ratio_lines(ratios))
     for r in results:
@@ -174,7 +174,7 @@ def simulate(
         for reason, jobs in _by_reason(r.lost_jobs).items():
             notes.append(f"lost under {r.policy}: {_listed(jobs)}: {reason}")
     for note in notes:
-        print(_fill(note, width))
+        print(render.fill(note, width))
     _plot(target, results, sims[0], loaded.name, chosen)
 
 
@@ -330,7 +330,7 @@ def _results_table(results: list[SimResult], width: int | None = None) -> str:
     counts = [(row[0], *row[split:]) for row in rows]
     if not any(any(count for count in row[1:]) for row in counts):
         said = "OOM crashes, recoveries, lost and impossible jobs: none under any policy"
-        return f"{times}\n{_fill(said, width)}"
+        return f"{times}\n{render.fill(said, width)}"
     losses = render.table(
         ("POLICY", *_RESULT_HEADERS[split:]),
         counts,
@@ -339,12 +339,3 @@ def _results_table(results: list[SimResult], width: int | None = None) -> str:
         shrink=(0,),
     )
     return f"{times}\n\n{losses}"
-
-
-def _fill(text: str, width: int) -> str:
-    """A line of prose in `width` columns, continued lines indented."""
-    import textwrap
-
-    return textwrap.fill(
-        text, width, subsequent_indent="  ", break_on_hyphens=False, break_long_words=False
-    )

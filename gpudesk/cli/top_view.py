@@ -362,6 +362,7 @@ def render_frame(view: dict[str, Any], width: int = WIDTH) -> str:
                 rows,
                 max_widths={1: 8, 2: name_width, 3: 10},
                 right=(0, 4, 5, 6, 7, 8),
+                width=width,
             )
         )
     return "\n".join(render.clip(line, width) for line in "\n".join(lines).splitlines())

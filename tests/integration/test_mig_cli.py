@@ -387,7 +387,9 @@ def test_profiles_and_list_on_a_simulated_station(
         assert "GPU 3: NVIDIA A100-SXM4-40GB  [SIMULATED]" in out
         row = next(line for line in out.splitlines() if " 3g.20gb " in line)
         assert row.split()[:3] == ["9", "3g.20gb", "1/2"] and row.endswith("{0,4}:4")
-        assert "GPU 0: NVIDIA A100-SXM4-40GB  [SIMULATED]\n  MIG disabled." in out
+        assert "GPU 0: NVIDIA A100-SXM4-40GB  [SIMULATED]\n  MIG disabled (SIMULATED)." in out
+        # no nvidia-smi to run and no GPU to reset: the station's mig table is the switch
+        assert "sudo" not in out and 'mig = { 0 = "3g.20gb,3g.20gb" } under [station]' in out
         code, out, _ = gpudesk("mig", "profiles", "--gpu", "3", "--json")
         (gpu,) = json.loads(out)["gpus"]
         assert gpu["simulated"] is True and gpu["mig_mode"] == "enabled"
@@ -400,12 +402,25 @@ def test_profiles_and_list_on_a_simulated_station(
         assert code == 0, err
         assert out.startswith("sim:dgx-station-a100 SIMULATED")
         assert "GPU 3: NVIDIA A100-SXM4-40GB  MIG enabled, 1 MIG device(s)" in out
+        assert "sudo" not in out and 'mig = { 1 = "3g.20gb,3g.20gb" } under [station]' in out
         assert re.search(r"^\s+0\s+3g\.20gb\s.*MIG-", out, re.M), out
         assert "nvidia-smi was not found" not in out + err
         code, out, _ = gpudesk("mig", "list", "--json")
         listed = json.loads(out)
         assert listed["simulated"] is True
-        assert [m["profile"] for m in listed["gpus"][3]["mig_devices"]] == ["3g.20gb"]
+        gpu3 = listed["gpus"][3]
+        (device,) = gpu3["mig_devices"]
+        assert device["profile"] == "3g.20gb" and device["uuid"].startswith("MIG-")
+        # the keys a real GPU's listing has, each slice a GPU instance with its compute instance
+        assert gpu3["gpu_instances"] == [
+            {"id": device["gpu_instance_id"], "profile": "3g.20gb", "profile_id": 9}
+            | {"placement": None}
+        ]
+        assert gpu3["compute_instances"] == [
+            {"gpu_instance_id": device["gpu_instance_id"], "id": device["compute_instance_id"]}
+            | {"profile": "3g.20gb", "profile_id": 2, "placement": None}
+        ]
+        assert listed["gpus"][0]["gpu_instances"] == listed["gpus"][0]["compute_instances"] == []
         assert [g["mig_mode"] for g in listed["gpus"]] == ["disabled"] * 3 + ["enabled"]
     finally:
         engine.client.close()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from conftest import EngineHandle, Run, wait_for
 
 
@@ -27,11 +28,37 @@ def test_show_prints_the_time_limit_and_the_jobs_it_runs_after_and_that_it_never
     assert gpudesk("cancel", str(prep))[0] == 0
     engine.wait_state(train, "cancelled")
     code, out, err = gpudesk("show", str(train))
-    assert f"after      job {prep} (prep, cancelled): starts once all have succeeded" in [
-        line.strip() for line in out.splitlines()
-    ]
+    # cancelled because what it waited for was: it waits for nothing any more
+    assert f"after      job {prep} (prep, cancelled)" in [line.strip() for line in out.splitlines()]
     assert "usage:     none: it never ran (cancelled before it started)" in out.splitlines()
     gate.touch()
+
+
+def test_show_of_a_job_after_a_sweep_wraps_its_jobs_to_the_terminal(
+    engine: EngineHandle, gpudesk: Run, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gate = tmp_path / "gate"
+    engine.occupy_the_only_slot(gate)
+    names = [f"light-lr0.0{n}-h512-wd0.01-seed42" for n in range(1, 7)]
+    sweep = engine.submit(*({"name": name, "command": ["true"]} for name in names))
+    (summary,) = engine.submit({"name": "summary", "command": ["true"], "after": sweep})
+    monkeypatch.setenv("COLUMNS", "80")
+    code, out, err = gpudesk("show", str(summary))
+    assert code == 0, err
+    lines = out.splitlines()
+    first = next(n for n, line in enumerate(lines) if line.startswith("  after      "))
+    why = next(n for n, line in enumerate(lines) if line.startswith("  why "))
+    field = lines[first:why]
+    assert all(len(line) <= 80 for line in lines[first : why + 2]), out  # and why it waits
+    mentions = [f"job {i} ({name}, queued)" for i, name in zip(sweep, names, strict=True)]
+    said = " ".join(line.strip() for line in field)
+    assert all(mention in said for mention in mentions), field  # none broken across lines
+    assert said.endswith(": starts once all have succeeded"), field
+    gate.touch()
+    engine.wait_state(summary, "succeeded")
+    out = gpudesk("show", str(summary))[1]
+    assert "starts once" not in out  # it has run: it waits for nothing
+    assert f"job {sweep[0]} ({names[0]}, succeeded)," in out
 
 
 def test_a_job_alone_on_an_idle_gpu_says_why_mps_and_not_the_whole_gpu(

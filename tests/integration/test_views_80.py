@@ -74,7 +74,8 @@ def test_piped_queue_keeps_whole_names_for_scripts(
 ) -> None:
     gate = tmp_path / "gate"
     engine.occupy_the_only_slot(gate)
-    long_name = "light-lr0.001-h512-wd0.01-seed42"  # 32 characters: wider than 80 allows here
+    # 42 characters: wider than 80 columns allow here, and than a fitted table ever shows
+    long_name = "light-lr0.001-h512-wd0.01-seed42-warmup100"
     (job_id,) = engine.submit({"name": long_name, "command": ["true"]})
     env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
     piped = subprocess.run(

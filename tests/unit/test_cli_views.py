@@ -66,6 +66,15 @@ def test_history_at_80_columns_names_each_job_and_marks_estimates() -> None:
     ]  # fmt: skip
 
 
+def test_history_wide_keeps_every_cell_whole() -> None:
+    """`--wide` (and a pipe) is for reading all of it, or for a script: no name, user or
+    placement is clipped, however long."""
+    name, user = "light-lr0.001-h512-wd0.01-seed42-warmup100", "a.very.long.username"
+    long = replace(sweep_history()[0], name=name, user=user, placement="gpu:0/mig:1g.5gb/3")
+    cells = _table([long], None).splitlines()[1].split()
+    assert cells[1:3] == [name, user] and "gpu:0/mig:1g.5gb/3" in cells
+
+
 def test_history_marks_a_shared_gpus_energy_as_an_estimate_as_show_does() -> None:
     shared = job_view(id=3, state="succeeded", usage={"total_j": 7200.0, "estimate": True})
     alone = job_view(id=4, state="succeeded", usage={"total_j": 7200.0, "estimate": False})

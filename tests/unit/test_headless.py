@@ -253,3 +253,19 @@ def test_live_table_at_80_columns_gives_the_width_to_ids_names_and_times(
         "1004  he…01-h1024-1-with-seed-42  running    1h02m",
         " 999  prep                        succeeded   2.5s",
     ]
+
+
+def test_live_table_keeps_the_id_and_time_headers_whole_beside_long_names() -> None:
+    """Single-digit ids and queued jobs' "-" times are narrower than their headers: the names
+    get only what the headers leave, and TIME is not clipped to `TI…`."""
+    name = "light-lr0.0{}-h512-wd0.01-seed42-warmup-cosine"
+    jobs = [
+        job(i, "queued", name=name.format(i), started_at=None, ended_at=None) for i in range(1, 5)
+    ]
+    out = io.StringIO()
+    table = _Progress(io.StringIO(), live=False)._table(jobs, rows=10, width=60)
+    Console(file=out, width=60).print(table)
+    lines = [line.rstrip() for line in out.getvalue().splitlines()]
+    assert lines[1].split() == ["ID", "NAME", "STATE", "TIME"], lines
+    assert all(len(line) <= 60 for line in lines)
+    assert lines[2].split()[0] == "1" and lines[2].split()[-2:] == ["queued", "-"]

@@ -34,10 +34,10 @@ AS_A_USER = (
 
 
 def gpudesk_entry(
-    args: list[str], cache: Path, columns: int = 80, as_a_user: bool = True, **env: str
+    args: list[str], cache: Path, columns: int = 80, as_a_user: bool = True, **env: str | None
 ) -> tuple[str, bool, int]:
     """`gpudesk ARGS` through the console script's entry point in a fresh interpreter: what it
-    printed, whether typer was imported, its exit code."""
+    printed, whether typer was imported, its exit code. A variable given as None is unset."""
     program = (
         "import json, sys\n"
         + (AS_A_USER if as_a_user else "")
@@ -54,6 +54,7 @@ def gpudesk_entry(
         "GPUDESK_CONFIG": "",
         **env,
     }
+    environment = {name: value for name, value in environment.items() if value is not None}
     done = subprocess.run(
         [sys.executable, "-c", program], capture_output=True, text=True, env=environment, timeout=60
     )
@@ -118,6 +119,41 @@ def test_a_changed_command_module_renders_the_help_again(
     stat = module.stat()
     os.utime(module, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))
     assert help_cache.cached_root_help() is None
+
+
+@pytest.mark.parametrize("variable", ["GPUDESK_CONFIG", "HOME"])
+def test_a_path_that_is_not_utf8_is_kept_and_read_back(tmp_path: Path, variable: str) -> None:
+    """A config file or home folder named in raw bytes (Latin-1 `café`) is a path like any
+    other: the help is printed, kept and read back, and no half-written file is left."""
+    raw = os.fsdecode(bytes(tmp_path) + b"/caf\xe9")
+    env: dict[str, str | None] = {variable: raw + ".toml" if variable == "GPUDESK_CONFIG" else raw}
+    if variable == "HOME":
+        env |= {"GPUDESK_CONFIG": None, "XDG_CONFIG_HOME": None}  # the config under HOME
+    cache = tmp_path / "cache"
+    rendered, typer_loaded, code = gpudesk_entry(["--help"], cache, **env)
+    assert code == 0 and typer_loaded and "Usage: gpudesk" in rendered
+    kept, typer_loaded, code = gpudesk_entry(["--help"], cache, **env)
+    assert code == 0 and not typer_loaded and kept == rendered
+    assert [p.name for p in (cache / "gpudesk").iterdir()] == ["root-help-80.txt"]
+
+
+def test_a_relative_xdg_cache_home_is_ignored(tmp_path: Path) -> None:
+    """The XDG spec: a relative XDG_CACHE_HOME is invalid. The cache goes under HOME, not into
+    whatever folder the command was run from."""
+    here, home = tmp_path / "here", tmp_path / "home"
+    here.mkdir()
+    program = (
+        AS_A_USER + "import os\nfrom gpudesk.cli import help_cache\n"
+        "help_cache.keep_root_help('the help\\n', '')\nprint(help_cache.cached_root_help())\n"
+    )
+    environment = {**os.environ, "XDG_CACHE_HOME": "cache", "HOME": str(home), "COLUMNS": "80"}
+    done = subprocess.run(
+        [sys.executable, "-c", program],
+        cwd=here, capture_output=True, text=True, env=environment, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0 and done.stdout == "the help\n\n", done.stderr
+    assert list(here.iterdir()) == []
+    assert (home / ".cache" / "gpudesk" / "root-help-80.txt").is_file()
 
 
 def test_a_cache_that_cannot_be_written_is_passed_over(tmp_path: Path) -> None:
