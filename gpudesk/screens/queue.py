@@ -178,6 +178,9 @@ class QueueScreen(JobActions):
         # (it re-reads the table every few refreshes), so a frame goes over the running
         # rows only (300 rows took ~0.2 s of a screen switch on a 2-core machine).
         self._cells: dict[int, tuple[JobView, int, dict[str, Text | str]]] = {}
+        # The job under the cursor and the scroll position when the columns were laid out
+        # again (which empties the table), for the next drawing to put back.
+        self._kept: tuple[int | None, float] | None = None
 
     def compose(self) -> ComposeResult:
         yield DeskHeader()
@@ -221,6 +224,8 @@ class QueueScreen(JobActions):
         self.name_width = width
         self.columns = columns
         table = self.query_one("#jobs", DataTable)
+        if self._kept is None and table.row_count:
+            self._kept = (self.selected_id(), table.scroll_y)
         table.clear(columns=True)
         self._drawn = None
         for column in columns:
@@ -269,12 +274,12 @@ class QueueScreen(JobActions):
         if self.filter_text.strip():
             jobs = [j for j in jobs if matches(j, self.filter_text, state)]
         jobs.sort(key=lambda j: sort_value(j, self.sort_key, state.now), reverse=self.sort_reverse)
-        selected = self.selected_id()
+        selected, scroll_y = self._kept or (self.selected_id(), table.scroll_y)
+        self._kept = None
         wanted = [str(j.id) for j in jobs]
         existing = [str(row.value) for row in table.rows]
         if existing != wanted:
-            # Rebuild the order (rare: a job came, went or the sort changed) ...
-            scroll_y = table.scroll_y
+            # Rebuild the order (rare: a job came, went, the sort or the columns changed) ...
             table.clear()
             for job in jobs:
                 cells, _ = self._cells_of(job, state)
