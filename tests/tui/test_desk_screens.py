@@ -1,14 +1,18 @@
-"""The loaders screen's empty state, and the running processes' view at 80×24."""
+"""The loaders screen's empty state, and the running processes' view at 80×24 (a long list
+beside its scroll bar)."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 
+import msgspec
 from replay import MPS_FAULT, STATION, replay_feed
 from test_desk_snapshots import replayed
 from textual.widgets import DataTable, Static
 
 from gpudesk.screens.app import DeskApp
+from gpudesk.screens.feed import ReplayFeed
 from gpudesk.screens.help import KEYS
 
 
@@ -50,5 +54,37 @@ def test_the_running_jobs_have_a_screen_of_their_own_at_80x24() -> None:
                 assert f"{job.id}  " in text
             assert "SM" in text and "GPU MEM" in text and "3g.20gb" in text
             assert any(row[1].startswith("running jobs") for _, rows in KEYS for row in rows)
+
+    asyncio.run(main())
+
+
+def test_a_long_list_of_running_jobs_fits_beside_its_scroll_bar() -> None:
+    """More running jobs than the screen has lines (19 at 80×24): the list scrolls, and each
+    job still takes one line (its width leaves room for the scroll bar, no line wraps)."""
+    recorded = replay_feed(STATION)
+    last = recorded.frames[-1]
+    running = [j for j in last.jobs if j.state == "running"]
+    many = [
+        msgspec.structs.replace(
+            running[n % len(running)], id=1000 + n, name=f"pretrain-heavy-lr0.001-h1024-{n}"
+        )
+        for n in range(30)  # names longer than the list has room for: it fills the width
+    ]
+    frame = dataclasses.replace(last, jobs=[*last.jobs, *many])
+    app = DeskApp(ReplayFeed([frame], recorded.shows, recorded.plan), refresh_s=60.0)
+
+    async def main() -> None:
+        async with app.run_test(size=(80, 24)) as pilot:
+            while not app.state.jobs:
+                await pilot.pause(0.05)
+            await pilot.press("5")
+            await pilot.pause()
+            await pilot.pause()
+            body = app.screen.query_one("#processes-body")
+            listing = app.screen.query_one("#processes", Static)
+            lines = str(listing.render()).splitlines()
+            assert len(lines) == 2 + len(running) + len(many)
+            assert len(lines) > body.size.height, "the list should need to scroll"
+            assert listing.size.height == len(lines), "a line of the list wrapped"
 
     asyncio.run(main())
