@@ -308,12 +308,16 @@ class DeskApp(App[str]):
         self.push_screen(JobPromptScreen(command.title), answered)
 
     def find_job(self, text: str) -> tuple[JobView | None, str]:
-        """The job a user means by `text`: its id, its exact name, else the one job whose name
-        contains it (the newest where several share a name); else why none."""
+        """The job a user means by `text`: its id (`21`, or as the cards label it, `j21`;
+        `#21` too), its exact name, else the one job whose name contains it (the newest where
+        several share a name); else why none."""
         jobs = self.state.jobs
-        if text.isdigit():
-            job = self.state.job(int(text))
-            return job, "" if job else f"no job {text} in the desk's list"
+        number = text.strip().removeprefix("#")
+        if number[:1] in ("j", "J") and not any(j.name == text for j in jobs):
+            number = number[1:]
+        if number.isascii() and number.isdecimal():  # not '²', which int() cannot read
+            job = self.state.job(int(number))
+            return job, "" if job else f"no job {number} in the desk's list"
         exact = [j for j in jobs if j.name == text]
         found = exact or [j for j in jobs if text.lower() in j.name.lower()]
         if len(found) == 1 or exact:

@@ -15,6 +15,7 @@ from textual.command import CommandPalette
 
 from gpudesk.screens.app import DeskApp
 from gpudesk.screens.dialogs import ConfirmScreen, JobPromptScreen
+from gpudesk.screens.job import JobScreen
 
 
 async def palette(pilot: Any, app: DeskApp, typed: str) -> list[str]:
@@ -107,5 +108,37 @@ def test_apply_mig_plan_from_the_palette_on_another_screen() -> None:
                 lambda: any("no plan can be applied" in str(n.message) for n in app._notifications),
                 what="the answer",
             )
+
+    asyncio.run(main())
+
+
+def test_the_job_prompt_takes_a_card_label_and_says_what_it_cannot_read() -> None:
+    """The prompt takes an id as the cards show it (`j21`, `#21`) as well as `21`; a digit
+    that is not a plain one (`²`) is looked up as a name and not found, the desk going on."""
+    app = DeskApp(replay_feed(), refresh_s=0.05)
+
+    async def ask(pilot: Any, typed: str) -> None:
+        await palette(pilot, app, "Job detail")
+        await pilot.press("enter")
+        await until(pilot, lambda: isinstance(app.screen, JobPromptScreen), what="the prompt")
+        await pilot.press(*typed, "enter")
+
+    async def main() -> None:
+        async with app.run_test(size=(100, 32)) as pilot:
+            await replayed(pilot)
+            await ask(pilot, "²")
+            await until(
+                pilot,
+                lambda: any("no job named like '²'" in str(n.message) for n in app._notifications),
+                what="the answer",
+            )
+            assert app.is_running
+            job = max(app.state.jobs, key=lambda j: j.id)
+            for typed in (f"j{job.id}", f"#{job.id}"):
+                await ask(pilot, typed)
+                await until(pilot, lambda: isinstance(app.screen, JobScreen), what="the job")
+                assert app.screen.job_id == job.id
+                await pilot.press("escape")
+                await until(pilot, lambda: not isinstance(app.screen, JobScreen), what="back")
 
     asyncio.run(main())
