@@ -4,6 +4,7 @@ back as notifications, so no widget ever waits on I/O."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import subprocess
@@ -35,6 +36,10 @@ from gpudesk.screens.station import StationScreen
 
 DEFAULT_REFRESH_S = 1.0
 RETRY_S = 2.0  # after the engine stopped answering
+# Closing: how long the live job counts may keep `q` waiting, behind another request on the
+# connection and then on the answer, before the last frame's counts are said instead.
+QUIT_BUSY_S = 0.3
+QUIT_ANSWER_S = 2.0
 
 
 class FrameArrived(Message):
@@ -445,11 +450,14 @@ class DeskApp(App[str]):
 
     def action_quit_desk(self) -> None:
         # The counts as the engine has them now (the last frame may be a refresh old, or
-        # older on a busy engine); where it cannot say, the last frame's, saying as of when.
+        # older on a busy engine); where it cannot say at once, the last frame's, saying as of
+        # when. Not asked at all while it is not answering: `q` must not hang on it.
         as_of = ""
-        try:
-            counts = self.feed.job_counts()
-        except EngineError:
+        counts: dict[str, int] | None = None
+        if self.connection_note is None:
+            with contextlib.suppress(EngineError):  # then as the last frame had them
+                counts = self.feed.job_counts(busy_s=QUIT_BUSY_S, answer_s=QUIT_ANSWER_S)
+        if counts is None:
             counts = self.state.counts()
             if self.state.now is not None:
                 when = time.strftime("%H:%M:%S", time.localtime(self.state.now))
