@@ -338,6 +338,12 @@ class DeskApp(App[str]):
         self.call_after_refresh(self._apply_when_planned)
 
     def _apply_when_planned(self) -> None:
+        # Screens opened over the MIG screen (a job, from the palette) are left first: the
+        # switch to the mode it is already in shows the one on top.
+        if not any(isinstance(screen, MigScreen) for screen in self.screen_stack):
+            return
+        while not isinstance(self.screen, MigScreen):
+            self.pop_screen()
         screen = self.screen
         if isinstance(screen, MigScreen):
             screen.apply_when_loaded()

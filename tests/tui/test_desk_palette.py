@@ -16,6 +16,7 @@ from textual.command import CommandPalette
 from gpudesk.screens.app import DeskApp
 from gpudesk.screens.dialogs import ConfirmScreen, JobPromptScreen
 from gpudesk.screens.job import JobScreen
+from gpudesk.screens.mig import MigScreen
 
 
 async def palette(pilot: Any, app: DeskApp, typed: str) -> list[str]:
@@ -140,5 +141,32 @@ def test_the_job_prompt_takes_a_card_label_and_says_what_it_cannot_read() -> Non
                 assert app.screen.job_id == job.id
                 await pilot.press("escape")
                 await until(pilot, lambda: not isinstance(app.screen, JobScreen), what="back")
+
+    asyncio.run(main())
+
+
+def test_apply_mig_plan_from_a_job_opened_over_the_mig_screen() -> None:
+    """On the MIG screen, a job opened from the palette, then "Apply MIG plan": back to the
+    MIG screen, which applies (here the recorded plans allow none, and it says so)."""
+    app = DeskApp(replay_feed(readonly_reason=None), refresh_s=0.05)
+
+    async def main() -> None:
+        async with app.run_test(size=(100, 32)) as pilot:
+            await replayed(pilot)
+            await pilot.press("4")
+            await until(pilot, lambda: isinstance(app.screen, MigScreen), what="the MIG screen")
+            await palette(pilot, app, "Job detail")
+            await pilot.press("enter")
+            await until(pilot, lambda: isinstance(app.screen, JobPromptScreen), what="the prompt")
+            await pilot.press(*str(app.state.jobs[0].id), "enter")
+            await until(pilot, lambda: isinstance(app.screen, JobScreen), what="the job")
+            await palette(pilot, app, "Apply MIG")
+            await pilot.press("enter")
+            await until(
+                pilot,
+                lambda: any("no plan can be applied" in str(n.message) for n in app._notifications),
+                what="the answer",
+            )
+            assert isinstance(app.screen, MigScreen)
 
     asyncio.run(main())
