@@ -284,6 +284,8 @@ class QueueScreen(JobActions):
             for job in jobs:
                 cells, _ = self._cells_of(job, state)
                 table.add_row(*(cells[c.key] for c in self.columns), key=str(job.id))
+            listed = {job.id for job in jobs}  # the cells of jobs no longer listed go
+            self._cells = {i: cached for i, cached in self._cells.items() if i in listed}
             if selected is not None and str(selected) in wanted:
                 table.move_cursor(row=wanted.index(str(selected)), animate=False)
             table.scroll_to(y=scroll_y, animate=False)

@@ -100,3 +100,33 @@ def test_a_new_frame_goes_over_the_running_rows_only(cells_made: list[int]) -> N
             assert str(row[[c.key for c in screen.columns].index("runtime")]) != "27.0s"
 
     asyncio.run(main())
+
+
+def test_the_queue_keeps_the_cells_of_the_jobs_it_lists_only() -> None:
+    """Jobs that left the list (here: gone from the frame) take their cells with them: a desk
+    open for weeks, paging through older finished jobs, does not keep every job ever shown."""
+    recorded = replay_feed()
+    last = recorded.frames[-1]
+    fewer = dataclasses.replace(last, jobs=last.jobs[: len(last.jobs) // 2])
+    feed = ReplayFeed([last], recorded.shows, recorded.plan)
+    app = DeskApp(feed, refresh_s=60.0)
+
+    async def main() -> None:
+        async with app.run_test(size=(120, 32)) as pilot:
+            while not app.state.jobs:
+                await pilot.pause(0.05)
+            await pilot.press("2")
+            await pilot.pause()
+            screen = app.screen
+            assert isinstance(screen, QueueScreen)
+            table = screen.query_one("#jobs", DataTable)
+            app.post_message(FrameArrived(fewer))
+            for _ in range(100):
+                if table.row_count == len(fewer.jobs):
+                    break
+                await pilot.pause(0.02)
+            listed = {int(str(row.value)) for row in table.rows}
+            assert listed == {j.id for j in fewer.jobs}
+            assert set(screen._cells) == listed
+
+    asyncio.run(main())
