@@ -11,6 +11,7 @@ from replay import MPS_FAULT, STATION, replay_feed
 from test_desk_snapshots import replayed
 from textual.widgets import DataTable, Static
 
+from gpudesk.api import JobView
 from gpudesk.screens.app import DeskApp
 from gpudesk.screens.feed import ReplayFeed
 from gpudesk.screens.help import KEYS
@@ -88,3 +89,45 @@ def test_a_long_list_of_running_jobs_fits_beside_its_scroll_bar() -> None:
             assert listing.size.height == len(lines), "a line of the list wrapped"
 
     asyncio.run(main())
+
+
+def test_a_sweeps_running_jobs_stay_apart_at_80_columns() -> None:
+    """Two running jobs of a sweep, on MIG slices, whose names differ in the middle (lr 0.01
+    and 0.001), among long-running jobs of a long user name: at 80 columns each name is cut
+    where the two stay apart, as `gpudesk queue` cuts them (not both `lig…1-h512-1`)."""
+    recorded = replay_feed(STATION)
+    last = recorded.frames[-1]
+    names = {3: "light-lr0.01-h512-1", 4: "light-lr0.001-h512-1"}
+    assert all(
+        j.state == "running" and "3g.20gb" in (j.slot or "") for j in last.jobs if j.id in names
+    )
+
+    def long_running(job: JobView) -> JobView:
+        if job.state != "running":
+            return job
+        assert job.usage is not None and job.started_at is not None
+        return msgspec.structs.replace(
+            job,
+            id=1234 if job.id == 9 else job.id,
+            name=names.get(job.id, job.name),
+            user="alexandra",
+            started_at=job.started_at - 26 * 3600,
+            usage=msgspec.structs.replace(job.usage, total_j=4.5e6, estimate=True),
+        )
+
+    frame = dataclasses.replace(last, jobs=[long_running(j) for j in last.jobs])
+    app = DeskApp(ReplayFeed([frame], recorded.shows, recorded.plan), refresh_s=60.0)
+
+    async def main() -> list[str]:
+        async with app.run_test(size=(80, 24)) as pilot:
+            while not app.state.jobs:
+                await pilot.pause(0.05)
+            await pilot.press("5")
+            await pilot.pause()
+            return str(app.screen.query_one("#processes", Static).render()).splitlines()
+
+    lines = asyncio.run(main())
+    assert all(len(line) <= 78 for line in lines), lines
+    assert any("1.25 kWh" in line and "1234" in line for line in lines), lines
+    shown = {int(line.split()[0]): line.split()[1] for line in lines[2:]}
+    assert shown[3] != shown[4], lines
