@@ -107,7 +107,7 @@ def sort_value(job: JobView, key: str, now: float | None = None) -> SortValue:
     if key == "live":
         rank = LIVE_ORDER.get(job.state, 2)
         if rank == 1:  # waiting: the queue's order (held ones with the rest, by priority)
-            return (rank, -job.spec.priority, job.id)
+            return (rank, *job.queue_order)
         return (rank, 0, job.id if rank == 0 else -(job.ended_at or 0.0), -job.id)
     if key == "state":
         return (job_state(job), job.id)
@@ -120,7 +120,7 @@ def sort_value(job: JobView, key: str, now: float | None = None) -> SortValue:
     if key == "energy":
         return (job.usage.total_j if job.usage else None) or 0.0
     if key == "priority":
-        return (-job.spec.priority, job.id)
+        return job.queue_order
     return job.id
 
 
