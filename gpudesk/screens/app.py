@@ -64,7 +64,7 @@ Action = Callable[[Feed], Sequence[ActionOutcome] | MigApplyResult]
 class JobCommand:
     """An action on one job, as the command palette offers it (`DeskApp.run_job_command`)."""
 
-    action: str  # a JobActions action; MUTATING names the ones read-only desks leave out
+    action: str  # what run_job_command does; MUTATING names the ones read-only desks leave out
     title: str
     help: str
 
@@ -486,7 +486,8 @@ class DeskApp(App[str]):
         for command in JOB_COMMANDS:
             if self.readonly and command.action in MUTATING:
                 continue
-            if selected is not None:
+            shown = command.action == "open_job" and isinstance(screen, JobScreen)
+            if selected is not None and not shown:  # not the job screen of the job it shows
                 yield SystemCommand(
                     f"{command.title} {selected.id} ({selected.name})",
                     command.help,

@@ -170,3 +170,24 @@ def test_apply_mig_plan_from_a_job_opened_over_the_mig_screen() -> None:
             assert isinstance(app.screen, MigScreen)
 
     asyncio.run(main())
+
+
+def test_a_job_screen_does_not_offer_to_open_the_job_it_shows() -> None:
+    """On a job's own screen the palette offers its actions on that job, but not "Job detail"
+    of it again (that pushed a second, identical job screen); "Job detail…" still asks."""
+    app = DeskApp(replay_feed(), refresh_s=0.05)
+
+    async def main() -> None:
+        async with app.run_test(size=(100, 32)) as pilot:
+            await replayed(pilot)
+            job = max(app.state.jobs, key=lambda j: j.id)
+            app.open_job(job.id)
+            await until(pilot, lambda: isinstance(app.screen, JobScreen), what="the job")
+            offered = await palette(pilot, app, "Job detail")
+            assert "Job detail…" in offered, offered
+            assert not any(o.startswith(f"Job detail {job.id}") for o in offered), offered
+            await pilot.press("escape")
+            offered = await palette(pilot, app, "Open log")
+            assert any(o.startswith(f"Open log {job.id} (") for o in offered), offered
+
+    asyncio.run(main())
