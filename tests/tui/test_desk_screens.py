@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import re
 
 import msgspec
 from replay import MPS_FAULT, STATION, replay_feed
@@ -131,3 +132,32 @@ def test_a_sweeps_running_jobs_stay_apart_at_80_columns() -> None:
     assert any("1.25 kWh" in line and "1234" in line for line in lines), lines
     shown = {int(line.split()[0]): line.split()[1] for line in lines[2:]}
     assert shown[3] != shown[4], lines
+
+
+def test_the_cut_job_list_under_the_cards_names_the_key_that_lists_them_all() -> None:
+    """More running jobs than fit under the cards (200×50): the list ends with how many more
+    there are and the key of the screen that lists every running job (5), which does."""
+    recorded = replay_feed(STATION)
+    last = recorded.frames[-1]
+    running = [j for j in last.jobs if j.state == "running"]
+    many = [msgspec.structs.replace(running[n % len(running)], id=1000 + n) for n in range(30)]
+    frame = dataclasses.replace(last, jobs=[*last.jobs, *many])
+    app = DeskApp(ReplayFeed([frame], recorded.shows, recorded.plan), refresh_s=60.0)
+
+    async def main() -> None:
+        async with app.run_test(size=(200, 50)) as pilot:
+            while not app.state.jobs:
+                await pilot.pause(0.05)
+            jobs = app.screen.query_one("#station-jobs", Static)
+            for _ in range(100):
+                if jobs.display and " more " in str(jobs.render()):
+                    break
+                await pilot.pause(0.02)
+            end = str(jobs.render()).splitlines()[-1]
+            assert re.fullmatch(r"… \d+ more \(5: every running job\)", end), end
+            await pilot.press("5")
+            await pilot.pause()
+            text = str(app.screen.query_one("#processes", Static).render())
+            assert f"running jobs ({len(running) + len(many)})" in text
+
+    asyncio.run(main())
