@@ -11,6 +11,7 @@ import re
 import signal
 import threading
 import time
+from collections.abc import Awaitable, Callable
 
 from conftest import EngineHandle
 from replay import replay_feed
@@ -19,6 +20,15 @@ from test_desk_snapshots import replayed
 
 from gpudesk.screens.app import DeskApp
 from gpudesk.screens.feed import EngineFeed
+
+
+def closing_line(app: DeskApp, feed: EngineFeed, main: Callable[[], Awaitable[None]]) -> str:
+    """What the desk says as it closes, once `main` has run it (its feed closed after)."""
+    try:
+        asyncio.run(main())
+    finally:
+        feed.close()
+    return app.return_value or ""
 
 
 def test_the_closing_line_counts_the_jobs_when_the_desk_closes(sim_engine: EngineHandle) -> None:
@@ -38,11 +48,7 @@ def test_the_closing_line_counts_the_jobs_when_the_desk_closes(sim_engine: Engin
             assert app.state.counts().get("running", 0) == 0  # the desk has not read them
             await pilot.press("q")
 
-    try:
-        asyncio.run(main())
-    finally:
-        feed.close()
-    said = app.return_value or ""
+    said = closing_line(app, feed, main)
     assert "the engine goes on with 2 running and 0 queued job(s)." in said, said
 
 
@@ -86,11 +92,7 @@ def test_closing_on_an_engine_that_stopped_answering_is_at_once(sim_engine: Engi
             finally:
                 os.kill(pid, signal.SIGCONT)
 
-    try:
-        asyncio.run(main())
-    finally:
-        feed.close()
-    said = app.return_value or ""
+    said = closing_line(app, feed, main)
     assert "as of" in said, said
     assert took[0] < 1.0, f"q took {took[0]:.1f} s"
 

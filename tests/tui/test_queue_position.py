@@ -7,35 +7,34 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+from typing import Any
 
 import msgspec
-from replay import replay_feed
+from replay import opened, still_desk
 from textual.widgets import DataTable
 
-from gpudesk.screens.app import DeskApp, FrameArrived
-from gpudesk.screens.feed import ReplayFeed
+from gpudesk.screens.app import FrameArrived
 from gpudesk.screens.queue import QueueScreen
 
 
+async def near_the_end(pilot: Any) -> tuple[QueueScreen, DataTable[Any]]:
+    """The queue, its cursor on the row before the last (scrolled, on a short terminal)."""
+    screen = await opened(pilot, "2")
+    assert isinstance(screen, QueueScreen)
+    table = screen.query_one("#jobs", DataTable)
+    assert table.row_count > 8
+    for _ in range(table.row_count - 2):
+        await pilot.press("down")
+    await pilot.pause()
+    return screen, table
+
+
 def test_the_cursor_stays_on_its_job_when_a_longer_user_widens_the_user_column() -> None:
-    recorded = replay_feed()
-    last = recorded.frames[-1]
-    feed = ReplayFeed([last], recorded.shows, recorded.plan)
-    app = DeskApp(feed, refresh_s=60.0)
+    app, last = still_desk()
 
     async def main() -> None:
         async with app.run_test(size=(100, 12)) as pilot:  # fewer rows than jobs: it scrolls
-            while not app.state.jobs:
-                await pilot.pause(0.05)
-            await pilot.press("2")
-            await pilot.pause()
-            screen = app.screen
-            assert isinstance(screen, QueueScreen)
-            table = screen.query_one("#jobs", DataTable)
-            assert table.row_count > 8
-            for _ in range(table.row_count - 2):
-                await pilot.press("down")
-            await pilot.pause()
+            screen, table = await near_the_end(pilot)
             chosen = screen.selected_id()
             scroll_y = table.scroll_y
             assert chosen is not None and scroll_y > 0
@@ -59,22 +58,11 @@ def test_the_cursor_stays_on_its_job_when_a_longer_user_widens_the_user_column()
 
 
 def test_the_cursor_stays_on_its_job_when_a_resize_lays_the_columns_out_again() -> None:
-    recorded = replay_feed()
-    feed = ReplayFeed([recorded.frames[-1]], recorded.shows, recorded.plan)
-    app = DeskApp(feed, refresh_s=60.0)
+    app, _ = still_desk()
 
     async def main() -> None:
         async with app.run_test(size=(120, 12)) as pilot:
-            while not app.state.jobs:
-                await pilot.pause(0.05)
-            await pilot.press("2")
-            await pilot.pause()
-            screen = app.screen
-            assert isinstance(screen, QueueScreen)
-            table = screen.query_one("#jobs", DataTable)
-            for _ in range(table.row_count - 2):
-                await pilot.press("down")
-            await pilot.pause()
+            screen, table = await near_the_end(pilot)
             chosen = screen.selected_id()
             width = screen.name_width
             await pilot.resize_terminal(80, 12)
