@@ -259,6 +259,12 @@ class JobView(WireModel, frozen=True):
         return self.state in ("succeeded", "failed", "cancelled")
 
     @property
+    def queue_order(self) -> tuple[int, int]:
+        """Where a waiting job stands in the queue, as the engine orders it (its placement
+        queue's order_key): the higher priority first, then the one submitted first."""
+        return (-self.spec.priority, self.id)
+
+    @property
     def exit_status(self) -> int:
         """What `gpudesk wait` and `logs -f` exit with once the job has ended: 0 when it
         succeeded; its own exit code when it ended with one (128 + N when signal N killed it);

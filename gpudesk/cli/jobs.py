@@ -412,7 +412,7 @@ def _listed(
         damaged = list(listing.damaged)
         running = [job for job in listing.jobs if job.state == "running"]
         waiting = [job for job in listing.jobs if job.state != "running"]
-        waiting.sort(key=lambda job: (-job.spec.priority, job.id))
+        waiting.sort(key=lambda job: job.queue_order)
         cut = None
         if len(waiting) > limit:
             cut = (

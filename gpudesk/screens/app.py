@@ -4,6 +4,7 @@ back as notifications, so no widget ever waits on I/O."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import subprocess
@@ -35,6 +36,10 @@ from gpudesk.screens.station import StationScreen
 
 DEFAULT_REFRESH_S = 1.0
 RETRY_S = 2.0  # after the engine stopped answering
+# Closing: how long the live job counts may keep `q` waiting, behind another request on the
+# connection and then on the answer, before the last frame's counts are said instead.
+QUIT_BUSY_S = 0.3
+QUIT_ANSWER_S = 2.0
 
 
 class FrameArrived(Message):
@@ -59,7 +64,7 @@ Action = Callable[[Feed], Sequence[ActionOutcome] | MigApplyResult]
 class JobCommand:
     """An action on one job, as the command palette offers it (`DeskApp.run_job_command`)."""
 
-    action: str  # a JobActions action; MUTATING names the ones read-only desks leave out
+    action: str  # what run_job_command does; MUTATING names the ones read-only desks leave out
     title: str
     help: str
 
@@ -308,12 +313,16 @@ class DeskApp(App[str]):
         self.push_screen(JobPromptScreen(command.title), answered)
 
     def find_job(self, text: str) -> tuple[JobView | None, str]:
-        """The job a user means by `text`: its id, its exact name, else the one job whose name
-        contains it (the newest where several share a name); else why none."""
+        """The job a user means by `text`: its id (`21`, or as the cards label it, `j21`;
+        `#21` too), its exact name, else the one job whose name contains it (the newest where
+        several share a name); else why none."""
         jobs = self.state.jobs
-        if text.isdigit():
-            job = self.state.job(int(text))
-            return job, "" if job else f"no job {text} in the desk's list"
+        number = text.strip().removeprefix("#")
+        if number[:1] in ("j", "J") and not any(j.name == text for j in jobs):
+            number = number[1:]
+        if number.isascii() and number.isdecimal():  # not '²', which int() cannot read
+            job = self.state.job(int(number))
+            return job, "" if job else f"no job {number} in the desk's list"
         exact = [j for j in jobs if j.name == text]
         found = exact or [j for j in jobs if text.lower() in j.name.lower()]
         if len(found) == 1 or exact:
@@ -329,6 +338,12 @@ class DeskApp(App[str]):
         self.call_after_refresh(self._apply_when_planned)
 
     def _apply_when_planned(self) -> None:
+        # Screens opened over the MIG screen (a job, from the palette) are left first: the
+        # switch to the mode it is already in shows the one on top.
+        if not any(isinstance(screen, MigScreen) for screen in self.screen_stack):
+            return
+        while not isinstance(self.screen, MigScreen):
+            self.pop_screen()
         screen = self.screen
         if isinstance(screen, MigScreen):
             screen.apply_when_loaded()
@@ -441,11 +456,14 @@ class DeskApp(App[str]):
 
     def action_quit_desk(self) -> None:
         # The counts as the engine has them now (the last frame may be a refresh old, or
-        # older on a busy engine); where it cannot say, the last frame's, saying as of when.
+        # older on a busy engine); where it cannot say at once, the last frame's, saying as of
+        # when. Not asked at all while it is not answering: `q` must not hang on it.
         as_of = ""
-        try:
-            counts = self.feed.job_counts()
-        except EngineError:
+        counts: dict[str, int] | None = None
+        if self.connection_note is None:
+            with contextlib.suppress(EngineError):  # then as the last frame had them
+                counts = self.feed.job_counts(busy_s=QUIT_BUSY_S, answer_s=QUIT_ANSWER_S)
+        if counts is None:
             counts = self.state.counts()
             if self.state.now is not None:
                 when = time.strftime("%H:%M:%S", time.localtime(self.state.now))
@@ -468,7 +486,8 @@ class DeskApp(App[str]):
         for command in JOB_COMMANDS:
             if self.readonly and command.action in MUTATING:
                 continue
-            if selected is not None:
+            shown = command.action == "open_job" and isinstance(screen, JobScreen)
+            if selected is not None and not shown:  # not the job screen of the job it shows
                 yield SystemCommand(
                     f"{command.title} {selected.id} ({selected.name})",
                     command.help,

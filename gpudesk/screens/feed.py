@@ -110,8 +110,10 @@ class Feed(Protocol):
     def mig_plan(self) -> MigPlanResult:
         """The MIG layout the queue would want, on every MIG-capable GPU."""
 
-    def job_counts(self) -> dict[str, int]:
-        """How many jobs are in each state now (the desk's closing line)."""
+    def job_counts(self, *, busy_s: float, answer_s: float) -> dict[str, int]:
+        """How many jobs are in each state now (the desk's closing line), asked at once: an
+        EngineError where another request holds the connection for more than `busy_s`, or
+        the engine does not answer within `answer_s`."""
 
     def mig_apply(self, gpu: int, profiles: Sequence[str]) -> MigApplyResult:
         """Repartition `gpu` (the desk asked the user first)."""
@@ -345,6 +347,22 @@ class EngineFeed:
         with self._actions_lock:
             return request(self.actions)
 
+    def _act_now(
+        self, request: Callable[[Client], Result], busy_s: float, answer_s: float
+    ) -> Result:
+        """`_act` for a request that must not wait: not behind another one (a MIG
+        repartition, a page of older jobs) for more than `busy_s`, nor on the answer for more
+        than `answer_s` (a request that times out closes its connection; the next reopens it)."""
+        if not self._actions_lock.acquire(timeout=busy_s):
+            raise EngineError("the connection to the engine is busy with another request")
+        timeout = self.actions.timeout
+        try:
+            self.actions.timeout = answer_s
+            return request(self.actions)
+        finally:
+            self.actions.timeout = timeout
+            self._actions_lock.release()
+
     def show(self, job_id: int) -> JobDetail:
         return self._act(lambda client: client.show(job_id))
 
@@ -381,8 +399,8 @@ class EngineFeed:
     def mig_plan(self) -> MigPlanResult:
         return self._act(lambda client: client.mig_plan())
 
-    def job_counts(self) -> dict[str, int]:
-        return dict(self._act(lambda client: client.status()).counts)
+    def job_counts(self, *, busy_s: float, answer_s: float) -> dict[str, int]:
+        return dict(self._act_now(lambda client: client.status(), busy_s, answer_s).counts)
 
     def mig_apply(self, gpu: int, profiles: Sequence[str]) -> MigApplyResult:
         return self._act(lambda client: client.mig_apply(gpu, profiles, confirm=True))
@@ -497,7 +515,7 @@ class ReplayFeed:
             raise self._not_recorded("mig_plan")
         return self.plan
 
-    def job_counts(self) -> dict[str, int]:
+    def job_counts(self, *, busy_s: float, answer_s: float) -> dict[str, int]:
         raise self._not_recorded("the engine's job counts now")
 
     def cancel(self, job_ids: Sequence[int]) -> list[ActionOutcome]:

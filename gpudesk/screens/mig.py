@@ -85,13 +85,12 @@ def render_plans(plans: list[MigPlanView] | None, error: str | None) -> Text:
 
 
 def _change(plan: MigPlanView) -> str:
-    """What the plan does to a MIG GPU's layout, in words that cannot read as "destroy the
-    slices" where it keeps them: no queued job wanting a slice leaves the layout as it is."""
+    """What the plan does to a MIG GPU's layout: the layout it would become, where there are
+    commands to make it; else the layout alone, kept (never "→ none", which reads as "destroy
+    the slices"), the engine's reason below saying why nothing changes."""
     current = ", ".join(plan.current) or "no slices"
-    if not plan.wanted:
-        return f"now {current}; no waiting job wants a slice here: keep as is"
-    if sorted(plan.wanted) == sorted(plan.current):
-        return f"now {current}; already what the queue wants: no change"
+    if not plan.commands:
+        return f"now {current}"
     return f"now {current} → would become {', '.join(plan.wanted)}"
 
 

@@ -14,6 +14,8 @@ from gpudesk.screens.widgets.footer import DeskFooter
 from gpudesk.screens.widgets.job_list import render_job_list
 from gpudesk.screens.widgets.strips import DeskHeader, HostStrip
 
+PADDING = 2  # #processes's, a column each side (desk.tcss)
+
 
 class ProcessesScreen(DeskScreen):
     def compose(self) -> ComposeResult:
@@ -33,8 +35,14 @@ class ProcessesScreen(DeskScreen):
         if state is None:
             return
         body = self.query_one("#processes-body", VerticalScroll)
-        width = max(20, (body.size.width or self.size.width) - 2)
-        self.query_one("#processes", Static).update(render_job_list(state, width))
+        width = max(20, (body.size.width or self.size.width) - PADDING)
+        listing = render_job_list(state, width)
+        if body.size.height and len(listing.plain.splitlines()) > body.size.height:
+            # Taller than the body: it scrolls, and the scroll bar takes columns of its own
+            # (drawn for the width without it, every full line would wrap).
+            width = max(20, width - body.styles.scrollbar_size_vertical)
+            listing = render_job_list(state, width)
+        self.query_one("#processes", Static).update(listing)
 
     def on_resize(self) -> None:
         self._show()

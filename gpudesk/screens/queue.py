@@ -107,7 +107,7 @@ def sort_value(job: JobView, key: str, now: float | None = None) -> SortValue:
     if key == "live":
         rank = LIVE_ORDER.get(job.state, 2)
         if rank == 1:  # waiting: the queue's order (held ones with the rest, by priority)
-            return (rank, -job.spec.priority, job.id)
+            return (rank, *job.queue_order)
         return (rank, 0, job.id if rank == 0 else -(job.ended_at or 0.0), -job.id)
     if key == "state":
         return (job_state(job), job.id)
@@ -120,7 +120,7 @@ def sort_value(job: JobView, key: str, now: float | None = None) -> SortValue:
     if key == "energy":
         return (job.usage.total_j if job.usage else None) or 0.0
     if key == "priority":
-        return (-job.spec.priority, job.id)
+        return job.queue_order
     return job.id
 
 
@@ -178,6 +178,9 @@ class QueueScreen(JobActions):
         # (it re-reads the table every few refreshes), so a frame goes over the running
         # rows only (300 rows took ~0.2 s of a screen switch on a 2-core machine).
         self._cells: dict[int, tuple[JobView, int, dict[str, Text | str]]] = {}
+        # The job under the cursor and the scroll position when the columns were laid out
+        # again (which empties the table), for the next drawing to put back.
+        self._kept: tuple[int | None, float] | None = None
 
     def compose(self) -> ComposeResult:
         yield DeskHeader()
@@ -221,6 +224,8 @@ class QueueScreen(JobActions):
         self.name_width = width
         self.columns = columns
         table = self.query_one("#jobs", DataTable)
+        if self._kept is None and table.row_count:
+            self._kept = (self.selected_id(), table.scroll_y)
         table.clear(columns=True)
         self._drawn = None
         for column in columns:
@@ -269,16 +274,18 @@ class QueueScreen(JobActions):
         if self.filter_text.strip():
             jobs = [j for j in jobs if matches(j, self.filter_text, state)]
         jobs.sort(key=lambda j: sort_value(j, self.sort_key, state.now), reverse=self.sort_reverse)
-        selected = self.selected_id()
+        selected, scroll_y = self._kept or (self.selected_id(), table.scroll_y)
+        self._kept = None
         wanted = [str(j.id) for j in jobs]
         existing = [str(row.value) for row in table.rows]
         if existing != wanted:
-            # Rebuild the order (rare: a job came, went or the sort changed) ...
-            scroll_y = table.scroll_y
+            # Rebuild the order (rare: a job came, went, the sort or the columns changed) ...
             table.clear()
             for job in jobs:
                 cells, _ = self._cells_of(job, state)
                 table.add_row(*(cells[c.key] for c in self.columns), key=str(job.id))
+            listed = {job.id for job in jobs}  # the cells of jobs no longer listed go
+            self._cells = {i: cached for i, cached in self._cells.items() if i in listed}
             if selected is not None and str(selected) in wanted:
                 table.move_cursor(row=wanted.index(str(selected)), animate=False)
             table.scroll_to(y=scroll_y, animate=False)

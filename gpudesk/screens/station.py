@@ -91,7 +91,7 @@ class StationScreen(DeskScreen):
         if len(lines) > room:  # what fits, and how many more there are
             more = len(lines) - room + 1
             joined = Text("\n").join(list(text.split("\n"))[: room - 1])
-            joined.append(f"\n… {more} more (2: every job)", style="dim")
+            joined.append(f"\n… {more} more (5: every running job)", style="dim")
             text = joined
         jobs.update(text)
         jobs.display = True

@@ -11,10 +11,15 @@ gpudesk.api's models when loaded.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
+
+from textual.screen import Screen
 
 from gpudesk.api import JobView
-from gpudesk.screens.feed import ReplayFeed
+from gpudesk.screens.app import DeskApp
+from gpudesk.screens.feed import Frame, ReplayFeed
 
 DATA = Path(__file__).resolve().parent / "data"
 STATION = DATA / "station.json"
@@ -54,3 +59,22 @@ def sweep_feed() -> ReplayFeed:
 
     frames = [dataclasses.replace(f, jobs=[renamed(j) for j in f.jobs]) for f in recorded.frames]
     return ReplayFeed(frames, recorded.shows, recorded.plan, recorded.readonly_reason)
+
+
+def still_desk(change: Callable[[Frame], Frame] | None = None) -> tuple[DeskApp, Frame]:
+    """A desk on `STATION`'s last frame alone (changed by `change`), for the whole test: no
+    refresh brings another unless the test posts it. The desk and its frame."""
+    recorded = replay_feed()
+    frame = recorded.frames[-1] if change is None else change(recorded.frames[-1])
+    feed = ReplayFeed([frame], recorded.shows, recorded.plan)
+    return DeskApp(feed, refresh_s=60.0), frame
+
+
+async def opened(pilot: Any, key: str) -> Screen[Any]:
+    """Once the desk has read its jobs, the screen `key` switches to."""
+    app: DeskApp = pilot.app
+    while not app.state.jobs:
+        await pilot.pause(0.05)
+    await pilot.press(key)
+    await pilot.pause()
+    return app.screen

@@ -1,10 +1,17 @@
 """The desk's closing line counts the engine's jobs as they are when it closes, not as the last
-frame (a refresh old, or older) had them; a replay, which cannot ask, says as of when."""
+frame (a refresh old, or older) had them; a replay, which cannot ask, says as of when, and so
+does a desk whose engine does not answer at once (frozen, or its connection busy): `q` closes
+it at once all the same."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 import re
+import signal
+import threading
+import time
+from collections.abc import Awaitable, Callable
 
 from conftest import EngineHandle
 from replay import replay_feed
@@ -13,6 +20,15 @@ from test_desk_snapshots import replayed
 
 from gpudesk.screens.app import DeskApp
 from gpudesk.screens.feed import EngineFeed
+
+
+def closing_line(app: DeskApp, feed: EngineFeed, main: Callable[[], Awaitable[None]]) -> str:
+    """What the desk says as it closes, once `main` has run it (its feed closed after)."""
+    try:
+        asyncio.run(main())
+    finally:
+        feed.close()
+    return app.return_value or ""
 
 
 def test_the_closing_line_counts_the_jobs_when_the_desk_closes(sim_engine: EngineHandle) -> None:
@@ -32,11 +48,7 @@ def test_the_closing_line_counts_the_jobs_when_the_desk_closes(sim_engine: Engin
             assert app.state.counts().get("running", 0) == 0  # the desk has not read them
             await pilot.press("q")
 
-    try:
-        asyncio.run(main())
-    finally:
-        feed.close()
-    said = app.return_value or ""
+    said = closing_line(app, feed, main)
     assert "the engine goes on with 2 running and 0 queued job(s)." in said, said
 
 
@@ -55,3 +67,71 @@ def test_a_replay_says_as_of_when_its_counts_are() -> None:
         said,
     ), said
     assert all(len(line) <= 80 for line in said.splitlines())
+
+
+def test_closing_on_an_engine_that_stopped_answering_is_at_once(sim_engine: EngineHandle) -> None:
+    """The engine frozen (SIGSTOP): once the desk says ENGINE NOT ANSWERING, `q` does not ask
+    it again (that waited out the connection's 10 s), and says the last frame's counts."""
+    feed = EngineFeed(sim_engine.home, interval=0.2)
+    app = DeskApp(feed, refresh_s=0.2, workdir=sim_engine.home.root)
+    pid = sim_engine.pid
+    assert pid is not None
+    took: list[float] = []
+
+    async def main() -> None:
+        async with app.run_test(size=(100, 32)) as pilot:
+            await until(pilot, lambda: app.state.updates >= 1, what="the first frame")
+            os.kill(pid, signal.SIGSTOP)
+            try:
+                await until(
+                    pilot, lambda: app.connection_note is not None, 30.0, "the engine's silence"
+                )
+                started = time.monotonic()
+                await pilot.press("q")
+                took.append(time.monotonic() - started)
+            finally:
+                os.kill(pid, signal.SIGCONT)
+
+    said = closing_line(app, feed, main)
+    assert "as of" in said, said
+    assert took[0] < 1.0, f"q took {took[0]:.1f} s"
+
+
+def test_closing_while_another_request_holds_the_connection_is_at_once(
+    sim_engine: EngineHandle,
+) -> None:
+    """A request holding the desk's connection (a MIG repartition takes seconds): `q` waits
+    well under a second for it, then says the last frame's counts, as of when."""
+    feed = EngineFeed(sim_engine.home, interval=0.2)
+    app = DeskApp(feed, refresh_s=0.2, workdir=sim_engine.home.root)
+    release = threading.Event()
+    holding = threading.Event()
+
+    def long_request() -> None:
+        def hold(_client: object) -> None:
+            holding.set()
+            release.wait(10.0)
+
+        feed._act(hold)
+
+    holder = threading.Thread(target=long_request)
+    took: list[float] = []
+
+    async def main() -> None:
+        async with app.run_test(size=(100, 32)) as pilot:
+            await until(pilot, lambda: app.state.updates >= 1, what="the first frame")
+            holder.start()
+            await until(pilot, holding.is_set, what="the long request")
+            started = time.monotonic()
+            await pilot.press("q")
+            took.append(time.monotonic() - started)
+
+    try:
+        asyncio.run(main())
+    finally:
+        release.set()
+        holder.join()
+        feed.close()
+    said = app.return_value or ""
+    assert "as of" in said, said
+    assert took[0] < 1.0, f"q took {took[0]:.1f} s"

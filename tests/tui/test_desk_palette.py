@@ -15,6 +15,8 @@ from textual.command import CommandPalette
 
 from gpudesk.screens.app import DeskApp
 from gpudesk.screens.dialogs import ConfirmScreen, JobPromptScreen
+from gpudesk.screens.job import JobScreen
+from gpudesk.screens.mig import MigScreen
 
 
 async def palette(pilot: Any, app: DeskApp, typed: str) -> list[str]:
@@ -107,5 +109,85 @@ def test_apply_mig_plan_from_the_palette_on_another_screen() -> None:
                 lambda: any("no plan can be applied" in str(n.message) for n in app._notifications),
                 what="the answer",
             )
+
+    asyncio.run(main())
+
+
+def test_the_job_prompt_takes_a_card_label_and_says_what_it_cannot_read() -> None:
+    """The prompt takes an id as the cards show it (`j21`, `#21`) as well as `21`; a digit
+    that is not a plain one (`²`) is looked up as a name and not found, the desk going on."""
+    app = DeskApp(replay_feed(), refresh_s=0.05)
+
+    async def ask(pilot: Any, typed: str) -> None:
+        await palette(pilot, app, "Job detail")
+        await pilot.press("enter")
+        await until(pilot, lambda: isinstance(app.screen, JobPromptScreen), what="the prompt")
+        await pilot.press(*typed, "enter")
+
+    async def main() -> None:
+        async with app.run_test(size=(100, 32)) as pilot:
+            await replayed(pilot)
+            await ask(pilot, "²")
+            await until(
+                pilot,
+                lambda: any("no job named like '²'" in str(n.message) for n in app._notifications),
+                what="the answer",
+            )
+            assert app.is_running
+            job = max(app.state.jobs, key=lambda j: j.id)
+            for typed in (f"j{job.id}", f"#{job.id}"):
+                await ask(pilot, typed)
+                await until(pilot, lambda: isinstance(app.screen, JobScreen), what="the job")
+                assert app.screen.job_id == job.id
+                await pilot.press("escape")
+                await until(pilot, lambda: not isinstance(app.screen, JobScreen), what="back")
+
+    asyncio.run(main())
+
+
+def test_apply_mig_plan_from_a_job_opened_over_the_mig_screen() -> None:
+    """On the MIG screen, a job opened from the palette, then "Apply MIG plan": back to the
+    MIG screen, which applies (here the recorded plans allow none, and it says so)."""
+    app = DeskApp(replay_feed(readonly_reason=None), refresh_s=0.05)
+
+    async def main() -> None:
+        async with app.run_test(size=(100, 32)) as pilot:
+            await replayed(pilot)
+            await pilot.press("4")
+            await until(pilot, lambda: isinstance(app.screen, MigScreen), what="the MIG screen")
+            await palette(pilot, app, "Job detail")
+            await pilot.press("enter")
+            await until(pilot, lambda: isinstance(app.screen, JobPromptScreen), what="the prompt")
+            await pilot.press(*str(app.state.jobs[0].id), "enter")
+            await until(pilot, lambda: isinstance(app.screen, JobScreen), what="the job")
+            await palette(pilot, app, "Apply MIG")
+            await pilot.press("enter")
+            await until(
+                pilot,
+                lambda: any("no plan can be applied" in str(n.message) for n in app._notifications),
+                what="the answer",
+            )
+            assert isinstance(app.screen, MigScreen)
+
+    asyncio.run(main())
+
+
+def test_a_job_screen_does_not_offer_to_open_the_job_it_shows() -> None:
+    """On a job's own screen the palette offers its actions on that job, but not "Job detail"
+    of it again (that pushed a second, identical job screen); "Job detail…" still asks."""
+    app = DeskApp(replay_feed(), refresh_s=0.05)
+
+    async def main() -> None:
+        async with app.run_test(size=(100, 32)) as pilot:
+            await replayed(pilot)
+            job = max(app.state.jobs, key=lambda j: j.id)
+            app.open_job(job.id)
+            await until(pilot, lambda: isinstance(app.screen, JobScreen), what="the job")
+            offered = await palette(pilot, app, "Job detail")
+            assert "Job detail…" in offered, offered
+            assert not any(o.startswith(f"Job detail {job.id}") for o in offered), offered
+            await pilot.press("escape")
+            offered = await palette(pilot, app, "Open log")
+            assert any(o.startswith(f"Open log {job.id} (") for o in offered), offered
 
     asyncio.run(main())

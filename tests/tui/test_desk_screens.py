@@ -1,14 +1,20 @@
-"""The loaders screen's empty state, and the running processes' view at 80×24."""
+"""The loaders screen's empty state, and the running processes' view at 80×24 (a long list
+beside its scroll bar)."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import re
 
-from replay import MPS_FAULT, STATION, replay_feed
+import msgspec
+from replay import MPS_FAULT, STATION, opened, replay_feed, still_desk
 from test_desk_snapshots import replayed
 from textual.widgets import DataTable, Static
 
+from gpudesk.api import JobView
 from gpudesk.screens.app import DeskApp
+from gpudesk.screens.feed import Frame
 from gpudesk.screens.help import KEYS
 
 
@@ -50,5 +56,99 @@ def test_the_running_jobs_have_a_screen_of_their_own_at_80x24() -> None:
                 assert f"{job.id}  " in text
             assert "SM" in text and "GPU MEM" in text and "3g.20gb" in text
             assert any(row[1].startswith("running jobs") for _, rows in KEYS for row in rows)
+
+    asyncio.run(main())
+
+
+def more_running(frame: Frame, count: int = 30, name: str | None = None) -> Frame:
+    """`frame` with `count` running jobs more (copies of its own, ids from 1000, named `name`
+    and their number where given)."""
+    running = [j for j in frame.jobs if j.state == "running"]
+    many = [
+        msgspec.structs.replace(
+            running[n % len(running)],
+            id=1000 + n,
+            name=running[n % len(running)].name if name is None else f"{name}{n}",
+        )
+        for n in range(count)
+    ]
+    return dataclasses.replace(frame, jobs=[*frame.jobs, *many])
+
+
+def test_a_long_list_of_running_jobs_fits_beside_its_scroll_bar() -> None:
+    """More running jobs than the screen has lines (19 at 80×24): the list scrolls, and each
+    job still takes one line (its width leaves room for the scroll bar, no line wraps)."""
+    # names longer than the list has room for: its lines fill the width
+    app, frame = still_desk(lambda last: more_running(last, name="pretrain-heavy-lr0.001-h1024-"))
+
+    async def main() -> None:
+        async with app.run_test(size=(80, 24)) as pilot:
+            screen = await opened(pilot, "5")
+            await pilot.pause()
+            body = screen.query_one("#processes-body")
+            listing = screen.query_one("#processes", Static)
+            lines = str(listing.render()).splitlines()
+            assert len(lines) == 2 + sum(j.state == "running" for j in frame.jobs)
+            assert len(lines) > body.size.height, "the list should need to scroll"
+            assert listing.size.height == len(lines), "a line of the list wrapped"
+
+    asyncio.run(main())
+
+
+def test_a_sweeps_running_jobs_stay_apart_at_80_columns() -> None:
+    """Two running jobs of a sweep, on MIG slices, whose names differ in the middle (lr 0.01
+    and 0.001), among long-running jobs of a long user name: at 80 columns each name is cut
+    where the two stay apart, as `gpudesk queue` cuts them (not both `lig…1-h512-1`)."""
+    names = {3: "light-lr0.01-h512-1", 4: "light-lr0.001-h512-1"}
+
+    def long_running(job: JobView) -> JobView:
+        if job.state != "running":
+            return job
+        assert job.usage is not None and job.started_at is not None
+        return msgspec.structs.replace(
+            job,
+            id=1234 if job.id == 9 else job.id,
+            name=names.get(job.id, job.name),
+            user="alexandra",
+            started_at=job.started_at - 26 * 3600,
+            usage=msgspec.structs.replace(job.usage, total_j=4.5e6, estimate=True),
+        )
+
+    app, frame = still_desk(
+        lambda last: dataclasses.replace(last, jobs=[long_running(j) for j in last.jobs])
+    )
+    assert all(
+        j.state == "running" and "3g.20gb" in (j.slot or "") for j in frame.jobs if j.id in names
+    )
+
+    async def main() -> list[str]:
+        async with app.run_test(size=(80, 24)) as pilot:
+            screen = await opened(pilot, "5")
+            return str(screen.query_one("#processes", Static).render()).splitlines()
+
+    lines = asyncio.run(main())
+    assert all(len(line) <= 78 for line in lines), lines
+    assert any("1.25 kWh" in line and "1234" in line for line in lines), lines
+    shown = {int(line.split()[0]): line.split()[1] for line in lines[2:]}
+    assert shown[3] != shown[4], lines
+
+
+def test_the_cut_job_list_under_the_cards_names_the_key_that_lists_them_all() -> None:
+    """More running jobs than fit under the cards (200×50): the list ends with how many more
+    there are and the key of the screen that lists every running job (5), which does."""
+    app, frame = still_desk(more_running)
+
+    async def main() -> None:
+        async with app.run_test(size=(200, 50)) as pilot:
+            jobs = app.screen.query_one("#station-jobs", Static)
+            for _ in range(200):
+                if jobs.display and " more " in str(jobs.render()):
+                    break
+                await pilot.pause(0.02)
+            end = str(jobs.render()).splitlines()[-1]
+            assert re.fullmatch(r"… \d+ more \(5: every running job\)", end), end
+            screen = await opened(pilot, "5")
+            text = str(screen.query_one("#processes", Static).render())
+            assert f"running jobs ({sum(j.state == 'running' for j in frame.jobs)})" in text
 
     asyncio.run(main())

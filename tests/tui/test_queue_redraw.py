@@ -10,13 +10,12 @@ import dataclasses
 from typing import Any
 
 import pytest
-from replay import replay_feed
+from replay import opened, replay_feed, still_desk
 from textual.widgets import DataTable
 from textual.widgets.data_table import ColumnKey
 
 from gpudesk.screens import queue as queue_screen
 from gpudesk.screens.app import DeskApp, FrameArrived
-from gpudesk.screens.feed import ReplayFeed
 from gpudesk.screens.queue import QueueScreen
 
 
@@ -76,19 +75,12 @@ def test_a_new_frame_goes_over_the_running_rows_only(cells_made: list[int]) -> N
     """A frame with the same job views (the feed re-reads the table every few refreshes) makes
     new cells for the running jobs alone: their time moves; the others' cells are as drawn.
     Going over every row made a switch to the queue of 300 jobs ~0.2 s."""
-    recorded = replay_feed()
-    last = recorded.frames[-1]
+    app, last = still_desk()
     later = dataclasses.replace(last, taken_at=last.taken_at + 5.0)  # the same views, later
-    feed = ReplayFeed([last], recorded.shows, recorded.plan)
-    app = DeskApp(feed, refresh_s=60.0)
 
     async def main() -> None:
         async with app.run_test(size=(120, 32)) as pilot:
-            while not app.state.jobs:
-                await pilot.pause(0.05)
-            await pilot.press("2")
-            await pilot.pause()
-            screen = app.screen
+            screen = await opened(pilot, "2")
             assert isinstance(screen, QueueScreen)
             cells_made.clear()
             app.post_message(FrameArrived(later))
@@ -98,5 +90,28 @@ def test_a_new_frame_goes_over_the_running_rows_only(cells_made: list[int]) -> N
             table = screen.query_one("#jobs", DataTable)
             row = table.get_row(str(running[0]))
             assert str(row[[c.key for c in screen.columns].index("runtime")]) != "27.0s"
+
+    asyncio.run(main())
+
+
+def test_the_queue_keeps_the_cells_of_the_jobs_it_lists_only() -> None:
+    """Jobs that left the list (here: gone from the frame) take their cells with them: a desk
+    open for weeks, paging through older finished jobs, does not keep every job ever shown."""
+    app, last = still_desk()
+    fewer = dataclasses.replace(last, jobs=last.jobs[: len(last.jobs) // 2])
+
+    async def main() -> None:
+        async with app.run_test(size=(120, 32)) as pilot:
+            screen = await opened(pilot, "2")
+            assert isinstance(screen, QueueScreen)
+            table = screen.query_one("#jobs", DataTable)
+            app.post_message(FrameArrived(fewer))
+            for _ in range(100):
+                if table.row_count == len(fewer.jobs):
+                    break
+                await pilot.pause(0.02)
+            listed = {int(str(row.value)) for row in table.rows}
+            assert listed == {j.id for j in fewer.jobs}
+            assert set(screen._cells) == listed
 
     asyncio.run(main())

@@ -10,28 +10,19 @@ from gpudesk import render
 from gpudesk.screens.state import DeskState, job_runtime, sharing_mode
 
 HEADERS = ("ID", "NAME", "USER", "WHERE", "MODE", "SM", "GPU MEM", "CPU", "ENERGY", "TIME")
-RIGHT = ("ID", "SM", "GPU MEM", "CPU", "ENERGY", "TIME")
+RIGHT = (0, 5, 6, 7, 8, 9)  # ID and the figures
+NAME, USER = 1, 2
 USER_MAX = 10
-NAME_ROOMY = 20  # a sweep's names told apart, cut in the middle (see the queue)
-# Left out, in this order, while the name would be narrower than NAME_ROOMY (80 columns): the
-# mode is in WHERE too (gpu:0/mps, gpu:2/3g.20gb), the CPU on the job screen.
-DROPPED_WHEN_NARROW = ("MODE", "CPU")
-GAP = 2  # render.table's column separator
+# The narrowest a name is cut to (in the middle, where a sweep's names stay apart, as
+# `gpudesk queue` cuts them: light-lr0.01-h512-1 and light-lr0.001-h512-1 as lig…0.01-h512-1
+# and lig….001-h512-1), the user after it, before a column is left out: first MODE (it is in
+# WHERE too: gpu:0/mps, gpu:2/3g.20gb), then CPU (on the job screen).
+NAME_MIN = 12
+OPTIONAL = (7, 4)  # CPU, MODE: fitted_table leaves out the last listed first
 
 
 def _pct(value: float | None) -> str:
     return "-" if value is None else f"{value:.0f}%"
-
-
-def _name_room(headers: list[str], rows: list[tuple[object, ...]], width: int) -> int:
-    """What `width` leaves the name column (1) once the others take what they need."""
-    used = 0
-    for at, header in enumerate(headers):
-        if at == 1:
-            continue
-        need = max([len(header), *(len(str(row[at])) for row in rows)])
-        used += min(need, USER_MAX) if at == 2 else need
-    return width - used - GAP * (len(headers) - 1)
 
 
 def render_job_list(state: DeskState, width: int) -> Text:
@@ -59,23 +50,16 @@ def render_job_list(state: DeskState, width: int) -> Text:
                 render.duration(job_runtime(job, state.now)),
             )
         )
-    headers = list(HEADERS)
-    for dropped in ("", *DROPPED_WHEN_NARROW):
-        if dropped:
-            at = headers.index(dropped)
-            headers.pop(at)
-            rows = [row[:at] + row[at + 1 :] for row in rows]
-        if _name_room(headers, rows, width) >= NAME_ROOMY:
-            break
-    room = max(len("NAME"), _name_room(headers, rows, width))
-    rows = [(row[0], render.clip_middle(str(row[1]), room), *row[2:]) for row in rows]
-    table = render.table(
-        headers,
+    table, _ = render.fitted_table(
+        HEADERS,
         rows,
-        max_widths={2: USER_MAX},
-        right=[headers.index(h) for h in RIGHT if h in headers],
         width=width,
-        shrink=(1, 2),
+        optional=OPTIONAL,
+        max_widths={USER: USER_MAX},
+        right=RIGHT,
+        shrink=(NAME, USER),
+        middle=(NAME,),
+        min_widths={NAME: NAME_MIN},
     )
     head, _, body = table.partition("\n")
     return title + Text("\n") + Text(head, style="bold") + Text("\n" + body)
