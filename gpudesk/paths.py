@@ -93,9 +93,11 @@ def check_owner(root: Path) -> None:
 
 
 def default_home() -> Path:
-    state = os.environ.get("XDG_STATE_HOME") or os.path.join(
-        os.path.expanduser("~"), ".local", "state"
-    )
+    """`$XDG_STATE_HOME/gpudesk`, or `~/.local/state/gpudesk`: the XDG spec has a relative
+    XDG_STATE_HOME ignored (taken as it is, the home would follow the current directory)."""
+    state = os.environ.get("XDG_STATE_HOME", "")
+    if not os.path.isabs(state):
+        state = os.path.join(os.path.expanduser("~"), ".local", "state")
     return Path(state) / "gpudesk"
 
 
