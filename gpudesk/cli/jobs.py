@@ -68,7 +68,12 @@ def submit(
         None, "--name", "-n", help="Job name (default: the program's name)."
     ),
     gpus: int = typer.Option(0, "--gpus", help="GPUs the job needs."),
-    mem: float | None = typer.Option(None, "--mem", help="GPU memory the job needs, GB."),
+    mem: float | None = typer.Option(
+        None,
+        "--mem",
+        help="GPU memory the job needs, in GiB (1,024 MiB, as NVIDIA's profile names count: a "
+        "40 GB A100 has 40).",
+    ),
     sm: float | None = typer.Option(
         None,
         "--sm",
