@@ -17,6 +17,7 @@ from conftest import EngineHandle, wait_for
 from test_cli import gpudesk, start_interruptible_run, write_profile
 
 from gpudesk.api.errors import EngineError
+from gpudesk.cli.jobs import FIELD_INDENT
 from gpudesk.engine.requests import CHANGE_CHECKS
 from gpudesk.paths import Home
 
@@ -113,12 +114,19 @@ def test_show_says_which_change_the_waiting_job_needs(mig_station: EngineHandle)
         "GPU in MIG mode runs jobs on its slices only. Leaving MIG mode on GPU 3 (on this "
         "simulated station: GPU 3 out of the [station] mig layout) would let it start"
     ), reason
-    # `gpudesk show` says why in one line: no doubled word, no trailing separator
+    # `gpudesk show` says why once, wrapped to the terminal under its label: no doubled word,
+    # no trailing separator
     shown = gpudesk("show", str(four))
     assert shown.returncode == 0, shown.stderr
-    (why,) = [line for line in shown.stdout.splitlines() if line.startswith("  why ")]
-    assert why == f"  why        {reason}", why
-    assert "waiting waiting" not in shown.stdout and not why.rstrip().endswith(";")
+    lines = shown.stdout.splitlines()
+    (start,) = [n for n, line in enumerate(lines) if line.startswith("  why ")]
+    why = [lines[start]]
+    for line in lines[start + 1 :]:
+        if not (line.startswith(FIELD_INDENT) and line[len(FIELD_INDENT) :][:1].strip()):
+            break
+        why.append(line)  # the reason's next line, under its first word
+    assert " ".join(part.strip() for part in why) == f"why        {reason}", why
+    assert "waiting waiting" not in shown.stdout and not why[-1].rstrip().endswith(";")
 
 
 def test_submit_says_at_once_that_a_job_waits_for_an_admins_change(
