@@ -440,7 +440,8 @@ def _listed(
 
 
 # -------------------------------------------------------------------------- show
-FIELD_INDENT = " " * len("  after      ")  # where a field's value starts in `show`
+AFTER_LABEL = "  after      "  # `show`'s fields are labelled in this width
+FIELD_INDENT = " " * len(AFTER_LABEL)  # where a field's value starts in `show`
 
 
 @jobs_app.command()
@@ -549,10 +550,9 @@ def _after_lines(refs: list[str], until: str, width: int) -> list[str]:
     """show's `after` field in `width` columns: the jobs it runs after, a sweep's many of them
     continued under the first, each job's mention kept on one line; then `until` ("" for
     nothing), wrapped as prose."""
-    head = "  after      "  # as wide as FIELD_INDENT
     pieces = [f"{ref}," for ref in refs[:-1]] + [refs[-1] + (":" if until else "")]
     pieces += until.split()
-    lines = [head + pieces[0]]
+    lines = [AFTER_LABEL + pieces[0]]
     for piece in pieces[1:]:
         if len(lines[-1]) + 1 + len(piece) > width:
             lines.append(FIELD_INDENT + piece)

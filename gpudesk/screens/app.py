@@ -340,13 +340,12 @@ class DeskApp(App[str]):
     def _apply_when_planned(self) -> None:
         # Screens opened over the MIG screen (a job, from the palette) are left first: the
         # switch to the mode it is already in shows the one on top.
-        if not any(isinstance(screen, MigScreen) for screen in self.screen_stack):
+        migs = [screen for screen in self.screen_stack if isinstance(screen, MigScreen)]
+        if not migs:
             return
-        while not isinstance(self.screen, MigScreen):
+        while self.screen is not migs[-1]:
             self.pop_screen()
-        screen = self.screen
-        if isinstance(screen, MigScreen):
-            screen.apply_when_loaded()
+        migs[-1].apply_when_loaded()
 
     def open_log(self, job: JobView) -> None:
         if not job.log:

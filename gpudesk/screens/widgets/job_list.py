@@ -13,9 +13,9 @@ HEADERS = ("ID", "NAME", "USER", "WHERE", "MODE", "SM", "GPU MEM", "CPU", "ENERG
 RIGHT = (0, 5, 6, 7, 8, 9)  # ID and the figures
 NAME, USER = 1, 2
 USER_MAX = 10
-# The narrowest a name is cut to (in the middle, where a sweep's names stay apart, as
-# `gpudesk queue` cuts them: light-lr0.01-h512-1 and light-lr0.001-h512-1 as lig…0.01-h512-1
-# and lig….001-h512-1), the user after it, before a column is left out: first MODE (it is in
+# The narrowest a name is cut to (in the middle, where a sweep's names stay apart:
+# render.clip_apart, as `gpudesk queue` cuts them), the user after it, before a column is
+# left out: first MODE (it is in
 # WHERE too: gpu:0/mps, gpu:2/3g.20gb), then CPU (on the job screen).
 NAME_MIN = 12
 OPTIONAL = (7, 4)  # CPU, MODE: fitted_table leaves out the last listed first
