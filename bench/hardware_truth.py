@@ -28,6 +28,11 @@ gpudesk's own, in temporary folders, and are quit).
 - `loader`: bench/loader.py with N = 1, 2, 4 consumers on one GPU (`--device cuda`), the
   independent DataLoader baseline and gpudesk's shared loader: throughput, host CPU-s per batch,
   host-to-device bytes per batch, GPU memory per consumer.
+- `metrics`: an engine of its own with `metrics_listen` set and one training job submitted
+  through it; once the GPU is at work, its Prometheus endpoint scraped and `nvidia-smi
+  --query-gpu` read at the same moment, once a second: each DCGM-named series beside the
+  figure nvidia-smi prints for it, the series' labels (the job's among them), and
+  `gpudesk top --once --json` taken during the load.
 
 `--fakes` runs the same plan on a machine without a GPU against the faithful fakes
 (tests/fakes: NVML through the shim, nvidia-smi, the MPS control binary), the jobs and loads on
@@ -86,6 +91,7 @@ CHECKS: dict[str, float] = {  # name -> its time limit in seconds
     "mps_engine": 200,
     "calibrate": 170,
     "loader": 150,
+    "metrics": 90,
 }
 
 
@@ -244,6 +250,152 @@ def check_nvml(run: Run) -> dict[str, Any]:
     done = run.cmd(argv, run.left(CHECKS["nvml"]))
     result = parse_json(done.get("stdout", ""))
     return {"command": tail(done), "result": result}
+
+
+# ================================================================ metrics against nvidia-smi
+# Each DCGM series the engine exports, and the nvidia-smi query field printing the same reading
+# (dcgm-exporter's default-counters.csv names; nvidia-smi --help-query-gpu's fields and units).
+SMI_FOR_DCGM = {
+    "DCGM_FI_DEV_GPU_UTIL": "utilization.gpu",
+    "DCGM_FI_DEV_FB_USED": "memory.used",
+    "DCGM_FI_DEV_FB_FREE": "memory.free",
+    "DCGM_FI_DEV_POWER_USAGE": "power.draw",
+    "DCGM_FI_DEV_GPU_TEMP": "temperature.gpu",
+    "DCGM_FI_DEV_SM_CLOCK": "clocks.sm",
+    "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": "total_energy_consumption",  # mJ
+}
+METRICS_SAMPLES = 10
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def scrape_dcgm(url: str) -> dict[str, Any]:
+    """GPU 0's whole-GPU sample of every DCGM_* family, with its labels, as Prometheus's own
+    parser reads the page; the names of every family besides."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(url, timeout=5.0) as reply:
+        text = reply.read().decode()
+    seen: dict[str, Any] = {"families": []}
+    for family in text_string_to_metric_families(text):
+        seen["families"].append(family.name)
+        for sample in family.samples:
+            labels = dict(sample.labels)
+            whole_gpu_0 = labels.get("gpu") == "0" and "GPU_I_ID" not in labels
+            if sample.name.startswith("DCGM_") and whole_gpu_0:
+                seen[sample.name] = {"value": sample.value, "labels": labels}
+    return seen
+
+
+def smi_now(run: Run, env: dict[str, str]) -> dict[str, Any]:
+    fields = list(SMI_FOR_DCGM.values())
+    done = run.cmd(
+        [
+            "nvidia-smi",
+            "-i",
+            "0",
+            f"--query-gpu={','.join(fields)}",
+            "--format=csv,noheader,nounits",
+        ],
+        10,
+        env=env,
+    )
+    values = [v.strip() for v in done.get("stdout", "").strip().split(",")]
+    if done.get("rc") != 0 or len(values) != len(fields):
+        return {"error": done.get("stdout", "")[-300:] + done.get("stderr_tail", "")[-300:]}
+    parsed: dict[str, Any] = {}
+    for field, value in zip(fields, values, strict=True):
+        try:
+            parsed[field] = float(value)
+        except ValueError:
+            parsed[field] = value  # "[N/A]", "[Not Supported]": as printed
+    return parsed
+
+
+def compare_metrics(samples: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per DCGM name: the median of (exported - nvidia-smi) over the samples, and of each."""
+    out: dict[str, Any] = {}
+    for name, field in SMI_FOR_DCGM.items():
+        pairs = [
+            (s["dcgm"][name]["value"], s["smi"][field])
+            for s in samples
+            if isinstance(s.get("dcgm", {}).get(name), dict)
+            and isinstance(s.get("smi", {}).get(field), float)
+        ]
+        if not pairs:
+            out[name] = {"pairs": 0}
+            continue
+        out[name] = {
+            "pairs": len(pairs),
+            "exported_median": round(statistics.median(p[0] for p in pairs), 3),
+            "smi_median": round(statistics.median(p[1] for p in pairs), 3),
+            "median_difference": round(statistics.median(p[0] - p[1] for p in pairs), 3),
+        }
+    return out
+
+
+def check_metrics(run: Run) -> dict[str, Any]:
+    device = "cpu" if run.fakes else "cuda"
+    home = run.tmp / "home-metrics"
+    home.mkdir()
+    env = dict(run.env, GPUDESK_HOME=str(home))
+    url = f"http://127.0.0.1:{free_port()}/metrics"
+    listen = url.removeprefix("http://").removesuffix("/metrics")
+    result: dict[str, Any] = {"url": url, "samples": []}
+    limit = time.monotonic() + run.left(CHECKS["metrics"]) - 15
+    result["start"] = tail(run.cmd(gpudesk("engine", "start"), 30, env=env))
+    try:
+        result["set"] = tail(
+            run.cmd(gpudesk("engine", "set", f"metrics_listen={listen}"), 20, env=env)
+        )
+        submit = gpudesk("submit", "--gpus", "1", "--name", "metrics-load", "--json", "--")
+        result["submit"] = tail(run.cmd(submit + job_command(device, 5000, 0), 20, env=env))
+        # Wait for the job at work: the endpoint's GPU_UTIL above zero (or 30 s).
+        waited = time.monotonic()
+        while time.monotonic() < limit and time.monotonic() - waited < 30:
+            with contextlib.suppress(Exception):
+                util = scrape_dcgm(url).get("DCGM_FI_DEV_GPU_UTIL", {}).get("value") or 0
+                if util > 0:
+                    break
+            time.sleep(1.0)
+        result["at_work_after_s"] = round(time.monotonic() - waited, 1)
+        for index in range(METRICS_SAMPLES):
+            if time.monotonic() > limit:
+                break
+            began = time.time()
+            sample: dict[str, Any] = {"t": round(began, 2)}
+            try:
+                sample["dcgm"] = scrape_dcgm(url)
+            except Exception as exc:
+                sample["dcgm"] = {"error": f"{type(exc).__name__}: {exc}"}
+            sample["smi"] = smi_now(run, env)
+            if index:  # the family list once is enough
+                sample["dcgm"].pop("families", None)
+            result["samples"].append(sample)
+            if index == METRICS_SAMPLES // 2:
+                top = run.cmd(gpudesk("top", "--once", "--json"), 20, env=env)
+                result["top"] = parse_json(top.get("stdout", ""))
+            time.sleep(max(0.0, 1.0 - (time.time() - began)))
+        result["compare"] = compare_metrics(result["samples"])
+        first = next((s["dcgm"] for s in result["samples"] if "families" in s["dcgm"]), {})
+        result["families"] = first.get("families")
+        result["labels"] = {
+            name: value["labels"]
+            for name, value in first.items()
+            if isinstance(value, dict) and "labels" in value
+        }
+    finally:
+        run.cmd(gpudesk("cancel", "--grace", "2", "metrics-load"), 20, env=env)
+        result["stop"] = tail(run.cmd(gpudesk("engine", "stop"), 30, env=env))
+    return result
 
 
 # ================================================================ MPS through the engine
@@ -772,6 +924,7 @@ def main() -> int:
         "mps_engine": lambda: check_mps_engine(run, args.job_s, policies),
         "calibrate": lambda: check_calibrate(run),
         "loader": lambda: check_loader(run),
+        "metrics": lambda: check_metrics(run),
     }
     try:
         for name in chosen:

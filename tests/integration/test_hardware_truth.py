@@ -123,3 +123,27 @@ def test_rates_are_shared_over_alone_and_the_model_sees_the_measured_workloads(
     want_naive = shared_rates(fit, "naive", [a, b])
     assert prediction["naive"]["fit"]["pair-b"] == round(want_naive[1], 4)
     assert prediction["measured"] == rates
+
+
+def test_the_metrics_check_scrapes_an_engine_of_its_own_beside_nvidia_smi(tmp_path: Path) -> None:
+    """Against the fakes: an engine started for the check serves its endpoint, each sample holds
+    the DCGM series with their labels, `top` is taken during the load and the engine is stopped;
+    the fake nvidia-smi, given no state file, is an error recorded in the sample, not a crash."""
+    out = tmp_path / "out"
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--out", str(out), "--fakes", "--only", "metrics"],
+        capture_output=True,
+        text=True,
+        timeout=150,
+    )
+    assert done.returncode == 0, done.stderr
+    metrics = json.loads((out / "hardware_truth.json").read_text())["checks"]["metrics"]
+    assert "error" not in metrics, metrics.get("error")
+    assert metrics["set"]["rc"] == 0 and metrics["stop"]["rc"] == 0
+    module = load_script()
+    assert set(module.SMI_FOR_DCGM) <= set(metrics["families"])
+    assert len(metrics["samples"]) == module.METRICS_SAMPLES
+    sample = metrics["samples"][-1]
+    assert sample["dcgm"]["DCGM_FI_DEV_FB_FREE"]["labels"]["modelName"] == "NVIDIA H200"
+    assert "error" in sample["smi"]
+    assert metrics["top"]["backend"] == "nvml" and metrics["top"]["simulated"] is False
