@@ -68,3 +68,43 @@ def test_an_unknown_job_is_refused_in_one_line(tmp_path: Path) -> None:
     )
     assert done.returncode == 2
     assert "unknown job(s) bert" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_the_model_comparison_feeds_each_job_alone_to_the_model_and_scores_its_rates(
+    tmp_path: Path,
+) -> None:
+    """bench/pairs_model.py on a hand-made result: two jobs alone at 60 % and 30 % SM activity
+    (occupancy 20 % and 10 %), measured at 0.9 and 0.7 together under MPS; its predictions are
+    the placement model's own and its RMS is over both jobs."""
+    from gpudesk.engine.placement.interference import DEFAULT_PARAMS, Workload, shared_rates
+
+    def alone(name: str, sm: float, occ: float) -> dict[str, object]:
+        gpm = {"sm_util": sm, "sm_occupancy": occ, "dram_bw_util": 10.0}
+        return {"group": [name], "gpm": gpm, "jobs": {name: {"steps_per_s": 100.0}}}
+
+    measured = {"a": {"rate_vs_exclusive": 0.9}, "b": {"rate_vs_exclusive": 0.7}}
+    results = {
+        "phases": {
+            "naive": {"windows": [alone("a", 60.0, 20.0), alone("b", 30.0, 10.0)]},
+            "mps": {"windows": [{"group": ["a", "b"], "jobs": measured}]},
+        }
+    }
+    path = tmp_path / "pairs.json"
+    path.write_text(json.dumps(results))
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT.with_name("pairs_model.py")), str(path), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    by_sm = shared_rates(DEFAULT_PARAMS, "mps", [Workload(0.6, 0.1), Workload(0.3, 0.1)])
+    by_occupancy = shared_rates(DEFAULT_PARAMS, "mps", [Workload(0.2, 0.1), Workload(0.1, 0.1)])
+    row = report["rows"][0]
+    assert row["defaults/sm"] == [round(r, 3) for r in by_sm]
+    assert row["defaults/occupancy"] == [round(r, 3) for r in by_occupancy]
+    errors = [by_sm[0] - 0.9, by_sm[1] - 0.7]
+    expected = round((sum(e * e for e in errors) / 2) ** 0.5, 4)
+    assert report["rms"]["mps defaults/sm"] == expected
+    assert report["pair_inequality"]["max"] == 0.2

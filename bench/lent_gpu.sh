@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# The checks a lent GPU runs in one call, each under its own time limit, results into $OUT:
+#   bash bench/lent_gpu.sh OUT_DIR [pairs,dataplane,dataplane_mps,metrics]
+# Run from the checkout, with the wheels the GPU image lacks in .whl/ (docs/hardware-validation.md
+# says which). Read-only: nothing here changes MIG mode, clocks, power limits, the compute mode or
+# persistence, or resets the GPU; the MPS daemons are the scripts' own, in temporary folders.
+set -u
+out=${1:?usage: bench/lent_gpu.sh OUT_DIR [checks]}
+checks=${2:-pairs,dataplane,dataplane_mps,metrics}
+mkdir -p "$out"
+log="$out/log.txt"
+export PYTHONUNBUFFERED=1
+if [ -d .whl ]; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target /tmp/site .whl/*.whl >>"$log" 2>&1 || echo "wheels: install failed" >>"$log"
+    export PYTHONPATH=$PWD:/tmp/site
+else
+    export PYTHONPATH=$PWD
+fi
+stamp() { echo "[$(date +%H:%M:%S)] $*" | tee -a "$log"; }
+stamp "kernel $(uname -r); start: $(nvidia-smi --query-gpu=name,driver_version,memory.total,mig.mode.current,compute_mode,persistence_mode,clocks.sm --format=csv,noheader 2>&1)"
+python3 -c 'import torch, torchvision; print("torch", torch.__version__, "cuda", torch.version.cuda, "torchvision", torchvision.__version__)' >>"$log" 2>&1
+has() { case ",$checks," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
+if has pairs; then
+    stamp "pairs"
+    timeout -k 5 240 python3 bench/gpu_pairs.py --out /tmp/pairs --window 2.5 --budget-s 225 >>"$log" 2>&1
+    stamp "pairs rc=$?"
+    cp /tmp/pairs/gpu_pairs.json "$out/" 2>/dev/null
+    cat /tmp/pairs/workers-*.log >"$out/pairs_workers.log" 2>/dev/null
+fi
+if has dataplane; then
+    stamp "dataplane"
+    timeout -k 5 120 python3 bench/gpu_dataplane.py --out /tmp/dp --device cuda >>"$log" 2>&1
+    stamp "dataplane rc=$?"
+    cp /tmp/dp/gpu_dataplane.json "$out/gpu_dataplane.json" 2>/dev/null
+fi
+if has dataplane_mps; then
+    stamp "dataplane under MPS"
+    timeout -k 5 90 python3 bench/gpu_dataplane.py --out /tmp/dpm --device cuda --only ipc --start-mps >>"$log" 2>&1
+    stamp "dataplane under MPS rc=$?"
+    cp /tmp/dpm/gpu_dataplane.json "$out/gpu_dataplane_mps.json" 2>/dev/null
+fi
+if has metrics; then
+    stamp "metrics"
+    timeout -k 5 100 python3 bench/hardware_truth.py --out /tmp/ht --only metrics --budget-s 95 >>"$log" 2>&1
+    stamp "metrics rc=$?"
+    cp /tmp/ht/hardware_truth.json "$out/hardware_truth.json" 2>/dev/null
+    cat /tmp/ht/log.txt >>"$log" 2>/dev/null
+fi
+stamp "end: $(nvidia-smi --query-gpu=mig.mode.current,compute_mode,persistence_mode,memory.used --format=csv,noheader 2>&1)"
