@@ -843,7 +843,7 @@ def _run_section(name: str, args: argparse.Namespace, limit_s: float, tmp: Path)
         "--consumers",
         str(args.consumers),
     ]
-    cmd += ["--ipc-budget-s", str(limit_s - 10)]
+    cmd += ["--ipc-budget-s", str(max(limit_s * 0.7, limit_s - 10))]
     cmd += (
         ["--mps"] * args.mps
         + ["--small"] * args.small
@@ -859,10 +859,11 @@ def _run_section(name: str, args: argparse.Namespace, limit_s: float, tmp: Path)
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
         output, _ = proc.communicate()
-        return {"status": "timed out", "limit_s": limit_s, "output_tail": (output or "")[-4000:]}
+        tail = (output or "")[-4000:]
+        return {"status": "timed out", "limit_s": limit_s, "pid": proc.pid, "output_tail": tail}
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)  # a straggler child of the section
-    record: dict[str, Any] = {"status": "ok", "wall_s": time.monotonic() - started}
+    record: dict[str, Any] = {"status": "ok", "wall_s": time.monotonic() - started, "pid": proc.pid}
     if proc.returncode or not result_file.exists():
         record.update(status="failed", returncode=proc.returncode)
     if result_file.exists():
@@ -998,6 +999,9 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="self-test: the producer reuses a slot before its acks (mismatches must show)",
     )
+    parser.add_argument(
+        "--limit-s", type=float, help="every section's time limit (default: sized to --seconds)"
+    )
     parser.add_argument("--section", choices=SECTIONS, help=argparse.SUPPRESS)
     parser.add_argument("--section-out", help=argparse.SUPPRESS)
     parser.add_argument("--ipc-budget-s", type=float, default=60.0, help=argparse.SUPPRESS)
@@ -1006,11 +1010,12 @@ def main(argv: list[str] | None = None) -> int:
         return _section_child(args)
     only = [s.strip() for s in args.only.split(",") if s.strip()]
     unknown = [s for s in only if s not in SECTIONS]
-    if args.out is None or unknown or args.consumers < 1 or args.seconds <= 0:
+    bad_limit = args.limit_s is not None and args.limit_s <= 0
+    if args.out is None or unknown or args.consumers < 1 or args.seconds <= 0 or bad_limit:
         print(
             "gpu_dataplane: give --out DIR, --only among "
             f"{', '.join(SECTIONS)} (unknown: {', '.join(unknown) or 'none'}), "
-            "--consumers of at least 1 and --seconds above 0.",
+            "--consumers of at least 1, and --seconds and --limit-s above 0.",
             file=sys.stderr,
         )
         return 2
@@ -1032,6 +1037,8 @@ def main(argv: list[str] | None = None) -> int:
         "sections": {},
     }
     limits = {"ipc": 40.0 + 4 * (args.seconds + 8), "decode": 90.0}
+    if args.limit_s:
+        limits = dict.fromkeys(limits, args.limit_s)
     with (
         tempfile.TemporaryDirectory(prefix="gpu-dataplane-") as tmp,
         contextlib.ExitStack() as stack,

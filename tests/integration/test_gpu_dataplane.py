@@ -6,8 +6,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
+
+from conftest import processes_in_group, wait_for
 
 SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "gpu_dataplane.py"
 REHEARSAL = ("--device", "cpu", "--small", "--seconds", "1", "--consumers", "2")
@@ -81,3 +84,17 @@ def test_bad_arguments_get_one_paragraph_and_exit_2(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert "unknown: nvjpeg" in done.stderr and "Traceback" not in done.stderr
     assert not (tmp_path / "o").exists()
+
+
+def test_a_section_past_its_limit_is_killed_with_its_processes_and_the_run_goes_on(
+    tmp_path: Path,
+) -> None:
+    """6 s: the ipc section is past its imports and starting its producer and consumers (each
+    a child of its own), so the kill has grandchildren to find."""
+    started = time.monotonic()
+    _, report = run_probe(tmp_path / "out", "--limit-s", "6")
+    assert time.monotonic() - started < 40
+    ipc, decode = report["sections"]["ipc"], report["sections"]["decode"]
+    assert ipc["status"] == "timed out" and ipc["limit_s"] == 6
+    assert decode["status"] in {"ok", "timed out"}  # it ran after the first timed out
+    wait_for(lambda: not processes_in_group(ipc["pid"]), what="no process of the section left")
