@@ -328,21 +328,34 @@ def _consume(
 
 
 def _register(slots: list[Any]) -> dict[str, Any]:
-    """Page-lock this process's view of the shared host slots, as a pinned ring would be."""
+    """Page-lock this process's view of the shared host slots, as a pinned ring would be (as
+    torch.cuda._pin_memory_utils does it: cudaHostRegisterPortable on shared memory)."""
     import torch
 
-    codes = []
+    cudart = torch.cuda.cudart()
+    done: dict[str, Any] = {"pinned": False, "codes": []}
     try:
-        cudart = torch.cuda.cudart()
         for t in slots:
-            codes.append(
-                int(cudart.cudaHostRegister(t.data_ptr(), t.numel() * t.element_size(), 0))
-            )
+            code = int(cudart.cudaHostRegister(t.data_ptr(), t.numel() * t.element_size(), 1))
+            done["codes"].append(code)
+            if code:
+                break
     except Exception as exc:
-        return {"pinned": False, "how": f"cudaHostRegister failed: {exc!r}"}
-    ok = all(c == 0 for c in codes)
-    how = "cudaHostRegister" if ok else f"unpinned (cudaHostRegister returned {codes})"
-    return {"pinned": ok, "how": how}
+        done["how"] = f"cudaHostRegister raised {exc!r}"
+    if done["codes"] and not any(done["codes"]):
+        done.update(pinned=True, how="cudaHostRegister")
+        return done
+    done.setdefault("how", f"unpinned: cudaHostRegister returned {done['codes']}")
+    for t, code in zip(slots, done["codes"], strict=False):
+        if code == 0:
+            cudart.cudaHostUnregister(t.data_ptr())
+    # a failed runtime call leaves its error for the next kernel launch check to raise: take it
+    try:
+        torch.ones(1, device="cuda:0").add_(1)
+        torch.cuda.synchronize()
+    except Exception as exc:
+        done["stale_error_cleared"] = repr(exc)[:300]
+    return done
 
 
 # --- ipc: NVML witnesses ---------------------------------------------------------------------
@@ -880,17 +893,21 @@ def _environment(device: str) -> dict[str, Any]:
 
         env["torch"] = torch.__version__
         env["cuda"] = torch.version.cuda
-        if device == "cuda" and torch.cuda.is_available():
-            env["gpu"] = torch.cuda.get_device_name(0)
     except Exception as exc:
         env["torch"] = f"not importable: {exc!r}"
-    with contextlib.suppress(Exception):
+    if device != "cuda":
+        return env
+    try:
         import pynvml
 
         pynvml.nvmlInit()
         env["driver"] = pynvml.nvmlSystemGetDriverVersion()
-        env["nvml_gpu"] = pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(0))
+        # NVML, not torch: this process makes no CUDA context (it may start an MPS daemon)
+        env["gpu"] = pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(0))
+        env["nvml_version"] = pynvml.nvmlSystemGetNVMLVersion()
         pynvml.nvmlShutdown()
+    except Exception as exc:
+        env["nvml_error"] = repr(exc)
     return env
 
 
