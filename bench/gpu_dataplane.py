@@ -242,18 +242,24 @@ def consumer_main(
         torch.zeros(1, device="cuda:0")  # the CUDA context, before anything is timed
     while True:
         before_get = time.monotonic()
-        message = commands.get()
-        if message[0] == "exit":
-            break
-        if message[0] != "setup":
-            continue  # a "stop" from a phase whose producer failed before this consumer joined
         report: dict[str, Any] = {"role": "consumer", "id": cid, "pid": os.getpid()}
         try:
-            _consume(cid, cuda, message, before_get, commands, acks, ready, report)
+            # a setup message's CUDA tensors are opened (cudaIpcOpenMemHandle) as it is read
+            message = commands.get()
+        except Exception:
+            message = ("setup-failed",)
+            report["error"] = "opening the ring: " + traceback.format_exc()[-3000:]
+        if message[0] == "exit":
+            break
+        if message[0] not in ("setup", "setup-failed"):
+            continue  # the rest of a phase this consumer could not join
+        try:
+            if "error" not in report:
+                _consume(cid, cuda, message, before_get, commands, acks, ready, report)
         except Exception:
             report["error"] = traceback.format_exc()[-3000:]
-            if not report.get("ready"):
-                ready.put(cid)  # do not leave the orchestrator waiting for this one
+        if not report.get("ready"):
+            ready.put(cid)  # do not leave the orchestrator waiting for this one
         message = ()
         if cuda:
             with contextlib.suppress(Exception):
