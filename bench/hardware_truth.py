@@ -262,8 +262,10 @@ SMI_FOR_DCGM = {
     "DCGM_FI_DEV_POWER_USAGE": "power.draw",
     "DCGM_FI_DEV_GPU_TEMP": "temperature.gpu",
     "DCGM_FI_DEV_SM_CLOCK": "clocks.sm",
-    "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": "total_energy_consumption",  # mJ
 }
+# nvidia-smi 580.159.04 has no energy field ('Field "total_energy_consumption" is not a valid
+# field to query', H200, 2026-11-30): the energy counter is read from NVML itself, in mJ.
+ENERGY = "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"
 METRICS_SAMPLES = 10
 
 
@@ -289,6 +291,8 @@ def scrape_dcgm(url: str) -> dict[str, Any]:
         seen["families"].append(family.name)
         for sample in family.samples:
             labels = dict(sample.labels)
+            if sample.name == "gpudesk_telemetry_sample_timestamp_seconds":
+                seen["sampled_at"] = sample.value  # when the engine read what the page shows
             whole_gpu_0 = labels.get("gpu") == "0" and "GPU_I_ID" not in labels
             if sample.name.startswith("DCGM_") and whole_gpu_0:
                 seen[sample.name] = {"value": sample.value, "labels": labels}
@@ -312,6 +316,13 @@ def smi_now(run: Run, env: dict[str, str]) -> dict[str, Any]:
     if done.get("rc") != 0 or len(values) != len(fields):
         return {"error": done.get("stdout", "")[-300:] + done.get("stderr_tail", "")[-300:]}
     parsed: dict[str, Any] = {}
+    with contextlib.suppress(Exception):  # the energy counter, beside the query, in mJ
+        import pynvml
+
+        pynvml.nvmlInit()
+        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        parsed["nvml_total_energy_mj"] = float(pynvml.nvmlDeviceGetTotalEnergyConsumption(handle))
+        parsed["nvml_read_at"] = time.time()
     for field, value in zip(fields, values, strict=True):
         try:
             parsed[field] = float(value)
@@ -323,7 +334,7 @@ def smi_now(run: Run, env: dict[str, str]) -> dict[str, Any]:
 def compare_metrics(samples: list[dict[str, Any]]) -> dict[str, Any]:
     """Per DCGM name: the median of (exported - nvidia-smi) over the samples, and of each."""
     out: dict[str, Any] = {}
-    for name, field in SMI_FOR_DCGM.items():
+    for name, field in {**SMI_FOR_DCGM, ENERGY: "nvml_total_energy_mj"}.items():
         pairs = [
             (s["dcgm"][name]["value"], s["smi"][field])
             for s in samples
