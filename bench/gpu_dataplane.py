@@ -393,6 +393,11 @@ class PcieMeter:
             self.notes.append(f"GPM: {exc!r}")
 
     def start(self) -> None:
+        # A meter measures one window after another: each starts with no polls and a poller of
+        # its own (on 2026-11-30 the second and later windows kept the first one's stop and
+        # polls, and their polled integrals came out negative).
+        self._stop = threading.Event()
+        self.polls = []
         self.started = time.monotonic()
         if self.samples:
             try:
