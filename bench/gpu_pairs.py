@@ -232,6 +232,7 @@ def worker(name: str, device: str, warmup_s: float) -> int:
                 "sync_every": every,
                 "torch_allocated_mib": round(memory / 2**20, 1),
                 "mps_pipe": os.environ.get("CUDA_MPS_PIPE_DIRECTORY"),
+                "thread_pct": os.environ.get("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"),
             }
         )
         for line in sys.stdin:
@@ -424,6 +425,7 @@ class Plan:
             "device": args.device,
             "fakes": args.fakes,
             "window_s": args.window,
+            "thread_pct": args.thread_pct,
             "settle_s": SETTLE_S,
             "jobs": {name: JOBS[name] for name in args.jobs},
             "phases": {},
@@ -453,7 +455,13 @@ def run_phase(plan: Plan, mechanism: str, env: dict[str, str], gpm: Gpm) -> dict
     phase: dict[str, Any] = {"mechanism": mechanism, "workers": {}, "windows": [], "alone": alone}
     plan.results["phases"][mechanism] = phase
     log = plan.out / f"workers-{mechanism}.log"
-    workers = {n: Worker(n, args.device, args.warmup_s, env, log) for n in instances}
+
+    def worker_env(name: str) -> dict[str, str]:
+        pct = args.thread_pct.get(name.split("#")[0]) if mechanism == "mps" else None
+        return {**env, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(pct)} if pct else env
+
+    phase["thread_pct"] = dict(args.thread_pct) if mechanism == "mps" else {}
+    workers = {n: Worker(n, args.device, args.warmup_s, worker_env(n), log) for n in instances}
     try:
         deadline = time.monotonic() + READY_TIMEOUT_S
         for name, w in workers.items():
@@ -550,6 +558,14 @@ def main() -> int:
     parser.add_argument(
         "--warmup-s", type=float, default=1.5, help="each worker, before its windows"
     )
+    parser.add_argument(
+        "--thread-pct",
+        action="append",
+        default=[],
+        metavar="JOB=PCT",
+        help="under MPS, cap JOB's clients at PCT %% of the GPU's threads "
+        "(CUDA_MPS_ACTIVE_THREAD_PERCENTAGE); repeatable",
+    )
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -560,6 +576,13 @@ def main() -> int:
     unknown = [j for j in args.jobs if j not in JOBS]
     if unknown:
         parser.error(f"unknown job(s) {', '.join(unknown)}; known: {', '.join(JOBS)}")
+    caps: dict[str, int] = {}
+    for item in args.thread_pct:
+        job, _, pct = item.partition("=")
+        if job not in JOBS or not pct.isdigit() or not 1 <= int(pct) <= 100:
+            parser.error(f"--thread-pct {item!r}: JOB=PCT, a known job and 1-100")
+        caps[job] = int(pct)
+    args.thread_pct = caps
     mechanisms = [m for m in args.mechanisms.split(",") if m]
     if not set(mechanisms) <= {"naive", "mps"}:
         parser.error("--mechanisms: naive, mps")
