@@ -50,7 +50,9 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-FAKES = REPO / "tests" / "fakes"
+sys.path.insert(0, str(REPO / "bench"))  # its sibling fake_h200, when loaded by path too
+from fake_h200 import reexec_on_fakes  # noqa: E402
+
 PYTHON = sys.executable
 SETTLE_S = 0.6  # of each window, not counted: the jobs' first steps and the other's start
 SYNC_EVERY_S = 0.05  # of GPU work between synchronisations in a worker
@@ -85,24 +87,6 @@ GPM_METRICS = [
     "NVML_GPM_METRIC_PCIE_TX_PER_SEC",
     "NVML_GPM_METRIC_PCIE_RX_PER_SEC",
 ]
-
-FAKE_SCENARIO = {
-    "clock": "wall",
-    "gpus": [
-        {
-            "name": "NVIDIA H200",
-            "uuid": "GPU-7c1b0f4e-0000-4000-8000-00000000h200",
-            "memory_total_mib": 143771,
-            "memory_used_mib": 0,
-            "gpm_supported": True,
-            "utilization_gpu": 60,
-            "sm_util_pct": 45.0,
-            "power_w": 350,
-            "power_limit_w": 700,
-            "temperature_c": 40,
-        }
-    ],
-}
 
 
 # --- the worker: one job, stepped in windows ---------------------------------------------------
@@ -588,16 +572,7 @@ def main() -> int:
         parser.error("--mechanisms: naive, mps")
     if args.fakes:
         args.device = "cpu"
-        if not os.environ.get("GPUDESK_FAKE_NVML"):
-            with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as scenario:
-                json.dump(FAKE_SCENARIO, scenario)
-            env = dict(os.environ, GPUDESK_FAKE_NVML=scenario.name)
-            env["PYTHONPATH"] = os.pathsep.join(
-                p for p in (str(FAKES / "nvml_shim"), env.get("PYTHONPATH", "")) if p
-            )
-            env["PATH"] = f"{FAKES}{os.pathsep}{env.get('PATH', '')}"
-            env["GPUDESK_MPS_CONTROL"] = str(FAKES / "nvidia-cuda-mps-control")
-            os.execve(PYTHON, [PYTHON, *sys.argv], env)
+        reexec_on_fakes()
     args.out.mkdir(parents=True, exist_ok=True)
     plan = Plan(args)
     gpm = Gpm()

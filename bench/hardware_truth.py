@@ -60,29 +60,11 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-FAKES = REPO / "tests" / "fakes"
+sys.path.insert(0, str(REPO / "bench"))  # its sibling fake_h200, when loaded by path too
+from fake_h200 import reexec_on_fakes  # noqa: E402
+
 PYTHON = sys.executable
 TAIL = 4000  # characters of a command's output kept in the JSON
-
-# A fake station for --fakes: one H200 as NVML names it, GPM supported, the energy counter
-# running on the wall clock (tests/fakes/nvml_shim documents the scenario's keys).
-FAKE_SCENARIO = {
-    "clock": "wall",
-    "gpus": [
-        {
-            "name": "NVIDIA H200",
-            "uuid": "GPU-7c1b0f4e-0000-4000-8000-00000000h200",
-            "memory_total_mib": 143771,
-            "memory_used_mib": 0,
-            "gpm_supported": True,
-            "utilization_gpu": 60,
-            "sm_util_pct": 45.0,
-            "power_w": 350,
-            "power_limit_w": 700,
-            "temperature_c": 40,
-        }
-    ],
-}
 
 CHECKS: dict[str, float] = {  # name -> its time limit in seconds
     "environment": 40,
@@ -915,17 +897,8 @@ def main() -> int:
     if unknown:
         print(f"unknown check(s): {', '.join(unknown)}; known: {', '.join(CHECKS)}")
         return 2
-    if args.fakes and not os.environ.get("GPUDESK_FAKE_NVML"):
-        # This process reads NVML too (the meter): put the fakes in its own environment first.
-        with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as scenario:
-            json.dump(FAKE_SCENARIO, scenario)
-        env = dict(os.environ, GPUDESK_FAKE_NVML=scenario.name)
-        env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (str(FAKES / "nvml_shim"), env.get("PYTHONPATH", "")) if p
-        )
-        env["PATH"] = f"{FAKES}{os.pathsep}{env.get('PATH', '')}"
-        env["GPUDESK_MPS_CONTROL"] = str(FAKES / "nvidia-cuda-mps-control")
-        os.execve(PYTHON, [PYTHON, *sys.argv], env)
+    if args.fakes:  # this process reads NVML too (the meter): the fakes in its own env first
+        reexec_on_fakes()
     args.out.mkdir(parents=True, exist_ok=True)
     run = Run(args.out, args.fakes, args.budget_s)
     steps: dict[str, Callable[[], dict[str, Any]]] = {
