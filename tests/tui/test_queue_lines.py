@@ -1,8 +1,9 @@
 """The queue drawn as lines: coming back to it renders again only the rows whose jobs changed
-(every visible cell rendered again through Rich made a switch to a queue of 300 jobs take
-~150 ms); and the table still moves its cursor with the keys and the mouse, opens the job on
-Enter or a click on the cursor's row, filters, shows whole ids and scrolls through 10,000
-jobs. On a recorded engine (replay)."""
+and lays the screen out once (every visible cell rendered again through Rich, then the scroll
+bar in a paint of its own, made a switch to a queue of 300 jobs take ~150 ms); and the table
+still moves its cursor with the keys and the mouse, opens the job on Enter or a click on the
+cursor's row, filters, shows whole ids and scrolls through 10,000 jobs. On a recorded engine
+(replay)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import msgspec
 import pytest
 from replay import opened, still_desk
 from rich.text import Text
+from textual.screen import Screen
 
 from gpudesk.screens.app import FrameArrived
 from gpudesk.screens.feed import Frame
@@ -38,7 +40,7 @@ def rendered(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
 
 
 async def until(pilot: Any, predicate: Any, what: str) -> None:
-    for _ in range(200):
+    for _ in range(500):
         if predicate():
             return
         await pilot.pause(0.02)
@@ -61,17 +63,55 @@ def test_coming_back_to_the_queue_renders_only_the_rows_that_changed(
             await pilot.pause()
             app.post_message(FrameArrived(later))
             await until(pilot, lambda: app.state.frame is later, "the later frame")
-            rendered.clear()
-            await pilot.press("2")
-            await pilot.pause(0.2)
-            assert isinstance(app.screen, QueueScreen)
             running = [j for j in last.jobs if j.state == "running"]
             others = [j for j in last.jobs if j.state != "running"]
             assert running and others
-            shown = "\n".join(rendered)
-            assert all(j.name in shown for j in running), "the running rows were not redrawn"
+            rendered.clear()
+            await pilot.press("2")
+            await until(
+                pilot,
+                lambda: all(j.name in rendered for j in running),
+                "the running rows drawn again",
+            )
+            await pilot.pause(0.1)
+            assert isinstance(app.screen, QueueScreen)
             again = [j.name for j in others if j.name in rendered]
             assert not again, f"rows with nothing new were rendered again: {again}"
+
+    asyncio.run(main())
+
+
+def test_coming_back_to_the_queue_lays_the_screen_out_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The switch lays the screen out (Textual's switch_mode); the header's new text asks for
+    no second layout (it is one line whatever it says). A second layout redrew the table's
+    scroll bar in a paint of its own, ~30 ms after the screen's, at every switch."""
+    app, last = still_desk()
+    later = dataclasses.replace(last, taken_at=last.taken_at + 5.0)
+    layouts: list[str] = []
+    refresh_layout = Screen._refresh_layout
+
+    def counted(self: Screen[Any], *args: Any, **kwargs: Any) -> Any:
+        layouts.append(type(self).__name__)
+        return refresh_layout(self, *args, **kwargs)
+
+    monkeypatch.setattr(Screen, "_refresh_layout", counted)
+
+    async def main() -> None:
+        async with app.run_test(size=(120, 32)) as pilot:
+            await opened(pilot, "2")
+            # once more: the first time back, Textual brings the screen's CSS up to date too
+            await pilot.press("1", "2", "1")
+            await pilot.pause()
+            app.post_message(FrameArrived(later))
+            await until(pilot, lambda: app.state.frame is later, "the later frame")
+            await pilot.pause(0.2)
+            layouts.clear()
+            await pilot.press("2")
+            await pilot.pause(0.3)
+            assert isinstance(app.screen, QueueScreen)
+            assert layouts == ["QueueScreen"], layouts
 
     asyncio.run(main())
 
