@@ -192,6 +192,26 @@ def test_ids_of_four_digits_and_more_are_shown_whole() -> None:
     asyncio.run(main())
 
 
+def test_sorting_otherwise_keeps_the_job_under_the_cursor_in_sight() -> None:
+    """`O` turns 300 jobs upside down: the cursor stays on its job, and the table scrolls to
+    where that job went (it was put back at the top, the cursor out of sight)."""
+    app, _ = still_desk(lambda f: many_jobs(f, 300))
+
+    async def main() -> None:
+        async with app.run_test(size=(100, 24)) as pilot:
+            screen = await opened(pilot, "2")
+            assert isinstance(screen, QueueScreen)
+            await pilot.press("down", "down")
+            chosen = screen.selected_id()
+            assert chosen in shown_ids(screen)
+            await pilot.press("O")  # reversed: the top goes to the bottom
+            await pilot.pause()
+            assert screen.selected_id() == chosen
+            assert chosen in shown_ids(screen), "the cursor's job is out of sight"
+
+    asyncio.run(main())
+
+
 def test_the_mouse_moves_the_cursor_and_a_click_on_it_opens_the_job() -> None:
     app, _ = still_desk()
 

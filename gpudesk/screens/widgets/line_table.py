@@ -179,7 +179,8 @@ class LineTable(ScrollView, can_focus=True):
     def set_rows(self, rows: Sequence[tuple[str, Sequence[Cell]]]) -> None:
         """Show `rows` (key, cells) in this order. A row handed the very cell objects it
         already has keeps its rendering; the cursor stays on its row's key where that row is
-        still shown (else at its place, within the rows), and the scroll position stays."""
+        still shown (else at its place, within the rows), and the scroll position stays unless
+        the cursor's row moved out of sight (sorted otherwise: it is scrolled to)."""
         kept = self.cursor_key
         keys = [key for key, _ in rows]
         order_changed = keys != self.row_keys
@@ -204,19 +205,13 @@ class LineTable(ScrollView, can_focus=True):
         if order_changed:
             self._size_to_rows()
             if kept is not None and kept in self._index:
-                self._move(self._index[kept], scroll=False)
+                self._move(self._index[kept], scroll=True)
             else:
                 self._move(min(self.cursor_row, max(0, len(keys) - 1)), scroll=False)
             self.refresh()
         else:
             for index in changed:
                 self.refresh_line(index + HEADER_HEIGHT)
-
-    def update_row(self, key: str, cells: Sequence[Cell]) -> None:
-        """New cells for one shown row: that line alone is drawn again."""
-        self._cells[key] = tuple(cells)
-        self._segments.pop(key, None)
-        self.refresh_line(self._index[key] + HEADER_HEIGHT)
 
     def _size_to_rows(self) -> None:
         width = sum(c.width + 2 * CELL_PADDING for c in self.columns)
@@ -314,43 +309,43 @@ class LineTable(ScrollView, can_focus=True):
         elif self.cursor_row >= top + self._visible_rows():
             self.scroll_to(y=self.cursor_row - self._visible_rows() + 1, animate=False, force=True)
 
-    def _keyboard(self) -> None:
+    def _hide_hover(self) -> None:
         if self._show_hover:
             self._show_hover = False
             self.refresh_line(self.hover_row + HEADER_HEIGHT)
 
     def action_cursor_up(self) -> None:
-        self._keyboard()
+        self._hide_hover()
         self.move_cursor(self.cursor_row - 1)
 
     def action_cursor_down(self) -> None:
-        self._keyboard()
+        self._hide_hover()
         self.move_cursor(self.cursor_row + 1)
 
     def action_page_up(self) -> None:
-        self._keyboard()
+        self._hide_hover()
         page = self._visible_rows()
         self.scroll_to(y=self.scroll_y - page, animate=False, force=True)
         self._move(self.cursor_row - page, scroll=False)
         self._scroll_cursor_into_view()
 
     def action_page_down(self) -> None:
-        self._keyboard()
+        self._hide_hover()
         page = self._visible_rows()
         self.scroll_to(y=self.scroll_y + page, animate=False, force=True)
         self._move(self.cursor_row + page, scroll=False)
         self._scroll_cursor_into_view()
 
     def action_cursor_top(self) -> None:
-        self._keyboard()
+        self._hide_hover()
         self.move_cursor(0)
 
     def action_cursor_bottom(self) -> None:
-        self._keyboard()
+        self._hide_hover()
         self.move_cursor(len(self.row_keys) - 1)
 
     def action_select_cursor(self) -> None:
-        self._keyboard()
+        self._hide_hover()
         key = self.cursor_key
         if key is not None:
             self.post_message(self.RowSelected(self, key, self.cursor_row))
