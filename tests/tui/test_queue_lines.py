@@ -16,6 +16,7 @@ import msgspec
 import pytest
 from replay import opened, still_desk
 from rich.text import Text
+from test_desk_actions import until
 from textual.screen import Screen
 
 from gpudesk.screens.app import FrameArrived
@@ -39,14 +40,6 @@ def rendered(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     yield seen
 
 
-async def until(pilot: Any, predicate: Any, what: str) -> None:
-    for _ in range(500):
-        if predicate():
-            return
-        await pilot.pause(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def test_coming_back_to_the_queue_renders_only_the_rows_that_changed(
     rendered: list[str],
 ) -> None:
@@ -62,7 +55,7 @@ def test_coming_back_to_the_queue_renders_only_the_rows_that_changed(
             await pilot.press("1")
             await pilot.pause()
             app.post_message(FrameArrived(later))
-            await until(pilot, lambda: app.state.frame is later, "the later frame")
+            await until(pilot, lambda: app.state.frame is later, what="the later frame")
             running = [j for j in last.jobs if j.state == "running"]
             others = [j for j in last.jobs if j.state != "running"]
             assert running and others
@@ -71,7 +64,7 @@ def test_coming_back_to_the_queue_renders_only_the_rows_that_changed(
             await until(
                 pilot,
                 lambda: all(j.name in rendered for j in running),
-                "the running rows drawn again",
+                what="the running rows drawn again",
             )
             await pilot.pause(0.1)
             assert isinstance(app.screen, QueueScreen)
@@ -105,7 +98,7 @@ def test_coming_back_to_the_queue_lays_the_screen_out_once(
             await pilot.press("1", "2", "1")
             await pilot.pause()
             app.post_message(FrameArrived(later))
-            await until(pilot, lambda: app.state.frame is later, "the later frame")
+            await until(pilot, lambda: app.state.frame is later, what="the later frame")
             await pilot.pause(0.2)
             layouts.clear()
             await pilot.press("2")
@@ -232,7 +225,7 @@ def test_the_mouse_moves_the_cursor_and_a_click_on_it_opens_the_job() -> None:
             await pilot.pause()
             assert screen.selected_id() == int(third)
             await pilot.click("#jobs", offset=(10, 1 + 2))
-            await until(pilot, lambda: isinstance(app.screen, JobScreen), "the job's screen")
+            await until(pilot, lambda: isinstance(app.screen, JobScreen), what="the job's screen")
             assert isinstance(app.screen, JobScreen) and app.screen.job_id == int(third)
 
     asyncio.run(main())
@@ -248,7 +241,7 @@ def test_enter_opens_the_job_under_the_cursor() -> None:
             await pilot.press("down", "down", "down")
             chosen = screen.selected_id()
             await pilot.press("enter")
-            await until(pilot, lambda: isinstance(app.screen, JobScreen), "the job's screen")
+            await until(pilot, lambda: isinstance(app.screen, JobScreen), what="the job's screen")
             assert isinstance(app.screen, JobScreen) and app.screen.job_id == chosen
 
     asyncio.run(main())
@@ -293,7 +286,7 @@ def test_a_job_gone_from_under_the_cursor_leaves_it_at_its_place() -> None:
             gone = screen.selected_id()
             fewer = dataclasses.replace(frame, jobs=[j for j in frame.jobs if j.id != gone])
             app.post_message(FrameArrived(fewer))
-            await until(pilot, lambda: table.row_count == len(fewer.jobs), "one row fewer")
+            await until(pilot, lambda: table.row_count == len(fewer.jobs), what="one row fewer")
             assert table.cursor_row == 4 and screen.selected_id() != gone
 
     asyncio.run(main())
