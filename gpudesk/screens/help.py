@@ -29,7 +29,8 @@ KEYS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
     (
         "queue & jobs",
         (
-            ("↑ ↓ pgup pgdn", "move"),
+            ("↑ ↓ pgup pgdn", "move; home / end: the first / last job"),
+            ("click", "select a job; a click on the selected one opens it"),
             ("enter", "job detail: placement and why, usage, events, log tail"),
             ("c", "cancel the job (asks first)"),
             ("h", "hold a queued job / release it"),

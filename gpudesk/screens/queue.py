@@ -1,5 +1,7 @@
 """Queue & jobs: every job in one table, updated in place (the cursor and the scroll position
-survive updates), sortable and filterable, with the job actions on keys."""
+survive updates), sortable and filterable, with the job actions on keys. The table is drawn as
+lines (`LineTable`): a row is rendered once when its job's cells change, so coming back to the
+queue draws what is on screen from rows already rendered."""
 
 from __future__ import annotations
 
@@ -9,14 +11,14 @@ from typing import ClassVar
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.widgets import DataTable, Input
-from textual.widgets.data_table import ColumnKey
+from textual.widgets import Input
 
 from gpudesk import render
 from gpudesk.api import JobView
 from gpudesk.screens.base import JobActions
 from gpudesk.screens.state import DeskState, job_runtime, sharing_mode
 from gpudesk.screens.widgets.footer import DeskFooter
+from gpudesk.screens.widgets.line_table import CELL_PADDING, LineTable, TableColumn
 from gpudesk.screens.widgets.strips import DeskHeader
 from gpudesk.units import watt_hours
 
@@ -38,7 +40,7 @@ class Column:
 
 
 COLUMNS = (
-    Column("id", "ID", 3),
+    Column("id", "ID", None),
     Column("user", "USER", None),
     Column("name", "NAME", None),
     Column("state", "STATE", 9),
@@ -50,12 +52,12 @@ COLUMNS = (
 )
 NAME_WIDTH = (10, 40)  # the name column takes what the others leave, within these bounds
 USER_WIDTH = (4, 8)  # as wide as the longest user shown (its header's 4 at least), at most 8
+ID_WIDTH = 3  # at least: as wide as the largest id shown (a store of 100,000 jobs: 6), never cut
 # Left out, in this order, while the name column would be narrower than NAME_ROOMY (80 columns
 # over SSH): a sweep's names (heavy-lr0.001-h1024-3) need about that much to be told apart even
 # cut in the middle; progress and priority show in the job screen too.
 NAME_ROOMY = 20
 DROPPED_WHEN_NARROW = ("progress", "priority")
-CELL_PADDING = 1  # DataTable's default: a cell each side of every column
 SCROLLBAR = 2
 # "live" (the default): running jobs first, then the waiting ones in queue order, then the
 # finished ones newest first, as squeue and nvitop put what is happening now on top.
@@ -178,22 +180,27 @@ class QueueScreen(JobActions):
         # (it re-reads the table every few refreshes), so a frame goes over the running
         # rows only (300 rows took ~0.2 s of a screen switch on a 2-core machine).
         self._cells: dict[int, tuple[JobView, int, dict[str, Text | str]]] = {}
-        # The job under the cursor and the scroll position when the columns were laid out
-        # again (which empties the table), for the next drawing to put back.
-        self._kept: tuple[int | None, float] | None = None
+        # The job under the cursor when the filter was opened: while it is typed, the cursor
+        # goes back to it whenever the filter matches it again (`s`, `st`, ... `state:queued`).
+        self._filter_from: int | None = None
 
     def compose(self) -> ComposeResult:
         yield DeskHeader()
-        yield DataTable(id="jobs", cursor_type="row", zebra_stripes=True)
+        yield LineTable(id="jobs", zebra_stripes=True)
         yield Input(
             placeholder="filter: words, or state:running — Enter keeps, Esc clears", id="filter"
         )
         yield DeskFooter()
 
+    @property
+    def table(self) -> LineTable:
+        return self.query_one("#jobs", LineTable)
+
     def on_mount(self) -> None:
         self.query_one("#filter", Input).display = False
         self.name_width = 0
         self.user_width = USER_WIDTH[0]
+        self.id_width = ID_WIDTH
         self.columns: list[Column] = list(COLUMNS)
         self._fit_columns(force=True)
 
@@ -204,13 +211,16 @@ class QueueScreen(JobActions):
     def _width(self, column: Column) -> int:
         if column.key == "user":
             return self.user_width
+        if column.key == "id":
+            return self.id_width
         return column.width or self.name_width
 
     def _fit_columns(self, force: bool = False) -> bool:
         """Give the name column what the others leave (USER only as wide as the users shown
         need), so the table never needs a horizontal scroll bar (80 columns over SSH), leaving
         out DROPPED_WHEN_NARROW's columns where it would still be too narrow. True when the
-        columns changed."""
+        columns changed (the table keeps its rows, cursor and scroll position; show_state
+        then hands it every row's cells in the new columns)."""
         columns = list(COLUMNS)
         for dropped in ("", *DROPPED_WHEN_NARROW):
             columns = [c for c in columns if c.key != dropped]
@@ -223,23 +233,26 @@ class QueueScreen(JobActions):
             return False
         self.name_width = width
         self.columns = columns
-        table = self.query_one("#jobs", DataTable)
-        if self._kept is None and table.row_count:
-            self._kept = (self.selected_id(), table.scroll_y)
-        table.clear(columns=True)
         self._drawn = None
-        for column in columns:
-            width_here = self._width(column)
-            table.add_column(self._label(column, width_here), key=column.key, width=width_here)
+        self._lay_out_columns()
         return True
 
-    def _fit_users(self, jobs: list[JobView]) -> None:
+    def _lay_out_columns(self) -> None:
+        self.table.set_columns(
+            [
+                TableColumn(c.key, self._label(c, self._width(c)), self._width(c))
+                for c in self.columns
+            ]
+        )
+
+    def _fit_jobs(self, jobs: list[JobView]) -> None:
         """USER as wide as the longest user among `jobs` (within USER_WIDTH): on a station of
-        short login names the name column gets the rest."""
+        short login names the name column gets the rest; ID as wide as the largest id."""
         longest = max((len(j.user) for j in jobs), default=0)
-        width = max(USER_WIDTH[0], min(USER_WIDTH[1], longest))
-        if width != self.user_width:
-            self.user_width = width
+        user_width = max(USER_WIDTH[0], min(USER_WIDTH[1], longest))
+        id_width = max(ID_WIDTH, len(str(max((j.id for j in jobs), default=0))))
+        if (user_width, id_width) != (self.user_width, self.id_width):
+            self.user_width, self.id_width = user_width, id_width
             self._fit_columns(force=True)
 
     def _label(self, column: Column, width: int) -> str:
@@ -249,59 +262,38 @@ class QueueScreen(JobActions):
             return column.label
         return column.label[: max(0, width - 1)] + ("▼" if self.sort_reverse else "▲")
 
-    def _relabel(self) -> None:
-        """Move the sort arrow to the column sorted by now."""
-        table = self.query_one("#jobs", DataTable)
-        for column in self.columns:
-            key = ColumnKey(column.key)
-            if key in table.columns:
-                table.columns[key].label = Text(self._label(column, self._width(column)))
-        table.refresh()
-
     # ------------------------------------------------------------------ drawing
     def show_state(self, state: DeskState) -> None:
         # What the table shows follows from these alone: a screen coming back (or resized to
         # the same columns) with nothing new skips going over every row again (500 of them
         # on a busy station: ~0.1 s of the desk's first paint).
-        self._fit_users(state.jobs)
+        self._fit_jobs(state.jobs)
         drawn = (state.frame, self.filter_text, self.sort_key, self.sort_reverse, self.columns)
         last = self._drawn
         if last is not None and last[0] is state.frame and last[1:] == drawn[1:]:
             return
         self._drawn = drawn
-        table = self.query_one("#jobs", DataTable)
         jobs = list(state.jobs)
         if self.filter_text.strip():
             jobs = [j for j in jobs if matches(j, self.filter_text, state)]
         jobs.sort(key=lambda j: sort_value(j, self.sort_key, state.now), reverse=self.sort_reverse)
-        selected, scroll_y = self._kept or (self.selected_id(), table.scroll_y)
-        self._kept = None
-        wanted = [str(j.id) for j in jobs]
-        existing = [str(row.value) for row in table.rows]
-        if existing != wanted:
-            # Rebuild the order (rare: a job came, went, the sort or the columns changed) ...
-            table.clear()
-            for job in jobs:
-                cells, _ = self._cells_of(job, state)
-                table.add_row(*(cells[c.key] for c in self.columns), key=str(job.id))
-            listed = {job.id for job in jobs}  # the cells of jobs no longer listed go
-            self._cells = {i: cached for i, cached in self._cells.items() if i in listed}
-            if selected is not None and str(selected) in wanted:
-                table.move_cursor(row=wanted.index(str(selected)), animate=False)
-            table.scroll_to(y=scroll_y, animate=False)
-            return
-        # ... else update the cells that changed, in place.
+        rows = []
         for job in jobs:
-            cells, fresh = self._cells_of(job, state)
-            if not fresh:
-                continue  # drawn already as they are
-            row = table.get_row(str(job.id))
-            for position, column in enumerate(self.columns):
-                if str(row[position]) != str(cells[column.key]):
-                    table.update_cell(str(job.id), column.key, cells[column.key])
+            cells = self._cells_of(job, state)
+            rows.append((str(job.id), [cells[c.key] for c in self.columns]))
+        # The table renders again only the rows handed new cells (the running ones, mostly).
+        self.table.set_rows(rows)
+        if self._filter_from is not None:
+            back = self.table.index_of(str(self._filter_from))
+            if back is not None:
+                self.table.move_cursor(back)
+        listed = {job.id for job in jobs}  # the cells of jobs no longer listed go
+        if len(self._cells) != len(listed):
+            self._cells = {i: cached for i, cached in self._cells.items() if i in listed}
 
-    def _cells_of(self, job: JobView, state: DeskState) -> tuple[dict[str, Text | str], bool]:
-        """The job's cells, and whether they were made anew (else as last drawn)."""
+    def _cells_of(self, job: JobView, state: DeskState) -> dict[str, Text | str]:
+        """The job's cells: as last drawn (the very objects, which the table takes for a row
+        it need not render again) while its view and the name's width are the same."""
         cached = self._cells.get(job.id)
         if (
             cached is not None
@@ -309,20 +301,14 @@ class QueueScreen(JobActions):
             and cached[1] == self.name_width
             and job.state != "running"  # its time and progress move with every frame
         ):
-            return cached[2], False
+            return cached[2]
         cells = job_cells(job, state, self.name_width)
         self._cells[job.id] = (job, self.name_width, cells)
-        return cells, True
+        return cells
 
     def selected_id(self) -> int | None:
-        table = self.query_one("#jobs", DataTable)
-        if not table.row_count:
-            return None
-        try:
-            key = table.coordinate_to_cell_key(table.cursor_coordinate).row_key
-        except Exception:
-            return None
-        return int(key.value) if key.value is not None else None
+        key = self.table.cursor_key
+        return None if key is None else int(key)
 
     def selected_job(self) -> JobView | None:
         job_id = self.selected_id()
@@ -335,7 +321,7 @@ class QueueScreen(JobActions):
         return job
 
     # ------------------------------------------------------------------ actions
-    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+    def on_line_table_row_selected(self, event: LineTable.RowSelected) -> None:
         self.action_open_job()
 
     def action_open_job(self) -> None:
@@ -351,31 +337,34 @@ class QueueScreen(JobActions):
         box = self.query_one("#filter", Input)
         box.display = True
         box.focus()
+        self._filter_from = self.selected_id()
 
     def on_input_changed(self, event: Input.Changed) -> None:
         self.filter_text = event.value
         self.show_state(self.desk.state)
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
-        self.query_one("#jobs", DataTable).focus()
+        self.table.focus()
         event.input.display = bool(event.value)
+        self._filter_from = None
 
     def action_clear_filter(self) -> None:
         box = self.query_one("#filter", Input)
         box.value = ""
         box.display = False
         self.filter_text = ""
-        self.query_one("#jobs", DataTable).focus()
+        self.table.focus()
         self.show_state(self.desk.state)
+        self._filter_from = None
 
     def action_sort(self) -> None:
         self.sort_key = SORTS[(SORTS.index(self.sort_key) + 1) % len(SORTS)]
         named = SORT_NAMES.get(self.sort_key, self.sort_key)
         self.notify(f"sorted by {named}" + (" (reversed)" if self.sort_reverse else ""), timeout=2)
-        self._relabel()
+        self._lay_out_columns()
         self.show_state(self.desk.state)
 
     def action_sort_reverse(self) -> None:
         self.sort_reverse = not self.sort_reverse
-        self._relabel()
+        self._lay_out_columns()
         self.show_state(self.desk.state)

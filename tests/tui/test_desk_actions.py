@@ -77,12 +77,9 @@ async def select_job(app: DeskApp, pilot: Any, job_id: int) -> QueueScreen:
         pilot, lambda: isinstance(app.screen, QueueScreen) and app.screen, what="the queue"
     )
     await until(pilot, lambda: app.state.job(job_id) is not None, what=f"job {job_id}")
-    table = screen.query_one("#jobs")
-    await until(
-        pilot, lambda: str(job_id) in [str(k.value) for k in table.rows], what=f"job {job_id}'s row"
-    )
-    index = [str(k.value) for k in table.rows].index(str(job_id))
-    table.move_cursor(row=index, animate=False)
+    table = screen.table
+    await until(pilot, lambda: str(job_id) in table.row_keys, what=f"job {job_id}'s row")
+    table.move_cursor(table.row_keys.index(str(job_id)))
     await pilot.pause()
     assert screen.selected_id() == job_id
     return screen

@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 from replay import sweep_feed
 from test_desk_snapshots import replayed, screen_steps
-from textual.widgets import DataTable
 
 from gpudesk.screens.app import DeskApp
 from gpudesk.screens.feed import Feed
 from gpudesk.screens.queue import QueueScreen
+from gpudesk.screens.widgets.line_table import LineTable
 
 SIZES = {"80x24": (80, 24), "200x50": (200, 50)}
 
@@ -25,7 +25,7 @@ def sweep_desk() -> DeskApp:
 def queue_rows(app: DeskApp) -> list[dict[str, str]]:
     """The queue's rows as drawn on the terminal (what the user reads, not the cells' data):
     id, name and state cut out of each line by the header's column positions."""
-    table = app.screen.query_one("#jobs", DataTable)
+    table = app.screen.query_one("#jobs", LineTable)
     lines = [table.render_line(y).text for y in range(table.size.height)]
     header = lines[0]
     name_at, state_at = header.index("NAME"), header.index("STATE")
@@ -66,7 +66,7 @@ def on_the_queue_of(feed: Feed, size: tuple[int, int]) -> list[str]:
             await replayed(pilot)
             await pilot.press("2")
             await pilot.pause()
-            table = app.screen.query_one("#jobs", DataTable)
+            table = app.screen.query_one("#jobs", LineTable)
             return [table.render_line(y).text for y in range(table.size.height)]
 
     return asyncio.run(main())

@@ -11,17 +11,17 @@ from typing import Any
 
 import msgspec
 from replay import opened, still_desk
-from textual.widgets import DataTable
 
 from gpudesk.screens.app import FrameArrived
 from gpudesk.screens.queue import QueueScreen
+from gpudesk.screens.widgets.line_table import LineTable
 
 
-async def near_the_end(pilot: Any) -> tuple[QueueScreen, DataTable[Any]]:
+async def near_the_end(pilot: Any) -> tuple[QueueScreen, LineTable]:
     """The queue, its cursor on the row before the last (scrolled, on a short terminal)."""
     screen = await opened(pilot, "2")
     assert isinstance(screen, QueueScreen)
-    table = screen.query_one("#jobs", DataTable)
+    table = screen.query_one("#jobs", LineTable)
     assert table.row_count > 8
     for _ in range(table.row_count - 2):
         await pilot.press("down")

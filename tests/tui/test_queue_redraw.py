@@ -11,12 +11,11 @@ from typing import Any
 
 import pytest
 from replay import opened, replay_feed, still_desk
-from textual.widgets import DataTable
-from textual.widgets.data_table import ColumnKey
 
 from gpudesk.screens import queue as queue_screen
 from gpudesk.screens.app import DeskApp, FrameArrived
 from gpudesk.screens.queue import QueueScreen
+from gpudesk.screens.widgets.line_table import LineTable
 
 
 @pytest.fixture
@@ -47,7 +46,7 @@ def test_the_queue_goes_over_its_rows_only_when_what_it_shows_from_changed(
             await pilot.pause()
             screen = app.screen
             assert isinstance(screen, QueueScreen)
-            table = screen.query_one("#jobs")
+            table = screen.query_one("#jobs", LineTable)
             shown = len(app.state.jobs)
             assert table.row_count == shown and len(cells_made) >= shown
             before = len(cells_made)
@@ -63,7 +62,8 @@ def test_the_queue_goes_over_its_rows_only_when_what_it_shows_from_changed(
             assert len(cells_made) > before
             assert table.row_count == shown
             assert screen.name_width < 40
-            assert table.columns[ColumnKey("name")].width == screen.name_width
+            name = next(c for c in table.columns if c.key == "name")
+            assert name.width == screen.name_width
 
     try:
         asyncio.run(main())
@@ -87,7 +87,7 @@ def test_a_new_frame_goes_over_the_running_rows_only(cells_made: list[int]) -> N
             await pilot.pause(0.2)
             running = sorted(j.id for j in last.jobs if j.state == "running")
             assert sorted(cells_made) == running and len(running) < len(last.jobs)
-            table = screen.query_one("#jobs", DataTable)
+            table = screen.query_one("#jobs", LineTable)
             row = table.get_row(str(running[0]))
             assert str(row[[c.key for c in screen.columns].index("runtime")]) != "27.0s"
 
@@ -104,13 +104,13 @@ def test_the_queue_keeps_the_cells_of_the_jobs_it_lists_only() -> None:
         async with app.run_test(size=(120, 32)) as pilot:
             screen = await opened(pilot, "2")
             assert isinstance(screen, QueueScreen)
-            table = screen.query_one("#jobs", DataTable)
+            table = screen.query_one("#jobs", LineTable)
             app.post_message(FrameArrived(fewer))
             for _ in range(100):
                 if table.row_count == len(fewer.jobs):
                     break
                 await pilot.pause(0.02)
-            listed = {int(str(row.value)) for row in table.rows}
+            listed = {int(key) for key in table.row_keys}
             assert listed == {j.id for j in fewer.jobs}
             assert set(screen._cells) == listed
 

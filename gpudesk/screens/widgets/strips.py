@@ -86,7 +86,12 @@ class DeskHeader(Static):
 
     def show(self, state: DeskState, readonly: bool = False, note: str | None = None) -> None:
         self._shown = (state, readonly, note)
-        self.update(render_header(state, readonly, note, self.content_size.width or None))
+        # One line whatever it says (its CSS): no layout of the screen for it. A layout on a
+        # screen coming back redraws the queue's scroll bar in a paint of its own, ~30 ms
+        # after the screen's (Textual refreshes a ScrollView's scroll bars at every layout).
+        self.update(
+            render_header(state, readonly, note, self.content_size.width or None), layout=False
+        )
 
     def on_resize(self) -> None:
         if getattr(self, "_shown", None) is not None:  # what fits depends on the width
