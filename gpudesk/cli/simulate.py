@@ -298,11 +298,16 @@ def _results_table(results: list[SimResult], width: int | None = None) -> str:
     def ratio(a: float, b: float) -> str:
         return f"{a / b:.2f}" if b > 0 else "-"
 
+    def makespan(r: SimResult) -> tuple[str, str]:
+        # A policy that lost jobs finished fewer of them: its "makespan" is not one to compare.
+        if r.lost:
+            return f"lost {r.lost}", "-"
+        return render.duration(r.makespan_s), ratio(r.makespan_s, base.makespan_s)
+
     rows = [
         (
             r.policy,
-            render.duration(r.makespan_s),
-            ratio(r.makespan_s, base.makespan_s),
+            *makespan(r),
             render.duration(r.mean_jct_s),
             render.duration(r.p95_jct_s),
             render.duration(r.mean_wait_s),
