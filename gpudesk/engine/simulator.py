@@ -52,6 +52,7 @@ from gpudesk.engine.placement.interference import (
 )
 from gpudesk.engine.placement.policies import make_policy
 from gpudesk.engine.placement.policy import (
+    RESERVE_MIB,
     Decision,
     GpuState,
     MigSlice,
@@ -667,7 +668,9 @@ class Simulation:
             run.lost = True
             self.lost_why[run.job.id] = f"out of memory {run.attempts} times"
             return
-        run.demand = run.demand.after_oom(observed)
+        # Capped where the engine caps it (attempts.py): at what the GPU offers a job alone,
+        # so a job that died sharing is retried alone rather than lost as "too big".
+        run.demand = run.demand.after_oom(observed, self.model.memory_total_mib - RESERVE_MIB)
         run.work_done = 0.0
         self.queue.append(run)
         self.queue.sort(key=lambda r: r.record.id)

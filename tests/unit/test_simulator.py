@@ -308,3 +308,21 @@ def test_the_cli_table_and_errors(tmp_path: Path) -> None:
     ends = runner.invoke(app, ["simulate", str(none_fit), "--station", "sim:h100"])
     assert isinstance(ends.exception, CliError) and ends.exception.code == 1
     assert "no job of t can run on sim:h100" in str(ends.exception)
+
+
+def test_a_job_that_died_sharing_is_retried_alone_not_lost_as_too_big(tmp_path: Path) -> None:
+    """Hinted at 10 GB, it peaks at 38 GB beside an 8 GB job on a 40 GB A100 and dies; grown
+    by the OOM rule its estimate passes the GPU's size. The engine caps the re-estimate at what
+    the GPU offers a job alone (attempts.py); the simulator does the same, so it is recovered."""
+    trace = load_trace(
+        write_trace(
+            tmp_path,
+            [
+                {"peak_memory_mb": 38000, "estimate_gpumemnet_mb": 10000, "class": "heavy"},
+                {"id": 2, "peak_memory_mb": 8000, "estimate_gpumemnet_mb": 8000},
+            ],
+        )
+    )
+    for policy in ("mps", "auto", "naive"):
+        result = Simulation(trace, policy=policy, station="sim:a100-40gb").run()
+        assert (result.oom_crashes, result.oom_recovered, result.lost) == (1, 1, 0), policy

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import inspect
+
 from rich.text import Text
 from textual.widgets import Static
 
 from gpudesk.screens.state import DeskState
 from gpudesk.screens.widgets.glyphs import bar
 from gpudesk.units import watt_hours
+
+# Static.update(layout=...) is newer than the textual floor (pyproject): where it is missing,
+# update() lays the screen out as it always did.
+_UPDATE_CAN_SKIP_LAYOUT = "layout" in inspect.signature(Static.update).parameters
 
 
 def render_header(
@@ -89,9 +95,11 @@ class DeskHeader(Static):
         # One line whatever it says (its CSS): no layout of the screen for it. A layout on a
         # screen coming back redraws the queue's scroll bar in a paint of its own, ~30 ms
         # after the screen's (Textual refreshes a ScrollView's scroll bars at every layout).
-        self.update(
-            render_header(state, readonly, note, self.content_size.width or None), layout=False
-        )
+        header = render_header(state, readonly, note, self.content_size.width or None)
+        if _UPDATE_CAN_SKIP_LAYOUT:
+            self.update(header, layout=False)
+        else:
+            self.update(header)
 
     def on_resize(self) -> None:
         if getattr(self, "_shown", None) is not None:  # what fits depends on the width
