@@ -442,6 +442,8 @@ def _listed(
 # -------------------------------------------------------------------------- show
 AFTER_LABEL = "  after      "  # `show`'s fields are labelled in this width
 FIELD_INDENT = " " * len(AFTER_LABEL)  # where a field's value starts in `show`
+ATTEMPT_INDENT = " " * len("      why ")  # an attempt's log, cgroup and reason, continued
+EVENT_INDENT = len("  00:00:00  ") + 11  # an event's message, continued under itself
 
 
 @jobs_app.command()
@@ -480,7 +482,12 @@ def show(
         f"  state      {j.state}"
         + (", held" if j.held else "")
         + (f" ({j.reason})" if j.reason else ""),
-        f"  command    {command}" + ("  [shell]" if spec.shell else ""),
+        *_packed(
+            "  command    ",
+            ([command] if spec.shell else [shlex.quote(arg) for arg in spec.command])
+            + (["[shell]"] if spec.shell else []),
+            width,
+        ),
         f"  workdir    {spec.workdir or '-'}",
         f"  asks for   {spec.gpus} GPU(s)"
         + (f", {spec.memory_gb:g} GB" if spec.memory_gb else "")
@@ -532,13 +539,14 @@ def show(
             )
             lines.append(f"      log {a.log}")
             if a.containment:
-                lines.append(f"      in  {a.containment}")
-            lines.append(f"      why {a.placement.reason}")
+                lines.append(render.fill(f"      in  {a.containment}", width, ATTEMPT_INDENT))
+            lines.append(render.fill(f"      why {a.placement.reason}", width, ATTEMPT_INDENT))
             lines.extend(_alternative_lines(a.placement.alternatives))
     lines.extend(_usage_lines(data.usage, j, data.attempts))
     lines.append("events:")
     for e in data.events:
-        lines.append(f"  {render.clock(e.ts)}  {e.state or e.kind:<10} {e.message}")
+        event = f"  {render.clock(e.ts)}  {e.state or e.kind:<10} {e.message}"
+        lines.append(render.fill(event, width, " " * EVENT_INDENT))
     if data.env is not None:
         lines.append("environment:")
         lines.extend(f"  {k}={v}" for k, v in sorted(data.env.items()))
@@ -551,8 +559,14 @@ def _after_lines(refs: list[str], until: str, width: int) -> list[str]:
     continued under the first, each job's mention kept on one line; then `until` ("" for
     nothing), wrapped as prose."""
     pieces = [f"{ref}," for ref in refs[:-1]] + [refs[-1] + (":" if until else "")]
-    pieces += until.split()
-    lines = [AFTER_LABEL + pieces[0]]
+    return _packed(AFTER_LABEL, pieces + until.split(), width)
+
+
+def _packed(label: str, pieces: list[str], width: int) -> list[str]:
+    """A field of `show` in `width` columns: `pieces` after `label`, as many to a line as fit,
+    the rest continued under the first; a piece (a job's mention, a command's argument with
+    its quotes) is never split, so a longer one runs past `width`."""
+    lines = [label + pieces[0]] if pieces else [label.rstrip()]
     for piece in pieces[1:]:
         if len(lines[-1]) + 1 + len(piece) > width:
             lines.append(FIELD_INDENT + piece)

@@ -4,6 +4,7 @@ GPU shares it under MPS, and what a MIG slice's energy figure is."""
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 import pytest
@@ -99,3 +100,41 @@ def test_show_of_a_job_on_a_mig_slice_does_not_call_the_whole_gpus_counter_its_o
     assert "the whole GPU in MIG mode, not the slice's own: its idle slices included" in energy
     mig_engine.client.request("cancel", jobs=[job_id], grace=0)
     mig_engine.wait_all_done([job_id])
+
+
+def test_show_fits_80_columns_breaking_no_argument_path_or_word(
+    engine: EngineHandle, gpudesk: Run, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A long command, the attempt's placement and cgroup notes and the events wrap under
+    their labels at 80 columns; a quoted argument, a path or a word is never cut, so only a
+    line holding one token longer than the room runs past."""
+    words = [
+        "a",
+        "long",
+        "argument",
+        "list",
+        "that",
+        "goes",
+        "on",
+        "and",
+        "on",
+        "past",
+        "the",
+        "edge",
+        "of",
+        "a",
+        "terminal",
+    ]
+    command = ["python3", "-c", "print('one quoted argument with spaces')", *words]
+    (job,) = engine.submit({"name": "wide", "command": command})
+    engine.wait_state(job, "succeeded")
+    monkeypatch.setenv("COLUMNS", "80")
+    code, out, err = gpudesk("show", str(job))
+    assert code == 0, err
+    lines = out.splitlines()
+    long = [line for line in lines if len(line) > 80]
+    assert all(len(line.split()) <= 2 for line in long), long  # a label and one token
+    start = next(n for n, line in enumerate(lines) if line.startswith("  command    "))
+    end = next(n for n, line in enumerate(lines) if line.startswith("  workdir    "))
+    said = " ".join(line.strip() for line in lines[start:end]).split(None, 1)[1]
+    assert said == shlex.join(command), lines[start:end]  # every argument whole, in order
