@@ -126,7 +126,10 @@ def profiles_cmd(
         return
     blocks = [(f.entry.index, _profiles_text(f)) for f in found]
     blocks += [
-        (s.entry.index, f"{_gpu_title(s.entry.index, s.entry.name, s.simulated)}\n  {s.problem}")
+        (
+            s.entry.index,
+            f"{_gpu_title(s.entry.index, s.entry.name, s.simulated)}\n{_paragraph(s.problem)}",
+        )
         for s in skipped
     ]
     print("\n\n".join(text for _, text in sorted(blocks)))
@@ -379,7 +382,8 @@ def list_cmd(json_out: JsonOption = False) -> None:
     lines = []
     for entry, state, layout in report:
         if layout is None:
-            lines.append(_gpu_title(entry.index, entry.name, mode=_mode_note(entry.index, state)))
+            lines.append(_gpu_title(entry.index, entry.name))
+            lines.append(_paragraph(_mode_note(entry.index, state)))
             continue
         devices = f"MIG enabled, {len(layout.slots)} MIG device(s)"
         lines.append(_gpu_title(entry.index, entry.name, mode=devices))
@@ -410,12 +414,17 @@ def _list_simulated(station: SimulatedStation, json_out: bool) -> None:
         ]
         print_json({"simulated": True, "backend": station.backend, "gpus": gpus})
         return
-    lines = [f"{station.backend} SIMULATED: MIG devices of the simulated GPUs (not nvidia-smi's)"]
+    lines = [
+        _paragraph(
+            f"{station.backend} SIMULATED: MIG devices of the simulated GPUs (not nvidia-smi's)",
+            first="",
+        )
+    ]
     for gpu, mode, slots in report:
         name = gpu.name or "?"  # a simulated GPU always has its model's name
         if mode != "enabled":
-            note = simulated_mode_note(gpu.index, name, mode)
-            lines.append(_gpu_title(gpu.index, name, mode=note))
+            lines.append(_gpu_title(gpu.index, name))
+            lines.append(_paragraph(simulated_mode_note(gpu.index, name, mode)))
             continue
         devices = f"MIG enabled, {len(slots)} MIG device(s)"
         lines.append(_gpu_title(gpu.index, name, mode=devices))
@@ -543,13 +552,16 @@ def _plan_text(plan: MigPlanView) -> str:
     return "\n".join(lines)
 
 
-def _paragraph(text: str) -> str:
-    """A plan's line that may run long, wrapped under its heading."""
+def _paragraph(text: str, first: str = "  ") -> str:
+    """A line that may run long, wrapped to the terminal under its heading (its first line
+    indented by `first`, the rest two more); a word or a path is never broken."""
+    from gpudesk import render
+
     return textwrap.fill(
         text,
-        width=96,
-        initial_indent="  ",
-        subsequent_indent="    ",
+        width=render.terminal_width(),
+        initial_indent=first,
+        subsequent_indent=first + "  ",
         break_on_hyphens=False,
         break_long_words=False,
     )

@@ -175,8 +175,10 @@ def test_list_text(smi: FakeSmi, gpudesk: Run) -> None:
         "0:4",
         "MIG-00000001-0000-5000-8000-000000000000",
     ]
-    assert lines[4].startswith("GPU 1: NVIDIA A100-SXM4-40GB  MIG disabled.")
-    assert "sudo nvidia-smi -i 1 -mig 1" in lines[4]
+    assert lines[4] == "GPU 1: NVIDIA A100-SXM4-40GB"
+    note = " ".join(" ".join(lines[5:]).split())  # the mode and what to do, wrapped under it
+    assert note.startswith("MIG disabled.") and "sudo nvidia-smi -i 1 -mig 1" in note
+    assert all(len(line) <= 80 for line in lines[4:]), lines  # the test's terminal: 80 columns
 
 
 def test_apply_replaces_the_layout(smi: FakeSmi, gpudesk: Run) -> None:
@@ -389,7 +391,8 @@ def test_profiles_and_list_on_a_simulated_station(
         assert row.split()[:3] == ["9", "3g.20gb", "1/2"] and row.endswith("{0,4}:4")
         assert "GPU 0: NVIDIA A100-SXM4-40GB  [SIMULATED]\n  MIG disabled (SIMULATED)." in out
         # no nvidia-smi to run and no GPU to reset: the station's mig table is the switch
-        assert "sudo" not in out and 'mig = { 0 = "3g.20gb,3g.20gb" } under [station]' in out
+        said = " ".join(out.split())  # the note is wrapped to the terminal
+        assert "sudo" not in out and 'mig = { 0 = "3g.20gb,3g.20gb" } under [station]' in said
         code, out, _ = gpudesk("mig", "profiles", "--gpu", "3", "--json")
         (gpu,) = json.loads(out)["gpus"]
         assert gpu["simulated"] is True and gpu["mig_mode"] == "enabled"
@@ -402,7 +405,8 @@ def test_profiles_and_list_on_a_simulated_station(
         assert code == 0, err
         assert out.startswith("sim:dgx-station-a100 SIMULATED")
         assert "GPU 3: NVIDIA A100-SXM4-40GB  MIG enabled, 1 MIG device(s)" in out
-        assert "sudo" not in out and 'mig = { 1 = "3g.20gb,3g.20gb" } under [station]' in out
+        said = " ".join(out.split())  # the note is wrapped to the terminal
+        assert "sudo" not in out and 'mig = { 1 = "3g.20gb,3g.20gb" } under [station]' in said
         assert re.search(r"^\s+0\s+3g\.20gb\s.*MIG-", out, re.M), out
         assert "nvidia-smi was not found" not in out + err
         code, out, _ = gpudesk("mig", "list", "--json")
