@@ -128,6 +128,8 @@ def test_a_sweeps_running_jobs_stay_apart_at_80_columns() -> None:
 
     lines = asyncio.run(main())
     assert all(len(line) <= 78 for line in lines), lines
+    users = {line.split()[2] for line in lines[2:]}
+    assert users == {"alexandra"}, lines  # the user whole: CPU gave way, not the user
     assert any("1.25 kWh" in line and "1234" in line for line in lines), lines
     shown = {int(line.split()[0]): line.split()[1] for line in lines[2:]}
     assert shown[3] != shown[4], lines

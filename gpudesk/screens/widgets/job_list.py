@@ -14,10 +14,12 @@ RIGHT = (0, 5, 6, 7, 8, 9)  # ID and the figures
 NAME, USER = 1, 2
 USER_MAX = 10
 # The narrowest a name is cut to (in the middle, where a sweep's names stay apart:
-# render.clip_apart, as `gpudesk queue` cuts them), the user after it, before a column is
-# left out: first MODE (it is in
-# WHERE too: gpu:0/mps, gpu:2/3g.20gb), then CPU (on the job screen).
+# render.clip_apart, as `gpudesk queue` cuts them), and the user (8: what `ps` keeps of a
+# user name), before a column is left out: first MODE (it is in WHERE too: gpu:0/mps,
+# gpu:2/3g.20gb), then CPU (on the job screen). On a shared station who runs a job matters
+# more than its CPU share.
 NAME_MIN = 12
+USER_MIN = 8
 OPTIONAL = (7, 4)  # CPU, MODE: fitted_table leaves out the last listed first
 
 
@@ -59,7 +61,7 @@ def render_job_list(state: DeskState, width: int) -> Text:
         right=RIGHT,
         shrink=(NAME, USER),
         middle=(NAME,),
-        min_widths={NAME: NAME_MIN},
+        min_widths={NAME: NAME_MIN, USER: USER_MIN},
     )
     head, _, body = table.partition("\n")
     return title + Text("\n") + Text(head, style="bold") + Text("\n" + body)
