@@ -143,6 +143,10 @@ def write_config(root: Path) -> None:
     # pending, and more would run more trainings at once than the cores can serve.
     cpus = (os.cpu_count() or 2) + 1
     memory = max(_memory_mb() * 8 // 10, 512)
+    # A job that names no --mem (the engine's, unless [cluster] mem_gb) gets DefMemPerCPU per
+    # CPU; without it, under CR_Core_Memory, it would get the whole node's memory and the node
+    # would run one job at a time: an array's tasks in a row, all of them behind a sleeper.
+    per_cpu = memory // cpus
     (root / "slurm.conf").write_text(
         "\n".join(
             [
@@ -168,6 +172,7 @@ def write_config(root: Path) -> None:
                 "SchedulerParameters=sched_interval=1,bf_interval=1,batch_sched_delay=0",
                 "SelectType=select/cons_tres",
                 "SelectTypeParameters=CR_Core_Memory",
+                f"DefMemPerCPU={per_cpu}",
                 "GresTypes=gpu,mps,shard",
                 "JobCompType=jobcomp/filetxt",
                 f"JobCompLoc={root}/jobcomp.log",

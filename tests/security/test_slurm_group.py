@@ -125,8 +125,8 @@ def _job(site: Site, name: str, command: str, **cluster: object) -> dict:
     return {
         "name": name,
         "command": ["sh", "-c", command],
-        # a small --mem: without one a job is given the node's whole memory (the test
-        # cluster sets no DefMemPerCPU), and the others wait for it
+        # a small --mem, as docs/slurm.md advises: on a cluster without DefMemPerCPU a job
+        # without one is given the node's whole memory, and the others wait for it
         "cluster": {"kind": "slurm", "partition": PARTITION, "mem_gb": 0.1, **cluster},
     }
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import Run
+from test_less import narrow_projection  # noqa: F401  (a fixture; same folder: on sys.path)
 
 from gpudesk.paths import Home
 from gpudesk.selection.cache import Cost, Entry, SelectionCache, cache_key
@@ -347,6 +348,7 @@ def digit_target(digits, rows: slice = slice(0, 200)) -> Target:
     return Target(inputs=images[rows], labels=labels[rows], fingerprint=fingerprint(part))
 
 
+@pytest.mark.usefixtures("narrow_projection")
 def test_scored_subsets_are_the_top_of_the_ordering_or_per_class_when_asked(
     few_digits, few_digit_features, tmp_path: Path
 ) -> None:
@@ -452,6 +454,7 @@ def test_coverage_merges_clusters_in_proportion_to_their_size(digit_features) ->
 
 
 # ------------------------------------------------------------------ less
+@pytest.mark.usefixtures("narrow_projection")
 def test_less_needs_a_target_and_is_deterministic(
     few_digits, few_digit_features, tmp_path: Path
 ) -> None:
@@ -479,6 +482,7 @@ def test_less_needs_a_target_and_is_deterministic(
         )
 
 
+@pytest.mark.usefixtures("narrow_projection")
 def test_less_key_follows_the_target(few_digits, few_digit_features, tmp_path: Path) -> None:
     inputs, labels, digest = few_digit_features
     cache = SelectionCache(tmp_path / "sel")
@@ -512,6 +516,7 @@ def test_less_key_follows_the_target(few_digits, few_digit_features, tmp_path: P
 
 
 @pytest.mark.parametrize("method", ["coverage", "dedup", "less"])
+@pytest.mark.usefixtures("narrow_projection")
 def test_a_cached_scored_selection_equals_a_fresh_one(
     few_digits, few_digit_features, tmp_path: Path, method: str
 ) -> None:
