@@ -165,6 +165,11 @@ def _simulated_profiles(
             continue
         profiles, places = simulated_profiles(plan)
         found.append(_GpuProfiles(entry, profiles, places, simulated=True))
+    if skipped and (gpu is not None or not found):
+        # as on a real station: a GPU asked for by name, or every GPU, not in MIG mode is an
+        # error (exit 1), where a station with some GPUs in MIG mode lists the others' notes
+        first = skipped[0]
+        fail(f"GPU {first.entry.index}: {first.problem}", EXIT_FAILED)
     return found, skipped
 
 

@@ -400,6 +400,8 @@ def test_profiles_and_list_on_a_simulated_station(
         assert (rows["7g.40gb"]["free"], rows["1g.5gb"]["free"]) == (0, 3)  # 1g: at 4, 5, 6
         code, _, err = gpudesk("mig", "profiles", "--gpu", "9")
         assert code == 2 and "GPU 9 is not a MIG-capable GPU" in err
+        code, out, err = gpudesk("mig", "profiles", "--gpu", "0")  # as a real GPU 0: exit 1
+        assert code == 1 and "GPU 0: MIG disabled (SIMULATED)" in err and not out, (out, err)
 
         code, out, err = gpudesk("mig", "list")
         assert code == 0, err
@@ -447,3 +449,22 @@ def test_the_mig_mode_is_read_once_for_every_gpus_profiles(smi: FakeSmi, gpudesk
     assert mode_reads() == 1
     assert [state.mig_mode for state in real_gpus(MigManager(), {})] == ["enabled"] * 3
     assert mode_reads() == 2
+
+
+def test_profiles_on_a_simulated_station_with_no_gpu_in_mig_mode_fail_as_a_real_one(
+    home: Home, gpudesk: Run, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every simulated GPU's MIG off: `mig profiles` exits 1 with the first GPU's note, as
+    nvidia-smi's "not enabled" makes it on a real station; `mig list` still lists them (0)."""
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    monkeypatch.delenv("GPUDESK_NVIDIA_SMI", raising=False)
+    engine = EngineHandle(home)
+    engine.start(backend="sim:dgx-station-a100", sample_interval=0.2)
+    try:
+        code, out, err = gpudesk("mig", "profiles")
+        assert code == 1 and not out, (out, err)
+        assert "GPU 0: MIG disabled (SIMULATED)" in err and "Traceback" not in err
+        code, out, err = gpudesk("mig", "list")
+        assert code == 0 and "GPU 3: NVIDIA A100-SXM4-40GB" in out, err
+    finally:
+        engine.stop()
