@@ -140,8 +140,11 @@ class MigScreen(DeskScreen):
         self.app.call_from_thread(self._loaded, plans, error)
 
     def _loaded(self, plans: list[MigPlanView] | None, error: str | None) -> None:
+        # The plan is asked for again each time the screen comes back; the same answer is not
+        # painted again (a second paint after the switch's own, tens of ms later).
+        changed = (plans, error) != (self.plans, self.error)
         self.plans, self.error = plans, error
-        if self.is_current:
+        if self.is_current and changed:
             self.query_one("#mig-plans", Static).update(render_plans(plans, error))
         if self.apply_once_loaded:
             self.apply_once_loaded = False

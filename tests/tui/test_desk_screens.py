@@ -154,3 +154,33 @@ def test_the_cut_job_list_under_the_cards_names_the_key_that_lists_them_all() ->
             assert f"running jobs ({sum(j.state == 'running' for j in frame.jobs)})" in text
 
     asyncio.run(main())
+
+
+def test_the_mig_plan_asked_again_is_painted_again_only_when_it_changed() -> None:
+    """The MIG screen asks the engine for its plan each time it comes back: the same answer
+    is not painted a second time after the switch's own paint (it made that key's repaint run
+    30-50 ms longer); a different answer is."""
+    from textual.widgets import Static as StaticWidget
+
+    from gpudesk.screens.mig import MigScreen
+
+    app, _ = still_desk()
+
+    async def main() -> None:
+        async with app.run_test(size=(120, 40)) as pilot:
+            screen = await opened(pilot, "4")
+            assert isinstance(screen, MigScreen)
+            for _ in range(200):
+                if screen.plans is not None or screen.error is not None:
+                    break
+                await pilot.pause(0.02)
+            plans = screen.query_one("#mig-plans", StaticWidget)
+            painted: list[object] = []
+            original = plans.update
+            plans.update = lambda *a, **k: painted.append(a) or original(*a, **k)  # type: ignore[method-assign]
+            screen._loaded(screen.plans, screen.error)
+            assert painted == []
+            screen._loaded(None, "no plan: the engine went away")
+            assert len(painted) == 1
+
+    asyncio.run(main())
