@@ -12,7 +12,6 @@ from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
-from textual.widgets import Static
 
 from gpudesk.api import EngineError, MigPlanView
 from gpudesk.screens.base import DeskScreen
@@ -20,6 +19,7 @@ from gpudesk.screens.state import DeskState
 from gpudesk.screens.widgets.footer import DeskFooter
 from gpudesk.screens.widgets.gpu_card import mig_profile
 from gpudesk.screens.widgets.strips import DeskHeader
+from gpudesk.screens.widgets.text_panel import TextPanel
 
 PLAN_REFRESH_S = 5.0
 
@@ -120,13 +120,13 @@ class MigScreen(DeskScreen):
     def compose(self) -> ComposeResult:
         yield DeskHeader()
         with VerticalScroll():
-            yield Static(id="mig-layout")
-            yield Static(id="mig-plans")
+            yield TextPanel(id="mig-layout")
+            yield TextPanel(id="mig-plans")
         yield DeskFooter()
 
     def show_state(self, state: DeskState) -> None:
-        self.query_one("#mig-layout", Static).update(render_layout(state))
-        self.query_one("#mig-plans", Static).update(render_plans(self.plans, self.error))
+        self.query_one("#mig-layout", TextPanel).show(render_layout(state))
+        self.query_one("#mig-plans", TextPanel).show(render_plans(self.plans, self.error))
         if time.monotonic() - self.loaded_at >= PLAN_REFRESH_S:
             self.loaded_at = time.monotonic()
             self.load_plans()
@@ -141,11 +141,10 @@ class MigScreen(DeskScreen):
 
     def _loaded(self, plans: list[MigPlanView] | None, error: str | None) -> None:
         # The plan is asked for again each time the screen comes back; the same answer is not
-        # painted again (a second paint after the switch's own, tens of ms later).
-        changed = (plans, error) != (self.plans, self.error)
+        # painted again (the panel skips it).
         self.plans, self.error = plans, error
-        if self.is_current and changed:
-            self.query_one("#mig-plans", Static).update(render_plans(plans, error))
+        if self.is_current:
+            self.query_one("#mig-plans", TextPanel).show(render_plans(plans, error))
         if self.apply_once_loaded:
             self.apply_once_loaded = False
             self.action_apply_plan()
