@@ -1,21 +1,20 @@
 """What every command module shares: exit codes, the error a command fails with, JSON output,
 the home and the engine client, and the help reflow.
 
-Only the standard library and typer at module level: every `gpudesk` command, `--help` included,
-imports this module.
+Only the standard library at module level: every `gpudesk` command, `--help` included, imports
+this module, and `gpudesk queue`'s fast path (gpudesk.cli.fast_path) runs without typer.
 """
 
 from __future__ import annotations
 
-import inspect
 import json
 from typing import TYPE_CHECKING, Any, NoReturn
-
-import typer
 
 from gpudesk.cli.exit_codes import EXIT_FAILED, EXIT_USAGE
 
 if TYPE_CHECKING:
+    import typer
+
     from gpudesk.api.client import Client
     from gpudesk.engine.cluster import ClusterSpec
     from gpudesk.paths import Home
@@ -100,6 +99,8 @@ def print_model(model: Any) -> None:
 
 def factory_kwargs(pairs: list[str]) -> dict[str, Any]:
     """key=value pairs for a dataset factory (--arg); values are JSON where they parse as JSON."""
+    import typer
+
     out: dict[str, Any] = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
@@ -115,6 +116,8 @@ def factory_kwargs(pairs: list[str]) -> dict[str, Any]:
 def reflow_help(group: typer.Typer) -> None:
     """Command help from docstrings, each paragraph one line: typer keeps a docstring's line
     breaks, which wrap raggedly at the terminal's width."""
+    import inspect
+
     for command in group.registered_commands:
         doc = inspect.getdoc(command.callback) if command.callback else None
         if command.help is None and doc:

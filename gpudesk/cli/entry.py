@@ -1,7 +1,8 @@
 """The `gpudesk` command's entry point, kept to the standard library.
 
 `gpudesk --version` and `gpudesk --help` (when its text is in gpudesk.cli.help_cache) are
-answered here, before typer and the commands are imported.
+answered here, before typer and the commands are imported, and a plain `gpudesk queue` command
+line runs without typer (gpudesk.cli.fast_path).
 
 Ctrl-C is how `top`, `run` and the desk are left, and a user may press it before the CLI has
 finished loading (typer, click and rich take a few hundred milliseconds): then the command exits
@@ -31,6 +32,11 @@ def main() -> None:
             sys.stdout.write(kept)
             return
     try:
+        if args[:1] == ["queue"]:
+            from gpudesk.cli.fast_path import run_plain_queue
+
+            if run_plain_queue(args[1:]):
+                return
         from gpudesk.cli.main import main as run_cli
     except KeyboardInterrupt:
         sys.exit(EXIT_INTERRUPTED)

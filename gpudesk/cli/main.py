@@ -14,8 +14,9 @@ from typing import Any
 
 import typer
 
-from gpudesk.cli.common import CliError, reflow_help
+from gpudesk.cli.common import reflow_help
 from gpudesk.cli.exit_codes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE
+from gpudesk.cli.failures import reported_failures
 from gpudesk.cli.first_answers import ROOT_HELP, version_text
 from gpudesk.cli.plain_help import plain_help
 
@@ -195,34 +196,22 @@ def _print_root_help(command: Any, defaults: dict[str, object]) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from gpudesk.api.errors import EngineError
-    from gpudesk.paths import HomeError  # UnsafePath is one
-
     usage_error, click_exception = _click_error("UsageError"), _click_error("ClickException")
     try:
-        # not standalone: click's errors come here, to be printed as every other error is
-        args = sys.argv[1:] if argv is None else argv
-        modules = modules_for(args)
-        named = args[0] if modules is not None and args else None
-        # built once: the config check reads it too
-        command = typer.main.get_command(build_app(modules, named))
-        defaults = _user_defaults(command, partial=modules is not None)
-        if args in ROOT_HELP:
-            _print_root_help(command, defaults)
-            sys.exit(0)  # as click's help does
-        code = command.main(
-            args=args, prog_name="gpudesk", standalone_mode=False, default_map=defaults
-        )
-    except CliError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        sys.exit(exc.code)
-    except EngineError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        # the engine found the request's arguments wrong (a job it can never run): bad input
-        sys.exit(EXIT_USAGE if exc.code == "invalid_args" else EXIT_FAILED)
-    except HomeError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        sys.exit(EXIT_FAILED)
+        with reported_failures():
+            # not standalone: click's errors come here, to be printed as every other error is
+            args = sys.argv[1:] if argv is None else argv
+            modules = modules_for(args)
+            named = args[0] if modules is not None and args else None
+            # built once: the config check reads it too
+            command = typer.main.get_command(build_app(modules, named))
+            defaults = _user_defaults(command, partial=modules is not None)
+            if args in ROOT_HELP:
+                _print_root_help(command, defaults)
+                sys.exit(0)  # as click's help does
+            code = command.main(
+                args=args, prog_name="gpudesk", standalone_mode=False, default_map=defaults
+            )
     except usage_error as exc:
         print(f"error: {usage_paragraph(exc)}", file=sys.stderr)
         sys.exit(EXIT_USAGE)
@@ -234,9 +223,5 @@ def main(argv: list[str] | None = None) -> None:
             sys.exit(EXIT_INTERRUPTED)
         print("aborted", file=sys.stderr)
         sys.exit(EXIT_FAILED)
-    except KeyboardInterrupt:
-        sys.exit(EXIT_INTERRUPTED)
-    except BrokenPipeError:
-        os._exit(0)  # `gpudesk queue | head`: the reader left; that is not an error
     # typer.Exit(N) comes back as N; a command that returns comes back with what it returned
     sys.exit(code if isinstance(code, int) else 0)

@@ -15,7 +15,7 @@ import pytest
 from conftest import EngineHandle
 
 from gpudesk.api.client import Client
-from gpudesk.cli.jobs import _listed
+from gpudesk.cli.queue_listing import fetch_listed
 from gpudesk.screens.feed import EngineFeed
 
 
@@ -100,7 +100,7 @@ def test_queue_shows_a_job_that_moved_between_requests_once(
     job, move_on = MOVES[move](engine, tmp_path)
     with Client.attach(engine.home, timeout=10.0) as client:
         moving_on_between_requests(client, job, move_on, when)
-        listed = _listed(client, ["running", "queued"], None, 100, None)
+        listed = fetch_listed(client, ["running", "queued"], None, 100, None)
     jobs, damaged = listed.jobs, listed.damaged
     ids = [j.id for j in jobs]
     states = [j.state for j in jobs if j.id == job]

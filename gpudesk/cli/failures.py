@@ -1,0 +1,39 @@
+"""How every command reports a failure it expects: one `error:` paragraph on stderr and the
+exit code, never a traceback. Without typer: `gpudesk queue`'s fast path uses it before typer is
+imported, and gpudesk.cli.main wraps every command in it (adding click's usage errors)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from gpudesk.cli.common import CliError
+from gpudesk.cli.exit_codes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE
+
+
+@contextmanager
+def reported_failures() -> Iterator[None]:
+    """Turns a command's own failure (CliError), the engine's (EngineError), an unusable home
+    (HomeError), Ctrl-C and a reader that left the pipe into the message and exit code each
+    gets."""
+    from gpudesk.api.errors import EngineError
+    from gpudesk.paths import HomeError  # UnsafePath is one
+
+    try:
+        yield
+    except CliError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(exc.code)
+    except EngineError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        # the engine found the request's arguments wrong (a job it can never run): bad input
+        sys.exit(EXIT_USAGE if exc.code == "invalid_args" else EXIT_FAILED)
+    except HomeError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(EXIT_FAILED)
+    except KeyboardInterrupt:
+        sys.exit(EXIT_INTERRUPTED)
+    except BrokenPipeError:
+        os._exit(0)  # `gpudesk queue | head`: the reader left; that is not an error

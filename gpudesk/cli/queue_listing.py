@@ -1,0 +1,199 @@
+"""`gpudesk queue`: the listing (queued and running jobs, or the newest N of any state) and its
+table, squeue-like. Without typer: the command's fast path (gpudesk.cli.fast_path) runs it
+before typer is imported, and the typer command (gpudesk.cli.jobs) calls the same function."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from gpudesk.cli.common import (
+    engine_client,
+    fail,
+    owner_filter,
+    print_json,
+    say_damaged,
+)
+from gpudesk.cli.exit_codes import EXIT_USAGE
+
+if TYPE_CHECKING:
+    from gpudesk.api.client import Client
+    from gpudesk.api.models import DamagedJob, JobStateName, JobView
+
+DEFAULT_LIMIT = 500  # waiting jobs shown by default (every running one is)
+LIVE_STATES: tuple[JobStateName, ...] = ("queued", "running")  # the order jobs pass through them
+
+
+@dataclass(frozen=True)
+class Listed:
+    """What `queue` lists: the jobs, the rows the engine skipped as damaged, a line saying what
+    the limit cut (None: nothing was), and the station's backend when it is SIMULATED."""
+
+    jobs: list[JobView]
+    damaged: list[DamagedJob]
+    cut: str | None
+    simulated: str | None
+
+
+@dataclass(frozen=True)
+class QueueOptions:
+    """`gpudesk queue`'s options, as typer or the fast path parsed them."""
+
+    all_jobs: bool = False
+    group: str | None = None
+    limit: int = DEFAULT_LIMIT
+    user: str | None = None
+    me: bool = False
+    state: str | None = None
+    name: str | None = None
+    json_out: bool = False
+
+
+def where_or_why(job: JobView) -> str:
+    """squeue's NODELIST(REASON) for one job: where it runs, or why it waits in parentheses
+    ((Priority), (Resources), (Dependency), ...); "" for a finished job."""
+    if job.state == "running":
+        return job.slot or ""
+    if job.state == "queued":
+        return f"({job.wait_reason or ('JobHeldUser' if job.held else 'Pending')})"
+    return ""
+
+
+def queue_rows(jobs: list[JobView], width: int | None) -> str:
+    """The queue as a table in `width` columns (None: no limit, for a pipe): the reason
+    gives way first, then the name (clipped in the middle: a sweep's jobs differ at the end),
+    then the user, then whole columns (TRY, PRI, SUBMITTED); ids and states are never
+    clipped. EXIT only when a listed job has ended."""
+    from gpudesk import render
+
+    ended = any(j.state not in LIVE_STATES for j in jobs)
+    headers = ["ID", "NAME", "USER", "STATE", "PRI", "TRY", "GPUS", "TIME"]
+    headers += ["EXIT"] * ended + ["SUBMITTED", "SLOT(REASON)"]
+    rows = [
+        (
+            j.id,
+            j.name,
+            j.user,
+            "held" if j.held else j.state,
+            j.spec.priority,
+            f"{j.attempts - j.attempts_before_requeue}/{j.max_attempts}",
+            j.spec.gpus,
+            render.duration(render.runtime(j.started_at, j.ended_at)),
+            *([j.exit_code] if ended else []),
+            render.clock(j.submitted_at),
+            where_or_why(j) or "-",
+        )
+        for j in jobs
+    ]
+    last = len(headers) - 1
+    text, _ = render.fitted_table(
+        headers,
+        rows,
+        width=width,
+        # where names would be clipped below 16, TRY gives way first, then PRI, then SUBMITTED
+        optional=(last - 1, 4, 5),
+        max_widths={1: 32, 2: 12},
+        right=(0, 4, 6, 7, 8) if ended else (0, 4, 6, 7),
+        shrink=(last, 1, 2),
+        middle=(1,),
+        # the common codes stay whole; a name keeps 16 characters before a column goes
+        min_widths={last: len("(JobHeldUser)"), 1: 16},
+    )
+    return text
+
+
+def list_queue(options: QueueOptions) -> None:
+    """List queued and running jobs (with --all, finished ones too), everyone's unless
+    --user or --me."""
+    import fnmatch
+    from typing import get_args
+
+    from gpudesk import render
+    from gpudesk.api.models import JobStateName, to_builtins
+
+    owner = owner_filter(options.user, options.me)
+    states: list[JobStateName] | None = None if options.all_jobs else list(LIVE_STATES)
+    asked: set[str] = set()
+    state, name = options.state, options.name
+    if state is not None:
+        known = {*get_args(JobStateName), "held"}
+        asked = {word.strip().lower() for word in state.split(",") if word.strip()}
+        wrong = sorted(asked - known)
+        if wrong or not asked:
+            fail(
+                f"--state: {', '.join(wrong) or 'nothing'} is not a job state; "
+                f"use {', '.join(sorted(known))}",
+                EXIT_USAGE,
+            )
+        # "held" is a queued job the policy skips, as the STATE column shows it
+        states = [
+            s for s in get_args(JobStateName) if s in asked or (s == "queued" and "held" in asked)
+        ]
+    with engine_client() as client:
+        listed = fetch_listed(client, states, options.group, max(1, options.limit), owner)
+    jobs, damaged, cut = listed.jobs, listed.damaged, listed.cut
+    if asked:
+        jobs = [job for job in jobs if ("held" if job.held else job.state) in asked]
+    if name is not None:
+        jobs = [job for job in jobs if fnmatch.fnmatchcase(job.name, name)]
+    say_damaged(damaged)
+    if options.json_out:
+        print_json({"jobs": to_builtins(jobs), "simulated": listed.simulated})
+        if cut:
+            print(cut, file=sys.stderr)
+        return
+    if listed.simulated:  # said first: the GPUs these jobs are placed on are not real
+        print(f"SIMULATED station ({listed.simulated}): its GPUs are not real")
+    if not jobs:
+        if cut:
+            print(cut)
+        elif state is not None or name is not None:
+            print("no jobs match")
+        elif options.all_jobs:
+            print("no jobs")
+        else:
+            print("no queued or running jobs (gpudesk queue --all shows finished ones)")
+        return
+    print(queue_rows(jobs, render.table_width()))
+    if cut:
+        print(cut)
+
+
+def fetch_listed(
+    client: Client,
+    states: list[JobStateName] | None,
+    group: str | None,
+    limit: int,
+    owner: str | int | None,
+) -> Listed:
+    """Queued and running jobs (the default): every running job, then the waiting ones in queue
+    order (priority, then submission), the first `limit` of them. Otherwise the newest `limit`
+    jobs, every running one among those asked for kept."""
+    if states is not None and set(states) <= set(LIVE_STATES):
+        # one listing in id order: a job that starts or ends between its pages is listed once,
+        # as it was when its page was read (a job still waiting or running is never missed)
+        listing = client.job_listing(states=states, group=group, user=owner)
+        damaged = list(listing.damaged)
+        running = [job for job in listing.jobs if job.state == "running"]
+        waiting = [job for job in listing.jobs if job.state != "running"]
+        waiting.sort(key=lambda job: job.queue_order)
+        cut = None
+        if len(waiting) > limit:
+            cut = (
+                f"… and {len(waiting) - limit} more waiting (of {len(waiting)}); "
+                f"--limit {len(waiting)} shows them all"
+            )
+        return Listed(running + waiting[:limit], damaged, cut, listing.simulated)
+    listing = client.job_listing(states=states, group=group, limit=limit, user=owner)
+    jobs, damaged, cut = listing.jobs, list(listing.damaged), None
+    if listing.more:
+        total = client.jobs_page(states=states, group=group, limit=1, user=owner, count=True).total
+        older = f"{total - len(jobs) - len(damaged)} older jobs" if total else "older jobs"
+        cut = f"… and {older} not shown; --limit N shows more"
+    if states is None or "running" in states:
+        from gpudesk.api.client import one_view_per_job
+
+        live = client.job_listing(states=["running"], group=group, user=owner).jobs
+        jobs = one_view_per_job(jobs, live)
+    return Listed(jobs, damaged, cut, listing.simulated)
