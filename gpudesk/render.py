@@ -11,7 +11,6 @@ import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from gpudesk import joblog
 from gpudesk.text import printable
 from gpudesk.units import watt_hours
 
@@ -251,6 +250,8 @@ def file_end(path: str | os.PathLike[str] | None, max_bytes: int = 4096) -> str:
     if not path:
         return ""
     try:
+        from gpudesk import joblog
+
         return joblog.tail(path, max_bytes).decode("utf-8", "replace")
     except OSError:
         return ""

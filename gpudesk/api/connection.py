@@ -12,7 +12,6 @@ import re
 import select
 import socket
 import stat
-import subprocess
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -20,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpudesk.api.errors import TOO_LARGE, EngineError
-from gpudesk.engine import diskspace, protocol
+from gpudesk.engine import protocol
 from gpudesk.paths import Home, HomeError, UnsafePath, check_owner, open_state_file, user_name
 from gpudesk.spawn import SAFE_CWD, module_argv
 from gpudesk.units import byte_size
@@ -137,6 +136,10 @@ def start_engine(
         (station or StationConfig()).with_env_override(env)
     except ValueError as exc:
         raise EngineError(str(exc), "invalid_args") from None
+    import subprocess  # here: starting an engine is rare, and every command imports this
+
+    from gpudesk.engine import diskspace
+
     argv = module_argv("gpudesk.engine.daemon", *daemon_args(home, station, system_args, keys))
     try:
         home.ensure()

@@ -43,6 +43,7 @@ def plain_queue_options(args: list[str]) -> QueueOptions | None:
     words = iter(args)
     for word in words:
         value: str | None
+        parsed: object
         option, equals, value = word.partition("=")
         if not equals:
             value = None
