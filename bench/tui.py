@@ -17,7 +17,11 @@ Then, with `--switch-rounds N` (default 5; 0 leaves it out), it presses 2, 3, 4,
 loaders, MIG, station) N times round and times each key to its repaint: from writing the key
 to the last byte of the output it causes (the output then quiet for QUIET_S). Target: a key
 answered within 100 ms on an idle machine. The samples' own redraws (one a second) can fall
-into a window and lengthen it: the median is the figure, the maximum says how much.
+into a window and lengthen it: the median is the figure, the maximum says how much. Each key
+waits a random 0-1 s (seeded) after the terminal went quiet: a round of four keys lasts about
+one sample period, and pressed at once one key kept meeting the sample's redraw run after run
+(the MIG key's median 105-131 ms in some runs, 60-65 ms in others, its own paint ~60 ms in
+both: the desk's trace showed the sample's header redraw landing 40-60 ms after it).
 """
 
 from __future__ import annotations
@@ -130,11 +134,17 @@ def cpu_of(proc: psutil.Process) -> float:
     return total
 
 
-def switch_latencies(master: int, rounds: int) -> list[tuple[str, float]]:
+def switch_latencies(master: int, rounds: int, seed: int = 37) -> list[tuple[str, float]]:
     """(key, seconds from the key written to the end of the repaint it caused), each press."""
+    import random
+
+    rng = random.Random(seed)
     latencies = []
     for key in SWITCH_KEYS * rounds:
         _drain(master, QUIET_S)  # start from a quiet terminal
+        # out of step with the samples (one a second): a key at a random phase of the period
+        time.sleep(rng.uniform(0.0, 1.0))
+        _drain(master, QUIET_S)
         pressed = time.monotonic()
         os.write(master, key)
         last = None
@@ -248,6 +258,11 @@ def measure(
                 "switch_ms_max": round(1000 * latencies[-1], 1),
                 "switches": len(latencies),
                 "switch_ms_median_by_key": by_key,
+                # every press in order, by key: which presses a median hides
+                "switch_ms_by_key": {
+                    key.decode(): [round(1000 * t, 1) for k, t in presses if k == key.decode()]
+                    for key in SWITCH_KEYS
+                },
             }
             if latencies
             else {}
