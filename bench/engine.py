@@ -29,8 +29,8 @@ import time
 from pathlib import Path
 
 from gpudesk.api.connection import Connection, engine_pid, start_engine, submit_env
-from gpudesk.engine.jobs import TERMINAL_STATE_NAMES
-from gpudesk.engine.station import StationConfig, host_cores
+from gpudesk.core.jobs import TERMINAL_STATE_NAMES
+from gpudesk.core.station import StationConfig, host_cores
 from gpudesk.paths import Home
 
 

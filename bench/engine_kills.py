@@ -48,8 +48,8 @@ from gpudesk.api.connection import (  # noqa: E402
 )
 from gpudesk.api.errors import EngineError  # noqa: E402
 from gpudesk.api.models import JobView  # noqa: E402
-from gpudesk.engine.jobs import TERMINAL_STATE_NAMES  # noqa: E402
-from gpudesk.engine.station import StationConfig  # noqa: E402
+from gpudesk.core.jobs import TERMINAL_STATE_NAMES  # noqa: E402
+from gpudesk.core.station import StationConfig  # noqa: E402
 from gpudesk.paths import Home  # noqa: E402
 
 END_WAIT_S = 300.0  # assumption: 200 short jobs end within 5 min of the last kill (2-core VM)

@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from store_scale import build_store, request_histograms, start_timed_engine, stop
 
 from gpudesk.api.client import Client
-from gpudesk.engine.jobs import JobSpec
+from gpudesk.core.jobs import JobSpec
 from gpudesk.paths import Home
 
 JOB_END_TIMEOUT_S = 60.0  # a job of `true` ends in milliseconds; this is only a deadline

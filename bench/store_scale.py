@@ -54,8 +54,8 @@ from gpudesk.api.connection import Connection, engine_pid, start_engine
 from gpudesk.paths import Home
 
 if TYPE_CHECKING:
-    from gpudesk.engine.identity import Identity
-    from gpudesk.engine.jobs import JobSpec
+    from gpudesk.core.identity import Identity
+    from gpudesk.core.jobs import JobSpec
 
 # The engine's modules are imported by the functions that build the store and drive the
 # engine, not here: each role's process imports this file, and loads only what it uses.
@@ -83,7 +83,7 @@ SLEEP = ["sleep", "3600"]
 def owners() -> list[Identity]:
     """The three users: this one and two others (uids that need not exist: a personal
     engine shows them by number)."""
-    from gpudesk.engine.identity import Identity
+    from gpudesk.core.identity import Identity
 
     me = Identity.of_process()
     others = [Identity.of(uid, uid, [uid]) for uid in (me.uid + 1001, me.uid + 1002)]
@@ -92,7 +92,8 @@ def owners() -> list[Identity]:
 
 def usage_templates(rng: random.Random) -> list[str]:
     """A few attempts' usage as the engine stores it (AttemptUsage.to_dict), as JSON."""
-    from gpudesk.engine.telemetry.energy import DEFAULT_GRID_G_PER_KWH, AttemptUsage
+    from gpudesk.core.station import DEFAULT_GRID_G_PER_KWH
+    from gpudesk.engine.telemetry.energy import AttemptUsage
 
     out = []
     for _ in range(16):
@@ -118,7 +119,7 @@ def usage_templates(rng: random.Random) -> list[str]:
 
 
 def spec(rng: random.Random, number: int, queued: bool, workdir: str) -> JobSpec:
-    from gpudesk.engine.jobs import JobSpec
+    from gpudesk.core.jobs import JobSpec
 
     sweep = number // 50
     gpus = 1 if rng.random() < GPU_SHARE and not queued else 0
@@ -611,7 +612,7 @@ def stop(home: Home) -> None:
 def start_timed_engine(home: Home) -> float:
     """Starts `home`'s engine (no GPUs, SLOTS slots, metrics on a free port) and says how many
     seconds that took: with a large store, most of it is opening the store."""
-    from gpudesk.engine.station import StationConfig
+    from gpudesk.core.station import StationConfig
 
     started = time.perf_counter()
     start_engine(

@@ -32,7 +32,7 @@ from pathlib import Path
 import psutil
 
 from gpudesk.api.connection import Connection, engine_pid, start_engine, submit_env
-from gpudesk.engine.station import StationConfig
+from gpudesk.core.station import StationConfig
 from gpudesk.engine.telemetry.backend import make_backend
 from gpudesk.engine.telemetry.monitor import Monitor, TrackedAttempt
 from gpudesk.paths import Home

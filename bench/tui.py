@@ -64,7 +64,7 @@ def gpudesk(home: Path, *args: str, check: bool = True) -> subprocess.CompletedP
 
 def start_station(home: Path, jobs: int) -> None:
     from gpudesk.api.connection import Connection, start_engine
-    from gpudesk.engine.station import StationConfig
+    from gpudesk.core.station import StationConfig
     from gpudesk.paths import Home
 
     desk_home = Home(home)

@@ -2,7 +2,7 @@
 
 Every user-caused failure becomes a `ProfileError` listing *all* the problems found, each with
 the file, the line, the key path (``jobs[2].gpus``) and what was expected versus found. Field
-values are checked by the shared validators in `gpudesk.engine.jobs` and `gpudesk.engine.station`.
+values are checked by the shared validators in `gpudesk.core.jobs` and `gpudesk.core.station`.
 
 Placeholders: ``{repeat}`` (the 1-based repeat index) is substituted in [[jobs]]; in [[sweeps]]
 every grid parameter is too. They are substituted in command arguments (or the shell string),
@@ -26,8 +26,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpudesk.engine.cluster import CLUSTER_KEYS, ClusterSpec, check_cluster
-from gpudesk.engine.jobs import (
+from gpudesk.core.cluster import CLUSTER_KEYS, ClusterSpec, check_cluster
+from gpudesk.core.datasets import LOADER_KEYS, DatasetSpec
+from gpudesk.core.jobs import (
     FIELD_CHECKS,
     MLFLOW_MAX_PARAM_VALUE,
     JobSpec,
@@ -42,8 +43,7 @@ from gpudesk.engine.jobs import (
     describe,
     resolve_mlflow_uri,
 )
-from gpudesk.engine.loaders import LOADER_KEYS, DatasetSpec
-from gpudesk.engine.station import STATION_CHECKS, STATION_KEYS, StationConfig
+from gpudesk.core.station import STATION_CHECKS, STATION_KEYS, StationConfig
 from gpudesk.examples import bundled
 from gpudesk.results import Goal
 from gpudesk.toml_lines import BARE_KEY, Key, KeyLines, tomllib
@@ -382,7 +382,7 @@ def _substitute(template: str, values: Mapping[str, str]) -> str:
 def _check_time_limit(value: Any) -> float:
     """`time_limit = "2h"` (or "1:30:00", "2-12:00:00", as sbatch --time) or a whole number
     of minutes, as sbatch takes a bare number."""
-    from gpudesk.engine.jobs import MAX_TIME_LIMIT_S
+    from gpudesk.core.jobs import MAX_TIME_LIMIT_S
     from gpudesk.units import parse_duration
 
     if isinstance(value, bool) or not isinstance(value, (int, str)):
@@ -705,7 +705,7 @@ class _Builder:
         return TrackingSpec(uri, experiment)
 
     def read_cluster(self, document: dict[str, Any]) -> ClusterSpec | None:
-        """[cluster]: the Slurm cluster the profile's jobs go to (gpudesk.engine.cluster); each
+        """[cluster]: the Slurm cluster the profile's jobs go to (gpudesk.core.cluster); each
         key's problem is reported at its own line."""
         if "cluster" not in document:
             return None

@@ -11,7 +11,7 @@ goes through `safe_text`, which spells each such byte as `\\xNN`, the way `ls -b
 
 A surrogate that no byte stands for (U+D800..U+DC7F, U+DD00..U+DFFF: a JSON `\\ud800` escape sent
 by a client, never a file name) cannot reach the operating system at all: `is_os_text` says so,
-and the engine refuses such a request (`gpudesk.engine.protocol.decode_request`).
+and the engine refuses such a request (`gpudesk.core.protocol.decode_request`).
 
 A job's output shown on someone's terminal goes through `printable` (text) or `printable_bytes`
 (the engine's replies to a reader who is not the job's owner): every control character but a

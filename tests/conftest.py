@@ -19,13 +19,13 @@ import psutil
 import pytest
 
 from gpudesk.api.connection import Connection, engine_pid, start_engine
+from gpudesk.core.identity import Caller
+from gpudesk.core.jobs import TERMINAL_STATE_NAMES
+from gpudesk.core.station import StationConfig
 from gpudesk.engine import containment
 from gpudesk.engine.access import Access
 from gpudesk.engine.daemon import Engine
-from gpudesk.engine.identity import Caller
-from gpudesk.engine.jobs import TERMINAL_STATE_NAMES
 from gpudesk.engine.runner import read_wrapper_pid
-from gpudesk.engine.station import StationConfig
 from gpudesk.engine.store.database import Store
 from gpudesk.paths import Home
 

@@ -15,7 +15,7 @@ import sqlite3
 import time
 from pathlib import Path
 
-from gpudesk.engine.jobs import JobSpec
+from gpudesk.core.jobs import JobSpec
 
 FINISHED_CYCLE = ("succeeded", "failed", "cancelled")
 

@@ -27,17 +27,17 @@ if TYPE_CHECKING:
     from gpudesk.api.client import Event as Event
     from gpudesk.api.client import EventStream as EventStream
     from gpudesk.api.models import *  # noqa: F403 (every model, listed in models.__all__)
-    from gpudesk.engine.jobs import JobSpec as JobSpec
-    from gpudesk.engine.jobs import SpecError as SpecError
-    from gpudesk.engine.jobs import TrackingSpec as TrackingSpec
+    from gpudesk.core.jobs import JobSpec as JobSpec
+    from gpudesk.core.jobs import SpecError as SpecError
+    from gpudesk.core.jobs import TrackingSpec as TrackingSpec
 
 _LAZY = {
     "Client": "gpudesk.api.client",
     "Event": "gpudesk.api.client",
     "EventStream": "gpudesk.api.client",
-    "JobSpec": "gpudesk.engine.jobs",
-    "SpecError": "gpudesk.engine.jobs",
-    "TrackingSpec": "gpudesk.engine.jobs",
+    "JobSpec": "gpudesk.core.jobs",
+    "SpecError": "gpudesk.core.jobs",
+    "TrackingSpec": "gpudesk.core.jobs",
 }
 _EAGER = ["BAD_REPLY", "EngineError"]
 

@@ -49,14 +49,14 @@ from gpudesk.api.models import (
     TelemetryResult,
     WireModel,
 )
-from gpudesk.engine.protocol import INTERNAL, MAX_LISTING_IDS, PROTOCOL_VERSION, UNKNOWN_OP
+from gpudesk.core.protocol import INTERNAL, MAX_LISTING_IDS, PROTOCOL_VERSION, UNKNOWN_OP
 
 if TYPE_CHECKING:
     from gpudesk.api.connection import Connection, EventSocket
-    from gpudesk.engine.jobs import JobSpec
-    from gpudesk.engine.loaders import DatasetSpec
+    from gpudesk.core.datasets import DatasetSpec
+    from gpudesk.core.jobs import JobSpec
+    from gpudesk.core.station import StationConfig
     from gpudesk.engine.placement.interference import Observation
-    from gpudesk.engine.station import StationConfig
     from gpudesk.paths import Home
 
 Model = TypeVar("Model", bound=WireModel)

@@ -19,13 +19,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpudesk.api.errors import TOO_LARGE, EngineError
-from gpudesk.engine import protocol
+from gpudesk.core import protocol
 from gpudesk.paths import Home, HomeError, UnsafePath, check_owner, open_state_file, user_name
 from gpudesk.spawn import SAFE_CWD, module_argv
 from gpudesk.units import byte_size
 
 if TYPE_CHECKING:  # imported where an engine is started: a client that only asks never loads it
-    from gpudesk.engine.station import StationConfig
+    from gpudesk.core.station import StationConfig
 
 DEFAULT_TIMEOUT_S = 30.0
 START_TIMEOUT_S = 20.0
@@ -130,7 +130,7 @@ def start_engine(
     engine's home (root only) is given with the daemon's `--group` / `--admin-group` options in
     `system_args`. `env`: the daemon's environment (default: this process's); its
     GPUDESK_BACKEND wins over `station`'s backend there."""
-    from gpudesk.engine.station import StationConfig
+    from gpudesk.core.station import StationConfig
 
     try:
         (station or StationConfig()).with_env_override(env)
@@ -138,7 +138,7 @@ def start_engine(
         raise EngineError(str(exc), "invalid_args") from None
     import subprocess  # here: starting an engine is rare, and every command imports this
 
-    from gpudesk.engine import diskspace
+    from gpudesk import diskspace
 
     argv = module_argv("gpudesk.engine.daemon", *daemon_args(home, station, system_args, keys))
     try:
@@ -415,7 +415,7 @@ def _not_a_socket(path: Path) -> str | None:
 
 def _not_allowed(home: Home) -> str:
     """Connecting was refused by the socket's mode: the user is not in the station's group."""
-    from gpudesk.engine.access import group_name
+    from gpudesk.core.identity import group_name
 
     try:
         group = group_name(home.socket_dir.stat().st_gid)

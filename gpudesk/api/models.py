@@ -126,7 +126,7 @@ class TrackingView(WireModel, frozen=True):
 
 
 class ClusterView(WireModel, frozen=True):
-    """The cluster a job was submitted to (gpudesk.engine.cluster.ClusterSpec, docs/slurm.md)."""
+    """The cluster a job was submitted to (gpudesk.core.cluster.ClusterSpec, docs/slurm.md)."""
 
     kind: str
     name: str | None

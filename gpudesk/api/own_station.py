@@ -20,7 +20,7 @@ import os
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from gpudesk.engine.telemetry.backend import SIM_PREFIX, is_simulated
+from gpudesk.core.backend_names import SIM_PREFIX, is_simulated
 from gpudesk.paths import Home, resolve_home
 
 if TYPE_CHECKING:

@@ -12,11 +12,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpudesk.engine.jobs import JobSpec
-from gpudesk.engine.loaders import DatasetSpec
+from gpudesk.core.datasets import DatasetSpec
+from gpudesk.core.jobs import JobSpec
 from gpudesk.profile import Profile
 from gpudesk.selection.cache import SelectionCache
-from gpudesk.selection.presets import parse_preset
+from gpudesk.selection.preset_names import parse_preset
 
 if TYPE_CHECKING:
     from gpudesk.api.models import JobView

@@ -30,14 +30,14 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 from gpudesk.api.errors import EngineError
-from gpudesk.engine.jobs import JobSpec
-from gpudesk.engine.protocol import UNKNOWN_OP
+from gpudesk.core.jobs import JobSpec
+from gpudesk.core.protocol import UNKNOWN_OP
 
 if TYPE_CHECKING:
     from gpudesk.api.client import Client
     from gpudesk.api.models import ConfigureResult, JobView, SubmitResult
-    from gpudesk.engine.cluster import ClusterSpec
-    from gpudesk.engine.loaders import DatasetSpec
+    from gpudesk.core.cluster import ClusterSpec
+    from gpudesk.core.datasets import DatasetSpec
     from gpudesk.profile import Profile
     from gpudesk.selection.cache import SelectionCache
 

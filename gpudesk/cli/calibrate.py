@@ -66,6 +66,7 @@ def calibrate(
     measured rate beside the model's prediction with the published defaults and with the fit,
     and each parameter fitted against its default. Never changes MIG mode, the compute mode,
     clocks or power limits; refuses when the GPU has other processes on it."""
+    from gpudesk.core.backend_names import is_simulated
     from gpudesk.engine.placement.calibration import (
         CalibrationError,
         build_plan,
@@ -74,7 +75,6 @@ def calibrate(
         sim_slices,
     )
     from gpudesk.engine.placement.interference import DEFAULT_PARAMS
-    from gpudesk.engine.telemetry.backend import is_simulated
 
     chosen = station or os.environ.get("GPUDESK_BACKEND") or "auto"
     try:
@@ -101,7 +101,8 @@ def calibrate(
 
 
 def _sim_gpu_name(station: str, gpu: int) -> str:
-    from gpudesk.engine.telemetry.backend import check_backend_name, make_backend
+    from gpudesk.core.backend_names import check_backend_name
+    from gpudesk.engine.telemetry.backend import make_backend
 
     try:
         backend = make_backend(check_backend_name(station))

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     import typer
 
     from gpudesk.api.client import Client
-    from gpudesk.engine.cluster import ClusterSpec
+    from gpudesk.core.cluster import ClusterSpec
     from gpudesk.paths import Home
 
 
@@ -164,7 +164,7 @@ def cluster_with_options(
 ) -> ClusterSpec:
     """The profile's [cluster] (ClusterSpec() without one), the command line's options over it
     (`overrides`: [cluster] keys; None: not given). A bad option is a usage error naming it."""
-    from gpudesk.engine.cluster import ClusterSpec, check_cluster
+    from gpudesk.core.cluster import ClusterSpec, check_cluster
 
     values: dict[str, Any] = profile_cluster.to_dict() if profile_cluster else {}
     for key, value in overrides.items():

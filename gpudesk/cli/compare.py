@@ -26,13 +26,12 @@ from typing import TYPE_CHECKING
 from gpudesk.api.prepass import NO_PREPASS, Prepass, job_wall, record_prepass
 from gpudesk.api.submit import configure_station, register_datasets, submit_specs, wait_for_jobs
 from gpudesk.cli.select_kept import class_counts, kept_of
-from gpudesk.engine.jobs import JobSpec
-from gpudesk.engine.loaders import DatasetSpec
-from gpudesk.loader.protocol import VARIANT_SEPARATOR
+from gpudesk.core.datasets import VARIANT_SEPARATOR, DatasetSpec
+from gpudesk.core.jobs import JobSpec
 from gpudesk.profile import Profile
 from gpudesk.results import last_result, metrics_of
 from gpudesk.selection.cache import SelectionCache
-from gpudesk.selection.presets import Preset, PresetError, parse_preset
+from gpudesk.selection.preset_names import Preset, PresetError, parse_preset
 from gpudesk.workloads.common import ENV_SEED, ENV_SPLIT
 
 if TYPE_CHECKING:

@@ -26,7 +26,7 @@ from gpudesk import render
 from gpudesk.api.prepass import NO_PREPASS
 from gpudesk.cli.compare import ComparePlan, Trial
 from gpudesk.cli.paired import BETTER, WORSE, PairedTest, paired_test
-from gpudesk.selection.presets import PROXY_METHODS, Preset, parse_preset
+from gpudesk.selection.preset_names import PROXY_METHODS, Preset, parse_preset
 from gpudesk.units import J_PER_WH
 
 if TYPE_CHECKING:

@@ -15,7 +15,7 @@ from gpudesk.paths import SYSTEM_GROUP, SYSTEM_SOCKET, SYSTEM_STATE_DIR
 
 if TYPE_CHECKING:
     from gpudesk.api.models import LoopTimingView
-    from gpudesk.engine.station import StationConfig
+    from gpudesk.core.station import StationConfig
 
 engine_app = typer.Typer(help="Start, stop and inspect the engine daemon.", no_args_is_help=True)
 
@@ -25,7 +25,7 @@ def _station_from_options(
 ) -> tuple[StationConfig | None, tuple[str, ...]]:
     """The settings `engine start` was given and their keys: only those change; the others
     stay as the home's last engine had them."""
-    from gpudesk.engine.station import StationConfig
+    from gpudesk.core.station import StationConfig
 
     given = {k: v for k, v in (("slots", slots), ("policy", policy), ("backend", backend)) if v}
     if not given:
@@ -162,7 +162,7 @@ def engine_set(
     set metrics_listen=127.0.0.1:9400 grid_intensity=FR`. An empty value (`slots=`) goes back
     to the default. On a shared station only an admin changes them; anyone else is told what
     the station keeps. Settings are kept for the next engine of this home."""
-    from gpudesk.engine.station import StationConfig
+    from gpudesk.core.station import StationConfig
 
     table = _settings_table(settings)
     try:

@@ -23,7 +23,7 @@ from gpudesk.cli.common import cluster_with_options, fail, print_json
 from gpudesk.cli.exit_codes import EXIT_FAILED, EXIT_USAGE
 
 if TYPE_CHECKING:
-    from gpudesk.engine.cluster import ClusterSpec
+    from gpudesk.core.cluster import ClusterSpec
     from gpudesk.engine.slurm.export import Export
     from gpudesk.engine.slurm.request import GresOffer
 

@@ -145,7 +145,7 @@ def submit(
 
     gpudesk's options come first; from the command on, every word is the command's."""
     from gpudesk.api.submit import change_lines
-    from gpudesk.engine.jobs import JobSpec, SpecError
+    from gpudesk.core.jobs import JobSpec, SpecError
     from gpudesk.text import safe_text
 
     if not command:
@@ -169,7 +169,7 @@ def submit(
         "cluster": cluster,
     }
     if time_limit is not None:
-        from gpudesk.engine.jobs import MAX_TIME_LIMIT_S
+        from gpudesk.core.jobs import MAX_TIME_LIMIT_S
         from gpudesk.units import parse_duration
 
         try:
@@ -185,7 +185,7 @@ def submit(
     if experiment is not None and mlflow_uri is None:
         fail("--experiment names an MLflow experiment: give --mlflow-uri too", EXIT_USAGE)
     if mlflow_uri is not None:
-        from gpudesk.engine.jobs import resolve_mlflow_uri
+        from gpudesk.core.jobs import resolve_mlflow_uri
 
         # a relative sqlite path means one here, as a relative --workdir does
         raw["tracking"] = {
@@ -692,7 +692,7 @@ def priority(
 
     On a shared station only an admin raises a priority above 0; you may lower yours, and
     raise it back to 0."""
-    from gpudesk.engine.jobs import check_priority
+    from gpudesk.core.jobs import check_priority
 
     given = [
         flag

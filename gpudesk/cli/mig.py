@@ -21,9 +21,9 @@ from gpudesk.units import gib
 if TYPE_CHECKING:
     from gpudesk.api.models import MigPlanView
     from gpudesk.cli.mig_simulated import SimulatedStation
+    from gpudesk.core.mig_profiles import SliceSpan
+    from gpudesk.core.mig_records import GiProfile, GpuEntry, MigLayout, MigSlot
     from gpudesk.engine.mig.nvidia_smi import NvidiaSmiError
-    from gpudesk.engine.mig.profiles import SliceSpan
-    from gpudesk.engine.mig.records import GiProfile, GpuEntry, MigLayout, MigSlot
 
 # gpudesk.engine.mig is imported inside the commands: every `gpudesk` command loads this module
 # (it is registered in gpudesk.cli.main), and the MIG layer costs ~25-40 ms to import.
@@ -146,7 +146,7 @@ def _simulated_profiles(
     """Each simulated MIG-capable GPU's profiles (from its model's table), as `_read_profiles`
     reads a real station's."""
     from gpudesk.cli.mig_simulated import simulated_mode_note, simulated_profiles
-    from gpudesk.engine.mig.records import GpuEntry
+    from gpudesk.core.mig_records import GpuEntry
 
     if gpu is not None and gpu not in station.plans:
         known = ", ".join(str(i) for i in sorted(station.plans)) or "none"
@@ -506,7 +506,7 @@ APPLY_TIMEOUT_S = 300.0  # applying runs several nvidia-smi calls, each with its
 @contextmanager
 def _engine_errors() -> Iterator[None]:
     from gpudesk.api.errors import EngineError
-    from gpudesk.engine.protocol import INVALID_ARGS
+    from gpudesk.core.protocol import INVALID_ARGS
 
     try:
         yield

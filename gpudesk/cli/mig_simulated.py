@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from gpudesk.api.models import GpuView, MigDeviceView, MigPlanView
-    from gpudesk.engine.mig.profiles import SliceSpan
-    from gpudesk.engine.mig.records import GiProfile, MigSlot
+    from gpudesk.core.mig_profiles import SliceSpan
+    from gpudesk.core.mig_records import GiProfile, MigSlot
 
 SNAPSHOT_WAIT_S = 5.0  # an engine just started takes its first sample within a second or two
 
@@ -34,8 +34,8 @@ def simulated_station() -> SimulatedStation | None:
     from gpudesk.api.connection import engine_pid
     from gpudesk.api.errors import EngineError
     from gpudesk.cli.common import current_home, engine_client
+    from gpudesk.core.backend_names import is_simulated
     from gpudesk.engine.mig.manager import MigManager
-    from gpudesk.engine.telemetry.backend import is_simulated
 
     asked_sim = is_simulated(os.environ.get("GPUDESK_BACKEND", ""))
     try:
@@ -66,7 +66,7 @@ def simulated_mode_note(gpu: int, gpu_name: str, mode: str) -> str:
     """What to do about a simulated GPU not in MIG mode: nothing on the machine (there is no
     nvidia-smi to run, no GPU to reset) but the station's `mig` table, which puts a GPU in MIG
     mode by giving it a layout."""
-    from gpudesk.engine.mig.profiles import table_for_gpu
+    from gpudesk.core.mig_profiles import table_for_gpu
 
     if mode != "disabled":  # a simulated GPU is either in MIG mode or not: nothing pends
         return "no MIG support" if mode == "unsupported" else f"MIG {mode}"
@@ -85,7 +85,7 @@ FULL_CI_PROFILE_ID = {1: 0, 2: 1, 3: 2, 4: 3, 7: 4}
 
 def simulated_slots(gpu: int, devices: list[MigDeviceView]) -> list[MigSlot]:
     """A simulated GPU's MIG devices as `mig list` reads a real GPU's (no placement)."""
-    from gpudesk.engine.mig.records import MigSlot
+    from gpudesk.core.mig_records import MigSlot
 
     return [
         MigSlot(gpu, m.index, m.profile, m.uuid or "", m.gpu_instance_id, m.compute_instance_id)
@@ -96,7 +96,7 @@ def simulated_slots(gpu: int, devices: list[MigDeviceView]) -> list[MigSlot]:
 def simulated_layout_dict(gpu_name: str, slots: list[MigSlot]) -> dict[str, Any]:
     """`mig list --json`'s layout keys for a simulated GPU, as for a real one: each simulated
     slice is a GPU instance with one compute instance as large as itself."""
-    from gpudesk.engine.mig.profiles import table_for_gpu
+    from gpudesk.core.mig_profiles import table_for_gpu
 
     ids = {p.name: p.id for p in table_for_gpu(gpu_name)}
 
@@ -124,10 +124,10 @@ def simulated_profiles(
 ) -> tuple[list[GiProfile], dict[int, tuple[SliceSpan, ...]]]:
     """A simulated GPU's instance profiles as `nvidia-smi mig -lgip` would list them, each with
     how many more instances fit beside its current layout, and their placements."""
+    from gpudesk.core.mig_profiles import table_for_gpu
+    from gpudesk.core.mig_records import GiProfile
     from gpudesk.engine.mig.layout import plan_layout
     from gpudesk.engine.mig.nvidia_smi import MigError
-    from gpudesk.engine.mig.profiles import table_for_gpu
-    from gpudesk.engine.mig.records import GiProfile
     from gpudesk.units import MIB_PER_GIB
 
     table = [p for p in table_for_gpu(plan.name) if p.simulated]

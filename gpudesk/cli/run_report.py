@@ -28,7 +28,7 @@ from gpudesk.api.submit import (
     run_group,
     submit_profile,
 )
-from gpudesk.engine.cluster import ClusterSpec
+from gpudesk.core.cluster import ClusterSpec
 from gpudesk.engine.telemetry.energy import summarize
 from gpudesk.profile import Profile, ReportConfig
 from gpudesk.results import Best, best, read_metrics

@@ -44,7 +44,7 @@ def _dataset_settings(
 ) -> dict[str, Any]:
     """factory, its kwargs, the target set's and the seed: the dataset's settings (from a
     profile, the running engine, or just MODULE:FACTORY) with the command line's on top."""
-    from gpudesk.engine.loaders import DatasetSpec
+    from gpudesk.core.datasets import DatasetSpec
 
     if profile is not None:
         spec = _profile_dataset(dataset, profile)
@@ -82,7 +82,7 @@ def _registered_dataset(name: str) -> Any:
     """A dataset the engine knows by name (registered by a profile's run)."""
     from gpudesk.api.errors import EngineError
     from gpudesk.api.models import to_builtins
-    from gpudesk.engine.loaders import DatasetSpec
+    from gpudesk.core.datasets import DatasetSpec
 
     hint = (
         f"{name!r}: give the dataset as MODULE:FACTORY, or name a [datasets] table of a "
@@ -169,7 +169,7 @@ def run_command(
     from gpudesk.loader.producer import load_factory
     from gpudesk.loader.protocol import LoaderError
     from gpudesk.selection.apply import select
-    from gpudesk.selection.presets import PresetError, parse_preset
+    from gpudesk.selection.preset_names import PresetError, parse_preset
 
     try:
         chosen = parse_preset(preset)
@@ -234,7 +234,7 @@ def presets_command(
     import shutil
     import textwrap
 
-    from gpudesk.selection.presets import ABOUT, METHODS, QUOTAS_NOTE
+    from gpudesk.selection.preset_names import ABOUT, METHODS, QUOTAS_NOTE
 
     rows = [
         {
@@ -355,7 +355,7 @@ def show_command(
 ) -> None:
     """One cached ordering: what it was computed from, who reused it, and what it keeps."""
     from gpudesk.cli.select_kept import class_counts, kept_of, positions_for
-    from gpudesk.selection.presets import PresetError
+    from gpudesk.selection.preset_names import PresetError
 
     if percent is not None and preset is not None:
         fail("give --percent or --preset, not both", EXIT_USAGE)

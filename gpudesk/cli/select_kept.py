@@ -21,7 +21,7 @@ import numpy as np
 from gpudesk.selection.apply import DatasetIndex
 from gpudesk.selection.cache import INDEX_DIR, Entry, SelectionCache
 from gpudesk.selection.prepass import entry_selection
-from gpudesk.selection.presets import PresetError, parse_preset
+from gpudesk.selection.preset_names import PresetError, parse_preset
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from typing import Any, TextIO
 
 from gpudesk import render
 from gpudesk.api.connection import engine_pid
-from gpudesk.engine.station import StationConfig
+from gpudesk.core.station import StationConfig
 from gpudesk.paths import Home
 from gpudesk.units import MIB_PER_GIB, watt_hours
 

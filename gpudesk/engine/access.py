@@ -12,11 +12,10 @@ Every refusal is one sentence that names the rule, so the person refused knows w
 
 from __future__ import annotations
 
-import grp
 import os
 from dataclasses import dataclass
 
-from gpudesk.engine.identity import Caller, user_name
+from gpudesk.core.identity import Caller, group_name, user_name
 from gpudesk.engine.store.records import JobRecord
 
 DEFAULT_ADMIN_GROUP = "gpudesk-admin"  # a system engine's admin group, unless told another
@@ -79,11 +78,3 @@ class Access:
         if self.is_admin(caller):
             return None
         return f"refused: only {self.admins} may {what}"
-
-
-def group_name(gid: int) -> str:
-    """A group's name, or the gid as text when the system has no name for it."""
-    try:
-        return grp.getgrgid(gid).gr_name
-    except KeyError:
-        return str(gid)

@@ -9,7 +9,7 @@ import logging
 import time
 from collections.abc import Callable
 
-from gpudesk.engine.station import StationConfig
+from gpudesk.core.station import StationConfig
 from gpudesk.engine.store.database import Store
 
 log = logging.getLogger("gpudesk.engine")

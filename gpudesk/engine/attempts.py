@@ -19,11 +19,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpudesk.engine import boottime, diskspace, faults, runner
+from gpudesk import diskspace
+from gpudesk.core.jobs import DEFAULT_CANCEL_GRACE_S, JobState
+from gpudesk.engine import boottime, faults, runner
 from gpudesk.engine.activity import EngineActivity
 from gpudesk.engine.containment import Containment, JobLimits
 from gpudesk.engine.events import EventPublisher
-from gpudesk.engine.jobs import DEFAULT_CANCEL_GRACE_S, JobState
 from gpudesk.engine.loaders import LoaderSupervisor
 from gpudesk.engine.mps.watch import MpsWatch
 from gpudesk.engine.oom import gpu_oom_line

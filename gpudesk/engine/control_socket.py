@@ -37,9 +37,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpudesk.engine import protocol
+from gpudesk.core import protocol
+from gpudesk.core.identity import Caller, Identity
 from gpudesk.engine.env_seconds import env_seconds
-from gpudesk.engine.identity import Caller, Identity
 from gpudesk.engine.offloop import Pending
 from gpudesk.units import byte_size
 

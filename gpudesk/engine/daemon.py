@@ -31,8 +31,10 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import IO, Any
 
-from gpudesk import __version__
-from gpudesk.engine import diskspace
+from gpudesk import __version__, diskspace
+from gpudesk.core.datasets import DatasetSpec
+from gpudesk.core.identity import Caller, group_id
+from gpudesk.core.station import DEFAULT_JOB_MEMORY_FRACTION, StationConfig, host_cores
 from gpudesk.engine.access import DEFAULT_ADMIN_GROUP, Access
 from gpudesk.engine.activity import EngineActivity
 from gpudesk.engine.archive import Archiver
@@ -45,10 +47,9 @@ from gpudesk.engine.control_socket import (
     SocketLimits,
 )
 from gpudesk.engine.events import EventPublisher
-from gpudesk.engine.identity import Caller, group_id
 from gpudesk.engine.job_control import JobControl
 from gpudesk.engine.learning import StationLearning
-from gpudesk.engine.loaders import CHECK_EVERY_S, DatasetSpec, LoaderSupervisor, Statuses
+from gpudesk.engine.loaders import CHECK_EVERY_S, LoaderSupervisor, Statuses
 from gpudesk.engine.logcap import LogCap
 from gpudesk.engine.loop_timing import LoopTiming
 from gpudesk.engine.metrics.exporter import MetricsExporter
@@ -60,7 +61,6 @@ from gpudesk.engine.requests import EngineParts, RequestHandlers
 from gpudesk.engine.scheduler import Scheduler, mig_candidates
 from gpudesk.engine.slurm.backend import SlurmBackend
 from gpudesk.engine.state import CurrentStation, PlacementDue
-from gpudesk.engine.station import DEFAULT_JOB_MEMORY_FRACTION, StationConfig, host_cores
 from gpudesk.engine.store.damage import damaged_text, is_damage
 from gpudesk.engine.store.database import Store
 from gpudesk.engine.store.schema import IncompatibleStore, StoreError

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from gpudesk.engine.jobs import JobState
+from gpudesk.core.jobs import JobState
 from gpudesk.engine.store.database import Store
 from gpudesk.engine.store.records import JobRecord
 

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from gpudesk.engine import protocol
+from gpudesk.core import protocol
 from gpudesk.engine.control_socket import ControlSocket
 from gpudesk.engine.store.database import Store
 from gpudesk.engine.store.records import JobRecord

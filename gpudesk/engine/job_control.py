@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gpudesk.core.jobs import PRIORITY_RANGE, TERMINAL_STATES, JobState
 from gpudesk.engine.attempts import Attempts
 from gpudesk.engine.events import EventPublisher
-from gpudesk.engine.jobs import PRIORITY_RANGE, TERMINAL_STATES, JobState
 from gpudesk.engine.placement.queue import JobQueue
 from gpudesk.engine.slurm.backend import SlurmBackend
 from gpudesk.engine.state import PlacementDue

@@ -25,10 +25,10 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 
+from gpudesk.core.mig_profiles import compute_slices, memory_slices, table_for_gpu
 from gpudesk.engine import runner
 from gpudesk.engine.attempts import Attempts, LiveAttempt
 from gpudesk.engine.env_seconds import env_seconds
-from gpudesk.engine.mig.profiles import compute_slices, memory_slices, table_for_gpu
 from gpudesk.engine.placement.demand import DEFAULT_SM_PCT, signature
 from gpudesk.engine.placement.interference import (
     FrozenTotal,

@@ -18,21 +18,19 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass
 from typing import Any
 
+from gpudesk.core.datasets import DatasetSpec
 from gpudesk.engine.env_seconds import env_seconds
-from gpudesk.engine.jobs import check_selection
 from gpudesk.loader.protocol import (
     ENV_DATASET,
     ENV_RESUME_S,
-    NAME,
-    VARIANT_SEPARATOR,
     process_alive,
     read_info,
 )
 from gpudesk.paths import Home, UnsafePath, open_state_file
-from gpudesk.spawn import SAFE_CWD, module_argv
+from gpudesk.spawn import SAFE_CWD
 
 log = logging.getLogger("gpudesk.engine")
 
@@ -50,142 +48,6 @@ CHECK_EVERY_S = 0.5  # how often the engine has producers checked (restarted, st
 # A producer told to stop (SIGTERM) that is still there after this long is killed. Assumption:
 # a producer closes its socket and shared memory in well under a second.
 STOP_WAIT_S = 5.0
-LOADER_KEYS = (
-    "args",
-    "batch_size",
-    "workers",
-    "seed",
-    "slots",
-    "shuffle",
-    "selection",
-    "selection_target",
-    "selection_target_args",
-)
-
-
-@dataclass(frozen=True)
-class DatasetSpec:
-    name: str
-    factory: str
-    args: dict[str, Any] = field(default_factory=dict)
-    batch_size: int = 64
-    workers: int = 2
-    seed: int = 0
-    slots: int = 16
-    shuffle: bool = True
-    selection: str | None = None  # a data-selection preset: the jobs train on that part
-    selection_target: str | None = None  # MODULE:FACTORY of a targeted preset's target set
-    selection_target_args: dict[str, Any] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: Any) -> DatasetSpec:
-        """Validate untrusted input (a request); raises ValueError naming the key."""
-        if not isinstance(data, dict):
-            raise ValueError("expected a table")
-        unknown = sorted(set(data) - {"name", "factory", *LOADER_KEYS})
-        if unknown:
-            raise ValueError(f"{unknown[0]}: unknown key")
-        name = data.get("name")
-        if not isinstance(name, str) or not NAME.match(name):
-            raise ValueError(
-                f"name: {name!r} is not a loader name (1 to 40 letters, digits, '_', '.' or '-')"
-            )
-        factory = data.get("factory")
-        if not isinstance(factory, str) or ":" not in factory:
-            raise ValueError("factory: expected MODULE:CALLABLE")
-        args = data.get("args") or {}
-        if not isinstance(args, dict):
-            raise ValueError("args: expected a table")
-        try:
-            json.dumps(args)
-        except (TypeError, ValueError):
-            raise ValueError(
-                "args: values must be plain numbers, strings, lists or tables"
-            ) from None
-        ints = {}
-        for key, low, high, default in (
-            ("batch_size", 1, 1 << 20, 64),
-            ("workers", 0, 256, 2),
-            ("seed", -(2**63), 2**63 - 1, 0),
-            ("slots", 4, 4096, 16),
-        ):
-            value = data.get(key, default)
-            if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-                raise ValueError(
-                    f"{key}: expected a whole number from {low} to {high}, found {value!r}"
-                )
-            ints[key] = value
-        shuffle = data.get("shuffle", True)
-        if not isinstance(shuffle, bool):
-            raise ValueError(f"shuffle: expected true or false, found {shuffle!r}")
-        try:
-            selection = check_selection(data.get("selection"))
-        except ValueError as exc:
-            raise ValueError(f"selection: {exc}") from None
-        selection = None if selection == "full" else selection
-        target = data.get("selection_target")
-        if target is not None and (not isinstance(target, str) or ":" not in target):
-            raise ValueError("selection_target: expected MODULE:CALLABLE")
-        target_args = data.get("selection_target_args") or {}
-        if not isinstance(target_args, dict):
-            raise ValueError("selection_target_args: expected a table")
-        if selection is not None and selection.startswith("less-") and target is None:
-            raise ValueError(
-                f"selection: {selection} ranks samples by their similarity to a "
-                'target set; name one with selection_target = "MODULE:CALLABLE"'
-            )
-        return cls(
-            name,
-            factory,
-            dict(args),
-            shuffle=shuffle,
-            selection=selection,
-            selection_target=target,
-            selection_target_args=dict(target_args),
-            **ints,
-        )
-
-    def variant(self, selection: str | None) -> DatasetSpec:
-        """This dataset under another selection: its own loader, `NAME.PRESET`."""
-        chosen = check_selection(selection)
-        chosen = None if chosen == "full" else chosen
-        if chosen == self.selection:
-            return self
-        suffix = f"{VARIANT_SEPARATOR}{chosen or 'full'}"
-        return replace(self, name=self.name[: 40 - len(suffix)] + suffix, selection=chosen)
-
-    def argv(self) -> list[str]:
-        argv = [
-            *module_argv("gpudesk"),
-            "loader",
-            "serve",
-            self.name,
-            "--dataset",
-            self.factory,
-            "--batch-size",
-            str(self.batch_size),
-            "--workers",
-            str(self.workers),
-            "--seed",
-            str(self.seed),
-            "--slots",
-            str(self.slots),
-            "--managed",
-        ]
-        for key, value in self.args.items():
-            argv += ["--arg", f"{key}={json.dumps(value)}"]
-        if not self.shuffle:
-            argv.append("--no-shuffle")
-        if self.selection:
-            argv += ["--selection", self.selection]
-        if self.selection_target:
-            argv += ["--target", self.selection_target]
-            for key, value in self.selection_target_args.items():
-                argv += ["--target-arg", f"{key}={json.dumps(value)}"]
-        return argv
 
 
 @dataclass

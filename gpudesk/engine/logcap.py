@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Iterable
 
 from gpudesk import joblog
-from gpudesk.engine.station import StationConfig
+from gpudesk.core.station import StationConfig
 from gpudesk.units import BYTES_PER_MIB
 
 log = logging.getLogger("gpudesk.engine")

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gpudesk.engine.station import STATION_KEYS, StationConfig
+from gpudesk.core.station import STATION_KEYS, StationConfig
 
 
 @dataclass(frozen=True)

@@ -16,13 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from gpudesk import __version__, joblog
-from gpudesk.engine import protocol, reconfigure, runner, user_limits
-from gpudesk.engine.access import Access
-from gpudesk.engine.attempts import Attempts, LiveAttempt
-from gpudesk.engine.events import EventPublisher
-from gpudesk.engine.identity import Caller, user_id, user_name
-from gpudesk.engine.job_control import JobControl, JobOutcome
-from gpudesk.engine.jobs import (
+from gpudesk.core import protocol
+from gpudesk.core.datasets import DatasetSpec
+from gpudesk.core.identity import Caller, user_id, user_name
+from gpudesk.core.jobs import (
     DEFAULT_CANCEL_GRACE_S,
     PRIORITY_RANGE,
     JobSpec,
@@ -31,13 +28,20 @@ from gpudesk.engine.jobs import (
     check_env,
     check_priority,
 )
+from gpudesk.core.protocol import ProtocolError
+from gpudesk.core.station import StationConfig
+from gpudesk.engine import reconfigure, runner, user_limits
+from gpudesk.engine.access import Access
+from gpudesk.engine.attempts import Attempts, LiveAttempt
+from gpudesk.engine.events import EventPublisher
+from gpudesk.engine.job_control import JobControl, JobOutcome
 from gpudesk.engine.learning import (
     MAX_OBSERVATIONS,
     SOURCES,
     StationLearning,
     observation_from_dict,
 )
-from gpudesk.engine.loaders import DatasetSpec, LoaderSupervisor, Statuses
+from gpudesk.engine.loaders import LoaderSupervisor, Statuses
 from gpudesk.engine.loop_timing import LoopTiming
 from gpudesk.engine.metrics.exporter import MetricsExporter
 from gpudesk.engine.mig.nvidia_smi import LayoutError, MigError, MigUsageError
@@ -47,7 +51,6 @@ from gpudesk.engine.placement.interference import LearnedParam
 from gpudesk.engine.placement.policies import make_policy
 from gpudesk.engine.placement.policy import gpu_job_impossible
 from gpudesk.engine.placement.queue import JobQueue
-from gpudesk.engine.protocol import ProtocolError
 from gpudesk.engine.repartition.control import MigControl
 from gpudesk.engine.repartition.station import MigApplyRefused
 from gpudesk.engine.scheduler import Scheduler
@@ -57,7 +60,6 @@ from gpudesk.engine.slurm.as_owner import acts_for_other
 from gpudesk.engine.slurm.backend import Prepared, Sent, SlurmBackend, SubmitRefused
 from gpudesk.engine.slurm.commands import TIMEOUT_S as SLURM_TIMEOUT_S
 from gpudesk.engine.state import CurrentStation, PlacementDue
-from gpudesk.engine.station import StationConfig
 from gpudesk.engine.store.damage import is_damage, request_text
 from gpudesk.engine.store.database import Store
 from gpudesk.engine.store.records import AttemptRecord, JobRecord

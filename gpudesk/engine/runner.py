@@ -27,9 +27,9 @@ from pathlib import Path
 
 import psutil
 
+from gpudesk.core.identity import Identity
 from gpudesk.engine import trust, wrapper
 from gpudesk.engine.hostmetrics import group_processes
-from gpudesk.engine.identity import Identity
 
 WRAPPER_PATH = Path(wrapper.__file__).resolve()
 EXIT_FILE = "exit.json"

@@ -10,12 +10,12 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from gpudesk.core.jobs import JobState
 from gpudesk.engine import dependencies
 from gpudesk.engine.activity import EngineActivity
 from gpudesk.engine.attempts import Attempts
 from gpudesk.engine.events import EventPublisher
 from gpudesk.engine.fair_usage import FairUsage
-from gpudesk.engine.jobs import JobState
 from gpudesk.engine.learning import StationLearning
 from gpudesk.engine.mig.nvidia_smi import MigError
 from gpudesk.engine.mps.watch import MpsWatch

@@ -25,9 +25,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from gpudesk.engine.jobs import JobSpec
-from gpudesk.engine.mig.manager import MigManager
-from gpudesk.engine.mig.profiles import (
+from gpudesk.core.backend_names import check_backend_name, parse_sim_name
+from gpudesk.core.jobs import JobSpec
+from gpudesk.core.mig_profiles import (
     COMPUTE_SLICES,
     MEMORY_SLICES,
     MigProfile,
@@ -37,6 +37,8 @@ from gpudesk.engine.mig.profiles import (
     short_name,
     table_for_gpu,
 )
+from gpudesk.core.station import StationConfig
+from gpudesk.engine.mig.manager import MigManager
 from gpudesk.engine.placement.demand import PEAK_SETTLED_S, Demand, reservation
 from gpudesk.engine.placement.interference import (
     DEFAULT_PARAMS,
@@ -65,9 +67,7 @@ from gpudesk.engine.repartition.payoff import RECONFIG_S, choose_layouts
 from gpudesk.engine.repartition.planner import GpuMigState, QueuedDemand
 from gpudesk.engine.repartition.planner import simulated_profiles as planner_profiles
 from gpudesk.engine.repartition.station import SIMULATED_NVIDIA_SMI
-from gpudesk.engine.station import StationConfig
 from gpudesk.engine.store.records import JobRecord
-from gpudesk.engine.telemetry.backend import check_backend_name, parse_sim_name
 from gpudesk.engine.telemetry.sim import STATIONS, GpuModel
 from gpudesk.examples import bundled
 from gpudesk.units import J_PER_KWH, MIB_PER_GB, MIB_PER_GIB, S_PER_HOUR

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpudesk.engine.station import StationConfig
+from gpudesk.core.station import StationConfig
 from gpudesk.engine.store.database import Store
 
 

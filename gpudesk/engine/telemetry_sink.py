@@ -15,8 +15,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from gpudesk.core.station import StationConfig
 from gpudesk.engine.state import CurrentStation
-from gpudesk.engine.station import StationConfig
 from gpudesk.engine.store.database import Store
 from gpudesk.engine.store.schema import GPU_ENERGY_METRIC
 from gpudesk.engine.telemetry.backend import make_backend

@@ -22,7 +22,7 @@ import os
 import pwd
 import shutil
 
-from gpudesk.engine.identity import Identity
+from gpudesk.core.identity import Identity
 
 # Opening what sits where a user can write: a leaf module (gpudesk.joblog, which the engine
 # imports, reads logs with it too), named here as the rule's other primitives are.

@@ -38,12 +38,12 @@ from typing import Any, cast
 
 import zmq
 
+from gpudesk.core.datasets import VARIANT_SEPARATOR
 from gpudesk.loader.batch import BatchMeta, Piece, collate, ids, samples
 from gpudesk.loader.fetch import Source
 from gpudesk.loader.protocol import (
     ENV_DATASET,
     ENV_RESUME_S,
-    VARIANT_SEPARATOR,
     LoaderError,
     check_name,
     decode,

@@ -99,7 +99,7 @@ class ProducerConfig:
                 "batch size must be at least 1, workers at least 0 and the ring at least 4 slots"
             )
         if self.selection is not None:
-            from gpudesk.selection.presets import PresetError, parse_preset
+            from gpudesk.selection.preset_names import PresetError, parse_preset
 
             try:
                 parse_preset(self.selection)
@@ -477,7 +477,7 @@ class Producer:
         """The data selection this producer serves (computed, or reused from the cache)."""
         from gpudesk.selection.apply import select
         from gpudesk.selection.cache import SelectionCache
-        from gpudesk.selection.presets import PresetError
+        from gpudesk.selection.preset_names import PresetError
 
         target = None
         if self.config.target:

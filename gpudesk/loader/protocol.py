@@ -21,15 +21,14 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import socket
 from pathlib import Path
 from typing import Any
 
-NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,39}$")
+from gpudesk.core.datasets import NAME
+
 ENV_RESUME_S = "GPUDESK_LOADER_RESUME_S"  # how long a consumer waits for a restarted producer
 ENV_DATASET = "GPUDESK_DATASET"  # set by the engine: the dataset whose producer it started
-VARIANT_SEPARATOR = "."  # the engine's loader for dataset NAME under another selection: NAME.P
 
 
 class LoaderError(RuntimeError):

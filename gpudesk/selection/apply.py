@@ -34,14 +34,8 @@ import numpy as np
 from gpudesk.selection.cache import INDEX_DIR, SelectionCache
 from gpudesk.selection.fingerprint import fingerprint_digests, sample_digest
 from gpudesk.selection.prepass import SCORED, Selection, Target, cached, prepare
-from gpudesk.selection.presets import (
-    PROXY_METHODS,
-    Preset,
-    PresetError,
-    keep_count,
-    parse_preset,
-    rs2_subset,
-)
+from gpudesk.selection.preset_names import PROXY_METHODS, Preset, PresetError, parse_preset
+from gpudesk.selection.presets import keep_count, rs2_subset
 
 PROBE_SAMPLES = 256
 

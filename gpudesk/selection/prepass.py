@@ -19,14 +19,8 @@ import numpy as np
 
 from gpudesk.selection import coverage, dedup, models, scoring, targeted
 from gpudesk.selection.cache import Cost, Entry, SelectionCache, cache_key
-from gpudesk.selection.presets import (
-    PROXY_METHODS,
-    SCORED_METHODS,
-    Preset,
-    PresetError,
-    random_ordering,
-    take,
-)
+from gpudesk.selection.preset_names import PROXY_METHODS, SCORED_METHODS, Preset, PresetError
+from gpudesk.selection.presets import random_ordering, take
 from gpudesk.selection.targeted import Target
 
 __all__ = ["SCORED", "Selection", "Target", "cached", "entry_selection", "prepare"]

@@ -44,7 +44,7 @@ from typing import Any
 import numpy as np
 
 from gpudesk.selection import gradients, models, scoring
-from gpudesk.selection.presets import PresetError
+from gpudesk.selection.preset_names import PresetError
 
 # LESS's warm-up: "PERCENTAGE=0.05" of the training data (README, "Warmup training"; the paper's
 # step 1 trains on a random 5 % for N = 4 epochs) with "--num_train_epochs 4" and

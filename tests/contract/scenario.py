@@ -22,9 +22,9 @@ from typing import Any
 from gpudesk.api import Client, JobSpec, JobView, TrackingSpec
 from gpudesk.api.connection import Connection, engine_pid, start_engine
 from gpudesk.api.errors import EngineError
-from gpudesk.engine.loaders import DatasetSpec
+from gpudesk.core.datasets import DatasetSpec
+from gpudesk.core.station import StationConfig
 from gpudesk.engine.placement.interference import Observation, Workload
-from gpudesk.engine.station import StationConfig
 from gpudesk.engine.tracking.available import missing_for
 from gpudesk.paths import Home
 

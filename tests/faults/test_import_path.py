@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 from conftest import EngineHandle, wait_for
 
-from gpudesk.engine.loaders import DatasetSpec, LoaderSupervisor
+from gpudesk.core.datasets import DatasetSpec
+from gpudesk.engine.loaders import LoaderSupervisor
 from gpudesk.loader.protocol import process_alive, read_info
 from gpudesk.paths import Home
 

@@ -16,9 +16,9 @@ from conftest import EngineHandle
 from gpudesk.api.client import Client, decode_event
 from gpudesk.api.errors import TOO_LARGE, EngineError
 from gpudesk.api.models import JobEvent
-from gpudesk.engine import protocol
-from gpudesk.engine.jobs import JobSpec
-from gpudesk.engine.station import STATION_KEYS
+from gpudesk.core import protocol
+from gpudesk.core.jobs import JobSpec
+from gpudesk.core.station import STATION_KEYS
 
 # Values a hostile or buggy client sends where something else is expected.
 HUGE = 2**70

@@ -23,9 +23,9 @@ import pytest
 from conftest import EngineInProcess
 from local_users import LocalUser, local_accounts
 
+from gpudesk.core.identity import Caller, Identity
+from gpudesk.core.station import StationConfig
 from gpudesk.engine.access import Access
-from gpudesk.engine.identity import Caller, Identity
-from gpudesk.engine.station import StationConfig
 from gpudesk.paths import Home
 
 pytestmark = pytest.mark.skipif(

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from conftest import EngineHandle, cli_in_fresh_python, processes_in_group, wait_for
 
-from gpudesk.engine.identity import user_name
+from gpudesk.core.identity import user_name
 from gpudesk.paths import Home
 
 GPUDESK = [sys.executable, "-m", "gpudesk"]

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from conftest import EngineHandle
 
-from gpudesk.engine.jobs import JobState
-from gpudesk.engine.mig.profiles import compute_slices
+from gpudesk.core.jobs import JobState
+from gpudesk.core.mig_profiles import compute_slices
 from gpudesk.engine.mps.manager import MpsManager
 from gpudesk.engine.placement.policies import make_policy
 from gpudesk.engine.placement.policy import GpuState, MigSlice, StationView

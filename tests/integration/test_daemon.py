@@ -15,7 +15,7 @@ from conftest import EngineHandle, wait_for
 
 from gpudesk.api.connection import Connection
 from gpudesk.api.errors import EngineError
-from gpudesk.engine import protocol
+from gpudesk.core import protocol
 from gpudesk.engine.store.database import Store
 from gpudesk.paths import Home
 
@@ -244,7 +244,7 @@ def test_the_store_is_wal_and_versioned(engine: EngineHandle) -> None:
 
 def test_socket_folder_is_private_even_for_long_homes(tmp_path, monkeypatch) -> None:
     from gpudesk.api.connection import start_engine
-    from gpudesk.engine.station import StationConfig
+    from gpudesk.core.station import StationConfig
     from gpudesk.paths import Home
 
     home = Home(tmp_path / ("very-long-folder-name-" * 5) / "home")

@@ -14,7 +14,7 @@ from store_fill import corrupt_spec, fill_jobs
 
 from gpudesk.api.client import Client
 from gpudesk.api.errors import EngineError
-from gpudesk.engine import protocol
+from gpudesk.core import protocol
 from gpudesk.engine.store.database import Store
 from gpudesk.paths import Home
 

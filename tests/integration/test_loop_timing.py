@@ -10,7 +10,7 @@ from conftest import EngineHandle, Run, wait_for
 
 from gpudesk.api.client import Client
 from gpudesk.api.errors import EngineError
-from gpudesk.engine import protocol
+from gpudesk.core import protocol
 from gpudesk.engine.loop_timing import WINDOW
 
 

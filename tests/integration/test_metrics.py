@@ -25,9 +25,9 @@ import pytest
 from conftest import EngineHandle, EngineInProcess, Run, wait_for
 from prometheus_client.parser import text_string_to_metric_families
 
+from gpudesk.core.identity import Caller, Identity
+from gpudesk.core.station import StationConfig
 from gpudesk.engine.access import Access
-from gpudesk.engine.identity import Caller, Identity
-from gpudesk.engine.station import StationConfig
 from gpudesk.paths import Home, user_name
 
 SIM = "sim:dgx-station-a100"

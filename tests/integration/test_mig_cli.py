@@ -16,7 +16,9 @@ from pathlib import Path
 import pytest
 from conftest import EngineHandle, Run, wait_for
 
-from gpudesk.engine.mig import layout, manager, profiles, records
+from gpudesk.core import mig_profiles as profiles
+from gpudesk.core import mig_records as records
+from gpudesk.engine.mig import layout, manager
 from gpudesk.paths import Home
 
 FAKE = Path(__file__).resolve().parents[1] / "fakes" / "nvidia-smi"

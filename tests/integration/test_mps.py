@@ -20,9 +20,9 @@ import pytest
 from conftest import EngineHandle, wait_for
 from fakes.h200_records import extra_checks, raw_probe
 
+from gpudesk.core.station import StationConfig
 from gpudesk.engine.daemon import Engine
 from gpudesk.engine.mps.manager import CONTROL_ENV, MpsError, MpsManager
-from gpudesk.engine.station import StationConfig
 from gpudesk.engine.store.database import Store
 from gpudesk.paths import Home
 

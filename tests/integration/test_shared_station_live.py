@@ -12,8 +12,8 @@ import pytest
 from conftest import EngineHandle, wait_for
 
 from gpudesk.api.connection import EngineError
-from gpudesk.engine.identity import Identity, user_name
-from gpudesk.engine.jobs import JobSpec
+from gpudesk.core.identity import Identity, user_name
+from gpudesk.core.jobs import JobSpec
 from gpudesk.engine.store.database import Store
 from gpudesk.paths import Home
 

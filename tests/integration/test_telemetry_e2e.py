@@ -21,7 +21,7 @@ from conftest import EngineHandle, wait_for
 from test_cli import GPUDESK, gpudesk
 
 from gpudesk.api.errors import EngineError
-from gpudesk.engine import protocol
+from gpudesk.core import protocol
 from gpudesk.paths import Home
 
 SIM = "sim:dgx-station-a100"

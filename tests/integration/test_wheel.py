@@ -66,7 +66,7 @@ METRICS_SCRIPT = """
 import sys, time, urllib.request
 from prometheus_client.parser import text_string_to_metric_families
 from gpudesk.api import Client
-from gpudesk.engine.station import StationConfig
+from gpudesk.core.station import StationConfig
 
 with Client.connect() as client:
     client.configure(StationConfig(metrics_listen="127.0.0.1:0"), ["metrics_listen"])

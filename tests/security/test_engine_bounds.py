@@ -29,7 +29,7 @@ from user_python import user_python
 
 from gpudesk.api.connection import Connection
 from gpudesk.api.errors import EngineError
-from gpudesk.engine import protocol
+from gpudesk.core import protocol
 from gpudesk.paths import Home
 
 HOG = Path(__file__).with_name("socket_hog.py")

@@ -17,8 +17,9 @@ import pytest
 from conftest import wait_for
 from local_users import LocalUser
 
+from gpudesk.core.datasets import DatasetSpec
 from gpudesk.engine import loaders
-from gpudesk.engine.loaders import DatasetSpec, LoaderSupervisor, Statuses
+from gpudesk.engine.loaders import LoaderSupervisor, Statuses
 from gpudesk.loader.protocol import write_info
 from gpudesk.paths import Home
 

@@ -14,9 +14,9 @@ import pytest
 from conftest import EngineInProcess
 
 from gpudesk.api.models import ConfigureResult
-from gpudesk.engine.access import Access, group_name
-from gpudesk.engine.identity import Caller, Identity
-from gpudesk.engine.station import StationConfig
+from gpudesk.core.identity import Caller, Identity, group_name
+from gpudesk.core.station import StationConfig
+from gpudesk.engine.access import Access
 from gpudesk.paths import Home
 
 ADMINS = 7000  # the admin group's gid (a name where the system has one)

@@ -12,11 +12,11 @@ import numpy as np
 
 from gpudesk.api.models import JobView, UsageSummary
 from gpudesk.api.prepass import prepass_job, profile_prepasses, record_prepass
-from gpudesk.engine.loaders import DatasetSpec
+from gpudesk.core.datasets import DatasetSpec
 from gpudesk.profile import parse_profile
 from gpudesk.selection.cache import SelectionCache
 from gpudesk.selection.prepass import prepare
-from gpudesk.selection.presets import Preset
+from gpudesk.selection.preset_names import Preset
 
 PROFILE = b"""
 [datasets.d]

@@ -13,8 +13,8 @@ from test_api_prepass import PROFILE, job_wire  # same folder: on sys.path under
 from gpudesk.api.client import Client
 from gpudesk.api.errors import EngineError
 from gpudesk.api.submit import StationReport, Step, Submitted, submit_profile
-from gpudesk.engine import protocol
-from gpudesk.engine.station import StationConfig
+from gpudesk.core import protocol
+from gpudesk.core.station import StationConfig
 from gpudesk.paths import Home
 from gpudesk.profile import parse_profile
 from gpudesk.selection.cache import SelectionCache

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from test_jobs_protocol_policy import record  # same folder: on sys.path under pytest
 
+from gpudesk.core.station import StationConfig
 from gpudesk.engine.placement.collocation import CarmaPolicy, SharingPolicy, _Frontier
 from gpudesk.engine.placement.demand import (
     MARGIN_MIB,
@@ -28,7 +29,6 @@ from gpudesk.engine.placement.policy import (
     Tenant,
 )
 from gpudesk.engine.simulator import Simulation, TraceError, load_trace, simulate
-from gpudesk.engine.station import StationConfig
 from gpudesk.engine.store.records import JobRecord
 from gpudesk.engine.telemetry.energy import AttemptUsage
 

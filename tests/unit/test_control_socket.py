@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from gpudesk.engine import protocol
+from gpudesk.core import protocol
+from gpudesk.core.identity import Caller
 from gpudesk.engine.control_socket import CannotListen, ControlSocket, peer_caller
-from gpudesk.engine.identity import Caller
 
 
 def test_peer_caller_is_what_the_kernel_says_of_the_other_end() -> None:

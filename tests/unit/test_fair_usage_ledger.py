@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from gpudesk.core.identity import Identity
+from gpudesk.core.jobs import JobSpec, JobState
 from gpudesk.engine.fair_usage import FairUsage
-from gpudesk.engine.identity import Identity
-from gpudesk.engine.jobs import JobSpec, JobState
 from gpudesk.engine.placement.fairshare import FairShare, usage_by_user
 from gpudesk.engine.store.database import Store
 from gpudesk.engine.store.records import AttemptRecord

@@ -19,10 +19,10 @@ from test_api_prepass import job_view  # same folder: on sys.path under pytest
 from gpudesk import grid
 from gpudesk.api.models import ConfigureResult, StationStatus
 from gpudesk.cli.run_report import RunReport
+from gpudesk.core.identity import Caller, Identity
+from gpudesk.core.station import StationConfig
 from gpudesk.engine.access import Access
-from gpudesk.engine.identity import Caller, Identity
 from gpudesk.engine.reconfigure import weigh
-from gpudesk.engine.station import StationConfig
 from gpudesk.paths import Home
 from gpudesk.profile import ProfileError, parse_profile
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from gpudesk.engine.jobs import InvalidTransition, JobSpec, JobState
+from gpudesk.core.jobs import InvalidTransition, JobSpec, JobState
 from gpudesk.engine.placement.queue import JobQueue
 from gpudesk.engine.store.database import Store
 from gpudesk.engine.store.records import JobRecord

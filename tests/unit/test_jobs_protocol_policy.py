@@ -6,11 +6,11 @@ import json
 
 import pytest
 
-from gpudesk.engine import protocol
-from gpudesk.engine.jobs import JobSpec, JobState, SpecError, check_transition
+from gpudesk.core import protocol
+from gpudesk.core.jobs import JobSpec, JobState, SpecError, check_transition
+from gpudesk.core.station import StationConfig
 from gpudesk.engine.placement.policies import make_policy
 from gpudesk.engine.placement.policy import FifoPolicy, StationView
-from gpudesk.engine.station import StationConfig
 from gpudesk.engine.store.records import JobRecord
 
 

@@ -291,7 +291,7 @@ def fake_attempt(store: Store, tmp_path: Path, attempt_id: int, job_id: int) -> 
 def test_a_rate_alone_remembered_from_an_earlier_run_serves_a_later_one(
     store: Store, tmp_path: Path
 ) -> None:
-    from gpudesk.engine.jobs import JobSpec
+    from gpudesk.core.jobs import JobSpec
 
     same, other = store.submit(
         [

@@ -12,7 +12,7 @@ import pytest
 from test_less_gradients import autograd_loop  # same folder: on sys.path under pytest
 
 from gpudesk.selection import gradients
-from gpudesk.selection.presets import PresetError
+from gpudesk.selection.preset_names import PresetError
 from gpudesk.selection.targeted import (
     PROJECTION_DIM,
     WARMUP_EPOCHS,

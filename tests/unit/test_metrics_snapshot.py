@@ -12,8 +12,9 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from gpudesk.core.listen import ListenAddress, check_metrics_listen, parse_listen
+from gpudesk.core.station import StationConfig
 from gpudesk.engine.activity import DECISION_BUCKETS_S, EngineActivity
-from gpudesk.engine.listen import ListenAddress, check_metrics_listen, parse_listen
 from gpudesk.engine.metrics.collector import DCGM_NAMES, SnapshotCollector
 from gpudesk.engine.metrics.exporter import bind_problem
 from gpudesk.engine.metrics.server import MetricsServer
@@ -28,7 +29,6 @@ from gpudesk.engine.metrics.snapshot import (
     loader_figures,
     running_jobs,
 )
-from gpudesk.engine.station import StationConfig
 from gpudesk.engine.telemetry.energy import AttemptUsage
 from gpudesk.engine.telemetry.model import BackendReading, GpuReading, MigDevice
 from gpudesk.engine.telemetry.monitor import TrackedAttempt

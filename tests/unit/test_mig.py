@@ -13,11 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from gpudesk.engine.mig import layout, nvidia_smi, records
+from gpudesk.core import mig_records as records
+from gpudesk.core.mig_profiles import SliceSpan
+from gpudesk.core.mig_records import GpuEntry, MigEntry
+from gpudesk.engine.mig import layout, nvidia_smi
 from gpudesk.engine.mig.manager import MigManager
 from gpudesk.engine.mig.nvidia_smi import LayoutError, MigError, UnknownProfileError
-from gpudesk.engine.mig.profiles import SliceSpan
-from gpudesk.engine.mig.records import GpuEntry, MigEntry
 
 TESTS = Path(__file__).resolve().parents[1]
 FIXTURES = TESTS / "fixtures" / "nvidia-smi" / "a100-40gb"

@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from gpudesk.core.mig_profiles import SliceSpan
+from gpudesk.core.mig_records import GiProfile
+from gpudesk.core.station import StationConfig
 from gpudesk.engine.mig import layout, nvidia_smi
 from gpudesk.engine.mig.manager import MigManager
-from gpudesk.engine.mig.profiles import SliceSpan
-from gpudesk.engine.mig.records import GiProfile
 from gpudesk.engine.placement.policy import RESERVE_MIB
 from gpudesk.engine.repartition.planner import (
     BLOCKED_BUSY,
@@ -29,7 +30,6 @@ from gpudesk.engine.repartition.planner import (
     simulated_profiles,
     smallest_fitting_profile,
 )
-from gpudesk.engine.station import StationConfig
 from gpudesk.engine.telemetry.sim import A100_SXM4_40GB, H100_SXM5_80GB
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "nvidia-smi" / "a100-40gb"

@@ -1,4 +1,4 @@
-"""gpudesk.engine.mig.profiles, the one home of MIG profile facts: the tables against the real
+"""gpudesk.core.mig_profiles, the one home of MIG profile facts: the tables against the real
 nvidia-smi output in the fixtures, the hardware's placement rules, and reading profile names."""
 
 from __future__ import annotations
@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gpudesk.engine.mig import layout, nvidia_smi
-from gpudesk.engine.mig.profiles import (
+from gpudesk.core.mig_profiles import (
     A100_40GB,
     A100_80GB,
     CARVED_PROFILES,
@@ -22,7 +21,8 @@ from gpudesk.engine.mig.profiles import (
     short_name,
     table_for_gpu,
 )
-from gpudesk.engine.mig.records import GiProfile
+from gpudesk.core.mig_records import GiProfile
+from gpudesk.engine.mig import layout, nvidia_smi
 from gpudesk.units import MIB_PER_GIB
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "nvidia-smi" / "a100-40gb"

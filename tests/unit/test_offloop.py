@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from gpudesk.engine import protocol
+from gpudesk.core import protocol
+from gpudesk.core.identity import Caller
 from gpudesk.engine.control_socket import ControlSocket
-from gpudesk.engine.identity import Caller
 from gpudesk.engine.offloop import Busy, OffLoop, Pending
 
 DEADLINE_S = 10.0

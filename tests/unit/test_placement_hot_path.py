@@ -8,7 +8,8 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpudesk.engine.jobs import JobSpec, JobState
+from gpudesk.core.jobs import JobSpec, JobState
+from gpudesk.core.station import StationConfig
 from gpudesk.engine.placement.collocation import SharingPolicy
 from gpudesk.engine.placement.interference import (
     DEFAULT_PARAMS,
@@ -18,7 +19,6 @@ from gpudesk.engine.placement.interference import (
     workload,
 )
 from gpudesk.engine.placement.policy import GpuState, MigSlice, StationView, Tenant
-from gpudesk.engine.station import StationConfig
 from gpudesk.engine.store.records import JobRecord
 
 share = st.floats(0.0, 1.0, allow_nan=False)

@@ -14,8 +14,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import gpudesk.profile as profile_module
-from gpudesk.engine.loaders import DatasetSpec
-from gpudesk.engine.station import StationConfig
+from gpudesk.core.datasets import DatasetSpec
+from gpudesk.core.station import StationConfig
 from gpudesk.profile import (
     MAX_JOBS,
     MAX_PROFILE_BYTES,

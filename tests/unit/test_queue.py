@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpudesk.engine.jobs import JobSpec, JobState
+from gpudesk.core.jobs import JobSpec, JobState
 from gpudesk.engine.placement.queue import JobQueue
 from gpudesk.engine.store.records import JobRecord
 

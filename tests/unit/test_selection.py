@@ -17,15 +17,8 @@ from gpudesk.paths import Home
 from gpudesk.selection.cache import Cost, Entry, SelectionCache, cache_key
 from gpudesk.selection.fingerprint import fingerprint
 from gpudesk.selection.prepass import SCORED, Target, prepare
-from gpudesk.selection.presets import (
-    Preset,
-    PresetError,
-    class_quotas,
-    keep_count,
-    parse_preset,
-    rs2_subset,
-    take,
-)
+from gpudesk.selection.preset_names import Preset, PresetError, parse_preset
+from gpudesk.selection.presets import class_quotas, keep_count, rs2_subset, take
 from gpudesk.workloads.data import load_digits
 
 
@@ -85,9 +78,8 @@ def test_preset_names_parse(text: str, method: str, percent: int) -> None:
 
 
 def test_per_class_names_round_trip_and_stay_valid_loader_names() -> None:
-    from gpudesk.engine.jobs import check_selection
-    from gpudesk.engine.loaders import DatasetSpec
-    from gpudesk.loader.protocol import NAME
+    from gpudesk.core.datasets import NAME, DatasetSpec
+    from gpudesk.core.jobs import check_selection
 
     assert parse_preset("less-25-perclass").name == "less-25-perclass"
     assert parse_preset("less-25").name == "less-25"
@@ -562,7 +554,7 @@ def test_a_cached_scored_selection_equals_a_fresh_one(
 
 
 def test_select_presets_says_what_each_method_computes_and_costs(gpudesk: Run) -> None:
-    from gpudesk.selection.presets import METHODS
+    from gpudesk.selection.preset_names import METHODS
 
     code, out, _ = gpudesk("select", "presets", "--json")
     assert code == 0

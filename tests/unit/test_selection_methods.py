@@ -13,7 +13,8 @@ from gpudesk.selection import models
 from gpudesk.selection.cache import SelectionCache
 from gpudesk.selection.fingerprint import fingerprint
 from gpudesk.selection.prepass import prepare
-from gpudesk.selection.presets import Preset, class_quotas, keep_count
+from gpudesk.selection.preset_names import Preset
+from gpudesk.selection.presets import class_quotas, keep_count
 from gpudesk.workloads.data import make_digits
 
 
@@ -220,7 +221,7 @@ def test_dedup_lists_its_pairs_in_the_cache_and_the_selection(train, tmp_path: P
 
 def test_dedup_works_on_unlabelled_samples_and_refuses_text(tmp_path: Path) -> None:
     from gpudesk.selection.apply import select
-    from gpudesk.selection.presets import PresetError
+    from gpudesk.selection.preset_names import PresetError
 
     cache = SelectionCache(tmp_path / "sel")
     rng = np.random.default_rng(0)

@@ -9,7 +9,7 @@ from dataclasses import replace
 
 from test_collocation import gpu, job, station, tenant
 
-from gpudesk.engine.identity import Identity, user_name
+from gpudesk.core.identity import Identity, user_name
 from gpudesk.engine.placement.collocation import CarmaPolicy, SharingPolicy
 from gpudesk.engine.placement.fairshare import (
     FairShare,

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from gpudesk.engine.identity import Identity
+from gpudesk.core.identity import Identity
 from gpudesk.engine.slurm.as_owner import TimedOut, acts_for_other, run_as
 
 SH = "/bin/sh"

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpudesk.engine.cluster import ClusterSpec
-from gpudesk.engine.jobs import JobSpec
+from gpudesk.core.cluster import ClusterSpec
+from gpudesk.core.jobs import JobSpec
 from gpudesk.engine.slurm.request import (
     GresOffer,
     SlurmMappingError,

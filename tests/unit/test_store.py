@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gpudesk.engine.jobs import InvalidTransition, JobSpec, JobState
+from gpudesk.core.jobs import InvalidTransition, JobSpec, JobState
 from gpudesk.engine.store.database import Store
 from gpudesk.engine.store.schema import SCHEMA_VERSION, IncompatibleStore, StoreError
 

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from store_fill import fill_jobs
 
+from gpudesk.core.jobs import JobState
+from gpudesk.core.station import StationConfig
 from gpudesk.engine.archive import ARCHIVE_BATCH, ARCHIVE_MIN_BATCH, Archiver
-from gpudesk.engine.jobs import JobState
-from gpudesk.engine.station import StationConfig
 from gpudesk.engine.store.database import Store
 
 FINISHED = [JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED]

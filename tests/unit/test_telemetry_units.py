@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 from test_jobs_protocol_policy import record  # same folder: on sys.path under pytest
 
+from gpudesk.core.backend_names import check_backend_name, parse_sim_name
+from gpudesk.core.station import StationConfig
 from gpudesk.engine.placement.policy import FifoPolicy, GpuState, StationView, Tenant
-from gpudesk.engine.station import StationConfig
-from gpudesk.engine.telemetry.backend import check_backend_name, make_backend, parse_sim_name
+from gpudesk.engine.telemetry.backend import make_backend
 from gpudesk.engine.telemetry.energy import (
     AttemptUsage,
     GpuEnergyMeter,
@@ -361,7 +362,7 @@ def test_monitor_splits_a_shared_gpu_by_sm_share() -> None:
 def test_a_telemetry_restart_stores_the_window_it_cuts_short(tmp_path: Path) -> None:
     """A station change restarts telemetry with a fresh monitor: the means of the window not
     stored yet are stored then, not lost with the old monitor (a job's last points)."""
-    from gpudesk.engine.jobs import JobSpec
+    from gpudesk.core.jobs import JobSpec
     from gpudesk.engine.state import CurrentStation
     from gpudesk.engine.store.database import Store
     from gpudesk.engine.telemetry_sink import TelemetrySink

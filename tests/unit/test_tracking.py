@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from gpudesk.engine.jobs import JobSpec, SpecError, TrackingSpec, resolve_mlflow_uri
+from gpudesk.core.jobs import JobSpec, SpecError, TrackingSpec, resolve_mlflow_uri
 from gpudesk.engine.tracking import content, messages
 from gpudesk.engine.tracking.messages import (
     BadMessage,
@@ -412,8 +412,8 @@ def test_a_tracked_submit_without_the_extra_is_refused_whole(
 ) -> None:
     from conftest import EngineInProcess
 
-    from gpudesk.engine.identity import Caller
-    from gpudesk.engine.station import StationConfig
+    from gpudesk.core.identity import Caller
+    from gpudesk.core.station import StationConfig
     from gpudesk.engine.tracking import available
     from gpudesk.paths import Home
 

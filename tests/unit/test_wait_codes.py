@@ -8,9 +8,9 @@ import os
 from conftest import EngineInProcess
 from store_fill import fill_jobs
 
-from gpudesk.engine.identity import Caller
+from gpudesk.core.identity import Caller
+from gpudesk.core.station import StationConfig
 from gpudesk.engine.slurm import views as slurm_views
-from gpudesk.engine.station import StationConfig
 from gpudesk.engine.store.slurm import SENDING, SlurmRow
 from gpudesk.paths import Home
 

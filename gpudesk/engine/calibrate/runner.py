@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpudesk.engine.mig.profiles import compute_slices, memory_slices, table_for_gpu
+from gpudesk.core.mig_profiles import compute_slices, memory_slices, table_for_gpu
 from gpudesk.engine.placement.calibration import (
     AloneMeasurement,
     Measurements,

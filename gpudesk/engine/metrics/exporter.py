@@ -22,9 +22,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from gpudesk import __version__
+from gpudesk.core.listen import ListenAddress, parse_listen
 from gpudesk.engine.activity import EngineActivity
 from gpudesk.engine.events import EventPublisher
-from gpudesk.engine.listen import ListenAddress, parse_listen
 from gpudesk.engine.loaders import LoaderSupervisor
 from gpudesk.engine.loop_timing import LoopTiming
 from gpudesk.engine.metrics.snapshot import (

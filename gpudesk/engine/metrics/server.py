@@ -18,7 +18,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
 from prometheus_client import CollectorRegistry, make_wsgi_app
 
-from gpudesk.engine.listen import ListenAddress
+from gpudesk.core.listen import ListenAddress
 
 log = logging.getLogger("gpudesk.engine")
 

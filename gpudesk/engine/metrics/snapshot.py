@@ -17,9 +17,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpudesk.core.jobs import JobState
+from gpudesk.core.mig_profiles import short_name
 from gpudesk.engine.histogram import Buckets
-from gpudesk.engine.jobs import JobState
-from gpudesk.engine.mig.profiles import short_name
 from gpudesk.engine.telemetry.energy import AttemptUsage
 from gpudesk.engine.telemetry.model import BackendReading, GpuReading, MigDevice
 from gpudesk.engine.telemetry.monitor import TrackedAttempt

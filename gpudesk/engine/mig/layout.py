@@ -8,9 +8,9 @@ import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
+from gpudesk.core.mig_profiles import SliceSpan, short_name
+from gpudesk.core.mig_records import GiProfile, PlannedInstance
 from gpudesk.engine.mig.nvidia_smi import LayoutError, UnknownProfileError
-from gpudesk.engine.mig.profiles import SliceSpan, short_name
-from gpudesk.engine.mig.records import GiProfile, PlannedInstance
 
 
 def resolve_profile(profiles: Sequence[GiProfile], name: str) -> GiProfile:

@@ -11,6 +11,17 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from gpudesk.core.mig_profiles import SliceSpan
+from gpudesk.core.mig_records import (
+    ComputeInstance,
+    GiProfile,
+    GpuEntry,
+    GpuInstance,
+    MigLayout,
+    MigMode,
+    MigSlot,
+    PlannedInstance,
+)
 from gpudesk.engine.mig.layout import plan_layout, split_profiles
 from gpudesk.engine.mig.nvidia_smi import (
     DEFAULT_TIMEOUT,
@@ -31,17 +42,6 @@ from gpudesk.engine.mig.nvidia_smi import (
     parse_gi_profiles,
     parse_gpu_instances,
     parse_list_gpus,
-)
-from gpudesk.engine.mig.profiles import SliceSpan
-from gpudesk.engine.mig.records import (
-    ComputeInstance,
-    GiProfile,
-    GpuEntry,
-    GpuInstance,
-    MigLayout,
-    MigMode,
-    MigSlot,
-    PlannedInstance,
 )
 
 

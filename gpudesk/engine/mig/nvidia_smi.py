@@ -23,8 +23,8 @@ import re
 import shlex
 from collections.abc import Mapping, Sequence
 
-from gpudesk.engine.mig.profiles import SliceSpan, short_name
-from gpudesk.engine.mig.records import (
+from gpudesk.core.mig_profiles import SliceSpan, short_name
+from gpudesk.core.mig_records import (
     ComputeInstance,
     GiProfile,
     GpuEntry,

@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpudesk.engine.mig.profiles import COMPUTE_SLICES, table_for_gpu
+from gpudesk.core.mig_profiles import COMPUTE_SLICES, table_for_gpu
 from gpudesk.engine.placement.interference import (
     DEFAULT_PARAMS,
     PARAM_NAMES,

@@ -37,8 +37,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Generic, TypeVar
 
-from gpudesk.engine.identity import user_name
-from gpudesk.engine.mig.profiles import COMPUTE_SLICES, MEMORY_SLICES, memory_slices
+from gpudesk.core.identity import user_name
+from gpudesk.core.mig_profiles import COMPUTE_SLICES, MEMORY_SLICES, memory_slices
 from gpudesk.engine.placement.demand import (
     HEAVY_SM_PCT,
     MARGIN_MIB,

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gpudesk.engine.mig.profiles import compute_slices, short_name
+from gpudesk.core.mig_profiles import compute_slices, short_name
 from gpudesk.engine.placement.demand import reservation
 from gpudesk.engine.placement.policy import GpuState, MigSlice, Tenant
 from gpudesk.engine.telemetry.energy import AttemptUsage

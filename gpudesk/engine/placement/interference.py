@@ -39,7 +39,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
-from gpudesk.engine.mig.profiles import COMPUTE_SLICES, MEMORY_SLICES
+from gpudesk.core.mig_profiles import COMPUTE_SLICES, MEMORY_SLICES
 
 MIN_RATE = 0.05  # a job under any amount of sharing still makes some progress
 

@@ -13,8 +13,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar, overload
 
+from gpudesk.core.station import StationConfig
 from gpudesk.engine.placement.interference import PRIOR_MODEL, InterferenceModel
-from gpudesk.engine.station import StationConfig
 from gpudesk.engine.store.records import JobRecord
 from gpudesk.units import MIB_PER_GIB, gib
 

@@ -16,7 +16,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from gpudesk.engine.mig.profiles import CARVED_PROFILES, MigProfile, table_for_gpu
+from gpudesk.core.mig_profiles import CARVED_PROFILES, MigProfile, table_for_gpu
 from gpudesk.engine.placement.policy import (
     RESERVE_MIB,
     GpuState,

@@ -13,8 +13,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from gpudesk.core.mig_records import MigSlot
+from gpudesk.core.station import StationConfig
 from gpudesk.engine.mig.nvidia_smi import MigError, MigUsageError
-from gpudesk.engine.mig.records import MigSlot
 from gpudesk.engine.placement.interference import ModelParams
 from gpudesk.engine.repartition.payoff import choose_layouts
 from gpudesk.engine.repartition.planner import MigPlan, QueuedDemand
@@ -27,7 +28,6 @@ from gpudesk.engine.repartition.station import (
     station_plans,
 )
 from gpudesk.engine.state import CurrentStation
-from gpudesk.engine.station import StationConfig
 from gpudesk.engine.store.database import Store
 from gpudesk.engine.telemetry_sink import TelemetrySink
 

@@ -29,9 +29,9 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from gpudesk.core.mig_profiles import memory_slices, table_for_gpu
+from gpudesk.core.mig_records import GiProfile
 from gpudesk.engine.mig.manager import MigManager
-from gpudesk.engine.mig.profiles import memory_slices, table_for_gpu
-from gpudesk.engine.mig.records import GiProfile
 from gpudesk.engine.placement.collocation import SliceOption, best_slice
 from gpudesk.engine.placement.interference import ModelParams, mig_rate, workload
 from gpudesk.engine.repartition.planner import (

@@ -28,11 +28,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from gpudesk.core.mig_profiles import COMPUTE_SLICES, SliceSpan, table_for_gpu
+from gpudesk.core.mig_records import GiProfile, MigMode
 from gpudesk.engine.mig.layout import plan_layout
 from gpudesk.engine.mig.manager import MigManager
 from gpudesk.engine.mig.nvidia_smi import LayoutError, enable_hint, mig_mode_message
-from gpudesk.engine.mig.profiles import COMPUTE_SLICES, SliceSpan, table_for_gpu
-from gpudesk.engine.mig.records import GiProfile, MigMode
 from gpudesk.engine.placement.policy import RESERVE_MIB
 from gpudesk.engine.telemetry.sim import GpuModel
 from gpudesk.units import MIB_PER_GIB

@@ -14,6 +14,7 @@ import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from gpudesk.core.mig_records import GpuEntry, MigMode, MigSlot
 from gpudesk.engine.mig.layout import plan_layout, resolve_profile, split_profiles
 from gpudesk.engine.mig.manager import MigManager
 from gpudesk.engine.mig.nvidia_smi import (
@@ -23,7 +24,6 @@ from gpudesk.engine.mig.nvidia_smi import (
     NvidiaSmiError,
     UnknownGpuError,
 )
-from gpudesk.engine.mig.records import GpuEntry, MigMode, MigSlot
 from gpudesk.engine.repartition.planner import (
     Blocker,
     GpuMigState,

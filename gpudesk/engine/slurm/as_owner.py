@@ -22,7 +22,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from gpudesk.engine.identity import Identity
+from gpudesk.core.identity import Identity
 from gpudesk.spawn import SAFE_CWD
 
 MAX_OUTPUT_BYTES = 8 << 20  # squeue of a 10,000-task array is about 0.6 MB

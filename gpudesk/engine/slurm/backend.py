@@ -33,12 +33,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpudesk import __version__
-from gpudesk.engine.cluster import ClusterSpec
+from gpudesk.core.cluster import ClusterSpec
+from gpudesk.core.identity import Identity
+from gpudesk.core.jobs import JobSpec, JobState
 from gpudesk.engine.dependencies import dependencies_of, jobs_by_id, verdict
 from gpudesk.engine.env_seconds import env_seconds
 from gpudesk.engine.events import EventPublisher
-from gpudesk.engine.identity import Identity
-from gpudesk.engine.jobs import JobSpec, JobState
 from gpudesk.engine.slurm import commands as slurm
 from gpudesk.engine.slurm.as_owner import acts_for_other
 from gpudesk.engine.slurm.commands import Ended, QueueLine, SlurmCommands, SlurmError, site_conf

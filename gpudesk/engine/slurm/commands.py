@@ -22,8 +22,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from gpudesk.engine.cluster import has_control
-from gpudesk.engine.identity import Identity
+from gpudesk.core.cluster import has_control
+from gpudesk.core.identity import Identity
 from gpudesk.engine.slurm.as_owner import Answer, TimedOut, acts_for_other, run_as
 from gpudesk.engine.slurm.request import GresOffer
 from gpudesk.engine.trust import engine_environment, site_path, site_program

@@ -16,8 +16,8 @@ import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from gpudesk.engine.cluster import ClusterSpec
-from gpudesk.engine.jobs import JobSpec
+from gpudesk.core.cluster import ClusterSpec
+from gpudesk.core.jobs import JobSpec
 from gpudesk.engine.slurm.request import GresOffer, SlurmMappingError
 from gpudesk.engine.slurm.script import Submission, literal, plan, render
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpudesk.engine.identity import Identity
+from gpudesk.core.identity import Identity
 from gpudesk.engine.slurm.as_owner import TimedOut, run_as
 from gpudesk.engine.trust import engine_environment, site_program
 from gpudesk.text import safe_text

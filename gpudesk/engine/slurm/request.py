@@ -15,8 +15,8 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from gpudesk.engine.cluster import ClusterSpec
-from gpudesk.engine.jobs import PRIORITY_RANGE, JobSpec
+from gpudesk.core.cluster import ClusterSpec
+from gpudesk.core.jobs import PRIORITY_RANGE, JobSpec
 
 # A MIG profile as NVIDIA names it and Slurm's gres.conf types it (AutoDetect=nvml names them
 # this way): "1g.10gb", "3g.40gb", "1g.10gb+me", "1c.3g.40gb" (a compute instance of a slice).

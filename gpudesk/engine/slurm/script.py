@@ -13,8 +13,8 @@ import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from gpudesk.engine.cluster import ClusterSpec
-from gpudesk.engine.jobs import JobSpec
+from gpudesk.core.cluster import ClusterSpec
+from gpudesk.core.jobs import JobSpec
 from gpudesk.engine.slurm.request import GresOffer, SbatchOption, sbatch_options
 
 ARRAY_TASK = "%a"  # sbatch's file-name pattern for an array task's index

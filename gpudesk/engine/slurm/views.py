@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpudesk.engine.jobs import JobState
+from gpudesk.core.jobs import JobState
 from gpudesk.engine.slurm.request import gres_mode
 from gpudesk.engine.store.records import JobRecord
 from gpudesk.engine.store.slurm import SlurmRow

@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
-from gpudesk.engine.jobs import JobState
+from gpudesk.core.jobs import JobState
 from gpudesk.engine.store.records import EventRecord, read_event
 from gpudesk.engine.store.schema import MIGRATIONS, SCHEMA_VERSION, IncompatibleStore, StoreError
 from gpudesk.text import safe_text

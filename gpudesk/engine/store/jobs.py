@@ -12,9 +12,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from gpudesk.core.identity import Identity
+from gpudesk.core.jobs import InvalidTransition, JobSpec, JobState, check_transition
 from gpudesk.engine.boottime import BootStamp
-from gpudesk.engine.identity import Identity
-from gpudesk.engine.jobs import InvalidTransition, JobSpec, JobState, check_transition
 from gpudesk.engine.store.connection import StoreConnection
 from gpudesk.engine.store.listing import read_rows
 from gpudesk.engine.store.records import AttemptRecord, JobRecord, read_attempt, read_job

@@ -18,7 +18,7 @@ from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpudesk.engine.jobs import JobState
+from gpudesk.core.jobs import JobState
 from gpudesk.engine.store.connection import StoreConnection
 from gpudesk.engine.store.records import JobRecord, read_job
 from gpudesk.engine.store.schema import FINISHED_JOBS_TERM, LIVE_JOBS_TERM, UNARCHIVED_TERM

@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpudesk.engine.identity import Identity
-from gpudesk.engine.jobs import JobSpec, JobState
+from gpudesk.core.identity import Identity
+from gpudesk.core.jobs import JobSpec, JobState
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from gpudesk.engine.jobs import JobState
+from gpudesk.core.jobs import JobState
 from gpudesk.engine.store.jobs import JobTables
 from gpudesk.text import safe_text
 

@@ -15,19 +15,12 @@ is None (and listed in `unavailable`), a lost device is marked lost. Only `open(
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
+from gpudesk.core.backend_names import check_backend_name, parse_sim_name
 from gpudesk.engine.telemetry.model import BackendReading, GpuInfo, JobLoad
-
-SIM_PREFIX = "sim:"
-# The simulated stations a user can name; the models themselves live in telemetry.sim.
-SIM_STATIONS = ("dgx-station-a100", "a100-40gb", "a100-80gb", "h100", "h200")
-MAX_SIM_GPUS = 64
-BACKEND_NAMES = ("auto", "nvml", "none", *(SIM_PREFIX + s for s in SIM_STATIONS))
-_SIM_COUNT = re.compile(r"^sim:(?P<model>[a-z0-9-]+?)x(?P<count>[0-9]{1,2})$")
 
 
 class TelemetryBackend(Protocol):
@@ -45,43 +38,6 @@ class TelemetryBackend(Protocol):
         ...
 
     def close(self) -> None: ...
-
-
-def is_simulated(name: str) -> bool:
-    return name.startswith(SIM_PREFIX)
-
-
-def parse_sim_name(name: str) -> tuple[str, int | None]:
-    """("h100", 8) for sim:h100x8; ("dgx-station-a100", None) for the station's own count.
-    Raises ValueError for a name that is not a simulated station."""
-    match = _SIM_COUNT.match(name)
-    if match and match["model"] in SIM_STATIONS:
-        count = int(match["count"])
-        if not 1 <= count <= MAX_SIM_GPUS:
-            raise ValueError(f"a simulated station has 1 to {MAX_SIM_GPUS} GPUs, found {count}")
-        return match["model"], count
-    model = name.removeprefix(SIM_PREFIX)
-    if name.startswith(SIM_PREFIX) and model in SIM_STATIONS:
-        return model, None
-    raise ValueError(f"unknown simulated station {name!r}")
-
-
-def check_backend_name(value: object) -> str:
-    """Validate a backend name from a profile, the environment or a client."""
-    why = ""
-    if isinstance(value, str):
-        if value in BACKEND_NAMES:
-            return value
-        if value.startswith(SIM_PREFIX):
-            try:
-                parse_sim_name(value)
-                return value
-            except ValueError as exc:
-                why = f" ({exc})"
-    shown = repr(value) if isinstance(value, str) else f"a {type(value).__name__}"
-    raise ValueError(
-        f"expected one of {', '.join(BACKEND_NAMES)} (or sim:MODELxN), found {shown}{why}"
-    )
 
 
 class NoGpuBackend:

@@ -28,7 +28,6 @@ from gpudesk.units import carbon_g
 IDLE_SMOOTHING = 0.1  # EWMA weight of a new idle-power reading
 # How the GPU energy of an attempt was split from its GPU's, least to most approximate.
 SPLIT_ORDER = ("exclusive", "sm share", "mps share", "even")
-DEFAULT_GRID_G_PER_KWH = 475.0  # world average grid intensity (IEA); set your own in [station]
 
 
 @dataclass(frozen=True)

@@ -18,10 +18,10 @@ from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpudesk.core.station import DEFAULT_GRID_G_PER_KWH
 from gpudesk.engine import hostmetrics
 from gpudesk.engine.telemetry.backend import TelemetryBackend
 from gpudesk.engine.telemetry.energy import (
-    DEFAULT_GRID_G_PER_KWH,
     AttemptUsage,
     GpuEnergyMeter,
     Interval,

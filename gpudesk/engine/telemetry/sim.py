@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from gpudesk.engine.mig.profiles import (
+from gpudesk.core.mig_profiles import (
     COMPUTE_SLICES,
     compute_slices,
     find_profile,

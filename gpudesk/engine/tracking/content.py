@@ -10,7 +10,7 @@ import shlex
 from collections.abc import Mapping
 from typing import Any
 
-from gpudesk.engine.jobs import MLFLOW_MAX_PARAM_VALUE, JobState
+from gpudesk.core.jobs import MLFLOW_MAX_PARAM_VALUE, JobState
 from gpudesk.engine.placement.policy import Placement
 from gpudesk.engine.store.records import JobRecord
 from gpudesk.engine.tracking.messages import MetricPoint

@@ -28,11 +28,11 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from gpudesk import joblog
-from gpudesk.engine import diskspace, runner
+from gpudesk import diskspace, joblog
+from gpudesk.core.identity import Identity
+from gpudesk.core.jobs import JobState
+from gpudesk.engine import runner
 from gpudesk.engine.env_seconds import env_seconds
-from gpudesk.engine.identity import Identity
-from gpudesk.engine.jobs import JobState
 from gpudesk.engine.placement.policy import Placement
 from gpudesk.engine.state import PlacementDue
 from gpudesk.engine.store.database import Store

@@ -18,7 +18,7 @@ import ipaddress
 from dataclasses import dataclass
 from typing import Any
 
-from gpudesk.engine.jobs import describe
+from gpudesk.core.jobs import describe
 
 LOOPBACK = "127.0.0.1"
 OFF = "off"

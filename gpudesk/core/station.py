@@ -11,11 +11,12 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from gpudesk import grid
-from gpudesk.engine.jobs import check_bool, describe, number_in, whole_number_in
-from gpudesk.engine.listen import check_metrics_listen
-from gpudesk.engine.mig.profiles import COMPUTE_SLICES, compute_slices, is_plain_profile_name
-from gpudesk.engine.telemetry.backend import check_backend_name
-from gpudesk.engine.telemetry.energy import DEFAULT_GRID_G_PER_KWH
+from gpudesk.core.backend_names import check_backend_name
+from gpudesk.core.jobs import check_bool, describe, number_in, whole_number_in
+from gpudesk.core.listen import check_metrics_listen
+from gpudesk.core.mig_profiles import COMPUTE_SLICES, compute_slices, is_plain_profile_name
+
+DEFAULT_GRID_G_PER_KWH = 475.0  # world average grid intensity (IEA); set your own in [station]
 
 POLICIES: tuple[str, ...] = ("fifo", "auto", "exclusive", "naive", "mps", "mig", "carma")
 MAX_SLOTS = 4096
@@ -243,7 +244,7 @@ class StationConfig:
     max_running_gpus_per_user: int | None = None
     max_queued_per_user: int | None = None
     # Where the engine serves Prometheus metrics ("127.0.0.1:9400", docs/metrics.md); None: it
-    # does not. Loopback unless an admin writes another address (gpudesk.engine.listen).
+    # does not. Loopback unless an admin writes another address (gpudesk.core.listen).
     metrics_listen: str | None = None
     # Each attempt's cgroup's pids.max and memory.max (GiB), where it has a cgroup; 0: none.
     # job_memory_max_gb None: DEFAULT_JOB_MEMORY_FRACTION of the host's memory.

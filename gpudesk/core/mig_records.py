@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from gpudesk.engine.mig.profiles import SliceSpan, compute_slices, short_name
+from gpudesk.core.mig_profiles import SliceSpan, compute_slices, short_name
 
 
 # ---------------------------------------------------------------------------------- records

@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from gpudesk.engine.cluster import ClusterSpec, check_cluster
+from gpudesk.core.cluster import ClusterSpec, check_cluster
 from gpudesk.text import is_os_text, is_text, safe_text
 
 MAX_NAME_LEN = 200
@@ -243,7 +243,7 @@ def check_selection(value: Any) -> str | None:
     """A data-selection preset's canonical name (`full`: every sample)."""
     if value is None:
         return None
-    from gpudesk.selection.presets import PresetError, parse_preset
+    from gpudesk.selection.preset_names import PresetError, parse_preset
 
     try:
         preset = parse_preset(value)

@@ -82,3 +82,11 @@ def _number_of(name: str, lookup: Callable[[str], int]) -> int | None:
         return lookup(name)
     except KeyError:
         return None
+
+
+def group_name(gid: int) -> str:
+    """A group's name, or the gid as text when the system has no name for it."""
+    try:
+        return grp.getgrgid(gid).gr_name
+    except KeyError:
+        return str(gid)
