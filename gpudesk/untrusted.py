@@ -1,6 +1,6 @@
 """Opening a file that sits where a user can write, for a process that is not that user (root
 serving her log, an engine reading a record in her folder): the primitives of the rule in
-gpudesk.engine.trust (docs/security.md), in a leaf module so that gpudesk.joblog, which the
+gpudesk.trust (docs/security.md), in a leaf module so that gpudesk.joblog, which the
 engine imports, uses them too.
 
 `open_untrusted` opens with `O_NOFOLLOW | O_NONBLOCK` (a link is not followed, a FIFO does not

@@ -1,7 +1,7 @@
 """`gpudesk export slurm PROFILE DIR`: a profile's jobs as sbatch scripts to read, edit and submit
 by hand, and a `submit.sh` that submits them in dependency order (docs/slurm.md).
 
-The scripts are made (gpudesk.engine.slurm.export) before anything is written; they are written
+The scripts are made (gpudesk.slurm.export) before anything is written; they are written
 into a folder beside DIR and renamed into place at the end, so a refusal or a failure leaves
 nothing half-written.
 """
@@ -24,8 +24,8 @@ from gpudesk.cli.exit_codes import EXIT_FAILED, EXIT_USAGE
 
 if TYPE_CHECKING:
     from gpudesk.core.cluster import ClusterSpec
-    from gpudesk.engine.slurm.export import Export
-    from gpudesk.engine.slurm.request import GresOffer
+    from gpudesk.slurm.export import Export
+    from gpudesk.slurm.request import GresOffer
 
 export_app = typer.Typer(
     help="Write a profile's jobs out for another scheduler, to read, edit and submit by hand.",
@@ -75,8 +75,8 @@ def _check_dir(target: Path, force: bool) -> Path:
 
 def _offer(cluster: ClusterSpec, ask: bool | None) -> tuple[GresOffer, str, str | None]:
     """What the cluster offers, how that was learned, and a warning when asking failed."""
-    from gpudesk.engine.slurm.commands import SlurmCommands, SlurmError
-    from gpudesk.engine.slurm.request import GresOffer
+    from gpudesk.slurm.commands import SlurmCommands, SlurmError
+    from gpudesk.slurm.request import GresOffer
 
     if ask is False:
         return GresOffer(), "--no-ask", None
@@ -111,7 +111,7 @@ def _offer(cluster: ClusterSpec, ask: bool | None) -> tuple[GresOffer, str, str 
 
 def _write(export: Export, absolute: Path) -> None:
     """Write the files into a new folder beside DIR, then move them into place."""
-    from gpudesk.engine.slurm.export import LOGS, MARKER, SUBMIT_SCRIPT
+    from gpudesk.slurm.export import LOGS, MARKER, SUBMIT_SCRIPT
 
     parent = absolute.parent
     temporary = parent / f".{absolute.name}.export-{secrets.token_hex(4)}"
@@ -159,7 +159,7 @@ def _ours(path: Path, marker: str) -> bool:
 
 
 def _summary(export: Export, absolute: Path, offer: str) -> str:
-    from gpudesk.engine.slurm.export import LOGS, SUBMIT_SCRIPT
+    from gpudesk.slurm.export import LOGS, SUBMIT_SCRIPT
 
     count = len(export.scripts)
     lines = [
@@ -228,9 +228,9 @@ def slurm(
     The profile's [cluster] table says where they go; the options override it. The jobs' output
     goes to DIR/logs. Nothing is submitted: read, edit, then run DIR/submit.sh."""
     from gpudesk import __version__
-    from gpudesk.engine.slurm.export import Origin, export_scripts
-    from gpudesk.engine.slurm.request import SlurmMappingError
     from gpudesk.profile import ProfileError, load_profile
+    from gpudesk.slurm.export import Origin, export_scripts
+    from gpudesk.slurm.request import SlurmMappingError
 
     try:
         loaded = load_profile(profile)
@@ -268,7 +268,7 @@ def slurm(
     _write(export, absolute)
     described = f"{offer.describe()} ({offer_source})"
     if json_out:
-        from gpudesk.engine.slurm.export import LOGS, SUBMIT_SCRIPT
+        from gpudesk.slurm.export import LOGS, SUBMIT_SCRIPT
 
         print_json(
             {

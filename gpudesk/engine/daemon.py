@@ -39,6 +39,7 @@ from gpudesk.engine.access import DEFAULT_ADMIN_GROUP, Access
 from gpudesk.engine.activity import EngineActivity
 from gpudesk.engine.archive import Archiver
 from gpudesk.engine.attempts import Attempts
+from gpudesk.engine.backends.slurm import SlurmBackend
 from gpudesk.engine.containment import limits_for
 from gpudesk.engine.control_socket import (
     CannotListen,
@@ -59,7 +60,6 @@ from gpudesk.engine.placement.queue import JobQueue
 from gpudesk.engine.repartition.control import MigControl
 from gpudesk.engine.requests import EngineParts, RequestHandlers
 from gpudesk.engine.scheduler import Scheduler, mig_candidates
-from gpudesk.engine.slurm.backend import SlurmBackend
 from gpudesk.engine.state import CurrentStation, PlacementDue
 from gpudesk.engine.store.damage import damaged_text, is_damage
 from gpudesk.engine.store.database import Store

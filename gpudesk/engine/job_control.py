@@ -7,9 +7,9 @@ from dataclasses import dataclass
 
 from gpudesk.core.jobs import PRIORITY_RANGE, TERMINAL_STATES, JobState
 from gpudesk.engine.attempts import Attempts
+from gpudesk.engine.backends.slurm import SlurmBackend
 from gpudesk.engine.events import EventPublisher
 from gpudesk.engine.placement.queue import JobQueue
-from gpudesk.engine.slurm.backend import SlurmBackend
 from gpudesk.engine.state import PlacementDue
 from gpudesk.engine.store.database import Store
 from gpudesk.engine.store.records import JobRecord

@@ -33,6 +33,8 @@ from gpudesk.core.station import StationConfig
 from gpudesk.engine import reconfigure, runner, user_limits
 from gpudesk.engine.access import Access
 from gpudesk.engine.attempts import Attempts, LiveAttempt
+from gpudesk.engine.backends import slurm_views
+from gpudesk.engine.backends.slurm import Prepared, Sent, SlurmBackend, SubmitRefused
 from gpudesk.engine.events import EventPublisher
 from gpudesk.engine.job_control import JobControl, JobOutcome
 from gpudesk.engine.learning import (
@@ -54,11 +56,6 @@ from gpudesk.engine.placement.queue import JobQueue
 from gpudesk.engine.repartition.control import MigControl
 from gpudesk.engine.repartition.station import MigApplyRefused
 from gpudesk.engine.scheduler import Scheduler
-from gpudesk.engine.slurm import logs as slurm_logs
-from gpudesk.engine.slurm import views as slurm_views
-from gpudesk.engine.slurm.as_owner import acts_for_other
-from gpudesk.engine.slurm.backend import Prepared, Sent, SlurmBackend, SubmitRefused
-from gpudesk.engine.slurm.commands import TIMEOUT_S as SLURM_TIMEOUT_S
 from gpudesk.engine.state import CurrentStation, PlacementDue
 from gpudesk.engine.store.damage import is_damage, request_text
 from gpudesk.engine.store.database import Store
@@ -68,10 +65,13 @@ from gpudesk.engine.store.slurm import SlurmRow
 from gpudesk.engine.telemetry_sink import TelemetrySink
 from gpudesk.engine.tracking.available import missing_for
 from gpudesk.engine.tracking.tracker import Tracking
-from gpudesk.engine.trust import UntrustedFileError
 from gpudesk.paths import Home
 from gpudesk.redact import redact_secrets
+from gpudesk.slurm import logs as slurm_logs
+from gpudesk.slurm.as_owner import acts_for_other
+from gpudesk.slurm.commands import TIMEOUT_S as SLURM_TIMEOUT_S
 from gpudesk.text import ends_in_c1_lead, is_text, printable_bytes, safe_text
+from gpudesk.trust import UntrustedFileError
 from gpudesk.units import MIB_PER_GB
 
 log = logging.getLogger("gpudesk.engine")
@@ -480,7 +480,7 @@ class RequestHandlers:
     def _submit_to_slurm(
         self, specs: list[JobSpec], base_env: dict[str, str] | None, caller: Caller
     ) -> Later[Prepared]:
-        """A Slurm submit in the backend's three steps (gpudesk.engine.slurm.backend): its
+        """A Slurm submit in the backend's three steps (gpudesk.engine.backends.slurm): its
         Slurm commands run off the loop, so a slow cluster keeps only its submitter waiting."""
         backend, owner = self.parts.slurm, caller.identity
         backend.check_after(specs)

@@ -27,8 +27,9 @@ from pathlib import Path
 
 import psutil
 
+from gpudesk import trust
 from gpudesk.core.identity import Identity
-from gpudesk.engine import trust, wrapper
+from gpudesk.engine import wrapper
 from gpudesk.engine.hostmetrics import group_processes
 
 WRAPPER_PATH = Path(wrapper.__file__).resolve()

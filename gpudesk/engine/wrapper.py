@@ -36,7 +36,7 @@ personal engine's jobs keep posix_spawnp, the fast path.
 Such a wrapper is root, so it never runs with the job's environment: the dynamic loader would
 obey her `LD_PRELOAD`, `LD_AUDIT`, `GCONV_PATH` … in a root process before any code of ours
 (docs/security.md). The engine starts it with an environment it built itself
-(gpudesk.engine.trust.engine_environment) and hands the job's own in `job.env` (ENV_FILE), a
+(gpudesk.trust.engine_environment) and hands the job's own in `job.env` (ENV_FILE), a
 file of root's (0600, in the attempt's folder, which is root's 0711: the owner can neither read
 nor replace it): NUL-separated `NAME=VALUE` bytes, as /proc/PID/environ. The wrapper reads it
 and removes it before anything else; only the child, after the switch to the owner, gets it

@@ -23,9 +23,9 @@ from conftest import Run
 from slurm_cluster import SlurmCluster, missing_reason, running_cluster
 
 from gpudesk import __version__
-from gpudesk.engine.slurm.commands import parse_fields
-from gpudesk.engine.slurm.export import MARKER, safe_name
 from gpudesk.examples import folder
+from gpudesk.slurm.commands import parse_fields
+from gpudesk.slurm.export import MARKER, safe_name
 
 QUICKSTART = folder("profiles") / "quickstart.toml"
 # What `sinfo -h -o %G` printed on the test cluster (tests/slurm_cluster.py's node).

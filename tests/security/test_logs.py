@@ -34,7 +34,7 @@ sys.path.insert(0, str(SHARED))  # the station fixture and its raw client live b
 from station_fixture import Station, make_station  # noqa: E402
 
 from gpudesk import joblog  # noqa: E402
-from gpudesk.engine.trust import RECORD_MAX_BYTES, UntrustedFileError  # noqa: E402
+from gpudesk.trust import RECORD_MAX_BYTES, UntrustedFileError  # noqa: E402
 
 SECRET = b"TOP SECRET: root's own bytes\n"
 OUTPUT = b"the job's own output\n"

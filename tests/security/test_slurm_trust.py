@@ -387,8 +387,8 @@ def test_the_script_renderer_puts_no_line_break_from_a_name() -> None:
     """Defence in depth: a name that reached the renderer unchecked stays in its comment."""
     from gpudesk.core.cluster import ClusterSpec
     from gpudesk.core.jobs import JobSpec
-    from gpudesk.engine.slurm.request import GresOffer
-    from gpudesk.engine.slurm.script import plan, render
+    from gpudesk.slurm.request import GresOffer
+    from gpudesk.slurm.script import plan, render
 
     spec = JobSpec(name="job", command=("true",))
     cluster = ClusterSpec(name="x\ntouch /tmp/pwned")
@@ -435,7 +435,7 @@ def test_her_clients_ignore_a_line_of_another_users_job(site: Site) -> None:
     """Were a Slurm id of bob's ever kept for her job (a record damaged, a client of hers
     traced), what her clients report of it is nothing: no state, no node, no end."""
     from gpudesk.core.identity import Identity
-    from gpudesk.engine.slurm.commands import SlurmCommands
+    from gpudesk.slurm.commands import SlurmCommands
 
     bobs = _bobs_sleeper(site)
     ada = site.user("ada")

@@ -28,8 +28,8 @@ import psutil
 import pytest
 from user_python import user_python
 
+from gpudesk import trust
 from gpudesk.core.identity import Identity
-from gpudesk.engine import trust
 from gpudesk.engine.tracking import content, messages
 from gpudesk.engine.tracking import sidecar as sidecar_module
 from gpudesk.engine.tracking.replies import Complaints

@@ -21,17 +21,27 @@ PLANTS = [
     (
         "core/jobs.py",
         "import gpudesk.engine.daemon",
-        "cli -> desk | plots -> api -> engine -> core",
+        "cli -> desk | plots -> api -> engine -> slurm -> core",
     ),
     (
         "api/models.py",
         "import gpudesk.engine.store",
-        "The client library and the profile parser never import the daemon",
+        "The client library, the profile parser and the Slurm library never",
     ),
     (
         "profile.py",
         "import gpudesk.engine.scheduler",
-        "The client library and the profile parser never import the daemon",
+        "The client library, the profile parser and the Slurm library never",
+    ),
+    (
+        "slurm/script.py",
+        "import gpudesk.engine.store",
+        "The client library, the profile parser and the Slurm library never",
+    ),
+    (
+        "core/protocol.py",
+        "import gpudesk.slurm.request",
+        "cli -> desk | plots -> api -> engine -> slurm -> core",
     ),
     (
         "core/cluster.py",

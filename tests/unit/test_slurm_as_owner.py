@@ -1,4 +1,4 @@
-"""gpudesk.engine.slurm.as_owner: a program run for an owner is bounded in time and output,
+"""gpudesk.slurm.as_owner: a program run for an owner is bounded in time and output,
 and gets exactly the environment it is given (run as the test's own user: no switch)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import time
 import pytest
 
 from gpudesk.core.identity import Identity
-from gpudesk.engine.slurm.as_owner import TimedOut, acts_for_other, run_as
+from gpudesk.slurm.as_owner import TimedOut, acts_for_other, run_as
 
 SH = "/bin/sh"
 

@@ -7,14 +7,14 @@ import pytest
 
 from gpudesk.core.cluster import ClusterSpec
 from gpudesk.core.jobs import JobSpec
-from gpudesk.engine.slurm.request import (
+from gpudesk.slurm.request import (
     GresOffer,
     SlurmMappingError,
     gres_choice,
     gres_mode,
     slurm_time,
 )
-from gpudesk.engine.slurm.script import plan
+from gpudesk.slurm.script import plan
 
 # what the test cluster's `sinfo -h -o %G` printed (tests/slurm_cluster.py)
 OFFER = GresOffer.parse(["gpu:a100:2,gpu:1g.10gb:2,mps:100,shard:4(S:0)"])

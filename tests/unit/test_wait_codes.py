@@ -10,7 +10,7 @@ from store_fill import fill_jobs
 
 from gpudesk.core.identity import Caller
 from gpudesk.core.station import StationConfig
-from gpudesk.engine.slurm import views as slurm_views
+from gpudesk.engine.backends import slurm_views
 from gpudesk.engine.store.slurm import SENDING, SlurmRow
 from gpudesk.paths import Home
 

@@ -1,5 +1,5 @@
 """Jobs submitted to a Slurm cluster, in the store (schema 9): which sbatch carries each, the id
-Slurm knows it by, and what Slurm last said of it (gpudesk.engine.slurm.backend)."""
+Slurm knows it by, and what Slurm last said of it (gpudesk.engine.backends.slurm)."""
 
 from __future__ import annotations
 

@@ -29,8 +29,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpudesk import trust
 from gpudesk.core.identity import Identity
-from gpudesk.engine import trust
 from gpudesk.engine.tracking import messages
 from gpudesk.engine.tracking.outbox import Outbox
 from gpudesk.engine.tracking.replies import Complaints

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 from gpudesk.core.cluster import ClusterSpec
 from gpudesk.core.jobs import JobSpec
-from gpudesk.engine.slurm.request import GresOffer, SlurmMappingError
-from gpudesk.engine.slurm.script import Submission, literal, plan, render
+from gpudesk.slurm.request import GresOffer, SlurmMappingError
+from gpudesk.slurm.script import Submission, literal, plan, render
 
 SUBMIT_SCRIPT = "submit.sh"
 LOGS = "logs"

@@ -2,7 +2,7 @@
 
 Every failure becomes a `SlurmError` whose message is one paragraph a user can act on: what
 gpudesk asked, what Slurm said, and what to check. Nothing here keeps state; the engine's
-Slurm backend (gpudesk.engine.slurm.backend) decides what to ask and when.
+Slurm backend (gpudesk.engine.backends.slurm) decides what to ask and when.
 
 Facts this relies on (Slurm 22.05, Debian's slurm-wlm; docs/slurm.md):
 - a client whose slurm.conf is missing retries for 60 s before it gives up, so the file is
@@ -24,10 +24,10 @@ from dataclasses import dataclass
 
 from gpudesk.core.cluster import has_control
 from gpudesk.core.identity import Identity
-from gpudesk.engine.slurm.as_owner import Answer, TimedOut, acts_for_other, run_as
-from gpudesk.engine.slurm.request import GresOffer
-from gpudesk.engine.trust import engine_environment, site_path, site_program
+from gpudesk.slurm.as_owner import Answer, TimedOut, acts_for_other, run_as
+from gpudesk.slurm.request import GresOffer
 from gpudesk.text import safe_text
+from gpudesk.trust import engine_environment, site_path, site_program
 
 DEFAULT_CONF = "/etc/slurm/slurm.conf"
 TIMEOUT_S = 30.0  # a controller that does not answer: Slurm's own MessageTimeout is 10 s
@@ -145,7 +145,7 @@ def _null(value: str | None) -> str | None:
 class SlurmCommands:
     """Slurm's clients for one owner's jobs on one cluster (named by its slurm.conf): each run
     as the owner, found on the site's PATH, with an environment the engine built
-    (gpudesk.engine.slurm.as_owner)."""
+    (gpudesk.slurm.as_owner)."""
 
     def __init__(self, conf: str, owner: Identity) -> None:
         self.conf = conf

@@ -12,9 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpudesk.core.identity import Identity
-from gpudesk.engine.slurm.as_owner import TimedOut, run_as
-from gpudesk.engine.trust import engine_environment, site_program
+from gpudesk.slurm.as_owner import TimedOut, run_as
 from gpudesk.text import safe_text
+from gpudesk.trust import engine_environment, site_program
 
 READ_S = 5.0  # the longest a read as her may take, off the loop (a FIFO makes dd fail at once)
 # $1 the log, $2 where to start, $3 how much: its size on the first line (0 when it is not

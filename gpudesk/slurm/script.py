@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from gpudesk.core.cluster import ClusterSpec
 from gpudesk.core.jobs import JobSpec
-from gpudesk.engine.slurm.request import GresOffer, SbatchOption, sbatch_options
+from gpudesk.slurm.request import GresOffer, SbatchOption, sbatch_options
 
 ARRAY_TASK = "%a"  # sbatch's file-name pattern for an array task's index
 _CONTROL = re.compile("[\x00-\x1f\x7f]")

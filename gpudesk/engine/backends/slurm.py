@@ -7,7 +7,7 @@
   cancelled and the jobs forgotten, and the request is refused with what Slurm said; an engine
   killed meanwhile leaves intent rows that the next one adopts or fails (never runs here).
 - Every Slurm client for a job runs as its owner with an environment the engine built
-  (gpudesk.engine.slurm.as_owner): a system engine (root) runs none for her, writes nothing in
+  (gpudesk.slurm.as_owner): a system engine (root) runs none for her, writes nothing in
   her folder, and believes a Slurm id only once Slurm lists it as hers.
 - Following: a poller thread asks squeue (and, for ended jobs, scontrol or the completion log)
   about the jobs not ended yet, every POLL_S; the loop applies what it heard (`step`): queued ->
@@ -39,11 +39,16 @@ from gpudesk.core.jobs import JobSpec, JobState
 from gpudesk.engine.dependencies import dependencies_of, jobs_by_id, verdict
 from gpudesk.engine.env_seconds import env_seconds
 from gpudesk.engine.events import EventPublisher
-from gpudesk.engine.slurm import commands as slurm
-from gpudesk.engine.slurm.as_owner import acts_for_other
-from gpudesk.engine.slurm.commands import Ended, QueueLine, SlurmCommands, SlurmError, site_conf
-from gpudesk.engine.slurm.request import GresOffer, SbatchOption, SlurmMappingError
-from gpudesk.engine.slurm.script import (
+from gpudesk.engine.state import PlacementDue
+from gpudesk.engine.store.database import Store
+from gpudesk.engine.store.records import JobRecord
+from gpudesk.engine.store.slurm import SENDING, SENDING_STATE, SlurmRow
+from gpudesk.paths import Home
+from gpudesk.slurm import commands as slurm
+from gpudesk.slurm.as_owner import acts_for_other
+from gpudesk.slurm.commands import Ended, QueueLine, SlurmCommands, SlurmError, site_conf
+from gpudesk.slurm.request import GresOffer, SbatchOption, SlurmMappingError
+from gpudesk.slurm.script import (
     ARRAY_TASK,
     Submission,
     job_environment,
@@ -51,11 +56,6 @@ from gpudesk.engine.slurm.script import (
     plan,
     render,
 )
-from gpudesk.engine.state import PlacementDue
-from gpudesk.engine.store.database import Store
-from gpudesk.engine.store.records import JobRecord
-from gpudesk.engine.store.slurm import SENDING, SENDING_STATE, SlurmRow
-from gpudesk.paths import Home
 
 log = logging.getLogger("gpudesk.engine")
 
