@@ -927,7 +927,7 @@ def _started_mps(tmp: Path) -> Any:
     """gpudesk's own MPS daemon in a temporary folder, its client variables set; always quit."""
     import pynvml
 
-    from gpudesk.engine.mps.manager import MpsError, MpsManager
+    from gpudesk.hw.mps import MpsError, MpsManager
 
     pynvml.nvmlInit()
     uuid = pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetHandleByIndex(0))

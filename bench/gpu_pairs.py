@@ -519,7 +519,7 @@ def run_phase(plan: Plan, mechanism: str, env: dict[str, str], gpm: Gpm) -> dict
 @contextlib.contextmanager
 def mps_daemon(root: Path, uuid: str) -> Any:
     sys.path.insert(0, str(REPO))
-    from gpudesk.engine.mps.manager import MpsError, MpsManager
+    from gpudesk.hw.mps import MpsError, MpsManager
 
     manager = MpsManager(root / "home")
     manager.ensure(uuid)

@@ -722,7 +722,7 @@ def run_policy(run: Run, policy: str, device: str, epochs: int, meter: Meter) ->
 
 def mps_roots(home: Path) -> list[str]:
     """Where gpudesk puts a home's MPS pipe folders: under the home, or (a long home path)
-    under /tmp/gpudesk-<uid>/ (gpudesk/engine/mps/manager.py)."""
+    under /tmp/gpudesk-<uid>/ (gpudesk/hw/mps.py)."""
     return [str(home), f"/tmp/gpudesk-{os.getuid()}"]
 
 

@@ -6,16 +6,16 @@
 
 Writes one JSON document (to --out, default stdout) with these sections:
 
-- `nvml`: every pynvml function gpudesk calls (gpudesk/engine/telemetry/nvml.py,
+- `nvml`: every pynvml function gpudesk calls (gpudesk/hw/telemetry/nvml.py,
   gpudesk/engine/calibrate/runner.py), with the same arguments, on GPU --gpu and on each of its
   MIG devices: idle, while MPS clients run, and while a plain torch load runs (processes, process
   utilization since a timestamp, GPM between two samples). Each call is a record: the call
   as text, ok or the exception (class, `value`, str), the result's Python type and its value made
   JSON-able (ctypes structures as a dict of their fields). Driver, NVML and CUDA versions too.
 - `torch`: what a torch subprocess sees (the probe itself never imports torch).
-- `nvidia_smi`: the read-only nvidia-smi command lines gpudesk runs (gpudesk/engine/mig/manager.py)
+- `nvidia_smi`: the read-only nvidia-smi command lines gpudesk runs (gpudesk/hw/mig/manager.py)
   and a few read-only basics: argv, exit status, stdout, stderr (8 KB each at most).
-- `mps`: the raw exchange with `nvidia-cuda-mps-control` as gpudesk/engine/mps/manager.py holds it
+- `mps`: the raw exchange with `nvidia-cuda-mps-control` as gpudesk/hw/mps.py holds it
   (a daemon of its own in a fresh temporary folder, commands on the control binary's stdin):
   answers before the daemon, after it starts, while two torch clients run (one plain, one with
   gpudesk's thread-percentage and pinned-memory settings), after they end, and to `quit`; the
@@ -76,8 +76,8 @@ LOAD_NEEDS_S = 15.0  # the plain torch load: start, CUDA context, the reads
 RESERVE_S = 8.0
 SMI_TIMEOUT_S = 20.0
 MPS_COMMAND_TIMEOUT_S = 5.0
-# The environment names gpudesk reads (gpudesk/engine/mig/nvidia_smi.py ENV_NVIDIA_SMI,
-# gpudesk/engine/mps/manager.py CONTROL_ENV, CONTROL_BINARY, PID_FILE); repeated here so the
+# The environment names gpudesk reads (gpudesk/hw/mig/nvidia_smi.py ENV_NVIDIA_SMI,
+# gpudesk/hw/mps.py CONTROL_ENV, CONTROL_BINARY, PID_FILE); repeated here so the
 # probe runs without gpudesk installed, and checked against gpudesk's by its test.
 ENV_NVIDIA_SMI = "GPUDESK_NVIDIA_SMI"
 ENV_MPS_CONTROL = "GPUDESK_MPS_CONTROL"
@@ -701,7 +701,7 @@ class Probe:
         gpu = str(self.args.gpu)
         missing = "7"  # a GPU index no single-GPU server has: the unknown-GPU answers
         return [
-            # what gpudesk runs (gpudesk/engine/mig/manager.py), read-only ones only
+            # what gpudesk runs (gpudesk/hw/mig/manager.py), read-only ones only
             ("-L", ["-L"]),
             (
                 "query mig.mode",

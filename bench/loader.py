@@ -223,7 +223,7 @@ def driver_gpu_bytes(pid: int, nvml: Any = None) -> int | None:
     """The GPU memory NVML counts for process `pid` (over every GPU), in bytes; None where NVML
     cannot be read, does not list the process (another PID namespace, MPS) or cannot tell its
     memory. `nvml`: a pynvml-like module (tests pass a fake); by default pynvml."""
-    from gpudesk.engine.telemetry.nvml import NvmlBackend
+    from gpudesk.hw.telemetry.nvml import NvmlBackend
 
     backend = NvmlBackend(module=nvml)
     try:

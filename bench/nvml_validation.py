@@ -28,7 +28,7 @@ import sys
 import time
 from typing import Any
 
-from gpudesk.engine.telemetry.nvml import NvmlBackend
+from gpudesk.hw.telemetry.nvml import NvmlBackend
 
 LOAD = r"""
 import sys, time, torch

@@ -93,7 +93,7 @@ def owners() -> list[Identity]:
 def usage_templates(rng: random.Random) -> list[str]:
     """A few attempts' usage as the engine stores it (AttemptUsage.to_dict), as JSON."""
     from gpudesk.core.station import DEFAULT_GRID_G_PER_KWH
-    from gpudesk.engine.telemetry.energy import AttemptUsage
+    from gpudesk.hw.telemetry.energy import AttemptUsage
 
     out = []
     for _ in range(16):

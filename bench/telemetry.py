@@ -33,8 +33,8 @@ import psutil
 
 from gpudesk.api.connection import Connection, engine_pid, start_engine, submit_env
 from gpudesk.core.station import StationConfig
-from gpudesk.engine.telemetry.backend import make_backend
-from gpudesk.engine.telemetry.monitor import Monitor, TrackedAttempt
+from gpudesk.hw.telemetry.backend import make_backend
+from gpudesk.hw.telemetry.monitor import Monitor, TrackedAttempt
 from gpudesk.paths import Home
 
 STATION = "sim:h100x8"

@@ -22,11 +22,11 @@ from gpudesk.api.connection import Connection, engine_pid, start_engine
 from gpudesk.core.identity import Caller
 from gpudesk.core.jobs import TERMINAL_STATE_NAMES
 from gpudesk.core.station import StationConfig
-from gpudesk.engine import containment
 from gpudesk.engine.access import Access
 from gpudesk.engine.daemon import Engine
 from gpudesk.engine.runner import read_wrapper_pid
 from gpudesk.engine.store.database import Store
+from gpudesk.hw import containment
 from gpudesk.paths import Home
 
 # The tests never read the user's own defaults (gpudesk.cli.config); test_config names its files.
@@ -181,7 +181,7 @@ def _subfolders(folder: Path) -> list[Path]:
 
 
 def processes_in_group(pgid: int) -> list[psutil.Process]:
-    """Written apart from gpudesk.engine.hostmetrics.group_processes on purpose: the tests'
+    """Written apart from gpudesk.hw.hostmetrics.group_processes on purpose: the tests'
     oracle for "no process survives" must not share a bug with the code it checks."""
     found = []
     for proc in psutil.process_iter(["status"]):

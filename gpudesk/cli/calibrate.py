@@ -102,7 +102,7 @@ def calibrate(
 
 def _sim_gpu_name(station: str, gpu: int) -> str:
     from gpudesk.core.backend_names import check_backend_name
-    from gpudesk.engine.telemetry.backend import make_backend
+    from gpudesk.hw.telemetry.backend import make_backend
 
     try:
         backend = make_backend(check_backend_name(station))

@@ -23,9 +23,9 @@ if TYPE_CHECKING:
     from gpudesk.cli.mig_simulated import SimulatedStation
     from gpudesk.core.mig_profiles import SliceSpan
     from gpudesk.core.mig_records import GiProfile, GpuEntry, MigLayout, MigSlot
-    from gpudesk.engine.mig.nvidia_smi import NvidiaSmiError
+    from gpudesk.hw.mig.nvidia_smi import NvidiaSmiError
 
-# gpudesk.engine.mig is imported inside the commands: every `gpudesk` command loads this module
+# gpudesk.hw.mig is imported inside the commands: every `gpudesk` command loads this module
 # (it is registered in gpudesk.cli.main), and the MIG layer costs ~25-40 ms to import.
 
 # On a simulated station `profiles` and `list` answer from the engine (gpudesk.cli.mig_simulated).
@@ -48,7 +48,7 @@ GpuOption = Annotated[
 
 @contextmanager
 def _mig_errors() -> Iterator[None]:
-    from gpudesk.engine.mig.nvidia_smi import MigError, MigUsageError
+    from gpudesk.hw.mig.nvidia_smi import MigError, MigUsageError
 
     try:
         yield
@@ -75,7 +75,7 @@ def _placements_text(placements: tuple[SliceSpan, ...]) -> str:
 
 
 def _mode_note(gpu: int, state: str) -> str:
-    from gpudesk.engine.mig.nvidia_smi import enable_hint
+    from gpudesk.hw.mig.nvidia_smi import enable_hint
 
     return {
         "disabled": f"MIG disabled. {enable_hint(gpu)}",
@@ -176,9 +176,9 @@ def _simulated_profiles(
 def _read_profiles(gpu: int | None) -> tuple[list[_GpuProfiles], list[_Skipped]]:
     """Each asked-for GPU's profiles; with no `--gpu`, GPUs not in MIG mode are skipped with
     the reason (an error only when none is in MIG mode)."""
-    from gpudesk.engine.mig.layout import derive_placements
-    from gpudesk.engine.mig.manager import MigManager
-    from gpudesk.engine.mig.nvidia_smi import MIG_MODE_KINDS, NvidiaSmiError
+    from gpudesk.hw.mig.layout import derive_placements
+    from gpudesk.hw.mig.manager import MigManager
+    from gpudesk.hw.mig.nvidia_smi import MIG_MODE_KINDS, NvidiaSmiError
 
     manager = MigManager()
     found: list[_GpuProfiles] = []
@@ -334,14 +334,14 @@ def _layout_text(gpu: int, layout: MigLayout) -> list[str]:
 def list_cmd(json_out: JsonOption = False) -> None:
     """Every GPU's MIG mode and MIG devices, with the UUIDs jobs use (CUDA_VISIBLE_DEVICES)."""
     from gpudesk.cli.mig_simulated import simulated_station
-    from gpudesk.engine.mig.manager import MigManager
+    from gpudesk.hw.mig.manager import MigManager
 
     with _engine_errors():
         station = simulated_station()
     if station is not None:
         _list_simulated(station, json_out)
         return
-    from gpudesk.engine.mig.nvidia_smi import MIG_MODE_KINDS, NvidiaSmiError
+    from gpudesk.hw.mig.nvidia_smi import MIG_MODE_KINDS, NvidiaSmiError
 
     manager = MigManager()
     report = []
@@ -457,7 +457,7 @@ def apply_cmd(
     Destroys its instances, then creates these, largest first, each with a full compute instance.
 
     Needs root, and nothing may run on the GPU. Prints the new MIG devices and their UUIDs."""
-    from gpudesk.engine.mig.manager import MigManager
+    from gpudesk.hw.mig.manager import MigManager
 
     manager = MigManager()
     with _mig_errors():
@@ -479,7 +479,7 @@ def apply_cmd(
 @mig_app.command("clear")
 def clear_cmd(gpu: GpuOption, dry_run: DryRunOption = False) -> None:
     """Destroy every compute and GPU instance on a GPU. MIG mode stays on. Needs root."""
-    from gpudesk.engine.mig.manager import MigManager
+    from gpudesk.hw.mig.manager import MigManager
 
     manager = MigManager()
     with _mig_errors():

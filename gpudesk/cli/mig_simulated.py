@@ -35,7 +35,7 @@ def simulated_station() -> SimulatedStation | None:
     from gpudesk.api.errors import EngineError
     from gpudesk.cli.common import current_home, engine_client
     from gpudesk.core.backend_names import is_simulated
-    from gpudesk.engine.mig.manager import MigManager
+    from gpudesk.hw.mig.manager import MigManager
 
     asked_sim = is_simulated(os.environ.get("GPUDESK_BACKEND", ""))
     try:
@@ -126,8 +126,8 @@ def simulated_profiles(
     how many more instances fit beside its current layout, and their placements."""
     from gpudesk.core.mig_profiles import table_for_gpu
     from gpudesk.core.mig_records import GiProfile
-    from gpudesk.engine.mig.layout import plan_layout
-    from gpudesk.engine.mig.nvidia_smi import MigError
+    from gpudesk.hw.mig.layout import plan_layout
+    from gpudesk.hw.mig.nvidia_smi import MigError
     from gpudesk.units import MIB_PER_GIB
 
     table = [p for p in table_for_gpu(plan.name) if p.simulated]

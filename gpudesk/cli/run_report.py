@@ -29,7 +29,7 @@ from gpudesk.api.submit import (
     submit_profile,
 )
 from gpudesk.core.cluster import ClusterSpec
-from gpudesk.engine.telemetry.energy import summarize
+from gpudesk.hw.telemetry.energy import summarize
 from gpudesk.profile import Profile, ReportConfig
 from gpudesk.results import Best, best, read_metrics
 from gpudesk.selection.cache import SelectionCache

@@ -131,8 +131,8 @@ def open_source(home: Home, env: dict[str, str] | None = None) -> Source:
     ):
         return Source(home, engine)
     backend_name = StationConfig().with_env_override(env).backend
-    from gpudesk.engine.telemetry.backend import make_backend
-    from gpudesk.engine.telemetry.monitor import Monitor
+    from gpudesk.hw.telemetry.backend import make_backend
+    from gpudesk.hw.telemetry.monitor import Monitor
 
     backend = make_backend(backend_name)
     source = Source(home, engine, Monitor(backend), explicit=backend_name == "nvml")
@@ -142,7 +142,7 @@ def open_source(home: Home, env: dict[str, str] | None = None) -> Source:
             f"GPUDESK_BACKEND={requested}, sampled directly"
         )
     elif backend_name == "auto" and backend.name == "none":
-        from gpudesk.engine.telemetry.nvml import nvml_problem
+        from gpudesk.hw.telemetry.nvml import nvml_problem
 
         # auto found no driver: say so, rather than a bare "none" a user takes for a bug
         why = nvml_problem() or "no NVIDIA driver answered when top started"
@@ -184,8 +184,8 @@ def take_view(source: Source, *, fresh: bool = False) -> dict[str, Any]:
 
 
 def _fallback_monitor(source: Source) -> Any:
-    from gpudesk.engine.telemetry.backend import make_backend
-    from gpudesk.engine.telemetry.monitor import Monitor
+    from gpudesk.hw.telemetry.backend import make_backend
+    from gpudesk.hw.telemetry.monitor import Monitor
 
     source.engine, source.note = None, "the engine stopped; sampling directly"
     return Monitor(make_backend(StationConfig().with_env_override().backend))

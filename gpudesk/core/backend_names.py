@@ -1,6 +1,6 @@
 """The names of the telemetry backends a station may run on (`GPUDESK_BACKEND`, `[station]
 backend`): their grammar and checks. The backends themselves are the engine's
-(gpudesk.engine.telemetry.backend); the simulated models live in gpudesk.engine.telemetry.sim.
+(gpudesk.hw.telemetry.backend); the simulated models live in gpudesk.hw.telemetry.sim.
 
     nvml                     the real GPUs, through nvidia-ml-py
     sim:dgx-station-a100     4 x A100-SXM4-40GB, simulated

@@ -134,7 +134,7 @@ check_fairshare_half_life_h = number_in(0.0, 24.0 * 366, lo_open=True)  # hours
 check_fairshare_cpu_weight = number_in(0.0, 1000.0)  # GPU-hours per core-hour
 
 
-# Each attempt's cgroup gets pids.max and memory.max (engine/containment.py), so one job cannot
+# Each attempt's cgroup gets pids.max and memory.max (hw/containment.py), so one job cannot
 # fork until the machine has no pid left, nor take all of its memory. 0 (or "none") turns one
 # off. ASSUMPTION: 4096 tasks a job (pids.max counts threads too) is an eighth of Linux's
 # default pid_max of 32768 (kernel/pid.c PID_MAX_DEFAULT), well above what a training job uses

@@ -23,10 +23,9 @@ from gpudesk import diskspace
 from gpudesk.core.jobs import DEFAULT_CANCEL_GRACE_S, JobState
 from gpudesk.engine import boottime, faults, runner
 from gpudesk.engine.activity import EngineActivity
-from gpudesk.engine.containment import Containment, JobLimits
 from gpudesk.engine.events import EventPublisher
 from gpudesk.engine.loaders import LoaderSupervisor
-from gpudesk.engine.mps.watch import MpsWatch
+from gpudesk.engine.mps_watch import MpsWatch
 from gpudesk.engine.oom import gpu_oom_line
 from gpudesk.engine.placement.demand import DEFAULT_SM_PCT, Demand, from_hints, signature
 from gpudesk.engine.placement.gpu_states import RunningAttempt
@@ -35,10 +34,11 @@ from gpudesk.engine.placement.queue import JobQueue
 from gpudesk.engine.state import PlacementDue
 from gpudesk.engine.store.database import Store
 from gpudesk.engine.store.records import AttemptRecord, JobRecord
-from gpudesk.engine.telemetry.energy import AttemptUsage
-from gpudesk.engine.telemetry.monitor import TrackedAttempt
 from gpudesk.engine.telemetry_sink import TelemetrySink
 from gpudesk.engine.tracking.tracker import Tracking
+from gpudesk.hw.containment import Containment, JobLimits
+from gpudesk.hw.telemetry.energy import AttemptUsage
+from gpudesk.hw.telemetry.monitor import TrackedAttempt
 from gpudesk.paths import Home
 from gpudesk.text import safe_text
 from gpudesk.units import MIB_PER_GIB

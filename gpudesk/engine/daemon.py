@@ -40,7 +40,6 @@ from gpudesk.engine.activity import EngineActivity
 from gpudesk.engine.archive import Archiver
 from gpudesk.engine.attempts import Attempts
 from gpudesk.engine.backends.slurm import SlurmBackend
-from gpudesk.engine.containment import limits_for
 from gpudesk.engine.control_socket import (
     CannotListen,
     ControlSocket,
@@ -54,7 +53,7 @@ from gpudesk.engine.loaders import CHECK_EVERY_S, LoaderSupervisor, Statuses
 from gpudesk.engine.logcap import LogCap
 from gpudesk.engine.loop_timing import LoopTiming
 from gpudesk.engine.metrics.exporter import MetricsExporter
-from gpudesk.engine.mps.watch import MpsWatch
+from gpudesk.engine.mps_watch import MpsWatch
 from gpudesk.engine.offloop import Busy, OffLoop, Pending
 from gpudesk.engine.placement.queue import JobQueue
 from gpudesk.engine.repartition.control import MigControl
@@ -66,6 +65,7 @@ from gpudesk.engine.store.database import Store
 from gpudesk.engine.store.schema import IncompatibleStore, StoreError
 from gpudesk.engine.telemetry_sink import TelemetrySink
 from gpudesk.engine.tracking.tracker import Tracking
+from gpudesk.hw.containment import limits_for
 from gpudesk.paths import (
     SYSTEM_GROUP,
     SYSTEM_SOCKET,

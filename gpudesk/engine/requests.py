@@ -46,8 +46,7 @@ from gpudesk.engine.learning import (
 from gpudesk.engine.loaders import LoaderSupervisor, Statuses
 from gpudesk.engine.loop_timing import LoopTiming
 from gpudesk.engine.metrics.exporter import MetricsExporter
-from gpudesk.engine.mig.nvidia_smi import LayoutError, MigError, MigUsageError
-from gpudesk.engine.mps.watch import MpsWatch
+from gpudesk.engine.mps_watch import MpsWatch
 from gpudesk.engine.offloop import Busy, Later, OffLoop, Pending
 from gpudesk.engine.placement.interference import LearnedParam
 from gpudesk.engine.placement.policies import make_policy
@@ -65,6 +64,7 @@ from gpudesk.engine.store.slurm import SlurmRow
 from gpudesk.engine.telemetry_sink import TelemetrySink
 from gpudesk.engine.tracking.available import missing_for
 from gpudesk.engine.tracking.tracker import Tracking
+from gpudesk.hw.mig.nvidia_smi import LayoutError, MigError, MigUsageError
 from gpudesk.paths import Home
 from gpudesk.redact import redact_secrets
 from gpudesk.slurm import logs as slurm_logs

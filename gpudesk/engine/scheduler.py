@@ -17,8 +17,7 @@ from gpudesk.engine.attempts import Attempts
 from gpudesk.engine.events import EventPublisher
 from gpudesk.engine.fair_usage import FairUsage
 from gpudesk.engine.learning import StationLearning
-from gpudesk.engine.mig.nvidia_smi import MigError
-from gpudesk.engine.mps.watch import MpsWatch
+from gpudesk.engine.mps_watch import MpsWatch
 from gpudesk.engine.placement.demand import Demand
 from gpudesk.engine.placement.fairshare import (
     FairShare,
@@ -39,6 +38,7 @@ from gpudesk.engine.store.database import Store
 from gpudesk.engine.store.records import JobRecord
 from gpudesk.engine.telemetry_sink import TelemetrySink
 from gpudesk.engine.tracking.tracker import Tracking
+from gpudesk.hw.mig.nvidia_smi import MigError
 
 # How long usage_by_user's answer is kept while no attempt starts or ends: what running attempts
 # accrue in that time (1/60 GPU-h per GPU) cannot reorder users whose usage differs by more.

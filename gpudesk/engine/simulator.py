@@ -38,7 +38,6 @@ from gpudesk.core.mig_profiles import (
     table_for_gpu,
 )
 from gpudesk.core.station import StationConfig
-from gpudesk.engine.mig.manager import MigManager
 from gpudesk.engine.placement.demand import PEAK_SETTLED_S, Demand, reservation
 from gpudesk.engine.placement.interference import (
     DEFAULT_PARAMS,
@@ -68,8 +67,9 @@ from gpudesk.engine.repartition.planner import GpuMigState, QueuedDemand
 from gpudesk.engine.repartition.planner import simulated_profiles as planner_profiles
 from gpudesk.engine.repartition.station import SIMULATED_NVIDIA_SMI
 from gpudesk.engine.store.records import JobRecord
-from gpudesk.engine.telemetry.sim import STATIONS, GpuModel
 from gpudesk.examples import bundled
+from gpudesk.hw.mig.manager import MigManager
+from gpudesk.hw.telemetry.sim import STATIONS, GpuModel
 from gpudesk.units import J_PER_KWH, MIB_PER_GB, MIB_PER_GIB, S_PER_HOUR
 
 # SM activity of a job running alone, by the trace's class, where the trace gives no `sm_pct`;

@@ -19,9 +19,9 @@ from gpudesk.core.station import StationConfig
 from gpudesk.engine.state import CurrentStation
 from gpudesk.engine.store.database import Store
 from gpudesk.engine.store.schema import GPU_ENERGY_METRIC
-from gpudesk.engine.telemetry.backend import make_backend
-from gpudesk.engine.telemetry.energy import AttemptUsage, summarize
-from gpudesk.engine.telemetry.monitor import (
+from gpudesk.hw.telemetry.backend import make_backend
+from gpudesk.hw.telemetry.energy import AttemptUsage, summarize
+from gpudesk.hw.telemetry.monitor import (
     JOB_POWER_SERIES,
     JOB_SERIES,
     JOB_SIMULATED_SERIES,
@@ -29,7 +29,7 @@ from gpudesk.engine.telemetry.monitor import (
     RawSample,
     TrackedAttempt,
 )
-from gpudesk.engine.telemetry.sampler import SamplerThread
+from gpudesk.hw.telemetry.sampler import SamplerThread
 
 log = logging.getLogger("gpudesk.engine")
 

@@ -153,7 +153,7 @@ def write_exit(path: str, **fields: object) -> bool:
 
 
 def limits_text(cgroup: str) -> str:
-    """The limits in force in the attempt's cgroup, read back from it (engine/containment.py
+    """The limits in force in the attempt's cgroup, read back from it (hw/containment.py
     wrote them): "pids.max 4096, memory.max 21.6 GiB", or which is missing and why."""
     parts = []
     for name, controller in (("pids.max", "pids"), ("memory.max", "memory")):

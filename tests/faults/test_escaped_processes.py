@@ -14,7 +14,7 @@ import psutil
 import pytest
 from conftest import EngineHandle, Run, wait_for
 
-from gpudesk.engine import containment
+from gpudesk.hw import containment
 from gpudesk.paths import Home
 
 

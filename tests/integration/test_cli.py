@@ -66,7 +66,7 @@ def test_help_is_fast_to_import_and_never_loads_torch() -> None:
     )
     assert "Usage: gpudesk" in printed
     assert "torch" not in modules
-    assert "gpudesk.engine.mig" not in modules  # the MIG layer loads on use
+    assert "gpudesk.hw.mig" not in modules  # the MIG layer loads on use
 
 
 def test_ctrl_c_while_the_cli_still_loads_exits_130_without_a_traceback() -> None:

@@ -15,7 +15,7 @@ import pytest
 from conftest import Run
 from fakes.h200_records import extra_checks, raw_probe
 
-from gpudesk.engine.mig import manager, nvidia_smi
+from gpudesk.hw.mig import manager, nvidia_smi
 
 ROOT = Path(__file__).resolve().parents[2]
 FAKES = ROOT / "tests" / "fakes"

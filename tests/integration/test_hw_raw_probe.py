@@ -13,8 +13,8 @@ from pathlib import Path
 import pynvml
 import pytest
 
-from gpudesk.engine.mig.nvidia_smi import ENV_NVIDIA_SMI
-from gpudesk.engine.mps.manager import CONTROL_BINARY, CONTROL_ENV, PID_FILE
+from gpudesk.hw.mig.nvidia_smi import ENV_NVIDIA_SMI
+from gpudesk.hw.mps import CONTROL_BINARY, CONTROL_ENV, PID_FILE
 
 REPO = Path(__file__).resolve().parents[2]
 PROBE = REPO / "bench" / "hw_raw_probe.py"

@@ -329,7 +329,7 @@ def test_the_nvml_fake_lists_what_the_nvidia_smi_fake_created(tmp_path: Path) ->
     listed = [line.split() for line in smi("-L").splitlines() if line.startswith("  MIG ")]
     code = (
         "import json\n"
-        "from gpudesk.engine.telemetry.nvml import NvmlBackend\n"
+        "from gpudesk.hw.telemetry.nvml import NvmlBackend\n"
         "b = NvmlBackend(); b.open(); (g,) = b.read().gpus; b.close()\n"
         "print(json.dumps([[m.name, m.uuid, m.sm_count] for m in g.mig_devices]))\n"
     )

@@ -22,8 +22,8 @@ from fakes.h200_records import extra_checks, raw_probe
 
 from gpudesk.core.station import StationConfig
 from gpudesk.engine.daemon import Engine
-from gpudesk.engine.mps.manager import CONTROL_ENV, MpsError, MpsManager
 from gpudesk.engine.store.database import Store
+from gpudesk.hw.mps import CONTROL_ENV, MpsError, MpsManager
 from gpudesk.paths import Home
 
 FAKE = Path(__file__).resolve().parents[1] / "fakes" / "nvidia-cuda-mps-control"

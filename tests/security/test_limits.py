@@ -29,7 +29,7 @@ from typing import Any
 import pytest
 from conftest import EngineHandle, Home
 
-from gpudesk.engine import containment
+from gpudesk.hw import containment
 
 SHARED = Path(__file__).resolve().parent.parent / "shared"
 sys.path.insert(0, str(SHARED))  # the station fixture and its raw client live beside its tests

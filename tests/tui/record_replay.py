@@ -54,7 +54,7 @@ from gpudesk.api import Client, EngineError, models  # noqa: E402
 from gpudesk.api.client import decode_event, decode_reply  # noqa: E402
 from gpudesk.api.connection import Connection, engine_pid, start_engine  # noqa: E402
 from gpudesk.core.station import StationConfig  # noqa: E402
-from gpudesk.engine.mps.manager import MpsManager  # noqa: E402
+from gpudesk.hw.mps import MpsManager  # noqa: E402
 from gpudesk.paths import Home  # noqa: E402
 from gpudesk.screens.feed import (  # noqa: E402
     JOBS_REFRESH_INTERVALS,

@@ -30,7 +30,7 @@ from gpudesk.engine.placement.policy import (
 )
 from gpudesk.engine.simulator import Simulation, TraceError, load_trace, simulate
 from gpudesk.engine.store.records import JobRecord
-from gpudesk.engine.telemetry.energy import AttemptUsage
+from gpudesk.hw.telemetry.energy import AttemptUsage
 
 TRACE = Path(__file__).resolve().parents[2] / "traces" / "carma-philly-t1.json"
 GIB = 1024.0

@@ -21,27 +21,37 @@ PLANTS = [
     (
         "core/jobs.py",
         "import gpudesk.engine.daemon",
-        "cli -> desk | plots -> api -> engine -> slurm -> core",
+        "cli -> desk | plots -> api -> engine -> slurm | hw -> core",
     ),
     (
         "api/models.py",
         "import gpudesk.engine.store",
-        "The client library, the profile parser and the Slurm library never",
+        "The client library, the profile parser and the Slurm and",
     ),
     (
         "profile.py",
         "import gpudesk.engine.scheduler",
-        "The client library, the profile parser and the Slurm library never",
+        "The client library, the profile parser and the Slurm and",
     ),
     (
         "slurm/script.py",
         "import gpudesk.engine.store",
-        "The client library, the profile parser and the Slurm library never",
+        "The client library, the profile parser and the Slurm and",
+    ),
+    (
+        "hw/mps.py",
+        "import gpudesk.engine.store",
+        "The client library, the profile parser and the Slurm and",
+    ),
+    (
+        "hw/containment.py",
+        "import gpudesk.slurm.commands",  # two libraries side by side import neither
+        "cli -> desk | plots -> api -> engine -> slurm | hw -> core",
     ),
     (
         "core/protocol.py",
         "import gpudesk.slurm.request",
-        "cli -> desk | plots -> api -> engine -> slurm -> core",
+        "cli -> desk | plots -> api -> engine -> slurm | hw -> core",
     ),
     (
         "core/cluster.py",

@@ -29,9 +29,9 @@ from gpudesk.engine.metrics.snapshot import (
     loader_figures,
     running_jobs,
 )
-from gpudesk.engine.telemetry.energy import AttemptUsage
-from gpudesk.engine.telemetry.model import BackendReading, GpuReading, MigDevice
-from gpudesk.engine.telemetry.monitor import TrackedAttempt
+from gpudesk.hw.telemetry.energy import AttemptUsage
+from gpudesk.hw.telemetry.model import BackendReading, GpuReading, MigDevice
+from gpudesk.hw.telemetry.monitor import TrackedAttempt
 
 A100 = "NVIDIA A100-SXM4-40GB"
 STATES = ("queued", "running", "succeeded", "failed", "cancelled")

@@ -1,4 +1,4 @@
-"""gpudesk.engine.mig without a GPU: the parsers against real nvidia-smi output (the fixtures), the
+"""gpudesk.hw.mig without a GPU: the parsers against real nvidia-smi output (the fixtures), the
 layout planner, the error mapping, and the fake nvidia-smi's fidelity to the fixtures."""
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ import pytest
 from gpudesk.core import mig_records as records
 from gpudesk.core.mig_profiles import SliceSpan
 from gpudesk.core.mig_records import GpuEntry, MigEntry
-from gpudesk.engine.mig import layout, nvidia_smi
-from gpudesk.engine.mig.manager import MigManager
-from gpudesk.engine.mig.nvidia_smi import LayoutError, MigError, UnknownProfileError
+from gpudesk.hw.mig import layout, nvidia_smi
+from gpudesk.hw.mig.manager import MigManager
+from gpudesk.hw.mig.nvidia_smi import LayoutError, MigError, UnknownProfileError
 
 TESTS = Path(__file__).resolve().parents[1]
 FIXTURES = TESTS / "fixtures" / "nvidia-smi" / "a100-40gb"

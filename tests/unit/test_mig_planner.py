@@ -12,8 +12,6 @@ import pytest
 from gpudesk.core.mig_profiles import SliceSpan
 from gpudesk.core.mig_records import GiProfile
 from gpudesk.core.station import StationConfig
-from gpudesk.engine.mig import layout, nvidia_smi
-from gpudesk.engine.mig.manager import MigManager
 from gpudesk.engine.placement.policy import RESERVE_MIB
 from gpudesk.engine.repartition.planner import (
     BLOCKED_BUSY,
@@ -30,7 +28,9 @@ from gpudesk.engine.repartition.planner import (
     simulated_profiles,
     smallest_fitting_profile,
 )
-from gpudesk.engine.telemetry.sim import A100_SXM4_40GB, H100_SXM5_80GB
+from gpudesk.hw.mig import layout, nvidia_smi
+from gpudesk.hw.mig.manager import MigManager
+from gpudesk.hw.telemetry.sim import A100_SXM4_40GB, H100_SXM5_80GB
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "nvidia-smi" / "a100-40gb"
 GIB = 1024.0

@@ -22,7 +22,7 @@ from gpudesk.core.mig_profiles import (
     table_for_gpu,
 )
 from gpudesk.core.mig_records import GiProfile
-from gpudesk.engine.mig import layout, nvidia_smi
+from gpudesk.hw.mig import layout, nvidia_smi
 from gpudesk.units import MIB_PER_GIB
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "nvidia-smi" / "a100-40gb"

@@ -16,11 +16,11 @@ from fakes.fake_pynvml import FakeGpu, FakeNvml, FakeProcess
 
 from gpudesk.api.models import GpuView
 from gpudesk.cli.top_view import render_frame
-from gpudesk.engine.telemetry.energy import GpuEnergyMeter
-from gpudesk.engine.telemetry.model import BackendReading
-from gpudesk.engine.telemetry.monitor import Monitor, TrackedAttempt
-from gpudesk.engine.telemetry.nvml import NvmlBackend
-from gpudesk.engine.telemetry.rapl import RaplReader
+from gpudesk.hw.telemetry.energy import GpuEnergyMeter
+from gpudesk.hw.telemetry.model import BackendReading
+from gpudesk.hw.telemetry.monitor import Monitor, TrackedAttempt
+from gpudesk.hw.telemetry.nvml import NvmlBackend
+from gpudesk.hw.telemetry.rapl import RaplReader
 from gpudesk.screens.widgets.gpu_card import job_shares
 
 # pids no process has here: the monitor takes each for its own process group, as it does for

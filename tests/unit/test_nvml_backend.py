@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from fakes.fake_pynvml import FakeGpu, FakeMig, FakeNvml, FakeProcess
 
-from gpudesk.engine.telemetry.model import BackendUnavailable, GpuReading
-from gpudesk.engine.telemetry.nvml import NvmlBackend, probe_nvml
+from gpudesk.hw.telemetry.model import BackendUnavailable, GpuReading
+from gpudesk.hw.telemetry.nvml import NvmlBackend, probe_nvml
 
 REPO = Path(__file__).resolve().parents[2]
 MIB = 1024 * 1024
@@ -358,7 +358,7 @@ def test_through_the_shim_in_a_subprocess(tmp_path: Path):
     )
     code = (
         "import json, pynvml\n"
-        "from gpudesk.engine.telemetry.nvml import NvmlBackend, probe_nvml\n"
+        "from gpudesk.hw.telemetry.nvml import NvmlBackend, probe_nvml\n"
         "b = NvmlBackend(); b.open(); b.read(); r = b.read(); b.close()\n"
         "print(json.dumps({'probe': probe_nvml(), 'shim': pynvml.__file__,\n"
         "                  'gpus': [g.to_dict() for g in r.gpus]}))\n"
@@ -382,7 +382,7 @@ def test_through_the_shim_in_a_subprocess(tmp_path: Path):
 
     scenario.write_text(json.dumps({"init_error": "LibRmVersionMismatch", "gpus": [{}]}))
     code = (
-        "from gpudesk.engine.telemetry.nvml import NvmlBackend\n"
+        "from gpudesk.hw.telemetry.nvml import NvmlBackend\n"
         "try:\n    NvmlBackend().open()\nexcept Exception as exc:\n    print(exc)\n"
     )
     done = subprocess.run(

@@ -59,7 +59,7 @@ def test_stations_by_name(tmp_path: Path, station: str, model: str, count: int) 
 
 
 def test_a100_80gb_memory() -> None:
-    from gpudesk.engine.telemetry.backend import make_backend
+    from gpudesk.hw.telemetry.backend import make_backend
 
     assert make_backend("sim:a100-80gb").inventory()[0].memory_total_mib == 81920.0
 

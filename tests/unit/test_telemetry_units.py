@@ -12,8 +12,8 @@ from test_jobs_protocol_policy import record  # same folder: on sys.path under p
 from gpudesk.core.backend_names import check_backend_name, parse_sim_name
 from gpudesk.core.station import StationConfig
 from gpudesk.engine.placement.policy import FifoPolicy, GpuState, StationView, Tenant
-from gpudesk.engine.telemetry.backend import make_backend
-from gpudesk.engine.telemetry.energy import (
+from gpudesk.hw.telemetry.backend import make_backend
+from gpudesk.hw.telemetry.energy import (
     AttemptUsage,
     GpuEnergyMeter,
     Interval,
@@ -23,7 +23,7 @@ from gpudesk.engine.telemetry.energy import (
     split_interval,
     summarize,
 )
-from gpudesk.engine.telemetry.model import (
+from gpudesk.hw.telemetry.model import (
     BackendReading,
     BackendUnavailable,
     GpuInfo,
@@ -31,14 +31,14 @@ from gpudesk.engine.telemetry.model import (
     GpuReading,
     JobLoad,
 )
-from gpudesk.engine.telemetry.monitor import (
+from gpudesk.hw.telemetry.monitor import (
     JOB_POWER_SERIES,
     JOB_SIMULATED_SERIES,
     Monitor,
     TrackedAttempt,
 )
-from gpudesk.engine.telemetry.rapl import RaplReader
-from gpudesk.engine.telemetry.sim import SimBackend
+from gpudesk.hw.telemetry.rapl import RaplReader
+from gpudesk.hw.telemetry.sim import SimBackend
 from gpudesk.units import carbon_g
 
 

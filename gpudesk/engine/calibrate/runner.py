@@ -417,7 +417,7 @@ class RealRun:
 
 @contextlib.contextmanager
 def _mps_daemon(root: Path, uuid: str) -> Iterator[dict[str, str]]:
-    from gpudesk.engine.mps.manager import MpsError, MpsManager
+    from gpudesk.hw.mps import MpsError, MpsManager
 
     manager = MpsManager(root / "home")
     try:

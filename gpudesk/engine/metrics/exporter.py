@@ -37,8 +37,8 @@ from gpudesk.engine.metrics.snapshot import (
 )
 from gpudesk.engine.state import CurrentStation
 from gpudesk.engine.store.database import Store
-from gpudesk.engine.telemetry.monitor import RawSample
 from gpudesk.engine.telemetry_sink import TelemetrySink
+from gpudesk.hw.telemetry.monitor import RawSample
 from gpudesk.paths import user_name
 
 if TYPE_CHECKING:

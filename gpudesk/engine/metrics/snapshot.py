@@ -20,9 +20,9 @@ from typing import Any
 from gpudesk.core.jobs import JobState
 from gpudesk.core.mig_profiles import short_name
 from gpudesk.engine.histogram import Buckets
-from gpudesk.engine.telemetry.energy import AttemptUsage
-from gpudesk.engine.telemetry.model import BackendReading, GpuReading, MigDevice
-from gpudesk.engine.telemetry.monitor import TrackedAttempt
+from gpudesk.hw.telemetry.energy import AttemptUsage
+from gpudesk.hw.telemetry.model import BackendReading, GpuReading, MigDevice
+from gpudesk.hw.telemetry.monitor import TrackedAttempt
 from gpudesk.units import carbon_g
 
 

@@ -31,7 +31,6 @@ from dataclasses import dataclass
 
 from gpudesk.core.mig_profiles import memory_slices, table_for_gpu
 from gpudesk.core.mig_records import GiProfile
-from gpudesk.engine.mig.manager import MigManager
 from gpudesk.engine.placement.collocation import SliceOption, best_slice
 from gpudesk.engine.placement.interference import ModelParams, mig_rate, workload
 from gpudesk.engine.repartition.planner import (
@@ -42,6 +41,7 @@ from gpudesk.engine.repartition.planner import (
     plan_gpu,
     spare_profiles,
 )
+from gpudesk.hw.mig.manager import MigManager
 
 # Assumption: destroying and creating GPU and compute instances on an idle GPU through
 # nvidia-smi keeps it unusable for about this long (no published figure; a few nvidia-smi calls

@@ -15,15 +15,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from gpudesk.core.mig_records import GpuEntry, MigMode, MigSlot
-from gpudesk.engine.mig.layout import plan_layout, resolve_profile, split_profiles
-from gpudesk.engine.mig.manager import MigManager
-from gpudesk.engine.mig.nvidia_smi import (
-    DEFAULT_TIMEOUT,
-    MIG_MODE_KINDS,
-    MigError,
-    NvidiaSmiError,
-    UnknownGpuError,
-)
 from gpudesk.engine.repartition.planner import (
     Blocker,
     GpuMigState,
@@ -33,8 +24,17 @@ from gpudesk.engine.repartition.planner import (
     plan_station,
     simulated_profiles,
 )
-from gpudesk.engine.telemetry.backend import TelemetryBackend
-from gpudesk.engine.telemetry.sim import SimBackend
+from gpudesk.hw.mig.layout import plan_layout, resolve_profile, split_profiles
+from gpudesk.hw.mig.manager import MigManager
+from gpudesk.hw.mig.nvidia_smi import (
+    DEFAULT_TIMEOUT,
+    MIG_MODE_KINDS,
+    MigError,
+    NvidiaSmiError,
+    UnknownGpuError,
+)
+from gpudesk.hw.telemetry.backend import TelemetryBackend
+from gpudesk.hw.telemetry.sim import SimBackend
 
 QUERY_TIMEOUT_S = 10.0  # per nvidia-smi call while planning; applying allows DEFAULT_TIMEOUT
 SETTLE_S = 5.0  # at most this long the engine waits for telemetry to show a changed layout

@@ -22,8 +22,8 @@ from gpudesk.core.mig_records import (
     MigSlot,
     PlannedInstance,
 )
-from gpudesk.engine.mig.layout import plan_layout, split_profiles
-from gpudesk.engine.mig.nvidia_smi import (
+from gpudesk.hw.mig.layout import plan_layout, split_profiles
+from gpudesk.hw.mig.nvidia_smi import (
     DEFAULT_TIMEOUT,
     EMPTY_CI,
     EMPTY_GI,

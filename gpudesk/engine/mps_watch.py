@@ -13,9 +13,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpudesk.engine.mps.manager import MpsError, MpsManager
 from gpudesk.engine.store.database import Store
-from gpudesk.engine.telemetry.monitor import Monitor
+from gpudesk.hw.mps import MpsError, MpsManager
+from gpudesk.hw.telemetry.monitor import Monitor
 
 log = logging.getLogger("gpudesk.engine")
 

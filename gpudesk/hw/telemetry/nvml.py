@@ -22,7 +22,7 @@ from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpudesk.engine.telemetry.model import (
+from gpudesk.hw.telemetry.model import (
     METRICS,
     MPS_CLIENT,
     MPS_SERVER,

@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
-from gpudesk.engine.telemetry.monitor import Monitor, RawSample, TrackedAttempt
+from gpudesk.hw.telemetry.monitor import Monitor, RawSample, TrackedAttempt
 
 log = logging.getLogger("gpudesk.telemetry")
 

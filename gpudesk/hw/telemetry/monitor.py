@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpudesk.core.station import DEFAULT_GRID_G_PER_KWH
-from gpudesk.engine import hostmetrics
-from gpudesk.engine.telemetry.backend import TelemetryBackend
-from gpudesk.engine.telemetry.energy import (
+from gpudesk.hw import hostmetrics
+from gpudesk.hw.telemetry.backend import TelemetryBackend
+from gpudesk.hw.telemetry.energy import (
     AttemptUsage,
     GpuEnergyMeter,
     Interval,
@@ -30,7 +30,7 @@ from gpudesk.engine.telemetry.energy import (
     attribute_gpu,
     rounded,
 )
-from gpudesk.engine.telemetry.model import (
+from gpudesk.hw.telemetry.model import (
     MPS_CLIENT,
     MPS_SERVER,
     BackendReading,
@@ -40,7 +40,7 @@ from gpudesk.engine.telemetry.model import (
     GpuReading,
     JobLoad,
 )
-from gpudesk.engine.telemetry.rapl import RaplReader
+from gpudesk.hw.telemetry.rapl import RaplReader
 from gpudesk.units import carbon_g
 
 log = logging.getLogger("gpudesk.telemetry")

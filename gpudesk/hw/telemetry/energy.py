@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpudesk.engine.telemetry.model import MPS_SERVER, BackendReading, GpuReading
+from gpudesk.hw.telemetry.model import MPS_SERVER, BackendReading, GpuReading
 from gpudesk.units import carbon_g
 
 IDLE_SMOOTHING = 0.1  # EWMA weight of a new idle-power reading

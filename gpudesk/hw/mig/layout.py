@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 
 from gpudesk.core.mig_profiles import SliceSpan, short_name
 from gpudesk.core.mig_records import GiProfile, PlannedInstance
-from gpudesk.engine.mig.nvidia_smi import LayoutError, UnknownProfileError
+from gpudesk.hw.mig.nvidia_smi import LayoutError, UnknownProfileError
 
 
 def resolve_profile(profiles: Sequence[GiProfile], name: str) -> GiProfile:

@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 from gpudesk.core.backend_names import check_backend_name, parse_sim_name
-from gpudesk.engine.telemetry.model import BackendReading, GpuInfo, JobLoad
+from gpudesk.hw.telemetry.model import BackendReading, GpuInfo, JobLoad
 
 
 class TelemetryBackend(Protocol):
@@ -64,7 +64,7 @@ class NoGpuBackend:
 
 def nvml_answers() -> bool:
     """Whether an NVIDIA driver answers (for `auto`): nvmlInit succeeds and sees a GPU."""
-    from gpudesk.engine.telemetry.nvml import probe_nvml
+    from gpudesk.hw.telemetry.nvml import probe_nvml
 
     return probe_nvml()
 
@@ -83,10 +83,10 @@ def make_backend(name: str, mig: Mapping[str, str] | None = None) -> TelemetryBa
     if name == "none":
         return NoGpuBackend()
     if name == "nvml":
-        from gpudesk.engine.telemetry.nvml import NvmlBackend
+        from gpudesk.hw.telemetry.nvml import NvmlBackend
 
         return NvmlBackend()
-    from gpudesk.engine.telemetry.sim import SimBackend
+    from gpudesk.hw.telemetry.sim import SimBackend
 
     model, count = parse_sim_name(name)
     layout = {int(k): [p.strip() for p in v.split(",")] for k, v in (mig or {}).items()}

@@ -22,7 +22,7 @@ from gpudesk.core.mig_profiles import (
     nominal_memory_mib,
     table_for_gpu,
 )
-from gpudesk.engine.telemetry.model import (
+from gpudesk.hw.telemetry.model import (
     BackendReading,
     GpuInfo,
     GpuProcess,
