@@ -16,7 +16,7 @@ import os
 from dataclasses import dataclass
 
 from gpudesk.core.identity import Caller, group_name, user_name
-from gpudesk.engine.store.records import JobRecord
+from gpudesk.core.records import JobRecord
 
 DEFAULT_ADMIN_GROUP = "gpudesk-admin"  # a system engine's admin group, unless told another
 

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from gpudesk import diskspace
 from gpudesk.core.jobs import DEFAULT_CANCEL_GRACE_S, JobState
+from gpudesk.core.records import AttemptRecord, JobRecord
 from gpudesk.engine import boottime, faults, runner
 from gpudesk.engine.activity import EngineActivity
 from gpudesk.engine.events import EventPublisher
@@ -33,7 +34,6 @@ from gpudesk.engine.placement.policy import RESERVE_MIB, Placement
 from gpudesk.engine.placement.queue import JobQueue
 from gpudesk.engine.state import PlacementDue
 from gpudesk.engine.store.database import Store
-from gpudesk.engine.store.records import AttemptRecord, JobRecord
 from gpudesk.engine.telemetry_sink import TelemetrySink
 from gpudesk.engine.tracking.tracker import Tracking
 from gpudesk.hw.containment import Containment, JobLimits

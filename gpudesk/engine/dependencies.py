@@ -12,8 +12,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from gpudesk.core.jobs import JobState
+from gpudesk.core.records import JobRecord
 from gpudesk.engine.store.database import Store
-from gpudesk.engine.store.records import JobRecord
 
 _IDS_PER_QUERY = 500  # well under SQLite's limit on a statement's parameters
 

@@ -13,9 +13,9 @@ from collections.abc import Callable
 from typing import Any
 
 from gpudesk.core import protocol
+from gpudesk.core.records import JobRecord
 from gpudesk.engine.control_socket import ControlSocket
 from gpudesk.engine.store.database import Store
-from gpudesk.engine.store.records import JobRecord
 
 
 class EventPublisher:

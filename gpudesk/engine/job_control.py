@@ -6,13 +6,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpudesk.core.jobs import PRIORITY_RANGE, TERMINAL_STATES, JobState
+from gpudesk.core.records import JobRecord
 from gpudesk.engine.attempts import Attempts
 from gpudesk.engine.backends.slurm import SlurmBackend
 from gpudesk.engine.events import EventPublisher
 from gpudesk.engine.placement.queue import JobQueue
 from gpudesk.engine.state import PlacementDue
 from gpudesk.engine.store.database import Store
-from gpudesk.engine.store.records import JobRecord
 from gpudesk.engine.store.schema import UnknownJob
 
 

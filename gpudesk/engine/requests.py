@@ -29,6 +29,7 @@ from gpudesk.core.jobs import (
     check_priority,
 )
 from gpudesk.core.protocol import ProtocolError
+from gpudesk.core.records import AttemptRecord, JobRecord
 from gpudesk.core.station import StationConfig
 from gpudesk.engine import reconfigure, runner, user_limits
 from gpudesk.engine.access import Access
@@ -58,7 +59,6 @@ from gpudesk.engine.scheduler import Scheduler
 from gpudesk.engine.state import CurrentStation, PlacementDue
 from gpudesk.engine.store.damage import is_damage, request_text
 from gpudesk.engine.store.database import Store
-from gpudesk.engine.store.records import AttemptRecord, JobRecord
 from gpudesk.engine.store.schema import UnknownJob
 from gpudesk.engine.store.slurm import SlurmRow
 from gpudesk.engine.telemetry_sink import TelemetrySink

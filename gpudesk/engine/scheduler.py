@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from gpudesk.core.jobs import JobState
+from gpudesk.core.records import JobRecord
 from gpudesk.engine import dependencies
 from gpudesk.engine.activity import EngineActivity
 from gpudesk.engine.attempts import Attempts
@@ -35,7 +36,6 @@ from gpudesk.engine.repartition.control import MigControl
 from gpudesk.engine.repartition.planner import QueuedDemand
 from gpudesk.engine.state import CurrentStation, PlacementDue
 from gpudesk.engine.store.database import Store
-from gpudesk.engine.store.records import JobRecord
 from gpudesk.engine.telemetry_sink import TelemetrySink
 from gpudesk.engine.tracking.tracker import Tracking
 from gpudesk.hw.mig.nvidia_smi import MigError

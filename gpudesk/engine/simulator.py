@@ -37,6 +37,7 @@ from gpudesk.core.mig_profiles import (
     short_name,
     table_for_gpu,
 )
+from gpudesk.core.records import JobRecord
 from gpudesk.core.station import StationConfig
 from gpudesk.engine.placement.demand import PEAK_SETTLED_S, Demand, reservation
 from gpudesk.engine.placement.interference import (
@@ -66,7 +67,6 @@ from gpudesk.engine.repartition.payoff import RECONFIG_S, choose_layouts
 from gpudesk.engine.repartition.planner import GpuMigState, QueuedDemand
 from gpudesk.engine.repartition.planner import simulated_profiles as planner_profiles
 from gpudesk.engine.repartition.station import SIMULATED_NVIDIA_SMI
-from gpudesk.engine.store.records import JobRecord
 from gpudesk.examples import bundled
 from gpudesk.hw.mig.manager import MigManager
 from gpudesk.hw.telemetry.sim import STATIONS, GpuModel

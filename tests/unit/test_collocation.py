@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from test_jobs_protocol_policy import record  # same folder: on sys.path under pytest
 
+from gpudesk.core.records import JobRecord
 from gpudesk.core.station import StationConfig
 from gpudesk.engine.placement.collocation import CarmaPolicy, SharingPolicy, _Frontier
 from gpudesk.engine.placement.demand import (
@@ -29,7 +30,6 @@ from gpudesk.engine.placement.policy import (
     Tenant,
 )
 from gpudesk.engine.simulator import Simulation, TraceError, load_trace, simulate
-from gpudesk.engine.store.records import JobRecord
 from gpudesk.hw.telemetry.energy import AttemptUsage
 
 TRACE = Path(__file__).resolve().parents[2] / "traces" / "carma-philly-t1.json"

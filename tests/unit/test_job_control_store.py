@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from gpudesk.core.jobs import InvalidTransition, JobSpec, JobState
+from gpudesk.core.records import JobRecord
 from gpudesk.engine.placement.queue import JobQueue
 from gpudesk.engine.store.database import Store
-from gpudesk.engine.store.records import JobRecord
 from gpudesk.engine.store.schema import GPU_ENERGY_METRIC, MIGRATIONS, SCHEMA_VERSION
 from gpudesk.engine.telemetry_sink import local_midnight
 

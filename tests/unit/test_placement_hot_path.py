@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpudesk.core.jobs import JobSpec, JobState
+from gpudesk.core.records import JobRecord
 from gpudesk.core.station import StationConfig
 from gpudesk.engine.placement.collocation import SharingPolicy
 from gpudesk.engine.placement.interference import (
@@ -19,7 +20,6 @@ from gpudesk.engine.placement.interference import (
     workload,
 )
 from gpudesk.engine.placement.policy import GpuState, MigSlice, StationView, Tenant
-from gpudesk.engine.store.records import JobRecord
 
 share = st.floats(0.0, 1.0, allow_nan=False)
 cap = st.one_of(st.none(), st.floats(0.05, 1.0, allow_nan=False))

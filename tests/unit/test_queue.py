@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from gpudesk.core.jobs import JobSpec, JobState
+from gpudesk.core.records import JobRecord
 from gpudesk.engine.placement.queue import JobQueue
-from gpudesk.engine.store.records import JobRecord
 
 
 def job(job_id: int, priority: int = 0) -> JobRecord:

@@ -10,6 +10,7 @@ from dataclasses import replace
 from test_collocation import gpu, job, station, tenant
 
 from gpudesk.core.identity import Identity, user_name
+from gpudesk.core.records import JobRecord, UsageSpan
 from gpudesk.engine.placement.collocation import CarmaPolicy, SharingPolicy
 from gpudesk.engine.placement.fairshare import (
     FairShare,
@@ -19,7 +20,6 @@ from gpudesk.engine.placement.fairshare import (
     usage_by_user,
 )
 from gpudesk.engine.placement.policy import GpuState, Tenant
-from gpudesk.engine.store.records import JobRecord, UsageSpan
 
 ADA, BOB = 61001, 61002  # uids no test user has: named by their digits
 HOUR = 3600.0

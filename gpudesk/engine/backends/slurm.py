@@ -36,12 +36,12 @@ from gpudesk import __version__
 from gpudesk.core.cluster import ClusterSpec
 from gpudesk.core.identity import Identity
 from gpudesk.core.jobs import JobSpec, JobState
+from gpudesk.core.records import JobRecord
 from gpudesk.engine.dependencies import dependencies_of, jobs_by_id, verdict
 from gpudesk.engine.env_seconds import env_seconds
 from gpudesk.engine.events import EventPublisher
 from gpudesk.engine.state import PlacementDue
 from gpudesk.engine.store.database import Store
-from gpudesk.engine.store.records import JobRecord
 from gpudesk.engine.store.slurm import SENDING, SENDING_STATE, SlurmRow
 from gpudesk.paths import Home
 from gpudesk.slurm import commands as slurm

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpudesk.core.jobs import JobState
-from gpudesk.engine.store.records import JobRecord
+from gpudesk.core.records import JobRecord
 from gpudesk.engine.store.slurm import SlurmRow
 from gpudesk.slurm.request import gres_mode
 

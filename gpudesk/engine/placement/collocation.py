@@ -39,6 +39,7 @@ from typing import Generic, TypeVar
 
 from gpudesk.core.identity import user_name
 from gpudesk.core.mig_profiles import COMPUTE_SLICES, MEMORY_SLICES, memory_slices
+from gpudesk.core.records import JobRecord
 from gpudesk.engine.placement.demand import (
     HEAVY_SM_PCT,
     MARGIN_MIB,
@@ -80,7 +81,6 @@ from gpudesk.engine.placement.station_fit import (
     runs_as_is,
     wait_for_change,
 )
-from gpudesk.engine.store.records import JobRecord
 from gpudesk.units import gib
 
 SATURATED_SM_PCT = 80.0  # CARMA: a GPU this busy over the window takes no new tenant

@@ -24,7 +24,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from gpudesk.engine.store.records import JobRecord, UsageSpan
+from gpudesk.core.records import JobRecord, UsageSpan
 
 SECONDS_PER_HOUR = 3600.0
 # Usage older than this many half-lives weighs under a millionth: the store is not asked for it.

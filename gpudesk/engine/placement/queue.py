@@ -10,7 +10,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterable, Iterator
 
-from gpudesk.engine.store.records import JobRecord
+from gpudesk.core.records import JobRecord
 
 
 def order_key(job: JobRecord) -> tuple[int, int]:

@@ -32,8 +32,8 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from gpudesk.core.records import UsageSpan
 from gpudesk.engine.placement.fairshare import SECONDS_PER_HOUR, FairShare, span_usage
-from gpudesk.engine.store.records import UsageSpan
 
 
 @dataclass

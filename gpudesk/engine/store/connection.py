@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from gpudesk.core.jobs import JobState
-from gpudesk.engine.store.records import EventRecord, read_event
+from gpudesk.core.records import EventRecord
+from gpudesk.engine.store.records import read_event
 from gpudesk.engine.store.schema import MIGRATIONS, SCHEMA_VERSION, IncompatibleStore, StoreError
 from gpudesk.text import safe_text
 

@@ -19,8 +19,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpudesk.core.jobs import JobState
+from gpudesk.core.records import JobRecord
 from gpudesk.engine.store.connection import StoreConnection
-from gpudesk.engine.store.records import JobRecord, read_job
+from gpudesk.engine.store.records import read_job
 from gpudesk.engine.store.schema import FINISHED_JOBS_TERM, LIVE_JOBS_TERM, UNARCHIVED_TERM
 from gpudesk.text import safe_text
 

@@ -11,8 +11,8 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from gpudesk.core.records import UsageSpan
 from gpudesk.engine.store.connection import StoreConnection
-from gpudesk.engine.store.records import UsageSpan
 from gpudesk.engine.store.schema import GPU_ENERGY_METRIC, LIVE_ATTEMPT_STATES
 
 _LIVE_MARKS = ",".join("?" * len(LIVE_ATTEMPT_STATES))

@@ -11,8 +11,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from gpudesk.core.jobs import MLFLOW_MAX_PARAM_VALUE, JobState
+from gpudesk.core.records import JobRecord
 from gpudesk.engine.placement.policy import Placement
-from gpudesk.engine.store.records import JobRecord
 from gpudesk.engine.tracking.messages import MetricPoint
 from gpudesk.results import LINE, metrics_of
 

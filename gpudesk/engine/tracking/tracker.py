@@ -31,12 +31,12 @@ from dataclasses import dataclass, field
 from gpudesk import diskspace, joblog
 from gpudesk.core.identity import Identity
 from gpudesk.core.jobs import JobState
+from gpudesk.core.records import JobRecord
 from gpudesk.engine import runner
 from gpudesk.engine.env_seconds import env_seconds
 from gpudesk.engine.placement.policy import Placement
 from gpudesk.engine.state import PlacementDue
 from gpudesk.engine.store.database import Store
-from gpudesk.engine.store.records import JobRecord
 from gpudesk.engine.store.tracking import TrackingRow
 from gpudesk.engine.telemetry_sink import TelemetrySink
 from gpudesk.engine.tracking import content, messages

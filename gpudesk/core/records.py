@@ -1,0 +1,159 @@
+"""A job, an attempt, an event and an attempt's use of the station, as records: what the
+store keeps, the scheduler decides on and the simulator replays (the store reads them from its
+rows: gpudesk.engine.store.records)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpudesk.core.identity import Identity
+from gpudesk.core.jobs import JobSpec, JobState
+
+
+@dataclass(frozen=True)
+class UsageSpan:
+    """One attempt's use of the station, as fair share weighs it (placement.fairshare)."""
+
+    uid: int  # its job's owner
+    started_at: float
+    ended_at: float | None  # None: still running
+    gpus: int  # GPUs it held (whole, shared or a MIG slice: each counts as one)
+    cpu_s: float  # CPU seconds its processes used (as last stored)
+    attempt_id: int = 0  # 0: not an attempt of the store (a span made up, as in a simulation)
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    id: int
+    spec: JobSpec
+    state: JobState
+    submitted_at: float
+    started_at: float | None
+    ended_at: float | None
+    attempts: int
+    exit_code: int | None
+    reason: str | None
+    cancel_requested: bool
+    kill_deadline: float | None = None  # wall clock: when a cancel escalates to SIGKILL
+    demand: dict[str, Any] | None = None  # raised after an out-of-memory death
+    held: bool = False  # a queued job the placement policy must not start until released
+    attempts_before_requeue: int = 0  # attempts made before the user last requeued it
+    owner: Identity = field(default_factory=Identity.of_process)  # whom it runs as
+
+    @classmethod
+    def queued(
+        cls, job_id: int, spec: JobSpec, submitted_at: float, owner: Identity | None = None
+    ) -> JobRecord:
+        """A job just submitted: queued, never run."""
+        return cls(
+            job_id,
+            spec,
+            JobState.QUEUED,
+            submitted_at,
+            None,
+            None,
+            0,
+            None,
+            None,
+            False,
+            owner=owner or Identity.of_process(),
+        )
+
+    @property
+    def user(self) -> str:
+        """The owner's user name (the uid as text when the system has none for it)."""
+        return self.owner.name
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def attempts_since_requeue(self) -> int:
+        """The attempts that count against `max_attempts` (all of them if never requeued)."""
+        return self.attempts - self.attempts_before_requeue
+
+    def to_dict(self) -> dict[str, Any]:
+        spec = self.spec.to_dict()
+        spec.pop("env")  # can hold secrets and is large; `show` adds it back on request
+        return {
+            "id": self.id,
+            "name": self.spec.name,
+            "state": self.state.value,
+            "group": self.spec.group,
+            "submitted_at": self.submitted_at,
+            "started_at": self.started_at,
+            "ended_at": self.ended_at,
+            "attempts": self.attempts,
+            "max_attempts": self.spec.max_attempts,
+            "exit_code": self.exit_code,
+            "reason": self.reason,
+            "cancel_requested": self.cancel_requested,
+            "held": self.held,
+            "attempts_before_requeue": self.attempts_before_requeue,
+            "user": self.user,
+            "uid": self.owner.uid,
+            "spec": spec,
+        }
+
+
+@dataclass(frozen=True)
+class AttemptRecord:
+    id: int
+    job_id: int
+    number: int
+    state: str
+    placement: dict[str, Any]
+    dir: str
+    pid: int | None
+    pid_started: float | None
+    started_at: float | None
+    ended_at: float | None
+    exit_code: int | None
+    signal: int | None
+    reason: str | None
+    # its start on CLOCK_BOOTTIME and that boot's id (engine/boottime.py); None before schema 10
+    started_boottime: float | None = None
+    boot_id: str | None = None
+
+    @property
+    def log_path(self) -> str:
+        return str(Path(self.dir) / "output.log")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "number": self.number,
+            "state": self.state,
+            "placement": self.placement,
+            "pid": self.pid,
+            "started_at": self.started_at,
+            "ended_at": self.ended_at,
+            "exit_code": self.exit_code,
+            "signal": self.signal,
+            "reason": self.reason,
+            "log": self.log_path,
+        }
+
+
+@dataclass(frozen=True)
+class EventRecord:
+    id: int
+    ts: float
+    job_id: int | None
+    attempt: int | None
+    kind: str
+    state: str | None
+    message: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "ts": self.ts,
+            "job_id": self.job_id,
+            "attempt": self.attempt,
+            "kind": self.kind,
+            "state": self.state,
+            "message": self.message,
+        }
