@@ -791,7 +791,7 @@ def check_calibrate(run: Run) -> dict[str, Any]:
 def predict_pair(run: Run, calibration: dict[str, Any] | None) -> dict[str, Any]:
     """The placement model's rates for the engine check's pair, from the workloads measured
     while each job ran alone (exclusive run), with the published defaults and with the fit."""
-    from gpudesk.engine.placement.interference import (
+    from gpudesk.policy.interference import (
         DEFAULT_PARAMS,
         Workload,
         params_from_json,

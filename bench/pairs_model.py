@@ -26,7 +26,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from gpudesk.engine.placement.interference import (  # noqa: E402
+from gpudesk.policy.interference import (  # noqa: E402
     DEFAULT_PARAMS,
     ModelParams,
     Workload,

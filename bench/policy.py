@@ -22,9 +22,9 @@ import time
 from gpudesk.core.jobs import JobSpec, JobState
 from gpudesk.core.records import JobRecord
 from gpudesk.core.station import StationConfig
-from gpudesk.engine.placement.collocation import CarmaPolicy, SharingPolicy
-from gpudesk.engine.placement.demand import Demand
-from gpudesk.engine.placement.policy import GpuState, StationView, Tenant
+from gpudesk.policy.collocation import CarmaPolicy, SharingPolicy
+from gpudesk.policy.demand import Demand
+from gpudesk.policy.policy import GpuState, StationView, Tenant
 from gpudesk.units import MIB_PER_GIB
 
 GIB = MIB_PER_GIB

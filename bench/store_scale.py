@@ -142,8 +142,8 @@ def spec(rng: random.Random, number: int, queued: bool, workdir: str) -> JobSpec
 def build_store(home: Home, jobs: int, queued: int, seed: int = 36) -> dict[str, Any]:
     """The store of a station that ran `jobs - queued` jobs over 60 days and has `queued`
     waiting. Returns what it holds and how long building it took."""
-    from gpudesk.engine.placement.policy import Placement
     from gpudesk.engine.store.database import Store
+    from gpudesk.policy.policy import Placement
 
     rng = random.Random(seed)
     started = time.perf_counter()

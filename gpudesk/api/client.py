@@ -56,8 +56,8 @@ if TYPE_CHECKING:
     from gpudesk.core.datasets import DatasetSpec
     from gpudesk.core.jobs import JobSpec
     from gpudesk.core.station import StationConfig
-    from gpudesk.engine.placement.interference import Observation
     from gpudesk.paths import Home
+    from gpudesk.policy.interference import Observation
 
 Model = TypeVar("Model", bound=WireModel)
 JobRef = int | str  # a job's id, or its name (the newest job of that name)

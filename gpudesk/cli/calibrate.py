@@ -22,7 +22,7 @@ from gpudesk.cli.common import current_home, engine_client, fail, print_json
 from gpudesk.cli.exit_codes import EXIT_FAILED, EXIT_USAGE
 
 if TYPE_CHECKING:
-    from gpudesk.engine.placement.calibration import AloneMeasurement, Plan, Report
+    from gpudesk.policy.calibration import AloneMeasurement, Plan, Report
 
 calibrate_app = typer.Typer()
 
@@ -67,14 +67,14 @@ def calibrate(
     and each parameter fitted against its default. Never changes MIG mode, the compute mode,
     clocks or power limits; refuses when the GPU has other processes on it."""
     from gpudesk.core.backend_names import is_simulated
-    from gpudesk.engine.placement.calibration import (
+    from gpudesk.policy.calibration import (
         CalibrationError,
         build_plan,
         load_params,
         parse_mechanisms,
         sim_slices,
     )
-    from gpudesk.engine.placement.interference import DEFAULT_PARAMS
+    from gpudesk.policy.interference import DEFAULT_PARAMS
 
     chosen = station or os.environ.get("GPUDESK_BACKEND") or "auto"
     try:
@@ -117,7 +117,7 @@ def _sim_gpu_name(station: str, gpu: int) -> str:
 def _run_simulated(
     station: str, gpu_name: str, plan: Plan, truth: Any, json_out: bool, save: bool | None
 ) -> None:
-    from gpudesk.engine.placement.calibration import report, simulate_measurements
+    from gpudesk.policy.calibration import report, simulate_measurements
 
     result = report(station, gpu_name, plan, simulate_measurements(plan, truth), truth=truth)
     saved = save_fit(result) if save else None
@@ -143,7 +143,7 @@ def _run_real(
         inspect_gpu,
         run_plan,
     )
-    from gpudesk.engine.placement.calibration import build_plan, report
+    from gpudesk.policy.calibration import build_plan, report
 
     if backend == "none":
         _refuse(
@@ -260,7 +260,7 @@ def save_fit(result: Report) -> Path:
 
 def load_reference(gpu_model: str) -> dict[str, AloneMeasurement] | None:
     """The probes alone from the last saved calibration of this GPU model (not simulated)."""
-    from gpudesk.engine.placement.calibration import AloneMeasurement
+    from gpudesk.policy.calibration import AloneMeasurement
 
     path = calibration_file(gpu_model)
     try:

@@ -78,8 +78,6 @@ def simulate(
 ) -> None:
     """Replay a job trace on a SIMULATED station through the engine's placement policies."""
     target = plot_target(plot, machine_output="--json" if json_out else None)
-    from gpudesk.engine.placement.interference import DEFAULT_PARAMS
-    from gpudesk.engine.placement.policies import POLICY_NAMES
     from gpudesk.engine.simulator import (
         DEFAULT_STATION,
         Simulation,
@@ -87,6 +85,8 @@ def simulate(
         load_trace,
         load_truth,
     )
+    from gpudesk.policy.interference import DEFAULT_PARAMS
+    from gpudesk.policy.policies import POLICY_NAMES
 
     policies = [p.strip() for p in policy.split(",") if p.strip()]
     unknown = [p for p in policies if p not in POLICY_NAMES]

@@ -122,7 +122,7 @@ check_log_max_mb = number_in(0.0, 1024.0 * 1024.0)  # MiB per attempt's output.l
 
 check_log_keep = whole_number_in(0, MAX_LOG_KEEP)  # rotated parts kept per attempt's log
 
-# Fair share (gpudesk.engine.placement.fairshare). Slurm's PriorityDecayHalfLife defaults to 7
+# Fair share (gpudesk.policy.fairshare). Slurm's PriorityDecayHalfLife defaults to 7
 # days: usage a week old counts half.
 DEFAULT_FAIRSHARE_HALF_LIFE_H = 7 * 24.0
 # What one CPU core-hour costs against one GPU-hour (Slurm's TRESBillingWeights, "CPU=...,
@@ -236,7 +236,7 @@ class StationConfig:
     log_max_mb: float = DEFAULT_LOG_MAX_MB
     log_keep: int = DEFAULT_LOG_KEEP
     # Fair share among users with equal priority: each user's GPU-hours plus CPU core-hours x
-    # `fairshare_cpu_weight`, decayed with this half-life (gpudesk.engine.placement.fairshare).
+    # `fairshare_cpu_weight`, decayed with this half-life (gpudesk.policy.fairshare).
     fairshare_half_life_h: float = DEFAULT_FAIRSHARE_HALF_LIFE_H
     fairshare_cpu_weight: float = DEFAULT_FAIRSHARE_CPU_WEIGHT
     # GPUs one user's running jobs may hold at once (None: no limit); their further GPU jobs

@@ -25,13 +25,10 @@ from gpudesk.core.records import AttemptRecord, JobRecord
 from gpudesk.engine import boottime, faults, runner
 from gpudesk.engine.activity import EngineActivity
 from gpudesk.engine.events import EventPublisher
+from gpudesk.engine.gpu_states import RunningAttempt
 from gpudesk.engine.loaders import LoaderSupervisor
 from gpudesk.engine.mps_watch import MpsWatch
 from gpudesk.engine.oom import gpu_oom_line
-from gpudesk.engine.placement.demand import DEFAULT_SM_PCT, Demand, from_hints, signature
-from gpudesk.engine.placement.gpu_states import RunningAttempt
-from gpudesk.engine.placement.policy import RESERVE_MIB, Placement
-from gpudesk.engine.placement.queue import JobQueue
 from gpudesk.engine.state import PlacementDue
 from gpudesk.engine.store.database import Store
 from gpudesk.engine.telemetry_sink import TelemetrySink
@@ -40,6 +37,9 @@ from gpudesk.hw.containment import Containment, JobLimits
 from gpudesk.hw.telemetry.energy import AttemptUsage
 from gpudesk.hw.telemetry.monitor import TrackedAttempt
 from gpudesk.paths import Home
+from gpudesk.policy.demand import DEFAULT_SM_PCT, Demand, from_hints, signature
+from gpudesk.policy.policy import RESERVE_MIB, Placement
+from gpudesk.policy.queue import JobQueue
 from gpudesk.text import safe_text
 from gpudesk.units import MIB_PER_GIB
 

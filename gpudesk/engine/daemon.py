@@ -55,7 +55,6 @@ from gpudesk.engine.loop_timing import LoopTiming
 from gpudesk.engine.metrics.exporter import MetricsExporter
 from gpudesk.engine.mps_watch import MpsWatch
 from gpudesk.engine.offloop import Busy, OffLoop, Pending
-from gpudesk.engine.placement.queue import JobQueue
 from gpudesk.engine.repartition.control import MigControl
 from gpudesk.engine.requests import EngineParts, RequestHandlers
 from gpudesk.engine.scheduler import Scheduler, mig_candidates
@@ -74,6 +73,7 @@ from gpudesk.paths import (
     HomeError,
     open_state_file,
 )
+from gpudesk.policy.queue import JobQueue
 
 log = logging.getLogger("gpudesk.engine")
 

@@ -22,9 +22,9 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from gpudesk.engine.placement.fairshare import FairShare
-from gpudesk.engine.placement.usage_ledger import UsageLedger
 from gpudesk.engine.store.database import Store
+from gpudesk.policy.fairshare import FairShare
+from gpudesk.policy.usage_ledger import UsageLedger
 
 # Assumption: a turn of the build may hold the loop for half of issue 36's 50 ms per request,
 # leaving the other half to a request that waits behind it.

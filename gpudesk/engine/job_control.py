@@ -10,10 +10,10 @@ from gpudesk.core.records import JobRecord
 from gpudesk.engine.attempts import Attempts
 from gpudesk.engine.backends.slurm import SlurmBackend
 from gpudesk.engine.events import EventPublisher
-from gpudesk.engine.placement.queue import JobQueue
 from gpudesk.engine.state import PlacementDue
 from gpudesk.engine.store.database import Store
 from gpudesk.engine.store.schema import UnknownJob
+from gpudesk.policy.queue import JobQueue
 
 
 @dataclass(frozen=True)

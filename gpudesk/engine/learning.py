@@ -29,8 +29,12 @@ from gpudesk.core.mig_profiles import compute_slices, memory_slices, table_for_g
 from gpudesk.engine import runner
 from gpudesk.engine.attempts import Attempts, LiveAttempt
 from gpudesk.engine.env_seconds import env_seconds
-from gpudesk.engine.placement.demand import DEFAULT_SM_PCT, signature
-from gpudesk.engine.placement.interference import (
+from gpudesk.engine.progress import ProgressReader
+from gpudesk.engine.store.database import Store
+from gpudesk.engine.store.model_params import AloneRate, StoredObservation
+from gpudesk.engine.telemetry_sink import TelemetrySink
+from gpudesk.policy.demand import DEFAULT_SM_PCT, signature
+from gpudesk.policy.interference import (
     FrozenTotal,
     InterferenceModel,
     KeptObservation,
@@ -40,10 +44,6 @@ from gpudesk.engine.placement.interference import (
     Workload,
     workload,
 )
-from gpudesk.engine.progress import ProgressReader
-from gpudesk.engine.store.database import Store
-from gpudesk.engine.store.model_params import AloneRate, StoredObservation
-from gpudesk.engine.telemetry_sink import TelemetrySink
 
 log = logging.getLogger("gpudesk.engine")
 

@@ -49,10 +49,6 @@ from gpudesk.engine.loop_timing import LoopTiming
 from gpudesk.engine.metrics.exporter import MetricsExporter
 from gpudesk.engine.mps_watch import MpsWatch
 from gpudesk.engine.offloop import Busy, Later, OffLoop, Pending
-from gpudesk.engine.placement.interference import LearnedParam
-from gpudesk.engine.placement.policies import make_policy
-from gpudesk.engine.placement.policy import gpu_job_impossible
-from gpudesk.engine.placement.queue import JobQueue
 from gpudesk.engine.repartition.control import MigControl
 from gpudesk.engine.repartition.station import MigApplyRefused
 from gpudesk.engine.scheduler import Scheduler
@@ -66,6 +62,10 @@ from gpudesk.engine.tracking.available import missing_for
 from gpudesk.engine.tracking.tracker import Tracking
 from gpudesk.hw.mig.nvidia_smi import LayoutError, MigError, MigUsageError
 from gpudesk.paths import Home
+from gpudesk.policy.interference import LearnedParam
+from gpudesk.policy.policies import make_policy
+from gpudesk.policy.policy import gpu_job_impossible
+from gpudesk.policy.queue import JobQueue
 from gpudesk.redact import redact_secrets
 from gpudesk.slurm import logs as slurm_logs
 from gpudesk.slurm.as_owner import acts_for_other

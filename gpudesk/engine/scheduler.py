@@ -17,21 +17,9 @@ from gpudesk.engine.activity import EngineActivity
 from gpudesk.engine.attempts import Attempts
 from gpudesk.engine.events import EventPublisher
 from gpudesk.engine.fair_usage import FairUsage
+from gpudesk.engine.gpu_states import gpu_states
 from gpudesk.engine.learning import StationLearning
 from gpudesk.engine.mps_watch import MpsWatch
-from gpudesk.engine.placement.demand import Demand
-from gpudesk.engine.placement.fairshare import (
-    FairShare,
-    ahead_by_fair_share,
-    fair_key,
-    fair_order,
-    several_users,
-)
-from gpudesk.engine.placement.gpu_states import gpu_states
-from gpudesk.engine.placement.policies import make_policy
-from gpudesk.engine.placement.policy import Decision, PlacementPolicy, StationView
-from gpudesk.engine.placement.queue import JobQueue
-from gpudesk.engine.placement.schedule_pass import schedule_pass
 from gpudesk.engine.repartition.control import MigControl
 from gpudesk.engine.repartition.planner import QueuedDemand
 from gpudesk.engine.state import CurrentStation, PlacementDue
@@ -39,6 +27,18 @@ from gpudesk.engine.store.database import Store
 from gpudesk.engine.telemetry_sink import TelemetrySink
 from gpudesk.engine.tracking.tracker import Tracking
 from gpudesk.hw.mig.nvidia_smi import MigError
+from gpudesk.policy.demand import Demand
+from gpudesk.policy.fairshare import (
+    FairShare,
+    ahead_by_fair_share,
+    fair_key,
+    fair_order,
+    several_users,
+)
+from gpudesk.policy.policies import make_policy
+from gpudesk.policy.policy import Decision, PlacementPolicy, StationView
+from gpudesk.policy.queue import JobQueue
+from gpudesk.policy.schedule_pass import schedule_pass
 
 # How long usage_by_user's answer is kept while no attempt starts or ends: what running attempts
 # accrue in that time (1/60 GPU-h per GPU) cannot reorder users whose usage differs by more.

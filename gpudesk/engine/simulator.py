@@ -39,8 +39,15 @@ from gpudesk.core.mig_profiles import (
 )
 from gpudesk.core.records import JobRecord
 from gpudesk.core.station import StationConfig
-from gpudesk.engine.placement.demand import PEAK_SETTLED_S, Demand, reservation
-from gpudesk.engine.placement.interference import (
+from gpudesk.engine.repartition.payoff import RECONFIG_S, choose_layouts
+from gpudesk.engine.repartition.planner import GpuMigState, QueuedDemand
+from gpudesk.engine.repartition.planner import simulated_profiles as planner_profiles
+from gpudesk.engine.repartition.station import SIMULATED_NVIDIA_SMI
+from gpudesk.examples import bundled
+from gpudesk.hw.mig.manager import MigManager
+from gpudesk.hw.telemetry.sim import STATIONS, GpuModel
+from gpudesk.policy.demand import PEAK_SETTLED_S, Demand, reservation
+from gpudesk.policy.interference import (
     DEFAULT_PARAMS,
     InterferenceModel,
     Learner,
@@ -52,8 +59,8 @@ from gpudesk.engine.placement.interference import (
     shared_rates,
     workload,
 )
-from gpudesk.engine.placement.policies import make_policy
-from gpudesk.engine.placement.policy import (
+from gpudesk.policy.policies import make_policy
+from gpudesk.policy.policy import (
     RESERVE_MIB,
     Decision,
     GpuState,
@@ -62,14 +69,7 @@ from gpudesk.engine.placement.policy import (
     StationView,
     Tenant,
 )
-from gpudesk.engine.placement.schedule_pass import schedule_pass
-from gpudesk.engine.repartition.payoff import RECONFIG_S, choose_layouts
-from gpudesk.engine.repartition.planner import GpuMigState, QueuedDemand
-from gpudesk.engine.repartition.planner import simulated_profiles as planner_profiles
-from gpudesk.engine.repartition.station import SIMULATED_NVIDIA_SMI
-from gpudesk.examples import bundled
-from gpudesk.hw.mig.manager import MigManager
-from gpudesk.hw.telemetry.sim import STATIONS, GpuModel
+from gpudesk.policy.schedule_pass import schedule_pass
 from gpudesk.units import J_PER_KWH, MIB_PER_GB, MIB_PER_GIB, S_PER_HOUR
 
 # SM activity of a job running alone, by the trace's class, where the trace gives no `sm_pct`;

@@ -21,7 +21,7 @@ compared before fair share.
 
 from __future__ import annotations
 
-from gpudesk.engine.placement.queue import JobQueue
+from gpudesk.policy.queue import JobQueue
 
 DEFAULT_PRIORITY = 0  # JobSpec's default: the highest a member may give her own jobs
 

@@ -14,12 +14,12 @@ from conftest import EngineHandle
 from gpudesk.core.jobs import JobState
 from gpudesk.core.mig_profiles import compute_slices
 from gpudesk.core.records import JobRecord
-from gpudesk.engine.placement.policies import make_policy
-from gpudesk.engine.placement.policy import GpuState, MigSlice, StationView
 from gpudesk.hw.mps import MpsManager
 from gpudesk.hw.telemetry.backend import make_backend
 from gpudesk.hw.telemetry.monitor import Monitor
 from gpudesk.paths import Home
+from gpudesk.policy.policies import make_policy
+from gpudesk.policy.policy import GpuState, MigSlice, StationView
 from gpudesk.profile import load_profile
 
 FAKES = Path(__file__).resolve().parents[1] / "fakes"

@@ -76,7 +76,7 @@ def test_the_model_comparison_feeds_each_job_alone_to_the_model_and_scores_its_r
     """bench/pairs_model.py on a hand-made result: two jobs alone at 60 % and 30 % SM activity
     (occupancy 20 % and 10 %), measured at 0.9 and 0.7 together under MPS; its predictions are
     the placement model's own and its RMS is over both jobs."""
-    from gpudesk.engine.placement.interference import DEFAULT_PARAMS, Workload, shared_rates
+    from gpudesk.policy.interference import DEFAULT_PARAMS, Workload, shared_rates
 
     def alone(name: str, sm: float, occ: float) -> dict[str, object]:
         gpm = {"sm_util": sm, "sm_occupancy": occ, "dram_bw_util": 10.0}

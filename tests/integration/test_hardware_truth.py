@@ -13,7 +13,7 @@ from types import ModuleType, SimpleNamespace
 
 import pytest
 
-from gpudesk.engine.placement.interference import DEFAULT_PARAMS, Workload, shared_rates
+from gpudesk.policy.interference import DEFAULT_PARAMS, Workload, shared_rates
 
 SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "hardware_truth.py"
 FAST_CHECKS = ("--only", "environment,calibrate", "--budget-s", "120")

@@ -19,13 +19,13 @@ import pytest
 from conftest import EngineHandle, Run, wait_for
 
 from gpudesk.api import Client
-from gpudesk.engine.placement.interference import (
+from gpudesk.paths import Home
+from gpudesk.policy.interference import (
     DEFAULT_PARAMS,
     PRIOR_WEIGHT,
     Observation,
     Workload,
 )
-from gpudesk.paths import Home
 
 WATCHED = """
 import os, sys, time

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from gpudesk.engine.placement.calibration import (
+from gpudesk.policy.calibration import (
     INTENSITIES,
     PAIRS,
     CalibrationError,
@@ -23,7 +23,7 @@ from gpudesk.engine.placement.calibration import (
     sim_slices,
     simulate_measurements,
 )
-from gpudesk.engine.placement.interference import DEFAULT_PARAMS, ModelParams
+from gpudesk.policy.interference import DEFAULT_PARAMS, ModelParams
 
 H100 = "NVIDIA H100 80GB HBM3"
 GPUDESK = [sys.executable, "-m", "gpudesk"]

@@ -12,25 +12,25 @@ from test_jobs_protocol_policy import record  # same folder: on sys.path under p
 
 from gpudesk.core.records import JobRecord
 from gpudesk.core.station import StationConfig
-from gpudesk.engine.placement.collocation import CarmaPolicy, SharingPolicy, _Frontier
-from gpudesk.engine.placement.demand import (
+from gpudesk.engine.simulator import Simulation, TraceError, load_trace, simulate
+from gpudesk.hw.telemetry.energy import AttemptUsage
+from gpudesk.policy.collocation import CarmaPolicy, SharingPolicy, _Frontier
+from gpudesk.policy.demand import (
     MARGIN_MIB,
     PEAK_SETTLED_S,
     Demand,
     from_hints,
     reservation,
 )
-from gpudesk.engine.placement.interference import InterferenceModel, Learner
-from gpudesk.engine.placement.policies import make_policy
-from gpudesk.engine.placement.policy import (
+from gpudesk.policy.interference import InterferenceModel, Learner
+from gpudesk.policy.policies import make_policy
+from gpudesk.policy.policy import (
     RESERVE_MIB,
     GpuState,
     MigSlice,
     StationView,
     Tenant,
 )
-from gpudesk.engine.simulator import Simulation, TraceError, load_trace, simulate
-from gpudesk.hw.telemetry.energy import AttemptUsage
 
 TRACE = Path(__file__).resolve().parents[2] / "traces" / "carma-philly-t1.json"
 GIB = 1024.0

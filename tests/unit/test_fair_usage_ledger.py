@@ -15,8 +15,8 @@ from gpudesk.core.identity import Identity
 from gpudesk.core.jobs import JobSpec, JobState
 from gpudesk.core.records import AttemptRecord
 from gpudesk.engine.fair_usage import FairUsage
-from gpudesk.engine.placement.fairshare import FairShare, usage_by_user
 from gpudesk.engine.store.database import Store
+from gpudesk.policy.fairshare import FairShare, usage_by_user
 
 HOUR = 3600.0
 # A short half-life, so that a test's hours cross the horizon (20 half-lives: 20 h here).

@@ -10,8 +10,8 @@ from gpudesk.core import protocol
 from gpudesk.core.jobs import JobSpec, JobState, SpecError, check_transition
 from gpudesk.core.records import JobRecord
 from gpudesk.core.station import StationConfig
-from gpudesk.engine.placement.policies import make_policy
-from gpudesk.engine.placement.policy import FifoPolicy, StationView
+from gpudesk.policy.policies import make_policy
+from gpudesk.policy.policy import FifoPolicy, StationView
 
 
 def record(

@@ -21,37 +21,52 @@ PLANTS = [
     (
         "core/jobs.py",
         "import gpudesk.engine.daemon",
-        "cli -> desk | plots -> api -> engine -> slurm | hw -> core",
+        "cli -> desk | plots -> api -> engine -> policy | slurm | hw",
     ),
     (
         "api/models.py",
         "import gpudesk.engine.store",
-        "The client library, the profile parser and the Slurm and",
+        "The client library, the profile parser and the libraries",
     ),
     (
         "profile.py",
         "import gpudesk.engine.scheduler",
-        "The client library, the profile parser and the Slurm and",
+        "The client library, the profile parser and the libraries",
     ),
     (
         "slurm/script.py",
         "import gpudesk.engine.store",
-        "The client library, the profile parser and the Slurm and",
+        "The client library, the profile parser and the libraries",
     ),
     (
         "hw/mps.py",
         "import gpudesk.engine.store",
-        "The client library, the profile parser and the Slurm and",
+        "The client library, the profile parser and the libraries",
     ),
     (
         "hw/containment.py",
         "import gpudesk.slurm.commands",  # two libraries side by side import neither
-        "cli -> desk | plots -> api -> engine -> slurm | hw -> core",
+        "cli -> desk | plots -> api -> engine -> policy | slurm | hw",
+    ),
+    (
+        "policy/fairshare.py",
+        "import gpudesk.engine.scheduler",
+        "The client library, the profile parser and the libraries",
+    ),
+    (
+        "policy/interference.py",
+        "import gpudesk.hw.mps",  # the brain needs no hardware driver
+        "cli -> desk | plots -> api -> engine -> policy | slurm | hw",
+    ),
+    (
+        "policy/queue.py",
+        "import torch",
+        "The scheduling brain (policy) imports no UI, CLI, torch",
     ),
     (
         "core/protocol.py",
         "import gpudesk.slurm.request",
-        "cli -> desk | plots -> api -> engine -> slurm | hw -> core",
+        "cli -> desk | plots -> api -> engine -> policy | slurm | hw",
     ),
     (
         "core/cluster.py",

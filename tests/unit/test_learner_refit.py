@@ -10,7 +10,7 @@ from dataclasses import replace
 
 import pytest
 
-from gpudesk.engine.placement.interference import (
+from gpudesk.policy.interference import (
     DEFAULT_PARAMS,
     PARAM_NAMES,
     PRIOR_WEIGHT,

@@ -14,7 +14,11 @@ from typing import Any
 import pytest
 
 from gpudesk.engine.learning import StationLearning, observation_from_dict
-from gpudesk.engine.placement.interference import (
+from gpudesk.engine.progress import MAX_LINE_BYTES, ProgressReader, parse_progress
+from gpudesk.engine.store.database import Store
+from gpudesk.engine.store.model_params import ParamTotal, StoredObservation
+from gpudesk.engine.store.schema import MIGRATIONS
+from gpudesk.policy.interference import (
     DEFAULT_PARAMS,
     PARAM_NAMES,
     PRIOR_WEIGHT,
@@ -23,10 +27,6 @@ from gpudesk.engine.placement.interference import (
     Observation,
     Workload,
 )
-from gpudesk.engine.progress import MAX_LINE_BYTES, ProgressReader, parse_progress
-from gpudesk.engine.store.database import Store
-from gpudesk.engine.store.model_params import ParamTotal, StoredObservation
-from gpudesk.engine.store.schema import MIGRATIONS
 
 A100 = "NVIDIA A100-SXM4-40GB"
 

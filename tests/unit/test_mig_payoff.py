@@ -7,7 +7,6 @@ from __future__ import annotations
 import pytest
 from test_mig_planner import a100, job
 
-from gpudesk.engine.placement.interference import DEFAULT_PARAMS, ModelParams
 from gpudesk.engine.repartition.payoff import (
     HORIZON_S,
     RECONFIG_S,
@@ -18,6 +17,7 @@ from gpudesk.engine.repartition.payoff import (
 )
 from gpudesk.engine.repartition.planner import GpuMigState, QueuedDemand
 from gpudesk.hw.mig.manager import MigManager
+from gpudesk.policy.interference import DEFAULT_PARAMS, ModelParams
 
 
 def choose(gpus: list[GpuMigState], queue: list[QueuedDemand]) -> list[LayoutChoice]:

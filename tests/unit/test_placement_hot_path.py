@@ -11,15 +11,15 @@ from hypothesis import strategies as st
 from gpudesk.core.jobs import JobSpec, JobState
 from gpudesk.core.records import JobRecord
 from gpudesk.core.station import StationConfig
-from gpudesk.engine.placement.collocation import SharingPolicy
-from gpudesk.engine.placement.interference import (
+from gpudesk.policy.collocation import SharingPolicy
+from gpudesk.policy.interference import (
     DEFAULT_PARAMS,
     Joining,
     Workload,
     predict_join,
     workload,
 )
-from gpudesk.engine.placement.policy import GpuState, MigSlice, StationView, Tenant
+from gpudesk.policy.policy import GpuState, MigSlice, StationView, Tenant
 
 share = st.floats(0.0, 1.0, allow_nan=False)
 cap = st.one_of(st.none(), st.floats(0.05, 1.0, allow_nan=False))

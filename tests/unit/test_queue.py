@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from gpudesk.core.jobs import JobSpec, JobState
 from gpudesk.core.records import JobRecord
-from gpudesk.engine.placement.queue import JobQueue
+from gpudesk.policy.queue import JobQueue
 
 
 def job(job_id: int, priority: int = 0) -> JobRecord:

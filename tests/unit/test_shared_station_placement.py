@@ -11,15 +11,15 @@ from test_collocation import gpu, job, station, tenant
 
 from gpudesk.core.identity import Identity, user_name
 from gpudesk.core.records import JobRecord, UsageSpan
-from gpudesk.engine.placement.collocation import CarmaPolicy, SharingPolicy
-from gpudesk.engine.placement.fairshare import (
+from gpudesk.policy.collocation import CarmaPolicy, SharingPolicy
+from gpudesk.policy.fairshare import (
     FairShare,
     ahead_by_fair_share,
     decayed_hours,
     fair_order,
     usage_by_user,
 )
-from gpudesk.engine.placement.policy import GpuState, Tenant
+from gpudesk.policy.policy import GpuState, Tenant
 
 ADA, BOB = 61001, 61002  # uids no test user has: named by their digits
 HOUR = 3600.0

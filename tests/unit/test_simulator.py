@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 
-from gpudesk.engine.placement.interference import DEFAULT_PARAMS, ModelParams, params_from_json
 from gpudesk.engine.simulator import (
     Simulation,
     TraceError,
@@ -19,6 +18,7 @@ from gpudesk.engine.simulator import (
     load_truth,
     parse_mig,
 )
+from gpudesk.policy.interference import DEFAULT_PARAMS, ModelParams, params_from_json
 
 A100_40 = "NVIDIA A100-SXM4-40GB"
 H100 = "NVIDIA H100 80GB HBM3"
@@ -171,7 +171,7 @@ def test_bad_percentages_are_trace_errors(tmp_path: Path) -> None:
 
 
 def test_a_thread_cap_slows_a_job_alone(tmp_path: Path) -> None:
-    from gpudesk.engine.placement.policy import Placement
+    from gpudesk.policy.policy import Placement
 
     sim = Simulation(load_trace(write_trace(tmp_path, [{"sm_pct": 30}])), policy="mps")
     run = sim.runs[0]

@@ -1,6 +1,6 @@
 """A job that cannot start on the station as its GPUs are set up now: the policies hold no GPU
 for it, CARMA's queue does not block behind it, and its reason names the change that would let
-it start (gpudesk.engine.placement.station_fit)."""
+it start (gpudesk.policy.station_fit)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import dataclasses
 
 from test_placement_hot_path import GIB, SLICES, _gpu, _job, _station
 
-from gpudesk.engine.placement.collocation import CarmaPolicy, SharingPolicy
-from gpudesk.engine.placement.policy import (
+from gpudesk.policy.collocation import CarmaPolicy, SharingPolicy
+from gpudesk.policy.policy import (
     RESERVE_MIB,
     FifoPolicy,
     GpuState,

@@ -11,7 +11,6 @@ from test_jobs_protocol_policy import record  # same folder: on sys.path under p
 
 from gpudesk.core.backend_names import check_backend_name, parse_sim_name
 from gpudesk.core.station import StationConfig
-from gpudesk.engine.placement.policy import FifoPolicy, GpuState, StationView, Tenant
 from gpudesk.hw.telemetry.backend import make_backend
 from gpudesk.hw.telemetry.energy import (
     AttemptUsage,
@@ -39,6 +38,7 @@ from gpudesk.hw.telemetry.monitor import (
 )
 from gpudesk.hw.telemetry.rapl import RaplReader
 from gpudesk.hw.telemetry.sim import SimBackend
+from gpudesk.policy.policy import FifoPolicy, GpuState, StationView, Tenant
 from gpudesk.units import carbon_g
 
 

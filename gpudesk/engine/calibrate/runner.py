@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from gpudesk.core.mig_profiles import compute_slices, memory_slices, table_for_gpu
-from gpudesk.engine.placement.calibration import (
+from gpudesk.policy.calibration import (
     AloneMeasurement,
     Measurements,
     MigSlice,

@@ -15,7 +15,6 @@ from typing import Any
 
 from gpudesk.core.mig_records import MigSlot
 from gpudesk.core.station import StationConfig
-from gpudesk.engine.placement.interference import ModelParams
 from gpudesk.engine.repartition.payoff import choose_layouts
 from gpudesk.engine.repartition.planner import MigPlan, QueuedDemand
 from gpudesk.engine.repartition.station import (
@@ -30,6 +29,7 @@ from gpudesk.engine.state import CurrentStation
 from gpudesk.engine.store.database import Store
 from gpudesk.engine.telemetry_sink import TelemetrySink
 from gpudesk.hw.mig.nvidia_smi import MigError, MigUsageError
+from gpudesk.policy.interference import ModelParams
 
 log = logging.getLogger("gpudesk.engine")
 

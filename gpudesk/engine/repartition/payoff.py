@@ -31,8 +31,6 @@ from dataclasses import dataclass
 
 from gpudesk.core.mig_profiles import memory_slices, table_for_gpu
 from gpudesk.core.mig_records import GiProfile
-from gpudesk.engine.placement.collocation import SliceOption, best_slice
-from gpudesk.engine.placement.interference import ModelParams, mig_rate, workload
 from gpudesk.engine.repartition.planner import (
     GpuMigState,
     MigPlan,
@@ -42,6 +40,8 @@ from gpudesk.engine.repartition.planner import (
     spare_profiles,
 )
 from gpudesk.hw.mig.manager import MigManager
+from gpudesk.policy.collocation import SliceOption, best_slice
+from gpudesk.policy.interference import ModelParams, mig_rate, workload
 
 # Assumption: destroying and creating GPU and compute instances on an idle GPU through
 # nvidia-smi keeps it unusable for about this long (no published figure; a few nvidia-smi calls

@@ -34,7 +34,6 @@ from gpudesk.core.jobs import JobState
 from gpudesk.core.records import JobRecord
 from gpudesk.engine import runner
 from gpudesk.engine.env_seconds import env_seconds
-from gpudesk.engine.placement.policy import Placement
 from gpudesk.engine.state import PlacementDue
 from gpudesk.engine.store.database import Store
 from gpudesk.engine.store.tracking import TrackingRow
@@ -43,6 +42,7 @@ from gpudesk.engine.tracking import content, messages
 from gpudesk.engine.tracking.replies import Complaints, EventBudget
 from gpudesk.engine.tracking.sidecar import Sidecar
 from gpudesk.paths import Home, user_name
+from gpudesk.policy.policy import Placement
 from gpudesk.redact import redact_secrets
 from gpudesk.results import TAIL_BYTES
 from gpudesk.text import safe_text

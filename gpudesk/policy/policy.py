@@ -15,7 +15,7 @@ from typing import Any, Generic, Protocol, TypeVar, overload
 
 from gpudesk.core.records import JobRecord
 from gpudesk.core.station import StationConfig
-from gpudesk.engine.placement.interference import PRIOR_MODEL, InterferenceModel
+from gpudesk.policy.interference import PRIOR_MODEL, InterferenceModel
 from gpudesk.units import MIB_PER_GIB, gib
 
 RESERVE_MIB = 512.0  # kept free on every GPU (driver, fragmentation)

@@ -10,10 +10,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpudesk.core.mig_profiles import compute_slices, short_name
-from gpudesk.engine.placement.demand import reservation
-from gpudesk.engine.placement.policy import GpuState, MigSlice, Tenant
 from gpudesk.hw.telemetry.energy import AttemptUsage
 from gpudesk.hw.telemetry.monitor import Monitor
+from gpudesk.policy.demand import reservation
+from gpudesk.policy.policy import GpuState, MigSlice, Tenant
 
 SM_WINDOW_SAMPLES = 30  # "recent SM activity" for placement: CARMA's 30-sample window
 

@@ -33,7 +33,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from gpudesk.core.records import UsageSpan
-from gpudesk.engine.placement.fairshare import SECONDS_PER_HOUR, FairShare, span_usage
+from gpudesk.policy.fairshare import SECONDS_PER_HOUR, FairShare, span_usage
 
 
 @dataclass

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from gpudesk.core.mig_profiles import CARVED_PROFILES, MigProfile, table_for_gpu
-from gpudesk.engine.placement.policy import (
+from gpudesk.policy.policy import (
     RESERVE_MIB,
     GpuState,
     StationView,

@@ -3,11 +3,11 @@ accept, and the policy object each name makes."""
 
 from __future__ import annotations
 
-from gpudesk.engine.placement.collocation import make_sharing_policy
-from gpudesk.engine.placement.policy import FifoPolicy, PlacementPolicy
+from gpudesk.policy.collocation import make_sharing_policy
+from gpudesk.policy.policy import FifoPolicy, PlacementPolicy
 
 # "fifo" is whole GPUs, first come first served; the others are collocation-aware
-# (gpudesk.engine.placement.collocation): "auto" picks a sharing mode per job, "exclusive",
+# (gpudesk.policy.collocation): "auto" picks a sharing mode per job, "exclusive",
 # "naive", "mps" and "mig" force one, and "carma" is the published baseline.
 POLICY_NAMES = ("fifo", "auto", "exclusive", "naive", "mps", "mig", "carma")
 

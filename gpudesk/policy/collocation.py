@@ -40,7 +40,7 @@ from typing import Generic, TypeVar
 from gpudesk.core.identity import user_name
 from gpudesk.core.mig_profiles import COMPUTE_SLICES, MEMORY_SLICES, memory_slices
 from gpudesk.core.records import JobRecord
-from gpudesk.engine.placement.demand import (
+from gpudesk.policy.demand import (
     HEAVY_SM_PCT,
     MARGIN_MIB,
     Demand,
@@ -48,7 +48,7 @@ from gpudesk.engine.placement.demand import (
     hinted,
     margin_mib,
 )
-from gpudesk.engine.placement.interference import (
+from gpudesk.policy.interference import (
     Joining,
     ModelParams,
     Prediction,
@@ -56,7 +56,7 @@ from gpudesk.engine.placement.interference import (
     mig_rate,
     workload,
 )
-from gpudesk.engine.placement.policy import (
+from gpudesk.policy.policy import (
     RESERVE_MIB,
     Alternative,
     Decision,
@@ -72,7 +72,7 @@ from gpudesk.engine.placement.policy import (
     gpu_job_impossible,
     queued_before,
 )
-from gpudesk.engine.placement.station_fit import (
+from gpudesk.policy.station_fit import (
     AsIs,
     Ask,
     MigRules,

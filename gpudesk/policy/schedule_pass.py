@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from gpudesk.engine.placement.policy import Decision
+from gpudesk.policy.policy import Decision
 
 
 def schedule_pass(

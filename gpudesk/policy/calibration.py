@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from gpudesk.core.mig_profiles import COMPUTE_SLICES, table_for_gpu
-from gpudesk.engine.placement.interference import (
+from gpudesk.policy.interference import (
     DEFAULT_PARAMS,
     PARAM_NAMES,
     ModelParams,
