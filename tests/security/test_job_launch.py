@@ -26,7 +26,7 @@ SHARED = Path(__file__).resolve().parent.parent / "shared"
 sys.path.insert(0, str(SHARED))  # the station fixture and its raw client live beside its tests
 from station_fixture import Station, make_station  # noqa: E402
 
-from gpudesk.engine import trust  # noqa: E402
+from gpudesk import trust  # noqa: E402
 
 # A library whose constructor leaves a mark of the uid it ran as: as root in ROOT_MARK, as
 # anyone else in USER_MARK (proof that the job itself still got her LD_PRELOAD).

@@ -11,7 +11,8 @@ import pytest
 
 from gpudesk.selection.apply import PROBE_SAMPLES, DatasetIndex, select
 from gpudesk.selection.cache import SelectionCache
-from gpudesk.selection.presets import PresetError, keep_count, rs2_subset
+from gpudesk.selection.preset_names import PresetError
+from gpudesk.selection.presets import keep_count, rs2_subset
 from gpudesk.workloads.data import load_digits
 
 
