@@ -1,12 +1,5 @@
-"""One interface over the GPU backends, chosen by name (`GPUDESK_BACKEND` or the station config).
-
-    nvml                     the real GPUs, through nvidia-ml-py
-    sim:dgx-station-a100     4 x A100-SXM4-40GB, simulated
-    sim:a100-40gb, sim:a100-80gb, sim:h100, sim:h200
-                             one A100 40GB / A100 80GB / H100 / H200, simulated
-    sim:MODELxN              N of a simulated model (sim:h100x8), for planning and benchmarks
-    none                     no GPUs: host readings only
-    auto                     nvml when a driver answers, else none
+"""One interface over the GPU backends, chosen by name (`GPUDESK_BACKEND` or the station config;
+the names and what each means: gpudesk.core.backend_names).
 
 A backend never raises from `read()` because one metric or one device failed: what it cannot read
 is None (and listed in `unavailable`), a lost device is marked lost. Only `open()` raises, with
