@@ -387,6 +387,10 @@ def check_metrics(run: Run) -> dict[str, Any]:
         }
     finally:
         run.cmd(gpudesk("cancel", "--grace", "2", "metrics-load"), 20, env=env)
+        # stopped only once the job has ended and the engine has quit its MPS daemon: an
+        # engine stopped first leaves the daemon running for good
+        run.cmd(gpudesk("wait", "metrics-load", "--timeout", "20"), 30, env=env)
+        result["mps_retired"] = mps_retired(home)
         result["stop"] = tail(run.cmd(gpudesk("engine", "stop"), 30, env=env))
     return result
 
@@ -691,14 +695,9 @@ def run_policy(run: Run, policy: str, device: str, epochs: int, meter: Meter) ->
     roots = tuple(mps_roots(home))
     ours = [p for p in seen.values() if str(p.get("pipe_dir")).startswith(roots)]
     quit_after = None
-    if ours:  # the engine quits a drained GPU's daemon: how long after the jobs ended
-        waited = time.time()
-        while time.time() - waited < 30 and any(
-            str(p.get("pipe_dir")).startswith(roots) for p in mps_processes()
-        ):
-            time.sleep(0.25)
-        if not any(str(p.get("pipe_dir")).startswith(roots) for p in mps_processes()):
-            quit_after = round(time.time() - (max(ends) if ends else ended), 2)
+    # the engine quits a drained GPU's daemon: how long after the jobs ended
+    if ours and mps_retired(home):
+        quit_after = round(time.time() - (max(ends) if ends else ended), 2)
     stop = run.cmd(gpudesk("engine", "stop"), 30, env=env)
     return {
         "profile": profile.read_text(),
@@ -718,6 +717,18 @@ def run_policy(run: Run, policy: str, device: str, epochs: int, meter: Meter) ->
         "mps_gone_after_s": quit_after,
         "engine_stop": stop.get("stdout", "").strip() or stop.get("stderr_tail"),
     }
+
+
+def mps_retired(home: Path, seconds: float = 30.0) -> bool:
+    """Wait (at most `seconds`) for the engine to quit this home's MPS daemons, which it does
+    once their GPU has no job left; whether they are gone."""
+    roots = tuple(mps_roots(home))
+    waited = time.time()
+    while time.time() - waited < seconds:
+        if not any(str(p.get("pipe_dir")).startswith(roots) for p in mps_processes()):
+            return True
+        time.sleep(0.25)
+    return False
 
 
 def mps_roots(home: Path) -> list[str]:

@@ -140,6 +140,7 @@ def test_the_metrics_check_scrapes_an_engine_of_its_own_beside_nvidia_smi(tmp_pa
     metrics = json.loads((out / "hardware_truth.json").read_text())["checks"]["metrics"]
     assert "error" not in metrics, metrics.get("error")
     assert metrics["set"]["rc"] == 0 and metrics["stop"]["rc"] == 0
+    assert metrics["mps_retired"] is True  # the check leaves no MPS daemon behind
     module = load_script()
     assert set(module.SMI_FOR_DCGM) <= set(metrics["families"])
     assert len(metrics["samples"]) == module.METRICS_SAMPLES
