@@ -1,6 +1,6 @@
 """The names of the telemetry backends a station may run on (`GPUDESK_BACKEND`, `[station]
-backend`): their grammar and checks. The backends themselves are the engine's
-(gpudesk.hw.telemetry.backend); the simulated models live in gpudesk.hw.telemetry.sim.
+backend`): their grammar and checks. The backends themselves are gpudesk.hw.telemetry's; the
+simulated GPU models are gpudesk.core.gpu_models.
 
     nvml                     the real GPUs, through nvidia-ml-py
     sim:dgx-station-a100     4 x A100-SXM4-40GB, simulated
@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import re
 
+from gpudesk.core.gpu_models import STATIONS
+
 SIM_PREFIX = "sim:"
-# The simulated stations a user can name; the models themselves live in telemetry.sim.
-SIM_STATIONS = ("dgx-station-a100", "a100-40gb", "a100-80gb", "h100", "h200")
+# The simulated stations a user can name: the catalogue's (gpudesk.core.gpu_models).
+SIM_STATIONS = tuple(STATIONS)
 MAX_SIM_GPUS = 64
 BACKEND_NAMES = ("auto", "nvml", "none", *(SIM_PREFIX + s for s in SIM_STATIONS))
 _SIM_COUNT = re.compile(r"^sim:(?P<model>[a-z0-9-]+?)x(?P<count>[0-9]{1,2})$")

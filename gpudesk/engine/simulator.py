@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from gpudesk.core.backend_names import check_backend_name, parse_sim_name
+from gpudesk.core.gpu_models import STATIONS, GpuModel
 from gpudesk.core.jobs import JobSpec
 from gpudesk.core.mig_profiles import (
     COMPUTE_SLICES,
@@ -45,7 +46,6 @@ from gpudesk.engine.repartition.planner import simulated_profiles as planner_pro
 from gpudesk.engine.repartition.station import SIMULATED_NVIDIA_SMI
 from gpudesk.examples import bundled
 from gpudesk.hw.mig.manager import MigManager
-from gpudesk.hw.telemetry.sim import STATIONS, GpuModel
 from gpudesk.policy.demand import PEAK_SETTLED_S, Demand, reservation
 from gpudesk.policy.interference import (
     DEFAULT_PARAMS,

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from gpudesk.core.gpu_models import A100_SXM4_40GB, H100_SXM5_80GB
 from gpudesk.core.mig_profiles import SliceSpan
 from gpudesk.core.mig_records import GiProfile
 from gpudesk.core.station import StationConfig
@@ -29,7 +30,6 @@ from gpudesk.engine.repartition.planner import (
 )
 from gpudesk.hw.mig import layout, nvidia_smi
 from gpudesk.hw.mig.manager import MigManager
-from gpudesk.hw.telemetry.sim import A100_SXM4_40GB, H100_SXM5_80GB
 from gpudesk.policy.policy import RESERVE_MIB
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "nvidia-smi" / "a100-40gb"

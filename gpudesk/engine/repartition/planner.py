@@ -28,12 +28,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from gpudesk.core.gpu_models import GpuModel
 from gpudesk.core.mig_profiles import COMPUTE_SLICES, SliceSpan, table_for_gpu
 from gpudesk.core.mig_records import GiProfile, MigMode
 from gpudesk.hw.mig.layout import plan_layout
 from gpudesk.hw.mig.manager import MigManager
 from gpudesk.hw.mig.nvidia_smi import LayoutError, enable_hint, mig_mode_message
-from gpudesk.hw.telemetry.sim import GpuModel
 from gpudesk.policy.policy import RESERVE_MIB
 from gpudesk.units import MIB_PER_GIB
 
