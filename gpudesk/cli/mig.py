@@ -1,6 +1,6 @@
 """`gpudesk mig`: MIG partitions through nvidia-smi. `profiles`, `list`, `apply` and `clear` need
 nothing but nvidia-smi: no engine, no NVML. `plan` and `apply-plan` ask the engine for the layout
-its queue would want (gpudesk.engine.repartition.planner) and apply it through the engine."""
+its queue would want (gpudesk.policy.mig_planner) and apply it through the engine."""
 
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ GpuOption = Annotated[
 
 @contextmanager
 def _mig_errors() -> Iterator[None]:
-    from gpudesk.hw.mig.nvidia_smi import MigError, MigUsageError
+    from gpudesk.core.mig_layout import MigError, MigUsageError
 
     try:
         yield
@@ -176,7 +176,7 @@ def _simulated_profiles(
 def _read_profiles(gpu: int | None) -> tuple[list[_GpuProfiles], list[_Skipped]]:
     """Each asked-for GPU's profiles; with no `--gpu`, GPUs not in MIG mode are skipped with
     the reason (an error only when none is in MIG mode)."""
-    from gpudesk.hw.mig.layout import derive_placements
+    from gpudesk.core.mig_layout import derive_placements
     from gpudesk.hw.mig.manager import MigManager
     from gpudesk.hw.mig.nvidia_smi import MIG_MODE_KINDS, NvidiaSmiError
 

@@ -124,10 +124,9 @@ def simulated_profiles(
 ) -> tuple[list[GiProfile], dict[int, tuple[SliceSpan, ...]]]:
     """A simulated GPU's instance profiles as `nvidia-smi mig -lgip` would list them, each with
     how many more instances fit beside its current layout, and their placements."""
+    from gpudesk.core.mig_layout import MigError, plan_layout
     from gpudesk.core.mig_profiles import table_for_gpu
     from gpudesk.core.mig_records import GiProfile
-    from gpudesk.hw.mig.layout import plan_layout
-    from gpudesk.hw.mig.nvidia_smi import MigError
     from gpudesk.units import MIB_PER_GIB
 
     table = [p for p in table_for_gpu(plan.name) if p.simulated]

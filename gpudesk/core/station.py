@@ -255,7 +255,7 @@ class StationConfig:
 
     @property
     def repartitions_on_its_own(self) -> bool:
-        """Whether the engine gives idle MIG-mode GPUs new layouts itself (repartition.payoff):
+        """Whether the engine gives idle MIG-mode GPUs new layouts itself (policy.mig_payoff):
         with `mig_repartition`, under the policies that place jobs on MIG slices. A forced
         mode never changes a layout on its own; `gpudesk mig apply-plan` does it by hand."""
         return self.mig_repartition and self.policy in REPARTITIONING_POLICIES

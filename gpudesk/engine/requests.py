@@ -28,6 +28,7 @@ from gpudesk.core.jobs import (
     check_env,
     check_priority,
 )
+from gpudesk.core.mig_layout import LayoutError, MigError, MigUsageError
 from gpudesk.core.protocol import ProtocolError
 from gpudesk.core.records import AttemptRecord, JobRecord
 from gpudesk.core.station import StationConfig
@@ -60,7 +61,6 @@ from gpudesk.engine.store.slurm import SlurmRow
 from gpudesk.engine.telemetry_sink import TelemetrySink
 from gpudesk.engine.tracking.available import missing_for
 from gpudesk.engine.tracking.tracker import Tracking
-from gpudesk.hw.mig.nvidia_smi import LayoutError, MigError, MigUsageError
 from gpudesk.paths import Home
 from gpudesk.policy.interference import LearnedParam
 from gpudesk.policy.policies import make_policy

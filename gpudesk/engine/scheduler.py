@@ -1,7 +1,7 @@
 """Scheduling: the station as the placement policy sees it, asking the policy where queued jobs
 go whenever something changed, and starting them there. Under `auto` with `[station]
 mig_repartition = true`, idle MIG-mode GPUs first get the layout the queue wants where the
-interference model says the change pays (gpudesk.engine.repartition.payoff)."""
+interference model says the change pays (gpudesk.policy.mig_payoff)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from gpudesk.core.jobs import JobState
+from gpudesk.core.mig_layout import MigError
 from gpudesk.core.records import JobRecord
 from gpudesk.engine import dependencies
 from gpudesk.engine.activity import EngineActivity
@@ -21,12 +22,10 @@ from gpudesk.engine.gpu_states import gpu_states
 from gpudesk.engine.learning import StationLearning
 from gpudesk.engine.mps_watch import MpsWatch
 from gpudesk.engine.repartition.control import MigControl
-from gpudesk.engine.repartition.planner import QueuedDemand
 from gpudesk.engine.state import CurrentStation, PlacementDue
 from gpudesk.engine.store.database import Store
 from gpudesk.engine.telemetry_sink import TelemetrySink
 from gpudesk.engine.tracking.tracker import Tracking
-from gpudesk.hw.mig.nvidia_smi import MigError
 from gpudesk.policy.demand import Demand
 from gpudesk.policy.fairshare import (
     FairShare,
@@ -35,6 +34,7 @@ from gpudesk.policy.fairshare import (
     fair_order,
     several_users,
 )
+from gpudesk.policy.mig_planner import QueuedDemand
 from gpudesk.policy.policies import make_policy
 from gpudesk.policy.policy import Decision, PlacementPolicy, StationView
 from gpudesk.policy.queue import JobQueue

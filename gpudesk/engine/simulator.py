@@ -40,9 +40,6 @@ from gpudesk.core.mig_profiles import (
 )
 from gpudesk.core.records import JobRecord
 from gpudesk.core.station import StationConfig
-from gpudesk.engine.repartition.payoff import RECONFIG_S, choose_layouts
-from gpudesk.engine.repartition.planner import GpuMigState, QueuedDemand
-from gpudesk.engine.repartition.planner import simulated_profiles as planner_profiles
 from gpudesk.engine.repartition.station import SIMULATED_NVIDIA_SMI
 from gpudesk.examples import bundled
 from gpudesk.hw.mig.manager import MigManager
@@ -59,6 +56,9 @@ from gpudesk.policy.interference import (
     shared_rates,
     workload,
 )
+from gpudesk.policy.mig_payoff import RECONFIG_S, choose_layouts
+from gpudesk.policy.mig_planner import GpuMigState, QueuedDemand
+from gpudesk.policy.mig_planner import simulated_profiles as planner_profiles
 from gpudesk.policy.policies import make_policy
 from gpudesk.policy.policy import (
     RESERVE_MIB,
@@ -787,7 +787,7 @@ class Simulation:
         }
 
     def _repartition(self, relayable: set[int]) -> bool:
-        """The engine's own check (repartition.payoff.choose_layouts) on these GPUs; a GPU whose
+        """The engine's own check (policy.mig_payoff.choose_layouts) on these GPUs; a GPU whose
         layout changes is unusable for `RECONFIG_S`. True when one changed."""
         ready = sorted(relayable)
         queue = [

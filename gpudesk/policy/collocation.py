@@ -779,7 +779,7 @@ def best_slice(options: Sequence[SliceOption[SliceT]], sm: float) -> SliceOption
     """The slice placement gives a job whose SM activity is `sm` (0..1): the smallest whose
     share of the SMs covers it (the MIG planner's rule, so placement takes the slices the
     planner carved for each job), existing slices before new ones; where none covers it, the
-    fastest by the model. The one home of the rule: repartition.payoff predicts with it what
+    fastest by the model. The one home of the rule: policy.mig_payoff predicts with it what
     a layout would start."""
     if not options:
         return None

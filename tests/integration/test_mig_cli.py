@@ -16,9 +16,10 @@ from pathlib import Path
 import pytest
 from conftest import EngineHandle, Run, wait_for
 
+from gpudesk.core import mig_layout as layout
 from gpudesk.core import mig_profiles as profiles
 from gpudesk.core import mig_records as records
-from gpudesk.hw.mig import layout, manager
+from gpudesk.hw.mig import manager
 from gpudesk.paths import Home
 
 FAKE = Path(__file__).resolve().parents[1] / "fakes" / "nvidia-smi"

@@ -13,12 +13,13 @@ from pathlib import Path
 
 import pytest
 
+from gpudesk.core import mig_layout as layout
 from gpudesk.core import mig_records as records
+from gpudesk.core.mig_layout import LayoutError, MigError, UnknownProfileError
 from gpudesk.core.mig_profiles import SliceSpan
 from gpudesk.core.mig_records import GpuEntry, MigEntry
-from gpudesk.hw.mig import layout, nvidia_smi
+from gpudesk.hw.mig import nvidia_smi
 from gpudesk.hw.mig.manager import MigManager
-from gpudesk.hw.mig.nvidia_smi import LayoutError, MigError, UnknownProfileError
 
 TESTS = Path(__file__).resolve().parents[1]
 FIXTURES = TESTS / "fixtures" / "nvidia-smi" / "a100-40gb"

@@ -1,4 +1,4 @@
-"""gpudesk.engine.repartition.payoff: when `auto` gives an idle MIG-mode GPU the planner's
+"""gpudesk.policy.mig_payoff: when `auto` gives an idle MIG-mode GPU the planner's
 layout, by the interference model. The GPUs are a real A100 40GB as nvidia-smi describes it
 (tests/fixtures), as in test_mig_planner."""
 
@@ -7,7 +7,9 @@ from __future__ import annotations
 import pytest
 from test_mig_planner import a100, job
 
-from gpudesk.engine.repartition.payoff import (
+from gpudesk.hw.mig.manager import MigManager
+from gpudesk.policy.interference import DEFAULT_PARAMS, ModelParams
+from gpudesk.policy.mig_payoff import (
     HORIZON_S,
     RECONFIG_S,
     LayoutChoice,
@@ -15,9 +17,7 @@ from gpudesk.engine.repartition.payoff import (
     SliceStart,
     choose_layouts,
 )
-from gpudesk.engine.repartition.planner import GpuMigState, QueuedDemand
-from gpudesk.hw.mig.manager import MigManager
-from gpudesk.policy.interference import DEFAULT_PARAMS, ModelParams
+from gpudesk.policy.mig_planner import GpuMigState, QueuedDemand
 
 
 def choose(gpus: list[GpuMigState], queue: list[QueuedDemand]) -> list[LayoutChoice]:

@@ -1,4 +1,4 @@
-"""gpudesk.engine.repartition.planner: which profile each queued job gets, how the queue is
+"""gpudesk.policy.mig_planner: which profile each queued job gets, how the queue is
 packed under the A100's placement rules, the commands a plan would run, and every reason it may
 not be applied. Real GPUs are described by the real nvidia-smi output in tests/fixtures
 (A100 40GB)."""
@@ -9,11 +9,14 @@ from pathlib import Path
 
 import pytest
 
+from gpudesk.core import mig_layout as layout
 from gpudesk.core.gpu_models import A100_SXM4_40GB, H100_SXM5_80GB
 from gpudesk.core.mig_profiles import SliceSpan
 from gpudesk.core.mig_records import GiProfile
 from gpudesk.core.station import StationConfig
-from gpudesk.engine.repartition.planner import (
+from gpudesk.hw.mig import nvidia_smi
+from gpudesk.hw.mig.manager import MigManager
+from gpudesk.policy.mig_planner import (
     BLOCKED_BUSY,
     BLOCKED_BY_CONFIG,
     BLOCKED_MIG_MODE,
@@ -28,8 +31,6 @@ from gpudesk.engine.repartition.planner import (
     simulated_profiles,
     smallest_fitting_profile,
 )
-from gpudesk.hw.mig import layout, nvidia_smi
-from gpudesk.hw.mig.manager import MigManager
 from gpudesk.policy.policy import RESERVE_MIB
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "nvidia-smi" / "a100-40gb"

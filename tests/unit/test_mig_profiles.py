@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from gpudesk.core import mig_layout as layout
 from gpudesk.core.mig_profiles import (
     A100_40GB,
     A100_80GB,
@@ -22,7 +23,7 @@ from gpudesk.core.mig_profiles import (
     table_for_gpu,
 )
 from gpudesk.core.mig_records import GiProfile
-from gpudesk.hw.mig import layout, nvidia_smi
+from gpudesk.hw.mig import nvidia_smi
 from gpudesk.units import MIB_PER_GIB
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "nvidia-smi" / "a100-40gb"

@@ -102,7 +102,7 @@ def test_a_fixed_mig_layout_is_offered_as_is(tmp_path: Path) -> None:
         ("3g.40gb", 3),
         ("3g.40gb", 3),
     ]
-    # --mig-repartition changes layouts as the engine does (repartition.payoff), never by
+    # --mig-repartition changes layouts as the engine does (policy.mig_payoff), never by
     # letting the policy carve a MIG-mode GPU
     again = Simulation(
         trace, policy="auto", station="sim:h100x2", mig="1=3g.40gb", mig_repartition=True

@@ -13,10 +13,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from gpudesk.core.mig_layout import MigError, MigUsageError
 from gpudesk.core.mig_records import MigSlot
 from gpudesk.core.station import StationConfig
-from gpudesk.engine.repartition.payoff import choose_layouts
-from gpudesk.engine.repartition.planner import MigPlan, QueuedDemand
 from gpudesk.engine.repartition.station import (
     SETTLE_S,
     MigApplyRefused,
@@ -28,8 +27,9 @@ from gpudesk.engine.repartition.station import (
 from gpudesk.engine.state import CurrentStation
 from gpudesk.engine.store.database import Store
 from gpudesk.engine.telemetry_sink import TelemetrySink
-from gpudesk.hw.mig.nvidia_smi import MigError, MigUsageError
 from gpudesk.policy.interference import ModelParams
+from gpudesk.policy.mig_payoff import choose_layouts
+from gpudesk.policy.mig_planner import MigPlan, QueuedDemand
 
 log = logging.getLogger("gpudesk.engine")
 
@@ -88,7 +88,7 @@ class MigControl:
 
     def plans(self, gpu: int | None) -> list[tuple[MigPlan, str | None]]:
         """The MIG plan of one or every MIG-capable GPU, each with what `auto`'s own
-        repartitioning makes of it now (repartition.payoff; None for a GPU it would not
+        repartitioning makes of it now (policy.mig_payoff; None for a GPU it would not
         weigh: busy, not in MIG mode, or nothing queued). Raises MigError."""
         backend = self.telemetry.monitor.backend
         queue, running = self.queued(), self.running_by_gpu()
@@ -167,7 +167,7 @@ class MigControl:
 
     def repartition_for_queue(self, queue: Sequence[QueuedDemand]) -> list[MigApplied]:
         """`auto`'s own repartitioning: each idle MIG-mode GPU whose planned layout pays by
-        the model (repartition.payoff) gets it, with an event saying why. Only where the
+        the model (policy.mig_payoff) gets it, with an event saying why. Only where the
         station allows it (apply checks). Raises MigError."""
         backend = self.telemetry.monitor.backend
         gpus, manager = read_gpus(backend, self.running_by_gpu())

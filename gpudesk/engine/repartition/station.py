@@ -14,8 +14,19 @@ import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from gpudesk.core.mig_layout import (
+    MigError,
+    UnknownGpuError,
+    plan_layout,
+    resolve_profile,
+    split_profiles,
+)
 from gpudesk.core.mig_records import GpuEntry, MigMode, MigSlot
-from gpudesk.engine.repartition.planner import (
+from gpudesk.hw.mig.manager import MigManager
+from gpudesk.hw.mig.nvidia_smi import DEFAULT_TIMEOUT, MIG_MODE_KINDS, NvidiaSmiError
+from gpudesk.hw.telemetry.backend import TelemetryBackend
+from gpudesk.hw.telemetry.sim import SimBackend
+from gpudesk.policy.mig_planner import (
     Blocker,
     GpuMigState,
     MigPlan,
@@ -24,17 +35,6 @@ from gpudesk.engine.repartition.planner import (
     plan_station,
     simulated_profiles,
 )
-from gpudesk.hw.mig.layout import plan_layout, resolve_profile, split_profiles
-from gpudesk.hw.mig.manager import MigManager
-from gpudesk.hw.mig.nvidia_smi import (
-    DEFAULT_TIMEOUT,
-    MIG_MODE_KINDS,
-    MigError,
-    NvidiaSmiError,
-    UnknownGpuError,
-)
-from gpudesk.hw.telemetry.backend import TelemetryBackend
-from gpudesk.hw.telemetry.sim import SimBackend
 
 QUERY_TIMEOUT_S = 10.0  # per nvidia-smi call while planning; applying allows DEFAULT_TIMEOUT
 SETTLE_S = 5.0  # at most this long the engine waits for telemetry to show a changed layout
@@ -212,7 +212,10 @@ def check_change(
     gpus, manager = read_gpus(backend, running)
     state = _one(gpus, gpu)
     blockers = apply_blockers(
-        state, repartition_allowed=repartition_allowed, simulated=backend.simulated
+        state,
+        repartition_allowed=repartition_allowed,
+        simulated=backend.simulated,
+        commands_from=manager,
     )
     if blockers:
         raise MigApplyRefused(

@@ -11,6 +11,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from gpudesk.core.mig_layout import MigError, UnknownGpuError, plan_layout, split_profiles
 from gpudesk.core.mig_profiles import SliceSpan
 from gpudesk.core.mig_records import (
     ComputeInstance,
@@ -22,18 +23,16 @@ from gpudesk.core.mig_records import (
     MigSlot,
     PlannedInstance,
 )
-from gpudesk.hw.mig.layout import plan_layout, split_profiles
 from gpudesk.hw.mig.nvidia_smi import (
     DEFAULT_TIMEOUT,
     EMPTY_CI,
     EMPTY_GI,
     ENV_NVIDIA_SMI,
     SUCCESS_LINE,
-    MigError,
     NvidiaSmiError,
     NvidiaSmiTimeout,
-    UnknownGpuError,
     classify_output,
+    enable_hint,
     map_nvidia_smi_error,
     match_slots,
     mig_mode_message,
@@ -285,6 +284,14 @@ class MigManager:
     def verify_argv(self) -> list[str]:
         """The listing `apply` reads back to check the MIG devices it made."""
         return self.argv("-L")
+
+    def enable_hint(self, gpu: int) -> str:
+        """What the user must run to turn MIG mode on (gpudesk never does)."""
+        return enable_hint(gpu)
+
+    def mode_message(self, gpu: int, mode: MigMode) -> str:
+        """Why `gpu` cannot be partitioned in this MIG mode, and what the user must run."""
+        return mig_mode_message(gpu, mode)
 
     def apply(self, gpu: int, profiles: Sequence[str] | str) -> list[MigSlot]:
         """Replace the GPU's MIG layout with `profiles`: destroy its compute and GPU instances,

@@ -23,6 +23,9 @@ import re
 import shlex
 from collections.abc import Mapping, Sequence
 
+from gpudesk.core.mig_layout import (
+    MigError,
+)
 from gpudesk.core.mig_profiles import SliceSpan, short_name
 from gpudesk.core.mig_records import (
     ComputeInstance,
@@ -42,39 +45,6 @@ MIG_MODE_KINDS = ("mig-disabled", "mig-pending", "mig-unsupported")
 
 
 # ----------------------------------------------------------------------------------- errors
-class MigError(Exception):
-    """Something about MIG went wrong; the message says what and what to do."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.message = message
-
-
-class MigUsageError(MigError):
-    """The request itself is wrong: a GPU or profile that does not exist (CLI exit 2)."""
-
-
-class UnknownGpuError(MigUsageError):
-    """No GPU has that index."""
-
-
-class UnknownProfileError(MigUsageError):
-    """A requested profile is not one the GPU offers."""
-
-    def __init__(self, message: str, name: str, suggestions: Sequence[str] = ()) -> None:
-        super().__init__(message)
-        self.name = name
-        self.suggestions = tuple(suggestions)
-
-
-class LayoutError(MigError):
-    """The requested set of profiles does not fit on the GPU."""
-
-    def __init__(self, message: str, profile: str) -> None:
-        super().__init__(message)
-        self.profile = profile
-
-
 class NvidiaSmiTimeout(MigError):
     """nvidia-smi did not finish in time and was killed; what it was doing may be half done."""
 

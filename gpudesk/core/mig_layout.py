@@ -1,5 +1,7 @@
 """Planning a MIG layout that the hardware's placement rules allow: which profile a name means,
-where each instance may sit, and the order that makes a set that fits on paper fit in practice."""
+where each instance may sit, and the order that makes a set that fits on paper fit in practice;
+and MIG's errors (what nvidia-smi itself fails with is gpudesk.hw.mig.nvidia_smi's). Pure: the
+planner and the driver both use it."""
 
 from __future__ import annotations
 
@@ -10,7 +12,43 @@ from collections.abc import Mapping, Sequence
 
 from gpudesk.core.mig_profiles import SliceSpan, short_name
 from gpudesk.core.mig_records import GiProfile, PlannedInstance
-from gpudesk.hw.mig.nvidia_smi import LayoutError, UnknownProfileError
+
+
+# ----------------------------------------------------------------------------------- errors
+class MigError(Exception):
+    """Something about MIG went wrong; the message says what and what to do."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class MigUsageError(MigError):
+    """The request itself is wrong: a GPU or profile that does not exist (CLI exit 2)."""
+
+
+class UnknownGpuError(MigUsageError):
+    """No GPU has that index."""
+
+
+class UnknownProfileError(MigUsageError):
+    """A requested profile is not one the GPU offers."""
+
+    def __init__(self, message: str, name: str, suggestions: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.name = name
+        self.suggestions = tuple(suggestions)
+
+
+class LayoutError(MigError):
+    """The requested set of profiles does not fit on the GPU."""
+
+    def __init__(self, message: str, profile: str) -> None:
+        super().__init__(message)
+        self.profile = profile
+
+
+# ---------------------------------------------------------------------------------- layouts
 
 
 def resolve_profile(profiles: Sequence[GiProfile], name: str) -> GiProfile:

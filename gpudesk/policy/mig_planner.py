@@ -11,8 +11,9 @@ hands it here with the queued single-GPU jobs' demands. For each GPU the planner
 - packs those slices in queue order into what the GPU can hold, as `layout.plan_layout` checks it
   (the hardware's placement rules), and stops at the first job that no longer fits, so no job is
   overtaken by a later one;
-- lists the nvidia-smi commands that applying the layout would run (MigManager's dry-run path:
-  destroy the compute and GPU instances, create the new ones with `-cgi ... -C`, read back `-L`);
+- lists the nvidia-smi commands that applying the layout would run, as the driver renders them
+  (`MigCommands`: gpudesk.hw.mig.manager.MigManager's dry-run path: destroy the compute and GPU
+  instances, create the new ones with `-cgi ... -C`, read back `-L`);
 - says whether the engine may apply it, and if not, every reason why: MIG mode off or pending
   (with the command the user must run: gpudesk never enables MIG or resets a GPU), nothing to
   change, jobs running on the GPU, the station config (`mig_repartition`) not allowing it.
@@ -26,14 +27,12 @@ import shlex
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from gpudesk.core.gpu_models import GpuModel
+from gpudesk.core.mig_layout import LayoutError, plan_layout
 from gpudesk.core.mig_profiles import COMPUTE_SLICES, SliceSpan, table_for_gpu
 from gpudesk.core.mig_records import GiProfile, MigMode
-from gpudesk.hw.mig.layout import plan_layout
-from gpudesk.hw.mig.manager import MigManager
-from gpudesk.hw.mig.nvidia_smi import LayoutError, enable_hint, mig_mode_message
 from gpudesk.policy.policy import RESERVE_MIB
 from gpudesk.units import MIB_PER_GIB
 
@@ -47,6 +46,29 @@ BLOCKED_MIG_MODE = "mig-mode"  # MIG mode is off or pending a reset: the user mu
 BLOCKED_NOTHING_TO_CHANGE = "nothing-to-change"
 BLOCKED_BUSY = "busy"  # jobs run on the GPU or its slices
 BLOCKED_BY_CONFIG = "config"  # [station] mig_repartition is not true
+
+
+class MigCommands(Protocol):
+    """What the planner asks of the MIG driver (gpudesk.hw.mig.manager.MigManager): the command
+    lines a layout would take, and the words for a GPU whose MIG mode is off. The planner runs
+    nothing and imports no driver."""
+
+    def plan_apply_to(
+        self,
+        gpu: int,
+        profiles: Sequence[str] | str,
+        available: Sequence[GiProfile],
+        placements: Mapping[int, Sequence[SliceSpan]],
+        *,
+        gpu_instances: bool,
+        compute_instances: bool,
+    ) -> list[list[str]]: ...
+
+    def verify_argv(self) -> list[str]: ...
+
+    def enable_hint(self, gpu: int) -> str: ...
+
+    def mode_message(self, gpu: int, mode: MigMode) -> str: ...
 
 
 # ---------------------------------------------------------------------------------- inputs
@@ -284,9 +306,10 @@ def spare_profiles(
 
 
 # ------------------------------------------------------------------------------- planning
-def _mode_message(gpu: GpuMigState, simulated: bool) -> str:
+def _mode_message(gpu: GpuMigState, simulated: bool, commands_from: MigCommands) -> str:
     pending = gpu.mig_mode == "pending"
-    message = mig_mode_message(gpu.index, MigMode("disabled", "enabled" if pending else "disabled"))
+    mode = MigMode("disabled", "enabled" if pending else "disabled")
+    message = commands_from.mode_message(gpu.index, mode)
     if simulated and not pending:
         message += (
             " On this SIMULATED station, MIG mode comes from the [station] mig table: "
@@ -301,7 +324,7 @@ def plan_gpu(
     *,
     repartition_allowed: bool,
     simulated: bool,
-    commands_from: MigManager,
+    commands_from: MigCommands,
 ) -> MigPlan:
     """The plan for one GPU. `commands_from` builds the nvidia-smi command lines (its dry-run
     path; nothing runs)."""
@@ -336,7 +359,12 @@ def plan_gpu(
         )
         commands = tuple(shlex.join(a) for a in [*argvs, commands_from.verify_argv()])
 
-    blockers = apply_blockers(gpu, repartition_allowed=repartition_allowed, simulated=simulated)
+    blockers = apply_blockers(
+        gpu,
+        repartition_allowed=repartition_allowed,
+        simulated=simulated,
+        commands_from=commands_from,
+    )
     nothing = None
     if not gpu.profiles:
         if gpu.mig_enabled:
@@ -360,18 +388,18 @@ def plan_gpu(
         left_out_total=left_out_total,
         commands=commands,
         blockers=tuple(blockers),
-        enable_hint=None if gpu.mig_enabled else enable_hint(gpu.index),
+        enable_hint=None if gpu.mig_enabled else commands_from.enable_hint(gpu.index),
         running_job_ids=gpu.running_job_ids,
     )
 
 
 def apply_blockers(
-    gpu: GpuMigState, *, repartition_allowed: bool, simulated: bool
+    gpu: GpuMigState, *, repartition_allowed: bool, simulated: bool, commands_from: MigCommands
 ) -> list[Blocker]:
     """Why the engine may not give this GPU a new layout now, whatever the layout."""
     blockers = []
     if not gpu.mig_enabled:
-        blockers.append(Blocker(BLOCKED_MIG_MODE, _mode_message(gpu, simulated)))
+        blockers.append(Blocker(BLOCKED_MIG_MODE, _mode_message(gpu, simulated, commands_from)))
     if gpu.running_job_ids:
         listed = ", ".join(str(j) for j in gpu.running_job_ids)
         blockers.append(
@@ -398,7 +426,7 @@ def plan_station(
     *,
     repartition_allowed: bool,
     simulated: bool,
-    commands_from: MigManager,
+    commands_from: MigCommands,
 ) -> list[MigPlan]:
     """A plan per GPU, in index order. The GPUs that could take a new layout now (MIG mode on,
     idle) plan first, in index order, each claiming the jobs its plan gives a slice; the others

@@ -31,17 +31,17 @@ from dataclasses import dataclass
 
 from gpudesk.core.mig_profiles import memory_slices, table_for_gpu
 from gpudesk.core.mig_records import GiProfile
-from gpudesk.engine.repartition.planner import (
+from gpudesk.policy.collocation import SliceOption, best_slice
+from gpudesk.policy.interference import ModelParams, mig_rate, workload
+from gpudesk.policy.mig_planner import (
     GpuMigState,
+    MigCommands,
     MigPlan,
     QueuedDemand,
     memory_mib,
     plan_gpu,
     spare_profiles,
 )
-from gpudesk.hw.mig.manager import MigManager
-from gpudesk.policy.collocation import SliceOption, best_slice
-from gpudesk.policy.interference import ModelParams, mig_rate, workload
 
 # Assumption: destroying and creating GPU and compute instances on an idle GPU through
 # nvidia-smi keeps it unusable for about this long (no published figure; a few nvidia-smi calls
@@ -164,7 +164,7 @@ def choose_layouts(
     params_for: Callable[[str], ModelParams],
     *,
     simulated: bool,
-    commands_from: MigManager,
+    commands_from: MigCommands,
     change_s: float = RECONFIG_S,
     horizon_s: float = HORIZON_S,
 ) -> list[LayoutChoice]:
