@@ -32,8 +32,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from gpudesk.engine.simulator import ESTIMATORS, Simulation, Trace, load_trace
 from gpudesk.policy.interference import DEFAULT_PARAMS, PARAM_NAMES, ModelParams
+from gpudesk.policy.simulator import ESTIMATORS, Simulation, Trace, load_trace
 
 FACTORS = (0.5, 1.5)
 POLICIES = ("exclusive", "carma", "auto")

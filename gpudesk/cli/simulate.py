@@ -12,8 +12,8 @@ from gpudesk.cli.exit_codes import EXIT_FAILED, EXIT_USAGE
 from gpudesk.cli.plot_output import PLOT_HELP, plot_target, write_plot
 
 if TYPE_CHECKING:
-    from gpudesk.engine.simulator import SimResult, Simulation
     from gpudesk.plots.common import PlotTarget
+    from gpudesk.policy.simulator import SimResult, Simulation
 
 simulate_app = typer.Typer()
 
@@ -78,15 +78,15 @@ def simulate(
 ) -> None:
     """Replay a job trace on a SIMULATED station through the engine's placement policies."""
     target = plot_target(plot, machine_output="--json" if json_out else None)
-    from gpudesk.engine.simulator import (
+    from gpudesk.policy.interference import DEFAULT_PARAMS
+    from gpudesk.policy.policies import POLICY_NAMES
+    from gpudesk.policy.simulator import (
         DEFAULT_STATION,
         Simulation,
         TraceError,
         load_trace,
         load_truth,
     )
-    from gpudesk.policy.interference import DEFAULT_PARAMS
-    from gpudesk.policy.policies import POLICY_NAMES
 
     policies = [p.strip() for p in policy.split(",") if p.strip()]
     unknown = [p for p in policies if p not in POLICY_NAMES]

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-    from gpudesk.engine.simulator import Occupancy, SimResult
+    from gpudesk.policy.simulator import Occupancy, SimResult
 
 # How an attempt shared its GPU: the label and colour of each placement mode.
 MODES = {

@@ -71,6 +71,33 @@ class MigCommands(Protocol):
     def mode_message(self, gpu: int, mode: MigMode) -> str: ...
 
 
+class PlansOnly:
+    """`MigCommands` for plans that are never shown as commands (the simulator's: it weighs
+    layouts and applies them to its own model): no command lines, and a mode message without
+    the driver's command."""
+
+    def plan_apply_to(
+        self,
+        gpu: int,
+        profiles: Sequence[str] | str,
+        available: Sequence[GiProfile],
+        placements: Mapping[int, Sequence[SliceSpan]],
+        *,
+        gpu_instances: bool,
+        compute_instances: bool,
+    ) -> list[list[str]]:
+        return []
+
+    def verify_argv(self) -> list[str]:
+        return []
+
+    def enable_hint(self, gpu: int) -> str:
+        return f"MIG mode is off on GPU {gpu}."
+
+    def mode_message(self, gpu: int, mode: MigMode) -> str:
+        return f"GPU {gpu} is not in MIG mode."
+
+
 # ---------------------------------------------------------------------------------- inputs
 @dataclass(frozen=True)
 class QueuedDemand:
@@ -357,7 +384,7 @@ def plan_gpu(
             gpu_instances=gpu.has_gpu_instances,
             compute_instances=gpu.has_compute_instances,
         )
-        commands = tuple(shlex.join(a) for a in [*argvs, commands_from.verify_argv()])
+        commands = tuple(shlex.join(a) for a in [*argvs, commands_from.verify_argv()] if a)
 
     blockers = apply_blockers(
         gpu,

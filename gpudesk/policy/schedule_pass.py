@@ -1,5 +1,5 @@
 """One scheduling pass with MIG repartitioning, as the engine runs it (engine.scheduler) and the
-simulator replays it (engine.simulator): the one home of the order of its steps, so what
+simulator replays it (policy.simulator): the one home of the order of its steps, so what
 `gpudesk simulate --mig-repartition` judges is what the engine does.
 
 1. The policy places the queue.

@@ -12,7 +12,6 @@ from test_jobs_protocol_policy import record  # same folder: on sys.path under p
 
 from gpudesk.core.records import JobRecord
 from gpudesk.core.station import StationConfig
-from gpudesk.engine.simulator import Simulation, TraceError, load_trace, simulate
 from gpudesk.hw.telemetry.energy import AttemptUsage
 from gpudesk.policy.collocation import CarmaPolicy, SharingPolicy, _Frontier
 from gpudesk.policy.demand import (
@@ -31,6 +30,7 @@ from gpudesk.policy.policy import (
     StationView,
     Tenant,
 )
+from gpudesk.policy.simulator import Simulation, TraceError, load_trace, simulate
 
 TRACE = Path(__file__).resolve().parents[2] / "traces" / "carma-philly-t1.json"
 GIB = 1024.0

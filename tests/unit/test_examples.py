@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from gpudesk.engine.simulator import load_trace
 from gpudesk.examples import bundled, folder, names
+from gpudesk.policy.simulator import load_trace
 from gpudesk.profile import ProfileError, load_profile
 
 ROOT = Path(__file__).resolve().parents[2]

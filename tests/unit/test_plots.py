@@ -14,11 +14,11 @@ from matplotlib.collections import PolyCollection
 
 from gpudesk.cli.compare_report import PresetRow
 from gpudesk.cli.history import HistoryRow
-from gpudesk.engine.simulator import Occupancy, SimResult, Simulation, load_trace
 from gpudesk.plots.common import NothingToPlot, PlotError, PlotTarget, resample, save
 from gpudesk.plots.compare import compare_figure, compare_text
 from gpudesk.plots.history import daily_usage, history_figure, history_text
 from gpudesk.plots.simulate import lanes, simulate_figure, simulate_text
+from gpudesk.policy.simulator import Occupancy, SimResult, Simulation, load_trace
 
 TRACE = Path(__file__).resolve().parents[2] / "traces" / "carma-philly-t1.json"
 

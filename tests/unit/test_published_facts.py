@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from gpudesk.engine.simulator import SimResult, Simulation, load_trace
+from gpudesk.policy.simulator import SimResult, Simulation, load_trace
 
 GB = 1024.0  # trace memory is in MB as the CARMA material gives it; hints say GB meaning GiB
 

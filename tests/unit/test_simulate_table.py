@@ -4,7 +4,7 @@ makespan, which would compare a shorter day's work with the others'."""
 from __future__ import annotations
 
 from gpudesk.cli.simulate import _results_table
-from gpudesk.engine.simulator import SimResult
+from gpudesk.policy.simulator import SimResult
 
 
 def result(policy: str, makespan_s: float, lost: int = 0) -> SimResult:

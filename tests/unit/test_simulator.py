@@ -11,14 +11,14 @@ from typing import Any
 
 import pytest
 
-from gpudesk.engine.simulator import (
+from gpudesk.policy.interference import DEFAULT_PARAMS, ModelParams, params_from_json
+from gpudesk.policy.simulator import (
     Simulation,
     TraceError,
     load_trace,
     load_truth,
     parse_mig,
 )
-from gpudesk.policy.interference import DEFAULT_PARAMS, ModelParams, params_from_json
 
 A100_40 = "NVIDIA A100-SXM4-40GB"
 H100 = "NVIDIA H100 80GB HBM3"

@@ -40,9 +40,7 @@ from gpudesk.core.mig_profiles import (
 )
 from gpudesk.core.records import JobRecord
 from gpudesk.core.station import StationConfig
-from gpudesk.engine.repartition.station import SIMULATED_NVIDIA_SMI
 from gpudesk.examples import bundled
-from gpudesk.hw.mig.manager import MigManager
 from gpudesk.policy.demand import PEAK_SETTLED_S, Demand, reservation
 from gpudesk.policy.interference import (
     DEFAULT_PARAMS,
@@ -57,7 +55,7 @@ from gpudesk.policy.interference import (
     workload,
 )
 from gpudesk.policy.mig_payoff import RECONFIG_S, choose_layouts
-from gpudesk.policy.mig_planner import GpuMigState, QueuedDemand
+from gpudesk.policy.mig_planner import GpuMigState, PlansOnly, QueuedDemand
 from gpudesk.policy.mig_planner import simulated_profiles as planner_profiles
 from gpudesk.policy.policies import make_policy
 from gpudesk.policy.policy import (
@@ -825,7 +823,7 @@ class Simulation:
             queue,
             self.interference.params,
             simulated=True,
-            commands_from=MigManager(SIMULATED_NVIDIA_SMI),
+            commands_from=PlansOnly(),  # the simulator shows no command lines
         ):
             if choice.payoff.worth:
                 gpu = choice.plan.gpu
