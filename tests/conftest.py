@@ -56,6 +56,21 @@ def pytest_configure(config: pytest.Config) -> None:
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The longest tests start first. Under `--dist loadgroup` (pyproject's addopts) the workers
+    take tests in this order as each becomes free, so starting the longest ones first keeps one
+    of them from landing last and running alone while the other workers idle: the
+    longest-processing-time-first rule, from the `slow(seconds)` marks (a test's time on the
+    2-core CI machine, measured). The order of the rest is left alone; every worker sorts the
+    same collection the same way, as xdist requires."""
+
+    def seconds(item: pytest.Item) -> float:
+        mark = item.get_closest_marker("slow")
+        return float(mark.args[0]) if mark is not None else 0.0
+
+    items.sort(key=seconds, reverse=True)  # stable: unmarked tests keep their order
+
+
 MODULES_MARK = "--- modules loaded ---"
 
 
