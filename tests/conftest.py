@@ -39,6 +39,20 @@ os.environ["GPUDESK_CONFIG"] = ""
 if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
+# The tests are in a folder per package (tests/core, tests/engine, tests/desk, …) with no
+# __init__.py: pytest's default import mode puts a test's own folder on sys.path, so module
+# basenames are unique across tests/. A test may import a helper or a test module of another
+# folder by its name (tests/cli's views reuse tests/api's job views, tests/security the station
+# fixture of tests/shared): every folder is on the path from the start, whichever runs first.
+for _folder in sorted(Path(__file__).resolve().parent.iterdir()):
+    if (
+        _folder.is_dir()
+        and not (_folder / "__init__.py").exists()
+        and any(_folder.glob("*.py"))
+        and str(_folder) not in sys.path
+    ):
+        sys.path.insert(0, str(_folder))
+
 
 def pytest_configure(config: pytest.Config) -> None:
     """Under pytest-xdist, the torch of each worker uses its share of the cores: torch starts a
