@@ -18,6 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from gpudesk.api.client import Client
 from gpudesk.api.connection import Connection, engine_pid, start_engine
 from gpudesk.core.identity import Caller
 from gpudesk.core.jobs import TERMINAL_STATE_NAMES
@@ -275,7 +276,10 @@ class EngineHandle:
 
     def __init__(self, home: Home) -> None:
         self.home = home
+        # `client` speaks the wire's dicts (for tests of the wire itself); `api` is the typed
+        # gpudesk.api.Client a user's program has, over the same connection.
         self.client = Connection(home, timeout=10.0)
+        self.api = Client(self.client)
 
     def start(self, slots: int = 2, backend: str = "none", **station: object) -> int:
         return start_engine(self.home, StationConfig(backend=backend, slots=slots, **station))
