@@ -20,7 +20,7 @@ from conftest import EngineHandle
 
 from gpudesk.paths import Home
 
-REPLAY = Path(__file__).resolve().parents[1] / "tui" / "data" / "station.json"
+REPLAY = Path(__file__).resolve().parent / "data" / "station.json"
 
 # The desk as `gpudesk desk --replay`; CSS_PATH is pointed elsewhere first when asked, as a wheel
 # without desk.tcss leaves it.

@@ -31,9 +31,7 @@ def mig_station(home: Home) -> Iterator[EngineHandle]:
     handle = EngineHandle(home)
     handle.start(backend="sim:dgx-station-a100", sample_interval=0.2, mig={"3": LAYOUT})
     wait_for(
-        lambda: (
-            (s := handle.client.request("telemetry")["snapshot"]) and s["gpus"][3]["mig_devices"]
-        ),
+        lambda: (s := handle.api.telemetry().snapshot) and s.gpus[3].mig_devices,
         10.0,
         what="GPU 3's MIG devices to be read",
     )
@@ -200,9 +198,7 @@ def mig_policy_without_mig(home: Home) -> Iterator[EngineHandle]:
     """One simulated A100 40GB, not in MIG mode, placing with policy mig (slices only)."""
     handle = EngineHandle(home)
     handle.start(backend="sim:a100-40gb", policy="mig", sample_interval=0.2)
-    wait_for(
-        lambda: handle.client.request("telemetry")["snapshot"], 10.0, what="the GPU to be read"
-    )
+    wait_for(lambda: handle.api.telemetry().snapshot, 10.0, what="the GPU to be read")
     yield handle
     handle.client.close()
 
@@ -252,7 +248,7 @@ def test_weighing_a_new_backend_says_what_applying_it_does_to_the_queued_gpu_job
     engine.client.request("submit", jobs=sleepers(1, gpus=1), env=dict(os.environ))
     table = {"backend": "sim:h100"}
     weighed = engine.client.request("check_configure", station=table)
-    assert engine.client.request("status")["station"]["backend"] == "sim:a100-40gb"
+    assert engine.api.status().station.backend == "sim:a100-40gb"
     applied = engine.client.request("configure", station=table)
     assert weighed["changes"] == applied["changes"], weighed
     (change,) = weighed["changes"]

@@ -1,4 +1,4 @@
-"""The queue on a sweep's jobs (tests/tui/replay.py `sweep_feed`): what is running comes first,
+"""The queue on a sweep's jobs (tests/desk/replay.py `sweep_feed`): what is running comes first,
 and each job's distinguishing end of name shows at 80 columns and at 200."""
 
 from __future__ import annotations

@@ -14,20 +14,21 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 from conftest import EngineHandle, wait_for
 from test_loader_engine import consumer_job, loader_engine, producer_pid
+
+from gpudesk.api.models import LoaderView
 
 __all__ = ["loader_engine"]  # the fixture, used by name
 
 KILLS = 3
 
 
-def loader_view(engine: EngineHandle) -> dict[str, Any]:
+def loader_view(engine: EngineHandle) -> LoaderView:
     """The `syn` loader as `status` shows it, its producer asked afresh."""
-    (loader,) = engine.client.request("status", fresh_loaders=True)["loaders"]
-    return loader  # type: ignore[no-any-return]
+    (loader,) = engine.api.status(fresh_loaders=True).loaders
+    return loader
 
 
 def epochs_read(out: Path) -> int:
@@ -41,8 +42,8 @@ def epochs_read(out: Path) -> int:
 def serving(engine: EngineHandle, pid: int) -> bool:
     """Producer `pid` is the engine's and a consumer reads from it."""
     loader = loader_view(engine)
-    status = loader.get("status") or {}
-    return loader["pid"] == pid and status.get("pid") == pid and bool(status.get("consumers"))
+    status = loader.status
+    return loader.pid == pid and status is not None and status.pid == pid and bool(status.consumers)
 
 
 def test_a_producer_killed_three_times_is_reported_restarted_three_times(
@@ -66,7 +67,7 @@ def test_a_producer_killed_three_times_is_reported_restarted_three_times(
                 what=f"the engine to restart the producer after kill {kill}",
             )
         wait_for(lambda p=pid: serving(loader_engine, p), 30.0, what="the consumer to resume")
-        assert loader_view(loader_engine)["restarts"] == KILLS
+        assert loader_view(loader_engine).restarts == KILLS
         shown = subprocess.run(
             [sys.executable, "-m", "gpudesk", "engine", "status", "--json"],
             capture_output=True,
@@ -78,4 +79,4 @@ def test_a_producer_killed_three_times_is_reported_restarted_three_times(
         assert loader["restarts"] == KILLS, loader
         assert loader_engine.job(job_id)["state"] == "running"  # its consumer read on
     finally:
-        loader_engine.client.request("cancel", jobs=[job_id], grace=0)
+        loader_engine.api.cancel([job_id], grace=0)

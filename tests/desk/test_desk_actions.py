@@ -1,6 +1,6 @@
 """The desk against a real engine on a SIMULATED DGX Station A100: every action through keys
 (and the palette), checked in the engine's own state, not only on screen. And the desk on a
-recording of a real engine (tests/tui/data): reads answered, actions refused."""
+recording of a real engine (tests/desk/data): reads answered, actions refused."""
 
 from __future__ import annotations
 

@@ -127,7 +127,7 @@ def test_run_leaves_the_station_as_it_is_unless_asked_and_says_what_differs(
     """The quickstart's [station] against a personal engine running `auto`: a plain run leaves
     the policy as it is and says that it differs and how to apply it; `--apply-station` applies
     it and says so, in its output and as an engine event; a further run has nothing to say.
-    (A system engine's refusal is tested at the request level: tests/unit/test_access.py.)"""
+    (A system engine's refusal is tested at the request level: tests/engine/test_access.py.)"""
     quickstart = (Path(__file__).parents[2] / "profiles" / "quickstart.toml").read_text()
     station = quickstart[quickstart.index("[station]") : quickstart.index("[report]")]
     assert 'policy = "fifo"' in station

@@ -10,6 +10,9 @@ from pathlib import Path
 
 from conftest import EngineHandle, processes_in_group, wait_for
 
+from gpudesk.api.models import ActionOutcome
+from gpudesk.core.station import StationConfig
+
 
 def started_marker(ran: Path, tag: str) -> str:
     """Shell that records every time a job's process really starts."""
@@ -17,7 +20,7 @@ def started_marker(ran: Path, tag: str) -> str:
 
 
 def test_sigkill_engine_while_jobs_run_then_restart(engine: EngineHandle, tmp_path: Path) -> None:
-    engine.client.request("configure", station={"backend": "none", "slots": 4})
+    engine.api.configure(StationConfig(backend="none", slots=4), ["backend", "slots"])
     ran = tmp_path / "ran"
     release = tmp_path / "release"
     wait_release = f"while [ ! -e {release} ]; do sleep 0.02; done;"
@@ -114,29 +117,29 @@ def test_cancel_kills_the_whole_process_tree(engine: EngineHandle, tmp_path: Pat
     pgid = engine.show(job_id)["attempts"][0]["pid"]
     assert len(processes_in_group(pgid)) >= 5  # wrapper, sh, 2 sleeps, the stubborn sh (+ sleep)
 
-    result = engine.client.request("cancel", jobs=[job_id], grace=0.5)["results"]
-    assert result == [{"id": job_id, "name": "tree", "outcome": "stopping", "ok": True}]
+    result = engine.api.cancel([job_id], grace=0.5)
+    assert result == [ActionOutcome(id=job_id, name="tree", outcome="stopping", ok=True)]
     job = engine.wait_state(job_id, "cancelled")
     assert job["attempts"] == 1
     wait_for(lambda: not processes_in_group(pgid), 5.0, what="the process group to be empty")
 
 
 def test_cancel_queued_job_and_already_finished_job(engine: EngineHandle, tmp_path: Path) -> None:
-    engine.client.request("configure", station={"backend": "none", "slots": 1})
+    engine.api.configure(StationConfig(backend="none", slots=1), ["backend", "slots"])
     gate = tmp_path / "gate"
     blocker, queued = engine.submit(
         {"name": "blocker", "command": ["sh", "-c", f"while [ ! -e {gate} ]; do sleep 0.02; done"]},
         {"name": "queued", "command": ["sh", "-c", f"touch {tmp_path / 'must-not-run'}"]},
     )
     engine.wait_state(blocker, "running")
-    outcomes = engine.client.request("cancel", jobs=["queued"])["results"]
-    assert outcomes[0]["outcome"] == "cancelled"
+    outcomes = engine.api.cancel(["queued"])
+    assert outcomes[0].outcome == "cancelled"
     gate.touch()
     engine.wait_state(blocker, "succeeded")
     assert engine.job(queued)["state"] == "cancelled"
     assert not (tmp_path / "must-not-run").exists()
-    again = engine.client.request("cancel", jobs=[blocker])["results"]
-    assert again[0]["outcome"] == "already succeeded"
+    again = engine.api.cancel([blocker])
+    assert again[0].outcome == "already succeeded"
 
 
 def test_cancel_survives_an_engine_restart(engine: EngineHandle, tmp_path: Path) -> None:
@@ -144,7 +147,7 @@ def test_cancel_survives_an_engine_restart(engine: EngineHandle, tmp_path: Path)
     (job_id,) = engine.submit({"name": "stubborn", "command": ["sh", "-c", script]})
     engine.wait_state(job_id, "running")
     pgid = engine.show(job_id)["attempts"][0]["pid"]
-    engine.client.request("cancel", jobs=[job_id], grace=2)
+    engine.api.cancel([job_id], grace=2)
     engine.kill9()  # dies before its SIGKILL deadline
     engine.start()  # must take the cancel over: SIGTERM again, SIGKILL at the same deadline
     job = engine.wait_state(job_id, "cancelled", timeout=10)

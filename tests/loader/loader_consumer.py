@@ -1,4 +1,4 @@
-"""A consumer of a shared loader for tests/integration/test_loader.py, run as its own process.
+"""A consumer of a shared loader for tests/loader/test_loader.py, run as its own process.
 
     python loader_consumer.py NAME --out FILE [--batch-size B] [--epochs E] [--delay S]
                               [--resume-s S] [--pause-file PATH [--pause-from N]]

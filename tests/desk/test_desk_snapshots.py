@@ -1,6 +1,6 @@
 """Snapshots of every desk screen at 80×24 and 160×48, from replays recorded from real engines
-(tests/tui/replay.py; `python tests/tui/record_replay.py` records them). Update them after a
-deliberate change with `python -m pytest tests/tui --snapshot-update` and look at the report
+(tests/desk/replay.py; `python tests/desk/record_replay.py` records them). Update them after a
+deliberate change with `python -m pytest tests/desk --snapshot-update` and look at the report
 before committing."""
 
 from __future__ import annotations

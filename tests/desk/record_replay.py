@@ -1,11 +1,11 @@
 """Record the desk's replay data from a real engine.
 
-    python tests/tui/record_replay.py                # both recordings
-    python tests/tui/record_replay.py station        # or only one: station, mps-fault
+    python tests/desk/record_replay.py                # both recordings
+    python tests/desk/record_replay.py station        # or only one: station, mps-fault
 
-Writes `tests/tui/data/station.json` and `tests/tui/data/mps-fault.json`, which `ReplayFeed`
+Writes `tests/desk/data/station.json` and `tests/desk/data/mps-fault.json`, which `ReplayFeed`
 plays back for the desk's snapshot tests. Re-run it after the engine's replies change (then
-`python -m pytest tests/tui --snapshot-update`, and look at the snapshots before committing).
+`python -m pytest tests/desk --snapshot-update`, and look at the snapshots before committing).
 
 - `station`: a real engine on the SIMULATED DGX Station A100 of tests/contract/scenario.py
   (GPU 2 and 3 in MIG mode): jobs under MPS, on MIG slices and alone, a shared loader with a
@@ -202,7 +202,7 @@ class Recorder:
 
     def write(self, path: Path, source: str, normalise: Normaliser) -> None:
         data = {
-            "recorded_by": "python tests/tui/record_replay.py",
+            "recorded_by": "python tests/desk/record_replay.py",
             "source": source,
             "frames": normalise(self.frames),
             "details": normalise(self.details),
@@ -321,7 +321,7 @@ NVML_GPUS = {
     ]
 }
 # A CUDA client's first call makes the MPS control daemon start a server for its user; the fake
-# daemon has no CUDA clients, so the job asks for the server the way tests/integration does.
+# daemon has no CUDA clients, so the job asks for the server the way tests/hw/test_mps.py does.
 MPS_CLIENT = (
     "import os, subprocess\n"
     "print('pipe', os.environ['CUDA_MPS_PIPE_DIRECTORY'], flush=True)\n"

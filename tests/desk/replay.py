@@ -1,5 +1,5 @@
-"""The desk's replay data: frames recorded from real engines by tests/tui/record_replay.py
-(`python tests/tui/record_replay.py` records them again), decoded strictly through
+"""The desk's replay data: frames recorded from real engines by tests/desk/record_replay.py
+(`python tests/desk/record_replay.py` records them again), decoded strictly through
 gpudesk.api's models when loaded.
 
 - `STATION`: a SIMULATED DGX Station A100 (GPUs 2 and 3 in MIG mode) running a sweep: jobs

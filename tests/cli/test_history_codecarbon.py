@@ -55,7 +55,7 @@ def test_codecarbon_rows_carry_the_jobs_usage_at_the_stations_grid_code(
     assert exported.returncode == 0, exported.stderr
     assert "SIMULATED" in exported.stderr  # the note; each simulated row says it too
     header, rows = codecarbon_rows(exported.stdout)
-    assert header == list(COLUMNS) and len(header) == 38  # pinned in tests/unit/test_emissions.py
+    assert header == list(COLUMNS) and len(header) == 38  # pinned in tests/cli/test_emissions.py
     assert len(rows) == 2
     by_count = {row["gpu_count"]: row for row in rows.values()}
     gpu, cpu = by_count["1"], by_count["0"]

@@ -2,7 +2,7 @@
 disabled, 2026-11-29): every answer recorded in bench/results/h200-2026-11-29/run2/raw_probe.json
 that the fake models is replayed against it, byte for byte, exit status and streams apart; and
 gpudesk reads those answers right. (The MPS control fake's replay is in
-tests/integration/test_mps.py.)"""
+tests/hw/test_mps.py.)"""
 
 from __future__ import annotations
 

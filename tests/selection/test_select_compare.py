@@ -64,7 +64,7 @@ def test_compare_runs_each_preset_on_every_split_and_seed_and_pairs_it_with_rand
         str(plot),
     )
     assert code == 0, err
-    # the plot, after the table: a point per preset and the break-even (tests/unit/test_plots.py)
+    # the plot, after the table: a point per preset and the break-even (tests/plots/test_plots.py)
     drawn = plot.read_text()
     assert f"plot: wrote {plot}" in err and drawn.lstrip().startswith("<?xml")
     assert all(p in drawn for p in ("full", "random-25", "el2n-25", "break-even"))

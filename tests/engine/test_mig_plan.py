@@ -32,11 +32,10 @@ WANTED = ["2g.10gb", "3g.20gb", "2g.10gb"]
 
 
 def slice_profiles(engine: EngineHandle, gpu: int) -> list[str] | None:
-    snapshot = engine.client.request("telemetry")["snapshot"]
+    snapshot = engine.api.telemetry().snapshot
     if snapshot is None:
         return None
-    reading = snapshot["gpus"][gpu]
-    return [m["name"].rsplit(" ", 1)[-1] for m in reading["mig_devices"]]
+    return [m.profile for m in snapshot.gpus[gpu].mig_devices]
 
 
 def mig_events(home: Home) -> list[str]:
@@ -99,29 +98,29 @@ def open_station(home: Home) -> Iterator[Station]:
 
 
 def test_the_plan_shows_the_layout_the_queue_wants(locked_station: Station, gpudesk: Run) -> None:
-    station, client = locked_station, locked_station.engine.client
-    result = client.request("mig_plan", gpu=None)
-    assert result["simulated"] is True
-    plans = {p["gpu"]: p for p in result["plans"]}
+    station, client = locked_station, locked_station.engine.api
+    result = client.mig_plan(None)
+    assert result.simulated is True
+    plans = {p.gpu: p for p in result.plans}
     assert sorted(plans) == [0, 1, 2, 3]
     gpu3 = plans[3]
-    assert (gpu3["mig_enabled"], gpu3["current"], gpu3["wanted"]) == (True, ["1g.5gb"], WANTED)
-    assert [s["job_id"] for s in gpu3["slices"]] == [station.a, station.b, station.c]
-    assert [j["job_id"] for j in gpu3["left_out"]] == [station.e]  # no room after a, b, c
-    assert gpu3["commands"] == [
+    assert (gpu3.mig_enabled, gpu3.current, gpu3.wanted) == (True, ["1g.5gb"], WANTED)
+    assert [s.job_id for s in gpu3.slices] == [station.a, station.b, station.c]
+    assert [j.job_id for j in gpu3.left_out] == [station.e]  # no room after a, b, c
+    assert gpu3.commands == [
         "nvidia-smi mig -i 3 -dci",
         "nvidia-smi mig -i 3 -dgi",
         "nvidia-smi mig -i 3 -cgi 9,14,14 -C",
         "nvidia-smi -L",
     ]
-    assert gpu3["allowed"] is False
-    assert [b["code"] for b in gpu3["blockers"]] == ["config"]
+    assert gpu3.allowed is False
+    assert [b.code for b in gpu3.blockers] == ["config"]
     # GPUs 0-2: not in MIG mode and busy; they plan for what GPU 3 left (job e)
     gpu0 = plans[0]
-    assert [b["code"] for b in gpu0["blockers"]] == ["mig-mode", "busy", "config"]
-    assert "sudo nvidia-smi -i 0 -mig 1" in gpu0["enable_hint"]
-    assert gpu0["running_jobs"] == [station.heavy[0]] and gpu0["wanted"] == ["3g.20gb"]
-    assert client.request("mig_plan", gpu=3)["plans"] == [gpu3]
+    assert [b.code for b in gpu0.blockers] == ["mig-mode", "busy", "config"]
+    assert "sudo nvidia-smi -i 0 -mig 1" in gpu0.enable_hint
+    assert gpu0.running_jobs == [station.heavy[0]] and gpu0.wanted == ["3g.20gb"]
+    assert client.mig_plan(3).plans == [gpu3]
 
     code, out, _ = gpudesk("mig", "plan", "--gpu", "3")
     assert code == 0
@@ -130,24 +129,22 @@ def test_the_plan_shows_the_layout_the_queue_wants(locked_station: Station, gpud
     assert "nvidia-smi mig -i 3 -cgi 9,14,14 -C" in out
     assert "can apply: no. The station config does not allow" in out
     # what auto would make of it: nothing starts on 1g.5gb, so it would pay, if allowed
-    assert gpu3["auto"].startswith("GPU 3: 1g.5gb -> 2g.10gb, 3g.20gb, 2g.10gb")
-    assert gpu3["auto"].endswith(
-        "it pays; auto changes it only with [station] mig_repartition = true"
-    )
+    assert gpu3.auto.startswith("GPU 3: 1g.5gb -> 2g.10gb, 3g.20gb, 2g.10gb")
+    assert gpu3.auto.endswith("it pays; auto changes it only with [station] mig_repartition = true")
     assert "auto: GPU 3: 1g.5gb -> 2g.10gb, 3g.20gb, 2g.10gb" in out
-    assert plans[0]["auto"] is None  # busy and not in MIG mode: not weighed
+    assert plans[0].auto is None  # busy and not in MIG mode: not weighed
     code, out, _ = gpudesk("mig", "plan", "--json")
     assert code == 0 and json.loads(out)["plans"][3]["wanted"] == WANTED
 
     with pytest.raises(EngineError) as refused:
-        client.request("mig_apply", gpu=3, profiles=WANTED, confirm=True)
+        client.mig_apply(3, WANTED, confirm=True)
     assert refused.value.code == "refused" and "mig_repartition = true" in str(refused.value)
     code, _, err = gpudesk("mig", "apply-plan", "--gpu", "3", "--yes")
     assert code == 1 and "cannot be applied" in err and "mig_repartition" in err
     assert "Traceback" not in err
 
     with pytest.raises(EngineError) as unknown:
-        client.request("mig_plan", gpu=9)
+        client.mig_plan(9)
     assert unknown.value.code == "invalid_args" and "GPU 9" in str(unknown.value)
     code, _, err = gpudesk("mig", "plan", "--gpu", "9")
     assert code == 2 and "error: GPU 9 is not a MIG-capable GPU" in err
@@ -160,21 +157,21 @@ def test_the_plan_shows_the_layout_the_queue_wants(locked_station: Station, gpud
 def test_applying_the_plan_repartitions_the_simulated_gpu(
     open_station: Station, gpudesk: Run
 ) -> None:
-    station, client = open_station, open_station.engine.client
-    (gpu3,) = client.request("mig_plan", gpu=3)["plans"]
-    assert gpu3["allowed"] and gpu3["wanted"] == WANTED
-    assert gpu3["auto"].endswith("it pays; the mps policy never changes a layout on its own")
+    station, client = open_station, open_station.engine.api
+    (gpu3,) = client.mig_plan(3).plans
+    assert gpu3.allowed and gpu3.wanted == WANTED
+    assert gpu3.auto.endswith("it pays; the mps policy never changes a layout on its own")
 
     with pytest.raises(EngineError) as busy:  # GPU 0: heavy0 runs on it, and MIG mode is off
-        client.request("mig_apply", gpu=0, profiles=["7g.40gb"], confirm=True)
+        client.mig_apply(0, ["7g.40gb"], confirm=True)
     assert busy.value.code == "refused"
     assert "MIG mode is not enabled on GPU 0" in str(busy.value)
     assert f"Job(s) {station.heavy[0]} run on GPU 0" in str(busy.value)
     with pytest.raises(EngineError) as unconfirmed:
-        client.request("mig_apply", gpu=3, profiles=WANTED, confirm=False)
+        client.mig_apply(3, WANTED, confirm=False)
     assert unconfirmed.value.code == "refused" and "not confirmed" in str(unconfirmed.value)
     with pytest.raises(EngineError) as too_big:
-        client.request("mig_apply", gpu=3, profiles=["3g.20gb", "3g.20gb", "1g.5gb"], confirm=True)
+        client.mig_apply(3, ["3g.20gb", "3g.20gb", "1g.5gb"], confirm=True)
     assert too_big.value.code == "invalid_args" and "does not fit" in str(too_big.value)
     code, _, err = gpudesk("mig", "apply-plan", "--gpu", "3")  # no terminal, no --yes
     assert code == 2 and "needs confirmation" in err and "--yes" in err
@@ -190,12 +187,12 @@ def test_applying_the_plan_repartitions_the_simulated_gpu(
     ):
         assert station.engine.wait_state(job_id, "running")["slot"] == f"gpu:3/{profile}"
     assert station.engine.job(station.e)["state"] == "queued"
-    assert client.request("status")["station"]["mig"] == {"3": "2g.10gb,3g.20gb,2g.10gb"}
+    assert client.status().station.mig == {"3": "2g.10gb,3g.20gb,2g.10gb"}
     assert mig_events(station.engine.home) == [
         "MIG layout of GPU 3 applied: 2g.10gb, 3g.20gb, 2g.10gb (was 1g.5gb) [SIMULATED]"
     ]
-    (after,) = client.request("mig_plan", gpu=3)["plans"]
-    assert "busy" in [b["code"] for b in after["blockers"]]
+    (after,) = client.mig_plan(3).plans
+    assert "busy" in [b.code for b in after.blockers]
 
 
 def test_auto_repartitions_an_idle_mig_gpu_when_it_pays(home: Home, gpudesk: Run) -> None:
@@ -365,30 +362,30 @@ def test_a_real_station_plans_and_applies_through_nvidia_smi(
     and applied by hand."""
     with real_station(home, tmp_path, monkeypatch, "mps") as (engine, smi_state, smi_log):
         first, second = submit_big_jobs(engine, SLEEP)
-        (plan,) = engine.client.request("mig_plan", gpu=0)["plans"]
-        assert (plan["simulated"], plan["current"], plan["wanted"]) == (
+        (plan,) = engine.api.mig_plan(0).plans
+        assert (plan.simulated, plan.current, plan.wanted) == (
             False,
             ["3g.20gb", "3g.20gb"],
             ["7g.40gb"],
         )
-        assert [s["job_id"] for s in plan["slices"]] == [first]
-        assert [j["job_id"] for j in plan["left_out"]] == [second]
+        assert [s.job_id for s in plan.slices] == [first]
+        assert [j.job_id for j in plan.left_out] == [second]
         smi = str(FAKE_SMI)
-        assert plan["commands"] == [
+        assert plan.commands == [
             f"{smi} mig -i 0 -dci",
             f"{smi} mig -i 0 -dgi",
             f"{smi} mig -i 0 -cgi 0 -C",
             f"{smi} -L",
         ]
-        assert plan["allowed"] is True
+        assert plan.allowed is True
 
-        result = engine.client.request("mig_apply", gpu=0, profiles=plan["wanted"], confirm=True)
-        assert (result["applied"], result["previous"], result["simulated"]) == (
+        result = engine.api.mig_apply(0, plan.wanted, confirm=True)
+        assert (result.applied, result.previous, result.simulated) == (
             True,
             ["3g.20gb", "3g.20gb"],
             False,
         )
-        assert result["commands"] == plan["commands"]
+        assert result.commands == plan.commands
         calls = [json.loads(line) for line in smi_log.read_text().splitlines()]
         changing = [c for c in calls if any(a in ("-dci", "-dgi", "-cgi") for a in c)]
         assert changing == [
@@ -397,8 +394,8 @@ def test_a_real_station_plans_and_applies_through_nvidia_smi(
             ["mig", "-i", "0", "-cgi", "0", "-C"],
         ]
         assert calls[-3:][0] == ["-L"]  # read back: -L, then the instances
-        (device,) = result["mig_devices"]
-        assert device["profile"] == "7g.40gb" and device["uuid"].startswith("MIG-")
+        (device,) = result.mig_devices
+        assert device.profile == "7g.40gb" and device.uuid.startswith("MIG-")
         gis = json.loads(smi_state.read_text())["gpus"][0]["gpu_instances"]
         assert [gi["profile_id"] for gi in gis] == [0]
         # applying never touches the queue; the next pass sees the new instance through NVML

@@ -547,19 +547,19 @@ def test_the_status_reply_lists_an_mps_fault_by_gpu_index(
         )
         index = running[0]["gpus"][0]
         uuid = gpus[index]["uuid"]
-        assert engine.client.request("status")["station"]["mps"]["faults"] == []
+        assert engine.api.status().station.mps.faults == []
         server = start_server(MpsManager(home.root), uuid)  # what the first CUDA client does
         assert server
         (MpsManager(home.root).layout(uuid).pipe_dir / "fake-fault").touch()
         faults = wait_for(
-            lambda: engine.client.request("status")["station"]["mps"]["faults"],
+            lambda: engine.api.status().station.mps.faults,
             timeout=30.0,
             what="the engine to notice the FAULT",
         )
         assert isinstance(faults, list) and len(faults) == 1
         (fault,) = faults
-        assert (fault["gpu"], fault["uuid"]) == (index, uuid) and "FAULT" in fault["message"]
-        engine.client.request("cancel", jobs=ids, grace=0)
+        assert (fault.gpu, fault.uuid) == (index, uuid) and "FAULT" in fault.message
+        engine.api.cancel(ids, grace=0)
         engine.wait_all_done(ids)
     finally:
         engine.stop()
@@ -625,7 +625,7 @@ def test_a_real_engine_names_the_mps_server_and_invents_no_per_client_figure(
         now = view()
         assert now is not None
         assert [j["gpu_sm_pct"] for j in now["jobs"]] == [None, None]
-        engine.client.request("cancel", jobs=ids, grace=0)
+        engine.api.cancel(ids, grace=0)
         engine.wait_all_done(ids)
         for job_id in ids:
             assert engine.show(job_id)["usage"]["split"] == "even"

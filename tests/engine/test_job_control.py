@@ -12,6 +12,7 @@ import pytest
 from conftest import EngineHandle, wait_for
 
 from gpudesk.api.errors import EngineError
+from gpudesk.api.models import ActionOutcome
 
 GPUDESK = [sys.executable, "-m", "gpudesk"]
 
@@ -30,17 +31,13 @@ def occupy_the_only_slot(engine: EngineHandle, tmp_path: Path) -> tuple[int, Pat
     return engine.occupy_the_only_slot(gate), gate
 
 
-def request(engine: EngineHandle, op: str, *jobs: int | str, **args: object) -> list[dict]:
-    return engine.client.request(op, jobs=list(jobs), **args)["results"]
-
-
 def test_a_held_job_never_starts_until_released(engine: EngineHandle, tmp_path: Path) -> None:
     blocker, gate = occupy_the_only_slot(engine, tmp_path)
     (held,) = engine.submit(sh("true", "held"))
-    assert request(engine, "hold", "held") == [
-        {"id": held, "name": "held", "outcome": "held", "ok": True}
+    assert engine.api.hold(["held"]) == [
+        ActionOutcome(id=held, name="held", outcome="held", ok=True)
     ]
-    assert request(engine, "hold", held)[0]["outcome"] == "already held"
+    assert engine.api.hold([held])[0].outcome == "already held"
     shown = engine.show(held)
     assert (shown["job"]["state"], shown["job"]["held"]) == ("queued", True)
     assert shown["waiting"] == f"held: it will not start until released (gpudesk release {held})"
@@ -50,7 +47,7 @@ def test_a_held_job_never_starts_until_released(engine: EngineHandle, tmp_path: 
     (later,) = engine.submit(sh("true", "later"))
     engine.wait_state(later, "succeeded")
     assert engine.job(held)["state"] == "queued"
-    assert request(engine, "release", held)[0]["outcome"] == "released"
+    assert engine.api.release([held])[0].outcome == "released"
     job = engine.wait_state(held, "succeeded")
     assert job["held"] is False
     events = [(e["kind"], e["message"]) for e in engine.show(held)["events"]]
@@ -60,7 +57,7 @@ def test_a_held_job_never_starts_until_released(engine: EngineHandle, tmp_path: 
 def test_hold_is_kept_across_an_engine_restart(engine: EngineHandle, tmp_path: Path) -> None:
     blocker, gate = occupy_the_only_slot(engine, tmp_path)
     (held,) = engine.submit(sh("true", "held"))
-    request(engine, "hold", held)
+    engine.api.hold([held])
     engine.stop()
     engine.start(slots=1)
     assert engine.job(held)["held"] is True
@@ -69,7 +66,7 @@ def test_hold_is_kept_across_an_engine_restart(engine: EngineHandle, tmp_path: P
     (later,) = engine.submit(sh("true", "later"))
     engine.wait_state(later, "succeeded")
     assert engine.job(held)["state"] == "queued"
-    request(engine, "release", held)
+    engine.api.release([held])
     engine.wait_state(held, "succeeded")
 
 
@@ -78,15 +75,15 @@ def test_hold_refuses_a_running_job_but_acts_on_the_rest(
 ) -> None:
     blocker, gate = occupy_the_only_slot(engine, tmp_path)
     (queued,) = engine.submit(sh("true", "queued"))
-    results = request(engine, "hold", blocker, queued)
-    assert [(r["outcome"], r["ok"]) for r in results] == [
+    results = engine.api.hold([blocker, queued])
+    assert [(r.outcome, r.ok) for r in results] == [
         ("running: only a queued job can be held", False),
         ("held", True),
     ]
-    assert request(engine, "release", blocker)[0]["outcome"] == "not held (running)"
+    assert engine.api.release([blocker])[0].outcome == "not held (running)"
     # Resolution is all or nothing: one unknown job and nothing is done.
     with pytest.raises(EngineError) as info:
-        request(engine, "release", queued, "no-such-job")
+        engine.api.release([queued, "no-such-job"])
     assert info.value.code == "unknown_job"
     assert engine.job(queued)["held"] is True
     gate.touch()
@@ -100,12 +97,12 @@ def test_priority_decides_which_queued_job_starts_first(
     first, second, third = engine.submit(
         *(sh(f"echo {n} >> {order}", n) for n in ("first", "second", "third"))
     )
-    assert request(engine, "priority", third, priority=5)[0]["outcome"] == "priority 0 -> 5"
-    assert request(engine, "priority", first, delta=-1)[0]["outcome"] == "priority 0 -> -1"
-    running = request(engine, "priority", blocker, delta=1)[0]
-    assert running["ok"] and "running, so it changes nothing now" in running["outcome"]
-    queue = engine.client.request("jobs", states=["queued"])["jobs"]
-    assert [(j["name"], j["spec"]["priority"]) for j in queue] == [
+    assert engine.api.set_priority([third], priority=5)[0].outcome == "priority 0 -> 5"
+    assert engine.api.set_priority([first], delta=-1)[0].outcome == "priority 0 -> -1"
+    running = engine.api.set_priority([blocker], delta=1)[0]
+    assert running.ok and "running, so it changes nothing now" in running.outcome
+    queue = engine.api.jobs(states=["queued"])
+    assert [(j.name, j.spec.priority) for j in queue] == [
         ("first", -1),
         ("second", 0),
         ("third", 5),
@@ -118,9 +115,9 @@ def test_priority_decides_which_queued_job_starts_first(
     engine.wait_all_done([first, second, third])
     assert order.read_text().split() == ["third", "second", "first"]
     with pytest.raises(EngineError, match="expected a whole number from -1000 to 1000"):
-        request(engine, "priority", first, priority=1001)
+        engine.api.set_priority([first], priority=1001)
     with pytest.raises(EngineError, match="either 'priority'"):
-        request(engine, "priority", first, priority=1, delta=1)
+        engine.api.set_priority([first], priority=1, delta=1)
 
 
 def test_requeue_runs_a_failed_job_again_and_its_attempts_continue(
@@ -130,9 +127,9 @@ def test_requeue_runs_a_failed_job_again_and_its_attempts_continue(
     (flaky,) = engine.submit(sh(f"[ -e {marker} ] || {{ touch {marker}; exit 3; }}", "flaky"))
     (hopeless,) = engine.submit(sh("exit 2", "hopeless", max_attempts=2))
     engine.wait_all_done([flaky, hopeless])
-    assert request(engine, "requeue", flaky, hopeless) == [
-        {"id": flaky, "name": "flaky", "outcome": "requeued", "ok": True},
-        {"id": hopeless, "name": "hopeless", "outcome": "requeued", "ok": True},
+    assert engine.api.requeue([flaky, hopeless]) == [
+        ActionOutcome(id=flaky, name="flaky", outcome="requeued", ok=True),
+        ActionOutcome(id=hopeless, name="hopeless", outcome="requeued", ok=True),
     ]
     jobs = {j["id"]: j for j in engine.wait_all_done([flaky, hopeless])}
     assert (jobs[flaky]["state"], jobs[flaky]["attempts"]) == ("succeeded", 2)
@@ -143,7 +140,7 @@ def test_requeue_runs_a_failed_job_again_and_its_attempts_continue(
     assert [a["number"] for a in shown["attempts"]] == [1, 2, 3, 4]
     assert [a["exit_code"] for a in shown["attempts"]] == [2, 2, 2, 2]
     assert "requeued by user (was failed)" in [e["message"] for e in shown["events"]]
-    assert request(engine, "requeue", flaky)[0]["outcome"] == "requeued"  # a success reruns
+    assert engine.api.requeue([flaky])[0].outcome == "requeued"  # a success reruns
     engine.wait_state(flaky, "succeeded")
     assert engine.job(flaky)["attempts"] == 3
 
@@ -151,8 +148,8 @@ def test_requeue_runs_a_failed_job_again_and_its_attempts_continue(
 def test_requeue_leaves_queued_and_running_jobs_alone(engine: EngineHandle, tmp_path: Path) -> None:
     blocker, gate = occupy_the_only_slot(engine, tmp_path)
     (queued,) = engine.submit(sh("true", "queued"))
-    results = request(engine, "requeue", blocker, queued)
-    assert [(r["outcome"], r["ok"]) for r in results] == [
+    results = engine.api.requeue([blocker, queued])
+    assert [(r.outcome, r.ok) for r in results] == [
         ("running: only a finished job can be requeued", False),
         ("already queued", True),
     ]
@@ -204,13 +201,13 @@ def test_energy_today_rises_and_is_kept_across_a_restart(home) -> None:
     try:
 
         def energy() -> float:
-            return engine.client.request("telemetry")["energy_today_j"].get("0", 0.0)
+            return engine.api.telemetry().energy_today_j.get(0, 0.0)
 
         first = wait_for(energy, what="energy for the day")
         wait_for(lambda: energy() > first, what="the energy to rise")
         last_seen = energy()
         engine.stop()  # the engine stores what it counted when it stops
         engine.start(backend="sim:h100", sample_interval=0.2)
-        assert engine.client.request("telemetry")["energy_today_j"]["0"] >= last_seen
+        assert engine.api.telemetry().energy_today_j[0] >= last_seen
     finally:
         engine.client.close()
