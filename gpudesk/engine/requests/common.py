@@ -1,6 +1,7 @@
 """What every group of requests shares: the collaborators the handlers hand work to
 (`EngineParts`), the base of each group (`Requests`: finding a job by id or name, refusing a
-non-admin, whether a caller sees an owner's secrets), and the argument checks several ops use.
+non-admin, whether a caller sees an owner's secrets). Each op's arguments are decoded into
+their type (`gpudesk.core.wire.requests`) before its handler is called.
 """
 
 from __future__ import annotations
@@ -9,10 +10,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
+
 from gpudesk.core import protocol
 from gpudesk.core.identity import Caller, user_id
 from gpudesk.core.protocol import ProtocolError
 from gpudesk.core.records import JobRecord
+from gpudesk.core.wire.requests import MAX_ROW_ID, JobRef
 from gpudesk.engine.access import Access
 from gpudesk.engine.attempts import Attempts
 from gpudesk.engine.backends.slurm import SlurmBackend
@@ -36,13 +40,10 @@ from gpudesk.paths import Home
 from gpudesk.policy.queue import JobQueue
 from gpudesk.text import is_text, safe_text
 
-MAX_JOBS_PER_REQUEST = 10_000
-MAX_ROW_ID = 2**63 - 1  # the largest id SQLite stores: a larger int is no job's
-
-Args = dict[str, Any]
 Reply = dict[str, Any]
-# An op's handler: its arguments and who asks in, its reply (or the work that builds it later) out.
-Handler = Callable[[Args, Caller], "Reply | Later[Any]"]
+# An op's handler: its arguments (decoded into the op's type in gpudesk.core.wire.requests) and
+# who asks in, its reply (or the work that builds it later) out.
+Handler = Callable[[Any, Caller], "Reply | msgspec.Struct | Later[Any]"]
 
 
 @dataclass(frozen=True)
@@ -105,10 +106,10 @@ class Requests:
     def _usage(self, job_ids: list[int]) -> dict[int, dict[str, Any]]:
         return self.parts.telemetry.job_usage(job_ids, self.parts.attempts.attempt_numbers())
 
-    def _find(self, ref: Any, field: str) -> JobRecord:
+    def _find(self, ref: JobRef, field: str) -> JobRecord:
         """A job by id (int or digits) or by name (the newest job of that name); `field` names
         the argument in the error for a ref that is neither."""
-        if isinstance(ref, bool) or not isinstance(ref, (int, str)) or ref == "":
+        if ref == "":
             raise ProtocolError(
                 protocol.INVALID_ARGS, f"'{field}': a job is named by its id or its name"
             )
@@ -126,36 +127,14 @@ class Requests:
         return self.parts.control.find(ref)
 
 
-def job_list(args: Args, key: str) -> list[Any]:
-    refs = args.get(key)
-    if not isinstance(refs, list) or not refs:
-        raise ProtocolError(protocol.INVALID_ARGS, f"'{key}' must be a non-empty list")
-    if len(refs) > MAX_JOBS_PER_REQUEST:
-        raise ProtocolError(
-            protocol.INVALID_ARGS,
-            f"at most {MAX_JOBS_PER_REQUEST} jobs per request, found {len(refs)}",
-        )
-    return refs
-
-
-def user_arg(value: Any) -> int | None:
-    """The `user` argument: a user name, or a uid as digits or a number; its uid."""
-    if value is None:
-        return None
-    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**32:
+def user_arg(value: str | int | None) -> int | None:
+    """The `user` argument (a user name, or a uid: JobsArgs checks its type and range): its
+    uid."""
+    if value is None or isinstance(value, int):
         return value
-    if isinstance(value, str) and is_text(value) and value:
-        uid = user_id(value)
-        if uid is not None:
-            return uid
+    uid = user_id(value) if value and is_text(value) else None
+    if uid is None:
         raise ProtocolError(
             protocol.INVALID_ARGS, f"'user': no user named {safe_text(value)!r} on this station"
         )
-    raise ProtocolError(protocol.INVALID_ARGS, "'user' must be a user name or a uid")
-
-
-def whole_number(value: Any, low: int, high: int) -> int | None:
-    """`value` when it is an int (not a bool) from `low` to `high`, else None."""
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        return None
-    return value
+    return uid

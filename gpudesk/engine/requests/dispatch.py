@@ -9,12 +9,15 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import msgspec
+
 from gpudesk.core import protocol
 from gpudesk.core.identity import Caller
 from gpudesk.core.protocol import ProtocolError
+from gpudesk.core.wire.requests import REQUEST_ARGS, ArgsError, decode_args
 from gpudesk.engine.backends.slurm import SubmitRefused
 from gpudesk.engine.offloop import Busy, Later, Pending
-from gpudesk.engine.requests.common import EngineParts, Handler
+from gpudesk.engine.requests.common import EngineParts, Handler, Reply
 from gpudesk.engine.requests.job_actions import JobActionRequests
 from gpudesk.engine.requests.listing import ListingRequests
 from gpudesk.engine.requests.mig import MigRequests
@@ -45,6 +48,8 @@ class RequestHandlers:
             ModelRequests(parts),
         ):
             self.table.update(group.ops())
+        if set(self.table) != set(REQUEST_ARGS):  # each op's arguments have their type
+            raise RuntimeError(f"ops without argument types: {set(self.table) ^ set(REQUEST_ARGS)}")
 
     def handle(self, raw: bytes, caller: Caller) -> bytes | Pending:
         """One request's reply: its result, or an error with its code and message. `caller` is
@@ -62,10 +67,14 @@ class RequestHandlers:
                     protocol.UNKNOWN_OP,
                     f"unknown operation {request.op!r}; known: {', '.join(sorted(self.table))}",
                 )
-            result = handler(request.args, caller)
+            try:
+                args = decode_args(REQUEST_ARGS[op], request.args)
+            except ArgsError as exc:
+                raise ProtocolError(protocol.INVALID_ARGS, str(exc)) from None
+            result = handler(args, caller)
             if isinstance(result, Later):
                 return self._pending(request_id, caller, result, op)
-            return protocol.encode_result(request_id, result)
+            return _result_reply(request_id, result)
         except Exception as exc:
             return _error_reply(request_id, exc)
         finally:
@@ -88,7 +97,7 @@ class RequestHandlers:
                         if isinstance(reply, Later):  # a next step off the loop (a Slurm submit)
                             run(reply)
                         else:
-                            post(protocol.encode_result(request_id, reply))
+                            post(_result_reply(request_id, reply))
                     finally:
                         self.parts.loop.request(op, time.perf_counter() - started, caller.uid)
 
@@ -100,6 +109,13 @@ class RequestHandlers:
             run(later)
 
         return Pending(start)
+
+
+def _result_reply(request_id: Any, result: Reply | msgspec.Struct) -> bytes:
+    """A handler's result on the wire: a wire type (gpudesk.core.wire) as msgspec encodes it."""
+    if isinstance(result, msgspec.Struct):
+        return protocol.encode_result(request_id, msgspec.to_builtins(result))
+    return protocol.encode_result(request_id, result)
 
 
 def _error_reply(request_id: Any, exc: BaseException) -> bytes:

@@ -8,18 +8,13 @@ from collections.abc import Callable
 
 from gpudesk.core import protocol
 from gpudesk.core.identity import Caller
-from gpudesk.core.jobs import (
-    DEFAULT_CANCEL_GRACE_S,
-    PRIORITY_RANGE,
-    check_priority,
-)
 from gpudesk.core.protocol import ProtocolError
 from gpudesk.core.records import JobRecord
+from gpudesk.core.wire.jobs import ActionOutcome, ActionResult
+from gpudesk.core.wire.requests import CancelArgs, JobRefsArgs, PriorityArgs
 from gpudesk.engine import user_limits
 from gpudesk.engine.job_control import JobOutcome
-from gpudesk.engine.requests.common import Args, Handler, Reply, Requests, job_list, whole_number
-
-MAX_CANCEL_GRACE_S = 3600.0
+from gpudesk.engine.requests.common import Handler, Requests
 
 
 class JobActionRequests(Requests):
@@ -36,18 +31,17 @@ class JobActionRequests(Requests):
 
     def act_on_jobs(
         self,
-        args: Args,
+        args: JobRefsArgs,
         caller: Caller,
         verb: str,
         action: Callable[[JobRecord], JobOutcome],
-    ) -> Reply:
+    ) -> ActionResult:
         """The shape of every job-control op: resolve all of `args["jobs"]` (ids or names)
         first, so one unknown job fails the request with none touched, then act on each job
         once, in the order given. A job the caller may not `verb` (not theirs, and they are no
-        admin) is refused on its own: its outcome names the rule, the others go on. Returns
-        {"results": [{"id", "name", "outcome", "ok"}]}."""
+        admin) is refused on its own: its outcome names the rule, the others go on."""
         jobs: dict[int, JobRecord] = {}
-        for index, ref in enumerate(job_list(args, "jobs")):
+        for index, ref in enumerate(args.jobs):
             job = self._find(ref, f"jobs[{index}]")
             jobs.setdefault(job.id, job)
         results = []
@@ -55,62 +49,43 @@ class JobActionRequests(Requests):
             refusal = self.parts.access.job_refusal(caller, job, verb)
             outcome = JobOutcome(refusal, ok=False) if refusal else action(job)
             results.append(
-                {"id": job.id, "name": job.name, "outcome": outcome.message, "ok": outcome.ok}
+                ActionOutcome(id=job.id, name=job.name, outcome=outcome.message, ok=outcome.ok)
             )
-        return {"results": results}
+        return ActionResult(results=results)
 
-    def cancel(self, args: Args, caller: Caller) -> Reply:
-        grace = args.get("grace", DEFAULT_CANCEL_GRACE_S)
-        if (
-            isinstance(grace, bool)
-            or not isinstance(grace, (int, float))
-            or not 0 <= grace <= MAX_CANCEL_GRACE_S
-        ):
-            raise ProtocolError(
-                protocol.INVALID_ARGS, f"'grace' must be 0 to {MAX_CANCEL_GRACE_S:g} seconds"
-            )
+    def cancel(self, args: CancelArgs, caller: Caller) -> ActionResult:
         control = self.parts.control
-        return self.act_on_jobs(args, caller, "cancel", lambda job: control.cancel(job, grace))
+        return self.act_on_jobs(args, caller, "cancel", lambda job: control.cancel(job, args.grace))
 
-    def hold(self, args: Args, caller: Caller) -> Reply:
+    def hold(self, args: JobRefsArgs, caller: Caller) -> ActionResult:
         """{"jobs": [refs]}: hold queued jobs. The placement policy never starts a held job; it
         keeps its place in the queue. Outcomes: "held", "already held", or (ok false) why
         not, e.g. "running: only a queued job can be held"."""
         return self.act_on_jobs(args, caller, "hold", self.parts.control.hold)
 
-    def release(self, args: Args, caller: Caller) -> Reply:
+    def release(self, args: JobRefsArgs, caller: Caller) -> ActionResult:
         """{"jobs": [refs]}: release held jobs. Outcomes: "released", "not held" (also for a
         job that is not queued, e.g. "not held (running)")."""
         return self.act_on_jobs(args, caller, "release", self.parts.control.release)
 
-    def priority(self, args: Args, caller: Caller) -> Reply:
+    def priority(self, args: PriorityArgs, caller: Caller) -> ActionResult:
         """{"jobs": [refs], "priority": int} sets the priority (submit's range), or
         {"jobs": [refs], "delta": int} moves it (+1 raises, -1 lowers; kept in the range).
         A queued job moves in the queue at once; a running or finished one keeps the new
         priority for a retry or a requeue, and its outcome says it changes nothing now."""
         control = self.parts.control
-        priority, delta = args.get("priority"), args.get("delta")
-        if (priority is None) == (delta is None):
+        priority, step = args.priority, args.delta
+        if (priority is None) == (step is None):
             raise ProtocolError(
                 protocol.INVALID_ARGS,
                 "give either 'priority' (the new value) "
                 "or 'delta' (+1 raises, -1 lowers), not both",
             )
         if priority is not None:
-            try:
-                wanted = check_priority(priority)
-            except ValueError as exc:
-                raise ProtocolError(protocol.INVALID_ARGS, f"'priority': {exc}") from None
             return self.act_on_jobs(
-                args, caller, "re-prioritize", lambda job: self._reprioritize(caller, job, wanted)
+                args, caller, "re-prioritize", lambda job: self._reprioritize(caller, job, priority)
             )
-        low, high = PRIORITY_RANGE
-        step = whole_number(delta, -(high - low), high - low)
-        if step is None:
-            raise ProtocolError(
-                protocol.INVALID_ARGS,
-                f"'delta' must be a whole number from {low - high} to {high - low}, e.g. 1 or -1",
-            )
+        assert step is not None
         return self.act_on_jobs(
             args,
             caller,
@@ -129,7 +104,7 @@ class JobActionRequests(Requests):
                 return JobOutcome(refusal, ok=False)
         return self.parts.control.set_priority(job, wanted)
 
-    def requeue(self, args: Args, caller: Caller) -> Reply:
+    def requeue(self, args: JobRefsArgs, caller: Caller) -> ActionResult:
         """{"jobs": [refs]}: put finished jobs (failed, cancelled, or succeeded to rerun them)
         back in the queue as the same job, with a fresh attempt budget; attempt numbers
         continue. Outcomes: "requeued", "already queued", or (ok false)

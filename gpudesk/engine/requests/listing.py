@@ -16,10 +16,11 @@ from gpudesk.core.jobs import (
 )
 from gpudesk.core.protocol import ProtocolError
 from gpudesk.core.records import JobRecord
+from gpudesk.core.wire.requests import JobsArgs, LogArgs, ShowArgs
 from gpudesk.engine import runner
 from gpudesk.engine.backends import slurm_views
 from gpudesk.engine.offloop import Later
-from gpudesk.engine.requests.common import MAX_ROW_ID, Args, Handler, Reply, user_arg, whole_number
+from gpudesk.engine.requests.common import Handler, Reply, user_arg
 from gpudesk.engine.requests.job_views import JobViews
 from gpudesk.engine.store.slurm import SlurmRow
 from gpudesk.slurm import logs as slurm_logs
@@ -38,33 +39,28 @@ class ListingRequests(JobViews):
             "log": self.log,
         }
 
-    def jobs(self, args: Args, caller: Caller) -> Reply:
+    def jobs(self, args: JobsArgs, caller: Caller) -> Reply:
         """One page of jobs, oldest first, at most `limit` (and at most JOBS_PAGE_CAP): from
         the oldest, or after `after_id`; with `limit` alone the newest, or with `before_id` the
         newest before it. `more` says rows match beyond the page, and `after_id` or
         `before_id` where to go on; `total` (with `count`) how many match; `damaged` the rows
         skipped because the store cannot read them. Archived jobs only with `archived`, or
         when named by `ids`."""
-        states = _states_arg(args)
-        group = args.get("group")
-        if group is not None and not (isinstance(group, str) and is_text(group)):
+        states = None if args.states is None else [JobState(s) for s in args.states]
+        group, ids, limit = args.group, args.ids, args.limit
+        if group is not None and not is_text(group):
             raise ProtocolError(protocol.INVALID_ARGS, "'group' must be a string (UTF-8 text)")
-        ids = _ids_arg(args)
-        limit = args.get("limit")
-        if limit is not None and whole_number(limit, 1, MAX_ROW_ID) is None:
-            raise ProtocolError(protocol.INVALID_ARGS, "'limit' must be a positive integer")
-        cursors = {}
-        for key in ("after_id", "before_id"):
-            if args.get(key) is not None:
-                if whole_number(args[key], 0, MAX_ROW_ID) is None:
-                    raise ProtocolError(protocol.INVALID_ARGS, f"'{key}' must be a job id")
-                cursors[key] = args[key]
+        cursors = {
+            key: value
+            for key, value in (("after_id", args.after_id), ("before_id", args.before_id))
+            if value is not None
+        }
         if len(cursors) > 1:
             raise ProtocolError(
                 protocol.INVALID_ARGS,
                 "give 'after_id' (oldest first) or 'before_id' (newest first), not both",
             )
-        owner = user_arg(args.get("user"))
+        owner = user_arg(args.user)
         # newest first: with `before_id`, or with `limit` and no `after_id` (the newest N)
         descending = "before_id" in cursors or (limit is not None and "after_id" not in cursors)
         page = self.parts.store.jobs_page(
@@ -76,8 +72,8 @@ class ListingRequests(JobViews):
             after_id=cursors.get("after_id"),
             before_id=cursors.get("before_id"),
             newest=descending,
-            archived=bool(args.get("archived")),
-            count=bool(args.get("count")),
+            archived=args.archived,
+            count=args.count,
         )
         jobs = page.jobs
         live_by_job = self.parts.attempts.by_job()
@@ -88,7 +84,7 @@ class ListingRequests(JobViews):
             for job in jobs
         ]
         self._add_wait_reasons(jobs, result, on_slurm)
-        if args.get("usage"):
+        if args.usage:
             self._add_usage(jobs, result, on_slurm)
         reply: Reply = {"jobs": result, "more": page.more, "simulated": self._simulated()}
         if page.more:
@@ -116,9 +112,9 @@ class ListingRequests(JobViews):
                 ended = job.ended_at or time.time()
                 data["gpu_s"] = job.spec.gpus * (ended - job.started_at)
 
-    def show(self, args: Args, caller: Caller) -> Reply:
+    def show(self, args: ShowArgs, caller: Caller) -> Reply:
         parts = self.parts
-        job = self._find(args.get("job"), "job")
+        job = self._find(args.job, "job")
         row = parts.store.slurm_job(job.id) if job.spec.cluster is not None else None
         result: Reply = {
             "job": self.job_reply(job, caller, parts.attempts.by_job().get(job.id), row),
@@ -137,18 +133,18 @@ class ListingRequests(JobViews):
             result["waiting"] = slurm_views.explain_wait(row)
         elif job.state is JobState.QUEUED:
             result["waiting"] = parts.scheduler.explain_wait(job)
-        if args.get("env"):
+        if args.env:
             # The environment can hold secrets: the owner's and the admins' to read only.
             refusal = parts.access.job_refusal(caller, job, "see the environment of")
             if refusal:
                 raise ProtocolError(protocol.REFUSED, refusal)
             result["env"] = {**parts.store.base_env(job.id), **job.spec.env}
-        if args.get("series"):
+        if args.series:
             # what `gpudesk show --plot` draws; anyone may read it, as the usage
             result["series"] = parts.telemetry.job_series(job.id).to_dict()
         return result
 
-    def log(self, args: Args, caller: Caller) -> Reply | Later[slurm_logs.LogRead]:
+    def log(self, args: LogArgs, caller: Caller) -> Reply | Later[slurm_logs.LogRead]:
         """{"job", "attempt"?, "offset"?, "max_bytes"?}: at most `max_bytes` of an attempt's
         output (default: its latest) from stream position `offset`, read by the engine, for a
         client that may not read the file itself (an admin reading another user's job on a
@@ -156,7 +152,7 @@ class ListingRequests(JobViews):
         and the admins' only (engine/access.py). `data` is base64; `skipped` the bytes before it
         that were rotated away; `next` the position after it; `end` the stream's end now."""
         parts = self.parts
-        job = self._find(args.get("job"), "job")
+        job = self._find(args.job, "job")
         refusal = parts.access.job_refusal(caller, job, "read the logs of")
         if refusal:
             raise ProtocolError(protocol.REFUSED, refusal)
@@ -220,53 +216,15 @@ class ListingRequests(JobViews):
         return reply(data, skipped, stream.position, end)
 
 
-def _states_arg(args: Args) -> list[JobState] | None:
-    """The `states` a listing keeps, or None for every state."""
-    states = None
-    if args.get("states") is not None:
-        try:
-            states = [JobState(s) for s in args["states"]]
-        except (TypeError, ValueError):
-            raise ProtocolError(
-                protocol.INVALID_ARGS,
-                f"'states' must list states among {', '.join(s.value for s in JobState)}",
-            ) from None
-    return states
-
-
-def _ids_arg(args: Args) -> list[int] | None:
-    """The job `ids` a listing names, or None for every job."""
-    ids = args.get("ids")
-    if ids is not None and (
-        not isinstance(ids, list)
-        or not all(whole_number(i, -MAX_ROW_ID, MAX_ROW_ID) is not None for i in ids)
-    ):
-        raise ProtocolError(protocol.INVALID_ARGS, "'ids' must be a list of job ids")
-    if ids is not None and len(ids) > protocol.MAX_LISTING_IDS:
-        raise ProtocolError(
-            protocol.INVALID_ARGS,
-            f"'ids': at most {protocol.MAX_LISTING_IDS} job ids per request, found "
-            f"{len(ids)}; ask for the rest in further requests (the client does)",
-        )
-    return ids
-
-
-def _log_range(args: Args, job: JobRecord) -> tuple[int, int, int]:
-    """`log`'s attempt (default: the latest), stream position and byte limit, checked."""
-    number = args.get("attempt", job.attempts)
+def _log_range(args: LogArgs, job: JobRecord) -> tuple[int, int, int]:
+    """`log`'s attempt (default: the latest), stream position and byte limit: LogArgs checked
+    their types and bounds; the attempt is checked against the job's."""
+    number = job.attempts if args.attempt is None else args.attempt
     if job.attempts == 0:
         raise ProtocolError(protocol.INVALID_ARGS, f"job {job.id} has not started yet")
-    if whole_number(number, 1, job.attempts) is None:
+    if number > job.attempts:
         raise ProtocolError(
             protocol.INVALID_ARGS,
             f"'attempt': job {job.id} has attempts 1 to {job.attempts}",
         )
-    offset = args.get("offset", 0)
-    if whole_number(offset, 0, MAX_ROW_ID) is None:
-        raise ProtocolError(protocol.INVALID_ARGS, "'offset' must be a stream position (0 or more)")
-    limit = args.get("max_bytes", joblog.CHUNK_BYTES)
-    if whole_number(limit, 0, joblog.CHUNK_BYTES) is None:
-        raise ProtocolError(
-            protocol.INVALID_ARGS, f"'max_bytes' must be from 0 to {joblog.CHUNK_BYTES}"
-        )
-    return number, offset, limit
+    return number, args.offset, args.max_bytes

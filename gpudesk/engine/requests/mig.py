@@ -8,8 +8,9 @@ from gpudesk.core import protocol
 from gpudesk.core.identity import Caller
 from gpudesk.core.mig_layout import LayoutError, MigError, MigUsageError
 from gpudesk.core.protocol import ProtocolError
+from gpudesk.core.wire.requests import MigApplyArgs, MigPlanArgs
 from gpudesk.engine.repartition.station import MigApplyRefused
-from gpudesk.engine.requests.common import Args, Handler, Reply, Requests
+from gpudesk.engine.requests.common import Handler, Reply, Requests
 
 
 class MigRequests(Requests):
@@ -21,14 +22,13 @@ class MigRequests(Requests):
             "mig_apply": self.mig_apply,
         }
 
-    def mig_plan(self, args: Args, _caller: Caller) -> Reply:
+    def mig_plan(self, args: MigPlanArgs, _caller: Caller) -> Reply:
         """{"gpu": int | null}: the MIG plan of one or every MIG-capable GPU (MigPlan.to_dict):
         the layout the queue would want, the job each slice is for, the nvidia-smi commands
         applying it would run, whether the engine may apply it, or why not, and in "auto" what
         auto's own repartitioning predicts of it now (null where it would not weigh it)."""
-        gpu = _mig_gpu_arg(args, required=False)
         try:
-            plans = self.parts.mig.plans(gpu)
+            plans = self.parts.mig.plans(args.gpu)
         except MigError as exc:
             raise _mig_protocol_error(exc) from None
         return {
@@ -36,46 +36,17 @@ class MigRequests(Requests):
             "simulated": self.parts.telemetry.monitor.simulated,
         }
 
-    def mig_apply(self, args: Args, caller: Caller) -> Reply:
+    def mig_apply(self, args: MigApplyArgs, caller: Caller) -> Reply:
         """{"gpu": int, "profiles": [str, ...], "confirm": true}: give an idle MIG-mode GPU this
         layout, destroying its instances, only where [station] mig_repartition allows it and
         only with confirm. A simulated station's `mig` table changes (telemetry and placement
         see the new slices); a real GPU is repartitioned through nvidia-smi. The queue is not
         touched. Never enables MIG mode or resets a GPU. An admin's only."""
         self._need_admin(caller, "apply MIG layouts")
-        gpu = _mig_gpu_arg(args, required=True)
-        assert gpu is not None
-        profiles = args.get("profiles")
-        if (
-            not isinstance(profiles, list)
-            or not profiles
-            or not all(isinstance(p, str) and p.strip() for p in profiles)
-        ):
-            raise ProtocolError(
-                protocol.INVALID_ARGS,
-                "'profiles' must be a non-empty list of "
-                'MIG profile names, e.g. ["3g.20gb", "2g.10gb"]',
-            )
-        confirm = args.get("confirm", False)
-        if not isinstance(confirm, bool):
-            raise ProtocolError(protocol.INVALID_ARGS, "'confirm' must be true or false")
         try:
-            return self.parts.mig.apply(gpu, profiles, confirm).to_dict()
+            return self.parts.mig.apply(args.gpu, args.profiles, args.confirm).to_dict()
         except MigError as exc:
             raise _mig_protocol_error(exc) from None
-
-
-def _mig_gpu_arg(args: Args, *, required: bool) -> int | None:
-    gpu = args.get("gpu")
-    if gpu is None and not required:
-        return None
-    if isinstance(gpu, bool) or not isinstance(gpu, int) or gpu < 0:
-        raise ProtocolError(
-            protocol.INVALID_ARGS,
-            "'gpu' must be a GPU index (0, 1, ...)"
-            + ("" if required else ", or null for every GPU"),
-        )
-    return gpu
 
 
 def _mig_protocol_error(exc: MigError) -> ProtocolError:

@@ -15,10 +15,12 @@ from gpudesk.core.datasets import DatasetSpec
 from gpudesk.core.identity import Caller, user_name
 from gpudesk.core.protocol import ProtocolError
 from gpudesk.core.station import StationConfig
+from gpudesk.core.wire.requests import ConfigureArgs, DatasetsArgs, OpArgs, StatusArgs
+from gpudesk.core.wire.station import PingResult, ShutdownResult
 from gpudesk.engine import reconfigure
 from gpudesk.engine.loaders import Statuses
 from gpudesk.engine.offloop import Later
-from gpudesk.engine.requests.common import Args, Handler, Reply, Requests
+from gpudesk.engine.requests.common import Handler, Reply, Requests
 from gpudesk.policy.policies import make_policy
 
 STATION_EVENT = "station"  # the kind of event a change of station settings is stored as
@@ -42,15 +44,15 @@ class StationRequests(Requests):
             "datasets": self.datasets,
         }
 
-    def ping(self, _args: Args, _caller: Caller) -> Reply:
-        return {"pid": os.getpid(), "version": __version__, "protocol": protocol.PROTOCOL_VERSION}
+    def ping(self, _args: OpArgs, _caller: Caller) -> PingResult:
+        return PingResult(pid=os.getpid(), version=__version__, protocol=protocol.PROTOCOL_VERSION)
 
-    def status(self, args: Args, caller: Caller) -> Reply | Later[Statuses]:
+    def status(self, args: StatusArgs, caller: Caller) -> Reply | Later[Statuses]:
         """The engine, the station and its loaders; `fresh_loaders`: the producers asked now,
         off the loop (one that does not answer is waited for up to a second), the reply built
         once they have answered."""
         loaders = self.parts.loaders
-        if args.get("fresh_loaders") and loaders.producers:
+        if args.fresh_loaders and loaders.producers:
 
             def finish(statuses: Statuses) -> Reply:
                 loaders.apply_status(statuses)
@@ -125,12 +127,12 @@ class StationRequests(Requests):
             for uid in uids
         ]
 
-    def shutdown(self, _args: Args, caller: Caller) -> Reply:
+    def shutdown(self, _args: OpArgs, caller: Caller) -> ShutdownResult:
         self._need_admin(caller, "stop the engine")
         self.parts.stop()
-        return {"running_attempts": len(self.parts.attempts)}
+        return ShutdownResult(running_attempts=len(self.parts.attempts))
 
-    def configure(self, args: Args, caller: Caller) -> Reply:
+    def configure(self, args: ConfigureArgs, caller: Caller) -> Reply:
         """{"station": a [station] table}: weigh it key by key (engine/reconfigure.py). Only
         the keys it names count; an admin's differing keys are applied, each recorded as an
         event; anyone else's are reported as not applied (never an error: a profile's run goes
@@ -171,7 +173,7 @@ class StationRequests(Requests):
             return None
         return f"only {access.admin_role} changes station settings"
 
-    def _weigh(self, args: Args, caller: Caller) -> reconfigure.Reconfiguration:
+    def _weigh(self, args: ConfigureArgs, caller: Caller) -> reconfigure.Reconfiguration:
         """The [station] table of `args` weighed against the config in force, for `caller`:
         what `configure` applies, and what `check_configure` says it would."""
         parts = self.parts
@@ -179,14 +181,14 @@ class StationRequests(Requests):
         try:
             return reconfigure.weigh(
                 parts.station.config,
-                args.get("station"),
+                args.station,
                 refusal=self._settings_refusal(caller),
                 queued_gpu_jobs=queued_gpu_jobs,
             )
         except ValueError as exc:
             raise ProtocolError(protocol.INVALID_ARGS, str(exc)) from None
 
-    def check_configure(self, args: Args, caller: Caller) -> Reply:
+    def check_configure(self, args: ConfigureArgs, caller: Caller) -> Reply:
         """`configure`'s weighing without applying anything: what the [station] table would
         change and what would not be applied (a profile run that leaves the station as it is
         says what differs). An op of its own, not a flag on `configure`, so that an engine
@@ -208,17 +210,14 @@ class StationRequests(Requests):
             note = "metrics no longer served"
         return dataclasses.replace(change, note=note)
 
-    def datasets(self, args: Args, caller: Caller) -> Reply:
+    def datasets(self, args: DatasetsArgs, caller: Caller) -> Reply:
         """Register datasets' shared-loader settings (a profile's [datasets] tables); an empty
         list only lists the registered ones. Registering a new dataset or new settings is an
         admin's: the engine's producer imports the factory module and reads the data as the
         engine's user (root, on a system engine). Anyone may repeat what is registered."""
         loaders = self.parts.loaders
-        raw = args.get("datasets")
-        if not isinstance(raw, list):
-            raise ProtocolError(protocol.INVALID_ARGS, "'datasets' must be a list")
         try:
-            specs = [DatasetSpec.from_dict(d) for d in raw]
+            specs = [DatasetSpec.from_dict(d) for d in args.datasets]
         except ValueError as exc:
             raise ProtocolError(protocol.INVALID_ARGS, f"datasets: {exc}") from None
         new = [spec.name for spec in specs if loaders.specs.get(spec.name) != spec]

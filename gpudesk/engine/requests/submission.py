@@ -16,10 +16,12 @@ from gpudesk.core.jobs import (
 )
 from gpudesk.core.protocol import ProtocolError
 from gpudesk.core.records import JobRecord
+from gpudesk.core.wire.jobs import SubmitResult
+from gpudesk.core.wire.requests import SubmitArgs
 from gpudesk.engine import user_limits
 from gpudesk.engine.backends.slurm import Prepared, Sent
 from gpudesk.engine.offloop import Later
-from gpudesk.engine.requests.common import Args, Handler, Reply, Requests, job_list
+from gpudesk.engine.requests.common import Handler, Requests
 from gpudesk.engine.tracking.available import missing_for
 from gpudesk.policy.policy import gpu_job_impossible
 from gpudesk.slurm.commands import TIMEOUT_S as SLURM_TIMEOUT_S
@@ -43,7 +45,7 @@ class SubmitRequests(Requests):
             "check_submit": self.check_submit,
         }
 
-    def submit(self, args: Args, caller: Caller) -> Reply | Later[Any]:
+    def submit(self, args: SubmitArgs, caller: Caller) -> SubmitResult | Later[Any]:
         specs, base_env = self._accepted(args, caller)
         if specs and specs[0].cluster is not None:
             return self._submit_to_slurm(specs, base_env, caller)
@@ -52,11 +54,11 @@ class SubmitRequests(Requests):
             self.parts.queue.add(record)
             self.parts.events.job(record.id, "submitted", record)
         self.parts.due.mark()
-        reply: Reply = {"ids": [r.id for r in records], "simulated": self._simulated()}
-        changes = self._waits_for_change(records)
-        if changes:
-            reply["waits_for_change"] = changes
-        return reply
+        return SubmitResult(
+            ids=[r.id for r in records],
+            simulated=self._simulated(),
+            waits_for_change=self._waits_for_change(records),
+        )
 
     def _waits_for_change(self, records: Sequence[JobRecord]) -> dict[int, str]:
         """The new GPU jobs that can start only once the station changes (an admin leaving MIG
@@ -96,17 +98,17 @@ class SubmitRequests(Requests):
         def prepared(ready: Prepared) -> Later[Sent]:
             ids, work, bound = backend.record_intent(specs, base_env, owner, ready)
 
-            def sent(outcome: Sent) -> Reply:
+            def sent(outcome: Sent) -> SubmitResult:
                 records = backend.record_sent(ids, outcome)
                 for record in records:
                     self.parts.events.job(record.id, "submitted to Slurm", record)
-                return {"ids": ids}
+                return SubmitResult(ids=ids)
 
             return Later(work, sent, bound, f"submitting job(s) {ids[0]}-{ids[-1]} to Slurm")
 
         return Later(prepare, prepared, PREPARE_BOUND_S, "asking the Slurm cluster what it has")
 
-    def check_submit(self, args: Args, caller: Caller) -> Reply | Later[Prepared]:
+    def check_submit(self, args: SubmitArgs, caller: Caller) -> SubmitResult | Later[Prepared]:
         """`submit`'s checks without queueing anything: whether these jobs would be accepted.
         An op of its own, not a flag on `submit`, so that an engine from before it answers
         `unknown_op` instead of queueing the jobs."""
@@ -116,16 +118,20 @@ class SubmitRequests(Requests):
             backend.check_after(specs)
             prepare = backend.prepared(specs, base_env, caller.identity)
             return Later(
-                prepare, lambda _ready: {"ids": []}, PREPARE_BOUND_S, "asking the Slurm cluster"
+                prepare,
+                lambda _ready: SubmitResult(ids=[]),
+                PREPARE_BOUND_S,
+                "asking the Slurm cluster",
             )
-        return {"ids": []}
+        return SubmitResult(ids=[])
 
-    def _accepted(self, args: Args, caller: Caller) -> tuple[list[JobSpec], dict[str, str] | None]:
+    def _accepted(
+        self, args: SubmitArgs, caller: Caller
+    ) -> tuple[list[JobSpec], dict[str, str] | None]:
         """The jobs of a submit request and the submitter's environment, once every check
         passed; raises ProtocolError naming the first that failed."""
-        raw_jobs = job_list(args, "jobs")
         specs: list[JobSpec] = []
-        for index, raw in enumerate(raw_jobs):
+        for index, raw in enumerate(args.jobs):
             try:
                 specs.append(JobSpec.from_dict(raw))
             except SpecError as exc:
@@ -144,7 +150,7 @@ class SubmitRequests(Requests):
                         f"jobs[{index}].after: there is no job {job_id} to run after "
                         "(gpudesk queue --all lists the jobs)",
                     )
-        base_env = args.get("env")
+        base_env = args.env
         if base_env is not None:
             try:
                 base_env = check_env(base_env, inherited=True)

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-from gpudesk.core import protocol
 from gpudesk.core.identity import Caller
-from gpudesk.core.protocol import ProtocolError
-from gpudesk.engine.requests.common import Args, Handler, Reply, Requests, whole_number
-
-MAX_HISTORY_POINTS = 600
+from gpudesk.core.wire.requests import TelemetryArgs
+from gpudesk.engine.requests.common import Handler, Reply, Requests
 
 
 class TelemetryRequests(Requests):
@@ -18,7 +15,7 @@ class TelemetryRequests(Requests):
             "telemetry": self.telemetry,
         }
 
-    def telemetry(self, args: Args, _caller: Caller) -> Reply:
+    def telemetry(self, args: TelemetryArgs, _caller: Caller) -> Reply:
         """The latest station view (None before the first sample) and, on request, the last
         `history` points of each GPU's series.
 
@@ -28,11 +25,7 @@ class TelemetryRequests(Requests):
         counted since the last of them. It counts only while an engine samples, and a window
         that spans midnight counts for the new day."""
         telemetry = self.parts.telemetry
-        points = whole_number(args.get("history", 0), 0, MAX_HISTORY_POINTS)
-        if points is None:
-            raise ProtocolError(
-                protocol.INVALID_ARGS, f"'history' must be 0 to {MAX_HISTORY_POINTS} points"
-            )
+        points = args.history
         telemetry.ingest()  # anything the sampler delivered since the loop last looked
         snapshot = telemetry.snapshot()
         history = list(telemetry.monitor.history)[-points:] if points else []
