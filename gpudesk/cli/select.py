@@ -166,7 +166,7 @@ def run_command(
     record: RecordReuseOption = True,
 ) -> None:
     """Compute (or reuse) a preset's ordering for a dataset and say what it keeps."""
-    from gpudesk.loader.producer import load_factory
+    from gpudesk.loader.producer_config import load_factory
     from gpudesk.loader.protocol import LoaderError
     from gpudesk.selection.apply import select
     from gpudesk.selection.preset_names import PresetError, parse_preset
