@@ -8,7 +8,7 @@ exporter's reference; the HTTP thread renders whichever snapshot it finds. A slo
 an old snapshot, never a lock of the engine's.
 
 The builders here are pure functions of typed inputs, so the rendering can be checked on a
-snapshot built by hand (tests/unit/test_metrics_snapshot.py).
+snapshot built by hand (tests/engine/test_metrics_snapshot.py).
 """
 
 from __future__ import annotations
