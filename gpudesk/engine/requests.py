@@ -39,12 +39,7 @@ from gpudesk.engine.backends import slurm_views
 from gpudesk.engine.backends.slurm import Prepared, Sent, SlurmBackend, SubmitRefused
 from gpudesk.engine.events import EventPublisher
 from gpudesk.engine.job_control import JobControl, JobOutcome
-from gpudesk.engine.learning import (
-    MAX_OBSERVATIONS,
-    SOURCES,
-    StationLearning,
-    observation_from_dict,
-)
+from gpudesk.engine.learning import SOURCES, StationLearning
 from gpudesk.engine.loaders import LoaderSupervisor, Statuses
 from gpudesk.engine.loop_timing import LoopTiming
 from gpudesk.engine.metrics.exporter import MetricsExporter
@@ -63,6 +58,7 @@ from gpudesk.engine.tracking.available import missing_for
 from gpudesk.engine.tracking.tracker import Tracking
 from gpudesk.paths import Home
 from gpudesk.policy.interference import LearnedParam
+from gpudesk.policy.observation_wire import MAX_OBSERVATIONS, observation_from_dict
 from gpudesk.policy.policies import make_policy
 from gpudesk.policy.policy import gpu_job_impossible
 from gpudesk.policy.queue import JobQueue
