@@ -27,8 +27,9 @@ from dataclasses import dataclass, field
 
 from gpudesk.core.mig_profiles import compute_slices, memory_slices, table_for_gpu
 from gpudesk.engine import runner
-from gpudesk.engine.attempts import Attempts, LiveAttempt
+from gpudesk.engine.attempts import Attempts
 from gpudesk.engine.env_seconds import env_seconds
+from gpudesk.engine.live_attempt import LiveAttempt
 from gpudesk.engine.progress import ProgressReader
 from gpudesk.engine.store.database import Store
 from gpudesk.engine.store.model_params import AloneRate, StoredObservation
