@@ -54,7 +54,6 @@ from gpudesk.engine.store.database import Store
 from gpudesk.engine.store.schema import UnknownJob
 from gpudesk.engine.store.slurm import SlurmRow
 from gpudesk.engine.telemetry_sink import TelemetrySink
-from gpudesk.engine.tracking.available import missing_for
 from gpudesk.engine.tracking.tracker import Tracking
 from gpudesk.paths import Home
 from gpudesk.policy.interference import LearnedParam
@@ -67,6 +66,7 @@ from gpudesk.slurm import logs as slurm_logs
 from gpudesk.slurm.as_owner import acts_for_other
 from gpudesk.slurm.commands import TIMEOUT_S as SLURM_TIMEOUT_S
 from gpudesk.text import ends_in_c1_lead, is_text, printable_bytes, safe_text
+from gpudesk.tracking.available import missing_for
 from gpudesk.trust import UntrustedFileError
 from gpudesk.units import MIB_PER_GB
 

@@ -14,12 +14,12 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from gpudesk.engine.store.database import Store
-from gpudesk.engine.tracking import messages
 from gpudesk.engine.tracking.replies import Complaints, EventBudget
 from gpudesk.engine.tracking.sidecar import Sidecar
 from gpudesk.paths import user_name
 from gpudesk.redact import redact_secrets
 from gpudesk.text import safe_text
+from gpudesk.tracking import messages
 
 log = logging.getLogger("gpudesk.engine")
 

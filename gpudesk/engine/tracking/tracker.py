@@ -38,7 +38,7 @@ from gpudesk.engine.state import PlacementDue
 from gpudesk.engine.store.database import Store
 from gpudesk.engine.store.tracking import TrackingRow
 from gpudesk.engine.telemetry_sink import TelemetrySink
-from gpudesk.engine.tracking import content, messages
+from gpudesk.engine.tracking import content
 from gpudesk.engine.tracking.replies import Complaints, EventBudget
 from gpudesk.engine.tracking.sidecar import Sidecar
 from gpudesk.engine.tracking.store_health import TRACKING_EVENT, SeesSecrets, StoreHealths
@@ -47,6 +47,7 @@ from gpudesk.policy.policy import Placement
 from gpudesk.redact import redact_secrets
 from gpudesk.results import TAIL_BYTES
 from gpudesk.text import safe_text
+from gpudesk.tracking import messages
 
 log = logging.getLogger("gpudesk.engine")
 
