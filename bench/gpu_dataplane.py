@@ -45,7 +45,7 @@ and always quits it.
   max abs difference from the CPU decode on a few images. On the CPU the GPU rows are skipped.
 
 `--small` shrinks batches, images and windows so the CPU rehearsal
-(tests/integration/test_gpu_dataplane.py) takes seconds. Results go into
+(tests/loader/test_gpu_dataplane.py) takes seconds. Results go into
 docs/hardware-validation.md by hand.
 """
 

@@ -18,6 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from gpudesk.api.client import Client
 from gpudesk.api.connection import Connection, engine_pid, start_engine
 from gpudesk.core.identity import Caller
 from gpudesk.core.jobs import TERMINAL_STATE_NAMES
@@ -39,6 +40,20 @@ os.environ["GPUDESK_CONFIG"] = ""
 if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
+# The tests are in a folder per package (tests/core, tests/engine, tests/desk, …) with no
+# __init__.py: pytest's default import mode puts a test's own folder on sys.path, so module
+# basenames are unique across tests/. A test may import a helper or a test module of another
+# folder by its name (tests/cli's views reuse tests/api's job views, tests/security the station
+# fixture of tests/shared): every folder is on the path from the start, whichever runs first.
+for _folder in sorted(Path(__file__).resolve().parent.iterdir()):
+    if (
+        _folder.is_dir()
+        and not (_folder / "__init__.py").exists()
+        and any(_folder.glob("*.py"))
+        and str(_folder) not in sys.path
+    ):
+        sys.path.insert(0, str(_folder))
+
 
 def pytest_configure(config: pytest.Config) -> None:
     """Under pytest-xdist, the torch of each worker uses its share of the cores: torch starts a
@@ -54,6 +69,21 @@ def pytest_configure(config: pytest.Config) -> None:
     import torch
 
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The longest tests start first. Under `--dist loadgroup` (pyproject's addopts) the workers
+    take tests in this order as each becomes free, so starting the longest ones first keeps one
+    of them from landing last and running alone while the other workers idle: the
+    longest-processing-time-first rule, from the `slow(seconds)` marks (a test's time on the
+    2-core CI machine, measured). The order of the rest is left alone; every worker sorts the
+    same collection the same way, as xdist requires."""
+
+    def seconds(item: pytest.Item) -> float:
+        mark = item.get_closest_marker("slow")
+        return float(mark.args[0]) if mark is not None else 0.0
+
+    items.sort(key=seconds, reverse=True)  # stable: unmarked tests keep their order
 
 
 MODULES_MARK = "--- modules loaded ---"
@@ -261,7 +291,10 @@ class EngineHandle:
 
     def __init__(self, home: Home) -> None:
         self.home = home
+        # `client` speaks the wire's dicts (for tests of the wire itself); `api` is the typed
+        # gpudesk.api.Client a user's program has, over the same connection.
         self.client = Connection(home, timeout=10.0)
+        self.api = Client(self.client)
 
     def start(self, slots: int = 2, backend: str = "none", **station: object) -> int:
         return start_engine(self.home, StationConfig(backend=backend, slots=slots, **station))

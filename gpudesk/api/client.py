@@ -19,7 +19,7 @@ import os
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, replace
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 
 import msgspec
 
@@ -50,6 +50,24 @@ from gpudesk.api.models import (
     WireModel,
 )
 from gpudesk.core.protocol import INTERNAL, MAX_LISTING_IDS, PROTOCOL_VERSION, UNKNOWN_OP
+from gpudesk.core.wire.requests import (
+    CancelArgs,
+    ConfigureArgs,
+    DatasetsArgs,
+    JobRefsArgs,
+    JobsArgs,
+    LogArgs,
+    MigApplyArgs,
+    MigPlanArgs,
+    ModelObserveArgs,
+    ModelResetArgs,
+    OpArgs,
+    PriorityArgs,
+    ShowArgs,
+    StatusArgs,
+    SubmitArgs,
+    TelemetryArgs,
+)
 
 if TYPE_CHECKING:
     from gpudesk.api.connection import Connection, EventSocket
@@ -233,6 +251,11 @@ class Client:
         """One request, its reply decoded into `model`: for ops without a method here."""
         return decode_reply(model, self._transport.exchange(op, args), op)
 
+    def ask(self, model: type[Model], op: str, args: OpArgs) -> Model:
+        """One request, its arguments encoded from the op's type (gpudesk.core.wire.requests,
+        which the engine decodes them with) and its reply decoded into `model`."""
+        return self.call(model, op, **msgspec.to_builtins(args))
+
     # ----------------------------------------------------------------------- engine
     def ping(self) -> PingResult:
         return self.call(PingResult, "ping")
@@ -240,8 +263,7 @@ class Client:
     def status(self, *, fresh_loaders: bool = False) -> StationStatus:
         """The engine, the station and its loaders; `fresh_loaders` asks each producer now
         instead of using its last report."""
-        args = {"fresh_loaders": True} if fresh_loaders else {}
-        return self.call(StationStatus, "status", **args)
+        return self.ask(StationStatus, "status", StatusArgs(fresh_loaders=fresh_loaders))
 
     def shutdown(self) -> ShutdownResult:
         """Stop the engine; running jobs keep running and the next engine adopts them."""
@@ -253,18 +275,21 @@ class Client:
         """Ask the engine for these station settings: only `keys` of `station` when given (a
         profile's [station] sends the keys it names), else all of them. The reply says what
         changed and what was not applied, and why (another user's station, GPUDESK_BACKEND)."""
-        return self.call(ConfigureResult, "configure", station=station.table(keys))
+        args = ConfigureArgs(station=station.table(keys))
+        return self.ask(ConfigureResult, "configure", args)
 
     def check_configure(
         self, station: StationConfig, keys: Sequence[str] | None = None
     ) -> ConfigureResult:
         """What `configure` would change, and what it would not apply, changing nothing.
         Raises the EngineError `unknown_op` from an engine older than this check."""
-        return self.call(ConfigureResult, "check_configure", station=station.table(keys))
+        args = ConfigureArgs(station=station.table(keys))
+        return self.ask(ConfigureResult, "check_configure", args)
 
     def register_datasets(self, datasets: Sequence[DatasetSpec]) -> DatasetsResult:
         """Register shared-loader settings; an empty list lists what is registered."""
-        return self.call(DatasetsResult, "datasets", datasets=[d.to_dict() for d in datasets])
+        args = DatasetsArgs(datasets=[d.to_dict() for d in datasets])
+        return self.ask(DatasetsResult, "datasets", args)
 
     # ------------------------------------------------------------------------- jobs
     def submit(self, specs: Sequence[JobSpec], env: Mapping[str, str] | None = None) -> list[int]:
@@ -281,13 +306,13 @@ class Client:
         self, specs: Sequence[JobSpec], env: Mapping[str, str] | None = None
     ) -> SubmitResult:
         """`submit`, with all the engine said: the ids, and whether the station is SIMULATED."""
-        return self.call(SubmitResult, "submit", **self._submit_args(specs, env))
+        return self.ask(SubmitResult, "submit", self._submit_args(specs, env))
 
     def check_submit(self, specs: Sequence[JobSpec], env: Mapping[str, str] | None = None) -> bool:
         """Whether the engine would accept these jobs, queueing nothing: raises the EngineError
         `submit` would. False when the engine is older than this check (it cannot say)."""
         try:
-            self.call(SubmitResult, "check_submit", **self._submit_args(specs, env))
+            self.ask(SubmitResult, "check_submit", self._submit_args(specs, env))
         except EngineError as exc:
             if exc.code == UNKNOWN_OP:
                 return False
@@ -295,12 +320,12 @@ class Client:
         return True
 
     @staticmethod
-    def _submit_args(specs: Sequence[JobSpec], env: Mapping[str, str] | None) -> dict[str, Any]:
+    def _submit_args(specs: Sequence[JobSpec], env: Mapping[str, str] | None) -> SubmitArgs:
         from gpudesk.api.connection import submit_env
 
         here = os.getcwd()
         jobs = [(spec if spec.workdir else replace(spec, workdir=here)).to_dict() for spec in specs]
-        return {"jobs": jobs, "env": dict(env) if env is not None else submit_env()}
+        return SubmitArgs(jobs=jobs, env=dict(env) if env is not None else submit_env())
 
     def jobs_page(
         self,
@@ -320,22 +345,19 @@ class Client:
         oldest first; from the oldest, or after `after_id`; with `limit` alone the newest, or
         with `before_id` the newest before it. The reply says whether more match and where to
         go on (`JobList`)."""
-        args: dict[str, Any] = {}
-        if user is not None:
-            args["user"] = user
-        if states is not None:
-            args["states"] = list(states)
-        if group is not None:
-            args["group"] = group
-        if ids is not None:
-            args["ids"] = list(ids)
-        for key, value in (("limit", limit), ("after_id", after_id), ("before_id", before_id)):
-            if value is not None:
-                args[key] = value
-        for key, flag in (("usage", usage), ("archived", archived), ("count", count)):
-            if flag:
-                args[key] = True
-        return self.call(JobList, "jobs", **args)
+        args = JobsArgs(
+            states=None if states is None else list(states),
+            group=group,
+            ids=None if ids is None else list(ids),
+            limit=limit,
+            after_id=after_id,
+            before_id=before_id,
+            user=user,
+            usage=usage,
+            archived=archived,
+            count=count,
+        )
+        return self.ask(JobList, "jobs", args)
 
     def job_listing(
         self,
@@ -428,12 +450,7 @@ class Client:
     def show(self, job: JobRef, *, env: bool = False, series: bool = False) -> JobDetail:
         """One job with its attempts, events, usage and why it waits; with `series`, its
         telemetry over its life (`JobDetail.series`)."""
-        args: dict[str, Any] = {"job": job}
-        if env:
-            args["env"] = True
-        if series:
-            args["series"] = True
-        return self.call(JobDetail, "show", **args)
+        return self.ask(JobDetail, "show", ShowArgs(job=job, env=env, series=series))
 
     def log(
         self,
@@ -445,44 +462,40 @@ class Client:
     ) -> LogChunk:
         """A piece of an attempt's output (default: the latest attempt's) from stream position
         `offset`, read by the engine: for a log this process may not read itself."""
-        args: dict[str, Any] = {"job": job, "offset": offset}
-        if attempt is not None:
-            args["attempt"] = attempt
+        args = LogArgs(job=job, attempt=attempt, offset=offset)
         if max_bytes is not None:
-            args["max_bytes"] = max_bytes
-        return self.call(LogChunk, "log", **args)
+            args = msgspec.structs.replace(args, max_bytes=max_bytes)
+        return self.ask(LogChunk, "log", args)
 
     def cancel(self, jobs: Sequence[JobRef], grace: float | None = None) -> list[ActionOutcome]:
-        args: dict[str, Any] = {"jobs": list(jobs)}
+        args = CancelArgs(jobs=list(jobs))
         if grace is not None:
-            args["grace"] = grace
-        return self.call(ActionResult, "cancel", **args).results
+            args = msgspec.structs.replace(args, grace=grace)
+        return self._act("cancel", args)
 
     def hold(self, jobs: Sequence[JobRef]) -> list[ActionOutcome]:
-        return self.call(ActionResult, "hold", jobs=list(jobs)).results
+        return self._act("hold", JobRefsArgs(jobs=list(jobs)))
 
     def release(self, jobs: Sequence[JobRef]) -> list[ActionOutcome]:
-        return self.call(ActionResult, "release", jobs=list(jobs)).results
+        return self._act("release", JobRefsArgs(jobs=list(jobs)))
 
     def requeue(self, jobs: Sequence[JobRef]) -> list[ActionOutcome]:
-        return self.call(ActionResult, "requeue", jobs=list(jobs)).results
+        return self._act("requeue", JobRefsArgs(jobs=list(jobs)))
 
     def set_priority(
         self, jobs: Sequence[JobRef], *, priority: int | None = None, delta: int | None = None
     ) -> list[ActionOutcome]:
         """Set the priority, or move it by `delta` (+1 raises, -1 lowers)."""
-        args: dict[str, Any] = {"jobs": list(jobs)}
-        if priority is not None:
-            args["priority"] = priority
-        if delta is not None:
-            args["delta"] = delta
-        return self.call(ActionResult, "priority", **args).results
+        return self._act("priority", PriorityArgs(jobs=list(jobs), priority=priority, delta=delta))
+
+    def _act(self, op: str, args: JobRefsArgs) -> list[ActionOutcome]:
+        return self.ask(ActionResult, op, args).results
 
     # -------------------------------------------------------------------- telemetry
     def telemetry(self, *, history: int = 0) -> TelemetryResult:
         """The latest snapshot (None before the first sample), the last `history` points of
         each GPU's series, and each GPU's energy since local midnight."""
-        return self.call(TelemetryResult, "telemetry", history=history)
+        return self.ask(TelemetryResult, "telemetry", TelemetryArgs(history=history))
 
     @contextmanager
     def events(self, topic: str = "") -> Iterator[EventStream]:
@@ -493,14 +506,13 @@ class Client:
     # -------------------------------------------------------------------------- MIG
     def mig_plan(self, gpu: int | None = None) -> MigPlanResult:
         """The MIG layout the queue would want on one GPU (or every MIG-capable one)."""
-        return self.call(MigPlanResult, "mig_plan", gpu=gpu)
+        return self.ask(MigPlanResult, "mig_plan", MigPlanArgs(gpu=gpu))
 
     def mig_apply(self, gpu: int, profiles: Sequence[str], *, confirm: bool) -> MigApplyResult:
         """Give an idle MIG-mode GPU this layout (only where `[station] mig_repartition`
         allows it, and only with `confirm`)."""
-        return self.call(
-            MigApplyResult, "mig_apply", gpu=gpu, profiles=list(profiles), confirm=confirm
-        )
+        args = MigApplyArgs(gpu=gpu, profiles=list(profiles), confirm=confirm)
+        return self.ask(MigApplyResult, "mig_apply", args)
 
     # ----------------------------------------------------------- interference model
     def model_show(self) -> ModelShowResult:
@@ -514,18 +526,18 @@ class Client:
         """Feed observations measured on a GPU of `gpu_model` (its NVML name) to the engine's
         learner, stored at once; `source` "calibrated" (probes, `gpudesk calibrate`) marks the
         parameters they move as calibrated, "learned" as learned."""
-        return self.call(
-            ModelObserveResult,
-            "model_observe",
+        args = ModelObserveArgs(
             gpu_model=gpu_model,
             observations=[asdict(obs) for obs in observations],
-            source=source,
+            source=cast(Literal["learned", "calibrated"], source),
         )
+        return self.ask(ModelObserveResult, "model_observe", args)
 
     def model_reset(self, gpu_model: str | None = None, *, confirm: bool) -> ModelResetResult:
         """Forget what was learned and calibrated (for one GPU model, or all): back to the
         defaults. Refused without `confirm`."""
-        return self.call(ModelResetResult, "model_reset", gpu_model=gpu_model, confirm=confirm)
+        args = ModelResetArgs(gpu_model=gpu_model, confirm=confirm)
+        return self.ask(ModelResetResult, "model_reset", args)
 
 
 __all__ = ["BAD_REPLY", "Client", "Event", "EventStream", "decode", "decode_event"]

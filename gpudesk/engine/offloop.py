@@ -26,6 +26,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
+import msgspec
+
 log = logging.getLogger("gpudesk.engine")
 
 T = TypeVar("T")
@@ -50,7 +52,7 @@ class Later(Generic[T]):
     intent on the loop between its checks and its sbatches)."""
 
     work: Callable[[], T]
-    finish: Callable[[T], dict[str, Any] | Later[Any]]
+    finish: Callable[[T], dict[str, Any] | msgspec.Struct | Later[Any]]  # a reply, or a next step
     bound_s: float
     what: str  # for messages: "reading job 12's log"
 

@@ -4,7 +4,7 @@
 MIG slices, a shared loader with a consumer, a failed, a cancelled, a held and a requeued job,
 a MIG layout applied, and every request of the protocol at least once. Each exchange goes
 through the typed `Client`, so it is decoded strictly, and is kept as the engine's raw bytes for
-the contract test and for recording the desk's replay (tests/tui/record_replay.py).
+the contract test and for recording the desk's replay (tests/desk/record_replay.py).
 """
 
 from __future__ import annotations

@@ -1,0 +1,138 @@
+"""What every group of requests shares: the collaborators the handlers hand work to
+(`EngineParts`), the base of each group (`Requests`: finding a job by id or name, refusing a
+non-admin, whether a caller sees an owner's secrets). Each op's arguments are decoded into
+their type (`gpudesk.core.wire.requests`) before its handler is called.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+
+from gpudesk.core import protocol
+from gpudesk.core.identity import Caller, user_id
+from gpudesk.core.protocol import ProtocolError
+from gpudesk.core.records import JobRecord
+from gpudesk.core.wire.requests import MAX_ROW_ID, JobRef
+from gpudesk.engine.access import Access
+from gpudesk.engine.attempts import Attempts
+from gpudesk.engine.backends.slurm import SlurmBackend
+from gpudesk.engine.events import EventPublisher
+from gpudesk.engine.job_control import JobControl
+from gpudesk.engine.learning import StationLearning
+from gpudesk.engine.loaders import LoaderSupervisor
+from gpudesk.engine.loop_timing import LoopTiming
+from gpudesk.engine.metrics.exporter import MetricsExporter
+from gpudesk.engine.mps_watch import MpsWatch
+from gpudesk.engine.offloop import Later, OffLoop
+from gpudesk.engine.repartition.control import MigControl
+from gpudesk.engine.scheduler import Scheduler
+from gpudesk.engine.state import CurrentStation, PlacementDue
+from gpudesk.engine.store.database import Store
+from gpudesk.engine.telemetry_sink import TelemetrySink
+from gpudesk.engine.tracking.tracker import Tracking
+from gpudesk.paths import Home
+from gpudesk.policy.queue import JobQueue
+from gpudesk.text import is_text, safe_text
+
+Reply = dict[str, Any]
+# An op's handler: its arguments (decoded into the op's type in gpudesk.core.wire.requests) and
+# who asks in, its reply (or the work that builds it later) out.
+Handler = Callable[[Any, Caller], "Reply | msgspec.Struct | Later[Any]"]
+
+
+@dataclass(frozen=True)
+class EngineParts:
+    """The collaborators the handlers hand work to, and the engine's own facts."""
+
+    home: Home
+    store: Store
+    station: CurrentStation
+    queue: JobQueue
+    attempts: Attempts
+    control: JobControl
+    scheduler: Scheduler
+    learning: StationLearning
+    telemetry: TelemetrySink
+    mps: MpsWatch
+    mig: MigControl
+    loaders: LoaderSupervisor
+    metrics: MetricsExporter
+    events: EventPublisher
+    due: PlacementDue
+    tracking: Tracking  # MLflow runs: their stores' health, a job's run
+    slurm: SlurmBackend  # jobs submitted to a Slurm cluster
+    started_at: float
+    cores: int
+    stop: Callable[[], None]  # ends the engine's loop
+    offloop: OffLoop  # where a handler's slow work runs (engine/offloop.py)
+    # Who may do what (engine/access.py): a personal engine's callers are all admins.
+    access: Access = field(default_factory=Access.personal)
+    # How long requests and periodic steps held the loop (engine/loop_timing.py).
+    loop: LoopTiming = field(default_factory=LoopTiming)
+
+
+class Requests:
+    """The base of each group of ops: the collaborators, and what several groups ask of them."""
+
+    def __init__(self, parts: EngineParts) -> None:
+        self.parts = parts
+        self._jobs_root = str(parts.home.jobs_dir)
+
+    def _simulated(self) -> str | None:
+        """The station's backend when its GPUs are simulated (`sim:MODEL`), for replies that
+        must say so; None on a real (or CPU-only) station."""
+        monitor = self.parts.telemetry.monitor
+        return monitor.backend.name if monitor.simulated else None
+
+    def _sees_secrets(self, caller: Caller, owner_uid: int) -> bool:
+        """Whether `caller` sees the secrets in the URIs of `owner_uid`'s jobs (a tracking
+        store's password): the owner and the admins do, as they may read the job's environment;
+        anyone else sees them redacted (gpudesk.redact)."""
+        return caller.uid == owner_uid or self.parts.access.is_admin(caller)
+
+    def _need_admin(self, caller: Caller, what: str) -> None:
+        """Refuse a station-wide action (`what`: "apply MIG layouts") to a caller who is no
+        admin, naming the rule."""
+        refusal = self.parts.access.admin_refusal(caller, what)
+        if refusal:
+            raise ProtocolError(protocol.REFUSED, refusal)
+
+    def _usage(self, job_ids: list[int]) -> dict[int, dict[str, Any]]:
+        return self.parts.telemetry.job_usage(job_ids, self.parts.attempts.attempt_numbers())
+
+    def _find(self, ref: JobRef, field: str) -> JobRecord:
+        """A job by id (int or digits) or by name (the newest job of that name); `field` names
+        the argument in the error for a ref that is neither."""
+        if ref == "":
+            raise ProtocolError(
+                protocol.INVALID_ARGS, f"'{field}': a job is named by its id or its name"
+            )
+        if isinstance(ref, str) and ref.isascii() and ref.isdigit():  # "12", not "²"
+            ref = int(ref) if len(ref) <= 19 else MAX_ROW_ID + 1  # int() stops at 4300 digits
+        if isinstance(ref, int) and not -MAX_ROW_ID <= ref <= MAX_ROW_ID:
+            raise ProtocolError(
+                protocol.INVALID_ARGS, f"'{field}': a job id is at most {MAX_ROW_ID}"
+            )
+        if isinstance(ref, str) and not is_text(ref):
+            raise ProtocolError(
+                protocol.INVALID_ARGS,
+                f"'{field}': a job name is UTF-8 text; {safe_text(ref)!r} holds bytes that are not",
+            )
+        return self.parts.control.find(ref)
+
+
+def user_arg(value: str | int | None) -> int | None:
+    """The `user` argument (a user name, or a uid: JobsArgs checks its type and range): its
+    uid."""
+    if value is None or isinstance(value, int):
+        return value
+    uid = user_id(value) if value and is_text(value) else None
+    if uid is None:
+        raise ProtocolError(
+            protocol.INVALID_ARGS, f"'user': no user named {safe_text(value)!r} on this station"
+        )
+    return uid

@@ -1,0 +1,134 @@
+"""The op table (op name -> handler, gathered from each group's module) and the door every
+request goes through: decoded, dispatched, timed, and any error mapped to its protocol code.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+
+from gpudesk.core import protocol
+from gpudesk.core.identity import Caller
+from gpudesk.core.protocol import ProtocolError
+from gpudesk.core.wire.requests import REQUEST_ARGS, ArgsError, decode_args
+from gpudesk.engine.backends.slurm import SubmitRefused
+from gpudesk.engine.offloop import Busy, Later, Pending
+from gpudesk.engine.requests.common import EngineParts, Handler, Reply
+from gpudesk.engine.requests.job_actions import JobActionRequests
+from gpudesk.engine.requests.listing import ListingRequests
+from gpudesk.engine.requests.mig import MigRequests
+from gpudesk.engine.requests.model import ModelRequests
+from gpudesk.engine.requests.station import StationRequests
+from gpudesk.engine.requests.submission import SubmitRequests
+from gpudesk.engine.requests.telemetry import TelemetryRequests
+from gpudesk.engine.store.damage import is_damage, request_text
+from gpudesk.engine.store.schema import UnknownJob
+
+log = logging.getLogger("gpudesk.engine")
+
+
+class RequestHandlers:
+    """Every op the engine answers, by name; a handler checks what a client sent and hands the
+    work to the collaborator that owns it; a bad argument is a ProtocolError naming it."""
+
+    def __init__(self, parts: EngineParts) -> None:
+        self.parts = parts
+        self.table: dict[str, Handler] = {}
+        for group in (
+            StationRequests(parts),
+            SubmitRequests(parts),
+            ListingRequests(parts),
+            JobActionRequests(parts),
+            TelemetryRequests(parts),
+            MigRequests(parts),
+            ModelRequests(parts),
+        ):
+            self.table.update(group.ops())
+        if set(self.table) != set(REQUEST_ARGS):  # each op's arguments have their type
+            raise RuntimeError(f"ops without argument types: {set(self.table) ^ set(REQUEST_ARGS)}")
+
+    def handle(self, raw: bytes, caller: Caller) -> bytes | Pending:
+        """One request's reply: its result, or an error with its code and message. `caller` is
+        who sent it, as the kernel says (the control socket's peer credentials). A handler
+        whose work may wait answers `Later`: the reply then comes through the `Pending`."""
+        request_id = None
+        started, op = time.perf_counter(), "invalid"  # how long it held the loop, per op
+        try:
+            request = protocol.decode_request(raw)
+            request_id = request.id
+            handler = self.table.get(request.op)
+            op = request.op if handler is not None else "unknown"
+            if handler is None:
+                raise ProtocolError(
+                    protocol.UNKNOWN_OP,
+                    f"unknown operation {request.op!r}; known: {', '.join(sorted(self.table))}",
+                )
+            try:
+                args = decode_args(REQUEST_ARGS[op], request.args)
+            except ArgsError as exc:
+                raise ProtocolError(protocol.INVALID_ARGS, str(exc)) from None
+            result = handler(args, caller)
+            if isinstance(result, Later):
+                return self._pending(request_id, caller, result, op)
+            return _result_reply(request_id, result)
+        except Exception as exc:
+            return _error_reply(request_id, exc)
+        finally:
+            self.parts.loop.request(op, time.perf_counter() - started, caller.uid)
+
+    def _pending(self, request_id: Any, caller: Caller, later: Later[Any], op: str) -> Pending:
+        def start(post: Callable[[bytes], None]) -> None:
+            def run(step: Later[Any]) -> None:
+                def done(result: Any, error: BaseException | None) -> None:
+                    started = time.perf_counter()  # `finish` holds the loop too: counted as op
+                    try:
+                        if error is not None:
+                            post(_error_reply(request_id, error))
+                            return
+                        try:
+                            reply = step.finish(result)
+                        except Exception as exc:
+                            post(_error_reply(request_id, exc))
+                            return
+                        if isinstance(reply, Later):  # a next step off the loop (a Slurm submit)
+                            run(reply)
+                        else:
+                            post(_result_reply(request_id, reply))
+                    finally:
+                        self.parts.loop.request(op, time.perf_counter() - started, caller.uid)
+
+                try:
+                    self.parts.offloop.submit(caller.uid, step.what, step.work, done, step.bound_s)
+                except Busy as exc:
+                    post(protocol.encode_error(request_id, protocol.REFUSED, str(exc)))
+
+            run(later)
+
+        return Pending(start)
+
+
+def _result_reply(request_id: Any, result: Reply | msgspec.Struct) -> bytes:
+    """A handler's result on the wire: a wire type (gpudesk.core.wire) as msgspec encodes it."""
+    if isinstance(result, msgspec.Struct):
+        return protocol.encode_result(request_id, msgspec.to_builtins(result))
+    return protocol.encode_result(request_id, result)
+
+
+def _error_reply(request_id: Any, exc: BaseException) -> bytes:
+    """The error reply for what a handler (or its work off the loop) raised."""
+    if isinstance(exc, ProtocolError):
+        return protocol.encode_error(exc.request_id or request_id, exc.code, exc.message)
+    if isinstance(exc, UnknownJob):
+        return protocol.encode_error(request_id, protocol.UNKNOWN_JOB, str(exc))
+    if isinstance(exc, (TimeoutError, SubmitRefused)):
+        return protocol.encode_error(request_id, protocol.REFUSED, str(exc))
+    log.error("request failed", exc_info=exc)
+    if is_damage(exc):  # a page of the database past its header (gpudesk.engine.store.damage)
+        return protocol.encode_error(request_id, protocol.INTERNAL, request_text(str(exc)))
+    return protocol.encode_error(
+        request_id, protocol.INTERNAL, f"the engine failed on this request: {exc}"
+    )

@@ -1,0 +1,131 @@
+"""Job control requests: cancel, hold, release, priority and requeue, each acting on a list of
+jobs named by id or name, each job's outcome its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from gpudesk.core import protocol
+from gpudesk.core.identity import Caller
+from gpudesk.core.protocol import ProtocolError
+from gpudesk.core.records import JobRecord
+from gpudesk.core.wire.jobs import ActionOutcome, ActionResult
+from gpudesk.core.wire.requests import CancelArgs, JobRefsArgs, PriorityArgs
+from gpudesk.engine import user_limits
+from gpudesk.engine.job_control import JobOutcome
+from gpudesk.engine.requests.common import Handler, Requests
+
+
+class JobActionRequests(Requests):
+    """The job-control ops (the work is `engine/job_control.py`'s)."""
+
+    def ops(self) -> dict[str, Handler]:
+        return {
+            "cancel": self.cancel,
+            "hold": self.hold,
+            "release": self.release,
+            "priority": self.priority,
+            "requeue": self.requeue,
+        }
+
+    def act_on_jobs(
+        self,
+        args: JobRefsArgs,
+        caller: Caller,
+        verb: str,
+        action: Callable[[JobRecord], JobOutcome],
+    ) -> ActionResult:
+        """The shape of every job-control op: resolve all of `args["jobs"]` (ids or names)
+        first, so one unknown job fails the request with none touched, then act on each job
+        once, in the order given. A job the caller may not `verb` (not theirs, and they are no
+        admin) is refused on its own: its outcome names the rule, the others go on."""
+        jobs: dict[int, JobRecord] = {}
+        for index, ref in enumerate(args.jobs):
+            job = self._find(ref, f"jobs[{index}]")
+            jobs.setdefault(job.id, job)
+        results = []
+        for job in jobs.values():
+            refusal = self.parts.access.job_refusal(caller, job, verb)
+            outcome = JobOutcome(refusal, ok=False) if refusal else action(job)
+            results.append(
+                ActionOutcome(id=job.id, name=job.name, outcome=outcome.message, ok=outcome.ok)
+            )
+        return ActionResult(results=results)
+
+    def cancel(self, args: CancelArgs, caller: Caller) -> ActionResult:
+        control = self.parts.control
+        return self.act_on_jobs(args, caller, "cancel", lambda job: control.cancel(job, args.grace))
+
+    def hold(self, args: JobRefsArgs, caller: Caller) -> ActionResult:
+        """{"jobs": [refs]}: hold queued jobs. The placement policy never starts a held job; it
+        keeps its place in the queue. Outcomes: "held", "already held", or (ok false) why
+        not, e.g. "running: only a queued job can be held"."""
+        return self.act_on_jobs(args, caller, "hold", self.parts.control.hold)
+
+    def release(self, args: JobRefsArgs, caller: Caller) -> ActionResult:
+        """{"jobs": [refs]}: release held jobs. Outcomes: "released", "not held" (also for a
+        job that is not queued, e.g. "not held (running)")."""
+        return self.act_on_jobs(args, caller, "release", self.parts.control.release)
+
+    def priority(self, args: PriorityArgs, caller: Caller) -> ActionResult:
+        """{"jobs": [refs], "priority": int} sets the priority (submit's range), or
+        {"jobs": [refs], "delta": int} moves it (+1 raises, -1 lowers; kept in the range).
+        A queued job moves in the queue at once; a running or finished one keeps the new
+        priority for a retry or a requeue, and its outcome says it changes nothing now."""
+        control = self.parts.control
+        priority, step = args.priority, args.delta
+        if (priority is None) == (step is None):
+            raise ProtocolError(
+                protocol.INVALID_ARGS,
+                "give either 'priority' (the new value) "
+                "or 'delta' (+1 raises, -1 lowers), not both",
+            )
+        if priority is not None:
+            return self.act_on_jobs(
+                args, caller, "re-prioritize", lambda job: self._reprioritize(caller, job, priority)
+            )
+        assert step is not None
+        return self.act_on_jobs(
+            args,
+            caller,
+            "re-prioritize",
+            lambda job: self._reprioritize(caller, job, control.moved_priority(job, step)),
+        )
+
+    def _reprioritize(self, caller: Caller, job: JobRecord, wanted: int) -> JobOutcome:
+        """Set `job`'s priority to `wanted`, unless the caller is no admin and that raises it
+        above the default (engine/user_limits.py): then the outcome is the refusal."""
+        if not self.parts.access.is_admin(caller):
+            refusal = user_limits.priority_refusal(
+                job.spec.priority, wanted, self.parts.access.admins
+            )
+            if refusal:
+                return JobOutcome(refusal, ok=False)
+        return self.parts.control.set_priority(job, wanted)
+
+    def requeue(self, args: JobRefsArgs, caller: Caller) -> ActionResult:
+        """{"jobs": [refs]}: put finished jobs (failed, cancelled, or succeeded to rerun them)
+        back in the queue as the same job, with a fresh attempt budget; attempt numbers
+        continue. Outcomes: "requeued", "already queued", or (ok false)
+        "running: only a finished job can be requeued"."""
+        return self.act_on_jobs(args, caller, "requeue", self._requeue)
+
+    def _requeue(self, job: JobRecord) -> JobOutcome:
+        """Requeue `job` unless that would leave its owner more queued jobs than `[station]
+        max_queued_per_user` (whoever asks: the limit is the owner's); then the outcome is the
+        refusal. Only a finished station job would enter the queue: the others' outcomes say
+        why nothing happens."""
+        control = self.parts.control
+        if job.state.terminal and job.spec.cluster is None:
+            refusal = user_limits.queued_refusal(
+                self.parts.station.config.max_queued_per_user,
+                job.user,
+                user_limits.queued_count(self.parts.queue, job.owner.uid),
+                1,
+                "requeueing",
+                f"Job {job.id} was not requeued",
+            )
+            if refusal:
+                return JobOutcome(refusal, ok=False)
+        return control.requeue(job)

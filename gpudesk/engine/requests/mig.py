@@ -1,0 +1,60 @@
+"""MIG requests: `mig_plan` (the layouts the queue would want) and `mig_apply` (an admin's new
+layout for an idle MIG-mode GPU); MIG's errors mapped to protocol codes.
+"""
+
+from __future__ import annotations
+
+from gpudesk.core import protocol
+from gpudesk.core.identity import Caller
+from gpudesk.core.mig_layout import LayoutError, MigError, MigUsageError
+from gpudesk.core.protocol import ProtocolError
+from gpudesk.core.wire.requests import MigApplyArgs, MigPlanArgs
+from gpudesk.engine.repartition.station import MigApplyRefused
+from gpudesk.engine.requests.common import Handler, Reply, Requests
+
+
+class MigRequests(Requests):
+    """The MIG ops (the work is `engine/repartition/control.py`'s)."""
+
+    def ops(self) -> dict[str, Handler]:
+        return {
+            "mig_plan": self.mig_plan,
+            "mig_apply": self.mig_apply,
+        }
+
+    def mig_plan(self, args: MigPlanArgs, _caller: Caller) -> Reply:
+        """{"gpu": int | null}: the MIG plan of one or every MIG-capable GPU (MigPlan.to_dict):
+        the layout the queue would want, the job each slice is for, the nvidia-smi commands
+        applying it would run, whether the engine may apply it, or why not, and in "auto" what
+        auto's own repartitioning predicts of it now (null where it would not weigh it)."""
+        try:
+            plans = self.parts.mig.plans(args.gpu)
+        except MigError as exc:
+            raise _mig_protocol_error(exc) from None
+        return {
+            "plans": [{**p.to_dict(), "auto": auto} for p, auto in plans],
+            "simulated": self.parts.telemetry.monitor.simulated,
+        }
+
+    def mig_apply(self, args: MigApplyArgs, caller: Caller) -> Reply:
+        """{"gpu": int, "profiles": [str, ...], "confirm": true}: give an idle MIG-mode GPU this
+        layout, destroying its instances, only where [station] mig_repartition allows it and
+        only with confirm. A simulated station's `mig` table changes (telemetry and placement
+        see the new slices); a real GPU is repartitioned through nvidia-smi. The queue is not
+        touched. Never enables MIG mode or resets a GPU. An admin's only."""
+        self._need_admin(caller, "apply MIG layouts")
+        try:
+            return self.parts.mig.apply(args.gpu, args.profiles, args.confirm).to_dict()
+        except MigError as exc:
+            raise _mig_protocol_error(exc) from None
+
+
+def _mig_protocol_error(exc: MigError) -> ProtocolError:
+    """Refused (config, MIG mode, a busy GPU, not confirmed), a bad request (no such GPU, a
+    layout that does not fit), or nvidia-smi failing: each its own code, with MigError's
+    one-paragraph message."""
+    if isinstance(exc, MigApplyRefused):
+        return ProtocolError(protocol.REFUSED, str(exc))
+    if isinstance(exc, (MigUsageError, LayoutError)):
+        return ProtocolError(protocol.INVALID_ARGS, str(exc))
+    return ProtocolError(protocol.MIG_FAILED, str(exc))

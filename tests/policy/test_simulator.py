@@ -1,0 +1,271 @@
+"""The trace simulator as a judge: stations, MIG layouts, trace fields, estimators, truth,
+learning and impossible jobs (`gpudesk simulate` itself: tests/cli/test_simulate_command.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpudesk.policy.interference import DEFAULT_PARAMS, ModelParams, params_from_json
+from gpudesk.policy.simulator import (
+    Simulation,
+    TraceError,
+    load_trace,
+    load_truth,
+    parse_mig,
+)
+
+A100_40 = "NVIDIA A100-SXM4-40GB"
+H100 = "NVIDIA H100 80GB HBM3"
+
+
+def write_trace(tmp_path: Path, jobs: list[dict[str, Any]], station: str = "") -> Path:
+    path = tmp_path / "trace.json"
+    full = []
+    for i, job in enumerate(jobs):
+        base = {
+            "id": i + 1,
+            "arrival_s": 0,
+            "exclusive_minutes": 30,
+            "peak_memory_mb": 4000,
+            "class": "light",
+            "estimate_gpumemnet_mb": 4000,
+        }
+        full.append({**base, **job})
+    path.write_text(json.dumps({"name": "t", "station": station, "jobs": full}))
+    return path
+
+
+@pytest.mark.parametrize(
+    "station, model, count",
+    [
+        ("sim:a100-40gb", A100_40, 1),
+        ("sim:a100-40gbx4", A100_40, 4),
+        ("sim:a100-80gbx2", "NVIDIA A100-SXM4-80GB", 2),
+        ("sim:h100x8", H100, 8),
+        ("sim:h200", "NVIDIA H200", 1),
+        ("sim:dgx-station-a100", A100_40, 4),
+    ],
+)
+def test_stations_by_name(tmp_path: Path, station: str, model: str, count: int) -> None:
+    sim = Simulation(load_trace(write_trace(tmp_path, [{}])), policy="auto", station=station)
+    assert (sim.model.name, sim.gpu_count) == (model, count)
+    assert {g.model for g in sim.view().gpu_states} == {model}
+
+
+def test_a100_80gb_memory() -> None:
+    from gpudesk.hw.telemetry.backend import make_backend
+
+    assert make_backend("sim:a100-80gb").inventory()[0].memory_total_mib == 81920.0
+
+
+def test_mig_layouts_parse() -> None:
+    assert parse_mig("3=3g.20gb,2g.10gb,1g.5gb,1g.5gb", A100_40, 4) == {
+        3: ("3g.20gb", "2g.10gb", "1g.5gb", "1g.5gb")
+    }
+    assert parse_mig("0=,1=7g.40gb", A100_40, 2) == {0: (), 1: ("7g.40gb",)}
+    assert parse_mig("0=3g.40gb,MIG 3g.40gb", H100, 1) == {0: ("3g.40gb", "3g.40gb")}
+
+
+@pytest.mark.parametrize(
+    "text, gpu, message",
+    [
+        ("3g.20gb", A100_40, "start with a GPU index"),
+        ("x=3g.20gb", A100_40, "is not a GPU index"),
+        ("4=3g.20gb", A100_40, "GPU 4 does not exist"),
+        ("0=3g.20gb,0=1g.5gb", A100_40, "given twice"),
+        ("0=3g.40gb", A100_40, "unknown MIG profile '3g.40gb'"),
+        ("0=1g.5gb", H100, "unknown MIG profile '1g.5gb'"),
+        ("0=1g.10gb", A100_40, "unknown MIG profile"),  # not offered by the simulated driver
+        ("0=4g.20gb,3g.20gb,1g.5gb", A100_40, "does not fit GPU 0"),
+        ("0=7g.40gb,1g.5gb", A100_40, "does not fit"),
+        ("0=3g.20gb,,1g.5gb", A100_40, "empty profile"),
+    ],
+)
+def test_mig_layout_errors(text: str, gpu: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        parse_mig(text, gpu, 4)
+
+
+def test_a_fixed_mig_layout_is_offered_as_is(tmp_path: Path) -> None:
+    trace = load_trace(write_trace(tmp_path, [{}]))
+    sim = Simulation(trace, policy="auto", station="sim:h100x2", mig="1=3g.40gb,3g.40gb")
+    states = sim.view().gpu_states
+    assert not states[0].mig_enabled
+    assert states[1].mig_enabled and not states[1].mig_dynamic
+    assert [(s.profile, s.compute_slices) for s in states[1].mig_slices] == [
+        ("3g.40gb", 3),
+        ("3g.40gb", 3),
+    ]
+    # --mig-repartition changes layouts as the engine does (policy.mig_payoff), never by
+    # letting the policy carve a MIG-mode GPU
+    again = Simulation(
+        trace, policy="auto", station="sim:h100x2", mig="1=3g.40gb", mig_repartition=True
+    )
+    assert not again.view().gpu_states[1].mig_dynamic and again.config.mig_repartition
+    carved = Simulation(trace, policy="mig", station="sim:h100x2", mig="1=3g.40gb")
+    assert [(g.mig_enabled, g.mig_dynamic) for g in carved.view().gpu_states] == [
+        (True, True),
+        (True, False),
+    ]
+
+
+def test_mig_repartition_recarves_an_idle_gpu_only_where_it_pays(tmp_path: Path) -> None:
+    # four light jobs queued at a GPU with one whole-GPU instance: one at a time on it, or all
+    # four at once on 1g.5gb slices after 10 s of change
+    light = [{"sm_pct": 10, "exclusive_minutes": 30} for _ in range(4)]
+    trace = load_trace(write_trace(tmp_path, light))
+    fixed, recarved = (
+        Simulation(
+            trace, policy="auto", station="sim:a100-40gb", mig="0=7g.40gb", mig_repartition=again
+        ).run()
+        for again in (False, True)
+    )
+    assert fixed.repartitions == 0 and fixed.makespan_s == pytest.approx(4 * 1800, rel=0.01)
+    assert recarved.repartitions == 1
+    assert recarved.makespan_s < 0.5 * fixed.makespan_s
+    assert recarved.modes == {"mig": 4}
+    # one heavy job: the whole-GPU instance is its best slice, so the layout stays
+    heavy = load_trace(write_trace(tmp_path, [{"sm_pct": 80, "exclusive_minutes": 30}]))
+    kept = Simulation(
+        heavy, policy="auto", station="sim:a100-40gb", mig="0=7g.40gb", mig_repartition=True
+    ).run()
+    assert kept.repartitions == 0 and kept.makespan_s == pytest.approx(1800, rel=0.01)
+    # forced modes other than mig never change a layout (nor does the engine under them)
+    forced = Simulation(
+        trace, policy="mps", station="sim:a100-40gb", mig="0=7g.40gb", mig_repartition=True
+    ).run()
+    assert forced.repartitions == 0
+
+
+def test_a_mig_slice_runs_at_its_share(tmp_path: Path) -> None:
+    # one heavy job alone on a 1g.5gb slice of an A100 runs far below its whole-GPU speed
+    trace = load_trace(write_trace(tmp_path, [{"sm_pct": 70, "exclusive_minutes": 10}]))
+    result = Simulation(trace, policy="mig", station="sim:a100-40gb", mig="0=1g.5gb").run()
+    assert result.modes == {"mig": 1} and result.makespan_s > 2 * 600
+
+
+def test_trace_per_job_fields_are_honoured(tmp_path: Path) -> None:
+    trace = load_trace(
+        write_trace(
+            tmp_path, [{"sm_pct": 55, "membw_pct": 40, "model": "BERT"}, {}, {"model": "DLRM"}]
+        )
+    )
+    first, second, third = trace.jobs
+    assert (first.sm_pct, first.membw_pct, first.model, first.name) == (55.0, 40.0, "BERT", "BERT")
+    assert (second.sm_pct, second.membw_pct) == (10.0, None)  # the light class
+    assert third.sm_pct == 5.0  # DLRM's published figure
+    sim = Simulation(trace, policy="auto")
+    assert sim.runs[0].demand.membw_pct == 40.0 and sim.runs[0].demand.sm_pct == 55.0
+    assert sim._workload(sim.runs[0], DEFAULT_PARAMS).membw == pytest.approx(0.40)
+
+
+def test_bad_percentages_are_trace_errors(tmp_path: Path) -> None:
+    with pytest.raises(TraceError, match=r"sm_pct must be 0\.\.100"):
+        load_trace(write_trace(tmp_path, [{"sm_pct": 150}]))
+
+
+def test_a_thread_cap_slows_a_job_alone(tmp_path: Path) -> None:
+    from gpudesk.policy.policy import Placement
+
+    sim = Simulation(load_trace(write_trace(tmp_path, [{"sm_pct": 30}])), policy="mps")
+    run = sim.runs[0]
+    sim.queue.append(run)
+    sim._start(run, Placement(1, "gpu:0/mps", "mps", "test", gpus=(0,), mps_thread_pct=10))
+    assert sim.rate(run) < 0.8
+    sim._stop(run)
+    sim.queue.append(run)
+    sim._start(run, Placement(1, "gpu:0/mps", "mps", "test", gpus=(0,), mps_thread_pct=100))
+    assert sim.rate(run) == 1.0
+
+
+def test_the_measured_estimator_gives_true_peaks_from_history(tmp_path: Path) -> None:
+    trace = load_trace(write_trace(tmp_path, [{"peak_memory_mb": 12345}]))
+    sim = Simulation(trace, policy="auto", estimator="measured")
+    demand = sim.runs[0].demand
+    assert (demand.memory_mib, demand.source) == (12345, "history")
+    assert sim.runs[0].record.spec.memory_gb is None
+    with pytest.raises(ValueError, match="unknown estimator"):
+        Simulation(trace, policy="auto", estimator="oracle")
+
+
+@pytest.mark.parametrize(
+    "station, peak_mb, gpus",
+    [("sim:h100", 60000 * 1.5, 1), ("sim:a100-40gb", 90000, 1), ("sim:h100", 4000, 2)],
+)
+def test_an_impossible_job_is_reported_not_raised(
+    tmp_path: Path, station: str, peak_mb: float, gpus: int
+) -> None:
+    trace = load_trace(
+        write_trace(tmp_path, [{"peak_memory_mb": peak_mb, "gpus": gpus}, {"id": 2}])
+    )
+    for policy in ("exclusive", "carma", "auto", "mig", "naive", "mps"):
+        result = Simulation(trace, policy=policy, station=station).run()
+        assert result.impossible == 1 and result.impossible_jobs[0]["id"] == 1
+        assert result.lost == 0 and result.makespan_s == pytest.approx(1800, rel=0.5)
+
+
+def test_a_60_gb_job_runs_on_an_h100(tmp_path: Path) -> None:
+    trace = load_trace(write_trace(tmp_path, [{"peak_memory_mb": 60000}]))
+    for policy in ("exclusive", "carma", "auto"):
+        result = Simulation(trace, policy=policy, station="sim:h100").run()
+        assert (result.impossible, result.lost) == (0, 0)
+
+
+def test_truth_files(tmp_path: Path) -> None:
+    def parse_truth(data: object) -> ModelParams:
+        return params_from_json(data, "--truth")
+
+    assert parse_truth({"mps_tenant_cost": 0.15}).mps_tenant_cost == 0.15
+    assert parse_truth({"mps_tenant_cost": 0.15}).contention == DEFAULT_PARAMS.contention
+    with pytest.raises(ValueError, match=r"unknown model parameter.*tenant_cost; known: mps_"):
+        parse_truth({"tenant_cost": 0.15})
+    with pytest.raises(ValueError, match="non-negative number"):
+        parse_truth({"contention": "high"})
+    with pytest.raises(ValueError, match="non-negative number"):
+        parse_truth({"contention": True})
+    with pytest.raises(ValueError, match="expected a JSON object"):
+        parse_truth([0.15])
+    # what `gpudesk calibrate --json` saved on a real H100 (docs/calibration.md)
+    saved = Path(__file__).parents[2] / "bench" / "results" / "calibrate-h100-8s.json"
+    assert load_truth(saved).mps_tenant_cost == pytest.approx(0.127, abs=5e-4)
+    assert load_truth(saved).contention == pytest.approx(0.085, abs=5e-4)
+    path = tmp_path / "truth.json"
+    path.write_text('{"naive_switch_cost": 0.2}')
+    assert load_truth(path).naive_switch_cost == 0.2
+    path.write_text("nope")
+    with pytest.raises(ValueError, match="is not JSON"):
+        load_truth(path)
+
+
+def test_learning_moves_the_tenant_cost_toward_the_truth() -> None:
+    trace = load_trace(Path(__file__).parents[2] / "traces" / "carma-philly-t1.json")
+    truth = DEFAULT_PARAMS.with_values({"mps_tenant_cost": 0.15})
+    learned = Simulation(trace, policy="auto", truth=truth).run()
+    assert learned.observations > 0
+    assert abs(learned.learned_params["mps_tenant_cost"] - 0.15) < 0.03
+    frozen = Simulation(trace, policy="auto", truth=truth, learn=False).run()
+    assert frozen.observations == 0 and frozen.learned_params["mps_tenant_cost"] == 0.04
+    knowing = Simulation(trace, policy="auto", truth=truth, policy_params=truth).run()
+    assert knowing.learned_params["mps_tenant_cost"] == pytest.approx(0.15, abs=0.005)
+
+
+def test_a_job_that_died_sharing_is_retried_alone_not_lost_as_too_big(tmp_path: Path) -> None:
+    """Hinted at 10 GB, it peaks at 38 GB beside an 8 GB job on a 40 GB A100 and dies; grown
+    by the OOM rule its estimate passes the GPU's size. The engine caps the re-estimate at what
+    the GPU offers a job alone (attempts.py); the simulator does the same, so it is recovered."""
+    trace = load_trace(
+        write_trace(
+            tmp_path,
+            [
+                {"peak_memory_mb": 38000, "estimate_gpumemnet_mb": 10000, "class": "heavy"},
+                {"id": 2, "peak_memory_mb": 8000, "estimate_gpumemnet_mb": 8000},
+            ],
+        )
+    )
+    for policy in ("mps", "auto", "naive"):
+        result = Simulation(trace, policy=policy, station="sim:a100-40gb").run()
+        assert (result.oom_crashes, result.oom_recovered, result.lost) == (1, 1, 0), policy
