@@ -22,10 +22,10 @@ from gpudesk.engine import user_limits
 from gpudesk.engine.backends.slurm import Prepared, Sent
 from gpudesk.engine.offloop import Later
 from gpudesk.engine.requests.common import Handler, Requests
-from gpudesk.engine.tracking.available import missing_for
 from gpudesk.policy.policy import gpu_job_impossible
 from gpudesk.slurm.commands import TIMEOUT_S as SLURM_TIMEOUT_S
 from gpudesk.text import safe_text
+from gpudesk.tracking.available import missing_for
 from gpudesk.units import MIB_PER_GB
 
 # How many job shapes of one submit are judged for waiting on a station change: a sweep's

@@ -19,10 +19,10 @@ from typing import Any
 
 from gpudesk.core.jobs import JobState
 from gpudesk.core.mig_profiles import short_name
-from gpudesk.engine.histogram import Buckets
 from gpudesk.hw.telemetry.energy import AttemptUsage
 from gpudesk.hw.telemetry.model import BackendReading, GpuReading, MigDevice
 from gpudesk.hw.telemetry.monitor import TrackedAttempt
+from gpudesk.metrics.histogram import Buckets
 from gpudesk.units import carbon_g
 
 

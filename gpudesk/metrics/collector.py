@@ -18,8 +18,8 @@ from prometheus_client.metrics_core import (
 )
 from prometheus_client.registry import Collector
 
-from gpudesk.engine.histogram import Buckets
-from gpudesk.engine.metrics.snapshot import Device, DeviceReading, MetricsSnapshot
+from gpudesk.metrics.histogram import Buckets
+from gpudesk.metrics.snapshot import Device, DeviceReading, MetricsSnapshot
 
 # (name, help, the DeviceReading field) as dcgm-exporter's default-counters.csv and
 # dcp-metrics-included.csv have them: the same name, unit and help text, so a dashboard built
