@@ -62,7 +62,7 @@ class SnapshotCollector(Collector):
 
 
 def render(snapshot: MetricsSnapshot) -> list[Metric]:
-    """Every metric family of a snapshot (a pure function: tests/engine/test_metrics_snapshot.py)."""
+    """Every metric family of a snapshot (pure: tests/engine/test_metrics_snapshot.py)."""
     return [
         _station_info(snapshot),
         *_sampled_at(snapshot),
