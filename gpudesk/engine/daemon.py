@@ -38,6 +38,7 @@ from gpudesk.engine.access import DEFAULT_ADMIN_GROUP, Access
 from gpudesk.engine.activity import EngineActivity
 from gpudesk.engine.archive import Archiver
 from gpudesk.engine.attempts import Attempts
+from gpudesk.engine.backends.local import LocalBackend
 from gpudesk.engine.backends.slurm import SlurmBackend
 from gpudesk.engine.control_socket import (
     CannotListen,
@@ -46,7 +47,7 @@ from gpudesk.engine.control_socket import (
     SocketLimits,
 )
 from gpudesk.engine.events import EventPublisher
-from gpudesk.engine.job_control import JobControl
+from gpudesk.engine.job_control import Backends, JobControl
 from gpudesk.engine.learning import StationLearning
 from gpudesk.engine.loaders import CHECK_EVERY_S, LoaderSupervisor, Statuses
 from gpudesk.engine.logcap import LogCap
@@ -223,9 +224,18 @@ class Engine:
         )
         self.slurm = SlurmBackend(self.home, store, self.events, self.due, self._wake)
         self.archiver = Archiver(store, lambda: self.station.config)
-        self.job_control = JobControl(
-            store, self.queue, self.attempts, self.events, self.due, self.slurm
+        local = LocalBackend(
+            self.home,
+            store,
+            self.station,
+            self.queue,
+            self.attempts,
+            self.scheduler,
+            self.telemetry,
+            self.events,
+            self.due,
         )
+        self.job_control = JobControl(store, Backends.of_engine(local, self.slurm))
         self.offloop = OffLoop(self._wake)
         self.loaders.offload = self._offload_loader_status
 

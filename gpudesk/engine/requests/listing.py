@@ -1,12 +1,14 @@
 """Reading jobs: `jobs` (a page of the listing), `show` (one job in full) and `log` (a piece of an
-attempt's output, read by the engine for a client that may not read the file).
+attempt's output, read by the engine for a client that may not read the file). A job's reply is
+its record, then its backend's part (engine/backends/: where it runs, its log, its wait code, its
+attempts), each backend's read once for a page.
 """
 
 from __future__ import annotations
 
 import base64
 import time
-from pathlib import Path
+from collections.abc import Callable
 
 from gpudesk import joblog
 from gpudesk.core import protocol
@@ -17,19 +19,15 @@ from gpudesk.core.jobs import (
 from gpudesk.core.protocol import ProtocolError
 from gpudesk.core.records import JobRecord
 from gpudesk.core.wire.requests import JobsArgs, LogArgs, ShowArgs
-from gpudesk.engine import runner
-from gpudesk.engine.backends import slurm_views
+from gpudesk.engine.backends.base import JobsView, OwnerRead
 from gpudesk.engine.offloop import Later
-from gpudesk.engine.requests.common import Handler, Reply, user_arg
-from gpudesk.engine.requests.job_views import JobViews
-from gpudesk.engine.store.slurm import SlurmRow
-from gpudesk.slurm import logs as slurm_logs
-from gpudesk.slurm.as_owner import acts_for_other
+from gpudesk.engine.requests.common import Handler, Reply, Requests, user_arg
+from gpudesk.redact import redact_secrets
 from gpudesk.text import ends_in_c1_lead, is_text, printable_bytes
 from gpudesk.trust import UntrustedFileError
 
 
-class ListingRequests(JobViews):
+class ListingRequests(Requests):
     """The read-only job requests."""
 
     def ops(self) -> dict[str, Handler]:
@@ -76,16 +74,11 @@ class ListingRequests(JobViews):
             count=args.count,
         )
         jobs = page.jobs
-        live_by_job = self.parts.attempts.by_job()
-        # one query for every Slurm job listed, not one per job: a run can list thousands
-        on_slurm = self.parts.store.slurm_jobs([j.id for j in jobs if j.spec.cluster is not None])
-        result = [
-            self.job_reply(job, caller, live_by_job.get(job.id), on_slurm.get(job.id))
-            for job in jobs
-        ]
-        self._add_wait_reasons(jobs, result, on_slurm)
+        view_of = self.parts.control.backends.views(jobs)  # each backend's part, read once
+        result = [self.job_reply(job, caller, view_of(job)) for job in jobs]
+        self._add_wait_reasons(jobs, result, view_of)
         if args.usage:
-            self._add_usage(jobs, result, on_slurm)
+            self._add_usage(jobs, result, view_of)
         reply: Reply = {"jobs": result, "more": page.more, "simulated": self._simulated()}
         if page.more:
             reply["before_id" if descending else "after_id"] = page.cursor
@@ -96,43 +89,62 @@ class ListingRequests(JobViews):
         return reply
 
     def _add_usage(
-        self, jobs: list[JobRecord], replies: list[Reply], on_slurm: dict[int, SlurmRow]
+        self,
+        jobs: list[JobRecord],
+        replies: list[Reply],
+        view_of: Callable[[JobRecord], JobsView],
     ) -> None:
         """Each listed job's usage, its last slot and the GPU-seconds it held (`jobs` with
-        `usage`), for the whole page at once."""
+        `usage`; a Slurm job's, Slurm's allocation), for the whole page at once."""
         usage = self._usage([job.id for job in jobs])
         allocations = self.parts.store.allocations([job.id for job in jobs], time.time())
         for job, data in zip(jobs, replies, strict=True):
             data["usage"] = usage.get(job.id)
-            data["last_slot"], data["gpu_s"] = allocations.get(job.id, (None, 0.0))
-            row = on_slurm.get(job.id)
-            if row is not None and job.started_at is not None:
-                # Slurm allocated it: the GPUs it asked for, over its wall time
-                data["last_slot"] = slurm_views.slot(row)
-                ended = job.ended_at or time.time()
-                data["gpu_s"] = job.spec.gpus * (ended - job.started_at)
+            stored = allocations.get(job.id, (None, 0.0))
+            data["last_slot"], data["gpu_s"] = view_of(job).allocation(job, stored)
+
+    def job_reply(self, job: JobRecord, caller: Caller, view: JobsView) -> Reply:
+        """A job on the wire, as `caller` may see it: its record, then its backend's part (while
+        it runs, where: `slot`, a label; `gpus`, `mode` and `mig_slice`, the same as data; its
+        log; a Slurm job's `slurm`), then the shared loader it reads."""
+        data = job.to_dict()
+        tracking = data["spec"].get("tracking")
+        if tracking and not self._sees_secrets(caller, job.owner.uid):
+            tracking["mlflow_uri"] = redact_secrets(tracking["mlflow_uri"])
+        data.update(view.fields(job))
+        # the shared loader it reads: its dataset's, or the dataset's variant for its selection
+        data["loader"] = self.parts.loaders.loader_for(job.spec.dataset, job.spec.selection)
+        return data
+
+    @staticmethod
+    def _add_wait_reasons(
+        jobs: list[JobRecord], replies: list[Reply], view_of: Callable[[JobRecord], JobsView]
+    ) -> None:
+        """Each queued job's `wait_reason`, the short code `gpudesk queue` shows as squeue
+        does (its backend's: the station's Scheduler.wait_codes, read for the whole page at
+        once; a Slurm job's is Slurm's own)."""
+        for job, data in zip(jobs, replies, strict=True):
+            if job.state is JobState.QUEUED:
+                data["wait_reason"] = view_of(job).wait_code(job)
 
     def show(self, args: ShowArgs, caller: Caller) -> Reply:
         parts = self.parts
         job = self._find(args.job, "job")
-        row = parts.store.slurm_job(job.id) if job.spec.cluster is not None else None
+        backend = parts.control.backends.for_job(job)
+        view = backend.view([job])
         result: Reply = {
-            "job": self.job_reply(job, caller, parts.attempts.by_job().get(job.id), row),
-            "attempts": [self.attempt_reply(a) for a in parts.store.attempts(job.id)],
+            "job": self.job_reply(job, caller, view),
+            "attempts": view.attempts(job),
             "events": [e.to_dict() for e in parts.store.events(job.id)],
             "waiting": None,
             "usage": self._usage([job.id]).get(job.id),
             "tracking": parts.tracking.job_view(job, self._sees_secrets(caller, job.owner.uid)),
         }
-        self._add_wait_reasons([job], [result["job"]], {job.id: row} if row else {})
-        if row is not None and job.attempts:  # Slurm ran it: its one attempt, as Slurm tells
-            result["attempts"] = [slurm_views.attempt(job, row)]
+        self._add_wait_reasons([job], [result["job"]], lambda _job: view)
         if job.state is JobState.QUEUED and job.held:
             result["waiting"] = f"held: it will not start until released (gpudesk release {job.id})"
-        elif job.state is JobState.QUEUED and row is not None:
-            result["waiting"] = slurm_views.explain_wait(row)
         elif job.state is JobState.QUEUED:
-            result["waiting"] = parts.scheduler.explain_wait(job)
+            result["waiting"] = backend.explain(job)
         if args.env:
             # The environment can hold secrets: the owner's and the admins' to read only.
             refusal = parts.access.job_refusal(caller, job, "see the environment of")
@@ -144,7 +156,7 @@ class ListingRequests(JobViews):
             result["series"] = parts.telemetry.job_series(job.id).to_dict()
         return result
 
-    def log(self, args: LogArgs, caller: Caller) -> Reply | Later[slurm_logs.LogRead]:
+    def log(self, args: LogArgs, caller: Caller) -> Reply | Later[tuple[bytes, int]]:
         """{"job", "attempt"?, "offset"?, "max_bytes"?}: at most `max_bytes` of an attempt's
         output (default: its latest) from stream position `offset`, read by the engine, for a
         client that may not read the file itself (an admin reading another user's job on a
@@ -157,11 +169,7 @@ class ListingRequests(JobViews):
         if refusal:
             raise ProtocolError(protocol.REFUSED, refusal)
         number, offset, limit = _log_range(args, job)
-        path = parts.home.attempt_dir(job.id, number) / runner.LOG_FILE
-        # whose files the log and its parts must be: its owner's where the job ran as them,
-        # else the engine's own (gpudesk.joblog reads them as files a user may have planted)
-        owner_uid = runner.log_owner_uid(job.owner)
-        row = parts.store.slurm_job(job.id) if job.spec.cluster is not None else None
+        place = parts.control.backends.for_job(job).log(job, number)
         spelled_out = caller.uid != job.owner.uid
 
         def reply(data: bytes, skipped: int, position: int, end: int) -> Reply:
@@ -181,25 +189,15 @@ class ListingRequests(JobViews):
                 "end": end,
             }
 
-        if row is not None and acts_for_other(job.owner):
-            # in her folder, every name of whose path is hers: read by a process run as her,
-            # off the loop (the process may take up to slurm_logs.READ_S)
-            output, owner = row.output, job.owner
-
-            def read_hers() -> slurm_logs.LogRead:
-                try:
-                    return slurm_logs.read_as_owner(owner, output, offset, limit)
-                except slurm_logs.LogUnreadable as exc:
-                    raise ProtocolError(protocol.REFUSED, f"job {job.id}'s log: {exc}") from None
-
+        if isinstance(place, OwnerRead):  # read by a process run as the job's owner
+            read = place.read
             return Later(
-                read_hers,
-                lambda read: reply(read.data, 0, offset + len(read.data), read.end),
-                slurm_logs.READ_S + 5.0,
-                f"reading job {job.id}'s log as {job.owner.name}",
+                lambda: read(offset, limit),
+                lambda got: reply(got[0], 0, offset + len(got[0]), got[1]),
+                place.bound_s,
+                place.what,
             )
-        if row is not None:
-            path, owner_uid = Path(row.output), job.owner.uid
+        path, owner_uid = place.path, place.owner_uid
         # On the loop, never waiting on the log's lock (wait=False): a job can hold its own
         # output.log locked for good, and a wait here stalled every client 2 x 3 s per request
         # (issue 36). Reading it is safe unlocked: the loop is what rotates it (gpudesk.joblog).
