@@ -121,6 +121,7 @@ def test_run_a_profile_to_completion(engine: EngineHandle, tmp_path: Path) -> No
     assert all(j["attempts"] == 1 and j["exit_code"] == 0 for j in jobs.values())
 
 
+@pytest.mark.slow(6)
 def test_run_leaves_the_station_as_it_is_unless_asked_and_says_what_differs(
     engine: EngineHandle, tmp_path: Path
 ) -> None:
@@ -231,6 +232,7 @@ def test_non_utf8_and_missing_profiles(home: Home, tmp_path: Path) -> None:
         assert "error:" in result.stderr and "Traceback" not in result.stderr
 
 
+@pytest.mark.slow(7)
 def test_job_control_commands(engine: EngineHandle, tmp_path: Path) -> None:
     result = gpudesk(
         "submit",
@@ -436,6 +438,7 @@ def test_ctrl_c_anywhere_leaves_no_job_of_the_run_behind(
     wait_for(settled, 10.0, what="every job of the run to be cancelled")
 
 
+@pytest.mark.slow(12)
 @pytest.mark.serial
 def test_quickstart_style_sweep_trains_for_real(engine: EngineHandle, tmp_path: Path) -> None:
     """The real torch workload under the real engine (three tiny jobs of a quickstart-style

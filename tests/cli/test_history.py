@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 from conftest import EngineHandle
 
 GPUDESK = [sys.executable, "-m", "gpudesk"]
@@ -22,6 +23,7 @@ def gpudesk(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([*GPUDESK, *args], capture_output=True, text=True, timeout=60, env=env)
 
 
+@pytest.mark.slow(7)
 def test_history_reports_usage_and_energy_as_csv_json_and_a_table(
     sim_engine: EngineHandle,
 ) -> None:

@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from conftest import EngineHandle
 from pytest import approx
 
@@ -36,6 +37,7 @@ def codecarbon_rows(text: str) -> tuple[list[str], dict[str, dict[str, str]]]:
     }
 
 
+@pytest.mark.slow(9)
 def test_codecarbon_rows_carry_the_jobs_usage_at_the_stations_grid_code(
     sim_engine: EngineHandle, tmp_path: Path
 ) -> None:

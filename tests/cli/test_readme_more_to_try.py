@@ -14,6 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from conftest import EngineHandle, wait_for
 
 from gpudesk.api.connection import engine_pid
@@ -38,6 +39,7 @@ def station_settings(engine: EngineHandle) -> tuple[str, str, object]:
     return station["backend"], station["policy"], station["slots"]
 
 
+@pytest.mark.slow(11)
 def test_the_more_to_try_lines_leave_the_engine_as_it_was(
     engine: EngineHandle, home: Home, tmp_path: Path
 ) -> None:

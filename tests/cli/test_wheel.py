@@ -26,7 +26,8 @@ from gpudesk.paths import Home
 
 ROOT = Path(__file__).resolve().parents[2]
 PIP_TIMEOUT = 600
-pytestmark = pytest.mark.timeout(1200)
+# its module-scoped fixture is made once: the module stays on one worker (--dist loadgroup)
+pytestmark = [pytest.mark.timeout(1200), pytest.mark.xdist_group("test_wheel")]
 
 # The desk on a real engine of GPUDESK_HOME (started by the client, as `gpudesk` does), driven by
 # Pilot: it must draw the simulated H100's card, not a blank screen.
@@ -177,6 +178,7 @@ def outside(tmp_path: Path) -> Iterator[Path]:
     yield folder
 
 
+@pytest.mark.slow(37)
 @pytest.mark.parametrize("versions", ["newest", "floors"])
 def test_the_wheel_runs_outside_the_checkout_without_torch(
     wheel: Path, versions: str, home: Home, outside: Path, tmp_path: Path

@@ -18,6 +18,9 @@ from gpudesk.api.connection import Connection
 from gpudesk.api.errors import EngineError
 from gpudesk.paths import Home
 
+# its module-scoped fixture is made once: the module stays on one worker (--dist loadgroup)
+pytestmark = pytest.mark.xdist_group("test_contract")
+
 
 def engine_ops(home: Home) -> set[str]:
     """The operations the engine itself says it knows (its unknown-op error lists them)."""
@@ -54,6 +57,7 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Recordi
     yield recording, known  # the engine stopped and the environment restored
 
 
+@pytest.mark.slow(19)
 def test_every_request_and_event_decodes_strictly(
     recorded: tuple[Recording, set[str]],
 ) -> None:

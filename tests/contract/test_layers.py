@@ -13,6 +13,9 @@ from pathlib import Path
 
 import pytest
 
+# its module-scoped fixture is made once: the module stays on one worker (--dist loadgroup)
+pytestmark = pytest.mark.xdist_group("test_layers")
+
 ROOT = Path(__file__).resolve().parents[2]
 LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
 
@@ -116,6 +119,7 @@ def package_copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.mark.skipif(
     not LINT_IMPORTS.exists(), reason="import-linter is not installed (the dev extra)"
 )
+@pytest.mark.slow(10)
 def test_the_tree_keeps_every_contract_and_each_planted_import_breaks_its_own(
     package_copy: Path,
 ) -> None:

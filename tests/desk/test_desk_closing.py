@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable
 
+import pytest
 from conftest import EngineHandle
 from replay import replay_feed
 from test_desk_actions import SLEEP, until
@@ -69,6 +70,7 @@ def test_a_replay_says_as_of_when_its_counts_are() -> None:
     assert all(len(line) <= 80 for line in said.splitlines())
 
 
+@pytest.mark.slow(12)
 def test_closing_on_an_engine_that_stopped_answering_is_at_once(sim_engine: EngineHandle) -> None:
     """The engine frozen (SIGSTOP): once the desk says ENGINE NOT ANSWERING, `q` does not ask
     it again (that waited out the connection's 10 s), and says the last frame's counts."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
 from conftest import EngineHandle
 from replay import replay_feed
 from test_desk_actions import SLEEP, engine_job, run_desk, select_job, until
@@ -29,6 +30,7 @@ async def palette(pilot: Any, app: DeskApp, typed: str) -> list[str]:
     return [str(option.prompt).split("\n")[0] for option in found._options]  # type: ignore[attr-defined]
 
 
+@pytest.mark.slow(15)
 def test_job_actions_from_the_palette_on_any_screen(sim_engine: EngineHandle) -> None:
     # one CPU slot, taken by the first job: the second waits in the queue
     sim_engine.client.request(

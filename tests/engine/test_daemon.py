@@ -162,6 +162,7 @@ def test_unknown_jobs_and_bad_arguments_get_error_replies(engine: EngineHandle) 
         (json.dumps({"v": 1, "op": "show", "args": {"job": {"$ne": 1}}}).encode(), "invalid_args"),
     ],
 )
+@pytest.mark.slow(7)
 def test_hostile_requests_never_crash_the_engine(
     engine: EngineHandle, raw: bytes, code: str
 ) -> None:

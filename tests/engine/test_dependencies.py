@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from conftest import EngineHandle, wait_for
 
 GPUDESK = [sys.executable, "-m", "gpudesk"]
@@ -152,6 +153,7 @@ def test_a_bad_time_limit_is_a_usage_error(engine: EngineHandle) -> None:
     assert engine.client.request("jobs")["jobs"] == []
 
 
+@pytest.mark.slow(7)
 def test_queue_filters_by_state_and_name(engine: EngineHandle, tmp_path: Path) -> None:
     gate = tmp_path / "gate"
     for name, script in (

@@ -158,6 +158,7 @@ def test_requeue_leaves_queued_and_running_jobs_alone(engine: EngineHandle, tmp_
     assert engine.job(blocker)["attempts"] == 1
 
 
+@pytest.mark.slow(7)
 def test_job_control_commands_and_their_errors(engine: EngineHandle, tmp_path: Path) -> None:
     blocker, gate = occupy_the_only_slot(engine, tmp_path)
     (queued,) = engine.submit(sh("true", "waiting"))

@@ -80,6 +80,7 @@ def producer_pid(handle: EngineHandle) -> int | None:
     return None
 
 
+@pytest.mark.slow(14)
 def test_jobs_naming_a_dataset_share_one_producer_that_stops_when_unneeded(
     loader_engine: EngineHandle, tmp_path: Path
 ) -> None:
@@ -104,6 +105,7 @@ def test_jobs_naming_a_dataset_share_one_producer_that_stops_when_unneeded(
     assert events["job"]["state"] == "succeeded"
 
 
+@pytest.mark.slow(11)
 def test_a_producer_that_dies_is_restarted_and_its_consumers_resume(
     loader_engine: EngineHandle, tmp_path: Path
 ) -> None:
@@ -126,6 +128,7 @@ def test_a_producer_that_dies_is_restarted_and_its_consumers_resume(
         assert sorted(epoch["ids"]) == list(range(120)), "a sample lost or repeated"
 
 
+@pytest.mark.slow(8)
 def test_stopping_the_engine_stops_producers_no_running_job_reads(
     home: Home, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -143,6 +146,7 @@ def test_stopping_the_engine_stops_producers_no_running_job_reads(
     wait_for(lambda: not process_alive(pid), 10.0, what="the idle producer to stop")
 
 
+@pytest.mark.slow(15)
 def test_a_job_with_its_own_selection_gets_a_loader_of_its_own_and_is_recorded_as_a_reuse(
     loader_engine: EngineHandle, tmp_path: Path
 ) -> None:
@@ -180,6 +184,7 @@ def test_a_job_with_its_own_selection_gets_a_loader_of_its_own_and_is_recorded_a
     assert entry.method == "random" and any(f"job {second} " in who for who in entry.reused_by)
 
 
+@pytest.mark.slow(10)
 def test_a_profile_run_queues_its_selections_prepass_first_and_records_its_cost(
     loader_engine: EngineHandle, tmp_path: Path
 ) -> None:

@@ -15,6 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from conftest import EngineHandle, wait_for
 from test_loader_engine import consumer_job, loader_engine, producer_pid
 
@@ -46,6 +47,7 @@ def serving(engine: EngineHandle, pid: int) -> bool:
     return loader.pid == pid and status is not None and status.pid == pid and bool(status.consumers)
 
 
+@pytest.mark.slow(21)
 def test_a_producer_killed_three_times_is_reported_restarted_three_times(
     loader_engine: EngineHandle, tmp_path: Path
 ) -> None:

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from conftest import EngineHandle, wait_for
 from test_loader_engine import consumer_job, loader_engine, producer_pid
 
@@ -33,6 +34,7 @@ __all__ = ["loader_engine"]  # the fixture, used by name
 PING_BOUND_S = STATUS_TIMEOUT_MS / 1000 / 2
 
 
+@pytest.mark.slow(13)
 def test_a_producer_that_does_not_answer_never_stalls_other_requests(
     loader_engine: EngineHandle, tmp_path: Path
 ) -> None:
@@ -68,6 +70,7 @@ def test_a_producer_that_does_not_answer_never_stalls_other_requests(
         loader_engine.client.request("cancel", jobs=[job_id], grace=0)
 
 
+@pytest.mark.slow(15)
 def test_stopping_a_producer_that_does_not_answer_never_stalls_other_requests(
     loader_engine: EngineHandle, tmp_path: Path
 ) -> None:

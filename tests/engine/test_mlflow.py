@@ -24,7 +24,11 @@ from gpudesk.paths import Home
 pytest.importorskip("mlflow")
 pytest.importorskip("sqlalchemy")
 # MLflow's SQLite store on SQLAlchemy 2.1 warns of a loader option it uses: MLflow's to change.
-pytestmark = pytest.mark.filterwarnings("ignore:The ``noload`` loader strategy")
+# its module-scoped fixture is made once: the module stays on one worker (--dist loadgroup)
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:The ``noload`` loader strategy"),
+    pytest.mark.xdist_group("test_mlflow"),
+]
 
 GPUDESK = [sys.executable, "-m", "gpudesk"]
 
@@ -73,6 +77,7 @@ def runs_of(uri: str, experiment: str) -> list:
     return list(mlflow_client.search_runs([found.experiment_id]))
 
 
+@pytest.mark.slow(21)
 def test_a_sweep_is_a_parent_run_with_a_child_run_per_job(
     sim_engine: EngineHandle, tmp_path: Path, empty_store: Path
 ) -> None:
@@ -140,6 +145,7 @@ OWN_RUN = (
 )
 
 
+@pytest.mark.slow(14)
 def test_a_jobs_own_start_run_logs_into_the_run_gpudesk_made(
     engine: EngineHandle, tmp_path: Path, empty_store: Path
 ) -> None:
@@ -171,6 +177,7 @@ def test_a_jobs_own_start_run_logs_into_the_run_gpudesk_made(
     assert engine.show(job_id)["tracking"]["run_id"] == run.info.run_id
 
 
+@pytest.mark.slow(21)
 def test_with_the_store_down_jobs_run_the_engine_answers_and_runs_appear_later(
     home: Home, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, empty_store: Path
 ) -> None:

@@ -15,6 +15,9 @@ from gpudesk.core.station import StationConfig
 from gpudesk.engine.archive import ARCHIVE_BATCH, ARCHIVE_MIN_BATCH, Archiver
 from gpudesk.engine.store.database import Store
 
+# its module-scoped fixture is made once: the module stays on one worker (--dist loadgroup)
+pytestmark = pytest.mark.xdist_group("test_store_listing")
+
 FINISHED = [JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED]
 LIVE = [JobState.QUEUED, JobState.RUNNING]
 DAY_S = 86_400.0

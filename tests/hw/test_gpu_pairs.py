@@ -9,9 +9,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "gpu_pairs.py"
 
 
+@pytest.mark.slow(37)
 def test_a_fakes_run_measures_each_job_alone_and_beside_the_other_under_both_mechanisms(
     tmp_path: Path,
 ) -> None:

@@ -125,6 +125,7 @@ def test_rates_are_shared_over_alone_and_the_model_sees_the_measured_workloads(
     assert prediction["measured"] == rates
 
 
+@pytest.mark.slow(24)
 def test_the_metrics_check_scrapes_an_engine_of_its_own_beside_nvidia_smi(tmp_path: Path) -> None:
     """Against the fakes: an engine started for the check serves its endpoint, each sample holds
     the DCGM series with their labels, `top` is taken during the load and the engine is stopped;

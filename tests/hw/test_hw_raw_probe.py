@@ -16,6 +16,9 @@ import pytest
 from gpudesk.hw.mig.nvidia_smi import ENV_NVIDIA_SMI
 from gpudesk.hw.mps import CONTROL_BINARY, CONTROL_ENV, PID_FILE
 
+# its module-scoped fixture is made once: the module stays on one worker (--dist loadgroup)
+pytestmark = pytest.mark.xdist_group("test_hw_raw_probe")
+
 REPO = Path(__file__).resolve().parents[2]
 PROBE = REPO / "bench" / "hw_raw_probe.py"
 
@@ -48,6 +51,7 @@ def fake_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     return out, json.loads(out.read_text())
 
 
+@pytest.mark.slow(8)
 def test_a_run_on_the_fakes_records_every_section(fake_run: tuple[Path, dict]) -> None:
     _, doc = fake_run
     assert doc["probe"]["fakes"] is True and doc["probe"]["finished"] is True
@@ -184,6 +188,7 @@ def test_the_probe_uses_gpudesks_names_for_the_tools() -> None:
     assert not re.search(r"^\s*(import|from) gpudesk", source, re.MULTILINE)
 
 
+@pytest.mark.slow(6)
 def test_compare_on_the_fakes_sets_them_up_like_the_recorded_gpu(
     fake_run: tuple[Path, dict], tmp_path: Path
 ) -> None:

@@ -141,6 +141,7 @@ def test_configs_are_checked(tmp_path):
     assert "Traceback" not in done.stderr
 
 
+@pytest.mark.slow(8)
 def test_a_cpu_run_reports_device_and_cpu_per_batch(tmp_path):
     out = tmp_path / "out.json"
     done = run_bench(

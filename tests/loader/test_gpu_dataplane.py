@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from conftest import processes_in_group, wait_for
 
 SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "gpu_dataplane.py"
@@ -27,6 +28,7 @@ def run_probe(out: Path, *extra: str) -> tuple[subprocess.CompletedProcess[str],
     return done, json.loads((out / "gpu_dataplane.json").read_text())
 
 
+@pytest.mark.slow(27)
 def test_a_cpu_rehearsal_delivers_every_batch_intact_to_every_consumer(tmp_path: Path) -> None:
     done, report = run_probe(tmp_path / "out")
     assert set(report["sections"]) == {"ipc", "decode"}
@@ -53,6 +55,7 @@ def test_a_cpu_rehearsal_delivers_every_batch_intact_to_every_consumer(tmp_path:
     assert "mismatches 0" in done.stdout and "[decode] ok" in done.stdout
 
 
+@pytest.mark.slow(14)
 def test_a_producer_that_reuses_slots_too_early_is_caught_by_the_checksums(
     tmp_path: Path,
 ) -> None:
@@ -86,6 +89,7 @@ def test_bad_arguments_get_one_paragraph_and_exit_2(tmp_path: Path) -> None:
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.slow(15)
 def test_a_section_past_its_limit_is_killed_with_its_processes_and_the_run_goes_on(
     tmp_path: Path,
 ) -> None:

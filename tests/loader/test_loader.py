@@ -457,6 +457,7 @@ def first_epoch_ids(home: Home, name: str) -> list[int]:
 # -------------------------------------------------------------------------------------- tests
 # Two consumers told to connect at one moment while the first epoch streams: a test on the other
 # core can delay one past that epoch (seen once under pytest-xdist: stream epochs [1, 2, 3]).
+@pytest.mark.slow(14)
 @pytest.mark.serial
 def test_every_consumer_gets_every_sample_once_per_epoch_in_the_seeds_order(
     loaders: Loaders, home: Home, tmp_path: Path
@@ -520,6 +521,7 @@ def test_every_consumer_gets_every_sample_once_per_epoch_in_the_seeds_order(
         assert p.stop() == 0
 
 
+@pytest.mark.slow(8)
 def test_a_consumer_joining_mid_epoch_starts_at_once_and_gets_what_it_missed(
     loaders: Loaders,
 ) -> None:
@@ -566,6 +568,7 @@ def test_a_consumer_joining_mid_epoch_starts_at_once_and_gets_what_it_missed(
     assert producer.stop() == 0
 
 
+@pytest.mark.slow(9)
 def test_a_consumer_joining_at_the_end_of_an_epoch_with_a_small_ring_does_not_stall(
     loaders: Loaders,
 ) -> None:
@@ -592,6 +595,7 @@ def test_a_consumer_joining_at_the_end_of_an_epoch_with_a_small_ring_does_not_st
     assert producer.stop() == 0
 
 
+@pytest.mark.slow(6)
 def test_consumers_with_other_batch_sizes_get_views_where_they_can(loaders: Loaders) -> None:
     size = 100  # 12 full producer batches of 8, then one of 4
     producer = loaders.serve(size=size, batch=8, workers=1)
@@ -612,6 +616,7 @@ def test_consumers_with_other_batch_sizes_get_views_where_they_can(loaders: Load
     assert producer.stop() == 0
 
 
+@pytest.mark.slow(8)
 def test_a_killed_consumer_releases_its_slots_and_the_others_go_on(
     loaders: Loaders, tmp_path: Path
 ) -> None:
@@ -653,6 +658,7 @@ def test_a_killed_consumer_releases_its_slots_and_the_others_go_on(
     assert_no_new_shm(shm_before, {producer.pid, victim.pid, os.getpid()})
 
 
+@pytest.mark.slow(15)
 def test_a_dead_producer_is_reported_at_once_or_a_restarted_one_resumed(loaders: Loaders) -> None:
     size, batch = 200, 8
     # A slow dataset (24 ms a batch): the consumers are always waiting for the producer.
@@ -736,6 +742,7 @@ def test_batches_are_views_of_the_shared_ring(loaders: Loaders) -> None:
     assert producer.stop() == 0
 
 
+@pytest.mark.slow(7)
 def test_a_paused_consumer_holds_only_its_share_and_the_others_go_on(
     loaders: Loaders, tmp_path: Path
 ) -> None:
@@ -932,6 +939,7 @@ def test_an_rs2_producer_serves_a_new_part_every_epoch(loaders: Loaders, home: H
     assert len({i for e in epochs for i in e}) == size  # 4 epochs of 25 % cover everything
 
 
+@pytest.mark.slow(13)
 def test_consumers_wait_for_a_producer_preparing_its_selection(
     loaders: Loaders, home: Home, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -61,6 +61,7 @@ def shared_epochs(name: str, home: Home, epochs: int, **options: Any) -> list[li
         return out
 
 
+@pytest.mark.slow(14)
 def test_every_epoch_gets_fresh_augmentations_shared_and_local_as_with_a_dataloader(
     loaders: Loaders, home: Home, tmp_path: Path
 ) -> None:
@@ -111,6 +112,7 @@ def test_every_epoch_gets_fresh_augmentations_shared_and_local_as_with_a_dataloa
     assert producer.stop() == 0 and twin.stop() == 0
 
 
+@pytest.mark.slow(15)
 def test_a_slow_consumer_joining_mid_epoch_does_not_hold_up_a_fast_one(loaders: Loaders) -> None:
     """Finding 14: the slots kept for a joiner's make-ups starved the stream, and a fast
     consumer waited 5.5 s while a slow one caught up. Now the fast one never waits for the slow
@@ -150,6 +152,7 @@ def pad(samples: list[tuple[torch.Tensor, int]]) -> dict[str, torch.Tensor]:
     return {"tokens": padded, "lengths": lengths, "labels": torch.tensor([i for _, i in samples])}
 
 
+@pytest.mark.slow(11)
 def test_variable_size_samples_arrive_through_the_ring_as_a_dataloader_with_the_collate_fn_gives(
     loaders: Loaders, home: Home, monkeypatch: pytest.MonkeyPatch
 ) -> None:

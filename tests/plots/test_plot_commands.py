@@ -12,6 +12,7 @@ import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+import pytest
 from conftest import EngineHandle, cli_in_fresh_python
 
 from gpudesk.api.client import Client
@@ -80,6 +81,7 @@ def test_without_matplotlib_the_results_are_printed_and_the_missing_extra_named(
     assert "GPU timelines, one cell ≈" in run.stdout and "▓ MPS" in run.stdout
 
 
+@pytest.mark.slow(8)
 def test_show_and_history_plot_a_job_on_a_simulated_gpu(
     sim_engine: EngineHandle, tmp_path: Path
 ) -> None:

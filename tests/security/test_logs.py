@@ -36,6 +36,9 @@ from station_fixture import Station, make_station  # noqa: E402
 from gpudesk import joblog  # noqa: E402
 from gpudesk.trust import RECORD_MAX_BYTES, UntrustedFileError  # noqa: E402
 
+# its module-scoped fixture is made once: the module stays on one worker (--dist loadgroup)
+pytestmark = pytest.mark.xdist_group("test_logs")
+
 SECRET = b"TOP SECRET: root's own bytes\n"
 OUTPUT = b"the job's own output\n"
 QUICK_S = 5.0  # a refusal is immediate; a read still going after this hangs

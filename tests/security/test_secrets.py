@@ -111,6 +111,7 @@ def every_view(station: Station, role: str, job_id: int) -> dict[str, Any]:
     }
 
 
+@pytest.mark.slow(7)
 def test_a_tracking_uris_password_is_shown_to_its_owner_and_the_admins_only(
     setup: tuple[Station, str],
 ) -> None:

@@ -31,6 +31,9 @@ from slurm_cluster import (
     slurm_program,
 )
 
+# its module-scoped fixture is made once: the module stays on one worker (--dist loadgroup)
+pytestmark = pytest.mark.xdist_group("test_slurm_group")
+
 SLOW_SINFO_S = 6.0  # how long the shim sinfo sleeps: far above a ping's time
 SINFO_SHIM = """#!/bin/sh
 if [ -e {slow} ]; then sleep {sleep}; fi
@@ -147,6 +150,7 @@ def _wait(what: str, check, timeout: float = 60.0):  # type: ignore[no-untyped-d
 
 
 # ------------------------------------------------------------------------ finding 5
+@pytest.mark.slow(15)
 def test_a_broken_cluster_of_hers_stops_no_one_elses_jobs(site: Site) -> None:
     """Ada's jobs use her own slurm.conf; she deletes it. Bob's jobs are still followed to
     their end, hers fail "lost" after 3 polls no one answered, and the engine's log says so

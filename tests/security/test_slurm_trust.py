@@ -34,6 +34,9 @@ from slurm_cluster import (
     slurm_program,
 )
 
+# its module-scoped fixture is made once: the module stays on one worker (--dist loadgroup)
+pytestmark = pytest.mark.xdist_group("test_slurm_trust")
+
 CLIENTS = ("sbatch", "squeue", "scancel", "scontrol", "sinfo", "sacct")
 SENT = "GPUDESK_SENT_BY_ADA"  # a variable only her request carries
 

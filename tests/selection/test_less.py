@@ -27,6 +27,9 @@ from gpudesk.selection.targeted import (
 )
 from gpudesk.workloads.data import make_digits
 
+# its module-scoped fixture is made once: the module stays on one worker (--dist loadgroup)
+pytestmark = pytest.mark.xdist_group("test_less")
+
 
 @pytest.fixture(scope="module")
 def digits_train() -> tuple[np.ndarray, np.ndarray]:
@@ -119,6 +122,7 @@ def brute_force_scores(images, labels, target: Target, seed: int, shape) -> np.n
     return total.max(axis=1)
 
 
+@pytest.mark.slow(17)
 def test_the_score_is_the_recipe_computed_plainly(digits_train) -> None:
     images, labels = digits_train
     images, labels = images[:120], labels[:120]
@@ -130,6 +134,7 @@ def test_the_score_is_the_recipe_computed_plainly(digits_train) -> None:
     assert got.notes["target_classes"] == sorted(set(spare.labels[:12].tolist()))
 
 
+@pytest.mark.slow(24)
 @pytest.mark.timeout(300)
 def test_a_target_of_3s_and_8s_pulls_3s_and_8s_to_the_top(digits_train) -> None:
     images, labels = digits_train

@@ -92,6 +92,7 @@ def entry_key(gpudesk: Run, method: str) -> str:
     return str(key)
 
 
+@pytest.mark.slow(16)
 @pytest.mark.timeout(300)
 def test_show_lists_the_samples_the_loader_served(home: Home, gpudesk: Run, tmp_path: Path) -> None:
     data = make_digits("train", 1)

@@ -21,6 +21,9 @@ from gpudesk.selection.preset_names import Preset, PresetError, parse_preset
 from gpudesk.selection.presets import class_quotas, keep_count, rs2_subset, take
 from gpudesk.workloads.data import load_digits
 
+# its module-scoped fixture is made once: the module stays on one worker (--dist loadgroup)
+pytestmark = pytest.mark.xdist_group("test_selection")
+
 
 @pytest.fixture(scope="module")
 def digits() -> tuple[np.ndarray, np.ndarray]:
@@ -340,6 +343,7 @@ def digit_target(digits, rows: slice = slice(0, 200)) -> Target:
     return Target(inputs=images[rows], labels=labels[rows], fingerprint=fingerprint(part))
 
 
+@pytest.mark.slow(14)
 @pytest.mark.usefixtures("narrow_projection")
 def test_scored_subsets_are_the_top_of_the_ordering_or_per_class_when_asked(
     few_digits, few_digit_features, tmp_path: Path
@@ -371,6 +375,7 @@ def test_scored_subsets_are_the_top_of_the_ordering_or_per_class_when_asked(
 
 
 # ------------------------------------------------------------------ coverage
+@pytest.mark.slow(6)
 def test_coverage_is_exact_deterministic_and_seeded(digit_features, tmp_path: Path) -> None:
     from gpudesk.selection.coverage import coverage
 
@@ -446,6 +451,7 @@ def test_coverage_merges_clusters_in_proportion_to_their_size(digit_features) ->
 
 
 # ------------------------------------------------------------------ less
+@pytest.mark.slow(18)
 @pytest.mark.usefixtures("narrow_projection")
 def test_less_needs_a_target_and_is_deterministic(
     few_digits, few_digit_features, tmp_path: Path
@@ -474,6 +480,7 @@ def test_less_needs_a_target_and_is_deterministic(
         )
 
 
+@pytest.mark.slow(10)
 @pytest.mark.usefixtures("narrow_projection")
 def test_less_key_follows_the_target(few_digits, few_digit_features, tmp_path: Path) -> None:
     inputs, labels, digest = few_digit_features
@@ -507,6 +514,7 @@ def test_less_key_follows_the_target(few_digits, few_digit_features, tmp_path: P
     assert same.reused and same.key == one.key
 
 
+@pytest.mark.slow(7)
 @pytest.mark.parametrize("method", ["coverage", "dedup", "less"])
 @pytest.mark.usefixtures("narrow_projection")
 def test_a_cached_scored_selection_equals_a_fresh_one(

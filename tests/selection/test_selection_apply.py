@@ -15,6 +15,9 @@ from gpudesk.selection.preset_names import PresetError
 from gpudesk.selection.presets import keep_count, rs2_subset
 from gpudesk.workloads.data import load_digits
 
+# its module-scoped fixture is made once: the module stays on one worker (--dist loadgroup)
+pytestmark = pytest.mark.xdist_group("test_selection_apply")
+
 
 class Counting:
     """A map-style dataset of (image, label) that counts the samples read."""
@@ -53,6 +56,7 @@ def test_a_reordered_dataset_reuses_the_entry_and_keeps_the_same_samples(
     assert len(first.indices) == keep_count(len(labels), 25)
 
 
+@pytest.mark.slow(7)
 def test_the_dataset_index_lets_a_reuse_skip_the_full_read(digits, tmp_path: Path) -> None:
     images, labels = digits
     cache = SelectionCache(tmp_path / "sel")
@@ -159,6 +163,7 @@ def test_named_classes_and_unlabelled_data_are_stratified(tmp_path: Path) -> Non
     assert sum(1 for i in chosen.indices if i < 10) == 5
 
 
+@pytest.mark.slow(6)
 def test_image_shaped_samples_get_a_cnn_proxy_also_on_a_reuse(digits, tmp_path: Path) -> None:
     from gpudesk.selection import models
 

@@ -17,6 +17,9 @@ from gpudesk.selection.preset_names import Preset
 from gpudesk.selection.presets import class_quotas, keep_count
 from gpudesk.workloads.data import make_digits
 
+# its module-scoped fixture is made once: the module stays on one worker (--dist loadgroup)
+pytestmark = pytest.mark.xdist_group("test_selection_methods")
+
 
 @pytest.fixture(scope="module")
 def train() -> tuple[np.ndarray, np.ndarray, str]:
@@ -79,6 +82,7 @@ def test_el2n_proxy_is_sound_and_its_pruned_hardest_are_the_mislabelled(train) -
     assert set(flipped.tolist()) <= set(order[-pruned:].tolist())
 
 
+@pytest.mark.slow(12)
 @pytest.mark.timeout(300)
 def test_loss_and_el2n_presets_are_top_k_report_accuracy_and_are_cached(
     train, tmp_path: Path
@@ -105,6 +109,7 @@ def test_loss_and_el2n_presets_are_top_k_report_accuracy_and_are_cached(
 
 
 # ------------------------------------------------------------------ the seed
+@pytest.mark.slow(10)
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("method", ["random", "stratified", "loss", "el2n", "coverage", "dedup"])
 def test_two_seeds_keep_different_samples(train, tmp_path: Path, method: str) -> None:

@@ -27,6 +27,9 @@ from gpudesk.examples import folder
 from gpudesk.slurm.commands import parse_fields
 from gpudesk.slurm.export import MARKER, safe_name
 
+# its module-scoped fixture is made once: the module stays on one worker (--dist loadgroup)
+pytestmark = pytest.mark.xdist_group("test_export_slurm")
+
 QUICKSTART = folder("profiles") / "quickstart.toml"
 # What `sinfo -h -o %G` printed on the test cluster (tests/slurm_cluster.py's node).
 SINFO_GRES = "gpu:a100:2,gpu:1g.10gb:2,mps:a100:100,mps:1g.10gb:0,shard:a100:4,shard:1g.10gb:0"

@@ -23,7 +23,11 @@ from slurm_cluster import SlurmCluster, missing_reason, running_cluster
 from gpudesk.api.errors import EngineError
 from gpudesk.paths import Home
 
-pytestmark = pytest.mark.skipif(missing_reason() is not None, reason=missing_reason() or "")
+# its module-scoped fixture is made once: the module stays on one worker (--dist loadgroup)
+pytestmark = [
+    pytest.mark.skipif(missing_reason() is not None, reason=missing_reason() or ""),
+    pytest.mark.xdist_group("test_slurm"),
+]
 
 PARTITION = "gpu"
 
@@ -106,6 +110,7 @@ def quickstart_in_few_epochs(folder: Path, epochs: int = 3) -> Path:
     return profile
 
 
+@pytest.mark.slow(44)
 @pytest.mark.timeout(300)  # eight real trainings on a 2-core machine
 def test_quickstart_runs_on_slurm_as_one_array(slurm_engine: EngineHandle, tmp_path: Path) -> None:
     profile = quickstart_in_few_epochs(tmp_path)
@@ -229,6 +234,7 @@ def test_slurm_refusals_leave_nothing(slurm_engine: EngineHandle, cluster: Slurm
     )
 
 
+@pytest.mark.slow(33)
 @pytest.mark.timeout(200)
 def test_time_limit_fails_the_job_timed_out(slurm_engine: EngineHandle) -> None:
     (job,) = [

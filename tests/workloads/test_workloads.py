@@ -21,6 +21,9 @@ from gpudesk.workloads import digits
 from gpudesk.workloads.common import EXIT_NO_DATA
 from gpudesk.workloads.data import DatasetUnavailable, load_digits, train_val_split
 
+# its module-scoped fixture is made once: the module stays on one worker (--dist loadgroup)
+pytestmark = pytest.mark.xdist_group("test_workloads")
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 EPOCH_LINE = re.compile(
     r"^epoch (\d+)/(\d+) loss (\d+\.\d{4}) train_acc ([01]\.\d{4}) val_acc ([01]\.\d{4}) "
@@ -176,6 +179,7 @@ def test_split_rejects_bad_arguments(n: int, fraction: float) -> None:
 # --- digits workload ----------------------------------------------------------------------
 
 
+@pytest.mark.slow(18)
 def test_short_run_learns_and_reports(slow_runs: dict[str, subprocess.Popen[str]]) -> None:
     done = finish(slow_runs["short"])
     assert done.returncode == 0, done.stderr
@@ -237,6 +241,7 @@ def test_divergence_exits_3_with_advice(slow_runs: dict[str, subprocess.Popen[st
     assert "result " not in done.stdout
 
 
+@pytest.mark.slow(9)
 def test_sigterm_reports_epoch_and_exits_143() -> None:
     proc = start_digits("--epochs", "100000", "--threads", "1")
     try:
