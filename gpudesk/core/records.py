@@ -10,6 +10,7 @@ from typing import Any
 
 from gpudesk.core.identity import Identity
 from gpudesk.core.jobs import JobSpec, JobState
+from gpudesk.core.wire.jobs import EventView
 
 
 @dataclass(frozen=True)
@@ -147,13 +148,13 @@ class EventRecord:
     state: str | None
     message: str
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "ts": self.ts,
-            "job_id": self.job_id,
-            "attempt": self.attempt,
-            "kind": self.kind,
-            "state": self.state,
-            "message": self.message,
-        }
+    def view(self) -> EventView:
+        return EventView(
+            id=self.id,
+            ts=self.ts,
+            job_id=self.job_id,
+            attempt=self.attempt,
+            kind=self.kind,
+            state=self.state,
+            message=self.message,
+        )

@@ -112,10 +112,9 @@ class RequestHandlers:
 
 
 def _result_reply(request_id: Any, result: Reply | msgspec.Struct) -> bytes:
-    """A handler's result on the wire: a wire type (gpudesk.core.wire) as msgspec encodes it."""
-    if isinstance(result, msgspec.Struct):
-        return protocol.encode_result(request_id, msgspec.to_builtins(result))
-    return protocol.encode_result(request_id, result)
+    """A handler's result on the wire: a wire type (gpudesk.core.wire), or a dict holding
+    them, as msgspec encodes it."""
+    return protocol.encode_result(request_id, msgspec.to_builtins(result))
 
 
 def _error_reply(request_id: Any, exc: BaseException) -> bytes:

@@ -119,7 +119,7 @@ class ListingRequests(JobViews):
         result: Reply = {
             "job": self.job_reply(job, caller, parts.attempts.by_job().get(job.id), row),
             "attempts": [self.attempt_reply(a) for a in parts.store.attempts(job.id)],
-            "events": [e.to_dict() for e in parts.store.events(job.id)],
+            "events": [e.view() for e in parts.store.events(job.id)],
             "waiting": None,
             "usage": self._usage([job.id]).get(job.id),
             "tracking": parts.tracking.job_view(job, self._sees_secrets(caller, job.owner.uid)),

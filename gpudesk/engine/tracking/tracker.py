@@ -32,6 +32,7 @@ from gpudesk import diskspace, joblog
 from gpudesk.core.identity import Identity
 from gpudesk.core.jobs import JobState
 from gpudesk.core.records import JobRecord
+from gpudesk.core.wire.station import TrackingHealth
 from gpudesk.engine import runner
 from gpudesk.engine.env_seconds import env_seconds
 from gpudesk.engine.state import PlacementDue
@@ -97,18 +98,16 @@ class StoreHealth:
     dropped: int = 0
     events: EventBudget = field(default_factory=EventBudget)  # its failing and recovering
 
-    def to_dict(
-        self, unsent: int, worker_problem: str | None, whole_uri: bool
-    ) -> dict[str, object]:
-        return {
-            "user": user_name(self.uid),
-            "uid": self.uid,
-            "mlflow_uri": self.uri if whole_uri else redact_secrets(self.uri),
-            "queued": self.queued + unsent,
-            "error": self.error or worker_problem,
-            "error_since": self.since,
-            "dropped": self.dropped,
-        }
+    def view(self, unsent: int, worker_problem: str | None, whole_uri: bool) -> TrackingHealth:
+        return TrackingHealth(
+            user=user_name(self.uid),
+            uid=self.uid,
+            mlflow_uri=self.uri if whole_uri else redact_secrets(self.uri),
+            queued=self.queued + unsent,
+            error=self.error or worker_problem,
+            error_since=self.since,
+            dropped=self.dropped,
+        )
 
 
 def _identity_of(uid: int) -> Identity:
@@ -321,7 +320,7 @@ class Tracking:
         log.log(logging.WARNING if error else logging.INFO, "%s", message)
         self.store.add_event(TRACKING_EVENT, message)
 
-    def health_list(self, sees_secrets: SeesSecrets) -> list[dict[str, object]]:
+    def health_list(self, sees_secrets: SeesSecrets) -> list[TrackingHealth]:
         """Each store each owner's worker talks to, or is to talk to: what `status` shows. A
         store its worker has said nothing of yet (it is starting, or cannot start) is shown
         too, with the worker's problem. A store's URI is its owner's: whole only for a viewer
@@ -334,7 +333,7 @@ class Tracking:
             worker = self.workers.get(uid)
             unsent = len(worker.outbox) if worker else 0
             problem = worker.state.problem if worker else None
-            shown.append(health.to_dict(unsent, problem, sees_secrets(uid)))
+            shown.append(health.view(unsent, problem, sees_secrets(uid)))
         return shown
 
     # -------------------------------------------------------------- job life
