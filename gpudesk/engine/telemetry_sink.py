@@ -18,6 +18,7 @@ from typing import Any
 import msgspec
 
 from gpudesk.core.station import StationConfig
+from gpudesk.core.wire.jobs import JobSeriesView
 from gpudesk.core.wire.telemetry import Snapshot
 from gpudesk.engine.state import CurrentStation
 from gpudesk.engine.store.database import Store
@@ -54,15 +55,15 @@ class JobSeries:
     simulated: bool  # the job's GPUs were simulated
     points: dict[str, list[tuple[float, float]]]
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "window_s": self.window_s,
-            "simulated": self.simulated,
+    def view(self) -> JobSeriesView:
+        return JobSeriesView(
+            window_s=self.window_s,
+            simulated=self.simulated,
             **{
-                metric: [[round(t, 3), round(v, 3)] for t, v in points]
+                metric: [(round(t, 3), round(v, 3)) for t, v in points]
                 for metric, points in self.points.items()
             },
-        }
+        )
 
 
 # Per GPU: (index, MIG mode, its MIG devices' UUIDs): what placement's slices come from.

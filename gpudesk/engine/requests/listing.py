@@ -141,7 +141,7 @@ class ListingRequests(JobViews):
             result["env"] = {**parts.store.base_env(job.id), **job.spec.env}
         if args.series:
             # what `gpudesk show --plot` draws; anyone may read it, as the usage
-            result["series"] = parts.telemetry.job_series(job.id).to_dict()
+            result["series"] = parts.telemetry.job_series(job.id).view()
         return result
 
     def log(self, args: LogArgs, caller: Caller) -> Reply | Later[slurm_logs.LogRead]:
