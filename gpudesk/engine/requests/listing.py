@@ -4,7 +4,6 @@ attempt's output, read by the engine for a client that may not read the file).
 
 from __future__ import annotations
 
-import base64
 import time
 from pathlib import Path
 
@@ -16,6 +15,7 @@ from gpudesk.core.jobs import (
 )
 from gpudesk.core.protocol import ProtocolError
 from gpudesk.core.records import JobRecord
+from gpudesk.core.wire.jobs import LogChunk
 from gpudesk.core.wire.requests import JobsArgs, LogArgs, ShowArgs
 from gpudesk.engine import runner
 from gpudesk.engine.backends import slurm_views
@@ -144,7 +144,7 @@ class ListingRequests(JobViews):
             result["series"] = parts.telemetry.job_series(job.id).view()
         return result
 
-    def log(self, args: LogArgs, caller: Caller) -> Reply | Later[slurm_logs.LogRead]:
+    def log(self, args: LogArgs, caller: Caller) -> LogChunk | Later[slurm_logs.LogRead]:
         """{"job", "attempt"?, "offset"?, "max_bytes"?}: at most `max_bytes` of an attempt's
         output (default: its latest) from stream position `offset`, read by the engine, for a
         client that may not read the file itself (an admin reading another user's job on a
@@ -164,7 +164,7 @@ class ListingRequests(JobViews):
         row = parts.store.slurm_job(job.id) if job.spec.cluster is not None else None
         spelled_out = caller.uid != job.owner.uid
 
-        def reply(data: bytes, skipped: int, position: int, end: int) -> Reply:
+        def reply(data: bytes, skipped: int, position: int, end: int) -> LogChunk:
             if spelled_out:
                 # someone else's output (an admin reading it) never drives their terminal: its
                 # control characters are spelled out (gpudesk.text); a \xc2 that ends the piece
@@ -172,14 +172,9 @@ class ListingRequests(JobViews):
                 if ends_in_c1_lead(data):
                     data, position = data[:-1], position - 1
                 data = printable_bytes(data)
-            return {
-                "job": job.id,
-                "attempt": number,
-                "data": base64.b64encode(data).decode("ascii"),
-                "skipped": skipped,
-                "next": position,
-                "end": end,
-            }
+            return LogChunk(  # msgspec sends `data` as base64
+                job=job.id, attempt=number, data=data, skipped=skipped, next=position, end=end
+            )
 
         if row is not None and acts_for_other(job.owner):
             # in her folder, every name of whose path is hers: read by a process run as her,
