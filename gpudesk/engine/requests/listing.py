@@ -7,6 +7,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import msgspec
+
 from gpudesk import joblog
 from gpudesk.core import protocol
 from gpudesk.core.identity import Caller
@@ -15,12 +17,19 @@ from gpudesk.core.jobs import (
 )
 from gpudesk.core.protocol import ProtocolError
 from gpudesk.core.records import JobRecord
-from gpudesk.core.wire.jobs import LogChunk
+from gpudesk.core.wire.jobs import (
+    AttemptView,
+    DamagedJob,
+    JobDetail,
+    JobList,
+    JobView,
+    LogChunk,
+)
 from gpudesk.core.wire.requests import JobsArgs, LogArgs, ShowArgs
 from gpudesk.engine import runner
 from gpudesk.engine.backends import slurm_views
 from gpudesk.engine.offloop import Later
-from gpudesk.engine.requests.common import Handler, Reply, user_arg
+from gpudesk.engine.requests.common import Handler, user_arg
 from gpudesk.engine.requests.job_views import JobViews
 from gpudesk.engine.store.slurm import SlurmRow
 from gpudesk.slurm import logs as slurm_logs
@@ -39,7 +48,7 @@ class ListingRequests(JobViews):
             "log": self.log,
         }
 
-    def jobs(self, args: JobsArgs, caller: Caller) -> Reply:
+    def jobs(self, args: JobsArgs, caller: Caller) -> JobList:
         """One page of jobs, oldest first, at most `limit` (and at most JOBS_PAGE_CAP): from
         the oldest, or after `after_id`; with `limit` alone the newest, or with `before_id` the
         newest before it. `more` says rows match beyond the page, and `after_id` or
@@ -86,63 +95,71 @@ class ListingRequests(JobViews):
         self._add_wait_reasons(jobs, result, on_slurm)
         if args.usage:
             self._add_usage(jobs, result, on_slurm)
-        reply: Reply = {"jobs": result, "more": page.more, "simulated": self._simulated()}
-        if page.more:
-            reply["before_id" if descending else "after_id"] = page.cursor
-        if page.total is not None:
-            reply["total"] = page.total
-        if page.damaged:
-            reply["damaged"] = [{"id": d.id, "reason": d.reason} for d in page.damaged]
-        return reply
+        cursor = page.cursor if page.more else None
+        return JobList(
+            jobs=result,
+            more=page.more,
+            before_id=cursor if descending else None,
+            after_id=None if descending else cursor,
+            total=page.total,
+            damaged=[DamagedJob(id=d.id, reason=d.reason) for d in page.damaged],
+            simulated=self._simulated(),
+        )
 
     def _add_usage(
-        self, jobs: list[JobRecord], replies: list[Reply], on_slurm: dict[int, SlurmRow]
+        self, jobs: list[JobRecord], replies: list[JobView], on_slurm: dict[int, SlurmRow]
     ) -> None:
         """Each listed job's usage, its last slot and the GPU-seconds it held (`jobs` with
         `usage`), for the whole page at once."""
         usage = self._usage([job.id for job in jobs])
         allocations = self.parts.store.allocations([job.id for job in jobs], time.time())
-        for job, data in zip(jobs, replies, strict=True):
-            data["usage"] = usage.get(job.id)
-            data["last_slot"], data["gpu_s"] = allocations.get(job.id, (None, 0.0))
+        for index, job in enumerate(jobs):
+            last_slot, gpu_s = allocations.get(job.id, (None, 0.0))
             row = on_slurm.get(job.id)
             if row is not None and job.started_at is not None:
                 # Slurm allocated it: the GPUs it asked for, over its wall time
-                data["last_slot"] = slurm_views.slot(row)
+                last_slot = slurm_views.slot(row)
                 ended = job.ended_at or time.time()
-                data["gpu_s"] = job.spec.gpus * (ended - job.started_at)
+                gpu_s = job.spec.gpus * (ended - job.started_at)
+            replies[index] = msgspec.structs.replace(
+                replies[index], usage=usage.get(job.id), last_slot=last_slot, gpu_s=gpu_s
+            )
 
-    def show(self, args: ShowArgs, caller: Caller) -> Reply:
+    def show(self, args: ShowArgs, caller: Caller) -> JobDetail:
         parts = self.parts
         job = self._find(args.job, "job")
         row = parts.store.slurm_job(job.id) if job.spec.cluster is not None else None
-        result: Reply = {
-            "job": self.job_reply(job, caller, parts.attempts.by_job().get(job.id), row),
-            "attempts": [self.attempt_reply(a) for a in parts.store.attempts(job.id)],
-            "events": [e.view() for e in parts.store.events(job.id)],
-            "waiting": None,
-            "usage": self._usage([job.id]).get(job.id),
-            "tracking": parts.tracking.job_view(job, self._sees_secrets(caller, job.owner.uid)),
-        }
-        self._add_wait_reasons([job], [result["job"]], {job.id: row} if row else {})
+        views = [self.job_reply(job, caller, parts.attempts.by_job().get(job.id), row)]
+        self._add_wait_reasons([job], views, {job.id: row} if row else {})
+        attempts = [self.attempt_reply(a) for a in parts.store.attempts(job.id)]
         if row is not None and job.attempts:  # Slurm ran it: its one attempt, as Slurm tells
-            result["attempts"] = [slurm_views.attempt(job, row)]
+            attempts = [msgspec.convert(slurm_views.attempt(job, row), AttemptView)]
+        waiting = None
         if job.state is JobState.QUEUED and job.held:
-            result["waiting"] = f"held: it will not start until released (gpudesk release {job.id})"
+            waiting = f"held: it will not start until released (gpudesk release {job.id})"
         elif job.state is JobState.QUEUED and row is not None:
-            result["waiting"] = slurm_views.explain_wait(row)
+            waiting = slurm_views.explain_wait(row)
         elif job.state is JobState.QUEUED:
-            result["waiting"] = parts.scheduler.explain_wait(job)
+            waiting = parts.scheduler.explain_wait(job)
+        env = None
         if args.env:
             # The environment can hold secrets: the owner's and the admins' to read only.
             refusal = parts.access.job_refusal(caller, job, "see the environment of")
             if refusal:
                 raise ProtocolError(protocol.REFUSED, refusal)
-            result["env"] = {**parts.store.base_env(job.id), **job.spec.env}
-        if args.series:
-            # what `gpudesk show --plot` draws; anyone may read it, as the usage
-            result["series"] = parts.telemetry.job_series(job.id).view()
-        return result
+            env = {**parts.store.base_env(job.id), **job.spec.env}
+        # what `gpudesk show --plot` draws; anyone may read it, as the usage
+        series = parts.telemetry.job_series(job.id).view() if args.series else None
+        return JobDetail(
+            job=views[0],
+            attempts=attempts,
+            events=[e.view() for e in parts.store.events(job.id)],
+            waiting=waiting,
+            usage=self._usage([job.id]).get(job.id),
+            env=env,
+            tracking=parts.tracking.job_view(job, self._sees_secrets(caller, job.owner.uid)),
+            series=series,
+        )
 
     def log(self, args: LogArgs, caller: Caller) -> LogChunk | Later[slurm_logs.LogRead]:
         """{"job", "attempt"?, "offset"?, "max_bytes"?}: at most `max_bytes` of an attempt's

@@ -32,6 +32,7 @@ from gpudesk import diskspace, joblog
 from gpudesk.core.identity import Identity
 from gpudesk.core.jobs import JobState
 from gpudesk.core.records import JobRecord
+from gpudesk.core.wire.jobs import JobRunView
 from gpudesk.core.wire.station import TrackingHealth
 from gpudesk.engine import runner
 from gpudesk.engine.env_seconds import env_seconds
@@ -648,7 +649,7 @@ class Tracking:
         self._send(parent, parent.final_ops[0])
 
     # ------------------------------------------------------------------- views
-    def job_view(self, job: JobRecord, whole_uri: bool) -> dict[str, object] | None:
+    def job_view(self, job: JobRecord, whole_uri: bool) -> JobRunView | None:
         """What `show` says of a tracked job's run; its URI redacted unless `whole_uri` (the
         viewer is its owner or an admin)."""
         tracking = job.spec.tracking
@@ -661,9 +662,9 @@ class Tracking:
             row = self.store.tracking_runs_of([job.id]).get(job.id)
             run_id = row.run_id if row else None
         health = self.health.get((job.owner.uid, tracking.mlflow_uri))
-        return {
-            "mlflow_uri": tracking.mlflow_uri if whole_uri else redact_secrets(tracking.mlflow_uri),
-            "experiment": tracking.experiment,
-            "run_id": run_id,
-            "error": health.error if health else None,
-        }
+        return JobRunView(
+            mlflow_uri=tracking.mlflow_uri if whole_uri else redact_secrets(tracking.mlflow_uri),
+            experiment=tracking.experiment,
+            run_id=run_id,
+            error=health.error if health else None,
+        )
