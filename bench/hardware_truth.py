@@ -467,7 +467,7 @@ class Meter:
 
     def _loop(self) -> None:
         try:
-            from gpudesk.engine.calibrate.runner import NvmlMeter
+            from gpudesk.hw.probe_runner import NvmlMeter
 
             with NvmlMeter(0) as meter:
                 while not self._stop.is_set():

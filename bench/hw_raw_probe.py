@@ -7,7 +7,7 @@
 Writes one JSON document (to --out, default stdout) with these sections:
 
 - `nvml`: every pynvml function gpudesk calls (gpudesk/hw/telemetry/nvml.py,
-  gpudesk/engine/calibrate/runner.py), with the same arguments, on GPU --gpu and on each of its
+  gpudesk/hw/probe_runner.py), with the same arguments, on GPU --gpu and on each of its
   MIG devices: idle, while MPS clients run, and while a plain torch load runs (processes, process
   utilization since a timestamp, GPM between two samples). Each call is a record: the call
   as text, ok or the exception (class, `value`, str), the result's Python type and its value made

@@ -22,7 +22,8 @@ from gpudesk.cli.common import current_home, engine_client, fail, print_json
 from gpudesk.cli.exit_codes import EXIT_FAILED, EXIT_USAGE
 
 if TYPE_CHECKING:
-    from gpudesk.policy.calibration import AloneMeasurement, Plan, Report
+    from gpudesk.core.calibration_records import AloneMeasurement, Plan
+    from gpudesk.policy.calibration import Report
 
 calibrate_app = typer.Typer()
 
@@ -137,7 +138,7 @@ def _run_real(
     json_out: bool,
     save: bool | None,
 ) -> None:
-    from gpudesk.engine.calibrate.runner import (
+    from gpudesk.hw.probe_runner import (
         CalibrationRefused,
         check_torch,
         inspect_gpu,
@@ -260,7 +261,7 @@ def save_fit(result: Report) -> Path:
 
 def load_reference(gpu_model: str) -> dict[str, AloneMeasurement] | None:
     """The probes alone from the last saved calibration of this GPU model (not simulated)."""
-    from gpudesk.policy.calibration import AloneMeasurement
+    from gpudesk.core.calibration_records import AloneMeasurement
 
     path = calibration_file(gpu_model)
     try:

@@ -14,8 +14,9 @@ from gpudesk.cli.exit_codes import EXIT_FAILED, EXIT_NOT_RUNNING, EXIT_USAGE
 from gpudesk.paths import SYSTEM_GROUP, SYSTEM_SOCKET, SYSTEM_STATE_DIR
 
 if TYPE_CHECKING:
-    from gpudesk.api.models import LoopTimingView
+    from gpudesk.api.models import LoopTimingView, StationStatus
     from gpudesk.core.station import StationConfig
+    from gpudesk.paths import Home
 
 engine_app = typer.Typer(help="Start, stop and inspect the engine daemon.", no_args_is_help=True)
 
@@ -184,28 +185,45 @@ def engine_set(
 @engine_app.command("status")
 def engine_status(json_out: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Is the engine running, and what is its station doing?"""
-    from gpudesk import render
-    from gpudesk.api.client import Client
     from gpudesk.api.connection import engine_pid
-    from gpudesk.api.errors import BAD_REPLY, EngineError
     from gpudesk.api.models import to_builtins
 
     home = current_home()
     pid = engine_pid(home)
     kind = "system" if home.is_system else "personal"
     if pid is None:
-        if json_out:
-            print_json(
-                {
-                    "running": False,
-                    "kind": kind,
-                    "home": str(home.root),
-                    "socket": str(home.control_socket),
-                }
-            )
-        else:
-            print(f"engine: not running ({home.description})")
+        _say_not_running(home, kind, json_out)
         raise typer.Exit(EXIT_NOT_RUNNING)
+    status = _ask_status(home, pid)
+    if json_out:
+        print_json(
+            {"running": True, "kind": kind, "socket": str(home.control_socket)}
+            | to_builtins(status)
+        )
+        return
+    _print_engine_and_station(status, home)
+    _print_users_and_stores(status)
+
+
+def _say_not_running(home: Home, kind: str, json_out: bool) -> None:
+    if json_out:
+        print_json(
+            {
+                "running": False,
+                "kind": kind,
+                "home": str(home.root),
+                "socket": str(home.control_socket),
+            }
+        )
+    else:
+        print(f"engine: not running ({home.description})")
+
+
+def _ask_status(home: Home, pid: int) -> StationStatus:
+    """The engine's status; an engine that holds the lock but does not answer fails."""
+    from gpudesk.api.client import Client
+    from gpudesk.api.errors import BAD_REPLY, EngineError
+
     try:
         with Client.attach(home, timeout=5.0) as client:
             status = client.status()
@@ -213,12 +231,13 @@ def engine_status(json_out: bool = typer.Option(False, "--json", help="Print JSO
         if exc.code == BAD_REPLY:
             fail(str(exc))
         fail(f"the engine (pid {pid}) holds the lock but does not answer: {exc}")
-    if json_out:
-        print_json(
-            {"running": True, "kind": kind, "socket": str(home.control_socket)}
-            | to_builtins(status)
-        )
-        return
+    return status
+
+
+def _print_engine_and_station(status: StationStatus, home: Home) -> None:
+    """The engine (pid, version, uptime, whose), its station, grid, metrics, jobs and loop."""
+    from gpudesk import render
+
     station = status.station
     print(
         f"engine: running (pid {status.pid}, version {status.version}, up "
@@ -247,6 +266,12 @@ def engine_status(json_out: bool = typer.Option(False, "--json", help="Print JSO
     print("jobs:    " + ", ".join(f"{n} {s}" for s, n in status.counts.items()))
     if status.loop is not None and status.loop.requests:
         print(f"loop:    {loop_line(status.loop)}")
+
+
+def _print_users_and_stores(status: StationStatus) -> None:
+    """Fair share by user, the MLflow stores' health, and the latest station changes."""
+    from gpudesk import render
+
     if status.station.fairshare_half_life_h and len(status.users) > 1:
         half_life = status.station.fairshare_half_life_h
         print(f"users:   fair share, lightest first (usage decayed, half-life {half_life:g} h)")

@@ -24,6 +24,7 @@ from gpudesk.cli.exit_codes import EXIT_FAILED, EXIT_USAGE
 
 if TYPE_CHECKING:
     from gpudesk.core.cluster import ClusterSpec
+    from gpudesk.profile import Profile
     from gpudesk.slurm.export import Export
     from gpudesk.slurm.request import GresOffer
 
@@ -179,47 +180,55 @@ def _summary(export: Export, absolute: Path, offer: str) -> str:
     return "\n".join(lines)
 
 
+_PROFILE = typer.Argument(..., help="A profile.toml with [[jobs]] and [[sweeps]].")
+_DIRECTORY = typer.Argument(
+    ..., metavar="DIR", help="The folder to write into (made if missing; must be empty)."
+)
+_PARTITION = typer.Option(None, "--partition", metavar="PARTITION", help="[cluster] partition.")
+_ACCOUNT = typer.Option(None, "--account", metavar="ACCOUNT", help="[cluster] account.")
+_QOS = typer.Option(None, "--qos", metavar="QOS", help="[cluster] qos.")
+_SHARE = typer.Option(
+    None,
+    "--share",
+    metavar="SHARE",
+    help="[cluster] share: how a one-GPU job asks for its GPU (auto, whole, mig, mps, timeslice).",
+)
+_GPU_TYPE = typer.Option(
+    None, "--gpu-type", metavar="TYPE", help="[cluster] gpu_type: whole GPUs of this gres type."
+)
+_MIG_PROFILE = typer.Option(
+    None,
+    "--mig-profile",
+    metavar="PROFILE",
+    help="[cluster] mig_profile: the MIG slice a one-GPU job asks for.",
+)
+_ASK = typer.Option(
+    None,
+    "--ask/--no-ask",
+    help="Ask the cluster (sinfo) which GPU gres its nodes offer. Default: ask when sinfo "
+    "is on PATH, and go on without if that fails.",
+)
+_FORCE = typer.Option(
+    False,
+    "--force",
+    help="Write into a folder that is not empty (replacing an earlier export's scripts).",
+)
+_JSON = typer.Option(False, "--json", help="Print the summary as JSON.")
+
+
 @export_app.command("slurm")
 def slurm(
-    profile: Path = typer.Argument(..., help="A profile.toml with [[jobs]] and [[sweeps]]."),
-    directory: Path = typer.Argument(
-        ..., metavar="DIR", help="The folder to write into (made if missing; must be empty)."
-    ),
-    partition: str | None = typer.Option(
-        None, "--partition", metavar="PARTITION", help="[cluster] partition."
-    ),
-    account: str | None = typer.Option(
-        None, "--account", metavar="ACCOUNT", help="[cluster] account."
-    ),
-    qos: str | None = typer.Option(None, "--qos", metavar="QOS", help="[cluster] qos."),
-    share: str | None = typer.Option(
-        None,
-        "--share",
-        metavar="SHARE",
-        help="[cluster] share: how a one-GPU job asks for its GPU (auto, whole, mig, mps, "
-        "timeslice).",
-    ),
-    gpu_type: str | None = typer.Option(
-        None, "--gpu-type", metavar="TYPE", help="[cluster] gpu_type: whole GPUs of this gres type."
-    ),
-    mig_profile: str | None = typer.Option(
-        None,
-        "--mig-profile",
-        metavar="PROFILE",
-        help="[cluster] mig_profile: the MIG slice a one-GPU job asks for.",
-    ),
-    ask: bool | None = typer.Option(
-        None,
-        "--ask/--no-ask",
-        help="Ask the cluster (sinfo) which GPU gres its nodes offer. Default: ask when sinfo "
-        "is on PATH, and go on without if that fails.",
-    ),
-    force: bool = typer.Option(
-        False,
-        "--force",
-        help="Write into a folder that is not empty (replacing an earlier export's scripts).",
-    ),
-    json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+    profile: Path = _PROFILE,
+    directory: Path = _DIRECTORY,
+    partition: str | None = _PARTITION,
+    account: str | None = _ACCOUNT,
+    qos: str | None = _QOS,
+    share: str | None = _SHARE,
+    gpu_type: str | None = _GPU_TYPE,
+    mig_profile: str | None = _MIG_PROFILE,
+    ask: bool | None = _ASK,
+    force: bool = _FORCE,
+    json_out: bool = _JSON,
 ) -> None:
     """Write a profile's jobs as sbatch scripts: one per job, or per sweep as a job array, each
     #SBATCH line with a comment saying why, and a submit.sh that submits them in dependency
@@ -227,10 +236,7 @@ def slurm(
 
     The profile's [cluster] table says where they go; the options override it. The jobs' output
     goes to DIR/logs. Nothing is submitted: read, edit, then run DIR/submit.sh."""
-    from gpudesk import __version__
     from gpudesk.profile import ProfileError, load_profile
-    from gpudesk.slurm.export import Origin, export_scripts
-    from gpudesk.slurm.request import SlurmMappingError
 
     try:
         loaded = load_profile(profile)
@@ -251,6 +257,24 @@ def slurm(
     offer, offer_source, warning = _offer(cluster, ask)
     if warning is not None:
         print(f"warning: {warning}", file=sys.stderr)
+    export = _export(loaded, cluster, offer, offer_source, absolute)
+    _write(export, absolute)
+    described = f"{offer.describe()} ({offer_source})"
+    if json_out:
+        _print_json(export, absolute, loaded, cluster, offer, described, warning)
+    else:
+        print(_summary(export, absolute, described))
+
+
+def _export(
+    loaded: Profile, cluster: ClusterSpec, offer: GresOffer, offer_source: str, absolute: Path
+) -> Export:
+    """The profile's jobs as scripts for the cluster; a job the cluster cannot be asked for
+    as it is, is a usage error (and nothing is written)."""
+    from gpudesk import __version__
+    from gpudesk.slurm.export import Origin, export_scripts
+    from gpudesk.slurm.request import SlurmMappingError
+
     origin = Origin(
         profile=str(loaded.path),
         version=__version__,
@@ -265,23 +289,30 @@ def slurm(
             "was written.",
             EXIT_USAGE,
         )
-    _write(export, absolute)
-    described = f"{offer.describe()} ({offer_source})"
-    if json_out:
-        from gpudesk.slurm.export import LOGS, SUBMIT_SCRIPT
+    return export
 
-        print_json(
-            {
-                "directory": str(absolute),
-                "profile": str(loaded.path),
-                "cluster": cluster.to_dict(),
-                "offer": described,
-                "offer_known": offer.known,
-                "warnings": [warning] if warning else [],
-                "scripts": [s.to_dict() for s in export.scripts],
-                "logs": str(absolute / LOGS),
-                "submit": str(absolute / SUBMIT_SCRIPT),
-            }
-        )
-    else:
-        print(_summary(export, absolute, described))
+
+def _print_json(
+    export: Export,
+    absolute: Path,
+    loaded: Profile,
+    cluster: ClusterSpec,
+    offer: GresOffer,
+    described: str,
+    warning: str | None,
+) -> None:
+    from gpudesk.slurm.export import LOGS, SUBMIT_SCRIPT
+
+    print_json(
+        {
+            "directory": str(absolute),
+            "profile": str(loaded.path),
+            "cluster": cluster.to_dict(),
+            "offer": described,
+            "offer_known": offer.known,
+            "warnings": [warning] if warning else [],
+            "scripts": [s.to_dict() for s in export.scripts],
+            "logs": str(absolute / LOGS),
+            "submit": str(absolute / SUBMIT_SCRIPT),
+        }
+    )

@@ -9,7 +9,7 @@ Anything else goes to typer, which gives its usual help and usage errors: `--hel
 does not know, an option given twice, a value that is missing or looks like an option, a
 `--limit` that is not plain digits, bundled short options (`-aj`), shell completion, and any
 config file of option defaults (click applies and checks those).
-tests/unit/test_queue_fast_path.py holds the two parsers to the same answers.
+tests/cli/test_queue_fast_path.py holds the two parsers to the same answers.
 """
 
 from __future__ import annotations

@@ -24,6 +24,7 @@ from gpudesk.cli.plot_output import PLOT_HELP, plot_target, write_plot
 
 if TYPE_CHECKING:
     from gpudesk.api.models import JobView
+    from gpudesk.plots.common import PlotTarget
 
 history_app = typer.Typer()
 
@@ -186,43 +187,53 @@ def _table(rows: list[HistoryRow], width: int | None) -> str:
     return text
 
 
+_SINCE = typer.Option(
+    None,
+    "--since",
+    metavar="WHEN",
+    help="Only jobs that ended since then: 2026-11-20, '2026-11-20 14:00', 3h, 2d.",
+)
+_FORMAT = typer.Option(
+    "table",
+    "--format",
+    "-f",
+    metavar="[table|csv|json|codecarbon]",
+    help="table, csv, json, or codecarbon's emissions.csv columns (docs/emissions.md).",
+)
+_OUTPUT = typer.Option(
+    None,
+    "--output",
+    "-o",
+    metavar="FILE",
+    help="With --format codecarbon: append to this emissions.csv, as codecarbon does.",
+)
+_USER = typer.Option(None, "--user", "-u", help="Only this user's jobs.")
+_ME = typer.Option(False, "--me", help="Only my jobs.")
+_LIMIT = typer.Option(1000, "--limit", help="At most the newest N jobs.")
+_WIDE = typer.Option(
+    False,
+    "--wide",
+    "-w",
+    help="The table with every column (CPU-seconds, peak memory, CO2e), however wide.",
+)
+_PLOT = typer.Option(
+    None,
+    "--plot",
+    metavar="FILE",
+    help="Also draw GPU-hours and energy per day, by user. " + PLOT_HELP,
+)
+
+
 @history_app.command()
 def history(
-    since: str | None = typer.Option(
-        None,
-        "--since",
-        metavar="WHEN",
-        help="Only jobs that ended since then: 2026-11-20, '2026-11-20 14:00', 3h, 2d.",
-    ),
-    output_format: str = typer.Option(
-        "table",
-        "--format",
-        "-f",
-        metavar="[table|csv|json|codecarbon]",
-        help="table, csv, json, or codecarbon's emissions.csv columns (docs/emissions.md).",
-    ),
-    output: Path | None = typer.Option(
-        None,
-        "--output",
-        "-o",
-        metavar="FILE",
-        help="With --format codecarbon: append to this emissions.csv, as codecarbon does.",
-    ),
-    user: str | None = typer.Option(None, "--user", "-u", help="Only this user's jobs."),
-    me: bool = typer.Option(False, "--me", help="Only my jobs."),
-    limit: int = typer.Option(1000, "--limit", help="At most the newest N jobs."),
-    wide: bool = typer.Option(
-        False,
-        "--wide",
-        "-w",
-        help="The table with every column (CPU-seconds, peak memory, CO2e), however wide.",
-    ),
-    plot: str | None = typer.Option(
-        None,
-        "--plot",
-        metavar="FILE",
-        help="Also draw GPU-hours and energy per day, by user. " + PLOT_HELP,
-    ),
+    since: str | None = _SINCE,
+    output_format: str = _FORMAT,
+    output: Path | None = _OUTPUT,
+    user: str | None = _USER,
+    me: bool = _ME,
+    limit: int = _LIMIT,
+    wide: bool = _WIDE,
+    plot: str | None = _PLOT,
 ) -> None:
     """Finished jobs with what each used: wall time, GPU- and CPU-seconds, peak memory,
     energy and CO2e, where it ran (CSV and JSON in joules, for accounting)."""
@@ -241,6 +252,28 @@ def history(
             start = parse_since(since)
         except ValueError as exc:
             fail(f"--since: {exc}", EXIT_USAGE)
+    jobs = _finished_jobs(
+        owner, start, limit, codecarbon_to=output, codecarbon=output_format == "codecarbon"
+    )
+    rows = [history_row(job) for job in jobs]
+    _print_rows(rows, output_format, wide=wide, since=since)
+    if target is not None:
+        whose = f", user {user}" if user else ", my jobs" if me else ""
+        _plot_history(
+            target, rows, "gpudesk history" + (f" since {since}" if since else "") + whose
+        )
+
+
+def _finished_jobs(
+    owner: str | int | None,
+    start: float | None,
+    limit: int,
+    *,
+    codecarbon: bool,
+    codecarbon_to: Path | None,
+) -> list[JobView]:
+    """The newest finished jobs (archived ones too) that ended since `start`; with --format
+    codecarbon, written as emissions while the engine's station is at hand."""
     with engine_client() as client:
         # archived jobs too: history is accounting, the whole store's
         listing = client.job_listing(
@@ -255,14 +288,20 @@ def history(
         jobs = [
             j for j in jobs if start is None or (j.ended_at is not None and j.ended_at >= start)
         ]
-        if output_format == "codecarbon":
+        if codecarbon:
             from gpudesk.cli import emissions
 
             try:
-                emissions.report(client, jobs, output)
+                emissions.report(client, jobs, codecarbon_to)
             except emissions.EmissionsFileError as exc:
                 fail(str(exc))
-    rows = [history_row(job) for job in jobs]
+    return jobs
+
+
+def _print_rows(
+    rows: list[HistoryRow], output_format: str, *, wide: bool, since: str | None
+) -> None:
+    """The rows as JSON, CSV or a table (codecarbon's were written already)."""
     if output_format == "codecarbon":
         pass  # written above, with the engine's station at hand
     elif output_format == "json":
@@ -283,14 +322,15 @@ def history(
         print(_table(rows, None if wide else render.table_width()))
     else:
         print("no finished jobs" + (f" since {since}" if since else ""))
-    if target is not None:
-        from gpudesk import render
-        from gpudesk.plots.history import history_figure, history_text
 
-        whose = f", user {user}" if user else ", my jobs" if me else ""
-        caption = "gpudesk history" + (f" since {since}" if since else "") + whose
-        write_plot(
-            target,
-            lambda: history_figure(rows, caption=caption),
-            lambda: history_text(rows, caption=caption, width=render.terminal_width()),
-        )
+
+def _plot_history(target: PlotTarget, rows: list[HistoryRow], caption: str) -> None:
+    """`--plot`: GPU-hours and energy per day, by user."""
+    from gpudesk import render
+    from gpudesk.plots.history import history_figure, history_text
+
+    write_plot(
+        target,
+        lambda: history_figure(rows, caption=caption),
+        lambda: history_text(rows, caption=caption, width=render.terminal_width()),
+    )

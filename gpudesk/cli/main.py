@@ -23,7 +23,7 @@ from gpudesk.cli.plain_help import plain_help
 # Each command of the root, the module (in gpudesk.cli) that holds it, in the order `gpudesk
 # --help` lists them: the commands of the nameless typers first, then the groups. A command line
 # that names one of these loads that module alone; building every command costs a few hundred
-# milliseconds a short command (`gpudesk queue`) must not pay. tests/unit/test_cli_commands.py
+# milliseconds a short command (`gpudesk queue`) must not pay. tests/cli/test_cli_commands.py
 # checks this table against the commands the modules define.
 ROOT_COMMANDS: dict[str, str] = {
     "desk": "desk",

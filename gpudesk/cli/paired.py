@@ -6,7 +6,7 @@ degrees of freedom: Student's paired t-test (Student, "The probable error of a m
 Biometrika 6, 1908). The difference is significant when |t| exceeds the
 two-sided 95 % critical value, the 0.975 quantile of Student's t, read from the table below
 (NIST/SEMATECH e-Handbook, section 1.3.6.7.2, "Critical values of the Student's t
-distribution", the 0.975 column; tests/unit/test_compare_report.py checks it against scipy).
+distribution", the 0.975 column; tests/cli/test_compare_report.py checks it against scipy).
 """
 
 from __future__ import annotations

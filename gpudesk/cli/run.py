@@ -7,6 +7,7 @@ import contextlib
 import sys
 import textwrap
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -14,41 +15,57 @@ from gpudesk import render
 from gpudesk.cli.common import engine_client, fail, print_json, target_cluster
 from gpudesk.cli.exit_codes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE
 
+if TYPE_CHECKING:
+    from gpudesk.api.client import Client
+    from gpudesk.cli.run_report import RunReport
+    from gpudesk.core.cluster import ClusterSpec
+    from gpudesk.profile import Profile
+
 run_app = typer.Typer()
+
+
+_PROFILE = typer.Argument(..., help="A profile.toml with [[jobs]] and [[sweeps]].")
+_REPORT = typer.Option(
+    None,
+    "--report",
+    help="Also write the report here (JSON when the name ends in .json, else text).",
+)
+_JSON = typer.Option(False, "--json", help="Print the report as JSON on stdout.")
+_ON = typer.Option(
+    None,
+    "--on",
+    help="Where the jobs run: station, or slurm (the profile's [cluster], or a default "
+    "one; docs/slurm.md). Default: slurm when the profile has a [cluster], else station.",
+)
+_PARTITION = typer.Option(None, "--partition", help="Slurm partition.")
+_ACCOUNT = typer.Option(None, "--account", help="Slurm account.")
+_QOS = typer.Option(None, "--qos", help="Slurm QOS.")
+_APPLY_STATION = typer.Option(
+    False,
+    "--apply-station",
+    help="Apply the profile's [station] settings to the engine (they stay after the run; "
+    "an admin's on a shared station). Without it, the run says which differ.",
+)
 
 
 @run_app.command()
 def run(
-    profile: Path = typer.Argument(..., help="A profile.toml with [[jobs]] and [[sweeps]]."),
-    report: Path | None = typer.Option(
-        None,
-        "--report",
-        help="Also write the report here (JSON when the name ends in .json, else text).",
-    ),
-    json_out: bool = typer.Option(False, "--json", help="Print the report as JSON on stdout."),
-    on: str | None = typer.Option(
-        None,
-        "--on",
-        help="Where the jobs run: station, or slurm (the profile's [cluster], or a default "
-        "one; docs/slurm.md). Default: slurm when the profile has a [cluster], else station.",
-    ),
-    partition: str | None = typer.Option(None, "--partition", help="Slurm partition."),
-    account: str | None = typer.Option(None, "--account", help="Slurm account."),
-    qos: str | None = typer.Option(None, "--qos", help="Slurm QOS."),
-    apply_station: bool = typer.Option(
-        False,
-        "--apply-station",
-        help="Apply the profile's [station] settings to the engine (they stay after the run; "
-        "an admin's on a shared station). Without it, the run says which differ.",
-    ),
+    profile: Path = _PROFILE,
+    report: Path | None = _REPORT,
+    json_out: bool = _JSON,
+    on: str | None = _ON,
+    partition: str | None = _PARTITION,
+    account: str | None = _ACCOUNT,
+    qos: str | None = _QOS,
+    apply_station: bool = _APPLY_STATION,
 ) -> None:
     """Run a profile to completion: submit its jobs, follow them, report.
 
     Exits 0 only if every job succeeded. Ctrl-C cancels this run's jobs and still reports. A
     profile whose [station] asks for a SIMULATED station runs on one of its own, beside your
     engine, which it leaves as it is (docs/shared-station.md)."""
-    from gpudesk.api.own_station import own_station, own_station_home, simulated_backend
-    from gpudesk.cli.run_report import run_profile, write_report
+    from gpudesk.api.own_station import simulated_backend
+    from gpudesk.cli.run_report import run_profile
     from gpudesk.profile import ProfileError, load_profile
 
     try:
@@ -60,19 +77,7 @@ def run(
     source = f"{profile} (gpudesk's bundled example)" if loaded.bundled else str(profile)
     simulated = simulated_backend(loaded) if cluster is None else None
     with contextlib.ExitStack() as stack:
-        if simulated is not None:
-            home = own_station_home(simulated)
-            client = stack.enter_context(own_station(loaded, simulated))
-            where = (
-                f"a SIMULATED station of its own ({simulated}, home {home.root}); your engine is "
-                f"left as it is. Its jobs afterwards: GPUDESK_HOME={home.root} gpudesk history"
-            )
-        else:
-            client = stack.enter_context(engine_client())
-            where = client.home.description
-        if cluster is not None:
-            where = "Slurm" + (f" partition {cluster.partition}" if cluster.partition else "")
-            where += f", followed by {client.home.description}"
+        client, where = _connect(stack, loaded, simulated, cluster)
         said = f"running {len(loaded.jobs)} job(s) from {source} on {where}"
         print(
             textwrap.fill(
@@ -94,13 +99,7 @@ def run(
             print("left the run; the engine is finishing the cancels", file=sys.stderr)
             raise typer.Exit(EXIT_INTERRUPTED) from None
     if report is not None:
-        try:
-            write_report(result, report)
-        except OSError as exc:
-            print(
-                f"error: could not write the report to {report}: {exc.strerror or exc}",
-                file=sys.stderr,
-            )
+        _write_report(result, report)
     if json_out:
         print_json(result.to_dict())
     else:
@@ -109,3 +108,42 @@ def run(
         raise typer.Exit(EXIT_INTERRUPTED)
     if not result.succeeded:
         raise typer.Exit(EXIT_FAILED)
+
+
+def _connect(
+    stack: contextlib.ExitStack[bool | None],
+    loaded: Profile,
+    simulated: str | None,
+    cluster: ClusterSpec | None,
+) -> tuple[Client, str]:
+    """The engine the run's jobs go to (a SIMULATED station of the profile's own, or yours),
+    kept open by `stack`, and where the run says they run."""
+    from gpudesk.api.own_station import own_station, own_station_home
+
+    if simulated is not None:
+        home = own_station_home(simulated)
+        client = stack.enter_context(own_station(loaded, simulated))
+        where = (
+            f"a SIMULATED station of its own ({simulated}, home {home.root}); your engine is "
+            f"left as it is. Its jobs afterwards: GPUDESK_HOME={home.root} gpudesk history"
+        )
+    else:
+        client = stack.enter_context(engine_client())
+        where = client.home.description
+    if cluster is not None:
+        where = "Slurm" + (f" partition {cluster.partition}" if cluster.partition else "")
+        where += f", followed by {client.home.description}"
+    return client, where
+
+
+def _write_report(result: RunReport, report: Path) -> None:
+    """--report: the report written; a file that cannot be is said, and the run goes on."""
+    from gpudesk.cli.run_report import write_report
+
+    try:
+        write_report(result, report)
+    except OSError as exc:
+        print(
+            f"error: could not write the report to {report}: {exc.strerror or exc}",
+            file=sys.stderr,
+        )

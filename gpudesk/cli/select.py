@@ -12,15 +12,11 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from gpudesk.cli.common import engine_client, factory_kwargs, fail
-from gpudesk.cli.exit_codes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE
-from gpudesk.cli.plot_output import PLOT_HELP, plot_target, write_plot
-from gpudesk.units import J_PER_WH
+from gpudesk.cli.exit_codes import EXIT_FAILED, EXIT_USAGE
+from gpudesk.cli.plot_output import PLOT_HELP, plot_target
 
 if TYPE_CHECKING:
-    from gpudesk.api.models import StationInfo
-    from gpudesk.cli.compare import ComparePlan
-    from gpudesk.cli.compare_report import PresetRow
-    from gpudesk.plots.common import PlotTarget
+    pass
 
 select_app = typer.Typer(
     help="Data selection presets, cached and shared across jobs.", no_args_is_help=True
@@ -166,7 +162,7 @@ def run_command(
     record: RecordReuseOption = True,
 ) -> None:
     """Compute (or reuse) a preset's ordering for a dataset and say what it keeps."""
-    from gpudesk.loader.producer import load_factory
+    from gpudesk.loader.producer_config import load_factory
     from gpudesk.loader.protocol import LoaderError
     from gpudesk.selection.apply import select
     from gpudesk.selection.preset_names import PresetError, parse_preset
@@ -323,39 +319,44 @@ def _short(params: dict[str, Any]) -> str:
     return " ".join(shown)
 
 
+KeyArgument = Annotated[str, typer.Argument(help="A key from `gpudesk select list`.")]
+PercentOption = Annotated[
+    int | None,
+    typer.Option(
+        "--percent",
+        min=1,
+        max=100,
+        metavar="P",
+        help="Say which samples the entry keeps at P %: their class mix, and with --json "
+        "the kept sample indices.",
+    ),
+]
+ShowPresetOption = Annotated[
+    str | None,
+    typer.Option(
+        "--preset",
+        help="Like --percent, named as a preset of the entry's method (e.g. el2n-25).",
+    ),
+]
+ShowJsonOption = Annotated[
+    bool,
+    typer.Option(
+        "--json",
+        help="Print JSON; with --percent or --preset it lists the kept sample indices, "
+        "without, the whole ordering (most wanted first), as dataset positions.",
+    ),
+]
+
+
 @select_app.command("show")
 def show_command(
-    key: Annotated[str, typer.Argument(help="A key from `gpudesk select list`.")],
-    percent: Annotated[
-        int | None,
-        typer.Option(
-            "--percent",
-            min=1,
-            max=100,
-            metavar="P",
-            help="Say which samples the entry keeps at P %: their class mix, and with --json "
-            "the kept sample indices.",
-        ),
-    ] = None,
-    preset: Annotated[
-        str | None,
-        typer.Option(
-            "--preset",
-            help="Like --percent, named as a preset of the entry's method (e.g. el2n-25).",
-        ),
-    ] = None,
-    as_json: Annotated[
-        bool,
-        typer.Option(
-            "--json",
-            help="Print JSON; with --percent or --preset it lists the kept sample indices, "
-            "without, the whole ordering (most wanted first), as dataset positions.",
-        ),
-    ] = False,
+    key: KeyArgument,
+    percent: PercentOption = None,
+    preset: ShowPresetOption = None,
+    as_json: ShowJsonOption = False,
 ) -> None:
     """One cached ordering: what it was computed from, who reused it, and what it keeps."""
-    from gpudesk.cli.select_kept import class_counts, kept_of, positions_for
-    from gpudesk.selection.preset_names import PresetError
+    from gpudesk.cli.select_show import add_kept, entry_data, print_entry
 
     if percent is not None and preset is not None:
         fail("give --percent or --preset, not both", EXIT_USAGE)
@@ -364,128 +365,83 @@ def show_command(
     _report_problems(cache)
     if entry is None:
         fail(f"no selection cache entry {key!r} (see `gpudesk select list`)", EXIT_FAILED)
-    labelled = entry.labels is not None
-    data: dict[str, Any] = {
-        "key": entry.key,
-        "fingerprint": entry.fingerprint,
-        "method": entry.method,
-        "params": entry.params,
-        "proxy": entry.proxy,
-        "samples": len(entry.order),
-        # stored labels make quotas possible; whether a subset uses them is the preset's
-        # choice (stratified always, a scored method only as METHOD-P-perclass)
-        "quotas": (
-            "per class"
-            if entry.method == "stratified"
-            else "per class with -perclass, else none"
-            if labelled
-            else "none"
-        ),
-        "labels": "stored"
-        if labelled
-        else f"none: a {entry.method} entry stores no labels, so no class mix",
-        "notes": entry.notes,
-        "cost": vars(entry.cost),
-        "created_at": entry.created_at,
-        "reused_by": entry.reused_by,
-    }
-    positions = positions_for(cache, entry.fingerprint)
-    data["positions"] = positions.to_dict()
-    if labelled:
-        data["per_class"] = class_counts(entry.labels)
+    data = entry_data(entry)
     chosen = f"{entry.method}-{percent}" if percent is not None else preset
-    kept = None
-    if chosen is not None:
-        try:
-            kept = kept_of(entry, chosen)
-        except PresetError as exc:
-            fail(f"--preset: {exc}", EXIT_USAGE)
-        data["preset"] = kept.preset
-        data["kept"] = sorted(int(i) for i in positions.of(kept.canonical))
-        data["kept_per_class"] = (
-            class_counts(entry.labels, kept.canonical) if entry.labels is not None else None
-        )
-    elif as_json:
-        data["ordering"] = [int(i) for i in positions.of(entry.order)]
+    positions, kept = add_kept(data, cache, entry, chosen, as_json)
     if as_json:
         print(json.dumps(data, indent=2))
         return
-    from gpudesk import render
-
-    cost = entry.cost
-    lines = [
-        ("key", entry.key),
-        ("method", entry.method),
-        ("params", json.dumps(entry.params)),
-        ("proxy", entry.proxy or "-"),
-        ("fingerprint", entry.fingerprint),
-        ("samples", f"{len(entry.order)} (quotas: {data['quotas']})"),
-        ("positions", positions.note),
-        (
-            "computed",
-            f"{render.clock(entry.created_at)} in {cost.wall_s:.2f} s ({cost.cpu_s:.2f} CPU-s)",
-        ),
-        (
-            "as a job",
-            "-"
-            if cost.job is None
-            else f"job {cost.job}: {render.duration(cost.job_wall_s)} wall, "
-            + ("energy n/a" if cost.energy_j is None else f"{cost.energy_j / J_PER_WH:.4f} Wh"),
-        ),
-        (
-            "reused by",
-            f"{len(entry.reused_by)} job(s)"
-            + "".join(f"\n             {who}" for who in entry.reused_by[-10:]),
-        ),
-    ]
-    if entry.notes:
-        lines.append(("notes", json.dumps(entry.notes)))
-    if kept is not None:
-        lines.append(
-            (
-                kept.preset,
-                f"keeps {len(kept.canonical)} of {len(entry.order)} (--json lists them)",
-            )
-        )
-    if not labelled:
-        lines.append(("classes", data["labels"]))
-    for name, value in lines:
-        print(f"{name:<12} {value}")
-    if labelled:
-        print()
-        mix = _class_mix(
-            data["per_class"], kept.preset if kept else None, data.get("kept_per_class")
-        )
-        print(mix)
-
-
-def _class_mix(whole: dict[int, int], preset: str | None, kept: dict[int, int] | None) -> str:
-    """The class mix of the data and, at a percent, of the kept set and its share of each
-    class against the data's (1.00: as in the data; 2.00: twice as common)."""
-    from gpudesk import render
-
-    labels = list(whole)
-    rows: list[list[object]] = [["data", *whole.values()]]
-    if kept is not None and preset is not None:
-        total_kept = sum(kept.values()) or 1
-        total = sum(whole.values()) or 1
-        rows.append([f"{preset} keeps", *(kept.get(label, 0) for label in labels)])
-        rows.append(
-            [
-                "share vs data",
-                *(
-                    f"{(kept.get(label, 0) / total_kept) / (whole[label] / total):.2f}"
-                    for label in labels
-                ),
-            ]
-        )
-    return render.table(["CLASS", *map(str, labels)], rows, right=range(1, len(labels) + 1))
+    print_entry(entry, data, positions, kept)
 
 
 @select_app.command("clear")
 def clear_command() -> None:
     """Remove every cached ordering (they are recomputed when next asked for)."""
     print(f"removed {_cache().clear()} selection cache entries")
+
+
+ProfileArgument = Annotated[
+    Path, typer.Argument(help="A profile whose training job reads a dataset with a factory.")
+]
+PresetsOption = Annotated[
+    str | None,
+    typer.Option(
+        "--presets",
+        help="Comma-separated presets (default: "
+        "full,random-25,stratified-25,loss-25,el2n-25,coverage-25,dedup-25,less-25).",
+        show_default=False,
+    ),
+]
+SplitsOption = Annotated[
+    int,
+    typer.Option(
+        "--splits",
+        metavar="K",
+        help="Redraw the train/val split K times: split k sets split_seed to the profile's "
+        "value + k (its [datasets] args must hold split_seed when K > 1).",
+    ),
+]
+SeedsOption = Annotated[
+    int,
+    typer.Option(
+        "--seeds",
+        metavar="N",
+        help="Repeat each preset and split with seeds 0 .. N-1 (3 or more).",
+    ),
+]
+JobOption = Annotated[
+    str | None,
+    typer.Option("--job", help="The profile's job to train (when several read a dataset)."),
+]
+MetricOption = Annotated[
+    str, typer.Option("--metric", help="The key of the job's `result {json}` line to compare.")
+]
+LowerIsBetterOption = Annotated[
+    bool,
+    typer.Option("--lower-is-better", help="The metric is a loss or an error: lower is better."),
+]
+OutOption = Annotated[
+    Path | None, typer.Option("--out", help="Also write everything measured here, as JSON.")
+]
+CompareJsonOption = Annotated[
+    bool, typer.Option("--json", help="Print JSON instead of the tables.")
+]
+PlotOption = Annotated[
+    str | None,
+    typer.Option(
+        "--plot",
+        metavar="FILE",
+        help="Also draw quality against cost per preset, and the break-even. " + PLOT_HELP,
+    ),
+]
+ApplyStationOption = Annotated[
+    bool,
+    typer.Option(
+        "--apply-station",
+        help="Apply the profile's [station] settings to the engine (they stay after the "
+        "comparison). Without it, the comparison says which differ.",
+    ),
+]
 
 
 @select_app.command(
@@ -504,158 +460,35 @@ def clear_command() -> None:
     ),
 )
 def compare_command(
-    profile: Annotated[
-        Path, typer.Argument(help="A profile whose training job reads a dataset with a factory.")
-    ],
-    presets: Annotated[
-        str | None,
-        typer.Option(
-            "--presets",
-            help="Comma-separated presets (default: "
-            "full,random-25,stratified-25,loss-25,el2n-25,coverage-25,dedup-25,less-25).",
-            show_default=False,
-        ),
-    ] = None,
-    splits: Annotated[
-        int,
-        typer.Option(
-            "--splits",
-            metavar="K",
-            help="Redraw the train/val split K times: split k sets split_seed to the profile's "
-            "value + k (its [datasets] args must hold split_seed when K > 1).",
-        ),
-    ] = 3,
-    seeds: Annotated[
-        int,
-        typer.Option(
-            "--seeds",
-            metavar="N",
-            help="Repeat each preset and split with seeds 0 .. N-1 (3 or more).",
-        ),
-    ] = 3,
-    job: Annotated[
-        str | None,
-        typer.Option("--job", help="The profile's job to train (when several read a dataset)."),
-    ] = None,
-    metric: Annotated[
-        str, typer.Option("--metric", help="The key of the job's `result {json}` line to compare.")
-    ] = "val_acc",
-    lower_is_better: Annotated[
-        bool,
-        typer.Option(
-            "--lower-is-better", help="The metric is a loss or an error: lower is better."
-        ),
-    ] = False,
-    out: Annotated[
-        Path | None, typer.Option("--out", help="Also write everything measured here, as JSON.")
-    ] = None,
-    as_json: Annotated[
-        bool, typer.Option("--json", help="Print JSON instead of the tables.")
-    ] = False,
-    plot: Annotated[
-        str | None,
-        typer.Option(
-            "--plot",
-            metavar="FILE",
-            help="Also draw quality against cost per preset, and the break-even. " + PLOT_HELP,
-        ),
-    ] = None,
-    apply_station: Annotated[
-        bool,
-        typer.Option(
-            "--apply-station",
-            help="Apply the profile's [station] settings to the engine (they stay after the "
-            "comparison). Without it, the comparison says which differ.",
-        ),
-    ] = False,
+    profile: ProfileArgument,
+    presets: PresetsOption = None,
+    splits: SplitsOption = 3,
+    seeds: SeedsOption = 3,
+    job: JobOption = None,
+    metric: MetricOption = "val_acc",
+    lower_is_better: LowerIsBetterOption = False,
+    out: OutOption = None,
+    as_json: CompareJsonOption = False,
+    plot: PlotOption = None,
+    apply_station: ApplyStationOption = False,
 ) -> None:
-    from gpudesk.cli import compare, compare_report
-    from gpudesk.profile import ProfileError, load_profile
+    from gpudesk.cli import compare
+    from gpudesk.cli import select_compare as steps
 
     target = plot_target(plot, machine_output="--json" if as_json else None)
-
-    try:
-        loaded = load_profile(profile)
-        chosen = compare.plan(
-            loaded,
-            compare.DEFAULT_PRESETS if presets is None else presets,
-            seeds,
-            job,
-            metric,
-            splits=splits,
-            higher_is_better=not lower_is_better,
-        )
-    except ProfileError as exc:
-        fail(f"the profile is not valid:\n{exc}", EXIT_USAGE)
-    except compare.CompareError as exc:
-        fail(str(exc), EXIT_USAGE)
-    if not compare_report.enough_runs(splits, seeds):
-        print(
-            f"note: {splits} split(s) × {seeds} seed(s): a verdict on a preset wants at least "
-            f"{compare_report.MIN_SPLITS} splits × {compare_report.MIN_SEEDS} seeds; with fewer, "
-            "read the verdicts as preliminary",
-            file=sys.stderr,
-        )
-    with engine_client() as client:
-
-        def say(line: str) -> None:
-            print(f"{time.strftime('%H:%M:%S')}  {line}", file=sys.stderr, flush=True)
-
-        runner = compare.Comparison(chosen, client, _cache(), say, apply_station=apply_station)
-        try:
-            trials = runner.run()
-        except KeyboardInterrupt:
-            print("stopped: the running job was cancelled", file=sys.stderr)
-            raise typer.Exit(EXIT_INTERRUPTED) from None
-        station = client.status().station
-    rows = compare_report.summarize(trials, chosen.higher_is_better)
-    found = compare_report.checks(chosen, trials, rows)
-    report = compare_report.to_json(chosen, trials, rows, found, station)
-    if out is not None:
-        try:
-            out.write_text(json.dumps(report, indent=2) + "\n")
-        except OSError as exc:
-            print(f"error: could not write {out}: {exc.strerror or exc}", file=sys.stderr)
-    problems = [p for t in trials for p in t.problems]
-    if as_json:
-        print(json.dumps(report, indent=2))
-    else:
-        print(compare_report.render_header(chosen, station))
-        print(compare_report.render_quality(rows, metric))
-        print()
-        print(compare_report.render_cost(rows))
-        print()
-        print(compare_report.render_legend())
-        print()
-        paid = compare_report.render_break_even(rows)
-        if paid:
-            print(paid)
-            print()
-        print(compare_report.render_checks(found, metric))
-        for problem in problems:
-            print(f"problem: {problem}")
-    if target is not None:
-        _plot_compare(target, rows, chosen, station)
+    chosen = steps.plan(
+        profile,
+        compare.DEFAULT_PRESETS if presets is None else presets,
+        seeds,
+        job,
+        metric,
+        splits=splits,
+        higher_is_better=not lower_is_better,
+    )
+    steps.note_few_runs(splits, seeds)
+    trials, station = steps.run(chosen, _cache(), apply_station=apply_station)
+    problems = steps.report(
+        chosen, trials, station, metric, out=out, as_json=as_json, target=target
+    )
     if problems:
         raise typer.Exit(EXIT_FAILED)
-
-
-def _plot_compare(
-    target: PlotTarget, rows: list[PresetRow], plan: ComparePlan, station: StationInfo
-) -> None:
-    """`--plot`, after the table (a plot that fails does not lose an expensive comparison)."""
-    from gpudesk import render
-    from gpudesk.plots.compare import compare_figure, compare_text
-
-    caption = (
-        f"select compare: {plan.job.name} on {plan.dataset.factory}, {len(plan.splits)} split(s) "
-        f"× {len(plan.seeds)} seed(s), "
-        f"backend {station.effective_backend}" + (" (SIMULATED)" if station.simulated else "")
-    )
-    write_plot(
-        target,
-        lambda: compare_figure(rows, metric=plan.metric, caption=caption),
-        lambda: compare_text(
-            rows, metric=plan.metric, caption=caption, width=render.terminal_width()
-        ),
-    )

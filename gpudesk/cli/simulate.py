@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -13,7 +14,8 @@ from gpudesk.cli.plot_output import PLOT_HELP, plot_target, write_plot
 
 if TYPE_CHECKING:
     from gpudesk.plots.common import PlotTarget
-    from gpudesk.policy.simulator import SimResult, Simulation
+    from gpudesk.policy.interference import ModelParams
+    from gpudesk.policy.simulator import SimResult, Simulation, Trace
 
 simulate_app = typer.Typer()
 
@@ -21,72 +23,117 @@ SIMULATE_POLICIES = "exclusive,naive,mps,mig,carma,auto"
 FORCED_MODES = ("exclusive", "naive", "mps", "mig")
 
 
+_TRACE = typer.Argument(..., help="A job trace (JSON), e.g. the CARMA Philly trace.")
+_STATION = typer.Option(
+    None,
+    "--station",
+    help="Simulated station: sim:dgx-station-a100, sim:a100-40gb, sim:a100-80gb, sim:h100, "
+    "sim:h200, each with xN for N GPUs (default: the trace's, else sim:dgx-station-a100).",
+)
+_POLICY = typer.Option(
+    SIMULATE_POLICIES, "--policy", "-p", help="Policies to compare, comma-separated."
+)
+_ESTIMATOR = typer.Option(
+    "gpumemnet",
+    "--estimator",
+    help="Jobs' memory hints: a trace estimator's guess (gpumemnet, horus, faketensor) or "
+    "measured (the true peak, as the history of earlier runs would give it).",
+)
+_MIG = typer.Option(
+    None,
+    "--mig",
+    help="MIG-mode GPUs with a fixed layout from the GPU model's own table, e.g. "
+    "3=3g.20gb,2g.10gb,1g.5gb,1g.5gb (items without = continue the last GPU; 3= alone: MIG "
+    "mode, no instances). Repeat it for more GPUs: --mig 0=7g.40gb --mig 1=7g.40gb.",
+)
+_MIG_REPARTITION = typer.Option(
+    False,
+    "--mig-repartition",
+    help="As the engine does with [station] mig_repartition = true: under auto and mig, an "
+    "idle MIG-mode GPU gets the layout the queue wants where the interference model says "
+    "the change pays (10 s per change, assumed).",
+)
+_TRUTH = typer.Option(
+    None,
+    "--truth",
+    help="JSON object of interference-model parameters for the simulated ground truth "
+    "(partial; the rest are the defaults). The policy starts from the defaults.",
+)
+_LEARN = typer.Option(
+    True,
+    "--learn/--no-learn",
+    help="Feed the policy's learner the rates jobs show (as the engine does).",
+)
+_PRIOR_KNOWS_TRUTH = typer.Option(
+    False, "--prior-knows-truth", help="Give the policy the truth as its prior."
+)
+_JSON = typer.Option(False, "--json", help="Print the results as JSON.")
+_PLOT = typer.Option(
+    None,
+    "--plot",
+    metavar="FILE",
+    help="Also draw each policy's GPU timeline and its makespan, mean JCT and energy. " + PLOT_HELP,
+)
+
+
+@dataclass(frozen=True)
+class _Run:
+    """What `simulate` ran: the trace, the station, the truth, and each policy's simulation
+    and result (in the order --policy names them)."""
+
+    trace: Trace
+    station: str
+    truth: ModelParams
+    sims: list[Simulation]
+    results: list[SimResult]
+
+
 @simulate_app.command()
 def simulate(
-    trace: Path = typer.Argument(..., help="A job trace (JSON), e.g. the CARMA Philly trace."),
-    station: str | None = typer.Option(
-        None,
-        "--station",
-        help="Simulated station: sim:dgx-station-a100, sim:a100-40gb, sim:a100-80gb, sim:h100, "
-        "sim:h200, each with xN for N GPUs (default: the trace's, else sim:dgx-station-a100).",
-    ),
-    policy: str = typer.Option(
-        SIMULATE_POLICIES, "--policy", "-p", help="Policies to compare, comma-separated."
-    ),
-    estimator: str = typer.Option(
-        "gpumemnet",
-        "--estimator",
-        help="Jobs' memory hints: a trace estimator's guess (gpumemnet, horus, faketensor) or "
-        "measured (the true peak, as the history of earlier runs would give it).",
-    ),
-    mig: list[str] | None = typer.Option(
-        None,
-        "--mig",
-        help="MIG-mode GPUs with a fixed layout from the GPU model's own table, e.g. "
-        "3=3g.20gb,2g.10gb,1g.5gb,1g.5gb (items without = continue the last GPU; 3= alone: MIG "
-        "mode, no instances). Repeat it for more GPUs: --mig 0=7g.40gb --mig 1=7g.40gb.",
-    ),
-    mig_repartition: bool = typer.Option(
-        False,
-        "--mig-repartition",
-        help="As the engine does with [station] mig_repartition = true: under auto and mig, an "
-        "idle MIG-mode GPU gets the layout the queue wants where the interference model says "
-        "the change pays (10 s per change, assumed).",
-    ),
-    truth: Path | None = typer.Option(
-        None,
-        "--truth",
-        help="JSON object of interference-model parameters for the simulated ground truth "
-        "(partial; the rest are the defaults). The policy starts from the defaults.",
-    ),
-    learn: bool = typer.Option(
-        True,
-        "--learn/--no-learn",
-        help="Feed the policy's learner the rates jobs show (as the engine does).",
-    ),
-    prior_knows_truth: bool = typer.Option(
-        False, "--prior-knows-truth", help="Give the policy the truth as its prior."
-    ),
-    json_out: bool = typer.Option(False, "--json", help="Print the results as JSON."),
-    plot: str | None = typer.Option(
-        None,
-        "--plot",
-        metavar="FILE",
-        help="Also draw each policy's GPU timeline and its makespan, mean JCT and energy. "
-        + PLOT_HELP,
-    ),
+    trace: Path = _TRACE,
+    station: str | None = _STATION,
+    policy: str = _POLICY,
+    estimator: str = _ESTIMATOR,
+    mig: list[str] | None = _MIG,
+    mig_repartition: bool = _MIG_REPARTITION,
+    truth: Path | None = _TRUTH,
+    learn: bool = _LEARN,
+    prior_knows_truth: bool = _PRIOR_KNOWS_TRUTH,
+    json_out: bool = _JSON,
+    plot: str | None = _PLOT,
 ) -> None:
     """Replay a job trace on a SIMULATED station through the engine's placement policies."""
     target = plot_target(plot, machine_output="--json" if json_out else None)
-    from gpudesk.policy.interference import DEFAULT_PARAMS
-    from gpudesk.policy.policies import POLICY_NAMES
-    from gpudesk.policy.simulator import (
-        DEFAULT_STATION,
-        Simulation,
-        TraceError,
-        load_trace,
-        load_truth,
+    policies = _policies(policy)
+    ran = _run(
+        trace,
+        policies,
+        station=station,
+        estimator=estimator,
+        truth=truth,
+        prior_knows_truth=prior_knows_truth,
+        learn=learn,
+        mig=mig,
+        mig_repartition=mig_repartition,
     )
+    first = ran.results[0]
+    if first.impossible == first.jobs:
+        reasons = "; ".join(f"job {j['id']} {j['reason']}" for j in first.impossible_jobs[:5])
+        fail(
+            f"no job of {ran.trace.name} can run on {ran.station} (SIMULATED): {reasons}",
+            EXIT_FAILED,
+        )
+    layouts = {str(g): list(v) for g, v in sorted(ran.sims[0].mig_layouts.items())}
+    if json_out:
+        _print_json(ran, layouts, estimator=estimator, mig_repartition=mig_repartition, learn=learn)
+    else:
+        _print_text(ran, layouts, estimator=estimator, learn=learn, truth=truth)
+    _plot(target, ran.results, ran.sims[0], ran.trace.name, ran.station)
+
+
+def _policies(policy: str) -> list[str]:
+    """--policy's names, each one the engine knows."""
+    from gpudesk.policy.policies import POLICY_NAMES
 
     policies = [p.strip() for p in policy.split(",") if p.strip()]
     unknown = [p for p in policies if p not in POLICY_NAMES]
@@ -96,6 +143,32 @@ def simulate(
             f"{', '.join(POLICY_NAMES)}",
             EXIT_USAGE,
         )
+    return policies
+
+
+def _run(
+    trace: Path,
+    policies: list[str],
+    *,
+    station: str | None,
+    estimator: str,
+    truth: Path | None,
+    prior_knows_truth: bool,
+    learn: bool,
+    mig: list[str] | None,
+    mig_repartition: bool,
+) -> _Run:
+    """The trace replayed under each policy; a trace, truth or option the simulator refuses
+    is a usage error."""
+    from gpudesk.policy.interference import DEFAULT_PARAMS
+    from gpudesk.policy.simulator import (
+        DEFAULT_STATION,
+        Simulation,
+        TraceError,
+        load_trace,
+        load_truth,
+    )
+
     try:
         loaded = load_trace(trace)
         truth_params = load_truth(truth) if truth is not None else DEFAULT_PARAMS
@@ -117,35 +190,46 @@ def simulate(
         results = [s.run() for s in sims]
     except (TraceError, ValueError) as exc:
         fail(str(exc), EXIT_USAGE)
-    first = results[0]
-    if first.impossible == first.jobs:
-        reasons = "; ".join(f"job {j['id']} {j['reason']}" for j in first.impossible_jobs[:5])
-        fail(f"no job of {loaded.name} can run on {chosen} (SIMULATED): {reasons}", EXIT_FAILED)
-    layouts = {str(g): list(v) for g, v in sorted(sims[0].mig_layouts.items())}
+    return _Run(loaded, chosen, truth_params, sims, results)
+
+
+def _print_json(
+    ran: _Run,
+    layouts: dict[str, list[str]],
+    *,
+    estimator: str,
+    mig_repartition: bool,
+    learn: bool,
+) -> None:
+    sims, results = ran.sims, ran.results
     ratios = _ratios(results)
-    if json_out:
-        print_json(
-            {
-                "trace": loaded.name,
-                "station": chosen,
-                "gpu_model": sims[0].model.name,
-                "gpus": sims[0].gpu_count,
-                "simulated": True,
-                "label": "SIMULATED",
-                "estimator": estimator,
-                "mig": layouts,
-                "mig_repartition": mig_repartition,
-                "learn": learn,
-                "truth": truth_params.to_dict(),
-                "prior": sims[0].learner.prior.to_dict(),
-                "results": [r.to_dict() for r in results],
-                "ratios": {
-                    k: round(v, 4) if isinstance(v, float) else v for k, v in ratios.items()
-                },
-            }
-        )
-        _plot(target, results, sims[0], loaded.name, chosen)
-        return
+    print_json(
+        {
+            "trace": ran.trace.name,
+            "station": ran.station,
+            "gpu_model": sims[0].model.name,
+            "gpus": sims[0].gpu_count,
+            "simulated": True,
+            "label": "SIMULATED",
+            "estimator": estimator,
+            "mig": layouts,
+            "mig_repartition": mig_repartition,
+            "learn": learn,
+            "truth": ran.truth.to_dict(),
+            "prior": sims[0].learner.prior.to_dict(),
+            "results": [r.to_dict() for r in results],
+            "ratios": {k: round(v, 4) if isinstance(v, float) else v for k, v in ratios.items()},
+        }
+    )
+
+
+def _print_text(
+    ran: _Run, layouts: dict[str, list[str]], *, estimator: str, learn: bool, truth: Path | None
+) -> None:
+    """The results as a table, under a line that says what was simulated, with notes."""
+    sims, results, loaded, chosen = ran.sims, ran.results, ran.trace, ran.station
+    first = results[0]
+    ratios = _ratios(results)
     mig_text = (
         "; MIG " + " ".join(f"{g}={','.join(v) or '(none)'}" for g, v in layouts.items())
         if layouts
@@ -175,7 +259,6 @@ def simulate(
             notes.append(f"lost under {r.policy}: {_listed(jobs)}: {reason}")
     for note in notes:
         print(render.fill(note, width))
-    _plot(target, results, sims[0], loaded.name, chosen)
 
 
 def _plot(

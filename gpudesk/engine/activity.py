@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gpudesk.engine.histogram import Buckets, Histogram
+from gpudesk.metrics.histogram import Buckets, Histogram
 
 # Upper bounds (seconds) of the decision-time histogram's buckets: a pass over a short queue
 # takes well under a millisecond, one over thousands of waiting jobs some milliseconds

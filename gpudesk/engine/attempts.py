@@ -1,6 +1,7 @@
 """Attempts and their life cycle: starting one where the policy placed its job, noticing it end,
-settling how it ended (retries, the out-of-memory retry on a GPU of its own), re-adopting the
-ones still running after an engine restart, and what each job is assumed to need.
+settling how it ended (retries, the out-of-memory retry on a GPU of its own: `policy.retry`
+decides), and re-adopting the ones still running after an engine restart (`attempt_recovery`).
+What each job is assumed to need is `job_demand`'s.
 
 An attempt runs in its own process session under the wrapper (`runner`), so it outlives the
 engine, and in its own cgroup where the engine may make one (`containment`), so that a cancel and
@@ -16,16 +17,16 @@ import signal
 import sqlite3
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 from gpudesk import diskspace
 from gpudesk.core.jobs import DEFAULT_CANCEL_GRACE_S, JobState
 from gpudesk.core.records import AttemptRecord, JobRecord
-from gpudesk.engine import boottime, faults, runner
+from gpudesk.engine import attempt_recovery, boottime, faults, runner
 from gpudesk.engine.activity import EngineActivity
 from gpudesk.engine.events import EventPublisher
-from gpudesk.engine.gpu_states import RunningAttempt
+from gpudesk.engine.job_demand import JobDemand
+from gpudesk.engine.live_attempt import LiveAttempt, ran_past_limit
 from gpudesk.engine.loaders import LoaderSupervisor
 from gpudesk.engine.mps_watch import MpsWatch
 from gpudesk.engine.oom import gpu_oom_line
@@ -37,91 +38,18 @@ from gpudesk.hw.containment import Containment, JobLimits
 from gpudesk.hw.telemetry.energy import AttemptUsage
 from gpudesk.hw.telemetry.monitor import TrackedAttempt
 from gpudesk.paths import Home
-from gpudesk.policy.demand import DEFAULT_SM_PCT, Demand, from_hints, signature
 from gpudesk.policy.policy import RESERVE_MIB, Placement
 from gpudesk.policy.queue import JobQueue
+from gpudesk.policy.retry import Ending, ending
 from gpudesk.text import safe_text
-from gpudesk.units import MIB_PER_GIB
 
 log = logging.getLogger("gpudesk.engine")
 
-OOM_RETRIES = 2  # attempts an out-of-memory death adds to a job's max_attempts
 ADOPTED_POLL_S = 0.2  # how often an attempt this engine did not start is checked for its end
 # When even recording an attempt as failed cannot be stored (the store refuses every write), it
 # is tried again after SETTLE_RETRY_S, doubling up to SETTLE_RETRY_MAX_S: never a busy loop.
 SETTLE_RETRY_S = 2.0
 SETTLE_RETRY_MAX_S = 60.0
-WRAPPER_FIND_S = 5.0  # how long recovery looks for the pid of a wrapper that holds its lock
-
-
-@dataclass
-class LiveAttempt:
-    attempt: AttemptRecord
-    pid: int
-    start_time: float | None
-    slot: str
-    gpus: tuple[int, ...] = ()
-    is_child: bool = False  # started by this engine (reaped by it); False when re-adopted
-    returncode: int | None = None  # the wrapper's status once reaped
-    kill_at: float | None = None  # when to escalate a cancel to SIGKILL
-    settle_failures: int = 0  # times recording how it ended failed
-    # After a settle that could not be stored: (returncode, watched) to settle with again, and
-    # when; see Attempts.check.
-    retry: tuple[int | None, bool] | None = None
-    retry_at: float = 0.0
-    owner_uid: int | None = None  # its job's owner's uid (None: the engine's own user's)
-    time_limit_s: float | None = None  # its job's time limit
-    timed_out: bool = False  # its time limit passed and it was told to stop
-    # When it started on this boot's CLOCK_BOOTTIME (engine/boottime.py), which its time limit
-    # runs on; None when unknown (stored before schema 10): then the wall clock, as before.
-    started_boot: float | None = None
-
-    @property
-    def uid(self) -> int:
-        return os.getuid() if self.owner_uid is None else self.owner_uid
-
-    def elapsed_s(self, wall_now: float | None = None) -> float | None:
-        """How long it has run: on CLOCK_BOOTTIME where its start is known there, so a stepped
-        wall clock changes nothing; else by the wall clock (`wall_now`, default now)."""
-        if self.started_boot is not None:
-            return boottime.now() - self.started_boot
-        started = self.attempt.started_at
-        if started is None:
-            return None
-        return (time.time() if wall_now is None else wall_now) - started
-
-    @property
-    def mode(self) -> str:
-        """Its placement mode: "cpu", "exclusive", "naive", "mps" or "mig"."""
-        return str(self.attempt.placement.get("mode", "exclusive"))
-
-    @property
-    def mig_slice(self) -> str | None:
-        value = self.attempt.placement.get("mig_slice")
-        return str(value) if value else None
-
-    def running(self) -> RunningAttempt:
-        demand = self.attempt.placement.get("demand") or {}
-        return RunningAttempt(
-            attempt_id=self.attempt.id,
-            job_id=self.attempt.job_id,
-            gpus=self.gpus,
-            mode=self.mode,
-            mig_slice=self.mig_slice,
-            memory_mib=float(demand.get("memory_mib", 0.0)),
-            sm_pct=float(demand.get("sm_pct", 0.0)),
-            peak_known=demand.get("source") == "history",
-            uid=self.uid,
-        )
-
-
-@dataclass(frozen=True)
-class Ending:
-    """How a settled attempt moves its job on."""
-
-    state: JobState
-    message: str
-    raised_demand: Demand | None = None  # after an out-of-memory death
 
 
 class Attempts:
@@ -151,7 +79,7 @@ class Attempts:
         self.activity = activity if activity is not None else EngineActivity()
         self.live: dict[int, LiveAttempt] = {}  # by attempt id
         self.dataset_of: dict[int, str] = {}  # running job id -> the dataset it names
-        self.history = store.demand_history()  # command signature -> measured (MiB, SM %, runs)
+        self.demands = JobDemand(store)  # what each job is assumed to need
         self.containment = Containment.probe(home.root)
         self.job_limits = job_limits  # each new attempt's cgroup limits, from [station] now
         # A full disk met while settling, for `check` to raise once it has been through every
@@ -226,105 +154,10 @@ class Attempts:
     def recover(self) -> tuple[int, int]:
         """Re-adopt attempts that are still running, settle those that ended while no engine
         ran, kill what is left of attempts that are over. Returns (adopted, settled)."""
-        adopted = settled = 0
-        for attempt in self.store.live_attempts():
-            # One attempt that cannot be recovered must not keep the engine from starting.
-            try:
-                outcome = self._recover_one(attempt)
-            except Exception:
-                log.exception(
-                    "could not recover attempt %d of job %d; it stays as the store has it",
-                    attempt.number,
-                    attempt.job_id,
-                )
-                continue
-            adopted += outcome == "adopted"
-            settled += outcome == "settled"
-        left = self.containment.sweep({(a.job_id, a.number) for a in self.store.live_attempts()})
-        if left:
-            self.store.add_event(
-                "cleanup", f"killed {left} leftover process(es) of attempts that were over"
-            )
-        return adopted, settled
+        return attempt_recovery.recover(self)
 
-    def _recover_one(self, attempt: AttemptRecord) -> str:
-        """Re-adopt one attempt ("adopted") or settle it ("settled"); "left" when neither."""
-        slot = str(attempt.placement.get("slot", "?"))
-        gpus = tuple(int(i) for i in attempt.placement.get("gpus", ()))
-        live = LiveAttempt(attempt, attempt.pid or 0, attempt.pid_started, slot, gpus)
-        job = self.store.job(attempt.job_id)
-        live.owner_uid = job.owner.uid  # whose MPS clients, limits
-        live.time_limit_s = job.spec.time_limit_s
-        live.started_boot = boottime.start_in_this_boot(attempt.boot_id, attempt.started_boottime)
-        if attempt.pid is None:  # the last engine died between starting it and recording it
-            return self._recover_unrecorded(live)
-        if runner.is_alive(attempt.pid, attempt.pid_started):
-            self._adopt(live)
-            return "adopted"
-        self.settle(live, returncode=None)
-        return "settled"
-
-    def _recover_unrecorded(self, live: LiveAttempt) -> str:
-        """An attempt whose wrapper's pid the store lacks. Its launch lock says whether a wrapper
-        lives (adopt it, never start it again) and, when none does, whether the command was
-        started (settle it) or not (the queue may start it again: it never ran)."""
-        attempt = live.attempt
-        held = runner.wrapper_holds_lock(attempt.dir)
-        if held:
-            pid = self._find_wrapper(attempt)
-            if pid is None:  # a held lock has a holder; this is for a kernel that hides it
-                log.error(
-                    "attempt %d of job %d: a wrapper holds its launch lock but cannot be found; "
-                    "left as it is until the next engine start",
-                    attempt.number,
-                    attempt.job_id,
-                )
-                return "left"
-            live.pid, live.start_time = pid, runner.process_start_time(pid)
-            with contextlib.suppress(sqlite3.Error):  # best effort: the lock finds it again
-                self.store.attempt_launched(
-                    attempt.id, pid, live.start_time or 0.0, now=attempt.started_at
-                )
-            log.info(
-                "attempt %d of job %d: its wrapper (pid %d) was started by an engine that died "
-                "before recording it; adopted",
-                attempt.number,
-                attempt.job_id,
-                pid,
-            )
-            self._adopt(live)
-            return "adopted"
-        live.pid = runner.read_wrapper_pid(attempt.dir) or 0  # its process group, to clean up
-        if held is None and live.pid and runner.is_alive(live.pid, None):
-            self._adopt(live)  # started by a gpudesk before launch locks; wrapper.json says
-            return "adopted"
-        if runner.read_exit(attempt.dir) is None:
-            started = runner.command_started(attempt.dir) if held is False else bool(live.pid)
-            if not started:
-                self._requeue_unstarted(attempt)
-                return "settled"
-            record = runner.read_wrapper(attempt.dir)
-            child = f" (pid {record.child_pid})" if record and record.child_pid else ""
-            self.store.add_event(
-                "cleanup",
-                f"attempt {attempt.number}: its wrapper died after starting the command{child}, "
-                "while no engine ran, and left no exit record",
-                job_id=attempt.job_id,
-            )
-        self.settle(live, returncode=None)
-        return "settled"
-
-    def _find_wrapper(self, attempt: AttemptRecord) -> int | None:
-        """The pid of the wrapper holding the attempt's launch lock: from wrapper.json, else
-        the process that has the lock open (a wrapper that has not written anything yet)."""
-        deadline = time.monotonic() + WRAPPER_FIND_S
-        while True:
-            pid = runner.read_wrapper_pid(attempt.dir) or runner.lock_holder(attempt.dir)
-            if pid is not None or time.monotonic() >= deadline:
-                return pid
-            time.sleep(0.05)
-
-    def _adopt(self, live: LiveAttempt) -> None:
+    def adopt(self, live: LiveAttempt) -> None:
+        """Watch an attempt this engine did not start (re-adopted after a restart)."""
         self.live[live.attempt.id] = live
         job = self.store.job(live.attempt.job_id)
         served = self.loaders.loader_for(job.spec.dataset, job.spec.selection)
@@ -333,17 +166,6 @@ class Attempts:
         if job.cancel_requested:
             left = (job.kill_deadline or 0.0) - time.time()
             self.terminate(live, max(0.0, left))
-
-    def _requeue_unstarted(self, attempt: AttemptRecord) -> None:
-        message = "the engine stopped before this attempt started; back in the queue"
-        self.store.finish_attempt(
-            attempt,
-            attempt_state="launch_failed",
-            job_state=JobState.QUEUED,
-            message=message,
-            exit_code=None,
-        )
-        self.events.job(attempt.job_id, message)
 
     # -------------------------------------------------------------- starting
     def job_env(
@@ -375,26 +197,11 @@ class Attempts:
             self.dataset_of[job.id] = served
         return env
 
-    def start(self, job: JobRecord, placement: Placement) -> None:
-        # The attempt's folder and the space of its exit record come first: on a full disk the
-        # job stays queued, untouched, and the loop tries again (a job that started without
-        # room for its outcome could lose it and run twice).
-        not_prepared: runner.LaunchError | None = None
-        owner = runner.run_as(job.owner)
-        try:
-            runner.prepare(
-                self.home.attempt_dir(job.id, job.attempts + 1), private=owner is not None
-            )
-        except runner.LaunchError as exc:
-            if exc.no_space:
-                self.queue.add(job)
-                raise
-            not_prepared = exc  # fails the attempt below, with the attempt on record
-        try:
-            attempt = self.store.start_attempt(job.id, placement.to_dict(), self.home.jobs_dir)
-        except Exception:
-            self.queue.add(job)  # the transaction rolled back: it is still queued
-            raise
+    def _launch_env(
+        self, job: JobRecord, placement: Placement, attempt: AttemptRecord
+    ) -> dict[str, str]:
+        """The attempt's environment: the job's (`job_env`), the shared loader's, its MLflow
+        run's, and an MPS client's settings."""
         env = self.job_env(job, placement, attempt)
         env.update(self._loader_env(job))
         tracking_env, tracking_note = self.tracking.launch(job, placement, attempt.number)
@@ -415,6 +222,31 @@ class Attempts:
                     job.id,
                 )
             )
+        return env
+
+    def start(self, job: JobRecord, placement: Placement) -> None:
+        """Start an attempt of `job` where the policy placed it; a launch that fails fails the
+        attempt (on record), a full disk leaves the job queued and raises."""
+        # The attempt's folder and the space of its exit record come first: on a full disk the
+        # job stays queued, untouched, and the loop tries again (a job that started without
+        # room for its outcome could lose it and run twice).
+        not_prepared: runner.LaunchError | None = None
+        owner = runner.run_as(job.owner)
+        try:
+            runner.prepare(
+                self.home.attempt_dir(job.id, job.attempts + 1), private=owner is not None
+            )
+        except runner.LaunchError as exc:
+            if exc.no_space:
+                self.queue.add(job)
+                raise
+            not_prepared = exc  # fails the attempt below, with the attempt on record
+        try:
+            attempt = self.store.start_attempt(job.id, placement.to_dict(), self.home.jobs_dir)
+        except Exception:
+            self.queue.add(job)  # the transaction rolled back: it is still queued
+            raise
+        env = self._launch_env(job, placement, attempt)
         workdir = job.spec.workdir or env.get("HOME") or "/"
         contained = self.containment.prepare(job.id, attempt.number, self.job_limits())
         try:
@@ -608,7 +440,7 @@ class Attempts:
             and usage is not None
             and usage.gpu_memory_peak_mib is not None
         ):
-            self._remember_demand(job, usage)
+            self.demands.remember(job, usage)
         self.live.pop(attempt.id, None)  # only once the outcome is stored
         self.track()
         self.telemetry.finish(attempt.id)
@@ -688,35 +520,17 @@ class Attempts:
             if job.spec.gpus
             else None
         )
-        if job.cancel_requested and exit_code != 0:
-            return Ending(JobState.CANCELLED, f"cancelled ({outcome})")
-        if exit_code == 0:
-            return Ending(JobState.SUCCEEDED, outcome)
-        limit = job.spec.time_limit_s
-        if limit is not None and timed_out:
-            return Ending(
-                JobState.FAILED,
-                f"timed out: ran past its time limit of {limit:g} s ({outcome})",
-            )
-        if oom and job.attempts_since_requeue < job.spec.max_attempts + OOM_RETRIES:
-            # An out-of-memory death is retried whatever max_attempts says: with more memory
-            # and a GPU to itself, so the next attempt cannot die the same way or hurt others.
-            demand = self.demand(job).after_oom(
+        return ending(
+            job,
+            attempt.number,
+            exit_code,
+            outcome,
+            timed_out=timed_out,
+            oom=oom,
+            after_oom=lambda: self.demands.of(job).after_oom(
                 usage.gpu_memory_peak_mib if usage else None, self._usable_alone_mib()
-            )
-            return Ending(
-                JobState.QUEUED,
-                f"attempt {attempt.number} ran out of GPU memory ({oom}); back in the "
-                f"queue needing {demand.memory_mib / MIB_PER_GIB:.1f} GiB on a GPU of its own",
-                demand,
-            )
-        if job.attempts_since_requeue < job.spec.max_attempts:
-            left = job.spec.max_attempts - job.attempts_since_requeue
-            return Ending(
-                JobState.QUEUED,
-                f"attempt {attempt.number} failed ({outcome}); retrying, {left} left",
-            )
-        return Ending(JobState.FAILED, outcome)
+            ),
+        )
 
     # --------------------------------------------------------------- demand
     def _usable_alone_mib(self) -> float | None:
@@ -725,56 +539,3 @@ class Attempts:
             g.memory_total_mib for g in self.telemetry.monitor.inventory if g.memory_total_mib
         ]
         return max(totals) - RESERVE_MIB if totals else None
-
-    def demand(self, job: JobRecord) -> Demand:
-        """What a job is assumed to need: raised after an OOM, else its hints completed by what
-        earlier runs of the same command measured, else defaults."""
-        if job.demand:
-            return Demand(
-                float(job.demand["memory_mib"]),
-                float(job.demand["sm_pct"]),
-                str(job.demand.get("source", "after OOM")),
-                bool(job.demand.get("exclusive", True)),
-            )
-        known = self.history.get(signature(job.spec.command, job.spec.workdir))
-        history = Demand(known[0], known[1], "history") if known else None
-        return from_hints(job.spec.memory_gb, job.spec.sm_pct, history)
-
-    def _remember_demand(self, job: JobRecord, usage: AttemptUsage) -> None:
-        key = signature(job.spec.command, job.spec.workdir)
-        sm = usage.gpu_sm_mean_pct
-        if sm is None:
-            sm = job.spec.sm_pct if job.spec.sm_pct is not None else DEFAULT_SM_PCT
-        try:
-            self.store.record_demand(key, usage.gpu_memory_peak_mib or 0.0, sm)
-        except Exception:  # a hint for later runs; never worth failing a settle over
-            log.exception("could not record the measured demand of job %d", job.id)
-            return
-        old = self.history.get(key)
-        runs = old[2] if old else 0
-        memory = (
-            max(old[0], usage.gpu_memory_peak_mib or 0.0)
-            if old
-            else usage.gpu_memory_peak_mib or 0.0
-        )
-        mean = (old[1] * runs + sm) / (runs + 1) if old else sm
-        self.history[key] = (memory, mean, runs + 1)
-
-
-def ran_past_limit(live: LiveAttempt, watched: bool, ended_at: float) -> bool:
-    """Did this attempt, which has ended, run past its time limit? Yes when the engine stopped
-    it for that. Else, when it ended while this engine watched and its start is known on
-    CLOCK_BOOTTIME, by that clock (it is settled within a loop's turn of its end). Else it
-    ended while no engine watched: its wall-clock start and end (`ended_at`, its exit record's)
-    are all there is."""
-    limit = live.time_limit_s
-    if limit is None:
-        return False
-    if live.timed_out:
-        return True
-    if watched and live.started_boot is not None:
-        elapsed = live.elapsed_s()
-    else:
-        started = live.attempt.started_at
-        elapsed = None if started is None else ended_at - started
-    return elapsed is not None and elapsed >= limit

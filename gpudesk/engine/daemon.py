@@ -7,7 +7,8 @@ own children, polling for attempts it re-adopted after a restart) and calls the 
 whenever something changed. Jobs never depend on the daemon being alive: stopping or killing it
 leaves them running, and the next daemon re-adopts or settles them.
 
-This module keeps the loop, the single-instance lock, signals and the wiring; the work is done by
+This module keeps the loop, signals and the wiring (the single-instance lock, the database
+opened and the starting config are `startup`'s); the work is done by
 collaborators that each own their state (docs/architecture.md, "The engine's collaborators"):
 requests (the op table), attempts, job_control, scheduler, telemetry.sink, mps.watch, mig.control
 and loaders.
@@ -17,8 +18,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
-import fcntl
 import json
 import logging
 import os
@@ -29,7 +28,7 @@ import sys
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from gpudesk import __version__, diskspace
 from gpudesk.core.datasets import DatasetSpec
@@ -40,6 +39,7 @@ from gpudesk.engine.access import DEFAULT_ADMIN_GROUP, Access
 from gpudesk.engine.activity import EngineActivity
 from gpudesk.engine.archive import Archiver
 from gpudesk.engine.attempts import Attempts
+from gpudesk.engine.backends.local import LocalBackend
 from gpudesk.engine.backends.slurm import SlurmBackend
 from gpudesk.engine.control_socket import (
     CannotListen,
@@ -48,7 +48,7 @@ from gpudesk.engine.control_socket import (
     SocketLimits,
 )
 from gpudesk.engine.events import EventPublisher
-from gpudesk.engine.job_control import JobControl
+from gpudesk.engine.job_control import Backends, JobControl
 from gpudesk.engine.learning import StationLearning
 from gpudesk.engine.loaders import CHECK_EVERY_S, LoaderSupervisor, Statuses
 from gpudesk.engine.logcap import LogCap
@@ -59,10 +59,10 @@ from gpudesk.engine.offloop import Busy, OffLoop, Pending
 from gpudesk.engine.repartition.control import MigControl
 from gpudesk.engine.requests import EngineParts, RequestHandlers
 from gpudesk.engine.scheduler import Scheduler, mig_candidates
+from gpudesk.engine.startup import AlreadyRunning, acquire_lock, initial_config, open_store
 from gpudesk.engine.state import CurrentStation, PlacementDue
 from gpudesk.engine.store.damage import damaged_text, is_damage
 from gpudesk.engine.store.database import Store
-from gpudesk.engine.store.schema import IncompatibleStore, StoreError
 from gpudesk.engine.telemetry_sink import TelemetrySink
 from gpudesk.engine.tracking.tracker import Tracking
 from gpudesk.hw.containment import limits_for
@@ -72,7 +72,6 @@ from gpudesk.paths import (
     SYSTEM_STATE_DIR,
     Home,
     HomeError,
-    open_state_file,
 )
 from gpudesk.policy.queue import JobQueue
 
@@ -84,43 +83,8 @@ ENGINE_WORK_UID = -1
 LOADER_STATUS_WORK = "asking the shared loaders for their status"
 EXIT_BAD_HOME = 4  # the home's state cannot be used as it is: the log says why and what to do
 IDLE_POLL_S = 1.0
-LOCK_RETRY_S = 1.0
 RETRY_AFTER_ERROR_S = 2.0
 FULL_DISK_REPEAT_S = 300.0  # how often a disk that stays full is mentioned again in the log
-
-
-class AlreadyRunning(RuntimeError):
-    pass
-
-
-def acquire_lock(path: Path, wait_s: float = LOCK_RETRY_S) -> IO[str]:
-    """Hold the home's single-instance lock for the life of the process.
-
-    Retries briefly because a client probing whether an engine runs holds it for an instant.
-    The file is opened never through a link and only when it is a plain file of this user
-    (paths.open_private_file, close-on-exec), so the truncation below cannot reach another file.
-    """
-    fd = open_state_file(path, os.O_RDWR | os.O_CREAT)
-    handle = os.fdopen(fd, "r+")  # held until the process exits
-    deadline = time.monotonic() + wait_s
-    while True:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            break
-        except BlockingIOError:
-            if time.monotonic() >= deadline:
-                handle.seek(0)
-                pid = handle.read().strip() or "?"
-                handle.close()
-                raise AlreadyRunning(
-                    f"an engine is already running for this home (pid {pid})"
-                ) from None
-            time.sleep(0.02)
-    handle.seek(0)
-    handle.truncate()
-    handle.write(f"{os.getpid()}\n")
-    handle.flush()
-    return handle
 
 
 class Engine:
@@ -139,15 +103,26 @@ class Engine:
         self.store = store
         self.stopping = False
         self.disk_full_said: float | None = None  # when the log last said the disk is full
+        access = access or Access.personal()
+        self._build_door(config, access, station_group)
+        self._build_station()
+        self._build_jobs()
+        self._build_services()
+        self.handlers = RequestHandlers(self._parts(access))
+
+    # ---------------------------------------------------------------- wiring
+    # Built in the order they need each other: the door and the shared state, what watches the
+    # station, what runs and places jobs, then what is served beside them.
+    def _build_door(self, config: StationConfig, access: Access, station_group: int | None) -> None:
+        """The control socket, the wake-up pipe, and the small states everyone shares."""
         # A system engine's socket is for the station's group (0660; its folder 0750): who
         # may connect is the kernel's call, what each caller may do is `access`'s.
-        access = access or Access.personal()
         # Who is an admin decides which connections the per-user bounds apply to (none on a
         # personal engine: its callers are all admins).
         self.control = ControlSocket(
-            home.control_socket,
+            self.home.control_socket,
             self._handle,
-            SocketAccess(0o660, station_group) if home.is_system else SocketAccess(),
+            SocketAccess(0o660, station_group) if self.home.is_system else SocketAccess(),
             access.is_admin,
             SocketLimits.from_env(),
         )
@@ -155,10 +130,14 @@ class Engine:
         self.wake_r.setblocking(False)
         self.wake_w.setblocking(False)
         self.due = PlacementDue()
-        self.station = CurrentStation(store, config)
-        self.events = EventPublisher(self.control, store)
+        self.station = CurrentStation(self.store, config)
+        self.events = EventPublisher(self.control, self.store)
         self.queue = JobQueue()
         self.activity = EngineActivity()  # what the metrics count: placements, OOMs, decisions
+
+    def _build_station(self) -> None:
+        """What watches the station: telemetry, MLflow tracking of its samples, MPS, loaders."""
+        home, store = self.home, self.store
         self.telemetry = TelemetrySink(
             store, self.station, self._wake, self._publish_telemetry, self.due.mark
         )
@@ -178,8 +157,12 @@ class Engine:
             self.loaders.register(
                 [DatasetSpec.from_dict(d) for d in store.setting("datasets") or []]
             )
+
+    def _build_jobs(self) -> None:
+        """What runs and places jobs: attempts, learning, log caps, MIG control, scheduling."""
+        store = self.store
         self.attempts = Attempts(
-            home,
+            self.home,
             store,
             self.queue,
             self.loaders,
@@ -225,6 +208,11 @@ class Engine:
             self.tracking,
             self.activity,
         )
+
+    def _build_services(self) -> None:
+        """What is served beside the jobs: loop timing, metrics, Slurm, archiving, job
+        control, and the work done off the loop."""
+        store = self.store
         self.loop_timing = LoopTiming()  # what held the loop: requests, periodic steps
         self.metrics = MetricsExporter(
             self.station,
@@ -235,39 +223,49 @@ class Engine:
             self.activity,
             loop=self.loop_timing,
         )
-        self.slurm = SlurmBackend(home, store, self.events, self.due, self._wake)
+        self.slurm = SlurmBackend(self.home, store, self.events, self.due, self._wake)
         self.archiver = Archiver(store, lambda: self.station.config)
-        self.job_control = JobControl(
-            store, self.queue, self.attempts, self.events, self.due, self.slurm
+        local = LocalBackend(
+            self.home,
+            store,
+            self.station,
+            self.queue,
+            self.attempts,
+            self.scheduler,
+            self.telemetry,
+            self.events,
+            self.due,
         )
+        self.job_control = JobControl(store, Backends.of_engine(local, self.slurm))
         self.offloop = OffLoop(self._wake)
         self.loaders.offload = self._offload_loader_status
-        self.handlers = RequestHandlers(
-            EngineParts(
-                home=home,
-                store=store,
-                station=self.station,
-                queue=self.queue,
-                attempts=self.attempts,
-                control=self.job_control,
-                scheduler=self.scheduler,
-                learning=self.learning,
-                telemetry=self.telemetry,
-                mps=self.mps_watch,
-                mig=self.mig,
-                loaders=self.loaders,
-                metrics=self.metrics,
-                events=self.events,
-                due=self.due,
-                tracking=self.tracking,
-                slurm=self.slurm,
-                started_at=time.time(),
-                cores=self.scheduler.cores,
-                stop=self.stop,
-                offloop=self.offloop,
-                access=access,
-                loop=self.loop_timing,
-            )
+
+    def _parts(self, access: Access) -> EngineParts:
+        """The collaborators the request handlers reach."""
+        return EngineParts(
+            home=self.home,
+            store=self.store,
+            station=self.station,
+            queue=self.queue,
+            attempts=self.attempts,
+            control=self.job_control,
+            scheduler=self.scheduler,
+            learning=self.learning,
+            telemetry=self.telemetry,
+            mps=self.mps_watch,
+            mig=self.mig,
+            loaders=self.loaders,
+            metrics=self.metrics,
+            events=self.events,
+            due=self.due,
+            tracking=self.tracking,
+            slurm=self.slurm,
+            started_at=time.time(),
+            cores=self.scheduler.cores,
+            stop=self.stop,
+            offloop=self.offloop,
+            access=access,
+            loop=self.loop_timing,
         )
 
     # ----------------------------------------------------------- life cycle
@@ -457,85 +455,6 @@ class Engine:
             self.store.add_event("engine", message)
 
 
-def initial_config(store: Store, requested: Mapping[str, Any] | None) -> StationConfig:
-    """What the last engine of this home used (else defaults) with the settings the client
-    asked for laid over it: only the keys `requested` names change."""
-    config = saved_config(store.setting("station"))
-    if requested:
-        asked = StationConfig.from_dict(requested)
-        config = dataclasses.replace(config, **{key: getattr(asked, key) for key in requested})
-    return config.with_env_override()
-
-
-def saved_config(saved: object) -> StationConfig:
-    """The station config the last engine saved. A setting this version no longer accepts (a
-    grid code dropped from a newer table, say) goes back to its default alone, with a warning
-    naming it; the admin's other settings are kept."""
-    if not isinstance(saved, dict) or not saved:
-        return StationConfig()
-    try:
-        return StationConfig.from_dict(saved)
-    except ValueError:
-        pass
-    kept: dict[str, object] = {}
-    for key, value in saved.items():
-        try:
-            StationConfig.from_dict({key: value})
-        except ValueError as exc:
-            log.warning("the saved station setting is not used, its default is: %s", exc)
-            continue
-        kept[key] = value
-    return StationConfig.from_dict(kept)
-
-
-def job_folders(home: Home) -> list[int]:
-    """The ids of the jobs whose folders `jobs/` holds: what the database recorded."""
-    try:
-        return [int(e.name) for e in os.scandir(home.jobs_dir) if e.name.isdecimal()]
-    except OSError:
-        return []
-
-
-def lost_database(home: Home) -> str | None:
-    """Why the engine must not start afresh here, or None: a database that is missing or empty
-    while `jobs/` holds earlier jobs' folders. Starting would reuse their ids and mix new logs
-    into theirs, and say nothing of the jobs it forgot."""
-    try:
-        size = home.db.stat().st_size
-    except FileNotFoundError:
-        size = 0
-    found = len(job_folders(home)) if not size else 0
-    if not found:
-        return None
-    state = "empty" if home.db.exists() else "missing"
-    return (
-        f"the gpudesk database {home.db} is {state}, but {home.jobs_dir} holds the folders of "
-        f"{found} earlier job(s): the record of those jobs is gone, and starting afresh would "
-        "reuse their ids and mix new logs into theirs, so the engine does not start. Restore "
-        f"{home.db.name} from a backup if there is one; or keep the old folders and start "
-        f"afresh: move them aside (`mv {home.jobs_dir} {home.jobs_dir}.old`) and start again."
-    )
-
-
-def open_store(home: Home) -> Store:
-    """The home's database, or HomeError saying in one paragraph why it cannot be used."""
-    problem = lost_database(home)
-    if problem:
-        raise HomeError(problem)
-    try:
-        store = Store.open(home.db)
-    except IncompatibleStore as exc:
-        raise HomeError(f"{home.db}: {exc}") from None
-    except StoreError as exc:
-        if diskspace.is_full(exc, home.root):
-            raise  # not damage: `main` says the disk is full, and what to do
-        raise HomeError(damaged_text(home.db, home.root, str(exc))) from None
-    # A database restored from an older backup must not hand out the ids of the jobs that ran
-    # after it was taken: their folders are there.
-    store.reserve_job_ids(max(job_folders(home), default=0))
-    return store
-
-
 def serve(
     home: Home,
     requested: Mapping[str, Any] | None = None,
@@ -589,7 +508,7 @@ def serve(
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gpudesk-engine", description="the gpudesk engine daemon")
     parser.add_argument("--home", help="GPUDESK_HOME (default: environment or XDG state dir)")
     parser.add_argument("--station", help="station config as JSON")
@@ -611,69 +530,104 @@ def main(argv: list[str] | None = None) -> int:
         help="a group whose members are admins: they act on every job and change station "
         f"settings (a system engine's; its default is {DEFAULT_ADMIN_GROUP})",
     )
-    args = parser.parse_args(argv)
+    return parser
+
+
+class BadArguments(Exception):
+    """An argument the engine cannot start with; logged, exit status 2."""
+
+
+def _station_group(args: argparse.Namespace) -> int | None:
+    """A system engine's group (whose members it serves); None for a personal engine."""
+    if not args.system:
+        return None
+    gid = group_id(args.group)
+    if gid is None:
+        log.error(
+            "--group %s: there is no such group on this system. A system engine serves the "
+            "members of one group: create it (`sudo groupadd %s`) and add the station's "
+            "users (`sudo usermod -aG %s USER`), or name another with --group.",
+            args.group,
+            args.group,
+            args.group,
+        )
+        raise BadArguments
+    return gid
+
+
+def _access(args: argparse.Namespace) -> Access | None:
+    """Who is an admin: --admin-group's members (a system engine's default group, where it
+    exists), else root alone; None for a personal engine without --admin-group."""
+    admin_group = args.admin_group or (DEFAULT_ADMIN_GROUP if args.system else None)
+    if not admin_group:
+        return None
+    gid = group_id(admin_group)
+    if gid is None and args.admin_group:
+        log.error("--admin-group %s: there is no such group on this system", admin_group)
+        raise BadArguments
+    if gid is None:
+        log.warning(
+            "there is no group %s: only root is an admin of this station (create it and "
+            "add the admins: `sudo groupadd %s`, `sudo usermod -aG %s USER`)",
+            admin_group,
+            admin_group,
+            admin_group,
+        )
+        return None
+    return Access.with_admin_group(gid)
+
+
+def _requested(args: argparse.Namespace) -> dict[str, Any] | None:
+    """--station's settings, checked here: a bad one is the caller's error."""
+    if not args.station:
+        return None
+    try:
+        requested: dict[str, Any] = json.loads(args.station)
+        StationConfig.from_dict(requested)
+    except ValueError as exc:
+        log.error("bad station config: %s", exc)
+        raise BadArguments from None
+    return requested
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
     logging.basicConfig(
         stream=sys.stderr,
         level=logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    station_group = None
-    if args.system:
-        home = Home.system(Path(args.socket), Path(args.state_dir))
-        station_group = group_id(args.group)
-        if station_group is None:
-            log.error(
-                "--group %s: there is no such group on this system. A system engine serves the "
-                "members of one group: create it (`sudo groupadd %s`) and add the station's "
-                "users (`sudo usermod -aG %s USER`), or name another with --group.",
-                args.group,
-                args.group,
-                args.group,
-            )
-            return 2
-    else:
-        home = Home.from_env(args.home)
-    access = None
-    admin_group = args.admin_group or (DEFAULT_ADMIN_GROUP if args.system else None)
-    if admin_group:
-        gid = group_id(admin_group)
-        if gid is None and args.admin_group:
-            log.error("--admin-group %s: there is no such group on this system", admin_group)
-            return 2
-        if gid is None:
-            log.warning(
-                "there is no group %s: only root is an admin of this station (create it and "
-                "add the admins: `sudo groupadd %s`, `sudo usermod -aG %s USER`)",
-                admin_group,
-                admin_group,
-                admin_group,
-            )
+    try:
+        station_group = _station_group(args)
+        if args.system:
+            home = Home.system(Path(args.socket), Path(args.state_dir))
         else:
-            access = Access.with_admin_group(gid)
-    requested = None
-    if args.station:
-        try:
-            requested = json.loads(args.station)
-            StationConfig.from_dict(requested)  # checked here: a bad one is the caller's error
-        except ValueError as exc:
-            log.error("bad station config: %s", exc)
-            return 2
+            home = Home.from_env(args.home)
+        access = _access(args)
+        requested = _requested(args)
+    except BadArguments:
+        return 2
     try:
         return serve(home, requested, access, station_group)
     except Exception as exc:
-        if diskspace.is_full(exc, home.root):
-            # One paragraph, on stderr (engine.log may be the file that cannot grow); the
-            # exit status tells `gpudesk engine start` to say the same without the log.
-            log.error("%s", diskspace.start_text(home.root))
-            return diskspace.EXIT_DISK_FULL
-        if is_damage(exc):
-            # damage past the database's header, found by a query after the open (a settings
-            # row read at start, a job while recovering): the paragraph of a damaged header
-            detail = f"cannot read the gpudesk database {home.db}: {exc}"
-            log.error("%s", damaged_text(home.db, home.root, detail))
-            return EXIT_BAD_HOME
-        log.exception("the engine stopped on an unexpected error")
-        return 1
+        return _stopped_on(exc, home)
+
+
+def _stopped_on(exc: Exception, home: Home) -> int:
+    """The exit status, and the log's paragraph, of an engine stopped by `exc`."""
+    if diskspace.is_full(exc, home.root):
+        # One paragraph, on stderr (engine.log may be the file that cannot grow); the
+        # exit status tells `gpudesk engine start` to say the same without the log.
+        log.error("%s", diskspace.start_text(home.root))
+        return diskspace.EXIT_DISK_FULL
+    if is_damage(exc):
+        # damage past the database's header, found by a query after the open (a settings
+        # row read at start, a job while recovering): the paragraph of a damaged header
+        detail = f"cannot read the gpudesk database {home.db}: {exc}"
+        log.error("%s", damaged_text(home.db, home.root, detail))
+        return EXIT_BAD_HOME
+    log.exception("the engine stopped on an unexpected error")
+    return 1
 
 
 if __name__ == "__main__":

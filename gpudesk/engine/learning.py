@@ -2,7 +2,8 @@
 shows, from the progress the jobs report, and kept in the store.
 
 Each running single-GPU attempt's log is read for progress lines (`gpudesk.engine.progress`).
-Its run is cut into intervals during which its *tenancy* stayed the same: its mode, its MIG slice
+Its run is cut into intervals (`gpudesk.policy.progress_intervals`, the pure rules) during which
+its *tenancy* stayed the same: its mode, its MIG slice
 and the other attempts on its GPU. When an interval of at least `observe_min_s` ends (a co-tenant
 starts or ends, or the job ends), its rate (DONE per second, from the interval's first to its last
 progress line) is compared with the job's rate alone on a GPU: measured earlier in the same
@@ -19,16 +20,16 @@ before the refit holds (schema 5, observations not kept) as they are.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 from gpudesk.core.mig_profiles import compute_slices, memory_slices, table_for_gpu
 from gpudesk.engine import runner
-from gpudesk.engine.attempts import Attempts, LiveAttempt
+from gpudesk.engine.attempts import Attempts
 from gpudesk.engine.env_seconds import env_seconds
+from gpudesk.engine.live_attempt import LiveAttempt
 from gpudesk.engine.progress import ProgressReader
 from gpudesk.engine.store.database import Store
 from gpudesk.engine.store.model_params import AloneRate, StoredObservation
@@ -44,6 +45,8 @@ from gpudesk.policy.interference import (
     Workload,
     workload,
 )
+from gpudesk.policy.observation_wire import observation_from_json, observation_to_json
+from gpudesk.policy.progress_intervals import Interval, Placed, Progress, Tenancy, tenancies
 
 log = logging.getLogger("gpudesk.engine")
 
@@ -59,53 +62,16 @@ def observe_min_s() -> float:
     return env_seconds(OBSERVE_MIN_S_ENV, OBSERVE_MIN_S, 0.1, 86400.0)
 
 
-@dataclass(frozen=True)
-class CoTenant:
-    attempt_id: int
-    job_id: int
-    work: Workload = field(compare=False)  # fixed for an attempt; compared by its id
-
-
-@dataclass(frozen=True)
-class Tenancy:
-    """Where an attempt runs and beside whom: an interval lasts while this stays the same."""
-
-    gpu: int
-    mode: str
-    mig_slice: str | None = None
-    others: tuple[CoTenant, ...] = ()  # the other attempts on its GPU (none on a MIG slice)
-    compute_slices: int = 0  # its MIG slice's
-    memory_slices: int = 0
-
-    @property
-    def alone(self) -> bool:
-        return self.mode != "mig" and not self.others
-
-
-@dataclass
-class Point:
-    at: float  # time.monotonic() when the line was read
-    done: float
-
-
 @dataclass
 class Tracker:
-    """One running attempt's progress, and its interval under the current tenancy."""
+    """One running attempt's progress: its log's reader, and its intervals."""
 
     attempt_id: int
     job_id: int
     signature: str
     work: Workload
     reader: ProgressReader
-    tenancy: Tenancy
-    first: Point | None = None  # the interval's first progress line
-    last: Point | None = None  # its latest
-    alone_done: float = 0.0  # over this attempt's intervals alone
-    alone_s: float = 0.0
-
-    @property
-    def alone_rate(self) -> float | None:
-        return self.alone_done / self.alone_s if self.alone_s > 0 else None
+    progress: Progress
 
 
 @dataclass
@@ -249,11 +215,11 @@ class StationLearning:
             if tracker is None:
                 continue
             self.trackers[attempt.attempt.id] = tracker
-            self._read(tracker, now)
-            if tracker.tenancy != tenancy:
+            for done in tracker.reader.read():
+                tracker.progress.add(now, done)
+            if tracker.progress.tenancy != tenancy:
                 self._close(tracker)
-                tracker.tenancy = tenancy
-                tracker.first = tracker.last = None
+                tracker.progress.tenancy = tenancy
 
     def _workload(self, attempt: LiveAttempt) -> Workload:
         demand = attempt.attempt.placement.get("demand") or {}
@@ -273,24 +239,25 @@ class StationLearning:
         return ""
 
     def _tenancies(self, live: Iterable[LiveAttempt]) -> dict[int, Tenancy]:
-        attempts = list(live)
-        work = {a.attempt.id: self._workload(a) for a in attempts}
-        tenancies = {}
-        for attempt in attempts:
+        placed = []
+        for attempt in live:
             gpu = attempt.gpus[0]
-            if attempt.mode == "mig":
-                compute, memory = self._slice_size(gpu, attempt.mig_slice)
-                tenancies[attempt.attempt.id] = Tenancy(
-                    gpu, "mig", attempt.mig_slice, (), compute, memory
-                )
-                continue
-            others = tuple(
-                CoTenant(other.attempt.id, other.attempt.job_id, work[other.attempt.id])
-                for other in attempts
-                if other is not attempt and other.mode != "mig" and gpu in other.gpus
+            compute, memory = (
+                self._slice_size(gpu, attempt.mig_slice) if attempt.mode == "mig" else (0, 0)
             )
-            tenancies[attempt.attempt.id] = Tenancy(gpu, attempt.mode, None, others)
-        return tenancies
+            placed.append(
+                Placed(
+                    attempt.attempt.id,
+                    attempt.attempt.job_id,
+                    gpu,
+                    attempt.mode,
+                    self._workload(attempt),
+                    attempt.mig_slice if attempt.mode == "mig" else None,
+                    compute,
+                    memory,
+                )
+            )
+        return tenancies(placed)
 
     def _slice_size(self, gpu: int, mig_slice: str | None) -> tuple[int, int]:
         latest = self.telemetry.monitor.latest
@@ -323,67 +290,50 @@ class StationLearning:
             signature(job.spec.command, job.spec.workdir),
             self._workload(attempt),
             reader,
-            tenancy,
+            Progress(tenancy),
         )
 
-    def _read(self, tracker: Tracker, now: float) -> None:
-        for done in tracker.reader.read():
-            if tracker.last is not None and done < tracker.last.done:
-                tracker.first = None  # DONE went back (a restarted count): measure afresh
-            point = Point(now, done)
-            if tracker.first is None:
-                tracker.first = point
-            tracker.last = point
-
     def _close(self, tracker: Tracker) -> None:
-        """The tracker's interval ended: learn from it if it was long enough."""
-        first, last = tracker.first, tracker.last
-        if first is None or last is None:
-            return
-        seconds = last.at - first.at
-        if seconds < self.min_s or last.done <= first.done:
+        """The tracker's interval ended: learn from it if it counts."""
+        interval = tracker.progress.end(self.min_s)
+        if interval is None:
             return
         self.counts.intervals += 1
-        rate = (last.done - first.done) / seconds
-        tenancy = tracker.tenancy
-        if tenancy.alone:
-            tracker.alone_done += last.done - first.done
-            tracker.alone_s += seconds
-            self._remember_alone(tracker.signature, rate)
+        if interval.tenancy.alone:
+            self._remember_alone(tracker.signature, interval.rate)
             return
-        alone = tracker.alone_rate
+        alone = tracker.progress.alone_rate
         if alone is None and tracker.signature in self.alone:
             alone = self.alone[tracker.signature].rate
         if alone is None or alone <= 0:
             self.counts.without_alone_rate += 1
             return
-        obs = Observation(
-            tenancy.mode,
-            tracker.work,
-            tuple(o.work for o in tenancy.others),
-            rate / alone,
-            tenancy.compute_slices,
-            tenancy.memory_slices,
-        )
-        gpu_model = self._gpu_model(tenancy.gpu)
+        obs = interval.observation(tracker.work, alone)
+        gpu_model = self._gpu_model(interval.tenancy.gpu)
         try:
             name = self.observe(gpu_model, obs, "learned")
         except Exception:
             log.exception("could not store what job %d's progress showed", tracker.job_id)
             return
-        if name is None:
-            return
-        self.counts.observations += 1
+        if name is not None:
+            self.counts.observations += 1
+            self._tell(tracker.job_id, interval, obs, gpu_model, name)
+
+    def _tell(
+        self, job_id: int, interval: Interval, obs: Observation, gpu_model: str, name: str
+    ) -> None:
+        """What a job's progress taught, in the log and as a `model` event."""
+        tenancy = interval.tenancy
         beside = ", ".join(f"job {o.job_id}" for o in tenancy.others) or tenancy.mig_slice or "-"
         value = self.learner.params(gpu_model).to_dict()[name]
         message = (
-            f"learned from progress: {rate / alone:.2f}x its speed alone under {tenancy.mode} "
-            f"beside {beside} over {seconds:.0f} s; {name} on {gpu_model or 'this GPU'} "
-            f"is now {value:.3f}"
+            f"learned from progress: {obs.rate:.2f}x its speed alone under {tenancy.mode} "
+            f"beside {beside} over {interval.seconds:.0f} s; {name} on "
+            f"{gpu_model or 'this GPU'} is now {value:.3f}"
         )
-        log.info("job %d: %s", tracker.job_id, message)
+        log.info("job %d: %s", job_id, message)
         try:
-            self.store.add_event("model", message, job_id=tracker.job_id)
+            self.store.add_event("model", message, job_id=job_id)
         except Exception:
             log.exception("could not record a learning event")
 
@@ -397,75 +347,3 @@ class StationLearning:
         runs = old.runs if old else 0
         mean = (old.rate * runs + rate) / (runs + 1) if old else rate
         self.alone[key] = AloneRate(mean, runs + 1, time.time())
-
-
-# ------------------------------------------------------------------ the wire
-MAX_OBSERVATIONS = 10_000  # per model_observe request
-
-
-def _fraction(raw: object, what: str, high: float = 1.0) -> float:
-    if isinstance(raw, bool) or not isinstance(raw, (int, float)) or not 0.0 <= raw <= high:
-        raise ValueError(f"{what} must be a number from 0 to {high:g}")
-    return float(raw)
-
-
-def workload_from_dict(raw: object, what: str) -> Workload:
-    if not isinstance(raw, dict):
-        raise ValueError(f"{what} must be an object with sm, membw (and thread_cap)")
-    unknown = set(raw) - {"sm", "membw", "thread_cap"}
-    if unknown:
-        raise ValueError(f"{what}: unknown field(s) {', '.join(sorted(unknown))}")
-    cap = raw.get("thread_cap")
-    return Workload(
-        _fraction(raw.get("sm"), f"{what}.sm"),
-        _fraction(raw.get("membw"), f"{what}.membw"),
-        None if cap is None else _fraction(cap, f"{what}.thread_cap"),
-    )
-
-
-def observation_to_json(obs: Observation) -> str:
-    """An observation as the store keeps it: the wire format (what `Client.model_observe`
-    sends), so `observation_from_json` is `observation_from_dict` and one reader serves both."""
-    return json.dumps(asdict(obs), separators=(",", ":"))
-
-
-def observation_from_json(text: str) -> Observation:
-    """`observation_to_json`'s inverse; ValueError naming what is wrong."""
-    try:
-        raw = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"observation is not JSON: {exc}") from None
-    return observation_from_dict(raw)
-
-
-def observation_from_dict(raw: object, what: str = "observation") -> Observation:
-    """An observation as a client sends it (the fields of `interference.Observation`, its
-    workloads as objects); ValueError naming what is wrong."""
-    if not isinstance(raw, dict):
-        raise ValueError(f"{what} must be an object")
-    unknown = set(raw) - {f for f in Observation.__dataclass_fields__}
-    if unknown:
-        raise ValueError(f"{what}: unknown field(s) {', '.join(sorted(unknown))}")
-    mechanism = raw.get("mechanism")
-    if mechanism not in ("exclusive", "mps", "naive", "mig"):
-        raise ValueError(f"{what}.mechanism must be exclusive, mps, naive or mig")
-    others = raw.get("others", [])
-    if not isinstance(others, list):
-        raise ValueError(f"{what}.others must be a list of workloads")
-    slices = []
-    for name, high in (("compute_slices", 7), ("memory_slices", 8)):
-        value = raw.get(name, 0)
-        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= high:
-            raise ValueError(f"{what}.{name} must be a whole number from 0 to {high}")
-        slices.append(value)
-    rate = _fraction(raw.get("rate"), f"{what}.rate", high=10.0)
-    if rate <= 0:
-        raise ValueError(f"{what}.rate must be above 0")
-    return Observation(
-        str(mechanism),
-        workload_from_dict(raw.get("job"), f"{what}.job"),
-        tuple(workload_from_dict(o, f"{what}.others[{i}]") for i, o in enumerate(others)),
-        rate,
-        slices[0],
-        slices[1],
-    )

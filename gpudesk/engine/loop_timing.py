@@ -24,7 +24,7 @@ import heapq
 from collections import deque
 
 from gpudesk.core.wire.station import LoopRequest, LoopTimingView, LoopTurn, LoopTurns
-from gpudesk.engine.histogram import Buckets, Histogram
+from gpudesk.metrics.histogram import Buckets, Histogram
 
 # Upper bounds (seconds) of the histograms' buckets. A ping or a status is well under a
 # millisecond; listing thousands of jobs takes tens to hundreds (docs/benchmarks.md, issue 36);

@@ -70,7 +70,7 @@ def mig_candidates(queue: JobQueue, attempts: Attempts) -> list[QueuedDemand]:
     for job in queue.ordered():
         if job.spec.gpus != 1:
             continue
-        demand = attempts.demand(job)
+        demand = attempts.demands.of(job)
         if not demand.exclusive:
             queued.append(
                 QueuedDemand(
@@ -146,9 +146,9 @@ class Scheduler:
         """Queued jobs whose demand is not just their own hints: raised after an OOM, or
         completed by what earlier runs measured. The policy derives every other job's demand
         from its hints itself, so a long queue costs nothing here."""
-        history = self.attempts.history
+        history = self.attempts.demands.history
         return {
-            job.id: self.attempts.demand(job)
+            job.id: self.attempts.demands.of(job)
             for job in self.queue.placeable()
             if job.spec.gpus
             and (

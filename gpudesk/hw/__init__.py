@@ -1,5 +1,6 @@
 """Talking to the machine, each driver behind its own interface: the telemetry backends (NVML,
 simulated, none) and the monitor that samples them (telemetry/), nvidia-smi's MIG commands and
 the layouts the hardware allows (mig/), the MPS control daemon (mps), job cgroups
-(containment) and the host's CPU and memory (hostmetrics). Nothing here knows the queue or
-the daemon: the engine drives these."""
+(containment), the host's CPU and memory (hostmetrics) and `gpudesk calibrate`'s probes on a
+real GPU (probe_runner). Nothing here knows the queue or the daemon: the engine and the CLI
+drive these."""

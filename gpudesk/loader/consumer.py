@@ -414,7 +414,7 @@ class SharedLoader:
     # ------------------------------------------------------------------- local
     def _local_dataset(self) -> Any:
         if self._local is None:
-            from gpudesk.loader.producer import load_factory
+            from gpudesk.loader.producer_config import load_factory
 
             assert self.factory is not None
             self._local = load_factory(self.factory)(**self.factory_kwargs)
@@ -437,7 +437,7 @@ class SharedLoader:
         import torch
         from torch.utils.data import DataLoader, default_collate
 
-        from gpudesk.loader.producer import BatchPlan
+        from gpudesk.loader.batch_plan import BatchPlan
 
         dataset = self._local_dataset()
         epoch = self._local_epoch

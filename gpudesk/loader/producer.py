@@ -26,33 +26,26 @@ catches up). No consumer waits longer than that for another's pace, and the ring
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import heapq
-import importlib
 import logging
 import math
 import os
 import signal
 import socket
 import time
-from collections import OrderedDict, deque
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from collections import deque
+from collections.abc import Iterator
 from typing import Any, cast
 
 import zmq
 
 from gpudesk.loader.batch import BatchError, BatchMeta, Packed
-from gpudesk.loader.fetch import Key, Request, RingWriter, Source, batch_seed, passthrough
-from gpudesk.loader.protocol import (
-    LoaderError,
-    check_name,
-    decode,
-    encode,
-    process_alive,
-    read_info,
-    write_info,
-)
+from gpudesk.loader.batch_plan import BatchPlan
+from gpudesk.loader.consumer_state import HOLD_WINDOW_S, ConsumerState
+from gpudesk.loader.fetch import Key, RingWriter, Source, passthrough
+from gpudesk.loader.producer_config import ProducerConfig, open_dataset, select_data
+from gpudesk.loader.producer_info import claim, status_report, write_preparing
+from gpudesk.loader.protocol import LoaderError, decode, encode, process_alive, write_info
 from gpudesk.loader.ring import Ring
 from gpudesk.loader.slots import SlotTable
 from gpudesk.paths import Home
@@ -61,239 +54,10 @@ log = logging.getLogger("gpudesk.loader")
 
 LIVENESS_EVERY_S = 0.2  # how often consumers' processes are checked (a SIGKILL is seen in this)
 INFO_EVERY_S = 1.0  # how often the stream position is written down (for a restart)
-RATE_WINDOW_S = 5.0  # batches/s are measured over this window
-LOOKAHEAD = 2  # batches a consumer may have waiting beyond the ones it is reading
 HOLD_PATIENCE_S = 0.5  # the longest the stream waits at once for a consumer that lags
-HOLD_WINDOW_S = 5.0  # ... and over this window (decaying) at most HOLD_SHARE of the time
-HOLD_SHARE = 0.1
-ORDERS_KEPT = 8  # epochs whose shuffled order is kept at hand (a laggard may reach back)
+HOLD_SHARE = 0.1  # ... and over HOLD_WINDOW_S (decaying) at most this share of the time
 MAX_SOCKET_PATH = 107  # sun_path holds 108 bytes, the last a NUL
 PREFETCH = 2  # the DataLoader's prefetch_factor: requests in flight per worker
-
-
-@dataclass(frozen=True)
-class ProducerConfig:
-    name: str
-    factory: str  # "module:callable", returning a map-style torch Dataset
-    factory_kwargs: dict[str, Any] = field(default_factory=dict)
-    batch_size: int = 64
-    workers: int = 2
-    seed: int = 0
-    shuffle: bool = True
-    slots: int = 16
-    idle_exit_s: float | None = None  # stop after this long without a consumer
-    managed: bool = False  # started by the engine, which restarts it if it dies
-    selection: str | None = None  # a data-selection preset (gpudesk.selection), e.g. el2n-25
-    target: str | None = None  # MODULE:FACTORY of the target set a targeted preset ranks by
-    target_kwargs: dict[str, Any] = field(default_factory=dict)
-
-    def check(self) -> ProducerConfig:
-        check_name(self.name)
-        if ":" not in self.factory:
-            raise LoaderError(
-                f"--dataset {self.factory!r}: expected MODULE:FACTORY, e.g. "
-                "gpudesk.workloads.images:make_dataset"
-            )
-        if self.batch_size < 1 or self.workers < 0 or self.slots < 4:
-            raise LoaderError(
-                "batch size must be at least 1, workers at least 0 and the ring at least 4 slots"
-            )
-        if self.selection is not None:
-            from gpudesk.selection.preset_names import PresetError, parse_preset
-
-            try:
-                parse_preset(self.selection)
-            except PresetError as exc:
-                raise LoaderError(f"--selection: {exc}") from None
-        if self.target is not None and ":" not in self.target:
-            raise LoaderError(f"--target {self.target!r}: expected MODULE:FACTORY")
-        return self
-
-    def identity(self) -> dict[str, Any]:
-        """What must match for a restarted producer to continue an old one's stream."""
-        return {
-            "factory": self.factory,
-            "factory_kwargs": self.factory_kwargs,
-            "batch_size": self.batch_size,
-            "seed": self.seed,
-            "shuffle": self.shuffle,
-            "selection": self.selection,
-            "target": self.target,
-            "target_kwargs": self.target_kwargs,
-        }
-
-
-def load_factory(spec: str) -> Callable[..., Any]:
-    module_name, _, attr = spec.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise LoaderError(f"cannot import the dataset module {module_name!r}: {exc}") from None
-    factory = getattr(module, attr, None)
-    if not callable(factory):
-        raise LoaderError(f"{module_name} has no callable {attr!r} to build the dataset")
-    return factory
-
-
-class BatchPlan:
-    """The DataLoader's batch sampler: the stream, with make-ups slipped in between.
-
-    Each request it yields carries the batch's seed and the ring slot reserved for it
-    (`reserve`, the producer's), so the worker can write the batch in place."""
-
-    def __init__(
-        self,
-        length: int,
-        batch_size: int,
-        seed: int,
-        shuffle: bool,
-        start: Key = (0, 0),
-        subset: Callable[[int], Sequence[int]] | None = None,
-        reserve: Callable[[], tuple[int | None, tuple[tuple[int, int], ...]]] | None = None,
-        needed: Callable[[Key], bool] | None = None,
-    ) -> None:
-        """`length`: samples per epoch; `subset(epoch)`, when given, names them (a data
-        selection), else they are 0 .. length - 1."""
-        self.length, self.batch_size, self.seed, self.shuffle = length, batch_size, seed, shuffle
-        self.subset = subset
-        self.reserve = reserve
-        self.needed = needed  # whether a stream batch is of use to anyone (else it is skipped)
-        self.per_epoch = math.ceil(length / batch_size)
-        self.stream_next: Key = start  # the next stream key to hand to the DataLoader
-        self.makeups: deque[Key] = deque()
-        self.in_flight: deque[tuple[Request, bool]] = deque()  # (request, is a make-up), in order
-        self._last_makeup = False
-        self._orders: OrderedDict[int, list[int]] = OrderedDict()
-
-    def order(self, epoch: int) -> list[int]:
-        if epoch in self._orders:
-            self._orders.move_to_end(epoch)
-            return self._orders[epoch]
-        import torch
-
-        if self.shuffle:
-            generator = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
-            order = torch.randperm(self.length, generator=generator).tolist()
-        else:
-            order = list(range(self.length))
-        if self.subset is not None:
-            chosen = self.subset(epoch)
-            order = [int(chosen[i]) for i in order]
-        self._orders[epoch] = order
-        while len(self._orders) > ORDERS_KEPT:
-            self._orders.popitem(last=False)
-        return order
-
-    def indices(self, key: Key) -> list[int]:
-        epoch, index = key
-        return self.order(epoch)[index * self.batch_size : (index + 1) * self.batch_size]
-
-    def advance(self, key: Key) -> Key:
-        epoch, index = key
-        return (epoch, index + 1) if index + 1 < self.per_epoch else (epoch + 1, 0)
-
-    def request(self, key: Key) -> Request:
-        slot, regions = self.reserve() if self.reserve is not None else (None, ())
-        return Request(key, tuple(self.indices(key)), batch_seed(self.seed, *key), slot, regions)
-
-    def peek(self) -> Key:
-        """The key the next request will be for."""
-        return self.makeups[0] if self.makeups and not self._last_makeup else self._next_stream()
-
-    def _next_stream(self) -> Key:
-        """The stream's next key, past what everyone already has (after a rewind, a restart)."""
-        key = self.stream_next
-        for _ in range(3 * self.per_epoch):  # a consumer needs all of its epoch after next
-            if self.needed is None or self.needed(key):
-                break
-            key = self.advance(key)
-        return key
-
-    def coming(self) -> set[Key]:
-        """Batches asked for and not yet made."""
-        return set(self.makeups) | {r.key for r, _ in self.in_flight}
-
-    def __iter__(self) -> Iterator[Request]:
-        while True:
-            # Make-ups take turns with the stream: a consumer that lags gets its batches at its
-            # own pace, and the stream goes on meanwhile for the others.
-            if self.makeups and not self._last_makeup:
-                key, makeup = self.makeups.popleft(), True
-            else:
-                key, makeup = self._next_stream(), False
-                self.stream_next = self.advance(key)
-            self._last_makeup = makeup
-            request = self.request(key)
-            self.in_flight.append((request, makeup))
-            yield request
-
-
-@dataclass
-class _Consumer:
-    ident: bytes
-    pid: int
-    create_time: float | None
-    batch_size: int
-    need: int  # slots one of its batches may span
-    epoch: int  # the producer epoch it reads now: its first one not wholly given to it
-    joined_at: float
-    got: dict[int, set[int]] = field(default_factory=dict)  # epoch -> batches given to it
-    missing: set[Key] = field(default_factory=set)  # of its epoch: passed by, not given
-    ordered: set[Key] = field(default_factory=set)  # coming for it (room kept for them)
-    held: set[int] = field(default_factory=set)  # slots given and not released
-    delivered: int = 0
-    position: Key | None = None  # the last key delivered
-    times: deque[float] = field(default_factory=lambda: deque(maxlen=512))
-    keeps_pace: bool = True  # the stream waits (briefly) for it rather than leave it behind
-    holding_since: float | None = None  # when the stream began to wait for it
-    hold_debt: float = 0.0  # seconds the stream waited for it, decaying over HOLD_WINDOW_S
-    debt_at: float = 0.0  # when hold_debt was last reckoned
-    gap: Key = (0, 0)  # (epoch, j): where `first_gap` last found the first batch it lacks
-
-    def debt(self, now: float) -> float:
-        return self.hold_debt * math.exp(-(now - self.debt_at) / HOLD_WINDOW_S)
-
-    @property
-    def cap(self) -> int:
-        return self.need + LOOKAHEAD
-
-    def room(self) -> int:
-        return self.cap - len(self.held) - len(self.ordered)
-
-    def has(self, key: Key) -> bool:
-        return key[1] in self.got.get(key[0], ())
-
-    def first_gap(self, per_epoch: int) -> int:
-        """The first batch of its epoch it was not given. What it got of an epoch only grows,
-        so the search goes on from where it last stopped: the producer asks on every turn of its
-        loop, and an epoch may have thousands of batches."""
-        epoch, j = self.gap
-        if epoch != self.epoch:
-            j = 0
-        got = self.got.get(self.epoch, ())
-        while j < per_epoch and j in got:
-            j += 1
-        self.gap = (self.epoch, j)
-        return j
-
-    def accepts(self, key: Key) -> bool:
-        """Whether it would take `key` now (room aside from what it ordered)."""
-        epoch = key[0]
-        if self.has(key) or self.room() <= 0:
-            return False
-        if epoch == self.epoch:
-            return True
-        # Its next epoch, but only into room beyond what its current one may still need:
-        # a consumer holding only batches of its next epoch could never finish this one.
-        return epoch == self.epoch + 1 and self.room() > self.need
-
-    def wants_later(self, key: Key) -> bool:
-        return key[0] >= self.epoch and not self.has(key)
-
-    def rate(self, now: float) -> float:
-        recent = [t for t in self.times if t >= now - RATE_WINDOW_S]
-        span = min(RATE_WINDOW_S, now - self.joined_at)
-        return len(recent) / span if span > 0 else 0.0
 
 
 class Producer:
@@ -308,7 +72,7 @@ class Producer:
                 f"({MAX_SOCKET_PATH} bytes): use a shorter loader name, or a "
                 "GPUDESK_HOME with a shorter path"
             )
-        self.consumers: dict[bytes, _Consumer] = {}
+        self.consumers: dict[bytes, ConsumerState] = {}
         self.stopping = False
         self.started = time.time()
         self.produced = 0
@@ -320,45 +84,14 @@ class Producer:
         self.selection: Any = None  # a gpudesk.selection.apply.DatasetSelection, if asked for
         self.selection_cache: Any = None
         self.selection_cpu_s = 0.0
-        self._previous_info: dict[str, Any] | None = None
+        self.previous_info: dict[str, Any] | None = None
         self._first_user_paid = False  # the first job served a fresh pre-pass is not a reuse
 
     # ------------------------------------------------------------------ setup
     def _claim(self) -> Key:
-        """Take over the name: refuse if a live producer has it; continue a dead one's stream
-        when it had the same settings."""
-        info = read_info(self.info_path)
-        # A lock held for the producer's life: two started at once cannot both get past here
-        # (the info file is written only once the first batch is made). A POSIX lock, not
-        # flock: the DataLoader's forked workers do not inherit it, so a producer killed with
-        # its workers still exiting can be restarted at once.
-        self._lock = os.open(
-            self.info_path.with_suffix(".lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600
-        )
-        try:
-            fcntl.lockf(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(self._lock)
-            info = read_info(self.info_path)
-            raise LoaderError(
-                f"a producer for {self.config.name!r} already runs "
-                + (f"(pid {info['pid']})" if info and info.get("pid") else "(it is starting)")
-                + "; stop it first"
-            ) from None
-        self._previous_info = info
-        start: Key = (0, 0)
-        if info is not None:
-            if process_alive(int(info.get("pid", 0)), info.get("create_time")):
-                raise LoaderError(
-                    f"a producer for {self.config.name!r} already runs "
-                    f"(pid {info['pid']}); stop it first"
-                )
-            if info.get("identity") == self.config.identity() and info.get("stream_next"):
-                start = tuple(info["stream_next"])
-        for path in (self.ctl_path, self.fd_path):
-            with contextlib.suppress(FileNotFoundError):
-                path.unlink()
-        return start
+        claimed = claim(self.config, self.info_path, (self.ctl_path, self.fd_path))
+        self.lock, self.previous_info = claimed.lock, claimed.previous
+        return claimed.start
 
     def run(self) -> int:
         self.home.ensure()
@@ -404,18 +137,7 @@ class Producer:
             self._close()
 
     def _open_dataset(self) -> tuple[Any, int]:
-        """The factory's dataset and its length; a dataset without one, or an empty one, is
-        refused with a one-line reason."""
-        dataset = load_factory(self.config.factory)(**self.config.factory_kwargs)
-        try:
-            length = len(dataset)
-        except TypeError:
-            raise LoaderError(
-                f"{self.config.factory} did not return a map-style dataset (it has no length)"
-            ) from None
-        if length < 1:
-            raise LoaderError(f"{self.config.factory} returned an empty dataset")
-        return dataset, length
+        return open_dataset(self.config)
 
     def _start_loading(self, dataset: Any, batch_size: int) -> None:
         """Open the ring, start the DataLoader on the plan and place its first batch (which
@@ -474,50 +196,7 @@ class Producer:
         self.poller.register(self.fd_server, zmq.POLLIN)
 
     def _select(self, dataset: Any) -> Any:
-        """The data selection this producer serves (computed, or reused from the cache)."""
-        from gpudesk.selection.apply import select
-        from gpudesk.selection.cache import SelectionCache
-        from gpudesk.selection.preset_names import PresetError
-
-        target = None
-        if self.config.target:
-            try:
-                target = load_factory(self.config.target)(**self.config.target_kwargs)
-            except LoaderError:
-                raise
-            except Exception as exc:  # the user's factory: say which, without a traceback
-                raise LoaderError(
-                    f"the selection target {self.config.target} failed: {type(exc).__name__}: {exc}"
-                ) from None
-        cache = SelectionCache(self.home.selection_dir)
-        try:
-            chosen = select(
-                dataset,
-                self.config.selection or "full",
-                cache,
-                seed=self.config.seed,
-                target=target,
-                identity={"factory": self.config.factory, "kwargs": self.config.factory_kwargs},
-            )
-        except PresetError as exc:
-            raise LoaderError(f"selection {self.config.selection}: {exc}") from None
-        for problem in cache.problems:
-            log.warning("loader %s: %s", self.config.name, problem)
-        about = chosen.describe()
-        log.info(
-            "loader %s: selection %s keeps %d of %d samples (%s, %.2f s)",
-            self.config.name,
-            about["preset"],
-            about["kept"],
-            about["of"],
-            "reused from the cache"
-            if about["reused"]
-            else "no pre-pass"
-            if about["key"] is None
-            else "pre-pass computed and cached",
-            about["select_s"],
-        )
-        self.selection_cache = cache
+        chosen, self.selection_cache = select_data(self.config, self.home, dataset)
         return chosen
 
     # ------------------------------------------------------------------- loop
@@ -602,7 +281,7 @@ class Producer:
             holding = True
         return holding
 
-    def _let_go(self, consumer: _Consumer, waited: float) -> None:
+    def _let_go(self, consumer: ConsumerState, waited: float) -> None:
         consumer.keeps_pace = False
         consumer.holding_since = None
         consumer.hold_debt = 0.0
@@ -642,7 +321,7 @@ class Producer:
             if consumer.wants_later(key):
                 self.table.pin(slot, consumer.ident, consumer.cap)
 
-    def _feed(self, consumer: _Consumer) -> None:
+    def _feed(self, consumer: ConsumerState) -> None:
         """Give it what it takes of the batches in the ring, oldest first."""
         where = self.table.where
         if consumer.room() <= 0 and not (consumer.ordered and consumer.ordered & where.keys()):
@@ -654,7 +333,7 @@ class Producer:
                 assert meta is not None
                 self._give(consumer, slot, meta)
 
-    def _give(self, consumer: _Consumer, slot: int, meta: BatchMeta) -> None:
+    def _give(self, consumer: ConsumerState, slot: int, meta: BatchMeta) -> None:
         state = self.table.slots[slot]
         key = state.key
         assert key is not None
@@ -679,7 +358,7 @@ class Producer:
         while len(consumer.got.get(consumer.epoch, ())) >= self.plan.per_epoch:
             self._next_epoch(consumer)
 
-    def _next_epoch(self, consumer: _Consumer) -> None:
+    def _next_epoch(self, consumer: ConsumerState) -> None:
         """It has been given every batch of its epoch: on to the next one, noting what of it
         the stream has already passed."""
         consumer.got.pop(consumer.epoch, None)
@@ -688,7 +367,7 @@ class Producer:
         if not consumer.keeps_pace and not consumer.missing:
             consumer.keeps_pace = True  # it caught up with the stream
 
-    def _passed(self, consumer: _Consumer) -> set[Key]:
+    def _passed(self, consumer: ConsumerState) -> set[Key]:
         """The batches of its epoch the stream has passed and it was not given."""
         epoch = consumer.epoch
         position = self.plan.stream_next
@@ -737,7 +416,7 @@ class Producer:
             consumer.missing = {k for k in consumer.missing if k < start}
             consumer.keeps_pace = True  # the stream is theirs again
 
-    def _order_makeups(self, consumer: _Consumer) -> None:
+    def _order_makeups(self, consumer: ConsumerState) -> None:
         """Ask the DataLoader again for what it lacks of its epoch and is nowhere at hand; as
         much as it has room for."""
         room = consumer.room()
@@ -813,7 +492,7 @@ class Producer:
             create_time = None
         resume = message.get("resume") or None
         self._note_reuse(message.get("job"), pid, resumed=bool(resume))
-        epoch = self._stream_position()[0]
+        epoch = self.stream_position()[0]
         got: dict[int, set[int]] = {}
         if resume:
             epoch = int(resume["epoch"])
@@ -821,7 +500,7 @@ class Producer:
                 got.setdefault(int(e), set()).update(int(j) for j in js)
         # A batch that does not start on a slot boundary may span one slot more.
         need = math.ceil(batch_size / per_slot) + (1 if batch_size % per_slot else 0)
-        consumer = _Consumer(
+        consumer = ConsumerState(
             ident, pid, create_time, batch_size, need, epoch, time.monotonic(), got=got
         )
         while len(consumer.got.get(consumer.epoch, ())) >= self.plan.per_epoch:
@@ -852,7 +531,7 @@ class Producer:
             "loader %s: consumer pid %d joined at %s (batch %d, %d batches of its epoch passed)",
             self.config.name,
             pid,
-            self._stream_position(),
+            self.stream_position(),
             batch_size,
             len(consumer.missing),
         )
@@ -875,7 +554,7 @@ class Producer:
                 "loader %s: could not record the reuse of %s: %s", self.config.name, chosen.key, exc
             )
 
-    def _stream_position(self) -> Key:
+    def stream_position(self) -> Key:
         """The first stream key not yet made: consumers joining now get it next."""
         pending = [r.key for r, makeup in self.plan.in_flight if not makeup]
         pending += [p.key for p, makeup in self.unplaced if not makeup]
@@ -901,7 +580,7 @@ class Producer:
             if not process_alive(consumer.pid, consumer.create_time):
                 self._drop(consumer, "its process died")
 
-    def _drop(self, consumer: _Consumer, why: str) -> None:
+    def _drop(self, consumer: ConsumerState, why: str) -> None:
         for slot in consumer.held:
             self.table.slots[slot].refs -= 1
         consumer.held.clear()
@@ -913,83 +592,10 @@ class Producer:
 
     # ----------------------------------------------------------------- status
     def status(self) -> dict[str, Any]:
-        now = time.monotonic()
-        cpu = 0.0
-        workers = 0
-        with contextlib.suppress(Exception):
-            times = self.proc.cpu_times()
-            cpu = times.user + times.system
-            for child in self.proc.children(recursive=True):
-                with contextlib.suppress(Exception):
-                    child_times = child.cpu_times()
-                    cpu += child_times.user + child_times.system
-                    workers += 1
-        cpu = max(0.0, cpu - self.selection_cpu_s)
-        chosen = None
-        if self.selection is not None:
-            chosen = {**self.selection.describe(), "cpu_s": round(self.selection_cpu_s, 3)}
-        return {
-            "name": self.config.name,
-            "pid": os.getpid(),
-            "dataset": self.config.factory,
-            "dataset_len": self.plan.length,
-            "batch_size": self.plan.batch_size,
-            "batches_per_epoch": self.plan.per_epoch,
-            "workers": self.config.workers,
-            "worker_processes": workers,
-            "seed": self.config.seed,
-            "stream": list(self._stream_position()),
-            "produced": self.produced,
-            "makeups_produced": self.makeups_produced,
-            "bytes_written": self.table.bytes_written,
-            "bytes_copied": self.table.bytes_copied,
-            "consumers_total": self.consumers_total,
-            "delivered_total": self.delivered_total,
-            "slots": len(self.table.slots),
-            "slots_used": self.table.used(),
-            "slot_bytes": self.table.slot_bytes,
-            "cpu_s": round(cpu, 3),
-            "uptime_s": round(time.time() - self.started, 3),
-            "managed": self.config.managed,
-            "selection": chosen,  # its CPU is not counted in cpu_s (loading)
-            "consumers": [
-                {
-                    "pid": c.pid,
-                    "batch_size": c.batch_size,
-                    "epoch": c.epoch,
-                    "position": list(c.position) if c.position else None,
-                    "delivered": c.delivered,
-                    "batches_per_s": round(c.rate(now), 2),
-                    "held_slots": len(c.held),
-                    "makeups_left": len(c.missing),
-                }
-                for c in self.consumers.values()
-            ],
-        }
+        return status_report(self)
 
     def _write_preparing(self, what: str) -> None:
-        """Say, before a long preparation (a selection's pre-pass), that this producer is
-        coming: consumers wait for it instead of giving up. The stream position of the
-        producer before it is kept, for a restart after a failure here."""
-        import psutil
-
-        kept = {
-            key: value
-            for key, value in (self._previous_info or {}).items()
-            if key in ("identity", "stream_next")
-        }
-        write_info(
-            self.info_path,
-            {
-                **kept,
-                "name": self.config.name,
-                "pid": os.getpid(),
-                "create_time": psutil.Process().create_time(),
-                "preparing": what,
-                "managed": self.config.managed,
-                "started_at": self.started,
-            },
-        )
+        write_preparing(self, what)
 
     def _write_info(self) -> None:
         self.last_info = time.time()
@@ -1002,7 +608,7 @@ class Producer:
                 "control": f"ipc://{self.ctl_path}",
                 "fd_socket": str(self.fd_path),
                 "identity": self.config.identity(),
-                "stream_next": list(self._stream_position()),
+                "stream_next": list(self.stream_position()),
                 "managed": self.config.managed,
                 "started_at": self.started,
             },

@@ -1,7 +1,8 @@
 """`gpudesk calibrate`, the pure part: the probe plan, measurements turned into observations,
 the fit of the interference model's parameters and the report. No I/O, no processes: the runner
-(gpudesk/engine/calibrate/) measures a real GPU, `simulate_measurements` a SIMULATED one whose
-truth is the interference model itself with chosen parameters.
+(`gpudesk.hw.probe_runner`) measures a real GPU, `simulate_measurements` a SIMULATED one whose
+truth is the interference model itself with chosen parameters. The plan and the measurements,
+which the runner reads and fills, are records both share: `gpudesk.core.calibration_records`.
 
 The plan (docs/calibration.md): each probe intensity alone on the whole GPU (the reference steps
 per second, and its measured SM activity, DRAM bandwidth and kernel-active time, which make the
@@ -26,6 +27,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpudesk.core.calibration_records import (
+    AloneMeasurement,
+    Measurements,
+    MigSlice,
+    Plan,
+    ProbeRun,
+    RunMeasurement,
+)
 from gpudesk.core.mig_profiles import COMPUTE_SLICES, table_for_gpu
 from gpudesk.policy.interference import (
     DEFAULT_PARAMS,
@@ -54,9 +63,6 @@ PAIRS: tuple[tuple[str, str], ...] = (
 SHARING = ("naive", "mps")
 MECHANISMS = ("naive", "mps", "mig")
 MIG_INTENSITY = "heavy"  # wide kernels: a slice's SM share shows
-# What one probe process costs beside its measured seconds (python, torch, the CUDA context,
-# warm-up): the estimate --dry-run prints; the runner reports the real wall time.
-STARTUP_S = 6.0
 # The SIMULATED station's probes (fractions of the GPU, alone): what the probes show on an H100.
 SIM_WORKLOADS: dict[str, Workload] = {
     "light": Workload(0.10, 0.04),
@@ -81,65 +87,6 @@ class CalibrationError(ValueError):
 
 
 # --- the plan ---------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class MigSlice:
-    """A free MIG slice of the GPU: where a MIG probe may run."""
-
-    profile: str  # "3g.20gb"
-    compute_slices: int
-    memory_slices: int
-    uuid: str = ""  # the MIG device's (real GPUs)
-
-
-@dataclass(frozen=True)
-class ProbeRun:
-    """One run of the plan: these probes at the same time, under `mechanism`."""
-
-    mechanism: str  # "alone", "naive", "mps", "mig"
-    intensities: tuple[str, ...]
-    seconds: float
-    mig: MigSlice | None = None
-
-    @property
-    def key(self) -> str:
-        where = f"/{self.mig.profile}" if self.mig else ""
-        return f"{self.mechanism}{where}:{'+'.join(self.intensities)}"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "key": self.key,
-            "mechanism": self.mechanism,
-            "intensities": list(self.intensities),
-            "seconds": self.seconds,
-            "mig": asdict(self.mig) if self.mig else None,
-        }
-
-
-@dataclass(frozen=True)
-class Plan:
-    runs: tuple[ProbeRun, ...]
-    seconds: float
-    notes: tuple[str, ...] = ()
-
-    @property
-    def probe_seconds(self) -> float:
-        """Measured probe time: the seconds the runs take one after the other."""
-        return sum(r.seconds for r in self.runs)
-
-    @property
-    def estimated_wall_s(self) -> float:
-        return sum(r.seconds + STARTUP_S + 1.0 for r in self.runs)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "runs": [r.to_dict() for r in self.runs],
-            "seconds_per_probe": self.seconds,
-            "probe_seconds": self.probe_seconds,
-            "estimated_wall_s": round(self.estimated_wall_s, 1),
-            "notes": list(self.notes),
-        }
-
-
 def parse_mechanisms(text: str) -> tuple[str, ...]:
     names = tuple(m.strip() for m in text.split(",") if m.strip())
     unknown = [m for m in names if m not in MECHANISMS]
@@ -211,36 +158,6 @@ def sim_slices(gpu_name: str) -> list[MigSlice]:
 
 
 # --- measurements -----------------------------------------------------------------------------
-@dataclass(frozen=True)
-class AloneMeasurement:
-    """One intensity alone on the whole GPU: its steps per second and what NVML saw (shares of
-    the GPU, 0..1; None where the GPU does not report it)."""
-
-    intensity: str
-    steps_per_s: float
-    sm: float | None = None  # SM activity (GPM, Hopper+)
-    membw: float | None = None  # DRAM bandwidth (GPM), else memory-controller busy time
-    kernel_active: float | None = None  # NVML utilization.gpu
-    sm_source: str = "measured"
-    burst: int = 0  # the probe's kernels per step and host gap: the pairs reuse them
-    gap_ms: float = 0.0
-
-
-@dataclass(frozen=True)
-class RunMeasurement:
-    """Steps per second of each probe of one shared (or MIG) run, in the run's order."""
-
-    run: ProbeRun
-    steps_per_s: tuple[float, ...]
-
-
-@dataclass(frozen=True)
-class Measurements:
-    alone: dict[str, AloneMeasurement]
-    runs: tuple[RunMeasurement, ...]
-    simulated: bool = False
-
-
 def sim_alone(truth: ModelParams) -> dict[str, AloneMeasurement]:
     return {
         name: AloneMeasurement(

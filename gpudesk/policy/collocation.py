@@ -26,52 +26,40 @@ never starved by a stream of small ones.
 `CarmaPolicy` is the published baseline (CARMA): FIFO without backfilling, idle GPUs first, then
 the GPU with the most free memory as measured; admit when free >= need + 2 GiB after a 512 MiB
 reserve and SM activity < 80 %; a job that crashed reruns alone on an idle GPU.
+
+The station as a pass fills it is `filled_station`, the reasons' words `placement_reasons`, and
+which MIG slice a job takes `slice_choice`.
 """
 
 from __future__ import annotations
 
-import bisect
 import functools
-import math
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field, replace
-from typing import Generic, TypeVar
 
-from gpudesk.core.identity import user_name
 from gpudesk.core.mig_profiles import COMPUTE_SLICES, MEMORY_SLICES, memory_slices
 from gpudesk.core.records import JobRecord
-from gpudesk.policy.demand import (
-    HEAVY_SM_PCT,
-    MARGIN_MIB,
-    Demand,
-    from_hints,
-    hinted,
-    margin_mib,
-)
-from gpudesk.policy.interference import (
-    Joining,
-    ModelParams,
-    Prediction,
-    Workload,
-    mig_rate,
-    workload,
+from gpudesk.policy.demand import HEAVY_SM_PCT, MARGIN_MIB, Demand, from_hints, hinted, margin_mib
+from gpudesk.policy.filled_station import IDLE, MIG, SHARED, Choice, FilledStation, Frontier, Host
+from gpudesk.policy.interference import ModelParams, Workload, mig_rate, workload
+from gpudesk.policy.placement_reasons import (
+    collocated_reason,
+    foreign_reason,
+    idle_share_reason,
+    mps_serves_other,
 )
 from gpudesk.policy.policy import (
     RESERVE_MIB,
-    Alternative,
     Decision,
     GpuState,
     MigSlice,
-    Placement,
     Rejection,
     StationView,
-    Tenant,
     cpu_placement,
     cpu_wait,
-    gpu_env,
     gpu_job_impossible,
     queued_before,
 )
+from gpudesk.policy.slice_choice import SliceOption, best_slice
 from gpudesk.policy.station_fit import (
     AsIs,
     Ask,
@@ -98,280 +86,6 @@ MODES = ("exclusive", "naive", "mps", "mig", "auto")
 def demand_of(job: JobRecord, station: StationView) -> Demand:
     known = station.demands.get(job.id)
     return known if known is not None else from_hints(job.spec.memory_gb, job.spec.sm_pct)
-
-
-@dataclass
-class _Choice:
-    gpus: tuple[int, ...]
-    mode: str
-    reason: str
-    mig_slice: MigSlice | None = None
-    mps_limits: bool = True  # an MPS client gets a pinned-memory limit
-    alone: bool = False  # the GPU had no tenant: the job may use all of its memory
-    free_mib: float = 0.0  # what the other tenants left free when it was admitted
-    rate: float = 1.0  # the job's predicted speed there (1.0 = alone on a whole GPU)
-    # work per second the station gains (its rate minus what tenants lose), less what it takes
-    # from the jobs queued behind (look-ahead)
-    value: float = 1.0
-    rank: tuple[float, ...] = ()  # tie-breaks after value, smaller first
-    alternatives: tuple[Alternative, ...] = ()
-    why: Callable[[], str] | None = None  # writes `reason` for an option that is chosen
-
-    def alternative(self, note: str = "") -> Alternative:
-        return Alternative(_slot(self), self.mode, self.rate, self.value, note)
-
-
-@dataclass
-class _Host:
-    """A GPU as a job placed by this pass sees it, computed once per GPU state (a long queue
-    asks each GPU many times; a job placed there makes a new state)."""
-
-    gpu: GpuState
-    params: ModelParams
-    share: str  # "mps" or "naive": how a new tenant would share it
-    kind: int  # _IDLE, _SHARED (takes a tenant under `share`), _MIG, or _CLOSED
-    room_mib: float  # idle: what a job may use alone; shared: what its tenants left free
-    heavy_tenant: bool  # a tenant already saturates it (a heavy job gains nothing beside it)
-    idle_whole: bool  # idle and usable whole (a multi-GPU or exclusive job may take it)
-    joining: Joining | None = None  # the model's view of its shared tenants, when first asked
-    # The least SM demand the model gave no gain here: a job's gain beside these tenants falls
-    # as its SM share grows, so one at least as heavy gains nothing either (jobs without a
-    # bandwidth figure only: theirs follows their SM share).
-    gainless_sm: float = math.inf
-    # The user whose jobs the GPU's MPS server serves, where that is not the placed job's
-    # owner: the job may only time-slice beside them (`_FilledStation.foreign_host`).
-    mps_user: int | None = None
-
-
-_IDLE, _SHARED, _MIG, _CLOSED = range(4)
-
-
-@dataclass
-class _FilledStation:
-    """The station as this pass has filled it so far."""
-
-    gpus: dict[int, GpuState]
-    placements: list[Placement] = field(default_factory=list)
-    _hosts: dict[int, _Host] = field(default_factory=dict)
-    _usable: list[_Host] | None = None  # the hosts of the GPUs not lost, in index order
-    _mps_uids: tuple[int, ...] = ()  # the users the usable GPUs' MPS servers serve
-    _foreign: dict[int, _Host] = field(default_factory=dict)  # GPU index -> its foreign host
-
-    def hosts(self, station: StationView, mode: str, uid: int | None = None) -> list[_Host]:
-        """Every GPU not lost as a `_Host` for a job of user `uid`, each cached until a job is
-        placed there. A GPU whose MPS server serves another user's jobs is that GPU's
-        `foreign_host` (one user's station never has one)."""
-        if self._usable is None:
-            self._usable = [self._host(g, station, mode) for g in self.gpus.values() if not g.lost]
-            self._mps_uids = tuple(
-                {h.gpu.mps_uid for h in self._usable if h.gpu.mps_uid is not None}
-            )
-        if uid is None or all(other == uid for other in self._mps_uids):
-            return self._usable
-        return [
-            self.foreign_host(h.gpu, station)
-            if h.gpu.mps_uid is not None and h.gpu.mps_uid != uid
-            else h
-            for h in self._usable
-        ]
-
-    def foreign_host(self, gpu: GpuState, station: StationView) -> _Host:
-        """A GPU whose MPS server serves another user's jobs, as a job of a third user sees it.
-        An MPS server serves one uid at a time (a second user's clients wait until the first
-        user's have all left), so the job never joins it as an MPS client: it may only
-        time-slice beside its clients (the server is one more context to the GPU), where the
-        GPU would take a tenant at all. The model weighs it as time-slicing with every tenant."""
-        cached = self._foreign.get(gpu.index)
-        if cached is not None and cached.gpu is gpu:
-            return cached
-        shares = not (
-            gpu.exclusive or station.config.isolation or not gpu.tenant_modes <= {"mps", "naive"}
-        )
-        host = _Host(
-            gpu,
-            station.interference.params(gpu.model),
-            "naive",
-            _SHARED if shares else _CLOSED,
-            gpu.free_mib if shares else 0.0,
-            gpu.heaviest_tenant_sm_pct >= HEAVY_SM_PCT,
-            False,
-            mps_user=gpu.mps_uid,
-        )
-        self._foreign[gpu.index] = host
-        return host
-
-    def _host(self, gpu: GpuState, station: StationView, mode: str) -> _Host:
-        cached = self._hosts.get(gpu.index)
-        if cached is not None and cached.gpu is gpu:
-            return cached
-        share = "mps" if mode in ("mps", "auto") and gpu.mps_usable else "naive"
-        room = 0.0
-        if gpu.mig_enabled or mode == "mig":
-            kind = _MIG  # a GPU in MIG mode runs jobs on slices only: MIG mode is never toggled
-        elif gpu.idle:
-            kind, room = _IDLE, gpu.memory_total_mib - RESERVE_MIB
-        elif (
-            gpu.exclusive
-            or station.config.isolation  # only MIG slices are shared
-            or gpu.tenant_modes != {share}  # an MPS GPU takes MPS clients, a time-sliced one naive
-        ):
-            kind = _CLOSED
-        else:
-            kind, room = _SHARED, gpu.free_mib
-        host = _Host(
-            gpu,
-            station.interference.params(gpu.model),
-            share,
-            kind,
-            room,
-            gpu.heaviest_tenant_sm_pct >= HEAVY_SM_PCT,
-            gpu.idle and (not gpu.mig_enabled or gpu.mig_dynamic),
-        )
-        self._hosts[gpu.index] = host
-        return host
-
-    def joining(self, host: _Host) -> Joining:
-        """What the model predicts for a job joining the host's shared tenants."""
-        if host.joining is None:
-            host.joining = Joining(
-                host.params, host.share, _tenant_workloads(host.gpu, host.params)
-            )
-        return host.joining
-
-    def take(
-        self, job: JobRecord, demand: Demand, choice: _Choice, station: StationView
-    ) -> Placement:
-        memory = demand.memory_mib
-        for index in choice.gpus:
-            gpu = self.gpus[index]
-            slice_key = choice.mig_slice.key if choice.mig_slice else None
-            tenant = Tenant(
-                job.id,
-                choice.mode,
-                memory,
-                demand.sm_pct,
-                slice_key,
-                demand.membw_pct,
-                uid=job.owner.uid,
-            )
-            slices = gpu.mig_slices
-            if choice.mig_slice is not None:
-                others = tuple(s for s in slices if s.key != slice_key)
-                slices = (*others, replace(choice.mig_slice, busy=True))
-            self.gpus[index] = replace(
-                gpu, tenants=(*gpu.tenants, tenant), mig_slices=slices, placed_s_ago=0.0
-            )
-        self._usable = None
-        placement = _placement(job, demand, choice, station)
-        self.placements.append(placement)
-        return placement
-
-
-def _slot(choice: _Choice) -> str:
-    """ "gpu:1" alone, "gpu:0/mps" or "gpu:0/naive" shared, "gpu:2/3g.20gb" on a MIG slice."""
-    listed = ",".join(str(i) for i in choice.gpus)
-    if choice.mig_slice:
-        return f"gpu:{listed}/{choice.mig_slice.profile}"
-    if choice.mode in ("mps", "naive"):
-        return f"gpu:{listed}/{choice.mode}"
-    return f"gpu:{listed}"
-
-
-def _placement(job: JobRecord, demand: Demand, choice: _Choice, station: StationView) -> Placement:
-    gpus = [station_gpu(station, i) for i in choice.gpus]
-    env = gpu_env(station, gpus, choice.mig_slice.key if choice.mig_slice else None)
-    limit: int | None = None
-    if choice.mode == "mps" and choice.mps_limits:
-        # Alone on a GPU a job may grow into all of it (an underestimate costs nobody); next to
-        # others it may grow into what they left free, never into what they hold.
-        limit = math.floor(
-            gpus[0].memory_total_mib - RESERVE_MIB
-            if choice.alone
-            else max(demand.memory_mib + margin_mib(demand), choice.free_mib)
-        )
-    # No active-thread cap (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE): a cap is fixed when the client
-    # starts and outlives the co-tenants it was meant for, and below a kernel's width it slows
-    # the job (interference.cap_factor) while the model predicts nothing gained for the others.
-    return Placement(
-        job_id=job.id,
-        slot=_slot(choice),
-        mode=choice.mode,
-        reason=choice.reason,
-        gpus=choice.gpus,
-        env=env,
-        env_defaults={"OMP_NUM_THREADS": str(station.threads_per_gpu * len(choice.gpus))},
-        demand=demand.to_dict(),
-        mig_slice=choice.mig_slice.key if choice.mig_slice else None,
-        mps_memory_limit_mib=limit,
-        alternatives=choice.alternatives,
-    )
-
-
-def station_gpu(station: StationView, index: int) -> GpuState:
-    for gpu in station.gpu_states:
-        if gpu.index == index:
-            return gpu
-    raise KeyError(index)
-
-
-def _collocated_reason(
-    gpu: GpuState, share: str, demand: Demand, predicted: Prediction, margin: float
-) -> str:
-    slowed = max(
-        (b - a for b, a in zip(predicted.tenants_before, predicted.tenants_after, strict=True)),
-        default=0.0,
-    )
-    return (
-        f"collocated on GPU {gpu.index} under {share}: predicted speed "
-        f"{predicted.rate:.2f}, its {len(gpu.tenants)} tenant(s) slowed by at most "
-        f"{slowed:.2f}, station gains {predicted.gain:.2f} GPU; {gib(gpu.free_mib)} free for "
-        f"{gib(demand.memory_mib)} + {gib(margin)} margin"
-    )
-
-
-def idle_share_reason(gpu: GpuState, share: str, demand: Demand, mode: str) -> str:
-    """Why a job alone on an idle GPU starts as a sharing tenant (`share`: "mps" or "naive")
-    rather than holding the whole GPU: a one-GPU job that need not run alone leaves room for
-    the jobs after it, under MPS where the GPU's server can take it."""
-    asks = f"{demand.sm_pct:.0f}% SM and {gib(demand.memory_mib)} ({demand.source})"
-    if share == "mps":
-        return f"MPS, not the whole GPU: it asks for {asks}, so later jobs may share the GPU"
-    if mode == "naive":
-        return f"time-sliced, not the whole GPU (policy naive): it asks for {asks}"
-    return (
-        f"time-sliced, not the whole GPU: it asks for {asks}; no MPS server is usable on "
-        f"GPU {gpu.index}"
-    )
-
-
-def mps_serves_other(gpu: GpuState, uid: int | None) -> str:
-    """Why a job of `uid` only time-slices on the GPU: "" where its MPS server (if any) serves
-    the job's own user."""
-    other = gpu.mps_uid
-    if other is None or uid is None or other == uid:
-        return ""
-    return (
-        f"GPU {gpu.index}'s MPS server serves {user_name(other)}'s jobs; an MPS server serves "
-        "one user at a time"
-    )
-
-
-def _foreign_reason(gpu: GpuState, uid: int, shared: str) -> str:
-    return f"time-sliced: {mps_serves_other(gpu, uid)}; {shared}"
-
-
-def _tenant_workloads(gpu: GpuState, params: ModelParams) -> list[Workload]:
-    """The GPU's shared tenants as the model sees them, from their demands (hints, or SM
-    measured by earlier runs). Not from the GPU's SM window: it still shows jobs that just
-    left, and scaling the hints by it made GPUs look saturated after every departure."""
-    loads = []
-    for t in gpu.tenants:
-        if t.mode in ("mps", "naive"):
-            load = workload(t.sm_pct, t.membw_pct, params)
-            if t.thread_pct:
-                load = Workload(load.sm, load.membw, t.thread_pct / 100.0)
-            loads.append(load)
-    return loads
 
 
 class _Lookahead:
@@ -427,7 +141,7 @@ class SharingPolicy:
 
     # ---------------------------------------------------------------- placing
     def place(self, queue: Sequence[JobRecord], station: StationView) -> Decision:
-        plan = _FilledStation({g.index: g for g in station.gpu_states})
+        plan = FilledStation({g.index: g for g in station.gpu_states})
         cpu_slots = station.free_slots
         rejections: list[Rejection] = []
         overtaken: dict[int, int] = {}
@@ -439,7 +153,7 @@ class SharingPolicy:
         # figure is never judged by it (the frontier knows memory and SM only). Placing jobs
         # only ever fills GPUs within a pass, so this stays true to its end. Keeps a pass over
         # a long queue cheap.
-        no_room: dict[tuple[int, bool, bool], _Frontier] = {}
+        no_room: dict[tuple[int, bool, bool], Frontier] = {}
         largest = max((g.memory_total_mib for g in station.gpu_states if not g.lost), default=0.0)
         # Jobs that certainly could run somewhere skip the full check (a long queue is mostly
         # such jobs, and this loop is the policy's hot path).
@@ -497,7 +211,7 @@ class SharingPolicy:
                     # for (a job that first needs an admin's change could not use them)
                     waiting = job
                 if demand.membw_pct is None:  # the frontier knows memory and SM only
-                    no_room.setdefault(shape, _Frontier()).add(memory, sm)
+                    no_room.setdefault(shape, Frontier()).add(memory, sm)
                 continue
             plan.take(job, demand, choice, station)
             if waiting is not None:
@@ -545,11 +259,11 @@ class SharingPolicy:
         self,
         job: JobRecord,
         demand: Demand,
-        plan: _FilledStation,
+        plan: FilledStation,
         station: StationView,
         exclude: set[int] | frozenset[int] = frozenset(),
         behind: Callable[[], int] = lambda: 0,
-    ) -> _Choice | None:
+    ) -> Choice | None:
         """The best placement for the job now, or None (it waits). Every feasible placement is
         scored by the interference model: the work per second the station gains (the job's
         speed there, minus what it costs the tenants it joins), less, for an idle GPU, what
@@ -559,7 +273,7 @@ class SharingPolicy:
             hosts = [h for h in hosts if h.gpu.index not in exclude]
         if self._whole(job.spec.gpus, demand.exclusive):
             return self._whole_gpus(job, demand, [h.gpu for h in hosts])
-        options: list[_Choice] = []
+        options: list[Choice] = []
         idle_whole = sum(h.idle_whole for h in hosts)
         # The idle GPUs the jobs just behind will need: taking one of those costs them.
         keep_idle = bool(idle_whole) and not demand.heavy and behind() >= idle_whole
@@ -567,10 +281,10 @@ class SharingPolicy:
         margin = margin_mib(demand)
         load: Workload | None = None  # the job's workload under `load_params`
         load_params: ModelParams | None = None  # (one GPU model on most stations)
-        option: _Choice | None
+        option: Choice | None
         for host in hosts:
             kind = host.kind
-            if kind == _SHARED:
+            if kind == SHARED:
                 if memory + margin > host.room_mib:
                     continue
                 if host.params is not load_params:
@@ -578,11 +292,11 @@ class SharingPolicy:
                     load = workload(demand.sm_pct, demand.membw_pct, load_params)
                 assert load is not None
                 option = self._shared_option(plan, host, demand, margin, load, job.owner.uid)
-            elif kind == _IDLE:
+            elif kind == IDLE:
                 if memory > host.room_mib:
                     continue
                 option = self._idle_option(host, keep_idle, demand)
-            elif kind == _MIG:
+            elif kind == MIG:
                 option = self._mig_option(host.gpu, demand, job.id, host.params)
             else:
                 continue
@@ -600,7 +314,7 @@ class SharingPolicy:
             best.reason = best.why()
         return best
 
-    def _whole_gpus(self, job: JobRecord, demand: Demand, gpus: list[GpuState]) -> _Choice | None:
+    def _whole_gpus(self, job: JobRecord, demand: Demand, gpus: list[GpuState]) -> Choice | None:
         # A simulated MIG GPU that is idle can be set whole again.
         idle = [g for g in gpus if g.idle and (not g.mig_enabled or g.mig_dynamic)]
         if len(idle) < job.spec.gpus:
@@ -613,9 +327,9 @@ class SharingPolicy:
             if job.spec.gpus > 1
             else "exclusive placement"
         )
-        return _Choice(chosen, "exclusive", f"GPU {','.join(map(str, chosen))} idle; {why}")
+        return Choice(chosen, "exclusive", f"GPU {','.join(map(str, chosen))} idle; {why}")
 
-    def _idle_option(self, host: _Host, keep_idle: bool, demand: Demand) -> _Choice:
+    def _idle_option(self, host: Host, keep_idle: bool, demand: Demand) -> Choice:
         """The job alone on an idle GPU. Kept for the jobs behind (`keep_idle`): any sharing
         placement that gains goes first, but a job with nowhere else to go still takes it (it
         is ahead of them in the queue)."""
@@ -623,7 +337,7 @@ class SharingPolicy:
         where = f"GPU {index} idle" + (" (kept for the heavier jobs queued behind)" * keep_idle)
         # written out only for the option chosen: a pass weighs every idle GPU for every job
         share, mode = host.share, self.mode
-        return _Choice(
+        return Choice(
             (index,),
             share,
             where,
@@ -635,13 +349,13 @@ class SharingPolicy:
 
     def _shared_option(
         self,
-        plan: _FilledStation,
-        host: _Host,
+        plan: FilledStation,
+        host: Host,
         demand: Demand,
         margin: float,
         load: Workload,
         uid: int | None = None,
-    ) -> _Choice | None:
+    ) -> Choice | None:
         """The job beside the GPU's tenants under MPS or time-slicing (its memory fits with
         the margin), if the model predicts the station gains. `uid`: the job's owner (named
         in the reason where another user's MPS server makes it time-slice)."""
@@ -656,10 +370,10 @@ class SharingPolicy:
                 host.gainless_sm = min(host.gainless_sm, demand.sm_pct)
             return None
         gpu = host.gpu
-        why = functools.partial(_collocated_reason, gpu, host.share, demand, predicted, margin)
+        why = functools.partial(collocated_reason, gpu, host.share, demand, predicted, margin)
         if host.mps_user is not None and uid is not None:
-            why = functools.partial(lambda w, u: _foreign_reason(gpu, u, w()), why, uid)
-        return _Choice(
+            why = functools.partial(lambda w, u: foreign_reason(gpu, u, w()), why, uid)
+        return Choice(
             (gpu.index,),
             host.share,
             "",  # written only if this option is chosen (a pass weighs many)
@@ -672,7 +386,7 @@ class SharingPolicy:
 
     def _mig_option(
         self, gpu: GpuState, demand: Demand, job_id: int, params: ModelParams
-    ) -> _Choice | None:
+    ) -> Choice | None:
         """The best MIG slice for the job on this GPU (`best_slice`), among its free instances
         and, where slices may be carved, the profiles that still fit."""
         need = demand.memory_mib
@@ -708,7 +422,7 @@ class SharingPolicy:
             return None
         rate, mig, carved_new = best.rate, best.slice, best.new
         verb = "new MIG" if carved_new else "MIG"
-        return _Choice(
+        return Choice(
             (gpu.index,),
             "mig",
             f"{verb} {mig.profile} on GPU {gpu.index}: fits {gib(need)}, predicted speed "
@@ -761,61 +475,6 @@ class SharingPolicy:
         return "; ".join(parts)
 
 
-SliceT = TypeVar("SliceT")
-
-
-@dataclass(frozen=True)
-class SliceOption(Generic[SliceT]):
-    """A MIG slice a job could run on (an existing instance, or one that may be carved)."""
-
-    slice: SliceT
-    rate: float  # the job's predicted rate on it
-    compute_slices: int
-    memory_mib: float
-    new: bool = False  # to be carved for it: existing instances come first
-
-
-def best_slice(options: Sequence[SliceOption[SliceT]], sm: float) -> SliceOption[SliceT] | None:
-    """The slice placement gives a job whose SM activity is `sm` (0..1): the smallest whose
-    share of the SMs covers it (the MIG planner's rule, so placement takes the slices the
-    planner carved for each job), existing slices before new ones; where none covers it, the
-    fastest by the model. The one home of the rule: policy.mig_payoff predicts with it what
-    a layout would start."""
-    if not options:
-        return None
-    covering = [o for o in options if o.compute_slices / COMPUTE_SLICES >= sm]
-    if covering:
-        return min(covering, key=lambda o: (o.new, o.compute_slices, o.memory_mib))
-    return max(options, key=lambda o: (o.rate, not o.new, -o.memory_mib))
-
-
-class _Frontier:
-    """The smallest (memory, SM) demands that found no room. Sorted by memory, SM falling: the
-    point with the largest memory not above a demand's has the lowest SM of those, so one
-    bisection says whether the demand is at least as large as a point."""
-
-    def __init__(self) -> None:
-        self.memory: list[float] = []
-        self.sm: list[float] = []
-
-    def dominates(self, memory: float, sm: float) -> bool:
-        index = bisect.bisect_right(self.memory, memory) - 1
-        return index >= 0 and self.sm[index] <= sm
-
-    def add(self, memory: float, sm: float) -> None:
-        if self.dominates(memory, sm):
-            return
-        keep = [
-            (m, s)
-            for m, s in zip(self.memory, self.sm, strict=True)
-            if not (m >= memory and s >= sm)
-        ]
-        keep.append((memory, sm))
-        keep.sort()
-        self.memory = [m for m, _ in keep]
-        self.sm = [s for _, s in keep]
-
-
 class CarmaPolicy(SharingPolicy):
     """CARMA's published rules, as the baseline gpudesk is measured against."""
 
@@ -826,7 +485,7 @@ class CarmaPolicy(SharingPolicy):
         self.rules = MigRules(slices=False, whole_when_dynamic=False)
 
     def place(self, queue: Sequence[JobRecord], station: StationView) -> Decision:
-        plan = _FilledStation({g.index: g for g in station.gpu_states})
+        plan = FilledStation({g.index: g for g in station.gpu_states})
         cpu_slots = station.free_slots
         rejections: list[Rejection] = []
         for job in queue:
@@ -851,11 +510,11 @@ class CarmaPolicy(SharingPolicy):
         self,
         job: JobRecord,
         demand: Demand,
-        plan: _FilledStation,
+        plan: FilledStation,
         station: StationView,
         exclude: set[int] | frozenset[int] = frozenset(),
         behind: Callable[[], int] = lambda: 0,
-    ) -> _Choice | None:
+    ) -> Choice | None:
         # CARMA places processes on whole GPUs: a GPU in MIG mode cannot run them
         gpus = [g for g in plan.gpus.values() if not g.lost and not g.mig_enabled]
         idle = [g for g in gpus if g.idle]
@@ -863,12 +522,12 @@ class CarmaPolicy(SharingPolicy):
             if len(idle) < job.spec.gpus:
                 return None
             chosen = tuple(g.index for g in idle[: job.spec.gpus])
-            return _Choice(chosen, "exclusive", "CARMA: idle GPU, alone")
+            return Choice(chosen, "exclusive", "CARMA: idle GPU, alone")
         if idle:
             gpu = idle[0]
             share = "mps" if gpu.mps_usable else "naive"
             why = idle_share_reason(gpu, share, demand, "auto")
-            return _Choice(
+            return Choice(
                 (gpu.index,), share, f"CARMA: GPU {gpu.index} idle; {why}", mps_limits=False
             )
         # The GPU with the most free memory as measured (CARMA reads nvidia-smi).
@@ -892,7 +551,7 @@ class CarmaPolicy(SharingPolicy):
         other_user = mps_serves_other(gpu, job.owner.uid)
         if other_user:  # never an MPS client of another user's server
             share, reason = "naive", f"time-sliced: {other_user}; {reason}"
-        return _Choice((gpu.index,), share, reason, mps_limits=False)
+        return Choice((gpu.index,), share, reason, mps_limits=False)
 
 
 def make_sharing_policy(name: str) -> SharingPolicy:

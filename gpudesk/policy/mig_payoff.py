@@ -31,7 +31,6 @@ from dataclasses import dataclass
 
 from gpudesk.core.mig_profiles import memory_slices, table_for_gpu
 from gpudesk.core.mig_records import GiProfile
-from gpudesk.policy.collocation import SliceOption, best_slice
 from gpudesk.policy.interference import ModelParams, mig_rate, workload
 from gpudesk.policy.mig_planner import (
     GpuMigState,
@@ -42,6 +41,7 @@ from gpudesk.policy.mig_planner import (
     plan_gpu,
     spare_profiles,
 )
+from gpudesk.policy.slice_choice import SliceOption, best_slice
 
 # Assumption: destroying and creating GPU and compute instances on an idle GPU through
 # nvidia-smi keeps it unusable for about this long (no published figure; a few nvidia-smi calls
@@ -128,7 +128,7 @@ def kept_starts(
     gpu: GpuMigState, queue: Sequence[QueuedDemand], params: ModelParams
 ) -> tuple[SliceStart, ...]:
     """The queued jobs the GPU's current (idle) instances would start, each on the slice
-    placement would give it (`collocation.best_slice`)."""
+    placement would give it (`slice_choice.best_slice`)."""
     by_name = {p.short_name: p for p in gpu.profiles}
     free = [by_name[name] for name in gpu.current if name in by_name]
     starts = []

@@ -3,7 +3,7 @@
 `EngineFeed` follows the engine through `gpudesk.api.Client`: it listens on the engine's event
 socket (job changes and every telemetry sample) and asks for the job table and the station
 status when something changed, at most once per refresh interval. `ReplayFeed` plays frames
-recorded from a real engine back (tests/tui/record_replay.py), for stable snapshots and demos.
+recorded from a real engine back (tests/desk/record_replay.py), for stable snapshots and demos.
 Screens never read a feed: the app's worker turns each frame into a `DeskState` and posts it to
 them as a message. Actions and detail reads go through the feed's typed methods.
 """
@@ -425,7 +425,7 @@ def _decoded(model: type[Model], data: Any, what: str) -> Model:
 
 
 def load_recording(path: Path) -> tuple[list[Frame], dict[int, JobDetail], MigPlanResult | None]:
-    """The frames, job details and MIG plan of a recording (tests/tui/record_replay.py writes
+    """The frames, job details and MIG plan of a recording (tests/desk/record_replay.py writes
     them; its docstring describes the file). A frame that leaves out the status or the jobs
     reuses the previous frame's, as `EngineFeed` does between reads."""
     data = json.loads(path.read_text())

@@ -259,40 +259,11 @@ def select(
     index = DatasetIndex(cache.root / INDEX_DIR)
     known = None if identity is None or verify else index.recall(identity, dataset)
     if known is not None and (known.shape is not None or chosen.method not in SCORED):
-        hit = cached(
-            chosen,
-            size,
-            known.fingerprint,
-            cache,
-            seed,
-            used_by,
-            goal.fingerprint if goal else None,
-            known.shape,
-            known.classes,
-        )
-        if hit is not None:
-            return DatasetSelection(
-                chosen,
-                size,
-                seed,
-                hit,
-                np.sort(known.canon[hit.indices]),
-                known.fingerprint,
-                time.perf_counter() - started,
-                None if hit.duplicates is None else known.canon[hit.duplicates],
-            )
+        reused = _reused(chosen, size, known, cache, seed, used_by, goal, started)
+        if reused is not None:
+            return reused
     read = scan(dataset, features=chosen.method in SCORED)
-    if chosen.method in PROXY_METHODS and not read.labelled:
-        raise PresetError(
-            f"{chosen.name} trains a proxy classifier: it needs samples of "
-            "(input, label); this dataset is unlabelled (random-P, "
-            "stratified-P, rs2-P and dedup-P work without labels)"
-        )
-    if goal is not None and read.named:
-        raise PresetError(
-            f"{chosen.name} compares class by class with the target set: it "
-            "needs integer class labels, not names"
-        )
+    _check_readable(chosen, read, goal)
     if identity is not None:
         index.remember(identity, read)
     canon = read.canon
@@ -317,6 +288,59 @@ def select(
         time.perf_counter() - started,
         None if result.duplicates is None else canon[result.duplicates],
     )
+
+
+def _reused(
+    chosen: Preset,
+    size: int,
+    known: KnownDataset,
+    cache: SelectionCache,
+    seed: int,
+    used_by: str | None,
+    goal: Target | None,
+    started: float,
+) -> DatasetSelection | None:
+    """The selection from the cache, for a dataset the index already knows (`known`: its
+    fingerprint, shape, classes and canonical order); None where the cache has none."""
+    hit = cached(
+        chosen,
+        size,
+        known.fingerprint,
+        cache,
+        seed,
+        used_by,
+        goal.fingerprint if goal else None,
+        known.shape,
+        known.classes,
+    )
+    if hit is not None:
+        return DatasetSelection(
+            chosen,
+            size,
+            seed,
+            hit,
+            np.sort(known.canon[hit.indices]),
+            known.fingerprint,
+            time.perf_counter() - started,
+            None if hit.duplicates is None else known.canon[hit.duplicates],
+        )
+    return None
+
+
+def _check_readable(chosen: Preset, read: Scan, goal: Target | None) -> None:
+    """Refuse a preset the dataset's samples cannot serve: a proxy classifier without labels, a
+    per-class comparison with the target set without integer labels."""
+    if chosen.method in PROXY_METHODS and not read.labelled:
+        raise PresetError(
+            f"{chosen.name} trains a proxy classifier: it needs samples of "
+            "(input, label); this dataset is unlabelled (random-P, "
+            "stratified-P, rs2-P and dedup-P work without labels)"
+        )
+    if goal is not None and read.named:
+        raise PresetError(
+            f"{chosen.name} compares class by class with the target set: it "
+            "needs integer class labels, not names"
+        )
 
 
 def _target(preset: Preset, target: Sequence[Any] | None) -> Target | None:

@@ -156,6 +156,32 @@ def render(
     tasks = submission.tasks
     workdirs = {t.spec.workdir for t in tasks}
     chdir = next(iter(workdirs)) if len(workdirs) == 1 else None
+    options = _script_options(submission, chdir, output, environment, dependency)
+    lines = ["#!/bin/bash", *(f"# {one_line(h)}" if h else "#" for h in header)]
+    for option in options:
+        lines.append(f"#SBATCH {shlex.quote(option.arg)}")
+        lines.extend(_comment(option.why))
+    lines.append("")
+    if environment is not None:
+        lines.extend(_environment_lines(environment, unset))
+    lines.extend(_THREADS_LINES)
+    if submission.is_array:
+        lines.extend(_array_lines(tasks, chdir))
+    else:
+        lines.extend(_task_lines(tasks[0], chdir, ""))
+    return "\n".join(lines) + "\n"
+
+
+def _script_options(
+    submission: Submission,
+    chdir: str | None,
+    output: str,
+    environment: Mapping[str, str] | None,
+    dependency: SbatchOption | None,
+) -> list[SbatchOption]:
+    """The submission's own options, then the script's: the array, the workdir, the output,
+    the environment sbatch passes on, and the dependency."""
+    tasks = submission.tasks
     options: list[SbatchOption] = list(submission.options)
     if submission.is_array:
         options.append(
@@ -201,18 +227,12 @@ def render(
                 "a parent that fails or is cancelled cancels this job, not leaves it pending",
             )
         )
-    lines = ["#!/bin/bash", *(f"# {one_line(h)}" if h else "#" for h in header)]
-    for option in options:
-        lines.append(f"#SBATCH {shlex.quote(option.arg)}")
-        lines.extend(_comment(option.why))
-    lines.append("")
-    if environment is not None:
-        lines.extend(_environment_lines(environment, unset))
-    lines.extend(_THREADS_LINES)
-    if not submission.is_array:
-        lines.extend(_task_lines(tasks[0], chdir, ""))
-        return "\n".join(lines) + "\n"
-    lines.append('case "$SLURM_ARRAY_TASK_ID" in')
+    return options
+
+
+def _array_lines(tasks: Sequence[Task], chdir: str | None) -> list[str]:
+    """An array's tasks: a `case` on SLURM_ARRAY_TASK_ID, task i running the i-th job."""
+    lines = ['case "$SLURM_ARRAY_TASK_ID" in']
     for index, task in enumerate(tasks):
         who = f"gpudesk job {task.job_id}: " if task.job_id is not None else ""
         lines.append(f"  {index})  # {one_line(who + task.spec.name)}")
@@ -220,7 +240,7 @@ def render(
         lines.append("    ;;")
     lines.append('  *) echo "gpudesk: no job for array task $SLURM_ARRAY_TASK_ID" >&2; exit 1 ;;')
     lines.append("esac")
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 # OpenMP and torch start a thread per core they see, not per CPU Slurm gave the task: tasks

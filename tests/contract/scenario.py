@@ -24,9 +24,9 @@ from gpudesk.api.connection import Connection, engine_pid, start_engine
 from gpudesk.api.errors import EngineError
 from gpudesk.core.datasets import DatasetSpec
 from gpudesk.core.station import StationConfig
-from gpudesk.engine.tracking.available import missing_for
 from gpudesk.paths import Home
 from gpudesk.policy.interference import Observation, Workload
+from gpudesk.tracking.available import missing_for
 
 SIM_STATION = "sim:dgx-station-a100"
 # GPU 2 is in MIG mode with two slices (jobs run there); GPU 3 is in MIG mode and idle, so a

@@ -29,7 +29,7 @@ PLANTS = [
         "The client library, the profile parser and the libraries",
     ),
     (
-        "profile.py",
+        "profile/__init__.py",
         "import gpudesk.engine.scheduler",
         "The client library, the profile parser and the libraries",
     ),

@@ -49,6 +49,21 @@ async def replayed(pilot: Any) -> None:
     await pilot.pause()
 
 
+async def details_loaded(pilot: Any) -> None:
+    """Wait until the workers that load detail (show, mig_plan) have finished and what they
+    handed back is drawn (not the feed's worker: it runs for good)."""
+    for _ in range(1000):
+        loading = [
+            worker
+            for worker in pilot.app.workers
+            if worker.group in ("job-detail", "mig-plan") and not worker.is_finished
+        ]
+        if not loading:
+            break
+        await pilot.pause(0.01)
+    await pilot.pause()
+
+
 def screen_steps(keys: tuple[str, ...]) -> Any:
     async def run_before(pilot: Any) -> None:
         await replayed(pilot)
@@ -56,7 +71,7 @@ def screen_steps(keys: tuple[str, ...]) -> Any:
             await pilot.press(key)
             await pilot.pause()
         await replayed(pilot)
-        await pilot.pause(0.2)  # workers that load detail (show, mig_plan) answer at once
+        await details_loaded(pilot)  # waited for, not slept for: a loaded machine draws the same
 
     return run_before
 

@@ -17,7 +17,7 @@ from conftest import EngineHandle, wait_for
 from test_cli import gpudesk, start_interruptible_run, write_profile
 
 from gpudesk.api.errors import EngineError
-from gpudesk.cli.jobs import FIELD_INDENT
+from gpudesk.cli.job_detail import FIELD_INDENT
 from gpudesk.engine.requests import CHANGE_CHECKS
 from gpudesk.paths import Home
 

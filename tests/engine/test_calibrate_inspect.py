@@ -8,7 +8,7 @@ import sys
 import pytest
 from fakes.fake_pynvml import FakeGpu, FakeNvml, FakeProcess, real
 
-from gpudesk.engine.calibrate.runner import CalibrationRefused, inspect_gpu
+from gpudesk.hw.probe_runner import CalibrationRefused, inspect_gpu
 
 H200 = "NVIDIA H200"
 

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from gpudesk.core.calibration_records import MigSlice
 from gpudesk.policy.calibration import (
     INTENSITIES,
     PAIRS,
     CalibrationError,
-    MigSlice,
     build_plan,
     load_params,
     parse_mechanisms,

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from gpudesk.engine.learning import StationLearning, observation_from_dict
+from gpudesk.engine.learning import StationLearning
 from gpudesk.engine.progress import MAX_LINE_BYTES, ProgressReader, parse_progress
 from gpudesk.engine.store.database import Store
 from gpudesk.engine.store.model_params import ParamTotal, StoredObservation
@@ -27,6 +27,7 @@ from gpudesk.policy.interference import (
     Observation,
     Workload,
 )
+from gpudesk.policy.observation_wire import observation_from_dict
 
 A100 = "NVIDIA A100-SXM4-40GB"
 

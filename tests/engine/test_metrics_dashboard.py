@@ -12,7 +12,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from test_metrics_snapshot import snapshot_by_hand  # same folder: on sys.path under pytest
 
-from gpudesk.engine.metrics.collector import SnapshotCollector
+from gpudesk.metrics.collector import SnapshotCollector
 
 DASHBOARD = Path(__file__).parents[2] / "docs" / "grafana" / "gpudesk.json"
 DATASOURCE = {"type": "prometheus", "uid": "${DS_PROMETHEUS}"}

@@ -15,10 +15,13 @@ from prometheus_client.parser import text_string_to_metric_families
 from gpudesk.core.listen import ListenAddress, check_metrics_listen, parse_listen
 from gpudesk.core.station import StationConfig
 from gpudesk.engine.activity import DECISION_BUCKETS_S, EngineActivity
-from gpudesk.engine.metrics.collector import DCGM_NAMES, SnapshotCollector
 from gpudesk.engine.metrics.exporter import bind_problem
-from gpudesk.engine.metrics.server import MetricsServer
-from gpudesk.engine.metrics.snapshot import (
+from gpudesk.hw.telemetry.energy import AttemptUsage
+from gpudesk.hw.telemetry.model import BackendReading, GpuReading, MigDevice
+from gpudesk.hw.telemetry.monitor import TrackedAttempt
+from gpudesk.metrics.collector import DCGM_NAMES, SnapshotCollector
+from gpudesk.metrics.server import MetricsServer
+from gpudesk.metrics.snapshot import (
     Device,
     DeviceReading,
     JobCount,
@@ -29,9 +32,6 @@ from gpudesk.engine.metrics.snapshot import (
     loader_figures,
     running_jobs,
 )
-from gpudesk.hw.telemetry.energy import AttemptUsage
-from gpudesk.hw.telemetry.model import BackendReading, GpuReading, MigDevice
-from gpudesk.hw.telemetry.monitor import TrackedAttempt
 
 A100 = "NVIDIA A100-SXM4-40GB"
 STATES = ("queued", "running", "succeeded", "failed", "cancelled")

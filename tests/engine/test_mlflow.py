@@ -247,6 +247,6 @@ def tracking_worker(engine: EngineHandle) -> psutil.Process | None:
     assert engine.pid is not None
     for child in psutil.Process(engine.pid).children():
         with contextlib.suppress(psutil.Error):
-            if "gpudesk.engine.tracking.worker" in " ".join(child.cmdline()):
+            if "gpudesk.tracking.worker" in " ".join(child.cmdline()):
                 return child
     return None

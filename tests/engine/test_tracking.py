@@ -15,8 +15,11 @@ from typing import Any
 import pytest
 
 from gpudesk.core.jobs import JobSpec, SpecError, TrackingSpec, resolve_mlflow_uri
-from gpudesk.engine.tracking import content, messages
-from gpudesk.engine.tracking.messages import (
+from gpudesk.engine.tracking import content
+from gpudesk.engine.tracking.outbox import Outbox
+from gpudesk.profile import ProfileError, parse_profile
+from gpudesk.tracking import messages
+from gpudesk.tracking.messages import (
     BadMessage,
     BindRun,
     CreateRun,
@@ -27,8 +30,6 @@ from gpudesk.engine.tracking.messages import (
     RunMade,
     SetStatus,
 )
-from gpudesk.engine.tracking.outbox import Outbox
-from gpudesk.profile import ProfileError, parse_profile
 
 URI = "sqlite:////tmp/mlflow.db"
 
@@ -291,7 +292,7 @@ class FakeClient:
 @pytest.fixture
 def worker() -> Any:
     pytest.importorskip("mlflow")
-    from gpudesk.engine.tracking.worker import Worker
+    from gpudesk.tracking.worker import Worker
 
     said: list[messages.Reply] = []
     made = Worker(said.append)
@@ -305,7 +306,7 @@ def create(key: str = "k", parent: str | None = None) -> CreateRun:
 
 
 def test_the_worker_makes_runs_and_sends_points_in_batches(worker: Any) -> None:
-    from gpudesk.engine.tracking.worker import KEY_TAG
+    from gpudesk.tracking.worker import KEY_TAG
 
     client = worker.clients[URI]
     worker.take(create("parent"))
@@ -368,7 +369,7 @@ def test_what_the_store_refuses_is_said_once_and_not_retried(worker: Any) -> Non
 
 
 def test_too_many_waiting_points_drop_the_oldest(worker: Any, monkeypatch: Any) -> None:
-    from gpudesk.engine.tracking import worker as worker_module
+    from gpudesk.tracking import worker as worker_module
 
     monkeypatch.setattr(worker_module, "MAX_QUEUED_POINTS", 10)
     for step in range(4):
@@ -389,7 +390,7 @@ def test_the_engine_and_the_cli_never_import_mlflow() -> None:
 
 
 def test_a_missing_extra_is_one_paragraph_naming_it(monkeypatch: Any) -> None:
-    from gpudesk.engine.tracking import available
+    from gpudesk.tracking import available
 
     monkeypatch.setattr(available, "_installed", lambda module: module == "mlflow")
     text = available.missing_for(URI)
@@ -414,8 +415,8 @@ def test_a_tracked_submit_without_the_extra_is_refused_whole(
 
     from gpudesk.core.identity import Caller
     from gpudesk.core.station import StationConfig
-    from gpudesk.engine.tracking import available
     from gpudesk.paths import Home
+    from gpudesk.tracking import available
 
     monkeypatch.setattr(available, "_installed", lambda module: False)
     station = EngineInProcess(Home(tmp_path / "home"), StationConfig(backend="none", slots=1))

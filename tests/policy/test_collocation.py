@@ -13,7 +13,7 @@ from test_jobs_protocol_policy import record  # same folder: on sys.path under p
 from gpudesk.core.records import JobRecord
 from gpudesk.core.station import StationConfig
 from gpudesk.hw.telemetry.energy import AttemptUsage
-from gpudesk.policy.collocation import CarmaPolicy, SharingPolicy, _Frontier
+from gpudesk.policy.collocation import CarmaPolicy, SharingPolicy
 from gpudesk.policy.demand import (
     MARGIN_MIB,
     PEAK_SETTLED_S,
@@ -21,6 +21,7 @@ from gpudesk.policy.demand import (
     from_hints,
     reservation,
 )
+from gpudesk.policy.filled_station import Frontier as _Frontier
 from gpudesk.policy.interference import InterferenceModel, Learner
 from gpudesk.policy.policies import make_policy
 from gpudesk.policy.policy import (

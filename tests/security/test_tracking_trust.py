@@ -30,11 +30,12 @@ from user_python import user_python
 
 from gpudesk import trust
 from gpudesk.core.identity import Identity
-from gpudesk.engine.tracking import content, messages
+from gpudesk.engine.tracking import content
 from gpudesk.engine.tracking import sidecar as sidecar_module
 from gpudesk.engine.tracking.replies import Complaints
 from gpudesk.engine.tracking.sidecar import WORKER_ENV, Sidecar
 from gpudesk.paths import Home
+from gpudesk.tracking import messages
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "shared"))
 from station_fixture import Station, make_station
@@ -92,7 +93,7 @@ def worker_pid(station: Station, uid: int) -> int:
         for process in psutil.process_iter(["cmdline", "uids"]):
             cmdline = process.info["cmdline"] or []
             uids = process.info["uids"]
-            if "gpudesk.engine.tracking.worker" in cmdline and uids and uids.real == uid:
+            if "gpudesk.tracking.worker" in cmdline and uids and uids.real == uid:
                 return process.pid
         problems = [s["error"] for s in station.ok(None, "status")["tracking"] if s["uid"] == uid]
         if any(p and "could not be started" in p for p in problems):

@@ -1,2 +1,4 @@
-"""Where a job runs, other than the station's own slots: `slurm` submits jobs whose spec names
-a cluster and follows them (`slurm_views` shows them as the engine shows its own jobs)."""
+"""Where jobs run, behind one protocol (`base.Backend`): `local` (the station's own slots) and
+`slurm_jobs` (a Slurm cluster: over `slurm`, which submits and follows its jobs, and
+`slurm_views`, which shows them as the engine shows its own). `engine/job_control.py`'s
+`Backends` picks a job's backend from its spec."""

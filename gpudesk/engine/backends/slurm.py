@@ -16,7 +16,10 @@
 - `cancel`: scancel, from the poller thread; the job ends cancelled when Slurm says so.
 
 Slurm jobs never enter the station's queue: Slurm places them. Nothing here waits on Slurm
-in the loop: `submit`'s Slurm work runs on the engine's worker threads (engine/offloop.py).
+in the loop: `submit`'s Slurm work runs on the engine's worker threads (engine/offloop.py;
+the work itself is `slurm_send`'s), and the poller's questions on its own threads
+(`slurm_poller`). This module keeps what the loop does: the store's rows, the jobs' states,
+the events.
 """
 
 from __future__ import annotations
@@ -26,17 +29,16 @@ import os
 import pwd
 import queue
 import secrets
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpudesk import __version__
-from gpudesk.core.cluster import ClusterSpec
 from gpudesk.core.identity import Identity
 from gpudesk.core.jobs import JobSpec, JobState
 from gpudesk.core.records import JobRecord
+from gpudesk.engine.backends import slurm_send
+from gpudesk.engine.backends.slurm_poller import Heard, Poller, Watched
+from gpudesk.engine.backends.slurm_send import Prepared, SendPlan, Sent, SubmitRefused
 from gpudesk.engine.dependencies import dependencies_of, jobs_by_id, verdict
 from gpudesk.engine.env_seconds import env_seconds
 from gpudesk.engine.events import EventPublisher
@@ -46,25 +48,17 @@ from gpudesk.engine.store.slurm import SENDING, SENDING_STATE, SlurmRow
 from gpudesk.paths import Home
 from gpudesk.slurm import commands as slurm
 from gpudesk.slurm.as_owner import acts_for_other
-from gpudesk.slurm.commands import Ended, QueueLine, SlurmCommands, SlurmError, site_conf
-from gpudesk.slurm.request import GresOffer, SbatchOption, SlurmMappingError
+from gpudesk.slurm.commands import Ended, SlurmError
+from gpudesk.slurm.request import SlurmMappingError
 from gpudesk.slurm.script import (
-    ARRAY_TASK,
     Submission,
     job_environment,
-    literal,
     plan,
-    render,
 )
 
 log = logging.getLogger("gpudesk.engine")
 
-POLL_S = 2.0  # how often squeue is asked while Slurm jobs have not ended
-POLL_ENV = "GPUDESK_SLURM_POLL_S"  # the engine's environment may set another (tests: 0.5)
 MISSING_POLLS = 3  # a job no command knows this many polls in a row is lost (docs/slurm.md)
-# Assumption: a cluster that stays broken is said again this often, not every poll (2 s would
-# fill engine.log with one line per poll); its breaking and its recovery are said at once.
-BROKEN_SAY_EVERY_S = 300.0
 # Where a system engine keeps a user's Slurm jobs' scripts and output: in her home (as Slurm's
 # nodes usually share it), made by a process run as her; never in root's state folder.
 STATION_FOLDER = ".local/state/gpudesk/station-slurm"
@@ -81,51 +75,6 @@ def intent_grace_s() -> float:
     return env_seconds(INTENT_GRACE_ENV, INTENT_GRACE_S, 1.0, 600.0)
 
 
-def poll_s() -> float:
-    """POLL_S, or the engine's GPUDESK_SLURM_POLL_S (0.1 to 60 s)."""
-    return env_seconds(POLL_ENV, POLL_S, 0.1, 60.0)
-
-
-class SubmitRefused(Exception):
-    """Slurm (or the mapping onto it) refused a request's jobs; nothing of them is left."""
-
-
-@dataclass(frozen=True)
-class Watched:
-    """A job the poller asks about (a copy of its row: the thread never reads the store)."""
-
-    job_id: int
-    conf: str
-    owner: Identity  # whom its Slurm clients run as
-    submission: str
-    task: int | None
-    own_id: str | None
-    script: str = ""  # an intent's marker: squeue's %o of its sbatch, if it reached Slurm
-
-    @property
-    def slurm_id(self) -> str:
-        return self.submission if self.task is None else f"{self.submission}_{self.task}"
-
-
-@dataclass(frozen=True)
-class Heard:
-    """What the poller heard of one job: its squeue line, how it ended, or that no one knows
-    it (`line` and `ended` None)."""
-
-    job_id: int
-    line: QueueLine | None
-    ended: Ended | None = None
-    unreachable: str | None = None  # why its cluster could not be asked (then both are None)
-    sent: str | None = None  # an intent's sbatch found in Slurm: its submission's id
-
-
-@dataclass
-class _Shared:
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    watched: list[Watched] = field(default_factory=list)
-    cancels: list[tuple[str, Identity, list[str], list[int]]] = field(default_factory=list)
-
-
 def _slurm_time(text: str | None) -> float | None:
     """Slurm's local timestamps ("2026-11-25T02:20:42")."""
     if not text:
@@ -134,159 +83,6 @@ def _slurm_time(text: str | None) -> float | None:
         return time.mktime(time.strptime(text, "%Y-%m-%dT%H:%M:%S"))
     except ValueError:
         return None
-
-
-class Poller:
-    """The thread that runs squeue/scontrol/scancel, so the loop never waits on Slurm."""
-
-    def __init__(self, wake: Callable[[], None]) -> None:
-        self.shared = _Shared()
-        self.heard: queue.SimpleQueue[list[Heard] | str] = queue.SimpleQueue()
-        self.wake = wake
-        self.poke = threading.Event()
-        self.stopping = False
-        self.thread: threading.Thread | None = None
-        self.clients: dict[tuple[str, Identity], SlurmCommands] = {}  # the thread's own
-        # (slurm.conf, owner) -> (what it said, when it was last said): the broken clusters
-        self.broken: dict[tuple[str, Identity], tuple[str, float]] = {}  # under shared.lock
-        self.asking: set[tuple[str, Identity]] = set()  # being polled now; under shared.lock
-
-    def watch(self, watched: list[Watched]) -> None:
-        with self.shared.lock:
-            self.shared.watched = watched
-        if watched:
-            self._start()
-
-    def cancel(self, conf: str, owner: Identity, slurm_ids: list[str], job_ids: list[int]) -> None:
-        with self.shared.lock:
-            self.shared.cancels.append((conf, owner, slurm_ids, job_ids))
-        self._start()
-        self.poke.set()
-
-    def _start(self) -> None:
-        if self.thread is None:
-            self.thread = threading.Thread(target=self._run, name="gpudesk-slurm", daemon=True)
-            self.thread.start()
-
-    def stop(self) -> None:
-        self.stopping = True
-        self.poke.set()
-
-    def _run(self) -> None:
-        while not self.stopping:
-            with self.shared.lock:
-                watched = list(self.shared.watched)
-                cancels, self.shared.cancels = self.shared.cancels, []
-            for conf, owner, slurm_ids, job_ids in cancels:
-                try:
-                    refused = self._clients(conf, owner).cancel(slurm_ids)
-                except SlurmError as exc:
-                    refused = str(exc)
-                if refused:
-                    self.heard.put(f"scancel of job(s) {', '.join(map(str, job_ids))}: {refused}")
-            if watched:
-                try:
-                    self._poll(watched)
-                except Exception as exc:  # a failing Slurm must not end the thread
-                    self.heard.put(f"could not ask Slurm about its jobs: {exc}")
-                    self.wake()
-            self.poke.wait(poll_s())
-            self.poke.clear()
-
-    def _clients(self, conf: str, owner: Identity) -> SlurmCommands:
-        """The clients for one owner's jobs on one cluster, kept across polls (each checks its
-        slurm.conf once)."""
-        key = (conf, owner)
-        with self.shared.lock:
-            if key not in self.clients:
-                self.clients[key] = SlurmCommands(conf, owner)
-            return self.clients[key]
-
-    def _poll(self, watched: list[Watched]) -> None:
-        """Ask each cluster (slurm.conf and owner) about its jobs on a thread of its own: one
-        whose clients wait (a deleted slurm.conf makes each retry for 60 s, a controller that
-        does not answer up to commands.TIMEOUT_S) delays no other's news. A cluster still being
-        asked from an earlier poll is skipped this time."""
-        by_client: dict[tuple[str, Identity], list[Watched]] = {}
-        for item in watched:
-            by_client.setdefault((item.conf, item.owner), []).append(item)
-        with self.shared.lock:
-            for key in [k for k in self.broken if k not in by_client]:
-                del self.broken[key]  # no job of it is watched any more
-            todo = [k for k in by_client if k not in self.asking]
-            self.asking.update(todo)
-        for key in todo:  # at most one thread per cluster: one still asking is skipped above
-            threading.Thread(
-                target=self._poll_client,
-                args=(key, by_client[key]),
-                name="gpudesk-slurm-poll",
-                daemon=True,  # a client waiting on a dead controller never holds up an exit
-            ).start()
-
-    def _poll_client(self, key: tuple[str, Identity], items: list[Watched]) -> None:
-        # one owner's failing cluster (her slurm.conf, her controller) is hers alone: the
-        # other owners' jobs are still heard of, and hers count a poll no one answered
-        try:
-            commands = self._clients(*key)
-            commands.conf_checked = False  # a slurm.conf deleted since is noticed at once
-            heard = self._poll_one(commands, items)
-        except Exception as exc:  # whatever one cluster does, the others are still asked
-            said = str(exc) if isinstance(exc, SlurmError) else f"{type(exc).__name__}: {exc}"
-            heard = [Heard(i.job_id, None, None, said) for i in items]
-            self._say_broken(key, said)
-        else:
-            self._say_recovered(key)
-        finally:
-            with self.shared.lock:
-                self.asking.discard(key)
-        self.heard.put(heard)
-        self.wake()
-
-    def _say_broken(self, key: tuple[str, Identity], said: str) -> None:
-        """Warn when a cluster breaks, then at most every BROKEN_SAY_EVERY_S while it stays so."""
-        now = time.monotonic()
-        with self.shared.lock:
-            before = self.broken.get(key)
-            if before is not None and now - before[1] < BROKEN_SAY_EVERY_S:
-                return
-            self.broken[key] = (said, now)
-        again = "still " if before is not None else ""
-        self.heard.put(
-            f"could {again}not ask Slurm about {key[1].name}'s jobs (slurm.conf {key[0]}): "
-            f"{said} (said again at most every {BROKEN_SAY_EVERY_S:g} s while it lasts)"
-        )
-
-    def _say_recovered(self, key: tuple[str, Identity]) -> None:
-        with self.shared.lock:
-            was_broken = self.broken.pop(key, None) is not None
-        if was_broken:
-            self.heard.put(f"Slurm answers about {key[1].name}'s jobs again (slurm.conf {key[0]})")
-
-    @staticmethod
-    def _poll_one(commands: SlurmCommands, items: list[Watched]) -> list[Heard]:
-        heard: list[Heard] = []
-        intents = [i for i in items if i.submission == SENDING]
-        if intents:
-            found = commands.sent_scripts()
-            heard += [Heard(i.job_id, None, None, sent=found.get(i.script)) for i in intents]
-            items = [i for i in items if i.submission != SENDING]
-        lines = commands.queue(sorted({i.submission for i in items}))
-        exact = {line.slurm_id: line for line in lines if not line.pending_tasks}
-        pending = {line.own_id: line for line in lines if line.pending_tasks}
-        for item in items:
-            line = exact.get(item.slurm_id)
-            if line is None and item.task is None:
-                line = exact.get(item.submission)
-            if line is not None:
-                ended = None
-                if line.state not in slurm.RUNNING_STATES | slurm.QUEUED_STATES:
-                    ended = commands.ended(line.own_id)
-                heard.append(Heard(item.job_id, line, ended))
-            elif item.submission in pending:
-                heard.append(Heard(item.job_id, pending[item.submission]))
-            else:
-                heard.append(Heard(item.job_id, None, commands.ended(item.own_id or item.slurm_id)))
-        return heard
 
 
 class SlurmBackend:
@@ -335,9 +131,9 @@ class SlurmBackend:
             )
         cluster = specs[0].cluster
         assert cluster is not None
-        conf = _conf_for(cluster, base_env, owner)
+        conf = slurm_send.conf_for(cluster, base_env, owner)
         known_name = cluster.name or self.cluster_names.get((conf, owner.uid))
-        return lambda: _prepare(list(specs), cluster, conf, owner, known_name)
+        return lambda: slurm_send.prepare(list(specs), cluster, conf, owner, known_name)
 
     def slurm_folder(self, owner: Identity, job_id: int) -> Path:
         """Where a submission's script and output go: a personal engine's GPUDESK_HOME/slurm/ID;
@@ -412,11 +208,11 @@ class SlurmBackend:
         header_name = ready.name
 
         def work() -> Sent:
-            return _send(commands, cluster, header_name, sends, environment, unset)
+            return slurm_send.send(commands, cluster, header_name, sends, environment, unset)
 
         return ids, work, bound
 
-    def _send_plan(self, submission: Submission, ready: Prepared, ids: list[int]) -> _Send:
+    def _send_plan(self, submission: Submission, ready: Prepared, ids: list[int]) -> SendPlan:
         """One sbatch's plan: its folder, its intent rows, and its dependencies as the store
         has them now (parents in this request are resolved as they are sent)."""
         first = submission.tasks[0]
@@ -453,7 +249,7 @@ class SlurmBackend:
             and parents.get(i) is not None
             and parents[i].state is not JobState.SUCCEEDED
         )
-        return _Send(submission, folder, log_name, rows, after, inside, waiting, never)
+        return SendPlan(submission, folder, log_name, rows, after, inside, waiting, never)
 
     def record_sent(self, ids: list[int], sent: Sent) -> list[JobRecord]:
         """Step 3's outcome, on the loop: the Slurm ids kept, or the jobs forgotten and the
@@ -716,162 +512,3 @@ def _failure(state: str, code: int | None, sig: int | None, row: SlurmRow) -> st
     if state == "FAILED" and code is not None:
         return f"exit code {code}" + (f", signal {sig}" if sig else "") + f" ({where})"
     return f"Slurm ended it {state} ({where})"
-
-
-def _header(submission: Submission, cluster_name: str, cluster: ClusterSpec) -> list[str]:
-    first = submission.tasks[0]
-    ids = [t.job_id for t in submission.tasks]
-    what = (
-        f"gpudesk jobs {ids[0]}-{ids[-1]}, the sweep {first.spec.sweep!r}"
-        if submission.is_array
-        else f"gpudesk job {ids[0]} ({first.spec.name})"
-    )
-    return [
-        f"{what}, written by gpudesk {__version__} on {time.strftime('%Y-%m-%d %H:%M:%S')}",
-        f"for Slurm cluster {cluster_name}"
-        + (f", partition {cluster.partition}" if cluster.partition else ""),
-        "gpudesk submitted it with `sbatch --parsable`; cancel it with `gpudesk cancel`.",
-    ]
-
-
-def _conf_for(cluster: ClusterSpec, base_env: Mapping[str, str] | None, owner: Identity) -> str:
-    """The slurm.conf a job's clients read: the one its [cluster] names, else the site's. A
-    personal engine takes its submitter's SLURM_CONF over its own, as her shell would; a system
-    engine never a variable of her request (her `conf` is hers to name, and read as her)."""
-    if cluster.conf:
-        return cluster.conf
-    if base_env is not None and not acts_for_other(owner) and base_env.get("SLURM_CONF"):
-        return base_env["SLURM_CONF"]
-    return site_conf()
-
-
-@dataclass(frozen=True)
-class Prepared:
-    """What step 1 found out (off the loop): the cluster, its clients, its offer, its name."""
-
-    cluster: ClusterSpec
-    commands: SlurmCommands
-    offer: GresOffer
-    name: str
-
-
-@dataclass(frozen=True)
-class _Send:
-    """One sbatch as the loop planned it (step 2), for the worker to send (step 3)."""
-
-    submission: Submission
-    folder: Path
-    log_name: str
-    rows: list[SlurmRow]  # its intent rows, one per job
-    after: tuple[int, ...]  # the first job's parents (gpudesk ids)
-    inside: tuple[int, ...]  # those in this request: sent before it, or never
-    waiting: tuple[str, ...]  # Slurm ids of parents outside it that have not succeeded
-    never: str  # why it can never run ("" while it can): a parent outside already failed
-
-    @property
-    def job_ids(self) -> list[int]:
-        return [row.job_id for row in self.rows]
-
-
-@dataclass(frozen=True)
-class Sent:
-    """Step 3's outcome: (job id, Slurm id of its submission) for each job sent, the jobs that
-    can never run (a parent failed), or why the whole request was refused (all undone)."""
-
-    ids: list[tuple[int, str]]
-    never: list[tuple[int, str]]
-    refused: str | None = None
-
-
-def _prepare(
-    specs: list[JobSpec],
-    cluster: ClusterSpec,
-    conf: str,
-    owner: Identity,
-    known_name: str | None,
-) -> Prepared:
-    """Step 1, as the owner, off the loop: raises SubmitRefused."""
-    commands = SlurmCommands(conf, owner)
-    try:
-        offer = commands.offer(cluster.partition)
-        # sinfo -p NOSUCH answers nothing and exits 0: the partition is checked on its own
-        known_partitions = commands.partitions() if cluster.partition is not None else []
-        if cluster.partition is not None and cluster.partition not in known_partitions:
-            known = ", ".join(known_partitions) or "none"
-            raise SubmitRefused(
-                f"the cluster has no partition {cluster.partition!r} (it has: {known}); "
-                "name one of those in [cluster] partition or --partition. Nothing was "
-                "submitted."
-            )
-        plan(specs, cluster, offer)  # a job the cluster cannot be asked for is refused here
-        # ClusterName is asked once per slurm.conf and owner (scontrol show config prints
-        # hundreds of lines)
-        name = known_name or commands.cluster_name()
-    except (SlurmError, SlurmMappingError) as exc:
-        raise SubmitRefused(f"{str(exc).rstrip('.')}. Nothing was submitted.") from None
-    return Prepared(cluster, commands, offer, name)
-
-
-def _send(
-    commands: SlurmCommands,
-    cluster: ClusterSpec,
-    name: str,
-    sends: list[_Send],
-    environment: Mapping[str, str],
-    unset: Sequence[str],
-) -> Sent:
-    """Step 3, as the owner, off the loop: each sbatch in order; when one fails, those already
-    sent are cancelled and the folders removed (all or nothing)."""
-    ids: list[tuple[int, str]] = []
-    never: list[tuple[int, str]] = []
-    by_job: dict[int, str] = {}  # job id -> its submission's Slurm id, as they are sent
-    never_by_job: dict[int, str] = {}
-    sent: list[str] = []
-    folders: list[Path] = []
-    try:
-        for send in sends:
-            parent = next((i for i in send.inside if i in never_by_job), None)
-            why_not = send.never or (
-                f"job {parent}, which it runs after, can never run ({never_by_job[parent]})"
-                if parent is not None
-                else ""
-            )
-            if why_not:
-                never += [(i, why_not) for i in send.job_ids]
-                never_by_job.update(dict.fromkeys(send.job_ids, why_not))
-                continue
-            waiting = list(send.waiting) + [by_job[i] for i in send.inside if i in by_job]
-            dependency = (
-                SbatchOption(
-                    "--dependency",
-                    "afterok:" + ":".join(waiting),
-                    f"after = gpudesk job(s) {', '.join(map(str, send.after))}: start only once "
-                    "they succeeded",
-                )
-                if waiting
-                else None
-            )
-            folders.append(send.folder)
-            text = render(
-                send.submission,
-                output=literal(f"{send.folder}/") + send.log_name.format(ARRAY_TASK),
-                header=_header(send.submission, name, cluster),
-                dependency=dependency,
-                environment=environment,
-                unset=unset,
-            )
-            submitted = commands.sbatch(str(send.folder), str(send.folder / "job.sbatch"), text)
-            sent.append(submitted)
-            for row in send.rows:
-                by_job[row.job_id] = submitted if row.task is None else f"{submitted}_{row.task}"
-                ids.append((row.job_id, submitted))
-    except (SlurmError, OSError) as exc:
-        refused = commands.cancel(sent) if sent else None
-        for folder in folders:
-            commands.remove_folder(str(folder))
-        what = exc if isinstance(exc, SlurmError) else f"could not write the sbatch script: {exc}"
-        undone = f" The {len(sent)} already submitted were cancelled (scancel)." if sent else ""
-        if refused:
-            undone = f" Cancelling the {len(sent)} already submitted failed: {refused}."
-        return Sent([], [], f"{what}.{undone} Nothing was submitted.")
-    return Sent(ids, never)

@@ -27,7 +27,11 @@ from gpudesk.engine.activity import EngineActivity
 from gpudesk.engine.events import EventPublisher
 from gpudesk.engine.loaders import LoaderSupervisor
 from gpudesk.engine.loop_timing import LoopTiming
-from gpudesk.engine.metrics.snapshot import (
+from gpudesk.engine.state import CurrentStation
+from gpudesk.engine.store.database import Store
+from gpudesk.engine.telemetry_sink import TelemetrySink
+from gpudesk.hw.telemetry.monitor import RawSample
+from gpudesk.metrics.snapshot import (
     JobCount,
     MetricsSnapshot,
     device_readings,
@@ -35,14 +39,10 @@ from gpudesk.engine.metrics.snapshot import (
     loader_figures,
     running_jobs,
 )
-from gpudesk.engine.state import CurrentStation
-from gpudesk.engine.store.database import Store
-from gpudesk.engine.telemetry_sink import TelemetrySink
-from gpudesk.hw.telemetry.monitor import RawSample
 from gpudesk.paths import user_name
 
 if TYPE_CHECKING:
-    from gpudesk.engine.metrics.server import MetricsServer
+    from gpudesk.metrics.server import MetricsServer
 
 log = logging.getLogger("gpudesk.engine")
 
@@ -128,8 +128,8 @@ class MetricsExporter:
             # time the engine should not pay with metrics off.
             from prometheus_client import CollectorRegistry
 
-            from gpudesk.engine.metrics.collector import SnapshotCollector
-            from gpudesk.engine.metrics.server import MetricsServer
+            from gpudesk.metrics.collector import SnapshotCollector
+            from gpudesk.metrics.server import MetricsServer
 
             registry = CollectorRegistry(auto_describe=False)  # this engine's, not the global
             registry.register(SnapshotCollector(lambda: self.snapshot))

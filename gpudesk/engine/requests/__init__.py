@@ -1,11 +1,11 @@
 """The engine's requests, one module per group of ops: `dispatch` (the op table, the door, the
-mapping of errors to protocol codes), `submission`, `listing` (jobs, show, log) and `job_views`,
+mapping of errors to protocol codes), `submission`, `listing` (jobs, show, log),
 `job_actions` (cancel, hold, release, priority, requeue), `station` (ping, status, configure,
 datasets, shutdown), `telemetry`, `mig` and `model`; `common` holds what they share.
 """
 
+from gpudesk.engine.backends.local.admission import CHANGE_CHECKS
 from gpudesk.engine.requests.common import EngineParts
 from gpudesk.engine.requests.dispatch import RequestHandlers
-from gpudesk.engine.requests.submission import CHANGE_CHECKS
 
 __all__ = ["CHANGE_CHECKS", "EngineParts", "RequestHandlers"]

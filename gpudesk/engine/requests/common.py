@@ -23,9 +23,7 @@ from gpudesk.engine.attempts import Attempts
 from gpudesk.engine.backends.slurm import SlurmBackend
 from gpudesk.engine.events import EventPublisher
 from gpudesk.engine.job_control import JobControl
-from gpudesk.engine.learning import (
-    StationLearning,
-)
+from gpudesk.engine.learning import StationLearning
 from gpudesk.engine.loaders import LoaderSupervisor
 from gpudesk.engine.loop_timing import LoopTiming
 from gpudesk.engine.metrics.exporter import MetricsExporter

@@ -108,24 +108,7 @@ class JobActionRequests(Requests):
         """{"jobs": [refs]}: put finished jobs (failed, cancelled, or succeeded to rerun them)
         back in the queue as the same job, with a fresh attempt budget; attempt numbers
         continue. Outcomes: "requeued", "already queued", or (ok false)
-        "running: only a finished job can be requeued"."""
-        return self.act_on_jobs(args, caller, "requeue", self._requeue)
-
-    def _requeue(self, job: JobRecord) -> JobOutcome:
-        """Requeue `job` unless that would leave its owner more queued jobs than `[station]
-        max_queued_per_user` (whoever asks: the limit is the owner's); then the outcome is the
-        refusal. Only a finished station job would enter the queue: the others' outcomes say
-        why nothing happens."""
-        control = self.parts.control
-        if job.state.terminal and job.spec.cluster is None:
-            refusal = user_limits.queued_refusal(
-                self.parts.station.config.max_queued_per_user,
-                job.user,
-                user_limits.queued_count(self.parts.queue, job.owner.uid),
-                1,
-                "requeueing",
-                f"Job {job.id} was not requeued",
-            )
-            if refusal:
-                return JobOutcome(refusal, ok=False)
-        return control.requeue(job)
+        "running: only a finished job can be requeued", or the refusal when its owner would
+        hold more queued jobs than `[station] max_queued_per_user` allows (whoever asks: the
+        limit is the owner's)."""
+        return self.act_on_jobs(args, caller, "requeue", self.parts.control.requeue)

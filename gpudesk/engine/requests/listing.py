@@ -1,44 +1,42 @@
 """Reading jobs: `jobs` (a page of the listing), `show` (one job in full) and `log` (a piece of an
-attempt's output, read by the engine for a client that may not read the file).
+attempt's output, read by the engine for a client that may not read the file). A job's reply is
+its record, then its backend's part (engine/backends/: where it runs, its log, its wait code, its
+attempts), each backend's read once for a page.
 """
 
 from __future__ import annotations
 
 import time
-from pathlib import Path
+from collections.abc import Callable
 
 import msgspec
 
 from gpudesk import joblog
 from gpudesk.core import protocol
 from gpudesk.core.identity import Caller
-from gpudesk.core.jobs import (
-    JobState,
-)
+from gpudesk.core.jobs import JobSpec, JobState
 from gpudesk.core.protocol import ProtocolError
 from gpudesk.core.records import JobRecord
 from gpudesk.core.wire.jobs import (
-    AttemptView,
+    ClusterView,
     DamagedJob,
     JobDetail,
     JobList,
+    JobSpecView,
     JobView,
     LogChunk,
+    TrackingView,
 )
 from gpudesk.core.wire.requests import JobsArgs, LogArgs, ShowArgs
-from gpudesk.engine import runner
-from gpudesk.engine.backends import slurm_views
+from gpudesk.engine.backends.base import JobsView, OwnerRead
 from gpudesk.engine.offloop import Later
-from gpudesk.engine.requests.common import Handler, user_arg
-from gpudesk.engine.requests.job_views import JobViews
-from gpudesk.engine.store.slurm import SlurmRow
-from gpudesk.slurm import logs as slurm_logs
-from gpudesk.slurm.as_owner import acts_for_other
+from gpudesk.engine.requests.common import Handler, Requests, user_arg
+from gpudesk.redact import redact_secrets
 from gpudesk.text import ends_in_c1_lead, is_text, printable_bytes
 from gpudesk.trust import UntrustedFileError
 
 
-class ListingRequests(JobViews):
+class ListingRequests(Requests):
     """The read-only job requests."""
 
     def ops(self) -> dict[str, Handler]:
@@ -85,16 +83,11 @@ class ListingRequests(JobViews):
             count=args.count,
         )
         jobs = page.jobs
-        live_by_job = self.parts.attempts.by_job()
-        # one query for every Slurm job listed, not one per job: a run can list thousands
-        on_slurm = self.parts.store.slurm_jobs([j.id for j in jobs if j.spec.cluster is not None])
-        result = [
-            self.job_reply(job, caller, live_by_job.get(job.id), on_slurm.get(job.id))
-            for job in jobs
-        ]
-        self._add_wait_reasons(jobs, result, on_slurm)
+        view_of = self.parts.control.backends.views(jobs)  # each backend's part, read once
+        result = [self.job_reply(job, caller, view_of(job)) for job in jobs]
+        self._add_wait_reasons(jobs, result, view_of)
         if args.usage:
-            self._add_usage(jobs, result, on_slurm)
+            self._add_usage(jobs, result, view_of)
         cursor = page.cursor if page.more else None
         return JobList(
             jobs=result,
@@ -107,40 +100,87 @@ class ListingRequests(JobViews):
         )
 
     def _add_usage(
-        self, jobs: list[JobRecord], replies: list[JobView], on_slurm: dict[int, SlurmRow]
+        self,
+        jobs: list[JobRecord],
+        replies: list[JobView],
+        view_of: Callable[[JobRecord], JobsView],
     ) -> None:
         """Each listed job's usage, its last slot and the GPU-seconds it held (`jobs` with
-        `usage`), for the whole page at once."""
+        `usage`; a Slurm job's, Slurm's allocation), for the whole page at once."""
         usage = self._usage([job.id for job in jobs])
         allocations = self.parts.store.allocations([job.id for job in jobs], time.time())
         for index, job in enumerate(jobs):
-            last_slot, gpu_s = allocations.get(job.id, (None, 0.0))
-            row = on_slurm.get(job.id)
-            if row is not None and job.started_at is not None:
-                # Slurm allocated it: the GPUs it asked for, over its wall time
-                last_slot = slurm_views.slot(row)
-                ended = job.ended_at or time.time()
-                gpu_s = job.spec.gpus * (ended - job.started_at)
+            stored = allocations.get(job.id, (None, 0.0))
+            last_slot, gpu_s = view_of(job).allocation(job, stored)
             replies[index] = msgspec.structs.replace(
                 replies[index], usage=usage.get(job.id), last_slot=last_slot, gpu_s=gpu_s
             )
 
+    def job_reply(self, job: JobRecord, caller: Caller, view: JobsView) -> JobView:
+        """A job on the wire, as `caller` may see it: its record, then its backend's part (while
+        it runs, where: `slot`, a label; `gpus`, `mode` and `mig_slice`, the same as data; its
+        log; a Slurm job's `slurm`), then the shared loader it reads."""
+        spec = spec_view(job.spec)
+        if spec.tracking is not None and not self._sees_secrets(caller, job.owner.uid):
+            tracking = spec.tracking
+            hidden = msgspec.structs.replace(
+                tracking, mlflow_uri=redact_secrets(tracking.mlflow_uri)
+            )
+            spec = msgspec.structs.replace(spec, tracking=hidden)
+        part = view.fields(job)
+        return JobView(
+            id=job.id,
+            name=job.spec.name,
+            state=job.state.value,
+            group=job.spec.group,
+            submitted_at=job.submitted_at,
+            started_at=job.started_at,
+            ended_at=job.ended_at,
+            attempts=job.attempts,
+            max_attempts=job.spec.max_attempts,
+            exit_code=job.exit_code,
+            reason=job.reason,
+            cancel_requested=job.cancel_requested,
+            held=job.held,
+            attempts_before_requeue=job.attempts_before_requeue,
+            user=job.user,
+            uid=job.owner.uid,
+            spec=spec,
+            slot=part.slot,
+            gpus=list(part.gpus),
+            mode=part.mode,
+            mig_slice=part.mig_slice,
+            pgid=part.pgid,
+            log=part.log,
+            # the shared loader it reads: its dataset's, or the dataset's variant for its selection
+            loader=self.parts.loaders.loader_for(job.spec.dataset, job.spec.selection),
+            slurm=part.slurm,
+        )
+
+    @staticmethod
+    def _add_wait_reasons(
+        jobs: list[JobRecord], replies: list[JobView], view_of: Callable[[JobRecord], JobsView]
+    ) -> None:
+        """Each queued job's `wait_reason`, the short code `gpudesk queue` shows as squeue
+        does (its backend's: the station's Scheduler.wait_codes, read for the whole page at
+        once; a Slurm job's is Slurm's own)."""
+        for index, job in enumerate(jobs):
+            if job.state is JobState.QUEUED:
+                reason = view_of(job).wait_code(job)
+                replies[index] = msgspec.structs.replace(replies[index], wait_reason=reason)
+
     def show(self, args: ShowArgs, caller: Caller) -> JobDetail:
         parts = self.parts
         job = self._find(args.job, "job")
-        row = parts.store.slurm_job(job.id) if job.spec.cluster is not None else None
-        views = [self.job_reply(job, caller, parts.attempts.by_job().get(job.id), row)]
-        self._add_wait_reasons([job], views, {job.id: row} if row else {})
-        attempts = [self.attempt_reply(a) for a in parts.store.attempts(job.id)]
-        if row is not None and job.attempts:  # Slurm ran it: its one attempt, as Slurm tells
-            attempts = [msgspec.convert(slurm_views.attempt(job, row), AttemptView)]
+        backend = parts.control.backends.for_job(job)
+        view = backend.view([job])
+        views = [self.job_reply(job, caller, view)]
+        self._add_wait_reasons([job], views, lambda _job: view)
         waiting = None
         if job.state is JobState.QUEUED and job.held:
             waiting = f"held: it will not start until released (gpudesk release {job.id})"
-        elif job.state is JobState.QUEUED and row is not None:
-            waiting = slurm_views.explain_wait(row)
         elif job.state is JobState.QUEUED:
-            waiting = parts.scheduler.explain_wait(job)
+            waiting = backend.explain(job)
         env = None
         if args.env:
             # The environment can hold secrets: the owner's and the admins' to read only.
@@ -152,7 +192,7 @@ class ListingRequests(JobViews):
         series = parts.telemetry.job_series(job.id).view() if args.series else None
         return JobDetail(
             job=views[0],
-            attempts=attempts,
+            attempts=view.attempts(job),
             events=[e.view() for e in parts.store.events(job.id)],
             waiting=waiting,
             usage=self._usage([job.id]).get(job.id),
@@ -161,7 +201,7 @@ class ListingRequests(JobViews):
             series=series,
         )
 
-    def log(self, args: LogArgs, caller: Caller) -> LogChunk | Later[slurm_logs.LogRead]:
+    def log(self, args: LogArgs, caller: Caller) -> LogChunk | Later[tuple[bytes, int]]:
         """{"job", "attempt"?, "offset"?, "max_bytes"?}: at most `max_bytes` of an attempt's
         output (default: its latest) from stream position `offset`, read by the engine, for a
         client that may not read the file itself (an admin reading another user's job on a
@@ -174,11 +214,7 @@ class ListingRequests(JobViews):
         if refusal:
             raise ProtocolError(protocol.REFUSED, refusal)
         number, offset, limit = _log_range(args, job)
-        path = parts.home.attempt_dir(job.id, number) / runner.LOG_FILE
-        # whose files the log and its parts must be: its owner's where the job ran as them,
-        # else the engine's own (gpudesk.joblog reads them as files a user may have planted)
-        owner_uid = runner.log_owner_uid(job.owner)
-        row = parts.store.slurm_job(job.id) if job.spec.cluster is not None else None
+        place = parts.control.backends.for_job(job).log(job, number)
         spelled_out = caller.uid != job.owner.uid
 
         def reply(data: bytes, skipped: int, position: int, end: int) -> LogChunk:
@@ -193,25 +229,15 @@ class ListingRequests(JobViews):
                 job=job.id, attempt=number, data=data, skipped=skipped, next=position, end=end
             )
 
-        if row is not None and acts_for_other(job.owner):
-            # in her folder, every name of whose path is hers: read by a process run as her,
-            # off the loop (the process may take up to slurm_logs.READ_S)
-            output, owner = row.output, job.owner
-
-            def read_hers() -> slurm_logs.LogRead:
-                try:
-                    return slurm_logs.read_as_owner(owner, output, offset, limit)
-                except slurm_logs.LogUnreadable as exc:
-                    raise ProtocolError(protocol.REFUSED, f"job {job.id}'s log: {exc}") from None
-
+        if isinstance(place, OwnerRead):  # read by a process run as the job's owner
+            read = place.read
             return Later(
-                read_hers,
-                lambda read: reply(read.data, 0, offset + len(read.data), read.end),
-                slurm_logs.READ_S + 5.0,
-                f"reading job {job.id}'s log as {job.owner.name}",
+                lambda: read(offset, limit),
+                lambda got: reply(got[0], 0, offset + len(got[0]), got[1]),
+                place.bound_s,
+                place.what,
             )
-        if row is not None:
-            path, owner_uid = Path(row.output), job.owner.uid
+        path, owner_uid = place.path, place.owner_uid
         # On the loop, never waiting on the log's lock (wait=False): a job can hold its own
         # output.log locked for good, and a wait here stalled every client 2 x 3 s per request
         # (issue 36). Reading it is safe unlocked: the loop is what rotates it (gpudesk.joblog).
@@ -240,3 +266,28 @@ def _log_range(args: LogArgs, job: JobRecord) -> tuple[int, int, int]:
             f"'attempt': job {job.id} has attempts 1 to {job.attempts}",
         )
     return number, args.offset, args.max_bytes
+
+
+def spec_view(spec: JobSpec) -> JobSpecView:
+    """The spec as listings carry it: without `env` (it can hold secrets and is large; `show`
+    sends it on request)."""
+    tracking, cluster = spec.tracking, spec.cluster
+    return JobSpecView(
+        name=spec.name,
+        command=list(spec.command),
+        shell=spec.shell,
+        workdir=spec.workdir,
+        gpus=spec.gpus,
+        memory_gb=spec.memory_gb,
+        sm_pct=spec.sm_pct,
+        dataset=spec.dataset,
+        selection=spec.selection,
+        priority=spec.priority,
+        max_attempts=spec.max_attempts,
+        group=spec.group,
+        after=list(spec.after),
+        time_limit_s=spec.time_limit_s,
+        sweep=spec.sweep,
+        tracking=None if tracking is None else TrackingView(**tracking.to_dict()),
+        cluster=None if cluster is None else ClusterView(**cluster.to_dict()),
+    )

@@ -19,11 +19,9 @@ from gpudesk.core.wire.model import (
     ParamKind,
 )
 from gpudesk.core.wire.requests import ModelObserveArgs, ModelResetArgs, OpArgs
-from gpudesk.engine.learning import (
-    observation_from_dict,
-)
 from gpudesk.engine.requests.common import Handler, Requests
 from gpudesk.policy.interference import LearnedParam
+from gpudesk.policy.observation_wire import observation_from_dict
 from gpudesk.text import is_text
 
 log = logging.getLogger("gpudesk.engine")

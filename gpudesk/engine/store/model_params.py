@@ -30,8 +30,8 @@ class ParamTotal:
 class StoredObservation:
     """One observation the learner keeps: on which GPU model, its source ("learned" from a
     job's progress, "calibrated" from a probe), when, and the observation itself as JSON in
-    the `model_observe` wire format. `gpudesk.engine.learning` writes and reads that JSON; the
-    store does not look inside."""
+    the `model_observe` wire format (`gpudesk.policy.observation_wire`); the store does not
+    look inside."""
 
     gpu_model: str
     source: str

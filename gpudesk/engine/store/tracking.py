@@ -19,7 +19,7 @@ class TrackingRow:
     job_id: int | None  # None: a sweep's parent run
     uid: int  # whose worker talks to its store
     uri: str
-    create_op: bytes  # the JSON line that makes it (gpudesk.engine.tracking.messages)
+    create_op: bytes  # the JSON line that makes it (gpudesk.tracking.messages)
     run_id: str | None
     final: bool
     step: int

@@ -12,9 +12,9 @@ from typing import Any
 
 from gpudesk.core.jobs import MLFLOW_MAX_PARAM_VALUE, JobState
 from gpudesk.core.records import JobRecord
-from gpudesk.engine.tracking.messages import MetricPoint
 from gpudesk.policy.policy import Placement
 from gpudesk.results import LINE, metrics_of
+from gpudesk.tracking.messages import MetricPoint
 
 # A job's state as its run's status (MLflow's RunStatus names).
 STATUS_OF = {

@@ -31,15 +31,15 @@ from pathlib import Path
 
 from gpudesk import trust
 from gpudesk.core.identity import Identity
-from gpudesk.engine.tracking import messages
 from gpudesk.engine.tracking.outbox import Outbox
 from gpudesk.engine.tracking.replies import Complaints
 from gpudesk.paths import UnsafePath, open_state_file
 from gpudesk.spawn import SAFE_CWD, module_argv
+from gpudesk.tracking import messages
 
 log = logging.getLogger("gpudesk.engine")
 
-WORKER_MODULE = "gpudesk.engine.tracking.worker"
+WORKER_MODULE = "gpudesk.tracking.worker"
 # A worker that keeps dying is started again at most this often within the window; then it
 # stays down (tracking paused for its owner, said in the log and `status`) until the window
 # has passed, so a broken install cannot turn into a fork loop.

@@ -10,7 +10,7 @@ are being made, what each gets and when, the workers that talk to the stores, an
 - Each telemetry sample of a running job becomes metric points (`sample`); its end, its
   totals, result lines and status (`job_changed`), sent until the worker says MLflow has it.
 - Workers (`sidecar`) run as the jobs' owners; what they say of their stores (`Health`) is
-  logged when a store starts or stops failing and shown by `status` (`health`).
+  logged when a store starts or stops failing and shown by `status` (`store_health`).
 - A worker's replies are its owner's to forge: each counts only for a run of the worker's own
   uid (`replies`), and its text is redacted and cut before it is logged or kept.
 - A URI can hold a password: the views show it whole to its job's owner and the admins only
@@ -40,14 +40,16 @@ from gpudesk.engine.state import PlacementDue
 from gpudesk.engine.store.database import Store
 from gpudesk.engine.store.tracking import TrackingRow
 from gpudesk.engine.telemetry_sink import TelemetrySink
-from gpudesk.engine.tracking import content, messages
+from gpudesk.engine.tracking import content
 from gpudesk.engine.tracking.replies import Complaints, EventBudget
 from gpudesk.engine.tracking.sidecar import Sidecar
-from gpudesk.paths import Home, user_name
+from gpudesk.engine.tracking.store_health import TRACKING_EVENT, SeesSecrets, StoreHealths
+from gpudesk.paths import Home
 from gpudesk.policy.policy import Placement
 from gpudesk.redact import redact_secrets
 from gpudesk.results import TAIL_BYTES
 from gpudesk.text import safe_text
+from gpudesk.tracking import messages
 
 log = logging.getLogger("gpudesk.engine")
 
@@ -64,13 +66,6 @@ def run_wait_s() -> float:
     return env_seconds(RUN_WAIT_ENV, RUN_WAIT_S, 0.0, 3600.0)
 
 
-TRACKING_EVENT = "tracking"  # the kind of event tracking problems are stored as
-
-# Whether the viewer of a request may see the secrets in the URIs of a user's (by uid) jobs:
-# the owner and the admins may (requests.py decides); anyone else sees them redacted.
-SeesSecrets = Callable[[int], bool]
-
-
 @dataclass
 class TrackedRun:
     """A run the engine made or is making, until its end is in MLflow."""
@@ -85,30 +80,6 @@ class TrackedRun:
     final_ops: list[messages.Op] = field(default_factory=list)  # its end, once sent
     running: bool = False  # a parent: told RUNNING
     events: EventBudget = field(default_factory=EventBudget)  # its worker's rejections' events
-
-
-@dataclass
-class StoreHealth:
-    """A store as one owner's worker finds it."""
-
-    uid: int
-    uri: str
-    queued: int = 0
-    error: str | None = None
-    since: float | None = None  # when it started failing (wall clock)
-    dropped: int = 0
-    events: EventBudget = field(default_factory=EventBudget)  # its failing and recovering
-
-    def view(self, unsent: int, worker_problem: str | None, whole_uri: bool) -> TrackingHealth:
-        return TrackingHealth(
-            user=user_name(self.uid),
-            uid=self.uid,
-            mlflow_uri=self.uri if whole_uri else redact_secrets(self.uri),
-            queued=self.queued + unsent,
-            error=self.error or worker_problem,
-            error_since=self.since,
-            dropped=self.dropped,
-        )
 
 
 def _identity_of(uid: int) -> Identity:
@@ -145,9 +116,7 @@ class Tracking:
         # last of them (asking the store for the whole sweep only then).
         self.open_children: dict[str, set[int]] = {}
         self.workers: dict[int, Sidecar] = {}  # by owner uid
-        self.health: dict[tuple[int, str], StoreHealth] = {}
-        # The stores each owner's runs use: the ones her worker may report the health of.
-        self.stores_of: dict[int, set[str]] = {}
+        self.healths = StoreHealths(store)  # each owner's stores, as her worker finds them
         self.started_at = time.monotonic()
         self.run_wait_s = run_wait_s()
 
@@ -254,7 +223,7 @@ class Tracking:
         """One reply of the worker of `uid`, believed only for a run that worker was handed
         (module docstring)."""
         if isinstance(reply, messages.Health):
-            self._on_health(uid, reply)
+            self.healths.heard(uid, reply, self._complaints(uid))
             return
         run = self.runs.get(reply.key)
         if run is None or run.uid != uid:
@@ -292,50 +261,14 @@ class Tracking:
         return self.workers[uid].complaints
 
     def _track_store(self, run: TrackedRun) -> None:
-        self.stores_of.setdefault(run.uid, set()).add(run.uri)
-
-    def _on_health(self, uid: int, reply: messages.Health) -> None:
-        if reply.uri not in self.stores_of.get(uid, ()):
-            self._complaints(uid).dropped("the health of a store none of its runs uses")
-            return
-        health = self.health.setdefault((uid, reply.uri), StoreHealth(uid, reply.uri))
-        was_failing = health.error is not None
-        health.queued, health.dropped = reply.queued, reply.dropped
-        # Worker's text: what the store said, which may name the store with its password.
-        error = None if reply.error is None else redact_secrets(safe_text(reply.error))
-        health.error = error
-        shown_uri = redact_secrets(reply.uri)  # the log and the events are read by others
-        if error is not None and not was_failing:
-            health.since = time.time()
-            message = (
-                f"MLflow store {shown_uri} unreachable: {error}; {reply.queued} "
-                "update(s) queued, retrying"
-            )
-        elif error is None and was_failing:
-            health.since = None
-            message = f"MLflow store {shown_uri} answers again; the queued updates are sent"
-        else:
-            return
-        if not health.events.take():  # a store flapping (or said to): its first changes said
-            return
-        log.log(logging.WARNING if error else logging.INFO, "%s", message)
-        self.store.add_event(TRACKING_EVENT, message)
+        self.healths.uses(run.uid, run.uri)
 
     def health_list(self, sees_secrets: SeesSecrets) -> list[TrackingHealth]:
-        """Each store each owner's worker talks to, or is to talk to: what `status` shows. A
-        store its worker has said nothing of yet (it is starting, or cannot start) is shown
-        too, with the worker's problem. A store's URI is its owner's: whole only for a viewer
-        who `sees_secrets` of that owner's jobs."""
-        stores = dict(self.health)
-        for run in self.runs.values():
-            stores.setdefault((run.uid, run.uri), StoreHealth(run.uid, run.uri))
-        shown = []
-        for (uid, _uri), health in sorted(stores.items()):
-            worker = self.workers.get(uid)
-            unsent = len(worker.outbox) if worker else 0
-            problem = worker.state.problem if worker else None
-            shown.append(health.view(unsent, problem, sees_secrets(uid)))
-        return shown
+        """Each store each owner's worker talks to, or is to talk to: what `status` shows
+        (`StoreHealths.listing`)."""
+        return self.healths.listing(
+            [(run.uid, run.uri) for run in self.runs.values()], self.workers, sees_secrets
+        )
 
     # -------------------------------------------------------------- job life
     def job_changed(self, job: JobRecord) -> None:
@@ -507,8 +440,8 @@ class Tracking:
             return None
         left = max(0.0, deadline - time.monotonic())
         uri = job.spec.tracking.mlflow_uri
-        health = self.health.get((job.owner.uid, uri))
-        why = f"; the store: {health.error}" if health and health.error else ""
+        error = self.healths.error(job.owner.uid, uri)
+        why = f"; the store: {error}" if error else ""
         return (  # shown to anyone who lists the job: the URI redacted
             f"waiting for its MLflow run to be made in {redact_secrets(uri)} (at most "
             f"{left:.0f} s more, then it starts without MLFLOW_RUN_ID){why}"
@@ -535,8 +468,8 @@ class Tracking:
         if run is not None and run.run_id is not None:
             env["MLFLOW_RUN_ID"] = run.run_id
         else:
-            health = self.health.get((job.owner.uid, tracking.mlflow_uri))
-            why = f" (the store: {health.error})" if health and health.error else ""
+            error = self.healths.error(job.owner.uid, tracking.mlflow_uri)
+            why = f" (the store: {error})" if error else ""
             note = (
                 f"started without MLFLOW_RUN_ID: its MLflow run was not made within "
                 f"{self.run_wait_s:g} s{why}. gpudesk's run gets its metrics when the store "
@@ -661,10 +594,9 @@ class Tracking:
         if run is None:
             row = self.store.tracking_runs_of([job.id]).get(job.id)
             run_id = row.run_id if row else None
-        health = self.health.get((job.owner.uid, tracking.mlflow_uri))
         return JobRunView(
             mlflow_uri=tracking.mlflow_uri if whole_uri else redact_secrets(tracking.mlflow_uri),
             experiment=tracking.experiment,
             run_id=run_id,
-            error=health.error if health else None,
+            error=self.healths.error(job.owner.uid, tracking.mlflow_uri),
         )

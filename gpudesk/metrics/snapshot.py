@@ -8,7 +8,7 @@ exporter's reference; the HTTP thread renders whichever snapshot it finds. A slo
 an old snapshot, never a lock of the engine's.
 
 The builders here are pure functions of typed inputs, so the rendering can be checked on a
-snapshot built by hand (tests/unit/test_metrics_snapshot.py).
+snapshot built by hand (tests/engine/test_metrics_snapshot.py).
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from typing import Any
 
 from gpudesk.core.jobs import JobState
 from gpudesk.core.mig_profiles import short_name
-from gpudesk.engine.histogram import Buckets
 from gpudesk.hw.telemetry.energy import AttemptUsage
 from gpudesk.hw.telemetry.model import BackendReading, GpuReading, MigDevice
 from gpudesk.hw.telemetry.monitor import TrackedAttempt
+from gpudesk.metrics.histogram import Buckets
 from gpudesk.units import carbon_g
 
 

@@ -1,4 +1,4 @@
-"""The tracking worker: `python -m gpudesk.engine.tracking.worker`, one per job owner, started
+"""The tracking worker: `python -m gpudesk.tracking.worker`, one per job owner, started
 by the engine (`sidecar`) as that owner. It reads ops (`messages`) on stdin, one JSON line each,
 and talks to the MLflow stores they name; it answers on stdout.
 
@@ -30,8 +30,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from gpudesk.engine.tracking import messages
-from gpudesk.engine.tracking.messages import (
+from gpudesk.redact import redact_secrets
+from gpudesk.tracking import messages
+from gpudesk.tracking.messages import (
     Acked,
     BindRun,
     CreateRun,
@@ -41,7 +42,6 @@ from gpudesk.engine.tracking.messages import (
     RunMade,
     SetStatus,
 )
-from gpudesk.redact import redact_secrets
 
 log = logging.getLogger("gpudesk.tracking")
 

@@ -1,4 +1,6 @@
-"""Running the calibration plan on a real GPU.
+"""The probe runner: `gpudesk calibrate`'s plan run on a real GPU. It reads the plan and fills the
+measurements (`gpudesk.core.calibration_records`); the fit and the report are pure
+(`gpudesk.policy.calibration`) and run the same on a SIMULATED station.
 
 Each run of the plan starts its probes (`python -m gpudesk.workloads.probe`) as real processes on
 the GPU, waits until each has printed `ready` (torch loaded, CUDA context made, warmed up), then
@@ -39,8 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpudesk.core.mig_profiles import compute_slices, memory_slices, table_for_gpu
-from gpudesk.policy.calibration import (
+from gpudesk.core.calibration_records import (
     AloneMeasurement,
     Measurements,
     MigSlice,
@@ -48,6 +49,7 @@ from gpudesk.policy.calibration import (
     ProbeRun,
     RunMeasurement,
 )
+from gpudesk.core.mig_profiles import compute_slices, memory_slices, table_for_gpu
 from gpudesk.spawn import SAFE_CWD, module_argv
 
 PROBE_MODULE = "gpudesk.workloads.probe"

@@ -18,8 +18,8 @@ from prometheus_client.metrics_core import (
 )
 from prometheus_client.registry import Collector
 
-from gpudesk.engine.histogram import Buckets
-from gpudesk.engine.metrics.snapshot import Device, DeviceReading, MetricsSnapshot
+from gpudesk.metrics.histogram import Buckets
+from gpudesk.metrics.snapshot import Device, DeviceReading, MetricsSnapshot
 
 # (name, help, the DeviceReading field) as dcgm-exporter's default-counters.csv and
 # dcp-metrics-included.csv have them: the same name, unit and help text, so a dashboard built
@@ -62,7 +62,7 @@ class SnapshotCollector(Collector):
 
 
 def render(snapshot: MetricsSnapshot) -> list[Metric]:
-    """Every metric family of a snapshot (a pure function: tests/unit/test_metrics_snapshot.py)."""
+    """Every metric family of a snapshot (pure: tests/engine/test_metrics_snapshot.py)."""
     return [
         _station_info(snapshot),
         *_sampled_at(snapshot),

@@ -1,0 +1,259 @@
+"""What `gpudesk show` prints of one job: its spec and state, the jobs it runs after, its
+attempts (with what placement weighed), what it used, its events and environment; and
+`show --plot`'s figure.
+"""
+
+from __future__ import annotations
+
+import shlex
+import time
+from typing import TYPE_CHECKING
+
+from gpudesk import render
+from gpudesk.cli.plot_output import write_plot
+
+if TYPE_CHECKING:
+    from gpudesk.api.models import (
+        AlternativeView,
+        AttemptView,
+        EventView,
+        JobDetail,
+        JobView,
+        UsageSummary,
+    )
+    from gpudesk.plots.common import PlotTarget
+
+AFTER_LABEL = "  after      "  # `show`'s fields are labelled in this width
+FIELD_INDENT = " " * len(AFTER_LABEL)  # where a field's value starts in `show`
+ATTEMPT_INDENT = " " * len("      why ")  # an attempt's log, cgroup and reason, continued
+EVENT_INDENT = len("  00:00:00  ") + 11  # an event's message, continued under itself
+
+
+def detail_lines(data: JobDetail, after: list[JobView], width: int) -> list[str]:
+    """`gpudesk show JOB` in `width` columns; `after`: the jobs it runs after, as they stand."""
+    lines = _spec_lines(data.job, width)
+    if data.job.spec.after:
+        lines.extend(_after_field(data.job, after, width))
+    lines.extend(_run_lines(data, width))
+    lines.extend(_attempt_lines(data.attempts, width))
+    lines.extend(_usage_lines(data.usage, data.job, data.attempts))
+    lines.extend(_event_lines(data.events, width))
+    if data.env is not None:
+        lines.append("environment:")
+        lines.extend(f"  {k}={v}" for k, v in sorted(data.env.items()))
+    return lines
+
+
+def _spec_lines(j: JobView, width: int) -> list[str]:
+    """Who, in what state, the command and what it asks for, when."""
+    spec = j.spec
+    command = spec.command[0] if spec.shell else shlex.join(spec.command)
+    return [
+        f"job {j.id}: {j.name}",
+        f"  user       {j.user} (uid {j.uid})",
+        f"  state      {j.state}"
+        + (", held" if j.held else "")
+        + (f" ({j.reason})" if j.reason else ""),
+        *_packed(
+            "  command    ",
+            ([command] if spec.shell else [shlex.quote(arg) for arg in spec.command])
+            + (["[shell]"] if spec.shell else []),
+            width,
+        ),
+        f"  workdir    {spec.workdir or '-'}",
+        f"  asks for   {spec.gpus} GPU(s)"
+        + (f", {spec.memory_gb:g} GB" if spec.memory_gb else "")
+        + (f", {spec.sm_pct:g}% SM" if spec.sm_pct is not None else "")
+        + (f", dataset {spec.dataset}" if spec.dataset else "")
+        + (f" ({spec.selection})" if spec.selection else ""),
+        f"  priority   {spec.priority}   attempts {_attempts_text(j)}"
+        + (
+            f"   time limit {render.duration(spec.time_limit_s)} per attempt"
+            if spec.time_limit_s is not None
+            else ""
+        ),
+        f"  submitted  {render.clock(j.submitted_at)}   started {render.clock(j.started_at)}"
+        f"   ended {render.clock(j.ended_at)}"
+        f"   time {render.duration(render.runtime(j.started_at, j.ended_at))}",
+    ]
+
+
+def _after_field(j: JobView, after: list[JobView], width: int) -> list[str]:
+    """The jobs it runs after, each with its name and state, and whether it still waits."""
+    states = {other.id: other for other in after}
+    refs = [
+        f"job {ref} ({states[ref].name}, {states[ref].state})"
+        if ref in states
+        else f"job {ref} (gone)"
+        for ref in j.spec.after
+    ]
+    # what it still waits for; once it has run (or was cancelled for them) it waits no more
+    until = "starts once all have succeeded" if j.state == "queued" else ""
+    return _after_lines(refs, until, width)
+
+
+def _run_lines(data: JobDetail, width: int) -> list[str]:
+    """Its run and sweep, its MLflow run, and why it waits."""
+    j, spec = data.job, data.job.spec
+    lines: list[str] = []
+    if j.group:
+        lines.append(f"  run        {j.group}" + (f", sweep {spec.sweep}" if spec.sweep else ""))
+    if data.tracking is not None:
+        run = data.tracking
+        lines.append(
+            f"  mlflow     {run.mlflow_uri}, experiment {run.experiment}, "
+            + (f"run {run.run_id}" if run.run_id else "run not made yet")
+            + (f" (the store: {run.error})" if run.error else "")
+        )
+    if data.waiting:  # the reason says "waiting ...", "held: ...", "pending in Slurm ..."
+        lines.append(render.fill(f"  why        {data.waiting}", width, FIELD_INDENT))
+    return lines
+
+
+def _attempt_lines(attempts: list[AttemptView], width: int) -> list[str]:
+    """Each attempt: state, slot, pid, exit, time; its log, cgroup, reason and what placement
+    weighed."""
+    if not attempts:
+        return []
+    lines = ["attempts:"]
+    for a in attempts:
+        exit_code = "-" if a.exit_code is None else a.exit_code
+        took = render.duration((a.ended_at or time.time()) - a.started_at) if a.started_at else "-"
+        lines.append(
+            f"  #{a.number}  {a.state:<13} {a.placement.slot:<7} "
+            f"pid {a.pid or '-':<8} exit {exit_code:<4} {took}"
+        )
+        lines.append(f"      log {a.log}")
+        if a.containment:
+            lines.append(render.fill(f"      in  {a.containment}", width, ATTEMPT_INDENT))
+        lines.append(render.fill(f"      why {a.placement.reason}", width, ATTEMPT_INDENT))
+        lines.extend(_alternative_lines(a.placement.alternatives))
+    return lines
+
+
+def _event_lines(events: list[EventView], width: int) -> list[str]:
+    lines = ["events:"]
+    for e in events:
+        event = f"  {render.clock(e.ts)}  {e.state or e.kind:<10} {e.message}"
+        lines.append(render.fill(event, width, " " * EVENT_INDENT))
+    return lines
+
+
+def _after_lines(refs: list[str], until: str, width: int) -> list[str]:
+    """show's `after` field in `width` columns: the jobs it runs after, a sweep's many of them
+    continued under the first, each job's mention kept on one line; then `until` ("" for
+    nothing), wrapped as prose."""
+    pieces = [f"{ref}," for ref in refs[:-1]] + [refs[-1] + (":" if until else "")]
+    return _packed(AFTER_LABEL, pieces + until.split(), width)
+
+
+def _packed(label: str, pieces: list[str], width: int) -> list[str]:
+    """A field of `show` in `width` columns: `pieces` after `label`, as many to a line as fit,
+    the rest continued under the first; a piece (a job's mention, a command's argument with
+    its quotes) is never split, so a longer one runs past `width`."""
+    lines = [label + pieces[0]] if pieces else [label.rstrip()]
+    for piece in pieces[1:]:
+        if len(lines[-1]) + 1 + len(piece) > width:
+            lines.append(FIELD_INDENT + piece)
+        else:
+            lines[-1] += " " + piece
+    return lines
+
+
+def plot_job(target: PlotTarget | None, data: JobDetail) -> None:
+    """`show --plot`, after what show prints."""
+    if target is None:
+        return
+    from gpudesk import render
+    from gpudesk.plots.job import job_figure, job_text
+
+    write_plot(
+        target,
+        lambda: job_figure(data),
+        lambda: job_text(data, width=render.terminal_width()),
+    )
+
+
+def _alternative_lines(alternatives: list[AlternativeView]) -> list[str]:
+    """What placement weighed: each slot with the job's predicted speed there (1.00 = alone
+    on a whole GPU) and the work per second the station gains."""
+    if not alternatives:
+        return []
+    lines = ["      weighed (predicted speed, station gain):"]
+    for alt in alternatives:
+        mark = "*" if alt.note == "chosen" else " "
+        note = f"  {alt.note}" if alt.note and alt.note != "chosen" else ""
+        lines.append(f"       {mark} {alt.slot:<16} {alt.rate:5.2f} {alt.gain:6.2f}{note}")
+    return lines
+
+
+def _attempts_text(job: JobView) -> str:
+    """ "2/3", or after a requeue "1/3 since requeued (4 in all)"."""
+    before = job.attempts_before_requeue
+    counted = f"{job.attempts - before}/{job.max_attempts}"
+    return f"{counted} since requeued ({job.attempts} in all)" if before else counted
+
+
+def _na(value: float | None, fmt: str) -> str:
+    return "n/a" if value is None else fmt.format(value)
+
+
+def _usage_lines(
+    usage: UsageSummary | None, job: JobView, attempts: list[AttemptView]
+) -> list[str]:
+    """What a job used since it started: energy (Wh, as every view shows it; `--json` keeps
+    joules) with carbon, CPU, memory, I/O."""
+    from gpudesk import render
+    from gpudesk.units import watt_hours
+
+    if not usage:
+        if job.terminal and not attempts:
+            return [f"usage:     none: it never ran ({job.state} before it started)"]
+        return ["usage:     not measured yet"]
+    on_mig = any(a.placement.mode == "mig" for a in attempts)
+
+    def mib(value: float | None) -> str:
+        return "-" if value is None else f"{value:.0f} MiB"
+
+    lines = ["usage:"]
+    if usage.gpu_j is not None:
+        idle = usage.gpu_idle_j
+        how = {
+            # a MIG slice's energy is not measured: NVML counts the whole GPU's, every slice
+            # and the idle ones included
+            "exclusive": "the whole GPU in MIG mode, not the slice's own: its idle slices included"
+            if on_mig
+            else "exclusive GPU",
+            "sm share": "shared GPU, split by SM share",
+            "mps share": "shared GPU, split by SM share, its MPS clients' share evenly",
+            "even": "shared GPU, split evenly",
+        }.get(usage.split or "", "")
+        source = "energy counter" if usage.gpu_source == "counter" else f"{usage.gpu_source} power"
+        baseline = (
+            f" = {watt_hours(usage.gpu_above_idle_j)} above an idle baseline of {watt_hours(idle)}"
+            if idle is not None
+            else " (idle baseline unknown)"
+        )
+        lines.append(
+            f"  GPU energy {render.energy_cell(usage.gpu_j, usage.estimate)}{baseline}"
+            f"  [{source}; {how}]" + ("  ESTIMATE" if usage.estimate else "")
+        )
+    cpu = usage.cpu_j
+    lines.append(
+        "  CPU energy "
+        + (
+            f"{watt_hours(cpu)} (RAPL, by share of busy CPU time)"
+            if cpu is not None
+            else "n/a (RAPL not readable here)"
+        )
+    )
+    if usage.total_j is not None:
+        lines.append(
+            f"  carbon     {_na(usage.carbon_g, '{:.2f}')} g CO2e at {usage.grid_g_per_kwh:g} g/kWh"
+        )
+    lines.append(
+        f"  CPU time   {render.duration(usage.cpu_s)}   peak RSS "
+        f"{mib(usage.rss_peak_mib)}   I/O read {mib(usage.io_read_mib)} "
+        f"written {mib(usage.io_write_mib)}"
+    )
+    return lines

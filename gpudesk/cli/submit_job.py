@@ -1,0 +1,166 @@
+"""`gpudesk submit`'s work, step by step: the job's fields from its options, its time limit and
+MLflow tracking, all checked into a `JobSpec` (each problem named by the option that caused it),
+the jobs it runs `--after` named by id, the job submitted and reported.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from gpudesk.cli.common import engine_client, fail, print_json
+from gpudesk.cli.exit_codes import EXIT_USAGE
+
+if TYPE_CHECKING:
+    from gpudesk.core.cluster import ClusterSpec
+    from gpudesk.core.jobs import JobSpec
+
+
+def parse_env(pairs: list[str]) -> dict[str, str]:
+    env = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            fail(f"--env takes NAME=VALUE, found {pair!r}", EXIT_USAGE)
+        env[key] = value
+    return env
+
+
+def job_fields(
+    command: list[str],
+    *,
+    name: str | None,
+    shell: bool,
+    cwd: Path,
+    env: list[str],
+    gpus: int,
+    mem: float | None,
+    sm: float | None,
+    dataset: str | None,
+    selection: str | None,
+    priority: int,
+    max_attempts: int,
+    cluster: ClusterSpec | None,
+) -> dict[str, Any]:
+    """The job's fields as `JobSpec.from_dict` takes them, from submit's options."""
+    from gpudesk.text import safe_text
+
+    return {
+        # a program whose file name is not UTF-8 runs as it is; its name only shows it
+        "name": name or safe_text(Path(command[0]).name),
+        "command": [" ".join(command)] if shell else command,
+        "shell": shell,
+        "workdir": str(cwd),
+        "env": parse_env(env),
+        "gpus": gpus,
+        "memory_gb": mem,
+        "sm_pct": sm,
+        "dataset": dataset,
+        "selection": selection,
+        "priority": priority,
+        "max_attempts": max_attempts,
+        "cluster": cluster,
+    }
+
+
+def add_limit_and_tracking(
+    raw: dict[str, Any], time_limit: str | None, mlflow_uri: str | None, experiment: str | None
+) -> None:
+    """--time as seconds, and --mlflow-uri / --experiment as the job's tracking."""
+    if time_limit is not None:
+        from gpudesk.core.jobs import MAX_TIME_LIMIT_S
+        from gpudesk.units import parse_duration
+
+        try:
+            seconds = parse_duration(time_limit)
+        except ValueError as exc:
+            fail(f"--time: {exc}", EXIT_USAGE)
+        if not 1 <= seconds <= MAX_TIME_LIMIT_S:
+            fail(
+                f"--time: a time limit is 1 s to 366 days; {time_limit} is {seconds:g} s",
+                EXIT_USAGE,
+            )
+        raw["time_limit_s"] = seconds
+    if experiment is not None and mlflow_uri is None:
+        fail("--experiment names an MLflow experiment: give --mlflow-uri too", EXIT_USAGE)
+    if mlflow_uri is not None:
+        from gpudesk.core.jobs import resolve_mlflow_uri
+
+        # a relative sqlite path means one here, as a relative --workdir does
+        raw["tracking"] = {
+            "mlflow_uri": resolve_mlflow_uri(mlflow_uri.strip(), str(Path.cwd())),
+            "experiment": experiment,
+        }
+
+
+def checked_spec(raw: dict[str, Any]) -> JobSpec:
+    """The job's spec; a field it refuses is reported as the option that gave it."""
+    from gpudesk.core.jobs import JobSpec, SpecError
+
+    try:
+        spec = JobSpec.from_dict(raw)
+    except SpecError as exc:
+        if exc.key == "tracking":  # "mlflow_uri: …" or "experiment: …"
+            field, _, message = exc.message.partition(": ")
+            fail(f"--{field.replace('_', '-')}: {message}", EXIT_USAGE)
+        option = {
+            "memory_gb": "--mem",
+            "sm_pct": "--sm",
+            "max_attempts": "--max-attempts",
+            "time_limit_s": "--time",
+        }.get(exc.key, f"--{exc.key}")
+        fail(f"{option}: {exc.message}", EXIT_USAGE)
+    return spec
+
+
+def after_refs(after: list[str]) -> list[str]:
+    """--after's jobs, ids or names, from its comma-separated or repeated values."""
+    refs = [ref.strip() for value in after for ref in value.split(",")]
+    if any(not ref for ref in refs):
+        fail(
+            "--after: expected job ids or names separated by commas, e.g. --after 3,prep",
+            EXIT_USAGE,
+        )
+    return refs
+
+
+def submit_and_report(
+    raw: dict[str, Any], spec: JobSpec, refs: list[str], *, to_cluster: bool, json_out: bool
+) -> None:
+    """Submit the job (its --after names made ids first) and say what became of it."""
+    from gpudesk.api.submit import change_lines
+    from gpudesk.core.jobs import JobSpec, SpecError
+
+    with engine_client() as client:
+        if refs:  # names become ids here: the job waits for those jobs, not later namesakes
+            ids = [
+                int(ref) if ref.isascii() and ref.isdigit() else client.show(ref).job.id
+                for ref in refs
+            ]
+            try:
+                spec = JobSpec.from_dict({**raw, "after": ids})
+            except SpecError as exc:
+                fail(f"--after: {exc.message}", EXIT_USAGE)
+        submitted = client.submit_jobs([spec])
+        (job_id,) = submitted.ids
+        # a Slurm job: say the id Slurm gave it, as sbatch would
+        slurm = client.show(job_id).job.slurm if to_cluster and not json_out else None
+    change = submitted.waits_for_change.get(job_id)
+    if json_out:
+        print_json(
+            {
+                "id": job_id,
+                "name": spec.name,
+                "simulated": submitted.simulated,
+                "waits_for_change": change,
+            }
+        )
+    else:
+        where = f" as Slurm job {slurm.job_id} on {slurm.cluster}" if slurm else ""
+        if submitted.simulated and slurm is None:
+            where = f" on a SIMULATED station ({submitted.simulated}: its GPUs are not real)"
+        print(f"submitted job {job_id} ({spec.name}){where}")
+        # queued, but no GPU will drain for it: say so now, not at the next `queue`
+        for line in change_lines(submitted.waits_for_change):
+            print(f"note: {line}", file=sys.stderr)

@@ -1,0 +1,220 @@
+"""Following Slurm jobs without waiting on Slurm in the loop: the poller thread asks squeue
+(and, for ended jobs, scontrol or the completion log) about the jobs not ended yet, each
+cluster (slurm.conf and owner) on a thread of its own, runs the scancels the loop asked for,
+and hands what it heard (`Heard`) back to the loop, which applies it (`slurm.SlurmBackend.step`).
+A cluster that breaks is said once, then now and then while it lasts, and its recovery at once.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from gpudesk.core.identity import Identity
+from gpudesk.engine.env_seconds import env_seconds
+from gpudesk.engine.store.slurm import SENDING
+from gpudesk.slurm import commands as slurm
+from gpudesk.slurm.commands import Ended, QueueLine, SlurmCommands, SlurmError
+
+POLL_S = 2.0  # how often squeue is asked while Slurm jobs have not ended
+POLL_ENV = "GPUDESK_SLURM_POLL_S"  # the engine's environment may set another (tests: 0.5)
+# Assumption: a cluster that stays broken is said again this often, not every poll (2 s would
+# fill engine.log with one line per poll); its breaking and its recovery are said at once.
+BROKEN_SAY_EVERY_S = 300.0
+
+
+def poll_s() -> float:
+    """POLL_S, or the engine's GPUDESK_SLURM_POLL_S (0.1 to 60 s)."""
+    return env_seconds(POLL_ENV, POLL_S, 0.1, 60.0)
+
+
+@dataclass(frozen=True)
+class Watched:
+    """A job the poller asks about (a copy of its row: the thread never reads the store)."""
+
+    job_id: int
+    conf: str
+    owner: Identity  # whom its Slurm clients run as
+    submission: str
+    task: int | None
+    own_id: str | None
+    script: str = ""  # an intent's marker: squeue's %o of its sbatch, if it reached Slurm
+
+    @property
+    def slurm_id(self) -> str:
+        return self.submission if self.task is None else f"{self.submission}_{self.task}"
+
+
+@dataclass(frozen=True)
+class Heard:
+    """What the poller heard of one job: its squeue line, how it ended, or that no one knows
+    it (`line` and `ended` None)."""
+
+    job_id: int
+    line: QueueLine | None
+    ended: Ended | None = None
+    unreachable: str | None = None  # why its cluster could not be asked (then both are None)
+    sent: str | None = None  # an intent's sbatch found in Slurm: its submission's id
+
+
+@dataclass
+class _Shared:
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    watched: list[Watched] = field(default_factory=list)
+    cancels: list[tuple[str, Identity, list[str], list[int]]] = field(default_factory=list)
+
+
+class Poller:
+    """The thread that runs squeue/scontrol/scancel, so the loop never waits on Slurm."""
+
+    def __init__(self, wake: Callable[[], None]) -> None:
+        self.shared = _Shared()
+        self.heard: queue.SimpleQueue[list[Heard] | str] = queue.SimpleQueue()
+        self.wake = wake
+        self.poke = threading.Event()
+        self.stopping = False
+        self.thread: threading.Thread | None = None
+        self.clients: dict[tuple[str, Identity], SlurmCommands] = {}  # the thread's own
+        # (slurm.conf, owner) -> (what it said, when it was last said): the broken clusters
+        self.broken: dict[tuple[str, Identity], tuple[str, float]] = {}  # under shared.lock
+        self.asking: set[tuple[str, Identity]] = set()  # being polled now; under shared.lock
+
+    def watch(self, watched: list[Watched]) -> None:
+        with self.shared.lock:
+            self.shared.watched = watched
+        if watched:
+            self._start()
+
+    def cancel(self, conf: str, owner: Identity, slurm_ids: list[str], job_ids: list[int]) -> None:
+        with self.shared.lock:
+            self.shared.cancels.append((conf, owner, slurm_ids, job_ids))
+        self._start()
+        self.poke.set()
+
+    def _start(self) -> None:
+        if self.thread is None:
+            self.thread = threading.Thread(target=self._run, name="gpudesk-slurm", daemon=True)
+            self.thread.start()
+
+    def stop(self) -> None:
+        self.stopping = True
+        self.poke.set()
+
+    def _run(self) -> None:
+        while not self.stopping:
+            with self.shared.lock:
+                watched = list(self.shared.watched)
+                cancels, self.shared.cancels = self.shared.cancels, []
+            for conf, owner, slurm_ids, job_ids in cancels:
+                try:
+                    refused = self._clients(conf, owner).cancel(slurm_ids)
+                except SlurmError as exc:
+                    refused = str(exc)
+                if refused:
+                    self.heard.put(f"scancel of job(s) {', '.join(map(str, job_ids))}: {refused}")
+            if watched:
+                try:
+                    self._poll(watched)
+                except Exception as exc:  # a failing Slurm must not end the thread
+                    self.heard.put(f"could not ask Slurm about its jobs: {exc}")
+                    self.wake()
+            self.poke.wait(poll_s())
+            self.poke.clear()
+
+    def _clients(self, conf: str, owner: Identity) -> SlurmCommands:
+        """The clients for one owner's jobs on one cluster, kept across polls (each checks its
+        slurm.conf once)."""
+        key = (conf, owner)
+        with self.shared.lock:
+            if key not in self.clients:
+                self.clients[key] = SlurmCommands(conf, owner)
+            return self.clients[key]
+
+    def _poll(self, watched: list[Watched]) -> None:
+        """Ask each cluster (slurm.conf and owner) about its jobs on a thread of its own: one
+        whose clients wait (a deleted slurm.conf makes each retry for 60 s, a controller that
+        does not answer up to commands.TIMEOUT_S) delays no other's news. A cluster still being
+        asked from an earlier poll is skipped this time."""
+        by_client: dict[tuple[str, Identity], list[Watched]] = {}
+        for item in watched:
+            by_client.setdefault((item.conf, item.owner), []).append(item)
+        with self.shared.lock:
+            for key in [k for k in self.broken if k not in by_client]:
+                del self.broken[key]  # no job of it is watched any more
+            todo = [k for k in by_client if k not in self.asking]
+            self.asking.update(todo)
+        for key in todo:  # at most one thread per cluster: one still asking is skipped above
+            threading.Thread(
+                target=self._poll_client,
+                args=(key, by_client[key]),
+                name="gpudesk-slurm-poll",
+                daemon=True,  # a client waiting on a dead controller never holds up an exit
+            ).start()
+
+    def _poll_client(self, key: tuple[str, Identity], items: list[Watched]) -> None:
+        # one owner's failing cluster (her slurm.conf, her controller) is hers alone: the
+        # other owners' jobs are still heard of, and hers count a poll no one answered
+        try:
+            commands = self._clients(*key)
+            commands.conf_checked = False  # a slurm.conf deleted since is noticed at once
+            heard = self._poll_one(commands, items)
+        except Exception as exc:  # whatever one cluster does, the others are still asked
+            said = str(exc) if isinstance(exc, SlurmError) else f"{type(exc).__name__}: {exc}"
+            heard = [Heard(i.job_id, None, None, said) for i in items]
+            self._say_broken(key, said)
+        else:
+            self._say_recovered(key)
+        finally:
+            with self.shared.lock:
+                self.asking.discard(key)
+        self.heard.put(heard)
+        self.wake()
+
+    def _say_broken(self, key: tuple[str, Identity], said: str) -> None:
+        """Warn when a cluster breaks, then at most every BROKEN_SAY_EVERY_S while it stays so."""
+        now = time.monotonic()
+        with self.shared.lock:
+            before = self.broken.get(key)
+            if before is not None and now - before[1] < BROKEN_SAY_EVERY_S:
+                return
+            self.broken[key] = (said, now)
+        again = "still " if before is not None else ""
+        self.heard.put(
+            f"could {again}not ask Slurm about {key[1].name}'s jobs (slurm.conf {key[0]}): "
+            f"{said} (said again at most every {BROKEN_SAY_EVERY_S:g} s while it lasts)"
+        )
+
+    def _say_recovered(self, key: tuple[str, Identity]) -> None:
+        with self.shared.lock:
+            was_broken = self.broken.pop(key, None) is not None
+        if was_broken:
+            self.heard.put(f"Slurm answers about {key[1].name}'s jobs again (slurm.conf {key[0]})")
+
+    @staticmethod
+    def _poll_one(commands: SlurmCommands, items: list[Watched]) -> list[Heard]:
+        heard: list[Heard] = []
+        intents = [i for i in items if i.submission == SENDING]
+        if intents:
+            found = commands.sent_scripts()
+            heard += [Heard(i.job_id, None, None, sent=found.get(i.script)) for i in intents]
+            items = [i for i in items if i.submission != SENDING]
+        lines = commands.queue(sorted({i.submission for i in items}))
+        exact = {line.slurm_id: line for line in lines if not line.pending_tasks}
+        pending = {line.own_id: line for line in lines if line.pending_tasks}
+        for item in items:
+            line = exact.get(item.slurm_id)
+            if line is None and item.task is None:
+                line = exact.get(item.submission)
+            if line is not None:
+                ended = None
+                if line.state not in slurm.RUNNING_STATES | slurm.QUEUED_STATES:
+                    ended = commands.ended(line.own_id)
+                heard.append(Heard(item.job_id, line, ended))
+            elif item.submission in pending:
+                heard.append(Heard(item.job_id, pending[item.submission]))
+            else:
+                heard.append(Heard(item.job_id, None, commands.ended(item.own_id or item.slurm_id)))
+        return heard

@@ -1,0 +1,96 @@
+"""`LiveAttempt`: the engine's handle on one running attempt (its wrapper's pid, where it runs,
+whose it is, its time limit and the state of a cancel or of a settle that could not be stored),
+and when an ended one ran past its time limit. Apart from `attempts` (which starts, watches and
+settles them) because every collaborator that looks at running work reads it: learning, the
+requests, the scheduler's view.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+
+from gpudesk.core.records import AttemptRecord
+from gpudesk.engine import boottime
+from gpudesk.engine.gpu_states import RunningAttempt
+
+
+@dataclass
+class LiveAttempt:
+    attempt: AttemptRecord
+    pid: int
+    start_time: float | None
+    slot: str
+    gpus: tuple[int, ...] = ()
+    is_child: bool = False  # started by this engine (reaped by it); False when re-adopted
+    returncode: int | None = None  # the wrapper's status once reaped
+    kill_at: float | None = None  # when to escalate a cancel to SIGKILL
+    settle_failures: int = 0  # times recording how it ended failed
+    # After a settle that could not be stored: (returncode, watched) to settle with again, and
+    # when; see Attempts.check.
+    retry: tuple[int | None, bool] | None = None
+    retry_at: float = 0.0
+    owner_uid: int | None = None  # its job's owner's uid (None: the engine's own user's)
+    time_limit_s: float | None = None  # its job's time limit
+    timed_out: bool = False  # its time limit passed and it was told to stop
+    # When it started on this boot's CLOCK_BOOTTIME (engine/boottime.py), which its time limit
+    # runs on; None when unknown (stored before schema 10): then the wall clock, as before.
+    started_boot: float | None = None
+
+    @property
+    def uid(self) -> int:
+        return os.getuid() if self.owner_uid is None else self.owner_uid
+
+    def elapsed_s(self, wall_now: float | None = None) -> float | None:
+        """How long it has run: on CLOCK_BOOTTIME where its start is known there, so a stepped
+        wall clock changes nothing; else by the wall clock (`wall_now`, default now)."""
+        if self.started_boot is not None:
+            return boottime.now() - self.started_boot
+        started = self.attempt.started_at
+        if started is None:
+            return None
+        return (time.time() if wall_now is None else wall_now) - started
+
+    @property
+    def mode(self) -> str:
+        """Its placement mode: "cpu", "exclusive", "naive", "mps" or "mig"."""
+        return str(self.attempt.placement.get("mode", "exclusive"))
+
+    @property
+    def mig_slice(self) -> str | None:
+        value = self.attempt.placement.get("mig_slice")
+        return str(value) if value else None
+
+    def running(self) -> RunningAttempt:
+        demand = self.attempt.placement.get("demand") or {}
+        return RunningAttempt(
+            attempt_id=self.attempt.id,
+            job_id=self.attempt.job_id,
+            gpus=self.gpus,
+            mode=self.mode,
+            mig_slice=self.mig_slice,
+            memory_mib=float(demand.get("memory_mib", 0.0)),
+            sm_pct=float(demand.get("sm_pct", 0.0)),
+            peak_known=demand.get("source") == "history",
+            uid=self.uid,
+        )
+
+
+def ran_past_limit(live: LiveAttempt, watched: bool, ended_at: float) -> bool:
+    """Did this attempt, which has ended, run past its time limit? Yes when the engine stopped
+    it for that. Else, when it ended while this engine watched and its start is known on
+    CLOCK_BOOTTIME, by that clock (it is settled within a loop's turn of its end). Else it
+    ended while no engine watched: its wall-clock start and end (`ended_at`, its exit record's)
+    are all there is."""
+    limit = live.time_limit_s
+    if limit is None:
+        return False
+    if live.timed_out:
+        return True
+    if watched and live.started_boot is not None:
+        elapsed = live.elapsed_s()
+    else:
+        started = live.attempt.started_at
+        elapsed = None if started is None else ended_at - started
+    return elapsed is not None and elapsed >= limit

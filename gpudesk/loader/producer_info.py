@@ -1,0 +1,146 @@
+"""What a producer says of itself: its name claimed (a lock, and the stream of a dead producer
+of the same settings continued), its info file while it prepares, and its status report.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from gpudesk.loader.fetch import Key
+from gpudesk.loader.producer_config import ProducerConfig
+from gpudesk.loader.protocol import LoaderError, process_alive, read_info, write_info
+
+if TYPE_CHECKING:
+    from gpudesk.loader.producer import Producer
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A producer's name, taken: the lock it holds for its life, the info file of the producer
+    before it (if any), and the stream key it goes on from."""
+
+    lock: int
+    previous: dict[str, Any] | None
+    start: Key
+
+
+def claim(config: ProducerConfig, info_path: Path, sockets: Sequence[Path]) -> Claim:
+    """Take a producer's name over: refuse if a live producer has it; continue a dead one's stream
+    when it had the same settings."""
+    info = read_info(info_path)
+    # A lock held for the producer's life: two started at once cannot both get past here
+    # (the info file is written only once the first batch is made). A POSIX lock, not
+    # flock: the DataLoader's forked workers do not inherit it, so a producer killed with
+    # its workers still exiting can be restarted at once.
+    lock = os.open(info_path.with_suffix(".lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.lockf(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(lock)
+        info = read_info(info_path)
+        raise LoaderError(
+            f"a producer for {config.name!r} already runs "
+            + (f"(pid {info['pid']})" if info and info.get("pid") else "(it is starting)")
+            + "; stop it first"
+        ) from None
+    start: Key = (0, 0)
+    if info is not None:
+        if process_alive(int(info.get("pid", 0)), info.get("create_time")):
+            raise LoaderError(
+                f"a producer for {config.name!r} already runs (pid {info['pid']}); stop it first"
+            )
+        if info.get("identity") == config.identity() and info.get("stream_next"):
+            start = tuple(info["stream_next"])
+    for path in sockets:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+    return Claim(lock, info, start)
+
+
+def write_preparing(producer: Producer, what: str) -> None:
+    """Say, in a producer's info file, before a long preparation (a selection's pre-pass),
+    that the producer is coming: consumers wait for it instead of giving up. The stream
+    position of the producer before it is kept, for a restart after a failure here."""
+    import psutil
+
+    kept = {
+        key: value
+        for key, value in (producer.previous_info or {}).items()
+        if key in ("identity", "stream_next")
+    }
+    write_info(
+        producer.info_path,
+        {
+            **kept,
+            "name": producer.config.name,
+            "pid": os.getpid(),
+            "create_time": psutil.Process().create_time(),
+            "preparing": what,
+            "managed": producer.config.managed,
+            "started_at": producer.started,
+        },
+    )
+
+
+def status_report(producer: Producer) -> dict[str, Any]:
+    """What a producer reports of itself: its dataset, stream, ring, CPU and consumers."""
+    now = time.monotonic()
+    cpu = 0.0
+    workers = 0
+    with contextlib.suppress(Exception):
+        times = producer.proc.cpu_times()
+        cpu = times.user + times.system
+        for child in producer.proc.children(recursive=True):
+            with contextlib.suppress(Exception):
+                child_times = child.cpu_times()
+                cpu += child_times.user + child_times.system
+                workers += 1
+    cpu = max(0.0, cpu - producer.selection_cpu_s)
+    chosen = None
+    if producer.selection is not None:
+        chosen = {**producer.selection.describe(), "cpu_s": round(producer.selection_cpu_s, 3)}
+    return {
+        "name": producer.config.name,
+        "pid": os.getpid(),
+        "dataset": producer.config.factory,
+        "dataset_len": producer.plan.length,
+        "batch_size": producer.plan.batch_size,
+        "batches_per_epoch": producer.plan.per_epoch,
+        "workers": producer.config.workers,
+        "worker_processes": workers,
+        "seed": producer.config.seed,
+        "stream": list(producer.stream_position()),
+        "produced": producer.produced,
+        "makeups_produced": producer.makeups_produced,
+        "bytes_written": producer.table.bytes_written,
+        "bytes_copied": producer.table.bytes_copied,
+        "consumers_total": producer.consumers_total,
+        "delivered_total": producer.delivered_total,
+        "slots": len(producer.table.slots),
+        "slots_used": producer.table.used(),
+        "slot_bytes": producer.table.slot_bytes,
+        "cpu_s": round(cpu, 3),
+        "uptime_s": round(time.time() - producer.started, 3),
+        "managed": producer.config.managed,
+        "selection": chosen,  # its CPU is not counted in cpu_s (loading)
+        "consumers": [
+            {
+                "pid": c.pid,
+                "batch_size": c.batch_size,
+                "epoch": c.epoch,
+                "position": list(c.position) if c.position else None,
+                "delivered": c.delivered,
+                "batches_per_s": round(c.rate(now), 2),
+                "held_slots": len(c.held),
+                "makeups_left": len(c.missing),
+            }
+            for c in producer.consumers.values()
+        ],
+    }

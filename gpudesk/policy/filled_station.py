@@ -1,0 +1,279 @@
+"""The station as one placement pass fills it: each GPU as a job sees it (`Host`: idle, shared
+under MPS or time-slicing, MIG, or closed), a job's chosen option (`Choice`) and the
+`Placement` made of it, the jobs placed so far (`FilledStation`), and the demands that found no
+room (`Frontier`).
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+
+from gpudesk.core.records import JobRecord
+from gpudesk.policy.demand import HEAVY_SM_PCT, Demand, margin_mib
+from gpudesk.policy.interference import Joining, ModelParams, Workload, workload
+from gpudesk.policy.policy import (
+    RESERVE_MIB,
+    Alternative,
+    GpuState,
+    MigSlice,
+    Placement,
+    StationView,
+    Tenant,
+    gpu_env,
+)
+
+
+@dataclass
+class Choice:
+    gpus: tuple[int, ...]
+    mode: str
+    reason: str
+    mig_slice: MigSlice | None = None
+    mps_limits: bool = True  # an MPS client gets a pinned-memory limit
+    alone: bool = False  # the GPU had no tenant: the job may use all of its memory
+    free_mib: float = 0.0  # what the other tenants left free when it was admitted
+    rate: float = 1.0  # the job's predicted speed there (1.0 = alone on a whole GPU)
+    # work per second the station gains (its rate minus what tenants lose), less what it takes
+    # from the jobs queued behind (look-ahead)
+    value: float = 1.0
+    rank: tuple[float, ...] = ()  # tie-breaks after value, smaller first
+    alternatives: tuple[Alternative, ...] = ()
+    why: Callable[[], str] | None = None  # writes `reason` for an option that is chosen
+
+    def alternative(self, note: str = "") -> Alternative:
+        return Alternative(slot_of(self), self.mode, self.rate, self.value, note)
+
+
+@dataclass
+class Host:
+    """A GPU as a job placed by this pass sees it, computed once per GPU state (a long queue
+    asks each GPU many times; a job placed there makes a new state)."""
+
+    gpu: GpuState
+    params: ModelParams
+    share: str  # "mps" or "naive": how a new tenant would share it
+    kind: int  # IDLE, SHARED (takes a tenant under `share`), MIG, or CLOSED
+    room_mib: float  # idle: what a job may use alone; shared: what its tenants left free
+    heavy_tenant: bool  # a tenant already saturates it (a heavy job gains nothing beside it)
+    idle_whole: bool  # idle and usable whole (a multi-GPU or exclusive job may take it)
+    joining: Joining | None = None  # the model's view of its shared tenants, when first asked
+    # The least SM demand the model gave no gain here: a job's gain beside these tenants falls
+    # as its SM share grows, so one at least as heavy gains nothing either (jobs without a
+    # bandwidth figure only: theirs follows their SM share).
+    gainless_sm: float = math.inf
+    # The user whose jobs the GPU's MPS server serves, where that is not the placed job's
+    # owner: the job may only time-slice beside them (`FilledStation.foreign_host`).
+    mps_user: int | None = None
+
+
+IDLE, SHARED, MIG, CLOSED = range(4)
+
+
+@dataclass
+class FilledStation:
+    """The station as this pass has filled it so far."""
+
+    gpus: dict[int, GpuState]
+    placements: list[Placement] = field(default_factory=list)
+    _hosts: dict[int, Host] = field(default_factory=dict)
+    _usable: list[Host] | None = None  # the hosts of the GPUs not lost, in index order
+    _mps_uids: tuple[int, ...] = ()  # the users the usable GPUs' MPS servers serve
+    _foreign: dict[int, Host] = field(default_factory=dict)  # GPU index -> its foreign host
+
+    def hosts(self, station: StationView, mode: str, uid: int | None = None) -> list[Host]:
+        """Every GPU not lost as a `Host` for a job of user `uid`, each cached until a job is
+        placed there. A GPU whose MPS server serves another user's jobs is that GPU's
+        `foreign_host` (one user's station never has one)."""
+        if self._usable is None:
+            self._usable = [self._host(g, station, mode) for g in self.gpus.values() if not g.lost]
+            self._mps_uids = tuple(
+                {h.gpu.mps_uid for h in self._usable if h.gpu.mps_uid is not None}
+            )
+        if uid is None or all(other == uid for other in self._mps_uids):
+            return self._usable
+        return [
+            self.foreign_host(h.gpu, station)
+            if h.gpu.mps_uid is not None and h.gpu.mps_uid != uid
+            else h
+            for h in self._usable
+        ]
+
+    def foreign_host(self, gpu: GpuState, station: StationView) -> Host:
+        """A GPU whose MPS server serves another user's jobs, as a job of a third user sees it.
+        An MPS server serves one uid at a time (a second user's clients wait until the first
+        user's have all left), so the job never joins it as an MPS client: it may only
+        time-slice beside its clients (the server is one more context to the GPU), where the
+        GPU would take a tenant at all. The model weighs it as time-slicing with every tenant."""
+        cached = self._foreign.get(gpu.index)
+        if cached is not None and cached.gpu is gpu:
+            return cached
+        shares = not (
+            gpu.exclusive or station.config.isolation or not gpu.tenant_modes <= {"mps", "naive"}
+        )
+        host = Host(
+            gpu,
+            station.interference.params(gpu.model),
+            "naive",
+            SHARED if shares else CLOSED,
+            gpu.free_mib if shares else 0.0,
+            gpu.heaviest_tenant_sm_pct >= HEAVY_SM_PCT,
+            False,
+            mps_user=gpu.mps_uid,
+        )
+        self._foreign[gpu.index] = host
+        return host
+
+    def _host(self, gpu: GpuState, station: StationView, mode: str) -> Host:
+        cached = self._hosts.get(gpu.index)
+        if cached is not None and cached.gpu is gpu:
+            return cached
+        share = "mps" if mode in ("mps", "auto") and gpu.mps_usable else "naive"
+        room = 0.0
+        if gpu.mig_enabled or mode == "mig":
+            kind = MIG  # a GPU in MIG mode runs jobs on slices only: MIG mode is never toggled
+        elif gpu.idle:
+            kind, room = IDLE, gpu.memory_total_mib - RESERVE_MIB
+        elif (
+            gpu.exclusive
+            or station.config.isolation  # only MIG slices are shared
+            or gpu.tenant_modes != {share}  # an MPS GPU takes MPS clients, a time-sliced one naive
+        ):
+            kind = CLOSED
+        else:
+            kind, room = SHARED, gpu.free_mib
+        host = Host(
+            gpu,
+            station.interference.params(gpu.model),
+            share,
+            kind,
+            room,
+            gpu.heaviest_tenant_sm_pct >= HEAVY_SM_PCT,
+            gpu.idle and (not gpu.mig_enabled or gpu.mig_dynamic),
+        )
+        self._hosts[gpu.index] = host
+        return host
+
+    def joining(self, host: Host) -> Joining:
+        """What the model predicts for a job joining the host's shared tenants."""
+        if host.joining is None:
+            host.joining = Joining(host.params, host.share, tenant_workloads(host.gpu, host.params))
+        return host.joining
+
+    def take(
+        self, job: JobRecord, demand: Demand, choice: Choice, station: StationView
+    ) -> Placement:
+        memory = demand.memory_mib
+        for index in choice.gpus:
+            gpu = self.gpus[index]
+            slice_key = choice.mig_slice.key if choice.mig_slice else None
+            tenant = Tenant(
+                job.id,
+                choice.mode,
+                memory,
+                demand.sm_pct,
+                slice_key,
+                demand.membw_pct,
+                uid=job.owner.uid,
+            )
+            slices = gpu.mig_slices
+            if choice.mig_slice is not None:
+                others = tuple(s for s in slices if s.key != slice_key)
+                slices = (*others, replace(choice.mig_slice, busy=True))
+            self.gpus[index] = replace(
+                gpu, tenants=(*gpu.tenants, tenant), mig_slices=slices, placed_s_ago=0.0
+            )
+        self._usable = None
+        placement = placement_of(job, demand, choice, station)
+        self.placements.append(placement)
+        return placement
+
+
+def slot_of(choice: Choice) -> str:
+    """ "gpu:1" alone, "gpu:0/mps" or "gpu:0/naive" shared, "gpu:2/3g.20gb" on a MIG slice."""
+    listed = ",".join(str(i) for i in choice.gpus)
+    if choice.mig_slice:
+        return f"gpu:{listed}/{choice.mig_slice.profile}"
+    if choice.mode in ("mps", "naive"):
+        return f"gpu:{listed}/{choice.mode}"
+    return f"gpu:{listed}"
+
+
+def placement_of(job: JobRecord, demand: Demand, choice: Choice, station: StationView) -> Placement:
+    gpus = [station_gpu(station, i) for i in choice.gpus]
+    env = gpu_env(station, gpus, choice.mig_slice.key if choice.mig_slice else None)
+    limit: int | None = None
+    if choice.mode == "mps" and choice.mps_limits:
+        # Alone on a GPU a job may grow into all of it (an underestimate costs nobody); next to
+        # others it may grow into what they left free, never into what they hold.
+        limit = math.floor(
+            gpus[0].memory_total_mib - RESERVE_MIB
+            if choice.alone
+            else max(demand.memory_mib + margin_mib(demand), choice.free_mib)
+        )
+    # No active-thread cap (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE): a cap is fixed when the client
+    # starts and outlives the co-tenants it was meant for, and below a kernel's width it slows
+    # the job (interference.cap_factor) while the model predicts nothing gained for the others.
+    return Placement(
+        job_id=job.id,
+        slot=slot_of(choice),
+        mode=choice.mode,
+        reason=choice.reason,
+        gpus=choice.gpus,
+        env=env,
+        env_defaults={"OMP_NUM_THREADS": str(station.threads_per_gpu * len(choice.gpus))},
+        demand=demand.to_dict(),
+        mig_slice=choice.mig_slice.key if choice.mig_slice else None,
+        mps_memory_limit_mib=limit,
+        alternatives=choice.alternatives,
+    )
+
+
+def station_gpu(station: StationView, index: int) -> GpuState:
+    for gpu in station.gpu_states:
+        if gpu.index == index:
+            return gpu
+    raise KeyError(index)
+
+
+def tenant_workloads(gpu: GpuState, params: ModelParams) -> list[Workload]:
+    """The GPU's shared tenants as the model sees them, from their demands (hints, or SM
+    measured by earlier runs). Not from the GPU's SM window: it still shows jobs that just
+    left, and scaling the hints by it made GPUs look saturated after every departure."""
+    loads = []
+    for t in gpu.tenants:
+        if t.mode in ("mps", "naive"):
+            load = workload(t.sm_pct, t.membw_pct, params)
+            if t.thread_pct:
+                load = Workload(load.sm, load.membw, t.thread_pct / 100.0)
+            loads.append(load)
+    return loads
+
+
+class Frontier:
+    """The smallest (memory, SM) demands that found no room. Sorted by memory, SM falling: the
+    point with the largest memory not above a demand's has the lowest SM of those, so one
+    bisection says whether the demand is at least as large as a point."""
+
+    def __init__(self) -> None:
+        self.memory: list[float] = []
+        self.sm: list[float] = []
+
+    def dominates(self, memory: float, sm: float) -> bool:
+        index = bisect.bisect_right(self.memory, memory) - 1
+        return index >= 0 and self.sm[index] <= sm
+
+    def add(self, memory: float, sm: float) -> None:
+        if self.dominates(memory, sm):
+            return
+        keep = [
+            (m, s)
+            for m, s in zip(self.memory, self.sm, strict=True)
+            if not (m >= memory and s >= sm)
+        ]
+        keep.append((memory, sm))
+        keep.sort()
+        self.memory = [m for m, _ in keep]
+        self.sm = [s for _, s in keep]

@@ -1,0 +1,349 @@
+"""Learning the interference model on a station: an `Observation` (a job's measured rate beside
+others), the parameter it pins down (`estimate`), and the `Learner` that refits every parameter
+jointly from the observations kept per GPU model.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from gpudesk.core.mig_profiles import COMPUTE_SLICES, MEMORY_SLICES
+from gpudesk.policy.model_params import (
+    DEFAULT_PARAMS,
+    PARAM_NAMES,
+    PROVENANCE,
+    ModelParams,
+    Workload,
+)
+from gpudesk.policy.rates import MIN_RATE, cap_factor, kernel_active, shared_rates
+
+
+@dataclass(frozen=True)
+class Observation:
+    """A job's measured rate (against its rate alone) while it ran beside `others`."""
+
+    mechanism: str
+    job: Workload
+    others: tuple[Workload, ...]
+    rate: float
+    compute_slices: int = 0  # on a MIG slice
+    memory_slices: int = 0
+
+
+def predicted_rate(params: ModelParams, obs: Observation) -> float:
+    """What the model says the observed job's rate was (the job is the first tenant)."""
+    rates = shared_rates(
+        params,
+        obs.mechanism,
+        (obs.job, *obs.others) if obs.mechanism != "mig" else (obs.job,),
+        obs.compute_slices or COMPUTE_SLICES,
+        obs.memory_slices or MEMORY_SLICES,
+    )
+    return rates[0]
+
+
+def estimate(params: ModelParams, obs: Observation) -> tuple[str, float] | None:
+    """The parameter one observation pins down, and the value it says, holding the rest at
+    `params`; None where it says nothing (alone, or saturated so that no cost shows)."""
+    if obs.rate <= MIN_RATE * 1.001:
+        return None  # at the floor the model puts under every rate: it says nothing
+    rate = min(1.0, obs.rate)
+    if obs.mechanism == "mps" and obs.others:
+        if rate >= cap_factor(params, obs.job) - 1e-6:
+            return None  # its own thread cap held it back: the sharing cost does not show
+        tenants = (obs.job, *obs.others)
+        n = len(tenants)
+        pressure = max(sum(t.sm for t in tenants), sum(t.membw for t in tenants))
+        if pressure <= 1.0:
+            return "mps_tenant_cost", max(0.0, (1.0 - rate) / (n - 1))
+        base = min(1.0, 1.0 / pressure) * (1.0 - params.mps_tenant_cost * (n - 1))
+        if base <= MIN_RATE:
+            return None
+        return "contention", max(0.0, (1.0 - rate / base) / (pressure - 1.0))
+    if obs.mechanism == "naive" and obs.others:
+        tenants = (obs.job, *obs.others)
+        load = sum(kernel_active(params, t) for t in tenants)
+        base = min(1.0, 1.0 / max(load, 1e-6))
+        return "naive_switch_cost", max(0.0, (1.0 - rate / base) / (len(tenants) - 1))
+    if obs.mechanism == "mig" and obs.compute_slices and obs.job.sm > 0:
+        share = obs.compute_slices / COMPUTE_SLICES
+        # 1/rate = 1 - u + s/share when the SM share is what stretches the kernels
+        active = 1.0 + obs.job.sm / share - 1.0 / rate
+        if obs.job.sm / share > 1.0 and obs.job.sm < active <= 1.0:
+            return "kernel_active_extra", active - obs.job.sm
+    return None
+
+
+PRIOR_WEIGHT = 3.0  # assumption: a published default counts as three observations
+
+# The observations the learner keeps per GPU model (the newest; the oldest is forgotten when a
+# new one comes). Why 1000: each parameter is refitted from all of them at every observation, at
+# about 2 us per observation per sweep, so keeping 1000 costs the engine under 10 ms per
+# observation (measured on a 2-core VM: ~4 ms for the usual three sweeps, ~2 ms for two, 0.15 ms
+# when the first, from the estimates the last refit left, already settles it; ~7 ms for the
+# refit from scratch at start; observations come at most once per 60 s interval of a job) and
+# the store ~1000 small rows per GPU model; a parameter that one observation in ten informs
+# (contention) still has ~100 values behind it, enough to average out the few per cent a 60 s
+# rate is measured to; and the model follows a station that changes (a driver, a new mix of
+# jobs) within that many observations: a day or two of a busy station observing a few dozen
+# times an hour (an assumption, no station has been measured). A simulated run observes ~200
+# times, so its results do not depend on this number.
+KEPT_OBSERVATIONS = 1000
+# The refit stops when no parameter moved more than this in a sweep: far below the 4 decimals
+# `gpudesk model show` prints and anything placement can tell apart. With today's model a
+# sweep soon changes nothing (or only a float's last bits): contention depends on
+# mps_tenant_cost, naive_switch_cost and the thread-cap test on kernel_active_extra, and nothing
+# depends back, so each sweep settles one more level and the third or fourth repeats the one
+# before (measured: two or three sweeps per observation in the simulator).
+REFIT_TOLERANCE = 1e-6
+# A guard, not a setting: were `estimate` ever to make parameters depend on each other in a
+# circle, or an observation's parameter to flip between sweeps, the refit ends here with the
+# last sweep's values.
+MAX_SWEEPS = 50
+
+
+@dataclass(frozen=True)
+class KeptObservation:
+    """An observation the learner keeps to refit from, with when it came and whether a
+    calibration probe (`gpudesk calibrate`) measured it rather than a job's progress."""
+
+    obs: Observation
+    at: float | None = None
+    calibrated: bool = False
+
+
+@dataclass(frozen=True)
+class FrozenTotal:
+    """One parameter's totals as a gpudesk before the joint refit stored them (store schema 5):
+    the sum and count of the values its observations implied, each computed with the other
+    parameters as they were at that moment, and how many came from calibration probes. The
+    observations themselves were not kept, so these cannot be refitted: they enter every refit
+    as they are, as observations whose values never move."""
+
+    total: float
+    count: int
+    calibrated: int
+    updated_at: float | None
+
+
+@dataclass(frozen=True)
+class LearnedParam:
+    name: str
+    value: float
+    prior: float
+    kind: str  # the prior's provenance kind, or "learned" / "calibrated" once observed
+    source: str
+    observations: int  # kept observations that inform it now, plus frozen totals' count
+    calibrated: int  # ... of them from calibration probes
+    updated_at: float | None
+
+
+@dataclass
+class _Fit:
+    """One GPU model's kept observations and where their refit stands."""
+
+    kept: deque[KeptObservation]
+    frozen: dict[str, FrozenTotal]
+    params: ModelParams
+    # each kept observation's `estimate` under `implied_at` (the last sweep's starting point):
+    # when that is `params` itself, the next observation's refit starts from these instead of
+    # estimating every observation again
+    implied: list[tuple[str, float] | None] = field(default_factory=list)
+    implied_at: ModelParams | None = None
+    sweeps: int = 0  # the last refit's
+
+
+class Learner:
+    """Per-GPU-model parameters that move from their prior toward what the station shows,
+    refitted jointly from the observations kept (the newest `keep` per GPU model).
+
+    Which parameter one observation informs, and the value it implies, is `estimate`'s rule,
+    and that value depends on the other parameters (an MPS group past a full GPU says what
+    contention is *given* mps_tenant_cost). So a parameter is not a running sum of what
+    observations said when they came: each observation, every refit re-reads the kept ones
+    under the current parameters (backfitting). A sweep takes every kept observation's
+    `estimate` under the parameters so far and sets each parameter to the mean of its prior
+    (weighted as `PRIOR_WEIGHT` observations), its frozen totals (a store written before the
+    refit) and the values its observations imply; sweeps repeat until no parameter moves more
+    than `REFIT_TOLERANCE` (or `MAX_SWEEPS`). A sweep updates every parameter from the same
+    starting point (a Jacobi sweep): each observation is estimated once per sweep, which is
+    what the refit costs. It runs when observations come, from the parameters before them, and
+    `params` returns the result.
+
+    An observation that informs no parameter when it comes (alone, at the rate floor, held
+    back by its own thread cap) is not kept. Pure bookkeeping: the engine stores the kept
+    observations (`gpudesk.engine.learning`), the simulator keeps them in memory."""
+
+    def __init__(
+        self,
+        prior: ModelParams = DEFAULT_PARAMS,
+        kind: str = "published",
+        keep: int = KEPT_OBSERVATIONS,
+    ) -> None:
+        self.prior = prior
+        self.prior_kind = kind
+        self.keep = keep
+        self._fits: dict[str, _Fit] = {}
+
+    def gpu_models(self) -> list[str]:
+        """The GPU models something was learned about."""
+        return sorted(self._fits)
+
+    def kept(self, gpu_model: str) -> tuple[KeptObservation, ...]:
+        fit = self._fits.get(gpu_model)
+        return tuple(fit.kept) if fit else ()
+
+    def sweeps(self, gpu_model: str) -> int:
+        """How many sweeps the GPU model's last refit took (0: never refitted)."""
+        fit = self._fits.get(gpu_model)
+        return fit.sweeps if fit else 0
+
+    def informs(self, gpu_model: str, obs: Observation) -> str | None:
+        """The parameter the observation informs under the current parameters; None: it says
+        nothing and would not be kept."""
+        said = estimate(self.params(gpu_model), obs)
+        return None if said is None else said[0]
+
+    def observe(
+        self, gpu_model: str, obs: Observation, at: float | None = None, calibrated: bool = False
+    ) -> str | None:
+        """Keep one observation and refit; returns the parameter it informs (None: not kept)."""
+        return self.observe_all(gpu_model, [KeptObservation(obs, at, calibrated)])[0]
+
+    def observe_all(
+        self, gpu_model: str, observations: Iterable[KeptObservation]
+    ) -> list[str | None]:
+        """`observe` each (judged by the parameters before them all), with one refit after."""
+        fit = self._fits.get(gpu_model)
+        start = fit.params if fit else self.prior
+        names: list[str | None] = []
+        for kept in observations:
+            said = estimate(start, kept.obs)
+            names.append(None if said is None else said[0])
+            if said is None:
+                continue
+            if fit is None:
+                fit = self._fits[gpu_model] = _Fit(deque(), {}, self.prior)
+            fit.kept.append(kept)
+            fit.implied.append(said)  # under `start`: valid only where `implied_at` is `start`
+            if len(fit.kept) > self.keep:
+                fit.kept.popleft()
+                del fit.implied[0]
+        if fit is not None and any(name is not None for name in names):
+            self._refit(fit, start)
+        return names
+
+    def restore(
+        self,
+        gpu_model: str,
+        kept: Iterable[KeptObservation],
+        frozen: Mapping[str, FrozenTotal] | None = None,
+    ) -> None:
+        """Replace what is known of one GPU model with what a store kept (observations oldest
+        first, and the totals a store from before the refit holds) and refit from the prior."""
+        fit = _Fit(
+            deque(kept),
+            {name: t for name, t in (frozen or {}).items() if name in PARAM_NAMES and t.count},
+            self.prior,
+        )
+        while len(fit.kept) > self.keep:
+            fit.kept.popleft()
+        self._fits.pop(gpu_model, None)
+        if fit.kept or fit.frozen:
+            self._fits[gpu_model] = fit
+            self._refit(fit, self.prior)
+
+    def forget(self, gpu_model: str | None = None) -> None:
+        """Back to the prior, for one GPU model or all."""
+        if gpu_model is None:
+            self._fits.clear()
+        else:
+            self._fits.pop(gpu_model, None)
+
+    def params(self, gpu_model: str) -> ModelParams:
+        fit = self._fits.get(gpu_model)
+        return fit.params if fit else self.prior
+
+    def _refit(self, fit: _Fit, start: ModelParams) -> None:
+        params = start
+        # the kept observations' estimates under `start`, where the last refit left them so
+        # (and the new ones were estimated under `start` when they came)
+        implied = fit.implied if fit.implied_at == start else None
+        for sweep in range(1, MAX_SWEEPS + 1):
+            if implied is None:
+                implied = [estimate(params, kept.obs) for kept in fit.kept]
+            new = self._blend(fit, implied)
+            moved = max(abs(getattr(new, n) - getattr(params, n)) for n in PARAM_NAMES)
+            fit.implied, fit.implied_at = implied, params
+            params = new
+            fit.sweeps = sweep
+            if moved < REFIT_TOLERANCE:
+                break
+            implied = None
+        fit.params = params
+
+    def _blend(self, fit: _Fit, implied: Iterable[tuple[str, float] | None]) -> ModelParams:
+        """Each observed parameter: the mean of its prior (weighted as `PRIOR_WEIGHT`), its
+        frozen totals and the values implied; the others stay at the prior."""
+        sums = {name: t.total for name, t in fit.frozen.items()}
+        counts = {name: t.count for name, t in fit.frozen.items()}
+        for said in implied:
+            if said is not None:
+                name, value = said
+                sums[name] = sums.get(name, 0.0) + value
+                counts[name] = counts.get(name, 0) + 1
+        return self.prior.with_values(
+            {
+                name: (getattr(self.prior, name) * PRIOR_WEIGHT + sums[name])
+                / (PRIOR_WEIGHT + count)
+                for name, count in counts.items()
+                if count
+            }
+        )
+
+    def describe(self, gpu_model: str) -> list[LearnedParam]:
+        """Each parameter with its value, prior, provenance, and the observations that inform
+        it under the current parameters (and when the last of them came)."""
+        current = self.params(gpu_model)
+        fit = self._fits.get(gpu_model)
+        counts: dict[str, int] = {}
+        calibrated: dict[str, int] = {}
+        last: dict[str, float | None] = {}
+
+        def count(name: str, n: int, cal: int, at: float | None) -> None:
+            counts[name] = counts.get(name, 0) + n
+            calibrated[name] = calibrated.get(name, 0) + cal
+            before = last.get(name)
+            last[name] = at if before is None else before if at is None else max(before, at)
+
+        if fit is not None:
+            for name, total in fit.frozen.items():
+                count(name, total.count, total.calibrated, total.updated_at)
+            for kept in fit.kept:
+                said = estimate(current, kept.obs)
+                if said is not None:
+                    count(said[0], 1, int(kept.calibrated), kept.at)
+        out = []
+        for name in PARAM_NAMES:
+            provenance = PROVENANCE[name]
+            if calibrated.get(name):
+                kind = "calibrated"
+            elif counts.get(name):
+                kind = "learned"
+            else:
+                kind = self.prior_kind if self.prior_kind != "published" else provenance.kind
+            out.append(
+                LearnedParam(
+                    name,
+                    getattr(current, name),
+                    getattr(self.prior, name),
+                    kind,
+                    provenance.source,
+                    counts.get(name, 0),
+                    calibrated.get(name, 0),
+                    last.get(name),
+                )
+            )
+        return out

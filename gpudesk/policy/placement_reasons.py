@@ -1,0 +1,58 @@
+"""The reasons a placement gives in words: a job collocated (its predicted speed, what its
+co-tenants lose), a job alone on an idle GPU that still shares it, a GPU whose MPS server
+serves another user.
+"""
+
+from __future__ import annotations
+
+from gpudesk.core.identity import user_name
+from gpudesk.policy.demand import Demand
+from gpudesk.policy.interference import Prediction
+from gpudesk.policy.policy import GpuState
+from gpudesk.units import gib
+
+
+def collocated_reason(
+    gpu: GpuState, share: str, demand: Demand, predicted: Prediction, margin: float
+) -> str:
+    slowed = max(
+        (b - a for b, a in zip(predicted.tenants_before, predicted.tenants_after, strict=True)),
+        default=0.0,
+    )
+    return (
+        f"collocated on GPU {gpu.index} under {share}: predicted speed "
+        f"{predicted.rate:.2f}, its {len(gpu.tenants)} tenant(s) slowed by at most "
+        f"{slowed:.2f}, station gains {predicted.gain:.2f} GPU; {gib(gpu.free_mib)} free for "
+        f"{gib(demand.memory_mib)} + {gib(margin)} margin"
+    )
+
+
+def idle_share_reason(gpu: GpuState, share: str, demand: Demand, mode: str) -> str:
+    """Why a job alone on an idle GPU starts as a sharing tenant (`share`: "mps" or "naive")
+    rather than holding the whole GPU: a one-GPU job that need not run alone leaves room for
+    the jobs after it, under MPS where the GPU's server can take it."""
+    asks = f"{demand.sm_pct:.0f}% SM and {gib(demand.memory_mib)} ({demand.source})"
+    if share == "mps":
+        return f"MPS, not the whole GPU: it asks for {asks}, so later jobs may share the GPU"
+    if mode == "naive":
+        return f"time-sliced, not the whole GPU (policy naive): it asks for {asks}"
+    return (
+        f"time-sliced, not the whole GPU: it asks for {asks}; no MPS server is usable on "
+        f"GPU {gpu.index}"
+    )
+
+
+def mps_serves_other(gpu: GpuState, uid: int | None) -> str:
+    """Why a job of `uid` only time-slices on the GPU: "" where its MPS server (if any) serves
+    the job's own user."""
+    other = gpu.mps_uid
+    if other is None or uid is None or other == uid:
+        return ""
+    return (
+        f"GPU {gpu.index}'s MPS server serves {user_name(other)}'s jobs; an MPS server serves "
+        "one user at a time"
+    )
+
+
+def foreign_reason(gpu: GpuState, uid: int, shared: str) -> str:
+    return f"time-sliced: {mps_serves_other(gpu, uid)}; {shared}"

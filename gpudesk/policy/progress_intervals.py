@@ -1,0 +1,158 @@
+"""Learning from progress, the pure part: an attempt's run cut into intervals under one tenancy,
+and an ended interval turned into what the learner is told.
+
+A *tenancy* is where an attempt runs and beside whom: its GPU, its mode, its MIG slice and the
+other attempts on its GPU. While it stays the same, the attempt's progress lines (DONE, read by
+the engine from its log) make one interval; when it changes (a co-tenant starts or ends) or the
+attempt ends, the interval ends. An interval long enough, over which DONE grew, has a rate (DONE
+per second from its first to its last line). Alone, that rate is the job's speed alone; shared,
+its ratio to the speed alone is an `interference.Observation`.
+
+The engine (`gpudesk.engine.learning`) reads the logs, knows who runs where, remembers rates
+alone in its store and feeds the learner; this module holds no file, clock or store, so the
+rules can be read and tested on their own (docs/interference.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from gpudesk.policy.interference import Observation, Workload
+
+
+@dataclass(frozen=True)
+class CoTenant:
+    attempt_id: int
+    job_id: int
+    work: Workload = field(compare=False)  # fixed for an attempt; compared by its id
+
+
+@dataclass(frozen=True)
+class Tenancy:
+    """Where an attempt runs and beside whom: an interval lasts while this stays the same."""
+
+    gpu: int
+    mode: str
+    mig_slice: str | None = None
+    others: tuple[CoTenant, ...] = ()  # the other attempts on its GPU (none on a MIG slice)
+    compute_slices: int = 0  # its MIG slice's
+    memory_slices: int = 0
+
+    @property
+    def alone(self) -> bool:
+        return self.mode != "mig" and not self.others
+
+
+@dataclass(frozen=True)
+class Placed:
+    """A running single-GPU attempt as tenancies are built from: where it runs, and its
+    workload (what its co-tenants' observations say it brought)."""
+
+    attempt_id: int
+    job_id: int
+    gpu: int
+    mode: str
+    work: Workload
+    mig_slice: str | None = None
+    compute_slices: int = 0  # its MIG slice's, where the engine could read them
+    memory_slices: int = 0
+
+
+def tenancies(placed: Sequence[Placed]) -> dict[int, Tenancy]:
+    """Each attempt's tenancy, by attempt id. An attempt on a MIG slice has no co-tenants (its
+    slice is its own); the others share their GPU with every non-MIG attempt on it."""
+    result = {}
+    for attempt in placed:
+        if attempt.mode == "mig":
+            result[attempt.attempt_id] = Tenancy(
+                attempt.gpu,
+                "mig",
+                attempt.mig_slice,
+                (),
+                attempt.compute_slices,
+                attempt.memory_slices,
+            )
+            continue
+        others = tuple(
+            CoTenant(other.attempt_id, other.job_id, other.work)
+            for other in placed
+            if other is not attempt and other.mode != "mig" and other.gpu == attempt.gpu
+        )
+        result[attempt.attempt_id] = Tenancy(attempt.gpu, attempt.mode, None, others)
+    return result
+
+
+@dataclass
+class Point:
+    at: float  # time.monotonic() when the line was read
+    done: float
+
+
+@dataclass(frozen=True)
+class Interval:
+    """An ended interval that counts: long enough, and DONE grew over it."""
+
+    tenancy: Tenancy
+    seconds: float
+    done: float  # DONE's growth over it
+
+    @property
+    def rate(self) -> float:
+        return self.done / self.seconds
+
+    def observation(self, work: Workload, alone_rate: float) -> Observation:
+        """What a shared interval tells the learner: the job's rate here against `alone_rate`,
+        beside its co-tenants' workloads (or on its MIG slice)."""
+        t = self.tenancy
+        return Observation(
+            t.mode,
+            work,
+            tuple(o.work for o in t.others),
+            self.rate / alone_rate,
+            t.compute_slices,
+            t.memory_slices,
+        )
+
+
+@dataclass
+class Progress:
+    """One attempt's progress: its interval under the current tenancy, and what its intervals
+    alone added up to (its own speed alone, measured in this attempt)."""
+
+    tenancy: Tenancy
+    first: Point | None = None  # the interval's first progress line
+    last: Point | None = None  # its latest
+    alone_done: float = 0.0  # over this attempt's intervals alone
+    alone_s: float = 0.0
+
+    @property
+    def alone_rate(self) -> float | None:
+        return self.alone_done / self.alone_s if self.alone_s > 0 else None
+
+    def add(self, at: float, done: float) -> None:
+        """A progress line read at `at`. DONE going back (a restarted count) starts the
+        interval afresh: what came before it is not comparable."""
+        if self.last is not None and done < self.last.done:
+            self.first = None
+        point = Point(at, done)
+        if self.first is None:
+            self.first = point
+        self.last = point
+
+    def end(self, min_s: float) -> Interval | None:
+        """The interval ends (its tenancy changed, or the attempt ended): the interval if it
+        counts (at least `min_s` long, DONE grew), else None. One alone adds to the attempt's
+        speed alone. The next interval starts at the next line read."""
+        first, last = self.first, self.last
+        self.first = self.last = None
+        if first is None or last is None:
+            return None
+        seconds = last.at - first.at
+        if seconds < min_s or last.done <= first.done:
+            return None
+        interval = Interval(self.tenancy, seconds, last.done - first.done)
+        if self.tenancy.alone:
+            self.alone_done += interval.done
+            self.alone_s += seconds
+        return interval

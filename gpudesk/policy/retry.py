@@ -1,0 +1,69 @@
+"""What an ended attempt does to its job: succeeded, cancelled, timed out, back in the queue
+(after an out-of-memory death, with a raised demand on a GPU of its own; after another failure,
+while `max_attempts` allows), or failed. A rule of the scheduling brain, pure: the engine reads
+the exit record and the log and stores the outcome (`gpudesk.engine.attempts`); the simulator
+could ask the same.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from gpudesk.core.jobs import JobState
+from gpudesk.core.records import JobRecord
+from gpudesk.policy.demand import Demand
+from gpudesk.units import MIB_PER_GIB
+
+OOM_RETRIES = 2  # attempts an out-of-memory death adds to a job's max_attempts
+
+
+@dataclass(frozen=True)
+class Ending:
+    """How a settled attempt moves its job on."""
+
+    state: JobState
+    message: str
+    raised_demand: Demand | None = None  # after an out-of-memory death
+
+
+def ending(
+    job: JobRecord,
+    attempt_number: int,
+    exit_code: int | None,
+    outcome: str,
+    *,
+    timed_out: bool,
+    oom: str | None,
+    after_oom: Callable[[], Demand],
+) -> Ending:
+    """Attempt `attempt_number` of `job` ended with `exit_code` (None: unknown), described by
+    `outcome`; `timed_out` when it ran past its time limit, `oom` the log's out-of-memory line
+    (None: none). `after_oom` gives the raised demand, asked only when an OOM is retried."""
+    if job.cancel_requested and exit_code != 0:
+        return Ending(JobState.CANCELLED, f"cancelled ({outcome})")
+    if exit_code == 0:
+        return Ending(JobState.SUCCEEDED, outcome)
+    limit = job.spec.time_limit_s
+    if limit is not None and timed_out:
+        return Ending(
+            JobState.FAILED,
+            f"timed out: ran past its time limit of {limit:g} s ({outcome})",
+        )
+    if oom and job.attempts_since_requeue < job.spec.max_attempts + OOM_RETRIES:
+        # An out-of-memory death is retried whatever max_attempts says: with more memory
+        # and a GPU to itself, so the next attempt cannot die the same way or hurt others.
+        demand = after_oom()
+        return Ending(
+            JobState.QUEUED,
+            f"attempt {attempt_number} ran out of GPU memory ({oom}); back in the "
+            f"queue needing {demand.memory_mib / MIB_PER_GIB:.1f} GiB on a GPU of its own",
+            demand,
+        )
+    if job.attempts_since_requeue < job.spec.max_attempts:
+        left = job.spec.max_attempts - job.attempts_since_requeue
+        return Ending(
+            JobState.QUEUED,
+            f"attempt {attempt_number} failed ({outcome}); retrying, {left} left",
+        )
+    return Ending(JobState.FAILED, outcome)

@@ -1,0 +1,168 @@
+"""What a simulation keeps and reports: each job's run (`SimRun`) and the stretches of it under one
+set of co-tenants (`Segment`), each attempt on the station (`Occupancy`), and the result of the
+whole run (`SimResult`).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from gpudesk.core.records import JobRecord
+from gpudesk.policy.demand import Demand
+from gpudesk.policy.policy import Placement
+from gpudesk.policy.trace import TraceJob
+from gpudesk.units import J_PER_KWH, S_PER_HOUR
+
+if TYPE_CHECKING:
+    from gpudesk.policy.simulator import Simulation
+
+
+@dataclass
+class Segment:
+    """A stretch of a job's run under one set of co-tenants (what learning may observe)."""
+
+    key: tuple[Any, ...]
+    since: float
+    rate: float
+
+
+@dataclass
+class SimRun:
+    """One trace job through a simulation: its record and demand, its attempts, and while it
+    runs its placement and progress."""
+
+    job: TraceJob
+    record: JobRecord
+    demand: Demand
+    queued_at: float
+    attempts: int = 0
+    first_start: float | None = None
+    finished_at: float | None = None
+    lost: bool = False
+    impossible: str | None = None  # why it can never run on this station
+    # while running
+    placement: Placement | None = None
+    started_at: float = 0.0
+    blocked_until: float = 0.0  # its GPU is being re-carved until then
+    work_done: float = 0.0  # seconds of exclusive-speed work
+    limit_mib: float | None = None  # the memory it may use (MPS limit, MIG slice)
+    peak_at: float = 0.0  # when it reaches its peak memory
+    segment: Segment | None = None
+
+    @property
+    def running(self) -> bool:
+        return self.placement is not None
+
+    @property
+    def placed(self) -> Placement:
+        """The placement of a running job (the simulator only asks while it runs)."""
+        assert self.placement is not None, f"job {self.job.id} is not running"
+        return self.placement
+
+
+@dataclass(frozen=True)
+class Occupancy:
+    """One attempt of a job on the simulated station: which GPUs it held, how, and when (the
+    timeline `gpudesk simulate --plot` draws). An attempt that died of an out-of-memory error
+    ends with `ended = "oom"`; the one that finished with "finished"."""
+
+    job_id: int
+    gpus: tuple[int, ...]
+    mode: str  # the placement's mode: exclusive, naive (time-sliced), mps, mig
+    start_s: float
+    end_s: float
+    ended: str  # "finished" or "oom"
+    mig_profile: str | None = None  # the MIG slice's profile, e.g. 3g.20gb
+
+
+@dataclass
+class SimResult:
+    policy: str
+    estimator: str
+    station: str
+    jobs: int
+    makespan_s: float
+    mean_jct_s: float
+    p95_jct_s: float
+    mean_wait_s: float
+    gpu_busy_hours: float
+    energy_kwh: float
+    oom_crashes: int
+    oom_recovered: int
+    lost: int
+    decisions: int
+    decision_p99_ms: float
+    modes: dict[str, int] = field(default_factory=dict)  # placements by mode
+    impossible: int = 0  # jobs that can never run on this station (never placed)
+    impossible_jobs: list[dict[str, Any]] = field(default_factory=list)
+    lost_jobs: list[dict[str, Any]] = field(default_factory=list)
+    repartitions: int = 0  # re-carves of a MIG GPU whose layout changed
+    observations: int = 0  # rates fed to the learner
+    mig_violations: int = 0  # whole-GPU placements on a GPU in MIG mode (a policy error)
+    learned_params: dict[str, float] = field(default_factory=dict)  # the policy's, at the end
+    # Every attempt, in the order they ended: for the timeline plot. Left out of `to_dict` (the
+    # `--json` report), where one row per attempt would drown the figures it compares.
+    occupancies: list[Occupancy] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, value in vars(self).items():
+            if key == "occupancies":
+                continue
+            if isinstance(value, float):
+                value = round(value, 3)
+            elif key == "learned_params":
+                value = {k: round(v, 4) for k, v in value.items()}
+            out[key] = value
+        return out
+
+
+def sim_result(sim: Simulation) -> SimResult:
+    """The figures of a finished simulation."""
+    done = [r for r in sim.runs if r.finished_at is not None]
+    jct = [r.finished_at - r.job.arrival_s for r in done]  # type: ignore[operator]
+    waits = [r.first_start - r.job.arrival_s for r in done]  # type: ignore[operator]
+    ordered = sorted(jct)
+    p95 = ordered[min(len(ordered) - 1, math.ceil(0.95 * len(ordered)) - 1)] if ordered else 0.0
+    decisions = sorted(sim.decision_ms)
+    p99 = (
+        decisions[min(len(decisions) - 1, math.ceil(0.99 * len(decisions)) - 1)]
+        if decisions
+        else 0.0
+    )
+    impossible = [r for r in sim.runs if r.impossible is not None]
+    lost = [r for r in sim.runs if r.lost]
+    return SimResult(
+        policy=sim.policy_name,
+        estimator=sim.estimator,
+        station=sim.station,
+        jobs=len(sim.runs),
+        makespan_s=sim.now,
+        mean_jct_s=statistics.fmean(jct) if jct else 0.0,
+        p95_jct_s=p95,
+        mean_wait_s=statistics.fmean(waits) if waits else 0.0,
+        gpu_busy_hours=sim.busy_s / S_PER_HOUR,
+        energy_kwh=sim.energy_j / J_PER_KWH,
+        oom_crashes=sim.ooms,
+        oom_recovered=sim.recovered,
+        lost=len(lost),
+        decisions=len(sim.decision_ms),
+        decision_p99_ms=p99,
+        modes=dict(sorted(sim.modes.items())),
+        impossible=len(impossible),
+        impossible_jobs=[
+            {"id": r.job.id, "name": r.job.name, "reason": r.impossible} for r in impossible
+        ],
+        lost_jobs=[
+            {"id": r.job.id, "name": r.job.name, "reason": sim.lost_why.get(r.job.id, "")}
+            for r in lost
+        ],
+        repartitions=sim.repartitions,
+        observations=sim.observations,
+        mig_violations=sim.mig_violations,
+        learned_params=sim.learner.params(sim.model.name).to_dict(),
+        occupancies=list(sim.occupancies),
+    )

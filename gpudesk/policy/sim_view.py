@@ -1,0 +1,88 @@
+"""The simulated station as the placement policy sees it (`station_view`): each GPU's tenants with
+the memory the engine would reserve for them by now, its recent SM activity, its MIG slices
+(busy, or being re-carved), and the queue's demands.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from gpudesk.policy.demand import reservation
+from gpudesk.policy.policy import GpuState, StationView, Tenant
+
+if TYPE_CHECKING:
+    from gpudesk.policy.simulator import Simulation
+
+
+def station_view(sim: Simulation) -> StationView:
+    """The simulated station as the policy sees it, as the engine's `StationView` would show it."""
+    states = []
+    for gpu in range(sim.gpu_count):
+        tenants = []
+        measured = 0.0
+        on_gpu = sim.tenants_on(gpu)
+        for t in on_gpu:
+            elapsed = max(0.0, sim.now - max(t.started_at, t.blocked_until))
+            ramp = max(1e-6, t.peak_at - max(t.started_at, t.blocked_until))
+            used = t.job.peak_memory_mib * min(1.0, elapsed / ramp)
+            measured += used
+            # Its memory stops growing at its peak; the engine's rule takes it from there.
+            reserved = reservation(
+                t.demand.memory_mib,
+                used,
+                sim.now - t.peak_at if t.peak_at <= sim.now else 0.0,
+            )
+            tenants.append(
+                Tenant(
+                    t.job.id,
+                    t.placed.mode,
+                    reserved,
+                    t.job.sm_pct,
+                    t.placed.mig_slice,
+                    membw_pct=t.job.membw_pct,
+                    thread_pct=t.placed.mps_thread_pct,
+                )
+            )
+        history = sim.sm_history[gpu]
+        window = statistics.fmean(v for _, v in history) if history else 0.0
+        if gpu in sim.fixed:
+            mig_enabled, dynamic = True, False
+            busy_keys = {t.placed.mig_slice for t in on_gpu}
+            # a layout being changed (--mig-repartition) is unusable until it is made
+            unusable = any(t.placed.mode == "exclusive" for t in on_gpu) or (
+                sim.reconfig_until.get(gpu, 0.0) > sim.now
+            )
+            slices = tuple(replace(s, busy=unusable or s.key in busy_keys) for s in sim.slices[gpu])
+        elif sim.policy_name == "mig":
+            mig_enabled, dynamic = True, True
+            slices = tuple(replace(s, busy=True) for s in sim.slices[gpu])
+        else:
+            mig_enabled, dynamic, slices = False, False, ()
+        states.append(
+            GpuState(
+                index=gpu,
+                uuid=f"GPU-SIM-{gpu}",
+                memory_total_mib=sim.model.memory_total_mib,
+                model=sim.model.name,
+                memory_used_mib=measured,
+                sm_activity_pct=window,
+                tenants=tuple(tenants),
+                mps_usable=sim.mps,
+                mig_enabled=mig_enabled,
+                mig_slices=slices,
+                mig_dynamic=dynamic,
+                placed_s_ago=sim.now - sim.placed_at[gpu] if gpu in sim.placed_at else None,
+            )
+        )
+    return StationView(
+        config=sim.config,
+        cores=64,
+        backend=sim.station,
+        simulated=True,
+        gpu_states=tuple(states),
+        demands={r.record.id: r.demand for r in sim.queue},
+        overtaken=sim.overtaken,
+        interference=sim.interference,
+    )

@@ -1,0 +1,209 @@
+"""What `gpudesk simulate` replays: a job trace (`load_trace`: each job's arrival, size, peak memory
+and SM share, checked), the simulated ground truth (`load_truth`), and the MIG layouts a
+simulated station starts with (`parse_mig`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gpudesk.core.mig_profiles import (
+    COMPUTE_SLICES,
+    MEMORY_SLICES,
+    MigProfile,
+    find_profile,
+    table_for_gpu,
+)
+from gpudesk.examples import bundled
+from gpudesk.policy.interference import ModelParams, load_params_file
+
+# SM activity of a job running alone, by the trace's class, where the trace gives no `sm_pct`;
+# DLRM is the published ~5 %. The class figures are ASSUMPTIONS (no per-job SM figure is
+# published for the trace); a user knows roughly this much about a job and gives it as the
+# `sm_pct` hint. docs/simulator.md says what they do to the results.
+SM_BY_CLASS = {"light": 10.0, "medium": 30.0, "heavy": 70.0}
+SM_BY_MODEL = {"DLRM": 5.0}
+GUESSING_ESTIMATORS = ("gpumemnet", "horus", "faketensor")
+# "measured": each job's true peak, as the engine's history of earlier runs of the same command
+# would give it (Demand source "history").
+ESTIMATORS = (*GUESSING_ESTIMATORS, "measured")
+
+
+class TraceError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class TraceJob:
+    id: int
+    name: str
+    arrival_s: float
+    gpus: int
+    exclusive_s: float
+    peak_memory_mib: float
+    sm_pct: float
+    job_class: str
+    estimates: dict[str, float]
+    membw_pct: float | None = None  # DRAM bandwidth share alone, where the trace gives it
+    model: str = ""
+
+
+@dataclass(frozen=True)
+class Trace:
+    name: str
+    station: str
+    jobs: tuple[TraceJob, ...]
+
+
+def _percent(raw: Mapping[str, Any], key: str) -> float | None:
+    value = raw.get(key)
+    if value is None:
+        return None
+    number = float(value)
+    if not 0.0 <= number <= 100.0:
+        raise ValueError(f"{key} must be 0..100, found {value!r}")
+    return number
+
+
+def load_trace(path: str | Path) -> Trace:
+    # Installed from a wheel, `traces/carma-philly-t1.json` (or `carma-philly-t1`) names the
+    # bundled copy when no such file is here.
+    path = bundled(path, "traces") or path
+    try:
+        data = json.loads(Path(path).read_text())
+    except OSError as exc:
+        raise TraceError(f"cannot read the trace {path}: {exc.strerror or exc}") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise TraceError(f"{path} is not a JSON trace: {exc}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("jobs"), list) or not data["jobs"]:
+        raise TraceError(f'{path}: expected an object with a non-empty "jobs" list')
+    jobs = []
+    for i, raw in enumerate(data["jobs"]):
+        try:
+            if not isinstance(raw, dict):
+                raise TypeError("a job is an object")
+            cls = str(raw.get("class", "medium"))
+            model = str(raw.get("model") or "")
+            sm_pct = _percent(raw, "sm_pct")
+            jobs.append(
+                TraceJob(
+                    id=int(raw.get("id", i + 1)),
+                    name=str(raw.get("task") or model or f"job{i + 1}"),
+                    arrival_s=float(raw["arrival_s"]),
+                    gpus=int(raw.get("gpus", 1)),
+                    exclusive_s=float(raw["exclusive_minutes"]) * 60.0,
+                    peak_memory_mib=float(raw["peak_memory_mb"]),
+                    sm_pct=sm_pct
+                    if sm_pct is not None
+                    else SM_BY_MODEL.get(model, SM_BY_CLASS.get(cls, 50.0)),
+                    job_class=cls,
+                    estimates={
+                        e: float(raw[f"estimate_{e}_mb"])
+                        for e in GUESSING_ESTIMATORS
+                        if raw.get(f"estimate_{e}_mb") is not None
+                    },
+                    membw_pct=_percent(raw, "membw_pct"),
+                    model=model,
+                )
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise TraceError(f"{path}: jobs[{i}]: missing or bad field ({exc})") from None
+        job = jobs[-1]
+        if job.gpus < 1 or job.exclusive_s <= 0 or not math.isfinite(job.exclusive_s):
+            raise TraceError(f"{path}: jobs[{i}]: gpus and exclusive_minutes must be positive")
+        if job.peak_memory_mib < 0 or not math.isfinite(job.peak_memory_mib):
+            raise TraceError(f"{path}: jobs[{i}]: peak_memory_mb must be a size")
+    jobs.sort(key=lambda j: (j.arrival_s, j.id))
+    return Trace(str(data.get("name", Path(path).stem)), str(data.get("station", "")), tuple(jobs))
+
+
+# --------------------------------------------------------------------- truth and MIG layouts
+def load_truth(path: str | Path) -> ModelParams:
+    """The simulated ground truth (`--truth FILE`): the parameters it names, the rest the
+    defaults. Raises ValueError."""
+    return load_params_file(path, "--truth")
+
+
+def simulated_profiles(gpu_name: str) -> tuple[MigProfile, ...]:
+    """The MIG profiles a simulated GPU of this model offers (its own table)."""
+    return tuple(p for p in table_for_gpu(gpu_name) if p.simulated)
+
+
+def layout_fits(profiles: Sequence[MigProfile]) -> bool:
+    """Whether these instances fit one GPU together: 7 compute slices, and each at one of its
+    profile's placements over the 8 memory slices, none overlapping (larger ones first, as the
+    driver places them)."""
+    if sum(p.compute_slices for p in profiles) > COMPUTE_SLICES:
+        return False
+    ordered = sorted(profiles, key=lambda p: (-p.memory_slices, -p.compute_slices))
+
+    def fit(i: int, used: tuple[Any, ...]) -> bool:
+        if i == len(ordered):
+            return True
+        return any(
+            not any(spot.overlaps(u) for u in used) and fit(i + 1, (*used, spot))
+            for spot in ordered[i].placements
+        )
+
+    return fit(0, ())
+
+
+def parse_mig(text: str, gpu_name: str, gpu_count: int) -> dict[int, tuple[str, ...]]:
+    """`--mig 3=3g.20gb,2g.10gb,1g.5gb,1g.5gb` -> {3: (...)}: items without `=` continue the
+    last GPU; `3=` alone puts GPU 3 in MIG mode with no instances yet. Raises ValueError."""
+    table = simulated_profiles(gpu_name)
+    if not table:
+        raise ValueError(f"--mig: a simulated {gpu_name} has no MIG profiles")
+    offered = ", ".join(p.name for p in table)
+    layouts: dict[int, list[str]] = {}
+    current: int | None = None
+    for raw in text.split(","):
+        item = raw.strip()
+        if "=" in item:
+            gpu_text, _, item = (part.strip() for part in item.partition("="))
+            try:
+                current = int(gpu_text)
+            except ValueError:
+                raise ValueError(
+                    f"--mig: {gpu_text!r} is not a GPU index (GPU=PROFILE,...)"
+                ) from None
+            if not 0 <= current < gpu_count:
+                raise ValueError(
+                    f"--mig: GPU {current} does not exist; the station has GPUs 0..{gpu_count - 1}"
+                )
+            if current in layouts:
+                raise ValueError(f"--mig: GPU {current} is given twice")
+            layouts[current] = []
+            if not item:
+                continue
+        elif current is None:
+            raise ValueError(
+                f"--mig: start with a GPU index, e.g. 0=3g.20gb,2g.10gb (got {text!r})"
+            )
+        if not item:
+            raise ValueError(f"--mig: an empty profile name in {text!r}")
+        profile = find_profile(item, table)
+        if profile is None:
+            raise ValueError(
+                f"--mig: unknown MIG profile {item!r} for a {gpu_name}; it offers: {offered}"
+            )
+        layouts[current].append(profile.name)
+    for gpu, names in layouts.items():
+        if not layout_fits([_must_find(n, table) for n in names]):
+            raise ValueError(
+                f"--mig: the layout {','.join(names)} does not fit GPU {gpu} (a {gpu_name} has "
+                f"{COMPUTE_SLICES} compute and {MEMORY_SLICES} memory slices, and each profile "
+                f"sits only at its own placements)"
+            )
+    return {gpu: tuple(names) for gpu, names in sorted(layouts.items())}
+
+
+def _must_find(name: str, table: tuple[MigProfile, ...]) -> MigProfile:
+    profile = find_profile(name, table)
+    assert profile is not None, name
+    return profile

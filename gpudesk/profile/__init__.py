@@ -1,0 +1,210 @@
+"""Reading `profile.toml`: parse, validate and expand a profile into job specs.
+
+Every user-caused failure becomes a `ProfileError` listing *all* the problems found, each with
+the file, the line, the key path (``jobs[2].gpus``) and what was expected versus found. Field
+values are checked by the shared validators in `gpudesk.core.jobs` and `gpudesk.core.station`.
+
+Placeholders: ``{repeat}`` (the 1-based repeat index) is substituted in [[jobs]]; in [[sweeps]]
+every grid parameter is too. They are substituted in command arguments (or the shell string),
+in the job's own ``env`` values and ``workdir``, and in a name that contains ``{``. Values
+inherited from [defaults] are copied verbatim. ``${NAME}`` (shell syntax) is never touched.
+Sweeps expand grid-major (first parameter slowest) with the repeat index varying fastest.
+
+This module reads the file; `model` is what a profile reads as, `values` the keys and their
+checks, `problems` the record of what is wrong, `tables` the profile's own tables, `entries`
+its [[jobs]] and [[sweeps]], `build` the whole document read and expanded.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import os
+import re
+import stat
+from pathlib import Path
+from typing import Any
+
+from gpudesk.examples import bundled
+from gpudesk.profile.build import _Builder
+from gpudesk.profile.model import (
+    MAX_JOBS,
+    MAX_PROFILE_BYTES,
+    DatasetConfig,
+    Problem,
+    Profile,
+    ProfileError,
+    ReportConfig,
+)
+from gpudesk.profile.values import _render_key
+from gpudesk.toml_lines import Key, KeyLines, tomllib
+
+__all__ = [
+    "MAX_JOBS",
+    "MAX_PROFILE_BYTES",
+    "DatasetConfig",
+    "Problem",
+    "Profile",
+    "ProfileError",
+    "ReportConfig",
+    "load_profile",
+    "parse_profile",
+]
+
+
+_TOML_POSITION = re.compile(r"\s*\(at (?:line (\d+), column (\d+)|end of document)\)\s*$")
+_INT64 = (-(2**63), 2**63 - 1)
+
+
+def load_profile(path: str | os.PathLike[str]) -> Profile:
+    """Read and parse a profile file. Raises ProfileError for anything the user can fix.
+
+    A path that does not exist but names a bundled example (`profiles/quickstart.toml`,
+    `quickstart`) reads that example: installed from a wheel, the README's commands work in any
+    folder. Its jobs run in the current folder, not inside the installed package."""
+    example = bundled(path, "profiles")
+    if example is not None:
+        loaded = parse_profile(example.read_bytes(), example, base_dir=Path.cwd())
+        return dataclasses.replace(loaded, bundled=True)
+    shown = os.fsdecode(path)
+    try:
+        info = os.stat(path)
+        if stat.S_ISDIR(info.st_mode):
+            raise _file_error(shown, "is a directory; give the path of a profile .toml file")
+        if stat.S_ISREG(info.st_mode) and info.st_size > MAX_PROFILE_BYTES:
+            raise _file_error(shown, _too_big(info.st_size))
+        with open(path, "rb") as handle:
+            # Bounded read: a pipe or device reports no size up front.
+            data = handle.read(MAX_PROFILE_BYTES + 1)
+    except FileNotFoundError:
+        raise _file_error(shown, _missing_file_message(shown)) from None
+    except PermissionError:
+        raise _file_error(shown, "permission denied: cannot read the file") from None
+    except OSError as exc:
+        raise _file_error(shown, f"cannot read the file: {exc.strerror or exc}") from None
+    except ValueError:  # e.g. a NUL character in the path
+        raise _file_error(shown, "is not a valid file path") from None
+    if len(data) > MAX_PROFILE_BYTES:
+        raise _file_error(shown, f"the file is larger than the limit of {_size(MAX_PROFILE_BYTES)}")
+    return parse_profile(data, path)
+
+
+def parse_profile(
+    data: bytes, path: str | os.PathLike[str], base_dir: Path | None = None
+) -> Profile:
+    """Parse profile bytes; `path` names the file in messages and anchors relative workdirs
+    (`base_dir`, when given, anchors them instead)."""
+    shown = os.fsdecode(path)
+    try:
+        if len(data) > MAX_PROFILE_BYTES:
+            raise _file_error(shown, _too_big(len(data)))
+        text = _decode(bytes(data), shown)
+        document = _read_toml(text, shown)
+        _check_integer_range(document, shown, text)
+        builder = _Builder(shown, Path(os.path.abspath(shown)), KeyLines(text), base_dir)
+        return builder.build(document)
+    except RecursionError:
+        raise _file_error(shown, "the profile is nested too deeply to read") from None
+
+
+# --- reading the bytes -------------------------------------------------------------------------
+
+
+def _file_error(shown: str, message: str, line: int | None = None) -> ProfileError:
+    return ProfileError([Problem(shown, line, "", message)])
+
+
+def _size(n: int) -> str:
+    if n >= 1024 * 1024:
+        return f"{n / (1024 * 1024):.1f} MiB ({n:,} bytes)"
+    return f"{n:,} bytes"
+
+
+def _too_big(n: int) -> str:
+    return f"the file is {_size(n)}; a profile may be at most {_size(MAX_PROFILE_BYTES)}"
+
+
+def _missing_file_message(shown: str) -> str:
+    message = "no such file"
+    folder, base = os.path.split(shown)
+    try:
+        names = [n for n in os.listdir(folder or ".") if n.endswith(".toml")]
+    except (OSError, ValueError):
+        return message
+    if f"{base}.toml" in names:
+        guess = f"{base}.toml"
+    else:
+        close = difflib.get_close_matches(base, names, n=1)
+        if not close:
+            return message
+        guess = close[0]
+    return f"{message}; did you mean {os.path.join(folder, guess)!r}?"
+
+
+def _decode(data: bytes, shown: str) -> str:
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        column = exc.start - data.rfind(b"\n", 0, exc.start)
+        raise _file_error(
+            shown,
+            f"the file is not valid UTF-8: byte 0x{data[exc.start]:02x} at offset {exc.start} "
+            f"(line {line}, column {column}); save the profile as UTF-8",
+            line,
+        ) from None
+    return text.removeprefix("\ufeff")  # tolerate a byte-order mark from Windows editors
+
+
+def _read_toml(text: str, shown: str) -> dict[str, Any]:
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        line, message = _toml_error(exc, text)
+        raise _file_error(shown, message, line) from None
+    except RecursionError:
+        message = "invalid TOML: arrays or inline tables are nested too deeply"
+        raise _file_error(shown, message) from None
+    except ValueError as exc:  # tomllib lets Python's int() limits through as plain ValueError
+        if "integer string conversion" in str(exc):
+            message = "invalid TOML: a number is too long (integers must fit in 64 bits)"
+        else:
+            message = f"invalid TOML: {exc}"
+        raise _file_error(shown, message) from None
+
+
+def _toml_error(exc: Exception, text: str) -> tuple[int | None, str]:
+    raw = str(getattr(exc, "msg", None) or exc)
+    line: int | None = getattr(exc, "lineno", None)
+    column: int | None = getattr(exc, "colno", None)
+    match = _TOML_POSITION.search(raw)
+    if match:
+        raw = raw[: match.start()]
+        if match.group(1):
+            line, column = int(match.group(1)), int(match.group(2))
+        else:
+            line = text.count("\n") + 1  # "at end of document"
+            column = None
+    where = f" (column {column})" if column is not None and line is not None else ""
+    return line, f"invalid TOML{where}: {raw}"
+
+
+def _check_integer_range(document: dict[str, Any], shown: str, text: str) -> None:
+    """TOML integers are 64-bit; tomllib accepts longer hex/octal/binary ones. Refusing them here
+    keeps huge ints away from validators and messages (str() of one can itself raise)."""
+    bad: list[Key] = []
+    stack: list[tuple[Key, Any]] = [((), document)]
+    while stack:
+        key, value = stack.pop()
+        if isinstance(value, dict):
+            stack.extend(((*key, k), v) for k, v in value.items())
+        elif isinstance(value, list):
+            stack.extend(((*key, i), v) for i, v in enumerate(value))
+        elif type(value) is int and not _INT64[0] <= value <= _INT64[1]:
+            bad.append(key)
+    if bad:
+        locator = KeyLines(text)
+        message = "integer out of range: TOML integers must fit in 64 bits"
+        raise ProfileError(
+            [Problem(shown, locator.line(k), _render_key(k), message) for k in sorted(bad, key=str)]
+        )

@@ -1,0 +1,88 @@
+"""What a profile reads as: `Profile` and its parts (`DatasetConfig`, `ReportConfig`), the
+limits on its size, and `ProfileError`, the `Problem`s that make one unusable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpudesk.core.cluster import ClusterSpec
+from gpudesk.core.datasets import DatasetSpec
+from gpudesk.core.jobs import JobSpec, TrackingSpec
+from gpudesk.core.station import StationConfig
+from gpudesk.results import Goal
+
+MAX_PROFILE_BYTES = 1 * 1024 * 1024
+MAX_JOBS = 10_000
+MAX_REPEAT = 1000
+MAX_GRID_PARAMS = 64
+MAX_PROBLEMS_SHOWN = 20
+
+
+@dataclass(frozen=True)
+class Problem:
+    path: str  # the file path as given
+    line: int | None  # 1-based line of the key (or its table header), when known
+    key: str  # "jobs[2].gpus", "sweeps[0].grid.lr", "station.slots"; "" for the whole file
+    message: str
+
+    def __str__(self) -> str:
+        where = self.path if self.line is None else f"{self.path}:{self.line}"
+        return f"{where}: {self.key}: {self.message}" if self.key else f"{where}: {self.message}"
+
+
+class ProfileError(Exception):
+    """A profile cannot be used. `problems` lists everything wrong with it (at least one)."""
+
+    def __init__(self, problems: Sequence[Problem]) -> None:
+        if not problems:
+            raise ValueError("a ProfileError needs at least one problem")
+        # Passing the list to Exception keeps the error picklable (e.g. across processes).
+        super().__init__(list(problems))
+        self.problems: list[Problem] = list(problems)
+
+    def __str__(self) -> str:
+        lines = [str(problem) for problem in self.problems[:MAX_PROBLEMS_SHOWN]]
+        hidden = len(self.problems) - len(lines)
+        if hidden:
+            lines.append(f"… and {hidden} more")
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class DatasetConfig:
+    name: str
+    factory: str | None = None  # "package.module:callable"; the format is checked, not imported
+    loader: DatasetSpec | None = None  # how its shared loader runs (given a factory)
+
+
+@dataclass(frozen=True)
+class ReportConfig:
+    """[report]: the result metric (gpudesk.results) a run's report ranks its jobs by."""
+
+    metric: str
+    goal: Goal  # "max": larger is better; "min": smaller is
+
+
+@dataclass(frozen=True)
+class Profile:
+    path: Path  # absolute
+    name: str
+    description: str | None
+    station: StationConfig
+    datasets: dict[str, DatasetConfig]
+    jobs: list[JobSpec]  # fully expanded, in file order: [[jobs]] first, then [[sweeps]]
+    # The [station] keys the file names: only these are asked of the engine (a key left out
+    # keeps the station's value; `station` holds the defaults for those).
+    station_keys: tuple[str, ...] = ()
+    report: ReportConfig | None = None  # None: the report calls no job best
+    # Read from gpudesk's bundled examples because `path` named none in the current folder
+    # (gpudesk.examples); its relative workdirs are then anchored at the current folder.
+    bundled: bool = False
+    # [tracking]: where its jobs' MLflow runs go (each job's spec carries it too); None: none.
+    tracking: TrackingSpec | None = None
+    # [cluster]: the Slurm cluster its jobs go to by default (docs/slurm.md); None: the station.
+    # The jobs' specs do not carry it: `gpudesk run --on` may send them elsewhere.
+    cluster: ClusterSpec | None = None
