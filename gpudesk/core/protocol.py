@@ -219,9 +219,10 @@ def frame(body: bytes) -> bytes:
     return FRAME_HEADER.pack(len(body)) + body
 
 
-def encode_event(topic: str, payload: dict[str, Any]) -> bytes:
-    """An event's frame body: its topic, a newline, its JSON."""
-    return topic.encode() + b"\n" + json_bytes({"v": PROTOCOL_VERSION, **payload})
+def encode_event(topic: str, event: dict[str, Any]) -> bytes:
+    """An event's frame body: its topic, a newline, its JSON (`event`: a wire event type's
+    builtins, its `v` among them)."""
+    return topic.encode() + b"\n" + json_bytes(event)
 
 
 def split_event(body: bytes) -> tuple[bytes, bytes]:

@@ -8,8 +8,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from gpudesk.core.identity import Identity
 from gpudesk.core.jobs import JobSpec, JobState
+from gpudesk.core.wire.jobs import AttemptView, EventView, PlacementView
 
 
 @dataclass(frozen=True)
@@ -75,29 +78,6 @@ class JobRecord:
         """The attempts that count against `max_attempts` (all of them if never requeued)."""
         return self.attempts - self.attempts_before_requeue
 
-    def to_dict(self) -> dict[str, Any]:
-        spec = self.spec.to_dict()
-        spec.pop("env")  # can hold secrets and is large; `show` adds it back on request
-        return {
-            "id": self.id,
-            "name": self.spec.name,
-            "state": self.state.value,
-            "group": self.spec.group,
-            "submitted_at": self.submitted_at,
-            "started_at": self.started_at,
-            "ended_at": self.ended_at,
-            "attempts": self.attempts,
-            "max_attempts": self.spec.max_attempts,
-            "exit_code": self.exit_code,
-            "reason": self.reason,
-            "cancel_requested": self.cancel_requested,
-            "held": self.held,
-            "attempts_before_requeue": self.attempts_before_requeue,
-            "user": self.user,
-            "uid": self.owner.uid,
-            "spec": spec,
-        }
-
 
 @dataclass(frozen=True)
 class AttemptRecord:
@@ -122,19 +102,21 @@ class AttemptRecord:
     def log_path(self) -> str:
         return str(Path(self.dir) / "output.log")
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "number": self.number,
-            "state": self.state,
-            "placement": self.placement,
-            "pid": self.pid,
-            "started_at": self.started_at,
-            "ended_at": self.ended_at,
-            "exit_code": self.exit_code,
-            "signal": self.signal,
-            "reason": self.reason,
-            "log": self.log_path,
-        }
+    def view(self, containment: str | None = None) -> AttemptView:
+        """The attempt on the wire; its placement is the store's JSON, checked into its type."""
+        return AttemptView(
+            number=self.number,
+            state=self.state,
+            placement=msgspec.convert(self.placement, PlacementView),
+            pid=self.pid,
+            started_at=self.started_at,
+            ended_at=self.ended_at,
+            exit_code=self.exit_code,
+            signal=self.signal,
+            reason=self.reason,
+            log=self.log_path,
+            containment=containment,
+        )
 
 
 @dataclass(frozen=True)
@@ -147,13 +129,13 @@ class EventRecord:
     state: str | None
     message: str
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "ts": self.ts,
-            "job_id": self.job_id,
-            "attempt": self.attempt,
-            "kind": self.kind,
-            "state": self.state,
-            "message": self.message,
-        }
+    def view(self) -> EventView:
+        return EventView(
+            id=self.id,
+            ts=self.ts,
+            job_id=self.job_id,
+            attempt=self.attempt,
+            kind=self.kind,
+            state=self.state,
+            message=self.message,
+        )

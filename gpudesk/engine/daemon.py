@@ -34,6 +34,7 @@ from gpudesk import __version__, diskspace
 from gpudesk.core.datasets import DatasetSpec
 from gpudesk.core.identity import Caller, group_id
 from gpudesk.core.station import DEFAULT_JOB_MEMORY_FRACTION, StationConfig, host_cores
+from gpudesk.core.wire.telemetry import Snapshot
 from gpudesk.engine.access import DEFAULT_ADMIN_GROUP, Access
 from gpudesk.engine.activity import EngineActivity
 from gpudesk.engine.archive import Archiver
@@ -285,9 +286,9 @@ class Engine:
         self.wake_w.close()
         self.control.close()
 
-    def _publish_telemetry(self, view: dict[str, Any]) -> None:
-        self.events.telemetry(view)
-        self.tracking.sample(view)
+    def _publish_telemetry(self, snapshot: Snapshot) -> None:
+        self.events.telemetry(snapshot)
+        self.tracking.sample(self.telemetry.monitor.latest or {})  # the view it was made from
 
     def _handle(self, raw: bytes, caller: Caller) -> bytes | Pending:
         return self.handlers.handle(raw, caller)

@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+
+import msgspec
 
 from gpudesk.core import protocol
 from gpudesk.core.records import JobRecord
+from gpudesk.core.wire.events import JobEvent, TelemetryEvent
+from gpudesk.core.wire.telemetry import Snapshot
 from gpudesk.engine.control_socket import ControlSocket
 from gpudesk.engine.store.database import Store
 
@@ -33,26 +36,29 @@ class EventPublisher:
         """A job changed: its state as it is now in the store, and why."""
         self.job_events += 1
         record = job or self.store.job(job_id)
-        payload = {
-            "ts": time.time(),
-            "id": record.id,
-            "name": record.name,
-            "state": record.state.value,
-            "group": record.spec.group,
-            "user": record.user,
-            "attempts": record.attempts,
-            "exit_code": record.exit_code,
-            "held": record.held,
-            "priority": record.spec.priority,
-            "message": message,
-        }
-        self._send("job", payload)
+        event = JobEvent(
+            v=protocol.PROTOCOL_VERSION,
+            ts=time.time(),
+            id=record.id,
+            name=record.name,
+            state=record.state.value,
+            group=record.spec.group,
+            user=record.user,
+            attempts=record.attempts,
+            exit_code=record.exit_code,
+            held=record.held,
+            priority=record.spec.priority,
+            message=message,
+        )
+        self._send("job", event)
         for listener in self.listeners:
             listener(record)
 
-    def telemetry(self, view: dict[str, Any]) -> None:
-        self._send("telemetry", view)
+    def telemetry(self, snapshot: Snapshot) -> None:
+        if self.socket is not None:  # not made at all when no one could hear it
+            fields = msgspec.structs.asdict(snapshot)
+            self._send("telemetry", TelemetryEvent(v=protocol.PROTOCOL_VERSION, **fields))
 
-    def _send(self, kind: str, payload: dict[str, Any]) -> None:
+    def _send(self, kind: str, event: msgspec.Struct) -> None:
         if self.socket is not None:
-            self.socket.publish(kind, protocol.encode_event(kind, payload))
+            self.socket.publish(kind, protocol.encode_event(kind, msgspec.to_builtins(event)))

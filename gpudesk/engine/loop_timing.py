@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
-from typing import Any
 
+from gpudesk.core.wire.station import LoopRequest, LoopTimingView, LoopTurn, LoopTurns
 from gpudesk.metrics.histogram import Buckets, Histogram
 
 # Upper bounds (seconds) of the histograms' buckets. A ping or a status is well under a
@@ -121,28 +121,28 @@ class LoopTiming:
                 slowest, slowest_s = name, seconds
         self._turns.append((total, slowest, max(slowest_s, 0.0)))
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> LoopTimingView:
         """What `status` carries under "loop" (models.LoopTimingView): the window's requests
         and turns."""
         requests = list(self._requests)
         turns = list(self._turns)
         slow_requests = heapq.nlargest(SLOWEST_SHOWN, requests, key=lambda r: r[0])
         slow_turns = heapq.nlargest(SLOWEST_SHOWN, turns, key=lambda t: t[0])
-        return {
-            "requests": self.requests,
-            "window": len(requests),
+        return LoopTimingView(
+            requests=self.requests,
+            window=len(requests),
             **_summary([r[0] for r in requests]),
-            "slowest": [{"op": op, "ms": _ms(s), "uid": uid} for s, op, uid in slow_requests],
-            "turns": {
-                "turns": self.turns,
-                "window": len(turns),
+            slowest=[LoopRequest(op=op, ms=_ms(s), uid=uid) for s, op, uid in slow_requests],
+            turns=LoopTurns(
+                turns=self.turns,
+                window=len(turns),
                 **_summary([t[0] for t in turns]),
-                "slowest": [
-                    {"ms": _ms(s), "step": step, "step_ms": _ms(step_s)}
+                slowest=[
+                    LoopTurn(ms=_ms(s), step=step, step_ms=_ms(step_s))
                     for s, step, step_s in slow_turns
                 ],
-            },
-        }
+            ),
+        )
 
     def histograms(
         self,

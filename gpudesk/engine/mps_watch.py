@@ -10,9 +10,9 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from pathlib import Path
 
+from gpudesk.core.wire.station import MpsFault
 from gpudesk.engine.store.database import Store
 from gpudesk.hw.mps import MpsError, MpsManager
 from gpudesk.hw.telemetry.monitor import Monitor
@@ -20,18 +20,6 @@ from gpudesk.hw.telemetry.monitor import Monitor
 log = logging.getLogger("gpudesk.engine")
 
 MPS_CHECK_S = 10.0  # how often MPS servers are checked for FAULT and drained GPUs
-
-
-@dataclass(frozen=True)
-class MpsFault:
-    """A GPU whose MPS server takes no new clients, and why (the wire's `station.mps.faults`)."""
-
-    gpu: int | None  # its index; None for a UUID the station no longer lists
-    uuid: str
-    message: str
-
-    def to_dict(self) -> dict[str, int | str | None]:
-        return {"gpu": self.gpu, "uuid": self.uuid, "message": self.message}
 
 
 class MpsWatch:
@@ -67,7 +55,7 @@ class MpsWatch:
     def fault_list(self) -> list[MpsFault]:
         """The faults by GPU index (a UUID no longer listed last)."""
         index_of = {g.uuid: g.index for g in self.monitor().inventory}
-        faults = [MpsFault(index_of.get(u), u, m) for u, m in self.faults.items()]
+        faults = [MpsFault(gpu=index_of.get(u), uuid=u, message=m) for u, m in self.faults.items()]
         return sorted(faults, key=lambda f: (f.gpu is None, f.gpu or 0, f.uuid))
 
     def client_env(

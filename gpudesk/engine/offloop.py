@@ -52,7 +52,7 @@ class Later(Generic[T]):
     intent on the loop between its checks and its sbatches)."""
 
     work: Callable[[], T]
-    finish: Callable[[T], dict[str, Any] | msgspec.Struct | Later[Any]]  # a reply, or a next step
+    finish: Callable[[T], msgspec.Struct | Later[Any]]  # a reply, or a next step
     bound_s: float
     what: str  # for messages: "reading job 12's log"
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpudesk.core.station import STATION_KEYS, StationConfig
+from gpudesk.core.wire import station as wire
 
 
 @dataclass(frozen=True)
@@ -35,8 +36,8 @@ class SettingChange:
         text = f"{self.key} {setting_text(self.old)} → {setting_text(self.new)}"
         return f"{text} ({self.note})" if self.note else text
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"key": self.key, "old": self.old, "new": self.new, "message": self.message}
+    def view(self) -> wire.SettingChange:
+        return wire.SettingChange(key=self.key, old=self.old, new=self.new, message=self.message)
 
 
 @dataclass(frozen=True)
@@ -53,14 +54,14 @@ class SettingNotApplied:
         """ "not applied: policy fifo (the station runs auto; only an admin ... )" """
         return f"not applied: {self.key} {setting_text(self.value)} ({self.reason})"
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "key": self.key,
-            "value": self.value,
-            "current": self.current,
-            "reason": self.reason,
-            "message": self.message,
-        }
+    def view(self) -> wire.SettingNotApplied:
+        return wire.SettingNotApplied(
+            key=self.key,
+            value=self.value,
+            current=self.current,
+            reason=self.reason,
+            message=self.message,
+        )
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,11 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
+
 from gpudesk.core.station import StationConfig
+from gpudesk.core.wire.jobs import JobSeriesView
+from gpudesk.core.wire.telemetry import Snapshot
 from gpudesk.engine.state import CurrentStation
 from gpudesk.engine.store.database import Store
 from gpudesk.engine.store.schema import GPU_ENERGY_METRIC
@@ -51,15 +55,15 @@ class JobSeries:
     simulated: bool  # the job's GPUs were simulated
     points: dict[str, list[tuple[float, float]]]
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "window_s": self.window_s,
-            "simulated": self.simulated,
+    def view(self) -> JobSeriesView:
+        return JobSeriesView(
+            window_s=self.window_s,
+            simulated=self.simulated,
             **{
-                metric: [[round(t, 3), round(v, 3)] for t, v in points]
+                metric: [(round(t, 3), round(v, 3)) for t, v in points]
                 for metric, points in self.points.items()
             },
-        }
+        )
 
 
 # Per GPU: (index, MIG mode, its MIG devices' UUIDs): what placement's slices come from.
@@ -83,7 +87,7 @@ class TelemetrySink:
         store: Store,
         station: CurrentStation,
         wake: Callable[[], None],
-        publish: Callable[[dict[str, Any]], None],
+        publish: Callable[[Snapshot], None],
         on_change: Callable[[], None],
     ) -> None:
         """`wake` wakes the loop (called on the sampler thread), `publish` sends a telemetry
@@ -99,6 +103,8 @@ class TelemetrySink:
         self.sampler: SamplerThread | None = None
         self.lost_gpus: frozenset[int] = frozenset()
         self.mig_layout: MigLayout | None = None  # as the latest sample showed it
+        # The monitor's latest view as clients get it, and the view it was made from.
+        self._snapshot: tuple[dict[str, Any], Snapshot] | None = None
         self.store_samples_at = time.monotonic() + STORE_SAMPLES_EVERY_S
         self.prune_at = time.monotonic()
         # GPU index -> the monitor's energy count when the store last got an energy point; what
@@ -183,16 +189,21 @@ class TelemetrySink:
                 self.on_change()
             self.mig_layout = layout
             self._note_lost(frozenset(g["index"] for g in view["gpus"] if g["lost"]))
-            self.publish(self._with_interval(view))
+            self.publish(self._snapshot_of(view))
         self.flush()
 
-    def snapshot(self) -> dict[str, Any] | None:
+    def snapshot(self) -> Snapshot | None:
         """The latest view as clients get it (reply and event alike), None before a sample."""
         latest = self.monitor.latest
-        return None if latest is None else self._with_interval(latest)
+        return None if latest is None else self._snapshot_of(latest)
 
-    def _with_interval(self, view: dict[str, Any]) -> dict[str, Any]:
-        return {**view, "interval_s": self.station.config.sample_interval}
+    def _snapshot_of(self, view: dict[str, Any]) -> Snapshot:
+        """The monitor's view (its own dicts, which placement and tracking read) as the wire
+        type, made once per sample: msgspec checks it against the type here."""
+        if self._snapshot is None or self._snapshot[0] is not view:
+            wired = {**view, "interval_s": self.station.config.sample_interval}
+            self._snapshot = (view, msgspec.convert(wired, Snapshot))
+        return self._snapshot[1]
 
     def _note_lost(self, lost: frozenset[int]) -> None:
         if lost == self.lost_gpus:

@@ -27,12 +27,13 @@ import shlex
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 from gpudesk.core.gpu_models import GpuModel
 from gpudesk.core.mig_layout import LayoutError, plan_layout
 from gpudesk.core.mig_profiles import COMPUTE_SLICES, SliceSpan, table_for_gpu
 from gpudesk.core.mig_records import GiProfile, MigMode
+from gpudesk.core.wire.mig import MigPlanView, PlanBlocker, PlanLeftOut, PlanSlice
 from gpudesk.policy.policy import RESERVE_MIB
 from gpudesk.units import MIB_PER_GIB
 
@@ -202,26 +203,28 @@ class MigPlan:
         """Why it cannot be applied, in one paragraph; None when it can."""
         return " ".join(b.message for b in self.blockers) or None
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "gpu": self.gpu,
-            "name": self.gpu_name,
-            "mig_mode": self.mig_mode,
-            "mig_enabled": self.mig_enabled,
-            "simulated": self.simulated,
-            "current": list(self.current),
-            "wanted": self.wanted_profiles,
+    def view(self, auto: str | None = None) -> MigPlanView:
+        """The plan as `mig_plan` answers it; `auto`: what auto's repartitioning predicts."""
+        return MigPlanView(
+            gpu=self.gpu,
+            name=self.gpu_name,
+            mig_mode=self.mig_mode,
+            mig_enabled=self.mig_enabled,
+            simulated=self.simulated,
+            current=list(self.current),
+            wanted=self.wanted_profiles,
             # each slice is for one job; "jobs" lists it as the MIG screen reads it
-            "slices": [{**asdict(s), "jobs": [s.job_id]} for s in self.wanted],
-            "left_out": [asdict(j) for j in self.left_out],
-            "left_out_total": self.left_out_total,
-            "commands": list(self.commands),
-            "allowed": self.allowed,
-            "blockers": [asdict(b) for b in self.blockers],
-            "reason": self.reason,
-            "enable_hint": self.enable_hint,
-            "running_jobs": list(self.running_job_ids),
-        }
+            slices=[PlanSlice(**asdict(s), jobs=[s.job_id]) for s in self.wanted],
+            left_out=[PlanLeftOut(**asdict(j)) for j in self.left_out],
+            left_out_total=self.left_out_total,
+            commands=list(self.commands),
+            allowed=self.allowed,
+            blockers=[PlanBlocker(**asdict(b)) for b in self.blockers],
+            reason=self.reason,
+            enable_hint=self.enable_hint,
+            running_jobs=list(self.running_job_ids),
+            auto=auto,
+        )
 
 
 # ---------------------------------------------------------------------------- profile choice

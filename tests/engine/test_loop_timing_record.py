@@ -3,6 +3,7 @@ send, and its figures are the window's."""
 
 from __future__ import annotations
 
+from gpudesk.core.wire.station import LoopRequest, LoopTurn
 from gpudesk.engine.loop_timing import BUCKETS_S, MAX_LABELS, OTHER, LoopTiming
 
 
@@ -13,11 +14,11 @@ def test_the_window_keeps_the_latest_requests_and_names_the_slowest() -> None:
         timing.request("ping", 0.001 + i * 1e-6, 1000)
     timing.request("status", 0.040, 1002)
     summary = timing.summary()
-    assert summary["requests"] == 202 and summary["window"] == 100
-    assert summary["max_ms"] == 40.0
-    assert summary["slowest"][0] == {"op": "status", "ms": 40.0, "uid": 1002}
-    assert all(r["op"] != "jobs" for r in summary["slowest"])
-    assert summary["p50_ms"] is not None and 1.0 < summary["p50_ms"] < 1.3
+    assert summary.requests == 202 and summary.window == 100
+    assert summary.max_ms == 40.0
+    assert summary.slowest[0] == LoopRequest(op="status", ms=40.0, uid=1002)
+    assert all(r.op != "jobs" for r in summary.slowest)
+    assert summary.p50_ms is not None and 1.0 < summary.p50_ms < 1.3
     # the histogram since start still has the stall: Prometheus sees every request
     by_op, _ = timing.histograms()
     jobs = dict(by_op)["jobs"]
@@ -27,9 +28,9 @@ def test_the_window_keeps_the_latest_requests_and_names_the_slowest() -> None:
 
 def test_no_request_yet_has_no_figures() -> None:
     summary = LoopTiming().summary()
-    assert summary["requests"] == 0 and summary["window"] == 0
-    assert summary["p50_ms"] is None and summary["p99_ms"] is None and summary["max_ms"] is None
-    assert summary["slowest"] == [] and summary["turns"]["max_ms"] is None
+    assert summary.requests == 0 and summary.window == 0
+    assert summary.p50_ms is None and summary.p99_ms is None and summary.max_ms is None
+    assert summary.slowest == [] and summary.turns.max_ms is None
 
 
 def test_made_up_op_names_cannot_grow_the_labels() -> None:
@@ -44,8 +45,8 @@ def test_made_up_op_names_cannot_grow_the_labels() -> None:
 def test_a_turn_is_its_steps_sum_and_names_its_slowest_step() -> None:
     timing = LoopTiming()
     timing.turn([("attempts", 0.001), ("schedule", 0.030), ("metrics", 0.002)])
-    turns = timing.summary()["turns"]
-    assert turns["turns"] == 1 and turns["max_ms"] == 33.0
-    assert turns["slowest"] == [{"ms": 33.0, "step": "schedule", "step_ms": 30.0}]
+    turns = timing.summary().turns
+    assert turns.turns == 1 and turns.max_ms == 33.0
+    assert turns.slowest == [LoopTurn(ms=33.0, step="schedule", step_ms=30.0)]
     _, by_step = timing.histograms()
     assert [name for name, _ in by_step] == ["attempts", "metrics", "schedule"]

@@ -14,6 +14,7 @@ from gpudesk.core.gpu_models import A100_SXM4_40GB, H100_SXM5_80GB
 from gpudesk.core.mig_profiles import SliceSpan
 from gpudesk.core.mig_records import GiProfile
 from gpudesk.core.station import StationConfig
+from gpudesk.core.wire.base import to_builtins
 from gpudesk.hw.mig import nvidia_smi
 from gpudesk.hw.mig.manager import MigManager
 from gpudesk.policy.mig_planner import (
@@ -187,7 +188,7 @@ def test_a_plan_the_engine_may_apply() -> None:
         "nvidia-smi mig -i 3 -cgi 9,14,19 -C",
         "nvidia-smi -L",
     )
-    data = result.to_dict()
+    data = to_builtins(result.view())
     assert data["wanted"] == ["2g.10gb", "3g.20gb", "1g.5gb"]
     assert data["slices"][1] == {
         "profile": "3g.20gb",
@@ -257,7 +258,7 @@ def test_a_busy_gpu_keeps_its_layout() -> None:
     result = plan(a100(1, current=("3g.20gb",), running=(11, 12)), [job(1, 8, 20)])
     assert codes(result) == [BLOCKED_BUSY]
     assert "Job(s) 11, 12 run on GPU 1" in (result.reason or "")
-    assert result.to_dict()["running_jobs"] == [11, 12]
+    assert result.view().running_jobs == [11, 12]
 
 
 def test_every_reason_is_given_most_fundamental_first() -> None:

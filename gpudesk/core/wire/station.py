@@ -14,7 +14,7 @@ from gpudesk.core.wire.jobs import EventView
 class MpsFault(WireModel, frozen=True):
     """A GPU whose MPS server cannot take clients: new jobs there are time-sliced."""
 
-    gpu: int
+    gpu: int | None  # its index; None for a UUID the station no longer lists
     uuid: str
     message: str
 

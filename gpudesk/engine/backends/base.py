@@ -21,10 +21,9 @@ from typing import Any, Protocol
 from gpudesk.core.identity import Caller
 from gpudesk.core.jobs import JobSpec
 from gpudesk.core.records import JobRecord
-from gpudesk.core.wire.jobs import SubmitResult
+from gpudesk.core.wire.base import PlacementMode
+from gpudesk.core.wire.jobs import AttemptView, SlurmJobView, SubmitResult
 from gpudesk.engine.offloop import Later
-
-Reply = dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -60,19 +59,34 @@ class OwnerRead:
     what: str
 
 
+@dataclass(frozen=True)
+class JobPart:
+    """A backend's part of a job's reply (`JobView`): while it runs, where (`slot`, a label;
+    `gpus`, `mode` and `mig_slice`, the same as data; `pgid`, its process group), its log, and
+    a Slurm job's `slurm`."""
+
+    slot: str | None = None
+    gpus: tuple[int, ...] = ()
+    mode: PlacementMode | None = None
+    mig_slice: str | None = None
+    pgid: int | None = None
+    log: str | None = None
+    slurm: SlurmJobView | None = None
+
+
 class JobsView(Protocol):
     """A backend's part of the replies of a page of its jobs (those given to `Backend.view`)."""
 
-    def fields(self, job: JobRecord) -> Reply:
-        """`slot`, `gpus`, `mode`, `mig_slice`, `pgid` and `log`, in that order, and what the
-        backend adds after them (a Slurm job's `slurm`)."""
+    def fields(self, job: JobRecord) -> JobPart:
+        """`slot`, `gpus`, `mode`, `mig_slice`, `pgid` and `log`, and what the backend adds
+        (a Slurm job's `slurm`)."""
         ...
 
     def wait_code(self, job: JobRecord) -> str | None:
         """A queued job's `wait_reason`: the short code `gpudesk queue` shows, as squeue does."""
         ...
 
-    def attempts(self, job: JobRecord) -> list[Reply]:
+    def attempts(self, job: JobRecord) -> list[AttemptView]:
         """`show`'s attempts."""
         ...
 

@@ -12,12 +12,12 @@ from pathlib import Path
 
 from gpudesk.core import protocol
 from gpudesk.core.identity import Caller
-from gpudesk.core.jobs import JobSpec
+from gpudesk.core.jobs import JobSpec, JobState
 from gpudesk.core.protocol import ProtocolError
 from gpudesk.core.records import JobRecord
-from gpudesk.core.wire.jobs import SubmitResult
+from gpudesk.core.wire.jobs import AttemptView, SubmitResult
 from gpudesk.engine.backends import slurm_views
-from gpudesk.engine.backends.base import JobOutcome, JobsView, LogFile, OwnerRead, Reply
+from gpudesk.engine.backends.base import JobOutcome, JobPart, JobsView, LogFile, OwnerRead
 from gpudesk.engine.backends.local import LocalBackend
 from gpudesk.engine.backends.slurm import Prepared, Sent, SlurmBackend
 from gpudesk.engine.offloop import Later
@@ -42,19 +42,23 @@ class SlurmView:
         assert self.rowless is not None  # built for every job without a row
         return self.rowless
 
-    def fields(self, job: JobRecord) -> Reply:
+    def fields(self, job: JobRecord) -> JobPart:
+        """Its Slurm view, the log Slurm writes (once it started), and its slot label while it
+        runs; none of the station's placement fields."""
         row = self.rows.get(job.id)
         if row is None:
             return self._station().fields(job)
-        # the station's placement fields, as a Slurm job has them, then Slurm's own
-        station: Reply = {"slot": None, "gpus": [], "mode": None, "mig_slice": None}
-        return {**station, "pgid": None, "log": None, **slurm_views.job_fields(job, row)}
+        return JobPart(
+            slot=slurm_views.slot(row) if job.state is JobState.RUNNING else None,
+            log=row.output if job.attempts else None,
+            slurm=slurm_views.slurm_view(row),
+        )
 
     def wait_code(self, job: JobRecord) -> str | None:
         row = self.rows.get(job.id)
         return self._station().wait_code(job) if row is None else slurm_views.wait_code(row)
 
-    def attempts(self, job: JobRecord) -> list[Reply]:
+    def attempts(self, job: JobRecord) -> list[AttemptView]:
         """Its one attempt, as Slurm tells, once Slurm ran it (the store keeps no attempt rows
         for a Slurm job)."""
         row = self.rows.get(job.id)

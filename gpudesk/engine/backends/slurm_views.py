@@ -1,17 +1,17 @@
-"""How a Slurm job shows in the engine's replies: its `slurm` part (api.models.SlurmJobView),
-its log, its slot label, and its run as the one attempt `show` lists (api.models.AttemptView),
+"""How a Slurm job shows in the engine's replies: its `slurm` part (core.wire's SlurmJobView),
+its slot label, and its run as the one attempt `show` lists (core.wire's AttemptView),
 told in the station's placement words."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import cast
 
 from gpudesk.core.jobs import JobState
 from gpudesk.core.records import JobRecord
+from gpudesk.core.wire.base import PlacementMode
+from gpudesk.core.wire.jobs import AttemptView, PlacementView, SlurmJobView
 from gpudesk.engine.store.slurm import SlurmRow
 from gpudesk.slurm.request import gres_mode
-
-Reply = dict[str, Any]
 
 
 def slot(row: SlurmRow) -> str:
@@ -19,49 +19,42 @@ def slot(row: SlurmRow) -> str:
     return f"slurm:{row.node or '?'}"
 
 
-def job_fields(job: JobRecord, row: SlurmRow) -> Reply:
-    """What a Slurm job's reply has in place of a station job's: its Slurm view, the log Slurm
-    writes (once it started), and its slot label while it runs."""
-    fields: Reply = {
-        "log": row.output if job.attempts else None,
-        "slurm": {
-            "cluster": row.cluster,
-            "job_id": row.slurm_id,
-            "state": row.state,
-            "reason": row.reason,
-            "node": row.node,
-            "gres": row.gres,
-            "script": row.script,
-        },
-    }
-    if job.state is JobState.RUNNING:
-        fields["slot"] = slot(row)
-    return fields
+def slurm_view(row: SlurmRow) -> SlurmJobView:
+    """A Slurm job's `slurm` part: its id there and what Slurm last said of it."""
+    return SlurmJobView(
+        cluster=row.cluster,
+        job_id=row.slurm_id,
+        state=row.state,
+        reason=row.reason,
+        node=row.node,
+        gres=row.gres,
+        script=row.script,
+    )
 
 
-def attempt(job: JobRecord, row: SlurmRow) -> Reply:
+def attempt(job: JobRecord, row: SlurmRow) -> AttemptView:
     """Its run as an attempt: where Slurm placed it, in the station's words (a MIG slice, an
     MPS share, a time-sliced shard, whole GPUs)."""
-    return {
-        "number": 1,
-        "state": "running" if job.state is JobState.RUNNING else "exited",
-        "placement": {
-            "slot": slot(row),
-            "mode": gres_mode(row.gres),
-            "reason": f"Slurm job {row.slurm_id} on cluster {row.cluster}"
+    return AttemptView(
+        number=1,
+        state="running" if job.state is JobState.RUNNING else "exited",
+        placement=PlacementView(
+            slot=slot(row),
+            mode=cast(PlacementMode, gres_mode(row.gres)),  # one of the station's modes
+            reason=f"Slurm job {row.slurm_id} on cluster {row.cluster}"
             + (f", gres {row.gres}" if row.gres else ""),
-            "gpus": [],
-            "env": {},
-            "env_defaults": {},
-        },
-        "pid": None,
-        "started_at": job.started_at,
-        "ended_at": job.ended_at,
-        "exit_code": job.exit_code,
-        "signal": None,
-        "reason": job.reason if job.state.terminal else None,
-        "log": row.output,
-    }
+            gpus=[],
+            env={},
+            env_defaults={},
+        ),
+        pid=None,
+        started_at=job.started_at,
+        ended_at=job.ended_at,
+        exit_code=job.exit_code,
+        signal=None,
+        reason=job.reason if job.state.terminal else None,
+        log=row.output,
+    )
 
 
 def wait_code(row: SlurmRow) -> str:

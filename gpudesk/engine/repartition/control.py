@@ -11,11 +11,11 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from gpudesk.core.mig_layout import MigError, MigUsageError
 from gpudesk.core.mig_records import MigSlot
 from gpudesk.core.station import StationConfig
+from gpudesk.core.wire.mig import MigApplyResult, MigDeviceCreated
 from gpudesk.engine.repartition.station import (
     SETTLE_S,
     MigApplyRefused,
@@ -51,17 +51,17 @@ class MigApplied:
     message: str
     mig_devices: tuple[MigSlot, ...] = ()  # a real GPU's, after apply
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "gpu": self.gpu,
-            "previous": list(self.previous),
-            "profiles": list(self.profiles),
-            "commands": list(self.commands),
-            "mig_devices": [device.to_dict() for device in self.mig_devices],
-            "simulated": self.simulated,
-            "applied": self.applied,
-            "message": self.message,
-        }
+    def view(self) -> MigApplyResult:
+        return MigApplyResult(
+            gpu=self.gpu,
+            previous=list(self.previous),
+            profiles=list(self.profiles),
+            commands=list(self.commands),
+            mig_devices=[MigDeviceCreated(**device.to_dict()) for device in self.mig_devices],
+            simulated=self.simulated,
+            applied=self.applied,
+            message=self.message,
+        )
 
 
 class MigControl:

@@ -16,6 +16,7 @@ from gpudesk.core import protocol
 from gpudesk.core.identity import Caller, user_id
 from gpudesk.core.protocol import ProtocolError
 from gpudesk.core.records import JobRecord
+from gpudesk.core.wire.jobs import UsageSummary
 from gpudesk.core.wire.requests import MAX_ROW_ID, JobRef
 from gpudesk.engine.access import Access
 from gpudesk.engine.attempts import Attempts
@@ -38,10 +39,9 @@ from gpudesk.paths import Home
 from gpudesk.policy.queue import JobQueue
 from gpudesk.text import is_text, safe_text
 
-Reply = dict[str, Any]
 # An op's handler: its arguments (decoded into the op's type in gpudesk.core.wire.requests) and
 # who asks in, its reply (or the work that builds it later) out.
-Handler = Callable[[Any, Caller], "Reply | msgspec.Struct | Later[Any]"]
+Handler = Callable[[Any, Caller], "msgspec.Struct | Later[Any]"]
 
 
 @dataclass(frozen=True)
@@ -101,8 +101,10 @@ class Requests:
         if refusal:
             raise ProtocolError(protocol.REFUSED, refusal)
 
-    def _usage(self, job_ids: list[int]) -> dict[int, dict[str, Any]]:
-        return self.parts.telemetry.job_usage(job_ids, self.parts.attempts.attempt_numbers())
+    def _usage(self, job_ids: list[int]) -> dict[int, UsageSummary]:
+        """Each job's usage (the telemetry sink sums it as dicts), checked into its type."""
+        usage = self.parts.telemetry.job_usage(job_ids, self.parts.attempts.attempt_numbers())
+        return msgspec.convert(usage, dict[int, UsageSummary])
 
     def _find(self, ref: JobRef, field: str) -> JobRecord:
         """A job by id (int or digits) or by name (the newest job of that name); `field` names

@@ -17,7 +17,7 @@ from gpudesk.core.protocol import ProtocolError
 from gpudesk.core.wire.requests import REQUEST_ARGS, ArgsError, decode_args
 from gpudesk.engine.backends.slurm import SubmitRefused
 from gpudesk.engine.offloop import Busy, Later, Pending
-from gpudesk.engine.requests.common import EngineParts, Handler, Reply
+from gpudesk.engine.requests.common import EngineParts, Handler
 from gpudesk.engine.requests.job_actions import JobActionRequests
 from gpudesk.engine.requests.listing import ListingRequests
 from gpudesk.engine.requests.mig import MigRequests
@@ -111,11 +111,10 @@ class RequestHandlers:
         return Pending(start)
 
 
-def _result_reply(request_id: Any, result: Reply | msgspec.Struct) -> bytes:
-    """A handler's result on the wire: a wire type (gpudesk.core.wire) as msgspec encodes it."""
-    if isinstance(result, msgspec.Struct):
-        return protocol.encode_result(request_id, msgspec.to_builtins(result))
-    return protocol.encode_result(request_id, result)
+def _result_reply(request_id: Any, result: msgspec.Struct) -> bytes:
+    """A handler's result on the wire: its reply type (gpudesk.core.wire) as msgspec encodes
+    it."""
+    return protocol.encode_result(request_id, msgspec.to_builtins(result))
 
 
 def _error_reply(request_id: Any, exc: BaseException) -> bytes:

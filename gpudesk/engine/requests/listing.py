@@ -6,22 +6,31 @@ attempts), each backend's read once for a page.
 
 from __future__ import annotations
 
-import base64
 import time
 from collections.abc import Callable
+
+import msgspec
 
 from gpudesk import joblog
 from gpudesk.core import protocol
 from gpudesk.core.identity import Caller
-from gpudesk.core.jobs import (
-    JobState,
-)
+from gpudesk.core.jobs import JobSpec, JobState
 from gpudesk.core.protocol import ProtocolError
 from gpudesk.core.records import JobRecord
+from gpudesk.core.wire.jobs import (
+    ClusterView,
+    DamagedJob,
+    JobDetail,
+    JobList,
+    JobSpecView,
+    JobView,
+    LogChunk,
+    TrackingView,
+)
 from gpudesk.core.wire.requests import JobsArgs, LogArgs, ShowArgs
 from gpudesk.engine.backends.base import JobsView, OwnerRead
 from gpudesk.engine.offloop import Later
-from gpudesk.engine.requests.common import Handler, Reply, Requests, user_arg
+from gpudesk.engine.requests.common import Handler, Requests, user_arg
 from gpudesk.redact import redact_secrets
 from gpudesk.text import ends_in_c1_lead, is_text, printable_bytes
 from gpudesk.trust import UntrustedFileError
@@ -37,7 +46,7 @@ class ListingRequests(Requests):
             "log": self.log,
         }
 
-    def jobs(self, args: JobsArgs, caller: Caller) -> Reply:
+    def jobs(self, args: JobsArgs, caller: Caller) -> JobList:
         """One page of jobs, oldest first, at most `limit` (and at most JOBS_PAGE_CAP): from
         the oldest, or after `after_id`; with `limit` alone the newest, or with `before_id` the
         newest before it. `more` says rows match beyond the page, and `after_id` or
@@ -79,84 +88,120 @@ class ListingRequests(Requests):
         self._add_wait_reasons(jobs, result, view_of)
         if args.usage:
             self._add_usage(jobs, result, view_of)
-        reply: Reply = {"jobs": result, "more": page.more, "simulated": self._simulated()}
-        if page.more:
-            reply["before_id" if descending else "after_id"] = page.cursor
-        if page.total is not None:
-            reply["total"] = page.total
-        if page.damaged:
-            reply["damaged"] = [{"id": d.id, "reason": d.reason} for d in page.damaged]
-        return reply
+        cursor = page.cursor if page.more else None
+        return JobList(
+            jobs=result,
+            more=page.more,
+            before_id=cursor if descending else None,
+            after_id=None if descending else cursor,
+            total=page.total,
+            damaged=[DamagedJob(id=d.id, reason=d.reason) for d in page.damaged],
+            simulated=self._simulated(),
+        )
 
     def _add_usage(
         self,
         jobs: list[JobRecord],
-        replies: list[Reply],
+        replies: list[JobView],
         view_of: Callable[[JobRecord], JobsView],
     ) -> None:
         """Each listed job's usage, its last slot and the GPU-seconds it held (`jobs` with
         `usage`; a Slurm job's, Slurm's allocation), for the whole page at once."""
         usage = self._usage([job.id for job in jobs])
         allocations = self.parts.store.allocations([job.id for job in jobs], time.time())
-        for job, data in zip(jobs, replies, strict=True):
-            data["usage"] = usage.get(job.id)
+        for index, job in enumerate(jobs):
             stored = allocations.get(job.id, (None, 0.0))
-            data["last_slot"], data["gpu_s"] = view_of(job).allocation(job, stored)
+            last_slot, gpu_s = view_of(job).allocation(job, stored)
+            replies[index] = msgspec.structs.replace(
+                replies[index], usage=usage.get(job.id), last_slot=last_slot, gpu_s=gpu_s
+            )
 
-    def job_reply(self, job: JobRecord, caller: Caller, view: JobsView) -> Reply:
+    def job_reply(self, job: JobRecord, caller: Caller, view: JobsView) -> JobView:
         """A job on the wire, as `caller` may see it: its record, then its backend's part (while
         it runs, where: `slot`, a label; `gpus`, `mode` and `mig_slice`, the same as data; its
         log; a Slurm job's `slurm`), then the shared loader it reads."""
-        data = job.to_dict()
-        tracking = data["spec"].get("tracking")
-        if tracking and not self._sees_secrets(caller, job.owner.uid):
-            tracking["mlflow_uri"] = redact_secrets(tracking["mlflow_uri"])
-        data.update(view.fields(job))
-        # the shared loader it reads: its dataset's, or the dataset's variant for its selection
-        data["loader"] = self.parts.loaders.loader_for(job.spec.dataset, job.spec.selection)
-        return data
+        spec = spec_view(job.spec)
+        if spec.tracking is not None and not self._sees_secrets(caller, job.owner.uid):
+            tracking = spec.tracking
+            hidden = msgspec.structs.replace(
+                tracking, mlflow_uri=redact_secrets(tracking.mlflow_uri)
+            )
+            spec = msgspec.structs.replace(spec, tracking=hidden)
+        part = view.fields(job)
+        return JobView(
+            id=job.id,
+            name=job.spec.name,
+            state=job.state.value,
+            group=job.spec.group,
+            submitted_at=job.submitted_at,
+            started_at=job.started_at,
+            ended_at=job.ended_at,
+            attempts=job.attempts,
+            max_attempts=job.spec.max_attempts,
+            exit_code=job.exit_code,
+            reason=job.reason,
+            cancel_requested=job.cancel_requested,
+            held=job.held,
+            attempts_before_requeue=job.attempts_before_requeue,
+            user=job.user,
+            uid=job.owner.uid,
+            spec=spec,
+            slot=part.slot,
+            gpus=list(part.gpus),
+            mode=part.mode,
+            mig_slice=part.mig_slice,
+            pgid=part.pgid,
+            log=part.log,
+            # the shared loader it reads: its dataset's, or the dataset's variant for its selection
+            loader=self.parts.loaders.loader_for(job.spec.dataset, job.spec.selection),
+            slurm=part.slurm,
+        )
 
     @staticmethod
     def _add_wait_reasons(
-        jobs: list[JobRecord], replies: list[Reply], view_of: Callable[[JobRecord], JobsView]
+        jobs: list[JobRecord], replies: list[JobView], view_of: Callable[[JobRecord], JobsView]
     ) -> None:
         """Each queued job's `wait_reason`, the short code `gpudesk queue` shows as squeue
         does (its backend's: the station's Scheduler.wait_codes, read for the whole page at
         once; a Slurm job's is Slurm's own)."""
-        for job, data in zip(jobs, replies, strict=True):
+        for index, job in enumerate(jobs):
             if job.state is JobState.QUEUED:
-                data["wait_reason"] = view_of(job).wait_code(job)
+                reason = view_of(job).wait_code(job)
+                replies[index] = msgspec.structs.replace(replies[index], wait_reason=reason)
 
-    def show(self, args: ShowArgs, caller: Caller) -> Reply:
+    def show(self, args: ShowArgs, caller: Caller) -> JobDetail:
         parts = self.parts
         job = self._find(args.job, "job")
         backend = parts.control.backends.for_job(job)
         view = backend.view([job])
-        result: Reply = {
-            "job": self.job_reply(job, caller, view),
-            "attempts": view.attempts(job),
-            "events": [e.to_dict() for e in parts.store.events(job.id)],
-            "waiting": None,
-            "usage": self._usage([job.id]).get(job.id),
-            "tracking": parts.tracking.job_view(job, self._sees_secrets(caller, job.owner.uid)),
-        }
-        self._add_wait_reasons([job], [result["job"]], lambda _job: view)
+        views = [self.job_reply(job, caller, view)]
+        self._add_wait_reasons([job], views, lambda _job: view)
+        waiting = None
         if job.state is JobState.QUEUED and job.held:
-            result["waiting"] = f"held: it will not start until released (gpudesk release {job.id})"
+            waiting = f"held: it will not start until released (gpudesk release {job.id})"
         elif job.state is JobState.QUEUED:
-            result["waiting"] = backend.explain(job)
+            waiting = backend.explain(job)
+        env = None
         if args.env:
             # The environment can hold secrets: the owner's and the admins' to read only.
             refusal = parts.access.job_refusal(caller, job, "see the environment of")
             if refusal:
                 raise ProtocolError(protocol.REFUSED, refusal)
-            result["env"] = {**parts.store.base_env(job.id), **job.spec.env}
-        if args.series:
-            # what `gpudesk show --plot` draws; anyone may read it, as the usage
-            result["series"] = parts.telemetry.job_series(job.id).to_dict()
-        return result
+            env = {**parts.store.base_env(job.id), **job.spec.env}
+        # what `gpudesk show --plot` draws; anyone may read it, as the usage
+        series = parts.telemetry.job_series(job.id).view() if args.series else None
+        return JobDetail(
+            job=views[0],
+            attempts=view.attempts(job),
+            events=[e.view() for e in parts.store.events(job.id)],
+            waiting=waiting,
+            usage=self._usage([job.id]).get(job.id),
+            env=env,
+            tracking=parts.tracking.job_view(job, self._sees_secrets(caller, job.owner.uid)),
+            series=series,
+        )
 
-    def log(self, args: LogArgs, caller: Caller) -> Reply | Later[tuple[bytes, int]]:
+    def log(self, args: LogArgs, caller: Caller) -> LogChunk | Later[tuple[bytes, int]]:
         """{"job", "attempt"?, "offset"?, "max_bytes"?}: at most `max_bytes` of an attempt's
         output (default: its latest) from stream position `offset`, read by the engine, for a
         client that may not read the file itself (an admin reading another user's job on a
@@ -172,7 +217,7 @@ class ListingRequests(Requests):
         place = parts.control.backends.for_job(job).log(job, number)
         spelled_out = caller.uid != job.owner.uid
 
-        def reply(data: bytes, skipped: int, position: int, end: int) -> Reply:
+        def reply(data: bytes, skipped: int, position: int, end: int) -> LogChunk:
             if spelled_out:
                 # someone else's output (an admin reading it) never drives their terminal: its
                 # control characters are spelled out (gpudesk.text); a \xc2 that ends the piece
@@ -180,14 +225,9 @@ class ListingRequests(Requests):
                 if ends_in_c1_lead(data):
                     data, position = data[:-1], position - 1
                 data = printable_bytes(data)
-            return {
-                "job": job.id,
-                "attempt": number,
-                "data": base64.b64encode(data).decode("ascii"),
-                "skipped": skipped,
-                "next": position,
-                "end": end,
-            }
+            return LogChunk(  # msgspec sends `data` as base64
+                job=job.id, attempt=number, data=data, skipped=skipped, next=position, end=end
+            )
 
         if isinstance(place, OwnerRead):  # read by a process run as the job's owner
             read = place.read
@@ -226,3 +266,28 @@ def _log_range(args: LogArgs, job: JobRecord) -> tuple[int, int, int]:
             f"'attempt': job {job.id} has attempts 1 to {job.attempts}",
         )
     return number, args.offset, args.max_bytes
+
+
+def spec_view(spec: JobSpec) -> JobSpecView:
+    """The spec as listings carry it: without `env` (it can hold secrets and is large; `show`
+    sends it on request)."""
+    tracking, cluster = spec.tracking, spec.cluster
+    return JobSpecView(
+        name=spec.name,
+        command=list(spec.command),
+        shell=spec.shell,
+        workdir=spec.workdir,
+        gpus=spec.gpus,
+        memory_gb=spec.memory_gb,
+        sm_pct=spec.sm_pct,
+        dataset=spec.dataset,
+        selection=spec.selection,
+        priority=spec.priority,
+        max_attempts=spec.max_attempts,
+        group=spec.group,
+        after=list(spec.after),
+        time_limit_s=spec.time_limit_s,
+        sweep=spec.sweep,
+        tracking=None if tracking is None else TrackingView(**tracking.to_dict()),
+        cluster=None if cluster is None else ClusterView(**cluster.to_dict()),
+    )

@@ -8,9 +8,10 @@ from gpudesk.core import protocol
 from gpudesk.core.identity import Caller
 from gpudesk.core.mig_layout import LayoutError, MigError, MigUsageError
 from gpudesk.core.protocol import ProtocolError
+from gpudesk.core.wire.mig import MigApplyResult, MigPlanResult
 from gpudesk.core.wire.requests import MigApplyArgs, MigPlanArgs
 from gpudesk.engine.repartition.station import MigApplyRefused
-from gpudesk.engine.requests.common import Handler, Reply, Requests
+from gpudesk.engine.requests.common import Handler, Requests
 
 
 class MigRequests(Requests):
@@ -22,8 +23,8 @@ class MigRequests(Requests):
             "mig_apply": self.mig_apply,
         }
 
-    def mig_plan(self, args: MigPlanArgs, _caller: Caller) -> Reply:
-        """{"gpu": int | null}: the MIG plan of one or every MIG-capable GPU (MigPlan.to_dict):
+    def mig_plan(self, args: MigPlanArgs, _caller: Caller) -> MigPlanResult:
+        """{"gpu": int | null}: the MIG plan of one or every MIG-capable GPU (MigPlan.view):
         the layout the queue would want, the job each slice is for, the nvidia-smi commands
         applying it would run, whether the engine may apply it, or why not, and in "auto" what
         auto's own repartitioning predicts of it now (null where it would not weigh it)."""
@@ -31,12 +32,12 @@ class MigRequests(Requests):
             plans = self.parts.mig.plans(args.gpu)
         except MigError as exc:
             raise _mig_protocol_error(exc) from None
-        return {
-            "plans": [{**p.to_dict(), "auto": auto} for p, auto in plans],
-            "simulated": self.parts.telemetry.monitor.simulated,
-        }
+        return MigPlanResult(
+            plans=[plan.view(auto) for plan, auto in plans],
+            simulated=self.parts.telemetry.monitor.simulated,
+        )
 
-    def mig_apply(self, args: MigApplyArgs, caller: Caller) -> Reply:
+    def mig_apply(self, args: MigApplyArgs, caller: Caller) -> MigApplyResult:
         """{"gpu": int, "profiles": [str, ...], "confirm": true}: give an idle MIG-mode GPU this
         layout, destroying its instances, only where [station] mig_repartition allows it and
         only with confirm. A simulated station's `mig` table changes (telemetry and placement
@@ -44,7 +45,7 @@ class MigRequests(Requests):
         touched. Never enables MIG mode or resets a GPU. An admin's only."""
         self._need_admin(caller, "apply MIG layouts")
         try:
-            return self.parts.mig.apply(args.gpu, args.profiles, args.confirm).to_dict()
+            return self.parts.mig.apply(args.gpu, args.profiles, args.confirm).view()
         except MigError as exc:
             raise _mig_protocol_error(exc) from None
 

@@ -9,6 +9,8 @@ import logging
 import os
 from collections.abc import Sequence
 
+import msgspec
+
 from gpudesk import __version__
 from gpudesk.core import protocol
 from gpudesk.core.datasets import DatasetSpec
@@ -16,11 +18,25 @@ from gpudesk.core.identity import Caller, user_name
 from gpudesk.core.protocol import ProtocolError
 from gpudesk.core.station import StationConfig
 from gpudesk.core.wire.requests import ConfigureArgs, DatasetsArgs, OpArgs, StatusArgs
-from gpudesk.core.wire.station import PingResult, ShutdownResult
+from gpudesk.core.wire.station import (
+    ConfigureResult,
+    DatasetsResult,
+    GpuCounts,
+    LoaderSpec,
+    LoaderView,
+    MpsInfo,
+    PingResult,
+    ShutdownResult,
+    SlotCounts,
+    StationConfigView,
+    StationInfo,
+    StationStatus,
+    UserShare,
+)
 from gpudesk.engine import reconfigure
 from gpudesk.engine.loaders import Statuses
 from gpudesk.engine.offloop import Later
-from gpudesk.engine.requests.common import Handler, Reply, Requests
+from gpudesk.engine.requests.common import Handler, Requests
 from gpudesk.policy.policies import make_policy
 
 STATION_EVENT = "station"  # the kind of event a change of station settings is stored as
@@ -47,14 +63,14 @@ class StationRequests(Requests):
     def ping(self, _args: OpArgs, _caller: Caller) -> PingResult:
         return PingResult(pid=os.getpid(), version=__version__, protocol=protocol.PROTOCOL_VERSION)
 
-    def status(self, args: StatusArgs, caller: Caller) -> Reply | Later[Statuses]:
+    def status(self, args: StatusArgs, caller: Caller) -> StationStatus | Later[Statuses]:
         """The engine, the station and its loaders; `fresh_loaders`: the producers asked now,
         off the loop (one that does not answer is waited for up to a second), the reply built
         once they have answered."""
         loaders = self.parts.loaders
         if args.fresh_loaders and loaders.producers:
 
-            def finish(statuses: Statuses) -> Reply:
+            def finish(statuses: Statuses) -> StationStatus:
                 loaders.apply_status(statuses)
                 return self._status(caller)
 
@@ -66,48 +82,47 @@ class StationRequests(Requests):
             )
         return self._status(caller)
 
-    def _status(self, caller: Caller) -> Reply:
+    def _status(self, caller: Caller) -> StationStatus:
         parts = self.parts
         view = parts.scheduler.station_view()
         monitor = parts.telemetry.monitor
         config = parts.station.config
-        faults = [fault.to_dict() for fault in parts.mps.fault_list()]
-        return {
-            "pid": os.getpid(),
-            "version": __version__,
-            "protocol": protocol.PROTOCOL_VERSION,
-            "home": str(parts.home.root),
-            "started_at": parts.started_at,
-            "station": {
+        mps = MpsInfo(available=parts.mps.available, faults=parts.mps.fault_list())
+        return StationStatus(
+            pid=os.getpid(),
+            version=__version__,
+            protocol=protocol.PROTOCOL_VERSION,
+            home=str(parts.home.root),
+            started_at=parts.started_at,
+            station=StationInfo(
                 **config.view(),
-                "effective_backend": monitor.backend.name,
-                "simulated": monitor.simulated,
-                "gpu_problem": view.gpu_problem,
-                "effective_slots": config.effective_slots,
-                "cores": parts.cores,
-                "gpus": view.gpu_count,
-                "mps": {"available": parts.mps.available, "faults": faults},
-                "metrics_url": parts.metrics.url,
-                "metrics_problem": parts.metrics.problem,
-            },
-            "slots": {"total": len(view.slots), "busy": len(view.busy_slots)},
-            "gpus": {
-                "total": view.gpu_count,
-                "busy": len(view.busy_gpus),
-                "lost": len(view.lost_gpus),
-            },
-            "counts": parts.store.counts(),
-            "loaders": parts.loaders.summary(),
-            "users": self._user_shares(),
-            "station_changes": [
-                event.to_dict()
+                effective_backend=monitor.backend.name,
+                simulated=monitor.simulated,
+                gpu_problem=view.gpu_problem,
+                effective_slots=config.effective_slots,
+                cores=parts.cores,
+                gpus=view.gpu_count,
+                mps=mps,
+                metrics_url=parts.metrics.url,
+                metrics_problem=parts.metrics.problem,
+            ),
+            slots=SlotCounts(total=len(view.slots), busy=len(view.busy_slots)),
+            gpus=GpuCounts(
+                total=view.gpu_count, busy=len(view.busy_gpus), lost=len(view.lost_gpus)
+            ),
+            counts=parts.store.counts(),
+            # the producers' reports are their own JSON: checked against the wire type here
+            loaders=msgspec.convert(parts.loaders.summary(), list[LoaderView]),
+            users=self._user_shares(),
+            station_changes=[
+                event.view()
                 for event in parts.store.events_of_kind(STATION_EVENT, STATION_CHANGES_SHOWN)
             ],
-            "tracking": parts.tracking.health_list(lambda uid: self._sees_secrets(caller, uid)),
-            "loop": parts.loop.summary(),
-        }
+            tracking=parts.tracking.health_list(lambda uid: self._sees_secrets(caller, uid)),
+            loop=parts.loop.summary(),
+        )
 
-    def _user_shares(self) -> list[Reply]:
+    def _user_shares(self) -> list[UserShare]:
         """Each user with recent usage, running GPUs or waiting jobs: what fair share weighs."""
         parts = self.parts
         usage = parts.scheduler.usage_by_user()
@@ -117,13 +132,13 @@ class StationRequests(Requests):
             waiting[job.owner.uid] = waiting.get(job.owner.uid, 0) + 1
         uids = sorted(set(usage) | set(running) | set(waiting), key=lambda u: usage.get(u, 0.0))
         return [
-            {
-                "user": user_name(uid),
-                "uid": uid,
-                "usage_gpu_h": round(usage.get(uid, 0.0), 6),
-                "running_gpus": running.get(uid, 0),
-                "waiting": waiting.get(uid, 0),
-            }
+            UserShare(
+                user=user_name(uid),
+                uid=uid,
+                usage_gpu_h=round(usage.get(uid, 0.0), 6),
+                running_gpus=running.get(uid, 0),
+                waiting=waiting.get(uid, 0),
+            )
             for uid in uids
         ]
 
@@ -132,7 +147,7 @@ class StationRequests(Requests):
         self.parts.stop()
         return ShutdownResult(running_attempts=len(self.parts.attempts))
 
-    def configure(self, args: ConfigureArgs, caller: Caller) -> Reply:
+    def configure(self, args: ConfigureArgs, caller: Caller) -> ConfigureResult:
         """{"station": a [station] table}: weigh it key by key (engine/reconfigure.py). Only
         the keys it names count; an admin's differing keys are applied, each recorded as an
         event; anyone else's are reported as not applied (never an error: a profile's run goes
@@ -188,7 +203,7 @@ class StationRequests(Requests):
         except ValueError as exc:
             raise ProtocolError(protocol.INVALID_ARGS, str(exc)) from None
 
-    def check_configure(self, args: ConfigureArgs, caller: Caller) -> Reply:
+    def check_configure(self, args: ConfigureArgs, caller: Caller) -> ConfigureResult:
         """`configure`'s weighing without applying anything: what the [station] table would
         change and what would not be applied (a profile run that leaves the station as it is
         says what differs). An op of its own, not a flag on `configure`, so that an engine
@@ -210,7 +225,7 @@ class StationRequests(Requests):
             note = "metrics no longer served"
         return dataclasses.replace(change, note=note)
 
-    def datasets(self, args: DatasetsArgs, caller: Caller) -> Reply:
+    def datasets(self, args: DatasetsArgs, caller: Caller) -> DatasetsResult:
         """Register datasets' shared-loader settings (a profile's [datasets] tables); an empty
         list only lists the registered ones. Registering a new dataset or new settings is an
         admin's: the engine's producer imports the factory module and reads the data as the
@@ -230,10 +245,10 @@ class StationRequests(Requests):
         except ValueError as exc:
             raise ProtocolError(protocol.INVALID_ARGS, f"datasets: {exc}") from None
         self.parts.store.set_setting("datasets", [s.to_dict() for s in loaders.specs.values()])
-        return {
-            "datasets": sorted(loaders.specs),
-            "specs": [s.to_dict() for _, s in sorted(loaders.specs.items())],
-        }
+        return DatasetsResult(
+            datasets=sorted(loaders.specs),
+            specs=[LoaderSpec(**s.to_dict()) for _, s in sorted(loaders.specs.items())],
+        )
 
 
 def _settings_reply(
@@ -242,12 +257,12 @@ def _settings_reply(
     not_applied: Sequence[reconfigure.SettingNotApplied],
     *,
     changed: bool,
-) -> Reply:
+) -> ConfigureResult:
     """`configure`'s and `check_configure`'s reply: the config in force and what the table
     changed (or would), and what it did not apply."""
-    return {
-        "station": config.view(),
-        "changed": changed,
-        "changes": [change.to_dict() for change in changes],
-        "not_applied": [item.to_dict() for item in not_applied],
-    }
+    return ConfigureResult(
+        station=StationConfigView(**config.view()),
+        changed=changed,
+        changes=[change.view() for change in changes],
+        not_applied=[item.view() for item in not_applied],
+    )

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import msgspec
+
 from gpudesk.core.identity import Caller
 from gpudesk.core.wire.requests import TelemetryArgs
-from gpudesk.engine.requests.common import Handler, Reply, Requests
+from gpudesk.core.wire.telemetry import HistoryPoint, TelemetryResult
+from gpudesk.engine.requests.common import Handler, Requests
 
 
 class TelemetryRequests(Requests):
@@ -15,7 +18,7 @@ class TelemetryRequests(Requests):
             "telemetry": self.telemetry,
         }
 
-    def telemetry(self, args: TelemetryArgs, _caller: Caller) -> Reply:
+    def telemetry(self, args: TelemetryArgs, _caller: Caller) -> TelemetryResult:
         """The latest station view (None before the first sample) and, on request, the last
         `history` points of each GPU's series.
 
@@ -29,8 +32,8 @@ class TelemetryRequests(Requests):
         telemetry.ingest()  # anything the sampler delivered since the loop last looked
         snapshot = telemetry.snapshot()
         history = list(telemetry.monitor.history)[-points:] if points else []
-        return {
-            "snapshot": snapshot,
-            "history": history,
-            "energy_today_j": telemetry.energy_today(),
-        }
+        return TelemetryResult(
+            snapshot=snapshot,
+            history=msgspec.convert(history, list[HistoryPoint]),
+            energy_today_j=telemetry.energy_today(),
+        )

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
+from gpudesk.core.wire.station import TrackingHealth
 from gpudesk.engine.store.database import Store
 from gpudesk.engine.tracking.replies import Complaints, EventBudget
 from gpudesk.engine.tracking.sidecar import Sidecar
@@ -42,18 +43,16 @@ class StoreHealth:
     dropped: int = 0
     events: EventBudget = field(default_factory=EventBudget)  # its failing and recovering
 
-    def to_dict(
-        self, unsent: int, worker_problem: str | None, whole_uri: bool
-    ) -> dict[str, object]:
-        return {
-            "user": user_name(self.uid),
-            "uid": self.uid,
-            "mlflow_uri": self.uri if whole_uri else redact_secrets(self.uri),
-            "queued": self.queued + unsent,
-            "error": self.error or worker_problem,
-            "error_since": self.since,
-            "dropped": self.dropped,
-        }
+    def view(self, unsent: int, worker_problem: str | None, whole_uri: bool) -> TrackingHealth:
+        return TrackingHealth(
+            user=user_name(self.uid),
+            uid=self.uid,
+            mlflow_uri=self.uri if whole_uri else redact_secrets(self.uri),
+            queued=self.queued + unsent,
+            error=self.error or worker_problem,
+            error_since=self.since,
+            dropped=self.dropped,
+        )
 
 
 class StoreHealths:
@@ -109,7 +108,7 @@ class StoreHealths:
         in_use: Iterable[tuple[int, str]],
         workers: Mapping[int, Sidecar],
         sees_secrets: SeesSecrets,
-    ) -> list[dict[str, object]]:
+    ) -> list[TrackingHealth]:
         """Each store each owner's worker talks to, or is to talk to (`in_use`: the runs'
         owners and stores): what `status` shows. A store its worker has said nothing of yet (it
         is starting, or cannot start) is shown too, with the worker's problem. A store's URI is
@@ -122,5 +121,5 @@ class StoreHealths:
             worker = workers.get(uid)
             unsent = len(worker.outbox) if worker else 0
             problem = worker.state.problem if worker else None
-            shown.append(health.to_dict(unsent, problem, sees_secrets(uid)))
+            shown.append(health.view(unsent, problem, sees_secrets(uid)))
         return shown

@@ -32,6 +32,8 @@ from gpudesk import diskspace, joblog
 from gpudesk.core.identity import Identity
 from gpudesk.core.jobs import JobState
 from gpudesk.core.records import JobRecord
+from gpudesk.core.wire.jobs import JobRunView
+from gpudesk.core.wire.station import TrackingHealth
 from gpudesk.engine import runner
 from gpudesk.engine.env_seconds import env_seconds
 from gpudesk.engine.state import PlacementDue
@@ -261,7 +263,7 @@ class Tracking:
     def _track_store(self, run: TrackedRun) -> None:
         self.healths.uses(run.uid, run.uri)
 
-    def health_list(self, sees_secrets: SeesSecrets) -> list[dict[str, object]]:
+    def health_list(self, sees_secrets: SeesSecrets) -> list[TrackingHealth]:
         """Each store each owner's worker talks to, or is to talk to: what `status` shows
         (`StoreHealths.listing`)."""
         return self.healths.listing(
@@ -580,7 +582,7 @@ class Tracking:
         self._send(parent, parent.final_ops[0])
 
     # ------------------------------------------------------------------- views
-    def job_view(self, job: JobRecord, whole_uri: bool) -> dict[str, object] | None:
+    def job_view(self, job: JobRecord, whole_uri: bool) -> JobRunView | None:
         """What `show` says of a tracked job's run; its URI redacted unless `whole_uri` (the
         viewer is its owner or an admin)."""
         tracking = job.spec.tracking
@@ -592,9 +594,9 @@ class Tracking:
         if run is None:
             row = self.store.tracking_runs_of([job.id]).get(job.id)
             run_id = row.run_id if row else None
-        return {
-            "mlflow_uri": tracking.mlflow_uri if whole_uri else redact_secrets(tracking.mlflow_uri),
-            "experiment": tracking.experiment,
-            "run_id": run_id,
-            "error": self.healths.error(job.owner.uid, tracking.mlflow_uri),
-        }
+        return JobRunView(
+            mlflow_uri=tracking.mlflow_uri if whole_uri else redact_secrets(tracking.mlflow_uri),
+            experiment=tracking.experiment,
+            run_id=run_id,
+            error=self.healths.error(job.owner.uid, tracking.mlflow_uri),
+        )

@@ -7,14 +7,16 @@ station job shows in the engine's replies: where its attempt runs (`slot`, `gpus
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import cast
 
 from gpudesk.core.identity import Caller
 from gpudesk.core.jobs import JobSpec, JobState
 from gpudesk.core.records import AttemptRecord, JobRecord
-from gpudesk.core.wire.jobs import SubmitResult
+from gpudesk.core.wire.base import PlacementMode
+from gpudesk.core.wire.jobs import AttemptView, SubmitResult
 from gpudesk.engine import runner, user_limits
 from gpudesk.engine.attempts import Attempts
-from gpudesk.engine.backends.base import JobOutcome, LogFile, OwnerRead, Reply, state_phrase
+from gpudesk.engine.backends.base import JobOutcome, JobPart, LogFile, OwnerRead, state_phrase
 from gpudesk.engine.backends.local.admission import check_station_fits, waits_for_change
 from gpudesk.engine.events import EventPublisher
 from gpudesk.engine.scheduler import Scheduler
@@ -25,14 +27,11 @@ from gpudesk.paths import Home
 from gpudesk.policy.queue import JobQueue
 
 
-def attempt_reply(attempt: AttemptRecord) -> Reply:
+def attempt_reply(attempt: AttemptRecord) -> AttemptView:
     """An attempt on the wire: its record, and what contains its processes (its wrapper says,
     in wrapper.json)."""
-    data = attempt.to_dict()
     wrapper = runner.read_wrapper(attempt.dir)
-    if wrapper is not None and wrapper.containment:
-        data["containment"] = wrapper.containment
-    return data
+    return attempt.view(wrapper.containment if wrapper is not None else None)
 
 
 class LocalView:
@@ -53,27 +52,28 @@ class LocalView:
         queued = [job.id for job in jobs if job.state is JobState.QUEUED]
         self.codes = scheduler.wait_codes(queued) if queued else {}
 
-    def fields(self, job: JobRecord) -> Reply:
+    def fields(self, job: JobRecord) -> JobPart:
+        # home.attempt_dir's path, joined as text: pathlib's joins were a quarter of the time a
+        # page of 200 jobs took to build on the loop
+        log = (
+            f"{self.jobs_root}/{job.id}/{job.attempts}/{runner.LOG_FILE}" if job.attempts else None
+        )
         live = self.live.get(job.id)
-        return {
-            "slot": live.slot if live else None,
-            "gpus": list(live.gpus) if live else [],
-            "mode": live.mode if live else None,
-            "mig_slice": live.mig_slice if live else None,
-            "pgid": live.pid if live else None,  # the attempt's process group, while it runs
-            # home.attempt_dir's path, joined as text: pathlib's joins were a quarter of the
-            # time a page of 200 jobs took to build on the loop
-            "log": (
-                f"{self.jobs_root}/{job.id}/{job.attempts}/{runner.LOG_FILE}"
-                if job.attempts
-                else None
-            ),
-        }
+        if live is None:
+            return JobPart(log=log)
+        return JobPart(
+            slot=live.slot,
+            gpus=tuple(live.gpus),
+            mode=cast(PlacementMode, live.mode),  # one the engine placed
+            mig_slice=live.mig_slice,
+            pgid=live.pid,  # the attempt's process group, while it runs
+            log=log,
+        )
 
     def wait_code(self, job: JobRecord) -> str | None:
         return "JobHeldUser" if job.held else self.codes.get(job.id)
 
-    def attempts(self, job: JobRecord) -> list[Reply]:
+    def attempts(self, job: JobRecord) -> list[AttemptView]:
         return [attempt_reply(a) for a in self.store.attempts(job.id)]
 
     def allocation(
