@@ -94,7 +94,7 @@ class AttemptRecord:
     exit_code: int | None
     signal: int | None
     reason: str | None
-    # its start on CLOCK_BOOTTIME and that boot's id (engine/boottime.py); None before schema 10
+    # its start on CLOCK_BOOTTIME and that boot's id (hw/boottime.py); None before schema 10
     started_boottime: float | None = None
     boot_id: str | None = None
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from gpudesk import diskspace
 from gpudesk.core.jobs import DEFAULT_CANCEL_GRACE_S, JobState
 from gpudesk.core.records import AttemptRecord, JobRecord
-from gpudesk.engine import attempt_recovery, boottime, faults, runner
+from gpudesk.engine import attempt_recovery, faults, runner
 from gpudesk.engine.activity import EngineActivity
 from gpudesk.engine.events import EventPublisher
 from gpudesk.engine.job_demand import JobDemand
@@ -34,6 +34,7 @@ from gpudesk.engine.state import PlacementDue
 from gpudesk.engine.store.database import Store
 from gpudesk.engine.telemetry_sink import TelemetrySink
 from gpudesk.engine.tracking.tracker import Tracking
+from gpudesk.hw import boottime
 from gpudesk.hw.containment import Containment, JobLimits
 from gpudesk.hw.telemetry.energy import AttemptUsage
 from gpudesk.hw.telemetry.monitor import TrackedAttempt

@@ -12,8 +12,8 @@ import time
 from dataclasses import dataclass
 
 from gpudesk.core.records import AttemptRecord
-from gpudesk.engine import boottime
 from gpudesk.engine.gpu_states import RunningAttempt
+from gpudesk.hw import boottime
 
 
 @dataclass
@@ -34,7 +34,7 @@ class LiveAttempt:
     owner_uid: int | None = None  # its job's owner's uid (None: the engine's own user's)
     time_limit_s: float | None = None  # its job's time limit
     timed_out: bool = False  # its time limit passed and it was told to stop
-    # When it started on this boot's CLOCK_BOOTTIME (engine/boottime.py), which its time limit
+    # When it started on this boot's CLOCK_BOOTTIME (hw/boottime.py), which its time limit
     # runs on; None when unknown (stored before schema 10): then the wall clock, as before.
     started_boot: float | None = None
 

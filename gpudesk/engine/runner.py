@@ -29,7 +29,7 @@ import psutil
 
 from gpudesk import trust
 from gpudesk.core.identity import Identity
-from gpudesk.engine import wrapper
+from gpudesk.hw import wrapper
 from gpudesk.hw.hostmetrics import group_processes
 
 WRAPPER_PATH = Path(wrapper.__file__).resolve()

@@ -193,7 +193,7 @@ def test_a_stepped_wall_clock_neither_ends_a_job_early_nor_lets_it_overrun(
 
 
 def test_a_start_from_another_boot_is_never_compared_with_this_ones_clock() -> None:
-    from gpudesk.engine import boottime
+    from gpudesk.hw import boottime
 
     here = boottime.stamp()
     assert here is not None  # Linux says its boot id in /proc

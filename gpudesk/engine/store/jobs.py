@@ -15,11 +15,11 @@ from typing import Any
 from gpudesk.core.identity import Identity
 from gpudesk.core.jobs import InvalidTransition, JobSpec, JobState, check_transition
 from gpudesk.core.records import AttemptRecord, JobRecord
-from gpudesk.engine.boottime import BootStamp
 from gpudesk.engine.store.connection import StoreConnection
 from gpudesk.engine.store.listing import read_rows
 from gpudesk.engine.store.records import read_attempt, read_job
 from gpudesk.engine.store.schema import StoreError, UnknownJob
+from gpudesk.hw.boottime import BootStamp
 from gpudesk.text import safe_text
 
 

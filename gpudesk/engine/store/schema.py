@@ -220,7 +220,7 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX slurm_jobs_by_submission ON slurm_jobs (submission);
     """,
-    # 10: when an attempt started on CLOCK_BOOTTIME, and in which boot (engine/boottime.py): its
+    # 10: when an attempt started on CLOCK_BOOTTIME, and in which boot (hw/boottime.py): its
     # time limit runs on that clock, not on the wall clock `started_at` is read from, so a
     # stepped clock neither ends it early nor lets it run over, across an engine restart too.
     """
