@@ -77,11 +77,27 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     of them from landing last and running alone while the other workers idle: the
     longest-processing-time-first rule, from the `slow(seconds)` marks (a test's time on the
     2-core CI machine, measured). The order of the rest is left alone; every worker sorts the
-    same collection the same way, as xdist requires."""
+    same collection the same way, as xdist requires. A module kept on one worker (its
+    `xdist_group`, for a module-scoped fixture) moves as a whole, by its longest test, and keeps
+    its own order: some of its tests read what an earlier one left on the shared fixture."""
 
-    def seconds(item: pytest.Item) -> float:
+    def own(item: pytest.Item) -> float:
         mark = item.get_closest_marker("slow")
         return float(mark.args[0]) if mark is not None else 0.0
+
+    def group(item: pytest.Item) -> str | None:
+        mark = item.get_closest_marker("xdist_group")
+        return str(mark.args[0]) if mark is not None and mark.args else None
+
+    longest: dict[str, float] = {}
+    for item in items:
+        name = group(item)
+        if name is not None:
+            longest[name] = max(longest.get(name, 0.0), own(item))
+
+    def seconds(item: pytest.Item) -> float:
+        name = group(item)
+        return own(item) if name is None else longest[name]
 
     items.sort(key=seconds, reverse=True)  # stable: unmarked tests keep their order
 

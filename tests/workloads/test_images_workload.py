@@ -17,6 +17,9 @@ import pytest
 
 from gpudesk.workloads import images
 
+# its module-scoped fixture is made once: the module stays on one worker (--dist loadgroup)
+pytestmark = pytest.mark.xdist_group("test_images_workload")
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 RESULT_KEYS = {
     "train_acc",
@@ -35,8 +38,6 @@ UNPICKLE_CHECK = """
 import pickle, sys
 import gpudesk.workloads.images
 
-# its module-scoped fixture is made once: the module stays on one worker (--dist loadgroup)
-pytestmark = pytest.mark.xdist_group("test_images_workload")
 assert "torch" not in sys.modules
 with open(sys.argv[1], "rb") as handle:
     dataset, image = pickle.load(handle)

@@ -60,7 +60,7 @@ class GpuView(WireModel, frozen=True):
     temperature_c: float | None
     sm_clock_mhz: float | None
     memory_clock_mhz: float | None
-    mig_enabled: bool
+    mig_enabled: bool | None  # None: the GPU cannot do MIG, or could not be asked (a lost one)
     mig_devices: list[MigDeviceView]
     processes: list[ProcessView]
     jobs: list[int]
