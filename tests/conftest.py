@@ -23,6 +23,7 @@ from gpudesk.api.connection import Connection, engine_pid, start_engine
 from gpudesk.core.identity import Caller
 from gpudesk.core.jobs import TERMINAL_STATE_NAMES
 from gpudesk.core.station import StationConfig
+from gpudesk.core.wire.jobs import JobDetail, JobView
 from gpudesk.engine.access import Access
 from gpudesk.engine.daemon import Engine
 from gpudesk.engine.runner import read_wrapper_pid
@@ -323,16 +324,16 @@ class EngineHandle:
         full = [{"workdir": str(self.home.root), **job} for job in jobs]
         return self.client.request("submit", jobs=full, env=env or dict(os.environ))["ids"]
 
-    def job(self, job_id: int) -> dict:
-        return self.client.request("show", job=job_id)["job"]
+    def job(self, job_id: int) -> JobView:
+        return self.api.show(job_id).job
 
-    def show(self, job_id: int) -> dict:
-        return self.client.request("show", job=job_id)
+    def show(self, job_id: int) -> JobDetail:
+        return self.api.show(job_id)
 
-    def wait_state(self, job_id: int, states: set[str] | str, timeout: float = 20.0) -> dict:
+    def wait_state(self, job_id: int, states: set[str] | str, timeout: float = 20.0) -> JobView:
         wanted = {states} if isinstance(states, str) else states
         return wait_for(
-            lambda: (j := self.job(job_id))["state"] in wanted and j,
+            lambda: (j := self.job(job_id)).state in wanted and j,
             timeout,
             what=f"job {job_id} to be {'/'.join(sorted(wanted))}",
         )
@@ -345,10 +346,10 @@ class EngineHandle:
         self.wait_state(blocker, "running")
         return blocker
 
-    def wait_all_done(self, ids: list[int], timeout: float = 30.0) -> list[dict]:
-        def done() -> list[dict] | None:
-            jobs = self.client.request("jobs", ids=ids)["jobs"]
-            return jobs if all(j["state"] in TERMINAL_STATE_NAMES for j in jobs) else None
+    def wait_all_done(self, ids: list[int], timeout: float = 30.0) -> list[JobView]:
+        def done() -> list[JobView] | None:
+            jobs = self.api.jobs(ids=ids)
+            return jobs if all(j.state in TERMINAL_STATE_NAMES for j in jobs) else None
 
         return wait_for(done, timeout, what=f"jobs {ids} to finish")
 

@@ -400,9 +400,9 @@ def test_ctrl_c_cancels_the_runs_jobs_and_still_reports(
             what="two jobs running",
         )
         pgids = [
-            a["pid"]
+            a.pid
             for j in engine.client.request("jobs")["jobs"]
-            for a in engine.show(j["id"])["attempts"]
+            for a in engine.show(j["id"]).attempts
         ]
         run.send_signal(signal.SIGINT)
         out, err = run.communicate(timeout=30)

@@ -30,8 +30,8 @@ def test_defaults_from_the_config_file_and_the_command_line_wins(
         config, "submit", "--json", "--time", "5m", "--max-attempts", "1", "--", "true"
     )
     ids = [json.loads(r.stdout)["id"] for r in (first, second)]
-    specs = [engine.show(i)["job"] for i in ids]
-    assert [(s["spec"]["time_limit_s"], s["max_attempts"]) for s in specs] == [
+    specs = [engine.show(i).job for i in ids]
+    assert [(s.spec.time_limit_s, s.max_attempts) for s in specs] == [
         (7200.0, 2),
         (300.0, 1),
     ]

@@ -70,10 +70,10 @@ def test_a_job_alone_on_an_idle_gpu_says_why_mps_and_not_the_whole_gpu(
         {"name": "small", "command": ["sleep", "30"], "gpus": 1, "memory_gb": 4, "sm_pct": 20}
     )
     sim_engine.wait_state(job_id, "running")
-    placement = sim_engine.show(job_id)["attempts"][0]["placement"]
-    assert placement["mode"] == "mps", placement
-    assert placement["reason"] == (
-        f"GPU {placement['gpus'][0]} idle; MPS, not the whole GPU: it asks for 20% SM and "
+    placement = sim_engine.show(job_id).attempts[0].placement
+    assert placement.mode == "mps", placement
+    assert placement.reason == (
+        f"GPU {placement.gpus[0]} idle; MPS, not the whole GPU: it asks for 20% SM and "
         "4.0 GiB (hint), so later jobs may share the GPU"
     )
     out = gpudesk("show", str(job_id))[1]
@@ -87,9 +87,9 @@ def test_show_of_a_job_on_a_mig_slice_does_not_call_the_whole_gpus_counter_its_o
     (job_id,) = mig_engine.submit(
         {"name": "sliced", "command": ["sleep", "30"], "gpus": 1, "memory_gb": 4, "sm_pct": 20}
     )
-    assert mig_engine.wait_state(job_id, "running")["mode"] == "mig"
+    assert mig_engine.wait_state(job_id, "running").mode == "mig"
     wait_for(
-        lambda: (mig_engine.show(job_id)["usage"] or {}).get("gpu_j") is not None,
+        lambda: (usage := mig_engine.show(job_id).usage) is not None and usage.gpu_j is not None,
         20.0,
         what="the slice's job to be measured",
     )

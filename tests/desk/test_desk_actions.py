@@ -16,6 +16,7 @@ import pytest
 from conftest import EngineHandle, wait_for
 from replay import STATION, replay_feed
 
+from gpudesk.core.wire.jobs import JobView
 from gpudesk.screens.app import DeskApp
 from gpudesk.screens.dialogs import ConfirmScreen, SubmitScreen
 from gpudesk.screens.feed import EngineFeed
@@ -67,7 +68,7 @@ def notices(app: DeskApp) -> list[str]:
     return [str(n.message) for n in app._notifications]
 
 
-def engine_job(engine: EngineHandle, job_id: int) -> dict[str, Any]:
+def engine_job(engine: EngineHandle, job_id: int) -> JobView:
     return engine.job(job_id)
 
 
@@ -163,7 +164,7 @@ def test_submit_a_command_from_the_form(desk_engine: EngineHandle) -> None:
     jobs = desk_engine.client.request("jobs")["jobs"]
     assert [j["name"] for j in jobs] == ["from-desk"]
     done = desk_engine.wait_all_done([jobs[0]["id"]])
-    assert done[0]["state"] == "succeeded"
+    assert done[0].state == "succeeded"
 
 
 def selection_profile(tmp_path: Path, station_line: str) -> Path:
@@ -296,7 +297,7 @@ def test_cancel_asks_first_and_then_stops_the_job(desk_engine: EngineHandle) -> 
         await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="the question")
         await pilot.press("n")  # declined: nothing happens
         await pilot.pause(0.3)
-        assert engine_job(desk_engine, job_id)["state"] == "running"
+        assert engine_job(desk_engine, job_id).state == "running"
         await pilot.press("c")
         await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="the question")
         await pilot.press("y")
@@ -307,7 +308,7 @@ def test_cancel_asks_first_and_then_stops_the_job(desk_engine: EngineHandle) -> 
         )
 
     run_desk(desk_engine, scenario)
-    assert engine_job(desk_engine, job_id)["state"] == "cancelled"
+    assert engine_job(desk_engine, job_id).state == "cancelled"
 
 
 def test_hold_release_and_priority(desk_engine: EngineHandle) -> None:
@@ -325,25 +326,25 @@ def test_hold_release_and_priority(desk_engine: EngineHandle) -> None:
     async def scenario(app: DeskApp, pilot: Any) -> None:
         await select_job(app, pilot, first)
         await pilot.press("h")
-        await until(pilot, lambda: engine_job(desk_engine, first).get("held"), what="held")
+        await until(pilot, lambda: engine_job(desk_engine, first).held, what="held")
         await until(
             pilot,
             lambda: (job := app.state.job(first)) is not None and job.held,
             what="held in the table",
         )
         await pilot.press("h")
-        await until(pilot, lambda: not engine_job(desk_engine, first).get("held"), what="released")
+        await until(pilot, lambda: not engine_job(desk_engine, first).held, what="released")
         await select_job(app, pilot, second)
         await pilot.press("plus")
         await until(
             pilot,
-            lambda: engine_job(desk_engine, second)["spec"]["priority"] == 1,
+            lambda: engine_job(desk_engine, second).spec.priority == 1,
             what="priority raised",
         )
         await pilot.press("minus", "minus")
         await until(
             pilot,
-            lambda: engine_job(desk_engine, second)["spec"]["priority"] == -1,
+            lambda: engine_job(desk_engine, second).spec.priority == -1,
             what="priority lowered",
         )
 
@@ -360,7 +361,7 @@ def test_requeue_a_failed_job(desk_engine: EngineHandle) -> None:
         await select_job(app, pilot, job_id)
         await pilot.press("r")
         await until(
-            pilot, lambda: engine_job(desk_engine, job_id)["attempts"] >= 2, what="a second attempt"
+            pilot, lambda: engine_job(desk_engine, job_id).attempts >= 2, what="a second attempt"
         )
 
     run_desk(desk_engine, scenario)
@@ -372,7 +373,7 @@ def test_job_detail_and_log_pane(desk_engine: EngineHandle) -> None:
     )
     desk_engine.wait_state(job_id, "running")
     wait_for(
-        lambda: "epoch 1/3" in Path(engine_job(desk_engine, job_id)["log"]).read_text(),
+        lambda: "epoch 1/3" in Path(engine_job(desk_engine, job_id).log).read_text(),
         what="the job's first line",
     )
 
@@ -425,7 +426,7 @@ def test_readonly_hides_actions_and_refuses_them(desk_engine: EngineHandle) -> N
         assert not isinstance(app.screen, SubmitScreen)
 
     run_desk(desk_engine, scenario, readonly=True)
-    assert engine_job(desk_engine, job_id)["state"] == "running"
+    assert engine_job(desk_engine, job_id).state == "running"
 
 
 def test_q_leaves_the_engine_and_its_jobs_running(desk_engine: EngineHandle) -> None:
@@ -440,7 +441,7 @@ def test_q_leaves_the_engine_and_its_jobs_running(desk_engine: EngineHandle) -> 
     assert "the engine goes on with 1 running" in (app.return_value or "")
     assert all(len(line) <= 80 for line in (app.return_value or "").splitlines())
     assert desk_engine.pid is not None
-    assert engine_job(desk_engine, job_id)["state"] == "running"
+    assert engine_job(desk_engine, job_id).state == "running"
 
 
 def test_pager_without_a_terminal_falls_back_to_the_log_pane(

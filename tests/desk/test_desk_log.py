@@ -15,7 +15,7 @@ def test_the_log_pane_asks_the_engine_for_a_log_it_cannot_read(
 ) -> None:
     (job_id,) = engine.submit({"name": "talk", "command": ["sh", "-c", "seq 1 5000"]})
     engine.wait_state(job_id, "succeeded")
-    path = engine.job(job_id)["log"]
+    path = engine.job(job_id).log
     desk = EngineFeed(engine.home)
     try:
         direct = desk.log_tail(job_id, path, 3)

@@ -54,7 +54,7 @@ def test_job_actions_from_the_palette_on_any_screen(sim_engine: EngineHandle) ->
         await pilot.press("enter")
         await until(pilot, lambda: isinstance(app.screen, JobPromptScreen), what="the prompt")
         await pilot.press(*"sweep-b", "enter")
-        await until(pilot, lambda: engine_job(sim_engine, second)["held"] or False, what="hold")
+        await until(pilot, lambda: engine_job(sim_engine, second).held, what="hold")
         # cancel by id, from the MIG screen
         await pilot.press("4")
         await palette(pilot, app, "Cancel job")
@@ -64,7 +64,7 @@ def test_job_actions_from_the_palette_on_any_screen(sim_engine: EngineHandle) ->
         await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="the question")
         await pilot.press("y")
         await until(
-            pilot, lambda: engine_job(sim_engine, first)["state"] == "cancelled", what="cancel"
+            pilot, lambda: engine_job(sim_engine, first).state == "cancelled", what="cancel"
         )
         # on the queue the selected job is offered by its id and name
         await select_job(app, pilot, second)
@@ -77,7 +77,7 @@ def test_job_actions_from_the_palette_on_any_screen(sim_engine: EngineHandle) ->
         await until(pilot, lambda: app.current_mode == "processes", what="running jobs")
 
     run_desk(sim_engine, scenario)
-    assert engine_job(sim_engine, second)["held"]
+    assert engine_job(sim_engine, second).held
 
 
 def test_a_readonly_palette_offers_no_action_that_changes_something(

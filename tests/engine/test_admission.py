@@ -86,7 +86,7 @@ def submit_four(engine: EngineHandle) -> int:
     accepted = gpudesk("submit", "--name", "four", "--gpus", "4", "--", "sleep", "60")
     assert accepted.returncode == 0, accepted.stderr
     (four,) = [j["id"] for j in stored(engine)]
-    assert engine.job(four)["state"] == "queued"
+    assert engine.job(four).state == "queued"
     return four
 
 
@@ -98,15 +98,15 @@ def test_no_gpu_is_held_for_a_job_that_waits_for_an_admins_change(
     # held for the 4-GPU job, which could not use them before an admin acts
     (one,) = mig_station.submit({"name": "one", "command": ["sleep", "60"], "gpus": 1})
     mig_station.wait_state(one, "running")
-    placement = mig_station.show(one)["attempts"][0]["placement"]
-    assert placement["gpus"][0] in (0, 1, 2) and placement["mode"] != "mig", placement
-    assert "mig_slice" not in placement and "idle" in placement["reason"], placement
-    assert mig_station.job(four)["state"] == "queued"
+    placement = mig_station.show(one).attempts[0].placement
+    assert placement.gpus[0] in (0, 1, 2) and placement.mode != "mig", placement
+    assert placement.mig_slice is None and "idle" in placement.reason, placement
+    assert mig_station.job(four).state == "queued"
 
 
 def test_show_says_which_change_the_waiting_job_needs(mig_station: EngineHandle) -> None:
     four = submit_four(mig_station)
-    reason = wait_for(lambda: mig_station.show(four)["waiting"], 10.0, what="its reason")
+    reason = wait_for(lambda: mig_station.show(four).waiting, 10.0, what="its reason")
     assert reason == (
         f"waiting for an admin: it needs 4 whole GPUs; this station has {STATION_HAS}, and a "
         "GPU in MIG mode runs jobs on its slices only. Leaving MIG mode on GPU 3 (on this "
@@ -140,7 +140,7 @@ def test_submit_says_at_once_that_a_job_waits_for_an_admins_change(
     (note,) = accepted.stderr.strip().splitlines()
     assert note.startswith(f"note: job {four} is waiting for an admin: it needs 4 whole GPUs;")
     assert "Leaving MIG mode on GPU 3" in note, note
-    reason = wait_for(lambda: mig_station.show(four)["waiting"], 10.0, what="its reason")
+    reason = wait_for(lambda: mig_station.show(four).waiting, 10.0, what="its reason")
     assert note == f"note: job {four} is {reason}"
 
     as_json = gpudesk("submit", "--json", "--name", "four-b", "--gpus", "4", "--", "sleep", "60")
@@ -181,7 +181,7 @@ def test_a_profile_run_says_at_once_that_a_job_waits_for_an_admins_change(
             what="the run to say the job waits for an admin",
         )
         (four,) = [j["id"] for j in stored(mig_station)]
-        reason = mig_station.show(four)["waiting"]
+        reason = mig_station.show(four).waiting
         assert note.strip().endswith(f"job {four} is {reason}"), note
         run.send_signal(signal.SIGINT)
         run.wait(timeout=30)
@@ -190,7 +190,7 @@ def test_a_profile_run_says_at_once_that_a_job_waits_for_an_admins_change(
             run.kill()
     reader.join(10)
     assert run.returncode == 130, "".join(lines)
-    assert mig_station.job(four)["state"] == "cancelled"
+    assert mig_station.job(four).state == "cancelled"
 
 
 @pytest.fixture
@@ -215,7 +215,7 @@ def test_under_policy_mig_a_station_without_a_mig_gpu_tells_the_submitter(
     engine = mig_policy_without_mig
     reply = engine.client.request("submit", jobs=sleepers(1, gpus=1), env=dict(os.environ))
     (job,) = reply["ids"]
-    reason = wait_for(lambda: engine.show(job)["waiting"], 10.0, what="its reason")
+    reason = wait_for(lambda: engine.show(job).waiting, 10.0, what="its reason")
     assert reason.startswith("waiting for "), reason
     assert reply.get("waits_for_change") == {str(job): reason}
 

@@ -14,6 +14,7 @@ from conftest import EngineHandle
 from gpudesk.core.jobs import JobState
 from gpudesk.core.mig_profiles import compute_slices
 from gpudesk.core.records import JobRecord
+from gpudesk.core.wire.jobs import DemandView
 from gpudesk.hw.mps import MpsManager
 from gpudesk.hw.telemetry.backend import make_backend
 from gpudesk.hw.telemetry.monitor import Monitor
@@ -57,28 +58,28 @@ def test_idle_gpus_first_then_light_jobs_share_and_a_heavy_one_stays_alone(
     )
     for job_id in ids:
         engine.wait_state(job_id, "running")
-    placements = {i: engine.show(i)["attempts"][0]["placement"] for i in ids}
+    placements = {i: engine.show(i).attempts[0].placement for i in ids}
     by_gpu: dict[int, list[int]] = {}
     for job_id, placement in placements.items():
-        by_gpu.setdefault(placement["gpus"][0], []).append(job_id)
+        by_gpu.setdefault(placement.gpus[0], []).append(job_id)
     assert sorted(len(on) for on in by_gpu.values()) == [1, 1, 1, 2]  # one GPU shared
-    heavy_gpu = placements[ids[0]]["gpus"][0]
+    heavy_gpu = placements[ids[0]].gpus[0]
     assert by_gpu[heavy_gpu] == [ids[0]]  # the light jobs share with each other, not it
     shared = next(on for on in by_gpu.values() if len(on) == 2)
     joined = placements[shared[1]]
-    assert joined["mode"] == "mps"  # a simulated MPS server: no daemon is started
-    assert "collocated on GPU" in joined["reason"] and "predicted speed" in joined["reason"]
-    assert joined["alternatives"][0]["note"] == "chosen"
-    assert {a["slot"] for a in joined["alternatives"]} >= {joined["slot"], f"gpu:{heavy_gpu}/mps"}
-    assert joined["demand"] == {
-        "memory_mib": 4096,
-        "sm_pct": 20.0,
-        "source": "hint",
-        "exclusive": False,
-    }
-    events = [e["message"] for e in engine.show(shared[1])["events"]]
+    assert joined.mode == "mps"  # a simulated MPS server: no daemon is started
+    assert "collocated on GPU" in joined.reason and "predicted speed" in joined.reason
+    assert joined.alternatives[0].note == "chosen"
+    assert {a.slot for a in joined.alternatives} >= {joined.slot, f"gpu:{heavy_gpu}/mps"}
+    assert joined.demand == DemandView(
+        memory_mib=4096,
+        sm_pct=20.0,
+        source="hint",
+        exclusive=False,
+    )
+    events = [e.message for e in engine.show(shared[1]).events]
     assert any("collocated on GPU" in m for m in events)  # the reason is recorded
-    assert all(j["state"] == "succeeded" for j in engine.wait_all_done(ids))
+    assert all(j.state == "succeeded" for j in engine.wait_all_done(ids))
 
 
 def test_an_out_of_memory_death_is_retried_alone_with_more_memory(engine: EngineHandle) -> None:
@@ -92,14 +93,14 @@ def test_an_out_of_memory_death_is_retried_alone_with_more_memory(engine: Engine
         }
     )
     (done,) = engine.wait_all_done([job_id])
-    assert done["state"] == "succeeded" and done["attempts"] == 2
+    assert done.state == "succeeded" and done.attempts == 2
     shown = engine.show(job_id)
-    first, second = shown["attempts"]
-    assert first["exit_code"] == 1 and second["exit_code"] == 0
-    assert second["placement"]["mode"] == "exclusive"
-    assert second["placement"]["demand"]["memory_mib"] >= 1.5 * 2048
-    assert "out-of-memory" in second["placement"]["reason"]
-    messages = [e["message"] for e in shown["events"]]
+    first, second = shown.attempts
+    assert first.exit_code == 1 and second.exit_code == 0
+    assert second.placement.mode == "exclusive"
+    assert second.placement.demand.memory_mib >= 1.5 * 2048
+    assert "out-of-memory" in second.placement.reason
+    messages = [e.message for e in shown.events]
     assert any("ran out of GPU memory (torch.OutOfMemoryError" in m for m in messages)
 
 
@@ -108,7 +109,7 @@ def test_other_failures_are_not_retried(engine: EngineHandle) -> None:
         {"name": "bug", "gpus": 1, "command": [sys.executable, "-c", "raise SystemExit(3)"]}
     )
     (done,) = engine.wait_all_done([job_id])
-    assert (done["state"], done["attempts"], done["exit_code"]) == ("failed", 1, 3)
+    assert (done.state, done.attempts, done.exit_code) == ("failed", 1, 3)
 
 
 @pytest.mark.serial
@@ -116,12 +117,12 @@ def test_the_next_run_of_a_command_uses_what_the_last_one_measured(engine: Engin
     command = [sys.executable, "-c", "import time; time.sleep(3.6)"]  # memory fills in 3 s
     (first,) = engine.submit({"name": "measure", "command": command, "gpus": 1})
     engine.wait_all_done([first])
-    assert engine.show(first)["attempts"][0]["placement"]["demand"]["source"] == "default"
+    assert engine.show(first).attempts[0].placement.demand.source == "default"
     (second,) = engine.submit({"name": "measure", "command": command, "gpus": 1})
     engine.wait_all_done([second])
-    demand = engine.show(second)["attempts"][0]["placement"]["demand"]
+    demand = engine.show(second).attempts[0].placement.demand
     # the simulator gives a hint-less job 4 GiB plus a 512 MiB context
-    assert demand["source"] == "history" and demand["memory_mib"] == 4608
+    assert demand.source == "history" and demand.memory_mib == 4608
 
 
 def test_jobs_share_a_real_station_gpu_through_its_mps_server(
@@ -157,17 +158,15 @@ def test_jobs_share_a_real_station_gpu_through_its_mps_server(
             )
         )
         jobs = engine.wait_all_done(ids)
-        assert all(j["state"] == "succeeded" for j in jobs)
-        placements = [engine.show(i)["attempts"][0]["placement"] for i in ids]
-        assert [p["mode"] for p in placements] == ["mps", "mps"]
-        second = Path(jobs[1]["log"]).read_text()
+        assert all(j.state == "succeeded" for j in jobs)
+        placements = [engine.show(i).attempts[0].placement for i in ids]
+        assert [p.mode for p in placements] == ["mps", "mps"]
+        second = Path(jobs[1].log).read_text()
         assert "CUDA_VISIBLE_DEVICES=GPU-mps-0" in second
         # no active-thread cap: it would outlive the co-tenant it was set for
-        assert "mps_thread_pct" not in placements[1]
+        assert placements[1].mps_thread_pct is None
         assert "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=None" in second
-        assert (
-            f"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0={placements[1]['mps_memory_limit_mib']}M" in second
-        )
+        assert f"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0={placements[1].mps_memory_limit_mib}M" in second
         pipe = next(
             line.split("=", 1)[1]
             for line in second.splitlines()
@@ -249,4 +248,4 @@ def test_gpu_jobs_wait_for_the_first_reading_of_a_reconfigured_station(
     light = {"name": "light", "command": ["sleep", "30"], "gpus": 1, "memory_gb": 3, "sm_pct": 10}
     ids = engine.submit(*[{**busy, "name": f"busy{i}"} for i in range(3)], light)
     placed = engine.wait_state(ids[-1], "running")
-    assert placed["slot"].startswith("gpu:3/") and "g." in placed["slot"], placed["slot"]
+    assert placed.slot.startswith("gpu:3/") and "g." in placed.slot, placed.slot

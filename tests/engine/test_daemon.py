@@ -30,14 +30,14 @@ def test_jobs_end_in_the_state_their_exit_code_says(engine: EngineHandle) -> Non
         sh("exit 7", "bad"),
         sh("kill -9 $$", "signalled"),
     )
-    jobs = {j["id"]: j for j in engine.wait_all_done([ok, bad, signalled])}
-    assert (jobs[ok]["state"], jobs[ok]["exit_code"]) == ("succeeded", 0)
-    assert (jobs[bad]["state"], jobs[bad]["exit_code"]) == ("failed", 7)
-    assert (jobs[signalled]["state"], jobs[signalled]["exit_code"]) == ("failed", 137)
-    assert "SIGKILL" in jobs[signalled]["reason"]
-    with open(jobs[ok]["log"]) as fh:
+    jobs = {j.id: j for j in engine.wait_all_done([ok, bad, signalled])}
+    assert (jobs[ok].state, jobs[ok].exit_code) == ("succeeded", 0)
+    assert (jobs[bad].state, jobs[bad].exit_code) == ("failed", 7)
+    assert (jobs[signalled].state, jobs[signalled].exit_code) == ("failed", 137)
+    assert "SIGKILL" in jobs[signalled].reason
+    with open(jobs[ok].log) as fh:
         assert fh.read() == "out\nerr\n"
-    events = [(e["state"], e["message"]) for e in engine.show(bad)["events"]]
+    events = [(e.state, e.message) for e in engine.show(bad).events]
     assert [s for s, _ in events] == ["queued", "running", "failed"]
 
 
@@ -51,7 +51,7 @@ def test_job_environment_and_workdir(engine: EngineHandle, tmp_path) -> None:
         env={"PATH": os.environ["PATH"], "FOO": "overridden"},
     )
     job = engine.wait_state(job_id, "succeeded")
-    with open(job["log"]) as fh:
+    with open(job.log) as fh:
         assert fh.read().strip() == f"{job_id}|{engine.home.root}||bar|{tmp_path}"
 
 
@@ -61,12 +61,12 @@ def test_retry_until_max_attempts(engine: EngineHandle, tmp_path) -> None:
         sh(f"[ -e {marker} ] || {{ touch {marker}; exit 1; }}", "flaky", max_attempts=3)
     )
     (hopeless,) = engine.submit(sh("exit 2", "hopeless", max_attempts=2))
-    jobs = {j["id"]: j for j in engine.wait_all_done([flaky, hopeless])}
-    assert (jobs[flaky]["state"], jobs[flaky]["attempts"]) == ("succeeded", 2)
-    assert (jobs[hopeless]["state"], jobs[hopeless]["attempts"]) == ("failed", 2)
-    attempts = engine.show(hopeless)["attempts"]
-    assert [a["exit_code"] for a in attempts] == [2, 2]
-    assert attempts[0]["log"] != attempts[1]["log"]
+    jobs = {j.id: j for j in engine.wait_all_done([flaky, hopeless])}
+    assert (jobs[flaky].state, jobs[flaky].attempts) == ("succeeded", 2)
+    assert (jobs[hopeless].state, jobs[hopeless].attempts) == ("failed", 2)
+    attempts = engine.show(hopeless).attempts
+    assert [a.exit_code for a in attempts] == [2, 2]
+    assert attempts[0].log != attempts[1].log
 
 
 def test_impossible_jobs_fail_with_a_reason(engine: EngineHandle, tmp_path) -> None:
@@ -75,11 +75,11 @@ def test_impossible_jobs_fail_with_a_reason(engine: EngineHandle, tmp_path) -> N
         {"name": "missing", "command": ["no-such-program-xyz"]},
         {"name": "bad-dir", "command": ["true"], "workdir": str(tmp_path / "nope")},
     )
-    jobs = {j["id"]: j for j in engine.wait_all_done([missing, bad_dir])}
-    assert jobs[missing]["exit_code"] == 127
-    assert "command not found: no-such-program-xyz" in jobs[missing]["reason"]
-    assert "does not exist" in jobs[bad_dir]["reason"]
-    assert all(j["state"] == "failed" for j in jobs.values())
+    jobs = {j.id: j for j in engine.wait_all_done([missing, bad_dir])}
+    assert jobs[missing].exit_code == 127
+    assert "command not found: no-such-program-xyz" in jobs[missing].reason
+    assert "does not exist" in jobs[bad_dir].reason
+    assert all(j.state == "failed" for j in jobs.values())
 
 
 def test_priority_and_first_come_order(engine: EngineHandle, tmp_path) -> None:
@@ -93,7 +93,7 @@ def test_priority_and_first_come_order(engine: EngineHandle, tmp_path) -> None:
         sh(f"echo low2 >> {order}", "low2"),
         sh(f"echo high >> {order}", "high", priority=5),
     )
-    waiting = engine.show(ids[1])["waiting"]
+    waiting = engine.show(ids[1]).waiting
     assert waiting == "waiting for a free CPU slot (1/1 busy, 2 queued ahead of it)"
     gate.touch()
     engine.wait_all_done([blocker, *ids])
@@ -227,7 +227,7 @@ def test_engine_restarts_on_an_existing_store_and_keeps_history(engine: EngineHa
     engine.wait_state(job_id, "succeeded")
     engine.stop()
     engine.start()
-    assert engine.job(job_id)["state"] == "succeeded"
+    assert engine.job(job_id).state == "succeeded"
     (next_id,) = engine.submit(sh("true", "after"))
     assert next_id == job_id + 1
     engine.wait_state(next_id, "succeeded")
@@ -267,11 +267,11 @@ def test_an_unwritable_job_folder_fails_the_job_not_the_engine(engine: EngineHan
     jobs_dir.write_text("not a folder")  # what a full or broken disk looks like to mkdir
     (job_id,) = engine.submit(sh("true", "doomed"))
     job = engine.wait_state(job_id, "failed")
-    assert "cannot create the attempt folder" in job["reason"]
+    assert "cannot create the attempt folder" in job.reason
     jobs_dir.unlink()
     jobs_dir.mkdir()
     (next_id,) = engine.submit(sh("true", "fine"))
-    assert engine.wait_state(next_id, "succeeded")["exit_code"] == 0
+    assert engine.wait_state(next_id, "succeeded").exit_code == 0
 
 
 def test_a_running_job_says_where_it_runs(engine: EngineHandle) -> None:
@@ -280,13 +280,13 @@ def test_a_running_job_says_where_it_runs(engine: EngineHandle) -> None:
         {"name": "cpu", "command": [sys.executable, "-c", "import time; time.sleep(30)"]}
     )
     running = engine.wait_state(job_id, "running")
-    assert (running["gpus"], running["mode"], running["mig_slice"]) == ([], "cpu", None)
-    assert running["slot"]
+    assert (running.gpus, running.mode, running.mig_slice) == ([], "cpu", None)
+    assert running.slot
     listed = engine.client.request("jobs", ids=[job_id])["jobs"][0]
     assert (listed["gpus"], listed["mode"]) == ([], "cpu")
     engine.client.request("cancel", jobs=[job_id], grace=0)
     done = engine.wait_all_done([job_id])[0]
-    assert (done["slot"], done["gpus"], done["mode"], done["mig_slice"]) == (None, [], None, None)
+    assert (done.slot, done.gpus, done.mode, done.mig_slice) == (None, [], None, None)
 
 
 def test_a_job_on_a_mig_slice_names_its_gpu_and_slice(mig_engine: EngineHandle) -> None:
@@ -300,9 +300,9 @@ def test_a_job_on_a_mig_slice_names_its_gpu_and_slice(mig_engine: EngineHandle) 
         }
     )
     job = mig_engine.wait_state(job_id, "running")
-    placement = mig_engine.show(job_id)["attempts"][0]["placement"]
-    assert (job["mode"], job["gpus"]) == ("mig", placement["gpus"])
-    assert job["mig_slice"] == placement["mig_slice"] and job["mig_slice"].startswith("MIG-")
+    placement = mig_engine.show(job_id).attempts[0].placement
+    assert (job.mode, job.gpus) == ("mig", placement.gpus)
+    assert job.mig_slice == placement.mig_slice and job.mig_slice.startswith("MIG-")
     mig_engine.client.request("cancel", jobs=[job_id], grace=0)
     mig_engine.wait_all_done([job_id])
 

@@ -57,15 +57,14 @@ def test_a_chain_runs_in_order_and_a_failure_cancels_what_runs_after_it(
     # the first of the jobs named that did not succeed is grandchild: cancelled, never ran
     assert waited.returncode == 1, waited.stderr
     assert trace.read_text() == "prep\ntrain\n"
-    prep, train = engine.show(first)["job"], engine.show(second)["job"]
-    assert train["started_at"] >= prep["ended_at"]
-    assert train["spec"]["after"] == [first]
-    shown = engine.show(child)["job"]
-    assert shown["state"] == "cancelled" and shown["started_at"] is None
-    assert (
-        shown["reason"] == f"job {broken} (broken), which it runs after, failed; this job never ran"
-    )
-    assert engine.show(grandchild)["job"]["reason"] == (
+    prep, train = engine.show(first).job, engine.show(second).job
+    assert train.started_at is not None and prep.ended_at is not None
+    assert train.started_at >= prep.ended_at
+    assert train.spec.after == [first]
+    shown = engine.show(child).job
+    assert shown.state == "cancelled" and shown.started_at is None
+    assert shown.reason == f"job {broken} (broken), which it runs after, failed; this job never ran"
+    assert engine.show(grandchild).job.reason == (
         f"job {child} (child), which it runs after, cancelled; this job never ran"
     )
     lines = waited.stdout.splitlines()
@@ -91,9 +90,9 @@ def test_a_waiting_job_says_what_it_waits_for(engine: EngineHandle, tmp_path: Pa
     )
     engine.wait_state(blocker, "running")
     # a free slot is there (2 slots), yet it waits
-    waiting = wait_for(lambda: engine.show(after)["waiting"], 10.0, what="a waiting reason")
+    waiting = wait_for(lambda: engine.show(after).waiting, 10.0, what="a waiting reason")
     assert waiting == f"waiting: runs after job {blocker} (blocker), which is running"
-    assert engine.show(after)["job"]["state"] == "queued"
+    assert engine.show(after).job.state == "queued"
     gate.touch()
     assert gpudesk("wait", "after").returncode == 0
 
@@ -135,12 +134,12 @@ def test_a_time_limit_stops_the_job_and_fails_it_as_timed_out(engine: EngineHand
     waited = gpudesk("wait", str(job))
     assert waited.returncode == 7  # the job's own status after SIGTERM
     shown = engine.show(job)
-    assert shown["job"]["state"] == "failed"
-    assert shown["job"]["reason"] == "timed out: ran past its time limit of 1 s (exit code 7)"
-    assert shown["job"]["spec"]["time_limit_s"] == 1.0
-    ran = shown["job"]["ended_at"] - shown["job"]["started_at"]
+    assert shown.job.state == "failed"
+    assert shown.job.reason == "timed out: ran past its time limit of 1 s (exit code 7)"
+    assert shown.job.spec.time_limit_s == 1.0
+    ran = shown.job.ended_at - shown.job.started_at
     assert 1.0 <= ran < 10.0  # stopped at the limit, well before its 30 s sleep
-    assert any(e["kind"] == "time_limit" for e in shown["events"])
+    assert any(e.kind == "time_limit" for e in shown.events)
     assert gpudesk("logs", str(job)).stdout == "stopped\n"
     within = submitted_id(gpudesk("submit", "--time", "1m", "--", "true"))
     assert gpudesk("wait", str(within)).returncode == 0
@@ -164,9 +163,7 @@ def test_queue_filters_by_state_and_name(engine: EngineHandle, tmp_path: Path) -
         submitted_id(gpudesk("submit", "--name", name, "--", "sh", "-c", script))
     held = submitted_id(gpudesk("submit", "--name", "held-one", "--after", "eval", "--", "true"))
     gpudesk("hold", str(held))
-    wait_for(
-        lambda: engine.show("train-b")["job"]["state"] == "failed", 10.0, what="train-b to fail"
-    )
+    wait_for(lambda: engine.show("train-b").job.state == "failed", 10.0, what="train-b to fail")
 
     def names(*args: str) -> list[str]:
         result = gpudesk("queue", "--json", *args)
@@ -212,6 +209,6 @@ after = "prep"
     assert lines[0] == "prep" and sorted(lines[1:]) == ["train 1", "train 2"]
     jobs = {job["name"]: job for job in json.loads(result.stdout)["jobs"]}
     assert jobs["report"]["state"] == "cancelled"
-    shown = engine.show("report")["job"]
-    assert shown["reason"].endswith("(train-2), which it runs after, failed; this job never ran")
-    assert shown["spec"]["after"] == [jobs["train-1"]["id"], jobs["train-2"]["id"]]
+    shown = engine.show("report").job
+    assert shown.reason.endswith("(train-2), which it runs after, failed; this job never ran")
+    assert shown.spec.after == [jobs["train-1"]["id"], jobs["train-2"]["id"]]

@@ -39,18 +39,18 @@ def test_a_held_job_never_starts_until_released(engine: EngineHandle, tmp_path: 
     ]
     assert engine.api.hold([held])[0].outcome == "already held"
     shown = engine.show(held)
-    assert (shown["job"]["state"], shown["job"]["held"]) == ("queued", True)
-    assert shown["waiting"] == f"held: it will not start until released (gpudesk release {held})"
+    assert (shown.job.state, shown.job.held) == ("queued", True)
+    assert shown.waiting == f"held: it will not start until released (gpudesk release {held})"
     gate.touch()
     engine.wait_state(blocker, "succeeded")
     # The slot is free: a later job takes it and finishes while the held one stays queued.
     (later,) = engine.submit(sh("true", "later"))
     engine.wait_state(later, "succeeded")
-    assert engine.job(held)["state"] == "queued"
+    assert engine.job(held).state == "queued"
     assert engine.api.release([held])[0].outcome == "released"
     job = engine.wait_state(held, "succeeded")
-    assert job["held"] is False
-    events = [(e["kind"], e["message"]) for e in engine.show(held)["events"]]
+    assert job.held is False
+    events = [(e.kind, e.message) for e in engine.show(held).events]
     assert ("hold", "held by user") in events and ("release", "released by user") in events
 
 
@@ -60,12 +60,12 @@ def test_hold_is_kept_across_an_engine_restart(engine: EngineHandle, tmp_path: P
     engine.api.hold([held])
     engine.stop()
     engine.start(slots=1)
-    assert engine.job(held)["held"] is True
+    assert engine.job(held).held is True
     gate.touch()
     engine.wait_state(blocker, "succeeded")  # re-adopted, and its end noticed
     (later,) = engine.submit(sh("true", "later"))
     engine.wait_state(later, "succeeded")
-    assert engine.job(held)["state"] == "queued"
+    assert engine.job(held).state == "queued"
     engine.api.release([held])
     engine.wait_state(held, "succeeded")
 
@@ -85,7 +85,7 @@ def test_hold_refuses_a_running_job_but_acts_on_the_rest(
     with pytest.raises(EngineError) as info:
         engine.api.release([queued, "no-such-job"])
     assert info.value.code == "unknown_job"
-    assert engine.job(queued)["held"] is True
+    assert engine.job(queued).held is True
     gate.touch()
 
 
@@ -108,7 +108,7 @@ def test_priority_decides_which_queued_job_starts_first(
         ("third", 5),
     ]
     assert (
-        engine.show(second)["waiting"]
+        engine.show(second).waiting
         == "waiting for a free CPU slot (1/1 busy, 1 queued ahead of it)"
     )
     gate.touch()
@@ -131,18 +131,18 @@ def test_requeue_runs_a_failed_job_again_and_its_attempts_continue(
         ActionOutcome(id=flaky, name="flaky", outcome="requeued", ok=True),
         ActionOutcome(id=hopeless, name="hopeless", outcome="requeued", ok=True),
     ]
-    jobs = {j["id"]: j for j in engine.wait_all_done([flaky, hopeless])}
-    assert (jobs[flaky]["state"], jobs[flaky]["attempts"]) == ("succeeded", 2)
-    assert jobs[flaky]["attempts_before_requeue"] == 1
+    jobs = {j.id: j for j in engine.wait_all_done([flaky, hopeless])}
+    assert (jobs[flaky].state, jobs[flaky].attempts) == ("succeeded", 2)
+    assert jobs[flaky].attempts_before_requeue == 1
     # A fresh budget: two more attempts, numbered on from the first two.
-    assert (jobs[hopeless]["state"], jobs[hopeless]["attempts"]) == ("failed", 4)
+    assert (jobs[hopeless].state, jobs[hopeless].attempts) == ("failed", 4)
     shown = engine.show(hopeless)
-    assert [a["number"] for a in shown["attempts"]] == [1, 2, 3, 4]
-    assert [a["exit_code"] for a in shown["attempts"]] == [2, 2, 2, 2]
-    assert "requeued by user (was failed)" in [e["message"] for e in shown["events"]]
+    assert [a.number for a in shown.attempts] == [1, 2, 3, 4]
+    assert [a.exit_code for a in shown.attempts] == [2, 2, 2, 2]
+    assert "requeued by user (was failed)" in [e.message for e in shown.events]
     assert engine.api.requeue([flaky])[0].outcome == "requeued"  # a success reruns
     engine.wait_state(flaky, "succeeded")
-    assert engine.job(flaky)["attempts"] == 3
+    assert engine.job(flaky).attempts == 3
 
 
 def test_requeue_leaves_queued_and_running_jobs_alone(engine: EngineHandle, tmp_path: Path) -> None:
@@ -155,7 +155,7 @@ def test_requeue_leaves_queued_and_running_jobs_alone(engine: EngineHandle, tmp_
     ]
     gate.touch()
     engine.wait_all_done([blocker, queued])
-    assert engine.job(blocker)["attempts"] == 1
+    assert engine.job(blocker).attempts == 1
 
 
 @pytest.mark.slow(7)
@@ -188,7 +188,7 @@ def test_job_control_commands_and_their_errors(engine: EngineHandle, tmp_path: P
         assert result.returncode == code, (args, result.stdout, result.stderr)
         assert fragment in result.stderr
         assert "Traceback" not in result.stderr
-    assert engine.job(queued)["spec"]["priority"] == -5
+    assert engine.job(queued).spec.priority == -5
     released = gpudesk("release", "waiting", "--json")
     assert released.returncode == 0
     assert json.loads(released.stdout)["results"][0]["outcome"] == "released"

@@ -78,8 +78,8 @@ def test_a_job_slowed_beside_another_teaches_the_model(
     placed = engine.show(b)
     engine.wait_state(b, "running")
     engine.wait_all_done([a, b], timeout=30)
-    assert engine.show(b)["attempts"][0]["placement"]["gpus"] == [0], placed
-    assert engine.show(b)["attempts"][0]["placement"]["mode"] == "mps"
+    assert engine.show(b).attempts[0].placement.gpus == [0], placed
+    assert engine.show(b).attempts[0].placement.mode == "mps"
 
     with Client.attach(engine.home) as client:
         shown = wait_for(lambda: client.model_show(), what="model_show")
@@ -94,9 +94,7 @@ def test_a_job_slowed_beside_another_teaches_the_model(
     implied = tenant.value * (PRIOR_WEIGHT + 1) - DEFAULT_PARAMS.mps_tenant_cost * PRIOR_WEIGHT
     assert 0.3 < implied < 0.7, implied
     assert shown.commands_with_rate_alone >= 1
-    assert any(
-        e["kind"] == "model" and "mps_tenant_cost" in e["message"] for e in engine.show(a)["events"]
-    )
+    assert any(e.kind == "model" and "mps_tenant_cost" in e.message for e in engine.show(a).events)
 
     # the defaults stay as published
     (defaults,) = [m for m in shown.models if not m.gpu_model]

@@ -87,7 +87,7 @@ def test_jobs_naming_a_dataset_share_one_producer_that_stops_when_unneeded(
     (a, out_a), (b, out_b) = consumer_job(tmp_path, "a", 2), consumer_job(tmp_path, "b", 2)
     ids = loader_engine.submit(a, b)
     jobs = loader_engine.wait_all_done(ids)
-    assert [j["state"] for j in jobs] == ["succeeded", "succeeded"], jobs
+    assert [j.state for j in jobs] == ["succeeded", "succeeded"], jobs
     for out in (out_a, out_b):
         for epoch in epochs_of(out):
             assert epoch["mode"] == "shared"
@@ -121,7 +121,7 @@ def test_a_producer_that_dies_is_restarted_and_its_consumers_resume(
     )
     assert second != first
     (done,) = loader_engine.wait_all_done([job_id], timeout=60.0)
-    assert done["state"] == "succeeded", done
+    assert done.state == "succeeded", done
     epochs = epochs_of(out)
     assert len(epochs) == 3
     for epoch in epochs:
@@ -139,7 +139,7 @@ def test_stopping_the_engine_stops_producers_no_running_job_reads(
     job, _out = consumer_job(tmp_path, "quick", 1)
     (job_id,) = handle.submit(job)
     (done,) = handle.wait_all_done([job_id])
-    assert done["state"] == "succeeded"
+    assert done.state == "succeeded"
     pid = producer_pid(handle)
     assert pid is not None, "the producer should still idle within its grace period"
     handle.stop()
@@ -160,20 +160,20 @@ def test_a_job_with_its_own_selection_gets_a_loader_of_its_own_and_is_recorded_a
     whole = loader_engine.submit(b)
     (first,) = loader_engine.submit(a)
     jobs = loader_engine.wait_all_done([*whole, first])
-    assert [j["state"] for j in jobs] == ["succeeded", "succeeded"], jobs
+    assert [j.state for j in jobs] == ["succeeded", "succeeded"], jobs
     (epoch_a,) = epochs_of(out_a)
     (epoch_b,) = epochs_of(out_b)
     assert sorted(epoch_b["ids"]) == list(range(120))
     assert len(epoch_a["ids"]) == 30 and len(set(epoch_a["ids"])) == 30
-    assert loader_engine.job(first)["spec"]["selection"] == "random-25"
-    assert loader_engine.job(first)["loader"] == "syn.random-25"  # the loader the engine ran
-    assert loader_engine.job(whole[0])["loader"] == "syn"
+    assert loader_engine.job(first).spec.selection == "random-25"
+    assert loader_engine.job(first).loader == "syn.random-25"  # the loader the engine ran
+    assert loader_engine.job(whole[0]).loader == "syn"
     full = loader_engine.client.request(
         "submit",
         env=dict(os.environ),
         jobs=[{**consumer_job(tmp_path, "f", 0)[0], "selection": "full", "workdir": str(tmp_path)}],
     )
-    assert loader_engine.job(full["ids"][0])["loader"] == "syn"  # syn has no selection
+    assert loader_engine.job(full["ids"][0]).loader == "syn"  # syn has no selection
     # a later job with the same selection reuses the cached entry
     (c, out_c) = consumer_job(tmp_path, "c", 1)
     c["selection"] = "random-25"

@@ -79,6 +79,6 @@ def test_a_producer_killed_three_times_is_reported_restarted_three_times(
         )
         (loader,) = json.loads(shown.stdout)["loaders"]
         assert loader["restarts"] == KILLS, loader
-        assert loader_engine.job(job_id)["state"] == "running"  # its consumer read on
+        assert loader_engine.job(job_id).state == "running"  # its consumer read on
     finally:
         loader_engine.api.cancel([job_id], grace=0)

@@ -214,7 +214,7 @@ def test_mig_devices_carry_dcgm_exporters_mig_labels_and_their_own_jobs(home: Ho
     )
     url = engine.client.request("status")["station"]["metrics_url"]
     ids, _ = running_on_gpus(engine, 2)
-    assert {engine.job(j)["mode"] for j in ids} == {"mig"}
+    assert {engine.job(j).mode for j in ids} == {"mig"}
     got, view = scrape_with_sample(engine, url)
     (gpu,) = [g for g in view["gpus"] if g["mig_devices"]]
     slices = [s for s in got["DCGM_FI_DEV_FB_USED"] if "GPU_I_ID" in s[1]]
@@ -251,7 +251,7 @@ def test_an_out_of_memory_recovery_is_counted(metrics_engine: tuple[EngineHandle
         {"name": "oom", "command": [sys.executable, "-c", dies], "gpus": 1, "max_attempts": 1}
     )
     done = engine.wait_state(job, "failed", timeout=30.0)
-    assert done["attempts"] == 3  # its own attempt and the two OOM retries, each requeued
+    assert done.attempts == 3  # its own attempt and the two OOM retries, each requeued
     wait_for(
         lambda: (
             scrape(url)["gpudesk_oom_recoveries"] == [("gpudesk_oom_recoveries_total", {}, 2.0)]

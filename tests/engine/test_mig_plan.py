@@ -22,6 +22,7 @@ import pytest
 from conftest import EngineHandle, Run, wait_for
 
 from gpudesk.api.errors import EngineError
+from gpudesk.core.wire.base import to_builtins
 from gpudesk.paths import Home
 
 FAKES = Path(__file__).resolve().parents[1] / "fakes"
@@ -78,7 +79,7 @@ class Station:
         self.queued = [self.a, self.b, self.c, self.e]
 
     def states(self) -> list[str]:
-        return [self.engine.job(j)["state"] for j in self.queued]
+        return [self.engine.job(j).state for j in self.queued]
 
 
 @pytest.fixture
@@ -185,8 +186,8 @@ def test_applying_the_plan_repartitions_the_simulated_gpu(
     for job_id, profile in zip(
         (station.a, station.b, station.c), ("2g.10gb", "3g.20gb", "2g.10gb"), strict=True
     ):
-        assert station.engine.wait_state(job_id, "running")["slot"] == f"gpu:3/{profile}"
-    assert station.engine.job(station.e)["state"] == "queued"
+        assert station.engine.wait_state(job_id, "running").slot == f"gpu:3/{profile}"
+    assert station.engine.job(station.e).state == "queued"
     assert client.status().station.mig == {"3": "2g.10gb,3g.20gb,2g.10gb"}
     assert mig_events(station.engine.home) == [
         "MIG layout of GPU 3 applied: 2g.10gb, 3g.20gb, 2g.10gb (was 1g.5gb) [SIMULATED]"
@@ -203,8 +204,8 @@ def test_auto_repartitions_an_idle_mig_gpu_when_it_pays(home: Home, gpudesk: Run
         for job_id, profile in zip(
             (station.a, station.b, station.c), ("2g.10gb", "3g.20gb", "2g.10gb"), strict=True
         ):
-            assert station.engine.wait_state(job_id, "running")["slot"] == f"gpu:3/{profile}"
-        assert station.engine.job(station.e)["state"] == "queued"
+            assert station.engine.wait_state(job_id, "running").slot == f"gpu:3/{profile}"
+        assert station.engine.job(station.e).state == "queued"
         assert slice_profiles(station.engine, 3) == WANTED
         events = mig_events(station.engine.home)
         assert len(events) == 2, events
@@ -399,8 +400,8 @@ def test_a_real_station_plans_and_applies_through_nvidia_smi(
         gis = json.loads(smi_state.read_text())["gpus"][0]["gpu_instances"]
         assert [gi["profile_id"] for gi in gis] == [0]
         # applying never touches the queue; the next pass sees the new instance through NVML
-        assert engine.wait_state(first, "running")["slot"] == "gpu:0/7g.40gb"
-        assert engine.job(second)["state"] == "queued"
+        assert engine.wait_state(first, "running").slot == "gpu:0/7g.40gb"
+        assert engine.job(second).state == "queued"
 
 
 def test_auto_repartitions_a_real_gpu_through_nvidia_smi(
@@ -442,12 +443,13 @@ def test_auto_repartitions_a_real_gpu_through_nvidia_smi(
             "compute_instances"
         ]
         running = engine.wait_state(first, "running")
-        assert running["slot"] == "gpu:0/7g.40gb"
-        assert device["uuid"] in json.dumps(engine.job(first))  # CUDA_VISIBLE_DEVICES=MIG-...
+        assert running.slot == "gpu:0/7g.40gb"
+        # CUDA_VISIBLE_DEVICES=MIG-...
+        assert device["uuid"] in json.dumps(to_builtins(engine.job(first)))
         engine.submit({"name": "later", "gpus": 0, "command": [sys.executable, "-c", "pass"]})
         time.sleep(1.0)  # more scheduling passes: a busy GPU is never re-carved
         assert len(changing()) == 3
-        assert engine.job(second)["state"] == "queued"
+        assert engine.job(second).state == "queued"
 
 
 def test_a_job_waiting_for_a_slice_starts_on_one_an_admin_carves_by_hand(
@@ -460,11 +462,11 @@ def test_a_job_waiting_for_a_slice_starts_on_one_an_admin_carves_by_hand(
             {"name": "big", "gpus": 1, "memory_gb": 24, "sm_pct": 50, "command": SLEEP}
         )
         time.sleep(1.0)  # several samples and passes: it fits neither 3g.20gb
-        assert engine.job(job)["state"] == "queued"
+        assert engine.job(job).state == "queued"
         env = {**os.environ, "GPUDESK_FAKE_NVIDIA_SMI_STATE": str(smi_state)}
         for args in (["-dci"], ["-dgi"], ["-cgi", "0", "-C"]):
             done = subprocess.run(
                 [str(FAKE_SMI), "mig", "-i", "0", *args], env=env, capture_output=True, text=True
             )
             assert done.returncode == 0, done.stdout
-        assert engine.wait_state(job, "running")["slot"] == "gpu:0/7g.40gb"
+        assert engine.wait_state(job, "running").slot == "gpu:0/7g.40gb"

@@ -136,7 +136,7 @@ def test_a_sweep_is_a_parent_run_with_a_child_run_per_job(
         assert [m.step for m in history] == sorted(m.step for m in history)
         assert len(mlflow_client.get_metric_history(child.info.run_id, "cpu.pct")) >= 1
         shown = sim_engine.show(int(params["gpudesk.job_id"]))
-        assert shown["tracking"]["run_id"] == child.info.run_id
+        assert shown.tracking.run_id == child.info.run_id
 
 
 OWN_RUN = (
@@ -157,7 +157,7 @@ def test_a_jobs_own_start_run_logs_into_the_run_gpudesk_made(
     assert submitted.returncode == 0, submitted.stderr
     job_id = int(submitted.stdout.split()[2])
     done = engine.wait_state(job_id, {"succeeded", "failed"}, timeout=40.0)
-    assert done["state"] == "succeeded", engine.show(job_id)
+    assert done.state == "succeeded", engine.show(job_id)
 
     def finished() -> list | None:
         runs = runs_of(uri, "mine")
@@ -173,8 +173,8 @@ def test_a_jobs_own_start_run_logs_into_the_run_gpudesk_made(
     (run,) = runs
     assert run.data.metrics["own"] == 1 and run.data.metrics["done"] == 1
     assert run.data.params["gpudesk.job_id"] == str(job_id)
-    assert run.data.tags["mlflow.user"] == done["user"]
-    assert engine.show(job_id)["tracking"]["run_id"] == run.info.run_id
+    assert run.data.tags["mlflow.user"] == done.user
+    assert engine.show(job_id).tracking.run_id == run.info.run_id
 
 
 @pytest.mark.slow(21)
@@ -217,10 +217,10 @@ def test_with_the_store_down_jobs_run_the_engine_answers_and_runs_appear_later(
     text = gpudesk("engine", "status")
     assert f"mlflow:  {uri}" in text.stdout and "failing since" in text.stdout, text.stdout
     jobs = engine.wait_all_done(ids, timeout=30.0)
-    assert [j["state"] for j in jobs] == ["succeeded"] * 3
+    assert [j.state for j in jobs] == ["succeeded"] * 3
     shown = engine.show(ids[0])
-    assert any("started without MLFLOW_RUN_ID" in e["message"] for e in shown["events"])
-    assert shown["tracking"]["run_id"] is None
+    assert any("started without MLFLOW_RUN_ID" in e.message for e in shown.events)
+    assert shown.tracking.run_id is None
 
     # An engine restart and a worker crash while the store is down: nothing is lost, and no
     # run is made twice (exactly three below).
@@ -244,7 +244,7 @@ def test_with_the_store_down_jobs_run_the_engine_answers_and_runs_appear_later(
         10.0,
         what="tracking to report the store back",
     )
-    assert {engine.show(i)["tracking"]["run_id"] for i in ids} == {r.info.run_id for r in runs}
+    assert {engine.show(i).tracking.run_id for i in ids} == {r.info.run_id for r in runs}
     log = home.engine_log.read_text()
     assert "unreachable" in log and "tracking worker for uid" in log and "exited" in log
 

@@ -60,14 +60,14 @@ def test_sigkill_engine_while_jobs_run_then_restart(engine: EngineHandle, tmp_pa
     assert engine.pid is None
 
     engine.start(slots=4)
-    jobs = {j["name"]: j for j in engine.wait_all_done(ids)}
+    jobs = {j.name: j for j in engine.wait_all_done(ids)}
 
-    assert (jobs["ok-while-down"]["state"], jobs["ok-while-down"]["exit_code"]) == ("succeeded", 0)
-    assert (jobs["fail-while-down"]["state"], jobs["fail-while-down"]["exit_code"]) == ("failed", 3)
-    assert jobs["killed-while-down"]["state"] == "failed"
-    assert jobs["killed-while-down"]["exit_code"] == 137
-    assert (jobs["outlives"]["state"], jobs["outlives"]["exit_code"]) == ("succeeded", 0)
-    assert (jobs["queued"]["state"], jobs["queued"]["exit_code"]) == ("succeeded", 0)
+    assert (jobs["ok-while-down"].state, jobs["ok-while-down"].exit_code) == ("succeeded", 0)
+    assert (jobs["fail-while-down"].state, jobs["fail-while-down"].exit_code) == ("failed", 3)
+    assert jobs["killed-while-down"].state == "failed"
+    assert jobs["killed-while-down"].exit_code == 137
+    assert (jobs["outlives"].state, jobs["outlives"].exit_code) == ("succeeded", 0)
+    assert (jobs["queued"].state, jobs["queued"].exit_code) == ("succeeded", 0)
 
     # every job ran exactly once and has exactly one attempt and one final event
     assert collections.Counter(ran.read_text().split()) == {name: 1 for name in specs}
@@ -99,8 +99,8 @@ def test_a_second_restart_does_not_settle_anything_twice(
     engine.kill9()
     engine.start()
     job = engine.wait_state(job_id, "succeeded")
-    assert job["attempts"] == 1
-    states = [e["state"] for e in engine.show(job_id)["events"] if e["state"]]
+    assert job.attempts == 1
+    states = [e.state for e in engine.show(job_id).events if e.state]
     assert states == ["queued", "running", "succeeded"]
 
 
@@ -114,13 +114,13 @@ def test_cancel_kills_the_whole_process_tree(engine: EngineHandle, tmp_path: Pat
     )
     (job_id,) = engine.submit({"name": "tree", "command": ["sh", "-c", script]})
     wait_for(ready.exists, what="the job's children to start")
-    pgid = engine.show(job_id)["attempts"][0]["pid"]
+    pgid = engine.show(job_id).attempts[0].pid
     assert len(processes_in_group(pgid)) >= 5  # wrapper, sh, 2 sleeps, the stubborn sh (+ sleep)
 
     result = engine.api.cancel([job_id], grace=0.5)
     assert result == [ActionOutcome(id=job_id, name="tree", outcome="stopping", ok=True)]
     job = engine.wait_state(job_id, "cancelled")
-    assert job["attempts"] == 1
+    assert job.attempts == 1
     wait_for(lambda: not processes_in_group(pgid), 5.0, what="the process group to be empty")
 
 
@@ -136,7 +136,7 @@ def test_cancel_queued_job_and_already_finished_job(engine: EngineHandle, tmp_pa
     assert outcomes[0].outcome == "cancelled"
     gate.touch()
     engine.wait_state(blocker, "succeeded")
-    assert engine.job(queued)["state"] == "cancelled"
+    assert engine.job(queued).state == "cancelled"
     assert not (tmp_path / "must-not-run").exists()
     again = engine.api.cancel([blocker])
     assert again[0].outcome == "already succeeded"
@@ -146,23 +146,23 @@ def test_cancel_survives_an_engine_restart(engine: EngineHandle, tmp_path: Path)
     script = "trap '' TERM; while true; do sleep 0.05; done"
     (job_id,) = engine.submit({"name": "stubborn", "command": ["sh", "-c", script]})
     engine.wait_state(job_id, "running")
-    pgid = engine.show(job_id)["attempts"][0]["pid"]
+    pgid = engine.show(job_id).attempts[0].pid
     engine.api.cancel([job_id], grace=2)
     engine.kill9()  # dies before its SIGKILL deadline
     engine.start()  # must take the cancel over: SIGTERM again, SIGKILL at the same deadline
     job = engine.wait_state(job_id, "cancelled", timeout=10)
-    assert job["attempts"] == 1
+    assert job.attempts == 1
     wait_for(lambda: not processes_in_group(pgid), 5.0, what="the process group to be empty")
 
 
 def test_engine_stop_leaves_jobs_running(engine: EngineHandle, tmp_path: Path) -> None:
     (job_id,) = engine.submit({"name": "survivor", "command": ["sleep", "0.8"]})
     engine.wait_state(job_id, "running")
-    pgid = engine.show(job_id)["attempts"][0]["pid"]
+    pgid = engine.show(job_id).attempts[0].pid
     engine.stop()
     assert processes_in_group(pgid), "stopping the engine must not stop its jobs"
     engine.start()
-    assert engine.wait_state(job_id, "succeeded")["exit_code"] == 0
+    assert engine.wait_state(job_id, "succeeded").exit_code == 0
 
 
 def test_sigterm_to_the_engine_is_a_clean_stop(engine: EngineHandle) -> None:

@@ -53,16 +53,16 @@ def test_the_lighter_users_job_starts_first(home: Home) -> None:
     engine.start(backend="sim:a100-40gbx1", policy="auto", sample_interval=0.2)
     engine.wait_state(warm, "running")
     # ada's running job counts already: bob's waiting job goes ahead of ada's
-    waiting = engine.show(ada_next)["waiting"]
+    waiting = engine.show(ada_next).waiting
     assert waiting.startswith(
         f"fair share: behind 1 job of users with less recent usage; {ADA.name}'s usage "
     ), waiting
     assert "GPU-h (decayed, half-life 168 h)" in waiting
-    done = {j["id"]: j for j in engine.wait_all_done([warm, ada_next, bob_first], timeout=60)}
-    assert all(j["state"] == "succeeded" for j in done.values())
+    done = {j.id: j for j in engine.wait_all_done([warm, ada_next, bob_first], timeout=60)}
+    assert all(j.state == "succeeded" for j in done.values())
     # ada had used the GPU; bob, submitted later at the same priority, went first
-    assert done[bob_first]["started_at"] < done[ada_next]["started_at"]
-    assert done[bob_first]["user"] == user_name(BOB.uid)
+    assert done[bob_first].started_at < done[ada_next].started_at
+    assert done[bob_first].user == user_name(BOB.uid)
     bobs = engine.client.request("jobs", user=BOB.uid)["jobs"]
     assert [j["id"] for j in bobs] == [bob_first]
 
@@ -95,7 +95,7 @@ def test_two_users_never_share_an_mps_server(home: Home) -> None:
 
     wait_for(check_and_finish, 60.0, interval=0.1, what="every job to succeed")
     assert seen_running >= 2  # they did share the GPU
-    reasons = [engine.show(i)["attempts"][0]["placement"]["reason"] for i in ids]
+    reasons = [engine.show(i).attempts[0].placement.reason for i in ids]
     assert any(
         r.startswith(f"time-sliced: GPU 0's MPS server serves {ADA.name}'s jobs") for r in reasons
     ), reasons
@@ -117,7 +117,7 @@ def test_per_user_limits_hold(home: Home) -> None:
         max_queued_per_user=2,
     )
     engine.wait_state(first, "running")
-    waiting = engine.show(second)["waiting"]
+    waiting = engine.show(second).waiting
     assert waiting == (
         f"waiting: {ADA.name}'s running jobs hold 1 GPU and this one asks for 1; the station "
         "allows 1 per user ([station] max_running_gpus_per_user)"
@@ -129,4 +129,4 @@ def test_per_user_limits_hold(home: Home) -> None:
     assert "Nothing was submitted" in str(refused.value)
     assert len(engine.client.request("jobs")["jobs"]) == 2
     done = engine.wait_all_done([first, second], timeout=30)
-    assert done[1]["started_at"] >= done[0]["ended_at"]
+    assert done[1].started_at >= done[0].ended_at

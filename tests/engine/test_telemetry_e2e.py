@@ -91,7 +91,7 @@ def test_a_sweep_on_the_simulated_station_moves_memory_and_energy(
     ids = sim_engine.submit(*(gpu_job(f"sweep-{i}", 5.0, sm_pct=85.0) for i in range(5)))
     for job_id in ids[:4]:
         sim_engine.wait_state(job_id, "running")
-    assert sim_engine.job(ids[4])["state"] == "queued"
+    assert sim_engine.job(ids[4]).state == "queued"
 
     def busy_snapshot() -> dict | None:
         snap = top_json()
@@ -117,13 +117,13 @@ def test_a_sweep_on_the_simulated_station_moves_memory_and_energy(
         assert after["energy_j"] > before["energy_j"]
 
     jobs = sim_engine.wait_all_done(ids, timeout=30.0)
-    assert all(j["state"] == "succeeded" for j in jobs)
-    usage = sim_engine.show(ids[0])["usage"]
-    assert usage["gpu_j"] > 0 and usage["gpu_source"] == "counter"
-    assert usage["split"] == "exclusive" and usage["estimate"] is False
+    assert all(j.state == "succeeded" for j in jobs)
+    usage = sim_engine.show(ids[0]).usage
+    assert usage.gpu_j > 0 and usage.gpu_source == "counter"
+    assert usage.split == "exclusive" and usage.estimate is False
     # At least the idle draw for the ~5 s the job held its GPU, above-idle on top.
-    assert usage["gpu_idle_j"] > 4.0 * 52 and usage["gpu_above_idle_j"] > 0
-    assert usage["carbon_g"] > 0 and usage["cpu_s"] > 0
+    assert usage.gpu_idle_j > 4.0 * 52 and usage.gpu_above_idle_j > 0
+    assert usage.carbon_g > 0 and usage.cpu_s > 0
     shown = gpudesk("show", str(ids[0]))
     assert "GPU energy" in shown.stdout and "exclusive GPU" in shown.stdout
     assert re.search(r"GPU energy \d+\.?\d* k?Wh", shown.stdout)  # Wh for people, J in JSON
@@ -371,12 +371,12 @@ def test_an_engine_on_nvml_places_gpu_jobs_and_accounts_their_energy(
     try:
         (job_id,) = handle.submit(gpu_job("on-nvml", 1.5))
         job = handle.wait_all_done([job_id])[0]
-        assert job["state"] == "succeeded"
+        assert job.state == "succeeded"
         shown = handle.show(job_id)
-        placement = shown["attempts"][0]["placement"]
-        assert placement["env"]["CUDA_VISIBLE_DEVICES"] == "GPU-0000-h100"
-        usage = shown["usage"]
-        assert usage["gpu_j"] > 0 and usage["gpu_source"] == "counter"
+        placement = shown.attempts[0].placement
+        assert placement.env["CUDA_VISIBLE_DEVICES"] == "GPU-0000-h100"
+        usage = shown.usage
+        assert usage.gpu_j > 0 and usage.gpu_source == "counter"
         status = handle.client.request("status")["station"]
         assert (status["effective_backend"], status["gpus"]) == ("nvml", 2)
     finally:
@@ -490,15 +490,15 @@ def test_a_gpu_lost_mid_run_is_marked_and_gets_no_more_jobs(
         assert snap["gpus"][0]["lost"] is False and snap["gpus"][0]["power_w"] == 80
         first, second = handle.submit(gpu_job("a", 3.0), gpu_job("b", 0.1))
         shown = handle.wait_state(first, "running")
-        assert handle.show(first)["attempts"][0]["placement"]["gpus"] == [0]
-        waiting = handle.show(second)["waiting"]
+        assert handle.show(first).attempts[0].placement.gpus == [0]
+        waiting = handle.show(second).waiting
         # the default policy (auto) would collocate it, but two 70 % SM jobs time-sliced (no
         # MPS server here) gain nothing by the model, and GPU 1 is not considered at all
         assert waiting.startswith(
             "waiting (hint demand: needs 6.0 GiB + 2.0 GiB margin and 70% SM, and a GPU where "
             "sharing is predicted to gain); GPU 0:"
         ) and waiting.endswith("; GPU 1 lost")
-        assert shown["state"] == "running"
+        assert shown.state == "running"
         assert handle.client.request("status")["gpus"]["lost"] == 1
     finally:
         handle.stop()

@@ -55,14 +55,14 @@ def test_non_utf8_program_names_fail_cleanly_and_do_not_wedge_the_engine(
     named = submitted_id(cli("submit", "--name", "named", "--", b"./donn\xe9es.sh", cwd=here))
     good = submitted_id(cli("submit", "--", "true", cwd=here))
 
-    jobs = {j["id"]: j for j in engine.wait_all_done([bad, missing, named, good])}
-    assert jobs[good]["state"] == "succeeded"
-    assert jobs[bad]["name"] == "donn\\xe9es.sh"
-    assert (jobs[bad]["state"], jobs[bad]["exit_code"]) == ("failed", 126)
-    assert jobs[bad]["reason"] == "permission denied: ./donn\\xe9es.sh"
-    assert (jobs[missing]["state"], jobs[missing]["exit_code"]) == ("failed", 127)
-    assert jobs[missing]["reason"] == "command not found: /no/such/prog\\xff"
-    assert jobs[named]["state"] == "failed"
+    jobs = {j.id: j for j in engine.wait_all_done([bad, missing, named, good])}
+    assert jobs[good].state == "succeeded"
+    assert jobs[bad].name == "donn\\xe9es.sh"
+    assert (jobs[bad].state, jobs[bad].exit_code) == ("failed", 126)
+    assert jobs[bad].reason == "permission denied: ./donn\\xe9es.sh"
+    assert (jobs[missing].state, jobs[missing].exit_code) == ("failed", 127)
+    assert jobs[missing].reason == "command not found: /no/such/prog\\xff"
+    assert jobs[named].state == "failed"
 
     # every front end can read them (strict JSON decoding), and cancel answers
     listed = cli("queue", "--all", "--json")
@@ -76,9 +76,9 @@ def test_non_utf8_program_names_fail_cleanly_and_do_not_wedge_the_engine(
     # the engine restarts cleanly on this store and goes on running jobs
     engine.stop()
     engine.start()
-    assert engine.job(bad)["state"] == "failed"
+    assert engine.job(bad).state == "failed"
     (after,) = engine.submit({"name": "after", "command": ["true"]})
-    assert engine.wait_state(after, {"succeeded", "failed"})["state"] == "succeeded"
+    assert engine.wait_state(after, {"succeeded", "failed"}).state == "succeeded"
     assert engine.home.engine_log.stat().st_size < LOG_LIMIT
 
 
@@ -107,14 +107,14 @@ def test_non_utf8_programs_folders_and_values_run_as_they_are(
             cwd=tmp_path,
         )
     )
-    assert engine.wait_state(job, {"succeeded", "failed"})["state"] == "succeeded"
+    assert engine.wait_state(job, {"succeeded", "failed"}).state == "succeeded"
     assert out.read_bytes().split(b"\n")[:4] == [
         b"./ex\xe9cute.sh",
         folder,
         b"arg\xff",
         b"caf\xe9",
     ]
-    assert engine.job(job)["name"] == "ex\\xe9cute.sh"
+    assert engine.job(job).name == "ex\\xe9cute.sh"
 
 
 @pytest.mark.parametrize(
@@ -196,8 +196,8 @@ def test_an_outcome_the_store_refuses_stops_nothing_and_is_recorded_later(
     engine.client.request("cancel", jobs=[stuck], grace=0.1)
     time.sleep(0.5)
     gate.touch()
-    assert engine.wait_state(other, {"succeeded", "failed"})["state"] == "succeeded"
-    assert engine.job(stuck)["state"] == "running"  # not recorded yet, and not lost
+    assert engine.wait_state(other, {"succeeded", "failed"}).state == "succeeded"
+    assert engine.job(stuck).state == "running"  # not recorded yet, and not lost
 
     # no busy loop on the past kill deadline, no log line per retry
     assert engine.pid is not None
@@ -210,8 +210,8 @@ def test_an_outcome_the_store_refuses_stops_nothing_and_is_recorded_later(
     # once the store takes it, the real outcome is recorded
     allow_settling(engine.home.db)
     job = engine.wait_state(stuck, {"cancelled", "failed"}, timeout=20)
-    assert job["state"] == "cancelled"
-    assert "SIGKILL" in job["reason"]
+    assert job.state == "cancelled"
+    assert "SIGKILL" in job.reason
 
 
 def test_an_outcome_that_cannot_be_stored_fails_the_job_with_the_reason(
@@ -221,12 +221,12 @@ def test_an_outcome_that_cannot_be_stored_fails_the_job_with_the_reason(
     engine.wait_state(job_id, "running")
     refuse_settling(engine.home.db, job_id, unless_reason="gpudesk could not record")
     job = engine.wait_state(job_id, {"succeeded", "failed"})
-    assert job["state"] == "failed"
-    assert job["reason"].startswith(
+    assert job.state == "failed"
+    assert job.reason.startswith(
         "gpudesk could not record how this attempt ended (IntegrityError: injected fault"
     )
     (after,) = engine.submit({"name": "after", "command": ["true"]})
-    assert engine.wait_state(after, {"succeeded", "failed"})["state"] == "succeeded"
+    assert engine.wait_state(after, {"succeeded", "failed"}).state == "succeeded"
     log = engine.home.engine_log.read_text()
     assert log.count("could not record how attempt 1 of job") == 1
 
@@ -236,7 +236,7 @@ def test_an_engine_restart_recovers_past_an_outcome_the_store_refuses(
 ) -> None:
     (lost,) = engine.submit({"name": "lost", "command": ["sleep", "60"]})
     engine.wait_state(lost, "running")
-    pgid = engine.job(lost)["pgid"]
+    pgid = engine.job(lost).pgid
     engine.stop()
     os.killpg(pgid, 9)  # it dies while no engine runs, leaving no exit record
     wait_for(lambda: not psutil.pid_exists(pgid), what="the job to die")
@@ -244,12 +244,12 @@ def test_an_engine_restart_recovers_past_an_outcome_the_store_refuses(
 
     engine.start()  # recovery cannot settle it: the engine starts all the same
     (after,) = engine.submit({"name": "after", "command": ["true"]})
-    assert engine.wait_state(after, {"succeeded", "failed"})["state"] == "succeeded"
-    assert engine.job(lost)["state"] == "running"
+    assert engine.wait_state(after, {"succeeded", "failed"}).state == "succeeded"
+    assert engine.job(lost).state == "running"
 
     allow_settling(engine.home.db)
     job = engine.wait_state(lost, {"failed"}, timeout=20)
-    assert job["reason"] == (
+    assert job.reason == (
         "the job's processes ended while the engine was down and left no exit record"
     )
 
@@ -270,6 +270,6 @@ def test_exported_shell_functions_do_not_block_submit(engine: EngineHandle, tmp_
     )
     job_id = submitted_id(result)
     (job,) = engine.wait_all_done([job_id])
-    assert job["state"] == "succeeded", job
+    assert job.state == "succeeded", job
     logs = cli("logs", str(job_id))
     assert "hello from an exported function" in logs.stdout, logs.stdout + logs.stderr

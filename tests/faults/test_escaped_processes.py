@@ -77,7 +77,7 @@ def test_daemons_of_a_job_die_with_its_end(
         {"name": "daemonizes", "command": ["sh", "-c", escaping_script(daemon_pids, "exit 0")]}
     )
     job = engine.wait_state(job_id, {"succeeded", "failed", "cancelled"})
-    assert (job["state"], job["exit_code"]) == ("succeeded", 0)
+    assert (job.state, job.exit_code) == ("succeeded", 0)
     daemons = read_pids(daemon_pids)
     assert len(daemons) == 2
     # one left the job's session (setsid), the other its parent (double fork): both are gone
@@ -87,7 +87,7 @@ def test_daemons_of_a_job_die_with_its_end(
     code, out, _ = gpudesk("show", str(job_id))
     assert code == 0
     assert f"in  cgroup {cgroup}" in out
-    messages = [e["message"] for e in engine.show(job_id)["events"]]
+    messages = [e.message for e in engine.show(job_id).events]
     assert "killed 2 leftover process(es) of attempt 1" in messages
 
 
@@ -106,7 +106,7 @@ def test_cancel_reaches_a_daemonized_grandchild(
         "stopping"
     )
     job = engine.wait_state(job_id, "cancelled")
-    assert job["attempts"] == 1
+    assert job.attempts == 1
     wait_for(lambda: not any(alive(p) for p in daemons), 5.0, what="the job's daemons to be killed")
     assert not (home_cgroups(engine.home) / f"job-{job_id}-1").exists()
 
@@ -134,7 +134,7 @@ def test_daemons_of_a_job_that_ended_while_no_engine_ran_die_at_the_restart(
     assert all(alive(p) for p in daemons)
     engine.start()
     job = engine.wait_state(job_id, {"succeeded", "failed", "cancelled"})
-    assert (job["state"], job["exit_code"]) == ("succeeded", 0)
+    assert (job.state, job.exit_code) == ("succeeded", 0)
     wait_for(lambda: not any(alive(p) for p in daemons), 5.0, what="the job's daemons to be killed")
     assert not (home_cgroups(engine.home) / f"job-{job_id}-1").exists()
 
@@ -151,7 +151,7 @@ def test_without_cgroups_show_says_process_group_only(
         code, out, _ = gpudesk("show", str(job_id))
         assert code == 0
         assert "in  process group only: cgroups turned off by GPUDESK_CGROUP=off" in out
-        attempt = engine.show(job_id)["attempts"][0]
-        assert attempt["containment"].startswith("process group only:")
+        attempt = engine.show(job_id).attempts[0]
+        assert attempt.containment.startswith("process group only:")
     finally:
         engine.client.close()

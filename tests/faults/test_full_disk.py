@@ -113,7 +113,7 @@ def test_a_job_that_fills_the_disk_is_recorded_succeeded_and_runs_once(
     time.sleep(2.5)  # the engine tries to settle it on the full disk, more than once
     engine_pid = engine.pid
     assert engine_pid is not None, "the engine died on the full disk"
-    assert engine.job(job_id)["state"] in {"running", "succeeded"}
+    assert engine.job(job_id).state in {"running", "succeeded"}
     assert runs(marker) == 1
     # said once, as a full disk; never taken for a fault of the attempt's
     said = engine.home.engine_log.read_text(errors="replace")
@@ -128,7 +128,7 @@ def test_a_job_that_fills_the_disk_is_recorded_succeeded_and_runs_once(
     time.sleep(0.5)  # a second attempt, had one been started, would have counted by now
     assert runs(marker) == 1, "the job ran twice"
     job = engine.wait_state(job_id, {"succeeded", "failed", "cancelled"})
-    assert (job["state"], job["exit_code"], job["attempts"]) == ("succeeded", 0, 1)
+    assert (job.state, job.exit_code, job.attempts) == ("succeeded", 0, 1)
     assert engine.pid == engine_pid
     assert attempt_rows(engine.home, job_id) == [(1, "exited", 0)]
     leftovers = sorted(p.name for p in engine.home.attempt_dir(job_id, 1).iterdir())
@@ -136,7 +136,7 @@ def test_a_job_that_fills_the_disk_is_recorded_succeeded_and_runs_once(
 
     # and the engine carries on as before
     (next_id,) = engine.submit({"name": "after", "command": ["sh", "-c", "exit 3"]})
-    assert engine.wait_state(next_id, "failed")["exit_code"] == 3
+    assert engine.wait_state(next_id, "failed").exit_code == 3
 
 
 def test_an_engine_started_on_a_full_disk_says_so_and_loses_nothing(
@@ -176,7 +176,7 @@ def test_an_engine_started_on_a_full_disk_says_so_and_loses_nothing(
     (small_disk / "filler").unlink()
     engine.start()
     job = engine.wait_state(job_id, {"succeeded", "failed", "cancelled"})
-    assert (job["state"], job["exit_code"], job["attempts"]) == ("succeeded", 0, 1)
+    assert (job.state, job.exit_code, job.attempts) == ("succeeded", 0, 1)
     assert runs(marker) == 1
 
 

@@ -89,14 +89,14 @@ def test_a_wrapper_started_by_a_dead_engine_is_adopted_not_started_again(crashed
     # The new engine has recovered; the frozen wrapper now goes on as a slow one would.
     os.kill(wrapper.pid, signal.SIGCONT)
     wait_for(lambda: runs(ran) >= 1, 10.0, what="the command to run")
-    assert engine.job(job_id)["state"] == "running"
+    assert engine.job(job_id).state == "running"
     crashed["gate"].touch()
     job = engine.wait_state(job_id, {"succeeded", "failed", "cancelled"})
     time.sleep(0.5)  # a second attempt, had one been started, would have counted by now
     assert runs(ran) == 1, "the command ran twice"
-    assert (job["state"], job["exit_code"], job["attempts"]) == ("succeeded", 0, 1)
+    assert (job.state, job.exit_code, job.attempts) == ("succeeded", 0, 1)
     assert store_attempts(engine.home, job_id) == [(1, "exited", wrapper.pid)]
-    states = [e["state"] for e in engine.show(job_id)["events"] if e["state"]]
+    states = [e.state for e in engine.show(job_id).events if e.state]
     assert states == ["queued", "running", "succeeded"]
 
 
@@ -108,7 +108,7 @@ def test_a_wrapper_that_died_before_starting_the_command_is_started_again(crashe
     engine.start()
     job = engine.wait_state(job_id, {"succeeded", "failed", "cancelled"})
     assert runs(ran) == 1
-    assert (job["state"], job["exit_code"], job["attempts"]) == ("succeeded", 0, 2)
+    assert (job.state, job.exit_code, job.attempts) == ("succeeded", 0, 2)
     first, second = store_attempts(engine.home, job_id)
     assert first[:2] == (1, "launch_failed")
     assert second[:2] == (2, "exited")
@@ -128,9 +128,9 @@ def test_a_wrapper_that_died_after_starting_the_command_is_not_started_again(
     crashed["gate"].touch()
     time.sleep(0.5)
     assert runs(ran) == 1, "the command was started again"
-    assert job["state"] == "failed"
-    assert job["attempts"] == 1
-    messages = " | ".join(e["message"] for e in engine.show(job_id)["events"])
+    assert job.state == "failed"
+    assert job.attempts == 1
+    messages = " | ".join(e.message for e in engine.show(job_id).events)
     assert "its wrapper died after starting the command" in messages
     # what the dead wrapper left running was killed when the attempt settled
     wait_for(

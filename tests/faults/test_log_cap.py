@@ -83,12 +83,12 @@ def test_a_job_printing_50_mib_keeps_its_log_under_the_cap(home: Home, tmp_path:
     folder = home.attempt_dir(job_id, 1)
     peak = 0
     deadline = time.monotonic() + 30
-    while engine.job(job_id)["state"] in ("queued", "running"):
+    while engine.job(job_id).state in ("queued", "running"):
         assert time.monotonic() < deadline, "the printer did not finish"
         if folder.is_dir():
             peak = max(peak, disk_use(folder))
         time.sleep(0.05)
-    assert engine.job(job_id)["state"] == "succeeded"
+    assert engine.job(job_id).state == "succeeded"
     # slack: what the job writes between two of the engine's looks (every 0.5 s) and then some
     slack = 12.5 * MIB * 1.0
     bound = cap_mib * MIB * (keep + 1)
@@ -113,7 +113,7 @@ def test_a_job_that_ends_between_two_looks_is_capped_too(home: Home, tmp_path: P
     engine = EngineHandle(home)
     engine.start(log_max_mb=cap_mib, log_keep=keep)
     (job_id,) = engine.submit(printer_job(tmp_path, total_mib=20, rate_mib=0))
-    assert engine.wait_state(job_id, {"succeeded", "failed"})["state"] == "succeeded"
+    assert engine.wait_state(job_id, {"succeeded", "failed"}).state == "succeeded"
     folder = home.attempt_dir(job_id, 1)
     bound = cap_mib * MIB * (keep + 1) + 64 * 1024
     wait_for(lambda: disk_use(folder) <= bound, 5.0, what="the settled attempt's log capped")
@@ -153,7 +153,7 @@ def test_logs_follow_reads_a_big_log_in_bounded_memory(home: Home, tmp_path: Pat
     while not (log.exists() and log.stat().st_size >= total_mib * MIB):
         assert time.monotonic() < deadline, "the printer did not print"
         time.sleep(0.05)
-    assert engine.job(big)["state"] == "running"  # followed live, not dumped
+    assert engine.job(big).state == "running"  # followed live, not dumped
     peak, end, size = peak_rss_of([*GPUDESK, "logs", "-f", str(big)], env)
     assert b"the last line %d" % (total_mib * MIB // 128) in end
     assert size >= total_mib * MIB

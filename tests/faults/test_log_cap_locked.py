@@ -65,10 +65,10 @@ def test_a_job_locking_its_own_log_is_capped_all_the_same(
         bound = cap_mib * MIB * (keep + 1) + 64 * 1024
         # it holds the lock and runs on: capped once the lock has been held LOCK_OVERRIDE_S
         wait_for(
-            lambda: engine.job(job_id)["state"] == "running" and disk_use(folder) <= bound,
+            lambda: engine.job(job_id).state == "running" and disk_use(folder) <= bound,
             LOCK_OVERRIDE_S + 20.0,
             what="the locked log capped",
         )
-        assert engine.job(job_id)["state"] == "running"
+        assert engine.job(job_id).state == "running"
     finally:
         engine.client.request("cancel", jobs=[job_id], grace=0)

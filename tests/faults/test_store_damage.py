@@ -35,7 +35,7 @@ def cli(*args: str, prefix: tuple[str, ...] = ()) -> subprocess.CompletedProcess
 
 def finished_job(engine: EngineHandle, text: str) -> int:
     (job_id,) = engine.submit({"name": text, "command": ["echo", text]})
-    assert engine.wait_state(job_id, {"succeeded", "failed"})["state"] == "succeeded"
+    assert engine.wait_state(job_id, {"succeeded", "failed"}).state == "succeeded"
     return job_id
 
 
@@ -102,8 +102,8 @@ def test_an_attempt_folder_that_exists_is_never_appended_to(engine: EngineHandle
     (job_id,) = engine.submit({"name": "next", "command": ["echo", "next"]})
     assert job_id == first + 1
     job = engine.wait_state(job_id, {"succeeded", "failed"})
-    assert job["state"] == "failed"
-    assert f"the attempt folder {stray} already exists" in job["reason"]
+    assert job.state == "failed"
+    assert f"the attempt folder {stray} already exists" in job.reason
     assert (stray / "output.log").read_text() == "not yours\n"
 
 
@@ -169,14 +169,14 @@ def test_a_home_owned_by_another_user_is_one_paragraph(home: Home, other_user: L
 # -------------------------------------------------- a re-adopted wrapper killed
 def test_a_readopted_wrapper_killed_while_watched_says_so(engine: EngineHandle) -> None:
     (job_id,) = engine.submit({"name": "adopted", "command": ["sleep", "60"]})
-    wrapper = engine.wait_state(job_id, "running")["pgid"]
+    wrapper = engine.wait_state(job_id, "running").pgid
     engine.stop()
     engine.start()  # re-adopts it: no longer the engine's child
-    assert engine.job(job_id)["state"] == "running"
+    assert engine.job(job_id).state == "running"
     os.kill(wrapper, signal.SIGKILL)
     job = engine.wait_state(job_id, {"failed"})
-    assert "engine was down" not in job["reason"]
-    assert job["reason"] == (
+    assert "engine was down" not in job.reason
+    assert job.reason == (
         f"the job's wrapper (pid {wrapper}) was killed while the engine watched it and left no "
         "exit record (most likely by SIGKILL or the out-of-memory killer)"
     )

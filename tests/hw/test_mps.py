@@ -542,10 +542,8 @@ def test_the_status_reply_lists_an_mps_fault_by_gpu_index(
             )
         )
         running = [engine.wait_state(job_id, "running") for job_id in ids]
-        assert {j["mode"] for j in running} == {"mps"} and all(
-            j["mig_slice"] is None for j in running
-        )
-        index = running[0]["gpus"][0]
+        assert {j.mode for j in running} == {"mps"} and all(j.mig_slice is None for j in running)
+        index = running[0].gpus[0]
         uuid = gpus[index]["uuid"]
         assert engine.api.status().station.mps.faults == []
         server = start_server(MpsManager(home.root), uuid)  # what the first CUDA client does
@@ -589,9 +587,9 @@ def test_a_real_engine_names_the_mps_server_and_invents_no_per_client_figure(
     job = {"command": sleeper, "gpus": 1, "memory_gb": 4, "sm_pct": 20}
     try:
         ids = engine.submit(*({**job, "name": f"mps-{i}"} for i in range(2)))
-        assert {engine.wait_state(i, "running")["mode"] for i in ids} == {"mps"}
+        assert {engine.wait_state(i, "running").mode for i in ids} == {"mps"}
         server = start_server(MpsManager(home.root), GPU_A)  # what the first CUDA client does
-        a, b = (engine.show(i)["attempts"][0]["pid"] for i in ids)
+        a, b = (engine.show(i).attempts[0].pid for i in ids)
         list_processes(
             [
                 {"pid": server, "used_memory_mib": 66, "name": "nvidia-cuda-mps-server"}
@@ -628,7 +626,7 @@ def test_a_real_engine_names_the_mps_server_and_invents_no_per_client_figure(
         engine.api.cancel(ids, grace=0)
         engine.wait_all_done(ids)
         for job_id in ids:
-            assert engine.show(job_id)["usage"]["split"] == "even"
+            assert engine.show(job_id).usage.split == "even"
     finally:
         engine.stop()
         engine.cleanup_jobs()

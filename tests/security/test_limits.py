@@ -184,12 +184,12 @@ def test_a_stepped_wall_clock_neither_ends_a_job_early_nor_lets_it_overrun(
     # +2 h while a job with a minute's limit runs for 3 s: it is not "timed out"
     short = {"name": "step-forward", "command": ["sleep", "3"], "time_limit_s": 60}
     done = _ended_across_a_step(engine, clock_offset, short, 7200)
-    assert done["state"] == "succeeded", done
+    assert done.state == "succeeded", done
     # -2 h while a job with a 3 s limit runs: it is stopped at its limit all the same
     long = {"name": "step-back", "command": ["sleep", "120"], "time_limit_s": 3}
     done = _ended_across_a_step(engine, clock_offset, long, 0)
-    assert done["state"] == "failed", done
-    assert done["reason"].startswith("timed out: ran past its time limit of 3 s"), done
+    assert done.state == "failed", done
+    assert done.reason.startswith("timed out: ran past its time limit of 3 s"), done
 
 
 def test_a_start_from_another_boot_is_never_compared_with_this_ones_clock() -> None:
@@ -246,15 +246,15 @@ def test_a_job_that_forks_without_end_is_stopped_at_pids_max(limited_engine: Eng
         {"name": "forker", "command": [sys.executable, "-c", FORKER + "time.sleep(30)"]}
     )
     engine.wait_state(job_id, "running")
-    attempt = engine.show(job_id)["attempts"][0]
-    assert "pids.max 64, memory.max 1.0 GiB" in (attempt.get("containment") or ""), attempt
+    attempt = engine.show(job_id).attempts[0]
+    assert "pids.max 64, memory.max 1.0 GiB" in (attempt.containment or ""), attempt
     cgroup = containment.home_folder(containment.v2_mount() or "", engine.home.root)
     cgroup = cgroup / f"job-{job_id}-1"
     assert (cgroup / "pids.max").read_text().strip() == "64"
     assert (cgroup / "memory.max").read_text().strip() == str(2**30)
     engine.client.request("cancel", jobs=[job_id], grace=0)
     done = engine.wait_state(job_id, {"cancelled", "failed", "succeeded"}, timeout=30)
-    log = Path(done["log"]).read_text()
+    log = Path(done.log).read_text()
     assert "fork refused after" in log and "forked all" not in log, log
     refused_after = int(log.split("fork refused after ")[1].split(":")[0])
     assert refused_after < 64, log
@@ -273,7 +273,7 @@ def test_show_says_when_the_cgroup_cannot_hold_the_limits(home: Home) -> None:
     try:
         [job_id] = engine.submit({"name": "plain", "command": ["true"]})
         engine.wait_state(job_id, "succeeded")
-        line = engine.show(job_id)["attempts"][0]["containment"]
+        line = engine.show(job_id).attempts[0].containment
         for limit, controller, value in (
             ("pids.max", "pids", "64"),
             ("memory.max", "memory", "1.0 GiB"),
@@ -304,4 +304,4 @@ def test_a_time_limit_survives_an_engine_restart_across_a_clock_step(
     engine.start()  # the shim still preloaded: this engine reads the stepped wall clock
     monkeypatch.delenv("LD_PRELOAD")
     done = engine.wait_state(job_id, {"succeeded", "failed", "cancelled"}, timeout=30)
-    assert done["state"] == "succeeded", done
+    assert done.state == "succeeded", done

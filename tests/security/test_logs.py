@@ -368,7 +368,7 @@ def test_gpudesk_logs_refuses_a_fifo_in_one_paragraph(engine: EngineHandle) -> N
     engine's user reads it): one paragraph on stderr and a non-zero exit, no traceback and no
     hang (today it blocks in open() for good)."""
     [job_id] = engine.submit({"name": "printer", "command": ["echo", "hello"]})
-    log = Path(engine.wait_state(job_id, "succeeded")["log"])
+    log = Path(engine.wait_state(job_id, "succeeded").log)
     log.unlink()
     os.mkfifo(log, 0o600)
     try:

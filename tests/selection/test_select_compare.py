@@ -98,7 +98,7 @@ def test_compare_runs_each_preset_on_every_split_and_seed_and_pairs_it_with_rand
         assert 0 <= trial["reuse_s"] < trial["prepass_compute_s"]
         assert sum(trial["kept_per_class"].values()) == 347
         assert sum(trial["dataset_per_class"].values()) == 1388
-        log = Path(engine.job(trial["train_job"])["log"]).read_text()
+        log = Path(engine.job(trial["train_job"]).log).read_text()
         assert f"split_seed {trial['split']} " in log, log
     assert len({t["prepass_key"] for t in el2n}) == 2
 

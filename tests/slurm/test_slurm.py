@@ -81,7 +81,7 @@ def _submit(engine: EngineHandle, *jobs: dict, cluster: dict | None = None) -> l
 
 
 def _log(engine: EngineHandle, job_id: int) -> str:
-    path = engine.job(job_id)["log"]
+    path = engine.job(job_id).log
     assert path, engine.job(job_id)
     return Path(path).read_text()
 
@@ -95,7 +95,7 @@ def test_time_limit_submitted_first(slurm_engine: EngineHandle) -> None:
         slurm_engine,
         {"name": "overtime", "command": ["sleep", "300"], "time_limit_s": 30},
     )
-    assert slurm_engine.job(job)["slurm"]["job_id"]
+    assert slurm_engine.job(job).slurm.job_id
 
 
 def quickstart_in_few_epochs(folder: Path, epochs: int = 3) -> Path:
@@ -121,11 +121,11 @@ def test_quickstart_runs_on_slurm_as_one_array(slurm_engine: EngineHandle, tmp_p
     assert report["backend"] == "slurm:gpudesk-test"
     assert report["best"]["metric"] == "val_acc" and report["best"]["value"] > 0.9
     assert all(j["metrics"] and "val_acc" in j["metrics"] for j in report["jobs"])
-    views = [slurm_engine.job(j["id"])["slurm"] for j in report["jobs"]]
-    arrays = {v["job_id"].split("_")[0] for v in views}
+    views = [slurm_engine.job(j["id"]).slurm for j in report["jobs"]]
+    arrays = {v.job_id.split("_")[0] for v in views}
     assert len(arrays) == 1, views  # one sbatch: the sweep is one array
-    assert sorted(int(v["job_id"].split("_")[1]) for v in views) == list(range(8))
-    assert all(v["state"] == "COMPLETED" and v["cluster"] == "gpudesk-test" for v in views)
+    assert sorted(int(v.job_id.split("_")[1]) for v in views) == list(range(8))
+    assert all(v.state == "COMPLETED" and v.cluster == "gpudesk-test" for v in views)
 
 
 @pytest.mark.parametrize(
@@ -148,8 +148,8 @@ def test_placement_vocabulary_becomes_gres(
         cluster=target,
     )
     (done,) = slurm_engine.wait_all_done([job_id], timeout=60)
-    assert done["state"] == "succeeded", done
-    assert done["slurm"]["gres"] == gres
+    assert done.state == "succeeded", done
+    assert done.slurm.gres == gres
     assert shown in _log(slurm_engine, job_id)
 
 
@@ -161,7 +161,7 @@ def test_a_task_gets_one_thread_per_cpu_unless_the_job_says(slurm_engine: Engine
         {"name": "own-threads", **show, "env": {"OMP_NUM_THREADS": "3"}},
     )
     ended = slurm_engine.wait_all_done([default, own], timeout=60)
-    assert all(job["state"] == "succeeded" for job in ended), ended
+    assert all(job.state == "succeeded" for job in ended), ended
     assert "threads=1" in _log(slurm_engine, default)  # --cpus-per-task 1
     assert "threads=3" in _log(slurm_engine, own)
 
@@ -176,11 +176,11 @@ def test_exit_code_and_cancel_come_back(slurm_engine: EngineHandle) -> None:
     cancel = _cli("cancel", str(sleeper))
     assert cancel.returncode == 0, cancel.stderr
     assert "scancel" in cancel.stdout
-    ended = {j["id"]: j for j in slurm_engine.wait_all_done([failing, sleeper], timeout=60)}
-    assert ended[failing]["state"] == "failed" and ended[failing]["exit_code"] == 3
-    assert ended[sleeper]["state"] == "cancelled"
-    assert "cancelled by user" in ended[sleeper]["reason"]
-    assert ended[sleeper]["slurm"]["state"] == "CANCELLED"
+    ended = {j.id: j for j in slurm_engine.wait_all_done([failing, sleeper], timeout=60)}
+    assert ended[failing].state == "failed" and ended[failing].exit_code == 3
+    assert ended[sleeper].state == "cancelled"
+    assert "cancelled by user" in ended[sleeper].reason
+    assert ended[sleeper].slurm.state == "CANCELLED"
     waited = _cli("wait", str(failing))
     assert waited.returncode == 3, waited.stdout + waited.stderr
     logs = _cli("logs", str(failing))
@@ -195,12 +195,12 @@ def test_after_chain_with_failing_parent_cancels_the_child(slurm_engine: EngineH
         {"name": "parent", "command": ["sh", "-c", "sleep 1; exit 1"]},
         {"name": "child", "command": ["echo", "never"], "after": [-1]},
     )
-    ended = {j["id"]: j for j in slurm_engine.wait_all_done([parent, child], timeout=60)}
-    assert ended[parent]["state"] == "failed"
-    assert ended[child]["state"] == "cancelled"
-    assert f"job {parent} (parent)" in ended[child]["reason"]
-    assert "DependencyNeverSatisfied" in ended[child]["reason"]
-    assert ended[child]["started_at"] is None
+    ended = {j.id: j for j in slurm_engine.wait_all_done([parent, child], timeout=60)}
+    assert ended[parent].state == "failed"
+    assert ended[child].state == "cancelled"
+    assert f"job {parent} (parent)" in ended[child].reason
+    assert "DependencyNeverSatisfied" in ended[child].reason
+    assert ended[child].started_at is None
 
 
 def test_slurm_refusals_leave_nothing(slurm_engine: EngineHandle, cluster: SlurmCluster) -> None:
@@ -241,6 +241,6 @@ def test_time_limit_fails_the_job_timed_out(slurm_engine: EngineHandle) -> None:
         j["id"] for j in slurm_engine.client.request("jobs")["jobs"] if j["name"] == "overtime"
     ]
     (done,) = slurm_engine.wait_all_done([job], timeout=150)
-    assert done["state"] == "failed"
-    assert "timed out" in done["reason"]
-    assert done["slurm"]["state"] == "TIMEOUT"
+    assert done.state == "failed"
+    assert "timed out" in done.reason
+    assert done.slurm.state == "TIMEOUT"

@@ -44,10 +44,10 @@ def mnist_job(name: str, *args: str, selection: str | None = None) -> dict:
     return job if selection is None else {**job, "selection": selection}
 
 
-def result_of(job: dict) -> dict:
+def result_of(job_id: int, log: str) -> dict:
     """The `result {json}` line of a finished job's log."""
-    result = last_result(Path(job["log"]).read_text())
-    assert result is not None, f"job {job['id']} printed no result"
+    result = last_result(Path(log).read_text())
+    assert result is not None, f"job {job_id} printed no result"
     return result
 
 
@@ -74,13 +74,13 @@ def test_the_workload_trains_on_what_the_shared_loader_serves(engine: EngineHand
         mnist_job("quarter", "--epochs", "2", "--split-seed", "1", selection="random-25"),
     )
     whole, quarter = engine.wait_all_done(ids, timeout=240)
-    assert [whole["state"], quarter["state"]] == ["succeeded", "succeeded"], (whole, quarter)
-    assert (whole["loader"], quarter["loader"]) == ("mnist", "mnist.random-25")
-    full, part = result_of(whole), result_of(quarter)
+    assert [whole.state, quarter.state] == ["succeeded", "succeeded"], (whole, quarter)
+    assert (whole.loader, quarter.loader) == ("mnist", "mnist.random-25")
+    full, part = result_of(whole.id, str(whole.log)), result_of(quarter.id, str(quarter.log))
     assert (full["train_samples"], full["epochs"]) == (TRAIN, 1)
     assert (part["train_samples"], part["epochs"]) == (KEPT, 2)
     assert full["val_acc"] > 0.5 and part["val_acc"] > 0.3  # it learned (chance is 0.1)
-    log = Path(whole["log"]).read_text()
+    log = Path(whole.log).read_text()
     assert f"loader shared mnist train {TRAIN} val 1000" in log and "split_seed 1" in log
 
 
@@ -134,7 +134,7 @@ def test_the_costly_sweep_pays_its_prepass_once(
     assert entry.cost.job_wall_s is not None and entry.cost.job_wall_s > 0
     for job in sweep:
         assert any(f"job {job['id']} " in who for who in entry.reused_by), entry.reused_by
-        result = result_of(job)
+        result = result_of(job["id"], job["log"])
         assert (result["train_samples"], result["epochs"]) == (kept, 1)
         assert 0.0 <= result["target_acc"] <= 1.0  # the profile's metric: the 3s and 8s
     assert len(entry.reused_by) == len(sweep)  # the pre-pass job itself is not a reuse
