@@ -84,11 +84,23 @@ def test_top_without_an_engine_samples_the_simulated_station_directly(home: Home
     assert not home.lock.exists()  # top never starts an engine
 
 
+def gated_gpu_job(name: str, gate: Path, sm_pct: float) -> dict:
+    """A GPU job that works a little, then holds its GPU until `gate` exists: a loaded machine
+    cannot end it before the test has looked."""
+    hold = "while not os.path.exists(sys.argv[1]): time.sleep(0.05)"
+    script = f"import os, sys, time\nsum(range(3_000_000))\n{hold}"
+    return {
+        **gpu_job(name, 0.0, sm_pct=sm_pct),
+        "command": [sys.executable, "-c", script, str(gate)],
+    }
+
+
 def test_a_sweep_on_the_simulated_station_moves_memory_and_energy(
-    sim_engine: EngineHandle, home: Home
+    sim_engine: EngineHandle, home: Home, tmp_path: Path
 ) -> None:
     # compute-heavy jobs (85 % SM) never share a GPU: one per GPU, the fifth waits
-    ids = sim_engine.submit(*(gpu_job(f"sweep-{i}", 5.0, sm_pct=85.0) for i in range(5)))
+    gate = tmp_path / "done"
+    ids = sim_engine.submit(*(gated_gpu_job(f"sweep-{i}", gate, 85.0) for i in range(5)))
     for job_id in ids[:4]:
         sim_engine.wait_state(job_id, "running")
     assert sim_engine.job(ids[4]).state == "queued"
@@ -116,6 +128,11 @@ def test_a_sweep_on_the_simulated_station_moves_memory_and_energy(
     for before, after in zip(first["gpus"], later["gpus"], strict=True):
         assert after["energy_j"] > before["energy_j"]
 
+    # The first job holds its GPU at least 5 s (its energy below counts that long); then all end.
+    started = sim_engine.job(ids[0]).started_at
+    assert started is not None
+    wait_for(lambda: time.time() - started >= 5.0, 10.0, interval=0.1, what="5 s on the GPU")
+    gate.touch()
     jobs = sim_engine.wait_all_done(ids, timeout=30.0)
     assert all(j.state == "succeeded" for j in jobs)
     usage = sim_engine.show(ids[0]).usage
