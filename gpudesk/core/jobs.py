@@ -7,8 +7,10 @@ import enum
 import math
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import msgspec
 
 from gpudesk.core.cluster import ClusterSpec, check_cluster
 from gpudesk.text import is_os_text, is_text, safe_text
@@ -376,12 +378,7 @@ class TrackingSpec:
     sweep_params: Mapping[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "mlflow_uri": self.mlflow_uri,
-            "experiment": self.experiment,
-            "params": dict(self.params),
-            "sweep_params": dict(self.sweep_params),
-        }
+        return cast("dict[str, Any]", msgspec.to_builtins(self))
 
     @classmethod
     def from_stored(cls, data: Mapping[str, Any]) -> TrackingSpec:
@@ -468,13 +465,10 @@ class JobSpec:
     cluster: ClusterSpec | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        data = {f.name: getattr(self, f.name) for f in fields(self)}  # asdict deep-copies: slow
-        data["command"] = list(self.command)
-        data["env"] = dict(self.env)
-        data["after"] = list(self.after)
-        data["tracking"] = self.tracking.to_dict() if self.tracking else None
-        data["cluster"] = self.cluster.to_dict() if self.cluster else None
-        return data
+        """JSON-ready (msgspec: tuples as lists, the tracking and cluster tables as dicts), for
+        the request and the store's row. The text is then written by stdlib `json`, which
+        keeps a non-UTF-8 file name's surrogates (msgspec.json refuses them)."""
+        return cast("dict[str, Any]", msgspec.to_builtins(self))
 
     @classmethod
     def from_dict(cls, data: Any) -> JobSpec:
