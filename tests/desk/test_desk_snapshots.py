@@ -72,6 +72,9 @@ def screen_steps(keys: tuple[str, ...]) -> Any:
             await pilot.pause()
         await replayed(pilot)
         await details_loaded(pilot)  # waited for, not slept for: a loaded machine draws the same
+        # A toast ("sorted by id") lives 2 s: shown on a fast machine, gone on a loaded one.
+        pilot.app.clear_notifications()
+        await pilot.pause()
 
     return run_before
 
