@@ -44,7 +44,7 @@ DEFAULT_PRESETS = "full,random-25,stratified-25,loss-25,el2n-25,coverage-25,dedu
 POLL_S = 0.25
 MAX_REPEATS = 20  # splits, and seeds: each multiplies the jobs the comparison runs
 SPLIT_ARG = "split_seed"  # the factory argument a split redraws
-LOADER_NAME_MAX = 40  # gpudesk.engine.loaders: a loader name is 1 to 40 characters
+LOADER_NAME_MAX = 40  # gpudesk.engine.services.loaders: a loader name is 1 to 40 characters
 
 
 class CompareError(Exception):

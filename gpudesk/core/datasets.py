@@ -1,6 +1,6 @@
 """A shared loader's dataset, as a profile's `[datasets.NAME]` table names it and the engine
 registers it: the factory and its arguments, batch size, workers, seed, slots, and the
-data-selection preset its jobs train on. The engine's supervisor (gpudesk.engine.loaders)
+data-selection preset its jobs train on. The engine's supervisor (gpudesk.engine.services.loaders)
 starts one producer per dataset from `argv()`."""
 
 from __future__ import annotations

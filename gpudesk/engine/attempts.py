@@ -27,13 +27,13 @@ from gpudesk.engine.activity import EngineActivity
 from gpudesk.engine.events import EventPublisher
 from gpudesk.engine.job_demand import JobDemand
 from gpudesk.engine.live_attempt import LiveAttempt, ran_past_limit
-from gpudesk.engine.loaders import LoaderSupervisor
-from gpudesk.engine.mps_watch import MpsWatch
 from gpudesk.engine.oom import gpu_oom_line
+from gpudesk.engine.services.loaders import LoaderSupervisor
+from gpudesk.engine.services.tracking.tracker import Tracking
 from gpudesk.engine.state import PlacementDue
+from gpudesk.engine.station.mps_watch import MpsWatch
+from gpudesk.engine.station.telemetry_sink import TelemetrySink
 from gpudesk.engine.store.database import Store
-from gpudesk.engine.telemetry_sink import TelemetrySink
-from gpudesk.engine.tracking.tracker import Tracking
 from gpudesk.hw import boottime
 from gpudesk.hw.containment import Containment, JobLimits
 from gpudesk.hw.telemetry.energy import AttemptUsage

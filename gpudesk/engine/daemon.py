@@ -50,21 +50,21 @@ from gpudesk.engine.control_socket import (
 from gpudesk.engine.events import EventPublisher
 from gpudesk.engine.job_control import Backends, JobControl
 from gpudesk.engine.learning import StationLearning
-from gpudesk.engine.loaders import CHECK_EVERY_S, LoaderSupervisor, Statuses
 from gpudesk.engine.logcap import LogCap
 from gpudesk.engine.loop_timing import LoopTiming
-from gpudesk.engine.metrics.exporter import MetricsExporter
-from gpudesk.engine.mps_watch import MpsWatch
 from gpudesk.engine.offloop import Busy, OffLoop, Pending
-from gpudesk.engine.repartition.control import MigControl
 from gpudesk.engine.requests import EngineParts, RequestHandlers
 from gpudesk.engine.scheduler import Scheduler, mig_candidates
+from gpudesk.engine.services.loaders import CHECK_EVERY_S, LoaderSupervisor, Statuses
+from gpudesk.engine.services.metrics.exporter import MetricsExporter
+from gpudesk.engine.services.tracking.tracker import Tracking
 from gpudesk.engine.startup import AlreadyRunning, acquire_lock, initial_config, open_store
 from gpudesk.engine.state import CurrentStation, PlacementDue
+from gpudesk.engine.station.mps_watch import MpsWatch
+from gpudesk.engine.station.repartition.control import MigControl
+from gpudesk.engine.station.telemetry_sink import TelemetrySink
 from gpudesk.engine.store.damage import damaged_text, is_damage
 from gpudesk.engine.store.database import Store
-from gpudesk.engine.telemetry_sink import TelemetrySink
-from gpudesk.engine.tracking.tracker import Tracking
 from gpudesk.hw.containment import limits_for
 from gpudesk.paths import (
     SYSTEM_GROUP,

@@ -31,9 +31,9 @@ from gpudesk.engine.attempts import Attempts
 from gpudesk.engine.env_seconds import env_seconds
 from gpudesk.engine.live_attempt import LiveAttempt
 from gpudesk.engine.progress import ProgressReader
+from gpudesk.engine.station.telemetry_sink import TelemetrySink
 from gpudesk.engine.store.database import Store
 from gpudesk.engine.store.model_params import AloneRate, StoredObservation
-from gpudesk.engine.telemetry_sink import TelemetrySink
 from gpudesk.policy.demand import DEFAULT_SM_PCT, signature
 from gpudesk.policy.interference import (
     FrozenTotal,

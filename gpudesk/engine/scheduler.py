@@ -20,12 +20,12 @@ from gpudesk.engine.events import EventPublisher
 from gpudesk.engine.fair_usage import FairUsage
 from gpudesk.engine.gpu_states import gpu_states
 from gpudesk.engine.learning import StationLearning
-from gpudesk.engine.mps_watch import MpsWatch
-from gpudesk.engine.repartition.control import MigControl
+from gpudesk.engine.services.tracking.tracker import Tracking
 from gpudesk.engine.state import CurrentStation, PlacementDue
+from gpudesk.engine.station.mps_watch import MpsWatch
+from gpudesk.engine.station.repartition.control import MigControl
+from gpudesk.engine.station.telemetry_sink import TelemetrySink
 from gpudesk.engine.store.database import Store
-from gpudesk.engine.telemetry_sink import TelemetrySink
-from gpudesk.engine.tracking.tracker import Tracking
 from gpudesk.policy.demand import Demand
 from gpudesk.policy.fairshare import (
     FairShare,

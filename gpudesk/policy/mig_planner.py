@@ -1,6 +1,6 @@
 """The MIG planner: the layout the queue would want on a MIG GPU, and what applying it would run.
 
-Pure logic, no I/O: the engine (gpudesk.engine.repartition.station) reads each GPU's MIG
+Pure logic, no I/O: the engine (gpudesk.engine.station.repartition.station) reads each GPU's MIG
 state — from nvidia-smi on a real station, from the simulated model on a `sim:*` one — and
 hands it here with the queued single-GPU jobs' demands. For each GPU the planner:
 

@@ -57,7 +57,7 @@ def mig_table(gpu: GpuState) -> tuple[MigProfile, ...]:
 def _carvable(gpu: GpuState, station: StationView) -> bool:
     """The GPU's slices may be given any layout the job needs: a simulated GPU carves them
     from free capacity; under `[station] mig_repartition` the engine relays an idle MIG-mode
-    GPU for the queue (gpudesk.engine.repartition)."""
+    GPU for the queue (gpudesk.engine.station.repartition)."""
     return gpu.mig_dynamic or (gpu.mig_enabled and station.config.repartitions_on_its_own)
 
 

@@ -2,5 +2,5 @@
 tracking stores as a job's owner (`worker`, `python -m gpudesk.tracking.worker`: the only
 importer of mlflow), the JSON lines between it and whoever feeds it (`messages`), and whether
 this Python can track at all (`available`). The engine's side (which runs exist, what each
-gets, the workers it starts and feeds) is `gpudesk.engine.tracking`; the worker is a program of
-its own, not the daemon, and imports nothing of it."""
+gets, the workers it starts and feeds) is `gpudesk.engine.services.tracking`; the worker is a
+program of its own, not the daemon, and imports nothing of it."""

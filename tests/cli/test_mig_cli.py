@@ -438,7 +438,7 @@ def test_profiles_and_list_on_a_simulated_station(
 def test_the_mig_mode_is_read_once_for_every_gpus_profiles(smi: FakeSmi, gpudesk: Run) -> None:
     """`mig profiles` and the engine's reading of the MIG GPUs (`mig plan`, repartitioning) ask
     nvidia-smi for the GPUs' MIG modes once, not once more per GPU."""
-    from gpudesk.engine.repartition.station import real_gpus
+    from gpudesk.engine.station.repartition.station import real_gpus
     from gpudesk.hw.mig.manager import MigManager
 
     second = a100(uuid="GPU-e86cb44c-6756-fd30-cd4a-1e6da3caf9b1", pci_bus_id="00000000:0F:00.0")

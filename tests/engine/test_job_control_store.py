@@ -13,9 +13,9 @@ import pytest
 
 from gpudesk.core.jobs import InvalidTransition, JobSpec, JobState
 from gpudesk.core.records import JobRecord
+from gpudesk.engine.station.telemetry_sink import local_midnight
 from gpudesk.engine.store.database import Store
 from gpudesk.engine.store.schema import GPU_ENERGY_METRIC, MIGRATIONS, SCHEMA_VERSION
-from gpudesk.engine.telemetry_sink import local_midnight
 from gpudesk.policy.queue import JobQueue
 
 

@@ -22,7 +22,7 @@ from conftest import EngineHandle, wait_for
 from test_loader_engine import consumer_job, loader_engine, producer_pid
 
 from gpudesk.api.connection import Connection
-from gpudesk.engine.loaders import STATUS_EVERY_S
+from gpudesk.engine.services.loaders import STATUS_EVERY_S
 from gpudesk.loader.protocol import process_alive
 from gpudesk.loader.status import STATUS_TIMEOUT_MS
 

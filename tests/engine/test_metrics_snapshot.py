@@ -15,7 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from gpudesk.core.listen import ListenAddress, check_metrics_listen, parse_listen
 from gpudesk.core.station import StationConfig
 from gpudesk.engine.activity import DECISION_BUCKETS_S, EngineActivity
-from gpudesk.engine.metrics.exporter import bind_problem
+from gpudesk.engine.services.metrics.exporter import bind_problem
 from gpudesk.hw.telemetry.energy import AttemptUsage
 from gpudesk.hw.telemetry.model import BackendReading, GpuReading, MigDevice
 from gpudesk.hw.telemetry.monitor import TrackedAttempt

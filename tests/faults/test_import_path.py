@@ -18,7 +18,7 @@ import pytest
 from conftest import EngineHandle, wait_for
 
 from gpudesk.core.datasets import DatasetSpec
-from gpudesk.engine.loaders import LoaderSupervisor
+from gpudesk.engine.services.loaders import LoaderSupervisor
 from gpudesk.loader.protocol import process_alive, read_info
 from gpudesk.paths import Home
 

@@ -364,8 +364,8 @@ def test_a_telemetry_restart_stores_the_window_it_cuts_short(tmp_path: Path) -> 
     stored yet are stored then, not lost with the old monitor (a job's last points)."""
     from gpudesk.core.jobs import JobSpec
     from gpudesk.engine.state import CurrentStation
+    from gpudesk.engine.station.telemetry_sink import TelemetrySink
     from gpudesk.engine.store.database import Store
-    from gpudesk.engine.telemetry_sink import TelemetrySink
 
     store = Store.open(tmp_path / "db")
     (job,) = store.submit([JobSpec(name="j", command=("true",))])

@@ -19,7 +19,7 @@ from local_users import LocalUser
 
 from gpudesk.core.datasets import DatasetSpec
 from gpudesk.engine import loaders
-from gpudesk.engine.loaders import LoaderSupervisor, Statuses
+from gpudesk.engine.services.loaders import LoaderSupervisor, Statuses
 from gpudesk.loader.protocol import write_info
 from gpudesk.paths import Home
 

@@ -1,8 +1,9 @@
 """Issue 35, finding 6: a user's own MLflow worker must not speak for other users' jobs.
 
 Each user's tracking worker runs as that user, so she may attach to it or write to its pipe
-herself. The engine believes a reply only for a run of the worker's own user (engine/tracking/
-replies.py); anything else is dropped, and said in the log once, however many come.
+herself. The engine believes a reply only for a run of the worker's own user
+(engine/services/tracking/replies.py); anything else is dropped, and said in the log once,
+however many come.
 
 The end-to-end test needs root (real users), a real system engine, and a Python the users may
 run (their workers run the engine's; tests/security/user_python.py): each is skipped, saying
@@ -30,10 +31,10 @@ from user_python import user_python
 
 from gpudesk import trust
 from gpudesk.core.identity import Identity
-from gpudesk.engine.tracking import content
-from gpudesk.engine.tracking import sidecar as sidecar_module
-from gpudesk.engine.tracking.replies import Complaints
-from gpudesk.engine.tracking.sidecar import WORKER_ENV, Sidecar
+from gpudesk.engine.services.tracking import content
+from gpudesk.engine.services.tracking import sidecar as sidecar_module
+from gpudesk.engine.services.tracking.replies import Complaints
+from gpudesk.engine.services.tracking.sidecar import WORKER_ENV, Sidecar
 from gpudesk.paths import Home
 from gpudesk.tracking import messages
 

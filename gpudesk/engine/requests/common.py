@@ -24,17 +24,17 @@ from gpudesk.engine.backends.slurm import SlurmBackend
 from gpudesk.engine.events import EventPublisher
 from gpudesk.engine.job_control import JobControl
 from gpudesk.engine.learning import StationLearning
-from gpudesk.engine.loaders import LoaderSupervisor
 from gpudesk.engine.loop_timing import LoopTiming
-from gpudesk.engine.metrics.exporter import MetricsExporter
-from gpudesk.engine.mps_watch import MpsWatch
 from gpudesk.engine.offloop import Later, OffLoop
-from gpudesk.engine.repartition.control import MigControl
 from gpudesk.engine.scheduler import Scheduler
+from gpudesk.engine.services.loaders import LoaderSupervisor
+from gpudesk.engine.services.metrics.exporter import MetricsExporter
+from gpudesk.engine.services.tracking.tracker import Tracking
 from gpudesk.engine.state import CurrentStation, PlacementDue
+from gpudesk.engine.station.mps_watch import MpsWatch
+from gpudesk.engine.station.repartition.control import MigControl
+from gpudesk.engine.station.telemetry_sink import TelemetrySink
 from gpudesk.engine.store.database import Store
-from gpudesk.engine.telemetry_sink import TelemetrySink
-from gpudesk.engine.tracking.tracker import Tracking
 from gpudesk.paths import Home
 from gpudesk.policy.queue import JobQueue
 from gpudesk.text import is_text, safe_text

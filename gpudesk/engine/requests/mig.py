@@ -10,12 +10,12 @@ from gpudesk.core.mig_layout import LayoutError, MigError, MigUsageError
 from gpudesk.core.protocol import ProtocolError
 from gpudesk.core.wire.mig import MigApplyResult, MigPlanResult
 from gpudesk.core.wire.requests import MigApplyArgs, MigPlanArgs
-from gpudesk.engine.repartition.station import MigApplyRefused
 from gpudesk.engine.requests.common import Handler, Requests
+from gpudesk.engine.station.repartition.station import MigApplyRefused
 
 
 class MigRequests(Requests):
-    """The MIG ops (the work is `engine/repartition/control.py`'s)."""
+    """The MIG ops (the work is `engine/station/repartition/control.py`'s)."""
 
     def ops(self) -> dict[str, Handler]:
         return {

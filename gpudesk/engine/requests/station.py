@@ -34,9 +34,9 @@ from gpudesk.core.wire.station import (
     UserShare,
 )
 from gpudesk.engine import reconfigure
-from gpudesk.engine.loaders import Statuses
 from gpudesk.engine.offloop import Later
 from gpudesk.engine.requests.common import Handler, Requests
+from gpudesk.engine.services.loaders import Statuses
 from gpudesk.policy.policies import make_policy
 
 STATION_EVENT = "station"  # the kind of event a change of station settings is stored as

@@ -151,7 +151,7 @@ class Monitor:
         self.averages = Averages()
         self.latest: dict[str, Any] | None = None
         # The sample behind `latest`, its attempts those still running when it was taken in:
-        # typed readings for the engine's metrics (gpudesk.engine.metrics).
+        # typed readings for the engine's metrics (gpudesk.engine.services.metrics).
         self.latest_raw: RawSample | None = None
         self.started_at = time.time()
         self.opened = False

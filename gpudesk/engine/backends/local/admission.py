@@ -11,7 +11,7 @@ from gpudesk.core.jobs import JobSpec
 from gpudesk.core.protocol import ProtocolError
 from gpudesk.core.records import JobRecord
 from gpudesk.engine.scheduler import Scheduler
-from gpudesk.engine.telemetry_sink import TelemetrySink
+from gpudesk.engine.station.telemetry_sink import TelemetrySink
 from gpudesk.policy.policy import gpu_job_impossible
 from gpudesk.text import safe_text
 from gpudesk.units import MIB_PER_GB

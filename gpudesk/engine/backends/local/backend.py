@@ -21,8 +21,8 @@ from gpudesk.engine.backends.local.admission import check_station_fits, waits_fo
 from gpudesk.engine.events import EventPublisher
 from gpudesk.engine.scheduler import Scheduler
 from gpudesk.engine.state import CurrentStation, PlacementDue
+from gpudesk.engine.station.telemetry_sink import TelemetrySink
 from gpudesk.engine.store.database import Store
-from gpudesk.engine.telemetry_sink import TelemetrySink
 from gpudesk.paths import Home
 from gpudesk.policy.queue import JobQueue
 

@@ -14,9 +14,9 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from gpudesk.core.wire.station import TrackingHealth
+from gpudesk.engine.services.tracking.replies import Complaints, EventBudget
+from gpudesk.engine.services.tracking.sidecar import Sidecar
 from gpudesk.engine.store.database import Store
-from gpudesk.engine.tracking.replies import Complaints, EventBudget
-from gpudesk.engine.tracking.sidecar import Sidecar
 from gpudesk.paths import user_name
 from gpudesk.redact import redact_secrets
 from gpudesk.text import safe_text

@@ -31,8 +31,8 @@ from pathlib import Path
 
 from gpudesk import trust
 from gpudesk.core.identity import Identity
-from gpudesk.engine.tracking.outbox import Outbox
-from gpudesk.engine.tracking.replies import Complaints
+from gpudesk.engine.services.tracking.outbox import Outbox
+from gpudesk.engine.services.tracking.replies import Complaints
 from gpudesk.paths import UnsafePath, open_state_file
 from gpudesk.spawn import SAFE_CWD, module_argv
 from gpudesk.tracking import messages

@@ -36,14 +36,14 @@ from gpudesk.core.wire.jobs import JobRunView
 from gpudesk.core.wire.station import TrackingHealth
 from gpudesk.engine import runner
 from gpudesk.engine.env_seconds import env_seconds
+from gpudesk.engine.services.tracking import content
+from gpudesk.engine.services.tracking.replies import Complaints, EventBudget
+from gpudesk.engine.services.tracking.sidecar import Sidecar
+from gpudesk.engine.services.tracking.store_health import TRACKING_EVENT, SeesSecrets, StoreHealths
 from gpudesk.engine.state import PlacementDue
+from gpudesk.engine.station.telemetry_sink import TelemetrySink
 from gpudesk.engine.store.database import Store
 from gpudesk.engine.store.tracking import TrackingRow
-from gpudesk.engine.telemetry_sink import TelemetrySink
-from gpudesk.engine.tracking import content
-from gpudesk.engine.tracking.replies import Complaints, EventBudget
-from gpudesk.engine.tracking.sidecar import Sidecar
-from gpudesk.engine.tracking.store_health import TRACKING_EVENT, SeesSecrets, StoreHealths
 from gpudesk.paths import Home
 from gpudesk.policy.policy import Placement
 from gpudesk.redact import redact_secrets

@@ -16,7 +16,8 @@ from gpudesk.core.mig_layout import MigError, MigUsageError
 from gpudesk.core.mig_records import MigSlot
 from gpudesk.core.station import StationConfig
 from gpudesk.core.wire.mig import MigApplyResult, MigDeviceCreated
-from gpudesk.engine.repartition.station import (
+from gpudesk.engine.state import CurrentStation
+from gpudesk.engine.station.repartition.station import (
     SETTLE_S,
     MigApplyRefused,
     apply_on_gpu,
@@ -24,9 +25,8 @@ from gpudesk.engine.repartition.station import (
     read_gpus,
     station_plans,
 )
-from gpudesk.engine.state import CurrentStation
+from gpudesk.engine.station.telemetry_sink import TelemetrySink
 from gpudesk.engine.store.database import Store
-from gpudesk.engine.telemetry_sink import TelemetrySink
 from gpudesk.policy.interference import ModelParams
 from gpudesk.policy.mig_payoff import choose_layouts
 from gpudesk.policy.mig_planner import MigPlan, QueuedDemand
