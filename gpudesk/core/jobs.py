@@ -10,8 +10,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-import msgspec
-
 from gpudesk.core.cluster import ClusterSpec, check_cluster
 from gpudesk.text import is_os_text, is_text, safe_text
 
@@ -378,6 +376,8 @@ class TrackingSpec:
     sweep_params: Mapping[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
+        import msgspec  # here, not at the top: `gpudesk top` reads job states and sends no spec
+
         return cast("dict[str, Any]", msgspec.to_builtins(self))
 
     @classmethod
@@ -465,9 +465,12 @@ class JobSpec:
     cluster: ClusterSpec | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready (msgspec: tuples as lists, the tracking and cluster tables as dicts), for
-        the request and the store's row. The text is then written by stdlib `json`, which
-        keeps a non-UTF-8 file name's surrogates (msgspec.json refuses them)."""
+        """JSON-ready for the request and the store's row (msgspec: the tracking and cluster
+        tables as dicts; tuples stay tuples, which json writes as arrays). The text is then
+        written by stdlib `json`, which keeps a non-UTF-8 file name's surrogates (msgspec.json
+        refuses them)."""
+        import msgspec  # here, not at the top: `gpudesk top` reads job states and sends no spec
+
         return cast("dict[str, Any]", msgspec.to_builtins(self))
 
     @classmethod
