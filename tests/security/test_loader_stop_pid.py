@@ -18,7 +18,7 @@ from conftest import wait_for
 from local_users import LocalUser
 
 from gpudesk.core.datasets import DatasetSpec
-from gpudesk.engine import loaders
+from gpudesk.engine.services import loaders
 from gpudesk.engine.services.loaders import LoaderSupervisor, Statuses
 from gpudesk.loader.protocol import write_info
 from gpudesk.paths import Home
