@@ -21,7 +21,7 @@ import pytest
 from gpudesk.api.client import Client
 from gpudesk.api.connection import Connection, engine_pid, start_engine
 from gpudesk.core.identity import Caller
-from gpudesk.core.jobs import TERMINAL_STATE_NAMES
+from gpudesk.core.jobs import TERMINAL_STATE_NAMES, JobSpec
 from gpudesk.core.station import StationConfig
 from gpudesk.core.wire.jobs import JobDetail, JobView
 from gpudesk.engine.access import Access
@@ -321,8 +321,11 @@ class EngineHandle:
         return engine_pid(self.home)
 
     def submit(self, *jobs: dict, env: dict | None = None) -> list[int]:
-        full = [{"workdir": str(self.home.root), **job} for job in jobs]
-        return self.client.request("submit", jobs=full, env=env or dict(os.environ))["ids"]
+        """Submit jobs given by their fields, as a user's program does: each made a `JobSpec`
+        (checked here), sent by the typed `Client`. A test of what the engine's door does with
+        a raw frame sends it with `self.client.request("submit", ...)`."""
+        specs = [JobSpec.from_dict({"workdir": str(self.home.root), **job}) for job in jobs]
+        return self.api.submit(specs, env=env or dict(os.environ))
 
     def job(self, job_id: int) -> JobView:
         return self.api.show(job_id).job

@@ -147,7 +147,9 @@ def test_a_lone_surrogate_over_the_socket_is_an_invalid_request(
 def test_a_non_utf8_name_sent_raw_is_refused_clearly(engine: EngineHandle) -> None:
     """A job's name is a label: it must be text (the CLI makes one from a program's bytes)."""
     with pytest.raises(EngineError) as info:
-        engine.submit({"name": "donn\udce9es", "command": ["true"]})
+        engine.client.request(
+            "submit", jobs=[{"name": "donn\udce9es", "command": ["true"], "workdir": "/"}], env={}
+        )
     assert info.value.code == "invalid_args"
     assert "jobs[0].name: a name must be text (UTF-8)" in str(info.value)
 
