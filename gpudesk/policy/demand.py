@@ -85,15 +85,13 @@ class Demand:
         return min(self.memory_mib, UNKNOWN_ADMIT_MIB) if self.unknown else self.memory_mib
 
     def to_dict(self) -> dict[str, object]:
-        out: dict[str, object] = {
+        # `unknown` is told in the placement's reason, not here: this is the wire's DemandView
+        return {
             "memory_mib": round(self.memory_mib),
             "sm_pct": round(self.sm_pct, 1),
             "source": self.source,
             "exclusive": self.exclusive,
         }
-        if self.unknown:
-            out["unknown"] = self.unknown
-        return out
 
 
 def beyond_every_gpu(demand: Demand, usable_mib: float | None) -> bool:
