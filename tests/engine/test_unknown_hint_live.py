@@ -109,3 +109,31 @@ def test_out_of_memory_alone_on_the_whole_gpu_is_a_clear_failure(engine: EngineH
     modes = [a.placement.mode for a in engine.show(job).attempts]
     assert modes == ["mps", "exclusive"]
     assert "its need, measured, is beyond every GPU of this station" in (done.reason or "")
+
+
+def test_show_says_why_a_job_with_an_unknown_hint_waits(
+    engine: EngineHandle, tmp_path: Path
+) -> None:
+    gate = tmp_path / "gate"
+    wait_gate = (
+        f"import pathlib, time\nwhile not pathlib.Path({str(gate)!r}).exists(): time.sleep(0.05)"
+    )
+    (tenant,) = engine.submit(
+        {
+            "name": "tenant",
+            "command": [sys.executable, "-c", wait_gate],
+            "gpus": 1,
+            "memory_gb": 35,
+            "sm_pct": 20,
+        }
+    )
+    engine.wait_state(tenant, "running")
+    (big,) = engine.submit({"name": "big", "command": ["true"], "gpus": 1, "memory_gb": 40})
+    waiting = wait_for(lambda: engine.show(big).waiting, 10.0, what="a waiting reason")
+    assert "memory taken as unknown: its hint of 40.0 GiB is above what the largest GPU" in str(
+        waiting
+    )
+    assert "reruns alone if it runs out of memory" in str(waiting)
+    gate.touch()
+    done = {j.id: j for j in engine.wait_all_done([tenant, big])}
+    assert done[big].state == "succeeded"
