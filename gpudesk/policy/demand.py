@@ -36,7 +36,8 @@ MEASURED_MARGIN_MIN_MIB = 256.0
 # their guesses at the GPU's size (the CARMA trace's Horus, FakeTensor and GPUMemNet guesses of
 # 40,000 MB on a 40 GB A100 belong to jobs that peak at 1.5 to 28.6 GB: 4 to 71 %), and issue 39
 # measured the rule at 90 %. On that trace any share from 80 % (above its largest other guess,
-# 32,000 MB) to 98 % places the same jobs. Assumption: 90 %.
+# 32,000 MB) to 98 % places the same jobs. Assumption: 90 %. SIMULATED on that trace it helps
+# under the published model and is mixed where sharing costs more (docs/benchmarks.md, issue 39).
 UNKNOWN_HINT_SHARE = 0.9
 # A job whose figure is unknown is admitted as one that gave none (the default), and may then use
 # all the room it was given: alone, the GPU; beside others, what they left free (its MPS limit).
