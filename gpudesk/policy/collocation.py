@@ -370,8 +370,16 @@ class SharingPolicy:
         return best
 
     def _whole_gpus(self, job: JobRecord, demand: Demand, gpus: list[GpuState]) -> Choice | None:
-        # A simulated MIG GPU that is idle can be set whole again.
-        idle = [g for g in gpus if g.idle and (not g.mig_enabled or g.mig_dynamic)]
+        # A simulated MIG GPU that is idle can be set whole again. A GPU too small for the job
+        # is no use to it: a rerun after an OOM needs the largest ones.
+        need = demand.admit_mib
+        idle = [
+            g
+            for g in gpus
+            if g.idle
+            and (not g.mig_enabled or g.mig_dynamic)
+            and g.memory_total_mib - RESERVE_MIB >= need
+        ]
         if len(idle) < job.spec.gpus:
             return None
         chosen = tuple(g.index for g in idle[: job.spec.gpus])

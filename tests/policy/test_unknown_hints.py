@@ -172,3 +172,19 @@ def test_a_job_past_the_room_it_got_reruns_alone_and_is_not_lost() -> None:
     assert (result.lost, result.oom_crashes, result.oom_recovered) == (0, 1, 1)
     tries = [(o.job_id, o.mode, o.ended) for o in sim.occupancies if o.job_id == 2]
     assert tries == [(2, "mps", "oom"), (2, "exclusive", "finished")]
+
+
+def test_a_rerun_after_an_oom_takes_a_gpu_large_enough() -> None:
+    """On a station of an 80 GB and a 40 GB GPU, a job that died sharing reruns alone on the
+    80 GB one (all a retry can give it), not on the first idle GPU by index."""
+    big = replace(gpu(1), memory_total_mib=81920.0)
+    usable = 81920.0 - RESERVE_MIB
+    raised = Demand(50 * GIB, 30.0, "hint").after_oom(45 * GIB, usable)
+    view = replace(station(gpu(0), big), demands={1: raised})
+    (placed,) = SharingPolicy("auto").place([job(1, 50)], view).placements
+    assert placed.gpus == (1,) and placed.mode == "exclusive"
+    busy_big = station(gpu(0), replace(busy(1, 10), memory_total_mib=81920.0))
+    assert (
+        SharingPolicy("auto").place([job(1, 50)], replace(busy_big, demands={1: raised})).placements
+        == []
+    )
