@@ -203,11 +203,10 @@ def _run(
     except (TraceError, ValueError) as exc:
         fail(str(exc), EXIT_USAGE)
     bound = None
-    possible = [r.job for r in sims[0].runs if r.impossible is None]
-    if with_bound and possible:
-        from gpudesk.policy.sim_bounds import lower_bound
+    if with_bound and any(r.impossible is None for r in sims[0].runs):
+        from gpudesk.policy.sim_bounds import bound_of
 
-        bound = lower_bound(possible, sims[0].gpu_count, truth_params)
+        bound = bound_of(sims[0])
     return _Run(loaded, chosen, truth_params, sims, results, bound)
 
 

@@ -22,13 +22,17 @@ Jobs that can never run on the station (`impossible`) are left out: no policy ru
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from gpudesk.core.mig_profiles import COMPUTE_SLICES
 from gpudesk.policy.model_params import ModelParams
 from gpudesk.policy.rates import MIN_RATE, workload
 from gpudesk.policy.trace import TraceJob
+
+if TYPE_CHECKING:
+    from gpudesk.policy.simulator import Simulation
 
 # (α, β) choices of the fluid term's weight: SM work alone, SM work plus a per-job constant at
 # geometric steps, job-seconds alone. Any choice is a valid bound; more only tighten it.
@@ -49,7 +53,7 @@ class LowerBound:
     fluid_term_s: float  # the best fluid bound over WEIGHTS
     fluid_weight: tuple[float, float]  # the (α, β) that gave it
     fluid_from_s: float  # the arrival time it counts from
-    fluid_throughput: float  # θ(α, β) for that weight, per GPU
+    fluid_throughput: float  # θ(α, β) for that weight, per GPU (the mean over the GPUs)
     mean_jct_s: float  # mean run time alone
     jobs: int  # the jobs it covers (those that can run on the station)
     gpus: int
@@ -85,18 +89,51 @@ def _best_throughput(
     return best
 
 
-def lower_bound(jobs: Sequence[TraceJob], gpu_count: int, params: ModelParams) -> LowerBound:
+def _mig_throughput(alpha: float, beta: float, slices: tuple[int, ...] | None) -> float:
+    """θ of a GPU in MIG mode: it runs work only on its slices, each at rate <= 1 and with SM
+    work <= its compute share c/7; `slices` (compute slices of each) where its layout is fixed,
+    None where it may be re-carved (any layout: at most 7 slices over 7 compute slices)."""
+    if slices is None:
+        return alpha + COMPUTE_SLICES * beta
+    return alpha * min(1.0, sum(slices) / COMPUTE_SLICES) + beta * min(COMPUTE_SLICES, len(slices))
+
+
+def bound_of(sim: Simulation) -> LowerBound:
+    """The bounds of a simulation's trace on its station, under its truth: the jobs it can run,
+    its GPUs, and each GPU it holds in MIG mode (fixed layouts, unless it may repartition)."""
+    repartition = sim.config.mig_repartition
+    mig = {
+        gpu: None if repartition else tuple(s.compute_slices for s in sim.slices[gpu])
+        for gpu in sim.fixed
+    }
+    possible = [r.job for r in sim.runs if r.impossible is None]
+    return lower_bound(possible, sim.gpu_count, sim.truth, mig)
+
+
+def lower_bound(
+    jobs: Sequence[TraceJob],
+    gpu_count: int,
+    params: ModelParams,
+    mig: Mapping[int, tuple[int, ...] | None] | None = None,
+) -> LowerBound:
     """The lower bounds of a trace's possible jobs on `gpu_count` GPUs under `params` (the
-    simulated truth). `jobs` must be non-empty."""
+    simulated truth); `mig` maps each GPU in MIG mode to its fixed layout's compute slices (None:
+    it may be re-carved). `jobs` must be non-empty."""
     if not jobs or gpu_count < 1:
         raise ValueError("a lower bound needs at least one job and one GPU")
+    mig = mig or {}
     by_arrival = sorted(jobs, key=lambda j: j.arrival_s)
     last = max(by_arrival, key=lambda j: (j.arrival_s + j.exclusive_s, j.id))
     sm = {j.id: workload(j.sm_pct, j.membw_pct, params).sm for j in by_arrival}
     sm_total = sum(sm[j.id] * j.gpus for j in by_arrival)
     fluid, weight, start, theta = 0.0, WEIGHTS[0], by_arrival[0].arrival_s, 1.0
     for alpha, beta in WEIGHTS:
-        capacity = gpu_count * _best_throughput(params, alpha, beta, len(jobs), sm_total)
+        whole = _best_throughput(params, alpha, beta, len(jobs), sm_total)
+        capacity = sum(
+            _mig_throughput(alpha, beta, mig[g]) if g in mig else whole for g in range(gpu_count)
+        )
+        if capacity <= 0:
+            continue  # (a MIG layout with no slices does no work; another weight bounds it)
         remaining = 0.0  # weighted work of the jobs arriving at or after job i
         for i in range(len(by_arrival) - 1, -1, -1):
             j = by_arrival[i]
