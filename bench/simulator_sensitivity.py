@@ -19,8 +19,8 @@ no rate, so their six settings replay the defaults exactly. Before issue 39 the 
 as rows of their own (24 of 44 on the Philly trace were copies), and an estimator the trace has
 no guesses for fell back to the true peak as its "hint", a copy of another. Now an estimator
 without guesses is not run, and a setting whose every figure (each policy's makespan, mean JCT,
-energy, OOM and lost counts, and auto*'s) equals an earlier row's is folded into that row, which
-names it under "same as".
+energy, OOM and lost counts, and auto*'s) equals an earlier row's, of any estimator, is folded
+into that row, which names it under "same as".
 
 With no TRACE, every bundled trace (gpudesk/examples/traces) on its own station.
 
@@ -96,8 +96,8 @@ def _ratio(a: float, b: float) -> float | None:
 def sensitivity(
     trace: Trace, station: dict[str, Any], estimators: list[str] | None = None
 ) -> list[dict[str, Any]]:
-    """One row per distinct (estimator, truth): copies are folded into the first row they
-    repeat (its "same_as")."""
+    """One row per distinct setting: a (estimator, truth) whose figures repeat an earlier row's
+    (with the same estimator or another) is folded into that row (its "same_as")."""
     rows: list[dict[str, Any]] = []
     seen: dict[tuple[Any, ...], dict[str, Any]] = {}
     for estimator in estimators or estimators_of(trace):
@@ -117,9 +117,11 @@ def sensitivity(
                 )
             )
             runs = [s.run() for s in sims]
-            key = (estimator, _fingerprint(runs))
+            key = _fingerprint(runs)
             if key in seen:
-                seen[key]["same_as"].append(label)
+                first = seen[key]
+                same = estimator == first["estimator"]
+                first["same_as"].append(label if same else f"{label} ({estimator})")
                 continue
             bound = bound_of(sims[0])
             exclusive, carma, auto, knowing = runs
