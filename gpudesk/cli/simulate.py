@@ -429,55 +429,61 @@ def _ratio_lines(ratios: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _ratio_cell(a: float, b: float) -> str:
+    return f"{a / b:.2f}" if b > 0 else "-"
+
+
+def _result_row(r: SimResult, base: SimResult, bound: LowerBound | None) -> tuple[object, ...]:
+    """One policy's row. A policy that lost jobs finished fewer of them: "lost N" stands where
+    its makespan would be, and it has no ratio to compare; with no job finished, no completion
+    times either (not 0 s)."""
+    from gpudesk import render
+
+    done = r.jobs - r.lost - r.impossible > 0
+
+    def when(seconds: float) -> str:
+        return render.duration(seconds) if done else "-"
+
+    if r.lost:
+        makespan: tuple[str, ...] = (f"lost {r.lost}", "-", *(("-",) if bound else ()))
+    else:
+        makespan = (render.duration(r.makespan_s), _ratio_cell(r.makespan_s, base.makespan_s))
+        makespan += (_ratio_cell(r.makespan_s, bound.makespan_s),) if bound else ()
+    jct: tuple[str, ...] = (when(r.mean_jct_s),)
+    if bound is not None:
+        jct += ("-" if r.lost else _ratio_cell(r.mean_jct_s, bound.mean_jct_s),)
+    return (
+        r.policy,
+        *makespan,
+        *jct,
+        when(r.p95_jct_s),
+        when(r.mean_wait_s),
+        f"{r.gpu_busy_hours:.1f}",
+        f"{r.energy_kwh:.2f}",
+        _ratio_cell(r.energy_kwh, base.energy_kwh),
+        r.oom_crashes,
+        r.oom_recovered,
+        r.lost,
+        r.impossible,
+    )
+
+
 def _results_table(
     results: list[SimResult], width: int | None = None, bound: LowerBound | None = None
 ) -> str:
-    """One row per policy; the "x" columns are makespan and energy against the exclusive
-    policy's (else the first policy's); with a lower bound, "÷LB" columns after makespan and
-    mean JCT. A policy that lost jobs shows "lost N" for its makespan. Where the whole table is
-    wider than `width`, the times and energy come first and the crash and loss counts after, as
-    a table of their own where any is not 0, else as one line."""
+    """One row per policy (`_result_row`); the "x" columns are makespan and energy against the
+    exclusive policy's (else the first policy's); with a lower bound, "÷LB" columns after
+    makespan and mean JCT. Where the whole table is wider than `width`, the times and energy
+    come first and the crash and loss counts after, as a table of their own where any is not 0,
+    else as one line."""
     from gpudesk import render
 
     base = _baseline(results)
-
-    def ratio(a: float, b: float) -> str:
-        return f"{a / b:.2f}" if b > 0 else "-"
-
-    def makespan(r: SimResult) -> tuple[str, ...]:
-        # A policy that lost jobs finished fewer of them: its "makespan" is not one to compare.
-        if r.lost:
-            return (f"lost {r.lost}", "-", *(("-",) if bound else ()))
-        cells = (render.duration(r.makespan_s), ratio(r.makespan_s, base.makespan_s))
-        return cells + ((ratio(r.makespan_s, bound.makespan_s),) if bound else ())
-
-    def jct(r: SimResult) -> tuple[str, ...]:
-        cell = render.duration(r.mean_jct_s)
-        if bound is None:
-            return (cell,)
-        return (cell, "-" if r.lost else ratio(r.mean_jct_s, bound.mean_jct_s))
-
     headers: tuple[str, ...] = _RESULT_HEADERS
     if bound is not None:
         at = headers.index("MEAN JCT")
         headers = (*headers[:3], "÷LB", headers[at], "÷LB", *headers[at + 1 :])
-    rows = [
-        (
-            r.policy,
-            *makespan(r),
-            *jct(r),
-            render.duration(r.p95_jct_s),
-            render.duration(r.mean_wait_s),
-            f"{r.gpu_busy_hours:.1f}",
-            f"{r.energy_kwh:.2f}",
-            ratio(r.energy_kwh, base.energy_kwh),
-            r.oom_crashes,
-            r.oom_recovered,
-            r.lost,
-            r.impossible,
-        )
-        for r in results
-    ]
+    rows = [_result_row(r, base, bound) for r in results]
     whole = render.table(headers, rows, right=tuple(range(1, len(headers))))
     if width is None or max(len(line) for line in whole.splitlines()) <= width:
         return whole
