@@ -107,7 +107,7 @@ class JobPlacement:
 
 
 def placement_class(attempt: Occupancy, others: list[Occupancy]) -> str:
-    """The class of one attempt, given every attempt of the run (on any GPU)."""
+    """The class of one attempt, given the attempts on its GPU (any others are ignored)."""
     if len(attempt.gpus) > 1:
         return "exclusive-multi"
     if attempt.mode == "mig":
@@ -131,8 +131,11 @@ def placement_class(attempt: Occupancy, others: list[Occupancy]) -> str:
 def job_placements(runs: list[SimRun], occupancies: list[Occupancy]) -> list[JobPlacement]:
     """Each job that ran at least once, classed by its last attempt."""
     last: dict[int, Occupancy] = {}
+    on_gpu: dict[int, list[Occupancy]] = {}
     for o in occupancies:  # in the order they ended
         last[o.job_id] = o
+        for gpu in o.gpus:
+            on_gpu.setdefault(gpu, []).append(o)
     out = []
     for run in runs:
         attempt = last.get(run.job.id)
@@ -142,7 +145,7 @@ def job_placements(runs: list[SimRun], occupancies: list[Occupancy]) -> list[Job
             JobPlacement(
                 run.job.id,
                 run.job.name,
-                placement_class(attempt, occupancies),
+                placement_class(attempt, on_gpu[attempt.gpus[0]]),
                 attempt.mode,
                 attempt.gpus,
                 run.attempts,
