@@ -89,8 +89,11 @@ def _fingerprint(results: list[SimResult]) -> tuple[Any, ...]:
     )
 
 
-def _ratio(a: float, b: float) -> float | None:
-    return a / b if b > 0 else None
+def _vs(a: SimResult, b: SimResult, figure: str) -> float | None:
+    """a's figure over b's; None where either lost jobs (it did less work: no comparison)."""
+    if a.lost or b.lost or getattr(b, figure) <= 0:
+        return None
+    return float(getattr(a, figure) / getattr(b, figure))
 
 
 def sensitivity(
@@ -130,14 +133,14 @@ def sensitivity(
                 "estimator": estimator,
                 "same_as": [],
                 "lb_s": bound.makespan_s,
-                "carma_x": carma.makespan_s / exclusive.makespan_s,
-                "auto_x": auto.makespan_s / exclusive.makespan_s,
+                "carma_x": _vs(carma, exclusive, "makespan_s"),
+                "auto_x": _vs(auto, exclusive, "makespan_s"),
                 "auto_vs_lb": None if auto.lost else auto.makespan_s / bound.makespan_s,
-                "auto_vs_carma": _ratio(auto.makespan_s, carma.makespan_s),
-                "knowing_vs_carma": _ratio(knowing.makespan_s, carma.makespan_s),
+                "auto_vs_carma": _vs(auto, carma, "makespan_s"),
+                "knowing_vs_carma": _vs(knowing, carma, "makespan_s"),
                 "auto_jct_vs_lb": None if auto.lost else auto.mean_jct_s / bound.mean_jct_s,
-                "auto_vs_carma_jct": _ratio(auto.mean_jct_s, carma.mean_jct_s),
-                "auto_vs_carma_energy": _ratio(auto.energy_kwh, carma.energy_kwh),
+                "auto_vs_carma_jct": _vs(auto, carma, "mean_jct_s"),
+                "auto_vs_carma_energy": _vs(auto, carma, "energy_kwh"),
                 "carma_oom": carma.oom_crashes,
                 "auto_oom": auto.oom_crashes,
                 "auto_lost": auto.lost,
@@ -192,6 +195,7 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
             1 for r in rows if r["auto_vs_carma"] is not None and r["auto_vs_carma"] > 1.0
         ),
         "auto_lost": sum(r["auto_lost"] for r in rows),
+        "rows_carma_lost_jobs": sum(1 for r in rows if r["carma_lost"]),
     }
 
 
@@ -244,7 +248,8 @@ def print_trace(trace: Trace, station: dict[str, Any], rows: list[dict[str, Any]
             )
     print(
         f"  settings where auto is slower than carma: {s['auto_worse_than_carma']}; copies "
-        f"folded: {s['folded_copies']}; jobs auto lost: {s['auto_lost']}"
+        f"folded: {s['folded_copies']}; jobs auto lost: {s['auto_lost']}; rows where carma lost "
+        f"jobs (no ratio to it): {s['rows_carma_lost_jobs']}"
     )
     print()
 
