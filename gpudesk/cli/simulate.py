@@ -15,6 +15,7 @@ from gpudesk.cli.plot_output import PLOT_HELP, plot_target, write_plot
 if TYPE_CHECKING:
     from gpudesk.plots.common import PlotTarget
     from gpudesk.policy.interference import ModelParams
+    from gpudesk.policy.sim_bounds import LowerBound
     from gpudesk.policy.simulator import SimResult, Simulation, Trace
 
 simulate_app = typer.Typer()
@@ -67,6 +68,13 @@ _LEARN = typer.Option(
 _PRIOR_KNOWS_TRUTH = typer.Option(
     False, "--prior-knows-truth", help="Give the policy the truth as its prior."
 )
+_LOWER_BOUND = typer.Option(
+    False,
+    "--lower-bound",
+    help="Also print the lower bounds no policy can beat under the simulated truth (makespan: "
+    "the latest arrival + run time alone, and a fluid throughput bound; mean JCT: the mean run "
+    "time alone) and each policy's ratio to them. docs/simulator.md has how.",
+)
 _JSON = typer.Option(False, "--json", help="Print the results as JSON.")
 _PLOT = typer.Option(
     None,
@@ -86,6 +94,7 @@ class _Run:
     truth: ModelParams
     sims: list[Simulation]
     results: list[SimResult]
+    bound: LowerBound | None = None
 
 
 @simulate_app.command()
@@ -99,6 +108,7 @@ def simulate(
     truth: Path | None = _TRUTH,
     learn: bool = _LEARN,
     prior_knows_truth: bool = _PRIOR_KNOWS_TRUTH,
+    lower_bound: bool = _LOWER_BOUND,
     json_out: bool = _JSON,
     plot: str | None = _PLOT,
 ) -> None:
@@ -115,6 +125,7 @@ def simulate(
         learn=learn,
         mig=mig,
         mig_repartition=mig_repartition,
+        with_bound=lower_bound,
     )
     first = ran.results[0]
     if first.impossible == first.jobs:
@@ -157,6 +168,7 @@ def _run(
     learn: bool,
     mig: list[str] | None,
     mig_repartition: bool,
+    with_bound: bool = False,
 ) -> _Run:
     """The trace replayed under each policy; a trace, truth or option the simulator refuses
     is a usage error."""
@@ -190,7 +202,12 @@ def _run(
         results = [s.run() for s in sims]
     except (TraceError, ValueError) as exc:
         fail(str(exc), EXIT_USAGE)
-    return _Run(loaded, chosen, truth_params, sims, results)
+    bound = None
+    if with_bound and any(r.impossible is None for r in sims[0].runs):
+        from gpudesk.policy.sim_bounds import bound_of
+
+        bound = bound_of(sims[0])
+    return _Run(loaded, chosen, truth_params, sims, results, bound)
 
 
 def _print_json(
@@ -203,6 +220,12 @@ def _print_json(
 ) -> None:
     sims, results = ran.sims, ran.results
     ratios = _ratios(results)
+    extra: dict[str, Any] = {}
+    if ran.bound is not None:
+        extra["lower_bound"] = {
+            **ran.bound.to_dict(),
+            "ratios": {r.policy: _bound_ratios(r, ran.bound) for r in results},
+        }
     print_json(
         {
             "trace": ran.trace.name,
@@ -219,8 +242,39 @@ def _print_json(
             "prior": sims[0].learner.prior.to_dict(),
             "results": [r.to_dict() for r in results],
             "ratios": {k: round(v, 4) if isinstance(v, float) else v for k, v in ratios.items()},
+            **extra,
         }
     )
+
+
+def _bound_ratios(result: SimResult, bound: LowerBound) -> dict[str, Any]:
+    """A policy's makespan and mean JCT over the bounds; None for a policy that lost jobs (it
+    finished fewer of them: its figures are not comparable), with `lost` saying how many."""
+    if result.lost:
+        return {"makespan": None, "mean_jct": None, "lost": result.lost}
+    return {
+        "makespan": round(result.makespan_s / bound.makespan_s, 4),
+        "mean_jct": round(result.mean_jct_s / bound.mean_jct_s, 4),
+        "lost": 0,
+    }
+
+
+def _bound_lines(bound: LowerBound) -> list[str]:
+    alpha, beta = bound.fluid_weight
+    return [
+        f"lower bound (SIMULATED truth): makespan {_hours(bound.makespan_s)} = max(latest "
+        f"arrival + run time alone {_hours(bound.arrival_term_s)} (job {bound.arrival_job}), "
+        f"fluid {_hours(bound.fluid_term_s)} (work arriving from "
+        f"{_hours(bound.fluid_from_s)}, weight {alpha:g} x SM + {beta:.3g} per job, at most "
+        f"{bound.fluid_throughput:.3f} per GPU)); mean JCT {_hours(bound.mean_jct_s)} (mean "
+        f"run time alone)"
+    ]
+
+
+def _hours(seconds: float) -> str:
+    from gpudesk import render
+
+    return render.duration(seconds)
 
 
 def _print_text(
@@ -245,14 +299,18 @@ def _print_text(
         f"ratios against {_baseline(results).policy}"
     ]
     print(render.fill(lines[0], width))
-    print(_results_table(results, width))
+    print(_results_table(results, width, ran.bound))
     notes = list(_ratio_lines(ratios))
+    if ran.bound is not None:
+        notes[:0] = _bound_lines(ran.bound)
     for r in results:
         if r.mig_violations:
             notes.append(
                 f"{r.policy}: {r.mig_violations} whole-GPU placement(s) on a GPU in MIG mode "
                 "(impossible on real hardware; played out as if allowed)"
             )
+        elif r.not_runnable and r.policy in FORCED_MODES:
+            notes.append(f"{r.policy}: not a mode this station can run as given: {r.not_runnable}")
         for j in r.impossible_jobs if r is first else ():
             notes.append(f"impossible: job {j['id']} ({j['name']}) {j['reason']}")
         for reason, jobs in _by_reason(r.lost_jobs).items():
@@ -331,8 +389,9 @@ def _baseline(results: list[SimResult]) -> SimResult:
 
 
 def _ratios(results: list[SimResult]) -> dict[str, Any]:
-    """auto against carma and against the best forced mode, where those were run and lost no
-    more jobs than auto (a policy that lost jobs finished sooner by not running them)."""
+    """auto against carma and against the best forced mode the station as given can run, where
+    those were run and lost no more jobs than auto (a policy that lost jobs finished sooner by
+    not running them)."""
     auto = next((r for r in results if r.policy == "auto"), None)
     if auto is None or auto.makespan_s <= 0:
         return {}
@@ -345,7 +404,8 @@ def _ratios(results: list[SimResult]) -> dict[str, Any]:
         out["auto_vs_carma"] = auto.makespan_s / carma.makespan_s
         if carma.energy_kwh > 0:
             out["auto_vs_carma_energy"] = auto.energy_kwh / carma.energy_kwh
-    forced = [by[m] for m in FORCED_MODES if m in by]
+    # only the modes the station as given can run (SimResult.not_runnable says why not)
+    forced = [by[m] for m in FORCED_MODES if m in by and by[m].not_runnable is None]
     if forced:
         best = min(forced, key=lambda r: r.makespan_s)
         out["auto_vs_best_forced"] = auto.makespan_s / best.makespan_s
@@ -369,47 +429,67 @@ def _ratio_lines(ratios: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _results_table(results: list[SimResult], width: int | None = None) -> str:
-    """One row per policy; the "x" columns are makespan and energy against the exclusive
-    policy's (else the first policy's). Where the whole table is wider than `width`, the
-    times and energy come first and the crash and loss counts after, as a table of their own
-    where any is not 0, else as one line."""
+def _ratio_cell(a: float, b: float) -> str:
+    return f"{a / b:.2f}" if b > 0 else "-"
+
+
+def _result_row(r: SimResult, base: SimResult, bound: LowerBound | None) -> tuple[object, ...]:
+    """One policy's row. A policy that lost jobs finished fewer of them: "lost N" stands where
+    its makespan would be, and it has no ratio to compare; with no job finished, no completion
+    times either (not 0 s)."""
+    from gpudesk import render
+
+    done = r.jobs - r.lost - r.impossible > 0
+
+    def when(seconds: float) -> str:
+        return render.duration(seconds) if done else "-"
+
+    if r.lost:
+        makespan: tuple[str, ...] = (f"lost {r.lost}", "-", *(("-",) if bound else ()))
+    else:
+        makespan = (render.duration(r.makespan_s), _ratio_cell(r.makespan_s, base.makespan_s))
+        makespan += (_ratio_cell(r.makespan_s, bound.makespan_s),) if bound else ()
+    jct: tuple[str, ...] = (when(r.mean_jct_s),)
+    if bound is not None:
+        jct += ("-" if r.lost else _ratio_cell(r.mean_jct_s, bound.mean_jct_s),)
+    return (
+        r.policy,
+        *makespan,
+        *jct,
+        when(r.p95_jct_s),
+        when(r.mean_wait_s),
+        f"{r.gpu_busy_hours:.1f}",
+        f"{r.energy_kwh:.2f}",
+        _ratio_cell(r.energy_kwh, base.energy_kwh),
+        r.oom_crashes,
+        r.oom_recovered,
+        r.lost,
+        r.impossible,
+    )
+
+
+def _results_table(
+    results: list[SimResult], width: int | None = None, bound: LowerBound | None = None
+) -> str:
+    """One row per policy (`_result_row`); the "x" columns are makespan and energy against the
+    exclusive policy's (else the first policy's); with a lower bound, "÷LB" columns after
+    makespan and mean JCT. Where the whole table is wider than `width`, the times and energy
+    come first and the crash and loss counts after, as a table of their own where any is not 0,
+    else as one line."""
     from gpudesk import render
 
     base = _baseline(results)
-
-    def ratio(a: float, b: float) -> str:
-        return f"{a / b:.2f}" if b > 0 else "-"
-
-    def makespan(r: SimResult) -> tuple[str, str]:
-        # A policy that lost jobs finished fewer of them: its "makespan" is not one to compare.
-        if r.lost:
-            return f"lost {r.lost}", "-"
-        return render.duration(r.makespan_s), ratio(r.makespan_s, base.makespan_s)
-
-    rows = [
-        (
-            r.policy,
-            *makespan(r),
-            render.duration(r.mean_jct_s),
-            render.duration(r.p95_jct_s),
-            render.duration(r.mean_wait_s),
-            f"{r.gpu_busy_hours:.1f}",
-            f"{r.energy_kwh:.2f}",
-            ratio(r.energy_kwh, base.energy_kwh),
-            r.oom_crashes,
-            r.oom_recovered,
-            r.lost,
-            r.impossible,
-        )
-        for r in results
-    ]
-    whole = render.table(_RESULT_HEADERS, rows, right=tuple(range(1, 13)))
+    headers: tuple[str, ...] = _RESULT_HEADERS
+    if bound is not None:
+        at = headers.index("MEAN JCT")
+        headers = (*headers[:3], "÷LB", headers[at], "÷LB", *headers[at + 1 :])
+    rows = [_result_row(r, base, bound) for r in results]
+    whole = render.table(headers, rows, right=tuple(range(1, len(headers))))
     if width is None or max(len(line) for line in whole.splitlines()) <= width:
         return whole
-    split = _RESULT_HEADERS.index("OOM")
+    split = headers.index("OOM")
     times = render.table(
-        _RESULT_HEADERS[:split],
+        headers[:split],
         [row[:split] for row in rows],
         right=tuple(range(1, split)),
         width=width,
@@ -420,7 +500,7 @@ def _results_table(results: list[SimResult], width: int | None = None) -> str:
         said = "OOM crashes, recoveries, lost and impossible jobs: none under any policy"
         return f"{times}\n{render.fill(said, width)}"
     losses = render.table(
-        ("POLICY", *_RESULT_HEADERS[split:]),
+        ("POLICY", *headers[split:]),
         counts,
         right=tuple(range(1, len(counts[0]))),
         width=width,

@@ -103,7 +103,11 @@ def simulate_figure(results: Sequence[SimResult], *, gpus: int, caption: str) ->
     ):
         ax = figure.add_subplot(grid[len(results), column])
         bars = ax.bar(policies, values, color=PALETTE[7])
-        ax.bar_label(bars, labels=[f"{v:.2f}" for v in values], fontsize=7, padding=1)
+        labels = [
+            f"lost {r.lost}" if r.lost and title == "makespan" else f"{v:.2f}"
+            for r, v in zip(results, values, strict=True)
+        ]
+        ax.bar_label(bars, labels=labels, fontsize=7, padding=1)
         ax.set_title(title, fontsize=9)
         ax.set_ylabel(unit)
         ax.set_ylim(0, max(values, default=0.0) * 1.18 or 1.0)
@@ -139,10 +143,12 @@ def _timeline(ax: Axes, result: SimResult, gpus: int, scale: TimeScale) -> None:
     ax.tick_params(axis="y", labelsize=7, length=0)
     ax.tick_params(axis="x", labelsize=8)
     ax.set_ylabel("GPU", fontsize=8)
-    lost = f", {result.lost} lost" if result.lost else ""
+    # a policy that lost jobs finished fewer of them: its end is no makespan to compare
+    ended = (
+        f"lost {result.lost}" if result.lost else f"makespan {render.duration(result.makespan_s)}"
+    )
     ax.set_title(
-        f"{result.policy}: makespan {render.duration(result.makespan_s)}, "
-        f"{len(result.occupancies)} attempts{lost}",
+        f"{result.policy}: {ended}, {len(result.occupancies)} attempts",
         loc="left",
         fontsize=9,
     )
@@ -183,7 +189,8 @@ def simulate_text(results: Sequence[SimResult], *, gpus: int, caption: str, widt
         lines.append(title)
         for result, value in zip(results, values, strict=True):
             fraction = value / top if top else 0.0
-            lines.append(f"  {result.policy:<{name_w}} {render.bar(fraction, bar_w)} {fmt(value)}")
+            said = f"lost {result.lost}" if result.lost and title == "makespan" else fmt(value)
+            lines.append(f"  {result.policy:<{name_w}} {render.bar(fraction, bar_w)} {said}")
     return "\n".join(lines)
 
 

@@ -78,6 +78,82 @@ class Occupancy:
     mig_profile: str | None = None  # the MIG slice's profile, e.g. 3g.20gb
 
 
+# How a job ran, per job (`--json`): alone on a whole GPU, beside tenants under MPS, beside
+# tenants time-sliced (an MPS client beside a non-MPS context is time-sliced too), on a MIG slice,
+# on several whole GPUs, or stopped to let another run (no policy preempts yet: always 0).
+PLACEMENT_CLASSES = ("alone", "shared-mps", "shared-naive", "mig", "exclusive-multi", "preempted")
+
+
+@dataclass(frozen=True)
+class JobPlacement:
+    """How one job's last attempt ran (the one that finished, unless the job was lost)."""
+
+    job_id: int
+    name: str
+    placement_class: str  # one of PLACEMENT_CLASSES
+    mode: str  # the placement's mode: exclusive, naive, mps, mig
+    gpus: tuple[int, ...]
+    attempts: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.job_id,
+            "name": self.name,
+            "class": self.placement_class,
+            "mode": self.mode,
+            "gpus": list(self.gpus),
+            "attempts": self.attempts,
+        }
+
+
+def placement_class(attempt: Occupancy, others: list[Occupancy]) -> str:
+    """The class of one attempt, given the attempts on its GPU (any others are ignored)."""
+    if len(attempt.gpus) > 1:
+        return "exclusive-multi"
+    if attempt.mode == "mig":
+        return "mig"
+    beside = [
+        o
+        for o in others
+        if o is not attempt
+        and o.mode != "mig"
+        and attempt.gpus[0] in o.gpus
+        and o.start_s < attempt.end_s
+        and attempt.start_s < o.end_s
+    ]
+    if not beside or attempt.mode == "exclusive":
+        return "alone"
+    if attempt.mode == "mps" and all(o.mode == "mps" for o in beside):
+        return "shared-mps"
+    return "shared-naive"
+
+
+def job_placements(runs: list[SimRun], occupancies: list[Occupancy]) -> list[JobPlacement]:
+    """Each job that ran at least once, classed by its last attempt."""
+    last: dict[int, Occupancy] = {}
+    on_gpu: dict[int, list[Occupancy]] = {}
+    for o in occupancies:  # in the order they ended
+        last[o.job_id] = o
+        for gpu in o.gpus:
+            on_gpu.setdefault(gpu, []).append(o)
+    out = []
+    for run in runs:
+        attempt = last.get(run.job.id)
+        if attempt is None:
+            continue
+        out.append(
+            JobPlacement(
+                run.job.id,
+                run.job.name,
+                placement_class(attempt, on_gpu[attempt.gpus[0]]),
+                attempt.mode,
+                attempt.gpus,
+                run.attempts,
+            )
+        )
+    return out
+
+
 @dataclass
 class SimResult:
     policy: str
@@ -103,6 +179,11 @@ class SimResult:
     observations: int = 0  # rates fed to the learner
     mig_violations: int = 0  # whole-GPU placements on a GPU in MIG mode (a policy error)
     learned_params: dict[str, float] = field(default_factory=dict)  # the policy's, at the end
+    # Why this run is no mode the station as given can run (None: it can): forced `mig` on GPUs
+    # not in MIG mode, or whole-GPU placements on a GPU in MIG mode. "Best forced mode" skips it.
+    not_runnable: str | None = None
+    placement_classes: dict[str, int] = field(default_factory=dict)  # jobs by PLACEMENT_CLASSES
+    job_placements: list[JobPlacement] = field(default_factory=list)
     # Every attempt, in the order they ended: for the timeline plot. Left out of `to_dict` (the
     # `--json` report), where one row per attempt would drown the figures it compares.
     occupancies: list[Occupancy] = field(default_factory=list)
@@ -116,6 +197,8 @@ class SimResult:
                 value = round(value, 3)
             elif key == "learned_params":
                 value = {k: round(v, 4) for k, v in value.items()}
+            elif key == "job_placements":
+                value = [p.to_dict() for p in value]
             out[key] = value
         return out
 
@@ -135,6 +218,10 @@ def sim_result(sim: Simulation) -> SimResult:
     )
     impossible = [r for r in sim.runs if r.impossible is not None]
     lost = [r for r in sim.runs if r.lost]
+    placements = job_placements(sim.runs, sim.occupancies)
+    classes = dict.fromkeys(PLACEMENT_CLASSES, 0)
+    for p in placements:
+        classes[p.placement_class] += 1
     return SimResult(
         policy=sim.policy_name,
         estimator=sim.estimator,
@@ -164,5 +251,24 @@ def sim_result(sim: Simulation) -> SimResult:
         observations=sim.observations,
         mig_violations=sim.mig_violations,
         learned_params=sim.learner.params(sim.model.name).to_dict(),
+        not_runnable=not_runnable(sim),
+        placement_classes=classes,
+        job_placements=placements,
         occupancies=list(sim.occupancies),
     )
+
+
+def not_runnable(sim: Simulation) -> str | None:
+    """Why this run is no mode the station as given can run, or None. Forced `mig` carves every
+    GPU not given a layout into MIG mode for free and at once (`mig_dynamic`); the engine never
+    switches a GPU into MIG mode (its `--mig-repartition` only re-carves GPUs already in it), so
+    forced `mig` is runnable only where every GPU is in MIG mode as given (`--mig`). A whole-GPU
+    placement on a GPU in MIG mode cannot happen on real hardware."""
+    if sim.policy_name == "mig":
+        whole = sorted(set(range(sim.gpu_count)) - sim.fixed)
+        if whole:
+            listed = ", ".join(str(g) for g in whole)
+            return f"GPU(s) {listed} not in MIG mode as given; forced mig switched them for free"
+    if sim.mig_violations:
+        return f"{sim.mig_violations} whole-GPU placement(s) on a GPU in MIG mode"
+    return None

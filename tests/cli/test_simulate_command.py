@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from test_simulator import write_trace
 
 
@@ -64,3 +65,63 @@ def test_the_cli_table_and_errors(tmp_path: Path) -> None:
     ends = runner.invoke(app, ["simulate", str(none_fit), "--station", "sim:h100"])
     assert isinstance(ends.exception, CliError) and ends.exception.code == 1
     assert "no job of t can run on sim:h100" in str(ends.exception)
+
+
+def test_lower_bound_in_the_table_and_the_json(tmp_path: Path) -> None:
+    """Three 60-minute full-GPU jobs on one GPU: LB 3h00m (their SM work), mean JCT bound 1h00m;
+    exclusive reaches 1.00 of the makespan bound and 2.00 of the JCT one (ends at 1, 2, 3 h).
+    Forced mig on a GPU not in MIG mode is no mode this station runs: not the best forced."""
+    from typer.testing import CliRunner
+
+    from gpudesk.cli.main import build_app
+
+    app = build_app()
+    trace = write_trace(tmp_path, [{"sm_pct": 100.0, "exclusive_minutes": 60}] * 3)
+    runner = CliRunner()
+    args = ["simulate", str(trace), "--station", "sim:a100-40gb", "--lower-bound"]
+    text = runner.invoke(app, [*args, "--policy", "exclusive,mig,auto"], env={"COLUMNS": "120"})
+    assert text.exit_code == 0, text.output
+    header = next(line.split() for line in text.output.splitlines() if "MAKESPAN" in line)
+    assert header[:6] == ["POLICY", "MAKESPAN", "x", "÷LB", "MEAN", "JCT"]
+    exclusive = next(line.split() for line in text.output.splitlines() if line.startswith("excl"))
+    assert exclusive[1:6] == ["3h00m", "1.00", "1.00", "2h00m", "2.00"]
+    assert "lower bound (SIMULATED truth): makespan 3h00m" in text.output
+    assert "mig: not a mode this station can run as given" in text.output
+    out = runner.invoke(app, [*args, "--policy", "exclusive,mig,auto", "--json"])
+    data = json.loads(out.output)
+    bound = data["lower_bound"]
+    assert (bound["makespan_s"], bound["arrival_term_s"], bound["mean_jct_s"]) == (
+        10800.0,
+        3600.0,
+        3600.0,
+    )
+    assert bound["ratios"]["exclusive"] == {"makespan": 1.0, "mean_jct": 2.0, "lost": 0}
+    assert data["ratios"]["best_forced"] == "exclusive"
+    by = {r["policy"]: r for r in data["results"]}
+    assert by["mig"]["not_runnable"] and by["exclusive"]["not_runnable"] is None
+    assert by["exclusive"]["placement_classes"]["alone"] == 3
+    assert [p["class"] for p in by["exclusive"]["job_placements"]] == ["alone"] * 3
+
+
+def test_truth_takes_the_stored_h100_calibration_and_refuses_a_malformed_one(
+    tmp_path: Path,
+) -> None:
+    from typer.testing import CliRunner
+
+    from gpudesk.cli.common import CliError
+    from gpudesk.cli.main import build_app
+
+    app = build_app()
+    trace = write_trace(tmp_path, [{}])
+    saved = Path(__file__).parents[2] / "bench" / "results" / "calibrate-h100-8s.json"
+    runner = CliRunner()
+    good = runner.invoke(
+        app, ["simulate", str(trace), "-p", "auto", "--truth", str(saved), "--json"]
+    )
+    assert good.exit_code == 0, good.output
+    assert json.loads(good.output)["truth"]["mps_tenant_cost"] == pytest.approx(0.127, abs=5e-4)
+    broken = tmp_path / "calibration.json"
+    broken.write_text(json.dumps({"fitted": {"mps_tenant_cost": "high"}, "params": []}))
+    bad = runner.invoke(app, ["simulate", str(trace), "--truth", str(broken)])
+    assert isinstance(bad.exception, CliError) and bad.exception.code == 2
+    assert "mps_tenant_cost must be a non-negative number" in str(bad.exception)

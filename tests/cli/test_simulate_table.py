@@ -44,3 +44,19 @@ def test_the_ratios_compare_with_a_policy_that_lost_none() -> None:
     )
     assert row(table, "exclusive")[1:4] == ["lost", "2", "-"]
     assert row(table, "mps")[2] == "1.00" and row(table, "naive")[2] == "1.50"
+
+
+def test_with_a_lower_bound_a_lost_policy_has_no_ratio_to_it() -> None:
+    from gpudesk.policy.sim_bounds import LowerBound
+
+    bound = LowerBound(3600.0, 3600.0, 1, 1800.0, (1.0, 0.0), 0.0, 1.0, 300.0, 10, 4)
+    table = _results_table(
+        [result("exclusive", 7200.0), result("mps", 3600.0, lost=3)], None, bound
+    )
+    assert row(table, "exclusive")[1:6] == ["2h00m", "1.00", "2.00", "10m00s", "2.00"]
+    assert row(table, "mps")[1:7] == ["lost", "3", "-", "-", "10m00s", "-"]
+
+
+def test_a_policy_that_lost_every_job_shows_no_completion_times() -> None:
+    table = _results_table([result("auto", 7200.0), result("carma", 100.0, lost=10)])
+    assert row(table, "carma")[1:7] == ["lost", "10", "-", "-", "-", "-"]

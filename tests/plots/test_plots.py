@@ -295,3 +295,16 @@ def test_resampling_holds_a_window_mean_over_its_window() -> None:
     points = [(10.0, 50.0), (20.0, 100.0)]
     assert resample(points, 0.0, 20.0, 4) == [None, 50.0, None, 100.0]
     assert resample(points, 0.0, 20.0, 4, hold_s=10.0) == [50.0, 50.0, 100.0, 100.0]
+
+
+def test_a_policy_that_lost_jobs_shows_lost_n_not_a_makespan_in_the_report() -> None:
+    done = [Occupancy(1, (0,), "mps", 0.0, 3600.0, "finished")]
+    results = [sim_result("auto", done), sim_result("carma", done, makespan_s=3600.0, lost=2)]
+    text = simulate_text(results, gpus=2, caption="sim:a100-40gbx2", width=80)
+    makespan = text.split("\nmakespan\n", 1)[1].split("\nmean JCT", 1)[0]
+    assert makespan.splitlines()[1].rstrip().endswith("lost 2")
+    assert makespan.splitlines()[0].rstrip().endswith("2h00m")
+    figure = simulate_figure(results, gpus=2, caption="sim:a100-40gbx2")
+    titles = [ax.get_title(loc="left") for ax in figure.axes]
+    assert any(t.startswith("carma: lost 2,") for t in titles)
+    assert not any(t.startswith("carma: makespan") for t in titles)

@@ -1,0 +1,159 @@
+"""Lower bounds a simulated run is judged against (`gpudesk simulate --lower-bound`): no policy,
+however clever, finishes a trace sooner than `LowerBound.makespan_s` or with a smaller mean job
+completion time than `LowerBound.mean_jct_s`, under the model's own rates (the simulated truth).
+
+Makespan: the larger of two terms.
+
+- **Arrival term**: max over jobs of (arrival + its run time alone). No rate exceeds 1.0 (the
+  model never makes a job faster than alone), so no job ends sooner than that.
+- **Fluid term**: give each job a weight per second of its exclusive work, λ = α·sm + β (its SM
+  share alone, and a constant). Whatever runs on one GPU at one moment delivers weighted work at
+  most θ(α, β) per second, the best the model's rates allow (`_best_throughput`; the proof of each
+  case is in docs/simulator.md). No work is done before a job arrives, so for every arrival time a:
+  makespan ≥ a + Σ (weighted work of the jobs arriving at or after a) ÷ (GPUs × θ). Every choice
+  of (α, β) gives a true bound; the term is the largest over a fixed grid of choices, which
+  spans "SM work over the SMs" (β = 0) to "jobs' work over the most job-seconds a GPU can do at
+  once" (α = 0).
+
+Mean JCT: the mean of the jobs' run times alone (a job's completion time is at least that).
+
+Jobs that can never run on the station (`impossible`) are left out: no policy runs them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from gpudesk.core.mig_profiles import COMPUTE_SLICES
+from gpudesk.policy.model_params import ModelParams
+from gpudesk.policy.rates import MIN_RATE, workload
+from gpudesk.policy.trace import TraceJob
+
+if TYPE_CHECKING:
+    from gpudesk.policy.simulator import Simulation
+
+# (α, β) choices of the fluid term's weight: SM work alone, SM work plus a per-job constant at
+# geometric steps, job-seconds alone. Any choice is a valid bound; more only tighten it.
+WEIGHTS: tuple[tuple[float, float], ...] = (
+    (1.0, 0.0),
+    *((1.0, 0.01 * 1.25**i) for i in range(40)),
+    (0.0, 1.0),
+)
+
+
+@dataclass(frozen=True)
+class LowerBound:
+    """What no policy can beat on this trace and station, and where each figure comes from."""
+
+    makespan_s: float  # max(arrival_term_s, fluid_term_s)
+    arrival_term_s: float  # latest (arrival + run time alone)
+    arrival_job: int  # the job that gives it
+    fluid_term_s: float  # the best fluid bound over WEIGHTS
+    fluid_weight: tuple[float, float]  # the (α, β) that gave it
+    fluid_from_s: float  # the arrival time it counts from
+    fluid_throughput: float  # θ(α, β) for that weight, per GPU (the mean over the GPUs)
+    mean_jct_s: float  # mean run time alone
+    jobs: int  # the jobs it covers (those that can run on the station)
+    gpus: int
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "makespan_s": round(self.makespan_s, 1),
+            "arrival_term_s": round(self.arrival_term_s, 1),
+            "arrival_job": self.arrival_job,
+            "fluid_term_s": round(self.fluid_term_s, 1),
+            "fluid_weight": {"sm": self.fluid_weight[0], "per_job": round(self.fluid_weight[1], 5)},
+            "fluid_from_s": round(self.fluid_from_s, 1),
+            "fluid_throughput_per_gpu": round(self.fluid_throughput, 4),
+            "mean_jct_s": round(self.mean_jct_s, 1),
+            "jobs": self.jobs,
+            "gpus": self.gpus,
+        }
+
+
+def _best_throughput(
+    params: ModelParams, alpha: float, beta: float, jobs: int, sm_total: float
+) -> float:
+    """θ(α, β): the most weighted work per second one GPU can deliver, over every way the model
+    lets up to `jobs` tenants share it. Each case is an upper bound on what the model's rates
+    (gpudesk/policy/rates.py) give; docs/simulator.md has the derivation."""
+    best = alpha + COMPUTE_SLICES * beta  # alone, exclusive, or MIG slices (≤ 7 of them)
+    for cost in (params.mps_tenant_cost, params.naive_switch_cost):
+        for n in range(1, jobs + 1):
+            shared = max(MIN_RATE, 1.0 - cost * (n - 1))
+            # below the MIN_RATE floor the model still gives each tenant 0.05
+            floor = MIN_RATE * (alpha * min(float(n), sm_total) + n * beta)
+            best = max(best, shared * (alpha + n * beta), floor)
+    return best
+
+
+def _mig_throughput(alpha: float, beta: float, slices: tuple[int, ...] | None) -> float:
+    """θ of a GPU in MIG mode: it runs work only on its slices, each at rate <= 1 and with SM
+    work <= its compute share c/7; `slices` (compute slices of each) where its layout is fixed,
+    None where it may be re-carved (any layout: at most 7 slices over 7 compute slices)."""
+    if slices is None:
+        return alpha + COMPUTE_SLICES * beta
+    return alpha * min(1.0, sum(slices) / COMPUTE_SLICES) + beta * min(COMPUTE_SLICES, len(slices))
+
+
+def bound_of(sim: Simulation) -> LowerBound:
+    """The bounds of a simulation's trace on its station, under its truth: the jobs it can run,
+    its GPUs, and each GPU it holds in MIG mode (fixed layouts, unless it may repartition)."""
+    repartition = sim.config.mig_repartition
+    mig = {
+        gpu: None if repartition else tuple(s.compute_slices for s in sim.slices[gpu])
+        for gpu in sim.fixed
+    }
+    possible = [r.job for r in sim.runs if r.impossible is None]
+    return lower_bound(possible, sim.gpu_count, sim.truth, mig)
+
+
+def lower_bound(
+    jobs: Sequence[TraceJob],
+    gpu_count: int,
+    params: ModelParams,
+    mig: Mapping[int, tuple[int, ...] | None] | None = None,
+) -> LowerBound:
+    """The lower bounds of a trace's possible jobs on `gpu_count` GPUs under `params` (the
+    simulated truth); `mig` maps each GPU in MIG mode to its fixed layout's compute slices (None:
+    it may be re-carved). `jobs` must be non-empty."""
+    if not jobs or gpu_count < 1:
+        raise ValueError("a lower bound needs at least one job and one GPU")
+    mig = mig or {}
+    by_arrival = sorted(jobs, key=lambda j: j.arrival_s)
+    last = max(by_arrival, key=lambda j: (j.arrival_s + j.exclusive_s, j.id))
+    sm = {j.id: workload(j.sm_pct, j.membw_pct, params).sm for j in by_arrival}
+    sm_total = sum(sm[j.id] * j.gpus for j in by_arrival)
+    fluid, weight, start, theta = 0.0, WEIGHTS[0], by_arrival[0].arrival_s, 1.0
+    for alpha, beta in WEIGHTS:
+        whole = _best_throughput(params, alpha, beta, len(jobs), sm_total)
+        capacity = sum(
+            _mig_throughput(alpha, beta, mig[g]) if g in mig else whole for g in range(gpu_count)
+        )
+        if capacity <= 0:
+            continue  # (a MIG layout with no slices does no work; another weight bounds it)
+        remaining = 0.0  # weighted work of the jobs arriving at or after job i
+        for i in range(len(by_arrival) - 1, -1, -1):
+            j = by_arrival[i]
+            remaining += j.exclusive_s * j.gpus * (alpha * sm[j.id] + beta)
+            if i > 0 and by_arrival[i - 1].arrival_s == j.arrival_s:
+                continue  # count from the first job of this arrival time
+            bound = j.arrival_s + remaining / capacity
+            if bound > fluid:
+                fluid, weight, start = bound, (alpha, beta), j.arrival_s
+                theta = capacity / gpu_count
+    arrival = last.arrival_s + last.exclusive_s
+    return LowerBound(
+        makespan_s=max(arrival, fluid),
+        arrival_term_s=arrival,
+        arrival_job=last.id,
+        fluid_term_s=fluid,
+        fluid_weight=weight,
+        fluid_from_s=start,
+        fluid_throughput=theta,
+        mean_jct_s=sum(j.exclusive_s for j in jobs) / len(jobs),
+        jobs=len(jobs),
+        gpus=gpu_count,
+    )
