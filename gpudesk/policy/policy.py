@@ -108,6 +108,15 @@ class GpuState:
         return sum(t.sm_pct for t in self.tenants)
 
     @_memo
+    def drains_in_s(self) -> float | None:
+        """When its last tenant is expected to end (0: idle; None: some tenant's remaining time
+        is unknown; gpudesk.policy.remaining)."""
+        times = [t.remaining_s for t in self.tenants]
+        if any(t is None for t in times):
+            return None
+        return max((t for t in times if t is not None), default=0.0)
+
+    @_memo
     def tenant_modes(self) -> frozenset[str]:
         return frozenset(t.mode for t in self.tenants)
 

@@ -11,7 +11,6 @@ import sqlite3
 import time
 from dataclasses import dataclass
 
-from gpudesk.core.jobs import JobSpec
 from gpudesk.policy.command_family import family
 from gpudesk.policy.demand import signature
 
@@ -41,12 +40,16 @@ def backfill_families(conn: sqlite3.Connection, now: float | None = None) -> int
     )
     for spec_text, state, started, ended in rows:
         try:
-            spec = JobSpec.from_stored(json.loads(spec_text))
-        except (ValueError, TypeError, KeyError, AttributeError):
+            # only the two fields the keys need (what JobSpec.from_stored makes of them), so a
+            # spec of an older version reads too, and 100,000 jobs take a few seconds, once
+            data = json.loads(spec_text)
+            command = tuple(str(word) for word in data["command"])
+            workdir = data.get("workdir")
+        except (ValueError, TypeError, KeyError):
             continue  # a damaged row: the store's damage report names it
-        key = family(spec.command, spec.workdir)
+        key = family(command, workdir)
         entry = families.setdefault(key, _Family())
-        exact = signature(spec.command, spec.workdir)
+        exact = signature(command, workdir)
         if exact in demand and (exact, key) not in folded:
             folded.add((exact, key))
             memory, sm, runs = demand[exact]
