@@ -250,6 +250,7 @@ class StationLearning:
             self.recent.get(attempt.attempt.id),
             self.attempts.demands.typical_s(attempt.attempt.job_id),
             attempt.elapsed_s(),
+            time.monotonic(),  # the clock its progress was read on
         )
 
     def _recent(self, attempt_id: int, now: float, lines: list[ProgressLine]) -> RecentProgress:

@@ -86,16 +86,21 @@ class RecentProgress:
 
 
 def estimate(
-    recent: RecentProgress | None, typical_s: float | None, elapsed_s: float | None
+    recent: RecentProgress | None,
+    typical_s: float | None,
+    elapsed_s: float | None,
+    now: float | None = None,
 ) -> Remaining:
     """A running job's remaining time: from its progress, else its family's history, else
-    unknown."""
+    unknown. `now` (on the clock of `recent`'s times): the time since its latest progress was
+    read is taken off, as the job has worked on meanwhile (reads are a telemetry tick apart)."""
     if recent is not None and recent.total is not None and recent.done is not None:
         done, total, rate = recent.done, recent.total, recent.rate_per_s
         if done >= total:
             return Remaining(0.0, "progress", done, total, rate, typical_s, elapsed_s)
         if rate is not None:
-            left = (total - done) / rate
+            since = max(0.0, now - recent.points[-1][0]) if now is not None else 0.0
+            left = max(0.0, (total - done) / rate - since)
             return Remaining(left, "progress", done, total, rate, typical_s, elapsed_s)
     if typical_s is not None and elapsed_s is not None and elapsed_s < typical_s:
         return Remaining(typical_s - elapsed_s, "history", typical_s=typical_s, elapsed_s=elapsed_s)

@@ -83,7 +83,9 @@ def test_show_gives_the_remaining_time_from_progress(engine: EngineHandle, gpude
     assert remaining.total == 1000 and 0 < remaining.done < 1000
     # about 100 steps a second (less: printing and reading take their time)
     assert 20 < remaining.rate_per_s < 150
-    assert remaining.seconds == pytest.approx((1000 - remaining.done) / remaining.rate_per_s)
+    # what is left at that rate, less the time since the engine last read the log (a tick)
+    at_read = (1000 - remaining.done) / remaining.rate_per_s
+    assert at_read - 2.0 <= remaining.seconds <= at_read
     code, out, _ = gpudesk("show", str(job))
     assert code == 0
     assert "remaining  ~" in out and "(from its progress: " in out and "/1000 at " in out

@@ -82,6 +82,9 @@ def test_progress_first_then_history_then_unknown() -> None:
     from_progress = estimate(recent, typical_s=50.0, elapsed_s=10.0)
     assert from_progress.source == "progress"
     assert from_progress.seconds == pytest.approx(520 / (80 / 30))
+    # read 5 s ago: it has worked on since
+    later = estimate(recent, typical_s=50.0, elapsed_s=15.0, now=35.0)
+    assert later.seconds == pytest.approx(520 / (80 / 30) - 5)
     no_total = RecentProgress()
     no_total.add(0.0, 1.0, None)
     no_total.add(5.0, 2.0, None)
