@@ -115,15 +115,27 @@ class JobDemand:
             if key is None:
                 continue
             sm = measured.gpu_sm_mean_pct
-            self._record(key, measured.gpu_memory_peak_mib, DEFAULT_SM_PCT if sm is None else sm)
-            self._recorded.add(attempt_id)
+            peak = measured.gpu_memory_peak_mib
+            self._recorded.add(attempt_id)  # tried once: a failure is logged, not retried
+            if self._record(key, peak, DEFAULT_SM_PCT if sm is None else sm):
+                self._tell(attempt.attempt.job_id, peak)
 
-    def _record(self, key: str, memory: float, sm: float, new_run: bool = True) -> None:
+    def _tell(self, job_id: int, peak_mib: float) -> None:
+        message = (
+            f"its GPU memory settled at {peak_mib / 1024:.1f} GiB: kept for its command family, "
+            "whose next runs start with it"
+        )
+        try:
+            self.store.add_event("history", message, job_id=job_id)
+        except Exception:
+            log.exception("could not record a history event")
+
+    def _record(self, key: str, memory: float, sm: float, new_run: bool = True) -> bool:
         try:
             self.store.record_family_demand(key, memory, sm, new_run)
         except Exception:  # a hint for later runs; never worth failing a step or a settle
             log.exception("could not record what a run of command family %s measured", key)
-            return
+            return False
         old = self.families.get(key) or FamilyRecord(None, None, 0, None, 0)
         runs = old.runs + 1 if new_run else old.runs
         mean = (
@@ -133,6 +145,7 @@ class JobDemand:
         )
         peak = max(old.memory_mib or 0.0, memory)
         self.families[key] = FamilyRecord(peak, mean, runs, old.run_s, old.finished)
+        return True
 
     def ended(
         self,

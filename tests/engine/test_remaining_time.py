@@ -67,7 +67,9 @@ def test_a_sweeps_second_member_starts_with_what_the_first_measured_while_it_run
     demand = fast_engine.show(second).attempts[0].placement.demand
     assert (demand.source, demand.memory_mib) == ("family history", 4608)
     # the first member's own demand was the default: nothing had measured its family yet
-    assert fast_engine.show(first).attempts[0].placement.demand.source == "default"
+    shown = fast_engine.show(first)
+    assert shown.attempts[0].placement.demand.source == "default"
+    assert any("settled at 4.5 GiB: kept for its command family" in e.message for e in shown.events)
     fast_engine.client.request("cancel", jobs=[first, second], grace=0)
 
 
