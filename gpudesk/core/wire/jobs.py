@@ -176,8 +176,9 @@ class JobView(WireModel, frozen=True):
 
 
 class DemandView(WireModel, frozen=True):
-    """What placement assumed a job needs, and where the figure came from ("hints",
-    "history", "default", "after OOM")."""
+    """What placement assumed a job needs, and where the figure came from ("hint",
+    "history" (the same command's runs), "family history" (its command family's runs),
+    "default", "after OOM")."""
 
     memory_mib: float
     sm_pct: float
