@@ -308,12 +308,18 @@ def remaining_text(r: RemainingView) -> str:
             f"~{_about(r.seconds)} (from its command family's history: its runs take "
             f"{_about(r.typical_s)}, it has run {_about(r.elapsed_s or 0.0)})"
         )
+    if r.done is not None and r.total is not None:
+        progress = f"its progress {r.done:g}/{r.total:g}, its rate not measured yet"
+    elif r.done is not None:
+        progress = "its progress lines give no TOTAL"
+    else:
+        progress = "no progress DONE/TOTAL lines"
     if r.typical_s is not None and r.elapsed_s is not None:
         return (
-            f"unknown (it has run {_about(r.elapsed_s)}, past its command family's "
-            f"{_about(r.typical_s)}, and prints no progress DONE/TOTAL)"
+            f"unknown ({progress}; it has run {_about(r.elapsed_s)}, past its command "
+            f"family's {_about(r.typical_s)})"
         )
-    return "unknown (no progress DONE/TOTAL lines, and no finished run of its command family)"
+    return f"unknown ({progress}, and no finished run of its command family)"
 
 
 def _about(seconds: float) -> str:

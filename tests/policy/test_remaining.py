@@ -1,12 +1,14 @@
 """Command families (the members of a sweep are one) and remaining time (from progress, else
-the family's history, else unknown): the pure rules."""
+the family's history, else unknown): the pure rules, and the words `show` and the desk give them."""
 
 from __future__ import annotations
 
 import pytest
 
+from gpudesk.api.models import RemainingView
 from gpudesk.policy.command_family import family, family_words
 from gpudesk.policy.remaining import RATE_WINDOW_S, RecentProgress, estimate
+from gpudesk.render import remaining_text
 
 
 def test_numeric_values_are_hyper_parameters_the_rest_is_the_family() -> None:
@@ -96,3 +98,29 @@ def test_progress_first_then_history_then_unknown() -> None:
     finished = RecentProgress()
     finished.add(0.0, 1000.0, 1000.0)
     assert estimate(finished, None, 5.0).seconds == 0.0
+
+
+@pytest.mark.parametrize(
+    ("remaining", "words"),
+    [
+        (
+            RemainingView(seconds=None, source="unknown", done=130.0, total=1000.0),
+            "unknown (its progress 130/1000, its rate not measured yet, and no finished run",
+        ),
+        (
+            RemainingView(seconds=None, source="unknown", done=5.0),
+            "unknown (its progress lines give no TOTAL, and no finished run of its command",
+        ),
+        (
+            RemainingView(seconds=None, source="unknown", typical_s=60.0, elapsed_s=200.0),
+            "unknown (no progress DONE/TOTAL lines; it has run 3 min, past its command "
+            "family's 60 s)",
+        ),
+        (
+            RemainingView(seconds=5400.0, source="history", typical_s=7200.0, elapsed_s=1800.0),
+            "~1.5 h (from its command family's history: its runs take 2.0 h, it has run 30 min)",
+        ),
+    ],
+)
+def test_the_words_say_why_it_is_unknown(remaining: RemainingView, words: str) -> None:
+    assert remaining_text(remaining).startswith(words)
