@@ -438,7 +438,7 @@ class Attempts:
         )
         self.demands.ended(
             job,
-            attempt.id,
+            attempt,
             usage,
             _run_s(live, watched, ended_at),
             ending.state is JobState.SUCCEEDED,

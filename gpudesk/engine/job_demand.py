@@ -15,11 +15,11 @@ import logging
 import time
 from collections.abc import Iterable, Mapping
 
-from gpudesk.core.records import JobRecord
+from gpudesk.core.records import AttemptRecord, JobRecord
 from gpudesk.engine.env_seconds import env_seconds
 from gpudesk.engine.live_attempt import LiveAttempt
 from gpudesk.engine.store.database import Store
-from gpudesk.engine.store.family_history import FamilyRecord
+from gpudesk.engine.store.family_history import FamilyRecord, SettledPeak
 from gpudesk.hw.telemetry.energy import AttemptUsage
 from gpudesk.policy.command_family import family
 from gpudesk.policy.demand import DEFAULT_SM_PCT, PEAK_SETTLED_S, Demand, from_hints, signature
@@ -48,6 +48,7 @@ class JobDemand:
         self.families: dict[str, FamilyRecord] = store.family_history()
         self.settled_s = history_settled_s()
         self._recorded: set[int] = set()  # attempts whose settled peak their family holds
+        self._checked: set[int] = set()  # attempts looked up in the store (after a restart)
         self._family_of: dict[int, str] = {}  # running job id -> its family
 
     @property
@@ -104,7 +105,7 @@ class JobDemand:
             measured = usage.get(attempt_id)
             if (
                 not attempt.gpus
-                or attempt_id in self._recorded
+                or self._counted(attempt.attempt)
                 or measured is None
                 or not measured.gpu_memory_peak_mib
                 or measured.gpu_memory_peak_at is None
@@ -117,22 +118,36 @@ class JobDemand:
             sm = measured.gpu_sm_mean_pct
             peak = measured.gpu_memory_peak_mib
             self._recorded.add(attempt_id)  # tried once: a failure is logged, not retried
-            if self._record(key, peak, DEFAULT_SM_PCT if sm is None else sm):
-                self._tell(attempt.attempt.job_id, peak)
+            told = SettledPeak(
+                attempt.attempt.job_id,
+                attempt.attempt.number,
+                f"its GPU memory settled at {peak / 1024:.1f} GiB: kept for its command family, "
+                "whose next runs start with it",
+            )
+            self._record(key, peak, DEFAULT_SM_PCT if sm is None else sm, told=told)
 
-    def _tell(self, job_id: int, peak_mib: float) -> None:
-        message = (
-            f"its GPU memory settled at {peak_mib / 1024:.1f} GiB: kept for its command family, "
-            "whose next runs start with it"
-        )
-        try:
-            self.store.add_event("history", message, job_id=job_id)
-        except Exception:
-            log.exception("could not record a history event")
+    def _counted(self, attempt: AttemptRecord) -> bool:
+        """Whether the attempt's settled peak is in its family's history: recorded by this
+        engine, or, the first time an engine sees it, by the one before a restart."""
+        if attempt.id not in self._checked:
+            self._checked.add(attempt.id)
+            try:
+                if self.store.family_counted(attempt.job_id, attempt.number):
+                    self._recorded.add(attempt.id)
+            except Exception:
+                log.exception("could not read whether attempt %d was counted", attempt.id)
+        return attempt.id in self._recorded
 
-    def _record(self, key: str, memory: float, sm: float, new_run: bool = True) -> bool:
+    def _record(
+        self,
+        key: str,
+        memory: float,
+        sm: float,
+        new_run: bool = True,
+        told: SettledPeak | None = None,
+    ) -> bool:
         try:
-            self.store.record_family_demand(key, memory, sm, new_run)
+            self.store.record_family_demand(key, memory, sm, new_run, told=told)
         except Exception:  # a hint for later runs; never worth failing a step or a settle
             log.exception("could not record what a run of command family %s measured", key)
             return False
@@ -150,7 +165,7 @@ class JobDemand:
     def ended(
         self,
         job: JobRecord,
-        attempt_id: int,
+        attempt: AttemptRecord,
         usage: AttemptUsage | None,
         run_s: float | None,
         succeeded: bool,
@@ -158,8 +173,9 @@ class JobDemand:
         """An attempt ended. A succeeded one's peak and run time are folded into its command's
         and its family's history (a peak already recorded when it settled is only raised to
         what it held by the end)."""
-        counted = attempt_id in self._recorded
-        self._recorded.discard(attempt_id)
+        counted = succeeded and self._counted(attempt)
+        self._recorded.discard(attempt.id)
+        self._checked.discard(attempt.id)
         self._family_of.pop(job.id, None)
         if not succeeded:
             return

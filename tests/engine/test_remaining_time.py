@@ -15,8 +15,11 @@ from conftest import EngineHandle, Run, wait_for
 
 from gpudesk.core.jobs import JobSpec
 from gpudesk.engine.gpu_states import RunningAttempt, tenants_by_gpu
+from gpudesk.engine.job_demand import JobDemand
+from gpudesk.engine.live_attempt import LiveAttempt
 from gpudesk.engine.store.database import Store
 from gpudesk.engine.store.schema import MIGRATIONS, SCHEMA_VERSION
+from gpudesk.hw.telemetry.energy import AttemptUsage
 from gpudesk.paths import Home
 from gpudesk.policy.command_family import family
 from gpudesk.policy.demand import signature
@@ -172,3 +175,33 @@ def test_placement_sees_each_tenants_remaining_time() -> None:
     assert gpu1.drains_in_s is None  # job 4's end is unknown
     assert GpuState(0, None, 40960.0, tenants=tuple(tenants[0])).drains_in_s == 80.0
     assert estimate(recent, None, 10.0).seconds == pytest.approx(80.0)
+
+
+def test_a_settled_peak_is_counted_once_across_an_engine_restart(tmp_path: Path) -> None:
+    """Recorded when it settled; an engine restarted while the attempt runs sees the event of
+    the same transaction and neither counts it again nor counts its end as a new run."""
+    store = Store.open(tmp_path / "db")
+    try:
+        command = ("python", "train.py", "--lr", "0.1")
+        (job,) = store.submit([JobSpec(name="s", command=command, workdir="/w")])
+        attempt = store.start_attempt(job.id, {"slot": "gpu:0"}, tmp_path)
+        live = LiveAttempt(attempt, pid=0, start_time=None, slot="gpu:0", gpus=(0,))
+        usage = {
+            attempt.id: AttemptUsage(
+                attempt.id, job.id, gpu_memory_peak_mib=4608.0, gpu_memory_peak_at=0.0
+            )
+        }
+        key = family(command, "/w")
+        JobDemand(store).watch([live], usage, now=1.0)  # not settled yet (60 s)
+        assert key not in store.family_history()
+        JobDemand(store).watch([live], usage, now=61.0)
+        assert store.family_history()[key].runs == 1
+        restarted = JobDemand(store)
+        restarted.watch([live], usage, now=200.0)
+        assert store.family_history()[key].runs == 1
+        restarted.ended(store.job(job.id), attempt, usage[attempt.id], 300.0, succeeded=True)
+        record = store.family_history()[key]
+        assert (record.runs, record.finished, record.run_s) == (1, 1, 300.0)
+        assert [e.kind for e in store.events(job.id)].count("history") == 1
+    finally:
+        store.close()

@@ -19,7 +19,28 @@ class FamilyRecord:
     finished: int  # succeeded runs timed
 
 
+@dataclass(frozen=True)
+class SettledPeak:
+    """The event of an attempt whose settled peak its family now holds."""
+
+    job_id: int
+    attempt: int  # its number
+    message: str
+
+
+SETTLED_EVENT = "history"  # the kind of that event
+
+
 class FamilyHistoryTables(StoreConnection):
+    def family_counted(self, job_id: int, attempt: int) -> bool:
+        """Whether this attempt's settled peak is already in its family's history (an engine
+        restarted while it ran must not count it twice)."""
+        row = self._conn.execute(
+            "SELECT 1 FROM events WHERE job_id = ? AND attempt = ? AND kind = ? LIMIT 1",
+            (job_id, attempt, SETTLED_EVENT),
+        ).fetchone()
+        return row is not None
+
     def family_history(self) -> dict[str, FamilyRecord]:
         """family -> what its runs measured."""
         return {
@@ -36,12 +57,24 @@ class FamilyHistoryTables(StoreConnection):
         sm_pct: float,
         new_run: bool = True,
         now: float | None = None,
+        told: SettledPeak | None = None,
     ) -> None:
         """Fold a run's settled peak into its family (the larger peak wins; SM activity is
         averaged over runs). `new_run` false: a run already counted, whose peak is raised to
-        what it held by its end."""
+        what it held by its end. `told`: the attempt's event saying so, in the same
+        transaction, which is also how a restarted engine knows it was counted
+        (`family_counted`)."""
         now = time.time() if now is None else now
         with self.transaction() as conn:
+            if told is not None:
+                self._add_event(
+                    conn,
+                    SETTLED_EVENT,
+                    told.message,
+                    job_id=told.job_id,
+                    attempt=told.attempt,
+                    now=now,
+                )
             if new_run:
                 conn.execute(
                     "INSERT INTO family_history (family, memory_mib, sm_pct, runs, updated_at) "
