@@ -530,8 +530,11 @@ class Attempts:
             timed_out=timed_out,
             oom=oom,
             after_oom=lambda: self.demands.of(job).after_oom(
-                usage.gpu_memory_peak_mib if usage else None, self._usable_alone_mib()
+                usage.gpu_memory_peak_mib if usage else None,
+                self._usable_alone_mib(),
+                self._had_whole(attempt),
             ),
+            usable_mib=self._usable_alone_mib(),
         )
 
     # --------------------------------------------------------------- demand
@@ -541,6 +544,20 @@ class Attempts:
             g.memory_total_mib for g in self.telemetry.monitor.inventory if g.memory_total_mib
         ]
         return max(totals) - RESERVE_MIB if totals else None
+
+    def _had_whole(self, attempt: AttemptRecord) -> bool:
+        """Whether the attempt ran alone on whole GPUs of the largest size, with all their
+        memory (no MPS limit): then an OOM measures a need beyond every GPU."""
+        if attempt.placement.get("mode") != "exclusive":
+            return False
+        totals = {
+            g.index: g.memory_total_mib
+            for g in self.telemetry.monitor.inventory
+            if g.memory_total_mib
+        }
+        gpus = [int(i) for i in attempt.placement.get("gpus", ())]
+        largest = max(totals.values(), default=0.0)
+        return bool(gpus) and all(totals.get(i, 0.0) >= largest for i in gpus)
 
 
 def _run_s(live: LiveAttempt, watched: bool, ended_at: float) -> float | None:

@@ -35,10 +35,20 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
 
 from gpudesk.core.mig_profiles import COMPUTE_SLICES, MEMORY_SLICES, memory_slices
 from gpudesk.core.records import JobRecord
-from gpudesk.policy.demand import HEAVY_SM_PCT, MARGIN_MIB, Demand, from_hints, hinted, margin_mib
+from gpudesk.policy.demand import (
+    HEAVY_SM_PCT,
+    MARGIN_MIB,
+    UNKNOWN_HINT_SHARE,
+    Demand,
+    from_hints,
+    hint_unknown,
+    hinted,
+    margin_mib,
+)
 from gpudesk.policy.filled_station import IDLE, MIG, SHARED, Choice, FilledStation, Frontier, Host
 from gpudesk.policy.interference import ModelParams, Workload, mig_rate, workload
 from gpudesk.policy.placement_reasons import (
@@ -46,6 +56,8 @@ from gpudesk.policy.placement_reasons import (
     foreign_reason,
     idle_share_reason,
     mps_serves_other,
+    unknown_reason,
+    unknown_wait,
 )
 from gpudesk.policy.policy import (
     RESERVE_MIB,
@@ -84,8 +96,31 @@ MODES = ("exclusive", "naive", "mps", "mig", "auto")
 
 
 def demand_of(job: JobRecord, station: StationView) -> Demand:
+    """The job's demand, its memory figure marked unknown where it is (`with_unknown`)."""
     known = station.demands.get(job.id)
-    return known if known is not None else from_hints(job.spec.memory_gb, job.spec.sm_pct)
+    demand = known if known is not None else from_hints(job.spec.memory_gb, job.spec.sm_pct)
+    return with_unknown(demand, largest_gpu_mib(station))
+
+
+def largest_gpu_mib(station: StationView) -> float:
+    """The largest GPU's memory, lost ones included (one may come back)."""
+    return max((g.memory_total_mib for g in station.gpu_states), default=0.0)
+
+
+def with_unknown(demand: Demand, largest_mib: float) -> Demand:
+    """`demand`, marked unknown where its memory figure is (demand.hint_unknown): a hint is a
+    hint, never a reason to refuse a job."""
+    why = hint_unknown(demand.memory_mib, demand.source, largest_mib, largest_mib - RESERVE_MIB)
+    return replace(demand, unknown=why) if why and why != demand.unknown else demand
+
+
+def given_room(demand: Demand, choice: Choice) -> Demand:
+    """The demand a placement records, which its GPU counts as reserved until the job's peak
+    is measured (demand.reservation): where its figure is unknown, all the room it was given
+    (others are not packed into room it may grow into)."""
+    if not demand.unknown or choice.free_mib <= 0:
+        return demand
+    return replace(demand, memory_mib=choice.free_mib)
 
 
 class _Lookahead:
@@ -147,17 +182,19 @@ class SharingPolicy:
         overtaken: dict[int, int] = {}
         waiting: JobRecord | None = None  # the first GPU job that could not start
         reserved: set[int] = set()  # GPUs held for it once it has been overtaken enough
-        # Demands that found no room, by (GPUs, exclusive, measured): a job needing at least as
-        # much memory and SM finds none either. A measured need fits with a smaller margin than
-        # a guess (demand.margin_mib), so the two are kept apart; a job with its own bandwidth
-        # figure is never judged by it (the frontier knows memory and SM only). Placing jobs
-        # only ever fills GPUs within a pass, so this stays true to its end. Keeps a pass over
-        # a long queue cheap.
-        no_room: dict[tuple[int, bool, bool], Frontier] = {}
-        largest = max((g.memory_total_mib for g in station.gpu_states if not g.lost), default=0.0)
-        # Jobs that certainly could run somewhere skip the full check (a long queue is mostly
-        # such jobs, and this loop is the policy's hot path).
-        fits_any = largest - RESERVE_MIB if station.gpu_problem is None and largest else -1.0
+        # Demands that found no room, by (GPUs, exclusive, measured, unknown): a job needing at
+        # least as much memory and SM finds none either. A measured need fits with a smaller
+        # margin than a guess (demand.margin_mib), and a job whose figure is unknown is weighed
+        # for its admitted memory and placed differently, so each is kept apart; a job with its
+        # own bandwidth figure is never judged by it (the frontier knows memory and SM only).
+        # Placing jobs only ever fills GPUs within a pass, so this stays true to its end. Keeps
+        # a pass over a long queue cheap.
+        no_room: dict[tuple[int, bool, bool, bool], Frontier] = {}
+        largest = largest_gpu_mib(station)
+        # Jobs whose memory figure is certainly usable skip the full check (a long queue is
+        # mostly such jobs, and this loop is the policy's hot path): below what the largest GPU
+        # offers alone and below the share where a hint is taken as unknown.
+        plain = min(largest - RESERVE_MIB, UNKNOWN_HINT_SHARE * largest)
         gpu_total = len(station.gpu_states)
         demands = station.demands
         lookahead = _Lookahead(queue, station)
@@ -175,19 +212,25 @@ class SharingPolicy:
             else:
                 memory, sm = hinted(spec.memory_gb, spec.sm_pct)
                 exclusive = False
-            if not (spec.gpus <= gpu_total and memory <= fits_any):
-                impossible = gpu_job_impossible(spec.gpus, memory, station, RESERVE_MIB)
+            demand: Demand | None = None
+            if not (spec.gpus <= gpu_total and memory < plain):
+                demand = with_unknown(known or from_hints(spec.memory_gb, spec.sm_pct), largest)
+                measured = demand.source == "after OOM"
+                impossible = gpu_job_impossible(spec.gpus, memory, station, RESERVE_MIB, measured)
                 if impossible:
                     rejections.append(Rejection(job.id, f"the job {impossible}"))
                     continue
-            shape = (spec.gpus, exclusive, known is not None and known.source == "history")
+                memory = demand.admit_mib
+            unknown = demand is not None and bool(demand.unknown)
+            shape = (spec.gpus, exclusive, known is not None and known.source == "history", unknown)
             frontier = no_room.get(shape)
             banded = known is not None and known.membw_pct is not None
             if frontier is not None and not banded and frontier.dominates(memory, sm):
                 if waiting is None and as_is(spec.gpus, self._whole(spec.gpus, exclusive), memory):
                     waiting = job
                 continue
-            demand = known or from_hints(spec.memory_gb, spec.sm_pct)
+            if demand is None:
+                demand = known or from_hints(spec.memory_gb, spec.sm_pct)
             if (
                 waiting is not None
                 and not reserved
@@ -206,14 +249,14 @@ class SharingPolicy:
             )
             if choice is None:
                 whole = self._whole(spec.gpus, demand.exclusive)
-                if waiting is None and as_is(spec.gpus, whole, demand.memory_mib):
+                if waiting is None and as_is(spec.gpus, whole, demand.admit_mib):
                     # the first job that could start once GPUs drain: the one GPUs may be held
                     # for (a job that first needs an admin's change could not use them)
                     waiting = job
                 if demand.membw_pct is None:  # the frontier knows memory and SM only
                     no_room.setdefault(shape, Frontier()).add(memory, sm)
                 continue
-            plan.take(job, demand, choice, station)
+            plan.take(job, given_room(demand, choice), choice, station)
             if waiting is not None:
                 overtaken[waiting.id] = overtaken.get(waiting.id, 0) + 1
         return Decision(plan.placements, rejections, overtaken)
@@ -231,7 +274,8 @@ class SharingPolicy:
 
     def ask(self, job: JobRecord, demand: Demand) -> Ask:
         """What the job needs of the station's GPUs under this policy."""
-        return Ask(job.spec.gpus, demand.memory_mib, self._whole(job.spec.gpus, demand.exclusive))
+        whole = self._whole(job.spec.gpus, demand.exclusive)
+        return Ask(job.spec.gpus, demand.admit_mib, whole)
 
     def reserve(
         self, job: JobRecord, station: StationView, gpus: Iterable[GpuState] | None = None
@@ -283,9 +327,14 @@ class SharingPolicy:
             return self._whole_gpus(job, demand, [h.gpu for h in hosts])
         options: list[Choice] = []
         idle_whole = sum(h.idle_whole for h in hosts)
-        # The idle GPUs the jobs just behind will need: taking one of those costs them.
-        keep_idle = bool(idle_whole) and not demand.heavy and behind() >= idle_whole
-        memory = demand.memory_mib
+        # The idle GPUs the jobs just behind will need: taking one of those costs them. A job
+        # whose memory is unknown needs one as much as they do: alone it cannot run short.
+        keep_idle = (
+            bool(idle_whole) and not demand.heavy and not demand.unknown and behind() >= idle_whole
+        )
+        # placed for the room it gets where its figure is unknown
+        admitted = replace(demand, memory_mib=demand.admit_mib) if demand.unknown else demand
+        memory = admitted.memory_mib
         margin = margin_mib(demand)
         load: Workload | None = None  # the job's workload under `load_params`
         load_params: ModelParams | None = None  # (one GPU model on most stations)
@@ -299,20 +348,24 @@ class SharingPolicy:
                     load_params = host.params
                     load = workload(demand.sm_pct, demand.membw_pct, load_params)
                 assert load is not None
-                option = self._shared_option(plan, host, demand, margin, load, job.owner.uid)
+                option = self._shared_option(plan, host, admitted, margin, load, job.owner.uid)
             elif kind == IDLE:
                 if memory > host.room_mib:
                     continue
                 option = self._idle_option(host, keep_idle, demand)
             elif kind == MIG:
-                option = self._mig_option(host.gpu, demand, job.id, host.params)
+                option = self._mig_option(host.gpu, admitted, job.id, host.params)
             else:
                 continue
             if option is not None:
                 options.append(option)
         if not options:
             return None
-        options.sort(key=lambda o: (-o.value, o.rank))
+        if demand.unknown:
+            # where the room is largest: alone on an idle GPU, else the most memory left free
+            options.sort(key=lambda o: (not o.alone, -o.free_mib, -o.value, o.rank))
+        else:
+            options.sort(key=lambda o: (-o.value, o.rank))
         best = options[0]
         if best.value <= 0.0:
             return None  # nowhere gains: waiting for a GPU is better than slowing others
@@ -320,14 +373,25 @@ class SharingPolicy:
         best.alternatives = tuple(shown)
         if best.why is not None:
             best.reason = best.why()
+        if demand.unknown:
+            best.reason += "; " + unknown_reason(demand, best.free_mib, best.alone)
         return best
 
     def _whole_gpus(self, job: JobRecord, demand: Demand, gpus: list[GpuState]) -> Choice | None:
-        # A simulated MIG GPU that is idle can be set whole again.
-        idle = [g for g in gpus if g.idle and (not g.mig_enabled or g.mig_dynamic)]
+        # A simulated MIG GPU that is idle can be set whole again. A GPU too small for the job
+        # is no use to it: a rerun after an OOM needs the largest ones.
+        need = demand.admit_mib
+        idle = [
+            g
+            for g in gpus
+            if g.idle
+            and (not g.mig_enabled or g.mig_dynamic)
+            and g.memory_total_mib - RESERVE_MIB >= need
+        ]
         if len(idle) < job.spec.gpus:
             return None
         chosen = tuple(g.index for g in idle[: job.spec.gpus])
+        room = min(g.memory_total_mib for g in idle[: job.spec.gpus]) - RESERVE_MIB
         why = (
             "after an out-of-memory death it runs alone"
             if demand.source == "after OOM"
@@ -335,7 +399,15 @@ class SharingPolicy:
             if job.spec.gpus > 1
             else "exclusive placement"
         )
-        return Choice(chosen, "exclusive", f"GPU {','.join(map(str, chosen))} idle; {why}")
+        if demand.unknown:
+            why += "; " + unknown_reason(demand, room, True)
+        return Choice(
+            chosen,
+            "exclusive",
+            f"GPU {','.join(map(str, chosen))} idle; {why}",
+            alone=True,
+            free_mib=room,
+        )
 
     def _idle_option(self, host: Host, keep_idle: bool, demand: Demand) -> Choice:
         """The job alone on an idle GPU. Kept for the jobs behind (`keep_idle`): any sharing
@@ -351,6 +423,7 @@ class SharingPolicy:
             where,
             why=lambda: f"{where}; {idle_share_reason(host.gpu, share, demand, mode)}",
             alone=True,
+            free_mib=host.room_mib,  # what it may use alone
             value=KEPT_IDLE_VALUE if keep_idle else 1.0,
             rank=(0.0, index),
         )
@@ -436,6 +509,7 @@ class SharingPolicy:
             f"{verb} {mig.profile} on GPU {gpu.index}: fits {gib(need)}, predicted speed "
             f"{rate:.2f} (isolated: slows nobody)",
             mig,
+            free_mib=mig.memory_mib,  # all it may use
             rate=rate,
             value=rate,
             rank=(0.5 if not carved_new else 2.0, mig.compute_slices, gpu.index),
@@ -462,10 +536,12 @@ class SharingPolicy:
         need = (
             f"needs {job.spec.gpus} idle GPUs"
             if job.spec.gpus > 1 or demand.exclusive
-            else f"needs {gib(demand.memory_mib)} + {gib(margin_mib(demand))} margin and "
+            else f"needs {gib(demand.admit_mib)} + {gib(margin_mib(demand))} margin and "
             f"{demand.sm_pct:.0f}% SM, and a GPU where sharing is predicted to gain"
         )
         parts = [f"waiting ({demand.source} demand: {need})"]
+        if demand.unknown:
+            parts.append(unknown_wait(demand, job.spec.gpus > 1 or demand.exclusive))
         for gpu in station.gpu_states:
             if gpu.lost:
                 parts.append(f"GPU {gpu.index} lost")
@@ -502,7 +578,10 @@ class CarmaPolicy(SharingPolicy):
                     plan.placements.append(cpu_placement(job, cpu_slots.pop(0), station))
                 continue
             demand = demand_of(job, station)
-            impossible = gpu_job_impossible(job.spec.gpus, demand.memory_mib, station, RESERVE_MIB)
+            measured = demand.source == "after OOM"
+            impossible = gpu_job_impossible(
+                job.spec.gpus, demand.memory_mib, station, RESERVE_MIB, measured
+            )
             if impossible:
                 rejections.append(Rejection(job.id, f"the job {impossible}"))
                 continue
@@ -511,7 +590,7 @@ class CarmaPolicy(SharingPolicy):
                 if not runs_as_is(self.ask(job, demand), self.rules, station):
                     continue  # it cannot start before an admin's change: it blocks nobody
                 break  # FIFO without backfilling: the head of the queue blocks the rest
-            plan.take(job, demand, choice, station)
+            plan.take(job, given_room(demand, choice), choice, station)
         return Decision(plan.placements, rejections)
 
     def choose(

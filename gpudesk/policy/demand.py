@@ -13,7 +13,7 @@ import hashlib
 import json
 from dataclasses import dataclass, replace
 
-from gpudesk.units import MIB_PER_GB
+from gpudesk.units import MIB_PER_GB, MIB_PER_GIB
 
 DEFAULT_MEMORY_MIB = 8 * MIB_PER_GB  # a job that says nothing: a fifth of an A100 40GB
 DEFAULT_SM_PCT = 60.0  # ... and most of its SMs, so it is collocated cautiously
@@ -31,6 +31,17 @@ MARGIN_MIB = 2048.0  # an estimated need must fit with this much to spare (CARMA
 # several GiB for most jobs), hence CARMA's 2 GiB for a guess. Assumption: 3 %.
 MEASURED_MARGIN_SHARE = 0.03
 MEASURED_MARGIN_MIN_MIB = 256.0
+# A hint at or above this share of the largest GPU is taken as "unknown" (`hint_unknown`), as is
+# any need above what a GPU offers a job alone. Not a measured figure: the memory estimators clamp
+# their guesses at the GPU's size (the CARMA trace's Horus, FakeTensor and GPUMemNet guesses of
+# 40,000 MB on a 40 GB A100 belong to jobs that peak at 1.5 to 28.6 GB: 4 to 71 %), and issue 39
+# measured the rule at 90 %. On that trace any share from 80 % (above its largest other guess,
+# 32,000 MB) to 98 % places the same jobs. Assumption: 90 %. SIMULATED on that trace it helps
+# under the published model and is mixed where sharing costs more (docs/benchmarks.md, issue 39).
+UNKNOWN_HINT_SHARE = 0.9
+# A job whose figure is unknown is admitted as one that gave none (the default), and may then use
+# all the room it was given: alone, the GPU; beside others, what they left free (its MPS limit).
+UNKNOWN_ADMIT_MIB = DEFAULT_MEMORY_MIB
 
 
 @dataclass(frozen=True)
@@ -40,32 +51,80 @@ class Demand:
     source: str  # "hint", "history", "default", "after OOM"
     exclusive: bool = False  # must run alone (after an OOM, or asked for)
     membw_pct: float | None = None  # DRAM bandwidth share alone, where known
+    # Why its memory figure is not used ("" where it is): a hint above what a GPU offers
+    # (`hint_unknown`). Such a job is placed for the room it gets, not for the figure.
+    unknown: str = ""
 
     @property
     def heavy(self) -> bool:
         return self.sm_pct >= HEAVY_SM_PCT
 
     def after_oom(
-        self, observed_mib: float | None = None, usable_mib: float | None = None
+        self,
+        observed_mib: float | None = None,
+        usable_mib: float | None = None,
+        had_whole: bool = False,
     ) -> Demand:
         """Raised for the next attempt: more memory than it died with, and a GPU to itself.
         Capped at `usable_mib` (what the largest GPU offers a job alone): a job that died
-        sharing gets a whole GPU, which is all a retry can give it. Only a job that died
-        holding all of that already is beyond every GPU, and is then a clear failure."""
+        sharing, or alone under an MPS memory limit, gets a whole GPU, which is all a retry can
+        give it. Only a job that died alone on a whole GPU of the largest size with all its
+        memory (`had_whole`: exclusive, no limit) has a need measured beyond every GPU
+        (`beyond_every_gpu`), and is then a clear failure."""
         memory = self.memory_mib * OOM_GROWTH
         if observed_mib is not None:
             memory = max(memory, observed_mib * OOM_OBSERVED_GROWTH)
-        if usable_mib is not None and (observed_mib is None or observed_mib < usable_mib):
-            memory = min(memory, usable_mib)
-        return replace(self, memory_mib=memory, source="after OOM", exclusive=True)
+        if usable_mib is not None:
+            # alone with all of it, the need is measured: more than it had
+            memory = max(memory, usable_mib * OOM_GROWTH) if had_whole else min(memory, usable_mib)
+        return replace(self, memory_mib=memory, source="after OOM", exclusive=True, unknown="")
+
+    @property
+    def admit_mib(self) -> float:
+        """The memory a placement must find for it: its figure, or `UNKNOWN_ADMIT_MIB` where
+        that is unknown."""
+        return min(self.memory_mib, UNKNOWN_ADMIT_MIB) if self.unknown else self.memory_mib
 
     def to_dict(self) -> dict[str, object]:
+        # `unknown` is told in the placement's reason, not here: this is the wire's DemandView
         return {
             "memory_mib": round(self.memory_mib),
             "sm_pct": round(self.sm_pct, 1),
             "source": self.source,
             "exclusive": self.exclusive,
         }
+
+
+def beyond_every_gpu(demand: Demand, usable_mib: float | None) -> bool:
+    """A need measured beyond what any GPU here offers a job alone: raised after an OOM past
+    `usable_mib` (`Demand.after_oom`). The one memory figure that fails a job: a hint never
+    does (`hint_unknown`)."""
+    return (
+        usable_mib is not None and demand.source == "after OOM" and demand.memory_mib > usable_mib
+    )
+
+
+def hint_unknown(memory_mib: float, source: str, largest_mib: float, usable_mib: float) -> str:
+    """Why a job's memory figure is taken as unknown, or "": above what the largest GPU offers
+    a job alone (`usable_mib`, its memory less the reserve), or, for a hint, at or above
+    `UNKNOWN_HINT_SHARE` of it (`largest_mib`): such a figure is a guess clamped at the GPU's
+    size more often than a need (see the constant). A figure raised after an OOM is measured,
+    never unknown (`beyond_every_gpu`); a peak measured before (history) is unknown only above
+    what a GPU offers alone."""
+    if source == "after OOM" or largest_mib <= 0:
+        return ""
+    if memory_mib > usable_mib:
+        return (
+            f"its {source} of {memory_mib / MIB_PER_GIB:.1f} GiB is above what the largest GPU "
+            f"here offers a job alone ({usable_mib / MIB_PER_GIB:.1f} GiB)"
+        )
+    if source == "hint" and memory_mib >= UNKNOWN_HINT_SHARE * largest_mib:
+        return (
+            f"its hint of {memory_mib / MIB_PER_GIB:.1f} GiB is {memory_mib / largest_mib:.0%} of "
+            f"the largest GPU here (at or above {UNKNOWN_HINT_SHARE:.0%}, a guess clamped at the "
+            "GPU's size more often than a need)"
+        )
+    return ""
 
 
 def margin_mib(demand: Demand) -> float:

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from gpudesk.core.records import JobRecord
-from gpudesk.policy.demand import HEAVY_SM_PCT, Demand, margin_mib
+from gpudesk.policy.demand import HEAVY_SM_PCT, Demand
 from gpudesk.policy.interference import Joining, ModelParams, Workload, workload
 from gpudesk.policy.policy import (
     RESERVE_MIB,
@@ -207,11 +207,10 @@ def placement_of(job: JobRecord, demand: Demand, choice: Choice, station: Statio
     limit: int | None = None
     if choice.mode == "mps" and choice.mps_limits:
         # Alone on a GPU a job may grow into all of it (an underestimate costs nobody); next to
-        # others it may grow into what they left free, never into what they hold.
+        # others it may grow into what they left free (its need and margin fit there: it was
+        # admitted so), never into what they hold.
         limit = math.floor(
-            gpus[0].memory_total_mib - RESERVE_MIB
-            if choice.alone
-            else max(demand.memory_mib + margin_mib(demand), choice.free_mib)
+            gpus[0].memory_total_mib - RESERVE_MIB if choice.alone else choice.free_mib
         )
     # No active-thread cap (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE): a cap is fixed when the client
     # starts and outlives the co-tenants it was meant for, and below a kernel's width it slows

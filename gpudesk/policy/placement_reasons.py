@@ -1,6 +1,6 @@
 """The reasons a placement gives in words: a job collocated (its predicted speed, what its
 co-tenants lose), a job alone on an idle GPU that still shares it, a GPU whose MPS server
-serves another user.
+serves another user, a job whose memory hint was taken as unknown.
 """
 
 from __future__ import annotations
@@ -56,3 +56,31 @@ def mps_serves_other(gpu: GpuState, uid: int | None) -> str:
 
 def foreign_reason(gpu: GpuState, uid: int, shared: str) -> str:
     return f"time-sliced: {mps_serves_other(gpu, uid)}; {shared}"
+
+
+def unknown_reason(demand: Demand, room_mib: float, alone: bool) -> str:
+    """Why a job whose memory figure is unknown (demand.hint_unknown) was placed as it was."""
+    where = (
+        f"it may use the GPU's {gib(room_mib)}"
+        if alone
+        else f"it may use the {gib(room_mib)} its co-tenants left free (its memory limit)"
+    )
+    return (
+        f"memory taken as unknown: {demand.unknown}; started where the room is largest, {where}; "
+        "if it runs out of memory it reruns alone on a whole GPU"
+    )
+
+
+def unknown_wait(demand: Demand, whole: bool) -> str:
+    """How a waiting job whose memory figure is unknown will start."""
+    where = (
+        "it starts on idle GPUs"
+        if whole
+        else "it starts alone on the first idle GPU, or beside others where "
+        f"{gib(demand.admit_mib)} and a margin are free (what a job without a hint is "
+        "admitted for), with all the room left as its memory limit"
+    )
+    return (
+        f"memory taken as unknown: {demand.unknown}; {where}, and reruns alone if it runs "
+        "out of memory"
+    )

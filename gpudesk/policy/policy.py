@@ -8,7 +8,6 @@ be pure: the same queue and station give the same decision, so the simulator can
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar, overload
@@ -16,7 +15,7 @@ from typing import Any, Generic, Protocol, TypeVar, overload
 from gpudesk.core.records import JobRecord
 from gpudesk.core.station import StationConfig
 from gpudesk.policy.interference import PRIOR_MODEL, InterferenceModel
-from gpudesk.units import MIB_PER_GIB, gib
+from gpudesk.units import gib
 
 RESERVE_MIB = 512.0  # kept free on every GPU (driver, fragmentation)
 
@@ -457,26 +456,35 @@ def gpus_missing(wanted: int, station: StationView) -> str | None:
 
 
 def gpu_job_impossible(
-    gpus: int, need_mib: float, station: StationView, kept_free_mib: float = 0.0
+    gpus: int,
+    need_mib: float,
+    station: StationView,
+    kept_free_mib: float = 0.0,
+    measured: bool = False,
 ) -> str | None:
     """Why a job asking for `gpus` GPUs with `need_mib` on each can never run on this station,
     whatever an admin changes on its GPUs (MIG mode, layouts), or None: more GPUs than it has,
-    or more memory than its largest GPU offers whole (every MIG slice offers less). Said
-    without a subject ("asks for ...", "needs ..."). Placement fails such a queued job;
-    submission refuses it. `kept_free_mib` is what a policy keeps free on every GPU."""
+    or a need *measured* (`measured`: raised after it ran out of memory alone on a whole GPU,
+    demand.beyond_every_gpu) above what its largest GPU offers a job alone (every MIG slice
+    offers less). A hint never makes a job impossible: one above what a GPU offers is taken as
+    unknown and the job is placed for the room it gets (demand.hint_unknown). Said without a
+    subject ("asks for ...", "needs ..."). Placement fails such a queued job; submission
+    refuses it. `kept_free_mib` is what a policy keeps free on every GPU."""
     if station.gpu_problem is not None:
         return None  # the GPUs may come back: wait
     too_many = gpus_missing(gpus, station)
     if too_many:
         return too_many
+    if not measured:
+        return None
     # lost GPUs count: one may come back, and a job it would hold waits for it
     # (station_fit.wait_for_change) rather than being refused or failed
     largest = max((g.memory_total_mib for g in station.gpu_states), default=0.0)
     offered = largest - kept_free_mib
     if need_mib > offered:
-        most = math.floor(max(0.0, offered) / MIB_PER_GIB * 10) / 10
         return (
-            f"needs {gib(need_mib)} of GPU memory but the largest GPU here has {gib(largest)} "
-            f"(this station has {describe_gpus(station)}); ask for at most {most:g} GiB"
+            f"ran out of GPU memory alone on a whole GPU: it needs more than {gib(offered)}, "
+            f"and the largest GPU here has {gib(largest)} (this station has "
+            f"{describe_gpus(station)}); it cannot run on this station"
         )
     return None

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from gpudesk.core.jobs import JobState
 from gpudesk.core.records import JobRecord
-from gpudesk.policy.demand import Demand
+from gpudesk.policy.demand import Demand, beyond_every_gpu
 from gpudesk.units import MIB_PER_GIB
 
 OOM_RETRIES = 2  # attempts an out-of-memory death adds to a job's max_attempts
@@ -36,10 +36,13 @@ def ending(
     timed_out: bool,
     oom: str | None,
     after_oom: Callable[[], Demand],
+    usable_mib: float | None = None,
 ) -> Ending:
     """Attempt `attempt_number` of `job` ended with `exit_code` (None: unknown), described by
     `outcome`; `timed_out` when it ran past its time limit, `oom` the log's out-of-memory line
-    (None: none). `after_oom` gives the raised demand, asked only when an OOM is retried."""
+    (None: none). `after_oom` gives the raised demand, asked only when an OOM is retried;
+    `usable_mib` is what the largest GPU offers a job alone: a need measured beyond it fails the
+    job at once, saying so (a hint never does: demand.hint_unknown)."""
     if job.cancel_requested and exit_code != 0:
         return Ending(JobState.CANCELLED, f"cancelled ({outcome})")
     if exit_code == 0:
@@ -54,6 +57,8 @@ def ending(
         # An out-of-memory death is retried whatever max_attempts says: with more memory
         # and a GPU to itself, so the next attempt cannot die the same way or hurt others.
         demand = after_oom()
+        if beyond_every_gpu(demand, usable_mib):
+            return Ending(JobState.FAILED, beyond_message(attempt_number, oom, usable_mib))
         return Ending(
             JobState.QUEUED,
             f"attempt {attempt_number} ran out of GPU memory ({oom}); back in the "
@@ -67,3 +72,14 @@ def ending(
             f"attempt {attempt_number} failed ({outcome}); retrying, {left} left",
         )
     return Ending(JobState.FAILED, outcome)
+
+
+def beyond_message(attempt_number: int, oom: str, usable_mib: float | None) -> str:
+    """Why a job that ran out of memory with all a GPU offers is failed, not retried."""
+    offered = f" ({usable_mib / MIB_PER_GIB:.1f} GiB)" if usable_mib is not None else ""
+    return (
+        f"attempt {attempt_number} ran out of GPU memory ({oom}) holding all the largest GPU "
+        f"here offers a job{offered}: its need, measured, is beyond every GPU of this "
+        "station, so it is not retried. Run it where a GPU has more memory, or make it need less "
+        "(a smaller batch, mixed precision, activation checkpointing)"
+    )

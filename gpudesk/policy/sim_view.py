@@ -28,9 +28,12 @@ def station_view(sim: Simulation) -> StationView:
             ramp = max(1e-6, t.peak_at - max(t.started_at, t.blocked_until))
             used = t.job.peak_memory_mib * min(1.0, elapsed / ramp)
             measured += used
-            # Its memory stops growing at its peak; the engine's rule takes it from there.
+            # Its memory stops growing at its peak; the engine's rule takes it from there. Until
+            # then it holds what its placement assumed, as in the engine (live_attempt): for a
+            # job whose hint was taken as unknown, the room it was given.
+            placed = t.placed.demand
             reserved = reservation(
-                t.demand.memory_mib,
+                float(placed["memory_mib"]) if placed else t.demand.memory_mib,
                 used,
                 sim.now - t.peak_at if t.peak_at <= sim.now else 0.0,
             )

@@ -35,7 +35,7 @@ from gpudesk.core.mig_profiles import (
 )
 from gpudesk.core.records import JobRecord
 from gpudesk.core.station import StationConfig
-from gpudesk.policy.demand import PEAK_SETTLED_S, Demand
+from gpudesk.policy.demand import PEAK_SETTLED_S, Demand, beyond_every_gpu
 from gpudesk.policy.interference import (
     DEFAULT_PARAMS,
     InterferenceModel,
@@ -407,14 +407,23 @@ class Simulation:
     def _crash(self, run: SimRun) -> None:
         self.ooms += 1
         observed = min(run.job.peak_memory_mib, run.limit_mib or self.model.memory_total_mib)
+        had_whole = run.placed.mode == "exclusive"  # every GPU here is the largest
         self._stop(run, "oom")
         if run.attempts >= MAX_ATTEMPTS:
             run.lost = True
             self.lost_why[run.job.id] = f"out of memory {run.attempts} times"
             return
         # Capped where the engine caps it (attempts.py): at what the GPU offers a job alone,
-        # so a job that died sharing is retried alone rather than lost as "too big".
-        run.demand = run.demand.after_oom(observed, self.model.memory_total_mib - RESERVE_MIB)
+        # so a job that died sharing is retried alone rather than lost as "too big"; only a
+        # need measured beyond that fails it, as the engine's retry rule does.
+        usable = self.model.memory_total_mib - RESERVE_MIB
+        run.demand = run.demand.after_oom(observed, usable, had_whole)
+        if beyond_every_gpu(run.demand, usable):
+            run.lost = True
+            self.lost_why[run.job.id] = (
+                "ran out of memory holding all a GPU offers: its measured need is beyond every GPU"
+            )
+            return
         run.work_done = 0.0
         self.queue.append(run)
         self.queue.sort(key=lambda r: r.record.id)

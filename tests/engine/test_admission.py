@@ -1,7 +1,8 @@
 """Admission on a simulated DGX Station A100 with GPU 3 in MIG mode: a job the station could
-never run is refused at submit in one paragraph saying what the station has, and nothing is
-stored; one that fits only after an admin's change (leaving MIG mode) is accepted, its reason
-names the change, and no GPU is held for it meanwhile."""
+never run (more GPUs than it has) is refused at submit in one paragraph saying what the station
+has, and nothing is stored (a memory hint never refuses a job); one that fits only after an
+admin's change (leaving MIG mode) is accepted, its reason names the change, and no GPU is held
+for it meanwhile."""
 
 from __future__ import annotations
 
@@ -16,7 +17,6 @@ import pytest
 from conftest import EngineHandle, wait_for
 from test_cli import gpudesk, start_interruptible_run, write_profile
 
-from gpudesk.api.errors import EngineError
 from gpudesk.cli.job_detail import FIELD_INDENT
 from gpudesk.engine.requests import CHANGE_CHECKS
 from gpudesk.paths import Home
@@ -62,22 +62,19 @@ def test_more_gpus_than_the_station_has_is_refused_at_submit_saying_what_it_has(
     assert stored(mig_station) == []
 
 
-def test_more_memory_than_any_gpu_offers_is_refused_at_submit_and_nothing_is_stored(
+def test_a_memory_hint_above_every_gpu_is_accepted_and_taken_as_unknown(
     mig_station: EngineHandle,
 ) -> None:
-    # more than any GPU offers, even whole: no admin's change makes room for it
-    message = refused("--gpus", "1", "--mem", "41", "--", "true")
-    assert "needs 41.0 GiB of GPU memory but the largest GPU here has 39.6 GiB" in message
-    assert STATION_HAS in message and "ask for at most 39" in message, message
-    assert stored(mig_station) == []
-    # a request with one such job among others is refused whole
-    with pytest.raises(EngineError, match=r"needs 41\.0 GiB") as whole:
-        mig_station.submit(
-            {"name": "fits", "command": ["true"], "gpus": 1, "memory_gb": 4},
-            {"name": "huge", "command": ["true"], "gpus": 1, "memory_gb": 41},
-        )
-    assert "nor the 1 other job" in str(whole.value)
-    assert stored(mig_station) == []
+    """A hint is a hint (issue 39): more than any GPU offers is no reason to refuse a job. It
+    is taken as unknown and starts alone on an idle whole GPU (never a MIG slice first)."""
+    accepted = gpudesk("submit", "--gpus", "1", "--mem", "41", "--", "true")
+    assert accepted.returncode == 0, accepted.stdout + accepted.stderr
+    (job,) = [j["id"] for j in stored(mig_station)]
+    (done,) = mig_station.wait_all_done([job])
+    assert done.state == "succeeded"
+    placement = mig_station.show(job).attempts[0].placement
+    assert placement.gpus[0] in (0, 1, 2) and placement.mig_slice is None
+    assert "memory taken as unknown: its hint of 41.0 GiB" in placement.reason
 
 
 def submit_four(engine: EngineHandle) -> int:

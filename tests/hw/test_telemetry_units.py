@@ -457,8 +457,9 @@ def test_fifo_gpu_jobs_do_not_overtake_and_lost_gpus_are_skipped() -> None:
 def test_fifo_rejects_impossible_gpu_jobs_but_waits_while_gpus_are_unreadable() -> None:
     station = gpu_station(2)
     decision = FifoPolicy().place([record(1, gpus=3), record(2, gpus=1, memory_gb=80.0)], station)
-    reasons = [r.reason for r in decision.rejections]
-    assert "only 2" in reasons[0] and "largest GPU here has 39.6 GiB" in reasons[1]
+    (reason,) = [r.reason for r in decision.rejections]
+    assert "only 2" in reason  # an 80 GB hint is no reason: whole GPUs, one each, anyway
+    assert [p.job_id for p in decision.placements] == [2]
     blind = StationView(StationConfig(), cores=2, backend="nvml", gpu_problem="no driver")
     assert FifoPolicy().place([record(1, gpus=1)], blind).rejections == []
     assert "cannot be read" in FifoPolicy().explain_wait(record(1, gpus=1), [], blind)

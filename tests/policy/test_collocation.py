@@ -211,12 +211,14 @@ def test_a_running_jobs_reservation_follows_its_measured_peak_once_settled() -> 
     assert usage.gpu_memory_peak_at == 11.0
 
 
-def test_impossible_jobs_are_rejected_with_a_reason() -> None:
+def test_impossible_jobs_are_rejected_with_a_reason_a_big_hint_is_not() -> None:
     view = station(gpu(0), gpu(1))
     decision = SharingPolicy("auto").place([job(1, 50, 10), job(2, 4, 10, gpus=3)], view)
-    reasons = [r.reason for r in decision.rejections]
-    assert "needs 50.0 GiB of GPU memory but the largest GPU here has 40.0 GiB" in reasons[0]
-    assert "asks for 3 GPUs but this station has only 2" in reasons[1]
+    (reason,) = [r.reason for r in decision.rejections]
+    assert "asks for 3 GPUs but this station has only 2" in reason
+    # a 50 GB hint on 40 GiB GPUs is a hint: taken as unknown, the job starts alone
+    (placed,) = decision.placements
+    assert placed.job_id == 1 and "memory taken as unknown" in placed.reason
 
 
 def test_carma_blocks_on_the_head_of_the_queue_and_uses_measured_memory() -> None:
@@ -355,10 +357,16 @@ def test_an_oom_re_estimate_is_capped_at_a_whole_gpu() -> None:
     oomed = station(gpu(0), demands={1: raised})
     (alone,) = SharingPolicy("auto").place([job(1, 27, 50)], oomed).placements
     assert alone.mode == "exclusive"
-    # died holding a whole GPU already: beyond every GPU here, a clear failure
-    beyond = Demand(27 * GIB, 50, "hint").after_oom(observed_mib=usable, usable_mib=usable)
+    # died alone under an MPS limit of all but the reserve: a whole GPU is still more
+    limited = Demand(27 * GIB, 50, "hint").after_oom(observed_mib=usable, usable_mib=usable)
+    assert limited.exclusive and limited.memory_mib == usable
+    # died alone on a whole GPU with all its memory: beyond every GPU here, a clear failure
+    beyond = Demand(usable, 50, "after OOM", exclusive=True).after_oom(
+        observed_mib=usable, usable_mib=usable, had_whole=True
+    )
     decision = SharingPolicy("auto").place([job(1, 27, 50)], station(gpu(0), demands={1: beyond}))
-    assert decision.placements == [] and "needs" in decision.rejections[0].reason
+    assert decision.placements == []
+    assert "ran out of GPU memory alone on a whole GPU" in decision.rejections[0].reason
 
 
 def test_known_peaks_earn_a_smaller_margin_so_dlrm_and_resnet152_share() -> None:

@@ -116,6 +116,8 @@ def test_a_job_only_a_lost_gpu_holds_waits_for_it_instead_of_being_refused() -> 
     # every GPU lost: nothing is refused for its memory (a 0 GiB job least of all)
     gone = _station(lost, GpuState(1, "GPU-1", 40 * GIB, lost=True))
     assert gpu_job_impossible(1, 0.0, gone) is None
-    # more than even the lost GPU has is still refused, its size named
-    refused = gpu_job_impossible(1, 100 * GIB, view)
+    # a hint above even the lost GPU is no reason to refuse (it is taken as unknown); a need
+    # measured beyond it (an OOM alone on a whole GPU) is, its size named
+    assert gpu_job_impossible(1, 100 * GIB, view) is None
+    refused = gpu_job_impossible(1, 100 * GIB, view, measured=True)
     assert refused is not None and "the largest GPU here has 80.0 GiB" in refused

@@ -25,8 +25,9 @@ def check_station_fits(
     specs: Sequence[JobSpec], telemetry: TelemetrySink, scheduler: Scheduler
 ) -> None:
     """Refuse, at once and whole, jobs this station could never run, whatever an admin
-    changes on its GPUs: more GPUs than it has, more memory than its largest GPU offers
-    (placement.policy.gpu_job_impossible). They could only wait and then fail. A job that
+    changes on its GPUs: more GPUs than it has (placement.policy.gpu_job_impossible). They
+    could only wait and then fail. A memory hint is never a reason: one above what a GPU
+    offers is taken as unknown (policy.demand.hint_unknown) and the job runs. A job that
     fits only after such a change (leaving MIG mode on a GPU) is accepted and waits, its
     reason naming the change (placement.station_fit). Not while the GPUs cannot be read
     (they may come back): placement fails an impossible job then."""
@@ -41,7 +42,7 @@ def check_station_fits(
         if not spec.gpus:
             continue
         need = spec.memory_gb * MIB_PER_GB if spec.memory_gb is not None else 0.0
-        impossible = gpu_job_impossible(spec.gpus, need, view, kept_free)
+        impossible = gpu_job_impossible(spec.gpus, need, view, kept_free, measured=False)
         if impossible:
             others = len(specs) - 1
             raise ProtocolError(
