@@ -10,9 +10,13 @@ import textwrap
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gpudesk.text import printable
 from gpudesk.units import watt_hours
+
+if TYPE_CHECKING:
+    from gpudesk.api.models import RemainingView
 
 
 def duration(seconds: float | None) -> str:
@@ -291,3 +295,37 @@ def table_width() -> int | None:
     if os.environ.get("COLUMNS", "").strip() or sys.stdout.isatty():
         return terminal_width()
     return None
+
+
+def remaining_text(r: RemainingView) -> str:
+    """A running job's remaining time and where it came from: "~12 min (from its progress:
+    480/1000 at 0.67/s)", from its command family's history, or unknown and why."""
+    if r.source == "progress" and r.seconds is not None and r.done is not None:
+        rate = f" at {r.rate_per_s:.3g}/s" if r.rate_per_s is not None else ""
+        return f"~{_about(r.seconds)} (from its progress: {r.done:g}/{r.total or 0:g}{rate})"
+    if r.source == "history" and r.seconds is not None and r.typical_s is not None:
+        return (
+            f"~{_about(r.seconds)} (from its command family's history: its runs take "
+            f"{_about(r.typical_s)}, it has run {_about(r.elapsed_s or 0.0)})"
+        )
+    if r.done is not None and r.total is not None:
+        progress = f"its progress {r.done:g}/{r.total:g}, its rate not measured yet"
+    elif r.done is not None:
+        progress = "its progress lines give no TOTAL"
+    else:
+        progress = "no progress DONE/TOTAL lines"
+    if r.typical_s is not None and r.elapsed_s is not None:
+        return (
+            f"unknown ({progress}; it has run {_about(r.elapsed_s)}, past its command "
+            f"family's {_about(r.typical_s)})"
+        )
+    return f"unknown ({progress}, and no finished run of its command family)"
+
+
+def _about(seconds: float) -> str:
+    """An estimate's duration, as round as it is good: "45 s", "12 min", "3.5 h"."""
+    if seconds < 90:
+        return f"{max(seconds, 0.0):.0f} s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"

@@ -84,6 +84,9 @@ from gpudesk.core.wire.jobs import (
     PlacementView as PlacementView,
 )
 from gpudesk.core.wire.jobs import (
+    RemainingView as RemainingView,
+)
+from gpudesk.core.wire.jobs import (
     SeriesPoints as SeriesPoints,
 )
 from gpudesk.core.wire.jobs import (
@@ -302,6 +305,7 @@ __all__ = [
     "PlanLeftOut",
     "PlanSlice",
     "ProcessView",
+    "RemainingView",
     "SettingChange",
     "SettingNotApplied",
     "SettingValue",

@@ -107,6 +107,9 @@ def _run_lines(data: JobDetail, width: int) -> list[str]:
         )
     if data.waiting:  # the reason says "waiting ...", "held: ...", "pending in Slurm ..."
         lines.append(render.fill(f"  why        {data.waiting}", width, FIELD_INDENT))
+    if data.remaining is not None:
+        text = render.remaining_text(data.remaining)
+        lines.append(render.fill(f"  remaining  {text}", width, FIELD_INDENT))
     return lines
 
 

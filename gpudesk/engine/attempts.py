@@ -436,12 +436,13 @@ class Attempts:
             ended_at=record.ended_at if record else None,
             demand=raised.to_dict() if raised else None,
         )
-        if (
-            ending.state is JobState.SUCCEEDED
-            and usage is not None
-            and usage.gpu_memory_peak_mib is not None
-        ):
-            self.demands.remember(job, usage)
+        self.demands.ended(
+            job,
+            attempt,
+            usage,
+            _run_s(live, watched, ended_at),
+            ending.state is JobState.SUCCEEDED,
+        )
         self.live.pop(attempt.id, None)  # only once the outcome is stored
         self.track()
         self.telemetry.finish(attempt.id)
@@ -557,3 +558,13 @@ class Attempts:
         gpus = [int(i) for i in attempt.placement.get("gpus", ())]
         largest = max(totals.values(), default=0.0)
         return bool(gpus) and all(totals.get(i, 0.0) >= largest for i in gpus)
+
+
+def _run_s(live: LiveAttempt, watched: bool, ended_at: float) -> float | None:
+    """How long an ended attempt ran: on CLOCK_BOOTTIME where it ended while this engine
+    watched (it is settled within a loop's turn of its end), else by its wall-clock start and
+    end, as `ran_past_limit` reads them."""
+    if watched and live.started_boot is not None:
+        return live.elapsed_s()
+    started = live.attempt.started_at
+    return None if started is None else ended_at - started

@@ -367,6 +367,11 @@ class Engine:
             ("slurm", self.slurm.step),
             ("metrics", self.metrics.step),
             ("learning", self.learning.step),
+            # settled peaks into their command family's history (engine/job_demand.py)
+            (
+                "family",
+                lambda: self.attempts.demands.watch(self.attempts, self.telemetry.monitor.usage),
+            ),
             ("mps", self.check_mps),
             ("loaders", self.check_loaders),
             ("logcap", self.logcap.check),

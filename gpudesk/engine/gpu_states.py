@@ -31,6 +31,8 @@ class RunningAttempt:
     sm_pct: float
     peak_known: bool = False  # its demand was a peak measured by earlier runs
     uid: int | None = None  # its job's owner (an MPS server serves one uid at a time)
+    remaining_s: float | None = None  # its remaining time (None: unknown; policy/remaining.py)
+    remaining_source: str = "unknown"  # ... from its "progress", its family's "history"
 
 
 def tenants_by_gpu(
@@ -58,6 +60,8 @@ def tenants_by_gpu(
                     attempt.sm_pct,
                     attempt.mig_slice,
                     uid=attempt.uid,
+                    remaining_s=attempt.remaining_s,
+                    remaining_source=attempt.remaining_source,
                 )
             )
     return tenants

@@ -26,11 +26,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from gpudesk.core.mig_profiles import compute_slices, memory_slices, table_for_gpu
+from gpudesk.core.records import JobRecord
 from gpudesk.engine import runner
 from gpudesk.engine.attempts import Attempts
 from gpudesk.engine.env_seconds import env_seconds
 from gpudesk.engine.live_attempt import LiveAttempt
-from gpudesk.engine.progress import ProgressReader
+from gpudesk.engine.progress import ProgressLine, ProgressReader
 from gpudesk.engine.station.telemetry_sink import TelemetrySink
 from gpudesk.engine.store.database import Store
 from gpudesk.engine.store.model_params import AloneRate, StoredObservation
@@ -47,6 +48,7 @@ from gpudesk.policy.interference import (
 )
 from gpudesk.policy.observation_wire import observation_from_json, observation_to_json
 from gpudesk.policy.progress_intervals import Interval, Placed, Progress, Tenancy, tenancies
+from gpudesk.policy.remaining import RecentProgress, Remaining, estimate
 
 log = logging.getLogger("gpudesk.engine")
 
@@ -101,6 +103,10 @@ class StationLearning:
         self.model = InterferenceModel(self.learner)
         self.alone: dict[str, AloneRate] = store.alone_rates()
         self.trackers: dict[int, Tracker] = {}
+        # every running attempt's recent progress (its remaining time), and the log readers of
+        # those that are not tracked for learning (multi-GPU, CPU)
+        self.recent: dict[int, RecentProgress] = {}
+        self.readers: dict[int, ProgressReader] = {}
         self.counts = LearningCounts()
         self._next_at = 0.0
         self._seen: frozenset[int] = frozenset()
@@ -197,29 +203,64 @@ class StationLearning:
     # ------------------------------------------------------- watching progress
     def step(self) -> None:
         """Read new progress and close the intervals whose tenancy changed: at most once a
-        telemetry interval, and at once when attempts started or ended."""
+        telemetry interval, and at once when attempts started or ended. Every running
+        attempt's recent progress is kept for its remaining time (`recent`); only single-GPU
+        attempts' intervals teach the model."""
         now = time.monotonic()
-        live = [a for a in self.attempts if len(a.gpus) == 1 and a.mode != "cpu"]
-        seen = frozenset(a.attempt.id for a in live)
+        every = list(self.attempts)
+        live = [a for a in every if len(a.gpus) == 1 and a.mode != "cpu"]
+        seen = frozenset(a.attempt.id for a in every)
         if now < self._next_at and seen == self._seen:
             return
         self._next_at = now + self.telemetry.station.config.sample_interval
         self._seen = seen
         tenancies = self._tenancies(live)
-        for attempt_id in [i for i in self.trackers if i not in seen]:
+        learning = frozenset(a.attempt.id for a in live)
+        for attempt_id in [i for i in self.trackers if i not in learning]:
             # ended: its last interval ends at its last progress line
             self._close(self.trackers.pop(attempt_id))
+        for gone in [i for i in self.recent if i not in seen]:
+            self.recent.pop(gone)
+            self.readers.pop(gone, None)
         for attempt in live:
             tenancy = tenancies[attempt.attempt.id]
             tracker = self.trackers.get(attempt.attempt.id) or self._tracker(attempt, tenancy)
             if tracker is None:
                 continue
             self.trackers[attempt.attempt.id] = tracker
-            for done in tracker.reader.read():
-                tracker.progress.add(now, done)
+            lines = tracker.reader.read_lines()
+            for line in lines:
+                tracker.progress.add(now, line.done)
+            recent = self._recent(attempt.attempt.id, now, lines)
             if tracker.progress.tenancy != tenancy:
                 self._close(tracker)
                 tracker.progress.tenancy = tenancy
+                recent.restart()  # its rate from now on is under the new tenancy
+        for attempt in every:
+            if attempt.attempt.id not in learning:
+                reader = self.readers.get(attempt.attempt.id) or self._reader(attempt)
+                if reader is not None:
+                    self.readers[attempt.attempt.id] = reader
+                    self._recent(attempt.attempt.id, now, reader.read_lines())
+
+    def remaining(self, attempt: LiveAttempt) -> Remaining:
+        """A running attempt's remaining time: from its recent progress, else its command
+        family's mean run time, else unknown (gpudesk.policy.remaining)."""
+        return estimate(
+            self.recent.get(attempt.attempt.id),
+            self.attempts.demands.typical_s(attempt.attempt.job_id),
+            attempt.elapsed_s(),
+            time.monotonic(),  # the clock its progress was read on
+        )
+
+    def _recent(self, attempt_id: int, now: float, lines: list[ProgressLine]) -> RecentProgress:
+        """The attempt's recent progress, with what its log gained now: the latest DONE placed
+        at this read (a batch read at once has one time), the latest TOTAL kept."""
+        recent = self.recent.setdefault(attempt_id, RecentProgress())
+        if lines:
+            total = next((line.total for line in reversed(lines) if line.total), None)
+            recent.add(now, lines[-1].done, total)
+        return recent
 
     def _workload(self, attempt: LiveAttempt) -> Workload:
         demand = attempt.attempt.placement.get("demand") or {}
@@ -270,20 +311,19 @@ class StationLearning:
                     return compute_slices(device["name"]), memory_slices(device["name"], table)
         return 0, 0
 
+    def _reader(self, attempt: LiveAttempt) -> ProgressReader | None:
+        try:
+            job = self.store.job(attempt.attempt.job_id)
+        except Exception:
+            return None
+        return _log_reader(attempt, job)
+
     def _tracker(self, attempt: LiveAttempt, tenancy: Tenancy) -> Tracker | None:
         try:
             job = self.store.job(attempt.attempt.job_id)
         except Exception:
             return None
-        path = attempt.attempt.log_path
-        # an attempt this engine started is read from its start; one re-adopted after a restart
-        # from now on (its earlier tenancy is unknown)
-        owner_uid = runner.log_owner_uid(job.owner)
-        reader = (
-            ProgressReader(path, 0, owner_uid)
-            if attempt.is_child
-            else ProgressReader.from_end(path, owner_uid)
-        )
+        reader = _log_reader(attempt, job)
         return Tracker(
             attempt.attempt.id,
             job.id,
@@ -347,3 +387,13 @@ class StationLearning:
         runs = old.runs if old else 0
         mean = (old.rate * runs + rate) / (runs + 1) if old else rate
         self.alone[key] = AloneRate(mean, runs + 1, time.time())
+
+
+def _log_reader(attempt: LiveAttempt, job: JobRecord) -> ProgressReader:
+    """A reader of the attempt's log: one this engine started is read from its start; one
+    re-adopted after a restart from now on (its earlier tenancy is unknown)."""
+    owner_uid = runner.log_owner_uid(job.owner)
+    path = attempt.attempt.log_path
+    if attempt.is_child:
+        return ProgressReader(path, 0, owner_uid)
+    return ProgressReader.from_end(path, owner_uid)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from gpudesk.core.records import AttemptRecord
 from gpudesk.engine.gpu_states import RunningAttempt
 from gpudesk.hw import boottime
+from gpudesk.policy.remaining import UNKNOWN, Remaining
 
 
 @dataclass
@@ -62,7 +63,8 @@ class LiveAttempt:
         value = self.attempt.placement.get("mig_slice")
         return str(value) if value else None
 
-    def running(self) -> RunningAttempt:
+    def running(self, remaining: Remaining = UNKNOWN) -> RunningAttempt:
+        """As placement sees it, with its remaining time (engine/learning.py `remaining`)."""
         demand = self.attempt.placement.get("demand") or {}
         return RunningAttempt(
             attempt_id=self.attempt.id,
@@ -74,6 +76,8 @@ class LiveAttempt:
             sm_pct=float(demand.get("sm_pct", 0.0)),
             peak_known=demand.get("source") == "history",
             uid=self.uid,
+            remaining_s=remaining.seconds,
+            remaining_source=remaining.source,
         )
 
 

@@ -1,33 +1,51 @@
 """Progress lines in a job's output: the convention a job follows so the engine can tell how
-fast it runs under each placement (docs/interference.md, "Learning on the station").
+fast it runs under each placement (docs/interference.md, "Learning on the station") and how long
+it has left ("Remaining time").
 
 A job prints, on a line of its own, `progress DONE` or `progress DONE/TOTAL` (`progress 120/1000`),
-DONE counting steps or samples from the start of the run; only the rate at which DONE grows
-matters. `ProgressReader` reads what the job wrote since the last call, cheaply: only new bytes,
-at most `MAX_READ_BYTES` per call (a job that floods its output is read from its newest bytes),
-lines longer than `MAX_LINE_BYTES` skipped, bytes that are not UTF-8 tolerated.
+DONE counting steps or samples from the start of the run, TOTAL (optional) the work the run will
+do in the same unit. Learning needs only the rate at which DONE grows; the remaining time needs
+TOTAL too (gpudesk.policy.remaining). `ProgressReader` reads what the job wrote since the last
+call, cheaply: only new bytes, at most `MAX_READ_BYTES` per call (a job that floods its output is
+read from its newest bytes), lines longer than `MAX_LINE_BYTES` skipped, bytes that are not UTF-8
+tolerated.
 """
 
 from __future__ import annotations
 
 import os
 import re
+from typing import NamedTuple
 
 from gpudesk.untrusted import open_untrusted
 
 MAX_READ_BYTES = 256 * 1024
 MAX_LINE_BYTES = 4096
 PROGRESS_LINE = re.compile(
-    rb"^\s*progress\s+([0-9]+(?:\.[0-9]+)?)(?:\s*/\s*[0-9]+(?:\.[0-9]+)?)?\s*$"
+    rb"^\s*progress\s+([0-9]+(?:\.[0-9]+)?)(?:\s*/\s*([0-9]+(?:\.[0-9]+)?))?\s*$"
 )
+
+
+class ProgressLine(NamedTuple):
+    done: float
+    total: float | None  # None: the line gave no TOTAL (or a TOTAL of 0, which means none)
+
+
+def parse_progress_line(line: bytes) -> ProgressLine | None:
+    """DONE and TOTAL from one progress line, None for any other line."""
+    if len(line) > MAX_LINE_BYTES:
+        return None
+    match = PROGRESS_LINE.match(line)
+    if not match:
+        return None
+    total = float(match.group(2)) if match.group(2) is not None else None
+    return ProgressLine(float(match.group(1)), total or None)
 
 
 def parse_progress(line: bytes) -> float | None:
     """DONE from one progress line, None for any other line."""
-    if len(line) > MAX_LINE_BYTES:
-        return None
-    match = PROGRESS_LINE.match(line)
-    return float(match.group(1)) if match else None
+    parsed = parse_progress_line(line)
+    return parsed.done if parsed else None
 
 
 class ProgressReader:
@@ -52,6 +70,11 @@ class ProgressReader:
         return cls(path, size, owner_uid)
 
     def read(self) -> list[float]:
+        """The DONE of each progress line the log gained."""
+        return [line.done for line in self.read_lines()]
+
+    def read_lines(self) -> list[ProgressLine]:
+        """Each progress line the log gained, DONE and TOTAL."""
         # never through a link, never blocking on a FIFO, only the owner's regular file: what
         # is not is read as nothing (UntrustedFileError is an OSError)
         try:
@@ -75,14 +98,14 @@ class ProgressReader:
         self.offset += len(data)
         return self._lines(data)
 
-    def _lines(self, data: bytes) -> list[float]:
+    def _lines(self, data: bytes) -> list[ProgressLine]:
         *complete, rest = data.split(b"\n")
         values = []
         for line in complete:
             if self._skipping:
                 self._skipping = False  # the end of the skipped line
                 continue
-            value = parse_progress(self._partial + line)
+            value = parse_progress_line(self._partial + line)
             self._partial = b""
             if value is not None:
                 values.append(value)

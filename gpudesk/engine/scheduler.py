@@ -130,7 +130,7 @@ class Scheduler:
             backend=monitor.backend.name,
             gpu_states=gpu_states(
                 monitor,
-                [a.running() for a in live],
+                [a.running(self.learning.remaining(a)) for a in live],
                 self.telemetry.lost_gpus,
                 self.mps.usable,
             ),
@@ -146,7 +146,7 @@ class Scheduler:
         """Queued jobs whose demand is not just their own hints: raised after an OOM, or
         completed by what earlier runs measured. The policy derives every other job's demand
         from its hints itself, so a long queue costs nothing here."""
-        history = self.attempts.demands.history
+        history = self.attempts.demands.known
         return {
             job.id: self.attempts.demands.of(job)
             for job in self.queue.placeable()

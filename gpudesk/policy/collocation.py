@@ -288,13 +288,21 @@ class SharingPolicy:
         waits for the GPUs it can use. None at all where too few could run it
         (station_fit.runs_as_is): it waits for an admin's change, not for GPUs to drain."""
         ask = self.ask(job, demand_of(job, station))
-        usable = sorted(
-            (
-                g
-                for g in (station.gpu_states if gpus is None else gpus)
-                if room_once_drained(g, ask.whole, self.rules, station) >= ask.memory_mib
-            ),
-            key=lambda g: (g.sm_demand_pct, len(g.tenants), g.index),
+        usable = [
+            g
+            for g in (station.gpu_states if gpus is None else gpus)
+            if room_once_drained(g, ask.whole, self.rules, station) >= ask.memory_mib
+        ]
+        # the GPUs that drain first where every candidate's tenants say when they end (their
+        # progress or their command family's history), else the least loaded
+        by_drain = all(g.drains_in_s is not None for g in usable)
+        usable.sort(
+            key=lambda g: (
+                (g.drains_in_s or 0.0) if by_drain else 0.0,
+                g.sm_demand_pct,
+                len(g.tenants),
+                g.index,
+            )
         )
         need = max(1, job.spec.gpus)
         return {g.index for g in usable[:need]} if len(usable) >= need else set()

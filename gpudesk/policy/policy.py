@@ -57,6 +57,10 @@ class Tenant:
     membw_pct: float | None = None  # DRAM bandwidth share alone (None: from its SM share)
     thread_pct: int | None = None  # its MPS active-thread cap, fixed when it started
     uid: int | None = None  # its owner: a GPU's MPS server serves one user at a time
+    # how long it has left (None: unknown) and from what: "progress", "history" or "unknown"
+    # (gpudesk.policy.remaining); which GPU drains first
+    remaining_s: float | None = None
+    remaining_source: str = "unknown"
 
 
 @dataclass(frozen=True)
@@ -101,6 +105,15 @@ class GpuState:
     @_memo
     def sm_demand_pct(self) -> float:
         return sum(t.sm_pct for t in self.tenants)
+
+    @_memo
+    def drains_in_s(self) -> float | None:
+        """When its last tenant is expected to end (0: idle; None: some tenant's remaining time
+        is unknown; gpudesk.policy.remaining)."""
+        times = [t.remaining_s for t in self.tenants]
+        if any(t is None for t in times):
+            return None
+        return max((t for t in times if t is not None), default=0.0)
 
     @_memo
     def tenant_modes(self) -> frozenset[str]:

@@ -79,6 +79,9 @@ def render_summary(job: JobView, detail: JobDetail | None, state: DeskState) -> 
     if waiting:
         text.append("\nwhy: ", style="bold yellow")  # the reason itself says "waiting ..."
         text.append(waiting)
+    remaining = detail.remaining if detail else None
+    if remaining is not None:
+        text.append(f"\nremaining {render.remaining_text(remaining)}")
     if job.reason and job.state != "running":
         text.append(f"\n{job.reason}", style="dim")
     return text

@@ -159,7 +159,8 @@ def _run(
     )
 
     shuffle_rng = np.random.default_rng([args.seed, 1])  # independent of the split's stream
-    counter = StepCounter()
+    # every epoch is one pass in batches (local_batches): TOTAL for the engine's remaining time
+    counter = StepCounter(total=args.epochs * -(-data.n_train // args.batch_size))
     history = train_epochs(
         args.epochs,
         progress,

@@ -223,6 +223,7 @@ def run_station_scenario(driver: StationDriver, subscribed: Callable[[], None]) 
     (failing,) = driver.submit(driver.job("failing", (sys.executable, "-c", "raise SystemExit(3)")))
     (victim,) = driver.submit(driver.job("victim", sleeper(60)))
     driver.wait_state(victim, "running")
+    client.show(victim)  # a running job's remaining time
     client.hold([victim])  # refused: only a queued job can be held
     client.cancel([victim], grace=1.0)
     (held,) = driver.submit(driver.job("held", sleeper(0.2)))

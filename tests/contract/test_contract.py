@@ -126,6 +126,14 @@ def test_the_scenario_covers_what_the_desk_shows(recorded: tuple[Recording, set[
     ]
     # a GPU job of 4 s sampled every 0.2 s: its SM activity, memory and share of the power
     assert series.simulated and series.gpu_sm_pct and series.gpu_memory_mib and series.gpu_power_w
+    # a running job's remaining time, and where it came from
+    remaining = [
+        shown.remaining
+        for e in recording.exchanges
+        if e.op == "show"
+        and (shown := decode_reply(models.JobDetail, e.reply, "show")).remaining is not None
+    ]
+    assert remaining and remaining[0].source in ("progress", "history", "unknown")
 
 
 def test_a_missing_or_unknown_field_fails_to_decode() -> None:

@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import msgspec
 from replay import replay_feed
 
+from gpudesk.api.models import RemainingView
 from gpudesk.screens.job import render_summary
 from gpudesk.screens.state import DeskState
 
@@ -19,3 +21,17 @@ def test_a_waiting_jobs_reason_reads_once() -> None:
         summary = str(render_summary(detail.job, detail, state))
         assert f"\nwhy: {detail.waiting}" in summary, summary
         assert "waiting: waiting" not in summary
+
+
+def test_a_running_jobs_remaining_time_is_shown_with_its_source() -> None:
+    feed = replay_feed()
+    state = DeskState(frame=feed.frames[-1])
+    detail = next(iter(feed.shows.values()))
+    running = msgspec.structs.replace(
+        detail,
+        remaining=RemainingView(
+            seconds=720.0, source="progress", done=480.0, total=1000.0, rate_per_s=0.67
+        ),
+    )
+    summary = str(render_summary(running.job, running, state))
+    assert "\nremaining ~12 min (from its progress: 480/1000 at 0.67/s)" in summary, summary

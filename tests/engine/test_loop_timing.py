@@ -54,6 +54,7 @@ def test_status_carries_the_loops_times_and_counts_each_request(engine: EngineHa
         "slurm",
         "metrics",
         "learning",
+        "family",
         "mps",
         "loaders",
         "logcap",

@@ -194,9 +194,10 @@ def test_short_run_learns_and_reports(slow_runs: dict[str, subprocess.Popen[str]
     assert set(result) == RESULT_KEYS
     assert result["epochs"] == 3 and result["val_acc"] > 0.8
     assert result["best_val_acc"] >= result["val_acc"]
-    # progress lines for the engine (docs/interference.md), on stderr: every 10 steps
+    # progress lines for the engine (docs/interference.md), on stderr: every 10 steps, of
+    # 3 epochs of 23 batches (1438 samples in batches of 64)
     progress = [line for line in done.stderr.splitlines() if line.startswith("progress ")]
-    assert progress[:2] == ["progress 10", "progress 20"], done.stderr
+    assert progress[:2] == ["progress 10/69", "progress 20/69"], done.stderr
     assert result["params"] == (64 * 64 + 64) + (64 * 64 + 64) + (64 * 10 + 10)
     assert result["device"] in {"cpu", "cuda"} and result["samples_per_s"] > 0
     assert result["final_loss"] < 1.0 and result["wall_s"] > 0

@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from typing import TypeAlias
+from typing import Literal, TypeAlias
 
 from gpudesk.core.wire.base import JobStateName, PlacementMode, WireModel
 
@@ -176,8 +176,9 @@ class JobView(WireModel, frozen=True):
 
 
 class DemandView(WireModel, frozen=True):
-    """What placement assumed a job needs, and where the figure came from ("hints",
-    "history", "default", "after OOM")."""
+    """What placement assumed a job needs, and where the figure came from ("hint",
+    "history" (the same command's runs), "family history" (its command family's runs),
+    "default", "after OOM")."""
 
     memory_mib: float
     sm_pct: float
@@ -296,8 +297,23 @@ class JobSeriesView(WireModel, frozen=True):
     gpu_power_w: SeriesPoints
 
 
+class RemainingView(WireModel, frozen=True):
+    """A running job's remaining time (gpudesk.policy.remaining): `seconds` null when unknown;
+    `source` is `progress` (its `progress DONE/TOTAL` lines at its current rate), `history`
+    (its command family's mean run time minus `elapsed_s`) or `unknown`."""
+
+    seconds: float | None
+    source: Literal["progress", "history", "unknown"]
+    done: float | None = None  # its latest progress DONE
+    total: float | None = None  # its latest TOTAL (null: it prints none)
+    rate_per_s: float | None = None  # DONE per second over its recent progress
+    typical_s: float | None = None  # its command family's mean run time
+    elapsed_s: float | None = None  # how long its attempt has run
+
+
 class JobDetail(WireModel, frozen=True):
-    """`show`: a job, its attempts and events, why it waits, what it used."""
+    """`show`: a job, its attempts and events, why it waits, what it used, and while it runs
+    how long it has left."""
 
     job: JobView
     attempts: list[AttemptView]
@@ -307,6 +323,7 @@ class JobDetail(WireModel, frozen=True):
     env: dict[str, str] | None = None  # only when asked for
     tracking: JobRunView | None = None  # a tracked job's MLflow run
     series: JobSeriesView | None = None  # only when asked for
+    remaining: RemainingView | None = None  # a running job's (absent otherwise)
 
 
 class LogChunk(WireModel, frozen=True):

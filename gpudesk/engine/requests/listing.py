@@ -25,6 +25,7 @@ from gpudesk.core.wire.jobs import (
     JobSpecView,
     JobView,
     LogChunk,
+    RemainingView,
     TrackingView,
 )
 from gpudesk.core.wire.requests import JobsArgs, LogArgs, ShowArgs
@@ -199,7 +200,26 @@ class ListingRequests(Requests):
             env=env,
             tracking=parts.tracking.job_view(job, self._sees_secrets(caller, job.owner.uid)),
             series=series,
+            remaining=self._remaining(job) if job.state is JobState.RUNNING else None,
         )
+
+    def _remaining(self, job: JobRecord) -> RemainingView | None:
+        """A job running on the station: its remaining time and where it came from (a job on
+        Slurm has none: its progress is not read)."""
+        learning = self.parts.learning
+        for live in self.parts.attempts:
+            if live.attempt.job_id == job.id:
+                r = learning.remaining(live)
+                return RemainingView(
+                    seconds=r.seconds,
+                    source=r.source,
+                    done=r.done,
+                    total=r.total,
+                    rate_per_s=r.rate_per_s,
+                    typical_s=r.typical_s,
+                    elapsed_s=r.elapsed_s,
+                )
+        return None
 
     def log(self, args: LogArgs, caller: Caller) -> LogChunk | Later[tuple[bytes, int]]:
         """{"job", "attempt"?, "offset"?, "max_bytes"?}: at most `max_bytes` of an attempt's

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 from gpudesk.core.jobs import JobState
 from gpudesk.core.records import EventRecord
+from gpudesk.engine.store.family_backfill import FAMILY_HISTORY_VERSION, backfill_families
 from gpudesk.engine.store.records import read_event
 from gpudesk.engine.store.schema import MIGRATIONS, SCHEMA_VERSION, IncompatibleStore, StoreError
 from gpudesk.text import safe_text
@@ -67,6 +68,8 @@ class StoreConnection:
                 for statement in MIGRATIONS[target - 1].split(";"):
                     if statement.strip():
                         conn.execute(statement)
+                if target == FAMILY_HISTORY_VERSION:  # its rows from what the store holds
+                    backfill_families(conn)
                 conn.execute(f"PRAGMA user_version = {target}")
 
     @contextmanager

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from gpudesk.engine.store.family_history import FamilyHistoryTables
 from gpudesk.engine.store.jobs import JobTables
 from gpudesk.engine.store.listing import JobListing
 from gpudesk.engine.store.model_params import ModelParamTables
@@ -10,8 +11,16 @@ from gpudesk.engine.store.slurm import SlurmTables
 from gpudesk.engine.store.tracking import TrackingTables
 
 
-class Store(SlurmTables, JobTables, JobListing, SampleTables, ModelParamTables, TrackingTables):
+class Store(
+    SlurmTables,
+    JobTables,
+    JobListing,
+    SampleTables,
+    ModelParamTables,
+    TrackingTables,
+    FamilyHistoryTables,
+):
     """All reads and writes of the engine's database: its connection (`StoreConnection`), the
     jobs and attempts (`JobTables`), telemetry and measured demand (`SampleTables`), and the
     interference model's learning (`ModelParamTables`), the MLflow runs (`TrackingTables`), the
-    jobs on Slurm (`SlurmTables`)."""
+    jobs on Slurm (`SlurmTables`), what each command family measured (`FamilyHistoryTables`)."""

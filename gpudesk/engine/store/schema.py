@@ -253,6 +253,23 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX attempts_by_end ON attempts (ended_at);
     CREATE INDEX events_by_kind ON events (kind, id);
     """,
+    # 13: history by command family (gpudesk.policy.command_family: the command with its numeric
+    # values taken out), so a sweep's members share what the first one measured: its peak
+    # memory and SM activity (`runs` runs measured them, recorded once its memory settled) and
+    # its mean run time (`finished` succeeded runs). demand_history (by exact command) stays:
+    # the same command's own peak is placed with a smaller margin. The rows are filled from
+    # what the store already holds (store/family_backfill.py), so no history is lost.
+    """
+    CREATE TABLE family_history (
+        family TEXT PRIMARY KEY,
+        memory_mib REAL,
+        sm_pct REAL,
+        runs INTEGER NOT NULL DEFAULT 0,
+        run_s REAL,
+        finished INTEGER NOT NULL DEFAULT 0,
+        updated_at REAL NOT NULL
+    );
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
