@@ -109,8 +109,8 @@ def test_simulate_fits_80_columns() -> None:
         "  against exclusive",
         "POLICY     MAKESPAN     x  MEAN JCT  P95 JCT  MEAN WAIT  GPU-H   kWh     x",
         "exclusive     7h50m  1.00     2h33m    3h50m      2h06m   30.0  5.57  1.00",
-        "mps           4h38m  0.59    50m45s    1h54m     18m30s   17.6  4.66  0.84",
-        "auto          4h38m  0.59    50m45s    1h54m     18m30s   17.6  4.66  0.84",
+        "mps           4h38m  0.59    49m59s    1h54m     17m34s   17.4  4.66  0.84",
+        "auto          4h38m  0.59    49m59s    1h54m     17m34s   17.4  4.66  0.84",
         "OOM crashes, recoveries, lost and impossible jobs: none under any policy",
         "auto ÷ best forced mode (mps): 1.00 makespan",
     ]
