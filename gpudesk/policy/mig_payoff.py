@@ -19,6 +19,8 @@ kept layout's over the whole horizon, and, where the caller gives a `drain` (the
 `mig_queue_time.layout_drain`), the queue as it is drains no later with the carved layout than
 with the kept one, by the simulator's replay of it: a layout can start more jobs now and still
 make the queue slower (a heavy job squeezed onto a slice runs at its share of the GPU for hours).
+Where the replay says some queued jobs would never start with the kept layout and fewer with the
+carved one, the change is made whatever the rates say.
 Rates are in "GPUs' worth of work": a job alone on a whole GPU runs at 1. Each GPU claims the
 jobs of the layout it keeps or gets, so the next GPU plans for the rest. Held jobs cannot start,
 so they are left out here (the shown plan includes them).
@@ -123,8 +125,16 @@ class LayoutPayoff:
         return self.carved_drain.slower_than(self.kept_drain)
 
     @property
+    def unblocks_the_queue(self) -> bool:
+        """With the current layout some queued jobs never start (no slice holds them, and none
+        frees up for them: the GPU changes only while idle), fewer with the carved one."""
+        if self.kept_drain is None or self.carved_drain is None:
+            return False
+        return self.carved_drain.cannot_run < self.kept_drain.cannot_run
+
+    @property
     def worth(self) -> bool:
-        return self.rate_pays and not self.slows_the_queue
+        return self.unblocks_the_queue or (self.rate_pays and not self.slows_the_queue)
 
     @property
     def claimed(self) -> tuple[int, ...]:
@@ -218,8 +228,11 @@ def choose_layouts(
     """Every idle MIG-mode GPU's planned layout with its payoff, in index order; each GPU plans
     for the jobs the GPUs before it did not claim. The caller changes those whose payoff is
     `worth` (and only where the station allows it: that is not checked here). `drain`: the
-    queue's predicted drain time with a layout, asked (twice: as it is, as planned) only where
-    the rates say the change pays, so that a change the replay says slows the queue is not made."""
+    queue's predicted drain time with a layout, asked twice (as it is, as planned) where the
+    layout would change: a change the replay says slows the queue is not made, and one that
+    lets jobs start that would never start on the current layout is made even where the rates
+    of the jobs it starts now say no (a GPU is changed only while idle: a layout holding none of
+    the waiting jobs' slices would hold them for ever)."""
     left = [job for job in queue if not job.held]
     choices = []
     for gpu in sorted(gpus, key=lambda g: g.index):
@@ -239,7 +252,7 @@ def choose_layouts(
         else:
             carved = carved_starts(gpu, plan, left, params)
         payoff = LayoutPayoff(gpu.index, gpu.current, layout, kept, carved, change_s, horizon_s)
-        if drain is not None and payoff.rate_pays:
+        if drain is not None and carved is not kept:
             kept_drain, carved_drain = drain(gpu, gpu.current, left), drain(gpu, layout, left)
             if kept_drain is not None and carved_drain is not None:
                 payoff = replace(payoff, kept_drain=kept_drain, carved_drain=carved_drain)

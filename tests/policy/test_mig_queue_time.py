@@ -175,14 +175,14 @@ def test_a_change_the_replay_says_slows_the_queue_is_not_made() -> None:
     assert payoff.claimed == tuple(s.job_id for s in payoff.kept)
 
 
-def test_the_drain_is_asked_only_where_the_rates_say_it_pays() -> None:
+def test_the_drain_is_not_asked_where_the_layout_stays() -> None:
     asked: list[tuple[str, ...]] = []
 
     def drain(gpu: GpuMigState, layout: tuple[str, ...], _q: Sequence[QueuedDemand]) -> QueueDrain:
         asked.append(layout)
         return QueueDrain(1.0)
 
-    # one heavy job keeps the whole GPU instance: the rates say no, the replay is not run
+    # one heavy job keeps the whole GPU instance: the planned layout is the one it has
     (choice,) = choose_layouts(
         [h100(current=("7g.80gb",))],
         [demand(1, 20, 80, 60)],
@@ -191,7 +191,27 @@ def test_the_drain_is_asked_only_where_the_rates_say_it_pays() -> None:
         commands_from=PlansOnly(),
         drain=drain,
     )
-    assert not choice.payoff.rate_pays and asked == [] and choice.payoff.kept_drain is None
+    assert not choice.payoff.worth and asked == [] and choice.payoff.kept_drain is None
+
+
+def test_a_layout_on_which_jobs_never_start_is_changed_whatever_the_rates() -> None:
+    """Seven 1g slices hold light jobs but never the 38 GB LoRA queued first: the rates of what
+    each layout starts now favour the slices (the planner's 7g.80gb starts the LoRA alone), but
+    kept, the LoRA never runs (the GPU changes only while idle), so the change is made."""
+    queue = [demand(1, 38, 60, 240), *(demand(i, 2, 10, 15) for i in range(2, 9))]
+    (choice,) = choose_layouts(
+        [h100(current=("1g.10gb",) * 7)],
+        queue,
+        params_for,
+        simulated=True,
+        commands_from=PlansOnly(),
+        drain=layout_drain(Simulation, params_for),
+    )
+    payoff = choice.payoff
+    assert payoff.planned == ("7g.80gb",) and not payoff.rate_pays
+    assert payoff.kept_drain is not None and payoff.kept_drain.cannot_run == 1
+    assert payoff.carved_drain is not None and payoff.carved_drain.cannot_run == 0
+    assert payoff.unblocks_the_queue and payoff.worth
 
 
 def test_light_jobs_ahead_of_a_lora_do_not_get_the_gpu_carved() -> None:
