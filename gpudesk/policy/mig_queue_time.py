@@ -18,7 +18,7 @@ has where the new one would drain the queue later.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Protocol
 
@@ -26,8 +26,14 @@ from gpudesk import render
 from gpudesk.core.wire.mig import QueueTimeView
 from gpudesk.policy.interference import ModelParams
 from gpudesk.policy.mig_payoff import QueueDrain
-from gpudesk.policy.mig_planner import GpuMigState, QueuedDemand
-from gpudesk.policy.queue_trace import QueueTrace, queue_trace
+from gpudesk.policy.mig_planner import (
+    GpuMigState,
+    PlansOnly,
+    QueuedDemand,
+    plan_gpu,
+    simulated_profiles,
+)
+from gpudesk.policy.queue_trace import QueueTrace, model_station, queue_trace
 from gpudesk.policy.sim_records import SimResult
 from gpudesk.policy.trace import Trace
 
@@ -141,6 +147,7 @@ class QueueTimes:
     current: tuple[str, ...] = ()
     current_drain: QueueDrain | None = None  # the layout the GPU has, where it differs
     running: int = 0  # jobs running on the GPU now, not in the replay
+    from_table: bool = False  # MIG mode is off: the layout is planned on the model's table
 
     @property
     def cost_s(self) -> float:
@@ -187,6 +194,11 @@ class QueueTimes:
         """What the figures rest on, beyond the model."""
         qt, jobs = self.trace, len(self.trace.trace.jobs)
         said = [f"{jobs} queued job(s), all started from an idle GPU"]
+        if self.from_table:
+            said.append(
+                "MIG mode is off: the layout is the one the planner would want from the "
+                "model's profile table"
+            )
         if self.running:
             said.append(f"the {self.running} job(s) running on it now are not counted")
         if qt.left_out:
@@ -223,6 +235,24 @@ class QueueTimes:
         )
 
 
+def off_gpu_layout(
+    gpu: GpuMigState, queue: Sequence[QueuedDemand]
+) -> tuple[GpuMigState, tuple[str, ...]] | None:
+    """A GPU whose MIG mode is off and that lists no profiles (a real GPU lists them only in MIG
+    mode): the GPU as its model's profile table would give it, and the layout the planner would
+    want for the queue there, so what MIG would cost is said before anyone turns it on. None
+    for a GPU the simulator has no model of, or that needs no slice."""
+    found = model_station(gpu.name)
+    if found is None or gpu.profiles or gpu.mig_enabled:
+        return None
+    profiles, placements = simulated_profiles(found[1], gpu.index)
+    state = replace(gpu, profiles=profiles, placements=placements)
+    plan = plan_gpu(
+        state, queue, repartition_allowed=False, simulated=True, commands_from=PlansOnly()
+    )
+    return (state, tuple(plan.wanted_profiles)) if plan.wanted else None
+
+
 def queue_times(
     replay: Replay,
     gpu: GpuMigState,
@@ -231,11 +261,16 @@ def queue_times(
     params: ModelParams,
 ) -> QueueTimes | None:
     """The queue's drain time on `gpu` with `layout` (the plan's), with the layout it has where
-    that differs, and whole under MPS and exclusively. None where there is nothing to weigh: no
-    layout, nothing queued, or a GPU the simulator has no model of."""
-    wanted = tuple(layout)
+    that differs, and whole under MPS and exclusively. With no layout, a GPU whose MIG mode is
+    off is weighed with the layout the planner would want on its model's table
+    (`off_gpu_layout`). None where there is nothing to weigh: no layout, nothing queued, or a
+    GPU the simulator has no model of."""
+    wanted, from_table = tuple(layout), False
     if not wanted:
-        return None
+        off = off_gpu_layout(gpu, queue)
+        if off is None:
+            return None
+        (gpu, wanted), from_table = off, True
     mig = drain_time(replay, gpu.name, queue, params, layout=wanted)
     mps = drain_time(replay, gpu.name, queue, params, layout=None, policy="mps")
     exclusive = drain_time(replay, gpu.name, queue, params, layout=None, policy="exclusive")
@@ -255,4 +290,5 @@ def queue_times(
         gpu.current,
         current_drain,
         len(gpu.running_job_ids),
+        from_table,
     )

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from gpudesk.core.gpu_models import STATIONS
+from gpudesk.core.gpu_models import STATIONS, GpuModel
 from gpudesk.core.mig_profiles import table_for_gpu
 from gpudesk.policy.mig_planner import QueuedDemand
 from gpudesk.policy.trace import Trace, TraceJob
@@ -35,18 +35,24 @@ class QueueTrace:
     assumed_run_s: float = UNKNOWN_RUN_S
 
 
-def sim_station_for(gpu_name: str) -> str | None:
-    """The one-GPU simulated station of a GPU's model: its own where the simulator knows the
+def model_station(gpu_name: str) -> tuple[str, GpuModel] | None:
+    """The simulator's station key and model of a GPU: its own where the simulator knows the
     name, else the known model with the same MIG profile table ("NVIDIA H100 PCIe": the H100's);
     None for a GPU the simulator has no model of."""
     table = table_for_gpu(gpu_name)
     for key, (model, _count) in STATIONS.items():
         if model.name == gpu_name:
-            return f"sim:{key}x1"
+            return key, model
     for key, (model, _count) in STATIONS.items():
         if table and table_for_gpu(model.name) is table:
-            return f"sim:{key}x1"
+            return key, model
     return None
+
+
+def sim_station_for(gpu_name: str) -> str | None:
+    """The one-GPU simulated station of a GPU's model (`model_station`)."""
+    found = model_station(gpu_name)
+    return None if found is None else f"sim:{found[0]}x1"
 
 
 def queue_trace(gpu_name: str, queue: Sequence[QueuedDemand]) -> QueueTrace | None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from conftest import EngineHandle, Run, wait_for
@@ -17,6 +18,7 @@ from conftest import EngineHandle, Run, wait_for
 from gpudesk.paths import Home
 from gpudesk.render import duration
 
+FAKES = Path(__file__).resolve().parents[1] / "fakes"
 SLEEP = ["sleep", "120"]  # killed by the home fixture's cleanup
 
 
@@ -80,3 +82,50 @@ def test_many_light_jobs_are_told_mig_saves_them_time(h100: EngineHandle, gpudes
     said = " ".join(out.split())
     assert code == 0 and f"queue time: {times.summary}" in said
     assert "not recommended" not in said
+
+
+def test_a_real_h200_with_mig_off_is_told_what_mig_would_cost(
+    home: Home, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, gpudesk: Run
+) -> None:
+    """A real station (NVML and nvidia-smi the faithful fakes: tests/fakes) with one H200 whose
+    MIG mode is off, as the one lent to this project was: nothing is changed on it, and the plan
+    says what the layout the queue would want on its table would cost the queue."""
+    name, uuid = "NVIDIA H200", "GPU-5a3c1d2e-0000-4000-8000-000000000200"
+    smi_state = tmp_path / "smi.json"
+    gpu = {"name": name, "uuid": uuid, "pci_bus_id": "00000000:19:00.0", "mig_mode": "disabled"}
+    smi_state.write_text(json.dumps({"root": True, "gpus": [{**gpu, "gpu_instances": []}]}))
+    nvml = tmp_path / "nvml.json"
+    nvml.write_text(
+        json.dumps(
+            {
+                "follow_nvidia_smi": True,
+                "gpus": [{"name": name, "uuid": uuid, "memory_total_mib": 143771}],
+            }
+        )
+    )
+    monkeypatch.setenv("GPUDESK_NVIDIA_SMI", str(FAKES / "nvidia-smi"))
+    monkeypatch.setenv("GPUDESK_FAKE_NVIDIA_SMI_STATE", str(smi_state))
+    monkeypatch.setenv("GPUDESK_FAKE_NVIDIA_SMI_LOG", str(tmp_path / "smi-calls.jsonl"))
+    monkeypatch.setenv("PYTHONPATH", str(FAKES / "nvml_shim"))
+    monkeypatch.setenv("GPUDESK_FAKE_NVML", str(nvml))
+    engine = EngineHandle(home)
+    # exclusive: the blocker holds the GPU, the day's jobs stay queued for the plan
+    engine.start(backend="nvml", sample_interval=0.2, policy="exclusive")
+    try:
+        (blocker,) = engine.submit(job("blocker", 8, 50))
+        engine.wait_state(blocker, "running")
+        engine.submit(
+            job("lora", 38, 60), job("vit", 14, 85), *(job(f"light{i}", 2, 10) for i in range(6))
+        )
+        (plan,) = engine.api.mig_plan(0).plans
+        assert (plan.simulated, plan.mig_enabled, plan.wanted) == (False, False, [])
+        times = plan.queue_time
+        assert times is not None and times.layout and times.costs_queue_time
+        assert any("MIG mode is off" in note for note in times.notes)
+        code, out, _ = gpudesk("mig", "plan")
+        said = " ".join(out.split())
+        assert code == 0 and f"queue time: {times.summary}" in said
+        assert json.loads(smi_state.read_text())["gpus"][0]["mig_mode"] == "disabled"
+    finally:
+        engine.stop()
+        engine.client.close()

@@ -142,6 +142,15 @@ def test_the_station_of_a_gpu_by_its_name() -> None:
     assert queue_trace("Tesla V100-SXM2-16GB", LIGHT) is None
 
 
+def test_a_gpu_with_mig_mode_off_is_weighed_on_its_models_table() -> None:
+    """A real H100 with MIG mode off lists no profiles: the layout is planned on the model's
+    table, and the notes say so."""
+    off = GpuMigState(0, "NVIDIA H100 PCIe", "disabled")
+    times = queue_times(Simulation, off, [], MIXED_DAY, DEFAULT_PARAMS)
+    assert times is not None and times.layout == tuple(planned(MIXED_DAY))
+    assert times.costs_queue_time and any("MIG mode is off" in n for n in times.notes())
+
+
 def test_nothing_to_weigh_without_a_layout() -> None:
     assert queue_times(Simulation, h100(), [], MIXED_DAY, DEFAULT_PARAMS) is None
     assert queue_times(Simulation, h100(), ["1g.10gb"], [], DEFAULT_PARAMS) is None
