@@ -148,6 +148,7 @@ class QueueTimes:
     current_drain: QueueDrain | None = None  # the layout the GPU has, where it differs
     running: int = 0  # jobs running on the GPU now, not in the replay
     from_table: bool = False  # MIG mode is off: the layout is planned on the model's table
+    station_gpus: int = 1  # the GPUs of the station: on more than one, the others share the queue
 
     @property
     def cost_s(self) -> float:
@@ -194,6 +195,11 @@ class QueueTimes:
         """What the figures rest on, beyond the model."""
         qt, jobs = self.trace, len(self.trace.trace.jobs)
         said = [f"{jobs} queued job(s), all started from an idle GPU"]
+        if self.station_gpus > 1:
+            said.append(
+                f"as if this GPU alone ran them: the station's {self.station_gpus} GPUs share "
+                "the queue"
+            )
         if self.from_table:
             said.append(
                 "MIG mode is off: the layout is the one the planner would want from the "
@@ -259,6 +265,7 @@ def queue_times(
     layout: Sequence[str],
     queue: Sequence[QueuedDemand],
     params: ModelParams,
+    station_gpus: int = 1,
 ) -> QueueTimes | None:
     """The queue's drain time on `gpu` with `layout` (the plan's), with the layout it has where
     that differs, and whole under MPS and exclusively. With no layout, a GPU whose MIG mode is
@@ -291,4 +298,5 @@ def queue_times(
         current_drain,
         len(gpu.running_job_ids),
         from_table,
+        station_gpus,
     )

@@ -134,8 +134,12 @@ class MigControl:
         GPU; None where nothing is weighed. A replay that fails is logged, never the plan's
         failure: the plan stands without it."""
         layout = plan.wanted_profiles or list(gpu.current)
+        snapshot = self.telemetry.snapshot()
+        count = len(snapshot.gpus) if snapshot is not None else 1
         try:
-            times = queue_times(Simulation, gpu, layout, queue, self.params_for(gpu.name))
+            times = queue_times(
+                Simulation, gpu, layout, queue, self.params_for(gpu.name), station_gpus=count
+            )
         except Exception:
             log.exception("could not predict the queue's drain time on GPU %d", gpu.index)
             return None
