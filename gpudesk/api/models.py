@@ -125,6 +125,9 @@ from gpudesk.core.wire.mig import (
 from gpudesk.core.wire.mig import (
     PlanSlice as PlanSlice,
 )
+from gpudesk.core.wire.mig import (
+    QueueTimeView as QueueTimeView,
+)
 from gpudesk.core.wire.model import (
     GpuModelView as GpuModelView,
 )
@@ -305,6 +308,7 @@ __all__ = [
     "PlanLeftOut",
     "PlanSlice",
     "ProcessView",
+    "QueueTimeView",
     "RemainingView",
     "SettingChange",
     "SettingNotApplied",

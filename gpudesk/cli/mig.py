@@ -1,12 +1,12 @@
 """`gpudesk mig`: MIG partitions through nvidia-smi. `profiles`, `list`, `apply` and `clear` need
 nothing but nvidia-smi: no engine, no NVML. `plan` and `apply-plan` ask the engine for the layout
-its queue would want (gpudesk.policy.mig_planner) and apply it through the engine."""
+its queue would want (gpudesk.policy.mig_planner) and apply it through the engine: those two
+live in gpudesk.cli.mig_plan and are registered here, after the others."""
 
 from __future__ import annotations
 
 import shlex
 import sys
-import textwrap
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -14,12 +14,16 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from gpudesk.cli.common import engine_client, fail, print_json, print_model
+from gpudesk.cli.common import fail, print_json
 from gpudesk.cli.exit_codes import EXIT_FAILED, EXIT_USAGE
-from gpudesk.units import gib
+from gpudesk.cli.mig_common import NO_MIG_GPU, GpuOption, JsonOption
+from gpudesk.cli.mig_common import engine_errors as _engine_errors
+from gpudesk.cli.mig_common import gpu_title as _gpu_title
+from gpudesk.cli.mig_common import paragraph as _paragraph
+from gpudesk.cli.mig_common import table as _table
+from gpudesk.cli.mig_plan import apply_plan_cmd, plan_cmd
 
 if TYPE_CHECKING:
-    from gpudesk.api.models import MigPlanView
     from gpudesk.cli.mig_simulated import SimulatedStation
     from gpudesk.core.mig_profiles import SliceSpan
     from gpudesk.core.mig_records import GiProfile, GpuEntry, MigLayout, MigSlot
@@ -29,20 +33,14 @@ if TYPE_CHECKING:
 # (it is registered in gpudesk.cli.main), and the MIG layer costs ~25-40 ms to import.
 
 # On a simulated station `profiles` and `list` answer from the engine (gpudesk.cli.mig_simulated).
-NO_MIG_GPU = "no MIG-capable GPU on this station"
-
 mig_app = typer.Typer(help="MIG partitions through nvidia-smi.", no_args_is_help=True)
 
-JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 DryRunOption = Annotated[
     bool,
     typer.Option(
         "--dry-run",
         help="Print the nvidia-smi commands that would run, one per line, and change nothing.",
     ),
-]
-GpuOption = Annotated[
-    int, typer.Option("--gpu", "-g", min=0, help="The GPU's index (as nvidia-smi -L numbers it).")
 ]
 
 
@@ -56,14 +54,6 @@ def _mig_errors() -> Iterator[None]:
         fail(str(exc), EXIT_USAGE)
     except MigError as exc:
         fail(str(exc), EXIT_FAILED)
-
-
-def _table(
-    headers: tuple[str, ...], rows: Sequence[tuple[object, ...]], right: tuple[int, ...] = ()
-) -> str:
-    from gpudesk import render
-
-    return "\n".join("  " + line for line in render.table(headers, rows, right=right).splitlines())
 
 
 def _placements_text(placements: tuple[SliceSpan, ...]) -> str:
@@ -133,11 +123,6 @@ def profiles_cmd(
         for s in skipped
     ]
     print("\n\n".join(text for _, text in sorted(blocks)))
-
-
-def _gpu_title(index: int, name: str, simulated: bool = False, mode: str = "") -> str:
-    """A GPU's heading: "GPU 3: NVIDIA A100-SXM4-40GB", then its MIG `mode` where given."""
-    return f"GPU {index}: {name}" + (f"  {mode}" if mode else "") + ("  [SIMULATED]" * simulated)
 
 
 def _simulated_profiles(
@@ -498,136 +483,6 @@ def clear_cmd(gpu: GpuOption, dry_run: DryRunOption = False) -> None:
 
 
 # -------------------------------------------------------------------- the engine's plan
-# `plan` and `apply-plan` ask the engine (started if not running): the plan depends on its queue
-# and its station, simulated or real.
-APPLY_TIMEOUT_S = 300.0  # applying runs several nvidia-smi calls, each with its own timeout
-
-
-@contextmanager
-def _engine_errors() -> Iterator[None]:
-    from gpudesk.api.errors import EngineError
-    from gpudesk.core.protocol import INVALID_ARGS
-
-    try:
-        yield
-    except EngineError as exc:
-        fail(str(exc), EXIT_USAGE if exc.code == INVALID_ARGS else EXIT_FAILED)
-
-
-def _plan_text(plan: MigPlanView) -> str:
-    mode = {
-        "enabled": "MIG enabled",
-        "pending": "MIG enabled, pending a GPU reset",
-        "disabled": "MIG disabled",
-    }.get(plan.mig_mode, f"MIG {plan.mig_mode}")
-    lines = [_gpu_title(plan.gpu, plan.name, plan.simulated, mode)]
-    lines.append(f"  current  {', '.join(plan.current) or 'no MIG instances'}")
-    lines.append(f"  wanted   {', '.join(plan.wanted) or '-'}")
-    if plan.slices:
-        rows = [
-            (
-                s.profile,
-                gib(s.memory_mib),
-                s.job_id,
-                s.job_name + (" (held)" if s.job_held else ""),
-                f"{gib(s.job_memory_mib)}, {s.job_sm_pct:.0f}% SM",
-            )
-            for s in plan.slices
-        ]
-        lines.append(_table(("SLICE", "MEMORY", "JOB", "NAME", "JOB NEEDS"), rows, right=(1, 2)))
-    if plan.left_out:
-        more = plan.left_out_total - len(plan.left_out)
-        lines.append(f"  not given a slice ({plan.left_out_total}):")
-        lines.extend(f"    job {j.job_id} {j.job_name}: {j.reason}" for j in plan.left_out)
-        if more > 0:
-            lines.append(f"    ... and {more} more")
-    if plan.commands:
-        lines.append(
-            "  applying it runs"
-            + (" (on a real GPU; this station is SIMULATED)" if plan.simulated else "")
-            + ":"
-        )
-        lines.extend(f"    {command}" for command in plan.commands)
-    if plan.auto:
-        lines.append(_paragraph(f"auto: {plan.auto}"))
-    if plan.allowed:
-        lines.append(f"  can apply: yes (`gpudesk mig apply-plan --gpu {plan.gpu}`)")
-    else:
-        lines.append(_paragraph(f"can apply: no. {plan.reason}"))
-    return "\n".join(lines)
-
-
-def _paragraph(text: str, first: str = "  ") -> str:
-    """A line that may run long, wrapped to the terminal under its heading (its first line
-    indented by `first`, the rest two more); a word or a path is never broken."""
-    from gpudesk import render
-
-    return textwrap.fill(
-        text,
-        width=render.terminal_width(),
-        initial_indent=first,
-        subsequent_indent=first + "  ",
-        break_on_hyphens=False,
-        break_long_words=False,
-    )
-
-
-@mig_app.command("plan")
-def plan_cmd(
-    gpu: Annotated[int | None, typer.Option("--gpu", "-g", min=0, help="Only this GPU.")] = None,
-    json_out: JsonOption = False,
-) -> None:
-    """The MIG layout the engine's queue would want on each MIG-capable GPU.
-
-    Current and wanted slices, the queued job each slice is for, the nvidia-smi commands that
-    applying it would run, and whether the engine may apply it (`apply-plan`), or why not."""
-    with _engine_errors(), engine_client() as client:
-        result = client.mig_plan(gpu)
-    if json_out:
-        print_model(result)
-        return
-    if not result.plans:
-        print(NO_MIG_GPU)
-        return
-    print("\n\n".join(_plan_text(plan) for plan in result.plans))
-
-
-@mig_app.command("apply-plan")
-def apply_plan_cmd(
-    gpu: GpuOption,
-    yes: Annotated[
-        bool,
-        typer.Option(
-            "--yes", "-y", help="Apply without asking (needed when stdin is not a terminal)."
-        ),
-    ] = False,
-) -> None:
-    """Apply the engine's MIG plan for one GPU (see `gpudesk mig plan`).
-
-    Only where [station] mig_repartition = true, the GPU is in MIG mode and no job runs on it.
-    Destroys the GPU's MIG instances and creates the planned ones; the queue is not touched."""
-    with _engine_errors(), engine_client() as client:
-        (plan,) = client.mig_plan(gpu).plans
-        if not plan.allowed:
-            fail(f"the plan for GPU {gpu} cannot be applied. {plan.reason}", EXIT_FAILED)
-        print(_plan_text(plan))
-        if not yes:
-            if sys.stdin is None or not sys.stdin.isatty():
-                fail(
-                    "applying a MIG plan needs confirmation: run it in a terminal, or pass --yes",
-                    EXIT_USAGE,
-                )
-            if not typer.confirm(
-                f"Destroy GPU {gpu}'s MIG instances and create {', '.join(plan.wanted)}?",
-                default=False,
-            ):
-                fail("not applied; nothing was changed", EXIT_FAILED)
-        client.timeout = max(client.timeout, APPLY_TIMEOUT_S)
-        applied = client.mig_apply(gpu, plan.wanted, confirm=True)
-    print(applied.message)
-    if applied.mig_devices:
-        rows = [
-            (s.device, s.profile, s.gpu_instance_id, s.compute_instance_id, s.placement, s.uuid)
-            for s in applied.mig_devices
-        ]
-        print(_table(("DEV", "PROFILE", "GI", "CI", "PLACEMENT", "UUID"), rows, right=(0, 2, 3)))
+# Registered last, so that `gpudesk mig --help` lists them after the nvidia-smi commands.
+mig_app.command("plan")(plan_cmd)
+mig_app.command("apply-plan")(apply_plan_cmd)

@@ -75,6 +75,11 @@ class JobDemand:
                 history = Demand(kin.memory_mib, sm, FAMILY_SOURCE)
         return from_hints(job.spec.memory_gb, job.spec.sm_pct, history)
 
+    def typical_run_s(self, job: JobRecord) -> float | None:
+        """The mean run time of a (queued) job's family's succeeded runs (None: none)."""
+        kin = self.families.get(family(job.spec.command, job.spec.workdir))
+        return kin.run_s if kin is not None and kin.finished else None
+
     def typical_s(self, job_id: int) -> float | None:
         """The mean run time of the running job's family's succeeded runs (None: none)."""
         key = self._family(job_id)

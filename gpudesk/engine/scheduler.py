@@ -74,7 +74,13 @@ def mig_candidates(queue: JobQueue, attempts: Attempts) -> list[QueuedDemand]:
         if not demand.exclusive:
             queued.append(
                 QueuedDemand(
-                    job.id, job.name, demand.memory_mib, demand.sm_pct, job.held, demand.membw_pct
+                    job.id,
+                    job.name,
+                    demand.memory_mib,
+                    demand.sm_pct,
+                    job.held,
+                    demand.membw_pct,
+                    attempts.demands.typical_run_s(job),  # the MIG plan's queue-time replay
                 )
             )
     return queued

@@ -15,9 +15,15 @@ each idle MIG-mode GPU, in index order, the planner proposes the layout the wait
   again and may be changed again.
 
 The change pays when the carved layout's work over the horizon, less the change time, beats the
-kept layout's over the whole horizon. Rates are in "GPUs' worth of work": a job alone on a whole
-GPU runs at 1. Each GPU claims the jobs of the layout it keeps or gets, so the next GPU plans for
-the rest. Held jobs cannot start, so they are left out here (the shown plan includes them).
+kept layout's over the whole horizon, and, where the caller gives a `drain` (the engine does:
+`mig_queue_time.layout_drain`), the queue as it is drains no later with the carved layout than
+with the kept one, by the simulator's replay of it: a layout can start more jobs now and still
+make the queue slower (a heavy job squeezed onto a slice runs at its share of the GPU for hours).
+Where the replay says some queued jobs would never start with the kept layout and fewer with the
+carved one, the change is made whatever the rates say.
+Rates are in "GPUs' worth of work": a job alone on a whole GPU runs at 1. Each GPU claims the
+jobs of the layout it keeps or gets, so the next GPU plans for the rest. Held jobs cannot start,
+so they are left out here (the shown plan includes them).
 
 The engine (`MigControl.repartition_for_queue`) and the simulator (`--mig-repartition`) both
 call `choose_layouts`: the simulator judges the decision the engine makes.
@@ -27,8 +33,9 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from gpudesk import render
 from gpudesk.core.mig_profiles import memory_slices, table_for_gpu
 from gpudesk.core.mig_records import GiProfile
 from gpudesk.policy.interference import ModelParams, mig_rate, workload
@@ -64,6 +71,27 @@ class SliceStart:
 
 
 @dataclass(frozen=True)
+class QueueDrain:
+    """How long the queue as it is takes to drain on a GPU, by the simulator's replay of it
+    (SIMULATED), and how many of its jobs never start there (no slice of a layout holds them)."""
+
+    seconds: float
+    cannot_run: int = 0
+
+    def slower_than(self, other: QueueDrain) -> bool:
+        """More jobs that never start, or as many and a later end."""
+        return (self.cannot_run, self.seconds) > (other.cannot_run, other.seconds)
+
+    def text(self) -> str:
+        never = f", {self.cannot_run} job(s) never start" if self.cannot_run else ""
+        return f"~{render.duration(self.seconds)}{never}"
+
+
+# How long the queue drains with a layout on a GPU (None: it cannot be predicted there).
+DrainFn = Callable[[GpuMigState, tuple[str, ...], Sequence[QueuedDemand]], QueueDrain | None]
+
+
+@dataclass(frozen=True)
 class LayoutPayoff:
     gpu: int
     current: tuple[str, ...]
@@ -72,6 +100,8 @@ class LayoutPayoff:
     carved: tuple[SliceStart, ...]  # what the planned layout starts after the change
     change_s: float = RECONFIG_S
     horizon_s: float = HORIZON_S
+    kept_drain: QueueDrain | None = None  # the queue's drain time with the current layout
+    carved_drain: QueueDrain | None = None  # ... with the planned one (both or neither)
 
     @property
     def kept_rate(self) -> float:
@@ -82,9 +112,29 @@ class LayoutPayoff:
         return sum(s.rate for s in self.carved)
 
     @property
-    def worth(self) -> bool:
+    def rate_pays(self) -> bool:
+        """The carved layout gets more work done over the horizon than the kept one."""
         carved_work = self.carved_rate * max(0.0, self.horizon_s - self.change_s)
         return carved_work > self.kept_rate * self.horizon_s * (1.0 + 1e-9)
+
+    @property
+    def slows_the_queue(self) -> bool:
+        """The queue as it is drains later with the carved layout (where it was predicted)."""
+        if self.kept_drain is None or self.carved_drain is None:
+            return False
+        return self.carved_drain.slower_than(self.kept_drain)
+
+    @property
+    def unblocks_the_queue(self) -> bool:
+        """With the current layout some queued jobs never start (no slice holds them, and none
+        frees up for them: the GPU changes only while idle), fewer with the carved one."""
+        if self.kept_drain is None or self.carved_drain is None:
+            return False
+        return self.carved_drain.cannot_run < self.kept_drain.cannot_run
+
+    @property
+    def worth(self) -> bool:
+        return self.unblocks_the_queue or (self.rate_pays and not self.slows_the_queue)
 
     @property
     def claimed(self) -> tuple[int, ...]:
@@ -96,12 +146,18 @@ class LayoutPayoff:
             return ", ".join(str(s.job_id) for s in starts) or "none"
 
         verdict = "pays" if self.worth else "does not pay"
+        drains = ""
+        if self.kept_drain is not None and self.carved_drain is not None:
+            drains = (
+                f"; the queue drains in {self.carved_drain.text()} with it against "
+                f"{self.kept_drain.text()} as it is (SIMULATED)"
+            )
         return (
             f"GPU {self.gpu}: {', '.join(self.current) or 'no instances'} -> "
             f"{', '.join(self.planned)}: the queue's predicted work rate "
             f"{self.kept_rate:.2f} (jobs {jobs(self.kept)}) -> {self.carved_rate:.2f} "
             f"(jobs {jobs(self.carved)}) after ~{self.change_s:.0f} s of change (assumed), "
-            f"over {self.horizon_s / 60:.0f} min: it {verdict}"
+            f"over {self.horizon_s / 60:.0f} min{drains}: it {verdict}"
         )
 
 
@@ -167,10 +223,16 @@ def choose_layouts(
     commands_from: MigCommands,
     change_s: float = RECONFIG_S,
     horizon_s: float = HORIZON_S,
+    drain: DrainFn | None = None,
 ) -> list[LayoutChoice]:
     """Every idle MIG-mode GPU's planned layout with its payoff, in index order; each GPU plans
     for the jobs the GPUs before it did not claim. The caller changes those whose payoff is
-    `worth` (and only where the station allows it: that is not checked here)."""
+    `worth` (and only where the station allows it: that is not checked here). `drain`: the
+    queue's predicted drain time with a layout, asked twice (as it is, as planned) where the
+    layout would change: a change the replay says slows the queue is not made, and one that
+    lets jobs start that would never start on the current layout is made even where the rates
+    of the jobs it starts now say no (a GPU is changed only while idle: a layout holding none of
+    the waiting jobs' slices would hold them for ever)."""
     left = [job for job in queue if not job.held]
     choices = []
     for gpu in sorted(gpus, key=lambda g: g.index):
@@ -190,6 +252,10 @@ def choose_layouts(
         else:
             carved = carved_starts(gpu, plan, left, params)
         payoff = LayoutPayoff(gpu.index, gpu.current, layout, kept, carved, change_s, horizon_s)
+        if drain is not None and carved is not kept:
+            kept_drain, carved_drain = drain(gpu, gpu.current, left), drain(gpu, layout, left)
+            if kept_drain is not None and carved_drain is not None:
+                payoff = replace(payoff, kept_drain=kept_drain, carved_drain=carved_drain)
         choices.append(LayoutChoice(plan, payoff))
         claimed = set(payoff.claimed)
         left = [job for job in left if job.job_id not in claimed]

@@ -33,7 +33,13 @@ from gpudesk.core.gpu_models import GpuModel
 from gpudesk.core.mig_layout import LayoutError, plan_layout
 from gpudesk.core.mig_profiles import COMPUTE_SLICES, SliceSpan, table_for_gpu
 from gpudesk.core.mig_records import GiProfile, MigMode
-from gpudesk.core.wire.mig import MigPlanView, PlanBlocker, PlanLeftOut, PlanSlice
+from gpudesk.core.wire.mig import (
+    MigPlanView,
+    PlanBlocker,
+    PlanLeftOut,
+    PlanSlice,
+    QueueTimeView,
+)
 from gpudesk.policy.policy import RESERVE_MIB
 from gpudesk.units import MIB_PER_GIB
 
@@ -110,6 +116,7 @@ class QueuedDemand:
     sm_pct: float
     held: bool = False  # held by the user: planned for, starts once released
     membw_pct: float | None = None  # its DRAM bandwidth share alone, where known
+    run_s: float | None = None  # its expected run time alone (its command family's), where known
 
 
 @dataclass(frozen=True)
@@ -203,8 +210,9 @@ class MigPlan:
         """Why it cannot be applied, in one paragraph; None when it can."""
         return " ".join(b.message for b in self.blockers) or None
 
-    def view(self, auto: str | None = None) -> MigPlanView:
-        """The plan as `mig_plan` answers it; `auto`: what auto's repartitioning predicts."""
+    def view(self, auto: str | None = None, queue_time: QueueTimeView | None = None) -> MigPlanView:
+        """The plan as `mig_plan` answers it; `auto`: what auto's repartitioning predicts;
+        `queue_time`: the queue's drain time with the layout against the whole GPU."""
         return MigPlanView(
             gpu=self.gpu,
             name=self.gpu_name,
@@ -224,6 +232,7 @@ class MigPlan:
             enable_hint=self.enable_hint,
             running_jobs=list(self.running_job_ids),
             auto=auto,
+            queue_time=queue_time,
         )
 
 

@@ -50,6 +50,7 @@ from gpudesk.policy.interference import (
 from gpudesk.policy.mig_payoff import RECONFIG_S, choose_layouts
 from gpudesk.policy.mig_planner import GpuMigState, PlansOnly, QueuedDemand
 from gpudesk.policy.mig_planner import simulated_profiles as planner_profiles
+from gpudesk.policy.mig_queue_time import layout_drain
 from gpudesk.policy.policies import make_policy
 from gpudesk.policy.policy import RESERVE_MIB, Decision, MigSlice, Placement, StationView
 from gpudesk.policy.schedule_pass import schedule_pass
@@ -510,6 +511,9 @@ class Simulation:
             self.interference.params,
             simulated=True,
             commands_from=PlansOnly(),  # the simulator shows no command lines
+            # as the engine weighs it: no change that its replay says slows the queue (with
+            # no run-time history, as on a fresh station: mig_queue_time's assumption)
+            drain=layout_drain(Simulation, self.interference.params),
         ):
             if choice.payoff.worth:
                 gpu = choice.plan.gpu

@@ -56,6 +56,7 @@ def render_plans(plans: list[MigPlanView] | None, error: str | None) -> Text:
     for plan in plans:
         if not plan.mig_enabled:  # one line each; what to do is said once, below
             text.append(f"\nGPU {plan.gpu}: {_mig_off(plan)}", style="dim")
+            _queue_time(text, plan)
             continue
         text.append(f"\nGPU {plan.gpu}: {_change(plan)}")
         for slot in plan.slices:
@@ -63,6 +64,7 @@ def render_plans(plans: list[MigPlanView] | None, error: str | None) -> Text:
             text.append(f"\n  {slot.profile}: {jobs or '-'}", style="dim")
         if plan.auto:
             text.append(f"\n  auto: {plan.auto}", style="dim")
+        _queue_time(text, plan)
         if plan.allowed:
             text.append("\n  can be applied: press a", style="green")
         elif plan.reason:
@@ -82,6 +84,15 @@ def render_plans(plans: list[MigPlanView] | None, error: str | None) -> Text:
                 style="dim",
             )
     return text
+
+
+def _queue_time(text: Text, plan: MigPlanView) -> None:
+    """The line `gpudesk mig plan` shows: the queue's drain time with the layout against the
+    whole GPU (SIMULATED), in yellow where the layout costs the queue time."""
+    times = plan.queue_time
+    if times is not None:
+        style = "yellow" if times.costs_queue_time else "dim"
+        text.append(f"\n  queue time: {times.summary}", style=style)
 
 
 def _change(plan: MigPlanView) -> str:

@@ -3,6 +3,8 @@ does (the recorded station has no idle MIG GPU, so its snapshot never shows the 
 
 from __future__ import annotations
 
+import msgspec
+
 from gpudesk.api.models import MigPlanView
 from gpudesk.screens.mig import render_plans
 
@@ -59,3 +61,46 @@ def test_a_plan_that_wants_the_current_layout_says_so_once() -> None:
     text = render_plans([_plan(None, wanted=("1g.5gb",), reason=same)], None).plain
     assert f"GPU 3: now 1g.5gb\n  not applied: {same}" in text
     assert "no change" not in text and "already what the queue wants" not in text
+
+
+def test_the_plan_shows_what_the_layout_costs_the_queue() -> None:
+    """The line `gpudesk mig plan` prints, the engine's own words, in yellow where the layout
+    costs the queue time."""
+    from gpudesk.api.models import QueueTimeView
+
+    line = (
+        "MIG 3g.20gb: queue drains in ~4h10m; the whole GPU under MPS: ~3h52m — MIG costs the "
+        "queue 18m00s: not recommended for this queue (SIMULATED from the model)"
+    )
+    times = QueueTimeView(
+        layout=["3g.20gb"],
+        mig_s=15000.0,
+        mig_cannot_run=0,
+        mps_s=13920.0,
+        mps_cannot_run=0,
+        exclusive_s=16000.0,
+        exclusive_cannot_run=0,
+        cost_s=1080.0,
+        costs_queue_time=True,
+        recommended=False,
+        current=["1g.5gb"],
+        current_s=None,
+        current_cannot_run=0,
+        jobs=3,
+        left_out=0,
+        run_time_unknown=0,
+        assumed_run_s=1440.0,
+        running_not_counted=0,
+        summary=line,
+        notes=["3 queued job(s), all started from an idle GPU"],
+    )
+    plan = _plan(None)
+    rendered = render_plans([msgspec.structs.replace(plan, queue_time=times)], None)
+    assert f"\n  queue time: {line}" in rendered.plain
+    styles = {
+        str(span.style)
+        for span in rendered.spans
+        if "queue time" in rendered.plain[span.start : span.end]
+    }
+    assert styles == {"yellow"}
+    assert "queue time" not in render_plans([plan], None).plain

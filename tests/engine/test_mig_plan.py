@@ -134,6 +134,9 @@ def test_the_plan_shows_the_layout_the_queue_wants(locked_station: Station, gpud
     assert gpu3.auto.endswith("it pays; auto changes it only with [station] mig_repartition = true")
     assert "auto: GPU 3: 1g.5gb -> 2g.10gb, 3g.20gb, 2g.10gb" in out
     assert plans[0].auto is None  # busy and not in MIG mode: not weighed
+    # what the layout costs the queue, as if GPU 3 alone ran it: said, on a 4-GPU station
+    assert gpu3.queue_time is not None and gpu3.queue_time.layout == WANTED
+    assert any("the station's 4 GPUs share the queue" in n for n in gpu3.queue_time.notes)
     code, out, _ = gpudesk("mig", "plan", "--json")
     assert code == 0 and json.loads(out)["plans"][3]["wanted"] == WANTED
 

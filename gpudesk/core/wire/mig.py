@@ -33,6 +33,34 @@ class PlanBlocker(WireModel, frozen=True):
     message: str
 
 
+class QueueTimeView(WireModel, frozen=True):
+    """How long the queue as it is takes to drain on the GPU with the plan's MIG layout, and with
+    the GPU whole (shared under MPS; one job at a time), in seconds: SIMULATED, by the
+    simulator's replay of the queued jobs with the station's model (gpudesk.policy.
+    mig_queue_time). `*_cannot_run`: queued jobs that never start there (no slice holds them)."""
+
+    layout: list[str]
+    mig_s: float
+    mig_cannot_run: int
+    mps_s: float
+    mps_cannot_run: int
+    exclusive_s: float
+    exclusive_cannot_run: int
+    cost_s: float  # mig_s - mps_s: what the layout costs the queue (< 0: what it saves)
+    costs_queue_time: bool  # it costs more than the simulator's noise (2 %), or jobs never start
+    recommended: bool  # not costs_queue_time
+    current: list[str]  # the layout the GPU has
+    current_s: float | None  # the drain time with it, where it differs from `layout`
+    current_cannot_run: int
+    jobs: int  # queued jobs replayed
+    left_out: int  # queued jobs beyond the replay's cap
+    run_time_unknown: int  # replayed jobs with no run-time history ...
+    assumed_run_s: float  # ... each assumed to run this long alone
+    running_not_counted: int  # jobs running on the GPU now, not in the replay
+    summary: str  # the one line `gpudesk mig plan` and the desk show
+    notes: list[str]  # what the figures rest on, beyond the model
+
+
 class MigPlanView(WireModel, frozen=True):
     """The MIG layout the queue would want on one GPU, and whether it may be applied."""
 
@@ -53,6 +81,8 @@ class MigPlanView(WireModel, frozen=True):
     enable_hint: str | None
     running_jobs: list[int]
     auto: str | None = None  # what auto's own repartitioning predicts of it now, if it weighs it
+    # the queue's drain time with the layout against the whole GPU (null: nothing to weigh)
+    queue_time: QueueTimeView | None = None
 
 
 class MigPlanResult(WireModel, frozen=True):

@@ -26,14 +26,16 @@ class MigRequests(Requests):
     def mig_plan(self, args: MigPlanArgs, _caller: Caller) -> MigPlanResult:
         """{"gpu": int | null}: the MIG plan of one or every MIG-capable GPU (MigPlan.view):
         the layout the queue would want, the job each slice is for, the nvidia-smi commands
-        applying it would run, whether the engine may apply it, or why not, and in "auto" what
-        auto's own repartitioning predicts of it now (null where it would not weigh it)."""
+        applying it would run, whether the engine may apply it, or why not, in "auto" what
+        auto's own repartitioning predicts of it now (null where it would not weigh it), and in
+        "queue_time" the queue's drain time with the layout against the whole GPU (SIMULATED;
+        null where there is nothing to weigh)."""
         try:
             plans = self.parts.mig.plans(args.gpu)
         except MigError as exc:
             raise _mig_protocol_error(exc) from None
         return MigPlanResult(
-            plans=[plan.view(auto) for plan, auto in plans],
+            plans=[plan.view(auto, queue_time) for plan, auto, queue_time in plans],
             simulated=self.parts.telemetry.monitor.simulated,
         )
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from gpudesk.core.mig_layout import MigError, MigUsageError
 from gpudesk.core.mig_records import MigSlot
 from gpudesk.core.station import StationConfig
-from gpudesk.core.wire.mig import MigApplyResult, MigDeviceCreated
+from gpudesk.core.wire.mig import MigApplyResult, MigDeviceCreated, QueueTimeView
 from gpudesk.engine.state import CurrentStation
 from gpudesk.engine.station.repartition.station import (
     SETTLE_S,
@@ -29,7 +29,9 @@ from gpudesk.engine.station.telemetry_sink import TelemetrySink
 from gpudesk.engine.store.database import Store
 from gpudesk.policy.interference import ModelParams
 from gpudesk.policy.mig_payoff import choose_layouts
-from gpudesk.policy.mig_planner import MigPlan, QueuedDemand
+from gpudesk.policy.mig_planner import GpuMigState, MigPlan, QueuedDemand
+from gpudesk.policy.mig_queue_time import layout_drain, queue_times
+from gpudesk.policy.simulator import Simulation
 
 log = logging.getLogger("gpudesk.engine")
 
@@ -86,10 +88,12 @@ class MigControl:
         self.on_change = on_change
         self.params_for = params_for
 
-    def plans(self, gpu: int | None) -> list[tuple[MigPlan, str | None]]:
+    def plans(self, gpu: int | None) -> list[tuple[MigPlan, str | None, QueueTimeView | None]]:
         """The MIG plan of one or every MIG-capable GPU, each with what `auto`'s own
         repartitioning makes of it now (policy.mig_payoff; None for a GPU it would not
-        weigh: busy, not in MIG mode, or nothing queued). Raises MigError."""
+        weigh: busy, not in MIG mode, or nothing queued) and the queue's predicted drain time
+        with the plan's layout against the whole GPU (policy.mig_queue_time; None: nothing to
+        weigh). Raises MigError."""
         backend = self.telemetry.monitor.backend
         queue, running = self.queued(), self.running_by_gpu()
         config = self.station.config
@@ -103,7 +107,12 @@ class MigControl:
             gpu=gpu,
         )
         choices = choose_layouts(
-            gpus, queue, self.params_for, simulated=backend.simulated, commands_from=manager
+            gpus,
+            queue,
+            self.params_for,
+            simulated=backend.simulated,
+            commands_from=manager,
+            drain=layout_drain(Simulation, self.params_for),
         )
         if not config.mig_repartition:
             note = "; auto changes it only with [station] mig_repartition = true"
@@ -112,7 +121,29 @@ class MigControl:
         else:
             note = ""
         said = {c.payoff.gpu: c.payoff.summary() + note for c in choices}
-        return [(plan, said.get(plan.gpu)) for plan in plans]
+        by_index = {g.index: g for g in gpus}
+        return [
+            (plan, said.get(plan.gpu), self._queue_time(by_index[plan.gpu], plan, queue))
+            for plan in plans
+        ]
+
+    def _queue_time(
+        self, gpu: GpuMigState, plan: MigPlan, queue: Sequence[QueuedDemand]
+    ) -> QueueTimeView | None:
+        """The queue's drain time with the plan's layout (else the GPU's own) against the whole
+        GPU; None where nothing is weighed. A replay that fails is logged, never the plan's
+        failure: the plan stands without it."""
+        layout = plan.wanted_profiles or list(gpu.current)
+        snapshot = self.telemetry.snapshot()
+        count = len(snapshot.gpus) if snapshot is not None else 1
+        try:
+            times = queue_times(
+                Simulation, gpu, layout, queue, self.params_for(gpu.name), station_gpus=count
+            )
+        except Exception:
+            log.exception("could not predict the queue's drain time on GPU %d", gpu.index)
+            return None
+        return None if times is None else times.view()
 
     def apply(self, gpu: int, profiles: Sequence[str], confirm: bool) -> MigApplied:
         """Give an idle MIG-mode GPU this layout, destroying its instances, only where
@@ -167,12 +198,18 @@ class MigControl:
 
     def repartition_for_queue(self, queue: Sequence[QueuedDemand]) -> list[MigApplied]:
         """`auto`'s own repartitioning: each idle MIG-mode GPU whose planned layout pays by
-        the model (policy.mig_payoff) gets it, with an event saying why. Only where the
+        the model (policy.mig_payoff: more work now, and the queue as it is no slower by the
+        simulator's replay of it) gets it, with an event saying why. Only where the
         station allows it (apply checks). Raises MigError."""
         backend = self.telemetry.monitor.backend
         gpus, manager = read_gpus(backend, self.running_by_gpu())
         choices = choose_layouts(
-            gpus, queue, self.params_for, simulated=backend.simulated, commands_from=manager
+            gpus,
+            queue,
+            self.params_for,
+            simulated=backend.simulated,
+            commands_from=manager,
+            drain=layout_drain(Simulation, self.params_for),
         )
         applied = []
         for choice in choices:

@@ -1,0 +1,61 @@
+"""What `gpudesk mig`'s commands share (gpudesk.cli.mig: nvidia-smi's partitions;
+gpudesk.cli.mig_plan: the engine's plan): options, headings, tables, wrapped paragraphs and the
+engine's errors as exit codes."""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Annotated
+
+import typer
+
+from gpudesk.cli.common import fail
+from gpudesk.cli.exit_codes import EXIT_FAILED, EXIT_USAGE
+
+NO_MIG_GPU = "no MIG-capable GPU on this station"
+
+JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON.")]
+GpuOption = Annotated[
+    int, typer.Option("--gpu", "-g", min=0, help="The GPU's index (as nvidia-smi -L numbers it).")
+]
+
+
+def table(
+    headers: tuple[str, ...], rows: Sequence[tuple[object, ...]], right: tuple[int, ...] = ()
+) -> str:
+    from gpudesk import render
+
+    return "\n".join("  " + line for line in render.table(headers, rows, right=right).splitlines())
+
+
+def gpu_title(index: int, name: str, simulated: bool = False, mode: str = "") -> str:
+    """A GPU's heading: "GPU 3: NVIDIA A100-SXM4-40GB", then its MIG `mode` where given."""
+    return f"GPU {index}: {name}" + (f"  {mode}" if mode else "") + ("  [SIMULATED]" * simulated)
+
+
+def paragraph(text: str, first: str = "  ") -> str:
+    """A line that may run long, wrapped to the terminal under its heading (its first line
+    indented by `first`, the rest two more); a word or a path is never broken."""
+    from gpudesk import render
+
+    return textwrap.fill(
+        text,
+        width=render.terminal_width(),
+        initial_indent=first,
+        subsequent_indent=first + "  ",
+        break_on_hyphens=False,
+        break_long_words=False,
+    )
+
+
+@contextmanager
+def engine_errors() -> Iterator[None]:
+    from gpudesk.api.errors import EngineError
+    from gpudesk.core.protocol import INVALID_ARGS
+
+    try:
+        yield
+    except EngineError as exc:
+        fail(str(exc), EXIT_USAGE if exc.code == INVALID_ARGS else EXIT_FAILED)
