@@ -1,0 +1,159 @@
+"""The preemption decision (gpudesk.policy.preemption): who gives way, only when the waiting job
+gains more than the preempted work loses, never a protected (just resumed) job."""
+
+from __future__ import annotations
+
+from gpudesk.core.jobs import JobSpec, JobState
+from gpudesk.core.records import JobRecord
+from gpudesk.core.station import StationConfig
+from gpudesk.policy.collocation import MAX_OVERTAKES, SharingPolicy
+from gpudesk.policy.policy import GpuState, StationView, Tenant
+from gpudesk.policy.preemption import (
+    PROTECT_FACTOR,
+    Preemptible,
+    choose,
+    placed_by,
+    without,
+)
+
+GIB = 1024.0
+POLICY = SharingPolicy("auto")
+
+
+def waiting(job_id: int, priority: int, gpus: int = 1, sm: float = 90.0) -> JobRecord:
+    spec = JobSpec(
+        name=f"j{job_id}",
+        command=("true",),
+        priority=priority,
+        gpus=gpus,
+        memory_gb=30.0,
+        sm_pct=sm,
+    )
+    return JobRecord(job_id, spec, JobState.QUEUED, 0.0, None, None, 0, None, None, False)
+
+
+def full_station(*tenants: Tenant, overtaken: dict[int, int] | None = None) -> StationView:
+    """One 40 GiB GPU per tenant, each full (a heavy job, 35 GiB)."""
+    gpus = tuple(
+        GpuState(i, f"GPU-{i}", 40 * GIB, tenants=(t,), mps_usable=True)
+        for i, t in enumerate(tenants)
+    )
+    return StationView(
+        StationConfig(slots=1),
+        cores=8,
+        backend="sim:x",
+        gpu_states=gpus,
+        simulated=True,
+        overtaken=overtaken or {},
+    )
+
+
+def heavy(job_id: int, remaining_s: float | None = None) -> Tenant:
+    return Tenant(job_id, "mps", 35 * GIB, 95.0, remaining_s=remaining_s)
+
+
+def low(
+    job_id: int = 1,
+    *,
+    run_s: float = 3600.0,
+    remaining_s: float | None = 3600.0,
+    priority: int = 0,
+    grace_s: float = 120.0,
+) -> Preemptible:
+    return Preemptible(job_id, priority, run_s, remaining_s, grace_s, restart_s=grace_s)
+
+
+def test_a_higher_priority_job_preempts_a_long_low_priority_one() -> None:
+    view = full_station(heavy(1, 3600.0))
+    found = choose([waiting(2, 10)], view, [low()], placed_by(POLICY))
+    assert found is not None
+    assert (found.victim, found.for_job) == (1, 2)
+    assert found.gain_s == 3600.0 - 120.0 and found.loss_s == 240.0
+    assert "priority 10 > 0" in found.reason
+
+
+def test_no_preemption_when_the_gain_does_not_exceed_the_loss() -> None:
+    # remaining 300 s: the waiting job is spared 300 - 120 = 180 s, the victim loses 240 s
+    view = full_station(heavy(1, 300.0))
+    assert choose([waiting(2, 10)], view, [low(remaining_s=300.0)], placed_by(POLICY)) is None
+    # one more second of grace-free gain beyond the loss tips it: 361 - 120 = 241 > 240
+    view = full_station(heavy(1, 361.0))
+    assert choose([waiting(2, 10)], view, [low(remaining_s=361.0)], placed_by(POLICY))
+
+
+def test_equal_or_lower_priority_waits_unless_starving() -> None:
+    view = full_station(heavy(1, 3600.0))
+    assert choose([waiting(2, 0)], view, [low()], placed_by(POLICY)) is None
+    assert choose([waiting(2, -5)], view, [low()], placed_by(POLICY)) is None
+    starving = full_station(heavy(1, 3600.0), overtaken={2: MAX_OVERTAKES})
+    found = choose([waiting(2, 0)], starving, [low()], placed_by(POLICY))
+    assert found is not None and "overtake budget" in found.reason
+    # starving never reaches a job of higher priority
+    assert choose([waiting(2, 0)], starving, [low(priority=5)], placed_by(POLICY)) is None
+
+
+def test_a_just_resumed_job_is_protected() -> None:
+    view = full_station(heavy(1, 3600.0))
+    young = low(run_s=PROTECT_FACTOR * 240.0 - 1)
+    assert choose([waiting(2, 10)], view, [young], placed_by(POLICY)) is None
+    old_enough = low(run_s=PROTECT_FACTOR * 240.0)
+    assert choose([waiting(2, 10)], view, [old_enough], placed_by(POLICY)) is not None
+
+
+def test_unknown_remaining_counts_its_run_so_far() -> None:
+    view = full_station(heavy(1, None))
+    short = low(run_s=500.0, remaining_s=None)  # 500 - 120 = 380 > 240
+    assert choose([waiting(2, 10)], view, [short], placed_by(POLICY)) is not None
+    shorter = low(run_s=480.0, remaining_s=None)  # protected exactly below 480; gain 360 > 240
+    assert choose([waiting(2, 10)], view, [shorter], placed_by(POLICY)) is not None
+    assert (
+        choose([waiting(2, 10)], view, [low(run_s=350.0, remaining_s=None)], placed_by(POLICY))
+        is None
+    )
+
+
+def test_a_gpu_draining_soon_by_itself_makes_preemption_pointless() -> None:
+    # GPU 1's job (not preemptible) ends in 200 s: waiting that long beats preempting job 1
+    view = full_station(heavy(1, 3600.0), heavy(3, 200.0))
+    assert choose([waiting(2, 10)], view, [low()], placed_by(POLICY)) is None
+
+
+def test_the_waiting_job_must_fit_where_the_victim_was() -> None:
+    # job 1 is light (5 GiB) beside a 34 GiB heavy job that is not preemptible: its leaving
+    # frees too little for the 30 GiB waiting job
+    gpu = GpuState(
+        0,
+        "GPU-0",
+        40 * GIB,
+        mps_usable=True,
+        tenants=(
+            Tenant(1, "mps", 5 * GIB, 10.0, remaining_s=3600.0),
+            Tenant(3, "mps", 34 * GIB, 90.0),
+        ),
+    )
+    view = StationView(
+        StationConfig(slots=1), cores=8, backend="sim:x", gpu_states=(gpu,), simulated=True
+    )
+    assert choose([waiting(2, 10)], view, [low()], placed_by(POLICY)) is None
+    assert without(view, 1).gpu_states[0].tenants == (gpu.tenants[1],)
+
+
+def test_the_lowest_priority_victim_and_jobs_in_flight_are_skipped() -> None:
+    view = full_station(heavy(1, 3600.0), heavy(3, 3600.0))
+    victims = [low(1, priority=2), low(3, priority=-1)]
+    found = choose([waiting(2, 10)], view, victims, placed_by(POLICY))
+    assert found is not None and found.victim == 3
+    # job 3 already told to stop: job 1 is next; job 2 already served: nothing
+    again = choose([waiting(2, 10)], view, victims, placed_by(POLICY), skip=frozenset({3}))
+    assert again is not None and again.victim == 1
+    assert choose([waiting(2, 10)], view, victims, placed_by(POLICY), skip=frozenset({2})) is None
+
+
+def test_cpu_jobs_and_held_jobs_never_preempt() -> None:
+    view = full_station(heavy(1, 3600.0))
+    cpu = waiting(2, 10, gpus=0)
+    assert choose([cpu], view, [low()], placed_by(POLICY)) is None
+    from dataclasses import replace
+
+    held = replace(waiting(2, 10), held=True)
+    assert choose([held], view, [low()], placed_by(POLICY)) is None
