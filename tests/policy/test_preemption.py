@@ -3,6 +3,11 @@ gains more than the preempted work loses, never a protected (just resumed) job."
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
+import pytest
+
 from gpudesk.core.jobs import JobSpec, JobState
 from gpudesk.core.records import JobRecord
 from gpudesk.core.station import StationConfig
@@ -15,6 +20,7 @@ from gpudesk.policy.preemption import (
     placed_by,
     without,
 )
+from gpudesk.policy.simulator import Simulation, TraceError, load_trace
 
 GIB = 1024.0
 POLICY = SharingPolicy("auto")
@@ -157,3 +163,80 @@ def test_cpu_jobs_and_held_jobs_never_preempt() -> None:
 
     held = replace(waiting(2, 10), held=True)
     assert choose([held], view, [low()], placed_by(POLICY)) is None
+
+
+def _trace(tmp_path: Path, preemptible: bool = True) -> Path:
+    jobs = [
+        {
+            "id": 1,
+            "arrival_s": 0,
+            "task": "long",
+            "gpus": 1,
+            "exclusive_minutes": 240,
+            "peak_memory_mb": 60000,
+            "sm_pct": 95,
+            "preemptible": preemptible,
+            "checkpoint_s": 60,
+        },
+        {
+            "id": 2,
+            "arrival_s": 1800,
+            "task": "short",
+            "gpus": 1,
+            "exclusive_minutes": 10,
+            "peak_memory_mb": 50000,
+            "sm_pct": 90,
+            "priority": 10,
+        },
+    ]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"name": "t", "station": "h100", "jobs": jobs}))
+    return path
+
+
+def test_the_simulator_preempts_by_the_same_rule(tmp_path: Path) -> None:
+    trace = load_trace(_trace(tmp_path))
+    sim = Simulation(trace, policy="auto", station="sim:h100", estimator="measured")
+    result = sim.run()
+    long_run, short = sim.runs
+    assert sim.preemptions == 1 and result.placement_classes["preempted"] == 1
+    assert result.lost == 0
+    # the short job waits for the long one's checkpoint (60 s) and no more
+    assert short.first_start == pytest.approx(1800 + 60)
+    # the long one loses its checkpoint and its restore, and waits for the short one
+    assert long_run.finished_at == pytest.approx(240 * 60 + 60 + 600 + 60)
+    ended = [o.ended for o in result.occupancies if o.job_id == 1]
+    assert ended == ["preempted", "finished"]
+    # off, or with a job not marked preemptible: the short job waits for the long one
+    for sim in (
+        Simulation(trace, policy="auto", station="sim:h100", estimator="measured", preempt=False),
+        Simulation(
+            load_trace(_trace(tmp_path, preemptible=False)),
+            policy="auto",
+            station="sim:h100",
+            estimator="measured",
+        ),
+    ):
+        sim.run()
+        assert sim.preemptions == 0
+        assert sim.runs[1].first_start == pytest.approx(240 * 60)
+
+
+def test_a_trace_checkpoint_must_fit_a_grace(tmp_path: Path) -> None:
+    path = tmp_path / "bad.json"
+    path.write_text(
+        json.dumps(
+            {
+                "jobs": [
+                    {
+                        "arrival_s": 0,
+                        "exclusive_minutes": 1,
+                        "peak_memory_mb": 1,
+                        "checkpoint_s": 7200,
+                    }
+                ]
+            }
+        )
+    )
+    with pytest.raises(TraceError, match="checkpoint_s must be 0 to 3600"):
+        load_trace(path)
