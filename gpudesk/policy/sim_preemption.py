@@ -27,8 +27,18 @@ def queue_key(run: SimRun) -> tuple[int, int]:
 
 
 def leaving_times(sim: Simulation) -> list[float]:
-    """When preempted jobs have saved their checkpoints (events the replay must stop at)."""
-    return [r.leaves_at for r in sim.running if r.leaves_at is not None and r.leaves_at >= sim.now]
+    """Events the replay must stop at: when preempted jobs have saved their checkpoints, and,
+    while jobs wait, when a running preemptible job stops being protected (the engine asks the
+    rule again every few seconds; the replay asks it when its answer can change)."""
+    times = [r.leaves_at for r in sim.running if r.leaves_at is not None and r.leaves_at >= sim.now]
+    if sim.queue and sim.preempt:
+        for run in sim.running:
+            if run.job.preemptible and run.leaves_at is None:
+                loss = 2 * run.job.checkpoint_s  # grace + restart, both checkpoint_s
+                free = run.started_at + preemption.PROTECT_FACTOR * loss
+                if free > sim.now:
+                    times.append(free)
+    return times
 
 
 def leave_due(sim: Simulation) -> None:

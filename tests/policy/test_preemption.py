@@ -240,3 +240,44 @@ def test_a_trace_checkpoint_must_fit_a_grace(tmp_path: Path) -> None:
     )
     with pytest.raises(TraceError, match="checkpoint_s must be 0 to 3600"):
         load_trace(path)
+
+
+def test_the_simulator_asks_again_when_protection_ends(tmp_path: Path) -> None:
+    jobs = [
+        {
+            "id": 1,
+            "arrival_s": 0,
+            "gpus": 1,
+            "exclusive_minutes": 240,
+            "peak_memory_mb": 60000,
+            "sm_pct": 95,
+            "preemptible": True,
+            "checkpoint_s": 300,
+        },
+        {
+            "id": 2,
+            "arrival_s": 1800,
+            "gpus": 1,
+            "exclusive_minutes": 10,
+            "peak_memory_mb": 50000,
+            "sm_pct": 90,
+            "priority": 10,
+        },
+        {
+            "id": 3,
+            "arrival_s": 3000,
+            "gpus": 1,
+            "exclusive_minutes": 10,
+            "peak_memory_mb": 50000,
+            "sm_pct": 90,
+            "priority": 10,
+        },
+    ]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"name": "t", "jobs": jobs}))
+    sim = Simulation(load_trace(path), policy="auto", station="sim:h100", estimator="measured")
+    sim.run()
+    # job 1 resumes at 1800 + 300 + 600 = 2700 and is protected for 2 x (300 + 300) s: job 3
+    # waits for that and its checkpoint, not for job 1's end
+    assert sim.runs[2].first_start == pytest.approx(2700 + PROTECT_FACTOR * 600 + 300)
+    assert sim.preemptions == 2
