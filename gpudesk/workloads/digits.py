@@ -396,4 +396,11 @@ def shared_batches(
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    status = main()
+    if status == 75:  # preempted, its checkpoint saved (checkpoint.EXIT_PREEMPTED)
+        # Leave at once: tearing torch down can take seconds of the grace, and the engine's
+        # SIGTERM would then end a run whose state is already safe (docs/preemption.md).
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)
+    sys.exit(status)

@@ -7,12 +7,14 @@ uninterrupted run has."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import EngineHandle
+from conftest import EngineHandle, wait_for
 from test_cli import gpudesk
 
 from gpudesk.paths import Home
@@ -101,3 +103,60 @@ def test_a_high_priority_job_preempts_a_long_preemptible_one(
     assert shown.returncode == 0, shown.stderr
     assert "preempted" in shown.stdout and "(+1 preempted)" in shown.stdout, shown.stdout
     assert "preemptible (SIGUSR1, grace" in shown.stdout
+
+
+# about 10 s of training on one core: its remaining time, from its progress lines, stays above
+# the 3 x grace the rule asks for (gain = remaining - grace > grace + restart) while it trains
+DIGITS = ["-m", "gpudesk.workloads.digits", "--epochs", "80", "--hidden", "256"]
+DIGITS += ["--batch-size", "16", "--threads", "1", "--seed", "1"]
+
+
+def result_of(text: str) -> dict[str, object]:
+    (line,) = [line for line in text.splitlines() if line.startswith("result ")]
+    return json.loads(line.removeprefix("result "))  # type: ignore[no-any-return]
+
+
+@pytest.mark.slow(60)
+def test_the_bundled_workload_checkpoints_requeues_and_resumes_to_the_same_result(
+    engine: EngineHandle, tmp_path: Path
+) -> None:
+    pytest.importorskip("torch")
+    heavy = {"gpus": 1, "memory_gb": 35, "sm_pct": 95}
+    saved = tmp_path / "digits.pt"
+    (low,) = engine.submit(
+        {
+            "name": "digits",
+            "command": [sys.executable, *DIGITS, "--checkpoint", str(saved)],
+            "priority": -10,
+            "preemptible": True,
+            # it saves at its next step, milliseconds away; a longer grace would make the rule
+            # (rightly) wait: protection is 2 x (grace + restart) of running
+            "preempt_grace_s": 2.0,
+            **heavy,
+        }
+    )
+    running = engine.wait_state(low, "running")
+    assert running.log is not None
+    log = Path(running.log)
+    wait_for(lambda: "epoch 1/" in log.read_text(errors="replace"), 60.0, what="training")
+    (high,) = engine.submit(
+        {"name": "high", "command": [sys.executable, "-c", "pass"], "priority": 10, **heavy}
+    )
+    done = {j.id: j for j in engine.wait_all_done([low, high], timeout=120.0)}
+    assert done[high].state == "succeeded" and done[low].state == "succeeded"
+    detail = engine.show(low)
+    assert [a.state for a in detail.attempts] == ["preempted", "exited"]
+    assert detail.attempts[0].exit_code == 75
+    last = Path(detail.attempts[1].log or "").read_text(errors="replace")
+    assert f"resumed from {saved} at epoch" in last
+    alone = subprocess.run(
+        [sys.executable, *DIGITS, "--checkpoint", str(tmp_path / "alone.pt")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    assert alone.returncode == 0, alone.stderr
+    resumed, uninterrupted = result_of(last), result_of(alone.stdout)
+    for key in ("weights", "final_loss", "val_acc", "best_val_acc", "epochs"):
+        assert resumed[key] == uninterrupted[key], key
