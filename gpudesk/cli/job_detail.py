@@ -71,6 +71,11 @@ def _spec_lines(j: JobView, width: int) -> list[str]:
             f"   time limit {render.duration(spec.time_limit_s)} per attempt"
             if spec.time_limit_s is not None
             else ""
+        )
+        + (
+            f"   preemptible ({spec.preempt_signal}, grace {render.duration(spec.preempt_grace_s)})"
+            if spec.preemptible
+            else ""
         ),
         f"  submitted  {render.clock(j.submitted_at)}   started {render.clock(j.started_at)}"
         f"   ended {render.clock(j.ended_at)}"
@@ -130,6 +135,8 @@ def _attempt_lines(attempts: list[AttemptView], width: int) -> list[str]:
         if a.containment:
             lines.append(render.fill(f"      in  {a.containment}", width, ATTEMPT_INDENT))
         lines.append(render.fill(f"      why {a.placement.reason}", width, ATTEMPT_INDENT))
+        if a.state == "preempted" and a.reason:  # why it gave way (docs/preemption.md)
+            lines.append(render.fill(f"      end {a.reason}", width, ATTEMPT_INDENT))
         lines.extend(_alternative_lines(a.placement.alternatives))
     return lines
 
@@ -191,9 +198,12 @@ def _alternative_lines(alternatives: list[AlternativeView]) -> list[str]:
 
 
 def _attempts_text(job: JobView) -> str:
-    """ "2/3", or after a requeue "1/3 since requeued (4 in all)"."""
+    """ "2/3", or after a requeue "1/3 since requeued (4 in all)"; preempted attempts, which do
+    not count, named: "1/3 (+2 preempted)"."""
     before = job.attempts_before_requeue
-    counted = f"{job.attempts - before}/{job.max_attempts}"
+    counted = f"{job.attempts - before - job.preemptions}/{job.max_attempts}"
+    if job.preemptions:
+        counted += f" (+{job.preemptions} preempted)"
     return f"{counted} since requeued ({job.attempts} in all)" if before else counted
 
 

@@ -115,6 +115,25 @@ _PARTITION = typer.Option(None, "--partition", help="Slurm partition.")
 _ACCOUNT = typer.Option(None, "--account", help="Slurm account.")
 _QOS = typer.Option(None, "--qos", help="Slurm QOS.")
 _SUBMIT_JSON = typer.Option(False, "--json", help="Print the new job as JSON.")
+_PREEMPTIBLE = typer.Option(
+    False,
+    "--preemptible",
+    help="It may give way to a higher-priority or starving job on a full station: it gets "
+    "--preempt-signal, then SIGTERM after --preempt-grace, and is requeued to resume "
+    "(GPUDESK_PREEMPTED=1). It should checkpoint and exit non-zero (docs/preemption.md).",
+)
+_PREEMPT_SIGNAL = typer.Option(
+    None,
+    "--preempt-signal",
+    metavar="SIG",
+    help="The signal that asks it to checkpoint: USR1 (default), USR2, INT, TERM or HUP.",
+)
+_PREEMPT_GRACE = typer.Option(
+    None,
+    "--preempt-grace",
+    metavar="SECONDS",
+    help="Seconds from that signal to SIGTERM (default 120, at most 3600).",
+)
 
 
 # Options end at the command: its first word that is not an option, or whatever follows `--`.
@@ -144,6 +163,9 @@ def submit(
     account: str | None = _ACCOUNT,
     qos: str | None = _QOS,
     json_out: bool = _SUBMIT_JSON,
+    preemptible: bool = _PREEMPTIBLE,
+    preempt_signal: str | None = _PREEMPT_SIGNAL,
+    preempt_grace: float | None = _PREEMPT_GRACE,
 ) -> None:
     """Queue one job: gpudesk submit [OPTIONS] [--] COMMAND [ARGS]...
 
@@ -170,6 +192,7 @@ def submit(
         cluster=cluster,
     )
     submit_job.add_limit_and_tracking(raw, time_limit, mlflow_uri, experiment)
+    submit_job.add_preemption(raw, preemptible, preempt_signal, preempt_grace)
     spec = submit_job.checked_spec(raw)
     if not cwd.is_dir():
         fail(f"--workdir: {cwd} is not a directory", EXIT_USAGE)

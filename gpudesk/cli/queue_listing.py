@@ -77,7 +77,7 @@ def queue_rows(jobs: list[JobView], width: int | None) -> str:
             j.user,
             "held" if j.held else j.state,
             j.spec.priority,
-            f"{j.attempts - j.attempts_before_requeue}/{j.max_attempts}",
+            f"{j.attempts - j.attempts_before_requeue - j.preemptions}/{j.max_attempts}",
             j.spec.gpus,
             render.duration(render.runtime(j.started_at, j.ended_at)),
             *([j.exit_code] if ended else []),

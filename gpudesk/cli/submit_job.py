@@ -94,6 +94,21 @@ def add_limit_and_tracking(
         }
 
 
+def add_preemption(
+    raw: dict[str, Any], preemptible: bool, signal: str | None, grace: float | None
+) -> None:
+    """--preemptible, --preempt-signal and --preempt-grace; the last two only with the first
+    (they would change nothing)."""
+    if not preemptible and (signal is not None or grace is not None):
+        fail("--preempt-signal and --preempt-grace apply to a --preemptible job", EXIT_USAGE)
+    if preemptible:
+        raw["preemptible"] = True
+    if signal is not None:
+        raw["preempt_signal"] = signal
+    if grace is not None:
+        raw["preempt_grace_s"] = grace
+
+
 def checked_spec(raw: dict[str, Any]) -> JobSpec:
     """The job's spec; a field it refuses is reported as the option that gave it."""
     from gpudesk.core.jobs import JobSpec, SpecError
@@ -109,6 +124,8 @@ def checked_spec(raw: dict[str, Any]) -> JobSpec:
             "sm_pct": "--sm",
             "max_attempts": "--max-attempts",
             "time_limit_s": "--time",
+            "preempt_signal": "--preempt-signal",
+            "preempt_grace_s": "--preempt-grace",
         }.get(exc.key, f"--{exc.key}")
         fail(f"{option}: {exc.message}", EXIT_USAGE)
     return spec

@@ -25,6 +25,14 @@ MAX_TIME_LIMIT_S = 366 * 86400.0
 # What a cancel gives a job between SIGTERM and SIGKILL unless told otherwise, and what a job
 # gets when its time limit passes (Slurm's KillWait does the same, 30 s by default there).
 DEFAULT_CANCEL_GRACE_S = 10.0
+# Preemption (docs/preemption.md): the signal a preemptible job gets to checkpoint and leave,
+# and how long it has before SIGTERM. Slurm's `--signal` warns 60 s ahead by default; 120 s is
+# that plus one training step's boundary (a job saves at its next step, not at once)
+# (assumption). Signals the job wrapper outlives (it must live to record the exit), by name.
+DEFAULT_PREEMPT_SIGNAL = "SIGUSR1"
+PREEMPT_SIGNALS = ("SIGUSR1", "SIGUSR2", "SIGINT", "SIGTERM", "SIGHUP")
+DEFAULT_PREEMPT_GRACE_S = 120.0
+MAX_PREEMPT_GRACE_S = 3600.0
 MAX_JOB_ID = 2**63 - 1  # the largest id SQLite stores
 PRIORITY_RANGE = (-1000, 1000)
 
@@ -266,6 +274,22 @@ def check_bool(value: Any) -> bool:
     return value
 
 
+def check_preempt_signal(value: Any) -> str:
+    """`"SIGUSR1"`, `"USR1"` (any case): one of PREEMPT_SIGNALS, by its full name."""
+    if not isinstance(value, str):
+        raise ValueError(
+            f"expected a signal name ({', '.join(PREEMPT_SIGNALS)}), found {describe(value)}"
+        )
+    name = value.strip().upper()
+    name = name if name.startswith("SIG") else "SIG" + name
+    if name not in PREEMPT_SIGNALS:
+        raise ValueError(
+            f"expected one of {', '.join(PREEMPT_SIGNALS)} (signals the job's wrapper outlives), "
+            f"found {describe(value)}"
+        )
+    return name
+
+
 def check_after(value: Any) -> tuple[int, ...]:
     """The jobs a job waits for, in the order given, each once: job ids, or -k for the k-th
     job of the same submit request (a profile's jobs, which have no ids yet; the store puts
@@ -432,6 +456,7 @@ check_priority = whole_number_in(*PRIORITY_RANGE)
 check_max_attempts = whole_number_in(1, MAX_ATTEMPTS)
 check_memory_gb = number_in(0.0, 16384.0, lo_open=True)
 check_sm_pct = number_in(0.0, 100.0)
+check_preempt_grace = number_in(1.0, MAX_PREEMPT_GRACE_S)
 
 
 @dataclass(frozen=True)
@@ -463,6 +488,11 @@ class JobSpec:
     tracking: TrackingSpec | None = None  # its MLflow run (docs/tracking.md); None: no tracking
     # The Slurm cluster it is submitted to (docs/slurm.md); None: it runs on the station.
     cluster: ClusterSpec | None = None
+    # It may be preempted on a full station (docs/preemption.md): `preempt_signal` to its
+    # process group, SIGTERM `preempt_grace_s` later, then requeued to resume.
+    preemptible: bool = False
+    preempt_signal: str = DEFAULT_PREEMPT_SIGNAL
+    preempt_grace_s: float = DEFAULT_PREEMPT_GRACE_S
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready for the request and the store's row (msgspec: the tracking and cluster
@@ -542,6 +572,9 @@ _CHECKS: dict[str, Callable[[Any], Any]] = {
     "time_limit_s": check_time_limit,
     "tracking": check_tracking,
     "cluster": check_cluster,
+    "preemptible": check_bool,
+    "preempt_signal": check_preempt_signal,
+    "preempt_grace_s": check_preempt_grace,
 }
 _FIELDS = frozenset({"name", "command", "shell", "group", "sweep", *_CHECKS})
 FIELD_CHECKS: Mapping[str, Callable[[Any], Any]] = _CHECKS

@@ -44,6 +44,9 @@ class JobRecord:
     held: bool = False  # a queued job the placement policy must not start until released
     attempts_before_requeue: int = 0  # attempts made before the user last requeued it
     owner: Identity = field(default_factory=Identity.of_process)  # whom it runs as
+    # attempts since the last requeue that ended preempted (docs/preemption.md): not counted
+    # against max_attempts
+    preemptions: int = 0
 
     @classmethod
     def queued(
@@ -75,8 +78,9 @@ class JobRecord:
 
     @property
     def attempts_since_requeue(self) -> int:
-        """The attempts that count against `max_attempts` (all of them if never requeued)."""
-        return self.attempts - self.attempts_before_requeue
+        """The attempts that count against `max_attempts` (all of them if never requeued),
+        preempted ones left out."""
+        return self.attempts - self.attempts_before_requeue - self.preemptions
 
 
 @dataclass(frozen=True)
@@ -97,6 +101,7 @@ class AttemptRecord:
     # its start on CLOCK_BOOTTIME and that boot's id (hw/boottime.py); None before schema 10
     started_boottime: float | None = None
     boot_id: str | None = None
+    preempted_for: int | None = None  # it gave way to that job (docs/preemption.md)
 
     @property
     def log_path(self) -> str:
@@ -106,7 +111,8 @@ class AttemptRecord:
         """The attempt on the wire; its placement is the store's JSON, checked into its type."""
         return AttemptView(
             number=self.number,
-            state=self.state,
+            # the store keeps a preempted attempt's state as it ended (schema 14)
+            state="preempted" if self.preempted_for is not None else self.state,
             placement=msgspec.convert(self.placement, PlacementView),
             pid=self.pid,
             started_at=self.started_at,

@@ -62,6 +62,7 @@ def _recover_one(attempts: Attempts, attempt: AttemptRecord) -> str:
     job = attempts.store.job(attempt.job_id)
     live.owner_uid = job.owner.uid  # whose MPS clients, limits
     live.time_limit_s = job.spec.time_limit_s
+    live.preemptible = job.spec.preemptible
     live.started_boot = boottime.start_in_this_boot(attempt.boot_id, attempt.started_boottime)
     if attempt.pid is None:  # the last engine died between starting it and recording it
         return _recover_unrecorded(attempts, live)

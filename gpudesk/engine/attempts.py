@@ -118,15 +118,17 @@ class Attempts:
         return {i for live in self.live.values() if live.mode == "mps" for i in live.gpus}
 
     def poll_timeout(self, timeout: float) -> float:
-        """`timeout` shortened to when an adopted attempt or a SIGKILL escalation is due."""
+        """`timeout` shortened to when an adopted attempt, a SIGKILL escalation or the SIGTERM
+        that ends a preemption's grace is due."""
         now = time.monotonic()
         for live in self.live.values():
             if not live.is_child:
                 timeout = min(timeout, ADOPTED_POLL_S)
             if live.retry is not None:
                 timeout = min(timeout, max(0.0, live.retry_at - now))
-            if live.kill_at is not None:
-                timeout = min(timeout, max(0.0, live.kill_at - now))
+            for due in (live.kill_at, live.preempt_term_at):
+                if due is not None:
+                    timeout = min(timeout, max(0.0, due - now))
         return timeout
 
     def track(self) -> None:
@@ -185,6 +187,11 @@ class Attempts:
                 "GPUDESK_ATTEMPT": str(attempt.number),
             }
         )
+        if job.spec.preemptible:  # what it must catch, and how long it has (preempting.py)
+            env["GPUDESK_PREEMPT_SIGNAL"] = job.spec.preempt_signal
+            env["GPUDESK_PREEMPT_GRACE_S"] = f"{job.spec.preempt_grace_s:g}"
+        if job.preemptions:  # it resumes: its checkpoint is where it left it
+            env.update({"GPUDESK_PREEMPTED": "1", "GPUDESK_PREEMPTIONS": str(job.preemptions)})
         return env
 
     def _loader_env(self, job: JobRecord) -> dict[str, str]:
@@ -282,6 +289,7 @@ class Attempts:
             owner_uid=job.owner.uid,
             time_limit_s=job.spec.time_limit_s,
             started_boot=started.at if started else None,
+            preemptible=job.spec.preemptible,
         )
         try:
             self.store.attempt_launched(attempt.id, launched.pid, launched.start_time, boot=started)
@@ -317,6 +325,9 @@ class Attempts:
                 continue
             if live.time_limit_s is not None and not live.timed_out:
                 self._check_time_limit(live)
+            if live.preempt_term_at is not None and now >= live.preempt_term_at:
+                live.preempt_term_at = None  # its grace is over: as a cancel from here on
+                self.terminate(live, DEFAULT_CANCEL_GRACE_S)
             if live.kill_at is not None and now >= live.kill_at:
                 log.info(
                     "attempt %d of job %d ignored SIGTERM; sending SIGKILL",
@@ -353,6 +364,22 @@ class Attempts:
             runner.signal_group(live.pid, signal.SIGTERM)
         deadline = time.monotonic() + grace
         live.kill_at = deadline if live.kill_at is None else min(live.kill_at, deadline)
+
+    def preempt(self, live: LiveAttempt, sig: int, grace: float, for_job: int) -> bool:
+        """Ask a preemptible attempt to checkpoint and leave: `sig` to its processes (its
+        cgroup's, else its own process group's, the wrapper's pid this engine started or
+        re-adopted, checked to be that same process), SIGTERM after `grace` (`check`). False
+        when it is gone already."""
+        if not runner.is_alive(live.pid, live.start_time):
+            return False
+        attempt = live.attempt
+        if not self.containment.signal(
+            attempt.job_id, attempt.number, sig
+        ) and not runner.signal_group(live.pid, sig):
+            return False
+        live.preempted_for = for_job
+        live.preempt_term_at = time.monotonic() + grace
+        return True
 
     def kill(self, live: LiveAttempt) -> None:
         self.containment.kill(live.attempt.job_id, live.attempt.number)
@@ -423,7 +450,7 @@ class Attempts:
         usage = self.telemetry.monitor.usage.get(attempt.id)
         ended_at = record.ended_at if record and record.ended_at else time.time()
         ending = self._ending(
-            job, attempt, exit_code, outcome, usage, ran_past_limit(live, watched, ended_at)
+            job, attempt, exit_code, outcome, usage, ran_past_limit(live, watched, ended_at), live
         )
         raised = ending.raised_demand
         self.store.finish_attempt(
@@ -435,6 +462,7 @@ class Attempts:
             signal=signal_number,
             ended_at=record.ended_at if record else None,
             demand=raised.to_dict() if raised else None,
+            preempted_for=live.preempted_for if ending.preempted else None,
         )
         self.demands.ended(
             job,
@@ -516,6 +544,7 @@ class Attempts:
         outcome: str,
         usage: AttemptUsage | None,
         timed_out: bool,
+        live: LiveAttempt,
     ) -> Ending:
         oom = (
             gpu_oom_line(attempt.log_path, exit_code, runner.log_owner_uid(job.owner))
@@ -535,6 +564,7 @@ class Attempts:
                 self._had_whole(attempt),
             ),
             usable_mib=self._usable_alone_mib(),
+            preempted_for=live.preempted_for,
         )
 
     # --------------------------------------------------------------- demand

@@ -38,6 +38,12 @@ class LiveAttempt:
     # When it started on this boot's CLOCK_BOOTTIME (hw/boottime.py), which its time limit
     # runs on; None when unknown (stored before schema 10): then the wall clock, as before.
     started_boot: float | None = None
+    # Preemption (engine/preempting.py): the waiting job it gives way to, and when (monotonic)
+    # its grace ends and SIGTERM follows (None once sent). Not stored: an engine restarted
+    # during the grace settles it as an ordinary ending.
+    preemptible: bool = False  # its job's spec says it may be preempted
+    preempted_for: int | None = None
+    preempt_term_at: float | None = None
 
     @property
     def uid(self) -> int:

@@ -20,6 +20,7 @@ from gpudesk.engine.events import EventPublisher
 from gpudesk.engine.fair_usage import FairUsage
 from gpudesk.engine.gpu_states import gpu_states
 from gpudesk.engine.learning import StationLearning
+from gpudesk.engine.preempting import RECHECK_S, Preempting
 from gpudesk.engine.services.tracking.tracker import Tracking
 from gpudesk.engine.state import CurrentStation, PlacementDue
 from gpudesk.engine.station.mps_watch import MpsWatch
@@ -122,6 +123,7 @@ class Scheduler:
         self.policy: PlacementPolicy = make_policy(station.config.policy)
         self.retry_at: float | None = None  # when to retry after a failed step
         self.overtaken: dict[int, int] = {}  # queued job id -> later jobs started before it
+        self.preempting = Preempting(attempts, store, events, learning)
 
     def station_view(self, queued_demands: bool = True) -> StationView:
         """The station as the policy sees it. Without `queued_demands` the queued jobs'
@@ -343,6 +345,19 @@ class Scheduler:
                 self._decide(self._placeable(), self.station_view())
             ),
         )
+        self._preempt_if_due()
+
+    def _preempt_if_due(self) -> None:
+        """A full station: may a running preemptible job give way to a waiting one
+        (engine/preempting.py)? Asked again every RECHECK_S while one runs and a GPU job waits.
+        Cheap while no preemptible job runs: nothing is asked of the queue or the view then."""
+        if not self.queue or not self.preempting.candidates():
+            return
+        waiting = self._placeable()
+        if not any(j.spec.gpus for j in waiting):
+            return
+        if self.preempting.consider(waiting, self.station_view(), self.policy):
+            self.retry_in(RECHECK_S)
 
     def _decide(self, jobs: list[JobRecord], view: StationView) -> Decision:
         """The policy's decision for `jobs`, its time counted (gpudesk_placement_decision_seconds):

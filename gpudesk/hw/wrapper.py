@@ -377,7 +377,10 @@ def _start_as(
 
 # What the command gets back as the default: what Python ignores (SIGPIPE, SIGXFSZ; as
 # subprocess does) and what the wrapper handles itself.
-_RESET_SIGNALS = (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+# The signals a cancel or a preemption sends the whole group (gpudesk.core.jobs.PREEMPT_SIGNALS):
+# the command handles them; the wrapper only needs to outlive them to record the exit.
+_OUTLIVED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+_RESET_SIGNALS = (signal.SIGPIPE, signal.SIGXFSZ, *_OUTLIVED)
 
 
 def _ignore(_signum: int, _frame: object) -> None:
@@ -408,9 +411,10 @@ def main(argv: list[str]) -> int:
     # ... and its environment is the engine's: the job's own waits in job.env for the child
     job_env = take_env(attempt_dir) if owner is not None else None
 
-    # Cancel sends SIGTERM to the whole process group: the command handles it; the wrapper only
-    # needs to outlive it to record the exit. Handlers (unlike SIG_IGN) are reset in the child.
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+    # Cancel sends SIGTERM to the whole process group, a preemption its signal (_OUTLIVED): the
+    # command handles it; the wrapper only needs to outlive it to record the exit. Handlers
+    # (unlike SIG_IGN) are reset in the child.
+    for sig in _OUTLIVED:
         signal.signal(sig, _ignore)
 
     lock = int(lock_fd) if lock_fd.isdigit() else -1

@@ -25,6 +25,7 @@ class Ending:
     state: JobState
     message: str
     raised_demand: Demand | None = None  # after an out-of-memory death
+    preempted: bool = False  # it gave way to another job: back in the queue, not a failure
 
 
 def ending(
@@ -37,16 +38,27 @@ def ending(
     oom: str | None,
     after_oom: Callable[[], Demand],
     usable_mib: float | None = None,
+    preempted_for: int | None = None,
 ) -> Ending:
     """Attempt `attempt_number` of `job` ended with `exit_code` (None: unknown), described by
     `outcome`; `timed_out` when it ran past its time limit, `oom` the log's out-of-memory line
     (None: none). `after_oom` gives the raised demand, asked only when an OOM is retried;
     `usable_mib` is what the largest GPU offers a job alone: a need measured beyond it fails the
-    job at once, saying so (a hint never does: demand.hint_unknown)."""
+    job at once, saying so (a hint never does: demand.hint_unknown). `preempted_for`: the
+    waiting job the engine asked it to give way to (docs/preemption.md): unless it exited 0
+    (its work was done) it goes back to the queue to resume, whatever max_attempts says, as no
+    failure."""
     if job.cancel_requested and exit_code != 0:
         return Ending(JobState.CANCELLED, f"cancelled ({outcome})")
     if exit_code == 0:
         return Ending(JobState.SUCCEEDED, outcome)
+    if preempted_for is not None:
+        return Ending(
+            JobState.QUEUED,
+            f"attempt {attempt_number} preempted for job {preempted_for} ({outcome}); back in "
+            "the queue to resume",
+            preempted=True,
+        )
     limit = job.spec.time_limit_s
     if limit is not None and timed_out:
         return Ending(

@@ -51,6 +51,10 @@ class SimRun:
     limit_mib: float | None = None  # the memory it may use (MPS limit, MIG slice)
     peak_at: float = 0.0  # when it reaches its peak memory
     segment: Segment | None = None
+    # preemption (sim_preemption): when it leaves, checkpoint saved; what resuming costs next
+    leaves_at: float | None = None
+    preempted_for: int | None = None
+    restore_s: float = 0.0
 
     @property
     def running(self) -> bool:
@@ -67,20 +71,21 @@ class SimRun:
 class Occupancy:
     """One attempt of a job on the simulated station: which GPUs it held, how, and when (the
     timeline `gpudesk simulate --plot` draws). An attempt that died of an out-of-memory error
-    ends with `ended = "oom"`; the one that finished with "finished"."""
+    ends with `ended = "oom"`, one preempted with "preempted"; the one that finished with
+    "finished"."""
 
     job_id: int
     gpus: tuple[int, ...]
     mode: str  # the placement's mode: exclusive, naive (time-sliced), mps, mig
     start_s: float
     end_s: float
-    ended: str  # "finished" or "oom"
+    ended: str  # "finished", "oom" or "preempted"
     mig_profile: str | None = None  # the MIG slice's profile, e.g. 3g.20gb
 
 
 # How a job ran, per job (`--json`): alone on a whole GPU, beside tenants under MPS, beside
 # tenants time-sliced (an MPS client beside a non-MPS context is time-sliced too), on a MIG slice,
-# on several whole GPUs, or stopped to let another run (no policy preempts yet: always 0).
+# on several whole GPUs, or preempted at least once to let another run (sim_preemption).
 PLACEMENT_CLASSES = ("alone", "shared-mps", "shared-naive", "mig", "exclusive-multi", "preempted")
 
 
@@ -129,9 +134,11 @@ def placement_class(attempt: Occupancy, others: list[Occupancy]) -> str:
 
 
 def job_placements(runs: list[SimRun], occupancies: list[Occupancy]) -> list[JobPlacement]:
-    """Each job that ran at least once, classed by its last attempt."""
+    """Each job that ran at least once, classed by its last attempt ("preempted" where any
+    attempt of it was)."""
     last: dict[int, Occupancy] = {}
     on_gpu: dict[int, list[Occupancy]] = {}
+    preempted = {o.job_id for o in occupancies if o.ended == "preempted"}
     for o in occupancies:  # in the order they ended
         last[o.job_id] = o
         for gpu in o.gpus:
@@ -145,7 +152,9 @@ def job_placements(runs: list[SimRun], occupancies: list[Occupancy]) -> list[Job
             JobPlacement(
                 run.job.id,
                 run.job.name,
-                placement_class(attempt, on_gpu[attempt.gpus[0]]),
+                "preempted"
+                if run.job.id in preempted
+                else placement_class(attempt, on_gpu[attempt.gpus[0]]),
                 attempt.mode,
                 attempt.gpus,
                 run.attempts,

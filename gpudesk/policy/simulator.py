@@ -54,6 +54,7 @@ from gpudesk.policy.mig_queue_time import layout_drain
 from gpudesk.policy.policies import make_policy
 from gpudesk.policy.policy import RESERVE_MIB, Decision, MigSlice, Placement, StationView
 from gpudesk.policy.schedule_pass import schedule_pass
+from gpudesk.policy.sim_preemption import leave_due, leaving_times, preempt_if_due, queue_key
 from gpudesk.policy.sim_records import Occupancy, Segment, SimResult, SimRun, sim_result
 from gpudesk.policy.sim_view import station_view
 from gpudesk.policy.trace import (
@@ -125,6 +126,7 @@ class Simulation:
         learn: bool = True,
         mig: Mapping[int, Sequence[str]] | str | None = None,
         mig_repartition: bool = False,
+        preempt: bool = True,
     ) -> None:
         check_backend_name(station)
         if not station.startswith("sim:"):
@@ -181,6 +183,8 @@ class Simulation:
         self.modes: dict[str, int] = {}
         self.lost_why: dict[int, str] = {}
         self.occupancies: list[Occupancy] = []
+        self.preemptions = 0
+        self.preempt = preempt  # the engine's preemption rule (sim_preemption), on by default
 
     def _new_run(self, job: TraceJob) -> SimRun:
         if self.estimator == "measured":
@@ -194,6 +198,8 @@ class Simulation:
             gpus=job.gpus,
             memory_gb=memory_gb,
             sm_pct=job.sm_pct,
+            priority=job.priority,
+            preemptible=job.preemptible,
         )
         record = JobRecord.queued(job.id, spec, job.arrival_s)
         demand = Demand(max(guess, 1.0), job.sm_pct, source, membw_pct=job.membw_pct)
@@ -271,6 +277,9 @@ class Simulation:
             values = shared_rates(self.truth, mode, tenants)
             rates.update({r.job.id: v for r, v in zip(group, values, strict=True)})
         return rates
+
+    def true_rates(self) -> dict[int, float]:
+        return self._rates()
 
     def rate(self, run: SimRun) -> float:
         """A running job's true rate now."""
@@ -353,6 +362,7 @@ class Simulation:
                 elif r.peak_at + PEAK_SETTLED_S > self.now:
                     candidates.append(r.peak_at + PEAK_SETTLED_S)  # its reservation is corrected
             candidates.extend(t for t in self.reconfig_until.values() if t > self.now)
+            candidates.extend(leaving_times(self))
             if not candidates:
                 for r in self.queue:
                     r.lost = True
@@ -382,9 +392,10 @@ class Simulation:
         self.now += step
 
     def _finish_and_crash(self) -> None:
+        leave_due(self)
         for run in list(self.running):
             if run.work_done >= run.job.exclusive_s - 1e-6:
-                self._stop(run)
+                self.stop(run)
                 run.finished_at = self.now
                 if run.attempts > 1:
                     self.recovered += 1
@@ -409,7 +420,7 @@ class Simulation:
         self.ooms += 1
         observed = min(run.job.peak_memory_mib, run.limit_mib or self.model.memory_total_mib)
         had_whole = run.placed.mode == "exclusive"  # every GPU here is the largest
-        self._stop(run, "oom")
+        self.stop(run, "oom")
         if run.attempts >= MAX_ATTEMPTS:
             run.lost = True
             self.lost_why[run.job.id] = f"out of memory {run.attempts} times"
@@ -427,11 +438,11 @@ class Simulation:
             return
         run.work_done = 0.0
         self.queue.append(run)
-        self.queue.sort(key=lambda r: r.record.id)
+        self.queue.sort(key=queue_key)
 
-    def _stop(self, run: SimRun, ended: str = "finished") -> None:
+    def stop(self, run: SimRun, ended: str = "finished") -> None:
+        """The job leaves its GPUs: "finished", "oom" or "preempted" (sim_preemption)."""
         placement = run.placed
-        gpu = placement.gpus[0]
         mig = self._mig_slice(run) if placement.mode == "mig" else None
         self.occupancies.append(
             Occupancy(
@@ -444,6 +455,7 @@ class Simulation:
                 mig.profile if mig is not None else None,
             )
         )
+        gpu = placement.gpus[0]
         for other in self.tenants_on(gpu):  # its stretch and its co-tenants' end here
             self._close_segment(other)
         self.running.remove(run)
@@ -454,7 +466,7 @@ class Simulation:
     def _arrive(self) -> None:
         while self.pending and self.pending[0].job.arrival_s <= self.now + 1e-9:
             self.queue.append(self.pending.pop(0))
-        self.queue.sort(key=lambda r: r.record.id)
+        self.queue.sort(key=queue_key)
 
     # ------------------------------------------------------------ placement
     def view(self) -> StationView:
@@ -534,6 +546,8 @@ class Simulation:
             repartition=self._repartition,
             place_again=lambda: self._place(self.view()) if self.queue else Decision(),
         )
+        if self.preempt:
+            preempt_if_due(self)
 
     def _place(self, view: StationView) -> Decision:
         started = time.perf_counter()
@@ -566,7 +580,8 @@ class Simulation:
         self.queue.remove(run)
         self.overtaken.pop(run.record.id, None)
         run.placement, run.started_at, run.attempts = placement, self.now, run.attempts + 1
-        run.blocked_until = self.now
+        # a resumed job restores its checkpoint first (sim_preemption)
+        run.blocked_until, run.restore_s = self.now + run.restore_s, 0.0
         if run.first_start is None:
             run.first_start = self.now
         run.peak_at = run.blocked_until + min(

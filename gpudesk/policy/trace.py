@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gpudesk.core.jobs import MAX_PREEMPT_GRACE_S
 from gpudesk.core.mig_profiles import (
     COMPUTE_SLICES,
     MEMORY_SLICES,
@@ -51,6 +52,11 @@ class TraceJob:
     estimates: dict[str, float]
     membw_pct: float | None = None  # DRAM bandwidth share alone, where the trace gives it
     model: str = ""
+    # Preemption (docs/preemption.md): its priority (higher first), whether it may be preempted,
+    # and what saving its checkpoint takes (resuming is taken to take as long)
+    priority: int = 0
+    preemptible: bool = False
+    checkpoint_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -68,6 +74,13 @@ def _percent(raw: Mapping[str, Any], key: str) -> float | None:
     if not 0.0 <= number <= 100.0:
         raise ValueError(f"{key} must be 0..100, found {value!r}")
     return number
+
+
+def _flag(raw: dict[str, object], key: str) -> bool:
+    value = raw.get(key, False)
+    if not isinstance(value, bool):
+        raise TypeError(f"{key} is true or false")
+    return value
 
 
 def load_trace(path: str | Path) -> Trace:
@@ -109,6 +122,9 @@ def load_trace(path: str | Path) -> Trace:
                     },
                     membw_pct=_percent(raw, "membw_pct"),
                     model=model,
+                    priority=int(raw.get("priority", 0)),
+                    preemptible=_flag(raw, "preemptible"),
+                    checkpoint_s=float(raw.get("checkpoint_s", 0.0)),
                 )
             )
         except (KeyError, TypeError, ValueError) as exc:
@@ -118,6 +134,11 @@ def load_trace(path: str | Path) -> Trace:
             raise TraceError(f"{path}: jobs[{i}]: gpus and exclusive_minutes must be positive")
         if job.peak_memory_mib < 0 or not math.isfinite(job.peak_memory_mib):
             raise TraceError(f"{path}: jobs[{i}]: peak_memory_mb must be a size")
+        if not 0 <= job.checkpoint_s <= MAX_PREEMPT_GRACE_S:
+            raise TraceError(
+                f"{path}: jobs[{i}]: checkpoint_s must be 0 to {MAX_PREEMPT_GRACE_S:g} s (a "
+                "preempted job must save within its grace)"
+            )
     jobs.sort(key=lambda j: (j.arrival_s, j.id))
     return Trace(str(data.get("name", Path(path).stem)), str(data.get("station", "")), tuple(jobs))
 

@@ -47,6 +47,9 @@ JOB_KEYS = (
     "priority",
     "max_attempts",
     "time_limit",
+    "preemptible",
+    "preempt_signal",
+    "preempt_grace_s",
     "after",
     "repeat",
 )
@@ -55,7 +58,18 @@ SWEEP_KEYS = (*JOB_KEYS, "grid")
 DEFAULT_KEYS = tuple(key for key in JOB_KEYS if key not in ("name", "command", "repeat", "after"))
 DATASET_KEYS = ("factory", *LOADER_KEYS)
 # Resource fields that go straight from the table (or [defaults]) into the JobSpec.
-_RESOURCE_KEYS = ("gpus", "memory_gb", "sm_pct", "dataset", "selection", "priority", "max_attempts")
+_RESOURCE_KEYS = (
+    "gpus",
+    "memory_gb",
+    "sm_pct",
+    "dataset",
+    "selection",
+    "priority",
+    "max_attempts",
+    "preemptible",
+    "preempt_signal",
+    "preempt_grace_s",
+)
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # `{name}` not preceded by `$`, so that shell `${HOME}` passes through untouched.

@@ -3,7 +3,7 @@
     python -m gpudesk.workloads.digits [--hidden 64] [--layers 2] [--lr 0.05]
         [--batch-size 64] [--epochs 10] [--seed 0] [--optimizer sgd|adam]
         [--device auto|cpu|cuda] [--threads N] [--loader local|shared]
-        [--split-seed S] [--target-classes 3,8]
+        [--split-seed S] [--target-classes 3,8] [--checkpoint PATH]
 
 Output (stdout, one flushed line each): a `config ...` line, one `epoch E/N ...` line
 per epoch, then `result {json}` with val_acc, best_val_acc, final_loss, epochs,
@@ -12,8 +12,10 @@ samples_per_s, params, device and wall_s (with --loader shared also train_sample
 
 Exit status: 0 done; 1 data unavailable (scikit-learn missing, or with --loader shared no
 producer running or one lost for good); 2 bad arguments;
-3 training diverged (loss nan/inf); 141 stdout closed; 143 on SIGTERM (130 on SIGINT),
-after printing `interrupted at epoch E` to stderr (E is 0 if no epoch had started).
+3 training diverged (loss nan/inf); 75 preempted with --checkpoint (its state saved: run it
+again to resume; gpudesk.workloads.checkpoint); 141 stdout closed; 143 on SIGTERM (130 on
+SIGINT), after printing `interrupted at epoch E` to stderr (E is 0 if no epoch had started).
+With --checkpoint the result also has `weights`, a checksum of the final weights.
 
 torch is imported inside `main()` so that importing this module stays cheap.
 """
@@ -27,6 +29,7 @@ import sys
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -114,6 +117,15 @@ def build_parser() -> argparse.ArgumentParser:
         default="sgd",
         help=f"sgd uses momentum {SGD_MOMENTUM}",
     )
+    parser.add_argument(
+        "--checkpoint",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="resumable (--loader local): on the preempt signal ($GPUDESK_PREEMPT_SIGNAL, else "
+        "SIGUSR1) save the run here at the next step and exit 75; resume from it when it "
+        "exists (docs/preemption.md)",
+    )
     add_run_arguments(
         parser,
         dataset="digits",
@@ -127,6 +139,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def parse_args(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
+    if args.checkpoint is not None and args.loader == "shared":
+        parser.error("--checkpoint works with --loader local (a shared loader's order is its own)")
     return check_run_arguments(parser, args, ("hidden", "layers", "batch_size", "epochs"))
 
 
@@ -161,6 +175,8 @@ def _run(
     shuffle_rng = np.random.default_rng([args.seed, 1])  # independent of the split's stream
     # every epoch is one pass in batches (local_batches): TOTAL for the engine's remaining time
     counter = StepCounter(total=args.epochs * -(-data.n_train // args.batch_size))
+    if args.checkpoint is not None:
+        return _run_resumable(args, model, optimizer, params, data, shuffle_rng, progress, counter)
     history = train_epochs(
         args.epochs,
         progress,
@@ -176,6 +192,50 @@ def _run(
     result = summarize(history, params, device, time.perf_counter() - started, data.n_train)
     if args.target_classes is not None:
         result["target_acc"] = target_accuracy(model, data.x_val, data.y_val, args.target_classes)
+    say("result " + json.dumps(result, separators=(",", ":")))
+    return EXIT_OK
+
+
+def _run_resumable(
+    args: argparse.Namespace,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    params: int,
+    data: Dataset,
+    rng: np.random.Generator,
+    progress: Progress,
+    counter: StepCounter,
+) -> int:
+    """`_run`'s training with --checkpoint: the same steps (local_batches' order), resumable."""
+    import torch
+
+    from gpudesk.workloads import checkpoint
+
+    started = time.perf_counter()
+
+    def order(gen: np.random.Generator) -> list[torch.Tensor]:
+        shuffled = torch.from_numpy(gen.permutation(data.n_train)).to(data.y_train.device)
+        return list(shuffled.split(args.batch_size))
+
+    history = checkpoint.train_resumable(
+        args.checkpoint,
+        args.epochs,
+        model,
+        optimizer,
+        order,
+        lambda batch: (data.x_train[batch], data.y_train[batch]),
+        (data.x_val, data.y_val),
+        rng,
+        progress,
+        counter,
+    )
+    if history is None:
+        return checkpoint.EXIT_PREEMPTED
+    device = data.y_val.device
+    result = summarize(history, params, device, time.perf_counter() - started, data.n_train)
+    if args.target_classes is not None:
+        result["target_acc"] = target_accuracy(model, data.x_val, data.y_val, args.target_classes)
+    result["weights"] = checkpoint.weights_digest(model)
     say("result " + json.dumps(result, separators=(",", ":")))
     return EXIT_OK
 
@@ -336,4 +396,11 @@ def shared_batches(
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    status = main()
+    if status == 75:  # preempted, its checkpoint saved (checkpoint.EXIT_PREEMPTED)
+        # Leave at once: tearing torch down can take seconds of the grace, and the engine's
+        # SIGTERM would then end a run whose state is already safe (docs/preemption.md).
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)
+    sys.exit(status)

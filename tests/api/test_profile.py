@@ -1134,3 +1134,41 @@ def test_a_circle_of_after_is_a_problem() -> None:
 def test_after_cannot_be_a_default() -> None:
     problem = only_problem('[defaults]\nafter = ["a"]\n[[jobs]]\nname = "a"\ncommand = ["true"]\n')
     assert problem.key == "defaults.after" and "unknown key" in problem.message
+
+
+def test_preemptible_jobs_from_a_profile_and_its_defaults() -> None:
+    profile = parse(
+        """
+        [defaults]
+        preemptible = true
+        preempt_grace_s = 300
+        [[jobs]]
+        name = "long"
+        command = ["true"]
+        preempt_signal = "usr2"
+        [[jobs]]
+        name = "eval"
+        command = ["true"]
+        preemptible = false
+        """
+    )
+    long, evaluation = profile.jobs
+    assert (long.preemptible, long.preempt_signal, long.preempt_grace_s) == (
+        True,
+        "SIGUSR2",
+        300.0,
+    )
+    assert not evaluation.preemptible and evaluation.preempt_signal == "SIGUSR1"
+
+
+@pytest.mark.parametrize(
+    ("line", "fragment"),
+    [
+        ('preempt_signal = "KILL"', "expected one of SIGUSR1, SIGUSR2"),
+        ("preempt_grace_s = 0", "expected a number from 1 to 3600"),
+        ('preemptible = "yes"', "expected true or false"),
+    ],
+)
+def test_bad_preemption_keys(line: str, fragment: str) -> None:
+    problem = only_problem(f'[[jobs]]\nname = "a"\ncommand = ["true"]\n{line}\n')
+    assert fragment in problem.message

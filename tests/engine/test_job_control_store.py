@@ -16,6 +16,7 @@ from gpudesk.core.records import JobRecord
 from gpudesk.engine.station.telemetry_sink import local_midnight
 from gpudesk.engine.store.database import Store
 from gpudesk.engine.store.schema import GPU_ENERGY_METRIC, MIGRATIONS, SCHEMA_VERSION
+from gpudesk.policy.policy import Placement
 from gpudesk.policy.queue import JobQueue
 
 
@@ -232,3 +233,30 @@ def test_held_jobs_keep_their_place_but_are_not_placeable() -> None:
     queue.add(queued(2))  # released: back at its place
     assert [j.id for j in queue.placeable()] == [1, 2]
     assert [j.id for j in queue.ordered()] == [3, 1, 2]
+
+
+def test_preempted_attempts_do_not_count_against_max_attempts(store: Store, tmp_path: Path) -> None:
+    """Schema 14: an attempt that ends "preempted" (docs/preemption.md) counts in the job's
+    `preemptions`, not against max_attempts; a requeue by the user starts both afresh."""
+    (job,) = store.submit([spec(max_attempts=1, preemptible=True)])
+    placement = Placement(job.id, "cpu:0", "cpu", "first come, first served").to_dict()
+    attempt = store.start_attempt(job.id, placement, tmp_path)
+    store.finish_attempt(
+        attempt,
+        attempt_state="exited",
+        job_state=JobState.QUEUED,
+        message="attempt 1 preempted for job 9 (exit code 75); back in the queue to resume",
+        exit_code=75,
+        preempted_for=9,
+    )
+    back = store.job(job.id)
+    assert (back.state, back.attempts, back.preemptions) == (JobState.QUEUED, 1, 1)
+    assert back.attempts_since_requeue == 0 and back.spec.preemptible
+    (first,) = store.attempts(job.id)
+    assert (first.state, first.preempted_for) == ("exited", 9)
+    assert first.view().state == "preempted" and "preempted for job 9" in (first.reason or "")
+    fail_attempt(store, job.id, tmp_path, JobState.FAILED)
+    failed = store.job(job.id)
+    assert (failed.attempts, failed.preemptions, failed.attempts_since_requeue) == (2, 1, 1)
+    again = store.requeue(job.id)
+    assert (again.preemptions, again.attempts_since_requeue) == (0, 0)

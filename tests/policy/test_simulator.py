@@ -176,7 +176,7 @@ def test_a_thread_cap_slows_a_job_alone(tmp_path: Path) -> None:
     sim.queue.append(run)
     sim._start(run, Placement(1, "gpu:0/mps", "mps", "test", gpus=(0,), mps_thread_pct=10))
     assert sim.rate(run) < 0.8
-    sim._stop(run)
+    sim.stop(run)
     sim.queue.append(run)
     sim._start(run, Placement(1, "gpu:0/mps", "mps", "test", gpus=(0,), mps_thread_pct=100))
     assert sim.rate(run) == 1.0

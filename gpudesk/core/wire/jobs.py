@@ -55,6 +55,10 @@ class JobSpecView(WireModel, frozen=True):
     sweep: str | None = None  # the [[sweeps]] table of its profile that made it
     tracking: TrackingView | None = None  # its MLflow run's store and experiment
     cluster: ClusterView | None = None  # the Slurm cluster it was submitted to; None: the station
+    # It may be preempted (docs/preemption.md); its signal and grace only when it may.
+    preemptible: bool = False
+    preempt_signal: str | None = None
+    preempt_grace_s: float | None = None
 
 
 class UsageFigures(WireModel, frozen=True):
@@ -146,6 +150,9 @@ class JobView(WireModel, frozen=True):
     # jobs), JobHeldUser, QOSMaxGRESPerUser (its owner's GPU limit), TrackingRun (its MLflow
     # run is being made); a Slurm job's is Slurm's own. `show`'s `waiting` says it at length.
     wait_reason: str | None = None
+    # attempts since the last requeue that ended preempted: they do not count against
+    # max_attempts (docs/preemption.md)
+    preemptions: int = 0
 
     @property
     def terminal(self) -> bool:
@@ -241,7 +248,7 @@ class JobList(WireModel, frozen=True):
 
 class AttemptView(WireModel, frozen=True):
     number: int
-    state: str  # "running", "exited", "lost", "launch_failed"
+    state: str  # "running", "exited", "preempted", "lost", "launch_failed"
     placement: PlacementView
     pid: int | None
     started_at: float | None

@@ -144,6 +144,7 @@ class ListingRequests(Requests):
             cancel_requested=job.cancel_requested,
             held=job.held,
             attempts_before_requeue=job.attempts_before_requeue,
+            preemptions=job.preemptions,
             user=job.user,
             uid=job.owner.uid,
             spec=spec,
@@ -310,4 +311,7 @@ def spec_view(spec: JobSpec) -> JobSpecView:
         sweep=spec.sweep,
         tracking=None if tracking is None else TrackingView(**tracking.to_dict()),
         cluster=None if cluster is None else ClusterView(**cluster.to_dict()),
+        preemptible=spec.preemptible,
+        preempt_signal=spec.preempt_signal if spec.preemptible else None,
+        preempt_grace_s=spec.preempt_grace_s if spec.preemptible else None,
     )

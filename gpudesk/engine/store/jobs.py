@@ -278,6 +278,7 @@ class JobTables(StoreConnection):
                 )
             conn.execute(
                 "UPDATE jobs SET state = 'queued', attempts_before_requeue = attempts, "
+                "preemptions = 0, "
                 "archived = 0, held = 0, cancel_requested = 0, kill_deadline = NULL, "
                 "started_at = NULL, ended_at = NULL, exit_code = NULL, reason = NULL WHERE id = ?",
                 (job_id,),
@@ -383,9 +384,12 @@ class JobTables(StoreConnection):
         ended_at: float | None = None,
         now: float | None = None,
         demand: Mapping[str, Any] | None = None,
+        preempted_for: int | None = None,
     ) -> None:
         """Close an attempt and move its job on (to a final state, or back to the queue);
-        `demand` replaces what the job is assumed to need (after an out-of-memory death).
+        `demand` replaces what the job is assumed to need (after an out-of-memory death);
+        `preempted_for`: it was preempted for that job, which it does not count against
+        max_attempts (docs/preemption.md).
         `message` may quote the job's program or folder (bytes that need not be UTF-8)."""
         now = now or time.time()
         message = safe_text(message)
@@ -401,6 +405,14 @@ class JobTables(StoreConnection):
                 "reason = ? WHERE id = ? AND state IN ('launching', 'running')",
                 (attempt_state, ended_at, exit_code, signal, message, attempt.id),
             )
+            if preempted_for is not None:
+                conn.execute(
+                    "UPDATE attempts SET preempted_for = ? WHERE id = ?",
+                    (preempted_for, attempt.id),
+                )
+                conn.execute(
+                    "UPDATE jobs SET preemptions = preemptions + 1 WHERE id = ?", (attempt.job_id,)
+                )
             if job_state.terminal:
                 self._transition(
                     conn,

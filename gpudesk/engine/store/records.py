@@ -27,6 +27,7 @@ def read_job(row: sqlite3.Row) -> JobRecord:
         held=bool(row["held"]),
         attempts_before_requeue=row["attempts_before_requeue"],
         owner=_owner(row),
+        preemptions=row["preemptions"],
     )
 
 
@@ -55,6 +56,7 @@ def read_attempt(row: sqlite3.Row) -> AttemptRecord:
         reason=row["reason"],
         started_boottime=row["started_boottime"],
         boot_id=row["boot_id"],
+        preempted_for=row["preempted_for"],
     )
 
 

@@ -270,6 +270,14 @@ MIGRATIONS: tuple[str, ...] = (
         updated_at REAL NOT NULL
     );
     """,
+    # 14: preemption (docs/preemption.md): the attempts since the last requeue that ended
+    # preempted, which do not count against max_attempts; and on such an attempt the job it
+    # made room for (its state stays what it was, `exited` or `lost`: the state column's CHECK
+    # cannot change without rebuilding the table; the wire calls it `preempted`).
+    """
+    ALTER TABLE jobs ADD COLUMN preemptions INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE attempts ADD COLUMN preempted_for INTEGER;
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -1,0 +1,178 @@
+"""Preemption on a full station, with the job's cooperation (Gandiva's suspend/resume, Slurm's
+`--signal` + requeue): which running preemptible job, if any, gives way to a waiting one. Pure:
+the engine (gpudesk.engine.preempting) and the simulator ask the same function.
+
+The rule, for a waiting GPU job W and a running job V marked preemptible:
+
+- **Who may ask.** W has a higher priority than V, or W is *starving* (later jobs started ahead
+  of it `MAX_OVERTAKES` times, as collocation counts it) and V's priority is not above W's. A
+  job is never preempted for one of lower priority.
+- **Gain.** The time W is spared waiting: `wait = min(V's remaining time, the soonest any GPU
+  drains by itself)`, less V's grace period (W waits for V to checkpoint and leave):
+  `gain = wait - grace_V`. V's remaining time is its progress/history estimate
+  (gpudesk.policy.remaining); where unknown, the time it has run already (assumption: for the
+  heavy-tailed run times of shared clusters a job that has run t is as likely as not to run
+  about t more, Harchol-Balter & Downey 1997; it also never calls a job that just started
+  "nearly done").
+- **Loss.** What the preempted work throws away: `loss = grace_V + restart_V`, the time it
+  spends checkpointing (at most its grace) plus what resuming costs it (loading the checkpoint,
+  warming up). A job that does not checkpoint loses more (all its run since start); marking
+  it preemptible is its owner's statement that it does.
+- **Preempt** when `gain > loss`, W fits where V was (the policy itself places W on the station
+  with V gone), and V is not *protected*: its current attempt has run at least
+  `PROTECT_FACTOR × loss_V`, so at most a third of any job's time goes to preemption overhead
+  and a job resumed after a preemption is not preempted again at once (no thrashing).
+- One victim per waiting job (a job that would need two to fit waits), and one preemption per
+  call: the freed GPU is placed by the next pass, as any other.
+
+Among the victims that qualify for the first W (in queue order) that has one: the lowest
+priority, then the smallest loss, then the longest remaining time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+
+from gpudesk.core.records import JobRecord
+from gpudesk.policy.collocation import MAX_OVERTAKES
+from gpudesk.policy.policy import PlacementPolicy, StationView
+
+# A preempted job's current attempt must have run this many times its preemption loss before it
+# may be preempted again (assumption: overhead at most 1/(1+2) of its time).
+PROTECT_FACTOR = 2.0
+# Waiting jobs weighed per call, at most (each costs a placement of it): a long queue of jobs
+# that could ask is not a pass over all of it; the first in the queue's order come first.
+MAX_ASKERS = 8
+
+
+@dataclass(frozen=True)
+class Preemptible:
+    """A running job marked preemptible, as the decision sees it."""
+
+    job_id: int
+    priority: int
+    run_s: float  # how long its current attempt has run
+    remaining_s: float | None  # its estimate (None: unknown)
+    grace_s: float  # between its preempt signal and SIGTERM
+    restart_s: float  # what resuming from its checkpoint costs it
+
+    @property
+    def loss_s(self) -> float:
+        return self.grace_s + self.restart_s
+
+    @property
+    def expected_left_s(self) -> float:
+        """Its remaining time, or (unknown) the time it has run (the module's assumption)."""
+        return self.remaining_s if self.remaining_s is not None else self.run_s
+
+    @property
+    def protected(self) -> bool:
+        return self.run_s < PROTECT_FACTOR * self.loss_s
+
+
+@dataclass(frozen=True)
+class Preemption:
+    victim: int  # the job to preempt
+    for_job: int  # the waiting job it makes room for
+    gain_s: float
+    loss_s: float
+    reason: str
+
+
+Fits = Callable[[JobRecord, StationView], bool]
+
+
+def placed_by(policy: PlacementPolicy) -> Fits:
+    """Whether `policy` would start the job on the station as given, alone in the queue."""
+    return lambda job, view: any(p.job_id == job.id for p in policy.place([job], view).placements)
+
+
+def starving(job: JobRecord, station: StationView, max_overtakes: int = MAX_OVERTAKES) -> bool:
+    """Later jobs started ahead of it as often as collocation lets them (a multi-GPU job's
+    budget is 0 there: it counts as starving once one has)."""
+    budget = max_overtakes if job.spec.gpus <= 1 else 1
+    return station.overtaken.get(job.id, 0) >= budget
+
+
+def without(station: StationView, job_id: int) -> StationView:
+    """The station as it would be once `job_id` has left its GPUs."""
+    states = tuple(
+        replace(g, tenants=tuple(t for t in g.tenants if t.job_id != job_id))
+        if any(t.job_id == job_id for t in g.tenants)
+        else g
+        for g in station.gpu_states
+    )
+    return replace(station, gpu_states=states)
+
+
+def natural_wait_s(station: StationView) -> float | None:
+    """The soonest a GPU is expected to drain by itself (None: no GPU's time is known)."""
+    known = [d for g in station.gpu_states if not g.lost and (d := g.drains_in_s) is not None]
+    return min(known, default=None)
+
+
+def choose(
+    queue: Sequence[JobRecord],
+    station: StationView,
+    running: Sequence[Preemptible],
+    fits: Fits,
+    skip: frozenset[int] = frozenset(),
+) -> Preemption | None:
+    """The preemption the rule (module docstring) calls for, or None. `queue`: the jobs still
+    waiting after the pass, in placement order; `running`: the running preemptible jobs;
+    `fits`: whether the policy would place a job on a station (`placed_by`); `skip`: waiting
+    jobs a preemption already in flight serves, and running jobs already told to stop. At most
+    `MAX_ASKERS` waiting jobs that some victim could serve are weighed (each costs the policy a
+    placement), the first in the queue's order."""
+    natural = natural_wait_s(station)
+    paying = []  # (victim, gain): those whose preemption pays whoever asks
+    for victim in running:
+        if victim.job_id in skip or victim.protected:
+            continue
+        left = victim.expected_left_s
+        gain = (left if natural is None else min(natural, left)) - victim.grace_s
+        if gain > victim.loss_s:
+            paying.append((victim, gain))
+    if not paying:
+        return None
+    paying.sort(key=lambda vg: (vg[0].priority, vg[0].loss_s, -vg[0].expected_left_s, vg[0].job_id))
+    lowest = paying[0][0].priority
+    asked = 0
+    for waiting in queue:
+        if not waiting.spec.gpus or waiting.id in skip or waiting.held:
+            continue
+        mine, hungry = waiting.spec.priority, starving(waiting, station)
+        if mine <= lowest and not (hungry and mine == lowest):
+            continue
+        serving = [
+            (v, gain)
+            for v, gain in paying
+            if v.job_id != waiting.id and (v.priority < mine or (hungry and v.priority <= mine))
+        ]
+        if not serving:
+            continue
+        asked += 1
+        for victim, gain in serving:
+            if fits(waiting, without(station, victim.job_id)):
+                return _preemption(waiting, victim, gain)
+        if asked >= MAX_ASKERS:
+            return None
+    return None
+
+
+def _preemption(waiting: JobRecord, victim: Preemptible, gain: float) -> Preemption:
+    mine = waiting.spec.priority
+    if victim.priority < mine:
+        why = f"has priority {mine} > {victim.priority}"
+    else:
+        why = "has waited past its overtake budget"
+    return Preemption(
+        victim.job_id,
+        waiting.id,
+        gain,
+        victim.loss_s,
+        f"preempted for job {waiting.id}, which {why}: it gains {gain:.0f} s of waiting "
+        f"against {victim.loss_s:.0f} s this job loses (grace {victim.grace_s:g} s + "
+        f"restart {victim.restart_s:g} s)",
+    )

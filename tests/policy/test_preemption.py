@@ -1,0 +1,283 @@
+"""The preemption decision (gpudesk.policy.preemption): who gives way, only when the waiting job
+gains more than the preempted work loses, never a protected (just resumed) job."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from gpudesk.core.jobs import JobSpec, JobState
+from gpudesk.core.records import JobRecord
+from gpudesk.core.station import StationConfig
+from gpudesk.policy.collocation import MAX_OVERTAKES, SharingPolicy
+from gpudesk.policy.policy import GpuState, StationView, Tenant
+from gpudesk.policy.preemption import (
+    PROTECT_FACTOR,
+    Preemptible,
+    choose,
+    placed_by,
+    without,
+)
+from gpudesk.policy.simulator import Simulation, TraceError, load_trace
+
+GIB = 1024.0
+POLICY = SharingPolicy("auto")
+
+
+def waiting(job_id: int, priority: int, gpus: int = 1, sm: float = 90.0) -> JobRecord:
+    spec = JobSpec(
+        name=f"j{job_id}",
+        command=("true",),
+        priority=priority,
+        gpus=gpus,
+        memory_gb=30.0,
+        sm_pct=sm,
+    )
+    return JobRecord(job_id, spec, JobState.QUEUED, 0.0, None, None, 0, None, None, False)
+
+
+def full_station(*tenants: Tenant, overtaken: dict[int, int] | None = None) -> StationView:
+    """One 40 GiB GPU per tenant, each full (a heavy job, 35 GiB)."""
+    gpus = tuple(
+        GpuState(i, f"GPU-{i}", 40 * GIB, tenants=(t,), mps_usable=True)
+        for i, t in enumerate(tenants)
+    )
+    return StationView(
+        StationConfig(slots=1),
+        cores=8,
+        backend="sim:x",
+        gpu_states=gpus,
+        simulated=True,
+        overtaken=overtaken or {},
+    )
+
+
+def heavy(job_id: int, remaining_s: float | None = None) -> Tenant:
+    return Tenant(job_id, "mps", 35 * GIB, 95.0, remaining_s=remaining_s)
+
+
+def low(
+    job_id: int = 1,
+    *,
+    run_s: float = 3600.0,
+    remaining_s: float | None = 3600.0,
+    priority: int = 0,
+    grace_s: float = 120.0,
+) -> Preemptible:
+    return Preemptible(job_id, priority, run_s, remaining_s, grace_s, restart_s=grace_s)
+
+
+def test_a_higher_priority_job_preempts_a_long_low_priority_one() -> None:
+    view = full_station(heavy(1, 3600.0))
+    found = choose([waiting(2, 10)], view, [low()], placed_by(POLICY))
+    assert found is not None
+    assert (found.victim, found.for_job) == (1, 2)
+    assert found.gain_s == 3600.0 - 120.0 and found.loss_s == 240.0
+    assert "priority 10 > 0" in found.reason
+
+
+def test_no_preemption_when_the_gain_does_not_exceed_the_loss() -> None:
+    # remaining 300 s: the waiting job is spared 300 - 120 = 180 s, the victim loses 240 s
+    view = full_station(heavy(1, 300.0))
+    assert choose([waiting(2, 10)], view, [low(remaining_s=300.0)], placed_by(POLICY)) is None
+    # one more second of grace-free gain beyond the loss tips it: 361 - 120 = 241 > 240
+    view = full_station(heavy(1, 361.0))
+    assert choose([waiting(2, 10)], view, [low(remaining_s=361.0)], placed_by(POLICY))
+
+
+def test_equal_or_lower_priority_waits_unless_starving() -> None:
+    view = full_station(heavy(1, 3600.0))
+    assert choose([waiting(2, 0)], view, [low()], placed_by(POLICY)) is None
+    assert choose([waiting(2, -5)], view, [low()], placed_by(POLICY)) is None
+    starving = full_station(heavy(1, 3600.0), overtaken={2: MAX_OVERTAKES})
+    found = choose([waiting(2, 0)], starving, [low()], placed_by(POLICY))
+    assert found is not None and "overtake budget" in found.reason
+    # starving never reaches a job of higher priority
+    assert choose([waiting(2, 0)], starving, [low(priority=5)], placed_by(POLICY)) is None
+
+
+def test_a_just_resumed_job_is_protected() -> None:
+    view = full_station(heavy(1, 3600.0))
+    young = low(run_s=PROTECT_FACTOR * 240.0 - 1)
+    assert choose([waiting(2, 10)], view, [young], placed_by(POLICY)) is None
+    old_enough = low(run_s=PROTECT_FACTOR * 240.0)
+    assert choose([waiting(2, 10)], view, [old_enough], placed_by(POLICY)) is not None
+
+
+def test_unknown_remaining_counts_its_run_so_far() -> None:
+    view = full_station(heavy(1, None))
+    short = low(run_s=500.0, remaining_s=None)  # 500 - 120 = 380 > 240
+    assert choose([waiting(2, 10)], view, [short], placed_by(POLICY)) is not None
+    shorter = low(run_s=480.0, remaining_s=None)  # protected exactly below 480; gain 360 > 240
+    assert choose([waiting(2, 10)], view, [shorter], placed_by(POLICY)) is not None
+    assert (
+        choose([waiting(2, 10)], view, [low(run_s=350.0, remaining_s=None)], placed_by(POLICY))
+        is None
+    )
+
+
+def test_a_gpu_draining_soon_by_itself_makes_preemption_pointless() -> None:
+    # GPU 1's job (not preemptible) ends in 200 s: waiting that long beats preempting job 1
+    view = full_station(heavy(1, 3600.0), heavy(3, 200.0))
+    assert choose([waiting(2, 10)], view, [low()], placed_by(POLICY)) is None
+
+
+def test_the_waiting_job_must_fit_where_the_victim_was() -> None:
+    # job 1 is light (5 GiB) beside a 34 GiB heavy job that is not preemptible: its leaving
+    # frees too little for the 30 GiB waiting job
+    gpu = GpuState(
+        0,
+        "GPU-0",
+        40 * GIB,
+        mps_usable=True,
+        tenants=(
+            Tenant(1, "mps", 5 * GIB, 10.0, remaining_s=3600.0),
+            Tenant(3, "mps", 34 * GIB, 90.0),
+        ),
+    )
+    view = StationView(
+        StationConfig(slots=1), cores=8, backend="sim:x", gpu_states=(gpu,), simulated=True
+    )
+    assert choose([waiting(2, 10)], view, [low()], placed_by(POLICY)) is None
+    assert without(view, 1).gpu_states[0].tenants == (gpu.tenants[1],)
+
+
+def test_the_lowest_priority_victim_and_jobs_in_flight_are_skipped() -> None:
+    view = full_station(heavy(1, 3600.0), heavy(3, 3600.0))
+    victims = [low(1, priority=2), low(3, priority=-1)]
+    found = choose([waiting(2, 10)], view, victims, placed_by(POLICY))
+    assert found is not None and found.victim == 3
+    # job 3 already told to stop: job 1 is next; job 2 already served: nothing
+    again = choose([waiting(2, 10)], view, victims, placed_by(POLICY), skip=frozenset({3}))
+    assert again is not None and again.victim == 1
+    assert choose([waiting(2, 10)], view, victims, placed_by(POLICY), skip=frozenset({2})) is None
+
+
+def test_cpu_jobs_and_held_jobs_never_preempt() -> None:
+    view = full_station(heavy(1, 3600.0))
+    cpu = waiting(2, 10, gpus=0)
+    assert choose([cpu], view, [low()], placed_by(POLICY)) is None
+    from dataclasses import replace
+
+    held = replace(waiting(2, 10), held=True)
+    assert choose([held], view, [low()], placed_by(POLICY)) is None
+
+
+def _trace(tmp_path: Path, preemptible: bool = True) -> Path:
+    jobs = [
+        {
+            "id": 1,
+            "arrival_s": 0,
+            "task": "long",
+            "gpus": 1,
+            "exclusive_minutes": 240,
+            "peak_memory_mb": 60000,
+            "sm_pct": 95,
+            "preemptible": preemptible,
+            "checkpoint_s": 60,
+        },
+        {
+            "id": 2,
+            "arrival_s": 1800,
+            "task": "short",
+            "gpus": 1,
+            "exclusive_minutes": 10,
+            "peak_memory_mb": 50000,
+            "sm_pct": 90,
+            "priority": 10,
+        },
+    ]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"name": "t", "station": "h100", "jobs": jobs}))
+    return path
+
+
+def test_the_simulator_preempts_by_the_same_rule(tmp_path: Path) -> None:
+    trace = load_trace(_trace(tmp_path))
+    sim = Simulation(trace, policy="auto", station="sim:h100", estimator="measured")
+    result = sim.run()
+    long_run, short = sim.runs
+    assert sim.preemptions == 1 and result.placement_classes["preempted"] == 1
+    assert result.lost == 0
+    # the short job waits for the long one's checkpoint (60 s) and no more
+    assert short.first_start == pytest.approx(1800 + 60)
+    # the long one loses its checkpoint and its restore, and waits for the short one
+    assert long_run.finished_at == pytest.approx(240 * 60 + 60 + 600 + 60)
+    ended = [o.ended for o in result.occupancies if o.job_id == 1]
+    assert ended == ["preempted", "finished"]
+    # off, or with a job not marked preemptible: the short job waits for the long one
+    for sim in (
+        Simulation(trace, policy="auto", station="sim:h100", estimator="measured", preempt=False),
+        Simulation(
+            load_trace(_trace(tmp_path, preemptible=False)),
+            policy="auto",
+            station="sim:h100",
+            estimator="measured",
+        ),
+    ):
+        sim.run()
+        assert sim.preemptions == 0
+        assert sim.runs[1].first_start == pytest.approx(240 * 60)
+
+
+def test_a_trace_checkpoint_must_fit_a_grace(tmp_path: Path) -> None:
+    path = tmp_path / "bad.json"
+    path.write_text(
+        json.dumps(
+            {
+                "jobs": [
+                    {
+                        "arrival_s": 0,
+                        "exclusive_minutes": 1,
+                        "peak_memory_mb": 1,
+                        "checkpoint_s": 7200,
+                    }
+                ]
+            }
+        )
+    )
+    with pytest.raises(TraceError, match="checkpoint_s must be 0 to 3600"):
+        load_trace(path)
+
+
+def test_the_simulator_asks_again_when_protection_ends(tmp_path: Path) -> None:
+    jobs = [
+        {
+            "id": 1,
+            "arrival_s": 0,
+            "gpus": 1,
+            "exclusive_minutes": 240,
+            "peak_memory_mb": 60000,
+            "sm_pct": 95,
+            "preemptible": True,
+            "checkpoint_s": 300,
+        },
+        {
+            "id": 2,
+            "arrival_s": 1800,
+            "gpus": 1,
+            "exclusive_minutes": 10,
+            "peak_memory_mb": 50000,
+            "sm_pct": 90,
+            "priority": 10,
+        },
+        {
+            "id": 3,
+            "arrival_s": 3000,
+            "gpus": 1,
+            "exclusive_minutes": 10,
+            "peak_memory_mb": 50000,
+            "sm_pct": 90,
+            "priority": 10,
+        },
+    ]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"name": "t", "jobs": jobs}))
+    sim = Simulation(load_trace(path), policy="auto", station="sim:h100", estimator="measured")
+    sim.run()
+    # job 1 resumes at 1800 + 300 + 600 = 2700 and is protected for 2 x (300 + 300) s: job 3
+    # waits for that and its checkpoint, not for job 1's end
+    assert sim.runs[2].first_start == pytest.approx(2700 + PROTECT_FACTOR * 600 + 300)
+    assert sim.preemptions == 2
