@@ -182,14 +182,16 @@ class SharingPolicy:
         overtaken: dict[int, int] = {}
         waiting: JobRecord | None = None  # the first GPU job that could not start
         reserved: set[int] = set()  # GPUs held for it once it has been overtaken enough
-        # Demands that found no room, by (GPUs, exclusive, measured, unknown): a job needing at
-        # least as much memory and SM finds none either. A measured need fits with a smaller
-        # margin than a guess (demand.margin_mib), and a job whose figure is unknown is weighed
-        # for its admitted memory and placed differently, so each is kept apart; a job with its
+        # Demands that found no room, by (GPUs, exclusive, measured, unknown, owner): a job
+        # needing at least as much memory and SM finds none either. A measured need fits with a
+        # smaller margin than a guess (demand.margin_mib), a job whose figure is unknown is
+        # weighed for its admitted memory and placed differently, and a GPU whose MPS server
+        # serves one user offers another only time-slicing (FilledStation.foreign_host), so
+        # each is kept apart; a job with its
         # own bandwidth figure is never judged by it (the frontier knows memory and SM only).
         # Placing jobs only ever fills GPUs within a pass, so this stays true to its end. Keeps
         # a pass over a long queue cheap.
-        no_room: dict[tuple[int, bool, bool, bool], Frontier] = {}
+        no_room: dict[tuple[int, bool, bool, bool, int], Frontier] = {}
         largest = largest_gpu_mib(station)
         # Jobs whose memory figure is certainly usable skip the full check (a long queue is
         # mostly such jobs, and this loop is the policy's hot path): below what the largest GPU
@@ -199,34 +201,44 @@ class SharingPolicy:
         demands = station.demands
         lookahead = _Lookahead(queue, station)
         as_is = AsIs(self.rules, station)
+        every_whole = self.mode == "exclusive"  # `_whole`, without a call per job
         for position, job in enumerate(queue):
             spec = job.spec
-            if not spec.gpus:
+            gpus = spec.gpus
+            if not gpus:
                 if cpu_slots:
                     plan.placements.append(cpu_placement(job, cpu_slots.pop(0), station))
                 continue
             # The hot path of a long queue: no Demand object until the job may fit.
             known = demands.get(job.id)
-            if known is not None:
-                memory, sm, exclusive = known.memory_mib, known.sm_pct, known.exclusive
-            else:
+            if known is None:
                 memory, sm = hinted(spec.memory_gb, spec.sm_pct)
-                exclusive = False
+                exclusive = banded = history = False
+            else:
+                memory, sm, exclusive = known.memory_mib, known.sm_pct, known.exclusive
+                banded, history = known.membw_pct is not None, known.source == "history"
+            # A job placed on whole GPUs is judged by its memory alone (`_whole_gpus`): its
+            # frontier point has no SM, so any job of its shape needing as much is dominated.
+            whole = gpus > 1 or exclusive or every_whole
             demand: Demand | None = None
-            if not (spec.gpus <= gpu_total and memory < plain):
+            if not (gpus <= gpu_total and memory < plain):
                 demand = with_unknown(known or from_hints(spec.memory_gb, spec.sm_pct), largest)
                 measured = demand.source == "after OOM"
-                impossible = gpu_job_impossible(spec.gpus, memory, station, RESERVE_MIB, measured)
+                impossible = gpu_job_impossible(gpus, memory, station, RESERVE_MIB, measured)
                 if impossible:
                     rejections.append(Rejection(job.id, f"the job {impossible}"))
                     continue
                 memory = demand.admit_mib
-            unknown = demand is not None and bool(demand.unknown)
-            shape = (spec.gpus, exclusive, known is not None and known.source == "history", unknown)
+                shape = (gpus, exclusive, history, bool(demand.unknown), job.owner.uid)
+            else:
+                shape = (gpus, exclusive, history, False, job.owner.uid)
             frontier = no_room.get(shape)
-            banded = known is not None and known.membw_pct is not None
-            if frontier is not None and not banded and frontier.dominates(memory, sm):
-                if waiting is None and as_is(spec.gpus, self._whole(spec.gpus, exclusive), memory):
+            if (
+                frontier is not None
+                and not banded
+                and frontier.dominates(memory, 0.0 if whole else sm)
+            ):
+                if waiting is None and as_is(gpus, whole, memory):
                     waiting = job
                 continue
             if demand is None:
@@ -248,13 +260,12 @@ class SharingPolicy:
                 behind=functools.partial(lookahead.behind, position),
             )
             if choice is None:
-                whole = self._whole(spec.gpus, demand.exclusive)
-                if waiting is None and as_is(spec.gpus, whole, demand.admit_mib):
+                if waiting is None and as_is(gpus, whole, demand.admit_mib):
                     # the first job that could start once GPUs drain: the one GPUs may be held
                     # for (a job that first needs an admin's change could not use them)
                     waiting = job
                 if demand.membw_pct is None:  # the frontier knows memory and SM only
-                    no_room.setdefault(shape, Frontier()).add(memory, sm)
+                    no_room.setdefault(shape, Frontier()).add(memory, 0.0 if whole else sm)
                 continue
             plan.take(job, given_room(demand, choice), choice, station)
             if waiting is not None:
@@ -326,12 +337,12 @@ class SharingPolicy:
         if self._whole(job.spec.gpus, demand.exclusive):
             return self._whole_gpus(job, demand, [h.gpu for h in hosts])
         options: list[Choice] = []
-        idle_whole = sum(h.idle_whole for h in hosts)
         # The idle GPUs the jobs just behind will need: taking one of those costs them. A job
         # whose memory is unknown needs one as much as they do: alone it cannot run short.
-        keep_idle = (
-            bool(idle_whole) and not demand.heavy and not demand.unknown and behind() >= idle_whole
-        )
+        keep_idle = False
+        if not demand.heavy and not demand.unknown:
+            idle_whole = sum(h.idle_whole for h in hosts)
+            keep_idle = bool(idle_whole) and behind() >= idle_whole
         # placed for the room it gets where its figure is unknown
         admitted = replace(demand, memory_mib=demand.admit_mib) if demand.unknown else demand
         memory = admitted.memory_mib
