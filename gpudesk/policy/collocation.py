@@ -34,13 +34,13 @@ which MIG slice a job takes `slice_choice`.
 from __future__ import annotations
 
 import functools
+from bisect import bisect_right
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 
 from gpudesk.core.mig_profiles import COMPUTE_SLICES, MEMORY_SLICES, memory_slices
 from gpudesk.core.records import JobRecord
 from gpudesk.policy.demand import (
-    HEAVY_SM_PCT,
     MARGIN_MIB,
     UNKNOWN_HINT_SHARE,
     Demand,
@@ -51,6 +51,7 @@ from gpudesk.policy.demand import (
 )
 from gpudesk.policy.filled_station import IDLE, MIG, SHARED, Choice, FilledStation, Frontier, Host
 from gpudesk.policy.interference import ModelParams, Workload, mig_rate, workload
+from gpudesk.policy.placement_pass import Lookahead, Pass, Shape
 from gpudesk.policy.placement_reasons import (
     collocated_reason,
     foreign_reason,
@@ -86,9 +87,6 @@ from gpudesk.units import gib
 SATURATED_SM_PCT = 80.0  # CARMA: a GPU this busy over the window takes no new tenant
 CARMA_WINDOW_S = 30.0  # CARMA judges a GPU over 30 one-second samples
 MAX_OVERTAKES = 8  # later jobs may start ahead of a waiting job this many times
-# Look-ahead: the jobs this far behind (per GPU) that can only use a whole idle GPU are counted
-# before a job takes one (assumption: two rounds of the station).
-LOOKAHEAD_PER_GPU = 2
 KEPT_IDLE_VALUE = 1e-3  # an idle GPU the look-ahead keeps: last resort for a job ahead
 ALTERNATIVES_KEPT = 6  # how many weighed placements a decision records
 
@@ -123,44 +121,6 @@ def given_room(demand: Demand, choice: Choice) -> Demand:
     return replace(demand, memory_mib=choice.free_mib)
 
 
-class _Lookahead:
-    """How many whole idle GPUs the jobs just behind a queue position need (multi-GPU, after
-    an OOM, compute-heavy, or more than half a GPU's memory): a light job does not take the
-    last idle GPUs they will want if it can share instead. Computed only where asked, over a
-    window of `LOOKAHEAD_PER_GPU` jobs per GPU (a pass over a long queue asks rarely)."""
-
-    def __init__(self, queue: Sequence[JobRecord], station: StationView) -> None:
-        self.queue = queue
-        self.demands = station.demands
-        self.window = LOOKAHEAD_PER_GPU * len(station.gpu_states)
-        # a job that needs more than half of the largest GPU cannot share it with a job like
-        # itself: it is counted as needing a GPU of its own
-        self.half = max((g.memory_total_mib for g in station.gpu_states), default=0.0) / 2
-        self.needs: dict[int, int] = {}
-
-    def need(self, position: int) -> int:
-        known = self.needs.get(position)
-        if known is not None:
-            return known
-        job = self.queue[position]
-        need = 0
-        if job.spec.gpus:
-            demand = self.demands.get(job.id)
-            if demand is not None:
-                memory, whole = demand.memory_mib, demand.exclusive or demand.heavy
-            else:
-                memory, sm = hinted(job.spec.memory_gb, job.spec.sm_pct)
-                whole = sm >= HEAVY_SM_PCT
-            if whole or job.spec.gpus > 1 or memory + MARGIN_MIB > self.half:
-                need = job.spec.gpus
-        self.needs[position] = need
-        return need
-
-    def behind(self, position: int) -> int:
-        end = min(len(self.queue), position + 1 + self.window)
-        return sum(self.need(i) for i in range(position + 1, end))
-
-
 class SharingPolicy:
     """gpudesk's policy; `mode` forces one sharing mechanism, or "auto" picks per job."""
 
@@ -176,22 +136,14 @@ class SharingPolicy:
 
     # ---------------------------------------------------------------- placing
     def place(self, queue: Sequence[JobRecord], station: StationView) -> Decision:
-        plan = FilledStation({g.index: g for g in station.gpu_states})
+        run = Pass(
+            FilledStation({g.index: g for g in station.gpu_states}),
+            station,
+            Lookahead(queue, station),
+            AsIs(self.rules, station),
+        )
+        plan, no_room, as_is, rejections = run.plan, run.no_room, run.as_is, run.rejections
         cpu_slots = station.free_slots
-        rejections: list[Rejection] = []
-        overtaken: dict[int, int] = {}
-        waiting: JobRecord | None = None  # the first GPU job that could not start
-        reserved: set[int] = set()  # GPUs held for it once it has been overtaken enough
-        # Demands that found no room, by (GPUs, exclusive, measured, unknown, owner): a job
-        # needing at least as much memory and SM finds none either. A measured need fits with a
-        # smaller margin than a guess (demand.margin_mib), a job whose figure is unknown is
-        # weighed for its admitted memory and placed differently, and a GPU whose MPS server
-        # serves one user offers another only time-slicing (FilledStation.foreign_host), so
-        # each is kept apart; a job with its
-        # own bandwidth figure is never judged by it (the frontier knows memory and SM only).
-        # Placing jobs only ever fills GPUs within a pass, so this stays true to its end. Keeps
-        # a pass over a long queue cheap.
-        no_room: dict[tuple[int, bool, bool, bool, int], Frontier] = {}
         largest = largest_gpu_mib(station)
         # Jobs whose memory figure is certainly usable skip the full check (a long queue is
         # mostly such jobs, and this loop is the policy's hot path): below what the largest GPU
@@ -199,8 +151,6 @@ class SharingPolicy:
         plain = min(largest - RESERVE_MIB, UNKNOWN_HINT_SHARE * largest)
         gpu_total = len(station.gpu_states)
         demands = station.demands
-        lookahead = _Lookahead(queue, station)
-        as_is = AsIs(self.rules, station)
         every_whole = self.mode == "exclusive"  # `_whole`, without a call per job
         for position, job in enumerate(queue):
             spec = job.spec
@@ -233,44 +183,61 @@ class SharingPolicy:
             else:
                 shape = (gpus, exclusive, history, False, job.owner.uid)
             frontier = no_room.get(shape)
+            # Frontier.dominates, inline (a call a job is a good part of a long queue's cost)
             if (
                 frontier is not None
                 and not banded
-                and frontier.dominates(memory, 0.0 if whole else sm)
+                and (point := bisect_right(frontier.memory, memory) - 1) >= 0
+                and frontier.sm[point] <= (0.0 if whole else sm)
             ):
-                if waiting is None and as_is(gpus, whole, memory):
-                    waiting = job
+                if run.waiting is None and as_is(gpus, whole, memory):
+                    run.waiting = job
                 continue
             if demand is None:
                 demand = known or from_hints(spec.memory_gb, spec.sm_pct)
-            if (
-                waiting is not None
-                and not reserved
-                and station.overtaken.get(waiting.id, 0) + overtaken.get(waiting.id, 0)
-                >= self.overtake_budget(waiting)
-            ):
-                # Its turn: the GPUs that will free up first take nothing new until it starts.
-                reserved = self.reserve(waiting, station, plan.gpus.values())
-            choice = self.choose(
-                job,
-                demand,
-                plan,
-                station,
-                exclude=reserved,
-                behind=functools.partial(lookahead.behind, position),
-            )
-            if choice is None:
-                if waiting is None and as_is(gpus, whole, demand.admit_mib):
-                    # the first job that could start once GPUs drain: the one GPUs may be held
-                    # for (a job that first needs an admin's change could not use them)
-                    waiting = job
-                if demand.membw_pct is None:  # the frontier knows memory and SM only
-                    no_room.setdefault(shape, Frontier()).add(memory, 0.0 if whole else sm)
-                continue
-            plan.take(job, given_room(demand, choice), choice, station)
-            if waiting is not None:
-                overtaken[waiting.id] = overtaken.get(waiting.id, 0) + 1
-        return Decision(plan.placements, rejections, overtaken)
+            self._weigh(run, job, position, demand, shape, (memory, 0.0 if whole else sm))
+        return Decision(plan.placements, rejections, run.overtaken)
+
+    def _weigh(
+        self,
+        run: Pass,
+        job: JobRecord,
+        position: int,
+        demand: Demand,
+        shape: Shape,
+        point: tuple[float, float],
+    ) -> None:
+        """The job judged in full, at `position` in the queue: placed where `choose` says, or
+        left waiting, its (memory, SM) `point` then on its shape's no-room frontier."""
+        waiting = run.waiting
+        if (
+            waiting is not None
+            and not run.reserved
+            and run.station.overtaken.get(waiting.id, 0) + run.overtaken.get(waiting.id, 0)
+            >= self.overtake_budget(waiting)
+        ):
+            # Its turn: the GPUs that will free up first take nothing new until it starts.
+            run.reserved = self.reserve(waiting, run.station, run.plan.gpus.values())
+        choice = self.choose(
+            job,
+            demand,
+            run.plan,
+            run.station,
+            exclude=run.reserved,
+            behind=functools.partial(run.lookahead.behind, position),
+        )
+        if choice is None:
+            whole = self._whole(job.spec.gpus, demand.exclusive)
+            if waiting is None and run.as_is(job.spec.gpus, whole, demand.admit_mib):
+                # the first job that could start once GPUs drain: the one GPUs may be held
+                # for (a job that first needs an admin's change could not use them)
+                run.waiting = job
+            if demand.membw_pct is None:  # the frontier knows memory and SM only
+                run.no_room.setdefault(shape, Frontier()).add(*point)
+            return
+        run.plan.take(job, given_room(demand, choice), choice, run.station)
+        if waiting is not None:
+            run.overtaken[waiting.id] = run.overtaken.get(waiting.id, 0) + 1
 
     def overtake_budget(self, job: JobRecord) -> int:
         """How often later jobs may start first. A multi-GPU job needs whole idle GPUs, which a

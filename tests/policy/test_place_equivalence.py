@@ -26,12 +26,12 @@ from gpudesk.core.identity import Identity
 from gpudesk.core.records import JobRecord
 from gpudesk.policy.collocation import (
     SharingPolicy,
-    _Lookahead,
     demand_of,
     given_room,
 )
 from gpudesk.policy.demand import Demand
 from gpudesk.policy.filled_station import FilledStation
+from gpudesk.policy.placement_pass import Lookahead
 from gpudesk.policy.policy import (
     RESERVE_MIB,
     Decision,
@@ -68,7 +68,7 @@ def reference_place(
     overtaken: dict[int, int] = {}
     waiting: JobRecord | None = None
     reserved: set[int] = set()
-    lookahead = _Lookahead(queue, station)
+    lookahead = Lookahead(queue, station)
     as_is = AsIs(policy.rules, station)
     for position, job in enumerate(queue):
         gpus = job.spec.gpus
