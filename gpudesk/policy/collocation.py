@@ -27,8 +27,9 @@ never starved by a stream of small ones.
 the GPU with the most free memory as measured; admit when free >= need + 2 GiB after a 512 MiB
 reserve and SM activity < 80 %; a job that crashed reruns alone on an idle GPU.
 
-The station as a pass fills it is `filled_station`, the reasons' words `placement_reasons`, and
-which MIG slice a job takes `slice_choice`.
+The station as a pass fills it is `filled_station`, the pass's own state and look-ahead
+`placement_pass`, the reasons' words `placement_reasons`, and which MIG slice a job takes
+`slice_choice`.
 """
 
 from __future__ import annotations
