@@ -27,20 +27,21 @@ never starved by a stream of small ones.
 the GPU with the most free memory as measured; admit when free >= need + 2 GiB after a 512 MiB
 reserve and SM activity < 80 %; a job that crashed reruns alone on an idle GPU.
 
-The station as a pass fills it is `filled_station`, the reasons' words `placement_reasons`, and
-which MIG slice a job takes `slice_choice`.
+The station as a pass fills it is `filled_station`, the pass's own state and look-ahead
+`placement_pass`, the reasons' words `placement_reasons`, and which MIG slice a job takes
+`slice_choice`.
 """
 
 from __future__ import annotations
 
 import functools
+from bisect import bisect_right
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 
 from gpudesk.core.mig_profiles import COMPUTE_SLICES, MEMORY_SLICES, memory_slices
 from gpudesk.core.records import JobRecord
 from gpudesk.policy.demand import (
-    HEAVY_SM_PCT,
     MARGIN_MIB,
     UNKNOWN_HINT_SHARE,
     Demand,
@@ -51,6 +52,7 @@ from gpudesk.policy.demand import (
 )
 from gpudesk.policy.filled_station import IDLE, MIG, SHARED, Choice, FilledStation, Frontier, Host
 from gpudesk.policy.interference import ModelParams, Workload, mig_rate, workload
+from gpudesk.policy.placement_pass import Lookahead, Pass, Shape
 from gpudesk.policy.placement_reasons import (
     collocated_reason,
     foreign_reason,
@@ -86,9 +88,6 @@ from gpudesk.units import gib
 SATURATED_SM_PCT = 80.0  # CARMA: a GPU this busy over the window takes no new tenant
 CARMA_WINDOW_S = 30.0  # CARMA judges a GPU over 30 one-second samples
 MAX_OVERTAKES = 8  # later jobs may start ahead of a waiting job this many times
-# Look-ahead: the jobs this far behind (per GPU) that can only use a whole idle GPU are counted
-# before a job takes one (assumption: two rounds of the station).
-LOOKAHEAD_PER_GPU = 2
 KEPT_IDLE_VALUE = 1e-3  # an idle GPU the look-ahead keeps: last resort for a job ahead
 ALTERNATIVES_KEPT = 6  # how many weighed placements a decision records
 
@@ -123,44 +122,6 @@ def given_room(demand: Demand, choice: Choice) -> Demand:
     return replace(demand, memory_mib=choice.free_mib)
 
 
-class _Lookahead:
-    """How many whole idle GPUs the jobs just behind a queue position need (multi-GPU, after
-    an OOM, compute-heavy, or more than half a GPU's memory): a light job does not take the
-    last idle GPUs they will want if it can share instead. Computed only where asked, over a
-    window of `LOOKAHEAD_PER_GPU` jobs per GPU (a pass over a long queue asks rarely)."""
-
-    def __init__(self, queue: Sequence[JobRecord], station: StationView) -> None:
-        self.queue = queue
-        self.demands = station.demands
-        self.window = LOOKAHEAD_PER_GPU * len(station.gpu_states)
-        # a job that needs more than half of the largest GPU cannot share it with a job like
-        # itself: it is counted as needing a GPU of its own
-        self.half = max((g.memory_total_mib for g in station.gpu_states), default=0.0) / 2
-        self.needs: dict[int, int] = {}
-
-    def need(self, position: int) -> int:
-        known = self.needs.get(position)
-        if known is not None:
-            return known
-        job = self.queue[position]
-        need = 0
-        if job.spec.gpus:
-            demand = self.demands.get(job.id)
-            if demand is not None:
-                memory, whole = demand.memory_mib, demand.exclusive or demand.heavy
-            else:
-                memory, sm = hinted(job.spec.memory_gb, job.spec.sm_pct)
-                whole = sm >= HEAVY_SM_PCT
-            if whole or job.spec.gpus > 1 or memory + MARGIN_MIB > self.half:
-                need = job.spec.gpus
-        self.needs[position] = need
-        return need
-
-    def behind(self, position: int) -> int:
-        end = min(len(self.queue), position + 1 + self.window)
-        return sum(self.need(i) for i in range(position + 1, end))
-
-
 class SharingPolicy:
     """gpudesk's policy; `mode` forces one sharing mechanism, or "auto" picks per job."""
 
@@ -176,20 +137,14 @@ class SharingPolicy:
 
     # ---------------------------------------------------------------- placing
     def place(self, queue: Sequence[JobRecord], station: StationView) -> Decision:
-        plan = FilledStation({g.index: g for g in station.gpu_states})
+        run = Pass(
+            FilledStation({g.index: g for g in station.gpu_states}),
+            station,
+            Lookahead(queue, station),
+            AsIs(self.rules, station),
+        )
+        plan, no_room, as_is, rejections = run.plan, run.no_room, run.as_is, run.rejections
         cpu_slots = station.free_slots
-        rejections: list[Rejection] = []
-        overtaken: dict[int, int] = {}
-        waiting: JobRecord | None = None  # the first GPU job that could not start
-        reserved: set[int] = set()  # GPUs held for it once it has been overtaken enough
-        # Demands that found no room, by (GPUs, exclusive, measured, unknown): a job needing at
-        # least as much memory and SM finds none either. A measured need fits with a smaller
-        # margin than a guess (demand.margin_mib), and a job whose figure is unknown is weighed
-        # for its admitted memory and placed differently, so each is kept apart; a job with its
-        # own bandwidth figure is never judged by it (the frontier knows memory and SM only).
-        # Placing jobs only ever fills GPUs within a pass, so this stays true to its end. Keeps
-        # a pass over a long queue cheap.
-        no_room: dict[tuple[int, bool, bool, bool], Frontier] = {}
         largest = largest_gpu_mib(station)
         # Jobs whose memory figure is certainly usable skip the full check (a long queue is
         # mostly such jobs, and this loop is the policy's hot path): below what the largest GPU
@@ -197,69 +152,93 @@ class SharingPolicy:
         plain = min(largest - RESERVE_MIB, UNKNOWN_HINT_SHARE * largest)
         gpu_total = len(station.gpu_states)
         demands = station.demands
-        lookahead = _Lookahead(queue, station)
-        as_is = AsIs(self.rules, station)
+        every_whole = self.mode == "exclusive"  # `_whole`, without a call per job
         for position, job in enumerate(queue):
             spec = job.spec
-            if not spec.gpus:
+            gpus = spec.gpus
+            if not gpus:
                 if cpu_slots:
                     plan.placements.append(cpu_placement(job, cpu_slots.pop(0), station))
                 continue
             # The hot path of a long queue: no Demand object until the job may fit.
             known = demands.get(job.id)
-            if known is not None:
-                memory, sm, exclusive = known.memory_mib, known.sm_pct, known.exclusive
-            else:
+            if known is None:
                 memory, sm = hinted(spec.memory_gb, spec.sm_pct)
-                exclusive = False
+                exclusive = banded = history = False
+            else:
+                memory, sm, exclusive = known.memory_mib, known.sm_pct, known.exclusive
+                banded, history = known.membw_pct is not None, known.source == "history"
+            # A job placed on whole GPUs is judged by its memory alone (`_whole_gpus`): its
+            # frontier point has no SM, so any job of its shape needing as much is dominated.
+            whole = gpus > 1 or exclusive or every_whole
             demand: Demand | None = None
-            if not (spec.gpus <= gpu_total and memory < plain):
+            if not (gpus <= gpu_total and memory < plain):
                 demand = with_unknown(known or from_hints(spec.memory_gb, spec.sm_pct), largest)
                 measured = demand.source == "after OOM"
-                impossible = gpu_job_impossible(spec.gpus, memory, station, RESERVE_MIB, measured)
+                impossible = gpu_job_impossible(gpus, memory, station, RESERVE_MIB, measured)
                 if impossible:
                     rejections.append(Rejection(job.id, f"the job {impossible}"))
                     continue
                 memory = demand.admit_mib
-            unknown = demand is not None and bool(demand.unknown)
-            shape = (spec.gpus, exclusive, known is not None and known.source == "history", unknown)
+                shape = (gpus, exclusive, history, bool(demand.unknown), job.owner.uid)
+            else:
+                shape = (gpus, exclusive, history, False, job.owner.uid)
             frontier = no_room.get(shape)
-            banded = known is not None and known.membw_pct is not None
-            if frontier is not None and not banded and frontier.dominates(memory, sm):
-                if waiting is None and as_is(spec.gpus, self._whole(spec.gpus, exclusive), memory):
-                    waiting = job
+            # Frontier.dominates, inline (a call a job is a good part of a long queue's cost)
+            if (
+                frontier is not None
+                and not banded
+                and (point := bisect_right(frontier.memory, memory) - 1) >= 0
+                and frontier.sm[point] <= (0.0 if whole else sm)
+            ):
+                if run.waiting is None and as_is(gpus, whole, memory):
+                    run.waiting = job
                 continue
             if demand is None:
                 demand = known or from_hints(spec.memory_gb, spec.sm_pct)
-            if (
-                waiting is not None
-                and not reserved
-                and station.overtaken.get(waiting.id, 0) + overtaken.get(waiting.id, 0)
-                >= self.overtake_budget(waiting)
-            ):
-                # Its turn: the GPUs that will free up first take nothing new until it starts.
-                reserved = self.reserve(waiting, station, plan.gpus.values())
-            choice = self.choose(
-                job,
-                demand,
-                plan,
-                station,
-                exclude=reserved,
-                behind=functools.partial(lookahead.behind, position),
-            )
-            if choice is None:
-                whole = self._whole(spec.gpus, demand.exclusive)
-                if waiting is None and as_is(spec.gpus, whole, demand.admit_mib):
-                    # the first job that could start once GPUs drain: the one GPUs may be held
-                    # for (a job that first needs an admin's change could not use them)
-                    waiting = job
-                if demand.membw_pct is None:  # the frontier knows memory and SM only
-                    no_room.setdefault(shape, Frontier()).add(memory, sm)
-                continue
-            plan.take(job, given_room(demand, choice), choice, station)
-            if waiting is not None:
-                overtaken[waiting.id] = overtaken.get(waiting.id, 0) + 1
-        return Decision(plan.placements, rejections, overtaken)
+            self._weigh(run, job, position, demand, shape, (memory, 0.0 if whole else sm))
+        return Decision(plan.placements, rejections, run.overtaken)
+
+    def _weigh(
+        self,
+        run: Pass,
+        job: JobRecord,
+        position: int,
+        demand: Demand,
+        shape: Shape,
+        point: tuple[float, float],
+    ) -> None:
+        """The job judged in full, at `position` in the queue: placed where `choose` says, or
+        left waiting, its (memory, SM) `point` then on its shape's no-room frontier."""
+        waiting = run.waiting
+        if (
+            waiting is not None
+            and not run.reserved
+            and run.station.overtaken.get(waiting.id, 0) + run.overtaken.get(waiting.id, 0)
+            >= self.overtake_budget(waiting)
+        ):
+            # Its turn: the GPUs that will free up first take nothing new until it starts.
+            run.reserved = self.reserve(waiting, run.station, run.plan.gpus.values())
+        choice = self.choose(
+            job,
+            demand,
+            run.plan,
+            run.station,
+            exclude=run.reserved,
+            behind=functools.partial(run.lookahead.behind, position),
+        )
+        if choice is None:
+            whole = self._whole(job.spec.gpus, demand.exclusive)
+            if waiting is None and run.as_is(job.spec.gpus, whole, demand.admit_mib):
+                # the first job that could start once GPUs drain: the one GPUs may be held
+                # for (a job that first needs an admin's change could not use them)
+                run.waiting = job
+            if demand.membw_pct is None:  # the frontier knows memory and SM only
+                run.no_room.setdefault(shape, Frontier()).add(*point)
+            return
+        run.plan.take(job, given_room(demand, choice), choice, run.station)
+        if waiting is not None:
+            run.overtaken[waiting.id] = run.overtaken.get(waiting.id, 0) + 1
 
     def overtake_budget(self, job: JobRecord) -> int:
         """How often later jobs may start first. A multi-GPU job needs whole idle GPUs, which a
@@ -326,12 +305,12 @@ class SharingPolicy:
         if self._whole(job.spec.gpus, demand.exclusive):
             return self._whole_gpus(job, demand, [h.gpu for h in hosts])
         options: list[Choice] = []
-        idle_whole = sum(h.idle_whole for h in hosts)
         # The idle GPUs the jobs just behind will need: taking one of those costs them. A job
         # whose memory is unknown needs one as much as they do: alone it cannot run short.
-        keep_idle = (
-            bool(idle_whole) and not demand.heavy and not demand.unknown and behind() >= idle_whole
-        )
+        keep_idle = False
+        if not demand.heavy and not demand.unknown:
+            idle_whole = sum(h.idle_whole for h in hosts)
+            keep_idle = bool(idle_whole) and behind() >= idle_whole
         # placed for the room it gets where its figure is unknown
         admitted = replace(demand, memory_mib=demand.admit_mib) if demand.unknown else demand
         memory = admitted.memory_mib

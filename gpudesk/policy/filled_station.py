@@ -92,7 +92,8 @@ class FilledStation:
             self._mps_uids = tuple(
                 {h.gpu.mps_uid for h in self._usable if h.gpu.mps_uid is not None}
             )
-        if uid is None or all(other == uid for other in self._mps_uids):
+        # the uids are distinct: every one is `uid` only where there is none, or it alone
+        if uid is None or not self._mps_uids or self._mps_uids == (uid,):
             return self._usable
         return [
             self.foreign_host(h.gpu, station)
