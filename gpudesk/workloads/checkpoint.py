@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from gpudesk.workloads.common import Progress, StepCounter, TrainingDiverged, say
-from gpudesk.workloads.training import EpochStats, evaluate
+from gpudesk.workloads.training import EpochStats, evaluate, train_step
 
 if TYPE_CHECKING:
     import torch
@@ -183,7 +183,6 @@ def _epoch(
     """One epoch from batch `at.batch` on (fit_epoch's sums carried in `at.sums`); the
     `Running` it stopped at when the preempt signal came."""
     import torch
-    from torch.nn import functional
 
     model.train()
     device = val[1].device
@@ -202,13 +201,9 @@ def _epoch(
             kept = {"loss_sum": loss_sum, "correct": correct, "samples": samples}
             return Running(at.epoch, index, at.rng_state, {**kept, "train_s": train_s})
         inputs, targets = batch(indices)
-        logits = model(inputs)
-        loss = functional.cross_entropy(logits, targets)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        loss_sum += loss.detach() * len(targets)
-        correct += (logits.detach().argmax(dim=1) == targets).sum()
+        batch_loss, batch_correct = train_step(model, optimizer, inputs, targets)
+        loss_sum += batch_loss
+        correct += batch_correct
         samples += len(targets)
         counter.step()
     train_s = sums["train_s"] + time.perf_counter() - started

@@ -159,7 +159,6 @@ def fit_epoch(
     """One pass over `batches` of (inputs, targets) on the model's device, then the val
     accuracy."""
     import torch
-    from torch.nn import functional
 
     model.train()
     epoch_start = time.perf_counter()
@@ -169,13 +168,9 @@ def fit_epoch(
     correct = torch.zeros((), dtype=torch.int64, device=device)
     samples = 0
     for inputs, targets in batches:
-        logits = model(inputs)
-        loss = functional.cross_entropy(logits, targets)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        loss_sum += loss.detach() * len(targets)
-        correct += (logits.detach().argmax(dim=1) == targets).sum()
+        batch_loss, batch_correct = train_step(model, optimizer, inputs, targets)
+        loss_sum += batch_loss
+        correct += batch_correct
         samples += len(targets)
         if counter is not None:
             counter.step()
@@ -190,6 +185,25 @@ def fit_epoch(
         seconds=time.perf_counter() - epoch_start,
         samples=samples,
     )
+
+
+def train_step(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    inputs: torch.Tensor,
+    targets: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One optimizer step on a batch; its summed loss and its count of correct predictions, on
+    the device (not read: a read is a sync). The one step every loop here takes, so a run
+    resumed from a checkpoint (workloads.checkpoint) does exactly what an uninterrupted one does."""
+    from torch.nn import functional
+
+    logits = model(inputs)
+    loss = functional.cross_entropy(logits, targets)
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    optimizer.step()
+    return loss.detach() * len(targets), (logits.detach().argmax(dim=1) == targets).sum()
 
 
 def evaluate(model: torch.nn.Module, inputs: torch.Tensor, targets: torch.Tensor) -> float:

@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -105,9 +106,9 @@ def test_a_high_priority_job_preempts_a_long_preemptible_one(
     assert "preemptible (SIGUSR1, grace" in shown.stdout
 
 
-# about 10 s of training on one core: its remaining time, from its progress lines, stays above
+# about 20 s of training on one core: its remaining time, from its progress lines, stays above
 # the 3 x grace the rule asks for (gain = remaining - grace > grace + restart) while it trains
-DIGITS = ["-m", "gpudesk.workloads.digits", "--epochs", "80", "--hidden", "256"]
+DIGITS = ["-m", "gpudesk.workloads.digits", "--epochs", "120", "--hidden", "256"]
 DIGITS += ["--batch-size", "16", "--threads", "1", "--seed", "1"]
 
 
@@ -131,14 +132,19 @@ def test_the_bundled_workload_checkpoints_requeues_and_resumes_to_the_same_resul
             "preemptible": True,
             # it saves at its next step, milliseconds away; a longer grace would make the rule
             # (rightly) wait: protection is 2 x (grace + restart) of running
-            "preempt_grace_s": 2.0,
+            "preempt_grace_s": 1.0,
             **heavy,
         }
     )
     running = engine.wait_state(low, "running")
-    assert running.log is not None
+    assert running.log is not None and running.started_at is not None
     log = Path(running.log)
     wait_for(lambda: "epoch 1/" in log.read_text(errors="replace"), 60.0, what="training")
+    # Past its protection (2 x (1 s grace + 1 s restart)): the pass the next submit causes may
+    # preempt it. 120 epochs take ~20 s alone, so most of the run is still ahead, and a loaded
+    # machine only leaves more of it (13 s of 80 epochs left a race with the protection).
+    protected_until = running.started_at + 2 * (1.0 + 1.0) + 0.5
+    wait_for(lambda: time.time() > protected_until, 30.0, what="the end of its protection")
     (high,) = engine.submit(
         {"name": "high", "command": [sys.executable, "-c", "pass"], "priority": 10, **heavy}
     )
