@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from conftest import wait_for
 from station_fixture import Station, make_station
 
 
@@ -176,3 +177,49 @@ def test_two_users_never_share_an_mps_server(sim_station: Station) -> None:
             reasons.append(event["message"])
     assert seen_mps, "no job ran under MPS at all"
     assert any("an MPS server serves one user at a time" in r for r in reasons), reasons
+
+
+LEAVES_WHEN_ASKED = """
+import os, signal, sys, time
+if os.environ.get("GPUDESK_PREEMPTED") == "1":
+    print("resumed as", os.getuid(), flush=True)
+    sys.exit(0)
+def leave(*_):
+    print("asked to leave as", os.getuid(), flush=True)
+    os._exit(75)
+signal.signal(signal.SIGUSR1, leave)
+print("started as", os.getuid(), flush=True)
+time.sleep(300)
+"""
+
+
+def test_a_preempted_job_is_signalled_and_resumed_as_its_owner(sim_station: Station) -> None:
+    """Root's engine preempts bob's job for ada's: the signal reaches bob's own process (which
+    catches it as bob), and the resumed attempt runs as bob again, told it was preempted."""
+    whole_gpu = {"gpus": 1, "memory_gb": 30, "sm_pct": 90, "workdir": "/"}  # one at a time
+    bob = sim_station.users["bob"]
+    low = sim_station.submit(
+        "bob",
+        {
+            "name": "bob-long",
+            "command": ["python3", "-c", LEAVES_WHEN_ASKED],
+            "priority": -10,
+            "preemptible": True,
+            "preempt_grace_s": 1.0,
+            **whole_gpu,
+        },
+    )
+    running = sim_station.wait_state(low, "running")
+    log = Path(running["log"])
+    wait_for(lambda: "started as" in log.read_text(), 30.0, what="bob's job to start")
+    # past its protection (2 x (1 s grace + 1 s restart) of running): ada's job may preempt it
+    protected_until = running["started_at"] + 2 * (1.0 + 1.0) + 0.5
+    wait_for(lambda: time.time() > protected_until, 30.0, what="the end of its protection")
+    high = sim_station.submit("ada", {"name": "ada-now", "command": ["true"], **whole_gpu})
+    assert sim_station.wait_state(high, "succeeded", "failed", timeout=60.0)["state"] == "succeeded"
+    done = sim_station.wait_state(low, "succeeded", "failed", timeout=60.0)
+    assert done["state"] == "succeeded", done
+    first = log.read_text()
+    assert f"started as {bob.uid}" in first and f"asked to leave as {bob.uid}" in first, first
+    assert f"resumed as {bob.uid}" in Path(done["log"]).read_text()
+    assert os.stat(done["log"]).st_uid == bob.uid
