@@ -70,7 +70,7 @@ class Preempting:
                 job.id,
                 job.spec.priority,
                 live.elapsed_s() or 0.0,
-                self.learning.remaining(live).seconds,
+                preemption.trusted_remaining_s(estimate.seconds, estimate.source),
                 job.spec.preempt_grace_s,
                 # what resuming costs it: taken as what saving did, its grace (assumption;
                 # docs/preemption.md)
@@ -78,6 +78,7 @@ class Preempting:
             )
             for live, job in found
             if live.preempted_for is None
+            for estimate in (self.learning.remaining(live),)
         ]
         choice = preemption.choose(
             queue,

@@ -9,11 +9,12 @@ The rule, for a waiting GPU job W and a running job V marked preemptible:
   job is never preempted for one of lower priority.
 - **Gain.** The time W is spared waiting: `wait = min(V's remaining time, the soonest any GPU
   drains by itself)`, less V's grace period (W waits for V to checkpoint and leave):
-  `gain = wait - grace_V`. V's remaining time is its progress/history estimate
-  (gpudesk.policy.remaining); where unknown, the time it has run already (assumption: for the
-  heavy-tailed run times of shared clusters a job that has run t is as likely as not to run
-  about t more, Harchol-Balter & Downey 1997; it also never calls a job that just started
-  "nearly done").
+  `gain = wait - grace_V`. V's remaining time is its command family's history estimate
+  (gpudesk.policy.remaining), never its own progress lines (`TRUSTED_SOURCES`: its owner writes
+  them and would gain from understating them); where unknown, the time it has run already
+  (assumption: for the heavy-tailed run times of shared clusters a job that has run t is as
+  likely as not to run about t more, Harchol-Balter & Downey 1997; it also never calls a job
+  that just started "nearly done").
 - **Loss.** What the preempted work throws away: `loss = grace_V + restart_V`, the time it
   spends checkpointing (at most its grace) plus what resuming costs it (loading the checkpoint,
   warming up). A job that does not checkpoint loses more (all its run since start); marking
@@ -106,9 +107,28 @@ def without(station: StationView, job_id: int) -> StationView:
     return replace(station, gpu_states=states)
 
 
+# Remaining times the rule believes: those the engine measured (a command family's past run
+# times), never a job's own progress lines. A preemption is decided against a job's owner, and
+# she writes its progress lines: a fake `progress 999/1000` would make her job look as good as
+# finished and never give way.
+TRUSTED_SOURCES = frozenset({"history"})
+
+
+def trusted_remaining_s(seconds: float | None, source: str) -> float | None:
+    """A remaining time the rule may use, or None (unknown) where it is the job's own word."""
+    return seconds if source in TRUSTED_SOURCES else None
+
+
 def natural_wait_s(station: StationView) -> float | None:
-    """The soonest a GPU is expected to drain by itself (None: no GPU's time is known)."""
-    known = [d for g in station.gpu_states if not g.lost and (d := g.drains_in_s) is not None]
+    """The soonest a GPU is expected to drain by itself, by the remaining times the engine
+    measured (`TRUSTED_SOURCES`); None: no GPU's time is known so."""
+    known = []
+    for gpu in station.gpu_states:
+        if gpu.lost:
+            continue
+        times = [trusted_remaining_s(t.remaining_s, t.remaining_source) for t in gpu.tenants]
+        if all(t is not None for t in times):
+            known.append(max((t for t in times if t is not None), default=0.0))
     return min(known, default=None)
 
 

@@ -17,7 +17,9 @@ from gpudesk.policy.preemption import (
     PROTECT_FACTOR,
     Preemptible,
     choose,
+    natural_wait_s,
     placed_by,
+    trusted_remaining_s,
     without,
 )
 from gpudesk.policy.simulator import Simulation, TraceError, load_trace
@@ -55,7 +57,9 @@ def full_station(*tenants: Tenant, overtaken: dict[int, int] | None = None) -> S
 
 
 def heavy(job_id: int, remaining_s: float | None = None) -> Tenant:
-    return Tenant(job_id, "mps", 35 * GIB, 95.0, remaining_s=remaining_s)
+    return Tenant(
+        job_id, "mps", 35 * GIB, 95.0, remaining_s=remaining_s, remaining_source="history"
+    )
 
 
 def low(
@@ -133,7 +137,7 @@ def test_the_waiting_job_must_fit_where_the_victim_was() -> None:
         40 * GIB,
         mps_usable=True,
         tenants=(
-            Tenant(1, "mps", 5 * GIB, 10.0, remaining_s=3600.0),
+            Tenant(1, "mps", 5 * GIB, 10.0, remaining_s=3600.0, remaining_source="history"),
             Tenant(3, "mps", 34 * GIB, 90.0),
         ),
     )
@@ -281,3 +285,13 @@ def test_the_simulator_asks_again_when_protection_ends(tmp_path: Path) -> None:
     # waits for that and its checkpoint, not for job 1's end
     assert sim.runs[2].first_start == pytest.approx(2700 + PROTECT_FACTOR * 600 + 300)
     assert sim.preemptions == 2
+
+
+def test_a_jobs_own_progress_lines_never_spare_it() -> None:
+    """A remaining time from the job's progress lines (its owner writes them) counts as unknown:
+    a fake near-done claim neither shortens the victim's time left nor a GPU's drain."""
+    claimed = Tenant(1, "mps", 35 * GIB, 95.0, remaining_s=5.0, remaining_source="progress")
+    assert natural_wait_s(full_station(claimed)) is None
+    assert natural_wait_s(full_station(heavy(1, remaining_s=5.0))) == 5.0
+    assert trusted_remaining_s(5.0, "progress") is None
+    assert trusted_remaining_s(5.0, "history") == 5.0
