@@ -62,6 +62,15 @@ def serve_command(
         list[str],
         typer.Option("--target-arg", help="key=value for the target factory (repeatable)."),
     ] = [],  # noqa: B006
+    device: Annotated[
+        str,
+        typer.Option(
+            "--device",
+            help="cpu: consumers copy batches to their GPU themselves; cuda: stage each batch "
+            "once on the producer's GPU and hand it to every consumer there (CUDA IPC); auto: "
+            "cuda for large batches (docs/loader.md).",
+        ),
+    ] = "cpu",
     managed: Annotated[bool, typer.Option("--managed", hidden=True)] = False,
 ) -> None:
     """Run the producer for a dataset until stopped (SIGTERM or Ctrl-C)."""
@@ -84,6 +93,7 @@ def serve_command(
             selection,
             target,
             factory_kwargs(target_arg),
+            device,
         )
         code = serve(config, Home.from_env())
     except LoaderError as exc:

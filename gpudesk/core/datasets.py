@@ -26,7 +26,9 @@ LOADER_KEYS = (
     "selection",
     "selection_target",
     "selection_target_args",
+    "device",
 )
+DEVICES = ("cpu", "cuda", "auto")  # where batches are staged for their consumers
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,7 @@ class DatasetSpec:
     selection: str | None = None  # a data-selection preset: the jobs train on that part
     selection_target: str | None = None  # MODULE:FACTORY of a targeted preset's target set
     selection_target_args: dict[str, Any] = field(default_factory=dict)
+    device: str = "cpu"  # "cuda": one copy to the GPU for every job there (loader/staging.py)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -103,10 +106,14 @@ class DatasetSpec:
                 f"selection: {selection} ranks samples by their similarity to a "
                 'target set; name one with selection_target = "MODULE:CALLABLE"'
             )
+        device = data.get("device", "cpu")
+        if device not in DEVICES:
+            raise ValueError(f"device: expected one of {', '.join(DEVICES)}, found {device!r}")
         return cls(
             name,
             factory,
             dict(args),
+            device=device,
             shuffle=shuffle,
             selection=selection,
             selection_target=target,
@@ -145,6 +152,8 @@ class DatasetSpec:
             argv += ["--arg", f"{key}={json.dumps(value)}"]
         if not self.shuffle:
             argv.append("--no-shuffle")
+        if self.device != "cpu":
+            argv += ["--device", self.device]
         if self.selection:
             argv += ["--selection", self.selection]
         if self.selection_target:

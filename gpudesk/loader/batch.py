@@ -295,6 +295,7 @@ class Piece:
     start: int
     count: int  # samples in the batch
     index: int  # the batch within its epoch
+    gen: int = 0  # the staged mirror's generation holding it (staging.py); 0: only the host ring
 
     @property
     def left(self) -> int:
@@ -350,11 +351,26 @@ def _as_sample(items: list[Any], kind: str) -> Any:
     return tuple(items) if kind == "tuple" else items
 
 
-def samples(base: torch.Tensor, pieces: list[tuple[Piece, int, int]]) -> list[Any]:
-    """The samples of (piece, start, count) runs, each rebuilt as the dataset returned it."""
+def _tensor_source(
+    base: torch.Tensor, staged: torch.Tensor | None, field: FieldMeta
+) -> torch.Tensor:
+    """Where a field's leaves are read from: the staged mirror (on the GPU) for tensors, the
+    host ring for what becomes Python values or NumPy arrays."""
+    return staged if staged is not None and field.kind == "tensor" else base
+
+
+def samples(
+    base: torch.Tensor, pieces: list[tuple[Piece, int, int]], staged: torch.Tensor | None = None
+) -> list[Any]:
+    """The samples of (piece, start, count) runs, each rebuilt as the dataset returned it;
+    tensor leaves are views of `staged` when given (a mirror of the ring with the same
+    offsets, `staging.py`)."""
     out = []
     for piece, start, count in pieces:
-        columns = [_column(base, f, start, count) for f in piece.meta.fields[:-1]]
+        columns = [
+            _column(_tensor_source(base, staged, f), f, start, count)
+            for f in piece.meta.fields[:-1]
+        ]
         for sample in range(count):
             leaves = [column[sample] for column in columns]
             out.append(_build(piece.meta.structure, leaves, _as_sample))
@@ -369,17 +385,21 @@ def ids(base: torch.Tensor, pieces: list[tuple[Piece, int, int]]) -> torch.Tenso
     return columns[0] if len(columns) == 1 else torch.cat(columns)
 
 
-def collate(base: torch.Tensor, pieces: list[tuple[Piece, int, int]]) -> tuple[Any, int]:
+def collate(
+    base: torch.Tensor, pieces: list[tuple[Piece, int, int]], staged: torch.Tensor | None = None
+) -> tuple[Any, int]:
     """The samples of (piece, start, count) runs as torch's `default_collate` would batch them:
-    uniform fields as views of the ring (across adjacent runs too), else copies. Returns the
-    batch and how many of its fields are copies."""
+    uniform fields as views of the ring (across adjacent runs too), else copies. With `staged`
+    (the ring's mirror on a GPU) every field that collates to a tensor is read from there.
+    Returns the batch and how many of its fields are copies."""
     import torch
     from torch.utils.data import default_collate
 
     first = pieces[0][0].meta
     if any(p.meta.structure != first.structure for p, _, _ in pieces):
         # batches of other structures: let default_collate say so
-        return default_collate(samples(base, pieces)), 1
+        return default_collate(samples(base, pieces, staged)), 1
+    whole = staged if staged is not None else base  # where collated tensors are read
     columns: list[Any] = []
     copies = 0
     for index, field in enumerate(first.fields[:-1]):
@@ -391,14 +411,15 @@ def collate(base: torch.Tensor, pieces: list[tuple[Piece, int, int]]) -> tuple[A
         if field.kind == "str":
             columns.append([leaf for f, s, n in runs for leaf in _column(base, f, s, n)])
         elif same:
-            column = _joined(base, runs)
+            column = _joined(whole, runs)
             if column is None:
-                column = torch.cat([_rows(base, f, s, n) for f, s, n in runs])
+                column = torch.cat([_rows(whole, f, s, n) for f, s, n in runs])
                 copies += 1
             columns.append(column)
         else:  # ragged: what default_collate does with them (it raises for unequal shapes)
+            source = _tensor_source(base, staged, field)
             columns.append(
-                default_collate([leaf for f, s, n in runs for leaf in _column(base, f, s, n)])
+                default_collate([leaf for f, s, n in runs for leaf in _column(source, f, s, n)])
             )
             copies += 1
     return _build(first.structure, columns, lambda items, _kind: items), copies

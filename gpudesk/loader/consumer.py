@@ -19,6 +19,11 @@ shared memory) and makes the batch, so samples of varying size (text, detection)
 listed. Without one, the batch is what torch's `default_collate` makes, as views of the shared
 memory where the samples have one shape.
 
+Where the dataset is served with `device = "cuda"` and this process sees the producer's GPU,
+batches come as CUDA tensors: views of the producer's staged mirror (`staging.py`), one
+host-to-device copy for every job on that GPU; `device="cpu"` asks for host batches anyway, and
+`data_path` says which this consumer reads ("staged", or "host: " and why).
+
 A batch stays valid until the next one is asked for; keep a tensor longer with `.clone()`.
 Batch sizes that divide the producer's are views of its slots, multiples of it are views across
 adjacent slots where they lie in order; any other size is assembled by copying.
@@ -77,6 +82,7 @@ class SharedLoader:
         collate_fn: Callable[[list[Any]], Any] | None = None,
         home: str | os.PathLike[str] | None = None,
         resume_s: float | None = None,
+        device: str = "auto",
     ) -> None:
         self.name = check_name(name)
         served = os.environ.get(ENV_DATASET)
@@ -106,6 +112,15 @@ class SharedLoader:
         self._release: list[int] = []
         self._skip: dict[int, int] = {}  # after a resume: samples of a batch already handed out
         self.ring: Ring | None = None
+        if device not in ("auto", "cpu"):
+            raise LoaderError(
+                f"device={device!r}: expected 'auto' (batches on the GPU where the producer "
+                "stages them there) or 'cpu' (always host batches)"
+            )
+        self.device = device
+        self._mirror: Any = None  # the producer's staged mirror, opened (a uint8 tensor)
+        self._mirror_gen = 0
+        self.data_path = "host"  # "staged" once batches come from the mirror; else host: why
         # A job the engine started for this dataset had its producer started with it: wait for
         # the producer to come up (it builds the dataset and its first batch) before falling
         # back or giving up.
@@ -224,6 +239,41 @@ class SharedLoader:
             self.epoch = int(reply["epoch"])  # the producer epoch this consumer epoch follows
             self.identity = info.get("identity")  # what a restarted producer must match
         self._held.clear()
+        self._open_staging(reply)
+
+    def _open_staging(self, reply: dict[str, Any]) -> None:
+        """Read batches from the producer's staged mirror (on this process's GPU) when it has
+        one and this consumer may; else from the host ring. Either way, say which (and why)
+        to the producer, for `gpudesk loader status`."""
+        from gpudesk.loader.staging import MirrorHandle, StagingUnavailable, open_mirror
+
+        self._mirror, self._mirror_gen = None, 0
+        offered = reply.get("staging")
+        if self.device == "cpu":
+            self.data_path = "host: the consumer asked for device='cpu'"
+        elif offered is None:
+            self.data_path = f"host: {reply.get('staging_off') or 'the producer does not stage'}"
+        else:
+            try:
+                handle = MirrorHandle.from_wire(offered)
+                self._mirror, self._mirror_gen = open_mirror(handle), handle.gen
+                self.data_path = "staged"
+            except StagingUnavailable as exc:
+                self.data_path = f"host: {exc}"
+        if self._socket is not None:
+            with contextlib.suppress(zmq.ZMQError):
+                self._socket.send(encode("path", path=self.data_path))
+
+    def _newer_mirror(self, offered: Any) -> None:
+        """The producer's mirror grew: open its new generation (views of the old stay valid)."""
+        from gpudesk.loader.staging import MirrorHandle, StagingUnavailable, open_mirror
+
+        try:
+            handle = MirrorHandle.from_wire(offered)
+            self._mirror, self._mirror_gen = open_mirror(handle), handle.gen
+        except StagingUnavailable as exc:
+            self._mirror, self._mirror_gen = None, 0
+            self.data_path = f"host: {exc}"
 
     def __len__(self) -> int:
         if self.mode == "local":
@@ -316,11 +366,14 @@ class SharedLoader:
         meta = BatchMeta.from_wire(message["meta"])
         assert self.ring is not None
         self.ring.ensure(max(f.offset + f.nbytes for f in meta.fields))
+        if "mirror" in message and self._mirror is not None:
+            self._newer_mirror(message["mirror"])
+        gen = int(message.get("gen", 0)) if self._mirror is not None else 0
         self._received[key_epoch].add(index)
         if key_epoch == epoch:
-            _insert(pieces, Piece(slot, meta, self._skip.pop(index, 0), meta.count, index))
+            _insert(pieces, Piece(slot, meta, self._skip.pop(index, 0), meta.count, index, gen))
         else:
-            self._pending[key_epoch].append(Piece(slot, meta, 0, meta.count, index))
+            self._pending[key_epoch].append(Piece(slot, meta, 0, meta.count, index, gen))
 
     def _assemble(self, pieces: list[Piece], take: int) -> tuple[Any, Any, list[int]]:
         """`take` samples from the front of `pieces`, as the batch, its ids and the slots it
@@ -339,10 +392,13 @@ class SharedLoader:
                 spent.append(pieces.pop(0).slot)
         assert self.ring is not None and self.ring.base is not None
         base = self.ring.base
+        # The staged mirror when every run of the batch is staged there (a producer that
+        # stopped staging, or a mirror this process could not open, leaves the host ring).
+        staged = self._mirror if all(piece.gen for piece, _, _ in runs) else None
         if self.collate_fn is not None:
-            batch = self.collate_fn(samples(base, runs))
+            batch = self.collate_fn(samples(base, runs, staged))
         else:
-            batch, _copies = collate(base, runs)
+            batch, _copies = collate(base, runs, staged)
         return batch, ids(base, runs), spent
 
     def _flush_release(self) -> None:
@@ -400,6 +456,7 @@ class SharedLoader:
         if self.ring is not None:  # batches handed out stay mapped: only the descriptor goes
             self.ring.close()
             self.ring = None
+        self._mirror = None  # the same: batches handed out keep what they view of it
 
     def __enter__(self) -> SharedLoader:
         return self

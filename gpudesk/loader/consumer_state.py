@@ -38,6 +38,8 @@ class ConsumerState:
     hold_debt: float = 0.0  # seconds the stream waited for it, decaying over HOLD_WINDOW_S
     debt_at: float = 0.0  # when hold_debt was last reckoned
     gap: Key = (0, 0)  # (epoch, j): where `first_gap` last found the first batch it lacks
+    mirror_gen: int = 0  # the generation of the staged mirror it was handed (staging.py)
+    data_path: str | None = None  # where it reads batches, as it said: "staged" or "host: why"
 
     def debt(self, now: float) -> float:
         return self.hold_debt * math.exp(-(now - self.debt_at) / HOLD_WINDOW_S)

@@ -44,10 +44,17 @@ from gpudesk.loader.batch_plan import BatchPlan
 from gpudesk.loader.consumer_state import HOLD_WINDOW_S, ConsumerState
 from gpudesk.loader.fetch import Key, RingWriter, Source, passthrough
 from gpudesk.loader.producer_config import ProducerConfig, open_dataset, select_data
-from gpudesk.loader.producer_info import claim, status_report, write_preparing
-from gpudesk.loader.protocol import LoaderError, decode, encode, process_alive, write_info
+from gpudesk.loader.producer_info import (
+    claim,
+    note_reuse,
+    status_report,
+    write_preparing,
+    write_running,
+)
+from gpudesk.loader.protocol import LoaderError, decode, encode, process_alive
 from gpudesk.loader.ring import Ring
 from gpudesk.loader.slots import SlotTable
+from gpudesk.loader.staging import Staging
 from gpudesk.paths import Home
 
 log = logging.getLogger("gpudesk.loader")
@@ -85,7 +92,9 @@ class Producer:
         self.selection_cache: Any = None
         self.selection_cpu_s = 0.0
         self.previous_info: dict[str, Any] | None = None
-        self._first_user_paid = False  # the first job served a fresh pre-pass is not a reuse
+        self.first_user_paid = False  # the first job served a fresh pre-pass is not a reuse
+        self.staging = Staging(self.config.device)
+        self.gens: dict[int, int] = {}  # slot -> the mirror generation its batch is staged in
 
     # ------------------------------------------------------------------ setup
     def _claim(self) -> Key:
@@ -308,9 +317,11 @@ class Producer:
 
     def _place(self, slot: int, packed: Packed) -> None:
         try:
-            self.table.place(slot, packed)
+            meta = self.table.place(slot, packed)
         except (BatchError, RuntimeError) as exc:
             raise LoaderError(f"loader {self.config.name}: {exc}") from None
+        assert self.ring.base is not None
+        self.gens[slot] = self.staging.stage(self.ring.base, meta, self.ring.end)
         key = packed.key
         consumers = list(self.consumers.values())
         for consumer in consumers:
@@ -337,8 +348,17 @@ class Producer:
         state = self.table.slots[slot]
         key = state.key
         assert key is not None
+        staged, consumer.mirror_gen = self.staging.batch_fields(
+            self.gens.get(slot, 0), consumer.mirror_gen
+        )
         message = encode(
-            "batch", slot=slot, key=list(key), n=meta.count, meta=meta.to_wire(), t=time.time()
+            "batch",
+            slot=slot,
+            key=list(key),
+            n=meta.count,
+            meta=meta.to_wire(),
+            t=time.time(),
+            **staged,
         )
         try:
             self.ctl.send_multipart([consumer.ident, message])
@@ -460,6 +480,10 @@ class Producer:
                         if slot in consumer.held:
                             consumer.held.discard(slot)
                             self.table.slots[slot].refs -= 1
+            elif kind == "path":
+                consumer = self.consumers.get(ident)
+                if consumer is not None:
+                    consumer.data_path = str(message.get("path"))[:200]
             elif kind == "bye":
                 consumer = self.consumers.get(ident)
                 if consumer is not None:
@@ -491,7 +515,7 @@ class Producer:
         except psutil.Error:
             create_time = None
         resume = message.get("resume") or None
-        self._note_reuse(message.get("job"), pid, resumed=bool(resume))
+        note_reuse(self, message.get("job"), pid, resumed=bool(resume))
         epoch = self.stream_position()[0]
         got: dict[int, set[int]] = {}
         if resume:
@@ -507,6 +531,9 @@ class Producer:
             consumer.got.pop(consumer.epoch)
             consumer.epoch += 1
         consumer.missing = self._passed(consumer)
+        welcome_staging = self.staging.welcome()
+        if welcome_staging["staging"] is not None:
+            consumer.mirror_gen = welcome_staging["staging"]["gen"]
         self.consumers[ident] = consumer
         self.consumers_total += 1
         self.table.grow(self._slots_needed())
@@ -524,6 +551,7 @@ class Producer:
                     fd_socket=str(self.fd_path),
                     makeups=len(consumer.missing),
                     managed=self.config.managed,
+                    **welcome_staging,
                 ),
             ]
         )
@@ -535,24 +563,6 @@ class Producer:
             batch_size,
             len(consumer.missing),
         )
-
-    def _note_reuse(self, job: Any, pid: int, resumed: bool) -> None:
-        """Record, in the selection cache, that a job trains on this selection's pre-pass."""
-        from gpudesk.selection.cache import loader_use
-
-        chosen = self.selection.selection if self.selection is not None else None
-        if chosen is None or chosen.key is None or resumed:
-            return
-        if not chosen.reused and not self._first_user_paid:
-            self._first_user_paid = True  # it paid for the pre-pass
-            return
-        who = f"job {job}" if job else f"pid {pid}"
-        try:
-            self.selection_cache.note_reuse(chosen.key, loader_use(who, self.config.name))
-        except (OSError, ValueError) as exc:
-            log.warning(
-                "loader %s: could not record the reuse of %s: %s", self.config.name, chosen.key, exc
-            )
 
     def stream_position(self) -> Key:
         """The first stream key not yet made: consumers joining now get it next."""
@@ -599,20 +609,7 @@ class Producer:
 
     def _write_info(self) -> None:
         self.last_info = time.time()
-        write_info(
-            self.info_path,
-            {
-                "name": self.config.name,
-                "pid": os.getpid(),
-                "create_time": self.proc.create_time(),
-                "control": f"ipc://{self.ctl_path}",
-                "fd_socket": str(self.fd_path),
-                "identity": self.config.identity(),
-                "stream_next": list(self.stream_position()),
-                "managed": self.config.managed,
-                "started_at": self.started,
-            },
-        )
+        write_running(self)
 
     def _close(self) -> None:
         message = encode("bye", message=f"the producer for {self.config.name!r} is stopping")
@@ -621,6 +618,7 @@ class Producer:
                 self.ctl.send_multipart([consumer.ident, message])
         self.ctl.close(linger=200)
         self.fd_server.close()
+        self.staging.close()
         shutdown = getattr(self.batches, "_shutdown_workers", None)
         if callable(shutdown):
             shutdown()

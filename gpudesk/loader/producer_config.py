@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpudesk.loader.protocol import LoaderError, check_name
+from gpudesk.loader.staging import DEVICES
 from gpudesk.paths import Home
 
 log = logging.getLogger("gpudesk.loader")
@@ -31,6 +32,7 @@ class ProducerConfig:
     selection: str | None = None  # a data-selection preset (gpudesk.selection), e.g. el2n-25
     target: str | None = None  # MODULE:FACTORY of the target set a targeted preset ranks by
     target_kwargs: dict[str, Any] = field(default_factory=dict)
+    device: str = "cpu"  # "cuda": stage each batch once on the GPU for its consumers (staging.py)
 
     def check(self) -> ProducerConfig:
         check_name(self.name)
@@ -50,6 +52,8 @@ class ProducerConfig:
                 parse_preset(self.selection)
             except PresetError as exc:
                 raise LoaderError(f"--selection: {exc}") from None
+        if self.device not in DEVICES:
+            raise LoaderError(f"--device {self.device!r}: expected one of {', '.join(DEVICES)}")
         if self.target is not None and ":" not in self.target:
             raise LoaderError(f"--target {self.target!r}: expected MODULE:FACTORY")
         return self

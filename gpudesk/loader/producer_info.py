@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import logging
 import os
 import time
 from collections.abc import Sequence
@@ -16,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 from gpudesk.loader.fetch import Key
 from gpudesk.loader.producer_config import ProducerConfig
 from gpudesk.loader.protocol import LoaderError, process_alive, read_info, write_info
+
+log = logging.getLogger("gpudesk.loader")
 
 if TYPE_CHECKING:
     from gpudesk.loader.producer import Producer
@@ -130,6 +133,7 @@ def status_report(producer: Producer) -> dict[str, Any]:
         "uptime_s": round(time.time() - producer.started, 3),
         "managed": producer.config.managed,
         "selection": chosen,  # its CPU is not counted in cpu_s (loading)
+        "staging": producer.staging.describe(),
         "consumers": [
             {
                 "pid": c.pid,
@@ -140,7 +144,46 @@ def status_report(producer: Producer) -> dict[str, Any]:
                 "batches_per_s": round(c.rate(now), 2),
                 "held_slots": len(c.held),
                 "makeups_left": len(c.missing),
+                "data_path": c.data_path,
             }
             for c in producer.consumers.values()
         ],
     }
+
+
+def write_running(producer: Producer) -> None:
+    """A running producer's info file: where consumers find it, and its stream position (for
+    a restarted producer to continue from)."""
+    write_info(
+        producer.info_path,
+        {
+            "name": producer.config.name,
+            "pid": os.getpid(),
+            "create_time": producer.proc.create_time(),
+            "control": f"ipc://{producer.ctl_path}",
+            "fd_socket": str(producer.fd_path),
+            "identity": producer.config.identity(),
+            "stream_next": list(producer.stream_position()),
+            "managed": producer.config.managed,
+            "started_at": producer.started,
+        },
+    )
+
+
+def note_reuse(producer: Producer, job: Any, pid: int, resumed: bool) -> None:
+    """Record, in the selection cache, that a job trains on this selection's pre-pass."""
+    from gpudesk.selection.cache import loader_use
+
+    chosen = producer.selection.selection if producer.selection is not None else None
+    if chosen is None or chosen.key is None or resumed:
+        return
+    if not chosen.reused and not producer.first_user_paid:
+        producer.first_user_paid = True  # it paid for the pre-pass
+        return
+    who = f"job {job}" if job else f"pid {pid}"
+    try:
+        producer.selection_cache.note_reuse(chosen.key, loader_use(who, producer.config.name))
+    except (OSError, ValueError) as exc:
+        log.warning(
+            "loader %s: could not record the reuse of %s: %s", producer.config.name, chosen.key, exc
+        )

@@ -7,11 +7,15 @@ small JSON objects with a `type`; batch data never travels here.
 consumer -> producer
     hello    {pid, batch_size, resume: {epoch, received: {epoch: [batch, ...]}} | null}
     release  {slots: [slot, ...]}      the consumer is done with these slots
+    path     {path}                    where it reads batches: "staged" or "host: why"
     bye      {}                        leaving (its slots are released)
     status   {}                        any client: the producer's view, for `loader status`
 producer -> consumer
-    welcome  {layout, epoch, batches_per_epoch, dataset_len, pid, fd_socket, makeups}
-    batch    {slot, n, key: [epoch, batch], t: send time (time.time())}
+    welcome  {layout, epoch, batches_per_epoch, dataset_len, pid, fd_socket, makeups,
+              staging: a mirror handle | null, staging_off: why not | null}   (staging.py)
+    batch    {slot, n, key: [epoch, batch], t: send time (time.time()),
+              gen: the mirror generation it is staged in (absent: host only),
+              mirror: the mirror's new handle, when it grew since this consumer's}
     refused  {message}                 hello could not be accepted (the reason, for the user)
     bye      {message}                 the producer is stopping
     status   {...}

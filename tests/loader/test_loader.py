@@ -287,8 +287,10 @@ class Loaders:
         self.producers: list[Producer] = []
         self.count = 0
 
-    def _spawn(self, argv: list[str], home: Home, log: Path) -> subprocess.Popen:
-        env = {**os.environ, "GPUDESK_HOME": str(home.root)}
+    def _spawn(
+        self, argv: list[str], home: Home, log: Path, env: dict[str, str] | None = None
+    ) -> subprocess.Popen:
+        env = {**os.environ, "GPUDESK_HOME": str(home.root), **(env or {})}
         with open(log, "w") as sink:
             proc = subprocess.Popen(
                 argv, env=env, stdout=sink, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
@@ -312,6 +314,8 @@ class Loaders:
         idle_exit: float = 30.0,
         selection: str | None = None,
         dataset: tuple[str, dict[str, Any]] | None = None,
+        extra: tuple[str, ...] = (),
+        env: dict[str, str] | None = None,
     ) -> Producer:
         """A producer of the synthetic dataset (size, shape, cost_ms), or of `dataset`: a
         factory and its arguments."""
@@ -342,8 +346,9 @@ class Loaders:
         ]
         if selection:
             argv += ["--selection", selection]
+        argv += extra
         log = self.tmp / f"producer{self.count}.log"
-        producer = Producer(self._spawn(argv, home, log), home, name, log)
+        producer = Producer(self._spawn(argv, home, log, env), home, name, log)
         self.producers.append(producer)
         return producer.wait_ready() if wait else producer
 
