@@ -40,6 +40,24 @@ if has dataplane_mps; then
     stamp "dataplane under MPS rc=$?"
     cp /tmp/dpm/gpu_dataplane.json "$out/gpu_dataplane_mps.json" 2>/dev/null
 fi
+if has staging; then
+    # The loader's own staged path (issue 40): 4 consumers of one GPU, host copies vs one staged
+    # copy, interleaved twice, 4.8 MB batches (alone and under MPS) and 0.88 MB; then decode
+    # per core vs nvJPEG.
+    for run in 224:--decode 224:--mps 96:; do
+        px=${run%%:*}; opt=${run#*:}; name=loader_staging_$px${opt:+_${opt#--}}
+        stamp "$name"
+        timeout -k 5 150 python3 bench/loader_staging.py --out /tmp/$name --device cuda --px $px \
+            --consumers 4 --seconds 6 --configs host,staged,host,staged $opt >>"$log" 2>&1
+        stamp "$name rc=$?"
+        cp /tmp/$name/loader_staging.json "$out/$name.json" 2>/dev/null
+    done
+    if python3 -c 'import pytest, xdist' 2>/dev/null && [ -z "${SKIP_TESTS:-}" ]; then
+        stamp "staging tests"
+        timeout -k 5 90 python3 -m pytest -p no:cacheprovider -n 0 -q tests/loader/test_loader_staging.py >>"$log" 2>&1
+        stamp "staging tests rc=$?"
+    fi
+fi
 if has metrics; then
     stamp "metrics"
     timeout -k 5 100 python3 bench/hardware_truth.py --out /tmp/ht --only metrics --budget-s 95 >>"$log" 2>&1
