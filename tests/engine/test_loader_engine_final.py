@@ -19,12 +19,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import EngineHandle, home_at, wait_for
+from conftest import EngineHandle, home_at, short_home, wait_for
 from test_loader_engine import CONSUMER, DATASET
 
+from gpudesk.api.models import LoaderView
+from gpudesk.core.datasets import DatasetSpec
+from gpudesk.engine.services.loaders import LoaderSupervisor
 from gpudesk.engine.store.database import Store
 from gpudesk.loader.consumer import START_WAIT_S
 from gpudesk.loader.producer_config import MAX_SOCKET_PATH
+from gpudesk.loader.protocol import EXIT_FINAL
 from gpudesk.paths import Home
 
 # A home of 80 characters keeps the engine's own socket inside it (paths.py allows 100 for
@@ -85,6 +89,12 @@ def starts(home: Home, name: str) -> int:
     return sum(" started (pid " in m for m in engine_events(home, name))
 
 
+def supervised(engine: EngineHandle, name: str) -> LoaderView:
+    """The loader as the engine supervises it: its latest producer's pid, running or not."""
+    (view,) = [v for v in engine.api.status().loaders if v.name == name]
+    return view
+
+
 def final_event(home: Home, name: str) -> str | None:
     return next((m for m in engine_events(home, name) if "failed for good" in m), None)
 
@@ -108,17 +118,22 @@ def test_a_socket_path_too_long_fails_the_job_at_once_and_is_not_restarted(
 
     event = wait_for(lambda: final_event(long_home, LONG_NAME), 10.0, what="the engine's event")
     assert "cannot open its socket" in str(event)
-    # A second job on the dataset: told at once, the producer not started again.
+    assert starts(long_home, LONG_NAME) == 1  # recorded with it: no restart came before
+    failed = supervised(engine, LONG_NAME)
+    assert not failed.running and failed.pid is not None
+    # A second job on the dataset: told at once, the producer not started again (the engine's
+    # view, asked after the job's launch, still has the failed one).
     state, took, output = run_one(engine, consumer(tmp_path, LONG_NAME))
     assert state == "failed" and took < FAST_S and "cannot open its socket" in output
-    assert starts(long_home, LONG_NAME) == 1
+    assert supervised(engine, LONG_NAME) == failed
     assert log.read_text().count("error:") == 1  # one producer ran, and said why once
 
     # Registering the dataset again is the user's retry: the engine starts it once more.
     engine.client.request("datasets", datasets=[{**DATASET, "name": LONG_NAME}])
     state, took, _ = run_one(engine, consumer(tmp_path, LONG_NAME))
     assert state == "failed" and took < FAST_S
-    assert starts(long_home, LONG_NAME) == 2
+    assert supervised(engine, LONG_NAME).pid != failed.pid
+    wait_for(lambda: starts(long_home, LONG_NAME) == 2, 10.0, what="the second start's event")
 
 
 @pytest.mark.slow(8)
@@ -135,3 +150,42 @@ def test_a_factory_that_cannot_be_imported_fails_the_job_at_once_and_is_not_rest
     assert "no_such_module" in str(event)
     assert starts(long_home, name) == 1
     assert not any("restarting it" in m for m in engine_events(long_home, name))
+
+
+def test_registering_a_dataset_again_retries_it_and_its_selections(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The supervisor alone, with real producer processes: a failure for good is noted once
+    per loader, its variants' (`NAME.PRESET`) too, and registering the dataset again (the
+    user's retry) clears them all, so the next job needing one starts it afresh."""
+    with short_home("gd-final-", monkeypatch) as home:
+        retried(home.ensure())
+
+
+def retried(home: Home) -> None:
+    loaders = LoaderSupervisor(home)
+    spec = DatasetSpec.from_dict({**DATASET, "factory": "no_such_module:make"})
+    loaders.register([spec])
+    variant = loaders.loader_for("syn", "random-25")
+    assert variant == "syn.random-25"
+    names = {"syn", variant}
+    for name in names:
+        loaders.ensure(name)
+    first = {name: loaders.producers[name].process for name in names}
+    for process in first.values():
+        assert process is not None and process.wait(timeout=60) == EXIT_FINAL
+    loaders.tick(names)
+    assert set(loaders.failed) == names
+    assert all("no_such_module" in why for why in loaders.failed.values()), loaders.failed
+    assert sum("failed for good" in event for event in loaders.events) == 2
+    loaders.tick(names)
+    loaders.ensure("syn")
+    assert not loaders.producers and sum("failed for good" in e for e in loaders.events) == 2
+    assert [s["running"] for s in loaders.summary()] == [False, False]
+
+    loaders.register([spec])
+    assert not loaders.failed
+    loaders.ensure(variant)
+    again = loaders.producers[variant].process
+    assert again is not None and again is not first[variant]
+    assert again.wait(timeout=60) == EXIT_FINAL

@@ -109,7 +109,8 @@ class LoaderSupervisor:
                     "or rename the dataset"
                 )
             self.specs[spec.name] = spec
-            for name in [n for n in self.failed if n.partition(VARIANT_SEPARATOR)[0] == spec.name]:
+            variant = f"{spec.name}{VARIANT_SEPARATOR}"  # its loaders under other selections
+            for name in [n for n in self.failed if n == spec.name or n.startswith(variant)]:
                 del self.failed[name]  # the user's retry: started afresh when a job needs it
                 dead = self.producers.get(name)
                 if dead is not None and not self._alive(dead):
