@@ -168,6 +168,9 @@ from gpudesk.core.wire.station import (
     LoaderSpec as LoaderSpec,
 )
 from gpudesk.core.wire.station import (
+    LoaderStaging as LoaderStaging,
+)
+from gpudesk.core.wire.station import (
     LoaderStatus as LoaderStatus,
 )
 from gpudesk.core.wire.station import (
@@ -283,6 +286,7 @@ __all__ = [
     "LoaderConsumer",
     "LoaderSelection",
     "LoaderSpec",
+    "LoaderStaging",
     "LoaderStatus",
     "LoaderView",
     "LogChunk",

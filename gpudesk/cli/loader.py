@@ -75,7 +75,7 @@ def serve_command(
 ) -> None:
     """Run the producer for a dataset until stopped (SIGTERM or Ctrl-C)."""
     from gpudesk.loader.producer import ProducerConfig, serve
-    from gpudesk.loader.protocol import LoaderError
+    from gpudesk.loader.protocol import EXIT_FINAL, FinalError, LoaderError
     from gpudesk.paths import Home
 
     try:
@@ -96,6 +96,8 @@ def serve_command(
             device,
         )
         code = serve(config, Home.from_env())
+    except FinalError as exc:  # its settings cannot work: the engine does not start it again
+        fail(str(exc), EXIT_FINAL)
     except LoaderError as exc:
         fail(str(exc), EXIT_FAILED)
     raise typer.Exit(code)

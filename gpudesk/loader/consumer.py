@@ -53,6 +53,7 @@ from gpudesk.loader.protocol import (
     check_name,
     decode,
     encode,
+    final_failure,
     process_alive,
     read_info,
     receive_fd,
@@ -126,26 +127,51 @@ class SharedLoader:
         # back or giving up.
         wait = START_WAIT_S if os.environ.get(ENV_DATASET) == name else 0.0
         info = self._running_producer(wait)
-        if info is not None:
+        failed = final_failure(info)
+        if info is not None and failed is None:
             self._connect(info, resume=False)
         elif fallback and factory:
+            if failed is not None:  # the job reads on, but unshared: say why
+                print(f"{self._failed_producer(info)}; reading locally", file=sys.stderr)
             self.mode = "local"
         else:
-            log = self.home.loader_log(name)
-            raise LoaderError(
-                f"no shared loader {name!r} is running for GPUDESK_HOME {self.home.root}"
-                + (
-                    f" (waited {wait:.0f} s for the one gpudesk started; see {log})"
-                    if wait
-                    else " (start one with `gpudesk loader serve`, or name it in the profile's "
-                    "[datasets] table)"
-                )
-                + ", and no local fallback was asked for (pass factory=... and fallback=True)"
+            raise LoaderError(self._no_producer(wait, info))
+
+    def _no_producer(self, wait: float, info: dict[str, Any] | None) -> str:
+        """Why there is no producer to read, and what to do, in one paragraph."""
+        fallback = ", and no local fallback was asked for (pass factory=... and fallback=True)"
+        if final_failure(info) is not None:
+            return (
+                f"{self._failed_producer(info)}. Fix that and start it again: under the "
+                "engine by registering the dataset again (`gpudesk run` with its profile "
+                f"does), else with `gpudesk loader serve`{fallback}"
             )
+        log = self.home.loader_log(self.name)
+        return (
+            f"no shared loader {self.name!r} is running for GPUDESK_HOME {self.home.root}"
+            + (
+                f" (waited {wait:.0f} s for the one gpudesk started; see {log})"
+                if wait
+                else " (start one with `gpudesk loader serve`, or name it in the profile's "
+                "[datasets] table)"
+            )
+            + fallback
+        )
+
+    def _failed_producer(self, info: dict[str, Any] | None) -> str:
+        """A producer's final failure (`final_failure`), for the user: the dataset, the reason,
+        and the engine's log of it."""
+        assert info is not None
+        log = f" (its log: {self.home.loader_log(self.name)})" if info.get("managed") else ""
+        return (
+            f"the producer of the shared loader {self.name!r} failed for good{log}, and is "
+            f"not started again with the same settings: {final_failure(info)}"
+        )
 
     def _running_producer(self, wait: float) -> dict[str, Any] | None:
         """The info of the live producer for this name, waiting up to `wait` s for one, and for
-        as long as a live one says it is preparing (a data selection's pre-pass)."""
+        as long as a live one says it is preparing (a data selection's pre-pass); or, at once,
+        the info of one that failed for good (`final_failure`): waiting for it is in vain."""
         try:
             self.home.checked_loader_dir()  # never trust an info file in someone else's folder
         except UnsafePath as exc:
@@ -157,6 +183,8 @@ class SharedLoader:
         said = False
         while True:
             info = read_info(info_path)
+            if final_failure(info) is not None:
+                return info
             if info and process_alive(int(info.get("pid", 0)), info.get("create_time")):
                 if not info.get("preparing"):
                     return info
@@ -422,6 +450,8 @@ class SharedLoader:
         info_path = self.home.loader_paths(self.name)[2]
         while time.monotonic() < deadline:
             info = read_info(info_path)
+            if final_failure(info) is not None:  # the one started again cannot work
+                raise LoaderError(f"{why}; {self._failed_producer(info)}")
             pid = int(info.get("pid", 0)) if info else 0
             if info and pid != self.producer_pid and process_alive(pid, info.get("create_time")):
                 if info.get("preparing"):  # it comes back after its pre-pass: wait for it

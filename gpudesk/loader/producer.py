@@ -43,15 +43,28 @@ from gpudesk.loader.batch import BatchError, BatchMeta, Packed
 from gpudesk.loader.batch_plan import BatchPlan
 from gpudesk.loader.consumer_state import HOLD_WINDOW_S, ConsumerState
 from gpudesk.loader.fetch import Key, RingWriter, Source, passthrough
-from gpudesk.loader.producer_config import ProducerConfig, open_dataset, select_data
+from gpudesk.loader.producer_config import (
+    ProducerConfig,
+    check_socket_paths,
+    open_dataset,
+    select_data,
+)
 from gpudesk.loader.producer_info import (
     claim,
     note_reuse,
     status_report,
+    write_failed,
     write_preparing,
-    write_running,
+    write_serving,
 )
-from gpudesk.loader.protocol import LoaderError, decode, encode, process_alive
+from gpudesk.loader.protocol import (
+    FinalError,
+    LoaderError,
+    check_name,
+    decode,
+    encode,
+    process_alive,
+)
 from gpudesk.loader.ring import Ring
 from gpudesk.loader.slots import SlotTable
 from gpudesk.loader.staging import Staging
@@ -63,22 +76,18 @@ LIVENESS_EVERY_S = 0.2  # how often consumers' processes are checked (a SIGKILL 
 INFO_EVERY_S = 1.0  # how often the stream position is written down (for a restart)
 HOLD_PATIENCE_S = 0.5  # the longest the stream waits at once for a consumer that lags
 HOLD_SHARE = 0.1  # ... and over HOLD_WINDOW_S (decaying) at most this share of the time
-MAX_SOCKET_PATH = 107  # sun_path holds 108 bytes, the last a NUL
 PREFETCH = 2  # the DataLoader's prefetch_factor: requests in flight per worker
 
 
 class Producer:
     def __init__(self, config: ProducerConfig, home: Home) -> None:
-        self.config = config.check()
+        self.config = config  # checked in `_prepare`, where a failure is recorded as final
         self.home = home
+        try:  # no info file to say why in: a name that is not one has no path
+            check_name(config.name)
+        except LoaderError as exc:
+            raise FinalError(str(exc)) from None
         self.ctl_path, self.fd_path, self.info_path = home.loader_paths(config.name)
-        longest = max((self.ctl_path, self.fd_path), key=lambda p: len(os.fsencode(p)))
-        if len(os.fsencode(longest)) > MAX_SOCKET_PATH:
-            raise LoaderError(
-                f"the socket path {longest} is longer than a Unix socket allows "
-                f"({MAX_SOCKET_PATH} bytes): use a shorter loader name, or a "
-                "GPUDESK_HOME with a shorter path"
-            )
         self.consumers: dict[bytes, ConsumerState] = {}
         self.stopping = False
         self.started = time.time()
@@ -106,14 +115,11 @@ class Producer:
         self.home.ensure()
         self.home.private_subdir(self.home.loader_dir)
         start = self._claim()
-        dataset, length = self._open_dataset()
-        cpu_before = time.process_time()
-        if self.config.selection:
-            self._write_preparing(f"data selection {self.config.selection}")
-        self.selection = self._select(dataset) if self.config.selection else None
-        self.selection_cpu_s = time.process_time() - cpu_before  # not loading: kept apart
-        if self.selection is not None:
-            length = self.selection.kept
+        try:
+            dataset, length = self._prepare()
+        except LoaderError as exc:
+            write_failed(self, str(exc))
+            raise FinalError(str(exc)) from None
         batch_size = min(self.config.batch_size, length)
         self.plan = BatchPlan(
             length,
@@ -145,8 +151,20 @@ class Producer:
         finally:
             self._close()
 
-    def _open_dataset(self) -> tuple[Any, int]:
-        return open_dataset(self.config)
+    def _prepare(self) -> tuple[Any, int]:
+        """What the settings alone decide, before the ring and the sockets are opened: the
+        sockets' paths, the dataset, its selection and its length. A LoaderError here is final
+        (`run`): the same settings would fail again, so the producer is not worth starting
+        again."""
+        self.config.check()
+        check_socket_paths(self.config.name, self.home)
+        dataset, length = open_dataset(self.config)
+        cpu_before = time.process_time()
+        if self.config.selection:
+            write_preparing(self, f"data selection {self.config.selection}")
+        self.selection = self._select(dataset) if self.config.selection else None
+        self.selection_cpu_s = time.process_time() - cpu_before  # not loading: kept apart
+        return dataset, (self.selection.kept if self.selection is not None else length)
 
     def _start_loading(self, dataset: Any, batch_size: int) -> None:
         """Open the ring, start the DataLoader on the plan and place its first batch (which
@@ -351,15 +369,8 @@ class Producer:
         staged, consumer.mirror_gen = self.staging.batch_fields(
             self.gens.get(slot, 0), consumer.mirror_gen
         )
-        message = encode(
-            "batch",
-            slot=slot,
-            key=list(key),
-            n=meta.count,
-            meta=meta.to_wire(),
-            t=time.time(),
-            **staged,
-        )
+        fields = {"slot": slot, "key": list(key), "n": meta.count, "meta": meta.to_wire()}
+        message = encode("batch", **fields, t=time.time(), **staged)
         try:
             self.ctl.send_multipart([consumer.ident, message])
         except zmq.ZMQError:  # it went away between the check and now
@@ -604,12 +615,9 @@ class Producer:
     def status(self) -> dict[str, Any]:
         return status_report(self)
 
-    def _write_preparing(self, what: str) -> None:
-        write_preparing(self, what)
-
     def _write_info(self) -> None:
         self.last_info = time.time()
-        write_running(self)
+        write_serving(self)
 
     def _close(self) -> None:
         message = encode("bye", message=f"the producer for {self.config.name!r} is stopping")

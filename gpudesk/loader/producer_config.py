@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,6 +16,8 @@ from gpudesk.loader.staging import DEVICES
 from gpudesk.paths import Home
 
 log = logging.getLogger("gpudesk.loader")
+
+MAX_SOCKET_PATH = 107  # sun_path holds 108 bytes, the last a NUL (Linux's unix(7))
 
 
 @dataclass(frozen=True)
@@ -72,6 +75,32 @@ class ProducerConfig:
         }
 
 
+def check_socket_paths(name: str, home: Home) -> None:
+    """Refuse, before binding, socket paths longer than a Unix socket's: binding would fail
+    with a bare errno, and no retry can shorten them."""
+    sockets = home.loader_paths(name)[:2]
+    longest = max(sockets, key=lambda p: len(os.fsencode(p)))
+    length = len(os.fsencode(longest))
+    over = length - MAX_SOCKET_PATH
+    if over <= 0:
+        return
+    shorter_name = len(os.fsencode(name)) - over
+    rename = f"a dataset (loader) name of at most {shorter_name} characters, or " * (
+        shorter_name > 0
+    )
+    shorter = f"{over} bytes shorter or more"
+    # The folder to move: the home, unless gpudesk put the sockets elsewhere (paths.py)
+    if home.system_socket is None and home.sockets_inside:
+        folder = f"a GPUDESK_HOME {shorter}"
+    else:
+        folder = f"a socket folder {shorter} than {home.socket_dir}"
+    raise LoaderError(
+        f"the shared loader {name!r} cannot open its socket {longest}: that path is {length} "
+        f"bytes long, and a Unix socket's path holds at most {MAX_SOCKET_PATH}. Use {rename}"
+        f"{folder}"
+    )
+
+
 def load_factory(spec: str) -> Callable[..., Any]:
     module_name, _, attr = spec.partition(":")
     try:
@@ -85,9 +114,15 @@ def load_factory(spec: str) -> Callable[..., Any]:
 
 
 def open_dataset(config: ProducerConfig) -> tuple[Any, int]:
-    """The factory's dataset and its length; a dataset without one, or an empty one, is
-    refused with a one-line reason."""
-    dataset = load_factory(config.factory)(**config.factory_kwargs)
+    """The factory's dataset and its length; a factory that fails, a dataset without a length,
+    or an empty one, is refused with a one-line reason."""
+    factory = load_factory(config.factory)
+    try:
+        dataset = factory(**config.factory_kwargs)
+    except Exception as exc:  # the user's factory: say which, and what it raised, in one line
+        raise LoaderError(
+            f"the dataset factory {config.factory} failed: {type(exc).__name__}: {exc}"
+        ) from None
     try:
         length = len(dataset)
     except TypeError:

@@ -67,10 +67,40 @@ def claim(config: ProducerConfig, info_path: Path, sockets: Sequence[Path]) -> C
     return Claim(lock, info, start)
 
 
+def write_serving(producer: Producer) -> None:
+    """Say, in a producer's info file, where consumers reach it and where its stream is (a
+    restarted producer continues from there)."""
+    write_info(
+        producer.info_path,
+        {
+            "name": producer.config.name,
+            "pid": os.getpid(),
+            "create_time": producer.proc.create_time(),
+            "control": f"ipc://{producer.ctl_path}",
+            "fd_socket": str(producer.fd_path),
+            "identity": producer.config.identity(),
+            "stream_next": list(producer.stream_position()),
+            "managed": producer.config.managed,
+            "started_at": producer.started,
+        },
+    )
+
+
 def write_preparing(producer: Producer, what: str) -> None:
     """Say, in a producer's info file, before a long preparation (a selection's pre-pass),
     that the producer is coming: consumers wait for it instead of giving up. The stream
     position of the producer before it is kept, for a restart after a failure here."""
+    _write_state(producer, {"preparing": what})
+
+
+def write_failed(producer: Producer, reason: str) -> None:
+    """Say, in a producer's info file, that it failed for good and why (`final_failure`): its
+    consumers stop waiting for it, and the engine does not start it again. The stream position
+    of the producer before it is kept, for a successor with settings that work."""
+    _write_state(producer, {"failed": reason, "transient": False, "failed_at": time.time()})
+
+
+def _write_state(producer: Producer, state: dict[str, Any]) -> None:
     import psutil
 
     kept = {
@@ -85,7 +115,7 @@ def write_preparing(producer: Producer, what: str) -> None:
             "name": producer.config.name,
             "pid": os.getpid(),
             "create_time": psutil.Process().create_time(),
-            "preparing": what,
+            **state,
             "managed": producer.config.managed,
             "started_at": producer.started,
         },
@@ -149,25 +179,6 @@ def status_report(producer: Producer) -> dict[str, Any]:
             for c in producer.consumers.values()
         ],
     }
-
-
-def write_running(producer: Producer) -> None:
-    """A running producer's info file: where consumers find it, and its stream position (for
-    a restarted producer to continue from)."""
-    write_info(
-        producer.info_path,
-        {
-            "name": producer.config.name,
-            "pid": os.getpid(),
-            "create_time": producer.proc.create_time(),
-            "control": f"ipc://{producer.ctl_path}",
-            "fd_socket": str(producer.fd_path),
-            "identity": producer.config.identity(),
-            "stream_next": list(producer.stream_position()),
-            "managed": producer.config.managed,
-            "started_at": producer.started,
-        },
-    )
 
 
 def note_reuse(producer: Producer, job: Any, pid: int, resumed: bool) -> None:

@@ -23,6 +23,7 @@ producer -> consumer
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -33,10 +34,18 @@ from gpudesk.core.datasets import NAME
 
 ENV_RESUME_S = "GPUDESK_LOADER_RESUME_S"  # how long a consumer waits for a restarted producer
 ENV_DATASET = "GPUDESK_DATASET"  # set by the engine: the dataset whose producer it started
+# `gpudesk loader serve`'s exit status when it failed for good: its settings cannot work (its
+# sockets' path is too long, the dataset's factory cannot be imported or fails, an option is
+# invalid), so starting it again would fail again. Its info file says why (`final_failure`).
+EXIT_FINAL = 4
 
 
 class LoaderError(RuntimeError):
     """A shared loader cannot go on; the message says why and what to do."""
+
+
+class FinalError(LoaderError):
+    """A producer cannot start with these settings, however often it is tried (not transient)."""
 
 
 def check_name(name: str) -> str:
@@ -75,6 +84,25 @@ def write_info(path: Path, info: dict[str, Any]) -> None:
     tmp = path.with_suffix(f".tmp{os.getpid()}")
     tmp.write_text(json.dumps(info, indent=1))
     os.replace(tmp, path)
+
+
+def final_failure(info: dict[str, Any] | None) -> str | None:
+    """Why the producer whose info file this is failed for good, or None when it did not: a
+    producer that cannot start with its settings leaves its reason there (`failed`, with
+    `transient: false`) for its consumers and the engine, which then wait for it no longer."""
+    if info is None or info.get("transient") is not False:
+        return None
+    reason = info.get("failed")
+    return reason if isinstance(reason, str) and reason else None
+
+
+def clear_failure(path: Path) -> None:
+    """Forget a failed producer's reason before starting it again. The file goes (unlinked: a
+    link put there is removed, never followed), and the stream position it kept with it: the
+    successor starts its stream afresh, and moves it to where consumers that resume are."""
+    if final_failure(read_info(path)) is not None:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
 
 
 def receive_fd(path: Path, timeout: float = 5.0) -> int:

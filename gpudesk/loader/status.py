@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpudesk.loader.protocol import decode, encode, process_alive, read_info
+from gpudesk.loader.protocol import decode, encode, final_failure, process_alive, read_info
 from gpudesk.paths import Home
 
 STATUS_TIMEOUT_MS = 1000
@@ -23,6 +23,10 @@ def collect(name: str | None = None, home: Home | None = None) -> list[dict[str,
     for path in sorted(folder.glob("*.json")):
         info = read_info(path)
         if info is None or (name is not None and info.get("name") != name):
+            continue
+        failed = final_failure(info)
+        if failed is not None:
+            out.append({"name": info.get("name"), "error": f"its producer failed: {failed}"})
             continue
         if not process_alive(int(info.get("pid", 0)), info.get("create_time")):
             out.append(

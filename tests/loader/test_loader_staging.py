@@ -16,11 +16,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 import torch
 from conftest import wait_for
 from test_loader import FACTORY, Loaders, assert_exactly_once
 
+from gpudesk.api.models import LoaderStatus
 from gpudesk.loader import SharedLoader
 from gpudesk.loader.staging import AUTO_MIN_BATCH_BYTES
 from gpudesk.paths import Home
@@ -85,6 +87,8 @@ def test_consumers_read_a_staged_mirror_and_it_grows_in_generations(
     assert status["staging"]["generation"] >= 3, status["staging"]
     assert status["staging"]["batches_staged"] >= 24
     assert {c["data_path"] for c in status["consumers"]} == {"staged"}
+    # What the engine's loader view and `Client` decode it as (unknown fields are refused).
+    assert msgspec.convert(status, LoaderStatus).staging.generation >= 3
     first.close()
     second.close()
     assert producer.stop() == 0

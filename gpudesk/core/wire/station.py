@@ -110,6 +110,7 @@ class LoaderSpec(WireModel, frozen=True):
     selection: str | None
     selection_target: str | None
     selection_target_args: dict[str, Any]
+    device: str = "cpu"  # where batches are staged for their jobs (gpudesk.loader.staging)
 
 
 class LoaderConsumer(WireModel, frozen=True):
@@ -121,6 +122,7 @@ class LoaderConsumer(WireModel, frozen=True):
     batches_per_s: float
     held_slots: int
     makeups_left: int
+    data_path: str | None = None  # "staged", or "host: " and why (as the consumer said)
 
 
 class LoaderSelection(WireModel, frozen=True):
@@ -136,6 +138,20 @@ class LoaderSelection(WireModel, frozen=True):
     select_s: float
     notes: dict[str, Any]
     cpu_s: float
+
+
+class LoaderStaging(WireModel, frozen=True):
+    """Whether a producer stages batches on its GPU (`device`), and what it staged."""
+
+    device: str
+    kind: str | None  # "cuda" (or "shm" in tests); None: not staging, `why`
+    why: str | None = None
+    gpu_uuid: str | None = None
+    generation: int = 0
+    mirror_bytes: int = 0
+    batches_staged: int = 0
+    bytes_staged: int = 0
+    source: str | None = None  # the host ring "page-locked" or "pageable" for the copies
 
 
 class LoaderStatus(WireModel, frozen=True):
@@ -165,6 +181,7 @@ class LoaderStatus(WireModel, frozen=True):
     selection: LoaderSelection | None
     consumers: list[LoaderConsumer]
     bytes_copied: int = 0  # of bytes_written, what the producer copied (workers wrote the rest)
+    staging: LoaderStaging | None = None
 
 
 class LoaderView(WireModel, frozen=True):

@@ -3,9 +3,11 @@
 A profile's `[datasets.NAME]` table (factory, its args, batch size, workers, seed) is registered
 with the engine; the first job naming the dataset starts its producer (`gpudesk loader serve
 NAME ... --managed`, in its own session, logging to `$GPUDESK_HOME/loaders/NAME.log`). A producer
-that dies while jobs need it is restarted, and its consumers resume their epoch; one that no job
-needs any more is stopped after a grace period. The engine talks to producers only through the
-loader package's public pieces (their info files and status requests).
+that dies while jobs need it is restarted, and its consumers resume their epoch; one that failed
+for good (its settings cannot work: it exits EXIT_FINAL and says why in its info file) is not,
+until its dataset is registered again; one that no job needs any more is stopped after a grace
+period. The engine talks to producers only through the loader package's public pieces (their
+info files and status requests).
 """
 
 from __future__ import annotations
@@ -21,11 +23,14 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from gpudesk.core.datasets import DatasetSpec
+from gpudesk.core.datasets import VARIANT_SEPARATOR, DatasetSpec
 from gpudesk.engine.env_seconds import env_seconds
 from gpudesk.loader.protocol import (
     ENV_DATASET,
     ENV_RESUME_S,
+    EXIT_FINAL,
+    clear_failure,
+    final_failure,
     process_alive,
     read_info,
 )
@@ -76,6 +81,9 @@ class LoaderSupervisor:
         self._variants: dict[tuple[str, str], str] = {}  # (dataset, selection) -> loader name
         self.producers: dict[str, _Producer] = {}
         self.stopped: dict[str, _Producer] = {}  # the last producer of each stopped dataset
+        # Loaders whose producer failed for good, and why: not started again until their
+        # dataset is registered again (a profile's run does that: the user's retry).
+        self.failed: dict[str, str] = {}
         # Producers being stopped off the loop (`stop_soon`): asked for their final figures,
         # then told to stop, then killed after STOP_WAIT_S; a new one of the same name starts
         # only once the old one is gone (it holds the socket and the info file).
@@ -101,6 +109,12 @@ class LoaderSupervisor:
                     "or rename the dataset"
                 )
             self.specs[spec.name] = spec
+            variant = f"{spec.name}{VARIANT_SEPARATOR}"  # its loaders under other selections
+            for name in [n for n in self.failed if n == spec.name or n.startswith(variant)]:
+                del self.failed[name]  # the user's retry: started afresh when a job needs it
+                dead = self.producers.get(name)
+                if dead is not None and not self._alive(dead):
+                    del self.producers[name]
         self._variants.clear()
 
     def loader_for(self, dataset: str | None, selection: str | None) -> str | None:
@@ -146,6 +160,8 @@ class LoaderSupervisor:
         return producer.process is not None and producer.process.poll() is None
 
     def ensure(self, name: str) -> None:
+        if name in self.failed:
+            return  # it would fail again: the job's consumer reads why in its info file
         producer = self.producers.setdefault(name, _Producer(self.specs[name]))
         self.stopped.pop(name, None)
         producer.spec = self.specs[name]
@@ -157,6 +173,10 @@ class LoaderSupervisor:
     def _start(self, producer: _Producer) -> None:
         if producer.spec.name in self.stopping:
             return  # its predecessor still holds the socket: `_reap_stopping` starts it after
+        if self._failed_for_good(producer):
+            return  # it would fail again: its consumers read why in its info file
+        # Its consumers stop waiting when they find a failure there: not a predecessor's.
+        clear_failure(self.home.loader_paths(producer.spec.name)[2])
         path = self.home.loader_log(producer.spec.name)
         try:
             self.home.private_subdir(path.parent)
@@ -214,12 +234,15 @@ class LoaderSupervisor:
         adopted, or started again for their consumers to resume)."""
         now = time.monotonic()
         for name in running - set(self.producers):
-            if name in self.specs:
+            if name in self.specs and name not in self.failed:
                 producer = self.producers.setdefault(name, _Producer(self.specs[name]))
                 if not self._alive(producer):
                     self._start(producer)
         for name, producer in list(self.producers.items()):
             alive = self._alive(producer)
+            if not alive and name not in self.stopping and self._failed_for_good(producer):
+                self.stopped[name] = self.producers.pop(name)  # reported, not running
+                continue
             if name in needed:
                 producer.unneeded_since = None
                 if not alive and name not in self.stopping:  # not dead: waiting its turn
@@ -251,6 +274,29 @@ class LoaderSupervisor:
             elif not self._asking:
                 self._asking = True
                 self.offload(self.ask_status(), self._asked, self.status_bound_s())
+
+    def _failed_for_good(self, producer: _Producer) -> bool:
+        """Whether this dataset's producer, not running now, failed for good (noting it, with
+        an event, the first time): its info file says so, or it exited with EXIT_FINAL."""
+        name = producer.spec.name
+        if name in self.failed:
+            return True
+        if producer.pid is None:
+            return False  # not started by this engine: registering or starting is the retry
+        info = self._info(name)
+        reason = final_failure(info) if info and info.get("pid") == producer.pid else None
+        code = producer.process.returncode if producer.process else None
+        if reason is None and code == EXIT_FINAL:
+            reason = f"it exited with status {EXIT_FINAL}: its settings cannot work"
+        if reason is None:
+            return False
+        self.failed[name] = reason
+        self.events.append(
+            f"shared loader {name!r} (pid {producer.pid}) failed for good and is not "
+            f"restarted until its dataset is registered again: {reason} (its log: "
+            f"{self.home.loader_log(name)})"
+        )
+        return True
 
     def _asked(self, statuses: Statuses | None) -> None:
         self._asking = False
