@@ -583,7 +583,7 @@ def collect(proc: subprocess.Popen[str], timeout: float) -> dict[str, Any]:
 def stop(home: Home) -> None:
     """Cancel the live jobs (their sleeping processes go) and stop the engine; then end any job
     process group still there (a listing capped below the live jobs, a cancel that timed out)."""
-    from gpudesk.engine.runner import read_wrapper_pid
+    from gpudesk.hw.runner import read_wrapper_pid
 
     try:
         with Connection(home, timeout=120.0) as conn:

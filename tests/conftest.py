@@ -26,9 +26,9 @@ from gpudesk.core.station import StationConfig
 from gpudesk.core.wire.jobs import JobDetail, JobView
 from gpudesk.engine.access import Access
 from gpudesk.engine.daemon import Engine
-from gpudesk.engine.runner import read_wrapper_pid
 from gpudesk.engine.store.database import Store
 from gpudesk.hw import containment
+from gpudesk.hw.runner import read_wrapper_pid
 from gpudesk.paths import Home
 
 # The tests never read the user's own defaults (gpudesk.cli.config); test_config names its files.

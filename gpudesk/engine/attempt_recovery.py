@@ -15,9 +15,8 @@ from typing import TYPE_CHECKING
 
 from gpudesk.core.jobs import JobState
 from gpudesk.core.records import AttemptRecord
-from gpudesk.engine import runner
 from gpudesk.engine.live_attempt import LiveAttempt
-from gpudesk.hw import boottime
+from gpudesk.hw import boottime, runner
 
 if TYPE_CHECKING:
     from gpudesk.engine.attempts import Attempts

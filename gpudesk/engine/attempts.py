@@ -22,22 +22,22 @@ from pathlib import Path
 from gpudesk import diskspace
 from gpudesk.core.jobs import DEFAULT_CANCEL_GRACE_S, JobState
 from gpudesk.core.records import AttemptRecord, JobRecord
-from gpudesk.engine import attempt_recovery, faults, runner
+from gpudesk.engine import attempt_recovery, faults
 from gpudesk.engine.activity import EngineActivity
 from gpudesk.engine.events import EventPublisher
 from gpudesk.engine.job_demand import JobDemand
 from gpudesk.engine.live_attempt import LiveAttempt, ran_past_limit
-from gpudesk.engine.oom import gpu_oom_line
 from gpudesk.engine.services.loaders import LoaderSupervisor
 from gpudesk.engine.services.tracking.tracker import Tracking
 from gpudesk.engine.state import PlacementDue
 from gpudesk.engine.station.mps_watch import MpsWatch
 from gpudesk.engine.station.telemetry_sink import TelemetrySink
 from gpudesk.engine.store.database import Store
-from gpudesk.hw import boottime
+from gpudesk.hw import boottime, runner
 from gpudesk.hw.containment import Containment, JobLimits
 from gpudesk.hw.telemetry.energy import AttemptUsage
 from gpudesk.hw.telemetry.monitor import TrackedAttempt
+from gpudesk.joblog.oom import gpu_oom_line
 from gpudesk.paths import Home
 from gpudesk.policy.policy import RESERVE_MIB, Placement
 from gpudesk.policy.queue import JobQueue

@@ -1,7 +1,7 @@
 """Learning on the station: the interference model's parameters moved toward what this machine
 shows, from the progress the jobs report, and kept in the store.
 
-Each running single-GPU attempt's log is read for progress lines (`gpudesk.engine.progress`).
+Each running single-GPU attempt's log is read for progress lines (`gpudesk.joblog.progress`).
 Its run is cut into intervals (`gpudesk.policy.progress_intervals`, the pure rules) during which
 its *tenancy* stayed the same: its mode, its MIG slice
 and the other attempts on its GPU. When an interval of at least `observe_min_s` ends (a co-tenant
@@ -27,14 +27,14 @@ from dataclasses import dataclass, field
 
 from gpudesk.core.mig_profiles import compute_slices, memory_slices, table_for_gpu
 from gpudesk.core.records import JobRecord
-from gpudesk.engine import runner
 from gpudesk.engine.attempts import Attempts
 from gpudesk.engine.env_seconds import env_seconds
 from gpudesk.engine.live_attempt import LiveAttempt
-from gpudesk.engine.progress import ProgressLine, ProgressReader
 from gpudesk.engine.station.telemetry_sink import TelemetrySink
 from gpudesk.engine.store.database import Store
 from gpudesk.engine.store.model_params import AloneRate, StoredObservation
+from gpudesk.hw import runner
+from gpudesk.joblog.progress import ProgressLine, ProgressReader
 from gpudesk.policy.demand import DEFAULT_SM_PCT, signature
 from gpudesk.policy.interference import (
     FrozenTotal,

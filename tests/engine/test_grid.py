@@ -20,9 +20,9 @@ from gpudesk import grid
 from gpudesk.api.models import ConfigureResult, StationStatus
 from gpudesk.cli.run_report import RunReport
 from gpudesk.core.identity import Caller, Identity
+from gpudesk.core.reconfigure import weigh
 from gpudesk.core.station import StationConfig
 from gpudesk.engine.access import Access
-from gpudesk.engine.reconfigure import weigh
 from gpudesk.paths import Home
 from gpudesk.profile import ProfileError, parse_profile
 

@@ -1,6 +1,7 @@
 """Learning on the station: the learner's observations and the rates alone in the store, the
 learner refitted from them by a new engine (and from a store written before the refit, which kept
-only totals), observations over the wire, and progress lines in a log."""
+only totals), and observations over the wire. Progress lines in a log are
+tests/joblog/test_progress.py's."""
 
 from __future__ import annotations
 
@@ -14,7 +15,6 @@ from typing import Any
 import pytest
 
 from gpudesk.engine.learning import StationLearning
-from gpudesk.engine.progress import MAX_LINE_BYTES, ProgressReader, parse_progress
 from gpudesk.engine.store.database import Store
 from gpudesk.engine.store.model_params import ParamTotal, StoredObservation
 from gpudesk.engine.store.schema import MIGRATIONS
@@ -248,33 +248,6 @@ def test_an_observation_from_the_wire() -> None:
     ):
         with pytest.raises(ValueError, match=says):
             observation_from_dict(bad)
-
-
-def test_progress_lines() -> None:
-    assert parse_progress(b"progress 120/1000") == 120.0
-    assert parse_progress(b"  progress 7.5  ") == 7.5
-    assert parse_progress(b"progress 3 / 10\r") == 3.0
-    for other in (b"progress", b"progress x", b"my progress 3", b"progress 3 of 10", b"\xff"):
-        assert parse_progress(other) is None
-
-
-def test_the_reader_takes_only_new_whole_lines(tmp_path: Path) -> None:
-    log = tmp_path / "output.log"
-    log.write_bytes(b"starting\n\xff\xfe not utf-8\nprogress 1/10\nprog")
-    reader = ProgressReader(str(log))
-    assert reader.read() == [1.0]
-    assert reader.read() == []
-    with log.open("ab") as out:
-        out.write(b"ress 2/10\n" + b"x" * (MAX_LINE_BYTES + 10) + b"\nprogress 3\n")
-    assert reader.read() == [2.0, 3.0]
-    with log.open("ab") as out:  # a line too long, written in two parts, is skipped whole
-        out.write(b"progress 4" + b"0" * (MAX_LINE_BYTES + 1))
-    assert reader.read() == []
-    with log.open("ab") as out:
-        out.write(b"\nprogress 5\n")
-    assert reader.read() == [5.0]
-    assert ProgressReader.from_end(str(log)).read() == []
-    assert ProgressReader(str(tmp_path / "missing")).read() == []
 
 
 def fake_attempt(store: Store, tmp_path: Path, attempt_id: int, job_id: int) -> Any:

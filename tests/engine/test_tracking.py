@@ -15,10 +15,9 @@ from typing import Any
 import pytest
 
 from gpudesk.core.jobs import JobSpec, SpecError, TrackingSpec, resolve_mlflow_uri
-from gpudesk.engine.services.tracking import content
 from gpudesk.engine.services.tracking.outbox import Outbox
 from gpudesk.profile import ProfileError, parse_profile
-from gpudesk.tracking import messages
+from gpudesk.tracking import content, messages
 from gpudesk.tracking.messages import (
     BadMessage,
     BindRun,

@@ -20,7 +20,7 @@ import psutil
 import pytest
 from conftest import EngineHandle, wait_for
 
-from gpudesk.engine import runner
+from gpudesk.hw import runner
 from gpudesk.paths import Home
 
 TMPFS_SIZE = "24m"

@@ -27,7 +27,7 @@ sys.path.insert(0, str(SHARED))  # the station fixture and its raw client live b
 from station_fixture import Station, make_station  # noqa: E402
 
 from gpudesk import render  # noqa: E402
-from gpudesk.engine.oom import gpu_oom_line  # noqa: E402
+from gpudesk.joblog.oom import gpu_oom_line  # noqa: E402
 from gpudesk.screens.feed import read_log_tail  # noqa: E402
 from gpudesk.text import printable, printable_bytes  # noqa: E402
 

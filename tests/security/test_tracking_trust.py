@@ -31,12 +31,11 @@ from user_python import user_python
 
 from gpudesk import trust
 from gpudesk.core.identity import Identity
-from gpudesk.engine.services.tracking import content
 from gpudesk.engine.services.tracking import sidecar as sidecar_module
 from gpudesk.engine.services.tracking.replies import Complaints
 from gpudesk.engine.services.tracking.sidecar import WORKER_ENV, Sidecar
 from gpudesk.paths import Home
-from gpudesk.tracking import messages
+from gpudesk.tracking import content, messages
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "shared"))
 from station_fixture import Station, make_station

@@ -12,9 +12,9 @@ from gpudesk.core.protocol import ProtocolError
 from gpudesk.core.records import JobRecord
 from gpudesk.core.wire.jobs import ActionOutcome, ActionResult
 from gpudesk.core.wire.requests import CancelArgs, JobRefsArgs, PriorityArgs
-from gpudesk.engine import user_limits
 from gpudesk.engine.job_control import JobOutcome
 from gpudesk.engine.requests.common import Handler, Requests
+from gpudesk.policy import user_limits
 
 
 class JobActionRequests(Requests):
@@ -95,7 +95,7 @@ class JobActionRequests(Requests):
 
     def _reprioritize(self, caller: Caller, job: JobRecord, wanted: int) -> JobOutcome:
         """Set `job`'s priority to `wanted`, unless the caller is no admin and that raises it
-        above the default (engine/user_limits.py): then the outcome is the refusal."""
+        above the default (policy/user_limits.py): then the outcome is the refusal."""
         if not self.parts.access.is_admin(caller):
             refusal = user_limits.priority_refusal(
                 job.spec.priority, wanted, self.parts.access.admins

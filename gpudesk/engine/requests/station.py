@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import msgspec
 
 from gpudesk import __version__
-from gpudesk.core import protocol
+from gpudesk.core import protocol, reconfigure
 from gpudesk.core.datasets import DatasetSpec
 from gpudesk.core.identity import Caller, user_name
 from gpudesk.core.protocol import ProtocolError
@@ -33,7 +33,6 @@ from gpudesk.core.wire.station import (
     StationStatus,
     UserShare,
 )
-from gpudesk.engine import reconfigure
 from gpudesk.engine.offloop import Later
 from gpudesk.engine.requests.common import Handler, Requests
 from gpudesk.engine.services.loaders import Statuses
@@ -148,7 +147,7 @@ class StationRequests(Requests):
         return ShutdownResult(running_attempts=len(self.parts.attempts))
 
     def configure(self, args: ConfigureArgs, caller: Caller) -> ConfigureResult:
-        """{"station": a [station] table}: weigh it key by key (engine/reconfigure.py). Only
+        """{"station": a [station] table}: weigh it key by key (core/reconfigure.py). Only
         the keys it names count; an admin's differing keys are applied, each recorded as an
         event; anyone else's are reported as not applied (never an error: a profile's run goes
         on with the station as it is). Returns the config in force, `changed`, and the

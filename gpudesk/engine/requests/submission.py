@@ -16,9 +16,9 @@ from gpudesk.core.jobs import (
 from gpudesk.core.protocol import ProtocolError
 from gpudesk.core.wire.jobs import SubmitResult
 from gpudesk.core.wire.requests import SubmitArgs
-from gpudesk.engine import user_limits
 from gpudesk.engine.offloop import Later
 from gpudesk.engine.requests.common import Handler, Requests
+from gpudesk.policy import user_limits
 from gpudesk.text import safe_text
 from gpudesk.tracking.available import missing_for
 
@@ -105,7 +105,7 @@ class SubmitRequests(Requests):
 
     def _check_queued_limit(self, caller: Caller, adding: int) -> None:
         """Refuse a submit that would leave the caller more queued jobs than `[station]
-        max_queued_per_user` (engine/user_limits.py says what counts). All of a request's jobs
+        max_queued_per_user` (policy/user_limits.py says what counts). All of a request's jobs
         or none."""
         queued = user_limits.queued_count(self.parts.queue, caller.uid)
         refusal = user_limits.queued_refusal(
@@ -121,7 +121,7 @@ class SubmitRequests(Requests):
 
     def _check_priorities(self, specs: list[JobSpec], caller: Caller) -> None:
         """Refuse, whole, a member's submit that asks a priority above the default: only an
-        admin may raise one (engine/user_limits.py)."""
+        admin may raise one (policy/user_limits.py)."""
         if self.parts.access.is_admin(caller):
             return
         for index, spec in enumerate(specs):

@@ -14,7 +14,6 @@ from gpudesk.core.jobs import JobSpec, JobState
 from gpudesk.core.records import AttemptRecord, JobRecord
 from gpudesk.core.wire.base import PlacementMode
 from gpudesk.core.wire.jobs import AttemptView, SubmitResult
-from gpudesk.engine import runner, user_limits
 from gpudesk.engine.attempts import Attempts
 from gpudesk.engine.backends.base import JobOutcome, JobPart, LogFile, OwnerRead, state_phrase
 from gpudesk.engine.backends.local.admission import check_station_fits, waits_for_change
@@ -23,7 +22,9 @@ from gpudesk.engine.scheduler import Scheduler
 from gpudesk.engine.state import CurrentStation, PlacementDue
 from gpudesk.engine.station.telemetry_sink import TelemetrySink
 from gpudesk.engine.store.database import Store
+from gpudesk.hw import runner
 from gpudesk.paths import Home
+from gpudesk.policy import user_limits
 from gpudesk.policy.queue import JobQueue
 
 

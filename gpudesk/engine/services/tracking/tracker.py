@@ -34,9 +34,7 @@ from gpudesk.core.jobs import JobState
 from gpudesk.core.records import JobRecord
 from gpudesk.core.wire.jobs import JobRunView
 from gpudesk.core.wire.station import TrackingHealth
-from gpudesk.engine import runner
 from gpudesk.engine.env_seconds import env_seconds
-from gpudesk.engine.services.tracking import content
 from gpudesk.engine.services.tracking.replies import Complaints, EventBudget
 from gpudesk.engine.services.tracking.sidecar import Sidecar
 from gpudesk.engine.services.tracking.store_health import TRACKING_EVENT, SeesSecrets, StoreHealths
@@ -44,12 +42,13 @@ from gpudesk.engine.state import PlacementDue
 from gpudesk.engine.station.telemetry_sink import TelemetrySink
 from gpudesk.engine.store.database import Store
 from gpudesk.engine.store.tracking import TrackingRow
+from gpudesk.hw import runner
 from gpudesk.paths import Home
 from gpudesk.policy.policy import Placement
 from gpudesk.redact import redact_secrets
 from gpudesk.results import TAIL_BYTES
 from gpudesk.text import safe_text
-from gpudesk.tracking import messages
+from gpudesk.tracking import content, messages
 
 log = logging.getLogger("gpudesk.engine")
 

@@ -36,7 +36,7 @@ def gpu_oom_line(
 ) -> str | None:
     """The log line that shows a GPU out-of-memory death, or None. A job that exited 0 did
     not die of it, whatever it printed (it may have caught and retried). `owner_uid`: whose
-    files the log and its parts must be (gpudesk.engine.runner.log_owner_uid; None: anyone's):
+    files the log and its parts must be (gpudesk.hw.runner.log_owner_uid; None: anyone's):
     anything else at their names is refused, as in the `log` request, and there is no OOM
     line."""
     if exit_code == 0:

@@ -8,11 +8,10 @@ import hashlib
 import re
 import shlex
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from gpudesk.core.jobs import MLFLOW_MAX_PARAM_VALUE, JobState
 from gpudesk.core.records import JobRecord
-from gpudesk.policy.policy import Placement
 from gpudesk.results import LINE, metrics_of
 from gpudesk.tracking.messages import MetricPoint
 
@@ -28,6 +27,23 @@ STATUS_OF = {
 # rather than failing the batch it would share with the others.
 _METRIC_NAME = re.compile(r"^[\w\-. /]{1,250}$")
 CUT_NOTE = " … [cut to MLflow's 6000-character limit; `gpudesk show` has it whole]"
+
+
+class Where(Protocol):
+    """What `placement_values` reads of an attempt's placement (gpudesk.policy's `Placement`):
+    this library stands beside the policy and imports none of it."""
+
+    @property
+    def slot(self) -> str: ...
+
+    @property
+    def mode(self) -> str: ...
+
+    @property
+    def gpus(self) -> tuple[int, ...]: ...
+
+    @property
+    def mig_slice(self) -> str | None: ...
 
 
 def job_key(station: str, job_id: int) -> str:
@@ -98,7 +114,7 @@ def sweep_tags(job: JobRecord) -> dict[str, str]:
 
 
 def placement_values(
-    placement: Placement, gpu_models: Mapping[int, str | None], simulated: bool
+    placement: Where, gpu_models: Mapping[int, str | None], simulated: bool
 ) -> dict[str, str]:
     """Where an attempt runs: the slot, mode, GPU model (SIMULATED marked) and MIG slice."""
     values = {"slot": placement.slot, "mode": placement.mode}

@@ -54,7 +54,7 @@ class ProgressReader:
     def __init__(self, path: str, offset: int = 0, owner_uid: int | None = None) -> None:
         self.path = path
         self.offset = offset
-        # whose file the log must be (gpudesk.engine.runner.log_owner_uid; None: whoever's):
+        # whose file the log must be (gpudesk.hw.runner.log_owner_uid; None: whoever's):
         # the engine reads it as a file a user may have planted (gpudesk.untrusted), as joblog
         self.owner_uid = owner_uid
         self._partial = b""  # an unfinished last line

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from gpudesk.engine.oom import gpu_oom_line
+from gpudesk.joblog.oom import gpu_oom_line
 
 TORCH = (
     "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a "

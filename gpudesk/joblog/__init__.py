@@ -1,5 +1,9 @@
 """A job attempt's output, capped: `output.log` and the parts rotated out of it.
 
+This module is the log itself; beside it, readers of what a job wrote: `progress` (the
+progress lines learning and the remaining time are measured by) and `oom` (whether it died
+of a GPU out-of-memory).
+
 In the attempt's folder (`jobs/<id>/<n>/`):
 
     output.log            what the job writes now: its stdout and stderr, opened O_APPEND
