@@ -129,3 +129,20 @@ def test_a_real_h200_with_mig_off_is_told_what_mig_would_cost(
     finally:
         engine.stop()
         engine.client.close()
+
+
+def test_the_plans_replays_run_off_the_engines_loop(h100: EngineHandle) -> None:
+    """Replaying the queue under a plan is the slow part of `mig_plan` (seconds for a long
+    queue on several GPUs): it runs on a worker thread, so the loop, which answers every
+    client, is held only for reading the GPUs and planning."""
+    import time
+
+    h100.submit(*(job(f"j{i}", 2 + i % 30, 10 + 3 * (i % 25)) for i in range(120)))
+    started = time.perf_counter()
+    (plan,) = h100.api.mig_plan(0).plans
+    answered_s = time.perf_counter() - started
+    assert plan.queue_time is not None  # the replay ran, and its result came back
+    held = [r.ms for r in h100.api.status().loop.slowest if r.op == "mig_plan"]
+    assert held, "the loop's slowest requests name mig_plan"
+    # On the loop, the request would have held it for about as long as it took to answer.
+    assert max(held) / 1000 < 0.5 * answered_s, (held, answered_s)

@@ -10,8 +10,14 @@ from gpudesk.core.mig_layout import LayoutError, MigError, MigUsageError
 from gpudesk.core.protocol import ProtocolError
 from gpudesk.core.wire.mig import MigApplyResult, MigPlanResult
 from gpudesk.core.wire.requests import MigApplyArgs, MigPlanArgs
+from gpudesk.engine.offloop import Later
 from gpudesk.engine.requests.common import Handler, Requests
+from gpudesk.engine.station.repartition.control import PlanAndPredictions
 from gpudesk.engine.station.repartition.station import MigApplyRefused
+
+# Assumption: replaying a queue of thousands under every plan of 8 GPUs takes seconds, not
+# minutes; past this a plan request is answered "took longer" rather than hold a worker.
+PLAN_BOUND_S = 60.0
 
 
 class MigRequests(Requests):
@@ -23,7 +29,7 @@ class MigRequests(Requests):
             "mig_apply": self.mig_apply,
         }
 
-    def mig_plan(self, args: MigPlanArgs, _caller: Caller) -> MigPlanResult:
+    def mig_plan(self, args: MigPlanArgs, _caller: Caller) -> Later[list[PlanAndPredictions]]:
         """{"gpu": int | null}: the MIG plan of one or every MIG-capable GPU (MigPlan.view):
         the layout the queue would want, the job each slice is for, the nvidia-smi commands
         applying it would run, whether the engine may apply it, or why not, in "auto" what
@@ -31,13 +37,19 @@ class MigRequests(Requests):
         "queue_time" the queue's drain time with the layout against the whole GPU (SIMULATED;
         null where there is nothing to weigh)."""
         try:
-            plans = self.parts.mig.plans(args.gpu)
+            replay = self.parts.mig.plans(args.gpu)
         except MigError as exc:
             raise _mig_protocol_error(exc) from None
-        return MigPlanResult(
-            plans=[plan.view(auto, queue_time) for plan, auto, queue_time in plans],
-            simulated=self.parts.telemetry.monitor.simulated,
-        )
+        simulated = self.parts.telemetry.monitor.simulated
+
+        def reply(plans: list[PlanAndPredictions]) -> MigPlanResult:
+            return MigPlanResult(
+                plans=[plan.view(auto, queue_time) for plan, auto, queue_time in plans],
+                simulated=simulated,
+            )
+
+        # The queue's replays off the loop: every other client is answered meanwhile.
+        return Later(replay, reply, PLAN_BOUND_S, "predicting the queue under each MIG plan")
 
     def mig_apply(self, args: MigApplyArgs, caller: Caller) -> MigApplyResult:
         """{"gpu": int, "profiles": [str, ...], "confirm": true}: give an idle MIG-mode GPU this

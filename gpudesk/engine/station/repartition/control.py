@@ -36,6 +36,10 @@ from gpudesk.policy.simulator import Simulation
 log = logging.getLogger("gpudesk.engine")
 
 
+# A plan, what auto's repartitioning says of it, and the queue's drain time with it.
+PlanAndPredictions = tuple[MigPlan, str | None, QueueTimeView | None]
+
+
 class MigNotConfirmed(MigApplyRefused):
     """Applying would destroy instances and the request did not confirm it."""
 
@@ -88,12 +92,17 @@ class MigControl:
         self.on_change = on_change
         self.params_for = params_for
 
-    def plans(self, gpu: int | None) -> list[tuple[MigPlan, str | None, QueueTimeView | None]]:
+    def plans(self, gpu: int | None) -> Callable[[], list[PlanAndPredictions]]:
         """The MIG plan of one or every MIG-capable GPU, each with what `auto`'s own
         repartitioning makes of it now (policy.mig_payoff; None for a GPU it would not
         weigh: busy, not in MIG mode, or nothing queued) and the queue's predicted drain time
         with the plan's layout against the whole GPU (policy.mig_queue_time; None: nothing to
-        weigh). Raises MigError."""
+        weigh). Raises MigError.
+
+        Reading the GPUs and planning run here, on the loop; what is returned is the rest: the
+        replays of the queue (payoff and drain time; about 0.4 s for 4 GPUs with a long queue),
+        to run off the loop. It holds its own copies of the queue, the GPUs and the model's
+        parameters, and touches nothing of the engine's."""
         backend = self.telemetry.monitor.backend
         queue, running = self.queued(), self.running_by_gpu()
         config = self.station.config
@@ -106,44 +115,38 @@ class MigControl:
             simulated=backend.simulated,
             gpu=gpu,
         )
-        choices = choose_layouts(
-            gpus,
-            queue,
-            self.params_for,
-            simulated=backend.simulated,
-            commands_from=manager,
-            drain=layout_drain(Simulation, self.params_for),
-        )
+        params = {g.name: self.params_for(g.name) for g in gpus}
+        snapshot = self.telemetry.snapshot()
+        count = len(snapshot.gpus) if snapshot is not None else 1
         if not config.mig_repartition:
             note = "; auto changes it only with [station] mig_repartition = true"
         elif not config.repartitions_on_its_own:
             note = f"; the {config.policy} policy never changes a layout on its own"
         else:
             note = ""
-        said = {c.payoff.gpu: c.payoff.summary() + note for c in choices}
-        by_index = {g.index: g for g in gpus}
-        return [
-            (plan, said.get(plan.gpu), self._queue_time(by_index[plan.gpu], plan, queue))
-            for plan in plans
-        ]
+        simulated = backend.simulated
 
-    def _queue_time(
-        self, gpu: GpuMigState, plan: MigPlan, queue: Sequence[QueuedDemand]
-    ) -> QueueTimeView | None:
-        """The queue's drain time with the plan's layout (else the GPU's own) against the whole
-        GPU; None where nothing is weighed. A replay that fails is logged, never the plan's
-        failure: the plan stands without it."""
-        layout = plan.wanted_profiles or list(gpu.current)
-        snapshot = self.telemetry.snapshot()
-        count = len(snapshot.gpus) if snapshot is not None else 1
-        try:
-            times = queue_times(
-                Simulation, gpu, layout, queue, self.params_for(gpu.name), station_gpus=count
+        def replay() -> list[PlanAndPredictions]:
+            choices = choose_layouts(
+                gpus,
+                queue,
+                params.__getitem__,
+                simulated=simulated,
+                commands_from=manager,
+                drain=layout_drain(Simulation, params.__getitem__),
             )
-        except Exception:
-            log.exception("could not predict the queue's drain time on GPU %d", gpu.index)
-            return None
-        return None if times is None else times.view()
+            said = {c.payoff.gpu: c.payoff.summary() + note for c in choices}
+            by_index = {g.index: g for g in gpus}
+            return [
+                (
+                    plan,
+                    said.get(plan.gpu),
+                    _queue_time(by_index[plan.gpu], plan, queue, params, count),
+                )
+                for plan in plans
+            ]
+
+        return replay
 
     def apply(self, gpu: int, profiles: Sequence[str], confirm: bool) -> MigApplied:
         """Give an idle MIG-mode GPU this layout, destroying its instances, only where
@@ -240,3 +243,24 @@ class MigControl:
             raise MigUsageError(str(exc)) from None
         self.station.replace(changed)
         self.telemetry.restart()
+
+
+def _queue_time(
+    gpu: GpuMigState,
+    plan: MigPlan,
+    queue: Sequence[QueuedDemand],
+    params: Mapping[str, ModelParams],
+    station_gpus: int,
+) -> QueueTimeView | None:
+    """The queue's drain time with the plan's layout (else the GPU's own) against the whole
+    GPU; None where nothing is weighed. A replay that fails is logged, never the plan's
+    failure: the plan stands without it."""
+    layout = plan.wanted_profiles or list(gpu.current)
+    try:
+        times = queue_times(
+            Simulation, gpu, layout, queue, params[gpu.name], station_gpus=station_gpus
+        )
+    except Exception:
+        log.exception("could not predict the queue's drain time on GPU %d", gpu.index)
+        return None
+    return None if times is None else times.view()
