@@ -11,6 +11,12 @@ import typer
 from gpudesk.cli.common import factory_kwargs, fail
 from gpudesk.cli.exit_codes import EXIT_FAILED
 
+DEVICE_HELP = (
+    "cpu: consumers copy batches to their GPU themselves; cuda: stage each batch once on the "
+    "producer's GPU and hand it to every consumer there (CUDA IPC); auto: cuda for large "
+    "batches (docs/loader.md)."
+)
+
 loader_app = typer.Typer(
     help="Shared data loaders: one producer per dataset.", no_args_is_help=True
 )
@@ -62,15 +68,7 @@ def serve_command(
         list[str],
         typer.Option("--target-arg", help="key=value for the target factory (repeatable)."),
     ] = [],  # noqa: B006
-    device: Annotated[
-        str,
-        typer.Option(
-            "--device",
-            help="cpu: consumers copy batches to their GPU themselves; cuda: stage each batch "
-            "once on the producer's GPU and hand it to every consumer there (CUDA IPC); auto: "
-            "cuda for large batches (docs/loader.md).",
-        ),
-    ] = "cpu",
+    device: Annotated[str, typer.Option("--device", help=DEVICE_HELP)] = "cpu",
     managed: Annotated[bool, typer.Option("--managed", hidden=True)] = False,
 ) -> None:
     """Run the producer for a dataset until stopped (SIGTERM or Ctrl-C)."""
