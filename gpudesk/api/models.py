@@ -162,6 +162,9 @@ from gpudesk.core.wire.station import (
     LoaderConsumer as LoaderConsumer,
 )
 from gpudesk.core.wire.station import (
+    LoaderDecoding as LoaderDecoding,
+)
+from gpudesk.core.wire.station import (
     LoaderSelection as LoaderSelection,
 )
 from gpudesk.core.wire.station import (
@@ -284,6 +287,7 @@ __all__ = [
     "JobTelemetry",
     "JobView",
     "LoaderConsumer",
+    "LoaderDecoding",
     "LoaderSelection",
     "LoaderSpec",
     "LoaderStaging",

@@ -42,6 +42,7 @@ import zmq
 from gpudesk.loader.batch import BatchError, BatchMeta, Packed
 from gpudesk.loader.batch_plan import BatchPlan
 from gpudesk.loader.consumer_state import HOLD_WINDOW_S, ConsumerState
+from gpudesk.loader.device_decode import DeviceDecoder, decoder_for
 from gpudesk.loader.fetch import Key, RingWriter, Source, passthrough
 from gpudesk.loader.producer_config import (
     ProducerConfig,
@@ -64,6 +65,7 @@ from gpudesk.loader.protocol import (
     decode,
     encode,
     process_alive,
+    serve_fd,
 )
 from gpudesk.loader.ring import Ring
 from gpudesk.loader.slots import SlotTable
@@ -103,6 +105,7 @@ class Producer:
         self.previous_info: dict[str, Any] | None = None
         self.first_user_paid = False  # the first job served a fresh pre-pass is not a reuse
         self.staging = Staging(self.config.device)
+        self.decoder: DeviceDecoder | None = None  # set where the producer decodes on its GPU
         self.gens: dict[int, int] = {}  # slot -> the mirror generation its batch is staged in
 
     # ------------------------------------------------------------------ setup
@@ -179,8 +182,11 @@ class Producer:
         workers = self.config.workers
         # The batch sampler yields requests, not index lists, and the dataset answers them
         # with a Packed batch (fetch.py): the DataLoader only carries them to and fro.
+        # A dataset that decodes on the GPU is fetched encoded and decoded here (device_decode).
+        self.decoder = decoder_for(dataset, self.config.device)
+        source = self.decoder.source() if self.decoder else Source(dataset, self.ring_writer())
         loader: Any = DataLoader(
-            cast(Any, Source(dataset, RingWriter(os.getpid(), self.ring.fd))),
+            cast(Any, source),
             batch_sampler=cast(Any, self.plan),
             collate_fn=cast(Any, passthrough),
             num_workers=workers,
@@ -189,6 +195,9 @@ class Producer:
         )
         self.batches: Iterator[Packed] = iter(loader)
         self._pull()
+
+    def ring_writer(self) -> RingWriter:
+        return RingWriter(os.getpid(), self.ring.fd)
 
     def _slots_needed(self) -> int:
         """Enough for the requests in flight, what every consumer may hold and have kept for
@@ -242,7 +251,7 @@ class Producer:
             if self.ctl in events:
                 self._drain_control()
             if self.fd_server.fileno() in events:
-                self._serve_fd()
+                serve_fd(self.fd_server, self.ring.fd)
             now = time.monotonic()
             if now - last_check >= LIVENESS_EVERY_S:
                 last_check = now
@@ -323,6 +332,8 @@ class Producer:
     def _pull(self) -> None:
         """Take the next made batch from the DataLoader and place it."""
         packed = next(self.batches)
+        if self.decoder is not None:
+            packed = self.decoder.finish(cast(Any, packed))
         request, makeup = self.plan.in_flight.popleft()
         assert packed.key == request.key, (packed.key, request.key)
         self.produced += 1
@@ -339,7 +350,7 @@ class Producer:
         except (BatchError, RuntimeError) as exc:
             raise LoaderError(f"loader {self.config.name}: {exc}") from None
         assert self.ring.base is not None
-        self.gens[slot] = self.staging.stage(self.ring.base, meta, self.ring.end)
+        self.gens[slot] = self.staging.stage(self.ring.base, meta, self.ring.end, packed.loose)
         key = packed.key
         consumers = list(self.consumers.values())
         for consumer in consumers:
@@ -584,17 +595,6 @@ class Producer:
     def _refuse(self, ident: bytes, why: str) -> None:
         with contextlib.suppress(zmq.ZMQError):
             self.ctl.send_multipart([ident, encode("refused", message=why)])
-
-    def _serve_fd(self) -> None:
-        while True:
-            try:
-                conn, _ = self.fd_server.accept()
-            except (BlockingIOError, InterruptedError):
-                return
-            with conn:
-                conn.settimeout(1.0)
-                with contextlib.suppress(OSError):
-                    socket.send_fds(conn, [b"ring"], [self.ring.fd])
 
     def _check_consumers(self) -> None:
         for consumer in list(self.consumers.values()):

@@ -164,6 +164,7 @@ def status_report(producer: Producer) -> dict[str, Any]:
         "managed": producer.config.managed,
         "selection": chosen,  # its CPU is not counted in cpu_s (loading)
         "staging": producer.staging.describe(),
+        "decoding": producer.decoder.describe() if producer.decoder is not None else None,
         "consumers": [
             {
                 "pid": c.pid,

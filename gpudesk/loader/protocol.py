@@ -105,6 +105,20 @@ def clear_failure(path: Path) -> None:
             path.unlink()
 
 
+def serve_fd(server: socket.socket, fd: int) -> None:
+    """The producer's side of `receive_fd`: hand `fd` (the ring) to every waiting connection
+    of its non-blocking descriptor socket."""
+    while True:
+        try:
+            conn, _ = server.accept()
+        except (BlockingIOError, InterruptedError):
+            return
+        with conn:
+            conn.settimeout(1.0)
+            with contextlib.suppress(OSError):
+                socket.send_fds(conn, [b"ring"], [fd])
+
+
 def receive_fd(path: Path, timeout: float = 5.0) -> int:
     """The ring's file descriptor, from the producer's descriptor socket."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:

@@ -36,6 +36,7 @@ import contextlib
 import logging
 import mmap
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -174,9 +175,16 @@ class DeviceMirror:
         self.handle = MirrorHandle(self.kind, self.gen, self.uuid, _wire_parts(parts))
         log.info("staging mirror generation %d: %.1f MiB on %s", self.gen, size / 2**20, self.kind)
 
-    def stage(self, host: torch.Tensor, meta: BatchMeta, ring_size: int) -> None:
+    def stage(
+        self,
+        host: torch.Tensor,
+        meta: BatchMeta,
+        ring_size: int,
+        on_device: Mapping[int, torch.Tensor] | None = None,
+    ) -> None:
         """Copy a placed batch's fields from the host ring to the mirror, and wait for it: the
-        batch is announced only after this returns."""
+        batch is announced only after this returns. A field the producer already holds on the
+        mirror's device (`on_device`: decoded there, device_decode.py) is copied from there."""
         import torch
 
         self.cover(ring_size)
@@ -184,9 +192,14 @@ class DeviceMirror:
         if self.kind == "cuda":
             self._pin(host)
             with torch.cuda.stream(self.stream):
-                for field in meta.fields:
+                for index, field in enumerate(meta.fields):
                     end = field.offset + field.nbytes
-                    mirror[field.offset : end].copy_(host[field.offset : end], non_blocking=True)
+                    held = (on_device or {}).get(index)
+                    if held is not None and held.device == mirror.device:
+                        source = held.reshape(-1).view(torch.uint8)
+                    else:
+                        source = host[field.offset : end]
+                    mirror[field.offset : end].copy_(source, non_blocking=True)
             self.stream.synchronize()
         else:
             for field in meta.fields:
@@ -294,7 +307,13 @@ class Staging:
         self.decided = device == "cpu"
         self.why: str | None = "the dataset is served with device = cpu" if self.decided else None
 
-    def stage(self, host: torch.Tensor, meta: BatchMeta, ring_size: int) -> int:
+    def stage(
+        self,
+        host: torch.Tensor,
+        meta: BatchMeta,
+        ring_size: int,
+        on_device: Mapping[int, torch.Tensor] | None = None,
+    ) -> int:
         """Stage a placed batch; its generation in the mirror, 0 when it is not staged (its
         consumers read it from the host ring)."""
         if not self.decided:
@@ -302,7 +321,7 @@ class Staging:
         if self.mirror is None:
             return 0
         try:
-            self.mirror.stage(host, meta, ring_size)
+            self.mirror.stage(host, meta, ring_size, on_device)
         except RuntimeError as exc:  # out of GPU memory, a GPU gone: the host ring goes on
             self.why = f"staging stopped: {exc}"
             log.warning("%s; consumers read the host ring from now on", self.why)

@@ -337,6 +337,20 @@ class _ImageCropCore:
         label = torch.tensor(int(self.labels[index]), dtype=torch.int64)
         return pixels.permute(2, 0, 1).contiguous(), label
 
+    def encoded_view(self) -> Any:
+        """The samples still encoded, for a producer that decodes on its GPU
+        (gpudesk/loader/device_decode.py; images_device.py does the decoding)."""
+        from gpudesk.workloads.images_device import EncodedImages
+
+        return EncodedImages(self)
+
+    def decode_batch(self, samples: list[Any], device: Any) -> list[Any]:
+        """`encoded_view()`'s samples decoded and augmented on `device`."""
+        from gpudesk.workloads.images_device import Augmentation, decode_batch
+
+        aug = Augmentation(_random_resized_box, AUG_JITTER, AUG_BLUR_RADIUS)
+        return decode_batch(self, samples, device, aug)
+
     def __repr__(self) -> str:
         return (
             f"{type(self).__name__}(size={len(self)}, image_px={self.image_px}, "

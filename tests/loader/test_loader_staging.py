@@ -184,3 +184,39 @@ def test_a_profiles_dataset_device_reaches_the_producer_or_is_refused_by_key() -
     assert "--device" not in DatasetSpec.from_dict({"name": "x", "factory": FACTORY}).argv()
     with pytest.raises(ValueError, match=r"^device: expected one of cpu, cuda, auto, found 'gpu'"):
         DatasetSpec.from_dict({"name": "x", "factory": FACTORY, "device": "gpu"})
+
+
+def test_a_dataset_that_decodes_on_the_device_is_decoded_by_the_producer(
+    loaders: Loaders, tmp_path: Path
+) -> None:
+    """`gpudesk.workloads.images` offers `encoded_view`/`decode_batch`: with `device = "cuda"`
+    the producer's workers only read JPEG bytes and the producer decodes and augments each
+    batch (here on the CPU, as the test staging does; on a GPU through nvJPEG). The samples are
+    the dataset's: each id's label, the image size; the pixels are torch's arithmetic, close to
+    Pillow's, so they are compared with the CPU path's within a bound, not for equality."""
+    from gpudesk.workloads.images import make_dataset
+
+    args = {"size": 48, "image_px": 32, "cache_dir": str(tmp_path)}
+    dataset = make_dataset(**args)
+    producer = loaders.serve(
+        "img",
+        batch=8,
+        dataset=("gpudesk.workloads.images:make_dataset", args),
+        extra=("--device", "cuda"),
+        env=SHM,
+    )
+    with SharedLoader("img", with_ids=True, fallback=False) as loader:
+        assert loader.data_path == "staged"
+        seen = []
+        for (images, labels), ids in loader:
+            assert images.shape[1:] == (3, 32, 32) and images.dtype == torch.uint8
+            assert labels.tolist() == [int(dataset.labels[i]) for i in ids.tolist()]
+            dataset.set_epoch(0)
+            cpu = torch.stack([dataset[int(i)][0] for i in ids[:2]])
+            assert (images[:2].int() - cpu.int()).abs().float().mean() < 12
+            seen.extend(ids.tolist())
+        assert_exactly_once(seen, 48)
+    status = producer.status()
+    assert status["decoding"]["device"] == "cpu" and status["decoding"]["batches"] >= 6
+    assert msgspec.convert(status, LoaderStatus).decoding is not None
+    assert producer.stop() == 0

@@ -154,6 +154,14 @@ class LoaderStaging(WireModel, frozen=True):
     source: str | None = None  # the host ring "page-locked" or "pageable" for the copies
 
 
+class LoaderDecoding(WireModel, frozen=True):
+    """A producer that decodes its dataset's batches itself, on its GPU (device_decode.py)."""
+
+    device: str
+    batches: int
+    samples: int
+
+
 class LoaderStatus(WireModel, frozen=True):
     """A producer's own report (gpudesk.loader.producer)."""
 
@@ -182,6 +190,7 @@ class LoaderStatus(WireModel, frozen=True):
     consumers: list[LoaderConsumer]
     bytes_copied: int = 0  # of bytes_written, what the producer copied (workers wrote the rest)
     staging: LoaderStaging | None = None
+    decoding: LoaderDecoding | None = None
 
 
 class LoaderView(WireModel, frozen=True):
