@@ -3,12 +3,18 @@
 
     python bench/loader_staging.py --out DIR [--device cuda|cpu] [--consumers 4] [--seconds 6]
                                    [--batch 32] [--px 224] [--workers 2] [--configs host,staged]
+                                   [--mps] [--decode] [--images]
 
 The product's own producer (`gpudesk loader serve`) and `SharedLoader` consumers, one
 configuration at a time, each in fresh processes, over `gpudesk.workloads.synthetic` (sample i:
 a float32 tensor filled with i, so every sample is checked where the consumer reads it). A
 sample holds 3 x px x px bytes as float32s (px 224: 150,528 bytes; a batch of 32: 4.8 MB, the
 prototype's 224-px uint8 batch of `bench/gpu_dataplane.py`).
+
+`--images` serves `gpudesk.workloads.images` instead (JPEG decode and augmentation per sample):
+`host` has its workers decode on the CPU, `staged` has the producer decode each batch on its
+GPU (gpudesk/loader/device_decode.py); consumers check each id's label and the image size.
+Compare the producer's CPU-s (workers included) and batches/s.
 
 - host:   `--device cpu` producer; every consumer copies each batch to its GPU itself
           (`.to("cuda", non_blocking=True)`, as a training script does).
@@ -46,6 +52,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 NAME = "stage"
 WARMUP_S = 1.5
+IMAGES = 1024  # --images: samples in the image dataset
 SLACK_S = 4.0  # consumers read this much longer than the metered window, to contain it
 
 
@@ -60,6 +67,12 @@ def consumer_main(args: argparse.Namespace) -> int:
     device = torch.device("cuda", 0) if args.device == "cuda" else torch.device("cpu")
     if device.type == "cuda":
         torch.zeros(1, device=device)  # its context first: start-up is not measured
+    labels_of = None
+    if args.images:
+        from gpudesk.workloads.images import make_dataset
+
+        labels = make_dataset(size=IMAGES, image_px=args.px, cache_dir=args.cache).labels
+        labels_of = [int(x) for x in labels]
     loader = SharedLoader(NAME, with_ids=True, fallback=False, resume_s=0)
     batches = mismatches = copied = 0
     start = end = None
@@ -78,9 +91,13 @@ def consumer_main(args: argparse.Namespace) -> int:
             moved = [t for t in (features, labels) if t.device != device]
             on = [t.to(device, non_blocking=True) for t in (features, labels)]
             expected = ids.to(device, non_blocking=True)
-            ok = bool((on[0] == expected.float().view(-1, 1)).all()) and torch.equal(
-                on[1], expected
-            )
+            if labels_of is not None:  # --images: each id's label, and the image's size
+                ok = on[1].tolist() == [labels_of[i] for i in ids.tolist()]
+                ok = ok and tuple(on[0].shape[1:]) == (3, args.px, args.px)
+            else:
+                ok = bool((on[0] == expected.float().view(-1, 1)).all()) and torch.equal(
+                    on[1], expected
+                )
             if start is not None:
                 batches += 1
                 mismatches += not ok
@@ -177,9 +194,15 @@ def run_config(config: str, args: argparse.Namespace, tmp: Path) -> dict[str, An
         env["GPUDESK_LOADER_STAGING"] = "shm"
     floats = 3 * args.px * args.px // 4
     batch_bytes = args.batch * (floats * 4 + 8)  # features + labels
+    if args.images:
+        batch_bytes = args.batch * (3 * args.px * args.px + 8)  # uint8 pixels + labels
     argv = [sys.executable, "-m", "gpudesk", "loader", "serve", NAME]
-    argv += ["--dataset", "gpudesk.workloads.synthetic:make_dataset"]
-    argv += ["--arg", "size=4096", "--arg", f"shape=[{floats}]"]
+    if args.images:  # the image dataset: the workers decode, or (staged) the producer's GPU
+        argv += ["--dataset", "gpudesk.workloads.images:make_dataset", "--arg", f"size={IMAGES}"]
+        argv += ["--arg", f"image_px={args.px}", "--arg", f'cache_dir="{args.cache}"']
+    else:
+        argv += ["--dataset", "gpudesk.workloads.synthetic:make_dataset"]
+        argv += ["--arg", "size=4096", "--arg", f"shape=[{floats}]"]
     argv += ["--batch-size", str(args.batch), "--workers", str(args.workers)]
     argv += ["--device", "cuda" if staged else "cpu", "--idle-exit", "30"]
     producer = _start(argv, env, home / "producer.log")
@@ -193,6 +216,9 @@ def run_config(config: str, args: argparse.Namespace, tmp: Path) -> dict[str, An
     consumers = []
     for i in range(args.consumers):
         argv = [sys.executable, __file__, "--role", "consumer", "--device", args.device]
+        argv += ["--px", str(args.px)] + (
+            ["--images", "--cache", args.cache] if args.images else []
+        )
         argv += ["--seconds", str(args.seconds), "--result", str(home / f"c{i}.json")]
         consumers.append(_start(argv, env, home / f"c{i}.log"))
     meter = _meter(args.device)
@@ -274,7 +300,8 @@ def _summary(
         "bus": bus,
         "consumer_cpu_s": sum(r["cpu_s"] for r in good),
         "producer": {
-            k: (status or {}).get(k) for k in ("cpu_s", "produced", "bytes_written", "staging")
+            k: (status or {}).get(k)
+            for k in ("cpu_s", "produced", "bytes_written", "staging", "decoding")
         },
         "gpu_memory_by_pid": {str(k): v for k, v in gpu_memory.items()},
         "producer_log": _tail(home / "producer.log"),
@@ -375,6 +402,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--configs", default="host,staged")
     parser.add_argument("--result", default=None)
     parser.add_argument("--decode", action="store_true", help="also the decode section")
+    parser.add_argument(
+        "--images",
+        action="store_true",
+        help="the image dataset instead of the synthetic one: host = its workers decode on the "
+        "CPU, staged = the producer decodes on its GPU (gpudesk/loader/device_decode.py)",
+    )
+    parser.add_argument("--cache", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--decode-px", type=int, default=96)
     parser.add_argument("--decode-s", type=float, default=3.0)
     parser.add_argument(
@@ -389,6 +423,11 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     report: dict[str, Any] = {"args": vars(args), "started": time.time(), "configs": []}
     with tempfile.TemporaryDirectory(prefix="gd-stage-") as tmp, _mps(args, Path(tmp)):
+        if args.images:  # built once, before anything is timed
+            from gpudesk.workloads.images import make_dataset
+
+            args.cache = str(Path(tmp) / "images")
+            make_dataset(size=IMAGES, image_px=args.px, cache_dir=args.cache)
         report["mps"] = bool(args.mps)
         for config in args.configs.split(","):
             try:
