@@ -71,6 +71,14 @@ def serve_command(
             "cuda for large batches (docs/loader.md).",
         ),
     ] = "cpu",
+    share: Annotated[
+        str,
+        typer.Option(
+            "--share",
+            help="private: only this user's jobs may read it; group: every member of the "
+            "station's group too, on a system engine (sharing a loader shares the data).",
+        ),
+    ] = "private",
     managed: Annotated[bool, typer.Option("--managed", hidden=True)] = False,
 ) -> None:
     """Run the producer for a dataset until stopped (SIGTERM or Ctrl-C)."""
@@ -94,6 +102,7 @@ def serve_command(
             target,
             factory_kwargs(target_arg),
             device,
+            share,
         )
         code = serve(config, Home.from_env())
     except FinalError as exc:  # its settings cannot work: the engine does not start it again
