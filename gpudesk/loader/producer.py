@@ -68,6 +68,7 @@ from gpudesk.loader.protocol import (
 from gpudesk.loader.ring import Ring
 from gpudesk.loader.slots import SlotTable
 from gpudesk.loader.staging import Staging
+from gpudesk.loader.station_access import hand_out_ring, open_sockets_to, prepare_serving
 from gpudesk.paths import Home
 
 log = logging.getLogger("gpudesk.loader")
@@ -112,8 +113,7 @@ class Producer:
         return claimed.start
 
     def run(self) -> int:
-        self.home.ensure()
-        self.home.private_subdir(self.home.loader_dir)
+        self.group = prepare_serving(self.home, self.config.name, self.config.share)
         start = self._claim()
         try:
             dataset, length = self._prepare()
@@ -217,6 +217,7 @@ class Producer:
         self.fd_server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.fd_server.bind(str(self.fd_path))
         self.fd_server.listen(16)
+        open_sockets_to((self.ctl_path, self.fd_path), self.home, self.config.share)
         self.fd_server.setblocking(False)
         self.poller = zmq.Poller()
         self.poller.register(self.ctl, zmq.POLLIN)
@@ -586,15 +587,8 @@ class Producer:
             self.ctl.send_multipart([ident, encode("refused", message=why)])
 
     def _serve_fd(self) -> None:
-        while True:
-            try:
-                conn, _ = self.fd_server.accept()
-            except (BlockingIOError, InterruptedError):
-                return
-            with conn:
-                conn.settimeout(1.0)
-                with contextlib.suppress(OSError):
-                    socket.send_fds(conn, [b"ring"], [self.ring.fd])
+        share, group = self.config.share, self.group
+        hand_out_ring(self.fd_server, self.ring.fd, self.config.name, share, group)
 
     def _check_consumers(self) -> None:
         for consumer in list(self.consumers.values()):
