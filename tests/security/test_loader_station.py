@@ -252,3 +252,29 @@ def test_a_folder_of_a_former_owner_is_set_aside_and_made_the_new_owners(tmp_pat
         assert list(folder.iterdir()) == []
         assert Path("/etc/shadow").exists()
         assert stat.S_IMODE(home.loader_dir.stat().st_mode) == 0o755
+
+
+def test_a_producer_its_owner_cannot_run_is_not_started_and_says_why(tmp_path: Path) -> None:
+    """Where the engine's Python is not one the members may run (this project's may sit in
+    root's home), the producer does not start as root instead: the engine says why, and the
+    job gets no loader settings (it loads its data itself)."""
+    from local_users import local_accounts
+
+    from gpudesk.core.identity import Identity
+    from gpudesk.engine.services.loaders import LoaderSupervisor
+    from gpudesk.paths import Home
+
+    python = Path(sys.executable).resolve()
+    if all(p.stat().st_mode & 0o001 for p in python.parents):
+        pytest.skip(f"{python} is one other users may run: nothing to refuse here")
+    with local_accounts({"ada": []}) as made:
+        ada = made.users["ada"]
+        run = tmp_path / "run"
+        run.mkdir(mode=0o750)
+        home = Home.system(run / "control.sock", tmp_path / "state")
+        supervisor = LoaderSupervisor(home)
+        supervisor.register([DatasetSpec.from_dict(dataset("d"))])
+        assert supervisor.job_env("d", Identity.of(ada.uid, ada.gid, ada.groups)) == {}
+        (said,) = supervisor.events
+        assert "not started" in said and "the station's users may run" in said, said
+        assert supervisor.producers["d"].process is None

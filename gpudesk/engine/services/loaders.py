@@ -18,6 +18,7 @@ import logging
 import os
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -214,17 +215,27 @@ class LoaderSupervisor:
             self.events.append(f"shared loader {producer.spec.name!r} not started: {exc}")
             return
         try:
-            as_owner = self._as_owner(producer)
-        except (OSError, UnsafePath) as exc:
-            as_owner, why = None, str(exc)
-        if isinstance(as_owner, str) or as_owner is None:
+            why = self._launch(producer, out)
+        finally:
             os.close(out)
+        if why is not None:
             producer.process, producer.pid = None, None
-            self.events.append(
-                f"shared loader {producer.spec.name!r} not started: {as_owner or why}"
-            )
+            self.events.append(f"shared loader {producer.spec.name!r} not started: {why}")
             return
+        assert producer.process is not None
+        producer.pid, producer.create_time = producer.process.pid, None
+        self.events.append(
+            f"shared loader {producer.spec.name!r} started (pid "
+            f"{producer.pid}): {producer.spec.factory}, batches of "
+            f"{producer.spec.batch_size}, {producer.spec.workers} workers"
+        )
+
+    def _launch(self, producer: _Producer, out: int) -> str | None:
+        """Start the producer's process, logging to `out`; None, or why it was not started."""
         try:
+            as_owner = self._as_owner(producer)
+            if isinstance(as_owner, str):
+                return as_owner
             producer.process = subprocess.Popen(
                 producer.spec.argv(),
                 stdin=subprocess.DEVNULL,
@@ -234,14 +245,15 @@ class LoaderSupervisor:
                 start_new_session=True,
                 **as_owner,
             )
-        finally:
-            os.close(out)
-        producer.pid, producer.create_time = producer.process.pid, None
-        self.events.append(
-            f"shared loader {producer.spec.name!r} started (pid "
-            f"{producer.pid}): {producer.spec.factory}, batches of "
-            f"{producer.spec.batch_size}, {producer.spec.workers} workers"
-        )
+        except (OSError, UnsafePath) as exc:
+            if producer.owner is None or not self.home.is_system:
+                return str(exc)
+            return (
+                f"{exc} (it runs as {producer.owner.name}, its dataset's owner: the engine's "
+                f"Python, {sys.executable}, must be one the station's users may run, e.g. a "
+                "system-wide install)"
+            )
+        return None
 
     def _as_owner(self, producer: _Producer) -> dict[str, Any] | str:
         """How to start the producer: a personal engine's as itself, with its environment; a
