@@ -433,8 +433,9 @@ class Home:
         return self.socket_dir / "loaders"
 
     def loader_paths(self, name: str) -> tuple[Path, Path, Path]:
-        """A shared loader's control socket, descriptor socket and info file."""
-        folder = self.loader_dir
+        """A shared loader's control socket, descriptor socket and info file. A system
+        engine's each have a folder of their own, of the producer's user (loader/station_access)."""
+        folder = self.loader_dir / name if self.system_socket is not None else self.loader_dir
         return folder / f"{name}.ctl", folder / f"{name}.fd", folder / f"{name}.json"
 
     def checked_loader_dir(self) -> Path:

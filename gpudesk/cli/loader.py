@@ -17,6 +17,11 @@ DEVICE_HELP = (
     "batches (docs/loader.md)."
 )
 
+SHARE_HELP = (
+    "private: only this user's jobs may read it; group: every member of the station's group "
+    "too, on a system engine (sharing a loader shares the data)."
+)
+
 loader_app = typer.Typer(
     help="Shared data loaders: one producer per dataset.", no_args_is_help=True
 )
@@ -69,6 +74,7 @@ def serve_command(
         typer.Option("--target-arg", help="key=value for the target factory (repeatable)."),
     ] = [],  # noqa: B006
     device: Annotated[str, typer.Option("--device", help=DEVICE_HELP)] = "cpu",
+    share: Annotated[str, typer.Option("--share", help=SHARE_HELP)] = "private",
     managed: Annotated[bool, typer.Option("--managed", hidden=True)] = False,
 ) -> None:
     """Run the producer for a dataset until stopped (SIGTERM or Ctrl-C)."""
@@ -92,6 +98,7 @@ def serve_command(
             target,
             factory_kwargs(target_arg),
             device,
+            share,
         )
         code = serve(config, Home.from_env())
     except FinalError as exc:  # its settings cannot work: the engine does not start it again

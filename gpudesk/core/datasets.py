@@ -27,8 +27,15 @@ LOADER_KEYS = (
     "selection_target",
     "selection_target_args",
     "device",
+    "share",
+    "owner",
 )
 DEVICES = ("cpu", "cuda", "auto")  # where batches are staged for their consumers
+# Who may read a system engine's loader (docs/loader.md, "On a shared station"): its owner's
+# jobs only, or every job of the station's group. Sharing a loader shares the data.
+SHARES = ("private", "group")
+# A declared owner: a POSIX user name (useradd's default NAME_REGEX, with upper case and '.').
+USER_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,31}$")
 
 
 @dataclass(frozen=True)
@@ -45,6 +52,8 @@ class DatasetSpec:
     selection_target: str | None = None  # MODULE:FACTORY of a targeted preset's target set
     selection_target_args: dict[str, Any] = field(default_factory=dict)
     device: str = "cpu"  # "cuda": one copy to the GPU for every job there (loader/staging.py)
+    share: str = "private"  # "group": other members' jobs may read it (a system engine)
+    owner: str | None = None  # whom its producer runs as (a system engine); None: first job's
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -109,11 +118,14 @@ class DatasetSpec:
         device = data.get("device", "cpu")
         if device not in DEVICES:
             raise ValueError(f"device: expected one of {', '.join(DEVICES)}, found {device!r}")
+        share, owner = _check_sharing(data)
         return cls(
             name,
             factory,
             dict(args),
             device=device,
+            share=share,
+            owner=owner,
             shuffle=shuffle,
             selection=selection,
             selection_target=target,
@@ -154,6 +166,8 @@ class DatasetSpec:
             argv.append("--no-shuffle")
         if self.device != "cpu":
             argv += ["--device", self.device]
+        if self.share != "private":
+            argv += ["--share", self.share]
         if self.selection:
             argv += ["--selection", self.selection]
         if self.selection_target:
@@ -161,3 +175,19 @@ class DatasetSpec:
             for key, value in self.selection_target_args.items():
                 argv += ["--target-arg", f"{key}={json.dumps(value)}"]
         return argv
+
+
+def _check_sharing(data: dict[str, Any]) -> tuple[str, str | None]:
+    """`share` and `owner` of a dataset table; raises ValueError naming the key."""
+    share = data.get("share", "private")
+    if share not in SHARES:
+        raise ValueError(f"share: expected one of {', '.join(SHARES)}, found {share!r}")
+    owner = data.get("owner")
+    if owner is not None and (not isinstance(owner, str) or not USER_NAME.match(owner)):
+        raise ValueError(f"owner: expected a user name, found {owner!r}")
+    if owner == "root":
+        raise ValueError(
+            "owner: a shared loader's producer never runs as root (it imports the dataset's "
+            "code and reads its files): name the user whose data it is"
+        )
+    return share, owner

@@ -198,7 +198,7 @@ class Attempts:
         served = self.loaders.loader_for(job.spec.dataset, job.spec.selection)
         env: dict[str, str] = {}
         try:
-            env = self.loaders.job_env(served)
+            env = self.loaders.job_env(served, job.owner)
         except OSError as exc:  # the producer could not be started: the job can fall back
             log.warning("could not start the shared loader %r: %s", served, exc)
         if served:

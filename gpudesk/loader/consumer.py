@@ -59,6 +59,7 @@ from gpudesk.loader.protocol import (
     receive_fd,
 )
 from gpudesk.loader.ring import Ring
+from gpudesk.loader.station_access import checked_folder
 from gpudesk.paths import Home, UnsafePath
 
 POLL_MS = 200  # while waiting for a batch, the producer's process is checked this often
@@ -173,7 +174,9 @@ class SharedLoader:
         as long as a live one says it is preparing (a data selection's pre-pass); or, at once,
         the info of one that failed for good (`final_failure`): waiting for it is in vain."""
         try:
-            self.home.checked_loader_dir()  # never trust an info file in someone else's folder
+            # never trust an info file in someone else's folder; on a station, one line when
+            # the loader is not shared with this user
+            checked_folder(self.home, self.name)
         except UnsafePath as exc:
             raise LoaderError(str(exc)) from None
         except FileNotFoundError:

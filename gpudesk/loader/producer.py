@@ -65,11 +65,11 @@ from gpudesk.loader.protocol import (
     decode,
     encode,
     process_alive,
-    serve_fd,
 )
 from gpudesk.loader.ring import Ring
 from gpudesk.loader.slots import SlotTable
 from gpudesk.loader.staging import Staging
+from gpudesk.loader.station_access import hand_out_ring, open_sockets_to, prepare_serving
 from gpudesk.paths import Home
 
 log = logging.getLogger("gpudesk.loader")
@@ -115,8 +115,7 @@ class Producer:
         return claimed.start
 
     def run(self) -> int:
-        self.home.ensure()
-        self.home.private_subdir(self.home.loader_dir)
+        self.group = prepare_serving(self.home, self.config.name, self.config.share)
         start = self._claim()
         try:
             dataset, length = self._prepare()
@@ -226,6 +225,7 @@ class Producer:
         self.fd_server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.fd_server.bind(str(self.fd_path))
         self.fd_server.listen(16)
+        open_sockets_to((self.ctl_path, self.fd_path), self.home, self.config.share)
         self.fd_server.setblocking(False)
         self.poller = zmq.Poller()
         self.poller.register(self.ctl, zmq.POLLIN)
@@ -251,7 +251,7 @@ class Producer:
             if self.ctl in events:
                 self._drain_control()
             if self.fd_server.fileno() in events:
-                serve_fd(self.fd_server, self.ring.fd)
+                self._serve_fd()
             now = time.monotonic()
             if now - last_check >= LIVENESS_EVERY_S:
                 last_check = now
@@ -595,6 +595,10 @@ class Producer:
     def _refuse(self, ident: bytes, why: str) -> None:
         with contextlib.suppress(zmq.ZMQError):
             self.ctl.send_multipart([ident, encode("refused", message=why)])
+
+    def _serve_fd(self) -> None:
+        share, group = self.config.share, self.group
+        hand_out_ring(self.fd_server, self.ring.fd, self.config.name, share, group)
 
     def _check_consumers(self) -> None:
         for consumer in list(self.consumers.values()):

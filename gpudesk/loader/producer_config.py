@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpudesk.core.datasets import SHARES
 from gpudesk.loader.protocol import LoaderError, check_name
 from gpudesk.loader.staging import DEVICES
 from gpudesk.paths import Home
@@ -36,6 +37,7 @@ class ProducerConfig:
     target: str | None = None  # MODULE:FACTORY of the target set a targeted preset ranks by
     target_kwargs: dict[str, Any] = field(default_factory=dict)
     device: str = "cpu"  # "cuda": stage each batch once on the GPU for its consumers (staging.py)
+    share: str = "private"  # "group": other users' jobs may read it (loader/station_access.py)
 
     def check(self) -> ProducerConfig:
         check_name(self.name)
@@ -57,6 +59,8 @@ class ProducerConfig:
                 raise LoaderError(f"--selection: {exc}") from None
         if self.device not in DEVICES:
             raise LoaderError(f"--device {self.device!r}: expected one of {', '.join(DEVICES)}")
+        if self.share not in SHARES:
+            raise LoaderError(f"--share {self.share!r}: expected one of {', '.join(SHARES)}")
         if self.target is not None and ":" not in self.target:
             raise LoaderError(f"--target {self.target!r}: expected MODULE:FACTORY")
         return self

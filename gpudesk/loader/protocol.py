@@ -71,10 +71,18 @@ def decode(raw: bytes) -> dict[str, Any]:
     return message
 
 
-def read_info(path: Path) -> dict[str, Any] | None:
-    """A producer's info file, or None when there is none (or it is being replaced)."""
+INFO_MAX_BYTES = 1 << 20  # an info file is ~1 KiB; more is not one (assumption: 1000x margin)
+
+
+def read_info(path: Path, owner_uid: int | None = None) -> dict[str, Any] | None:
+    """A producer's info file, or None when there is none (or it is being replaced, or is not a
+    plain file). Opened as untrusted (`gpudesk.untrusted`): a link is not followed, a FIFO does
+    not block, a file over INFO_MAX_BYTES is no info; `owner_uid`: only a file of that user (a
+    system engine's root reading a producer's run as a member, loader/station_access.py)."""
+    from gpudesk.untrusted import read_untrusted
+
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(read_untrusted(path, owner_uid, INFO_MAX_BYTES))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         return None
     return data if isinstance(data, dict) else None
@@ -105,28 +113,15 @@ def clear_failure(path: Path) -> None:
             path.unlink()
 
 
-def serve_fd(server: socket.socket, fd: int) -> None:
-    """The producer's side of `receive_fd`: hand `fd` (the ring) to every waiting connection
-    of its non-blocking descriptor socket."""
-    while True:
-        try:
-            conn, _ = server.accept()
-        except (BlockingIOError, InterruptedError):
-            return
-        with conn:
-            conn.settimeout(1.0)
-            with contextlib.suppress(OSError):
-                socket.send_fds(conn, [b"ring"], [fd])
-
-
 def receive_fd(path: Path, timeout: float = 5.0) -> int:
     """The ring's file descriptor, from the producer's descriptor socket."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.settimeout(timeout)
         sock.connect(str(path))
-        _msg, fds, _flags, _addr = socket.recv_fds(sock, 16, 1)
-    if not fds:
-        raise LoaderError(f"the producer at {path} sent no shared-memory descriptor")
+        msg, fds, _flags, _addr = socket.recv_fds(sock, 1024, 1)
+    if not fds:  # a refusal says why (loader/station_access.py), shown as one line
+        why = msg.decode(errors="replace").strip() or "it sent no shared-memory descriptor"
+        raise LoaderError(f"the producer at {path} refused: {why}")
     return fds[0]
 
 

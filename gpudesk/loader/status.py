@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpudesk.loader.protocol import decode, encode, final_failure, process_alive, read_info
+from gpudesk.loader.station_access import info_files, socket_of
 from gpudesk.paths import Home
 
 STATUS_TIMEOUT_MS = 1000
@@ -15,13 +16,14 @@ def collect(name: str | None = None, home: Home | None = None) -> list[dict[str,
 
     home = home or Home.from_env()
     try:
-        folder = home.checked_loader_dir()  # a squatter's folder: UnsafePath, nothing sent
+        files = info_files(home)  # a squatter's folder: UnsafePath, nothing sent
     except FileNotFoundError:
         return []
     out = []
     context: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
-    for path in sorted(folder.glob("*.json")):
-        info = read_info(path)
+    for path, owner in files:
+        # On a station, each a member's file (root asks too): only a plain file of hers
+        info = read_info(path, owner)
         if info is None or (name is not None and info.get("name") != name):
             continue
         failed = final_failure(info)
@@ -41,10 +43,15 @@ def collect(name: str | None = None, home: Home | None = None) -> list[dict[str,
                 {"name": info.get("name"), "pid": info.get("pid"), "preparing": info["preparing"]}
             )
             continue
+        # Where its sockets are is the home's to say, not the file's (a member's, on a station)
+        control = home.loader_paths(path.stem)[0]
+        if not socket_of(control, owner):
+            out.append({"name": info.get("name"), "error": f"{control} is not its socket"})
+            continue
         sock = context.socket(zmq.DEALER)
         sock.setsockopt(zmq.LINGER, 0)
         try:
-            sock.connect(info["control"])
+            sock.connect(f"ipc://{control}")
             sock.send(encode("status"))
             if sock.poll(STATUS_TIMEOUT_MS):
                 reply = decode(sock.recv())

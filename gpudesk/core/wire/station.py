@@ -111,6 +111,8 @@ class LoaderSpec(WireModel, frozen=True):
     selection_target: str | None
     selection_target_args: dict[str, Any]
     device: str = "cpu"  # where batches are staged for their jobs (gpudesk.loader.staging)
+    share: str = "private"  # "group": every member's jobs may read it (a system engine)
+    owner: str | None = None  # whom its producer runs as on a system engine; None: first job's
 
 
 class LoaderConsumer(WireModel, frozen=True):

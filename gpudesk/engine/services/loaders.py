@@ -18,12 +18,15 @@ import logging
 import os
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from gpudesk import trust
 from gpudesk.core.datasets import VARIANT_SEPARATOR, DatasetSpec
+from gpudesk.core.identity import Identity
 from gpudesk.engine.env_seconds import env_seconds
 from gpudesk.loader.protocol import (
     ENV_DATASET,
@@ -33,6 +36,13 @@ from gpudesk.loader.protocol import (
     final_failure,
     process_alive,
     read_info,
+)
+from gpudesk.loader.staging import ENV_STAGING
+from gpudesk.loader.station_access import (
+    believed_pid,
+    folder_owner,
+    prepare_folder,
+    producer_identity,
 )
 from gpudesk.paths import Home, UnsafePath, open_state_file
 from gpudesk.spawn import SAFE_CWD
@@ -72,6 +82,8 @@ class _Producer:
     failing: int = 0
     last_status: dict[str, Any] | None = None
     kill_at: float | None = None  # stopping: told to (SIGTERM); killed if still there then
+    # whom it runs as on a system engine (station_access.producer_identity); None: the engine
+    owner: Identity | None = None
 
 
 class LoaderSupervisor:
@@ -136,16 +148,31 @@ class LoaderSupervisor:
         self._variants[(spec.name, selection)] = variant.name
         return variant.name
 
-    def job_env(self, dataset: str | None) -> dict[str, str]:
-        """The environment a job naming `dataset` gets, its producer started if need be."""
+    def job_env(self, dataset: str | None, owner: Identity | None = None) -> dict[str, str]:
+        """The environment a job of `owner` naming `dataset` gets, its producer started if need
+        be (on a system engine, as its dataset's owner: `owner` when none is declared)."""
         if not dataset or dataset not in self.specs:
             return {}
-        self.ensure(dataset)
-        return {ENV_RESUME_S: str(RESUME_S), ENV_DATASET: dataset}
+        self.ensure(dataset, owner)
+        producer = self.producers.get(dataset)
+        started = producer is not None and self._alive(producer)
+        if self.home.is_system and dataset not in self.failed and not started:
+            return {}  # not started (no owner but root): its job loads the data itself
+        env = {ENV_RESUME_S: str(RESUME_S), ENV_DATASET: dataset}
+        if self.home.system_socket is not None:  # its consumer finds the station's loaders
+            env["GPUDESK_SOCKET"] = str(self.home.system_socket)
+        return env
 
     # -------------------------------------------------------------- producers
     def _info(self, name: str) -> dict[str, Any] | None:
-        return read_info(self.home.loader_paths(name)[2])
+        path = self.home.loader_paths(name)[2]
+        if not self.home.is_system:
+            return read_info(path)
+        # A member's file, read by root: a plain file of the folder's owner, its pid believed
+        # only while that process is the owner's (else root would signal whatever it names)
+        owner = folder_owner(self.home, name)
+        info = read_info(path, owner) if owner else None
+        return info if owner and believed_pid(info, owner) else None
 
     def _alive(self, producer: _Producer) -> bool:
         if producer.process is not None and producer.process.poll() is not None:
@@ -159,7 +186,7 @@ class LoaderSupervisor:
         # Starting: the process runs but has not written its info yet.
         return producer.process is not None and producer.process.poll() is None
 
-    def ensure(self, name: str) -> None:
+    def ensure(self, name: str, owner: Identity | None = None) -> None:
         if name in self.failed:
             return  # it would fail again: the job's consumer reads why in its info file
         producer = self.producers.setdefault(name, _Producer(self.specs[name]))
@@ -168,6 +195,8 @@ class LoaderSupervisor:
         producer.unneeded_since = None
         if self._alive(producer):
             return
+        if owner is not None:
+            producer.owner = owner  # the user who needs it now (unless one is declared)
         self._start(producer)
 
     def _start(self, producer: _Producer) -> None:
@@ -186,6 +215,27 @@ class LoaderSupervisor:
             self.events.append(f"shared loader {producer.spec.name!r} not started: {exc}")
             return
         try:
+            why = self._launch(producer, out)
+        finally:
+            os.close(out)
+        if why is not None:
+            producer.process, producer.pid = None, None
+            self.events.append(f"shared loader {producer.spec.name!r} not started: {why}")
+            return
+        assert producer.process is not None
+        producer.pid, producer.create_time = producer.process.pid, None
+        self.events.append(
+            f"shared loader {producer.spec.name!r} started (pid "
+            f"{producer.pid}): {producer.spec.factory}, batches of "
+            f"{producer.spec.batch_size}, {producer.spec.workers} workers"
+        )
+
+    def _launch(self, producer: _Producer, out: int) -> str | None:
+        """Start the producer's process, logging to `out`; None, or why it was not started."""
+        try:
+            as_owner = self._as_owner(producer)
+            if isinstance(as_owner, str):
+                return as_owner
             producer.process = subprocess.Popen(
                 producer.spec.argv(),
                 stdin=subprocess.DEVNULL,
@@ -193,16 +243,42 @@ class LoaderSupervisor:
                 stderr=out,
                 cwd=SAFE_CWD,
                 start_new_session=True,
-                env={**os.environ, "GPUDESK_HOME": str(self.home.root)},
+                **as_owner,
             )
-        finally:
-            os.close(out)
-        producer.pid, producer.create_time = producer.process.pid, None
-        self.events.append(
-            f"shared loader {producer.spec.name!r} started (pid "
-            f"{producer.pid}): {producer.spec.factory}, batches of "
-            f"{producer.spec.batch_size}, {producer.spec.workers} workers"
-        )
+        except (OSError, UnsafePath) as exc:
+            if producer.owner is None or not self.home.is_system:
+                return str(exc)
+            return (
+                f"{exc} (it runs as {producer.owner.name}, its dataset's owner: the engine's "
+                f"Python, {sys.executable}, must be one the station's users may run, e.g. a "
+                "system-wide install)"
+            )
+        return None
+
+    def _as_owner(self, producer: _Producer) -> dict[str, Any] | str:
+        """How to start the producer: a personal engine's as itself, with its environment; a
+        system engine's as the dataset's owner (never root), with an environment the engine
+        built, in a folder of that owner's (loader/station_access.py). A string: why not."""
+        home = self.home
+        if home.system_socket is None:
+            return {"env": {**os.environ, "GPUDESK_HOME": str(home.root)}}
+        spec = producer.spec
+        who = producer_identity(spec.owner, producer.owner, folder_owner(home, spec.name))
+        if isinstance(who, str):
+            return who
+        producer.owner = who
+        # the station's group: the one root gave the socket folder (`Home.ensure`)
+        group = os.lstat(home.socket_dir).st_gid
+        prepare_folder(home, spec.name, who, group, spec.share)
+        extra = {"GPUDESK_HOME": str(home.root), "GPUDESK_SOCKET": str(home.system_socket)}
+        if os.environ.get(ENV_STAGING):  # the engine's own setting (root's service), not hers
+            extra[ENV_STAGING] = os.environ[ENV_STAGING]
+        return {
+            "env": trust.engine_environment(who, **extra),
+            "user": who.uid,
+            "group": who.gid,
+            "extra_groups": list(who.groups),
+        }
 
     def supervise(
         self, running: set[str], queued: Callable[[], Iterable[tuple[str | None, str | None]]]

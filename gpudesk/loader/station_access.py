@@ -1,0 +1,296 @@
+"""Shared loaders on a system engine: whom a producer runs as, where it serves, who may read it.
+
+A system engine (root, serving a group: docs/shared-station.md) never runs a producer as root:
+the producer imports the dataset's code and reads its files, so it runs as the dataset's owner
+(a declared `owner`, else the owner of the job that needed it when it started). Each dataset
+has a folder of its own in the station's socket folder, made by root, handed to that owner:
+
+    /run/gpudesk/               root:GROUP 0750 (the station's socket folder)
+      loaders/                  root 0755: only root adds a name here
+        NAME/                   OWNER:GROUP, 0700 (share = "private") or 2750 (share = "group")
+          NAME.ctl NAME.fd      the producer's sockets: 0600, or 0660 when shared
+          NAME.json NAME.lock   its info file (0640 when shared) and its lock
+
+A job's consumer finds it through GPUDESK_SOCKET (set by the engine), as every client finds the
+station. Who may read: the folder's mode decides for the control socket (zmq's ipc socket has no
+peer check); the descriptor socket, which hands out the ring, also asks the kernel who connects
+(SO_PEERCRED, SO_PEERGROUPS) and refuses, in one line, a peer the dataset is not shared with.
+
+Root reads nothing here as it finds it: the info file only as a plain file of the folder's owner
+(`protocol.read_info`), a pid in it only while that process is the owner's, and the control
+socket only where it is a socket of the owner's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import pwd
+import shutil
+import socket
+import stat
+import struct
+import threading
+import time
+from pathlib import Path
+
+from gpudesk.core.identity import Identity
+from gpudesk.loader.protocol import LoaderError
+from gpudesk.paths import Home, UnsafePath, check_station_dir, user_name
+
+PRIVATE_MODE = 0o700
+SHARED_MODE = 0o2750  # setgid: the sockets and the info file get the station's group
+SHARED_SOCKET_MODE = 0o660  # connecting to a Unix socket needs write permission on it
+_UCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
+_SO_PEERGROUPS = getattr(socket, "SO_PEERGROUPS", 59)  # Linux >= 4.13; Python has no name for it
+
+
+# ----------------------------------------------------------------- the engine (root)
+def producer_identity(
+    declared: str | None, first: Identity | None, folder_uid: int | None
+) -> Identity | str:
+    """Whom a system engine's producer runs as: its dataset's declared owner, else the owner of
+    the job that needs it now, else the owner of its folder (a producer restarted for running
+    jobs after an engine restart). Never root: a string says why there is no one."""
+    if declared is not None:
+        try:
+            entry = pwd.getpwnam(declared)
+        except KeyError:
+            return f"its declared owner {declared!r} is not a user of this machine"
+        return _identity(entry) if entry.pw_uid != 0 else "its declared owner is root"
+    if first is not None and first.uid != 0:
+        return first
+    if folder_uid is not None and folder_uid != 0:
+        try:
+            return _identity(pwd.getpwuid(folder_uid))
+        except KeyError:
+            return f"its folder's owner (uid {folder_uid}) is not a user any more"
+    return (
+        "a producer never runs as root, and no member's job has named it yet; declare an "
+        'owner (owner = "USER" in its [datasets] table)'
+    )
+
+
+def _identity(entry: pwd.struct_passwd) -> Identity:
+    """A user's identity as a login gives it (initgroups)."""
+    return Identity.of(entry.pw_uid, entry.pw_gid, os.getgrouplist(entry.pw_name, entry.pw_gid))
+
+
+def folder_owner(home: Home, name: str) -> int | None:
+    """The uid root handed the dataset's folder to, or None when there is none."""
+    try:
+        st = os.lstat(home.loader_dir / name)
+    except OSError:
+        return None
+    return st.st_uid if stat.S_ISDIR(st.st_mode) else None
+
+
+def prepare_folder(home: Home, name: str, owner: Identity, group: int | None, share: str) -> Path:
+    """As root, before the producer starts: the loaders folder (root's) and the dataset's
+    folder, made or set aside and made again when it is another user's, given to `owner` with
+    the station's `group`, private or group-readable by `share`. Quick: nothing here waits."""
+    loaders = home.loader_dir
+    _root_folder(loaders)
+    folder = loaders / name
+    with contextlib.suppress(FileExistsError):
+        folder.mkdir(mode=PRIVATE_MODE)
+    fd = _open_folder(folder)
+    try:
+        if os.fstat(fd).st_uid != owner.uid:  # a former owner's: her sockets and files go
+            os.close(fd)
+            _set_aside(folder)
+            folder.mkdir(mode=PRIVATE_MODE)
+            fd = _open_folder(folder)
+        os.fchown(fd, owner.uid, group if group is not None else owner.gid)
+        os.fchmod(fd, SHARED_MODE if share == "group" else PRIVATE_MODE)
+    finally:
+        os.close(fd)
+    return folder
+
+
+def _root_folder(path: Path) -> None:
+    with contextlib.suppress(FileExistsError):
+        path.mkdir(mode=0o755)
+    fd = _open_folder(path)
+    try:
+        if os.fstat(fd).st_uid != 0:
+            raise UnsafePath(f"{path} is not root's: remove it; the engine makes it again")
+        os.fchmod(fd, 0o755)
+    finally:
+        os.close(fd)
+
+
+def _open_folder(path: Path) -> int:
+    try:
+        return os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise UnsafePath(f"{path} is not a folder: remove it") from None
+        raise
+
+
+def _set_aside(folder: Path) -> None:
+    """Remove a former owner's folder: renamed first (its name is free at once), then removed
+    on a thread of its own (she may have filled it: the engine's loop does not wait), without
+    following a link in it (shutil.rmtree works on file descriptors on Linux)."""
+    aside = folder.with_name(f".gone-{folder.name}-{time.time_ns()}")
+    os.rename(folder, aside)
+    threading.Thread(
+        target=shutil.rmtree, args=(aside,), kwargs={"ignore_errors": True}, daemon=True
+    ).start()
+
+
+def believed_pid(info: dict[str, object] | None, owner_uid: int) -> bool:
+    """Whether root may believe the pid in a member's info file: only while that process is
+    the owner's (her producer could name any process, one root would then signal)."""
+    import psutil
+
+    pid = info.get("pid") if info else None
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        return bool(psutil.Process(pid).uids().real == owner_uid)
+    except psutil.Error:
+        return False
+
+
+def socket_of(path: Path, owner_uid: int | None) -> bool:
+    """Whether `path` is a socket (not a link) of `owner_uid` (None: any owner), before root
+    connects to it."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISSOCK(st.st_mode) and (owner_uid is None or st.st_uid == owner_uid)
+
+
+# ----------------------------------------------------------- consumers and status
+def checked_folder(home: Home, name: str) -> Path:
+    """The folder a loader's sockets and info file are in, checked (nothing created): a
+    personal home's private loaders folder; a system engine's dataset folder, in root's
+    loaders folder, and reachable by this user, else one line saying whose it is and why not.
+    Raises UnsafePath, FileNotFoundError (none yet) or LoaderError (not shared with you)."""
+    if not home.is_system:
+        return home.checked_loader_dir()
+    check_station_dir(home.socket_dir)
+    _check_root_dir(home.loader_dir)
+    folder = home.loader_dir / name
+    st = os.lstat(folder)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid == 0:
+        raise UnsafePath(f"{folder} is not a producer's folder the station's engine made")
+    if not os.access(folder, os.X_OK):
+        raise LoaderError(not_shared(name, st.st_uid, os.geteuid()))
+    return folder
+
+
+def _check_root_dir(path: Path) -> None:
+    st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != 0 or st.st_mode & 0o022:
+        raise UnsafePath(
+            f"{path} is not root's folder writable by root alone: it cannot be the station's "
+            "engine's, and gpudesk reads no loader there. Tell the station's admin."
+        )
+
+
+def info_files(home: Home) -> list[tuple[Path, int | None]]:
+    """Every producer info file this user may read, with the uid it must belong to (None: a
+    personal home's, all its user's). Raises UnsafePath, FileNotFoundError (no loaders)."""
+    if not home.is_system:
+        return [(path, None) for path in sorted(home.checked_loader_dir().glob("*.json"))]
+    check_station_dir(home.socket_dir)
+    _check_root_dir(home.loader_dir)
+    out: list[tuple[Path, int | None]] = []
+    for folder in sorted(home.loader_dir.iterdir()):
+        owner = folder_owner(home, folder.name)
+        if owner is not None and owner != 0 and os.access(folder, os.X_OK):
+            out.append((folder / f"{folder.name}.json", owner))
+    return out
+
+
+def not_shared(name: str, owner_uid: int, reader_uid: int) -> str:
+    """The one line a job gets when a loader it names is not shared with its user."""
+    return (
+        f"the shared loader {name!r} is {user_name(owner_uid)}'s (its producer runs as them) "
+        f"and is not shared with {user_name(reader_uid)}: its dataset says share = "
+        f'"private", since sharing a loader shares its data; an admin sets share = "group" '
+        f"in its [datasets] table to let the station's group read it"
+    )
+
+
+# ------------------------------------------------------------------- the producer
+def prepare_serving(home: Home, name: str, share: str) -> int | None:
+    """Before a producer claims its name: a personal home's private folders (made); a system
+    engine's dataset folder (made by root, checked to be this user's), and the umask that lets
+    the station's group read the info file when shared. Returns the group peers must be in to
+    be handed the ring (None: no group check)."""
+    if not home.is_system:
+        home.ensure()
+        home.private_subdir(home.loader_dir)
+        return None
+    try:
+        folder = checked_folder(home, name)
+    except FileNotFoundError:
+        raise LoaderError(
+            f"{home.loader_dir / name} is missing: on a station, the engine makes a loader's "
+            "folder and starts its producer (name the dataset in a job's profile)"
+        ) from None
+    st = os.lstat(folder)
+    if st.st_uid != os.geteuid():
+        raise LoaderError(f"{folder} is {user_name(st.st_uid)}'s, not this producer's user's")
+    os.umask(0o027 if share == "group" else 0o077)
+    return st.st_gid
+
+
+def open_sockets_to(paths: tuple[Path, ...], home: Home, share: str) -> None:
+    """After binding: a shared dataset's sockets may be connected to by its folder's group."""
+    if home.is_system and share == "group":
+        for path in paths:
+            os.chmod(path, SHARED_SOCKET_MODE)
+
+
+def hand_out_ring(
+    server: socket.socket, ring_fd: int, name: str, share: str, group: int | None
+) -> None:
+    """Serve every waiting connection of the descriptor socket: the ring's fd to a peer the
+    loader is shared with, else one line saying why not (`protocol.receive_fd` shows it)."""
+    while True:
+        try:
+            conn, _ = server.accept()
+        except (BlockingIOError, InterruptedError):
+            return
+        with conn:
+            conn.settimeout(1.0)
+            with contextlib.suppress(OSError):
+                refusal = peer_refusal(conn, name, share, group)
+                if refusal is None:
+                    socket.send_fds(conn, [b"ring"], [ring_fd])
+                else:
+                    conn.sendall(refusal.encode())
+
+
+def peer_refusal(conn: socket.socket, name: str, share: str, group: int | None) -> str | None:
+    """Why the process at the other end may not have the ring (None: it may): its own user's
+    and root's always; another user's only when shared, and only a member of `group`."""
+    _pid, uid, gid = _UCRED.unpack(conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
+    if uid in (os.geteuid(), 0):
+        return None
+    if share != "group":
+        return not_shared(name, os.geteuid(), uid)
+    if group is None or group == gid or group in _peer_groups(conn, uid, gid):
+        return None
+    return f"the shared loader {name!r} is shared with the station's group only"
+
+
+def _peer_groups(conn: socket.socket, uid: int, gid: int) -> set[int]:
+    """The peer's supplementary groups, as the kernel says (Python's getsockopt takes at most
+    1024 bytes: 256 groups); past that, or on a kernel before 4.13, what a login of its user
+    would have (initgroups), as the engine's control socket does."""
+    try:
+        raw = conn.getsockopt(socket.SOL_SOCKET, _SO_PEERGROUPS, 1024)
+    except OSError:
+        try:
+            return set(os.getgrouplist(pwd.getpwuid(uid).pw_name, gid))
+        except KeyError:
+            return set()
+    return set(struct.unpack(f"{len(raw) // 4}I", raw))

@@ -1,0 +1,280 @@
+"""Shared loaders on a system engine (issue 40, item 3; docs/loader.md, "On a shared station"):
+a producer runs as its dataset's owner, never as root; its loader is read by that owner's jobs,
+and by another member's only when the dataset says share = "group"; refused in one line
+otherwise.
+
+Root only: real users (tests/local_users.py), a real system engine (tests/shared/
+station_fixture.py) whose Python the users may run (user_python.py: the producer and the
+consumer jobs run as the members), real producer and consumer processes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+from user_python import user_python
+
+from gpudesk.core.datasets import DatasetSpec
+from gpudesk.loader.protocol import read_info
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "shared"))
+from station_fixture import Station, make_station
+
+# A job: reads one epoch of the shared loader, checks every sample against its id, and prints
+# one JSON line (its ids and whether it read the producer or loaded locally).
+CONSUMER = textwrap.dedent("""
+    import json, os, sys
+    from gpudesk.loader import SharedLoader
+    loader = SharedLoader(sys.argv[1], with_ids=True, fallback=False)
+    ids = []
+    for (x, y), i in loader:
+        assert (y == i).all() and (x[:, 0].long() == i).all(), "corrupt batch"
+        ids += i.tolist()
+    print(json.dumps({"ids": sorted(ids), "mode": loader.mode, "uid": os.getuid()}))
+""")
+
+SIZE = 48
+
+
+def dataset(name: str, **extra: object) -> dict[str, object]:
+    return {
+        "name": name,
+        "factory": "gpudesk.workloads.synthetic:make_dataset",
+        "args": {"size": SIZE, "shape": [4]},
+        "batch_size": 8,
+        "workers": 0,
+        "slots": 8,
+        **extra,
+    }
+
+
+@pytest.fixture
+def station() -> Iterator[tuple[Station, str, Path]]:
+    folder = Path(tempfile.mkdtemp(prefix="gd-ldr-", dir="/tmp"))
+    folder.chmod(0o755)
+    try:
+        python = user_python(folder)
+        script = folder / "consumer.py"
+        script.write_text(CONSUMER)
+        script.chmod(0o644)
+        # producers stay up between the jobs of a test (a sweep's next job)
+        for made in make_station(python=python, engine_env={"GPUDESK_LOADER_GRACE_S": "60"}):
+            yield made, python, script
+    finally:
+        subprocess.run(["rm", "-rf", str(folder)], check=False)
+
+
+def run_job(station: Station, python: str, script: Path, role: str, name: str) -> tuple[dict, str]:
+    """`role`'s job reading loader `name` to its end: (its job record, its output)."""
+    job_id = station.submit(
+        role,
+        {
+            "name": f"{role}-{name}",
+            "command": [python, str(script), name],
+            "workdir": "/",
+            "dataset": name,
+        },
+    )
+    job = station.wait_state(job_id, "succeeded", "failed", timeout=120)
+    log = station.state_dir / "jobs" / str(job_id) / "1" / "output.log"
+    return job, log.read_text(errors="replace")
+
+
+def producer_of(station: Station, name: str) -> psutil.Process:
+    """The producer serving `name`, waiting for it to have said so (it may still be starting:
+    a refused job does not wait for it)."""
+    path = station.socket.parent / "loaders" / name / f"{name}.json"
+    deadline = time.monotonic() + 60
+    while (info := read_info(path)) is None or "control" not in info:
+        assert time.monotonic() < deadline, f"no producer serves {name}"
+        time.sleep(0.1)
+    return psutil.Process(int(info["pid"]))
+
+
+def result(output: str) -> dict:
+    lines = [line for line in output.splitlines() if line.startswith("{")]
+    assert lines, output
+    return json.loads(lines[-1])  # type: ignore[no-any-return]
+
+
+def test_a_group_shared_loader_is_read_by_another_members_job(
+    station: tuple[Station, str, Path],
+) -> None:
+    st, python, script = station
+    st.ok(None, "datasets", datasets=[dataset("grp", share="group")])
+    ada, bob = st.users["ada"], st.users["bob"]
+
+    job, out = run_job(st, python, script, "ada", "grp")
+    assert job["state"] == "succeeded", out
+    assert result(out) == {"ids": list(range(SIZE)), "mode": "shared", "uid": ada.uid}
+    producer = producer_of(st, "grp")
+    assert producer.uids().real == ada.uid and producer.uids().effective == ada.uid
+    folder = st.socket.parent / "loaders" / "grp"
+    mode = folder.stat()
+    assert mode.st_uid == ada.uid and stat.S_IMODE(mode.st_mode) == 0o2750
+
+    job, out = run_job(st, python, script, "bob", "grp")  # bob's job joins ada's producer
+    assert job["state"] == "succeeded", out
+    assert result(out) == {"ids": list(range(SIZE)), "mode": "shared", "uid": bob.uid}
+    assert producer_of(st, "grp").pid == producer.pid  # the same producer, still ada's
+
+
+def test_a_private_loader_refuses_another_members_job_in_one_line(
+    station: tuple[Station, str, Path],
+) -> None:
+    st, python, script = station
+    st.ok(None, "datasets", datasets=[dataset("priv")])
+    ada = st.users["ada"]
+
+    job, out = run_job(st, python, script, "ada", "priv")
+    assert job["state"] == "succeeded", out
+    assert result(out)["mode"] == "shared"
+    producer = producer_of(st, "priv")
+    assert producer.uids().real == ada.uid
+    folder = st.socket.parent / "loaders" / "priv"
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+
+    job, out = run_job(st, python, script, "bob", "priv")
+    assert job["state"] == "failed", out
+    refusal = [line for line in out.splitlines() if "is not shared with" in line]
+    assert len(refusal) == 1, out
+    assert f"{ada.name}'s" in refusal[0] and 'share = "group"' in refusal[0], refusal
+
+    # Should ada open her folder and the ring's socket to everyone, the producer still asks
+    # the kernel who connects, and refuses bob the ring in one line.
+    folder.chmod(0o711)
+    (folder / "priv.fd").chmod(0o666)
+    probe = (
+        "from pathlib import Path; from gpudesk.loader.protocol import receive_fd, LoaderError\n"
+        f"try:\n    receive_fd(Path({str(folder / 'priv.fd')!r}))\n"
+        "except LoaderError as exc:\n    print(exc)\n"
+    )
+    done = subprocess.run(
+        ["runuser", "-u", st.users["bob"].name, "--", python, "-c", probe],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd="/",
+    )
+    assert "refused" in done.stdout and "is not shared with" in done.stdout, done
+
+
+def test_a_declared_owner_runs_the_producer_and_none_runs_as_root(
+    station: tuple[Station, str, Path],
+) -> None:
+    st, python, script = station
+    st.ok(None, "datasets", datasets=[dataset("owned", owner=st.users["bob"].name)])
+    job, out = run_job(st, python, script, "ada", "owned")  # private, declared bob's
+    assert job["state"] == "failed" and "is not shared with" in out, out
+    assert producer_of(st, "owned").uids().real == st.users["bob"].uid
+    for proc in psutil.process_iter(["cmdline", "uids"]):
+        cmdline = proc.info["cmdline"] or []
+        if cmdline[:1] == [python] and "serve" in cmdline and "--managed" in cmdline:
+            assert proc.info["uids"].real != 0, cmdline
+
+
+def test_share_and_owner_are_checked() -> None:
+    assert DatasetSpec.from_dict(dataset("d", share="group")).argv()[-2:] == ["--share", "group"]
+    assert "--share" not in DatasetSpec.from_dict(dataset("d")).argv()
+    for bad, key in (
+        ({"share": "all"}, "share"),
+        ({"owner": "root"}, "never runs as root"),
+        ({"owner": "a b"}, "owner"),
+    ):
+        with pytest.raises(ValueError, match=key):
+            DatasetSpec.from_dict(dataset("d", **bad))
+
+
+def test_root_believes_no_pid_a_member_writes() -> None:
+    from gpudesk.loader.station_access import believed_pid
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root: a pid of root's process named in a member's file")
+    assert believed_pid({"pid": 1}, 12345) is False  # init is root's, not uid 12345's
+    assert believed_pid({"pid": os.getpid()}, 0) is True
+    assert believed_pid({"pid": "1"}, 0) is False
+
+
+def test_an_info_file_is_read_as_untrusted(tmp_path: Path) -> None:
+    """What root reads of a member's producer: never through a link, never blocking on a FIFO,
+    only a plain file of the expected owner, at most INFO_MAX_BYTES."""
+    from gpudesk.loader.protocol import INFO_MAX_BYTES, write_info
+
+    real = tmp_path / "real.json"
+    write_info(real, {"pid": 1})
+    assert read_info(real) == {"pid": 1}
+    assert read_info(real, os.geteuid()) == {"pid": 1}
+    assert read_info(real, os.geteuid() + 1) is None  # another user's file
+    link = tmp_path / "link.json"
+    link.symlink_to(real)
+    assert read_info(link) is None
+    fifo = tmp_path / "fifo.json"
+    os.mkfifo(fifo)
+    assert read_info(fifo) is None  # returns at once: the open does not wait for a writer
+    big = tmp_path / "big.json"
+    big.write_text('{"pid": 1, "pad": "' + "x" * INFO_MAX_BYTES + '"}')
+    assert read_info(big) is None
+
+
+def test_a_folder_of_a_former_owner_is_set_aside_and_made_the_new_owners(tmp_path: Path) -> None:
+    """A producer started as bob where ada's stood gets a folder of his own: hers (and what she
+    left in it) goes, nothing of hers is followed or kept."""
+    from local_users import local_accounts
+
+    from gpudesk.core.identity import Identity
+    from gpudesk.loader.station_access import folder_owner, prepare_folder
+    from gpudesk.paths import Home
+
+    with local_accounts({"ada": [], "bob": []}) as made:
+        ada, bob = made.users["ada"], made.users["bob"]
+        run = tmp_path / "run"
+        run.mkdir(mode=0o750)
+        home = Home.system(run / "control.sock", tmp_path / "state")
+        who = {u.uid: Identity.of(u.uid, u.gid, u.groups) for u in (ada, bob)}
+        folder = prepare_folder(home, "d", who[ada.uid], None, "private")
+        assert folder_owner(home, "d") == ada.uid
+        assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+        (folder / "d.json").symlink_to("/etc/shadow")  # what she could leave there
+        folder = prepare_folder(home, "d", who[bob.uid], None, "group")
+        assert folder_owner(home, "d") == bob.uid
+        assert stat.S_IMODE(folder.stat().st_mode) == 0o2750
+        assert list(folder.iterdir()) == []
+        assert Path("/etc/shadow").exists()
+        assert stat.S_IMODE(home.loader_dir.stat().st_mode) == 0o755
+
+
+def test_a_producer_its_owner_cannot_run_is_not_started_and_says_why(tmp_path: Path) -> None:
+    """Where the engine's Python is not one the members may run (this project's may sit in
+    root's home), the producer does not start as root instead: the engine says why, and the
+    job gets no loader settings (it loads its data itself)."""
+    from local_users import local_accounts
+
+    from gpudesk.core.identity import Identity
+    from gpudesk.engine.services.loaders import LoaderSupervisor
+    from gpudesk.paths import Home
+
+    python = Path(sys.executable).resolve()
+    if all(p.stat().st_mode & 0o001 for p in python.parents):
+        pytest.skip(f"{python} is one other users may run: nothing to refuse here")
+    with local_accounts({"ada": []}) as made:
+        ada = made.users["ada"]
+        run = tmp_path / "run"
+        run.mkdir(mode=0o750)
+        home = Home.system(run / "control.sock", tmp_path / "state")
+        supervisor = LoaderSupervisor(home)
+        supervisor.register([DatasetSpec.from_dict(dataset("d"))])
+        assert supervisor.job_env("d", Identity.of(ada.uid, ada.gid, ada.groups)) == {}
+        (said,) = supervisor.events
+        assert "not started" in said and "the station's users may run" in said, said
+        assert supervisor.producers["d"].process is None
