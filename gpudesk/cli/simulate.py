@@ -54,6 +54,12 @@ _MIG_REPARTITION = typer.Option(
     "idle MIG-mode GPU gets the layout the queue wants where the interference model says "
     "the change pays (10 s per change, assumed).",
 )
+_QUEUE_ORDER = typer.Option(
+    "submission",
+    "--queue-order",
+    help="As [station] queue_order: submission, or shortest (highest response ratio next, "
+    "with run times learned from the replay's finished runs of the same model).",
+)
 _TRUTH = typer.Option(
     None,
     "--truth",
@@ -105,6 +111,7 @@ def simulate(
     estimator: str = _ESTIMATOR,
     mig: list[str] | None = _MIG,
     mig_repartition: bool = _MIG_REPARTITION,
+    queue_order: str = _QUEUE_ORDER,
     truth: Path | None = _TRUTH,
     learn: bool = _LEARN,
     prior_knows_truth: bool = _PRIOR_KNOWS_TRUTH,
@@ -126,6 +133,7 @@ def simulate(
         mig=mig,
         mig_repartition=mig_repartition,
         with_bound=lower_bound,
+        queue_order=queue_order,
     )
     first = ran.results[0]
     if first.impossible == first.jobs:
@@ -169,9 +177,11 @@ def _run(
     mig: list[str] | None,
     mig_repartition: bool,
     with_bound: bool = False,
+    queue_order: str = "submission",
 ) -> _Run:
     """The trace replayed under each policy; a trace, truth or option the simulator refuses
     is a usage error."""
+    from gpudesk.core.station import QUEUE_ORDERS
     from gpudesk.policy.interference import DEFAULT_PARAMS
     from gpudesk.policy.simulator import (
         DEFAULT_STATION,
@@ -181,6 +191,8 @@ def _run(
         load_truth,
     )
 
+    if queue_order not in QUEUE_ORDERS:
+        fail(f"--queue-order: expected one of {', '.join(QUEUE_ORDERS)}", EXIT_USAGE)
     try:
         loaded = load_trace(trace)
         truth_params = load_truth(truth) if truth is not None else DEFAULT_PARAMS
@@ -196,6 +208,7 @@ def _run(
                 learn=learn,
                 mig=",".join(mig) if mig else None,
                 mig_repartition=mig_repartition,
+                queue_order=queue_order,
             )
             for p in policies
         ]

@@ -40,7 +40,11 @@ STATION_KEYS = (
     "job_pids_max",
     "job_memory_max_gb",
     "keep_finished_days",
+    "queue_order",
 )
+# The queue's order within priority and fair share (gpudesk.policy.jct_order): by submission,
+# or letting short jobs through (highest response ratio next, with what history measured).
+QUEUE_ORDERS: tuple[str, ...] = ("submission", "shortest")
 DEFAULT_LOG_MAX_MB = 100.0
 DEFAULT_LOG_KEEP = 2
 MAX_LOG_KEEP = 100
@@ -60,6 +64,12 @@ def check_backend(value: Any) -> str:
 def check_policy(value: Any) -> str:
     if value not in POLICIES:
         raise ValueError(f"expected one of {', '.join(POLICIES)}, found {describe(value)}")
+    return value
+
+
+def check_queue_order(value: Any) -> str:
+    if value not in QUEUE_ORDERS:
+        raise ValueError(f"expected one of {', '.join(QUEUE_ORDERS)}, found {describe(value)}")
     return value
 
 
@@ -207,6 +217,7 @@ STATION_CHECKS = {
     "job_pids_max": check_job_pids_max,
     "job_memory_max_gb": check_job_memory_max_gb,
     "keep_finished_days": check_keep_finished_days,
+    "queue_order": check_queue_order,
 }
 
 
@@ -252,6 +263,7 @@ class StationConfig:
     job_memory_max_gb: float | None = None
     # Days a finished job stays in the live listings before it is archived (0: never).
     keep_finished_days: float = DEFAULT_KEEP_FINISHED_DAYS
+    queue_order: str = "submission"
 
     @property
     def repartitions_on_its_own(self) -> bool:

@@ -35,6 +35,7 @@ from gpudesk.policy.fairshare import (
     fair_order,
     several_users,
 )
+from gpudesk.policy.jct_order import shortest_first
 from gpudesk.policy.mig_planner import QueuedDemand
 from gpudesk.policy.policies import make_policy
 from gpudesk.policy.policy import Decision, PlacementPolicy, StationView
@@ -399,8 +400,18 @@ class Scheduler:
         if self.station.config.max_running_gpus_per_user is not None:
             held = self.running_gpus_by_user()
             jobs = [job for job in jobs if not self._over_gpu_limit(job, held)]
-        if several_users(jobs):
-            jobs = fair_order(jobs, self.usage_by_user())
+        mixed = several_users(jobs)
+        usage = self.usage_by_user() if mixed else {}
+        if mixed:
+            jobs = fair_order(jobs, usage)
+        if self.station.config.queue_order == "shortest":
+            now = time.time()
+            jobs = shortest_first(
+                jobs,
+                self.attempts.demands.typical_run_s,  # measured by the engine, never claimed
+                lambda job: now - job.submitted_at,
+                lambda job: fair_key(job, usage)[:2] if mixed else (-job.spec.priority,),
+            )
         return jobs
 
     def _commit(self, decision: Decision) -> None:

@@ -54,6 +54,7 @@ from gpudesk.policy.mig_queue_time import layout_drain
 from gpudesk.policy.policies import make_policy
 from gpudesk.policy.policy import RESERVE_MIB, Decision, MigSlice, Placement, StationView
 from gpudesk.policy.schedule_pass import schedule_pass
+from gpudesk.policy.sim_order import FamilyRunTimes
 from gpudesk.policy.sim_preemption import leave_due, leaving_times, preempt_if_due, queue_key
 from gpudesk.policy.sim_records import Occupancy, Segment, SimResult, SimRun, sim_result
 from gpudesk.policy.sim_view import station_view
@@ -127,6 +128,7 @@ class Simulation:
         mig: Mapping[int, Sequence[str]] | str | None = None,
         mig_repartition: bool = False,
         preempt: bool = True,
+        queue_order: str = "submission",
     ) -> None:
         check_backend_name(station)
         if not station.startswith("sim:"):
@@ -185,6 +187,8 @@ class Simulation:
         self.occupancies: list[Occupancy] = []
         self.preemptions = 0
         self.preempt = preempt  # the engine's preemption rule (sim_preemption), on by default
+        self.queue_order = queue_order  # "shortest": sim_order.py, as the engine's jct_order
+        self.family_times = FamilyRunTimes()
 
     def _new_run(self, job: TraceJob) -> SimRun:
         if self.estimator == "measured":
@@ -397,6 +401,7 @@ class Simulation:
             if run.work_done >= run.job.exclusive_s - 1e-6:
                 self.stop(run)
                 run.finished_at = self.now
+                self.family_times.finished(run, self.now - run.started_at)
                 if run.attempts > 1:
                     self.recovered += 1
         for run in list(self.running):
@@ -551,7 +556,11 @@ class Simulation:
 
     def _place(self, view: StationView) -> Decision:
         started = time.perf_counter()
-        decision = self.policy.place([r.record for r in self.queue], view)
+        if self.queue_order == "shortest":
+            records = self.family_times.ordered(self.queue, self.now)
+        else:
+            records = [r.record for r in self.queue]
+        decision = self.policy.place(records, view)
         self.decision_ms.append((time.perf_counter() - started) * 1000)
         return decision
 

@@ -59,6 +59,9 @@ class StationConfigView(WireModel, frozen=True):
     # Days a finished job stays in the live listings before it is archived (0: never); an
     # engine from before the setting existed leaves it out.
     keep_finished_days: float | None = None
+    # The queue's order within priority and fair share ("submission" or "shortest"); an engine
+    # from before the setting existed leaves it out.
+    queue_order: str | None = None
 
     @property
     def grid_text(self) -> str:
