@@ -194,11 +194,13 @@ class Attempts:
             env.update({"GPUDESK_PREEMPTED": "1", "GPUDESK_PREEMPTIONS": str(job.preemptions)})
         return env
 
-    def _loader_env(self, job: JobRecord) -> dict[str, str]:
+    def _loader_env(self, job: JobRecord, placement: Placement) -> dict[str, str]:
         served = self.loaders.loader_for(job.spec.dataset, job.spec.selection)
         env: dict[str, str] = {}
+        # The job's first GPU (a UUID, or a MIG device's): where a staging producer stages.
+        gpu = placement.env.get("CUDA_VISIBLE_DEVICES", "").split(",")[0] or None
         try:
-            env = self.loaders.job_env(served, job.owner)
+            env = self.loaders.job_env(served, job.owner, gpu)
         except OSError as exc:  # the producer could not be started: the job can fall back
             log.warning("could not start the shared loader %r: %s", served, exc)
         if served:
@@ -211,7 +213,7 @@ class Attempts:
         """The attempt's environment: the job's (`job_env`), the shared loader's, its MLflow
         run's, and an MPS client's settings."""
         env = self.job_env(job, placement, attempt)
-        env.update(self._loader_env(job))
+        env.update(self._loader_env(job, placement))
         tracking_env, tracking_note = self.tracking.launch(job, placement, attempt.number)
         if tracking_env:
             # The run's settings win over what the submitter's shell exported (an MLFLOW_RUN_ID

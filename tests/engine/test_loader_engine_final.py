@@ -189,3 +189,27 @@ def retried(home: Home) -> None:
     again = loaders.producers[variant].process
     assert again is not None and again is not first[variant]
     assert again.wait(timeout=60) == EXIT_FINAL
+
+
+def test_a_staging_producer_is_started_on_its_first_jobs_gpu(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A dataset served with device = "cuda" stages on one GPU: the producer's only visible
+    device is the GPU of the job that started it (its CUDA_VISIBLE_DEVICES entry, a UUID or a
+    MIG device's); a "cpu" dataset's producer is given none."""
+    with short_home("gd-gpu-", monkeypatch) as home:
+        loaders = LoaderSupervisor(home.ensure())
+        staged = DatasetSpec.from_dict({**DATASET, "name": "st", "device": "cuda"})
+        plain = DatasetSpec.from_dict({**DATASET, "name": "pl"})
+        loaders.register([staged, plain])
+        try:
+            for name in ("st", "pl"):
+                loaders.job_env(name, None, "GPU-6f3e1b2a-0000-4000-8000-000000000001")
+            environs = {
+                name: Path(f"/proc/{loaders.producers[name].pid}/environ").read_bytes()
+                for name in ("st", "pl")
+            }
+        finally:
+            loaders.stop_all_but(set(), "the test is over")
+        assert b"CUDA_VISIBLE_DEVICES=GPU-6f3e1b2a-0000-4000-8000-000000000001\0" in environs["st"]
+        assert b"CUDA_VISIBLE_DEVICES=GPU-6f3e1b2a" not in environs["pl"]

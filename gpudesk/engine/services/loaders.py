@@ -81,6 +81,9 @@ class _Producer:
     restarts: int = 0
     failing: int = 0
     last_status: dict[str, Any] | None = None
+    # The GPU of the job that needed it when it started (its CUDA_VISIBLE_DEVICES entry): a
+    # dataset served with device = "cuda" or "auto" stages its batches there (loader/staging.py)
+    gpu: str | None = None
     kill_at: float | None = None  # stopping: told to (SIGTERM); killed if still there then
     # whom it runs as on a system engine (station_access.producer_identity); None: the engine
     owner: Identity | None = None
@@ -148,12 +151,15 @@ class LoaderSupervisor:
         self._variants[(spec.name, selection)] = variant.name
         return variant.name
 
-    def job_env(self, dataset: str | None, owner: Identity | None = None) -> dict[str, str]:
+    def job_env(
+        self, dataset: str | None, owner: Identity | None = None, gpu: str | None = None
+    ) -> dict[str, str]:
         """The environment a job of `owner` naming `dataset` gets, its producer started if need
-        be (on a system engine, as its dataset's owner: `owner` when none is declared)."""
+        be (on a system engine, as its dataset's owner: `owner` when none is declared; on the
+        job's `gpu`, where the dataset stages batches on a GPU)."""
         if not dataset or dataset not in self.specs:
             return {}
-        self.ensure(dataset, owner)
+        self.ensure(dataset, owner, gpu)
         producer = self.producers.get(dataset)
         started = producer is not None and self._alive(producer)
         if self.home.is_system and dataset not in self.failed and not started:
@@ -186,7 +192,7 @@ class LoaderSupervisor:
         # Starting: the process runs but has not written its info yet.
         return producer.process is not None and producer.process.poll() is None
 
-    def ensure(self, name: str, owner: Identity | None = None) -> None:
+    def ensure(self, name: str, owner: Identity | None = None, gpu: str | None = None) -> None:
         if name in self.failed:
             return  # it would fail again: the job's consumer reads why in its info file
         producer = self.producers.setdefault(name, _Producer(self.specs[name]))
@@ -197,6 +203,7 @@ class LoaderSupervisor:
             return
         if owner is not None:
             producer.owner = owner  # the user who needs it now (unless one is declared)
+        producer.gpu = gpu or producer.gpu
         self._start(producer)
 
     def _start(self, producer: _Producer) -> None:
@@ -260,8 +267,10 @@ class LoaderSupervisor:
         system engine's as the dataset's owner (never root), with an environment the engine
         built, in a folder of that owner's (loader/station_access.py). A string: why not."""
         home = self.home
+        # Staging on a GPU: the first job's, as the producer's only visible device.
+        on_gpu = {"CUDA_VISIBLE_DEVICES": producer.gpu or ""} if staged_on_gpu(producer) else {}
         if home.system_socket is None:
-            return {"env": {**os.environ, "GPUDESK_HOME": str(home.root)}}
+            return {"env": {**os.environ, "GPUDESK_HOME": str(home.root), **on_gpu}}
         spec = producer.spec
         who = producer_identity(spec.owner, producer.owner, folder_owner(home, spec.name))
         if isinstance(who, str):
@@ -270,7 +279,11 @@ class LoaderSupervisor:
         # the station's group: the one root gave the socket folder (`Home.ensure`)
         group = os.lstat(home.socket_dir).st_gid
         prepare_folder(home, spec.name, who, group, spec.share)
-        extra = {"GPUDESK_HOME": str(home.root), "GPUDESK_SOCKET": str(home.system_socket)}
+        extra = {
+            "GPUDESK_HOME": str(home.root),
+            "GPUDESK_SOCKET": str(home.system_socket),
+            **on_gpu,
+        }
         if os.environ.get(ENV_STAGING):  # the engine's own setting (root's service), not hers
             extra[ENV_STAGING] = os.environ[ENV_STAGING]
         return {
@@ -529,3 +542,8 @@ def cpu_saving(status: dict[str, Any]) -> dict[str, Any]:
         "unshared_cpu_s": round(unshared, 2),
         "saved_cpu_s": round(unshared - cpu, 2),
     }
+
+
+def staged_on_gpu(producer: _Producer) -> bool:
+    """Whether the producer is given a GPU: its dataset stages there, and a job's GPU is known."""
+    return producer.spec.device != "cpu" and bool(producer.gpu)
