@@ -1,0 +1,95 @@
+"""The examples of docs/loader.md ("DataLoader's options", Examples) run as they are written:
+each code block marked `<!-- example: NAME -->` is taken from the document and run as a script
+of its own, with a real producer (`gpudesk loader serve`) and, the plain loop, without one.
+Lightning and Accelerate are optional (`pip install 'gpudesk[frameworks]'`): their examples are
+skipped with the reason where they are not installed.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from test_loader import Loaders
+
+from gpudesk.paths import Home
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "loader.md"
+EPOCH = 192  # 200 samples in batches of 16, drop_last: 12 full batches
+
+
+def example(name: str) -> str:
+    found = re.search(rf"<!-- example: {name} -->\n```python\n(.*?)```\n", DOC.read_text(), re.S)
+    assert found, f"docs/loader.md has no example {name!r}"
+    return found.group(1)
+
+
+@pytest.fixture
+def loaders(home: Home, tmp_path: Path) -> Iterator[Loaders]:
+    launcher = Loaders(home, tmp_path)
+    try:
+        yield launcher
+    finally:
+        launcher.close()
+
+
+def run(name: str, where: Path, home: Path) -> str:
+    """Run the example in `where` (its checkpoints land there); its output."""
+    where.mkdir(exist_ok=True)
+    script = where / f"example_{name}.py"  # not lightning.py: it would shadow the package
+    script.write_text(example(name))
+    env = {**os.environ, "GPUDESK_HOME": str(home)}
+    env.pop("RANK", None)
+    done = subprocess.run(
+        [sys.executable, str(script)],
+        cwd=where,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        stdin=subprocess.DEVNULL,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    return done.stdout
+
+
+def serve(loaders: Loaders) -> None:
+    loaders.serve("synthetic", size=200, batch=16, shape=(1,))
+
+
+@pytest.mark.parametrize("producer", [True, False], ids=["producer", "fallback"])
+def test_plain_loop_and_its_resume(
+    loaders: Loaders, home: Home, tmp_path: Path, producer: bool
+) -> None:
+    if producer:
+        serve(loaders)
+    mode = "shared" if producer else "local"
+    where = tmp_path / "job"
+    out = run("plain", where, home.root)
+    assert out.splitlines() == [
+        f"epoch 0: {EPOCH} samples ({mode})",
+        f"epoch 1: {EPOCH} samples ({mode})",
+    ]
+    # Run again: it resumes from its last checkpoint, after step 9 of epoch 1 (of 12 steps):
+    # only the last 2 batches of that epoch are left.
+    assert run("plain", where, home.root).splitlines() == [f"epoch 1: 32 samples ({mode})"]
+
+
+def test_lightning(loaders: Loaders, home: Home, tmp_path: Path) -> None:
+    pytest.importorskip("lightning", reason="Lightning is optional: gpudesk[frameworks]")
+    serve(loaders)
+    out = run("lightning", tmp_path / "job", home.root)
+    assert f"lightning: {2 * EPOCH} samples in 2 epochs" in out
+
+
+def test_accelerate(loaders: Loaders, home: Home, tmp_path: Path) -> None:
+    pytest.importorskip("accelerate", reason="Accelerate is optional: gpudesk[frameworks]")
+    serve(loaders)
+    out = run("accelerate", tmp_path / "job", home.root)
+    assert f"accelerate: {2 * EPOCH} samples" in out
+    assert (tmp_path / "job" / "accelerate-state").is_dir()
