@@ -93,6 +93,8 @@ class Contract:
         self.shard = shard
         self.pin_memory = pin_memory
         self.epoch_offset: int | None = None  # the stream's epoch minus the script's, once set
+        # (the epoch it was welcomed at, the one the ranks agreed on), where a group agreed
+        self.joined: tuple[int, int] | None = None
         self._warned: set[tuple[int, int]] = set()
         if pin_memory:
             import torch

@@ -180,9 +180,11 @@ def join_ranks(loader: SharedLoader, info: dict[str, Any] | None) -> None:
     from gpudesk.loader.contract import agree_on_epoch, resolve_shard
 
     if loader.contract.shard == resolve_shard(None):  # the shard is the process group's
-        epoch = agree_on_epoch(loader.epoch if loader.mode == "shared" else 0, loader.mode)
+        welcomed = loader.epoch if loader.mode == "shared" else 0
+        epoch = agree_on_epoch(welcomed, loader.mode)
         if loader.mode == "shared" and epoch != loader.epoch and info is not None:
             rejoin(loader, info, epoch, set(), {})
+        loader.contract.joined = (welcomed, epoch)
     why = loader.contract.uneven(loader._epoch_length(), loader.batch_size or 64)
     if why:
         warnings.warn(why, RuntimeWarning, stacklevel=3)

@@ -304,6 +304,46 @@ def test_a_state_of_another_mode_or_loader_is_refused(loaders: Loaders) -> None:
 
 
 # ----------------------------------------------------------------------- DDP, the must-show
+def run_jobs(
+    loaders: Loaders, tmp_path: Path, home: Home, jobs: list[tuple[int, int, int, float]]
+) -> list[list[dict[str, Any]]]:
+    """Run ddp_job.py processes, (rank, world, epochs, loader delay) each, all at once; the
+    records of each, by epoch."""
+    store = tmp_path / "store"
+    procs = []
+    for rank, world, epochs, delay in jobs:
+        out = tmp_path / f"job-{world}-{rank}.jsonl"
+        argv = [sys.executable, str(DDP_JOB), "syn", "--out", str(out), "--rank", str(rank)]
+        argv += ["--world", str(world), "--store", str(store), "--epochs", str(epochs)]
+        argv += ["--loader-delay", str(delay)]
+        procs.append((loaders._spawn(argv, home, out.with_suffix(".log")), out))
+    for proc, out in procs:
+        try:
+            code = proc.wait(300)
+        except subprocess.TimeoutExpired:
+            code = None
+        assert code == 0, out.with_suffix(".log").read_text()[-3000:]
+    return [[json.loads(x) for x in out.read_text().splitlines()] for _, out in procs]
+
+
+def assert_each_job_once(
+    rank0: list[dict[str, Any]],
+    rank1: list[dict[str, Any]],
+    single: list[dict[str, Any]],
+    size: int,
+) -> None:
+    assert [r["shard"] for r in (rank0[0], rank1[0], single[0])] == [[0, 2], [1, 2], None]
+    for epoch, (a, b) in enumerate(zip(rank0, rank1, strict=True)):
+        assert a["ok"] and b["ok"]
+        assert a["stream_epoch"] == b["stream_epoch"], "the ranks read different epochs"
+        assert a["steps"] == b["steps"] == a["len"] == b["len"] == -(-size // 2 // 4)
+        assert not set(a["ids"]) & set(b["ids"])
+        assert_exactly_once(a["ids"] + b["ids"], size, f"the DDP job's epoch {epoch}")
+    for epoch, one in enumerate(single):
+        assert one["ok"]
+        assert_exactly_once(one["ids"], size, f"the 1-rank job's epoch {epoch}")
+
+
 def test_a_ddp_job_and_a_one_rank_job_share_one_producer(
     loaders: Loaders, tmp_path: Path, home: Home
 ) -> None:
@@ -311,29 +351,31 @@ def test_a_ddp_job_and_a_one_rank_job_share_one_producer(
     producer; each rank's shard comes from torch.distributed. For two epochs: the two ranks
     together see every sample exactly once, and so does the 1-rank job."""
     size = 202  # 101 a rank; the producer's last batch has 2 samples
-    producer = loaders.serve(size=size, batch=8, cost_ms=0.2, slots=16)
-    store = tmp_path / "store"
-    jobs = []
-    for rank, world in ((0, 2), (1, 2), (0, 1)):
-        out = tmp_path / f"job-{world}-{rank}.jsonl"
-        argv = [sys.executable, str(DDP_JOB), "syn", "--out", str(out), "--rank", str(rank)]
-        argv += ["--world", str(world), "--store", str(store), "--epochs", "2"]
-        jobs.append((loaders._spawn(argv, home, out.with_suffix(".log")), out))
-    for proc, out in jobs:
-        try:
-            code = proc.wait(120)
-        except subprocess.TimeoutExpired:
-            code = None
-        assert code == 0, out.with_suffix(".log").read_text()[-3000:]
-    rank0, rank1, single = ([json.loads(x) for x in o.read_text().splitlines()] for _, o in jobs)
-    assert [r["shard"] for r in (rank0[0], rank1[0], single[0])] == [[0, 2], [1, 2], None]
-    for epoch in range(2):
-        a, b, one = rank0[epoch], rank1[epoch], single[epoch]
-        assert a["ok"] and b["ok"] and one["ok"]
-        assert a["stream_epoch"] == b["stream_epoch"], "the ranks read different epochs"
-        assert a["steps"] == b["steps"] == a["len"] == b["len"] == 26
-        assert not set(a["ids"]) & set(b["ids"])
-        assert_exactly_once(a["ids"] + b["ids"], size, f"the DDP job's epoch {epoch}")
-        assert_exactly_once(one["ids"], size, f"the 1-rank job's epoch {epoch}")
+    producer = loaders.serve(size=size, batch=8, cost_ms=0.2, slots=16, idle_exit=300)
+    rank0, rank1, single = run_jobs(
+        loaders, tmp_path, home, [(0, 2, 2, 0), (1, 2, 2, 0), (0, 1, 2, 0)]
+    )
+    assert_each_job_once(rank0, rank1, single, size)
+    assert len(rank0) == len(single) == 2
     assert producer.proc.poll() is None and len(loaders.producers) == 1
     wait_for(lambda: producer.status()["consumers_total"] == 3, 5)
+
+
+def test_ranks_welcomed_at_different_epochs_start_at_the_same(
+    loaders: Loaders, tmp_path: Path, home: Home
+) -> None:
+    """Rank 1 makes its loader 3 s after rank 0, while another job reads on (an epoch takes the
+    producer about 0.4 s): the stream has passed an epoch's end in between, so the ranks were
+    welcomed at different epochs. They start at the latest (rank 0 says hello again for it)
+    and still read every sample once."""
+    size = 202
+    loaders.serve(size=size, batch=8, cost_ms=2.0, slots=16, idle_exit=300)
+    single, rank0, rank1 = run_jobs(
+        loaders, tmp_path, home, [(0, 1, 12, 0), (0, 2, 2, 0), (1, 2, 2, 3.0)]
+    )
+    assert_each_job_once(rank0, rank1, single, size)
+    assert len(single) == 12
+    welcomed = [rank0[0]["joined"][0], rank1[0]["joined"][0]]
+    started = rank0[0]["joined"][1]
+    assert welcomed[0] < welcomed[1], f"the stream did not pass an epoch: welcomed at {welcomed}"
+    assert started == rank1[0]["joined"][1] == welcomed[1] == rank0[0]["stream_epoch"]

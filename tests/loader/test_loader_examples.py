@@ -59,7 +59,8 @@ def run(name: str, where: Path, home: Path) -> str:
 
 
 def serve(loaders: Loaders) -> None:
-    loaders.serve("synthetic", size=200, batch=16, shape=(1,))
+    # subprocesses importing torch and a framework on a busy machine: more than the default 30 s
+    loaders.serve("synthetic", size=200, batch=16, shape=(1,), idle_exit=300)
 
 
 @pytest.mark.parametrize("producer", [True, False], ids=["producer", "fallback"])
