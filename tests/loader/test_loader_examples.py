@@ -7,6 +7,7 @@ skipped with the reason where they are not installed.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -94,3 +95,67 @@ def test_accelerate(loaders: Loaders, home: Home, tmp_path: Path) -> None:
     out = run("accelerate", tmp_path / "job", home.root)
     assert f"accelerate: {2 * EPOCH} samples" in out
     assert (tmp_path / "job" / "accelerate-state").is_dir()
+
+
+LIGHTNING_RESUME = """
+import json, sys
+import lightning as L
+import torch
+from lightning.pytorch.callbacks import ModelCheckpoint
+from gpudesk.loader import SharedLoader
+
+class Model(L.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.layer = torch.nn.Linear(1, 1)
+        self.ids = []
+    def training_step(self, batch, batch_idx):
+        (x, y), ids = batch
+        assert torch.equal(x[:, 0], ids.float())
+        self.ids += ids.tolist()
+        return torch.nn.functional.mse_loss(self.layer(x).squeeze(1), y.float())
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=1e-4)
+    def train_dataloader(self):
+        return SharedLoader("synthetic", batch_size=16, with_ids=True, fallback=False)
+
+resume = sys.argv[1] if len(sys.argv) > 1 else None
+model = Model()
+trainer = L.Trainer(
+    max_epochs=1, accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
+    enable_model_summary=False, max_steps=-1 if resume else 5,
+    callbacks=[ModelCheckpoint(dirpath="ckpt", every_n_train_steps=5, save_top_k=-1)],
+)
+trainer.fit(model, ckpt_path=resume)
+print(json.dumps(model.ids))
+"""
+
+
+def test_lightning_resumes_mid_epoch_from_its_checkpoint(
+    loaders: Loaders, home: Home, tmp_path: Path
+) -> None:
+    """Lightning saves the loader's state_dict in its checkpoint (it is a stateful iterable)
+    and restores it: a run stopped after 5 steps and resumed from that checkpoint reads exactly
+    the rest of the epoch."""
+    pytest.importorskip("lightning", reason="Lightning is optional: gpudesk[frameworks]")
+    serve(loaders)
+    where = tmp_path / "job"
+    where.mkdir()
+    script = where / "resume_job.py"
+    script.write_text(LIGHTNING_RESUME)
+    env = {**os.environ, "GPUDESK_HOME": str(home.root)}
+
+    def fit(*args: str) -> list[int]:
+        done = subprocess.run(
+            [sys.executable, str(script), *args], cwd=where, env=env, capture_output=True,
+            text=True, timeout=300, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+        return list(json.loads(done.stdout.strip().splitlines()[-1]))
+
+    first = fit()
+    assert len(first) == 5 * 16
+    (checkpoint,) = (where / "ckpt").glob("*.ckpt")
+    rest = fit(str(checkpoint))
+    assert len(rest) == 200 - 5 * 16 and not set(first) & set(rest)
+    assert sorted(first + rest) == list(range(200))
