@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import torch
 from conftest import wait_for
-from test_loader import FACTORY, Loaders, assert_exactly_once
+from test_loader import FACTORY, Loaders, assert_exactly_once, canonical
 
 from gpudesk.loader import LoaderError, SharedLoader
 from gpudesk.loader.contract import Contract, Shard
@@ -188,6 +188,29 @@ def test_each_rank_gets_its_share_of_every_batch(loaders: Loaders, drop_last: bo
         assert [len(flat(g)) for g in got] == [102, 101]
     for loader in ranks + fallback:
         loader.close()
+
+
+def test_a_shard_is_kept_across_a_producer_restart(loaders: Loaders) -> None:
+    """A rank reading batches of 3 (its share of the producer's 8s) when its producer is killed
+    mid-epoch resumes from the restarted one: exactly its share of that epoch, nothing twice."""
+    settings: dict[str, Any] = {"size": SIZE, "batch": 8, "cost_ms": 1.0}
+    producer = loaders.serve(**settings)
+    loader = shared(3, shard=(1, 2), resume_s=30)
+    epoch = loader.epoch
+    order = canonical(SIZE, 0, epoch)
+    shard = Shard(1, 2)
+    runs = [shard.share(j * 8, min(8, SIZE - j * 8)) for j in range(-(-SIZE // 8))]
+    expected = [order[j * 8 + i] for j, (a, c) in enumerate(runs) for i in range(a, c)]
+    ids: list[int] = []
+    for (features, _), batch_ids in loader:
+        assert bool((features == batch_ids.float().view(-1, 1)).all())
+        ids += batch_ids.tolist()
+        if len(ids) == 4 * 3:
+            producer.kill()
+            loaders.serve(**settings)
+    assert loader.epoch == epoch + 1
+    assert len(ids) == len(set(ids)) and sorted(ids) == sorted(expected)
+    loader.close()
 
 
 def test_bad_shard_is_one_clear_error() -> None:
