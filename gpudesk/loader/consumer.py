@@ -27,12 +27,14 @@ host-to-device copy for every job on that GPU; `device="cpu"` asks for host batc
 A batch stays valid until the next one is asked for; keep a tensor longer with `.clone()`.
 Batch sizes that divide the producer's are views of its slots, multiples of it are views across
 adjacent slots where they lie in order; any other size is assembled by copying.
+
+DataLoader's `drop_last`, `pin_memory`, a multi-GPU job's `shard` (each rank its share of every
+batch, `contract.py`), `set_epoch` and `state_dict()` (`resume.py`) work in both modes.
 """
 
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import sys
 import time
@@ -45,6 +47,7 @@ import zmq
 
 from gpudesk.core.datasets import VARIANT_SEPARATOR
 from gpudesk.loader.batch import BatchMeta, Piece, collate, ids, samples
+from gpudesk.loader.contract import Contract, resolve_shard
 from gpudesk.loader.fetch import Source
 from gpudesk.loader.protocol import (
     ENV_DATASET,
@@ -85,8 +88,12 @@ class SharedLoader:
         home: str | os.PathLike[str] | None = None,
         resume_s: float | None = None,
         device: str = "auto",
+        drop_last: bool = False,
+        shard: tuple[int, int] | None = None,
+        pin_memory: bool = False,
     ) -> None:
         self.name = check_name(name)
+        self.contract = Contract(drop_last, resolve_shard(shard), pin_memory)
         served = os.environ.get(ENV_DATASET)
         if served and served.startswith(f"{name}{VARIANT_SEPARATOR}"):
             # The engine serves this job a variant of the dataset it asked for (the dataset
@@ -106,6 +113,7 @@ class SharedLoader:
         self.last_ids: Any = None
         self._local: Any = None
         self._local_epoch = 0  # the fallback's next epoch (set_epoch changes it)
+        self._local_reading: tuple[int, int] | None = None  # its epoch read now, batches yielded
         self.epoch = 0  # the producer epoch being read; set by the hello reply
         self._socket: zmq.Socket | None = None
         self._received: dict[int, set[int]] = defaultdict(set)  # epoch -> batches received
@@ -113,6 +121,9 @@ class SharedLoader:
         self._held: set[int] = set()
         self._release: list[int] = []
         self._skip: dict[int, int] = {}  # after a resume: samples of a batch already handed out
+        self._pieces: list[Piece] = []  # of the epoch being read: received, not wholly handed out
+        self._yielded = 0  # batches handed out of the epoch being read
+        self._local_start = 0  # the fallback's batches of its next epoch already handed out
         self.ring: Ring | None = None
         if device not in ("auto", "cpu"):
             raise LoaderError(
@@ -137,6 +148,10 @@ class SharedLoader:
             self.mode = "local"
         else:
             raise LoaderError(self._no_producer(wait, info))
+        if self.contract.shard is not None:
+            from gpudesk.loader.resume import join_ranks
+
+            join_ranks(self, info)
 
     def _no_producer(self, wait: float, info: dict[str, Any] | None) -> str:
         """Why there is no producer to read, and what to do, in one paragraph."""
@@ -306,11 +321,11 @@ class SharedLoader:
             self._mirror, self._mirror_gen = None, 0
             self.data_path = f"host: {exc}"
 
+    def _epoch_length(self) -> int:
+        return len(self._local_dataset()) if self.mode == "local" else self.dataset_len
+
     def __len__(self) -> int:
-        if self.mode == "local":
-            return math.ceil(len(self._local_dataset()) / (self.batch_size or 64))
-        assert self.batch_size is not None
-        return math.ceil(self.dataset_len / self.batch_size)
+        return self.contract.batches(self._epoch_length(), self.batch_size or 64)
 
     # --------------------------------------------------------------- iterating
     def __iter__(self) -> Iterator[Any]:
@@ -324,14 +339,20 @@ class SharedLoader:
         want = self.batch_size
         epoch = self.epoch
         pieces: list[Piece] = []
+        self._pieces = pieces
         self._take_pending(epoch, pieces)
+        limit = self.contract.limit(self.dataset_len, want)
         try:
             while True:
                 have = sum(p.left for p in pieces)
                 finished = len(self._received[epoch]) >= self.per_epoch
-                if have >= want or (finished and have):
+                if limit is not None and self._yielded >= limit:
+                    break  # drop_last: the rest of the epoch is not a batch on every rank
+                if self.contract.yields(have, want, finished):
                     batch, batch_ids, spent = self._assemble(pieces, min(want, have))
                     self.last_ids = batch_ids
+                    self._yielded += 1
+                    batch = self.contract.pin(batch)
                     yield (batch, batch_ids) if self.with_ids else batch
                     # Asked for the next: done with these. Said at once, so the producer can
                     # hand this consumer its next batches into the room.
@@ -350,6 +371,7 @@ class SharedLoader:
             self._release.extend(p.slot for p in pieces)
             self._flush_release()
             self._received.pop(epoch, None)
+            self._pieces, self._yielded = [], 0
             self.epoch = epoch + 1
 
     def _resume(self, epoch: int, pieces: list[Piece], why: str) -> None:
@@ -401,10 +423,14 @@ class SharedLoader:
             self._newer_mirror(message["mirror"])
         gen = int(message.get("gen", 0)) if self._mirror is not None else 0
         self._received[key_epoch].add(index)
-        if key_epoch == epoch:
-            _insert(pieces, Piece(slot, meta, self._skip.pop(index, 0), meta.count, index, gen))
+        first, end = self.contract.run(index, self.producer_batch, meta.count)  # this rank's
+        if first == end:
+            self._release.append(slot)  # none of it is this rank's
+        elif key_epoch == epoch:
+            start = max(first, self._skip.pop(index, 0))
+            _insert(pieces, Piece(slot, meta, start, end, index, gen))
         else:
-            self._pending[key_epoch].append(Piece(slot, meta, 0, meta.count, index, gen))
+            self._pending[key_epoch].append(Piece(slot, meta, first, end, index, gen))
 
     def _assemble(self, pieces: list[Piece], take: int) -> tuple[Any, Any, list[int]]:
         """`take` samples from the front of `pieces`, as the batch, its ids and the slots it
@@ -513,12 +539,32 @@ class SharedLoader:
     def set_epoch(self, epoch: int) -> None:
         """The epoch the next iteration reads, as a DataLoader's sampler's `set_epoch`.
 
-        Without a producer it sets the fallback's epoch: its order and its per-batch randomness.
-        With one, the stream decides: a consumer reads the producer's epochs in turn from where
-        it joined, and the producer tells the dataset each batch's epoch itself, so this call
-        changes nothing there (scripts may make it either way)."""
+        Without a producer it sets the fallback's epoch: its order and its per-batch randomness
+        (a resumed epoch, `load_state_dict`, is kept when it is the one set). With one, the
+        stream decides: a consumer reads the producer's epochs in turn from where it joined, and
+        the producer tells the dataset each batch's epoch itself. The call is then a check: the
+        first one ties the script's epochs to the stream's, and a later one that does not follow
+        them (an epoch skipped or read twice) is warned about (`Contract.check_epoch`)."""
         if self.mode == "local":
+            if int(epoch) != self._local_epoch:
+                self._local_start = 0  # another epoch than the resumed one: from its start
             self._local_epoch = int(epoch)
+        else:
+            self.contract.check_epoch(int(epoch), self.epoch)
+
+    # ------------------------------------------------------------------ resume
+    def state_dict(self) -> dict[str, Any]:
+        """Where this loader is in its epoch, to save with a checkpoint (`resume.py`)."""
+        from gpudesk.loader.resume import take
+
+        return take(self).to_dict()
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Resume the epoch `state_dict()` was taken in: the next iteration yields exactly the
+        rest of it (under a producer: its batches not yet handed out, asked for again)."""
+        from gpudesk.loader.resume import restore
+
+        restore(self, state_dict)
 
     def _iter_local(self) -> Iterator[Any]:
         """The same epochs as a producer with this seed would give, from a local DataLoader,
@@ -530,11 +576,13 @@ class SharedLoader:
         from gpudesk.loader.batch_plan import BatchPlan
 
         dataset = self._local_dataset()
-        epoch = self._local_epoch
-        self._local_epoch += 1
+        epoch, start = self._local_epoch, self._local_start
+        self._local_epoch, self._local_start = epoch + 1, 0
         # A producer's own plan of the stream, so the order and the batches' seeds are its.
-        plan = BatchPlan(len(dataset), self.batch_size or 64, self.seed, self.shuffle)
-        requests = [plan.request((epoch, j)) for j in range(plan.per_epoch)]
+        plan = BatchPlan(len(dataset), self._plan_batch(), self.seed, self.shuffle)
+        requests = self.contract.local_requests(plan, epoch)
+        count = self.contract.batches(len(dataset), self.batch_size or 64)
+        requests = requests[start:count]  # resumed: from where it was; drop_last: not the tail
         loader = DataLoader(
             cast(Any, Source(dataset)),
             batch_sampler=cast(Any, requests),
@@ -544,10 +592,18 @@ class SharedLoader:
             # seeded by itself anyway (fetch.py), and the script's random state stays its own.
             generator=torch.Generator().manual_seed(self.seed),
         )
-        for request, batch in zip(requests, loader, strict=True):
-            batch_ids = torch.tensor(request.indices)
-            self.last_ids = batch_ids
-            yield (batch, batch_ids) if self.with_ids else batch
+        try:
+            for done, (request, batch) in enumerate(zip(requests, loader, strict=True), start + 1):
+                batch_ids = torch.tensor(request.indices)
+                self.last_ids = batch_ids
+                self._local_reading = (epoch, done)
+                batch = self.contract.pin(batch)
+                yield (batch, batch_ids) if self.with_ids else batch
+        finally:
+            self._local_reading = None
+
+    def _plan_batch(self) -> int:
+        return self.contract.plan_batch(self.batch_size or 64)
 
 
 class _ProducerLost(Exception):
