@@ -24,7 +24,11 @@ batches come as CUDA tensors: views of the producer's staged mirror (`staging.py
 host-to-device copy for every job on that GPU; `device="cpu"` asks for host batches anyway, and
 `data_path` says which this consumer reads ("staged", or "host: " and why).
 
-A batch stays valid until the next one is asked for; keep a tensor longer with `.clone()`.
+A batch stays valid for as long as any tensor of it is alive: its ring slots go back to the
+producer only then (`lease.py`). A consumer may keep a few batches alive at once (its lease:
+LOOKAHEAD = 2 batches besides the one being read, at the producer's batch size); one that keeps
+more gets a LoaderError saying so, or with `copy_when_held=True` private copies (`.clone()`
+the batches you keep, or pass it, to keep an epoch's batches, `list(loader)`).
 Batch sizes that divide the producer's are views of its slots, multiples of it are views across
 adjacent slots where they lie in order; any other size is assembled by copying.
 """
@@ -32,6 +36,7 @@ adjacent slots where they lie in order; any other size is assembled by copying.
 from __future__ import annotations
 
 import contextlib
+import gc
 import math
 import os
 import sys
@@ -46,6 +51,14 @@ import zmq
 from gpudesk.core.datasets import VARIANT_SEPARATOR
 from gpudesk.loader.batch import BatchMeta, Piece, collate, ids, samples
 from gpudesk.loader.fetch import Source
+from gpudesk.loader.lease import (
+    Leases,
+    lease_info,
+    no_room_after,
+    owned_view,
+    private_runs,
+    stuck_message,
+)
 from gpudesk.loader.protocol import (
     ENV_DATASET,
     ENV_RESUME_S,
@@ -85,6 +98,7 @@ class SharedLoader:
         home: str | os.PathLike[str] | None = None,
         resume_s: float | None = None,
         device: str = "auto",
+        copy_when_held: bool = False,
     ) -> None:
         self.name = check_name(name)
         served = os.environ.get(ENV_DATASET)
@@ -111,6 +125,10 @@ class SharedLoader:
         self._received: dict[int, set[int]] = defaultdict(set)  # epoch -> batches received
         self._pending: dict[int, list[Piece]] = defaultdict(list)  # batches of later epochs
         self._held: set[int] = set()
+        self._leases = Leases()  # why each held slot is held: a piece waiting, batches alive
+        self.copy_when_held = copy_when_held
+        self.copied_batches = 0  # handed out as private copies (copy_when_held)
+        self._need, self.lease_limit = 1, 0  # set by the welcome
         self._release: list[int] = []
         self._skip: dict[int, int] = {}  # after a resume: samples of a batch already handed out
         self.ring: Ring | None = None
@@ -270,6 +288,8 @@ class SharedLoader:
             self.epoch = int(reply["epoch"])  # the producer epoch this consumer epoch follows
             self.identity = info.get("identity")  # what a restarted producer must match
         self._held.clear()
+        self._leases.reset()
+        self._need, self.lease_limit = lease_info(reply, self.batch_size, self.producer_batch)
         self._open_staging(reply)
 
     def _open_staging(self, reply: dict[str, Any]) -> None:
@@ -331,15 +351,17 @@ class SharedLoader:
                 finished = len(self._received[epoch]) >= self.per_epoch
                 if have >= want or (finished and have):
                     batch, batch_ids, spent = self._assemble(pieces, min(want, have))
-                    self.last_ids = batch_ids
+                    self._release.extend(self._leases.spent(spent))
+                    self.last_ids = batch_ids.clone()  # not a view: it would keep the batch
                     yield (batch, batch_ids) if self.with_ids else batch
-                    # Asked for the next: done with these. Said at once, so the producer can
-                    # hand this consumer its next batches into the room.
-                    self._release.extend(spent)
+                    del batch, batch_ids
+                    # Asked for the next: the batches no longer alive are said at once, so the
+                    # producer can hand this consumer its next batches into the room.
                     self._flush_release()
                     continue
                 if finished:
                     break
+                self._check_room()
                 try:
                     self._receive(epoch, pieces)
                 except _ProducerLost as lost:
@@ -347,7 +369,7 @@ class SharedLoader:
         finally:
             # Done, or the loop was left early: a new iteration starts the next epoch, and the
             # rest of this one is let go as it arrives.
-            self._release.extend(p.slot for p in pieces)
+            self._release.extend(self._leases.spent([p.slot for p in pieces]))
             self._flush_release()
             self._received.pop(epoch, None)
             self.epoch = epoch + 1
@@ -394,6 +416,7 @@ class SharedLoader:
         if key_epoch < self.epoch or index in self._received[key_epoch]:
             self._release.append(slot)  # a batch it already has (a restarted producer)
             return
+        self._leases.hold(slot)
         meta = BatchMeta.from_wire(message["meta"])
         assert self.ring is not None
         self.ring.ensure(max(f.offset + f.nbytes for f in meta.fields))
@@ -422,17 +445,48 @@ class SharedLoader:
             if not piece.left:
                 spent.append(pieces.pop(0).slot)
         assert self.ring is not None and self.ring.base is not None
-        base = self.ring.base
         # The staged mirror when every run of the batch is staged there (a producer that
         # stopped staging, or a mirror this process could not open, leaves the host ring).
         staged = self._mirror if all(piece.gen for piece, _, _ in runs) else None
+        # Read through tensors of this batch's own (lease.py): its slots are lent to it
+        # until the last of them dies; or, at the lease's limit with copy_when_held, copied.
+        used = list(dict.fromkeys(piece.slot for piece, _, _ in runs))
+        waiting = {piece.slot for piece in pieces}
+        owners: list[object] = []
+        if self.copy_when_held and no_room_after(
+            self._leases, used, waiting, self._need, self.lease_limit
+        ):
+            base, staged, runs = private_runs(runs, self.ring.base, staged)
+            self.copied_batches += 1
+        else:
+            base, owner = owned_view(self.ring.base)
+            owners.append(owner)
+            if staged is not None:
+                staged, owner = owned_view(staged)
+                owners.append(owner)
         if self.collate_fn is not None:
             batch = self.collate_fn(samples(base, runs, staged))
         else:
             batch, _copies = collate(base, runs, staged)
-        return batch, ids(base, runs), spent
+        batch_ids = ids(base, runs)
+        self._leases.lend(used if owners else [], owners)
+        return batch, batch_ids, spent
+
+    def _check_room(self) -> None:
+        """Before waiting for a batch: with every slot of its lease held (by batches kept
+        alive), none could come. Say so rather than wait for ever."""
+        self._flush_release()
+        if len(self._held) < self.lease_limit:
+            return
+        gc.collect()  # batches kept only by reference cycles go now
+        self._flush_release()
+        if len(self._held) >= self.lease_limit:
+            raise LoaderError(
+                stuck_message(self.name, self._leases.alive(), len(self._held), self.lease_limit)
+            )
 
     def _flush_release(self) -> None:
+        self._release.extend(self._leases.collect())  # batches whose last view died
         if self._release and self._socket is not None:
             with contextlib.suppress(zmq.ZMQError):
                 self._socket.send(encode("release", slots=self._release))

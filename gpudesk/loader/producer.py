@@ -573,6 +573,7 @@ class Producer:
                     fd_socket=str(self.fd_path),
                     makeups=len(consumer.missing),
                     managed=self.config.managed,
+                    lease=consumer.cap,
                     **welcome_staging,
                 ),
             ]
