@@ -26,9 +26,9 @@ host-to-device copy for every job on that GPU; `device="cpu"` asks for host batc
 
 A batch stays valid for as long as any tensor of it is alive: its ring slots go back to the
 producer only then (`lease.py`). A consumer may keep a few batches alive at once (its lease:
-LOOKAHEAD = 2 batches besides the one being read, at the producer's batch size); one that keeps
-more gets a LoaderError saying so, or with `copy_when_held=True` private copies (`.clone()`
-the batches you keep, or pass it, to keep an epoch's batches, `list(loader)`).
+two batches besides the one being read, at the producer's batch size); one that keeps more gets
+a LoaderError saying so. Keep such batches with `.clone()`, or pass `copy_when_held=True` for
+private copies beyond the lease (then `list(loader)` works as with a DataLoader).
 Batch sizes that divide the producer's are views of its slots, multiples of it are views across
 adjacent slots where they lie in order; any other size is assembled by copying.
 """
