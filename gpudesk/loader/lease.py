@@ -200,14 +200,10 @@ def no_room_after(
     return len(kept - waiting) + need > limit
 
 
-def lease_need(batch_size: int, per_slot: int) -> int:
-    """The slots one batch may span (the producer's rule, for a producer that does not say)."""
-    return math.ceil(batch_size / per_slot) + (1 if batch_size % per_slot else 0)
-
-
 def lease_info(reply: dict[str, Any], batch_size: int, per_slot: int) -> tuple[int, int]:
-    """(need, limit) for this consumer from the producer's welcome."""
-    from gpudesk.loader.consumer_state import LOOKAHEAD
+    """(need, limit) for this consumer: the limit as the producer's welcome says it (a producer
+    from before it did lends the same, by the same rule)."""
+    from gpudesk.loader.consumer_state import LOOKAHEAD, need_slots
 
-    need = lease_need(batch_size, per_slot)
+    need = need_slots(batch_size, per_slot)
     return need, int(reply.get("lease") or need + LOOKAHEAD)
