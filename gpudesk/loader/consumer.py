@@ -24,7 +24,11 @@ batches come as CUDA tensors: views of the producer's staged mirror (`staging.py
 host-to-device copy for every job on that GPU; `device="cpu"` asks for host batches anyway, and
 `data_path` says which this consumer reads ("staged", or "host: " and why).
 
-A batch stays valid until the next one is asked for; keep a tensor longer with `.clone()`.
+A batch stays valid for as long as any tensor of it is alive: its ring slots go back to the
+producer only then (`lease.py`). A consumer may keep a few batches alive at once (its lease:
+two batches besides the one being read, at the producer's batch size); one that keeps more gets
+a LoaderError saying so. Keep such batches with `.clone()`, or pass `copy_when_held=True` for
+private copies beyond the lease (then `list(loader)` works as with a DataLoader).
 Batch sizes that divide the producer's are views of its slots, multiples of it are views across
 adjacent slots where they lie in order; any other size is assembled by copying.
 
@@ -35,20 +39,28 @@ batch, `contract.py`), `set_epoch` and `state_dict()` (`resume.py`) work in both
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import zmq
 
 from gpudesk.core.datasets import VARIANT_SEPARATOR
 from gpudesk.loader.batch import BatchMeta, Piece, collate, ids, samples
 from gpudesk.loader.contract import Contract, resolve_shard
-from gpudesk.loader.fetch import Source
+from gpudesk.loader.lease import (
+    Leases,
+    lease_info,
+    no_room_after,
+    owned_view,
+    private_runs,
+    stuck_message,
+)
 from gpudesk.loader.protocol import (
     ENV_DATASET,
     ENV_RESUME_S,
@@ -91,6 +103,7 @@ class SharedLoader:
         drop_last: bool = False,
         shard: tuple[int, int] | None = None,
         pin_memory: bool = False,
+        copy_when_held: bool = False,
     ) -> None:
         self.name = check_name(name)
         self.contract = Contract(drop_last, resolve_shard(shard), pin_memory)
@@ -119,6 +132,10 @@ class SharedLoader:
         self._received: dict[int, set[int]] = defaultdict(set)  # epoch -> batches received
         self._pending: dict[int, list[Piece]] = defaultdict(list)  # batches of later epochs
         self._held: set[int] = set()
+        self._leases = Leases()  # why each held slot is held: a piece waiting, batches alive
+        self.copy_when_held = copy_when_held
+        self.copied_batches = 0  # handed out as private copies (copy_when_held)
+        self._need, self.lease_limit = 1, 0  # set by the welcome
         self._release: list[int] = []
         self._skip: dict[int, int] = {}  # after a resume: samples of a batch already handed out
         self._pieces: list[Piece] = []  # of the epoch being read: received, not wholly handed out
@@ -285,6 +302,8 @@ class SharedLoader:
             self.epoch = int(reply["epoch"])  # the producer epoch this consumer epoch follows
             self.identity = info.get("identity")  # what a restarted producer must match
         self._held.clear()
+        self._leases.reset()
+        self._need, self.lease_limit = lease_info(reply, self.batch_size, self.producer_batch)
         self._open_staging(reply)
 
     def _open_staging(self, reply: dict[str, Any]) -> None:
@@ -350,17 +369,19 @@ class SharedLoader:
                     break  # drop_last: the rest of the epoch is not a batch on every rank
                 if self.contract.yields(have, want, finished):
                     batch, batch_ids, spent = self._assemble(pieces, min(want, have))
-                    self.last_ids = batch_ids
+                    self._release.extend(self._leases.spent(spent))
+                    self.last_ids = batch_ids.clone()  # not a view: it would keep the batch
                     self._yielded += 1
                     batch = self.contract.pin(batch)
                     yield (batch, batch_ids) if self.with_ids else batch
-                    # Asked for the next: done with these. Said at once, so the producer can
-                    # hand this consumer its next batches into the room.
-                    self._release.extend(spent)
+                    del batch, batch_ids
+                    # Asked for the next: the batches no longer alive are said at once, so the
+                    # producer can hand this consumer its next batches into the room.
                     self._flush_release()
                     continue
                 if finished:
                     break
+                self._check_room()
                 try:
                     self._receive(epoch, pieces)
                 except _ProducerLost as lost:
@@ -368,7 +389,7 @@ class SharedLoader:
         finally:
             # Done, or the loop was left early: a new iteration starts the next epoch, and the
             # rest of this one is let go as it arrives.
-            self._release.extend(p.slot for p in pieces)
+            self._release.extend(self._leases.spent([p.slot for p in pieces]))
             self._flush_release()
             self._received.pop(epoch, None)
             self._pieces, self._yielded = [], 0
@@ -416,6 +437,7 @@ class SharedLoader:
         if key_epoch < self.epoch or index in self._received[key_epoch]:
             self._release.append(slot)  # a batch it already has (a restarted producer)
             return
+        self._leases.hold(slot)
         meta = BatchMeta.from_wire(message["meta"])
         assert self.ring is not None
         self.ring.ensure(max(f.offset + f.nbytes for f in meta.fields))
@@ -448,17 +470,48 @@ class SharedLoader:
             if not piece.left:
                 spent.append(pieces.pop(0).slot)
         assert self.ring is not None and self.ring.base is not None
-        base = self.ring.base
         # The staged mirror when every run of the batch is staged there (a producer that
         # stopped staging, or a mirror this process could not open, leaves the host ring).
         staged = self._mirror if all(piece.gen for piece, _, _ in runs) else None
+        # Read through tensors of this batch's own (lease.py): its slots are lent to it
+        # until the last of them dies; or, at the lease's limit with copy_when_held, copied.
+        used = list(dict.fromkeys(piece.slot for piece, _, _ in runs))
+        waiting = {piece.slot for piece in pieces}
+        owners: list[object] = []
+        if self.copy_when_held and no_room_after(
+            self._leases, used, waiting, self._need, self.lease_limit
+        ):
+            base, staged, runs = private_runs(runs, self.ring.base, staged)
+            self.copied_batches += 1
+        else:
+            base, owner = owned_view(self.ring.base)
+            owners.append(owner)
+            if staged is not None:
+                staged, owner = owned_view(staged)
+                owners.append(owner)
         if self.collate_fn is not None:
             batch = self.collate_fn(samples(base, runs, staged))
         else:
             batch, _copies = collate(base, runs, staged)
-        return batch, ids(base, runs), spent
+        batch_ids = ids(base, runs)
+        self._leases.lend(used if owners else [], owners)
+        return batch, batch_ids, spent
+
+    def _check_room(self) -> None:
+        """Before waiting for a batch: with every slot of its lease held (by batches kept
+        alive), none could come. Say so rather than wait for ever."""
+        self._flush_release()
+        if len(self._held) < self.lease_limit:
+            return
+        gc.collect()  # batches kept only by reference cycles go now
+        self._flush_release()
+        if len(self._held) >= self.lease_limit:
+            raise LoaderError(
+                stuck_message(self.name, self._leases.alive(), len(self._held), self.lease_limit)
+            )
 
     def _flush_release(self) -> None:
+        self._release.extend(self._leases.collect())  # batches whose last view died
         if self._release and self._socket is not None:
             with contextlib.suppress(zmq.ZMQError):
                 self._socket.send(encode("release", slots=self._release))
@@ -529,12 +582,9 @@ class SharedLoader:
 
     # ------------------------------------------------------------------- local
     def _local_dataset(self) -> Any:
-        if self._local is None:
-            from gpudesk.loader.producer_config import load_factory
+        from gpudesk.loader.local import dataset_of
 
-            assert self.factory is not None
-            self._local = load_factory(self.factory)(**self.factory_kwargs)
-        return self._local
+        return dataset_of(self)
 
     def set_epoch(self, epoch: int) -> None:
         """The epoch the next iteration reads, as a DataLoader's sampler's `set_epoch`.
@@ -567,40 +617,10 @@ class SharedLoader:
         restore(self, state_dict)
 
     def _iter_local(self) -> Iterator[Any]:
-        """The same epochs as a producer with this seed would give, from a local DataLoader,
-        through the same fetching (`fetch.Source`): the same order, and the same samples where
-        the batch size is the producer's."""
-        import torch
-        from torch.utils.data import DataLoader, default_collate
+        """The fallback's epoch: a local DataLoader over the producer's plan (`local.py`)."""
+        from gpudesk.loader.local import iterate
 
-        from gpudesk.loader.batch_plan import BatchPlan
-
-        dataset = self._local_dataset()
-        epoch, start = self._local_epoch, self._local_start
-        self._local_epoch, self._local_start = epoch + 1, 0
-        # A producer's own plan of the stream, so the order and the batches' seeds are its.
-        plan = BatchPlan(len(dataset), self._plan_batch(), self.seed, self.shuffle)
-        requests = self.contract.local_requests(plan, epoch)
-        count = self.contract.batches(len(dataset), self.batch_size or 64)
-        requests = requests[start:count]  # resumed: from where it was; drop_last: not the tail
-        loader = DataLoader(
-            cast(Any, Source(dataset)),
-            batch_sampler=cast(Any, requests),
-            collate_fn=self.collate_fn or default_collate,
-            num_workers=self.workers,
-            # Its workers' seeds from a generator of its own, not the script's: every batch is
-            # seeded by itself anyway (fetch.py), and the script's random state stays its own.
-            generator=torch.Generator().manual_seed(self.seed),
-        )
-        try:
-            for done, (request, batch) in enumerate(zip(requests, loader, strict=True), start + 1):
-                batch_ids = torch.tensor(request.indices)
-                self.last_ids = batch_ids
-                self._local_reading = (epoch, done)
-                batch = self.contract.pin(batch)
-                yield (batch, batch_ids) if self.with_ids else batch
-        finally:
-            self._local_reading = None
+        yield from iterate(self)
 
     def _plan_batch(self) -> int:
         return self.contract.plan_batch(self.batch_size or 64)

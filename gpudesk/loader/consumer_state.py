@@ -15,6 +15,12 @@ LOOKAHEAD = 2  # batches a consumer may have waiting beyond the ones it is readi
 HOLD_WINDOW_S = 5.0  # the stream's waits for a consumer are counted over this window (decaying)
 
 
+def need_slots(batch_size: int, per_slot: int) -> int:
+    """The slots one of a consumer's batches may span: a batch that does not start on a slot
+    boundary may span one slot more. The producer lends it `need + LOOKAHEAD` (`cap`)."""
+    return math.ceil(batch_size / per_slot) + (1 if batch_size % per_slot else 0)
+
+
 @dataclass
 class ConsumerState:
     """A consumer as its producer sees it: what it was given, holds and lacks, its pace."""

@@ -41,7 +41,7 @@ import zmq
 
 from gpudesk.loader.batch import BatchError, BatchMeta, Packed
 from gpudesk.loader.batch_plan import BatchPlan
-from gpudesk.loader.consumer_state import HOLD_WINDOW_S, ConsumerState
+from gpudesk.loader.consumer_state import HOLD_WINDOW_S, ConsumerState, need_slots
 from gpudesk.loader.device_decode import DeviceDecoder, decoder_for
 from gpudesk.loader.fetch import Key, RingWriter, Source, passthrough
 from gpudesk.loader.producer_config import (
@@ -544,8 +544,7 @@ class Producer:
             epoch = int(resume["epoch"])
             for e, js in resume.get("received", {}).items():
                 got.setdefault(int(e), set()).update(int(j) for j in js)
-        # A batch that does not start on a slot boundary may span one slot more.
-        need = math.ceil(batch_size / per_slot) + (1 if batch_size % per_slot else 0)
+        need = need_slots(batch_size, per_slot)
         consumer = ConsumerState(
             ident, pid, create_time, batch_size, need, epoch, time.monotonic(), got=got
         )
@@ -573,6 +572,7 @@ class Producer:
                     fd_socket=str(self.fd_path),
                     makeups=len(consumer.missing),
                     managed=self.config.managed,
+                    lease=consumer.cap,
                     **welcome_staging,
                 ),
             ]

@@ -12,6 +12,7 @@ consumer -> producer
     status   {}                        any client: the producer's view, for `loader status`
 producer -> consumer
     welcome  {layout, epoch, batches_per_epoch, dataset_len, pid, fd_socket, makeups,
+              lease: the slots it lends this consumer at most (lease.py),
               staging: a mirror handle | null, staging_off: why not | null}   (staging.py)
     batch    {slot, n, key: [epoch, batch], t: send time (time.time()),
               gen: the mirror generation it is staged in (absent: host only),

@@ -26,6 +26,7 @@ from gpudesk.loader.batch import (
 )
 from gpudesk.loader.consumer import SharedLoader
 from gpudesk.loader.fetch import batch_seed, seeded
+from gpudesk.loader.lease import Leases
 from gpudesk.loader.ring import Ring
 from gpudesk.loader.slots import SlotTable
 
@@ -198,6 +199,7 @@ def assembler(table: SlotTable, collate_fn: Any = None) -> SharedLoader:
     """A SharedLoader with just what `_assemble` uses (no producer)."""
     loader = SharedLoader.__new__(SharedLoader)
     loader.ring, loader.collate_fn = table.ring, collate_fn
+    loader.copy_when_held, loader._leases = False, Leases()
     return loader
 
 
