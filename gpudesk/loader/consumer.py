@@ -142,15 +142,7 @@ class SharedLoader:
         self._yielded = 0  # batches handed out of the epoch being read
         self._local_start = 0  # the fallback's batches of its next epoch already handed out
         self.ring: Ring | None = None
-        if device not in ("auto", "cpu"):
-            raise LoaderError(
-                f"device={device!r}: expected 'auto' (batches on the GPU where the producer "
-                "stages them there) or 'cpu' (always host batches)"
-            )
-        self.device = device
-        self._mirror: Any = None  # the producer's staged mirror, opened (a uint8 tensor)
-        self._mirror_gen = 0
-        self.data_path = "host"  # "staged" once batches come from the mirror; else host: why
+        self._choose_device(device)
         # A job the engine started for this dataset had its producer started with it: wait for
         # the producer to come up (it builds the dataset and its first batch) before falling
         # back or giving up.
@@ -169,6 +161,17 @@ class SharedLoader:
             from gpudesk.loader.resume import join_ranks
 
             join_ranks(self, info)
+
+    def _choose_device(self, device: str) -> None:
+        if device not in ("auto", "cpu"):
+            raise LoaderError(
+                f"device={device!r}: expected 'auto' (batches on the GPU where the producer "
+                "stages them there) or 'cpu' (always host batches)"
+            )
+        self.device = device
+        self._mirror: Any = None  # the producer's staged mirror, opened (a uint8 tensor)
+        self._mirror_gen = 0
+        self.data_path = "host"  # "staged" once batches come from the mirror; else host: why
 
     def _no_producer(self, wait: float, info: dict[str, Any] | None) -> str:
         """Why there is no producer to read, and what to do, in one paragraph."""
