@@ -15,7 +15,7 @@ iterates `--epochs` epochs of `SharedLoader(NAME, with_ids=True)` over
     {"event": "batch", "epoch", "index", "n", "t"}           one per batch, when it arrives
     {"event": "epoch", "epoch", "stream_epoch", "ids", "sizes", "batches", "views", "data_ok"}
     {"event": "done"}                                          and exit 0
-    {"event": "error", "message", "since_last_s"}              a LoaderError: exit 3
+    {"event": "error", "message", "since_last_s", "t"}         a LoaderError: exit 3
 
 `stream_epoch` is the producer's epoch that this one follows (a consumer that joins late starts
 in a later one; its order is that epoch's); `views` counts batches whose every tensor (features,
@@ -98,7 +98,7 @@ def consume(
             )
         loader.close()
     except LoaderError as exc:
-        write(event="error", message=str(exc), since_last_s=time.monotonic() - last)
+        write(event="error", message=str(exc), since_last_s=time.monotonic() - last, t=time.time())
         raise
     write(event="done")
 
