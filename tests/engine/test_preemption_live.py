@@ -118,6 +118,9 @@ def result_of(text: str) -> dict[str, object]:
 
 
 @pytest.mark.slow(60)
+# Two trainings of ~20 s each plus an engine: ~50 s idle, past the suite's 120 s beside two
+# busy loops on 2 cores (2026-11-30). Its own waits still bound each step.
+@pytest.mark.timeout(300)
 def test_the_bundled_workload_checkpoints_requeues_and_resumes_to_the_same_result(
     engine: EngineHandle, tmp_path: Path
 ) -> None:
