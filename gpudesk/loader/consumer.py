@@ -313,8 +313,6 @@ class SharedLoader:
         """Read batches from the producer's staged mirror (on this process's GPU) when it has
         one and this consumer may; else from the host ring. Either way, say which (and why)
         to the producer, for `gpudesk loader status`."""
-        from gpudesk.loader.staging import MirrorHandle, StagingUnavailable, open_mirror
-
         self._mirror, self._mirror_gen = None, 0
         offered = reply.get("staging")
         if self.device == "cpu":
@@ -322,23 +320,20 @@ class SharedLoader:
         elif offered is None:
             self.data_path = f"host: {reply.get('staging_off') or 'the producer does not stage'}"
         else:
-            try:
-                handle = MirrorHandle.from_wire(offered)
-                self._mirror, self._mirror_gen = open_mirror(handle), handle.gen
-                self.data_path = "staged"
-            except StagingUnavailable as exc:
-                self.data_path = f"host: {exc}"
+            self._open_mirror(offered)
         if self._socket is not None:
             with contextlib.suppress(zmq.ZMQError):
                 self._socket.send(encode("path", path=self.data_path))
 
-    def _newer_mirror(self, offered: Any) -> None:
-        """The producer's mirror grew: open its new generation (views of the old stay valid)."""
+    def _open_mirror(self, offered: Any) -> None:
+        """Open the mirror a handle names: at the welcome, and each time it grew (a batch
+        message carries the new generation's handle; views of the old stay valid)."""
         from gpudesk.loader.staging import MirrorHandle, StagingUnavailable, open_mirror
 
         try:
             handle = MirrorHandle.from_wire(offered)
             self._mirror, self._mirror_gen = open_mirror(handle), handle.gen
+            self.data_path = "staged"
         except StagingUnavailable as exc:
             self._mirror, self._mirror_gen = None, 0
             self.data_path = f"host: {exc}"
@@ -445,7 +440,7 @@ class SharedLoader:
         assert self.ring is not None
         self.ring.ensure(max(f.offset + f.nbytes for f in meta.fields))
         if "mirror" in message and self._mirror is not None:
-            self._newer_mirror(message["mirror"])
+            self._open_mirror(message["mirror"])
         gen = int(message.get("gen", 0)) if self._mirror is not None else 0
         self._received[key_epoch].add(index)
         first, end = self.contract.run(index, self.producer_batch, meta.count)  # this rank's
