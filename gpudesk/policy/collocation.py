@@ -14,7 +14,9 @@ and a `StationView`, so the live engine and `gpudesk simulate` run the same code
   recent window and the tenants' combined SM demand stays within 120 %; among those GPUs, the
   one left least loaded;
 - MPS where the GPU's MPS server is usable, else naive time-slicing (admitted by kernel-active
-  time, which is what time-slicing shares out); a MIG slice where the GPU
+  time, which is what time-slicing shares out). Per job, time-slicing beside the MPS server's
+  clients instead, where that gains the station more even with time-slicing's own costs at the
+  pessimistic end of their range (a bandwidth-bound pair); a MIG slice where the GPU
   is in MIG mode; whole idle GPUs for multi-GPU jobs and after an out-of-memory death. An MPS
   client may grow into the memory its co-tenants left free (all of it, alone), never into theirs.
 Jobs go in priority and arrival order. A job that cannot start yet may be overtaken by later
@@ -51,13 +53,14 @@ from gpudesk.policy.demand import (
     margin_mib,
 )
 from gpudesk.policy.filled_station import IDLE, MIG, SHARED, Choice, FilledStation, Frontier, Host
-from gpudesk.policy.interference import ModelParams, Workload, mig_rate, workload
+from gpudesk.policy.interference import ModelParams, Prediction, Workload, mig_rate, workload
 from gpudesk.policy.placement_pass import Lookahead, Pass, Shape
 from gpudesk.policy.placement_reasons import (
     collocated_reason,
     foreign_reason,
     idle_share_reason,
     mps_serves_other,
+    sliced_reason,
     unknown_reason,
     unknown_wait,
 )
@@ -425,22 +428,41 @@ class SharingPolicy:
         if bounded and demand.sm_pct >= host.gainless_sm:
             return None
         predicted = plan.joining(host)(load)
-        if predicted.gain <= 0.0:
+        share, value = host.share, predicted.gain
+        under_mps: Prediction | None = None
+        if self.mode == "auto" and share == "mps" and host.mps_user is None:
+            # Per job, MPS or time-slicing beside the same tenants: bandwidth-bound pairs can
+            # do better time-sliced (kernel-active time adds up there, bandwidth under MPS, as
+            # the H100 calibration measured for membw + heavy). Its costs are mostly assumed
+            # (model_params.PROVENANCE), so it is scored at the pessimistic end of their range:
+            # taken only where it gains more even there. (The score is then the larger of two
+            # that each fall as the job's SM share grows, as `gainless_sm` needs.)
+            slicing = plan.slicing(host)
+            if slicing.ceiling > value:
+                worst = slicing.worst(load).gain
+                if worst > value:
+                    under_mps, predicted = predicted, slicing.nominal(load)
+                    share, value = "naive", worst
+        if value <= 0.0:
             if bounded:
                 host.gainless_sm = min(host.gainless_sm, demand.sm_pct)
             return None
         gpu = host.gpu
-        why = functools.partial(collocated_reason, gpu, host.share, demand, predicted, margin)
+        why = functools.partial(collocated_reason, gpu, share, demand, predicted, margin)
+        if under_mps is not None:
+            why = functools.partial(
+                lambda w, mps, worst: f"{w()}; {sliced_reason(mps, worst)}", why, under_mps, value
+            )
         if host.mps_user is not None and uid is not None:
             why = functools.partial(lambda w, u: foreign_reason(gpu, u, w()), why, uid)
         return Choice(
             (gpu.index,),
-            host.share,
+            share,
             "",  # written only if this option is chosen (a pass weighs many)
             why=why,
             free_mib=host.room_mib,
             rate=predicted.rate,
-            value=predicted.gain,
+            value=value,
             rank=(1.0, -host.room_mib, gpu.index),
         )
 

@@ -13,7 +13,14 @@ from dataclasses import dataclass, field, replace
 
 from gpudesk.core.records import JobRecord
 from gpudesk.policy.demand import HEAVY_SM_PCT, Demand
-from gpudesk.policy.interference import Joining, ModelParams, Workload, workload
+from gpudesk.policy.interference import (
+    MIN_RATE,
+    Joining,
+    ModelParams,
+    Workload,
+    pessimistic_for_slicing,
+    workload,
+)
 from gpudesk.policy.policy import (
     RESERVE_MIB,
     Alternative,
@@ -60,6 +67,7 @@ class Host:
     heavy_tenant: bool  # a tenant already saturates it (a heavy job gains nothing beside it)
     idle_whole: bool  # idle and usable whole (a multi-GPU or exclusive job may take it)
     joining: Joining | None = None  # the model's view of its shared tenants, when first asked
+    slicing: Slicing | None = None  # ... and of a job time-slicing beside its MPS clients
     # The least SM demand the model gave no gain here: a job's gain beside these tenants falls
     # as its SM share grows, so one at least as heavy gains nothing either (jobs without a
     # bandwidth figure only: theirs follows their SM share).
@@ -70,6 +78,20 @@ class Host:
 
 
 IDLE, SHARED, MIG, CLOSED = range(4)
+
+
+@dataclass(frozen=True)
+class Slicing:
+    """A job time-slicing beside a GPU's MPS clients rather than joining them: the MPS server
+    is one more context, so every tenant time-slices (as `FilledStation.foreign_host` weighs
+    it), and the tenants lose against their MPS rates now. Predicted under the GPU's parameters
+    (`nominal`) and with time-slicing's own costs at the top of their range (`worst`,
+    `pessimistic_for_slicing`); `ceiling`: no job gains more than this under `worst` (a bound
+    that spares the model's call where MPS already gains as much)."""
+
+    nominal: Joining
+    worst: Joining
+    ceiling: float
 
 
 @dataclass
@@ -162,6 +184,23 @@ class FilledStation:
         if host.joining is None:
             host.joining = Joining(host.params, host.share, tenant_workloads(host.gpu, host.params))
         return host.joining
+
+    def slicing(self, host: Host) -> Slicing:
+        """What the model predicts for a job time-slicing beside the host's MPS clients rather
+        than joining them (`Slicing`)."""
+        if host.slicing is None:
+            before = self.joining(host).before
+            tenants = tenant_workloads(host.gpu, host.params)
+            worst = pessimistic_for_slicing(host.params)
+            n = len(tenants)
+            # time-sliced, no job runs faster than the switches between n + 1 contexts allow
+            fastest = max(MIN_RATE, 1.0 - worst.naive_switch_cost * n)
+            host.slicing = Slicing(
+                Joining(host.params, "naive", tenants, before),
+                Joining(worst, "naive", tenants, before),
+                fastest * (n + 1) - sum(before),
+            )
+        return host.slicing
 
     def take(
         self, job: JobRecord, demand: Demand, choice: Choice, station: StationView

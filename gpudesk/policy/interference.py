@@ -55,6 +55,7 @@ from gpudesk.policy.model_params import (
     HEAVY_SM,
     PAIR_SLOWDOWNS,
     PARAM_NAMES,
+    PESSIMISTIC_FACTOR,
     PROVENANCE,
     PUBLISHED_MPS_TENANT_COST,
     ModelParams,
@@ -62,6 +63,7 @@ from gpudesk.policy.model_params import (
     Workload,
     load_params_file,
     params_from_json,
+    pessimistic_for_slicing,
 )
 from gpudesk.policy.rates import (
     MIN_RATE,
@@ -86,6 +88,7 @@ __all__ = [
     "MIN_RATE",
     "PAIR_SLOWDOWNS",
     "PARAM_NAMES",
+    "PESSIMISTIC_FACTOR",
     "PRIOR_MODEL",
     "PRIOR_WEIGHT",
     "PROVENANCE",
@@ -111,6 +114,7 @@ __all__ = [
     "mps_shared_rate",
     "naive_rates",
     "params_from_json",
+    "pessimistic_for_slicing",
     "predict_join",
     "predicted_rate",
     "shared_rates",

@@ -136,3 +136,20 @@ PROVENANCE: dict[str, Provenance] = {
         "the SMs (compute-bound training)",
     ),
 }
+
+
+# The range an assumed parameter is judged over: the sensitivity sweep's (bench/
+# simulator_sensitivity.py, FACTORS 0.5 and 1.5 x each value), which issue 39 set.
+PESSIMISTIC_FACTOR = 1.5
+
+
+def pessimistic_for_slicing(params: ModelParams) -> ModelParams:
+    """`params` with time-slicing's own costs (the switch cost, kernel-active time beyond SM
+    activity) at the top of their range: a placement that prefers time-slicing to MPS must
+    still prefer it there."""
+    return params.with_values(
+        {
+            "naive_switch_cost": params.naive_switch_cost * PESSIMISTIC_FACTOR,
+            "kernel_active_extra": params.kernel_active_extra * PESSIMISTIC_FACTOR,
+        }
+    )

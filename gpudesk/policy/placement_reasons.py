@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from gpudesk.core.identity import user_name
 from gpudesk.policy.demand import Demand
-from gpudesk.policy.interference import Prediction
+from gpudesk.policy.interference import PESSIMISTIC_FACTOR, Prediction
 from gpudesk.policy.policy import GpuState
 from gpudesk.units import gib
 
@@ -24,6 +24,18 @@ def collocated_reason(
         f"{predicted.rate:.2f}, its {len(gpu.tenants)} tenant(s) slowed by at most "
         f"{slowed:.2f}, station gains {predicted.gain:.2f} GPU; {gib(gpu.free_mib)} free for "
         f"{gib(demand.memory_mib)} + {gib(margin)} margin"
+    )
+
+
+def sliced_reason(under_mps: Prediction, worst_gain: float) -> str:
+    """Why a job time-slices beside a GPU's MPS clients rather than joining them: as an MPS
+    client it would gain the station less, even with time-slicing's costs at the top of their
+    range (`worst_gain`)."""
+    return (
+        f"time-sliced rather than an MPS client: under MPS the model predicts speed "
+        f"{under_mps.rate:.2f} and a station gain of {under_mps.gain:.2f} GPU, time-sliced "
+        f"{worst_gain:.2f} GPU even with its switch cost and kernel-active time at "
+        f"{PESSIMISTIC_FACTOR:g} x"
     )
 
 

@@ -165,11 +165,23 @@ class Joining:
         self.sm = sum(t.sm for t in tenants)
         self.membw = sum(t.membw for t in tenants)
         self.lost = sum(self.before)
+        # naive_rates' hot path: every time-sliced tenant runs at one rate, set by the summed
+        # kernel-active time (thread caps do not matter there)
+        self.sliced = mechanism == "naive" and bool(tenants)
+        self.active = sum(kernel_active(params, t) for t in tenants)
 
     def __call__(self, job: Workload) -> Prediction:
+        n = len(self.tenants)
         if self.uniform and job.thread_cap is None:
             pressure = max(self.sm + job.sm, self.membw + job.membw)
-            n = len(self.tenants)
             rate = mps_shared_rate(self.params, pressure, n + 1)
             return Prediction(rate, rate * (n + 1) - self.lost, self.before, (rate,) * n)
+        if self.sliced:
+            load = self.active + kernel_active(self.params, job)
+            shared = min(1.0, 1.0 / max(load, 1e-6)) * max(
+                MIN_RATE, 1.0 - self.params.naive_switch_cost * n
+            )
+            rate = max(MIN_RATE, shared)
+            lost = sum(b - rate for b in self.before)  # as predict_join sums it, to the bit
+            return Prediction(rate, rate - lost, self.before, (rate,) * n)
         return predict_join(self.params, self.mechanism, job, self.tenants, self.before)

@@ -22,7 +22,13 @@ from gpudesk.policy.demand import (
     reservation,
 )
 from gpudesk.policy.filled_station import Frontier as _Frontier
-from gpudesk.policy.interference import InterferenceModel, Learner
+from gpudesk.policy.interference import (
+    DEFAULT_PARAMS,
+    InterferenceModel,
+    Learner,
+    Workload,
+    predict_join,
+)
 from gpudesk.policy.policies import make_policy
 from gpudesk.policy.policy import (
     RESERVE_MIB,
@@ -95,11 +101,49 @@ def test_two_compute_heavy_jobs_never_share_and_sharing_must_gain() -> None:
     # a light job beside a heavy one gains (the seed's DLRM + ResNet152)
     (light,) = SharingPolicy("auto").place([job(2, 2, 5)], heavy).placements
     assert light.mode == "mps" and "predicted speed 0.96" in light.reason
-    # with a co-tenant cost of 0.6 nothing gains: the job waits rather than slow job 1
+    # with a co-tenant cost of 0.6 under MPS and a switch cost of 0.6 time-sliced nothing
+    # gains: the job waits rather than slow job 1
     dear = Learner()
-    dear.prior = dear.prior.with_values({"mps_tenant_cost": 0.6})
+    dear.prior = dear.prior.with_values({"mps_tenant_cost": 0.6, "naive_switch_cost": 0.6})
     costly = station(gpu(0, tenant(1, 5, 30)), interference=InterferenceModel(dear))
     assert SharingPolicy("auto").place([job(2, 2, 30)], costly).placements == []
+    # MPS alone dear: time-slicing beside job 1 still gains (0.9 each, less the 0.1 switch),
+    # and `auto` takes it where forced `mps` waits
+    dear.prior = dear.prior.with_values({"naive_switch_cost": 0.1})
+    (sliced,) = SharingPolicy("auto").place([job(2, 2, 30)], costly).placements
+    assert (sliced.mode, sliced.slot) == ("naive", "gpu:0/naive")
+    assert "time-sliced rather than an MPS client" in sliced.reason, sliced.reason
+    assert SharingPolicy("mps").place([job(2, 2, 30)], costly).placements == []
+
+
+def test_auto_time_slices_a_bandwidth_bound_job_where_that_gains_even_pessimistically() -> None:
+    """Per job, MPS or time-slicing beside the same MPS clients (issue 39 item 3): a pair that
+    needs 1.8 x the GPU's bandwidth together loses under MPS (each at ~0.44) but only adds its
+    kernel-active time time-sliced (each at ~0.64). Forced `mps` never time-slices, and a pair
+    where time-slicing wins only at the model's nominal costs stays under MPS."""
+    streaming = Tenant(1, "mps", 5 * GIB, 50.0, membw_pct=90.0)
+    demand = Demand(2 * GIB, 50.0, "history", membw_pct=90.0)
+    view = station(gpu(0, streaming), demands={2: demand})
+    (sliced,) = SharingPolicy("auto").place([job(2, 2, 50)], view).placements
+    assert (sliced.mode, sliced.slot, sliced.mps_memory_limit_mib) == ("naive", "gpu:0/naive", None)
+    assert "time-sliced rather than an MPS client" in sliced.reason, sliced.reason
+    pair = Workload(0.5, 0.9)
+    under_mps = predict_join(DEFAULT_PARAMS, "mps", pair, [pair])
+    assert under_mps.gain < 0 < predict_join(DEFAULT_PARAMS, "naive", pair, [pair]).gain
+    assert f"under MPS the model predicts speed {under_mps.rate:.2f}" in sliced.reason
+    assert SharingPolicy("mps").place([job(2, 2, 50)], view).placements == []  # no gain
+    # Two 30 % jobs with an MPS co-tenant cost of 0.2: time-slicing gains 0.8 GPU at the
+    # model's costs against MPS's 0.6, but 0.42 with its switch cost and kernel-active time at
+    # 1.5 x: MPS is kept
+    learner = Learner()
+    learner.prior = learner.prior.with_values({"mps_tenant_cost": 0.2})
+    params = learner.prior
+    close = station(gpu(0, tenant(1, 5, 30)), interference=InterferenceModel(learner))
+    mps_gain = 2 * (1 - params.mps_tenant_cost) - 1
+    naive_gain = 2 * min(1.0, 0.9 / (2 * (0.3 + params.kernel_active_extra))) - 1
+    assert naive_gain > mps_gain, (naive_gain, mps_gain)
+    (kept,) = SharingPolicy("auto").place([job(2, 2, 30)], close).placements
+    assert kept.mode == "mps" and "time-sliced" not in kept.reason
 
 
 def test_an_idle_gpu_comes_before_sharing_unless_a_heavier_job_behind_needs_it() -> None:

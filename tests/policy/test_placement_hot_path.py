@@ -34,6 +34,11 @@ def test_joining_predicts_exactly_what_predict_join_does(
     assert Joining(DEFAULT_PARAMS, mechanism, loads)(job) == predict_join(
         DEFAULT_PARAMS, mechanism, job, loads
     )
+    # time-slicing beside MPS clients: the tenants lose against their MPS rates now
+    under_mps = Joining(DEFAULT_PARAMS, "mps", loads).before
+    assert Joining(DEFAULT_PARAMS, "naive", loads, under_mps)(job) == predict_join(
+        DEFAULT_PARAMS, "naive", job, loads, under_mps
+    )
 
 
 @settings(max_examples=300, deadline=None)
