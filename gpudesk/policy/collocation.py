@@ -15,8 +15,10 @@ and a `StationView`, so the live engine and `gpudesk simulate` run the same code
   one left least loaded;
 - MPS where the GPU's MPS server is usable, else naive time-slicing (admitted by kernel-active
   time, which is what time-slicing shares out). Per job, time-slicing beside the MPS server's
-  clients instead, where that gains the station more even with time-slicing's own costs at the
-  pessimistic end of their range (a bandwidth-bound pair); a MIG slice where the GPU
+  clients instead, where that gains the station more (a bandwidth-bound pair). Sharing is
+  scored with the mechanism's costs at the top of their plausible range, which narrows as the
+  station measures them (the robust rule, `InterferenceModel.pessimistic`): a job shares only
+  where the station gains even there. A MIG slice where the GPU
   is in MIG mode; whole idle GPUs for multi-GPU jobs and after an out-of-memory death. An MPS
   client may grow into the memory its co-tenants left free (all of it, alone), never into theirs.
 Jobs go in priority and arrival order. A job that cannot start yet may be overtaken by later
@@ -430,13 +432,19 @@ class SharingPolicy:
         predicted = plan.joining(host)(load)
         share, value = host.share, predicted.gain
         under_mps: Prediction | None = None
-        if self.mode == "auto" and share == "mps" and host.mps_user is None:
+        robust = self.mode == "auto"
+        if robust:
+            # The robust rule: the model's costs are mostly assumed (model_params.PROVENANCE),
+            # so `auto` scores sharing with the mechanism's costs at the top of their range
+            # (narrowing as the station measures them), and shares only where the station
+            # gains even there.
+            value = plan.worst(host)(load).gain
+        if robust and share == "mps" and host.mps_user is None:
             # Per job, MPS or time-slicing beside the same tenants: bandwidth-bound pairs can
             # do better time-sliced (kernel-active time adds up there, bandwidth under MPS, as
-            # the H100 calibration measured for membw + heavy). Its costs are mostly assumed
-            # (model_params.PROVENANCE), so it is scored at the pessimistic end of their range:
-            # taken only where it gains more even there. (The score is then the larger of two
-            # that each fall as the job's SM share grows, as `gainless_sm` needs.)
+            # the H100 calibration measured for membw + heavy), scored the same way. (Each
+            # score falls as the job's SM share grows, and so does the larger of the two, as
+            # `gainless_sm` needs.)
             slicing = plan.slicing(host)
             if slicing.ceiling > value:
                 worst = slicing.worst(load).gain
@@ -448,11 +456,11 @@ class SharingPolicy:
                 host.gainless_sm = min(host.gainless_sm, demand.sm_pct)
             return None
         gpu = host.gpu
-        why = functools.partial(collocated_reason, gpu, share, demand, predicted, margin)
+        why = functools.partial(
+            collocated_reason, gpu, share, demand, predicted, margin, value if robust else None
+        )
         if under_mps is not None:
-            why = functools.partial(
-                lambda w, mps, worst: f"{w()}; {sliced_reason(mps, worst)}", why, under_mps, value
-            )
+            why = functools.partial(lambda w, mps: f"{w()}; {sliced_reason(mps)}", why, under_mps)
         if host.mps_user is not None and uid is not None:
             why = functools.partial(lambda w, u: foreign_reason(gpu, u, w()), why, uid)
         return Choice(

@@ -18,7 +18,6 @@ from gpudesk.policy.interference import (
     Joining,
     ModelParams,
     Workload,
-    pessimistic_for_slicing,
     workload,
 )
 from gpudesk.policy.policy import (
@@ -68,6 +67,11 @@ class Host:
     idle_whole: bool  # idle and usable whole (a multi-GPU or exclusive job may take it)
     joining: Joining | None = None  # the model's view of its shared tenants, when first asked
     slicing: Slicing | None = None  # ... and of a job time-slicing beside its MPS clients
+    # The parameters with each mechanism's costs at the top of their plausible range (the
+    # robust rule: `InterferenceModel.pessimistic`), and the model's view of the shared
+    # tenants under them for `share`
+    worst_params: dict[str, ModelParams] = field(default_factory=dict)
+    worst_joining: Joining | None = None
     # The least SM demand the model gave no gain here: a job's gain beside these tenants falls
     # as its SM share grows, so one at least as heavy gains nothing either (jobs without a
     # bandwidth figure only: theirs follows their SM share).
@@ -85,9 +89,9 @@ class Slicing:
     """A job time-slicing beside a GPU's MPS clients rather than joining them: the MPS server
     is one more context, so every tenant time-slices (as `FilledStation.foreign_host` weighs
     it), and the tenants lose against their MPS rates now. Predicted under the GPU's parameters
-    (`nominal`) and with time-slicing's own costs at the top of their range (`worst`,
-    `pessimistic_for_slicing`); `ceiling`: no job gains more than this under `worst` (a bound
-    that spares the model's call where MPS already gains as much)."""
+    (`nominal`) and with time-slicing's own costs at the top of their range (`worst`);
+    `ceiling`: no job gains more than this under `worst` (a bound that spares the model's call
+    where MPS already gains as much)."""
 
     nominal: Joining
     worst: Joining
@@ -145,6 +149,7 @@ class FilledStation:
             gpu.heaviest_tenant_sm_pct >= HEAVY_SM_PCT,
             False,
             mps_user=gpu.mps_uid,
+            worst_params=worst_params(station, gpu),
         )
         self._foreign[gpu.index] = host
         return host
@@ -175,6 +180,7 @@ class FilledStation:
             room,
             gpu.heaviest_tenant_sm_pct >= HEAVY_SM_PCT,
             gpu.idle and (not gpu.mig_enabled or gpu.mig_dynamic),
+            worst_params=worst_params(station, gpu) if kind == SHARED else {},
         )
         self._hosts[gpu.index] = host
         return host
@@ -185,13 +191,22 @@ class FilledStation:
             host.joining = Joining(host.params, host.share, tenant_workloads(host.gpu, host.params))
         return host.joining
 
+    def worst(self, host: Host) -> Joining:
+        """What the model predicts for a job joining the host's shared tenants under its share,
+        with that mechanism's costs at the top of their range."""
+        if host.worst_joining is None:
+            params = host.worst_params[host.share]
+            tenants = tenant_workloads(host.gpu, params)
+            host.worst_joining = Joining(params, host.share, tenants)
+        return host.worst_joining
+
     def slicing(self, host: Host) -> Slicing:
         """What the model predicts for a job time-slicing beside the host's MPS clients rather
         than joining them (`Slicing`)."""
         if host.slicing is None:
             before = self.joining(host).before
             tenants = tenant_workloads(host.gpu, host.params)
-            worst = pessimistic_for_slicing(host.params)
+            worst = host.worst_params["naive"]
             n = len(tenants)
             # time-sliced, no job runs faster than the switches between n + 1 contexts allow
             fastest = max(MIN_RATE, 1.0 - worst.naive_switch_cost * n)
@@ -268,6 +283,13 @@ def placement_of(job: JobRecord, demand: Demand, choice: Choice, station: Statio
         mps_memory_limit_mib=limit,
         alternatives=choice.alternatives,
     )
+
+
+def worst_params(station: StationView, gpu: GpuState) -> dict[str, ModelParams]:
+    """The GPU model's parameters with each sharing mechanism's costs at the top of their
+    range (`InterferenceModel.pessimistic`)."""
+    model = station.interference
+    return {mechanism: model.pessimistic(mechanism, gpu.model) for mechanism in ("mps", "naive")}
 
 
 def station_gpu(station: StationView, index: int) -> GpuState:

@@ -51,6 +51,7 @@ from gpudesk.policy.learner import (
     predicted_rate,
 )
 from gpudesk.policy.model_params import (
+    COSTS,
     DEFAULT_PARAMS,
     HEAVY_SM,
     PAIR_SLOWDOWNS,
@@ -63,7 +64,7 @@ from gpudesk.policy.model_params import (
     Workload,
     load_params_file,
     params_from_json,
-    pessimistic_for_slicing,
+    pessimistic,
 )
 from gpudesk.policy.rates import (
     MIN_RATE,
@@ -81,6 +82,7 @@ from gpudesk.policy.rates import (
 )
 
 __all__ = [
+    "COSTS",
     "DEFAULT_PARAMS",
     "HEAVY_SM",
     "KEPT_OBSERVATIONS",
@@ -114,7 +116,7 @@ __all__ = [
     "mps_shared_rate",
     "naive_rates",
     "params_from_json",
-    "pessimistic_for_slicing",
+    "pessimistic",
     "predict_join",
     "predicted_rate",
     "shared_rates",
@@ -132,6 +134,12 @@ class InterferenceModel:
 
     def params(self, gpu_model: str = "") -> ModelParams:
         return self.learner.params(gpu_model) if self.learner else DEFAULT_PARAMS
+
+    def pessimistic(self, mechanism: str, gpu_model: str = "") -> ModelParams:
+        """The parameters with `mechanism`'s costs at the top of their plausible range, which
+        narrows as the learner measures them (`Learner.widths`)."""
+        widths = self.learner.widths(gpu_model) if self.learner else None
+        return pessimistic(self.params(gpu_model), mechanism, widths)
 
 
 PRIOR_MODEL = InterferenceModel()

@@ -13,6 +13,7 @@ from gpudesk.core.mig_profiles import COMPUTE_SLICES, MEMORY_SLICES
 from gpudesk.policy.model_params import (
     DEFAULT_PARAMS,
     PARAM_NAMES,
+    PESSIMISTIC_FACTOR,
     PROVENANCE,
     ModelParams,
     Workload,
@@ -153,6 +154,7 @@ class _Fit:
     implied: list[tuple[str, float] | None] = field(default_factory=list)
     implied_at: ModelParams | None = None
     sweeps: int = 0  # the last refit's
+    counts: dict[str, int] = field(default_factory=dict)  # observations behind each parameter
 
 
 class Learner:
@@ -266,6 +268,19 @@ class Learner:
         fit = self._fits.get(gpu_model)
         return fit.params if fit else self.prior
 
+    def widths(self, gpu_model: str) -> dict[str, float]:
+        """How far above its value each parameter may plausibly be (model_params.pessimistic):
+        `PESSIMISTIC_FACTOR` unmeasured, narrowing as the prior's share of the fit does (its
+        weight against the observations that inform the parameter): 1.5 x with none, 1.25 x
+        with 3, 1.05 x with 27."""
+        fit = self._fits.get(gpu_model)
+        counts = fit.counts if fit else {}
+        return {
+            name: 1.0
+            + (PESSIMISTIC_FACTOR - 1.0) * PRIOR_WEIGHT / (PRIOR_WEIGHT + counts.get(name, 0))
+            for name in PARAM_NAMES
+        }
+
     def _refit(self, fit: _Fit, start: ModelParams) -> None:
         params = start
         # the kept observations' estimates under `start`, where the last refit left them so
@@ -294,6 +309,7 @@ class Learner:
                 name, value = said
                 sums[name] = sums.get(name, 0.0) + value
                 counts[name] = counts.get(name, 0) + 1
+        fit.counts = counts
         return self.prior.with_values(
             {
                 name: (getattr(self.prior, name) * PRIOR_WEIGHT + sums[name])

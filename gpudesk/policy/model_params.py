@@ -138,18 +138,29 @@ PROVENANCE: dict[str, Provenance] = {
 }
 
 
-# The range an assumed parameter is judged over: the sensitivity sweep's (bench/
-# simulator_sensitivity.py, FACTORS 0.5 and 1.5 x each value), which issue 39 set.
+# The range a parameter is judged over before the station has measured it: its value up to
+# 1.5 x, the top of the sensitivity sweep's range (bench/simulator_sensitivity.py FACTORS 0.5 and
+# 1.5 x each value), which issue 39 set. Each parameter's range narrows as observations inform
+# it (`Learner.widths`).
 PESSIMISTIC_FACTOR = 1.5
 
+# What makes each sharing mechanism slower: the parameters a placement under it is judged with
+# at the top of their range. (membw_per_sm only fills in a job's missing bandwidth figure.)
+COSTS = {
+    "mps": ("mps_tenant_cost", "contention"),
+    "naive": ("naive_switch_cost", "kernel_active_extra"),
+}
 
-def pessimistic_for_slicing(params: ModelParams) -> ModelParams:
-    """`params` with time-slicing's own costs (the switch cost, kernel-active time beyond SM
-    activity) at the top of their range: a placement that prefers time-slicing to MPS must
-    still prefer it there."""
+
+def pessimistic(
+    params: ModelParams, mechanism: str, widths: Mapping[str, float] | None = None
+) -> ModelParams:
+    """`params` with `mechanism`'s costs at the top of their range: each times its width (the
+    learner's, else `PESSIMISTIC_FACTOR`). A placement the robust rule takes must still gain
+    there."""
     return params.with_values(
         {
-            "naive_switch_cost": params.naive_switch_cost * PESSIMISTIC_FACTOR,
-            "kernel_active_extra": params.kernel_active_extra * PESSIMISTIC_FACTOR,
+            name: getattr(params, name) * (widths or {}).get(name, PESSIMISTIC_FACTOR)
+            for name in COSTS[mechanism]
         }
     )

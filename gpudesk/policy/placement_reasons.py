@@ -7,35 +7,46 @@ from __future__ import annotations
 
 from gpudesk.core.identity import user_name
 from gpudesk.policy.demand import Demand
-from gpudesk.policy.interference import PESSIMISTIC_FACTOR, Prediction
+from gpudesk.policy.interference import Prediction
 from gpudesk.policy.policy import GpuState
 from gpudesk.units import gib
 
 
 def collocated_reason(
-    gpu: GpuState, share: str, demand: Demand, predicted: Prediction, margin: float
+    gpu: GpuState,
+    share: str,
+    demand: Demand,
+    predicted: Prediction,
+    margin: float,
+    worst_gain: float | None = None,
 ) -> str:
+    """`worst_gain`: what the station gains with the mechanism's costs at the top of their
+    range (the robust rule), where the policy judged by it."""
     slowed = max(
         (b - a for b, a in zip(predicted.tenants_before, predicted.tenants_after, strict=True)),
         default=0.0,
     )
+    worst = (
+        ""
+        if worst_gain is None
+        else f" ({worst_gain:.2f} with its costs at the top of their range)"
+    )
     return (
         f"collocated on GPU {gpu.index} under {share}: predicted speed "
         f"{predicted.rate:.2f}, its {len(gpu.tenants)} tenant(s) slowed by at most "
-        f"{slowed:.2f}, station gains {predicted.gain:.2f} GPU; {gib(gpu.free_mib)} free for "
-        f"{gib(demand.memory_mib)} + {gib(margin)} margin"
+        f"{slowed:.2f}, station gains {predicted.gain:.2f} GPU{worst}; {gib(gpu.free_mib)} free "
+        f"for {gib(demand.memory_mib)} + {gib(margin)} margin"
     )
 
 
-def sliced_reason(under_mps: Prediction, worst_gain: float) -> str:
+def sliced_reason(under_mps: Prediction) -> str:
     """Why a job time-slices beside a GPU's MPS clients rather than joining them: as an MPS
-    client it would gain the station less, even with time-slicing's costs at the top of their
-    range (`worst_gain`)."""
+    client it would gain the station less, both judged with their costs at the top of their
+    range."""
     return (
         f"time-sliced rather than an MPS client: under MPS the model predicts speed "
-        f"{under_mps.rate:.2f} and a station gain of {under_mps.gain:.2f} GPU, time-sliced "
-        f"{worst_gain:.2f} GPU even with its switch cost and kernel-active time at "
-        f"{PESSIMISTIC_FACTOR:g} x"
+        f"{under_mps.rate:.2f} and a station gain of {under_mps.gain:.2f} GPU, less with its "
+        "costs at the top of their range"
     )
 
 

@@ -24,9 +24,11 @@ from gpudesk.policy.demand import (
 from gpudesk.policy.filled_station import Frontier as _Frontier
 from gpudesk.policy.interference import (
     DEFAULT_PARAMS,
+    FrozenTotal,
     InterferenceModel,
     Learner,
     Workload,
+    pessimistic,
     predict_join,
 )
 from gpudesk.policy.policies import make_policy
@@ -132,18 +134,53 @@ def test_auto_time_slices_a_bandwidth_bound_job_where_that_gains_even_pessimisti
     assert under_mps.gain < 0 < predict_join(DEFAULT_PARAMS, "naive", pair, [pair]).gain
     assert f"under MPS the model predicts speed {under_mps.rate:.2f}" in sliced.reason
     assert SharingPolicy("mps").place([job(2, 2, 50)], view).placements == []  # no gain
-    # Two 30 % jobs with an MPS co-tenant cost of 0.2: time-slicing gains 0.8 GPU at the
-    # model's costs against MPS's 0.6, but 0.42 with its switch cost and kernel-active time at
-    # 1.5 x: MPS is kept
+    # Two 30 % jobs with an MPS co-tenant cost of 0.15: time-slicing gains 0.8 GPU at the
+    # model's values against MPS's 0.7, but with each one's costs 1.5 x, 0.42 against 0.55: MPS
     learner = Learner()
-    learner.prior = learner.prior.with_values({"mps_tenant_cost": 0.2})
+    learner.prior = learner.prior.with_values({"mps_tenant_cost": 0.15})
     params = learner.prior
     close = station(gpu(0, tenant(1, 5, 30)), interference=InterferenceModel(learner))
-    mps_gain = 2 * (1 - params.mps_tenant_cost) - 1
-    naive_gain = 2 * min(1.0, 0.9 / (2 * (0.3 + params.kernel_active_extra))) - 1
-    assert naive_gain > mps_gain, (naive_gain, mps_gain)
+    light = Workload(0.3, 0.15)
+    assert (
+        predict_join(params, "naive", light, [light]).gain
+        > predict_join(params, "mps", light, [light]).gain
+    )
     (kept,) = SharingPolicy("auto").place([job(2, 2, 30)], close).placements
     assert kept.mode == "mps" and "time-sliced" not in kept.reason
+
+
+def test_auto_shares_only_where_the_station_gains_with_the_costs_at_the_top_of_their_range() -> (
+    None
+):
+    """The robust rule (issue 39 item 4): two 78 % SM jobs under MPS gain the station 0.07 GPU
+    at the model's values and lose with its co-tenant cost and contention at 1.5 x, so `auto`
+    leaves the second waiting where forced `mps` collocates it; once the station has measured
+    both parameters (27 observations each: a range of 1.05 x), `auto` collocates it too."""
+    pair = Workload(0.78, 0.39)
+    nominal = predict_join(DEFAULT_PARAMS, "mps", pair, [pair]).gain
+    worst = predict_join(pessimistic(DEFAULT_PARAMS, "mps"), "mps", pair, [pair]).gain
+    assert worst < 0 < nominal, (worst, nominal)
+    view = station(gpu(0, tenant(1, 5, 78)))
+    assert SharingPolicy("auto").place([job(2, 2, 78)], view).placements == []
+    (forced,) = SharingPolicy("mps").place([job(2, 2, 78)], view).placements
+    assert forced.mode == "mps" and f"station gains {nominal:.2f} GPU" in forced.reason
+    # measured: the station's own observations agree with the defaults
+    learner = Learner()
+    assert learner.widths("")["contention"] == 1.5
+    agree = {
+        name: FrozenTotal(getattr(DEFAULT_PARAMS, name) * 27, 27, 0, None)
+        for name in ("mps_tenant_cost", "contention")
+    }
+    learner.restore("", (), agree)
+    learned_params = learner.params("")
+    assert learned_params.contention == pytest.approx(DEFAULT_PARAMS.contention)
+    assert learner.widths("")["mps_tenant_cost"] == pytest.approx(1.05)
+    assert learner.widths("")["naive_switch_cost"] == 1.5  # not measured
+    learned = station(gpu(0, tenant(1, 5, 78)), interference=InterferenceModel(learner))
+    (collocated,) = SharingPolicy("auto").place([job(2, 2, 78)], learned).placements
+    assert collocated.mode == "mps" and "with its costs at the top of their range" in (
+        collocated.reason
+    )
 
 
 def test_an_idle_gpu_comes_before_sharing_unless_a_heavier_job_behind_needs_it() -> None:
