@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -429,7 +430,12 @@ def test_ctrl_c_anywhere_leaves_no_job_of_the_run_behind(
     run.send_signal(signal.SIGINT)
     out, err = run.communicate(timeout=30)
     assert run.returncode in (130, -signal.SIGINT), out + err
-    assert "Traceback" not in err
+    # One window is Python's own: an interrupt while the interpreter is still finding the
+    # package (`python -m` in runpy, every frame frozen) comes before any gpudesk code can
+    # handle it, and Python prints that traceback. A loaded machine can keep the process there
+    # for 0.2 s. Any traceback with a frame of gpudesk's is a defect.
+    frames = re.findall(r'File "([^"]+)"', err)
+    assert "Traceback" not in err or all(f.startswith("<frozen ") for f in frames), err
 
     def settled() -> bool:
         jobs = engine.client.request("jobs")["jobs"]

@@ -714,11 +714,13 @@ def test_a_dead_producer_is_reported_at_once_or_a_restarted_one_resumed(loaders:
 
     # A producer that comes back with other settings (here the seed) would give other samples
     # under the same batch numbers: a consumer must not resume its epoch from it.
-    stranded = loaders.thread(resume_s=20)
+    # It waits up to 90 s for one: beside two busy loops and two more test workers, the new
+    # producer took over 20 s to come up, and the consumer then gave up for want of any.
+    stranded = loaders.thread(resume_s=90)
     wait_for(lambda: stranded.batches() >= 3, 20, what="a consumer of the restarted producer")
     restarted.kill()
     other = loaders.serve(**settings, seed=1)
-    wait_for(lambda: stranded.events("error"), 10, what="the consumer to give up")
+    wait_for(lambda: stranded.events("error"), 90, what="the consumer to give up")
     [error] = stranded.events("error")
     assert "other settings" in error["message"], error
     assert other.stop() == 0

@@ -133,18 +133,21 @@ def test_the_wrapper_runs_with_the_engines_environment_and_the_job_with_hers(
     try:
         wrapper_env = environ(wrapper.pid)
         job_env = environ(command.pid)
+        # read while both run: once `go` exists her command ends (a loaded machine lost the
+        # race when these were read after it)
+        wrapper_uid, command_uid = wrapper.uids().effective, command.uids().effective
         # the file that carried her environment to the wrapper's child (root's) is gone
         left = sorted(os.listdir(Path(running["log"]).parent))
     finally:
         go.touch()
     assert "job.env" not in left, left
-    assert wrapper.uids().effective == 0  # the process that must not have her environment
+    assert wrapper_uid == 0  # the process that must not have her environment
     root = trust.engine_environment(None)
     expected = {**root, "PATH": station.env.get("PATH") or trust.DEFAULT_SITE_PATH}
     assert wrapper_env == expected, sorted(set(wrapper_env.items()) ^ set(expected.items()))
     leaked = [name for name in (*trust.LOADER_VARIABLES, "GDSEC_HERS") if name in wrapper_env]
     assert not leaked, f"in the root wrapper's environment: {leaked}"
-    assert command.uids().effective == station.users["ada"].uid
+    assert command_uid == station.users["ada"].uid
     for name, value in sent.items():
         assert job_env.get(name) == value, (name, job_env.get(name))
     done = station.wait_state(job_id, "succeeded", "failed")
