@@ -547,6 +547,7 @@ class SharingPolicy:
             if job.spec.gpus > 1 or demand.exclusive
             else f"needs {gib(demand.admit_mib)} + {gib(margin_mib(demand))} margin and "
             f"{demand.sm_pct:.0f}% SM, and a GPU where sharing is predicted to gain"
+            + (" even with its costs at the top of their range" if self.mode == "auto" else "")
         )
         parts = [f"waiting ({demand.source} demand: {need})"]
         if demand.unknown:

@@ -513,7 +513,8 @@ def test_a_gpu_lost_mid_run_is_marked_and_gets_no_more_jobs(
         # MPS server here) gain nothing by the model, and GPU 1 is not considered at all
         assert waiting.startswith(
             "waiting (hint demand: needs 6.0 GiB + 2.0 GiB margin and 70% SM, and a GPU where "
-            "sharing is predicted to gain); GPU 0:"
+            "sharing is predicted to gain even with its costs at the top of their range); "
+            "GPU 0:"
         ) and waiting.endswith("; GPU 1 lost")
         assert shown.state == "running"
         assert handle.client.request("status")["gpus"]["lost"] == 1
