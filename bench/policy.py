@@ -22,7 +22,8 @@ import time
 from gpudesk.core.jobs import JobSpec, JobState
 from gpudesk.core.records import JobRecord
 from gpudesk.core.station import StationConfig
-from gpudesk.policy.collocation import CarmaPolicy, SharingPolicy
+from gpudesk.policy.carma import CarmaPolicy
+from gpudesk.policy.collocation import SharingPolicy
 from gpudesk.policy.demand import Demand
 from gpudesk.policy.policy import GpuState, StationView, Tenant
 from gpudesk.units import MIB_PER_GIB

@@ -27,13 +27,9 @@ on (never a fixed-layout MIG GPU for a job that needs whole GPUs) take no new jo
 started, while later jobs still start on the others (bounded backfilling), so a large job is
 never starved by a stream of small ones.
 
-`CarmaPolicy` is the published baseline (CARMA): FIFO without backfilling, idle GPUs first, then
-the GPU with the most free memory as measured; admit when free >= need + 2 GiB after a 512 MiB
-reserve and SM activity < 80 %; a job that crashed reruns alone on an idle GPU.
-
-The station as a pass fills it is `filled_station`, the pass's own state and look-ahead
-`placement_pass`, the reasons' words `placement_reasons`, and which MIG slice a job takes
-`slice_choice`.
+The published baseline, CARMA, is `gpudesk.policy.carma`. The station as a pass fills it is
+`filled_station`, the pass's own state and look-ahead `placement_pass`, the reasons' words
+`placement_reasons`, and which MIG slice a job takes `slice_choice`.
 """
 
 from __future__ import annotations
@@ -46,7 +42,6 @@ from dataclasses import replace
 from gpudesk.core.mig_profiles import COMPUTE_SLICES, MEMORY_SLICES, memory_slices
 from gpudesk.core.records import JobRecord
 from gpudesk.policy.demand import (
-    MARGIN_MIB,
     UNKNOWN_HINT_SHARE,
     Demand,
     from_hints,
@@ -85,7 +80,6 @@ from gpudesk.policy.station_fit import (
     MigRules,
     mig_table,
     room_once_drained,
-    runs_as_is,
     wait_for_change,
 )
 from gpudesk.units import gib
@@ -547,7 +541,7 @@ class SharingPolicy:
             if job.spec.gpus > 1 or demand.exclusive
             else f"needs {gib(demand.admit_mib)} + {gib(margin_mib(demand))} margin and "
             f"{demand.sm_pct:.0f}% SM, and a GPU where sharing is predicted to gain"
-            + (" even with its costs at the top of their range" if self.mode == "auto" else "")
+            + (" even with its costs at the top of their range" if self.name == "auto" else "")
         )
         parts = [f"waiting ({demand.source} demand: {need})"]
         if demand.unknown:
@@ -567,91 +561,3 @@ class SharingPolicy:
         if ahead:
             parts.append(f"{ahead} GPU job(s) ahead")
         return "; ".join(parts)
-
-
-class CarmaPolicy(SharingPolicy):
-    """CARMA's published rules, as the baseline gpudesk is measured against."""
-
-    def __init__(self) -> None:
-        super().__init__("auto")
-        self.name = "carma"
-        # CARMA places processes on whole GPUs: a GPU in MIG mode runs none of its jobs
-        self.rules = MigRules(slices=False, whole_when_dynamic=False)
-
-    def place(self, queue: Sequence[JobRecord], station: StationView) -> Decision:
-        plan = FilledStation({g.index: g for g in station.gpu_states})
-        cpu_slots = station.free_slots
-        rejections: list[Rejection] = []
-        for job in queue:
-            if not job.spec.gpus:
-                if cpu_slots:
-                    plan.placements.append(cpu_placement(job, cpu_slots.pop(0), station))
-                continue
-            demand = demand_of(job, station)
-            measured = demand.source == "after OOM"
-            impossible = gpu_job_impossible(
-                job.spec.gpus, demand.memory_mib, station, RESERVE_MIB, measured
-            )
-            if impossible:
-                rejections.append(Rejection(job.id, f"the job {impossible}"))
-                continue
-            choice = self.choose(job, demand, plan, station)
-            if choice is None:
-                if not runs_as_is(self.ask(job, demand), self.rules, station):
-                    continue  # it cannot start before an admin's change: it blocks nobody
-                break  # FIFO without backfilling: the head of the queue blocks the rest
-            plan.take(job, given_room(demand, choice), choice, station)
-        return Decision(plan.placements, rejections)
-
-    def choose(
-        self,
-        job: JobRecord,
-        demand: Demand,
-        plan: FilledStation,
-        station: StationView,
-        exclude: set[int] | frozenset[int] = frozenset(),
-        behind: Callable[[], int] = lambda: 0,
-    ) -> Choice | None:
-        # CARMA places processes on whole GPUs: a GPU in MIG mode cannot run them
-        gpus = [g for g in plan.gpus.values() if not g.lost and not g.mig_enabled]
-        idle = [g for g in gpus if g.idle]
-        if job.spec.gpus > 1 or demand.exclusive:
-            if len(idle) < job.spec.gpus:
-                return None
-            chosen = tuple(g.index for g in idle[: job.spec.gpus])
-            return Choice(chosen, "exclusive", "CARMA: idle GPU, alone")
-        if idle:
-            gpu = idle[0]
-            share = "mps" if gpu.mps_usable else "naive"
-            why = idle_share_reason(gpu, share, demand, "auto")
-            return Choice(
-                (gpu.index,), share, f"CARMA: GPU {gpu.index} idle; {why}", mps_limits=False
-            )
-        # The GPU with the most free memory as measured (CARMA reads nvidia-smi).
-        busy = sorted(
-            (g for g in gpus if not g.exclusive),
-            key=lambda g: (-(g.memory_total_mib - g.memory_used_mib), g.index),
-        )
-        if not busy:
-            return None
-        gpu = busy[0]
-        if gpu.placed_s_ago is not None and gpu.placed_s_ago < CARMA_WINDOW_S:
-            return None  # its measurements do not show the last job yet
-        free = gpu.memory_total_mib - gpu.memory_used_mib - RESERVE_MIB
-        if (
-            free < demand.memory_mib + MARGIN_MIB
-            or (gpu.sm_activity_pct or 0.0) >= SATURATED_SM_PCT
-        ):
-            return None
-        share = gpu.tenants[0].mode if gpu.tenants else "naive"
-        reason = f"CARMA: GPU {gpu.index} has the most free memory"
-        other_user = mps_serves_other(gpu, job.owner.uid)
-        if other_user:  # never an MPS client of another user's server
-            share, reason = "naive", f"time-sliced: {other_user}; {reason}"
-        return Choice((gpu.index,), share, reason, mps_limits=False)
-
-
-def make_sharing_policy(name: str) -> SharingPolicy:
-    if name == "carma":
-        return CarmaPolicy()
-    return SharingPolicy(name)

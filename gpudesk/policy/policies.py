@@ -3,7 +3,7 @@ accept, and the policy object each name makes."""
 
 from __future__ import annotations
 
-from gpudesk.policy.collocation import make_sharing_policy
+from gpudesk.policy.carma import make_sharing_policy
 from gpudesk.policy.policy import FifoPolicy, PlacementPolicy
 
 # "fifo" is whole GPUs, first come first served; the others are collocation-aware

@@ -13,7 +13,8 @@ from test_jobs_protocol_policy import record  # same folder: on sys.path under p
 from gpudesk.core.records import JobRecord
 from gpudesk.core.station import StationConfig
 from gpudesk.hw.telemetry.energy import AttemptUsage
-from gpudesk.policy.collocation import CarmaPolicy, SharingPolicy
+from gpudesk.policy.carma import CarmaPolicy
+from gpudesk.policy.collocation import SharingPolicy
 from gpudesk.policy.demand import (
     MARGIN_MIB,
     PEAK_SETTLED_S,

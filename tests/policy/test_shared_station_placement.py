@@ -11,7 +11,8 @@ from test_collocation import gpu, job, station, tenant
 
 from gpudesk.core.identity import Identity, user_name
 from gpudesk.core.records import JobRecord, UsageSpan
-from gpudesk.policy.collocation import CarmaPolicy, SharingPolicy
+from gpudesk.policy.carma import CarmaPolicy
+from gpudesk.policy.collocation import SharingPolicy
 from gpudesk.policy.fairshare import (
     FairShare,
     ahead_by_fair_share,

@@ -8,7 +8,8 @@ import dataclasses
 
 from test_placement_hot_path import GIB, SLICES, _gpu, _job, _station
 
-from gpudesk.policy.collocation import CarmaPolicy, SharingPolicy
+from gpudesk.policy.carma import CarmaPolicy
+from gpudesk.policy.collocation import SharingPolicy
 from gpudesk.policy.policy import (
     RESERVE_MIB,
     FifoPolicy,

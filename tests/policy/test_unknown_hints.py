@@ -14,7 +14,8 @@ from test_jobs_protocol_policy import record  # same folder: on sys.path under p
 from gpudesk.core.jobs import JobState
 from gpudesk.core.records import JobRecord
 from gpudesk.core.station import StationConfig
-from gpudesk.policy.collocation import CarmaPolicy, SharingPolicy
+from gpudesk.policy.carma import CarmaPolicy
+from gpudesk.policy.collocation import SharingPolicy
 from gpudesk.policy.demand import UNKNOWN_ADMIT_MIB, Demand, beyond_every_gpu, hint_unknown
 from gpudesk.policy.policy import RESERVE_MIB, GpuState, StationView, Tenant, gpu_job_impossible
 from gpudesk.policy.retry import Ending, ending
