@@ -423,9 +423,9 @@ class SharingPolicy:
         bounded = demand.membw_pct is None
         if bounded and demand.sm_pct >= host.gainless_sm:
             return None
-        predicted = plan.joining(host)(load)
-        share, value = host.share, predicted.gain
+        share = host.share
         under_mps: Prediction | None = None
+        predicted: Prediction | None = None  # at the model's values: what the reason shows
         robust = self.mode == "auto"
         if robust:
             # The robust rule: the model's costs are mostly assumed (model_params.PROVENANCE),
@@ -433,6 +433,9 @@ class SharingPolicy:
             # (narrowing as the station measures them), and shares only where the station
             # gains even there.
             value = plan.worst(host)(load).gain
+        else:
+            predicted = plan.joining(host)(load)
+            value = predicted.gain
         if robust and share == "mps" and host.mps_user is None:
             # Per job, MPS or time-slicing beside the same tenants: bandwidth-bound pairs can
             # do better time-sliced (kernel-active time adds up there, bandwidth under MPS, as
@@ -443,12 +446,14 @@ class SharingPolicy:
             if slicing.ceiling > value:
                 worst = slicing.worst(load).gain
                 if worst > value:
-                    under_mps, predicted = predicted, slicing.nominal(load)
+                    under_mps, predicted = plan.joining(host)(load), slicing.nominal(load)
                     share, value = "naive", worst
         if value <= 0.0:
             if bounded:
                 host.gainless_sm = min(host.gainless_sm, demand.sm_pct)
             return None
+        if predicted is None:  # only for an option that may be chosen (a pass weighs many)
+            predicted = plan.joining(host)(load)
         gpu = host.gpu
         why = functools.partial(
             collocated_reason, gpu, share, demand, predicted, margin, value if robust else None
