@@ -239,6 +239,12 @@ class SharingPolicy:
         if waiting is not None:
             run.overtaken[waiting.id] = run.overtaken.get(waiting.id, 0) + 1
 
+    @property
+    def robust(self) -> bool:
+        """Whether sharing is judged with its costs at the top of their range (the robust
+        rule): `auto` only. Forced modes are comparators; CARMA has rules of its own."""
+        return self.name == "auto"
+
     def overtake_budget(self, job: JobRecord) -> int:
         """How often later jobs may start first. A multi-GPU job needs whole idle GPUs, which a
         stream of small jobs never leaves, and every minute it waits costs several GPUs' worth:
@@ -426,7 +432,7 @@ class SharingPolicy:
         share = host.share
         under_mps: Prediction | None = None
         predicted: Prediction | None = None  # at the model's values: what the reason shows
-        robust = self.mode == "auto"
+        robust = self.robust
         if robust:
             # The robust rule: the model's costs are mostly assumed (model_params.PROVENANCE),
             # so `auto` scores sharing with the mechanism's costs at the top of their range
@@ -546,7 +552,7 @@ class SharingPolicy:
             if job.spec.gpus > 1 or demand.exclusive
             else f"needs {gib(demand.admit_mib)} + {gib(margin_mib(demand))} margin and "
             f"{demand.sm_pct:.0f}% SM, and a GPU where sharing is predicted to gain"
-            + (" even with its costs at the top of their range" if self.name == "auto" else "")
+            + (" even with its costs at the top of their range" if self.robust else "")
         )
         parts = [f"waiting ({demand.source} demand: {need})"]
         if demand.unknown:
