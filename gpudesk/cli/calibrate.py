@@ -236,12 +236,13 @@ def save_fit(result: Report) -> Path:
     tmp.replace(path)
     if not result.simulated and result.observations:
         from gpudesk.api.errors import EngineError
+        from gpudesk.policy.calibration import alone_observations
 
         try:
             with engine_client() as client:
                 done = client.model_observe(
                     result.gpu_model,
-                    [p.observation for p in result.observations],
+                    [p.observation for p in result.observations] + alone_observations(result.alone),
                     source="calibrated",
                 )
             moved = ", ".join(f"{k} ({v})" for k, v in sorted(done.moved.items())) or "none"

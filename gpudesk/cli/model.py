@@ -1,6 +1,7 @@
 """`gpudesk model`: the interference model placement uses, as this station learned it.
 
-`show` prints each parameter per GPU model with its value, its prior, its provenance (published,
+`show` prints each parameter per GPU model with its value, the top of its plausible range
+(where `auto` judges sharing), its prior, its provenance (published,
 derived, assumption, learned, calibrated), how many observations moved it and when; `reset`
 drops what was learned and calibrated, back to the defaults (docs/interference.md)."""
 
@@ -55,6 +56,11 @@ def _model_text(model: GpuModelView) -> str:
         (
             p.name,
             f"{p.value:.4g}",
+            "-"
+            if p.high is None
+            else f"{p.high:.4g} ({p.high / p.value:.2f}x)"
+            if p.value
+            else "0",
             f"{p.prior:.4g}",
             p.kind,
             p.observations if p.kind != "calibrated" else f"{p.observations} ({p.calibrated} cal)",
@@ -62,7 +68,8 @@ def _model_text(model: GpuModelView) -> str:
         )
         for p in model.params
     ]
-    table = render.table(("PARAMETER", "VALUE", "PRIOR", "PROVENANCE", "OBS", "UPDATED"), rows)
+    header = ("PARAMETER", "VALUE", "AUTO JUDGES AT", "PRIOR", "PROVENANCE", "OBS", "UPDATED")
+    table = render.table(header, rows)
     return title + "\n" + textwrap.indent(table, "  ")
 
 
@@ -83,12 +90,17 @@ def show_text(result: ModelShowResult) -> str:
                 break_on_hyphens=False,
             )
         )
-    lines += [
-        "",
+    notes = (
+        "AUTO JUDGES AT: the top of a sharing cost's plausible range; the `auto` policy shares "
+        "a GPU only where it still gains there. 1.5x the value while nothing has measured it, "
+        "narrowing as observations do (1.05x after 27).",
         f"Learned from progress lines (`progress DONE[/TOTAL]`) over intervals of at least "
-        f"{result.observe_min_s:g} s with the same co-tenants; "
-        f"{result.commands_with_rate_alone} command(s) have a known rate alone.",
-    ]
+        f"{result.observe_min_s:g} s with the same co-tenants, and the kernel-active gap from "
+        f"telemetry while a job is alone; {result.commands_with_rate_alone} command(s) have a "
+        f"known rate alone.",
+    )
+    for note in notes:
+        lines += ["", textwrap.fill(note, width=96, break_on_hyphens=False)]
     if result.simulated:
         lines.append(
             "SIMULATED: what is learned here comes from jobs run on the CPU, not from a GPU."

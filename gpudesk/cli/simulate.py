@@ -66,6 +66,13 @@ _TRUTH = typer.Option(
     help="JSON object of interference-model parameters for the simulated ground truth "
     "(partial; the rest are the defaults). The policy starts from the defaults.",
 )
+_TRUTH_FORM = typer.Option(
+    "current",
+    "--truth-form",
+    help="The form of the simulated truth on shared GPUs: current (the model placement "
+    "predicts with), or queueing-h100 / queueing-all, in which the members of a pair slow each "
+    "other unequally, fitted to measured pairs (docs/simulator.md). Not with --lower-bound.",
+)
 _LEARN = typer.Option(
     True,
     "--learn/--no-learn",
@@ -101,6 +108,7 @@ class _Run:
     sims: list[Simulation]
     results: list[SimResult]
     bound: LowerBound | None = None
+    truth_form: str = "current"  # its form on shared GPUs (--truth-form)
 
 
 @simulate_app.command()
@@ -113,6 +121,7 @@ def simulate(
     mig_repartition: bool = _MIG_REPARTITION,
     queue_order: str = _QUEUE_ORDER,
     truth: Path | None = _TRUTH,
+    truth_form: str = _TRUTH_FORM,
     learn: bool = _LEARN,
     prior_knows_truth: bool = _PRIOR_KNOWS_TRUTH,
     lower_bound: bool = _LOWER_BOUND,
@@ -128,6 +137,7 @@ def simulate(
         station=station,
         estimator=estimator,
         truth=truth,
+        truth_form=truth_form,
         prior_knows_truth=prior_knows_truth,
         learn=learn,
         mig=mig,
@@ -174,6 +184,7 @@ def _run(
     truth: Path | None,
     prior_knows_truth: bool,
     learn: bool,
+    truth_form: str = "current",
     mig: list[str] | None,
     mig_repartition: bool,
     with_bound: bool = False,
@@ -183,6 +194,7 @@ def _run(
     is a usage error."""
     from gpudesk.core.station import QUEUE_ORDERS
     from gpudesk.policy.interference import DEFAULT_PARAMS
+    from gpudesk.policy.queueing_form import truth_form as truth_form_named
     from gpudesk.policy.simulator import (
         DEFAULT_STATION,
         Simulation,
@@ -193,6 +205,16 @@ def _run(
 
     if queue_order not in QUEUE_ORDERS:
         fail(f"--queue-order: expected one of {', '.join(QUEUE_ORDERS)}", EXIT_USAGE)
+    try:
+        form = truth_form_named(truth_form)
+    except ValueError as exc:
+        fail(f"--truth-form: {exc}", EXIT_USAGE)
+    if form is not None and with_bound:
+        fail(
+            "--lower-bound is proved for the model's own form only: it cannot be used with "
+            f"--truth-form {truth_form}",
+            EXIT_USAGE,
+        )
     try:
         loaded = load_trace(trace)
         truth_params = load_truth(truth) if truth is not None else DEFAULT_PARAMS
@@ -209,6 +231,7 @@ def _run(
                 mig=",".join(mig) if mig else None,
                 mig_repartition=mig_repartition,
                 queue_order=queue_order,
+                truth_form=form,
             )
             for p in policies
         ]
@@ -220,7 +243,7 @@ def _run(
         from gpudesk.policy.sim_bounds import bound_of
 
         bound = bound_of(sims[0])
-    return _Run(loaded, chosen, truth_params, sims, results, bound)
+    return _Run(loaded, chosen, truth_params, sims, results, bound, truth_form)
 
 
 def _print_json(
@@ -252,6 +275,7 @@ def _print_json(
             "mig_repartition": mig_repartition,
             "learn": learn,
             "truth": ran.truth.to_dict(),
+            "truth_form": ran.truth_form,
             "prior": sims[0].learner.prior.to_dict(),
             "results": [r.to_dict() for r in results],
             "ratios": {k: round(v, 4) if isinstance(v, float) else v for k, v in ratios.items()},
@@ -308,7 +332,8 @@ def _print_text(
     lines = [
         f"SIMULATED {chosen} ({sims[0].gpu_count} x {sims[0].model.name}{mig_text}): trace "
         f"{loaded.name}, {len(loaded.jobs)} jobs, memory hints from {estimator}, learning "
-        f"{'on' if learn else 'off'}{', truth from ' + str(truth) if truth else ''}; "
+        f"{'on' if learn else 'off'}{', truth from ' + str(truth) if truth else ''}"
+        f"{'' if ran.truth_form == 'current' else ', truth of the ' + ran.truth_form + ' form'}; "
         f"ratios against {_baseline(results).policy}"
     ]
     print(render.fill(lines[0], width))

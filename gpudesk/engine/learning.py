@@ -11,7 +11,9 @@ attempt, or remembered for the same command (its `demand.signature`) from earlie
 ratio is an `interference.Observation`. The `Learner` keeps it (if it informs a parameter) and
 refits every parameter jointly from the observations it keeps; the observation is stored at once
 (the store keeps what the learner keeps), and placement sees the new parameters at its next
-decision. A new engine refits from the stored observations, and takes the totals a store from
+decision. While an attempt runs alone, its GPU's SM activity and kernel-active time are read at
+each step too: when its time alone ends they measure the kernel-active gap, one more
+observation. A new engine refits from the stored observations, and takes the totals a store from
 before the refit holds (schema 5, observations not kept) as they are.
 
 `gpudesk calibrate` feeds observations measured by probes through `observe` (source
@@ -34,6 +36,7 @@ from gpudesk.engine.station.telemetry_sink import TelemetrySink
 from gpudesk.engine.store.database import Store
 from gpudesk.engine.store.model_params import AloneRate, StoredObservation
 from gpudesk.hw import runner
+from gpudesk.hw.telemetry.model import MPS_SERVER
 from gpudesk.joblog.progress import ProgressLine, ProgressReader
 from gpudesk.policy.demand import DEFAULT_SM_PCT, signature
 from gpudesk.policy.interference import (
@@ -47,7 +50,14 @@ from gpudesk.policy.interference import (
     workload,
 )
 from gpudesk.policy.observation_wire import observation_from_json, observation_to_json
-from gpudesk.policy.progress_intervals import Interval, Placed, Progress, Tenancy, tenancies
+from gpudesk.policy.progress_intervals import (
+    AloneActivity,
+    Interval,
+    Placed,
+    Progress,
+    Tenancy,
+    tenancies,
+)
 from gpudesk.policy.remaining import RecentProgress, Remaining, estimate
 
 log = logging.getLogger("gpudesk.engine")
@@ -74,6 +84,7 @@ class Tracker:
     work: Workload
     reader: ProgressReader
     progress: Progress
+    activity: AloneActivity = field(default_factory=AloneActivity)  # while alone on its GPU
 
 
 @dataclass
@@ -236,6 +247,8 @@ class StationLearning:
                 self._close(tracker)
                 tracker.progress.tenancy = tenancy
                 recent.restart()  # its rate from now on is under the new tenancy
+            if tenancy.alone:
+                self._sample_alone(tracker, tenancy.gpu)
         for attempt in every:
             if attempt.attempt.id not in learning:
                 reader = self.readers.get(attempt.attempt.id) or self._reader(attempt)
@@ -333,8 +346,56 @@ class StationLearning:
             Progress(tenancy),
         )
 
+    def _sample_alone(self, tracker: Tracker, gpu: int) -> None:
+        """Add the latest telemetry of the GPU the tracker's attempt has to itself, where it
+        read both SM activity and kernel-active time and no process outside gpudesk (other
+        than an MPS server) was on it."""
+        latest = self.telemetry.monitor.latest
+        if latest is None:
+            return
+        for reading in latest["gpus"]:
+            if reading["index"] != gpu:
+                continue
+            sm, active = reading.get("sm_activity_pct"), reading.get("kernel_active_pct")
+            foreign = any(
+                p["job_id"] not in (None, tracker.job_id)
+                or (p["job_id"] is None and p.get("mps") != MPS_SERVER)
+                for p in reading.get("processes", ())
+            )
+            if sm is None or active is None or foreign:
+                return
+            tracker.activity.add(latest["taken_at"], sm / 100.0, active / 100.0)
+            return
+
+    def _close_alone(self, tracker: Tracker) -> None:
+        """The tracker's time alone ended: what telemetry read of it there measures the
+        kernel-active gap, if enough of it was read."""
+        activity, tracker.activity = tracker.activity, AloneActivity()
+        obs = activity.observation(tracker.work, self.min_s)
+        if obs is None or obs.kernel_active is None:
+            return
+        gpu_model = self._gpu_model(tracker.progress.tenancy.gpu)
+        try:
+            name = self.observe(gpu_model, obs, "learned")
+        except Exception:
+            log.exception("could not store what job %d's telemetry showed", tracker.job_id)
+            return
+        if name is None:
+            return
+        self.counts.observations += 1
+        value = self.learner.params(gpu_model).to_dict()[name]
+        seconds = (activity.last_at or 0.0) - (activity.first_at or 0.0)
+        self._event(
+            tracker.job_id,
+            f"learned from telemetry: alone, kernel-active {obs.kernel_active:.0%} of the time "
+            f"against SM activity {obs.job.sm:.0%} over {seconds:.0f} s; {name} on "
+            f"{gpu_model or 'this GPU'} is now {value:.3f}",
+        )
+
     def _close(self, tracker: Tracker) -> None:
         """The tracker's interval ended: learn from it if it counts."""
+        if tracker.progress.tenancy.alone:
+            self._close_alone(tracker)
         interval = tracker.progress.end(self.min_s)
         if interval is None:
             return
@@ -366,11 +427,15 @@ class StationLearning:
         tenancy = interval.tenancy
         beside = ", ".join(f"job {o.job_id}" for o in tenancy.others) or tenancy.mig_slice or "-"
         value = self.learner.params(gpu_model).to_dict()[name]
-        message = (
+        self._event(
+            job_id,
             f"learned from progress: {obs.rate:.2f}x its speed alone under {tenancy.mode} "
             f"beside {beside} over {interval.seconds:.0f} s; {name} on "
-            f"{gpu_model or 'this GPU'} is now {value:.3f}"
+            f"{gpu_model or 'this GPU'} is now {value:.3f}",
         )
+
+    def _event(self, job_id: int, message: str) -> None:
+        """What a job taught the model, in the log and as a `model` event."""
         log.info("job %d: %s", job_id, message)
         try:
             self.store.add_event("model", message, job_id=job_id)

@@ -44,6 +44,7 @@ from gpudesk.policy.interference import (
     Workload,
     estimate,
     kernel_active,
+    kernel_active_gap,
     load_params_file,
     predicted_rate,
     shared_rates,
@@ -328,14 +329,30 @@ class Fit:
         return {p.name: p.fitted for p in self.per_param if p.observations}
 
 
+def alone_observations(alone: Mapping[str, AloneMeasurement]) -> list[Observation]:
+    """Each alone probe whose SM activity and kernel-active time were both read (and measured,
+    not estimated), as the observation that tells the engine's learner its gap: the same
+    measurement `measured_gap` averages for the fit."""
+    return [
+        Observation(
+            "exclusive",
+            Workload(m.sm, m.membw or 0.0),
+            (),
+            1.0,
+            kernel_active=m.kernel_active,
+        )
+        for m in alone.values()
+        if m.sm is not None
+        and m.sm_source == "measured"
+        and kernel_active_gap(m.sm, m.kernel_active) is not None
+    ]
+
+
 def measured_gap(alone: Mapping[str, AloneMeasurement]) -> list[float]:
     """kernel-active less SM activity of each alone probe where both were read and the probe
     kept the GPU less than fully kernel-active (at 100 % the gap is cut off)."""
-    return [
-        m.kernel_active - m.sm
-        for m in alone.values()
-        if m.sm is not None and m.kernel_active is not None and m.kernel_active < 0.97
-    ]
+    gaps = (kernel_active_gap(m.sm, m.kernel_active) for m in alone.values())
+    return [gap for gap in gaps if gap is not None]
 
 
 def fit(

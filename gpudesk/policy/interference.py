@@ -39,6 +39,7 @@ from __future__ import annotations
 
 from gpudesk.policy.learner import (
     KEPT_OBSERVATIONS,
+    KERNEL_ACTIVE_CUTOFF,
     MAX_SWEEPS,
     PRIOR_WEIGHT,
     REFIT_TOLERANCE,
@@ -48,6 +49,7 @@ from gpudesk.policy.learner import (
     Learner,
     Observation,
     estimate,
+    kernel_active_gap,
     predicted_rate,
 )
 from gpudesk.policy.model_params import (
@@ -86,6 +88,7 @@ __all__ = [
     "DEFAULT_PARAMS",
     "HEAVY_SM",
     "KEPT_OBSERVATIONS",
+    "KERNEL_ACTIVE_CUTOFF",
     "MAX_SWEEPS",
     "MIN_RATE",
     "PAIR_SLOWDOWNS",
@@ -110,6 +113,7 @@ __all__ = [
     "cap_factor",
     "estimate",
     "kernel_active",
+    "kernel_active_gap",
     "load_params_file",
     "mig_rate",
     "mps_rates",

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from gpudesk.core.mig_profiles import COMPUTE_SLICES, MEMORY_SLICES
 from gpudesk.policy.model_params import (
+    COSTS,
     DEFAULT_PARAMS,
     PARAM_NAMES,
     PESSIMISTIC_FACTOR,
@@ -31,6 +32,26 @@ class Observation:
     rate: float
     compute_slices: int = 0  # on a MIG slice
     memory_slices: int = 0
+    # Alone (mechanism "exclusive", no others): the share of the time a kernel of the job ran
+    # (NVML utilization), read beside its SM activity (`job.sm`); it measures
+    # `kernel_active_extra` directly.
+    kernel_active: float | None = None
+
+
+# Above this kernel-active share the gap to SM activity is cut off (a GPU cannot be more than
+# 100 % kernel-active), so it says less than the job's real gap: such readings are not used.
+KERNEL_ACTIVE_CUTOFF = 0.97
+
+
+def kernel_active_gap(sm: float | None, kernel_active: float | None) -> float | None:
+    """kernel-active time less SM activity, both read while a job ran alone (below 0 where
+    noise put it there); None where either is missing, the job was idle, or it kept the GPU
+    (nearly) always kernel-active."""
+    if sm is None or kernel_active is None or sm <= 0.0:
+        return None
+    if kernel_active >= KERNEL_ACTIVE_CUTOFF:
+        return None
+    return kernel_active - sm
 
 
 def predicted_rate(params: ModelParams, obs: Observation) -> float:
@@ -45,9 +66,21 @@ def predicted_rate(params: ModelParams, obs: Observation) -> float:
     return rates[0]
 
 
+# SM shares that add up to a full GPU can sum to a rounding error above 1 (six jobs at 0.1, 0.1,
+# 0.1, 0.3, 0.3, 0.1: 1.0000000000000002). Read as past a full GPU, such a group's rate divided
+# by that excess gave contention any value at all (a simulated run learned 3.5, another 2e13);
+# within this of 1 a group is at a full GPU and tells the per-co-tenant cost.
+FULL_GPU_TOLERANCE = 1e-9
+
+
 def estimate(params: ModelParams, obs: Observation) -> tuple[str, float] | None:
     """The parameter one observation pins down, and the value it says, holding the rest at
     `params`; None where it says nothing (alone, or saturated so that no cost shows)."""
+    if obs.kernel_active is not None:
+        if obs.mechanism != "exclusive" or obs.others:
+            return None  # only a job alone shows its own gap
+        gap = kernel_active_gap(obs.job.sm, obs.kernel_active)
+        return None if gap is None else ("kernel_active_extra", max(0.0, gap))
     if obs.rate <= MIN_RATE * 1.001:
         return None  # at the floor the model puts under every rate: it says nothing
     rate = min(1.0, obs.rate)
@@ -57,7 +90,7 @@ def estimate(params: ModelParams, obs: Observation) -> tuple[str, float] | None:
         tenants = (obs.job, *obs.others)
         n = len(tenants)
         pressure = max(sum(t.sm for t in tenants), sum(t.membw for t in tenants))
-        if pressure <= 1.0:
+        if pressure <= 1.0 + FULL_GPU_TOLERANCE:
             return "mps_tenant_cost", max(0.0, (1.0 - rate) / (n - 1))
         base = min(1.0, 1.0 / pressure) * (1.0 - params.mps_tenant_cost * (n - 1))
         if base <= MIN_RATE:
@@ -139,6 +172,9 @@ class LearnedParam:
     observations: int  # kept observations that inform it now, plus frozen totals' count
     calibrated: int  # ... of them from calibration probes
     updated_at: float | None
+    # The top of its plausible range (value x `Learner.widths`), where `auto` judges a sharing
+    # placement (model_params.pessimistic); None for a parameter that is no mechanism's cost.
+    high: float | None = None
 
 
 @dataclass
@@ -341,6 +377,8 @@ class Learner:
                 said = estimate(current, kept.obs)
                 if said is not None:
                     count(said[0], 1, int(kept.calibrated), kept.at)
+        widths = self.widths(gpu_model)
+        costs = {name for names in COSTS.values() for name in names}
         out = []
         for name in PARAM_NAMES:
             provenance = PROVENANCE[name]
@@ -360,6 +398,7 @@ class Learner:
                     counts.get(name, 0),
                     calibrated.get(name, 0),
                     last.get(name),
+                    getattr(current, name) * widths[name] if name in costs else None,
                 )
             )
         return out

@@ -72,6 +72,9 @@ def observation_from_dict(raw: object, what: str = "observation") -> Observation
     rate = _fraction(raw.get("rate"), f"{what}.rate", high=10.0)
     if rate <= 0:
         raise ValueError(f"{what}.rate must be above 0")
+    active = raw.get("kernel_active")
+    if active is not None and (mechanism != "exclusive" or others):
+        raise ValueError(f"{what}.kernel_active is read alone: mechanism exclusive, no others")
     return Observation(
         str(mechanism),
         workload_from_dict(raw.get("job"), f"{what}.job"),
@@ -79,4 +82,5 @@ def observation_from_dict(raw: object, what: str = "observation") -> Observation
         rate,
         slices[0],
         slices[1],
+        None if active is None else _fraction(active, f"{what}.kernel_active"),
     )

@@ -6,7 +6,9 @@ other attempts on its GPU. While it stays the same, the attempt's progress lines
 the engine from its log) make one interval; when it changes (a co-tenant starts or ends) or the
 attempt ends, the interval ends. An interval long enough, over which DONE grew, has a rate (DONE
 per second from its first to its last line). Alone, that rate is the job's speed alone; shared,
-its ratio to the speed alone is an `interference.Observation`.
+its ratio to the speed alone is an `interference.Observation`. While an attempt is alone, its
+GPU's telemetry (`AloneActivity`: SM activity and kernel-active time) measures its kernel-active
+gap, another observation.
 
 The engine (`gpudesk.engine.learning`) reads the logs, knows who runs where, remembers rates
 alone in its store and feeds the learner; this module holds no file, clock or store, so the
@@ -18,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from gpudesk.policy.interference import Observation, Workload
+from gpudesk.policy.interference import Observation, Workload, kernel_active_gap
 
 
 @dataclass(frozen=True)
@@ -156,3 +158,46 @@ class Progress:
             self.alone_done += interval.done
             self.alone_s += seconds
         return interval
+
+
+# Telemetry samples an alone interval needs before its kernel-active gap counts: the monitor
+# samples every few seconds, and one sample can catch a job between epochs (an assumption:
+# three keep one such sample from deciding the mean).
+MIN_ACTIVITY_SAMPLES = 3
+
+
+@dataclass
+class AloneActivity:
+    """What telemetry read of an attempt's GPU while the attempt ran there alone (no other
+    attempt, no process outside gpudesk): SM activity and kernel-active time, as shares,
+    summed over the samples. Their means tell the kernel-active gap of the job."""
+
+    samples: int = 0
+    sm: float = 0.0
+    kernel_active: float = 0.0
+    first_at: float | None = None
+    last_at: float | None = None
+
+    def add(self, at: float, sm: float, kernel_active: float) -> None:
+        if self.last_at is not None and at <= self.last_at:
+            return  # the same sample, read again
+        self.samples += 1
+        self.sm += sm
+        self.kernel_active += kernel_active
+        if self.first_at is None:
+            self.first_at = at
+        self.last_at = at
+
+    def observation(self, work: Workload, min_s: float) -> Observation | None:
+        """The observation the samples make (at least `min_s` apart from first to last, and
+        `MIN_ACTIVITY_SAMPLES` of them), or None. Its workload's SM share is the one measured
+        here, beside the kernel-active time it is compared with."""
+        if self.samples < MIN_ACTIVITY_SAMPLES or self.first_at is None or self.last_at is None:
+            return None
+        if self.last_at - self.first_at < min_s:
+            return None
+        sm = self.sm / self.samples
+        active = self.kernel_active / self.samples
+        if kernel_active_gap(sm, active) is None:
+            return None
+        return Observation("exclusive", Workload(sm, work.membw), (), 1.0, kernel_active=active)

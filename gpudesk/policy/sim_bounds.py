@@ -100,7 +100,13 @@ def _mig_throughput(alpha: float, beta: float, slices: tuple[int, ...] | None) -
 
 def bound_of(sim: Simulation) -> LowerBound:
     """The bounds of a simulation's trace on its station, under its truth: the jobs it can run,
-    its GPUs, and each GPU it holds in MIG mode (fixed layouts, unless it may repartition)."""
+    its GPUs, and each GPU it holds in MIG mode (fixed layouts, unless it may repartition).
+    ValueError for a truth of another form than the product's: the fluid term's proof holds for
+    the product's rates only."""
+    if sim.truth_form is not None:
+        raise ValueError(
+            "the lower bound is proved for the model's own form only, not for a queueing truth"
+        )
     repartition = sim.config.mig_repartition
     mig = {
         gpu: None if repartition else tuple(s.compute_slices for s in sim.slices[gpu])

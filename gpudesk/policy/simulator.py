@@ -43,6 +43,7 @@ from gpudesk.policy.interference import (
     ModelParams,
     Observation,
     Workload,
+    kernel_active,
     mig_rate,
     shared_rates,
     workload,
@@ -53,6 +54,7 @@ from gpudesk.policy.mig_planner import simulated_profiles as planner_profiles
 from gpudesk.policy.mig_queue_time import layout_drain
 from gpudesk.policy.policies import make_policy
 from gpudesk.policy.policy import RESERVE_MIB, Decision, MigSlice, Placement, StationView
+from gpudesk.policy.queueing_form import QueueingParams, queueing_rates
 from gpudesk.policy.schedule_pass import schedule_pass
 from gpudesk.policy.sim_order import FamilyRunTimes
 from gpudesk.policy.sim_preemption import leave_due, leaving_times, preempt_if_due, queue_key
@@ -129,6 +131,7 @@ class Simulation:
         mig_repartition: bool = False,
         preempt: bool = True,
         queue_order: str = "submission",
+        truth_form: QueueingParams | None = None,
     ) -> None:
         check_backend_name(station)
         if not station.startswith("sim:"):
@@ -143,6 +146,9 @@ class Simulation:
         self.policy = make_policy(policy)
         self.config = StationConfig(backend=station, policy=policy, mig_repartition=mig_repartition)
         self.truth = truth
+        # the truth's form for shared GPUs: the product's (None) or the queueing form, in which
+        # the members of a group slow each other unequally (queueing_form.py)
+        self.truth_form = truth_form
         self.learn = learn
         self.learner = Learner(
             policy_params or DEFAULT_PARAMS, "published" if policy_params is None else "given"
@@ -278,7 +284,10 @@ class Simulation:
             # time-sliced unless all are MPS clients (an MPS server beside other contexts is
             # time-sliced too)
             mode = "mps" if all(r.placed.mode == "mps" for r in group) else "naive"
-            values = shared_rates(self.truth, mode, tenants)
+            if self.truth_form is None:
+                values = shared_rates(self.truth, mode, tenants)
+            else:
+                values = queueing_rates(self.truth_form, self.truth, mode, tenants)
             rates.update({r.job.id: v for r, v in zip(group, values, strict=True)})
         return rates
 
@@ -327,7 +336,12 @@ class Simulation:
         if segment is None or not self.learn or self.now - segment.since < OBSERVE_AFTER_S:
             return
         mode, _slice, others, blocked = segment.key
-        if blocked or mode == "exclusive" or len(run.placed.gpus) > 1:
+        if blocked or len(run.placed.gpus) > 1:
+            return
+        if mode != "mig" and not others:
+            self._observe_alone(run)
+            return
+        if mode == "exclusive":
             return
         # What the engine knows of each job: its hints, completed by its current parameters.
         params = self.learner.params(self.model.name)
@@ -347,6 +361,16 @@ class Simulation:
             )
         self.learner.observe(self.model.name, obs, at=self.now)
         self.observations += 1
+
+    def _observe_alone(self, run: SimRun) -> None:
+        """A job alone on a whole GPU: what the engine reads of it there (SM activity and
+        kernel-active time, from the truth) measures the kernel-active gap."""
+        job = self._workload(run, self.truth)
+        if job.thread_cap is not None:
+            return  # its cap, not its own kernels, set how long they run
+        obs = Observation("exclusive", job, (), 1.0, kernel_active=kernel_active(self.truth, job))
+        if self.learner.observe(self.model.name, obs, at=self.now) is not None:
+            self.observations += 1
 
     # --------------------------------------------------------------- events
     def run(self) -> SimResult:

@@ -125,3 +125,28 @@ def test_truth_takes_the_stored_h100_calibration_and_refuses_a_malformed_one(
     bad = runner.invoke(app, ["simulate", str(trace), "--truth", str(broken)])
     assert isinstance(bad.exception, CliError) and bad.exception.code == 2
     assert "mps_tenant_cost must be a non-negative number" in str(bad.exception)
+
+
+def test_a_truth_of_the_queueing_form_is_named_in_the_output_and_refuses_a_lower_bound(
+    tmp_path: Path,
+) -> None:
+    from typer.testing import CliRunner
+
+    from gpudesk.cli.common import CliError
+    from gpudesk.cli.main import build_app
+
+    app = build_app()
+    trace = str(write_trace(tmp_path, [{}, {"sm_pct": 80}]))
+    runner = CliRunner()
+    result = runner.invoke(app, ["simulate", trace, "--truth-form", "queueing-all", "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["truth_form"] == "queueing-all"
+    table = runner.invoke(app, ["simulate", trace, "--truth-form", "queueing-h100"])
+    assert "truth of the queueing-h100 form" in table.output
+    for args, says in (
+        (["--truth-form", "queueing-x"], "known: current, queueing-h100, queueing-all"),
+        (["--truth-form", "queueing-all", "--lower-bound"], "own form only"),
+    ):
+        bad = runner.invoke(app, ["simulate", trace, *args])
+        assert isinstance(bad.exception, CliError) and bad.exception.code == 2
+        assert says in str(bad.exception)

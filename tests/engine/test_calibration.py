@@ -252,4 +252,8 @@ def test_a_real_gpus_fit_goes_to_the_engines_model_and_a_file(
     assert json.loads(path.read_text())["source"] == "calibrated"
     ((gpu_model, observations, source),) = sent
     assert gpu_model == H100 and source == "calibrated"
-    assert observations == [p.observation for p in result.observations]
+    # the pairs' rates, then each alone probe's kernel-active gap (what the fit measured)
+    pairs = [p.observation for p in result.observations]
+    assert observations[: len(pairs)] == pairs
+    gaps = observations[len(pairs) :]
+    assert gaps and all(o.mechanism == "exclusive" and o.kernel_active for o in gaps)

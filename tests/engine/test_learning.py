@@ -315,3 +315,52 @@ def test_a_rate_alone_remembered_from_an_earlier_run_serves_a_later_one(
     implied = tenant.value * (PRIOR_WEIGHT + 1) - DEFAULT_PARAMS.mps_tenant_cost * PRIOR_WEIGHT
     assert 0.3 < implied < 0.7, implied  # about 1 - 0.5
     assert any(e.kind == "model" for e in store.events(same.id))
+
+
+def reading(at: float, sm: float, active: float, processes: list[dict[str, Any]]) -> Any:
+    """The monitor's latest view of GPU 0 as the learner reads it."""
+    gpu = {
+        "index": 0,
+        "sm_activity_pct": sm,
+        "kernel_active_pct": active,
+        "processes": processes,
+        "mig_devices": [],
+    }
+    return {"taken_at": at, "gpus": [gpu]}
+
+
+@pytest.mark.parametrize("foreign", [False, True])
+def test_a_job_alone_teaches_the_kernel_active_gap_from_telemetry(
+    store: Store, tmp_path: Path, foreign: bool
+) -> None:
+    from gpudesk.core.jobs import JobSpec
+
+    (job,) = store.submit([JobSpec(name="alone", command=("train",), workdir="/w")], None)
+    station = learning(store)
+    station.min_s = 2.0
+    station.telemetry.station.config.sample_interval = 0.0  # type: ignore[attr-defined]
+    live: list[Any] = []
+    station.attempts = live  # type: ignore[assignment]
+    live.append(fake_attempt(store, tmp_path, 1, job.id))
+    processes = [{"pid": 10, "job_id": job.id, "mps": None}]
+    processes.append({"pid": 11, "job_id": None, "mps": "server"})  # its MPS server
+    if foreign:
+        processes.append({"pid": 12, "job_id": None, "mps": None})  # someone else's
+    monitor = station.telemetry.monitor
+    for at, active in ((1.0, 52.0), (2.0, 54.0), (2.0, 99.0), (3.0, 56.0)):
+        monitor.latest = reading(at, 40.0, active, processes)  # type: ignore[misc]
+        station.step()
+    live.clear()
+    station.step()  # it ended: its time alone closes
+    (gap,) = [p for p in station.describe(A100) if p.name == "kernel_active_extra"]
+    if foreign:
+        # a process outside gpudesk on its GPU: the readings are not the job's own
+        assert gap.observations == 0 and store.model_observations() == []
+        return
+    assert (gap.kind, gap.observations) == ("learned", 1)
+    # the sample read twice (at 2.0) counts once: kernel-active 54 % against SM activity 40 %
+    implied = gap.value * (PRIOR_WEIGHT + 1) - DEFAULT_PARAMS.kernel_active_extra * PRIOR_WEIGHT
+    assert implied == pytest.approx(0.14)
+    (stored,) = store.model_observations()
+    assert stored.source == "learned"
+    assert any(e.kind == "model" and "kernel-active 54%" in e.message for e in store.events(job.id))

@@ -161,3 +161,21 @@ def test_an_observation_that_says_nothing_is_not_kept() -> None:
     assert (tenant.kind, tenant.calibrated) == ("calibrated", 1)
     learner.forget(GPU)
     assert learner.gpu_models() == [] and learner.params(GPU) == DEFAULT_PARAMS
+
+
+def test_a_group_a_rounding_error_past_a_full_gpu_tells_the_co_tenant_cost_not_contention() -> None:
+    """Six MPS tenants whose SM shares add up to 1.0000000000000002: past a full GPU by a
+    rounding error. Read as contention, 0.8 divided by that excess is any value at all (a
+    simulated run learned contention 3.5 from two such rates); it is the per-co-tenant cost.
+    A group truly past a full GPU still tells contention."""
+    group = (w(0.1), w(0.1), w(0.1), w(0.3), w(0.3), w(0.1))
+    assert sum(t.sm for t in group) > 1.0
+    truth = DEFAULT_PARAMS.with_values({"mps_tenant_cost": 0.04})
+    obs = Observation("mps", group[0], group[1:], 1.0)
+    obs = replace(obs, rate=predicted_rate(truth, obs))
+    said = estimate(DEFAULT_PARAMS, obs)
+    assert said is not None and said[0] == "mps_tenant_cost"
+    assert said[1] == pytest.approx(0.04)
+    past = (w(0.6), w(0.6))
+    said = estimate(DEFAULT_PARAMS, Observation("mps", past[0], past[1:], 0.5))
+    assert said is not None and said[0] == "contention"

@@ -23,6 +23,10 @@ class ModelParamView(WireModel, frozen=True):
     observations: int
     calibrated: int
     updated_at: float | None
+    # The top of its plausible range, where `auto` judges sharing (a mechanism's cost: its
+    # value times a width that narrows from 1.5 as observations inform it); absent for one
+    # that is no mechanism's cost.
+    high: float | None = None
 
 
 class GpuModelView(WireModel, frozen=True):

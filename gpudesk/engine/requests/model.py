@@ -122,4 +122,5 @@ def _param_view(param: LearnedParam) -> ModelParamView:
         observations=param.observations,
         calibrated=param.calibrated,
         updated_at=param.updated_at,
+        high=param.high,
     )

@@ -1,0 +1,99 @@
+"""`auto` in a world whose pairs slow each other unequally (issue 39 item 4), SIMULATED.
+
+    python bench/unequal_truth.py [--json]
+
+Placement predicts with the product's form (every tenant of a GPU gets one rate), learns its
+parameters from what jobs show, and judges sharing by the robust rule. Here the simulated
+truth on shared GPUs is the *queueing* form instead (`gpudesk/policy/queueing_form.py`), fitted
+to measured pairs: `queueing-h100` on the H100 probes and the seed pair, `queueing-all` also on
+the H200 real jobs (where a job beside a never-idle tenant starves). Kernel widths come from the
+model's defaults in both. For each bundled trace on its own station, side by side in one run:
+CARMA, `auto` (learning, as shipped), `auto` with learning off, and the forced modes `mps`,
+`naive` and `exclusive`. Prints makespan (÷ carma), mean JCT, energy ÷ carma, lost jobs, and
+what `auto`'s learner ended with.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from gpudesk.policy.queueing_form import truth_form  # noqa: E402
+from gpudesk.policy.simulator import Simulation, load_trace  # noqa: E402
+
+TRACES = sorted((ROOT / "traces").glob("*.json"))
+TRUTHS = ("current", "queueing-h100", "queueing-all")
+POLICIES = ("carma", "auto", "auto, no learning", "mps", "naive", "exclusive")
+
+
+def run(trace_path: Path, truth: str, policy: str) -> dict[str, Any]:
+    trace = load_trace(trace_path)
+    station = f"sim:{trace.station}" if trace.station else "sim:dgx-station-a100"
+    sim = Simulation(
+        trace,
+        policy=policy.split(",")[0],
+        station=station,
+        learn=policy != "auto, no learning",
+        truth_form=truth_form(truth),
+    )
+    result = sim.run()
+    learned = result.learned_params if policy == "auto" else {}
+    return {
+        "trace": trace_path.stem,
+        "truth": truth,
+        "policy": policy,
+        "makespan_s": round(result.makespan_s),
+        "mean_jct_s": round(result.mean_jct_s),
+        "energy_kwh": round(result.energy_kwh, 3),
+        "lost": result.lost,
+        "learned": {k: round(v, 3) for k, v in learned.items()},
+    }
+
+
+def hms(seconds: float) -> str:
+    minutes = round(seconds / 60)
+    return f"{minutes // 60}h{minutes % 60:02d}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    rows = [run(t, truth, p) for t in TRACES for truth in TRUTHS for p in POLICIES]
+    if args.json:
+        meta = {"date": date.today().isoformat(), "machine": platform.machine(), "rows": rows}
+        print(json.dumps(meta, indent=2))
+        return
+    carma = {(r["trace"], r["truth"]): r for r in rows if r["policy"] == "carma"}
+    print("SIMULATED, " + date.today().isoformat())
+    print("| trace | truth | policy | makespan | ÷ carma | mean JCT | energy ÷ carma |")
+    print("|---|---|---|---|---|---|---|")
+    for r in rows:
+        base = carma[(r["trace"], r["truth"])]
+        lost = f" (lost {r['lost']})" if r["lost"] else ""
+        print(
+            f"| {r['trace']} | {r['truth']} | {r['policy']} | {hms(r['makespan_s'])}{lost} | "
+            f"{r['makespan_s'] / base['makespan_s']:.3f} | {hms(r['mean_jct_s'])} | "
+            f"{r['energy_kwh'] / base['energy_kwh']:.3f} |"
+        )
+    print(
+        "\nauto's learner at the end (mps_tenant_cost, contention, naive_switch_cost, "
+        "kernel_active_extra):"
+    )
+    names = ("mps_tenant_cost", "contention", "naive_switch_cost", "kernel_active_extra")
+    for r in rows:
+        if r["policy"] == "auto":
+            values = ", ".join(f"{r['learned'].get(n, float('nan')):.3f}" for n in names)
+            print(f"  {r['trace']} / {r['truth']}: {values}")
+
+
+if __name__ == "__main__":
+    main()
