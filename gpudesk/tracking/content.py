@@ -72,12 +72,22 @@ def command_text(job: JobRecord) -> str:
     return job.spec.command[0] if job.spec.shell else shlex.join(job.spec.command)
 
 
+# Every param gpudesk logs into a job's run is under this prefix. MLflow refuses to change a
+# param's value, and the job logs into the same run (MLFLOW_RUN_ID): a script's own
+# `mlflow.log_params({"mode": "train"})` beside gpudesk's `mode` made it raise and exit 1.
+PARAM_PREFIX = "gpudesk."
+# ... and a sweep job's grid values under this one (its script may log `lr` itself, in its own
+# spelling); the sweep's parent run, which no job logs into, has the grid under plain names.
+GRID_PREFIX = "gpudesk.grid."
+
+
 def run_params(job: JobRecord) -> dict[str, str]:
-    """The params a job's run gets when it is made: what was asked for, and its sweep values."""
+    """The params a job's run gets when it is made: what was asked for, and its sweep values,
+    each under `PARAM_PREFIX`."""
     spec = job.spec
     params = {
         "command": param_value(command_text(job)),
-        "gpudesk.job_id": str(job.id),
+        "job_id": str(job.id),
         "user": job.user,
         "gpus": str(spec.gpus),
         "max_attempts": str(spec.max_attempts),
@@ -86,15 +96,17 @@ def run_params(job: JobRecord) -> dict[str, str]:
         value = getattr(spec, key)
         if value is not None:
             params[key] = f"{value:g}" if isinstance(value, float) else str(value)
+    named = {PARAM_PREFIX + k: v for k, v in params.items()}
     if spec.tracking is not None:
-        params.update(spec.tracking.params)
-    return params
+        named.update({GRID_PREFIX + k: v for k, v in spec.tracking.params.items()})
+    return named
 
 
 def run_tags(job: JobRecord) -> dict[str, str]:
     tags = {
         "mlflow.user": job.user,
         "mlflow.source.name": param_value(command_text(job)),
+        "mlflow.source.type": "JOB",  # MLflow's SourceType for a batch job
         "gpudesk.job_id": str(job.id),
         "gpudesk.job_name": job.name,
     }
@@ -105,9 +117,16 @@ def run_tags(job: JobRecord) -> dict[str, str]:
     return tags
 
 
+def sweep_run_name(sweep: str, group: str) -> str:
+    """A sweep's parent run's name: the sweep's name with each `{placeholder}` of a name
+    template shown as `*` (each child is named by its own values), and its run group."""
+    return f"{re.sub(r'{[^{}]*}', '*', sweep)} ({group})"
+
+
 def sweep_tags(job: JobRecord) -> dict[str, str]:
     return {
         "mlflow.user": job.user,
+        "mlflow.source.type": "JOB",
         "gpudesk.group": job.spec.group or "",
         "gpudesk.sweep": job.spec.sweep or "",
     }
@@ -116,7 +135,8 @@ def sweep_tags(job: JobRecord) -> dict[str, str]:
 def placement_values(
     placement: Where, gpu_models: Mapping[int, str | None], simulated: bool
 ) -> dict[str, str]:
-    """Where an attempt runs: the slot, mode, GPU model (SIMULATED marked) and MIG slice."""
+    """Where an attempt runs: the slot, mode, GPU model (SIMULATED marked) and MIG slice, each
+    under `PARAM_PREFIX` (the first attempt's are params, every attempt's tags)."""
     values = {"slot": placement.slot, "mode": placement.mode}
     names = sorted({gpu_models.get(i) or "unknown" for i in placement.gpus})
     if names:
@@ -124,36 +144,51 @@ def placement_values(
         values["gpu_model"] = f"{model} (SIMULATED)" if simulated else model
     if placement.mig_slice:
         values["mig_slice"] = placement.mig_slice
-    return values
+    return {PARAM_PREFIX + k: v for k, v in values.items()}
 
 
-def _mean(values: list[float]) -> float | None:
-    return sum(values) / len(values) if values else None
+# A GPU's readings as MLflow's own system metrics name them (mlflow.system_metrics: each
+# under `system/`, per GPU index), so its UI's System Metrics tab draws them; SM activity,
+# which MLflow does not read, beside them. The job's own share (its processes) follows as
+# `system/job_*`.
+SYSTEM = "system/"
+MIB = 1024 * 1024 / 1e6  # MLflow's "megabytes" are 10^6 bytes
 
 
 def sample_points(
     job_view: Mapping[str, Any], gpus: Mapping[int, Mapping[str, Any]], ts_ms: int, step: int
 ) -> list[MetricPoint]:
-    """One telemetry sample of a running job as metric points: its GPUs' readings (means of
-    its GPUs' percentages, sums of their memory and power), its own share of them, its
-    processes' CPU and memory, and its energy so far."""
+    """One telemetry sample of a running job as metric points under `system/`: each of its
+    GPUs' readings (a shared GPU's whole reading), its own share of them, its processes' CPU
+    and memory, and its energy so far."""
+    rss = job_view.get("rss_mib")
+    gpu_memory = job_view.get("gpu_memory_mib")
+    energy = (job_view.get("energy") or {}).get("total_j")
     values: dict[str, float | None] = {
-        "cpu.pct": job_view.get("cpu_pct"),
-        "host.rss_mib": job_view.get("rss_mib"),
-        "job.gpu_memory_mib": job_view.get("gpu_memory_mib"),
-        "job.gpu_sm_pct": job_view.get("gpu_sm_pct"),
-        "energy_j": (job_view.get("energy") or {}).get("total_j"),
+        "job_cpu_utilization_percentage": job_view.get("cpu_pct"),
+        "job_memory_usage_megabytes": None if rss is None else rss * MIB,
+        "job_gpu_memory_usage_megabytes": None if gpu_memory is None else gpu_memory * MIB,
+        "job_gpu_sm_percentage": job_view.get("gpu_sm_pct"),
+        "job_energy_joules": energy,
     }
-    readings = [gpus[i] for i in job_view.get("gpus") or () if i in gpus]
-    if readings:
-        for name in ("sm_activity_pct", "kernel_active_pct"):
-            known = [float(g[name]) for g in readings if g.get(name) is not None]
-            values[f"gpu.{name}"] = _mean(known)
-        for name in ("memory_used_mib", "power_w"):
-            known = [float(g[name]) for g in readings if g.get(name) is not None]
-            values[f"gpu.{name}"] = sum(known) if known else None
+    for index in job_view.get("gpus") or ():
+        gpu = gpus.get(index)
+        if gpu is None:
+            continue
+        used, total = gpu.get("memory_used_mib"), gpu.get("memory_total_mib")
+        power, limit = gpu.get("power_w"), gpu.get("power_limit_w")
+        values[f"gpu_{index}_utilization_percentage"] = gpu.get("kernel_active_pct")
+        values[f"gpu_{index}_sm_activity_percentage"] = gpu.get("sm_activity_pct")
+        values[f"gpu_{index}_memory_usage_megabytes"] = None if used is None else used * MIB
+        values[f"gpu_{index}_memory_usage_percentage"] = (
+            100.0 * used / total if used is not None and total else None
+        )
+        values[f"gpu_{index}_power_usage_watts"] = power
+        values[f"gpu_{index}_power_usage_percentage"] = (
+            100.0 * power / limit if power is not None and limit else None
+        )
     return [
-        MetricPoint(name, float(value), ts_ms, step)
+        MetricPoint(SYSTEM + name, float(value), ts_ms, step)
         for name, value in values.items()
         if value is not None
     ]

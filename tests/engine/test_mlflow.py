@@ -117,30 +117,41 @@ def test_a_sweep_is_a_parent_run_with_a_child_run_per_job(
     parent = parents[0]
     assert parent.info.status == "FINISHED"
     assert parent.data.params == {"acc": "0.7, 0.8, 0.9"}
+    assert (
+        parent.info.run_name.startswith("acc (") and parent.data.tags["mlflow.source.type"] == "JOB"
+    )
     assert {c.data.tags["mlflow.parentRunId"] for c in children} == {parent.info.run_id}
     mlflow_client = client(uri)
     for child in children:
         params, metrics, tags = child.data.params, child.data.metrics, child.data.tags
         assert child.info.status == "FINISHED"
-        assert params["acc"] in ("0.7", "0.8", "0.9")
-        assert metrics["val_acc"] == float(params["acc"])
+        assert params["gpudesk.grid.acc"] in ("0.7", "0.8", "0.9")
+        assert metrics["val_acc"] == float(params["gpudesk.grid.acc"])
         assert metrics["loss"] == 0.5
-        assert params["mode"] in ("exclusive", "mps", "naive", "mig")
-        assert "(SIMULATED)" in params["gpu_model"] and tags["gpudesk.simulated"] == "true"
+        assert params["gpudesk.mode"] in ("exclusive", "mps", "naive", "mig")
+        assert "(SIMULATED)" in params["gpudesk.gpu_model"] and tags["gpudesk.simulated"] == "true"
         assert params["gpudesk.job_id"] in {str(i) for i in ids}
-        assert sys.executable in params["command"]
+        assert sys.executable in params["gpudesk.command"]
+        assert all(name.startswith("gpudesk.") for name in params)
         assert metrics["energy_j"] > 0 and metrics["gpu_seconds"] > 0
         assert "co2e_g" in metrics and "cpu_seconds" in metrics
-        history = mlflow_client.get_metric_history(child.info.run_id, "gpu.power_w")
-        assert len(history) > 1, history
+        # the hardware series where MLflow's System Metrics tab looks: under system/, by GPU
+        shown = sim_engine.show(int(params["gpudesk.job_id"]))
+        name = f"system/gpu_{shown.attempts[0].placement.gpus[0]}_power_usage_watts"
+        history = mlflow_client.get_metric_history(child.info.run_id, name)
+        assert len(history) > 1, (history, sorted(metrics))
         assert [m.step for m in history] == sorted(m.step for m in history)
-        assert len(mlflow_client.get_metric_history(child.info.run_id, "cpu.pct")) >= 1
+        own = "system/job_cpu_utilization_percentage"
+        assert len(mlflow_client.get_metric_history(child.info.run_id, own)) >= 1
         shown = sim_engine.show(int(params["gpudesk.job_id"]))
         assert shown.tracking.run_id == child.info.run_id
 
 
+# The job's own params carry names gpudesk's run has too (without gpudesk's prefix): MLflow
+# refuses to change a param, so before gpudesk named its own `gpudesk.*` this raised.
 OWN_RUN = (
-    "import mlflow; mlflow.start_run(); mlflow.log_metric('own', 1); mlflow.end_run(); "
+    "import mlflow; mlflow.start_run(); mlflow.log_metric('own', 1); "
+    "mlflow.log_params({'mode': 'train', 'user': 'me', 'dataset': 'mine'}); mlflow.end_run(); "
     "print('result {\"done\": 1}')"
 )
 
@@ -172,7 +183,11 @@ def test_a_jobs_own_start_run_logs_into_the_run_gpudesk_made(
     assert len(runs) == 1, [r.info for r in runs]  # no second run of the job's own
     (run,) = runs
     assert run.data.metrics["own"] == 1 and run.data.metrics["done"] == 1
-    assert run.data.params["gpudesk.job_id"] == str(job_id)
+    params = run.data.params
+    assert params["gpudesk.job_id"] == str(job_id)
+    # both sets: the job's own, and gpudesk's under its prefix
+    assert (params["mode"], params["user"], params["dataset"]) == ("train", "me", "mine")
+    assert params["gpudesk.user"] == done.user and params["gpudesk.mode"] in ("exclusive", "cpu")
     assert run.data.tags["mlflow.user"] == done.user
     assert engine.show(job_id).tracking.run_id == run.info.run_id
 

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -185,6 +186,8 @@ def test_a_full_outbox_drops_the_oldest_metric_lines_and_keeps_the_rest() -> Non
 
 # ----------------------------------------------------------------------------- content
 def test_a_sample_becomes_points_of_its_gpus_and_its_processes() -> None:
+    """Under `system/`, as MLflow's own system metrics are named (its UI's System Metrics tab
+    draws them), each GPU by its index; the job's own share as `system/job_*`."""
     job_view = {
         "id": 3,
         "gpus": [0, 1],
@@ -196,24 +199,56 @@ def test_a_sample_becomes_points_of_its_gpus_and_its_processes() -> None:
     }
     gpus = {
         0: {"sm_activity_pct": 40.0, "kernel_active_pct": 90.0, "power_w": 100.0,
-            "memory_used_mib": 2000.0},
+            "power_limit_w": 400.0, "memory_used_mib": 2000.0, "memory_total_mib": 40000.0},
         1: {"sm_activity_pct": 60.0, "kernel_active_pct": None, "power_w": 50.0,
-            "memory_used_mib": 1000.0},
+            "power_limit_w": None, "memory_used_mib": 1000.0, "memory_total_mib": 40000.0},
     }  # fmt: skip
     points = {p.name: p for p in content.sample_points(job_view, gpus, 1234, 7)}
     assert {p.step for p in points.values()} == {7}
     assert {p.timestamp_ms for p in points.values()} == {1234}
     values = {name: p.value for name, p in points.items()}
-    assert values == {
-        "cpu.pct": 150.0,
-        "host.rss_mib": 512.0,
-        "job.gpu_memory_mib": 1000.0,
-        "energy_j": 42.0,
-        "gpu.sm_activity_pct": 50.0,  # the mean of its GPUs'
-        "gpu.kernel_active_pct": 90.0,
-        "gpu.memory_used_mib": 3000.0,  # the sum
-        "gpu.power_w": 150.0,
+    mb = 1.048576  # MLflow's megabytes are 10^6 bytes
+    assert values == pytest.approx(
+        {
+            "system/job_cpu_utilization_percentage": 150.0,
+            "system/job_memory_usage_megabytes": 512.0 * mb,
+            "system/job_gpu_memory_usage_megabytes": 1000.0 * mb,
+            "system/job_energy_joules": 42.0,
+            "system/gpu_0_utilization_percentage": 90.0,  # NVML's utilization, as MLflow's
+            "system/gpu_0_sm_activity_percentage": 40.0,
+            "system/gpu_0_memory_usage_megabytes": 2000.0 * mb,
+            "system/gpu_0_memory_usage_percentage": 5.0,
+            "system/gpu_0_power_usage_watts": 100.0,
+            "system/gpu_0_power_usage_percentage": 25.0,
+            "system/gpu_1_sm_activity_percentage": 60.0,
+            "system/gpu_1_memory_usage_megabytes": 1000.0 * mb,
+            "system/gpu_1_memory_usage_percentage": 2.5,
+            "system/gpu_1_power_usage_watts": 50.0,
+        }
+    )
+
+
+def test_a_jobs_params_and_placement_are_gpudesks_own_and_a_sweeps_parent_is_named_plainly() -> (
+    None
+):
+    tracking = TrackingSpec("sqlite:////tmp/m.db", "e", params={"lr": "0.1"})
+    spec = JobSpec(name="digits-lr0.1", command=("train",), dataset="mnist", tracking=tracking)
+    job = SimpleNamespace(id=4, user="ada", spec=spec, name=spec.name)
+    params = content.run_params(job)  # type: ignore[arg-type]
+    assert params["gpudesk.user"] == "ada" and params["gpudesk.dataset"] == "mnist"
+    assert params["gpudesk.grid.lr"] == "0.1"
+    # none a script's own mlflow.log_params could name: they all carry gpudesk's prefix
+    assert all(k.startswith("gpudesk.") for k in params)
+    where = SimpleNamespace(slot="gpu0", mode="mps", gpus=(0,), mig_slice=None)
+    placed = content.placement_values(where, {0: "NVIDIA H100"}, simulated=True)  # type: ignore[arg-type]
+    assert placed == {
+        "gpudesk.slot": "gpu0",
+        "gpudesk.mode": "mps",
+        "gpudesk.gpu_model": "NVIDIA H100 (SIMULATED)",
     }
+    assert content.run_tags(job)["mlflow.source.type"] == "JOB"  # type: ignore[arg-type]
+    assert content.sweep_run_name("digits-lr{lr}-b{batch}", "g1") == "digits-lr*-b* (g1)"
+    assert content.sweep_run_name("plain", "g1") == "plain (g1)"
 
 
 def test_result_lines_are_steps_and_names_mlflow_refuses_are_left_out() -> None:

@@ -345,7 +345,7 @@ class Tracking:
                         tracking.mlflow_uri,
                         parent,
                         tracking.experiment,
-                        f"{job.spec.sweep} ({job.spec.group})",
+                        content.sweep_run_name(job.spec.sweep, job.spec.group),
                         "SCHEDULED",
                         int(job.submitted_at * 1000),
                         content.sweep_tags(job),
@@ -479,7 +479,7 @@ class Tracking:
         monitor = self.telemetry.monitor
         models = {g.index: g.name for g in monitor.inventory}
         where = content.placement_values(placement, models, monitor.simulated)
-        tags = {f"gpudesk.{k}": v for k, v in where.items()}
+        tags = dict(where)
         tags["gpudesk.attempts"] = str(attempt)
         if monitor.simulated:
             tags["gpudesk.simulated"] = "true"
