@@ -267,14 +267,33 @@ def emissions_row(facts: StationFacts, job: JobView, gpus: Sequence[int] = ()) -
     )
 
 
-def rows_for(client: Client, jobs: Iterable[JobView]) -> list[EmissionsRow]:
-    """A row for each job that ran, oldest end first (codecarbon appends as runs stop)."""
+def measured(job: JobView) -> bool:
+    """Whether any of the job's energy was measured. codecarbon writes every row with its
+    energy (an estimate where it measures nothing), and its dashboard adds the rows up
+    (`codecarbon.viz.data.Data.get_project_summary`: Python's `sum` over the records pandas
+    read, where an empty cell is NaN), so one row without energy made a whole project's totals
+    NaN. gpudesk writes no estimate: a job with none measured (a CPU job where RAPL is not
+    readable, a Slurm job) gets no row."""
+    return job.usage is not None and job.usage.total_j is not None
+
+
+@dataclass(frozen=True)
+class Rows:
+    rows: list[EmissionsRow]  # oldest end first
+    unmeasured: int  # jobs that ran but have no energy measured: no row
+
+
+def rows_for(client: Client, jobs: Iterable[JobView]) -> Rows:
+    """A row for each job that ran and has energy measured, oldest end first (codecarbon
+    appends as runs stop)."""
     ran = [j for j in jobs if j.started_at is not None and j.ended_at is not None]
-    if not ran:
-        return []
+    kept = [j for j in ran if measured(j)]
+    if not kept:
+        return Rows([], len(ran))
     facts = station_facts(client)
-    ran.sort(key=lambda j: (j.ended_at, j.id))
-    return [emissions_row(facts, job, job_gpus(client, facts, job)) for job in ran]
+    kept.sort(key=lambda j: (j.ended_at, j.id))
+    rows = [emissions_row(facts, job, job_gpus(client, facts, job)) for job in kept]
+    return Rows(rows, len(ran) - len(kept))
 
 
 def render(
@@ -370,7 +389,16 @@ def _why(exc: BaseException) -> str:
 def report(client: Client, jobs: Sequence[JobView], output: Path | None) -> None:
     """Write the rows to stdout (with the header), or append them to `output`, saying on
     stderr what was written and that a SIMULATED station's rows are simulated."""
-    rows = rows_for(client, jobs)
+    found = rows_for(client, jobs)
+    rows = found.rows
+    if found.unmeasured:
+        print(
+            f"note: {found.unmeasured} job(s) that ran have no row: none of their energy was "
+            "measured (a CPU job where RAPL is not readable, a Slurm job), and codecarbon's "
+            "dashboard, which adds every row, would give NaN totals for an empty cell. "
+            "`gpudesk history` lists them.",
+            file=sys.stderr,
+        )
     if output is None:
         sys.stdout.write(render(rows))
         written = rows

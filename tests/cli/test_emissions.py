@@ -208,3 +208,32 @@ def test_a_file_with_other_columns_is_refused_in_one_paragraph(tmp_path: Path) -
     binary.write_bytes(b"\xff\xfe\x00")
     with pytest.raises(EmissionsFileError, match="not UTF-8 text"):
         emissions.append(binary, rows(1))
+
+
+def codecarbon_project_summary(project_data: list[dict[str, Any]]) -> dict[str, float]:
+    """The totals of codecarbon 3.3.2's dashboard, `codecarbon/viz/data.py`,
+    `Data.get_project_summary` (its module imports dash, which this suite does not install):
+    Python's `sum` over each record pandas read, as there."""
+    return {
+        "duration": sum(map(lambda experiment: experiment["duration"], project_data)),
+        "emissions": sum(map(lambda experiment: experiment["emissions"], project_data)),
+        "energy_consumed": sum(map(lambda experiment: experiment["energy_consumed"], project_data)),
+    }
+
+
+def test_codecarbons_dashboard_totals_are_finite_for_a_project_with_an_unmeasured_job() -> None:
+    import math
+
+    pd = pytest.importorskip("pandas")
+    jobs = [ran(id=1), ran(id=2, usage={"cpu_s": 3.0}), ran(id=3, gpus=0)]  # 2: no energy read
+    assert [emissions.measured(j) for j in jobs] == [True, False, True]
+
+    def summary(chosen: list[JobView]) -> dict[str, float]:
+        text = emissions.render([emissions.emissions_row(facts(), j) for j in chosen])
+        return codecarbon_project_summary(pd.read_csv(io.StringIO(text)).to_dict("records"))
+
+    # with the unmeasured job's row (empty cells), codecarbon's totals are NaN: why it has none
+    assert math.isnan(summary(jobs)["emissions"])
+    totals = summary([j for j in jobs if emissions.measured(j)])
+    assert all(math.isfinite(v) for v in totals.values())
+    assert totals["energy_consumed"] == pytest.approx(2 * 43200.0 / 3.6e6)

@@ -58,9 +58,13 @@ def test_codecarbon_rows_carry_the_jobs_usage_at_the_stations_grid_code(
     assert "SIMULATED" in exported.stderr  # the note; each simulated row says it too
     header, rows = codecarbon_rows(exported.stdout)
     assert header == list(COLUMNS) and len(header) == 38  # pinned in tests/cli/test_emissions.py
-    assert len(rows) == 2
+    # a CPU job's energy is its share of RAPL's: where RAPL is not readable it has none, and
+    # no row (codecarbon's dashboard would total an empty cell as NaN); stderr says so
+    cpu_measured = used["on-cpu"]["energy_j"] is not None
+    assert len(rows) == 1 + cpu_measured
+    assert ("1 job(s) that ran have no row" in exported.stderr) is not cpu_measured
     by_count = {row["gpu_count"]: row for row in rows.values()}
-    gpu, cpu = by_count["1"], by_count["0"]
+    gpu = by_count["1"]
     job = used["on-gpu"]
     assert float(gpu["duration"]) == job["wall_s"]
     assert float(gpu["gpu_energy"]) == job["gpu_j"] / J_PER_KWH > 0  # kWh from J
@@ -87,21 +91,24 @@ def test_codecarbon_rows_carry_the_jobs_usage_at_the_stations_grid_code(
         "1.0",
     )
     assert gpu["codecarbon_version"].startswith("gpudesk-")
-    assert (cpu["gpu_model"], cpu["gpu_energy"]) == ("", "")
-    assert cpu["experiment_id"] == gpu["experiment_id"]  # both submitted alone: "gpudesk"
+    if cpu_measured:
+        cpu = by_count["0"]
+        assert (cpu["gpu_model"], cpu["gpu_energy"]) == ("", "")
+        assert cpu["experiment_id"] == gpu["experiment_id"]  # both submitted alone: "gpudesk"
 
     # -o appends as codecarbon does: the header once, and each job's row once
     path = tmp_path / "emissions.csv"
     first = gpudesk("history", "-f", "codecarbon", "-o", str(path))
-    assert first.returncode == 0 and f"{path}: 2 row(s) appended" in first.stderr
+    assert first.returncode == 0 and f"{path}: {len(rows)} row(s) appended" in first.stderr
     assert codecarbon_rows(path.read_text())[1] == rows  # the ids are the job's for good
-    [later] = sim_engine.submit({"name": "later", "command": ["true"]})
+    [later] = sim_engine.submit({"name": "later", "command": ["sleep", "0.5"], "gpus": 1})
     assert gpudesk("wait", "-q", str(later)).returncode == 0
     again = gpudesk("history", "-f", "codecarbon", "-o", str(path))
-    assert f"{path}: 1 row(s) appended, 2 already there (same run_id)" in again.stderr
+    there = f"{len(rows)} already there (same run_id)"
+    assert f"{path}: 1 row(s) appended, {there}" in again.stderr
     text = path.read_text()
     assert text.count("timestamp,project_name") == 1
-    assert len(codecarbon_rows(text)[1]) == 3
+    assert len(codecarbon_rows(text)[1]) == len(rows) + 1
 
     path.write_text("timestamp,emissions\n2026-01-01T00:00:00,0.1\n")
     refused = gpudesk("history", "-f", "codecarbon", "-o", str(path))
