@@ -47,6 +47,10 @@ DCGM_ENERGY = (
     "Total energy consumption since boot (in mJ).",
 )
 DCGM_NAMES = (*(name for name, _, _ in DCGM_GAUGES), DCGM_ENERGY[0])
+# Label names of dcgm-exporter's own that Prometheus's naming rules (`promtool check metrics`)
+# call camelCase: kept on the DCGM_* series, where dashboards built on dcgm-exporter match on
+# them; gpudesk's own metrics use snake_case.
+DCGM_CAMELCASE_LABELS = ("modelName",)
 
 
 class SnapshotCollector(Collector):
@@ -81,7 +85,7 @@ def _station_info(snapshot: MetricsSnapshot) -> Metric:
         "gpudesk_station_info",
         "The station gpudesk watches: its GPU backend, whether it is SIMULATED (sim:* "
         "backends: no reading is from real hardware), the host and gpudesk's version. Always 1.",
-        labels=["backend", "simulated", "Hostname", "version"],
+        labels=["backend", "simulated", "hostname", "version"],
     )
     info.add_metric(
         [
@@ -158,7 +162,7 @@ def _gpu_energy(snapshot: MetricsSnapshot) -> Metric:
         "Energy each GPU used since this engine began sampling it, in joules: its total-energy "
         "counter's increase, or integrated power where it has none. Starts at 0 with each "
         "engine (a counter reset).",
-        labels=["gpu", "UUID", "modelName", "Hostname"],
+        labels=["gpu", "uuid", "model_name", "hostname"],
     )
     for reading in _whole_gpus(snapshot.devices):
         if reading.energy_j is not None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import sqlite3
@@ -503,3 +504,33 @@ def test_a_real_prometheus_scrapes_the_engine(
     energy = query(base, "gpudesk_gpu_energy_joules_total")
     assert len(energy) == GPUS
     assert engine.client.request("ping")["pid"] == engine.pid
+
+
+def test_promtool_finds_nothing_but_dcgm_exporters_own_camelcase_label(
+    metrics_engine: tuple[EngineHandle, str],
+) -> None:
+    """`promtool check metrics` (Prometheus's own linter) on the endpoint with a job running:
+    exits 0 but for the DCGM series' `modelName`, dcgm-exporter's own label (listed in
+    collector.DCGM_CAMELCASE_LABELS); gpudesk's own metrics have nothing it objects to."""
+    promtool = shutil.which("promtool") or "/usr/bin/promtool"
+    if not os.access(promtool, os.X_OK):
+        pytest.skip("promtool is not installed (Debian's prometheus package has it)")
+    from gpudesk.metrics.collector import DCGM_CAMELCASE_LABELS, DCGM_NAMES
+
+    engine, url = metrics_engine
+    running_on_gpus(engine, 1, allocated=False)
+    with urllib.request.urlopen(url, timeout=5.0) as reply:
+        text = reply.read()
+    checked = subprocess.run(
+        [promtool, "check", "metrics"], input=text, capture_output=True, timeout=30
+    )
+    said = (checked.stdout + checked.stderr).decode().splitlines()
+    assert said, "promtool said nothing: the DCGM series' modelName should be named"
+    camel = "label names should be written in 'snake_case' not 'camelCase'"
+    for line in said:
+        name, _, complaint = line.partition(" ")
+        assert name in DCGM_NAMES and complaint == camel, line
+    assert DCGM_CAMELCASE_LABELS == ("modelName",)
+    assert b"modelName" not in b"".join(
+        row for row in text.splitlines() if row.startswith(b"gpudesk_")
+    )

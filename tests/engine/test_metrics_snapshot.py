@@ -375,7 +375,7 @@ def test_a_snapshot_renders_gpudesk_metrics_in_base_units() -> None:
             {
                 "backend": "sim:dgx-station-a100",
                 "simulated": "true",
-                "Hostname": "station1",
+                "hostname": "station1",
                 "version": "0.1.0",
             },
             1.0,
@@ -399,7 +399,7 @@ def test_a_snapshot_renders_gpudesk_metrics_in_base_units() -> None:
     assert got["gpudesk_gpu_energy_joules"] == [
         (
             "gpudesk_gpu_energy_joules_total",
-            {"gpu": "0", "UUID": "GPU-a", "modelName": A100, "Hostname": "station1"},
+            {"gpu": "0", "uuid": "GPU-a", "model_name": A100, "hostname": "station1"},
             99.5,
         )
     ]
