@@ -97,15 +97,52 @@ def fill(text: str, width: int, indent: str = "  ") -> str:
     )
 
 
+def cell_width(text: str) -> int:
+    """The columns `text` takes on a terminal: a wide (East Asian) character takes two, so a
+    job named `训练-模型-大` is 12 columns, not 7 (rich's cell widths; plain ASCII, nearly every
+    cell, is measured without importing them)."""
+    if text.isascii():
+        return len(text)
+    from rich.cells import cell_len
+
+    return cell_len(text)
+
+
+def _fit(text: str, width: int, from_end: bool = False) -> str:
+    """The longest start (or end) of `text` that fits in `width` columns."""
+    if width <= 0:
+        return ""
+    if text.isascii():
+        return text[-width:] if from_end else text[:width]
+    from rich.cells import get_character_cell_size
+
+    kept: list[str] = []
+    used = 0
+    for char in reversed(text) if from_end else text:
+        size = get_character_cell_size(char)
+        if used + size > width:
+            break
+        kept.append(char)
+        used += size
+    return "".join(reversed(kept) if from_end else kept)
+
+
+def pad(text: str, width: int, right: bool = False) -> str:
+    """`text` padded with spaces to `width` columns, on the left where `right` (aligned right)."""
+    gap = " " * max(0, width - cell_width(text))
+    return gap + text if right else text + gap
+
+
 def clip(text: str, width: int) -> str:
-    return text if len(text) <= width else text[: max(0, width - 1)] + "…"
+    """`text` in `width` columns, cut with an ellipsis where it is wider."""
+    return text if cell_width(text) <= width else _fit(text, max(0, width - 1)) + "…"
 
 
 def clip_middle(text: str, width: int, head: int | None = None) -> str:
     """`text` in `width` columns with the ellipsis in the middle, keeping both ends: `head`
-    characters of its start (default: a third) and the rest from its end, which differs most
+    columns of its start (default: a third) and the rest from its end, which differs most
     between a sweep's jobs (`light-lr0.01-h512-1`, `-2`)."""
-    if len(text) <= width:
+    if cell_width(text) <= width:
         return text
     if width < 3:
         return clip(text, width)
@@ -113,7 +150,7 @@ def clip_middle(text: str, width: int, head: int | None = None) -> str:
         head = (width - 1) // 3
     head = max(0, min(head, width - 1))
     tail = width - 1 - head
-    return text[:head] + "…" + (text[len(text) - tail :] if tail else "")
+    return _fit(text, head) + "…" + _fit(text, tail, from_end=True)
 
 
 def clip_apart(values: Sequence[str], width: int) -> list[str]:
@@ -121,7 +158,7 @@ def clip_apart(values: Sequence[str], width: int) -> list[str]:
     the one place that keeps the most of them apart: in 14 columns `light-lr0.01-h512-1` and
     `light-lr0.001-h512-1` become `lig….01-h512-1` and `lig…001-h512-1`, not the same
     `ligh…01-h512-1` twice. Of the places that tell as many apart, the one nearest a third in."""
-    if all(len(v) <= width for v in values):
+    if all(cell_width(v) <= width for v in values):
         return list(values)
     if width < 3:
         return [clip(v, width) for v in values]
@@ -163,7 +200,7 @@ def table(
     lines = []
     for number in range(len(cells)):
         parts = [
-            column[number].rjust(w) if i in right else column[number].ljust(w)
+            pad(column[number], w, right=i in right)
             for i, (column, w) in enumerate(zip(columns, widths, strict=True))
         ]
         lines.append("  ".join(parts).rstrip())
@@ -185,14 +222,17 @@ def _layout(
     min_widths = min_widths or {}
     cells = [[str(c) for c in headers]] + [["-" if c is None else str(c) for c in r] for r in rows]
     widths = [
-        min(max(len(r[i]) for r in cells), max(len(cells[0][i]), max_widths.get(i, 10_000)))
+        min(
+            max(cell_width(r[i]) for r in cells),
+            max(cell_width(cells[0][i]), max_widths.get(i, 10_000)),
+        )
         for i in range(len(headers))
     ]
     excess = sum(widths) + 2 * (len(widths) - 1) - (width or 10_000_000)
     for i in shrink:
         if excess <= 0:
             break
-        floor = max(len(str(headers[i])), 4, min_widths.get(i, 0))
+        floor = max(cell_width(str(headers[i])), 4, min_widths.get(i, 0))
         cut = min(excess, max(0, widths[i] - floor))
         widths[i] -= cut
         excess -= cut

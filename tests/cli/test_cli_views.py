@@ -48,6 +48,38 @@ def sweep_history() -> list:
     ]
 
 
+def test_wide_characters_take_two_columns_and_keep_the_columns_in_line() -> None:
+    """A job named `训练-模型-大` is 12 columns wide on a terminal, not 7: measured by len() it
+    shifted every column after it."""
+    table = render.table(
+        ("ID", "NAME", "STATE"), [(1, "训练-模型-大", "running"), (22, "plain", "queued")]
+    )
+    lines = table.splitlines()
+    # STATE starts at the same column on every line, counted in terminal cells
+    starts = [render.cell_width(line[: line.index(state)]) for line, state in
+              zip(lines, ("STATE", "running", "queued"), strict=True)]  # fmt: skip
+    assert starts == [starts[0]] * 3 and starts[0] == len("ID  ") + 12 + 2
+    # clipped by cells: never wider than asked, and a wide character is never cut in half
+    for width in range(1, 14):
+        for clipped in (
+            render.clip("训练-模型-大", width),
+            render.clip_middle("训练-模型-大-最后", width),
+        ):
+            assert render.cell_width(clipped) <= width, (width, clipped)
+    narrow = render.table(
+        ("ID", "NAME", "STATE"),
+        [(1, "训练-模型-大-很长的名字", "running"), (2, "plain", "queued")],
+        max_widths={1: 10},
+        width=40,
+        middle=[1],
+    )
+    lines = narrow.splitlines()
+    starts = [render.cell_width(line[: line.index(state)]) for line, state in
+              zip(lines, ("STATE", "running", "queued"), strict=True)]  # fmt: skip
+    assert starts == [starts[0]] * 3 and all(render.cell_width(line) <= 40 for line in lines)
+    assert render.cell_width("plain") == 5 and render.pad("大", 4) == "大  "
+
+
 def test_history_at_80_columns_names_each_job_and_marks_estimates() -> None:
     ended = render.clock(sweep_history()[0].ended_at)
     assert fits(_table(sweep_history(), 80)) == [
