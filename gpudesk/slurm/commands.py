@@ -32,7 +32,10 @@ from gpudesk.trust import engine_environment, site_path, site_program
 DEFAULT_CONF = "/etc/slurm/slurm.conf"
 TIMEOUT_S = 30.0  # a controller that does not answer: Slurm's own MessageTimeout is 10 s
 # array-task id, own job id, state, reason, nodes, the owner's uid
-SQUEUE_FORMAT = "%i|%A|%T|%r|%N|%U"
+# id, own id, state, reason, nodes, uid, start time: Slurm's own StartTime ("2026-11-25T02:20:42";
+# a pending job's is an estimate or "N/A"), so a job's start is Slurm's, not when a poll first
+# saw it running.
+SQUEUE_FORMAT = "%i|%A|%T|%r|%N|%U|%S"
 # What the owner's process runs to submit ($1 her folder, $2 the script in it, $3 sbatch from
 # the site's PATH; the script's text on stdin): umask 077 keeps her folder hers alone.
 SUBMIT_SCRIPT = 'umask 077 && mkdir -p -- "$1" && cat > "$2" && exec "$3" --parsable "$2"'
@@ -70,6 +73,7 @@ class QueueLine:
     state: str
     reason: str | None
     node: str | None
+    started: str | None = None  # Slurm's StartTime ("2026-11-25T02:20:42"), once it runs
 
     @property
     def pending_tasks(self) -> bool:
@@ -259,10 +263,12 @@ class SlurmCommands:
         lines = []
         for line in done.out.splitlines():
             parts = line.split("|")
-            if len(parts) != 6 or has_control(line) or _number(parts[5]) != self.owner.uid:
+            if len(parts) != 7 or has_control(line) or _number(parts[5]) != self.owner.uid:
                 continue
+            state = parts[2].upper()
+            started = _null(parts[6]) if state not in QUEUED_STATES else None
             lines.append(
-                QueueLine(parts[0], parts[1], parts[2].upper(), _null(parts[3]), _null(parts[4]))
+                QueueLine(parts[0], parts[1], state, _null(parts[3]), _null(parts[4]), started)
             )
         return lines
 

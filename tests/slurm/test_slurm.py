@@ -244,3 +244,37 @@ def test_time_limit_fails_the_job_timed_out(slurm_engine: EngineHandle) -> None:
     assert done.state == "failed"
     assert "timed out" in done.reason
     assert done.slurm.state == "TIMEOUT"
+
+
+def _elapsed_s(text: str) -> int:
+    """sacct's Elapsed ([D-]HH:MM:SS) in seconds."""
+    days, _, clock = text.rpartition("-")
+    hours, minutes, seconds = (int(p) for p in clock.split(":"))
+    return int(days or 0) * 86400 + hours * 3600 + minutes * 60 + seconds
+
+
+def test_history_wall_time_is_slurms_own_as_sacct_records_it(
+    slurm_engine: EngineHandle, cluster: SlurmCluster
+) -> None:
+    """The job's start and end are Slurm's timestamps (squeue %S, scontrol or the completion
+    log), not when a poll first saw it running: `history`'s wall time and GPU-seconds equal
+    what sacct records, to the second (before, the start was the poll's moment: 0.6 s for a
+    job sacct gave 3 s under a 2-s poll)."""
+    (job_id,) = _submit(slurm_engine, {"name": "three", "command": ["sleep", "3"], "gpus": 1})
+    done = slurm_engine.wait_state(job_id, "succeeded", timeout=60)
+    slurm_id = done.slurm.job_id
+    rows = wait_for(
+        lambda: cluster.run(
+            "sacct", "-c", "-n", "-P", "-j", slurm_id, "-o", "JobID,Elapsed", check=False
+        ).split(),
+        30.0,
+        0.3,
+        "sacct -c to list the job",
+    )
+    elapsed = _elapsed_s(next(r for r in rows if r.split("|")[0] == slurm_id).split("|")[1])
+    assert elapsed >= 3
+    history = _cli("history", "--format", "json")
+    assert history.returncode == 0, history.stderr
+    (mine,) = [j for j in json.loads(history.stdout)["jobs"] if j["id"] == job_id]
+    assert mine["wall_s"] == elapsed, (mine, rows)
+    assert mine["gpu_s"] == elapsed  # one GPU asked for, for its wall time

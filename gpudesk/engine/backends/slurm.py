@@ -10,8 +10,8 @@
   (gpudesk.slurm.as_owner): a system engine (root) runs none for her, writes nothing in
   her folder, and believes a Slurm id only once Slurm lists it as hers.
 - Following: a poller thread asks squeue (and, for ended jobs, scontrol or the completion log)
-  about the jobs not ended yet, every POLL_S; the loop applies what it heard (`step`): queued ->
-  running when Slurm starts one, the end state, exit code and reason when it ends. Every change
+  about the jobs not ended yet (every POLL_S, faster just after a change); the loop applies
+  what it heard (`step`): queued -> running when Slurm starts one, the end state, exit code and reason when it ends. Every change
   is a job event, so `wait`, `run`, the desk and local jobs that run `after` it hear of it.
 - `cancel`: scancel, from the poller thread; the job ends cancelled when Slurm says so.
 
@@ -379,7 +379,10 @@ class SlurmBackend:
             self.store.note_slurm(row.job_id, state, reason, node, own)
         if state in slurm.QUEUED_STATES:
             return False
-        started = _slurm_time(ended.started) if ended else None
+        # Slurm's own StartTime (scontrol or the completion log for an ended job, squeue's %S
+        # for a running one): a job's wall time and GPU-seconds are Slurm's, as sacct's
+        # Elapsed, not from when a poll first saw it running.
+        started = _slurm_time(ended.started if ended else line.started if line else None)
         ran = state in slurm.RUNNING_STATES or started is not None
         # A job cancelled while pending has a StartTime too (its end): it never ran.
         if job.state is JobState.QUEUED and ran and state not in slurm.CANCELLED_STATES:
@@ -483,7 +486,11 @@ class SlurmBackend:
     def _end(
         self, job: JobRecord, state: JobState, reason: str, code: int | None, ended: Ended | None
     ) -> None:
-        started = job.started_at
+        # Slurm's StartTime where it says one (a job first seen already ended, or one whose
+        # start a poll saw before squeue gave it), else what was recorded at its start
+        started = (_slurm_time(ended.started) if ended and job.started_at else None) or (
+            job.started_at
+        )
         end = (_slurm_time(ended.ended) if ended else None) or time.time()
         if started is not None:
             end = max(end, started)

@@ -7,6 +7,7 @@ A cluster that breaks is said once, then now and then while it lasts, and its re
 
 from __future__ import annotations
 
+import os
 import queue
 import threading
 import time
@@ -19,16 +20,29 @@ from gpudesk.engine.store.slurm import SENDING
 from gpudesk.slurm import commands as slurm
 from gpudesk.slurm.commands import Ended, QueueLine, SlurmCommands, SlurmError
 
-POLL_S = 2.0  # how often squeue is asked while Slurm jobs have not ended
-POLL_ENV = "GPUDESK_SLURM_POLL_S"  # the engine's environment may set another (tests: 0.5)
+# How often squeue is asked while Slurm jobs have not ended. A shared controller serves every
+# user's squeue, and its admins ask tools not to poll in tight loops: Snakemake's Slurm executor
+# asks every 30 s (snakemake PR #2136), stui at most every 10 s. Each job's start and end times
+# are Slurm's own (squeue %S, scontrol/the completion log), not when a poll saw them, so a slow
+# poll only delays when gpudesk notices a change, never what it records.
+POLL_S = 30.0
+# ... and for FAST_FOR_S after gpudesk sent, cancelled or heard a change (a job just submitted
+# starts soon; a cancelled one ends), every FAST_POLL_S: a one-line squeue of a user's own jobs.
+FAST_POLL_S = 2.0
+FAST_FOR_S = 60.0
+POLL_ENV = "GPUDESK_SLURM_POLL_S"  # the engine's environment may set one interval (tests: 0.3)
 # Assumption: a cluster that stays broken is said again this often, not every poll (2 s would
 # fill engine.log with one line per poll); its breaking and its recovery are said at once.
 BROKEN_SAY_EVERY_S = 300.0
 
 
-def poll_s() -> float:
-    """POLL_S, or the engine's GPUDESK_SLURM_POLL_S (0.1 to 60 s)."""
-    return env_seconds(POLL_ENV, POLL_S, 0.1, 60.0)
+def poll_s(changed_at: float | None, now: float) -> float:
+    """The next poll's wait: the engine's GPUDESK_SLURM_POLL_S (0.1 to 60 s) where set, else
+    FAST_POLL_S within FAST_FOR_S of the last change (`changed_at`, monotonic), else POLL_S."""
+    if os.environ.get(POLL_ENV):
+        return env_seconds(POLL_ENV, POLL_S, 0.1, 60.0)
+    recent = changed_at is not None and now - changed_at < FAST_FOR_S
+    return FAST_POLL_S if recent else POLL_S
 
 
 @dataclass(frozen=True)
@@ -81,16 +95,23 @@ class Poller:
         # (slurm.conf, owner) -> (what it said, when it was last said): the broken clusters
         self.broken: dict[tuple[str, Identity], tuple[str, float]] = {}  # under shared.lock
         self.asking: set[tuple[str, Identity]] = set()  # being polled now; under shared.lock
+        # when gpudesk last sent, cancelled or heard a change: polls are fast for a while after
+        self.changed_at: float | None = None
+        self.states: dict[int, tuple[str | None, bool]] = {}  # job id -> its last state heard
 
     def watch(self, watched: list[Watched]) -> None:
         with self.shared.lock:
+            before = {w.job_id for w in self.shared.watched}
             self.shared.watched = watched
+            if {w.job_id for w in watched} - before:
+                self.changed_at = time.monotonic()  # a job to follow that was not before
         if watched:
             self._start()
 
     def cancel(self, conf: str, owner: Identity, slurm_ids: list[str], job_ids: list[int]) -> None:
         with self.shared.lock:
             self.shared.cancels.append((conf, owner, slurm_ids, job_ids))
+            self.changed_at = time.monotonic()
         self._start()
         self.poke.set()
 
@@ -121,7 +142,9 @@ class Poller:
                 except Exception as exc:  # a failing Slurm must not end the thread
                     self.heard.put(f"could not ask Slurm about its jobs: {exc}")
                     self.wake()
-            self.poke.wait(poll_s())
+            with self.shared.lock:
+                changed_at = self.changed_at
+            self.poke.wait(poll_s(changed_at, time.monotonic()))
             self.poke.clear()
 
     def _clients(self, conf: str, owner: Identity) -> SlurmCommands:
@@ -170,8 +193,25 @@ class Poller:
         finally:
             with self.shared.lock:
                 self.asking.discard(key)
+        self._note_changes(heard)
         self.heard.put(heard)
         self.wake()
+
+    def _note_changes(self, heard: list[Heard]) -> None:
+        """A job whose state moved since the last poll (it started, ended or got a node) makes
+        the polls fast for a while: what follows a change (the next job of a sweep starting,
+        a dependency released) is then heard soon too."""
+        now = time.monotonic()
+        with self.shared.lock:
+            for item in heard:
+                state = (item.line.state if item.line else None, item.ended is not None)
+                if self.states.get(item.job_id) != state:
+                    if item.job_id in self.states:
+                        self.changed_at = now
+                    self.states[item.job_id] = state
+            watched = {w.job_id for w in self.shared.watched}
+            for gone in [j for j in self.states if j not in watched]:
+                del self.states[gone]
 
     def _say_broken(self, key: tuple[str, Identity], said: str) -> None:
         """Warn when a cluster breaks, then at most every BROKEN_SAY_EVERY_S while it stays so."""
