@@ -307,20 +307,39 @@ def _gpu_block(
         )
     holders = [jobs[j] for j in gpu["jobs"] if j in jobs]
     others = [p for p in gpu["processes"] if p["job_id"] is None]
-    if holders or others:
+    servers = [p for p in others if p.get("mps") == "server"]
+    if holders or servers:
         parts = [f"{j['id']} {j['name']}" for j in holders]
-        parts += [_process_label(p) for p in others]
+        parts += [_process_label(p) for p in servers]
         lines.append("  jobs: " + ", ".join(parts))
+    # a process outside gpudesk's jobs, each on a line of its own: whose, how much, what
+    lines += [f"  {_process_label(p)}" for p in others if p.get("mps") != "server"]
     return lines
 
 
 def _process_label(process: dict[str, Any]) -> str:
-    """A GPU process in a list of a GPU's users: its job, the MPS server, or its pid."""
+    """A GPU process in a list of a GPU's users: its job, the MPS server, or a process outside
+    gpudesk: its pid, owner, GPU memory, SM share and command, as nvitop shows one."""
     if process["job_id"] is not None:
         return str(process["job_id"])
     if process.get("mps") == "server":
         return f"MPS server (pid {process['pid']})"
-    return f"pid {process['pid']}"
+    return "not gpudesk: " + foreign_label(process)
+
+
+def foreign_label(process: dict[str, Any]) -> str:
+    """`pid 4242 bob 3.2 GiB SM 40% python train.py`: what is known of a process outside
+    gpudesk's jobs (each part left out where unknown)."""
+    parts = [f"pid {process['pid']}"]
+    if process.get("user"):
+        parts.append(str(process["user"]))
+    if process.get("used_memory_mib") is not None:
+        parts.append(f"{process['used_memory_mib'] / GIB:.1f} GiB")
+    if process.get("sm_pct") is not None:
+        parts.append(f"SM {process['sm_pct']:.0f}%")
+    if process.get("command"):
+        parts.append(str(process["command"]))
+    return " ".join(parts)
 
 
 def render_frame(view: dict[str, Any], width: int = WIDTH) -> str:

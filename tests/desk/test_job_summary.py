@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import msgspec
 from replay import replay_feed
 
@@ -35,3 +37,32 @@ def test_a_running_jobs_remaining_time_is_shown_with_its_source() -> None:
     )
     summary = str(render_summary(running.job, running, state))
     assert "\nremaining ~12 min (from its progress: 480/1000 at 0.67/s)" in summary, summary
+
+
+def test_the_process_table_lists_a_gpu_process_outside_gpudesk_with_its_owner() -> None:
+    from gpudesk.api.models import ProcessView
+    from gpudesk.screens.widgets.job_list import render_job_list, render_other_processes
+
+    feed = replay_feed()
+    frame = feed.frames[-1]
+    assert frame.telemetry is not None and frame.telemetry.gpus
+    state = DeskState(frame=frame)
+    assert render_other_processes(state, 100) is None  # the recording has none
+    gpu = frame.telemetry.gpus[0]
+    stranger = ProcessView(
+        pid=4242,
+        used_memory_mib=3276.8,
+        sm_pct=40.0,
+        mig_device=None,
+        job_id=None,
+        user="bob",
+        command="python train.py --lr 0.1",
+    )
+    gpus = [msgspec.structs.replace(gpu, processes=[*gpu.processes, stranger])]
+    gpus += frame.telemetry.gpus[1:]
+    telemetry = msgspec.structs.replace(frame.telemetry, gpus=gpus)
+    state = DeskState(frame=dataclasses.replace(frame, telemetry=telemetry))
+    listing = str(render_job_list(state, 100))
+    assert "other processes on the GPUs (1, not gpudesk jobs)" in listing
+    row = next(line for line in listing.splitlines() if "4242" in line)
+    assert "bob" in row and "3.2G" in row and "40%" in row and "python train.py" in row

@@ -17,6 +17,10 @@ class ProcessView(WireModel, frozen=True):
     # "server": the GPU's MPS server (nvidia-cuda-mps-server); "client": a process running
     # through it (NVML gives no SM share of its own); None: outside MPS
     mps: str | None = None
+    # A process outside gpudesk's jobs (job_id None): its owner's login name and its command
+    # line (cut, control characters spelled out), where /proc shows them to the engine.
+    user: str | None = None
+    command: str | None = None
 
     @property
     def mps_server(self) -> bool:

@@ -11,8 +11,9 @@
   her folder, and believes a Slurm id only once Slurm lists it as hers.
 - Following: a poller thread asks squeue (and, for ended jobs, scontrol or the completion log)
   about the jobs not ended yet (every POLL_S, faster just after a change); the loop applies
-  what it heard (`step`): queued -> running when Slurm starts one, the end state, exit code and reason when it ends. Every change
-  is a job event, so `wait`, `run`, the desk and local jobs that run `after` it hear of it.
+  what it heard (`step`): queued -> running when Slurm starts one, the end state, exit code
+  and reason when it ends. Every change is a job event, so `wait`, `run`, the desk and local
+  jobs that run `after` it hear of it.
 - `cancel`: scancel, from the poller thread; the job ends cancelled when Slurm says so.
 
 Slurm jobs never enter the station's queue: Slurm places them. Nothing here waits on Slurm

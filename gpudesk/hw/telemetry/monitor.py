@@ -30,6 +30,7 @@ from gpudesk.hw.telemetry.energy import (
     attribute_gpu,
     rounded,
 )
+from gpudesk.hw.telemetry.foreign import ForeignProcess, ForeignProcesses
 from gpudesk.hw.telemetry.model import (
     MPS_CLIENT,
     MPS_SERVER,
@@ -81,6 +82,8 @@ class RawSample:
     pgid_of: dict[int, int]  # GPU process pid -> its process group
     rapl_j: float | None
     attempts: tuple[TrackedAttempt, ...]
+    # the GPU processes outside every attempt's process group: whose and what (foreign.py)
+    foreign: dict[int, ForeignProcess] = field(default_factory=dict)
 
 
 @dataclass
@@ -146,6 +149,7 @@ class Monitor:
             idle_power_w, default_idle_w=getattr(backend, "idle_power_w", None)
         )
         self.rapl = rapl if rapl is not None else RaplReader()
+        self.foreign = ForeignProcesses()  # the sampler thread's own
         self.usage: dict[int, AttemptUsage] = {}  # by attempt id
         self.history: deque[dict[str, Any]] = deque(maxlen=history_points)
         self.averages = Averages()
@@ -208,6 +212,8 @@ class Monitor:
             for proc in _all_processes(gpu):
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     pgid_of[proc.pid] = os.getpgid(proc.pid)
+        ours = {a.pgid for a in attempts}
+        outside = [pid for pid, pgid in pgid_of.items() if pgid not in ours and pid not in ours]
         return RawSample(
             reading=reading,
             inventory=self._inventory,
@@ -216,6 +222,7 @@ class Monitor:
             pgid_of=pgid_of,
             rapl_j=self.rapl.read(),
             attempts=attempts,
+            foreign=self.foreign.describe(outside),
         )
 
     def close(self) -> None:
@@ -293,7 +300,9 @@ class Monitor:
             holders.update({o.attempt_id: o for o in owners.values() if o is not None})
             occupants[gpu.index] = _occupants(gpu, holders.values(), owners)
             gpu_views.append(
-                self._gpu_view(gpu, owners, sorted({a.job_id for a in holders.values()}))
+                self._gpu_view(
+                    gpu, owners, sorted({a.job_id for a in holders.values()}), raw.foreign
+                )
             )
         attribute_gpu(self.usage, intervals, occupants)
         return gpu_views, job_gpu
@@ -381,11 +390,15 @@ class Monitor:
 
     # ------------------------------------------------------------------ views
     def _gpu_view(
-        self, gpu: GpuReading, owners: dict[int, TrackedAttempt | None], job_ids: list[int]
+        self,
+        gpu: GpuReading,
+        owners: dict[int, TrackedAttempt | None],
+        job_ids: list[int],
+        foreign: dict[int, ForeignProcess],
     ) -> dict[str, Any]:
         def process(proc: GpuProcess) -> dict[str, Any]:
             owner = owners.get(proc.pid)
-            return {
+            view = {
                 "pid": proc.pid,
                 "used_memory_mib": rounded(proc.used_memory_mib),
                 "sm_pct": rounded(proc.sm_pct),
@@ -393,6 +406,10 @@ class Monitor:
                 "job_id": owner.job_id if owner else None,
                 "mps": proc.mps,
             }
+            outside = foreign.get(proc.pid) if owner is None else None
+            if outside is not None:  # not a gpudesk job's: whose, and what
+                view["user"], view["command"] = outside.user, outside.command
+            return view
 
         return {
             "index": gpu.index,

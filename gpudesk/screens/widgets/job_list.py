@@ -1,6 +1,7 @@
 """The running jobs under the GPU cards, where the terminal has room for them (nvitop's
 process list): id, name, user, placement, sharing mode, SM %, GPU memory, CPU %, energy since
-the job started and runtime, from the engine's latest sample."""
+the job started and runtime, from the engine's latest sample; then the GPU processes outside
+gpudesk's jobs, with their owner and command."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from rich.text import Text
 
 from gpudesk import render
 from gpudesk.screens.state import DeskState, job_runtime, sharing_mode
+from gpudesk.screens.widgets.gpu_card import gpu_processes
 
 HEADERS = ("ID", "NAME", "USER", "WHERE", "MODE", "SM", "GPU MEM", "CPU", "ENERGY", "TIME")
 RIGHT = (0, 5, 6, 7, 8, 9)  # ID and the figures
@@ -28,7 +30,49 @@ def _pct(value: float | None) -> str:
 
 
 def render_job_list(state: DeskState, width: int) -> Text:
-    """A plain table of the running jobs, fitted to `width` (the name is cut first)."""
+    """A plain table of the running jobs, fitted to `width` (the name is cut first), then the
+    GPU processes outside gpudesk's jobs."""
+    listing = _running_jobs(state, width)
+    others = render_other_processes(state, width)
+    return listing if others is None else listing + Text("\n\n") + others
+
+
+def render_other_processes(state: DeskState, width: int) -> Text | None:
+    """GPU processes no gpudesk job owns (an MPS server apart), as nvitop lists them: GPU,
+    pid, owner, GPU memory, SM share and command; None where there are none."""
+    rows = []
+    for gpu in state.gpus:
+        for proc in gpu_processes(gpu):
+            if proc.job_id is None and not proc.mps_server:
+                rows.append(
+                    (
+                        gpu.index,
+                        proc.pid,
+                        proc.user or "?",
+                        "-"
+                        if proc.used_memory_mib is None
+                        else f"{proc.used_memory_mib / 1024:.1f}G",
+                        _pct(proc.sm_pct),
+                        proc.command or "?",
+                    )
+                )
+    if not rows:
+        return None
+    table, _ = render.fitted_table(
+        ("GPU", "PID", "USER", "GPU MEM", "SM", "COMMAND"),
+        rows,
+        width=width,
+        max_widths={2: USER_MAX},
+        right=(0, 1, 3, 4),
+        shrink=(5, 2),
+        min_widths={2: USER_MIN},
+    )
+    head, _, body = table.partition("\n")
+    title = Text(f"other processes on the GPUs ({len(rows)}, not gpudesk jobs)", style="bold")
+    return title + Text("\n") + Text(head, style="bold") + Text("\n" + body)
+
+
+def _running_jobs(state: DeskState, width: int) -> Text:
     jobs = [j for j in state.jobs if j.state == "running"]
     title = Text(f"running jobs ({len(jobs)})", style="bold")
     if not jobs:

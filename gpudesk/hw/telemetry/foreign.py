@@ -1,0 +1,76 @@
+"""Who runs a GPU process gpudesk did not start, and what: on a shared server the first question
+about GPU 2 is "whose process is that?". NVML gives a pid; `/proc` (through psutil) gives its
+owner and command line, as nvitop shows them.
+
+Looked up on the sampler's thread, once per process (a pid and its start time: a reused pid is
+looked up again), and forgotten when the process is gone. The command line is text its owner
+chose: it is kept as valid Unicode with control characters spelled out and cut to
+`MAX_COMMAND` characters before any view carries it. What /proc will not show the engine (a
+process of another user under `hidepid`, one that ended meanwhile) is left unknown.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import psutil
+
+from gpudesk.text import printable, safe_text
+
+MAX_COMMAND = 200  # characters of a command line a view carries (nvitop's column is ~80)
+
+
+@dataclass(frozen=True)
+class ForeignProcess:
+    user: str | None  # the login name of its real uid, else the uid as text
+    command: str | None  # its command line, cut, control characters spelled out
+
+
+def _command(proc: psutil.Process) -> str | None:
+    try:
+        args = proc.cmdline()
+    except psutil.Error:
+        args = []
+    try:
+        text = shlex.join(args) if args else proc.name()
+    except psutil.Error:
+        return None
+    text = printable(safe_text(text)).replace("\n", "\\n").replace("\t", " ")
+    return text if len(text) <= MAX_COMMAND else text[: MAX_COMMAND - 1] + "…"
+
+
+def _user(proc: psutil.Process) -> str | None:
+    try:
+        return proc.username()
+    except KeyError:  # a uid with no name (psutil raises it from pwd)
+        try:
+            return str(proc.uids().real)
+        except psutil.Error:
+            return None
+    except psutil.Error:
+        return None
+
+
+class ForeignProcesses:
+    """The owner and command of GPU processes by pid, kept while each process lives."""
+
+    def __init__(self) -> None:
+        self._known: dict[int, tuple[float, ForeignProcess]] = {}
+
+    def describe(self, pids: Iterable[int]) -> dict[int, ForeignProcess]:
+        found: dict[int, ForeignProcess] = {}
+        for pid in pids:
+            try:
+                proc = psutil.Process(pid)
+                started = proc.create_time()
+            except psutil.Error:
+                continue
+            known = self._known.get(pid)
+            if known is None or known[0] != started:
+                known = self._known[pid] = (started, ForeignProcess(_user(proc), _command(proc)))
+            found[pid] = known[1]
+        for gone in [pid for pid in self._known if pid not in found]:
+            del self._known[gone]
+        return found

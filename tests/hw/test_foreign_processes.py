@@ -1,0 +1,96 @@
+"""GPU processes outside gpudesk's jobs: whose they are and what they run, read from /proc as
+nvitop reads them, carried in the telemetry view and shown by `gpudesk top` and the desk's
+process table (docs/tui.md). On a shared server the first question about a busy GPU is whose
+process is on it; before, `top` said `pid 4242`."""
+
+from __future__ import annotations
+
+import getpass
+import os
+import subprocess
+import sys
+from collections.abc import Iterator, Sequence
+
+import pytest
+
+from gpudesk.cli.top_view import foreign_label
+from gpudesk.hw.telemetry.foreign import MAX_COMMAND, ForeignProcesses
+from gpudesk.hw.telemetry.model import (
+    BackendReading,
+    GpuInfo,
+    GpuProcess,
+    GpuReading,
+    JobLoad,
+)
+from gpudesk.hw.telemetry.monitor import Monitor, TrackedAttempt
+
+SLEEP = "import time; time.sleep(60)"
+
+
+@pytest.fixture
+def outsider() -> Iterator[subprocess.Popen[bytes]]:
+    """A process gpudesk did not start, whose command line carries an escape sequence."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SLEEP, "\x1b[31mred", "x" * 300], start_new_session=True
+    )
+    yield proc
+    proc.kill()
+    proc.wait()
+
+
+def test_its_owner_and_command_are_read_once_and_made_safe(
+    outsider: subprocess.Popen[bytes],
+) -> None:
+    names = ForeignProcesses()
+    (seen,) = names.describe([outsider.pid, 2**22 + 77]).values()  # a pid no process has
+    assert seen.user == getpass.getuser()
+    assert seen.command is not None and seen.command.startswith(sys.executable)
+    assert "\x1b" not in seen.command and "\\x1b[31mred" in seen.command
+    assert len(seen.command) == MAX_COMMAND and seen.command.endswith("…")
+    assert names.describe([outsider.pid])[outsider.pid] is seen  # kept, not read again
+    outsider.kill()
+    outsider.wait()
+    assert names.describe([outsider.pid]) == {}  # gone: forgotten
+
+
+class OneGpu:
+    """A GPU with the given processes on it (a stand-in for NVML at the hardware boundary)."""
+
+    name = "fake"
+    simulated = False
+
+    def __init__(self, pids: Sequence[int]) -> None:
+        self.pids = pids
+
+    def open(self) -> None:
+        pass
+
+    def inventory(self) -> list[GpuInfo]:
+        return [GpuInfo(0, "GPU-0", "NVIDIA H100 80GB HBM3", 81559.0)]
+
+    def read(self) -> BackendReading:
+        processes = tuple(GpuProcess(pid, 3276.8, 40.0) for pid in self.pids)
+        gpu = GpuReading(0, "GPU-0", "NVIDIA H100 80GB HBM3", processes=processes)
+        return BackendReading(0.0, 0.0, (gpu,))
+
+    def set_load(self, loads: Sequence[JobLoad]) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def test_the_view_names_a_foreign_process_and_leaves_a_jobs_alone(
+    outsider: subprocess.Popen[bytes],
+) -> None:
+    mine = os.getpid()  # this test's own process stands for a gpudesk job's
+    job = TrackedAttempt(1, 10, "train", os.getpgid(mine), "gpu:0", (0,), 4.0, 50.0, 0.0)
+    monitor = Monitor(OneGpu([mine, outsider.pid]))  # type: ignore[arg-type]
+    view = monitor.ingest(monitor.collect([job]))
+    procs = {p["pid"]: p for p in view["gpus"][0]["processes"]}
+    assert procs[mine]["job_id"] == 10 and "user" not in procs[mine]
+    other = procs[outsider.pid]
+    assert other["job_id"] is None and other["user"] == getpass.getuser()
+    label = foreign_label(other)
+    assert label.startswith(f"pid {outsider.pid} {getpass.getuser()} 3.2 GiB SM 40% ")
+    assert sys.executable in label
