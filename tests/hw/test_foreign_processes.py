@@ -10,11 +10,12 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 
 import pytest
 
 from gpudesk.cli.top_view import foreign_label
-from gpudesk.hw.telemetry.foreign import MAX_COMMAND, ForeignProcesses
+from gpudesk.hw.telemetry.foreign import MAX_COMMAND, ForeignProcesses, proc_hides_processes
 from gpudesk.hw.telemetry.model import (
     BackendReading,
     GpuInfo,
@@ -41,7 +42,7 @@ def outsider() -> Iterator[subprocess.Popen[bytes]]:
 def test_its_owner_and_command_are_read_once_and_made_safe(
     outsider: subprocess.Popen[bytes],
 ) -> None:
-    names = ForeignProcesses()
+    names = ForeignProcesses(hidden=False)
     (seen,) = names.describe([outsider.pid, 2**22 + 77]).values()  # a pid no process has
     assert seen.user == getpass.getuser()
     assert seen.command is not None and seen.command.startswith(sys.executable)
@@ -83,6 +84,8 @@ class OneGpu:
 def test_the_view_names_a_foreign_process_and_leaves_a_jobs_alone(
     outsider: subprocess.Popen[bytes],
 ) -> None:
+    if proc_hides_processes():
+        pytest.skip("this host's /proc is mounted hidepid: the engine looks nothing up")
     mine = os.getpid()  # this test's own process stands for a gpudesk job's
     job = TrackedAttempt(1, 10, "train", os.getpgid(mine), "gpu:0", (0,), 4.0, 50.0, 0.0)
     monitor = Monitor(OneGpu([mine, outsider.pid]))  # type: ignore[arg-type]
@@ -94,3 +97,15 @@ def test_the_view_names_a_foreign_process_and_leaves_a_jobs_alone(
     label = foreign_label(other)
     assert label.startswith(f"pid {outsider.pid} {getpass.getuser()} 3.2 GiB SM 40% ")
     assert sys.executable in label
+
+
+def test_where_proc_hides_users_processes_nothing_is_looked_up(
+    outsider: subprocess.Popen[bytes], tmp_path: Path
+) -> None:
+    mounts = tmp_path / "mounts"
+    mounts.write_text("proc /proc proc rw,nosuid,nodev,noexec,relatime,hidepid=invisible 0 0\n")
+    assert proc_hides_processes(str(mounts))
+    mounts.write_text("proc /proc proc rw,nosuid,nodev,noexec,relatime 0 0\n")
+    assert not proc_hides_processes(str(mounts))
+    assert not proc_hides_processes(str(tmp_path / "missing"))
+    assert ForeignProcesses(hidden=True).describe([outsider.pid]) == {}

@@ -6,7 +6,9 @@ Looked up on the sampler's thread, once per process (a pid and its start time: a
 looked up again), and forgotten when the process is gone. The command line is text its owner
 chose: it is kept as valid Unicode with control characters spelled out and cut to
 `MAX_COMMAND` characters before any view carries it. What /proc will not show the engine (a
-process of another user under `hidepid`, one that ended meanwhile) is left unknown.
+process that ended meanwhile) is left unknown. Where /proc is mounted `hidepid` (users may not
+see each other's processes), nothing is looked up: a system engine, which runs as root and
+sees them all, would otherwise show every user what the site hides.
 """
 
 from __future__ import annotations
@@ -53,13 +55,34 @@ def _user(proc: psutil.Process) -> str | None:
         return None
 
 
+def proc_hides_processes(mounts: str = "/proc/self/mounts") -> bool:
+    """Whether /proc is mounted with `hidepid` other than 0 (or `off`): the site hides users'
+    processes from each other."""
+    try:
+        with open(mounts, encoding="utf-8", errors="replace") as listing:
+            lines = listing.read().splitlines()
+    except OSError:
+        return False
+    for line in lines:
+        fields = line.split()
+        if len(fields) >= 4 and fields[1] == "/proc" and fields[2] == "proc":
+            for option in fields[3].split(","):
+                key, _, value = option.partition("=")
+                if key == "hidepid" and value not in ("0", "off"):
+                    return True
+    return False
+
+
 class ForeignProcesses:
     """The owner and command of GPU processes by pid, kept while each process lives."""
 
-    def __init__(self) -> None:
+    def __init__(self, hidden: bool | None = None) -> None:
         self._known: dict[int, tuple[float, ForeignProcess]] = {}
+        self.hidden = proc_hides_processes() if hidden is None else hidden
 
     def describe(self, pids: Iterable[int]) -> dict[int, ForeignProcess]:
+        if self.hidden:
+            return {}
         found: dict[int, ForeignProcess] = {}
         for pid in pids:
             try:
