@@ -183,6 +183,7 @@ class Engine:
             lambda: self.station.config,
             lambda: [a.attempt.log_path for a in self.attempts],
             self.attempts.take_settled_logs,
+            None if self.home.is_system else str(self.home.engine_log),
         )
         self.mig = MigControl(
             self.station,

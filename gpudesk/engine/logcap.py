@@ -1,4 +1,5 @@
-"""Keeping running jobs' logs under `[station] log_max_mb`.
+"""Keeping running jobs' logs under `[station] log_max_mb`, and the engine's own log under
+ENGINE_LOG_MAX_MIB.
 
 Every CHECK_EVERY_S the engine looks at the size of each running attempt's output.log and
 rotates the ones over the cap (gpudesk.joblog.rotate, copy-truncate). Every attempt that
@@ -30,6 +31,14 @@ CHECK_EVERY_S = 0.5
 # 36). Assumption: 5 s (ten looks) is far beyond any reader's read, and a reader caught by the
 # rotation reads at worst one piece from the wrong place, its owner's own log.
 LOCK_OVERRIDE_S = 5.0
+# The engine's own engine.log (a personal engine's stdout and stderr; a system engine under
+# systemd writes to the journal, which rotates itself) is rotated past this, keeping
+# ENGINE_LOG_KEEP earlier parts (engine.log.1, .2), looked at once a minute: it grew for good
+# before. Assumption: 16 MiB is weeks of a busy engine's lines (a placement and its reasons
+# are a few hundred bytes) and the same cap as a tracking worker's own log.
+ENGINE_LOG_MAX_MIB = 16
+ENGINE_LOG_KEEP = 2
+ENGINE_LOG_CHECK_S = 60.0
 
 
 class LogCap:
@@ -38,8 +47,11 @@ class LogCap:
         config: Callable[[], StationConfig],
         running_logs: Callable[[], Iterable[str]],
         settled_logs: Callable[[], Iterable[str]],
+        engine_log: str | None = None,
     ) -> None:
         self._config = config
+        self._engine_log = engine_log
+        self._engine_log_at = 0.0
         self._running_logs = running_logs
         self._settled_logs = settled_logs  # attempts settled since the last look (taken)
         self._watched: set[str] = set()
@@ -56,6 +68,9 @@ class LogCap:
 
     def check(self) -> None:
         now = time.monotonic()
+        if self._engine_log is not None and now - self._engine_log_at >= ENGINE_LOG_CHECK_S:
+            self._engine_log_at = now
+            self._rotate_engine_log()
         if now - self._checked_at < CHECK_EVERY_S:
             return
         self._checked_at = now
@@ -83,6 +98,13 @@ class LogCap:
                     log.warning("could not rotate %s: %s", path, exc)
                     self._failing.add(path)
         self._failing &= running
+
+    def _rotate_engine_log(self) -> None:
+        assert self._engine_log is not None
+        try:
+            joblog.rotate(self._engine_log, ENGINE_LOG_MAX_MIB * BYTES_PER_MIB, ENGINE_LOG_KEEP)
+        except OSError as exc:  # a full disk: the next look tries again
+            log.warning("could not rotate %s: %s", self._engine_log, exc)
 
 
 def _over(path: str, cap: int) -> bool:
