@@ -115,6 +115,12 @@ _PARTITION = typer.Option(None, "--partition", help="Slurm partition.")
 _ACCOUNT = typer.Option(None, "--account", help="Slurm account.")
 _QOS = typer.Option(None, "--qos", help="Slurm QOS.")
 _SUBMIT_JSON = typer.Option(False, "--json", help="Print the new job as JSON.")
+_PARSABLE = typer.Option(
+    False,
+    "--parsable",
+    help="Print the new job's id alone, for a script (`id=$(gpudesk submit --parsable -- …)`), "
+    "as sbatch --parsable does; notes still go to stderr.",
+)
 _PREEMPTIBLE = typer.Option(
     False,
     "--preemptible",
@@ -163,6 +169,7 @@ def submit(
     account: str | None = _ACCOUNT,
     qos: str | None = _QOS,
     json_out: bool = _SUBMIT_JSON,
+    parsable: bool = _PARSABLE,
     preemptible: bool = _PREEMPTIBLE,
     preempt_signal: str | None = _PREEMPT_SIGNAL,
     preempt_grace: float | None = _PREEMPT_GRACE,
@@ -174,6 +181,8 @@ def submit(
 
     if not command:
         fail("no command given: gpudesk submit [OPTIONS] [--] COMMAND [ARGS]...", EXIT_USAGE)
+    if parsable and json_out:
+        fail("--parsable and --json each say how to print the job: give one", EXIT_USAGE)
     cluster = target_cluster(on, None, partition=partition, account=account, qos=qos)
     cwd = (workdir or Path.cwd()).expanduser().absolute()
     raw = submit_job.job_fields(
@@ -197,7 +206,9 @@ def submit(
     if not cwd.is_dir():
         fail(f"--workdir: {cwd} is not a directory", EXIT_USAGE)
     refs = submit_job.after_refs(after)
-    submit_job.submit_and_report(raw, spec, refs, to_cluster=cluster is not None, json_out=json_out)
+    submit_job.submit_and_report(
+        raw, spec, refs, to_cluster=cluster is not None, json_out=json_out, parsable=parsable
+    )
 
 
 # ------------------------------------------------------------------------- queue

@@ -143,9 +143,16 @@ def after_refs(after: list[str]) -> list[str]:
 
 
 def submit_and_report(
-    raw: dict[str, Any], spec: JobSpec, refs: list[str], *, to_cluster: bool, json_out: bool
+    raw: dict[str, Any],
+    spec: JobSpec,
+    refs: list[str],
+    *,
+    to_cluster: bool,
+    json_out: bool,
+    parsable: bool = False,
 ) -> None:
-    """Submit the job (its --after names made ids first) and say what became of it."""
+    """Submit the job (its --after names made ids first) and say what became of it: a line, its
+    JSON, or (`parsable`) its id alone."""
     from gpudesk.api.submit import change_lines
     from gpudesk.core.jobs import JobSpec, SpecError
 
@@ -164,7 +171,13 @@ def submit_and_report(
         # a Slurm job: say the id Slurm gave it, as sbatch would
         slurm = client.show(job_id).job.slurm if to_cluster and not json_out else None
     change = submitted.waits_for_change.get(job_id)
-    if json_out:
+    if parsable:
+        print(job_id)
+        if submitted.simulated:
+            print(f"note: the station is SIMULATED ({submitted.simulated})", file=sys.stderr)
+        for line in change_lines(submitted.waits_for_change):
+            print(f"note: {line}", file=sys.stderr)
+    elif json_out:
         print_json(
             {
                 "id": job_id,

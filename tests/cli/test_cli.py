@@ -375,6 +375,12 @@ def test_submit_and_run_refuse_gpus_the_station_does_not_have(
     assert run.returncode == 2, run.stdout + run.stderr
     assert "job 'big' asks for 2 GPUs" in run.stderr and "nothing was submitted" in run.stderr
     assert json.loads(gpudesk("queue", "--all", "--json").stdout)["jobs"] == []
+    # --parsable: the id alone, for a script (as sbatch --parsable)
+    parsable = gpudesk("submit", "--parsable", "--", "true")
+    assert parsable.returncode == 0 and parsable.stdout.strip().isdigit(), parsable
+    assert gpudesk("wait", "-q", parsable.stdout.strip()).returncode == 0
+    both = gpudesk("submit", "--parsable", "--json", "--", "true")
+    assert both.returncode == 2 and "give one" in both.stderr
 
 
 def test_commands_start_the_engine_when_needed_and_engine_commands(home: Home) -> None:
