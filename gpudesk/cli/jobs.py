@@ -3,6 +3,7 @@ priority / requeue`. Each command parses, asks the engine, prints."""
 
 from __future__ import annotations
 
+import io
 import os
 import sys
 import time
@@ -304,11 +305,20 @@ def logs(
         "are (without it a terminal gets them spelled out, as \\x1b; a pipe always gets them "
         "as they are). Another user's job is always spelled out.",
     ),
+    json_out: bool = typer.Option(
+        False,
+        "--json",
+        help="Print the attempt's output as it is now as one JSON object (job, name, state, "
+        "attempt, output), for a script; not with --follow.",
+    ),
 ) -> None:
     """Print a job's output."""
     from gpudesk import joblog
     from gpudesk.cli.logs import LogFollower
     from gpudesk.untrusted import UntrustedFileError
+
+    if json_out and follow:
+        fail("--json prints the output as it is now; follow it with -f alone", EXIT_USAGE)
 
     with engine_client() as client:
         data = client.show(job)
@@ -320,6 +330,29 @@ def logs(
                     f"job {data.job.id} has no attempt {attempt} (it has {len(data.attempts)})",
                     EXIT_USAGE,
                 )
+        if json_out:
+            output = io.StringIO()
+            if attempts:
+                LogFollower(
+                    client,
+                    data.job.id,
+                    output,
+                    data.job.uid,
+                    # JSON escapes control characters itself; another user's job is spelled
+                    # out as the engine spells it out for its other readers
+                    spell_controls=os.geteuid() != data.job.uid,
+                    keep_carriage_return=True,
+                ).dump(attempts[-1], lines)
+            print_json(
+                {
+                    "job": data.job.id,
+                    "name": data.job.name,
+                    "state": data.job.state,
+                    "attempt": attempts[-1].number if attempts else None,
+                    "output": output.getvalue(),
+                }
+            )
+            return
         if not attempts and not follow:
             print(
                 f"job {data.job.id} has not started yet: {data.waiting or ''}",

@@ -258,6 +258,10 @@ def test_job_control_commands(engine: EngineHandle, tmp_path: Path) -> None:
     table = gpudesk("queue").stdout
     assert "greet" in table and "running" in table and "cpu:" in table
     wait_for(lambda: "hello world" in gpudesk("logs", "greet").stdout, what="the log")
+    as_json = json.loads(gpudesk("logs", "greet", "--json").stdout)
+    assert (as_json["job"], as_json["name"], as_json["attempt"]) == (job_id, "greet", 1)
+    assert as_json["state"] == "running" and "hello world\n" in as_json["output"]
+    assert gpudesk("logs", "greet", "--json", "-f").returncode == 2
     shown = gpudesk("show", str(job_id)).stdout
     assert "job 1: greet" in shown and "command    sh -c 'echo hello $WHO; sleep 30'" in shown
     cancelled = gpudesk("cancel", "greet", "--grace", "1")
