@@ -147,14 +147,16 @@ def test_dcgm_metrics_match_the_engines_own_readings_and_name_the_jobs(
         assert sorted(series) == list(range(GPUS)), name  # one series per GPU, not per job
         for index, (labels, _) in series.items():
             gpu = gpus[index]
+            jobs = {"hpc_job": ",".join(str(j) for j in sorted(gpu["jobs"])), "user": ME}
+            if name == "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION":
+                jobs = {}  # a counter keeps one series per GPU, whatever runs there
             assert labels == {
                 "gpu": str(index),
                 "UUID": gpu["uuid"],
                 "device": f"nvidia{index}",
                 "modelName": gpu["name"],
                 "Hostname": hostname,
-                "hpc_job": ",".join(str(j) for j in sorted(gpu["jobs"])),
-                "user": ME,
+                **jobs,
                 "simulated": "true",
             }, name
     shared = [g for g in gpus.values() if len(g["jobs"]) == 2]

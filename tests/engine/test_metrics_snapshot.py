@@ -343,7 +343,9 @@ def test_a_snapshot_renders_as_dcgm_exporter_names_and_labels() -> None:
     assert got["DCGM_FI_DEV_GPU_TEMP"] == [("DCGM_FI_DEV_GPU_TEMP", whole, 55.0)]
     assert got["DCGM_FI_DEV_SM_CLOCK"] == [("DCGM_FI_DEV_SM_CLOCK", whole, 1410.0)]
     energy = got["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"]
-    assert energy == [("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", whole, 1234500.0)]  # mJ
+    # a counter keeps one series per GPU whatever runs there: no job labels on it
+    counter = {k: v for k, v in whole.items() if k not in ("hpc_job", "user")}
+    assert energy == [("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", counter, 1234500.0)]  # mJ
     # GPU 1 has no power reading: no sample, not a 0; an idle GPU says no job and no user
     idle = next(s for s in got["DCGM_FI_DEV_GPU_UTIL"] if s[1]["gpu"] == "1")
     assert (idle[1]["hpc_job"], idle[1]["user"], idle[2]) == ("", "", 0.0)
