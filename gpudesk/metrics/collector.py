@@ -146,8 +146,8 @@ def _dcgm(snapshot: MetricsSnapshot) -> list[Metric]:
     # The energy counter carries no job labels: a counter whose series changes each time the
     # jobs on its GPU do is split into pieces, and `sum by (gpu) (increase(...[15m]))` then
     # extrapolates each piece to the window's edges and adds them (an outside check measured
-    # 4.4 % too much across job changes). One series per GPU, as a counter must be; per-job energy is
-    # gpudesk_job_energy_joules.
+    # 4.4 % too much across job changes). One series per GPU, as a counter must be; per-job
+    # energy is gpudesk_job_energy_joules.
     energy = Metric(DCGM_ENERGY[0], DCGM_ENERGY[1], "unknown")
     _add(energy, DCGM_ENERGY[0], snapshot, "energy_mj", with_jobs=False)
     families.append(energy)
