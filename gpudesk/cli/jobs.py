@@ -24,8 +24,11 @@ from gpudesk.cli.plot_output import PLOT_HELP, plot_target
 from gpudesk.cli.queue_listing import DEFAULT_LIMIT, QueueOptions, list_queue
 
 if TYPE_CHECKING:
+    from gpudesk.api.client import Client
     from gpudesk.api.models import (
         ActionOutcome,
+        AttemptView,
+        JobDetail,
     )
 
 jobs_app = typer.Typer()
@@ -278,6 +281,35 @@ def show(
 
 
 # -------------------------------------------------------------------------- logs
+def _print_log_json(
+    client: Client, data: JobDetail, attempt: AttemptView | None, lines: int | None
+) -> None:
+    """`logs --json`: the attempt's output as it is now, in one object."""
+    from gpudesk.cli.logs import LogFollower
+
+    output = io.StringIO()
+    if attempt is not None:
+        LogFollower(
+            client,
+            data.job.id,
+            output,
+            data.job.uid,
+            # JSON escapes control characters itself; another user's job is spelled out as
+            # the engine spells it out for its other readers
+            spell_controls=os.geteuid() != data.job.uid,
+            keep_carriage_return=True,
+        ).dump(attempt, lines)
+    print_json(
+        {
+            "job": data.job.id,
+            "name": data.job.name,
+            "state": data.job.state,
+            "attempt": attempt.number if attempt else None,
+            "output": output.getvalue(),
+        }
+    )
+
+
 @jobs_app.command()
 def logs(
     job: str = typer.Argument(..., help="Job id or name.", autocompletion=complete_job),
@@ -331,27 +363,7 @@ def logs(
                     EXIT_USAGE,
                 )
         if json_out:
-            output = io.StringIO()
-            if attempts:
-                LogFollower(
-                    client,
-                    data.job.id,
-                    output,
-                    data.job.uid,
-                    # JSON escapes control characters itself; another user's job is spelled
-                    # out as the engine spells it out for its other readers
-                    spell_controls=os.geteuid() != data.job.uid,
-                    keep_carriage_return=True,
-                ).dump(attempts[-1], lines)
-            print_json(
-                {
-                    "job": data.job.id,
-                    "name": data.job.name,
-                    "state": data.job.state,
-                    "attempt": attempts[-1].number if attempts else None,
-                    "output": output.getvalue(),
-                }
-            )
+            _print_log_json(client, data, attempts[-1] if attempts else None, lines)
             return
         if not attempts and not follow:
             print(

@@ -300,7 +300,7 @@ def _gpu_block(
             if mig["memory_used_mib"] is None or mig["memory_total_mib"] is None
             else f"{mig['memory_used_mib'] / GIB:.1f}/{mig['memory_total_mib'] / GIB:.1f} GiB"
         )
-        users = ", ".join(_process_label(p) for p in mig["processes"]) or "idle"
+        users = ", ".join(_process_label(p, short=True) for p in mig["processes"]) or "idle"
         lines.append(
             f"  MIG {mig['index']} {mig['name'] or '?'}  GI {mig['gpu_instance_id']} "
             f"CI {mig['compute_instance_id']}  {mem}  {users}"
@@ -317,13 +317,17 @@ def _gpu_block(
     return lines
 
 
-def _process_label(process: dict[str, Any]) -> str:
+def _process_label(process: dict[str, Any], short: bool = False) -> str:
     """A GPU process in a list of a GPU's users: its job, the MPS server, or a process outside
-    gpudesk: its pid, owner, GPU memory, SM share and command, as nvitop shows one."""
+    gpudesk: its pid, owner, GPU memory, SM share and command, as nvitop shows one (`short`, in
+    a MIG device's line: its pid and owner; the GPU's own lines have the rest)."""
     if process["job_id"] is not None:
         return str(process["job_id"])
     if process.get("mps") == "server":
         return f"MPS server (pid {process['pid']})"
+    if short:
+        owner = f" ({process['user']})" if process.get("user") else ""
+        return f"pid {process['pid']}{owner}"
     return "not gpudesk: " + foreign_label(process)
 
 

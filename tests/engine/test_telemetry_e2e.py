@@ -313,7 +313,11 @@ def test_top_reads_real_nvml_structures_and_degrades_to_null(home: Home, tmp_pat
     assert {"sm_activity", "energy_counter"} <= set(a100["unavailable"])
     frame = gpudesk("top", "--once", env=env).stdout
     sm_lines = [line for line in frame.splitlines() if line.startswith("  SM  [")]
-    assert "SIMULATED" not in frame and "(integrated)" in frame and "jobs: pid 4242" in frame
+    assert (
+        "SIMULATED" not in frame
+        and "(integrated)" in frame
+        and "\n  not gpudesk: pid 4242" in frame
+    )
     assert re.search(r" energy \S+ k?Wh since \d\d:\d\d \(integrated\)$", frame, re.M)
     assert "n/a" not in sm_lines[0] and sm_lines[1].split("]")[1].split()[0] == "n/a"
     assert all(len(line) <= 80 for line in frame.splitlines())
