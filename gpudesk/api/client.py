@@ -303,10 +303,18 @@ class Client:
         return self.submit_jobs(specs, env).ids
 
     def submit_jobs(
-        self, specs: Sequence[JobSpec], env: Mapping[str, str] | None = None
+        self,
+        specs: Sequence[JobSpec],
+        env: Mapping[str, str] | None = None,
+        *,
+        hold: bool = False,
     ) -> SubmitResult:
-        """`submit`, with all the engine said: the ids, and whether the station is SIMULATED."""
-        return self.ask(SubmitResult, "submit", self._submit_args(specs, env))
+        """`submit`, with all the engine said: the ids, and whether the station is SIMULATED.
+        `hold`: queued held, none starting until `release` (the station's jobs only)."""
+        args = self._submit_args(specs, env)
+        if hold:
+            args = msgspec.structs.replace(args, hold=True)
+        return self.ask(SubmitResult, "submit", args)
 
     def check_submit(self, specs: Sequence[JobSpec], env: Mapping[str, str] | None = None) -> bool:
         """Whether the engine would accept these jobs, queueing nothing: raises the EngineError

@@ -119,6 +119,12 @@ _PARTITION = typer.Option(None, "--partition", help="Slurm partition.")
 _ACCOUNT = typer.Option(None, "--account", help="Slurm account.")
 _QOS = typer.Option(None, "--qos", help="Slurm QOS.")
 _SUBMIT_JSON = typer.Option(False, "--json", help="Print the new job as JSON.")
+_HOLD = typer.Option(
+    False,
+    "--hold",
+    help="Queue it held: it keeps its place but does not start until `gpudesk release JOB` "
+    "(as sbatch --hold; pueue add --stashed). Station jobs only.",
+)
 _PARSABLE = typer.Option(
     False,
     "--parsable",
@@ -174,6 +180,7 @@ def submit(
     qos: str | None = _QOS,
     json_out: bool = _SUBMIT_JSON,
     parsable: bool = _PARSABLE,
+    hold: bool = _HOLD,
     preemptible: bool = _PREEMPTIBLE,
     preempt_signal: str | None = _PREEMPT_SIGNAL,
     preempt_grace: float | None = _PREEMPT_GRACE,
@@ -210,8 +217,16 @@ def submit(
     if not cwd.is_dir():
         fail(f"--workdir: {cwd} is not a directory", EXIT_USAGE)
     refs = submit_job.after_refs(after)
+    if hold and cluster is not None:
+        fail("--hold: a job sent to Slurm cannot be held at submit yet", EXIT_USAGE)
     submit_job.submit_and_report(
-        raw, spec, refs, to_cluster=cluster is not None, json_out=json_out, parsable=parsable
+        raw,
+        spec,
+        refs,
+        to_cluster=cluster is not None,
+        json_out=json_out,
+        parsable=parsable,
+        hold=hold,
     )
 
 

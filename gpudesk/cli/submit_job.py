@@ -150,6 +150,7 @@ def submit_and_report(
     to_cluster: bool,
     json_out: bool,
     parsable: bool = False,
+    hold: bool = False,
 ) -> None:
     """Submit the job (its --after names made ids first) and say what became of it: a line, its
     JSON, or (`parsable`) its id alone."""
@@ -166,7 +167,7 @@ def submit_and_report(
                 spec = JobSpec.from_dict({**raw, "after": ids})
             except SpecError as exc:
                 fail(f"--after: {exc.message}", EXIT_USAGE)
-        submitted = client.submit_jobs([spec])
+        submitted = client.submit_jobs([spec], hold=hold)
         (job_id,) = submitted.ids
         # a Slurm job: say the id Slurm gave it, as sbatch would
         slurm = client.show(job_id).job.slurm if to_cluster and not json_out else None
@@ -184,6 +185,7 @@ def submit_and_report(
                 "name": spec.name,
                 "simulated": submitted.simulated,
                 "waits_for_change": change,
+                "held": hold,
             }
         )
     else:
@@ -191,6 +193,8 @@ def submit_and_report(
         if submitted.simulated and slurm is None:
             where = f" on a SIMULATED station ({submitted.simulated}: its GPUs are not real)"
         print(f"submitted job {job_id} ({spec.name}){where}")
+        if hold:
+            print(f"held: `gpudesk release {job_id}` lets it start")
         # queued, but no GPU will drain for it: say so now, not at the next `queue`
         for line in change_lines(submitted.waits_for_change):
             print(f"note: {line}", file=sys.stderr)

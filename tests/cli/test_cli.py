@@ -385,6 +385,17 @@ def test_submit_and_run_refuse_gpus_the_station_does_not_have(
     assert gpudesk("wait", "-q", parsable.stdout.strip()).returncode == 0
     both = gpudesk("submit", "--parsable", "--json", "--", "true")
     assert both.returncode == 2 and "give one" in both.stderr
+    # --hold: queued held (as sbatch --hold); it starts only once released
+    held = gpudesk("submit", "--hold", "--json", "--", "true")
+    shown = json.loads(held.stdout)
+    assert held.returncode == 0 and shown["held"] is True, held
+    listed = json.loads(gpudesk("queue", "--json").stdout)["jobs"]
+    (mine,) = [j for j in listed if j["id"] == shown["id"]]
+    assert (mine["state"], mine["held"]) == ("queued", True)
+    assert gpudesk("release", str(shown["id"])).returncode == 0
+    assert gpudesk("wait", "-q", str(shown["id"])).returncode == 0
+    refused = gpudesk("submit", "--hold", "--on", "slurm", "--", "true")
+    assert refused.returncode == 2 and "--hold: a job sent to Slurm" in refused.stderr
 
 
 def test_commands_start_the_engine_when_needed_and_engine_commands(home: Home) -> None:

@@ -79,7 +79,8 @@ class DatasetsArgs(OpArgs, frozen=True):
 
 class SubmitArgs(OpArgs, frozen=True):
     """`submit` and `check_submit`: the jobs (JobSpec checks each) and the submitter's
-    environment, which each job's own `env` is laid on."""
+    environment, which each job's own `env` is laid on; `hold`: queued held (as sbatch --hold),
+    none starting until released."""
 
     jobs: Annotated[
         list[dict[str, Any]],
@@ -90,6 +91,7 @@ class SubmitArgs(OpArgs, frozen=True):
         ),
     ]
     env: dict[str, str] | None = None
+    hold: bool = False
 
 
 class JobsArgs(OpArgs, frozen=True):
