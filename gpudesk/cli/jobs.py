@@ -16,6 +16,7 @@ from gpudesk.cli.common import (
     complete_job,
     engine_client,
     fail,
+    owner_filter,
     print_json,
     target_cluster,
 )
@@ -459,18 +460,65 @@ def _report_outcomes(results: list[ActionOutcome], json_out: bool) -> None:
         raise typer.Exit(EXIT_FAILED)
 
 
+CANCEL_STATES = ("queued", "held", "running")
+
+
 @jobs_app.command()
 def cancel(
-    jobs: list[str] = typer.Argument(..., help="Job ids or names.", autocompletion=complete_job),
+    jobs: list[str] = typer.Argument(
+        None, help="Job ids or names (or pick them with the options).", autocompletion=complete_job
+    ),
     grace: float = typer.Option(
         10.0, "--grace", metavar="SECONDS", help="Seconds between SIGTERM and SIGKILL."
     ),
+    user: str | None = typer.Option(
+        None, "--user", "-u", metavar="NAME", help="Every live job of this user (as scancel -u)."
+    ),
+    me: bool = typer.Option(False, "--me", help="Every live job of yours."),
+    name: str | None = typer.Option(
+        None, "--name", metavar="GLOB", help="Live jobs whose name matches (lr-*, as queue)."
+    ),
+    state: str | None = typer.Option(
+        None,
+        "--state",
+        metavar="STATE",
+        help="Only live jobs in this state: queued, held, running.",
+    ),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
-    """Cancel jobs: queued ones at once, running ones with SIGTERM, then SIGKILL after --grace."""
+    """Cancel jobs: queued ones at once, running ones with SIGTERM, then SIGKILL after --grace.
+
+    Name them, or pick them as scancel does: --user/--me, --name GLOB, --state (together: the
+    jobs every one of them picks). The engine checks each as it checks a named one."""
+    picked = user is not None or me or name is not None or state is not None
+    if jobs and picked:
+        fail("name jobs or pick them with --user/--me/--name/--state, not both", EXIT_USAGE)
+    if not jobs and not picked:
+        fail("which jobs? name them, or pick them with --user/--me/--name/--state", EXIT_USAGE)
+    if state is not None and state not in CANCEL_STATES:
+        fail(f"--state: {state!r} is not a live state; use {', '.join(CANCEL_STATES)}", EXIT_USAGE)
     with engine_client() as client:
-        results = client.cancel(list(jobs), grace=grace)
+        refs = list(jobs) if jobs else _picked_jobs(client, owner_filter(user, me), name, state)
+        if not refs:
+            print("no live job matches", file=sys.stderr)
+            return
+        results = client.cancel(refs, grace=grace)
     _report_outcomes(results, json_out)
+
+
+def _picked_jobs(
+    client: Client, owner: str | int | None, name: str | None, state: str | None
+) -> list[str]:
+    """The ids of the live jobs (queued, held, running) that `cancel`'s options pick."""
+    import fnmatch
+
+    listing = client.job_listing(states=["queued", "running"], user=owner)
+    return [
+        str(job.id)
+        for job in listing.jobs
+        if (name is None or fnmatch.fnmatchcase(job.name, name))
+        and (state is None or ("held" if job.held else job.state) == state)
+    ]
 
 
 @jobs_app.command()

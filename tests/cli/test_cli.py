@@ -396,6 +396,24 @@ def test_submit_and_run_refuse_gpus_the_station_does_not_have(
     assert gpudesk("wait", "-q", str(shown["id"])).returncode == 0
     refused = gpudesk("submit", "--hold", "--on", "slurm", "--", "true")
     assert refused.returncode == 2 and "--hold: a job sent to Slurm" in refused.stderr
+    # cancel picks jobs as scancel does: --name GLOB, --state, --user/--me
+    ids = {
+        label: int(gpudesk("submit", "--parsable", "--hold", "--name", label, "--", "true").stdout)
+        for label in ("lr-1", "lr-2", "other")
+    }
+    picked = gpudesk("cancel", "--name", "lr-*", "--state", "held", "--json")
+    assert picked.returncode == 0, picked.stderr
+    assert {r["id"] for r in json.loads(picked.stdout)["results"]} == {ids["lr-1"], ids["lr-2"]}
+    live = {j["id"] for j in json.loads(gpudesk("queue", "--json").stdout)["jobs"]}
+    assert ids["other"] in live and not live & {ids["lr-1"], ids["lr-2"]}
+    none = gpudesk("cancel", "--name", "nothing-*")
+    assert none.returncode == 0 and "no live job matches" in none.stderr
+    for bad in ([], ["--name", "x", "5"], ["--state", "done"]):
+        assert gpudesk("cancel", *bad).returncode == 2, bad
+    assert gpudesk("cancel", "--me").returncode == 0
+    assert ids["other"] not in {
+        j["id"] for j in json.loads(gpudesk("queue", "--json").stdout)["jobs"]
+    }
 
 
 def test_commands_start_the_engine_when_needed_and_engine_commands(home: Home) -> None:
