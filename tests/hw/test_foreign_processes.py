@@ -12,7 +12,11 @@ import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+import psutil
 import pytest
+from conftest import wait_for
+from local_users import LocalUser
+from local_users import other_user as other_user  # the fixture (tests/local_users.py)
 
 from gpudesk.cli.top_view import foreign_label
 from gpudesk.hw.telemetry.foreign import MAX_COMMAND, ForeignProcesses, proc_hides_processes
@@ -109,3 +113,37 @@ def test_where_proc_hides_users_processes_nothing_is_looked_up(
     assert not proc_hides_processes(str(mounts))
     assert not proc_hides_processes(str(tmp_path / "missing"))
     assert ForeignProcesses(hidden=True).describe([outsider.pid]) == {}
+
+
+def test_a_root_engine_names_another_users_process_and_believes_nothing_it_says(
+    other_user: LocalUser,
+) -> None:
+    """As a system engine does (root), with a real second user: her process's owner is read from
+    /proc (the kernel's, not anything she wrote), and her command line, which she chose, is only
+    text: control characters spelled out, cut, never run or followed."""
+    evil = "\x1b]0;pwned\x07\x1b[2J" + "$(touch /tmp/nope)" * 3
+    proc = subprocess.Popen(
+        ["runuser", "-u", other_user.name, "--", "/usr/bin/python3", "-c", SLEEP, evil, "y" * 300],
+        start_new_session=True,
+    )
+    try:
+
+        def hers() -> int | None:
+            for child in psutil.Process(proc.pid).children(recursive=True) or []:
+                if child.uids().real == other_user.uid:
+                    return child.pid
+            return proc.pid if psutil.Process(proc.pid).uids().real == other_user.uid else None
+
+        pid = wait_for(hers, 10.0, 0.05, "her process to start as her")
+        assert isinstance(pid, int)
+        (seen,) = ForeignProcesses(hidden=False).describe([pid]).values()
+        assert seen.user == other_user.name
+        assert seen.command is not None and len(seen.command) <= MAX_COMMAND
+        assert "\x1b" not in seen.command and "\x07" not in seen.command
+        assert "\\x1b]0;pwned\\x07" in seen.command
+        assert not os.path.exists("/tmp/nope")
+        # where the site hides users' processes from each other, root shows nothing of hers
+        assert ForeignProcesses(hidden=True).describe([pid]) == {}
+    finally:
+        proc.kill()
+        proc.wait()
