@@ -76,6 +76,14 @@ def intent_grace_s() -> float:
     return env_seconds(INTENT_GRACE_ENV, INTENT_GRACE_S, 1.0, 600.0)
 
 
+def _within(moment: float | None, low: float, high: float) -> float | None:
+    """A time Slurm's clients gave, kept within what the engine knows itself. Those clients run
+    as the job's owner, who may trace them and make them print anything (docs/security.md), so
+    a start or end she forges moves her job's wall time and GPU-seconds only within the engine's
+    own bounds: after the submit, no later than the engine saw it running, never in the future."""
+    return None if moment is None else min(max(moment, low), max(low, high))
+
+
 def _slurm_time(text: str | None) -> float | None:
     """Slurm's local timestamps ("2026-11-25T02:20:42")."""
     if not text:
@@ -383,7 +391,11 @@ class SlurmBackend:
         # Slurm's own StartTime (scontrol or the completion log for an ended job, squeue's %S
         # for a running one): a job's wall time and GPU-seconds are Slurm's, as sacct's
         # Elapsed, not from when a poll first saw it running.
-        started = _slurm_time(ended.started if ended else line.started if line else None)
+        started = _within(
+            _slurm_time(ended.started if ended else line.started if line else None),
+            job.submitted_at,
+            time.time(),
+        )
         ran = state in slurm.RUNNING_STATES or started is not None
         # A job cancelled while pending has a StartTime too (its end): it never ran.
         if job.state is JobState.QUEUED and ran and state not in slurm.CANCELLED_STATES:
@@ -489,12 +501,12 @@ class SlurmBackend:
     ) -> None:
         # Slurm's StartTime where it says one (a job first seen already ended, or one whose
         # start a poll saw before squeue gave it), else what was recorded at its start
-        started = (_slurm_time(ended.started) if ended and job.started_at else None) or (
-            job.started_at
-        )
-        end = (_slurm_time(ended.ended) if ended else None) or time.time()
-        if started is not None:
-            end = max(end, started)
+        now = time.time()
+        started = job.started_at
+        if ended is not None and started is not None:
+            # never later than when the engine saw it run (nor before its submit)
+            started = _within(_slurm_time(ended.started), job.submitted_at, started) or started
+        end = _within(_slurm_time(ended.ended) if ended else None, started or 0.0, now) or now
         self.store.slurm_ended(
             job.id, state, reason, exit_code=code, started_at=started, ended_at=end
         )
