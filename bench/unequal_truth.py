@@ -26,6 +26,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from robust_rule import hms  # noqa: E402  (bench/, this script's folder)
+
 from gpudesk.policy.queueing_form import truth_form  # noqa: E402
 from gpudesk.policy.simulator import Simulation, load_trace  # noqa: E402
 
@@ -56,11 +58,6 @@ def run(trace_path: Path, truth: str, policy: str) -> dict[str, Any]:
         "lost": result.lost,
         "learned": {k: round(v, 3) for k, v in learned.items()},
     }
-
-
-def hms(seconds: float) -> str:
-    minutes = round(seconds / 60)
-    return f"{minutes // 60}h{minutes % 60:02d}"
 
 
 def main() -> None:
