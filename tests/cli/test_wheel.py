@@ -221,6 +221,8 @@ def test_the_wheel_runs_outside_the_checkout_without_torch(
         assert all(pin.lower() in listed for pin in pins), (pins, listed)
 
     assert run([gpudesk, "--version"], outside, env).startswith("gpudesk ")
+    # the station engine's systemd unit is package data, run by the environment's Python
+    assert f"\nExecStart={python} " in run([gpudesk, "engine", "print-unit"], outside, env)
     # the grid table is package data: `[station] grid_intensity = "FR"` reads it
     assert "Our World in Data" in run([gpudesk, "grid", "FR"], outside, env)
 
