@@ -41,9 +41,19 @@ ENVIRONMENT = (
         "GPUDESK_CONFIG",
         "The user's defaults for command options (default: ~/.config/gpudesk/config.toml).",
     ),
+    (
+        "GPUDESK_SITE_CONFIG",
+        "The site's defaults for command options, under the user's (default: "
+        "/etc/gpudesk/config.toml).",
+    ),
 )
 FILES = (
     ("~/.config/gpudesk/config.toml", "The user's defaults for command options."),
+    (
+        "/etc/gpudesk/config.toml",
+        "The site's defaults for everyone, set by an admin: read only when root-owned and "
+        "writable by root alone.",
+    ),
     ("/run/gpudesk/control.sock", "The station's system engine's control socket."),
     ("/var/lib/gpudesk", "The system engine's state: database, engine.log, the jobs' logs."),
 )
