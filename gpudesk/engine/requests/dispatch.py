@@ -112,9 +112,9 @@ class RequestHandlers:
 
 
 def _result_reply(request_id: Any, result: msgspec.Struct) -> bytes:
-    """A handler's result on the wire: its reply type (gpudesk.core.wire) as msgspec encodes
-    it."""
-    return protocol.encode_result(request_id, msgspec.to_builtins(result))
+    """A handler's result on the wire: its reply type (gpudesk.core.wire), written by msgspec
+    straight from the struct (protocol.encode_result)."""
+    return protocol.encode_result(request_id, result)
 
 
 def _error_reply(request_id: Any, exc: BaseException) -> bytes:
