@@ -171,10 +171,15 @@ def remove(cgroup: Path, wait: float = REMOVE_WAIT_S) -> bool:
 class Containment:
     """The engine's cgroups: where they are (or why there are none) and their life cycle."""
 
-    def __init__(self, base: Path | None, reason: str, note: str = "") -> None:
+    def __init__(
+        self, base: Path | None, reason: str, note: str = "", earlier: Path | None = None
+    ) -> None:
         self.base = base  # this home's folder in the v2 hierarchy; None: process groups only
         self.reason = reason  # why process groups only ("" with a base)
         self.note = note  # why the raw path although systemd started the engine ("" if not)
+        # The raw path's folder, for a delegated engine: attempts an engine before the upgrade
+        # started there keep their cgroups, found there until they settle
+        self.earlier = earlier
         self.busy: set[Path] = set()  # cgroups whose processes had not left when they settled
         self._mover: ThreadPoolExecutor | None = None
 
@@ -194,11 +199,13 @@ class Containment:
         if mount is None:
             return cls(None, "no cgroup v2 hierarchy is mounted")
         delegated, note = delegation.find(mount, proc_cgroup=proc_cgroup)
+        raw = home_folder(mount, home_root)
+        earlier = None
         if delegated is not None:
-            base = delegated.jobs
+            base, earlier = delegated.jobs, raw if raw.is_dir() else None
             enable_controllers(delegated.unit)  # the engine is in its leaf: the unit holds none
         else:
-            base = home_folder(mount, home_root)
+            base = raw
         try:
             base.mkdir(exist_ok=True)
         except OSError as exc:
@@ -208,7 +215,7 @@ class Containment:
                 base.rmdir()
             return cls(None, f"cgroup v2 not writable ({base}/cgroup.procs)")
         enable_controllers(base)
-        return cls(base, "", note)
+        return cls(base, "", note, earlier)
 
     def describe(self) -> str:
         if self.base is None:
@@ -217,7 +224,12 @@ class Containment:
         return f"each attempt in a cgroup of its own under {self.base}{raw}"
 
     def path(self, job_id: int, number: int) -> Path | None:
-        return None if self.base is None else self.base / f"job-{job_id}-{number}"
+        if self.base is None:
+            return None
+        name = f"job-{job_id}-{number}"
+        if self.earlier is not None and (self.earlier / name).is_dir():
+            return self.earlier / name  # started before the engine's cgroup was delegated
+        return self.base / name
 
     def prepare(self, job_id: int, number: int, limits: JobLimits | None = None) -> str:
         """Make the attempt's cgroup with its `limits`; what the wrapper is told: the cgroup's
@@ -277,18 +289,20 @@ class Containment:
             return 0
         keep = {self.path(job_id, number) for job_id, number in running}
         left = 0
-        with contextlib.suppress(OSError):
-            for cgroup in self.base.iterdir():
-                if cgroup.is_dir() and cgroup.name.startswith("job-") and cgroup not in keep:
-                    left += kill_all(cgroup)
-                    if not remove(cgroup):
-                        self.busy.add(cgroup)
+        for folder in (self.base, self.earlier):
+            with contextlib.suppress(OSError):
+                for cgroup in folder.iterdir() if folder is not None else ():
+                    if cgroup.is_dir() and cgroup.name.startswith("job-") and cgroup not in keep:
+                        left += kill_all(cgroup)
+                        if not remove(cgroup):
+                            self.busy.add(cgroup)
         return left
 
     def close(self) -> None:
         """The engine stops: remove this home's folder if no attempt is left in it."""
         if self._mover is not None:
             self._mover.shutdown(wait=True)
-        if self.base is not None:
-            with contextlib.suppress(OSError):
-                self.base.rmdir()
+        for folder in (self.base, self.earlier):
+            if folder is not None:
+                with contextlib.suppress(OSError):
+                    folder.rmdir()

@@ -182,3 +182,26 @@ def test_a_real_job_cgroup_is_made_filled_and_removed_in_the_delegated_subtree(
     assert seen["gone"] and not (unit_cgroup / "jobs").exists()  # close() removed the folder
     mount = containment.v2_mount()
     assert f"0::/{unit_cgroup.relative_to(mount)}/engine" in seen["own"]
+
+
+def test_jobs_started_before_the_upgrade_are_found_in_their_old_cgroups(
+    tree: Path, tmp_path: Path
+) -> None:
+    """An engine of the raw path upgraded to the delegated unit while jobs run: their cgroups
+    stay where they were made, and the new engine signals, sweeps and removes them there."""
+    unit = tree / UNIT
+    delegate(unit)
+    home = tmp_path / "state"
+    raw = containment.home_folder(str(tree), home)
+    (raw / "job-5-1").mkdir(parents=True)  # still running
+    (raw / "job-4-1").mkdir()  # ended while no engine ran
+    found = Containment.probe(home, mount=str(tree), proc_cgroup=placed(tmp_path, f"{UNIT}/engine"))
+
+    assert found.base == unit / "jobs"
+    assert found.path(5, 1) == raw / "job-5-1"
+    assert found.path(6, 1) == unit / "jobs" / "job-6-1"
+    found.sweep({(5, 1)})
+    assert (raw / "job-5-1").is_dir() and not (raw / "job-4-1").exists()
+    (raw / "job-5-1").rmdir()  # it settled
+    found.close()
+    assert not raw.exists()
