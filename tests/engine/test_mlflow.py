@@ -126,8 +126,8 @@ def test_a_sweep_is_a_parent_run_with_a_child_run_per_job(
         params, metrics, tags = child.data.params, child.data.metrics, child.data.tags
         assert child.info.status == "FINISHED"
         assert params["gpudesk.grid.acc"] in ("0.7", "0.8", "0.9")
-        assert metrics["val_acc"] == float(params["gpudesk.grid.acc"])
-        assert metrics["loss"] == 0.5
+        assert metrics["result/val_acc"] == float(params["gpudesk.grid.acc"])
+        assert metrics["result/loss"] == 0.5
         assert params["gpudesk.mode"] in ("exclusive", "mps", "naive", "mig")
         assert "(SIMULATED)" in params["gpudesk.gpu_model"] and tags["gpudesk.simulated"] == "true"
         assert params["gpudesk.job_id"] in {str(i) for i in ids}
@@ -148,9 +148,12 @@ def test_a_sweep_is_a_parent_run_with_a_child_run_per_job(
 
 
 # The job's own params carry names gpudesk's run has too (without gpudesk's prefix): MLflow
-# refuses to change a param, so before gpudesk named its own `gpudesk.*` this raised.
+# refuses to change a param, so before gpudesk named its own `gpudesk.*` this raised. It logs
+# `done` itself and prints it in its result line too: before the result line's metrics went
+# under `result/`, gpudesk's value landed in the job's own `done` history and won.
 OWN_RUN = (
     "import mlflow; mlflow.start_run(); mlflow.log_metric('own', 1); "
+    "mlflow.log_metric('done', 5); "
     "mlflow.log_params({'mode': 'train', 'user': 'me', 'dataset': 'mine'}); mlflow.end_run(); "
     "print('result {\"done\": 1}')"
 )
@@ -174,7 +177,9 @@ def test_a_jobs_own_start_run_logs_into_the_run_gpudesk_made(
         runs = runs_of(uri, "mine")
         return (
             runs
-            if runs and runs[0].info.status == "FINISHED" and "done" in (runs[0].data.metrics)
+            if runs
+            and runs[0].info.status == "FINISHED"
+            and "result/done" in (runs[0].data.metrics)
             else None
         )
 
@@ -182,7 +187,11 @@ def test_a_jobs_own_start_run_logs_into_the_run_gpudesk_made(
     assert isinstance(runs, list)
     assert len(runs) == 1, [r.info for r in runs]  # no second run of the job's own
     (run,) = runs
-    assert run.data.metrics["own"] == 1 and run.data.metrics["done"] == 1
+    assert run.data.metrics["own"] == 1
+    # both survive: the job's own `done` (its history its own) and the result line's
+    assert run.data.metrics["done"] == 5 and run.data.metrics["result/done"] == 1
+    history = client(uri).get_metric_history(run.info.run_id, "done")
+    assert [m.value for m in history] == [5]
     params = run.data.params
     assert params["gpudesk.job_id"] == str(job_id)
     # both sets: the job's own, and gpudesk's under its prefix
@@ -249,7 +258,9 @@ def test_with_the_store_down_jobs_run_the_engine_answers_and_runs_appear_later(
 
     def all_finished() -> list | None:
         runs = runs_of(uri, "down")
-        ended = [r for r in runs if r.info.status == "FINISHED" and "val_acc" in r.data.metrics]
+        ended = [
+            r for r in runs if r.info.status == "FINISHED" and "result/val_acc" in r.data.metrics
+        ]
         return runs if len(ended) == 3 else None
 
     runs = wait_for(all_finished, 40.0, interval=0.5, what="the three runs once the store is back")

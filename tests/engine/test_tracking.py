@@ -258,9 +258,9 @@ def test_result_lines_are_steps_and_names_mlflow_refuses_are_left_out() -> None:
     )
     points = content.result_points(text, 99)
     assert [(p.name, p.value, p.step) for p in points] == [
-        ("val_acc", 0.5, 0),
-        ("val_acc", 0.8, 1),
-        ("loss", 0.2, 1),
+        ("result/val_acc", 0.5, 0),
+        ("result/val_acc", 0.8, 1),
+        ("result/loss", 0.2, 1),
     ]
 
 
