@@ -201,6 +201,42 @@ def test_a_jobs_own_start_run_logs_into_the_run_gpudesk_made(
     assert engine.show(job_id).tracking.run_id == run.info.run_id
 
 
+@pytest.mark.slow(12)
+def test_a_runs_duration_is_the_jobs_wall_time_not_its_time_in_the_queue(
+    engine: EngineHandle, tmp_path: Path, empty_store: Path
+) -> None:
+    """The job waits 4 s behind another, then runs 2 s: its run lasts as long as the job ran
+    (MLflow cannot move a run's start, so the run is made when the job is placed). A run made
+    at submit lasted the 6 s."""
+    uri = store_from(empty_store, tmp_path / "store")
+    (first,) = engine.submit({"name": "ahead", "command": ["sleep", "4"]})
+    (job_id,) = engine.submit(
+        {
+            "name": "timed",
+            "command": [sys.executable, "-c", "import time; time.sleep(2)"],
+            "after": [first],
+            "tracking": {"mlflow_uri": uri, "experiment": "timed"},
+        }
+    )
+    done = engine.wait_state(job_id, {"succeeded", "failed"}, timeout=40.0)
+    assert done.state == "succeeded", engine.show(job_id)
+    assert done.started_at is not None and done.ended_at is not None
+    wall = done.ended_at - done.started_at
+
+    def finished() -> list | None:
+        runs = runs_of(uri, "timed")
+        return runs if runs and runs[0].info.status == "FINISHED" else None
+
+    runs = wait_for(finished, 20.0, interval=0.3, what="the job's run to be finished")
+    assert isinstance(runs, list) and len(runs) == 1
+    info = runs[0].info
+    duration = (info.end_time - info.start_time) / 1000
+    ahead = done.started_at - info.start_time / 1000
+    print(f"job wall {wall:.2f} s, run {duration:.2f} s, made {ahead:.3f} s before the job")
+    assert abs(duration - wall) <= 1.0, (duration, wall)
+    assert info.start_time / 1000 <= done.started_at + 0.05  # made, then the job started
+
+
 @pytest.mark.slow(21)
 def test_with_the_store_down_jobs_run_the_engine_answers_and_runs_appear_later(
     home: Home, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, empty_store: Path

@@ -1,12 +1,16 @@
 """The engine's collaborator for MLflow tracking (docs/tracking.md): which runs exist and which
 are being made, what each gets and when, the workers that talk to the stores, and how they fare.
 
-- A job with `tracking` gets its run when it is submitted (status SCHEDULED), under its sweep's
-  parent run when it came from a [[sweeps]] table; the row in the store (`tracking_runs`) keeps
-  the op that makes it until MLflow named the run, and whether its end is in MLflow yet.
+- A job with `tracking` gets its run when it is first placed (`prepare`), under its sweep's
+  parent run when it came from a [[sweeps]] table: MLflow cannot move a run's start, and the
+  run's duration is to be the job's (a run made at submit counted the time it queued). The
+  placed job waits (`holds`) until its worker made the run, at most RUN_WAIT_S, then starts
+  without MLFLOW_RUN_ID; the worker stamps the run's start when it makes it (milliseconds
+  before the job's). A job that ends without running gets a run of no length at its end. The
+  row in the store (`tracking_runs`) keeps the op that makes it until MLflow named the run,
+  and whether its end is in MLflow yet.
 - At launch the job gets MLFLOW_TRACKING_URI, MLFLOW_EXPERIMENT_NAME and MLFLOW_RUN_ID, so its
-  own `mlflow.start_run()` logs into the same run. The run must exist by then: a job whose run
-  is not made yet waits (`holds`) for at most RUN_WAIT_S, then starts without MLFLOW_RUN_ID.
+  own `mlflow.start_run()` logs into the same run.
 - Each telemetry sample of a running job becomes metric points (`sample`); its end, its
   totals, result lines and status (`job_changed`), sent until the worker says MLflow has it.
 - Workers (`sidecar`) run as the jobs' owners; what they say of their stores (`Health`) is
@@ -52,10 +56,11 @@ from gpudesk.tracking import content, messages
 
 log = logging.getLogger("gpudesk.engine")
 
-# How long a job waits at launch for its MLflow run to exist. MLFLOW_RUN_ID must name a run
-# that exists (mlflow.start_run() with it fails otherwise), and the run is made at submit, so a
-# job waits only when the store is slow or down; past this it starts without MLFLOW_RUN_ID, at
-# most this late, and its run is made and filled in when the store answers again.
+# How long a placed job waits for its MLflow run to exist. MLFLOW_RUN_ID must name a run that
+# exists (mlflow.start_run() with it fails otherwise), and the run is made when the job is
+# placed, so a job waits the store's answer (milliseconds; longer when it is slow or down); past
+# this it starts without MLFLOW_RUN_ID, at most this late, and its run is made and filled in
+# when the store answers again.
 RUN_WAIT_S = 30.0
 RUN_WAIT_ENV = "GPUDESK_TRACKING_WAIT_S"  # the engine's environment may set another bound
 
@@ -109,14 +114,12 @@ class Tracking:
         self._station: str | None = None
         self.runs: dict[str, TrackedRun] = {}  # by key, until their end is in MLflow
         self.by_job: dict[int, str] = {}  # job id -> its run's key
-        self.new: dict[int, JobRecord] = {}  # tracked jobs submitted, runs not made yet
         self.awaiting: dict[int, float] = {}  # queued job id -> when it stops waiting (monotonic)
         # A sweep's parent run -> its jobs whose runs have not ended: the parent ends with the
         # last of them (asking the store for the whole sweep only then).
         self.open_children: dict[str, set[int]] = {}
         self.workers: dict[int, Sidecar] = {}  # by owner uid
         self.healths = StoreHealths(store)  # each owner's stores, as her worker finds them
-        self.started_at = time.monotonic()
         self.run_wait_s = run_wait_s()
 
     @property
@@ -194,7 +197,6 @@ class Tracking:
     def step(self) -> None:
         """A loop step: runs of jobs just submitted, the workers' pipes and replies, the jobs
         whose wait for their run ended."""
-        self._flush_new()
         for uid, worker in list(self.workers.items()):
             worker.ensure_running()
             for reply in worker.pump():
@@ -271,45 +273,51 @@ class Tracking:
 
     # -------------------------------------------------------------- job life
     def job_changed(self, job: JobRecord) -> None:
-        """Every job event (gpudesk.engine.events): a tracked job was submitted, requeued, or
-        ended."""
+        """Every job event (gpudesk.engine.events): a tracked job was requeued, started
+        without being placed here (a Slurm job), or ended."""
         if job.spec.tracking is None:
             return
         key = self.by_job.get(job.id)
+        run = self.runs.get(key) if key else None
         if job.state is JobState.QUEUED:
-            run = self.runs.get(key) if key else None
-            if run is None:
-                self.new[job.id] = job
-            elif run.final_ops:  # requeued after its end: the run opens again
+            if run is not None and run.final_ops:  # requeued after its end: it opens again
                 run.final_ops = []
                 self._send(run, messages.SetStatus(run.uri, run.key, "SCHEDULED"))
+        elif job.state is JobState.RUNNING:
+            if run is None and not self._known(job):
+                started = job.started_at or time.time()
+                self._make(job, "RUNNING", int(started * 1000))
         elif job.state.terminal:
-            self._flush_new()
             self.awaiting.pop(job.id, None)
+            if run is None and not self._known(job):  # it never ran: a run of no length
+                ended = int((job.ended_at or time.time()) * 1000)
+                self._make(job, "SCHEDULED", ended)
             self._finish(job)
 
-    def _flush_new(self) -> None:
-        """Make the runs of the tracked jobs submitted since the last look: one store
-        transaction for them all (a sweep of thousands is one submit)."""
-        if not self.new:
-            return
-        jobs, self.new = list(self.new.values()), {}
-        known = self.store.tracking_runs_of([job.id for job in jobs])
-        rows: list[TrackingRow] = []
-        deadline_from = max(time.monotonic(), self.started_at)
-        for job in jobs:
-            row = known.get(job.id)
-            if row is not None:  # a job requeued after its run ended: the run opens again
-                run = self._load(row)
-                self.store.set_tracking_final(row.key, False)
-                self._send(run, messages.SetStatus(run.uri, run.key, "SCHEDULED"))
-                self._reopen_parent(run)
-                continue
-            rows += self._make(job, deadline_from)
-        try:
-            self.store.add_tracking_runs(rows)
-        except Exception:  # the worker finds a run by its key; a restart without the row
-            log.exception("could not store %d MLflow run(s) being made", len(rows))
+    def _known(self, job: JobRecord) -> bool:
+        """Whether the job's run was made before (its row in the store): if so it is taken up
+        again, its parent's too (a job requeued after its run ended, or an engine restart)."""
+        row = self.store.tracking_runs_of([job.id]).get(job.id)
+        if row is None:
+            return False
+        if row.key not in self.runs:
+            run = self._load(row)
+            self.store.set_tracking_final(row.key, False)
+            self._reopen_parent(run)
+        return True
+
+    def prepare(self, job: JobRecord) -> bool:
+        """The scheduler placed a queued job: whether it must wait for its run first. Its run
+        is made now (not at submit: MLflow cannot move a run's start, and the run is to last
+        as long as the job), started by the worker as it makes it; the job waits (`holds`)
+        until the worker names it, at most `run_wait_s`."""
+        if job.spec.tracking is None:
+            return False
+        if job.id not in self.by_job and not self._known(job):
+            self._make(job, "RUNNING", None)
+            self.awaiting[job.id] = time.monotonic() + self.run_wait_s
+            return True
+        return self.holds(job)
 
     def _reopen_parent(self, run: TrackedRun) -> None:
         """A sweep's job runs again after its sweep's run ended: that run opens again too."""
@@ -326,7 +334,9 @@ class Tracking:
         self.runs[parent].final_ops = []
         self.open_children.setdefault(parent, set()).add(run.job_id)
 
-    def _make(self, job: JobRecord, deadline_from: float) -> list[TrackingRow]:
+    def _make(self, job: JobRecord, status: str, start_ms: int | None) -> None:
+        """Make the job's run (and its sweep's, if this is the first of it), `status` at first,
+        started at `start_ms` (None: when its worker makes it), and store their rows."""
         tracking = job.spec.tracking
         assert tracking is not None
         owner = runner.run_as(job.owner)
@@ -346,12 +356,13 @@ class Tracking:
                         parent,
                         tracking.experiment,
                         content.sweep_run_name(job.spec.sweep, job.spec.group),
-                        "SCHEDULED",
-                        int(job.submitted_at * 1000),
+                        status,
+                        start_ms,
                         content.sweep_tags(job),
                         tracking.sweep_params,
                     )
                     self.runs[parent] = TrackedRun(parent, None, uid, tracking.mlflow_uri, create)
+                    self.runs[parent].running = status == "RUNNING"
                     self._track_store(self.runs[parent])
                     worker.send(create)
                     rows.append(self._row(self.runs[parent]))
@@ -361,8 +372,8 @@ class Tracking:
             key,
             tracking.experiment,
             job.name,
-            "SCHEDULED",
-            int(job.submitted_at * 1000),
+            status,
+            start_ms,
             content.run_tags(job),
             content.run_params(job),
             parent,
@@ -374,9 +385,10 @@ class Tracking:
             self.open_children.setdefault(parent, set()).add(job.id)
         worker.send(create)
         rows.append(self._row(run))
-        if job.state is JobState.QUEUED:
-            self.awaiting[job.id] = deadline_from + self.run_wait_s
-        return rows
+        try:
+            self.store.add_tracking_runs(rows)
+        except Exception:  # the worker finds a run by its key; a restart without the row
+            log.exception("could not store %d MLflow run(s) being made", len(rows))
 
     @staticmethod
     def _row(run: TrackedRun) -> TrackingRow:
@@ -429,7 +441,6 @@ class Tracking:
         """Whether a queued job waits for its run (not made yet, and not for long yet)."""
         if job.spec.tracking is None:
             return False
-        self._flush_new()
         deadline = self.awaiting.get(job.id)
         return deadline is not None and time.monotonic() < deadline
 
@@ -455,7 +466,6 @@ class Tracking:
         tracking = job.spec.tracking
         if tracking is None:
             return {}, None
-        self._flush_new()
         self.awaiting.pop(job.id, None)
         env = {
             "MLFLOW_TRACKING_URI": tracking.mlflow_uri,
