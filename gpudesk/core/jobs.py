@@ -39,6 +39,7 @@ PRIORITY_RANGE = (-1000, 1000)
 # MLflow's own limits (mlflow.utils.validation): a param's key and value, a run's params.
 MLFLOW_MAX_PARAM_KEY = 250
 MLFLOW_MAX_PARAM_VALUE = 6000
+MAX_OBJECTIVE_CHARS = 240  # a sweep's roll-up logs "best/<objective>": within MLflow's 250
 MAX_TRACKING_PARAMS = 100
 MAX_TRACKING_URI = 2000
 DEFAULT_EXPERIMENT = "gpudesk"  # a single job's experiment unless --experiment names one
@@ -392,17 +393,22 @@ class TrackingSpec:
     """Where a job's MLflow run goes and what it adds to it (docs/tracking.md): one run per job
     in `experiment` of the store at `mlflow_uri`. `params`: the job's own values of its sweep's
     grid, logged as params; `sweep_params`: that grid (each parameter's values), the params of
-    the sweep's parent run."""
+    the sweep's parent run; `objective` and `goal`: the result metric the parent run rolls its
+    best child up by (the profile's [report]; None: the first result metric, maximised)."""
 
     mlflow_uri: str
     experiment: str = DEFAULT_EXPERIMENT
     params: Mapping[str, str] = field(default_factory=dict)
     sweep_params: Mapping[str, str] = field(default_factory=dict)
+    objective: str | None = None
+    goal: str | None = None  # "max" or "min", given with `objective`
 
     def to_dict(self) -> dict[str, Any]:
         import msgspec  # here, not at the top: `gpudesk top` reads job states and sends no spec
 
-        return cast("dict[str, Any]", msgspec.to_builtins(self))
+        data = cast("dict[str, Any]", msgspec.to_builtins(self))
+        # absent unless given: an engine from before them refuses a key it does not know
+        return {k: v for k, v in data.items() if v is not None or k not in ("objective", "goal")}
 
     @classmethod
     def from_stored(cls, data: Mapping[str, Any]) -> TrackingSpec:
@@ -411,15 +417,33 @@ class TrackingSpec:
             data["experiment"],
             dict(data.get("params") or {}),
             dict(data.get("sweep_params") or {}),
+            data.get("objective"),
+            data.get("goal"),
         )
 
 
-TRACKING_KEYS = ("mlflow_uri", "experiment", "params", "sweep_params")
+TRACKING_KEYS = ("mlflow_uri", "experiment", "params", "sweep_params", "objective", "goal")
+
+
+def _check_objective(value: Mapping[str, Any]) -> tuple[str | None, str | None]:
+    """A tracking table's `objective` (a result metric's name, as MLflow may name a metric)
+    and `goal` ("max" or "min"): both or neither."""
+    objective, goal = value.get("objective"), value.get("goal")
+    if objective is None and goal is None:
+        return None, None
+    if not isinstance(objective, str) or not 1 <= len(objective) <= MAX_OBJECTIVE_CHARS:
+        raise ValueError(
+            f"objective: expected a result metric's name of 1 to {MAX_OBJECTIVE_CHARS} "
+            f"characters (with goal), found {describe(objective)}"
+        )
+    if goal not in ("max", "min"):
+        raise ValueError(f'goal: expected "max" or "min" (with objective), found {describe(goal)}')
+    return objective, goal
 
 
 def check_tracking(value: Any) -> TrackingSpec:
     """A job's `tracking` table: `mlflow_uri` (required), `experiment`, `params`,
-    `sweep_params`."""
+    `sweep_params`, `objective` and `goal`."""
     if isinstance(value, TrackingSpec):
         value = value.to_dict()
     if not isinstance(value, Mapping):
@@ -447,6 +471,7 @@ def check_tracking(value: Any) -> TrackingSpec:
         experiment,
         _check_params(value.get("params") or {}, "params"),
         _check_params(value.get("sweep_params") or {}, "sweep_params"),
+        *_check_objective(value),
     )
 
 

@@ -25,7 +25,7 @@ STATUS_OF = {
 }
 # The metric names MLflow takes (mlflow.utils.validation): a result key outside them is left out
 # rather than failing the batch it would share with the others.
-_METRIC_NAME = re.compile(r"^[\w\-. /]{1,250}$")
+METRIC_NAME = re.compile(r"^[\w\-. /]{1,250}$")
 CUT_NOTE = " … [cut to MLflow's 6000-character limit; `gpudesk show` has it whole]"
 
 
@@ -237,8 +237,6 @@ def result_points(text: str, ts_ms: int) -> list[MetricPoint]:
         if not isinstance(value, dict):
             continue
         named = {RESULT_PREFIX + k: v for k, v in metrics_of(value).items()}
-        points += [
-            MetricPoint(k, v, ts_ms, step) for k, v in named.items() if _METRIC_NAME.match(k)
-        ]
+        points += [MetricPoint(k, v, ts_ms, step) for k, v in named.items() if METRIC_NAME.match(k)]
         step += 1
     return points

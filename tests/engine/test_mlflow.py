@@ -37,7 +37,7 @@ JOB = """
 import sys, time
 time.sleep(2)
 print('result {"val_acc": 0.1, "loss": 0.9}')
-print('result {"val_acc": %s, "loss": 0.5}' % sys.argv[1], flush=True)
+print('result {"val_acc": %s, "loss": %s}' % (sys.argv[1], 1 - float(sys.argv[1])), flush=True)
 """
 
 
@@ -87,6 +87,9 @@ def test_a_sweep_is_a_parent_run_with_a_child_run_per_job(
     profile.write_text(
         textwrap.dedent(f"""
         name = "mlsweep"
+        [report]
+        metric = "loss"
+        goal = "min"
         [tracking]
         mlflow_uri = "{uri}"
         [[sweeps]]
@@ -122,12 +125,21 @@ def test_a_sweep_is_a_parent_run_with_a_child_run_per_job(
     )
     assert {c.data.tags["mlflow.parentRunId"] for c in children} == {parent.info.run_id}
     mlflow_client = client(uri)
+    # the parent rolls its best child up by the profile's [report]: the least loss
+    best = max(children, key=lambda c: float(c.data.params["gpudesk.grid.acc"]))
+    assert parent.data.metrics["best/loss"] == pytest.approx(0.1)
+    assert parent.data.tags["gpudesk.best_run_id"] == best.info.run_id
+    assert parent.data.tags["gpudesk.best_run_name"] == best.info.run_name
+    assert parent.data.tags["gpudesk.best_goal"] == "min"
+    history = mlflow_client.get_metric_history(parent.info.run_id, "best/loss")
+    values = [m.value for m in sorted(history, key=lambda m: m.step)]
+    assert values == sorted(values, reverse=True) and len({m.step for m in history}) == len(values)
     for child in children:
         params, metrics, tags = child.data.params, child.data.metrics, child.data.tags
         assert child.info.status == "FINISHED"
         assert params["gpudesk.grid.acc"] in ("0.7", "0.8", "0.9")
         assert metrics["result/val_acc"] == float(params["gpudesk.grid.acc"])
-        assert metrics["result/loss"] == 0.5
+        assert metrics["result/loss"] == pytest.approx(1 - metrics["result/val_acc"])
         assert params["gpudesk.mode"] in ("exclusive", "mps", "naive", "mig")
         assert "(SIMULATED)" in params["gpudesk.gpu_model"] and tags["gpudesk.simulated"] == "true"
         assert params["gpudesk.job_id"] in {str(i) for i in ids}

@@ -16,6 +16,8 @@ class TrackingView(WireModel, frozen=True):
     experiment: str
     params: dict[str, str] = {}  # its sweep values, logged as params
     sweep_params: dict[str, str] = {}  # its sweep's grid: the parent run's params
+    objective: str | None = None  # the result metric its sweep's parent rolls up ([report])
+    goal: str | None = None  # "max" or "min", with `objective`
 
 
 class ClusterView(WireModel, frozen=True):

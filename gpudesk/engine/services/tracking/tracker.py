@@ -26,11 +26,9 @@ Nothing here waits on a worker: ops go into the worker's outbox, replies are rea
 from __future__ import annotations
 
 import logging
-import os
 import select
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 
 from gpudesk import diskspace, joblog
 from gpudesk.core.identity import Identity
@@ -38,8 +36,8 @@ from gpudesk.core.jobs import JobState
 from gpudesk.core.records import JobRecord
 from gpudesk.core.wire.jobs import JobRunView
 from gpudesk.core.wire.station import TrackingHealth
-from gpudesk.engine.env_seconds import env_seconds
-from gpudesk.engine.services.tracking.replies import Complaints, EventBudget
+from gpudesk.engine.services.tracking.replies import Complaints
+from gpudesk.engine.services.tracking.runs import TrackedRun, identity_of, run_wait_s
 from gpudesk.engine.services.tracking.sidecar import Sidecar
 from gpudesk.engine.services.tracking.store_health import TRACKING_EVENT, SeesSecrets, StoreHealths
 from gpudesk.engine.state import PlacementDue
@@ -50,51 +48,12 @@ from gpudesk.hw import runner
 from gpudesk.paths import Home
 from gpudesk.policy.policy import Placement
 from gpudesk.redact import redact_secrets
-from gpudesk.results import TAIL_BYTES
+from gpudesk.results import TAIL_BYTES, last_result, metrics_of
 from gpudesk.text import safe_text
 from gpudesk.tracking import content, messages
+from gpudesk.tracking.rollup import BEST_PREFIX, BestChild, Rollups
 
 log = logging.getLogger("gpudesk.engine")
-
-# How long a placed job waits for its MLflow run to exist. MLFLOW_RUN_ID must name a run that
-# exists (mlflow.start_run() with it fails otherwise), and the run is made when the job is
-# placed, so a job waits the store's answer (milliseconds; longer when it is slow or down); past
-# this it starts without MLFLOW_RUN_ID, at most this late, and its run is made and filled in
-# when the store answers again.
-RUN_WAIT_S = 30.0
-RUN_WAIT_ENV = "GPUDESK_TRACKING_WAIT_S"  # the engine's environment may set another bound
-
-
-def run_wait_s() -> float:
-    """RUN_WAIT_S, or the engine's GPUDESK_TRACKING_WAIT_S (0 to 3600 s; tests use a short one)."""
-    return env_seconds(RUN_WAIT_ENV, RUN_WAIT_S, 0.0, 3600.0)
-
-
-@dataclass
-class TrackedRun:
-    """A run the engine made or is making, until its end is in MLflow."""
-
-    key: str
-    job_id: int | None  # None: a sweep's parent run
-    uid: int
-    uri: str
-    create: messages.CreateRun
-    run_id: str | None = None
-    step: int = 0  # the step of its next sample's points
-    final_ops: list[messages.Op] = field(default_factory=list)  # its end, once sent
-    running: bool = False  # a parent: told RUNNING
-    events: EventBudget = field(default_factory=EventBudget)  # its worker's rejections' events
-
-
-def _identity_of(uid: int) -> Identity:
-    """A user's identity from the system's records (a parent run's owner after a restart)."""
-    import pwd
-
-    try:
-        entry = pwd.getpwuid(uid)
-    except KeyError:
-        return Identity.of(uid, uid, ())
-    return Identity.of(uid, entry.pw_gid, os.getgrouplist(entry.pw_name, entry.pw_gid))
 
 
 class Tracking:
@@ -119,6 +78,7 @@ class Tracking:
         # last of them (asking the store for the whole sweep only then).
         self.open_children: dict[str, set[int]] = {}
         self.workers: dict[int, Sidecar] = {}  # by owner uid
+        self.rollups = Rollups()  # each open sweep's best child (`rollup`)
         self.healths = StoreHealths(store)  # each owner's stores, as her worker finds them
         self.run_wait_s = run_wait_s()
 
@@ -151,7 +111,7 @@ class Tracking:
 
     def _owner(self, uid: int) -> Identity | None:
         """Whom a worker for `uid` runs as (None: the engine's own user)."""
-        return runner.run_as(_identity_of(uid))
+        return runner.run_as(identity_of(uid))
 
     def _restarted(self, uid: int, restart: bool) -> None:
         """A worker started: what it must know first. The first start of a worker needs
@@ -238,6 +198,10 @@ class Tracking:
                 return
             run.run_id = reply.run_id
             self.store.set_tracking_run_id(reply.key, reply.run_id)
+            parent = self.runs.get(run.create.parent or "")
+            told = self.rollups.current(parent.key) if parent is not None else None
+            if parent is not None and told is not None and told.key == run.key:
+                self._tell_best(parent, told)  # the best child's run was not named yet
             if run.job_id is not None and self.awaiting.pop(run.job_id, None) is not None:
                 self.due.mark()  # it waited for this run: it may start now
         elif isinstance(reply, messages.Acked):
@@ -538,17 +502,8 @@ class Tracking:
         summary = self.telemetry.job_usage([job.id], self.attempt_numbers()).get(job.id)
         gpu_s = self.store.allocations([job.id], now).get(job.id, (None, None))[1]
         points = content.total_points(summary, gpu_s, ts_ms, run.step)
-        if job.attempts:
-            path = self.home.attempt_dir(job.id, job.attempts) / runner.LOG_FILE
-            try:
-                # its owner's files only (as the `log` request reads them), and on the loop,
-                # never waiting on a lock the job holds on its log (gpudesk.joblog)
-                owner_uid = runner.log_owner_uid(job.owner)
-                data = joblog.tail(path, TAIL_BYTES, owner_uid, wait=False)
-                text = data.decode("utf-8", "replace")
-            except OSError:
-                text = ""
-            points += content.result_points(text, ts_ms)
+        text = self._log_tail(job)
+        points += content.result_points(text, ts_ms)
         tags = {"gpudesk.state": job.state.value, "gpudesk.attempts": str(job.attempts)}
         if job.reason:
             tags["gpudesk.reason"] = content.param_value(safe_text(job.reason))
@@ -560,7 +515,47 @@ class Tracking:
         for op in run.final_ops:
             self._send(run, op)
         if run.create.parent:
+            if job.state is JobState.SUCCEEDED:
+                self._roll_up(run.create.parent, job, run.key, text)
             self._finish_sweep(job, run.create.parent)
+
+    def _log_tail(self, job: JobRecord) -> str:
+        """The end of the job's last attempt's log: its owner's file only (as the `log` request
+        reads them), read on the loop, never waiting on a lock the job holds (gpudesk.joblog)."""
+        if not job.attempts:
+            return ""
+        path = self.home.attempt_dir(job.id, job.attempts) / runner.LOG_FILE
+        try:
+            owner_uid = runner.log_owner_uid(job.owner)
+            return joblog.tail(path, TAIL_BYTES, owner_uid, wait=False).decode("utf-8", "replace")
+        except OSError:
+            return ""
+
+    def _roll_up(self, parent_key: str, job: JobRecord, key: str, text: str) -> None:
+        """A sweep's child succeeded: its sweep's parent run gets the best child so far
+        (`rollup`)."""
+        parent, tracking = self.runs.get(parent_key), job.spec.tracking
+        if parent is None or tracking is None:
+            return
+        found = metrics_of(last_result(text))
+        told = self.rollups.child_ended(
+            parent_key, (tracking.objective, tracking.goal), (job.id, job.name, key), found
+        )
+        if told is not None:
+            self._tell_best(parent, told)
+
+    def _tell_best(self, parent: TrackedRun, told: BestChild) -> None:
+        child = self.runs.get(told.key)
+        run_id = child.run_id if child is not None else None
+        if run_id is None and child is None:
+            row = self.store.tracking_run(told.key)
+            run_id = row.run_id if row else None
+        point = messages.MetricPoint(
+            BEST_PREFIX + told.metric, told.value, int(time.time() * 1000), told.step
+        )
+        self._send(
+            parent, messages.LogToRun(parent.uri, parent.key, (point,), tags=told.tags(run_id))
+        )
 
     def _finish_sweep(self, job: JobRecord, parent_key: str) -> None:
         parent = self.runs.get(parent_key)
@@ -576,6 +571,12 @@ class Tracking:
         ]
         if not all(j.state.terminal for j in siblings):
             return
+        seen = self.rollups.known(parent_key)  # all of them, unless the engine restarted
+        for sibling in siblings:
+            if sibling.state is JobState.SUCCEEDED and sibling.id not in seen:
+                key = content.job_key(self.station, sibling.id)
+                self._roll_up(parent_key, sibling, key, self._log_tail(sibling))
+        self.rollups.close(parent_key)
         states = {j.state for j in siblings}
         status = (
             "FAILED"
