@@ -9,8 +9,8 @@ tag `gpudesk.best_goal`). Only children that succeeded count, as in the run's re
 of equal values keeps the place (`gpudesk.results.best`).
 
 What each child found is kept in memory while its sweep runs; a sweep taken up again after an
-engine restart reads the logs of the children it has not seen when its last child ends (the
-engine's tracker does; this module holds no I/O).
+engine restart first reads the logs of the children that succeeded before (the engine's tracker
+does; this module holds no I/O).
 """
 
 from __future__ import annotations
@@ -95,7 +95,12 @@ class Rollups:
         rollup.keys[job] = key
         return self._rank(rollup)
 
+    def started(self, parent: str) -> bool:
+        """Whether a child of `parent` was counted (or tried) in this engine's life."""
+        return parent in self.of
+
     def known(self, parent: str) -> set[int]:
+        """The children counted so far (empty: none yet in this engine's life)."""
         rollup = self.of.get(parent)
         return set(rollup.found) if rollup else set()
 

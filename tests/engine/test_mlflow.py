@@ -249,6 +249,67 @@ def test_a_runs_duration_is_the_jobs_wall_time_not_its_time_in_the_queue(
     assert info.start_time / 1000 <= done.started_at + 0.05  # made, then the job started
 
 
+def parent_run(uri: str, experiment: str):
+    runs = runs_of(uri, experiment)
+    return next((r for r in runs if "mlflow.parentRunId" not in r.data.tags), None)
+
+
+@pytest.mark.slow(20)
+def test_a_sweeps_best_child_is_kept_across_an_engine_restart(
+    home: Home, tmp_path: Path, empty_store: Path
+) -> None:
+    """One child succeeds (acc 0.9), the engine restarts, the other ends (acc 0.5): the parent's
+    best stays the first child's, its history never names the worse one (the restarted engine
+    reads the children that ended before it from their logs first)."""
+    uri = store_from(empty_store, tmp_path / "store")
+    gate = tmp_path / "go"
+    tracking = {
+        "mlflow_uri": uri,
+        "experiment": "restart",
+        "sweep_params": {"acc": "0.9, 0.5"},
+        "objective": "acc",
+        "goal": "max",
+    }
+    waits = f"import os, time\nwhile not os.path.exists({str(gate)!r}): time.sleep(0.1)\n"
+    engine = EngineHandle(home)
+    engine.start()
+    ids = engine.submit(
+        *(
+            {
+                "name": f"rs-{acc}",
+                "command": [sys.executable, "-c", f"{wait}print('result {{\"acc\": {acc}}}')"],
+                "group": "g1",
+                "sweep": "rs",
+                "tracking": {**tracking, "params": {"acc": str(acc)}},
+            }
+            for acc, wait in ((0.9, ""), (0.5, waits))
+        )
+    )
+    assert engine.wait_state(ids[0], {"succeeded", "failed"}, timeout=30.0).state == "succeeded"
+
+    def best_of_first() -> object:
+        parent = parent_run(uri, "restart")
+        return parent is not None and parent.data.metrics.get("best/acc") == 0.9
+
+    wait_for(best_of_first, 20.0, interval=0.3, what="the parent's first best")
+    engine.stop()
+    engine.start()
+    gate.write_text("")
+    assert engine.wait_state(ids[1], {"succeeded", "failed"}, timeout=30.0).state == "succeeded"
+
+    def ended() -> object:
+        parent = parent_run(uri, "restart")
+        return parent if parent is not None and parent.info.status == "FINISHED" else None
+
+    parent = wait_for(ended, 20.0, interval=0.3, what="the sweep's run to end")
+    history = client(uri).get_metric_history(parent.info.run_id, "best/acc")  # type: ignore[attr-defined]
+    assert [m.value for m in history] and all(m.value == 0.9 for m in history), history
+    tags = parent.data.tags  # type: ignore[attr-defined]
+    assert tags["gpudesk.best_run_name"] == "rs-0.9" and tags["gpudesk.best_goal"] == "max"
+    assert tags["gpudesk.best_job_id"] == str(ids[0])
+    engine.stop()
+
+
 @pytest.mark.slow(21)
 def test_with_the_store_down_jobs_run_the_engine_answers_and_runs_appear_later(
     home: Home, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, empty_store: Path

@@ -531,18 +531,39 @@ class Tracking:
         except OSError:
             return ""
 
-    def _roll_up(self, parent_key: str, job: JobRecord, key: str, text: str) -> None:
-        """A sweep's child succeeded: its sweep's parent run gets the best child so far
-        (`rollup`)."""
+    def _roll_up(self, parent_key: str, job: JobRecord, key: str | None, text: str) -> None:
+        """A sweep's child succeeded (`key`: its run's; None: none, its sweep ends): its
+        sweep's parent run gets the best child so far (`rollup`). The first time in this
+        engine's life, the children that succeeded before (an engine restart) are read first,
+        from their logs, so the best and its steps go on from where they were."""
         parent, tracking = self.runs.get(parent_key), job.spec.tracking
         if parent is None or tracking is None:
             return
-        found = metrics_of(last_result(text))
-        told = self.rollups.child_ended(
-            parent_key, (tracking.objective, tracking.goal), (job.id, job.name, key), found
-        )
-        if told is not None:
-            self._tell_best(parent, told)
+        objective = (tracking.objective, tracking.goal)
+        before = self.rollups.current(parent_key)
+        if not self.rollups.started(parent_key):
+            for sibling in self._siblings(job, parent.uid):
+                if sibling.id != job.id and sibling.state is JobState.SUCCEEDED:
+                    found = metrics_of(last_result(self._log_tail(sibling)))
+                    child = (sibling.id, sibling.name, content.job_key(self.station, sibling.id))
+                    self.rollups.child_ended(parent_key, objective, child, found)
+        if key is not None:
+            found = metrics_of(last_result(text))
+            self.rollups.child_ended(parent_key, objective, (job.id, job.name, key), found)
+        after = self.rollups.current(parent_key)
+        if after is not None and (
+            before is None or (before.job, before.value) != (after.job, after.value)
+        ):
+            self._tell_best(parent, after)
+
+    def _siblings(self, job: JobRecord, uid: int) -> list[JobRecord]:
+        """The tracked jobs of a sweep: its owner's only (anyone may name a group,
+        content.sweep_key)."""
+        return [
+            j
+            for j in self.store.jobs(group=job.spec.group, owner_uid=uid)
+            if j.spec.sweep == job.spec.sweep and j.spec.tracking is not None
+        ]
 
     def _tell_best(self, parent: TrackedRun, told: BestChild) -> None:
         child = self.runs.get(told.key)
@@ -564,18 +585,11 @@ class Tracking:
         if parent is None or parent.final_ops or waiting:
             return
         self.open_children.pop(parent_key, None)
-        siblings = [  # its owner's only: anyone may name a group (content.sweep_key)
-            j
-            for j in self.store.jobs(group=job.spec.group, owner_uid=parent.uid)
-            if j.spec.sweep == job.spec.sweep and j.spec.tracking is not None
-        ]
+        siblings = self._siblings(job, parent.uid)
         if not all(j.state.terminal for j in siblings):
             return
-        seen = self.rollups.known(parent_key)  # all of them, unless the engine restarted
-        for sibling in siblings:
-            if sibling.state is JobState.SUCCEEDED and sibling.id not in seen:
-                key = content.job_key(self.station, sibling.id)
-                self._roll_up(parent_key, sibling, key, self._log_tail(sibling))
+        if not self.rollups.started(parent_key):  # none succeeded in this engine's life
+            self._roll_up(parent_key, job, None, "")
         self.rollups.close(parent_key)
         states = {j.state for j in siblings}
         status = (
