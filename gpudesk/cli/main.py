@@ -38,6 +38,7 @@ ROOT_COMMANDS: dict[str, str] = {
     "release": "jobs",
     "priority": "jobs",
     "requeue": "jobs",
+    "edit": "edit",
     "history": "history",
     "grid": "grid",
     "top": "top",

@@ -486,7 +486,8 @@ check_preempt_grace = number_in(1.0, MAX_PREEMPT_GRACE_S)
 
 @dataclass(frozen=True)
 class JobSpec:
-    """Everything a job asks for. Immutable once submitted."""
+    """Everything a job asks for. A frozen value: `gpudesk edit` (core/job_edit.py) replaces a
+    queued job's spec with a new one, checked whole; nothing changes it once the job started."""
 
     name: str
     command: tuple[str, ...]

@@ -366,3 +366,13 @@ class ActionOutcome(WireModel, frozen=True):
 
 class ActionResult(WireModel, frozen=True):
     results: list[ActionOutcome]
+
+
+class EditResult(WireModel, frozen=True):
+    """What `edit` changed, a phrase per field ("time_limit_s 3600 -> 7200"; an environment
+    variable by name only); empty when the edit changed nothing. The job keeps its id and its
+    place in the queue."""
+
+    id: int
+    name: str
+    changes: list[str] = []

@@ -1,0 +1,49 @@
+"""`edit`: a job not started given new fields (pueue's `edit`, Slurm's `scontrol update`), by its
+owner or an admin; built and checked by `core/job_edit.py` and `JobSpec.from_dict`, its `after`
+jobs and the station's size as `submit` checks them. It keeps its id and place."""
+
+from __future__ import annotations
+
+from gpudesk.core import protocol
+from gpudesk.core.identity import Caller
+from gpudesk.core.job_edit import dependency_cycle, job_edit, not_editable
+from gpudesk.core.jobs import JobState, SpecError
+from gpudesk.core.protocol import ProtocolError
+from gpudesk.core.wire.jobs import EditResult
+from gpudesk.core.wire.requests import EditArgs
+from gpudesk.engine.dependencies import jobs_by_id
+from gpudesk.engine.requests.common import Handler, Requests
+from gpudesk.engine.requests.submission import check_after_known
+
+
+class EditRequests(Requests):
+    def ops(self) -> dict[str, Handler]:
+        return {"edit": self.edit}
+
+    def edit(self, args: EditArgs, caller: Caller) -> EditResult:
+        """`refused` for another's job (unless an admin asks) and a started one; `invalid_args`
+        naming the field at fault; `unknown_job`. All checked before anything changes."""
+        job = self._find(args.job, "job")
+        refusal = self.parts.access.job_refusal(caller, job, "edit")
+        if refusal or job.state is not JobState.QUEUED:
+            raise ProtocolError(protocol.REFUSED, refusal or not_editable(job))
+        store = self.parts.store
+        try:
+            edit = job_edit(
+                job.spec, store.base_env(job.id), args.fields, args.set_env, args.unset_env
+            )
+        except SpecError as exc:
+            where = {"env": "set_env", "unset_env": "unset_env"}.get(exc.key, f"fields.{exc.key}")
+            raise ProtocolError(protocol.INVALID_ARGS, f"{where}: {exc.message}") from None
+        if edit.spec.after != job.spec.after:
+            check_after_known(store, edit.spec.after, "fields.after")
+            cycle = dependency_cycle(
+                job.id, edit.spec.after, lambda ids: jobs_by_id(store, ids).values()
+            )
+            if cycle:
+                raise ProtocolError(protocol.INVALID_ARGS, f"fields.after: {cycle}")
+        self.parts.control.backends.for_spec(edit.spec).admit([edit.spec])  # the station's size
+        outcome = self.parts.control.backends.for_job(job).edit(job, edit)
+        if not outcome.ok:
+            raise ProtocolError(protocol.REFUSED, outcome.message)
+        return EditResult(id=job.id, name=edit.spec.name, changes=list(edit.changes))
