@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gpudesk.core.jobs import JobSpec, SpecError, check_env, describe
+from gpudesk.core.jobs import JobSpec, JobState, SpecError, check_env, describe
 from gpudesk.core.records import JobRecord
 from gpudesk.text import safe_text
 
@@ -49,14 +49,23 @@ class JobEdit:
         return "edited by user: " + "; ".join(self.changes)
 
 
-def not_editable(job: JobRecord) -> str:
-    """Why a job that started cannot be edited, its state named."""
-    state = f"already {job.state.value}" if job.state.terminal else job.state.value
-    return (
-        f"job {job.id} ({job.name}) is {state}: only a job that has not started (queued, held, "
-        "or waiting for the jobs it runs after) can be edited; `gpudesk requeue` runs a "
-        "finished one again, and a requeued job can be edited"
-    )
+def edit_refusal(job: JobRecord) -> str | None:
+    """Why `job` cannot be edited whoever asks (it started, its state named; its MLflow run
+    records its spec), or None."""
+    if job.state is not JobState.QUEUED:
+        state = f"already {job.state.value}" if job.state.terminal else job.state.value
+        return (
+            f"job {job.id} ({job.name}) is {state}: only a job that has not started (queued, "
+            "held, or waiting for the jobs it runs after) can be edited; `gpudesk requeue` "
+            "runs a finished one again, and a requeued job can be edited"
+        )
+    if job.spec.tracking is not None:
+        return (
+            f"job {job.id} ({job.name}) is tracked: its MLflow run, made when it was submitted, "
+            "records its spec as params, which MLflow never changes; cancel it and submit it "
+            "again as it should be"
+        )
+    return None
 
 
 def job_edit(

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from conftest import EngineHandle, Run
+from test_completion import complete_in_bash
 
 from gpudesk.cli.exit_codes import EXIT_FAILED, EXIT_USAGE
 
@@ -86,3 +87,11 @@ def test_edit_refuses_bad_values_a_running_job_and_an_unknown_one(
     )
     one_error(*gpudesk("edit", "no-such-job", "--name", "x")[::2], EXIT_FAILED, "no-such-job")
     assert engine.job(job).name == "queued"
+
+
+def test_edit_completes_job_ids_names_and_its_options(engine: EngineHandle) -> None:
+    (job,) = engine.submit({"name": "alpha", "command": ["true"]})
+    engine.wait_state(job, "succeeded")
+    assert complete_in_bash("gpudesk edit al") == ["alpha"]
+    assert complete_in_bash("gpudesk edit alpha --after al") == ["alpha"]
+    assert "--unset-env" in complete_in_bash("gpudesk edit alpha --un")

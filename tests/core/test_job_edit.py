@@ -3,11 +3,13 @@ must not make: `core/job_edit.py` as a library."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from gpudesk.core.identity import Identity
-from gpudesk.core.job_edit import dependency_cycle, job_edit
-from gpudesk.core.jobs import JobSpec, SpecError
+from gpudesk.core.job_edit import dependency_cycle, edit_refusal, job_edit
+from gpudesk.core.jobs import JobSpec, JobState, SpecError
 from gpudesk.core.records import JobRecord
 
 SPEC = JobSpec.from_dict(
@@ -82,3 +84,20 @@ def test_a_cycle_is_named_from_the_edited_job_back_to_it() -> None:
     )
     assert dependency_cycle(5, [8], jobs_of) is None
     assert dependency_cycle(6, [7], jobs_of) is None  # 7 waits on 9 and 5, never on 6
+
+
+def test_a_started_or_tracked_job_is_refused_whoever_asks() -> None:
+    owner = Identity.of(1, 1, [1])
+    queued = JobRecord.queued(3, SPEC, 0.0, owner)
+    assert edit_refusal(queued) is None
+    tracked = JobSpec.from_dict({**SPEC.to_dict(), "tracking": {"mlflow_uri": "http://x:5000"}})
+    refusal = edit_refusal(JobRecord.queued(3, tracked, 0.0, owner))
+    assert refusal and "tracked: its MLflow run" in refusal and "cancel it" in refusal
+    running = dataclasses.replace(queued, state=JobState.RUNNING)
+    assert edit_refusal(running) == (
+        "job 3 (train) is running: only a job that has not started (queued, held, or waiting "
+        "for the jobs it runs after) can be edited; `gpudesk requeue` runs a finished one "
+        "again, and a requeued job can be edited"
+    )
+    ended = dataclasses.replace(queued, state=JobState.FAILED)
+    assert "job 3 (train) is already failed:" in (edit_refusal(ended) or "")

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from gpudesk.core import protocol
 from gpudesk.core.identity import Caller
-from gpudesk.core.job_edit import dependency_cycle, job_edit, not_editable
-from gpudesk.core.jobs import JobState, SpecError
+from gpudesk.core.job_edit import dependency_cycle, edit_refusal, job_edit
+from gpudesk.core.jobs import SpecError
 from gpudesk.core.protocol import ProtocolError
 from gpudesk.core.wire.jobs import EditResult
 from gpudesk.core.wire.requests import EditArgs
@@ -21,12 +21,12 @@ class EditRequests(Requests):
         return {"edit": self.edit}
 
     def edit(self, args: EditArgs, caller: Caller) -> EditResult:
-        """`refused` for another's job (unless an admin asks) and a started one; `invalid_args`
-        naming the field at fault; `unknown_job`. All checked before anything changes."""
+        """`refused` for another's job (unless an admin asks), a started or tracked one;
+        `invalid_args` naming the field at fault; `unknown_job`. All before anything changes."""
         job = self._find(args.job, "job")
-        refusal = self.parts.access.job_refusal(caller, job, "edit")
-        if refusal or job.state is not JobState.QUEUED:
-            raise ProtocolError(protocol.REFUSED, refusal or not_editable(job))
+        refusal = self.parts.access.job_refusal(caller, job, "edit") or edit_refusal(job)
+        if refusal:
+            raise ProtocolError(protocol.REFUSED, refusal)
         store = self.parts.store
         try:
             edit = job_edit(
