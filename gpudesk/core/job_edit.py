@@ -50,20 +50,14 @@ class JobEdit:
 
 
 def edit_refusal(job: JobRecord) -> str | None:
-    """Why `job` cannot be edited whoever asks (it started, its state named; its MLflow run
-    records its spec), or None."""
+    """Why `job` cannot be edited whoever asks (it started: its state named), or None. A
+    tracked job whose MLflow run is made already is refused by the engine, which knows."""
     if job.state is not JobState.QUEUED:
         state = f"already {job.state.value}" if job.state.terminal else job.state.value
         return (
             f"job {job.id} ({job.name}) is {state}: only a job that has not started (queued, "
             "held, or waiting for the jobs it runs after) can be edited; `gpudesk requeue` "
             "runs a finished one again, and a requeued job can be edited"
-        )
-    if job.spec.tracking is not None:
-        return (
-            f"job {job.id} ({job.name}) is tracked: its MLflow run, made when it was submitted, "
-            "records its spec as params, which MLflow never changes; cancel it and submit it "
-            "again as it should be"
         )
     return None
 

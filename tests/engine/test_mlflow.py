@@ -19,6 +19,7 @@ import psutil
 import pytest
 from conftest import EngineHandle, wait_for
 
+from gpudesk.core.jobs import JobSpec
 from gpudesk.paths import Home
 
 pytest.importorskip("mlflow")
@@ -247,6 +248,48 @@ def test_a_runs_duration_is_the_jobs_wall_time_not_its_time_in_the_queue(
     print(f"job wall {wall:.2f} s, run {duration:.2f} s, made {ahead:.3f} s before the job")
     assert abs(duration - wall) <= 1.0, (duration, wall)
     assert info.start_time / 1000 <= done.started_at + 0.05  # made, then the job started
+
+
+@pytest.mark.slow(8)
+def test_a_tracked_job_is_edited_until_its_run_is_made_and_its_params_are_the_edit(
+    engine: EngineHandle, tmp_path: Path, empty_store: Path
+) -> None:
+    """Its run is made when it is placed, so a held tracked job can still be edited and its
+    run records the edited spec; once the run exists (requeued after it ran), an edit is
+    refused: MLflow never changes a param."""
+    from gpudesk.api import EngineError
+
+    uri = store_from(empty_store, tmp_path / "store")
+    spec = JobSpec.from_dict(
+        {
+            "name": "before",
+            "command": ["true"],
+            "workdir": str(tmp_path),
+            "tracking": {"mlflow_uri": uri, "experiment": "edited"},
+        }
+    )
+    (job_id,) = engine.api.submit_jobs([spec], hold=True).ids
+    engine.api.edit_job(job_id, {"name": "after", "command": ["sleep", "0.3"]})
+    engine.api.release([job_id])
+    assert engine.wait_state(job_id, {"succeeded", "failed"}, timeout=40.0).state == "succeeded"
+
+    def finished() -> list | None:
+        runs = runs_of(uri, "edited")
+        return runs if runs and runs[0].info.status == "FINISHED" else None
+
+    runs = wait_for(finished, 20.0, interval=0.3, what="the job's run to be finished")
+    assert isinstance(runs, list) and len(runs) == 1
+    assert runs[0].info.run_name == "after"
+    assert runs[0].data.params["gpudesk.command"] == "sleep 0.3"
+    # both slots taken, so the requeued job stays queued, its run made on its first attempt
+    blockers = engine.submit(*({"name": f"slot{i}", "command": ["sleep", "60"]} for i in (1, 2)))
+    for blocker in blockers:
+        engine.wait_state(blocker, "running")
+    engine.api.requeue([job_id])
+    assert engine.job(job_id).state == "queued"
+    with pytest.raises(EngineError, match="its MLflow run is made already"):
+        engine.api.edit_job(job_id, {"name": "again"})
+    engine.api.cancel(blockers)
 
 
 def parent_run(uri: str, experiment: str):

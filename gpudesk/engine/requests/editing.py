@@ -9,11 +9,20 @@ from gpudesk.core.identity import Caller
 from gpudesk.core.job_edit import dependency_cycle, edit_refusal, job_edit
 from gpudesk.core.jobs import SpecError
 from gpudesk.core.protocol import ProtocolError
+from gpudesk.core.records import JobRecord
 from gpudesk.core.wire.jobs import EditResult
 from gpudesk.core.wire.requests import EditArgs
 from gpudesk.engine.dependencies import jobs_by_id
 from gpudesk.engine.requests.common import Handler, Requests
 from gpudesk.engine.requests.submission import check_after_known
+
+
+def tracked_refusal(job: JobRecord) -> str:
+    return (
+        f"job {job.id} ({job.name}) is tracked and its MLflow run is made already (it was "
+        "placed, or ran before): the run records its spec as params, which MLflow never "
+        "changes; cancel it and submit it again as it should be"
+    )
 
 
 class EditRequests(Requests):
@@ -27,6 +36,8 @@ class EditRequests(Requests):
         refusal = self.parts.access.job_refusal(caller, job, "edit") or edit_refusal(job)
         if refusal:
             raise ProtocolError(protocol.REFUSED, refusal)
+        if job.spec.tracking is not None and self.parts.tracking.run_made(job):
+            raise ProtocolError(protocol.REFUSED, tracked_refusal(job))
         store = self.parts.store
         try:
             edit = job_edit(

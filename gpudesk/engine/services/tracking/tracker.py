@@ -258,6 +258,12 @@ class Tracking:
                 self._make(job, "SCHEDULED", ended)
             self._finish(job)
 
+    def run_made(self, job: JobRecord) -> bool:
+        """Whether the job's run exists (it was placed, or ran before): its params are fixed."""
+        return (
+            job.id in self.by_job or self.store.tracking_runs_of([job.id]).get(job.id) is not None
+        )
+
     def _known(self, job: JobRecord) -> bool:
         """Whether the job's run was made before (its row in the store): if so it is taken up
         again, its parent's too (a job requeued after its run ended, or an engine restart)."""
