@@ -42,6 +42,8 @@ from dataclasses import replace
 from gpudesk.core.mig_profiles import COMPUTE_SLICES, MEMORY_SLICES, memory_slices
 from gpudesk.core.records import JobRecord
 from gpudesk.policy.demand import (
+    DEFAULT_MEMORY_MIB,
+    DEFAULT_SM_PCT,
     UNKNOWN_HINT_SHARE,
     Demand,
     from_hints,
@@ -49,8 +51,16 @@ from gpudesk.policy.demand import (
     hinted,
     margin_mib,
 )
-from gpudesk.policy.filled_station import IDLE, MIG, SHARED, Choice, FilledStation, Frontier, Host
-from gpudesk.policy.interference import ModelParams, Prediction, Workload, mig_rate, workload
+from gpudesk.policy.filled_station import (
+    IDLE,
+    MIG,
+    SHARED,
+    Choice,
+    FilledStation,
+    Frontier,
+    Host,
+)
+from gpudesk.policy.interference import ModelParams, Workload, mig_rate, workload
 from gpudesk.policy.placement_pass import Lookahead, Pass, Shape
 from gpudesk.policy.placement_reasons import (
     collocated_reason,
@@ -82,7 +92,7 @@ from gpudesk.policy.station_fit import (
     room_once_drained,
     wait_for_change,
 )
-from gpudesk.units import gib
+from gpudesk.units import MIB_PER_GB, gib
 
 SATURATED_SM_PCT = 80.0  # CARMA: a GPU this busy over the window takes no new tenant
 CARMA_WINDOW_S = 30.0  # CARMA judges a GPU over 30 one-second samples
@@ -142,16 +152,21 @@ class SharingPolicy:
             Lookahead(queue, station),
             AsIs(self.rules, station),
         )
-        plan, no_room, as_is, rejections = run.plan, run.no_room, run.as_is, run.rejections
+        plan, no_room, as_is = run.plan, run.no_room, run.as_is
         cpu_slots = station.free_slots
         largest = largest_gpu_mib(station)
         # Jobs whose memory figure is certainly usable skip the full check (a long queue is
-        # mostly such jobs, and this loop is the policy's hot path): below what the largest GPU
-        # offers alone and below the share where a hint is taken as unknown.
+        # mostly such jobs): below what the largest GPU offers alone and below the share where
+        # a hint is taken as unknown.
         plain = min(largest - RESERVE_MIB, UNKNOWN_HINT_SHARE * largest)
-        gpu_total = len(station.gpu_states)
         demands = station.demands
-        every_whole = self.mode == "exclusive"  # `_whole`, without a call per job
+        # One-GPU jobs with hints alone, certainly usable, placed as they are (most of a long
+        # queue: this loop is the policy's hot path) skip the full check (`_judge`): no Demand
+        # object until the job may fit, and their frontiers (the same objects as in `no_room`,
+        # which `_weigh` adds to) by owner, found without a shape tuple.
+        hinted_only = self.mode != "exclusive" and bool(station.gpu_states)
+        frontiers: dict[int, Frontier] = {}
+        seeking = True  # no job waits for GPUs yet (`run.waiting`, set once a pass)
         for position, job in enumerate(queue):
             spec = job.spec
             gpus = spec.gpus
@@ -159,44 +174,75 @@ class SharingPolicy:
                 if cpu_slots:
                     plan.placements.append(cpu_placement(job, cpu_slots.pop(0), station))
                 continue
-            # The hot path of a long queue: no Demand object until the job may fit.
             known = demands.get(job.id)
-            if known is None:
-                memory, sm = hinted(spec.memory_gb, spec.sm_pct)
-                exclusive = banded = history = False
-            else:
-                memory, sm, exclusive = known.memory_mib, known.sm_pct, known.exclusive
-                banded, history = known.membw_pct is not None, known.source == "history"
-            # A job placed on whole GPUs is judged by its memory alone (`_whole_gpus`): its
-            # frontier point has no SM, so any job of its shape needing as much is dominated.
-            whole = gpus > 1 or exclusive or every_whole
-            demand: Demand | None = None
-            if not (gpus <= gpu_total and memory < plain):
-                demand = with_unknown(known or from_hints(spec.memory_gb, spec.sm_pct), largest)
-                measured = demand.source == "after OOM"
-                impossible = gpu_job_impossible(gpus, memory, station, RESERVE_MIB, measured)
-                if impossible:
-                    rejections.append(Rejection(job.id, f"the job {impossible}"))
+            if known is None and gpus == 1 and hinted_only:
+                memory = spec.memory_gb  # `demand.hinted` without a call (the same arithmetic)
+                memory = DEFAULT_MEMORY_MIB if memory is None else memory * MIB_PER_GB
+                if memory < plain:
+                    sm = spec.sm_pct
+                    if sm is None:
+                        sm = DEFAULT_SM_PCT
+                    uid = job.owner.uid
+                    frontier = frontiers.get(uid)
+                    if frontier is None:
+                        frontier = no_room.get((1, False, False, False, uid))
+                        if frontier is not None:
+                            frontiers[uid] = frontier
+                    # Frontier.dominates, inline (a call a job is a good part of the cost)
+                    if (
+                        frontier is not None
+                        and (point := bisect_right(frontier.memory, memory) - 1) >= 0
+                        and frontier.sm[point] <= sm
+                    ):
+                        if seeking and as_is(1, False, memory):
+                            run.waiting, seeking = job, False
+                        continue
+                    demand = from_hints(spec.memory_gb, spec.sm_pct)
+                    shape = (1, False, False, False, uid)
+                    self._weigh(run, job, position, demand, shape, (memory, sm))
+                    seeking = run.waiting is None
                     continue
-                memory = demand.admit_mib
-                shape = (gpus, exclusive, history, bool(demand.unknown), job.owner.uid)
-            else:
-                shape = (gpus, exclusive, history, False, job.owner.uid)
-            frontier = no_room.get(shape)
-            # Frontier.dominates, inline (a call a job is a good part of a long queue's cost)
-            if (
-                frontier is not None
-                and not banded
-                and (point := bisect_right(frontier.memory, memory) - 1) >= 0
-                and frontier.sm[point] <= (0.0 if whole else sm)
-            ):
-                if run.waiting is None and as_is(gpus, whole, memory):
-                    run.waiting = job
-                continue
-            if demand is None:
-                demand = known or from_hints(spec.memory_gb, spec.sm_pct)
-            self._weigh(run, job, position, demand, shape, (memory, 0.0 if whole else sm))
-        return Decision(plan.placements, rejections, run.overtaken)
+            self._judge(run, job, position, known, plain)
+            seeking = run.waiting is None
+        return Decision(plan.placements, run.rejections, run.overtaken)
+
+    def _judge(
+        self, run: Pass, job: JobRecord, position: int, known: Demand | None, plain: float
+    ) -> None:
+        """A GPU job off `place`'s hot path: rejected if it can never run here, skipped where
+        its shape's frontier says it finds no room, else weighed. `known`: the station's demand
+        for it; `plain`: below this a memory figure is certainly usable."""
+        station, spec, gpus = run.station, job.spec, job.spec.gpus
+        if known is None:
+            memory, sm = hinted(spec.memory_gb, spec.sm_pct)
+            exclusive = banded = history = False
+        else:
+            memory, sm, exclusive = known.memory_mib, known.sm_pct, known.exclusive
+            banded, history = known.membw_pct is not None, known.source == "history"
+        # A job placed on whole GPUs is judged by its memory alone (`_whole_gpus`): its
+        # frontier point has no SM, so any job of its shape needing as much is dominated.
+        whole = self._whole(gpus, exclusive)
+        demand: Demand | None = None
+        if not (gpus <= len(station.gpu_states) and memory < plain):
+            largest = largest_gpu_mib(station)
+            demand = with_unknown(known or from_hints(spec.memory_gb, spec.sm_pct), largest)
+            measured = demand.source == "after OOM"
+            impossible = gpu_job_impossible(gpus, memory, station, RESERVE_MIB, measured)
+            if impossible:
+                run.rejections.append(Rejection(job.id, f"the job {impossible}"))
+                return
+            memory = demand.admit_mib
+            shape = (gpus, exclusive, history, bool(demand.unknown), job.owner.uid)
+        else:
+            shape = (gpus, exclusive, history, False, job.owner.uid)
+        frontier = run.no_room.get(shape)
+        if frontier is not None and not banded and frontier.dominates(memory, 0.0 if whole else sm):
+            if run.waiting is None and run.as_is(gpus, whole, memory):
+                run.waiting = job
+            return
+        if demand is None:
+            demand = known or from_hints(spec.memory_gb, spec.sm_pct)
+        self._weigh(run, job, position, demand, shape, (memory, 0.0 if whole else sm))
 
     def _weigh(
         self,
@@ -429,37 +475,23 @@ class SharingPolicy:
         bounded = demand.membw_pct is None
         if bounded and demand.sm_pct >= host.gainless_sm:
             return None
-        share = host.share
-        under_mps: Prediction | None = None
-        predicted: Prediction | None = None  # at the model's values: what the reason shows
         robust = self.robust
-        if robust:
-            # The robust rule: the model's costs are mostly assumed (model_params.PROVENANCE),
-            # so `auto` scores sharing with the mechanism's costs at the top of their range
-            # (narrowing as the station measures them), and shares only where the station
-            # gains even there.
-            value = plan.worst(host)(load).gain
-        else:
-            predicted = plan.joining(host)(load)
-            value = predicted.gain
-        if robust and share == "mps" and host.mps_user is None:
-            # Per job, MPS or time-slicing beside the same tenants: bandwidth-bound pairs can
-            # do better time-sliced (kernel-active time adds up there, bandwidth under MPS, as
-            # the H100 calibration measured for membw + heavy), scored the same way. (Each
-            # score falls as the job's SM share grows, and so does the larger of the two, as
-            # `gainless_sm` needs.)
-            slicing = plan.slicing(host)
-            if slicing.ceiling > value:
-                worst = slicing.worst(load).gain
-                if worst > value:
-                    under_mps, predicted = plan.joining(host)(load), slicing.nominal(load)
-                    share, value = "naive", worst
-        if value <= 0.0:
+        # the score depends on the job's workload (its SM and bandwidth under the host's
+        # parameters) and the host alone: each host scores each workload once
+        key = (demand.sm_pct, demand.membw_pct, robust)
+        scored = host.scored.get(key)
+        if scored is None:
+            scored = host.scored[key] = plan.score(host, load, robust)
+        share, value, predicted, under_mps = (
+            scored.share,
+            scored.value,
+            scored.predicted,
+            scored.under_mps,
+        )
+        if predicted is None:
             if bounded:
                 host.gainless_sm = min(host.gainless_sm, demand.sm_pct)
             return None
-        if predicted is None:  # only for an option that may be chosen (a pass weighs many)
-            predicted = plan.joining(host)(load)
         gpu = host.gpu
         why = functools.partial(
             collocated_reason, gpu, share, demand, predicted, margin, value if robust else None

@@ -7,8 +7,9 @@ room (`Frontier`).
 from __future__ import annotations
 
 import bisect
+import functools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from gpudesk.core.records import JobRecord
@@ -17,6 +18,7 @@ from gpudesk.policy.interference import (
     MIN_RATE,
     Joining,
     ModelParams,
+    Prediction,
     Workload,
     workload,
 )
@@ -79,23 +81,51 @@ class Host:
     # The user whose jobs the GPU's MPS server serves, where that is not the placed job's
     # owner: the job may only time-slice beside them (`FilledStation.foreign_host`).
     mps_user: int | None = None
+    # What a job of each (SM %, bandwidth %) was scored here, by policy (robust or not): the
+    # score depends on the tenants and the job's workload alone, and a long queue asks each GPU
+    # for the same few workloads again and again (`collocation.SharingPolicy._shared_option`).
+    scored: dict[tuple[float, float | None, bool], Scored] = field(default_factory=dict)
 
 
 IDLE, SHARED, MIG, CLOSED = range(4)
 
 
 @dataclass(frozen=True)
+class Scored:
+    """A job's workload scored beside a host's shared tenants: how it would share (`share`),
+    the work per second the station gains by the policy's rule (`value`), the model's
+    prediction at its own values (`predicted`: None where `value` is no gain), and, where
+    time-slicing beside MPS clients was chosen over joining them, the prediction under MPS."""
+
+    share: str
+    value: float
+    predicted: Prediction | None = None
+    under_mps: Prediction | None = None
+
+
+@dataclass(frozen=True)
 class Slicing:
     """A job time-slicing beside a GPU's MPS clients rather than joining them: the MPS server
     is one more context, so every tenant time-slices (as `FilledStation.foreign_host` weighs
-    it), and the tenants lose against their MPS rates now. Predicted under the GPU's parameters
-    (`nominal`) and with time-slicing's own costs at the top of their range (`worst`);
-    `ceiling`: no job gains more than this under `worst` (a bound that spares the model's call
-    where MPS already gains as much)."""
+    it), and the tenants lose against their MPS rates now (`before`). Predicted under the GPU's
+    parameters (`nominal`) and with time-slicing's own costs at the top of their range
+    (`worst`), each made when first asked; `ceiling`: no job gains more than this under `worst`
+    (a bound that spares the model's call where MPS already gains as much, and most GPUs' the
+    two predictions)."""
 
-    nominal: Joining
-    worst: Joining
+    params: ModelParams
+    worst_params: ModelParams
+    tenants: Sequence[Workload]
+    before: tuple[float, ...]
     ceiling: float
+
+    @functools.cached_property
+    def nominal(self) -> Joining:
+        return Joining(self.params, "naive", self.tenants, self.before)
+
+    @functools.cached_property
+    def worst(self) -> Joining:
+        return Joining(self.worst_params, "naive", self.tenants, self.before)
 
 
 @dataclass
@@ -106,18 +136,40 @@ class FilledStation:
     placements: list[Placement] = field(default_factory=list)
     _hosts: dict[int, Host] = field(default_factory=dict)
     _usable: list[Host] | None = None  # the hosts of the GPUs not lost, in index order
+    _placed: set[int] = field(default_factory=set)  # GPUs placed on since `_usable` was made
     _mps_uids: tuple[int, ...] = ()  # the users the usable GPUs' MPS servers serve
     _foreign: dict[int, Host] = field(default_factory=dict)  # GPU index -> its foreign host
+    # GPU model -> its parameters, and with each mechanism's costs at the top of their range
+    # (`worst_params`): asked for every new state of a GPU, the same within a pass
+    _params: dict[str, tuple[ModelParams, dict[str, ModelParams]]] = field(default_factory=dict)
+
+    def params(
+        self, gpu: GpuState, station: StationView
+    ) -> tuple[ModelParams, dict[str, ModelParams]]:
+        """The GPU's model parameters and `worst_params`, once per GPU model and pass (a pass
+        never changes the station's interference model)."""
+        known = self._params.get(gpu.model)
+        if known is None:
+            known = (station.interference.params(gpu.model), worst_params(station, gpu))
+            self._params[gpu.model] = known
+        return known
 
     def hosts(self, station: StationView, mode: str, uid: int | None = None) -> list[Host]:
         """Every GPU not lost as a `Host` for a job of user `uid`, each cached until a job is
         placed there. A GPU whose MPS server serves another user's jobs is that GPU's
         `foreign_host` (one user's station never has one)."""
-        if self._usable is None:
-            self._usable = [self._host(g, station, mode) for g in self.gpus.values() if not g.lost]
-            self._mps_uids = tuple(
-                {h.gpu.mps_uid for h in self._usable if h.gpu.mps_uid is not None}
-            )
+        if self._usable is None or self._placed:
+            if self._usable is None:
+                usable = [self._host(g, station, mode) for g in self.gpus.values() if not g.lost]
+            else:  # only the GPUs jobs were placed on have changed (none of them is lost)
+                placed, gpus = self._placed, self.gpus
+                usable = [
+                    self._host(gpus[h.gpu.index], station, mode) if h.gpu.index in placed else h
+                    for h in self._usable
+                ]
+                self._placed = set()
+            self._usable = usable
+            self._mps_uids = tuple({h.gpu.mps_uid for h in usable if h.gpu.mps_uid is not None})
         # the uids are distinct: every one is `uid` only where there is none, or it alone
         if uid is None or not self._mps_uids or self._mps_uids == (uid,):
             return self._usable
@@ -140,16 +192,17 @@ class FilledStation:
         shares = not (
             gpu.exclusive or station.config.isolation or not gpu.tenant_modes <= {"mps", "naive"}
         )
+        params, worst = self.params(gpu, station)
         host = Host(
             gpu,
-            station.interference.params(gpu.model),
+            params,
             "naive",
             SHARED if shares else CLOSED,
             gpu.free_mib if shares else 0.0,
             gpu.heaviest_tenant_sm_pct >= HEAVY_SM_PCT,
             False,
             mps_user=gpu.mps_uid,
-            worst_params=worst_params(station, gpu),
+            worst_params=worst,
         )
         self._foreign[gpu.index] = host
         return host
@@ -172,15 +225,16 @@ class FilledStation:
             kind = CLOSED
         else:
             kind, room = SHARED, gpu.free_mib
+        params, worst = self.params(gpu, station)
         host = Host(
             gpu,
-            station.interference.params(gpu.model),
+            params,
             share,
             kind,
             room,
             gpu.heaviest_tenant_sm_pct >= HEAVY_SM_PCT,
             gpu.idle and (not gpu.mig_enabled or gpu.mig_dynamic),
-            worst_params=worst_params(station, gpu) if kind == SHARED else {},
+            worst_params=worst if kind == SHARED else {},
         )
         self._hosts[gpu.index] = host
         return host
@@ -204,18 +258,50 @@ class FilledStation:
         """What the model predicts for a job time-slicing beside the host's MPS clients rather
         than joining them (`Slicing`)."""
         if host.slicing is None:
-            before = self.joining(host).before
-            tenants = tenant_workloads(host.gpu, host.params)
+            joining = self.joining(host)
+            before, tenants = joining.before, joining.tenants  # (its workloads, under host.params)
             worst = host.worst_params["naive"]
             n = len(tenants)
             # time-sliced, no job runs faster than the switches between n + 1 contexts allow
             fastest = max(MIN_RATE, 1.0 - worst.naive_switch_cost * n)
             host.slicing = Slicing(
-                Joining(host.params, "naive", tenants, before),
-                Joining(worst, "naive", tenants, before),
-                fastest * (n + 1) - sum(before),
+                host.params, worst, tenants, before, fastest * (n + 1) - sum(before)
             )
         return host.slicing
+
+    def score(self, host: Host, load: Workload, robust: bool) -> Scored:
+        """`load` beside the host's shared tenants (`Scored`): MPS or time-slicing, and what
+        the station gains, with the mechanism's costs at the top of their range (`robust`) or
+        at the model's values."""
+        share = host.share
+        under_mps: Prediction | None = None
+        predicted: Prediction | None = None  # at the model's values: what the reason shows
+        if robust:
+            # The robust rule: the model's costs are mostly assumed (model_params.PROVENANCE),
+            # so `auto` scores sharing with the mechanism's costs at the top of their range
+            # (narrowing as the station measures them), and shares only where the station
+            # gains even there.
+            value = self.worst(host)(load).gain
+        else:
+            predicted = self.joining(host)(load)
+            value = predicted.gain
+        if robust and share == "mps" and host.mps_user is None:
+            # Per job, MPS or time-slicing beside the same tenants: bandwidth-bound pairs can
+            # do better time-sliced (kernel-active time adds up there, bandwidth under MPS, as
+            # the H100 calibration measured for membw + heavy), scored the same way. (Each
+            # score falls as the job's SM share grows, and so does the larger of the two, as
+            # `gainless_sm` needs.)
+            slicing = self.slicing(host)
+            if slicing.ceiling > value:
+                worst = slicing.worst(load).gain
+                if worst > value:
+                    under_mps, predicted = self.joining(host)(load), slicing.nominal(load)
+                    share, value = "naive", worst
+        if value <= 0.0:
+            return Scored(share, value)
+        if predicted is None:  # only for an option that may be chosen (a pass weighs many)
+            predicted = self.joining(host)(load)
+        return Scored(share, value, predicted, under_mps)
 
     def take(
         self, job: JobRecord, demand: Demand, choice: Choice, station: StationView
@@ -240,7 +326,7 @@ class FilledStation:
             self.gpus[index] = replace(
                 gpu, tenants=(*gpu.tenants, tenant), mig_slices=slices, placed_s_ago=0.0
             )
-        self._usable = None
+        self._placed.update(choice.gpus)
         placement = placement_of(job, demand, choice, station)
         self.placements.append(placement)
         return placement
@@ -248,7 +334,8 @@ class FilledStation:
 
 def slot_of(choice: Choice) -> str:
     """ "gpu:1" alone, "gpu:0/mps" or "gpu:0/naive" shared, "gpu:2/3g.20gb" on a MIG slice."""
-    listed = ",".join(str(i) for i in choice.gpus)
+    gpus = choice.gpus
+    listed = str(gpus[0]) if len(gpus) == 1 else ",".join(str(i) for i in gpus)
     if choice.mig_slice:
         return f"gpu:{listed}/{choice.mig_slice.profile}"
     if choice.mode in ("mps", "naive"):
@@ -317,6 +404,8 @@ class Frontier:
     """The smallest (memory, SM) demands that found no room. Sorted by memory, SM falling: the
     point with the largest memory not above a demand's has the lowest SM of those, so one
     bisection says whether the demand is at least as large as a point."""
+
+    __slots__ = ("memory", "sm")  # read for nearly every job of a long queue
 
     def __init__(self) -> None:
         self.memory: list[float] = []

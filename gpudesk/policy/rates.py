@@ -55,7 +55,7 @@ def mps_rates(params: ModelParams, tenants: Sequence[Workload]) -> list[float]:
         return []
     if n == 1:
         return [cap_factor(params, tenants[0])]
-    pressure = max(sum(t.sm for t in tenants), sum(t.membw for t in tenants))
+    pressure = max(sum([t.sm for t in tenants]), sum([t.membw for t in tenants]))
     shared = mps_shared_rate(params, pressure, n)
     return [max(MIN_RATE, min(shared, cap_factor(params, t))) for t in tenants]
 
@@ -75,7 +75,7 @@ def naive_rates(params: ModelParams, tenants: Sequence[Workload]) -> list[float]
     n = len(tenants)
     if n <= 1:
         return [1.0] * n
-    load = sum(kernel_active(params, t) for t in tenants)
+    load = sum([kernel_active(params, t) for t in tenants])
     shared = min(1.0, 1.0 / max(load, 1e-6)) * max(
         MIN_RATE, 1.0 - params.naive_switch_cost * (n - 1)
     )
@@ -160,15 +160,16 @@ class Joining:
         self.before = tuple(shared_rates(params, mechanism, tenants) if before is None else before)
         # the MPS hot path of predict_join: every uncapped tenant runs at one shared rate
         self.uniform = (
-            mechanism == "mps" and bool(tenants) and all(t.thread_cap is None for t in tenants)
+            mechanism == "mps" and bool(tenants) and all([t.thread_cap is None for t in tenants])
         )
-        self.sm = sum(t.sm for t in tenants)
-        self.membw = sum(t.membw for t in tenants)
+        # (lists, not generators: a pass makes one of these per GPU state it weighs)
+        self.sm = sum([t.sm for t in tenants])
+        self.membw = sum([t.membw for t in tenants])
         self.lost = sum(self.before)
         # naive_rates' hot path: every time-sliced tenant runs at one rate, set by the summed
         # kernel-active time (thread caps do not matter there)
         self.sliced = mechanism == "naive" and bool(tenants)
-        self.active = sum(kernel_active(params, t) for t in tenants)
+        self.active = sum([kernel_active(params, t) for t in tenants]) if self.sliced else 0.0
 
     def __call__(self, job: Workload) -> Prediction:
         n = len(self.tenants)
