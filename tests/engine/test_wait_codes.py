@@ -10,9 +10,9 @@ from store_fill import fill_jobs
 
 from gpudesk.core.identity import Caller
 from gpudesk.core.station import StationConfig
-from gpudesk.engine.backends import slurm_views
-from gpudesk.engine.store.slurm import SENDING, SlurmRow
 from gpudesk.paths import Home
+from gpudesk.slurm import views as slurm_views
+from gpudesk.slurm.records import SENDING, SlurmRow
 
 
 def queued_codes(engine: EngineInProcess, me: Caller) -> dict[int, str]:

@@ -1,6 +1,6 @@
 """`SlurmJobs`: jobs on a Slurm cluster behind the `Backend` protocol. It wraps the collaborator
 that submits and follows them (`backends/slurm.py`'s SlurmBackend) and how they show
-(`slurm_views`). Slurm, not the station, holds, releases and requeues them; their log is the
+(`gpudesk.slurm.views`). Slurm, not the station, holds, releases and requeues them; their log is the
 file Slurm writes. A cluster job whose Slurm row is gone (never recorded) shows as the
 station's do: the local backend's view, explanation and log."""
 
@@ -17,12 +17,12 @@ from gpudesk.core.jobs import JobSpec, JobState
 from gpudesk.core.protocol import ProtocolError
 from gpudesk.core.records import JobRecord
 from gpudesk.core.wire.jobs import AttemptView, SubmitResult
-from gpudesk.engine.backends import slurm_views
 from gpudesk.engine.backends.base import JobOutcome, JobPart, JobsView, LogFile, OwnerRead
 from gpudesk.engine.backends.local import LocalBackend
 from gpudesk.engine.backends.slurm import Prepared, Sent, SlurmBackend
 from gpudesk.engine.offloop import Later
 from gpudesk.slurm import logs as slurm_logs
+from gpudesk.slurm import views as slurm_views
 from gpudesk.slurm.as_owner import acts_for_other
 from gpudesk.slurm.commands import TIMEOUT_S as SLURM_TIMEOUT_S
 

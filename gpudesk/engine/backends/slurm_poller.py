@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 
 from gpudesk.core.identity import Identity
 from gpudesk.engine.env_seconds import env_seconds
-from gpudesk.engine.store.slurm import SENDING
 from gpudesk.slurm import commands as slurm
 from gpudesk.slurm.commands import Ended, QueueLine, SlurmCommands, SlurmError
+from gpudesk.slurm.records import SENDING
 
 # How often squeue is asked while Slurm jobs have not ended. A shared controller serves every
 # user's squeue, and its admins ask tools not to poll in tight loops: Snakemake's Slurm executor

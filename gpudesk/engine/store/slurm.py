@@ -7,43 +7,11 @@ import json
 import sqlite3
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 
 from gpudesk.core.jobs import JobState
 from gpudesk.engine.store.jobs import JobTables
+from gpudesk.slurm.records import SENDING, SlurmRow
 from gpudesk.text import safe_text
-
-# A row's submission while its sbatch may or may not have reached Slurm (an intent row).
-SENDING = ""
-SENDING_STATE = "SUBMITTING"  # its Slurm state meanwhile, for the views
-
-
-@dataclass(frozen=True)
-class SlurmRow:
-    job_id: int
-    cluster: str  # its name, for the views
-    conf: str  # the slurm.conf its commands read
-    submission: str  # the sbatch's job id (an array's id for an array task); SENDING: none yet
-    task: int | None  # its index in the array; None: not an array
-    own_id: str | None  # the task's own job id, once Slurm gave it one (it started)
-    output: str  # its output file
-    script: str  # the script gpudesk submitted
-    gres: str | None
-    state: str | None = None  # Slurm's last word: PENDING, RUNNING, COMPLETED ...
-    reason: str | None = None
-    node: str | None = None
-    cancel_sent: bool = False
-
-    @property
-    def sending(self) -> bool:
-        """An intent: recorded before its sbatch, not yet known to have reached Slurm (the
-        script path, unique per job and store, is how squeue's %o finds it if it did)."""
-        return self.submission == SENDING
-
-    @property
-    def slurm_id(self) -> str:
-        """How squeue and scancel name it: "12", or "12_3" for task 3 of array 12."""
-        return self.submission if self.task is None else f"{self.submission}_{self.task}"
 
 
 def _row(row: sqlite3.Row) -> SlurmRow:

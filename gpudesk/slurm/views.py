@@ -10,7 +10,7 @@ from gpudesk.core.jobs import JobState
 from gpudesk.core.records import JobRecord
 from gpudesk.core.wire.base import PlacementMode
 from gpudesk.core.wire.jobs import AttemptView, PlacementView, SlurmJobView
-from gpudesk.engine.store.slurm import SlurmRow
+from gpudesk.slurm.records import SlurmRow
 from gpudesk.slurm.request import gres_mode
 
 

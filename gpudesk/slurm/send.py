@@ -1,7 +1,8 @@
 """A Slurm submit's work off the engine's loop, as the job's owner: step 1 (`prepare`: the
 cluster's offer, its partition, the mapping, its name) and step 3 (`send`: each sbatch in
 dependency order, all or nothing), with the records the loop passes between the steps
-(`Prepared`, `SendPlan`, `Sent`). The three steps and why are in `slurm` (SlurmBackend); these
+(`Prepared`, `SendPlan`, `Sent`). The three steps and why are in gpudesk.engine.backends.slurm
+(SlurmBackend); these
 run on a worker thread and read no store and no state of the loop's.
 """
 
@@ -16,9 +17,9 @@ from gpudesk import __version__
 from gpudesk.core.cluster import ClusterSpec
 from gpudesk.core.identity import Identity
 from gpudesk.core.jobs import JobSpec
-from gpudesk.engine.store.slurm import SlurmRow
 from gpudesk.slurm.as_owner import acts_for_other
 from gpudesk.slurm.commands import SlurmCommands, SlurmError, site_conf
+from gpudesk.slurm.records import SlurmRow
 from gpudesk.slurm.request import GresOffer, SbatchOption, SlurmMappingError
 from gpudesk.slurm.script import ARRAY_TASK, Submission, literal, plan, render
 
