@@ -30,6 +30,8 @@ from gpudesk.api.models import (
     ConfigureResult,
     DamagedJob,
     DatasetsResult,
+    DrainResult,
+    DrainView,
     EditResult,
     JobDetail,
     JobEvent,
@@ -55,6 +57,7 @@ from gpudesk.core.wire.requests import (
     CancelArgs,
     ConfigureArgs,
     DatasetsArgs,
+    DrainArgs,
     EditArgs,
     JobRefsArgs,
     JobsArgs,
@@ -66,6 +69,7 @@ from gpudesk.core.wire.requests import (
     OpArgs,
     PriorityArgs,
     ShowArgs,
+    SignalArgs,
     StatusArgs,
     SubmitArgs,
     TelemetryArgs,
@@ -398,6 +402,7 @@ class Client:
         damaged: list[DamagedJob] = []
         more = False
         simulated: str | None = None
+        drain: DrainView | None = None
         for chunk in chunks:
             if limit is None:  # oldest first, page after page
                 after: int | None = None
@@ -405,7 +410,7 @@ class Client:
                     page = self.jobs_page(ids=chunk, after_id=after, **filters)
                     jobs += page.jobs
                     damaged += page.damaged
-                    simulated = page.simulated
+                    simulated, drain = page.simulated, page.drain
                     if not page.more or page.after_id is None:
                         break
                     after = page.after_id
@@ -417,7 +422,7 @@ class Client:
                     page = self.jobs_page(ids=chunk, limit=left, before_id=before, **filters)
                     pages.append(page.jobs)
                     damaged += page.damaged
-                    simulated = page.simulated
+                    simulated, drain = page.simulated, page.drain
                     left -= len(page.jobs) + len(page.damaged)
                     if not page.more or page.before_id is None:
                         break
@@ -430,7 +435,7 @@ class Client:
             jobs.sort(key=lambda job: job.id)
             if limit is not None and len(jobs) > limit:
                 jobs, more = jobs[-limit:], True
-        return JobList(jobs=jobs, more=more, damaged=damaged, simulated=simulated)
+        return JobList(jobs=jobs, more=more, damaged=damaged, simulated=simulated, drain=drain)
 
     def jobs(
         self,
@@ -519,6 +524,27 @@ class Client:
             unset_env=list(unset_env),
         )
         return self.ask(EditResult, "edit", args)
+
+    def suspend(self, jobs: Sequence[JobRef]) -> list[ActionOutcome]:
+        """Stop running jobs' processes (SIGSTOP); they keep their GPUs (docs/jobs.md)."""
+        return self._act("suspend", JobRefsArgs(jobs=list(jobs)))
+
+    def resume(self, jobs: Sequence[JobRef]) -> list[ActionOutcome]:
+        """Continue suspended jobs (SIGCONT)."""
+        return self._act("resume", JobRefsArgs(jobs=list(jobs)))
+
+    def signal(self, jobs: Sequence[JobRef], signal: str | int) -> list[ActionOutcome]:
+        """Send `signal` (`"USR1"`, `"SIGUSR1"` or `10`) to running jobs' processes, which go
+        on; one the engine does not send is an EngineError `invalid_args` saying which it
+        sends."""
+        return self._act("signal", SignalArgs(jobs=list(jobs), signal=signal))
+
+    def drain(self, reason: str | None = None) -> DrainResult:
+        """Start no new job until `undrain` (an admin's; a personal engine's owner's)."""
+        return self.ask(DrainResult, "drain", DrainArgs(reason=reason))
+
+    def undrain(self) -> DrainResult:
+        return self.ask(DrainResult, "undrain", OpArgs())
 
     def _act(self, op: str, args: JobRefsArgs) -> list[ActionOutcome]:
         return self.ask(ActionResult, op, args).results

@@ -23,6 +23,12 @@ from gpudesk.core.wire.base import (
 from gpudesk.core.wire.base import (
     to_builtins as to_builtins,
 )
+from gpudesk.core.wire.control import (
+    DrainResult as DrainResult,
+)
+from gpudesk.core.wire.control import (
+    DrainView as DrainView,
+)
 from gpudesk.core.wire.events import (
     JobEvent as JobEvent,
 )
@@ -273,6 +279,8 @@ __all__ = [
     "DamagedJob",
     "DatasetsResult",
     "DemandView",
+    "DrainResult",
+    "DrainView",
     "EditResult",
     "EventView",
     "GpuCounts",

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     import typer
 
     from gpudesk.api.client import Client
+    from gpudesk.api.models import ActionOutcome
     from gpudesk.core.cluster import ClusterSpec
     from gpudesk.paths import Home
 
@@ -34,6 +35,29 @@ def fail(message: str, code: int = EXIT_FAILED) -> NoReturn:
 
 def print_json(data: Any) -> None:
     print(json.dumps(data, indent=2, default=str))
+
+
+def complete_signal(incomplete: str) -> list[str]:
+    """`cancel --signal`'s signals (gpudesk.core.job_signals.JOB_SIGNALS), without SIG, for shell
+    completion."""
+    from gpudesk.core.job_signals import JOB_SIGNALS
+
+    names = [name.removeprefix("SIG") for name in JOB_SIGNALS]
+    return [name for name in names if name.startswith(incomplete.upper().removeprefix("SIG"))]
+
+
+def report_outcomes(results: list[ActionOutcome], json_out: bool) -> None:
+    """Print what a job-control request did to each job. The engine resolves every job first
+    (one unknown job: an error, nothing done); exits 1 if it refused any job."""
+    from gpudesk.api.models import to_builtins
+
+    if json_out:
+        print_json({"results": to_builtins(results)})
+    else:
+        for r in results:
+            print(f"job {r.id} ({r.name}): {r.outcome}")
+    if any(not r.ok for r in results):
+        raise SystemExit(EXIT_FAILED)
 
 
 def current_home() -> Home:

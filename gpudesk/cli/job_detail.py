@@ -53,6 +53,11 @@ def _spec_lines(j: JobView, width: int) -> list[str]:
         f"  user       {j.user} (uid {j.uid})",
         f"  state      {j.state}"
         + (", held" if j.held else "")
+        + (
+            f" since {render.clock(j.suspended_at)} (its GPUs held; gpudesk resume {j.id})"
+            if j.suspended_at is not None
+            else ""
+        )
         + (f" ({j.reason})" if j.reason else ""),
         *_packed(
             "  command    ",

@@ -14,20 +14,21 @@ import typer
 
 from gpudesk.cli.common import (
     complete_job,
+    complete_signal,
     engine_client,
     fail,
     owner_filter,
     print_json,
     target_cluster,
 )
-from gpudesk.cli.exit_codes import EXIT_FAILED, EXIT_TIMED_OUT, EXIT_USAGE
+from gpudesk.cli.common import report_outcomes as _report_outcomes
+from gpudesk.cli.exit_codes import EXIT_TIMED_OUT, EXIT_USAGE
 from gpudesk.cli.plot_output import PLOT_HELP, plot_target
 from gpudesk.cli.queue_listing import DEFAULT_LIMIT, QueueOptions, list_queue
 
 if TYPE_CHECKING:
     from gpudesk.api.client import Client
     from gpudesk.api.models import (
-        ActionOutcome,
         AttemptView,
         JobDetail,
     )
@@ -446,21 +447,7 @@ def wait(
 
 
 # ------------------------------------------------------------------- job control
-def _report_outcomes(results: list[ActionOutcome], json_out: bool) -> None:
-    """Print what a job-control request did to each job. The engine resolves every job first
-    (one unknown job: an error, nothing done); exits 1 if it refused any job."""
-    from gpudesk.api.models import to_builtins
-
-    if json_out:
-        print_json({"results": to_builtins(results)})
-    else:
-        for r in results:
-            print(f"job {r.id} ({r.name}): {r.outcome}")
-    if any(not r.ok for r in results):
-        raise typer.Exit(EXIT_FAILED)
-
-
-CANCEL_STATES = ("queued", "held", "running")
+CANCEL_STATES = ("queued", "held", "running", "suspended")
 
 
 @jobs_app.command()
@@ -482,14 +469,26 @@ def cancel(
         None,
         "--state",
         metavar="STATE",
-        help="Only live jobs in this state: queued, held, running.",
+        help="Only live jobs in this state: queued, held, running, suspended.",
+    ),
+    signal: str | None = typer.Option(
+        None,
+        "--signal",
+        "-s",
+        metavar="SIG",
+        autocompletion=complete_signal,
+        help="Send SIG (USR1, SIGUSR2, 10: by name or number) to the running jobs' processes "
+        "instead of cancelling them (as scancel --signal).",
     ),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Cancel jobs: queued ones at once, running ones with SIGTERM, then SIGKILL after --grace.
 
     Name them, or pick them as scancel does: --user/--me, --name GLOB, --state (together: the
-    jobs every one of them picks). The engine checks each as it checks a named one."""
+    jobs every one of them picks). The engine checks each as it checks a named one.
+
+    With --signal SIG, send SIG to the running jobs and leave them running: USR1, USR2, INT,
+    TERM or HUP, the signals a job's wrapper outlives (a suspended job sees it when resumed)."""
     picked = user is not None or me or name is not None or state is not None
     if jobs and picked:
         fail("name jobs or pick them with --user/--me/--name/--state, not both", EXIT_USAGE)
@@ -497,13 +496,24 @@ def cancel(
         fail("which jobs? name them, or pick them with --user/--me/--name/--state", EXIT_USAGE)
     if state is not None and state not in CANCEL_STATES:
         fail(f"--state: {state!r} is not a live state; use {', '.join(CANCEL_STATES)}", EXIT_USAGE)
+    sent = _signal_name(signal) if signal is not None else None
     with engine_client() as client:
         refs = list(jobs) if jobs else _picked_jobs(client, owner_filter(user, me), name, state)
         if not refs:
             print("no live job matches", file=sys.stderr)
             return
-        results = client.cancel(refs, grace=grace)
+        results = client.signal(refs, sent) if sent else client.cancel(refs, grace=grace)
     _report_outcomes(results, json_out)
+
+
+def _signal_name(signal: str) -> str:
+    """--signal's signal by its full name, or one paragraph saying which are sent."""
+    from gpudesk.core.job_signals import job_signal
+
+    try:
+        return job_signal(signal)
+    except ValueError as exc:
+        fail(f"--signal: {exc}", EXIT_USAGE)
 
 
 def _picked_jobs(

@@ -19,7 +19,7 @@ from gpudesk.cli.exit_codes import EXIT_USAGE
 
 if TYPE_CHECKING:
     from gpudesk.api.client import Client
-    from gpudesk.api.models import DamagedJob, JobStateName, JobView
+    from gpudesk.api.models import DamagedJob, DrainView, JobStateName, JobView
 
 DEFAULT_LIMIT = 500  # waiting jobs shown by default (every running one is)
 LIVE_STATES: tuple[JobStateName, ...] = ("queued", "running")  # the order jobs pass through them
@@ -34,6 +34,7 @@ class Listed:
     damaged: list[DamagedJob]
     cut: str | None
     simulated: str | None
+    drain: DrainView | None = None  # the station is drained: said before the jobs
 
 
 @dataclass(frozen=True)
@@ -53,7 +54,7 @@ class QueueOptions:
 def where_or_why(job: JobView) -> str:
     """squeue's NODELIST(REASON) for one job: where it runs, or why it waits in parentheses
     ((Priority), (Resources), (Dependency), ...); "" for a finished job."""
-    if job.state == "running":
+    if job.placed:
         return job.slot or ""
     if job.state == "queued":
         return f"({job.wait_reason or ('JobHeldUser' if job.held else 'Pending')})"
@@ -139,12 +140,17 @@ def list_queue(options: QueueOptions) -> None:
         jobs = [job for job in jobs if fnmatch.fnmatchcase(job.name, name)]
     say_damaged(damaged)
     if options.json_out:
-        print_json({"jobs": to_builtins(jobs), "simulated": listed.simulated})
+        shown = {"jobs": to_builtins(jobs), "simulated": listed.simulated}
+        if listed.drain is not None:
+            shown["drain"] = to_builtins(listed.drain)
+        print_json(shown)
         if cut:
             print(cut, file=sys.stderr)
         return
     if listed.simulated:  # said first: the GPUs these jobs are placed on are not real
         print(f"SIMULATED station ({listed.simulated}): its GPUs are not real")
+    if listed.drain is not None:
+        print(f"DRAINED: the station is {listed.drain.line()}; no job starts until undrained")
     if not jobs:
         if cut:
             print(cut)
@@ -175,8 +181,8 @@ def fetch_listed(
         # as it was when its page was read (a job still waiting or running is never missed)
         listing = client.job_listing(states=states, group=group, user=owner)
         damaged = list(listing.damaged)
-        running = [job for job in listing.jobs if job.state == "running"]
-        waiting = [job for job in listing.jobs if job.state != "running"]
+        running = [job for job in listing.jobs if job.placed]
+        waiting = [job for job in listing.jobs if not job.placed]
         waiting.sort(key=lambda job: job.queue_order)
         cut = None
         if len(waiting) > limit:
@@ -184,7 +190,7 @@ def fetch_listed(
                 f"… and {len(waiting) - limit} more waiting (of {len(waiting)}); "
                 f"--limit {len(waiting)} shows them all"
             )
-        return Listed(running + waiting[:limit], damaged, cut, listing.simulated)
+        return Listed(running + waiting[:limit], damaged, cut, listing.simulated, listing.drain)
     listing = client.job_listing(states=states, group=group, limit=limit, user=owner)
     jobs, damaged, cut = listing.jobs, list(listing.damaged), None
     if listing.more:
@@ -196,4 +202,4 @@ def fetch_listed(
 
         live = client.job_listing(states=["running"], group=group, user=owner).jobs
         jobs = one_view_per_job(jobs, live)
-    return Listed(jobs, damaged, cut, listing.simulated)
+    return Listed(jobs, damaged, cut, listing.simulated, listing.drain)

@@ -405,7 +405,7 @@ class _Progress:
                 continue
             self.seen[job.id] = key
             detail = ""
-            if job.state == "running":
+            if job.placed:
                 detail = f" on {job.slot} (attempt {job.attempts})" if job.slot else ""
             elif job.terminal or job.attempts:
                 detail = f": {job.reason}" if job.reason else ""
@@ -424,7 +424,7 @@ class _Progress:
 
         done = sum(1 for j in jobs if j.terminal)
         # Running jobs first, then the queue, then finished ones, as many as the screen holds.
-        rank = {"running": 0, "queued": 1}
+        rank = {"running": 0, "suspended": 0, "queued": 1}
         ordered = sorted(jobs, key=lambda j: (rank.get(j.state, 2), j.id))
         shown = ordered[: max(5, rows)]
         caption = f"… and {len(jobs) - len(shown)} more" if len(shown) < len(jobs) else None
@@ -463,6 +463,7 @@ class _Progress:
             "failed": "red",
             "cancelled": "yellow",
             "queued": "dim",
+            "suspended": "magenta",
         }
         cells = zip(ids, render.clip_apart(names, name_width), shown, times, outputs, strict=True)
         for job_id, name, job, took, output in cells:

@@ -57,6 +57,7 @@ class EngineSummary:
     gpus_total: int = 0
     queued: int = 0
     running_jobs: int = 0
+    drained: str | None = None  # `drained by ada since …` while the station is drained
 
     def to_json(self) -> dict[str, Any]:
         if self.error is not None:
@@ -73,6 +74,7 @@ class EngineSummary:
             "gpus_total": self.gpus_total,
             "queued": self.queued,
             "running_jobs": self.running_jobs,
+            **({"drained": self.drained} if self.drained else {}),
         }
 
 
@@ -115,6 +117,7 @@ def _engine_status(home: Home) -> EngineSummary | None:
         gpus_total=status.gpus.total,
         queued=status.counts.get("queued", 0),
         running_jobs=status.counts.get("running", 0),
+        drained=status.drain.line() if status.drain else None,
     )
 
 
@@ -243,6 +246,9 @@ def _header(view: dict[str, Any]) -> list[str]:
     clock = time.strftime("%H:%M:%S", time.localtime(view["taken_at"]))
     label = "SIMULATED  " if view["simulated"] else ""
     lines = [f"gpudesk top  {clock}  {label}backend {view['backend']}", state]
+    drained = (engine or {}).get("drained")
+    if drained:
+        lines.append(f"DRAINED: the station is {drained}; no job starts until undrained")
     for text in (view.get("banner"), view.get("note")):
         if text:
             lines.extend(textwrap.wrap(text, WIDTH, initial_indent="!! ", subsequent_indent="   "))

@@ -55,6 +55,10 @@ class JobState(str, enum.Enum):
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     CANCELLED = "cancelled"
+    # A running job whose processes are stopped (`gpudesk suspend`, Slurm's S): shown, never
+    # stored. The store keeps it `running` (it holds its placement and its attempt lives) with
+    # the time it was suspended (JobRecord.suspended_at); replies and events say `suspended`.
+    SUSPENDED = "suspended"
 
     @property
     def terminal(self) -> bool:
@@ -74,6 +78,7 @@ ALLOWED_TRANSITIONS: dict[JobState, frozenset[JobState]] = {
     JobState.SUCCEEDED: frozenset(),
     JobState.FAILED: frozenset(),
     JobState.CANCELLED: frozenset(),
+    JobState.SUSPENDED: frozenset(),  # never stored: see JobState.SUSPENDED
 }
 
 

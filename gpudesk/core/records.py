@@ -47,6 +47,16 @@ class JobRecord:
     # attempts since the last requeue that ended preempted (docs/preemption.md): not counted
     # against max_attempts
     preemptions: int = 0
+    # when its running attempt was suspended (`gpudesk suspend`; wall clock), None while not
+    suspended_at: float | None = None
+
+    @property
+    def shown_state(self) -> JobState:
+        """Its state as replies and events show it: `suspended` for a running job whose
+        processes are stopped (the store keeps it `running`)."""
+        if self.state is JobState.RUNNING and self.suspended_at is not None:
+            return JobState.SUSPENDED
+        return self.state
 
     @classmethod
     def queued(
@@ -102,6 +112,11 @@ class AttemptRecord:
     started_boottime: float | None = None
     boot_id: str | None = None
     preempted_for: int | None = None  # it gave way to that job (docs/preemption.md)
+    # suspension (`gpudesk suspend`): seconds it spent suspended before its current
+    # suspension, and when that began on CLOCK_BOOTTIME (None: not suspended now); its time
+    # limit does not count them
+    suspended_s: float = 0.0
+    suspended_boottime: float | None = None
 
     @property
     def log_path(self) -> str:

@@ -63,6 +63,9 @@ def _recover_one(attempts: Attempts, attempt: AttemptRecord) -> str:
     live.time_limit_s = job.spec.time_limit_s
     live.preemptible = job.spec.preemptible
     live.started_boot = boottime.start_in_this_boot(attempt.boot_id, attempt.started_boottime)
+    live.suspended_s = attempt.suspended_s  # a suspended attempt stays so (its processes too)
+    if live.started_boot is not None:  # its suspension's start is on this boot's clock
+        live.suspended_since = attempt.suspended_boottime
     if attempt.pid is None:  # the last engine died between starting it and recording it
         return _recover_unrecorded(attempts, live)
     if runner.is_alive(attempt.pid, attempt.pid_started):

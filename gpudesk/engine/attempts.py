@@ -361,23 +361,38 @@ class Attempts:
     def terminate(self, live: LiveAttempt, grace: float) -> None:
         """SIGTERM to every process of the attempt (its cgroup's, else its process group's);
         SIGKILL when `grace` runs out (`check`)."""
-        attempt = live.attempt
-        if not self.containment.signal(attempt.job_id, attempt.number, signal.SIGTERM):
-            runner.signal_group(live.pid, signal.SIGTERM)
+        self.send(live, signal.SIGTERM)
+        if live.suspended_since is not None:  # stopped, it would never see the SIGTERM
+            self.send(live, signal.SIGCONT)
+            self.resumed(live, "resumed to be stopped")
         deadline = time.monotonic() + grace
         live.kill_at = deadline if live.kill_at is None else min(live.kill_at, deadline)
+
+    def send(self, live: LiveAttempt, sig: int) -> bool:
+        """`sig` to every process of the attempt: its cgroup's, else its process group's (the
+        wrapper's pid this engine started or re-adopted). False when none was there."""
+        attempt = live.attempt
+        if self.containment.signal(attempt.job_id, attempt.number, sig):
+            return True
+        return runner.signal_group(live.pid, sig)
+
+    def resumed(self, live: LiveAttempt, message: str) -> None:
+        """A suspended attempt was continued (SIGCONT sent): its suspension ends, stored with
+        the time it took (its time limit's clock runs again), and said."""
+        assert live.suspended_since is not None
+        took = live.suspended_for() - live.suspended_s
+        live.suspended_s, live.suspended_since = live.suspended_for(), None
+        self.store.set_resumed(live.attempt.job_id, live.attempt.id, live.suspended_s, message)
+        self.events.job(live.attempt.job_id, f"{message} after {took:.0f} s suspended")
 
     def preempt(self, live: LiveAttempt, sig: int, grace: float, for_job: int) -> bool:
         """Ask a preemptible attempt to checkpoint and leave: `sig` to its processes (its
         cgroup's, else its own process group's, the wrapper's pid this engine started or
         re-adopted, checked to be that same process), SIGTERM after `grace` (`check`). False
         when it is gone already."""
-        if not runner.is_alive(live.pid, live.start_time):
-            return False
-        attempt = live.attempt
-        if not self.containment.signal(
-            attempt.job_id, attempt.number, sig
-        ) and not runner.signal_group(live.pid, sig):
+        if live.suspended_since is not None or not runner.is_alive(live.pid, live.start_time):
+            return False  # a suspended job is left as its owner stopped it
+        if not self.send(live, sig):
             return False
         live.preempted_for = for_job
         live.preempt_term_at = time.monotonic() + grace

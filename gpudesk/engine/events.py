@@ -41,7 +41,7 @@ class EventPublisher:
             ts=time.time(),
             id=record.id,
             name=record.name,
-            state=record.state.value,
+            state=record.shown_state.value,
             group=record.spec.group,
             user=record.user,
             attempts=record.attempts,

@@ -84,6 +84,17 @@ class JobControl:
     def requeue(self, job: JobRecord) -> JobOutcome:
         return self.backends.for_job(job).requeue(job)
 
+    def suspend(self, job: JobRecord, by: str) -> JobOutcome:
+        return self.backends.for_job(job).suspend(job, by)
+
+    def resume(self, job: JobRecord, by: str) -> JobOutcome:
+        return self.backends.for_job(job).resume(job, by)
+
+    def signal(self, job: JobRecord, name: str, by: str) -> JobOutcome:
+        if job.state in TERMINAL_STATES:
+            return JobOutcome(f"already {job.state.value}: {name} not sent", ok=False)
+        return self.backends.for_job(job).signal(job, name, by)
+
     def set_priority(self, job: JobRecord, priority: int) -> JobOutcome:
         old = job.spec.priority
         if priority == old:

@@ -44,20 +44,40 @@ class LiveAttempt:
     preemptible: bool = False  # its job's spec says it may be preempted
     preempted_for: int | None = None
     preempt_term_at: float | None = None
+    # Suspension (`gpudesk suspend`, backends/local/suspension.py): the seconds it spent suspended
+    # before, and when its current suspension began on the clock `elapsed_s` runs on (None:
+    # not suspended). Stored (attempts.suspended_s, suspended_boottime): a restarted engine
+    # finds it suspended, and its time limit does not count them.
+    suspended_s: float = 0.0
+    suspended_since: float | None = None
 
     @property
     def uid(self) -> int:
         return os.getuid() if self.owner_uid is None else self.owner_uid
 
-    def elapsed_s(self, wall_now: float | None = None) -> float | None:
-        """How long it has run: on CLOCK_BOOTTIME where its start is known there, so a stepped
-        wall clock changes nothing; else by the wall clock (`wall_now`, default now)."""
+    def clock(self, wall_now: float | None = None) -> float:
+        """Now, on the clock its run is timed on: CLOCK_BOOTTIME where its start is known
+        there, else the wall clock (`wall_now`, default now)."""
         if self.started_boot is not None:
-            return boottime.now() - self.started_boot
-        started = self.attempt.started_at
+            return boottime.now()
+        return time.time() if wall_now is None else wall_now
+
+    def suspended_for(self, wall_now: float | None = None) -> float:
+        """The seconds it has spent suspended, its current suspension included."""
+        if self.suspended_since is None:
+            return self.suspended_s
+        return self.suspended_s + max(0.0, self.clock(wall_now) - self.suspended_since)
+
+    def elapsed_s(self, wall_now: float | None = None) -> float | None:
+        """How long it has run, its time suspended left out (as Slurm's time limit does): on
+        CLOCK_BOOTTIME where its start is known there, so a stepped wall clock changes
+        nothing; else by the wall clock (`wall_now`, default now)."""
+        started = self.started_boot
         if started is None:
-            return None
-        return (time.time() if wall_now is None else wall_now) - started
+            started = self.attempt.started_at
+            if started is None:
+                return None
+        return self.clock(wall_now) - started - self.suspended_for(wall_now)
 
     @property
     def mode(self) -> str:
@@ -102,5 +122,5 @@ def ran_past_limit(live: LiveAttempt, watched: bool, ended_at: float) -> bool:
         elapsed = live.elapsed_s()
     else:
         started = live.attempt.started_at
-        elapsed = None if started is None else ended_at - started
+        elapsed = None if started is None else ended_at - started - live.suspended_s
     return elapsed is not None and elapsed >= limit

@@ -42,8 +42,8 @@ class Preempting:
         """The running GPU attempts whose jobs are preemptible, with their jobs."""
         found = []
         for live in self.attempts:
-            if not live.gpus or not live.preemptible:
-                continue
+            if not live.gpus or not live.preemptible or live.suspended_since is not None:
+                continue  # a suspended job stays as its owner stopped it
             try:
                 job = self.store.job(live.attempt.job_id)
             except UnknownJob:

@@ -16,6 +16,7 @@ from gpudesk.core.records import JobRecord
 from gpudesk.engine import dependencies
 from gpudesk.engine.activity import EngineActivity
 from gpudesk.engine.attempts import Attempts
+from gpudesk.engine.drain import Drain
 from gpudesk.engine.events import EventPublisher
 from gpudesk.engine.fair_usage import FairUsage
 from gpudesk.engine.gpu_states import gpu_states
@@ -125,6 +126,7 @@ class Scheduler:
         self.retry_at: float | None = None  # when to retry after a failed step
         self.overtaken: dict[int, int] = {}  # queued job id -> later jobs started before it
         self.preempting = Preempting(attempts, store, events, learning)
+        self.drain = Drain(store)  # drained: nothing new starts (engine/drain.py)
 
     def station_view(self, queued_demands: bool = True) -> StationView:
         """The station as the policy sees it. Without `queued_demands` the queued jobs'
@@ -171,6 +173,9 @@ class Scheduler:
         dependency = self.queue.blocked.get(job.id)
         if dependency is not None:
             return dependencies.waiting_text(dependency)
+        drained = self.drain.explain()
+        if drained:
+            return drained
         run_wait = self.tracking.waiting_text(job) if self.tracking.holds(job) else None
         if run_wait:
             return run_wait
@@ -210,12 +215,15 @@ class Scheduler:
         held = self.running_gpus_by_user()
         limited = self.station.config.max_running_gpus_per_user is not None
         blocked = self.queue.blocked
+        drained = self.drain.active
 
         def blocker(job: JobRecord) -> str | None:
             if job.held:
                 return "JobHeldUser"
             if job.id in blocked:
                 return "Dependency"
+            if drained:
+                return "Drained"
             if job.spec.tracking is not None and self.tracking.holds(job):
                 return "TrackingRun"
             if limited and self._over_gpu_limit(job, held):
@@ -336,6 +344,8 @@ class Scheduler:
         if not self.queue:
             return
         self.settle_dependencies()
+        if self.drain.active:  # undrain marks placement due
+            return
         view = self.station_view()
         schedule_pass(
             self._within_limits(self._decide(self._placeable(), view)),

@@ -232,6 +232,8 @@ def job_counts(
     for uid, state, count in rows:
         user = user_name(uid)
         for each in JobState:
+            if each is JobState.SUSPENDED:  # the store counts it running
+                continue
             counts.setdefault((each.value, user), 0)
         counts[(state, user)] = counts.get((state, user), 0) + count
     return tuple(JobCount(state, user, n) for (state, user), n in sorted(counts.items()))

@@ -52,7 +52,7 @@ def span_of(detail: JobDetail, series: JobSeriesView) -> Span:
     ends = [a.ended_at for a in detail.attempts if a.ended_at is not None]
     if detail.job.ended_at is not None:
         end = detail.job.ended_at
-    elif detail.job.state == "running" or not ends:
+    elif detail.job.placed or not ends:
         end = max(points, default=start)
     else:
         end = max(ends)

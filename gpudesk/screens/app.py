@@ -22,6 +22,7 @@ from textual.message import Message
 from textual.screen import Screen
 
 from gpudesk.api import ActionOutcome, EngineError, JobView, MigApplyResult
+from gpudesk.api.models import DrainResult
 from gpudesk.screens.base import MUTATING, DeskScreen, JobActions
 from gpudesk.screens.dialogs import ConfirmScreen, JobPromptScreen, SubmitRequest, SubmitScreen
 from gpudesk.screens.edit_dialog import EditJobScreen
@@ -57,8 +58,9 @@ class FeedTrouble(Message):
         self.problem = problem
 
 
-# An action through the feed: a job-control request's outcomes, or a MIG repartition's result.
-Action = Callable[[Feed], Sequence[ActionOutcome] | MigApplyResult]
+# An action through the feed: a job-control request's outcomes, a MIG repartition's result, or
+# a drain's.
+Action = Callable[[Feed], Sequence[ActionOutcome] | MigApplyResult | DrainResult]
 
 
 @dataclass(frozen=True)
@@ -80,6 +82,11 @@ JOB_COMMANDS = (
     JobCommand("log_job", "Open log", "the job's log in a pane, following"),
     JobCommand("pager_job", "Open log in $PAGER", "the job's log in your pager"),
     JobCommand("edit_job", "Edit job", "change a queued job's name, command, time limit, GPUs"),
+    JobCommand(
+        "suspend_job",
+        "Suspend / resume job",
+        "stop a running job, keeping its GPUs, or continue it",
+    ),
 )
 SCREEN_COMMANDS = (  # (mode, title, help)
     ("station", "Station", "GPU cards, host and totals"),
@@ -230,7 +237,7 @@ class DeskApp(App[str]):
     def _act(self, op: str, action: Action) -> None:
         try:
             reply = action(self.feed)
-            outcomes = [] if isinstance(reply, MigApplyResult) else list(reply)
+            outcomes = [] if isinstance(reply, (MigApplyResult, DrainResult)) else list(reply)
             done = ActionDone(op, outcomes=outcomes)
         except EngineError as exc:
             done = ActionDone(op, error=str(exc))
@@ -260,14 +267,28 @@ class DeskApp(App[str]):
         self.push_screen(ConfirmScreen(question, yes), answered)
 
     def confirm_cancel(self, job: JobView) -> None:
-        if job.state not in ("queued", "running"):
+        if job.terminal:
             self.notify(f"job {job.id} is already {job.state}", severity="warning")
             return
-        what = "stop the running" if job.state == "running" else "cancel the queued"
+        what = f"stop the {job.state}" if job.placed else "cancel the queued"
         self.confirm(
             f"Really {what} job {job.id} ({job.name})?",
             lambda: self.act("cancel", lambda feed: feed.cancel([job.id])),
             yes="Cancel job",
+        )
+
+    def toggle_drain(self) -> None:
+        """Drain the station (asking first), or undrain it: an admin's (the engine says)."""
+        if self.readonly:
+            self.notify("read-only desk: actions are off", severity="warning")
+            return
+        if self.state.status is not None and self.state.status.drain is not None:
+            self.act("undrain", lambda feed: feed.undrain())
+            return
+        self.confirm(
+            "Drain the station? No new job starts until it is undrained; running jobs go on.",
+            lambda: self.act("drain", lambda feed: feed.drain("drained from the desk")),
+            yes="Drain",
         )
 
     def open_job(self, job_id: int) -> None:
@@ -299,6 +320,11 @@ class DeskApp(App[str]):
             self.page_log(job)
         elif action == "edit_job":
             self.edit_job(job)
+        elif action == "suspend_job":
+            if job.state == "suspended":
+                self.act("resume", lambda feed: feed.resume([job_id]))
+            else:
+                self.act("suspend", lambda feed: feed.suspend([job_id]))
         else:
             raise ValueError(f"not a job command: {action}")
 
@@ -522,6 +548,14 @@ class DeskApp(App[str]):
             yield SystemCommand("Submit", "submit a profile or a command", self.action_submit)
             yield SystemCommand(
                 "Apply MIG plan", "repartition as planned (asks first)", self.apply_mig_plan
+            )
+            drained = self.state.status is not None and self.state.status.drain is not None
+            yield SystemCommand(
+                "Undrain station" if drained else "Drain station",
+                "start jobs again"
+                if drained
+                else "start no new job (maintenance); running jobs go on (asks first)",
+                self.toggle_drain,
             )
         yield SystemCommand("Help", "every key binding", self.action_help)
         yield SystemCommand("Quit", "close the desk (jobs keep running)", self.action_quit_desk)

@@ -27,6 +27,8 @@ MUTATING = frozenset(
         "requeue_job",
         "apply_plan",
         "edit_job",
+        "suspend_job",
+        "drain_station",
     }
 )
 
@@ -85,6 +87,9 @@ class JobActions(DeskScreen):
 
     def action_requeue_job(self) -> None:
         self._run("requeue_job")
+
+    def action_suspend_job(self) -> None:
+        self._run("suspend_job")
 
     def action_log_job(self) -> None:
         self._run("log_job")

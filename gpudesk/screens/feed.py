@@ -42,6 +42,7 @@ from gpudesk.api import (
 )
 from gpudesk.api.client import decode, one_view_per_job
 from gpudesk.api.errors import EVENTS_MISSED
+from gpudesk.api.models import DrainResult
 from gpudesk.paths import Home
 from gpudesk.render import file_end
 from gpudesk.text import printable
@@ -103,6 +104,14 @@ class Feed(Protocol):
     def release(self, job_ids: Sequence[int]) -> list[ActionOutcome]: ...
 
     def requeue(self, job_ids: Sequence[int]) -> list[ActionOutcome]: ...
+
+    def suspend(self, job_ids: Sequence[int]) -> list[ActionOutcome]: ...
+
+    def resume(self, job_ids: Sequence[int]) -> list[ActionOutcome]: ...
+
+    def drain(self, reason: str | None) -> DrainResult: ...
+
+    def undrain(self) -> DrainResult: ...
 
     def move_priority(self, job_ids: Sequence[int], delta: int) -> list[ActionOutcome]:
         """Raise (+1) or lower (-1) the jobs' priority."""
@@ -396,6 +405,18 @@ class EngineFeed:
     def requeue(self, job_ids: Sequence[int]) -> list[ActionOutcome]:
         return self._act(lambda client: client.requeue(job_ids))
 
+    def suspend(self, job_ids: Sequence[int]) -> list[ActionOutcome]:
+        return self._act(lambda client: client.suspend(job_ids))
+
+    def resume(self, job_ids: Sequence[int]) -> list[ActionOutcome]:
+        return self._act(lambda client: client.resume(job_ids))
+
+    def drain(self, reason: str | None) -> DrainResult:
+        return self._act(lambda client: client.drain(reason))
+
+    def undrain(self) -> DrainResult:
+        return self._act(lambda client: client.undrain())
+
     def move_priority(self, job_ids: Sequence[int], delta: int) -> list[ActionOutcome]:
         return self._act(lambda client: client.set_priority(job_ids, delta=delta))
 
@@ -537,6 +558,18 @@ class ReplayFeed:
 
     def requeue(self, job_ids: Sequence[int]) -> list[ActionOutcome]:
         raise self._not_recorded("requeue")
+
+    def suspend(self, job_ids: Sequence[int]) -> list[ActionOutcome]:
+        raise self._not_recorded("suspend")
+
+    def resume(self, job_ids: Sequence[int]) -> list[ActionOutcome]:
+        raise self._not_recorded("resume")
+
+    def drain(self, reason: str | None) -> DrainResult:
+        raise self._not_recorded("drain")
+
+    def undrain(self) -> DrainResult:
+        raise self._not_recorded("undrain")
 
     def move_priority(self, job_ids: Sequence[int], delta: int) -> list[ActionOutcome]:
         raise self._not_recorded("priority")

@@ -36,6 +36,7 @@ KEYS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
             ("h", "hold a queued job / release it"),
             ("+  -", "raise / lower its priority"),
             ("r", "requeue a finished job"),
+            ("z", "suspend a running job (it keeps its GPUs) / resume it"),
             ("l", "its log in a pane (f: follow on/off)"),
             ("p", "its log in $PAGER"),
             ("/", "filter: words, or state:running; esc clears"),
@@ -46,7 +47,7 @@ KEYS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
         "job detail",
         (
             ("esc", "back"),
-            ("c h r l p", "as in the queue"),
+            ("c h r z l p", "as in the queue"),
             ("e", "edit a queued job: name, command, time limit, GPUs"),
         ),
     ),

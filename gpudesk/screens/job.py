@@ -82,7 +82,7 @@ def render_summary(job: JobView, detail: JobDetail | None, state: DeskState) -> 
     remaining = detail.remaining if detail else None
     if remaining is not None:
         text.append(f"\nremaining {render.remaining_text(remaining)}")
-    if job.reason and job.state != "running":
+    if job.reason and not job.placed:
         text.append(f"\n{job.reason}", style="dim")
     return text
 
@@ -135,7 +135,7 @@ def render_usage(job: JobView, detail: JobDetail | None, state: DeskState, width
             text.append(f"\n{label}", style="bold")
             text.append(sparkline(values, span, top), style="green")
             text.append(f" {'n/a' if now is None else f'{now:.0f}{unit}'}")
-    elif job.state == "running":
+    elif job.placed:
         text.append("\n(series start with the next sample)", style="dim")
     return text
 
@@ -162,6 +162,7 @@ class JobScreen(JobActions):
         Binding("c", "cancel_job", "Cancel"),
         Binding("h", "hold_job", "Hold/release"),
         Binding("r", "requeue_job", "Requeue"),
+        Binding("z", "suspend_job", "Suspend/resume"),
         Binding("l", "log_job", "Log"),
         Binding("p", "pager_job", "Pager"),
         Binding("e", "edit_job", "Edit"),

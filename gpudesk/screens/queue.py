@@ -29,6 +29,7 @@ STATE_STYLES = {
     "succeeded": "dim green",
     "failed": "bold red",
     "cancelled": "dim",
+    "suspended": "bold magenta",
 }
 
 
@@ -63,7 +64,7 @@ SCROLLBAR = 2
 # finished ones newest first, as squeue and nvitop put what is happening now on top.
 SORTS = ("live", "id", "state", "user", "name", "runtime", "energy", "priority")
 SORT_NAMES = {"live": "running first, then waiting, then finished newest first"}
-LIVE_ORDER = {"running": 0, "queued": 1}  # the finished states follow, newest first
+LIVE_ORDER = {"running": 0, "suspended": 0, "queued": 1}  # the finished states follow, newest first
 
 
 def job_state(job: JobView) -> str:
@@ -160,6 +161,7 @@ class QueueScreen(JobActions):
         Binding("plus,equals_sign", "priority(1)", "Pri +", key_display="+"),
         Binding("minus", "priority(-1)", "Pri -", key_display="-"),
         Binding("r", "requeue_job", "Requeue"),
+        Binding("z", "suspend_job", "Suspend/resume"),
         Binding("l", "log_job", "Log"),
         Binding("p", "pager_job", "Pager", show=False),
         Binding("slash", "filter", "Filter", key_display="/"),

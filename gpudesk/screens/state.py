@@ -144,7 +144,7 @@ class DeskState:
 
     def jobs_on_gpu(self, index: int) -> list[JobView]:
         """Running jobs placed on GPU `index` (the engine's `gpus` of each job)."""
-        return [j for j in self.jobs if j.state == "running" and index in j.gpus]
+        return [j for j in self.jobs if j.placed and index in j.gpus]
 
     def mig_device(self, uuid: str) -> MigDeviceView | None:
         """The MIG device with this UUID in the latest sample."""

@@ -380,12 +380,15 @@ class SlurmCommands:
             )
         return program
 
-    def cancel(self, slurm_ids: Sequence[str]) -> str | None:
+    def cancel(self, slurm_ids: Sequence[str], signal: str | None = None) -> str | None:
         """scancel, as the owner (Slurm refuses her another user's job); what it said when it
-        failed (None: it did not)."""
+        failed (None: it did not). With `signal` (SIGUSR1), `scancel --signal=USR1`: the
+        signal to the job's steps and batch shell (`--full`), which go on."""
         if not slurm_ids:
             return None
-        done = self.run(["scancel", *slurm_ids], "cancel Slurm jobs")
+        sent = [f"--signal={signal.removeprefix('SIG')}", "--full"] if signal else []
+        what = f"send {signal} to Slurm jobs" if signal else "cancel Slurm jobs"
+        done = self.run(["scancel", *sent, *slurm_ids], what)
         return None if done.returncode == 0 else self.said(done)
 
     def remove_folder(self, folder: str) -> None:

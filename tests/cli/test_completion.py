@@ -53,6 +53,10 @@ def test_job_arguments_complete_from_the_running_engine(engine: EngineHandle) ->
     assert complete_in_bash("gpudesk logs al") == ["alpha"]
     assert complete_in_bash("gpudesk cancel 1 b") == ["beta"]
     assert complete_in_bash("gpudesk submit --after al") == ["alpha"]
+    assert complete_in_bash("gpudesk suspend al") == ["alpha"]
+    assert complete_in_bash("gpudesk resume b") == ["beta"]
+    assert complete_in_bash("gpudesk cancel --signal U") == ["USR1", "USR2"]
+    assert complete_in_bash("gpudesk undr") == ["undrain"]
 
 
 def test_with_no_engine_completion_is_silent_fast_and_starts_none(home: Home) -> None:

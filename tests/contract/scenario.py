@@ -227,9 +227,17 @@ def run_station_scenario(driver: StationDriver, subscribed: Callable[[], None]) 
     client.hold([victim])  # refused: only a queued job can be held
     with suppress(EngineError):
         client.edit_job(victim, {"name": "late"})  # refused: it started
+    # suspended (its view and event say so), resumed; the station drained a while
+    client.suspend([victim])
+    client.jobs(states=["suspended"])
+    client.resume([victim])
+    client.drain("contract")
+    client.status()  # its `drain`
+    client.undrain()
     client.cancel([victim], grace=1.0)
     (held,) = driver.submit(driver.job("held", sleeper(0.2)))
     client.hold([held])
+    client.signal([held], "USR1")  # refused: only a running job is signalled
     # queued held at submit, so it cannot start before the edit; then released to run
     [edited] = client.submit_jobs([driver.job("edited", sleeper(0.2))], hold=True).ids
     client.edit_job(edited, {"time_limit_s": 60}, set_env={"EDITED": "1"})

@@ -67,6 +67,9 @@ ACTIONS: list[tuple[str, dict[str, Any], str]] = [
     ("priority", {"delta": 1}, "re-prioritize"),
     ("requeue", {}, "requeue"),
     ("cancel", {}, "cancel"),
+    ("suspend", {}, "suspend"),
+    ("resume", {}, "resume"),
+    ("signal", {"signal": "USR1"}, "signal"),
 ]
 
 
@@ -226,3 +229,19 @@ def test_a_personal_engines_admins_are_its_user_and_root() -> None:
     assert access.is_admin(Caller(Identity.of(1000, 1000, []), None))
     assert access.is_admin(ROOT) and not access.is_admin(ADA)
     assert access.admins.startswith("root or ")
+
+
+def test_only_an_admin_drains_and_undrains_a_system_engine(system: Handlers) -> None:
+    for op in ("drain", "undrain"):
+        reply = system.call(BOB, op, reason="mine") if op == "drain" else system.call(BOB, op)
+        assert reply["error"] == {
+            "code": "refused",
+            "message": f"refused: only a member of {group_name(ADMINS)} may {op} the station",
+        }
+    assert system.ok(BOB, "status").get("drain") is None
+    drained = system.ok(ALICE, "drain", reason="swap a GPU")
+    assert drained["changed"] and drained["drain"]["by"] == ALICE.name
+    assert drained["drain"]["reason"] == "swap a GPU"
+    assert system.ok(BOB, "status")["drain"]["reason"] == "swap a GPU"  # anyone sees it
+    assert system.ok(ROOT, "undrain")["ended"]["by"] == ALICE.name
+    assert system.ok(BOB, "status").get("drain") is None

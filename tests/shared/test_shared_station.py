@@ -226,3 +226,49 @@ def test_a_preempted_job_is_signalled_and_resumed_as_its_owner(sim_station: Stat
     assert f"started as {bob.uid}" in first and f"asked to leave as {bob.uid}" in first, first
     assert f"resumed as {bob.uid}" in Path(done["log"]).read_text()
     assert os.stat(done["log"]).st_uid == bob.uid
+
+
+def _group_states(pgid: int) -> dict[int, tuple[str, int]]:
+    """Each process of the group: its /proc state letter and real uid (a vfork parent waiting
+    for its stopped child counts as stopped, T)."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        try:
+            if not entry.name.isdigit() or os.getpgid(int(entry.name)) != pgid:
+                continue
+            letter = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            waits = (entry / "wchan").read_text()
+            uid = int((entry / "status").read_text().split("\nUid:")[1].split()[0])
+        except (OSError, ValueError, IndexError):
+            continue
+        if letter == "D" and ("vfork" in waits or waits == "kernel_clone"):
+            letter = "T"
+        if letter != "Z":
+            found[int(entry.name)] = (letter, uid)
+    return found
+
+
+def test_a_member_suspends_and_resumes_her_job_and_only_an_admin_drains(station: Station) -> None:
+    job = {"name": "ada-loop", "command": ["sh", "-c", "while true; do sleep 0.05; done"]}
+    job_id = station.submit("ada", job)
+    pgid = station.wait_state(job_id, "running")["pgid"]
+    for op, extra in (("suspend", {}), ("signal", {"signal": "USR1"})):
+        refused = station.ok("bob", op, jobs=[job_id], **extra)["results"][0]
+        assert refused["ok"] is False and station.admin_group in refused["outcome"], refused
+    assert station.ok("ada", "suspend", jobs=[job_id])["results"][0]["outcome"] == "suspended"
+    ada = station.users["ada"].uid
+    wait_for(
+        lambda: {s for s, _ in _group_states(pgid).values()} == {"T"},
+        what="ada's job stopped",
+    )
+    assert ada in {uid for _, uid in _group_states(pgid).values()}  # her command, stopped
+    assert station.job(job_id)["state"] == "suspended"
+    assert station.ok("ada", "resume", jobs=[job_id])["results"][0]["outcome"] == "resumed"
+    wait_for(lambda: "T" not in {s for s, _ in _group_states(pgid).values()}, what="continued")
+    drain = station.call("ada", "drain", reason="mine")
+    assert drain["ok"] is False and station.admin_group in drain["error"]["message"]
+    assert station.ok("admin", "drain", reason="maintenance")["changed"] is True
+    assert station.ok("ada", "status")["drain"]["by"] == station.users["admin"].name
+    assert station.ok("admin", "undrain")["changed"] is True
+    station.ok("ada", "cancel", jobs=[job_id], grace=0)
+    station.wait_state(job_id, "cancelled")

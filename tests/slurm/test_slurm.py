@@ -278,3 +278,19 @@ def test_history_wall_time_is_slurms_own_as_sacct_records_it(
     (mine,) = [j for j in json.loads(history.stdout)["jobs"] if j["id"] == job_id]
     assert mine["wall_s"] == elapsed, (mine, rows)
     assert mine["gpu_s"] == elapsed  # one GPU asked for, for its wall time
+
+
+def test_a_signal_reaches_a_slurm_job_and_suspend_is_refused(slurm_engine: EngineHandle) -> None:
+    script = "trap 'echo got-usr1' USR1; echo ready; while true; do sleep 0.1; done"
+    (job_id,) = _submit(slurm_engine, {"name": "trapper", "command": ["sh", "-c", script]})
+    slurm_engine.wait_state(job_id, "running", timeout=30)
+    wait_for(lambda: "ready" in _log(slurm_engine, job_id), 30, what="the job's trap")
+    [suspended] = slurm_engine.api.suspend([job_id])
+    assert not suspended.ok and "scontrol suspend" in suspended.outcome
+    sent = _cli("cancel", "--signal", "USR1", str(job_id))
+    assert sent.returncode == 0, sent.stderr
+    assert "scancel --signal=USR1" in sent.stdout
+    wait_for(lambda: "got-usr1" in _log(slurm_engine, job_id), 30, what="USR1 in its log")
+    assert slurm_engine.job(job_id).state == "running"
+    slurm_engine.api.cancel([job_id])
+    slurm_engine.wait_all_done([job_id], timeout=60)

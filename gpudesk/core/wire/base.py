@@ -17,7 +17,8 @@ from typing import Any, Literal
 
 import msgspec
 
-JobStateName = Literal["queued", "running", "succeeded", "failed", "cancelled"]
+# `suspended`: a running job whose processes are stopped (gpudesk.core.jobs.JobState.SUSPENDED)
+JobStateName = Literal["queued", "running", "succeeded", "failed", "cancelled", "suspended"]
 PlacementMode = Literal["cpu", "exclusive", "naive", "mps", "mig"]
 
 

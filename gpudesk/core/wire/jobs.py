@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Literal, TypeAlias
 
 from gpudesk.core.wire.base import JobStateName, PlacementMode, WireModel
+from gpudesk.core.wire.control import DrainView
 
 
 class TrackingView(WireModel, frozen=True):
@@ -150,15 +151,23 @@ class JobView(WireModel, frozen=True):
     # A queued job: why it waits, as a short code in squeue's words: Priority (a job ahead of
     # it waits too), Resources (next to start, waiting for room), Dependency (its --after
     # jobs), JobHeldUser, QOSMaxGRESPerUser (its owner's GPU limit), TrackingRun (its MLflow
-    # run is being made); a Slurm job's is Slurm's own. `show`'s `waiting` says it at length.
+    # run is being made), Drained (the station is drained); a Slurm job's is Slurm's own.
+    # `show`'s `waiting` says it at length.
     wait_reason: str | None = None
     # attempts since the last requeue that ended preempted: they do not count against
     # max_attempts (docs/preemption.md)
     preemptions: int = 0
+    # a suspended job (state `suspended`, `gpudesk suspend`): when it was suspended
+    suspended_at: float | None = None
 
     @property
     def terminal(self) -> bool:
         return self.state in ("succeeded", "failed", "cancelled")
+
+    @property
+    def placed(self) -> bool:
+        """Running or suspended: its attempt lives and holds where it runs (`slot`, `gpus`)."""
+        return self.state in ("running", "suspended")
 
     @property
     def queue_order(self) -> tuple[int, int]:
@@ -246,6 +255,7 @@ class JobList(WireModel, frozen=True):
     total: int | None = None
     damaged: list[DamagedJob] = []
     simulated: str | None = None  # the station's backend (sim:MODEL) when its GPUs are simulated
+    drain: DrainView | None = None  # the station is drained (`gpudesk drain`): nothing starts
 
 
 class AttemptView(WireModel, frozen=True):

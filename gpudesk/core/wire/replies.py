@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 from gpudesk.core.wire.base import WireModel
+from gpudesk.core.wire.control import DrainResult
 from gpudesk.core.wire.jobs import (
     ActionResult,
     EditResult,
@@ -51,4 +52,9 @@ REPLY_MODELS: dict[str, type[WireModel]] = {
     "model_observe": ModelObserveResult,
     "model_reset": ModelResetResult,
     "edit": EditResult,
+    "suspend": ActionResult,
+    "resume": ActionResult,
+    "signal": ActionResult,
+    "drain": DrainResult,
+    "undrain": DrainResult,
 }

@@ -255,6 +255,31 @@ class ModelResetArgs(OpArgs, frozen=True):
     confirm: bool = False  # resetting drops what was learned: refused without it
 
 
+class SignalArgs(JobRefsArgs, frozen=True):
+    """`signal`: a signal for the jobs' processes, by name (`USR1`, `SIGUSR1`) or number; the
+    engine takes one of gpudesk.core.job_signals.JOB_SIGNALS (`job_signal` says why not)."""
+
+    signal: str | int
+
+
+MAX_DRAIN_REASON = 500
+
+
+class DrainArgs(OpArgs, frozen=True):
+    """`drain`: why (shown with the drain; at most 500 characters)."""
+
+    reason: (
+        Annotated[
+            str,
+            msgspec.Meta(
+                max_length=MAX_DRAIN_REASON,
+                extra=_why(f"must be at most {MAX_DRAIN_REASON} characters"),
+            ),
+        ]
+        | None
+    ) = None
+
+
 # Each op's argument type: what the engine decodes a request's `args` into.
 REQUEST_ARGS: dict[str, type[OpArgs]] = {
     "ping": OpArgs,
@@ -280,6 +305,11 @@ REQUEST_ARGS: dict[str, type[OpArgs]] = {
     "model_observe": ModelObserveArgs,
     "model_reset": ModelResetArgs,
     "edit": EditArgs,
+    "suspend": JobRefsArgs,
+    "resume": JobRefsArgs,
+    "signal": SignalArgs,
+    "drain": DrainArgs,
+    "undrain": OpArgs,
 }
 
 

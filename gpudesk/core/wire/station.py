@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any, TypeAlias
 
 from gpudesk.core.wire.base import WireModel
+from gpudesk.core.wire.control import DrainView
 from gpudesk.core.wire.jobs import EventView
 
 
@@ -292,6 +293,7 @@ class StationStatus(WireModel, frozen=True):
     station_changes: list[EventView]  # the latest changes of station settings, oldest first
     tracking: list[TrackingHealth] = []  # the MLflow stores tracked jobs log to
     loop: LoopTimingView | None = None  # None: an engine from before issue 36
+    drain: DrainView | None = None  # the station is drained (`gpudesk drain`); None: it is not
 
 
 class PingResult(WireModel, frozen=True):

@@ -6,6 +6,8 @@ job by job. `local` (the station's own slots: `backends/local/`) and `slurm` (a 
 - `admit`, `submit`, `check_submit`: a request's jobs, all bound for this backend;
 - `cancel`, `hold`, `release`, `requeue`: one job's control, each with its `JobOutcome`;
 - `edit`: a job that has not started given its edited spec (`gpudesk edit`), or why not;
+- `suspend`, `resume`, `signal`: a running job's processes stopped, continued, or sent a
+  signal (`by`: who asked, for the job's events);
 - `explain`: why a queued job waits, at length (`show`'s `waiting`);
 - `view`: the backend's part of the replies of a page of jobs (`JobsView`: where each runs or
   ran, its log, its short wait code, its attempts, its allocation), read in one go;
@@ -127,6 +129,14 @@ class Backend(Protocol):
 
     def edit(self, job: JobRecord, edit: JobEdit) -> JobOutcome:
         """A queued job given its checked edit, or why not (ok false)."""
+        ...
+
+    def suspend(self, job: JobRecord, by: str) -> JobOutcome: ...
+
+    def resume(self, job: JobRecord, by: str) -> JobOutcome: ...
+
+    def signal(self, job: JobRecord, name: str, by: str) -> JobOutcome:
+        """`name`: one of gpudesk.core.job_signals.JOB_SIGNALS, by its full name."""
         ...
 
     def explain(self, job: JobRecord) -> str:

@@ -334,6 +334,19 @@ class SlurmBackend:
         self.poller.cancel(row.conf, job.owner, [row.slurm_id], [job.id])
         return f"cancelling (scancel {row.slurm_id})"
 
+    def signal(self, job: JobRecord, name: str, by: str) -> tuple[str, bool]:
+        """`scancel --signal` as the job's owner, on the poller's thread (what Slurm answers
+        is logged, as a cancel's): the outcome's text, and whether it was sent."""
+        row = self.store.slurm_job(job.id)
+        if row is None or row.sending:
+            return "not on Slurm yet: nothing to signal", False
+        self.poller.cancel(row.conf, job.owner, [row.slurm_id], [job.id], name)
+        flag = name.removeprefix("SIG")
+        self.store.add_event(
+            "signal", f"{name} sent by {by} (scancel --signal={flag})", job_id=job.id
+        )
+        return f"sending {name} (scancel --signal={flag} --full {row.slurm_id})", True
+
     def step(self) -> None:
         """Apply what the poller heard."""
         now = time.monotonic()

@@ -151,6 +151,28 @@ class SlurmJobs:
             ok=False,
         )
 
+    def suspend(self, job: JobRecord, by: str) -> JobOutcome:
+        return self._admins_only(job, "suspend")
+
+    def resume(self, job: JobRecord, by: str) -> JobOutcome:
+        return self._admins_only(job, "resume")
+
+    def signal(self, job: JobRecord, name: str, by: str) -> JobOutcome:
+        """`scancel --signal`, as the job's owner (Slurm lets her signal her own jobs)."""
+        message, sent = self.slurm.signal(job, name, by)
+        return JobOutcome(message, ok=sent)
+
+    def _admins_only(self, job: JobRecord, verb: str) -> JobOutcome:
+        """Slurm suspends and resumes jobs for its operators and admins alone (`scontrol
+        suspend`): refused, saying who may."""
+        row = self.slurm.store.slurm_job(job.id)
+        slurm_id = row.slurm_id if row is not None else "?"
+        return JobOutcome(
+            f"a Slurm job: only the cluster's Slurm operators or admins may {verb} it "
+            f"(`scontrol {verb} {slurm_id}`); gpudesk does not ask on a user's behalf",
+            ok=False,
+        )
+
     def _on_slurm(self, job: JobRecord, verb: str) -> JobOutcome:
         """Slurm, not the station, holds, releases and requeues a Slurm job: say how."""
         row = self.slurm.store.slurm_job(job.id)

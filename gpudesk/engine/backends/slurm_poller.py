@@ -78,7 +78,10 @@ class Heard:
 class _Shared:
     lock: threading.Lock = field(default_factory=threading.Lock)
     watched: list[Watched] = field(default_factory=list)
-    cancels: list[tuple[str, Identity, list[str], list[int]]] = field(default_factory=list)
+    # (conf, owner, Slurm ids, job ids, the signal to send: None cancels)
+    cancels: list[tuple[str, Identity, list[str], list[int], str | None]] = field(
+        default_factory=list
+    )
 
 
 class Poller:
@@ -108,9 +111,17 @@ class Poller:
         if watched:
             self._start()
 
-    def cancel(self, conf: str, owner: Identity, slurm_ids: list[str], job_ids: list[int]) -> None:
+    def cancel(
+        self,
+        conf: str,
+        owner: Identity,
+        slurm_ids: list[str],
+        job_ids: list[int],
+        signal: str | None = None,
+    ) -> None:
+        """scancel them (with `signal`: `scancel --signal`) as `owner`, on the poller's thread."""
         with self.shared.lock:
-            self.shared.cancels.append((conf, owner, slurm_ids, job_ids))
+            self.shared.cancels.append((conf, owner, slurm_ids, job_ids, signal))
             self.changed_at = time.monotonic()
         self._start()
         self.poke.set()
@@ -129,13 +140,14 @@ class Poller:
             with self.shared.lock:
                 watched = list(self.shared.watched)
                 cancels, self.shared.cancels = self.shared.cancels, []
-            for conf, owner, slurm_ids, job_ids in cancels:
+            for conf, owner, slurm_ids, job_ids, sig in cancels:
                 try:
-                    refused = self._clients(conf, owner).cancel(slurm_ids)
+                    refused = self._clients(conf, owner).cancel(slurm_ids, sig)
                 except SlurmError as exc:
                     refused = str(exc)
                 if refused:
-                    self.heard.put(f"scancel of job(s) {', '.join(map(str, job_ids))}: {refused}")
+                    what = f"scancel --signal={sig}" if sig else "scancel"
+                    self.heard.put(f"{what} of job(s) {', '.join(map(str, job_ids))}: {refused}")
             if watched:
                 try:
                     self._poll(watched)

@@ -18,6 +18,7 @@ from gpudesk.core.wire.requests import REQUEST_ARGS, ArgsError, decode_args
 from gpudesk.engine.backends.slurm import SubmitRefused
 from gpudesk.engine.offloop import Busy, Later, Pending
 from gpudesk.engine.requests.common import EngineParts, Handler
+from gpudesk.engine.requests.control import ControlRequests
 from gpudesk.engine.requests.editing import EditRequests
 from gpudesk.engine.requests.job_actions import JobActionRequests
 from gpudesk.engine.requests.listing import ListingRequests
@@ -48,6 +49,7 @@ class RequestHandlers:
             MigRequests(parts),
             ModelRequests(parts),
             EditRequests(parts),
+            ControlRequests(parts),
         ):
             self.table.update(group.ops())
         if set(self.table) != set(REQUEST_ARGS):  # each op's arguments have their type

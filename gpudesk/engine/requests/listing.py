@@ -98,6 +98,7 @@ class ListingRequests(Requests):
             total=page.total,
             damaged=[DamagedJob(id=d.id, reason=d.reason) for d in page.damaged],
             simulated=self._simulated(),
+            drain=self.parts.scheduler.drain.state,
         )
 
     def _add_usage(
@@ -132,7 +133,7 @@ class ListingRequests(Requests):
         return JobView(
             id=job.id,
             name=job.spec.name,
-            state=job.state.value,
+            state=job.shown_state.value,
             group=job.spec.group,
             submitted_at=job.submitted_at,
             started_at=job.started_at,
@@ -145,6 +146,7 @@ class ListingRequests(Requests):
             held=job.held,
             attempts_before_requeue=job.attempts_before_requeue,
             preemptions=job.preemptions,
+            suspended_at=job.suspended_at,
             user=job.user,
             uid=job.owner.uid,
             spec=spec,

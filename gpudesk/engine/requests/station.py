@@ -33,12 +33,12 @@ from gpudesk.core.wire.station import (
     StationStatus,
     UserShare,
 )
+from gpudesk.engine.drain import STATION_EVENT  # the kind a change of settings is stored as
 from gpudesk.engine.offloop import Later
 from gpudesk.engine.requests.common import Handler, Requests
 from gpudesk.engine.services.loaders import Statuses
 from gpudesk.policy.policies import make_policy
 
-STATION_EVENT = "station"  # the kind of event a change of station settings is stored as
 STATION_CHANGES_SHOWN = 5  # how many of the latest `status` carries
 # Station settings that need a fresh telemetry monitor when they change.
 TELEMETRY_KEYS = ("backend", "sample_interval", "grid_intensity", "mig")
@@ -119,6 +119,7 @@ class StationRequests(Requests):
             ],
             tracking=parts.tracking.health_list(lambda uid: self._sees_secrets(caller, uid)),
             loop=parts.loop.summary(),
+            drain=parts.scheduler.drain.state,
         )
 
     def _user_shares(self) -> list[UserShare]:

@@ -8,11 +8,13 @@ from gpudesk.engine.store.listing import JobListing
 from gpudesk.engine.store.model_params import ModelParamTables
 from gpudesk.engine.store.samples import SampleTables
 from gpudesk.engine.store.slurm import SlurmTables
+from gpudesk.engine.store.suspension import SuspensionTables
 from gpudesk.engine.store.tracking import TrackingTables
 
 
 class Store(
     SlurmTables,
+    SuspensionTables,
     JobTables,
     JobListing,
     SampleTables,

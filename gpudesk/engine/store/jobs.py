@@ -159,7 +159,7 @@ class JobTables(StoreConnection):
 
     def counts(self) -> dict[str, int]:
         rows = self._conn.execute("SELECT state, COUNT(*) FROM jobs GROUP BY state")
-        counts = {s.value: 0 for s in JobState}
+        counts = {s.value: 0 for s in JobState if s is not JobState.SUSPENDED}  # never stored
         counts.update({state: n for state, n in rows})
         return counts
 
@@ -189,6 +189,8 @@ class JobTables(StoreConnection):
         **columns: Any,
     ) -> None:
         check_transition(self._state(conn, job_id), new)
+        if new is not JobState.RUNNING:  # a suspension ends with its attempt
+            columns.setdefault("suspended_at", None)
         sets = ", ".join(["state = ?", *(f"{c} = ?" for c in columns)])
         conn.execute(f"UPDATE jobs SET {sets} WHERE id = ?", (new.value, *columns.values(), job_id))
         self._add_event(conn, "state", message, job_id=job_id, state=new, now=now)

@@ -72,6 +72,13 @@ def _state_term(states: Collection[JobState]) -> tuple[str, str | None]:
     index's own words where they are its set (the values are JobState's own, never the
     caller's text)."""
     wanted = frozenset(states)
+    if JobState.SUSPENDED in wanted:  # stored as running (schema 15): running covers it
+        wanted = wanted - {JobState.SUSPENDED}
+        if JobState.RUNNING not in wanted:
+            suspended = "(state = 'running' AND suspended_at IS NOT NULL)"
+            if not wanted:
+                return suspended, None
+            return f"({_state_term(wanted)[0]} OR {suspended})", None
     if wanted == LIVE_STATES:
         return LIVE_JOBS_TERM, "jobs_live"
     if wanted == FINISHED_STATES:

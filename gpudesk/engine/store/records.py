@@ -28,6 +28,7 @@ def read_job(row: sqlite3.Row) -> JobRecord:
         attempts_before_requeue=row["attempts_before_requeue"],
         owner=_owner(row),
         preemptions=row["preemptions"],
+        suspended_at=row["suspended_at"],
     )
 
 
@@ -57,6 +58,8 @@ def read_attempt(row: sqlite3.Row) -> AttemptRecord:
         started_boottime=row["started_boottime"],
         boot_id=row["boot_id"],
         preempted_for=row["preempted_for"],
+        suspended_s=row["suspended_s"],
+        suspended_boottime=row["suspended_boottime"],
     )
 
 

@@ -278,6 +278,15 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE jobs ADD COLUMN preemptions INTEGER NOT NULL DEFAULT 0;
     ALTER TABLE attempts ADD COLUMN preempted_for INTEGER;
     """,
+    # 15: suspension (`gpudesk suspend`, docs/jobs.md): when a running job was suspended (its
+    # state stays `running`: the CHECK, as in 14; the wire calls it `suspended`), and on its
+    # attempt the seconds it spent suspended and when its current suspension began on
+    # CLOCK_BOOTTIME, which its time limit does not count.
+    """
+    ALTER TABLE jobs ADD COLUMN suspended_at REAL;
+    ALTER TABLE attempts ADD COLUMN suspended_s REAL NOT NULL DEFAULT 0;
+    ALTER TABLE attempts ADD COLUMN suspended_boottime REAL;
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

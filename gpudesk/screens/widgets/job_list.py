@@ -73,7 +73,7 @@ def render_other_processes(state: DeskState, width: int) -> Text | None:
 
 
 def _running_jobs(state: DeskState, width: int) -> Text:
-    jobs = [j for j in state.jobs if j.state == "running"]
+    jobs = [j for j in state.jobs if j.placed]
     title = Text(f"running jobs ({len(jobs)})", style="bold")
     if not jobs:
         return title + Text("  none", style="dim")

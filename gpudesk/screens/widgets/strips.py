@@ -36,7 +36,14 @@ def render_header(
     failed = counts.get("failed", 0)
     if failed:
         text.append(f" · failed {failed}", style="red")
+    suspended = sum(1 for job in state.jobs if job.state == "suspended")
+    if suspended:  # counted in `run` too: they hold their GPUs
+        text.append(f" · suspended {suspended}", style="magenta")
     tail = Text()
+    drain = state.status.drain if state.status else None
+    if drain is not None:
+        why = f": {drain.reason}" if drain.reason else ""
+        tail.append(f"  DRAINED by {drain.by}{why}", style="bold reverse yellow")
     if readonly:
         tail.append("  READ-ONLY", style="bold reverse")
     if note:

@@ -17,6 +17,7 @@ from gpudesk.core.wire.base import PlacementMode
 from gpudesk.core.wire.jobs import AttemptView, SubmitResult
 from gpudesk.engine.attempts import Attempts
 from gpudesk.engine.backends.base import JobOutcome, JobPart, LogFile, OwnerRead, state_phrase
+from gpudesk.engine.backends.local import suspension
 from gpudesk.engine.backends.local.admission import check_station_fits, waits_for_change
 from gpudesk.engine.events import EventPublisher
 from gpudesk.engine.scheduler import Scheduler
@@ -198,6 +199,15 @@ class LocalBackend:
         if edit.changes:
             self.changed(self.store.edit(job.id, edit), edit.message)
         return JobOutcome("edited" if edit.changes else "nothing to change")
+
+    def suspend(self, job: JobRecord, by: str) -> JobOutcome:
+        return suspension.suspend(self.attempts, job, by)
+
+    def resume(self, job: JobRecord, by: str) -> JobOutcome:
+        return suspension.resume(self.attempts, job, by)
+
+    def signal(self, job: JobRecord, name: str, by: str) -> JobOutcome:
+        return suspension.send_signal(self.attempts, job, name, by)
 
     def changed(self, job: JobRecord, message: str) -> None:
         """A user changed a job (its store record and event are written): keep the queue's

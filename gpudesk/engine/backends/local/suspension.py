@@ -1,0 +1,65 @@
+"""Suspending, resuming and signalling a station job's attempt. Each signal reaches its
+processes as a cancel's SIGTERM does (`Attempts.send`: its cgroup, else its process group),
+sent by the engine itself, as for a cancel. A suspended job keeps its placement (GPUs, GPU
+memory, slot); its time limit does not count the pause (LiveAttempt.elapsed_s); a cancel
+continues it after its SIGTERM (`Attempts.terminate`); a restart finds it suspended."""
+
+from __future__ import annotations
+
+import signal
+
+from gpudesk.core.jobs import JobState
+from gpudesk.core.records import JobRecord
+from gpudesk.engine.attempts import Attempts
+from gpudesk.engine.backends.base import JobOutcome, state_phrase
+from gpudesk.engine.live_attempt import LiveAttempt
+
+
+def _live(attempts: Attempts, job: JobRecord, verb: str) -> LiveAttempt | JobOutcome:
+    """The job's live attempt, or why it cannot be `verb`ed."""
+    if job.state is not JobState.RUNNING:
+        return JobOutcome(f"{state_phrase(job)}: only a running job can be {verb}", ok=False)
+    if job.cancel_requested:
+        return JobOutcome(f"being cancelled: not {verb}", ok=False)
+    live = attempts.by_job().get(job.id)
+    if live is None or live.retry is not None:
+        return JobOutcome(f"its processes have ended: not {verb}", ok=False)
+    return live
+
+
+def suspend(attempts: Attempts, job: JobRecord, by: str) -> JobOutcome:
+    if job.suspended_at is not None:
+        return JobOutcome("already suspended")
+    live = _live(attempts, job, "suspended")
+    if isinstance(live, JobOutcome):
+        return live
+    if not attempts.send(live, signal.SIGSTOP):
+        return JobOutcome("its processes have ended: not suspended", ok=False)
+    live.suspended_since = live.clock()
+    message = f"suspended by {by} (SIGSTOP); its GPUs stay held"
+    attempts.store.set_suspended(job.id, live.attempt.id, live.suspended_since, message)
+    attempts.events.job(job.id, message)
+    return JobOutcome("suspended")
+
+
+def resume(attempts: Attempts, job: JobRecord, by: str) -> JobOutcome:
+    if job.suspended_at is None or job.state is not JobState.RUNNING:
+        return JobOutcome("not suspended")
+    live = _live(attempts, job, "resumed")
+    if isinstance(live, JobOutcome):
+        return live
+    attempts.send(live, signal.SIGCONT)
+    attempts.resumed(live, f"resumed by {by} (SIGCONT)")
+    return JobOutcome("resumed")
+
+
+def send_signal(attempts: Attempts, job: JobRecord, name: str, by: str) -> JobOutcome:
+    live = _live(attempts, job, "signalled")
+    if isinstance(live, JobOutcome):
+        return live
+    if not attempts.send(live, signal.Signals[name]):
+        return JobOutcome(f"its processes have ended: {name} not sent", ok=False)
+    later = " (suspended: it sees it when resumed)" if live.suspended_since is not None else ""
+    attempts.store.add_event("signal", f"{name} sent by {by}{later}", job_id=job.id)
+    attempts.events.job(job.id, f"{name} sent by {by}")
+    return JobOutcome(f"sent {name}{later}")
