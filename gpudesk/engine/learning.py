@@ -120,7 +120,7 @@ class StationLearning:
         self.readers: dict[int, ProgressReader] = {}
         self.counts = LearningCounts()
         self._next_at = 0.0
-        self._seen: frozenset[int] = frozenset()
+        self._seen: frozenset[tuple[int, bool]] = frozenset()
 
     # ------------------------------------------------------------- the model
     def _restore(self) -> None:
@@ -219,12 +219,16 @@ class StationLearning:
         attempts' intervals teach the model."""
         now = time.monotonic()
         every = list(self.attempts)
-        live = [a for a in every if len(a.gpus) == 1 and a.mode != "cpu"]
+        # a suspended attempt teaches nothing and, stopped, is no tenant of its GPU
+        live = [
+            a for a in every if len(a.gpus) == 1 and a.mode != "cpu" and a.suspended_since is None
+        ]
         seen = frozenset(a.attempt.id for a in every)
-        if now < self._next_at and seen == self._seen:
+        states = frozenset((a.attempt.id, a.suspended_since is None) for a in every)
+        if now < self._next_at and states == self._seen:
             return
         self._next_at = now + self.telemetry.station.config.sample_interval
-        self._seen = seen
+        self._seen = states
         tenancies = self._tenancies(live)
         learning = frozenset(a.attempt.id for a in live)
         for attempt_id in [i for i in self.trackers if i not in learning]:

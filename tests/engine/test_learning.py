@@ -259,7 +259,9 @@ def fake_attempt(store: Store, tmp_path: Path, attempt_id: int, job_id: int) -> 
         placement={"demand": {"sm_pct": 20.0, "memory_mib": 2048}},
         log_path=str(log),
     )
-    return SimpleNamespace(attempt=record, gpus=(0,), mode="mps", mig_slice=None, is_child=True)
+    return SimpleNamespace(
+        attempt=record, gpus=(0,), mode="mps", mig_slice=None, is_child=True, suspended_since=None
+    )
 
 
 def test_a_rate_alone_remembered_from_an_earlier_run_serves_a_later_one(
@@ -315,6 +317,41 @@ def test_a_rate_alone_remembered_from_an_earlier_run_serves_a_later_one(
     implied = tenant.value * (PRIOR_WEIGHT + 1) - DEFAULT_PARAMS.mps_tenant_cost * PRIOR_WEIGHT
     assert 0.3 < implied < 0.7, implied  # about 1 - 0.5
     assert any(e.kind == "model" for e in store.events(same.id))
+
+
+def test_a_suspended_co_tenant_is_no_tenant_while_stopped(store: Store, tmp_path: Path) -> None:
+    """A job beside a suspended one runs as alone (the stopped one uses nothing): no shared
+    interval is learned from it, and the suspended job itself teaches nothing."""
+    from gpudesk.core.jobs import JobSpec
+
+    same, other = store.submit(
+        [
+            JobSpec(name="same", command=("train",), workdir="/w"),
+            JobSpec(name="other", command=("other",), workdir="/w"),
+        ],
+        None,
+    )
+    station = learning(store)
+    station.min_s = 0.05
+    station.telemetry.station.config.sample_interval = 0.0  # type: ignore[attr-defined]
+    runs, beside = (
+        fake_attempt(store, tmp_path, 1, same.id),
+        fake_attempt(store, tmp_path, 2, other.id),
+    )
+    beside.suspended_since = 1.0
+    station.attempts = [runs, beside]  # type: ignore[assignment]
+    with open(runs.attempt.log_path, "ab") as out:
+        out.write(b"progress 1\n")
+    station.step()
+    time.sleep(0.1)
+    with open(runs.attempt.log_path, "ab") as out:
+        out.write(b"progress 11\n")
+    station.step()
+    assert station.trackers.keys() == {1}  # the suspended one is not followed
+    beside.suspended_since = None  # resumed: the tenancy changes, the interval alone closes
+    station.step()
+    assert station.counts.observations == 0
+    assert store.alone_rates()[next(iter(station.alone))].runs == 1
 
 
 def reading(at: float, sm: float, active: float, processes: list[dict[str, Any]]) -> Any:
