@@ -74,6 +74,10 @@ def test_a_suspended_job_is_stopped_keeps_its_slot_and_goes_on_when_resumed(
     assert view.suspended_at is not None
     stopped_at = read_count(count)
     assert engine.api.suspend([job_id])[0].outcome == "already suspended"
+    assert engine.api.hold([job_id])[0].outcome == "suspended: only a queued job can be held"
+    assert engine.api.requeue([job_id])[0].outcome == (
+        "suspended: only a finished job can be requeued"
+    )
     assert [j.id for j in engine.api.jobs(states=["suspended"])] == [job_id]
     assert [j.id for j in engine.api.jobs(states=["running"])] == [job_id]  # it still runs
     assert read_count(count) == stopped_at  # /proc said T: nothing counted since

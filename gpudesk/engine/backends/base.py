@@ -40,8 +40,9 @@ class JobOutcome:
 
 
 def state_phrase(job: JobRecord) -> str:
-    """ "running", or "already failed" for a finished job: the start of a refusal."""
-    return f"already {job.state.value}" if job.state.terminal else job.state.value
+    """ "running" ("suspended"), or "already failed" for a finished job: the start of a
+    refusal."""
+    return f"already {job.state.value}" if job.state.terminal else job.shown_state.value
 
 
 @dataclass(frozen=True)

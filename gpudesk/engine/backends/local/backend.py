@@ -174,7 +174,7 @@ class LocalBackend:
         if job.state is JobState.QUEUED:
             return JobOutcome("already queued" + (" (held)" if job.held else ""))
         if job.state is JobState.RUNNING:
-            return JobOutcome("running: only a finished job can be requeued", ok=False)
+            return JobOutcome(f"{state_phrase(job)}: only a finished job can be requeued", ok=False)
         refusal = user_limits.queued_refusal(
             self.station.config.max_queued_per_user,
             job.user,
