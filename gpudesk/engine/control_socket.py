@@ -39,8 +39,8 @@ from pathlib import Path
 
 from gpudesk.core import protocol
 from gpudesk.core.identity import Caller, Identity
-from gpudesk.engine.env_seconds import env_seconds
 from gpudesk.engine.offloop import Pending
+from gpudesk.env_seconds import env_seconds
 from gpudesk.units import byte_size
 
 log = logging.getLogger("gpudesk.engine")

@@ -16,10 +16,10 @@ import time
 from collections.abc import Iterable, Mapping
 
 from gpudesk.core.records import AttemptRecord, JobRecord
-from gpudesk.engine.env_seconds import env_seconds
 from gpudesk.engine.live_attempt import LiveAttempt
 from gpudesk.engine.store.database import Store
 from gpudesk.engine.store.family_history import FamilyRecord, SettledPeak
+from gpudesk.env_seconds import env_seconds
 from gpudesk.hw.telemetry.energy import AttemptUsage
 from gpudesk.policy.command_family import family
 from gpudesk.policy.demand import DEFAULT_SM_PCT, PEAK_SETTLED_S, Demand, from_hints, signature

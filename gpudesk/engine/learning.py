@@ -30,11 +30,11 @@ from dataclasses import dataclass, field
 from gpudesk.core.mig_profiles import compute_slices, memory_slices, table_for_gpu
 from gpudesk.core.records import JobRecord
 from gpudesk.engine.attempts import Attempts
-from gpudesk.engine.env_seconds import env_seconds
 from gpudesk.engine.live_attempt import LiveAttempt
 from gpudesk.engine.station.telemetry_sink import TelemetrySink
 from gpudesk.engine.store.database import Store
 from gpudesk.engine.store.model_params import AloneRate, StoredObservation
+from gpudesk.env_seconds import env_seconds
 from gpudesk.hw import runner
 from gpudesk.hw.telemetry.model import MPS_SERVER
 from gpudesk.joblog.progress import ProgressLine, ProgressReader

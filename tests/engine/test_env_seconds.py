@@ -1,10 +1,10 @@
-"""The engine's one reading of a duration from its environment (gpudesk.engine.env_seconds)."""
+"""The engine's one reading of a duration from its environment (gpudesk.env_seconds)."""
 
 from __future__ import annotations
 
 import pytest
 
-from gpudesk.engine.env_seconds import env_seconds
+from gpudesk.env_seconds import env_seconds
 
 
 @pytest.mark.parametrize(

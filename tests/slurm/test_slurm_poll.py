@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 from gpudesk.core.identity import Identity
-from gpudesk.engine.backends.slurm_poller import (
+from gpudesk.slurm.commands import QueueLine
+from gpudesk.slurm.poller import (
     FAST_FOR_S,
     FAST_POLL_S,
     POLL_ENV,
@@ -17,7 +18,6 @@ from gpudesk.engine.backends.slurm_poller import (
     Watched,
     poll_s,
 )
-from gpudesk.slurm.commands import QueueLine
 
 
 def test_fast_after_a_change_then_slow(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -19,7 +19,7 @@
 Slurm jobs never enter the station's queue: Slurm places them. Nothing here waits on Slurm
 in the loop: `submit`'s Slurm work runs on the engine's worker threads (engine/offloop.py;
 the work itself is gpudesk.slurm.send's), and the poller's questions on its own threads
-(`slurm_poller`). This module keeps what the loop does: the store's rows, the jobs' states,
+(gpudesk.slurm.poller). This module keeps what the loop does: the store's rows, the jobs' states,
 the events.
 """
 
@@ -38,17 +38,17 @@ from pathlib import Path
 from gpudesk.core.identity import Identity
 from gpudesk.core.jobs import JobSpec, JobState
 from gpudesk.core.records import JobRecord
-from gpudesk.engine.backends.slurm_poller import Heard, Poller, Watched
 from gpudesk.engine.dependencies import dependencies_of, jobs_by_id, verdict
-from gpudesk.engine.env_seconds import env_seconds
 from gpudesk.engine.events import EventPublisher
 from gpudesk.engine.state import PlacementDue
 from gpudesk.engine.store.database import Store
+from gpudesk.env_seconds import env_seconds
 from gpudesk.paths import Home
 from gpudesk.slurm import commands as slurm
 from gpudesk.slurm import send as slurm_send
 from gpudesk.slurm.as_owner import acts_for_other
 from gpudesk.slurm.commands import Ended, SlurmError
+from gpudesk.slurm.poller import Heard, Poller, Watched
 from gpudesk.slurm.records import SENDING, SENDING_STATE, SlurmRow
 from gpudesk.slurm.request import SlurmMappingError
 from gpudesk.slurm.script import (

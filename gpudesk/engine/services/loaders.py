@@ -27,7 +27,7 @@ from typing import Any
 from gpudesk import trust
 from gpudesk.core.datasets import VARIANT_SEPARATOR, DatasetSpec
 from gpudesk.core.identity import Identity
-from gpudesk.engine.env_seconds import env_seconds
+from gpudesk.env_seconds import env_seconds
 from gpudesk.loader.protocol import (
     ENV_DATASET,
     ENV_RESUME_S,

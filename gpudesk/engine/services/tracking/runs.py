@@ -7,8 +7,8 @@ import os
 from dataclasses import dataclass, field
 
 from gpudesk.core.identity import Identity
-from gpudesk.engine.env_seconds import env_seconds
 from gpudesk.engine.services.tracking.replies import EventBudget
+from gpudesk.env_seconds import env_seconds
 from gpudesk.tracking import messages
 
 # How long a placed job waits for its MLflow run to exist. MLFLOW_RUN_ID must name a run that

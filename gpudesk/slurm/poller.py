@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from gpudesk.core.identity import Identity
-from gpudesk.engine.env_seconds import env_seconds
+from gpudesk.env_seconds import env_seconds
 from gpudesk.slurm import commands as slurm
 from gpudesk.slurm.commands import Ended, QueueLine, SlurmCommands, SlurmError
 from gpudesk.slurm.records import SENDING
