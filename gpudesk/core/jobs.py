@@ -11,6 +11,13 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from gpudesk.core.cluster import ClusterSpec, check_cluster
+from gpudesk.core.submit_options import (
+    check_array_job,
+    check_array_limit,
+    check_array_task,
+    check_begin_at,
+    check_comment,
+)
 from gpudesk.text import is_os_text, is_text, safe_text
 
 MAX_NAME_LEN = 200
@@ -493,6 +500,22 @@ class JobSpec:
     preemptible: bool = False
     preempt_signal: str = DEFAULT_PREEMPT_SIGNAL
     preempt_grace_s: float = DEFAULT_PREEMPT_GRACE_S
+    # Issue 41 item 5 (core/submit_options.py): not before this wall-clock time (sbatch
+    # --begin; the queue's reason BeginTime); a comment (sbatch --comment, pueue's label); its
+    # array (sbatch --array): the array's first job (None: this is it), its task index, and at
+    # most how many of the array run at once; Slurm's afterany and afternotok.
+    begin_at: float | None = None
+    comment: str | None = None
+    array_job: int | None = None
+    array_task: int | None = None
+    array_limit: int | None = None
+    after_any: tuple[int, ...] = ()
+    after_notok: tuple[int, ...] = ()
+
+    @property
+    def dependencies(self) -> tuple[int, ...]:
+        """Every job it waits for, of any kind."""
+        return (*self.after, *self.after_any, *self.after_notok)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready for the request and the store's row (msgspec: the tracking and cluster
@@ -525,6 +548,10 @@ class JobSpec:
         for key in ("group", "sweep"):
             if key in data and data[key] is not None:
                 values[key] = _checked(key, check_name, data[key])
+        if values.get("array_task") is None and (
+            values.get("array_job") is not None or values.get("array_limit") is not None
+        ):
+            raise SpecError("array_task", "an array's job and throttle come with its task index")
         if "selection" in data and data["selection"] is not None and not values.get("dataset"):
             raise SpecError(
                 "selection", "a selection applies to the job's dataset: name the dataset too"
@@ -543,6 +570,8 @@ class JobSpec:
                 "command": tuple(data["command"]),
                 "env": dict(data["env"]),
                 "after": tuple(data.get("after", ())),  # specs stored before dependencies had none
+                "after_any": tuple(data.get("after_any", ())),
+                "after_notok": tuple(data.get("after_notok", ())),
                 "tracking": TrackingSpec.from_stored(tracking) if tracking else None,
                 "cluster": ClusterSpec.from_stored(cluster) if cluster else None,
             }
@@ -575,6 +604,13 @@ _CHECKS: dict[str, Callable[[Any], Any]] = {
     "preemptible": check_bool,
     "preempt_signal": check_preempt_signal,
     "preempt_grace_s": check_preempt_grace,
+    "begin_at": check_begin_at,
+    "comment": check_comment,
+    "array_job": check_array_job,
+    "array_task": check_array_task,
+    "array_limit": check_array_limit,
+    "after_any": check_after,
+    "after_notok": check_after,
 }
 _FIELDS = frozenset({"name", "command", "shell", "group", "sweep", *_CHECKS})
 FIELD_CHECKS: Mapping[str, Callable[[Any], Any]] = _CHECKS

@@ -409,10 +409,7 @@ class Engine:
         self.stopping = True
 
     def _poll_timeout_ms(self) -> int:
-        timeout = IDLE_POLL_S
-        retry_at = self.scheduler.retry_at
-        if retry_at is not None:
-            timeout = min(timeout, max(0.0, retry_at - time.monotonic()))
+        timeout = self.scheduler.poll_timeout(IDLE_POLL_S)
         timeout = self.attempts.poll_timeout(timeout)
         timeout = self.logcap.poll_timeout(timeout)
         timeout = self.archiver.poll_timeout(timeout)
