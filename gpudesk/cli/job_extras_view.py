@@ -1,5 +1,6 @@
-"""How a job's begin time, comment, array and afterany/afternotok dependencies show (issue 41,
-item 5): `gpudesk show`'s lines, `gpudesk queue --long`'s columns, history's comment."""
+"""How a job's begin time, comment, array, afterany/afternotok dependencies and --notify show
+(issue 41, item 5): `gpudesk show`'s lines, `gpudesk queue --long`'s columns, history's
+comment."""
 
 from __future__ import annotations
 
@@ -61,4 +62,8 @@ def show_lines(job: JobView) -> list[str]:
         if refs:
             jobs = ", ".join(f"job {ref}" for ref in refs)
             lines.append(f"  {kind:<10} {jobs}: {until}")
+    if spec.notify:  # its secrets already hidden by the engine (gpudesk.redact)
+        from gpudesk.text import printable
+
+        lines.append(f"  notify     {printable(spec.notify)} (when it ends, as {job.user})")
     return lines

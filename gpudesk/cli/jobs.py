@@ -191,6 +191,7 @@ def submit(
     array: str | None = submit_extras.ARRAY,
     after_any: list[str] = submit_extras.AFTER_ANY,
     after_notok: list[str] = submit_extras.AFTER_NOTOK,
+    notify: str | None = submit_extras.NOTIFY,
 ) -> None:
     """Queue one job: gpudesk submit [OPTIONS] [--] COMMAND [ARGS]...
 
@@ -220,9 +221,7 @@ def submit(
     )
     submit_job.add_limit_and_tracking(raw, time_limit, mlflow_uri, experiment)
     submit_job.add_preemption(raw, preemptible, preempt_signal, preempt_grace)
-    extras = submit_extras.apply(
-        raw, begin=begin, comment=comment, array=array, after_any=after_any, after_notok=after_notok
-    )
+    extras = submit_extras.apply(raw, begin, comment, array, after_any, after_notok, notify)
     spec = submit_job.checked_spec(raw)
     if not cwd.is_dir():
         fail(f"--workdir: {cwd} is not a directory", EXIT_USAGE)

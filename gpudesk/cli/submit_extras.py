@@ -67,6 +67,15 @@ AFTER_NOTOK = typer.Option(
     "(Slurm's afternotok). If one succeeds, this job is cancelled "
     "(DependencyNeverSatisfied).",
 )
+NOTIFY = typer.Option(
+    None,
+    "--notify",
+    metavar="CMD",
+    help="A shell command run as you when the job ends, however it ends (pueue's callback; "
+    "sbatch --mail-type=END), with GPUDESK_JOB_ID, GPUDESK_JOB_NAME, GPUDESK_JOB_STATE, "
+    "GPUDESK_JOB_EXIT_CODE and GPUDESK_JOB_OWNER set; killed after 30 s, its output in the "
+    "engine's hooks.log.",
+)
 
 
 @dataclass
@@ -80,17 +89,18 @@ class Extras:
 
 def apply(
     raw: dict[str, Any],
-    *,
     begin: str | None,
     comment: str | None,
     array: str | None,
     after_any: list[str],
     after_notok: list[str],
+    notify: str | None = None,
 ) -> Extras:
-    """--begin and --comment into the job's fields; --array and the dependencies checked."""
+    """--begin, --comment and --notify into the job's fields; --array and the dependencies
+    checked."""
     import time
 
-    from gpudesk.core.submit_options import check_comment, parse_array, parse_begin
+    from gpudesk.core.submit_options import check_comment, check_notify, parse_array, parse_begin
 
     if begin is not None:
         try:
@@ -102,6 +112,11 @@ def apply(
             raw["comment"] = check_comment(comment)
         except ValueError as exc:
             fail(f"--comment: {exc}", EXIT_USAGE)
+    if notify is not None:
+        try:
+            raw["notify"] = check_notify(notify)
+        except ValueError as exc:
+            fail(f"--notify: {exc}", EXIT_USAGE)
     extras = Extras()
     if array is not None:
         try:

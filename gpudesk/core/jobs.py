@@ -17,6 +17,7 @@ from gpudesk.core.submit_options import (
     check_array_task,
     check_begin_at,
     check_comment,
+    check_notify,
 )
 from gpudesk.text import is_os_text, is_text, safe_text
 
@@ -511,6 +512,9 @@ class JobSpec:
     array_limit: int | None = None
     after_any: tuple[int, ...] = ()
     after_notok: tuple[int, ...] = ()
+    notify: str | None = (
+        None  # a shell command run as its owner when it ends (gpudesk.hw.job_hooks)
+    )
 
     @property
     def dependencies(self) -> tuple[int, ...]:
@@ -611,6 +615,7 @@ _CHECKS: dict[str, Callable[[Any], Any]] = {
     "array_limit": check_array_limit,
     "after_any": check_after,
     "after_notok": check_after,
+    "notify": check_notify,
 }
 _FIELDS = frozenset({"name", "command", "shell", "group", "sweep", *_CHECKS})
 FIELD_CHECKS: Mapping[str, Callable[[Any], Any]] = _CHECKS

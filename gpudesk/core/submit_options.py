@@ -122,6 +122,27 @@ def check_comment(value: Any) -> str:
     return text
 
 
+MAX_NOTIFY_LEN = 4096
+
+
+def check_notify(value: Any) -> str:
+    """A job's --notify: one shell command line (run by /bin/sh -c as the job's owner when the
+    job ends), no control character but a tab."""
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"expected a shell command, found {value!r}")
+    if len(value) > MAX_NOTIFY_LEN:
+        raise ValueError(f"expected at most {MAX_NOTIFY_LEN} characters, found {len(value)}")
+    bad = next((c for c in value if (ord(c) < 32 and c != "\t") or 127 <= ord(c) < 160), None)
+    if bad is not None:
+        raise ValueError(
+            f"a command to notify with cannot contain control characters (found "
+            f"\\x{ord(bad):02x}): give one line"
+        )
+    if not is_text(value):
+        raise ValueError("a command to notify with must be text (UTF-8)")
+    return value
+
+
 def check_array_limit(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_ARRAY_TASKS:
         raise ValueError(f"expected a whole number from 1 to {MAX_ARRAY_TASKS}, found {value!r}")

@@ -58,10 +58,11 @@ def submit_problem(index: int, spec: JobSpec) -> str:
         or spec.array_task is not None
         or spec.after_any
         or spec.after_notok
+        or spec.notify is not None
     ):
         return (
-            f"jobs[{index}]: begin_at, arrays, after_any and after_notok are for the station's "
-            "jobs; a job sent to Slurm cannot take them yet"
+            f"jobs[{index}]: begin_at, arrays, after_any, after_notok and notify are for the "
+            "station's jobs; a job sent to Slurm cannot take them yet"
         )
     return ""
 

@@ -54,6 +54,7 @@ JOB_KEYS = (
     "repeat",
     "begin",
     "comment",
+    "notify",
 )
 SWEEP_KEYS = (*JOB_KEYS, "grid")
 # [defaults] may set every job key but those that make a job what it is.
@@ -73,6 +74,7 @@ _RESOURCE_KEYS = (
     "preempt_grace_s",
     "begin",
     "comment",
+    "notify",
 )
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")

@@ -69,6 +69,8 @@ class JobSpecView(WireModel, frozen=True):
     array_limit: int | None = None
     after_any: list[int] = []
     after_notok: list[int] = []
+    # run as its owner when it ends (submit --notify), its secrets hidden (gpudesk.redact)
+    notify: str | None = None
 
 
 class UsageFigures(WireModel, frozen=True):

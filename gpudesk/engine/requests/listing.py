@@ -321,4 +321,5 @@ def spec_view(spec: JobSpec) -> JobSpecView:
         array_limit=spec.array_limit,
         after_any=list(spec.after_any),
         after_notok=list(spec.after_notok),
+        notify=None if spec.notify is None else redact_secrets(spec.notify),
     )
