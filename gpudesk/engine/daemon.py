@@ -283,6 +283,7 @@ class Engine:
         with contextlib.suppress(Exception):  # best effort: a full disk must not block exit
             self.tracking.close()
         self.slurm.close()
+        self.hooks.close()  # a hook still running goes with the engine (its process group)
         self.offloop.close()
         self.metrics.close()
         self.attempts.containment.close()

@@ -183,9 +183,10 @@ class HookResult:
     cut: int  # output bytes beyond OUTPUT_KEPT, not kept
 
 
-def run_hook(run: HookRun) -> HookResult:
+def run_hook(run: HookRun, running: set[int] | None = None) -> HookResult:
     """Run one hook to its end or its timeout (then its process group is killed), keeping the
-    first OUTPUT_KEPT bytes of its output. On a worker thread, never the loop."""
+    first OUTPUT_KEPT bytes of its output. On a worker thread, never the loop. `running` holds
+    its pid while it runs (what `JobEndHooks.close` kills)."""
     started = time.monotonic()
     user = run.user
     process = subprocess.Popen(
@@ -200,6 +201,17 @@ def run_hook(run: HookRun) -> HookResult:
         group=user.gid if user else None,
         extra_groups=list(user.groups) if user else None,
     )
+    assert process.stdout is not None
+    if running is not None:
+        running.add(process.pid)
+    try:
+        return _follow(process, run, started)
+    finally:
+        if running is not None:
+            running.discard(process.pid)
+
+
+def _follow(process: subprocess.Popen[bytes], run: HookRun, started: float) -> HookResult:
     assert process.stdout is not None
     deadline = started + run.timeout_s
     kept, cut = bytearray(), 0
@@ -241,6 +253,7 @@ class JobEndHooks:
         self.seen: OrderedDict[tuple[int, float | None, int], None] = OrderedDict()
         self.workers: list[threading.Thread] = []
         self.lock = threading.Lock()  # one writer of hooks.log at a time
+        self.running: set[int] = set()  # the hooks running now, by pid (each leads its group)
 
     def job_changed(self, job: JobRecord) -> None:
         """An event listener: a job that ended gets its hooks queued (never waited for)."""
@@ -262,6 +275,14 @@ class JobEndHooks:
                 worker = threading.Thread(target=self._work, name="job-hook", daemon=True)
                 worker.start()
                 self.workers.append(worker)
+
+    def close(self) -> None:
+        """The engine stops: the hooks still running are killed (their process groups), not
+        left behind without a timeout; those still waiting never run."""
+        for pid in list(self.running):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)
+            log.warning("a job-end hook (pid %d) was killed: the engine stopped", pid)
 
     def runs_for(self, job: JobRecord) -> list[HookRun]:
         variables = job_variables(job)
@@ -295,7 +316,7 @@ class JobEndHooks:
         while True:
             run = self.runs.get()
             try:
-                result = run_hook(run)
+                result = run_hook(run, self.running)
             except OSError as exc:
                 self._record(run, f"could not start: {exc}", b"")
                 continue

@@ -148,3 +148,17 @@ def _alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
+
+
+def test_a_hook_still_running_when_the_engine_stops_goes_with_it(
+    home: Home, tmp_path: Path
+) -> None:
+    pid_file = tmp_path / "hook.pid"
+    engine = engine_with_hook(home, ["sh", "-c", f"echo $$ > {pid_file}; exec sleep 120"], 600)
+    try:
+        engine.submit({"name": "one", "command": ["true"]})
+        pid = int(wait_for(lambda: pid_file.exists() and pid_file.read_text().strip(), 20))
+        engine.stop()
+        wait_for(lambda: not _alive(pid), 10, what="the hook to go with the engine")
+    finally:
+        engine.client.close()
