@@ -30,8 +30,8 @@ def begins_later(job: JobRecord, now: float) -> bool:
 
 def next_begin(jobs: Iterable[JobRecord], now: float) -> float | None:
     """The earliest begin time still ahead among `jobs` (None: none is)."""
-    ahead = [job.spec.begin_at for job in jobs if begins_later(job, now)]
-    return min(ahead) if ahead else None  # type: ignore[type-var]
+    ahead = [begin for job in jobs if (begin := job.spec.begin_at) is not None and begin > now]
+    return min(ahead) if ahead else None
 
 
 def begin_text(job: JobRecord, now: float) -> str:
@@ -54,15 +54,11 @@ def submit_problem(index: int, spec: JobSpec) -> str:
             "job as -k, the k-th job of this request, before this one"
         )
     if spec.cluster is not None and (
-        spec.begin_at is not None
-        or spec.array_task is not None
-        or spec.after_any
-        or spec.after_notok
-        or spec.notify is not None
+        spec.array_task is not None or spec.after_any or spec.after_notok or spec.notify is not None
     ):
         return (
-            f"jobs[{index}]: begin_at, arrays, after_any, after_notok and notify are for the "
-            "station's jobs; a job sent to Slurm cannot take them yet"
+            f"jobs[{index}]: arrays, after_any, after_notok and notify are for the station's "
+            "jobs; a job sent to Slurm cannot take them yet (it takes begin_at and comment)"
         )
     return ""
 

@@ -294,6 +294,7 @@ def sbatch_options(spec: JobSpec, cluster: ClusterSpec, offer: GresOffer) -> lis
                 f"time_limit = {spec.time_limit_s:g} s (Slurm acts on whole minutes)",
             )
         )
+    options.extend(_begin_and_comment(spec))
     if spec.priority < 0:
         options.append(
             SbatchOption(
@@ -312,4 +313,20 @@ def sbatch_options(spec: JobSpec, cluster: ClusterSpec, offer: GresOffer) -> lis
                 f"{PRIORITY_RANGE[0]} to {PRIORITY_RANGE[1]})",
             )
         )
+    return options
+
+
+def _begin_and_comment(spec: JobSpec) -> list[SbatchOption]:
+    """sbatch's own --begin and --comment (submit --begin, --comment). The begin time goes as
+    seconds from now, worked out as sbatch runs: a cluster's controller may keep another time
+    zone, and its clock reads `now` as the engine's does."""
+    import time
+
+    options = []
+    if spec.begin_at is not None:
+        ahead = max(0, math.ceil(spec.begin_at - time.time()))
+        shown = time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(spec.begin_at))
+        options.append(SbatchOption("--begin", f"now+{ahead}", f"begin = {shown}"))
+    if spec.comment:
+        options.append(SbatchOption("--comment", spec.comment, "comment (squeue -O comment)"))
     return options

@@ -158,3 +158,25 @@ def test_bad_input_is_one_paragraph_and_queues_nothing(engine: EngineHandle) -> 
         else:
             raise AssertionError(f"{job} was accepted")
     assert engine.api.jobs() == []
+
+
+def test_an_array_from_the_typed_client_names_its_first_job(engine: EngineHandle) -> None:
+    from gpudesk.core.jobs import JobSpec
+    from gpudesk.core.submit_options import parse_array
+
+    array = parse_array("3,5%1")
+    specs = [
+        JobSpec(
+            name=f"t{task}",
+            command=("true",),
+            array_task=task,
+            array_job=-1 if number else None,
+            array_limit=array.limit,
+        )
+        for number, task in enumerate(array.tasks)
+    ]
+    ids = engine.api.submit(specs)
+    jobs = engine.wait_all_done(ids)
+    assert [j.spec.array_job for j in jobs] == [None, ids[0]]
+    assert [j.spec.array_task for j in jobs] == [3, 5]
+    assert jobs[1].started_at >= jobs[0].ended_at  # %1: one at a time
