@@ -127,7 +127,10 @@ def checked_spec(raw: dict[str, Any]) -> JobSpec:
             "time_limit_s": "--time",
             "preempt_signal": "--preempt-signal",
             "preempt_grace_s": "--preempt-grace",
-        }.get(exc.key, f"--{exc.key}")
+            "begin_at": "--begin",
+            "array_task": "--array",
+            "array_limit": "--array",
+        }.get(exc.key, f"--{exc.key.replace('_', '-')}")
         fail(f"{option}: {exc.message}", EXIT_USAGE)
     return spec
 

@@ -192,17 +192,18 @@ def parse_array(text: str) -> ArrayRange:
         first = int(match.group(1))
         last = int(match.group(2)) if match.group(2) is not None else first
         step = int(match.group(3)) if match.group(3) is not None else 1
-        if last < first or step < 1 or last > MAX_ARRAY_INDEX:
-            raise ValueError(
-                f"{part.strip()!r}: a range goes up (first-last, step 1 or more), "
-                f"its indices from 0 to {MAX_ARRAY_INDEX}"
-            )
+        if last > MAX_ARRAY_INDEX:
+            raise ValueError(f"{part.strip()!r}: an index is 0 to {MAX_ARRAY_INDEX}")
+        if last < first or step < 1:
+            raise ValueError(f"{part.strip()!r}: a range goes up (first-last, step 1 or more)")
         if (last - first) // step + 1 + len(tasks) > MAX_ARRAY_TASKS:
             raise ValueError(f"an array has at most {MAX_ARRAY_TASKS} tasks")
         tasks.extend(range(first, last + 1, step))
     limit: int | None = None
     if sep:
-        if not limit_text.strip().isdigit() or int(limit_text) < 1:
-            raise ValueError(f"%{limit_text}: the throttle is a whole number from 1 (%2)")
+        if not limit_text.strip().isdigit() or not 1 <= int(limit_text) <= MAX_ARRAY_TASKS:
+            raise ValueError(
+                f"%{limit_text}: the throttle is a whole number from 1 to {MAX_ARRAY_TASKS} (%2)"
+            )
         limit = int(limit_text)
     return ArrayRange(tuple(sorted(set(tasks))), limit)

@@ -135,6 +135,7 @@ def test_bad_input_is_one_paragraph_and_queues_nothing(engine: EngineHandle) -> 
         (("--begin", "tomorow"), "--begin: 'tomorow' is not a begin time"),
         (("--array", "9-2"), "--array: '9-2': a range goes up"),
         (("--array", "0-3%0"), "--array: %0: the throttle is a whole number from 1"),
+        (("--begin", "2031-01-01"), "--begin: a begin time is at most 366 days ahead"),
         (("--after-notok", "nosuchjob"), "nosuchjob"),
     ):
         done = gpudesk("submit", *args, "--", "true")
