@@ -147,7 +147,7 @@ class Engine:
         )
         self.events.listeners.append(self.tracking.job_changed)
         hooks = load_hooks(home.root, home.is_system)  # hooks.toml: the station's job-end hook
-        self.hooks = JobEndHooks(hooks, home.root / HOOKS_LOG, home.is_system)
+        self.hooks = JobEndHooks(hooks, home.root / HOOKS_LOG, home.is_system, self._wake)
         self.events.listeners.append(self.hooks.job_changed)  # runs them off the loop
         self.mps_watch = MpsWatch(
             home.root,
@@ -382,6 +382,7 @@ class Engine:
             ("loaders", self.check_loaders),
             ("logcap", self.logcap.check),
             ("archive", self.archiver.step),
+            ("hooks", lambda: self.hooks.drain(self.store.add_event)),  # hooks that ended
         ):
             started = clock()
             try:

@@ -33,6 +33,7 @@ import subprocess
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -173,6 +174,7 @@ class HookRun:
     user: Identity | None
     timeout_s: float
     what: str
+    job_id: int = 0
 
 
 @dataclass(frozen=True)
@@ -245,10 +247,18 @@ def _follow(process: subprocess.Popen[bytes], run: HookRun, started: float) -> H
 class JobEndHooks:
     """Runs the hooks of each job that ends, off the loop (module docstring)."""
 
-    def __init__(self, config: HookConfig | None, log_path: Path, system: bool) -> None:
+    def __init__(
+        self,
+        config: HookConfig | None,
+        log_path: Path,
+        system: bool,
+        wake: Callable[[], None] = lambda: None,
+    ) -> None:
         self.config = config
         self.log_path = log_path
         self.system = system
+        self.wake = wake  # the loop, when a hook has ended (its line for the job's events)
+        self.ended: queue.SimpleQueue[tuple[int, str]] = queue.SimpleQueue()
         self.runs: queue.Queue[HookRun] = queue.Queue(QUEUE_MAX)
         self.seen: OrderedDict[tuple[int, float | None, int], None] = OrderedDict()
         self.workers: list[threading.Thread] = []
@@ -276,6 +286,16 @@ class JobEndHooks:
                 worker.start()
                 self.workers.append(worker)
 
+    def drain(self, add_event: Callable[..., None]) -> None:
+        """On the loop: each hook that ended since, an event of its job (kind `hook`; the
+        store's `add_event(kind, message, job_id=...)`)."""
+        while True:
+            try:
+                job_id, said = self.ended.get_nowait()
+            except queue.Empty:
+                return
+            add_event("hook", said, job_id=job_id)
+
     def close(self) -> None:
         """The engine stops: the hooks still running are killed (their process groups), not
         left behind without a timeout; those still waiting never run."""
@@ -296,6 +316,7 @@ class JobEndHooks:
                     None,
                     self.config.timeout_s,
                     f"job {job.id}'s job-end hook",
+                    job.id,
                 )
             )
         if job.spec.notify is not None:  # the job's own: as its owner
@@ -308,6 +329,7 @@ class JobEndHooks:
                     owner,
                     NOTIFY_TIMEOUT_S,
                     f"job {job.id}'s --notify (as {job.owner.name})",
+                    job.id,
                 )
             )
         return runs
@@ -329,6 +351,8 @@ class JobEndHooks:
             self._record(run, said, result.output)
 
     def _record(self, run: HookRun, said: str, output: bytes) -> None:
+        self.ended.put((run.job_id, f"{run.what.split(' ', 2)[-1]}: {said}"))
+        self.wake()
         (log.warning if not said.startswith("exit 0 ") else log.info)("%s: %s", run.what, said)
         text = printable(safe_text(output.decode("utf-8", "surrogateescape")))
         lines = [f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {run.what}: {said}"]

@@ -133,6 +133,14 @@ def test_a_jobs_notify_runs_when_it_ends_and_a_failing_one_changes_nothing(
     assert job.spec.notify == command
     log = wait_for(lambda: "exit 5" in (t := _log(engine.home)) and t, 10, what="its log")
     assert f"job {job_id}'s --notify" in log
+    # and in the job's own events, as `gpudesk show` lists them
+    said = wait_for(
+        lambda: [e.message for e in engine.show(job_id).events if e.kind == "hook"],
+        10,
+        what="the hook's event",
+    )
+    assert said == [f"--notify (as {job.user}): exit 5 in {said[0].split(' in ')[1]}"]
+    assert "hook" in gpudesk("show", str(job_id)).stdout
     bad = gpudesk("submit", "--notify", "echo hi\x1b[2J", "--", "true")
     assert bad.returncode == 2 and "--notify: " in bad.stderr and "control characters" in bad.stderr
 
