@@ -525,10 +525,15 @@ class JobSpec:
         """JSON-ready for the request and the store's row (msgspec: the tracking and cluster
         tables as dicts; tuples stay tuples, which json writes as arrays). The text is then
         written by stdlib `json`, which keeps a non-UTF-8 file name's surrogates (msgspec.json
-        refuses them)."""
+        refuses them). Issue 41's fields are left out while unset, so that a job using none of
+        them is one an engine from before them takes (it refuses a field it does not know)."""
         import msgspec  # here, not at the top: `gpudesk top` reads job states and sends no spec
 
-        return cast("dict[str, Any]", msgspec.to_builtins(self))
+        data = cast("dict[str, Any]", msgspec.to_builtins(self))
+        for key in SUBMIT_OPTION_FIELDS:
+            if not data[key] and data[key] != 0:  # None, empty; an array's task 0 is kept
+                del data[key]
+        return data
 
     @classmethod
     def from_dict(cls, data: Any) -> JobSpec:
@@ -552,10 +557,9 @@ class JobSpec:
         for key in ("group", "sweep"):
             if key in data and data[key] is not None:
                 values[key] = _checked(key, check_name, data[key])
-        if values.get("array_task") is None and (
-            values.get("array_job") is not None or values.get("array_limit") is not None
-        ):
-            raise SpecError("array_task", "an array's job and throttle come with its task index")
+        for key in ("array_job", "array_limit"):
+            if values.get(key) is not None and values.get("array_task") is None:
+                raise SpecError(key, "an array's job (and its throttle) needs array_task too")
         if "selection" in data and data["selection"] is not None and not values.get("dataset"):
             raise SpecError(
                 "selection", "a selection applies to the job's dataset: name the dataset too"
@@ -618,4 +622,15 @@ _CHECKS: dict[str, Callable[[Any], Any]] = {
     "notify": check_notify,
 }
 _FIELDS = frozenset({"name", "command", "shell", "group", "sweep", *_CHECKS})
+# core/submit_options.py's fields (issue 41 item 5): sent and stored only where set
+SUBMIT_OPTION_FIELDS = (
+    "begin_at",
+    "comment",
+    "array_job",
+    "array_task",
+    "array_limit",
+    "after_any",
+    "after_notok",
+    "notify",
+)
 FIELD_CHECKS: Mapping[str, Callable[[Any], Any]] = _CHECKS

@@ -157,8 +157,15 @@ def check_array_task(value: Any) -> int:
 
 def check_array_job(value: Any) -> int:
     """The array's first job: its id, or -k for the k-th job of the same request."""
-    if isinstance(value, bool) or not isinstance(value, int) or value == 0:
-        raise ValueError(f"expected a job id (or -k: the k-th job of the request), found {value!r}")
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int)
+        or value == 0
+        or not -MAX_ARRAY_TASKS <= value < 2**63
+    ):
+        raise ValueError(
+            f"expected a job id (or -k: the k-th job of the request), found {str(value)[:40]}"
+        )
     return value
 
 

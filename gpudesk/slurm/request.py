@@ -317,16 +317,16 @@ def sbatch_options(spec: JobSpec, cluster: ClusterSpec, offer: GresOffer) -> lis
 
 
 def _begin_and_comment(spec: JobSpec) -> list[SbatchOption]:
-    """sbatch's own --begin and --comment (submit --begin, --comment). The begin time goes as
-    seconds from now, worked out as sbatch runs: a cluster's controller may keep another time
-    zone, and its clock reads `now` as the engine's does."""
+    """sbatch's own --begin and --comment (submit --begin, --comment). The begin time in the
+    engine's local time, as sbatch reads it (the same moment in a script exported now and
+    submitted later; a time past means at once, to Slurm too)."""
     import time
 
     options = []
     if spec.begin_at is not None:
-        ahead = max(0, math.ceil(spec.begin_at - time.time()))
-        shown = time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(spec.begin_at))
-        options.append(SbatchOption("--begin", f"now+{ahead}", f"begin = {shown}"))
+        local = time.localtime(spec.begin_at)
+        shown = time.strftime("%Y-%m-%dT%H:%M:%S", local)
+        options.append(SbatchOption("--begin", shown, f"begin, {time.strftime('%Z', local)}"))
     if spec.comment:
         options.append(SbatchOption("--comment", spec.comment, "comment (squeue -O comment)"))
     return options

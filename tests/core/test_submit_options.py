@@ -103,6 +103,8 @@ def test_the_spec_checks_each_new_field_by_its_name() -> None:
         with pytest.raises(SpecError) as caught:
             JobSpec.from_dict({**base, "array_task": 0, field: value})
         assert caught.value.key == field
-    with pytest.raises(SpecError, match="array_task"):
-        JobSpec.from_dict({**base, "array_limit": 2})
+    for key in ("array_job", "array_limit"):
+        with pytest.raises(SpecError, match="needs array_task") as caught:
+            JobSpec.from_dict({**base, key: 2 if key == "array_limit" else -1})
+        assert caught.value.key == key
     assert os.environ.get("TZ") != "Europe/Paris"

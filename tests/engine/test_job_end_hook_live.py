@@ -170,3 +170,14 @@ def test_a_hook_still_running_when_the_engine_stops_goes_with_it(
         wait_for(lambda: not _alive(pid), 10, what="the hook to go with the engine")
     finally:
         engine.client.close()
+
+
+def test_a_notify_commands_secrets_are_hidden_where_the_job_is_listed(
+    engine: EngineHandle,
+) -> None:
+    command = "curl -s 'https://hooks.example.org/in?channel=lab&token=s3cret'"
+    (job_id,) = engine.submit({"name": "quiet", "command": ["true"], "notify": command})
+    shown = engine.job(job_id).spec.notify
+    assert shown is not None and "channel=lab&token=***" in shown and "s3cret" not in shown
+    assert "s3cret" not in gpudesk("show", str(job_id)).stdout
+    assert "s3cret" not in gpudesk("queue", "--all", "--json").stdout
