@@ -62,6 +62,8 @@ def job(job_id: int) -> dict[str, Any]:
     return {
         "id": job_id,
         "name": f"sweep-lr{job_id % 7}-bs{job_id % 5}",
+        "user": "ada",
+        "uid": 1000,
         "state": "running" if job_id % 3 else "succeeded",
         "group": "sweep@20261124-080000.4242",
         "submitted_at": 1_790_000_000.0 + job_id,

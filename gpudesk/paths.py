@@ -286,6 +286,7 @@ def check_state_file(path: Path) -> None:
 SYSTEM_STATE_DIR = Path("/var/lib/gpudesk")
 SYSTEM_SOCKET = Path("/run/gpudesk/control.sock")
 SYSTEM_GROUP = "gpudesk"
+SYSTEM_ADMIN_GROUP = "gpudesk-admin"  # a system engine's admin group, unless told another
 
 
 def system_socket_from_env() -> Path | None:

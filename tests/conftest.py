@@ -33,6 +33,7 @@ from gpudesk.paths import Home
 
 # The tests never read the user's own defaults (gpudesk.cli.config); test_config names its files.
 os.environ["GPUDESK_CONFIG"] = ""
+os.environ["GPUDESK_SITE_CONFIG"] = ""  # nor the machine's /etc/gpudesk/config.toml
 
 # A suite started as a background job of a non-interactive shell (`.ci/run &`, nohup, some CI
 # runners) inherits SIGINT ignored, and so would every process a test starts: Python then never

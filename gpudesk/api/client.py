@@ -30,6 +30,7 @@ from gpudesk.api.models import (
     ConfigureResult,
     DamagedJob,
     DatasetsResult,
+    EditResult,
     JobDetail,
     JobEvent,
     JobList,
@@ -54,6 +55,7 @@ from gpudesk.core.wire.requests import (
     CancelArgs,
     ConfigureArgs,
     DatasetsArgs,
+    EditArgs,
     JobRefsArgs,
     JobsArgs,
     LogArgs,
@@ -495,6 +497,28 @@ class Client:
     ) -> list[ActionOutcome]:
         """Set the priority, or move it by `delta` (+1 raises, -1 lowers)."""
         return self._act("priority", PriorityArgs(jobs=list(jobs), priority=priority, delta=delta))
+
+    def edit_job(
+        self,
+        job: JobRef,
+        fields: Mapping[str, Any] | None = None,
+        *,
+        set_env: Mapping[str, str] | None = None,
+        unset_env: Sequence[str] = (),
+    ) -> EditResult:
+        """Edit a job that has not started (`gpudesk edit`): `fields` replaces its spec's
+        fields by `JobSpec` name (`name`, `command`, `time_limit_s`, `gpus`, `after`, ...:
+        `gpudesk.core.job_edit.EDITABLE_FIELDS`; None clears one to its default), `set_env`
+        sets variables of its environment and `unset_env` removes some. Checked as a new
+        submit is; an EngineError `refused` for a job that started or is another's,
+        `invalid_args` naming a field, `unknown_job`. The job keeps its id and its place."""
+        args = EditArgs(
+            job=job,
+            fields=dict(fields or {}),
+            set_env=dict(set_env or {}),
+            unset_env=list(unset_env),
+        )
+        return self.ask(EditResult, "edit", args)
 
     def _act(self, op: str, args: JobRefsArgs) -> list[ActionOutcome]:
         return self.ask(ActionResult, op, args).results

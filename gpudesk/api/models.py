@@ -57,6 +57,9 @@ from gpudesk.core.wire.jobs import (
     DemandView as DemandView,
 )
 from gpudesk.core.wire.jobs import (
+    EditResult as EditResult,
+)
+from gpudesk.core.wire.jobs import (
     EventView as EventView,
 )
 from gpudesk.core.wire.jobs import (
@@ -270,6 +273,7 @@ __all__ = [
     "DamagedJob",
     "DatasetsResult",
     "DemandView",
+    "EditResult",
     "EventView",
     "GpuCounts",
     "GpuModelView",

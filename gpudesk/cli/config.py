@@ -15,11 +15,15 @@ key an option's long name with or without dashes (`time = "2h"`, `max-attempts =
 Values go to click as the option's default (`default_map`), so the command line always wins
 and a value is checked as if typed. An unknown command or option, or a file that is not TOML,
 is one paragraph naming the file and the key, and the command does not run.
+
+Under it lies the site's file, `/etc/gpudesk/config.toml` (gpudesk.cli.site_config), with the
+same tables: gpudesk's own defaults < the site's < the user's < the command line.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -40,9 +44,11 @@ def config_path() -> Path | None:
     return Path(user_config_dir("gpudesk")) / "config.toml"
 
 
-def _read(path: Path) -> dict[str, Any]:
-    from gpudesk.toml_lines import tomllib
+SITE = "the site config file"  # how its messages name the site's file
+SITE_HINT = " (the site's defaults for every user: its admin can fix it)"
 
+
+def _read(path: Path) -> dict[str, Any]:
     try:
         data = path.read_bytes()
     except FileNotFoundError:
@@ -51,16 +57,41 @@ def _read(path: Path) -> dict[str, Any]:
         raise CliError(
             f"cannot read the config file {path}: {exc.strerror or exc}", EXIT_USAGE
         ) from None
+    return _parse(path, data)
+
+
+def read_site(path: Path) -> dict[str, Any]:
+    """The site config file's tables ({} when there is none), read only if it can be trusted
+    (gpudesk.cli.site_config)."""
+    from gpudesk.cli.site_config import SiteConfigRefused, read_site_bytes
+
+    try:
+        data = read_site_bytes(path)
+    except SiteConfigRefused as exc:
+        raise CliError(
+            f"{SITE} {path} is not read: {exc}. gpudesk reads it only where no one but root "
+            f"could have written it, and does not run without it{SITE_HINT}",
+            EXIT_USAGE,
+        ) from None
+    except OSError as exc:
+        raise CliError(f"cannot read {SITE} {path}: {exc.strerror or exc}", EXIT_USAGE) from None
+    return {} if data is None else _parse(path, data, SITE, SITE_HINT)
+
+
+def _parse(
+    path: Path, data: bytes, what: str = "the config file", hint: str = ""
+) -> dict[str, Any]:
+    from gpudesk.toml_lines import tomllib
+
     try:
         return tomllib.loads(data.decode("utf-8"))
     except UnicodeDecodeError:
-        raise CliError(f"the config file {path} is not UTF-8 text", EXIT_USAGE) from None
+        raise CliError(f"{what} {path} is not UTF-8 text{hint}", EXIT_USAGE) from None
     except tomllib.TOMLDecodeError as exc:
-        raise CliError(f"the config file {path} is not valid TOML: {exc}", EXIT_USAGE) from None
+        raise CliError(f"{what} {path} is not valid TOML: {exc}{hint}", EXIT_USAGE) from None
     except RecursionError:  # tomllib recurses once per level of nesting: `a = [[[[…`
         raise CliError(
-            f"the config file {path} is not valid TOML: arrays or inline tables are nested too "
-            "deeply",
+            f"{what} {path} is not valid TOML: arrays or inline tables are nested too deeply{hint}",
             EXIT_USAGE,
         ) from None
     except ValueError as exc:  # tomllib lets Python's int() digit limit through as ValueError
@@ -69,12 +100,7 @@ def _read(path: Path) -> dict[str, Any]:
             if "integer string conversion" in str(exc)
             else str(exc)
         )
-        raise CliError(f"the config file {path} is not valid TOML: {reason}", EXIT_USAGE) from None
-
-
-def sections(path: Path) -> list[str]:
-    """The names of the file's top-level tables (the commands it sets options for)."""
-    return list(_read(path))
+        raise CliError(f"{what} {path} is not valid TOML: {reason}{hint}", EXIT_USAGE) from None
 
 
 def default_map(command: Any, path: Path | None = None) -> DefaultMap:
@@ -83,7 +109,11 @@ def default_map(command: Any, path: Path | None = None) -> DefaultMap:
     path = path if path is not None else config_path()
     if path is None:
         return {}
-    document = _read(path)
+    return defaults_of(command, _read(path), path)
+
+
+def defaults_of(command: Any, document: dict[str, Any], path: Path) -> DefaultMap:
+    """click's default_map for `command` from a config file's tables (read from `path`)."""
     result: DefaultMap = {}
     for section, table in document.items():
         if not isinstance(table, dict):
@@ -93,6 +123,17 @@ def default_map(command: Any, path: Path | None = None) -> DefaultMap:
                 EXIT_USAGE,
             )
         _fill(command, [section], table, result, path)
+    return result
+
+
+def layered(under: DefaultMap, over: DefaultMap) -> DefaultMap:
+    """Two default maps as one, `over`'s values winning, table by table (a user's `[submit]
+    time` over the site's, the site's `[submit] mem` kept)."""
+    result = dict(under)
+    for key, value in over.items():
+        below = result.get(key)
+        is_table = isinstance(value, dict) and isinstance(below, dict)
+        result[key] = layered(below, value) if is_table else value  # type: ignore[arg-type]
     return result
 
 
@@ -132,3 +173,25 @@ def _fill(
                 EXIT_USAGE,
             )
         own[param.name] = value
+
+
+def option_defaults(command: Any, every_command: Callable[[], Any] | None = None) -> DefaultMap:
+    """The option defaults of the site's and the user's config files, the user's winning,
+    checked against `command` (the click tree this run uses), or against `every_command()`
+    when `command` holds only some commands and a file names one it lacks."""
+    from gpudesk.cli.site_config import site_config_path
+
+    files: list[tuple[Path, dict[str, Any]]] = []
+    site = site_config_path()
+    if site is not None and os.path.lexists(site):
+        files.append((site, read_site(site)))
+    user = config_path()
+    if user is not None and user.exists():
+        files.append((user, _read(user)))
+    named = {section for _, document in files for section in document}
+    if every_command is not None and not named <= set(getattr(command, "commands", {})):
+        command = every_command()
+    result: DefaultMap = {}
+    for path, document in files:
+        result = layered(result, defaults_of(command, document, path))
+    return result

@@ -1,4 +1,4 @@
-"""`gpudesk engine start / stop / status`: the daemon for this GPUDESK_HOME."""
+"""`gpudesk engine start / stop / status / print-unit`: the daemon for this GPUDESK_HOME."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import typer
 
 from gpudesk.cli.common import current_home, engine_client, fail, print_json
 from gpudesk.cli.exit_codes import EXIT_FAILED, EXIT_NOT_RUNNING, EXIT_USAGE
-from gpudesk.paths import SYSTEM_GROUP, SYSTEM_SOCKET, SYSTEM_STATE_DIR
+from gpudesk.paths import SYSTEM_ADMIN_GROUP, SYSTEM_GROUP, SYSTEM_SOCKET, SYSTEM_STATE_DIR
 
 if TYPE_CHECKING:
     from gpudesk.api.models import LoopTimingView, StationStatus
@@ -313,3 +313,28 @@ def loop_line(loop: LoopTimingView) -> str:
         if turns.slowest:
             text += f" ({turns.slowest[0].step})"
     return text
+
+
+@engine_app.command("print-unit")
+def engine_print_unit(
+    state_dir: Path = typer.Option(SYSTEM_STATE_DIR, "--state-dir", help="Where its state lives."),
+    socket: Path = typer.Option(
+        SYSTEM_SOCKET, "--socket", help="Its socket (its folder is the group's)."
+    ),
+    group: str = typer.Option(SYSTEM_GROUP, "--group", help="The group whose members may use it."),
+    admin_group: str = typer.Option(
+        SYSTEM_ADMIN_GROUP, "--admin-group", help="The group of its admins."
+    ),
+) -> None:
+    """Print the systemd unit of the station's engine, run by this Python. Install it with
+    `gpudesk engine print-unit | sudo tee /etc/systemd/system/gpudesk.service`."""
+    from gpudesk.api.connection import daemon_args
+    from gpudesk.cli.engine_unit import unit_text
+    from gpudesk.paths import Home
+    from gpudesk.spawn import module_argv
+
+    home = Home.system(socket, state_dir)
+    system_args = ("--group", group, "--admin-group", admin_group)
+    sys.stdout.write(
+        unit_text(module_argv("gpudesk.engine.daemon", *daemon_args(home, None, system_args)))
+    )

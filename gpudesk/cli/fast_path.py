@@ -70,9 +70,9 @@ def plain_queue_options(args: list[str]) -> QueueOptions | None:
 
 def _has_option_defaults() -> bool:
     from gpudesk.cli.config import config_path
+    from gpudesk.cli.site_config import site_config_path
 
-    path = config_path()
-    return path is not None and os.path.lexists(path)
+    return any(p is not None and os.path.lexists(p) for p in (config_path(), site_config_path()))
 
 
 def run_plain_queue(args: list[str]) -> bool:

@@ -28,9 +28,9 @@ import sys
 
 import gpudesk
 
-# What names the config file (gpudesk.cli.config: GPUDESK_CONFIG, else platformdirs' folder,
-# which follows these).
-CONFIG_ENVIRONMENT = ("GPUDESK_CONFIG", "XDG_CONFIG_HOME", "HOME")
+# What names the config files (gpudesk.cli.config: GPUDESK_CONFIG, else platformdirs' folder,
+# which follows these; the site's, gpudesk.cli.site_config: GPUDESK_SITE_CONFIG).
+CONFIG_ENVIRONMENT = ("GPUDESK_CONFIG", "XDG_CONFIG_HOME", "HOME", "GPUDESK_SITE_CONFIG")
 
 
 def cache_folder() -> str:
@@ -53,6 +53,13 @@ def _stat(path: str) -> str:
     return f"{path}:{found.st_mtime_ns}:{found.st_size}"
 
 
+def _site_stat() -> str:
+    from gpudesk.cli.site_config import site_config_path
+
+    site = site_config_path()
+    return _stat(str(site)) if site is not None else "no site config file"
+
+
 def fingerprint(config_file: str) -> str:
     """One line naming everything the root help is made from; `config_file` is the config
     file the help's defaults were read from ("" for none)."""
@@ -68,6 +75,7 @@ def fingerprint(config_file: str) -> str:
         *(_stat(folder) for folder in site.getsitepackages()),
         *(f"{name}={os.environ.get(name)!r}" for name in CONFIG_ENVIRONMENT),
         _stat(config_file) if config_file else "no config file",
+        _site_stat(),
     ]
     return " | ".join(parts)
 

@@ -38,6 +38,7 @@ ROOT_COMMANDS: dict[str, str] = {
     "release": "jobs",
     "priority": "jobs",
     "requeue": "jobs",
+    "edit": "edit",
     "history": "history",
     "grid": "grid",
     "top": "top",
@@ -169,18 +170,16 @@ def usage_paragraph(exc: Exception) -> str:
 
 
 def _user_defaults(command: Any, partial: bool) -> dict[str, object]:
-    """The option defaults of the user's config file (gpudesk.cli.config), if there is one,
+    """The option defaults of the site's and the user's config files (gpudesk.cli.config),
     checked against `command`, the click command tree this run uses: against every command
-    when that tree holds only some (the file may set options of any command) and the file
-    names one it lacks."""
-    from gpudesk.cli.config import config_path, default_map, sections
+    when that tree holds only some (a file may set options of any command) and a file names
+    one it lacks."""
+    from gpudesk.cli.config import option_defaults
 
-    path = config_path()
-    if path is None or not path.exists():
-        return {}
-    if partial and not set(sections(path)) <= set(getattr(command, "commands", {})):
-        command = typer.main.get_command(build_app())
-    return default_map(command, path)
+    def every_command() -> Any:
+        return typer.main.get_command(build_app())
+
+    return option_defaults(command, every_command if partial else None)
 
 
 def _print_root_help(command: Any, defaults: dict[str, object]) -> None:

@@ -87,7 +87,9 @@ def _usage_pieces(command: Any, ctx: Any) -> list[str]:
     return pieces
 
 
-def _write_params(command: Any, ctx: Any, formatter: Any) -> None:
+def param_rows(command: Any, ctx: Any) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    """A command's arguments and options as help lists them: (name with its value, help text)
+    each, hidden ones left out (the man pages, gpudesk.cli.manpages, list the same)."""
     arguments: list[tuple[str, str]] = []
     options: list[tuple[str, str]] = []
     for param in command.get_params(ctx):
@@ -107,6 +109,11 @@ def _write_params(command: Any, ctx: Any, formatter: Any) -> None:
                     joined += " " + option_metavar(param)
                 names.append(joined)
         options.append((" / ".join(names), help_text))
+    return arguments, options
+
+
+def _write_params(command: Any, ctx: Any, formatter: Any) -> None:
+    arguments, options = param_rows(command, ctx)
     for title, rows in (("Arguments", arguments), ("Options", options)):
         if rows:
             with formatter.section(title):

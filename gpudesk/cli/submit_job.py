@@ -120,19 +120,27 @@ def checked_spec(raw: dict[str, Any]) -> JobSpec:
         if exc.key == "tracking":  # "mlflow_uri: …" or "experiment: …"
             field, _, message = exc.message.partition(": ")
             fail(f"--{field.replace('_', '-')}: {message}", EXIT_USAGE)
-        option = {
-            "memory_gb": "--mem",
-            "sm_pct": "--sm",
-            "max_attempts": "--max-attempts",
-            "time_limit_s": "--time",
-            "preempt_signal": "--preempt-signal",
-            "preempt_grace_s": "--preempt-grace",
-            "begin_at": "--begin",
-            "array_task": "--array",
-            "array_limit": "--array",
-        }.get(exc.key, f"--{exc.key.replace('_', '-')}")
-        fail(f"{option}: {exc.message}", EXIT_USAGE)
+        fail(f"{option_of(exc.key)}: {exc.message}", EXIT_USAGE)
     return spec
+
+
+# a JobSpec field's option where the two names differ (submit's and edit's)
+SPEC_OPTIONS = {
+    "memory_gb": "--mem",
+    "sm_pct": "--sm",
+    "max_attempts": "--max-attempts",
+    "time_limit_s": "--time",
+    "preempt_signal": "--preempt-signal",
+    "preempt_grace_s": "--preempt-grace",
+    "begin_at": "--begin",
+    "array_task": "--array",
+    "array_limit": "--array",
+}
+
+
+def option_of(field: str) -> str:
+    """The option that gives a JobSpec field: "--mem" for memory_gb."""
+    return SPEC_OPTIONS.get(field, f"--{field.replace('_', '-')}")
 
 
 def after_refs(after: list[str]) -> list[str]:

@@ -11,14 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from gpudesk.core.cluster import ClusterSpec, check_cluster
-from gpudesk.core.submit_options import (
-    check_array_job,
-    check_array_limit,
-    check_array_task,
-    check_begin_at,
-    check_comment,
-    check_notify,
-)
+from gpudesk.core.submit_options import SUBMIT_OPTION_CHECKS, SUBMIT_OPTION_FIELDS
 from gpudesk.text import is_os_text, is_text, safe_text
 
 MAX_NAME_LEN = 200
@@ -47,6 +40,7 @@ PRIORITY_RANGE = (-1000, 1000)
 # MLflow's own limits (mlflow.utils.validation): a param's key and value, a run's params.
 MLFLOW_MAX_PARAM_KEY = 250
 MLFLOW_MAX_PARAM_VALUE = 6000
+MAX_OBJECTIVE_CHARS = 240  # a sweep's roll-up logs "best/<objective>": within MLflow's 250
 MAX_TRACKING_PARAMS = 100
 MAX_TRACKING_URI = 2000
 DEFAULT_EXPERIMENT = "gpudesk"  # a single job's experiment unless --experiment names one
@@ -400,17 +394,22 @@ class TrackingSpec:
     """Where a job's MLflow run goes and what it adds to it (docs/tracking.md): one run per job
     in `experiment` of the store at `mlflow_uri`. `params`: the job's own values of its sweep's
     grid, logged as params; `sweep_params`: that grid (each parameter's values), the params of
-    the sweep's parent run."""
+    the sweep's parent run; `objective` and `goal`: the result metric the parent run rolls its
+    best child up by (the profile's [report]; None: the first result metric, maximised)."""
 
     mlflow_uri: str
     experiment: str = DEFAULT_EXPERIMENT
     params: Mapping[str, str] = field(default_factory=dict)
     sweep_params: Mapping[str, str] = field(default_factory=dict)
+    objective: str | None = None
+    goal: str | None = None  # "max" or "min", given with `objective`
 
     def to_dict(self) -> dict[str, Any]:
         import msgspec  # here, not at the top: `gpudesk top` reads job states and sends no spec
 
-        return cast("dict[str, Any]", msgspec.to_builtins(self))
+        data = cast("dict[str, Any]", msgspec.to_builtins(self))
+        # absent unless given: an engine from before them refuses a key it does not know
+        return {k: v for k, v in data.items() if v is not None or k not in ("objective", "goal")}
 
     @classmethod
     def from_stored(cls, data: Mapping[str, Any]) -> TrackingSpec:
@@ -419,15 +418,33 @@ class TrackingSpec:
             data["experiment"],
             dict(data.get("params") or {}),
             dict(data.get("sweep_params") or {}),
+            data.get("objective"),
+            data.get("goal"),
         )
 
 
-TRACKING_KEYS = ("mlflow_uri", "experiment", "params", "sweep_params")
+TRACKING_KEYS = ("mlflow_uri", "experiment", "params", "sweep_params", "objective", "goal")
+
+
+def _check_objective(value: Mapping[str, Any]) -> tuple[str | None, str | None]:
+    """A tracking table's `objective` (a result metric's name, as MLflow may name a metric)
+    and `goal` ("max" or "min"): both or neither."""
+    objective, goal = value.get("objective"), value.get("goal")
+    if objective is None and goal is None:
+        return None, None
+    if not isinstance(objective, str) or not 1 <= len(objective) <= MAX_OBJECTIVE_CHARS:
+        raise ValueError(
+            f"objective: expected a result metric's name of 1 to {MAX_OBJECTIVE_CHARS} "
+            f"characters (with goal), found {describe(objective)}"
+        )
+    if goal not in ("max", "min"):
+        raise ValueError(f'goal: expected "max" or "min" (with objective), found {describe(goal)}')
+    return objective, goal
 
 
 def check_tracking(value: Any) -> TrackingSpec:
     """A job's `tracking` table: `mlflow_uri` (required), `experiment`, `params`,
-    `sweep_params`."""
+    `sweep_params`, `objective` and `goal`."""
     if isinstance(value, TrackingSpec):
         value = value.to_dict()
     if not isinstance(value, Mapping):
@@ -455,6 +472,7 @@ def check_tracking(value: Any) -> TrackingSpec:
         experiment,
         _check_params(value.get("params") or {}, "params"),
         _check_params(value.get("sweep_params") or {}, "sweep_params"),
+        *_check_objective(value),
     )
 
 
@@ -469,7 +487,8 @@ check_preempt_grace = number_in(1.0, MAX_PREEMPT_GRACE_S)
 
 @dataclass(frozen=True)
 class JobSpec:
-    """Everything a job asks for. Immutable once submitted."""
+    """Everything a job asks for. A frozen value: `gpudesk edit` (core/job_edit.py) replaces a
+    queued job's spec with a new one, checked whole; nothing changes it once the job started."""
 
     name: str
     command: tuple[str, ...]
@@ -612,25 +631,9 @@ _CHECKS: dict[str, Callable[[Any], Any]] = {
     "preemptible": check_bool,
     "preempt_signal": check_preempt_signal,
     "preempt_grace_s": check_preempt_grace,
-    "begin_at": check_begin_at,
-    "comment": check_comment,
-    "array_job": check_array_job,
-    "array_task": check_array_task,
-    "array_limit": check_array_limit,
+    **SUBMIT_OPTION_CHECKS,
     "after_any": check_after,
     "after_notok": check_after,
-    "notify": check_notify,
 }
 _FIELDS = frozenset({"name", "command", "shell", "group", "sweep", *_CHECKS})
-# core/submit_options.py's fields (issue 41 item 5): sent and stored only where set
-SUBMIT_OPTION_FIELDS = (
-    "begin_at",
-    "comment",
-    "array_job",
-    "array_task",
-    "array_limit",
-    "after_any",
-    "after_notok",
-    "notify",
-)
 FIELD_CHECKS: Mapping[str, Callable[[Any], Any]] = _CHECKS

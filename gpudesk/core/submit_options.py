@@ -214,3 +214,16 @@ def parse_array(text: str) -> ArrayRange:
             )
         limit = int(limit_text)
     return ArrayRange(tuple(sorted(set(tasks))), limit)
+
+
+# The JobSpec fields these are (issue 41 item 5), each's check: a request and the store carry
+# them only where set (JobSpec.to_dict), so a job using none is one an older engine takes.
+SUBMIT_OPTION_CHECKS = {
+    "begin_at": check_begin_at,
+    "comment": check_comment,
+    "array_job": check_array_job,
+    "array_task": check_array_task,
+    "array_limit": check_array_limit,
+    "notify": check_notify,
+}
+SUBMIT_OPTION_FIELDS = (*SUBMIT_OPTION_CHECKS, "after_any", "after_notok")

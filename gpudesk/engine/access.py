@@ -18,8 +18,6 @@ from dataclasses import dataclass
 from gpudesk.core.identity import Caller, group_name, user_name
 from gpudesk.core.records import JobRecord
 
-DEFAULT_ADMIN_GROUP = "gpudesk-admin"  # a system engine's admin group, unless told another
-
 
 @dataclass(frozen=True)
 class Access:

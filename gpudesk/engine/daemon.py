@@ -35,7 +35,7 @@ from gpudesk.core.datasets import DatasetSpec
 from gpudesk.core.identity import Caller, group_id
 from gpudesk.core.station import DEFAULT_JOB_MEMORY_FRACTION, StationConfig, host_cores
 from gpudesk.core.wire.telemetry import Snapshot
-from gpudesk.engine.access import DEFAULT_ADMIN_GROUP, Access
+from gpudesk.engine.access import Access
 from gpudesk.engine.activity import EngineActivity
 from gpudesk.engine.archive import Archiver
 from gpudesk.engine.attempts import Attempts
@@ -68,6 +68,7 @@ from gpudesk.engine.store.database import Store
 from gpudesk.hw.containment import limits_for
 from gpudesk.hw.job_hooks import HOOKS_LOG, JobEndHooks, load_hooks
 from gpudesk.paths import (
+    SYSTEM_ADMIN_GROUP,
     SYSTEM_GROUP,
     SYSTEM_SOCKET,
     SYSTEM_STATE_DIR,
@@ -537,7 +538,7 @@ def _parser() -> argparse.ArgumentParser:
         "--admin-group",
         metavar="NAME",
         help="a group whose members are admins: they act on every job and change station "
-        f"settings (a system engine's; its default is {DEFAULT_ADMIN_GROUP})",
+        f"settings (a system engine's; its default is {SYSTEM_ADMIN_GROUP})",
     )
     return parser
 
@@ -567,7 +568,7 @@ def _station_group(args: argparse.Namespace) -> int | None:
 def _access(args: argparse.Namespace) -> Access | None:
     """Who is an admin: --admin-group's members (a system engine's default group, where it
     exists), else root alone; None for a personal engine without --admin-group."""
-    admin_group = args.admin_group or (DEFAULT_ADMIN_GROUP if args.system else None)
+    admin_group = args.admin_group or (SYSTEM_ADMIN_GROUP if args.system else None)
     if not admin_group:
         return None
     gid = group_id(admin_group)

@@ -467,6 +467,9 @@ class Scheduler:
             self.store.finish_queued(rejection.job_id, JobState.FAILED, rejection.reason)
             self.events.job(rejection.job_id, rejection.reason)
         for placement in decision.placements:
+            queued = self.queue.get(placement.job_id)
+            if queued is not None and self.tracking.prepare(queued):
+                continue  # it waits for its MLflow run, made now; placed again once it is
             job = self.queue.remove(placement.job_id)
             assert job is not None, f"the policy placed job {placement.job_id}, not queued"
             self.overtaken.pop(job.id, None)

@@ -12,6 +12,9 @@ the cgroups of attempts that are no longer running.
 Layout: `<cgroup v2 mount>/gpudesk-u<uid>-<home digest>/job-<job id>-<attempt number>`. The v2
 mount is read from /proc/self/mounts (/sys/fs/cgroup on a unified host, /sys/fs/cgroup/unified on
 a hybrid one). One folder per home, so two engines of one user never touch each other's jobs.
+A system engine that systemd runs in a unit with `Delegate=yes` keeps its attempts in its unit's
+delegated subtree instead (`<unit's cgroup>/jobs/job-<job id>-<attempt number>`; how it is found
+and why the engine runs in a leaf beside it: gpudesk.hw.delegation).
 Where no v2 hierarchy is mounted, where it is not writable (a personal engine under systemd, which
 delegates no cgroup to it here) or where GPUDESK_CGROUP=off, attempts keep the process group alone
 and `gpudesk show` says why.
@@ -38,6 +41,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+
+from gpudesk.hw import delegation
 
 log = logging.getLogger("gpudesk.engine")
 
@@ -166,21 +171,41 @@ def remove(cgroup: Path, wait: float = REMOVE_WAIT_S) -> bool:
 class Containment:
     """The engine's cgroups: where they are (or why there are none) and their life cycle."""
 
-    def __init__(self, base: Path | None, reason: str) -> None:
+    def __init__(
+        self, base: Path | None, reason: str, note: str = "", earlier: Path | None = None
+    ) -> None:
         self.base = base  # this home's folder in the v2 hierarchy; None: process groups only
         self.reason = reason  # why process groups only ("" with a base)
+        self.note = note  # why the raw path although systemd started the engine ("" if not)
+        # The raw path's folder, for a delegated engine: attempts an engine before the upgrade
+        # started there keep their cgroups, found there until they settle
+        self.earlier = earlier
         self.busy: set[Path] = set()  # cgroups whose processes had not left when they settled
         self._mover: ThreadPoolExecutor | None = None
 
     @classmethod
-    def probe(cls, home_root: Path) -> Containment:
-        """Make this home's folder in the cgroup v2 hierarchy, or say why there is none."""
+    def probe(
+        cls,
+        home_root: Path,
+        mount: str | None = None,
+        proc_cgroup: str = delegation.PROC_SELF_CGROUP,
+    ) -> Containment:
+        """Make this home's folder in the cgroup v2 hierarchy (mounted at `mount`, default:
+        found in /proc/self/mounts), or the jobs' folder in the engine's delegated subtree,
+        or say why there is none."""
         if os.environ.get(SWITCH_ENV, "").strip().lower() in {"off", "0", "no", "false"}:
             return cls(None, f"cgroups turned off by {SWITCH_ENV}=off")
-        mount = v2_mount()
+        mount = mount or v2_mount()
         if mount is None:
             return cls(None, "no cgroup v2 hierarchy is mounted")
-        base = home_folder(mount, home_root)
+        delegated, note = delegation.find(mount, proc_cgroup=proc_cgroup)
+        raw = home_folder(mount, home_root)
+        earlier = None
+        if delegated is not None:
+            base, earlier = delegated.jobs, raw if raw.is_dir() else None
+            enable_controllers(delegated.unit)  # the engine is in its leaf: the unit holds none
+        else:
+            base = raw
         try:
             base.mkdir(exist_ok=True)
         except OSError as exc:
@@ -190,15 +215,21 @@ class Containment:
                 base.rmdir()
             return cls(None, f"cgroup v2 not writable ({base}/cgroup.procs)")
         enable_controllers(base)
-        return cls(base, "")
+        return cls(base, "", note, earlier)
 
     def describe(self) -> str:
         if self.base is None:
             return f"process group only: {self.reason}"
-        return f"each attempt in a cgroup of its own under {self.base}"
+        raw = f" (not in the unit's cgroup: {self.note})" if self.note else ""
+        return f"each attempt in a cgroup of its own under {self.base}{raw}"
 
     def path(self, job_id: int, number: int) -> Path | None:
-        return None if self.base is None else self.base / f"job-{job_id}-{number}"
+        if self.base is None:
+            return None
+        name = f"job-{job_id}-{number}"
+        if self.earlier is not None and (self.earlier / name).is_dir():
+            return self.earlier / name  # started before the engine's cgroup was delegated
+        return self.base / name
 
     def prepare(self, job_id: int, number: int, limits: JobLimits | None = None) -> str:
         """Make the attempt's cgroup with its `limits`; what the wrapper is told: the cgroup's
@@ -258,18 +289,20 @@ class Containment:
             return 0
         keep = {self.path(job_id, number) for job_id, number in running}
         left = 0
-        with contextlib.suppress(OSError):
-            for cgroup in self.base.iterdir():
-                if cgroup.is_dir() and cgroup.name.startswith("job-") and cgroup not in keep:
-                    left += kill_all(cgroup)
-                    if not remove(cgroup):
-                        self.busy.add(cgroup)
+        for folder in (self.base, self.earlier):
+            with contextlib.suppress(OSError):
+                for cgroup in folder.iterdir() if folder is not None else ():
+                    if cgroup.is_dir() and cgroup.name.startswith("job-") and cgroup not in keep:
+                        left += kill_all(cgroup)
+                        if not remove(cgroup):
+                            self.busy.add(cgroup)
         return left
 
     def close(self) -> None:
         """The engine stops: remove this home's folder if no attempt is left in it."""
         if self._mover is not None:
             self._mover.shutdown(wait=True)
-        if self.base is not None:
-            with contextlib.suppress(OSError):
-                self.base.rmdir()
+        for folder in (self.base, self.earlier):
+            if folder is not None:
+                with contextlib.suppress(OSError):
+                    folder.rmdir()

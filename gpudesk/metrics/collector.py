@@ -31,6 +31,16 @@ DCGM_GAUGES: tuple[tuple[str, str, str], ...] = (
         "The ratio of cycles an SM has at least 1 warp assigned.",
         "sm_active",
     ),
+    (
+        "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+        "Ratio of time the graphics engine is active.",
+        "gr_engine_active",
+    ),
+    (
+        "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+        "Ratio of cycles the tensor (HMMA) pipe is active.",
+        "pipe_tensor_active",
+    ),
     ("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).", "fb_used_mib"),
     ("DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB).", "fb_free_mib"),
     ("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).", "power_w"),
@@ -46,7 +56,59 @@ DCGM_ENERGY = (
     "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
     "Total energy consumption since boot (in mJ).",
 )
-DCGM_NAMES = (*(name for name, _, _ in DCGM_GAUGES), DCGM_ENERGY[0])
+# A GPU's memory health, dcgm-exporter's names and help texts (default-counters.csv,
+# dcp-metrics-included.csv), from NVML (gpudesk.hw.telemetry.health): (name, help, kind, the
+# GpuHealth field). Its counters are exported untyped as the energy counter is (their DCGM names
+# kept), and none carries job labels: a GPU's counts, not a job's, one series per GPU.
+DCGM_HEALTH: tuple[tuple[str, str, str, str], ...] = (
+    (
+        "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL",
+        "Total number of single-bit volatile ECC errors.",
+        "unknown",
+        "ecc_sbe_volatile",
+    ),
+    (
+        "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
+        "Total number of double-bit volatile ECC errors.",
+        "unknown",
+        "ecc_dbe_volatile",
+    ),
+    (
+        "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
+        "Number of remapped rows for correctable errors",
+        "unknown",
+        "remapped_correctable",
+    ),
+    (
+        "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
+        "Number of remapped rows for uncorrectable errors",
+        "unknown",
+        "remapped_uncorrectable",
+    ),
+    (
+        "DCGM_FI_DEV_ROW_REMAP_FAILURE",
+        "Whether remapping of rows has failed",
+        "gauge",
+        "remap_failure",
+    ),
+    (
+        "DCGM_FI_DEV_RETIRED_SBE",
+        "Total number of retired pages due to single-bit errors.",
+        "unknown",
+        "retired_sbe",
+    ),
+    (
+        "DCGM_FI_DEV_RETIRED_DBE",
+        "Total number of retired pages due to double-bit errors.",
+        "unknown",
+        "retired_dbe",
+    ),
+)
+DCGM_NAMES = (
+    *(name for name, _, _ in DCGM_GAUGES),
+    *(name for name, _, _, _ in DCGM_HEALTH),
+    DCGM_ENERGY[0],
+)
 # Label names of dcgm-exporter's own that Prometheus's naming rules (`promtool check metrics`)
 # call camelCase: kept on the DCGM_* series, where dashboards built on dcgm-exporter match on
 # them; gpudesk's own metrics use snake_case.
@@ -151,6 +213,14 @@ def _dcgm(snapshot: MetricsSnapshot) -> list[Metric]:
     energy = Metric(DCGM_ENERGY[0], DCGM_ENERGY[1], "unknown")
     _add(energy, DCGM_ENERGY[0], snapshot, "energy_mj", with_jobs=False)
     families.append(energy)
+    for name, text, kind, field in DCGM_HEALTH:
+        health = Metric(name, text, kind)
+        for reading in snapshot.devices:
+            value = None if reading.health is None else getattr(reading.health, field)
+            if value is not None:
+                labels = _device_labels(snapshot, reading.device, with_jobs=False)
+                health.add_sample(name, labels, float(value))
+        families.append(health)
     return families
 
 

@@ -20,7 +20,7 @@ from typing import Any
 from gpudesk.core.jobs import JobState
 from gpudesk.core.mig_profiles import short_name
 from gpudesk.hw.telemetry.energy import AttemptUsage
-from gpudesk.hw.telemetry.model import BackendReading, GpuReading, MigDevice
+from gpudesk.hw.telemetry.model import BackendReading, GpuHealth, GpuReading, MigDevice
 from gpudesk.hw.telemetry.monitor import TrackedAttempt
 from gpudesk.metrics.histogram import Buckets
 from gpudesk.units import carbon_g
@@ -47,6 +47,10 @@ class DeviceReading:
     device: Device
     gpu_util_pct: float | None = None  # NVML utilization: kernel-active time, %
     sm_active: float | None = None  # SM activity as a ratio 0..1 (GPM or simulated)
+    # The graphics engine's active time as a ratio: GPM's GRAPHICS_UTIL, else NVML's
+    # utilization (the share of time a kernel ran: the same quantity, coarser)
+    gr_engine_active: float | None = None
+    pipe_tensor_active: float | None = None  # GPM's ANY_TENSOR_UTIL as a ratio; none without GPM
     fb_used_mib: float | None = None
     fb_free_mib: float | None = None
     power_w: float | None = None
@@ -54,6 +58,7 @@ class DeviceReading:
     temperature_c: float | None = None
     sm_clock_mhz: float | None = None
     energy_j: float | None = None  # gpudesk's meter: since the engine began sampling
+    health: GpuHealth | None = None  # ECC, remapped rows, retired pages (whole GPUs)
 
 
 @dataclass(frozen=True)
@@ -154,7 +159,11 @@ def _gpu_reading(
     return DeviceReading(
         device=_device(gpu, attempts),
         gpu_util_pct=gpu.kernel_active_pct,
-        sm_active=None if gpu.sm_activity_pct is None else round(gpu.sm_activity_pct / 100.0, 6),
+        sm_active=_ratio(gpu.sm_activity_pct),
+        gr_engine_active=_ratio(
+            gpu.kernel_active_pct if gpu.graphics_active_pct is None else gpu.graphics_active_pct
+        ),
+        pipe_tensor_active=_ratio(gpu.tensor_active_pct),
         fb_used_mib=gpu.memory_used_mib,
         fb_free_mib=gpu.memory_free_mib,
         power_w=gpu.power_w,
@@ -162,7 +171,13 @@ def _gpu_reading(
         temperature_c=gpu.temperature_c,
         sm_clock_mhz=gpu.sm_clock_mhz,
         energy_j=energy_j,
+        health=gpu.health,
     )
+
+
+def _ratio(pct: float | None) -> float | None:
+    """A percentage as DCGM's ratio fields give it (0..1)."""
+    return None if pct is None else round(pct / 100.0, 6)
 
 
 def _mig_reading(

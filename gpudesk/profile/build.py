@@ -42,6 +42,7 @@ class _Builder(_Entries):
         station = self.station(document)
         datasets = self.datasets(document)
         report = self.report(document)
+        self.objective = report  # what a sweep's parent run rolls its best child up by
         self.tracking = self.read_tracking(document, name)
         cluster = self.read_cluster(document)
         self.read_defaults(document)
@@ -201,6 +202,8 @@ class _Builder(_Entries):
                 sweep_params={
                     param: _param_value(", ".join(shown)) for param, shown in entry.grid.items()
                 },
+                objective=self.objective.metric if self.objective else None,
+                goal=self.objective.goal if self.objective else None,
             )
         return JobSpec(
             name=checked["name"],

@@ -24,6 +24,7 @@ from textual.screen import Screen
 from gpudesk.api import ActionOutcome, EngineError, JobView, MigApplyResult
 from gpudesk.screens.base import MUTATING, DeskScreen, JobActions
 from gpudesk.screens.dialogs import ConfirmScreen, JobPromptScreen, SubmitRequest, SubmitScreen
+from gpudesk.screens.edit_dialog import EditJobScreen
 from gpudesk.screens.feed import Feed, Frame
 from gpudesk.screens.help import HelpScreen
 from gpudesk.screens.job import JobScreen, LogScreen
@@ -78,6 +79,7 @@ JOB_COMMANDS = (
     JobCommand("requeue_job", "Requeue job", "run a finished job again"),
     JobCommand("log_job", "Open log", "the job's log in a pane, following"),
     JobCommand("pager_job", "Open log in $PAGER", "the job's log in your pager"),
+    JobCommand("edit_job", "Edit job", "change a queued job's name, command, time limit, GPUs"),
 )
 SCREEN_COMMANDS = (  # (mode, title, help)
     ("station", "Station", "GPU cards, host and totals"),
@@ -295,8 +297,27 @@ class DeskApp(App[str]):
             self.open_log(job)
         elif action == "pager_job":
             self.page_log(job)
+        elif action == "edit_job":
+            self.edit_job(job)
         else:
             raise ValueError(f"not a job command: {action}")
+
+    def edit_job(self, job: JobView) -> None:
+        """The edit form of a job that has not started; what it changed sent as `edit`."""
+        if job.state != "queued":
+            self.notify(
+                f"job {job.id} is {job.state}: only a job that has not started can be edited",
+                severity="warning",
+            )
+            return
+
+        def answered(fields: dict[str, Any] | None) -> None:
+            if fields:
+                self.act("edit", lambda feed: feed.edit(job.id, fields))
+            elif fields is not None:
+                self.notify(f"job {job.id}: nothing changed", timeout=3)
+
+        self.push_screen(EditJobScreen(job), answered)
 
     def ask_job_then(self, command: JobCommand) -> None:
         """Ask which job (its id or name), then run `command` on it."""

@@ -26,6 +26,7 @@ MUTATING = frozenset(
         "priority_down",
         "requeue_job",
         "apply_plan",
+        "edit_job",
     }
 )
 
@@ -90,3 +91,6 @@ class JobActions(DeskScreen):
 
     def action_pager_job(self) -> None:
         self._run("pager_job")
+
+    def action_edit_job(self) -> None:
+        self._run("edit_job")

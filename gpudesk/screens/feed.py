@@ -107,6 +107,9 @@ class Feed(Protocol):
     def move_priority(self, job_ids: Sequence[int], delta: int) -> list[ActionOutcome]:
         """Raise (+1) or lower (-1) the jobs' priority."""
 
+    def edit(self, job_id: int, fields: Mapping[str, Any]) -> list[ActionOutcome]:
+        """Edit a job that has not started (`gpudesk edit`): its one outcome, what changed."""
+
     def mig_plan(self) -> MigPlanResult:
         """The MIG layout the queue would want, on every MIG-capable GPU."""
 
@@ -396,6 +399,11 @@ class EngineFeed:
     def move_priority(self, job_ids: Sequence[int], delta: int) -> list[ActionOutcome]:
         return self._act(lambda client: client.set_priority(job_ids, delta=delta))
 
+    def edit(self, job_id: int, fields: Mapping[str, Any]) -> list[ActionOutcome]:
+        edited = self._act(lambda client: client.edit_job(job_id, fields))
+        said = "edited: " + "; ".join(edited.changes) if edited.changes else "nothing to change"
+        return [ActionOutcome(id=edited.id, name=edited.name, outcome=said, ok=True)]
+
     def mig_plan(self) -> MigPlanResult:
         return self._act(lambda client: client.mig_plan())
 
@@ -532,6 +540,9 @@ class ReplayFeed:
 
     def move_priority(self, job_ids: Sequence[int], delta: int) -> list[ActionOutcome]:
         raise self._not_recorded("priority")
+
+    def edit(self, job_id: int, fields: Mapping[str, Any]) -> list[ActionOutcome]:
+        raise self._not_recorded("edit")
 
     def mig_apply(self, gpu: int, profiles: Sequence[str]) -> MigApplyResult:
         raise self._not_recorded("mig_apply")

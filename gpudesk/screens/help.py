@@ -42,7 +42,14 @@ KEYS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
             ("o  O", "sort by the next column / reverse"),
         ),
     ),
-    ("job detail", (("esc", "back"), ("c h r l p", "as in the queue"))),
+    (
+        "job detail",
+        (
+            ("esc", "back"),
+            ("c h r l p", "as in the queue"),
+            ("e", "edit a queued job: name, command, time limit, GPUs"),
+        ),
+    ),
     (
         "MIG",
         (

@@ -180,6 +180,7 @@ class JobScreen(JobActions):
         Binding("r", "requeue_job", "Requeue"),
         Binding("l", "log_job", "Log"),
         Binding("p", "pager_job", "Pager"),
+        Binding("e", "edit_job", "Edit"),
     ]
 
     def __init__(self, job_id: int) -> None:

@@ -25,7 +25,7 @@ STATUS_OF = {
 }
 # The metric names MLflow takes (mlflow.utils.validation): a result key outside them is left out
 # rather than failing the batch it would share with the others.
-_METRIC_NAME = re.compile(r"^[\w\-. /]{1,250}$")
+METRIC_NAME = re.compile(r"^[\w\-. /]{1,250}$")
 CUT_NOTE = " … [cut to MLflow's 6000-character limit; `gpudesk show` has it whole]"
 
 
@@ -214,9 +214,17 @@ def total_points(
     ]
 
 
+# A result line's metrics go under this prefix: the job logs into the same run, and a script
+# that logs `val_acc` itself and prints it in its result line would otherwise have the two
+# interleaved in one history (MLflow shows the latest step's, whichever wrote it). MLflow's UI
+# groups the charts of `result/...` in a section of their own, as it does `system/...`.
+RESULT_PREFIX = "result/"
+
+
 def result_points(text: str, ts_ms: int) -> list[MetricPoint]:
-    """Every `result {json}` line in `text` (gpudesk.results), the n-th at step n: a job that
-    prints one per epoch gets a history, and the last line is each metric's last value."""
+    """Every `result {json}` line in `text` (gpudesk.results), the n-th at step n, each key
+    under `RESULT_PREFIX`: a job that prints one per epoch gets a history, and the last line is
+    each metric's last value."""
     import json
 
     points = []
@@ -228,10 +236,7 @@ def result_points(text: str, ts_ms: int) -> list[MetricPoint]:
             continue
         if not isinstance(value, dict):
             continue
-        points += [
-            MetricPoint(k, v, ts_ms, step)
-            for k, v in metrics_of(value).items()
-            if _METRIC_NAME.match(k)
-        ]
+        named = {RESULT_PREFIX + k: v for k, v in metrics_of(value).items()}
+        points += [MetricPoint(k, v, ts_ms, step) for k, v in named.items() if METRIC_NAME.match(k)]
         step += 1
     return points

@@ -182,3 +182,15 @@ def test_root_neither_reads_nor_writes_a_cache_in_a_users_folder(tmp_path: Path)
     assert "she wrote" not in printed
     assert sorted(p.name for p in (folder / "gpudesk").iterdir()) == ["root-help-80.txt"]
     assert "she wrote" in planted.read_text()
+
+
+def test_a_site_config_file_that_turns_bad_renders_the_help_again(tmp_path: Path) -> None:
+    """The site's file (gpudesk.cli.site_config) is part of what the help is made from too."""
+    site, cache = tmp_path / "site.toml", tmp_path / "cache"
+    first, _, _ = gpudesk_entry(["--help"], cache, GPUDESK_SITE_CONFIG=str(site))
+    kept, typer_loaded, _ = gpudesk_entry(["--help"], cache, GPUDESK_SITE_CONFIG=str(site))
+    assert not typer_loaded and kept == first
+    site.write_text("refresh = 2.5\n")  # not under a [command]
+    site.chmod(0o644)
+    printed, typer_loaded, code = gpudesk_entry(["--help"], cache, GPUDESK_SITE_CONFIG=str(site))
+    assert typer_loaded and code == EXIT_USAGE and not printed

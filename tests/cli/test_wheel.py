@@ -221,6 +221,14 @@ def test_the_wheel_runs_outside_the_checkout_without_torch(
         assert all(pin.lower() in listed for pin in pins), (pins, listed)
 
     assert run([gpudesk, "--version"], outside, env).startswith("gpudesk ")
+    # the station engine's systemd unit is package data, run by the environment's Python
+    assert f"\nExecStart={python} " in run([gpudesk, "engine", "print-unit"], outside, env)
+    # the man pages land in the environment's share/man, where man finds them through PATH
+    assert (venv / "share" / "man" / "man1" / "gpudesk-submit.1").is_file()
+    if shutil.which("man"):
+        no_manpath = {k: v for k, v in env.items() if k != "MANPATH"}
+        found = run(["man", "-w", "gpudesk-submit"], outside, no_manpath)
+        assert found.strip() == str(venv / "share" / "man" / "man1" / "gpudesk-submit.1")
     # the grid table is package data: `[station] grid_intensity = "FR"` reads it
     assert "Our World in Data" in run([gpudesk, "grid", "FR"], outside, env)
 

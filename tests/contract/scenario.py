@@ -225,13 +225,19 @@ def run_station_scenario(driver: StationDriver, subscribed: Callable[[], None]) 
     driver.wait_state(victim, "running")
     client.show(victim)  # a running job's remaining time
     client.hold([victim])  # refused: only a queued job can be held
+    with suppress(EngineError):
+        client.edit_job(victim, {"name": "late"})  # refused: it started
     client.cancel([victim], grace=1.0)
     (held,) = driver.submit(driver.job("held", sleeper(0.2)))
     client.hold([held])
+    # queued held at submit, so it cannot start before the edit; then released to run
+    [edited] = client.submit_jobs([driver.job("edited", sleeper(0.2))], hold=True).ids
+    client.edit_job(edited, {"time_limit_s": 60}, set_env={"EDITED": "1"})
+    client.release([edited])
     client.set_priority([held], priority=5)
     client.set_priority([held], delta=-1)
     client.release([held])
-    driver.wait_done([failing, victim, held])
+    driver.wait_done([failing, victim, held, edited])
     client.requeue([failing])
     client.show(failing, env=True)
     client.show("victim")

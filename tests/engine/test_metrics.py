@@ -536,3 +536,76 @@ def test_promtool_finds_nothing_but_dcgm_exporters_own_camelcase_label(
     assert b"modelName" not in b"".join(
         row for row in text.splitlines() if row.startswith(b"gpudesk_")
     )
+
+
+DCGM_DASHBOARD = Path(__file__).resolve().parents[1] / "fixtures/grafana/dcgm-exporter-12239.promql"
+
+
+def dashboard_queries() -> tuple[list[tuple[str, str]], list[tuple[str, str, str]]]:
+    """The panels (title, expression) and variables (name, metric, label) of NVIDIA's DCGM
+    dashboard, as the fixture writes them out."""
+    panels, variables = [], []
+    for line in DCGM_DASHBOARD.read_text().splitlines():
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith("var "):
+            name, metric, label = line[4:].split("\t")
+            variables.append((name, metric, label))
+        else:
+            title, expr = line.split("\t")
+            panels.append((title, expr))
+    return panels, variables
+
+
+def label_values(base: str, metric: str, label: str) -> list[str]:
+    """What Grafana's label_values(METRIC, LABEL) asks Prometheus for."""
+    url = f"{base}/api/v1/label/{label}/values?{urllib.parse.urlencode({'match[]': metric})}"
+    with urllib.request.urlopen(url, timeout=5.0) as reply:
+        answer = json.load(reply)
+    assert answer["status"] == "success", answer
+    return answer["data"]  # type: ignore[no-any-return]
+
+
+def test_nvidias_dcgm_dashboard_finds_data_for_every_panel(
+    metrics_engine: tuple[EngineHandle, str], prometheus: Any
+) -> None:
+    """Every panel of NVIDIA's DCGM Grafana dashboard (12239) returns series from a real
+    Prometheus scraping a SIMULATED station, its variables set to "All" as Grafana sets them.
+    Its GPU Utilization and Tensor Core Utilization panels read DCGM_FI_PROF_GR_ENGINE_ACTIVE
+    and DCGM_FI_PROF_PIPE_TENSOR_ACTIVE, which gpudesk did not export before."""
+    import re
+
+    panels, variables = dashboard_queries()
+    assert len(panels) == 8 and [v[0] for v in variables] == ["Hostname", "gpu"]
+    engine, url = metrics_engine
+    running_on_gpus(engine, 2, allocated=False)
+    base = prometheus(urllib.parse.urlsplit(url).netloc)
+
+    def scraped() -> list[dict[str, Any]]:
+        try:
+            return query(base, "DCGM_FI_DEV_FB_FREE")
+        except OSError:
+            return []  # not listening yet
+
+    wait_for(scraped, 20.0, 0.2, "prometheus to scrape the engine")
+    chosen = {}
+    for name, metric, label in variables:
+        values = label_values(base, metric, label)
+        assert values, (name, metric)
+        chosen[name] = "(" + "|".join(re.escape(v) for v in values) + ")"  # Grafana's "All"
+    assert chosen["gpu"] == "(" + "|".join(str(i) for i in range(GPUS)) + ")"
+    empty = []
+    for title, expr in panels:
+        promql = expr.replace("$Hostname", chosen["Hostname"]).replace("$gpu", chosen["gpu"])
+        try:
+            wait_for(lambda q=promql: query(base, q), 5.0, 0.2, title)
+        except AssertionError:
+            empty.append(title)
+    assert not empty, f"panels of dashboard 12239 with no data: {empty}"
+    tensor = query(base, "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE")
+    assert all(s["metric"]["simulated"] == "true" for s in tensor)
+    assert all(0.0 <= float(s["value"][1]) <= 1.0 for s in tensor)
+    # the simulated GPUs' memory health: a healthy GPU's zeros, labelled SIMULATED, no job label
+    remap = query(base, "DCGM_FI_DEV_ROW_REMAP_FAILURE")
+    assert len(remap) == GPUS and all(s["value"][1] == "0" for s in remap)
+    assert all(s["metric"]["simulated"] == "true" and "hpc_job" not in s["metric"] for s in remap)

@@ -17,9 +17,9 @@ from gpudesk.core.station import StationConfig
 from gpudesk.engine.activity import DECISION_BUCKETS_S, EngineActivity
 from gpudesk.engine.services.metrics.exporter import bind_problem
 from gpudesk.hw.telemetry.energy import AttemptUsage
-from gpudesk.hw.telemetry.model import BackendReading, GpuReading, MigDevice
+from gpudesk.hw.telemetry.model import BackendReading, GpuHealth, GpuReading, MigDevice
 from gpudesk.hw.telemetry.monitor import TrackedAttempt
-from gpudesk.metrics.collector import DCGM_NAMES, SnapshotCollector
+from gpudesk.metrics.collector import DCGM_GAUGES, SnapshotCollector
 from gpudesk.metrics.server import MetricsServer
 from gpudesk.metrics.snapshot import (
     Device,
@@ -180,6 +180,70 @@ def test_device_readings_follow_dcgm_units_and_name_the_jobs_placed_there() -> N
     assert (slice_a.fb_used_mib, slice_a.fb_free_mib, slice_a.power_w) == (4000.0, 15968.0, None)
     assert slice_b.device.jobs == () and slice_b.device.mig_instance_id == 9
     assert device_readings(None, attempts) == ()
+
+
+def test_graphics_engine_and_tensor_activity_are_dcgm_ratios_from_gpm_or_utilization() -> None:
+    """DCGM_FI_PROF_GR_ENGINE_ACTIVE from GPM's GRAPHICS_UTIL, else NVML's utilization (the
+    documented fallback); DCGM_FI_PROF_PIPE_TENSOR_ACTIVE from GPM's ANY_TENSOR_UTIL only: an
+    A100 read through NVML has none, and none is made up."""
+    hopper = GpuReading(
+        0, "GPU-h", "NVIDIA H100 80GB HBM3", kernel_active_pct=99.0,
+        graphics_active_pct=97.5, tensor_active_pct=31.25, sm_activity_pct=40.0,
+    )  # fmt: skip
+    ampere = GpuReading(1, "GPU-a", A100, kernel_active_pct=87.0)
+    devices = device_readings(BackendReading(1000.0, 5.0, gpus=(hopper, ampere)), [])
+    assert (devices[0].gr_engine_active, devices[0].pipe_tensor_active) == (0.975, 0.3125)
+    assert (devices[1].gr_engine_active, devices[1].pipe_tensor_active) == (0.87, None)
+    snapshot = MetricsSnapshot("nvml", False, "host", "0", 1000.0, devices=devices)
+    registry = CollectorRegistry()
+    registry.register(SnapshotCollector(lambda: snapshot))
+    text = generate_latest(registry).decode()
+    active = {
+        s.labels["gpu"]: s.value
+        for family in text_string_to_metric_families(text)
+        if family.name == "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
+        for s in family.samples
+    }
+    tensor = [line for line in text.splitlines() if line.startswith("DCGM_FI_PROF_PIPE_TENSOR")]
+    assert active == {"0": 0.975, "1": 0.87}
+    assert len(tensor) == 1 and 'gpu="0"' in tensor[0] and tensor[0].endswith(" 0.3125")
+    assert (
+        "# HELP DCGM_FI_PROF_GR_ENGINE_ACTIVE Ratio of time the graphics engine is active." in text
+    )
+
+
+def test_memory_health_is_exported_under_dcgm_exporters_names_one_series_per_gpu() -> None:
+    """ECC counts, remapped rows and retired pages as dcgm-exporter names them, with no job
+    labels (a GPU's counts); a count the GPU does not give is no series."""
+    hopper = GpuReading(0, "GPU-h", "NVIDIA H100 80GB HBM3", health=GpuHealth(3, 1, 2, 1, True))
+    volta = GpuReading(1, "GPU-v", "Tesla V100-SXM2-32GB", health=GpuHealth(retired_dbe=2))
+    bare = GpuReading(2, "GPU-n", A100)  # no health read
+    attempts = [tracked(9, (0,), "ada")]
+    devices = device_readings(BackendReading(1000.0, 5.0, gpus=(hopper, volta, bare)), attempts)
+    snapshot = MetricsSnapshot("nvml", False, "host", "0", 1000.0, devices=devices)
+    registry = CollectorRegistry()
+    registry.register(SnapshotCollector(lambda: snapshot))
+    text = generate_latest(registry).decode()
+    got = {
+        (s.name, s.labels["gpu"]): s.value
+        for family in text_string_to_metric_families(text)
+        if family.name.startswith(("DCGM_FI_DEV_ECC", "DCGM_FI_DEV_RETIRED", "DCGM_FI_DEV_ROW"))
+        or "REMAPPED" in family.name
+        for s in family.samples
+        if "hpc_job" not in s.labels
+    }
+    assert got == {
+        ("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "0"): 3.0,
+        ("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "0"): 1.0,
+        ("DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "0"): 2.0,
+        ("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "0"): 1.0,
+        ("DCGM_FI_DEV_ROW_REMAP_FAILURE", "0"): 1.0,
+        ("DCGM_FI_DEV_RETIRED_DBE", "1"): 2.0,
+    }
+    assert "# TYPE DCGM_FI_DEV_ROW_REMAP_FAILURE gauge" in text
+    assert "# TYPE DCGM_FI_DEV_ECC_DBE_VOL_TOTAL untyped" in text  # its DCGM name kept
+    health_lines = [line for line in text.splitlines() if "VOL_TOTAL{" in line]
+    assert health_lines and not any("hpc_job" in line for line in health_lines)
 
 
 def test_running_jobs_carry_their_energy_and_carbon_so_far() -> None:
@@ -360,7 +424,7 @@ def test_a_snapshot_renders_as_dcgm_exporter_names_and_labels() -> None:
     )
     assert len(got["DCGM_FI_DEV_FB_FREE"]) == 3 and len(got["DCGM_FI_DEV_GPU_UTIL"]) == 2
     types = got["__types__"]
-    assert all(types[name] == "gauge" for name in DCGM_NAMES[:-1])
+    assert all(types[name] == "gauge" for name, _, _ in DCGM_GAUGES)
     text = got["__text__"]
     assert (
         "# HELP DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION Total energy consumption since boot (in mJ)."

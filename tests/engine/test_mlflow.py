@@ -19,6 +19,7 @@ import psutil
 import pytest
 from conftest import EngineHandle, wait_for
 
+from gpudesk.core.jobs import JobSpec
 from gpudesk.paths import Home
 
 pytest.importorskip("mlflow")
@@ -37,7 +38,7 @@ JOB = """
 import sys, time
 time.sleep(2)
 print('result {"val_acc": 0.1, "loss": 0.9}')
-print('result {"val_acc": %s, "loss": 0.5}' % sys.argv[1], flush=True)
+print('result {"val_acc": %s, "loss": %s}' % (sys.argv[1], 1 - float(sys.argv[1])), flush=True)
 """
 
 
@@ -87,6 +88,9 @@ def test_a_sweep_is_a_parent_run_with_a_child_run_per_job(
     profile.write_text(
         textwrap.dedent(f"""
         name = "mlsweep"
+        [report]
+        metric = "loss"
+        goal = "min"
         [tracking]
         mlflow_uri = "{uri}"
         [[sweeps]]
@@ -122,12 +126,21 @@ def test_a_sweep_is_a_parent_run_with_a_child_run_per_job(
     )
     assert {c.data.tags["mlflow.parentRunId"] for c in children} == {parent.info.run_id}
     mlflow_client = client(uri)
+    # the parent rolls its best child up by the profile's [report]: the least loss
+    best = max(children, key=lambda c: float(c.data.params["gpudesk.grid.acc"]))
+    assert parent.data.metrics["best/loss"] == pytest.approx(0.1)
+    assert parent.data.tags["gpudesk.best_run_id"] == best.info.run_id
+    assert parent.data.tags["gpudesk.best_run_name"] == best.info.run_name
+    assert parent.data.tags["gpudesk.best_goal"] == "min"
+    history = mlflow_client.get_metric_history(parent.info.run_id, "best/loss")
+    values = [m.value for m in sorted(history, key=lambda m: m.step)]
+    assert values == sorted(values, reverse=True) and len({m.step for m in history}) == len(values)
     for child in children:
         params, metrics, tags = child.data.params, child.data.metrics, child.data.tags
         assert child.info.status == "FINISHED"
         assert params["gpudesk.grid.acc"] in ("0.7", "0.8", "0.9")
-        assert metrics["val_acc"] == float(params["gpudesk.grid.acc"])
-        assert metrics["loss"] == 0.5
+        assert metrics["result/val_acc"] == float(params["gpudesk.grid.acc"])
+        assert metrics["result/loss"] == pytest.approx(1 - metrics["result/val_acc"])
         assert params["gpudesk.mode"] in ("exclusive", "mps", "naive", "mig")
         assert "(SIMULATED)" in params["gpudesk.gpu_model"] and tags["gpudesk.simulated"] == "true"
         assert params["gpudesk.job_id"] in {str(i) for i in ids}
@@ -148,9 +161,12 @@ def test_a_sweep_is_a_parent_run_with_a_child_run_per_job(
 
 
 # The job's own params carry names gpudesk's run has too (without gpudesk's prefix): MLflow
-# refuses to change a param, so before gpudesk named its own `gpudesk.*` this raised.
+# refuses to change a param, so before gpudesk named its own `gpudesk.*` this raised. It logs
+# `done` itself and prints it in its result line too: before the result line's metrics went
+# under `result/`, gpudesk's value landed in the job's own `done` history and won.
 OWN_RUN = (
     "import mlflow; mlflow.start_run(); mlflow.log_metric('own', 1); "
+    "mlflow.log_metric('done', 5); "
     "mlflow.log_params({'mode': 'train', 'user': 'me', 'dataset': 'mine'}); mlflow.end_run(); "
     "print('result {\"done\": 1}')"
 )
@@ -174,7 +190,9 @@ def test_a_jobs_own_start_run_logs_into_the_run_gpudesk_made(
         runs = runs_of(uri, "mine")
         return (
             runs
-            if runs and runs[0].info.status == "FINISHED" and "done" in (runs[0].data.metrics)
+            if runs
+            and runs[0].info.status == "FINISHED"
+            and "result/done" in (runs[0].data.metrics)
             else None
         )
 
@@ -182,7 +200,11 @@ def test_a_jobs_own_start_run_logs_into_the_run_gpudesk_made(
     assert isinstance(runs, list)
     assert len(runs) == 1, [r.info for r in runs]  # no second run of the job's own
     (run,) = runs
-    assert run.data.metrics["own"] == 1 and run.data.metrics["done"] == 1
+    assert run.data.metrics["own"] == 1
+    # both survive: the job's own `done` (its history its own) and the result line's
+    assert run.data.metrics["done"] == 5 and run.data.metrics["result/done"] == 1
+    history = client(uri).get_metric_history(run.info.run_id, "done")
+    assert [m.value for m in history] == [5]
     params = run.data.params
     assert params["gpudesk.job_id"] == str(job_id)
     # both sets: the job's own, and gpudesk's under its prefix
@@ -190,6 +212,145 @@ def test_a_jobs_own_start_run_logs_into_the_run_gpudesk_made(
     assert params["gpudesk.user"] == done.user and params["gpudesk.mode"] in ("exclusive", "cpu")
     assert run.data.tags["mlflow.user"] == done.user
     assert engine.show(job_id).tracking.run_id == run.info.run_id
+
+
+@pytest.mark.slow(12)
+def test_a_runs_duration_is_the_jobs_wall_time_not_its_time_in_the_queue(
+    engine: EngineHandle, tmp_path: Path, empty_store: Path
+) -> None:
+    """The job waits 4 s behind another, then runs 2 s: its run lasts as long as the job ran
+    (MLflow cannot move a run's start, so the run is made when the job is placed). A run made
+    at submit lasted the 6 s."""
+    uri = store_from(empty_store, tmp_path / "store")
+    (first,) = engine.submit({"name": "ahead", "command": ["sleep", "4"]})
+    (job_id,) = engine.submit(
+        {
+            "name": "timed",
+            "command": [sys.executable, "-c", "import time; time.sleep(2)"],
+            "after": [first],
+            "tracking": {"mlflow_uri": uri, "experiment": "timed"},
+        }
+    )
+    done = engine.wait_state(job_id, {"succeeded", "failed"}, timeout=40.0)
+    assert done.state == "succeeded", engine.show(job_id)
+    assert done.started_at is not None and done.ended_at is not None
+    wall = done.ended_at - done.started_at
+
+    def finished() -> list | None:
+        runs = runs_of(uri, "timed")
+        return runs if runs and runs[0].info.status == "FINISHED" else None
+
+    runs = wait_for(finished, 20.0, interval=0.3, what="the job's run to be finished")
+    assert isinstance(runs, list) and len(runs) == 1
+    info = runs[0].info
+    duration = (info.end_time - info.start_time) / 1000
+    ahead = done.started_at - info.start_time / 1000
+    print(f"job wall {wall:.2f} s, run {duration:.2f} s, made {ahead:.3f} s before the job")
+    assert abs(duration - wall) <= 1.0, (duration, wall)
+    assert info.start_time / 1000 <= done.started_at + 0.05  # made, then the job started
+
+
+@pytest.mark.slow(8)
+def test_a_tracked_job_is_edited_until_its_run_is_made_and_its_params_are_the_edit(
+    engine: EngineHandle, tmp_path: Path, empty_store: Path
+) -> None:
+    """Its run is made when it is placed, so a held tracked job can still be edited and its
+    run records the edited spec; once the run exists (requeued after it ran), an edit is
+    refused: MLflow never changes a param."""
+    from gpudesk.api import EngineError
+
+    uri = store_from(empty_store, tmp_path / "store")
+    spec = JobSpec.from_dict(
+        {
+            "name": "before",
+            "command": ["true"],
+            "workdir": str(tmp_path),
+            "tracking": {"mlflow_uri": uri, "experiment": "edited"},
+        }
+    )
+    (job_id,) = engine.api.submit_jobs([spec], hold=True).ids
+    engine.api.edit_job(job_id, {"name": "after", "command": ["sleep", "0.3"]})
+    engine.api.release([job_id])
+    assert engine.wait_state(job_id, {"succeeded", "failed"}, timeout=40.0).state == "succeeded"
+
+    def finished() -> list | None:
+        runs = runs_of(uri, "edited")
+        return runs if runs and runs[0].info.status == "FINISHED" else None
+
+    runs = wait_for(finished, 20.0, interval=0.3, what="the job's run to be finished")
+    assert isinstance(runs, list) and len(runs) == 1
+    assert runs[0].info.run_name == "after"
+    assert runs[0].data.params["gpudesk.command"] == "sleep 0.3"
+    # both slots taken, so the requeued job stays queued, its run made on its first attempt
+    blockers = engine.submit(*({"name": f"slot{i}", "command": ["sleep", "60"]} for i in (1, 2)))
+    for blocker in blockers:
+        engine.wait_state(blocker, "running")
+    engine.api.requeue([job_id])
+    assert engine.job(job_id).state == "queued"
+    with pytest.raises(EngineError, match="its MLflow run is made already"):
+        engine.api.edit_job(job_id, {"name": "again"})
+    engine.api.cancel(blockers)
+
+
+def parent_run(uri: str, experiment: str):
+    runs = runs_of(uri, experiment)
+    return next((r for r in runs if "mlflow.parentRunId" not in r.data.tags), None)
+
+
+@pytest.mark.slow(20)
+def test_a_sweeps_best_child_is_kept_across_an_engine_restart(
+    home: Home, tmp_path: Path, empty_store: Path
+) -> None:
+    """One child succeeds (acc 0.9), the engine restarts, the other ends (acc 0.5): the parent's
+    best stays the first child's, its history never names the worse one (the restarted engine
+    reads the children that ended before it from their logs first)."""
+    uri = store_from(empty_store, tmp_path / "store")
+    gate = tmp_path / "go"
+    tracking = {
+        "mlflow_uri": uri,
+        "experiment": "restart",
+        "sweep_params": {"acc": "0.9, 0.5"},
+        "objective": "acc",
+        "goal": "max",
+    }
+    waits = f"import os, time\nwhile not os.path.exists({str(gate)!r}): time.sleep(0.1)\n"
+    engine = EngineHandle(home)
+    engine.start()
+    ids = engine.submit(
+        *(
+            {
+                "name": f"rs-{acc}",
+                "command": [sys.executable, "-c", f"{wait}print('result {{\"acc\": {acc}}}')"],
+                "group": "g1",
+                "sweep": "rs",
+                "tracking": {**tracking, "params": {"acc": str(acc)}},
+            }
+            for acc, wait in ((0.9, ""), (0.5, waits))
+        )
+    )
+    assert engine.wait_state(ids[0], {"succeeded", "failed"}, timeout=30.0).state == "succeeded"
+
+    def best_of_first() -> object:
+        parent = parent_run(uri, "restart")
+        return parent is not None and parent.data.metrics.get("best/acc") == 0.9
+
+    wait_for(best_of_first, 20.0, interval=0.3, what="the parent's first best")
+    engine.stop()
+    engine.start()
+    gate.write_text("")
+    assert engine.wait_state(ids[1], {"succeeded", "failed"}, timeout=30.0).state == "succeeded"
+
+    def ended() -> object:
+        parent = parent_run(uri, "restart")
+        return parent if parent is not None and parent.info.status == "FINISHED" else None
+
+    parent = wait_for(ended, 20.0, interval=0.3, what="the sweep's run to end")
+    history = client(uri).get_metric_history(parent.info.run_id, "best/acc")  # type: ignore[attr-defined]
+    assert [m.value for m in history] and all(m.value == 0.9 for m in history), history
+    tags = parent.data.tags  # type: ignore[attr-defined]
+    assert tags["gpudesk.best_run_name"] == "rs-0.9" and tags["gpudesk.best_goal"] == "max"
+    assert tags["gpudesk.best_job_id"] == str(ids[0])
+    engine.stop()
 
 
 @pytest.mark.slow(21)
@@ -249,7 +410,9 @@ def test_with_the_store_down_jobs_run_the_engine_answers_and_runs_appear_later(
 
     def all_finished() -> list | None:
         runs = runs_of(uri, "down")
-        ended = [r for r in runs if r.info.status == "FINISHED" and "val_acc" in r.data.metrics]
+        ended = [
+            r for r in runs if r.info.status == "FINISHED" and "result/val_acc" in r.data.metrics
+        ]
         return runs if len(ended) == 3 else None
 
     runs = wait_for(all_finished, 40.0, interval=0.5, what="the three runs once the store is back")

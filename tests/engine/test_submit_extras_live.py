@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from conftest import EngineHandle, wait_for
@@ -181,3 +182,26 @@ def test_an_array_from_the_typed_client_names_its_first_job(engine: EngineHandle
     assert [j.spec.array_job for j in jobs] == [None, ids[0]]
     assert [j.spec.array_task for j in jobs] == [3, 5]
     assert jobs[1].started_at >= jobs[0].ended_at  # %1: one at a time
+
+
+def test_edit_moves_a_begin_time_and_a_comment_as_scontrol_update_does(
+    engine: EngineHandle, tmp_path: Path
+) -> None:
+    started = tmp_path / "started"
+    (job_id,) = submitted_ids(
+        gpudesk(
+            "submit", "--json", "--begin", "now+1h", "--", "sh", "-c", f"date +%s.%N > {started}"
+        )
+    )
+    assert engine.job(job_id).wait_reason == "BeginTime"
+    moved = gpudesk("edit", str(job_id), "--begin", "now+2h", "--comment", "moved on")
+    assert moved.returncode == 0, moved.stderr
+    assert "begin " in moved.stdout and "comment none -> moved on" in moved.stdout
+    job = engine.job(job_id)
+    assert job.spec.comment == "moved on" and job.wait_reason == "BeginTime"
+    asked = time.time()
+    assert gpudesk("edit", str(job_id), "--begin", "now").returncode == 0
+    wait_for(lambda: started.exists() and started.read_text().strip(), 20, what="the job to run")
+    assert float(started.read_text()) >= asked
+    bad = gpudesk("edit", str(job_id), "--begin", "whenever")
+    assert bad.returncode != 0 and "--begin: 'whenever' is not a begin time" in bad.stderr

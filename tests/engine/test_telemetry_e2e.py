@@ -149,9 +149,11 @@ def test_a_sweep_on_the_simulated_station_moves_memory_and_energy(
     sim_engine.stop()
     with sqlite3.connect(home.db) as db:  # the downsampled series reached the store
         metrics = {row[0] for row in db.execute("SELECT DISTINCT metric FROM gpu_samples")}
-        stored = db.execute("SELECT COUNT(*) FROM attempt_usage").fetchone()[0]
+        stored = {row[0] for row in db.execute("SELECT job_id FROM attempt_usage")}
     assert {"sm_activity_pct", "power_w", "memory_used_mib"} <= metrics
-    assert stored == 5
+    # The four that held their GPUs for seconds were sampled; the fifth starts after the gate
+    # is there and may end before any sample sees it (then it has no usage to store).
+    assert set(ids[:4]) <= stored <= set(ids)
 
 
 def test_samples_are_published_on_the_event_socket(sim_engine: EngineHandle) -> None:

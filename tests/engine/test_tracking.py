@@ -258,9 +258,9 @@ def test_result_lines_are_steps_and_names_mlflow_refuses_are_left_out() -> None:
     )
     points = content.result_points(text, 99)
     assert [(p.name, p.value, p.step) for p in points] == [
-        ("val_acc", 0.5, 0),
-        ("val_acc", 0.8, 1),
-        ("loss", 0.2, 1),
+        ("result/val_acc", 0.5, 0),
+        ("result/val_acc", 0.8, 1),
+        ("result/loss", 0.2, 1),
     ]
 
 
@@ -464,3 +464,31 @@ def test_a_tracked_submit_without_the_extra_is_refused_whole(
         assert station.ok(caller, "jobs")["jobs"] == []  # neither job: all or none
     finally:
         station.close()
+
+
+def test_a_sweeps_best_child_is_rolled_up_by_its_objective_or_its_first_result_metric() -> None:
+    from gpudesk.tracking.rollup import Rollups
+
+    rollups = Rollups()
+    first = rollups.child_ended("p", (None, None), (1, "a", "k1"), {"val_acc": 0.5, "loss": 2.0})
+    assert first is not None and (first.metric, first.value, first.job, first.step) == (
+        "val_acc", 0.5, 1, 0,
+    )  # fmt: skip
+    assert first.tags("run1")["gpudesk.best_goal"] == "max (no [report] metric)"
+    assert rollups.child_ended("p", (None, None), (2, "b", "k2"), {"val_acc": 0.4}) is None
+    third = rollups.child_ended("p", (None, None), (3, "c", "k3"), {"val_acc": 0.9})
+    assert third is not None and (third.value, third.name, third.step) == (0.9, "c", 2)
+    assert third.tags(None) == {
+        "gpudesk.best_metric": "val_acc",
+        "gpudesk.best_goal": "max (no [report] metric)",
+        "gpudesk.best_job_id": "3",
+        "gpudesk.best_run_name": "c",
+    }
+    assert rollups.best_key("p") == "k3" and rollups.known("p") == {1, 2, 3}
+    # an objective: a loss, minimised; a child without the metric does not count
+    told = rollups.child_ended("q", ("loss", "min"), (4, "d", "k4"), {"loss": 0.3})
+    assert told is not None and told.tags("r4")["gpudesk.best_goal"] == "min"
+    assert rollups.child_ended("q", ("loss", "min"), (5, "e", "k5"), {"acc": 1.0}) is None
+    lower = rollups.child_ended("q", ("loss", "min"), (6, "f", "k6"), {"loss": 0.1})
+    assert lower is not None and (lower.metric, lower.value, lower.job) == ("loss", 0.1, 6)
+    assert lower.tags("r6")["gpudesk.best_run_id"] == "r6"

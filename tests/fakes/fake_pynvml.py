@@ -42,6 +42,12 @@ hardware_truth.json, `checks.mps_engine.meter_windows`):
 
 Assumption: nvmlSystemGetProcessName of a process that runs but is on no GPU raises NotFound
 (seen for a pid that does not exist).
+
+Assumption (not recorded on the H200): the health calls, nvmlDeviceGetTotalEccErrors,
+nvmlDeviceGetRemappedRows and nvmlDeviceGetRetiredPages, answer as the binding's code returns
+(an int; a (correctable, uncorrectable, pending, failure) tuple; a list of page addresses), by
+default with nothing counted; a GPU without one (ECC off; page retirement on a GPU that remaps
+rows instead, which nvidia-smi -q shows as N/A) lists it in `unsupported`.
 """
 
 from __future__ import annotations
@@ -102,6 +108,9 @@ DRIVER_VERSION = "580.159.04"
 NVML_VERSION = "13.580.159.04"
 CUDA_DRIVER_VERSION = 13000
 # GPM metric -> the metricInfo (shortName, longName, unit) the driver fills in
+# (recorded on the H200 for SM_UTIL and DRAM_BW_UTIL; GRAPHICS_UTIL's and ANY_TENSOR_UTIL's
+# were not recorded, so the fake leaves their metricInfo empty rather than guess it: gpudesk
+# reads only metricId, nvmlReturn and value)
 GPM_METRIC_INFO = {
     real.NVML_GPM_METRIC_SM_UTIL: (b"smutil", b"SM_UTIL", b"%"),
     real.NVML_GPM_METRIC_DRAM_BW_UTIL: (b"dram", b"DRAM_BW_UTIL", b"%"),
@@ -177,6 +186,16 @@ class FakeGpu:
     utilization_memory: int = 0
     sm_util_pct: float = 0.0  # what GPM reports: the value when the later sample was taken
     dram_bw_util_pct: float = 0.0  # GPM's DRAM bandwidth use, as sm_util_pct
+    graphics_util_pct: float = 0.0  # GPM's GRAPHICS_UTIL (any compute/graphics work active)
+    tensor_util_pct: float = 0.0  # GPM's ANY_TENSOR_UTIL (SMs busy with tensor instructions)
+    # GPM metrics this GPU answers NotSupported for, in nvmlGpmMetricsGet's per-metric
+    # nvmlReturn (pynvml's constant names: "NVML_GPM_METRIC_ANY_TENSOR_UTIL")
+    gpm_unsupported: set[str] = field(default_factory=set)
+    ecc_corrected: int = 0  # volatile ECC counts (nvmlDeviceGetTotalEccErrors)
+    ecc_uncorrected: int = 0
+    remapped_rows: tuple[int, int, int, int] = (0, 0, 0, 0)  # corr, unc, pending, failure
+    retired_sbe: list[int] = field(default_factory=list)  # retired page addresses, by cause
+    retired_dbe: list[int] = field(default_factory=list)
     gpm_supported: bool = True  # isSupportedDevice (Hopper and newer)
     power_w: float = 70.0
     power_limit_w: float = 700.0
@@ -215,6 +234,7 @@ class FakeGpu:
             for m in values.get("mig_devices", [])
         ]
         values["unsupported"] = set(values.get("unsupported", ()))
+        values["gpm_unsupported"] = set(values.get("gpm_unsupported", ()))
         values["errors"] = dict(values.get("errors", {}))
         return cls(**values)
 
@@ -257,6 +277,9 @@ class _GpmSample:
     gpu: int | None = None  # None until nvmlGpmSampleGet fills it
     sm_util: float = 0.0
     dram_bw_util: float = 0.0
+    graphics_util: float = 0.0
+    tensor_util: float = 0.0
+    unsupported: frozenset[int] = frozenset()  # metric ids the GPU does not give
 
 
 def _address(pointer: Any) -> int | None:
@@ -471,6 +494,28 @@ class FakeNvml:
     def nvmlDeviceGetPowerUsage(self, handle: Any) -> int:
         return round(self._enter("nvmlDeviceGetPowerUsage", handle).gpu.power_w * 1000)
 
+    def nvmlDeviceGetTotalEccErrors(self, handle: Any, errorType: int, counterType: int) -> int:
+        gpu = self._enter("nvmlDeviceGetTotalEccErrors", handle, args=(errorType,)).gpu
+        if counterType != real.NVML_VOLATILE_ECC:
+            raise real.NVMLError(real.NVML_ERROR_NOT_SUPPORTED)  # the fake keeps volatile only
+        if errorType == real.NVML_MEMORY_ERROR_TYPE_CORRECTED:
+            return gpu.ecc_corrected
+        if errorType == real.NVML_MEMORY_ERROR_TYPE_UNCORRECTED:
+            return gpu.ecc_uncorrected
+        raise real.NVMLError(real.NVML_ERROR_INVALID_ARGUMENT)
+
+    def nvmlDeviceGetRemappedRows(self, device: Any) -> tuple[int, int, int, int]:
+        gpu = self._enter("nvmlDeviceGetRemappedRows", device).gpu
+        return tuple(int(v) for v in gpu.remapped_rows)  # type: ignore[return-value]
+
+    def nvmlDeviceGetRetiredPages(self, device: Any, sourceFilter: int) -> list[int]:
+        gpu = self._enter("nvmlDeviceGetRetiredPages", device, args=(sourceFilter,)).gpu
+        if sourceFilter == real.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS:
+            return list(gpu.retired_sbe)
+        if sourceFilter == real.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR:
+            return list(gpu.retired_dbe)
+        raise real.NVMLError(real.NVML_ERROR_INVALID_ARGUMENT)
+
     def nvmlDeviceGetTotalEnergyConsumption(self, handle: Any) -> int:
         index, gpu, _ = self._enter("nvmlDeviceGetTotalEnergyConsumption", handle)
         now = self.now()
@@ -670,6 +715,11 @@ class FakeNvml:
             raise real.NVMLError(real.NVML_ERROR_INVALID_ARGUMENT)
         state.gpu, state.sm_util = target.index, target.gpu.sm_util_pct
         state.dram_bw_util = target.gpu.dram_bw_util_pct
+        state.graphics_util, state.tensor_util = (
+            target.gpu.graphics_util_pct,
+            target.gpu.tensor_util_pct,
+        )
+        state.unsupported = frozenset(getattr(real, n) for n in target.gpu.gpm_unsupported)
         return sample
 
     def nvmlGpmMetricsGet(self, metricsGet: Any) -> Any:
@@ -683,13 +733,17 @@ class FakeNvml:
         values = {
             real.NVML_GPM_METRIC_SM_UTIL: second.sm_util,
             real.NVML_GPM_METRIC_DRAM_BW_UTIL: second.dram_bw_util,
+            real.NVML_GPM_METRIC_GRAPHICS_UTIL: second.graphics_util,
+            real.NVML_GPM_METRIC_ANY_TENSOR_UTIL: second.tensor_util,
         }
         for slot in range(metricsGet.numMetrics):
             metric = metricsGet.metrics[slot]
-            if metric.metricId in values:
+            if metric.metricId in values and metric.metricId not in second.unsupported:
                 metric.value, metric.nvmlReturn = values[metric.metricId], real.NVML_SUCCESS
                 info = metric.metricInfo
-                info.shortName, info.longName, info.unit = GPM_METRIC_INFO[metric.metricId]
+                known = GPM_METRIC_INFO.get(metric.metricId)
+                if known is not None:
+                    info.shortName, info.longName, info.unit = known
             else:
                 metric.nvmlReturn = real.NVML_ERROR_NOT_SUPPORTED
         return metricsGet

@@ -66,7 +66,8 @@ def crashed(home: Home, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iter
     )
     wait_for(lambda: engine.pid is None, 10.0, what="the engine to die at the fault point")
     wrapper = wrapper_of(home, job_id, 1)
-    assert wrapper.status() == psutil.STATUS_STOPPED
+    # SIGSTOP is sent, not yet taken: a loaded machine may not have run the wrapper since
+    wait_for(lambda: wrapper.status() == psutil.STATUS_STOPPED, 10.0, what="the frozen wrapper")
     # the window, as the store shows it: an attempt in 'launching' with no pid
     assert store_attempts(home, job_id) == [(1, "launching", None)]
     assert not ran.exists()

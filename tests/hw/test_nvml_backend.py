@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from fakes.fake_pynvml import FakeGpu, FakeMig, FakeNvml, FakeProcess
 
-from gpudesk.hw.telemetry.model import BackendUnavailable, GpuReading
+from gpudesk.hw.telemetry.model import BackendUnavailable, GpuHealth, GpuReading
 from gpudesk.hw.telemetry.nvml import NvmlBackend, probe_nvml
 
 REPO = Path(__file__).resolve().parents[2]
@@ -58,13 +58,23 @@ def test_unsupported_metrics_are_none_listed_and_asked_once(caplog: pytest.LogCa
     assert g0.power_w == 250.0 and g0.kernel_active_pct == 90.0
     assert g0.unavailable == ()
     assert g1.energy_counter_j is None and g1.sm_activity_pct is None
-    assert g1.unavailable == ("sm_activity", "energy_counter")
+    assert g1.unavailable == (
+        "sm_activity",
+        "graphics_activity",
+        "tensor_activity",
+        "energy_counter",
+    )
     assert g1.power_w == 100.0
 
     g0, g1 = second.gpus
     assert g0.sm_activity_pct == 40.0
     assert g0.energy_counter_j == pytest.approx(5000.0 + 250.0 * 2)
-    assert g1.energy_counter_j is None and g1.unavailable == ("sm_activity", "energy_counter")
+    assert g1.energy_counter_j is None and g1.unavailable == (
+        "sm_activity",
+        "graphics_activity",
+        "tensor_activity",
+        "energy_counter",
+    )
 
     assert fake.count("nvmlDeviceGetTotalEnergyConsumption", gpu=1) == 1
     assert fake.count("nvmlGpmQueryDeviceSupport", gpu=1) == 1
@@ -81,9 +91,64 @@ def test_a_gpu_without_gpm_support_is_asked_once():
     backend = opened(fake)
     for _ in range(3):
         reading = backend.read().gpus[0]
-    assert reading.sm_activity_pct is None and reading.unavailable == ("sm_activity",)
+    assert reading.sm_activity_pct is None and reading.unavailable == (
+        "sm_activity",
+        "graphics_activity",
+        "tensor_activity",
+    )
     assert fake.count("nvmlGpmQueryDeviceSupport") == 1
     assert fake.count("nvmlGpmSampleAlloc") == 0
+
+
+def test_gpm_gives_graphics_and_tensor_activity_and_one_it_lacks_is_left_out():
+    """GRAPHICS_UTIL and ANY_TENSOR_UTIL come in the same nvmlGpmMetricsGet as SM_UTIL; a
+    metric the GPU answers NotSupported for (its nvmlReturn) is None, listed and not asked
+    again, the others still read."""
+    hopper = FakeGpu(sm_util_pct=40.0, graphics_util_pct=97.5, tensor_util_pct=31.25)
+    partial = FakeGpu(
+        sm_util_pct=20.0,
+        graphics_util_pct=60.0,
+        gpm_unsupported={"NVML_GPM_METRIC_ANY_TENSOR_UTIL"},
+    )
+    fake = FakeNvml([hopper, partial])
+    backend = opened(fake)
+    backend.read()
+    for _ in range(2):
+        fake.advance(1.0)
+        g0, g1 = backend.read().gpus
+    assert (g0.sm_activity_pct, g0.graphics_active_pct, g0.tensor_active_pct) == (
+        40.0, 97.5, 31.25,
+    )  # fmt: skip
+    assert g0.unavailable == ()
+    assert (g1.sm_activity_pct, g1.graphics_active_pct, g1.tensor_active_pct) == (20.0, 60.0, None)
+    assert g1.unavailable == ("tensor_activity",)
+    assert fake.last_args is not None and fake.count("nvmlGpmMetricsGet", gpu=1) == 2
+
+
+def test_memory_health_ecc_remapped_rows_and_retired_pages_where_the_gpu_gives_them():
+    hopper = FakeGpu(
+        ecc_corrected=7, ecc_uncorrected=1, remapped_rows=(3, 1, 0, 1),
+        unsupported={"nvmlDeviceGetRetiredPages"},  # it remaps rows instead
+    )  # fmt: skip
+    volta = FakeGpu(
+        name="Tesla V100-SXM2-32GB", retired_sbe=[0x1000, 0x2000], retired_dbe=[0x3000],
+        unsupported={"nvmlDeviceGetRemappedRows"},
+    )  # fmt: skip
+    ecc_off = FakeGpu(
+        unsupported={
+            "nvmlDeviceGetTotalEccErrors", "nvmlDeviceGetRemappedRows", "nvmlDeviceGetRetiredPages"
+        }
+    )  # fmt: skip
+    fake = FakeNvml([hopper, volta, ecc_off])
+    backend = opened(fake)
+    for _ in range(3):
+        h, v, off = backend.read().gpus
+    assert h.health == GpuHealth(7, 1, 3, 1, True, None, None)
+    assert v.health == GpuHealth(0, 0, None, None, None, 2, 1)
+    assert off.health is None
+    assert "retired_pages" in h.unavailable and "remapped_rows" in v.unavailable
+    assert {"ecc", "remapped_rows", "retired_pages"} <= set(off.unavailable)
+    assert fake.count("nvmlDeviceGetRetiredPages", gpu=0) == 1  # asked once, then not again
 
 
 def test_process_utilization_not_found_is_no_samples_yet():
@@ -378,7 +443,12 @@ def test_through_the_shim_in_a_subprocess(tmp_path: Path):
     assert (g0["uuid"], g0["power_w"], g0["memory_used_mib"]) == ("GPU-shim-0", 310.0, 2048.0)
     assert g0["energy_counter_j"] >= 1000.0 and g0["sm_activity_pct"] == 35.0
     assert g0["processes"][0]["pid"] == 4242
-    assert g1["unavailable"] == ["sm_activity", "energy_counter"]
+    assert g1["unavailable"] == [
+        "sm_activity",
+        "graphics_activity",
+        "tensor_activity",
+        "energy_counter",
+    ]
 
     scenario.write_text(json.dumps({"init_error": "LibRmVersionMismatch", "gpus": [{}]}))
     code = (

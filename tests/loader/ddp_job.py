@@ -1,13 +1,14 @@
 """A data-parallel training job reading a shared loader, for tests/loader/test_loader_contract.py.
 
     python ddp_job.py NAME --out FILE --rank R --world W --store PATH [--batch-size B]
-                      [--epochs E] [--loader-delay S]
+                      [--epochs E] [--loader-delay S] [--loader-after FILE]
 
 Rank R of W joins a gloo process group (a FileStore at PATH; W = 1 runs without one), makes
 `SharedLoader(NAME, with_ids=True)` (no shard given: it is taken from torch.distributed) and
 trains a DDP-wrapped linear model on it for E epochs: every step all-reduces the gradients, so
 the ranks step in lockstep as a real job's do. --loader-delay: this rank makes its loader S
-seconds late (the others wait for it in their loader's start, a collective call). Each epoch's
+seconds late (the others wait for it in their loader's start, a collective call); --loader-after:
+once FILE exists (the test makes it when what it waits for has happened). Each epoch's
 ids, the producer's epoch they are of, whether every sample's bytes were its id's and the
 epochs the ranks were welcomed at and agreed on go to FILE as one JSON line per epoch.
 """
@@ -30,6 +31,7 @@ def main() -> int:
     parser.add_argument("--batch-size", type=int, default=4)
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--loader-delay", type=float, default=0.0)
+    parser.add_argument("--loader-after", default=None)
     args = parser.parse_args()
 
     import torch
@@ -49,6 +51,12 @@ def main() -> int:
         model = DistributedDataParallel(model)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     time.sleep(args.loader_delay)  # a rank that makes its loader late (the others wait for it)
+    if args.loader_after is not None:
+        from pathlib import Path
+
+        deadline = time.monotonic() + 120
+        while not Path(args.loader_after).exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
     loader = SharedLoader(args.name, batch_size=args.batch_size, with_ids=True, fallback=False)
     with open(args.out, "w") as out:
         for epoch in range(args.epochs):

@@ -328,17 +328,20 @@ def test_a_state_of_another_mode_or_loader_is_refused(loaders: Loaders) -> None:
 
 # ----------------------------------------------------------------------- DDP, the must-show
 def run_jobs(
-    loaders: Loaders, tmp_path: Path, home: Home, jobs: list[tuple[int, int, int, float]]
+    loaders: Loaders,
+    tmp_path: Path,
+    home: Home,
+    jobs: list[tuple[int, int, int, float | Path]],
 ) -> list[list[dict[str, Any]]]:
-    """Run ddp_job.py processes, (rank, world, epochs, loader delay) each, all at once; the
-    records of each, by epoch."""
+    """Run ddp_job.py processes, (rank, world, epochs, loader delay: seconds, or a file to wait
+    for) each, all at once; the records of each, by epoch."""
     store = tmp_path / "store"
     procs = []
     for rank, world, epochs, delay in jobs:
         out = tmp_path / f"job-{world}-{rank}.jsonl"
         argv = [sys.executable, str(DDP_JOB), "syn", "--out", str(out), "--rank", str(rank)]
         argv += ["--world", str(world), "--store", str(store), "--epochs", str(epochs)]
-        argv += ["--loader-delay", str(delay)]
+        argv += ["--loader-after" if isinstance(delay, Path) else "--loader-delay", str(delay)]
         procs.append((loaders._spawn(argv, home, out.with_suffix(".log")), out))
     for proc, out in procs:
         try:
@@ -387,15 +390,37 @@ def test_a_ddp_job_and_a_one_rank_job_share_one_producer(
 def test_ranks_welcomed_at_different_epochs_start_at_the_same(
     loaders: Loaders, tmp_path: Path, home: Home
 ) -> None:
-    """Rank 1 makes its loader 3 s after rank 0, while another job reads on (an epoch takes the
-    producer about 0.4 s): the stream has passed an epoch's end in between, so the ranks were
-    welcomed at different epochs. They start at the latest (rank 0 says hello again for it)
-    and still read every sample once."""
+    """Rank 0 makes its loader, then another job starts reading, and rank 1 makes its loader
+    only once that job has taken the stream past an epoch's end, so the ranks are welcomed at
+    different epochs. They start at the latest (rank 0 says hello again for it) and still read
+    every sample once."""
     size = 202
-    loaders.serve(size=size, batch=8, cost_ms=2.0, slots=16, idle_exit=300)
+    producer = loaders.serve(size=size, batch=8, cost_ms=2.0, slots=16, idle_exit=300)
+    reader, late = tmp_path / "reader-may-start", tmp_path / "rank1-may-start"
+
+    def consumers(count: int) -> dict[str, Any] | None:
+        status = producer.status()
+        return status if len(status["consumers"]) >= count else None
+
+    def in_turn() -> None:
+        wait_for(lambda: consumers(1), 120, interval=0.05, what="rank 0 to be welcomed")
+        reader.touch()
+        status = wait_for(lambda: consumers(2), 120, interval=0.05, what="the reader")
+        since = status["stream"][0]
+        wait_for(
+            lambda: producer.status()["stream"][0] > since,
+            120,
+            interval=0.05,
+            what="the stream to pass an epoch's end",
+        )
+        late.touch()
+
+    opener = threading.Thread(target=in_turn, daemon=True)
+    opener.start()
     single, rank0, rank1 = run_jobs(
-        loaders, tmp_path, home, [(0, 1, 12, 0), (0, 2, 2, 0), (1, 2, 2, 3.0)]
+        loaders, tmp_path, home, [(0, 1, 12, reader), (0, 2, 2, 0), (1, 2, 2, late)]
     )
+    opener.join(5)
     assert_each_job_once(rank0, rank1, single, size)
     assert len(single) == 12
     welcomed = [rank0[0]["joined"][0], rank1[0]["joined"][0]]

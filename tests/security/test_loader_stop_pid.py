@@ -31,7 +31,12 @@ SPEC = DatasetSpec(name="syn", factory="gpudesk.workloads.synthetic:make_dataset
 @pytest.fixture
 def producer() -> Iterator[subprocess.Popen[bytes]]:
     """A stand-in producer of root's that ignores SIGTERM (as a hung one does)."""
-    process = subprocess.Popen(["sh", "-c", 'trap "" TERM; while :; do sleep 0.1; done'])
+    process = subprocess.Popen(
+        ["sh", "-c", 'trap "" TERM; echo ignoring; while :; do sleep 0.1; done'],
+        stdout=subprocess.PIPE,
+    )
+    # A SIGTERM sent before the shell has set its trap would end it: wait for the trap.
+    assert process.stdout is not None and process.stdout.readline() == b"ignoring\n"
     yield process
     process.kill()
     process.wait()

@@ -16,6 +16,8 @@ class TrackingView(WireModel, frozen=True):
     experiment: str
     params: dict[str, str] = {}  # its sweep values, logged as params
     sweep_params: dict[str, str] = {}  # its sweep's grid: the parent run's params
+    objective: str | None = None  # the result metric its sweep's parent rolls up ([report])
+    goal: str | None = None  # "max" or "min", with `objective`
 
 
 class ClusterView(WireModel, frozen=True):
@@ -377,3 +379,13 @@ class ActionOutcome(WireModel, frozen=True):
 
 class ActionResult(WireModel, frozen=True):
     results: list[ActionOutcome]
+
+
+class EditResult(WireModel, frozen=True):
+    """What `edit` changed, a phrase per field ("time_limit_s 3600 -> 7200"; an environment
+    variable by name only); empty when the edit changed nothing. The job keeps its id and its
+    place in the queue."""
+
+    id: int
+    name: str
+    changes: list[str] = []

@@ -5,7 +5,14 @@
 from __future__ import annotations
 
 from gpudesk.core.wire.base import WireModel
-from gpudesk.core.wire.jobs import ActionResult, JobDetail, JobList, LogChunk, SubmitResult
+from gpudesk.core.wire.jobs import (
+    ActionResult,
+    EditResult,
+    JobDetail,
+    JobList,
+    LogChunk,
+    SubmitResult,
+)
 from gpudesk.core.wire.mig import MigApplyResult, MigPlanResult
 from gpudesk.core.wire.model import ModelObserveResult, ModelResetResult, ModelShowResult
 from gpudesk.core.wire.station import (
@@ -43,4 +50,5 @@ REPLY_MODELS: dict[str, type[WireModel]] = {
     "model_show": ModelShowResult,
     "model_observe": ModelObserveResult,
     "model_reset": ModelResetResult,
+    "edit": EditResult,
 }

@@ -189,6 +189,21 @@ class PriorityArgs(JobRefsArgs, frozen=True):
     ) = None
 
 
+class EditArgs(OpArgs, frozen=True):
+    """`edit`: a job that has not started, its `fields` replaced (JobSpec's names, those
+    `core/job_edit.EDITABLE_FIELDS` lists; null clears one; the spec is checked whole, as a
+    submit's), `set_env` laid on its own environment and `unset_env` taken off it (and off the
+    environment it was submitted from)."""
+
+    job: JobRef
+    fields: dict[str, Any] = msgspec.field(default_factory=dict)
+    set_env: dict[str, str] = msgspec.field(default_factory=dict)
+    unset_env: Annotated[
+        list[NotBlank],
+        msgspec.Meta(max_length=4096, extra=_why("must be a list of variable names")),
+    ] = msgspec.field(default_factory=list)
+
+
 class TelemetryArgs(OpArgs, frozen=True):
     history: Annotated[
         int,
@@ -264,6 +279,7 @@ REQUEST_ARGS: dict[str, type[OpArgs]] = {
     "model_show": OpArgs,
     "model_observe": ModelObserveArgs,
     "model_reset": ModelResetArgs,
+    "edit": EditArgs,
 }
 
 

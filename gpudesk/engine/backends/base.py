@@ -5,6 +5,7 @@ job by job. `local` (the station's own slots: `backends/local/`) and `slurm` (a 
 
 - `admit`, `submit`, `check_submit`: a request's jobs, all bound for this backend;
 - `cancel`, `hold`, `release`, `requeue`: one job's control, each with its `JobOutcome`;
+- `edit`: a job that has not started given its edited spec (`gpudesk edit`), or why not;
 - `explain`: why a queued job waits, at length (`show`'s `waiting`);
 - `view`: the backend's part of the replies of a page of jobs (`JobsView`: where each runs or
   ran, its log, its short wait code, its attempts, its allocation), read in one go;
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from gpudesk.core.identity import Caller
+from gpudesk.core.job_edit import JobEdit
 from gpudesk.core.jobs import JobSpec
 from gpudesk.core.records import JobRecord
 from gpudesk.core.wire.base import PlacementMode
@@ -122,6 +124,10 @@ class Backend(Protocol):
     def release(self, job: JobRecord) -> JobOutcome: ...
 
     def requeue(self, job: JobRecord) -> JobOutcome: ...
+
+    def edit(self, job: JobRecord, edit: JobEdit) -> JobOutcome:
+        """A queued job given its checked edit, or why not (ok false)."""
+        ...
 
     def explain(self, job: JobRecord) -> str:
         """Why a queued job (not held) has not started."""

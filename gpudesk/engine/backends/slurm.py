@@ -26,6 +26,7 @@ the events.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import pwd
 import queue
@@ -80,7 +81,10 @@ def _within(moment: float | None, low: float, high: float) -> float | None:
     """A time Slurm's clients gave, kept within what the engine knows itself. Those clients run
     as the job's owner, who may trace them and make them print anything (docs/security.md), so
     a start or end she forges moves her job's wall time and GPU-seconds only within the engine's
-    own bounds: after the submit, no later than the engine saw it running, never in the future."""
+    own bounds: after the submit, no later than the engine saw it running, never in the future.
+    Slurm's times are whole seconds, cut down: a start in the second of the submit reads as
+    that second's beginning, so the bound below is the submit's whole second."""
+    low = math.floor(low)
     return None if moment is None else min(max(moment, low), max(low, high))
 
 

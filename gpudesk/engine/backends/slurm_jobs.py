@@ -12,6 +12,7 @@ from pathlib import Path
 
 from gpudesk.core import protocol
 from gpudesk.core.identity import Caller
+from gpudesk.core.job_edit import JobEdit
 from gpudesk.core.jobs import JobSpec, JobState
 from gpudesk.core.protocol import ProtocolError
 from gpudesk.core.records import JobRecord
@@ -136,6 +137,19 @@ class SlurmJobs:
 
     def requeue(self, job: JobRecord) -> JobOutcome:
         return self._on_slurm(job, "requeue")
+
+    def edit(self, job: JobRecord, edit: JobEdit) -> JobOutcome:
+        """Slurm holds its spec once sbatch took it: none is changed (the engine's copy would
+        differ from what Slurm runs); say which `scontrol update` changes a pending one."""
+        row = self.slurm.store.slurm_job(job.id)
+        fields = ", ".join(change.split(" ", 1)[0] for change in edit.changes) or "none"
+        return JobOutcome(
+            f"job {job.id} is a Slurm job ({job.state.value}): gpudesk edits only the station's "
+            f"jobs, so none of the fields asked ({fields}) was changed; while it is pending, "
+            f"`scontrol update JobId={row.slurm_id if row else '?'} TimeLimit=… JobName=… "
+            "Dependency=…` changes it on the cluster",
+            ok=False,
+        )
 
     def _on_slurm(self, job: JobRecord, verb: str) -> JobOutcome:
         """Slurm, not the station, holds, releases and requeues a Slurm job: say how."""

@@ -1,7 +1,7 @@
 """The engine's requests, one module per group of ops: `dispatch` (the op table, the door, the
 mapping of errors to protocol codes), `submission`, `listing` (jobs, show, log),
 `job_actions` (cancel, hold, release, priority, requeue), `station` (ping, status, configure,
-datasets, shutdown), `telemetry`, `mig` and `model`; `common` holds what they share.
+datasets, shutdown), `telemetry`, `mig`, `model`, `editing`; `common` holds what they share.
 """
 
 from gpudesk.engine.backends.local.admission import CHANGE_CHECKS

@@ -18,6 +18,7 @@ from gpudesk.core.wire.requests import REQUEST_ARGS, ArgsError, decode_args
 from gpudesk.engine.backends.slurm import SubmitRefused
 from gpudesk.engine.offloop import Busy, Later, Pending
 from gpudesk.engine.requests.common import EngineParts, Handler
+from gpudesk.engine.requests.editing import EditRequests
 from gpudesk.engine.requests.job_actions import JobActionRequests
 from gpudesk.engine.requests.listing import ListingRequests
 from gpudesk.engine.requests.mig import MigRequests
@@ -46,6 +47,7 @@ class RequestHandlers:
             TelemetryRequests(parts),
             MigRequests(parts),
             ModelRequests(parts),
+            EditRequests(parts),
         ):
             self.table.update(group.ops())
         if set(self.table) != set(REQUEST_ARGS):  # each op's arguments have their type
@@ -112,9 +114,9 @@ class RequestHandlers:
 
 
 def _result_reply(request_id: Any, result: msgspec.Struct) -> bytes:
-    """A handler's result on the wire: its reply type (gpudesk.core.wire) as msgspec encodes
-    it."""
-    return protocol.encode_result(request_id, msgspec.to_builtins(result))
+    """A handler's result on the wire: its reply type (gpudesk.core.wire), written by msgspec
+    straight from the struct (protocol.encode_result)."""
+    return protocol.encode_result(request_id, result)
 
 
 def _error_reply(request_id: Any, exc: BaseException) -> bytes:

@@ -4,6 +4,7 @@ size, tracking, priorities, the caller's queued limit), then queued here or sent
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from gpudesk.core import protocol
@@ -18,9 +19,19 @@ from gpudesk.core.wire.jobs import SubmitResult
 from gpudesk.core.wire.requests import SubmitArgs
 from gpudesk.engine.offloop import Later
 from gpudesk.engine.requests.common import Handler, Requests
+from gpudesk.engine.store.database import Store
 from gpudesk.policy import job_gates, user_limits
 from gpudesk.text import safe_text
 from gpudesk.tracking.available import missing_for
+
+
+def check_after_known(store: Store, job_ids: Iterable[int], where: str) -> None:
+    """Refuse (`unknown_job`) a job to run after that does not exist, naming it and `where`."""
+    for job_id in (i for i in job_ids if not store.job_exists(i)):
+        raise ProtocolError(
+            protocol.UNKNOWN_JOB,
+            f"{where}: there is no job {job_id} to run after (gpudesk queue --all lists the jobs)",
+        )
 
 
 class SubmitRequests(Requests):
@@ -97,12 +108,8 @@ class SubmitRequests(Requests):
                             f"jobs[{index}].{key}: {job_id} names job {-job_id} of this "
                             "request; a job can run only after jobs before it in the request",
                         )
-                elif not self.parts.store.job_exists(job_id):
-                    raise ProtocolError(
-                        protocol.UNKNOWN_JOB,
-                        f"jobs[{index}].{key}: there is no job {job_id} to run after "
-                        "(gpudesk queue --all lists the jobs)",
-                    )
+                else:
+                    check_after_known(self.parts.store, (job_id,), f"jobs[{index}].{key}")
         problem = job_gates.submit_problem(index, spec)
         if problem:
             raise ProtocolError(protocol.INVALID_ARGS, problem)

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from gpudesk.core.identity import Identity
+from gpudesk.core.job_edit import JobEdit
 from gpudesk.core.jobs import InvalidTransition, JobSpec, JobState, check_transition
 from gpudesk.core.records import AttemptRecord, JobRecord
 from gpudesk.engine.store.connection import StoreConnection
@@ -260,6 +261,24 @@ class JobTables(StoreConnection):
                 job_id=job_id,
                 now=now,
             )
+        return self.job(job_id)
+
+    def edit(self, job_id: int, edit: JobEdit, now: float | None = None) -> JobRecord:
+        """A queued job's new spec (and submitted environment, given one) with its `edit` event,
+        in one transaction; its id, priority and so its place stay. InvalidTransition if it is
+        no longer queued."""
+        now = now or time.time()
+        with self.transaction() as conn:
+            env = None if edit.base_env is None else self._environment_id(conn, edit.base_env)
+            if not conn.execute(
+                "UPDATE jobs SET spec = ?, name = ?, base_env = COALESCE(?, base_env) "
+                "WHERE id = ? AND state = 'queued'",
+                (json.dumps(edit.spec.to_dict()), edit.spec.name, env[1] if env else None, job_id),
+            ).rowcount:
+                raise InvalidTransition(f"job {job_id} is not queued: it cannot be edited")
+            self._add_event(conn, "edit", edit.message, job_id=job_id, now=now)
+        if env is not None:
+            self._env_ids[env[0]] = env[1]
         return self.job(job_id)
 
     def requeue(self, job_id: int, now: float | None = None) -> JobRecord:

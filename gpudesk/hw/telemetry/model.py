@@ -15,6 +15,8 @@ METRICS = (
     "memory",
     "kernel_active",
     "sm_activity",
+    "graphics_activity",
+    "tensor_activity",
     "power",
     "energy_counter",
     "temperature",
@@ -23,6 +25,9 @@ METRICS = (
     "mig",
     "processes",
     "process_utilization",
+    "ecc",
+    "remapped_rows",
+    "retired_pages",
 )
 
 
@@ -61,6 +66,21 @@ class MigDevice:
 
 
 @dataclass(frozen=True)
+class GpuHealth:
+    """A GPU's memory health as NVML counts it (None: the GPU does not give it; ECC off, or a
+    GPU that remaps rows instead of retiring pages). Volatile ECC counts are since the driver
+    loaded; remapped rows and retired pages are the GPU's for good."""
+
+    ecc_sbe_volatile: int | None = None  # corrected (single-bit) errors
+    ecc_dbe_volatile: int | None = None  # uncorrected (double-bit) errors
+    remapped_correctable: int | None = None  # rows remapped for correctable errors
+    remapped_uncorrectable: int | None = None
+    remap_failure: bool | None = None  # a remapping failed: the GPU needs service
+    retired_sbe: int | None = None  # pages retired for repeated single-bit errors
+    retired_dbe: int | None = None  # pages retired for double-bit errors
+
+
+@dataclass(frozen=True)
 class GpuReading:
     index: int
     uuid: str | None
@@ -73,6 +93,11 @@ class GpuReading:
     memory_free_mib: float | None = None
     kernel_active_pct: float | None = None
     sm_activity_pct: float | None = None
+    # GPM (Hopper and newer): the share of time any compute/graphics work was active, and of
+    # SMs busy with tensor instructions; None where there is no GPM (or on a simulated GPU: its
+    # model's values, labelled SIMULATED with everything else)
+    graphics_active_pct: float | None = None
+    tensor_active_pct: float | None = None
     power_w: float | None = None
     energy_counter_j: float | None = None  # the device's cumulative counter; None if unsupported
     temperature_c: float | None = None
@@ -83,6 +108,7 @@ class GpuReading:
     mig_devices: tuple[MigDevice, ...] = ()
     processes: tuple[GpuProcess, ...] = ()
     unavailable: tuple[str, ...] = ()  # METRICS this device does not support (probed once)
+    health: GpuHealth | None = None  # its memory's error counts (None: none read)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

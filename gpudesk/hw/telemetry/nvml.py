@@ -22,6 +22,7 @@ from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpudesk.hw.telemetry.health import read_health
 from gpudesk.hw.telemetry.model import (
     METRICS,
     MPS_CLIENT,
@@ -46,6 +47,17 @@ MPS_SERVER_NAME = "nvidia-cuda-mps-server"
 DRIVER_MISMATCH = (
     "the NVIDIA kernel module and libnvidia-ml are different versions (usually a driver update "
     "without a reboot): reload the nvidia kernel modules or reboot the station"
+)
+
+
+# The GPM metrics read at each sample (Hopper and newer): (gpudesk's metric, pynvml's
+# constant). GRAPHICS_UTIL is "the percentage of time any compute/graphics app was active",
+# which dcgm-exporter names DCGM_FI_PROF_GR_ENGINE_ACTIVE; ANY_TENSOR_UTIL "the percentage of
+# SMs busy executing any tensor instruction", NVML's nearest to DCGM_FI_PROF_PIPE_TENSOR_ACTIVE.
+GPM_METRICS = (
+    ("sm_activity", "NVML_GPM_METRIC_SM_UTIL"),
+    ("graphics_activity", "NVML_GPM_METRIC_GRAPHICS_UTIL"),
+    ("tensor_activity", "NVML_GPM_METRIC_ANY_TENSOR_UTIL"),
 )
 
 
@@ -355,7 +367,7 @@ class NvmlBackend:
             dev.uuid = self._query(dev, "uuid", nv.nvmlDeviceGetUUID, handle)
         memory = self._query(dev, "memory", self._memory_info, dev)
         utilization = self._query(dev, "kernel_active", nv.nvmlDeviceGetUtilizationRates, handle)
-        sm_activity = self._sm_activity(dev)
+        gpm = self._gpm_activity(dev)
         power_mw = self._query(dev, "power", nv.nvmlDeviceGetPowerUsage, handle)
         energy_mj = self._query(
             dev, "energy_counter", nv.nvmlDeviceGetTotalEnergyConsumption, handle
@@ -370,6 +382,7 @@ class NvmlBackend:
         limit_mw = self._query(dev, "power_limit", nv.nvmlDeviceGetEnforcedPowerLimit, handle)
         mig_enabled, mig_devices = self._mig(dev)
         processes = self._processes(dev, mig_devices)
+        health = read_health(nv, handle, lambda metric, fn, *a: self._query(dev, metric, fn, *a))
         return GpuReading(
             dev.index,
             dev.uuid,
@@ -378,7 +391,9 @@ class NvmlBackend:
             memory_total_mib=_mib(memory.total) if memory is not None else None,
             memory_free_mib=_mib(memory.free) if memory is not None else None,
             kernel_active_pct=float(utilization.gpu) if utilization is not None else None,
-            sm_activity_pct=sm_activity,
+            sm_activity_pct=gpm.get("sm_activity"),
+            graphics_active_pct=gpm.get("graphics_activity"),
+            tensor_active_pct=gpm.get("tensor_activity"),
             power_w=_scaled(power_mw, 1000),
             energy_counter_j=_scaled(energy_mj, 1000),
             temperature_c=_scaled(temperature),
@@ -389,6 +404,7 @@ class NvmlBackend:
             mig_devices=mig_devices,
             processes=processes,
             unavailable=tuple(m for m in METRICS if m in dev.unavailable),
+            health=health,
         )
 
     def _memory_info(self, dev: _Device) -> Any:
@@ -402,36 +418,48 @@ class NvmlBackend:
                 dev.memory_v1 = True
         return nv.nvmlDeviceGetMemoryInfo(dev.handle)
 
-    def _sm_activity(self, dev: _Device) -> float | None:
-        """SM activity from GPM, between the previous read's sample and this one's."""
+    def _gpm_activity(self, dev: _Device) -> dict[str, float]:
+        """GPM's activity metrics (`GPM_METRICS`: SM, graphics engine, tensor), in %, between
+        the previous read's sample and this one's; a metric the GPU does not give is left out
+        (and not asked again)."""
         nv = self._nv
         if dev.gpm is None:
             dev.gpm = self._query(dev, "sm_activity", self._start_gpm, dev)
             if dev.gpm is None:
-                return None
+                if "sm_activity" in dev.unavailable:  # no GPM: none of its metrics
+                    dev.unavailable.update(name for name, _ in GPM_METRICS)
+                return {}
         gpm = dev.gpm
         sample, previous = gpm.samples[gpm.current], gpm.samples[1 - gpm.current]
         if self._query(dev, "sm_activity", nv.nvmlGpmSampleGet, dev.handle, sample) is None:
             gpm.primed = False
-            return None
+            return {}
         gpm.current = 1 - gpm.current
         if not gpm.primed:
             gpm.primed = True
-            return None
+            return {}
+        wanted = [(m, c) for m, c in GPM_METRICS if m not in dev.unavailable]
         request = nv.c_nvmlGpmMetricsGet_t()
         request.version = nv.NVML_GPM_METRICS_GET_VERSION
-        request.numMetrics = 1
+        request.numMetrics = len(wanted)
         request.sample1 = previous
         request.sample2 = sample
-        request.metrics[0].metricId = nv.NVML_GPM_METRIC_SM_UTIL
+        for slot, (_, constant) in enumerate(wanted):
+            request.metrics[slot].metricId = getattr(nv, constant)
         result = self._query(dev, "sm_activity", nv.nvmlGpmMetricsGet, request)
         if result is None:
-            return None
-        metric = result.metrics[0]
-        if metric.nvmlReturn != nv.NVML_SUCCESS:
-            self._warn_once(dev, "sm_activity", nv.NVMLError(metric.nvmlReturn))
-            return None
-        return float(metric.value)
+            return {}
+        values = {}
+        for slot, (name, _) in enumerate(wanted):
+            metric = result.metrics[slot]
+            if metric.nvmlReturn == nv.NVML_SUCCESS:
+                values[name] = float(metric.value)
+            elif metric.nvmlReturn == nv.NVML_ERROR_NOT_SUPPORTED:
+                dev.unavailable.add(name)
+                log.info("%s: %s is not available (GPM: Not Supported)", dev.label, name)
+            else:
+                self._warn_once(dev, name, nv.NVMLError(metric.nvmlReturn))
+        return values
 
     def _start_gpm(self, dev: _Device) -> _Gpm:
         nv = self._nv

@@ -22,6 +22,7 @@ from gpudesk.core.mig_profiles import (
 )
 from gpudesk.hw.telemetry.model import (
     BackendReading,
+    GpuHealth,
     GpuInfo,
     GpuProcess,
     GpuReading,
@@ -34,6 +35,13 @@ DEFAULT_MEMORY_GB = 4.0  # a job that gives no hint
 DEFAULT_SM_PCT = 50.0
 CONTEXT_MIB = 512.0  # what a CUDA context costs before the job allocates anything
 ALLOCATION_S = 3.0  # time for a job's memory to reach its demand
+# The share of a simulated GPU's SM activity spent in tensor instructions (what GPM's
+# ANY_TENSOR_UTIL reads on a real one): a model's number for a mixed-precision training step,
+# SIMULATED like every reading here, never measured.
+TENSOR_SHARE = 0.5
+# A simulated GPU's memory health: no error ever, rows remapped as Ampere and newer do (no
+# retired pages). SIMULATED, like every reading here.
+SIM_HEALTH = GpuHealth(0, 0, 0, 0, False)
 
 
 @dataclass
@@ -154,6 +162,10 @@ class SimBackend:
             memory_free_mib=round(model.memory_total_mib - memory_used, 1),
             kernel_active_pct=round(kernel_active, 1),
             sm_activity_pct=round(sm_activity, 1),
+            # as GPM would read them: the engine busy whenever a kernel runs, tensor cores a
+            # share of the SM activity (both the model's, SIMULATED)
+            graphics_active_pct=round(kernel_active, 1),
+            tensor_active_pct=round(sm_activity * TENSOR_SHARE, 1),
             power_w=round(power, 1),
             energy_counter_j=gpu.energy_j,
             temperature_c=round(31.0 + 45.0 * power / model.power_limit_w, 0),
@@ -162,6 +174,7 @@ class SimBackend:
             power_limit_w=model.power_limit_w,
             mig_enabled=False if model.mig_capable else None,
             processes=processes,
+            health=SIM_HEALTH,
         )
 
     @property

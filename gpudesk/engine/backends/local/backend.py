@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import cast
 
 from gpudesk.core.identity import Caller
+from gpudesk.core.job_edit import JobEdit
 from gpudesk.core.jobs import JobSpec, JobState
 from gpudesk.core.records import AttemptRecord, JobRecord
 from gpudesk.core.wire.base import PlacementMode
@@ -190,6 +191,13 @@ class LocalBackend:
             f"{record.attempts + 1} next, {record.spec.max_attempts} allowed",
         )
         return JobOutcome("requeued")
+
+    def edit(self, job: JobRecord, edit: JobEdit) -> JobOutcome:
+        """Swapped on the loop, as placement runs, and by the store only while queued: the job
+        starts as it was or as edited, never between."""
+        if edit.changes:
+            self.changed(self.store.edit(job.id, edit), edit.message)
+        return JobOutcome("edited" if edit.changes else "nothing to change")
 
     def changed(self, job: JobRecord, message: str) -> None:
         """A user changed a job (its store record and event are written): keep the queue's

@@ -1,12 +1,16 @@
 """The engine's collaborator for MLflow tracking (docs/tracking.md): which runs exist and which
 are being made, what each gets and when, the workers that talk to the stores, and how they fare.
 
-- A job with `tracking` gets its run when it is submitted (status SCHEDULED), under its sweep's
-  parent run when it came from a [[sweeps]] table; the row in the store (`tracking_runs`) keeps
-  the op that makes it until MLflow named the run, and whether its end is in MLflow yet.
+- A job with `tracking` gets its run when it is first placed (`prepare`), under its sweep's
+  parent run when it came from a [[sweeps]] table: MLflow cannot move a run's start, and the
+  run's duration is to be the job's (a run made at submit counted the time it queued). The
+  placed job waits (`holds`) until its worker made the run, at most RUN_WAIT_S, then starts
+  without MLFLOW_RUN_ID; the worker stamps the run's start when it makes it (milliseconds
+  before the job's). A job that ends without running gets a run of no length at its end. The
+  row in the store (`tracking_runs`) keeps the op that makes it until MLflow named the run,
+  and whether its end is in MLflow yet.
 - At launch the job gets MLFLOW_TRACKING_URI, MLFLOW_EXPERIMENT_NAME and MLFLOW_RUN_ID, so its
-  own `mlflow.start_run()` logs into the same run. The run must exist by then: a job whose run
-  is not made yet waits (`holds`) for at most RUN_WAIT_S, then starts without MLFLOW_RUN_ID.
+  own `mlflow.start_run()` logs into the same run.
 - Each telemetry sample of a running job becomes metric points (`sample`); its end, its
   totals, result lines and status (`job_changed`), sent until the worker says MLflow has it.
 - Workers (`sidecar`) run as the jobs' owners; what they say of their stores (`Health`) is
@@ -22,11 +26,9 @@ Nothing here waits on a worker: ops go into the worker's outbox, replies are rea
 from __future__ import annotations
 
 import logging
-import os
 import select
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 
 from gpudesk import diskspace, joblog
 from gpudesk.core.identity import Identity
@@ -34,8 +36,8 @@ from gpudesk.core.jobs import JobState
 from gpudesk.core.records import JobRecord
 from gpudesk.core.wire.jobs import JobRunView
 from gpudesk.core.wire.station import TrackingHealth
-from gpudesk.engine.env_seconds import env_seconds
-from gpudesk.engine.services.tracking.replies import Complaints, EventBudget
+from gpudesk.engine.services.tracking.replies import Complaints
+from gpudesk.engine.services.tracking.runs import TrackedRun, identity_of, run_wait_s
 from gpudesk.engine.services.tracking.sidecar import Sidecar
 from gpudesk.engine.services.tracking.store_health import TRACKING_EVENT, SeesSecrets, StoreHealths
 from gpudesk.engine.state import PlacementDue
@@ -46,50 +48,12 @@ from gpudesk.hw import runner
 from gpudesk.paths import Home
 from gpudesk.policy.policy import Placement
 from gpudesk.redact import redact_secrets
-from gpudesk.results import TAIL_BYTES
+from gpudesk.results import TAIL_BYTES, last_result, metrics_of
 from gpudesk.text import safe_text
 from gpudesk.tracking import content, messages
+from gpudesk.tracking.rollup import BEST_PREFIX, BestChild, Rollups
 
 log = logging.getLogger("gpudesk.engine")
-
-# How long a job waits at launch for its MLflow run to exist. MLFLOW_RUN_ID must name a run
-# that exists (mlflow.start_run() with it fails otherwise), and the run is made at submit, so a
-# job waits only when the store is slow or down; past this it starts without MLFLOW_RUN_ID, at
-# most this late, and its run is made and filled in when the store answers again.
-RUN_WAIT_S = 30.0
-RUN_WAIT_ENV = "GPUDESK_TRACKING_WAIT_S"  # the engine's environment may set another bound
-
-
-def run_wait_s() -> float:
-    """RUN_WAIT_S, or the engine's GPUDESK_TRACKING_WAIT_S (0 to 3600 s; tests use a short one)."""
-    return env_seconds(RUN_WAIT_ENV, RUN_WAIT_S, 0.0, 3600.0)
-
-
-@dataclass
-class TrackedRun:
-    """A run the engine made or is making, until its end is in MLflow."""
-
-    key: str
-    job_id: int | None  # None: a sweep's parent run
-    uid: int
-    uri: str
-    create: messages.CreateRun
-    run_id: str | None = None
-    step: int = 0  # the step of its next sample's points
-    final_ops: list[messages.Op] = field(default_factory=list)  # its end, once sent
-    running: bool = False  # a parent: told RUNNING
-    events: EventBudget = field(default_factory=EventBudget)  # its worker's rejections' events
-
-
-def _identity_of(uid: int) -> Identity:
-    """A user's identity from the system's records (a parent run's owner after a restart)."""
-    import pwd
-
-    try:
-        entry = pwd.getpwuid(uid)
-    except KeyError:
-        return Identity.of(uid, uid, ())
-    return Identity.of(uid, entry.pw_gid, os.getgrouplist(entry.pw_name, entry.pw_gid))
 
 
 class Tracking:
@@ -109,14 +73,13 @@ class Tracking:
         self._station: str | None = None
         self.runs: dict[str, TrackedRun] = {}  # by key, until their end is in MLflow
         self.by_job: dict[int, str] = {}  # job id -> its run's key
-        self.new: dict[int, JobRecord] = {}  # tracked jobs submitted, runs not made yet
         self.awaiting: dict[int, float] = {}  # queued job id -> when it stops waiting (monotonic)
         # A sweep's parent run -> its jobs whose runs have not ended: the parent ends with the
         # last of them (asking the store for the whole sweep only then).
         self.open_children: dict[str, set[int]] = {}
         self.workers: dict[int, Sidecar] = {}  # by owner uid
+        self.rollups = Rollups()  # each open sweep's best child (`rollup`)
         self.healths = StoreHealths(store)  # each owner's stores, as her worker finds them
-        self.started_at = time.monotonic()
         self.run_wait_s = run_wait_s()
 
     @property
@@ -148,7 +111,7 @@ class Tracking:
 
     def _owner(self, uid: int) -> Identity | None:
         """Whom a worker for `uid` runs as (None: the engine's own user)."""
-        return runner.run_as(_identity_of(uid))
+        return runner.run_as(identity_of(uid))
 
     def _restarted(self, uid: int, restart: bool) -> None:
         """A worker started: what it must know first. The first start of a worker needs
@@ -194,7 +157,6 @@ class Tracking:
     def step(self) -> None:
         """A loop step: runs of jobs just submitted, the workers' pipes and replies, the jobs
         whose wait for their run ended."""
-        self._flush_new()
         for uid, worker in list(self.workers.items()):
             worker.ensure_running()
             for reply in worker.pump():
@@ -236,6 +198,10 @@ class Tracking:
                 return
             run.run_id = reply.run_id
             self.store.set_tracking_run_id(reply.key, reply.run_id)
+            parent = self.runs.get(run.create.parent or "")
+            told = self.rollups.current(parent.key) if parent is not None else None
+            if parent is not None and told is not None and told.key == run.key:
+                self._tell_best(parent, told)  # the best child's run was not named yet
             if run.job_id is not None and self.awaiting.pop(run.job_id, None) is not None:
                 self.due.mark()  # it waited for this run: it may start now
         elif isinstance(reply, messages.Acked):
@@ -271,45 +237,57 @@ class Tracking:
 
     # -------------------------------------------------------------- job life
     def job_changed(self, job: JobRecord) -> None:
-        """Every job event (gpudesk.engine.events): a tracked job was submitted, requeued, or
-        ended."""
+        """Every job event (gpudesk.engine.events): a tracked job was requeued, started
+        without being placed here (a Slurm job), or ended."""
         if job.spec.tracking is None:
             return
         key = self.by_job.get(job.id)
+        run = self.runs.get(key) if key else None
         if job.state is JobState.QUEUED:
-            run = self.runs.get(key) if key else None
-            if run is None:
-                self.new[job.id] = job
-            elif run.final_ops:  # requeued after its end: the run opens again
+            if run is not None and run.final_ops:  # requeued after its end: it opens again
                 run.final_ops = []
                 self._send(run, messages.SetStatus(run.uri, run.key, "SCHEDULED"))
+        elif job.state is JobState.RUNNING:
+            if run is None and not self._known(job):
+                started = job.started_at or time.time()
+                self._make(job, "RUNNING", int(started * 1000))
         elif job.state.terminal:
-            self._flush_new()
             self.awaiting.pop(job.id, None)
+            if run is None and not self._known(job):  # it never ran: a run of no length
+                ended = int((job.ended_at or time.time()) * 1000)
+                self._make(job, "SCHEDULED", ended)
             self._finish(job)
 
-    def _flush_new(self) -> None:
-        """Make the runs of the tracked jobs submitted since the last look: one store
-        transaction for them all (a sweep of thousands is one submit)."""
-        if not self.new:
-            return
-        jobs, self.new = list(self.new.values()), {}
-        known = self.store.tracking_runs_of([job.id for job in jobs])
-        rows: list[TrackingRow] = []
-        deadline_from = max(time.monotonic(), self.started_at)
-        for job in jobs:
-            row = known.get(job.id)
-            if row is not None:  # a job requeued after its run ended: the run opens again
-                run = self._load(row)
-                self.store.set_tracking_final(row.key, False)
-                self._send(run, messages.SetStatus(run.uri, run.key, "SCHEDULED"))
-                self._reopen_parent(run)
-                continue
-            rows += self._make(job, deadline_from)
-        try:
-            self.store.add_tracking_runs(rows)
-        except Exception:  # the worker finds a run by its key; a restart without the row
-            log.exception("could not store %d MLflow run(s) being made", len(rows))
+    def run_made(self, job: JobRecord) -> bool:
+        """Whether the job's run exists (it was placed, or ran before): its params are fixed."""
+        return (
+            job.id in self.by_job or self.store.tracking_runs_of([job.id]).get(job.id) is not None
+        )
+
+    def _known(self, job: JobRecord) -> bool:
+        """Whether the job's run was made before (its row in the store): if so it is taken up
+        again, its parent's too (a job requeued after its run ended, or an engine restart)."""
+        row = self.store.tracking_runs_of([job.id]).get(job.id)
+        if row is None:
+            return False
+        if row.key not in self.runs:
+            run = self._load(row)
+            self.store.set_tracking_final(row.key, False)
+            self._reopen_parent(run)
+        return True
+
+    def prepare(self, job: JobRecord) -> bool:
+        """The scheduler placed a queued job: whether it must wait for its run first. Its run
+        is made now (not at submit: MLflow cannot move a run's start, and the run is to last
+        as long as the job), started by the worker as it makes it; the job waits (`holds`)
+        until the worker names it, at most `run_wait_s`."""
+        if job.spec.tracking is None:
+            return False
+        if job.id not in self.by_job and not self._known(job):
+            self._make(job, "RUNNING", None)
+            self.awaiting[job.id] = time.monotonic() + self.run_wait_s
+            return True
+        return self.holds(job)
 
     def _reopen_parent(self, run: TrackedRun) -> None:
         """A sweep's job runs again after its sweep's run ended: that run opens again too."""
@@ -326,7 +304,9 @@ class Tracking:
         self.runs[parent].final_ops = []
         self.open_children.setdefault(parent, set()).add(run.job_id)
 
-    def _make(self, job: JobRecord, deadline_from: float) -> list[TrackingRow]:
+    def _make(self, job: JobRecord, status: str, start_ms: int | None) -> None:
+        """Make the job's run (and its sweep's, if this is the first of it), `status` at first,
+        started at `start_ms` (None: when its worker makes it), and store their rows."""
         tracking = job.spec.tracking
         assert tracking is not None
         owner = runner.run_as(job.owner)
@@ -346,12 +326,13 @@ class Tracking:
                         parent,
                         tracking.experiment,
                         content.sweep_run_name(job.spec.sweep, job.spec.group),
-                        "SCHEDULED",
-                        int(job.submitted_at * 1000),
+                        status,
+                        start_ms,
                         content.sweep_tags(job),
                         tracking.sweep_params,
                     )
                     self.runs[parent] = TrackedRun(parent, None, uid, tracking.mlflow_uri, create)
+                    self.runs[parent].running = status == "RUNNING"
                     self._track_store(self.runs[parent])
                     worker.send(create)
                     rows.append(self._row(self.runs[parent]))
@@ -361,8 +342,8 @@ class Tracking:
             key,
             tracking.experiment,
             job.name,
-            "SCHEDULED",
-            int(job.submitted_at * 1000),
+            status,
+            start_ms,
             content.run_tags(job),
             content.run_params(job),
             parent,
@@ -374,9 +355,10 @@ class Tracking:
             self.open_children.setdefault(parent, set()).add(job.id)
         worker.send(create)
         rows.append(self._row(run))
-        if job.state is JobState.QUEUED:
-            self.awaiting[job.id] = deadline_from + self.run_wait_s
-        return rows
+        try:
+            self.store.add_tracking_runs(rows)
+        except Exception:  # the worker finds a run by its key; a restart without the row
+            log.exception("could not store %d MLflow run(s) being made", len(rows))
 
     @staticmethod
     def _row(run: TrackedRun) -> TrackingRow:
@@ -429,7 +411,6 @@ class Tracking:
         """Whether a queued job waits for its run (not made yet, and not for long yet)."""
         if job.spec.tracking is None:
             return False
-        self._flush_new()
         deadline = self.awaiting.get(job.id)
         return deadline is not None and time.monotonic() < deadline
 
@@ -455,7 +436,6 @@ class Tracking:
         tracking = job.spec.tracking
         if tracking is None:
             return {}, None
-        self._flush_new()
         self.awaiting.pop(job.id, None)
         env = {
             "MLFLOW_TRACKING_URI": tracking.mlflow_uri,
@@ -528,17 +508,8 @@ class Tracking:
         summary = self.telemetry.job_usage([job.id], self.attempt_numbers()).get(job.id)
         gpu_s = self.store.allocations([job.id], now).get(job.id, (None, None))[1]
         points = content.total_points(summary, gpu_s, ts_ms, run.step)
-        if job.attempts:
-            path = self.home.attempt_dir(job.id, job.attempts) / runner.LOG_FILE
-            try:
-                # its owner's files only (as the `log` request reads them), and on the loop,
-                # never waiting on a lock the job holds on its log (gpudesk.joblog)
-                owner_uid = runner.log_owner_uid(job.owner)
-                data = joblog.tail(path, TAIL_BYTES, owner_uid, wait=False)
-                text = data.decode("utf-8", "replace")
-            except OSError:
-                text = ""
-            points += content.result_points(text, ts_ms)
+        text = self._log_tail(job)
+        points += content.result_points(text, ts_ms)
         tags = {"gpudesk.state": job.state.value, "gpudesk.attempts": str(job.attempts)}
         if job.reason:
             tags["gpudesk.reason"] = content.param_value(safe_text(job.reason))
@@ -550,7 +521,68 @@ class Tracking:
         for op in run.final_ops:
             self._send(run, op)
         if run.create.parent:
+            if job.state is JobState.SUCCEEDED:
+                self._roll_up(run.create.parent, job, run.key, text)
             self._finish_sweep(job, run.create.parent)
+
+    def _log_tail(self, job: JobRecord) -> str:
+        """The end of the job's last attempt's log: its owner's file only (as the `log` request
+        reads them), read on the loop, never waiting on a lock the job holds (gpudesk.joblog)."""
+        if not job.attempts:
+            return ""
+        path = self.home.attempt_dir(job.id, job.attempts) / runner.LOG_FILE
+        try:
+            owner_uid = runner.log_owner_uid(job.owner)
+            return joblog.tail(path, TAIL_BYTES, owner_uid, wait=False).decode("utf-8", "replace")
+        except OSError:
+            return ""
+
+    def _roll_up(self, parent_key: str, job: JobRecord, key: str | None, text: str) -> None:
+        """A sweep's child succeeded (`key`: its run's; None: none, its sweep ends): its
+        sweep's parent run gets the best child so far (`rollup`). The first time in this
+        engine's life, the children that succeeded before (an engine restart) are read first,
+        from their logs, so the best and its steps go on from where they were."""
+        parent, tracking = self.runs.get(parent_key), job.spec.tracking
+        if parent is None or tracking is None:
+            return
+        objective = (tracking.objective, tracking.goal)
+        before = self.rollups.current(parent_key)
+        if not self.rollups.started(parent_key):
+            for sibling in self._siblings(job, parent.uid):
+                if sibling.id != job.id and sibling.state is JobState.SUCCEEDED:
+                    found = metrics_of(last_result(self._log_tail(sibling)))
+                    child = (sibling.id, sibling.name, content.job_key(self.station, sibling.id))
+                    self.rollups.child_ended(parent_key, objective, child, found)
+        if key is not None:
+            found = metrics_of(last_result(text))
+            self.rollups.child_ended(parent_key, objective, (job.id, job.name, key), found)
+        after = self.rollups.current(parent_key)
+        if after is not None and (
+            before is None or (before.job, before.value) != (after.job, after.value)
+        ):
+            self._tell_best(parent, after)
+
+    def _siblings(self, job: JobRecord, uid: int) -> list[JobRecord]:
+        """The tracked jobs of a sweep: its owner's only (anyone may name a group,
+        content.sweep_key)."""
+        return [
+            j
+            for j in self.store.jobs(group=job.spec.group, owner_uid=uid)
+            if j.spec.sweep == job.spec.sweep and j.spec.tracking is not None
+        ]
+
+    def _tell_best(self, parent: TrackedRun, told: BestChild) -> None:
+        child = self.runs.get(told.key)
+        run_id = child.run_id if child is not None else None
+        if run_id is None and child is None:
+            row = self.store.tracking_run(told.key)
+            run_id = row.run_id if row else None
+        point = messages.MetricPoint(
+            BEST_PREFIX + told.metric, told.value, int(time.time() * 1000), told.step
+        )
+        self._send(
+            parent, messages.LogToRun(parent.uri, parent.key, (point,), tags=told.tags(run_id))
+        )
 
     def _finish_sweep(self, job: JobRecord, parent_key: str) -> None:
         parent = self.runs.get(parent_key)
@@ -559,13 +591,12 @@ class Tracking:
         if parent is None or parent.final_ops or waiting:
             return
         self.open_children.pop(parent_key, None)
-        siblings = [  # its owner's only: anyone may name a group (content.sweep_key)
-            j
-            for j in self.store.jobs(group=job.spec.group, owner_uid=parent.uid)
-            if j.spec.sweep == job.spec.sweep and j.spec.tracking is not None
-        ]
+        siblings = self._siblings(job, parent.uid)
         if not all(j.state.terminal for j in siblings):
             return
+        if not self.rollups.started(parent_key):  # none succeeded in this engine's life
+            self._roll_up(parent_key, job, None, "")
+        self.rollups.close(parent_key)
         states = {j.state for j in siblings}
         status = (
             "FAILED"

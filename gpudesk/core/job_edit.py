@@ -1,0 +1,186 @@
+"""Editing a job that has not started (`gpudesk edit`, as pueue's `edit`/`env set` and Slurm's
+`scontrol update` of a pending job): which of its fields may change, the spec they make (checked
+whole by `JobSpec.from_dict`, as a new submission's is: no second copy of any check), and what
+changed, in words for its event.
+
+Fields outside `EDITABLE_FIELDS` stay as submitted: `priority` has its own op and rules
+(`gpudesk priority`), `cluster` is where it was sent, `group`, `sweep` and `tracking` tie it to
+its run, and `dataset`/`selection` to a shared loader registered for it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from gpudesk.core.jobs import JobSpec, JobState, SpecError, check_env, describe
+from gpudesk.core.records import JobRecord
+from gpudesk.text import safe_text
+
+EDITABLE_FIELDS = (
+    "name",
+    "command",
+    "shell",
+    "workdir",
+    "gpus",
+    "memory_gb",
+    "sm_pct",
+    "time_limit_s",
+    "max_attempts",
+    "after",
+    "preemptible",
+    "preempt_signal",
+    "preempt_grace_s",
+    "begin_at",  # scontrol update BeginTime= (gpudesk edit --begin)
+    "comment",  # scontrol update Comment= (gpudesk edit --comment)
+)
+
+
+@dataclass(frozen=True)
+class JobEdit:
+    """An edit of a job, checked whole: its new spec, what changed in words (its event's), and
+    the environment it was submitted from where that changes."""
+
+    spec: JobSpec
+    changes: tuple[str, ...]
+    base_env: dict[str, str] | None = None
+
+    @property
+    def message(self) -> str:
+        return "edited by user: " + "; ".join(self.changes)
+
+
+def edit_refusal(job: JobRecord) -> str | None:
+    """Why `job` cannot be edited whoever asks (it started: its state named), or None. A
+    tracked job whose MLflow run is made already is refused by the engine, which knows."""
+    if job.state is not JobState.QUEUED:
+        state = f"already {job.state.value}" if job.state.terminal else job.state.value
+        return (
+            f"job {job.id} ({job.name}) is {state}: only a job that has not started (queued, "
+            "held, or waiting for the jobs it runs after) can be edited; `gpudesk requeue` "
+            "runs a finished one again, and a requeued job can be edited"
+        )
+    return None
+
+
+def job_edit(
+    spec: JobSpec,
+    base_env: Mapping[str, str],
+    fields: Mapping[str, Any],
+    set_env: Mapping[str, str],
+    unset_env: Sequence[str],
+) -> JobEdit:
+    """The edit of a job of `spec`, submitted from `base_env`: its new spec (`edited_spec`),
+    and `unset_env` taken off the submitted environment too. Raises SpecError ("unset_env" for
+    a variable the job does not have)."""
+    unknown = [name for name in unset_env if name not in spec.env and name not in base_env]
+    if unknown:
+        raise SpecError("unset_env", f"the job has no variable {safe_text(unknown[0])!r} to unset")
+    new = edited_spec(spec, fields, set_env, unset_env)
+    said = changes(spec, new)
+    dropped = [name for name in unset_env if name in base_env]
+    said += [f"env -{safe_text(name)}" for name in dropped if name not in spec.env]
+    kept = {k: v for k, v in base_env.items() if k not in dropped} if dropped else None
+    return JobEdit(new, tuple(said), kept)
+
+
+def dependency_cycle(
+    job_id: int, after: Iterable[int], jobs_of: Callable[[set[int]], Iterable[JobRecord]]
+) -> str | None:
+    """Why job `job_id` cannot run after `after`: the jobs would wait on each other ("... job 5
+    runs after job 7 runs after job 5"), or None. `jobs_of` gives those of a set of ids that
+    exist; every state counts (a finished job may be requeued and wait again)."""
+    came_from: dict[int, int] = {ref: job_id for ref in after}
+    frontier = set(came_from)
+    while frontier and job_id not in frontier:
+        nxt: set[int] = set()
+        for dependent in jobs_of(frontier):
+            for ref in dependent.spec.after:
+                if ref not in came_from:
+                    came_from[ref] = dependent.id
+                    nxt.add(ref)
+        frontier = nxt
+    if job_id not in frontier:
+        return None
+    path, step = [job_id], came_from[job_id]
+    while step != job_id:
+        path.append(step)
+        step = came_from[step]
+    cycle = [job_id, *reversed(path[1:]), job_id]
+    return "the jobs would wait for each other for ever: " + " runs after ".join(
+        f"job {ref}" for ref in cycle
+    )
+
+
+def edited_spec(
+    spec: JobSpec,
+    fields: Mapping[str, Any],
+    set_env: Mapping[str, str],
+    unset_env: Sequence[str],
+) -> JobSpec:
+    """`spec` with `fields` replaced (a null clears a field to its default: no time limit),
+    `set_env` laid on its own environment and `unset_env` taken off it, checked whole as a
+    submit's spec is. Raises SpecError naming the field at fault."""
+    refused = sorted(set(fields) - set(EDITABLE_FIELDS))
+    if refused:
+        raise SpecError(
+            refused[0],
+            "cannot be edited"
+            + (
+                " (gpudesk priority changes it)"
+                if refused[0] == "priority"
+                else f"; the fields that can: {', '.join(EDITABLE_FIELDS)}"
+            ),
+        )
+    after = fields.get("after")
+    if isinstance(after, (list, tuple)) and any(
+        isinstance(item, int) and not isinstance(item, bool) and item < 0 for item in after
+    ):
+        raise SpecError("after", "expected job ids (whole numbers from 1)")
+    try:
+        added = check_env(dict(set_env))
+    except ValueError as exc:
+        raise SpecError("env", str(exc)) from None
+    env = {k: v for k, v in spec.env.items() if k not in unset_env}
+    env.update(added)
+    return JobSpec.from_dict({**spec.to_dict(), **fields, "env": env})
+
+
+def changes(old: JobSpec, new: JobSpec) -> list[str]:
+    """What an edit changed, a phrase per field, in `EDITABLE_FIELDS`' order then the
+    environment's names (never its values: an environment can hold secrets)."""
+    said: list[str] = []
+    for key in EDITABLE_FIELDS:
+        before, after = getattr(old, key), getattr(new, key)
+        if before != after and key == "begin_at":  # a time, not seconds since 1970
+            said.append(f"begin {_clock(before)} -> {_clock(after)}")
+        elif before != after:
+            said.append(f"{key} {_shown(before)} -> {_shown(after)}")
+    for name in sorted(set(old.env) | set(new.env)):
+        if name not in new.env:
+            said.append(f"env -{safe_text(name)}")
+        elif old.env.get(name) != new.env[name]:
+            said.append(f"env {safe_text(name)}=…")
+    return said
+
+
+def _clock(value: float | None) -> str:
+    import time
+
+    return "none" if value is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(value))
+
+
+def _shown(value: Any) -> str:
+    """A field's value in an event's words, cut to 80 characters."""
+    if value is None:
+        return "none"
+    if isinstance(value, tuple):
+        text = " ".join(safe_text(str(part)) for part in value) if value else "none"
+    elif isinstance(value, str):
+        text = safe_text(value)
+    elif isinstance(value, float):
+        text = f"{value:g}"
+    else:
+        text = describe(value) if not isinstance(value, (int, bool)) else str(value).lower()
+    return text if len(text) <= 80 else text[:79] + "…"

@@ -1,0 +1,60 @@
+"""`edit`: a job not started given new fields (pueue's `edit`, Slurm's `scontrol update`), by its
+owner or an admin; built and checked by `core/job_edit.py` and `JobSpec.from_dict`, its `after`
+jobs and the station's size as `submit` checks them. It keeps its id and place."""
+
+from __future__ import annotations
+
+from gpudesk.core import protocol
+from gpudesk.core.identity import Caller
+from gpudesk.core.job_edit import dependency_cycle, edit_refusal, job_edit
+from gpudesk.core.jobs import SpecError
+from gpudesk.core.protocol import ProtocolError
+from gpudesk.core.records import JobRecord
+from gpudesk.core.wire.jobs import EditResult
+from gpudesk.core.wire.requests import EditArgs
+from gpudesk.engine.dependencies import jobs_by_id
+from gpudesk.engine.requests.common import Handler, Requests
+from gpudesk.engine.requests.submission import check_after_known
+
+
+def tracked_refusal(job: JobRecord) -> str:
+    return (
+        f"job {job.id} ({job.name}) is tracked and its MLflow run is made already (it was "
+        "placed, or ran before): the run records its spec as params, which MLflow never "
+        "changes; cancel it and submit it again as it should be"
+    )
+
+
+class EditRequests(Requests):
+    def ops(self) -> dict[str, Handler]:
+        return {"edit": self.edit}
+
+    def edit(self, args: EditArgs, caller: Caller) -> EditResult:
+        """`refused` for another's job (unless an admin asks), a started or tracked one;
+        `invalid_args` naming the field at fault; `unknown_job`. All before anything changes."""
+        job = self._find(args.job, "job")
+        refusal = self.parts.access.job_refusal(caller, job, "edit") or edit_refusal(job)
+        if refusal:
+            raise ProtocolError(protocol.REFUSED, refusal)
+        if job.spec.tracking is not None and self.parts.tracking.run_made(job):
+            raise ProtocolError(protocol.REFUSED, tracked_refusal(job))
+        store = self.parts.store
+        try:
+            edit = job_edit(
+                job.spec, store.base_env(job.id), args.fields, args.set_env, args.unset_env
+            )
+        except SpecError as exc:
+            where = {"env": "set_env", "unset_env": "unset_env"}.get(exc.key, f"fields.{exc.key}")
+            raise ProtocolError(protocol.INVALID_ARGS, f"{where}: {exc.message}") from None
+        if edit.spec.after != job.spec.after:
+            check_after_known(store, edit.spec.after, "fields.after")
+            cycle = dependency_cycle(
+                job.id, edit.spec.after, lambda ids: jobs_by_id(store, ids).values()
+            )
+            if cycle:
+                raise ProtocolError(protocol.INVALID_ARGS, f"fields.after: {cycle}")
+        self.parts.control.backends.for_spec(edit.spec).admit([edit.spec])  # the station's size
+        outcome = self.parts.control.backends.for_job(job).edit(job, edit)
+        if not outcome.ok:
+            raise ProtocolError(protocol.REFUSED, outcome.message)
+        return EditResult(id=job.id, name=edit.spec.name, changes=list(edit.changes))

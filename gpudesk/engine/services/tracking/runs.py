@@ -1,0 +1,52 @@
+"""A tracked run as the engine holds it (`TrackedRun`), how long a placed job waits for its run
+(`run_wait_s`), and whom a worker runs as after a restart (`identity_of`)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from gpudesk.core.identity import Identity
+from gpudesk.engine.env_seconds import env_seconds
+from gpudesk.engine.services.tracking.replies import EventBudget
+from gpudesk.tracking import messages
+
+# How long a placed job waits for its MLflow run to exist. MLFLOW_RUN_ID must name a run that
+# exists (mlflow.start_run() with it fails otherwise), and the run is made when the job is
+# placed, so a job waits the store's answer (milliseconds; longer when it is slow or down); past
+# this it starts without MLFLOW_RUN_ID, at most this late, and its run is made and filled in
+# when the store answers again.
+RUN_WAIT_S = 30.0
+RUN_WAIT_ENV = "GPUDESK_TRACKING_WAIT_S"  # the engine's environment may set another bound
+
+
+def run_wait_s() -> float:
+    """RUN_WAIT_S, or the engine's GPUDESK_TRACKING_WAIT_S (0 to 3600 s; tests use a short one)."""
+    return env_seconds(RUN_WAIT_ENV, RUN_WAIT_S, 0.0, 3600.0)
+
+
+@dataclass
+class TrackedRun:
+    """A run the engine made or is making, until its end is in MLflow."""
+
+    key: str
+    job_id: int | None  # None: a sweep's parent run
+    uid: int
+    uri: str
+    create: messages.CreateRun
+    run_id: str | None = None
+    step: int = 0  # the step of its next sample's points
+    final_ops: list[messages.Op] = field(default_factory=list)  # its end, once sent
+    running: bool = False  # a parent: told RUNNING
+    events: EventBudget = field(default_factory=EventBudget)  # its worker's rejections' events
+
+
+def identity_of(uid: int) -> Identity:
+    """A user's identity from the system's records (a parent run's owner after a restart)."""
+    import pwd
+
+    try:
+        entry = pwd.getpwuid(uid)
+    except KeyError:
+        return Identity.of(uid, uid, ())
+    return Identity.of(uid, entry.pw_gid, os.getgrouplist(entry.pw_name, entry.pw_gid))

@@ -1,0 +1,66 @@
+"""`gpudesk engine print-unit`: the station engine's systemd unit comes with the package, its
+ExecStart naming the Python that printed it, its cgroup delegated to the engine."""
+
+from __future__ import annotations
+
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import Run
+
+from gpudesk.cli.engine_unit import systemd_word
+
+
+def keys(unit: str) -> dict[str, list[str]]:
+    found: dict[str, list[str]] = {}
+    for line in unit.splitlines():
+        if line and not line.startswith(("#", "[")):
+            key, _, value = line.partition("=")
+            found.setdefault(key, []).append(value)
+    return found
+
+
+def test_the_unit_runs_this_python_as_the_station_engine_in_its_delegated_cgroup(
+    gpudesk: Run,
+) -> None:
+    code, out, err = gpudesk("engine", "print-unit", "--group", "lab", "--state-dir", "/srv/gd")
+    assert code == 0, err
+    unit = keys(out)
+    (start,) = unit["ExecStart"]
+    argv = shlex.split(start)
+    assert argv[0] == sys.executable and argv[argv.index("-m") + 1] == "gpudesk.engine.daemon"
+    assert argv[argv.index("--group") + 1] == "lab"
+    assert argv[argv.index("--state-dir") + 1] == "/srv/gd"
+    assert argv[argv.index("--admin-group") + 1] == "gpudesk-admin"
+    assert unit["Delegate"] == ["yes"] and unit["DelegateSubgroup"] == ["engine"]
+    assert unit["Slice"] == ["gpudesk.slice"] and unit["KillMode"] == ["process"]
+    assert all(doc.startswith("https://") for doc in unit["Documentation"])
+    assert "@" not in start
+
+
+def test_systemd_reads_the_printed_unit(gpudesk: Run, tmp_path: Path) -> None:
+    analyze = shutil.which("systemd-analyze")
+    if analyze is None:
+        pytest.skip("systemd-analyze is not installed here")
+    code, out, _ = gpudesk("engine", "print-unit")
+    assert code == 0
+    unit = tmp_path / "gpudesk.service"
+    unit.write_text(out)
+    done = subprocess.run(
+        [analyze, "verify", str(unit)], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    # an older systemd warns about DelegateSubgroup= alone (the unit's comment says why)
+    warnings = [line for line in done.stderr.splitlines() if line.strip()]
+    assert all("DelegateSubgroup" in line for line in warnings), done.stderr
+
+
+def test_a_word_systemd_would_split_or_expand_is_quoted() -> None:
+    assert systemd_word("/opt/gpudesk/venv/bin/python") == "/opt/gpudesk/venv/bin/python"
+    assert systemd_word("/opt/my envs/python") == '"/opt/my envs/python"'
+    assert systemd_word("/srv/100%/$HOME") == "/srv/100%%/$$HOME"
+    assert systemd_word('a"b\\c') == '"a\\"b\\\\c"'

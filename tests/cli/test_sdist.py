@@ -1,0 +1,78 @@
+"""The sdist holds what a packager needs to run the tests from it: every file under tests/ (the
+conftest, fixtures, fakes), what the tests read (profiles, traces, bench, tools, man pages,
+pyproject.toml), the docs with the docs site's config, the systemd unit (package data), the
+init script and the CHANGELOG. It is built as a packager builds it (`python -m build --sdist`,
+from a copy of the tree) and listed; the suite is not run from it."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+from test_wheel import skip_if_offline  # same folder: on sys.path under pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+IGNORED = ("__pycache__", "*.pyc", ".*_cache", ".hypothesis")
+
+
+def source_files(folder: str) -> set[str]:
+    """The files under `folder` of the checkout, as the sdist names them (no caches)."""
+    found = set()
+    for path in (ROOT / folder).rglob("*"):
+        parts = path.relative_to(ROOT).parts
+        cache = any(p == "__pycache__" or p.startswith(".") for p in parts)
+        if path.is_file() and not cache and path.suffix != ".pyc":
+            found.add("/".join(parts))
+    return found
+
+
+@pytest.mark.slow(6)
+def test_the_sdist_holds_the_tests_and_what_they_read(tmp_path: Path) -> None:
+    source = tmp_path / "src"
+    shutil.copytree(
+        ROOT,
+        source,
+        symlinks=True,
+        ignore=shutil.ignore_patterns(
+            ".git", ".venv", "build", "dist", "site", "*.egg-info", *IGNORED
+        ),
+    )
+    out = tmp_path / "dist"
+    done = subprocess.run(
+        [sys.executable, "-m", "build", "--sdist", "--outdir", str(out), str(source)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    if done.returncode != 0:
+        skip_if_offline(done.stdout + done.stderr)
+        pytest.fail(f"the sdist did not build:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+    (sdist,) = out.glob("gpudesk-*.tar.gz")
+    with tarfile.open(sdist) as archive:
+        prefix = archive.getnames()[0].split("/")[0]
+        members = {name.removeprefix(prefix + "/") for name in archive.getnames()}
+        fake_smi = archive.getmember(f"{prefix}/tests/fakes/nvidia-smi")
+
+    missing = source_files("tests") - members
+    assert not missing, f"tests/ files not in the sdist: {sorted(missing)[:20]}"
+    assert fake_smi.mode & 0o111, "the fake nvidia-smi lost its executable bit"
+    for folder in ("docs", "profiles", "traces", "man"):
+        assert not source_files(folder) - members, folder
+    for name in (
+        "tests/conftest.py",
+        "CHANGELOG.md",
+        "mkdocs.yml",
+        "pyproject.toml",
+        "LICENSE",
+        "gpudesk/data/systemd/gpudesk.service",
+        "packaging/sysvinit/gpudesk",
+        "tools/build_manpages.py",
+        "man/man1/gpudesk.1",
+    ):
+        assert name in members, name
+    assert not [m for m in members if "__pycache__" in m or m.endswith(".pyc")]

@@ -1,0 +1,96 @@
+"""The desk's edit of a queued job (`e` in the job detail, "Edit job" in the palette) against a
+real engine on a SIMULATED station: the form filled with what the job has, a bad value said in
+the form, the change checked in the engine's own state, and a running job refused."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from conftest import EngineHandle
+from test_desk_actions import SLEEP, engine_job, notices, run_desk, select_job, until
+from textual.widgets import Input, Static
+
+from gpudesk.screens.app import DeskApp
+from gpudesk.screens.edit_dialog import EditJobScreen
+from gpudesk.screens.job import JobScreen
+
+
+@pytest.fixture
+def busy_station(sim_engine: EngineHandle) -> tuple[EngineHandle, int, int]:
+    """One CPU slot taken by a long job; a second job waits: (engine, running, queued)."""
+    sim_engine.client.request(
+        "configure", station={"backend": "sim:dgx-station-a100", "slots": 1, "sample_interval": 0.2}
+    )
+    blocker, waiter = sim_engine.submit(
+        {"name": "blocker", "command": SLEEP}, {"name": "waiter", "command": ["sleep", "1"]}
+    )
+    sim_engine.wait_state(blocker, "running")
+    return sim_engine, blocker, waiter
+
+
+def test_e_edits_a_queued_job_from_its_detail(busy_station: tuple[EngineHandle, int, int]) -> None:
+    engine, blocker, waiter = busy_station
+
+    async def scenario(app: DeskApp, pilot: Any) -> None:
+        await select_job(app, pilot, waiter)
+        await pilot.press("enter")
+        await until(pilot, lambda: isinstance(app.screen, JobScreen), what="the job detail")
+        await pilot.press("e")
+        form = await until(
+            pilot, lambda: isinstance(app.screen, EditJobScreen) and app.screen, what="the form"
+        )
+        assert form.query_one("#edit-command", Input).value == "sleep 1"
+        assert form.query_one("#edit-time", Input).value == ""
+        form.query_one("#edit-name", Input).value = "renamed"
+        form.query_one("#edit-time", Input).value = "soon"
+        await pilot.click("#save")
+        error = str(form.query_one("#edit-error", Static).render())
+        assert error.startswith("time limit: ") and isinstance(app.screen, EditJobScreen)
+        form.query_one("#edit-time", Input).value = "2h"
+        form.query_one("#edit-command", Input).value = "sleep 2"
+        form.query_one("#edit-command", Input).focus()
+        await pilot.press("enter")  # Enter in any field saves, as Save does
+        await until(pilot, lambda: engine_job(engine, waiter).name == "renamed", what="the edit")
+        spec = engine_job(engine, waiter).spec
+        assert (spec.command, spec.time_limit_s, spec.gpus) == (["sleep", "2"], 7200, 0)
+        await until(
+            pilot,
+            lambda: any(
+                "edited: name waiter -> renamed; command sleep 1 -> sleep 2; "
+                "time_limit_s none -> 7200" in n
+                for n in notices(app)
+            ),
+            what="the outcome's notice",
+        )
+        # the running job: refused in the desk, nothing sent
+        await pilot.press("escape")
+        await select_job(app, pilot, blocker)
+        await pilot.press("enter")
+        await until(pilot, lambda: isinstance(app.screen, JobScreen), what="its detail")
+        await pilot.press("e")
+        await until(
+            pilot,
+            lambda: any("only a job that has not started" in n for n in notices(app)),
+            what="the refusal",
+        )
+        assert not isinstance(app.screen, EditJobScreen)
+
+    run_desk(engine, scenario)
+    assert engine_job(engine, blocker).name == "blocker"
+
+
+def test_a_readonly_desk_has_no_edit(busy_station: tuple[EngineHandle, int, int]) -> None:
+    engine, _, waiter = busy_station
+
+    async def scenario(app: DeskApp, pilot: Any) -> None:
+        await select_job(app, pilot, waiter)
+        await pilot.press("enter")
+        await until(pilot, lambda: isinstance(app.screen, JobScreen), what="the job detail")
+        assert "edit_job" not in {b.binding.action for b in app.screen.active_bindings.values()}
+        await pilot.press("e")
+        await pilot.pause(0.3)
+        assert not isinstance(app.screen, EditJobScreen)
+
+    run_desk(engine, scenario, readonly=True)
+    assert engine_job(engine, waiter).name == "waiter"
