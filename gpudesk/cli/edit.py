@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
+from gpudesk.cli import submit_extras
 from gpudesk.cli.common import complete_job, engine_client, fail, print_json
 from gpudesk.cli.exit_codes import EXIT_USAGE
 
@@ -74,6 +75,8 @@ def edit(
         False, "--no-deps", help="Run after no job: drop the jobs it waited for."
     ),
     json_out: bool = typer.Option(False, "--json", help="Print what changed as JSON."),
+    begin: str | None = submit_extras.BEGIN,
+    comment: str | None = submit_extras.COMMENT,
 ) -> None:
     """Change a job that has not started (queued, held, or waiting for the jobs it runs after).
 
@@ -88,6 +91,7 @@ def edit(
     fields = _fields(command, shell, name, workdir, time_limit, gpus, mem, sm, max_attempts)
     if no_deps:
         fields["after"] = []
+    submit_extras.apply(fields, begin, comment, None, [], [])  # --begin, --comment
     set_env = submit_job.parse_env(env)
     if not fields and not set_env and not unset_env and not after:
         fail("nothing to change: give the options to change (gpudesk edit --help)", EXIT_USAGE)

@@ -21,6 +21,7 @@ from gpudesk.cli.queue_listing import QueueOptions
 
 # option word -> QueueOptions field
 QUEUE_FLAGS = {"--all": "all_jobs", "-a": "all_jobs", "--me": "me", "--json": "json_out"}
+QUEUE_FLAGS.update({"--long": "long", "-l": "long"})
 QUEUE_VALUES = {
     "--group": "group",
     "-g": "group",

@@ -20,6 +20,7 @@ import typer
 
 from gpudesk.cli.common import engine_client, fail, owner_filter, print_json, say_damaged
 from gpudesk.cli.exit_codes import EXIT_USAGE
+from gpudesk.cli.job_extras_view import comment_text
 from gpudesk.cli.plot_output import PLOT_HELP, plot_target, write_plot
 
 if TYPE_CHECKING:
@@ -57,6 +58,7 @@ class HistoryRow:
     co2e_g: float | None
     # energy_j is a share of a shared GPU's (or CPU's) energy: an estimate, shown with "~"
     energy_estimate: bool = False
+    comment: str = ""  # submit --comment (printable: control characters spelled out)
 
 
 def history_row(job: JobView) -> HistoryRow:
@@ -93,6 +95,7 @@ def history_row(job: JobView) -> HistoryRow:
         energy_j=usage.total_j if usage else None,
         energy_estimate=bool(usage and usage.estimate),
         co2e_g=usage.carbon_g if usage else None,
+        comment=comment_text(job.spec),
     )
 
 
@@ -136,6 +139,7 @@ def _table(rows: list[HistoryRow], width: int | None) -> str:
     def number(value: float | None, fmt: str) -> str:
         return "-" if value is None else fmt.format(value)
 
+    commented = any(r.comment for r in rows)  # a COMMENT column only where one was given
     headers = (
         "ID",
         "NAME",
@@ -151,6 +155,7 @@ def _table(rows: list[HistoryRow], width: int | None) -> str:
         "GPU MEM",
         "ENERGY",
         "CO2E",
+        *(["COMMENT"] if commented else []),
     )
     cells = [
         (
@@ -168,6 +173,7 @@ def _table(rows: list[HistoryRow], width: int | None) -> str:
             number(r.gpu_memory_peak_mib, "{:.0f}M"),
             render.energy_cell(r.energy_j, r.energy_estimate),
             number(r.co2e_g, "{:.1f}g"),
+            *([r.comment or "-"] if commented else []),
         )
         for r in rows
     ]
@@ -175,8 +181,8 @@ def _table(rows: list[HistoryRow], width: int | None) -> str:
         headers,
         cells,
         width=width,
-        optional=(2, 9, 13, 10, 11),  # the last given way first
-        max_widths={1: 32, 2: 10, 7: 16},
+        optional=(2, 9, 13, 10, 11, *([14] if commented else [])),  # the last gives way first
+        max_widths={1: 32, 2: 10, 7: 16, 14: 40},
         right=(0, 4, 8, 9, 10, 11, 12, 13),
         shrink=(7, 1, 2),
         middle=(1,),

@@ -10,6 +10,7 @@ import time
 from typing import TYPE_CHECKING
 
 from gpudesk import render
+from gpudesk.cli import job_extras_view
 from gpudesk.cli.plot_output import write_plot
 
 if TYPE_CHECKING:
@@ -34,6 +35,7 @@ def detail_lines(data: JobDetail, after: list[JobView], width: int) -> list[str]
     lines = _spec_lines(data.job, width)
     if data.job.spec.after:
         lines.extend(_after_field(data.job, after, width))
+    lines.extend(job_extras_view.show_lines(data.job))
     lines.extend(_run_lines(data, width))
     lines.extend(_attempt_lines(data.attempts, width))
     lines.extend(_usage_lines(data.usage, data.job, data.attempts))

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
+from gpudesk.cli import submit_extras
 from gpudesk.cli.common import (
     complete_job,
     complete_signal,
@@ -186,6 +187,12 @@ def submit(
     preemptible: bool = _PREEMPTIBLE,
     preempt_signal: str | None = _PREEMPT_SIGNAL,
     preempt_grace: float | None = _PREEMPT_GRACE,
+    begin: str | None = submit_extras.BEGIN,
+    comment: str | None = submit_extras.COMMENT,
+    array: str | None = submit_extras.ARRAY,
+    after_any: list[str] = submit_extras.AFTER_ANY,
+    after_notok: list[str] = submit_extras.AFTER_NOTOK,
+    notify: str | None = submit_extras.NOTIFY,
 ) -> None:
     """Queue one job: gpudesk submit [OPTIONS] [--] COMMAND [ARGS]...
 
@@ -215,6 +222,7 @@ def submit(
     )
     submit_job.add_limit_and_tracking(raw, time_limit, mlflow_uri, experiment)
     submit_job.add_preemption(raw, preemptible, preempt_signal, preempt_grace)
+    extras = submit_extras.apply(raw, begin, comment, array, after_any, after_notok, notify)
     spec = submit_job.checked_spec(raw)
     if not cwd.is_dir():
         fail(f"--workdir: {cwd} is not a directory", EXIT_USAGE)
@@ -229,6 +237,7 @@ def submit(
         json_out=json_out,
         parsable=parsable,
         hold=hold,
+        extras=extras,
     )
 
 
@@ -256,11 +265,14 @@ def queue(
         None, "--name", help="Only jobs whose name matches this shell pattern (train-*)."
     ),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
+    long: bool = typer.Option(
+        False, "--long", "-l", help="Also each job's begin time, array task and comment."
+    ),
 ) -> None:
     """List queued and running jobs (with --all, finished ones too), everyone's unless
     --user or --me."""
     # gpudesk.cli.fast_path runs the same function for a plain command line, before typer
-    list_queue(QueueOptions(all_jobs, group, limit, user, me, state, name, json_out))
+    list_queue(QueueOptions(all_jobs, group, limit, user, me, state, name, json_out, long))
 
 
 # -------------------------------------------------------------------------- show

@@ -49,6 +49,7 @@ class QueueOptions:
     state: str | None = None
     name: str | None = None
     json_out: bool = False
+    long: bool = False  # BEGIN, ARRAY and COMMENT columns too
 
 
 def where_or_why(job: JobView) -> str:
@@ -61,12 +62,14 @@ def where_or_why(job: JobView) -> str:
     return ""
 
 
-def queue_rows(jobs: list[JobView], width: int | None) -> str:
+def queue_rows(jobs: list[JobView], width: int | None, long: bool = False) -> str:
     """The queue as a table in `width` columns (None: no limit, for a pipe): the reason
     gives way first, then the name (clipped in the middle: a sweep's jobs differ at the end),
     then the user, then whole columns (TRY, PRI, SUBMITTED); ids and states are never
-    clipped. EXIT only when a listed job has ended."""
+    clipped. EXIT only when a listed job has ended. `long`: BEGIN, ARRAY and COMMENT after
+    the reason, the comment clipped first."""
     from gpudesk import render
+    from gpudesk.cli import job_extras_view
 
     ended = any(j.state not in LIVE_STATES for j in jobs)
     headers = ["ID", "NAME", "USER", "STATE", "PRI", "TRY", "GPUS", "TIME"]
@@ -84,10 +87,12 @@ def queue_rows(jobs: list[JobView], width: int | None) -> str:
             *([j.exit_code] if ended else []),
             render.clock(j.submitted_at),
             where_or_why(j) or "-",
+            *(job_extras_view.long_cells(j) if long else []),
         )
         for j in jobs
     ]
     last = len(headers) - 1
+    headers += job_extras_view.LONG_HEADERS if long else []
     text, _ = render.fitted_table(
         headers,
         rows,
@@ -96,10 +101,10 @@ def queue_rows(jobs: list[JobView], width: int | None) -> str:
         optional=(last - 1, 4, 5),
         max_widths={1: 32, 2: 12},
         right=(0, 4, 6, 7, 8) if ended else (0, 4, 6, 7),
-        shrink=(last, 1, 2),
+        shrink=(len(headers) - 1, last, 1, 2) if long else (last, 1, 2),
         middle=(1,),
         # the common codes stay whole; a name keeps 16 characters before a column goes
-        min_widths={last: len("(JobHeldUser)"), 1: 16},
+        min_widths={last: len("(JobHeldUser)"), 1: 16, **({last + 3: 24} if long else {})},
     )
     return text
 
@@ -161,7 +166,7 @@ def list_queue(options: QueueOptions) -> None:
         else:
             print("no queued or running jobs (gpudesk queue --all shows finished ones)")
         return
-    print(queue_rows(jobs, render.table_width()))
+    print(queue_rows(jobs, render.table_width(), options.long))
     if cut:
         print(cut)
 

@@ -13,6 +13,7 @@ from gpudesk.cli.common import engine_client, fail, print_json
 from gpudesk.cli.exit_codes import EXIT_USAGE
 
 if TYPE_CHECKING:
+    from gpudesk.cli.submit_extras import Extras
     from gpudesk.core.cluster import ClusterSpec
     from gpudesk.core.jobs import JobSpec
 
@@ -131,6 +132,9 @@ SPEC_OPTIONS = {
     "time_limit_s": "--time",
     "preempt_signal": "--preempt-signal",
     "preempt_grace_s": "--preempt-grace",
+    "begin_at": "--begin",
+    "array_task": "--array",
+    "array_limit": "--array",
 }
 
 
@@ -141,13 +145,9 @@ def option_of(field: str) -> str:
 
 def after_refs(after: list[str]) -> list[str]:
     """--after's jobs, ids or names, from its comma-separated or repeated values."""
-    refs = [ref.strip() for value in after for ref in value.split(",")]
-    if any(not ref for ref in refs):
-        fail(
-            "--after: expected job ids or names separated by commas, e.g. --after 3,prep",
-            EXIT_USAGE,
-        )
-    return refs
+    from gpudesk.cli.submit_extras import job_refs
+
+    return job_refs(after, "--after")
 
 
 def submit_and_report(
@@ -159,24 +159,21 @@ def submit_and_report(
     json_out: bool,
     parsable: bool = False,
     hold: bool = False,
+    extras: Extras | None = None,
 ) -> None:
-    """Submit the job (its --after names made ids first) and say what became of it: a line, its
-    JSON, or (`parsable`) its id alone."""
+    """Submit the job, or its array's jobs (their --after names made ids first), and say what
+    became of it: a line, its JSON, or (`parsable`) its id alone (an array's first)."""
     from gpudesk.api.submit import change_lines
-    from gpudesk.core.jobs import JobSpec, SpecError
+    from gpudesk.cli.submit_extras import Extras, array_line, job_ids, specs_of
 
+    extras = extras or Extras()
     with engine_client() as client:
         if refs:  # names become ids here: the job waits for those jobs, not later namesakes
-            ids = [
-                int(ref) if ref.isascii() and ref.isdigit() else client.show(ref).job.id
-                for ref in refs
-            ]
-            try:
-                spec = JobSpec.from_dict({**raw, "after": ids})
-            except SpecError as exc:
-                fail(f"--after: {exc.message}", EXIT_USAGE)
-        submitted = client.submit_jobs([spec], hold=hold)
-        (job_id,) = submitted.ids
+            raw = {**raw, "after": job_ids(client, refs)}
+        specs = specs_of(raw, extras, client)
+        spec = specs[0]
+        submitted = client.submit_jobs(specs, hold=hold)
+        job_id = submitted.ids[0]
         # a Slurm job: say the id Slurm gave it, as sbatch would
         slurm = client.show(job_id).job.slurm if to_cluster and not json_out else None
     change = submitted.waits_for_change.get(job_id)
@@ -194,13 +191,15 @@ def submit_and_report(
                 "simulated": submitted.simulated,
                 "waits_for_change": change,
                 "held": hold,
+                **({"ids": submitted.ids} if extras.array else {}),
             }
         )
     else:
         where = f" as Slurm job {slurm.job_id} on {slurm.cluster}" if slurm else ""
         if submitted.simulated and slurm is None:
             where = f" on a SIMULATED station ({submitted.simulated}: its GPUs are not real)"
-        print(f"submitted job {job_id} ({spec.name}){where}")
+        what = array_line(submitted.ids, extras.array) if extras.array else f"job {job_id}"
+        print(f"submitted {what} ({spec.name}){where}")
         if hold:
             print(f"held: `gpudesk release {job_id}` lets it start")
         # queued, but no GPU will drain for it: say so now, not at the next `queue`

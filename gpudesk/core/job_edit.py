@@ -32,6 +32,8 @@ EDITABLE_FIELDS = (
     "preemptible",
     "preempt_signal",
     "preempt_grace_s",
+    "begin_at",  # scontrol update BeginTime= (gpudesk edit --begin)
+    "comment",  # scontrol update Comment= (gpudesk edit --comment)
 )
 
 
@@ -151,7 +153,9 @@ def changes(old: JobSpec, new: JobSpec) -> list[str]:
     said: list[str] = []
     for key in EDITABLE_FIELDS:
         before, after = getattr(old, key), getattr(new, key)
-        if before != after:
+        if before != after and key == "begin_at":  # a time, not seconds since 1970
+            said.append(f"begin {_clock(before)} -> {_clock(after)}")
+        elif before != after:
             said.append(f"{key} {_shown(before)} -> {_shown(after)}")
     for name in sorted(set(old.env) | set(new.env)):
         if name not in new.env:
@@ -159,6 +163,12 @@ def changes(old: JobSpec, new: JobSpec) -> list[str]:
         elif old.env.get(name) != new.env[name]:
             said.append(f"env {safe_text(name)}=…")
     return said
+
+
+def _clock(value: float | None) -> str:
+    import time
+
+    return "none" if value is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(value))
 
 
 def _shown(value: Any) -> str:

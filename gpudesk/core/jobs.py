@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from gpudesk.core.cluster import ClusterSpec, check_cluster
+from gpudesk.core.submit_options import SUBMIT_OPTION_CHECKS, SUBMIT_OPTION_FIELDS
 from gpudesk.text import is_os_text, is_text, safe_text
 
 MAX_NAME_LEN = 200
@@ -524,15 +525,39 @@ class JobSpec:
     preemptible: bool = False
     preempt_signal: str = DEFAULT_PREEMPT_SIGNAL
     preempt_grace_s: float = DEFAULT_PREEMPT_GRACE_S
+    # Issue 41 item 5 (core/submit_options.py): not before this wall-clock time (sbatch
+    # --begin; the queue's reason BeginTime); a comment (sbatch --comment, pueue's label); its
+    # array (sbatch --array): the array's first job (None: this is it), its task index, and at
+    # most how many of the array run at once; Slurm's afterany and afternotok.
+    begin_at: float | None = None
+    comment: str | None = None
+    array_job: int | None = None
+    array_task: int | None = None
+    array_limit: int | None = None
+    after_any: tuple[int, ...] = ()
+    after_notok: tuple[int, ...] = ()
+    notify: str | None = (
+        None  # a shell command run as its owner when it ends (gpudesk.hw.job_hooks)
+    )
+
+    @property
+    def dependencies(self) -> tuple[int, ...]:
+        """Every job it waits for, of any kind."""
+        return (*self.after, *self.after_any, *self.after_notok)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready for the request and the store's row (msgspec: the tracking and cluster
         tables as dicts; tuples stay tuples, which json writes as arrays). The text is then
         written by stdlib `json`, which keeps a non-UTF-8 file name's surrogates (msgspec.json
-        refuses them)."""
+        refuses them). Issue 41's fields are left out while unset, so that a job using none of
+        them is one an engine from before them takes (it refuses a field it does not know)."""
         import msgspec  # here, not at the top: `gpudesk top` reads job states and sends no spec
 
-        return cast("dict[str, Any]", msgspec.to_builtins(self))
+        data = cast("dict[str, Any]", msgspec.to_builtins(self))
+        for key in SUBMIT_OPTION_FIELDS:
+            if not data[key] and data[key] != 0:  # None, empty; an array's task 0 is kept
+                del data[key]
+        return data
 
     @classmethod
     def from_dict(cls, data: Any) -> JobSpec:
@@ -556,6 +581,9 @@ class JobSpec:
         for key in ("group", "sweep"):
             if key in data and data[key] is not None:
                 values[key] = _checked(key, check_name, data[key])
+        for key in ("array_job", "array_limit"):
+            if values.get(key) is not None and values.get("array_task") is None:
+                raise SpecError(key, "an array's job (and its throttle) needs array_task too")
         if "selection" in data and data["selection"] is not None and not values.get("dataset"):
             raise SpecError(
                 "selection", "a selection applies to the job's dataset: name the dataset too"
@@ -574,6 +602,8 @@ class JobSpec:
                 "command": tuple(data["command"]),
                 "env": dict(data["env"]),
                 "after": tuple(data.get("after", ())),  # specs stored before dependencies had none
+                "after_any": tuple(data.get("after_any", ())),
+                "after_notok": tuple(data.get("after_notok", ())),
                 "tracking": TrackingSpec.from_stored(tracking) if tracking else None,
                 "cluster": ClusterSpec.from_stored(cluster) if cluster else None,
             }
@@ -606,6 +636,9 @@ _CHECKS: dict[str, Callable[[Any], Any]] = {
     "preemptible": check_bool,
     "preempt_signal": check_preempt_signal,
     "preempt_grace_s": check_preempt_grace,
+    **SUBMIT_OPTION_CHECKS,
+    "after_any": check_after,
+    "after_notok": check_after,
 }
 _FIELDS = frozenset({"name", "command", "shell", "group", "sweep", *_CHECKS})
 FIELD_CHECKS: Mapping[str, Callable[[Any], Any]] = _CHECKS

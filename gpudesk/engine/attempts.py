@@ -190,6 +190,9 @@ class Attempts:
         if job.spec.preemptible:  # what it must catch, and how long it has (preempting.py)
             env["GPUDESK_PREEMPT_SIGNAL"] = job.spec.preempt_signal
             env["GPUDESK_PREEMPT_GRACE_S"] = f"{job.spec.preempt_grace_s:g}"
+        if job.spec.array_task is not None:  # sbatch's SLURM_ARRAY_JOB_ID / _TASK_ID
+            env["GPUDESK_ARRAY_JOB_ID"] = str(job.spec.array_job or job.id)
+            env["GPUDESK_ARRAY_TASK_ID"] = str(job.spec.array_task)
         if job.preemptions:  # it resumes: its checkpoint is where it left it
             env.update({"GPUDESK_PREEMPTED": "1", "GPUDESK_PREEMPTIONS": str(job.preemptions)})
         return env

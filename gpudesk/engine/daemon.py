@@ -66,6 +66,7 @@ from gpudesk.engine.station.telemetry_sink import TelemetrySink
 from gpudesk.engine.store.damage import damaged_text, is_damage
 from gpudesk.engine.store.database import Store
 from gpudesk.hw.containment import limits_for
+from gpudesk.hw.job_hooks import HOOKS_LOG, JobEndHooks, load_hooks
 from gpudesk.paths import (
     SYSTEM_ADMIN_GROUP,
     SYSTEM_GROUP,
@@ -146,6 +147,9 @@ class Engine:
             home, store, self.telemetry, lambda: self.attempts.attempt_numbers(), self.due
         )
         self.events.listeners.append(self.tracking.job_changed)
+        hooks = load_hooks(home.root, home.is_system)  # hooks.toml: the station's job-end hook
+        self.hooks = JobEndHooks(hooks, home.root / HOOKS_LOG, home.is_system, self._wake)
+        self.events.listeners.append(self.hooks.job_changed)  # runs them off the loop
         self.mps_watch = MpsWatch(
             home.root,
             store,
@@ -280,6 +284,7 @@ class Engine:
         with contextlib.suppress(Exception):  # best effort: a full disk must not block exit
             self.tracking.close()
         self.slurm.close()
+        self.hooks.close()  # a hook still running goes with the engine (its process group)
         self.offloop.close()
         self.metrics.close()
         self.attempts.containment.close()
@@ -378,6 +383,7 @@ class Engine:
             ("loaders", self.check_loaders),
             ("logcap", self.logcap.check),
             ("archive", self.archiver.step),
+            ("hooks", lambda: self.hooks.drain(self.store.add_event)),  # hooks that ended
         ):
             started = clock()
             try:
@@ -410,10 +416,7 @@ class Engine:
         self.stopping = True
 
     def _poll_timeout_ms(self) -> int:
-        timeout = IDLE_POLL_S
-        retry_at = self.scheduler.retry_at
-        if retry_at is not None:
-            timeout = min(timeout, max(0.0, retry_at - time.monotonic()))
+        timeout = self.scheduler.poll_timeout(IDLE_POLL_S)
         timeout = self.attempts.poll_timeout(timeout)
         timeout = self.logcap.poll_timeout(timeout)
         timeout = self.archiver.poll_timeout(timeout)

@@ -3,6 +3,11 @@
 of them failing, being cancelled or no longer existing means it can never start: it is
 cancelled, with the reason, and so are the jobs that wait for it in turn.
 
+Beside them (issue 41 item 5), Slurm's `afterany` (`after_any`: once each has ended, however)
+and `afternotok` (`after_notok`: once each has ended without succeeding: failed, cancelled,
+timed out). An `after_notok` job whose dependency succeeded can never start, and is cancelled
+the same way, its reason saying so (Slurm's DependencyNeverSatisfied).
+
 The scheduler asks before every placement pass; the verdict is read from the store, so a
 restarted engine needs nothing more than its queue."""
 
@@ -14,6 +19,7 @@ from dataclasses import dataclass
 from gpudesk.core.jobs import JobState
 from gpudesk.core.records import JobRecord
 from gpudesk.engine.store.database import Store
+from gpudesk.policy import job_gates
 
 _IDS_PER_QUERY = 500  # well under SQLite's limit on a statement's parameters
 
@@ -30,7 +36,7 @@ class Verdict:
 def dependencies_of(store: Store, queued: list[JobRecord]) -> dict[int, JobRecord]:
     """Every job the queued jobs run after, read in a few queries (not one per job and pass:
     a sweep of thousands after one pre-pass is asked about on every placement pass)."""
-    return jobs_by_id(store, {job_id for job in queued for job_id in job.spec.after})
+    return jobs_by_id(store, {job_id for job in queued for job_id in job.spec.dependencies})
 
 
 def jobs_by_id(store: Store, ids: Iterable[int]) -> dict[int, JobRecord]:
@@ -60,6 +66,16 @@ def verdict(after: tuple[int, ...], known: Mapping[int, JobRecord]) -> Verdict:
         if waiting_on is None:
             waiting_on = dependency
     return Verdict(waiting_on=waiting_on)
+
+
+def spec_verdict(job: JobRecord, known: Mapping[int, JobRecord]) -> Verdict:
+    """Every dependency of `job`'s weighed: after (here), after_any and after_notok
+    (policy/job_gates.py): the first that can never be met, else the first not ended yet."""
+    found = verdict(job.spec.after, known)
+    if found.never:
+        return found
+    waiting_on, never = job_gates.other_dependencies(job.spec, known)
+    return Verdict(found.waiting_on or waiting_on, never)
 
 
 def waiting_text(dependency: JobRecord) -> str:

@@ -28,6 +28,7 @@ from gpudesk.engine.station.mps_watch import MpsWatch
 from gpudesk.engine.station.repartition.control import MigControl
 from gpudesk.engine.station.telemetry_sink import TelemetrySink
 from gpudesk.engine.store.database import Store
+from gpudesk.policy import job_gates
 from gpudesk.policy.demand import Demand
 from gpudesk.policy.fairshare import (
     FairShare,
@@ -127,6 +128,7 @@ class Scheduler:
         self.overtaken: dict[int, int] = {}  # queued job id -> later jobs started before it
         self.preempting = Preempting(attempts, store, events, learning)
         self.drain = Drain(store)  # drained: nothing new starts (engine/drain.py)
+        self.next_begin: float | None = None  # the next queued job's begin time (wall clock)
 
     def station_view(self, queued_demands: bool = True) -> StationView:
         """The station as the policy sees it. Without `queued_demands` the queued jobs'
@@ -176,6 +178,12 @@ class Scheduler:
         drained = self.drain.explain()
         if drained:
             return drained
+        now = time.time()
+        if job_gates.begins_later(job, now):
+            return job_gates.begin_text(job, now)
+        throttle = self._throttle()
+        if throttle.at_limit(job):
+            return throttle.text(job)
         run_wait = self.tracking.waiting_text(job) if self.tracking.holds(job) else None
         if run_wait:
             return run_wait
@@ -216,6 +224,7 @@ class Scheduler:
         limited = self.station.config.max_running_gpus_per_user is not None
         blocked = self.queue.blocked
         drained = self.drain.active
+        now, throttle = time.time(), self._throttle()
 
         def blocker(job: JobRecord) -> str | None:
             if job.held:
@@ -224,6 +233,10 @@ class Scheduler:
                 return "Dependency"
             if drained:
                 return "Drained"
+            if job_gates.begins_later(job, now):
+                return job_gates.BEGIN_TIME
+            if throttle.at_limit(job):
+                return job_gates.ARRAY_LIMIT
             if job.spec.tracking is not None and self.tracking.holds(job):
                 return "TrackingRun"
             if limited and self._over_gpu_limit(job, held):
@@ -309,11 +322,26 @@ class Scheduler:
             "([station] max_running_gpus_per_user)"
         )
 
+    def _throttle(self) -> job_gates.ArrayThrottle:
+        return job_gates.ArrayThrottle(
+            self.queue.ordered_iter(),
+            lambda: dependencies.jobs_by_id(
+                self.store, {a.attempt.job_id for a in self.attempts}
+            ).values(),
+        )
+
     def _within_limits(self, decision: Decision) -> Decision:
         """The decision without the placements that would take a user past `[station]
-        max_running_gpus_per_user` (the policy places a pass's jobs without knowing owners).
-        Those jobs stay queued and another pass comes, which leaves them out before the policy
-        sees them (`_placeable`): each pass starts at least one job of every user it trims."""
+        max_running_gpus_per_user` (the policy places a pass's jobs without knowing owners)
+        or run more of an array than its throttle. Those jobs stay queued and another pass
+        comes, which leaves them out before the policy sees them (`_placeable`): each pass
+        starts at least one job of every user it trims."""
+        throttled = self._throttle().trim(
+            decision, {p.job_id: j for p in decision.placements if (j := self.queue.get(p.job_id))}
+        )
+        if throttled is not decision:
+            decision = throttled
+            self.due.mark()
         if self.station.config.max_running_gpus_per_user is None:
             return decision
         held = self.running_gpus_by_user()
@@ -334,13 +362,27 @@ class Scheduler:
         """A loop step failed: schedule again after `seconds` even if nothing changes."""
         self.retry_at = time.monotonic() + seconds
 
+    def poll_timeout(self, timeout: float) -> float:
+        """How long the loop may sleep: until a failed step's retry, or the next queued job's
+        begin time (the loop wakes for it, never polling)."""
+        if self.retry_at is not None:
+            timeout = min(timeout, max(0.0, self.retry_at - time.monotonic()))
+        if self.next_begin is not None:
+            timeout = min(timeout, max(0.0, self.next_begin - time.time()))
+        return timeout
+
     def schedule_if_due(self) -> None:
-        if self.due.pending or (self.retry_at is not None and time.monotonic() >= self.retry_at):
+        if (
+            self.due.pending
+            or (self.retry_at is not None and time.monotonic() >= self.retry_at)
+            or (self.next_begin is not None and time.time() >= self.next_begin)
+        ):
             self.retry_at = None
             self.schedule()
 
     def schedule(self) -> None:
         self.due.pending = False
+        self.next_begin = job_gates.next_begin(self.queue.ordered_iter(), time.time())
         if not self.queue:
             return
         self.settle_dependencies()
@@ -384,10 +426,10 @@ class Scheduler:
         while True:
             blocked: dict[int, JobRecord] = {}
             cancelled = False
-            waiting = [job for job in self.queue.ordered() if job.spec.after]
+            waiting = [job for job in self.queue.ordered() if job.spec.dependencies]
             known = dependencies.dependencies_of(self.store, waiting)
             for job in waiting:
-                found = dependencies.verdict(job.spec.after, known)
+                found = dependencies.spec_verdict(job, known)
                 if found.never:
                     self.queue.remove(job.id)
                     self.store.finish_queued(job.id, JobState.CANCELLED, found.never)
@@ -401,6 +443,9 @@ class Scheduler:
 
     def _placeable(self) -> list[JobRecord]:
         jobs = [job for job in self.queue.placeable() if not self.tracking.holds(job)]
+        throttle = self._throttle()
+        if throttle.limits:
+            jobs = [job for job in jobs if not throttle.at_limit(job)]
         monitor = self.telemetry.monitor
         if monitor.inventory and monitor.latest is None:
             # The GPUs are known but not read yet (the engine or its telemetry just started):

@@ -8,6 +8,7 @@ not placeable; so does a job waiting for the jobs it runs after (`blocked`). A c
 from __future__ import annotations
 
 import bisect
+import time
 from collections.abc import Iterable, Iterator
 
 from gpudesk.core.records import JobRecord
@@ -61,9 +62,16 @@ class JobQueue:
         return (self._jobs[job_id] for _, job_id in self._keys)
 
     def placeable(self) -> list[JobRecord]:
-        """The queued jobs a policy may start (not held, not waiting for another job), in
-        placement order."""
-        return [job for job in self.ordered() if not job.held and job.id not in self.blocked]
+        """The queued jobs a policy may start (not held, not waiting for another job, not
+        before their begin time), in placement order."""
+        now = time.time()
+        return [
+            job
+            for job in self.ordered()
+            if not job.held
+            and job.id not in self.blocked
+            and (job.spec.begin_at is None or job.spec.begin_at <= now)
+        ]
 
     def __len__(self) -> int:
         return len(self._jobs)

@@ -213,7 +213,7 @@ class _Builder(_Entries):
             env=checked["env"],
             sweep=sweep,
             tracking=tracking,
-            **{("time_limit_s" if k == "time_limit" else k): v for k, v in entry.resources.items()},
+            **{_SPEC_FIELD.get(k, k): v for k, v in entry.resources.items()},
         )
 
     @staticmethod
@@ -243,3 +243,7 @@ class _Builder(_Entries):
             where = f" (line {line})" if line is not None else ""
             message += f": {_render_key(other)}{where} makes a job with the same name"
         self.problem((*entry.key, "name"), message)
+
+
+# profile keys named otherwise in the JobSpec
+_SPEC_FIELD = {"time_limit": "time_limit_s", "begin": "begin_at"}

@@ -18,6 +18,7 @@ from gpudesk.profile.values import (
     _IDENTIFIER,
     _INVALID,
     _JOB_HINTS,
+    _KEY_CHECKS,
     _PLACEHOLDER,
     _RESOURCE_KEYS,
     JOB_KEYS,
@@ -105,9 +106,8 @@ class _Entries(_Tables):
         resources = {k: v for k, v in self.defaults.items() if k in _RESOURCE_KEYS}
         for field_name in _RESOURCE_KEYS:
             if field_name in table:
-                checked = self.check(
-                    (*key, field_name), FIELD_CHECKS[field_name], table[field_name]
-                )
+                check = _KEY_CHECKS.get(field_name) or FIELD_CHECKS[field_name]
+                checked = self.check((*key, field_name), check, table[field_name])
                 resources[field_name] = checked
                 if field_name == "dataset" and isinstance(checked, str):
                     self.check_dataset_reference((*key, "dataset"), checked)

@@ -52,6 +52,9 @@ JOB_KEYS = (
     "preempt_grace_s",
     "after",
     "repeat",
+    "begin",
+    "comment",
+    "notify",
 )
 SWEEP_KEYS = (*JOB_KEYS, "grid")
 # [defaults] may set every job key but those that make a job what it is.
@@ -69,6 +72,9 @@ _RESOURCE_KEYS = (
     "preemptible",
     "preempt_signal",
     "preempt_grace_s",
+    "begin",
+    "comment",
+    "notify",
 )
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -149,9 +155,28 @@ def _check_after_names(value: Any) -> tuple[str, ...]:
     return tuple(dict.fromkeys(check_name(item) for item in items))
 
 
+def _check_begin(value: Any) -> float:
+    """`begin = "now+10min"` (or "22:00", "2026-12-24T18:00", as sbatch --begin takes it, read
+    when the profile is) or a TOML date-time (local time where it names no offset)."""
+    import datetime as dt
+    import time
+
+    from gpudesk.core.submit_options import check_begin_at, parse_begin
+
+    if isinstance(value, dt.datetime):
+        return check_begin_at(value.astimezone().timestamp())
+    if not isinstance(value, str):
+        raise ValueError(
+            f'expected a time such as "now+10min", "22:00" or 2026-12-24T18:00:00, '
+            f"found {describe(value)}"
+        )
+    return check_begin_at(parse_begin(value, time.time()))
+
+
 _KEY_CHECKS: dict[str, Callable[[Any], Any]] = {
     "shell": check_bool,
     "time_limit": _check_time_limit,
+    "begin": _check_begin,
 }
 
 

@@ -61,6 +61,7 @@ def render_summary(job: JobView, detail: JobDetail | None, state: DeskState) -> 
     if spec.sm_pct is not None:
         wants += f", SM {spec.sm_pct:g}%"
     text.append(f"\nasks for {wants}; runtime {_runtime(job, state)}")
+    _append_submit_extras(text, job)
     if spec.dataset:
         loader = job_loader(job, state.loaders)
         status = loader.status if loader else None
@@ -85,6 +86,21 @@ def render_summary(job: JobView, detail: JobDetail | None, state: DeskState) -> 
     if job.reason and not job.placed:
         text.append(f"\n{job.reason}", style="dim")
     return text
+
+
+def _append_submit_extras(text: Text, job: JobView) -> None:
+    """Its comment, array and the dependencies beside `after` (submit --comment, --array,
+    --after-any, --after-notok); its begin time shows in `why` while it waits for it."""
+    spec = job.spec
+    if spec.comment:
+        text.append(f"\ncomment: {printable(spec.comment)}")
+    if spec.array_task is not None:
+        head = spec.array_job if spec.array_job is not None else job.id
+        limit = f", at most {spec.array_limit} at once" if spec.array_limit else ""
+        text.append(f"\narray task {spec.array_task} of array job {head}{limit}")
+    for kind, refs in (("afterany", spec.after_any), ("afternotok", spec.after_notok)):
+        if refs:
+            text.append(f"\n{kind}: " + ", ".join(f"job {ref}" for ref in refs))
 
 
 def job_loader(job: JobView, loaders: Sequence[LoaderView]) -> LoaderView | None:

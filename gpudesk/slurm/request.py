@@ -294,6 +294,7 @@ def sbatch_options(spec: JobSpec, cluster: ClusterSpec, offer: GresOffer) -> lis
                 f"time_limit = {spec.time_limit_s:g} s (Slurm acts on whole minutes)",
             )
         )
+    options.extend(_begin_and_comment(spec))
     if spec.priority < 0:
         options.append(
             SbatchOption(
@@ -312,4 +313,20 @@ def sbatch_options(spec: JobSpec, cluster: ClusterSpec, offer: GresOffer) -> lis
                 f"{PRIORITY_RANGE[0]} to {PRIORITY_RANGE[1]})",
             )
         )
+    return options
+
+
+def _begin_and_comment(spec: JobSpec) -> list[SbatchOption]:
+    """sbatch's own --begin and --comment (submit --begin, --comment). The begin time in the
+    engine's local time, as sbatch reads it (the same moment in a script exported now and
+    submitted later; a time past means at once, to Slurm too)."""
+    import time
+
+    options = []
+    if spec.begin_at is not None:
+        local = time.localtime(spec.begin_at)
+        shown = time.strftime("%Y-%m-%dT%H:%M:%S", local)
+        options.append(SbatchOption("--begin", shown, f"begin, {time.strftime('%Z', local)}"))
+    if spec.comment:
+        options.append(SbatchOption("--comment", spec.comment, "comment (squeue -O comment)"))
     return options

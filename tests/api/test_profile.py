@@ -1172,3 +1172,34 @@ def test_preemptible_jobs_from_a_profile_and_its_defaults() -> None:
 def test_bad_preemption_keys(line: str, fragment: str) -> None:
     problem = only_problem(f'[[jobs]]\nname = "a"\ncommand = ["true"]\n{line}\n')
     assert fragment in problem.message
+
+
+def test_begin_comment_and_notify_are_profile_keys_as_submit_options() -> None:
+    before = time.time()
+    parsed = parse(
+        """
+        [defaults]
+        comment = "lr sweep, take 2"
+        notify = "echo $GPUDESK_JOB_STATE"
+
+        [[jobs]]
+        name = "later"
+        command = ["true"]
+        begin = "now+10min"
+
+        [[jobs]]
+        name = "at"
+        command = ["true"]
+        begin = 2026-12-24T18:00:00Z
+        """
+    )
+    later, at = parsed.jobs
+    assert before + 600 <= (later.begin_at or 0) <= time.time() + 600
+    assert at.begin_at == 1798135200.0
+    assert later.comment == at.comment == "lr sweep, take 2"
+    assert later.notify == "echo $GPUDESK_JOB_STATE"
+    with pytest.raises(ProfileError) as caught:
+        parse(JOB + 'begin = "soonish"\ncomment = "a\\u0007b"\n')
+    text = str(caught.value)
+    assert "jobs[0].begin: 'soonish' is not a begin time" in text
+    assert "jobs[0].comment: a comment cannot contain control characters" in text

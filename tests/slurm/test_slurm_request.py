@@ -79,3 +79,22 @@ def test_a_sweep_with_equal_resources_is_one_array() -> None:
     assert [len(s.tasks) for s in submissions] == [3, 1, 1]
     assert submissions[0].is_array and submissions[0].array_name == "s"
     assert not submissions[1].is_array
+
+
+def test_a_begin_time_and_a_comment_go_to_sbatch_as_its_own() -> None:
+    import time
+
+    from gpudesk.slurm.request import sbatch_options
+    from gpudesk.slurm.script import render
+
+    begin = time.time() + 600
+    job = _job(begin_at=begin, comment="lr sweep; take 2")
+    options = {o.flag: o for o in sbatch_options(job, ClusterSpec(), OFFER)}
+    # sbatch's absolute form, local time: the same moment whenever the script is submitted
+    parsed = time.mktime(time.strptime(options["--begin"].value, "%Y-%m-%dT%H:%M:%S"))
+    assert int(begin) - 1 <= parsed <= begin
+    assert options["--comment"].value == "lr sweep; take 2"
+    (submission,) = plan([job], ClusterSpec(), OFFER)
+    script = render(submission, output="/tmp/out.log")
+    assert "#SBATCH '--comment=lr sweep; take 2'" in script
+    assert "--begin" not in {o.flag for o in sbatch_options(_job(), ClusterSpec(), OFFER)}

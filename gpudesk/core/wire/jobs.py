@@ -62,6 +62,18 @@ class JobSpecView(WireModel, frozen=True):
     preemptible: bool = False
     preempt_signal: str | None = None
     preempt_grace_s: float | None = None
+    # issue 41 item 5 (gpudesk.core.submit_options): not before this wall-clock time (sbatch
+    # --begin); a comment or label; its array (the array's first job, null on that job itself;
+    # its task index; at most how many of the array run at once); Slurm's afterany/afternotok.
+    begin_at: float | None = None
+    comment: str | None = None
+    array_job: int | None = None
+    array_task: int | None = None
+    array_limit: int | None = None
+    after_any: list[int] = []
+    after_notok: list[int] = []
+    # run as its owner when it ends (submit --notify), its secrets hidden (gpudesk.redact)
+    notify: str | None = None
 
 
 class UsageFigures(WireModel, frozen=True):
@@ -151,8 +163,9 @@ class JobView(WireModel, frozen=True):
     # A queued job: why it waits, as a short code in squeue's words: Priority (a job ahead of
     # it waits too), Resources (next to start, waiting for room), Dependency (its --after
     # jobs), JobHeldUser, QOSMaxGRESPerUser (its owner's GPU limit), TrackingRun (its MLflow
-    # run is being made), Drained (the station is drained); a Slurm job's is Slurm's own.
-    # `show`'s `waiting` says it at length.
+    # run is being made), Drained (the station is drained), BeginTime (--begin ahead),
+    # JobArrayTaskLimit (its array's throttle); a Slurm job's is Slurm's own. `show`'s
+    # `waiting` says it at length.
     wait_reason: str | None = None
     # attempts since the last requeue that ended preempted: they do not count against
     # max_attempts (docs/preemption.md)

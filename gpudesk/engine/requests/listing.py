@@ -316,4 +316,12 @@ def spec_view(spec: JobSpec) -> JobSpecView:
         preemptible=spec.preemptible,
         preempt_signal=spec.preempt_signal if spec.preemptible else None,
         preempt_grace_s=spec.preempt_grace_s if spec.preemptible else None,
+        begin_at=spec.begin_at,
+        comment=spec.comment,
+        array_job=spec.array_job,
+        array_task=spec.array_task,
+        array_limit=spec.array_limit,
+        after_any=list(spec.after_any),
+        after_notok=list(spec.after_notok),
+        notify=None if spec.notify is None else redact_secrets(spec.notify),
     )

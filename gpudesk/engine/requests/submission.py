@@ -20,7 +20,7 @@ from gpudesk.core.wire.requests import SubmitArgs
 from gpudesk.engine.offloop import Later
 from gpudesk.engine.requests.common import Handler, Requests
 from gpudesk.engine.store.database import Store
-from gpudesk.policy import user_limits
+from gpudesk.policy import job_gates, user_limits
 from gpudesk.text import safe_text
 from gpudesk.tracking.available import missing_for
 
@@ -78,16 +78,7 @@ class SubmitRequests(Requests):
                 specs.append(JobSpec.from_dict(raw))
             except SpecError as exc:
                 raise ProtocolError(protocol.INVALID_ARGS, f"jobs[{index}].{exc}") from None
-            for job_id in specs[-1].after:
-                if job_id < 0:  # -k: the k-th job of this request, which must come before it
-                    if -job_id > index:
-                        raise ProtocolError(
-                            protocol.INVALID_ARGS,
-                            f"jobs[{index}].after: {job_id} names job {-job_id} of this request; "
-                            "a job can run only after jobs before it in the request",
-                        )
-                else:
-                    check_after_known(self.parts.store, (job_id,), f"jobs[{index}].after")
+            self._check_references(index, specs[-1])
         base_env = args.env
         if base_env is not None:
             try:
@@ -100,6 +91,28 @@ class SubmitRequests(Requests):
         self._check_priorities(specs, caller)
         self._check_queued_limit(caller, len(specs))
         return specs, base_env
+
+    def _check_references(self, index: int, spec: JobSpec) -> None:
+        """The jobs a job waits for exist (-k: the k-th job of this request, before it), and its
+        array's first job is one of this request's, before it (an array is submitted whole)."""
+        for key, refs in (
+            ("after", spec.after),
+            ("after_any", spec.after_any),
+            ("after_notok", spec.after_notok),
+        ):
+            for job_id in refs:
+                if job_id < 0:  # -k: the k-th job of this request, which must come before it
+                    if -job_id > index:
+                        raise ProtocolError(
+                            protocol.INVALID_ARGS,
+                            f"jobs[{index}].{key}: {job_id} names job {-job_id} of this "
+                            "request; a job can run only after jobs before it in the request",
+                        )
+                else:
+                    check_after_known(self.parts.store, (job_id,), f"jobs[{index}].{key}")
+        problem = job_gates.submit_problem(index, spec)
+        if problem:
+            raise ProtocolError(protocol.INVALID_ARGS, problem)
 
     @staticmethod
     def _check_one_place(specs: list[JobSpec]) -> None:

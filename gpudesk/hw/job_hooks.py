@@ -1,0 +1,365 @@
+"""Commands run when a job ends (pueue's `callback`, Slurm's `--mail-type=END`; issue 41,
+item 5): the station's hook, from `hooks.toml` in the engine's home, and a job's own
+`submit --notify CMD`.
+
+    [job_end]
+    command = ["/usr/local/bin/notify-end", "--to", "lab-channel"]   # no shell
+    timeout_s = 30
+
+Each gets GPUDESK_JOB_ID, GPUDESK_JOB_NAME, GPUDESK_JOB_STATE, GPUDESK_JOB_EXIT_CODE (empty when
+none), GPUDESK_JOB_REASON, GPUDESK_JOB_OWNER and GPUDESK_JOB_OWNER_UID in its environment.
+
+Root trusts nothing a user controls (gpudesk.trust): a system engine reads `hooks.toml` only
+when it is a regular file of root's, one name, writable by root alone (else it says why in the
+log and runs no hook), and runs it as root with an environment it built; a job's `--notify`
+runs with `/bin/sh -c` in a process already dropped to the job's owner (uid, gid, groups), with
+an environment the engine built (her HOME and names from the password database), never hers.
+
+Nothing here waits on the engine's loop: `JobEndHooks.job_changed` (an event listener, on the
+loop) only queues the run; worker threads start each hook in its own session, keep the first
+64 KiB of its output, kill its process group at its timeout, and write what happened to
+`hooks.log` beside engine.log. A failing or hanging hook changes nothing about the job."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import queue
+import select
+import signal
+import stat
+import subprocess
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpudesk import trust
+from gpudesk.core.identity import Identity
+from gpudesk.core.records import JobRecord
+from gpudesk.hw.runner import run_as
+from gpudesk.paths import open_state_file
+from gpudesk.text import printable, safe_text
+from gpudesk.toml_lines import tomllib
+
+log = logging.getLogger("gpudesk.engine")
+
+HOOKS_FILE = "hooks.toml"
+HOOKS_LOG = "hooks.log"
+DEFAULT_TIMEOUT_S = 30.0
+MAX_TIMEOUT_S = 3600.0
+NOTIFY_TIMEOUT_S = 30.0  # a job's --notify
+OUTPUT_KEPT = 64 * 1024  # of a hook's output, per run, into hooks.log
+LOG_ROTATE_BYTES = 16 * 1024 * 1024  # hooks.log past this becomes hooks.log.1
+WORKERS = 2  # hooks run at once; the rest wait their turn
+QUEUE_MAX = 1000  # runs waiting; past it a run is dropped, and the log says so
+SEEN_MAX = 10_000  # job endings remembered, so that one is never hooked twice
+
+
+class HookConfigError(ValueError):
+    """hooks.toml cannot be used: why, in one line."""
+
+
+@dataclass(frozen=True)
+class HookConfig:
+    """The station's job-end hook: its argv (run without a shell) and its timeout."""
+
+    command: tuple[str, ...]
+    timeout_s: float = DEFAULT_TIMEOUT_S
+
+
+def parse_hooks(text: str, program: str | None = None) -> HookConfig | None:
+    """hooks.toml's `[job_end]` (None: no hook). `program` is the command's first word found
+    on the site's PATH where it is not a path (the caller's lookup)."""
+    try:
+        document = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise HookConfigError(f"not TOML: {exc}") from None
+    unknown = sorted(set(document) - {"job_end"})
+    if unknown:
+        raise HookConfigError(f"[{unknown[0]}]: unknown table (known: [job_end])")
+    table = document.get("job_end")
+    if table is None:
+        return None
+    if not isinstance(table, dict):
+        raise HookConfigError("job_end: expected a table")
+    extra = sorted(set(table) - {"command", "timeout_s"})
+    if extra:
+        raise HookConfigError(f"job_end.{extra[0]}: unknown key (known: command, timeout_s)")
+    command = table.get("command")
+    if (
+        not isinstance(command, list)
+        or not command
+        or not all(isinstance(a, str) and a and "\x00" not in a for a in command)
+    ):
+        raise HookConfigError(
+            'job_end.command: expected a list of words, e.g. ["/usr/local/bin/notify-end"]'
+        )
+    timeout = table.get("timeout_s", DEFAULT_TIMEOUT_S)
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+        raise HookConfigError(f"job_end.timeout_s: expected seconds, found {timeout!r}")
+    if not 0 < timeout <= MAX_TIMEOUT_S:
+        raise HookConfigError(f"job_end.timeout_s: expected 0 to {MAX_TIMEOUT_S:g} s")
+    if "/" not in command[0]:
+        if program is None:
+            raise HookConfigError(
+                f"job_end.command: {command[0]!r} is not on the site's PATH; give its full path"
+            )
+        command = [program, *command[1:]]
+    return HookConfig(tuple(command), float(timeout))
+
+
+def load_hooks(root: Path, system: bool) -> HookConfig | None:
+    """The station's hook from `root/hooks.toml` (None: none, or one that cannot be used: the
+    engine log says why). A system engine takes it only as a regular file of root's with one
+    name that no one else may write: a hook it runs as root must be root's own word."""
+    path = root / HOOKS_FILE
+    owner = 0 if system else os.geteuid()
+    try:
+        fd = trust.open_untrusted(path, owner)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        log.error("%s: not used, no job-end hook runs: %s", path, exc)
+        return None
+    try:
+        st = os.fstat(fd)
+        if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            log.error(
+                "%s: not used, no job-end hook runs: others may write it (mode %o); "
+                "`chmod go-w %s`",
+                path,
+                stat.S_IMODE(st.st_mode),
+                path,
+            )
+            return None
+        text = os.read(fd, 64 * 1024).decode("utf-8", "replace")
+    finally:
+        os.close(fd)
+    try:
+        first = tomllib.loads(text).get("job_end", {}).get("command", [""])[0]
+        program = trust.site_program(first) if isinstance(first, str) and first else None
+        config = parse_hooks(text, program)
+    except (HookConfigError, tomllib.TOMLDecodeError, AttributeError, IndexError) as exc:
+        log.error("%s: not used, no job-end hook runs: %s", path, exc)
+        return None
+    if config is not None:
+        log.info("job-end hook: %s (timeout %g s)", list(config.command), config.timeout_s)
+    return config
+
+
+def job_variables(job: JobRecord) -> dict[str, str]:
+    """What a hook is told of the job that ended."""
+    return {
+        "GPUDESK_JOB_ID": str(job.id),
+        "GPUDESK_JOB_NAME": job.name,
+        "GPUDESK_JOB_STATE": job.state.value,
+        "GPUDESK_JOB_EXIT_CODE": "" if job.exit_code is None else str(job.exit_code),
+        "GPUDESK_JOB_REASON": safe_text(job.reason or ""),
+        "GPUDESK_JOB_OWNER": job.owner.name,
+        "GPUDESK_JOB_OWNER_UID": str(job.owner.uid),
+    }
+
+
+@dataclass(frozen=True)
+class HookRun:
+    """One hook to run: its argv and environment, whom it runs as (None: the engine's user),
+    its timeout, and what the log calls it."""
+
+    argv: tuple[str, ...]
+    env: dict[str, str]
+    user: Identity | None
+    timeout_s: float
+    what: str
+    job_id: int = 0
+
+
+@dataclass(frozen=True)
+class HookResult:
+    returncode: int | None  # None: killed at its timeout
+    seconds: float
+    output: bytes
+    cut: int  # output bytes beyond OUTPUT_KEPT, not kept
+
+
+def run_hook(run: HookRun, running: set[int] | None = None) -> HookResult:
+    """Run one hook to its end or its timeout (then its process group is killed), keeping the
+    first OUTPUT_KEPT bytes of its output. On a worker thread, never the loop. `running` holds
+    its pid while it runs (what `JobEndHooks.close` kills)."""
+    started = time.monotonic()
+    user = run.user
+    process = subprocess.Popen(
+        run.argv,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        cwd="/",
+        env=run.env,
+        start_new_session=True,  # its own process group: all of it is killed at the timeout
+        user=user.uid if user else None,
+        group=user.gid if user else None,
+        extra_groups=list(user.groups) if user else None,
+    )
+    assert process.stdout is not None
+    if running is not None:
+        running.add(process.pid)
+    try:
+        return _follow(process, run, started)
+    finally:
+        if running is not None:
+            running.discard(process.pid)
+
+
+def _follow(process: subprocess.Popen[bytes], run: HookRun, started: float) -> HookResult:
+    assert process.stdout is not None
+    deadline = started + run.timeout_s
+    kept, cut = bytearray(), 0
+    fd = process.stdout.fileno()
+    while (left := deadline - time.monotonic()) > 0:
+        ready, _, _ = select.select([fd], [], [], left)
+        if not ready:
+            continue
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            break  # every writer is gone
+        room = OUTPUT_KEPT - len(kept)
+        kept += chunk[:room]
+        cut += max(0, len(chunk) - room)
+    timed_out = time.monotonic() >= deadline
+    if timed_out:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGKILL)
+    else:  # its output is closed: it ends now (or is killed at what is left of its time)
+        try:
+            process.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(process.pid, signal.SIGKILL)
+    code = process.wait()
+    process.stdout.close()
+    return HookResult(None if timed_out else code, time.monotonic() - started, bytes(kept), cut)
+
+
+class JobEndHooks:
+    """Runs the hooks of each job that ends, off the loop (module docstring)."""
+
+    def __init__(
+        self,
+        config: HookConfig | None,
+        log_path: Path,
+        system: bool,
+        wake: Callable[[], None] = lambda: None,
+    ) -> None:
+        self.config = config
+        self.log_path = log_path
+        self.system = system
+        self.wake = wake  # the loop, when a hook has ended (its line for the job's events)
+        self.ended: queue.SimpleQueue[tuple[int, str]] = queue.SimpleQueue()
+        self.runs: queue.Queue[HookRun] = queue.Queue(QUEUE_MAX)
+        self.seen: OrderedDict[tuple[int, float | None, int], None] = OrderedDict()
+        self.workers: list[threading.Thread] = []
+        self.lock = threading.Lock()  # one writer of hooks.log at a time
+        self.running: set[int] = set()  # the hooks running now, by pid (each leads its group)
+
+    def job_changed(self, job: JobRecord) -> None:
+        """An event listener: a job that ended gets its hooks queued (never waited for)."""
+        if not job.state.terminal or (self.config is None and job.spec.notify is None):
+            return
+        key = (job.id, job.ended_at, job.attempts)
+        if key in self.seen:
+            return  # a later event of the same ending
+        self.seen[key] = None
+        if len(self.seen) > SEEN_MAX:
+            self.seen.popitem(last=False)
+        for run in self.runs_for(job):
+            try:
+                self.runs.put_nowait(run)
+            except queue.Full:
+                log.warning("%s not run: %d hooks wait already", run.what, QUEUE_MAX)
+                continue
+            if len(self.workers) < WORKERS:
+                worker = threading.Thread(target=self._work, name="job-hook", daemon=True)
+                worker.start()
+                self.workers.append(worker)
+
+    def drain(self, add_event: Callable[..., None]) -> None:
+        """On the loop: each hook that ended since, an event of its job (kind `hook`; the
+        store's `add_event(kind, message, job_id=...)`)."""
+        while True:
+            try:
+                job_id, said = self.ended.get_nowait()
+            except queue.Empty:
+                return
+            add_event("hook", said, job_id=job_id)
+
+    def close(self) -> None:
+        """The engine stops: the hooks still running are killed (their process groups), not
+        left behind without a timeout; those still waiting never run."""
+        for pid in list(self.running):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)
+            log.warning("a job-end hook (pid %d) was killed: the engine stopped", pid)
+
+    def runs_for(self, job: JobRecord) -> list[HookRun]:
+        variables = job_variables(job)
+        runs = []
+        if self.config is not None:  # the station's: the engine's user (root on a system one)
+            env = trust.engine_environment(None, **variables) if self.system else None
+            runs.append(
+                HookRun(
+                    self.config.command,
+                    env or {**os.environ, **variables},
+                    None,
+                    self.config.timeout_s,
+                    f"job {job.id}'s job-end hook",
+                    job.id,
+                )
+            )
+        if job.spec.notify is not None:  # the job's own: as its owner
+            owner = run_as(job.owner)
+            env = trust.engine_environment(owner, **variables) if owner else None
+            runs.append(
+                HookRun(
+                    ("/bin/sh", "-c", job.spec.notify),
+                    env or {**os.environ, **variables},
+                    owner,
+                    NOTIFY_TIMEOUT_S,
+                    f"job {job.id}'s --notify (as {job.owner.name})",
+                    job.id,
+                )
+            )
+        return runs
+
+    def _work(self) -> None:
+        while True:
+            run = self.runs.get()
+            try:
+                result = run_hook(run, self.running)
+            except OSError as exc:
+                self._record(run, f"could not start: {exc}", b"")
+                continue
+            if result.returncode is None:
+                said = f"killed after its timeout of {run.timeout_s:g} s"
+            else:
+                said = f"exit {result.returncode} in {result.seconds:.2f} s"
+            if result.cut:
+                said += f" ({result.cut} bytes of output beyond {OUTPUT_KEPT} not kept)"
+            self._record(run, said, result.output)
+
+    def _record(self, run: HookRun, said: str, output: bytes) -> None:
+        self.ended.put((run.job_id, f"{run.what.split(' ', 2)[-1]}: {said}"))
+        self.wake()
+        (log.warning if not said.startswith("exit 0 ") else log.info)("%s: %s", run.what, said)
+        text = printable(safe_text(output.decode("utf-8", "surrogateescape")))
+        lines = [f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {run.what}: {said}"]
+        lines += [f"  | {line}" for line in text.splitlines()]
+        with self.lock, contextlib.suppress(OSError):
+            if self.log_path.exists() and self.log_path.stat().st_size > LOG_ROTATE_BYTES:
+                os.replace(self.log_path, self.log_path.with_name(HOOKS_LOG + ".1"))
+            fd = open_state_file(self.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+            with os.fdopen(fd, "a", encoding="utf-8") as out:
+                out.write("\n".join(lines) + "\n")

@@ -1,0 +1,145 @@
+"""What keeps a queued job from starting besides the GPUs and its dependencies (issue 41,
+item 5): its begin time (`submit --begin`, sbatch's BeginTime) and its array's throttle
+(`submit --array 0-9%2`, sbatch's JobArrayTaskLimit). Pure rules on the queue: the engine's
+scheduler asks before each placement pass, and its loop wakes at the next begin time
+(`next_begin`), never polling for it."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Mapping
+
+from gpudesk.core.jobs import JobSpec, JobState
+from gpudesk.core.records import JobRecord
+from gpudesk.policy.policy import Decision
+
+BEGIN_TIME = "BeginTime"
+ARRAY_LIMIT = "JobArrayTaskLimit"
+
+
+def array_key(job: JobRecord) -> int | None:
+    """The id that names a job's array (its first job's); None for a job of no array."""
+    if job.spec.array_task is None:
+        return None
+    return job.spec.array_job if job.spec.array_job is not None else job.id
+
+
+def begins_later(job: JobRecord, now: float) -> bool:
+    return job.spec.begin_at is not None and job.spec.begin_at > now
+
+
+def next_begin(jobs: Iterable[JobRecord], now: float) -> float | None:
+    """The earliest begin time still ahead among `jobs` (None: none is)."""
+    ahead = [begin for job in jobs if (begin := job.spec.begin_at) is not None and begin > now]
+    return min(ahead) if ahead else None
+
+
+def begin_text(job: JobRecord, now: float) -> str:
+    from gpudesk import render
+
+    begin = job.spec.begin_at or now
+    return (
+        f"waiting: begins at {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(begin))} "
+        f"(in {render.duration(begin - now)}), as submitted (--begin)"
+    )
+
+
+def submit_problem(index: int, spec: JobSpec) -> str:
+    """What is wrong with the `index`-th job of a submit request, in these fields ("": nothing):
+    an array is submitted whole (its first job named as -k, the k-th job of the request, before
+    it); a Slurm job takes none of them yet (sbatch would, as its own options)."""
+    if spec.array_job is not None and not -index <= spec.array_job < 0:
+        return (
+            f"jobs[{index}].array_job: an array is submitted in one request: name its first "
+            "job as -k, the k-th job of this request, before this one"
+        )
+    if spec.cluster is not None and (
+        spec.array_task is not None or spec.after_any or spec.after_notok or spec.notify is not None
+    ):
+        return (
+            f"jobs[{index}]: arrays, after_any, after_notok and notify are for the station's "
+            "jobs; a job sent to Slurm cannot take them yet (it takes begin_at and comment)"
+        )
+    return ""
+
+
+def other_dependencies(
+    spec: JobSpec, known: Mapping[int, JobRecord]
+) -> tuple[JobRecord | None, str]:
+    """Slurm's afterany (`after_any`: once each has ended, however) and afternotok
+    (`after_notok`: once each has ended without succeeding) weighed against the jobs `known`
+    (a job missing there no longer exists): the first not ended yet, and why the job can never
+    start ("" while it can). An afternotok whose job succeeded can never be met (Slurm's
+    DependencyNeverSatisfied): the engine cancels the job as it does for a failed afterok."""
+    waiting_on: JobRecord | None = None
+    for job_id, must_fail in (
+        *((i, False) for i in spec.after_any),
+        *((i, True) for i in spec.after_notok),
+    ):
+        dependency = known.get(job_id)
+        if dependency is None:
+            return None, f"job {job_id}, which it runs after, no longer exists"
+        if not dependency.state.terminal:
+            waiting_on = waiting_on or dependency
+        elif must_fail and dependency.state is JobState.SUCCEEDED:
+            return None, (
+                f"job {dependency.id} ({dependency.name}), which it runs after only if it did "
+                "not succeed (afternotok), succeeded; this job never ran "
+                "(DependencyNeverSatisfied)"
+            )
+    return waiting_on, ""
+
+
+class ArrayThrottle:
+    """How many of each throttled array's jobs run now. `running` is asked for the running
+    jobs only when a queued job belongs to a throttled array (otherwise nothing is read)."""
+
+    def __init__(
+        self, queued: Iterable[JobRecord], running: Callable[[], Iterable[JobRecord]]
+    ) -> None:
+        self.limits = {
+            key: job.spec.array_limit
+            for job in queued
+            if job.spec.array_limit is not None and (key := array_key(job)) is not None
+        }
+        self.running: dict[int, int] = {}
+        if not self.limits:
+            return
+        for job in running():
+            key = array_key(job)
+            if key in self.limits:
+                self.running[key] = self.running.get(key, 0) + 1
+
+    def at_limit(self, job: JobRecord) -> bool:
+        key = array_key(job)
+        limit = self.limits.get(key) if key is not None else None
+        return limit is not None and self.running.get(key or 0, 0) >= limit
+
+    def text(self, job: JobRecord) -> str:
+        key = array_key(job)
+        return (
+            f"waiting: {self.running.get(key or 0, 0)} of its array (job {key}) run, and the "
+            f"array runs at most {job.spec.array_limit} at once (--array …%{job.spec.array_limit})"
+        )
+
+    def trim(self, decision: Decision, job_of: dict[int, JobRecord]) -> Decision:
+        """The decision without the placements that would run more of an array than its
+        throttle: a pass may place several of one array at once."""
+        if not self.limits:
+            return decision
+        starting = dict(self.running)
+
+        def keep(job_id: int) -> bool:
+            job = job_of.get(job_id)
+            key = array_key(job) if job is not None else None
+            if job is None or key is None or key not in self.limits:
+                return True
+            if starting.get(key, 0) >= self.limits[key]:
+                return False
+            starting[key] = starting.get(key, 0) + 1
+            return True
+
+        kept = [p for p in decision.placements if keep(p.job_id)]
+        if len(kept) == len(decision.placements):
+            return decision
+        return Decision(kept, decision.rejections, decision.overtaken)

@@ -1,0 +1,34 @@
+"""The desk's job detail shows what `submit --comment`, `--array` and `--after-any` /
+`--after-notok` gave a job (issue 41, item 5), and a comment no one may use to drive the
+terminal: a control character in one is spelled out, never obeyed."""
+
+from __future__ import annotations
+
+import msgspec
+from replay import replay_feed
+
+from gpudesk.screens.job import render_summary
+from gpudesk.screens.state import DeskState
+
+
+def test_the_job_detail_shows_its_comment_array_and_dependencies() -> None:
+    feed = replay_feed()
+    state = DeskState(frame=feed.frames[-1])
+    detail = next(iter(feed.shows.values()))
+    spec = msgspec.structs.replace(
+        detail.job.spec,
+        comment="baseline\x1b]0;owned\x07",  # as an older client might have stored it
+        array_job=40,
+        array_task=3,
+        array_limit=2,
+        after_any=[7],
+        after_notok=[8, 9],
+    )
+    job = msgspec.structs.replace(detail.job, spec=spec)
+    summary = str(render_summary(job, msgspec.structs.replace(detail, job=job), state))
+    assert "\ncomment: baseline\\x1b]0;owned\\x07" in summary
+    assert "\x1b" not in summary
+    assert "\narray task 3 of array job 40, at most 2 at once" in summary
+    assert "\nafterany: job 7" in summary and "\nafternotok: job 8, job 9" in summary
+    plain = str(render_summary(detail.job, detail, state))
+    assert "comment:" not in plain and "array task" not in plain

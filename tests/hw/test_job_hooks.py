@@ -1,0 +1,95 @@
+"""The job-end hooks' library (gpudesk.hw.job_hooks) without an engine: hooks.toml's checks,
+and one hook run for real: its output kept up to its bound, its process group killed at its
+timeout."""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from gpudesk.hw.job_hooks import (
+    OUTPUT_KEPT,
+    HookConfig,
+    HookConfigError,
+    HookRun,
+    load_hooks,
+    parse_hooks,
+    run_hook,
+)
+
+
+def test_hooks_toml_is_checked_key_by_key() -> None:
+    assert parse_hooks("") is None
+    assert parse_hooks('[job_end]\ncommand = ["/bin/echo", "x"]\n') == HookConfig(
+        ("/bin/echo", "x"), 30.0
+    )
+    assert parse_hooks('[job_end]\ncommand = ["echo"]\ntimeout_s = 2', "/usr/bin/echo") == (
+        HookConfig(("/usr/bin/echo",), 2.0)
+    )
+    for text, says in (
+        ("[job_end", "not TOML"),
+        ("[on_end]\ncommand = ['/bin/true']", "[on_end]: unknown table"),
+        ("[job_end]\ncommand = '/bin/true'", "job_end.command: expected a list"),
+        ("[job_end]\ncommand = ['/bin/true']\nshell = true", "job_end.shell: unknown key"),
+        ("[job_end]\ncommand = ['/bin/true']\ntimeout_s = 0", "job_end.timeout_s"),
+        ("[job_end]\ncommand = ['nosuchprogram']", "is not on the site's PATH"),
+    ):
+        with pytest.raises(HookConfigError, match=re.escape(says)):
+            parse_hooks(text)
+
+
+def test_a_personal_engines_hooks_toml_must_not_be_writable_by_others(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    config = tmp_path / "hooks.toml"
+    assert load_hooks(tmp_path, system=False) is None  # none there: no hook, nothing said
+    config.write_text('[job_end]\ncommand = ["true"]\n')
+    config.chmod(0o666)
+    assert load_hooks(tmp_path, system=False) is None
+    assert "others may write it" in caplog.text
+    config.chmod(0o600)
+    loaded = load_hooks(tmp_path, system=False)
+    assert loaded is not None and loaded.command[0].endswith("/true")
+    link = tmp_path / "linked"
+    link.mkdir()
+    (link / "hooks.toml").symlink_to(config)
+    assert load_hooks(link, system=False) is None and "a link, not followed" in caplog.text
+
+
+def _run(script: str, timeout_s: float) -> tuple[float, object]:
+    started = time.monotonic()
+    result = run_hook(
+        HookRun((sys.executable, "-c", script), dict(os.environ), None, timeout_s, "test")
+    )
+    return time.monotonic() - started, result
+
+
+def test_a_hook_keeps_its_first_output_and_is_killed_with_its_children_at_its_timeout(
+    tmp_path: Path,
+) -> None:
+    took, result = _run(f"import sys; sys.stdout.write('x' * {OUTPUT_KEPT + 1000})", 10)
+    assert result.returncode == 0 and len(result.output) == OUTPUT_KEPT  # type: ignore[attr-defined]
+    assert result.cut == 1000  # type: ignore[attr-defined]
+    child = tmp_path / "child.pid"
+    script = (
+        "import subprocess, sys, time; "
+        f"p = subprocess.Popen(['sleep', '60']); open('{child}', 'w').write(str(p.pid)); "
+        "print('waiting', flush=True); time.sleep(60)"
+    )
+    took, result = _run(script, 1.5)
+    assert result.returncode is None and result.output == b"waiting\n"  # type: ignore[attr-defined]
+    assert 1.5 <= took < 5
+    pid = int(child.read_text())
+    deadline = time.monotonic() + 5
+    while True:  # its child went with it (the whole process group), reaped by init
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        assert time.monotonic() < deadline, "the hook's child outlived its timeout"
+        time.sleep(0.05)

@@ -1,0 +1,77 @@
+"""Job-end hooks on a system engine with real users (root only; station_fixture): the station's
+hook is taken only from a hooks.toml of root's and runs as root; a member's `--notify` runs as
+her, with an environment the engine built, never the one her request sent."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import wait_for
+from station_fixture import Station, make_station
+
+
+@pytest.fixture
+def station() -> Iterator[Station]:
+    yield from make_station()
+
+
+def _restart(station: Station) -> None:
+    station.stop()
+    station.start()
+
+
+def _variables(path: Path) -> dict[str, str]:
+    return dict(line.split("=", 1) for line in path.read_text().splitlines() if "=" in line)
+
+
+def test_the_station_hook_is_roots_alone_and_a_members_notify_runs_as_her(
+    station: Station,
+) -> None:
+    ada = station.users["ada"]
+    top = station.state_dir.parent
+    ran = top / "hook-ran"
+    config = station.state_dir / "hooks.toml"
+    config.write_text(f'[job_end]\ncommand = ["/bin/sh", "-c", "id -u > {ran}; env > {ran}.env"]\n')
+    # a hooks.toml a member wrote (or could write) is not root's word: no hook runs
+    os.chown(config, ada.uid, ada.gid)
+    _restart(station)
+    first = station.submit("ada", {"name": "one", "command": ["true"], "workdir": "/"})
+    station.wait_state(first, "succeeded")
+    wait_for(lambda: "hooks.toml: not used" in station.log.read_text(), 10, what="the refusal")
+    assert "owned by uid" in station.log.read_text()
+    assert not ran.exists() and not (station.state_dir / "hooks.log").exists()
+    os.chown(config, 0, 0)
+    os.chmod(config, 0o664)
+    _restart(station)
+    wait_for(lambda: "others may write it" in station.log.read_text(), 10, what="the refusal")
+    os.chmod(config, 0o644)
+    _restart(station)
+
+    home = Path(f"/home/{ada.name}")
+    notify = "id -u > $HOME/notified; env > $HOME/notified.env"
+    sent = {
+        "PATH": "/usr/bin:/bin",
+        "LD_PRELOAD": "/nonexistent/evil.so",
+        "ADA_SECRET": "from her request",
+        "HOME": "/tmp/elsewhere",
+    }
+    job_id = station.submit(
+        "ada", {"name": "two", "command": ["true"], "workdir": "/", "notify": notify}, sent
+    )
+    station.wait_state(job_id, "succeeded")
+    wait_for(lambda: ran.exists() and (home / "notified.env").exists(), 20, what="both hooks")
+    # the station's hook: root, told whose job it was
+    assert ran.read_text().strip() == "0"
+    told = _variables(Path(f"{ran}.env"))
+    assert told["GPUDESK_JOB_ID"] == str(job_id) and told["GPUDESK_JOB_OWNER"] == ada.name
+    assert told["GPUDESK_JOB_STATE"] == "succeeded" and "ADA_SECRET" not in told
+    # hers: as her, in an environment the engine built (her HOME from the password database)
+    assert (home / "notified").read_text().strip() == str(ada.uid)
+    assert os.stat(home / "notified").st_uid == ada.uid
+    env = _variables(home / "notified.env")
+    assert env["HOME"] == str(home) and env["USER"] == ada.name
+    assert "LD_PRELOAD" not in env and "ADA_SECRET" not in env
+    assert env["GPUDESK_JOB_ID"] == str(job_id) and env["GPUDESK_JOB_STATE"] == "succeeded"
