@@ -149,6 +149,7 @@ class Attempts:
                     started_at=live.attempt.started_at or job.started_at,
                     mig_slice=live.attempt.placement.get("mig_slice"),
                     user=job.user,
+                    suspended=live.suspended_since is not None,
                 )
             )
         self.telemetry.track(tracked)
