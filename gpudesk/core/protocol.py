@@ -164,9 +164,9 @@ def encode_result(request_id: Any, result: Any) -> bytes:
     """A result reply's bytes. `result`: a wire type (`gpudesk.core.wire`) or plain data,
     written by msgspec in one pass (a `jobs` page of 100 jobs: 0.15 ms on the loop, where
     builtins then stdlib json took 1.5 ms; bench/reply_encode.py, docs/benchmarks.md). A
-    string holding a lone
-    surrogate (a job's argv or file name that is not UTF-8, kept as its exact bytes) makes
-    msgspec raise; that reply is written by `json_bytes`, which spells the surrogate out."""
+    string holding a lone surrogate (a job's argv or file name that is not UTF-8, kept as its
+    exact bytes) makes msgspec raise; that reply is written by `json_bytes`, which spells the
+    surrogate out."""
     reply = {"v": PROTOCOL_VERSION, "id": request_id, "ok": True, "result": result}
     try:
         return _ENCODER.encode(reply)

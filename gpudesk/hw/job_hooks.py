@@ -35,7 +35,7 @@ import stat
 import subprocess
 import threading
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,7 +58,7 @@ NOTIFY_TIMEOUT_S = 30.0  # a job's --notify
 OUTPUT_KEPT = 64 * 1024  # of a hook's output, per run, into hooks.log
 LOG_ROTATE_BYTES = 16 * 1024 * 1024  # hooks.log past this becomes hooks.log.1
 WORKERS = 2  # hooks run at once; the rest wait their turn
-QUEUE_MAX = 1000  # runs waiting; past it a run is dropped, and the log says so
+QUEUE_MAX = 1000  # runs waiting in one lane (the station's, a member's); past it one is dropped
 SEEN_MAX = 10_000  # job endings remembered, so that one is never hooked twice
 RECHECK_S = 2.0  # how often the loop's step looks whether hooks.toml changed
 
@@ -197,6 +197,9 @@ def job_variables(job: JobRecord) -> dict[str, str]:
     }
 
 
+STATION_LANE = "station"
+
+
 @dataclass(frozen=True)
 class HookRun:
     """One hook to run: its argv and environment, whom it runs as (None: the engine's user),
@@ -208,6 +211,41 @@ class HookRun:
     timeout_s: float
     what: str
     job_id: int = 0
+    lane: str = STATION_LANE  # whose turn it waits for: the station's hook, or a member's
+
+
+class Lanes:
+    """The hooks waiting to run, a lane each for the station's hook and for each member's
+    `--notify`: the station's go first, then the members' in turn, one run each. So a member
+    whose jobs' hooks are many or hang (each until its timeout) delays her own, not another's
+    nor the station's; and a lane full (QUEUE_MAX) drops only its own."""
+
+    def __init__(self, most: int = QUEUE_MAX) -> None:
+        self.most = most
+        self.waiting: OrderedDict[str, deque[HookRun]] = OrderedDict()
+        self.ready = threading.Condition()
+
+    def put(self, run: HookRun) -> bool:
+        """Queue `run`; False when its lane is full (it is not queued)."""
+        with self.ready:
+            lane = self.waiting.setdefault(run.lane, deque())
+            if len(lane) >= self.most:
+                return False
+            lane.append(run)
+            self.ready.notify()
+            return True
+
+    def get(self) -> HookRun:
+        """The next run (waits for one): the station's first, else the next member's lane."""
+        with self.ready:
+            while not self.waiting:
+                self.ready.wait()
+            name = STATION_LANE if STATION_LANE in self.waiting else next(iter(self.waiting))
+            lane = self.waiting.pop(name)
+            run = lane.popleft()
+            if lane:
+                self.waiting[name] = lane  # to the back of the turn
+            return run
 
 
 @dataclass(frozen=True)
@@ -302,7 +340,7 @@ class JobEndHooks:
         self.system = system
         self.wake = wake  # the loop, when a hook has ended (its line for the job's events)
         self.ended: queue.SimpleQueue[tuple[int, str]] = queue.SimpleQueue()
-        self.runs: queue.Queue[HookRun] = queue.Queue(QUEUE_MAX)
+        self.runs = Lanes()
         self.seen: OrderedDict[tuple[int, float | None, int], None] = OrderedDict()
         self.workers: list[threading.Thread] = []
         self.lock = threading.Lock()  # one writer of hooks.log at a time
@@ -341,10 +379,8 @@ class JobEndHooks:
         if len(self.seen) > SEEN_MAX:
             self.seen.popitem(last=False)
         for run in self.runs_for(job):
-            try:
-                self.runs.put_nowait(run)
-            except queue.Full:
-                log.warning("%s not run: %d hooks wait already", run.what, QUEUE_MAX)
+            if not self.runs.put(run):
+                log.warning("%s not run: %d of its lane's hooks wait already", run.what, QUEUE_MAX)
                 continue
             if len(self.workers) < WORKERS:
                 worker = threading.Thread(target=self._work, name="job-hook", daemon=True)
@@ -396,6 +432,7 @@ class JobEndHooks:
                     NOTIFY_TIMEOUT_S,
                     f"job {job.id}'s --notify (as {job.owner.name})",
                     job.id,
+                    f"uid {job.owner.uid}",
                 )
             )
         return runs

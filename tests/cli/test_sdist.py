@@ -2,10 +2,13 @@
 conftest, fixtures, fakes), what the tests read (profiles, traces, bench, tools, man pages,
 pyproject.toml), the docs with the docs site's config, the systemd unit (package data), the
 init script and the CHANGELOG. It is built as a packager builds it (`python -m build --sdist`,
-from a copy of the tree) and listed; the suite is not run from it."""
+from a copy of the tree) and listed, then unpacked and a part of the suite run from it against
+its own `gpudesk` (the shared vocabulary's tests and the edit tests, which start real engines):
+the whole suite is what CI runs from the checkout."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -16,6 +19,8 @@ import pytest
 from test_wheel import skip_if_offline  # same folder: on sys.path under pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+# What runs from the unpacked sdist: the vocabulary's tests and real engines being edited.
+RUN_FROM_IT = ("tests/core", "tests/engine/test_edit_live.py")
 IGNORED = ("__pycache__", "*.pyc", ".*_cache", ".hypothesis")
 
 
@@ -30,8 +35,8 @@ def source_files(folder: str) -> set[str]:
     return found
 
 
-@pytest.mark.slow(6)
-def test_the_sdist_holds_the_tests_and_what_they_read(tmp_path: Path) -> None:
+@pytest.mark.slow(10)
+def test_the_sdist_holds_the_tests_and_what_they_read_and_runs_them(tmp_path: Path) -> None:
     source = tmp_path / "src"
     shutil.copytree(
         ROOT,
@@ -76,3 +81,28 @@ def test_the_sdist_holds_the_tests_and_what_they_read(tmp_path: Path) -> None:
     ):
         assert name in members, name
     assert not [m for m in members if "__pycache__" in m or m.endswith(".pyc")]
+
+    with tarfile.open(sdist) as archive:
+        archive.extractall(tmp_path / "unpacked", filter="data")
+    unpacked = tmp_path / "unpacked" / prefix
+    env = {**os.environ, "PYTHONPATH": str(unpacked)}
+    which = subprocess.run(
+        [sys.executable, "-c", "import gpudesk; print(gpudesk.__file__)"],
+        cwd=unpacked,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert which.stdout.strip() == str(unpacked / "gpudesk" / "__init__.py")
+    ran = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0", *RUN_FROM_IT],
+        cwd=unpacked,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-2000:]
+    assert " passed" in ran.stdout and " failed" not in ran.stdout

@@ -222,6 +222,8 @@ def test_the_desk_header_names_the_grid_code_and_source_where_they_fit(
         station=station,
         simulated=False,
         counts=dict,
+        jobs=[],
+        status=None,
         total_energy_j=lambda: (21960.0, "today"),
         carbon_g=lambda: 1.2,
     )

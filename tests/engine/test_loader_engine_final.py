@@ -12,11 +12,13 @@ processes, real consumer jobs.
 from __future__ import annotations
 
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import EngineHandle, home_at, short_home, wait_for
@@ -24,6 +26,7 @@ from test_loader_engine import CONSUMER, DATASET
 
 from gpudesk.api.models import LoaderView
 from gpudesk.core.datasets import DatasetSpec
+from gpudesk.engine.services import loaders as loaders_module
 from gpudesk.engine.services.loaders import LoaderSupervisor
 from gpudesk.engine.store.database import Store
 from gpudesk.loader.consumer import START_WAIT_S
@@ -197,6 +200,16 @@ def test_a_staging_producer_is_started_on_its_first_jobs_gpu(
     """A dataset served with device = "cuda" stages on one GPU: the producer's only visible
     device is the GPU of the job that started it (its CUDA_VISIBLE_DEVICES entry, a UUID or a
     MIG device's); a "cpu" dataset's producer is given none."""
+    # What each producer was started with, as the engine handed it to the kernel: a staging
+    # producer on this machine (no CUDA) may end before its /proc/PID/environ could be read.
+    started: dict[str, dict[str, str]] = {}
+    real_popen = subprocess.Popen
+
+    def recording_popen(argv: list[str], **kwargs: Any) -> subprocess.Popen[bytes]:
+        started[argv[argv.index("serve") + 1]] = kwargs["env"]
+        return real_popen(argv, **kwargs)
+
+    monkeypatch.setattr(loaders_module.subprocess, "Popen", recording_popen)
     with short_home("gd-gpu-", monkeypatch) as home:
         loaders = LoaderSupervisor(home.ensure())
         staged = DatasetSpec.from_dict({**DATASET, "name": "st", "device": "cuda"})
@@ -205,11 +218,8 @@ def test_a_staging_producer_is_started_on_its_first_jobs_gpu(
         try:
             for name in ("st", "pl"):
                 loaders.job_env(name, None, "GPU-6f3e1b2a-0000-4000-8000-000000000001")
-            environs = {
-                name: Path(f"/proc/{loaders.producers[name].pid}/environ").read_bytes()
-                for name in ("st", "pl")
-            }
+            assert loaders.producers["st"].pid and loaders.producers["pl"].pid  # both started
         finally:
             loaders.stop_all_but(set(), "the test is over")
-        assert b"CUDA_VISIBLE_DEVICES=GPU-6f3e1b2a-0000-4000-8000-000000000001\0" in environs["st"]
-        assert b"CUDA_VISIBLE_DEVICES=GPU-6f3e1b2a" not in environs["pl"]
+        gpu = "GPU-6f3e1b2a-0000-4000-8000-000000000001"
+        assert [env.get("CUDA_VISIBLE_DEVICES") for env in started.values()] == [gpu, None]

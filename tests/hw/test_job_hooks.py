@@ -14,10 +14,12 @@ import pytest
 
 from gpudesk.hw.job_hooks import (
     OUTPUT_KEPT,
+    STATION_LANE,
     HookConfig,
     HookConfigError,
     HookRun,
     JobEndHooks,
+    Lanes,
     load_hooks,
     parse_hooks,
     run_hook,
@@ -135,3 +137,29 @@ def test_a_hook_keeps_its_first_output_and_is_killed_with_its_children_at_its_ti
             break
         assert time.monotonic() < deadline, "the hook's child outlived its timeout"
         time.sleep(0.05)
+
+
+def test_one_members_many_hooks_wait_their_turn_behind_the_station_and_the_others() -> None:
+    """Ada's jobs end first and queue five --notify hooks; Bob's one and the station's come
+    after. The station's runs next, then the members take turns, so Bob's waits behind one
+    of Ada's, not five; and Ada's lane full drops only hers."""
+
+    def run(lane: str, n: int) -> HookRun:
+        return HookRun(("/bin/true",), {}, None, 1.0, f"{lane} {n}", n, lane)
+
+    lanes = Lanes(most=5)
+    for n in range(5):
+        assert lanes.put(run("uid 1001", n))
+    assert not lanes.put(run("uid 1001", 5))  # her lane is full
+    assert lanes.put(run("uid 1002", 0))
+    assert lanes.put(run(STATION_LANE, 0))
+    order = [lanes.get().what for _ in range(7)]
+    assert order == [
+        "station 0",
+        "uid 1001 0",
+        "uid 1002 0",
+        "uid 1001 1",
+        "uid 1001 2",
+        "uid 1001 3",
+        "uid 1001 4",
+    ]
