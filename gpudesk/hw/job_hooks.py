@@ -43,6 +43,7 @@ from pathlib import Path
 from gpudesk import trust
 from gpudesk.core.identity import Identity
 from gpudesk.core.records import JobRecord
+from gpudesk.core.station import STATION_EVENT
 from gpudesk.hw.runner import run_as
 from gpudesk.paths import open_state_file
 from gpudesk.text import printable, safe_text
@@ -352,8 +353,9 @@ class JobEndHooks:
     def refresh(self, add_event: Callable[..., None], now: float | None = None) -> None:
         """On the loop's step, every RECHECK_S: hooks.toml read again, with the same checks as
         at start, when its name, content, mode or owner changed. What it now says replaces
-        the station's hook (an unusable or removed file: none), in the log and an event (kind
-        `hooks`). A job's own --notify is not touched."""
+        the station's hook (an unusable or removed file: none), in the log and a station
+        event (`gpudesk engine status` lists the latest). A job's own --notify is not
+        touched."""
         now = time.monotonic() if now is None else now
         if self.path is None or now < self.next_check:
             return
@@ -366,7 +368,7 @@ class JobEndHooks:
         if config is None and problem is None:
             log.info("%s: no job-end hook runs now", self.path)
         self.config = config
-        add_event("hooks", reread_event(config, problem, seen is not None))
+        add_event(STATION_EVENT, reread_event(config, problem, seen is not None))
 
     def job_changed(self, job: JobRecord) -> None:
         """An event listener: a job that ended gets its hooks queued (never waited for)."""

@@ -88,20 +88,20 @@ def test_hooks_toml_is_read_again_when_it_changes_with_the_checks_of_the_start(
     assert step() == []  # unchanged: not read again
     config.write_text('[job_end]\ncommand = ["/bin/echo", "token=s3cret"]\ntimeout_s = 5\n')
     assert step() == [
-        ("hooks", "hooks.toml read again: the station's job-end hook runs (timeout 5 s)")
+        ("station", "hooks.toml read again: the station's job-end hook runs (timeout 5 s)")
     ]  # its words, which may hold a secret, are not in the event (every user's)
     assert hooks.config == HookConfig(("/bin/echo", "token=s3cret"), 5.0)
     caplog.clear()
     config.chmod(0o664)  # now unsafe: the station's hook is off, said once in the log
     [(kind, message)] = step()
-    assert kind == "hooks" and message.startswith("hooks.toml changed and is not used")
+    assert kind == "station" and message.startswith("hooks.toml changed and is not used")
     assert "others may write it" in message and hooks.config is None
     assert [r.levelname for r in caplog.records] == ["ERROR"]
     assert step() == []  # said once, not at every step
     config.chmod(0o600)
     assert step()[0][1].startswith("hooks.toml read again") and hooks.config is not None
     config.unlink()
-    assert step() == [("hooks", "hooks.toml was removed: no job-end hook runs")]
+    assert step() == [("station", "hooks.toml was removed: no job-end hook runs")]
     assert hooks.config is None
 
 
