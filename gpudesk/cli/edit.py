@@ -29,6 +29,28 @@ _COMMAND = typer.Option(
 )
 
 
+_TIME = typer.Option(
+    None,
+    "--time",
+    "-t",
+    metavar="TIME",
+    help="The new wall-clock limit, as submit --time takes it (90 is 90 minutes; 1:30:00; 2h).",
+)
+_AFTER = typer.Option(
+    [],
+    "--after",
+    metavar="JOB",
+    autocompletion=complete_job,
+    help="Start only once these jobs have succeeded (ids or names, comma-separated or "
+    "repeated): they replace the jobs it ran after.",
+)
+_NO_DEPS = typer.Option(
+    False,
+    "--no-deps",
+    help="Run after no job: drop the jobs it waited for (--after, --after-any, --after-notok).",
+)
+
+
 @edit_app.command()
 def edit(
     job: str = typer.Argument(
@@ -48,13 +70,7 @@ def edit(
     workdir: Path | None = typer.Option(
         None, "--workdir", "-C", metavar="DIR", help="The new working directory."
     ),
-    time_limit: str | None = typer.Option(
-        None,
-        "--time",
-        "-t",
-        metavar="TIME",
-        help="The new wall-clock limit, as submit --time takes it (90 is 90 minutes; 1:30:00; 2h).",
-    ),
+    time_limit: str | None = _TIME,
     gpus: int | None = typer.Option(None, "--gpus", help="GPUs the job needs."),
     mem: float | None = typer.Option(None, "--mem", help="GPU memory the job needs, in GiB."),
     sm: float | None = typer.Option(
@@ -63,17 +79,10 @@ def edit(
     max_attempts: int | None = typer.Option(
         None, "--max-attempts", help="Retry a failed job up to this many attempts in all."
     ),
-    after: list[str] = typer.Option(
-        [],
-        "--after",
-        metavar="JOB",
-        autocompletion=complete_job,
-        help="Start only once these jobs have succeeded (ids or names, comma-separated or "
-        "repeated): they replace the jobs it ran after.",
-    ),
-    no_deps: bool = typer.Option(
-        False, "--no-deps", help="Run after no job: drop the jobs it waited for."
-    ),
+    after: list[str] = _AFTER,
+    after_any: list[str] = submit_extras.AFTER_ANY,
+    after_notok: list[str] = submit_extras.AFTER_NOTOK,
+    no_deps: bool = _NO_DEPS,
     json_out: bool = typer.Option(False, "--json", help="Print what changed as JSON."),
     begin: str | None = submit_extras.BEGIN,
     comment: str | None = submit_extras.COMMENT,
@@ -83,21 +92,30 @@ def edit(
     The options are submit's; what you leave out stays. The engine checks the result as a new
     submission, and edits the job only if it has not started meanwhile; it keeps its id and
     its place in the queue, and `gpudesk show JOB` lists the edit among its events. Only
-    the job's owner or an admin may edit it; a Slurm job is changed with `scontrol update`."""
+    the job's owner or an admin may edit it; a Slurm job is changed with `scontrol update`.
+    Each of --after, --after-any and --after-notok replaces the jobs of its kind, checked as
+    at submit (the jobs exist, none would wait for this one)."""
     from gpudesk.cli import submit_job
 
-    if after and no_deps:
-        fail("--after names the jobs to run after and --no-deps drops them: give one", EXIT_USAGE)
+    if (after or after_any or after_notok) and no_deps:
+        fail(
+            "--after, --after-any and --after-notok name the jobs to run after and --no-deps "
+            "drops them all: give one or the other",
+            EXIT_USAGE,
+        )
     fields = _fields(command, shell, name, workdir, time_limit, gpus, mem, sm, max_attempts)
     if no_deps:
-        fields["after"] = []
-    submit_extras.apply(fields, begin, comment, None, [], [])  # --begin, --comment
+        fields.update(after=[], after_any=[], after_notok=[])
+    # --begin, --comment, and the other kinds of dependency
+    extras = submit_extras.apply(fields, begin, comment, None, after_any, after_notok)
+    if after:
+        extras.after["after"] = submit_job.after_refs(after)
     set_env = submit_job.parse_env(env)
-    if not fields and not set_env and not unset_env and not after:
+    if not fields and not set_env and not unset_env and not extras.after:
         fail("nothing to change: give the options to change (gpudesk edit --help)", EXIT_USAGE)
     with engine_client() as client:
-        if after:
-            fields["after"] = _after_ids(client, submit_job.after_refs(after))
+        for key, refs in extras.after.items():
+            fields[key] = submit_extras.job_ids(client, refs)
         result = _edited(client, job, fields, set_env, unset_env)
     if json_out:
         print_json({"id": result.id, "name": result.name, "changes": result.changes})
@@ -151,14 +169,6 @@ def _command_words(command: str, shell: bool | None) -> list[str]:
     if not words:
         fail("--command: the command is empty", EXIT_USAGE)
     return words
-
-
-def _after_ids(client: Client, refs: list[str]) -> list[int]:
-    """--after's jobs as ids, as submit names them: the job waits for those, not later
-    namesakes."""
-    return [
-        int(ref) if ref.isascii() and ref.isdigit() else client.show(ref).job.id for ref in refs
-    ]
 
 
 def _edited(

@@ -2,7 +2,8 @@
 
 Each frame shows the station (backend, engine state), the host's CPU and memory, one block per
 GPU (SM activity, kernel-active time, memory, power, energy in Wh since sampling began, with
-that time, MIG devices and the jobs on it) and every running job. `--json` keeps joules.
+that time, MIG devices and the jobs on it) and every running job (while one is suspended, a
+STATE column says SUSPENDED or running). `--json` keeps joules.
 
 When an engine runs for this home, top shows what the engine's sampler sees (it never starts
 one); otherwise it samples the station directly, which for `--once` and `--json` means two
@@ -315,7 +316,9 @@ def _gpu_block(
     others = [p for p in gpu["processes"] if p["job_id"] is None]
     servers = [p for p in others if p.get("mps") == "server"]
     if holders or servers:
-        parts = [f"{j['id']} {j['name']}" for j in holders]
+        parts = [
+            f"{j['id']} {j['name']}{' (SUSPENDED)' if j.get('suspended') else ''}" for j in holders
+        ]
         parts += [_process_label(p) for p in servers]
         lines.append("  jobs: " + ", ".join(parts))
     # a process outside gpudesk's jobs, each on a line of its own: whose, how much, what
@@ -362,39 +365,46 @@ def render_frame(view: dict[str, Any], width: int = WIDTH) -> str:
     for gpu in view["gpus"]:
         lines.extend(_gpu_block(gpu, view["simulated"], jobs, _since(view)))
     lines.append("")
-    if not view["jobs"]:
-        lines.append("no running jobs")
-    else:
-        rows = []
-        for job in view["jobs"]:
-            cpu = "-" if job["cpu_pct"] is None else f"{job['cpu_pct']:.0f}%"
-            rss = "-" if job["rss_mib"] is None else f"{job['rss_mib']:.0f}M"
-            gpu_mem = "-" if job["gpu_memory_mib"] is None else f"{job['gpu_memory_mib']:.0f}M"
-            spent = render.energy(job["energy"])
-            rows.append(
-                (
-                    job["id"],
-                    job.get("user") or "-",  # the direct sampler (no engine) knows no owner
-                    job["name"],
-                    job["slot"] or "-",
-                    render.duration(job["runtime_s"]),
-                    cpu,
-                    rss,
-                    gpu_mem,
-                    spent,
-                )
-            )
-        name_width = max(8, width - 69)
-        lines.append(
-            render.table(
-                ("ID", "USER", "NAME", "SLOT", "TIME", "CPU", "RSS", "GPU MEM", "ENERGY"),
-                rows,
-                max_widths={1: 8, 2: name_width, 3: 10},
-                right=(0, 4, 5, 6, 7, 8),
-                width=width,
+    lines.append(_jobs_table(view["jobs"], width) if view["jobs"] else "no running jobs")
+    return "\n".join(render.clip(line, width) for line in "\n".join(lines).splitlines())
+
+
+def _jobs_table(jobs: list[dict[str, Any]], width: int) -> str:
+    """The running jobs, one line each. While one is suspended (`gpudesk suspend`: stopped,
+    its GPUs held) a STATE column says which, SUSPENDED or running; the user and the name
+    give it their room."""
+    stopped = any(job.get("suspended") for job in jobs)
+    rows = []
+    for job in jobs:
+        cpu = "-" if job["cpu_pct"] is None else f"{job['cpu_pct']:.0f}%"
+        rss = "-" if job["rss_mib"] is None else f"{job['rss_mib']:.0f}M"
+        gpu_mem = "-" if job["gpu_memory_mib"] is None else f"{job['gpu_memory_mib']:.0f}M"
+        state = ["SUSPENDED" if job.get("suspended") else "running"] if stopped else []
+        rows.append(
+            (
+                job["id"],
+                job.get("user") or "-",  # the direct sampler (no engine) knows no owner
+                job["name"],
+                *state,
+                job["slot"] or "-",
+                render.duration(job["runtime_s"]),
+                cpu,
+                rss,
+                gpu_mem,
+                render.energy(job["energy"]),
             )
         )
-    return "\n".join(render.clip(line, width) for line in "\n".join(lines).splitlines())
+    headers = ("ID", "USER", "NAME", *(["STATE"] if stopped else []), "SLOT")
+    extra = 1 if stopped else 0
+    return render.table(
+        (*headers, "TIME", "CPU", "RSS", "GPU MEM", "ENERGY"),
+        rows,
+        max_widths={1: 8, 2: max(8, width - 69), 3 + extra: 10},
+        right=(0, *(i + extra for i in (4, 5, 6, 7, 8))),
+        width=width,
+        shrink=(1, 2),
+        min_widths={1: 5, 2: 8},
+    )
 
 
 def _can_redraw(stream: TextIO) -> bool:

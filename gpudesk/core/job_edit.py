@@ -34,7 +34,12 @@ EDITABLE_FIELDS = (
     "preempt_grace_s",
     "begin_at",  # scontrol update BeginTime= (gpudesk edit --begin)
     "comment",  # scontrol update Comment= (gpudesk edit --comment)
+    "after_any",  # scontrol update Dependency=afterany: (gpudesk edit --after-any)
+    "after_notok",  # Dependency=afternotok: (gpudesk edit --after-notok)
 )
+# Every kind of dependency: an edit that changes one is checked as `after` is (its jobs exist,
+# no cycle through any kind).
+DEPENDENCY_FIELDS = ("after", "after_any", "after_notok")
 
 
 @dataclass(frozen=True)
@@ -64,6 +69,15 @@ def edit_refusal(job: JobRecord) -> str | None:
     return None
 
 
+def tracked_refusal(job: JobRecord) -> str:
+    """Why a tracked job whose MLflow run is made cannot be edited (the engine knows when)."""
+    return (
+        f"job {job.id} ({job.name}) is tracked and its MLflow run is made already (it was "
+        "placed, or ran before): the run records its spec as params, which MLflow never "
+        "changes; cancel it and submit it again as it should be"
+    )
+
+
 def job_edit(
     spec: JobSpec,
     base_env: Mapping[str, str],
@@ -90,13 +104,14 @@ def dependency_cycle(
 ) -> str | None:
     """Why job `job_id` cannot run after `after`: the jobs would wait on each other ("... job 5
     runs after job 7 runs after job 5"), or None. `jobs_of` gives those of a set of ids that
-    exist; every state counts (a finished job may be requeued and wait again)."""
+    exist; every state counts (a finished job may be requeued and wait again), and every kind
+    of dependency (after, after_any, after_notok: each waits for its jobs to end)."""
     came_from: dict[int, int] = {ref: job_id for ref in after}
     frontier = set(came_from)
     while frontier and job_id not in frontier:
         nxt: set[int] = set()
         for dependent in jobs_of(frontier):
-            for ref in dependent.spec.after:
+            for ref in dependent.spec.dependencies:
                 if ref not in came_from:
                     came_from[ref] = dependent.id
                     nxt.add(ref)
@@ -133,11 +148,12 @@ def edited_spec(
                 else f"; the fields that can: {', '.join(EDITABLE_FIELDS)}"
             ),
         )
-    after = fields.get("after")
-    if isinstance(after, (list, tuple)) and any(
-        isinstance(item, int) and not isinstance(item, bool) and item < 0 for item in after
-    ):
-        raise SpecError("after", "expected job ids (whole numbers from 1)")
+    for key in DEPENDENCY_FIELDS:
+        refs = fields.get(key)
+        if isinstance(refs, (list, tuple)) and any(
+            isinstance(item, int) and not isinstance(item, bool) and item < 0 for item in refs
+        ):
+            raise SpecError(key, "expected job ids (whole numbers from 1)")
     try:
         added = check_env(dict(set_env))
     except ValueError as exc:

@@ -16,6 +16,9 @@ from gpudesk.core.jobs import check_bool, describe, number_in, whole_number_in
 from gpudesk.core.listen import check_metrics_listen
 from gpudesk.core.mig_profiles import COMPUTE_SLICES, compute_slices, is_plain_profile_name
 
+# The kind a change of the station's settings is stored as (an event with no job): a drain,
+# hooks.toml read again; `StationStatus.station_changes` lists the latest.
+STATION_EVENT = "station"
 DEFAULT_GRID_G_PER_KWH = 475.0  # world average grid intensity (IEA); set your own in [station]
 
 POLICIES: tuple[str, ...] = ("fifo", "auto", "exclusive", "naive", "mps", "mig", "carma")

@@ -26,7 +26,7 @@ from gpudesk.engine import attempt_recovery, faults
 from gpudesk.engine.activity import EngineActivity
 from gpudesk.engine.events import EventPublisher
 from gpudesk.engine.job_demand import JobDemand
-from gpudesk.engine.live_attempt import LiveAttempt, ran_past_limit
+from gpudesk.engine.live_attempt import LiveAttempt, ran_past_limit, ran_s
 from gpudesk.engine.services.loaders import LoaderSupervisor
 from gpudesk.engine.services.tracking.tracker import Tracking
 from gpudesk.engine.state import PlacementDue
@@ -149,6 +149,7 @@ class Attempts:
                     started_at=live.attempt.started_at or job.started_at,
                     mig_slice=live.attempt.placement.get("mig_slice"),
                     user=job.user,
+                    suspended=live.suspended_since is not None,
                 )
             )
         self.telemetry.track(tracked)
@@ -488,7 +489,7 @@ class Attempts:
             job,
             attempt,
             usage,
-            _run_s(live, watched, ended_at),
+            ran_s(live, watched, ended_at),
             ending.state is JobState.SUCCEEDED,
         )
         self.live.pop(attempt.id, None)  # only once the outcome is stored
@@ -608,13 +609,3 @@ class Attempts:
         gpus = [int(i) for i in attempt.placement.get("gpus", ())]
         largest = max(totals.values(), default=0.0)
         return bool(gpus) and all(totals.get(i, 0.0) >= largest for i in gpus)
-
-
-def _run_s(live: LiveAttempt, watched: bool, ended_at: float) -> float | None:
-    """How long an ended attempt ran: on CLOCK_BOOTTIME where it ended while this engine
-    watched (it is settled within a loop's turn of its end), else by its wall-clock start and
-    end, as `ran_past_limit` reads them."""
-    if watched and live.started_boot is not None:
-        return live.elapsed_s()
-    started = live.attempt.started_at
-    return None if started is None else ended_at - started

@@ -66,7 +66,7 @@ from gpudesk.engine.station.telemetry_sink import TelemetrySink
 from gpudesk.engine.store.damage import damaged_text, is_damage
 from gpudesk.engine.store.database import Store
 from gpudesk.hw.containment import limits_for
-from gpudesk.hw.job_hooks import HOOKS_LOG, JobEndHooks, load_hooks
+from gpudesk.hw.job_hooks import JobEndHooks
 from gpudesk.paths import (
     SYSTEM_ADMIN_GROUP,
     SYSTEM_GROUP,
@@ -147,8 +147,8 @@ class Engine:
             home, store, self.telemetry, lambda: self.attempts.attempt_numbers(), self.due
         )
         self.events.listeners.append(self.tracking.job_changed)
-        hooks = load_hooks(home.root, home.is_system)  # hooks.toml: the station's job-end hook
-        self.hooks = JobEndHooks(hooks, home.root / HOOKS_LOG, home.is_system, self._wake)
+        # hooks.toml: the station's job-end hook, read again when it changes
+        self.hooks = JobEndHooks.at(home.root, home.is_system, self._wake)
         self.events.listeners.append(self.hooks.job_changed)  # runs them off the loop
         self.mps_watch = MpsWatch(
             home.root,

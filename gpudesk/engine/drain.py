@@ -11,12 +11,12 @@ import time
 import msgspec
 
 from gpudesk.core.identity import Caller
+from gpudesk.core.station import STATION_EVENT
 from gpudesk.core.wire.control import DrainView
 from gpudesk.engine.store.database import Store
 
 log = logging.getLogger("gpudesk.engine")
 DRAIN_SETTING = "drain"
-STATION_EVENT = "station"  # the kind a change of station settings is stored as
 
 
 class Drain:

@@ -109,18 +109,24 @@ class LiveAttempt:
 
 def ran_past_limit(live: LiveAttempt, watched: bool, ended_at: float) -> bool:
     """Did this attempt, which has ended, run past its time limit? Yes when the engine stopped
-    it for that. Else, when it ended while this engine watched and its start is known on
-    CLOCK_BOOTTIME, by that clock (it is settled within a loop's turn of its end). Else it
-    ended while no engine watched: its wall-clock start and end (`ended_at`, its exit record's)
-    are all there is."""
+    it for that; else by how long it ran (`ran_s`: it is settled within a loop's turn of its
+    end where this engine watched)."""
     limit = live.time_limit_s
     if limit is None:
         return False
     if live.timed_out:
         return True
-    if watched and live.started_boot is not None:
-        elapsed = live.elapsed_s()
-    else:
-        started = live.attempt.started_at
-        elapsed = None if started is None else ended_at - started - live.suspended_s
+    elapsed = ran_s(live, watched, ended_at)
     return elapsed is not None and elapsed >= limit
+
+
+def ran_s(live: LiveAttempt, watched: bool, ended_at: float) -> float | None:
+    """How long an ended attempt ran, its time suspended left out (its time limit's and its
+    command family's history's measure, the same before and after an engine restart): by
+    CLOCK_BOOTTIME where it ended while this engine watched and its start is known there,
+    else by its wall-clock start and end (`ended_at`, its exit record's), less the seconds
+    of the suspensions it was resumed from."""
+    if watched and live.started_boot is not None:
+        return live.elapsed_s()
+    started = live.attempt.started_at
+    return None if started is None else ended_at - started - live.suspended_s

@@ -14,6 +14,9 @@ when it is a regular file of root's, one name, writable by root alone (else it s
 log and runs no hook), and runs it as root with an environment it built; a job's `--notify`
 runs with `/bin/sh -c` in a process already dropped to the job's owner (uid, gid, groups), with
 an environment the engine built (her HOME and names from the password database), never hers.
+The engine reads `hooks.toml` again, with the same checks, when it changes (`JobEndHooks.refresh`
+on the loop's step: a stat every RECHECK_S); one it may no longer use turns the station's hook
+off, said once in the log and as an event.
 
 Nothing here waits on the engine's loop: `JobEndHooks.job_changed` (an event listener, on the
 loop) only queues the run; worker threads start each hook in its own session, keep the first
@@ -40,6 +43,7 @@ from pathlib import Path
 from gpudesk import trust
 from gpudesk.core.identity import Identity
 from gpudesk.core.records import JobRecord
+from gpudesk.core.station import STATION_EVENT
 from gpudesk.hw.runner import run_as
 from gpudesk.paths import open_state_file
 from gpudesk.text import printable, safe_text
@@ -57,6 +61,7 @@ LOG_ROTATE_BYTES = 16 * 1024 * 1024  # hooks.log past this becomes hooks.log.1
 WORKERS = 2  # hooks run at once; the rest wait their turn
 QUEUE_MAX = 1000  # runs waiting in one lane (the station's, a member's); past it one is dropped
 SEEN_MAX = 10_000  # job endings remembered, so that one is never hooked twice
+RECHECK_S = 2.0  # how often the loop's step looks whether hooks.toml changed
 
 
 class HookConfigError(ValueError):
@@ -116,26 +121,24 @@ def load_hooks(root: Path, system: bool) -> HookConfig | None:
     """The station's hook from `root/hooks.toml` (None: none, or one that cannot be used: the
     engine log says why). A system engine takes it only as a regular file of root's with one
     name that no one else may write: a hook it runs as root must be root's own word."""
-    path = root / HOOKS_FILE
+    return read_hooks(root / HOOKS_FILE, system)[0]
+
+
+def read_hooks(path: Path, system: bool) -> tuple[HookConfig | None, str | None]:
+    """`load_hooks`' hook, and why the file there cannot be used (None: it can, or there is
+    none), said in one line of the engine log too."""
     owner = 0 if system else os.geteuid()
     try:
         fd = trust.open_untrusted(path, owner)
     except FileNotFoundError:
-        return None
+        return None, None
     except OSError as exc:
-        log.error("%s: not used, no job-end hook runs: %s", path, exc)
-        return None
+        return _unusable(path, str(exc))
     try:
         st = os.fstat(fd)
         if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-            log.error(
-                "%s: not used, no job-end hook runs: others may write it (mode %o); "
-                "`chmod go-w %s`",
-                path,
-                stat.S_IMODE(st.st_mode),
-                path,
-            )
-            return None
+            mode = stat.S_IMODE(st.st_mode)
+            return _unusable(path, f"others may write it (mode {mode:o}); `chmod go-w {path}`")
         text = os.read(fd, 64 * 1024).decode("utf-8", "replace")
     finally:
         os.close(fd)
@@ -144,11 +147,42 @@ def load_hooks(root: Path, system: bool) -> HookConfig | None:
         program = trust.site_program(first) if isinstance(first, str) and first else None
         config = parse_hooks(text, program)
     except (HookConfigError, tomllib.TOMLDecodeError, AttributeError, IndexError) as exc:
-        log.error("%s: not used, no job-end hook runs: %s", path, exc)
-        return None
+        return _unusable(path, str(exc))
     if config is not None:
         log.info("job-end hook: %s (timeout %g s)", list(config.command), config.timeout_s)
-    return config
+    return config, None
+
+
+def _unusable(path: Path, why: str) -> tuple[None, str]:
+    log.error("%s: not used, no job-end hook runs: %s", path, why)
+    return None, why
+
+
+# What says that hooks.toml changed: the name's own (a link is not followed: read_hooks
+# refuses one) device, inode, mtime, ctime, size, mode and owner; None while there is none.
+# Mode and owner: a chmod or chown that makes it unsafe within the clock's tick.
+Signature = tuple[int, ...] | None
+
+
+def file_signature(path: Path) -> Signature:
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_mode, st.st_uid)
+
+
+def reread_event(config: HookConfig | None, problem: str | None, present: bool) -> str:
+    """The event of hooks.toml read again. Its command is not said: events are every user's,
+    and a hook's words may hold a token (the engine log, root's, has them)."""
+    if problem is not None:
+        return f"{HOOKS_FILE} changed and is not used: no job-end hook runs ({problem})"
+    if config is None:
+        state = "has no [job_end]" if present else "was removed"
+        return f"{HOOKS_FILE} {state}: no job-end hook runs"
+    return (
+        f"{HOOKS_FILE} read again: the station's job-end hook runs (timeout {config.timeout_s:g} s)"
+    )
 
 
 def job_variables(job: JobRecord) -> dict[str, str]:
@@ -283,7 +317,17 @@ def _follow(process: subprocess.Popen[bytes], run: HookRun, started: float) -> H
 
 
 class JobEndHooks:
-    """Runs the hooks of each job that ends, off the loop (module docstring)."""
+    """Runs the hooks of each job that ends, off the loop (module docstring). Made by `at`, it
+    reads hooks.toml again when the file changes (`refresh`, from the loop's step)."""
+
+    @classmethod
+    def at(cls, root: Path, system: bool, wake: Callable[[], None]) -> JobEndHooks:
+        """The hooks of the engine whose home is `root`, from its hooks.toml, watched."""
+        path = root / HOOKS_FILE
+        seen = file_signature(path)  # before the read: a change meanwhile is read again
+        hooks = cls(read_hooks(path, system)[0], root / HOOKS_LOG, system, wake)
+        hooks.path, hooks.signature = path, seen
+        return hooks
 
     def __init__(
         self,
@@ -302,6 +346,29 @@ class JobEndHooks:
         self.workers: list[threading.Thread] = []
         self.lock = threading.Lock()  # one writer of hooks.log at a time
         self.running: set[int] = set()  # the hooks running now, by pid (each leads its group)
+        self.path: Path | None = None  # hooks.toml, when watched (`at`)
+        self.signature: Signature = None
+        self.next_check = 0.0  # monotonic
+
+    def refresh(self, add_event: Callable[..., None], now: float | None = None) -> None:
+        """On the loop's step, every RECHECK_S: hooks.toml read again, with the same checks as
+        at start, when its name, content, mode or owner changed. What it now says replaces
+        the station's hook (an unusable or removed file: none), in the log and a station
+        event (`gpudesk engine status` lists the latest). A job's own --notify is not
+        touched."""
+        now = time.monotonic() if now is None else now
+        if self.path is None or now < self.next_check:
+            return
+        self.next_check = now + RECHECK_S
+        seen = file_signature(self.path)
+        if seen == self.signature:
+            return
+        self.signature = seen
+        config, problem = read_hooks(self.path, self.system)
+        if config is None and problem is None:
+            log.info("%s: no job-end hook runs now", self.path)
+        self.config = config
+        add_event(STATION_EVENT, reread_event(config, problem, seen is not None))
 
     def job_changed(self, job: JobRecord) -> None:
         """An event listener: a job that ended gets its hooks queued (never waited for)."""
@@ -324,7 +391,8 @@ class JobEndHooks:
 
     def drain(self, add_event: Callable[..., None]) -> None:
         """On the loop: each hook that ended since, an event of its job (kind `hook`; the
-        store's `add_event(kind, message, job_id=...)`)."""
+        store's `add_event(kind, message, job_id=...)`); and hooks.toml, if it changed."""
+        self.refresh(add_event)
         while True:
             try:
                 job_id, said = self.ended.get_nowait()

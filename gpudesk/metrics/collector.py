@@ -263,8 +263,8 @@ def _whole_gpus(devices: tuple[DeviceReading, ...]) -> Iterator[DeviceReading]:
 def _jobs(snapshot: MetricsSnapshot) -> list[Metric]:
     queue = GaugeMetricFamily(
         "gpudesk_jobs",
-        "Jobs in the engine's store by state (queued, held ones included; running; succeeded; "
-        "failed; cancelled) and owner.",
+        "Jobs in the engine's store by state (queued, held ones included; running; suspended; "
+        "succeeded; failed; cancelled) and owner.",
         labels=["state", "user"],
     )
     for count in snapshot.jobs:

@@ -227,15 +227,17 @@ def job_counts(
     rows: Iterable[tuple[int | None, str, int]], user_name: Callable[[int | None], str]
 ) -> tuple[JobCount, ...]:
     """(owner uid, state, count) rows as counts per state and user name: every state for each
-    user with jobs, 0 included, so that an emptied queue reads 0 rather than no data."""
+    user with jobs, 0 included, so that an emptied queue reads 0 rather than no data. The
+    store counts a suspended job `running` and again in a `suspended` row (Store.counts_by_owner):
+    it is counted `suspended` only, so the states add up to the jobs."""
     counts: dict[tuple[str, str], int] = {}
     for uid, state, count in rows:
         user = user_name(uid)
         for each in JobState:
-            if each is JobState.SUSPENDED:  # the store counts it running
-                continue
             counts.setdefault((each.value, user), 0)
-        counts[(state, user)] = counts.get((state, user), 0) + count
+        counts[(state, user)] += count
+        if state == JobState.SUSPENDED.value:
+            counts[(JobState.RUNNING.value, user)] -= count
     return tuple(JobCount(state, user, n) for (state, user), n in sorted(counts.items()))
 
 

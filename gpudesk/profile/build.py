@@ -17,6 +17,7 @@ from gpudesk.profile.values import (
     _INVALID,
     _PLACEHOLDER,
     _TOP_HINTS,
+    AFTER_KEYS,
     TOP_KEYS,
     _check_description,
     _param_value,
@@ -103,12 +104,17 @@ class _Builder(_Entries):
         if ordered is None:
             return jobs  # its problems are raised by the caller
         for entry in ordered:
-            # the jobs it runs after, as `submit` takes them within one request: -(index + 1)
-            after = tuple(
-                -(index + 1)
-                for other in entry.after
-                for index in made.get(self.entry_named(entries, other).key, [])
-            )
+            # the jobs it runs after, of each kind, as `submit` takes them within one request:
+            # -(index + 1)
+            after: dict[str, Any] = {
+                kind: tuple(
+                    -(index + 1)
+                    for other in getattr(entry, kind)
+                    for index in made.get(self.entry_named(entries, other).key, [])
+                )
+                for kind in AFTER_KEYS
+            }
+            after = {kind: refs for kind, refs in after.items() if refs}
             for name, values in entry.variants():
                 spec = self.make_job(entry, name, values, reported)
                 if spec is None:
@@ -121,7 +127,7 @@ class _Builder(_Entries):
                     continue
                 made_by[spec.name] = entry.key
                 made.setdefault(entry.key, []).append(len(jobs))
-                jobs.append(dataclasses.replace(spec, after=after) if after else spec)
+                jobs.append(dataclasses.replace(spec, **after) if after else spec)
         return jobs
 
     @staticmethod
@@ -129,36 +135,41 @@ class _Builder(_Entries):
         return next(entry for entry in entries if entry.name == name)
 
     def dependency_order(self, entries: list[_Entry]) -> list[_Entry] | None:
-        """The entries in file order, except that one comes after those it runs `after`
-        (a stable topological order); None, with the problems noted, for an unknown name, a
-        job after itself, or a cycle."""
+        """The entries in file order, except that one comes after those it runs after, of
+        any kind (`after`, `after_any`, `after_notok`: a stable topological order); None, with
+        the problems noted, for an unknown name, a job after itself, or a cycle."""
         names = {entry.name for entry in entries}
         ok = True
         for entry in entries:
-            for other in entry.after:
+            for kind, other in entry.dependencies():
                 if other not in names:
                     ok = False
                     known = ", ".join(sorted(repr(n) for n in names if n != entry.name)) or "none"
                     self.problem(
-                        (*entry.key, "after"),
+                        (*entry.key, kind),
                         f"no [[jobs]] or [[sweeps]] named {other!r} in this profile "
-                        f"(after names a table's name; these are: {known})",
+                        f"({kind} names a table's name; these are: {known})",
                     )
                 elif other == entry.name:
                     ok = False
-                    self.problem((*entry.key, "after"), "a job cannot run after itself")
+                    self.problem((*entry.key, kind), "a job cannot run after itself")
         if not ok:
             return None
         placed: list[_Entry] = []
         waiting = list(entries)
         while waiting:
             ready = next(
-                (e for e in waiting if all(o in {p.name for p in placed} for o in e.after)), None
+                (
+                    e
+                    for e in waiting
+                    if all(o in {p.name for p in placed} for _, o in e.dependencies())
+                ),
+                None,
             )
             if ready is None:
                 cycle = " -> ".join(e.name for e in waiting)
                 self.problem(
-                    (*waiting[0].key, "after"),
+                    (*waiting[0].key, next(waiting[0].dependencies(), ("after",))[0]),
                     f"these run after each other in a circle, so none could start: {cycle}",
                 )
                 return None

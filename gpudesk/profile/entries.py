@@ -21,6 +21,7 @@ from gpudesk.profile.values import (
     _KEY_CHECKS,
     _PLACEHOLDER,
     _RESOURCE_KEYS,
+    AFTER_KEYS,
     JOB_KEYS,
     SWEEP_KEYS,
     _check_after_names,
@@ -48,6 +49,16 @@ class _Entry:
     repeat: int
     grid: dict[str, list[str]] = field(default_factory=dict)  # parameter -> rendered values
     after: tuple[str, ...] = ()  # names of the [[jobs]]/[[sweeps]] whose jobs must succeed first
+    # names of those whose jobs must have ended (however: after_any; without succeeding:
+    # after_notok), as submit --after-any / --after-notok
+    after_any: tuple[str, ...] = ()
+    after_notok: tuple[str, ...] = ()
+
+    def dependencies(self) -> Iterator[tuple[str, str]]:
+        """(key, name) for every table it runs after, of every kind."""
+        for kind in AFTER_KEYS:
+            for name in getattr(self, kind):
+                yield kind, name
 
     def variants(self) -> Iterator[tuple[str, dict[str, str]]]:
         """(job name, placeholder values) for each job this entry makes, in order."""
@@ -121,10 +132,7 @@ class _Entries(_Tables):
             resources["time_limit"] = self.check(
                 (*key, "time_limit"), _check_time_limit, table["time_limit"]
             )
-        after: tuple[str, ...] = ()
-        if "after" in table:
-            checked_after = self.check((*key, "after"), _check_after_names, table["after"])
-            after = () if checked_after is _INVALID else checked_after
+        after = self.after_names(key, table)
         env = self.check((*key, "env"), FIELD_CHECKS["env"], table["env"]) if "env" in table else {}
         workdir = (
             self.check((*key, "workdir"), FIELD_CHECKS["workdir"], table["workdir"])
@@ -146,7 +154,16 @@ class _Entries(_Tables):
             self.check_placeholders(key, *templates, grid)
         if len(self.problems) > before:
             return None
-        return _Entry(key, name, command, shell, env, workdir, resources, repeat, grid, after)
+        return _Entry(key, name, command, shell, env, workdir, resources, repeat, grid, **after)
+
+    def after_names(self, key: Key, table: dict[str, Any]) -> dict[str, tuple[str, ...]]:
+        """Its after, after_any and after_notok: the names of the tables each gives."""
+        found: dict[str, tuple[str, ...]] = {}
+        for kind in AFTER_KEYS:
+            if kind in table:
+                checked = self.check((*key, kind), _check_after_names, table[kind])
+                found[kind] = () if checked is _INVALID else checked
+        return found
 
     def grid(self, key: Key, table: dict[str, Any]) -> dict[str, list[str]] | None:
         grid_key = (*key, "grid")

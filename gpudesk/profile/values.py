@@ -55,10 +55,16 @@ JOB_KEYS = (
     "begin",
     "comment",
     "notify",
+    "after_any",  # Slurm's afterany: once the named tables' jobs have ended, however
+    "after_notok",  # afternotok: once they have ended without succeeding
 )
+# The keys naming the tables whose jobs a table's jobs run after, each a kind of dependency.
+AFTER_KEYS = ("after", "after_any", "after_notok")
 SWEEP_KEYS = (*JOB_KEYS, "grid")
 # [defaults] may set every job key but those that make a job what it is.
-DEFAULT_KEYS = tuple(key for key in JOB_KEYS if key not in ("name", "command", "repeat", "after"))
+DEFAULT_KEYS = tuple(
+    key for key in JOB_KEYS if key not in ("name", "command", "repeat", *AFTER_KEYS)
+)
 DATASET_KEYS = ("factory", *LOADER_KEYS)
 # Resource fields that go straight from the table (or [defaults]) into the JobSpec.
 _RESOURCE_KEYS = (
@@ -145,7 +151,8 @@ def _check_time_limit(value: Any) -> float:
 
 
 def _check_after_names(value: Any) -> tuple[str, ...]:
-    """`after = ["prep"]`: the names of [[jobs]] or [[sweeps]] tables of the same profile."""
+    """`after = ["prep"]` (after_any, after_notok alike): the names of [[jobs]] or [[sweeps]]
+    tables of the same profile."""
     items = [value] if isinstance(value, str) else value
     if not isinstance(items, list) or not items:
         raise ValueError(

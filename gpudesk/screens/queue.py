@@ -16,21 +16,11 @@ from textual.widgets import Input
 from gpudesk import render
 from gpudesk.api import JobView
 from gpudesk.screens.base import JobActions
-from gpudesk.screens.state import DeskState, job_runtime, sharing_mode
+from gpudesk.screens.state import STATE_STYLES, DeskState, job_runtime, sharing_mode
 from gpudesk.screens.widgets.footer import DeskFooter
 from gpudesk.screens.widgets.line_table import CELL_PADDING, LineTable, TableColumn
 from gpudesk.screens.widgets.strips import DeskHeader
 from gpudesk.units import watt_hours
-
-STATE_STYLES = {
-    "queued": "yellow",
-    "held": "magenta",
-    "running": "green",
-    "succeeded": "dim green",
-    "failed": "bold red",
-    "cancelled": "dim",
-    "suspended": "bold magenta",
-}
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,17 @@ from gpudesk.screens.feed import Frame
 
 SERIES_POINTS = 120  # samples kept per series (2 minutes at the default 1 s interval)
 GRAMS_PER_KWH_DEFAULT = 475.0
+# How a job's state is drawn wherever the desk lists jobs (the queue, a job's screen, the
+# running jobs under the GPU cards).
+STATE_STYLES = {
+    "queued": "yellow",
+    "held": "magenta",
+    "running": "green",
+    "succeeded": "dim green",
+    "failed": "bold red",
+    "cancelled": "dim",
+    "suspended": "bold magenta",
+}
 
 
 @dataclass

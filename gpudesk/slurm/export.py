@@ -93,6 +93,11 @@ def _order(submissions: Sequence[Submission]) -> list[list[int]]:
     for index, submission in enumerate(submissions):
         found: list[int] = []
         for task in submission.tasks:
+            if task.spec.after_any or task.spec.after_notok:  # not dropped unsaid
+                raise SlurmMappingError(
+                    f"job {task.spec.name!r} runs after_any or after_notok, which only the "
+                    "station's jobs take yet: an exported script waits with after (afterok)"
+                )
             for ref in task.spec.after:
                 if ref > 0 or -ref > len(by_job):
                     raise SlurmMappingError(

@@ -1131,6 +1131,58 @@ def test_a_circle_of_after_is_a_problem() -> None:
     assert "run after each other in a circle" in problem.message and "a -> b" in problem.message
 
 
+def test_after_any_and_after_notok_order_and_name_jobs_as_after_does() -> None:
+    profile = parse(
+        """
+        [[jobs]]
+        name = "cleanup"
+        command = ["true"]
+        after_any = ["train-{lr}", "report"]
+        [[jobs]]
+        name = "report"
+        command = ["true"]
+        after = "train-{lr}"
+        [[jobs]]
+        name = "on-failure"
+        command = ["true"]
+        after_notok = "train-{lr}"
+        [[sweeps]]
+        name = "train-{lr}"
+        command = ["true"]
+        grid = { lr = [1, 2] }
+        """
+    )
+    # each after every table it names, whatever the kind; then file order
+    names = [job.name for job in profile.jobs]
+    assert names == ["train-1", "train-2", "report", "cleanup", "on-failure"]
+    deps = {job.name: (job.after, job.after_any, job.after_notok) for job in profile.jobs}
+    assert deps["report"] == ((-1, -2), (), ())
+    assert deps["cleanup"] == ((), (-1, -2, -3), ())
+    assert deps["on-failure"] == ((), (), (-1, -2))
+
+
+@pytest.mark.parametrize("kind", ["after_any", "after_notok"])
+@pytest.mark.parametrize(
+    "value, fragment",
+    [
+        ('["zz"]', "no [[jobs]] or [[sweeps]] named 'zz' in this profile ({kind} names"),
+        ('["a"]', "a job cannot run after itself"),
+        ("[]", "expected the names of jobs or sweeps"),
+    ],
+)
+def test_bad_after_any_and_after_notok(kind: str, value: str, fragment: str) -> None:
+    problem = only_problem(f'[[jobs]]\nname = "a"\ncommand = ["true"]\n{kind} = {value}\n')
+    assert problem.key == f"jobs[0].{kind}" and fragment.format(kind=kind) in problem.message
+
+
+def test_a_circle_through_after_any_is_a_problem() -> None:
+    problem = only_problem(
+        '[[jobs]]\nname = "a"\ncommand = ["true"]\nafter_notok = "b"\n'
+        '[[jobs]]\nname = "b"\ncommand = ["true"]\nafter_any = "a"\n'
+    )
+    assert "run after each other in a circle" in problem.message and "a -> b" in problem.message
+
+
 def test_after_cannot_be_a_default() -> None:
     problem = only_problem('[defaults]\nafter = ["a"]\n[[jobs]]\nname = "a"\ncommand = ["true"]\n')
     assert problem.key == "defaults.after" and "unknown key" in problem.message

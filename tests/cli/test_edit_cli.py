@@ -65,6 +65,37 @@ def test_edit_changes_a_queued_job_with_submits_options(
     assert "edited by user: name train -> train-2" in gpudesk("show", str(job))[1]
 
 
+def test_edit_changes_after_any_and_after_notok_with_the_cycle_check(
+    engine: EngineHandle, gpudesk: Run, tmp_path: Path
+) -> None:
+    engine.occupy_the_only_slot(tmp_path / "gate")
+    prep, train = engine.submit(
+        {"name": "prep", "command": ["true"]}, {"name": "train", "command": ["true"]}
+    )
+    code, out, err = gpudesk("edit", "train", "--after-any", "prep", "--after-notok", str(prep))
+    assert code == 0, err
+    assert out == (
+        f"edited job {train} (train): after_any none -> {prep}; after_notok none -> {prep}\n"
+    )
+    spec = engine.job(train).spec
+    assert (spec.after, spec.after_any, spec.after_notok) == ([], [prep], [prep])
+    # prep after train, of any kind, would have them wait for each other
+    for option in ("--after", "--after-any", "--after-notok"):
+        one_error(
+            *gpudesk("edit", "prep", option, "train")[::2],
+            EXIT_USAGE,
+            f"{option}: the jobs would wait for each other for ever: job {prep} runs after "
+            f"job {train} runs after job {prep}",
+        )
+    assert engine.job(prep).spec.after_notok == []
+    code, out, _ = gpudesk("edit", "train", "--no-deps", "--json")
+    assert code == 0 and json.loads(out)["changes"] == [
+        f"after_any {prep} -> none",
+        f"after_notok {prep} -> none",
+    ]
+    one_error(*gpudesk("edit", "train", "--after-any", "1", "--no-deps")[::2], EXIT_USAGE, "one")
+
+
 def test_edit_refuses_bad_values_a_running_job_and_an_unknown_one(
     engine: EngineHandle, gpudesk: Run, tmp_path: Path
 ) -> None:

@@ -66,3 +66,22 @@ def test_the_process_table_lists_a_gpu_process_outside_gpudesk_with_its_owner() 
     assert "other processes on the GPUs (1, not gpudesk jobs)" in listing
     row = next(line for line in listing.splitlines() if "4242" in line)
     assert "bob" in row and "3.2G" in row and "40%" in row and "python train.py" in row
+
+
+def test_a_suspended_job_is_marked_in_the_running_jobs_list() -> None:
+    from gpudesk.screens.widgets.job_list import render_job_list
+
+    frame = replay_feed().frames[-1]
+    placed = [j for j in frame.jobs if j.placed]
+    assert len(placed) >= 2, "the recording holds running jobs"
+    stopped = placed[0]
+    jobs = [
+        msgspec.structs.replace(j, state="suspended") if j.id == stopped.id else j
+        for j in frame.jobs
+    ]
+    state = DeskState(frame=dataclasses.replace(frame, jobs=jobs))
+    listing = render_job_list(state, 100)
+    text = listing.plain
+    assert f"running jobs ({len(placed)}, 1 suspended)" in text, text
+    styled = [text[s.start : s.end] for s in listing.spans if s.style == "bold magenta"]
+    assert len(styled) == 1 and styled[0].lstrip().startswith(f"{stopped.id} "), styled

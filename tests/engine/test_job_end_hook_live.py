@@ -181,3 +181,39 @@ def test_a_notify_commands_secrets_are_hidden_where_the_job_is_listed(
     assert shown is not None and "channel=lab&token=***" in shown and "s3cret" not in shown
     assert "s3cret" not in gpudesk("show", str(job_id)).stdout
     assert "s3cret" not in gpudesk("queue", "--all", "--json").stdout
+
+
+def test_hooks_toml_changed_while_the_engine_runs_is_read_again(home: Home, tmp_path: Path) -> None:
+    first, second = tmp_path / "first.json", tmp_path / "second.json"
+    engine = engine_with_hook(home, dump_env(first), 10)
+    config = home.root / "hooks.toml"
+
+    def changes() -> list[str]:
+        return [c.message for c in engine.api.status().station_changes]
+
+    try:
+        config.chmod(0o666)  # made unsafe: the station's hook is off
+        said = wait_for(
+            lambda: [m for m in changes() if m.startswith("hooks.toml changed and is not used")],
+            20,
+            what="the unsafe hooks.toml to be said",
+        )
+        assert "others may write it" in said[0]
+        (before,) = engine.submit({"name": "unhooked", "command": ["true"]})
+        engine.wait_state(before, "succeeded")
+        config.write_text(f"[job_end]\ncommand = {json.dumps(dump_env(second))}\n")
+        config.chmod(0o600)
+        wait_for(
+            lambda: any(m.startswith("hooks.toml read again") for m in changes()),
+            20,
+            what="hooks.toml to be read again",
+        )
+        (after,) = engine.submit({"name": "hooked", "command": ["true"]})
+        engine.wait_state(after, "succeeded")
+        seen = wait_for(lambda: second.exists() and second.read_text(), 20, what="the new hook")
+        assert [json.loads(line)["GPUDESK_JOB_ID"] for line in seen.splitlines()] == [str(after)]
+        assert not first.exists()  # the first hook never ran: it was off before any job ended
+        assert str(second) not in "".join(changes())  # the event does not repeat its words
+    finally:
+        engine.stop()
+        engine.client.close()

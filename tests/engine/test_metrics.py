@@ -191,7 +191,7 @@ def test_dcgm_metrics_match_the_engines_own_readings_and_name_the_jobs(
         counts[job["state"]] = counts.get(job["state"], 0) + 1
     assert counts == {"running": GPUS + 1, "queued": 1}
     exported = {s[1]["state"]: s[2] for s in got["gpudesk_jobs"] if s[1]["user"] == ME}
-    assert exported == {"succeeded": 0, "failed": 0, "cancelled": 0, **counts}
+    assert exported == {"suspended": 0, "succeeded": 0, "failed": 0, "cancelled": 0, **counts}
     placements = {s[1]["mode"]: s[2] for s in got["gpudesk_placements"]}
     assert sum(placements.values()) == GPUS + 1 and placements["cpu"] == 0
     assert got["gpudesk_oom_recoveries"] == [("gpudesk_oom_recoveries_total", {}, 0.0)]

@@ -4,18 +4,22 @@ scraper would read it."""
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import re
 import socket
+from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from gpudesk.core.jobs import JobSpec
 from gpudesk.core.listen import ListenAddress, check_metrics_listen, parse_listen
 from gpudesk.core.station import StationConfig
 from gpudesk.engine.activity import DECISION_BUCKETS_S, EngineActivity
 from gpudesk.engine.services.metrics.exporter import bind_problem
+from gpudesk.engine.store.database import Store
 from gpudesk.hw.telemetry.energy import AttemptUsage
 from gpudesk.hw.telemetry.model import BackendReading, GpuHealth, GpuReading, MigDevice
 from gpudesk.hw.telemetry.monitor import TrackedAttempt
@@ -34,7 +38,7 @@ from gpudesk.metrics.snapshot import (
 )
 
 A100 = "NVIDIA A100-SXM4-40GB"
-STATES = ("queued", "running", "succeeded", "failed", "cancelled")
+STATES = ("queued", "running", "suspended", "succeeded", "failed", "cancelled")
 
 
 # ------------------------------------------------------------------------- metrics_listen
@@ -266,6 +270,26 @@ def test_job_counts_are_per_state_and_user_name() -> None:
         ("running", "ada"): 3,
         ("running", "me"): 1,
     }
+
+
+def test_a_suspended_job_is_counted_suspended_not_running(tmp_path: Path) -> None:
+    # the store's rows, as the exporter reads them: three running jobs, one suspended
+    store = Store.open(tmp_path / "db")
+    try:
+        jobs = store.submit([JobSpec(name=f"j{i}", command=("true",)) for i in range(3)])
+        attempts = [store.start_attempt(j.id, {"slot": "cpu:0"}, tmp_path) for j in jobs]
+        store.set_suspended(jobs[0].id, attempts[0].id, 1.0, "suspended by ada (SIGSTOP)")
+        rows = store.counts_by_owner()
+    finally:
+        store.close()
+    counts = {(c.state, c.user): c.count for c in job_counts(rows, lambda uid: "ada")}
+    assert counts == {
+        **{(state, "ada"): 0 for state in STATES},
+        ("running", "ada"): 2,
+        ("suspended", "ada"): 1,
+    }
+    got = scrape(dataclasses.replace(snapshot_by_hand(), jobs=job_counts(rows, lambda uid: "ada")))
+    assert ("gpudesk_jobs", {"state": "suspended", "user": "ada"}, 1.0) in got["gpudesk_jobs"]
 
 
 def test_loader_figures_sum_their_consumers() -> None:

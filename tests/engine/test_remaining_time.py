@@ -7,11 +7,12 @@ from __future__ import annotations
 import json
 import sqlite3
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import EngineHandle, Run, wait_for
+from conftest import EngineHandle, Run, processes_in_group, wait_for
 
 from gpudesk.core.jobs import JobSpec
 from gpudesk.engine.gpu_states import RunningAttempt, tenants_by_gpu
@@ -205,3 +206,35 @@ def test_a_settled_peak_is_counted_once_across_an_engine_restart(tmp_path: Path)
         assert [e.kind for e in store.events(job.id)].count("history") == 1
     finally:
         store.close()
+
+
+def test_a_runs_time_suspended_is_not_learned_when_it_ends_while_no_engine_runs(
+    engine: EngineHandle, home: Home, tmp_path: Path
+) -> None:
+    """Its command family learns how long it ran less its suspension, as its time limit counts
+    it: here it ends while the engine is down, and the next engine settles it by the wall
+    clock (before, that counted the 2 s it spent suspended as running)."""
+    gate = tmp_path / "gate"
+    waits = "import os, sys, time\nwhile not os.path.exists(sys.argv[1]): time.sleep(0.02)"
+    command = [sys.executable, "-c", waits, str(gate)]
+    (job,) = engine.submit({"name": "paused", "command": command})
+    pgid = engine.wait_state(job, "running").pgid
+    assert pgid and engine.api.suspend([job])[0].outcome == "suspended"
+    suspended = time.time()
+    wait_for(lambda: time.time() > suspended + 2.0, 10.0, what="2 s suspended")
+    assert engine.api.resume([job])[0].outcome == "resumed"
+    engine.stop()
+    gate.touch()  # it ends while no engine runs
+    wait_for(lambda: not processes_in_group(pgid), 10.0, what="the job to end")
+    engine.start()
+    assert engine.wait_state(job, {"succeeded", "failed"}).state == "succeeded"
+    conn = sqlite3.connect(f"file:{home.db}?mode=ro", uri=True)
+    try:
+        started, ended, paused = conn.execute(
+            "SELECT started_at, ended_at, suspended_s FROM attempts WHERE job_id = ?", (job,)
+        ).fetchone()
+    finally:
+        conn.close()
+    assert paused >= 2.0
+    run_s = family_rows(home)[family(tuple(command), str(home.root))][2]
+    assert run_s == pytest.approx(ended - started - paused, abs=0.01)

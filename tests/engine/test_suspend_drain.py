@@ -210,6 +210,13 @@ def test_the_commands_say_what_they_did_and_queue_and_top_show_it(
     listed = gpudesk("queue")
     assert f"{job_id}" in listed.stdout and "suspended" in listed.stdout, listed.stdout
     assert "state      suspended since " in gpudesk("show", str(job_id)).stdout
+    # top's job lines and the GPU block say it, from a sample taken once it was stopped
+    wait_for(
+        lambda: (s := engine.api.telemetry().snapshot) and any(j.suspended for j in s.jobs),
+        what="a sample of the suspended job",
+    )
+    row = next(line for line in gpudesk("top", "--once").stdout.splitlines() if "counter" in line)
+    assert "SUSPENDED" in row, row
     assert [j["state"] for j in json.loads(gpudesk("queue", "--json").stdout)["jobs"]] == [
         "suspended"
     ]

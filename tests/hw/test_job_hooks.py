@@ -18,6 +18,7 @@ from gpudesk.hw.job_hooks import (
     HookConfig,
     HookConfigError,
     HookRun,
+    JobEndHooks,
     Lanes,
     load_hooks,
     parse_hooks,
@@ -61,6 +62,47 @@ def test_a_personal_engines_hooks_toml_must_not_be_writable_by_others(
     link.mkdir()
     (link / "hooks.toml").symlink_to(config)
     assert load_hooks(link, system=False) is None and "a link, not followed" in caplog.text
+
+
+def test_hooks_toml_is_read_again_when_it_changes_with_the_checks_of_the_start(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    config = tmp_path / "hooks.toml"
+    config.write_text('[job_end]\ncommand = ["/bin/true"]\n')
+    config.chmod(0o600)
+    hooks = JobEndHooks.at(tmp_path, system=False, wake=lambda: None)
+    assert hooks.config == HookConfig(("/bin/true",), 30.0)
+    events: list[tuple[str, str]] = []
+
+    def add_event(kind: str, message: str, **_: object) -> None:
+        events.append((kind, message))
+
+    clock = [100.0]
+
+    def step() -> list[tuple[str, str]]:
+        clock[0] += 2.5  # past RECHECK_S
+        events.clear()
+        hooks.refresh(add_event, now=clock[0])
+        return list(events)
+
+    assert step() == []  # unchanged: not read again
+    config.write_text('[job_end]\ncommand = ["/bin/echo", "token=s3cret"]\ntimeout_s = 5\n')
+    assert step() == [
+        ("station", "hooks.toml read again: the station's job-end hook runs (timeout 5 s)")
+    ]  # its words, which may hold a secret, are not in the event (every user's)
+    assert hooks.config == HookConfig(("/bin/echo", "token=s3cret"), 5.0)
+    caplog.clear()
+    config.chmod(0o664)  # now unsafe: the station's hook is off, said once in the log
+    [(kind, message)] = step()
+    assert kind == "station" and message.startswith("hooks.toml changed and is not used")
+    assert "others may write it" in message and hooks.config is None
+    assert [r.levelname for r in caplog.records] == ["ERROR"]
+    assert step() == []  # said once, not at every step
+    config.chmod(0o600)
+    assert step()[0][1].startswith("hooks.toml read again") and hooks.config is not None
+    config.unlink()
+    assert step() == [("station", "hooks.toml was removed: no job-end hook runs")]
+    assert hooks.config is None
 
 
 def _run(script: str, timeout_s: float) -> tuple[float, object]:

@@ -343,6 +343,14 @@ def test_bad_inputs_write_nothing(gpudesk: Run, tmp_path: Path) -> None:
     assert "cannot be asked of this cluster" in stderr and "names none" in stderr
     assert "Nothing was written" in stderr
     assert not out.exists()
+
+    # a profile's after_any is the station's: never dropped unsaid from the scripts
+    other = MIXED.replace('after = ["prep"]', 'after_any = ["prep"]')
+    code, _, stderr = gpudesk(
+        "export", "slurm", str(write_profile(tmp_path, other)), str(out), "--no-ask"
+    )
+    assert code == 2 and "runs after_any or after_notok, which only the" in stderr, stderr
+    assert not out.exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["good.toml", "profile.toml"]
 
     code, _, stderr = gpudesk("export", "slurm", str(good), str(out), "--no-ask", "--share", "mig")

@@ -90,6 +90,9 @@ class JobTelemetry(WireModel, frozen=True):
     gpu_memory_mib: float | None
     gpu_sm_pct: float | None
     energy: AttemptUsageFigures
+    # its processes stopped (`gpudesk suspend`): it is `suspended`, holding its GPUs; absent
+    # (False) from an engine before suspension
+    suspended: bool = False
 
 
 class HostView(WireModel, frozen=True):

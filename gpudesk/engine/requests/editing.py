@@ -6,23 +6,20 @@ from __future__ import annotations
 
 from gpudesk.core import protocol
 from gpudesk.core.identity import Caller
-from gpudesk.core.job_edit import dependency_cycle, edit_refusal, job_edit
+from gpudesk.core.job_edit import (
+    DEPENDENCY_FIELDS,
+    dependency_cycle,
+    edit_refusal,
+    job_edit,
+    tracked_refusal,
+)
 from gpudesk.core.jobs import SpecError
 from gpudesk.core.protocol import ProtocolError
-from gpudesk.core.records import JobRecord
 from gpudesk.core.wire.jobs import EditResult
 from gpudesk.core.wire.requests import EditArgs
 from gpudesk.engine.dependencies import jobs_by_id
 from gpudesk.engine.requests.common import Handler, Requests
 from gpudesk.engine.requests.submission import check_after_known
-
-
-def tracked_refusal(job: JobRecord) -> str:
-    return (
-        f"job {job.id} ({job.name}) is tracked and its MLflow run is made already (it was "
-        "placed, or ran before): the run records its spec as params, which MLflow never "
-        "changes; cancel it and submit it again as it should be"
-    )
 
 
 class EditRequests(Requests):
@@ -46,13 +43,14 @@ class EditRequests(Requests):
         except SpecError as exc:
             where = {"env": "set_env", "unset_env": "unset_env"}.get(exc.key, f"fields.{exc.key}")
             raise ProtocolError(protocol.INVALID_ARGS, f"{where}: {exc.message}") from None
-        if edit.spec.after != job.spec.after:
-            check_after_known(store, edit.spec.after, "fields.after")
-            cycle = dependency_cycle(
-                job.id, edit.spec.after, lambda ids: jobs_by_id(store, ids).values()
-            )
-            if cycle:
-                raise ProtocolError(protocol.INVALID_ARGS, f"fields.after: {cycle}")
+        for key in DEPENDENCY_FIELDS:
+            if getattr(edit.spec, key) != getattr(job.spec, key):
+                check_after_known(store, getattr(edit.spec, key), f"fields.{key}")
+                cycle = dependency_cycle(
+                    job.id, getattr(edit.spec, key), lambda ids: jobs_by_id(store, ids).values()
+                )
+                if cycle:
+                    raise ProtocolError(protocol.INVALID_ARGS, f"fields.{key}: {cycle}")
         self.parts.control.backends.for_spec(edit.spec).admit([edit.spec])  # the station's size
         outcome = self.parts.control.backends.for_job(job).edit(job, edit)
         if not outcome.ok:

@@ -16,7 +16,7 @@ from gpudesk.core import protocol, reconfigure
 from gpudesk.core.datasets import DatasetSpec
 from gpudesk.core.identity import Caller, user_name
 from gpudesk.core.protocol import ProtocolError
-from gpudesk.core.station import StationConfig
+from gpudesk.core.station import STATION_EVENT, StationConfig
 from gpudesk.core.wire.requests import ConfigureArgs, DatasetsArgs, OpArgs, StatusArgs
 from gpudesk.core.wire.station import (
     ConfigureResult,
@@ -33,7 +33,6 @@ from gpudesk.core.wire.station import (
     StationStatus,
     UserShare,
 )
-from gpudesk.engine.drain import STATION_EVENT  # the kind a change of settings is stored as
 from gpudesk.engine.offloop import Later
 from gpudesk.engine.requests.common import Handler, Requests
 from gpudesk.engine.services.loaders import Statuses

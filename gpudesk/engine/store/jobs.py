@@ -163,9 +163,12 @@ class JobTables(StoreConnection):
     def counts_by_owner(self) -> list[tuple[int | None, str, int]]:
         """(owner uid, state, jobs) for every owner and state that has jobs; a job stored
         before owners were (schema 7) has None, the engine's own user. An index-only scan
-        (jobs_by_owner)."""
+        (jobs_by_owner); then the running jobs that are suspended, as `suspended` rows (also
+        counted in `running`: metrics.snapshot.job_counts moves them)."""
         rows = self._conn.execute(
-            "SELECT owner_uid, state, COUNT(*) FROM jobs GROUP BY owner_uid, state"
+            "SELECT owner_uid, state, COUNT(*) FROM jobs GROUP BY owner_uid, state UNION ALL "
+            "SELECT owner_uid, 'suspended', COUNT(*) FROM jobs WHERE state = 'running' "
+            "AND suspended_at IS NOT NULL GROUP BY owner_uid"
         )
         return [(uid, state, n) for uid, state, n in rows]
 

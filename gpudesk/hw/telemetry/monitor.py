@@ -66,6 +66,7 @@ class TrackedAttempt:
     started_at: float | None = None
     mig_slice: str | None = None
     user: str = ""  # its job's owner
+    suspended: bool = False  # `gpudesk suspend` stopped its processes (it holds its GPUs)
 
     def load(self) -> JobLoad:
         return JobLoad(
@@ -474,6 +475,7 @@ class Monitor:
             "gpu_memory_mib": rounded(gpu_sums.get("memory")),
             "gpu_sm_pct": rounded(gpu_sums.get("sm")),
             "energy": usage.to_dict(self.grid_g_per_kwh),
+            "suspended": attempt.suspended,
         }
 
     def _host_view(self, raw: RawSample) -> dict[str, Any]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from rich.text import Text
 
 from gpudesk import render
-from gpudesk.screens.state import DeskState, job_runtime, sharing_mode
+from gpudesk.screens.state import STATE_STYLES, DeskState, job_runtime, sharing_mode
 from gpudesk.screens.widgets.gpu_card import gpu_processes
 
 HEADERS = ("ID", "NAME", "USER", "WHERE", "MODE", "SM", "GPU MEM", "CPU", "ENERGY", "TIME")
@@ -73,12 +73,16 @@ def render_other_processes(state: DeskState, width: int) -> Text | None:
 
 
 def _running_jobs(state: DeskState, width: int) -> Text:
-    jobs = [j for j in state.jobs if j.placed]
-    title = Text(f"running jobs ({len(jobs)})", style="bold")
+    jobs = sorted((j for j in state.jobs if j.placed), key=lambda j: (j.slot or "", j.id))
+    # a suspended job (`gpudesk suspend`) still holds its place: named in the title, its row
+    # in the queue's suspended style
+    suspended = sum(1 for j in jobs if j.state == "suspended")
+    count = f"{len(jobs)}, {suspended} suspended" if suspended else str(len(jobs))
+    title = Text(f"running jobs ({count})", style="bold")
     if not jobs:
         return title + Text("  none", style="dim")
     rows: list[tuple[object, ...]] = []
-    for job in sorted(jobs, key=lambda j: (j.slot or "", j.id)):
+    for job in jobs:
         seen = state.job_telemetry(job.id)
         memory = seen.gpu_memory_mib if seen else None
         usage = job.usage
@@ -108,4 +112,8 @@ def _running_jobs(state: DeskState, width: int) -> Text:
         min_widths={NAME: NAME_MIN, USER: USER_MIN},
     )
     head, _, body = table.partition("\n")
-    return title + Text("\n") + Text(head, style="bold") + Text("\n" + body)
+    listing = title + Text("\n") + Text(head, style="bold")
+    for job, line in zip(jobs, body.split("\n"), strict=True):
+        style = STATE_STYLES["suspended"] if job.state == "suspended" else ""
+        listing += Text("\n") + Text(line, style=style)
+    return listing

@@ -39,6 +39,7 @@ def suspend(attempts: Attempts, job: JobRecord, by: str) -> JobOutcome:
     message = f"suspended by {by} (SIGSTOP); its GPUs stay held"
     attempts.store.set_suspended(job.id, live.attempt.id, live.suspended_since, message)
     attempts.events.job(job.id, message)
+    attempts.track()  # top and the desk show it suspended
     return JobOutcome("suspended")
 
 
@@ -50,6 +51,7 @@ def resume(attempts: Attempts, job: JobRecord, by: str) -> JobOutcome:
         return live
     attempts.send(live, signal.SIGCONT)
     attempts.resumed(live, f"resumed by {by} (SIGCONT)")
+    attempts.track()
     return JobOutcome("resumed")
 
 
