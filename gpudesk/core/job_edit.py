@@ -40,6 +40,9 @@ EDITABLE_FIELDS = (
 # Every kind of dependency: an edit that changes one is checked as `after` is (its jobs exist,
 # no cycle through any kind).
 DEPENDENCY_FIELDS = ("after", "after_any", "after_notok")
+# What the job runs and where: changed by anyone but its owner (or root, who may become her
+# anyway), it would be another's code run as her. An admin may change how it is scheduled.
+RUNS_AS_OWNER_FIELDS = ("command", "shell", "workdir")
 
 
 @dataclass(frozen=True)
@@ -67,6 +70,28 @@ def edit_refusal(job: JobRecord) -> str | None:
             "runs a finished one again, and a requeued job can be edited"
         )
     return None
+
+
+def others_code_refusal(
+    job: JobRecord,
+    caller_uid: int,
+    fields: Mapping[str, Any],
+    set_env: Mapping[str, str],
+    unset_env: Sequence[str],
+) -> str | None:
+    """Why an admin who is not root may not make this edit of another's job: it changes what
+    the job runs or where (RUNS_AS_OWNER_FIELDS, its environment), which then runs as her."""
+    if caller_uid in (0, job.owner.uid):
+        return None
+    asked = [key for key in RUNS_AS_OWNER_FIELDS if key in fields]
+    asked += ["environment"] if set_env or unset_env else []
+    if not asked:
+        return None
+    return (
+        f"refused: job {job.id} belongs to {job.user} and runs as her; its {', '.join(asked)} "
+        "may be changed only by her (or root): an admin may change how it is scheduled "
+        "(name, time limit, GPUs, memory, SM, dependencies, attempts), not what it runs"
+    )
 
 
 def tracked_refusal(job: JobRecord) -> str:

@@ -64,3 +64,27 @@ def test_unsetting_a_submitted_variable_changes_the_jobs_environment(
     assert reply["changes"] == ["env -TOKEN", "env -PATH"]
     env = system.ok(ADA, "show", job=job, env=True)["env"]
     assert "PATH" not in env and "TOKEN" not in env
+
+
+def test_an_admin_changes_how_anothers_job_is_scheduled_never_what_it_runs_as_her(
+    system: EngineInProcess,
+) -> None:
+    """Her command, workdir or environment changed by an admin who is not root would be the
+    admin's code run as her: refused, nothing changed. Root may (root may become her anyway)."""
+    job = submit(system, ADA, "adas")
+    before = system.ok(ADA, "show", job=job, env=True)
+    for asked in (
+        {"fields": {"command": ["sh", "-c", "id"]}},
+        {"fields": {"workdir": "/tmp"}},
+        {"fields": {"shell": True}},
+        {"set_env": {"LD_PRELOAD": "/tmp/x.so"}},
+        {"unset_env": ["TOKEN"]},
+        {"fields": {"time_limit_s": 60, "command": ["true", "x"]}},
+    ):
+        reply = system.call(ALICE, "edit", job=job, **asked)
+        assert reply["error"]["code"] == "refused", asked
+        assert "runs as her" in reply["error"]["message"]
+        assert "not what it runs" in reply["error"]["message"]
+    assert system.ok(ADA, "show", job=job, env=True) == before
+    root = Caller(Identity.of(0, 0, [0]), 100)
+    assert system.ok(root, "edit", job=job, fields={"command": ["true", "y"]})["changes"]

@@ -11,6 +11,7 @@ from gpudesk.core.job_edit import (
     dependency_cycle,
     edit_refusal,
     job_edit,
+    others_code_refusal,
     tracked_refusal,
 )
 from gpudesk.core.jobs import SpecError
@@ -31,6 +32,9 @@ class EditRequests(Requests):
         `invalid_args` naming the field at fault; `unknown_job`. All before anything changes."""
         job = self._find(args.job, "job")
         refusal = self.parts.access.job_refusal(caller, job, "edit") or edit_refusal(job)
+        refusal = refusal or others_code_refusal(
+            job, caller.uid, args.fields, args.set_env, args.unset_env
+        )
         if refusal:
             raise ProtocolError(protocol.REFUSED, refusal)
         if job.spec.tracking is not None and self.parts.tracking.run_made(job):
