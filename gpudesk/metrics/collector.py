@@ -18,6 +18,7 @@ from prometheus_client.metrics_core import (
 )
 from prometheus_client.registry import Collector
 
+from gpudesk.hw.telemetry.xid import xid_name
 from gpudesk.metrics.histogram import Buckets
 from gpudesk.metrics.snapshot import Device, DeviceReading, MetricsSnapshot
 
@@ -104,9 +105,14 @@ DCGM_HEALTH: tuple[tuple[str, str, str, str], ...] = (
         "retired_dbe",
     ),
 )
+# The last XID error on a GPU since the engine started (0: none), dcgm-exporter's gauge: its
+# name and help text (default-counters.csv) and the err_code and err_msg labels it adds to this
+# field alone (the XID and its name: gpudesk.hw.telemetry.xid). A GPU's, so no job labels.
+DCGM_XID = ("DCGM_FI_DEV_XID_ERRORS", "Value of the last XID error encountered.")
 DCGM_NAMES = (
     *(name for name, _, _ in DCGM_GAUGES),
     *(name for name, _, _, _ in DCGM_HEALTH),
+    DCGM_XID[0],
     DCGM_ENERGY[0],
 )
 # Label names of dcgm-exporter's own that Prometheus's naming rules (`promtool check metrics`)
@@ -221,7 +227,18 @@ def _dcgm(snapshot: MetricsSnapshot) -> list[Metric]:
                 labels = _device_labels(snapshot, reading.device, with_jobs=False)
                 health.add_sample(name, labels, float(value))
         families.append(health)
+    families.append(_xid(snapshot))
     return families
+
+
+def _xid(snapshot: MetricsSnapshot) -> Metric:
+    family = GaugeMetricFamily(*DCGM_XID)
+    for reading in snapshot.devices:
+        if reading.xid is not None:
+            labels = _device_labels(snapshot, reading.device, with_jobs=False)
+            labels.update(err_code=str(reading.xid), err_msg=xid_name(reading.xid))
+            family.add_sample(DCGM_XID[0], labels, float(reading.xid))
+    return family
 
 
 def _add(

@@ -59,6 +59,8 @@ class DeviceReading:
     sm_clock_mhz: float | None = None
     energy_j: float | None = None  # gpudesk's meter: since the engine began sampling
     health: GpuHealth | None = None  # ECC, remapped rows, retired pages (whole GPUs)
+    # The last XID since the engine started, 0 before any (whole GPUs; None: no XID events)
+    xid: int | None = None
 
 
 @dataclass(frozen=True)
@@ -126,13 +128,16 @@ def device_readings(
     """Each GPU's reading, then its MIG devices'. `attempts`: the running attempts the sample
     was taken for (where the engine placed them names the jobs on each device: by placement,
     as dcgm-exporter's Kubernetes mode maps pods by allocation, not by processes). `energy_j`:
-    gpudesk's energy count per GPU index. A lost GPU has no readings and is left out."""
+    gpudesk's energy count per GPU index. A lost GPU has no readings but its last XID (the
+    79 that came with its loss, where NVML delivered it)."""
     if reading is None:
         return ()
     energy_j = energy_j or {}
     out: list[DeviceReading] = []
     for gpu in reading.gpus:
         if gpu.lost:
+            if gpu.last_xid:  # not 0, "no error", for a GPU that answers nothing
+                out.append(DeviceReading(device=_device(gpu, ()), xid=gpu.last_xid))
             continue
         on_gpu = [a for a in attempts if gpu.index in a.gpus]
         out.append(_gpu_reading(gpu, on_gpu, energy_j.get(gpu.index)))
@@ -172,6 +177,7 @@ def _gpu_reading(
         sm_clock_mhz=gpu.sm_clock_mhz,
         energy_j=energy_j,
         health=gpu.health,
+        xid=gpu.last_xid,
     )
 
 

@@ -48,6 +48,17 @@ nvmlDeviceGetRemappedRows and nvmlDeviceGetRetiredPages, answer as the binding's
 (an int; a (correctable, uncorrectable, pending, failure) tuple; a list of page addresses), by
 default with nothing counted; a GPU without one (ECC off; page retirement on a GPU that remaps
 rows instead, which nvidia-smi -q shows as N/A) lists it in `unsupported`.
+
+XID events, as NVML's reference describes them (not recorded on the H200): nvmlEventSetCreate
+makes a set; nvmlDeviceRegisterEvents(handle, types, set) registers a GPU's events on it, raising
+NotSupported for a type the GPU does not give (`FakeGpu.event_types`, 0 on a GPU without events,
+as some vGPUs) and for a MIG device's handle (NVML: per-instance events are reported through the
+parent GPU, "not ... using MIG device handles"); an XID reaches only the sets registered for it
+before it happened (`FakeNvml.inject_xid`). nvmlEventSetWait_v2(set, timeoutms) returns the
+oldest waiting event as the binding does (a c_nvmlEventData_t: `device`, `eventType`,
+`eventData` the XID number, `gpuInstanceId`, `computeInstanceId`), or sleeps `timeoutms` of real
+time and raises Timeout when none waits: a caller that waits is seen waiting. An event with no
+MIG instance to name has both instance ids NVML_VALUE_NOT_AVAILABLE_uint (an assumption).
 """
 
 from __future__ import annotations
@@ -56,7 +67,7 @@ import ctypes
 import importlib.util
 import sys
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from importlib import metadata
@@ -197,6 +208,14 @@ class FakeGpu:
     retired_sbe: list[int] = field(default_factory=list)  # retired page addresses, by cause
     retired_dbe: list[int] = field(default_factory=list)
     gpm_supported: bool = True  # isSupportedDevice (Hopper and newer)
+    # the event types the GPU gives (nvmlDeviceGetSupportedEventTypes); 0: no events (a vGPU)
+    event_types: int = (
+        real.nvmlEventTypeSingleBitEccError
+        | real.nvmlEventTypeDoubleBitEccError
+        | real.nvmlEventTypePState
+        | real.nvmlEventTypeXidCriticalError
+        | real.nvmlEventTypeClock
+    )
     power_w: float = 70.0
     power_limit_w: float = 700.0
     energy_mj: float = 0.0  # the counter; grows at power_w with the fake clock
@@ -282,6 +301,12 @@ class _GpmSample:
     unsupported: frozenset[int] = frozenset()  # metric ids the GPU does not give
 
 
+@dataclass
+class _EventSet:
+    registered: dict[int, int] = field(default_factory=dict)  # GPU index -> event types
+    waiting: deque[Any] = field(default_factory=deque)  # c_nvmlEventData_t, oldest first
+
+
 def _address(pointer: Any) -> int | None:
     return ctypes.cast(pointer, ctypes.c_void_p).value
 
@@ -318,6 +343,8 @@ class FakeNvml:
         self._handles: dict[tuple[int, int | None], Any] = {}
         self._handle_targets: dict[int, tuple[int, int | None]] = {}
         self._gpm: dict[int, _GpmSample] = {}
+        self._event_sets: dict[int | None, _EventSet] = {}
+        self.event_sets_freed = 0
 
     @classmethod
     def from_scenario(cls, data: Mapping[str, Any], *, clock: str = "manual") -> FakeNvml:
@@ -351,6 +378,31 @@ class FakeNvml:
         sample = FakeSample(pid, int(self.now() * 1e6), sm_util, mem_util)
         self.gpus[index].process_samples.append(sample)
         return sample
+
+    def inject_xid(
+        self,
+        index: int,
+        xid: int,
+        gpu_instance_id: int | None = None,
+        compute_instance_id: int | None = None,
+    ) -> int:
+        """XID `xid` happens on GPU `index` now: every event set registered for its XIDs gets
+        the event (how many did). A set registered later never sees it, as with NVML."""
+        not_available = real.NVML_VALUE_NOT_AVAILABLE_uint.value
+        delivered = 0
+        for event_set in self._event_sets.values():
+            if event_set.registered.get(index, 0) & real.nvmlEventTypeXidCriticalError:
+                data = real.c_nvmlEventData_t()
+                data.device = self._handle(index)
+                data.eventType = real.nvmlEventTypeXidCriticalError
+                data.eventData = xid
+                data.gpuInstanceId = not_available if gpu_instance_id is None else gpu_instance_id
+                data.computeInstanceId = (
+                    not_available if compute_instance_id is None else compute_instance_id
+                )
+                event_set.waiting.append(data)
+                delivered += 1
+        return delivered
 
     def count(self, function: str, gpu: int | None = None) -> int:
         return self.calls[function] if gpu is None else self.device_calls[(function, gpu)]
@@ -747,6 +799,47 @@ class FakeNvml:
             else:
                 metric.nvmlReturn = real.NVML_ERROR_NOT_SUPPORTED
         return metricsGet
+
+    def nvmlDeviceGetSupportedEventTypes(self, handle: Any) -> int:
+        target = self._enter("nvmlDeviceGetSupportedEventTypes", handle)
+        return 0 if target.mig is not None else target.gpu.event_types
+
+    def nvmlEventSetCreate(self) -> Any:
+        self._enter("nvmlEventSetCreate")
+        event_set = self._pointer(real.c_nvmlEventSet_t)
+        self._event_sets[_address(event_set)] = _EventSet()
+        return event_set
+
+    def nvmlDeviceRegisterEvents(self, handle: Any, eventTypes: int, eventSet: Any) -> None:
+        target = self._enter("nvmlDeviceRegisterEvents", handle, args=(eventTypes,))
+        event_set = self._event_sets.get(_address(eventSet))
+        if event_set is None:
+            raise real.NVMLError(real.NVML_ERROR_INVALID_ARGUMENT)
+        if target.mig is not None or eventTypes & ~target.gpu.event_types:
+            raise real.NVMLError(real.NVML_ERROR_NOT_SUPPORTED)
+        registered = event_set.registered.get(target.index, 0)
+        event_set.registered[target.index] = registered | eventTypes
+
+    def nvmlEventSetWait_v2(self, eventSet: Any, timeoutms: int) -> Any:
+        self._enter("nvmlEventSetWait_v2", args=(timeoutms,))
+        event_set = self._event_sets.get(_address(eventSet))
+        if event_set is None:
+            raise real.NVMLError(real.NVML_ERROR_INVALID_ARGUMENT)
+        if event_set.waiting:
+            return event_set.waiting.popleft()
+        if any(self.gpus[index].lost for index in event_set.registered):
+            raise real.NVMLError(real.NVML_ERROR_GPU_IS_LOST)
+        time.sleep(timeoutms / 1000.0)  # NVML sleeps until an event or the timeout
+        raise real.NVMLError(real.NVML_ERROR_TIMEOUT)
+
+    def nvmlEventSetWait(self, eventSet: Any, timeoutms: int) -> Any:
+        return self.nvmlEventSetWait_v2(eventSet, timeoutms)
+
+    def nvmlEventSetFree(self, eventSet: Any) -> None:
+        self._enter("nvmlEventSetFree")
+        if self._event_sets.pop(_address(eventSet), None) is None:
+            raise real.NVMLError(real.NVML_ERROR_INVALID_ARGUMENT)
+        self.event_sets_freed += 1
 
 
 def _exported(name: str, value: Any) -> bool:

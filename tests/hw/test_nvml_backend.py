@@ -187,7 +187,10 @@ def test_a_gpu_lost_mid_run(caplog: pytest.LogCaptureFixture):
     for reading in readings:
         g0, g1 = reading.gpus
         assert g0.power_w == 250.0 and not g0.lost
-        assert g1 == GpuReading(1, fake.gpus[1].uuid, "NVIDIA A100-SXM4-40GB", lost=True)
+        # a lost GPU keeps its last XID (0: none came before it was lost)
+        assert g1 == GpuReading(
+            1, fake.gpus[1].uuid, "NVIDIA A100-SXM4-40GB", lost=True, last_xid=0
+        )
     asked = sum(n for (_, index), n in fake.device_calls.items() if index == 1)
     backend.read()
     assert sum(n for (_, index), n in fake.device_calls.items() if index == 1) == asked

@@ -34,6 +34,7 @@ from gpudesk.hw.telemetry.monitor import (
     TrackedAttempt,
 )
 from gpudesk.hw.telemetry.sampler import SamplerThread
+from gpudesk.hw.telemetry.xid import xid_messages
 
 log = logging.getLogger("gpudesk.engine")
 
@@ -188,6 +189,9 @@ class TelemetrySink:
                 # make placement look again.
                 self.on_change()
             self.mig_layout = layout
+            for message in xid_messages(raw.reading):  # an admin wants to know: log, events
+                log.warning(message)
+                self.store.add_event("gpu", message)
             self._note_lost(frozenset(g["index"] for g in view["gpus"] if g["lost"]))
             self.publish(self._snapshot_of(view))
         self.flush()

@@ -28,6 +28,7 @@ METRICS = (
     "ecc",
     "remapped_rows",
     "retired_pages",
+    "xid",
 )
 
 
@@ -81,6 +82,16 @@ class GpuHealth:
 
 
 @dataclass(frozen=True)
+class XidEvent:
+    """One XID error NVML delivered for a GPU (its nvmlEventData_t): the XID number and, on a
+    GPU in MIG mode, the GPU and compute instance it is attributable to (None: not given)."""
+
+    xid: int
+    gpu_instance_id: int | None = None
+    compute_instance_id: int | None = None
+
+
+@dataclass(frozen=True)
 class GpuReading:
     index: int
     uuid: str | None
@@ -109,6 +120,11 @@ class GpuReading:
     processes: tuple[GpuProcess, ...] = ()
     unavailable: tuple[str, ...] = ()  # METRICS this device does not support (probed once)
     health: GpuHealth | None = None  # its memory's error counts (None: none read)
+    # The last XID error NVML delivered since the backend opened, 0 before the first (what
+    # dcgm-exporter exports as DCGM_FI_DEV_XID_ERRORS); None: the GPU gives no XID events
+    # (NotSupported when they were registered), or the backend has none to give.
+    last_xid: int | None = None
+    xids: tuple[XidEvent, ...] = ()  # the XIDs delivered since the previous read, oldest first
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

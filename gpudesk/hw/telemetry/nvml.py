@@ -19,7 +19,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from contextlib import suppress
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gpudesk.hw.telemetry.health import read_health
@@ -35,6 +35,7 @@ from gpudesk.hw.telemetry.model import (
     JobLoad,
     MigDevice,
 )
+from gpudesk.hw.telemetry.xid import XidWatch
 
 log = logging.getLogger("gpudesk.telemetry")
 
@@ -92,6 +93,7 @@ class _Device:
     warned: set[tuple[str, str]] = field(default_factory=set)  # (metric, error class) logged
     memory_v1: bool = False  # nvmlDeviceGetMemoryInfo_v2 is missing: use the v1 call
     gpm: _Gpm | None = None
+    xid: XidWatch | None = None  # its XID event set (gpudesk.hw.telemetry.xid)
     utilization_since_us: int = 0  # newest process-utilization sample seen
     migs: dict[int, _Device] = field(default_factory=dict)  # MIG slot -> its state
     # pid -> whether it is an MPS server, for the processes listed at the last read
@@ -99,6 +101,13 @@ class _Device:
 
     def identity(self) -> GpuReading:
         return GpuReading(self.index, self.uuid, self.name, lost=self.lost)
+
+    def xid_fields(self) -> dict[str, Any]:
+        """The reading's last_xid and the XIDs new since the last read; none where the GPU
+        gives no XID events."""
+        if self.xid is None or "xid" in self.unavailable:
+            return {}
+        return {"last_xid": self.xid.last, "xids": self.xid.take()}
 
 
 def _mib(value: int | None) -> float | None:
@@ -249,6 +258,9 @@ class NvmlBackend:
                     with suppress(Exception):
                         nv.nvmlGpmSampleFree(sample)
                 dev.gpm = None
+                if dev.xid is not None:
+                    dev.xid.close(nv)
+                    dev.xid = None
             with suppress(Exception):
                 nv.nvmlShutdown()
 
@@ -330,6 +342,10 @@ class NvmlBackend:
             dev.memory_total_mib = _mib(memory.total) if memory is not None else None
             mig_mode = self._query(dev, "mig", nv.nvmlDeviceGetMigMode, dev.handle)
             dev.mig_capable = mig_mode is not None
+            # XIDs reach only a set registered before they happen: registered now, drained
+            # at each read (a MIG device's own handle is never registered: NVML reports its
+            # instances' XIDs through the parent GPU's)
+            dev.xid = self._query(dev, "xid", XidWatch.open, nv, dev.handle)
         except _DeviceLost:
             self._mark_lost(dev)
         return dev
@@ -346,11 +362,18 @@ class NvmlBackend:
     # -- reading ----------------------------------------------------------------------------
 
     def _read_device(self, dev: _Device) -> GpuReading:
+        return replace(self._read_reading(dev), **dev.xid_fields())
+
+    def _read_reading(self, dev: _Device) -> GpuReading:
         if dev.lost:
             return dev.identity()
         try:
+            self._drain_xids(dev)
             return self._read_metrics(dev)
         except _DeviceLost:
+            if dev.xid is not None:  # an XID that came with the loss (79), where NVML gives it
+                with suppress(Exception):
+                    dev.xid.drain(self._nv)
             self._mark_lost(dev)
             return dev.identity()
         except _LibraryDown:
@@ -406,6 +429,15 @@ class NvmlBackend:
             unavailable=tuple(m for m in METRICS if m in dev.unavailable),
             health=health,
         )
+
+    def _drain_xids(self, dev: _Device) -> None:
+        """The XIDs waiting on the GPU's event set, taken without waiting; a set that could
+        not be registered when the backend opened (not NotSupported: that is for good) is
+        registered again."""
+        if dev.xid is None:
+            dev.xid = self._query(dev, "xid", XidWatch.open, self._nv, dev.handle)
+        elif "xid" not in dev.unavailable:
+            self._query(dev, "xid", dev.xid.drain, self._nv)
 
     def _memory_info(self, dev: _Device) -> Any:
         """nvmlDeviceGetMemoryInfo, v2 where the driver has it: v1's `used` includes the memory

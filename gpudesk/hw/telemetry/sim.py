@@ -175,6 +175,7 @@ class SimBackend:
             mig_enabled=False if model.mig_capable else None,
             processes=processes,
             health=SIM_HEALTH,
+            last_xid=0,  # a simulated GPU never has an XID error
         )
 
     @property

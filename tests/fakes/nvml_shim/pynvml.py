@@ -27,8 +27,10 @@ The scenario:
 
 Every key is optional. "live": true makes each GPU's "processes" follow the scenario file:
 read again whenever it changes, so a test can list the processes of jobs it started (their pids,
-MPS roles, steady "sm_util") while the engine runs. "follow_nvidia_smi": true makes the two
-fakes one driver: each GPU whose
+MPS roles, steady "sm_util") while the engine runs; and "xids", a list of [GPU index, XID],
+happen as they are added to it (`FakeNvml.inject_xid`: each reaches the event sets registered
+for it by then; those listed when the fake loads happened before anything could register).
+"follow_nvidia_smi": true makes the two fakes one driver: each GPU whose
 UUID the nvidia-smi fake's state (GPUDESK_FAKE_NVIDIA_SMI_STATE) lists takes its MIG mode and its
 MIG devices from there, read again whenever that file changes, so what `nvidia-smi mig -cgi`
 creates is what NVML lists next, as on a real GPU. "init_error" (default none) is an NVML error
@@ -64,6 +66,9 @@ MIG_SLOTS = 7
 MIG_MEMORY_STEP_MIB = 64
 
 
+_xids_seen = 0  # how many of the scenario's "xids" have happened
+
+
 def _load() -> tuple[FakeNvml, bool, bool]:
     path = os.environ.get("GPUDESK_FAKE_NVML")
     if not path:
@@ -72,6 +77,8 @@ def _load() -> tuple[FakeNvml, bool, bool]:
         scenario = json.load(file)
     follow = bool(scenario.pop("follow_nvidia_smi", False))
     live = bool(scenario.pop("live", False))
+    global _xids_seen
+    _xids_seen = len(scenario.pop("xids", []))
     return FakeNvml.from_scenario(scenario, clock="wall"), follow, live
 
 
@@ -109,6 +116,11 @@ def _follow_scenario() -> None:
     _scenario_seen = (stat.st_mtime_ns, stat.st_size)
     for gpu, listed in zip(FAKE.gpus, scenario.get("gpus", []), strict=False):
         gpu.processes = FakeGpu.from_dict({"processes": listed.get("processes", [])}).processes
+    global _xids_seen
+    xids = scenario.get("xids", [])
+    for index, xid in xids[_xids_seen:]:
+        FAKE.inject_xid(index, xid)
+    _xids_seen = max(_xids_seen, len(xids))
 
 
 def _follow_nvidia_smi() -> None:
