@@ -20,6 +20,10 @@ def open_desk(readonly: bool, refresh: float, replay: Path | None) -> None:
             "`gpudesk queue` or `gpudesk --help`",
             EXIT_USAGE,
         )
+    if readonly and replay is None:  # watch only: a reader, which never starts an engine
+        from gpudesk.cli.no_engine import require_running
+
+        require_running()
     from gpudesk.screens import DeskFailed, run_desk
 
     try:
@@ -46,7 +50,8 @@ def desk(
 ) -> None:
     """Open the desk: live GPU cards, the queue with its actions, loaders and MIG.
 
-    `q` closes the desk and leaves the engine and its jobs running."""
+    It starts the engine when none runs (with --readonly it does not: it watches a running
+    one). `q` closes the desk and leaves the engine and its jobs running."""
     if replay is not None and not replay.is_file():
         fail(f"--replay: {replay} is not a file", EXIT_USAGE)
     open_desk(readonly, refresh, replay)

@@ -18,12 +18,13 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from gpudesk.cli.common import engine_client, fail, owner_filter, print_json, say_damaged
+from gpudesk.cli.common import current_home, fail, owner_filter, print_json, say_damaged
 from gpudesk.cli.exit_codes import EXIT_USAGE
 from gpudesk.cli.job_extras_view import comment_text
 from gpudesk.cli.plot_output import PLOT_HELP, plot_target, write_plot
 
 if TYPE_CHECKING:
+    from gpudesk.api.client import Client
     from gpudesk.api.models import JobView
     from gpudesk.plots.common import PlotTarget
 
@@ -258,8 +259,17 @@ def history(
             start = parse_since(since)
         except ValueError as exc:
             fail(f"--since: {exc}", EXIT_USAGE)
+    from gpudesk.cli.no_engine import running_client, say_nothing
+
+    client = running_client()
+    if client is None:  # a read never starts an engine (gpudesk.cli.no_engine)
+        machine = output_format != "table"
+        say_nothing(current_home(), "no job has finished", machine_output=machine)
+        if machine:
+            _print_rows([], output_format, wide=wide, since=since)
+        return
     jobs = _finished_jobs(
-        owner, start, limit, codecarbon_to=output, codecarbon=output_format == "codecarbon"
+        client, owner, start, limit, codecarbon_to=output, codecarbon=output_format == "codecarbon"
     )
     rows = [history_row(job) for job in jobs]
     _print_rows(rows, output_format, wide=wide, since=since)
@@ -271,6 +281,7 @@ def history(
 
 
 def _finished_jobs(
+    client: Client,
     owner: str | int | None,
     start: float | None,
     limit: int,
@@ -280,7 +291,7 @@ def _finished_jobs(
 ) -> list[JobView]:
     """The newest finished jobs (archived ones too) that ended since `start`; with --format
     codecarbon, written as emissions while the engine's station is at hand."""
-    with engine_client() as client:
+    with client:
         # archived jobs too: history is accounting, the whole store's
         listing = client.job_listing(
             states=["succeeded", "failed", "cancelled"],

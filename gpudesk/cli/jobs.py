@@ -24,6 +24,7 @@ from gpudesk.cli.common import (
 )
 from gpudesk.cli.common import report_outcomes as _report_outcomes
 from gpudesk.cli.exit_codes import EXIT_TIMED_OUT, EXIT_USAGE
+from gpudesk.cli.no_engine import reading_client
 from gpudesk.cli.plot_output import PLOT_HELP, plot_target
 from gpudesk.cli.queue_listing import DEFAULT_LIMIT, QueueOptions, list_queue
 
@@ -270,7 +271,7 @@ def queue(
     ),
 ) -> None:
     """List queued and running jobs (with --all, finished ones too), everyone's unless
-    --user or --me."""
+    --user or --me. Asks a running engine; never starts one (`gpudesk engine start` does)."""
     # gpudesk.cli.fast_path runs the same function for a plain command line, before typer
     list_queue(QueueOptions(all_jobs, group, limit, user, me, state, name, json_out, long))
 
@@ -298,7 +299,7 @@ def show(
     from gpudesk.cli.job_detail import detail_lines, plot_job
 
     target = plot_target(plot, machine_output="--json" if json_out else None)
-    with engine_client() as client:
+    with reading_client(job) as client:
         data = client.show(job, env=env, series=target is not None)
         # the jobs it runs after, as they stand now (archived ones too: named by id)
         after = client.jobs(ids=data.job.spec.after) if data.job.spec.after and not json_out else []
@@ -381,7 +382,7 @@ def logs(
     if json_out and follow:
         fail("--json prints the output as it is now; follow it with -f alone", EXIT_USAGE)
 
-    with engine_client() as client:
+    with reading_client(job) as client:
         data = client.show(job)
         attempts = data.attempts
         if attempt is not None:
@@ -435,7 +436,7 @@ def wait(
     from gpudesk.api.submit import WaitStopped, wait_for_jobs
 
     deadline = None if timeout is None else time.monotonic() + timeout
-    with engine_client() as client:
+    with reading_client(jobs[0]) as client:
         ids: list[int] = []
         for ref in jobs:  # every job resolved first: one unknown job, and none is waited for
             job_id = client.show(ref).job.id

@@ -103,7 +103,9 @@ def plan_cmd(
     Current and wanted slices, the queued job each slice is for, the nvidia-smi commands that
     applying it would run, whether the engine may apply it (`apply-plan`), or why not, and how
     long the queue would take with the layout against the whole GPU under MPS (SIMULATED)."""
-    with engine_errors(), engine_client() as client:
+    from gpudesk.cli.no_engine import reading_client
+
+    with engine_errors(), reading_client() as client:  # a read: never starts an engine
         result = client.mig_plan(gpu)
     if json_out:
         print_model(result)

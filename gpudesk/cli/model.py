@@ -115,7 +115,9 @@ def show_cmd(json_out: JsonOption = False) -> None:
     Its value (what placement uses), its prior (the published default), its provenance
     (published, derived, assumption, learned, calibrated), the observations that moved it and
     the last update."""
-    with engine_client() as client:
+    from gpudesk.cli.no_engine import reading_client
+
+    with reading_client() as client:  # a read: never starts an engine
         result = client.model_show()
     if json_out:
         print_model(result)

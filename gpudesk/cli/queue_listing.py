@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from gpudesk.cli.common import (
-    engine_client,
+    current_home,
     fail,
     owner_filter,
     print_json,
@@ -136,7 +136,16 @@ def list_queue(options: QueueOptions) -> None:
         states = [
             s for s in get_args(JobStateName) if s in asked or (s == "queued" and "held" in asked)
         ]
-    with engine_client() as client:
+    from gpudesk.cli.no_engine import running_client, say_nothing
+
+    home = current_home()
+    client = running_client(home)
+    if client is None:  # a read never starts an engine (gpudesk.cli.no_engine)
+        say_nothing(home, "nothing is queued or running", machine_output=options.json_out)
+        if options.json_out:
+            print_json({"jobs": [], "simulated": None})
+        return
+    with client:
         listed = fetch_listed(client, states, options.group, max(1, options.limit), owner)
     jobs, damaged, cut = listed.jobs, listed.damaged, listed.cut
     if asked:

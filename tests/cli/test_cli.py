@@ -418,7 +418,7 @@ def test_submit_and_run_refuse_gpus_the_station_does_not_have(
 
 def test_commands_start_the_engine_when_needed_and_engine_commands(home: Home) -> None:
     assert gpudesk("engine", "status").returncode == 3
-    result = gpudesk("queue")
+    result = gpudesk("submit", "--", "true")  # a read (queue, show…) starts none: test_no_engine
     assert result.returncode == 0, result.stderr
     status = json.loads(gpudesk("engine", "status", "--json").stdout)
     assert status["running"] is True and status["home"] == str(home.root)

@@ -75,13 +75,7 @@ def test_an_engine_started_from_a_hostile_directory_imports_nothing_from_it(
 ) -> None:
     folder, marker = hostile_cwd
     assert Path(GPUDESK[0]).exists(), "the gpudesk console script is not installed"
-    queue = subprocess.run(
-        [*GPUDESK, "queue"], cwd=folder, capture_output=True, text=True, timeout=60
-    )
-    assert queue.returncode == 0, queue.stderr
-    handle = EngineHandle(home)
-    assert handle.pid, "`gpudesk queue` did not start the engine"
-    submit = subprocess.run(
+    submit = subprocess.run(  # no engine runs: `gpudesk submit` starts it from here
         [*GPUDESK, "submit", "--json", "--", "echo", "hello"],
         cwd=folder,
         capture_output=True,
@@ -89,6 +83,8 @@ def test_an_engine_started_from_a_hostile_directory_imports_nothing_from_it(
         timeout=60,
     )
     assert submit.returncode == 0, submit.stderr
+    handle = EngineHandle(home)
+    assert handle.pid, "`gpudesk submit` did not start the engine"
     (job,) = handle.client.request("jobs")["jobs"]
     handle.wait_state(job["id"], "succeeded")
     assert markers(marker) == "", (

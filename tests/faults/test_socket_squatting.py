@@ -170,7 +170,7 @@ def test_a_squatted_socket_folder_is_refused_and_gets_nothing(
     squatter = Squatter(other_user, top, sockets, link)
     try:
         before = os.lstat(top)
-        for command in (["queue"], ["submit", "--", "true"]):
+        for command in (["engine", "start", "--backend", "none"], ["submit", "--", "true"]):
             result = gpudesk(home, base, *command)
             assert_refused(result, top, other_user.name)
             assert "symbolic link" in result.stderr if link else "belongs to" in result.stderr

@@ -56,7 +56,7 @@ def test_a_lost_database_over_earlier_jobs_refuses_to_start(engine: EngineHandle
         engine.home.db.write_bytes(b"")
     state = "missing" if how == "deleted" else "empty"
 
-    for command in (("engine", "start"), ("queue",)):
+    for command in (("engine", "start"), ("submit", "--", "true")):
         refuses(
             cli(*command),
             f"the gpudesk database {engine.home.db} is {state}",
@@ -111,7 +111,7 @@ def test_an_attempt_folder_that_exists_is_never_appended_to(engine: EngineHandle
 def test_a_damaged_database_is_one_paragraph_not_a_traceback(home: Home) -> None:
     home.ensure()
     home.db.write_bytes(b"this is not an SQLite database, whatever its name says. " * 100)
-    for command in (("engine", "start"), ("queue",)):
+    for command in (("engine", "start"), ("submit", "--", "true")):
         refuses(
             cli(*command),
             f"cannot open the gpudesk database {home.db}: file is not a database",
@@ -134,7 +134,7 @@ def test_a_database_from_a_newer_gpudesk_is_one_paragraph(engine: EngineHandle) 
     engine.stop()
     with sqlite3.connect(engine.home.db) as conn:
         conn.execute("PRAGMA user_version = 999")
-    for command in (("engine", "start"), ("queue",)):
+    for command in (("engine", "start"), ("submit", "--", "true")):
         refuses(
             cli(*command),
             "the database has schema version 999, newer than this gpudesk understands",
@@ -154,7 +154,8 @@ def test_a_home_owned_by_another_user_is_one_paragraph(home: Home, other_user: L
     home.root.mkdir(mode=0o700)
     os.chown(home.root, other_user.uid, other_user.gid)
     try:
-        for command in (("engine", "start"), ("queue",), ("engine", "status")):
+        commands = [("engine", "start"), ("submit", "--", "true"), ("queue",), ("engine", "status")]
+        for command in commands:
             refuses(
                 cli(*command, prefix=WITHOUT_ROOT_POWERS),
                 f"the gpudesk home {home.root} belongs to {other_user.name} "

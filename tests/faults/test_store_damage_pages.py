@@ -60,7 +60,7 @@ def test_a_page_read_at_start_is_one_paragraph_not_a_traceback(
     engine.stop()
     home = engine.home
     damage_table(home.db, table)
-    for command in (("engine", "start"), ("queue",)):
+    for command in (("engine", "start"), ("submit", "--", "true")):
         refuses(
             cli(*command),
             f"cannot read the gpudesk database {home.db}: database disk image is malformed",

@@ -235,9 +235,9 @@ def test_a_regular_file_where_the_socket_goes_is_one_paragraph(
     assert [line for line in done.stderr.splitlines() if "ERROR" in line] == [
         line for line in done.stderr.splitlines() if line.strip()
     ][-1:]
-    code, out, err = gpudesk("queue")
+    code, out, err = gpudesk("submit", "--", "true")
     assert code != 0 and "Traceback" not in out + err
-    # a personal engine's client starts the engine first: its words, once more
+    # a client that starts a personal engine first (submit does): its words, once more
     assert "a regular file is there, not a socket" in err, err
     assert home.control_socket.read_text() == "not a socket\n"  # never removed
 

@@ -1,0 +1,92 @@
+"""What a command that only reads says when no engine runs: it never starts one (issue 41).
+
+`gpudesk queue`, `show`, `logs`, `wait` and `history` ask a running engine, as `pueue status`
+asks its daemon and `squeue` asks slurmctld, neither of which starts one. Only a command that
+needs an engine to do what it was asked starts one: `submit`, `run`, `engine start`, the desk
+(where jobs are submitted and acted on; `--readonly`, which only watches, does not), and the
+commands that change a job or the station. With none running in a personal home:
+
+- in a home where no engine has ever run (no store), the answer is known, and said in one line:
+  nothing is queued (exit 0), no job has finished (exit 0), job N is unknown (exit 1, as for
+  any unknown job);
+- in a home whose engine has stopped, its jobs are in a store only an engine reads: one
+  `error:` line says so and how to start it, exit 3 (as `gpudesk engine status` says).
+
+A system engine (GPUDESK_SOCKET) is never started by its users: it is asked as before, and
+its own errors say who starts it. Standard library at module level: `gpudesk queue`'s fast path
+runs without typer.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import TYPE_CHECKING, NoReturn
+
+from gpudesk.cli.common import current_home, fail
+from gpudesk.cli.exit_codes import EXIT_FAILED, EXIT_NOT_RUNNING
+
+if TYPE_CHECKING:
+    from gpudesk.api.client import Client
+    from gpudesk.paths import Home
+
+
+def running_client(home: Home | None = None) -> Client | None:
+    """A client of the home's engine when one runs (a system engine: always), else None; it
+    never starts one."""
+    from gpudesk.api.client import Client
+    from gpudesk.api.connection import engine_pid
+
+    home = home or current_home()
+    if not home.is_system and engine_pid(home) is None:
+        return None
+    return Client.connect(home, autostart=False)
+
+
+def reading_client(ref: str | None = None) -> Client:
+    """A client of the running engine for a command about job `ref` (or about the engine's
+    state); with none running, the command's one line and exit code (module docstring)."""
+    home = current_home()
+    client = running_client(home)
+    if client is None:
+        if ref is not None and never_ran(home):
+            fail(f"no job with id or name {ref!r}: {no_engine_line(home)}", EXIT_FAILED)
+        stopped(home)
+    return client
+
+
+def require_running() -> None:
+    """For a reader with no empty answer (`gpudesk --readonly`, the desk that only watches):
+    `stopped` unless an engine runs."""
+    client = running_client()
+    if client is None:
+        stopped(current_home())
+    client.close()
+
+
+def never_ran(home: Home) -> bool:
+    """No engine has run in this home: it has no store and no job folders, so no jobs."""
+    return not any(os.path.lexists(path) for path in (home.db, home.jobs_dir))
+
+
+def no_engine_line(home: Home) -> str:
+    return f"no engine is running for {home.root} (`gpudesk submit` starts one)"
+
+
+def stopped(home: Home) -> NoReturn:
+    """The error of a read in a home whose engine has stopped (or never ran, for a command
+    that has no empty answer)."""
+    fail(
+        f"no engine is running for {home.root}; this command only asks a running one and "
+        "does not start it: `gpudesk engine start` starts it (its jobs are kept)",
+        EXIT_NOT_RUNNING,
+    )
+
+
+def say_nothing(home: Home, nothing: str, *, machine_output: bool) -> None:
+    """A listing's answer with no engine running: `nothing` (e.g. "nothing is queued") in
+    one line where no engine has ever run (on stderr when the listing itself goes to stdout
+    as JSON or CSV), else `stopped`."""
+    if not never_ran(home):
+        stopped(home)
+    print(f"{no_engine_line(home)}: {nothing}", file=sys.stderr if machine_output else sys.stdout)

@@ -1,0 +1,173 @@
+"""A command that only reads never starts an engine (issue 41; gpudesk.cli.no_engine): in a home
+where none runs, `gpudesk queue`, `show`, `logs`, `wait`, `history` and `top` say so in one line
+and leave no engine behind (no process, no socket, no lock holding a pid), as `pueue status`
+and `squeue` leave their daemons alone; `submit` still starts one."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+from conftest import EngineHandle
+
+from gpudesk.api.connection import engine_pid
+from gpudesk.paths import Home
+
+GPUDESK = [sys.executable, "-m", "gpudesk"]
+
+
+def gpudesk(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*GPUDESK, *args], capture_output=True, text=True, timeout=60, env=env, check=False
+    )
+
+
+def engines_of(home: Home) -> list[psutil.Process]:
+    """Engine daemons running for `home`, however they were started."""
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        cmdline = proc.info["cmdline"] or []
+        if "gpudesk.engine.daemon" in cmdline and str(home.root) in " ".join(cmdline):
+            found.append(proc)
+    return found
+
+
+def assert_no_engine(home: Home) -> None:
+    assert engine_pid(home) is None
+    assert not engines_of(home), "an engine daemon runs for this home"
+    assert not home.control_socket.exists() and not home.lock.exists()
+    assert not home.db.exists()  # no engine opened a store here
+
+
+# (arguments, exit code, the line's words, the line on stderr: stdout is the listing's JSON/CSV)
+READS = [
+    (("queue",), 0, "nothing is queued or running", False),
+    (("queue", "-al"), 0, "nothing is queued or running", False),  # typer's path, not the fast one
+    (("queue", "--json"), 0, "nothing is queued or running", True),
+    (("history",), 0, "no job has finished", False),
+    (("history", "--format", "csv"), 0, "no job has finished", True),
+    (("show", "3"), 1, "no job with id or name '3'", True),
+    (("show", "train", "--json"), 1, "no job with id or name 'train'", True),
+    (("logs", "3"), 1, "no job with id or name '3'", True),
+    (("wait", "3", "4"), 1, "no job with id or name '3'", True),
+]
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "words", "on_stderr"), READS, ids=[" ".join(r[0]) for r in READS]
+)
+def test_a_read_in_a_fresh_home_starts_no_engine_and_says_so_in_one_line(
+    home: Home, args: tuple[str, ...], code: int, words: str, on_stderr: bool
+) -> None:
+    done = gpudesk(*args)
+    assert done.returncode == code, done.stderr
+    assert "Traceback" not in done.stderr
+    said = done.stderr if on_stderr else done.stdout
+    lines = said.splitlines()
+    assert len(lines) == 1, said
+    assert words in lines[0] and f"no engine is running for {home.root}" in lines[0], lines
+    assert "`gpudesk submit` starts one" in lines[0]
+    if code:
+        assert done.stdout == "" and lines[0].startswith("error: ")
+    elif on_stderr and "--json" in args:
+        assert json.loads(done.stdout)["jobs"] == []
+    elif on_stderr:
+        assert done.stdout.splitlines()[0].startswith("id,name,")  # the CSV's header, no row
+        assert len(done.stdout.splitlines()) == 1
+    else:
+        assert done.stderr == ""
+    assert_no_engine(home)
+
+
+@pytest.mark.parametrize("args", [("model", "show"), ("mig", "plan", "--json")])
+def test_a_read_of_the_engines_own_state_in_a_fresh_home_starts_none(
+    home: Home, args: tuple[str, ...]
+) -> None:
+    """The interference model and the MIG plan are the engine's: no empty answer, so one error
+    line, exit 3 (as `engine status`), and no engine."""
+    done = gpudesk(*args)
+    assert done.returncode == 3, done.stderr
+    assert done.stdout == ""
+    (line,) = done.stderr.splitlines()
+    assert line.startswith(f"error: no engine is running for {home.root};"), line
+    assert "`gpudesk engine start` starts it" in line
+    assert_no_engine(home)
+
+
+def test_top_once_in_a_fresh_home_starts_no_engine(home: Home) -> None:
+    """`top` never did (gpudesk.cli.top_view samples the machine itself): kept so."""
+    done = gpudesk("top", "--once", env={**os.environ, "GPUDESK_BACKEND": "none"})
+    assert done.returncode == 0, done.stderr
+    assert_no_engine(home)
+
+
+def test_a_read_in_a_home_whose_engine_stopped_says_how_to_start_it(
+    engine: EngineHandle,
+) -> None:
+    """Its jobs are in a store only an engine reads: not "nothing is queued" but one error line,
+    exit 3 (as `engine status`), and the engine stays stopped until asked."""
+    (job_id,) = engine.submit({"name": "kept", "command": ["true"]})
+    engine.wait_state(job_id, "succeeded")
+    engine.stop()
+    home = engine.home
+    for args in (("queue",), ("queue", "--json"), ("history",), ("show", str(job_id))):
+        done = gpudesk(*args)
+        assert done.returncode == 3, (args, done.stdout, done.stderr)
+        assert done.stdout == ""
+        (line,) = done.stderr.splitlines()
+        assert line.startswith(f"error: no engine is running for {home.root};"), line
+        assert "`gpudesk engine start` starts it" in line
+        assert engine.pid is None and not engines_of(home)
+    assert gpudesk("engine", "start").returncode == 0
+    listed = json.loads(gpudesk("queue", "--all", "--json").stdout)["jobs"]
+    assert [job["id"] for job in listed] == [job_id]
+
+
+def test_submit_still_starts_the_engine(home: Home) -> None:
+    done = gpudesk("submit", "--", "true", env={**os.environ, "GPUDESK_BACKEND": "none"})
+    assert done.returncode == 0, done.stderr
+    assert engine_pid(home) is not None and len(engines_of(home)) == 1
+    shown = gpudesk("queue", "--all", "--json")
+    assert shown.returncode == 0 and len(json.loads(shown.stdout)["jobs"]) == 1, shown.stderr
+
+
+def test_a_system_engines_reader_is_told_who_starts_it(home: Home, tmp_path: Path) -> None:
+    """A system engine is never started by its users, reads included: the client says so as
+    before, and nothing starts in the personal home either."""
+    socket = tmp_path / "station" / "control.sock"
+    done = gpudesk("queue", env={**os.environ, "GPUDESK_SOCKET": str(socket)})
+    assert done.returncode != 0 and "Traceback" not in done.stderr
+    assert str(socket) in done.stderr, done.stderr
+    assert_no_engine(home)
+
+
+@pytest.mark.parametrize("args", [("--readonly",), ("desk", "--readonly")])
+def test_a_readonly_desk_watches_a_running_engine_and_starts_none(
+    home: Home, args: tuple[str, ...]
+) -> None:
+    """The desk starts the engine (jobs are submitted and acted on there); `--readonly` only
+    watches, so it is a reader: one line, exit 3, no engine. On a terminal, as the desk needs."""
+    controller, terminal = pty.openpty()
+    try:
+        done = subprocess.run(
+            [*GPUDESK, *args],
+            stdin=terminal,
+            stdout=terminal,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    finally:
+        os.close(terminal)
+        os.close(controller)
+    assert done.returncode == 3, done.stderr
+    (line,) = done.stderr.splitlines()
+    assert line.startswith(f"error: no engine is running for {home.root};"), line
+    assert_no_engine(home)
