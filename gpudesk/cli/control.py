@@ -9,6 +9,7 @@ import sys
 import typer
 
 from gpudesk.cli.common import complete_job, engine_client, print_json, report_outcomes
+from gpudesk.cli.no_engine import acting_client
 
 control_app = typer.Typer()
 
@@ -23,7 +24,7 @@ def suspend(
     A suspended job is still placed (nothing else starts in its room) and its time limit does
     not count the time it spends suspended. `gpudesk resume` continues it; `gpudesk cancel`
     ends it. Exits 1 if a job could not be suspended (not running, or a Slurm job)."""
-    with engine_client() as client:
+    with acting_client(list(jobs)) as client:
         results = client.suspend(list(jobs))
     report_outcomes(results, json_out)
 
@@ -34,7 +35,7 @@ def resume(
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Resume suspended jobs: SIGCONT to their processes, where they left off."""
-    with engine_client() as client:
+    with acting_client(list(jobs)) as client:
         results = client.resume(list(jobs))
     report_outcomes(results, json_out)
 

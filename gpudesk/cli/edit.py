@@ -11,8 +11,9 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from gpudesk.cli import submit_extras
-from gpudesk.cli.common import complete_job, engine_client, fail, print_json
+from gpudesk.cli.common import complete_job, fail, print_json
 from gpudesk.cli.exit_codes import EXIT_USAGE
+from gpudesk.cli.no_engine import acting_client
 
 if TYPE_CHECKING:
     from gpudesk.api.client import Client
@@ -113,7 +114,7 @@ def edit(
     set_env = submit_job.parse_env(env)
     if not fields and not set_env and not unset_env and not extras.after:
         fail("nothing to change: give the options to change (gpudesk edit --help)", EXIT_USAGE)
-    with engine_client() as client:
+    with acting_client([job]) as client:
         for key, refs in extras.after.items():
             fields[key] = submit_extras.job_ids(client, refs)
         result = _edited(client, job, fields, set_env, unset_env)

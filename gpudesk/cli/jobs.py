@@ -16,7 +16,6 @@ from gpudesk.cli import submit_extras
 from gpudesk.cli.common import (
     complete_job,
     complete_signal,
-    engine_client,
     fail,
     owner_filter,
     print_json,
@@ -24,7 +23,7 @@ from gpudesk.cli.common import (
 )
 from gpudesk.cli.common import report_outcomes as _report_outcomes
 from gpudesk.cli.exit_codes import EXIT_TIMED_OUT, EXIT_USAGE
-from gpudesk.cli.no_engine import reading_client
+from gpudesk.cli.no_engine import acting_client, reading_client
 from gpudesk.cli.plot_output import PLOT_HELP, plot_target
 from gpudesk.cli.queue_listing import DEFAULT_LIMIT, QueueOptions, list_queue
 
@@ -510,7 +509,7 @@ def cancel(
     if state is not None and state not in CANCEL_STATES:
         fail(f"--state: {state!r} is not a live state; use {', '.join(CANCEL_STATES)}", EXIT_USAGE)
     sent = _signal_name(signal) if signal is not None else None
-    with engine_client() as client:
+    with acting_client(list(jobs or [])) as client:
         refs = list(jobs) if jobs else _picked_jobs(client, owner_filter(user, me), name, state)
         if not refs:
             print("no live job matches", file=sys.stderr)
@@ -552,7 +551,7 @@ def hold(
     """Hold queued jobs: they keep their place in the queue but do not start until released.
 
     Exits 1 if a job could not be held (it is running or finished)."""
-    with engine_client() as client:
+    with acting_client(list(jobs)) as client:
         results = client.hold(list(jobs))
     _report_outcomes(results, json_out)
 
@@ -563,7 +562,7 @@ def release(
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Release held jobs: they may start again, from the place in the queue they kept."""
-    with engine_client() as client:
+    with acting_client(list(jobs)) as client:
         results = client.release(list(jobs))
     _report_outcomes(results, json_out)
 
@@ -604,7 +603,7 @@ def priority(
             check_priority(value)
         except ValueError as exc:
             fail(f"--set: {exc}", EXIT_USAGE)
-    with engine_client() as client:
+    with acting_client(list(jobs)) as client:
         if value is None:
             results = client.set_priority(list(jobs), delta=1 if up else -1)
         else:
@@ -623,6 +622,6 @@ def requeue(
 
     Exits 1 if a job is still running, or if requeueing it would leave its owner more
     queued jobs than [station] max_queued_per_user allows."""
-    with engine_client() as client:
+    with acting_client(list(jobs)) as client:
         results = client.requeue(list(jobs))
     _report_outcomes(results, json_out)

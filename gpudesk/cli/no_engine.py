@@ -12,6 +12,11 @@ commands that change a job or the station. With none running in a personal home:
 - in a home whose engine has stopped, its jobs are in a store only an engine reads: one
   `error:` line says so and how to start it, exit 3 (as `gpudesk engine status` says).
 
+A command that changes jobs (`cancel`, `hold`, `release`, `priority`, `requeue`, `edit`,
+`suspend`, `resume`) starts a stopped engine to act on its jobs, but in a home where none ever
+ran there is no job to act on: it says so in one line, exit 1, and starts nothing
+(`acting_client`).
+
 A system engine (GPUDESK_SOCKET) is never started by its users: it is asked as before, and
 its own errors say who starts it. Standard library at module level: `gpudesk queue`'s fast path
 runs without typer.
@@ -21,9 +26,10 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, NoReturn
 
-from gpudesk.cli.common import current_home, fail
+from gpudesk.cli.common import current_home, engine_client, fail
 from gpudesk.cli.exit_codes import EXIT_FAILED, EXIT_NOT_RUNNING
 
 if TYPE_CHECKING:
@@ -53,6 +59,17 @@ def reading_client(ref: str | None = None) -> Client:
             fail(f"no job with id or name {ref!r}: {no_engine_line(home)}", EXIT_FAILED)
         stopped(home)
     return client
+
+
+def acting_client(refs: Sequence[str]) -> Client:
+    """A client of the engine (started if need be) for a command that changes the jobs
+    `refs` (none: picked by filters); in a home where no engine ever ran, none of them exists:
+    one line, exit 1, no engine started."""
+    home = current_home()
+    if not home.is_system and never_ran(home):
+        what = f"no job with id or name {refs[0]!r}" if refs else "no live job matches"
+        fail(f"{what}: {no_engine_line(home)}", EXIT_FAILED)
+    return engine_client()
 
 
 def require_running() -> None:

@@ -171,3 +171,38 @@ def test_a_readonly_desk_watches_a_running_engine_and_starts_none(
     (line,) = done.stderr.splitlines()
     assert line.startswith(f"error: no engine is running for {home.root};"), line
     assert_no_engine(home)
+
+
+# A command that changes jobs, in a home where no engine ever ran: no job of those exists.
+ACTIONS = [
+    ("cancel", "3"),
+    ("cancel", "--me"),
+    ("cancel", "--signal", "USR1", "3"),
+    ("hold", "3"),
+    ("release", "train"),
+    ("requeue", "3"),
+    ("priority", "3", "--up"),
+    ("suspend", "3"),
+    ("resume", "3"),
+    ("edit", "3", "--name", "x"),
+]
+
+
+@pytest.mark.parametrize("args", ACTIONS, ids=[" ".join(a) for a in ACTIONS])
+def test_acting_on_jobs_in_a_fresh_home_says_there_are_none_and_starts_no_engine(
+    home: Home, args: tuple[str, ...]
+) -> None:
+    done = gpudesk(*args)
+    assert done.returncode == 1, done.stderr
+    (line,) = done.stderr.splitlines()
+    ref = (
+        next(a for a in args[1:] if not a.startswith("-") and a != "USR1")
+        if "--me" not in args
+        else None
+    )
+    said = f"no job with id or name {ref!r}" if ref else "no live job matches"
+    assert (
+        line == f"error: {said}: no engine is running for {home.root} (`gpudesk submit` starts one)"
+    )
+    assert done.stdout == ""
+    assert_no_engine(home)
