@@ -38,6 +38,9 @@ def main() -> None:
             if run_plain_queue(args[1:]):
                 return
         from gpudesk.cli.main import main as run_cli
+
+        # Inside too: a Ctrl-C in the window before a command's own handling is set up (the
+        # imports its failure reporter makes as it enters) would else print a traceback.
+        run_cli()
     except KeyboardInterrupt:
         sys.exit(EXIT_INTERRUPTED)
-    run_cli()

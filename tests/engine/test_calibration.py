@@ -196,8 +196,8 @@ def test_the_probe_runs_on_the_cpu_and_prints_progress_and_a_summary() -> None:
             "--intensity",
             "medium",
             "--seconds",
-            "1",
-            "--device",
+            "2",  # a loaded machine stretches its steps (0.3 s each beside a CPU hog): 2 s
+            "--device",  # still give one progress line mid-run besides the last
             "cpu",
             "--warmup",
             "0.1",

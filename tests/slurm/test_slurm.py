@@ -81,9 +81,10 @@ def _submit(engine: EngineHandle, *jobs: dict, cluster: dict | None = None) -> l
 
 
 def _log(engine: EngineHandle, job_id: int) -> str:
+    """The job's output so far: "" until Slurm has started it and made the file."""
     path = engine.job(job_id).log
     assert path, engine.job(job_id)
-    return Path(path).read_text()
+    return Path(path).read_text() if Path(path).exists() else ""
 
 
 SHOW_GPU = "echo CVD=${CUDA_VISIBLE_DEVICES:-unset} MPS=${CUDA_MPS_ACTIVE_THREAD_PERCENTAGE:-unset}"
