@@ -23,15 +23,17 @@ socket drops the connection of a peer that announces one anyway.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import struct
 from dataclasses import dataclass, field
-from typing import Any
-
-import msgspec
+from typing import TYPE_CHECKING, Any
 
 from gpudesk.text import is_os_text, json_bytes, safe_text
+
+if TYPE_CHECKING:
+    import msgspec
 
 PROTOCOL_VERSION = 1
 # A message's bounds. The engine parses each request on the one loop that serves everyone, and
@@ -157,7 +159,13 @@ def _not_os_text(value: Any, path: str) -> str | None:
     return None
 
 
-_ENCODER = msgspec.json.Encoder()
+@functools.cache
+def _encoder() -> msgspec.json.Encoder:
+    """The engine's reply encoder, made on first use: `gpudesk top` and the other clients that
+    import this module never encode a reply, and msgspec costs them ~12 ms to import."""
+    import msgspec
+
+    return msgspec.json.Encoder()
 
 
 def encode_result(request_id: Any, result: Any) -> bytes:
@@ -169,8 +177,10 @@ def encode_result(request_id: Any, result: Any) -> bytes:
     surrogate out."""
     reply = {"v": PROTOCOL_VERSION, "id": request_id, "ok": True, "result": result}
     try:
-        return _ENCODER.encode(reply)
+        return _encoder().encode(reply)
     except UnicodeEncodeError:
+        import msgspec
+
         return json_bytes({**reply, "result": msgspec.to_builtins(result)})
 
 
