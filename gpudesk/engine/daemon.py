@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from gpudesk import __version__, diskspace
+from gpudesk import __version__, diskspace, joblog
 from gpudesk.core.datasets import DatasetSpec
 from gpudesk.core.identity import Caller, group_id
 from gpudesk.core.station import DEFAULT_JOB_MEMORY_FRACTION, StationConfig, host_cores
@@ -188,7 +188,7 @@ class Engine:
             lambda: self.station.config,
             lambda: [a.attempt.log_path for a in self.attempts],
             self.attempts.take_settled_logs,
-            None if self.home.is_system else str(self.home.engine_log),
+            joblog.written_by_stdout(self.home.engine_log),
         )
         self.mig = MigControl(
             self.station,

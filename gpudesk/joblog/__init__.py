@@ -436,3 +436,15 @@ def refusal(job_id: int, exc: UntrustedFileError) -> str:
         "log is read only from regular files with one name, of the job's owner; something "
         "else was put in its place (ask an admin to look at the attempt's folder)"
     )
+
+
+def written_by_stdout(log: str | os.PathLike[str]) -> str | None:
+    """`log` when this process's standard output is that very file (an engine started by
+    `gpudesk engine start`, personal or a system one under sysvinit: its log is its to rotate),
+    else None (a system engine under systemd writes to the journal, which rotates itself)."""
+    try:
+        out, there = os.fstat(1), os.stat(log, follow_symlinks=False)
+    except OSError:
+        return None
+    same = (out.st_dev, out.st_ino) == (there.st_dev, there.st_ino)
+    return str(log) if same and stat.S_ISREG(there.st_mode) else None

@@ -38,3 +38,28 @@ def test_the_engine_log_is_rotated_past_its_cap_keeping_two_parts(
     cap.check()
     assert log.read_bytes() == line
     LogCap(lambda: StationConfig(), lambda: [], lambda: [], str(tmp_path / "none")).check()
+
+
+def test_the_log_is_the_engines_to_rotate_only_when_it_is_the_engines_own_stdout(
+    tmp_path: Path,
+) -> None:
+    """An engine started by `gpudesk engine start` writes engine.log as its stdout, a personal
+    one or a system one under sysvinit (which was never rotated): it rotates it. Under systemd
+    its stdout is the journal's, and engine.log, if any, is not its own; nor is a link."""
+    import subprocess
+    import sys
+
+    log = tmp_path / "engine.log"
+    ask = [sys.executable, "-c", f"from gpudesk import joblog; import sys; "
+           f"sys.stderr.write(repr(joblog.written_by_stdout({str(log)!r})))"]  # fmt: skip
+    with log.open("ab") as out:
+        own = subprocess.run(ask, stdout=out, stderr=subprocess.PIPE, text=True, check=True)
+    assert own.stderr == repr(str(log))
+    piped = subprocess.run(ask, capture_output=True, text=True, check=True)  # the journal's pipe
+    assert piped.stderr == "None"
+    link = tmp_path / "link.log"
+    link.symlink_to(log)
+    ask[-1] = ask[-1].replace(repr(str(log)), repr(str(link)))
+    with log.open("ab") as out:
+        linked = subprocess.run(ask, stdout=out, stderr=subprocess.PIPE, text=True, check=True)
+    assert linked.stderr == "None"
