@@ -26,6 +26,10 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from conftest import EngineHandle
 
 CLUSTER_NAME = "gpudesk-test"
 PARTITION = "gpu"
@@ -245,3 +249,28 @@ def _stop(daemons: Sequence[subprocess.Popen[bytes]]) -> None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(daemon.pid, 9)
             daemon.wait(5)
+
+
+@contextlib.contextmanager
+def engine_on(cluster: SlurmCluster, home_root: Path) -> Iterator[EngineHandle]:
+    """A personal engine in `home_root` whose submitters' environment names `cluster`
+    (SLURM_CONF) and polls Slurm every 0.3 s; the environment restored after it stops."""
+    from conftest import EngineHandle  # at run time: pytest has put tests/ on the path
+
+    from gpudesk.paths import Home
+
+    saved = dict(os.environ)
+    os.environ.update(
+        {"GPUDESK_HOME": str(home_root), "SLURM_CONF": str(cluster.conf)}
+        | {"GPUDESK_SLURM_POLL_S": "0.3"}
+    )
+    os.environ.pop("GPUDESK_BACKEND", None)
+    handle = EngineHandle(Home(home_root))
+    try:
+        handle.start()
+        yield handle
+    finally:
+        handle.stop()
+        handle.client.close()
+        os.environ.clear()
+        os.environ.update(saved)

@@ -18,10 +18,9 @@ from pathlib import Path
 
 import pytest
 from conftest import EngineHandle, wait_for
-from slurm_cluster import SlurmCluster, missing_reason, running_cluster
+from slurm_cluster import SlurmCluster, engine_on, missing_reason, running_cluster
 
 from gpudesk.api.errors import EngineError
-from gpudesk.paths import Home
 
 # its module-scoped fixture is made once: the module stays on one worker (--dist loadgroup)
 pytestmark = [
@@ -43,21 +42,8 @@ def slurm_engine(
     cluster: SlurmCluster, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[EngineHandle]:
     """An engine whose submitters' environment names the test cluster (SLURM_CONF)."""
-    root = tmp_path_factory.mktemp("home")
-    saved = dict(os.environ)
-    os.environ.update(
-        {"GPUDESK_HOME": str(root), "SLURM_CONF": str(cluster.conf), "GPUDESK_SLURM_POLL_S": "0.3"}
-    )
-    os.environ.pop("GPUDESK_BACKEND", None)
-    handle = EngineHandle(Home(root))
-    try:
-        handle.start()
+    with engine_on(cluster, tmp_path_factory.mktemp("home")) as handle:
         yield handle
-    finally:
-        handle.stop()
-        handle.client.close()
-        os.environ.clear()
-        os.environ.update(saved)
 
 
 def _cli(*args: str, timeout: float = 240.0) -> subprocess.CompletedProcess[str]:

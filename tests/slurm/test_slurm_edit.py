@@ -4,15 +4,13 @@ update` does, naming the fields asked; the job runs as submitted."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 
 import pytest
 from conftest import EngineHandle
-from slurm_cluster import SlurmCluster, missing_reason, running_cluster
+from slurm_cluster import engine_on, missing_reason, running_cluster
 
 from gpudesk.api.errors import EngineError
-from gpudesk.paths import Home
 
 pytestmark = [
     pytest.mark.skipif(missing_reason() is not None, reason=missing_reason() or ""),
@@ -23,28 +21,11 @@ pytestmark = [
 @pytest.fixture(scope="module")
 def slurm_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EngineHandle]:
     """A cluster, and an engine whose submitters' environment names it (as test_slurm's)."""
-    with running_cluster(tmp_path_factory.mktemp("slurm")) as cluster:
-        yield from _engine(cluster, tmp_path_factory)
-
-
-def _engine(
-    cluster: SlurmCluster, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[EngineHandle]:
-    root = tmp_path_factory.mktemp("home")
-    saved = dict(os.environ)
-    os.environ.update(
-        {"GPUDESK_HOME": str(root), "SLURM_CONF": str(cluster.conf), "GPUDESK_SLURM_POLL_S": "0.3"}
-    )
-    os.environ.pop("GPUDESK_BACKEND", None)
-    handle = EngineHandle(Home(root))
-    try:
-        handle.start()
+    with (
+        running_cluster(tmp_path_factory.mktemp("slurm")) as cluster,
+        engine_on(cluster, tmp_path_factory.mktemp("home")) as handle,
+    ):
         yield handle
-    finally:
-        handle.stop()
-        handle.client.close()
-        os.environ.clear()
-        os.environ.update(saved)
 
 
 def test_a_pending_slurm_job_is_refused_naming_scontrol_update(

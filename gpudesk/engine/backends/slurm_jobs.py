@@ -165,23 +165,23 @@ class SlurmJobs:
     def _admins_only(self, job: JobRecord, verb: str) -> JobOutcome:
         """Slurm suspends and resumes jobs for its operators and admins alone (`scontrol
         suspend`): refused, saying who may."""
-        row = self.slurm.store.slurm_job(job.id)
-        slurm_id = row.slurm_id if row is not None else "?"
         return JobOutcome(
             f"a Slurm job: only the cluster's Slurm operators or admins may {verb} it "
-            f"(`scontrol {verb} {slurm_id}`); gpudesk does not ask on a user's behalf",
+            f"(`scontrol {verb} {self._slurm_id(job)}`); gpudesk does not ask on a user's behalf",
             ok=False,
         )
 
     def _on_slurm(self, job: JobRecord, verb: str) -> JobOutcome:
         """Slurm, not the station, holds, releases and requeues a Slurm job: say how."""
-        row = self.slurm.store.slurm_job(job.id)
-        slurm_id = row.slurm_id if row is not None else "?"
         return JobOutcome(
             f"a Slurm job: gpudesk does not {verb} it on the cluster; "
-            f"`scontrol {verb} {slurm_id}` does",
+            f"`scontrol {verb} {self._slurm_id(job)}` does",
             ok=False,
         )
+
+    def _slurm_id(self, job: JobRecord) -> str:
+        row = self.slurm.store.slurm_job(job.id)
+        return row.slurm_id if row is not None else "?"
 
     # ----------------------------------------------------------- views
     def explain(self, job: JobRecord) -> str:
