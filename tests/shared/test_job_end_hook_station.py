@@ -34,7 +34,10 @@ def test_the_station_hook_is_roots_alone_and_a_members_notify_runs_as_her(
     top = station.state_dir.parent
     ran = top / "hook-ran"
     config = station.state_dir / "hooks.toml"
-    config.write_text(f'[job_end]\ncommand = ["/bin/sh", "-c", "id -u > {ran}; env > {ran}.env"]\n')
+    # each hook writes its files, then renames the one the test waits for into place: a file
+    # seen is a file complete (the test once read `hook-ran.env` while `hook-ran` alone existed)
+    script = f"env > {ran}.env; id -u > {ran}.part; mv {ran}.part {ran}"
+    config.write_text(f'[job_end]\ncommand = ["/bin/sh", "-c", "{script}"]\n')
     # a hooks.toml a member wrote (or could write) is not root's word: no hook runs
     os.chown(config, ada.uid, ada.gid)
     _restart(station)
@@ -51,7 +54,7 @@ def test_the_station_hook_is_roots_alone_and_a_members_notify_runs_as_her(
     _restart(station)
 
     home = Path(f"/home/{ada.name}")
-    notify = "id -u > $HOME/notified; env > $HOME/notified.env"
+    notify = "id -u > $HOME/notified; env > $HOME/env.part; mv $HOME/env.part $HOME/notified.env"
     sent = {
         "PATH": "/usr/bin:/bin",
         "LD_PRELOAD": "/nonexistent/evil.so",
