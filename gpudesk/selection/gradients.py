@@ -32,6 +32,8 @@ from typing import Any
 
 import numpy as np
 
+from gpudesk import optimizers
+
 # Adam's constants in LESS's `obtain_gradients_with_adam` (the Hugging Face AdamW defaults its
 # warm-up trained with).
 ADAM_BETA1 = 0.9
@@ -133,16 +135,16 @@ def projected_gradients(
     return out
 
 
-def flat_moments(optimizer: Any, params: list[Any]) -> tuple[Any, Any]:
-    """(exp_avg, exp_avg_sq), each float32 [P]: a torch Adam optimizer's first and second
-    moments of `params`, flattened in their order (zeros for a parameter not stepped yet)."""
+def flat_moments(optimizer: optimizers.Adam) -> tuple[Any, Any]:
+    """(exp_avg, exp_avg_sq), each float32 [P]: an Adam optimizer's first and second moments
+    of its parameters, flattened in their order (zeros for a parameter not stepped yet)."""
     import torch
 
     firsts, seconds = [], []
-    for p in params:
-        state = optimizer.state.get(p, {})
-        firsts.append(state.get("exp_avg", torch.zeros_like(p)).detach().reshape(-1).clone())
-        seconds.append(state.get("exp_avg_sq", torch.zeros_like(p)).detach().reshape(-1).clone())
+    for i, p in enumerate(optimizer.params):
+        first, second = optimizer.moments(i) or (torch.zeros_like(p), torch.zeros_like(p))
+        firsts.append(first.detach().reshape(-1).clone())
+        seconds.append(second.detach().reshape(-1).clone())
     return torch.cat(firsts), torch.cat(seconds)
 
 

@@ -46,6 +46,7 @@ from typing import Any
 
 import numpy as np
 
+from gpudesk import optimizers
 from gpudesk.selection import models
 
 # The proxy's training recipe (one constant each, part of every scored cache key):
@@ -151,7 +152,7 @@ def train_proxy(
     classes = int(labels.max()) + 1 if classes is None else classes
     part = np.arange(len(labels)) if rows is None else np.asarray(rows, dtype=np.int64)
     model = models.build_model(tuple(shape), classes, stream(seed, 0))
-    optimizer = torch.optim.Adam(model.parameters(), lr=PROXY_LR)
+    optimizer = optimizers.Adam(model.parameters(), lr=PROXY_LR)
     order = np.random.default_rng(stream(seed, 1))
     x, y = torch.from_numpy(inputs), torch.from_numpy(labels)
     steps = 0

@@ -43,6 +43,7 @@ from typing import Any
 
 import numpy as np
 
+from gpudesk import optimizers
 from gpudesk.selection import gradients, models, scoring
 from gpudesk.selection.preset_names import PresetError
 
@@ -221,7 +222,7 @@ def warm_up(
     model = models.build_model(shape, classes, seed)
     params = list(gradients.trainable_parameters(model))
     named = dict(model.named_parameters())
-    optimizer = torch.optim.Adam(
+    optimizer = optimizers.Adam(
         [named[name] for name in params],
         lr=WARMUP_LR,
         betas=(gradients.ADAM_BETA1, gradients.ADAM_BETA2),
@@ -242,7 +243,7 @@ def warm_up(
             torch.nn.functional.cross_entropy(model(x[batch]), y[batch]).backward()
             optimizer.step()
             step += 1
-        exp_avg, exp_avg_sq = gradients.flat_moments(optimizer, [named[name] for name in params])
+        exp_avg, exp_avg_sq = gradients.flat_moments(optimizer)
         epoch_rates = rates[epoch * per_epoch : (epoch + 1) * per_epoch]
         checkpoints.append(
             Checkpoint(

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from gpudesk.optimizers import Optimizer
 from gpudesk.workloads.common import Progress, StepCounter, TrainingDiverged, say
 from gpudesk.workloads.training import EpochStats, evaluate, train_step
 
@@ -84,7 +85,7 @@ def train_resumable(
     path: Path,
     epochs: int,
     model: torch.nn.Module,
-    optimizer: torch.optim.Optimizer,
+    optimizer: Optimizer,
     order: Callable[[np.random.Generator], list[torch.Tensor]],
     batch: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]],
     val: tuple[torch.Tensor, torch.Tensor],
@@ -107,7 +108,7 @@ def _train(
     path: Path,
     epochs: int,
     model: torch.nn.Module,
-    optimizer: torch.optim.Optimizer,
+    optimizer: Optimizer,
     order: Callable[[np.random.Generator], list[torch.Tensor]],
     batch: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]],
     val: tuple[torch.Tensor, torch.Tensor],
@@ -172,7 +173,7 @@ def _train(
 
 def _epoch(
     model: torch.nn.Module,
-    optimizer: torch.optim.Optimizer,
+    optimizer: Optimizer,
     order: list[torch.Tensor],
     batch: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]],
     val: tuple[torch.Tensor, torch.Tensor],

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from gpudesk.optimizers import Optimizer
 from gpudesk.workloads.common import (
     ENV_SEED,
     EXIT_OK,
@@ -199,7 +200,7 @@ def _run(
 def _run_resumable(
     args: argparse.Namespace,
     model: torch.nn.Module,
-    optimizer: torch.optim.Optimizer,
+    optimizer: Optimizer,
     params: int,
     data: Dataset,
     rng: np.random.Generator,
@@ -327,7 +328,7 @@ def standardize(x_train: np.ndarray, x_val: np.ndarray) -> tuple[np.ndarray, np.
 
 def build_training(
     args: argparse.Namespace, device: torch.device
-) -> tuple[torch.nn.Module, torch.optim.Optimizer, int]:
+) -> tuple[torch.nn.Module, Optimizer, int]:
     """(the MLP on `device`, its optimizer, its parameter count)."""
     model = build_mlp(args.hidden, args.layers).to(device)
     optimizer = build_optimizer(args.optimizer, model.parameters(), args.lr)
@@ -362,14 +363,12 @@ def build_mlp(hidden: int, layers: int) -> torch.nn.Sequential:
     return nn.Sequential(*modules)
 
 
-def build_optimizer(
-    name: str, params: Iterator[torch.nn.Parameter], lr: float
-) -> torch.optim.Optimizer:
-    import torch
+def build_optimizer(name: str, params: Iterator[torch.nn.Parameter], lr: float) -> Optimizer:
+    from gpudesk import optimizers
 
     if name == "adam":
-        return torch.optim.Adam(params, lr=lr)
-    return torch.optim.SGD(params, lr=lr, momentum=SGD_MOMENTUM)
+        return optimizers.Adam(params, lr=lr)
+    return optimizers.SGD(params, lr=lr, momentum=SGD_MOMENTUM)
 
 
 def local_batches(

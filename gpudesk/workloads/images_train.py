@@ -58,6 +58,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from gpudesk import optimizers
+from gpudesk.optimizers import Optimizer
 from gpudesk.workloads.common import (
     EXIT_OK,
     SGD_MOMENTUM,
@@ -168,7 +170,7 @@ def _run(
     device = resolve_device(args.device, parser)
     torch.manual_seed(args.seed)
     model = build_cnn().to(device)
-    optimizer = torch.optim.SGD(
+    optimizer = optimizers.SGD(
         model.parameters(), lr=args.lr, momentum=SGD_MOMENTUM, weight_decay=WEIGHT_DECAY
     )
     loader, loader_kind = build_loader(args, pin_memory=device.type == "cuda")
@@ -342,7 +344,7 @@ def normalize(images: torch.Tensor) -> torch.Tensor:
 
 def train_one_epoch(
     model: torch.nn.Module,
-    optimizer: torch.optim.Optimizer,
+    optimizer: Optimizer,
     loader: Iterable[Any],
     device: torch.device,
     max_steps: int | None,

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from gpudesk import optimizers
 from gpudesk.workloads.common import (
     ENV_SEED,
     EXIT_OK,
@@ -115,7 +116,7 @@ def _run(
     threads = configure_threads(args.threads)
     device = resolve_device(args.device, parser)
     model = build_model(MNIST_SHAPE, MNIST_CLASSES, args.seed).to(device)
-    optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
+    optimizer = optimizers.Adam(model.parameters(), lr=args.lr)
     params = sum(p.numel() for p in model.parameters())
     x_val = torch.from_numpy(val.images).to(device)
     y_val = torch.from_numpy(val.labels).to(device)

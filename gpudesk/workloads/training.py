@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from gpudesk.optimizers import Optimizer
 from gpudesk.workloads.common import (
     ENV_SPLIT,
     Progress,
@@ -150,7 +151,7 @@ def train_epochs(
 
 def fit_epoch(
     model: torch.nn.Module,
-    optimizer: torch.optim.Optimizer,
+    optimizer: Optimizer,
     batches: Iterable[tuple[torch.Tensor, torch.Tensor]],
     x_val: torch.Tensor,
     y_val: torch.Tensor,
@@ -189,7 +190,7 @@ def fit_epoch(
 
 def train_step(
     model: torch.nn.Module,
-    optimizer: torch.optim.Optimizer,
+    optimizer: Optimizer,
     inputs: torch.Tensor,
     targets: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor]:

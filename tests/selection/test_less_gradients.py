@@ -9,6 +9,7 @@ import math
 import numpy as np
 import pytest
 
+from gpudesk import optimizers
 from gpudesk.selection import gradients
 from gpudesk.selection.models import build_model
 
@@ -82,12 +83,12 @@ def test_flat_moments_are_the_optimizers_state_in_parameter_order() -> None:
 
     model = build_model((64,), 10, seed=0)
     params = list(model.parameters())
-    optimizer = torch.optim.Adam(params, lr=1e-3)
+    optimizer = optimizers.Adam(params, lr=1e-3)
     torch.nn.functional.cross_entropy(model(torch.rand(8, 64)), torch.arange(8)).backward()
     optimizer.step()
-    first, second = gradients.flat_moments(optimizer, params)
+    first, second = gradients.flat_moments(optimizer)
     assert first.shape == second.shape == (gradients.parameter_count(model),)
-    expected = torch.cat([optimizer.state[p]["exp_avg"].reshape(-1) for p in params])
+    expected = torch.cat([optimizer.state[i]["exp_avg"].reshape(-1) for i in range(len(params))])
     assert torch.equal(first, expected)
     # after one step from zero: m = 0.1 g and v = 0.001 g^2 (torch stores them uncorrected)
     grads = torch.cat([p.grad.reshape(-1) for p in params])
