@@ -8,6 +8,7 @@ mlflow is imported here only to read the store back (MlflowClient), as a user wo
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import shutil
 import subprocess
 import sys
@@ -22,8 +23,12 @@ from conftest import EngineHandle, wait_for
 from gpudesk.core.jobs import JobSpec
 from gpudesk.paths import Home
 
-pytest.importorskip("mlflow")
-pytest.importorskip("sqlalchemy")
+# found, not imported: importing MLflow is ~3 s of CPU in every worker that collects this module
+# (the tests' processes import it where they use it)
+if importlib.util.find_spec("mlflow") is None:
+    pytest.skip("MLflow is optional: gpudesk[mlflow]", allow_module_level=True)
+if importlib.util.find_spec("sqlalchemy") is None:
+    pytest.skip("MLflow's SQLite store needs SQLAlchemy", allow_module_level=True)
 # MLflow's SQLite store on SQLAlchemy 2.1 warns of a loader option it uses: MLflow's to change.
 # its module-scoped fixture is made once: the module stays on one worker (--dist loadgroup)
 pytestmark = [
