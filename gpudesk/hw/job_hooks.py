@@ -35,7 +35,7 @@ import stat
 import subprocess
 import threading
 import time
-from collections import OrderedDict, deque
+from collections import Counter, OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,7 +58,8 @@ MAX_TIMEOUT_S = 3600.0
 NOTIFY_TIMEOUT_S = 30.0  # a job's --notify
 OUTPUT_KEPT = 64 * 1024  # of a hook's output, per run, into hooks.log
 LOG_ROTATE_BYTES = 16 * 1024 * 1024  # hooks.log past this becomes hooks.log.1
-WORKERS = 2  # hooks run at once; the rest wait their turn
+WORKERS_PER_LANE = 2  # hooks of one lane (the station's, a member's) running at once
+WORKERS_MAX = 16  # hook threads in all; past it a lane's runs wait for one to come free
 QUEUE_MAX = 1000  # runs waiting in one lane (the station's, a member's); past it one is dropped
 SEEN_MAX = 10_000  # job endings remembered, so that one is never hooked twice
 RECHECK_S = 2.0  # how often the loop's step looks whether hooks.toml changed
@@ -217,13 +218,16 @@ class HookRun:
 
 class Lanes:
     """The hooks waiting to run, a lane each for the station's hook and for each member's
-    `--notify`: the station's go first, then the members' in turn, one run each. So a member
-    whose jobs' hooks are many or hang (each until its timeout) delays her own, not another's
-    nor the station's; and a lane full (QUEUE_MAX) drops only its own."""
+    `--notify`: the station's go first, then the members' in turn, one run each, and no lane
+    has more than `per_lane` running at once. So a member whose jobs' hooks are many or hang
+    (each until its timeout) holds at most `per_lane` workers and delays her own hooks, not
+    another's nor the station's; and a lane full (QUEUE_MAX) drops only its own."""
 
-    def __init__(self, most: int = QUEUE_MAX) -> None:
+    def __init__(self, most: int = QUEUE_MAX, per_lane: int = WORKERS_PER_LANE) -> None:
         self.most = most
+        self.per_lane = per_lane
         self.waiting: OrderedDict[str, deque[HookRun]] = OrderedDict()
+        self.running: Counter[str] = Counter()
         self.ready = threading.Condition()
 
     def put(self, run: HookRun) -> bool:
@@ -233,20 +237,45 @@ class Lanes:
             if len(lane) >= self.most:
                 return False
             lane.append(run)
-            self.ready.notify()
+            self.ready.notify_all()
             return True
 
     def get(self) -> HookRun:
-        """The next run (waits for one): the station's first, else the next member's lane."""
+        """The next run (waits for one), counted as running until `done`: the station's first,
+        else the next member's lane, of the lanes with fewer than `per_lane` running."""
         with self.ready:
-            while not self.waiting:
+            while (name := self._next_lane()) is None:
                 self.ready.wait()
-            name = STATION_LANE if STATION_LANE in self.waiting else next(iter(self.waiting))
             lane = self.waiting.pop(name)
             run = lane.popleft()
             if lane:
                 self.waiting[name] = lane  # to the back of the turn
+            self.running[name] += 1
             return run
+
+    def done(self, run: HookRun) -> None:
+        """`run` (from `get`) has ended: its lane may start another."""
+        with self.ready:
+            self.running[run.lane] -= 1
+            if self.running[run.lane] <= 0:
+                del self.running[run.lane]
+            self.ready.notify_all()
+
+    def workers_wanted(self) -> int:
+        """Workers that would all be busy now: each lane's running and waiting runs, up to
+        `per_lane` a lane."""
+        with self.ready:
+            lanes = set(self.waiting) | set(self.running)
+            return sum(
+                min(self.per_lane, self.running[name] + len(self.waiting.get(name, ())))
+                for name in lanes
+            )
+
+    def _next_lane(self) -> str | None:
+        free = [name for name in self.waiting if self.running[name] < self.per_lane]
+        if not free:
+            return None
+        return STATION_LANE if STATION_LANE in free else free[0]
 
 
 @dataclass(frozen=True)
@@ -381,13 +410,18 @@ class JobEndHooks:
         if len(self.seen) > SEEN_MAX:
             self.seen.popitem(last=False)
         for run in self.runs_for(job):
-            if not self.runs.put(run):
-                log.warning("%s not run: %d of its lane's hooks wait already", run.what, QUEUE_MAX)
-                continue
-            if len(self.workers) < WORKERS:
-                worker = threading.Thread(target=self._work, name="job-hook", daemon=True)
-                worker.start()
-                self.workers.append(worker)
+            self.queue(run)
+
+    def queue(self, run: HookRun) -> None:
+        """Queue one run, and start a worker if every one there is would be busy (up to
+        WORKERS_MAX: one member's hanging hooks hold only her lane's WORKERS_PER_LANE)."""
+        if not self.runs.put(run):
+            log.warning("%s not run: %d of its lane's hooks wait already", run.what, QUEUE_MAX)
+            return
+        if len(self.workers) < min(WORKERS_MAX, self.runs.workers_wanted()):
+            worker = threading.Thread(target=self._work, name="job-hook", daemon=True)
+            worker.start()
+            self.workers.append(worker)
 
     def drain(self, add_event: Callable[..., None]) -> None:
         """On the loop: each hook that ended since, an event of its job (kind `hook`; the
@@ -443,17 +477,23 @@ class JobEndHooks:
         while True:
             run = self.runs.get()
             try:
-                result = run_hook(run, self.running)
-            except OSError as exc:
-                self._record(run, f"could not start: {exc}", b"")
-                continue
-            if result.returncode is None:
-                said = f"killed after its timeout of {run.timeout_s:g} s"
-            else:
-                said = f"exit {result.returncode} in {result.seconds:.2f} s"
-            if result.cut:
-                said += f" ({result.cut} bytes of output beyond {OUTPUT_KEPT} not kept)"
-            self._record(run, said, result.output)
+                self._run(run)
+            finally:
+                self.runs.done(run)
+
+    def _run(self, run: HookRun) -> None:
+        try:
+            result = run_hook(run, self.running)
+        except OSError as exc:
+            self._record(run, f"could not start: {exc}", b"")
+            return
+        if result.returncode is None:
+            said = f"killed after its timeout of {run.timeout_s:g} s"
+        else:
+            said = f"exit {result.returncode} in {result.seconds:.2f} s"
+        if result.cut:
+            said += f" ({result.cut} bytes of output beyond {OUTPUT_KEPT} not kept)"
+        self._record(run, said, result.output)
 
     def _record(self, run: HookRun, said: str, output: bytes) -> None:
         self.ended.put((run.job_id, f"{run.what.split(' ', 2)[-1]}: {said}"))

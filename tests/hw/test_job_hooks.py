@@ -153,7 +153,11 @@ def test_one_members_many_hooks_wait_their_turn_behind_the_station_and_the_other
     assert not lanes.put(run("uid 1001", 5))  # her lane is full
     assert lanes.put(run("uid 1002", 0))
     assert lanes.put(run(STATION_LANE, 0))
-    order = [lanes.get().what for _ in range(7)]
+    order = []
+    for _ in range(7):  # one worker: each run ends before it takes the next
+        run = lanes.get()
+        order.append(run.what)
+        lanes.done(run)
     assert order == [
         "station 0",
         "uid 1001 0",
@@ -163,3 +167,41 @@ def test_one_members_many_hooks_wait_their_turn_behind_the_station_and_the_other
         "uid 1001 3",
         "uid 1001 4",
     ]
+
+
+def test_no_lane_runs_more_than_its_share_at_once_and_the_others_still_get_theirs() -> None:
+    def run(lane: str, n: int) -> HookRun:
+        return HookRun(("/bin/true",), {}, None, 1.0, f"{lane} {n}", n, lane)
+
+    lanes = Lanes(most=10, per_lane=2)
+    for n in range(4):
+        lanes.put(run("uid 1001", n))
+    first, second = lanes.get(), lanes.get()
+    assert (first.what, second.what) == ("uid 1001 0", "uid 1001 1")
+    assert lanes.workers_wanted() == 2  # her third waits for one of her two to end
+    lanes.put(run("uid 1002", 0))
+    assert lanes.workers_wanted() == 3
+    assert lanes.get().what == "uid 1002 0"  # hers are skipped while two of hers run
+    lanes.done(first)
+    assert lanes.get().what == "uid 1001 2"
+
+
+def test_one_members_hanging_hooks_hold_only_her_lanes_workers(tmp_path: Path) -> None:
+    """Ada's three --notify hooks hang until their timeout; Bob's, queued after them, runs at
+    once on a worker of its own (with two workers in all, as before, it waited for hers)."""
+    hooks = JobEndHooks(None, tmp_path / "hooks.log", system=False)
+    hang = (sys.executable, "-c", "import time; time.sleep(60)")
+    try:
+        for n in range(3):
+            hooks.queue(HookRun(hang, dict(os.environ), None, 60.0, f"ada {n}", n, "uid 1001"))
+        asked = time.monotonic()
+        hooks.queue(HookRun(("/bin/true",), dict(os.environ), None, 60.0, "bob 0", 9, "uid 1002"))
+        job_id, said = hooks.ended.get(timeout=30)
+        assert job_id == 9 and said.startswith("0: exit 0"), said
+        assert time.monotonic() - asked < 30
+        # two of Ada's taken by workers, her third waiting its turn
+        assert hooks.runs.running == {"uid 1001": 2}
+        assert [r.what for r in hooks.runs.waiting["uid 1001"]] == ["ada 2"]
+        assert len(hooks.workers) == 3
+    finally:
+        hooks.close()
