@@ -168,7 +168,9 @@ def build_job(name: str, device: str) -> Any:
 def _trainer(model: Any, batch: Any, loss_fn: Any, autocast: bool = False) -> Any:
     import torch
 
-    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+    from gpudesk.optimizers import SGD  # torch.optim.SGD's steps, without torch._dynamo's import
+
+    optimizer = SGD(model.parameters(), lr=1e-3)
 
     def step() -> None:
         x, y = batch()
