@@ -24,6 +24,7 @@ from gpudesk.policy.calibration import (
     simulate_measurements,
 )
 from gpudesk.policy.interference import DEFAULT_PARAMS, ModelParams
+from gpudesk.workloads.probe import PROGRESS_EVERY_S
 
 H100 = "NVIDIA H100 80GB HBM3"
 GPUDESK = [sys.executable, "-m", "gpudesk"]
@@ -210,10 +211,15 @@ def test_the_probe_runs_on_the_cpu_and_prints_progress_and_a_summary() -> None:
     lines = done.stdout.splitlines()
     assert lines[0] == "ready"
     progress = [int(line.split()[1]) for line in lines if line.startswith("progress ")]
-    assert len(progress) >= 2 and progress == sorted(progress) and progress[-1] > 0
+    assert progress == sorted(progress) and progress[-1] > 0
     summary = json.loads(lines[-1])
     assert summary["intensity"] == "medium" and summary["device"] == "cpu"
     assert summary["steps"] == progress[-1]
+    # a progress line before the last one, whenever a step ended PROGRESS_EVERY_S or more into
+    # the run (`seconds` is the last step's end): idle, always; a loaded machine can stretch
+    # the steps so that the few that fit ended sooner (seen: 4 steps, then one past the end)
+    if summary["seconds"] > PROGRESS_EVERY_S + 0.001:  # (rounded to 0.1 ms)
+        assert len(progress) >= 2, lines
     assert summary["steps_per_s"] == pytest.approx(summary["steps"] / summary["seconds"], rel=1e-3)
     # medium: kernels about 35 % of the time on an idle machine, idle between them. A CPU hog
     # beside it stretches the kernels, not the idle gaps (seen: 0.80 with two busy loops on 2

@@ -384,7 +384,11 @@ def test_a_ddp_job_and_a_one_rank_job_share_one_producer(
     assert_each_job_once(rank0, rank1, single, size)
     assert len(rank0) == len(single) == 2
     assert producer.proc.poll() is None and len(loaders.producers) == 1
-    wait_for(lambda: producer.status()["consumers_total"] == 3, 5)
+    # three consumers welcomed, and one more for a rank welcomed at an earlier epoch than the
+    # other (on a loaded machine the stream can pass an epoch's end between their hellos): it
+    # says hello again at the epoch the ranks agree on (resume.join_ranks)
+    rejoined = sum(rank[0]["joined"][0] != rank[0]["joined"][1] for rank in (rank0, rank1))
+    assert producer.status()["consumers_total"] == 3 + rejoined, (rank0[0], rank1[0])
 
 
 def test_ranks_welcomed_at_different_epochs_start_at_the_same(
