@@ -108,10 +108,10 @@ def test_a_high_priority_job_preempts_a_long_preemptible_one(
 
 # about 20 s of training on one core: its remaining time, from its progress lines, stays above
 # the 3 x grace the rule asks for (gain = remaining - grace > grace + restart) while it trains
-# ~20 ms an epoch idle on CI's 2 cores: 400 epochs are ~8 s of training after ~4 s of imports
-# (torch, and torch._dynamo, which the optimizer's constructor imports), so the run outlasts
-# the job's protection (2 x (1 s grace + 1 s restart)) by seconds even on a machine twice as
-# fast; the earlier hidden 256, batch 16 cost ~3 x the CPU for the same check and went past 120 s
+# ~20 ms an epoch idle on CI's 2 cores (~5 ms on a fast host): 1,000 epochs outlast the job's
+# protection (2 x (1 s grace + 1 s restart)) by seconds even there, with ~2 s of imports now
+# that the workloads no longer import torch._dynamo (400 epochs did not, on a fast host); the
+# earlier hidden 256, batch 16 cost ~3 x the CPU for the same check and went past 120 s
 # beside two busy loops.
 DIGITS = ["-m", "gpudesk.workloads.digits", "--epochs", "1000", "--hidden", "64"]
 DIGITS += ["--batch-size", "64", "--threads", "1", "--seed", "1"]
