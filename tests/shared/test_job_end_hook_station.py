@@ -5,6 +5,7 @@ her, with an environment the engine built, never the one her request sent."""
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -78,3 +79,26 @@ def test_the_station_hook_is_roots_alone_and_a_members_notify_runs_as_her(
     assert env["HOME"] == str(home) and env["USER"] == ada.name
     assert "LD_PRELOAD" not in env and "ADA_SECRET" not in env
     assert env["GPUDESK_JOB_ID"] == str(job_id) and env["GPUDESK_JOB_STATE"] == "succeeded"
+
+
+def test_a_members_hanging_notify_hooks_never_delay_another_members(station: Station) -> None:
+    """Ada's three jobs end with --notify hooks that hang (killed at 30 s); Bob's job, ending
+    after them, has his hook run at once, as Bob, on a worker of his own lane's."""
+    bob = station.users["bob"]
+    hanging = [
+        station.submit(
+            "ada", {"name": f"hang{n}", "command": ["true"], "workdir": "/", "notify": "sleep 60"}
+        )
+        for n in range(3)
+    ]
+    for job_id in hanging:
+        station.wait_state(job_id, "succeeded")
+    mark = Path(f"/home/{bob.name}/bob-notified")
+    notify = "id -u > $HOME/bob.part; mv $HOME/bob.part $HOME/bob-notified"
+    spec = {"name": "b", "command": ["true"], "workdir": "/", "notify": notify}
+    mine = station.submit("bob", spec)
+    asked = time.monotonic()
+    station.wait_state(mine, "succeeded")
+    wait_for(mark.exists, 20, what="Bob's hook, while Ada's hang")
+    assert time.monotonic() - asked < 25  # Ada's hooks are killed at 30 s: his did not wait
+    assert mark.read_text().strip() == str(bob.uid) and os.stat(mark).st_uid == bob.uid
