@@ -156,7 +156,7 @@ def refuses(result: subprocess.CompletedProcess[str], *phrases: str) -> str:
 
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)
 def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
-    """Under pytest-xdist (the suite runs on 3 workers, pyproject's addopts), a test marked
+    """Under pytest-xdist (the suite runs on 4 workers, pyproject's addopts), a test marked
     `serial` runs with no other test running: those measure CPU time or throughput (the
     calibration probe's busy share, the collocation measurements), which a test on the other core
     would distort. Two locks in a folder all workers of the run share: every test passes the
