@@ -38,6 +38,10 @@ def outsider() -> Iterator[subprocess.Popen[bytes]]:
     proc = subprocess.Popen(
         [sys.executable, "-c", SLEEP, "\x1b[31mred", "x" * 300], start_new_session=True
     )
+    # Popen returns once the exec has closed its error pipe, which the kernel does before it
+    # writes the new program's arguments: /proc/PID/cmdline can still read empty then (seen on
+    # a loaded CI run). A process on a GPU has long since exec'd; this one is waited for.
+    wait_for(lambda: psutil.Process(proc.pid).cmdline(), what="the outsider's command line")
     yield proc
     proc.kill()
     proc.wait()
