@@ -51,7 +51,6 @@ from gpudesk.engine.events import EventPublisher
 from gpudesk.engine.job_control import Backends, JobControl
 from gpudesk.engine.learning import StationLearning
 from gpudesk.engine.logcap import LogCap
-from gpudesk.engine.loop_timing import LoopTiming
 from gpudesk.engine.offloop import Busy, OffLoop, Pending
 from gpudesk.engine.requests import EngineParts, RequestHandlers
 from gpudesk.engine.scheduler import Scheduler, mig_candidates
@@ -67,6 +66,7 @@ from gpudesk.engine.store.damage import damaged_text, is_damage
 from gpudesk.engine.store.database import Store
 from gpudesk.hw.containment import limits_for
 from gpudesk.hw.job_hooks import JobEndHooks
+from gpudesk.metrics.loop_timing import LoopTiming
 from gpudesk.paths import (
     SYSTEM_ADMIN_GROUP,
     SYSTEM_GROUP,

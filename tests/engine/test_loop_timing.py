@@ -12,7 +12,7 @@ from gpudesk.api.client import Client
 from gpudesk.api.errors import EngineError
 from gpudesk.api.models import LoopTurns
 from gpudesk.core import protocol
-from gpudesk.engine.loop_timing import WINDOW
+from gpudesk.metrics.loop_timing import WINDOW
 
 
 def test_status_carries_the_loops_times_and_counts_each_request(engine: EngineHandle) -> None:

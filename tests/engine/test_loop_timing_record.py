@@ -4,7 +4,7 @@ send, and its figures are the window's."""
 from __future__ import annotations
 
 from gpudesk.core.wire.station import LoopRequest, LoopTurn
-from gpudesk.engine.loop_timing import BUCKETS_S, MAX_LABELS, OTHER, LoopTiming
+from gpudesk.metrics.loop_timing import BUCKETS_S, MAX_LABELS, OTHER, LoopTiming
 
 
 def test_the_window_keeps_the_latest_requests_and_names_the_slowest() -> None:

@@ -24,7 +24,6 @@ from gpudesk.engine.backends.slurm import SlurmBackend
 from gpudesk.engine.events import EventPublisher
 from gpudesk.engine.job_control import JobControl
 from gpudesk.engine.learning import StationLearning
-from gpudesk.engine.loop_timing import LoopTiming
 from gpudesk.engine.offloop import Later, OffLoop
 from gpudesk.engine.scheduler import Scheduler
 from gpudesk.engine.services.loaders import LoaderSupervisor
@@ -35,6 +34,7 @@ from gpudesk.engine.station.mps_watch import MpsWatch
 from gpudesk.engine.station.repartition.control import MigControl
 from gpudesk.engine.station.telemetry_sink import TelemetrySink
 from gpudesk.engine.store.database import Store
+from gpudesk.metrics.loop_timing import LoopTiming
 from gpudesk.paths import Home
 from gpudesk.policy.queue import JobQueue
 from gpudesk.text import is_text, safe_text
@@ -71,7 +71,7 @@ class EngineParts:
     offloop: OffLoop  # where a handler's slow work runs (engine/offloop.py)
     # Who may do what (engine/access.py): a personal engine's callers are all admins.
     access: Access = field(default_factory=Access.personal)
-    # How long requests and periodic steps held the loop (engine/loop_timing.py).
+    # How long requests and periodic steps held the loop (metrics/loop_timing.py).
     loop: LoopTiming = field(default_factory=LoopTiming)
 
 

@@ -25,12 +25,12 @@ from gpudesk import __version__
 from gpudesk.core.listen import ListenAddress, parse_listen
 from gpudesk.engine.activity import EngineActivity
 from gpudesk.engine.events import EventPublisher
-from gpudesk.engine.loop_timing import LoopTiming
 from gpudesk.engine.services.loaders import LoaderSupervisor
 from gpudesk.engine.state import CurrentStation
 from gpudesk.engine.station.telemetry_sink import TelemetrySink
 from gpudesk.engine.store.database import Store
 from gpudesk.hw.telemetry.monitor import RawSample
+from gpudesk.metrics.loop_timing import LoopTiming
 from gpudesk.metrics.snapshot import (
     JobCount,
     MetricsSnapshot,
