@@ -5,7 +5,9 @@ family (`gpudesk.policy.command_family`: the command with its numeric values tak
 sweep's members share what the first measured). A family's peak is recorded as soon as a run's
 memory has settled (`history_settled_s`), not only when it ends, so the second member of a
 sweep started while the first still runs already benefits. The family's mean run time is kept
-too, for the remaining-time estimate (`gpudesk.policy.remaining`). The scheduler asks it for
+too, for the remaining-time estimate (`gpudesk.policy.remaining`), and how far its memory hints
+were off, which corrects its later members' hints (`gpudesk.policy.hint_correction`; the
+simulator's view does the same). The scheduler asks it for
 queued jobs, `attempts` for a retry after an OOM, and tells it what an ended attempt measured.
 """
 
@@ -23,6 +25,8 @@ from gpudesk.env_seconds import env_seconds
 from gpudesk.hw.telemetry.energy import AttemptUsage
 from gpudesk.policy.command_family import family
 from gpudesk.policy.demand import DEFAULT_SM_PCT, PEAK_SETTLED_S, Demand, from_hints, signature
+from gpudesk.policy.hint_correction import HintRatios
+from gpudesk.units import MIB_PER_GB
 
 log = logging.getLogger("gpudesk.engine")
 
@@ -50,6 +54,10 @@ class JobDemand:
         self._recorded: set[int] = set()  # attempts whose settled peak their family holds
         self._checked: set[int] = set()  # attempts looked up in the store (after a restart)
         self._family_of: dict[int, str] = {}  # running job id -> its family
+        self._hint_of: dict[int, float] = {}  # running job id -> its memory hint (MiB), if any
+        self.hint_ratios = HintRatios()
+        for key, hint_mib, ratio in store.family_hint_ratios():
+            self.hint_ratios.note(key, hint_mib, ratio)
 
     @property
     def known(self) -> bool:
@@ -68,12 +76,22 @@ class JobDemand:
             )
         known = self.history.get(signature(job.spec.command, job.spec.workdir))
         history = Demand(known[0], known[1], "history") if known else None
+        key = family(job.spec.command, job.spec.workdir)
         if history is None:
-            kin = self.families.get(family(job.spec.command, job.spec.workdir))
+            kin = self.families.get(key)
             if kin is not None and kin.memory_mib:
                 sm = kin.sm_pct if kin.sm_pct is not None else DEFAULT_SM_PCT
                 history = Demand(kin.memory_mib, sm, FAMILY_SOURCE)
-        return from_hints(job.spec.memory_gb, job.spec.sm_pct, history)
+        demand = from_hints(job.spec.memory_gb, job.spec.sm_pct, history)
+        # only a memory hint is corrected (an SM hint alone makes the source "hint" too)
+        return self.hint_ratios.corrected(key, demand) if job.spec.memory_gb else demand
+
+    def corrects(self, job: JobRecord) -> bool:
+        """Whether the job's memory hint is corrected by its family (`of`)."""
+        return (
+            bool(job.spec.memory_gb)
+            and self.hint_ratios.factor(family(job.spec.command, job.spec.workdir)) is not None
+        )
 
     def typical_run_s(self, job: JobRecord) -> float | None:
         """The mean run time of a (queued) job's family's succeeded runs (None: none)."""
@@ -94,6 +112,8 @@ class JobDemand:
             except Exception:
                 return None
             key = self._family_of[job_id] = family(job.spec.command, job.spec.workdir)
+            if job.spec.memory_gb:
+                self._hint_of[job_id] = job.spec.memory_gb * MIB_PER_GB
         return key
 
     def watch(
@@ -130,6 +150,17 @@ class JobDemand:
                 "whose next runs start with it",
             )
             self._record(key, peak, DEFAULT_SM_PCT if sm is None else sm, told=told)
+            self._record_ratio(key, attempt.attempt.job_id, attempt_id, peak)
+
+    def _record_ratio(self, key: str, job_id: int, attempt_id: int, peak: float) -> None:
+        """How far a hinted run's hint was off, for its family's later members."""
+        hint = self._hint_of.get(job_id)
+        ratio = self.hint_ratios.learn(key, attempt_id, hint, peak) if hint else 0.0
+        if ratio:
+            try:
+                self.store.record_hint_ratio(key, round(hint or 0.0), ratio)
+            except Exception:  # a correction for later runs; never worth failing a step
+                log.exception("could not record how far family %s's hint was off", key)
 
     def _counted(self, attempt: AttemptRecord) -> bool:
         """Whether the attempt's settled peak is in its family's history: recorded by this
@@ -182,6 +213,7 @@ class JobDemand:
         self._recorded.discard(attempt.id)
         self._checked.discard(attempt.id)
         self._family_of.pop(job.id, None)
+        self._hint_of.pop(job.id, None)
         if not succeeded:
             return
         key = family(job.spec.command, job.spec.workdir)

@@ -156,16 +156,20 @@ class Scheduler:
         )
 
     def _demands_beyond_hints(self) -> dict[int, Demand]:
-        """Queued jobs whose demand is not just their own hints: raised after an OOM, or
-        completed by what earlier runs measured. The policy derives every other job's demand
-        from its hints itself, so a long queue costs nothing here."""
-        history = self.attempts.demands.known
+        """Queued jobs whose demand is not just their own hints: raised after an OOM,
+        completed by what earlier runs measured, or a hint corrected by its family. The policy
+        derives every other job's demand from its hints itself, so a long queue costs nothing
+        here."""
+        demands = self.attempts.demands
+        history = demands.known
         return {
-            job.id: self.attempts.demands.of(job)
+            job.id: demands.of(job)
             for job in self.queue.placeable()
             if job.spec.gpus
             and (
-                job.demand or (history and (job.spec.memory_gb is None or job.spec.sm_pct is None))
+                job.demand
+                or (history and (job.spec.memory_gb is None or job.spec.sm_pct is None))
+                or (demands.hint_ratios.ratios and demands.corrects(job))
             )
         }
 

@@ -9,15 +9,36 @@ import statistics
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from gpudesk.policy.demand import reservation
+from gpudesk.policy.demand import PEAK_SETTLED_S, Demand, reservation
 from gpudesk.policy.policy import GpuState, StationView, Tenant
+from gpudesk.policy.sim_order import family_of
 
 if TYPE_CHECKING:
+    from gpudesk.policy.sim_records import SimRun
     from gpudesk.policy.simulator import Simulation
+
+
+def _learn_hint_ratios(sim: Simulation) -> None:
+    """Each running job placed on its hint whose memory has settled tells its family how far
+    that hint was off (hint_correction), as the engine's family history learns it."""
+    for run in sim.running:
+        if run.demand.source == "hint" and run.peak_at + PEAK_SETTLED_S <= sim.now:
+            sim.hint_ratios.learn(
+                family_of(run), run.job.id, run.demand.memory_mib, run.job.peak_memory_mib
+            )
+
+
+def _demand(sim: Simulation, run: SimRun) -> Demand:
+    """A queued job's demand as the engine would give it: its hint corrected by its family's
+    settled members. CARMA, the published baseline, places on the hint as given."""
+    if sim.policy_name == "carma":
+        return run.demand
+    return sim.hint_ratios.corrected(family_of(run), run.demand)
 
 
 def station_view(sim: Simulation) -> StationView:
     """The simulated station as the policy sees it, as the engine's `StationView` would show it."""
+    _learn_hint_ratios(sim)
     states = []
     for gpu in range(sim.gpu_count):
         tenants = []
@@ -85,7 +106,7 @@ def station_view(sim: Simulation) -> StationView:
         backend=sim.station,
         simulated=True,
         gpu_states=tuple(states),
-        demands={r.record.id: r.demand for r in sim.queue},
+        demands={r.record.id: _demand(sim, r) for r in sim.queue},
         overtaken=sim.overtaken,
         interference=sim.interference,
     )

@@ -36,6 +36,7 @@ from gpudesk.core.mig_profiles import (
 from gpudesk.core.records import JobRecord
 from gpudesk.core.station import StationConfig
 from gpudesk.policy.demand import PEAK_SETTLED_S, Demand, beyond_every_gpu
+from gpudesk.policy.hint_correction import HintRatios
 from gpudesk.policy.interference import (
     DEFAULT_PARAMS,
     InterferenceModel,
@@ -195,6 +196,7 @@ class Simulation:
         self.preempt = preempt  # the engine's preemption rule (sim_preemption), on by default
         self.queue_order = queue_order  # "shortest": sim_order.py, as the engine's jct_order
         self.family_times = FamilyRunTimes()
+        self.hint_ratios = HintRatios()  # sim_view: hints corrected by their family
 
     def _new_run(self, job: TraceJob) -> SimRun:
         if self.estimator == "measured":

@@ -208,6 +208,7 @@ class JobView(WireModel, frozen=True):
 
 class DemandView(WireModel, frozen=True):
     """What placement assumed a job needs, and where the figure came from ("hint",
+    "hint, corrected by its family" (scaled by how far its family's hints were off),
     "history" (the same command's runs), "family history" (its command family's runs),
     "default", "after OOM")."""
 

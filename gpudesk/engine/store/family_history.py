@@ -1,6 +1,7 @@
 """What each command family measured (schema 13; gpudesk.policy.command_family): the peak GPU
 memory and mean SM activity of its runs, recorded once a run's memory settled, and the mean
-run time of its succeeded runs (the remaining-time estimate's fallback)."""
+run time of its succeeded runs (the remaining-time estimate's fallback); and how far its memory
+hints were off, per hint (schema 16; gpudesk.policy.hint_correction)."""
 
 from __future__ import annotations
 
@@ -101,4 +102,18 @@ class FamilyHistoryTables(StoreConnection):
                 "run_s = (COALESCE(run_s, 0) * finished + excluded.run_s) / (finished + 1), "
                 "finished = finished + 1, updated_at = excluded.updated_at",
                 (family, run_s, now),
+            )
+
+    def family_hint_ratios(self) -> list[tuple[str, int, float]]:
+        """(family, hint MiB, largest measured-peak / hint ratio) for every hint measured."""
+        rows = self._conn.execute("SELECT family, hint_mib, ratio FROM family_hint_ratios")
+        return [(str(r[0]), int(r[1]), float(r[2])) for r in rows]
+
+    def record_hint_ratio(self, family: str, hint_mib: int, ratio: float) -> None:
+        """Keep a run's ratio for its family's hint (the larger one wins)."""
+        with self.transaction() as conn:
+            conn.execute(
+                "INSERT INTO family_hint_ratios (family, hint_mib, ratio) VALUES (?, ?, ?) "
+                "ON CONFLICT (family, hint_mib) DO UPDATE SET ratio = MAX(ratio, excluded.ratio)",
+                (family, hint_mib, ratio),
             )

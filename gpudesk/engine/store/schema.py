@@ -287,6 +287,14 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE attempts ADD COLUMN suspended_s REAL NOT NULL DEFAULT 0;
     ALTER TABLE attempts ADD COLUMN suspended_boottime REAL;
     """,
+    # 16: how far a command family's memory hints were off (gpudesk.policy.hint_correction): per
+    # family and distinct hint (MiB), the largest measured-peak / hint ratio of its settled runs.
+    """
+    CREATE TABLE family_hint_ratios (
+        family TEXT NOT NULL, hint_mib INTEGER NOT NULL, ratio REAL NOT NULL,
+        PRIMARY KEY (family, hint_mib)
+    );
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

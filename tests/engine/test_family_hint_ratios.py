@@ -1,0 +1,109 @@
+"""A memory hint corrected by how far its command family's hints were off, in the engine: the
+ratio is learned when a hinted run's memory settles, kept in the store (schema 16) across a
+restart, and a later member's placement shows the corrected figure and where it came from."""
+
+from __future__ import annotations
+
+import sqlite3
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import EngineHandle, wait_for
+
+from gpudesk.core.jobs import JobSpec
+from gpudesk.engine.job_demand import JobDemand
+from gpudesk.engine.live_attempt import LiveAttempt
+from gpudesk.engine.store.database import Store
+from gpudesk.hw.telemetry.energy import AttemptUsage
+from gpudesk.paths import Home
+from gpudesk.policy.command_family import family
+from gpudesk.policy.hint_correction import CORRECTED_SOURCE
+from gpudesk.units import MIB_PER_GB
+
+
+def settle(store: Store, demands: JobDemand, spec: JobSpec, peak_mib: float) -> None:
+    """A run of `spec` whose memory settled at `peak_mib` (seen 61 s after its peak)."""
+    (job,) = store.submit([spec])
+    attempt = store.start_attempt(job.id, {"slot": "gpu:0"}, Path("/nonexistent"))
+    live = LiveAttempt(attempt, pid=0, start_time=None, slot="gpu:0", gpus=(0,))
+    usage = AttemptUsage(attempt.id, job.id, gpu_memory_peak_mib=peak_mib, gpu_memory_peak_at=0.0)
+    demands.watch([live], {attempt.id: usage}, now=61.0)
+
+
+def member(lr: str, memory_gb: float | None, sm_pct: float | None = None) -> JobSpec:
+    command = ("python", "train.py", "--lr", lr)
+    return JobSpec(name=lr, command=command, workdir="/w", memory_gb=memory_gb, sm_pct=sm_pct)
+
+
+def test_two_sizes_settled_correct_the_next_members_hint_across_a_restart(tmp_path: Path) -> None:
+    store = Store.open(tmp_path / "db")
+    try:
+        demands = JobDemand(store)
+        settle(store, demands, member("0.1", 8.0), 0.5 * 8.0 * MIB_PER_GB)
+        (third,) = store.submit([member("0.3", 28.0)])
+        assert demands.of(third).source == "hint"  # one size says nothing of the next
+        assert not demands.corrects(third)
+        settle(store, demands, member("0.2", 16.0), 0.45 * 16.0 * MIB_PER_GB)
+        key = family(("python", "train.py", "--lr", "0.1"), "/w")
+        assert sorted(store.family_hint_ratios()) == [
+            (key, round(8.0 * MIB_PER_GB), pytest.approx(0.5)),
+            (key, round(16.0 * MIB_PER_GB), pytest.approx(0.45)),
+        ]
+        for engine in (demands, JobDemand(store)):  # the second: an engine restarted
+            demand = engine.of(third)
+            assert engine.corrects(third)
+            assert demand.source == CORRECTED_SOURCE
+            assert demand.memory_mib == pytest.approx(0.5 * 28.0 * MIB_PER_GB)
+        # an SM hint alone is not a memory hint: the family's measured peak is used as before
+        (sm_only,) = store.submit([member("0.4", None, sm_pct=30.0)])
+        assert demands.of(sm_only).source == "hint"
+        assert demands.of(sm_only).memory_mib == pytest.approx(0.45 * 16.0 * MIB_PER_GB)
+    finally:
+        store.close()
+
+
+@pytest.fixture
+def fast_engine(home: Home, monkeypatch: pytest.MonkeyPatch) -> Iterator[EngineHandle]:
+    """A simulated DGX Station A100 sampled every 0.2 s, whose family history records a peak
+    that has not grown for 0.5 s (60 s on a station)."""
+    monkeypatch.setenv("GPUDESK_HISTORY_SETTLED_S", "0.5")
+    handle = EngineHandle(home)
+    handle.start(backend="sim:dgx-station-a100", sample_interval=0.2)
+    yield handle
+    handle.client.close()
+
+
+def ratio_rows(home: Home) -> int:
+    conn = sqlite3.connect(f"file:{home.db}?mode=ro", uri=True)
+    try:
+        return int(conn.execute("SELECT COUNT(*) FROM family_hint_ratios").fetchone()[0])
+    finally:
+        conn.close()
+
+
+def test_a_live_members_placement_shows_its_corrected_hint(
+    fast_engine: EngineHandle, home: Home
+) -> None:
+    """The simulated GPU gives a job its memory hint plus a 512 MiB context: a 2 GB member
+    peaks 1.27 x its hint, an 8 GB one 1.07 x (agreeing within 1.5), so a 4 GB member is placed
+    for 4 GB x 1.27."""
+    sweep = [sys.executable, "-c", "import time; time.sleep(30)", "--lr"]
+    first = fast_engine.submit(
+        {"name": "a", "command": [*sweep, "0.1"], "gpus": 1, "memory_gb": 2.0},
+        {"name": "b", "command": [*sweep, "0.2"], "gpus": 1, "memory_gb": 8.0},
+    )
+    for job in first:
+        fast_engine.wait_state(job, "running")
+    wait_for(lambda: ratio_rows(home) == 2, 15.0, what="both members' ratios")
+    (third,) = fast_engine.submit(
+        {"name": "c", "command": [*sweep, "0.3"], "gpus": 1, "memory_gb": 4.0}
+    )
+    fast_engine.wait_state(third, "running")
+    demand = fast_engine.show(third).attempts[0].placement.demand
+    small = 2.0 * MIB_PER_GB
+    assert demand.source == CORRECTED_SOURCE
+    assert demand.memory_mib == round(4.0 * MIB_PER_GB * (small + 512) / small)
+    assert fast_engine.show(first[0]).attempts[0].placement.demand.source == "hint"
+    fast_engine.client.request("cancel", jobs=[*first, third], grace=0)
