@@ -6,9 +6,16 @@ Horus's guesses for a ResNet-50 sweep are 2.0-2.2 x its measured peaks; FakeTens
 ResNet-34 0.09-0.14 x). Once a member of a family has run long enough for its memory to settle
 (`demand.PEAK_SETTLED_S`), its ratio peak ÷ hint is kept for its family and hint; where members
 of different sizes have settled and their ratios agree, the family's later members' hints are
-scaled by the largest of them, so that the size whose hint was the least generous (or the most
-short) sets it. A hint that was too large frees room for others; one that was too small stops
-the job being packed where it would not fit.
+scaled by the largest of them, so that the size whose hint was the least generous sets it.
+
+Only hints that were too large are corrected (every ratio below 1): such a hint keeps room from
+other jobs until the job has run long enough for its own measured peak to replace it. A hint
+too small needs no correction in advance: the job is placed under an MPS memory limit of the
+room it was given, its own measured peak replaces the hint within its first minute, and an
+out-of-memory death reruns it with a raised figure. Raising such hints by their family's ratio
+was measured in the simulator and not kept: on the CARMA trace with FakeTensor's guesses
+(4-14 % of the peaks) it made auto 3-7 % slower in four of its five settings and prevented no
+out-of-memory death (docs/benchmarks.md).
 
 Only a hint is corrected: a figure the same command measured (history), one raised after an
 out-of-memory death, or a default is used as it is. The corrected figure is still a guess: it
@@ -59,12 +66,12 @@ class HintRatios:
 
     def factor(self, family: str) -> float | None:
         """The family's correction: its largest ratio, where members of different sizes have
-        settled and their ratios agree; else None."""
+        settled, their ratios agree and all were below 1 (the hints too large); else None."""
         sizes = self.ratios.get(family)
         if sizes is None or len(sizes) < DISTINCT_HINTS:
             return None
         low, high = min(sizes.values()), max(sizes.values())
-        return high if high <= CONSISTENT_SPREAD * low else None
+        return high if high < 1.0 and high <= CONSISTENT_SPREAD * low else None
 
     def corrected(self, family: str, demand: Demand) -> Demand:
         """The demand with its hinted memory scaled by the family's `factor` (as it is where

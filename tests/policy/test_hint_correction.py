@@ -41,11 +41,14 @@ def test_two_sizes_that_agree_scale_the_next_hint_by_the_largest_ratio() -> None
         assert ratios.corrected("resnet", Demand(29000.0, 30.0, source)).memory_mib == 29000.0
 
 
-def test_a_hint_too_small_is_raised() -> None:
+def test_a_hint_too_small_is_left_to_the_jobs_own_measurement() -> None:
     ratios = HintRatios()
     ratios.learn("bert", "a", 2000.0, 5000.0)
     ratios.learn("bert", "b", 4000.0, 9000.0)
-    assert ratios.corrected("bert", hinted(3000.0)).memory_mib == 7500.0
+    assert ratios.factor("bert") is None
+    assert ratios.corrected("bert", hinted(3000.0)).memory_mib == 3000.0
+    ratios.learn("bert", "c", 8000.0, 7000.0)  # one size too large, two too small: no factor
+    assert ratios.factor("bert") is None
 
 
 def test_sizes_whose_ratios_disagree_correct_nothing() -> None:
