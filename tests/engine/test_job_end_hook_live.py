@@ -14,6 +14,7 @@ from pathlib import Path
 
 from conftest import EngineHandle, wait_for
 
+from gpudesk.core.jobs import JobSpec
 from gpudesk.paths import Home
 
 GPUDESK = [sys.executable, "-m", "gpudesk"]
@@ -75,9 +76,10 @@ def test_the_station_hook_gets_the_variables_of_a_job_that_really_failed(
             lambda: (p := home.root / "hooks.log").exists() and p.read_text(), 10, what="its log"
         )
         assert f"job {job_id}'s job-end hook: exit 0" in log
-        # a job cancelled before it ran ends too
-        (held,) = engine.submit({"name": "never", "command": ["true"]})
-        engine.api.hold([held])
+        # a job cancelled before it ran ends too (submitted held: a hold after the submit may
+        # come after the engine has started it, as it did once beside a CPU hog)
+        spec = JobSpec.from_dict({"name": "never", "command": ["true"], "workdir": str(home.root)})
+        (held,) = engine.api.submit_jobs([spec], hold=True).ids
         engine.api.cancel([held])
         wait_for(lambda: len(out.read_text().splitlines()) == 2, 20, what="the second ending")
         assert json.loads(out.read_text().splitlines()[1])["GPUDESK_JOB_STATE"] == "cancelled"
