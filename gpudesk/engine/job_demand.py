@@ -39,6 +39,13 @@ HISTORY_SETTLED_S_ENV = "GPUDESK_HISTORY_SETTLED_S"
 FAMILY_SOURCE = "family history"
 
 
+def owned(job: JobRecord) -> str:
+    """The key of a job's hint ratios: its owner and its command family. A member's hints are
+    corrected by her own runs only: on a shared station another user's runs (in a shared
+    folder, where the family is the same) never shrink the room her jobs are placed for."""
+    return f"{job.owner.uid}:{family(job.spec.command, job.spec.workdir)}"
+
+
 def history_settled_s() -> float:
     return env_seconds(HISTORY_SETTLED_S_ENV, PEAK_SETTLED_S, 0.1, 86400.0)
 
@@ -54,7 +61,8 @@ class JobDemand:
         self._recorded: set[int] = set()  # attempts whose settled peak their family holds
         self._checked: set[int] = set()  # attempts looked up in the store (after a restart)
         self._family_of: dict[int, str] = {}  # running job id -> its family
-        self._hint_of: dict[int, float] = {}  # running job id -> its memory hint (MiB), if any
+        # running job id -> (its hint ratios' key, its memory hint in MiB), if it gave one
+        self._hint_of: dict[int, tuple[str, float]] = {}
         self.hint_ratios = HintRatios()
         for key, hint_mib, ratio in store.family_hint_ratios():
             self.hint_ratios.note(key, hint_mib, ratio)
@@ -84,14 +92,11 @@ class JobDemand:
                 history = Demand(kin.memory_mib, sm, FAMILY_SOURCE)
         demand = from_hints(job.spec.memory_gb, job.spec.sm_pct, history)
         # only a memory hint is corrected (an SM hint alone makes the source "hint" too)
-        return self.hint_ratios.corrected(key, demand) if job.spec.memory_gb else demand
+        return self.hint_ratios.corrected(owned(job), demand) if job.spec.memory_gb else demand
 
     def corrects(self, job: JobRecord) -> bool:
         """Whether the job's memory hint is corrected by its family (`of`)."""
-        return (
-            bool(job.spec.memory_gb)
-            and self.hint_ratios.factor(family(job.spec.command, job.spec.workdir)) is not None
-        )
+        return bool(job.spec.memory_gb) and self.hint_ratios.factor(owned(job)) is not None
 
     def typical_run_s(self, job: JobRecord) -> float | None:
         """The mean run time of a (queued) job's family's succeeded runs (None: none)."""
@@ -113,7 +118,7 @@ class JobDemand:
                 return None
             key = self._family_of[job_id] = family(job.spec.command, job.spec.workdir)
             if job.spec.memory_gb:
-                self._hint_of[job_id] = job.spec.memory_gb * MIB_PER_GB
+                self._hint_of[job_id] = (owned(job), job.spec.memory_gb * MIB_PER_GB)
         return key
 
     def watch(
@@ -150,17 +155,20 @@ class JobDemand:
                 "whose next runs start with it",
             )
             self._record(key, peak, DEFAULT_SM_PCT if sm is None else sm, told=told)
-            self._record_ratio(key, attempt.attempt.job_id, attempt_id, peak)
+            self._record_ratio(attempt.attempt.job_id, attempt_id, peak)
 
-    def _record_ratio(self, key: str, job_id: int, attempt_id: int, peak: float) -> None:
-        """How far a hinted run's hint was off, for its family's later members."""
-        hint = self._hint_of.get(job_id)
-        ratio = self.hint_ratios.learn(key, attempt_id, hint, peak) if hint else 0.0
+    def _record_ratio(self, job_id: int, attempt_id: int, peak: float) -> None:
+        """How far a hinted run's hint was off, for its owner's later members of its family."""
+        hinted = self._hint_of.get(job_id)
+        if hinted is None:
+            return
+        key, hint = hinted
+        ratio = self.hint_ratios.learn(key, attempt_id, hint, peak)
         if ratio:
             try:
-                self.store.record_hint_ratio(key, round(hint or 0.0), ratio)
+                self.store.record_hint_ratio(key, round(hint), ratio)
             except Exception:  # a correction for later runs; never worth failing a step
-                log.exception("could not record how far family %s's hint was off", key)
+                log.exception("could not record how far %s's hint was off", key)
 
     def _counted(self, attempt: AttemptRecord) -> bool:
         """Whether the attempt's settled peak is in its family's history: recorded by this

@@ -5,6 +5,7 @@ Only hints that were too large are corrected (gpudesk/policy/hint_correction.py)
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import sys
 from collections.abc import Iterator
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 from conftest import EngineHandle, wait_for
 
+from gpudesk.core.identity import Identity
 from gpudesk.core.jobs import JobSpec
 from gpudesk.engine.job_demand import JobDemand
 from gpudesk.engine.live_attempt import LiveAttempt
@@ -47,7 +49,7 @@ def test_two_sizes_settled_correct_the_next_members_hint_across_a_restart(tmp_pa
         assert demands.of(third).source == "hint"  # one size says nothing of the next
         assert not demands.corrects(third)
         settle(store, demands, member("0.2", 16.0), 0.45 * 16.0 * MIB_PER_GB)
-        key = family(("python", "train.py", "--lr", "0.1"), "/w")
+        key = f"{os.getuid()}:{family(('python', 'train.py', '--lr', '0.1'), '/w')}"
         assert sorted(store.family_hint_ratios()) == [
             (key, round(8.0 * MIB_PER_GB), pytest.approx(0.5)),
             (key, round(16.0 * MIB_PER_GB), pytest.approx(0.45)),
@@ -57,6 +59,11 @@ def test_two_sizes_settled_correct_the_next_members_hint_across_a_restart(tmp_pa
             assert engine.corrects(third)
             assert demand.source == CORRECTED_SOURCE
             assert demand.memory_mib == pytest.approx(0.5 * 28.0 * MIB_PER_GB)
+        # another user's member of the same family (a shared folder) is not corrected by these
+        # runs: hers never shrink the room another member's jobs are placed for
+        other = Identity.of(os.getuid() + 1, os.getgid(), ())
+        (theirs,) = store.submit([member("0.3", 28.0)], owner=other)
+        assert demands.of(theirs).source == "hint" and not demands.corrects(theirs)
         # an SM hint alone is not a memory hint: the family's measured peak is used as before
         (sm_only,) = store.submit([member("0.4", None, sm_pct=30.0)])
         assert demands.of(sm_only).source == "hint"
@@ -120,7 +127,7 @@ def test_a_live_engine_learns_each_sizes_ratio_and_does_not_raise_a_hint_too_sma
 def test_an_engine_places_a_member_on_its_familys_corrected_hint(home: Home) -> None:
     """What an earlier engine kept (two sizes whose hints were twice their peaks) is read by
     the next one: a member hinted at 16 GB is placed for 8 GB, and `show` says why."""
-    key = family(tuple([*SWEEP, "0.1"]), str(home.root))
+    key = f"{os.getuid()}:{family(tuple([*SWEEP, '0.1']), str(home.root))}"
     home.root.mkdir(parents=True, exist_ok=True, mode=0o700)
     store = Store.open(home.db)
     try:
