@@ -417,6 +417,17 @@ def sim_engine(home: Home) -> Iterator[EngineHandle]:
 
 
 @pytest.fixture
+def fast_engine(home: Home, monkeypatch: pytest.MonkeyPatch) -> Iterator[EngineHandle]:
+    """A simulated DGX Station A100 sampled every 0.2 s, whose family history records a peak
+    that has not grown for 0.5 s (60 s on a station)."""
+    monkeypatch.setenv("GPUDESK_HISTORY_SETTLED_S", "0.5")
+    handle = EngineHandle(home)
+    handle.start(backend="sim:dgx-station-a100", sample_interval=0.2)
+    yield handle
+    handle.client.close()
+
+
+@pytest.fixture
 def mig_engine(home: Home) -> Iterator[EngineHandle]:
     """A real daemon on a simulated DGX Station A100 whose GPU 1 is in MIG mode (3g.20gb,
     2g.10gb, 2g.10gb), placing with the mig policy, sampling every 0.2 s."""

@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import sqlite3
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -70,17 +69,6 @@ def test_two_sizes_settled_correct_the_next_members_hint_across_a_restart(tmp_pa
         assert demands.of(sm_only).memory_mib == pytest.approx(0.45 * 16.0 * MIB_PER_GB)
     finally:
         store.close()
-
-
-@pytest.fixture
-def fast_engine(home: Home, monkeypatch: pytest.MonkeyPatch) -> Iterator[EngineHandle]:
-    """A simulated DGX Station A100 sampled every 0.2 s, whose family history records a peak
-    that has not grown for 0.5 s (60 s on a station)."""
-    monkeypatch.setenv("GPUDESK_HISTORY_SETTLED_S", "0.5")
-    handle = EngineHandle(home)
-    handle.start(backend="sim:dgx-station-a100", sample_interval=0.2)
-    yield handle
-    handle.client.close()
 
 
 def ratio_rows(home: Home) -> dict[int, float]:

@@ -8,7 +8,6 @@ import json
 import sqlite3
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -34,17 +33,6 @@ COUNTING = (
     "    print(f'progress {step}/1000', flush=True)\n"
     "    time.sleep(0.1)\n"
 )
-
-
-@pytest.fixture
-def fast_engine(home: Home, monkeypatch: pytest.MonkeyPatch) -> Iterator[EngineHandle]:
-    """A simulated DGX Station A100 sampled every 0.2 s, whose family history records a peak
-    that has not grown for 0.5 s (60 s on a station)."""
-    monkeypatch.setenv("GPUDESK_HISTORY_SETTLED_S", "0.5")
-    handle = EngineHandle(home)
-    handle.start(backend="sim:dgx-station-a100", sample_interval=0.2)
-    yield handle
-    handle.client.close()
 
 
 def family_rows(home: Home) -> dict[str, tuple[float | None, int, float | None, int]]:
