@@ -155,15 +155,14 @@ class JobDemand:
                 "whose next runs start with it",
             )
             self._record(key, peak, DEFAULT_SM_PCT if sm is None else sm, told=told)
-            self._record_ratio(attempt.attempt.job_id, attempt_id, peak)
+            hinted = self._hint_of.get(attempt.attempt.job_id)
+            if hinted is not None:
+                self._record_ratio(*hinted, peak)
 
-    def _record_ratio(self, job_id: int, attempt_id: int, peak: float) -> None:
-        """How far a hinted run's hint was off, for its owner's later members of its family."""
-        hinted = self._hint_of.get(job_id)
-        if hinted is None:
-            return
-        key, hint = hinted
-        ratio = self.hint_ratios.learn(key, attempt_id, hint, peak)
+    def _record_ratio(self, key: str, hint: float, peak: float) -> None:
+        """How far a hinted run's hint was off, for its owner's later members of its family
+        (counted once per attempt by `watch`'s and `ended`'s own checks)."""
+        ratio = self.hint_ratios.learn(key, hint, peak)
         if ratio:
             try:
                 self.store.record_hint_ratio(key, round(hint), ratio)
@@ -215,8 +214,8 @@ class JobDemand:
         succeeded: bool,
     ) -> None:
         """An attempt ended. A succeeded one's peak and run time are folded into its command's
-        and its family's history (a peak already recorded when it settled is only raised to
-        what it held by the end)."""
+        and its family's history, and its hint's ratio into its owner's ratios for the family
+        (a peak already recorded when it settled is only raised to what it held by the end)."""
         counted = succeeded and self._counted(attempt)
         self._recorded.discard(attempt.id)
         self._checked.discard(attempt.id)
@@ -231,6 +230,9 @@ class JobDemand:
             if sm is None:
                 sm = job.spec.sm_pct if job.spec.sm_pct is not None else DEFAULT_SM_PCT
             self._record(key, usage.gpu_memory_peak_mib, sm, new_run=not counted)
+            if job.spec.memory_gb:  # its hint's ratio, raised to the peak it held by its end
+                hint = job.spec.memory_gb * MIB_PER_GB
+                self._record_ratio(owned(job), hint, usage.gpu_memory_peak_mib)
         if run_s is not None and run_s > 0:
             self._record_run(key, run_s)
 

@@ -50,12 +50,14 @@ class HintRatios:
     ratios: dict[str, dict[int, float]] = field(default_factory=dict)
     learned: set[object] = field(default_factory=set)  # the members (runs) counted
 
-    def learn(self, family: str, member: object, hint_mib: float, peak_mib: float) -> float:
-        """A member (a run: counted once) whose memory settled at `peak_mib` had been hinted
-        at `hint_mib`; its ratio (0 where nothing was learned)."""
+    def learn(self, family: str, hint_mib: float, peak_mib: float, member: object = None) -> float:
+        """A member whose memory settled at `peak_mib` had been hinted at `hint_mib`; its
+        ratio (0 where nothing was learned). `member`, where given, is counted once (the
+        simulator asks on every pass; the engine counts each attempt itself)."""
         if member in self.learned or hint_mib <= 0.0 or peak_mib <= 0.0:
             return 0.0
-        self.learned.add(member)
+        if member is not None:
+            self.learned.add(member)
         self.note(family, round(hint_mib), peak_mib / hint_mib)
         return peak_mib / hint_mib
 

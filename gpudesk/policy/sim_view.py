@@ -24,7 +24,7 @@ def _learn_hint_ratios(sim: Simulation) -> None:
     for run in sim.running:
         if run.demand.source == "hint" and run.peak_at + PEAK_SETTLED_S <= sim.now:
             sim.hint_ratios.learn(
-                family_of(run), run.job.id, run.demand.memory_mib, run.job.peak_memory_mib
+                family_of(run), run.demand.memory_mib, run.job.peak_memory_mib, run.job.id
             )
 
 

@@ -15,6 +15,7 @@ from conftest import EngineHandle, wait_for
 
 from gpudesk.core.identity import Identity
 from gpudesk.core.jobs import JobSpec
+from gpudesk.core.records import AttemptRecord, JobRecord
 from gpudesk.engine.job_demand import JobDemand
 from gpudesk.engine.live_attempt import LiveAttempt
 from gpudesk.engine.store.database import Store
@@ -25,13 +26,30 @@ from gpudesk.policy.hint_correction import CORRECTED_SOURCE
 from gpudesk.units import MIB_PER_GB
 
 
-def settle(store: Store, demands: JobDemand, spec: JobSpec, peak_mib: float) -> None:
+def settle(
+    store: Store, demands: JobDemand, spec: JobSpec, peak_mib: float
+) -> tuple[JobRecord, AttemptRecord]:
     """A run of `spec` whose memory settled at `peak_mib` (seen 61 s after its peak)."""
     (job,) = store.submit([spec])
     attempt = store.start_attempt(job.id, {"slot": "gpu:0"}, Path("/nonexistent"))
     live = LiveAttempt(attempt, pid=0, start_time=None, slot="gpu:0", gpus=(0,))
     usage = AttemptUsage(attempt.id, job.id, gpu_memory_peak_mib=peak_mib, gpu_memory_peak_at=0.0)
     demands.watch([live], {attempt.id: usage}, now=61.0)
+    return job, attempt
+
+
+def test_a_runs_ratio_is_raised_to_the_peak_it_held_by_its_end(tmp_path: Path) -> None:
+    store = Store.open(tmp_path / "db")
+    try:
+        demands = JobDemand(store)
+        hint = 8.0 * MIB_PER_GB
+        job, attempt = settle(store, demands, member("0.1", 8.0), 0.4 * hint)
+        assert [r[2] for r in store.family_hint_ratios()] == [pytest.approx(0.4)]
+        grown = AttemptUsage(attempt.id, job.id, gpu_memory_peak_mib=0.5 * hint)
+        demands.ended(store.job(job.id), attempt, grown, 100.0, succeeded=True)
+        assert [r[2] for r in store.family_hint_ratios()] == [pytest.approx(0.5)]
+    finally:
+        store.close()
 
 
 def member(lr: str, memory_gb: float | None, sm_pct: float | None = None) -> JobSpec:
