@@ -35,7 +35,8 @@ def source_files(folder: str) -> set[str]:
     return found
 
 
-@pytest.mark.slow(10)
+@pytest.mark.slow(20)
+@pytest.mark.timeout(900)  # its own steps' limits: the build 600 s, the tests it runs 300 s
 def test_the_sdist_holds_the_tests_and_what_they_read_and_runs_them(tmp_path: Path) -> None:
     source = tmp_path / "src"
     shutil.copytree(
