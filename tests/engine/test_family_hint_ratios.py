@@ -5,6 +5,7 @@ Only hints that were too large are corrected (gpudesk/policy/hint_correction.py)
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sqlite3
 import sys
@@ -154,3 +155,22 @@ def test_an_engine_places_a_member_on_its_familys_corrected_hint(home: Home) -> 
         engine.client.request("cancel", jobs=[job], grace=0)
     finally:
         engine.client.close()
+
+
+def test_an_edited_job_is_judged_by_its_new_command(tmp_path: Path) -> None:
+    """The key a queued job's hint is corrected by is kept between placement passes (hashing
+    every queued command each pass would hold the loop), and made again once its spec changes
+    (`gpudesk edit`)."""
+    store = Store.open(tmp_path / "db")
+    try:
+        demands = JobDemand(store)
+        settle(store, demands, member("0.1", 8.0), 0.5 * 8.0 * MIB_PER_GB)
+        settle(store, demands, member("0.2", 16.0), 0.45 * 16.0 * MIB_PER_GB)
+        (job,) = store.submit([member("0.3", 28.0)])
+        assert demands.corrects(job) and demands.corrects(job)
+        other = JobSpec(name="c", command=("python", "eval.py", "--lr", "0.3"), memory_gb=28.0)
+        edited = dataclasses.replace(job, spec=other)
+        assert not demands.corrects(edited)
+        assert demands.of(edited).source == "hint"
+    finally:
+        store.close()
