@@ -37,7 +37,6 @@ HISTORY_SETTLED_S_ENV = "GPUDESK_HISTORY_SETTLED_S"
 # The source of a demand taken from the command family's history: placed with the margin of a
 # guess (demand.margin_mib), since a sweep over a size changes the memory its members need.
 FAMILY_SOURCE = "family history"
-OWNED_KEYS_KEPT = 100_000  # queued jobs whose hint-ratio key is kept between passes
 
 
 def owned(job: JobRecord) -> str:
@@ -65,7 +64,6 @@ class JobDemand:
         # running job id -> (its hint ratios' key, its memory hint in MiB), if it gave one
         self._hint_of: dict[int, tuple[str, float]] = {}
         self.hint_ratios = HintRatios()
-        self._owned_keys: dict[int, tuple[object, str]] = {}  # job id -> (its spec, `owned`)
         for key, hint_mib, ratio in store.family_hint_ratios():
             self.hint_ratios.note(key, hint_mib, ratio)
 
@@ -94,24 +92,11 @@ class JobDemand:
                 history = Demand(kin.memory_mib, sm, FAMILY_SOURCE)
         demand = from_hints(job.spec.memory_gb, job.spec.sm_pct, history)
         # only a memory hint is corrected (an SM hint alone makes the source "hint" too)
-        return (
-            self.hint_ratios.corrected(self._owned(job), demand) if job.spec.memory_gb else demand
-        )
+        return self.hint_ratios.corrected(owned(job), demand) if job.spec.memory_gb else demand
 
     def corrects(self, job: JobRecord) -> bool:
         """Whether the job's memory hint is corrected by its family (`of`)."""
-        return bool(job.spec.memory_gb) and self.hint_ratios.factor(self._owned(job)) is not None
-
-    def _owned(self, job: JobRecord) -> str:
-        """`owned(job)`, kept while the job's spec is the same object: a placement pass asks
-        for every queued job, and hashing 10,000 commands takes ~0.2 s (an edit makes a new
-        spec, so its key is made again). Bounded: cleared past OWNED_KEYS_KEPT."""
-        kept = self._owned_keys.get(job.id)
-        if kept is None or kept[0] is not job.spec:
-            if len(self._owned_keys) >= OWNED_KEYS_KEPT:
-                self._owned_keys.clear()
-            kept = self._owned_keys[job.id] = (job.spec, owned(job))
-        return kept[1]
+        return bool(job.spec.memory_gb) and self.hint_ratios.factor(owned(job)) is not None
 
     def typical_run_s(self, job: JobRecord) -> float | None:
         """The mean run time of a (queued) job's family's succeeded runs (None: none)."""
@@ -236,7 +221,6 @@ class JobDemand:
         self._checked.discard(attempt.id)
         self._family_of.pop(job.id, None)
         self._hint_of.pop(job.id, None)
-        self._owned_keys.pop(job.id, None)
         if not succeeded:
             return
         key = family(job.spec.command, job.spec.workdir)

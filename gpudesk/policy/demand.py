@@ -13,6 +13,7 @@ import hashlib
 import json
 from dataclasses import dataclass, replace
 
+from gpudesk.policy.command_family import KEYS_CACHED
 from gpudesk.units import MIB_PER_GB, MIB_PER_GIB
 
 DEFAULT_MEMORY_MIB = 8 * MIB_PER_GB  # a job that says nothing: a fifth of an A100 40GB
@@ -173,7 +174,7 @@ def hinted(
     return memory, sm
 
 
-@functools.lru_cache(maxsize=4096)  # asked for each queued job on every placement pass
+@functools.lru_cache(maxsize=KEYS_CACHED)  # asked for each queued job on every pass
 def signature(command: tuple[str, ...], workdir: str | None) -> str:
     """Identifies "the same job" across runs: its command and working directory."""
     text = json.dumps([list(command), workdir or ""])

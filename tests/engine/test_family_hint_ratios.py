@@ -158,9 +158,8 @@ def test_an_engine_places_a_member_on_its_familys_corrected_hint(home: Home) -> 
 
 
 def test_an_edited_job_is_judged_by_its_new_command(tmp_path: Path) -> None:
-    """The key a queued job's hint is corrected by is kept between placement passes (hashing
-    every queued command each pass would hold the loop), and made again once its spec changes
-    (`gpudesk edit`)."""
+    """A queued job's hint is corrected by the key of its command as it is now: once `gpudesk
+    edit` gives it another command, the family of the new one decides."""
     store = Store.open(tmp_path / "db")
     try:
         demands = JobDemand(store)
