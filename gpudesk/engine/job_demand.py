@@ -60,9 +60,7 @@ class JobDemand:
         self.settled_s = history_settled_s()
         self._recorded: set[int] = set()  # attempts whose settled peak their family holds
         self._checked: set[int] = set()  # attempts looked up in the store (after a restart)
-        self._family_of: dict[int, str] = {}  # running job id -> its family
-        # running job id -> (its hint ratios' key, its memory hint in MiB), if it gave one
-        self._hint_of: dict[int, tuple[str, float]] = {}
+        self._running: dict[int, JobRecord] = {}  # running job id -> its record, once read
         self.hint_ratios = HintRatios()
         for key, hint_mib, ratio in store.family_hint_ratios():
             self.hint_ratios.note(key, hint_mib, ratio)
@@ -84,9 +82,8 @@ class JobDemand:
             )
         known = self.history.get(signature(job.spec.command, job.spec.workdir))
         history = Demand(known[0], known[1], "history") if known else None
-        key = family(job.spec.command, job.spec.workdir)
         if history is None:
-            kin = self.families.get(key)
+            kin = self.families.get(family(job.spec.command, job.spec.workdir))
             if kin is not None and kin.memory_mib:
                 sm = kin.sm_pct if kin.sm_pct is not None else DEFAULT_SM_PCT
                 history = Demand(kin.memory_mib, sm, FAMILY_SOURCE)
@@ -96,7 +93,9 @@ class JobDemand:
 
     def corrects(self, job: JobRecord) -> bool:
         """Whether the job's memory hint is corrected by its family (`of`)."""
-        return bool(job.spec.memory_gb) and self.hint_ratios.factor(owned(job)) is not None
+        if not self.hint_ratios.ratios or not job.spec.memory_gb:
+            return False  # (a long queue, before any run measured a hint, costs nothing)
+        return self.hint_ratios.factor(owned(job)) is not None
 
     def typical_run_s(self, job: JobRecord) -> float | None:
         """The mean run time of a (queued) job's family's succeeded runs (None: none)."""
@@ -105,21 +104,18 @@ class JobDemand:
 
     def typical_s(self, job_id: int) -> float | None:
         """The mean run time of the running job's family's succeeded runs (None: none)."""
-        key = self._family(job_id)
-        kin = self.families.get(key) if key else None
-        return kin.run_s if kin is not None and kin.finished else None
+        job = self._job(job_id)
+        return self.typical_run_s(job) if job is not None else None
 
-    def _family(self, job_id: int) -> str | None:
-        key = self._family_of.get(job_id)
-        if key is None:
+    def _job(self, job_id: int) -> JobRecord | None:
+        """A running job's record, read from the store once."""
+        job = self._running.get(job_id)
+        if job is None:
             try:
-                job = self.store.job(job_id)
+                job = self._running[job_id] = self.store.job(job_id)
             except Exception:
                 return None
-            key = self._family_of[job_id] = family(job.spec.command, job.spec.workdir)
-            if job.spec.memory_gb:
-                self._hint_of[job_id] = (owned(job), job.spec.memory_gb * MIB_PER_GB)
-        return key
+        return job
 
     def watch(
         self,
@@ -142,8 +138,8 @@ class JobDemand:
                 or now - measured.gpu_memory_peak_at < self.settled_s
             ):
                 continue
-            key = self._family(attempt.attempt.job_id)
-            if key is None:
+            job = self._job(attempt.attempt.job_id)
+            if job is None:
                 continue
             sm = measured.gpu_sm_mean_pct
             peak = measured.gpu_memory_peak_mib
@@ -154,14 +150,16 @@ class JobDemand:
                 f"its GPU memory settled at {peak / 1024:.1f} GiB: kept for its command family, "
                 "whose next runs start with it",
             )
+            key = family(job.spec.command, job.spec.workdir)
             self._record(key, peak, DEFAULT_SM_PCT if sm is None else sm, told=told)
-            hinted = self._hint_of.get(attempt.attempt.job_id)
-            if hinted is not None:
-                self._record_ratio(*hinted, peak)
+            self._record_ratio(job, peak)
 
-    def _record_ratio(self, key: str, hint: float, peak: float) -> None:
-        """How far a hinted run's hint was off, for its owner's later members of its family
-        (counted once per attempt by `watch`'s and `ended`'s own checks)."""
+    def _record_ratio(self, job: JobRecord, peak: float) -> None:
+        """How far a run's memory hint, if it gave one, was off, for its owner's later members
+        of its family (counted once per attempt by `watch`'s and `ended`'s own checks)."""
+        if not job.spec.memory_gb:
+            return
+        key, hint = owned(job), job.spec.memory_gb * MIB_PER_GB
         ratio = self.hint_ratios.learn(key, hint, peak)
         if ratio:
             try:
@@ -219,8 +217,7 @@ class JobDemand:
         counted = succeeded and self._counted(attempt)
         self._recorded.discard(attempt.id)
         self._checked.discard(attempt.id)
-        self._family_of.pop(job.id, None)
-        self._hint_of.pop(job.id, None)
+        self._running.pop(job.id, None)
         if not succeeded:
             return
         key = family(job.spec.command, job.spec.workdir)
@@ -230,9 +227,7 @@ class JobDemand:
             if sm is None:
                 sm = job.spec.sm_pct if job.spec.sm_pct is not None else DEFAULT_SM_PCT
             self._record(key, usage.gpu_memory_peak_mib, sm, new_run=not counted)
-            if job.spec.memory_gb:  # its hint's ratio, raised to the peak it held by its end
-                hint = job.spec.memory_gb * MIB_PER_GB
-                self._record_ratio(owned(job), hint, usage.gpu_memory_peak_mib)
+            self._record_ratio(job, usage.gpu_memory_peak_mib)  # raised to its peak by its end
         if run_s is not None and run_s > 0:
             self._record_run(key, run_s)
 

@@ -169,7 +169,7 @@ class Scheduler:
             and (
                 job.demand
                 or (history and (job.spec.memory_gb is None or job.spec.sm_pct is None))
-                or (demands.hint_ratios.ratios and demands.corrects(job))
+                or demands.corrects(job)
             )
         }
 
