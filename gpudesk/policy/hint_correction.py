@@ -48,16 +48,13 @@ class HintRatios:
     ratio of its settled members: what the engine's store keeps (family_hint_ratios)."""
 
     ratios: dict[str, dict[int, float]] = field(default_factory=dict)
-    learned: set[object] = field(default_factory=set)  # the members (runs) counted
 
-    def learn(self, family: str, hint_mib: float, peak_mib: float, member: object = None) -> float:
+    def learn(self, family: str, hint_mib: float, peak_mib: float) -> float:
         """A member whose memory settled at `peak_mib` had been hinted at `hint_mib`; its
-        ratio (0 where nothing was learned). `member`, where given, is counted once (the
-        simulator asks on every pass; the engine counts each attempt itself)."""
-        if member in self.learned or hint_mib <= 0.0 or peak_mib <= 0.0:
+        ratio (0 where nothing was learned). The same run told again changes nothing: a hint
+        keeps its largest ratio (the simulator tells each settled run on every pass)."""
+        if hint_mib <= 0.0 or peak_mib <= 0.0:
             return 0.0
-        if member is not None:
-            self.learned.add(member)
         self.note(family, round(hint_mib), peak_mib / hint_mib)
         return peak_mib / hint_mib
 

@@ -23,9 +23,7 @@ def _learn_hint_ratios(sim: Simulation) -> None:
     that hint was off (hint_correction), as the engine's family history learns it."""
     for run in sim.running:
         if run.demand.source == "hint" and run.peak_at + PEAK_SETTLED_S <= sim.now:
-            sim.hint_ratios.learn(
-                family_of(run), run.demand.memory_mib, run.job.peak_memory_mib, run.job.id
-            )
+            sim.hint_ratios.learn(family_of(run), run.demand.memory_mib, run.job.peak_memory_mib)
 
 
 def _demand(sim: Simulation, run: SimRun) -> Demand:

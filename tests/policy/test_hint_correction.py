@@ -22,16 +22,16 @@ def hinted(memory_mib: float) -> Demand:
 
 def test_one_size_measured_corrects_nothing() -> None:
     ratios = HintRatios()
-    ratios.learn("resnet", 8000.0, 4000.0, "run 1")
-    ratios.learn("resnet", 8000.0, 4000.0, "run 2")  # the same size again says nothing new
+    ratios.learn("resnet", 8000.0, 4000.0)
+    ratios.learn("resnet", 8000.0, 4000.0)  # the same size again says nothing new
     assert ratios.factor("resnet") is None
     assert ratios.corrected("resnet", hinted(30000.0)) == hinted(30000.0)
 
 
 def test_two_sizes_that_agree_scale_the_next_hint_by_the_largest_ratio() -> None:
     ratios = HintRatios()
-    assert ratios.learn("resnet", 8000.0, 4000.0, "b32") == 0.5
-    assert ratios.learn("resnet", 15000.0, 7200.0, "b64") == 0.48
+    assert ratios.learn("resnet", 8000.0, 4000.0) == 0.5
+    assert ratios.learn("resnet", 15000.0, 7200.0) == 0.48
     assert ratios.factor("resnet") == 0.5
     corrected = ratios.corrected("resnet", hinted(29000.0))
     assert (corrected.memory_mib, corrected.source) == (14500.0, CORRECTED_SOURCE)
@@ -43,29 +43,30 @@ def test_two_sizes_that_agree_scale_the_next_hint_by_the_largest_ratio() -> None
 
 def test_a_hint_too_small_is_left_to_the_jobs_own_measurement() -> None:
     ratios = HintRatios()
-    ratios.learn("bert", 2000.0, 5000.0, "a")
-    ratios.learn("bert", 4000.0, 9000.0, "b")
+    ratios.learn("bert", 2000.0, 5000.0)
+    ratios.learn("bert", 4000.0, 9000.0)
     assert ratios.factor("bert") is None
     assert ratios.corrected("bert", hinted(3000.0)).memory_mib == 3000.0
-    ratios.learn("bert", 8000.0, 7000.0, "c")  # one size too large, two too small: no factor
+    ratios.learn("bert", 8000.0, 7000.0)  # one size too large, two too small: no factor
     assert ratios.factor("bert") is None
 
 
 def test_sizes_whose_ratios_disagree_correct_nothing() -> None:
     # the CARMA trace's GPUMemNet guesses for Inception: 0.65 x at one size, 1.11 x at another
     ratios = HintRatios()
-    ratios.learn("inception", 16000.0, 10460.0, "a")
-    ratios.learn("inception", 24000.0, 26750.0, "b")
+    ratios.learn("inception", 16000.0, 10460.0)
+    ratios.learn("inception", 24000.0, 26750.0)
     assert ratios.factor("inception") is None
 
 
-def test_a_member_is_counted_once() -> None:
+def test_a_run_told_again_changes_nothing_and_a_size_keeps_its_largest_ratio() -> None:
     ratios = HintRatios()
-    assert ratios.learn("resnet", 8000.0, 4000.0, "run 1") == 0.5
-    assert ratios.learn("resnet", 16000.0, 4000.0, "run 1") == 0.0
+    assert ratios.learn("resnet", 8000.0, 4000.0) == 0.5
+    assert ratios.learn("resnet", 8000.0, 4000.0) == 0.5  # the simulator tells it every pass
     assert ratios.ratios == {"resnet": {8000: 0.5}}
-    # without a member (the engine counts each attempt itself) nothing is remembered
-    assert ratios.learn("resnet", 8000.0, 3000.0) == 0.375 and ratios.learned == {"run 1"}
+    ratios.learn("resnet", 8000.0, 3000.0)  # a member of the same size that held less
+    ratios.learn("resnet", 8000.0, 4400.0)  # ... and one that held more
+    assert ratios.ratios == {"resnet": {8000: 0.55}}
 
 
 def start_of(sim: Simulation, job_id: int) -> float:
