@@ -38,6 +38,8 @@ class CarmaPolicy(SharingPolicy):
         self.name = "carma"
         # CARMA places processes on whole GPUs: a GPU in MIG mode runs none of its jobs
         self.rules = MigRules(slices=False, whole_when_dynamic=False)
+        # CARMA places on the estimator's guess: a hint the station corrected is not its own
+        self.hints_as_given = True
 
     def place(self, queue: Sequence[JobRecord], station: StationView) -> Decision:
         plan = FilledStation({g.index: g for g in station.gpu_states})
@@ -48,7 +50,7 @@ class CarmaPolicy(SharingPolicy):
                 if cpu_slots:
                     plan.placements.append(cpu_placement(job, cpu_slots.pop(0), station))
                 continue
-            demand = demand_of(job, station)
+            demand = demand_of(job, station, self.hints_as_given)
             measured = demand.source == "after OOM"
             impossible = gpu_job_impossible(
                 job.spec.gpus, demand.memory_mib, station, RESERVE_MIB, measured

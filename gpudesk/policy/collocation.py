@@ -60,6 +60,7 @@ from gpudesk.policy.filled_station import (
     Frontier,
     Host,
 )
+from gpudesk.policy.hint_correction import CORRECTED_SOURCE
 from gpudesk.policy.interference import ModelParams, Workload, mig_rate, workload
 from gpudesk.policy.placement_pass import Lookahead, Pass, Shape
 from gpudesk.policy.placement_reasons import (
@@ -103,9 +104,13 @@ ALTERNATIVES_KEPT = 6  # how many weighed placements a decision records
 MODES = ("exclusive", "naive", "mps", "mig", "auto")
 
 
-def demand_of(job: JobRecord, station: StationView) -> Demand:
-    """The job's demand, its memory figure marked unknown where it is (`with_unknown`)."""
+def demand_of(job: JobRecord, station: StationView, hints_as_given: bool = False) -> Demand:
+    """The job's demand, its memory figure marked unknown where it is (`with_unknown`).
+    `hints_as_given`: a hint the station corrected by its family (hint_correction) is taken as
+    the user gave it (CARMA, as published)."""
     known = station.demands.get(job.id)
+    if hints_as_given and known is not None and known.source == CORRECTED_SOURCE:
+        known = None
     demand = known if known is not None else from_hints(job.spec.memory_gb, job.spec.sm_pct)
     return with_unknown(demand, largest_gpu_mib(station))
 
@@ -141,6 +146,7 @@ class SharingPolicy:
         self.name = mode
         self.max_overtakes = max_overtakes
         self.kept_free_mib = RESERVE_MIB
+        self.hints_as_given = False  # a corrected hint is used (CARMA: the hint as given)
         # in the `mig` mode every one-GPU job runs on a slice
         self.rules = MigRules(slices_only=mode == "mig")
 
@@ -317,7 +323,7 @@ class SharingPolicy:
         job's memory: holding any other GPU would keep it idle for nothing while the job still
         waits for the GPUs it can use. None at all where too few could run it
         (station_fit.runs_as_is): it waits for an admin's change, not for GPUs to drain."""
-        ask = self.ask(job, demand_of(job, station))
+        ask = self.ask(job, demand_of(job, station, self.hints_as_given))
         usable = [
             g
             for g in (station.gpu_states if gpus is None else gpus)
@@ -567,7 +573,7 @@ class SharingPolicy:
         leaving MIG mode, a lost GPU back); "" when it can start as the GPUs are set up."""
         if not job.spec.gpus or station.gpu_problem:
             return ""
-        ask = self.ask(job, demand_of(job, station))
+        ask = self.ask(job, demand_of(job, station, self.hints_as_given))
         return wait_for_change(ask, self.rules, station, self.name)
 
     def explain_wait(self, job: JobRecord, queue: Sequence[JobRecord], station: StationView) -> str:
@@ -578,7 +584,7 @@ class SharingPolicy:
         change = self.change_needed(job, station)
         if change:
             return change
-        demand = demand_of(job, station)
+        demand = demand_of(job, station, self.hints_as_given)
         need = (
             f"needs {job.spec.gpus} idle GPUs"
             if job.spec.gpus > 1 or demand.exclusive

@@ -27,10 +27,8 @@ def _learn_hint_ratios(sim: Simulation) -> None:
 
 
 def _demand(sim: Simulation, run: SimRun) -> Demand:
-    """A queued job's demand as the engine would give it: its hint corrected by its family's
-    settled members. CARMA, the published baseline, places on the hint as given."""
-    if sim.policy_name == "carma":
-        return run.demand
+    """A queued job's demand as the engine gives it, to every policy: its hint corrected by
+    its family's settled members (CARMA's own rules take the hint as given)."""
     return sim.hint_ratios.corrected(family_of(run), run.demand)
 
 

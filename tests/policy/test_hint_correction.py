@@ -4,14 +4,22 @@ and the simulator replaying a sweep whose estimator guesses twice its jobs' peak
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
 
+from gpudesk.core.jobs import JobSpec
+from gpudesk.core.records import JobRecord
+from gpudesk.core.station import StationConfig
+from gpudesk.policy.carma import CarmaPolicy
+from gpudesk.policy.collocation import SharingPolicy
 from gpudesk.policy.demand import Demand
 from gpudesk.policy.hint_correction import CORRECTED_SOURCE, HintRatios
+from gpudesk.policy.policy import GpuState, StationView, Tenant
 from gpudesk.policy.simulator import Simulation
 from gpudesk.policy.trace import load_trace
+from gpudesk.units import MIB_PER_GB
 
 SWEEP = Path(__file__).resolve().parents[2] / "traces" / "sweep-day-a100x4.json"
 
@@ -93,3 +101,27 @@ def test_a_sweeps_largest_members_start_once_the_smaller_ones_settled(policy: st
         carma = Simulation(trace, policy="carma", estimator="horus").run()
         assert result.makespan_s <= carma.makespan_s
         assert result.mean_jct_s <= carma.mean_jct_s
+
+
+def test_carma_places_on_the_hint_as_given_and_auto_on_the_corrected_one() -> None:
+    """The station gives every policy the corrected hint (the engine and the simulator alike);
+    CARMA, the published baseline, takes the hint as the user gave it. One GPU holds 20 GiB
+    (measured and reserved); a job hinted at 30 GB, corrected to 15 GB by its family, fits
+    beside it only on the corrected figure."""
+    tenant = Tenant(100, "mps", 20 * 1024.0, 20.0)
+    gpu = GpuState(0, "GPU-0", 40536.0, tenants=(tenant,), mps_usable=True)
+    gpu = dataclasses.replace(gpu, memory_used_mib=20 * 1024.0)
+    spec = JobSpec(name="b128", command=("train.py",), gpus=1, memory_gb=30.0, sm_pct=30.0)
+    job = JobRecord.queued(1, spec, 0.0)
+    corrected = Demand(15.0 * MIB_PER_GB, 30.0, CORRECTED_SOURCE)
+    view = StationView(
+        StationConfig(slots=2),
+        cores=8,
+        backend="sim:x",
+        gpu_states=(gpu,),
+        simulated=True,
+        demands={1: corrected},
+    )
+    assert [p.job_id for p in SharingPolicy("auto").place([job], view).placements] == [1]
+    assert CarmaPolicy().place([job], view).placements == []
+    assert CarmaPolicy().place([job], dataclasses.replace(view, demands={})).placements == []
