@@ -1,6 +1,6 @@
 """Every bundled trace, judged against its lower bound: a Markdown table for docs/benchmarks.md.
 
-    python bench/simulator_judge.py [--truth FILE]
+    python bench/simulator_judge.py [--truth FILE] [--progress-lines]
 
 For each bundled trace on its own station, whole and with one GPU in MIG mode (`MIG_LAYOUTS`),
 runs fifo (`exclusive`: one job a GPU, in arrival order), carma, auto and every forced mode, and
@@ -17,7 +17,14 @@ import sys
 from gpudesk.examples import folder, names
 from gpudesk.policy.interference import DEFAULT_PARAMS
 from gpudesk.policy.sim_bounds import LowerBound, bound_of
-from gpudesk.policy.simulator import DEFAULT_STATION, SimResult, Simulation, load_trace, load_truth
+from gpudesk.policy.simulator import (
+    DEFAULT_STATION,
+    SimResult,
+    Simulation,
+    load_trace,
+    load_truth,
+    with_progress_lines,
+)
 
 POLICIES = ("exclusive", "naive", "mps", "mig", "carma", "auto")
 FORCED = ("exclusive", "naive", "mps", "mig")
@@ -49,8 +56,10 @@ def _vs(a: SimResult, b: SimResult, figure: str) -> str:
     return f"{getattr(a, figure) / getattr(b, figure):.3f}"
 
 
-def judge(path: str, mig: bool, truth_path: str | None) -> list[str]:
+def judge(path: str, mig: bool, truth_path: str | None, progress_lines: bool = False) -> list[str]:
     trace = load_trace(path)
+    if progress_lines:
+        trace = with_progress_lines(trace)
     truth = load_truth(truth_path) if truth_path else DEFAULT_PARAMS
     station = f"sim:{trace.station}" if trace.station else DEFAULT_STATION
     first = Simulation(trace, policy="auto", station=station)
@@ -91,12 +100,15 @@ def judge(path: str, mig: bool, truth_path: str | None) -> list[str]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--truth", help="as gpudesk simulate --truth")
+    parser.add_argument(
+        "--progress-lines", action="store_true", help="as gpudesk simulate --progress-lines"
+    )
     args = parser.parse_args()
     print("| trace | station | policy | makespan (÷ LB) | mean JCT (÷ bound) | kWh | lost |")
     print("|---|---|---|---|---|---|---|")
     for name in names("traces"):
         for mig in (False, True):
-            for line in judge(str(folder("traces") / name), mig, args.truth):
+            for line in judge(str(folder("traces") / name), mig, args.truth, args.progress_lines):
                 print(line)
     return 0
 

@@ -1,7 +1,8 @@
 """How much the simulator's verdict on `auto` depends on the interference model's constants.
 
     python bench/simulator_sensitivity.py [TRACE ...] [--estimators E,...] [--mig GPU=PROFILE,...]
-                                          [--mig-repartition] [--no-learning-check] [--json]
+                                          [--mig-repartition] [--progress-lines]
+                                          [--no-learning-check] [--json]
 
 Sensitivity: each constant of the interference model's defaults (`DEFAULT_PARAMS`) is set, one at
 a time, to 0.5x and 1.5x its value as the simulated TRUTH (plus one row with every default), for
@@ -29,7 +30,8 @@ makespan of auto with its prior only (no learning), with learning, and knowing t
 share of the gap between the first and the last that learning closes.
 
 `--mig` and `--mig-repartition` run every setting on a station with MIG-mode GPUs, as
-`gpudesk simulate` does (CARMA never places on them).
+`gpudesk simulate` does (CARMA never places on them). `--progress-lines` takes every job as
+printing `progress DONE/TOTAL` lines, as `gpudesk simulate --progress-lines` does.
 
 The simulator is deterministic, so one run is the result. Nothing here is tuned to a target.
 """
@@ -53,6 +55,7 @@ from gpudesk.policy.simulator import (
     Simulation,
     Trace,
     load_trace,
+    with_progress_lines,
 )
 
 FACTORS = (0.5, 1.5)
@@ -262,6 +265,7 @@ def main() -> int:
     )
     parser.add_argument("--mig", action="append", default=[], help="as gpudesk simulate --mig")
     parser.add_argument("--mig-repartition", action="store_true")
+    parser.add_argument("--progress-lines", action="store_true")
     parser.add_argument("--no-learning-check", action="store_true")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
@@ -270,6 +274,8 @@ def main() -> int:
     out: dict[str, Any] = {"traces": []}
     for path in paths:
         trace = load_trace(path)
+        if args.progress_lines:
+            trace = with_progress_lines(trace)
         station = _station(trace, args)
         rows = sensitivity(trace, station, estimators)
         out["traces"].append(
@@ -279,6 +285,8 @@ def main() -> int:
             print_trace(trace, station, rows)
     if not args.no_learning_check:
         first = load_trace(paths[0])
+        if args.progress_lines:
+            first = with_progress_lines(first)
         learning = learning_check(first, _station(first, args))
         out["learning"] = learning
         if not args.json:

@@ -60,6 +60,14 @@ _QUEUE_ORDER = typer.Option(
     help="As [station] queue_order: submission, or shortest (highest response ratio next, "
     "with run times learned from the replay's finished runs of the same model).",
 )
+_PROGRESS_LINES = typer.Option(
+    False,
+    "--progress-lines",
+    help="Take every job as printing `progress DONE/TOTAL` lines (as the bundled workloads "
+    "do): placement then knows each running job's remaining time from its progress, as the "
+    "engine does. Without it only the trace's jobs marked `progress: true` do; the others' "
+    "remaining time comes from their model's finished runs, or is unknown.",
+)
 _TRUTH = typer.Option(
     None,
     "--truth",
@@ -120,6 +128,7 @@ def simulate(
     mig: list[str] | None = _MIG,
     mig_repartition: bool = _MIG_REPARTITION,
     queue_order: str = _QUEUE_ORDER,
+    progress_lines: bool = _PROGRESS_LINES,
     truth: Path | None = _TRUTH,
     truth_form: str = _TRUTH_FORM,
     learn: bool = _LEARN,
@@ -144,6 +153,7 @@ def simulate(
         mig_repartition=mig_repartition,
         with_bound=lower_bound,
         queue_order=queue_order,
+        progress_lines=progress_lines,
     )
     first = ran.results[0]
     if first.impossible == first.jobs:
@@ -189,6 +199,7 @@ def _run(
     mig_repartition: bool,
     with_bound: bool = False,
     queue_order: str = "submission",
+    progress_lines: bool = False,
 ) -> _Run:
     """The trace replayed under each policy; a trace, truth or option the simulator refuses
     is a usage error."""
@@ -201,6 +212,7 @@ def _run(
         TraceError,
         load_trace,
         load_truth,
+        with_progress_lines,
     )
 
     if queue_order not in QUEUE_ORDERS:
@@ -217,6 +229,8 @@ def _run(
         )
     try:
         loaded = load_trace(trace)
+        if progress_lines:
+            loaded = with_progress_lines(loaded)
         truth_params = load_truth(truth) if truth is not None else DEFAULT_PARAMS
         chosen = station or (f"sim:{loaded.station}" if loaded.station else DEFAULT_STATION)
         sims = [
@@ -274,6 +288,7 @@ def _print_json(
             "mig": layouts,
             "mig_repartition": mig_repartition,
             "learn": learn,
+            "progress_lines": sum(j.progress for j in ran.trace.jobs),
             "truth": ran.truth.to_dict(),
             "truth_form": ran.truth_form,
             "prior": sims[0].learner.prior.to_dict(),
@@ -332,7 +347,8 @@ def _print_text(
     lines = [
         f"SIMULATED {chosen} ({sims[0].gpu_count} x {sims[0].model.name}{mig_text}): trace "
         f"{loaded.name}, {len(loaded.jobs)} jobs, memory hints from {estimator}, learning "
-        f"{'on' if learn else 'off'}{', truth from ' + str(truth) if truth else ''}"
+        f"{'on' if learn else 'off'}{_progress_text(loaded)}"
+        f"{', truth from ' + str(truth) if truth else ''}"
         f"{'' if ran.truth_form == 'current' else ', truth of the ' + ran.truth_form + ' form'}; "
         f"ratios against {_baseline(results).policy}"
     ]
@@ -355,6 +371,16 @@ def _print_text(
             notes.append(f"lost under {r.policy}: {_listed(jobs)}: {reason}")
     for note in notes:
         print(render.fill(note, width))
+
+
+def _progress_text(trace: Trace) -> str:
+    """ ", every job prints progress lines" / ", 3 of 60 jobs print ..." / "" for none."""
+    printing = sum(j.progress for j in trace.jobs)
+    if not printing:
+        return ""
+    if printing == len(trace.jobs):
+        return ", every job prints progress lines"
+    return f", {printing} of {len(trace.jobs)} jobs print progress lines"
 
 
 def _plot(

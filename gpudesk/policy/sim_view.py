@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from gpudesk.policy.demand import PEAK_SETTLED_S, Demand, reservation
 from gpudesk.policy.policy import GpuState, StationView, Tenant
+from gpudesk.policy.remaining import Remaining, estimate
 from gpudesk.policy.sim_order import family_of
 
 if TYPE_CHECKING:
@@ -30,6 +31,17 @@ def _demand(sim: Simulation, run: SimRun) -> Demand:
     """A queued job's demand as the engine gives it, to every policy: its hint corrected by
     its family's settled members (CARMA's own rules take the hint as given)."""
     return sim.hint_ratios.corrected(family_of(run), run.demand)
+
+
+def _remaining(sim: Simulation, run: SimRun) -> Remaining:
+    """A running job's remaining time as the engine would know it (policy/remaining.py): from
+    its progress lines where it prints them (its remaining work at its current rate: the
+    engine measures that rate over its last minute of progress, here it is exact), else from
+    its family's finished runs, else unknown."""
+    if run.job.progress and run.segment is not None and run.segment.rate > 0.0:
+        left = max(0.0, run.job.exclusive_s - run.work_done) / run.segment.rate
+        return Remaining(left, "progress")
+    return estimate(None, sim.family_times.expected_s(run), sim.now - run.started_at)
 
 
 def station_view(sim: Simulation) -> StationView:
@@ -54,6 +66,7 @@ def station_view(sim: Simulation) -> StationView:
                 used,
                 sim.now - t.peak_at if t.peak_at <= sim.now else 0.0,
             )
+            remaining = _remaining(sim, t)
             tenants.append(
                 Tenant(
                     t.job.id,
@@ -63,6 +76,8 @@ def station_view(sim: Simulation) -> StationView:
                     t.placed.mig_slice,
                     membw_pct=t.job.membw_pct,
                     thread_pct=t.placed.mps_thread_pct,
+                    remaining_s=remaining.seconds,
+                    remaining_source=remaining.source,
                 )
             )
         history = sim.sm_history[gpu]

@@ -74,6 +74,7 @@ from gpudesk.policy.trace import (
     load_truth,
     parse_mig,
     simulated_profiles,
+    with_progress_lines,
 )
 from gpudesk.units import MIB_PER_GB, MIB_PER_GIB
 
@@ -100,6 +101,7 @@ __all__ = [
     "parse_mig",
     "simulate",
     "simulated_profiles",
+    "with_progress_lines",
 ]
 
 MAX_ATTEMPTS = 4  # a job that dies this often is lost

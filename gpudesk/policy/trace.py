@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +57,9 @@ class TraceJob:
     priority: int = 0
     preemptible: bool = False
     checkpoint_s: float = 0.0
+    # It prints `progress DONE/TOTAL` lines (docs/jobs.md): the engine then knows its remaining
+    # time from them while it runs (policy/remaining.py); without, from its family's history.
+    progress: bool = False
 
 
 @dataclass(frozen=True)
@@ -125,6 +128,7 @@ def load_trace(path: str | Path) -> Trace:
                     priority=int(raw.get("priority", 0)),
                     preemptible=_flag(raw, "preemptible"),
                     checkpoint_s=float(raw.get("checkpoint_s", 0.0)),
+                    progress=_flag(raw, "progress"),
                 )
             )
         except (KeyError, TypeError, ValueError) as exc:
@@ -141,6 +145,13 @@ def load_trace(path: str | Path) -> Trace:
             )
     jobs.sort(key=lambda j: (j.arrival_s, j.id))
     return Trace(str(data.get("name", Path(path).stem)), str(data.get("station", "")), tuple(jobs))
+
+
+def with_progress_lines(trace: Trace) -> Trace:
+    """The trace with every job taken to print `progress DONE/TOTAL` lines (`gpudesk simulate
+    --progress-lines`), as the bundled workloads do: placement then knows each running job's
+    remaining time from its progress, as the engine would."""
+    return replace(trace, jobs=tuple(replace(j, progress=True) for j in trace.jobs))
 
 
 # --------------------------------------------------------------------- truth and MIG layouts

@@ -150,3 +150,21 @@ def test_a_truth_of_the_queueing_form_is_named_in_the_output_and_refuses_a_lower
         bad = runner.invoke(app, ["simulate", trace, *args])
         assert isinstance(bad.exception, CliError) and bad.exception.code == 2
         assert says in str(bad.exception)
+
+
+def test_progress_lines_are_said_in_the_header_and_the_json(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from gpudesk.cli.main import build_app
+
+    app = build_app()
+    trace = str(write_trace(tmp_path, [{"progress": True}, {"arrival_s": 60}]))
+    runner = CliRunner()
+    some = runner.invoke(app, ["simulate", trace, "-p", "auto"], env={"COLUMNS": "200"})
+    assert some.exit_code == 0, some.output
+    assert "1 of 2 jobs print progress lines" in some.output
+    every = runner.invoke(app, ["simulate", trace, "-p", "auto", "--progress-lines", "--json"])
+    assert every.exit_code == 0, every.output
+    assert json.loads(every.output)["progress_lines"] == 2
+    table = runner.invoke(app, ["simulate", trace, "-p", "auto", "--progress-lines"])
+    assert "every job prints progress lines" in " ".join(table.output.split())
