@@ -339,13 +339,14 @@ def table_width() -> int | None:
 
 def remaining_text(r: RemainingView) -> str:
     """A running job's remaining time and where it came from: "~12 min (from its progress:
-    480/1000 at 0.67/s)", from its command family's history, or unknown and why."""
+    480/1000 at 0.67/s)", from its command family's history (its owner's runs: on a shared
+    station another member's never count), or unknown and why."""
     if r.source == "progress" and r.seconds is not None and r.done is not None:
         rate = f" at {r.rate_per_s:.3g}/s" if r.rate_per_s is not None else ""
         return f"~{_about(r.seconds)} (from its progress: {r.done:g}/{r.total or 0:g}{rate})"
     if r.source == "history" and r.seconds is not None and r.typical_s is not None:
         return (
-            f"~{_about(r.seconds)} (from its command family's history: its runs take "
+            f"~{_about(r.seconds)} (from its command family's history: its owner's runs take "
             f"{_about(r.typical_s)}, it has run {_about(r.elapsed_s or 0.0)})"
         )
     if r.done is not None and r.total is not None:
@@ -359,7 +360,7 @@ def remaining_text(r: RemainingView) -> str:
             f"unknown ({progress}; it has run {_about(r.elapsed_s)}, past its command "
             f"family's {_about(r.typical_s)})"
         )
-    return f"unknown ({progress}, and no finished run of its command family)"
+    return f"unknown ({progress}, and no finished run of its command family by its owner)"
 
 
 def _about(seconds: float) -> str:

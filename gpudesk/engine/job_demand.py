@@ -1,21 +1,22 @@
 """What each job is assumed to need: raised after an out-of-memory death, else its hints
-completed by what earlier runs measured, else defaults. Earlier runs are looked up by the same
-command first (the store's measured-demand history, by `demand.signature`), then by its command
-family (`gpudesk.policy.command_family`: the command with its numeric values taken out, so a
-sweep's members share what the first measured). A family's peak is recorded as soon as a run's
-memory has settled (`history_settled_s`), not only when it ends, so the second member of a
-sweep started while the first still runs already benefits. The family's mean run time is kept
-too, for the remaining-time estimate (`gpudesk.policy.remaining`), and how far its memory hints
-were off, which corrects its later members' hints (`gpudesk.policy.hint_correction`; the
-simulator's view does the same). The scheduler asks it for
-queued jobs, `attempts` for a retry after an OOM, and tells it what an ended attempt measured.
+completed by what its owner's earlier runs measured (`owned`: per owner), else defaults. They
+are looked up by the same command first (the store's measured-demand history, by
+`demand.signature`), then by its command family (`gpudesk.policy.command_family`: the command
+with its numeric values taken out, so a sweep's members share what the first measured). A
+family's peak is recorded as soon as a run's memory has settled (`history_settled_s`), not only
+when it ends, so the second member of a sweep started while the first still runs already
+benefits. The family's mean run time is kept too, for the remaining-time estimate
+(`gpudesk.policy.remaining`), and how far its memory hints were off, which corrects its later
+members' hints (`gpudesk.policy.hint_correction`; the simulator's view does the same). The
+scheduler asks it for queued jobs, `attempts` for a retry after an OOM, and tells it what an
+ended attempt measured.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from gpudesk.core.records import AttemptRecord, JobRecord
 from gpudesk.engine.live_attempt import LiveAttempt
@@ -23,7 +24,7 @@ from gpudesk.engine.store.database import Store
 from gpudesk.engine.store.family_history import FamilyRecord, SettledPeak
 from gpudesk.env_seconds import env_seconds
 from gpudesk.hw.telemetry.energy import AttemptUsage
-from gpudesk.policy.command_family import family
+from gpudesk.policy.command_family import family, owner_key
 from gpudesk.policy.demand import DEFAULT_SM_PCT, PEAK_SETTLED_S, Demand, from_hints, signature
 from gpudesk.policy.hint_correction import HintRatios
 from gpudesk.units import MIB_PER_GB
@@ -39,11 +40,12 @@ HISTORY_SETTLED_S_ENV = "GPUDESK_HISTORY_SETTLED_S"
 FAMILY_SOURCE = "family history"
 
 
-def owned(job: JobRecord) -> str:
-    """The key of a job's hint ratios: its owner and its command family. A member's hints are
-    corrected by her own runs only: on a shared station another user's runs (in a shared
-    folder, where the family is the same) never shrink the room her jobs are placed for."""
-    return f"{job.owner.uid}:{family(job.spec.command, job.spec.workdir)}"
+def owned(job: JobRecord, of: Callable[[tuple[str, ...], str | None], str] = family) -> str:
+    """The key of a job's history: its owner and its command family (`of=signature`: its exact
+    command). A member's jobs are given what her own runs measured only: on a shared station
+    another user's runs (in a shared folder, where the keys are the same) never set the room
+    her jobs are placed for, her hints' correction or her remaining-time estimate."""
+    return owner_key(job.owner.uid, of(job.spec.command, job.spec.workdir))
 
 
 def history_settled_s() -> float:
@@ -55,7 +57,7 @@ class JobDemand:
 
     def __init__(self, store: Store) -> None:
         self.store = store
-        self.history = store.demand_history()  # command signature -> measured (MiB, SM %, runs)
+        self.history = store.demand_history()  # owner:signature -> measured (MiB, SM %, runs)
         self.families: dict[str, FamilyRecord] = store.family_history()
         self.settled_s = history_settled_s()
         self._recorded: set[int] = set()  # attempts whose settled peak their family holds
@@ -80,10 +82,10 @@ class JobDemand:
                 str(job.demand.get("source", "after OOM")),
                 bool(job.demand.get("exclusive", True)),
             )
-        known = self.history.get(signature(job.spec.command, job.spec.workdir))
+        known = self.history.get(owned(job, signature))
         history = Demand(known[0], known[1], "history") if known else None
         if history is None:
-            kin = self.families.get(family(job.spec.command, job.spec.workdir))
+            kin = self.families.get(owned(job))
             if kin is not None and kin.memory_mib:
                 sm = kin.sm_pct if kin.sm_pct is not None else DEFAULT_SM_PCT
                 history = Demand(kin.memory_mib, sm, FAMILY_SOURCE)
@@ -99,7 +101,7 @@ class JobDemand:
 
     def typical_run_s(self, job: JobRecord) -> float | None:
         """The mean run time of a (queued) job's family's succeeded runs (None: none)."""
-        kin = self.families.get(family(job.spec.command, job.spec.workdir))
+        kin = self.families.get(owned(job))
         return kin.run_s if kin is not None and kin.finished else None
 
     def typical_s(self, job_id: int) -> float | None:
@@ -150,7 +152,7 @@ class JobDemand:
                 f"its GPU memory settled at {peak / 1024:.1f} GiB: kept for its command family, "
                 "whose next runs start with it",
             )
-            key = family(job.spec.command, job.spec.workdir)
+            key = owned(job)
             self._record(key, peak, DEFAULT_SM_PCT if sm is None else sm, told=told)
             self._record_ratio(job, peak)
 
@@ -220,7 +222,7 @@ class JobDemand:
         self._running.pop(job.id, None)
         if not succeeded:
             return
-        key = family(job.spec.command, job.spec.workdir)
+        key = owned(job)
         if usage is not None and usage.gpu_memory_peak_mib is not None:
             self.remember(job, usage)
             sm = usage.gpu_sm_mean_pct
@@ -246,7 +248,7 @@ class JobDemand:
     def remember(self, job: JobRecord, usage: AttemptUsage) -> None:
         """A succeeded run's measured peak memory and mean SM activity, folded into its
         command's history (the store's, and this copy the same way)."""
-        key = signature(job.spec.command, job.spec.workdir)
+        key = owned(job, signature)
         sm = usage.gpu_sm_mean_pct
         if sm is None:
             sm = job.spec.sm_pct if job.spec.sm_pct is not None else DEFAULT_SM_PCT

@@ -60,3 +60,10 @@ def family(command: tuple[str, ...], workdir: str | None) -> str:
     """The key of a command family: its words and working directory, hashed."""
     text = json.dumps(["family", list(family_words(command)), workdir or ""])
     return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def owner_key(uid: int, key: str) -> str:
+    """A history's key for one owner: what a command or a family measured is kept per owner
+    (the engine's demand, family and hint-ratio histories), so on a shared station one member's
+    runs in a shared folder never set the room, nor the run time, another's jobs are given."""
+    return f"{uid}:{key}"

@@ -5,6 +5,7 @@ sweep's second member starts with what the first measured while the first still 
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import sys
 import time
@@ -21,7 +22,7 @@ from gpudesk.engine.store.database import Store
 from gpudesk.engine.store.schema import MIGRATIONS, SCHEMA_VERSION
 from gpudesk.hw.telemetry.energy import AttemptUsage
 from gpudesk.paths import Home
-from gpudesk.policy.command_family import family
+from gpudesk.policy.command_family import family, owner_key
 from gpudesk.policy.demand import signature
 from gpudesk.policy.policy import GpuState
 from gpudesk.policy.remaining import RecentProgress, estimate
@@ -50,7 +51,7 @@ def test_a_sweeps_second_member_starts_with_what_the_first_measured_while_it_run
     member = [sys.executable, "-c", "import time; time.sleep(12)", "--lr"]
     (first,) = fast_engine.submit({"name": "lr-0.1", "command": [*member, "0.1"], "gpus": 1})
     fast_engine.wait_state(first, "running")
-    key = family(tuple([*member, "0.1"]), str(home.root))
+    key = owner_key(os.getuid(), family(tuple([*member, "0.1"]), str(home.root)))
     # the simulator gives a hint-less job 4 GiB plus a 512 MiB context, filled in 3 s
     wait_for(lambda: family_rows(home).get(key, (None,))[0] == 4608, 10.0, what="the peak")
     (second,) = fast_engine.submit({"name": "lr-0.01", "command": [*member, "0.01"], "gpus": 1})
@@ -105,7 +106,7 @@ def test_show_gives_the_remaining_time_from_the_familys_history_else_unknown(
     assert 2.5 < remaining.typical_s < 5  # the first's 3 s, and starting and ending it
     assert remaining.seconds == pytest.approx(remaining.typical_s - remaining.elapsed_s, abs=0.5)
     code, out, _ = gpudesk("show", str(second))
-    assert code == 0 and "(from its command family's history: its runs take 3 s" in out
+    assert code == 0 and "(from its command family's history: its owner's runs take 3 s" in out
     engine.wait_all_done([second])
 
 
@@ -139,10 +140,14 @@ def test_an_older_store_keeps_its_history_by_family(tmp_path: Path) -> None:
     store = Store.open(tmp_path / "db")
     try:
         assert store.schema_version == SCHEMA_VERSION >= 13
-        record = store.family_history()[family(("python", "t.py", "--lr", "1"), "/w")]
+        # a personal engine's store: every row is its user's (schema 17)
+        record = store.family_history()[
+            owner_key(os.getuid(), family(("python", "t.py", "--lr", "1"), "/w"))
+        ]
         assert (record.memory_mib, record.runs, record.finished) == (6000.0, 4, 2)
         assert record.run_s == pytest.approx(150.0) and record.sm_pct == pytest.approx(40.0)
-        assert store.demand_history()["gone"] == (100.0, 10.0, 1)  # still read for its command
+        gone = owner_key(os.getuid(), "gone")
+        assert store.demand_history()[gone] == (100.0, 10.0, 1)  # still read for its command
     finally:
         store.close()
 
@@ -180,7 +185,7 @@ def test_a_settled_peak_is_counted_once_across_an_engine_restart(tmp_path: Path)
                 attempt.id, job.id, gpu_memory_peak_mib=4608.0, gpu_memory_peak_at=0.0
             )
         }
-        key = family(command, "/w")
+        key = owner_key(os.getuid(), family(command, "/w"))
         JobDemand(store).watch([live], usage, now=1.0)  # not settled yet (60 s)
         assert key not in store.family_history()
         JobDemand(store).watch([live], usage, now=61.0)
@@ -224,5 +229,5 @@ def test_a_runs_time_suspended_is_not_learned_when_it_ends_while_no_engine_runs(
     finally:
         conn.close()
     assert paused >= 2.0
-    run_s = family_rows(home)[family(tuple(command), str(home.root))][2]
+    run_s = family_rows(home)[owner_key(os.getuid(), family(tuple(command), str(home.root)))][2]
     assert run_s == pytest.approx(ended - started - paused, abs=0.01)

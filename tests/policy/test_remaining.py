@@ -109,7 +109,8 @@ def test_progress_first_then_history_then_unknown() -> None:
         ),
         (
             RemainingView(seconds=None, source="unknown", done=5.0),
-            "unknown (its progress lines give no TOTAL, and no finished run of its command",
+            "unknown (its progress lines give no TOTAL, and no finished run of its command "
+            "family by its owner)",
         ),
         (
             RemainingView(seconds=None, source="unknown", typical_s=60.0, elapsed_s=200.0),
@@ -118,7 +119,8 @@ def test_progress_first_then_history_then_unknown() -> None:
         ),
         (
             RemainingView(seconds=5400.0, source="history", typical_s=7200.0, elapsed_s=1800.0),
-            "~1.5 h (from its command family's history: its runs take 2.0 h, it has run 30 min)",
+            "~1.5 h (from its command family's history: its owner's runs take 2.0 h, it has "
+            "run 30 min)",
         ),
     ],
 )

@@ -18,7 +18,12 @@ from typing import Any, TypeVar
 
 from gpudesk.core.jobs import JobState
 from gpudesk.core.records import EventRecord
-from gpudesk.engine.store.family_backfill import FAMILY_HISTORY_VERSION, backfill_families
+from gpudesk.engine.store.family_backfill import (
+    FAMILY_HISTORY_VERSION,
+    OWNER_KEYS_VERSION,
+    backfill_families,
+    rekey_by_owner,
+)
 from gpudesk.engine.store.records import read_event
 from gpudesk.engine.store.schema import MIGRATIONS, SCHEMA_VERSION, IncompatibleStore, StoreError
 from gpudesk.text import safe_text
@@ -70,6 +75,8 @@ class StoreConnection:
                         conn.execute(statement)
                 if target == FAMILY_HISTORY_VERSION:  # its rows from what the store holds
                     backfill_families(conn)
+                if target == OWNER_KEYS_VERSION:  # its rows given to their owners
+                    rekey_by_owner(conn)
                 conn.execute(f"PRAGMA user_version = {target}")
 
     @contextmanager

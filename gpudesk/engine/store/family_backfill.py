@@ -2,19 +2,23 @@
 Its measured demand is keyed by exact command signature (a one-way hash), so each row is matched
 to its family through the jobs that ran that command; each succeeded job's last attempt gives
 its family a run time. A demand row no stored job matches stays in demand_history, still read
-for its own command."""
+for its own command. Schema 17's re-keying of both histories by owner, from the same jobs."""
 
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
-from gpudesk.policy.command_family import family
+from gpudesk.policy.command_family import family, owner_key
 from gpudesk.policy.demand import signature
 
 FAMILY_HISTORY_VERSION = 13  # the migration that makes family_history
+OWNER_KEYS_VERSION = 17  # the migration that keys both histories by owner
 
 
 @dataclass
@@ -34,19 +38,7 @@ def backfill_families(conn: sqlite3.Connection, now: float | None = None) -> int
     }
     families: dict[str, _Family] = {}
     folded: set[tuple[str, str]] = set()  # (signature, family) already counted
-    rows = conn.execute(
-        "SELECT j.spec, j.state, a.started_at, a.ended_at FROM jobs j LEFT JOIN attempts a "
-        "ON a.job_id = j.id AND a.number = (SELECT MAX(number) FROM attempts WHERE job_id = j.id)"
-    )
-    for spec_text, state, started, ended in rows:
-        try:
-            # only the two fields the keys need (what JobSpec.from_stored makes of them), so a
-            # spec of an older version reads too, and 100,000 jobs take a few seconds, once
-            data = json.loads(spec_text)
-            command = tuple(str(word) for word in data["command"])
-            workdir = data.get("workdir")
-        except (ValueError, TypeError, KeyError):
-            continue  # a damaged row: the store's damage report names it
+    for command, workdir, state, started, ended in _jobs(conn, "j.state, a.started_at, a.ended_at"):
         key = family(command, workdir)
         entry = families.setdefault(key, _Family())
         exact = signature(command, workdir)
@@ -79,3 +71,52 @@ def backfill_families(conn: sqlite3.Connection, now: float | None = None) -> int
         )
         written += 1
     return written
+
+
+def _jobs(conn: sqlite3.Connection, columns: str) -> Iterator[tuple[Any, ...]]:
+    """Each job's command, workdir and `columns` (of `j`, its job, and `a`, its last attempt)."""
+    rows = conn.execute(
+        f"SELECT j.spec, {columns} FROM jobs j LEFT JOIN attempts a ON a.job_id = j.id "
+        "AND a.number = (SELECT MAX(number) FROM attempts WHERE job_id = j.id)"
+    )
+    for spec_text, *rest in rows:
+        try:
+            # only the two fields the keys need (what JobSpec.from_stored makes of them), so a
+            # spec of an older version reads too, and 100,000 jobs take a few seconds, once
+            data = json.loads(spec_text)
+            command = tuple(str(word) for word in data["command"])
+        except (ValueError, TypeError, KeyError):
+            continue  # a damaged row: the store's damage report names it
+        yield (command, data.get("workdir"), *rest)
+
+
+def rekey_by_owner(conn: sqlite3.Connection, own_uid: int | None = None) -> None:
+    """Schema 17: demand_history and family_history keyed by owner (`owner_key`), each row
+    given to the owners of the jobs that ran its command or family (schema.py's 17 says how)."""
+    own = os.getuid() if own_uid is None else own_uid  # a job with no owner was the engine's
+    measured: dict[str, set[int]] = {}  # key -> owners whose runs it holds
+    seen: dict[str, set[int]] = {}  # key -> owners of any of its jobs
+    times: dict[str, list[float]] = {}  # owner key of a family -> its succeeded run times
+    # a job whose settled peak its family holds has an event saying so (SETTLED_EVENT)
+    settled = "EXISTS (SELECT 1 FROM events e WHERE e.job_id = j.id AND e.kind = 'history')"
+    columns = f"j.owner_uid, j.state, {settled}, a.started_at, a.ended_at, a.suspended_s"
+    for command, workdir, uid, state, peak, start, end, paused in _jobs(conn, columns):
+        uid, kin, ran = own if uid is None else uid, family(command, workdir), state == "succeeded"
+        for key in (signature(command, workdir), kin):
+            seen.setdefault(key, set()).add(uid)
+            if ran or (peak and key == kin):  # a settled peak is recorded for its family only
+                measured.setdefault(key, set()).add(uid)
+        if ran and start is not None and end is not None and end - start - (paused or 0) > 0:
+            times.setdefault(owner_key(uid, kin), []).append(end - start - (paused or 0))
+    for table in ("demand_history", "family_history"):
+        rows = conn.execute(f"SELECT * FROM {table}").fetchall()
+        conn.execute(f"DELETE FROM {table}")
+        for row in rows:
+            owners = measured.get(row[0]) or seen.get(row[0]) or {own}
+            for uid in owners:
+                values = [owner_key(uid, row[0]), *row[1:]]
+                if table == "family_history" and len(owners) > 1:  # her own run times only
+                    ran_s = times.get(values[0], [])
+                    values[4:6] = [sum(ran_s) / len(ran_s) if ran_s else None, len(ran_s)]
+                marks = ", ".join("?" * len(values))
+                conn.execute(f"INSERT INTO {table} VALUES ({marks})", values)

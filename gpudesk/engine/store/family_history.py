@@ -1,7 +1,7 @@
 """What each command family measured (schema 13; gpudesk.policy.command_family): the peak GPU
 memory and mean SM activity of its runs, recorded once a run's memory settled, and the mean
 run time of its succeeded runs (the remaining-time estimate's fallback); and how far its memory
-hints were off, per hint (schema 16; gpudesk.policy.hint_correction)."""
+hints were off, per hint (schema 16; gpudesk.policy.hint_correction). Per owner (schema 17)."""
 
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ class FamilyHistoryTables(StoreConnection):
         return row is not None
 
     def family_history(self) -> dict[str, FamilyRecord]:
-        """family -> what its runs measured."""
+        """owner:family (command_family.owner_key) -> what its runs measured."""
         return {
             row[0]: FamilyRecord(row[1], row[2], row[3], row[4], row[5])
             for row in self._conn.execute(

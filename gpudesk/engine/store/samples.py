@@ -219,7 +219,7 @@ class SampleTables(StoreConnection):
 
     # ----------------------------------------------------------------- demand
     def demand_history(self) -> dict[str, tuple[float, float, int]]:
-        """signature -> (peak memory MiB, SM %, runs) measured by earlier runs."""
+        """owner:signature (owner_key) -> (peak memory MiB, SM %, runs) of earlier runs."""
         return {
             row[0]: (row[1], row[2], row[3])
             for row in self._conn.execute(

@@ -295,6 +295,20 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (family, hint_mib)
     );
     """,
+    # 17: demand_history and family_history per owner, as family_hint_ratios are: keys become
+    # "{uid}:{signature}" and "{uid}:{family}" (policy.command_family.owner_key), so one member's
+    # runs in a shared folder never set another's room or remaining time. No column changes:
+    # store/family_backfill.py's rekey_by_owner gives each row to the owners whose jobs it holds
+    # (a succeeded job, or for a family one whose peak settled), read from the jobs table; a
+    # job stored without owner (schema 7) is the engine's user's. One such owner: the row is
+    # hers, exactly (always so on a personal engine). Several: the rows are sums and maxima that
+    # cannot be split, so each gets a copy of its memory and SM figures (the largest peak is at
+    # least her own, so no room shrinks: the safe side) and, for a family, the mean run time of
+    # her own succeeded jobs (their last attempts, less time suspended). A row no stored job
+    # matches goes to the engine's user (on a system engine no member reads it again).
+    """
+    -- the rows are re-keyed by store/family_backfill.py's rekey_by_owner
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
