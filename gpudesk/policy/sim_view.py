@@ -19,9 +19,10 @@ if TYPE_CHECKING:
     from gpudesk.policy.simulator import Simulation
 
 
-def _learn_hint_ratios(sim: Simulation) -> None:
+def learn_hint_ratios(sim: Simulation) -> None:
     """Each running job placed on its hint whose memory has settled tells its family how far
-    that hint was off (hint_correction), as the engine's family history learns it."""
+    that hint was off (hint_correction), as the engine's family history learns it: on every
+    event, queue or not (the engine reads every running job's peak on each telemetry tick)."""
     for run in sim.running:
         if run.demand.source == "hint" and run.peak_at + PEAK_SETTLED_S <= sim.now:
             sim.hint_ratios.learn(family_of(run), run.demand.memory_mib, run.job.peak_memory_mib)
@@ -46,7 +47,6 @@ def _remaining(sim: Simulation, run: SimRun) -> Remaining:
 
 def station_view(sim: Simulation) -> StationView:
     """The simulated station as the policy sees it, as the engine's `StationView` would show it."""
-    _learn_hint_ratios(sim)
     states = []
     for gpu in range(sim.gpu_count):
         tenants = []

@@ -60,7 +60,7 @@ from gpudesk.policy.schedule_pass import schedule_pass
 from gpudesk.policy.sim_order import FamilyRunTimes
 from gpudesk.policy.sim_preemption import leave_due, leaving_times, preempt_if_due, queue_key
 from gpudesk.policy.sim_records import Occupancy, Segment, SimResult, SimRun, sim_result
-from gpudesk.policy.sim_view import station_view
+from gpudesk.policy.sim_view import learn_hint_ratios, station_view
 from gpudesk.policy.trace import (
     ESTIMATORS,
     GUESSING_ESTIMATORS,
@@ -570,6 +570,7 @@ class Simulation:
 
     def _schedule(self) -> None:
         """The engine's scheduling pass (`schedule_pass`, as engine.scheduler runs it)."""
+        learn_hint_ratios(self)  # as the engine does, whether or not any job waits
         if not self.queue:
             return
         schedule_pass(

@@ -125,3 +125,47 @@ def test_carma_places_on_the_hint_as_given_and_auto_on_the_corrected_one() -> No
     assert [p.job_id for p in SharingPolicy("auto").place([job], view).placements] == [1]
     assert CarmaPolicy().place([job], view).placements == []
     assert CarmaPolicy().place([job], dataclasses.replace(view, demands={})).placements == []
+
+
+def test_a_hint_is_learned_when_its_run_settles_though_nothing_waits(tmp_path: Path) -> None:
+    # two sizes of family m start at once on an empty station and end before anything else
+    # arrives: no job waits while they settle, so no placement pass runs then. The engine
+    # learns each settled peak on its telemetry tick all the same; so must the simulator (it
+    # learned only during passes: the sweep day's batch-128 members, the first of each burst
+    # to end, were never learned, and the fourth burst waited on their raw hints)
+    import json
+
+    jobs = [
+        {"id": 1, "model": "m", "estimate_gpumemnet_mb": 16000, "peak_memory_mb": 7000},
+        {"id": 2, "model": "m", "estimate_gpumemnet_mb": 24000, "peak_memory_mb": 13000},
+        {
+            "id": 3,
+            "model": "m",
+            "arrival_s": 3600,
+            "estimate_gpumemnet_mb": 24000,
+            "peak_memory_mb": 13000,
+        },
+    ]
+    path = tmp_path / "t.json"
+    path.write_text(
+        json.dumps(
+            {
+                "name": "t",
+                "jobs": [
+                    {"arrival_s": 0, "exclusive_minutes": 30, "class": "light", **j} for j in jobs
+                ],
+            }
+        )
+    )
+    sim = Simulation(load_trace(path), policy="auto", station="sim:a100-40gbx2")
+    seen: dict[int, Demand] = {}
+    place = sim._place
+
+    def spy(view: StationView) -> object:
+        seen.update(view.demands)
+        return place(view)
+
+    sim._place = spy  # type: ignore[method-assign]
+    sim.run()
+    assert seen[3].source == CORRECTED_SOURCE
+    assert seen[3].memory_mib == pytest.approx(24000 * 13000 / 24000)
