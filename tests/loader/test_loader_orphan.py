@@ -3,7 +3,8 @@
 stops, cleaning up as on a normal stop, once none has read it for the grace
 (GPUDESK_LOADER_ORPHAN_GRACE_S, 1 s here). Its engine here is engine_stand_in.py, which starts
 a real `gpudesk loader serve ... --managed` as the engine does; a test kills it, as an engine
-that stopped.
+that stopped. And the home's teardown (conftest.py) kills a producer that had not yet written
+its info file.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any
 
 import psutil
 import pytest
-from conftest import wait_for
+from conftest import EngineHandle, wait_for
 from test_loader import FACTORY, GPUDESK, Loaders, assert_exactly_once
 
 from gpudesk.loader.orphan import ENV_ORPHAN_GRACE_S
@@ -181,3 +182,34 @@ def test_an_orphaned_producer_serves_its_consumers_to_the_end_then_stops(
         assert epoch["data_ok"]
     producer.gone()  # its consumer said goodbye: no engine, no consumer, so it stops
     assert_stopped_as_an_orphan(producer)
+
+
+def test_the_homes_teardown_kills_a_producer_that_has_not_written_its_info_file(
+    home: Home, tmp_path: Path
+) -> None:
+    """A producer the engine started just before it stopped: its info file comes seconds later,
+    after the teardown looked for it. Here it is held before it imports gpudesk at all (its
+    sitecustomize waits on a pipe the test never writes), so it has no info file."""
+    hold = tmp_path / "hold"
+    hold.mkdir()
+    (hold / "sitecustomize.py").write_text("import os\nos.read(int(os.environ['HOLD_FD']), 1)\n")
+    read_end, write_end = os.pipe()
+    env = {
+        **os.environ,
+        "GPUDESK_HOME": str(home.root),
+        "HOLD_FD": str(read_end),
+        "PYTHONPATH": os.pathsep.join([str(hold), os.environ.get("PYTHONPATH", "")]),
+    }
+    proc = subprocess.Popen(
+        SERVE, env=env, pass_fds=(read_end,), start_new_session=True, stdin=subprocess.DEVNULL
+    )
+    os.close(read_end)
+    try:
+        assert not home.loader_dir.exists() or not list(home.loader_dir.glob("*.json"))
+        EngineHandle(home).cleanup_jobs()
+        assert proc.wait(10) == -signal.SIGKILL
+    finally:
+        os.close(write_end)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
