@@ -390,12 +390,35 @@ class EngineHandle:
                     containment.remove(cgroup, wait=2.0)
             with contextlib.suppress(OSError):
                 folder.rmdir()
-        # ... and every shared-loader producer it started (each leads its own session)
+        # ... and every shared-loader producer it started (each leads its own session): those
+        # that wrote an info file, and those that had not yet (the engine stopped 50 ms after
+        # starting one, whose info file came 2 s later), found by the home their environment
+        # names. The engine is gone by now, and its launch returned only once the producer
+        # ran the command: nothing it started can appear after this look.
+        pids = set(loader_producers(self.home))
         for info in self.home.loader_dir.glob("*.json"):
             with contextlib.suppress(ValueError, OSError, KeyError, TypeError):
-                pid = int(json.loads(info.read_text())["pid"])
-                with contextlib.suppress(ProcessLookupError, PermissionError):
+                pids.add(int(json.loads(info.read_text())["pid"]))
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                # its session's group, workers included; never a group it does not lead (a
+                # producer a test started by hand is in pytest's own)
+                if os.getpgid(pid) == pid:
                     os.killpg(pid, signal.SIGKILL)
+                else:
+                    os.kill(pid, signal.SIGKILL)
+
+
+def loader_producers(home: Home) -> Iterator[int]:
+    """The pids of the `gpudesk loader serve` processes whose environment names `home`
+    (GPUDESK_HOME, as the engine starts them), whether or not they have written their info file."""
+    for proc in psutil.process_iter(["cmdline"]):
+        words = [os.path.basename(word) for word in proc.info["cmdline"] or ()]
+        if not any(words[i : i + 3] == ["gpudesk", "loader", "serve"] for i in range(len(words))):
+            continue
+        with contextlib.suppress(psutil.Error):
+            if proc.environ().get("GPUDESK_HOME") == str(home.root):
+                yield proc.pid
 
 
 @pytest.fixture

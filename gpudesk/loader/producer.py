@@ -44,6 +44,7 @@ from gpudesk.loader.batch_plan import BatchPlan
 from gpudesk.loader.consumer_state import HOLD_WINDOW_S, ConsumerState, need_slots
 from gpudesk.loader.device_decode import DeviceDecoder, decoder_for
 from gpudesk.loader.fetch import Key, RingWriter, Source, passthrough
+from gpudesk.loader.orphan import IdleExit
 from gpudesk.loader.producer_config import (
     ProducerConfig,
     check_socket_paths,
@@ -238,7 +239,9 @@ class Producer:
     # ------------------------------------------------------------------- loop
     def _loop(self) -> int:
         last_check = time.monotonic()
-        idle_since = time.monotonic()
+        self.idle = IdleExit(
+            self.config.name, self.config.idle_exit_s, self.config.managed, last_check
+        )
         while not self.stopping:
             pull = bool(self.consumers) and self._wants_pull()
             # Block on the control socket until something happens, or until the next liveness
@@ -256,17 +259,7 @@ class Producer:
             if now - last_check >= LIVENESS_EVERY_S:
                 last_check = now
                 self._check_consumers()
-                if self.consumers:
-                    idle_since = now
-                elif (
-                    self.config.idle_exit_s is not None
-                    and now - idle_since >= self.config.idle_exit_s
-                ):
-                    log.info(
-                        "loader %s: no consumer for %.0f s, stopping",
-                        self.config.name,
-                        self.config.idle_exit_s,
-                    )
+                if self.idle.stops(bool(self.consumers), now):
                     break
             if time.time() - self.last_info >= INFO_EVERY_S:
                 self._write_info()

@@ -146,6 +146,57 @@ def test_stopping_the_engine_stops_producers_no_running_job_reads(
     wait_for(lambda: not process_alive(pid), 10.0, what="the idle producer to stop")
 
 
+# A job that outlives its engine: reads an epoch, then holds its loader until `gate` exists.
+HOLDING = textwrap.dedent("""
+    import os, sys, time
+    from gpudesk.loader import SharedLoader
+    name, read, gate = sys.argv[1:4]
+    loader = SharedLoader(name, with_ids=True)
+    batches = sum(1 for _ in loader)
+    with open(read, "w") as f:
+        f.write(f"{batches} {loader.mode}")
+    while not os.path.exists(gate):
+        time.sleep(0.02)
+    loader.close()
+""")
+
+
+@pytest.mark.slow(12)
+def test_a_producer_left_to_a_job_by_a_stopped_engine_stops_once_the_job_ends(
+    home: Home, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`gpudesk engine stop` leaves running jobs running, and their producer with them; once
+    they end, the producer, orphaned, stops by itself after its grace (1 s here) instead of
+    holding its shared memory for ever (gpudesk/loader/orphan.py)."""
+    from gpudesk.loader.status import collect
+
+    monkeypatch.setenv("GPUDESK_LOADER_ORPHAN_GRACE_S", "1")
+    handle = EngineHandle(home)
+    handle.start(slots=2)
+    handle.client.request("datasets", datasets=[DATASET])
+    script, read, gate = tmp_path / "holding.py", tmp_path / "read", tmp_path / "gate"
+    script.write_text(HOLDING)
+    command = [sys.executable, str(script), "syn", str(read), str(gate)]
+    handle.submit({"name": "holding", "command": command, "dataset": "syn"})
+    wait_for(lambda: read.exists() and read.read_text(), 30.0, what="the job to read an epoch")
+    assert read.read_text() == "15 shared"
+    pid = producer_pid(handle)
+    assert pid is not None
+    log = home.loader_log("syn")
+    assert "is gone" not in log.read_text()  # it knows its engine: the engine's pid it was given
+    handle.stop()  # "engine stopping; 1 attempt(s) keep running"
+    # Its job still holds it: it serves on, orphaned, for 3 graces and more
+    (status,) = collect("syn", home)
+    until = status["uptime_s"] + 3
+    wait_for(lambda: collect("syn", home)[0].get("uptime_s", 0) >= until, 30.0, what="uptime")
+    assert [c["pid"] for c in collect("syn", home)[0]["consumers"]] != []
+    gate.touch()  # the job ends, and lets the producer go
+    wait_for(lambda: not process_alive(pid), 30.0, what="the orphaned producer to stop")
+    assert not home.loader_paths("syn")[2].exists()
+    said = log.read_text()
+    assert "is gone and no consumer has read it for 1 s: stopping" in said, said
+
+
 @pytest.mark.slow(15)
 def test_a_job_with_its_own_selection_gets_a_loader_of_its_own_and_is_recorded_as_a_reuse(
     loader_engine: EngineHandle, tmp_path: Path

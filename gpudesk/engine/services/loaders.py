@@ -28,6 +28,7 @@ from gpudesk import trust
 from gpudesk.core.datasets import VARIANT_SEPARATOR, DatasetSpec
 from gpudesk.core.identity import Identity
 from gpudesk.env_seconds import env_seconds
+from gpudesk.loader.orphan import ENV_ENGINE_PID
 from gpudesk.loader.protocol import (
     ENV_DATASET,
     ENV_RESUME_S,
@@ -267,10 +268,12 @@ class LoaderSupervisor:
         system engine's as the dataset's owner (never root), with an environment the engine
         built, in a folder of that owner's (loader/station_access.py). A string: why not."""
         home = self.home
-        # Staging on a GPU: the first job's, as the producer's only visible device.
-        on_gpu = {"CUDA_VISIBLE_DEVICES": producer.gpu or ""} if staged_on_gpu(producer) else {}
+        # Staging on a GPU: the first job's, as the producer's only visible device; and who
+        # started it: it stops once this engine is gone and no job reads it (loader/orphan.py)
+        ours = {ENV_ENGINE_PID: str(os.getpid())}
+        ours |= {"CUDA_VISIBLE_DEVICES": producer.gpu or ""} if staged_on_gpu(producer) else {}
         if home.system_socket is None:
-            return {"env": {**os.environ, "GPUDESK_HOME": str(home.root), **on_gpu}}
+            return {"env": {**os.environ, "GPUDESK_HOME": str(home.root), **ours}}
         spec = producer.spec
         who = producer_identity(spec.owner, producer.owner, folder_owner(home, spec.name))
         if isinstance(who, str):
@@ -282,7 +285,7 @@ class LoaderSupervisor:
         extra = {
             "GPUDESK_HOME": str(home.root),
             "GPUDESK_SOCKET": str(home.system_socket),
-            **on_gpu,
+            **ours,
         }
         if os.environ.get(ENV_STAGING):  # the engine's own setting (root's service), not hers
             extra[ENV_STAGING] = os.environ[ENV_STAGING]
