@@ -66,7 +66,12 @@ class TraceJob:
 class Trace:
     name: str
     station: str
-    jobs: tuple[TraceJob, ...]
+    jobs: tuple[TraceJob, ...]  # in arrival order, however the trace was made
+
+    def __post_init__(self) -> None:
+        # the simulator takes the jobs in this order as they arrive
+        ordered = tuple(sorted(self.jobs, key=lambda j: (j.arrival_s, j.id)))
+        object.__setattr__(self, "jobs", ordered)
 
 
 def _percent(raw: Mapping[str, Any], key: str) -> float | None:
@@ -143,7 +148,6 @@ def load_trace(path: str | Path) -> Trace:
                 f"{path}: jobs[{i}]: checkpoint_s must be 0 to {MAX_PREEMPT_GRACE_S:g} s (a "
                 "preempted job must save within its grace)"
             )
-    jobs.sort(key=lambda j: (j.arrival_s, j.id))
     return Trace(str(data.get("name", Path(path).stem)), str(data.get("station", "")), tuple(jobs))
 
 

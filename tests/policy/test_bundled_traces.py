@@ -48,3 +48,26 @@ def test_the_issue_39_traces_are_what_the_script_writes(tmp_path: Path) -> None:
     assert h100.station == "h100"
     assert sum(j.job_class == "heavy" for j in h100.jobs) == 4
     assert sum(j.job_class == "light" for j in h100.jobs) == 40
+
+
+def test_the_jitter_bench_moves_each_arrival_within_its_bound_and_the_same_each_run() -> None:
+    # bench/trace_jitter.py: replay 0 is the trace as published; another moves every arrival
+    # by at most ±M minutes (never below 0), the same draws each run, and keeps them in arrival
+    # order
+    spec = importlib.util.spec_from_file_location(
+        "trace_jitter", ROOT / "bench" / "trace_jitter.py"
+    )
+    assert spec is not None and spec.loader is not None
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    t1 = load_trace(ROOT / "traces" / "carma-philly-t1.json")
+    assert script.jittered(t1, 0, 5.0) is t1
+    moved = script.jittered(t1, 3, 5.0)
+    assert moved == script.jittered(t1, 3, 5.0) and moved != script.jittered(t1, 4, 5.0)
+    published = {j.id: j.arrival_s for j in t1.jobs}
+    shifts = [m.arrival_s - published[m.id] for m in moved.jobs]
+    assert all(m.arrival_s >= 0.0 for m in moved.jobs) and len(shifts) == len(published)
+    # a trace's jobs are in arrival order however it was made (the simulator takes them so)
+    assert [m.arrival_s for m in moved.jobs] == sorted(m.arrival_s for m in moved.jobs)
+    assert [m.id for m in moved.jobs] != [j.id for j in t1.jobs]
+    assert all(abs(s) <= 300.0 for s in shifts) and sum(abs(s) > 60.0 for s in shifts) > 30
