@@ -205,6 +205,10 @@ def test_the_homes_teardown_kills_a_producer_that_has_not_written_its_info_file(
     )
     os.close(read_end)
     try:
+        # Popen returns once the exec began; the kernel fills in /proc/PID/cmdline and environ a
+        # moment later (a loaded machine showed the gap). An engine's producer is seconds old by
+        # the time the teardown looks; this one must be as far as that.
+        wait_for(lambda: "serve" in psutil.Process(proc.pid).cmdline(), what="its command line")
         assert not home.loader_dir.exists() or not list(home.loader_dir.glob("*.json"))
         EngineHandle(home).cleanup_jobs()
         assert proc.wait(10) == -signal.SIGKILL
