@@ -12,26 +12,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gpudesk.metrics.histogram import Buckets, Histogram
+from gpudesk.metrics.histogram import Buckets, Histogram, one_two_five
 
 # Upper bounds (seconds) of the decision-time histogram's buckets: a pass over a short queue
 # takes well under a millisecond, one over thousands of waiting jobs some milliseconds
 # (docs/benchmarks.md), a slow one (a learned model over many GPUs) more.
-DECISION_BUCKETS_S = (
-    0.0001,
-    0.00025,
-    0.0005,
-    0.001,
-    0.0025,
-    0.005,
-    0.01,
-    0.025,
-    0.05,
-    0.1,
-    0.25,
-    0.5,
-    1.0,
-)
+DECISION_BUCKETS_S = one_two_five(0.0001, 1.0)
 
 
 @dataclass

@@ -24,28 +24,13 @@ import heapq
 from collections import deque
 
 from gpudesk.core.wire.station import LoopRequest, LoopTimingView, LoopTurn, LoopTurns
-from gpudesk.metrics.histogram import Buckets, Histogram
+from gpudesk.metrics.histogram import Buckets, Histogram, one_two_five
 
 # Upper bounds (seconds) of the histograms' buckets. A ping or a status is well under a
 # millisecond; listing thousands of jobs takes tens to hundreds (docs/benchmarks.md, issue 36);
 # the top buckets are there to tell a stall of seconds from one of a minute. The issue's target
 # is a p99 <= 50 ms, so 0.05 is a bound.
-BUCKETS_S = (
-    0.0005,
-    0.001,
-    0.0025,
-    0.005,
-    0.01,
-    0.025,
-    0.05,
-    0.1,
-    0.25,
-    0.5,
-    1.0,
-    2.5,
-    5.0,
-    10.0,
-)
+BUCKETS_S = one_two_five(0.0005, 10.0)
 # Assumption: the latest 4096 requests cover the last minute or more of a busy station (a desk
 # asks about twice a second, a `gpudesk top` once), long enough to hold the stall a user just
 # saw; 4096 small tuples are some hundreds of KiB.

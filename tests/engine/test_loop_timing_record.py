@@ -50,3 +50,14 @@ def test_a_turn_is_its_steps_sum_and_names_its_slowest_step() -> None:
     assert turns.slowest == [LoopTurn(ms=33.0, step="schedule", step_ms=30.0)]
     _, by_step = timing.histograms()
     assert [name for name, _ in by_step] == ["attempts", "metrics", "schedule"]
+
+
+def test_bucket_bounds_are_the_one_two_five_series_a_scrape_shows() -> None:
+    from gpudesk.engine.activity import DECISION_BUCKETS_S
+
+    # the decision times' and the loop's bounds, as they were written out before, and as a
+    # scrape prints them (`le="0.00025"`, never 0.00025000000000000006)
+    decisions = "0.0001 0.00025 0.0005 0.001 0.0025 0.005 0.01 0.025 0.05 0.1 0.25 0.5 1.0"
+    assert " ".join(map(repr, DECISION_BUCKETS_S)) == decisions
+    loop = "0.0005 0.001 0.0025 0.005 0.01 0.025 0.05 0.1 0.25 0.5 1.0 2.5 5.0 10.0"
+    assert " ".join(map(repr, BUCKETS_S)) == loop
