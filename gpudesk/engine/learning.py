@@ -81,6 +81,7 @@ class Tracker:
     attempt_id: int
     job_id: int
     signature: str
+    owner: int  # the job's owner's uid: whose voice its observations are (learner `_blend`)
     work: Workload
     reader: ProgressReader
     progress: Progress
@@ -140,7 +141,7 @@ class StationLearning:
                 log.warning("a stored observation on %s is unreadable: %s", row.gpu_model, exc)
                 continue
             kept.setdefault(row.gpu_model, []).append(
-                KeptObservation(obs, row.observed_at, row.source == "calibrated")
+                KeptObservation(obs, row.observed_at, row.source == "calibrated", row.owner)
             )
         for gpu_model in sorted({*frozen, *kept}):
             self.learner.restore(gpu_model, kept.get(gpu_model, ()), frozen.get(gpu_model))
@@ -166,10 +167,12 @@ class StationLearning:
         obs: Observation,
         source: str = "learned",
         at: float | None = None,
+        owner: int | None = None,
     ) -> str | None:
-        """Feed one observation; returns the parameter it informs (None: it said nothing and is
-        not kept). It is stored at once and placement sees the refitted parameters."""
-        return self.observe_many(gpu_model, [obs], source, at)[0]
+        """Feed one observation (`owner`: the uid whose job showed it); returns the parameter it
+        informs (None: it said nothing and is not kept). It is stored at once and placement
+        sees the refitted parameters."""
+        return self.observe_many(gpu_model, [obs], source, at, owner)[0]
 
     def observe_many(
         self,
@@ -177,6 +180,7 @@ class StationLearning:
         observations: Sequence[Observation],
         source: str = "learned",
         at: float | None = None,
+        owner: int | None = None,
     ) -> list[str | None]:
         """`observe` each, stored in one transaction and refitted once (a calibration sends
         dozens): for each, the parameter it informs, or None."""
@@ -185,13 +189,14 @@ class StationLearning:
         at = time.time() if at is None else at
         names = [self.learner.informs(gpu_model, obs) for obs in observations]
         kept = [
-            KeptObservation(obs, at, source == "calibrated")
+            KeptObservation(obs, at, source == "calibrated", owner)
             for obs, name in zip(observations, names, strict=True)
             if name is not None
         ]
         if not kept:
             return names
-        rows = [StoredObservation(gpu_model, source, at, observation_to_json(k.obs)) for k in kept]
+        json_of = observation_to_json
+        rows = [StoredObservation(gpu_model, source, at, json_of(k.obs), owner) for k in kept]
         for row in rows:
             # what is stored must read back, or a new engine would refit from less (ValueError:
             # a rate above the wire's bound, which only a bad rate alone could give)
@@ -345,6 +350,7 @@ class StationLearning:
             attempt.attempt.id,
             job.id,
             signature(job.spec.command, job.spec.workdir),
+            job.owner.uid,
             self._workload(attempt),
             reader,
             Progress(tenancy),
@@ -380,7 +386,7 @@ class StationLearning:
             return
         gpu_model = self._gpu_model(tracker.progress.tenancy.gpu)
         try:
-            name = self.observe(gpu_model, obs, "learned")
+            name = self.observe(gpu_model, obs, "learned", owner=tracker.owner)
         except Exception:
             log.exception("could not store what job %d's telemetry showed", tracker.job_id)
             return
@@ -416,7 +422,7 @@ class StationLearning:
         obs = interval.observation(tracker.work, alone)
         gpu_model = self._gpu_model(interval.tenancy.gpu)
         try:
-            name = self.observe(gpu_model, obs, "learned")
+            name = self.observe(gpu_model, obs, "learned", owner=tracker.owner)
         except Exception:
             log.exception("could not store what job %d's progress showed", tracker.job_id)
             return

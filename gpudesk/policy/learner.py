@@ -5,6 +5,7 @@ jointly from the observations kept per GPU model.
 
 from __future__ import annotations
 
+import statistics
 from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -146,6 +147,9 @@ class KeptObservation:
     obs: Observation
     at: float | None = None
     calibrated: bool = False
+    # Whose job showed it: its owner's uid (None: an admin's calibration, or the simulator's
+    # one user). The fit hears each owner as one voice (`Learner._blend`).
+    owner: int | None = None
 
 
 @dataclass(frozen=True)
@@ -337,14 +341,28 @@ class Learner:
 
     def _blend(self, fit: _Fit, implied: Iterable[tuple[str, float] | None]) -> ModelParams:
         """Each observed parameter: the mean of its prior (weighted as `PRIOR_WEIGHT`), its
-        frozen totals and the values implied; the others stay at the prior."""
+        frozen totals and the values implied (`implied`: one per kept observation, in order);
+        the others stay at the prior. Where the kept observations of a parameter come from
+        more than one owner, each owner is one voice: the median of their means stands for
+        all of them. The model places every member's jobs, and a job's progress is the
+        member's to print: one member's jobs, however many, and whatever slowed them (an
+        input-bound loop, a stalled or false progress line), then move it no further than the
+        other members' allow, where a plain mean would follow whoever observed the most."""
         sums = {name: t.total for name, t in fit.frozen.items()}
         counts = {name: t.count for name, t in fit.frozen.items()}
-        for said in implied:
+        voices: dict[str, dict[int | None, list[float]]] = {}
+        for kept, said in zip(fit.kept, implied, strict=True):
             if said is not None:
                 name, value = said
                 sums[name] = sums.get(name, 0.0) + value
                 counts[name] = counts.get(name, 0) + 1
+                voices.setdefault(name, {}).setdefault(kept.owner, []).append(value)
+        for name, by_owner in voices.items():
+            if len(by_owner) > 1:
+                frozen = fit.frozen.get(name)
+                heard = sum(len(values) for values in by_owner.values())
+                typical = statistics.median(statistics.fmean(v) for v in by_owner.values())
+                sums[name] = (frozen.total if frozen else 0.0) + heard * typical
         fit.counts = counts
         return self.prior.with_values(
             {

@@ -401,3 +401,32 @@ def test_a_job_alone_teaches_the_kernel_active_gap_from_telemetry(
     (stored,) = store.model_observations()
     assert stored.source == "learned"
     assert any(e.kind == "model" and "kernel-active 54%" in e.message for e in store.events(job.id))
+
+
+def test_each_member_is_one_voice_and_a_new_engine_hears_them_so(tmp_path: Path) -> None:
+    # ada's jobs read a co-tenant cost of 0.5 twenty times, bob's and cy's 0.05 twice each:
+    # the station learns the median of the three (0.05), and so does the next engine from the
+    # store, which keeps whose job showed each observation (schema 18); a v17 row (no owner)
+    # reads back as None, a calibration's voice
+    store = Store.open(tmp_path / "db")
+    first = learning(store)
+    for i in range(20):
+        first.observe(A100, pair(0.5), "learned", at=float(i), owner=1001)
+    for who in (1002, 1003):
+        for i in range(2):
+            first.observe(A100, pair(0.95), "learned", at=float(30 + i), owner=who)
+    learned = first.model.params(A100).mps_tenant_cost
+    assert learned == pytest.approx((0.04 * PRIOR_WEIGHT + 24 * 0.05) / (PRIOR_WEIGHT + 24))
+    assert sorted({o.owner for o in store.model_observations()}, key=str) == [1001, 1002, 1003]
+    store.close()
+    store = Store.open(tmp_path / "db")
+    assert learning(store).model.params(A100).mps_tenant_cost == pytest.approx(learned)
+    store.close()
+    conn = sqlite3.connect(tmp_path / "db")
+    conn.execute("UPDATE model_observations SET owner_uid = NULL")
+    conn.commit()
+    conn.close()
+    store = Store.open(tmp_path / "db")
+    one_voice = (0.04 * PRIOR_WEIGHT + 20 * 0.5 + 4 * 0.05) / (PRIOR_WEIGHT + 24)
+    assert learning(store).model.params(A100).mps_tenant_cost == pytest.approx(one_voice)
+    store.close()

@@ -37,6 +37,7 @@ class StoredObservation:
     source: str
     observed_at: float | None
     observation: str
+    owner: int | None = None  # the uid whose job showed it (None: a calibration)
 
 
 @dataclass(frozen=True)
@@ -76,10 +77,11 @@ class ModelParamTables(StoreConnection):
                 str(row["source"]),
                 None if row["observed_at"] is None else float(row["observed_at"]),
                 str(row["observation"]),
+                None if row["owner_uid"] is None else int(row["owner_uid"]),
             )
             for row in self._conn.execute(
-                "SELECT gpu_model, source, observed_at, observation FROM model_observations "
-                "ORDER BY id"
+                "SELECT gpu_model, source, observed_at, observation, owner_uid "
+                "FROM model_observations ORDER BY id"
             )
         ]
 
@@ -88,9 +90,9 @@ class ModelParamTables(StoreConnection):
         (the learner's bound, so the store holds what the learner holds), all or nothing."""
         with self.transaction() as conn:
             conn.executemany(
-                "INSERT INTO model_observations (gpu_model, source, observed_at, observation) "
-                "VALUES (?, ?, ?, ?)",
-                [(r.gpu_model, r.source, r.observed_at, r.observation) for r in rows],
+                "INSERT INTO model_observations (gpu_model, source, observed_at, observation, "
+                "owner_uid) VALUES (?, ?, ?, ?, ?)",
+                [(r.gpu_model, r.source, r.observed_at, r.observation, r.owner) for r in rows],
             )
             for gpu_model in sorted({r.gpu_model for r in rows}):
                 conn.execute(

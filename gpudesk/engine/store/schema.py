@@ -295,6 +295,11 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (family, hint_mib)
     );
     """,
+    # 18: whose job each kept observation came from (its uid; NULL: a calibration, or a row kept
+    # before), so the learner hears each member as one voice (policy/learner.py `_blend`).
+    """
+    ALTER TABLE model_observations ADD COLUMN owner_uid INTEGER;
+    """,
     # 17: demand_history and family_history per owner, as family_hint_ratios are: keys become
     # "{uid}:{signature}" and "{uid}:{family}" (policy.command_family.owner_key), so one member's
     # runs in a shared folder never set another's room or remaining time. No column changes:

@@ -1,0 +1,58 @@
+"""One member's jobs cannot pull the interference model every member is placed with: where the
+kept observations of a parameter come from more than one owner, the learner hears each owner as
+one voice (the median of their means), however many observations each sent
+(gpudesk/policy/learner.py `_blend`). A station of one user learns exactly as before."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpudesk.policy.interference import (
+    DEFAULT_PARAMS,
+    PRIOR_WEIGHT,
+    KeptObservation,
+    Learner,
+    Observation,
+    Workload,
+)
+
+GPU = "NVIDIA A100-SXM4-40GB"
+LIGHT = Workload(0.2, 0.1)
+
+
+def pair(rate: float) -> Observation:
+    """A light job beside another under MPS, below a full GPU: it tells the co-tenant cost
+    (1 - rate for one co-tenant)."""
+    return Observation("mps", LIGHT, (LIGHT,), rate)
+
+
+def learned(observations: list[tuple[Observation, int | None]]) -> float:
+    learner = Learner()
+    learner.observe_all(
+        GPU, [KeptObservation(o, float(i), False, who) for i, (o, who) in enumerate(observations)]
+    )
+    return learner.params(GPU).mps_tenant_cost
+
+
+def test_one_member_flooding_stalled_progress_does_not_move_the_station_model() -> None:
+    # ada's input-bound jobs (or a false progress line) read as a co-tenant cost of 0.5, sixty
+    # times; bob's and cy's three each read 0.05. A plain mean would follow ada (~0.45), and the
+    # robust rule would then refuse sharing to everyone
+    flood = [(pair(0.5), 1001)] * 60 + [(pair(0.95), 1002)] * 3 + [(pair(0.95), 1003)] * 3
+    cost = learned(flood)
+    assert cost == pytest.approx((0.04 * PRIOR_WEIGHT + 66 * 0.05) / (PRIOR_WEIGHT + 66))
+    plain = (0.04 * PRIOR_WEIGHT + 60 * 0.5 + 6 * 0.05) / (PRIOR_WEIGHT + 66)
+    assert plain > 0.4 and cost < 0.06
+
+
+def test_two_members_are_heard_equally_and_one_member_as_before() -> None:
+    two = [(pair(0.5), 1001)] * 30 + [(pair(0.9), 1002)] * 2
+    assert learned(two) == pytest.approx(
+        (0.04 * PRIOR_WEIGHT + 32 * (0.5 + 0.1) / 2) / (PRIOR_WEIGHT + 32)
+    )
+    # one owner, or none (a calibration; the simulator): the plain mean, to the last digit
+    alone = [(pair(0.5), 1001)] * 30 + [(pair(0.9), 1001)] * 2
+    nobody = [(o, None) for o, _ in alone]
+    expected = (0.04 * PRIOR_WEIGHT + 30 * 0.5 + 2 * 0.1) / (PRIOR_WEIGHT + 32)
+    assert learned(alone) == learned(nobody) == pytest.approx(expected)
+    assert DEFAULT_PARAMS.mps_tenant_cost == 0.04
