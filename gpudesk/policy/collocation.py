@@ -10,9 +10,10 @@ and a `StationView`, so the live engine and `gpudesk simulate` run the same code
   GPUs, keeping idle GPUs for heavy jobs;
 - collocation only where memory fits with a margin (need + 2 GiB free after a 512 MiB reserve,
   counting both what tenants reserved and what the GPU measures; a tenant's reservation is its
-  estimate until its real peak is known) and compute does too: the GPU is not saturated over the
-  recent window and the tenants' combined SM demand stays within 120 %; among those GPUs, the
-  one left least loaded;
+  estimate until its real peak is known) and the interference model predicts the station
+  gains work per second there (the job's rate less what its tenants lose; a heavy job never
+  beside a heavy tenant); among those GPUs, the one that gains the most (ties: the most memory
+  left);
 - MPS where the GPU's MPS server is usable, else naive time-slicing (admitted by kernel-active
   time, which is what time-slicing shares out). Per job, time-slicing beside the MPS server's
   clients instead, where that gains the station more (a bandwidth-bound pair). Sharing is
