@@ -190,6 +190,7 @@ def run(args: argparse.Namespace, out: Any = sys.stdout) -> dict[str, Any]:
         if gap_s > 0:
             time.sleep(min(gap_s, max(0.0, end - time.perf_counter())))
     elapsed = max(last_done - start, 1e-9)
+    total = max(time.perf_counter() - start, 1e-9)
     summary = {
         "probe": "summary",
         "intensity": intensity.name,
@@ -201,7 +202,8 @@ def run(args: argparse.Namespace, out: Any = sys.stdout) -> dict[str, Any]:
         "burst": burst,
         "kernel_ms": round(kernel_ms, 5),
         "gap_ms": round(gap_ms, 4),
-        "busy_share": round(busy_s / max(time.perf_counter() - start, 1e-9), 4),
+        "busy_share": round(busy_s / total, 4),
+        "idle_s": round(total - busy_s, 4),  # its gaps: at least (steps - 1) x gap_ms
     }
     say(f"progress {steps}")
     say(json.dumps(summary))
