@@ -7,7 +7,8 @@ its *tenancy* stayed the same: its mode, its MIG slice
 and the other attempts on its GPU. When an interval of at least `observe_min_s` ends (a co-tenant
 starts or ends, or the job ends), its rate (DONE per second, from the interval's first to its last
 progress line) is compared with the job's rate alone on a GPU: measured earlier in the same
-attempt, or remembered for the same command (its `demand.signature`) from earlier runs. Their
+attempt, or remembered for the same command (its `demand.signature`) from its owner's earlier
+runs (never another member's: she would set the yardstick of this one's observations). Their
 ratio is an `interference.Observation`. The `Learner` keeps it (if it informs a parameter) and
 refits every parameter jointly from the observations it keeps; the observation is stored at once
 (the store keeps what the learner keeps), and placement sees the new parameters at its next
@@ -38,6 +39,7 @@ from gpudesk.env_seconds import env_seconds
 from gpudesk.hw import runner
 from gpudesk.hw.telemetry.model import MPS_SERVER
 from gpudesk.joblog.progress import ProgressLine, ProgressReader
+from gpudesk.policy.command_family import owner_key
 from gpudesk.policy.demand import DEFAULT_SM_PCT, signature
 from gpudesk.policy.interference import (
     FrozenTotal,
@@ -80,7 +82,7 @@ class Tracker:
 
     attempt_id: int
     job_id: int
-    signature: str
+    signature: str  # its owner's and command's (`owner_key`): the key of its rate alone
     owner: int  # the job's owner's uid: whose voice its observations are (learner `_blend`)
     work: Workload
     reader: ProgressReader
@@ -349,7 +351,7 @@ class StationLearning:
         return Tracker(
             attempt.attempt.id,
             job.id,
-            signature(job.spec.command, job.spec.workdir),
+            owner_key(job.owner.uid, signature(job.spec.command, job.spec.workdir)),
             job.owner.uid,
             self._workload(attempt),
             reader,

@@ -5,6 +5,7 @@ tests/joblog/test_progress.py's."""
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import time
 from collections.abc import Sequence
@@ -264,9 +265,13 @@ def fake_attempt(store: Store, tmp_path: Path, attempt_id: int, job_id: int) -> 
     )
 
 
+@pytest.mark.parametrize("members", [False, True], ids=["her-own-run", "another-members-run"])
 def test_a_rate_alone_remembered_from_an_earlier_run_serves_a_later_one(
-    store: Store, tmp_path: Path
+    store: Store, tmp_path: Path, members: bool
 ) -> None:
+    """... of the same owner only (schema 19): a member's run of the same command in a shared
+    folder has no rate alone of hers to be read against, and teaches nothing."""
+    from gpudesk.core.identity import Identity
     from gpudesk.core.jobs import JobSpec
 
     same, other = store.submit(
@@ -276,6 +281,10 @@ def test_a_rate_alone_remembered_from_an_earlier_run_serves_a_later_one(
         ],
         None,
     )
+    later = same
+    if members:  # the second run of the same command, in the same folder, is another member's
+        ada = Identity.of(os.getuid() + 1, os.getgid(), ())
+        (later,) = store.submit([JobSpec(name="same", command=("train",), workdir="/w")], owner=ada)
     station = learning(store)
     station.min_s = 0.05
     station.telemetry.station.config.sample_interval = 0.0  # type: ignore[attr-defined]
@@ -299,7 +308,9 @@ def test_a_rate_alone_remembered_from_an_earlier_run_serves_a_later_one(
     assert store.alone_rates()[next(iter(station.alone))].runs == 1
 
     # a second run of the same command shares from its start: 5 steps in 0.1 s
-    second = fake_attempt(store, tmp_path, 2, same.id)
+    second = fake_attempt(store, tmp_path, 2, later.id)
+    if members and os.geteuid() == 0:  # a root engine reads her log only if it is hers
+        os.chown(second.attempt.log_path, ada.uid, -1)
     beside = fake_attempt(store, tmp_path, 3, other.id)
     live.extend([second, beside])
     progress(second, 1)
@@ -309,6 +320,10 @@ def test_a_rate_alone_remembered_from_an_earlier_run_serves_a_later_one(
     station.step()
     live.remove(beside)
     station.step()  # the co-tenant left: the shared interval closes
+    if members:
+        assert station.counts.without_alone_rate == 1
+        assert station.counts.observations == 0 and store.model_observations() == []
+        return
     assert station.counts.observations == 1
     (stored,) = store.model_observations()
     assert stored.gpu_model == A100 and stored.source == "learned"

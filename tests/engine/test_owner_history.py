@@ -175,3 +175,32 @@ def test_a_version_16_stores_history_is_kept_for_its_owners(tmp_path: Path) -> N
         assert store.family_history()[owner_key(ADA.uid, kin)].run_s == pytest.approx(150.0)
     finally:
         store.close()
+
+
+def test_a_version_18_stores_rates_alone_go_to_the_owners_who_ran_the_command(
+    tmp_path: Path,
+) -> None:
+    # schema 19: a rate alone is read against by its owner's later runs only; a store of 18
+    # kept them by command, and gives each to the owners of the jobs that ran it
+    store = Store.open(tmp_path / "db")
+    (hers,) = store.submit([spec("0.1")], owner=ADA)
+    store.close()
+    conn = sqlite3.connect(tmp_path / "db")
+    theirs, nobodys = signature(command("0.1"), SHARED), signature(("other",), None)
+    conn.executemany(
+        "INSERT INTO alone_rates (signature, rate, runs, updated_at) VALUES (?, ?, ?, ?)",
+        [(theirs, 12.5, 2, 1.0), (nobodys, 3.0, 1, 1.0)],
+    )
+    conn.execute("PRAGMA user_version = 18")
+    conn.commit()
+    conn.close()
+    store = Store.open(tmp_path / "db")
+    assert store.schema_version == SCHEMA_VERSION >= 19
+    rates = store.alone_rates()
+    assert set(rates) == {owner_key(ADA.uid, theirs), owner_key(os.getuid(), nobodys)}
+    assert (rates[owner_key(ADA.uid, theirs)].rate, rates[owner_key(ADA.uid, theirs)].runs) == (
+        12.5,
+        2,
+    )
+    assert hers.owner.uid == ADA.uid
+    store.close()

@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 from gpudesk.core.jobs import JobState
 from gpudesk.core.records import EventRecord
 from gpudesk.engine.store.family_backfill import (
+    ALONE_RATES_OWNERS_VERSION,
     FAMILY_HISTORY_VERSION,
     OWNER_KEYS_VERSION,
     backfill_families,
@@ -77,6 +78,8 @@ class StoreConnection:
                     backfill_families(conn)
                 if target == OWNER_KEYS_VERSION:  # its rows given to their owners
                     rekey_by_owner(conn)
+                if target == ALONE_RATES_OWNERS_VERSION:
+                    rekey_by_owner(conn, tables=("alone_rates",))
                 conn.execute(f"PRAGMA user_version = {target}")
 
     @contextmanager

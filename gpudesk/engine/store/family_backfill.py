@@ -19,6 +19,7 @@ from gpudesk.policy.demand import signature
 
 FAMILY_HISTORY_VERSION = 13  # the migration that makes family_history
 OWNER_KEYS_VERSION = 17  # the migration that keys both histories by owner
+ALONE_RATES_OWNERS_VERSION = 19  # ... and the one that keys the rates alone so
 
 
 @dataclass
@@ -90,8 +91,12 @@ def _jobs(conn: sqlite3.Connection, columns: str) -> Iterator[tuple[Any, ...]]:
         yield (command, data.get("workdir"), *rest)
 
 
-def rekey_by_owner(conn: sqlite3.Connection, own_uid: int | None = None) -> None:
-    """Schema 17: demand_history and family_history keyed by owner (`owner_key`), each row
+def rekey_by_owner(
+    conn: sqlite3.Connection,
+    own_uid: int | None = None,
+    tables: tuple[str, ...] = ("demand_history", "family_history"),
+) -> None:
+    """Schema 17 (and 19, for alone_rates): `tables` keyed by owner (`owner_key`), each row
     given to the owners of the jobs that ran its command or family (schema.py's 17 says how)."""
     own = os.getuid() if own_uid is None else own_uid  # a job with no owner was the engine's
     measured: dict[str, set[int]] = {}  # key -> owners whose runs it holds
@@ -108,7 +113,7 @@ def rekey_by_owner(conn: sqlite3.Connection, own_uid: int | None = None) -> None
                 measured.setdefault(key, set()).add(uid)
         if ran and start is not None and end is not None and end - start - (paused or 0) > 0:
             times.setdefault(owner_key(uid, kin), []).append(end - start - (paused or 0))
-    for table in ("demand_history", "family_history"):
+    for table in tables:
         rows = conn.execute(f"SELECT * FROM {table}").fetchall()
         conn.execute(f"DELETE FROM {table}")
         for row in rows:

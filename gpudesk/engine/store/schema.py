@@ -300,6 +300,11 @@ MIGRATIONS: tuple[str, ...] = (
     """
     ALTER TABLE model_observations ADD COLUMN owner_uid INTEGER;
     """,
+    # 19: alone_rates per owner too ("{uid}:{signature}"): a shared observation's rate is read
+    # against the rate alone of the same command, which must be its owner's own runs' (as 17).
+    """
+    -- the rows are re-keyed by store/family_backfill.py's rekey_by_owner
+    """,
     # 17: demand_history and family_history per owner, as family_hint_ratios are: keys become
     # "{uid}:{signature}" and "{uid}:{family}" (policy.command_family.owner_key), so one member's
     # runs in a shared folder never set another's room or remaining time. No column changes:
