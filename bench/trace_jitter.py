@@ -8,8 +8,8 @@ bundled trace is replayed `--replays` times (default 20): replay 0 as published,
 every arrival moved by a uniform draw in ±`--minutes` (default 5; seeded by the replay's number,
 so the same draws each run; an arrival never goes below 0). Each replay runs carma and auto on
 the trace's own station, whole and with one GPU in MIG mode (simulator_judge.MIG_LAYOUTS), with
-the model's defaults as the truth and with the H100 calibration as the truth (prior: the
-defaults, learning on), each twice: with no job printing progress lines and with every job
+the model's defaults as the truth, and whole with the H100 calibration as the truth (prior:
+the defaults, learning on), each twice: with no job printing progress lines and with every job
 printing them (`gpudesk simulate --progress-lines`: the engine then knows each running job's
 remaining time, which placement uses to choose the GPU to hold for a waiting job).
 
