@@ -57,8 +57,8 @@ class TraceJob:
     priority: int = 0
     preemptible: bool = False
     checkpoint_s: float = 0.0
-    # It prints `progress DONE/TOTAL` lines (docs/jobs.md): the engine then knows its remaining
-    # time from them while it runs (policy/remaining.py); without, from its family's history.
+    # It prints `progress DONE/TOTAL` lines (docs/interference.md): the engine then knows its
+    # remaining time from them (policy/remaining.py); without, from its family's history.
     progress: bool = False
 
 
