@@ -221,3 +221,18 @@ def test_a_raised_demand_is_stored_with_the_attempts_end(store: Store, tmp_path:
         demand=raised,
     )
     assert store.job(job.id).demand == raised
+
+
+def test_the_migrations_are_in_the_order_their_numbers_say() -> None:
+    # each migration after the first is introduced by a comment "# N: ..." in MIGRATIONS; a
+    # store at version N has run exactly the first N, so one put in out of order would be
+    # skipped by a store made between (schema 18 once went in ahead of 17: a store of 17 never
+    # got model_observations.owner_uid)
+    import re
+
+    from gpudesk.engine.store import schema
+
+    text = Path(schema.__file__).read_text()
+    body = text[text.index("MIGRATIONS: tuple[str, ...] = (") : text.index("SCHEMA_VERSION =")]
+    numbers = [int(n) for n in re.findall(r"^    # (\d+):", body, re.MULTILINE)]
+    assert numbers == list(range(2, schema.SCHEMA_VERSION + 1))

@@ -295,16 +295,6 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (family, hint_mib)
     );
     """,
-    # 18: whose job each kept observation came from (its uid; NULL: a calibration, or a row kept
-    # before), so the learner hears each member as one voice (policy/learner.py `_blend`).
-    """
-    ALTER TABLE model_observations ADD COLUMN owner_uid INTEGER;
-    """,
-    # 19: alone_rates per owner too ("{uid}:{signature}"): a shared observation's rate is read
-    # against the rate alone of the same command, which must be its owner's own runs' (as 17).
-    """
-    -- the rows are re-keyed by store/family_backfill.py's rekey_by_owner
-    """,
     # 17: demand_history and family_history per owner, as family_hint_ratios are: keys become
     # "{uid}:{signature}" and "{uid}:{family}" (policy.command_family.owner_key), so one member's
     # runs in a shared folder never set another's room or remaining time. No column changes:
@@ -316,6 +306,16 @@ MIGRATIONS: tuple[str, ...] = (
     # least her own, so no room shrinks: the safe side) and, for a family, the mean run time of
     # her own succeeded jobs (their last attempts, less time suspended). A row no stored job
     # matches goes to the engine's user (on a system engine no member reads it again).
+    """
+    -- the rows are re-keyed by store/family_backfill.py's rekey_by_owner
+    """,
+    # 18: whose job each kept observation came from (its uid; NULL: a calibration, or a row kept
+    # before), so the learner hears each member as one voice (policy/learner.py `_blend`).
+    """
+    ALTER TABLE model_observations ADD COLUMN owner_uid INTEGER;
+    """,
+    # 19: alone_rates per owner too ("{uid}:{signature}"): a shared observation's rate is read
+    # against the rate alone of the same command, which must be its owner's own runs' (as 17).
     """
     -- the rows are re-keyed by store/family_backfill.py's rekey_by_owner
     """,
