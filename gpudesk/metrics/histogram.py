@@ -13,18 +13,16 @@ from dataclasses import dataclass, field
 
 
 def one_two_five(low: float, high: float) -> tuple[float, ...]:
-    """Bucket bounds on the 1-2.5-5 series from `low` to `high`, both on it (0.0001, 0.00025,
-    0.0005, 0.001, ... 1.0), each written as its decimal (so 0.00025 is the float of
-    "2.5e-4", what a scrape shows as its `le`)."""
-    out: list[float] = []
-    exponent = math.floor(math.log10(low))
-    while not out or out[-1] < high:
-        for mantissa in ("1", "2.5", "5"):
-            bound = float(f"{mantissa}e{exponent}")
-            if low <= bound <= high:
-                out.append(bound)
-        exponent += 1
-    return tuple(out)
+    """The bounds of the 1-2.5-5 series from `low` to `high` (0.0001, 0.00025, 0.0005, 0.001,
+    ... 1.0), each the float of its decimal (0.00025 is "2.5e-4", what a scrape shows as its
+    `le`, never 0.00025000000000000006)."""
+    first, last = math.floor(math.log10(low)), math.floor(math.log10(high))
+    return tuple(
+        bound
+        for exponent in range(first, last + 1)
+        for mantissa in ("1", "2.5", "5")
+        if low <= (bound := float(f"{mantissa}e{exponent}")) <= high
+    )
 
 
 @dataclass(frozen=True)

@@ -61,3 +61,20 @@ def test_bucket_bounds_are_the_one_two_five_series_a_scrape_shows() -> None:
     assert " ".join(map(repr, DECISION_BUCKETS_S)) == decisions
     loop = "0.0005 0.001 0.0025 0.005 0.01 0.025 0.05 0.1 0.25 0.5 1.0 2.5 5.0 10.0"
     assert " ".join(map(repr, BUCKETS_S)) == loop
+    # ends that are not on the series bound it all the same (it looped for ever past 2.5 < 3)
+    from gpudesk.metrics.histogram import one_two_five
+
+    assert one_two_five(0.0003, 3.0) == (
+        0.0005,
+        0.001,
+        0.0025,
+        0.005,
+        0.01,
+        0.025,
+        0.05,
+        0.1,
+        0.25,
+        0.5,
+        1.0,
+        2.5,
+    )
