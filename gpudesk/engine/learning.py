@@ -82,7 +82,7 @@ class Tracker:
 
     attempt_id: int
     job_id: int
-    signature: str  # its owner's and command's (`owner_key`): the key of its rate alone
+    alone_key: str  # its owner's and command's (`owner_key`): the key of its rate alone
     owner: int  # the job's owner's uid: whose voice its observations are (learner `_blend`)
     work: Workload
     reader: ProgressReader
@@ -197,8 +197,10 @@ class StationLearning:
         ]
         if not kept:
             return names
-        json_of = observation_to_json
-        rows = [StoredObservation(gpu_model, source, at, json_of(k.obs), owner) for k in kept]
+        rows = [
+            StoredObservation(gpu_model, source, at, observation_to_json(k.obs), owner)
+            for k in kept
+        ]
         for row in rows:
             # what is stored must read back, or a new engine would refit from less (ValueError:
             # a rate above the wire's bound, which only a bad rate alone could give)
@@ -413,11 +415,11 @@ class StationLearning:
             return
         self.counts.intervals += 1
         if interval.tenancy.alone:
-            self._remember_alone(tracker.signature, interval.rate)
+            self._remember_alone(tracker.alone_key, interval.rate)
             return
         alone = tracker.progress.alone_rate
-        if alone is None and tracker.signature in self.alone:
-            alone = self.alone[tracker.signature].rate
+        if alone is None and tracker.alone_key in self.alone:
+            alone = self.alone[tracker.alone_key].rate
         if alone is None or alone <= 0:
             self.counts.without_alone_rate += 1
             return

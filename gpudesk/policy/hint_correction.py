@@ -52,7 +52,7 @@ class HintRatios:
     def learn(self, family: str, hint_mib: float, peak_mib: float) -> float:
         """A member whose memory settled at `peak_mib` had been hinted at `hint_mib`; its
         ratio (0 where nothing was learned). The same run told again changes nothing: a hint
-        keeps its largest ratio (the simulator tells each settled run on every pass)."""
+        keeps its largest ratio (the simulator tells each settled run on every event)."""
         if hint_mib <= 0.0 or peak_mib <= 0.0:
             return 0.0
         self.note(family, round(hint_mib), peak_mib / hint_mib)
