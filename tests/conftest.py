@@ -411,7 +411,11 @@ class EngineHandle:
 
 def loader_producers(home: Home) -> Iterator[int]:
     """The pids of the `gpudesk loader serve` processes whose environment names `home`
-    (GPUDESK_HOME, as the engine starts them), whether or not they have written their info file."""
+    (GPUDESK_HOME, as the engine starts them), whether or not they have written their info file.
+    None where the home's engine never started one: it opens the producer's log before it
+    launches it, and most homes' teardowns need not read every process on the machine."""
+    if not any(home.loader_log("any").parent.glob("*.log")):
+        return
     for proc in psutil.process_iter(["cmdline"]):
         words = [os.path.basename(word) for word in proc.info["cmdline"] or ()]
         if not any(words[i : i + 3] == ["gpudesk", "loader", "serve"] for i in range(len(words))):

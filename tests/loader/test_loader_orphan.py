@@ -192,6 +192,9 @@ def test_the_homes_teardown_kills_a_producer_that_has_not_written_its_info_file(
     sitecustomize waits on a pipe the test never writes), so it has no info file."""
     hold = tmp_path / "hold"
     hold.mkdir()
+    log = home.loader_log("syn")  # the engine opens the producer's log before it launches it
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.touch()
     (hold / "sitecustomize.py").write_text("import os\nos.read(int(os.environ['HOLD_FD']), 1)\n")
     read_end, write_end = os.pipe()
     env = {
