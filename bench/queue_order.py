@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from gpudesk.policy.sim_bounds import bound_of
-from gpudesk.policy.simulator import DEFAULT_STATION, Simulation, load_trace
+from gpudesk.policy.simulator import Simulation, load_trace
 
 TRACES = Path(__file__).resolve().parent.parent / "gpudesk" / "examples" / "traces"
 
@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|---|---|---|---|---|---|---|")
     for path in sorted(TRACES.glob("*.json")):
         trace = load_trace(path)
-        station = f"sim:{trace.station}" if trace.station else DEFAULT_STATION
+        station = trace.sim_station
         for policy in args.policies.split(","):
             for order in ("submission", "shortest"):
                 sim = Simulation(trace, policy=policy, station=station, queue_order=order)

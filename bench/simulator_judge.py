@@ -18,7 +18,6 @@ from gpudesk.examples import folder, names
 from gpudesk.policy.interference import DEFAULT_PARAMS
 from gpudesk.policy.sim_bounds import LowerBound, bound_of
 from gpudesk.policy.simulator import (
-    DEFAULT_STATION,
     SimResult,
     Simulation,
     load_trace,
@@ -61,7 +60,7 @@ def judge(path: str, mig: bool, truth_path: str | None, progress_lines: bool = F
     if progress_lines:
         trace = with_progress_lines(trace)
     truth = load_truth(truth_path) if truth_path else DEFAULT_PARAMS
-    station = f"sim:{trace.station}" if trace.station else DEFAULT_STATION
+    station = trace.sim_station
     first = Simulation(trace, policy="auto", station=station)
     layout = None
     if mig:

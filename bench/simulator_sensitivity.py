@@ -48,7 +48,6 @@ from gpudesk.examples import folder, names
 from gpudesk.policy.interference import DEFAULT_PARAMS, PARAM_NAMES, ModelParams
 from gpudesk.policy.sim_bounds import bound_of
 from gpudesk.policy.simulator import (
-    DEFAULT_STATION,
     ESTIMATORS,
     GUESSING_ESTIMATORS,
     SimResult,
@@ -204,7 +203,7 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 def _station(trace: Trace, args: argparse.Namespace) -> dict[str, Any]:
     station: dict[str, Any] = {
-        "station": f"sim:{trace.station}" if trace.station else DEFAULT_STATION,
+        "station": trace.sim_station,
         "mig_repartition": args.mig_repartition,
     }
     if args.mig:

@@ -39,7 +39,6 @@ from gpudesk.examples import folder, names  # noqa: E402
 from gpudesk.policy.interference import DEFAULT_PARAMS, ModelParams  # noqa: E402
 from gpudesk.policy.sim_bounds import bound_of  # noqa: E402
 from gpudesk.policy.simulator import (  # noqa: E402
-    DEFAULT_STATION,
     Simulation,
     Trace,
     load_trace,
@@ -79,7 +78,7 @@ def row(
     minutes: float,
 ) -> dict[str, Any]:
     """One station, truth and progress setting over every replay."""
-    station = f"sim:{trace.station}" if trace.station else DEFAULT_STATION
+    station = trace.sim_station
     lb: list[float] = []
     vs_carma: list[float] = []
     jct: list[float] = []
@@ -129,11 +128,7 @@ def main() -> int:
     rows: list[dict[str, Any]] = []
     for name in names("traces"):
         trace = load_trace(folder("traces") / name)
-        gpus = Simulation(
-            trace,
-            policy="auto",
-            station=f"sim:{trace.station}" if trace.station else DEFAULT_STATION,
-        )
+        gpus = Simulation(trace, policy="auto", station=trace.sim_station)
         layout = f"{gpus.gpu_count - 1}={MIG_LAYOUTS[gpus.model.name]}"
         settings = [(None, truths[0]), (layout, truths[0]), (None, truths[1])]
         for mig, (truth_name, truth) in settings:

@@ -207,7 +207,6 @@ def _run(
     from gpudesk.policy.interference import DEFAULT_PARAMS
     from gpudesk.policy.queueing_form import truth_form as truth_form_named
     from gpudesk.policy.simulator import (
-        DEFAULT_STATION,
         Simulation,
         TraceError,
         load_trace,
@@ -232,7 +231,7 @@ def _run(
         if progress_lines:
             loaded = with_progress_lines(loaded)
         truth_params = load_truth(truth) if truth is not None else DEFAULT_PARAMS
-        chosen = station or (f"sim:{loaded.station}" if loaded.station else DEFAULT_STATION)
+        chosen = station or loaded.sim_station
         sims = [
             Simulation(
                 loaded,

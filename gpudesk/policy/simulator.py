@@ -62,6 +62,7 @@ from gpudesk.policy.sim_preemption import leave_due, leaving_times, preempt_if_d
 from gpudesk.policy.sim_records import Occupancy, Segment, SimResult, SimRun, sim_result
 from gpudesk.policy.sim_view import learn_hint_ratios, station_view
 from gpudesk.policy.trace import (
+    DEFAULT_STATION,
     ESTIMATORS,
     GUESSING_ESTIMATORS,
     SM_BY_CLASS,
@@ -112,7 +113,6 @@ SAMPLE_WINDOW_S = 30.0  # what "recent SM activity" averages over, for the polic
 # Assumption: the engine needs about a minute of a job's progress lines (or NVML samples) under
 # one set of co-tenants to measure its rate there; shorter stretches teach it nothing.
 OBSERVE_AFTER_S = 60.0
-DEFAULT_STATION = "sim:dgx-station-a100"
 
 
 # --------------------------------------------------------------------------------- the replay

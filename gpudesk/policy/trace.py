@@ -35,6 +35,10 @@ GUESSING_ESTIMATORS = ("gpumemnet", "horus", "faketensor")
 ESTIMATORS = (*GUESSING_ESTIMATORS, "measured")
 
 
+# A trace that names no station runs on the station the CARMA trace was measured on.
+DEFAULT_STATION = "sim:dgx-station-a100"
+
+
 class TraceError(ValueError):
     pass
 
@@ -72,6 +76,12 @@ class Trace:
         # the simulator takes the jobs in this order as they arrive
         ordered = tuple(sorted(self.jobs, key=lambda j: (j.arrival_s, j.id)))
         object.__setattr__(self, "jobs", ordered)
+
+    @property
+    def sim_station(self) -> str:
+        """The simulated station it runs on unless told otherwise: the one it names, else
+        DEFAULT_STATION."""
+        return f"sim:{self.station}" if self.station else DEFAULT_STATION
 
 
 def _percent(raw: Mapping[str, Any], key: str) -> float | None:
