@@ -45,7 +45,10 @@ def _cell(result: SimResult, bound: LowerBound) -> str:
 def _jct(result: SimResult, bound: LowerBound) -> str:
     if result.lost:
         return "-"
-    return f"{result.mean_jct_s / 60:.0f} min ({result.mean_jct_s / bound.mean_jct_s:.2f})"
+    return (
+        f"{result.mean_jct_s / 60:.0f} min ({result.mean_jct_s / bound.mean_jct_s:.2f}; "
+        f"{result.mean_jct_s / bound.mean_jct_queue_s:.2f})"
+    )
 
 
 def _vs(a: SimResult, b: SimResult, figure: str) -> str:
@@ -89,7 +92,8 @@ def judge(path: str, mig: bool, truth_path: str | None, progress_lines: bool = F
     lines.append(
         f"| {trace.name} | {where} | LB {bound.makespan_s / 3600:.2f} h (arrival "
         f"{bound.arrival_term_s / 3600:.2f} h, fluid {bound.fluid_term_s / 3600:.2f} h); JCT "
-        f"bound {bound.mean_jct_s / 60:.0f} min | auto ÷ carma {_vs(auto, carma, 'makespan_s')}"
+        f"bound {bound.mean_jct_s / 60:.0f} min alone, {bound.mean_jct_queue_s / 60:.0f} min "
+        f"queueing | auto ÷ carma {_vs(auto, carma, 'makespan_s')}"
         f", ÷ best runnable {vs_best} | JCT ÷ carma {_vs(auto, carma, 'mean_jct_s')} | energy "
         f"÷ carma {_vs(auto, carma, 'energy_kwh')} | not runnable: {not_runnable or 'none'} |"
     )
@@ -103,7 +107,10 @@ def main() -> int:
         "--progress-lines", action="store_true", help="as gpudesk simulate --progress-lines"
     )
     args = parser.parse_args()
-    print("| trace | station | policy | makespan (÷ LB) | mean JCT (÷ bound) | kWh | lost |")
+    print(
+        "| trace | station | policy | makespan (÷ LB) | mean JCT (÷ bound alone; ÷ queueing "
+        "bound) | kWh | lost |"
+    )
     print("|---|---|---|---|---|---|---|")
     for name in names("traces"):
         for mig in (False, True):

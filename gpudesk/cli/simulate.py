@@ -94,7 +94,8 @@ _LOWER_BOUND = typer.Option(
     "--lower-bound",
     help="Also print the lower bounds no policy can beat under the simulated truth (makespan: "
     "the latest arrival + run time alone, and a fluid throughput bound; mean JCT: the mean run "
-    "time alone) and each policy's ratio to them. docs/simulator.md has how.",
+    "time alone, and one counting the queueing no schedule avoids) and each policy's ratio to "
+    "them. docs/simulator.md has how.",
 )
 _JSON = typer.Option(False, "--json", help="Print the results as JSON.")
 _PLOT = typer.Option(
@@ -302,10 +303,11 @@ def _bound_ratios(result: SimResult, bound: LowerBound) -> dict[str, Any]:
     """A policy's makespan and mean JCT over the bounds; None for a policy that lost jobs (it
     finished fewer of them: its figures are not comparable), with `lost` saying how many."""
     if result.lost:
-        return {"makespan": None, "mean_jct": None, "lost": result.lost}
+        return {"makespan": None, "mean_jct": None, "mean_jct_queue": None, "lost": result.lost}
     return {
         "makespan": round(result.makespan_s / bound.makespan_s, 4),
         "mean_jct": round(result.mean_jct_s / bound.mean_jct_s, 4),
+        "mean_jct_queue": round(result.mean_jct_s / bound.mean_jct_queue_s, 4),
         "lost": 0,
     }
 
@@ -318,7 +320,8 @@ def _bound_lines(bound: LowerBound) -> list[str]:
         f"fluid {_hours(bound.fluid_term_s)} (work arriving from "
         f"{_hours(bound.fluid_from_s)}, weight {alpha:g} x SM + {beta:.3g} per job, at most "
         f"{bound.fluid_throughput:.3f} per GPU)); mean JCT {_hours(bound.mean_jct_s)} (mean "
-        f"run time alone)"
+        f"run time alone), {_hours(bound.mean_jct_queue_s)} counting the queueing no schedule "
+        f"avoids"
     ]
 
 

@@ -95,7 +95,15 @@ def test_lower_bound_in_the_table_and_the_json(tmp_path: Path) -> None:
         3600.0,
         3600.0,
     )
-    assert bound["ratios"]["exclusive"] == {"makespan": 1.0, "mean_jct": 2.0, "lost": 0}
+    # three full-GPU hours on one GPU: whatever the order, they leave at 1 h, 2 h and 3 h at best
+    assert bound["mean_jct_queue_s"] == 7200.0
+    assert "2h00m counting the queueing no schedule avoids" in " ".join(text.output.split())
+    assert bound["ratios"]["exclusive"] == {
+        "makespan": 1.0,
+        "mean_jct": 2.0,
+        "mean_jct_queue": 1.0,
+        "lost": 0,
+    }
     assert data["ratios"]["best_forced"] == "exclusive"
     by = {r["policy"]: r for r in data["results"]}
     assert by["mig"]["not_runnable"] and by["exclusive"]["not_runnable"] is None

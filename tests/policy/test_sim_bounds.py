@@ -11,7 +11,12 @@ import pytest
 from test_simulator import write_trace
 
 from gpudesk.policy.interference import DEFAULT_PARAMS
-from gpudesk.policy.sim_bounds import bound_of, lower_bound
+from gpudesk.policy.sim_bounds import (
+    _in_system_integral,
+    _srpt_departures,
+    bound_of,
+    lower_bound,
+)
 from gpudesk.policy.simulator import Simulation, load_trace
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -33,8 +38,11 @@ def test_three_full_gpu_jobs_on_one_gpu_bound_at_their_sum(tmp_path: Path) -> No
     assert bound.mean_jct_s == 3600.0
     exclusive = Simulation(trace, policy="exclusive", station="sim:a100-40gb").run()
     assert exclusive.makespan_s / bound.makespan_s == pytest.approx(1.0)
-    # completions at 1 h, 2 h, 3 h: mean 2 h against the bound's 1 h
+    # completions at 1 h, 2 h, 3 h: mean 2 h against the bound's 1 h; counting the queueing
+    # (one GPU does one full-GPU hour an hour, so at best one leaves each hour) exactly that
     assert exclusive.mean_jct_s / bound.mean_jct_s == pytest.approx(2.0)
+    assert bound.mean_jct_queue_s == pytest.approx(7200.0)
+    assert exclusive.mean_jct_s == pytest.approx(bound.mean_jct_queue_s)
 
 
 def test_jobs_that_use_no_sms_are_bound_by_the_most_jobs_a_gpu_runs_at_once(
@@ -116,7 +124,8 @@ def test_no_policy_beats_the_bound_on_random_traces(tmp_path: Path) -> None:
                 if result.lost or result.mig_violations:
                     continue  # fewer jobs done, or a placement no hardware allows
                 assert result.makespan_s >= bound.makespan_s * (1 - 1e-9), (case, policy)
-                assert result.mean_jct_s >= bound.mean_jct_s * (1 - 1e-9), (case, policy)
+                assert result.mean_jct_s >= bound.mean_jct_queue_s * (1 - 1e-9), (case, policy)
+                assert bound.mean_jct_queue_s >= bound.mean_jct_s * (1 - 1e-9)
                 checked += 1
     assert checked >= 36  # of 48: every run on whole GPUs, and most beside a MIG GPU
 
@@ -177,3 +186,39 @@ def test_forced_mig_is_a_mode_the_station_runs_only_where_every_gpu_is_in_mig_mo
     ).run()
     assert given.not_runnable is None
     assert Simulation(trace, policy="mps", station="sim:a100-40gbx2").run().not_runnable is None
+
+
+def test_the_queueing_bound_takes_the_larger_count_at_each_instant() -> None:
+    """Two jobs at 0; one curve has them leave at 1 and 4, another at 2 and 3. Each alone gives
+    ∫ N = 5 (2 + 3, and 4 + 1); at each instant the larger count is 2 until 2, then 1 until 4:
+    ∫ = 6. Taking the larger count pointwise is what makes the bound above each curve's."""
+    assert _in_system_integral([0.0, 0.0], [[1.0, 4.0]]) == pytest.approx(5.0)
+    assert _in_system_integral([0.0, 0.0], [[2.0, 3.0]]) == pytest.approx(5.0)
+    assert _in_system_integral([0.0, 0.0], [[1.0, 4.0], [2.0, 3.0]]) == pytest.approx(6.0)
+
+
+def test_srpt_serves_the_least_work_left_first() -> None:
+    """One server at 1 work/s: a 10 s job at 0, a 2 s job at 1 preempts it (2 < 9 left) and
+    leaves at 3; the first leaves at 12. A 5 s job at 4 waits behind the 8 s left? No: at 4 the
+    first has 8 left, the newcomer 5, so it goes first and leaves at 9, the first at 17."""
+    assert _srpt_departures([0.0, 1.0], [10.0, 2.0], 1.0) == pytest.approx([3.0, 12.0])
+    assert _srpt_departures([0.0, 1.0, 4.0], [10.0, 2.0, 5.0], 1.0) == pytest.approx(
+        [3.0, 9.0, 17.0]
+    )
+    assert _srpt_departures([0.0, 0.0], [4.0, 4.0], 2.0) == pytest.approx([2.0, 4.0])
+
+
+def test_the_queueing_bound_counts_what_a_burst_must_wait(tmp_path: Path) -> None:
+    """Four 60-minute full-GPU jobs at 0 on two GPUs: none leaves before 1 h, so four are in
+    the system until then; the station does at most two full-GPU hours an hour, so after 1 h
+    at least two remain until 1.5 h (the fluid server's third departure) and one until 2 h.
+    ∫ N = 4 + 2 x 0.5 + 1 x 0.5 = 5.5 job-hours: mean JCT ≥ 82.5 min, where the mean run time
+    alone says 60. (The best schedule takes 90: the bound is not tight, it is a bound.)"""
+    trace = load_trace(
+        write_trace(tmp_path, [{"sm_pct": 100.0, "exclusive_minutes": 60}] * 4, "a100-40gbx2")
+    )
+    bound = lower_bound(trace.jobs, 2, DEFAULT_PARAMS)
+    assert bound.mean_jct_s == pytest.approx(3600.0)
+    assert bound.mean_jct_queue_s == pytest.approx(4950.0)
+    exclusive = Simulation(trace, policy="exclusive", station="sim:a100-40gbx2").run()
+    assert exclusive.mean_jct_s == pytest.approx(5400.0)
