@@ -343,8 +343,9 @@ class Learner:
         """Each observed parameter: the mean of its prior (weighted as `PRIOR_WEIGHT`), its
         frozen totals and the values implied (`implied`: one per kept observation, in order);
         the others stay at the prior. Where the kept observations of a parameter come from
-        more than one owner, each owner is one voice: the median of their means stands for
-        all of them. The model places every member's jobs, and a job's progress is the
+        more than one owner, each owner is one voice: the median of their means (with the
+        prior's value among them where the owners are even in number) stands for all of them.
+        The model places every member's jobs, and a job's progress is the
         member's to print: one member's jobs, however many, and whatever slowed them (an
         input-bound loop, a stalled or false progress line), then move it no further than the
         other members' allow, where a plain mean would follow whoever observed the most."""
@@ -361,7 +362,13 @@ class Learner:
             if len(by_owner) > 1:
                 frozen = fit.frozen.get(name)
                 heard = sum(len(values) for values in by_owner.values())
-                typical = statistics.median(statistics.fmean(v) for v in by_owner.values())
+                means = [statistics.fmean(v) for v in by_owner.values()]
+                if len(means) % 2 == 0:
+                    # an even number of voices has no middle one, and the median would be the
+                    # mean of two: the prior breaks the tie, so of two members who disagree
+                    # the model goes only as far as the one nearer its prior says
+                    means.append(getattr(self.prior, name))
+                typical = statistics.median(means)
                 sums[name] = (frozen.total if frozen else 0.0) + heard * typical
         fit.counts = counts
         return self.prior.with_values(

@@ -45,11 +45,23 @@ def test_one_member_flooding_stalled_progress_does_not_move_the_station_model() 
     assert plain > 0.4 and cost < 0.06
 
 
-def test_two_members_are_heard_equally_and_one_member_as_before() -> None:
+def test_where_members_are_even_in_number_the_prior_breaks_the_tie() -> None:
+    # two voices have no middle one: the prior (0.04) breaks the tie, so ada's thirty readings
+    # of 0.5 move the model no further than bob's 0.1 (the mean of the two would be 0.3)
     two = [(pair(0.5), 1001)] * 30 + [(pair(0.9), 1002)] * 2
-    assert learned(two) == pytest.approx(
-        (0.04 * PRIOR_WEIGHT + 32 * (0.5 + 0.1) / 2) / (PRIOR_WEIGHT + 32)
-    )
+    assert learned(two) == pytest.approx((0.04 * PRIOR_WEIGHT + 32 * 0.1) / (PRIOR_WEIGHT + 32))
+    # a member flooding false progress beside one honest member: the honest one stands
+    flood = [(pair(0.5), 1001)] * 60 + [(pair(0.95), 1002)] * 3
+    assert learned(flood) == pytest.approx((0.04 * PRIOR_WEIGHT + 63 * 0.05) / (PRIOR_WEIGHT + 63))
+    # two members who both see a dearer sharing than the prior still teach it: the nearer one
+    both = [(pair(0.85), 1001)] * 3 + [(pair(0.83), 1002)] * 3
+    assert learned(both) == pytest.approx((0.04 * PRIOR_WEIGHT + 6 * 0.15) / (PRIOR_WEIGHT + 6))
+    # four voices: the prior makes a fifth, and the middle one stands
+    four = [(pair(1 - c), 1000 + i) for i, c in enumerate((0.06, 0.08, 0.3, 0.5))]
+    assert learned(four) == pytest.approx((0.04 * PRIOR_WEIGHT + 4 * 0.08) / (PRIOR_WEIGHT + 4))
+
+
+def test_one_member_learns_as_before() -> None:
     # one owner, or none (a calibration; the simulator): the plain mean, to the last digit
     alone = [(pair(0.5), 1001)] * 30 + [(pair(0.9), 1001)] * 2
     nobody = [(o, None) for o, _ in alone]
