@@ -39,7 +39,7 @@ def _cell(result: SimResult, bound: LowerBound) -> str:
     hours = result.makespan_s / 3600
     if result.lost:
         return f"lost {result.lost}"
-    return f"{hours:.2f} h ({result.makespan_s / bound.makespan_s:.3f})"
+    return f"{hours:.2f} h ({result.makespan_s / bound.makespan_of(result):.3f})"
 
 
 def _jct(result: SimResult, bound: LowerBound) -> str:
@@ -91,7 +91,8 @@ def judge(path: str, mig: bool, truth_path: str | None, progress_lines: bool = F
     vs_best = _vs(auto, best, "makespan_s") if best is not None else "-"
     lines.append(
         f"| {trace.name} | {where} | LB {bound.makespan_s / 3600:.2f} h (arrival "
-        f"{bound.arrival_term_s / 3600:.2f} h, fluid {bound.fluid_term_s / 3600:.2f} h); JCT "
+        f"{bound.arrival_term_s / 3600:.2f} h, fluid {bound.fluid_term_s / 3600:.2f} h, by "
+        f"class {bound.class_term_s / 3600:.2f} h); JCT "
         f"bound {bound.mean_jct_s / 60:.0f} min alone, {bound.mean_jct_queue_s / 60:.0f} min "
         f"queueing | auto ÷ carma {_vs(auto, carma, 'makespan_s')}"
         f", ÷ best runnable {vs_best} | JCT ÷ carma {_vs(auto, carma, 'mean_jct_s')} | energy "

@@ -93,7 +93,8 @@ _LOWER_BOUND = typer.Option(
     False,
     "--lower-bound",
     help="Also print the lower bounds no policy can beat under the simulated truth (makespan: "
-    "the latest arrival + run time alone, and a fluid throughput bound; mean JCT: the mean run "
+    "the latest arrival + run time alone, a fluid throughput bound, and one by kind of job; "
+    "mean JCT: the mean run "
     "time alone, and one counting the queueing no schedule avoids) and each policy's ratio to "
     "them. docs/simulator.md has how.",
 )
@@ -305,7 +306,7 @@ def _bound_ratios(result: SimResult, bound: LowerBound) -> dict[str, Any]:
     if result.lost:
         return {"makespan": None, "mean_jct": None, "mean_jct_queue": None, "lost": result.lost}
     return {
-        "makespan": round(result.makespan_s / bound.makespan_s, 4),
+        "makespan": round(result.makespan_s / bound.makespan_of(result), 4),
         "mean_jct": round(result.mean_jct_s / bound.mean_jct_s, 4),
         "mean_jct_queue": round(result.mean_jct_s / bound.mean_jct_queue_s, 4),
         "lost": 0,
@@ -314,14 +315,21 @@ def _bound_ratios(result: SimResult, bound: LowerBound) -> dict[str, Any]:
 
 def _bound_lines(bound: LowerBound) -> list[str]:
     alpha, beta = bound.fluid_weight
+    term = bound.class_term
+    by_class = (
+        f", by class {_hours(term.makespan_s)} (work arriving from {_hours(term.from_s)}, "
+        f"{len(term.classes)} classes of job; a run of the station as given)"
+        if term is not None
+        else ""
+    )
     return [
         f"lower bound (SIMULATED truth): makespan {_hours(bound.makespan_s)} = max(latest "
         f"arrival + run time alone {_hours(bound.arrival_term_s)} (job {bound.arrival_job}), "
         f"fluid {_hours(bound.fluid_term_s)} (work arriving from "
         f"{_hours(bound.fluid_from_s)}, weight {alpha:g} x SM + {beta:.3g} per job, at most "
-        f"{bound.fluid_throughput:.3f} per GPU)); mean JCT {_hours(bound.mean_jct_s)} (mean "
-        f"run time alone), {_hours(bound.mean_jct_queue_s)} counting the queueing no schedule "
-        f"avoids"
+        f"{bound.fluid_throughput:.3f} per GPU){by_class}); mean JCT "
+        f"{_hours(bound.mean_jct_s)} (mean run time alone), {_hours(bound.mean_jct_queue_s)} "
+        f"counting the queueing no schedule avoids"
     ]
 
 
@@ -514,7 +522,7 @@ def _result_row(r: SimResult, base: SimResult, bound: LowerBound | None) -> tupl
         makespan: tuple[str, ...] = (f"lost {r.lost}", "-", *(("-",) if bound else ()))
     else:
         makespan = (render.duration(r.makespan_s), _ratio_cell(r.makespan_s, base.makespan_s))
-        makespan += (_ratio_cell(r.makespan_s, bound.makespan_s),) if bound else ()
+        makespan += (_ratio_cell(r.makespan_s, bound.makespan_of(r)),) if bound else ()
     jct: tuple[str, ...] = (when(r.mean_jct_s),)
     if bound is not None:
         jct += ("-" if r.lost else _ratio_cell(r.mean_jct_s, bound.mean_jct_s),)

@@ -44,9 +44,11 @@ from typing import TYPE_CHECKING
 from gpudesk.core.mig_profiles import COMPUTE_SLICES
 from gpudesk.policy.model_params import ModelParams
 from gpudesk.policy.rates import MIN_RATE, workload
+from gpudesk.policy.sim_bound_classes import ClassTerm, class_term
 from gpudesk.policy.trace import TraceJob
 
 if TYPE_CHECKING:
+    from gpudesk.policy.sim_records import SimResult
     from gpudesk.policy.simulator import Simulation
 
 # (α, β) choices of the fluid term's weight: SM work alone, SM work plus a per-job constant at
@@ -62,19 +64,33 @@ WEIGHTS: tuple[tuple[float, float], ...] = (
 class LowerBound:
     """What no policy can beat on this trace and station, and where each figure comes from."""
 
-    makespan_s: float  # max(arrival_term_s, fluid_term_s)
+    makespan_s: float  # max(arrival_term_s, fluid_term_s, class_term_s): the station as given
     arrival_term_s: float  # latest (arrival + run time alone)
     arrival_job: int  # the job that gives it
     fluid_term_s: float  # the best fluid bound over WEIGHTS
     fluid_weight: tuple[float, float]  # the (α, β) that gave it
     fluid_from_s: float  # the arrival time it counts from
     fluid_throughput: float  # θ(α, β) for that weight, per GPU (the mean over the GPUs)
+    class_term: ClassTerm | None  # the fluid term by workload class (sim_bound_classes)
     mean_jct_s: float  # mean run time alone
     mean_jct_queue_s: float  # the number-in-system bound: also the queueing no schedule avoids
     jobs: int  # the jobs it covers (those that can run on the station)
     gpus: int
 
+    @property
+    def class_term_s(self) -> float:
+        return self.class_term.makespan_s if self.class_term is not None else 0.0
+
+    def makespan_of(self, result: SimResult) -> float:
+        """The makespan bound `result` is judged against: every term for a run of the station
+        as given; for one that is not (forced mig carving whole GPUs for free), the arrival and
+        fluid terms only, the class term not holding there."""
+        if result.not_runnable is not None:
+            return max(self.arrival_term_s, self.fluid_term_s)
+        return self.makespan_s
+
     def to_dict(self) -> dict[str, object]:
+        term = self.class_term
         return {
             "makespan_s": round(self.makespan_s, 1),
             "arrival_term_s": round(self.arrival_term_s, 1),
@@ -83,6 +99,16 @@ class LowerBound:
             "fluid_weight": {"sm": self.fluid_weight[0], "per_job": round(self.fluid_weight[1], 5)},
             "fluid_from_s": round(self.fluid_from_s, 1),
             "fluid_throughput_per_gpu": round(self.fluid_throughput, 4),
+            "class_term": None
+            if term is None
+            else {
+                "makespan_s": round(term.makespan_s, 1),
+                "from_s": round(term.from_s, 1),
+                "weights": {
+                    c: round(w, 6) for c, w in zip(term.classes, term.weights, strict=True)
+                },
+                "mixes": term.mixes,
+            },
             "mean_jct_s": round(self.mean_jct_s, 1),
             "mean_jct_queue_s": round(self.mean_jct_queue_s, 1),
             "jobs": self.jobs,
@@ -126,7 +152,7 @@ def bound_of(sim: Simulation) -> LowerBound:
         )
     repartition = sim.config.mig_repartition
     mig = {
-        gpu: None if repartition else tuple(s.compute_slices for s in sim.slices[gpu])
+        gpu: None if repartition else tuple(sim.slice_shape(s) for s in sim.slices[gpu])
         for gpu in sim.fixed
     }
     possible = [r.job for r in sim.runs if r.impossible is None]
@@ -137,7 +163,7 @@ def lower_bound(
     jobs: Sequence[TraceJob],
     gpu_count: int,
     params: ModelParams,
-    mig: Mapping[int, tuple[int, ...] | None] | None = None,
+    mig: Mapping[int, tuple[tuple[int, int], ...] | None] | None = None,
 ) -> LowerBound:
     """The lower bounds of a trace's possible jobs on `gpu_count` GPUs under `params` (the
     simulated truth); `mig` maps each GPU in MIG mode to its fixed layout's compute slices (None:
@@ -154,7 +180,8 @@ def lower_bound(
     for alpha, beta in WEIGHTS:
         whole = _best_throughput(params, alpha, beta, len(jobs), sm_total)
         capacity = sum(
-            _mig_throughput(alpha, beta, mig[g]) if g in mig else whole for g in range(gpu_count)
+            _mig_throughput(alpha, beta, _compute(mig[g])) if g in mig else whole
+            for g in range(gpu_count)
         )
         if capacity <= 0:
             continue  # (a MIG layout with no slices does no work; another weight bounds it)
@@ -171,20 +198,27 @@ def lower_bound(
                 fluid, weight, start = bound, (alpha, beta), j.arrival_s
                 theta = capacity / gpu_count
     arrival = last.arrival_s + last.exclusive_s
+    term = class_term(jobs, gpu_count, params, mig)
     return LowerBound(
-        makespan_s=max(arrival, fluid),
+        makespan_s=max(arrival, fluid, term.makespan_s if term else 0.0),
         arrival_term_s=arrival,
         arrival_job=last.id,
         fluid_term_s=fluid,
         fluid_weight=weight,
         fluid_from_s=start,
         fluid_throughput=theta,
+        class_term=term,
         mean_jct_s=sum(j.exclusive_s for j in jobs) / len(jobs),
         mean_jct_queue_s=_in_system_integral([j.arrival_s for j in by_arrival], departures)
         / len(jobs),
         jobs=len(jobs),
         gpus=gpu_count,
     )
+
+
+def _compute(layout: tuple[tuple[int, int], ...] | None) -> tuple[int, ...] | None:
+    """A fixed layout's compute slices per slice (None: it may be re-carved)."""
+    return None if layout is None else tuple(compute for compute, _ in layout)
 
 
 def _srpt_departures(arrivals: list[float], work: list[float], capacity: float) -> list[float]:

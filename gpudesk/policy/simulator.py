@@ -239,7 +239,7 @@ class Simulation:
             return MigSlice(key, profile.name, profile.memory_mib, profile.compute_slices)
         return MigSlice(key, short_name(name), nominal_memory_mib(name), compute_slices(name))
 
-    def _slice_shape(self, mig: MigSlice) -> tuple[int, int]:
+    def slice_shape(self, mig: MigSlice) -> tuple[int, int]:
         """(compute slices, memory slices) of a slice, from this model's table."""
         profile = find_profile(mig.profile, self.table)
         if profile is not None:
@@ -277,7 +277,7 @@ class Simulation:
                 rates[run.job.id] = 1.0
             elif placement.mode == "mig":
                 mig = self._mig_slice(run)
-                compute, memory = self._slice_shape(mig) if mig else (COMPUTE_SLICES, MEMORY_SLICES)
+                compute, memory = self.slice_shape(mig) if mig else (COMPUTE_SLICES, MEMORY_SLICES)
                 rates[run.job.id] = mig_rate(
                     self.truth, self._workload(run, self.truth), compute, memory
                 )
@@ -355,7 +355,7 @@ class Simulation:
             mig = self._mig_slice(run)
             if mig is None:
                 return
-            compute, memory = self._slice_shape(mig)
+            compute, memory = self.slice_shape(mig)
             obs = Observation("mig", job, (), segment.rate, compute, memory)
         else:
             if any(o not in by_id for o in others):

@@ -97,6 +97,7 @@ def test_lower_bound_in_the_table_and_the_json(tmp_path: Path) -> None:
     )
     # three full-GPU hours on one GPU: whatever the order, they leave at 1 h, 2 h and 3 h at best
     assert bound["mean_jct_queue_s"] == 7200.0
+    assert bound["class_term"]["makespan_s"] == 10800.0  # one job-hour an hour, by class
     assert "2h00m counting the queueing no schedule avoids" in " ".join(text.output.split())
     assert bound["ratios"]["exclusive"] == {
         "makespan": 1.0,
