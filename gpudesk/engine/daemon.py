@@ -35,7 +35,6 @@ from gpudesk.core.datasets import DatasetSpec
 from gpudesk.core.identity import Caller, group_id
 from gpudesk.core.station import DEFAULT_JOB_MEMORY_FRACTION, StationConfig, host_cores
 from gpudesk.core.wire.telemetry import Snapshot
-from gpudesk.engine.access import Access
 from gpudesk.engine.activity import EngineActivity
 from gpudesk.engine.archive import Archiver
 from gpudesk.engine.attempts import Attempts
@@ -75,6 +74,7 @@ from gpudesk.paths import (
     Home,
     HomeError,
 )
+from gpudesk.policy.access import Access
 from gpudesk.policy.queue import JobQueue
 
 log = logging.getLogger("gpudesk.engine")
