@@ -28,6 +28,7 @@ from gpudesk.engine.station.mps_watch import MpsWatch
 from gpudesk.engine.station.repartition.control import MigControl
 from gpudesk.engine.station.telemetry_sink import TelemetrySink
 from gpudesk.engine.store.database import Store
+from gpudesk.policy import dependencies as job_dependencies
 from gpudesk.policy import job_gates
 from gpudesk.policy.demand import Demand
 from gpudesk.policy.fairshare import (
@@ -178,7 +179,7 @@ class Scheduler:
         share put it when several users' jobs wait."""
         dependency = self.queue.blocked.get(job.id)
         if dependency is not None:
-            return dependencies.waiting_text(dependency)
+            return job_dependencies.waiting_text(dependency)
         drained = self.drain.explain()
         if drained:
             return drained
@@ -433,7 +434,7 @@ class Scheduler:
             waiting = [job for job in self.queue.ordered() if job.spec.dependencies]
             known = dependencies.dependencies_of(self.store, waiting)
             for job in waiting:
-                found = dependencies.spec_verdict(job, known)
+                found = job_dependencies.spec_verdict(job, known)
                 if found.never:
                     self.queue.remove(job.id)
                     self.store.finish_queued(job.id, JobState.CANCELLED, found.never)

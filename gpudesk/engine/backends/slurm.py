@@ -37,12 +37,13 @@ from pathlib import Path
 from gpudesk.core.identity import Identity
 from gpudesk.core.jobs import JobSpec, JobState
 from gpudesk.core.records import JobRecord
-from gpudesk.engine.dependencies import dependencies_of, jobs_by_id, verdict
+from gpudesk.engine.dependencies import dependencies_of, jobs_by_id
 from gpudesk.engine.events import EventPublisher
 from gpudesk.engine.state import PlacementDue
 from gpudesk.engine.store.database import Store
 from gpudesk.env_seconds import env_seconds
 from gpudesk.paths import Home
+from gpudesk.policy.dependencies import verdict
 from gpudesk.slurm import commands as slurm
 from gpudesk.slurm import send as slurm_send
 from gpudesk.slurm.as_owner import acts_for_other
