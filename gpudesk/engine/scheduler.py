@@ -19,7 +19,6 @@ from gpudesk.engine.attempts import Attempts
 from gpudesk.engine.drain import Drain
 from gpudesk.engine.events import EventPublisher
 from gpudesk.engine.fair_usage import FairUsage
-from gpudesk.engine.gpu_states import gpu_states
 from gpudesk.engine.learning import StationLearning
 from gpudesk.engine.preempting import RECHECK_S, Preempting
 from gpudesk.engine.services.tracking.tracker import Tracking
@@ -38,6 +37,7 @@ from gpudesk.policy.fairshare import (
     fair_order,
     several_users,
 )
+from gpudesk.policy.gpu_states import gpu_states
 from gpudesk.policy.jct_order import shortest_first
 from gpudesk.policy.mig_planner import QueuedDemand
 from gpudesk.policy.policies import make_policy
