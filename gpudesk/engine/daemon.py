@@ -52,7 +52,7 @@ from gpudesk.engine.learning import StationLearning
 from gpudesk.engine.logcap import LogCap
 from gpudesk.engine.offloop import Busy, OffLoop, Pending
 from gpudesk.engine.requests import EngineParts, RequestHandlers
-from gpudesk.engine.scheduler import Scheduler, mig_candidates
+from gpudesk.engine.scheduler import Scheduler
 from gpudesk.engine.services.loaders import CHECK_EVERY_S, LoaderSupervisor, Statuses
 from gpudesk.engine.services.metrics.exporter import MetricsExporter
 from gpudesk.engine.services.tracking.tracker import Tracking
@@ -75,6 +75,7 @@ from gpudesk.paths import (
     HomeError,
 )
 from gpudesk.policy.access import Access
+from gpudesk.policy.mig_planner import mig_candidates
 from gpudesk.policy.queue import JobQueue
 
 log = logging.getLogger("gpudesk.engine")
@@ -194,7 +195,7 @@ class Engine:
             self.station,
             store,
             self.telemetry,
-            lambda: mig_candidates(self.queue, self.attempts),
+            lambda: mig_candidates(self.queue, self.attempts.demands),
             self.attempts.running_by_gpu,
             self.due.mark,
             lambda gpu_model: self.learning.model.params(gpu_model),
