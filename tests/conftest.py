@@ -24,12 +24,12 @@ from gpudesk.core.identity import Caller
 from gpudesk.core.jobs import TERMINAL_STATE_NAMES, JobSpec
 from gpudesk.core.station import StationConfig
 from gpudesk.core.wire.jobs import JobDetail, JobView
-from gpudesk.engine.access import Access
 from gpudesk.engine.daemon import Engine
 from gpudesk.engine.store.database import Store
 from gpudesk.hw import containment
 from gpudesk.hw.runner import read_wrapper_pid
 from gpudesk.paths import Home
+from gpudesk.policy.access import Access
 
 # The tests never read the user's own defaults (gpudesk.cli.config); test_config names its files.
 os.environ["GPUDESK_CONFIG"] = ""

@@ -1,6 +1,6 @@
 """A job, an attempt, an event and an attempt's use of the station, as records: what the
 store keeps, the scheduler decides on and the simulator replays (the store reads them from its
-rows: gpudesk.engine.store.records)."""
+rows: gpudesk.engine.store.records); and a job's telemetry series as `show` sends them."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import msgspec
 
 from gpudesk.core.identity import Identity
 from gpudesk.core.jobs import JobSpec, JobState
-from gpudesk.core.wire.jobs import AttemptView, EventView, PlacementView
+from gpudesk.core.wire.jobs import AttemptView, EventView, JobSeriesView, PlacementView
 
 
 @dataclass(frozen=True)
@@ -159,4 +159,25 @@ class EventRecord:
             kind=self.kind,
             state=self.state,
             message=self.message,
+        )
+
+
+@dataclass(frozen=True)
+class JobSeries:
+    """A job's telemetry over its life (`show` with `series`): per metric, (time, value) oldest
+    first; each stored point the mean of the window of `window_s` that ended at its time. A
+    job's latest window, not stored yet, is its last point, stamped with the time it was read."""
+
+    window_s: float
+    simulated: bool  # the job's GPUs were simulated
+    points: dict[str, list[tuple[float, float]]]
+
+    def view(self) -> JobSeriesView:
+        return JobSeriesView(
+            window_s=self.window_s,
+            simulated=self.simulated,
+            **{
+                metric: [(round(t, 3), round(v, 3)) for t, v in points]
+                for metric, points in self.points.items()
+            },
         )

@@ -35,7 +35,6 @@ from gpudesk.core.datasets import DatasetSpec
 from gpudesk.core.identity import Caller, group_id
 from gpudesk.core.station import DEFAULT_JOB_MEMORY_FRACTION, StationConfig, host_cores
 from gpudesk.core.wire.telemetry import Snapshot
-from gpudesk.engine.access import Access
 from gpudesk.engine.activity import EngineActivity
 from gpudesk.engine.archive import Archiver
 from gpudesk.engine.attempts import Attempts
@@ -53,7 +52,7 @@ from gpudesk.engine.learning import StationLearning
 from gpudesk.engine.logcap import LogCap
 from gpudesk.engine.offloop import Busy, OffLoop, Pending
 from gpudesk.engine.requests import EngineParts, RequestHandlers
-from gpudesk.engine.scheduler import Scheduler, mig_candidates
+from gpudesk.engine.scheduler import Scheduler
 from gpudesk.engine.services.loaders import CHECK_EVERY_S, LoaderSupervisor, Statuses
 from gpudesk.engine.services.metrics.exporter import MetricsExporter
 from gpudesk.engine.services.tracking.tracker import Tracking
@@ -75,6 +74,8 @@ from gpudesk.paths import (
     Home,
     HomeError,
 )
+from gpudesk.policy.access import Access
+from gpudesk.policy.mig_planner import mig_candidates
 from gpudesk.policy.queue import JobQueue
 
 log = logging.getLogger("gpudesk.engine")
@@ -194,7 +195,7 @@ class Engine:
             self.station,
             store,
             self.telemetry,
-            lambda: mig_candidates(self.queue, self.attempts),
+            lambda: mig_candidates(self.queue, self.attempts.demands),
             self.attempts.running_by_gpu,
             self.due.mark,
             lambda gpu_model: self.learning.model.params(gpu_model),

@@ -28,13 +28,12 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from gpudesk.core.mig_profiles import compute_slices, memory_slices, table_for_gpu
 from gpudesk.core.records import JobRecord
 from gpudesk.engine.attempts import Attempts
 from gpudesk.engine.live_attempt import LiveAttempt
 from gpudesk.engine.station.telemetry_sink import TelemetrySink
 from gpudesk.engine.store.database import Store
-from gpudesk.engine.store.model_params import AloneRate, StoredObservation
+from gpudesk.engine.store.model_params import StoredObservation
 from gpudesk.env_seconds import env_seconds
 from gpudesk.hw import runner
 from gpudesk.hw.telemetry.model import MPS_SERVER
@@ -54,10 +53,15 @@ from gpudesk.policy.interference import (
 from gpudesk.policy.observation_wire import observation_from_json, observation_to_json
 from gpudesk.policy.progress_intervals import (
     AloneActivity,
+    AloneRate,
     Interval,
     Placed,
     Progress,
     Tenancy,
+    alone_rate_after,
+    progress_lesson,
+    slice_size,
+    telemetry_lesson,
     tenancies,
 )
 from gpudesk.policy.remaining import RecentProgress, Remaining, estimate
@@ -310,7 +314,9 @@ class StationLearning:
         for attempt in live:
             gpu = attempt.gpus[0]
             compute, memory = (
-                self._slice_size(gpu, attempt.mig_slice) if attempt.mode == "mig" else (0, 0)
+                slice_size(self.telemetry.monitor.latest, gpu, attempt.mig_slice)
+                if attempt.mode == "mig"
+                else (0, 0)
             )
             placed.append(
                 Placed(
@@ -325,17 +331,6 @@ class StationLearning:
                 )
             )
         return tenancies(placed)
-
-    def _slice_size(self, gpu: int, mig_slice: str | None) -> tuple[int, int]:
-        latest = self.telemetry.monitor.latest
-        for reading in latest["gpus"] if latest else ():
-            if reading["index"] != gpu:
-                continue
-            for device in reading.get("mig_devices", ()):
-                if device["uuid"] == mig_slice and device["name"]:
-                    table = table_for_gpu(reading.get("name") or "")
-                    return compute_slices(device["name"]), memory_slices(device["name"], table)
-        return 0, 0
 
     def _reader(self, attempt: LiveAttempt) -> ProgressReader | None:
         try:
@@ -399,12 +394,7 @@ class StationLearning:
         self.counts.observations += 1
         value = self.learner.params(gpu_model).to_dict()[name]
         seconds = (activity.last_at or 0.0) - (activity.first_at or 0.0)
-        self._event(
-            tracker.job_id,
-            f"learned from telemetry: alone, kernel-active {obs.kernel_active:.0%} of the time "
-            f"against SM activity {obs.job.sm:.0%} over {seconds:.0f} s; {name} on "
-            f"{gpu_model or 'this GPU'} is now {value:.3f}",
-        )
+        self._event(tracker.job_id, telemetry_lesson(obs, seconds, gpu_model, name, value))
 
     def _close(self, tracker: Tracker) -> None:
         """The tracker's interval ended: learn from it if it counts."""
@@ -438,15 +428,8 @@ class StationLearning:
         self, job_id: int, interval: Interval, obs: Observation, gpu_model: str, name: str
     ) -> None:
         """What a job's progress taught, in the log and as a `model` event."""
-        tenancy = interval.tenancy
-        beside = ", ".join(f"job {o.job_id}" for o in tenancy.others) or tenancy.mig_slice or "-"
         value = self.learner.params(gpu_model).to_dict()[name]
-        self._event(
-            job_id,
-            f"learned from progress: {obs.rate:.2f}x its speed alone under {tenancy.mode} "
-            f"beside {beside} over {interval.seconds:.0f} s; {name} on "
-            f"{gpu_model or 'this GPU'} is now {value:.3f}",
-        )
+        self._event(job_id, progress_lesson(interval, obs, gpu_model, name, value))
 
     def _event(self, job_id: int, message: str) -> None:
         """What a job taught the model, in the log and as a `model` event."""
@@ -462,10 +445,7 @@ class StationLearning:
         except Exception:  # a hint for later runs; never worth failing a step over
             log.exception("could not record a rate alone")
             return
-        old = self.alone.get(key)
-        runs = old.runs if old else 0
-        mean = (old.rate * runs + rate) / (runs + 1) if old else rate
-        self.alone[key] = AloneRate(mean, runs + 1, time.time())
+        self.alone[key] = alone_rate_after(self.alone.get(key), rate, time.time())
 
 
 def _log_reader(attempt: LiveAttempt, job: JobRecord) -> ProgressReader:

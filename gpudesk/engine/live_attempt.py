@@ -12,8 +12,8 @@ import time
 from dataclasses import dataclass
 
 from gpudesk.core.records import AttemptRecord
-from gpudesk.engine.gpu_states import RunningAttempt
 from gpudesk.hw import boottime
+from gpudesk.policy.gpu_states import RunningAttempt
 from gpudesk.policy.remaining import UNKNOWN, Remaining
 
 

@@ -19,7 +19,6 @@ from gpudesk.engine.attempts import Attempts
 from gpudesk.engine.drain import Drain
 from gpudesk.engine.events import EventPublisher
 from gpudesk.engine.fair_usage import FairUsage
-from gpudesk.engine.gpu_states import gpu_states
 from gpudesk.engine.learning import StationLearning
 from gpudesk.engine.preempting import RECHECK_S, Preempting
 from gpudesk.engine.services.tracking.tracker import Tracking
@@ -28,21 +27,25 @@ from gpudesk.engine.station.mps_watch import MpsWatch
 from gpudesk.engine.station.repartition.control import MigControl
 from gpudesk.engine.station.telemetry_sink import TelemetrySink
 from gpudesk.engine.store.database import Store
+from gpudesk.policy import dependencies as job_dependencies
 from gpudesk.policy import job_gates
 from gpudesk.policy.demand import Demand
 from gpudesk.policy.fairshare import (
     FairShare,
-    ahead_by_fair_share,
     fair_key,
     fair_order,
+    fair_share_wait,
+    pool_heads,
     several_users,
 )
+from gpudesk.policy.gpu_states import gpu_states
 from gpudesk.policy.jct_order import shortest_first
-from gpudesk.policy.mig_planner import QueuedDemand
+from gpudesk.policy.mig_planner import mig_candidates
 from gpudesk.policy.policies import make_policy
 from gpudesk.policy.policy import Decision, PlacementPolicy, StationView
 from gpudesk.policy.queue import JobQueue
 from gpudesk.policy.schedule_pass import schedule_pass
+from gpudesk.policy.user_limits import gpu_limit_refusal
 
 # How long usage_by_user's answer is kept while no attempt starts or ends: what running attempts
 # accrue in that time (1/60 GPU-h per GPU) cannot reorder users whose usage differs by more.
@@ -64,30 +67,6 @@ log = logging.getLogger("gpudesk.engine")
 # The idle MIG-mode GPUs (index, layout) and the queued jobs the last repartition check weighed:
 # the same again gets the same answer, so nvidia-smi is not asked again.
 _Weighed = tuple[tuple[tuple[int, tuple[str, ...]], ...], tuple[int, ...]]
-
-
-def mig_candidates(queue: JobQueue, attempts: Attempts) -> list[QueuedDemand]:
-    """The queued single-GPU jobs a MIG slice could take, in placement order, held ones
-    included (hold a sweep, repartition for it, release it). A job that must run alone
-    (after an out-of-memory death) is left to whole GPUs."""
-    queued = []
-    for job in queue.ordered():
-        if job.spec.gpus != 1:
-            continue
-        demand = attempts.demands.of(job)
-        if not demand.exclusive:
-            queued.append(
-                QueuedDemand(
-                    job.id,
-                    job.name,
-                    demand.memory_mib,
-                    demand.sm_pct,
-                    job.held,
-                    demand.membw_pct,
-                    attempts.demands.typical_run_s(job),  # the MIG plan's queue-time replay
-                )
-            )
-    return queued
 
 
 class Scheduler:
@@ -178,7 +157,7 @@ class Scheduler:
         share put it when several users' jobs wait."""
         dependency = self.queue.blocked.get(job.id)
         if dependency is not None:
-            return dependencies.waiting_text(dependency)
+            return job_dependencies.waiting_text(dependency)
         drained = self.drain.explain()
         if drained:
             return drained
@@ -198,19 +177,7 @@ class Scheduler:
         text = self.policy.explain_wait(job, queue, self.station_view())
         if not several_users(queue):
             return text
-        usage = self.usage_by_user()
-        ahead = ahead_by_fair_share(job, queue, usage)
-        share = self.fair_share
-        mine = (
-            f"{job.user}'s usage {usage.get(job.owner.uid, 0.0):.1f} GPU-h (decayed, half-life "
-            f"{share.half_life_h:g} h)"
-        )
-        where = (
-            f"behind {ahead} job{'s' if ahead != 1 else ''} of users with less recent usage; "
-            if ahead
-            else ""
-        )
-        return f"fair share: {where}{mine}; {text}"
+        return fair_share_wait(job, queue, self.usage_by_user(), self.fair_share, text)
 
     def wait_codes(self, job_ids: Iterable[int]) -> dict[int, str]:
         """Why each of these queued jobs waits, as a short code in the words of squeue's
@@ -250,29 +217,17 @@ class Scheduler:
         codes = {job_id: code for job_id, job in wanted.items() if (code := blocker(job))}
         if len(codes) == len(wanted):
             return codes
-        # The head of each pool (GPU jobs, CPU jobs) in placement order: fair share's when
-        # several users' jobs wait (the lowest fair_key: each user's first job, weighed by
-        # usage), else the queue's own, whose first startable job of each pool ends the scan.
+        # The head of each pool (GPU jobs, CPU jobs) in placement order (fair share's when
+        # several users' jobs wait): it waits for room, the others behind it too.
         mixed = several_users(self.queue.ordered_iter())
         usage = self.usage_by_user() if mixed else {}
-        heads: dict[bool, tuple[tuple[int, float, int], int]] = {}
-        firsts: set[tuple[bool, int]] = set()  # (pool, owner) whose first job was weighed
-        for job in self.queue.ordered_iter():
-            if len(heads) == 2 and -job.spec.priority > max(k[0] for k, _ in heads.values()):
-                break  # the queue is in priority order: no job from here on comes first
-            pool, uid = bool(job.spec.gpus), job.owner.uid
-            if (pool, uid) in firsts or blocker(job) is not None:
-                continue  # a user's later jobs never come before their first
-            firsts.add((pool, uid))
-            key = fair_key(job, usage)
-            if pool not in heads or key < heads[pool][0]:
-                heads[pool] = (key, job.id)
-            if not mixed and len(heads) == 2:
-                break
+        heads = pool_heads(
+            self.queue.ordered_iter(), lambda job: blocker(job) is not None, usage, mixed
+        )
         for job_id, job in wanted.items():
             if job_id not in codes:
                 head = heads.get(bool(job.spec.gpus))
-                codes[job_id] = "Resources" if head is None or head[1] == job_id else "Priority"
+                codes[job_id] = "Resources" if head is None or head == job_id else "Priority"
         return codes
 
     # ------------------------------------------------------- fair share, limits
@@ -314,17 +269,7 @@ class Scheduler:
 
     def _over_gpu_limit(self, job: JobRecord, held: dict[int, int]) -> str:
         """Why the job may not start under `[station] max_running_gpus_per_user`, or ""."""
-        limit = self.station.config.max_running_gpus_per_user
-        if limit is None or not job.spec.gpus:
-            return ""
-        holding = held.get(job.owner.uid, 0)
-        if holding + job.spec.gpus <= limit:
-            return ""
-        return (
-            f"{job.user}'s running jobs hold {holding} GPU{'s' if holding != 1 else ''} and this "
-            f"one asks for {job.spec.gpus}; the station allows {limit} per user "
-            "([station] max_running_gpus_per_user)"
-        )
+        return gpu_limit_refusal(job, held, self.station.config.max_running_gpus_per_user)
 
     def _throttle(self) -> job_gates.ArrayThrottle:
         return job_gates.ArrayThrottle(
@@ -433,7 +378,7 @@ class Scheduler:
             waiting = [job for job in self.queue.ordered() if job.spec.dependencies]
             known = dependencies.dependencies_of(self.store, waiting)
             for job in waiting:
-                found = dependencies.spec_verdict(job, known)
+                found = job_dependencies.spec_verdict(job, known)
                 if found.never:
                     self.queue.remove(job.id)
                     self.store.finish_queued(job.id, JobState.CANCELLED, found.never)
@@ -505,7 +450,7 @@ class Scheduler:
         A failure (nvidia-smi, another user's process on the GPU) is an event, and the same
         GPUs and queue are not tried again until something changes."""
         idle = [g for g in view.gpu_states if g.index in relayable]
-        queue = [q for q in mig_candidates(self.queue, self.attempts) if not q.held]
+        queue = [q for q in mig_candidates(self.queue, self.attempts.demands) if not q.held]
         if not idle or not queue:
             return False
         weighed: _Weighed = (

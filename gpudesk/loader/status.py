@@ -1,4 +1,5 @@
-"""Ask every producer of this home for its state (for `gpudesk loader status` and the engine)."""
+"""Ask every producer of this home for its state (for `gpudesk loader status` and the engine), and
+what its status says sharing saved (`cpu_saving`: the engine's loader summary)."""
 
 from __future__ import annotations
 
@@ -68,3 +69,19 @@ def collect(name: str | None = None, home: Home | None = None) -> list[dict[str,
         finally:
             sock.close()
     return out
+
+
+def cpu_saving(status: dict[str, Any]) -> dict[str, Any]:
+    """What loading cost, and what it would have cost had every consumer loaded its own batches:
+    the producer's CPU per batch it made, times the batches it handed out."""
+    cpu = status.get("cpu_s")
+    produced = status.get("produced") or 0
+    delivered = status.get("delivered_total") or 0
+    if cpu is None or not produced:
+        return {"cpu_s": cpu, "unshared_cpu_s": None, "saved_cpu_s": None}
+    unshared = cpu * delivered / produced
+    return {
+        "cpu_s": round(cpu, 2),
+        "unshared_cpu_s": round(unshared, 2),
+        "saved_cpu_s": round(unshared - cpu, 2),
+    }

@@ -21,7 +21,7 @@ its usual order (priority, then submission): the simulator and a personal engine
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from gpudesk.core.records import JobRecord, UsageSpan
@@ -114,3 +114,54 @@ def ahead_by_fair_share(
         and other.id > job.id
         and fair_key(other, usage) < mine
     )
+
+
+def fair_share_wait(
+    job: JobRecord,
+    queue: Sequence[JobRecord],
+    usage: Mapping[int, float],
+    share: FairShare,
+    text: str,
+) -> str:
+    """Why a queued job waits when several users' jobs do: where fair share put it (the jobs
+    of users with less recent usage ahead of it, its owner's usage), then `text`, the
+    policy's words."""
+    ahead = ahead_by_fair_share(job, queue, usage)
+    mine = (
+        f"{job.user}'s usage {usage.get(job.owner.uid, 0.0):.1f} GPU-h (decayed, half-life "
+        f"{share.half_life_h:g} h)"
+    )
+    where = (
+        f"behind {ahead} job{'s' if ahead != 1 else ''} of users with less recent usage; "
+        if ahead
+        else ""
+    )
+    return f"fair share: {where}{mine}; {text}"
+
+
+def pool_heads(
+    ordered: Iterable[JobRecord],
+    blocked: Callable[[JobRecord], bool],
+    usage: Mapping[int, float],
+    mixed: bool,
+) -> dict[bool, int]:
+    """The job at the head of each pool (True: GPU jobs, False: CPU jobs), by id: the next to
+    start there when there is room. `ordered` is the queue in its order; a `blocked` job waits
+    for something besides room and is passed over. In placement order: fair share's when
+    several users' jobs wait (`mixed`: the lowest fair_key, each user's first job, weighed by
+    `usage`), else the queue's own, whose first startable job of each pool ends the scan."""
+    heads: dict[bool, tuple[tuple[int, float, int], int]] = {}
+    firsts: set[tuple[bool, int]] = set()  # (pool, owner) whose first job was weighed
+    for job in ordered:
+        if len(heads) == 2 and -job.spec.priority > max(k[0] for k, _ in heads.values()):
+            break  # the queue is in priority order: no job from here on comes first
+        pool, uid = bool(job.spec.gpus), job.owner.uid
+        if (pool, uid) in firsts or blocked(job):
+            continue  # a user's later jobs never come before their first
+        firsts.add((pool, uid))
+        key = fair_key(job, usage)
+        if pool not in heads or key < heads[pool][0]:
+            heads[pool] = (key, job.id)
+        if not mixed and len(heads) == 2:
+            break
+    return {pool: job_id for pool, (_, job_id) in heads.items()}

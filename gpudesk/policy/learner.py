@@ -9,8 +9,10 @@ import statistics
 from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import cast
 
 from gpudesk.core.mig_profiles import COMPUTE_SLICES, MEMORY_SLICES
+from gpudesk.core.wire.model import ModelParamView, ParamKind
 from gpudesk.policy.model_params import (
     COSTS,
     DEFAULT_PARAMS,
@@ -179,6 +181,20 @@ class LearnedParam:
     # The top of its plausible range (value x `Learner.widths`), where `auto` judges a sharing
     # placement (model_params.pessimistic); None for a parameter that is no mechanism's cost.
     high: float | None = None
+
+    def view(self) -> ModelParamView:
+        """The parameter as `model_show` replies it."""
+        return ModelParamView(
+            name=self.name,
+            value=self.value,
+            prior=self.prior,
+            kind=cast(ParamKind, self.kind),  # the learner's kinds are the wire's
+            source=self.source,
+            observations=self.observations,
+            calibrated=self.calibrated,
+            updated_at=self.updated_at,
+            high=self.high,
+        )
 
 
 @dataclass

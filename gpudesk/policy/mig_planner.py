@@ -40,7 +40,9 @@ from gpudesk.core.wire.mig import (
     PlanSlice,
     QueueTimeView,
 )
+from gpudesk.policy.demand_history import DemandHistory
 from gpudesk.policy.policy import RESERVE_MIB
+from gpudesk.policy.queue import JobQueue
 from gpudesk.units import MIB_PER_GIB
 
 # A slice must hold the job's need plus what placement keeps free on any GPU a job holds alone.
@@ -117,6 +119,30 @@ class QueuedDemand:
     held: bool = False  # held by the user: planned for, starts once released
     membw_pct: float | None = None  # its DRAM bandwidth share alone, where known
     run_s: float | None = None  # its expected run time alone (its command family's), where known
+
+
+def mig_candidates(queue: JobQueue, demands: DemandHistory) -> list[QueuedDemand]:
+    """The queued single-GPU jobs a MIG slice could take, in placement order, held ones
+    included (hold a sweep, repartition for it, release it). A job that must run alone
+    (after an out-of-memory death) is left to whole GPUs."""
+    queued = []
+    for job in queue.ordered():
+        if job.spec.gpus != 1:
+            continue
+        demand = demands.of(job)
+        if not demand.exclusive:
+            queued.append(
+                QueuedDemand(
+                    job.id,
+                    job.name,
+                    demand.memory_mib,
+                    demand.sm_pct,
+                    job.held,
+                    demand.membw_pct,
+                    demands.typical_run_s(job),  # the MIG plan's queue-time replay
+                )
+            )
+    return queued
 
 
 @dataclass(frozen=True)

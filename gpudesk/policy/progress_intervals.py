@@ -10,6 +10,9 @@ its ratio to the speed alone is an `interference.Observation`. While an attempt 
 GPU's telemetry (`AloneActivity`: SM activity and kernel-active time) measures its kernel-active
 gap, another observation.
 
+A command's rate alone is remembered as the mean over its runs (`AloneRate`). What an interval
+taught is said in words (`progress_lesson`, `telemetry_lesson`) for the job's events.
+
 The engine (`gpudesk.engine.learning`) reads the logs, knows who runs where, remembers rates
 alone in its store and feeds the learner; this module holds no file, clock or store, so the
 rules can be read and tested on their own (docs/interference.md).
@@ -17,9 +20,11 @@ rules can be read and tested on their own (docs/interference.md).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
+from gpudesk.core.mig_profiles import compute_slices, memory_slices, table_for_gpu
 from gpudesk.policy.interference import Observation, Workload, kernel_active_gap
 
 
@@ -201,3 +206,60 @@ class AloneActivity:
         if kernel_active_gap(sm, active) is None:
             return None
         return Observation("exclusive", Workload(sm, work.membw), (), 1.0, kernel_active=active)
+
+
+def slice_size(
+    latest: Mapping[str, Any] | None, gpu: int, mig_slice: str | None
+) -> tuple[int, int]:
+    """The compute and memory slices of MIG device `mig_slice` on GPU `gpu`, as the latest
+    telemetry sample (`latest`: the monitor's view) names it; (0, 0) where it does not."""
+    for reading in latest["gpus"] if latest else ():
+        if reading["index"] != gpu:
+            continue
+        for device in reading.get("mig_devices", ()):
+            if device["uuid"] == mig_slice and device["name"]:
+                table = table_for_gpu(reading.get("name") or "")
+                return compute_slices(device["name"]), memory_slices(device["name"], table)
+    return 0, 0
+
+
+@dataclass(frozen=True)
+class AloneRate:
+    """A command's progress rate (its DONE units per second) alone on a GPU, over its runs."""
+
+    rate: float
+    runs: int
+    updated_at: float
+
+
+def alone_rate_after(old: AloneRate | None, rate: float, at: float) -> AloneRate:
+    """A command's rate alone once one more of its runs measured `rate` (at `at`): the mean
+    over its runs."""
+    runs = old.runs if old else 0
+    mean = (old.rate * runs + rate) / (runs + 1) if old else rate
+    return AloneRate(mean, runs + 1, at)
+
+
+def progress_lesson(
+    interval: Interval, obs: Observation, gpu_model: str, name: str, value: float
+) -> str:
+    """What a shared interval of a job's progress taught: parameter `name` is now `value`."""
+    tenancy = interval.tenancy
+    beside = ", ".join(f"job {o.job_id}" for o in tenancy.others) or tenancy.mig_slice or "-"
+    return (
+        f"learned from progress: {obs.rate:.2f}x its speed alone under {tenancy.mode} "
+        f"beside {beside} over {interval.seconds:.0f} s; {name} on "
+        f"{gpu_model or 'this GPU'} is now {value:.3f}"
+    )
+
+
+def telemetry_lesson(
+    obs: Observation, seconds: float, gpu_model: str, name: str, value: float
+) -> str:
+    """What a job's telemetry alone over `seconds` taught (its kernel-active gap): parameter
+    `name` is now `value`."""
+    return (
+        f"learned from telemetry: alone, kernel-active {obs.kernel_active:.0%} of the time "
+        f"against SM activity {obs.job.sm:.0%} over {seconds:.0f} s; {name} on "
+        f"{gpu_model or 'this GPU'} is now {value:.3f}"
+    )

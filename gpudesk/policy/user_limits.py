@@ -17,10 +17,17 @@ an admin may make one higher than 0. That is Slurm's rule: a user may only add a
 operator or administrator may give a negative nice or set a job's priority. Without it any
 member could put her jobs ahead of everyone's, whatever fair share says, since priority is
 compared before fair share.
+
+Running GPUs (`[station] max_running_gpus_per_user`): the GPUs her running jobs hold (a MIG slice
+or a shared GPU counts as one) and the job's own may not go past the limit; the scheduler asks
+before it places a job and when it says why one waits.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
+from gpudesk.core.records import JobRecord
 from gpudesk.policy.queue import JobQueue
 
 DEFAULT_PRIORITY = 0  # JobSpec's default: the highest a member may give her own jobs
@@ -58,4 +65,19 @@ def priority_refusal(old: int, new: int, admins: str) -> str | None:
         f"(asked {old} -> {new}); you may lower your jobs' priority, or raise it back to "
         f"{DEFAULT_PRIORITY}. Fair share orders jobs of equal priority by each member's recent "
         "usage; ask an admin if one of yours must go first."
+    )
+
+
+def gpu_limit_refusal(job: JobRecord, held: Mapping[int, int], limit: int | None) -> str:
+    """Why the job may not start under `[station] max_running_gpus_per_user` (`limit`), with
+    `held` the GPUs each user's running jobs hold, or ""."""
+    if limit is None or not job.spec.gpus:
+        return ""
+    holding = held.get(job.owner.uid, 0)
+    if holding + job.spec.gpus <= limit:
+        return ""
+    return (
+        f"{job.user}'s running jobs hold {holding} GPU{'s' if holding != 1 else ''} and this "
+        f"one asks for {job.spec.gpus}; the station allows {limit} per user "
+        "([station] max_running_gpus_per_user)"
     )

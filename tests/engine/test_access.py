@@ -16,8 +16,8 @@ from conftest import EngineInProcess
 from gpudesk.api.models import ConfigureResult
 from gpudesk.core.identity import Caller, Identity, group_name
 from gpudesk.core.station import StationConfig
-from gpudesk.engine.access import Access
 from gpudesk.paths import Home
+from gpudesk.policy.access import Access
 
 ADMINS = 7000  # the admin group's gid (a name where the system has one)
 ADA = Caller(Identity.of(5001, 5001, [5001]), 101)

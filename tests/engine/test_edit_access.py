@@ -13,8 +13,8 @@ from conftest import EngineInProcess
 
 from gpudesk.core.identity import Caller, Identity, group_name
 from gpudesk.core.station import StationConfig
-from gpudesk.engine.access import Access
 from gpudesk.paths import Home
+from gpudesk.policy.access import Access
 
 ADMINS = 7000
 ADA = Caller(Identity.of(5001, 5001, [5001]), 101)

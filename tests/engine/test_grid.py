@@ -22,8 +22,8 @@ from gpudesk.cli.run_report import RunReport
 from gpudesk.core.identity import Caller, Identity
 from gpudesk.core.reconfigure import weigh
 from gpudesk.core.station import StationConfig
-from gpudesk.engine.access import Access
 from gpudesk.paths import Home
+from gpudesk.policy.access import Access
 from gpudesk.profile import ProfileError, parse_profile
 
 FRANCE = grid.find("FR")

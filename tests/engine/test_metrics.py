@@ -28,8 +28,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gpudesk.core.identity import Caller, Identity
 from gpudesk.core.station import StationConfig
-from gpudesk.engine.access import Access
 from gpudesk.paths import Home, user_name
+from gpudesk.policy.access import Access
 
 SIM = "sim:dgx-station-a100"
 GPUS = 4

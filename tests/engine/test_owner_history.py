@@ -15,13 +15,14 @@ import pytest
 
 from gpudesk.core.identity import Identity
 from gpudesk.core.jobs import JobSpec
-from gpudesk.engine.job_demand import FAMILY_SOURCE, JobDemand
+from gpudesk.engine.job_demand import JobDemand
 from gpudesk.engine.live_attempt import LiveAttempt
 from gpudesk.engine.store.database import Store
 from gpudesk.engine.store.schema import MIGRATIONS, SCHEMA_VERSION
 from gpudesk.hw.telemetry.energy import AttemptUsage
 from gpudesk.policy.command_family import family, owner_key
 from gpudesk.policy.demand import signature
+from gpudesk.policy.demand_history import FAMILY_SOURCE
 
 ADA = Identity.of(os.getuid() + 1, os.getgid(), ())
 BOB = Identity.of(os.getuid() + 2, os.getgid(), ())

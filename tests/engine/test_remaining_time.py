@@ -15,7 +15,6 @@ import pytest
 from conftest import EngineHandle, Run, processes_in_group, wait_for
 
 from gpudesk.core.jobs import JobSpec
-from gpudesk.engine.gpu_states import RunningAttempt, tenants_by_gpu
 from gpudesk.engine.job_demand import JobDemand
 from gpudesk.engine.live_attempt import LiveAttempt
 from gpudesk.engine.store.database import Store
@@ -24,8 +23,6 @@ from gpudesk.hw.telemetry.energy import AttemptUsage
 from gpudesk.paths import Home
 from gpudesk.policy.command_family import family, owner_key
 from gpudesk.policy.demand import signature
-from gpudesk.policy.policy import GpuState
-from gpudesk.policy.remaining import RecentProgress, estimate
 
 # 1000 steps at about 100 per second, each line DONE/TOTAL
 COUNTING = (
@@ -150,25 +147,6 @@ def test_an_older_store_keeps_its_history_by_family(tmp_path: Path) -> None:
         assert store.demand_history()[gone] == (100.0, 10.0, 1)  # still read for its command
     finally:
         store.close()
-
-
-def test_placement_sees_each_tenants_remaining_time() -> None:
-    """What the scheduler's station view is built from: a running attempt with its estimate
-    gives its tenant on each of its GPUs that estimate and its source."""
-    recent = RecentProgress()
-    recent.add(0.0, 100.0, 1000.0)
-    recent.add(10.0, 200.0, 1000.0)
-    running = RunningAttempt(
-        7, 3, (0, 1), "exclusive", None, 8192.0, 60.0, remaining_s=80.0, remaining_source="progress"
-    )
-    tenants = tenants_by_gpu([running, RunningAttempt(8, 4, (1,), "mps", None, 1.0, 1.0)], {}, 0.0)
-    assert [(t.job_id, t.remaining_s, t.remaining_source) for t in tenants[0]] == [
-        (3, 80.0, "progress")
-    ]
-    gpu1 = GpuState(1, None, 40960.0, tenants=tuple(tenants[1]))
-    assert gpu1.drains_in_s is None  # job 4's end is unknown
-    assert GpuState(0, None, 40960.0, tenants=tuple(tenants[0])).drains_in_s == 80.0
-    assert estimate(recent, None, 10.0).seconds == pytest.approx(80.0)
 
 
 def test_a_settled_peak_is_counted_once_across_an_engine_restart(tmp_path: Path) -> None:

@@ -30,8 +30,8 @@ from local_users import local_accounts
 
 from gpudesk.core.identity import Caller, Identity
 from gpudesk.core.station import StationConfig
-from gpudesk.engine.access import Access
 from gpudesk.paths import Home
+from gpudesk.policy.access import Access
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0, reason="needs root: makes real users and runs jobs as them"

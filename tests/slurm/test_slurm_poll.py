@@ -78,11 +78,11 @@ def test_a_time_slurms_clients_give_stays_within_what_the_engine_saw() -> None:
     """Slurm's clients run as the job's owner, who may make them print anything: a start she
     forges cannot fall before the submit or after the engine saw the job running, an end cannot
     fall in the future or before the start."""
-    from gpudesk.engine.backends.slurm import _within
+    from gpudesk.slurm.outcome import within
 
     submitted, seen_running, now = 1000.0, 1030.0, 2000.0
-    assert _within(1010.0, submitted, seen_running) == 1010.0  # Slurm's own, believed
-    assert _within(1500.0, submitted, seen_running) == seen_running  # a forged late start
-    assert _within(10.0, submitted, seen_running) == submitted  # a forged early one
-    assert _within(9e9, seen_running, now) == now  # an end in the future
-    assert _within(None, submitted, now) is None
+    assert within(1010.0, submitted, seen_running) == 1010.0  # Slurm's own, believed
+    assert within(1500.0, submitted, seen_running) == seen_running  # a forged late start
+    assert within(10.0, submitted, seen_running) == submitted  # a forged early one
+    assert within(9e9, seen_running, now) == now  # an end in the future
+    assert within(None, submitted, now) is None

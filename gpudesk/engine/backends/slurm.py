@@ -26,7 +26,6 @@ the events.
 from __future__ import annotations
 
 import logging
-import math
 import os
 import pwd
 import queue
@@ -38,16 +37,18 @@ from pathlib import Path
 from gpudesk.core.identity import Identity
 from gpudesk.core.jobs import JobSpec, JobState
 from gpudesk.core.records import JobRecord
-from gpudesk.engine.dependencies import dependencies_of, jobs_by_id, verdict
+from gpudesk.engine.dependencies import dependencies_of, jobs_by_id
 from gpudesk.engine.events import EventPublisher
 from gpudesk.engine.state import PlacementDue
 from gpudesk.engine.store.database import Store
 from gpudesk.env_seconds import env_seconds
 from gpudesk.paths import Home
+from gpudesk.policy.dependencies import verdict
 from gpudesk.slurm import commands as slurm
 from gpudesk.slurm import send as slurm_send
 from gpudesk.slurm.as_owner import acts_for_other
 from gpudesk.slurm.commands import Ended, SlurmError
+from gpudesk.slurm.outcome import exit_code, failure, slurm_time, within
 from gpudesk.slurm.poller import Heard, Poller, Watched
 from gpudesk.slurm.records import SENDING, SENDING_STATE, SlurmRow
 from gpudesk.slurm.request import SlurmMappingError
@@ -75,27 +76,6 @@ INTENT_GRACE_ENV = "GPUDESK_SLURM_INTENT_GRACE_S"  # tests: a few seconds
 def intent_grace_s() -> float:
     """INTENT_GRACE_S, or the engine's GPUDESK_SLURM_INTENT_GRACE_S (1 to 600 s)."""
     return env_seconds(INTENT_GRACE_ENV, INTENT_GRACE_S, 1.0, 600.0)
-
-
-def _within(moment: float | None, low: float, high: float) -> float | None:
-    """A time Slurm's clients gave, kept within what the engine knows itself. Those clients run
-    as the job's owner, who may trace them and make them print anything (docs/security.md), so
-    a start or end she forges moves her job's wall time and GPU-seconds only within the engine's
-    own bounds: after the submit, no later than the engine saw it running, never in the future.
-    Slurm's times are whole seconds, cut down: a start in the second of the submit reads as
-    that second's beginning, so the bound below is the submit's whole second."""
-    low = math.floor(low)
-    return None if moment is None else min(max(moment, low), max(low, high))
-
-
-def _slurm_time(text: str | None) -> float | None:
-    """Slurm's local timestamps ("2026-11-25T02:20:42")."""
-    if not text:
-        return None
-    try:
-        return time.mktime(time.strptime(text, "%Y-%m-%dT%H:%M:%S"))
-    except ValueError:
-        return None
 
 
 class SlurmBackend:
@@ -408,8 +388,8 @@ class SlurmBackend:
         # Slurm's own StartTime (scontrol or the completion log for an ended job, squeue's %S
         # for a running one): a job's wall time and GPU-seconds are Slurm's, as sacct's
         # Elapsed, not from when a poll first saw it running.
-        started = _within(
-            _slurm_time(ended.started if ended else line.started if line else None),
+        started = within(
+            slurm_time(ended.started if ended else line.started if line else None),
             job.submitted_at,
             time.time(),
         )
@@ -440,12 +420,12 @@ class SlurmBackend:
                 job,
                 JobState.CANCELLED,
                 self._cancel_reason(job, row, reason),
-                _code(code, sig) if job.started_at else None,
+                exit_code(code, sig) if job.started_at else None,
                 ended,
             )
         else:
             self._end(
-                job, JobState.FAILED, _failure(state, code, sig, row), _code(code, sig), ended
+                job, JobState.FAILED, failure(state, code, sig, row), exit_code(code, sig), ended
             )
         return True
 
@@ -522,8 +502,8 @@ class SlurmBackend:
         started = job.started_at
         if ended is not None and started is not None:
             # never later than when the engine saw it run (nor before its submit)
-            started = _within(_slurm_time(ended.started), job.submitted_at, started) or started
-        end = _within(_slurm_time(ended.ended) if ended else None, started or 0.0, now) or now
+            started = within(slurm_time(ended.started), job.submitted_at, started) or started
+        end = within(slurm_time(ended.ended) if ended else None, started or 0.0, now) or now
         self.store.slurm_ended(
             job.id, state, reason, exit_code=code, started_at=started, ended_at=end
         )
@@ -531,21 +511,3 @@ class SlurmBackend:
 
     def close(self) -> None:
         self.poller.stop()
-
-
-def _code(code: int | None, sig: int | None) -> int | None:
-    """An exit code as gpudesk keeps them: 128 + N for a death by signal N."""
-    if sig:
-        return 128 + sig
-    return code
-
-
-def _failure(state: str, code: int | None, sig: int | None, row: SlurmRow) -> str:
-    where = f"Slurm job {row.slurm_id}"
-    if state == "TIMEOUT":
-        return f"timed out: Slurm's time limit (--time) passed ({where})"
-    if state == "OUT_OF_MEMORY":
-        return f"out of memory: the job went past its host memory (--mem) ({where}, OUT_OF_MEMORY)"
-    if state == "FAILED" and code is not None:
-        return f"exit code {code}" + (f", signal {sig}" if sig else "") + f" ({where})"
-    return f"Slurm ended it {state} ({where})"

@@ -18,7 +18,6 @@ from gpudesk.core.protocol import ProtocolError
 from gpudesk.core.records import JobRecord
 from gpudesk.core.wire.jobs import UsageSummary
 from gpudesk.core.wire.requests import MAX_ROW_ID, JobRef
-from gpudesk.engine.access import Access
 from gpudesk.engine.attempts import Attempts
 from gpudesk.engine.backends.slurm import SlurmBackend
 from gpudesk.engine.events import EventPublisher
@@ -36,6 +35,7 @@ from gpudesk.engine.station.telemetry_sink import TelemetrySink
 from gpudesk.engine.store.database import Store
 from gpudesk.metrics.loop_timing import LoopTiming
 from gpudesk.paths import Home
+from gpudesk.policy.access import Access
 from gpudesk.policy.queue import JobQueue
 from gpudesk.text import is_text, safe_text
 
@@ -69,7 +69,7 @@ class EngineParts:
     cores: int
     stop: Callable[[], None]  # ends the engine's loop
     offloop: OffLoop  # where a handler's slow work runs (engine/offloop.py)
-    # Who may do what (engine/access.py): a personal engine's callers are all admins.
+    # Who may do what (policy/access.py): a personal engine's callers are all admins.
     access: Access = field(default_factory=Access.personal)
     # How long requests and periodic steps held the loop (metrics/loop_timing.py).
     loop: LoopTiming = field(default_factory=LoopTiming)

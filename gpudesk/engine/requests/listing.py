@@ -229,7 +229,7 @@ class ListingRequests(Requests):
         output (default: its latest) from stream position `offset`, read by the engine, for a
         client that may not read the file itself (an admin reading another user's job on a
         system engine; the owner where the state folder is not theirs to enter). The owner's
-        and the admins' only (engine/access.py). `data` is base64; `skipped` the bytes before it
+        and the admins' only (policy/access.py). `data` is base64; `skipped` the bytes before it
         that were rotated away; `next` the position after it; `end` the stream's end now."""
         parts = self.parts
         job = self._find(args.job, "job")

@@ -5,7 +5,6 @@ fed to the learner) and `model_reset`.
 from __future__ import annotations
 
 import logging
-from typing import cast
 
 from gpudesk.core import protocol
 from gpudesk.core.identity import Caller
@@ -13,14 +12,11 @@ from gpudesk.core.protocol import ProtocolError
 from gpudesk.core.wire.model import (
     GpuModelView,
     ModelObserveResult,
-    ModelParamView,
     ModelResetResult,
     ModelShowResult,
-    ParamKind,
 )
 from gpudesk.core.wire.requests import ModelObserveArgs, ModelResetArgs, OpArgs
 from gpudesk.engine.requests.common import Handler, Requests
-from gpudesk.policy.interference import LearnedParam
 from gpudesk.policy.observation_wire import observation_from_dict
 from gpudesk.text import is_text
 
@@ -46,11 +42,11 @@ class ModelRequests(Requests):
             GpuModelView(
                 gpu_model=gpu_model,
                 gpus=learning.gpus_of(gpu_model),
-                params=[_param_view(p) for p in learning.describe(gpu_model)],
+                params=[p.view() for p in learning.describe(gpu_model)],
             )
             for gpu_model in [m for m in learning.gpu_models() if m]
         ]
-        defaults = [_param_view(p) for p in learning.describe("")]
+        defaults = [p.view() for p in learning.describe("")]
         models.append(GpuModelView(gpu_model="", gpus=[], params=defaults))
         monitor = self.parts.telemetry.monitor
         return ModelShowResult(
@@ -89,7 +85,7 @@ class ModelRequests(Requests):
             accepted=sum(moved.values()),
             ignored=len(observations) - sum(moved.values()),
             moved=moved,
-            params=[_param_view(p) for p in learning.describe(gpu_model)],
+            params=[p.view() for p in learning.describe(gpu_model)],
         )
 
     def model_reset(self, args: ModelResetArgs, caller: Caller) -> ModelResetResult:
@@ -110,17 +106,3 @@ class ModelRequests(Requests):
         log.info(message)
         self.parts.store.add_event("model", message)
         return ModelResetResult(gpu_model=gpu_model, dropped=dropped)
-
-
-def _param_view(param: LearnedParam) -> ModelParamView:
-    return ModelParamView(
-        name=param.name,
-        value=param.value,
-        prior=param.prior,
-        kind=cast(ParamKind, param.kind),  # the learner's kinds are the wire's
-        source=param.source,
-        observations=param.observations,
-        calibrated=param.calibrated,
-        updated_at=param.updated_at,
-        high=param.high,
-    )

@@ -45,6 +45,7 @@ from gpudesk.loader.station_access import (
     prepare_folder,
     producer_identity,
 )
+from gpudesk.loader.status import cpu_saving
 from gpudesk.paths import Home, UnsafePath, open_state_file
 from gpudesk.spawn import SAFE_CWD
 
@@ -529,22 +530,6 @@ class LoaderSupervisor:
                 }
             )
         return out
-
-
-def cpu_saving(status: dict[str, Any]) -> dict[str, Any]:
-    """What loading cost, and what it would have cost had every consumer loaded its own batches:
-    the producer's CPU per batch it made, times the batches it handed out."""
-    cpu = status.get("cpu_s")
-    produced = status.get("produced") or 0
-    delivered = status.get("delivered_total") or 0
-    if cpu is None or not produced:
-        return {"cpu_s": cpu, "unshared_cpu_s": None, "saved_cpu_s": None}
-    unshared = cpu * delivered / produced
-    return {
-        "cpu_s": round(cpu, 2),
-        "unshared_cpu_s": round(unshared, 2),
-        "saved_cpu_s": round(unshared - cpu, 2),
-    }
 
 
 def staged_on_gpu(producer: _Producer) -> bool:

@@ -12,13 +12,12 @@ import logging
 import queue
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import msgspec
 
+from gpudesk.core.records import JobSeries
 from gpudesk.core.station import StationConfig
-from gpudesk.core.wire.jobs import JobSeriesView
 from gpudesk.core.wire.telemetry import Snapshot
 from gpudesk.engine.state import CurrentStation
 from gpudesk.engine.store.database import Store
@@ -44,27 +43,6 @@ PRUNE_EVERY_S = 3600.0
 # What `show` with `series` returns of a job: its stored series, at most this many points each.
 SHOWN_JOB_SERIES = (*JOB_SERIES, JOB_POWER_SERIES)
 MAX_SERIES_POINTS = 2000
-
-
-@dataclass(frozen=True)
-class JobSeries:
-    """A job's telemetry over its life (`show` with `series`): per metric, (time, value) oldest
-    first; each stored point the mean of the window of `window_s` that ended at its time. A
-    job's latest window, not stored yet, is its last point, stamped with the time it was read."""
-
-    window_s: float
-    simulated: bool  # the job's GPUs were simulated
-    points: dict[str, list[tuple[float, float]]]
-
-    def view(self) -> JobSeriesView:
-        return JobSeriesView(
-            window_s=self.window_s,
-            simulated=self.simulated,
-            **{
-                metric: [(round(t, 3), round(v, 3)) for t, v in points]
-                for metric, points in self.points.items()
-            },
-        )
 
 
 # Per GPU: (index, MIG mode, its MIG devices' UUIDs): what placement's slices come from.

@@ -9,15 +9,7 @@ import time
 from dataclasses import dataclass
 
 from gpudesk.engine.store.connection import StoreConnection
-
-
-@dataclass(frozen=True)
-class FamilyRecord:
-    memory_mib: float | None  # the largest peak its runs held (None: none measured)
-    sm_pct: float | None  # their mean SM activity
-    runs: int  # runs whose memory was measured
-    run_s: float | None  # the mean run time of its succeeded runs
-    finished: int  # succeeded runs timed
+from gpudesk.policy.demand_history import FamilyRecord
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gpudesk.engine.store.connection import StoreConnection
+from gpudesk.policy.progress_intervals import AloneRate
 
 
 @dataclass(frozen=True)
@@ -38,15 +39,6 @@ class StoredObservation:
     observed_at: float | None
     observation: str
     owner: int | None = None  # the uid whose job showed it (None: a calibration)
-
-
-@dataclass(frozen=True)
-class AloneRate:
-    """A command's progress rate (its DONE units per second) alone on a GPU, over its runs."""
-
-    rate: float
-    runs: int
-    updated_at: float
 
 
 class ModelParamTables(StoreConnection):

@@ -1,21 +1,64 @@
 """The GPUs as the placement policies see them, built from the latest telemetry and the attempts
 that run on them: memory, SM activity over CARMA's window, tenants, MIG slices, lost GPUs and
-whether their MPS servers take clients."""
+whether their MPS servers take clients. A pure function of the readings: the engine's scheduler
+hands it its telemetry monitor (gpudesk.hw.telemetry.monitor.Monitor), read here through the
+`Readings` protocol, since policy/ imports no driver."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from gpudesk.core.mig_profiles import compute_slices, short_name
-from gpudesk.hw.telemetry.energy import AttemptUsage
-from gpudesk.hw.telemetry.monitor import Monitor
 from gpudesk.policy.demand import reservation
 from gpudesk.policy.policy import GpuState, MigSlice, Tenant
 
 SM_WINDOW_SAMPLES = 30  # "recent SM activity" for placement: CARMA's 30-sample window
+
+
+class PeakUsage(Protocol):
+    """What telemetry measured of a running attempt's GPU memory (hw.telemetry's AttemptUsage)."""
+
+    @property
+    def gpu_memory_peak_mib(self) -> float | None: ...  # the most its processes held
+
+    @property
+    def gpu_memory_peak_at(self) -> float | None: ...  # when (monotonic) that peak last grew
+
+
+class GpuFacts(Protocol):
+    """The static facts placement needs about one GPU (hw.telemetry's GpuInfo)."""
+
+    @property
+    def index(self) -> int: ...
+
+    @property
+    def uuid(self) -> str | None: ...
+
+    @property
+    def name(self) -> str | None: ...
+
+    @property
+    def memory_total_mib(self) -> float | None: ...
+
+
+class Readings(Protocol):
+    """The telemetry monitor as placement reads it: the GPUs, the latest sample and the recent
+    ones (the monitor's JSON-ready views), and each running attempt's measured usage."""
+
+    @property
+    def inventory(self) -> Sequence[GpuFacts]: ...
+
+    @property
+    def latest(self) -> Mapping[str, Any] | None: ...
+
+    @property
+    def history(self) -> Iterable[Mapping[str, Any]]: ...
+
+    @property
+    def usage(self) -> Mapping[int, PeakUsage]: ...  # by attempt id
 
 
 @dataclass(frozen=True)
@@ -36,7 +79,7 @@ class RunningAttempt:
 
 
 def tenants_by_gpu(
-    running: Iterable[RunningAttempt], usage: Mapping[int, AttemptUsage], now: float
+    running: Iterable[RunningAttempt], usage: Mapping[int, PeakUsage], now: float
 ) -> dict[int, list[Tenant]]:
     """GPU index -> its tenants. Each holds what its demand reserved until its measured peak
     has settled (`demand.reservation`); `now` is time.monotonic()."""
@@ -84,7 +127,7 @@ def _mig_slices(reading: Mapping[str, Any], tenants: Iterable[Tenant]) -> tuple[
 
 
 def gpu_states(
-    monitor: Monitor,
+    monitor: Readings,
     running: Iterable[RunningAttempt],
     lost: frozenset[int],
     mps_usable: Callable[[str | None], bool],

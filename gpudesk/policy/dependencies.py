@@ -1,0 +1,67 @@
+"""Job dependencies (`after`): a queued job starts only once every job it names has succeeded
+(pueue's `add --after`, Slurm's `--dependency=afterok` with `--kill-on-invalid-dep=yes`). One
+of them failing, being cancelled or no longer existing means it can never start: it is
+cancelled, with the reason, and so are the jobs that wait for it in turn.
+
+Beside them (issue 41 item 5), Slurm's `afterany` (`after_any`: once each has ended, however)
+and `afternotok` (`after_notok`: once each has ended without succeeding: failed, cancelled,
+timed out). An `after_notok` job whose dependency succeeded can never start, and is cancelled
+the same way, its reason saying so (Slurm's DependencyNeverSatisfied).
+
+Pure rules of the jobs' records: the engine's scheduler asks before every placement pass, with
+the jobs a queue runs after read from the store (gpudesk.engine.dependencies), so a restarted
+engine needs nothing more than its queue; its Slurm backend asks of the jobs it submits."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from gpudesk.core.jobs import JobState
+from gpudesk.core.records import JobRecord
+from gpudesk.policy import job_gates
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What a queued job's dependencies say: `waiting_on`, the first that has not ended yet;
+    `never`, why the job can never start ("" while it still can)."""
+
+    waiting_on: JobRecord | None = None
+    never: str = ""
+
+
+def verdict(after: tuple[int, ...], known: Mapping[int, JobRecord]) -> Verdict:
+    """`after`'s verdict from `known` (dependencies_of): a job missing there no longer exists."""
+    waiting_on: JobRecord | None = None
+    for job_id in after:
+        dependency = known.get(job_id)
+        if dependency is None:
+            return Verdict(never=f"job {job_id}, which it runs after, no longer exists")
+        if dependency.state is JobState.SUCCEEDED:
+            continue
+        if dependency.state in (JobState.FAILED, JobState.CANCELLED):
+            return Verdict(
+                never=f"job {dependency.id} ({dependency.name}), which it runs after, "
+                f"{dependency.state.value}; this job never ran"
+            )
+        if waiting_on is None:
+            waiting_on = dependency
+    return Verdict(waiting_on=waiting_on)
+
+
+def spec_verdict(job: JobRecord, known: Mapping[int, JobRecord]) -> Verdict:
+    """Every dependency of `job`'s weighed: after (here), after_any and after_notok
+    (policy/job_gates.py): the first that can never be met, else the first not ended yet."""
+    found = verdict(job.spec.after, known)
+    if found.never:
+        return found
+    waiting_on, never = job_gates.other_dependencies(job.spec, known)
+    return Verdict(found.waiting_on or waiting_on, never)
+
+
+def waiting_text(dependency: JobRecord) -> str:
+    return (
+        f"waiting: runs after job {dependency.id} ({dependency.name}), which is "
+        f"{dependency.state.value}{' (held)' if dependency.held else ''}"
+    )
