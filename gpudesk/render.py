@@ -16,7 +16,7 @@ from gpudesk.text import printable
 from gpudesk.units import watt_hours
 
 if TYPE_CHECKING:
-    from gpudesk.api.models import RemainingView
+    from gpudesk.api.models import LoaderOrphan, RemainingView
 
 
 def duration(seconds: float | None) -> str:
@@ -30,6 +30,20 @@ def duration(seconds: float | None) -> str:
         return f"{minutes}m{secs:02d}s"
     hours, minutes = divmod(minutes, 60)
     return f"{hours}h{minutes:02d}m"
+
+
+def orphaned(orphan: LoaderOrphan, now: float) -> str:
+    """A shared loader's producer that lost its engine (gpudesk/loader/orphan.py), in words:
+    since when, and when it stops by itself."""
+    stops = (
+        f"it stops in {duration(orphan.stops_at - now)} unless a consumer connects"
+        if orphan.stops_at is not None
+        else f"it stops {orphan.grace_s:.0f} s after its last consumer leaves"
+    )
+    return (
+        f"orphaned {duration(now - orphan.since)} ago: its engine (pid {orphan.engine_pid}) "
+        f"is gone; {stops}"
+    )
 
 
 def clock(ts: float | None) -> str:

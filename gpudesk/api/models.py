@@ -174,6 +174,9 @@ from gpudesk.core.wire.station import (
     LoaderDecoding as LoaderDecoding,
 )
 from gpudesk.core.wire.station import (
+    LoaderOrphan as LoaderOrphan,
+)
+from gpudesk.core.wire.station import (
     LoaderSelection as LoaderSelection,
 )
 from gpudesk.core.wire.station import (
@@ -300,6 +303,7 @@ __all__ = [
     "JobView",
     "LoaderConsumer",
     "LoaderDecoding",
+    "LoaderOrphan",
     "LoaderSelection",
     "LoaderSpec",
     "LoaderStaging",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from typing import Annotated
 
 import typer
@@ -113,8 +114,14 @@ def status_command(
     name: Annotated[str | None, typer.Argument(help="One loader (default: all).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
-    """Show each producer: consumers, their epochs and batches/s, slots, CPU used."""
+    """Show each producer: consumers, epochs, batches/s, slots, CPU used, orphaned.
+
+    A producer whose engine is gone is shown orphaned, since when, and when it stops by itself;
+    one that is stopping, and why.
+    """
+    from gpudesk.loader.orphan import orphan_of
     from gpudesk.loader.status import collect
+    from gpudesk.render import orphaned
 
     loaders = collect(name)
     if as_json:
@@ -131,12 +138,18 @@ def status_command(
         if entry.get("preparing"):
             print(f"{entry['name']}  pid {entry['pid']}  preparing {entry['preparing']}")
             continue
+        if entry.get("stopping"):
+            print(f"{entry['name']}  pid {entry['pid']}  stopping: {entry['stopping']}")
+            continue
         print(
             f"{entry['name']}  pid {entry['pid']}  {entry['dataset']}  "
             f"{entry['dataset_len']} samples, batches of {entry['batch_size']}, "
             f"{entry['workers']} workers  epoch {entry['stream'][0]} "
             f"batch {entry['stream'][1]}/{entry['batches_per_epoch']}"
         )
+        orphan = orphan_of(entry)
+        if orphan is not None:
+            print(f"  {orphaned(orphan, time.time())}")
         chosen = entry.get("selection")
         if chosen:
             print(

@@ -53,6 +53,7 @@ import zmq
 from gpudesk.core.datasets import VARIANT_SEPARATOR
 from gpudesk.loader.batch import BatchMeta, Piece, collate, ids, samples
 from gpudesk.loader.contract import Contract, resolve_shard
+from gpudesk.loader.handshake import ProducerStopped, await_answer, connect_first
 from gpudesk.loader.lease import (
     Leases,
     lease_info,
@@ -72,13 +73,13 @@ from gpudesk.loader.protocol import (
     process_alive,
     read_info,
     receive_fd,
+    stopping_reason,
 )
 from gpudesk.loader.ring import Ring
 from gpudesk.loader.station_access import checked_folder
 from gpudesk.paths import Home, UnsafePath
 
 POLL_MS = 200  # while waiting for a batch, the producer's process is checked this often
-CONNECT_TIMEOUT_S = 10.0
 PREPARING_POLL_S = 1.0  # a preparing producer is waited for while it lives, checked this often
 START_WAIT_S = 60.0  # how long a job started with its producer waits for it to come up
 
@@ -147,16 +148,15 @@ class SharedLoader:
         # the producer to come up (it builds the dataset and its first batch) before falling
         # back or giving up.
         wait = START_WAIT_S if os.environ.get(ENV_DATASET) == name else 0.0
-        info = self._running_producer(wait)
+        info, stopped = connect_first(self, wait)  # connected, unless None or failed
         failed = final_failure(info)
-        if info is not None and failed is None:
-            self._connect(info, resume=False)
-        elif fallback and factory:
-            if failed is not None:  # the job reads on, but unshared: say why
-                print(f"{self._failed_producer(info)}; reading locally", file=sys.stderr)
+        if info is None or failed is not None:
+            if not (fallback and factory):
+                why = self._no_producer(wait, info)
+                raise LoaderError(f"{stopped}; {why}" if stopped else why)
+            if failed is not None or stopped:  # the job reads on, but unshared: say why
+                print(f"{stopped or self._failed_producer(info)}; reading locally", file=sys.stderr)
             self.mode = "local"
-        else:
-            raise LoaderError(self._no_producer(wait, info))
         if self.contract.shard is not None:
             from gpudesk.loader.resume import join_ranks
 
@@ -223,6 +223,8 @@ class SharedLoader:
             info = read_info(info_path)
             if final_failure(info) is not None:
                 return info
+            if stopping_reason(info):
+                info = None  # it stops (handshake.py): none to read, but one may come up
             if info and process_alive(int(info.get("pid", 0)), info.get("create_time")):
                 if not info.get("preparing"):
                     return info
@@ -267,13 +269,11 @@ class SharedLoader:
                 job=os.environ.get("GPUDESK_JOB_ID"),
             )
         )
-        if not sock.poll(int(CONNECT_TIMEOUT_S * 1000)):
+        try:  # the answer, or at once word that the producer stops or is gone
+            reply = await_answer(sock, info, self.home.loader_paths(self.name)[2], self.name)
+        except LoaderError:
             sock.close()
-            raise LoaderError(
-                f"the producer for {self.name!r} (pid {info.get('pid')}) did not "
-                f"answer within {CONNECT_TIMEOUT_S:.0f} s"
-            )
-        reply = decode(sock.recv())
+            raise
         if reply["type"] == "refused":
             sock.close()
             raise LoaderError(
@@ -532,6 +532,8 @@ class SharedLoader:
             info = read_info(info_path)
             if final_failure(info) is not None:  # the one started again cannot work
                 raise LoaderError(f"{why}; {self._failed_producer(info)}")
+            if stopping_reason(info):
+                info = None  # it stops as it came (handshake.py): wait for the one in its place
             pid = int(info.get("pid", 0)) if info else 0
             if info and pid != self.producer_pid and process_alive(pid, info.get("create_time")):
                 if info.get("preparing"):  # it comes back after its pre-pass: wait for it
@@ -544,8 +546,9 @@ class SharedLoader:
                         "other settings (dataset, batch size, seed or shuffle), so this consumer "
                         "cannot resume its epoch from it"
                     )
-                self._connect(info, resume=True)
-                return
+                with contextlib.suppress(ProducerStopped):  # then wait on for another
+                    self._connect(info, resume=True)
+                    return
             time.sleep(0.1)
         raise LoaderError(
             f"{why}; this consumer cannot go on. "

@@ -54,7 +54,9 @@ from gpudesk.loader.producer_config import (
 from gpudesk.loader.producer_info import (
     claim,
     note_reuse,
+    say_stopping,
     status_report,
+    stop_reason,
     write_failed,
     write_preparing,
     write_serving,
@@ -139,6 +141,8 @@ class Producer:
         import psutil
 
         self.proc = psutil.Process()
+        config = self.config  # its liveness checks begin here (`_loop`), the info file with them
+        self.idle = IdleExit(config.name, config.idle_exit_s, config.managed, time.monotonic())
         self._write_info()
         log.info(
             "loader %s: %d samples, batches of %d, %d workers, %d slots of %.1f MiB",
@@ -239,9 +243,6 @@ class Producer:
     # ------------------------------------------------------------------- loop
     def _loop(self) -> int:
         last_check = time.monotonic()
-        self.idle = IdleExit(
-            self.config.name, self.config.idle_exit_s, self.config.managed, last_check
-        )
         while not self.stopping:
             pull = bool(self.consumers) and self._wants_pull()
             # Block on the control socket until something happens, or until the next liveness
@@ -486,7 +487,9 @@ class Producer:
                 log.warning("loader %s: %s", self.config.name, exc)
                 continue
             kind = message["type"]
-            if kind == "hello":
+            if kind == "hello" and self.stopping:  # told to stop: it would not serve it
+                self._refuse(ident, stop_reason(self), stopping=True)
+            elif kind == "hello":
                 self._hello(ident, message)
             elif kind == "release":
                 consumer = self.consumers.get(ident)
@@ -585,9 +588,9 @@ class Producer:
         pending += [p.key for p, makeup in self.unplaced if not makeup]
         return min(pending) if pending else self.plan.stream_next
 
-    def _refuse(self, ident: bytes, why: str) -> None:
+    def _refuse(self, ident: bytes, why: str, **more: Any) -> None:
         with contextlib.suppress(zmq.ZMQError):
-            self.ctl.send_multipart([ident, encode("refused", message=why)])
+            self.ctl.send_multipart([ident, encode("refused", message=why, **more)])
 
     def _serve_fd(self) -> None:
         share, group = self.config.share, self.group
@@ -617,6 +620,7 @@ class Producer:
         write_serving(self)
 
     def _close(self) -> None:
+        say_stopping(self)
         message = encode("bye", message=f"the producer for {self.config.name!r} is stopping")
         for consumer in list(self.consumers.values()):
             with contextlib.suppress(zmq.ZMQError):

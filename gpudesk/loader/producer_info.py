@@ -14,9 +14,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+import zmq
+
 from gpudesk.loader.fetch import Key
 from gpudesk.loader.producer_config import ProducerConfig
-from gpudesk.loader.protocol import LoaderError, process_alive, read_info, write_info
+from gpudesk.loader.protocol import (
+    LoaderError,
+    decode,
+    encode,
+    process_alive,
+    read_info,
+    write_info,
+)
 
 log = logging.getLogger("gpudesk.loader")
 
@@ -67,9 +77,10 @@ def claim(config: ProducerConfig, info_path: Path, sockets: Sequence[Path]) -> C
     return Claim(lock, info, start)
 
 
-def write_serving(producer: Producer) -> None:
+def write_serving(producer: Producer, **state: Any) -> None:
     """Say, in a producer's info file, where consumers reach it and where its stream is (a
-    restarted producer continues from there)."""
+    restarted producer continues from there); whether it has lost its engine (`orphaned`, as
+    in its status) and whatever else `state` adds."""
     write_info(
         producer.info_path,
         {
@@ -82,8 +93,43 @@ def write_serving(producer: Producer) -> None:
             "stream_next": list(producer.stream_position()),
             "managed": producer.config.managed,
             "started_at": producer.started,
+            **orphaned(producer, time.monotonic()),
+            **state,
         },
     )
+
+
+def orphaned(producer: Producer, now: float) -> dict[str, Any]:
+    """`{"orphaned": ...}` while the producer's engine is gone (`orphan.py`), else nothing: for
+    its info file and its status alike."""
+    state = producer.idle.orphan(bool(producer.consumers), now)
+    return {} if state is None else {"orphaned": msgspec.to_builtins(state)}
+
+
+def say_stopping(producer: Producer) -> None:
+    """Before a producer closes its sockets: say that it stops, and why, in its info file (a
+    consumer that found it before and says hello now learns it at once, `handshake.py`), and
+    refuse, saying the same, the hellos already come, which no one would answer."""
+    why = stop_reason(producer)
+    with contextlib.suppress(OSError):  # it stops all the same: its consumers see it go
+        write_serving(producer, stopping=why)
+    refusal = encode("refused", message=why, stopping=True)
+    while True:
+        try:
+            ident, raw = producer.ctl.recv_multipart(zmq.NOBLOCK)
+            if decode(raw)["type"] == "hello":
+                producer.ctl.send_multipart([ident, refusal])
+        except zmq.Again:
+            return
+        except (ValueError, LoaderError, zmq.ZMQError):
+            continue
+
+
+def stop_reason(producer: Producer) -> str:
+    """Why a producer stops, for those who come as it does (the log says it, with more)."""
+    if producer.idle.why is not None:
+        return producer.idle.why  # for want of consumers: --idle-exit, or orphaned
+    return "it was told to stop" if producer.stopping else "it failed (see its log)"
 
 
 def write_preparing(producer: Producer, what: str) -> None:
@@ -165,6 +211,7 @@ def status_report(producer: Producer) -> dict[str, Any]:
         "selection": chosen,  # its CPU is not counted in cpu_s (loading)
         "staging": producer.staging.describe(),
         "decoding": producer.decoder.describe() if producer.decoder is not None else None,
+        **orphaned(producer, now),
         "consumers": [
             {
                 "pid": c.pid,

@@ -17,7 +17,8 @@ producer -> consumer
     batch    {slot, n, key: [epoch, batch], t: send time (time.time()),
               gen: the mirror generation it is staged in (absent: host only),
               mirror: the mirror's new handle, when it grew since this consumer's}
-    refused  {message}                 hello could not be accepted (the reason, for the user)
+    refused  {message, stopping}       hello could not be accepted (the reason, for the user);
+                                       stopping: true where the producer stops (handshake.py)
     bye      {message}                 the producer is stopping
     status   {...}
 """
@@ -102,6 +103,15 @@ def final_failure(info: dict[str, Any] | None) -> str | None:
     if info is None or info.get("transient") is not False:
         return None
     reason = info.get("failed")
+    return reason if isinstance(reason, str) and reason else None
+
+
+def stopping_reason(info: dict[str, Any] | None) -> str | None:
+    """Why the producer whose info file this is stops, or None when it does not: a producer
+    says so (`stopping`) as it begins to, before its sockets close (producer_info.say_stopping),
+    for the consumers that found it a moment before. An info file without it (one of a producer
+    older than the field) serves."""
+    reason = (info or {}).get("stopping")
     return reason if isinstance(reason, str) and reason else None
 
 

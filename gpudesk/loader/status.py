@@ -5,7 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpudesk.loader.protocol import decode, encode, final_failure, process_alive, read_info
+from gpudesk.loader.protocol import (
+    decode,
+    encode,
+    final_failure,
+    process_alive,
+    read_info,
+    stopping_reason,
+)
 from gpudesk.loader.station_access import info_files, socket_of
 from gpudesk.paths import Home
 
@@ -43,6 +50,10 @@ def collect(name: str | None = None, home: Home | None = None) -> list[dict[str,
             out.append(
                 {"name": info.get("name"), "pid": info.get("pid"), "preparing": info["preparing"]}
             )
+            continue
+        stopping = stopping_reason(info)  # it answers no more: its info file says why
+        if stopping is not None:
+            out.append({"name": info.get("name"), "pid": info.get("pid"), "stopping": stopping})
             continue
         # Where its sockets are is the home's to say, not the file's (a member's, on a station)
         control = home.loader_paths(path.stem)[0]

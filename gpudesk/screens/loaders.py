@@ -3,6 +3,7 @@ sharing saved against every job loading for itself."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from rich.text import Text
@@ -10,6 +11,7 @@ from textual.app import ComposeResult
 from textual.widgets import DataTable, Static
 
 from gpudesk.api import LoaderView
+from gpudesk.render import orphaned
 from gpudesk.screens.base import DeskScreen
 from gpudesk.screens.state import DeskState
 from gpudesk.screens.widgets.footer import DeskFooter
@@ -38,6 +40,8 @@ def loader_line(loader: LoaderView) -> Text:
         text.append(f", selection {spec.selection}")
     if not loader.running:
         text.append("  (stopped)", style="dim")
+    elif loader.status and loader.status.orphaned:
+        text.append(f"  ({orphaned(loader.status.orphaned, time.time())})", style="yellow")
     if loader.saved_cpu_s is not None and loader.cpu_s is not None:
         text.append(
             f"; producer CPU {loader.cpu_s:.0f} s, "

@@ -2,12 +2,14 @@
 
     python loader_consumer.py NAME --out FILE [--batch-size B] [--epochs E] [--delay S]
                               [--resume-s S] [--pause-file PATH [--pause-from N]]
-                              [--start-file PATH] [--wait-s S]
+                              [--start-file PATH] [--wait-s S] [--hold-hello PATH]
+                              [--fallback JSON]
 
 It imports torch, waits (up to --wait-s) for the file --start-file if one is named (so a test can
 start it ahead and have it connect at a chosen moment) and for the producer's info file, then
 iterates `--epochs` epochs of `SharedLoader(NAME, with_ids=True)` over
-`gpudesk.workloads.synthetic` data and writes JSON lines to FILE (flushed as they happen):
+`gpudesk.workloads.synthetic` data (with --fallback, its factory's keyword arguments: the local
+fallback is allowed) and writes JSON lines to FILE (flushed as they happen):
 
     {"event": "started"}                                       torch imported
     {"event": "connecting", "t"}                               just before it connects
@@ -22,8 +24,12 @@ in a later one; its order is that epoch's); `views` counts batches whose every t
 labels, ids) lies in the ring's shared memory; `data_ok` says every sample's features were
 filled with its id and its label is its id.
 While the file --pause-file exists, the consumer holds the batch it just got (from the
---pause-from'th batch on, counted over all epochs from 0). The test also runs `consume` in
-threads of its own process, for consumers that need not be processes of their own.
+--pause-from'th batch on, counted over all epochs from 0). While the file --hold-hello exists,
+the SharedLoader waits between finding its producer (its info file read, the producer alive)
+and saying hello to it, where a slow start (`import torch`) holds a real one: a test makes the
+producer stop in that moment (`{"event": "holding", "pid"}` says it found it). The test also
+runs `consume` in threads of its own process, for consumers that need not be processes of their
+own.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ from collections.abc import Callable
 from typing import Any
 
 Write = Callable[..., None]
+FACTORY = "gpudesk.workloads.synthetic:make_dataset"  # with --fallback, read locally
 
 
 def consume(
@@ -116,6 +123,19 @@ def wait_for_producer(name: str, timeout: float) -> None:
         time.sleep(0.01)
 
 
+def hold_hello(loader_class: Any, path: str, write: Write) -> None:
+    """Make `loader_class` wait while `path` exists before it connects (see --hold-hello)."""
+    connect = loader_class._connect
+
+    def held(self: Any, info: dict[str, Any], resume: bool) -> None:
+        write(event="holding", pid=info.get("pid"))
+        while os.path.exists(path):
+            time.sleep(0.005)
+        connect(self, info, resume)
+
+    loader_class._connect = held
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("name")
@@ -128,6 +148,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pause-from", type=int, default=0)
     parser.add_argument("--start-file", default=None)
     parser.add_argument("--wait-s", type=float, default=30.0)
+    parser.add_argument("--hold-hello", default=None)
+    parser.add_argument("--fallback", default=None, help="the factory's kwargs, JSON")
     args = parser.parse_args(argv)
 
     import torch  # noqa: F401 - before "started": what makes a consumer slow to start
@@ -141,6 +163,8 @@ def main(argv: list[str] | None = None) -> int:
             out.flush()
 
         write(event="started")
+        if args.hold_hello:
+            hold_hello(SharedLoader, args.hold_hello, write)
         if args.start_file:
             deadline = time.monotonic() + args.wait_s
             while not os.path.exists(args.start_file) and time.monotonic() < deadline:
@@ -152,7 +176,9 @@ def main(argv: list[str] | None = None) -> int:
                 args.name,
                 batch_size=args.batch_size or None,
                 with_ids=True,
-                fallback=False,
+                fallback=args.fallback is not None,
+                factory=FACTORY,
+                factory_kwargs=json.loads(args.fallback or "{}"),
                 resume_s=args.resume_s,
             )
         except LoaderError as exc:

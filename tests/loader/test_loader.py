@@ -363,8 +363,12 @@ class Loaders:
         pause_file: Path | None = None,
         pause_from: int = 0,
         gated: bool = False,
+        hold_hello: Path | None = None,
+        fallback: dict[str, Any] | None = None,
     ) -> Consumer:
-        """A consumer process; `gated`: it connects only when told to (`go`)."""
+        """A consumer process; `gated`: it connects only when told to (`go`); `hold_hello`: it
+        waits while that file exists between finding its producer and saying hello; `fallback`: the
+        factory's arguments where it may read locally."""
         self.count += 1
         out = self.tmp / f"consumer{self.count}.jsonl"
         start_file = self.tmp / f"go{self.count}" if gated else None
@@ -387,6 +391,10 @@ class Loaders:
             argv += ["--pause-file", str(pause_file), "--pause-from", str(pause_from)]
         if start_file is not None:
             argv += ["--start-file", str(start_file)]
+        if hold_hello is not None:
+            argv += ["--hold-hello", str(hold_hello)]
+        if fallback is not None:
+            argv += ["--fallback", json.dumps(fallback)]
         return Consumer(self._spawn(argv, self.home, out.with_suffix(".log")), out, start_file)
 
     def thread(

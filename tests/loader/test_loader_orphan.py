@@ -3,13 +3,16 @@
 stops, cleaning up as on a normal stop, once none has read it for the grace
 (GPUDESK_LOADER_ORPHAN_GRACE_S, 1 s here). Its engine here is engine_stand_in.py, which starts
 a real `gpudesk loader serve ... --managed` as the engine does; a test kills it, as an engine
-that stopped. And the home's teardown (conftest.py) kills a producer that had not yet written
-its info file.
+that stopped. It says so while it serves on: in its info file and status, so in `gpudesk loader
+status`. A consumer that finds it just before it stops, and says hello just after, is told at
+once (gpudesk/loader/handshake.py). And the home's teardown (conftest.py) kills a producer that
+had not yet written its info file.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -19,15 +22,18 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import psutil
 import pytest
 from conftest import EngineHandle, wait_for
 from test_loader import FACTORY, GPUDESK, Loaders, assert_exactly_once
 
-from gpudesk.loader.orphan import ENV_ORPHAN_GRACE_S
+from gpudesk.api.models import LoaderView
+from gpudesk.loader.orphan import ENV_ORPHAN_GRACE_S, orphan_of
 from gpudesk.loader.protocol import process_alive, read_info
 from gpudesk.loader.status import collect
 from gpudesk.paths import Home
+from gpudesk.screens.loaders import loader_line
 
 STAND_IN = Path(__file__).with_name("engine_stand_in.py")
 GRACE_S = 1.0
@@ -182,6 +188,198 @@ def test_an_orphaned_producer_serves_its_consumers_to_the_end_then_stops(
         assert epoch["data_ok"]
     producer.gone()  # its consumer said goodbye: no engine, no consumer, so it stops
     assert_stopped_as_an_orphan(producer)
+
+
+def loader_status(*options: str) -> str:
+    result = subprocess.run(
+        [*GPUDESK, "loader", "status", NAME, *options], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result
+    return result.stdout
+
+
+def engine_view(status: dict[str, Any]) -> dict[str, Any]:
+    """A producer's status as an engine's supervisor lists it (services/loaders.py `summary`)."""
+    spec = {"name": NAME, "factory": FACTORY, "args": {"size": SIZE}, "batch_size": BATCH}
+    spec |= {"workers": 0, "seed": 0, "slots": 16, "shuffle": True, "selection": None}
+    spec |= {"selection_target": None, "selection_target_args": {}}
+    running = {"running": True, "restarts": 0}
+    cpu = {"cpu_s": None, "unshared_cpu_s": None, "saved_cpu_s": None}
+    return {"name": NAME, "pid": status["pid"], "spec": spec, **running, **cpu, "status": status}
+
+
+def test_an_orphaned_producer_says_so_in_its_info_file_and_in_loader_status(
+    managed: Any, home: Home, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Since when its engine is gone, which engine, and when it stops: 30 s after it noticed
+    while no consumer reads it, `grace_s` after the last one leaves while one does."""
+    grace = 30.0  # long enough to look at it while no consumer reads it
+    monkeypatch.setenv(ENV_ORPHAN_GRACE_S, str(grace))
+    producer = managed()
+    wait_for(producer.ready, 30, what="the producer to be ready")
+    assert "orphaned" not in producer.status() and "orphaned" not in read_info(producer.info_path)
+    assert "orphaned" not in loader_status()
+    killed = time.time()
+    producer.kill_engine()
+    info = wait_for(
+        lambda: (i := read_info(producer.info_path)) and "orphaned" in i and i,
+        30,
+        what="the info file to say it is orphaned",
+    )
+    assert info["pid"] == producer.pid and info["stream_next"]  # the rest is as it was
+    orphan = orphan_of(info)
+    assert orphan is not None and orphan.engine_pid == producer.engine.pid
+    assert orphan.grace_s == grace and killed - 0.5 <= orphan.since <= time.time()
+    assert orphan.stops_at is not None and 0 < orphan.stops_at - time.time() <= grace
+    [entry] = json.loads(loader_status("--json"))["loaders"]
+    assert entry["orphaned"]["engine_pid"] == producer.engine.pid, entry
+    assert entry["orphaned"]["since"] == orphan.since and entry["orphaned"]["stops_at"]
+    # As an engine that adopted it hands it to its clients (a LoaderView's status), and the desk
+    view = msgspec.convert(engine_view(entry), LoaderView)
+    assert view.status is not None and view.status.orphaned == orphan_of(entry)
+    line = loader_line(view).plain
+    assert "(orphaned " in line and f"its engine (pid {producer.engine.pid}) is gone" in line
+    text = loader_status()
+    assert "orphaned " in text and f"its engine (pid {producer.engine.pid}) is gone" in text
+    assert "stops in " in text and "unless a consumer connects" in text, text
+    # A consumer reading it: no stop while it does, and the grace after it leaves.
+    pause = tmp_path / "pause"
+    pause.touch()
+    loaders = Loaders(home, tmp_path)
+    consumer = loaders.thread(NAME, pause_file=pause)
+    try:
+        wait_for(lambda: consumer.batches() >= 1, 30, what="the consumer to read")
+        wait_for(lambda: producer.status()["consumers"], 10, what="the producer to see it")
+        [entry] = json.loads(loader_status("--json"))["loaders"]
+        assert "stops_at" not in entry["orphaned"] and entry["orphaned"]["since"] == orphan.since
+        assert f"it stops {grace:.0f} s after its last consumer leaves" in loader_status()
+        pause.unlink()
+        consumer.finish(60)
+    finally:
+        pause.unlink(missing_ok=True)
+        loaders.close()
+    assert producer.alive() and "stopping" not in read_info(producer.info_path)
+
+
+def test_an_info_file_or_status_without_the_orphaned_state_reads_as_not_orphaned() -> None:
+    """A producer from before the field (or one whose engine is there) says nothing of it; a
+    value that is not one is no state either."""
+    assert orphan_of(None) is None and orphan_of({"name": NAME, "pid": 1}) is None
+    assert orphan_of({"orphaned": "yes"}) is None and orphan_of({"orphaned": {}}) is None
+    state = {"engine_pid": 7, "since": 1.0, "grace_s": 60.0}
+    assert orphan_of({"orphaned": state}) is not None
+
+
+def held_consumer(
+    home: Home, tmp_path: Path, producer: Managed, fallback: bool = False
+) -> tuple[Loaders, Any, Path]:
+    """A consumer process that has found `producer` (alive, its info file read) and waits to
+    say hello while the returned file exists (loader_consumer.py --hold-hello); `fallback`: it
+    may read locally."""
+    hold = tmp_path / "hold"
+    hold.touch()
+    loaders = Loaders(home, tmp_path)
+    local = {"size": SIZE, "shape": [2]} if fallback else None
+    consumer = loaders.consumer(NAME, hold_hello=hold, fallback=local)
+    wait_for(lambda: consumer.events("holding"), 60, what="the consumer to find the producer")
+    assert consumer.events("holding")[0]["pid"] == producer.pid
+    return loaders, consumer, hold
+
+
+def told_at_once(consumer: Any, released: float) -> str:
+    """It fails within 7 s of being let say hello at `released` (before handshake.py it took
+    10 s or more: see each test); its error message."""
+    consumer.finish(60, code=3)
+    took = time.monotonic() - released
+    [error] = consumer.events("error")
+    assert took < 7, (took, error)
+    assert "Traceback" not in consumer.out.with_suffix(".log").read_text()
+    return str(error["message"])
+
+
+def test_a_consumer_that_says_hello_just_after_an_orphan_stopped_is_told_at_once(
+    managed: Any, home: Home, tmp_path: Path
+) -> None:
+    """It found the orphan alive and says hello just after it stopped (held there as a slow
+    `import torch` holds a real one). It waited 10 s for an answer (CONNECT_TIMEOUT_S) and
+    failed with "did not answer within 10 s"."""
+    producer = managed()
+    wait_for(producer.ready, 30, what="the producer to be ready")
+    loaders, consumer, hold = held_consumer(home, tmp_path, producer)
+    try:
+        producer.kill_engine()
+        producer.gone()  # no consumer had said hello: it stopped after its grace
+        released = time.monotonic()
+        hold.unlink()
+        message = told_at_once(consumer, released)
+    finally:
+        loaders.close()
+    assert_stopped_as_an_orphan(producer)
+    assert f"the producer for {NAME!r} (pid {producer.pid}) stopped as this consumer" in message
+    assert "it has exited" in message and "no shared loader" in message, message
+    assert "no local fallback was asked for" in message, message
+
+
+def test_a_consumer_that_may_read_locally_does_so_at_once_when_its_orphan_stopped(
+    managed: Any, home: Home, tmp_path: Path
+) -> None:
+    """The same, with fallback=True and a factory: it reads locally, as it would have had it
+    come a moment later and found no producer, and says why. It failed after 10 s."""
+    producer = managed()
+    wait_for(producer.ready, 30, what="the producer to be ready")
+    loaders, consumer, hold = held_consumer(home, tmp_path, producer, fallback=True)
+    try:
+        producer.kill_engine()
+        producer.gone()
+        released = time.monotonic()
+        hold.unlink()
+        began = lambda: consumer.events("ready") or consumer.events("error")  # noqa: E731
+        wait_for(began, 30, what="the consumer to begin reading")
+        took = time.monotonic() - released
+        assert consumer.events("ready"), consumer.events("error")
+        [epoch] = consumer.finish(60)
+    finally:
+        loaders.close()
+    assert took < 7 and consumer.events("ready")[0]["mode"] == "local", took
+    assert_exactly_once(epoch["ids"], SIZE)
+    said = consumer.out.with_suffix(".log").read_text()
+    assert f"(pid {producer.pid}) stopped as this consumer connected: it has exited" in said
+    assert "; reading locally" in said and "Traceback" not in said, said
+
+
+def test_a_consumer_that_says_hello_as_its_producer_stops_is_refused_at_once(
+    managed: Any, home: Home, tmp_path: Path
+) -> None:
+    """Its hello comes as the producer, told to stop (SIGTERM, as the engine stops one), has
+    not yet closed its socket: the producer is frozen (SIGSTOP) while both reach it. It was
+    welcomed, and then lost the ring's socket as the producer closed it ("could not get the
+    shared memory ... Connection reset by peer"), or was told bye and waited 30 s for the
+    producer to come back (RESUME_S: a managed producer's consumer). It is refused now."""
+    producer = managed()
+    wait_for(producer.ready, 30, what="the producer to be ready")
+    loaders, consumer, hold = held_consumer(home, tmp_path, producer)
+    try:
+        sockets = len(psutil.Process(consumer.pid).net_connections("unix"))
+        os.kill(producer.pid, signal.SIGSTOP)
+        try:
+            released = time.monotonic()
+            hold.unlink()
+            # Its control socket connects (the hello waits in it for the frozen producer's
+            # greeting), then the producer is told to stop
+            wait_for(
+                lambda: len(psutil.Process(consumer.pid).net_connections("unix")) > sockets,
+                10,
+                what="the consumer to connect",
+            )
+            os.kill(producer.pid, signal.SIGTERM)
+        finally:
+            os.kill(producer.pid, signal.SIGCONT)
+        message = told_at_once(consumer, released)
+    finally:
+        loaders.close()
+    producer.gone()
+    assert f"the producer for {NAME!r} (pid {producer.pid}) stopped as this consumer" in message
+    assert "it was told to stop" in message or "it has exited" in message, message
 
 
 def test_the_homes_teardown_kills_a_producer_that_has_not_written_its_info_file(

@@ -168,6 +168,17 @@ class LoaderDecoding(WireModel, frozen=True):
     samples: int
 
 
+class LoaderOrphan(WireModel, frozen=True):
+    """A managed producer whose engine is gone (gpudesk/loader/orphan.py): it serves on while a
+    consumer reads it, and stops by itself `grace_s` after the last one. Times are the wall
+    clock's (time.time())."""
+
+    engine_pid: int  # the engine that started it
+    since: float  # when it saw that engine gone
+    grace_s: float
+    stops_at: float | None = None  # when it stops unless a consumer connects; None: one reads
+
+
 class LoaderStatus(WireModel, frozen=True):
     """A producer's own report (gpudesk.loader.producer)."""
 
@@ -197,6 +208,7 @@ class LoaderStatus(WireModel, frozen=True):
     bytes_copied: int = 0  # of bytes_written, what the producer copied (workers wrote the rest)
     staging: LoaderStaging | None = None
     decoding: LoaderDecoding | None = None
+    orphaned: LoaderOrphan | None = None  # None: its engine is there (or it is not managed)
 
 
 class LoaderView(WireModel, frozen=True):

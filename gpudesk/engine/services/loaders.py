@@ -427,7 +427,7 @@ class LoaderSupervisor:
 
     @staticmethod
     def _take_status(producer: _Producer, status: dict[str, Any] | None) -> None:
-        if status and not status.get("error") and not status.get("preparing"):
+        if status and not status.keys() & {"error", "preparing", "stopping"}:
             producer.last_status = status
             if status.get("consumers"):
                 producer.failing = 0  # it works: a later death starts a fresh count
