@@ -49,7 +49,20 @@ def test_the_ratios_compare_with_a_policy_that_lost_none() -> None:
 def test_with_a_lower_bound_a_lost_policy_has_no_ratio_to_it() -> None:
     from gpudesk.policy.sim_bounds import LowerBound
 
-    bound = LowerBound(3600.0, 3600.0, 1, 1800.0, (1.0, 0.0), 0.0, 1.0, 300.0, 10, 4)
+    bound = LowerBound(
+        makespan_s=3600.0,
+        arrival_term_s=3600.0,
+        arrival_job=1,
+        fluid_term_s=1800.0,
+        fluid_weight=(1.0, 0.0),
+        fluid_from_s=0.0,
+        fluid_throughput=1.0,
+        class_term=None,
+        mean_jct_s=300.0,
+        mean_jct_queue_s=300.0,
+        jobs=10,
+        gpus=4,
+    )
     table = _results_table(
         [result("exclusive", 7200.0), result("mps", 3600.0, lost=3)], None, bound
     )
