@@ -94,6 +94,8 @@ def class_term(
         return None
     single = sorted({_load(j, params) for j in jobs if j.gpus == 1}, key=lambda w: (w.sm, w.membw))
     names = [f"sm {w.sm:.2f} bw {w.membw:.2f}" for w in single]
+    if len(set(names)) < len(names):  # workloads that differ past the second decimal
+        names = [f"{name} #{i + 1}" for i, name in enumerate(names)]
     multi = any(j.gpus > 1 for j in jobs)
     k = len(single) + int(multi)
     counts = [sum(1 for j in jobs if j.gpus == 1 and _load(j, params) == w) for w in single]

@@ -309,3 +309,14 @@ def test_the_queueing_bound_counts_what_a_burst_must_wait(tmp_path: Path) -> Non
     assert bound.mean_jct_queue_s == pytest.approx(4950.0)
     exclusive = Simulation(trace, policy="exclusive", station="sim:a100-40gbx2").run()
     assert exclusive.mean_jct_s == pytest.approx(5400.0)
+
+
+def test_each_class_has_its_own_name_in_the_json(tmp_path: Path) -> None:
+    """Two workloads that differ past the second decimal (10.1 % and 10.4 % SM) are two classes,
+    and the JSON's weights keep one entry each."""
+    jobs = [{"sm_pct": sm, "exclusive_minutes": 30} for sm in (10.1, 10.4)]
+    bound = lower_bound(load_trace(write_trace(tmp_path, jobs)).jobs, 1, DEFAULT_PARAMS)
+    assert bound.class_term is not None
+    assert len(set(bound.class_term.classes)) == 2
+    weights = bound.to_dict()["class_term"]
+    assert isinstance(weights, dict) and len(weights["weights"]) == 2
