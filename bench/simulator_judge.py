@@ -47,7 +47,7 @@ def _jct(result: SimResult, bound: LowerBound) -> str:
         return "-"
     return (
         f"{result.mean_jct_s / 60:.0f} min ({result.mean_jct_s / bound.mean_jct_s:.2f}; "
-        f"{result.mean_jct_s / bound.mean_jct_queue_s:.2f})"
+        f"{result.mean_jct_s / bound.mean_jct_queue_of(result):.2f})"
     )
 
 

@@ -308,7 +308,7 @@ def _bound_ratios(result: SimResult, bound: LowerBound) -> dict[str, Any]:
     return {
         "makespan": round(result.makespan_s / bound.makespan_of(result), 4),
         "mean_jct": round(result.mean_jct_s / bound.mean_jct_s, 4),
-        "mean_jct_queue": round(result.mean_jct_s / bound.mean_jct_queue_s, 4),
+        "mean_jct_queue": round(result.mean_jct_s / bound.mean_jct_queue_of(result), 4),
         "lost": 0,
     }
 

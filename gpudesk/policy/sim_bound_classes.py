@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -57,6 +57,14 @@ class ClassTerm:
     classes: tuple[str, ...]  # each class, named by its workload ("sm 0.70 bw 0.35", "multi-GPU")
     mixes: int  # whole-GPU mixes weighed
     cap: int  # tenants from which mixes are bounded together
+    # every weight the program found, with the station's capacity at it (Σ_GPUs θ_t(λ)), and
+    # each job's class (by trace job id): sim_bounds' mean-JCT bound counts with them too
+    capacities: tuple[tuple[tuple[float, ...], float], ...] = ()
+    class_of: Mapping[int, int] = field(default_factory=dict)
+
+    def work(self, job: TraceJob, weights: Sequence[float]) -> float:
+        """The job's weighted work at these weights (a multi-GPU job's once per GPU)."""
+        return weights[self.class_of[job.id]] * job.exclusive_s * job.gpus
 
 
 @dataclass(frozen=True)
@@ -132,11 +140,14 @@ def class_term(
         ]
     )
     candidates = [_weights_for(suffix[i], types) for i in chosen]
+    class_of = {j.id: k - 1 if j.gpus > 1 else index[_load(j, params)] for j in ordered}
+    capacities: list[tuple[tuple[float, ...], float]] = []
     best = ClassTerm(0.0, ordered[0].arrival_s, (0.0,) * k, (*names, "multi-GPU")[:k], mixes, cap)
     for weights in candidates:
         capacity = sum(t.count * t.best(weights)[0] for t in types)
         if capacity <= 0:
             continue
+        capacities.append((tuple(float(w) for w in weights), capacity))
         for i in starts:
             bound = ordered[i].arrival_s + float(suffix[i] @ weights) / capacity
             if bound > best.makespan_s:
@@ -148,7 +159,7 @@ def class_term(
                     mixes,
                     cap,
                 )
-    return best
+    return replace(best, capacities=tuple(capacities), class_of=class_of)
 
 
 def _load(job: TraceJob, params: ModelParams) -> Workload:

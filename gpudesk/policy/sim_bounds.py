@@ -28,6 +28,11 @@ arrived and not finished at t, and at every instant N(t) is at least each of:
   instant of any schedule, fractional sharing included (Schrage 1968; Smith 1978, "A new proof
   of the optimality of the shortest remaining processing time discipline", Oper. Res. 26(1)).
 
+- for each weight per kind of job the class term found (sim_bound_classes), the jobs one
+  server of the station's capacity at that weight would hold under SRPT, for a run of the
+  station as given (`mean_jct_queue_of`: without these for one that is not,
+  `mean_jct_queue_any_s`).
+
 So (1/n) ∫ the largest of them is a bound too, at least the mean run time alone.
 
 Jobs that can never run on the station (`impossible`) are left out: no policy runs them.
@@ -74,6 +79,7 @@ class LowerBound:
     class_term: ClassTerm | None  # the fluid term by workload class (sim_bound_classes)
     mean_jct_s: float  # mean run time alone
     mean_jct_queue_s: float  # the number-in-system bound: also the queueing no schedule avoids
+    mean_jct_queue_any_s: float  # the same without the class term's servers (any run)
     jobs: int  # the jobs it covers (those that can run on the station)
     gpus: int
 
@@ -88,6 +94,13 @@ class LowerBound:
         if result.not_runnable is not None:
             return max(self.arrival_term_s, self.fluid_term_s)
         return self.makespan_s
+
+    def mean_jct_queue_of(self, result: SimResult) -> float:
+        """The queueing mean-JCT bound `result` is judged against: with the class term's
+        servers for a run of the station as given, without them for one that is not."""
+        if result.not_runnable is not None:
+            return self.mean_jct_queue_any_s
+        return self.mean_jct_queue_s
 
     def to_dict(self) -> dict[str, object]:
         term = self.class_term
@@ -111,6 +124,7 @@ class LowerBound:
             },
             "mean_jct_s": round(self.mean_jct_s, 1),
             "mean_jct_queue_s": round(self.mean_jct_queue_s, 1),
+            "mean_jct_queue_any_s": round(self.mean_jct_queue_any_s, 1),
             "jobs": self.jobs,
             "gpus": self.gpus,
         }
@@ -199,6 +213,12 @@ def lower_bound(
                 theta = capacity / gpu_count
     arrival = last.arrival_s + last.exclusive_s
     term = class_term(jobs, gpu_count, params, mig)
+    arrivals = [j.arrival_s for j in by_arrival]
+    given = list(departures)  # the station as given: the class term's servers too
+    if term is not None:
+        for weights, capacity in term.capacities:
+            work = [term.work(j, weights) for j in by_arrival]
+            given.append(_srpt_departures(arrivals, work, capacity))
     return LowerBound(
         makespan_s=max(arrival, fluid, term.makespan_s if term else 0.0),
         arrival_term_s=arrival,
@@ -209,8 +229,8 @@ def lower_bound(
         fluid_throughput=theta,
         class_term=term,
         mean_jct_s=sum(j.exclusive_s for j in jobs) / len(jobs),
-        mean_jct_queue_s=_in_system_integral([j.arrival_s for j in by_arrival], departures)
-        / len(jobs),
+        mean_jct_queue_s=_in_system_integral(arrivals, given) / len(jobs),
+        mean_jct_queue_any_s=_in_system_integral(arrivals, departures) / len(jobs),
         jobs=len(jobs),
         gpus=gpu_count,
     )

@@ -60,6 +60,7 @@ def test_with_a_lower_bound_a_lost_policy_has_no_ratio_to_it() -> None:
         class_term=None,
         mean_jct_s=300.0,
         mean_jct_queue_s=300.0,
+        mean_jct_queue_any_s=300.0,
         jobs=10,
         gpus=4,
     )

@@ -83,6 +83,12 @@ def test_two_heavy_jobs_gain_nothing_together_and_the_class_term_knows_it(
     assert bound.class_term_s == pytest.approx(7200.0, rel=1e-3)
     exclusive = Simulation(trace, policy="exclusive", station="sim:a100-40gb").run()
     assert exclusive.makespan_s == pytest.approx(bound.makespan_s, rel=1e-3)
+    # and for the mean JCT: one job-hour an hour leaves one at 1 h at best and the other at
+    # 2 h (mean 1.5 h, which exclusive takes), where SM work over the SMs let the second
+    # leave at 1.64 h (mean 1.32 h)
+    assert bound.mean_jct_queue_s == pytest.approx(5400.0, rel=1e-3)
+    assert bound.mean_jct_queue_any_s == pytest.approx((2 * 3600 + 0.64 * 3600) / 2, rel=1e-3)
+    assert exclusive.mean_jct_s == pytest.approx(bound.mean_jct_queue_s, rel=1e-3)
 
 
 def test_the_class_term_weighs_time_slicing_too(tmp_path: Path) -> None:
@@ -166,8 +172,10 @@ def test_no_policy_beats_the_bound_on_random_traces(tmp_path: Path) -> None:
                 # (forced mig carving a whole GPU for free is judged without the class term)
                 floor = bound.makespan_of(result)
                 assert result.makespan_s >= floor * (1 - 1e-9), (case, policy)
-                assert result.mean_jct_s >= bound.mean_jct_queue_s * (1 - 1e-9), (case, policy)
-                assert bound.mean_jct_queue_s >= bound.mean_jct_s * (1 - 1e-9)
+                jct_floor = bound.mean_jct_queue_of(result)
+                assert result.mean_jct_s >= jct_floor * (1 - 1e-9), (case, policy)
+                assert bound.mean_jct_queue_any_s >= bound.mean_jct_s * (1 - 1e-9)
+                assert bound.mean_jct_queue_s >= bound.mean_jct_queue_any_s * (1 - 1e-9)
                 checked += 1
     assert checked >= 36  # of 48: every run on whole GPUs, and most beside a MIG GPU
 
@@ -213,6 +221,7 @@ def test_no_run_of_the_station_as_given_beats_the_class_term(tmp_path: Path, see
                     continue
                 assert bound.class_term is not None
                 assert result.makespan_s >= bound.makespan_s * (1 - 1e-9), (policy, learn)
+                assert result.mean_jct_s >= bound.mean_jct_queue_s * (1 - 1e-9), (policy, learn)
                 binds += bound.class_term_s >= max(bound.fluid_term_s, bound.arrival_term_s)
     assert binds > 0 or seed % 2  # (beside a MIG GPU the other terms may bind throughout)
 
