@@ -28,7 +28,6 @@ from __future__ import annotations
 import contextlib
 import heapq
 import logging
-import math
 import os
 import signal
 import socket
@@ -41,7 +40,7 @@ import zmq
 
 from gpudesk.loader.batch import BatchError, BatchMeta, Packed
 from gpudesk.loader.batch_plan import BatchPlan
-from gpudesk.loader.consumer_state import HOLD_WINDOW_S, ConsumerState, need_slots
+from gpudesk.loader.consumer_state import HOLD_WINDOW_S, ConsumerState
 from gpudesk.loader.device_decode import DeviceDecoder, decoder_for
 from gpudesk.loader.fetch import Key, RingWriter, Source, passthrough
 from gpudesk.loader.orphan import IdleExit
@@ -53,7 +52,6 @@ from gpudesk.loader.producer_config import (
 )
 from gpudesk.loader.producer_info import (
     claim,
-    note_reuse,
     say_stopping,
     status_report,
     stop_reason,
@@ -73,6 +71,7 @@ from gpudesk.loader.ring import Ring
 from gpudesk.loader.slots import SlotTable
 from gpudesk.loader.staging import Staging
 from gpudesk.loader.station_access import hand_out_ring, open_sockets_to, prepare_serving
+from gpudesk.loader.welcome import hello, refuse
 from gpudesk.paths import Home
 
 log = logging.getLogger("gpudesk.loader")
@@ -488,9 +487,9 @@ class Producer:
                 continue
             kind = message["type"]
             if kind == "hello" and self.stopping:  # told to stop: it would not serve it
-                self._refuse(ident, stop_reason(self), stopping=True)
+                refuse(self, ident, stop_reason(self), stopping=True)
             elif kind == "hello":
-                self._hello(ident, message)
+                hello(self, ident, message)
             elif kind == "release":
                 consumer = self.consumers.get(ident)
                 if consumer is not None:
@@ -510,87 +509,11 @@ class Producer:
                 with contextlib.suppress(zmq.ZMQError):
                     self.ctl.send_multipart([ident, encode("status", **self.status())])
 
-    def _hello(self, ident: bytes, message: dict[str, Any]) -> None:
-        try:
-            pid = int(message["pid"])
-            batch_size = int(message.get("batch_size") or self.plan.batch_size)
-        except (KeyError, TypeError, ValueError):
-            self._refuse(ident, "a hello without a pid")
-            return
-        per_slot = self.plan.batch_size
-        if batch_size < 1 or math.ceil(batch_size / per_slot) > self.config.slots // 2:
-            self._refuse(
-                ident,
-                f"a batch of {batch_size} needs more than half of the ring "
-                f"({self.config.slots} slots of {per_slot}); start the producer with "
-                "--slots larger or --batch-size larger",
-            )
-            return
-        import psutil
-
-        try:
-            create_time = psutil.Process(pid).create_time()
-        except psutil.Error:
-            create_time = None
-        resume = message.get("resume") or None
-        note_reuse(self, message.get("job"), pid, resumed=bool(resume))
-        epoch = self.stream_position()[0]
-        got: dict[int, set[int]] = {}
-        if resume:
-            epoch = int(resume["epoch"])
-            for e, js in resume.get("received", {}).items():
-                got.setdefault(int(e), set()).update(int(j) for j in js)
-        need = need_slots(batch_size, per_slot)
-        consumer = ConsumerState(
-            ident, pid, create_time, batch_size, need, epoch, time.monotonic(), got=got
-        )
-        while len(consumer.got.get(consumer.epoch, ())) >= self.plan.per_epoch:
-            consumer.got.pop(consumer.epoch)
-            consumer.epoch += 1
-        consumer.missing = self._passed(consumer)
-        welcome_staging = self.staging.welcome()
-        if welcome_staging["staging"] is not None:
-            consumer.mirror_gen = welcome_staging["staging"]["gen"]
-        self.consumers[ident] = consumer
-        self.consumers_total += 1
-        self.table.grow(self._slots_needed())
-        self.ctl.send_multipart(
-            [
-                ident,
-                encode(
-                    "welcome",
-                    epoch=consumer.epoch,
-                    batches_per_epoch=self.plan.per_epoch,
-                    dataset_len=self.plan.length,
-                    batch_size=per_slot,
-                    pid=os.getpid(),
-                    create_time=self.proc.create_time(),
-                    fd_socket=str(self.fd_path),
-                    makeups=len(consumer.missing),
-                    managed=self.config.managed,
-                    lease=consumer.cap,
-                    **welcome_staging,
-                ),
-            ]
-        )
-        log.info(
-            "loader %s: consumer pid %d joined at %s (batch %d, %d batches of its epoch passed)",
-            self.config.name,
-            pid,
-            self.stream_position(),
-            batch_size,
-            len(consumer.missing),
-        )
-
     def stream_position(self) -> Key:
         """The first stream key not yet made: consumers joining now get it next."""
         pending = [r.key for r, makeup in self.plan.in_flight if not makeup]
         pending += [p.key for p, makeup in self.unplaced if not makeup]
         return min(pending) if pending else self.plan.stream_next
-
-    def _refuse(self, ident: bytes, why: str, **more: Any) -> None:
-        with contextlib.suppress(zmq.ZMQError):
-            self.ctl.send_multipart([ident, encode("refused", message=why, **more)])
 
     def _serve_fd(self) -> None:
         share, group = self.config.share, self.group
