@@ -18,9 +18,10 @@ its look-back. The ring has slots for all of that beside the requests in flight,
 with room always finds a slot for its next batch. When the stream would run further ahead of a
 consumer than its look-back, it waits for it, so that consumers of about the same pace keep
 sharing every batch; but only briefly: at most HOLD_PATIENCE_S at once and HOLD_SHARE of the
-time. A consumer that needs more is let go: the stream no longer waits for it, it gets what is
-still in the ring, and what it lacks beyond that is made again for it, at its own pace (until it
-catches up). No consumer waits longer than that for another's pace, and the ring stays bounded.
+time (`hold.py`). A consumer that needs more is let go: the stream no longer waits for it, it
+gets what is still in the ring, and what it lacks beyond that is made again for it, at its own
+pace (until it catches up). No consumer waits longer than that for another's pace, and the ring
+stays bounded.
 """
 
 from __future__ import annotations
@@ -40,9 +41,10 @@ import zmq
 
 from gpudesk.loader.batch import BatchError, BatchMeta, Packed
 from gpudesk.loader.batch_plan import BatchPlan
-from gpudesk.loader.consumer_state import HOLD_WINDOW_S, ConsumerState
+from gpudesk.loader.consumer_state import ConsumerState
 from gpudesk.loader.device_decode import DeviceDecoder, decoder_for
 from gpudesk.loader.fetch import Key, RingWriter, Source, passthrough
+from gpudesk.loader.hold import HOLD_PATIENCE_S, hold
 from gpudesk.loader.orphan import IdleExit
 from gpudesk.loader.producer_config import (
     ProducerConfig,
@@ -78,8 +80,6 @@ log = logging.getLogger("gpudesk.loader")
 
 LIVENESS_EVERY_S = 0.2  # how often consumers' processes are checked (a SIGKILL is seen in this)
 INFO_EVERY_S = 1.0  # how often the stream position is written down (for a restart)
-HOLD_PATIENCE_S = 0.5  # the longest the stream waits at once for a consumer that lags
-HOLD_SHARE = 0.1  # ... and over HOLD_WINDOW_S (decaying) at most this share of the time
 PREFETCH = 2  # the DataLoader's prefetch_factor: requests in flight per worker
 
 
@@ -279,48 +279,7 @@ class Producer:
         wanted = bool(self.plan.makeups) or any(
             any(key in c.ordered or c.accepts(key) for c in consumers) for key in keys
         )
-        return wanted and not self._hold(keys[0])
-
-    def _hold(self, key: Key) -> bool:
-        """Whether the stream waits before making `key` (the next batch out): for consumers
-        that keep pace, would not take it now and have no look-back left for it. Each may hold
-        it only so long (HOLD_PATIENCE_S at once, HOLD_SHARE of the time); then it is let go."""
-        now = time.monotonic()
-        holding = False
-        for consumer in self.consumers.values():
-            blocks = (
-                consumer.keeps_pace
-                and key not in consumer.ordered
-                and not consumer.accepts(key)
-                and consumer.wants_later(key)
-                and len(self.table.pins.get(consumer.ident, ())) >= consumer.cap
-            )
-            if not blocks:
-                if consumer.holding_since is not None:
-                    consumer.hold_debt = consumer.debt(now) + now - consumer.holding_since
-                    consumer.debt_at = now
-                    consumer.holding_since = None
-                continue
-            if consumer.holding_since is None:
-                consumer.holding_since = now
-            waited = now - consumer.holding_since
-            if waited > HOLD_PATIENCE_S or consumer.debt(now) + waited > HOLD_SHARE * HOLD_WINDOW_S:
-                self._let_go(consumer, waited)
-                continue
-            holding = True
-        return holding
-
-    def _let_go(self, consumer: ConsumerState, waited: float) -> None:
-        consumer.keeps_pace = False
-        consumer.holding_since = None
-        consumer.hold_debt = 0.0
-        log.info(
-            "loader %s: consumer pid %d is slower than the others (they waited %.2f s for it "
-            "at once, more in all): the stream goes on without waiting for it",
-            self.config.name,
-            consumer.pid,
-            waited,
-        )
+        return wanted and not hold(self, keys[0])
 
     def _pull(self) -> None:
         """Take the next made batch from the DataLoader and place it."""
