@@ -52,7 +52,7 @@ import zmq
 from gpudesk.core.datasets import VARIANT_SEPARATOR
 from gpudesk.loader.batch import BatchMeta, Piece, collate, ids, samples
 from gpudesk.loader.contract import Contract, resolve_shard
-from gpudesk.loader.handshake import ProducerStopped, connect, connect_first
+from gpudesk.loader.handshake import PREPARING_POLL_S, connect, connect_first
 from gpudesk.loader.lease import (
     Leases,
     no_room_after,
@@ -72,12 +72,12 @@ from gpudesk.loader.protocol import (
     read_info,
     stopping_reason,
 )
+from gpudesk.loader.reconnect import resume_epoch
 from gpudesk.loader.ring import Ring
 from gpudesk.loader.station_access import checked_folder
 from gpudesk.paths import Home, UnsafePath
 
 POLL_MS = 200  # while waiting for a batch, the producer's process is checked this often
-PREPARING_POLL_S = 1.0  # a preparing producer is waited for while it lives, checked this often
 START_WAIT_S = 60.0  # how long a job started with its producer waits for it to come up
 
 
@@ -310,7 +310,7 @@ class SharedLoader:
                 try:
                     self._receive(epoch, pieces)
                 except _ProducerLost as lost:
-                    self._resume(epoch, pieces, lost.why)
+                    resume_epoch(self, epoch, pieces, lost.why)
         finally:
             # Done, or the loop was left early: a new iteration starts the next epoch, and the
             # rest of this one is let go as it arrives.
@@ -319,23 +319,6 @@ class SharedLoader:
             self._received.pop(epoch, None)
             self._pieces, self._yielded = [], 0
             self.epoch = epoch + 1
-
-    def _resume(self, epoch: int, pieces: list[Piece], why: str) -> None:
-        """The producer died mid-epoch: wait for the restarted one and carry on. Batches not
-        yet handed out are asked for again; samples of a half-used batch are skipped."""
-        received = self._received[epoch]
-        self._skip = {}
-        for piece in pieces:
-            received.discard(piece.index)
-            if piece.start:
-                self._skip[piece.index] = piece.start
-        pieces.clear()
-        self._pending.clear()
-        for later in [e for e in self._received if e > epoch]:
-            del self._received[later]
-        self._release = []
-        self._held.clear()
-        self._reconnect(why)
 
     def _take_pending(self, epoch: int, pieces: list[Piece]) -> None:
         for piece in sorted(self._pending.pop(epoch, []), key=lambda p: p.index):
@@ -447,45 +430,6 @@ class SharedLoader:
     def _check_producer(self) -> None:
         if not process_alive(self.producer_pid, self.producer_create_time):
             raise _ProducerLost(f"the producer for {self.name!r} (pid {self.producer_pid}) died")
-
-    def _reconnect(self, why: str) -> None:
-        if self._socket is not None:
-            self._socket.close()
-            self._socket = None
-        wait = self.resume_s if self.resume_s is not None else (30.0 if self.managed else 0.0)
-        deadline = time.monotonic() + wait
-        info_path = self.home.loader_paths(self.name)[2]
-        while time.monotonic() < deadline:
-            info = read_info(info_path)
-            if final_failure(info) is not None:  # the one started again cannot work
-                raise LoaderError(f"{why}; {self._failed_producer(info)}")
-            if stopping_reason(info):
-                info = None  # it stops as it came (handshake.py): wait for the one in its place
-            pid = int(info.get("pid", 0)) if info else 0
-            if info and pid != self.producer_pid and process_alive(pid, info.get("create_time")):
-                if info.get("preparing"):  # it comes back after its pre-pass: wait for it
-                    deadline = max(deadline, time.monotonic() + PREPARING_POLL_S)
-                    time.sleep(0.1)
-                    continue
-                if info.get("identity") != self.identity:
-                    raise LoaderError(
-                        f"{why}; the producer now running for {self.name!r} (pid {pid}) has "
-                        "other settings (dataset, batch size, seed or shuffle), so this consumer "
-                        "cannot resume its epoch from it"
-                    )
-                with contextlib.suppress(ProducerStopped):  # then wait on for another
-                    self._connect(info, resume=True)
-                    return
-            time.sleep(0.1)
-        raise LoaderError(
-            f"{why}; this consumer cannot go on. "
-            + (
-                f"No producer came back within {wait:.0f} s."
-                if wait
-                else "Restart it (`gpudesk loader serve ...`) and rerun, or run under gpudesk, "
-                "which restarts producers and lets consumers resume their epoch."
-            )
-        )
 
     def close(self) -> None:
         if self._socket is not None:

@@ -49,6 +49,7 @@ if TYPE_CHECKING:
 
 CONNECT_TIMEOUT_S = 10.0  # a live producer that does not answer a hello for this long is stuck
 STEP_MS = 200  # while waiting for the answer, the producer is looked at this often
+PREPARING_POLL_S = 1.0  # a preparing producer is waited for while it lives, checked this often
 
 
 class ProducerStopped(LoaderError):
