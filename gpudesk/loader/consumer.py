@@ -45,7 +45,6 @@ import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import zmq
@@ -53,10 +52,9 @@ import zmq
 from gpudesk.core.datasets import VARIANT_SEPARATOR
 from gpudesk.loader.batch import BatchMeta, Piece, collate, ids, samples
 from gpudesk.loader.contract import Contract, resolve_shard
-from gpudesk.loader.handshake import ProducerStopped, await_answer, connect_first
+from gpudesk.loader.handshake import PREPARING_POLL_S, connect, connect_first
 from gpudesk.loader.lease import (
     Leases,
-    lease_info,
     no_room_after,
     owned_view,
     private_runs,
@@ -72,19 +70,27 @@ from gpudesk.loader.protocol import (
     final_failure,
     process_alive,
     read_info,
-    receive_fd,
     stopping_reason,
 )
+from gpudesk.loader.reconnect import resume_epoch
 from gpudesk.loader.ring import Ring
 from gpudesk.loader.station_access import checked_folder
 from gpudesk.paths import Home, UnsafePath
 
 POLL_MS = 200  # while waiting for a batch, the producer's process is checked this often
-PREPARING_POLL_S = 1.0  # a preparing producer is waited for while it lives, checked this often
 START_WAIT_S = 60.0  # how long a job started with its producer waits for it to come up
 
 
 class SharedLoader:
+    # Set by the producer's welcome (handshake.connect): whom this consumer reads, and its stream.
+    producer_pid: int
+    producer_create_time: float | None
+    managed: bool
+    per_epoch: int
+    dataset_len: int
+    producer_batch: int
+    identity: Any  # the producer's settings, as its info file says them
+
     def __init__(
         self,
         name: str,
@@ -243,87 +249,8 @@ class SharedLoader:
 
     # ------------------------------------------------------------- connecting
     def _connect(self, info: dict[str, Any], resume: bool) -> None:
-        # Ready to read before saying hello: the producer does not wait for a consumer that
-        # lags, and importing torch takes a second (batches missed meanwhile are made again).
-        import torch  # noqa: F401
-
-        context: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
-        sock = context.socket(zmq.DEALER)
-        sock.setsockopt(zmq.LINGER, 0)
-        sock.setsockopt(zmq.RCVHWM, 0)  # the producer bounds what it sends by the ring size
-        sock.connect(info["control"])
-        state = None
-        if resume:
-            state = {
-                "epoch": self.epoch,
-                "received": {
-                    str(e): sorted(js) for e, js in self._received.items() if e >= self.epoch
-                },
-            }
-        sock.send(
-            encode(
-                "hello",
-                pid=os.getpid(),
-                batch_size=self.batch_size,
-                resume=state,
-                job=os.environ.get("GPUDESK_JOB_ID"),
-            )
-        )
-        try:  # the answer, or at once word that the producer stops or is gone
-            reply = await_answer(sock, info, self.home.loader_paths(self.name)[2], self.name)
-        except LoaderError:
-            sock.close()
-            raise
-        if reply["type"] == "refused":
-            sock.close()
-            raise LoaderError(
-                f"the producer for {self.name!r} refused this consumer: {reply.get('message')}"
-            )
-        if reply["type"] != "welcome":
-            sock.close()
-            raise LoaderError(f"unexpected answer from the producer: {reply['type']}")
-        try:
-            fd = receive_fd(Path(reply["fd_socket"]))
-        except OSError as exc:
-            sock.close()
-            raise LoaderError(
-                f"could not get the shared memory of {self.name!r} from {reply['fd_socket']}: {exc}"
-            ) from None
-        if self.ring is not None:
-            self.ring.close()  # a restarted producer's ring is another one
-        self.ring = Ring.attach(fd, os.fstat(fd).st_size)  # keeps fd: to map more as it grows
-        self._socket = sock
-        self.producer_pid = int(reply["pid"])
-        self.producer_create_time = reply.get("create_time")
-        self.managed = bool(reply.get("managed"))
-        self.per_epoch = int(reply["batches_per_epoch"])
-        self.dataset_len = int(reply["dataset_len"])
-        self.producer_batch = int(reply["batch_size"])
-        if self.batch_size is None:
-            self.batch_size = self.producer_batch
-        if not resume:
-            self.epoch = int(reply["epoch"])  # the producer epoch this consumer epoch follows
-            self.identity = info.get("identity")  # what a restarted producer must match
-        self._held.clear()
-        self._leases.reset()
-        self._need, self.lease_limit = lease_info(reply, self.batch_size, self.producer_batch)
-        self._open_staging(reply)
-
-    def _open_staging(self, reply: dict[str, Any]) -> None:
-        """Read batches from the producer's staged mirror (on this process's GPU) when it has
-        one and this consumer may; else from the host ring. Either way, say which (and why)
-        to the producer, for `gpudesk loader status`."""
-        self._mirror, self._mirror_gen = None, 0
-        offered = reply.get("staging")
-        if self.device == "cpu":
-            self.data_path = "host: the consumer asked for device='cpu'"
-        elif offered is None:
-            self.data_path = f"host: {reply.get('staging_off') or 'the producer does not stage'}"
-        else:
-            self._open_mirror(offered)
-        if self._socket is not None:
-            with contextlib.suppress(zmq.ZMQError):
-                self._socket.send(encode("path", path=self.data_path))
+        """Say hello to the producer `info` describes and take its welcome (`handshake.py`)."""
+        connect(self, info, resume)
 
     def _open_mirror(self, offered: Any) -> None:
         """Open the mirror a handle names: at the welcome, and each time it grew (a batch
@@ -383,7 +310,7 @@ class SharedLoader:
                 try:
                     self._receive(epoch, pieces)
                 except _ProducerLost as lost:
-                    self._resume(epoch, pieces, lost.why)
+                    resume_epoch(self, epoch, pieces, lost.why)
         finally:
             # Done, or the loop was left early: a new iteration starts the next epoch, and the
             # rest of this one is let go as it arrives.
@@ -392,23 +319,6 @@ class SharedLoader:
             self._received.pop(epoch, None)
             self._pieces, self._yielded = [], 0
             self.epoch = epoch + 1
-
-    def _resume(self, epoch: int, pieces: list[Piece], why: str) -> None:
-        """The producer died mid-epoch: wait for the restarted one and carry on. Batches not
-        yet handed out are asked for again; samples of a half-used batch are skipped."""
-        received = self._received[epoch]
-        self._skip = {}
-        for piece in pieces:
-            received.discard(piece.index)
-            if piece.start:
-                self._skip[piece.index] = piece.start
-        pieces.clear()
-        self._pending.clear()
-        for later in [e for e in self._received if e > epoch]:
-            del self._received[later]
-        self._release = []
-        self._held.clear()
-        self._reconnect(why)
 
     def _take_pending(self, epoch: int, pieces: list[Piece]) -> None:
         for piece in sorted(self._pending.pop(epoch, []), key=lambda p: p.index):
@@ -520,45 +430,6 @@ class SharedLoader:
     def _check_producer(self) -> None:
         if not process_alive(self.producer_pid, self.producer_create_time):
             raise _ProducerLost(f"the producer for {self.name!r} (pid {self.producer_pid}) died")
-
-    def _reconnect(self, why: str) -> None:
-        if self._socket is not None:
-            self._socket.close()
-            self._socket = None
-        wait = self.resume_s if self.resume_s is not None else (30.0 if self.managed else 0.0)
-        deadline = time.monotonic() + wait
-        info_path = self.home.loader_paths(self.name)[2]
-        while time.monotonic() < deadline:
-            info = read_info(info_path)
-            if final_failure(info) is not None:  # the one started again cannot work
-                raise LoaderError(f"{why}; {self._failed_producer(info)}")
-            if stopping_reason(info):
-                info = None  # it stops as it came (handshake.py): wait for the one in its place
-            pid = int(info.get("pid", 0)) if info else 0
-            if info and pid != self.producer_pid and process_alive(pid, info.get("create_time")):
-                if info.get("preparing"):  # it comes back after its pre-pass: wait for it
-                    deadline = max(deadline, time.monotonic() + PREPARING_POLL_S)
-                    time.sleep(0.1)
-                    continue
-                if info.get("identity") != self.identity:
-                    raise LoaderError(
-                        f"{why}; the producer now running for {self.name!r} (pid {pid}) has "
-                        "other settings (dataset, batch size, seed or shuffle), so this consumer "
-                        "cannot resume its epoch from it"
-                    )
-                with contextlib.suppress(ProducerStopped):  # then wait on for another
-                    self._connect(info, resume=True)
-                    return
-            time.sleep(0.1)
-        raise LoaderError(
-            f"{why}; this consumer cannot go on. "
-            + (
-                f"No producer came back within {wait:.0f} s."
-                if wait
-                else "Restart it (`gpudesk loader serve ...`) and rerun, or run under gpudesk, "
-                "which restarts producers and lets consumers resume their epoch."
-            )
-        )
 
     def close(self) -> None:
         if self._socket is not None:

@@ -13,30 +13,43 @@ an answer that cannot come, and then, under the engine, RESUME_S more for it to 
 What the consumer then does is what it does where it finds no producer: wait for another as
 long as it would have (a job the engine started with its producer: START_WAIT_S; a consumer
 resuming: its resume wait), read locally (`fallback=True`), or fail with the reason.
+
+A welcome (`connect`) gives the consumer the ring (its descriptor, over the socket the welcome
+names), the producer's stream (its epoch, batches per epoch, batch size), the consumer's lease
+(`lease.lease_info`) and, where the producer stages batches on its GPU, the mirror this consumer
+reads them from if it may (`open_staging`); a consumer resuming says in its hello where it is in
+its epoch, and keeps it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import zmq
+
+from gpudesk.loader.lease import lease_info
 from gpudesk.loader.protocol import (
     LoaderError,
     decode,
+    encode,
     final_failure,
     process_alive,
     read_info,
+    receive_fd,
     stopping_reason,
 )
+from gpudesk.loader.ring import Ring
 
 if TYPE_CHECKING:
-    import zmq
-
     from gpudesk.loader.consumer import SharedLoader
 
 CONNECT_TIMEOUT_S = 10.0  # a live producer that does not answer a hello for this long is stuck
 STEP_MS = 200  # while waiting for the answer, the producer is looked at this often
+PREPARING_POLL_S = 1.0  # a preparing producer is waited for while it lives, checked this often
 
 
 class ProducerStopped(LoaderError):
@@ -100,3 +113,92 @@ def connect_first(loader: SharedLoader, wait: float) -> tuple[dict[str, Any] | N
                 continue
             return None, why
         return info, None
+
+
+def connect(loader: SharedLoader, info: dict[str, Any], resume: bool) -> None:
+    """Say hello to the producer `info` describes (as from where `loader` is in its epoch, when
+    it resumes) and take its welcome: the ring's descriptor, the producer's stream and lease,
+    and its staged mirror where this consumer may read it. Its refusal, a stop or a silence is
+    a LoaderError (ProducerStopped: it stops or is gone)."""
+    # Ready to read before saying hello: the producer does not wait for a consumer that
+    # lags, and importing torch takes a second (batches missed meanwhile are made again).
+    import torch  # noqa: F401
+
+    context: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
+    sock = context.socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.setsockopt(zmq.RCVHWM, 0)  # the producer bounds what it sends by the ring size
+    sock.connect(info["control"])
+    state = None
+    if resume:
+        state = {
+            "epoch": loader.epoch,
+            "received": {
+                str(e): sorted(js) for e, js in loader._received.items() if e >= loader.epoch
+            },
+        }
+    sock.send(
+        encode(
+            "hello",
+            pid=os.getpid(),
+            batch_size=loader.batch_size,
+            resume=state,
+            job=os.environ.get("GPUDESK_JOB_ID"),
+        )
+    )
+    try:  # the answer, or at once word that the producer stops or is gone
+        reply = await_answer(sock, info, loader.home.loader_paths(loader.name)[2], loader.name)
+    except LoaderError:
+        sock.close()
+        raise
+    if reply["type"] == "refused":
+        sock.close()
+        raise LoaderError(
+            f"the producer for {loader.name!r} refused this consumer: {reply.get('message')}"
+        )
+    if reply["type"] != "welcome":
+        sock.close()
+        raise LoaderError(f"unexpected answer from the producer: {reply['type']}")
+    try:
+        fd = receive_fd(Path(reply["fd_socket"]))
+    except OSError as exc:
+        sock.close()
+        raise LoaderError(
+            f"could not get the shared memory of {loader.name!r} from {reply['fd_socket']}: {exc}"
+        ) from None
+    if loader.ring is not None:
+        loader.ring.close()  # a restarted producer's ring is another one
+    loader.ring = Ring.attach(fd, os.fstat(fd).st_size)  # keeps fd: to map more as it grows
+    loader._socket = sock
+    loader.producer_pid = int(reply["pid"])
+    loader.producer_create_time = reply.get("create_time")
+    loader.managed = bool(reply.get("managed"))
+    loader.per_epoch = int(reply["batches_per_epoch"])
+    loader.dataset_len = int(reply["dataset_len"])
+    loader.producer_batch = int(reply["batch_size"])
+    if loader.batch_size is None:
+        loader.batch_size = loader.producer_batch
+    if not resume:
+        loader.epoch = int(reply["epoch"])  # the producer epoch this consumer epoch follows
+        loader.identity = info.get("identity")  # what a restarted producer must match
+    loader._held.clear()
+    loader._leases.reset()
+    loader._need, loader.lease_limit = lease_info(reply, loader.batch_size, loader.producer_batch)
+    open_staging(loader, reply)
+
+
+def open_staging(loader: SharedLoader, reply: dict[str, Any]) -> None:
+    """Read batches from the producer's staged mirror (on this process's GPU) when it has
+    one and this consumer may; else from the host ring. Either way, say which (and why)
+    to the producer, for `gpudesk loader status`."""
+    loader._mirror, loader._mirror_gen = None, 0
+    offered = reply.get("staging")
+    if loader.device == "cpu":
+        loader.data_path = "host: the consumer asked for device='cpu'"
+    elif offered is None:
+        loader.data_path = f"host: {reply.get('staging_off') or 'the producer does not stage'}"
+    else:
+        loader._open_mirror(offered)
+    if loader._socket is not None:
+        with contextlib.suppress(zmq.ZMQError):
+            loader._socket.send(encode("path", path=loader.data_path))

@@ -18,9 +18,10 @@ its look-back. The ring has slots for all of that beside the requests in flight,
 with room always finds a slot for its next batch. When the stream would run further ahead of a
 consumer than its look-back, it waits for it, so that consumers of about the same pace keep
 sharing every batch; but only briefly: at most HOLD_PATIENCE_S at once and HOLD_SHARE of the
-time. A consumer that needs more is let go: the stream no longer waits for it, it gets what is
-still in the ring, and what it lacks beyond that is made again for it, at its own pace (until it
-catches up). No consumer waits longer than that for another's pace, and the ring stays bounded.
+time (`hold.py`). A consumer that needs more is let go: the stream no longer waits for it, it
+gets what is still in the ring, and what it lacks beyond that is made again for it, at its own
+pace (until it catches up). No consumer waits longer than that for another's pace, and the ring
+stays bounded.
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ from __future__ import annotations
 import contextlib
 import heapq
 import logging
-import math
 import os
 import signal
 import socket
@@ -41,9 +41,10 @@ import zmq
 
 from gpudesk.loader.batch import BatchError, BatchMeta, Packed
 from gpudesk.loader.batch_plan import BatchPlan
-from gpudesk.loader.consumer_state import HOLD_WINDOW_S, ConsumerState, need_slots
+from gpudesk.loader.consumer_state import ConsumerState
 from gpudesk.loader.device_decode import DeviceDecoder, decoder_for
 from gpudesk.loader.fetch import Key, RingWriter, Source, passthrough
+from gpudesk.loader.hold import HOLD_PATIENCE_S, hold
 from gpudesk.loader.orphan import IdleExit
 from gpudesk.loader.producer_config import (
     ProducerConfig,
@@ -53,7 +54,6 @@ from gpudesk.loader.producer_config import (
 )
 from gpudesk.loader.producer_info import (
     claim,
-    note_reuse,
     say_stopping,
     status_report,
     stop_reason,
@@ -73,14 +73,13 @@ from gpudesk.loader.ring import Ring
 from gpudesk.loader.slots import SlotTable
 from gpudesk.loader.staging import Staging
 from gpudesk.loader.station_access import hand_out_ring, open_sockets_to, prepare_serving
+from gpudesk.loader.welcome import hello, refuse
 from gpudesk.paths import Home
 
 log = logging.getLogger("gpudesk.loader")
 
 LIVENESS_EVERY_S = 0.2  # how often consumers' processes are checked (a SIGKILL is seen in this)
 INFO_EVERY_S = 1.0  # how often the stream position is written down (for a restart)
-HOLD_PATIENCE_S = 0.5  # the longest the stream waits at once for a consumer that lags
-HOLD_SHARE = 0.1  # ... and over HOLD_WINDOW_S (decaying) at most this share of the time
 PREFETCH = 2  # the DataLoader's prefetch_factor: requests in flight per worker
 
 
@@ -280,48 +279,7 @@ class Producer:
         wanted = bool(self.plan.makeups) or any(
             any(key in c.ordered or c.accepts(key) for c in consumers) for key in keys
         )
-        return wanted and not self._hold(keys[0])
-
-    def _hold(self, key: Key) -> bool:
-        """Whether the stream waits before making `key` (the next batch out): for consumers
-        that keep pace, would not take it now and have no look-back left for it. Each may hold
-        it only so long (HOLD_PATIENCE_S at once, HOLD_SHARE of the time); then it is let go."""
-        now = time.monotonic()
-        holding = False
-        for consumer in self.consumers.values():
-            blocks = (
-                consumer.keeps_pace
-                and key not in consumer.ordered
-                and not consumer.accepts(key)
-                and consumer.wants_later(key)
-                and len(self.table.pins.get(consumer.ident, ())) >= consumer.cap
-            )
-            if not blocks:
-                if consumer.holding_since is not None:
-                    consumer.hold_debt = consumer.debt(now) + now - consumer.holding_since
-                    consumer.debt_at = now
-                    consumer.holding_since = None
-                continue
-            if consumer.holding_since is None:
-                consumer.holding_since = now
-            waited = now - consumer.holding_since
-            if waited > HOLD_PATIENCE_S or consumer.debt(now) + waited > HOLD_SHARE * HOLD_WINDOW_S:
-                self._let_go(consumer, waited)
-                continue
-            holding = True
-        return holding
-
-    def _let_go(self, consumer: ConsumerState, waited: float) -> None:
-        consumer.keeps_pace = False
-        consumer.holding_since = None
-        consumer.hold_debt = 0.0
-        log.info(
-            "loader %s: consumer pid %d is slower than the others (they waited %.2f s for it "
-            "at once, more in all): the stream goes on without waiting for it",
-            self.config.name,
-            consumer.pid,
-            waited,
-        )
+        return wanted and not hold(self, keys[0])
 
     def _pull(self) -> None:
         """Take the next made batch from the DataLoader and place it."""
@@ -488,9 +446,9 @@ class Producer:
                 continue
             kind = message["type"]
             if kind == "hello" and self.stopping:  # told to stop: it would not serve it
-                self._refuse(ident, stop_reason(self), stopping=True)
+                refuse(self, ident, stop_reason(self), stopping=True)
             elif kind == "hello":
-                self._hello(ident, message)
+                hello(self, ident, message)
             elif kind == "release":
                 consumer = self.consumers.get(ident)
                 if consumer is not None:
@@ -510,87 +468,11 @@ class Producer:
                 with contextlib.suppress(zmq.ZMQError):
                     self.ctl.send_multipart([ident, encode("status", **self.status())])
 
-    def _hello(self, ident: bytes, message: dict[str, Any]) -> None:
-        try:
-            pid = int(message["pid"])
-            batch_size = int(message.get("batch_size") or self.plan.batch_size)
-        except (KeyError, TypeError, ValueError):
-            self._refuse(ident, "a hello without a pid")
-            return
-        per_slot = self.plan.batch_size
-        if batch_size < 1 or math.ceil(batch_size / per_slot) > self.config.slots // 2:
-            self._refuse(
-                ident,
-                f"a batch of {batch_size} needs more than half of the ring "
-                f"({self.config.slots} slots of {per_slot}); start the producer with "
-                "--slots larger or --batch-size larger",
-            )
-            return
-        import psutil
-
-        try:
-            create_time = psutil.Process(pid).create_time()
-        except psutil.Error:
-            create_time = None
-        resume = message.get("resume") or None
-        note_reuse(self, message.get("job"), pid, resumed=bool(resume))
-        epoch = self.stream_position()[0]
-        got: dict[int, set[int]] = {}
-        if resume:
-            epoch = int(resume["epoch"])
-            for e, js in resume.get("received", {}).items():
-                got.setdefault(int(e), set()).update(int(j) for j in js)
-        need = need_slots(batch_size, per_slot)
-        consumer = ConsumerState(
-            ident, pid, create_time, batch_size, need, epoch, time.monotonic(), got=got
-        )
-        while len(consumer.got.get(consumer.epoch, ())) >= self.plan.per_epoch:
-            consumer.got.pop(consumer.epoch)
-            consumer.epoch += 1
-        consumer.missing = self._passed(consumer)
-        welcome_staging = self.staging.welcome()
-        if welcome_staging["staging"] is not None:
-            consumer.mirror_gen = welcome_staging["staging"]["gen"]
-        self.consumers[ident] = consumer
-        self.consumers_total += 1
-        self.table.grow(self._slots_needed())
-        self.ctl.send_multipart(
-            [
-                ident,
-                encode(
-                    "welcome",
-                    epoch=consumer.epoch,
-                    batches_per_epoch=self.plan.per_epoch,
-                    dataset_len=self.plan.length,
-                    batch_size=per_slot,
-                    pid=os.getpid(),
-                    create_time=self.proc.create_time(),
-                    fd_socket=str(self.fd_path),
-                    makeups=len(consumer.missing),
-                    managed=self.config.managed,
-                    lease=consumer.cap,
-                    **welcome_staging,
-                ),
-            ]
-        )
-        log.info(
-            "loader %s: consumer pid %d joined at %s (batch %d, %d batches of its epoch passed)",
-            self.config.name,
-            pid,
-            self.stream_position(),
-            batch_size,
-            len(consumer.missing),
-        )
-
     def stream_position(self) -> Key:
         """The first stream key not yet made: consumers joining now get it next."""
         pending = [r.key for r, makeup in self.plan.in_flight if not makeup]
         pending += [p.key for p, makeup in self.unplaced if not makeup]
         return min(pending) if pending else self.plan.stream_next
-
-    def _refuse(self, ident: bytes, why: str, **more: Any) -> None:
-        with contextlib.suppress(zmq.ZMQError):
-            self.ctl.send_multipart([ident, encode("refused", message=why, **more)])
 
     def _serve_fd(self) -> None:
         share, group = self.config.share, self.group

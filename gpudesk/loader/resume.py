@@ -164,7 +164,7 @@ def rejoin(
     loader: SharedLoader, info: dict[str, Any], epoch: int, done: set[int], begun: dict[int, int]
 ) -> None:
     """Say hello again as from `epoch`, having `done` of it and `begun` some of its batches: the
-    producer gives the rest, as it does to a consumer after its own restart (`_resume`)."""
+    producer gives the rest, as it does to a consumer after its own restart (`reconnect.py`)."""
     loader.close()  # bye: the slots it was given go back at once; batches handed out stay mapped
     loader._pending.clear()
     loader._received = defaultdict(set, {epoch: set(done)})
