@@ -16,23 +16,13 @@ for every GPU until the last job ends. docs/simulator.md has the assumptions.
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from gpudesk.core.backend_names import check_backend_name, parse_sim_name
-from gpudesk.core.gpu_models import STATIONS, GpuModel
 from gpudesk.core.jobs import JobSpec
-from gpudesk.core.mig_profiles import (
-    COMPUTE_SLICES,
-    MEMORY_SLICES,
-    compute_slices,
-    find_profile,
-    nominal_memory_mib,
-    short_name,
-)
+from gpudesk.core.mig_profiles import COMPUTE_SLICES, MEMORY_SLICES
 from gpudesk.core.records import JobRecord
 from gpudesk.core.station import StationConfig
 from gpudesk.policy.demand import PEAK_SETTLED_S, Demand, beyond_every_gpu
@@ -60,6 +50,16 @@ from gpudesk.policy.schedule_pass import schedule_pass
 from gpudesk.policy.sim_order import FamilyRunTimes
 from gpudesk.policy.sim_preemption import leave_due, leaving_times, preempt_if_due, queue_key
 from gpudesk.policy.sim_records import Occupancy, Segment, SimResult, SimRun, sim_result
+from gpudesk.policy.sim_station import (
+    carve_fixed,
+    fixed_layouts,
+    impossible,
+    new_slice,
+    slice_for,
+    slice_of,
+    slice_shape,
+    station_gpus,
+)
 from gpudesk.policy.sim_view import learn_hint_ratios, station_view
 from gpudesk.policy.trace import (
     DEFAULT_STATION,
@@ -77,7 +77,7 @@ from gpudesk.policy.trace import (
     simulated_profiles,
     with_progress_lines,
 )
-from gpudesk.units import MIB_PER_GB, MIB_PER_GIB
+from gpudesk.units import MIB_PER_GB
 
 __all__ = [
     "DEFAULT_STATION",
@@ -136,12 +136,7 @@ class Simulation:
         queue_order: str = "submission",
         truth_form: QueueingParams | None = None,
     ) -> None:
-        check_backend_name(station)
-        if not station.startswith("sim:"):
-            raise ValueError(f"simulate needs a simulated station (sim:...), not {station!r}")
-        model_name, count = parse_sim_name(station)
-        self.model: GpuModel = STATIONS[model_name][0]
-        self.gpu_count = count or STATIONS[model_name][1]
+        self.model, self.gpu_count = station_gpus(station)
         if estimator not in ESTIMATORS:
             raise ValueError(f"unknown estimator {estimator!r}; known: {', '.join(ESTIMATORS)}")
         self.trace, self.station, self.estimator, self.mps = trace, station, estimator, mps
@@ -159,25 +154,20 @@ class Simulation:
         self.interference = InterferenceModel(self.learner)
         self.observations = 0
         # MIG: each model's own table; GPUs given a layout are fixed, the rest carved on demand
-        # under --policy mig.
+        # under --policy mig (sim_station).
         self.table = simulated_profiles(self.model.name)
-        layouts = parse_mig(mig, self.model.name, self.gpu_count) if isinstance(mig, str) else mig
-        self.mig_layouts = {g: tuple(n) for g, n in (layouts or {}).items()}
+        self.mig_layouts = fixed_layouts(self, mig)
         self.fixed: set[int] = set()
         self.slices: dict[int, list[MigSlice]] = {i: [] for i in range(self.gpu_count)}
-        self._slice_serial = 0
-        for gpu, names in (layouts or {}).items():
-            if not 0 <= gpu < self.gpu_count:
-                raise ValueError(f"--mig: GPU {gpu} does not exist on {station}")
-            self.fixed.add(gpu)
-            self.slices[gpu] = [self._new_slice(gpu, name) for name in names]
+        self.slice_serial = 0
+        carve_fixed(self, self.mig_layouts)
         self.reconfig_until: dict[int, float] = {}
         self.repartitions = 0
         self.mig_violations = 0
         self.now = 0.0
         self.runs = [self._new_run(job) for job in trace.jobs]
         for run in self.runs:
-            run.impossible = self._impossible(run.job)
+            run.impossible = impossible(self, run.job)
         self.pending = [r for r in self.runs if r.impossible is None]  # in arrival order
         self.queue: list[SimRun] = []
         self.running: list[SimRun] = []
@@ -219,36 +209,6 @@ class Simulation:
         demand = Demand(max(guess, 1.0), job.sm_pct, source, membw_pct=job.membw_pct)
         return SimRun(job, record, demand, job.arrival_s)
 
-    def _impossible(self, job: TraceJob) -> str | None:
-        """Why the job can never run here, judged on the truth (the policy never knows it)."""
-        if job.gpus > self.gpu_count:
-            return f"asks for {job.gpus} GPUs; {self.station} has {self.gpu_count}"
-        if job.peak_memory_mib > self.model.memory_total_mib:
-            return (
-                f"needs {job.peak_memory_mib / MIB_PER_GIB:.1f} GiB at its peak; a "
-                f"{self.model.name} has {self.model.memory_total_mib / MIB_PER_GIB:.1f} GiB"
-            )
-        return None
-
-    def _new_slice(self, gpu: int, name: str, key: str | None = None) -> MigSlice:
-        profile = find_profile(name, self.table)
-        if key is None:
-            self._slice_serial += 1
-            key = f"MIG-SIM-{gpu}-{self._slice_serial}"
-        if profile is not None:
-            return MigSlice(key, profile.name, profile.memory_mib, profile.compute_slices)
-        return MigSlice(key, short_name(name), nominal_memory_mib(name), compute_slices(name))
-
-    def slice_shape(self, mig: MigSlice) -> tuple[int, int]:
-        """(compute slices, memory slices) of a slice, from this model's table."""
-        profile = find_profile(mig.profile, self.table)
-        if profile is not None:
-            return profile.compute_slices, profile.memory_slices
-        # a profile this model does not have (a policy that carves another model's table):
-        # its memory's share of the GPU, in whole memory slices
-        share = mig.memory_mib / self.model.memory_total_mib
-        return mig.compute_slices, max(1, min(MEMORY_SLICES, math.ceil(share * MEMORY_SLICES)))
-
     # ------------------------------------------------------------ the model
     def tenants_on(self, gpu: int) -> list[SimRun]:
         return [r for r in self.running if r.placement and gpu in r.placement.gpus]
@@ -259,11 +219,6 @@ class Simulation:
         if placement is not None and placement.mode == "mps" and placement.mps_thread_pct:
             work = replace(work, thread_cap=placement.mps_thread_pct / 100.0)
         return work
-
-    def _mig_slice(self, run: SimRun) -> MigSlice | None:
-        key = run.placed.mig_slice
-        gpu = run.placed.gpus[0]
-        return next((s for s in self.slices[gpu] if s.key == key), None)
 
     def _rates(self) -> dict[int, float]:
         """Every running job's true rate now (seconds of exclusive work per second)."""
@@ -276,8 +231,8 @@ class Simulation:
             elif placement.mode == "exclusive" or len(placement.gpus) > 1:
                 rates[run.job.id] = 1.0
             elif placement.mode == "mig":
-                mig = self._mig_slice(run)
-                compute, memory = self.slice_shape(mig) if mig else (COMPUTE_SLICES, MEMORY_SLICES)
+                mig = slice_of(self, run)
+                compute, memory = slice_shape(self, mig) if mig else (COMPUTE_SLICES, MEMORY_SLICES)
                 rates[run.job.id] = mig_rate(
                     self.truth, self._workload(run, self.truth), compute, memory
                 )
@@ -352,10 +307,10 @@ class Simulation:
         job = self._workload(run, params)
         by_id = {r.job.id: r for r in self.running}
         if mode == "mig":
-            mig = self._mig_slice(run)
+            mig = slice_of(self, run)
             if mig is None:
                 return
-            compute, memory = self.slice_shape(mig)
+            compute, memory = slice_shape(self, mig)
             obs = Observation("mig", job, (), segment.rate, compute, memory)
         else:
             if any(o not in by_id for o in others):
@@ -476,7 +431,7 @@ class Simulation:
     def stop(self, run: SimRun, ended: str = "finished") -> None:
         """The job leaves its GPUs: "finished", "oom" or "preempted" (sim_preemption)."""
         placement = run.placed
-        mig = self._mig_slice(run) if placement.mode == "mig" else None
+        mig = slice_of(self, run) if placement.mode == "mig" else None
         self.occupancies.append(
             Occupancy(
                 run.job.id,
@@ -562,7 +517,7 @@ class Simulation:
         ):
             if choice.payoff.worth:
                 gpu = choice.plan.gpu
-                self.slices[gpu] = [self._new_slice(gpu, name) for name in choice.payoff.planned]
+                self.slices[gpu] = [new_slice(self, gpu, name) for name in choice.payoff.planned]
                 self.reconfig_until[gpu] = self.now + RECONFIG_S
                 self.repartitions += 1
                 changed = True
@@ -628,13 +583,8 @@ class Simulation:
         run.limit_mib = None
         if placement.mode == "mps" and placement.mps_memory_limit_mib:
             run.limit_mib = float(placement.mps_memory_limit_mib)
-        gpu = placement.gpus[0]
         if placement.mode == "mig" and placement.mig_slice:
-            mig = next((s for s in self.slices[gpu] if s.key == placement.mig_slice), None)
-            if mig is None:  # carved on demand
-                mig = self._new_slice(gpu, placement.slot.split("/", 1)[1], placement.mig_slice)
-                self.slices[gpu].append(mig)
-            run.limit_mib = mig.memory_mib
+            run.limit_mib = slice_for(self, placement).memory_mib
         self.modes[placement.mode] = self.modes.get(placement.mode, 0) + 1
         for index in placement.gpus:
             self.placed_at[index] = self.now
