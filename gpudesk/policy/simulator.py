@@ -25,7 +25,7 @@ from gpudesk.core.jobs import JobSpec
 from gpudesk.core.mig_profiles import COMPUTE_SLICES, MEMORY_SLICES
 from gpudesk.core.records import JobRecord
 from gpudesk.core.station import StationConfig
-from gpudesk.policy.demand import PEAK_SETTLED_S, Demand, beyond_every_gpu
+from gpudesk.policy.demand import PEAK_SETTLED_S, Demand
 from gpudesk.policy.hint_correction import HintRatios
 from gpudesk.policy.interference import (
     DEFAULT_PARAMS,
@@ -44,9 +44,10 @@ from gpudesk.policy.mig_planner import GpuMigState, PlansOnly, QueuedDemand
 from gpudesk.policy.mig_planner import simulated_profiles as planner_profiles
 from gpudesk.policy.mig_queue_time import layout_drain
 from gpudesk.policy.policies import make_policy
-from gpudesk.policy.policy import RESERVE_MIB, Decision, MigSlice, Placement, StationView
+from gpudesk.policy.policy import Decision, MigSlice, Placement, StationView
 from gpudesk.policy.queueing_form import QueueingParams, queueing_rates
 from gpudesk.policy.schedule_pass import schedule_pass
+from gpudesk.policy.sim_oom import MAX_ATTEMPTS, MAX_RAMP_S, RAMP_S, crash_out_of_memory, peak_at
 from gpudesk.policy.sim_order import FamilyRunTimes
 from gpudesk.policy.sim_preemption import leave_due, leaving_times, preempt_if_due, queue_key
 from gpudesk.policy.sim_records import Occupancy, Segment, SimResult, SimRun, sim_result
@@ -105,10 +106,6 @@ __all__ = [
     "with_progress_lines",
 ]
 
-MAX_ATTEMPTS = 4  # a job that dies this often is lost
-
-RAMP_S = 60.0  # a job reaches its peak memory over its first epoch: 10 % of its run,
-MAX_RAMP_S = 600.0  # at least a minute and at most ten
 SAMPLE_WINDOW_S = 30.0  # what "recent SM activity" averages over, for the policy
 # Assumption: the engine needs about a minute of a job's progress lines (or NVML samples) under
 # one set of co-tenants to measure its rate there; shorter stretches teach it nothing.
@@ -387,46 +384,7 @@ class Simulation:
                 self.family_times.finished(run, self.now - run.started_at)
                 if run.attempts > 1:
                     self.recovered += 1
-        for run in list(self.running):
-            if abs(run.peak_at - self.now) < 1e-6 and self._out_of_memory(run):
-                self._crash(run)
-
-    def _out_of_memory(self, run: SimRun) -> bool:
-        peak = run.job.peak_memory_mib
-        if run.limit_mib is not None and peak > run.limit_mib:
-            return True
-        if run.placed.mode == "mig":
-            return False
-        for gpu in run.placed.gpus:
-            on_gpu = [t for t in self.tenants_on(gpu) if t.placed.mode != "mig"]
-            in_use = sum(t.job.peak_memory_mib if t.peak_at <= self.now else 0.0 for t in on_gpu)
-            if in_use > self.model.memory_total_mib:
-                return True
-        return False
-
-    def _crash(self, run: SimRun) -> None:
-        self.ooms += 1
-        observed = min(run.job.peak_memory_mib, run.limit_mib or self.model.memory_total_mib)
-        had_whole = run.placed.mode == "exclusive"  # every GPU here is the largest
-        self.stop(run, "oom")
-        if run.attempts >= MAX_ATTEMPTS:
-            run.lost = True
-            self.lost_why[run.job.id] = f"out of memory {run.attempts} times"
-            return
-        # Capped where the engine caps it (attempts.py): at what the GPU offers a job alone,
-        # so a job that died sharing is retried alone rather than lost as "too big"; only a
-        # need measured beyond that fails it, as the engine's retry rule does.
-        usable = self.model.memory_total_mib - RESERVE_MIB
-        run.demand = run.demand.after_oom(observed, usable, had_whole)
-        if beyond_every_gpu(run.demand, usable):
-            run.lost = True
-            self.lost_why[run.job.id] = (
-                "ran out of memory holding all a GPU offers: its measured need is beyond every GPU"
-            )
-            return
-        run.work_done = 0.0
-        self.queue.append(run)
-        self.queue.sort(key=queue_key)
+        crash_out_of_memory(self)
 
     def stop(self, run: SimRun, ended: str = "finished") -> None:
         """The job leaves its GPUs: "finished", "oom" or "preempted" (sim_preemption)."""
@@ -577,9 +535,7 @@ class Simulation:
         run.blocked_until, run.restore_s = self.now + run.restore_s, 0.0
         if run.first_start is None:
             run.first_start = self.now
-        run.peak_at = run.blocked_until + min(
-            MAX_RAMP_S, max(RAMP_S, 0.1 * run.job.exclusive_s), run.job.exclusive_s / 2
-        )
+        run.peak_at = peak_at(run)  # sim_oom
         run.limit_mib = None
         if placement.mode == "mps" and placement.mps_memory_limit_mib:
             run.limit_mib = float(placement.mps_memory_limit_mib)
