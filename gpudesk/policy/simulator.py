@@ -39,10 +39,6 @@ from gpudesk.policy.interference import (
     shared_rates,
     workload,
 )
-from gpudesk.policy.mig_payoff import RECONFIG_S, choose_layouts
-from gpudesk.policy.mig_planner import GpuMigState, PlansOnly, QueuedDemand
-from gpudesk.policy.mig_planner import simulated_profiles as planner_profiles
-from gpudesk.policy.mig_queue_time import layout_drain
 from gpudesk.policy.policies import make_policy
 from gpudesk.policy.policy import Decision, MigSlice, Placement, StationView
 from gpudesk.policy.queueing_form import QueueingParams, queueing_rates
@@ -51,11 +47,11 @@ from gpudesk.policy.sim_oom import MAX_ATTEMPTS, MAX_RAMP_S, RAMP_S, crash_out_o
 from gpudesk.policy.sim_order import FamilyRunTimes
 from gpudesk.policy.sim_preemption import leave_due, leaving_times, preempt_if_due, queue_key
 from gpudesk.policy.sim_records import Occupancy, Segment, SimResult, SimRun, sim_result
+from gpudesk.policy.sim_repartition import relayable, repartition
 from gpudesk.policy.sim_station import (
     carve_fixed,
     fixed_layouts,
     impossible,
-    new_slice,
     slice_for,
     slice_of,
     slice_shape,
@@ -418,69 +414,6 @@ class Simulation:
     def view(self) -> StationView:
         return station_view(self)
 
-    def _relayable(self) -> set[int]:
-        """The idle fixed-layout GPUs that may get a new layout now (`--mig-repartition`,
-        under `auto` and `mig`, as in the engine)."""
-        if not self.config.repartitions_on_its_own:
-            return set()
-        return {
-            gpu
-            for gpu in self.fixed
-            if not self.tenants_on(gpu) and self.reconfig_until.get(gpu, 0.0) <= self.now
-        }
-
-    def _repartition(self, relayable: set[int]) -> bool:
-        """The engine's own check (policy.mig_payoff.choose_layouts) on these GPUs; a GPU whose
-        layout changes is unusable for `RECONFIG_S`. True when one changed."""
-        ready = sorted(relayable)
-        queue = [
-            QueuedDemand(
-                r.record.id,
-                r.record.name,
-                r.demand.memory_mib,
-                r.demand.sm_pct,
-                membw_pct=r.demand.membw_pct,
-            )
-            for r in self.queue
-            if r.record.spec.gpus == 1 and not r.demand.exclusive
-        ]
-        if not queue:
-            return False
-        states = []
-        for gpu in ready:
-            profiles, placements = planner_profiles(self.model, gpu)
-            current = tuple(s.profile for s in self.slices[gpu])
-            states.append(
-                GpuMigState(
-                    gpu,
-                    self.model.name,
-                    "enabled",
-                    profiles,
-                    placements,
-                    current,
-                    has_gpu_instances=bool(current),
-                    has_compute_instances=bool(current),
-                )
-            )
-        changed = False
-        for choice in choose_layouts(
-            states,
-            queue,
-            self.interference.params,
-            simulated=True,
-            commands_from=PlansOnly(),  # the simulator shows no command lines
-            # as the engine weighs it: no change that its replay says slows the queue (with
-            # no run-time history, as on a fresh station: mig_queue_time's assumption)
-            drain=layout_drain(Simulation, self.interference.params),
-        ):
-            if choice.payoff.worth:
-                gpu = choice.plan.gpu
-                self.slices[gpu] = [new_slice(self, gpu, name) for name in choice.payoff.planned]
-                self.reconfig_until[gpu] = self.now + RECONFIG_S
-                self.repartitions += 1
-                changed = True
-        return changed
-
     def _schedule(self) -> None:
         """The engine's scheduling pass (`schedule_pass`, as engine.scheduler runs it)."""
         learn_hint_ratios(self)  # as the engine does, whether or not any job waits
@@ -488,9 +421,9 @@ class Simulation:
             return
         schedule_pass(
             self._place(self.view()),
-            self._relayable(),
+            relayable(self),
             commit=self._commit,
-            repartition=self._repartition,
+            repartition=lambda gpus: repartition(self, gpus),
             place_again=lambda: self._place(self.view()) if self.queue else Decision(),
         )
         if self.preempt:
