@@ -25,7 +25,7 @@ from gpudesk.core.jobs import JobSpec
 from gpudesk.core.mig_profiles import COMPUTE_SLICES, MEMORY_SLICES
 from gpudesk.core.records import JobRecord
 from gpudesk.core.station import StationConfig
-from gpudesk.policy.demand import PEAK_SETTLED_S, Demand
+from gpudesk.policy.demand import Demand
 from gpudesk.policy.hint_correction import HintRatios
 from gpudesk.policy.interference import (
     DEFAULT_PARAMS,
@@ -43,9 +43,10 @@ from gpudesk.policy.policies import make_policy
 from gpudesk.policy.policy import Decision, MigSlice, Placement, StationView
 from gpudesk.policy.queueing_form import QueueingParams, queueing_rates
 from gpudesk.policy.schedule_pass import schedule_pass
+from gpudesk.policy.sim_clock import SAMPLE_WINDOW_S, advance, next_event_at
 from gpudesk.policy.sim_oom import MAX_ATTEMPTS, MAX_RAMP_S, RAMP_S, crash_out_of_memory, peak_at
 from gpudesk.policy.sim_order import FamilyRunTimes
-from gpudesk.policy.sim_preemption import leave_due, leaving_times, preempt_if_due, queue_key
+from gpudesk.policy.sim_preemption import leave_due, preempt_if_due, queue_key
 from gpudesk.policy.sim_records import Occupancy, Segment, SimResult, SimRun, sim_result
 from gpudesk.policy.sim_repartition import relayable, repartition
 from gpudesk.policy.sim_station import (
@@ -102,7 +103,6 @@ __all__ = [
     "with_progress_lines",
 ]
 
-SAMPLE_WINDOW_S = 30.0  # what "recent SM activity" averages over, for the policy
 # Assumption: the engine needs about a minute of a job's progress lines (or NVML samples) under
 # one set of co-tenants to measure its rate there; shorter stretches teach it nothing.
 OBSERVE_AFTER_S = 60.0
@@ -250,16 +250,6 @@ class Simulation:
         """A running job's true rate now."""
         return self._rates()[run.job.id]
 
-    def _gpu_activity(self, gpu: int, rates: dict[int, float]) -> float:
-        """SM activity (0..1) the GPU shows: the work its tenants get done."""
-        return min(1.0, sum(t.job.sm_pct / 100.0 * rates[t.job.id] for t in self.tenants_on(gpu)))
-
-    def _power(self, activity: float, tenants: int) -> float:
-        m = self.model
-        if not tenants:
-            return m.idle_w
-        return m.idle_w + (m.busy_w - m.idle_w) * (activity**0.9 + 0.03)
-
     # ------------------------------------------------------------ learning
     def _segment_key(self, run: SimRun) -> tuple[Any, ...]:
         placement = run.placed
@@ -331,45 +321,19 @@ class Simulation:
         while self.pending or self.queue or self.running:
             rates = self._rates()
             self._track_segments(rates)
-            candidates = [r.job.arrival_s for r in self.pending[:1]]
-            for r in self.running:
-                if r.blocked_until > self.now:
-                    candidates.append(r.blocked_until)
-                    continue
-                candidates.append(self.now + (r.job.exclusive_s - r.work_done) / rates[r.job.id])
-                if r.peak_at > self.now:
-                    candidates.append(r.peak_at)
-                elif r.peak_at + PEAK_SETTLED_S > self.now:
-                    candidates.append(r.peak_at + PEAK_SETTLED_S)  # its reservation is corrected
-            candidates.extend(t for t in self.reconfig_until.values() if t > self.now)
-            candidates.extend(leaving_times(self))
-            if not candidates:
+            at = next_event_at(self, rates)
+            if at is None:
                 for r in self.queue:
                     r.lost = True
                     self.lost_why[r.job.id] = "the policy never placed it, even on an empty station"
                 self.queue.clear()
                 break
-            step = max(0.0, min(candidates) - self.now)
-            self._advance(step, rates)
+            step = max(0.0, at - self.now)
+            advance(self, step, rates)
             self._finish_and_crash()
             self._arrive()
             self._schedule()
         return self._result()
-
-    def _advance(self, step: float, rates: dict[int, float]) -> None:
-        for gpu in range(self.gpu_count):
-            tenants = self.tenants_on(gpu)
-            activity = self._gpu_activity(gpu, rates)
-            self.energy_j += self._power(activity, len(tenants)) * step
-            if tenants:
-                self.busy_s += step
-            history = self.sm_history[gpu]
-            history.append((self.now + step, activity * 100.0))
-            while history and history[0][0] < self.now + step - SAMPLE_WINDOW_S:
-                history.pop(0)
-        for run in self.running:
-            run.work_done += rates[run.job.id] * step
-        self.now += step
 
     def _finish_and_crash(self) -> None:
         leave_due(self)
