@@ -21,11 +21,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from gpudesk.core.jobs import JobSpec
 from gpudesk.core.mig_profiles import COMPUTE_SLICES, MEMORY_SLICES
-from gpudesk.core.records import JobRecord
 from gpudesk.core.station import StationConfig
-from gpudesk.policy.demand import Demand
 from gpudesk.policy.hint_correction import HintRatios
 from gpudesk.policy.interference import (
     DEFAULT_PARAMS,
@@ -47,7 +44,7 @@ from gpudesk.policy.sim_clock import SAMPLE_WINDOW_S, advance, next_event_at
 from gpudesk.policy.sim_oom import MAX_ATTEMPTS, MAX_RAMP_S, RAMP_S, crash_out_of_memory, peak_at
 from gpudesk.policy.sim_order import FamilyRunTimes
 from gpudesk.policy.sim_preemption import leave_due, preempt_if_due, queue_key
-from gpudesk.policy.sim_records import Occupancy, Segment, SimResult, SimRun, sim_result
+from gpudesk.policy.sim_records import Occupancy, Segment, SimResult, SimRun, new_run, sim_result
 from gpudesk.policy.sim_repartition import relayable, repartition
 from gpudesk.policy.sim_station import (
     carve_fixed,
@@ -75,7 +72,6 @@ from gpudesk.policy.trace import (
     simulated_profiles,
     with_progress_lines,
 )
-from gpudesk.units import MIB_PER_GB
 
 __all__ = [
     "DEFAULT_STATION",
@@ -158,7 +154,7 @@ class Simulation:
         self.repartitions = 0
         self.mig_violations = 0
         self.now = 0.0
-        self.runs = [self._new_run(job) for job in trace.jobs]
+        self.runs = [new_run(job, estimator) for job in trace.jobs]
         for run in self.runs:
             run.impossible = impossible(self, run.job)
         self.pending = [r for r in self.runs if r.impossible is None]  # in arrival order
@@ -182,25 +178,6 @@ class Simulation:
         self.queue_order = queue_order  # "shortest": sim_order.py, as the engine's jct_order
         self.family_times = FamilyRunTimes()
         self.hint_ratios = HintRatios()  # sim_view: hints corrected by their family
-
-    def _new_run(self, job: TraceJob) -> SimRun:
-        if self.estimator == "measured":
-            guess, source, memory_gb = job.peak_memory_mib, "history", None
-        else:
-            guess = job.estimates.get(self.estimator, job.peak_memory_mib)
-            source, memory_gb = "hint", max(guess, 1.0) / MIB_PER_GB
-        spec = JobSpec(
-            name=job.name,
-            command=("simulated", str(job.id)),
-            gpus=job.gpus,
-            memory_gb=memory_gb,
-            sm_pct=job.sm_pct,
-            priority=job.priority,
-            preemptible=job.preemptible,
-        )
-        record = JobRecord.queued(job.id, spec, job.arrival_s)
-        demand = Demand(max(guess, 1.0), job.sm_pct, source, membw_pct=job.membw_pct)
-        return SimRun(job, record, demand, job.arrival_s)
 
     # ------------------------------------------------------------ the model
     def tenants_on(self, gpu: int) -> list[SimRun]:
