@@ -132,6 +132,24 @@ class Simulation:
         self.policy_name = policy
         self.policy = make_policy(policy)
         self.config = StationConfig(backend=station, policy=policy, mig_repartition=mig_repartition)
+        self._set_up_truth_and_learner(truth, truth_form, policy_params, learn)
+        self._set_up_mig(mig)
+        self.now = 0.0
+        self._set_up_runs(trace)
+        self._set_up_tallies()
+        self.preempt = preempt  # the engine's preemption rule (sim_preemption), on by default
+        self.queue_order = queue_order  # "shortest": sim_order.py, as the engine's jct_order
+        self.family_times = FamilyRunTimes()
+        self.hint_ratios = HintRatios()  # sim_view: hints corrected by their family
+
+    def _set_up_truth_and_learner(
+        self,
+        truth: ModelParams,
+        truth_form: QueueingParams | None,
+        policy_params: ModelParams | None,
+        learn: bool,
+    ) -> None:
+        """The truth the replay runs on, and the learner the policy sees it through."""
         self.truth = truth
         # the truth's form for shared GPUs: the product's (None) or the queueing form, in which
         # the members of a group slow each other unequally (queueing_form.py)
@@ -142,6 +160,9 @@ class Simulation:
         )
         self.interference = InterferenceModel(self.learner)
         self.observations = 0
+
+    def _set_up_mig(self, mig: Mapping[int, Sequence[str]] | str | None) -> None:
+        """The station's MIG slices and what becomes of them (repartitions, policy errors)."""
         # MIG: each model's own table; GPUs given a layout are fixed, the rest carved on demand
         # under --policy mig (sim_station).
         self.table = simulated_profiles(self.model.name)
@@ -153,8 +174,11 @@ class Simulation:
         self.reconfig_until: dict[int, float] = {}
         self.repartitions = 0
         self.mig_violations = 0
-        self.now = 0.0
-        self.runs = [new_run(job, estimator) for job in trace.jobs]
+
+    def _set_up_runs(self, trace: Trace) -> None:
+        """Every trace job's run, those that can run here pending in arrival order, and the
+        queue and the station empty."""
+        self.runs = [new_run(job, self.estimator) for job in trace.jobs]
         for run in self.runs:
             run.impossible = impossible(self, run.job)
         self.pending = [r for r in self.runs if r.impossible is None]  # in arrival order
@@ -162,6 +186,9 @@ class Simulation:
         self.running: list[SimRun] = []
         self.overtaken: dict[int, int] = {}
         self.placed_at: dict[int, float] = {}
+
+    def _set_up_tallies(self) -> None:
+        """What the replay counts and measures as it goes, for its result."""
         self.sm_history: dict[int, list[tuple[float, float]]] = {
             i: [] for i in range(self.gpu_count)
         }
@@ -174,10 +201,6 @@ class Simulation:
         self.lost_why: dict[int, str] = {}
         self.occupancies: list[Occupancy] = []
         self.preemptions = 0
-        self.preempt = preempt  # the engine's preemption rule (sim_preemption), on by default
-        self.queue_order = queue_order  # "shortest": sim_order.py, as the engine's jct_order
-        self.family_times = FamilyRunTimes()
-        self.hint_ratios = HintRatios()  # sim_view: hints corrected by their family
 
     # ------------------------------------------------------------ the model
     def tenants_on(self, gpu: int) -> list[SimRun]:
