@@ -18,10 +18,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 from typing import Any
 
-from gpudesk.core.mig_profiles import COMPUTE_SLICES, MEMORY_SLICES
 from gpudesk.core.station import StationConfig
 from gpudesk.policy.hint_correction import HintRatios
 from gpudesk.policy.interference import (
@@ -30,20 +28,17 @@ from gpudesk.policy.interference import (
     Learner,
     ModelParams,
     Observation,
-    Workload,
     kernel_active,
-    mig_rate,
-    shared_rates,
-    workload,
 )
 from gpudesk.policy.policies import make_policy
 from gpudesk.policy.policy import Decision, MigSlice, Placement, StationView
-from gpudesk.policy.queueing_form import QueueingParams, queueing_rates
+from gpudesk.policy.queueing_form import QueueingParams
 from gpudesk.policy.schedule_pass import schedule_pass
 from gpudesk.policy.sim_clock import SAMPLE_WINDOW_S, advance, next_event_at
 from gpudesk.policy.sim_oom import MAX_ATTEMPTS, MAX_RAMP_S, RAMP_S, crash_out_of_memory, peak_at
 from gpudesk.policy.sim_order import FamilyRunTimes
 from gpudesk.policy.sim_preemption import leave_due, preempt_if_due, queue_key
+from gpudesk.policy.sim_rates import job_workload, true_rates
 from gpudesk.policy.sim_records import Occupancy, Segment, SimResult, SimRun, new_run, sim_result
 from gpudesk.policy.sim_repartition import relayable, repartition
 from gpudesk.policy.sim_station import (
@@ -206,49 +201,9 @@ class Simulation:
     def tenants_on(self, gpu: int) -> list[SimRun]:
         return [r for r in self.running if r.placement and gpu in r.placement.gpus]
 
-    def _workload(self, run: SimRun, params: ModelParams) -> Workload:
-        work = workload(run.job.sm_pct, run.job.membw_pct, params)
-        placement = run.placement
-        if placement is not None and placement.mode == "mps" and placement.mps_thread_pct:
-            work = replace(work, thread_cap=placement.mps_thread_pct / 100.0)
-        return work
-
-    def _rates(self) -> dict[int, float]:
-        """Every running job's true rate now (seconds of exclusive work per second)."""
-        rates: dict[int, float] = {}
-        shared: dict[int, list[SimRun]] = {}
-        for run in self.running:
-            placement = run.placed
-            if run.blocked_until > self.now:
-                rates[run.job.id] = 0.0
-            elif placement.mode == "exclusive" or len(placement.gpus) > 1:
-                rates[run.job.id] = 1.0
-            elif placement.mode == "mig":
-                mig = slice_of(self, run)
-                compute, memory = slice_shape(self, mig) if mig else (COMPUTE_SLICES, MEMORY_SLICES)
-                rates[run.job.id] = mig_rate(
-                    self.truth, self._workload(run, self.truth), compute, memory
-                )
-            else:
-                shared.setdefault(placement.gpus[0], []).append(run)
-        for group in shared.values():
-            tenants = [self._workload(r, self.truth) for r in group]
-            # time-sliced unless all are MPS clients (an MPS server beside other contexts is
-            # time-sliced too)
-            mode = "mps" if all(r.placed.mode == "mps" for r in group) else "naive"
-            if self.truth_form is None:
-                values = shared_rates(self.truth, mode, tenants)
-            else:
-                values = queueing_rates(self.truth_form, self.truth, mode, tenants)
-            rates.update({r.job.id: v for r, v in zip(group, values, strict=True)})
-        return rates
-
-    def true_rates(self) -> dict[int, float]:
-        return self._rates()
-
     def rate(self, run: SimRun) -> float:
-        """A running job's true rate now."""
-        return self._rates()[run.job.id]
+        """A running job's true rate now (sim_rates)."""
+        return true_rates(self)[run.job.id]
 
     # ------------------------------------------------------------ learning
     def _segment_key(self, run: SimRun) -> tuple[Any, ...]:
@@ -287,7 +242,7 @@ class Simulation:
             return
         # What the engine knows of each job: its hints, completed by its current parameters.
         params = self.learner.params(self.model.name)
-        job = self._workload(run, params)
+        job = job_workload(run, params)
         by_id = {r.job.id: r for r in self.running}
         if mode == "mig":
             mig = slice_of(self, run)
@@ -299,7 +254,7 @@ class Simulation:
             if any(o not in by_id for o in others):
                 return
             obs = Observation(
-                mode, job, tuple(self._workload(by_id[o], params) for o in others), segment.rate
+                mode, job, tuple(job_workload(by_id[o], params) for o in others), segment.rate
             )
         self.learner.observe(self.model.name, obs, at=self.now)
         self.observations += 1
@@ -307,7 +262,7 @@ class Simulation:
     def _observe_alone(self, run: SimRun) -> None:
         """A job alone on a whole GPU: what the engine reads of it there (SM activity and
         kernel-active time, from the truth) measures the kernel-active gap."""
-        job = self._workload(run, self.truth)
+        job = job_workload(run, self.truth)
         if job.thread_cap is not None:
             return  # its cap, not its own kernels, set how long they run
         obs = Observation("exclusive", job, (), 1.0, kernel_active=kernel_active(self.truth, job))
@@ -319,7 +274,7 @@ class Simulation:
         self._arrive()
         self._schedule()
         while self.pending or self.queue or self.running:
-            rates = self._rates()
+            rates = true_rates(self)
             self._track_segments(rates)
             at = next_event_at(self, rates)
             if at is None:
