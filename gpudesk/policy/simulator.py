@@ -27,19 +27,18 @@ from gpudesk.policy.interference import (
     InterferenceModel,
     Learner,
     ModelParams,
-    Observation,
-    kernel_active,
 )
 from gpudesk.policy.policies import make_policy
 from gpudesk.policy.policy import Decision, MigSlice, Placement, StationView
 from gpudesk.policy.queueing_form import QueueingParams
 from gpudesk.policy.schedule_pass import schedule_pass
 from gpudesk.policy.sim_clock import SAMPLE_WINDOW_S, advance, next_event_at
+from gpudesk.policy.sim_learning import OBSERVE_AFTER_S, close_segment, track_segments
 from gpudesk.policy.sim_oom import MAX_ATTEMPTS, MAX_RAMP_S, RAMP_S, crash_out_of_memory, peak_at
 from gpudesk.policy.sim_order import FamilyRunTimes
 from gpudesk.policy.sim_preemption import leave_due, preempt_if_due, queue_key
-from gpudesk.policy.sim_rates import job_workload, true_rates
-from gpudesk.policy.sim_records import Occupancy, Segment, SimResult, SimRun, new_run, sim_result
+from gpudesk.policy.sim_rates import true_rates
+from gpudesk.policy.sim_records import Occupancy, SimResult, SimRun, new_run, sim_result
 from gpudesk.policy.sim_repartition import relayable, repartition
 from gpudesk.policy.sim_station import (
     carve_fixed,
@@ -47,7 +46,6 @@ from gpudesk.policy.sim_station import (
     impossible,
     slice_for,
     slice_of,
-    slice_shape,
     station_gpus,
 )
 from gpudesk.policy.sim_view import learn_hint_ratios, station_view
@@ -93,10 +91,6 @@ __all__ = [
     "simulated_profiles",
     "with_progress_lines",
 ]
-
-# Assumption: the engine needs about a minute of a job's progress lines (or NVML samples) under
-# one set of co-tenants to measure its rate there; shorter stretches teach it nothing.
-OBSERVE_AFTER_S = 60.0
 
 
 # --------------------------------------------------------------------------------- the replay
@@ -205,77 +199,13 @@ class Simulation:
         """A running job's true rate now (sim_rates)."""
         return true_rates(self)[run.job.id]
 
-    # ------------------------------------------------------------ learning
-    def _segment_key(self, run: SimRun) -> tuple[Any, ...]:
-        placement = run.placed
-        if placement.mode in ("mig", "exclusive") or len(placement.gpus) > 1:
-            others: tuple[int, ...] = ()
-        else:
-            others = tuple(
-                sorted(
-                    t.job.id
-                    for t in self.tenants_on(placement.gpus[0])
-                    if t is not run and t.placed.mode not in ("mig", "exclusive")
-                )
-            )
-        blocked = any(t.blocked_until > self.now for t in self.tenants_on(placement.gpus[0]))
-        return (placement.mode, placement.mig_slice, others, blocked)
-
-    def _track_segments(self, rates: dict[int, float]) -> None:
-        for run in self.running:
-            key = self._segment_key(run)
-            if run.segment is None or run.segment.key != key:
-                self._close_segment(run)
-                run.segment = Segment(key, self.now, rates[run.job.id])
-
-    def _close_segment(self, run: SimRun) -> None:
-        segment, run.segment = run.segment, None
-        if segment is None or not self.learn or self.now - segment.since < OBSERVE_AFTER_S:
-            return
-        mode, _slice, others, blocked = segment.key
-        if blocked or len(run.placed.gpus) > 1:
-            return
-        if mode != "mig" and not others:
-            self._observe_alone(run)
-            return
-        if mode == "exclusive":
-            return
-        # What the engine knows of each job: its hints, completed by its current parameters.
-        params = self.learner.params(self.model.name)
-        job = job_workload(run, params)
-        by_id = {r.job.id: r for r in self.running}
-        if mode == "mig":
-            mig = slice_of(self, run)
-            if mig is None:
-                return
-            compute, memory = slice_shape(self, mig)
-            obs = Observation("mig", job, (), segment.rate, compute, memory)
-        else:
-            if any(o not in by_id for o in others):
-                return
-            obs = Observation(
-                mode, job, tuple(job_workload(by_id[o], params) for o in others), segment.rate
-            )
-        self.learner.observe(self.model.name, obs, at=self.now)
-        self.observations += 1
-
-    def _observe_alone(self, run: SimRun) -> None:
-        """A job alone on a whole GPU: what the engine reads of it there (SM activity and
-        kernel-active time, from the truth) measures the kernel-active gap."""
-        job = job_workload(run, self.truth)
-        if job.thread_cap is not None:
-            return  # its cap, not its own kernels, set how long they run
-        obs = Observation("exclusive", job, (), 1.0, kernel_active=kernel_active(self.truth, job))
-        if self.learner.observe(self.model.name, obs, at=self.now) is not None:
-            self.observations += 1
-
     # --------------------------------------------------------------- events
     def run(self) -> SimResult:
         self._arrive()
         self._schedule()
         while self.pending or self.queue or self.running:
             rates = true_rates(self)
-            self._track_segments(rates)
+            track_segments(self, rates)
             at = next_event_at(self, rates)
             if at is None:
                 for r in self.queue:
@@ -318,7 +248,7 @@ class Simulation:
         )
         gpu = placement.gpus[0]
         for other in self.tenants_on(gpu):  # its stretch and its co-tenants' end here
-            self._close_segment(other)
+            close_segment(self, other)
         self.running.remove(run)
         if placement.mig_slice is not None and gpu not in self.fixed:
             self.slices[gpu] = [s for s in self.slices[gpu] if s.key != placement.mig_slice]
