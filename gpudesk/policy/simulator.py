@@ -12,6 +12,13 @@ A job whose true peak memory exceeds what it was given dies with an out-of-memor
 reaches that peak and goes back to the queue with the policy's recovery (a raised estimate, an
 exclusive GPU). Power follows the work each GPU does, between the model's idle and busy draw,
 for every GPU until the last job ends. docs/simulator.md has the assumptions.
+
+Here are the replay's loop and the engine's scheduling pass; its pieces are beside it: the
+station and its MIG slices (`sim_station`), the true rates (`sim_rates`), what the learner is
+fed (`sim_learning`), the next event and the time up to it (`sim_clock`), memory and OOM
+deaths (`sim_oom`), MIG repartitioning (`sim_repartition`), preemption (`sim_preemption`), the
+queue's order (`sim_order`), the station as the policy sees it (`sim_view`), the runs and the
+result (`sim_records`) and the lower bounds (`sim_bounds`).
 """
 
 from __future__ import annotations
