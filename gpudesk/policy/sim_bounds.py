@@ -50,6 +50,7 @@ from gpudesk.core.mig_profiles import COMPUTE_SLICES
 from gpudesk.policy.model_params import ModelParams
 from gpudesk.policy.rates import MIN_RATE, workload
 from gpudesk.policy.sim_bound_classes import ClassTerm, class_term
+from gpudesk.policy.sim_station import slice_shape
 from gpudesk.policy.trace import TraceJob
 
 if TYPE_CHECKING:
@@ -166,7 +167,7 @@ def bound_of(sim: Simulation) -> LowerBound:
         )
     repartition = sim.config.mig_repartition
     mig = {
-        gpu: None if repartition else tuple(sim.slice_shape(s) for s in sim.slices[gpu])
+        gpu: None if repartition else tuple(slice_shape(sim, s) for s in sim.slices[gpu])
         for gpu in sim.fixed
     }
     possible = [r.job for r in sim.runs if r.impossible is None]

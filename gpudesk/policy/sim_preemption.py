@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from gpudesk.policy import preemption
+from gpudesk.policy.sim_rates import true_rates
 from gpudesk.policy.sim_records import SimRun
 
 if TYPE_CHECKING:
@@ -62,7 +63,7 @@ def preempt_if_due(sim: Simulation) -> None:
     candidates = [r for r in sim.running if r.job.preemptible]
     if not candidates:
         return
-    rates = sim.true_rates()
+    rates = true_rates(sim)
     running = []
     for run in candidates:
         if run.leaves_at is not None:

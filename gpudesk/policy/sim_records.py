@@ -1,6 +1,6 @@
-"""What a simulation keeps and reports: each job's run (`SimRun`) and the stretches of it under one
-set of co-tenants (`Segment`), each attempt on the station (`Occupancy`), and the result of the
-whole run (`SimResult`).
+"""What a simulation keeps and reports: each job's run (`SimRun`, made by `new_run`) and the
+stretches of it under one set of co-tenants (`Segment`), each attempt on the station
+(`Occupancy`), and the result of the whole run (`SimResult`).
 """
 
 from __future__ import annotations
@@ -10,11 +10,12 @@ import statistics
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from gpudesk.core.jobs import JobSpec
 from gpudesk.core.records import JobRecord
 from gpudesk.policy.demand import Demand
 from gpudesk.policy.policy import Placement
 from gpudesk.policy.trace import TraceJob
-from gpudesk.units import J_PER_KWH, S_PER_HOUR
+from gpudesk.units import J_PER_KWH, MIB_PER_GB, S_PER_HOUR
 
 if TYPE_CHECKING:
     from gpudesk.policy.simulator import Simulation
@@ -65,6 +66,28 @@ class SimRun:
         """The placement of a running job (the simulator only asks while it runs)."""
         assert self.placement is not None, f"job {self.job.id} is not running"
         return self.placement
+
+
+def new_run(job: TraceJob, estimator: str) -> SimRun:
+    """A trace job's run as it arrives: its record, and the demand the policy is told (the
+    estimator's guess, as a hint; under "measured", its true peak, as history)."""
+    if estimator == "measured":
+        guess, source, memory_gb = job.peak_memory_mib, "history", None
+    else:
+        guess = job.estimates.get(estimator, job.peak_memory_mib)
+        source, memory_gb = "hint", max(guess, 1.0) / MIB_PER_GB
+    spec = JobSpec(
+        name=job.name,
+        command=("simulated", str(job.id)),
+        gpus=job.gpus,
+        memory_gb=memory_gb,
+        sm_pct=job.sm_pct,
+        priority=job.priority,
+        preemptible=job.preemptible,
+    )
+    record = JobRecord.queued(job.id, spec, job.arrival_s)
+    demand = Demand(max(guess, 1.0), job.sm_pct, source, membw_pct=job.membw_pct)
+    return SimRun(job, record, demand, job.arrival_s)
 
 
 @dataclass(frozen=True)

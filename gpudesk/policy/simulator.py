@@ -12,54 +12,49 @@ A job whose true peak memory exceeds what it was given dies with an out-of-memor
 reaches that peak and goes back to the queue with the policy's recovery (a raised estimate, an
 exclusive GPU). Power follows the work each GPU does, between the model's idle and busy draw,
 for every GPU until the last job ends. docs/simulator.md has the assumptions.
+
+Here are the replay's loop and the engine's scheduling pass; its pieces are beside it: the
+station and its MIG slices (`sim_station`), the true rates (`sim_rates`), what the learner is
+fed (`sim_learning`), the next event and the time up to it (`sim_clock`), memory and OOM
+deaths (`sim_oom`), MIG repartitioning (`sim_repartition`), preemption (`sim_preemption`), the
+queue's order (`sim_order`), the station as the policy sees it (`sim_view`), the runs and the
+result (`sim_records`) and the lower bounds (`sim_bounds`).
 """
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 from typing import Any
 
-from gpudesk.core.backend_names import check_backend_name, parse_sim_name
-from gpudesk.core.gpu_models import STATIONS, GpuModel
-from gpudesk.core.jobs import JobSpec
-from gpudesk.core.mig_profiles import (
-    COMPUTE_SLICES,
-    MEMORY_SLICES,
-    compute_slices,
-    find_profile,
-    nominal_memory_mib,
-    short_name,
-)
-from gpudesk.core.records import JobRecord
 from gpudesk.core.station import StationConfig
-from gpudesk.policy.demand import PEAK_SETTLED_S, Demand, beyond_every_gpu
 from gpudesk.policy.hint_correction import HintRatios
 from gpudesk.policy.interference import (
     DEFAULT_PARAMS,
     InterferenceModel,
     Learner,
     ModelParams,
-    Observation,
-    Workload,
-    kernel_active,
-    mig_rate,
-    shared_rates,
-    workload,
 )
-from gpudesk.policy.mig_payoff import RECONFIG_S, choose_layouts
-from gpudesk.policy.mig_planner import GpuMigState, PlansOnly, QueuedDemand
-from gpudesk.policy.mig_planner import simulated_profiles as planner_profiles
-from gpudesk.policy.mig_queue_time import layout_drain
 from gpudesk.policy.policies import make_policy
-from gpudesk.policy.policy import RESERVE_MIB, Decision, MigSlice, Placement, StationView
-from gpudesk.policy.queueing_form import QueueingParams, queueing_rates
+from gpudesk.policy.policy import Decision, MigSlice, Placement, StationView
+from gpudesk.policy.queueing_form import QueueingParams
 from gpudesk.policy.schedule_pass import schedule_pass
+from gpudesk.policy.sim_clock import SAMPLE_WINDOW_S, advance, next_event_at
+from gpudesk.policy.sim_learning import OBSERVE_AFTER_S, close_segment, track_segments
+from gpudesk.policy.sim_oom import MAX_ATTEMPTS, MAX_RAMP_S, RAMP_S, crash_out_of_memory, peak_at
 from gpudesk.policy.sim_order import FamilyRunTimes
-from gpudesk.policy.sim_preemption import leave_due, leaving_times, preempt_if_due, queue_key
-from gpudesk.policy.sim_records import Occupancy, Segment, SimResult, SimRun, sim_result
+from gpudesk.policy.sim_preemption import leave_due, preempt_if_due, queue_key
+from gpudesk.policy.sim_rates import true_rates
+from gpudesk.policy.sim_records import Occupancy, SimResult, SimRun, new_run, sim_result
+from gpudesk.policy.sim_repartition import relayable, repartition
+from gpudesk.policy.sim_station import (
+    carve_fixed,
+    fixed_layouts,
+    impossible,
+    slice_for,
+    slice_of,
+    station_gpus,
+)
 from gpudesk.policy.sim_view import learn_hint_ratios, station_view
 from gpudesk.policy.trace import (
     DEFAULT_STATION,
@@ -77,7 +72,6 @@ from gpudesk.policy.trace import (
     simulated_profiles,
     with_progress_lines,
 )
-from gpudesk.units import MIB_PER_GB, MIB_PER_GIB
 
 __all__ = [
     "DEFAULT_STATION",
@@ -105,15 +99,6 @@ __all__ = [
     "with_progress_lines",
 ]
 
-MAX_ATTEMPTS = 4  # a job that dies this often is lost
-
-RAMP_S = 60.0  # a job reaches its peak memory over its first epoch: 10 % of its run,
-MAX_RAMP_S = 600.0  # at least a minute and at most ten
-SAMPLE_WINDOW_S = 30.0  # what "recent SM activity" averages over, for the policy
-# Assumption: the engine needs about a minute of a job's progress lines (or NVML samples) under
-# one set of co-tenants to measure its rate there; shorter stretches teach it nothing.
-OBSERVE_AFTER_S = 60.0
-
 
 # --------------------------------------------------------------------------------- the replay
 
@@ -136,18 +121,31 @@ class Simulation:
         queue_order: str = "submission",
         truth_form: QueueingParams | None = None,
     ) -> None:
-        check_backend_name(station)
-        if not station.startswith("sim:"):
-            raise ValueError(f"simulate needs a simulated station (sim:...), not {station!r}")
-        model_name, count = parse_sim_name(station)
-        self.model: GpuModel = STATIONS[model_name][0]
-        self.gpu_count = count or STATIONS[model_name][1]
+        self.model, self.gpu_count = station_gpus(station)
         if estimator not in ESTIMATORS:
             raise ValueError(f"unknown estimator {estimator!r}; known: {', '.join(ESTIMATORS)}")
         self.trace, self.station, self.estimator, self.mps = trace, station, estimator, mps
         self.policy_name = policy
         self.policy = make_policy(policy)
         self.config = StationConfig(backend=station, policy=policy, mig_repartition=mig_repartition)
+        self._set_up_truth_and_learner(truth, truth_form, policy_params, learn)
+        self._set_up_mig(mig)
+        self.now = 0.0
+        self._set_up_runs(trace)
+        self._set_up_tallies()
+        self.preempt = preempt  # the engine's preemption rule (sim_preemption), on by default
+        self.queue_order = queue_order  # "shortest": sim_order.py, as the engine's jct_order
+        self.family_times = FamilyRunTimes()
+        self.hint_ratios = HintRatios()  # sim_view: hints corrected by their family
+
+    def _set_up_truth_and_learner(
+        self,
+        truth: ModelParams,
+        truth_form: QueueingParams | None,
+        policy_params: ModelParams | None,
+        learn: bool,
+    ) -> None:
+        """The truth the replay runs on, and the learner the policy sees it through."""
         self.truth = truth
         # the truth's form for shared GPUs: the product's (None) or the queueing form, in which
         # the members of a group slow each other unequally (queueing_form.py)
@@ -158,31 +156,35 @@ class Simulation:
         )
         self.interference = InterferenceModel(self.learner)
         self.observations = 0
+
+    def _set_up_mig(self, mig: Mapping[int, Sequence[str]] | str | None) -> None:
+        """The station's MIG slices and what becomes of them (repartitions, policy errors)."""
         # MIG: each model's own table; GPUs given a layout are fixed, the rest carved on demand
-        # under --policy mig.
+        # under --policy mig (sim_station).
         self.table = simulated_profiles(self.model.name)
-        layouts = parse_mig(mig, self.model.name, self.gpu_count) if isinstance(mig, str) else mig
-        self.mig_layouts = {g: tuple(n) for g, n in (layouts or {}).items()}
+        self.mig_layouts = fixed_layouts(self, mig)
         self.fixed: set[int] = set()
         self.slices: dict[int, list[MigSlice]] = {i: [] for i in range(self.gpu_count)}
-        self._slice_serial = 0
-        for gpu, names in (layouts or {}).items():
-            if not 0 <= gpu < self.gpu_count:
-                raise ValueError(f"--mig: GPU {gpu} does not exist on {station}")
-            self.fixed.add(gpu)
-            self.slices[gpu] = [self._new_slice(gpu, name) for name in names]
+        self.slice_serial = 0
+        carve_fixed(self, self.mig_layouts)
         self.reconfig_until: dict[int, float] = {}
         self.repartitions = 0
         self.mig_violations = 0
-        self.now = 0.0
-        self.runs = [self._new_run(job) for job in trace.jobs]
+
+    def _set_up_runs(self, trace: Trace) -> None:
+        """Every trace job's run, those that can run here pending in arrival order, and the
+        queue and the station empty."""
+        self.runs = [new_run(job, self.estimator) for job in trace.jobs]
         for run in self.runs:
-            run.impossible = self._impossible(run.job)
+            run.impossible = impossible(self, run.job)
         self.pending = [r for r in self.runs if r.impossible is None]  # in arrival order
         self.queue: list[SimRun] = []
         self.running: list[SimRun] = []
         self.overtaken: dict[int, int] = {}
         self.placed_at: dict[int, float] = {}
+
+    def _set_up_tallies(self) -> None:
+        """What the replay counts and measures as it goes, for its result."""
         self.sm_history: dict[int, list[tuple[float, float]]] = {
             i: [] for i in range(self.gpu_count)
         }
@@ -195,233 +197,35 @@ class Simulation:
         self.lost_why: dict[int, str] = {}
         self.occupancies: list[Occupancy] = []
         self.preemptions = 0
-        self.preempt = preempt  # the engine's preemption rule (sim_preemption), on by default
-        self.queue_order = queue_order  # "shortest": sim_order.py, as the engine's jct_order
-        self.family_times = FamilyRunTimes()
-        self.hint_ratios = HintRatios()  # sim_view: hints corrected by their family
-
-    def _new_run(self, job: TraceJob) -> SimRun:
-        if self.estimator == "measured":
-            guess, source, memory_gb = job.peak_memory_mib, "history", None
-        else:
-            guess = job.estimates.get(self.estimator, job.peak_memory_mib)
-            source, memory_gb = "hint", max(guess, 1.0) / MIB_PER_GB
-        spec = JobSpec(
-            name=job.name,
-            command=("simulated", str(job.id)),
-            gpus=job.gpus,
-            memory_gb=memory_gb,
-            sm_pct=job.sm_pct,
-            priority=job.priority,
-            preemptible=job.preemptible,
-        )
-        record = JobRecord.queued(job.id, spec, job.arrival_s)
-        demand = Demand(max(guess, 1.0), job.sm_pct, source, membw_pct=job.membw_pct)
-        return SimRun(job, record, demand, job.arrival_s)
-
-    def _impossible(self, job: TraceJob) -> str | None:
-        """Why the job can never run here, judged on the truth (the policy never knows it)."""
-        if job.gpus > self.gpu_count:
-            return f"asks for {job.gpus} GPUs; {self.station} has {self.gpu_count}"
-        if job.peak_memory_mib > self.model.memory_total_mib:
-            return (
-                f"needs {job.peak_memory_mib / MIB_PER_GIB:.1f} GiB at its peak; a "
-                f"{self.model.name} has {self.model.memory_total_mib / MIB_PER_GIB:.1f} GiB"
-            )
-        return None
-
-    def _new_slice(self, gpu: int, name: str, key: str | None = None) -> MigSlice:
-        profile = find_profile(name, self.table)
-        if key is None:
-            self._slice_serial += 1
-            key = f"MIG-SIM-{gpu}-{self._slice_serial}"
-        if profile is not None:
-            return MigSlice(key, profile.name, profile.memory_mib, profile.compute_slices)
-        return MigSlice(key, short_name(name), nominal_memory_mib(name), compute_slices(name))
-
-    def slice_shape(self, mig: MigSlice) -> tuple[int, int]:
-        """(compute slices, memory slices) of a slice, from this model's table."""
-        profile = find_profile(mig.profile, self.table)
-        if profile is not None:
-            return profile.compute_slices, profile.memory_slices
-        # a profile this model does not have (a policy that carves another model's table):
-        # its memory's share of the GPU, in whole memory slices
-        share = mig.memory_mib / self.model.memory_total_mib
-        return mig.compute_slices, max(1, min(MEMORY_SLICES, math.ceil(share * MEMORY_SLICES)))
 
     # ------------------------------------------------------------ the model
     def tenants_on(self, gpu: int) -> list[SimRun]:
         return [r for r in self.running if r.placement and gpu in r.placement.gpus]
 
-    def _workload(self, run: SimRun, params: ModelParams) -> Workload:
-        work = workload(run.job.sm_pct, run.job.membw_pct, params)
-        placement = run.placement
-        if placement is not None and placement.mode == "mps" and placement.mps_thread_pct:
-            work = replace(work, thread_cap=placement.mps_thread_pct / 100.0)
-        return work
-
-    def _mig_slice(self, run: SimRun) -> MigSlice | None:
-        key = run.placed.mig_slice
-        gpu = run.placed.gpus[0]
-        return next((s for s in self.slices[gpu] if s.key == key), None)
-
-    def _rates(self) -> dict[int, float]:
-        """Every running job's true rate now (seconds of exclusive work per second)."""
-        rates: dict[int, float] = {}
-        shared: dict[int, list[SimRun]] = {}
-        for run in self.running:
-            placement = run.placed
-            if run.blocked_until > self.now:
-                rates[run.job.id] = 0.0
-            elif placement.mode == "exclusive" or len(placement.gpus) > 1:
-                rates[run.job.id] = 1.0
-            elif placement.mode == "mig":
-                mig = self._mig_slice(run)
-                compute, memory = self.slice_shape(mig) if mig else (COMPUTE_SLICES, MEMORY_SLICES)
-                rates[run.job.id] = mig_rate(
-                    self.truth, self._workload(run, self.truth), compute, memory
-                )
-            else:
-                shared.setdefault(placement.gpus[0], []).append(run)
-        for group in shared.values():
-            tenants = [self._workload(r, self.truth) for r in group]
-            # time-sliced unless all are MPS clients (an MPS server beside other contexts is
-            # time-sliced too)
-            mode = "mps" if all(r.placed.mode == "mps" for r in group) else "naive"
-            if self.truth_form is None:
-                values = shared_rates(self.truth, mode, tenants)
-            else:
-                values = queueing_rates(self.truth_form, self.truth, mode, tenants)
-            rates.update({r.job.id: v for r, v in zip(group, values, strict=True)})
-        return rates
-
-    def true_rates(self) -> dict[int, float]:
-        return self._rates()
-
     def rate(self, run: SimRun) -> float:
-        """A running job's true rate now."""
-        return self._rates()[run.job.id]
-
-    def _gpu_activity(self, gpu: int, rates: dict[int, float]) -> float:
-        """SM activity (0..1) the GPU shows: the work its tenants get done."""
-        return min(1.0, sum(t.job.sm_pct / 100.0 * rates[t.job.id] for t in self.tenants_on(gpu)))
-
-    def _power(self, activity: float, tenants: int) -> float:
-        m = self.model
-        if not tenants:
-            return m.idle_w
-        return m.idle_w + (m.busy_w - m.idle_w) * (activity**0.9 + 0.03)
-
-    # ------------------------------------------------------------ learning
-    def _segment_key(self, run: SimRun) -> tuple[Any, ...]:
-        placement = run.placed
-        if placement.mode in ("mig", "exclusive") or len(placement.gpus) > 1:
-            others: tuple[int, ...] = ()
-        else:
-            others = tuple(
-                sorted(
-                    t.job.id
-                    for t in self.tenants_on(placement.gpus[0])
-                    if t is not run and t.placed.mode not in ("mig", "exclusive")
-                )
-            )
-        blocked = any(t.blocked_until > self.now for t in self.tenants_on(placement.gpus[0]))
-        return (placement.mode, placement.mig_slice, others, blocked)
-
-    def _track_segments(self, rates: dict[int, float]) -> None:
-        for run in self.running:
-            key = self._segment_key(run)
-            if run.segment is None or run.segment.key != key:
-                self._close_segment(run)
-                run.segment = Segment(key, self.now, rates[run.job.id])
-
-    def _close_segment(self, run: SimRun) -> None:
-        segment, run.segment = run.segment, None
-        if segment is None or not self.learn or self.now - segment.since < OBSERVE_AFTER_S:
-            return
-        mode, _slice, others, blocked = segment.key
-        if blocked or len(run.placed.gpus) > 1:
-            return
-        if mode != "mig" and not others:
-            self._observe_alone(run)
-            return
-        if mode == "exclusive":
-            return
-        # What the engine knows of each job: its hints, completed by its current parameters.
-        params = self.learner.params(self.model.name)
-        job = self._workload(run, params)
-        by_id = {r.job.id: r for r in self.running}
-        if mode == "mig":
-            mig = self._mig_slice(run)
-            if mig is None:
-                return
-            compute, memory = self.slice_shape(mig)
-            obs = Observation("mig", job, (), segment.rate, compute, memory)
-        else:
-            if any(o not in by_id for o in others):
-                return
-            obs = Observation(
-                mode, job, tuple(self._workload(by_id[o], params) for o in others), segment.rate
-            )
-        self.learner.observe(self.model.name, obs, at=self.now)
-        self.observations += 1
-
-    def _observe_alone(self, run: SimRun) -> None:
-        """A job alone on a whole GPU: what the engine reads of it there (SM activity and
-        kernel-active time, from the truth) measures the kernel-active gap."""
-        job = self._workload(run, self.truth)
-        if job.thread_cap is not None:
-            return  # its cap, not its own kernels, set how long they run
-        obs = Observation("exclusive", job, (), 1.0, kernel_active=kernel_active(self.truth, job))
-        if self.learner.observe(self.model.name, obs, at=self.now) is not None:
-            self.observations += 1
+        """A running job's true rate now (sim_rates)."""
+        return true_rates(self)[run.job.id]
 
     # --------------------------------------------------------------- events
     def run(self) -> SimResult:
         self._arrive()
         self._schedule()
         while self.pending or self.queue or self.running:
-            rates = self._rates()
-            self._track_segments(rates)
-            candidates = [r.job.arrival_s for r in self.pending[:1]]
-            for r in self.running:
-                if r.blocked_until > self.now:
-                    candidates.append(r.blocked_until)
-                    continue
-                candidates.append(self.now + (r.job.exclusive_s - r.work_done) / rates[r.job.id])
-                if r.peak_at > self.now:
-                    candidates.append(r.peak_at)
-                elif r.peak_at + PEAK_SETTLED_S > self.now:
-                    candidates.append(r.peak_at + PEAK_SETTLED_S)  # its reservation is corrected
-            candidates.extend(t for t in self.reconfig_until.values() if t > self.now)
-            candidates.extend(leaving_times(self))
-            if not candidates:
+            rates = true_rates(self)
+            track_segments(self, rates)
+            at = next_event_at(self, rates)
+            if at is None:
                 for r in self.queue:
                     r.lost = True
                     self.lost_why[r.job.id] = "the policy never placed it, even on an empty station"
                 self.queue.clear()
                 break
-            step = max(0.0, min(candidates) - self.now)
-            self._advance(step, rates)
+            step = max(0.0, at - self.now)
+            advance(self, step, rates)
             self._finish_and_crash()
             self._arrive()
             self._schedule()
         return self._result()
-
-    def _advance(self, step: float, rates: dict[int, float]) -> None:
-        for gpu in range(self.gpu_count):
-            tenants = self.tenants_on(gpu)
-            activity = self._gpu_activity(gpu, rates)
-            self.energy_j += self._power(activity, len(tenants)) * step
-            if tenants:
-                self.busy_s += step
-            history = self.sm_history[gpu]
-            history.append((self.now + step, activity * 100.0))
-            while history and history[0][0] < self.now + step - SAMPLE_WINDOW_S:
-                history.pop(0)
-        for run in self.running:
-            run.work_done += rates[run.job.id] * step
-        self.now += step
 
     def _finish_and_crash(self) -> None:
         leave_due(self)
@@ -432,51 +236,12 @@ class Simulation:
                 self.family_times.finished(run, self.now - run.started_at)
                 if run.attempts > 1:
                     self.recovered += 1
-        for run in list(self.running):
-            if abs(run.peak_at - self.now) < 1e-6 and self._out_of_memory(run):
-                self._crash(run)
-
-    def _out_of_memory(self, run: SimRun) -> bool:
-        peak = run.job.peak_memory_mib
-        if run.limit_mib is not None and peak > run.limit_mib:
-            return True
-        if run.placed.mode == "mig":
-            return False
-        for gpu in run.placed.gpus:
-            on_gpu = [t for t in self.tenants_on(gpu) if t.placed.mode != "mig"]
-            in_use = sum(t.job.peak_memory_mib if t.peak_at <= self.now else 0.0 for t in on_gpu)
-            if in_use > self.model.memory_total_mib:
-                return True
-        return False
-
-    def _crash(self, run: SimRun) -> None:
-        self.ooms += 1
-        observed = min(run.job.peak_memory_mib, run.limit_mib or self.model.memory_total_mib)
-        had_whole = run.placed.mode == "exclusive"  # every GPU here is the largest
-        self.stop(run, "oom")
-        if run.attempts >= MAX_ATTEMPTS:
-            run.lost = True
-            self.lost_why[run.job.id] = f"out of memory {run.attempts} times"
-            return
-        # Capped where the engine caps it (attempts.py): at what the GPU offers a job alone,
-        # so a job that died sharing is retried alone rather than lost as "too big"; only a
-        # need measured beyond that fails it, as the engine's retry rule does.
-        usable = self.model.memory_total_mib - RESERVE_MIB
-        run.demand = run.demand.after_oom(observed, usable, had_whole)
-        if beyond_every_gpu(run.demand, usable):
-            run.lost = True
-            self.lost_why[run.job.id] = (
-                "ran out of memory holding all a GPU offers: its measured need is beyond every GPU"
-            )
-            return
-        run.work_done = 0.0
-        self.queue.append(run)
-        self.queue.sort(key=queue_key)
+        crash_out_of_memory(self)
 
     def stop(self, run: SimRun, ended: str = "finished") -> None:
         """The job leaves its GPUs: "finished", "oom" or "preempted" (sim_preemption)."""
         placement = run.placed
-        mig = self._mig_slice(run) if placement.mode == "mig" else None
+        mig = slice_of(self, run) if placement.mode == "mig" else None
         self.occupancies.append(
             Occupancy(
                 run.job.id,
@@ -490,7 +255,7 @@ class Simulation:
         )
         gpu = placement.gpus[0]
         for other in self.tenants_on(gpu):  # its stretch and its co-tenants' end here
-            self._close_segment(other)
+            close_segment(self, other)
         self.running.remove(run)
         if placement.mig_slice is not None and gpu not in self.fixed:
             self.slices[gpu] = [s for s in self.slices[gpu] if s.key != placement.mig_slice]
@@ -505,69 +270,6 @@ class Simulation:
     def view(self) -> StationView:
         return station_view(self)
 
-    def _relayable(self) -> set[int]:
-        """The idle fixed-layout GPUs that may get a new layout now (`--mig-repartition`,
-        under `auto` and `mig`, as in the engine)."""
-        if not self.config.repartitions_on_its_own:
-            return set()
-        return {
-            gpu
-            for gpu in self.fixed
-            if not self.tenants_on(gpu) and self.reconfig_until.get(gpu, 0.0) <= self.now
-        }
-
-    def _repartition(self, relayable: set[int]) -> bool:
-        """The engine's own check (policy.mig_payoff.choose_layouts) on these GPUs; a GPU whose
-        layout changes is unusable for `RECONFIG_S`. True when one changed."""
-        ready = sorted(relayable)
-        queue = [
-            QueuedDemand(
-                r.record.id,
-                r.record.name,
-                r.demand.memory_mib,
-                r.demand.sm_pct,
-                membw_pct=r.demand.membw_pct,
-            )
-            for r in self.queue
-            if r.record.spec.gpus == 1 and not r.demand.exclusive
-        ]
-        if not queue:
-            return False
-        states = []
-        for gpu in ready:
-            profiles, placements = planner_profiles(self.model, gpu)
-            current = tuple(s.profile for s in self.slices[gpu])
-            states.append(
-                GpuMigState(
-                    gpu,
-                    self.model.name,
-                    "enabled",
-                    profiles,
-                    placements,
-                    current,
-                    has_gpu_instances=bool(current),
-                    has_compute_instances=bool(current),
-                )
-            )
-        changed = False
-        for choice in choose_layouts(
-            states,
-            queue,
-            self.interference.params,
-            simulated=True,
-            commands_from=PlansOnly(),  # the simulator shows no command lines
-            # as the engine weighs it: no change that its replay says slows the queue (with
-            # no run-time history, as on a fresh station: mig_queue_time's assumption)
-            drain=layout_drain(Simulation, self.interference.params),
-        ):
-            if choice.payoff.worth:
-                gpu = choice.plan.gpu
-                self.slices[gpu] = [self._new_slice(gpu, name) for name in choice.payoff.planned]
-                self.reconfig_until[gpu] = self.now + RECONFIG_S
-                self.repartitions += 1
-                changed = True
-        return changed
-
     def _schedule(self) -> None:
         """The engine's scheduling pass (`schedule_pass`, as engine.scheduler runs it)."""
         learn_hint_ratios(self)  # as the engine does, whether or not any job waits
@@ -575,9 +277,9 @@ class Simulation:
             return
         schedule_pass(
             self._place(self.view()),
-            self._relayable(),
+            relayable(self),
             commit=self._commit,
-            repartition=self._repartition,
+            repartition=lambda gpus: repartition(self, gpus),
             place_again=lambda: self._place(self.view()) if self.queue else Decision(),
         )
         if self.preempt:
@@ -622,19 +324,12 @@ class Simulation:
         run.blocked_until, run.restore_s = self.now + run.restore_s, 0.0
         if run.first_start is None:
             run.first_start = self.now
-        run.peak_at = run.blocked_until + min(
-            MAX_RAMP_S, max(RAMP_S, 0.1 * run.job.exclusive_s), run.job.exclusive_s / 2
-        )
+        run.peak_at = peak_at(run)  # sim_oom
         run.limit_mib = None
         if placement.mode == "mps" and placement.mps_memory_limit_mib:
             run.limit_mib = float(placement.mps_memory_limit_mib)
-        gpu = placement.gpus[0]
         if placement.mode == "mig" and placement.mig_slice:
-            mig = next((s for s in self.slices[gpu] if s.key == placement.mig_slice), None)
-            if mig is None:  # carved on demand
-                mig = self._new_slice(gpu, placement.slot.split("/", 1)[1], placement.mig_slice)
-                self.slices[gpu].append(mig)
-            run.limit_mib = mig.memory_mib
+            run.limit_mib = slice_for(self, placement).memory_mib
         self.modes[placement.mode] = self.modes.get(placement.mode, 0) + 1
         for index in placement.gpus:
             self.placed_at[index] = self.now

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from gpudesk.policy.interference import DEFAULT_PARAMS, ModelParams, params_from_json
+from gpudesk.policy.sim_rates import job_workload
 from gpudesk.policy.simulator import (
     Simulation,
     TraceError,
@@ -160,7 +161,7 @@ def test_trace_per_job_fields_are_honoured(tmp_path: Path) -> None:
     assert third.sm_pct == 5.0  # DLRM's published figure
     sim = Simulation(trace, policy="auto")
     assert sim.runs[0].demand.membw_pct == 40.0 and sim.runs[0].demand.sm_pct == 55.0
-    assert sim._workload(sim.runs[0], DEFAULT_PARAMS).membw == pytest.approx(0.40)
+    assert job_workload(sim.runs[0], DEFAULT_PARAMS).membw == pytest.approx(0.40)
 
 
 def test_bad_percentages_are_trace_errors(tmp_path: Path) -> None:

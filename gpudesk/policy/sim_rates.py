@@ -1,0 +1,57 @@
+"""The simulated truth: every running job's true rate (seconds of exclusive work per second), by
+the interference model with the TRUTH parameters (exclusive 1.0; MPS and naive time-slicing by
+its co-tenants' SM and bandwidth demand, in the product's form or the queueing form; a MIG slice
+by its share of the SMs and of the DRAM bandwidth; an MPS thread cap stretches its kernels).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from gpudesk.core.mig_profiles import COMPUTE_SLICES, MEMORY_SLICES
+from gpudesk.policy.interference import ModelParams, Workload, mig_rate, shared_rates, workload
+from gpudesk.policy.queueing_form import queueing_rates
+from gpudesk.policy.sim_records import SimRun
+from gpudesk.policy.sim_station import slice_of, slice_shape
+
+if TYPE_CHECKING:
+    from gpudesk.policy.simulator import Simulation
+
+
+def job_workload(run: SimRun, params: ModelParams) -> Workload:
+    """A job's workload under these parameters, its MPS thread cap included."""
+    work = workload(run.job.sm_pct, run.job.membw_pct, params)
+    placement = run.placement
+    if placement is not None and placement.mode == "mps" and placement.mps_thread_pct:
+        work = replace(work, thread_cap=placement.mps_thread_pct / 100.0)
+    return work
+
+
+def true_rates(sim: Simulation) -> dict[int, float]:
+    """Every running job's true rate now (seconds of exclusive work per second)."""
+    rates: dict[int, float] = {}
+    shared: dict[int, list[SimRun]] = {}
+    for run in sim.running:
+        placement = run.placed
+        if run.blocked_until > sim.now:
+            rates[run.job.id] = 0.0
+        elif placement.mode == "exclusive" or len(placement.gpus) > 1:
+            rates[run.job.id] = 1.0
+        elif placement.mode == "mig":
+            mig = slice_of(sim, run)
+            compute, memory = slice_shape(sim, mig) if mig else (COMPUTE_SLICES, MEMORY_SLICES)
+            rates[run.job.id] = mig_rate(sim.truth, job_workload(run, sim.truth), compute, memory)
+        else:
+            shared.setdefault(placement.gpus[0], []).append(run)
+    for group in shared.values():
+        tenants = [job_workload(r, sim.truth) for r in group]
+        # time-sliced unless all are MPS clients (an MPS server beside other contexts is
+        # time-sliced too)
+        mode = "mps" if all(r.placed.mode == "mps" for r in group) else "naive"
+        if sim.truth_form is None:
+            values = shared_rates(sim.truth, mode, tenants)
+        else:
+            values = queueing_rates(sim.truth_form, sim.truth, mode, tenants)
+        rates.update({r.job.id: v for r, v in zip(group, values, strict=True)})
+    return rates

@@ -1,0 +1,84 @@
+"""MIG repartitioning in the simulator (`--mig-repartition`, under `auto` and `mig`), by the
+engine's own check (policy.mig_payoff.choose_layouts): which idle fixed-layout GPUs may get a new
+layout now, and the layout each gets where the payoff says it pays and its replay of the queue
+says it does not slow the queue. A GPU whose layout changes is unusable for `RECONFIG_S`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from gpudesk.policy.mig_payoff import RECONFIG_S, choose_layouts
+from gpudesk.policy.mig_planner import GpuMigState, PlansOnly, QueuedDemand
+from gpudesk.policy.mig_planner import simulated_profiles as planner_profiles
+from gpudesk.policy.mig_queue_time import layout_drain
+from gpudesk.policy.sim_station import new_slice
+
+if TYPE_CHECKING:
+    from gpudesk.policy.simulator import Simulation
+
+
+def relayable(sim: Simulation) -> set[int]:
+    """The idle fixed-layout GPUs that may get a new layout now (`--mig-repartition`,
+    under `auto` and `mig`, as in the engine)."""
+    if not sim.config.repartitions_on_its_own:
+        return set()
+    return {
+        gpu
+        for gpu in sim.fixed
+        if not sim.tenants_on(gpu) and sim.reconfig_until.get(gpu, 0.0) <= sim.now
+    }
+
+
+def repartition(sim: Simulation, gpus: set[int]) -> bool:
+    """The engine's own check (policy.mig_payoff.choose_layouts) on these GPUs; a GPU whose
+    layout changes is unusable for `RECONFIG_S`. True when one changed."""
+    ready = sorted(gpus)
+    queue = [
+        QueuedDemand(
+            r.record.id,
+            r.record.name,
+            r.demand.memory_mib,
+            r.demand.sm_pct,
+            membw_pct=r.demand.membw_pct,
+        )
+        for r in sim.queue
+        if r.record.spec.gpus == 1 and not r.demand.exclusive
+    ]
+    if not queue:
+        return False
+    states = []
+    for gpu in ready:
+        profiles, placements = planner_profiles(sim.model, gpu)
+        current = tuple(s.profile for s in sim.slices[gpu])
+        states.append(
+            GpuMigState(
+                gpu,
+                sim.model.name,
+                "enabled",
+                profiles,
+                placements,
+                current,
+                has_gpu_instances=bool(current),
+                has_compute_instances=bool(current),
+            )
+        )
+    changed = False
+    for choice in choose_layouts(
+        states,
+        queue,
+        sim.interference.params,
+        simulated=True,
+        commands_from=PlansOnly(),  # the simulator shows no command lines
+        # as the engine weighs it: no change that its replay says slows the queue (with
+        # no run-time history, as on a fresh station: mig_queue_time's assumption); the
+        # replay is the Simulation itself
+        drain=layout_drain(type(sim), sim.interference.params),
+    ):
+        if choice.payoff.worth:
+            gpu = choice.plan.gpu
+            sim.slices[gpu] = [new_slice(sim, gpu, name) for name in choice.payoff.planned]
+            sim.reconfig_until[gpu] = sim.now + RECONFIG_S
+            sim.repartitions += 1
+            changed = True
+    return changed
