@@ -96,6 +96,14 @@ def impossible(sim: Simulation, job: TraceJob) -> str | None:
     """Why the job can never run here, judged on the truth (the policy never knows it)."""
     if job.gpus > sim.gpu_count:
         return f"asks for {job.gpus} GPUs; {sim.station} has {sim.gpu_count}"
+    whole = sim.gpu_count - len(sim.fixed)
+    if job.gpus > 1 and job.gpus > whole:
+        # a multi-GPU job runs on whole GPUs only, and the engine never takes a GPU out of MIG
+        # mode (an admin does): on the station as given it waits for ever
+        return (
+            f"asks for {job.gpus} whole GPUs; {whole} of {sim.station}'s {sim.gpu_count} are "
+            "whole (the others are in MIG mode as given, which the engine never switches off)"
+        )
     if job.peak_memory_mib > sim.model.memory_total_mib:
         return (
             f"needs {job.peak_memory_mib / MIB_PER_GIB:.1f} GiB at its peak; a "

@@ -209,6 +209,23 @@ def test_an_impossible_job_is_reported_not_raised(
         assert result.lost == 0 and result.makespan_s == pytest.approx(1800, rel=0.5)
 
 
+def test_a_job_needing_more_whole_gpus_than_the_station_has_whole_is_impossible(
+    tmp_path: Path,
+) -> None:
+    """Two A100s, one in MIG mode as given: a 2-GPU job can never run (multi-GPU jobs take whole
+    GPUs, and the engine never takes a GPU out of MIG mode). It is impossible, said why, and the
+    other job's figures stand; it used to be "lost" under every policy, with no makespan."""
+    trace = load_trace(write_trace(tmp_path, [{"gpus": 2}, {"id": 2}], "a100-40gbx2"))
+    for policy in ("exclusive", "carma", "auto", "mig", "naive", "mps"):
+        sim = Simulation(trace, policy=policy, station="sim:a100-40gbx2", mig="1=3g.20gb")
+        result = sim.run()
+        assert (result.impossible, result.lost) == (1, 0), policy
+        assert "1 of sim:a100-40gbx2's 2 are whole" in result.impossible_jobs[0]["reason"]
+        assert result.makespan_s > 0
+    # on the same station with both GPUs whole it runs
+    assert Simulation(trace, policy="auto", station="sim:a100-40gbx2").run().impossible == 0
+
+
 def test_a_60_gb_job_runs_on_an_h100(tmp_path: Path) -> None:
     trace = load_trace(write_trace(tmp_path, [{"peak_memory_mb": 60000}]))
     for policy in ("exclusive", "carma", "auto"):
