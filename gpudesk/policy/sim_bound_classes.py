@@ -13,7 +13,10 @@ per second, Σ λ_c × (its class-c tenants' rates), is at most θ_t(λ) for a G
   Mixes of `cap` tenants or more are bounded together: every rate there is at most
   max(MIN_RATE, 1 − min(tenant cost, switch cost) × (cap − 1)), so their value is at most
   that × Σ λ_c × (the trace's class-c jobs);
-- a GPU in MIG mode with its layout fixed: each slice holds at most one job, at `mig_rate`.
+- a GPU in MIG mode with its layout fixed: each slice holds at most one job, at `mig_rate`;
+- a GPU in MIG mode that may be re-carved (`--mig-repartition`): the best layout of the GPU
+  model's profiles with at most 7 compute and 8 memory slices in all (the driver's placement
+  rules allow fewer layouts, so this is a bound), one job a slice.
 
 This holds for every run of **the station as given** (`SimResult.not_runnable` None): a whole
 GPU stays whole. Forced `mig`, which carves whole GPUs into slices for free, is not bound by
@@ -25,8 +28,9 @@ a + Σ_c λ_c × (class-c work arriving at or after a) ÷ Σ_GPUs θ_t(λ), as i
 λ for each arrival time is found by a small linear program (the dual of "the least time in
 which mixes of GPU states deliver every class's work", solved by adding one mix at a time);
 whatever λ it finds, the bound is computed from that λ and the exact θ, so it is a bound even
-where the program stops early. Where a GPU may be re-carved (`--mig-repartition`), or the
-mixes to weigh would be too many, there is no class term (None).
+where the program stops early. Where the mixes to weigh would be too many (more than
+MAX_MIXES even of two tenants), or a GPU may be re-carved and no profiles are given, there is
+no class term (None).
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from gpudesk.core.mig_profiles import COMPUTE_SLICES, MEMORY_SLICES
 from gpudesk.policy.model_params import ModelParams, Workload
 from gpudesk.policy.rates import MIN_RATE, mig_rate, shared_rates, workload
 from gpudesk.policy.trace import TraceJob
@@ -75,11 +80,16 @@ class _GpuType:
     states: np.ndarray  # one row per state: its class rates (summed over its tenants)
     tail: np.ndarray | None = None  # bounds every mix of `cap` tenants or more (whole GPUs)
     fixed: np.ndarray | None = None  # per slice of a fixed layout: its class rates (MIG GPUs)
+    # a MIG GPU that may be re-carved: per profile its (compute, memory) slices and class rates
+    carvable: tuple[tuple[int, int], ...] = ()
+    carvable_rates: np.ndarray | None = None
 
     def best(self, weights: np.ndarray) -> tuple[float, np.ndarray]:
         """θ(λ) and a state that gives it (a row of class rates)."""
         if self.fixed is not None:  # one job a slice, the best class for each slice
             return _one_job_a_slice(self.fixed, weights)
+        if self.carvable_rates is not None:
+            return _best_carving(self.carvable, self.carvable_rates, weights)
         values = self.states @ weights
         at = int(np.argmax(values))
         value, row = float(values[at]), self.states[at]
@@ -93,12 +103,14 @@ def class_term(
     gpu_count: int,
     params: ModelParams,
     mig: Mapping[int, tuple[tuple[int, int], ...] | None],
+    profiles: Sequence[tuple[int, int]] = (),
 ) -> ClassTerm | None:
     """The class term for these jobs (all of which the station can run) on `gpu_count` GPUs
     under `params`; `mig` maps each GPU in MIG mode to its fixed layout's slices as (compute
-    slices, memory slices), None where it may be re-carved. None where there is no class term
+    slices, memory slices), None where it may be re-carved into any layout of `profiles`
+    (the GPU model's, as (compute slices, memory slices)). None where there is no class term
     (above)."""
-    if not jobs or any(layout is None for layout in mig.values()):
+    if not jobs or (not profiles and any(layout is None for layout in mig.values())):
         return None
     single = sorted({_load(j, params) for j in jobs if j.gpus == 1}, key=lambda w: (w.sm, w.membw))
     names = [f"sm {w.sm:.2f} bw {w.membw:.2f}" for w in single]
@@ -117,8 +129,13 @@ def class_term(
         states, tail, cap = found
         mixes = len(states)
         types.append(_GpuType(whole, states, tail))
+    shapes = tuple(profiles)
+    carved = np.array([_slice_row(single, multi, params, c, m) for c, m in shapes])
     for layout in mig.values():
-        assert layout is not None
+        if layout is None:  # any layout of the model's profiles, one job a slice
+            rates = carved.reshape(len(shapes), k)
+            types.append(_GpuType(1, np.zeros((0, k)), carvable=shapes, carvable_rates=rates))
+            continue
         rows = [_slice_row(single, multi, params, c, m) for c, m in layout]
         types.append(_GpuType(1, np.zeros((0, k)), fixed=np.array(rows).reshape(len(rows), k)))
     ordered = sorted(jobs, key=lambda j: j.arrival_s)
@@ -241,6 +258,33 @@ def _one_job_a_slice(rates: np.ndarray, weights: np.ndarray) -> tuple[float, np.
             value += float(worth[c])
             row[c] += slice_rates[c]
     return value, row
+
+
+def _best_carving(
+    shapes: tuple[tuple[int, int], ...], rates: np.ndarray, weights: np.ndarray
+) -> tuple[float, np.ndarray]:
+    """The most a re-carvable MIG GPU delivers at these weights: slices of the model's profiles
+    with at most 7 compute and 8 memory slices in all (the driver's placement rules only allow
+    fewer layouts: a bound), each running the job of the class worth most there; and the class
+    rates that gives."""
+    worth = rates * weights
+    best_class = np.argmax(worth, axis=1) if len(shapes) else np.zeros(0, dtype=int)
+    value = [float(worth[p, best_class[p]]) for p in range(len(shapes))]
+    k = rates.shape[1]
+    # best[c][m]: the most with c compute and m memory slices used, and the rates it gives
+    best = [
+        [(0.0, np.zeros(k)) for _ in range(MEMORY_SLICES + 1)] for _ in range(COMPUTE_SLICES + 1)
+    ]
+    for c in range(COMPUTE_SLICES + 1):
+        for m in range(MEMORY_SLICES + 1):
+            for p, (pc, pm) in enumerate(shapes):
+                if pc <= c and pm <= m and value[p] > 0:
+                    before, row = best[c - pc][m - pm]
+                    if before + value[p] > best[c][m][0]:
+                        added = row.copy()
+                        added[best_class[p]] += rates[p, best_class[p]]
+                        best[c][m] = (before + value[p], added)
+    return best[COMPUTE_SLICES][MEMORY_SLICES]
 
 
 def _weights_for(work: np.ndarray, types: list[_GpuType]) -> np.ndarray:

@@ -171,7 +171,8 @@ def bound_of(sim: Simulation) -> LowerBound:
         for gpu in sim.fixed
     }
     possible = [r.job for r in sim.runs if r.impossible is None]
-    return lower_bound(possible, sim.gpu_count, sim.truth, mig)
+    profiles = [(p.compute_slices, p.memory_slices) for p in sim.table] if repartition else []
+    return lower_bound(possible, sim.gpu_count, sim.truth, mig, profiles)
 
 
 def lower_bound(
@@ -179,10 +180,13 @@ def lower_bound(
     gpu_count: int,
     params: ModelParams,
     mig: Mapping[int, tuple[tuple[int, int], ...] | None] | None = None,
+    profiles: Sequence[tuple[int, int]] = (),
 ) -> LowerBound:
     """The lower bounds of a trace's possible jobs on `gpu_count` GPUs under `params` (the
-    simulated truth); `mig` maps each GPU in MIG mode to its fixed layout's compute slices (None:
-    it may be re-carved). `jobs` must be non-empty."""
+    simulated truth); `mig` maps each GPU in MIG mode to its fixed layout's slices as (compute,
+    memory) slices (None:
+    it may be re-carved, into slices of `profiles`: the model's, as (compute slices, memory
+    slices)). `jobs` must be non-empty."""
     if not jobs or gpu_count < 1:
         raise ValueError("a lower bound needs at least one job and one GPU")
     mig = mig or {}
@@ -213,7 +217,7 @@ def lower_bound(
                 fluid, weight, start = bound, (alpha, beta), j.arrival_s
                 theta = capacity / gpu_count
     arrival = last.arrival_s + last.exclusive_s
-    term = class_term(jobs, gpu_count, params, mig)
+    term = class_term(jobs, gpu_count, params, mig, profiles)
     arrivals = [j.arrival_s for j in by_arrival]
     given = list(departures)  # the station as given: the class term's servers too
     if term is not None:

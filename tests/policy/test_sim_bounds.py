@@ -204,7 +204,11 @@ def test_no_run_of_the_station_as_given_beats_the_class_term(tmp_path: Path, see
     mig = "1=3g.20gb,2g.10gb,1g.5gb,1g.5gb" if seed % 2 else None
     truths = [DEFAULT_PARAMS, DEFAULT_PARAMS.with_values({"mps_tenant_cost": 0.127})]
     binds = 0
-    for truth, shown in itertools.product(truths, (trace, with_progress_lines(trace))):
+    # beside a MIG GPU, its layout fixed or re-carved as the queue wants (--mig-repartition)
+    recarve = (False, True) if mig else (False,)
+    for truth, shown, free in itertools.product(
+        truths, (trace, with_progress_lines(trace)), recarve
+    ):
         for policy in POLICIES:
             for learn in (True, False):
                 sim = Simulation(
@@ -214,6 +218,7 @@ def test_no_run_of_the_station_as_given_beats_the_class_term(tmp_path: Path, see
                     truth=truth,
                     mig=mig,
                     learn=learn,
+                    mig_repartition=free,
                 )
                 bound = bound_of(sim)
                 result = sim.run()
@@ -329,3 +334,22 @@ def test_each_class_has_its_own_name_in_the_json(tmp_path: Path) -> None:
     assert len(set(bound.class_term.classes)) == 2
     weights = bound.to_dict()["class_term"]
     assert isinstance(weights, dict) and len(weights["weights"]) == 2
+
+
+def test_a_gpu_that_may_be_recarved_is_weighed_by_its_best_layout(tmp_path: Path) -> None:
+    """Fourteen one-hour jobs at 30 % SM on one A100 in MIG mode that may be re-carved. On a 1g
+    slice (1/7 of the SMs) each is busy half its time (30 % SM + the 20 % kernel-active extra),
+    its kernels stretched 0.6 ÷ (1/7) = 4.2 times: rate 1 ÷ (0.5 + 0.5 x 4.2) = 1/2.6; seven 1g
+    slices are the best layout for them (2.69 job-hours an hour; 2g or 3g slices do less per
+    compute slice), so LB = 14 h ÷ (7/2.6) = 5.2 h, where the SM-work fluid term says 4.2 h."""
+    jobs = [{"sm_pct": 30.0, "exclusive_minutes": 60, "peak_memory_mb": 1000}] * 14
+    trace = load_trace(write_trace(tmp_path, jobs, "a100-40gb"))
+    sim = Simulation(trace, policy="auto", station="sim:a100-40gb", mig="0=", mig_repartition=True)
+    bound = bound_of(sim)
+    assert bound.fluid_term_s == pytest.approx(14 * 0.3 * 3600)
+    assert bound.class_term_s == pytest.approx(14 * 3600 * 2.6 / 7)
+    for policy in ("auto", "mig"):
+        run = Simulation(
+            trace, policy=policy, station="sim:a100-40gb", mig="0=", mig_repartition=True
+        ).run()
+        assert run.lost or run.makespan_s >= bound.makespan_s * (1 - 1e-9), policy
