@@ -278,3 +278,57 @@ def test_a_producer_its_owner_cannot_run_is_not_started_and_says_why(tmp_path: P
         (said,) = supervisor.events
         assert "not started" in said and "the station's users may run" in said, said
         assert supervisor.producers["d"].process is None
+
+
+# A member's stand-in for her producer: she owns her loader's folder, so she may put her own
+# socket at its control path and answer the engine's status requests with what she likes.
+HOSTILE = textwrap.dedent("""
+    import json, os, sys, time
+    import zmq
+    path = sys.argv[1]
+    os.unlink(path)
+    sock = zmq.Context.instance().socket(zmq.ROUTER)
+    sock.bind(f"ipc://{path}")
+    print("ready", flush=True)
+    junk = {"type": "status", "name": sys.argv[2], "pid": os.getpid(),
+            "consumers": "all of them", "orphaned": "since forever"}
+    end = time.monotonic() + 60
+    while time.monotonic() < end:
+        if sock.poll(100):
+            who, _ = sock.recv_multipart()
+            sock.send_multipart([who, json.dumps(junk).encode()])
+""")
+
+
+def test_a_members_forged_status_breaks_no_ones_view(
+    station: tuple[Station, str, Path],
+) -> None:
+    """What a member's producer answers is hers: ada binds her own socket at her loader's
+    control path and answers root's status requests with a report of the wrong shape (a
+    string for its consumers, another for its orphaned state). Root keeps the last report
+    that was a LoaderStatus, and bob's `status`, with the producers asked afresh, still
+    answers; before, root passed her JSON into every member's view, and the view failed to
+    build for everyone."""
+    st, python, script = station
+    st.ok(None, "datasets", datasets=[dataset("own", share="group")])
+    job, out = run_job(st, python, script, "ada", "own")
+    assert job["state"] == "succeeded", out
+    producer_of(st, "own")  # it serves
+    control = st.socket.parent / "loaders" / "own" / "own.ctl"
+    hostile = subprocess.Popen(
+        ["runuser", "-u", st.users["ada"].name, "--", python, "-c", HOSTILE, str(control), "own"],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd="/",
+    )
+    try:
+        assert hostile.stdout is not None and hostile.stdout.readline().strip() == "ready"
+        for _ in range(3):  # the engine asks her socket each time, and takes nothing of it
+            view = st.ok("bob", "status", fresh_loaders=True)
+            (own,) = [loader for loader in view["loaders"] if loader["name"] == "own"]
+            status = own["status"]
+            assert status is None or status.get("orphaned") is None, status
+            assert status is None or isinstance(status.get("consumers"), list), status
+    finally:
+        hostile.kill()
+        hostile.wait()

@@ -24,9 +24,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
+
 from gpudesk import trust
 from gpudesk.core.datasets import VARIANT_SEPARATOR, DatasetSpec
 from gpudesk.core.identity import Identity
+from gpudesk.core.wire.station import LoaderStatus
 from gpudesk.env_seconds import env_seconds
 from gpudesk.loader.orphan import ENV_ENGINE_PID
 from gpudesk.loader.protocol import (
@@ -427,7 +430,14 @@ class LoaderSupervisor:
 
     @staticmethod
     def _take_status(producer: _Producer, status: dict[str, Any] | None) -> None:
+        # A producer's report is its own JSON (on a station, a member's process, or whatever
+        # she bound at her socket's path): kept only where it is a LoaderStatus, so the views
+        # built from it never fail for every member because of one producer's answer
         if status and not status.keys() & {"error", "preparing", "stopping"}:
+            try:
+                msgspec.convert(status, LoaderStatus)
+            except msgspec.ValidationError:
+                return  # the last good report stands
             producer.last_status = status
             if status.get("consumers"):
                 producer.failing = 0  # it works: a later death starts a fresh count
