@@ -132,6 +132,7 @@ class Scheduler:
             demands=self._demands_beyond_hints() if queued_demands else {},
             interference=self.learning.model,
             gpus_read=monitor.latest is not None,
+            run_time_of=self.attempts.demands.typical_run_s,  # measured, never claimed
         )
 
     def _demands_beyond_hints(self) -> dict[int, Demand]:

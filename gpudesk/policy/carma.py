@@ -74,6 +74,7 @@ class CarmaPolicy(SharingPolicy):
         station: StationView,
         exclude: set[int] | frozenset[int] = frozenset(),
         behind: Callable[[], int] = lambda: 0,
+        queued_after: int = 0,
     ) -> Choice | None:
         # CARMA places processes on whole GPUs: a GPU in MIG mode cannot run them
         gpus = [g for g in plan.gpus.values() if not g.lost and not g.mig_enabled]

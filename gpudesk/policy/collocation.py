@@ -94,6 +94,7 @@ from gpudesk.policy.station_fit import (
     room_once_drained,
     wait_for_change,
 )
+from gpudesk.policy.tail_join import at_tail, tail_join
 from gpudesk.units import MIB_PER_GB, gib
 
 SATURATED_SM_PCT = 80.0  # CARMA: a GPU this busy over the window takes no new tenant
@@ -278,6 +279,7 @@ class SharingPolicy:
             run.station,
             exclude=run.reserved,
             behind=functools.partial(run.lookahead.behind, position),
+            queued_after=len(run.lookahead.queue) - position - 1,
         )
         if choice is None:
             whole = self._whole(job.spec.gpus, demand.exclusive)
@@ -352,11 +354,13 @@ class SharingPolicy:
         station: StationView,
         exclude: set[int] | frozenset[int] = frozenset(),
         behind: Callable[[], int] = lambda: 0,
+        queued_after: int = 0,
     ) -> Choice | None:
         """The best placement for the job now, or None (it waits). Every feasible placement is
         scored by the interference model: the work per second the station gains (the job's
         speed there, minus what it costs the tenants it joins), less, for an idle GPU, what
-        it takes from the jobs behind that need one."""
+        it takes from the jobs behind that need one. `queued_after`: how many jobs wait
+        behind it (at the queue's tail a job may join where it finishes sooner: tail_join)."""
         hosts = plan.hosts(station, self.mode, job.owner.uid)
         if exclude:
             hosts = [h for h in hosts if h.gpu.index not in exclude]
@@ -397,7 +401,7 @@ class SharingPolicy:
             if option is not None:
                 options.append(option)
         if not options:
-            return None
+            return self._at_tail(job, demand, plan, station, hosts, queued_after)
         if demand.unknown:
             # where the room is largest: alone on an idle GPU, else the most memory left free
             options.sort(key=lambda o: (not o.alone, -o.free_mib, -o.value, o.rank))
@@ -405,7 +409,8 @@ class SharingPolicy:
             options.sort(key=lambda o: (-o.value, o.rank))
         best = options[0]
         if best.value <= 0.0:
-            return None  # nowhere gains: waiting for a GPU is better than slowing others
+            # nowhere gains: waiting for a GPU is better than slowing others (but at the tail)
+            return self._at_tail(job, demand, plan, station, hosts, queued_after)
         shown = [o.alternative("chosen" if o is best else "") for o in options[:ALTERNATIVES_KEPT]]
         best.alternatives = tuple(shown)
         if best.why is not None:
@@ -413,6 +418,24 @@ class SharingPolicy:
         if demand.unknown:
             best.reason += "; " + unknown_reason(demand, best.free_mib, best.alone)
         return best
+
+    def _at_tail(
+        self,
+        job: JobRecord,
+        demand: Demand,
+        plan: FilledStation,
+        station: StationView,
+        hosts: Sequence[Host],
+        queued_after: int,
+    ) -> Choice | None:
+        """Where nowhere gains under the robust rule: the job waits, except at the queue's tail
+        where joining finishes it (and its tenants) before waiting would (tail_join)."""
+        if not self.robust or not at_tail(queued_after, station):
+            return None
+        choice = tail_join(job, demand, plan, station, hosts)
+        if choice is not None and choice.why is not None:
+            choice.reason = choice.why()
+        return choice
 
     def _whole_gpus(self, job: JobRecord, demand: Demand, gpus: list[GpuState]) -> Choice | None:
         # A simulated MIG GPU that is idle can be set whole again. A GPU too small for the job

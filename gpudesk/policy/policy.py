@@ -221,6 +221,9 @@ class StationView:
     interference: InterferenceModel = PRIOR_MODEL  # speeds under sharing, learned or prior
     # The GPUs were read at least once: before, their MIG mode and slices are not known yet.
     gpus_read: bool = True
+    # A queued job's expected run time: its command family's measured runs (None: unknown;
+    # never what the job says of itself). The tail rule uses it (gpudesk.policy.tail_join).
+    run_time_of: Callable[[JobRecord], float | None] = lambda job: None
 
     @property
     def gpu_count(self) -> int:

@@ -120,4 +120,5 @@ def station_view(sim: Simulation) -> StationView:
         demands={r.record.id: _demand(sim, r) for r in sim.queue},
         overtaken=sim.overtaken,
         interference=sim.interference,
+        run_time_of=lambda job: sim.family_times.expected_s(sim.run_of[job.id]),
     )

@@ -175,6 +175,7 @@ class Simulation:
         """Every trace job's run, those that can run here pending in arrival order, and the
         queue and the station empty."""
         self.runs = [new_run(job, self.estimator) for job in trace.jobs]
+        self.run_of = {r.record.id: r for r in self.runs}  # by job id, for StationView
         for run in self.runs:
             run.impossible = impossible(self, run.job)
         self.pending = [r for r in self.runs if r.impossible is None]  # in arrival order
