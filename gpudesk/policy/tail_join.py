@@ -57,6 +57,8 @@ class TailJoin:
 def at_tail(queued_after: int, station: StationView) -> bool:
     """No more jobs wait (this one and those behind it) than there are whole GPUs: what a job
     waits for would stand idle rather than serve another job."""
+    if queued_after >= len(station.gpu_states):
+        return False  # (a long queue's jobs: no count of the GPUs on the placement hot path)
     whole = sum(1 for g in station.gpu_states if not g.lost and not g.mig_enabled)
     return queued_after + 1 <= whole
 

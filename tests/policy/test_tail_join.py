@@ -11,6 +11,7 @@ from test_collocation import GIB, gpu, job, station  # same folder: on sys.path 
 from gpudesk.core.records import JobRecord
 from gpudesk.policy.collocation import SharingPolicy
 from gpudesk.policy.policy import StationView, Tenant
+from gpudesk.policy.tail_join import at_tail, first_drain
 
 RUN_S = 2100.0  # the family's measured run time (the sweep day's ResNet-50 members: ~35 min)
 
@@ -95,3 +96,16 @@ def test_a_gpu_closed_to_sharing_is_not_joined() -> None:
     station_view = station(closed, busy(1, 20, 1900.0), run_time_of=lambda record: RUN_S)
     (placement,) = SharingPolicy("auto").place([sweep_member(1)], station_view).placements
     assert tuple(placement.gpus) == (1,)
+
+
+def test_only_whole_gpus_that_work_count_for_the_tail() -> None:
+    # two jobs waiting on a station of one whole GPU, one in MIG mode and one lost: not the tail
+    whole = busy(0, 10, 1900.0)
+    in_mig = replace(gpu(1), mig_enabled=True)
+    lost = replace(gpu(2), lost=True)
+    station_view = station(whole, in_mig, lost, run_time_of=lambda record: RUN_S)
+    assert not at_tail(1, station_view)
+    assert at_tail(0, station_view)
+    assert first_drain(station_view) == (1900.0, 0)  # the MIG and the lost GPU never drain
+    queue = [sweep_member(1), sweep_member(2)]
+    assert SharingPolicy("auto").place(queue, station_view).placements == []
