@@ -38,7 +38,7 @@ from gpudesk.core.records import JobRecord
 from gpudesk.policy.demand import Demand, margin_mib
 from gpudesk.policy.filled_station import SHARED, Choice, FilledStation, Host
 from gpudesk.policy.interference import workload
-from gpudesk.policy.placement_reasons import collocated_reason
+from gpudesk.policy.placement_reasons import collocated_reason, foreign_reason
 from gpudesk.policy.policy import StationView
 from gpudesk.policy.rates import Prediction
 
@@ -114,7 +114,7 @@ def tail_join(
         (host.gpu.index,),
         host.share,
         "",
-        why=functools.partial(tail_reason, host, demand, nominal, margin, why),
+        why=functools.partial(tail_reason, host, demand, nominal, margin, why, job.owner.uid),
         free_mib=host.room_mib,
         rate=nominal.rate,
         value=nominal.gain,
@@ -138,16 +138,23 @@ def slowed_ends(host: Host, worst: Prediction) -> float | None:
 
 
 def tail_reason(
-    host: Host, demand: Demand, nominal: Prediction, margin: float, why: TailJoin
+    host: Host,
+    demand: Demand,
+    nominal: Prediction,
+    margin: float,
+    why: TailJoin,
+    uid: int | None,
 ) -> str:
-    """The placement's reason: the model's view, then why it joins though the robust rule
-    would have it wait."""
+    """The placement's reason: the model's view (time-sliced where another user's MPS server
+    holds the GPU), then why it joins though the robust rule would have it wait."""
+    shared = collocated_reason(host.gpu, host.share, demand, nominal, margin)
+    if host.mps_user is not None and uid is not None:
+        shared = foreign_reason(host.gpu, uid, shared)
     tenants = f", its tenants by {minutes(why.tenants_s)}" if why.tenants_s else ""
     return (
-        f"{collocated_reason(host.gpu, host.share, demand, nominal, margin)}; at the queue's "
-        f"tail: with sharing's costs at the top of their range it finishes in "
-        f"{minutes(why.finish_s)}{tenants}, before waiting for GPU {why.drains} to drain and "
-        f"running alone ({minutes(why.wait_s)})"
+        f"{shared}; at the queue's tail: with sharing's costs at the top of their range it "
+        f"finishes in {minutes(why.finish_s)}{tenants}, before waiting for GPU {why.drains} "
+        f"to drain and running alone ({minutes(why.wait_s)})"
     )
 
 

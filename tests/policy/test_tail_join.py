@@ -109,3 +109,31 @@ def test_only_whole_gpus_that_work_count_for_the_tail() -> None:
     assert first_drain(station_view) == (1900.0, 0)  # the MIG and the lost GPU never drain
     queue = [sweep_member(1), sweep_member(2)]
     assert SharingPolicy("auto").place(queue, station_view).placements == []
+
+
+def test_beside_another_users_mps_server_it_time_slices_and_says_so() -> None:
+    # GPU 0's MPS server serves another member's two 30 % jobs: a third member's job may only
+    # time-slice beside them; at the tail it does where that finishes it sooner
+    theirs = gpu(
+        0,
+        *(
+            Tenant(
+                10 + k,
+                "mps",
+                4 * GIB,
+                30.0,
+                uid=1001,
+                remaining_s=3000.0,
+                remaining_source="history",
+            )
+            for k in range(2)
+        ),
+        used=8 * GIB,
+    )
+    mine = job(1, 4, 10)
+    mine = replace(mine, owner=replace(mine.owner, uid=1002))
+    station_view = station(theirs, run_time_of=lambda record: RUN_S)
+    (placement,) = SharingPolicy("auto").place([mine], station_view).placements
+    assert placement.mode == "naive"
+    assert placement.reason.startswith("time-sliced: GPU 0's MPS server serves")
+    assert "at the queue's tail" in placement.reason
