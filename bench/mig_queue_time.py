@@ -26,7 +26,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from gpudesk.core.gpu_models import STATIONS
-from gpudesk.policy import mig_payoff, simulator
+from gpudesk.policy import mig_payoff, sim_repartition
 from gpudesk.policy.interference import DEFAULT_PARAMS, ModelParams
 from gpudesk.policy.mig_planner import (
     GpuMigState,
@@ -58,17 +58,17 @@ def cell(result: SimResult) -> str:
 @contextmanager
 def rates_only() -> Iterator[None]:
     """The payoff as it was before the queue-time check: `drain` ignored."""
-    original = simulator.choose_layouts
+    original = sim_repartition.choose_layouts  # where the simulator's repartition calls it
 
     def without_drain(*args: object, **kwargs: object) -> list[mig_payoff.LayoutChoice]:
         kwargs.pop("drain", None)
         return original(*args, **kwargs)  # type: ignore[arg-type]
 
-    simulator.choose_layouts = without_drain  # type: ignore[assignment]
+    sim_repartition.choose_layouts = without_drain  # type: ignore[assignment]
     try:
         yield
     finally:
-        simulator.choose_layouts = original
+        sim_repartition.choose_layouts = original
 
 
 def replayed(path: Path, station: str, layout: str, truth: ModelParams) -> list[str]:

@@ -75,7 +75,7 @@ from gpudesk.paths import (
     HomeError,
 )
 from gpudesk.policy.access import Access
-from gpudesk.policy.mig_planner import mig_candidates
+from gpudesk.policy.mig_planner import any_whole_gpu, mig_candidates
 from gpudesk.policy.queue import JobQueue
 
 log = logging.getLogger("gpudesk.engine")
@@ -195,7 +195,11 @@ class Engine:
             self.station,
             store,
             self.telemetry,
-            lambda: mig_candidates(self.queue, self.attempts.demands),
+            lambda: mig_candidates(
+                self.queue,
+                self.attempts.demands,
+                any_whole_gpu(self.scheduler.station_view(queued_demands=False).gpu_states),
+            ),
             self.attempts.running_by_gpu,
             self.due.mark,
             lambda gpu_model: self.learning.model.params(gpu_model),

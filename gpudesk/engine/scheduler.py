@@ -40,7 +40,7 @@ from gpudesk.policy.fairshare import (
 )
 from gpudesk.policy.gpu_states import gpu_states
 from gpudesk.policy.jct_order import shortest_first
-from gpudesk.policy.mig_planner import mig_candidates
+from gpudesk.policy.mig_planner import any_whole_gpu, mig_candidates
 from gpudesk.policy.policies import make_policy
 from gpudesk.policy.policy import Decision, PlacementPolicy, StationView
 from gpudesk.policy.queue import JobQueue
@@ -451,7 +451,8 @@ class Scheduler:
         A failure (nvidia-smi, another user's process on the GPU) is an event, and the same
         GPUs and queue are not tried again until something changes."""
         idle = [g for g in view.gpu_states if g.index in relayable]
-        queue = [q for q in mig_candidates(self.queue, self.attempts.demands) if not q.held]
+        whole = any_whole_gpu(view.gpu_states)
+        queue = [q for q in mig_candidates(self.queue, self.attempts.demands, whole) if not q.held]
         if not idle or not queue:
             return False
         weighed: _Weighed = (

@@ -61,6 +61,7 @@ from gpudesk.policy.filled_station import (
     Frontier,
     Host,
 )
+from gpudesk.policy.full_slice import full_slice_choice
 from gpudesk.policy.hint_correction import CORRECTED_SOURCE
 from gpudesk.policy.interference import ModelParams, Workload, mig_rate, workload
 from gpudesk.policy.placement_pass import Lookahead, Pass, Shape
@@ -330,7 +331,7 @@ class SharingPolicy:
         usable = [
             g
             for g in (station.gpu_states if gpus is None else gpus)
-            if room_once_drained(g, ask.whole, self.rules, station) >= ask.memory_mib
+            if room_once_drained(g, ask.whole, self.rules, station, ask.gpus == 1) >= ask.memory_mib
         ]
         # the GPUs that drain first where every candidate's tenants say when they end (their
         # progress or their command family's history), else the least loaded
@@ -448,10 +449,6 @@ class SharingPolicy:
             and (not g.mig_enabled or g.mig_dynamic)
             and g.memory_total_mib - RESERVE_MIB >= need
         ]
-        if len(idle) < job.spec.gpus:
-            return None
-        chosen = tuple(g.index for g in idle[: job.spec.gpus])
-        room = min(g.memory_total_mib for g in idle[: job.spec.gpus]) - RESERVE_MIB
         why = (
             "after an out-of-memory death it runs alone"
             if demand.source == "after OOM"
@@ -459,6 +456,11 @@ class SharingPolicy:
             if job.spec.gpus > 1
             else "exclusive placement"
         )
+        if len(idle) < job.spec.gpus:
+            # one GPU's worth alone: a MIG slice with all of a GPU's compute will do
+            return full_slice_choice(need, gpus, why) if job.spec.gpus == 1 else None
+        chosen = tuple(g.index for g in idle[: job.spec.gpus])
+        room = min(g.memory_total_mib for g in idle[: job.spec.gpus]) - RESERVE_MIB
         if demand.unknown:
             why += "; " + unknown_reason(demand, room, True)
         return Choice(

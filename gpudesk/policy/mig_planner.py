@@ -41,7 +41,7 @@ from gpudesk.core.wire.mig import (
     QueueTimeView,
 )
 from gpudesk.policy.demand_history import DemandHistory
-from gpudesk.policy.policy import RESERVE_MIB
+from gpudesk.policy.policy import RESERVE_MIB, GpuState
 from gpudesk.policy.queue import JobQueue
 from gpudesk.units import MIB_PER_GIB
 
@@ -119,18 +119,25 @@ class QueuedDemand:
     held: bool = False  # held by the user: planned for, starts once released
     membw_pct: float | None = None  # its DRAM bandwidth share alone, where known
     run_s: float | None = None  # its expected run time alone (its command family's), where known
+    # it must run alone (after an out-of-memory death): only a slice with all of the GPU's
+    # compute takes it (policy.full_slice)
+    alone: bool = False
 
 
-def mig_candidates(queue: JobQueue, demands: DemandHistory) -> list[QueuedDemand]:
+def mig_candidates(
+    queue: JobQueue, demands: DemandHistory, whole_gpus: bool = True
+) -> list[QueuedDemand]:
     """The queued single-GPU jobs a MIG slice could take, in placement order, held ones
     included (hold a sweep, repartition for it, release it). A job that must run alone
-    (after an out-of-memory death) is left to whole GPUs."""
+    (after an out-of-memory death) is left to whole GPUs where the station has any
+    (`whole_gpus`); where every GPU is in MIG mode it asks for a slice with all of a GPU's
+    compute (`QueuedDemand.alone`), else it would never run."""
     queued = []
     for job in queue.ordered():
         if job.spec.gpus != 1:
             continue
         demand = demands.of(job)
-        if not demand.exclusive:
+        if not demand.exclusive or not whole_gpus:
             queued.append(
                 QueuedDemand(
                     job.id,
@@ -140,9 +147,15 @@ def mig_candidates(queue: JobQueue, demands: DemandHistory) -> list[QueuedDemand
                     job.held,
                     demand.membw_pct,
                     demands.typical_run_s(job),  # the MIG plan's queue-time replay
+                    alone=demand.exclusive,
                 )
             )
     return queued
+
+
+def any_whole_gpu(gpus: Sequence[GpuState]) -> bool:
+    """Whether a GPU here could run a job whole (not lost, not in MIG mode)."""
+    return any(not g.lost and not g.mig_enabled for g in gpus)
 
 
 @dataclass(frozen=True)
@@ -312,6 +325,11 @@ def _fits(
     return True
 
 
+def sm_of(job: QueuedDemand) -> float:
+    """The SM share a slice must give the job: all of the GPU's for one that must run alone."""
+    return FULL_GPU_PCT if job.alone else job.sm_pct
+
+
 def pack_queue(
     profiles: Sequence[GiProfile],
     placements: Mapping[int, Sequence[SliceSpan]],
@@ -327,10 +345,10 @@ def pack_queue(
         reason = None
         if full:
             reason = "queued behind a job that no longer fits on this GPU"
-        elif (profile := smallest_fitting_profile(profiles, job.memory_mib, job.sm_pct)) is None:
+        elif (profile := smallest_fitting_profile(profiles, job.memory_mib, sm_of(job))) is None:
             reason = (
                 f"no profile fits {job.memory_mib / MIB_PER_GIB:.1f} GiB + "
-                f"{SLICE_HEADROOM_MIB / MIB_PER_GIB:.1f} GiB and {job.sm_pct:.0f}% SM: "
+                f"{SLICE_HEADROOM_MIB / MIB_PER_GIB:.1f} GiB and {sm_of(job):.0f}% SM: "
                 f"it needs a whole GPU"
             )
         elif _fits(profiles, placements, [p for _, p in chosen] + [profile]):

@@ -34,6 +34,9 @@ def repartition(sim: Simulation, gpus: set[int]) -> bool:
     """The engine's own check (policy.mig_payoff.choose_layouts) on these GPUs; a GPU whose
     layout changes is unusable for `RECONFIG_S`. True when one changed."""
     ready = sorted(gpus)
+    # as the engine's mig_candidates: a job that must run alone asks for a full-compute slice
+    # where no GPU here runs whole
+    whole = len(sim.fixed) < sim.gpu_count
     queue = [
         QueuedDemand(
             r.record.id,
@@ -41,9 +44,10 @@ def repartition(sim: Simulation, gpus: set[int]) -> bool:
             r.demand.memory_mib,
             r.demand.sm_pct,
             membw_pct=r.demand.membw_pct,
+            alone=r.demand.exclusive,
         )
         for r in sim.queue
-        if r.record.spec.gpus == 1 and not r.demand.exclusive
+        if r.record.spec.gpus == 1 and not (r.demand.exclusive and whole)
     ]
     if not queue:
         return False

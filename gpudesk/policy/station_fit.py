@@ -16,7 +16,12 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from gpudesk.core.mig_profiles import CARVED_PROFILES, MigProfile, table_for_gpu
+from gpudesk.core.mig_profiles import (
+    CARVED_PROFILES,
+    COMPUTE_SLICES,
+    MigProfile,
+    table_for_gpu,
+)
 from gpudesk.policy.policy import (
     RESERVE_MIB,
     GpuState,
@@ -61,17 +66,23 @@ def _carvable(gpu: GpuState, station: StationView) -> bool:
     return gpu.mig_dynamic or (gpu.mig_enabled and station.config.repartitions_on_its_own)
 
 
-def room_once_drained(gpu: GpuState, whole: bool, rules: MigRules, station: StationView) -> float:
+def room_once_drained(
+    gpu: GpuState, whole: bool, rules: MigRules, station: StationView, one_gpu: bool = False
+) -> float:
     """The most memory the GPU could give one job once its tenants have left, as it is set up
     now: all of it but the reserve where the job may use it whole, else its largest slice (or
     profile that may be carved); -inf where it runs no such job (a lost GPU, a GPU in MIG mode
-    for a job that needs a whole one: MIG mode is never toggled)."""
+    for a job that needs whole GPUs: MIG mode is never toggled). A one-GPU job that must run
+    alone (`one_gpu`, after an out-of-memory death) may have a GPU in MIG mode whose one slice
+    holds all of its compute (`full_slice_mib`)."""
     full = gpu.memory_total_mib - RESERVE_MIB
     if gpu.lost:
         return -math.inf
     if whole:
         usable = not gpu.mig_enabled or (gpu.mig_dynamic and rules.whole_when_dynamic)
-        return full if usable else -math.inf
+        if usable:
+            return full
+        return full_slice_mib(gpu, station) if one_gpu else -math.inf
     if not rules.slices:
         return -math.inf if gpu.mig_enabled else full
     if not (gpu.mig_enabled or rules.slices_only):
@@ -81,19 +92,31 @@ def room_once_drained(gpu: GpuState, whole: bool, rules: MigRules, station: Stat
     return max((s.memory_mib for s in gpu.mig_slices), default=-math.inf)
 
 
+def full_slice_mib(gpu: GpuState, station: StationView) -> float:
+    """The memory of the GPU's MIG slice that holds all its compute (a 7g profile), which a job
+    that must run alone may take: one it has, or one the engine may carve (`_carvable`);
+    -inf where there is none."""
+    slices = [s.memory_mib for s in gpu.mig_slices if s.compute_slices >= COMPUTE_SLICES]
+    if _carvable(gpu, station):
+        slices += [p.memory_mib for p in mig_table(gpu) if p.compute_slices >= COMPUTE_SLICES]
+    return max(slices, default=-math.inf)
+
+
 def gpus_for(ask: Ask, rules: MigRules, station: StationView) -> list[GpuState]:
     """The GPUs not lost that could run the job once they drain, as they are set up now."""
     return [
         g
         for g in station.gpu_states
-        if room_once_drained(g, ask.whole, rules, station) >= ask.memory_mib
+        if room_once_drained(g, ask.whole, rules, station, ask.gpus == 1) >= ask.memory_mib
     ]
 
 
 def most_memory_as_is(gpus: int, whole: bool, rules: MigRules, station: StationView) -> float:
     """The most memory (per GPU) a job of `gpus` GPUs, whole or not, may need and still start
     on the station as it is set up now, once GPUs drain: the `gpus`-th largest room."""
-    rooms = sorted(room_once_drained(g, whole, rules, station) for g in station.gpu_states)
+    rooms = sorted(
+        room_once_drained(g, whole, rules, station, gpus <= 1) for g in station.gpu_states
+    )
     need = max(1, gpus)
     return rooms[-need] if len(rooms) >= need else -math.inf
 
