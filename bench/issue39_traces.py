@@ -22,6 +22,7 @@ Philly trace (light 10 %, medium 30 %, heavy 70 %: assumptions, docs/simulator.m
 
 from __future__ import annotations
 
+import argparse
 import json
 import random
 import sys
@@ -147,10 +148,12 @@ H100_SOURCE = (
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 2:
-        sys.exit("usage: python bench/issue39_traces.py FOLDER (writes the two traces there)")
+    parser = argparse.ArgumentParser(
+        description="Write issue 39's two SYNTHETIC traces (seeded) into FOLDER."
+    )
+    parser.add_argument("folder", type=Path, help="where to write them, e.g. traces/")
+    folder = parser.parse_args(argv[1:]).folder
     rows = measured_rows()
-    folder = Path(argv[1])
     try:
         for trace in (sweep_day(rows), h100_day(rows)):
             (folder / f"{trace['name']}.json").write_text(json.dumps(trace, indent=1) + "\n")
