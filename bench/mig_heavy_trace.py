@@ -11,6 +11,7 @@ exists: it is an assumption made to judge MIG repartitioning (`gpudesk simulate 
 
 from __future__ import annotations
 
+import argparse
 import json
 import random
 import sys
@@ -50,9 +51,10 @@ def trace() -> dict[str, object]:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        sys.exit("usage: python bench/mig_heavy_trace.py OUTPUT.json (writes the trace there)")
+    parser = argparse.ArgumentParser(description="Write the SYNTHETIC MIG-heavy trace (seeded).")
+    parser.add_argument("output", type=Path, help="the file, e.g. traces/mig-heavy-t1.json")
+    output = parser.parse_args().output
     try:
-        Path(sys.argv[1]).write_text(json.dumps(trace(), indent=1) + "\n")
+        output.write_text(json.dumps(trace(), indent=1) + "\n")
     except OSError as exc:
-        sys.exit(f"cannot write {sys.argv[1]}: {exc.strerror}")
+        sys.exit(f"cannot write {output}: {exc.strerror}")
