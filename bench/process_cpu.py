@@ -89,6 +89,8 @@ def main() -> None:
             (site / PTH).unlink(missing_ok=True)
         case ["report", folder]:
             report(Path(folder))
+        case ["-h"] | ["--help"]:
+            print(__doc__)
         case _:
             sys.exit(__doc__)
 

@@ -29,6 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--policies", default="auto,fifo")
     args = parser.parse_args(argv)
+    print("SIMULATED: each bundled trace on its own simulated station (gpudesk simulate)\n")
     print(
         "| trace | policy | order | makespan h | mean JCT min (÷ bound) | p95 JCT min | "
         "mean wait min | longest wait h |"
