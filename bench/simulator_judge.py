@@ -108,6 +108,9 @@ def main() -> int:
         "--progress-lines", action="store_true", help="as gpudesk simulate --progress-lines"
     )
     args = parser.parse_args()
+    truth = f"the truth from {args.truth}" if args.truth else "the model's defaults as the truth"
+    progress = ", every job printing progress lines" if args.progress_lines else ""
+    print(f"SIMULATED: each bundled trace on its own simulated station, {truth}{progress}\n")
     print(
         "| trace | station | policy | makespan (÷ LB) | mean JCT (÷ bound alone; ÷ queueing "
         "bound) | kWh | lost |"

@@ -270,7 +270,7 @@ def main() -> int:
     args = parser.parse_args()
     paths = args.trace or [str(folder("traces") / n) for n in names("traces")]
     estimators = args.estimators.split(",") if args.estimators else None
-    out: dict[str, Any] = {"traces": []}
+    out: dict[str, Any] = {"simulated": True, "label": "SIMULATED", "traces": []}
     for path in paths:
         trace = load_trace(path)
         if args.progress_lines:

@@ -15,7 +15,7 @@ BENCH = Path(__file__).resolve().parents[2] / "bench"
 # the scripts (a module the others import, such as fake_h200.py, has no `__main__`)
 SCRIPTS = sorted(p.name for p in BENCH.glob("*.py") if '__name__ == "__main__"' in p.read_text())
 # the simulator's benches that finish in a few seconds (docs/benchmarks.md)
-QUICK = ("mig_queue_time.py", "queue_order.py", "robust_rule.py")
+QUICK = ("mig_queue_time.py", "queue_order.py", "robust_rule.py", "simulator_judge.py")
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
