@@ -36,12 +36,15 @@ import contextlib
 import logging
 import mmap
 import os
+import secrets
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gpudesk.core.datasets import DEVICES
 from gpudesk.loader.batch import BatchMeta
+from gpudesk.loader.protocol import process_alive
 
 if TYPE_CHECKING:
     import torch
@@ -55,6 +58,7 @@ ENV_STAGING = "GPUDESK_LOADER_STAGING"  # "shm": stage on a host buffer (tests, 
 # 1.93 × under MPS); an assumption inside that measured interval, see the module docstring.
 AUTO_MIN_BATCH_BYTES = 2 * 2**20
 SHM_DIR = "/dev/shm"
+SHM_PREFIX = "gpudesk-mirror-"  # kind "shm": gpudesk-mirror-PID-TOKEN-GENERATION
 GROWTH = 2  # a mirror that must grow becomes at least this many times larger
 
 
@@ -131,6 +135,7 @@ class DeviceMirror:
         self.uuid: str | None = None
         self.stream: Any = None
         self.shm_names: list[str] = []  # kind "shm": its segments, removed by `close`
+        self.token = secrets.token_hex(4)  # in its segments' names (`cover`)
         # The ring's mappings page-locked for the copies (cudaHostRegister): a copy from
         # pageable memory goes through the driver's bounce buffer and, one batch after another,
         # bounded the stream (H200, 2026-11-30: ~900 batches/s of 4.8 MB). Kept referenced so
@@ -159,7 +164,11 @@ class DeviceMirror:
 
         size = max(nbytes, GROWTH * self.size)
         if self.kind == "shm":
-            name = f"gpudesk-mirror-{os.getpid()}-{self.gen + 1}"
+            if not self.gen:
+                remove_stale_segments()
+            # the pid, for the sweep; a token, so that a segment a killed producer of the same
+            # pid left behind (pids are reused) is never in the way
+            name = f"{SHM_PREFIX}{os.getpid()}-{self.token}-{self.gen + 1}"
             new = _map_shm(name, size, create=True)
             self.shm_names.append(name)
             parts: tuple[Any, ...] = (name, size)
@@ -266,11 +275,39 @@ def open_mirror(handle: MirrorHandle) -> torch.Tensor:
     return base.set_(storage, 0, (storage.nbytes(),), (1,))
 
 
+def remove_stale_segments() -> list[str]:
+    """Remove the "shm" segments a producer of this user left when it was killed (its `close`
+    never ran): those whose producer's pid is gone. Another user's are not ours to touch (and
+    /dev/shm's sticky bit would refuse), nor is anything but a regular file. The names removed."""
+    removed: list[str] = []
+    uid = os.getuid()
+    try:
+        entries = list(os.scandir(SHM_DIR))
+    except OSError:
+        return removed
+    for entry in entries:
+        if not entry.name.startswith(SHM_PREFIX):
+            continue
+        pid = entry.name[len(SHM_PREFIX) :].split("-", 1)[0]
+        try:
+            info = entry.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        if not pid.isdigit() or info.st_uid != uid or not stat.S_ISREG(info.st_mode):
+            continue
+        if process_alive(int(pid)):
+            continue
+        with contextlib.suppress(OSError):
+            os.unlink(f"{SHM_DIR}/{entry.name}")
+            removed.append(entry.name)
+    return removed
+
+
 def _map_shm(name: str, size: int, create: bool) -> torch.Tensor:
     """A named shared-memory segment as one uint8 tensor (kind "shm": tests, diagnosis)."""
     import torch
 
-    if "/" in name or not name.startswith("gpudesk-mirror-"):
+    if "/" in name or not name.startswith(SHM_PREFIX):
         raise StagingUnavailable(f"{name!r} is not a staging segment's name")
     flags = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC | (os.O_CREAT | os.O_EXCL if create else 0)
     fd = os.open(f"{SHM_DIR}/{name}", flags, 0o600)
