@@ -30,25 +30,32 @@ def relayable(sim: Simulation) -> set[int]:
     }
 
 
-def repartition(sim: Simulation, gpus: set[int]) -> bool:
-    """The engine's own check (policy.mig_payoff.choose_layouts) on these GPUs; a GPU whose
-    layout changes is unusable for `RECONFIG_S`. True when one changed."""
-    ready = sorted(gpus)
-    # as the engine's mig_candidates: a job that must run alone asks for a full-compute slice
-    # where no GPU here runs whole
+def mig_queue(sim: Simulation) -> list[QueuedDemand]:
+    """The queued one-GPU jobs a MIG slice could take, as the engine's `mig_candidates` lists
+    them: each with its family's run time where the replay has measured one (the engine's
+    `typical_run_s`), and a job that must run alone asking for a full-compute slice only where
+    no GPU here runs whole."""
     whole = len(sim.fixed) < sim.gpu_count
-    queue = [
+    return [
         QueuedDemand(
             r.record.id,
             r.record.name,
             r.demand.memory_mib,
             r.demand.sm_pct,
             membw_pct=r.demand.membw_pct,
+            run_s=sim.family_times.expected_s(r),
             alone=r.demand.exclusive,
         )
         for r in sim.queue
         if r.record.spec.gpus == 1 and not (r.demand.exclusive and whole)
     ]
+
+
+def repartition(sim: Simulation, gpus: set[int]) -> bool:
+    """The engine's own check (policy.mig_payoff.choose_layouts) on these GPUs; a GPU whose
+    layout changes is unusable for `RECONFIG_S`. True when one changed."""
+    ready = sorted(gpus)
+    queue = mig_queue(sim)
     if not queue:
         return False
     states = []
@@ -74,9 +81,9 @@ def repartition(sim: Simulation, gpus: set[int]) -> bool:
         sim.interference.params,
         simulated=True,
         commands_from=PlansOnly(),  # the simulator shows no command lines
-        # as the engine weighs it: no change that its replay says slows the queue (with
-        # no run-time history, as on a fresh station: mig_queue_time's assumption); the
-        # replay is the Simulation itself
+        # as the engine weighs it: no change that its replay says slows the queue (each job's
+        # run time its family's where measured, else mig_queue_time's assumption); the replay
+        # is the Simulation itself
         drain=layout_drain(type(sim), sim.interference.params),
     ):
         if choice.payoff.worth:

@@ -16,6 +16,7 @@ from gpudesk.policy.collocation import SharingPolicy
 from gpudesk.policy.demand import Demand
 from gpudesk.policy.mig_planner import QueuedDemand, any_whole_gpu
 from gpudesk.policy.policy import MigSlice, StationView
+from gpudesk.policy.sim_repartition import mig_queue
 from gpudesk.policy.simulator import Simulation, load_trace
 
 FULL = MigSlice("MIG-7g", "7g.40gb", 40 * GIB - 512, 7)
@@ -80,3 +81,25 @@ def test_the_one_h100_day_in_mig_mode_loses_no_job_with_repartitioning() -> None
         trace, policy="auto", station="sim:h100", mig="0=4g.40gb,3g.40gb", mig_repartition=True
     ).run()
     assert result.lost == 0 and result.oom_recovered == 1
+
+
+def test_the_simulators_mig_queue_is_the_engines() -> None:
+    # as mig_candidates: each queued job with its family's measured run time once one of the
+    # family has finished (the engine's typical_run_s), and none before
+    trace = load_trace(folder("traces") / "sweep-day-a100x4.json")
+    sim = Simulation(trace, policy="auto", mig="3=3g.20gb,2g.10gb,1g.5gb,1g.5gb")
+    seen_unknown = seen_known = False
+    original = sim._schedule
+
+    def schedule() -> None:
+        nonlocal seen_unknown, seen_known
+        for queued in mig_queue(sim):
+            run = sim.run_of[queued.job_id]
+            assert queued.run_s == sim.family_times.expected_s(run)
+            seen_known |= queued.run_s is not None
+            seen_unknown |= queued.run_s is None
+        original()
+
+    sim._schedule = schedule  # type: ignore[method-assign]
+    sim.run()
+    assert seen_unknown and seen_known
