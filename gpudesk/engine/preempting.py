@@ -21,6 +21,7 @@ from gpudesk.engine.store.database import Store
 from gpudesk.engine.store.schema import UnknownJob
 from gpudesk.policy import preemption
 from gpudesk.policy.policy import PlacementPolicy, StationView
+from gpudesk.policy.remaining import trusted_remaining_s
 
 log = logging.getLogger("gpudesk.engine")
 
@@ -70,7 +71,7 @@ class Preempting:
                 job.id,
                 job.spec.priority,
                 live.elapsed_s() or 0.0,
-                preemption.trusted_remaining_s(estimate.seconds, estimate.source),
+                trusted_remaining_s(estimate.seconds, estimate.source),
                 job.spec.preempt_grace_s,
                 # what resuming costs it: taken as what saving did, its grace (assumption;
                 # docs/preemption.md)

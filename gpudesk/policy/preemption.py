@@ -38,6 +38,7 @@ from dataclasses import dataclass, replace
 from gpudesk.core.records import JobRecord
 from gpudesk.policy.collocation import MAX_OVERTAKES
 from gpudesk.policy.policy import PlacementPolicy, StationView
+from gpudesk.policy.remaining import trusted_drain_s
 
 # A preempted job's current attempt must have run this many times its preemption loss before it
 # may be preempted again (assumption: overhead at most 1/(1+2) of its time).
@@ -107,29 +108,17 @@ def without(station: StationView, job_id: int) -> StationView:
     return replace(station, gpu_states=states)
 
 
-# Remaining times the rule believes: those the engine measured (a command family's past run
-# times), never a job's own progress lines. A preemption is decided against a job's owner, and
-# she writes its progress lines: a fake `progress 999/1000` would make her job look as good as
+# Remaining times the rule believes: those the engine measured (remaining.TRUSTED_SOURCES),
+# never a job's own progress lines. A preemption is decided against a job's owner, and she
+# writes its progress lines: a fake `progress 999/1000` would make her job look as good as
 # finished and never give way.
-TRUSTED_SOURCES = frozenset({"history"})
-
-
-def trusted_remaining_s(seconds: float | None, source: str) -> float | None:
-    """A remaining time the rule may use, or None (unknown) where it is the job's own word."""
-    return seconds if source in TRUSTED_SOURCES else None
 
 
 def natural_wait_s(station: StationView) -> float | None:
     """The soonest a GPU is expected to drain by itself, by the remaining times the engine
     measured (`TRUSTED_SOURCES`); None: no GPU's time is known so."""
-    known = []
-    for gpu in station.gpu_states:
-        if gpu.lost:
-            continue
-        times = [trusted_remaining_s(t.remaining_s, t.remaining_source) for t in gpu.tenants]
-        if all(t is not None for t in times):
-            known.append(max((t for t in times if t is not None), default=0.0))
-    return min(known, default=None)
+    known = [trusted_drain_s(g.tenants) for g in station.gpu_states if not g.lost]
+    return min((k for k in known if k is not None), default=None)
 
 
 def choose(

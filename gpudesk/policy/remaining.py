@@ -15,8 +15,9 @@ reads the `Remaining` each tenant carries.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Protocol
 
 # The window the current rate is measured over. A rate changes when the job's tenancy does (a
 # co-tenant starts or ends), so the window must be short to follow it, and long enough that the
@@ -107,3 +108,35 @@ def estimate(
     last = recent.done if recent is not None else None
     of = recent.total if recent is not None else None
     return Remaining(None, "unknown", last, of, None, typical_s, elapsed_s)
+
+
+# The remaining times a rule that acts on another member's behalf may believe: those the engine
+# measured (a command family's past run times), never a job's own progress lines, which its
+# owner writes (preemption; the tail rule, tail_join).
+TRUSTED_SOURCES = frozenset({"history"})
+
+
+class _Tenant(Protocol):
+    """A GPU's tenant as the placement view has it (policy.Tenant)."""
+
+    @property
+    def remaining_s(self) -> float | None: ...
+    @property
+    def remaining_source(self) -> str: ...
+
+
+def trusted_remaining_s(seconds: float | None, source: str) -> float | None:
+    """A remaining time the rule may use, or None (unknown) where it is the job's own word."""
+    return seconds if source in TRUSTED_SOURCES else None
+
+
+def trusted_drain_s(tenants: Iterable[_Tenant]) -> float | None:
+    """When the last of these tenants ends by the engine's own measurements (0: none); None
+    where any one's remaining time is unknown or only its own word."""
+    latest = 0.0
+    for tenant in tenants:
+        seconds = trusted_remaining_s(tenant.remaining_s, tenant.remaining_source)
+        if seconds is None:
+            return None
+        latest = max(latest, seconds)
+    return latest

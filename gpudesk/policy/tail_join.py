@@ -19,8 +19,10 @@ tenants if, with the costs at the top of their range,
 
 and the model at its own values still says the station gains there. `W` is the job's expected
 run time, measured by the engine for its command family (`StationView.run_time_of`), never what
-the job says; the tenants' remaining times and the drains are the engine's estimates
-(`gpudesk.policy.remaining`). Where any of these is unknown the job waits, as before.
+the job says; the tenants' remaining times and the drains are the engine's own measurements
+too (their families' run times: `remaining.TRUSTED_SOURCES`), never a job's progress lines,
+which its owner writes: on a system engine root decides for one member, and another's word
+must not move it. Where any of these is unknown the job waits, as before.
 Of the GPUs that qualify it takes the one where it finishes first.
 
 Judged by `bench/trace_jitter.py`'s replays (docs/benchmarks.md): the sweep day with a MIG GPU
@@ -41,6 +43,7 @@ from gpudesk.policy.interference import workload
 from gpudesk.policy.placement_reasons import collocated_reason, foreign_reason
 from gpudesk.policy.policy import StationView
 from gpudesk.policy.rates import Prediction
+from gpudesk.policy.remaining import trusted_drain_s, trusted_remaining_s
 
 
 @dataclass(frozen=True)
@@ -64,11 +67,12 @@ def at_tail(queued_after: int, station: StationView) -> bool:
 
 
 def first_drain(station: StationView) -> tuple[float, int] | None:
-    """When the first whole GPU is expected to drain, and which (None: no GPU's end known)."""
+    """When the first whole GPU is expected to drain by the engine's own measurements, and
+    which (None: no GPU's end known so)."""
     known = [
-        (g.drains_in_s, g.index)
+        (drain, g.index)
         for g in station.gpu_states
-        if not g.lost and not g.mig_enabled and g.drains_in_s is not None
+        if not g.lost and not g.mig_enabled and (drain := trusted_drain_s(g.tenants)) is not None
     ]
     return min(known) if known else None
 
@@ -125,15 +129,16 @@ def tail_join(
 def slowed_ends(host: Host, worst: Prediction) -> float | None:
     """The latest end of the host's shared tenants, each slowed from its rate before to its
     rate beside the job (the costs at the top of their range); None where a tenant's remaining
-    time is unknown."""
+    time is unknown or only its own word."""
     shared = [t for t in host.gpu.tenants if t.mode in ("mps", "naive")]
     latest = 0.0
     for tenant, before, after in zip(
         shared, worst.tenants_before, worst.tenants_after, strict=True
     ):
-        if tenant.remaining_s is None:
+        remaining = trusted_remaining_s(tenant.remaining_s, tenant.remaining_source)
+        if remaining is None:
             return None
-        latest = max(latest, tenant.remaining_s * before / max(after, 1e-9))
+        latest = max(latest, remaining * before / max(after, 1e-9))
     return latest
 
 

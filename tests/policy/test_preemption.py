@@ -19,9 +19,9 @@ from gpudesk.policy.preemption import (
     choose,
     natural_wait_s,
     placed_by,
-    trusted_remaining_s,
     without,
 )
+from gpudesk.policy.remaining import trusted_remaining_s
 from gpudesk.policy.simulator import Simulation, TraceError, load_trace
 
 GIB = 1024.0

@@ -137,3 +137,16 @@ def test_beside_another_users_mps_server_it_time_slices_and_says_so() -> None:
     assert placement.mode == "naive"
     assert placement.reason.startswith("time-sliced: GPU 0's MPS server serves")
     assert "at the queue's tail" in placement.reason
+
+
+def test_a_tenants_own_progress_lines_are_not_believed() -> None:
+    # the same ends as the first test, but said by the tenants' own progress lines (which their
+    # owner writes): on a system engine root decides for another member, so it waits
+    def said(index: int, first_id: int) -> object:
+        gpu_state = busy(index, first_id, 1900.0)
+        claimed = tuple(replace(t, remaining_source="progress") for t in gpu_state.tenants)
+        return replace(gpu_state, tenants=claimed)
+
+    station_view = station(said(0, 10), said(1, 20), run_time_of=lambda record: RUN_S)
+    assert SharingPolicy("auto").place([sweep_member(1)], station_view).placements == []
+    assert first_drain(station_view) is None
