@@ -33,6 +33,7 @@ from gpudesk.core.gpu_models import GpuModel
 from gpudesk.core.mig_layout import LayoutError, plan_layout
 from gpudesk.core.mig_profiles import COMPUTE_SLICES, SliceSpan, table_for_gpu
 from gpudesk.core.mig_records import GiProfile, MigMode
+from gpudesk.core.records import JobRecord
 from gpudesk.core.wire.mig import (
     MigPlanView,
     PlanBlocker,
@@ -40,6 +41,7 @@ from gpudesk.core.wire.mig import (
     PlanSlice,
     QueueTimeView,
 )
+from gpudesk.policy.demand import Demand
 from gpudesk.policy.demand_history import DemandHistory
 from gpudesk.policy.policy import RESERVE_MIB, GpuState
 from gpudesk.policy.queue import JobQueue
@@ -127,35 +129,42 @@ class QueuedDemand:
 def mig_candidates(
     queue: JobQueue, demands: DemandHistory, whole_gpus: bool = True
 ) -> list[QueuedDemand]:
-    """The queued single-GPU jobs a MIG slice could take, in placement order, held ones
-    included (hold a sweep, repartition for it, release it). A job that must run alone
-    (after an out-of-memory death) is left to whole GPUs where the station has any
-    (`whole_gpus`); where every GPU is in MIG mode it asks for a slice with all of a GPU's
-    compute (`QueuedDemand.alone`), else it would never run."""
-    queued = []
-    for job in queue.ordered():
-        if job.spec.gpus != 1:
-            continue
-        demand = demands.of(job)
-        if not demand.exclusive or not whole_gpus:
-            queued.append(
-                QueuedDemand(
-                    job.id,
-                    job.name,
-                    demand.memory_mib,
-                    demand.sm_pct,
-                    job.held,
-                    demand.membw_pct,
-                    demands.typical_run_s(job),  # the MIG plan's queue-time replay
-                    alone=demand.exclusive,
-                )
-            )
-    return queued
+    """The queued single-GPU jobs a MIG slice could take (`mig_candidate`), in placement order,
+    held ones included (hold a sweep, repartition for it, release it)."""
+    candidates = (
+        mig_candidate(job, demands.of(job), demands.typical_run_s(job), whole_gpus)
+        for job in queue.ordered()
+        if job.spec.gpus == 1
+    )
+    return [c for c in candidates if c is not None]
+
+
+def mig_candidate(
+    job: JobRecord, demand: Demand, run_s: float | None, whole_gpus: bool
+) -> QueuedDemand | None:
+    """A queued job as the planner sees it, or None where no MIG slice is for it: a multi-GPU
+    job, or one that must run alone (after an out-of-memory death) on a station with GPUs that
+    run whole (`whole_gpus`); where every GPU is in MIG mode such a job asks for a slice with
+    all of a GPU's compute (`QueuedDemand.alone`), else it would never run. `run_s`: its
+    expected run time (its family's), for the plan's queue-time replay. The engine's and the
+    simulator's repartitioning list the queue by it."""
+    if job.spec.gpus != 1 or (demand.exclusive and whole_gpus):
+        return None
+    return QueuedDemand(
+        job.id,
+        job.name,
+        demand.memory_mib,
+        demand.sm_pct,
+        job.held,
+        demand.membw_pct,
+        run_s,
+        alone=demand.exclusive,
+    )
 
 
 def any_whole_gpu(gpus: Sequence[GpuState]) -> bool:
-    """Whether a GPU here could run a job whole (not lost, not in MIG mode)."""
-    return any(not g.lost and not g.mig_enabled for g in gpus)
+    """Whether a GPU here could run a job whole (`GpuState.runs_whole`)."""
+    return any(g.runs_whole for g in gpus)
 
 
 @dataclass(frozen=True)

@@ -98,6 +98,11 @@ class GpuState:
     def exclusive(self) -> bool:
         return any(t.mode == "exclusive" for t in self.tenants)
 
+    @property
+    def runs_whole(self) -> bool:
+        """It can run a job whole: not lost, not in MIG mode (which gpudesk never leaves)."""
+        return not self.lost and not self.mig_enabled
+
     @_memo
     def reserved_mib(self) -> float:
         return sum(t.memory_mib for t in self.tenants)

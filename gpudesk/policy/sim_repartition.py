@@ -9,7 +9,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from gpudesk.policy.mig_payoff import RECONFIG_S, choose_layouts
-from gpudesk.policy.mig_planner import GpuMigState, PlansOnly, QueuedDemand
+from gpudesk.policy.mig_planner import (
+    GpuMigState,
+    PlansOnly,
+    QueuedDemand,
+    any_whole_gpu,
+    mig_candidate,
+)
 from gpudesk.policy.mig_planner import simulated_profiles as planner_profiles
 from gpudesk.policy.mig_queue_time import layout_drain
 from gpudesk.policy.sim_station import new_slice
@@ -31,24 +37,14 @@ def relayable(sim: Simulation) -> set[int]:
 
 
 def mig_queue(sim: Simulation) -> list[QueuedDemand]:
-    """The queued one-GPU jobs a MIG slice could take, as the engine's `mig_candidates` lists
-    them: each with its family's run time where the replay has measured one (the engine's
-    `typical_run_s`), and a job that must run alone asking for a full-compute slice only where
-    no GPU here runs whole."""
-    whole = len(sim.fixed) < sim.gpu_count
-    return [
-        QueuedDemand(
-            r.record.id,
-            r.record.name,
-            r.demand.memory_mib,
-            r.demand.sm_pct,
-            membw_pct=r.demand.membw_pct,
-            run_s=sim.family_times.expected_s(r),
-            alone=r.demand.exclusive,
-        )
-        for r in sim.queue
-        if r.record.spec.gpus == 1 and not (r.demand.exclusive and whole)
-    ]
+    """The queued jobs a MIG slice could take, listed as the engine's `mig_candidates` lists
+    them (`mig_candidate`), each with its family's run time where the replay has measured one
+    (the engine's `typical_run_s`)."""
+    whole = any_whole_gpu(sim.view().gpu_states)
+    candidates = (
+        mig_candidate(r.record, r.demand, sim.family_times.expected_s(r), whole) for r in sim.queue
+    )
+    return [c for c in candidates if c is not None]
 
 
 def repartition(sim: Simulation, gpus: set[int]) -> bool:

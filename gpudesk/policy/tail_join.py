@@ -62,8 +62,7 @@ def at_tail(queued_after: int, station: StationView) -> bool:
     waits for would stand idle rather than serve another job."""
     if queued_after >= len(station.gpu_states):
         return False  # (a long queue's jobs: no count of the GPUs on the placement hot path)
-    whole = sum(1 for g in station.gpu_states if not g.lost and not g.mig_enabled)
-    return queued_after + 1 <= whole
+    return queued_after + 1 <= sum(1 for g in station.gpu_states if g.runs_whole)
 
 
 def first_drain(station: StationView) -> tuple[float, int] | None:
@@ -72,7 +71,7 @@ def first_drain(station: StationView) -> tuple[float, int] | None:
     known = [
         (drain, g.index)
         for g in station.gpu_states
-        if not g.lost and not g.mig_enabled and (drain := trusted_drain_s(g.tenants)) is not None
+        if g.runs_whole and (drain := trusted_drain_s(g.tenants)) is not None
     ]
     return min(known) if known else None
 
