@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from gpudesk.core.mig_profiles import COMPUTE_SLICES
 from gpudesk.policy.filled_station import Choice
 from gpudesk.policy.policy import GpuState
 from gpudesk.units import gib
@@ -22,7 +21,7 @@ def full_slice_choice(need_mib: float, gpus: Sequence[GpuState], why: str) -> Ch
         if not gpu.mig_enabled or gpu.lost:
             continue
         for mig in gpu.mig_slices:
-            if not mig.busy and mig.compute_slices >= COMPUTE_SLICES and mig.memory_mib >= need_mib:
+            if not mig.busy and mig.holds_all_compute and mig.memory_mib >= need_mib:
                 return Choice(
                     (gpu.index,),
                     "mig",

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar, overload
 
+from gpudesk.core.mig_profiles import COMPUTE_SLICES
 from gpudesk.core.records import JobRecord
 from gpudesk.core.station import StationConfig
 from gpudesk.policy.interference import PRIOR_MODEL, InterferenceModel
@@ -70,6 +71,11 @@ class MigSlice:
     memory_mib: float
     compute_slices: int
     busy: bool = False
+
+    @property
+    def holds_all_compute(self) -> bool:
+        """All of its GPU's compute in one slice (a 7g profile): a GPU to itself but in name."""
+        return self.compute_slices >= COMPUTE_SLICES
 
 
 @dataclass(frozen=True)

@@ -96,7 +96,7 @@ def full_slice_mib(gpu: GpuState, station: StationView) -> float:
     """The memory of the GPU's MIG slice that holds all its compute (a 7g profile), which a job
     that must run alone may take: one it has, or one the engine may carve (`_carvable`);
     -inf where there is none."""
-    slices = [s.memory_mib for s in gpu.mig_slices if s.compute_slices >= COMPUTE_SLICES]
+    slices = [s.memory_mib for s in gpu.mig_slices if s.holds_all_compute]
     if _carvable(gpu, station):
         slices += [p.memory_mib for p in mig_table(gpu) if p.compute_slices >= COMPUTE_SLICES]
     return max(slices, default=-math.inf)

@@ -44,6 +44,7 @@ from gpudesk.policy.placement_reasons import collocated_reason, foreign_reason
 from gpudesk.policy.policy import StationView
 from gpudesk.policy.rates import Prediction
 from gpudesk.policy.remaining import trusted_drain_s, trusted_remaining_s
+from gpudesk.render import duration
 
 
 @dataclass(frozen=True)
@@ -154,13 +155,9 @@ def tail_reason(
     shared = collocated_reason(host.gpu, host.share, demand, nominal, margin)
     if host.mps_user is not None and uid is not None:
         shared = foreign_reason(host.gpu, uid, shared)
-    tenants = f", its tenants by {minutes(why.tenants_s)}" if why.tenants_s else ""
+    tenants = f", its tenants by {duration(why.tenants_s)}" if why.tenants_s else ""
     return (
         f"{shared}; at the queue's tail: with sharing's costs at the top of their range it "
-        f"finishes in {minutes(why.finish_s)}{tenants}, before waiting for GPU {why.drains} "
-        f"to drain and running alone ({minutes(why.wait_s)})"
+        f"finishes in {duration(why.finish_s)}{tenants}, before waiting for GPU {why.drains} "
+        f"to drain and running alone ({duration(why.wait_s)})"
     )
-
-
-def minutes(seconds: float) -> str:
-    return f"{seconds / 60:.0f} min"
