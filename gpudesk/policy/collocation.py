@@ -26,7 +26,9 @@ Jobs go in priority and arrival order. A job that cannot start yet may be overta
 jobs `MAX_OVERTAKES` times (a multi-GPU job not at all); then the least-loaded GPUs it can run
 on (never a fixed-layout MIG GPU for a job that needs whole GPUs) take no new job until it has
 started, while later jobs still start on the others (bounded backfilling), so a large job is
-never starved by a stream of small ones.
+never starved by a stream of small ones. Under `auto` a one-GPU job not yet due leaves to a
+multi-GPU job just behind it the idle GPUs it could start on now, which it would otherwise hold
+idle (`multi_first`).
 
 The published baseline, CARMA, is `gpudesk.policy.carma`. The station as a pass fills it is
 `filled_station`, the pass's own state and look-ahead `placement_pass`, the reasons' words
@@ -64,6 +66,7 @@ from gpudesk.policy.filled_station import (
 from gpudesk.policy.full_slice import full_slice_choice
 from gpudesk.policy.hint_correction import CORRECTED_SOURCE
 from gpudesk.policy.interference import ModelParams, Workload, mig_rate, workload
+from gpudesk.policy.multi_first import held_behind
 from gpudesk.policy.placement_pass import Lookahead, Pass, Shape
 from gpudesk.policy.placement_reasons import (
     collocated_reason,
@@ -265,20 +268,20 @@ class SharingPolicy:
         """The job judged in full, at `position` in the queue: placed where `choose` says, or
         left waiting, its (memory, SM) `point` then on its shape's no-room frontier."""
         waiting = run.waiting
-        if (
-            waiting is not None
-            and not run.reserved
-            and run.station.overtaken.get(waiting.id, 0) + run.overtaken.get(waiting.id, 0)
-            >= self.overtake_budget(waiting)
-        ):
+        if waiting is not None and not run.reserved and self.due(run, waiting):
             # Its turn: the GPUs that will free up first take nothing new until it starts.
             run.reserved = self.reserve(waiting, run.station, run.plan.gpus.values())
+        held: frozenset[int] = frozenset()
+        if self.robust and job.spec.gpus == 1 and not self.due(run, job):
+            held = held_behind(
+                run, position, lambda m: self.ask(m, demand_of(m, run.station, self.hints_as_given))
+            )
         choice = self.choose(
             job,
             demand,
             run.plan,
             run.station,
-            exclude=run.reserved,
+            exclude=run.reserved | held if held else run.reserved,
             behind=functools.partial(run.lookahead.behind, position),
             queued_after=len(run.lookahead.queue) - position - 1,
         )
@@ -288,7 +291,9 @@ class SharingPolicy:
                 # the first job that could start once GPUs drain: the one GPUs may be held
                 # for (a job that first needs an admin's change could not use them)
                 run.waiting = job
-            if demand.membw_pct is None:  # the frontier knows memory and SM only
+            # the frontier knows memory and SM only, and holds for every job of the shape:
+            # not where GPUs were kept from this one for a multi-GPU job (a due one may take them)
+            if demand.membw_pct is None and not held:
                 run.no_room.setdefault(shape, Frontier()).add(*point)
             return
         run.plan.take(job, given_room(demand, choice), choice, run.station)
@@ -420,6 +425,11 @@ class SharingPolicy:
             best.reason += "; " + unknown_reason(demand, best.free_mib, best.alone)
         return best
 
+    def due(self, run: Pass, job: JobRecord) -> bool:
+        """Whether later jobs have overtaken the job as often as they may (this pass too)."""
+        overtaken = run.station.overtaken.get(job.id, 0) + run.overtaken.get(job.id, 0)
+        return overtaken >= self.overtake_budget(job)
+
     def _at_tail(
         self,
         job: JobRecord,
@@ -445,9 +455,7 @@ class SharingPolicy:
         idle = [
             g
             for g in gpus
-            if g.idle
-            and (not g.mig_enabled or g.mig_dynamic)
-            and g.memory_total_mib - RESERVE_MIB >= need
+            if g.idle and g.whole_once_idle and g.memory_total_mib - RESERVE_MIB >= need
         ]
         why = (
             "after an out-of-memory death it runs alone"

@@ -233,7 +233,7 @@ class FilledStation:
             kind,
             room,
             gpu.heaviest_tenant_sm_pct >= HEAVY_SM_PCT,
-            gpu.idle and (not gpu.mig_enabled or gpu.mig_dynamic),
+            gpu.idle and gpu.whole_once_idle,
             worst_params=worst if kind == SHARED else {},
         )
         self._hosts[gpu.index] = host

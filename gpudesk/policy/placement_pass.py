@@ -52,6 +52,11 @@ class Lookahead:
         self.needs[position] = need
         return need
 
+    def multi_behind(self, position: int) -> JobRecord | None:
+        """The first multi-GPU job in the window behind `position`, if any."""
+        end = min(len(self.queue), position + 1 + self.window)
+        return next((j for j in self.queue[position + 1 : end] if j.spec.gpus > 1), None)
+
     def behind(self, position: int) -> int:
         end = min(len(self.queue), position + 1 + self.window)
         return sum(self.need(i) for i in range(position + 1, end))

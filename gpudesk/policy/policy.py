@@ -109,6 +109,12 @@ class GpuState:
         """It can run a job whole: not lost, not in MIG mode (which gpudesk never leaves)."""
         return not self.lost and not self.mig_enabled
 
+    @property
+    def whole_once_idle(self) -> bool:
+        """A job needing whole GPUs may take it once it is idle: `runs_whole`, or a simulated
+        MIG GPU whose slices are carved as needed (it may be set whole again)."""
+        return not self.lost and (not self.mig_enabled or self.mig_dynamic)
+
     @_memo
     def reserved_mib(self) -> float:
         return sum(t.memory_mib for t in self.tenants)

@@ -31,7 +31,8 @@ from gpudesk.policy.collocation import (
 )
 from gpudesk.policy.demand import Demand
 from gpudesk.policy.filled_station import FilledStation
-from gpudesk.policy.placement_pass import Lookahead
+from gpudesk.policy.multi_first import held_for_multi
+from gpudesk.policy.placement_pass import LOOKAHEAD_PER_GPU, Lookahead
 from gpudesk.policy.policy import (
     RESERVE_MIB,
     Decision,
@@ -89,12 +90,13 @@ def reference_place(
             >= policy.overtake_budget(waiting)
         ):
             reserved = policy.reserve(waiting, station, plan.gpus.values())
+        held = held_for_multi_here(policy, job, position, queue, station, plan, reserved, overtaken)
         choice = policy.choose(
             job,
             demand,
             plan,
             station,
-            exclude=reserved,
+            exclude=reserved | held,
             behind=functools.partial(lookahead.behind, position),
         )
         if choice is None:
@@ -106,6 +108,32 @@ def reference_place(
         if waiting is not None:
             overtaken[waiting.id] = overtaken.get(waiting.id, 0) + 1
     return Decision(plan.placements, rejections, overtaken)
+
+
+def held_for_multi_here(
+    policy: SharingPolicy,
+    job: JobRecord,
+    position: int,
+    queue: Sequence[JobRecord],
+    station: StationView,
+    plan: FilledStation,
+    reserved: set[int],
+    overtaken: dict[int, int],
+) -> frozenset[int]:
+    """multi_first, written out: under `auto`, the idle GPUs a one-GPU job that is not yet due
+    leaves to the first multi-GPU job within the look-ahead window behind it."""
+    due = station.overtaken.get(job.id, 0) + overtaken.get(job.id, 0) >= policy.overtake_budget(job)
+    if policy.name != "auto" or job.spec.gpus != 1 or due:
+        return frozenset()
+    window = queue[position + 1 : position + 1 + LOOKAHEAD_PER_GPU * len(station.gpu_states)]
+    multi = next((j for j in window if j.spec.gpus > 1), None)
+    if multi is None:
+        return frozenset()
+    ask = policy.ask(multi, demand_of(multi, station))
+    idle = [g for g in plan.gpus.values() if g.idle and g.index not in reserved]
+    return held_for_multi(
+        idle, ask.gpus, ask.memory_mib, sum(g.whole_once_idle for g in station.gpu_states)
+    )
 
 
 def varied(
