@@ -104,6 +104,7 @@ class LiveAttempt:
             uid=self.uid,
             remaining_s=remaining.seconds,
             remaining_source=remaining.source,
+            measured_remaining_s=remaining.measured_s,
         )
 
 

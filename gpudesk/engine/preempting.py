@@ -21,7 +21,6 @@ from gpudesk.engine.store.database import Store
 from gpudesk.engine.store.schema import UnknownJob
 from gpudesk.policy import preemption
 from gpudesk.policy.policy import PlacementPolicy, StationView
-from gpudesk.policy.remaining import trusted_remaining_s
 
 log = logging.getLogger("gpudesk.engine")
 
@@ -71,7 +70,7 @@ class Preempting:
                 job.id,
                 job.spec.priority,
                 live.elapsed_s() or 0.0,
-                trusted_remaining_s(estimate.seconds, estimate.source),
+                estimate.measured_s,
                 job.spec.preempt_grace_s,
                 # what resuming costs it: taken as what saving did, its grace (assumption;
                 # docs/preemption.md)

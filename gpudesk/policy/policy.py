@@ -62,6 +62,9 @@ class Tenant:
     # (gpudesk.policy.remaining); which GPU drains first
     remaining_s: float | None = None
     remaining_source: str = "unknown"
+    # what the engine's own measurements give, whatever the job prints (Remaining.measured_s):
+    # what a rule acting on another member's behalf may believe
+    measured_remaining_s: float | None = None
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ The rule, for a waiting GPU job W and a running job V marked preemptible:
 - **Gain.** The time W is spared waiting: `wait = min(V's remaining time, the soonest any GPU
   drains by itself)`, less V's grace period (W waits for V to checkpoint and leave):
   `gain = wait - grace_V`. V's remaining time is its command family's history estimate
-  (gpudesk.policy.remaining), never its own progress lines (`TRUSTED_SOURCES`: its owner writes
+  (`Remaining.measured_s`), never its own progress lines (its owner writes
   them and would gain from understating them); where unknown, the time it has run already
   (assumption: for the heavy-tailed run times of shared clusters a job that has run t is as
   likely as not to run about t more, Harchol-Balter & Downey 1997; it also never calls a job
@@ -108,15 +108,15 @@ def without(station: StationView, job_id: int) -> StationView:
     return replace(station, gpu_states=states)
 
 
-# Remaining times the rule believes: those the engine measured (remaining.TRUSTED_SOURCES),
-# never a job's own progress lines. A preemption is decided against a job's owner, and she
-# writes its progress lines: a fake `progress 999/1000` would make her job look as good as
-# finished and never give way.
+# Remaining times the rule believes: those the engine measured (`Remaining.measured_s`, a job's
+# family's history whether or not it prints progress), never a job's own progress lines. A
+# preemption is decided against a job's owner, and she writes its progress lines: a fake
+# `progress 999/1000` would make her job look as good as finished and never give way.
 
 
 def natural_wait_s(station: StationView) -> float | None:
     """The soonest a GPU is expected to drain by itself, by the remaining times the engine
-    measured (`TRUSTED_SOURCES`); None: no GPU's time is known so."""
+    measured (`trusted_drain_s`); None: no GPU's time is known so."""
     known = [trusted_drain_s(g.tenants) for g in station.gpu_states if not g.lost]
     return min((k for k in known if k is not None), default=None)
 

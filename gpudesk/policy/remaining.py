@@ -42,6 +42,16 @@ class Remaining:
     typical_s: float | None = None  # its command family's mean run time
     elapsed_s: float | None = None  # how long it has run
 
+    @property
+    def measured_s(self) -> float | None:
+        """What the engine's own measurements give, whatever the job prints: its family's
+        mean run time less how long it has run (None: unknown, or past it). A rule acting on
+        another member's behalf believes this, never the job's progress lines
+        (`trusted_drain_s`)."""
+        if self.typical_s is None or self.elapsed_s is None or self.elapsed_s >= self.typical_s:
+            return None
+        return self.typical_s - self.elapsed_s
+
 
 UNKNOWN = Remaining(None, "unknown")
 
@@ -110,32 +120,22 @@ def estimate(
     return Remaining(None, "unknown", last, of, None, typical_s, elapsed_s)
 
 
-# The remaining times a rule that acts on another member's behalf may believe: those the engine
-# measured (a command family's past run times), never a job's own progress lines, which its
-# owner writes (preemption; the tail rule, tail_join).
-TRUSTED_SOURCES = frozenset({"history"})
-
-
 class _Tenant(Protocol):
     """A GPU's tenant as the placement view has it (policy.Tenant)."""
 
     @property
-    def remaining_s(self) -> float | None: ...
-    @property
-    def remaining_source(self) -> str: ...
-
-
-def trusted_remaining_s(seconds: float | None, source: str) -> float | None:
-    """A remaining time the rule may use, or None (unknown) where it is the job's own word."""
-    return seconds if source in TRUSTED_SOURCES else None
+    def measured_remaining_s(self) -> float | None: ...
 
 
 def trusted_drain_s(tenants: Iterable[_Tenant]) -> float | None:
-    """When the last of these tenants ends by the engine's own measurements (0: none); None
-    where any one's remaining time is unknown or only its own word."""
+    """When the last of these tenants ends by the engine's own measurements (0: none; each
+    one's `Remaining.measured_s`, whatever it prints); None where any one's is unknown. The
+    rules that act on one member's behalf against another's (preemption, the tail rule) believe
+    only these: a job's progress lines are its owner's word, and a fake `progress 999/1000`
+    would make her job look as good as finished."""
     latest = 0.0
     for tenant in tenants:
-        seconds = trusted_remaining_s(tenant.remaining_s, tenant.remaining_source)
+        seconds = tenant.measured_remaining_s
         if seconds is None:
             return None
         latest = max(latest, seconds)

@@ -39,10 +39,11 @@ def _remaining(sim: Simulation, run: SimRun) -> Remaining:
     its progress lines where it prints them (its remaining work at its current rate: the
     engine measures that rate over its last minute of progress, here it is exact), else from
     its family's finished runs, else unknown."""
+    typical, elapsed = sim.family_times.expected_s(run), sim.now - run.started_at
     if run.job.progress and run.segment is not None and run.segment.rate > 0.0:
         left = max(0.0, run.job.exclusive_s - run.work_done) / run.segment.rate
-        return Remaining(left, "progress")
-    return estimate(None, sim.family_times.expected_s(run), sim.now - run.started_at)
+        return Remaining(left, "progress", typical_s=typical, elapsed_s=elapsed)
+    return estimate(None, typical, elapsed)
 
 
 def station_view(sim: Simulation) -> StationView:
@@ -78,6 +79,7 @@ def station_view(sim: Simulation) -> StationView:
                     thread_pct=t.placed.mps_thread_pct,
                     remaining_s=remaining.seconds,
                     remaining_source=remaining.source,
+                    measured_remaining_s=remaining.measured_s,
                 )
             )
         history = sim.sm_history[gpu]

@@ -20,7 +20,8 @@ tenants if, with the costs at the top of their range,
 and the model at its own values still says the station gains there. `W` is the job's expected
 run time, measured by the engine for its command family (`StationView.run_time_of`), never what
 the job says; the tenants' remaining times and the drains are the engine's own measurements
-too (their families' run times: `remaining.TRUSTED_SOURCES`), never a job's progress lines,
+too (their families' run times: `Remaining.measured_s`, kept for a job that prints progress
+lines as for one that does not), never a job's progress lines,
 which its owner writes: on a system engine root decides for one member, and another's word
 must not move it. Where any of these is unknown the job waits, as before.
 Of the GPUs that qualify it takes the one where it finishes first.
@@ -43,7 +44,7 @@ from gpudesk.policy.interference import workload
 from gpudesk.policy.placement_reasons import collocated_reason, foreign_reason
 from gpudesk.policy.policy import StationView
 from gpudesk.policy.rates import Prediction
-from gpudesk.policy.remaining import trusted_drain_s, trusted_remaining_s
+from gpudesk.policy.remaining import trusted_drain_s
 from gpudesk.render import duration
 
 
@@ -135,7 +136,7 @@ def slowed_ends(host: Host, worst: Prediction) -> float | None:
     for tenant, before, after in zip(
         shared, worst.tenants_before, worst.tenants_after, strict=True
     ):
-        remaining = trusted_remaining_s(tenant.remaining_s, tenant.remaining_source)
+        remaining = tenant.measured_remaining_s
         if remaining is None:
             return None
         latest = max(latest, remaining * before / max(after, 1e-9))

@@ -21,7 +21,7 @@ from gpudesk.policy.preemption import (
     placed_by,
     without,
 )
-from gpudesk.policy.remaining import trusted_remaining_s
+from gpudesk.policy.remaining import Remaining
 from gpudesk.policy.simulator import Simulation, TraceError, load_trace
 
 GIB = 1024.0
@@ -58,7 +58,13 @@ def full_station(*tenants: Tenant, overtaken: dict[int, int] | None = None) -> S
 
 def heavy(job_id: int, remaining_s: float | None = None) -> Tenant:
     return Tenant(
-        job_id, "mps", 35 * GIB, 95.0, remaining_s=remaining_s, remaining_source="history"
+        job_id,
+        "mps",
+        35 * GIB,
+        95.0,
+        remaining_s=remaining_s,
+        remaining_source="history",
+        measured_remaining_s=remaining_s,
     )
 
 
@@ -137,7 +143,15 @@ def test_the_waiting_job_must_fit_where_the_victim_was() -> None:
         40 * GIB,
         mps_usable=True,
         tenants=(
-            Tenant(1, "mps", 5 * GIB, 10.0, remaining_s=3600.0, remaining_source="history"),
+            Tenant(
+                1,
+                "mps",
+                5 * GIB,
+                10.0,
+                remaining_s=3600.0,
+                remaining_source="history",
+                measured_remaining_s=3600.0,
+            ),
             Tenant(3, "mps", 34 * GIB, 90.0),
         ),
     )
@@ -293,5 +307,7 @@ def test_a_jobs_own_progress_lines_never_spare_it() -> None:
     claimed = Tenant(1, "mps", 35 * GIB, 95.0, remaining_s=5.0, remaining_source="progress")
     assert natural_wait_s(full_station(claimed)) is None
     assert natural_wait_s(full_station(heavy(1, remaining_s=5.0))) == 5.0
-    assert trusted_remaining_s(5.0, "progress") is None
-    assert trusted_remaining_s(5.0, "history") == 5.0
+    # the engine's own figure for a job that prints progress: its family's, whatever it prints
+    assert Remaining(5.0, "progress").measured_s is None
+    assert Remaining(5.0, "progress", typical_s=600.0, elapsed_s=100.0).measured_s == 500.0
+    assert Remaining(None, "unknown", typical_s=600.0, elapsed_s=700.0).measured_s is None

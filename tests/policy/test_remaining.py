@@ -100,6 +100,20 @@ def test_progress_first_then_history_then_unknown() -> None:
     assert estimate(finished, None, 5.0).seconds == 0.0
 
 
+def test_the_engines_own_figure_is_kept_beside_the_progress() -> None:
+    """What a rule acting for another member believes (`measured_s`): the family's figure,
+    whether or not the job prints progress; never its progress."""
+    recent = RecentProgress()
+    recent.add(0.0, 990.0, 1000.0)
+    recent.add(30.0, 999.0, 1000.0)  # it says it is nearly done
+    said = estimate(recent, typical_s=600.0, elapsed_s=100.0)
+    assert said.source == "progress" and said.seconds is not None and said.seconds < 5
+    assert said.measured_s == 500.0
+    assert estimate(recent, typical_s=None, elapsed_s=100.0).measured_s is None
+    assert estimate(None, typical_s=600.0, elapsed_s=100.0).measured_s == 500.0
+    assert estimate(None, typical_s=60.0, elapsed_s=100.0).measured_s is None
+
+
 @pytest.mark.parametrize(
     ("remaining", "words"),
     [

@@ -10,13 +10,13 @@ from test_collocation import GIB, gpu, job, station  # same folder: on sys.path 
 
 from gpudesk.core.records import JobRecord
 from gpudesk.policy.collocation import SharingPolicy
-from gpudesk.policy.policy import StationView, Tenant
+from gpudesk.policy.policy import GpuState, StationView, Tenant
 from gpudesk.policy.tail_join import at_tail, first_drain
 
 RUN_S = 2100.0  # the family's measured run time (the sweep day's ResNet-50 members: ~35 min)
 
 
-def busy(index: int, first_id: int, remaining_s: float | None) -> object:
+def busy(index: int, first_id: int, remaining_s: float | None) -> GpuState:
     """A whole GPU with three 30 % SM MPS tenants, each 8 GB, each ending in `remaining_s`:
     room for a fourth, which the model at its values says gains a little (+0.04 GPU) and with
     the costs at the top of their range loses (-0.03): the robust rule leaves it waiting."""
@@ -30,6 +30,7 @@ def busy(index: int, first_id: int, remaining_s: float | None) -> object:
                 30.0,
                 remaining_s=remaining_s,
                 remaining_source="history" if remaining_s is not None else "unknown",
+                measured_remaining_s=remaining_s,
             )
             for k in range(3)
         ),
@@ -125,6 +126,7 @@ def test_beside_another_users_mps_server_it_time_slices_and_says_so() -> None:
                 uid=1001,
                 remaining_s=3000.0,
                 remaining_source="history",
+                measured_remaining_s=3000.0,
             )
             for k in range(2)
         ),
@@ -140,13 +142,34 @@ def test_beside_another_users_mps_server_it_time_slices_and_says_so() -> None:
 
 
 def test_a_tenants_own_progress_lines_are_not_believed() -> None:
-    # the same ends as the first test, but said by the tenants' own progress lines (which their
-    # owner writes): on a system engine root decides for another member, so it waits
-    def said(index: int, first_id: int) -> object:
+    # the same ends as the first test, but said by the tenants' own progress lines alone (which
+    # their owner writes; no family history): on a system engine root decides for another
+    # member, so it waits
+    def said(index: int, first_id: int) -> GpuState:
         gpu_state = busy(index, first_id, 1900.0)
-        claimed = tuple(replace(t, remaining_source="progress") for t in gpu_state.tenants)
+        claimed = tuple(
+            replace(t, remaining_source="progress", measured_remaining_s=None)
+            for t in gpu_state.tenants
+        )
         return replace(gpu_state, tenants=claimed)
 
     station_view = station(said(0, 10), said(1, 20), run_time_of=lambda record: RUN_S)
     assert SharingPolicy("auto").place([sweep_member(1)], station_view).placements == []
     assert first_drain(station_view) is None
+
+
+def test_tenants_printing_progress_keep_their_familys_measured_figure() -> None:
+    # tenants that print progress lines (which say they end in 5 s) and whose families' runs
+    # the engine measured (1900 s left): the rule goes by the measured figure, as for tenants
+    # that print nothing; printing progress never makes it stop working
+    def printing(index: int, first_id: int) -> GpuState:
+        gpu_state = busy(index, first_id, 1900.0)
+        claimed = tuple(
+            replace(t, remaining_s=5.0, remaining_source="progress") for t in gpu_state.tenants
+        )
+        return replace(gpu_state, tenants=claimed)
+
+    station_view = station(printing(0, 10), printing(1, 20), run_time_of=lambda record: RUN_S)
+    (placement,) = SharingPolicy("auto").place([sweep_member(1)], station_view).placements
+    assert "at the queue's tail" in placement.reason
+    assert first_drain(station_view) == (1900.0, 0)
