@@ -848,6 +848,20 @@ def _section_child(args: argparse.Namespace) -> int:
     return 0
 
 
+def _stop_group(pgid: int, grace_s: float = 5.0) -> None:
+    """SIGTERM the section's process group, then SIGKILL what is left after `grace_s`. The
+    SIGTERM first lets torch's multiprocessing resource tracker (which ignores SIGTERM) outlive
+    the section's processes and unlink their named semaphores (`/dev/shm/sem.mp-*`); a SIGKILL
+    to the whole group at once killed it with them, and those files were left behind."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline:
+            os.killpg(pgid, 0)  # ProcessLookupError once the group is gone
+            time.sleep(0.05)
+        os.killpg(pgid, signal.SIGKILL)
+
+
 def _run_section(name: str, args: argparse.Namespace, limit_s: float, tmp: Path) -> dict[str, Any]:
     """One section in a process group of its own, killed on overrun."""
     result_file = tmp / f"{name}.json"
@@ -880,13 +894,11 @@ def _run_section(name: str, args: argparse.Namespace, limit_s: float, tmp: Path)
     try:
         output, _ = proc.communicate(timeout=limit_s)
     except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
+        _stop_group(proc.pid)
         output, _ = proc.communicate()
         tail = (output or "")[-4000:]
         return {"status": "timed out", "limit_s": limit_s, "pid": proc.pid, "output_tail": tail}
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGKILL)  # a straggler child of the section
+    _stop_group(proc.pid)  # a straggler child of the section
     record: dict[str, Any] = {"status": "ok", "wall_s": time.monotonic() - started, "pid": proc.pid}
     if proc.returncode or not result_file.exists():
         record.update(status="failed", returncode=proc.returncode)
