@@ -1,0 +1,42 @@
+"""A multi-GPU job that could start now goes before a one-GPU job ahead of it, in a real engine
+(gpudesk/policy/multi_first.py): on a simulated four-GPU station under `auto`, two long
+compute-heavy jobs hold GPUs 0 and 1 and a two-GPU job GPUs 2 and 3; behind it wait a heavy
+one-GPU job and then another two-GPU job. When the first two-GPU job ends, both its GPUs free at
+once: the second two-GPU job takes them, where in queue order the one-GPU job would have taken
+one and left the other idle, held, until a long job ended."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+
+import pytest
+from conftest import EngineHandle
+
+from gpudesk.paths import Home
+
+
+def sleeper(name: str, seconds: float, gpus: int = 1) -> dict:
+    command = [sys.executable, "-c", f"import time; time.sleep({seconds})"]
+    return {"name": name, "command": command, "gpus": gpus, "memory_gb": 10, "sm_pct": 90}
+
+
+@pytest.fixture
+def engine(home: Home) -> Iterator[EngineHandle]:
+    handle = EngineHandle(home)
+    handle.start(backend="sim:dgx-station-a100", policy="auto", sample_interval=0.2)
+    yield handle
+    handle.client.close()  # `home` stops the engine
+
+
+def test_the_freed_pair_goes_to_the_two_gpu_job_behind(engine: EngineHandle) -> None:
+    longs = engine.submit(sleeper("long-0", 60), sleeper("long-1", 60))
+    (pair,) = engine.submit(sleeper("pair", 2, gpus=2))
+    for job_id in (*longs, pair):
+        engine.wait_state(job_id, "running")
+    one, two = engine.submit(sleeper("one", 60), sleeper("two", 60, gpus=2))
+    assert engine.wait_all_done([pair], timeout=30)[0].state == "succeeded"
+    engine.wait_state(two, "running", timeout=15)
+    assert engine.show(two).attempts[0].placement.gpus == [2, 3]
+    assert engine.job(one).state == "queued"  # it takes the next GPU to drain
+    engine.client.request("cancel", jobs=[*longs, one, two], grace=0)
