@@ -72,10 +72,8 @@ from gpudesk.policy.placement_reasons import (
     collocated_reason,
     foreign_reason,
     idle_share_reason,
-    mps_serves_other,
     sliced_reason,
     unknown_reason,
-    unknown_wait,
 )
 from gpudesk.policy.policy import (
     RESERVE_MIB,
@@ -87,7 +85,6 @@ from gpudesk.policy.policy import (
     cpu_placement,
     cpu_wait,
     gpu_job_impossible,
-    queued_before,
 )
 from gpudesk.policy.slice_choice import SliceOption, best_slice
 from gpudesk.policy.station_fit import (
@@ -99,6 +96,7 @@ from gpudesk.policy.station_fit import (
     wait_for_change,
 )
 from gpudesk.policy.tail_join import at_tail, tail_join
+from gpudesk.policy.wait_words import waiting_text
 from gpudesk.units import MIB_PER_GB, gib
 
 SATURATED_SM_PCT = 80.0  # CARMA: a GPU this busy over the window takes no new tenant
@@ -216,7 +214,8 @@ class SharingPolicy:
                     continue
             self._judge(run, job, position, known, plain)
             seeking = run.waiting is None
-        return Decision(plan.placements, run.rejections, run.overtaken)
+        held = dict.fromkeys(run.reserved, run.reserved_for) if run.reserved_for else {}
+        return Decision(plan.placements, run.rejections, run.overtaken, held)
 
     def _judge(
         self, run: Pass, job: JobRecord, position: int, known: Demand | None, plain: float
@@ -271,6 +270,7 @@ class SharingPolicy:
         if waiting is not None and not run.reserved and self.due(run, waiting):
             # Its turn: the GPUs that will free up first take nothing new until it starts.
             run.reserved = self.reserve(waiting, run.station, run.plan.gpus.values())
+            run.reserved_for = waiting.id
         held: frozenset[int] = frozenset()
         if self.robust and job.spec.gpus == 1 and not self.due(run, job):
             held = held_behind(
@@ -619,28 +619,6 @@ class SharingPolicy:
         if change:
             return change
         demand = demand_of(job, station, self.hints_as_given)
-        need = (
-            f"needs {job.spec.gpus} idle GPUs"
-            if job.spec.gpus > 1 or demand.exclusive
-            else f"needs {gib(demand.admit_mib)} + {gib(margin_mib(demand))} margin and "
-            f"{demand.sm_pct:.0f}% SM, and a GPU where sharing is predicted to gain"
-            + (" even with its costs at the top of their range" if self.robust else "")
-        )
-        parts = [f"waiting ({demand.source} demand: {need})"]
-        if demand.unknown:
-            parts.append(unknown_wait(demand, job.spec.gpus > 1 or demand.exclusive))
-        for gpu in station.gpu_states:
-            if gpu.lost:
-                parts.append(f"GPU {gpu.index} lost")
-            elif gpu.exclusive:
-                parts.append(f"GPU {gpu.index} held exclusively")
-            elif not gpu.idle:
-                other_user = mps_serves_other(gpu, job.owner.uid)
-                parts.append(
-                    f"GPU {gpu.index}: {gib(max(0.0, gpu.free_mib))} free, SM "
-                    f"demand {gpu.sm_demand_pct:.0f}%" + (f" ({other_user})" if other_user else "")
-                )
-        ahead = sum(1 for o in queue if o.id != job.id and queued_before(o, job) and o.spec.gpus)
-        if ahead:
-            parts.append(f"{ahead} GPU job(s) ahead")
-        return "; ".join(parts)
+        # the GPUs the next pass holds, and for which waiting job: the pass itself says
+        held = self.place(queue, station).held
+        return waiting_text(job, queue, station, demand, self.robust, held)

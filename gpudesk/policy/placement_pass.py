@@ -87,4 +87,5 @@ class Pass:
     overtaken: dict[int, int] = field(default_factory=dict)
     waiting: JobRecord | None = None  # the first GPU job that could not start
     reserved: set[int] = field(default_factory=set)  # GPUs held for it once overtaken enough
+    reserved_for: int | None = None  # the job they are held for
     no_room: dict[Shape, Frontier] = field(default_factory=dict)

@@ -223,6 +223,8 @@ class Decision:
     placements: list[Placement] = field(default_factory=list)
     rejections: list[Rejection] = field(default_factory=list)
     overtaken: dict[int, int] = field(default_factory=dict)  # job id -> later jobs started first
+    # GPU index -> the waiting job it is held for (no new job starts there until that one has)
+    held: dict[int, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -69,6 +69,7 @@ def reference_place(
     overtaken: dict[int, int] = {}
     waiting: JobRecord | None = None
     reserved: set[int] = set()
+    reserved_for: int | None = None
     lookahead = Lookahead(queue, station)
     as_is = AsIs(policy.rules, station)
     for position, job in enumerate(queue):
@@ -90,6 +91,7 @@ def reference_place(
             >= policy.overtake_budget(waiting)
         ):
             reserved = policy.reserve(waiting, station, plan.gpus.values())
+            reserved_for = waiting.id
         held = held_for_multi_here(policy, job, position, queue, station, plan, reserved, overtaken)
         choice = policy.choose(
             job,
@@ -107,7 +109,8 @@ def reference_place(
         plan.take(job, given_room(demand, choice), choice, station)
         if waiting is not None:
             overtaken[waiting.id] = overtaken.get(waiting.id, 0) + 1
-    return Decision(plan.placements, rejections, overtaken)
+    held = dict.fromkeys(reserved, reserved_for) if reserved_for is not None else {}
+    return Decision(plan.placements, rejections, overtaken, held)
 
 
 def held_for_multi_here(

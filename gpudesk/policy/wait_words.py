@@ -1,0 +1,63 @@
+"""Why a queued GPU job waits under `SharingPolicy`, in words (`gpudesk show`): what it needs,
+where the GPUs stand, which of them the next placement pass holds and for which job, and how
+many GPU jobs are ahead of it."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from gpudesk.core.records import JobRecord
+from gpudesk.policy.demand import Demand, margin_mib
+from gpudesk.policy.placement_reasons import mps_serves_other, unknown_wait
+from gpudesk.policy.policy import StationView, queued_before
+from gpudesk.units import gib
+
+
+def waiting_text(
+    job: JobRecord,
+    queue: Sequence[JobRecord],
+    station: StationView,
+    demand: Demand,
+    robust: bool,
+    held: Mapping[int, int],
+) -> str:
+    """`demand`: the job's, as placement takes it; `robust`: sharing judged with its costs at
+    the top of their range; `held`: GPU index -> the waiting job the next pass holds it for
+    (`Decision.held`: no new job starts there until that one has)."""
+    need = (
+        f"needs {job.spec.gpus} idle GPUs"
+        if job.spec.gpus > 1 or demand.exclusive
+        else f"needs {gib(demand.admit_mib)} + {gib(margin_mib(demand))} margin and "
+        f"{demand.sm_pct:.0f}% SM, and a GPU where sharing is predicted to gain"
+        + (" even with its costs at the top of their range" if robust else "")
+    )
+    parts = [f"waiting ({demand.source} demand: {need})"]
+    if demand.unknown:
+        parts.append(unknown_wait(demand, job.spec.gpus > 1 or demand.exclusive))
+    for gpu in station.gpu_states:
+        holder = held.get(gpu.index)
+        hold = (
+            ""
+            if holder is None
+            else ", held for it until it starts"
+            if holder == job.id
+            else f", held for job {holder} (waiting ahead of it) until that one starts"
+        )
+        if gpu.lost:
+            parts.append(f"GPU {gpu.index} lost")
+        elif gpu.exclusive:
+            parts.append(f"GPU {gpu.index} held exclusively{hold}")
+        elif not gpu.idle:
+            other_user = mps_serves_other(gpu, job.owner.uid)
+            parts.append(
+                f"GPU {gpu.index}: {gib(max(0.0, gpu.free_mib))} free, SM "
+                f"demand {gpu.sm_demand_pct:.0f}%"
+                + (f" ({other_user})" if other_user else "")
+                + hold
+            )
+        elif hold:
+            parts.append(f"GPU {gpu.index} idle{hold}")
+    ahead = sum(1 for o in queue if o.id != job.id and queued_before(o, job) and o.spec.gpus)
+    if ahead:
+        parts.append(f"{ahead} GPU job(s) ahead")
+    return "; ".join(parts)

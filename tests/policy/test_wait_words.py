@@ -1,0 +1,40 @@
+"""`gpudesk show`'s words for a waiting GPU job (gpudesk/policy/wait_words.py) name the GPUs
+the next placement pass holds and the job they are held for: a job that could share a GPU held
+for a multi-GPU job ahead of it was told only that no GPU gained."""
+
+from __future__ import annotations
+
+from test_collocation import gpu, job, station, tenant  # same folder: on sys.path under pytest
+
+from gpudesk.policy.collocation import SharingPolicy
+from gpudesk.policy.policy import StationView
+
+TWO_GPU, LIGHT = 1, 2
+
+
+def view() -> StationView:
+    # GPU 0 full; GPUs 1 and 2 each with one 30 % tenant: the two-GPU job ahead waits for
+    # two of them to drain, and they are held for it from its first wait
+    return station(
+        gpu(0, tenant(10, 38, 90)), gpu(1, tenant(11, 10, 30)), gpu(2, tenant(12, 10, 30))
+    )
+
+
+def test_a_job_kept_off_a_held_gpu_is_told_for_which_job_it_is_held() -> None:
+    two_gpu, light = job(TWO_GPU, 10, 90, gpus=2), job(LIGHT, 10, 20)
+    policy = SharingPolicy("auto")
+    # alone in the queue the light job would join GPU 1 or 2 at once
+    assert [p.job_id for p in policy.place([light], view()).placements] == [LIGHT]
+    decision = policy.place([two_gpu, light], view())
+    assert decision.placements == [] and decision.held == {1: TWO_GPU, 2: TWO_GPU}
+    said = policy.explain_wait(light, [two_gpu, light], view())
+    assert "GPU 1: 29.5 GiB free, SM demand 30%, held for job 1 (waiting ahead of it)" in said
+    assert "GPU 2: 29.5 GiB free, SM demand 30%, held for job 1" in said
+    own = policy.explain_wait(two_gpu, [two_gpu, light], view())
+    assert "GPU 1: 29.5 GiB free, SM demand 30%, held for it until it starts" in own
+
+
+def test_nothing_is_said_held_where_nothing_is() -> None:
+    light = job(LIGHT, 10, 20)
+    said = SharingPolicy("auto").explain_wait(light, [light], station(gpu(0, tenant(10, 38, 90))))
+    assert "held for" not in said
