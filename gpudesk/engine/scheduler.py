@@ -105,6 +105,7 @@ class Scheduler:
         self.policy: PlacementPolicy = make_policy(station.config.policy)
         self.retry_at: float | None = None  # when to retry after a failed step
         self.overtaken: dict[int, int] = {}  # queued job id -> later jobs started before it
+        self.held: dict[int, int] = {}  # GPU index -> the job the last pass held it for
         self.preempting = Preempting(attempts, store, events, learning)
         self.drain = Drain(store)  # drained: nothing new starts (engine/drain.py)
         self.next_begin: float | None = None  # the next queued job's begin time (wall clock)
@@ -129,6 +130,7 @@ class Scheduler:
             gpu_problem=None if monitor.opened else monitor.open_problem,
             simulated=monitor.simulated,
             overtaken=self.overtaken,
+            held=self.held,
             demands=self._demands_beyond_hints() if queued_demands else {},
             interference=self.learning.model,
             gpus_read=monitor.latest is not None,
@@ -368,6 +370,7 @@ class Scheduler:
         started = time.perf_counter()
         decision = self.policy.place(jobs, view)
         self.activity.decided(time.perf_counter() - started)
+        self.held = decision.held
         return decision
 
     def settle_dependencies(self) -> None:

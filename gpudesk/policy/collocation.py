@@ -619,6 +619,4 @@ class SharingPolicy:
         if change:
             return change
         demand = demand_of(job, station, self.hints_as_given)
-        # the GPUs the next pass holds, and for which waiting job: the pass itself says
-        held = self.place(queue, station).held
-        return waiting_text(job, queue, station, demand, self.robust, held)
+        return waiting_text(job, queue, station, demand, self.robust, station.held)

@@ -240,6 +240,9 @@ class StationView:
     simulated: bool = False
     demands: Mapping[int, Any] = field(default_factory=dict)  # job id -> demand.Demand
     overtaken: Mapping[int, int] = field(default_factory=dict)  # job id -> times overtaken
+    # GPU index -> the waiting job the last placement pass held it for (`Decision.held`): what
+    # `show` says of a waiting job; a pass works out its own
+    held: Mapping[int, int] = field(default_factory=dict)
     interference: InterferenceModel = PRIOR_MODEL  # speeds under sharing, learned or prior
     # The GPUs were read at least once: before, their MIG mode and slices are not known yet.
     gpus_read: bool = True

@@ -1,5 +1,5 @@
 """Why a queued GPU job waits under `SharingPolicy`, in words (`gpudesk show`): what it needs,
-where the GPUs stand, which of them the next placement pass holds and for which job, and how
+where the GPUs stand, which of them the last placement pass held and for which job, and how
 many GPU jobs are ahead of it."""
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ def waiting_text(
     held: Mapping[int, int],
 ) -> str:
     """`demand`: the job's, as placement takes it; `robust`: sharing judged with its costs at
-    the top of their range; `held`: GPU index -> the waiting job the next pass holds it for
-    (`Decision.held`: no new job starts there until that one has)."""
+    the top of their range; `held`: GPU index -> the waiting job the last pass held it for
+    (`Decision.held`, `StationView.held`: no new job starts there until that one has)."""
     need = (
         f"needs {job.spec.gpus} idle GPUs"
         if job.spec.gpus > 1 or demand.exclusive

@@ -11,7 +11,7 @@ import sys
 from collections.abc import Iterator
 
 import pytest
-from conftest import EngineHandle
+from conftest import EngineHandle, wait_for
 
 from gpudesk.paths import Home
 
@@ -40,3 +40,22 @@ def test_the_freed_pair_goes_to_the_two_gpu_job_behind(engine: EngineHandle) -> 
     assert engine.show(two).attempts[0].placement.gpus == [2, 3]
     assert engine.job(one).state == "queued"  # it takes the next GPU to drain
     engine.client.request("cancel", jobs=[*longs, one, two], grace=0)
+
+
+def test_show_names_the_gpus_held_for_a_waiting_job(engine: EngineHandle) -> None:
+    # each GPU's heavy job leaves too little memory for the light one beside it
+    heavies = engine.submit(*({**sleeper(f"heavy-{i}", 60), "memory_gb": 30} for i in range(4)))
+    for job_id in heavies:
+        engine.wait_state(job_id, "running")
+    (pair,) = engine.submit(sleeper("pair", 5, gpus=2))
+    light = {**sleeper("light", 5), "sm_pct": 20, "memory_gb": 20}
+    (waiting,) = engine.submit(light)
+    # the two-GPU job is held for from its first wait; the light job is kept off those GPUs
+    said = wait_for(
+        lambda: (text := engine.show(waiting).waiting or "") and "held for job" in text and text,
+        10.0,
+        what="show to name the held GPUs",
+    )
+    assert said.count(f"held for job {pair} (waiting ahead of it) until that one starts") == 2
+    assert engine.show(pair).waiting.count("held for it until it starts") == 2
+    engine.client.request("cancel", jobs=[*heavies, pair, waiting], grace=0)

@@ -1,8 +1,10 @@
 """`gpudesk show`'s words for a waiting GPU job (gpudesk/policy/wait_words.py) name the GPUs
-the next placement pass holds and the job they are held for: a job that could share a GPU held
+the last placement pass held and the job they are held for: a job that could share a GPU held
 for a multi-GPU job ahead of it was told only that no GPU gained."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 from test_collocation import gpu, job, station, tenant  # same folder: on sys.path under pytest
 
@@ -27,10 +29,12 @@ def test_a_job_kept_off_a_held_gpu_is_told_for_which_job_it_is_held() -> None:
     assert [p.job_id for p in policy.place([light], view()).placements] == [LIGHT]
     decision = policy.place([two_gpu, light], view())
     assert decision.placements == [] and decision.held == {1: TWO_GPU, 2: TWO_GPU}
-    said = policy.explain_wait(light, [two_gpu, light], view())
+    # the engine's view carries what its last pass held (StationView.held)
+    seen = replace(view(), held=decision.held)
+    said = policy.explain_wait(light, [two_gpu, light], seen)
     assert "GPU 1: 29.5 GiB free, SM demand 30%, held for job 1 (waiting ahead of it)" in said
     assert "GPU 2: 29.5 GiB free, SM demand 30%, held for job 1" in said
-    own = policy.explain_wait(two_gpu, [two_gpu, light], view())
+    own = policy.explain_wait(two_gpu, [two_gpu, light], seen)
     assert "GPU 1: 29.5 GiB free, SM demand 30%, held for it until it starts" in own
 
 
