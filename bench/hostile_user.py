@@ -263,4 +263,6 @@ def print_table(base: list[float], results: dict[str, Any]) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from quiet_pipe import run_main
+
+    run_main(main)

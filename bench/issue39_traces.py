@@ -163,4 +163,6 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    from quiet_pipe import run_main
+
+    run_main(lambda: main(sys.argv))

@@ -19,7 +19,6 @@ import argparse
 import json
 import math
 import statistics
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -123,4 +122,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from quiet_pipe import run_main
+
+    run_main(main)

@@ -11,7 +11,6 @@ never the trace's truth (gpudesk/policy/sim_order.py). A Markdown table for docs
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 from gpudesk.policy.sim_bounds import bound_of
@@ -54,4 +53,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from quiet_pipe import run_main
+
+    run_main(main)

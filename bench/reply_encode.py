@@ -20,7 +20,6 @@ import argparse
 import json
 import platform
 import statistics
-import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -107,4 +106,6 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from quiet_pipe import run_main
+
+    run_main(main)

@@ -120,4 +120,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from quiet_pipe import run_main
+
+    run_main(main)

@@ -12,7 +12,6 @@ can run (SimResult.not_runnable) and auto's ratio to it and to carma. SIMULATED 
 from __future__ import annotations
 
 import argparse
-import sys
 
 from gpudesk.examples import folder, names
 from gpudesk.policy.interference import DEFAULT_PARAMS
@@ -124,4 +123,6 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from quiet_pipe import run_main
+
+    run_main(main)

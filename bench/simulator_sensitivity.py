@@ -309,4 +309,6 @@ def _print_learning(trace: Trace, learning: dict[str, Any]) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from quiet_pipe import run_main
+
+    run_main(main)

@@ -43,3 +43,29 @@ def test_the_quick_simulator_benches_run(script: str, tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "SIMULATED" in done.stdout
+
+
+# writes its one file and prints nothing a reader could leave early
+PRINTS_NOTHING = ("mig_heavy_trace.py",)
+
+
+@pytest.mark.parametrize("script", [s for s in SCRIPTS if s not in PRINTS_NOTHING])
+def test_it_runs_through_quiet_pipe(script: str) -> None:
+    """Each script's `__main__` runs `main` through bench/quiet_pipe.py, so its output piped
+    into `head` ends quietly rather than in a BrokenPipeError traceback."""
+    main_block = (BENCH / script).read_text().split('if __name__ == "__main__":', 1)[1]
+    assert "run_main(" in main_block
+
+
+def test_a_reader_that_leaves_early_gets_no_traceback(tmp_path: Path) -> None:
+    bench = subprocess.Popen(
+        [sys.executable, str(BENCH / "simulator_judge.py")],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert bench.stdout is not None and bench.stderr is not None
+    bench.stdout.close()  # the reader gone before the first write: that write must fail
+    errors = bench.stderr.read().decode()
+    assert bench.wait(timeout=300) == 141, errors[-2000:]
+    assert "Traceback" not in errors and "BrokenPipeError" not in errors, errors[-2000:]
