@@ -13,10 +13,13 @@ from typing import NoReturn
 EXIT_BROKEN_PIPE = 141  # what a shell reports for a writer killed by SIGPIPE (128 + 13)
 
 
-def run_main(main: Callable[[], int | None]) -> NoReturn:
+def run_main(main: Callable[[], int | str | None]) -> NoReturn:
     """`sys.exit(main())`, with a reader gone from stdout taken as the end of the run."""
     try:
-        code = main()
+        try:
+            code = main()
+        except SystemExit as done:  # argparse's --help and its errors end so
+            code = done.code
         sys.stdout.flush()  # inside the try: the interpreter's own last flush would raise
     except BrokenPipeError:
         # point stdout at /dev/null so the interpreter's final flush does not raise again
