@@ -8,12 +8,8 @@ one and left the other idle, held, until a long job ended."""
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
 
-import pytest
 from conftest import EngineHandle, wait_for
-
-from gpudesk.paths import Home
 
 
 def sleeper(name: str, seconds: float, gpus: int = 1) -> dict:
@@ -21,41 +17,35 @@ def sleeper(name: str, seconds: float, gpus: int = 1) -> dict:
     return {"name": name, "command": command, "gpus": gpus, "memory_gb": 10, "sm_pct": 90}
 
 
-@pytest.fixture
-def engine(home: Home) -> Iterator[EngineHandle]:
-    handle = EngineHandle(home)
-    handle.start(backend="sim:dgx-station-a100", policy="auto", sample_interval=0.2)
-    yield handle
-    handle.client.close()  # `home` stops the engine
-
-
-def test_the_freed_pair_goes_to_the_two_gpu_job_behind(engine: EngineHandle) -> None:
-    longs = engine.submit(sleeper("long-0", 60), sleeper("long-1", 60))
-    (pair,) = engine.submit(sleeper("pair", 2, gpus=2))
+def test_the_freed_pair_goes_to_the_two_gpu_job_behind(sim_engine: EngineHandle) -> None:
+    longs = sim_engine.submit(sleeper("long-0", 60), sleeper("long-1", 60))
+    (pair,) = sim_engine.submit(sleeper("pair", 2, gpus=2))
     for job_id in (*longs, pair):
-        engine.wait_state(job_id, "running")
-    one, two = engine.submit(sleeper("one", 60), sleeper("two", 60, gpus=2))
-    assert engine.wait_all_done([pair], timeout=30)[0].state == "succeeded"
-    engine.wait_state(two, "running", timeout=15)
-    assert engine.show(two).attempts[0].placement.gpus == [2, 3]
-    assert engine.job(one).state == "queued"  # it takes the next GPU to drain
-    engine.client.request("cancel", jobs=[*longs, one, two], grace=0)
+        sim_engine.wait_state(job_id, "running")
+    one, two = sim_engine.submit(sleeper("one", 60), sleeper("two", 60, gpus=2))
+    assert sim_engine.wait_all_done([pair], timeout=30)[0].state == "succeeded"
+    sim_engine.wait_state(two, "running", timeout=15)
+    assert sim_engine.show(two).attempts[0].placement.gpus == [2, 3]
+    assert sim_engine.job(one).state == "queued"  # it takes the next GPU to drain
+    sim_engine.client.request("cancel", jobs=[*longs, one, two], grace=0)
 
 
-def test_show_names_the_gpus_held_for_a_waiting_job(engine: EngineHandle) -> None:
+def test_show_names_the_gpus_held_for_a_waiting_job(sim_engine: EngineHandle) -> None:
     # each GPU's heavy job leaves too little memory for the light one beside it
-    heavies = engine.submit(*({**sleeper(f"heavy-{i}", 60), "memory_gb": 30} for i in range(4)))
+    heavies = sim_engine.submit(*({**sleeper(f"heavy-{i}", 60), "memory_gb": 30} for i in range(4)))
     for job_id in heavies:
-        engine.wait_state(job_id, "running")
-    (pair,) = engine.submit(sleeper("pair", 5, gpus=2))
+        sim_engine.wait_state(job_id, "running")
+    (pair,) = sim_engine.submit(sleeper("pair", 5, gpus=2))
     light = {**sleeper("light", 5), "sm_pct": 20, "memory_gb": 20}
-    (waiting,) = engine.submit(light)
+    (waiting,) = sim_engine.submit(light)
     # the two-GPU job is held for from its first wait; the light job is kept off those GPUs
     said = wait_for(
-        lambda: (text := engine.show(waiting).waiting or "") and "held for job" in text and text,
+        lambda: (
+            (text := sim_engine.show(waiting).waiting or "") and "held for job" in text and text
+        ),
         10.0,
         what="show to name the held GPUs",
     )
     assert said.count(f"held for job {pair} (waiting ahead of it) until that one starts") == 2
-    assert engine.show(pair).waiting.count("held for it until it starts") == 2
-    engine.client.request("cancel", jobs=[*heavies, pair, waiting], grace=0)
+    assert sim_engine.show(pair).waiting.count("held for it until it starts") == 2
+    sim_engine.client.request("cancel", jobs=[*heavies, pair, waiting], grace=0)
