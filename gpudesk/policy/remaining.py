@@ -48,12 +48,18 @@ class Remaining:
         mean run time less how long it has run (None: unknown, or past it). A rule acting on
         another member's behalf believes this, never the job's progress lines
         (`trusted_drain_s`)."""
-        if self.typical_s is None or self.elapsed_s is None or self.elapsed_s >= self.typical_s:
-            return None
-        return self.typical_s - self.elapsed_s
+        return left_by_family(self.typical_s, self.elapsed_s)
 
 
 UNKNOWN = Remaining(None, "unknown")
+
+
+def left_by_family(typical_s: float | None, elapsed_s: float | None) -> float | None:
+    """Its command family's mean run time less how long it has run; None where either is
+    unknown, or once it has run past it (how much longer is then anyone's guess)."""
+    if typical_s is None or elapsed_s is None or elapsed_s >= typical_s:
+        return None
+    return typical_s - elapsed_s
 
 
 class RecentProgress:
@@ -113,8 +119,9 @@ def estimate(
             since = max(0.0, now - recent.points[-1][0]) if now is not None else 0.0
             left = max(0.0, (total - done) / rate - since)
             return Remaining(left, "progress", done, total, rate, typical_s, elapsed_s)
-    if typical_s is not None and elapsed_s is not None and elapsed_s < typical_s:
-        return Remaining(typical_s - elapsed_s, "history", typical_s=typical_s, elapsed_s=elapsed_s)
+    by_family = left_by_family(typical_s, elapsed_s)
+    if by_family is not None:
+        return Remaining(by_family, "history", typical_s=typical_s, elapsed_s=elapsed_s)
     last = recent.done if recent is not None else None
     of = recent.total if recent is not None else None
     return Remaining(None, "unknown", last, of, None, typical_s, elapsed_s)
