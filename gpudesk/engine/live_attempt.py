@@ -103,7 +103,6 @@ class LiveAttempt:
             peak_known=demand.get("source") == "history",
             uid=self.uid,
             remaining_s=remaining.seconds,
-            remaining_source=remaining.source,
             measured_remaining_s=remaining.measured_s,
         )
 

@@ -75,7 +75,6 @@ class RunningAttempt:
     peak_known: bool = False  # its demand was a peak measured by earlier runs
     uid: int | None = None  # its job's owner (an MPS server serves one uid at a time)
     remaining_s: float | None = None  # its remaining time (None: unknown; policy/remaining.py)
-    remaining_source: str = "unknown"  # ... from its "progress", its family's "history"
     measured_remaining_s: float | None = None  # the engine's own figure (Remaining.measured_s)
 
 
@@ -105,7 +104,6 @@ def tenants_by_gpu(
                     attempt.mig_slice,
                     uid=attempt.uid,
                     remaining_s=attempt.remaining_s,
-                    remaining_source=attempt.remaining_source,
                     measured_remaining_s=attempt.measured_remaining_s,
                 )
             )

@@ -58,10 +58,9 @@ class Tenant:
     membw_pct: float | None = None  # DRAM bandwidth share alone (None: from its SM share)
     thread_pct: int | None = None  # its MPS active-thread cap, fixed when it started
     uid: int | None = None  # its owner: a GPU's MPS server serves one user at a time
-    # how long it has left (None: unknown) and from what: "progress", "history" or "unknown"
-    # (gpudesk.policy.remaining); which GPU drains first
+    # how long it has left (None: unknown), from its progress else its family's history
+    # (gpudesk.policy.remaining): which GPU drains first
     remaining_s: float | None = None
-    remaining_source: str = "unknown"
     # what the engine's own measurements give, whatever the job prints (Remaining.measured_s):
     # what a rule acting on another member's behalf may believe
     measured_remaining_s: float | None = None

@@ -78,7 +78,6 @@ def station_view(sim: Simulation) -> StationView:
                     membw_pct=t.job.membw_pct,
                     thread_pct=t.placed.mps_thread_pct,
                     remaining_s=remaining.seconds,
-                    remaining_source=remaining.source,
                     measured_remaining_s=remaining.measured_s,
                 )
             )

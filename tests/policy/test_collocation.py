@@ -231,8 +231,8 @@ def test_bounded_backfilling_reserves_gpus_for_the_waiting_job() -> None:
 def test_the_gpu_held_for_a_waiting_job_is_the_one_that_drains_first() -> None:
     # as above, but GPU 1's tenant ends in a minute and GPU 0's in an hour (their progress
     # says so): GPU 1 is held, though more loaded, and job 11 goes to GPU 0
-    soon = replace(tenant(2, 5, 30), remaining_s=60.0, remaining_source="progress")
-    late = replace(tenant(1, 5, 20), remaining_s=3600.0, remaining_source="history")
+    soon = replace(tenant(2, 5, 30), remaining_s=60.0)  # from its progress
+    late = replace(tenant(1, 5, 20), remaining_s=3600.0, measured_remaining_s=3600.0)
     view = station(gpu(0, late), gpu(1, soon), overtaken={10: 8})
     decision = SharingPolicy("auto").place([job(10, 33, 90), job(11, 2, 10)], view)
     assert [(p.job_id, p.gpus) for p in decision.placements] == [(11, (0,))]

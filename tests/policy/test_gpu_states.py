@@ -12,16 +12,16 @@ from gpudesk.policy.remaining import RecentProgress, estimate
 
 def test_placement_sees_each_tenants_remaining_time() -> None:
     """What the scheduler's station view is built from: a running attempt with its estimate
-    gives its tenant on each of its GPUs that estimate and its source."""
+    gives its tenant on each of its GPUs that estimate and the engine's own figure beside it."""
     recent = RecentProgress()
     recent.add(0.0, 100.0, 1000.0)
     recent.add(10.0, 200.0, 1000.0)
     running = RunningAttempt(
-        7, 3, (0, 1), "exclusive", None, 8192.0, 60.0, remaining_s=80.0, remaining_source="progress"
+        7, 3, (0, 1), "exclusive", None, 8192.0, 60.0, remaining_s=80.0, measured_remaining_s=120.0
     )
     tenants = tenants_by_gpu([running, RunningAttempt(8, 4, (1,), "mps", None, 1.0, 1.0)], {}, 0.0)
-    assert [(t.job_id, t.remaining_s, t.remaining_source) for t in tenants[0]] == [
-        (3, 80.0, "progress")
+    assert [(t.job_id, t.remaining_s, t.measured_remaining_s) for t in tenants[0]] == [
+        (3, 80.0, 120.0)
     ]
     gpu1 = GpuState(1, None, 40960.0, tenants=tuple(tenants[1]))
     assert gpu1.drains_in_s is None  # job 4's end is unknown

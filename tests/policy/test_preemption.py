@@ -63,7 +63,6 @@ def heavy(job_id: int, remaining_s: float | None = None) -> Tenant:
         35 * GIB,
         95.0,
         remaining_s=remaining_s,
-        remaining_source="history",
         measured_remaining_s=remaining_s,
     )
 
@@ -149,7 +148,6 @@ def test_the_waiting_job_must_fit_where_the_victim_was() -> None:
                 5 * GIB,
                 10.0,
                 remaining_s=3600.0,
-                remaining_source="history",
                 measured_remaining_s=3600.0,
             ),
             Tenant(3, "mps", 34 * GIB, 90.0),
@@ -304,7 +302,7 @@ def test_the_simulator_asks_again_when_protection_ends(tmp_path: Path) -> None:
 def test_a_jobs_own_progress_lines_never_spare_it() -> None:
     """A remaining time from the job's progress lines (its owner writes them) counts as unknown:
     a fake near-done claim neither shortens the victim's time left nor a GPU's drain."""
-    claimed = Tenant(1, "mps", 35 * GIB, 95.0, remaining_s=5.0, remaining_source="progress")
+    claimed = Tenant(1, "mps", 35 * GIB, 95.0, remaining_s=5.0)
     assert natural_wait_s(full_station(claimed)) is None
     assert natural_wait_s(full_station(heavy(1, remaining_s=5.0))) == 5.0
     # the engine's own figure for a job that prints progress: its family's, whatever it prints

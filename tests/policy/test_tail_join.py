@@ -29,7 +29,6 @@ def busy(index: int, first_id: int, remaining_s: float | None) -> GpuState:
                 8 * GIB,
                 30.0,
                 remaining_s=remaining_s,
-                remaining_source="history" if remaining_s is not None else "unknown",
                 measured_remaining_s=remaining_s,
             )
             for k in range(3)
@@ -125,7 +124,6 @@ def test_beside_another_users_mps_server_it_time_slices_and_says_so() -> None:
                 30.0,
                 uid=1001,
                 remaining_s=3000.0,
-                remaining_source="history",
                 measured_remaining_s=3000.0,
             )
             for k in range(2)
@@ -147,10 +145,7 @@ def test_a_tenants_own_progress_lines_are_not_believed() -> None:
     # member, so it waits
     def said(index: int, first_id: int) -> GpuState:
         gpu_state = busy(index, first_id, 1900.0)
-        claimed = tuple(
-            replace(t, remaining_source="progress", measured_remaining_s=None)
-            for t in gpu_state.tenants
-        )
+        claimed = tuple(replace(t, measured_remaining_s=None) for t in gpu_state.tenants)
         return replace(gpu_state, tenants=claimed)
 
     station_view = station(said(0, 10), said(1, 20), run_time_of=lambda record: RUN_S)
@@ -164,9 +159,7 @@ def test_tenants_printing_progress_keep_their_familys_measured_figure() -> None:
     # that print nothing; printing progress never makes it stop working
     def printing(index: int, first_id: int) -> GpuState:
         gpu_state = busy(index, first_id, 1900.0)
-        claimed = tuple(
-            replace(t, remaining_s=5.0, remaining_source="progress") for t in gpu_state.tenants
-        )
+        claimed = tuple(replace(t, remaining_s=5.0) for t in gpu_state.tenants)
         return replace(gpu_state, tenants=claimed)
 
     station_view = station(printing(0, 10), printing(1, 20), run_time_of=lambda record: RUN_S)
