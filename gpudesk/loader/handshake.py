@@ -33,14 +33,13 @@ import zmq
 
 from gpudesk.loader.lease import lease_info
 from gpudesk.loader.protocol import (
+    STEP_MS,
     LoaderError,
     decode,
     encode,
     final_failure,
-    process_alive,
-    read_info,
+    gone,
     receive_fd,
-    stopping_reason,
 )
 from gpudesk.loader.ring import Ring
 
@@ -48,7 +47,6 @@ if TYPE_CHECKING:
     from gpudesk.loader.consumer import SharedLoader
 
 CONNECT_TIMEOUT_S = 10.0  # a live producer that does not answer a hello for this long is stuck
-STEP_MS = 200  # while waiting for the answer, the producer is looked at this often
 PREPARING_POLL_S = 1.0  # a preparing producer is waited for while it lives, checked this often
 
 
@@ -77,16 +75,6 @@ def await_answer(
     if reply["type"] == "refused" and reply.get("stopping"):
         raise ProducerStopped(stopped(name, pid, str(reply.get("message"))))
     return reply
-
-
-def gone(info: dict[str, Any], info_path: Path) -> str | None:
-    """Why the producer `info` describes will not answer (it has exited, or it stops, saying
-    why in its info file); None while it is there to serve."""
-    pid = int(info.get("pid", 0))
-    if not process_alive(pid, info.get("create_time")):
-        return "it has exited"
-    now = read_info(info_path)
-    return stopping_reason(now) if now is not None and now.get("pid") == pid else None
 
 
 def stopped(name: str, pid: Any, why: str) -> str:

@@ -73,6 +73,9 @@ def decode(raw: bytes) -> dict[str, Any]:
     return message
 
 
+# while waiting for a producer's answer (to a hello, to a status request), it is looked at this
+# often (`gone`): a producer that stops answers nothing more
+STEP_MS = 200
 INFO_MAX_BYTES = 1 << 20  # an info file is ~1 KiB; more is not one (assumption: 1000x margin)
 
 
@@ -147,3 +150,15 @@ def process_alive(pid: int, create_time: float | None = None) -> bool:
         return create_time is None or abs(proc.create_time() - create_time) < 0.01
     except (psutil.NoSuchProcess, psutil.AccessDenied):
         return False
+
+
+def gone(info: dict[str, Any], info_path: Path, owner_uid: int | None = None) -> str | None:
+    """Why the producer `info` describes will not answer (it has exited, or it stops, saying
+    why in its info file, of `owner_uid` where given); None while it is there to serve. Asked
+    between short waits by whoever waits for its answer (a consumer's hello, a status request),
+    which then learns at once instead of at the end of its timeout."""
+    pid = int(info.get("pid", 0))
+    if not process_alive(pid, info.get("create_time")):
+        return "it has exited"
+    now = read_info(info_path, owner_uid)
+    return stopping_reason(now) if now is not None and now.get("pid") == pid else None

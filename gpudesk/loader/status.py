@@ -3,18 +3,25 @@ what its status says sharing saved (`cpu_saving`: the engine's loader summary)."
 
 from __future__ import annotations
 
-from typing import Any
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from gpudesk.loader.protocol import (
+    STEP_MS,
     decode,
     encode,
     final_failure,
+    gone,
     process_alive,
     read_info,
     stopping_reason,
 )
 from gpudesk.loader.station_access import info_files, socket_of
 from gpudesk.paths import Home
+
+if TYPE_CHECKING:
+    import zmq
 
 STATUS_TIMEOUT_MS = 1000
 
@@ -39,12 +46,7 @@ def collect(name: str | None = None, home: Home | None = None) -> list[dict[str,
             out.append({"name": info.get("name"), "error": f"its producer failed: {failed}"})
             continue
         if not process_alive(int(info.get("pid", 0)), info.get("create_time")):
-            out.append(
-                {
-                    "name": info.get("name"),
-                    "error": f"its producer (pid {info.get('pid')}) is not running",
-                }
-            )
+            out.append(not_running(info))
             continue
         if info.get("preparing"):
             out.append(
@@ -53,7 +55,7 @@ def collect(name: str | None = None, home: Home | None = None) -> list[dict[str,
             continue
         stopping = stopping_reason(info)  # it answers no more: its info file says why
         if stopping is not None:
-            out.append({"name": info.get("name"), "pid": info.get("pid"), "stopping": stopping})
+            out.append(stopping_entry(info, stopping))
             continue
         # Where its sockets are is the home's to say, not the file's (a member's, on a station)
         control = home.loader_paths(path.stem)[0]
@@ -65,21 +67,45 @@ def collect(name: str | None = None, home: Home | None = None) -> list[dict[str,
         try:
             sock.connect(f"ipc://{control}")
             sock.send(encode("status"))
-            if sock.poll(STATUS_TIMEOUT_MS):
-                reply = decode(sock.recv())
-                reply.pop("type", None)
-                out.append(reply)
-            else:
-                out.append(
-                    {
-                        "name": info.get("name"),
-                        "error": "its producer did not answer "
-                        f"within {STATUS_TIMEOUT_MS / 1000:.0f} s",
-                    }
-                )
+            out.append(answer(sock, info, path, owner))
         finally:
             sock.close()
     return out
+
+
+def answer(
+    sock: zmq.Socket[bytes], info: dict[str, Any], path: Path, owner: int | None
+) -> dict[str, Any]:
+    """The producer's status, asked on `sock`, as `collect` lists it. Waited for in STEP_MS
+    steps, between which the producer is looked at: one that stops as it is asked (its info
+    file says so before its sockets close, and its last moments answer no status) or has
+    exited is listed as such at once, not as a producer that "did not answer"."""
+    deadline = time.monotonic() + STATUS_TIMEOUT_MS / 1000
+    while not sock.poll(STEP_MS):
+        if not process_alive(int(info.get("pid", 0)), info.get("create_time")):
+            return not_running(info)
+        why = gone(info, path, owner)
+        if why is not None:
+            return stopping_entry(info, why)
+        if time.monotonic() >= deadline:
+            return {
+                "name": info.get("name"),
+                "error": f"its producer did not answer within {STATUS_TIMEOUT_MS / 1000:.0f} s",
+            }
+    reply = decode(sock.recv())
+    reply.pop("type", None)
+    return reply
+
+
+def stopping_entry(info: dict[str, Any], why: str) -> dict[str, Any]:
+    return {"name": info.get("name"), "pid": info.get("pid"), "stopping": why}
+
+
+def not_running(info: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "name": info.get("name"),
+        "error": f"its producer (pid {info.get('pid')}) is not running",
+    }
 
 
 def cpu_saving(status: dict[str, Any]) -> dict[str, Any]:
