@@ -29,6 +29,7 @@ from typing import Any
 
 from gpudesk.cli.common import CliError
 from gpudesk.cli.exit_codes import EXIT_USAGE
+from gpudesk.named_file import FileTooLarge, read_named
 
 CONFIG_ENV = "GPUDESK_CONFIG"
 DefaultMap = dict[str, Any]
@@ -44,19 +45,23 @@ def config_path() -> Path | None:
     return Path(user_config_dir("gpudesk")) / "config.toml"
 
 
+# The most a config file may hold, as a profile (assumption: a few KiB are ever written)
+MAX_CONFIG_BYTES = 1024 * 1024
 SITE = "the site config file"  # how its messages name the site's file
 SITE_HINT = " (the site's defaults for every user: its admin can fix it)"
 
 
 def _read(path: Path) -> dict[str, Any]:
     try:
-        data = path.read_bytes()
+        data = read_named(path, MAX_CONFIG_BYTES, "a config file")
     except FileNotFoundError:
         return {}
     except OSError as exc:
         raise CliError(
             f"cannot read the config file {path}: {exc.strerror or exc}", EXIT_USAGE
         ) from None
+    except FileTooLarge as exc:
+        raise CliError(f"cannot read the config file {path}: {exc}", EXIT_USAGE) from None
     return _parse(path, data)
 
 

@@ -10,6 +10,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
+from gpudesk.named_file import FileTooLarge, read_named
+
 
 @dataclass(frozen=True)
 class Workload:
@@ -37,6 +39,10 @@ class ModelParams:
     def to_dict(self) -> dict[str, float]:
         return asdict(self)
 
+
+# The most a parameters file may hold (a truth or calibration file: the stored H100 calibration
+# is 17 KB; assumption: 1,000 times that)
+MAX_PARAMS_BYTES = 16 * 1024 * 1024
 
 PARAM_NAMES = tuple(f.name for f in fields(ModelParams))
 
@@ -95,9 +101,11 @@ def params_from_json(data: object, where: str, base: ModelParams | None = None) 
 def load_params_file(path: str | Path, where: str, base: ModelParams | None = None) -> ModelParams:
     """`params_from_json` of a file. Raises ValueError: unreadable, not JSON, bad keys."""
     try:
-        data = json.loads(Path(path).read_text())
+        data = json.loads(read_named(path, MAX_PARAMS_BYTES, "a parameters file"))
     except OSError as exc:
         raise ValueError(f"{where}: cannot read {path}: {exc.strerror or exc}") from None
+    except FileTooLarge as exc:
+        raise ValueError(f"{where}: cannot read {path}: {exc}") from None
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ValueError(f"{where}: {path} is not JSON: {exc}") from None
     return params_from_json(data, f"{where} {path}", base)

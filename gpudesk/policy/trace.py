@@ -21,6 +21,7 @@ from gpudesk.core.mig_profiles import (
     table_for_gpu,
 )
 from gpudesk.examples import bundled
+from gpudesk.named_file import FileTooLarge, read_named
 from gpudesk.policy.interference import ModelParams, load_params_file
 
 # SM activity of a job running alone, by the trace's class, where the trace gives no `sm_pct`;
@@ -37,6 +38,9 @@ ESTIMATORS = (*GUESSING_ESTIMATORS, "measured")
 
 # A trace that names no station runs on the station the CARMA trace was measured on.
 DEFAULT_STATION = "sim:dgx-station-a100"
+# The most a trace file may hold (assumption: ~700,000 jobs of t1's ~370 bytes each, far past
+# what a replay gets through; /dev/zero named as a trace read until memory ran out)
+MAX_TRACE_BYTES = 256 * 1024 * 1024
 
 
 class TraceError(ValueError):
@@ -106,9 +110,11 @@ def load_trace(path: str | Path) -> Trace:
     # bundled copy when no such file is here.
     path = bundled(path, "traces") or path
     try:
-        data = json.loads(Path(path).read_text())
+        data = json.loads(read_named(path, MAX_TRACE_BYTES, "a trace"))
     except OSError as exc:
         raise TraceError(f"cannot read the trace {path}: {exc.strerror or exc}") from None
+    except FileTooLarge as exc:
+        raise TraceError(f"cannot read the trace {path}: {exc}") from None
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise TraceError(f"{path} is not a JSON trace: {exc}") from None
     if not isinstance(data, dict) or not isinstance(data.get("jobs"), list) or not data["jobs"]:

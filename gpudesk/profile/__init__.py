@@ -21,11 +21,11 @@ import dataclasses
 import difflib
 import os
 import re
-import stat
 from pathlib import Path
 from typing import Any
 
 from gpudesk.examples import bundled
+from gpudesk.named_file import FileTooLarge, read_named, too_large
 from gpudesk.profile.build import _Builder
 from gpudesk.profile.model import (
     MAX_JOBS,
@@ -68,14 +68,11 @@ def load_profile(path: str | os.PathLike[str]) -> Profile:
         return dataclasses.replace(loaded, bundled=True)
     shown = os.fsdecode(path)
     try:
-        info = os.stat(path)
-        if stat.S_ISDIR(info.st_mode):
-            raise _file_error(shown, "is a directory; give the path of a profile .toml file")
-        if stat.S_ISREG(info.st_mode) and info.st_size > MAX_PROFILE_BYTES:
-            raise _file_error(shown, _too_big(info.st_size))
-        with open(path, "rb") as handle:
-            # Bounded read: a pipe or device reports no size up front.
-            data = handle.read(MAX_PROFILE_BYTES + 1)
+        data = read_named(path, MAX_PROFILE_BYTES, "a profile")
+    except IsADirectoryError:
+        raise _file_error(shown, "is a directory; give the path of a profile .toml file") from None
+    except FileTooLarge as exc:
+        raise _file_error(shown, str(exc)) from None
     except FileNotFoundError:
         raise _file_error(shown, _missing_file_message(shown)) from None
     except PermissionError:
@@ -84,8 +81,6 @@ def load_profile(path: str | os.PathLike[str]) -> Profile:
         raise _file_error(shown, f"cannot read the file: {exc.strerror or exc}") from None
     except ValueError:  # e.g. a NUL character in the path
         raise _file_error(shown, "is not a valid file path") from None
-    if len(data) > MAX_PROFILE_BYTES:
-        raise _file_error(shown, f"the file is larger than the limit of {_size(MAX_PROFILE_BYTES)}")
     return parse_profile(data, path)
 
 
@@ -114,14 +109,8 @@ def _file_error(shown: str, message: str, line: int | None = None) -> ProfileErr
     return ProfileError([Problem(shown, line, "", message)])
 
 
-def _size(n: int) -> str:
-    if n >= 1024 * 1024:
-        return f"{n / (1024 * 1024):.1f} MiB ({n:,} bytes)"
-    return f"{n:,} bytes"
-
-
 def _too_big(n: int) -> str:
-    return f"the file is {_size(n)}; a profile may be at most {_size(MAX_PROFILE_BYTES)}"
+    return too_large(n, MAX_PROFILE_BYTES, "a profile")
 
 
 def _missing_file_message(shown: str) -> str:

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import gpudesk.profile as profile_module
+import gpudesk.named_file as named_file
 from gpudesk.core.datasets import DatasetSpec
 from gpudesk.core.station import StationConfig
 from gpudesk.profile import (
@@ -844,7 +844,8 @@ def test_permission_denied_is_a_profile_error(
     def refuse(*args: object, **kwargs: object) -> None:
         raise PermissionError(13, "Permission denied")
 
-    monkeypatch.setattr(profile_module, "open", refuse, raising=False)
+    # the file is opened by gpudesk.named_file (bounded, as every file a user names)
+    monkeypatch.setattr(named_file, "open", refuse, raising=False)
     with pytest.raises(ProfileError) as info:
         load_profile(path)
     assert str(info.value) == f"{path}: permission denied: cannot read the file"

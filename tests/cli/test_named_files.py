@@ -1,0 +1,108 @@
+"""A file the user names is read in full, never without bound (`gpudesk.named_file`).
+
+`gpudesk simulate /dev/zero` (or `--truth /dev/zero`, or GPUDESK_CONFIG=/dev/zero) read until
+memory ran out and ended in a MemoryError traceback. Each child here runs under an address-space
+limit, so that before the fix it failed with that traceback instead of taking the test machine's
+memory. A pipe is still read (`gpudesk simulate <(zcat day.json.gz)`), as `cat` would.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from gpudesk.named_file import FileTooLarge, read_named
+
+TRACE = Path(__file__).parents[2] / "traces" / "carma-philly-t1.json"
+MEMORY_LIMIT = 3 << 30  # bytes of address space a child may map (assumption: 6 x what it needs)
+
+
+def limited() -> None:
+    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
+
+
+def gpudesk(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "gpudesk", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=limited,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def one_paragraph(done: subprocess.CompletedProcess[str]) -> str:
+    assert done.returncode == 2, (done.returncode, done.stderr[-2000:])
+    assert "Traceback" not in done.stderr and "MemoryError" not in done.stderr, done.stderr
+    return done.stderr.strip()
+
+
+@pytest.mark.slow(3)
+def test_a_device_named_as_the_trace_gets_one_sentence() -> None:
+    said = one_paragraph(gpudesk("simulate", "/dev/zero", "-p", "auto"))
+    assert said == (
+        "error: cannot read the trace /dev/zero: it holds more than 256.0 MiB "
+        "(268,435,456 bytes), the most a trace may be"
+    )
+
+
+def test_a_device_named_as_the_truth_gets_one_sentence() -> None:
+    said = one_paragraph(gpudesk("simulate", str(TRACE), "--truth", "/dev/zero", "-p", "auto"))
+    assert said == (
+        "error: --truth: cannot read /dev/zero: it holds more than 16.0 MiB (16,777,216 bytes), "
+        "the most a parameters file may be"
+    )
+
+
+def test_a_device_named_as_the_config_file_gets_one_sentence() -> None:
+    said = one_paragraph(gpudesk("simulate", str(TRACE), env={"GPUDESK_CONFIG": "/dev/zero"}))
+    assert said == (
+        "error: cannot read the config file /dev/zero: it holds more than 1.0 MiB "
+        "(1,048,576 bytes), the most a config file may be"
+    )
+
+
+def test_a_device_named_as_the_profile_gets_one_sentence() -> None:
+    said = one_paragraph(gpudesk("run", "/dev/zero"))
+    assert (
+        "/dev/zero: it holds more than 1.0 MiB (1,048,576 bytes), the most a profile may be" in said
+    )
+
+
+def test_a_trace_given_through_a_pipe_is_read(tmp_path: Path) -> None:
+    """`gpudesk simulate <(zcat day.json.gz)`: the shell passes a pipe."""
+    fifo = tmp_path / "trace.json"
+    os.mkfifo(fifo)
+
+    def write() -> None:
+        with open(fifo, "wb") as pipe:
+            pipe.write(TRACE.read_bytes())
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    done = gpudesk("simulate", str(fifo), "-p", "auto", "--json")
+    writer.join(30)
+    assert done.returncode == 0, done.stderr
+    assert '"auto"' in done.stdout
+
+
+def test_read_named_bounds_a_pipe_and_a_file_alike(tmp_path: Path) -> None:
+    small = tmp_path / "small"
+    small.write_bytes(b"x" * 10)
+    assert read_named(small, 10, "a thing") == b"x" * 10
+    with pytest.raises(FileTooLarge, match=r"^the file is 11 bytes; a thing may be at most 10"):
+        small.write_bytes(b"x" * 11)
+        read_named(small, 10, "a thing")
+    with pytest.raises(FileTooLarge, match=r"^it holds more than 10 bytes, the most a thing may"):
+        read_named("/dev/zero", 10, "a thing")
+    with pytest.raises(IsADirectoryError):
+        read_named(tmp_path, 10, "a thing")
+    with pytest.raises(FileNotFoundError):
+        read_named(tmp_path / "missing", 10, "a thing")
