@@ -4,46 +4,49 @@ never without bound.
 What a user names on her own command line is read as she gave it: a link is followed, a pipe is
 read (`gpudesk simulate <(zcat day.json.gz)`), as `cat` would. But a device or a pipe reports no
 size up front, and `gpudesk simulate /dev/zero` read until memory ran out and ended in a
-MemoryError traceback. So at most `limit` + 1 bytes are read; more is `FileTooLarge`, one
-sentence with the size and the limit. (A file root reads from where a member can write is
-`gpudesk.untrusted`'s: no link followed, no FIFO waited on, the owner checked.)
+MemoryError traceback. So at most `limit` + 1 bytes are read, a chunk at a time; more is
+`FileTooLarge`, one sentence with the size and the limit. (A file root reads from where a
+member can write is `gpudesk.untrusted`'s: no link followed, no FIFO waited on, the owner
+checked.)
 
-A leaf module (stdlib only): the policy, the CLI and the profile reader use it alike.
+A leaf module (the stdlib and `gpudesk.units`): the policy, the CLI and the profile reader use
+it alike.
 """
 
 from __future__ import annotations
 
 import os
 import stat
-from pathlib import Path
+
+from gpudesk.units import exact_byte_size
+
+CHUNK_BYTES = 1 << 20  # a pipe or a device is read this much at a time
 
 
 class FileTooLarge(ValueError):
     """The file holds more than its kind may: one sentence saying how much and the limit."""
 
 
-def size_text(n: int) -> str:
-    if n >= 1024 * 1024:
-        return f"{n / (1024 * 1024):.1f} MiB ({n:,} bytes)"
-    return f"{n:,} bytes"
-
-
 def read_named(path: str | os.PathLike[str], limit: int, kind: str) -> bytes:
     """The bytes of `path`, at most `limit` of them (`kind` names what it is in the sentence:
     "a trace"). Raises OSError as `open` does (missing, permission denied, a directory) and
-    FileTooLarge: a regular file's size is checked before reading, a pipe's or a device's as
-    it is read."""
-    info = os.stat(path)
-    if stat.S_ISDIR(info.st_mode):
-        raise IsADirectoryError(21, "Is a directory", os.fsdecode(path))
-    if stat.S_ISREG(info.st_mode) and info.st_size > limit:
-        raise FileTooLarge(too_large(info.st_size, limit, kind))
-    with open(Path(path), "rb") as handle:
-        data = handle.read(limit + 1)
+    FileTooLarge: a regular file's size is checked before it is read, a pipe's or a device's
+    counted as it is read. Read a chunk at a time, so that what is held is what the file has
+    (`read(limit + 1)` allocates the whole limit up front, for a 22 KB trace too)."""
+    with open(path, "rb") as handle:
+        info = os.fstat(handle.fileno())
+        if stat.S_ISREG(info.st_mode) and info.st_size > limit:
+            raise FileTooLarge(too_large(info.st_size, limit, kind))
+        data = bytearray()
+        while len(data) <= limit:
+            chunk = handle.read(min(CHUNK_BYTES, limit + 1 - len(data)))
+            if not chunk:
+                break
+            data += chunk
     if len(data) > limit:
-        raise FileTooLarge(f"it holds more than {size_text(limit)}, the most {kind} may be")
-    return data
+        raise FileTooLarge(f"it holds more than {exact_byte_size(limit)}, the most {kind} may be")
+    return bytes(data)
 
 
 def too_large(size: int, limit: int, kind: str) -> str:
-    return f"the file is {size_text(size)}; {kind} may be at most {size_text(limit)}"
+    return f"the file is {exact_byte_size(size)}; {kind} may be at most {exact_byte_size(limit)}"

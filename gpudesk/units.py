@@ -30,6 +30,14 @@ def byte_size(n: int) -> str:
     return f"{n / BYTES_PER_MIB:.1f} MiB" if rest else f"{whole} MiB"
 
 
+def exact_byte_size(n: int) -> str:
+    """A size for people with its exact count, for a limit that was passed: "512 bytes",
+    "1.0 MiB (1,048,576 bytes)"."""
+    if n >= BYTES_PER_MIB:
+        return f"{n / BYTES_PER_MIB:.1f} MiB ({n:,} bytes)"
+    return f"{n:,} bytes"
+
+
 def carbon_g(joules: float | None, g_per_kwh: float) -> float | None:
     """Grams of CO2e for `joules` at a grid intensity of `g_per_kwh`; None for unknown energy."""
     return None if joules is None else joules / J_PER_KWH * g_per_kwh
