@@ -152,6 +152,9 @@ def process_alive(pid: int, create_time: float | None = None) -> bool:
         return False
 
 
+EXITED = "it has exited"  # `gone`'s word for a producer no longer running
+
+
 def gone(info: dict[str, Any], info_path: Path, owner_uid: int | None = None) -> str | None:
     """Why the producer `info` describes will not answer (it has exited, or it stops, saying
     why in its info file, of `owner_uid` where given); None while it is there to serve. Asked
@@ -159,6 +162,6 @@ def gone(info: dict[str, Any], info_path: Path, owner_uid: int | None = None) ->
     which then learns at once instead of at the end of its timeout."""
     pid = int(info.get("pid", 0))
     if not process_alive(pid, info.get("create_time")):
-        return "it has exited"
+        return EXITED
     now = read_info(info_path, owner_uid)
     return stopping_reason(now) if now is not None and now.get("pid") == pid else None

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpudesk.loader.protocol import (
+    EXITED,
     STEP_MS,
     decode,
     encode,
@@ -82,9 +83,9 @@ def answer(
     exited is listed as such at once, not as a producer that "did not answer"."""
     deadline = time.monotonic() + STATUS_TIMEOUT_MS / 1000
     while not sock.poll(STEP_MS):
-        if not process_alive(int(info.get("pid", 0)), info.get("create_time")):
-            return not_running(info)
         why = gone(info, path, owner)
+        if why == EXITED:
+            return not_running(info)
         if why is not None:
             return stopping_entry(info, why)
         if time.monotonic() >= deadline:
