@@ -214,7 +214,7 @@ class SharingPolicy:
                     continue
             self._judge(run, job, position, known, plain)
             seeking = run.waiting is None
-        held = dict.fromkeys(run.reserved, run.reserved_for) if run.reserved_for else {}
+        held = {} if run.reserved_for is None else dict.fromkeys(run.reserved, run.reserved_for)
         return Decision(plan.placements, run.rejections, run.overtaken, held)
 
     def _judge(

@@ -42,3 +42,11 @@ def test_nothing_is_said_held_where_nothing_is() -> None:
     light = job(LIGHT, 10, 20)
     said = SharingPolicy("auto").explain_wait(light, [light], station(gpu(0, tenant(10, 38, 90))))
     assert "held for" not in said
+
+
+def test_gpus_held_for_a_job_numbered_0_are_said_held() -> None:
+    """A trace may number its jobs from 0 (`gpudesk simulate` keeps a trace's ids): the pass
+    said nothing held for job 0, its id being taken for "none"."""
+    two_gpu, light = job(0, 10, 90, gpus=2), job(LIGHT, 10, 20)
+    decision = SharingPolicy("auto").place([two_gpu, light], view())
+    assert decision.placements == [] and decision.held == {1: 0, 2: 0}
