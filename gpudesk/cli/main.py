@@ -17,6 +17,7 @@ import typer
 from gpudesk.cli.common import reflow_help
 from gpudesk.cli.exit_codes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE
 from gpudesk.cli.failures import reported_failures
+from gpudesk.cli.finite_numbers import refuse_non_finite
 from gpudesk.cli.first_answers import ROOT_HELP, version_text
 from gpudesk.cli.plain_help import plain_help
 
@@ -208,6 +209,7 @@ def main(argv: list[str] | None = None) -> None:
             named = args[0] if modules is not None and args else None
             # built once: the config check reads it too
             command = typer.main.get_command(build_app(modules, named))
+            refuse_non_finite(command)
             defaults = _user_defaults(command, partial=modules is not None)
             if args in ROOT_HELP:
                 _print_root_help(command, defaults)
