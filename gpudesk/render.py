@@ -3,6 +3,7 @@ sparklines and bars."""
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import sys
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
 
 
 def duration(seconds: float | None) -> str:
-    if seconds is None:
+    if seconds is None or not math.isfinite(seconds):
         return "-"
     seconds = max(0.0, seconds)
     if seconds < 60:
@@ -357,10 +358,10 @@ def remaining_text(r: RemainingView) -> str:
     station another member's never count), or unknown and why."""
     if r.source == "progress" and r.seconds is not None and r.done is not None:
         rate = f" at {r.rate_per_s:.3g}/s" if r.rate_per_s is not None else ""
-        return f"~{_about(r.seconds)} (from its progress: {r.done:g}/{r.total or 0:g}{rate})"
+        return f"{_estimate(r.seconds)} (from its progress: {r.done:g}/{r.total or 0:g}{rate})"
     if r.source == "history" and r.seconds is not None and r.typical_s is not None:
         return (
-            f"~{_about(r.seconds)} (from its command family's history: its owner's runs take "
+            f"{_estimate(r.seconds)} (from its command family's history: its owner's runs take "
             f"{_about(r.typical_s)}, it has run {_about(r.elapsed_s or 0.0)})"
         )
     if r.done is not None and r.total is not None:
@@ -377,8 +378,19 @@ def remaining_text(r: RemainingView) -> str:
     return f"unknown ({progress}, and no finished run of its command family by its owner)"
 
 
+def _estimate(seconds: float) -> str:
+    """An estimate, said as one: "~12 min", or "over 100 years" as it is."""
+    about = _about(seconds)
+    return about if about.startswith("over ") else f"~{about}"
+
+
 def _about(seconds: float) -> str:
-    """An estimate's duration, as round as it is good: "45 s", "12 min", "3.5 h"."""
+    """An estimate's duration, as round as it is good: "45 s", "12 min", "3.5 h", "12 days"
+    ("over 100 years": a job's progress may promise anything)."""
+    if seconds >= 100 * 365 * 86400:
+        return "over 100 years"
+    if seconds >= 72 * 3600:
+        return f"{seconds / 86400:.0f} days"
     if seconds < 90:
         return f"{max(seconds, 0.0):.0f} s"
     if seconds < 90 * 60:

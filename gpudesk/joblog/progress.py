@@ -8,11 +8,12 @@ do in the same unit. Learning needs only the rate at which DONE grows; the remai
 TOTAL too (gpudesk.policy.remaining). `ProgressReader` reads what the job wrote since the last
 call, cheaply: only new bytes, at most `MAX_READ_BYTES` per call (a job that floods its output is
 read from its newest bytes), lines longer than `MAX_LINE_BYTES` skipped, bytes that are not UTF-8
-tolerated.
+tolerated, and a line whose DONE or TOTAL has more digits than a float holds (infinite) ignored.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from typing import NamedTuple
@@ -38,8 +39,11 @@ def parse_progress_line(line: bytes) -> ProgressLine | None:
     match = PROGRESS_LINE.match(line)
     if not match:
         return None
+    done = float(match.group(1))
     total = float(match.group(2)) if match.group(2) is not None else None
-    return ProgressLine(float(match.group(1)), total or None)
+    if done == math.inf or total == math.inf:
+        return None  # more digits than a number holds (the pattern allows no NaN): not progress
+    return ProgressLine(done, total or None)
 
 
 def parse_progress(line: bytes) -> float | None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields, replace
+from math import inf
 from pathlib import Path
 
 from gpudesk.named_file import FileTooLarge, read_named
@@ -92,7 +93,8 @@ def params_from_json(data: object, where: str, base: ModelParams | None = None) 
         )
     values = {}
     for key, value in data.items():
-        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        # (not NaN or Infinity, which Python's JSON reads: a truth of NaN replayed as nonsense)
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < inf:
             raise ValueError(f"{where}: {key} must be a non-negative number, found {value!r}")
         values[key] = float(value)
     return (base or DEFAULT_PARAMS).with_values(values)

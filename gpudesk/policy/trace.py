@@ -38,6 +38,10 @@ ESTIMATORS = (*GUESSING_ESTIMATORS, "measured")
 
 # A trace that names no station runs on the station the CARMA trace was measured on.
 DEFAULT_STATION = "sim:dgx-station-a100"
+# The latest arrival and the longest run a trace may give (ASSUMPTION: ten years, far past any
+# published cluster trace). The simulated clock is float seconds: past ~1e15 s a job's progress
+# no longer moves it, and a replay would turn forever.
+MAX_TRACE_SECONDS = 10 * 365 * 24 * 3600.0
 # The most a trace file may hold (assumption: ~700,000 jobs of t1's ~370 bytes each, far past
 # what a replay gets through; /dev/zero named as a trace read until memory ran out)
 MAX_TRACE_BYTES = 256 * 1024 * 1024
@@ -120,6 +124,7 @@ def load_trace(path: str | Path) -> Trace:
     if not isinstance(data, dict) or not isinstance(data.get("jobs"), list) or not data["jobs"]:
         raise TraceError(f'{path}: expected an object with a non-empty "jobs" list')
     jobs = []
+    first_of: dict[int, int] = {}  # job id -> the index of the job that has it
     for i, raw in enumerate(data["jobs"]):
         try:
             if not isinstance(raw, dict):
@@ -152,19 +157,48 @@ def load_trace(path: str | Path) -> Trace:
                     progress=_flag(raw, "progress"),
                 )
             )
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, OverflowError) as exc:
+            # OverflowError: a whole number given as 1e400 (JSON's Infinity)
             raise TraceError(f"{path}: jobs[{i}]: missing or bad field ({exc})") from None
-        job = jobs[-1]
-        if job.gpus < 1 or job.exclusive_s <= 0 or not math.isfinite(job.exclusive_s):
-            raise TraceError(f"{path}: jobs[{i}]: gpus and exclusive_minutes must be positive")
-        if job.peak_memory_mib < 0 or not math.isfinite(job.peak_memory_mib):
-            raise TraceError(f"{path}: jobs[{i}]: peak_memory_mb must be a size")
-        if not 0 <= job.checkpoint_s <= MAX_PREEMPT_GRACE_S:
-            raise TraceError(
-                f"{path}: jobs[{i}]: checkpoint_s must be 0 to {MAX_PREEMPT_GRACE_S:g} s (a "
-                "preempted job must save within its grace)"
-            )
+        _check_job(jobs[-1], raw, f"{path}: jobs[{i}]", first_of, i)
     return Trace(str(data.get("name", Path(path).stem)), str(data.get("station", "")), tuple(jobs))
+
+
+def _check_job(
+    job: TraceJob, raw: dict[str, Any], where: str, first_of: dict[int, int], i: int
+) -> None:
+    """Raise TraceError (`where`: the file and the job) for a figure a replay cannot use: NaN,
+    infinity, past `MAX_TRACE_SECONDS`, or an id an earlier job has (`first_of`: id -> index,
+    which this one joins)."""
+    if job.id in first_of:
+        raise TraceError(
+            f"{where}: id {job.id} is given twice (jobs[{first_of[job.id]}] has it too); each "
+            "job needs its own"
+        )
+    first_of[job.id] = i
+    if job.gpus < 1:
+        raise TraceError(f"{where}: gpus must be 1 or more, found {job.gpus}")
+    if not 0 < job.exclusive_s <= MAX_TRACE_SECONDS:  # NaN fails it too
+        raise TraceError(
+            f"{where}: exclusive_minutes must be above 0 to {MAX_TRACE_SECONDS / 60:.0f}, found "
+            f"{raw['exclusive_minutes']!r}"
+        )
+    if not 0 <= job.arrival_s <= MAX_TRACE_SECONDS:
+        raise TraceError(
+            f"{where}: arrival_s must be 0 to {MAX_TRACE_SECONDS:.0f} (seconds from the trace's "
+            f"start), found {raw['arrival_s']!r}"
+        )
+    sizes = {"peak_memory_mb": job.peak_memory_mib} | {
+        f"estimate_{name}_mb": mib for name, mib in job.estimates.items()
+    }
+    for key, mib in sizes.items():
+        if not 0 <= mib < math.inf:
+            raise TraceError(f"{where}: {key} must be a size in MB (0 or more), found {raw[key]!r}")
+    if not 0 <= job.checkpoint_s <= MAX_PREEMPT_GRACE_S:
+        raise TraceError(
+            f"{where}: checkpoint_s must be 0 to {MAX_PREEMPT_GRACE_S:g} s (a preempted job must "
+            "save within its grace)"
+        )
 
 
 def with_progress_lines(trace: Trace) -> Trace:

@@ -5,7 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpudesk.joblog.progress import MAX_LINE_BYTES, ProgressReader, parse_progress
+from gpudesk.joblog.progress import (
+    MAX_LINE_BYTES,
+    ProgressLine,
+    ProgressReader,
+    parse_progress,
+    parse_progress_line,
+)
 
 
 def test_progress_lines() -> None:
@@ -14,6 +20,16 @@ def test_progress_lines() -> None:
     assert parse_progress(b"progress 3 / 10\r") == 3.0
     for other in (b"progress", b"progress x", b"my progress 3", b"progress 3 of 10", b"\xff"):
         assert parse_progress(other) is None
+
+
+def test_a_number_past_what_a_float_holds_is_not_progress() -> None:
+    """400 digits read as infinity: a TOTAL of it once reached `show` as a remaining time of
+    null said to come from "no TOTAL", a DONE of it as a rate of NaN. The line is ignored."""
+    huge = b"9" * 400
+    assert parse_progress_line(b"progress 5/" + huge) is None
+    assert parse_progress_line(huge.join((b"progress ", b"/10"))) is None
+    big = b"1" + b"0" * 300  # 1e300: large, but a number
+    assert parse_progress_line(b"progress 5/" + big) == ProgressLine(5.0, 1e300)
 
 
 def test_the_reader_takes_only_new_whole_lines(tmp_path: Path) -> None:

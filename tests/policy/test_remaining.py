@@ -140,3 +140,12 @@ def test_the_engines_own_figure_is_kept_beside_the_progress() -> None:
 )
 def test_the_words_say_why_it_is_unknown(remaining: RemainingView, words: str) -> None:
     assert remaining_text(remaining).startswith(words)
+
+
+def test_a_far_estimate_is_said_in_days_and_an_absurd_one_in_a_few_words() -> None:
+    """A job's progress may promise anything (`progress 5/1e300`): `show` once printed its
+    remaining time as a 300-digit count of hours."""
+    week = RemainingView(seconds=7 * 86400.0, source="progress", done=1.0, total=8.0)
+    assert remaining_text(week).startswith("~7 days (from its progress: 1/8")
+    absurd = RemainingView(seconds=5e299, source="progress", done=5.0, total=1e300)
+    assert remaining_text(absurd) == "over 100 years (from its progress: 5/1e+300)"

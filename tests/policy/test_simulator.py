@@ -4,6 +4,7 @@ learning and impossible jobs (`gpudesk simulate` itself: tests/cli/test_simulate
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -169,6 +170,36 @@ def test_bad_percentages_are_trace_errors(tmp_path: Path) -> None:
         load_trace(write_trace(tmp_path, [{"sm_pct": 150}]))
 
 
+@pytest.mark.parametrize(
+    ("field", "value", "words"),
+    [
+        # an arrival of NaN once turned the replay forever (its clock never reached it)
+        ("arrival_s", "NaN", "arrival_s must be 0 to 315360000"),
+        ("arrival_s", "1e300", "arrival_s must be 0 to 315360000"),
+        ("arrival_s", "-5", "arrival_s must be 0 to"),
+        ("exclusive_minutes", "Infinity", "exclusive_minutes must be above 0 to 5256000"),
+        ("exclusive_minutes", "NaN", "exclusive_minutes must be above 0"),
+        ("peak_memory_mb", "NaN", "peak_memory_mb must be a size in MB"),
+        # an estimate of Infinity was an OverflowError traceback, NaN "cannot convert float NaN"
+        ("estimate_gpumemnet_mb", "Infinity", "estimate_gpumemnet_mb must be a size in MB"),
+        ("estimate_gpumemnet_mb", "NaN", "estimate_gpumemnet_mb must be a size in MB"),
+        ("priority", "Infinity", "missing or bad field (cannot convert float infinity"),
+        ("gpus", "0", "gpus must be 1 or more, found 0"),
+        # a repeated id was "error: list.remove(x): x not in list"
+        ("id", "1", "id 1 is given twice (jobs[0] has it too)"),
+    ],
+)
+def test_a_number_a_replay_cannot_use_is_a_trace_error(
+    tmp_path: Path, field: str, value: str, words: str
+) -> None:
+    """Python's JSON reads NaN, Infinity and numbers past a float as numbers: each field is
+    checked for what a replay can use."""
+    path = write_trace(tmp_path, [{}, {field: "SENTINEL"}])
+    path.write_text(path.read_text().replace('"SENTINEL"', value))
+    with pytest.raises(TraceError, match=re.escape(f"jobs[1]: {words}")):
+        load_trace(path)
+
+
 def test_a_thread_cap_slows_a_job_alone(tmp_path: Path) -> None:
     from gpudesk.policy.policy import Placement
 
@@ -257,6 +288,11 @@ def test_truth_files(tmp_path: Path) -> None:
     path.write_text("nope")
     with pytest.raises(ValueError, match="is not JSON"):
         load_truth(path)
+    # Python's JSON reads NaN and Infinity: a truth of either once replayed t1 in 30 h
+    for word in ("NaN", "Infinity", "1e400"):
+        path.write_text(f'{{"mps_tenant_cost": {word}}}')
+        with pytest.raises(ValueError, match="mps_tenant_cost must be a non-negative number"):
+            load_truth(path)
 
 
 def test_learning_moves_the_tenant_cost_toward_the_truth() -> None:
