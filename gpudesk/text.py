@@ -22,6 +22,7 @@ screen, a rewritten line), is spelled `\\xNN` in the same way, so it is seen and
 from __future__ import annotations
 
 import json
+import math
 import re
 from typing import Any
 
@@ -95,17 +96,21 @@ def is_os_text(text: str) -> bool:
 def json_bytes(value: Any) -> bytes:
     """`value` as UTF-8 JSON that a strict reader accepts: a lone surrogate in any string (which
     `json.dumps` would write as a `\\udce9` escape, invalid JSON for msgspec) is spelled out as
-    `safe_text` does. Only strings can hold one, so the fallback walks only when there is."""
-    text = json.dumps(value, ensure_ascii=False)
+    `safe_text` does, and a float that is NaN or infinite (which `json.dumps` writes as `NaN`,
+    no JSON at all: msgspec refuses the whole message) is null, as msgspec writes the engine's
+    replies. Only strings and floats can hold either, so the fallback walks only when one does."""
     try:
+        text = json.dumps(value, ensure_ascii=False, allow_nan=False)
         return text.encode()
-    except UnicodeEncodeError:
-        return json.dumps(_safe_tree(value), ensure_ascii=False).encode()
+    except (UnicodeEncodeError, ValueError):
+        return json.dumps(_safe_tree(value), ensure_ascii=False, allow_nan=False).encode()
 
 
 def _safe_tree(value: Any) -> Any:
     if isinstance(value, str):
         return safe_text(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
     if isinstance(value, dict):
         return {
             (safe_text(k) if isinstance(k, str) else k): _safe_tree(v) for k, v in value.items()

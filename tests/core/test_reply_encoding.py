@@ -35,3 +35,21 @@ def test_a_lone_surrogate_is_spelled_out_not_refused() -> None:
     raw.decode("utf-8")  # strict UTF-8: what a client's strict decoder reads
     _, result = protocol.decode_reply(raw)
     assert result["waits_for_change"] == {"4": safe_text(text)} and safe_text(text) != text
+
+
+def test_an_event_holding_nan_is_json_a_strict_reader_takes() -> None:
+    """Events are written by `json_bytes`: a NaN there was `NaN`, which is no JSON, and the
+    client's strict decoder refused the whole event ("does not match this gpudesk's models").
+    It is null now, as msgspec writes a reply's."""
+    gpu = {"index": 0, "power_w": float("nan"), "energy_j": float("inf"), "name": "caf\udce9"}
+    raw = protocol.encode_event("telemetry", {"v": protocol.PROTOCOL_VERSION, "gpus": [gpu]})
+    topic, payload = protocol.split_event(raw)
+    assert topic == b"telemetry"
+    decoded = msgspec.json.decode(payload)
+    assert decoded["gpus"] == [
+        {"index": 0, "power_w": None, "energy_j": None, "name": safe_text("caf\udce9")}
+    ]
+    # the same figure in a reply, written by msgspec
+    assert json.loads(protocol.encode_result(1, {"power_w": float("nan")}))["result"] == {
+        "power_w": None
+    }
