@@ -216,7 +216,7 @@ _OUTPUT = typer.Option(
 )
 _USER = typer.Option(None, "--user", "-u", help="Only this user's jobs.")
 _ME = typer.Option(False, "--me", help="Only my jobs.")
-_LIMIT = typer.Option(1000, "--limit", help="At most the newest N jobs.")
+_LIMIT = typer.Option(1000, "--limit", min=1, metavar="N", help="At most the newest N jobs.")
 _WIDE = typer.Option(
     False,
     "--wide",
@@ -295,7 +295,7 @@ def _finished_jobs(
         # archived jobs too: history is accounting, the whole store's
         listing = client.job_listing(
             states=["succeeded", "failed", "cancelled"],
-            limit=max(1, limit),
+            limit=limit,
             usage=True,
             user=owner,
             archived=True,

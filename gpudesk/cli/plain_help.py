@@ -19,7 +19,9 @@ from typer.core import TyperCommand, TyperGroup
 _METAVARS = {
     "int": "N",
     "integer": "N",
+    "int range": "N",  # an option with min= or max= (click's IntRange, FloatRange)
     "float": "NUM",
+    "float range": "NUM",
     "str": "TEXT",
     "text": "TEXT",
     "path": "PATH",

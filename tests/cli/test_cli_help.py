@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import pytest
 import typer
@@ -92,3 +93,26 @@ def _help(path: list[str], capsys: pytest.CaptureFixture[str]) -> str:
     with pytest.raises(SystemExit):
         main([*path, "--help"])
     return capsys.readouterr().out
+
+
+def test_a_number_option_is_named_a_number_in_help(capsys: pytest.CaptureFixture[str]) -> None:
+    """An option with min= or max= has click's IntRange or FloatRange, which the help named
+    TEXT (`gpudesk mig plan --gpu TEXT`, `gpudesk wait --timeout TEXT`)."""
+    import typer.main
+
+    from gpudesk.cli.main import build_app
+    from gpudesk.cli.plain_help import option_metavar
+
+    def numbers(command: Any) -> list[Any]:
+        kinds = ("integer", "int range", "float", "float range")
+        found = [p for p in command.params if getattr(p.type, "name", None) in kinds]
+        return found + [
+            p for sub in getattr(command, "commands", {}).values() for p in numbers(sub)
+        ]
+
+    options = numbers(typer.main.get_command(build_app()))
+    assert len(options) >= 20
+    for param in options:
+        assert param.metavar or option_metavar(param) in ("N", "NUM"), param.opts
+    assert re.search(r"--timeout NUM\s", _help(["wait"], capsys))
+    assert re.search(r"--gpu N\s", _help(["mig", "plan"], capsys))

@@ -82,3 +82,6 @@ def test_history_reports_usage_and_energy_as_csv_json_and_a_table(
     bad = gpudesk("history", "--since", "tomorrow")
     assert bad.returncode == 2 and "is not a time" in bad.stderr
     assert gpudesk("history", "--format", "xml").returncode == 2
+    # a limit below 1 was taken as 1, silently
+    none = gpudesk("history", "--limit", "0")
+    assert none.returncode == 2 and "0 is not in the range x>=1" in none.stderr
