@@ -163,11 +163,17 @@ def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
     gate (shared) and holds the room (shared); a serial test closes the gate first (so tests
     starting meanwhile wait at it rather than keep the room busy forever), then takes the room
     alone once the running ones have left. Taken around the whole test, outside pytest-timeout's
-    clock (this wrapper is the outermost): waiting for a turn is not the test's time."""
-    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
-    if run is None:
+    clock (this wrapper is the outermost): waiting for a turn is not the test's time.
+
+    The run is told by xdist's own input to this worker, not by PYTEST_XDIST_TESTRUNUID: a
+    pytest a test starts (tests/cli/test_sdist.py runs the sdist's tests) inherits that
+    variable, and once took the outer run's locks: its first test waited at the gate a serial
+    test had closed, the serial test for the room the test waiting on it held, for 300 s."""
+    workerinput = getattr(item.config, "workerinput", None)
+    if workerinput is None:
         yield
         return
+    run = workerinput["testrunuid"]
     shared = Path(tempfile.gettempdir()) / f"gpudesk-tests-{run}"
     shared.mkdir(exist_ok=True)
     with (

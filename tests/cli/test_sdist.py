@@ -86,7 +86,9 @@ def test_the_sdist_holds_the_tests_and_what_they_read_and_runs_them(tmp_path: Pa
     with tarfile.open(sdist) as archive:
         archive.extractall(tmp_path / "unpacked", filter="data")
     unpacked = tmp_path / "unpacked" / prefix
-    env = {**os.environ, "PYTHONPATH": str(unpacked)}
+    # a pytest of its own, not a worker of this run (conftest's serial locks are per run)
+    outer = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST_")}
+    env = {**outer, "PYTHONPATH": str(unpacked)}
     which = subprocess.run(
         [sys.executable, "-c", "import gpudesk; print(gpudesk.__file__)"],
         cwd=unpacked,
