@@ -39,8 +39,9 @@ ESTIMATORS = (*GUESSING_ESTIMATORS, "measured")
 # A trace that names no station runs on the station the CARMA trace was measured on.
 DEFAULT_STATION = "sim:dgx-station-a100"
 # The latest arrival and the longest run a trace may give (ASSUMPTION: ten years, far past any
-# published cluster trace). The simulated clock is float seconds: past ~1e15 s a job's progress
-# no longer moves it, and a replay would turn forever.
+# published cluster trace). The simulated clock is float seconds: an arrival of NaN is never
+# reached (the replay turned forever), and far enough out the clock's resolution is coarser
+# than a replay's steps.
 MAX_TRACE_SECONDS = 10 * 365 * 24 * 3600.0
 # The most a trace file may hold (assumption: ~700,000 jobs of t1's ~370 bytes each, far past
 # what a replay gets through; /dev/zero named as a trace read until memory ran out)
