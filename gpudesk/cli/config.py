@@ -13,7 +13,8 @@ key an option's long name with or without dashes (`time = "2h"`, `max-attempts =
     interval = 2
 
 Values go to click as the option's default (`default_map`), so the command line always wins
-and a value is checked as if typed. An unknown command or option, or a file that is not TOML,
+and a value is checked as if typed (a bad one's paragraph names the file, table and key:
+`default_source`). An unknown command or option, or a file that is not TOML,
 is one paragraph naming the file and the key, and the command does not run.
 
 Under it lies the site's file, `/etc/gpudesk/config.toml` (gpudesk.cli.site_config), with the
@@ -106,6 +107,26 @@ def _parse(
             else str(exc)
         )
         raise CliError(f"{what} {path} is not valid TOML: {reason}{hint}", EXIT_USAGE) from None
+
+
+def default_source(command: Any, words: list[str], name: str) -> Path | None:
+    """Which config file set the default of option `name` (click's parameter name) of the
+    command `words` (`["engine", "start"]`) in `command`, the whole click tree: the user's file
+    where it sets it (it wins), else the site's; None where neither does. Read again, for an
+    error's words only."""
+    from gpudesk.cli.site_config import site_config_path
+
+    site, user = site_config_path(), config_path()
+    found = None
+    for path, read in ((site, read_site), (user, _read)):
+        if path is None or not os.path.lexists(path):
+            continue
+        table: Any = defaults_of(command, read(path), path)
+        for word in words:
+            table = table.get(word) if isinstance(table, dict) else None
+        if isinstance(table, dict) and name in table:
+            found = path
+    return found
 
 
 def default_map(command: Any, path: Path | None = None) -> DefaultMap:

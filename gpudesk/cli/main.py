@@ -14,7 +14,7 @@ from typing import Any
 
 import typer
 
-from gpudesk.cli.common import reflow_help
+from gpudesk.cli.common import CliError, reflow_help
 from gpudesk.cli.exit_codes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE
 from gpudesk.cli.failures import reported_failures
 from gpudesk.cli.finite_numbers import refuse_non_finite
@@ -171,7 +171,30 @@ def usage_paragraph(exc: Exception) -> str:
     if ctx is None:
         return f"{message} (gpudesk --help lists the commands)"
     usage = " ".join(ctx.command.get_usage(ctx).split()).removeprefix("Usage: ")
-    return f"{message} Usage: {usage} ({ctx.command_path} --help says more)"
+    return f"{message}{_from_config(exc, ctx)} Usage: {usage} ({ctx.command_path} --help says more)"
+
+
+def _from_config(exc: Exception, ctx: Any) -> str:
+    """Where a bad value came from a config file rather than the command line (click's
+    default_map): " It comes from [top] interval in FILE."; else ""."""
+    param: Any = getattr(exc, "param", None)
+    name = getattr(param, "name", None)
+    if name is None:
+        return ""
+    source = ctx.get_parameter_source(name)
+    if getattr(source, "name", None) != "DEFAULT_MAP":
+        return ""
+    from gpudesk.cli.config import default_source
+
+    words = ctx.command_path.split()[1:]
+    try:
+        path = default_source(typer.main.get_command(build_app()), words, name)
+    except CliError:
+        return ""  # (a file that cannot be read would have stopped the command before)
+    if path is None:
+        return ""
+    key = next((o.lstrip("-") for o in param.opts if o.startswith("--")), name)
+    return f" It comes from [{'.'.join(words)}] {key} in {path}."
 
 
 def _user_defaults(command: Any, partial: bool) -> dict[str, object]:

@@ -63,3 +63,32 @@ def test_a_wrong_config_file_is_one_paragraph_and_nothing_runs(
     assert engine.client.request("jobs")["jobs"] == []
     missing = gpudesk(tmp_path / "absent.toml", "queue")  # no file: no defaults, no error
     assert missing.returncode == 0, missing.stderr
+
+
+def test_a_bad_value_from_a_file_names_the_file_the_table_and_the_key(tmp_path: Path) -> None:
+    """click checks a default from a file as if typed, and said only "Invalid value for
+    '--timeout'", which a user who typed no --timeout could not place. The site's file is named
+    where it sets the value and the user's does not; the user's where both do (it wins)."""
+    user, site = tmp_path / "config.toml", tmp_path / "site.toml"
+    user.write_text('[engine.stop]\ntimeout = "soon"\n')
+    site.write_text("[top]\ninterval = 0.01\n[engine.stop]\ntimeout = 5\n")
+    env = {
+        **os.environ,
+        "GPUDESK_CONFIG": str(user),
+        "GPUDESK_SITE_CONFIG": str(site),
+        "GPUDESK_HOME": str(tmp_path / "home"),
+    }
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*GPUDESK, *args], capture_output=True, text=True, timeout=60, env=env
+        )
+
+    stop = run("engine", "stop")
+    assert stop.returncode == 2 and "Traceback" not in stop.stderr
+    assert f"It comes from [engine.stop] timeout in {user}." in stop.stderr, stop.stderr
+    top = run("top", "--once")
+    assert top.returncode == 2, top.stderr
+    assert f"It comes from [top] interval in {site}." in top.stderr, top.stderr
+    typed = run("top", "--once", "--interval", "0.01")  # typed: no file to name
+    assert typed.returncode == 2 and "comes from" not in typed.stderr, typed.stderr
