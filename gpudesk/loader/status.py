@@ -20,6 +20,7 @@ from gpudesk.loader.protocol import (
 )
 from gpudesk.loader.station_access import info_files, socket_of
 from gpudesk.paths import Home
+from gpudesk.text import printable
 
 if TYPE_CHECKING:
     import zmq
@@ -44,15 +45,14 @@ def collect(name: str | None = None, home: Home | None = None) -> list[dict[str,
             continue
         failed = final_failure(info)
         if failed is not None:
-            out.append({"name": info.get("name"), "error": f"its producer failed: {failed}"})
+            out.append({"name": info.get("name"), "error": f"its producer failed: {said(failed)}"})
             continue
         if not process_alive(int(info.get("pid", 0)), info.get("create_time")):
             out.append(not_running(info))
             continue
         if info.get("preparing"):
-            out.append(
-                {"name": info.get("name"), "pid": info.get("pid"), "preparing": info["preparing"]}
-            )
+            preparing = said(info["preparing"])
+            out.append({"name": info.get("name"), "pid": info.get("pid"), "preparing": preparing})
             continue
         stopping = stopping_reason(info)  # it answers no more: its info file says why
         if stopping is not None:
@@ -99,7 +99,14 @@ def answer(
 
 
 def stopping_entry(info: dict[str, Any], why: str) -> dict[str, Any]:
-    return {"name": info.get("name"), "pid": info.get("pid"), "stopping": why}
+    return {"name": info.get("name"), "pid": info.get("pid"), "stopping": said(why)}
+
+
+def said(words: object) -> str:
+    """What a producer's info file says (why it failed, stops, what it prepares), as the status
+    lists it: on a station the file is its owner's to write, and `gpudesk loader status` prints
+    it on another member's terminal, so no control character of hers reaches it."""
+    return printable(str(words))
 
 
 def not_running(info: dict[str, Any]) -> dict[str, Any]:

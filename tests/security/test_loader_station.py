@@ -332,3 +332,64 @@ def test_a_members_forged_status_breaks_no_ones_view(
     finally:
         hostile.kill()
         hostile.wait()
+
+
+# A member's stand-in that, asked for its status, says in her info file that it stops, in words
+# holding terminal escapes, and never answers (root's ask then reads her file between steps).
+STOPPING = textwrap.dedent("""
+    import json, os, sys, time
+    import zmq
+    control, info_path = sys.argv[1], sys.argv[2]
+    info = json.load(open(info_path))
+    os.unlink(control)
+    sock = zmq.Context.instance().socket(zmq.ROUTER)
+    sock.bind(f"ipc://{control}")
+    print("ready", flush=True)
+    end = time.monotonic() + 60
+    asked = False
+    while time.monotonic() < end:
+        asked = asked or bool(sock.poll(50) and sock.recv_multipart())
+        if asked:
+            said = dict(info, stopping="\\x1b]0;pwned\\x07\\x1b[2Jbye")
+            with open(info_path + ".tmp", "w") as out:
+                json.dump(said, out)
+            os.replace(info_path + ".tmp", info_path)
+""")
+
+
+def test_a_members_stopping_words_reach_no_terminal_and_hold_no_ask(
+    station: tuple[Station, str, Path],
+) -> None:
+    """Root asks each producer between steps whether it stops, reading its owner's info file
+    (`status.answer`, `protocol.gone`). Ada's stand-in says so as she is asked, in words with
+    terminal escapes, and never answers: the ask lists it as stopping at once (not after its
+    1 s), her escapes spelled out for whoever's terminal `gpudesk loader status` prints them on,
+    and the engine's view for bob keeps none of her words."""
+    from gpudesk.loader.status import collect
+    from gpudesk.paths import Home
+
+    st, python, script = station
+    st.ok(None, "datasets", datasets=[dataset("own", share="group")])
+    job, out = run_job(st, python, script, "ada", "own")
+    assert job["state"] == "succeeded", out
+    producer_of(st, "own")
+    folder = st.socket.parent / "loaders" / "own"
+    paths = (str(folder / "own.ctl"), str(folder / "own.json"))
+    hostile = subprocess.Popen(
+        ["runuser", "-u", st.users["ada"].name, "--", python, "-c", STOPPING, *paths],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd="/",
+    )
+    try:
+        assert hostile.stdout is not None and hostile.stdout.readline().strip() == "ready"
+        started = time.monotonic()
+        (entry,) = collect("own", home=Home.system(st.socket, st.state_dir))
+        assert time.monotonic() - started < 1.0, entry
+        assert entry["stopping"].startswith("\\x1b]0;pwned\\x07\\x1b[2J"), entry
+        assert "\x1b" not in entry["stopping"] and "\x07" not in entry["stopping"]
+        view = st.ok("bob", "status", fresh_loaders=True)
+        assert "pwned" not in json.dumps(view), view
+    finally:
+        hostile.kill()
+        hostile.wait()
