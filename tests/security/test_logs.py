@@ -34,6 +34,7 @@ sys.path.insert(0, str(SHARED))  # the station fixture and its raw client live b
 from station_fixture import Station, make_station  # noqa: E402
 
 from gpudesk import joblog  # noqa: E402
+from gpudesk.joblog.progress import ProgressLine, ProgressReader  # noqa: E402
 from gpudesk.trust import RECORD_MAX_BYTES, UntrustedFileError  # noqa: E402
 
 # its module-scoped fixture is made once: the module stays on one worker (--dist loadgroup)
@@ -386,3 +387,23 @@ def test_gpudesk_logs_refuses_a_fifo_in_one_paragraph(engine: EngineHandle) -> N
     finally:
         with contextlib.suppress(OSError):
             os.close(os.open(log, os.O_WRONLY | os.O_NONBLOCK))
+
+
+@pytest.mark.parametrize("kind", sorted(PLANTS))
+def test_no_progress_is_read_from_a_planted_log(attempt: Attempt, kind: str) -> None:
+    """The engine (root on a station) reads a running job's `progress DONE/TOTAL` lines from its
+    log to learn its rate and remaining time (joblog.progress.ProgressReader). What she planted
+    there — a link or hard link to a file of root's, a FIFO, a socket, a folder, a file of
+    bob's, each holding a progress line where it holds anything — gives no progress, at once;
+    her own log with the same line does."""
+    line = b"progress 7/9\n"
+    attempt.secret.write_bytes(line)
+    attempt.write_owned(attempt.log, line)
+    assert ProgressReader(str(attempt.log), 0, attempt.owner.uid).read_lines() == [
+        ProgressLine(7.0, 9.0)
+    ]
+    PLANTS[kind](attempt, attempt.log)
+    if kind == "another user's file":
+        attempt.write_owned(attempt.log, line, attempt.users.other)
+    got = bounded(lambda: ProgressReader(str(attempt.log), 0, attempt.owner.uid).read_lines())
+    assert got == [], f"{kind}: {got!r}"
