@@ -20,6 +20,9 @@ MAX_COMMAND_BYTES = 256 * 1024
 MAX_ENV_VARS = 4096
 MAX_ENV_BYTES = 1024 * 1024
 MAX_GPUS = 64
+# The most GPU memory a job may ask for, in GiB: a bound for reading a figure (16 TiB, far past
+# any GPU: the largest hold 192 GB), not a fact placement uses.
+MAX_MEMORY_GB = 16384.0
 MAX_ATTEMPTS = 100
 MAX_AFTER = 100  # dependencies of one job
 MAX_TIME_LIMIT_S = 366 * 86400.0
@@ -485,7 +488,7 @@ check_gpus = whole_number_in(0, MAX_GPUS)
 check_time_limit = number_in(1.0, MAX_TIME_LIMIT_S)
 check_priority = whole_number_in(*PRIORITY_RANGE)
 check_max_attempts = whole_number_in(1, MAX_ATTEMPTS)
-check_memory_gb = number_in(0.0, 16384.0, lo_open=True)
+check_memory_gb = number_in(0.0, MAX_MEMORY_GB, lo_open=True)
 check_sm_pct = number_in(0.0, 100.0)
 check_preempt_grace = number_in(1.0, MAX_PREEMPT_GRACE_S)
 

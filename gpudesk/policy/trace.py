@@ -6,13 +6,12 @@ simulated station starts with (`parse_mig`).
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from gpudesk.core.jobs import MAX_PREEMPT_GRACE_S
+from gpudesk.core.jobs import MAX_GPUS, MAX_MEMORY_GB, MAX_PREEMPT_GRACE_S, PRIORITY_RANGE
 from gpudesk.core.mig_profiles import (
     COMPUTE_SLICES,
     MEMORY_SLICES,
@@ -23,6 +22,7 @@ from gpudesk.core.mig_profiles import (
 from gpudesk.examples import bundled
 from gpudesk.named_file import FileTooLarge, read_named
 from gpudesk.policy.interference import ModelParams, load_params_file
+from gpudesk.units import MIB_PER_GB
 
 # SM activity of a job running alone, by the trace's class, where the trace gives no `sm_pct`;
 # DLRM is the published ~5 %. The class figures are ASSUMPTIONS (no per-job SM figure is
@@ -169,16 +169,21 @@ def _check_job(
     job: TraceJob, raw: dict[str, Any], where: str, first_of: dict[int, int], i: int
 ) -> None:
     """Raise TraceError (`where`: the file and the job) for a figure a replay cannot use: NaN,
-    infinity, past `MAX_TRACE_SECONDS`, or an id an earlier job has (`first_of`: id -> index,
-    which this one joins)."""
+    infinity, past `MAX_TRACE_SECONDS` or what `gpudesk submit` takes, or an id an earlier job
+    has (`first_of`: id -> index, which this one joins)."""
     if job.id in first_of:
         raise TraceError(
             f"{where}: id {job.id} is given twice (jobs[{first_of[job.id]}] has it too); each "
             "job needs its own"
         )
     first_of[job.id] = i
-    if job.gpus < 1:
-        raise TraceError(f"{where}: gpus must be 1 or more, found {job.gpus}")
+    if not 1 <= job.gpus <= MAX_GPUS:  # as `gpudesk submit --gpus` takes it
+        raise TraceError(f"{where}: gpus must be 1 to {MAX_GPUS}, found {raw.get('gpus')!r}")
+    if not PRIORITY_RANGE[0] <= job.priority <= PRIORITY_RANGE[1]:
+        raise TraceError(
+            f"{where}: priority must be {PRIORITY_RANGE[0]} to {PRIORITY_RANGE[1]}, found "
+            f"{raw.get('priority')!r}"
+        )
     if not 0 < job.exclusive_s <= MAX_TRACE_SECONDS:  # NaN fails it too
         raise TraceError(
             f"{where}: exclusive_minutes must be above 0 to {MAX_TRACE_SECONDS / 60:.0f}, found "
@@ -192,9 +197,12 @@ def _check_job(
     sizes = {"peak_memory_mb": job.peak_memory_mib} | {
         f"estimate_{name}_mb": mib for name, mib in job.estimates.items()
     }
+    most = MAX_MEMORY_GB * MIB_PER_GB  # as `gpudesk submit --mem` takes it
     for key, mib in sizes.items():
-        if not 0 <= mib < math.inf:
-            raise TraceError(f"{where}: {key} must be a size in MB (0 or more), found {raw[key]!r}")
+        if not 0 <= mib <= most:  # NaN fails it too
+            raise TraceError(
+                f"{where}: {key} must be a size in MB, 0 to {most:.0f}, found {raw[key]!r}"
+            )
     if not 0 <= job.checkpoint_s <= MAX_PREEMPT_GRACE_S:
         raise TraceError(
             f"{where}: checkpoint_s must be 0 to {MAX_PREEMPT_GRACE_S:g} s (a preempted job must "
