@@ -204,8 +204,12 @@ class _Fit:
     kept: deque[KeptObservation]
     frozen: dict[str, FrozenTotal]
     params: ModelParams
+    # what the observations alone say (each observed parameter the mean of the values its
+    # observations imply, without the prior's pull; the others the prior's): the point each
+    # observation is read at (`Learner._refit`)
+    read_at: ModelParams
     # each kept observation's `estimate` under `implied_at` (the last sweep's starting point):
-    # when that is `params` itself, the next observation's refit starts from these instead of
+    # when that is `read_at` itself, the next observation's refit starts from these instead of
     # estimating every observation again
     implied: list[tuple[str, float] | None] = field(default_factory=list)
     implied_at: ModelParams | None = None
@@ -221,14 +225,24 @@ class Learner:
     and that value depends on the other parameters (an MPS group past a full GPU says what
     contention is *given* mps_tenant_cost). So a parameter is not a running sum of what
     observations said when they came: each observation, every refit re-reads the kept ones
-    under the current parameters (backfitting). A sweep takes every kept observation's
-    `estimate` under the parameters so far and sets each parameter to the mean of its prior
-    (weighted as `PRIOR_WEIGHT` observations), its frozen totals (a store written before the
-    refit) and the values its observations imply; sweeps repeat until no parameter moves more
-    than `REFIT_TOLERANCE` (or `MAX_SWEEPS`). A sweep updates every parameter from the same
-    starting point (a Jacobi sweep): each observation is estimated once per sweep, which is
-    what the refit costs. It runs when observations come, from the parameters before them, and
-    `params` returns the result.
+    (backfitting). A sweep takes every kept observation's `estimate` under what the
+    observations alone said so far (`_Fit.read_at`) and sets each observed parameter to the
+    mean of its frozen totals (a store written before the refit) and the values its
+    observations imply; sweeps repeat until no parameter moves more than `REFIT_TOLERANCE` (or
+    `MAX_SWEEPS`). A sweep updates every parameter from the same starting point (a Jacobi
+    sweep): each observation is estimated once per sweep, which is what the refit costs. The
+    parameters (`params`) are then each that mean with the prior's value weighted in as
+    `PRIOR_WEIGHT` observations.
+
+    Why the prior is left out of the point the observations are read at: the prior's pull on
+    one parameter would otherwise come back, magnified, in another. An MPS group past a full
+    GPU at pressure P says what contention is given the per-co-tenant cost, and a small error
+    in that cost moves the contention it implies by about 1 / (P - 1) times as much (ten times
+    at P = 1.1): with the H100 calibration as the truth, a replay of t1 read its crowded groups
+    at a co-tenant cost pulled from the truth's 0.127 to 0.125 by the prior's 0.04, and learned
+    a contention of 0.136 for the truth's 0.085. The prior weighs on each parameter's own value
+    only; it is never a reason to read another parameter's observations differently. It runs
+    when observations come, from the point the observations before them were read at.
 
     An observation that informs no parameter when it comes (alone, at the rate floor, held
     back by its own thread cap) is not kept. Pure bookkeeping: the engine stores the kept
@@ -259,9 +273,10 @@ class Learner:
         return fit.sweeps if fit else 0
 
     def informs(self, gpu_model: str, obs: Observation) -> str | None:
-        """The parameter the observation informs under the current parameters; None: it says
-        nothing and would not be kept."""
-        said = estimate(self.params(gpu_model), obs)
+        """The parameter the observation informs, read as the learner reads it now (at what
+        the observations alone say: `_Fit.read_at`); None: it says nothing and would not be
+        kept."""
+        said = estimate(self.observed(gpu_model), obs)
         return None if said is None else said[0]
 
     def observe(
@@ -275,7 +290,7 @@ class Learner:
     ) -> list[str | None]:
         """`observe` each (judged by the parameters before them all), with one refit after."""
         fit = self._fits.get(gpu_model)
-        start = fit.params if fit else self.prior
+        start = fit.read_at if fit else self.prior
         names: list[str | None] = []
         for kept in observations:
             said = estimate(start, kept.obs)
@@ -283,7 +298,7 @@ class Learner:
             if said is None:
                 continue
             if fit is None:
-                fit = self._fits[gpu_model] = _Fit(deque(), {}, self.prior)
+                fit = self._fits[gpu_model] = _Fit(deque(), {}, self.prior, self.prior)
             fit.kept.append(kept)
             fit.implied.append(said)  # under `start`: valid only where `implied_at` is `start`
             if len(fit.kept) > self.keep:
@@ -305,6 +320,7 @@ class Learner:
             deque(kept),
             {name: t for name, t in (frozen or {}).items() if name in PARAM_NAMES and t.count},
             self.prior,
+            self.prior,
         )
         while len(fit.kept) > self.keep:
             fit.kept.popleft()
@@ -324,6 +340,12 @@ class Learner:
         fit = self._fits.get(gpu_model)
         return fit.params if fit else self.prior
 
+    def observed(self, gpu_model: str) -> ModelParams:
+        """What the observations alone say (each observed parameter without the prior's pull,
+        the others at the prior): the point the learner reads every observation at."""
+        fit = self._fits.get(gpu_model)
+        return fit.read_at if fit else self.prior
+
     def widths(self, gpu_model: str) -> dict[str, float]:
         """How far above its value each parameter may plausibly be (model_params.pessimistic):
         `PESSIMISTIC_FACTOR` unmeasured, narrowing as the prior's share of the fit does (its
@@ -338,29 +360,35 @@ class Learner:
         }
 
     def _refit(self, fit: _Fit, start: ModelParams) -> None:
-        params = start
+        """Backfit the point the observations are read at from `start` (the class doc), then
+        the parameters: each observed one's mean with the prior weighed in."""
+        read_at = start
         # the kept observations' estimates under `start`, where the last refit left them so
         # (and the new ones were estimated under `start` when they came)
         implied = fit.implied if fit.implied_at == start else None
         for sweep in range(1, MAX_SWEEPS + 1):
             if implied is None:
-                implied = [estimate(params, kept.obs) for kept in fit.kept]
-            new = self._blend(fit, implied)
-            moved = max(abs(getattr(new, n) - getattr(params, n)) for n in PARAM_NAMES)
-            fit.implied, fit.implied_at = implied, params
-            params = new
+                implied = [estimate(read_at, kept.obs) for kept in fit.kept]
+            new = self._blend(fit, implied, prior_weight=0.0)
+            moved = max(abs(getattr(new, n) - getattr(read_at, n)) for n in PARAM_NAMES)
+            fit.implied, fit.implied_at = implied, read_at
+            read_at = new
             fit.sweeps = sweep
             if moved < REFIT_TOLERANCE:
                 break
             implied = None
-        fit.params = params
+        fit.read_at = read_at
+        fit.params = self._blend(fit, fit.implied, prior_weight=PRIOR_WEIGHT)
 
-    def _blend(self, fit: _Fit, implied: Iterable[tuple[str, float] | None]) -> ModelParams:
-        """Each observed parameter: the mean of its prior (weighted as `PRIOR_WEIGHT`), its
-        frozen totals and the values implied (`implied`: one per kept observation, in order);
-        the others stay at the prior. Where the kept observations of a parameter come from
-        more than one owner, each owner is one voice: the median of their means (with the
-        prior's value among them where the owners are even in number) stands for all of them.
+    def _blend(
+        self, fit: _Fit, implied: Iterable[tuple[str, float] | None], prior_weight: float
+    ) -> ModelParams:
+        """Each observed parameter: the mean of its prior (weighted as `prior_weight`
+        observations), its frozen totals and the values implied (`implied`: one per kept
+        observation, in order); the others stay at the prior. Where the kept observations of a
+        parameter come from more than one owner, each owner is one voice: the median of their
+        means (with the prior's value among them where the owners are even in number) stands
+        for all of them.
         The model places every member's jobs, and a job's progress is the
         member's to print: one member's jobs, however many, and whatever slowed them (an
         input-bound loop, a stalled or false progress line), then move it no further than the
@@ -389,8 +417,8 @@ class Learner:
         fit.counts = counts
         return self.prior.with_values(
             {
-                name: (getattr(self.prior, name) * PRIOR_WEIGHT + sums[name])
-                / (PRIOR_WEIGHT + count)
+                name: (getattr(self.prior, name) * prior_weight + sums[name])
+                / (prior_weight + count)
                 for name, count in counts.items()
                 if count
             }
@@ -398,7 +426,7 @@ class Learner:
 
     def describe(self, gpu_model: str) -> list[LearnedParam]:
         """Each parameter with its value, prior, provenance, and the observations that inform
-        it under the current parameters (and when the last of them came)."""
+        it as the learner reads them now (and when the last of them came)."""
         current = self.params(gpu_model)
         fit = self._fits.get(gpu_model)
         counts: dict[str, int] = {}
@@ -415,7 +443,7 @@ class Learner:
             for name, total in fit.frozen.items():
                 count(name, total.count, total.calibrated, total.updated_at)
             for kept in fit.kept:
-                said = estimate(current, kept.obs)
+                said = estimate(fit.read_at, kept.obs)
                 if said is not None:
                     count(said[0], 1, int(kept.calibrated), kept.at)
         widths = self.widths(gpu_model)
