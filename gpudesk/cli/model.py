@@ -70,6 +70,14 @@ def _model_text(model: GpuModelView) -> str:
     ]
     header = ("PARAMETER", "VALUE", "AUTO JUDGES AT", "PRIOR", "PROVENANCE", "OBS", "UPDATED")
     table = render.table(header, rows)
+    said = [f"{p.name} {p.observed:.4g}" for p in model.params if p.observed is not None]
+    if said:
+        table += "\n" + textwrap.fill(
+            "observations alone say: " + ", ".join(said),
+            width=94,
+            subsequent_indent="  ",
+            break_on_hyphens=False,
+        )
     return title + "\n" + textwrap.indent(table, "  ")
 
 
@@ -94,6 +102,9 @@ def show_text(result: ModelShowResult) -> str:
         "AUTO JUDGES AT: the top of a sharing cost's plausible range; the `auto` policy shares "
         "a GPU only where it still gains there. 1.5x the value while nothing has measured it, "
         "narrowing as observations do (1.05x after 27).",
+        'VALUE: what a parameter\'s observations alone say ("observations alone say") with its '
+        "prior weighed in as a few observations more; each observation is read at what the "
+        "others alone say, never at a value the prior has pulled.",
         f"Learned from progress lines (`progress DONE[/TOTAL]`) over intervals of at least "
         f"{result.observe_min_s:g} s with the same co-tenants, and the kernel-active gap from "
         f"telemetry while a job is alone; {result.commands_with_rate_alone} command(s) have a "

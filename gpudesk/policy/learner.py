@@ -181,6 +181,8 @@ class LearnedParam:
     # The top of its plausible range (value x `Learner.widths`), where `auto` judges a sharing
     # placement (model_params.pessimistic); None for a parameter that is no mechanism's cost.
     high: float | None = None
+    # What its observations alone say (`Learner.observed`); None where none informs it.
+    observed: float | None = None
 
     def view(self) -> ModelParamView:
         """The parameter as `model_show` replies it."""
@@ -194,6 +196,7 @@ class LearnedParam:
             calibrated=self.calibrated,
             updated_at=self.updated_at,
             high=self.high,
+            observed=self.observed,
         )
 
 
@@ -468,6 +471,7 @@ class Learner:
                     calibrated.get(name, 0),
                     last.get(name),
                     getattr(current, name) * widths[name] if name in costs else None,
+                    getattr(fit.read_at, name) if fit is not None and counts.get(name) else None,
                 )
             )
         return out

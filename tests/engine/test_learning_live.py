@@ -93,6 +93,9 @@ def test_a_job_slowed_beside_another_teaches_the_model(
     # the prior weighted as PRIOR_WEIGHT observations
     implied = tenant.value * (PRIOR_WEIGHT + 1) - DEFAULT_PARAMS.mps_tenant_cost * PRIOR_WEIGHT
     assert 0.3 < implied < 0.7, implied
+    # and the observation's own word, before the prior is weighed in
+    assert tenant.observed == pytest.approx(implied)
+    assert all((p.observed is None) == (p.observations == 0) for p in h100.params)
     assert shown.commands_with_rate_alone >= 1
     assert any(e.kind == "model" and "mps_tenant_cost" in e.message for e in engine.show(a).events)
 
@@ -113,6 +116,7 @@ def test_a_job_slowed_beside_another_teaches_the_model(
     # the top of each sharing cost's range, where `auto` judges: one observation narrows the
     # co-tenant cost's from 1.5x to 1.375x
     assert "AUTO JUDGES AT" in out and "(1.38x)" in out
+    assert f"observations alone say: mps_tenant_cost {tenant.observed:.4g}" in out
     (shown_h100,) = [m for m in data["models"] if m["gpu_model"] == h100.gpu_model]
     shown_cost = next(p for p in shown_h100["params"] if p["name"] == tenant.name)
     assert shown_cost["high"] == pytest.approx(tenant.value * 1.375)

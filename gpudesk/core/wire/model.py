@@ -27,6 +27,9 @@ class ModelParamView(WireModel, frozen=True):
     # value times a width that narrows from 1.5 as observations inform it); absent for one
     # that is no mechanism's cost.
     high: float | None = None
+    # What its observations alone say, before its prior is weighed in (`value` is this with
+    # the prior counted as a few observations more); absent where no observation informs it.
+    observed: float | None = None
 
 
 class GpuModelView(WireModel, frozen=True):
