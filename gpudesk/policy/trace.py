@@ -11,7 +11,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from gpudesk.core.jobs import MAX_GPUS, MAX_MEMORY_GB, MAX_PREEMPT_GRACE_S, PRIORITY_RANGE
+from gpudesk.core.jobs import (
+    MAX_GPUS,
+    MAX_MEMORY_GB,
+    MAX_PREEMPT_GRACE_S,
+    check_priority,
+    whole_number_in,
+)
 from gpudesk.core.mig_profiles import (
     COMPUTE_SLICES,
     MEMORY_SLICES,
@@ -43,6 +49,7 @@ DEFAULT_STATION = "sim:dgx-station-a100"
 # reached (the replay turned forever), and far enough out the clock's resolution is coarser
 # than a replay's steps.
 MAX_TRACE_SECONDS = 10 * 365 * 24 * 3600.0
+CHECK_TRACE_GPUS = whole_number_in(1, MAX_GPUS)  # a trace job runs on a GPU
 # The most a trace file may hold (assumption: ~700,000 jobs of t1's ~370 bytes each, far past
 # what a replay gets through; /dev/zero named as a trace read until memory ran out)
 MAX_TRACE_BYTES = 256 * 1024 * 1024
@@ -177,13 +184,15 @@ def _check_job(
             "job needs its own"
         )
     first_of[job.id] = i
-    if not 1 <= job.gpus <= MAX_GPUS:  # as `gpudesk submit --gpus` takes it
-        raise TraceError(f"{where}: gpus must be 1 to {MAX_GPUS}, found {raw.get('gpus')!r}")
-    if not PRIORITY_RANGE[0] <= job.priority <= PRIORITY_RANGE[1]:
-        raise TraceError(
-            f"{where}: priority must be {PRIORITY_RANGE[0]} to {PRIORITY_RANGE[1]}, found "
-            f"{raw.get('priority')!r}"
-        )
+    # as a job's spec takes them (`gpudesk submit`), at least one GPU
+    for key, check, value in (
+        ("gpus", CHECK_TRACE_GPUS, job.gpus),
+        ("priority", check_priority, job.priority),
+    ):
+        try:
+            check(value)
+        except ValueError as exc:
+            raise TraceError(f"{where}: {key}: {exc}") from None
     if not 0 < job.exclusive_s <= MAX_TRACE_SECONDS:  # NaN fails it too
         raise TraceError(
             f"{where}: exclusive_minutes must be above 0 to {MAX_TRACE_SECONDS / 60:.0f}, found "

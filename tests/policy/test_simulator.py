@@ -184,13 +184,13 @@ def test_bad_percentages_are_trace_errors(tmp_path: Path) -> None:
         ("estimate_gpumemnet_mb", "Infinity", "estimate_gpumemnet_mb must be a size in MB"),
         ("estimate_gpumemnet_mb", "NaN", "estimate_gpumemnet_mb must be a size in MB"),
         ("priority", "Infinity", "missing or bad field (cannot convert float infinity"),
-        ("gpus", "0", "gpus must be 1 to 64, found 0"),
+        ("gpus", "0", "gpus: expected a whole number from 1 to 64, found 0"),
         # finite but past what `gpudesk submit` takes: a peak of 1e300 MB was printed as a
         # 300-digit count of GiB ("impossible: job 1 needs 9765625000...0.0 GiB")
         ("peak_memory_mb", "1e300", "peak_memory_mb must be a size in MB, 0 to 16777216"),
         ("estimate_horus_mb", "1e30", "estimate_horus_mb must be a size in MB, 0 to 16777216"),
-        ("gpus", "100000000000000000000", "gpus must be 1 to 64"),
-        ("priority", "1e30", "priority must be -1000 to 1000, found 1e+30"),
+        ("gpus", "100000000000000000000", "gpus: expected a whole number from 1 to 64"),
+        ("priority", "1e30", "priority: expected a whole number from -1000 to 1000, found"),
         # a repeated id was "error: list.remove(x): x not in list"
         ("id", "1", "id 1 is given twice (jobs[0] has it too)"),
     ],
