@@ -5,6 +5,8 @@ one voice (the median of their means), however many observations each sent
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from gpudesk.policy.interference import (
@@ -14,6 +16,7 @@ from gpudesk.policy.interference import (
     Learner,
     Observation,
     Workload,
+    predicted_rate,
 )
 
 GPU = "NVIDIA A100-SXM4-40GB"
@@ -68,3 +71,29 @@ def test_one_member_learns_as_before() -> None:
     expected = (0.04 * PRIOR_WEIGHT + 30 * 0.5 + 2 * 0.1) / (PRIOR_WEIGHT + 32)
     assert learned(alone) == learned(nobody) == pytest.approx(expected)
     assert DEFAULT_PARAMS.mps_tenant_cost == 0.04
+
+
+def test_one_member_cannot_move_how_the_others_observations_are_read() -> None:
+    """Observations are read at what the observations alone say (`Learner.observed`), without
+    the prior's pull: that point too hears each member as one voice. ada floods the co-tenant
+    cost with false readings (0.5); bob's and cy's say 0.05, and their crowded groups (pressure
+    1.2) say a contention of 0.1 read at that cost. Read at ada's 0.5 they would say nothing
+    (the rate left after such a cost is below the floor) or anything; read where bob and cy
+    stand, contention is theirs."""
+    truth = DEFAULT_PARAMS.with_values({"mps_tenant_cost": 0.05, "contention": 0.1})
+    group = Observation("mps", Workload(0.7, 0.35), (Workload(0.5, 0.25),), 1.0)
+    crowded = replace(group, rate=predicted_rate(truth, group))
+    honest = [(pair(0.95), who) for who in (1002, 1003) for _ in range(3)]
+    groups = [(crowded, who) for who in (1002, 1003) for _ in range(4)]
+    learner = Learner()
+    kept = [(pair(0.5), 1001)] * 60 + honest + groups
+    learner.observe_all(
+        GPU, [KeptObservation(o, float(i), False, who) for i, (o, who) in enumerate(kept)]
+    )
+    observed = learner.observed(GPU)
+    assert observed.mps_tenant_cost == pytest.approx(0.05)
+    assert observed.contention == pytest.approx(0.1)
+    fitted = learner.params(GPU)
+    assert fitted.contention == pytest.approx(
+        (DEFAULT_PARAMS.contention * PRIOR_WEIGHT + 8 * 0.1) / (PRIOR_WEIGHT + 8)
+    )
