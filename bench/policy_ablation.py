@@ -53,7 +53,7 @@ from unittest import mock
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 
-from simulator_judge import MIG_LAYOUTS  # noqa: E402
+from simulator_judge import last_gpu_in_mig  # noqa: E402
 from trace_jitter import H100_TRUTH, jittered  # noqa: E402
 
 import gpudesk.policy.collocation as collocation  # noqa: E402
@@ -62,7 +62,6 @@ from gpudesk.policy.filled_station import FilledStation, Host, Scored  # noqa: E
 from gpudesk.policy.interference import DEFAULT_PARAMS, Workload  # noqa: E402
 from gpudesk.policy.rates import Joining, Prediction  # noqa: E402
 from gpudesk.policy.sim_bounds import bound_of  # noqa: E402
-from gpudesk.policy.sim_station import station_gpus  # noqa: E402
 from gpudesk.policy.simulator import (  # noqa: E402
     Simulation,
     load_trace,
@@ -212,8 +211,7 @@ def replays(
     trace = load_trace(str(folder("traces") / f"{trace_name}.json"))
     truth = load_truth(str(H100_TRUTH)) if truth_name == "h100" else DEFAULT_PARAMS
     station = trace.sim_station
-    model, gpus = station_gpus(station)
-    layout = f"{gpus - 1}={MIG_LAYOUTS[model.name]}" if mig else None
+    layout = last_gpu_in_mig(station) if mig else None
     out = []
     with variant(name if policy == "auto" else "built"):
         for replay in range(count):

@@ -16,6 +16,7 @@ import argparse
 from gpudesk.examples import folder, names
 from gpudesk.policy.interference import DEFAULT_PARAMS
 from gpudesk.policy.sim_bounds import LowerBound, bound_of
+from gpudesk.policy.sim_station import station_gpus
 from gpudesk.policy.simulator import (
     SimResult,
     Simulation,
@@ -32,6 +33,12 @@ MIG_LAYOUTS = {
     "NVIDIA A100-SXM4-40GB": "3g.20gb,2g.10gb,1g.5gb,1g.5gb",
     "NVIDIA H100 80GB HBM3": "4g.40gb,3g.40gb",
 }
+
+
+def last_gpu_in_mig(station: str) -> str:
+    """`--mig` for the station with its last GPU in MIG mode (`MIG_LAYOUTS`)."""
+    model, count = station_gpus(station)
+    return f"{count - 1}={MIG_LAYOUTS[model.name]}"
 
 
 def _cell(result: SimResult, bound: LowerBound) -> str:
@@ -63,10 +70,7 @@ def judge(path: str, mig: bool, truth_path: str | None, progress_lines: bool = F
         trace = with_progress_lines(trace)
     truth = load_truth(truth_path) if truth_path else DEFAULT_PARAMS
     station = trace.sim_station
-    first = Simulation(trace, policy="auto", station=station)
-    layout = None
-    if mig:
-        layout = f"{first.gpu_count - 1}={MIG_LAYOUTS[first.model.name]}"
+    layout = last_gpu_in_mig(station) if mig else None
     sims = [Simulation(trace, policy=p, station=station, truth=truth, mig=layout) for p in POLICIES]
     results = {s.policy_name: s.run() for s in sims}
     bound = bound_of(sims[0])

@@ -33,7 +33,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 
-from simulator_judge import MIG_LAYOUTS  # noqa: E402
+from simulator_judge import last_gpu_in_mig  # noqa: E402
 
 from gpudesk.examples import folder, names  # noqa: E402
 from gpudesk.policy.interference import DEFAULT_PARAMS, ModelParams  # noqa: E402
@@ -131,8 +131,7 @@ def main() -> int:
     rows: list[dict[str, Any]] = []
     for name in names("traces"):
         trace = load_trace(folder("traces") / name)
-        gpus = Simulation(trace, policy="auto", station=trace.sim_station)
-        layout = f"{gpus.gpu_count - 1}={MIG_LAYOUTS[gpus.model.name]}"
+        layout = last_gpu_in_mig(trace.sim_station)
         settings = [(None, truths[0]), (layout, truths[0]), (None, truths[1])]
         for mig, (truth_name, truth) in settings:
             for progress in (False, True):
