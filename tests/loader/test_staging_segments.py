@@ -7,13 +7,16 @@ producer is gone; a live producer's are kept."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from gpudesk.loader import staging
 from gpudesk.loader.staging import SHM_DIR, SHM_PREFIX, DeviceMirror, remove_stale_segments
 
 
@@ -31,18 +34,32 @@ def segments() -> Iterator[list[Path]]:
         path.unlink(missing_ok=True)
 
 
-def segment(made: list[Path], name: str) -> Path:
-    path = Path(SHM_DIR) / name
+@pytest.fixture
+def private_shm(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A folder of its own in /dev/shm, standing for it: the suite's other workers run
+    producers, and each one's first mirror removes this user's stale segments too, so in
+    /dev/shm itself a test's dead segment could be gone before its own call looked (seen in
+    a run: the old-style name was missing from what the call removed)."""
+    folder = Path(tempfile.mkdtemp(prefix="gpudesk-test-", dir=SHM_DIR))
+    monkeypatch.setattr(staging, "SHM_DIR", str(folder))
+    yield folder
+    shutil.rmtree(folder)
+
+
+def segment(made: list[Path], name: str, folder: str = SHM_DIR) -> Path:
+    path = Path(folder) / name
     path.write_bytes(b"\0" * 64)
     made.append(path)
     return path
 
 
-def test_a_killed_producers_segments_go_and_a_live_ones_stay(segments: list[Path]) -> None:
-    dead = segment(segments, f"{SHM_PREFIX}{a_dead_pid()}-1")  # the old naming, too
-    dead_new = segment(segments, f"{SHM_PREFIX}{a_dead_pid()}-0badc0de-2")
-    live = segment(segments, f"{SHM_PREFIX}{os.getpid()}-0badc0de-1")
-    not_ours = segment(segments, f"{SHM_PREFIX}not-a-pid-1")
+def test_a_killed_producers_segments_go_and_a_live_ones_stay(
+    segments: list[Path], private_shm: Path
+) -> None:
+    dead = segment(segments, f"{SHM_PREFIX}{a_dead_pid()}-1", str(private_shm))  # old naming too
+    dead_new = segment(segments, f"{SHM_PREFIX}{a_dead_pid()}-0badc0de-2", str(private_shm))
+    live = segment(segments, f"{SHM_PREFIX}{os.getpid()}-0badc0de-1", str(private_shm))
+    not_ours = segment(segments, f"{SHM_PREFIX}not-a-pid-1", str(private_shm))
     removed = remove_stale_segments()
     assert dead.name in removed and dead_new.name in removed
     assert not dead.exists() and not dead_new.exists()
