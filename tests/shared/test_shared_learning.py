@@ -1,0 +1,155 @@
+"""Learning on a shared station, end to end, from real users' jobs: the interference model every
+member is placed with is moved by each member as one voice (gpudesk/policy/learner.py `_blend`),
+however many observations one member's jobs send — here ada's, whose progress lines claim her job
+runs at half speed beside a co-tenant (input-bound, or false). The engine learns who each
+observation is from the kernel (the job's owner), stores it with the observation, and a restarted
+engine weighs the stored ones the same way.
+
+The jobs run on the CPU and do not slow each other: a watched job sleeps longer per step while
+its owner's co-tenant's flag file exists (twice as long for ada; as long for bob, whose sharing
+costs nothing). GPUDESK_OBSERVE_MIN_S (test-only) shortens the 60 s an interval must last."""
+
+from __future__ import annotations
+
+import sqlite3
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import wait_for
+from station_fixture import Station, make_station
+
+from gpudesk.policy.interference import KeptObservation, Learner
+from gpudesk.policy.observation_wire import observation_from_json
+
+WATCHED = """
+import os, sys, time
+flag, stop, slower = sys.argv[1], sys.argv[2], float(sys.argv[3])
+step = 0
+while not os.path.exists(stop):
+    step += 1
+    print(f"progress {step}/10000000", flush=True)
+    time.sleep(0.02 * (slower if os.path.exists(flag) else 1.0))
+"""
+SHARER = """
+import os, sys, time
+flag, seconds = sys.argv[1], float(sys.argv[2])
+open(flag, "w").close()
+try:
+    time.sleep(seconds)
+finally:
+    os.unlink(flag)
+"""
+LIGHT = {"gpus": 1, "memory_gb": 2, "sm_pct": 20, "workdir": "/"}
+TENANT_COST = "mps_tenant_cost"
+
+
+@pytest.fixture
+def learning_station() -> Iterator[Station]:
+    # two GPUs: each member's pair has one of its own (an MPS server serves one user at a time)
+    yield from make_station("sim:a100-40gbx2", engine_env={"GPUDESK_OBSERVE_MIN_S": "1"})
+
+
+def stored_observations(station: Station) -> list[KeptObservation]:
+    """What the engine's store keeps, read as root reads its own store (read-only)."""
+    uri = f"file:{station.state_dir / 'gpudesk.db'}?mode=ro"
+    with sqlite3.connect(uri, uri=True) as conn:
+        rows = conn.execute(
+            "SELECT observation, observed_at, source, owner_uid FROM model_observations ORDER BY id"
+        ).fetchall()
+    return [
+        KeptObservation(observation_from_json(text), at, source == "calibrated", owner)
+        for text, at, source, owner in rows
+    ]
+
+
+def tenant_cost(station: Station) -> tuple[str, str, float, int]:
+    """The station's co-tenant cost as `model show` gives it to a member: (GPU model, kind,
+    value, observations)."""
+    shown = station.ok("bob", "model_show")
+    (a100,) = [m for m in shown["models"] if m["gpu_model"]]
+    param = next(p for p in a100["params"] if p["name"] == TENANT_COST)
+    return a100["gpu_model"], param["kind"], param["value"], param["observations"]
+
+
+@pytest.mark.slow(15)
+def test_one_members_false_progress_does_not_move_the_model_the_others_are_placed_with(
+    learning_station: Station,
+) -> None:
+    station = learning_station
+    # MPS (not `auto`, which may time-slice or wait), and progress read five times a second
+    station.ok(None, "configure", station={"policy": "mps", "sample_interval": 0.2})
+    flags = Path(tempfile.mkdtemp(prefix="gpudesk-flags-", dir="/tmp"))
+    flags.chmod(0o1777)  # each member's jobs make and remove their own flag here
+    stop = flags / "stop"
+    try:
+
+        def watched(role: str, slower: float) -> int:
+            command = ["python3", "-c", WATCHED, str(flags / role), str(stop), str(slower)]
+            return station.submit(role, {"name": f"{role}-watched", "command": command, **LIGHT})
+
+        def sharer(role: str) -> int:
+            command = ["python3", "-c", SHARER, str(flags / role), "2.5"]
+            return station.submit(role, {"name": f"{role}-sharer", "command": command, **LIGHT})
+
+        def succeeded(*jobs: int) -> None:
+            for job in jobs:
+                done = station.wait_state(job, "succeeded", "failed", timeout=60)
+                assert done["state"] == "succeeded", done
+
+        # each watched job runs alone first (its rate alone), then beside its owner's sharer:
+        # ada's twice (two observations of a cost near 0.5), bob's once (a cost near 0)
+        ada, bob = watched("ada", 2.0), watched("bob", 1.0)
+        for job in (ada, bob):
+            station.wait_state(job, "running")
+            log = Path(station.job(job)["log"])
+            wait_for(lambda log=log: "progress 75/" in log.read_text(), 30.0, what="time alone")
+        placed = [station.ok(None, "show", job=j)["attempts"][0]["placement"] for j in (ada, bob)]
+        assert placed[0]["gpus"] != placed[1]["gpus"], "each member's pair has a GPU of its own"
+        succeeded(sharer("ada"), sharer("bob"))
+        succeeded(sharer("ada"))
+        stop.touch()
+        succeeded(ada, bob)
+        for job in (ada, bob):  # each sharer ran beside its owner's watched job, under MPS
+            assert any(
+                "under mps beside job" in e["message"]
+                for e in station.ok(None, "show", job=job)["events"]
+            )
+    finally:
+        for flag in flags.iterdir():
+            flag.unlink()
+        flags.rmdir()
+
+    def sharing() -> list[KeptObservation]:
+        # the watched jobs' times alone tell the kernel-active gap too (mechanism "exclusive")
+        return [k for k in stored_observations(station) if k.obs.mechanism == "mps"]
+
+    kept = wait_for(
+        lambda: len(k := sharing()) >= 3 and k, 30.0, what="three observations of sharing stored"
+    )
+    ada_uid, bob_uid = station.users["ada"].uid, station.users["bob"].uid
+    rates = {uid: [k.obs.rate for k in kept if k.owner == uid] for uid in (ada_uid, bob_uid)}
+    assert {k.owner for k in kept} == {ada_uid, bob_uid}, kept
+    assert len(rates[ada_uid]) == 2 and max(rates[ada_uid]) < min(rates[bob_uid]), rates
+
+    # what the station shows is the learner's voice-by-voice value of what it stored ...
+    gpu_model, kind, shown, count = tenant_cost(station)
+    stored = stored_observations(station)
+
+    def learned(observations: list[KeptObservation]) -> float:
+        learner = Learner()
+        learner.observe_all(gpu_model, observations)
+        return next(p for p in learner.describe(gpu_model) if p.name == TENANT_COST).value
+
+    assert kind == "learned" and count == len(kept)
+    assert shown == pytest.approx(learned(stored))
+    # ... which is not the mean that ada's two readings would pull it to, were every
+    # observation heard as one station's (a personal engine's, or owners not recorded)
+    mean = learned([KeptObservation(k.obs, k.at, k.calibrated, None) for k in stored])
+    assert mean - shown > 0.05, (shown, mean, rates)
+
+    # a restarted engine hears the stored observations by the same voices
+    station.stop()
+    station.start()
+    assert tenant_cost(station) == (gpu_model, kind, pytest.approx(shown), count)
