@@ -1,16 +1,18 @@
 """Learning on a shared station, end to end, from real users' jobs: the interference model every
 member is placed with is moved by each member as one voice (gpudesk/policy/learner.py `_blend`),
 however many observations one member's jobs send — here ada's, whose progress lines claim her job
-runs at half speed beside a co-tenant (input-bound, or false). The engine learns who each
+runs at 0.4 of its speed beside a co-tenant (input-bound, or false). The engine learns who each
 observation is from the kernel (the job's owner), stores it with the observation, and a restarted
 engine weighs the stored ones the same way.
 
 The jobs run on the CPU and do not slow each other: a watched job sleeps longer per step while
-its owner's co-tenant's flag file exists (twice as long for ada; as long for bob, whose sharing
-costs nothing). GPUDESK_OBSERVE_MIN_S (test-only) shortens the 60 s an interval must last."""
+its owner's co-tenant's flag file exists (2.5 times as long for ada; 1.25 times for bob, a cost
+clear of the noise of a loaded machine). GPUDESK_OBSERVE_MIN_S (test-only) shortens the 60 s an
+interval must last."""
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import tempfile
 from collections.abc import Iterator
@@ -73,7 +75,7 @@ def tenant_cost(station: Station) -> tuple[str, str, float, int]:
     return a100["gpu_model"], param["kind"], param["value"], param["observations"]
 
 
-@pytest.mark.slow(15)
+@pytest.mark.slow(20)
 def test_one_members_false_progress_does_not_move_the_model_the_others_are_placed_with(
     learning_station: Station,
 ) -> None:
@@ -83,6 +85,11 @@ def test_one_members_false_progress_does_not_move_the_model_the_others_are_place
     flags = Path(tempfile.mkdtemp(prefix="gpudesk-flags-", dir="/tmp"))
     flags.chmod(0o1777)  # each member's jobs make and remove their own flag here
     stop = flags / "stop"
+
+    def sharing() -> list[KeptObservation]:
+        # the watched jobs' times alone tell the kernel-active gap too (mechanism "exclusive")
+        return [k for k in stored_observations(station) if k.obs.mechanism == "mps"]
+
     try:
 
         def watched(role: str, slower: float) -> int:
@@ -98,17 +105,31 @@ def test_one_members_false_progress_does_not_move_the_model_the_others_are_place
                 done = station.wait_state(job, "succeeded", "failed", timeout=60)
                 assert done["state"] == "succeeded", done
 
+        def observed(role: str) -> int:
+            uid = station.users[role].uid
+            return sum(1 for k in sharing() if k.owner == uid)
+
         # each watched job runs alone first (its rate alone), then beside its owner's sharer:
-        # ada's twice (two observations of a cost near 0.5), bob's once (a cost near 0)
-        ada, bob = watched("ada", 2.0), watched("bob", 1.0)
+        # ada's until two observations (a cost near 0.6 each), bob's until one (near 0.2). A
+        # loaded machine may leave an interval unread (its engine reads progress at its steps)
+        # or a time alone too short to measure: then a sharer runs again
+        need = {"ada": 2, "bob": 1}
+        ada, bob = watched("ada", 2.5), watched("bob", 1.25)
         for job in (ada, bob):
             station.wait_state(job, "running")
             log = Path(station.job(job)["log"])
             wait_for(lambda log=log: "progress 75/" in log.read_text(), 30.0, what="time alone")
         placed = [station.ok(None, "show", job=j)["attempts"][0]["placement"] for j in (ada, bob)]
         assert placed[0]["gpus"] != placed[1]["gpus"], "each member's pair has a GPU of its own"
-        succeeded(sharer("ada"), sharer("bob"))
-        succeeded(sharer("ada"))
+        for _ in range(6):
+            short = [role for role, n in need.items() if observed(role) < n]
+            if not short:
+                break
+            before = {role: observed(role) for role in short}
+            succeeded(*[sharer(role) for role in short])
+            # the engine closes the interval at its next step once the sharer has ended
+            with contextlib.suppress(AssertionError):
+                wait_for(lambda b=before: all(observed(r) > n for r, n in b.items()), 5.0)
         stop.touch()
         succeeded(ada, bob)
         for job in (ada, bob):  # each sharer ran beside its owner's watched job, under MPS
@@ -121,17 +142,11 @@ def test_one_members_false_progress_does_not_move_the_model_the_others_are_place
             flag.unlink()
         flags.rmdir()
 
-    def sharing() -> list[KeptObservation]:
-        # the watched jobs' times alone tell the kernel-active gap too (mechanism "exclusive")
-        return [k for k in stored_observations(station) if k.obs.mechanism == "mps"]
-
-    kept = wait_for(
-        lambda: len(k := sharing()) >= 3 and k, 30.0, what="three observations of sharing stored"
-    )
+    kept = sharing()
     ada_uid, bob_uid = station.users["ada"].uid, station.users["bob"].uid
     rates = {uid: [k.obs.rate for k in kept if k.owner == uid] for uid in (ada_uid, bob_uid)}
     assert {k.owner for k in kept} == {ada_uid, bob_uid}, kept
-    assert len(rates[ada_uid]) == 2 and max(rates[ada_uid]) < min(rates[bob_uid]), rates
+    assert len(rates[ada_uid]) >= 2 and max(rates[ada_uid]) < min(rates[bob_uid]), rates
 
     # what the station shows is the learner's voice-by-voice value of what it stored ...
     gpu_model, kind, shown, count = tenant_cost(station)
