@@ -46,20 +46,19 @@ def private_shm(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     shutil.rmtree(folder)
 
 
-def segment(made: list[Path], name: str, folder: str = SHM_DIR) -> Path:
-    path = Path(folder) / name
+def segment(made: list[Path], name: str) -> Path:
+    path = Path(staging.SHM_DIR) / name  # where the sweep looks (`private_shm` moves it)
     path.write_bytes(b"\0" * 64)
     made.append(path)
     return path
 
 
-def test_a_killed_producers_segments_go_and_a_live_ones_stay(
-    segments: list[Path], private_shm: Path
-) -> None:
-    dead = segment(segments, f"{SHM_PREFIX}{a_dead_pid()}-1", str(private_shm))  # old naming too
-    dead_new = segment(segments, f"{SHM_PREFIX}{a_dead_pid()}-0badc0de-2", str(private_shm))
-    live = segment(segments, f"{SHM_PREFIX}{os.getpid()}-0badc0de-1", str(private_shm))
-    not_ours = segment(segments, f"{SHM_PREFIX}not-a-pid-1", str(private_shm))
+@pytest.mark.usefixtures("private_shm")
+def test_a_killed_producers_segments_go_and_a_live_ones_stay(segments: list[Path]) -> None:
+    dead = segment(segments, f"{SHM_PREFIX}{a_dead_pid()}-1")  # the old naming too
+    dead_new = segment(segments, f"{SHM_PREFIX}{a_dead_pid()}-0badc0de-2")
+    live = segment(segments, f"{SHM_PREFIX}{os.getpid()}-0badc0de-1")
+    not_ours = segment(segments, f"{SHM_PREFIX}not-a-pid-1")
     removed = remove_stale_segments()
     assert dead.name in removed and dead_new.name in removed
     assert not dead.exists() and not dead_new.exists()
