@@ -4,8 +4,8 @@ stored and shown by `gpudesk model show`.
 
 The jobs run on the CPU and do not really slow each other: the watched job slows itself down
 (it sleeps twice as long per step) while its co-tenant's flag file exists, so what it shows is
-a rate of one half beside one light co-tenant. GPUDESK_OBSERVE_MIN_S (test-only) shortens the
-60 s an interval must last to 1 s."""
+a rate of one half beside one light co-tenant (tests/engine/progress_jobs.py).
+GPUDESK_OBSERVE_MIN_S (test-only) shortens the 60 s an interval must last to 1 s."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from conftest import EngineHandle, Run, wait_for
+from progress_jobs import SHARER, WATCHED
 
 from gpudesk.api import Client
 from gpudesk.paths import Home
@@ -26,27 +27,6 @@ from gpudesk.policy.interference import (
     Observation,
     Workload,
 )
-
-WATCHED = """
-import os, sys, time
-flag, seconds = sys.argv[1], float(sys.argv[2])
-end, step = time.monotonic() + seconds, 0
-while time.monotonic() < end:
-    step += 1
-    print(f"progress {step}/100000", flush=True)
-    time.sleep(0.04 if os.path.exists(flag) else 0.02)
-"""
-SHARER = """
-import os, sys, time
-flag, seconds = sys.argv[1], float(sys.argv[2])
-open(flag, "w").close()
-try:
-    for step in range(int(seconds / 0.05)):
-        print(f"progress {step}", flush=True)
-        time.sleep(0.05)
-finally:
-    os.unlink(flag)
-"""
 
 
 @pytest.fixture

@@ -5,10 +5,10 @@ runs at 0.4 of its speed beside a co-tenant (input-bound, or false). The engine 
 observation is from the kernel (the job's owner), stores it with the observation, and a restarted
 engine weighs the stored ones the same way.
 
-The jobs run on the CPU and do not slow each other: a watched job sleeps longer per step while
-its owner's co-tenant's flag file exists (2.5 times as long for ada; 1.25 times for bob, a cost
-clear of the noise of a loaded machine). GPUDESK_OBSERVE_MIN_S (test-only) shortens the 60 s an
-interval must last."""
+The jobs (tests/engine/progress_jobs.py) run on the CPU and do not slow each other: a watched
+job sleeps longer per step while its owner's co-tenant's flag file exists (2.5 times as long
+for ada; 1.25 times for bob, a cost clear of the noise of a loaded machine).
+GPUDESK_OBSERVE_MIN_S (test-only) shortens the 60 s an interval must last."""
 
 from __future__ import annotations
 
@@ -20,29 +20,12 @@ from pathlib import Path
 
 import pytest
 from conftest import wait_for
+from progress_jobs import SHARER, WATCHED
 from station_fixture import Station, make_station
 
 from gpudesk.policy.interference import KeptObservation, Learner
 from gpudesk.policy.observation_wire import observation_from_json
 
-WATCHED = """
-import os, sys, time
-flag, stop, slower = sys.argv[1], sys.argv[2], float(sys.argv[3])
-step = 0
-while not os.path.exists(stop):
-    step += 1
-    print(f"progress {step}/10000000", flush=True)
-    time.sleep(0.02 * (slower if os.path.exists(flag) else 1.0))
-"""
-SHARER = """
-import os, sys, time
-flag, seconds = sys.argv[1], float(sys.argv[2])
-open(flag, "w").close()
-try:
-    time.sleep(seconds)
-finally:
-    os.unlink(flag)
-"""
 LIGHT = {"gpus": 1, "memory_gb": 2, "sm_pct": 20, "workdir": "/"}
 TENANT_COST = "mps_tenant_cost"
 
@@ -93,7 +76,8 @@ def test_one_members_false_progress_does_not_move_the_model_the_others_are_place
     try:
 
         def watched(role: str, slower: float) -> int:
-            command = ["python3", "-c", WATCHED, str(flags / role), str(stop), str(slower)]
+            args = [str(flags / role), "300", str(slower), str(stop)]  # until `stop`
+            command = ["python3", "-c", WATCHED, *args]
             return station.submit(role, {"name": f"{role}-watched", "command": command, **LIGHT})
 
         def sharer(role: str) -> int:
