@@ -95,7 +95,7 @@ def judge(path: str, mig: bool, truth_path: str | None, progress_lines: bool = F
     lines.append(
         f"| {trace.name} | {where} | LB {bound.makespan_s / 3600:.2f} h (arrival "
         f"{bound.arrival_term_s / 3600:.2f} h, fluid {bound.fluid_term_s / 3600:.2f} h, by "
-        f"class {bound.class_term_s / 3600:.2f} h); JCT "
+        f"class {bound.class_term_s / 3600:.2f} h, packed {bound.burst_term_s / 3600:.2f} h); JCT "
         f"bound {bound.mean_jct_s / 60:.0f} min alone, {bound.mean_jct_queue_s / 60:.0f} min "
         f"queueing | auto ÷ carma {_vs(auto, carma, 'makespan_s')}"
         f", ÷ best runnable {vs_best} | JCT ÷ carma {_vs(auto, carma, 'mean_jct_s')} | energy "

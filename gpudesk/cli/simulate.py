@@ -322,6 +322,12 @@ def _bound_lines(bound: LowerBound) -> list[str]:
         if term is not None
         else ""
     )
+    burst = bound.burst_term
+    if burst is not None and burst.makespan_s > bound.arrival_term_s:  # (else it says nothing)
+        by_class += (
+            f", packed {_hours(burst.makespan_s)} ({burst.jobs} jobs of one program from "
+            f"{_hours(burst.from_s)}, each where it starts; a run of the station as given)"
+        )
     return [
         f"lower bound (SIMULATED truth): makespan {_hours(bound.makespan_s)} = max(latest "
         f"arrival + run time alone {_hours(bound.arrival_term_s)} (job {bound.arrival_job}), "

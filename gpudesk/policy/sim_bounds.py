@@ -2,7 +2,8 @@
 however clever, finishes a trace sooner than `LowerBound.makespan_s` or with a smaller mean job
 completion time than `LowerBound.mean_jct_s`, under the model's own rates (the simulated truth).
 
-Makespan: the larger of two terms.
+Makespan: the largest of four terms, the last two for a run of the station as given (no whole
+GPU carved into MIG slices for free).
 
 - **Arrival term**: max over jobs of (arrival + its run time alone). No rate exceeds 1.0 (the
   model never makes a job faster than alone), so no job ends sooner than that.
@@ -14,6 +15,10 @@ Makespan: the larger of two terms.
   of (α, β) gives a true bound; the term is the largest over a fixed grid of choices, which
   spans "SM work over the SMs" (β = 0) to "jobs' work over the most job-seconds a GPU can do at
   once" (α = 0).
+- **Class term** (sim_bound_classes): the fluid term with a weight per kind of job, and what a
+  GPU delivers from the model's rates for every mix of those kinds.
+- **Burst term** (sim_bound_burst): the last jobs, where they are one program (a sweep's burst),
+  packed whole onto the GPUs and slices: a job runs where it started.
 
 Mean JCT: two figures. `mean_jct_s`, the mean of the jobs' run times alone (a job's completion
 time is at least that: the bound issue 39's targets are stated against); and `mean_jct_queue_s`,
@@ -49,6 +54,7 @@ from typing import TYPE_CHECKING
 from gpudesk.core.mig_profiles import COMPUTE_SLICES
 from gpudesk.policy.model_params import ModelParams
 from gpudesk.policy.rates import MIN_RATE, workload
+from gpudesk.policy.sim_bound_burst import BurstTerm, burst_term, slices_of
 from gpudesk.policy.sim_bound_classes import ClassTerm, class_term
 from gpudesk.policy.sim_station import slice_shape
 from gpudesk.policy.trace import TraceJob
@@ -83,15 +89,20 @@ class LowerBound:
     mean_jct_queue_any_s: float  # the same without the class term's servers (any run)
     jobs: int  # the jobs it covers (those that can run on the station)
     gpus: int
+    burst_term: BurstTerm | None = None  # the last jobs of one program, packed (sim_bound_burst)
 
     @property
     def class_term_s(self) -> float:
         return self.class_term.makespan_s if self.class_term is not None else 0.0
 
+    @property
+    def burst_term_s(self) -> float:
+        return self.burst_term.makespan_s if self.burst_term is not None else 0.0
+
     def makespan_of(self, result: SimResult) -> float:
         """The makespan bound `result` is judged against: every term for a run of the station
         as given; for one that is not (forced mig carving whole GPUs for free), the arrival and
-        fluid terms only, the class term not holding there."""
+        fluid terms only, the class and burst terms not holding there."""
         if result.not_runnable is not None:
             return max(self.arrival_term_s, self.fluid_term_s)
         return self.makespan_s
@@ -122,6 +133,14 @@ class LowerBound:
                     c: round(w, 6) for c, w in zip(term.classes, term.weights, strict=True)
                 },
                 "mixes": term.mixes,
+            },
+            "burst_term": None
+            if self.burst_term is None
+            else {
+                "makespan_s": round(self.burst_term.makespan_s, 1),
+                "from_s": round(self.burst_term.from_s, 1),
+                "jobs": self.burst_term.jobs,
+                "per_gpu": round(self.burst_term.per_gpu, 4),
             },
             "mean_jct_s": round(self.mean_jct_s, 1),
             "mean_jct_queue_s": round(self.mean_jct_queue_s, 1),
@@ -172,7 +191,8 @@ def bound_of(sim: Simulation) -> LowerBound:
     }
     possible = [r.job for r in sim.runs if r.impossible is None]
     profiles = [(p.compute_slices, p.memory_slices) for p in sim.table] if repartition else []
-    return lower_bound(possible, sim.gpu_count, sim.truth, mig, profiles)
+    memory = {gpu: tuple(s.memory_mib for s in sim.slices[gpu]) for gpu in sim.fixed}
+    return lower_bound(possible, sim.gpu_count, sim.truth, mig, profiles, memory)
 
 
 def lower_bound(
@@ -181,12 +201,14 @@ def lower_bound(
     params: ModelParams,
     mig: Mapping[int, tuple[tuple[int, int], ...] | None] | None = None,
     profiles: Sequence[tuple[int, int]] = (),
+    slice_mib: Mapping[int, tuple[float, ...]] | None = None,
 ) -> LowerBound:
     """The lower bounds of a trace's possible jobs on `gpu_count` GPUs under `params` (the
     simulated truth); `mig` maps each GPU in MIG mode to its fixed layout's slices as (compute,
     memory) slices (None:
     it may be re-carved, into slices of `profiles`: the model's, as (compute slices, memory
-    slices)). `jobs` must be non-empty."""
+    slices)); `slice_mib`: each fixed layout's slices' memory (None: every job fits every slice,
+    which only loosens the burst term). `jobs` must be non-empty."""
     if not jobs or gpu_count < 1:
         raise ValueError("a lower bound needs at least one job and one GPU")
     mig = mig or {}
@@ -218,6 +240,10 @@ def lower_bound(
                 theta = capacity / gpu_count
     arrival = last.arrival_s + last.exclusive_s
     term = class_term(jobs, gpu_count, params, mig, profiles)
+    memory = slice_mib or {
+        gpu: tuple(math.inf for _ in layout) for gpu, layout in mig.items() if layout is not None
+    }
+    burst = burst_term(jobs, gpu_count - len(mig), params, slices_of(mig, memory))
     arrivals = [j.arrival_s for j in by_arrival]
     given = list(departures)  # the station as given: the class term's servers too
     if term is not None:
@@ -225,7 +251,9 @@ def lower_bound(
             work = [term.work(j, weights) for j in by_arrival]
             given.append(_srpt_departures(arrivals, work, capacity))
     return LowerBound(
-        makespan_s=max(arrival, fluid, term.makespan_s if term else 0.0),
+        makespan_s=max(
+            arrival, fluid, term.makespan_s if term else 0.0, burst.makespan_s if burst else 0.0
+        ),
         arrival_term_s=arrival,
         arrival_job=last.id,
         fluid_term_s=fluid,
@@ -238,6 +266,7 @@ def lower_bound(
         mean_jct_queue_any_s=_in_system_integral(arrivals, departures) / len(jobs),
         jobs=len(jobs),
         gpus=gpu_count,
+        burst_term=burst,
     )
 
 

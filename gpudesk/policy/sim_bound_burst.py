@@ -1,0 +1,149 @@
+"""The makespan bound by packing the last jobs of a trace, where they are one program
+(`gpudesk/policy/sim_bounds.py` uses it): a same-command sweep's burst, which the fluid terms
+spread over the station as if its jobs were divisible.
+
+A job runs where it started: the simulator never moves a running job's work (an OOM starts it
+over, which only adds work; a preemptible job, whose checkpoint may carry work to another GPU,
+is never counted). Take the one-GPU jobs of one workload class (SM and bandwidth share alone)
+arriving at or after a time a, and a horizon H. Under the model's rates (`rates.shared_rates`,
+`rates.mig_rate`: the truth `sim_rates.true_rates` plays):
+
+- **a whole GPU** does at most T* = max over n of (n tenants of the class × their rate), under MPS
+  or time-slicing, or 1 alone, seconds of exclusive work per second: other tenants (of the
+  class or not), more of them, a thread cap or a start-up delay only lower each one's rate, and
+  each rate is at most 1. So it finishes k of these jobs within [a, a + H] only if the k
+  smallest need at most T*·H, and each at most H;
+- **a MIG slice** of a layout as given runs one job at a time, at `mig_rate` for its profile,
+  and finishes there only a job whose peak memory it holds (a larger one dies of OOM): k jobs
+  within H only if the k smallest that fit, each at that rate, take at most H in a row.
+
+No job of them starts before a. If the resources' k, each counted on the smallest jobs (which
+counts some jobs twice and only loosens the bound), add up to fewer than the jobs, no schedule
+ends them by a + H (whatever else runs). The term is a + the least H at which they do (by
+bisection to a second, keeping the largest H found too short), the largest over the classes and
+over the arrival times a of each class's last MAX_JOBS jobs. It holds for a run of the station
+as given, as the class term does, and is None where a GPU may be re-carved (its slices are not
+known) or no job qualifies.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from gpudesk.policy.model_params import ModelParams, Workload
+from gpudesk.policy.rates import mig_rate, shared_rates, workload
+from gpudesk.policy.trace import TraceJob
+
+MAX_JOBS = 256  # a class's jobs counted back from its last, at most (any subset bounds)
+RESOLUTION_S = 1.0  # the bisection's step
+
+
+@dataclass(frozen=True)
+class BurstTerm:
+    """The burst term: its value, the arrival time it counts from, and what gave it."""
+
+    makespan_s: float
+    from_s: float  # a
+    jobs: int  # the jobs arriving at or after a
+    per_gpu: float  # T*: a whole GPU's most exclusive work per second for their class
+
+
+@dataclass(frozen=True)
+class Slice:
+    """A MIG slice of a layout as given: its shape and the memory it holds."""
+
+    compute: int
+    memory: int  # memory slices
+    memory_mib: float
+
+
+def burst_term(
+    jobs: Sequence[TraceJob],
+    whole_gpus: int,
+    params: ModelParams,
+    slices: Sequence[Slice] | None,
+) -> BurstTerm | None:
+    """The burst term of `jobs` (those the station can run) on `whole_gpus` whole GPUs and
+    the MIG `slices` of its GPUs in MIG mode (None: a GPU may be re-carved: no term)."""
+    if slices is None:
+        return None
+    classes: dict[tuple[float, float | None], list[TraceJob]] = {}
+    for job in sorted(jobs, key=lambda j: j.arrival_s):
+        if job.gpus == 1 and not job.preemptible:
+            classes.setdefault((job.sm_pct, job.membw_pct), []).append(job)
+    best: BurstTerm | None = None
+    for ordered in classes.values():
+        first = max(0, len(ordered) - MAX_JOBS)
+        for start in range(len(ordered) - 1, first - 1, -1):
+            if start > first and ordered[start - 1].arrival_s == ordered[start].arrival_s:
+                continue  # count from the first job of this arrival time
+            term = _term(ordered[start:], whole_gpus, params, slices)
+            if best is None or term.makespan_s > best.makespan_s:
+                best = term
+    return best
+
+
+def whole_gpu_throughput(load: Workload, params: ModelParams, most: int) -> float:
+    """T*: the most exclusive work per second one whole GPU does for up to `most` tenants of
+    this workload (1 alone)."""
+    best = 1.0
+    for n in range(2, most + 1):
+        for mechanism in ("mps", "naive"):
+            best = max(best, sum(shared_rates(params, mechanism, [load] * n)))
+    return best
+
+
+def _term(
+    counted: Sequence[TraceJob], whole_gpus: int, params: ModelParams, slices: Sequence[Slice]
+) -> BurstTerm:
+    """The bound for these jobs (one class, arriving from counted[0]'s arrival)."""
+    load = workload(counted[0].sm_pct, counted[0].membw_pct, params)
+    works = sorted(j.exclusive_s for j in counted)
+    total = list(itertools.accumulate(works))
+    top = whole_gpu_throughput(load, params, len(counted))
+    in_row = []  # per slice: the running sums of the fitting jobs' times there, smallest first
+    for piece in slices:
+        rate = mig_rate(params, load, piece.compute, piece.memory)
+        fits = sorted(
+            j.exclusive_s / rate for j in counted if j.peak_memory_mib <= piece.memory_mib
+        )
+        in_row.append(list(itertools.accumulate(fits)))
+
+    def finished(horizon: float) -> int:
+        per_gpu = min(
+            bisect.bisect_right(total, top * horizon), bisect.bisect_right(works, horizon)
+        )
+        return whole_gpus * per_gpu + sum(bisect.bisect_right(s, horizon) for s in in_row)
+
+    low, high = 0.0, total[-1]  # one whole GPU runs them all one after another by then
+    for _ in range(64):  # (with no whole GPU: slices are slower; a job no slice holds is
+        if finished(high) >= len(counted):  # one the station cannot run, left out before)
+            break
+        low, high = high, 2 * high
+    else:
+        low = high = 0.0  # never all of them: no bound from here
+    while high - low > RESOLUTION_S:
+        middle = (low + high) / 2
+        low, high = (low, middle) if finished(middle) >= len(counted) else (middle, high)
+    arrival = counted[0].arrival_s
+    return BurstTerm(arrival + low, arrival, len(counted), top)
+
+
+def slices_of(
+    mig: Mapping[int, tuple[tuple[int, int], ...] | None],
+    memory_mib: Mapping[int, tuple[float, ...]],
+) -> list[Slice] | None:
+    """The slices of the GPUs in MIG mode, from their layouts as (compute, memory) slices and
+    each slice's memory; None where a GPU may be re-carved."""
+    out: list[Slice] = []
+    for gpu, layout in mig.items():
+        if layout is None:
+            return None
+        out.extend(
+            Slice(compute, memory, mib)
+            for (compute, memory), mib in zip(layout, memory_mib[gpu], strict=True)
+        )
+    return out
