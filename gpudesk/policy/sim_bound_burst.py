@@ -77,10 +77,13 @@ def burst_term(
     best: BurstTerm | None = None
     for ordered in classes.values():
         first = max(0, len(ordered) - MAX_JOBS)
+        load = workload(ordered[0].sm_pct, ordered[0].membw_pct, params)
+        tops = throughputs(load, params, len(ordered) - first)  # once a class
         for start in range(len(ordered) - 1, first - 1, -1):
             if start > first and ordered[start - 1].arrival_s == ordered[start].arrival_s:
                 continue  # count from the first job of this arrival time
-            term = _term(ordered[start:], whole_gpus, params, slices)
+            counted = ordered[start:]
+            term = _term(counted, load, tops[len(counted)], whole_gpus, params, slices)
             if best is None or term.makespan_s > best.makespan_s:
                 best = term
     return best
@@ -89,21 +92,32 @@ def burst_term(
 def whole_gpu_throughput(load: Workload, params: ModelParams, most: int) -> float:
     """T*: the most exclusive work per second one whole GPU does for up to `most` tenants of
     this workload (1 alone)."""
-    best = 1.0
+    return throughputs(load, params, most)[most]
+
+
+def throughputs(load: Workload, params: ModelParams, most: int) -> list[float]:
+    """T* for up to n tenants of this workload, for every n from 0 to `most` (the model's
+    MIN_RATE floor gives each of many tenants 0.05, so it grows again with n past a point: a
+    count of jobs is bound by T* for that count, not a larger one)."""
+    tops = [1.0, 1.0]
     for n in range(2, most + 1):
-        for mechanism in ("mps", "naive"):
-            best = max(best, sum(shared_rates(params, mechanism, [load] * n)))
-    return best
+        shared = max(sum(shared_rates(params, m, [load] * n)) for m in ("mps", "naive"))
+        tops.append(max(tops[-1], shared))
+    return tops[: most + 1] if most >= 1 else [1.0]
 
 
 def _term(
-    counted: Sequence[TraceJob], whole_gpus: int, params: ModelParams, slices: Sequence[Slice]
+    counted: Sequence[TraceJob],
+    load: Workload,
+    top: float,
+    whole_gpus: int,
+    params: ModelParams,
+    slices: Sequence[Slice],
 ) -> BurstTerm:
-    """The bound for these jobs (one class, arriving from counted[0]'s arrival)."""
-    load = workload(counted[0].sm_pct, counted[0].membw_pct, params)
+    """The bound for these jobs (of workload `load`, arriving from counted[0]'s arrival), a
+    whole GPU doing at most `top` of their work a second."""
     works = sorted(j.exclusive_s for j in counted)
     total = list(itertools.accumulate(works))
-    top = whole_gpu_throughput(load, params, len(counted))
     in_row = []  # per slice: the running sums of the fitting jobs' times there, smallest first
     for piece in slices:
         rate = mig_rate(params, load, piece.compute, piece.memory)

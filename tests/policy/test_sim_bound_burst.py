@@ -15,7 +15,7 @@ from test_simulator import write_trace
 from gpudesk.examples import folder
 from gpudesk.policy.interference import DEFAULT_PARAMS
 from gpudesk.policy.rates import mig_rate, workload
-from gpudesk.policy.sim_bound_burst import Slice, burst_term, whole_gpu_throughput
+from gpudesk.policy.sim_bound_burst import Slice, burst_term, throughputs, whole_gpu_throughput
 from gpudesk.policy.sim_bounds import bound_of
 from gpudesk.policy.simulator import Simulation, load_trace, load_truth
 
@@ -46,6 +46,10 @@ def test_five_hour_jobs_on_one_gpu_take_five_hours_of_work_at_its_best_rate(
     term = burst_term(sweep(tmp_path, [60] * 5), 1, DEFAULT_PARAMS, [])
     assert term is not None and term.jobs == 5 and term.from_s == 0.0
     assert term.makespan_s == pytest.approx(5 * 3600 / top, abs=1.0)
+    # the model floors each of many tenants at MIN_RATE (0.05): sixty of them do 3.0 a second,
+    # so a count of jobs is bound by the most for that count, not for the class's largest
+    tops = throughputs(THIRTY, DEFAULT_PARAMS, 60)
+    assert tops[12] == pytest.approx(top) and tops[60] == pytest.approx(60 * 0.05)
 
 
 def test_a_slice_takes_the_jobs_it_holds_one_at_a_time(tmp_path: Path) -> None:
