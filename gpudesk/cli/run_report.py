@@ -11,6 +11,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -545,7 +546,10 @@ def run_profile(
                 follow()
             except KeyboardInterrupt:
                 report.interrupted = True
-                _cancel_group(client, group, progress.stream)
+                # said at once: which jobs to cancel is the engine's to say, and a busy engine
+                # may take a while to answer
+                progress.say("\ninterrupted (Ctrl-C again to leave the jobs to the engine)…")
+                _cancel_group(client, group, progress.say)
                 follow()  # a second Ctrl-C leaves now: the engine finishes the cancels
     finally:
         progress.close()
@@ -588,16 +592,11 @@ def _follow(client: Client, events: EventStream, group: str, progress: _Progress
             events.drain()
 
 
-def _cancel_group(client: Client, group: str, stream: TextIO) -> None:
+def _cancel_group(client: Client, group: str, say: Callable[[str], None]) -> None:
     """Cancel what this run submitted, wherever the Ctrl-C landed (even mid-submit: the engine
     handles requests in order, so a submit that was sent is queued before this query)."""
     active = [j.id for j in client.jobs(group=group) if not j.terminal]
-    print(
-        f"\ncancelling {len(active)} job(s) of this run (Ctrl-C again to leave them to the "
-        "engine)…",
-        file=stream,
-        flush=True,
-    )
+    say(f"cancelling {len(active)} job(s) of this run…")
     if active:
         client.cancel(active, grace=CANCEL_GRACE_S)
 

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import re
 import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -456,6 +458,45 @@ def test_ctrl_c_cancels_the_runs_jobs_and_still_reports(
     assert states == ["cancelled"] * 3
     for pgid in pgids:
         wait_for(lambda p=pgid: not processes_in_group(p), 5.0, what="no process left")
+
+
+def test_ctrl_c_is_answered_at_once_while_the_engine_is_slow_to(
+    engine: EngineHandle, tmp_path: Path
+) -> None:
+    """Which jobs to cancel is the engine's to say; a busy engine may take a while. The run
+    says at once that it was interrupted (seen once on a loaded CI machine: 30 s of nothing),
+    then cancels when the engine answers (here: stopped, then let go)."""
+    profile = long_jobs_profile(tmp_path, ["sleep", "60"], repeat=3)
+    run = start_interruptible_run(profile)
+    lines: queue.Queue[str] = queue.Queue()
+    assert run.stdout is not None
+    reader = threading.Thread(target=lambda: [lines.put(line) for line in run.stdout], daemon=True)
+    reader.start()
+    pid = engine.pid
+    assert pid is not None
+    try:
+        wait_for(
+            lambda: len(engine.client.request("jobs", states=["running"])["jobs"]) == 2,
+            what="two jobs running",
+        )
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            run.send_signal(signal.SIGINT)
+            said = ""
+            while "interrupted" not in said:
+                said = lines.get(timeout=10)  # the engine answers nothing meanwhile
+            assert "Ctrl-C again to leave the jobs to the engine" in said
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        assert run.wait(timeout=30) == 130
+    finally:
+        if run.poll() is None:
+            run.kill()
+    reader.join(timeout=5)
+    rest = "".join(lines.queue)
+    assert "cancelling 3 job(s) of this run" in rest, rest
+    states = [j["state"] for j in engine.client.request("jobs")["jobs"]]
+    assert states == ["cancelled"] * 3
 
 
 @pytest.mark.parametrize("delay", [0.2, 0.35, 0.5])
