@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -70,14 +71,14 @@ def burst_term(
     the MIG `slices` of its GPUs in MIG mode (None: a GPU may be re-carved: no term)."""
     if slices is None:
         return None
-    classes: dict[tuple[float, float | None], list[TraceJob]] = {}
+    # a class is a workload under the truth, as the class term has it (sim_bound_classes)
+    classes: dict[Workload, list[TraceJob]] = {}
     for job in sorted(jobs, key=lambda j: j.arrival_s):
         if job.gpus == 1 and not job.preemptible:
-            classes.setdefault((job.sm_pct, job.membw_pct), []).append(job)
+            classes.setdefault(workload(job.sm_pct, job.membw_pct, params), []).append(job)
     best: BurstTerm | None = None
-    for ordered in classes.values():
+    for load, ordered in classes.items():
         first = max(0, len(ordered) - MAX_JOBS)
-        load = workload(ordered[0].sm_pct, ordered[0].membw_pct, params)
         tops = throughputs(load, params, len(ordered) - first)  # once a class
         for start in range(len(ordered) - 1, first - 1, -1):
             if start > first and ordered[start - 1].arrival_s == ordered[start].arrival_s:
@@ -118,12 +119,10 @@ def _term(
     whole GPU doing at most `top` of their work a second."""
     works = sorted(j.exclusive_s for j in counted)
     total = list(itertools.accumulate(works))
+    rated = [(mig_rate(params, load, p.compute, p.memory), p.memory_mib) for p in slices]
     in_row = []  # per slice: the running sums of the fitting jobs' times there, smallest first
-    for piece in slices:
-        rate = mig_rate(params, load, piece.compute, piece.memory)
-        fits = sorted(
-            j.exclusive_s / rate for j in counted if j.peak_memory_mib <= piece.memory_mib
-        )
+    for rate, memory_mib in rated:
+        fits = sorted(j.exclusive_s / rate for j in counted if j.peak_memory_mib <= memory_mib)
         in_row.append(list(itertools.accumulate(fits)))
 
     def finished(horizon: float) -> int:
@@ -132,13 +131,20 @@ def _term(
         )
         return whole_gpus * per_gpu + sum(bisect.bisect_right(s, horizon) for s in in_row)
 
-    low, high = 0.0, total[-1]  # one whole GPU runs them all one after another by then
-    for _ in range(64):  # (with no whole GPU: slices are slower; a job no slice holds is
-        if finished(high) >= len(counted):  # one the station cannot run, left out before)
-            break
-        low, high = high, 2 * high
+    # A horizon by which they all end: one whole GPU runs them one after another (T* >= 1), or
+    # without one, each on the fastest slice that holds it (a slice's smallest-first count is
+    # at least what any set of its jobs within the horizon holds). A job no slice holds is one
+    # the station cannot run, left out before: were one here, there would be no bound.
+    if whole_gpus:
+        high = total[-1]
     else:
-        low = high = 0.0  # never all of them: no bound from here
+        high = sum(
+            min((j.exclusive_s / r for r, m in rated if j.peak_memory_mib <= m), default=math.inf)
+            for j in counted
+        )
+        if math.isinf(high):
+            return BurstTerm(counted[0].arrival_s, counted[0].arrival_s, len(counted), top)
+    low = 0.0
     while high - low > RESOLUTION_S:
         middle = (low + high) / 2
         low, high = (low, middle) if finished(middle) >= len(counted) else (middle, high)
@@ -148,16 +154,18 @@ def _term(
 
 def slices_of(
     mig: Mapping[int, tuple[tuple[int, int], ...] | None],
-    memory_mib: Mapping[int, tuple[float, ...]],
+    memory_mib: Mapping[int, tuple[float, ...]] | None = None,
 ) -> list[Slice] | None:
     """The slices of the GPUs in MIG mode, from their layouts as (compute, memory) slices and
-    each slice's memory; None where a GPU may be re-carved."""
+    each slice's memory (None: every job fits every slice, which only loosens the term); None
+    where a GPU may be re-carved."""
     out: list[Slice] = []
     for gpu, layout in mig.items():
         if layout is None:
             return None
+        sizes = memory_mib[gpu] if memory_mib is not None else (math.inf,) * len(layout)
         out.extend(
             Slice(compute, memory, mib)
-            for (compute, memory), mib in zip(layout, memory_mib[gpu], strict=True)
+            for (compute, memory), mib in zip(layout, sizes, strict=True)
         )
     return out

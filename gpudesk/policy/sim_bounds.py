@@ -240,10 +240,7 @@ def lower_bound(
                 theta = capacity / gpu_count
     arrival = last.arrival_s + last.exclusive_s
     term = class_term(jobs, gpu_count, params, mig, profiles)
-    memory = slice_mib or {
-        gpu: tuple(math.inf for _ in layout) for gpu, layout in mig.items() if layout is not None
-    }
-    burst = burst_term(jobs, gpu_count - len(mig), params, slices_of(mig, memory))
+    burst = burst_term(jobs, gpu_count - len(mig), params, slices_of(mig, slice_mib))
     arrivals = [j.arrival_s for j in by_arrival]
     given = list(departures)  # the station as given: the class term's servers too
     if term is not None:

@@ -18,6 +18,7 @@ from gpudesk.policy.rates import mig_rate, workload
 from gpudesk.policy.sim_bound_burst import Slice, burst_term, throughputs, whole_gpu_throughput
 from gpudesk.policy.sim_bounds import bound_of
 from gpudesk.policy.simulator import Simulation, load_trace, load_truth
+from gpudesk.policy.trace import TraceJob
 
 ROOT = Path(__file__).resolve().parents[2]
 POLICIES = ("exclusive", "naive", "mps", "mig", "carma", "auto")
@@ -26,7 +27,9 @@ SWEEP_MIG = "3=3g.20gb,2g.10gb,1g.5gb,1g.5gb"
 THIRTY = workload(30.0, None, DEFAULT_PARAMS)
 
 
-def sweep(tmp_path: Path, minutes: list[float], memory_mb: float = 4000, at: float = 0.0):  # type: ignore[no-untyped-def]
+def sweep(
+    tmp_path: Path, minutes: list[float], memory_mb: float = 4000, at: float = 0.0
+) -> tuple[TraceJob, ...]:
     jobs = [
         {"arrival_s": at, "exclusive_minutes": m, "sm_pct": 30.0, "peak_memory_mb": memory_mb}
         for m in minutes
@@ -66,6 +69,18 @@ def test_a_slice_takes_the_jobs_it_holds_one_at_a_time(tmp_path: Path) -> None:
     assert small is not None and small.makespan_s == pytest.approx(5 * 3600 / top, abs=1.0)
     # a GPU that may be re-carved has no known slices: no term
     assert burst_term(jobs, 1, DEFAULT_PARAMS, None) is None
+
+
+def test_on_slices_alone_each_takes_its_jobs_one_after_another(tmp_path: Path) -> None:
+    """A station of MIG slices only (the H100 day in MIG mode): four one-hour jobs on two
+    3g.20gb slices take two in a row each, 2 x 3600 / 0.833 s; a job no slice holds (one the
+    station cannot run, which the simulator leaves out first) gives no bound beyond its arrival."""
+    rate = mig_rate(DEFAULT_PARAMS, THIRTY, 3, 4)
+    two = [Slice(3, 4, 20 * 1024)] * 2
+    term = burst_term(sweep(tmp_path, [60] * 4), 0, DEFAULT_PARAMS, two)
+    assert term is not None and term.makespan_s == pytest.approx(2 * 3600 / rate, abs=1.0)
+    huge = burst_term(sweep(tmp_path, [60] * 4, memory_mb=30000), 0, DEFAULT_PARAMS, two)
+    assert huge is not None and huge.makespan_s == 0.0
 
 
 def test_each_program_is_packed_on_its_own_and_a_preemptible_job_never(tmp_path: Path) -> None:
