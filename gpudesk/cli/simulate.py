@@ -315,16 +315,15 @@ def _bound_ratios(result: SimResult, bound: LowerBound) -> dict[str, Any]:
 
 def _bound_lines(bound: LowerBound) -> list[str]:
     alpha, beta = bound.fluid_weight
-    term = bound.class_term
-    by_class = (
-        f", by class {_hours(term.makespan_s)} (work arriving from {_hours(term.from_s)}, "
-        f"{len(term.classes)} classes of job; a run of the station as given)"
-        if term is not None
-        else ""
-    )
-    burst = bound.burst_term
+    term, burst = bound.class_term, bound.burst_term
+    given = ""  # the terms that hold for a run of the station as given
+    if term is not None:
+        given += (
+            f", by class {_hours(term.makespan_s)} (work arriving from {_hours(term.from_s)}, "
+            f"{len(term.classes)} classes of job; a run of the station as given)"
+        )
     if burst is not None and burst.makespan_s > bound.arrival_term_s:  # (else it says nothing)
-        by_class += (
+        given += (
             f", packed {_hours(burst.makespan_s)} ({burst.jobs} jobs of one program from "
             f"{_hours(burst.from_s)}, each where it starts; a run of the station as given)"
         )
@@ -333,7 +332,7 @@ def _bound_lines(bound: LowerBound) -> list[str]:
         f"arrival + run time alone {_hours(bound.arrival_term_s)} (job {bound.arrival_job}), "
         f"fluid {_hours(bound.fluid_term_s)} (work arriving from "
         f"{_hours(bound.fluid_from_s)}, weight {alpha:g} x SM + {beta:.3g} per job, at most "
-        f"{bound.fluid_throughput:.3f} per GPU){by_class}); mean JCT "
+        f"{bound.fluid_throughput:.3f} per GPU){given}); mean JCT "
         f"{_hours(bound.mean_jct_s)} (mean run time alone), {_hours(bound.mean_jct_queue_s)} "
         f"counting the queueing no schedule avoids"
     ]

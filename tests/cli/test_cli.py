@@ -469,8 +469,14 @@ def test_ctrl_c_is_answered_at_once_while_the_engine_is_slow_to(
     profile = long_jobs_profile(tmp_path, ["sleep", "60"], repeat=3)
     run = start_interruptible_run(profile)
     lines: queue.Queue[str] = queue.Queue()
-    assert run.stdout is not None
-    reader = threading.Thread(target=lambda: [lines.put(line) for line in run.stdout], daemon=True)
+    out = run.stdout
+    assert out is not None
+
+    def read() -> None:  # the run's lines as they come, so none is waited for past its time
+        for line in out:
+            lines.put(line)
+
+    reader = threading.Thread(target=read, daemon=True)
     reader.start()
     pid = engine.pid
     assert pid is not None
