@@ -323,9 +323,7 @@ class FilledStation:
             if choice.mig_slice is not None:
                 others = tuple(s for s in slices if s.key != slice_key)
                 slices = (*others, replace(choice.mig_slice, busy=True))
-            self.gpus[index] = replace(
-                gpu, tenants=(*gpu.tenants, tenant), mig_slices=slices, placed_s_ago=0.0
-            )
+            self.gpus[index] = gpu.joined(tenant, slices)
         self._placed.update(choice.gpus)
         placement = placement_of(job, demand, choice, station)
         self.placements.append(placement)

@@ -5,6 +5,7 @@ joining a GPU's tenants would do to them (`predict_join`, `Joining`).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -16,8 +17,15 @@ MIN_RATE = 0.05  # a job under any amount of sharing still makes some progress
 
 def workload(sm_pct: float, membw_pct: float | None, params: ModelParams) -> Workload:
     """A job's workload from percentages; bandwidth defaults from its SM share."""
+    return _workload(sm_pct, membw_pct, params.membw_per_sm)
+
+
+@functools.lru_cache(maxsize=4096)
+def _workload(sm_pct: float, membw_pct: float | None, membw_per_sm: float) -> Workload:
+    # A placement pass asks for the same few workloads again and again (each tenant of each
+    # GPU state it weighs, each job's), and a Workload is frozen: one object serves them all.
     sm = min(1.0, max(0.0, sm_pct / 100.0))
-    membw = membw_pct / 100.0 if membw_pct is not None else sm * params.membw_per_sm
+    membw = membw_pct / 100.0 if membw_pct is not None else sm * membw_per_sm
     return Workload(sm, min(1.0, max(0.0, membw)))
 
 
@@ -157,7 +165,6 @@ class Joining:
         before: Sequence[float] | None = None,
     ) -> None:
         self.params, self.mechanism, self.tenants = params, mechanism, tenants
-        self.before = tuple(shared_rates(params, mechanism, tenants) if before is None else before)
         # the MPS hot path of predict_join: every uncapped tenant runs at one shared rate
         self.uniform = (
             mechanism == "mps" and bool(tenants) and all([t.thread_cap is None for t in tenants])
@@ -165,6 +172,13 @@ class Joining:
         # (lists, not generators: a pass makes one of these per GPU state it weighs)
         self.sm = sum([t.sm for t in tenants])
         self.membw = sum([t.membw for t in tenants])
+        if before is None and self.uniform:
+            # mps_rates' figures without its second pass over the tenants: one alone runs at
+            # 1.0 (no cap), more at the shared rate of their pressure (within MIN_RATE..1.0)
+            n = len(tenants)
+            rate = 1.0 if n == 1 else mps_shared_rate(params, max(self.sm, self.membw), n)
+            before = (rate,) * n
+        self.before = tuple(shared_rates(params, mechanism, tenants) if before is None else before)
         self.lost = sum(self.before)
         # naive_rates' hot path: every time-sliced tenant runs at one rate, set by the summed
         # kernel-active time (thread caps do not matter there)

@@ -3,6 +3,7 @@ holds for a long-waiting job are GPUs that job can run on."""
 
 from __future__ import annotations
 
+from dataclasses import fields, replace
 from typing import Any
 
 from hypothesis import given, settings
@@ -17,6 +18,7 @@ from gpudesk.policy.interference import (
     Joining,
     Workload,
     predict_join,
+    shared_rates,
     workload,
 )
 from gpudesk.policy.policy import GpuState, MigSlice, StationView, Tenant
@@ -39,6 +41,60 @@ def test_joining_predicts_exactly_what_predict_join_does(
     assert Joining(DEFAULT_PARAMS, "naive", loads, under_mps)(job) == predict_join(
         DEFAULT_PARAMS, "naive", job, loads, under_mps
     )
+
+
+uncapped = st.lists(st.builds(Workload, share, share), min_size=1, max_size=6)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(tenants, uncapped), st.sampled_from(["mps", "naive", "exclusive"]))
+def test_joining_takes_the_tenants_rates_as_shared_rates_gives_them(
+    loads: list[Workload], mechanism: str
+) -> None:
+    """Its shortcut for uncapped MPS tenants (one shared rate) is shared_rates' figure, to
+    the bit."""
+    assert Joining(DEFAULT_PARAMS, mechanism, loads).before == tuple(
+        shared_rates(DEFAULT_PARAMS, mechanism, loads)
+    )
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.floats(0.0, 200.0, allow_nan=False),
+    st.one_of(st.none(), st.floats(0.0, 200.0, allow_nan=False)),
+)
+def test_a_workload_asked_for_again_is_the_same_one(sm_pct: float, membw_pct: float | None) -> None:
+    """workload() keeps what it made (a pass asks for the same few again and again), by the
+    figures and by the one parameter it reads: another bandwidth-per-SM gives another."""
+    first = workload(sm_pct, membw_pct, DEFAULT_PARAMS)
+    assert workload(sm_pct, membw_pct, DEFAULT_PARAMS) is first
+    other = replace(DEFAULT_PARAMS, membw_per_sm=DEFAULT_PARAMS.membw_per_sm / 2)
+    if membw_pct is None and sm_pct >= 1.0:
+        assert workload(sm_pct, None, other).membw == first.membw / 2
+
+
+def test_a_gpu_joined_by_a_tenant_is_what_replace_makes() -> None:
+    mig = (MigSlice("MIG-a", "3g.20gb", 20 * GIB, 3, busy=True),)
+    gpu = GpuState(
+        2,
+        "GPU-2",
+        40 * GIB,
+        "NVIDIA A100-SXM4-40GB",
+        1 * GIB,
+        40.0,
+        tenants=(Tenant(7, "mps", 4 * GIB, 30.0),),
+        mps_usable=True,
+        mig_enabled=True,
+        mig_slices=(MigSlice("MIG-a", "3g.20gb", 20 * GIB, 3),),
+        mig_dynamic=True,
+        placed_s_ago=90.0,
+    )
+    assert gpu.free_mib < 40 * GIB and gpu.idle is False  # kept by _memo: not to be copied
+    tenant = Tenant(8, "mps", 2 * GIB, 10.0, uid=1000)
+    joined = gpu.joined(tenant, mig)
+    assert joined == replace(gpu, tenants=(*gpu.tenants, tenant), mig_slices=mig, placed_s_ago=0.0)
+    assert joined.free_mib == gpu.free_mib - 2 * GIB
+    assert [f.name for f in fields(GpuState)] == [f.name for f in fields(joined)]
 
 
 @settings(max_examples=300, deadline=None)
