@@ -27,6 +27,17 @@ from gpudesk.policy.interference import KeptObservation, Learner
 from gpudesk.policy.observation_wire import observation_from_json
 
 LIGHT = {"gpus": 1, "memory_gb": 2, "sm_pct": 20, "workdir": "/"}
+# A sharer asks for 75 % SM. Each member's sharer must run beside her own watched job, under her
+# MPS server; the other GPU's server serves the other member, so there it could only time-slice
+# (FilledStation.foreign_host), and at 20 % SM that gains the station 0.8 GPU (two contexts at
+# a switch cost of 0.1) against 1 - 2 x the co-tenant cost under MPS: once ada's first reading
+# had pulled the learned cost above 0.1, her next sharers went to bob's GPU and taught nothing
+# about her job (the test failed two runs in three on a slow VM). At 75 % the kernels' time adds
+# up to 1.37 of the GPU time-sliced (0.31 gained) while MPS still fits in the SMs (0.95: no
+# contention), so MPS beside her own job gains more until the cost reaches 0.34; it stays near
+# 0.2 here. What the learner reads is the same at either share: under MPS below a full GPU, the
+# watched job's rate is 1 - cost whatever its co-tenant asks.
+SHARER_SM_PCT = 75
 TENANT_COST = "mps_tenant_cost"
 
 
@@ -82,7 +93,8 @@ def test_one_members_false_progress_does_not_move_the_model_the_others_are_place
 
         def sharer(role: str) -> int:
             command = ["python3", "-c", SHARER, str(flags / role), "2.5"]
-            return station.submit(role, {"name": f"{role}-sharer", "command": command, **LIGHT})
+            sharing = {**LIGHT, "sm_pct": SHARER_SM_PCT}
+            return station.submit(role, {"name": f"{role}-sharer", "command": command, **sharing})
 
         def succeeded(*jobs: int) -> None:
             for job in jobs:
