@@ -12,7 +12,7 @@ on 8 GPUs, <= 20 ms for 10,000.
 Each call is timed by the wall clock (what the targets are) and by the calling thread's CPU time
 (`cpu_p50_ms`, `cpu_p99_ms`: without the time other processes took the core, which on a shared
 machine is most of a wall-clock tail). On a small VM even the CPU time has a tail of its own: a
-call that a hiccup of the host (steal time, counted as the guest's) stretched by milliseconds.
+call a hiccup of the VM stretched by milliseconds, counted in the thread's CPU time as well.
 `--repeat K` times each input K times and also reports the p50 and p99 of each input's fastest
 call (`min_p50_ms`, `min_p99_ms`): what the code itself costs on its slowest inputs, without
 those hiccups. The targets are on the single calls (the first of the K). The script times
