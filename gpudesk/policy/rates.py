@@ -65,6 +65,8 @@ def mps_rates(params: ModelParams, tenants: Sequence[Workload]) -> list[float]:
         return [cap_factor(params, tenants[0])]
     pressure = max(sum([t.sm for t in tenants]), sum([t.membw for t in tenants]))
     shared = mps_shared_rate(params, pressure, n)
+    if all([t.thread_cap is None for t in tenants]):
+        return [shared] * n  # no cap to stretch them: each at the shared rate (MIN_RATE..1)
     return [max(MIN_RATE, min(shared, cap_factor(params, t))) for t in tenants]
 
 
@@ -172,12 +174,6 @@ class Joining:
         # (lists, not generators: a pass makes one of these per GPU state it weighs)
         self.sm = sum([t.sm for t in tenants])
         self.membw = sum([t.membw for t in tenants])
-        if before is None and self.uniform:
-            # mps_rates' figures without its second pass over the tenants: one alone runs at
-            # 1.0 (no cap), more at the shared rate of their pressure (within MIN_RATE..1.0)
-            n = len(tenants)
-            rate = 1.0 if n == 1 else mps_shared_rate(params, max(self.sm, self.membw), n)
-            before = (rate,) * n
         self.before = tuple(shared_rates(params, mechanism, tenants) if before is None else before)
         self.lost = sum(self.before)
         # naive_rates' hot path: every time-sliced tenant runs at one rate, set by the summed

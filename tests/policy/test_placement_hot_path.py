@@ -22,6 +22,7 @@ from gpudesk.policy.interference import (
     workload,
 )
 from gpudesk.policy.policy import GpuState, MigSlice, StationView, Tenant
+from gpudesk.policy.rates import MIN_RATE, cap_factor, mps_shared_rate
 
 share = st.floats(0.0, 1.0, allow_nan=False)
 cap = st.one_of(st.none(), st.floats(0.05, 1.0, allow_nan=False))
@@ -51,11 +52,16 @@ uncapped = st.lists(st.builds(Workload, share, share), min_size=1, max_size=6)
 def test_joining_takes_the_tenants_rates_as_shared_rates_gives_them(
     loads: list[Workload], mechanism: str
 ) -> None:
-    """Its shortcut for uncapped MPS tenants (one shared rate) is shared_rates' figure, to
-    the bit."""
+    """mps_rates' shortcut for uncapped tenants (one shared rate) is what its per-tenant rule
+    gives, to the bit, and Joining's tenants' rates are shared_rates'."""
     assert Joining(DEFAULT_PARAMS, mechanism, loads).before == tuple(
         shared_rates(DEFAULT_PARAMS, mechanism, loads)
     )
+    if mechanism == "mps" and len(loads) > 1:
+        pressure = max(sum([t.sm for t in loads]), sum([t.membw for t in loads]))
+        shared = mps_shared_rate(DEFAULT_PARAMS, pressure, len(loads))
+        per_tenant = [max(MIN_RATE, min(shared, cap_factor(DEFAULT_PARAMS, t))) for t in loads]
+        assert shared_rates(DEFAULT_PARAMS, "mps", loads) == per_tenant
 
 
 @settings(max_examples=200, deadline=None)
