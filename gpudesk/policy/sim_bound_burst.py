@@ -90,12 +90,6 @@ def burst_term(
     return best
 
 
-def whole_gpu_throughput(load: Workload, params: ModelParams, most: int) -> float:
-    """T*: the most exclusive work per second one whole GPU does for up to `most` tenants of
-    this workload (1 alone)."""
-    return throughputs(load, params, most)[most]
-
-
 def throughputs(load: Workload, params: ModelParams, most: int) -> list[float]:
     """T* for up to n tenants of this workload, for every n from 0 to `most` (the model's
     MIN_RATE floor gives each of many tenants 0.05, so it grows again with n past a point: a
@@ -104,7 +98,7 @@ def throughputs(load: Workload, params: ModelParams, most: int) -> list[float]:
     for n in range(2, most + 1):
         shared = max(sum(shared_rates(params, m, [load] * n)) for m in ("mps", "naive"))
         tops.append(max(tops[-1], shared))
-    return tops[: most + 1] if most >= 1 else [1.0]
+    return tops[: most + 1]
 
 
 def _term(

@@ -15,7 +15,7 @@ from test_simulator import write_trace
 from gpudesk.examples import folder
 from gpudesk.policy.interference import DEFAULT_PARAMS
 from gpudesk.policy.rates import mig_rate, workload
-from gpudesk.policy.sim_bound_burst import Slice, burst_term, throughputs, whole_gpu_throughput
+from gpudesk.policy.sim_bound_burst import Slice, burst_term, throughputs
 from gpudesk.policy.sim_bounds import bound_of
 from gpudesk.policy.simulator import Simulation, load_trace, load_truth
 from gpudesk.policy.trace import TraceJob
@@ -44,7 +44,7 @@ def test_five_hour_jobs_on_one_gpu_take_five_hours_of_work_at_its_best_rate(
     each, the most a GPU does for them (T* = 2.80 job-seconds a second; five run at 0.50), so
     all five need 5 h ÷ 2.80; the fluid terms, which a fifth job's share of a second GPU would
     satisfy, do not see that a GPU does them all."""
-    top = whole_gpu_throughput(THIRTY, DEFAULT_PARAMS, 5)
+    top = throughputs(THIRTY, DEFAULT_PARAMS, 5)[5]
     assert top == pytest.approx(4 * 0.7, abs=1e-3)
     term = burst_term(sweep(tmp_path, [60] * 5), 1, DEFAULT_PARAMS, [])
     assert term is not None and term.jobs == 5 and term.from_s == 0.0
@@ -61,7 +61,7 @@ def test_a_slice_takes_the_jobs_it_holds_one_at_a_time(tmp_path: Path) -> None:
     GPU alone would need 6429). A slice too small for the jobs' memory takes none of them."""
     jobs = sweep(tmp_path, [60] * 5, memory_mb=12000)
     rate = mig_rate(DEFAULT_PARAMS, THIRTY, 3, 4)
-    top = whole_gpu_throughput(THIRTY, DEFAULT_PARAMS, 5)
+    top = throughputs(THIRTY, DEFAULT_PARAMS, 5)[5]
     assert 3600 / rate < 4 * 3600 / top
     term = burst_term(jobs, 1, DEFAULT_PARAMS, [Slice(3, 4, 20 * 1024)])
     assert term is not None and term.makespan_s == pytest.approx(4 * 3600 / top, abs=1.0)
@@ -88,7 +88,7 @@ def test_each_program_is_packed_on_its_own_and_a_preemptible_job_never(tmp_path:
     one-hour jobs beside a 70 % SM one bound as five alone), and a preemptible one is left out
     (its checkpoint may move its work to another GPU)."""
     jobs = list(sweep(tmp_path, [60] * 6))
-    top = whole_gpu_throughput(THIRTY, DEFAULT_PARAMS, 5)
+    top = throughputs(THIRTY, DEFAULT_PARAMS, 5)[5]
     other = dataclasses.replace(jobs[0], sm_pct=70.0)
     term = burst_term([other, *jobs[1:]], 1, DEFAULT_PARAMS, [])
     assert term is not None and term.jobs == 5
