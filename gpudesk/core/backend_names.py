@@ -22,7 +22,7 @@ SIM_PREFIX = "sim:"
 SIM_STATIONS = tuple(STATIONS)
 MAX_SIM_GPUS = 64
 BACKEND_NAMES = ("auto", "nvml", "none", *(SIM_PREFIX + s for s in SIM_STATIONS))
-_SIM_COUNT = re.compile(r"^sim:(?P<model>[a-z0-9-]+?)x(?P<count>[0-9]{1,2})$")
+_SIM_COUNT = re.compile(r"^sim:(?P<model>[a-z0-9-]+?)x(?P<count>[0-9]+)$")
 
 
 def is_simulated(name: str) -> bool:
@@ -34,9 +34,12 @@ def parse_sim_name(name: str) -> tuple[str, int | None]:
     Raises ValueError for a name that is not a simulated station."""
     match = _SIM_COUNT.match(name)
     if match and match["model"] in SIM_STATIONS:
-        count = int(match["count"])
+        digits = match["count"]
+        # (a count of any length gets the sentence; int() is not asked for thousands of digits)
+        count = int(digits) if len(digits) <= 3 else MAX_SIM_GPUS + 1
         if not 1 <= count <= MAX_SIM_GPUS:
-            raise ValueError(f"a simulated station has 1 to {MAX_SIM_GPUS} GPUs, found {count}")
+            shown = digits if len(digits) <= 12 else f"{digits[:12]}... ({len(digits)} digits)"
+            raise ValueError(f"a simulated station has 1 to {MAX_SIM_GPUS} GPUs, found {shown}")
         return match["model"], count
     model = name.removeprefix(SIM_PREFIX)
     if name.startswith(SIM_PREFIX) and model in SIM_STATIONS:

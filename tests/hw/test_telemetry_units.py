@@ -4,6 +4,7 @@ the monitor's station view and GPU placement."""
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -72,6 +73,20 @@ def test_backend_names_accepted(name: str) -> None:
 def test_backend_names_rejected(name: object) -> None:
     with pytest.raises(ValueError, match="expected one of auto, nvml, none"):
         check_backend_name(name)
+
+
+@pytest.mark.parametrize(
+    ("name", "shown"),
+    [
+        ("sim:h100x0", "found 0"),
+        ("sim:h100x99", "found 99"),
+        ("sim:h100x100000", "found 100000"),
+        ("sim:h100x" + "9" * 5000, "found 999999999999... (5000 digits)"),
+    ],
+)
+def test_a_count_out_of_range_is_said_whatever_its_length(name: str, shown: str) -> None:
+    with pytest.raises(ValueError, match=r"has 1 to 64 GPUs, " + re.escape(shown)):
+        parse_sim_name(name)
 
 
 def test_sim_names_parse() -> None:
