@@ -65,7 +65,38 @@ class Preempting:
         # jobs told to leave, and the waiting jobs they make room for
         in_flight = {live.attempt.job_id for live, _ in found if live.preempted_for is not None}
         served = {live.preempted_for for live, _ in found if live.preempted_for is not None}
-        running = [
+        running = self._preemptible(found)
+        choice = preemption.choose(
+            queue,
+            view,
+            running,
+            preemption.placed_by(policy),
+            skip=frozenset(in_flight) | frozenset(s for s in served if s is not None),
+        )
+        if choice is not None:
+            self._preempt(choice, found)
+        return True
+
+    def explain(self, job: JobRecord, view: StationView, policy: PlacementPolicy) -> str | None:
+        """Why no running preemptible job gives way to the waiting `job` (the rule's words,
+        `preemption.held_back`), or None where none runs or the job never preempts."""
+        found = self.candidates()
+        if not found:
+            return None
+        leaving = {
+            live.attempt.job_id: live.preempted_for
+            for live, _ in found
+            if live.preempted_for is not None
+        }
+        return preemption.held_back(
+            job, view, self._preemptible(found), preemption.placed_by(policy), leaving
+        )
+
+    def _preemptible(
+        self, found: list[tuple[LiveAttempt, JobRecord]]
+    ) -> list[preemption.Preemptible]:
+        """The running preemptible jobs not yet told to leave, as the rule weighs them."""
+        return [
             preemption.Preemptible(
                 job.id,
                 job.spec.priority,
@@ -80,16 +111,6 @@ class Preempting:
             if live.preempted_for is None
             for estimate in (self.learning.remaining(live),)
         ]
-        choice = preemption.choose(
-            queue,
-            view,
-            running,
-            preemption.placed_by(policy),
-            skip=frozenset(in_flight) | frozenset(s for s in served if s is not None),
-        )
-        if choice is not None:
-            self._preempt(choice, found)
-        return True
 
     def _preempt(
         self, choice: preemption.Preemption, found: list[tuple[LiveAttempt, JobRecord]]

@@ -177,7 +177,11 @@ class Scheduler:
         if over:
             return f"waiting: {over}"
         queue = self.queue.placeable()
-        text = self.policy.explain_wait(job, queue, self.station_view())
+        view = self.station_view()
+        text = self.policy.explain_wait(job, queue, view)
+        held_back = self.preempting.explain(job, view, self.policy)
+        if held_back:
+            text = f"{text}; {held_back}"
         if not several_users(queue):
             return text
         return fair_share_wait(job, queue, self.usage_by_user(), self.fair_share, text)

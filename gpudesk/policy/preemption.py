@@ -32,13 +32,14 @@ priority, then the smallest loss, then the longest remaining time.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from gpudesk.core.records import JobRecord
 from gpudesk.policy.collocation import MAX_OVERTAKES
 from gpudesk.policy.policy import PlacementPolicy, StationView
 from gpudesk.policy.remaining import trusted_drain_s
+from gpudesk.render import duration
 
 # A preempted job's current attempt must have run this many times its preemption loss before it
 # may be preempted again (assumption: overhead at most 1/(1+2) of its time).
@@ -93,8 +94,20 @@ def placed_by(policy: PlacementPolicy) -> Fits:
 def starving(job: JobRecord, station: StationView, max_overtakes: int = MAX_OVERTAKES) -> bool:
     """Later jobs started ahead of it as often as collocation lets them (a multi-GPU job's
     budget is 0 there: it counts as starving once one has)."""
-    budget = max_overtakes if job.spec.gpus <= 1 else 1
-    return station.overtaken.get(job.id, 0) >= budget
+    return station.overtaken.get(job.id, 0) >= overtake_budget(job, max_overtakes)
+
+
+def overtake_budget(job: JobRecord, max_overtakes: int = MAX_OVERTAKES) -> int:
+    """How often later jobs may start ahead of the job before it counts as starving."""
+    return max_overtakes if job.spec.gpus <= 1 else 1
+
+
+def may_ask(waiting: JobRecord, victim: Preemptible, hungry: bool) -> bool:
+    """Whether the rule lets `waiting` (starving or not: `hungry`) preempt `victim`."""
+    mine = waiting.spec.priority
+    return victim.job_id != waiting.id and (
+        victim.priority < mine or (hungry and victim.priority <= mine)
+    )
 
 
 def without(station: StationView, job_id: int) -> StationView:
@@ -154,11 +167,7 @@ def choose(
         mine, hungry = waiting.spec.priority, starving(waiting, station)
         if mine <= lowest and not (hungry and mine == lowest):
             continue
-        serving = [
-            (v, gain)
-            for v, gain in paying
-            if v.job_id != waiting.id and (v.priority < mine or (hungry and v.priority <= mine))
-        ]
+        serving = [(v, gain) for v, gain in paying if may_ask(waiting, v, hungry)]
         if not serving:
             continue
         asked += 1
@@ -184,4 +193,98 @@ def _preemption(waiting: JobRecord, victim: Preemptible, gain: float) -> Preempt
         f"preempted for job {waiting.id}, which {why}: it gains {gain:.0f} s of waiting "
         f"against {victim.loss_s:.0f} s this job loses (grace {victim.grace_s:g} s + "
         f"restart {victim.restart_s:g} s)",
+    )
+
+
+def held_back(
+    waiting: JobRecord,
+    station: StationView,
+    running: Sequence[Preemptible],
+    fits: Fits,
+    leaving: Mapping[int, int] | None = None,
+) -> str | None:
+    """Why no running preemptible job gives way to `waiting` now, by the rule (module doc), in
+    words for `gpudesk show`; None where the question does not arise (a CPU or held job, no
+    preemptible job running). `running`: as `choose` takes them; `leaving`: the jobs already
+    told to leave, each with the waiting job it leaves for. At most two jobs are named, those
+    `choose` would weigh first; a job that may not be preempted for this one is named only
+    where no other may be."""
+    if not waiting.spec.gpus or waiting.held:
+        return None
+    for victim, for_job in (leaving or {}).items():
+        if for_job == waiting.id:
+            return (
+                f"job {victim} (preemptible) is leaving for it: it was sent its signal and "
+                "has its grace to save its state"
+            )
+    if not running:
+        return None
+    hungry = starving(waiting, station)
+    askable = [v for v in running if may_ask(waiting, v, hungry)]
+    if not askable:
+        return _outranked(waiting, station, running, hungry)
+    askable.sort(key=lambda v: (v.priority, v.loss_s, -v.expected_left_s, v.job_id))
+    natural = natural_wait_s(station)
+    parts = [_why_not(waiting, station, v, natural, fits) for v in askable[:2]]
+    more = len(askable) - len(parts)
+    return "not preempting: " + "; ".join(parts) + (f"; and {more} more" if more > 0 else "")
+
+
+def _outranked(
+    waiting: JobRecord, station: StationView, running: Sequence[Preemptible], hungry: bool
+) -> str:
+    """The running preemptible jobs all outrank the waiting one, for the rule."""
+    others = [v for v in running if v.job_id != waiting.id]
+    named = ", ".join(str(v.job_id) for v in others[:3]) + (" ..." if len(others) > 3 else "")
+    one = len(others) == 1
+    jobs = f"the preemptible job {named} has" if one else f"the preemptible jobs {named} have"
+    mine = waiting.spec.priority
+    if hungry:
+        return (
+            f"no preemption: {jobs} priority above its own ({mine}); having waited past its "
+            "overtake budget, it may preempt only jobs of its priority or lower"
+        )
+    least = min(v.priority for v in others)
+    return (
+        f"no preemption: {jobs} priority {least}{'' if one else ' or more'}, not below its own "
+        f"({mine}); a job of equal priority preempts only once later jobs have started ahead "
+        f"of it {overtake_budget(waiting)} times (this one: "
+        f"{station.overtaken.get(waiting.id, 0)})"
+    )
+
+
+def _why_not(
+    waiting: JobRecord,
+    station: StationView,
+    victim: Preemptible,
+    natural: float | None,
+    fits: Fits,
+) -> str:
+    """Why the rule does not preempt `victim` for `waiting` now (the rule lets it ask)."""
+    name, loss = f"job {victim.job_id}", victim.loss_s
+    costs = f"grace {duration(victim.grace_s)} + restart {duration(victim.restart_s)}"
+    if victim.protected:
+        return (
+            f"{name} is protected: its attempt has run {duration(victim.run_s)} of the "
+            f"{duration(PROTECT_FACTOR * loss)} it must run before it may be preempted "
+            f"({PROTECT_FACTOR:g} x what preemption costs it: {costs})"
+        )
+    left = victim.expected_left_s
+    if victim.remaining_s is not None:
+        basis = f"its remaining time, {duration(left)} by its command family's past runs"
+    else:
+        basis = f"its remaining time, unknown, taken as the {duration(left)} it has run"
+    if natural is not None and natural < left:
+        basis = f"a GPU drains by itself in {duration(natural)}, sooner than {basis}"
+    gain = (left if natural is None else min(natural, left)) - victim.grace_s
+    if gain <= loss:
+        return (
+            f"preempting {name} would spare it {duration(max(0.0, gain))} of waiting ({basis}, "
+            f"less {name}'s grace), no more than the {duration(loss)} {name} would lose ({costs})"
+        )
+    if not fits(waiting, without(station, victim.job_id)):
+        return f"even with {name} gone it would not fit"
+    return (
+        f"preempting {name} pays ({duration(gain)} of waiting spared against {duration(loss)} "
+        "lost); one job is preempted per pass, for the first waiting job in the queue it serves"
     )

@@ -106,6 +106,37 @@ def test_a_high_priority_job_preempts_a_long_preemptible_one(
     assert "preemptible (SIGUSR1, grace" in shown.stdout
 
 
+def test_a_waiting_job_is_told_why_the_preemptible_job_does_not_give_way(
+    engine: EngineHandle,
+) -> None:
+    """`gpudesk show` of the waiting job says why the rule does not preempt: a job just started
+    is protected for 2 x (grace + restart) of running, here 4 min; one of equal priority is
+    told what would let it preempt."""
+    heavy = {"gpus": 1, "memory_gb": 35, "sm_pct": 95}
+    (low,) = engine.submit(
+        {
+            "name": "low",
+            "command": ["sleep", "600"],
+            "preemptible": True,
+            "preempt_grace_s": 60.0,
+            **heavy,
+        }
+    )
+    engine.wait_state(low, "running")
+    (high,) = engine.submit({"name": "high", "command": ["true"], "priority": 10, **heavy})
+    (same,) = engine.submit({"name": "same", "command": ["true"], **heavy})
+    try:
+        why = engine.show(high).waiting or ""
+        assert f"not preempting: job {low} is protected: its attempt has run" in why, why
+        assert "of the 4m00s it must run before it may be preempted" in why, why
+        why = engine.show(same).waiting or ""
+        assert f"no preemption: the preemptible job {low} has priority 0" in why, why
+        shown = gpudesk("show", str(high))
+        assert shown.returncode == 0 and "is protected" in shown.stdout, shown.stdout
+    finally:
+        engine.api.cancel([low, high, same])
+
+
 # about 20 s of training on one core: its remaining time, from its progress lines, stays above
 # the 3 x grace the rule asks for (gain = remaining - grace > grace + restart) while it trains
 # ~20 ms an epoch idle on CI's 2 cores (~5 ms on a fast host): 1,000 epochs outlast the job's

@@ -4,6 +4,7 @@ gains more than the preempted work loses, never a protected (just resumed) job."
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ from gpudesk.policy.preemption import (
     PROTECT_FACTOR,
     Preemptible,
     choose,
+    held_back,
     natural_wait_s,
     placed_by,
     without,
@@ -179,6 +181,64 @@ def test_cpu_jobs_and_held_jobs_never_preempt() -> None:
 
     held = replace(waiting(2, 10), held=True)
     assert choose([held], view, [low()], placed_by(POLICY)) is None
+
+
+def test_a_waiting_job_is_told_why_no_preemptible_job_gives_way() -> None:
+    fits = placed_by(POLICY)
+    view = full_station(heavy(1, 3600.0))
+    young = low(run_s=100.0)
+    said = held_back(waiting(2, 10), view, [young], fits)
+    assert said == (
+        "not preempting: job 1 is protected: its attempt has run 1m40s of the 8m00s it must "
+        "run before it may be preempted (2 x what preemption costs it: grace 2m00s + restart "
+        "2m00s)"
+    )
+    # known remaining time: 300 s spares 180 s, no more than the 240 s lost
+    said = held_back(waiting(2, 10), full_station(heavy(1, 300.0)), [low(remaining_s=300.0)], fits)
+    assert said is not None and "would spare it 3m00s of waiting" in said
+    assert "5m00s by its command family's past runs" in said and "would lose" in said
+    # another GPU draining by itself first; the victim's own time unknown: what it has run
+    draining = full_station(heavy(1, None), heavy(3, 200.0))
+    said = held_back(waiting(2, 10), draining, [low(run_s=2000.0, remaining_s=None)], fits)
+    assert said is not None and "a GPU drains by itself in 3m20s, sooner than its remaining" in said
+    assert "unknown, taken as the 33m20s it has run" in said
+    # equal priority, not starving; starving but outranked
+    said = held_back(waiting(2, 0), view, [low()], fits)
+    assert said is not None and said.startswith("no preemption: the preemptible job 1 has")
+    assert "once later jobs have started ahead of it 8 times (this one: 0)" in said
+    hungry = full_station(heavy(1, 3600.0), overtaken={2: MAX_OVERTAKES})
+    said = held_back(waiting(2, 0), hungry, [low(priority=5)], fits)
+    assert said is not None and "priority above its own (0)" in said
+    # told to leave for it already; a CPU job, a held one and a station without one: nothing
+    assert "job 1 (preemptible) is leaving for it" in (
+        held_back(waiting(2, 10), view, [], fits, {1: 2}) or ""
+    )
+    from dataclasses import replace
+
+    assert held_back(waiting(2, 10, gpus=0), view, [low()], fits) is None
+    assert held_back(replace(waiting(2, 10), held=True), view, [low()], fits) is None
+    assert held_back(waiting(2, 10), view, [], fits) is None
+
+
+def test_told_why_agrees_with_the_rule() -> None:
+    """Whenever the rule preempts for a lone waiting job, it is told preempting pays, and
+    whenever it does not, it is told why not, over a grid of victims and waiting jobs."""
+    fits = placed_by(POLICY)
+    cases = 0
+    for remaining in (None, 200.0, 361.0, 3600.0):
+        for run_s in (100.0, 479.0, 480.0, 2000.0):
+            for grace in (30.0, 120.0):
+                for priority, mine, overtaken in ((0, 10, 0), (0, 0, 0), (0, 0, 8), (5, 0, 8)):
+                    view = full_station(heavy(1, remaining), overtaken={2: overtaken})
+                    victim = low(run_s=run_s, remaining_s=remaining, grace_s=grace)
+                    victim = replace(victim, priority=priority)
+                    w = waiting(2, mine)
+                    preempted = choose([w], view, [victim], fits) is not None
+                    said = held_back(w, view, [victim], fits) or ""
+                    assert ("pays (" in said) == preempted, (remaining, run_s, grace, said)
+                    assert said.startswith(("not preempting: ", "no preemption: "))
+                    cases += 1
+    assert cases == 128
 
 
 def _trace(tmp_path: Path, preemptible: bool = True) -> Path:
