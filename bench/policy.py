@@ -15,7 +15,11 @@ machine is most of a wall-clock tail). On a small VM even the CPU time has a tai
 call a hiccup of the VM stretched by milliseconds, counted in the thread's CPU time as well.
 `--repeat K` times each input K times and also reports the p50 and p99 of each input's fastest
 call (`min_p50_ms`, `min_p99_ms`): what the code itself costs on its slowest inputs, without
-those hiccups. The targets are on the single calls (the first of the K). The script times
+those hiccups. The K calls of an input are K passes apart (every input is built again, from
+the same seed, for each pass): the VM's slow spells last longer than a few calls (the same
+input timed five times in a row was slow all five times, and the fastest-of-five p99 moved from
+3.2 to 5.0 ms between two runs a minute apart), so calls in a row do not escape them. The
+targets are on the single calls (those of the first pass). The script times
 whichever `gpudesk` it imports, so one tree's copy times another's code: `PYTHONPATH=../other-tree
 python bench/policy.py`.
 """
@@ -119,18 +123,18 @@ def main() -> None:
     args = parser.parse_args()
     if args.repeat < 1:
         parser.error(f"--repeat: at least 1, not {args.repeat}")
-    rng = random.Random(42)
     timings: dict[str, list[float]] = {"auto": [], "carma": []}
     cpu: dict[str, list[float]] = {"auto": [], "carma": []}
     fastest: dict[str, list[float]] = {"auto": [], "carma": []}  # each input's fastest call
     placed: dict[str, int] = {"auto": 0, "carma": 0}
     policies = {"auto": SharingPolicy("auto"), "carma": CarmaPolicy()}
-    for _ in range(args.rounds):
-        jobs = queue(rng, args.jobs)
-        view = station(rng, args.gpus, jobs)
-        for name, policy in policies.items():
-            calls = []
-            for _ in range(args.repeat):
+    calls: dict[str, list[list[tuple[float, float]]]] = {name: [] for name in policies}
+    for done in range(args.repeat):
+        rng = random.Random(42)  # the same inputs each pass
+        for round_ in range(args.rounds):
+            jobs = queue(rng, args.jobs)
+            view = station(rng, args.gpus, jobs)
+            for name, policy in policies.items():
                 # Collect the garbage this script made building the inputs (1,000 new job
                 # records a round), so a timed call pays only for collections its own
                 # allocations cause. The engine keeps its queue between passes; it does not
@@ -138,13 +142,19 @@ def main() -> None:
                 gc.collect()
                 start, start_cpu = time.perf_counter(), time.thread_time()
                 decision = policy.place(jobs, view)
-                calls.append(
-                    ((time.perf_counter() - start) * 1000, (time.thread_time() - start_cpu) * 1000)
+                call = (
+                    (time.perf_counter() - start) * 1000,
+                    (time.thread_time() - start_cpu) * 1000,
                 )
-            timings[name].append(calls[0][0])
-            cpu[name].append(calls[0][1])
-            fastest[name].append(min(wall for wall, _ in calls))
-            placed[name] += len(decision.placements)
+                if done == 0:
+                    calls[name].append([call])
+                    placed[name] += len(decision.placements)
+                else:
+                    calls[name][round_].append(call)
+    for name, per_input in calls.items():
+        timings[name] = [each[0][0] for each in per_input]
+        cpu[name] = [each[0][1] for each in per_input]
+        fastest[name] = [min(wall for wall, _ in each) for each in per_input]
     result = {
         "date": time.strftime("%Y-%m-%d"),
         "machine": f"{platform.machine()}, Python {platform.python_version()}",
