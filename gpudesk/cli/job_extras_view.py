@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from gpudesk.api.models import JobSpecView, JobView
 
-LONG_HEADERS = ["BEGIN", "ARRAY", "COMMENT"]
+LONG_HEADERS = ["LEFT", "BEGIN", "ARRAY", "COMMENT"]
 
 
 def begin_text(begin_at: float | None) -> str:
@@ -37,8 +37,25 @@ def comment_text(spec: JobSpecView) -> str:
     return printable(spec.comment) if spec.comment else ""
 
 
+def left_text(job: JobView) -> str:
+    """A running job's remaining time, as squeue's TIME_LEFT column stands: `~4m10s`, `?` where
+    it is unknown (`show` says why and where a known one came from); "-" for a job not
+    running on the station."""
+    from gpudesk import render
+
+    remaining = job.remaining
+    if remaining is None:
+        return "-"
+    return "?" if remaining.seconds is None else f"~{render.duration(remaining.seconds)}"
+
+
 def long_cells(job: JobView) -> list[object]:
-    return [begin_text(job.spec.begin_at), array_text(job), comment_text(job.spec) or "-"]
+    return [
+        left_text(job),
+        begin_text(job.spec.begin_at),
+        array_text(job),
+        comment_text(job.spec) or "-",
+    ]
 
 
 def show_lines(job: JobView) -> list[str]:

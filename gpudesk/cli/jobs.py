@@ -266,7 +266,11 @@ def queue(
     ),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
     long: bool = typer.Option(
-        False, "--long", "-l", help="Also each job's begin time, array task and comment."
+        False,
+        "--long",
+        "-l",
+        help="Also each running job's remaining time, and each job's begin time, array task "
+        "and comment.",
     ),
 ) -> None:
     """List queued and running jobs (with --all, finished ones too), everyone's unless

@@ -49,7 +49,7 @@ class QueueOptions:
     state: str | None = None
     name: str | None = None
     json_out: bool = False
-    long: bool = False  # BEGIN, ARRAY and COMMENT columns too
+    long: bool = False  # LEFT, BEGIN, ARRAY and COMMENT columns too
 
 
 def where_or_why(job: JobView) -> str:
@@ -66,8 +66,8 @@ def queue_rows(jobs: list[JobView], width: int | None, long: bool = False) -> st
     """The queue as a table in `width` columns (None: no limit, for a pipe): the reason
     gives way first, then the name (clipped in the middle: a sweep's jobs differ at the end),
     then the user, then whole columns (TRY, PRI, SUBMITTED); ids and states are never
-    clipped. EXIT only when a listed job has ended. `long`: BEGIN, ARRAY and COMMENT after
-    the reason, the comment clipped first."""
+    clipped. EXIT only when a listed job has ended. `long`: LEFT (a running job's remaining
+    time), BEGIN, ARRAY and COMMENT after the reason, the comment clipped first."""
     from gpudesk import render
     from gpudesk.cli import job_extras_view
 
@@ -100,11 +100,11 @@ def queue_rows(jobs: list[JobView], width: int | None, long: bool = False) -> st
         # where names would be clipped below 16, TRY gives way first, then PRI, then SUBMITTED
         optional=(last - 1, 4, 5),
         max_widths={1: 32, 2: 12},
-        right=(0, 4, 6, 7, 8) if ended else (0, 4, 6, 7),
+        right=((0, 4, 6, 7, 8) if ended else (0, 4, 6, 7)) + ((last + 1,) if long else ()),
         shrink=(len(headers) - 1, last, 1, 2) if long else (last, 1, 2),
         middle=(1,),
         # the common codes stay whole; a name keeps 16 characters before a column goes
-        min_widths={last: len("(JobHeldUser)"), 1: 16, **({last + 3: 24} if long else {})},
+        min_widths={last: len("(JobHeldUser)"), 1: 16, **({last + 4: 24} if long else {})},
     )
     return text
 

@@ -81,6 +81,14 @@ def test_show_gives_the_remaining_time_from_progress(engine: EngineHandle, gpude
     code, out, _ = gpudesk("show", str(job))
     assert code == 0
     assert "remaining  ~" in out and "(from its progress: " in out and "/1000 at " in out
+    # the listing carries it too (`show`'s is the same), and `queue --long` shows it as LEFT
+    (listed,) = engine.api.jobs(ids=[job])
+    assert listed.remaining is not None and listed.remaining.source == "progress"
+    code, out, _ = gpudesk("queue", "--long")
+    header, row = out.splitlines()[-2:]
+    assert "LEFT" in header.split() and f" {job} " in f" {row}"
+    left = row.split()[header.split().index("LEFT")]
+    assert left.startswith("~") and left.endswith("s"), out
     engine.client.request("cancel", jobs=[job], grace=0)
 
 
@@ -94,6 +102,9 @@ def test_show_gives_the_remaining_time_from_the_familys_history_else_unknown(
     assert unknown is not None and (unknown.source, unknown.seconds) == ("unknown", None)
     code, out, _ = gpudesk("show", str(first))
     assert "remaining  unknown (no progress DONE/TOTAL lines, and no finished run" in out
+    code, out, _ = gpudesk("queue", "--long")
+    header, row = out.splitlines()[-2:]
+    assert row.split()[header.split().index("LEFT")] == "?", out
     assert engine.wait_all_done([first])[0].state == "succeeded"
     assert engine.show(first).remaining is None  # only a running job has one
     (second,) = engine.submit({"name": "seed-2", "command": [*member, "2"]})

@@ -172,6 +172,9 @@ class JobView(WireModel, frozen=True):
     preemptions: int = 0
     # a suspended job (state `suspended`, `gpudesk suspend`): when it was suspended
     suspended_at: float | None = None
+    # a job running on the station: how long it has left, and where that came from
+    # (gpudesk.policy.remaining; a job on Slurm has none)
+    remaining: RemainingView | None = None
 
     @property
     def terminal(self) -> bool:
@@ -356,7 +359,7 @@ class JobDetail(WireModel, frozen=True):
     env: dict[str, str] | None = None  # only when asked for
     tracking: JobRunView | None = None  # a tracked job's MLflow run
     series: JobSeriesView | None = None  # only when asked for
-    remaining: RemainingView | None = None  # a running job's (absent otherwise)
+    remaining: RemainingView | None = None  # a running job's (absent otherwise): job.remaining
 
 
 class LogChunk(WireModel, frozen=True):

@@ -159,6 +159,7 @@ class ListingRequests(Requests):
             # the shared loader it reads: its dataset's, or the dataset's variant for its selection
             loader=self.parts.loaders.loader_for(job.spec.dataset, job.spec.selection),
             slurm=part.slurm,
+            remaining=self._remaining(job) if job.state is JobState.RUNNING else None,
         )
 
     @staticmethod
@@ -203,7 +204,7 @@ class ListingRequests(Requests):
             env=env,
             tracking=parts.tracking.job_view(job, self._sees_secrets(caller, job.owner.uid)),
             series=series,
-            remaining=self._remaining(job) if job.state is JobState.RUNNING else None,
+            remaining=views[0].remaining,
         )
 
     def _remaining(self, job: JobRecord) -> RemainingView | None:
