@@ -244,7 +244,7 @@ def _outranked(
             f"no preemption: {jobs} priority above its own ({mine}); having waited past its "
             "overtake budget, it may preempt only jobs of its priority or lower"
         )
-    least = min(v.priority for v in others)
+    least = min((v.priority for v in others), default=mine)
     return (
         f"no preemption: {jobs} priority {least}{'' if one else ' or more'}, not below its own "
         f"({mine}); a job of equal priority preempts only once later jobs have started ahead "
