@@ -352,6 +352,15 @@ def table_width() -> int | None:
     return None
 
 
+def time_left(r: RemainingView | None) -> str:
+    """A running job's remaining time in a table cell, as squeue's TIME_LEFT column stands:
+    `~4m10s` (from its progress or its command family's runs; `show` says which), `?` where it
+    is unknown, "-" for a job not running on the station (none)."""
+    if r is None:
+        return "-"
+    return "?" if r.seconds is None else f"~{duration(r.seconds)}"
+
+
 def remaining_text(r: RemainingView) -> str:
     """A running job's remaining time and where it came from: "~12 min (from its progress:
     480/1000 at 0.67/s)", from its command family's history (its owner's runs: on a shared

@@ -37,21 +37,11 @@ def comment_text(spec: JobSpecView) -> str:
     return printable(spec.comment) if spec.comment else ""
 
 
-def left_text(job: JobView) -> str:
-    """A running job's remaining time, as squeue's TIME_LEFT column stands: `~4m10s`, `?` where
-    it is unknown (`show` says why and where a known one came from); "-" for a job not
-    running on the station."""
+def long_cells(job: JobView) -> list[object]:
     from gpudesk import render
 
-    remaining = job.remaining
-    if remaining is None:
-        return "-"
-    return "?" if remaining.seconds is None else f"~{render.duration(remaining.seconds)}"
-
-
-def long_cells(job: JobView) -> list[object]:
     return [
-        left_text(job),
+        render.time_left(job.remaining),
         begin_text(job.spec.begin_at),
         array_text(job),
         comment_text(job.spec) or "-",

@@ -37,6 +37,7 @@ COLUMNS = (
     Column("state", "STATE", 9),
     Column("where", "WHERE", 13),
     Column("progress", "PROG", 5),
+    Column("left", "LEFT", 7),  # "~59m59s"; an hour or more "~1h05m"
     Column("runtime", "TIME", 6),
     Column("energy", "ENERGY", 9),  # "~<0.01 Wh", an estimate's smallest figure, whole
     Column("priority", "PRI", 3),
@@ -46,9 +47,9 @@ USER_WIDTH = (4, 8)  # as wide as the longest user shown (its header's 4 at leas
 ID_WIDTH = 3  # at least: as wide as the largest id shown (a store of 100,000 jobs: 6), never cut
 # Left out, in this order, while the name column would be narrower than NAME_ROOMY (80 columns
 # over SSH): a sweep's names (heavy-lr0.001-h1024-3) need about that much to be told apart even
-# cut in the middle; progress and priority show in the job screen too.
+# cut in the middle; the time left, progress and priority show in the job screen too.
 NAME_ROOMY = 20
-DROPPED_WHEN_NARROW = ("progress", "priority")
+DROPPED_WHEN_NARROW = ("left", "progress", "priority")
 SCROLLBAR = 2
 # "live" (the default): running jobs first, then the waiting ones in queue order, then the
 # finished ones newest first, as squeue and nvitop put what is happening now on top.
@@ -81,6 +82,7 @@ def job_cells(
         "state": Text(shown, style=STATE_STYLES.get(shown, "")),
         "where": where,
         "progress": f"{progress[0]}/{progress[1]}" if progress else "",
+        "left": Text(render.time_left(job.remaining) if job.remaining else "", justify="right"),
         "runtime": Text(
             render.duration(job_runtime(job, state.now)) if job.started_at else "-",
             justify="right",

@@ -85,3 +85,24 @@ def test_a_suspended_job_is_marked_in_the_running_jobs_list() -> None:
     assert f"running jobs ({len(placed)}, 1 suspended)" in text, text
     styled = [text[s.start : s.end] for s in listing.spans if s.style == "bold magenta"]
     assert len(styled) == 1 and styled[0].lstrip().startswith(f"{stopped.id} "), styled
+
+
+def test_the_queue_shows_a_running_jobs_time_left_as_queue_long_does() -> None:
+    """The queue's LEFT cell: `~12m00s` from the job's remaining time, `?` where it is unknown,
+    blank for a job with none (waiting, finished, or in a listing from before the field);
+    `gpudesk queue --long` writes the same (render.time_left), with "-" for none."""
+    from gpudesk import render
+    from gpudesk.screens.queue import job_cells
+
+    feed = replay_feed()
+    state = DeskState(frame=feed.frames[-1])
+    job = next(j for j in feed.frames[-1].jobs if j.state == "running")
+    known = RemainingView(seconds=720.0, source="progress", done=480.0, total=1000.0)
+    unknown = RemainingView(seconds=None, source="unknown", elapsed_s=30.0)
+    cells = [
+        job_cells(msgspec.structs.replace(job, remaining=r), state)["left"]
+        for r in (known, unknown)
+    ]
+    assert [str(c) for c in cells] == ["~12m00s", "?"]
+    assert str(job_cells(msgspec.structs.replace(job, remaining=None), state)["left"]) == ""
+    assert [render.time_left(r) for r in (known, unknown, None)] == ["~12m00s", "?", "-"]
