@@ -53,8 +53,11 @@ DROPPED_WHEN_NARROW = ("left", "progress", "priority")
 SCROLLBAR = 2
 # "live" (the default): running jobs first, then the waiting ones in queue order, then the
 # finished ones newest first, as squeue and nvitop put what is happening now on top.
-SORTS = ("live", "id", "state", "user", "name", "runtime", "energy", "priority")
-SORT_NAMES = {"live": "running first, then waiting, then finished newest first"}
+SORTS = ("live", "id", "state", "user", "name", "runtime", "left", "energy", "priority")
+SORT_NAMES = {
+    "live": "running first, then waiting, then finished newest first",
+    "left": "time left, the soonest done first (unknown and not running after)",
+}
 LIVE_ORDER = {"running": 0, "suspended": 0, "queued": 1}  # the finished states follow, newest first
 
 
@@ -112,6 +115,9 @@ def sort_value(job: JobView, key: str, now: float | None = None) -> SortValue:
         return (job.user, job.id)
     if key == "runtime":
         return job_runtime(job, now) or 0.0
+    if key == "left":
+        seconds = job.remaining.seconds if job.remaining else None
+        return (seconds is None, seconds or 0.0, job.id)
     if key == "energy":
         return (job.usage.total_j if job.usage else None) or 0.0
     if key == "priority":

@@ -106,3 +106,19 @@ def test_the_queue_shows_a_running_jobs_time_left_as_queue_long_does() -> None:
     assert [str(c) for c in cells] == ["~12m00s", "?"]
     assert str(job_cells(msgspec.structs.replace(job, remaining=None), state)["left"]) == ""
     assert [render.time_left(r) for r in (known, unknown, None)] == ["~12m00s", "?", "-"]
+
+
+def test_the_queue_sorts_by_time_left_the_soonest_done_first() -> None:
+    from gpudesk.screens.queue import SORTS, sort_value
+
+    assert SORTS.index("left") == SORTS.index("runtime") + 1
+    feed = replay_feed()
+    job = next(j for j in feed.frames[-1].jobs if j.state == "running")
+    soon, later = (
+        msgspec.structs.replace(job, id=i, remaining=RemainingView(seconds=s, source="progress"))
+        for i, s in ((1, 60.0), (2, 600.0))
+    )
+    unknown = msgspec.structs.replace(job, id=3, remaining=RemainingView(None, "unknown"))
+    waiting = msgspec.structs.replace(job, id=4, state="queued", remaining=None)
+    ordered = sorted([waiting, unknown, later, soon], key=lambda j: sort_value(j, "left"))
+    assert [j.id for j in ordered] == [1, 2, 3, 4]
