@@ -26,7 +26,7 @@ from gpudesk.core.job_edit import JobEdit
 from gpudesk.core.jobs import JobSpec
 from gpudesk.core.records import JobRecord
 from gpudesk.core.wire.base import PlacementMode
-from gpudesk.core.wire.jobs import AttemptView, SlurmJobView, SubmitResult
+from gpudesk.core.wire.jobs import AttemptView, RemainingView, SlurmJobView, SubmitResult
 from gpudesk.engine.offloop import Later
 
 
@@ -67,7 +67,8 @@ class OwnerRead:
 @dataclass(frozen=True)
 class JobPart:
     """A backend's part of a job's reply (`JobView`): while it runs, where (`slot`, a label;
-    `gpus`, `mode` and `mig_slice`, the same as data; `pgid`, its process group), its log, and
+    `gpus`, `mode` and `mig_slice`, the same as data; `pgid`, its process group) and how long
+    it has left (`remaining`: a job on Slurm has none, its progress is not read), its log, and
     a Slurm job's `slurm`."""
 
     slot: str | None = None
@@ -77,6 +78,7 @@ class JobPart:
     pgid: int | None = None
     log: str | None = None
     slurm: SlurmJobView | None = None
+    remaining: RemainingView | None = None
 
 
 class JobsView(Protocol):

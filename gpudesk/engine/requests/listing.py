@@ -25,7 +25,6 @@ from gpudesk.core.wire.jobs import (
     JobSpecView,
     JobView,
     LogChunk,
-    RemainingView,
     TrackingView,
 )
 from gpudesk.core.wire.requests import JobsArgs, LogArgs, ShowArgs
@@ -159,7 +158,7 @@ class ListingRequests(Requests):
             # the shared loader it reads: its dataset's, or the dataset's variant for its selection
             loader=self.parts.loaders.loader_for(job.spec.dataset, job.spec.selection),
             slurm=part.slurm,
-            remaining=self._remaining(job) if job.state is JobState.RUNNING else None,
+            remaining=part.remaining,
         )
 
     @staticmethod
@@ -206,24 +205,6 @@ class ListingRequests(Requests):
             series=series,
             remaining=views[0].remaining,
         )
-
-    def _remaining(self, job: JobRecord) -> RemainingView | None:
-        """A job running on the station: its remaining time and where it came from (a job on
-        Slurm has none: its progress is not read)."""
-        learning = self.parts.learning
-        for live in self.parts.attempts:
-            if live.attempt.job_id == job.id:
-                r = learning.remaining(live)
-                return RemainingView(
-                    seconds=r.seconds,
-                    source=r.source,
-                    done=r.done,
-                    total=r.total,
-                    rate_per_s=r.rate_per_s,
-                    typical_s=r.typical_s,
-                    elapsed_s=r.elapsed_s,
-                )
-        return None
 
     def log(self, args: LogArgs, caller: Caller) -> LogChunk | Later[tuple[bytes, int]]:
         """{"job", "attempt"?, "offset"?, "max_bytes"?}: at most `max_bytes` of an attempt's

@@ -14,7 +14,7 @@ from gpudesk.core.job_edit import JobEdit
 from gpudesk.core.jobs import JobSpec, JobState
 from gpudesk.core.records import AttemptRecord, JobRecord
 from gpudesk.core.wire.base import PlacementMode
-from gpudesk.core.wire.jobs import AttemptView, SubmitResult
+from gpudesk.core.wire.jobs import AttemptView, RemainingView, SubmitResult
 from gpudesk.engine.attempts import Attempts
 from gpudesk.engine.backends.base import JobOutcome, JobPart, LogFile, OwnerRead, state_phrase
 from gpudesk.engine.backends.local import suspension
@@ -52,6 +52,7 @@ class LocalView:
         self.jobs_root = jobs_root
         self.store = store
         self.live = attempts.by_job()
+        self.learning = scheduler.learning
         queued = [job.id for job in jobs if job.state is JobState.QUEUED]
         self.codes = scheduler.wait_codes(queued) if queued else {}
 
@@ -64,6 +65,18 @@ class LocalView:
         live = self.live.get(job.id)
         if live is None:
             return JobPart(log=log)
+        remaining = None
+        if job.state is JobState.RUNNING:  # (a suspended job's rate says nothing now)
+            r = self.learning.remaining(live)
+            remaining = RemainingView(
+                seconds=r.seconds,
+                source=r.source,
+                done=r.done,
+                total=r.total,
+                rate_per_s=r.rate_per_s,
+                typical_s=r.typical_s,
+                elapsed_s=r.elapsed_s,
+            )
         return JobPart(
             slot=live.slot,
             gpus=tuple(live.gpus),
@@ -71,6 +84,7 @@ class LocalView:
             mig_slice=live.mig_slice,
             pgid=live.pid,  # the attempt's process group, while it runs
             log=log,
+            remaining=remaining,
         )
 
     def wait_code(self, job: JobRecord) -> str | None:
