@@ -73,6 +73,18 @@ class Preemptible:
     def protected(self) -> bool:
         return self.run_s < PROTECT_FACTOR * self.loss_s
 
+    def gain_s(self, natural_s: float | None) -> float:
+        """The waiting its preemption spares a job that may ask: its expected remaining time,
+        or the soonest a GPU drains by itself (`natural_s`) where that is sooner, less the grace
+        the asker waits anyway."""
+        left = self.expected_left_s
+        return (left if natural_s is None else min(natural_s, left)) - self.grace_s
+
+    @property
+    def order(self) -> tuple[float, ...]:
+        """Which victim goes first: the lowest priority, the smallest loss, the longest left."""
+        return (self.priority, self.loss_s, -self.expected_left_s, self.job_id)
+
 
 @dataclass(frozen=True)
 class Preemption:
@@ -152,13 +164,12 @@ def choose(
     for victim in running:
         if victim.job_id in skip or victim.protected:
             continue
-        left = victim.expected_left_s
-        gain = (left if natural is None else min(natural, left)) - victim.grace_s
+        gain = victim.gain_s(natural)
         if gain > victim.loss_s:
             paying.append((victim, gain))
     if not paying:
         return None
-    paying.sort(key=lambda vg: (vg[0].priority, vg[0].loss_s, -vg[0].expected_left_s, vg[0].job_id))
+    paying.sort(key=lambda vg: vg[0].order)
     lowest = paying[0][0].priority
     asked = 0
     for waiting in queue:
@@ -223,7 +234,7 @@ def held_back(
     askable = [v for v in running if may_ask(waiting, v, hungry)]
     if not askable:
         return _outranked(waiting, station, running, hungry)
-    askable.sort(key=lambda v: (v.priority, v.loss_s, -v.expected_left_s, v.job_id))
+    askable.sort(key=lambda v: v.order)
     natural = natural_wait_s(station)
     parts = [_why_not(waiting, station, v, natural, fits) for v in askable[:2]]
     more = len(askable) - len(parts)
@@ -276,7 +287,7 @@ def _why_not(
         basis = f"its remaining time, unknown, taken as the {duration(left)} it has run"
     if natural is not None and natural < left:
         basis = f"a GPU drains by itself in {duration(natural)}, sooner than {basis}"
-    gain = (left if natural is None else min(natural, left)) - victim.grace_s
+    gain = victim.gain_s(natural)
     if gain <= loss:
         return (
             f"preempting {name} would spare it {duration(max(0.0, gain))} of waiting ({basis}, "
