@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from gpudesk.policy.interference import DEFAULT_PARAMS, ModelParams
 from gpudesk.policy.model_params import Workload
 from gpudesk.policy.rates import mig_rate, shared_rates, workload
-from gpudesk.policy.sim_bound_classes import _whole_states
+from gpudesk.policy.sim_bound_classes import whole_states
 from gpudesk.policy.sim_bounds import bound_of
 from gpudesk.policy.sim_station import slice_shape
 from gpudesk.policy.simulator import Simulation, TraceJob, load_trace, load_truth
@@ -131,7 +131,7 @@ def station_bound(sim: Simulation, jobs: list[TraceJob], truth: ModelParams) -> 
     whole = sim.gpu_count - len(sim.fixed)
     rows = np.zeros((0, k))
     if whole:
-        found = _whole_states(single, counts, multi, truth)
+        found = whole_states(single, counts, multi, truth)
         if found is None:
             raise SystemExit("too many mixes to weigh")
         rows = np.vstack([found[0], found[1][None, :]])

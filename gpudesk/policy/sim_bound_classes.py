@@ -123,7 +123,7 @@ def class_term(
     types: list[_GpuType] = []
     cap, mixes = 0, 0
     if whole:
-        found = _whole_states(single, counts, multi, params)
+        found = whole_states(single, counts, multi, params)
         if found is None:
             return None
         states, tail, cap = found
@@ -183,11 +183,12 @@ def _load(job: TraceJob, params: ModelParams) -> Workload:
     return workload(job.sm_pct, job.membw_pct, params)
 
 
-def _whole_states(
+def whole_states(
     single: list[Workload], counts: list[int], multi: bool, params: ModelParams
 ) -> tuple[np.ndarray, np.ndarray, int] | None:
     """Every mix of fewer than `cap` single-GPU tenants on a whole GPU, under MPS and under
-    time-slicing, as rows of class rates; the row that bounds every larger mix; and `cap`."""
+    time-slicing, as rows of class rates; the row that bounds every larger mix; and `cap`.
+    Public: `bench/experiments/time_indexed_bound.py` builds its program from the same mixes."""
     k = len(single) + int(multi)
     cost = min(params.mps_tenant_cost, params.naive_switch_cost)
     floor_at = math.inf if cost <= 0 else 1 + math.ceil((1.0 - MIN_RATE) / cost)
