@@ -61,7 +61,7 @@ def test_the_running_jobs_have_a_screen_of_their_own_at_80x24() -> None:
             assert f"running jobs ({len(running)})" in text and len(running) >= 4
             for job in running:
                 assert f"{job.id}  " in text
-            assert "SM" in text and "GPU MEM" in text and "3g.20gb" in text
+            assert "SM" in text and "GPU MEM" in text and "2g.10gb" in text
             assert any(row[1].startswith("running jobs") for _, rows in KEYS for row in rows)
 
     asyncio.run(main())
@@ -106,7 +106,7 @@ def test_a_sweeps_running_jobs_stay_apart_at_80_columns() -> None:
     """Two running jobs of a sweep, on MIG slices, whose names differ in the middle (lr 0.01
     and 0.001), among long-running jobs of a long user name: at 80 columns each name is cut
     where the two stay apart, as `gpudesk queue` cuts them (not both `lig…1-h512-1`)."""
-    names = {3: "light-lr0.01-h512-1", 4: "light-lr0.001-h512-1"}
+    names = {5: "light-lr0.01-h512-1", 6: "light-lr0.001-h512-1"}
 
     def long_running(job: JobView) -> JobView:
         if job.state != "running":
@@ -125,7 +125,7 @@ def test_a_sweeps_running_jobs_stay_apart_at_80_columns() -> None:
         lambda last: dataclasses.replace(last, jobs=[long_running(j) for j in last.jobs])
     )
     assert all(
-        j.state == "running" and "3g.20gb" in (j.slot or "") for j in frame.jobs if j.id in names
+        j.state == "running" and "2g.10gb" in (j.slot or "") for j in frame.jobs if j.id in names
     )
 
     async def main() -> list[str]:
@@ -139,7 +139,7 @@ def test_a_sweeps_running_jobs_stay_apart_at_80_columns() -> None:
     assert users == {"alexandra"}, lines  # the user whole: CPU gave way, not the user
     assert any("1.25 kWh" in line and "1234" in line for line in lines), lines
     shown = {int(line.split()[0]): line.split()[1] for line in lines[2:]}
-    assert shown[3] != shown[4], lines
+    assert shown[5] != shown[6], lines
 
 
 def test_the_cut_job_list_under_the_cards_names_the_key_that_lists_them_all() -> None:

@@ -178,7 +178,7 @@ def test_the_job_list_shows_under_the_cards_only_where_it_fits(
                 assert f"running jobs ({len(running)})" in text and len(running) >= 4
                 for job in running:
                     assert re.search(rf"^ *{job.id}  {re.escape(job.name)} ", text, re.M), text
-                assert "gpu:1/mps" in text and "3g.20gb" in text and "SM" in text
+                assert "gpu:1/mps" in text and "2g.10gb" in text and "SM" in text
 
     asyncio.run(main())
 
