@@ -68,6 +68,7 @@ def test_a_reader_that_leaves_early_gets_no_traceback(tmp_path: Path, args: list
     assert bench.stdout is not None and bench.stderr is not None
     bench.stdout.close()  # the reader gone before the first write: that write must fail
     errors = bench.stderr.read().decode()
-    # 141 where a write failed (argparse swallows the failure of its own --help output)
-    assert bench.wait(timeout=300) == (141 if not args else 0), errors[-2000:]
+    # 141 where a write failed. argparse's --help output: newer Pythons (3.11.7 here) swallow
+    # the failure and exit 0; older ones (Debian 12's 3.11.2) let it reach quiet_pipe: 141.
+    assert bench.wait(timeout=300) in ((141,) if not args else (0, 141)), errors[-2000:]
     assert "Traceback" not in errors and "BrokenPipeError" not in errors, errors[-2000:]
