@@ -9,12 +9,13 @@ plays back for the desk's snapshot tests. Re-run it after the engine's replies c
 
 - `station`: a real engine on the SIMULATED DGX Station A100 of tests/contract/scenario.py
   (GPU 2 and 3 in MIG mode): jobs under MPS, on MIG slices and alone, a shared loader with a
-  consumer, a succeeded, a failed and a cancelled job, a held and waiting jobs.
+  consumer, a succeeded, a failed and a cancelled job, a held and waiting jobs. The stand-in
+  trainings print `progress DONE/TOTAL` (all but `vit-large`), so running jobs carry a
+  remaining time (the LEFT column).
 - `mps-fault`: a real engine on the faithful NVML fake (tests/fakes/nvml_shim) with the faithful
   `nvidia-cuda-mps-control` fake: two jobs under MPS, then GPU 0's MPS server reports FAULT (the
   fake's `fake-fault` file), the engine's periodic check notices, and a job submitted after that
-  goes to GPU 1's server (on GPU 0 it could only be time-sliced). The stand-in trainings print
-  `progress DONE/TOTAL` (but `vit-large`), so running jobs carry a remaining time (LEFT).
+  goes to GPU 1's server (on GPU 0 it could only be time-sliced).
 
 Every file holds the engine's replies and telemetry events exactly as sent, except for volatile
 values normalised so a recording reads the same wherever it was made: times shifted so the
@@ -88,8 +89,7 @@ FRAME_GAP_S = 0.5
 TIME_KEYS = {"submitted_at", "started_at", "ended_at", "ts", "taken_at", "sampling_since", "t"}
 PID_KEYS = {"pid", "pgid"}
 DURATION_KEYS = {"runtime_s", "uptime_s", "cpu_s", "prepass_wall_s", "select_s"}
-# a running job's remaining time (RemainingView)
-DURATION_KEYS |= {"seconds", "typical_s", "elapsed_s"}
+REMAINING_KEYS = {"seconds", "typical_s", "elapsed_s"}  # a running job's RemainingView
 
 
 def training(
@@ -150,7 +150,7 @@ class Normaliser:
             return round(value + self.shift, 2)
         if key in PID_KEYS and isinstance(value, int):
             return self.pid(value)
-        if key in DURATION_KEYS and isinstance(value, float):
+        if key in DURATION_KEYS | REMAINING_KEYS and isinstance(value, float):
             return round(value, 1)
         return value
 
