@@ -1,18 +1,23 @@
 """The queue on a sweep's jobs (tests/desk/replay.py `sweep_feed`): what is running comes first,
-and each job's distinguishing end of name shows at 80 columns and at 200."""
+and each job's distinguishing end of name shows at 80 columns and at 200; a running job's time
+left, as a cell and as a sort key."""
 
 from __future__ import annotations
 
 import asyncio
 from typing import Any
 
+import msgspec
 import pytest
-from replay import sweep_feed
+from replay import replay_feed, sweep_feed
 from test_desk_snapshots import replayed, screen_steps
 
+from gpudesk import render
+from gpudesk.api.models import RemainingView
 from gpudesk.screens.app import DeskApp
 from gpudesk.screens.feed import Feed
-from gpudesk.screens.queue import QueueScreen
+from gpudesk.screens.queue import SORTS, QueueScreen, job_cells, sort_value
+from gpudesk.screens.state import DeskState
 from gpudesk.screens.widgets.line_table import LineTable
 
 SIZES = {"80x24": (80, 24), "200x50": (200, 50)}
@@ -114,3 +119,35 @@ def test_each_sweep_name_keeps_its_distinguishing_end(size: str) -> None:
 def test_queue_snapshot_of_a_sweep(snap_compare: Any, size: str) -> None:
     """The queue of a sweep at 80×24 and 200×50: running jobs first, each name's end visible."""
     assert snap_compare(sweep_desk(), terminal_size=SIZES[size], run_before=screen_steps(("2",)))
+
+
+def test_the_queue_shows_a_running_jobs_time_left_as_queue_long_does() -> None:
+    """The queue's LEFT cell: `~12m00s` from the job's remaining time, `?` where it is unknown,
+    blank for a job with none (waiting, finished, or in a listing from before the field);
+    `gpudesk queue --long` writes the same (render.time_left), with "-" for none."""
+    feed = replay_feed()
+    state = DeskState(frame=feed.frames[-1])
+    job = next(j for j in feed.frames[-1].jobs if j.state == "running")
+    known = RemainingView(seconds=720.0, source="progress", done=480.0, total=1000.0)
+    unknown = RemainingView(seconds=None, source="unknown", elapsed_s=30.0)
+    cells = [
+        job_cells(msgspec.structs.replace(job, remaining=r), state)["left"]
+        for r in (known, unknown)
+    ]
+    assert [str(c) for c in cells] == ["~12m00s", "?"]
+    assert str(job_cells(msgspec.structs.replace(job, remaining=None), state)["left"]) == ""
+    assert [render.time_left(r) for r in (known, unknown, None)] == ["~12m00s", "?", "-"]
+
+
+def test_the_queue_sorts_by_time_left_the_soonest_done_first() -> None:
+    assert SORTS.index("left") == SORTS.index("runtime") + 1
+    feed = replay_feed()
+    job = next(j for j in feed.frames[-1].jobs if j.state == "running")
+    soon, later = (
+        msgspec.structs.replace(job, id=i, remaining=RemainingView(seconds=s, source="progress"))
+        for i, s in ((1, 60.0), (2, 600.0))
+    )
+    unknown = msgspec.structs.replace(job, id=3, remaining=RemainingView(None, "unknown"))
+    waiting = msgspec.structs.replace(job, id=4, state="queued", remaining=None)
+    ordered = sorted([waiting, unknown, later, soon], key=lambda j: sort_value(j, "left"))
+    assert [j.id for j in ordered] == [1, 2, 3, 4]
