@@ -88,8 +88,10 @@ FRAMES = 10  # the first carries 120 samples of history: enough for every sparkl
 FRAME_GAP_S = 0.5
 TIME_KEYS = {"submitted_at", "started_at", "ended_at", "ts", "taken_at", "sampling_since", "t"}
 PID_KEYS = {"pid", "pgid"}
-DURATION_KEYS = {"runtime_s", "uptime_s", "cpu_s", "prepass_wall_s", "select_s"}
-REMAINING_KEYS = {"seconds", "typical_s", "elapsed_s"}  # a running job's RemainingView
+DURATION_KEYS = {
+    *("runtime_s", "uptime_s", "cpu_s", "prepass_wall_s", "select_s"),
+    *("seconds", "typical_s", "elapsed_s"),  # a running job's remaining time (RemainingView)
+}
 
 
 def training(
@@ -150,7 +152,7 @@ class Normaliser:
             return round(value + self.shift, 2)
         if key in PID_KEYS and isinstance(value, int):
             return self.pid(value)
-        if key in DURATION_KEYS | REMAINING_KEYS and isinstance(value, float):
+        if key in DURATION_KEYS and isinstance(value, float):
             return round(value, 1)
         return value
 
