@@ -5,6 +5,7 @@ process is on it; before, `top` said `pid 4242`."""
 
 from __future__ import annotations
 
+import contextlib
 import getpass
 import os
 import subprocess
@@ -133,10 +134,14 @@ def test_a_root_engine_names_another_users_process_and_believes_nothing_it_says(
     try:
 
         def hers() -> int | None:
-            for child in psutil.Process(proc.pid).children(recursive=True) or []:
-                if child.uids().real == other_user.uid:
-                    return child.pid
-            return proc.pid if psutil.Process(proc.pid).uids().real == other_user.uid else None
+            # her python, once it has exec'd (runuser's child is hers from its setuid on, and
+            # its command line reads empty while it execs)
+            family = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
+            for member in family:
+                with contextlib.suppress(psutil.Error):
+                    if member.uids().real == other_user.uid and "-c" in member.cmdline():
+                        return member.pid
+            return None
 
         pid = wait_for(hers, 10.0, 0.05, "her process to start as her")
         assert isinstance(pid, int)

@@ -3,7 +3,8 @@ about GPU 2 is "whose process is that?". NVML gives a pid; `/proc` (through psut
 owner and command line, as nvitop shows them.
 
 Looked up on the sampler's thread, once per process (a pid and its start time: a reused pid is
-looked up again), and forgotten when the process is gone. The command line is text its owner
+looked up again; one caught in `execve`, whose command line reads empty, again on the next
+sample), and forgotten when the process is gone. The command line is text its owner
 chose: it is kept as valid Unicode with control characters spelled out and cut to
 `MAX_COMMAND` characters before any view carries it. What /proc will not show the engine (a
 process that ended meanwhile) is left unknown. Where /proc is mounted `hidepid` (users may not
@@ -30,7 +31,10 @@ class ForeignProcess:
     command: str | None  # its command line, cut, control characters spelled out
 
 
-def _command(proc: psutil.Process) -> str | None:
+def _command(proc: psutil.Process) -> tuple[str | None, bool]:
+    """The process's command line as a view carries it, and whether it is the whole line: a
+    process caught in `execve` (or a zombie) shows an empty one for a moment, and then only
+    its name is said, to be looked up again next time."""
     try:
         args = proc.cmdline()
     except psutil.Error:
@@ -38,9 +42,9 @@ def _command(proc: psutil.Process) -> str | None:
     try:
         text = shlex.join(args) if args else proc.name()
     except psutil.Error:
-        return None
+        return None, False
     text = printable(safe_text(text)).replace("\n", "\\n").replace("\t", " ")
-    return text if len(text) <= MAX_COMMAND else text[: MAX_COMMAND - 1] + "…"
+    return (text if len(text) <= MAX_COMMAND else text[: MAX_COMMAND - 1] + "…"), bool(args)
 
 
 def _user(proc: psutil.Process) -> str | None:
@@ -92,7 +96,12 @@ class ForeignProcesses:
                 continue
             known = self._known.get(pid)
             if known is None or known[0] != started:
-                known = self._known[pid] = (started, ForeignProcess(_user(proc), _command(proc)))
+                command, whole = _command(proc)
+                seen = ForeignProcess(_user(proc), command)
+                if not whole:  # its name only, for now: not kept
+                    found[pid] = seen
+                    continue
+                known = self._known[pid] = (started, seen)
             found[pid] = known[1]
         for gone in [pid for pid in self._known if pid not in found]:
             del self._known[gone]
