@@ -33,6 +33,11 @@ def fail(message: str, code: int = EXIT_FAILED) -> NoReturn:
     raise CliError(message, code)
 
 
+def simulated_banner(backend: str) -> str:
+    """The line a listing or report of a SIMULATED station starts with (`sim:MODEL`)."""
+    return f"SIMULATED station ({backend}): its GPUs are not real"
+
+
 def print_json(data: Any) -> None:
     print(json.dumps(data, indent=2, default=str))
 

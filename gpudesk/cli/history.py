@@ -18,7 +18,14 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from gpudesk.cli.common import current_home, fail, owner_filter, print_json, say_damaged
+from gpudesk.cli.common import (
+    current_home,
+    fail,
+    owner_filter,
+    print_json,
+    say_damaged,
+    simulated_banner,
+)
 from gpudesk.cli.exit_codes import EXIT_USAGE
 from gpudesk.cli.job_extras_view import comment_text
 from gpudesk.cli.plot_output import PLOT_HELP, plot_target, write_plot
@@ -60,9 +67,12 @@ class HistoryRow:
     # energy_j is a share of a shared GPU's (or CPU's) energy: an estimate, shown with "~"
     energy_estimate: bool = False
     comment: str = ""  # submit --comment (printable: control characters spelled out)
+    # the station's backend (sim:MODEL) where the job's GPUs were SIMULATED: its GPU-seconds,
+    # GPU energy and the CO2e they add are the simulator's ("" for a CPU job, or real GPUs)
+    simulated: str = ""
 
 
-def history_row(job: JobView) -> HistoryRow:
+def history_row(job: JobView, simulated: str | None = None) -> HistoryRow:
     wall = (
         job.ended_at - job.started_at
         if job.started_at is not None and job.ended_at is not None
@@ -97,6 +107,7 @@ def history_row(job: JobView) -> HistoryRow:
         energy_estimate=bool(usage and usage.estimate),
         co2e_g=usage.carbon_g if usage else None,
         comment=comment_text(job.spec),
+        simulated=(simulated or "") if job.spec.gpus else "",
     )
 
 
@@ -268,15 +279,20 @@ def history(
         if machine:
             _print_rows([], output_format, wide=wide, since=since)
         return
-    jobs = _finished_jobs(
+    jobs, simulated = _finished_jobs(
         client, owner, start, limit, codecarbon_to=output, codecarbon=output_format == "codecarbon"
     )
-    rows = [history_row(job) for job in jobs]
-    _print_rows(rows, output_format, wide=wide, since=since)
+    rows = [history_row(job, simulated) for job in jobs]
+    _print_rows(rows, output_format, wide=wide, since=since, simulated=simulated)
     if target is not None:
         whose = f", user {user}" if user else ", my jobs" if me else ""
         _plot_history(
-            target, rows, "gpudesk history" + (f" since {since}" if since else "") + whose
+            target,
+            rows,
+            "gpudesk history"
+            + (f" since {since}" if since else "")
+            + whose
+            + (f" (SIMULATED GPUs, {simulated})" if simulated else ""),
         )
 
 
@@ -288,9 +304,10 @@ def _finished_jobs(
     *,
     codecarbon: bool,
     codecarbon_to: Path | None,
-) -> list[JobView]:
-    """The newest finished jobs (archived ones too) that ended since `start`; with --format
-    codecarbon, written as emissions while the engine's station is at hand."""
+) -> tuple[list[JobView], str | None]:
+    """The newest finished jobs (archived ones too) that ended since `start`, and the station's
+    backend where its GPUs are simulated; with --format codecarbon, written as emissions while
+    the engine's station is at hand."""
     with client:
         # archived jobs too: history is accounting, the whole store's
         listing = client.job_listing(
@@ -312,17 +329,24 @@ def _finished_jobs(
                 emissions.report(client, jobs, codecarbon_to)
             except emissions.EmissionsFileError as exc:
                 fail(str(exc))
-    return jobs
+    return jobs, listing.simulated
 
 
 def _print_rows(
-    rows: list[HistoryRow], output_format: str, *, wide: bool, since: str | None
+    rows: list[HistoryRow],
+    output_format: str,
+    *,
+    wide: bool,
+    since: str | None,
+    simulated: str | None = None,
 ) -> None:
-    """The rows as JSON, CSV or a table (codecarbon's were written already)."""
+    """The rows as JSON, CSV or a table (codecarbon's were written already). On a SIMULATED
+    station the table starts by saying so, the JSON says it beside the jobs (as `queue
+    --json` does), and each GPU job's row carries it (`simulated`)."""
     if output_format == "codecarbon":
         pass  # written above, with the engine's station at hand
     elif output_format == "json":
-        print_json({"jobs": [asdict(row) for row in rows]})
+        print_json({"jobs": [asdict(row) for row in rows], "simulated": simulated})
     elif output_format == "csv":
         writer = csv.writer(sys.stdout, lineterminator="\n")
         writer.writerow([f.name for f in fields(HistoryRow)])
@@ -336,6 +360,8 @@ def _print_rows(
     elif rows:
         from gpudesk import render
 
+        if simulated and any(row.simulated for row in rows):
+            print(simulated_banner(simulated))  # said first, as `queue` says it
         print(_table(rows, None if wide else render.table_width()))
     else:
         print("no finished jobs" + (f" since {since}" if since else ""))

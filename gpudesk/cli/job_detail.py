@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from gpudesk import render
 from gpudesk.cli import job_extras_view
+from gpudesk.cli.common import simulated_banner
 from gpudesk.cli.plot_output import write_plot
 
 if TYPE_CHECKING:
@@ -33,6 +34,8 @@ EVENT_INDENT = len("  00:00:00  ") + 11  # an event's message, continued under i
 def detail_lines(data: JobDetail, after: list[JobView], width: int) -> list[str]:
     """`gpudesk show JOB` in `width` columns; `after`: the jobs it runs after, as they stand."""
     lines = _spec_lines(data.job, width)
+    if data.simulated and data.job.spec.gpus:  # said first, as `queue` says it: its GPUs' figures
+        lines.insert(0, simulated_banner(data.simulated))
     if data.job.spec.after:
         lines.extend(_after_field(data.job, after, width))
     lines.extend(job_extras_view.show_lines(data.job))

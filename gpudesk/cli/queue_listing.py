@@ -14,6 +14,7 @@ from gpudesk.cli.common import (
     owner_filter,
     print_json,
     say_damaged,
+    simulated_banner,
 )
 from gpudesk.cli.exit_codes import EXIT_USAGE
 
@@ -162,7 +163,7 @@ def list_queue(options: QueueOptions) -> None:
             print(cut, file=sys.stderr)
         return
     if listed.simulated:  # said first: the GPUs these jobs are placed on are not real
-        print(f"SIMULATED station ({listed.simulated}): its GPUs are not real")
+        print(simulated_banner(listed.simulated))
     if listed.drain is not None:
         print(f"DRAINED: the station is {listed.drain.line()}; no job starts until undrained")
     if not jobs:

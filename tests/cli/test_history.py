@@ -66,11 +66,26 @@ def test_history_reports_usage_and_energy_as_csv_json_and_a_table(
     # what the table leaves out at 80 columns it names; --wide shows it
     assert "CO2E, MAXRSS, GPU MEM with --wide, or in --format csv)" in table.stdout
     wide = gpudesk("history", "--wide").stdout.splitlines()
-    assert wide[0].split()[2] == "USER"
-    assert wide[0].split()[-6:] == ["CPU-S", "MAXRSS", "GPU", "MEM", "ENERGY", "CO2E"]
+    assert wide[1].split()[2] == "USER"
+    assert wide[1].split()[-6:] == ["CPU-S", "MAXRSS", "GPU", "MEM", "ENERGY", "CO2E"]
 
-    listed = json.loads(gpudesk("history", "--format", "json").stdout)["jobs"]
-    assert [job["name"] for job in listed] == ["on-gpu", "on-cpu"]
+    # the station's GPUs are SIMULATED, and every form of the report says so: the table first,
+    # as `queue` does; the JSON beside the jobs; the CSV in each GPU job's row; `show` first
+    backend = "sim:dgx-station-a100"  # the fixture's
+    banner = f"SIMULATED station ({backend}): its GPUs are not real"
+    assert table.stdout.splitlines()[0] == banner == wide[0]
+    assert (gpu_row["simulated"], cpu_row["simulated"]) == (backend, "")
+    shown = gpudesk("show", str(gpu_job)).stdout.splitlines()
+    assert shown[0] == banner and shown[1].startswith(f"job {gpu_job}: on-gpu")
+    assert gpudesk("show", str(cpu_job)).stdout.startswith(f"job {cpu_job}: on-cpu")
+
+    report = json.loads(gpudesk("history", "--format", "json").stdout)
+    listed = report["jobs"]
+    assert report["simulated"] == backend
+    assert [(job["name"], job["simulated"]) for job in listed] == [
+        ("on-gpu", backend),
+        ("on-cpu", ""),
+    ]
     assert listed[0]["energy_j"] == float(gpu_row["energy_j"])
 
     assert (

@@ -95,7 +95,8 @@ def test_show_and_history_plot_a_job_on_a_simulated_gpu(
     svg = tmp_path / "job.svg"
     run = gpudesk("show", str(gpu_job), "--plot", str(svg))
     assert run.returncode == 0, run.stderr
-    assert run.stdout.startswith(f"job {gpu_job}: on-gpu")
+    banner = "SIMULATED station (sim:dgx-station-a100): its GPUs are not real\n"
+    assert run.stdout.startswith(f"{banner}job {gpu_job}: on-gpu")
     assert "GPUs SIMULATED" in svg_text(svg)
 
     from gpudesk.plots.job import job_figure
@@ -128,7 +129,9 @@ def test_show_and_history_plot_a_job_on_a_simulated_gpu(
     assert "RAN ON" in run.stdout and png.read_bytes().startswith(PNG)
     run = gpudesk("history", "--plot", "-")
     assert run.returncode == 0, run.stderr
+    assert run.stdout.startswith(banner)
     assert time.strftime("%m-%d") in run.stdout.split("per day (local time)")[1]
+    assert "(SIMULATED GPUs, sim:dgx-station-a100)" in run.stdout
     run = gpudesk("history", "--format", "csv", "--plot", "-")
     assert run.returncode == 2 and "would break the output of --format csv" in run.stderr
 

@@ -360,6 +360,7 @@ class JobDetail(WireModel, frozen=True):
     tracking: JobRunView | None = None  # a tracked job's MLflow run
     series: JobSeriesView | None = None  # only when asked for
     remaining: RemainingView | None = None  # a running job's (absent otherwise): job.remaining
+    simulated: str | None = None  # the station's backend (sim:MODEL) when its GPUs are simulated
 
 
 class LogChunk(WireModel, frozen=True):

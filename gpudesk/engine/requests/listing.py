@@ -204,6 +204,7 @@ class ListingRequests(Requests):
             tracking=parts.tracking.job_view(job, self._sees_secrets(caller, job.owner.uid)),
             series=series,
             remaining=views[0].remaining,
+            simulated=self._simulated(),
         )
 
     def log(self, args: LogArgs, caller: Caller) -> LogChunk | Later[tuple[bytes, int]]:
