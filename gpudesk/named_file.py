@@ -2,9 +2,11 @@
 never without bound.
 
 What a user names on her own command line is read as she gave it: a link is followed, a pipe is
-read (`gpudesk simulate <(zcat day.json.gz)`), as `cat` would. But a device or a pipe reports no
-size up front, and `gpudesk simulate /dev/zero` read until memory ran out and ended in a
-MemoryError traceback. So at most `limit` + 1 bytes are read, a chunk at a time; more is
+read (`gpudesk simulate <(zcat day.json.gz)`), as `cat` would. Unlike `cat`, a named pipe that no
+program has open for writing is not waited on (`gpudesk run fifo.toml` waited for ever): it is
+opened without blocking, and one that gives nothing is an OSError saying so. A device or a
+pipe reports no size up front, and `gpudesk simulate /dev/zero` read until memory ran out and
+ended in a MemoryError traceback. So at most `limit` + 1 bytes are read, a chunk at a time; more is
 `FileTooLarge`, one sentence with the size and the limit. (A file root reads from where a
 member can write is `gpudesk.untrusted`'s: no link followed, no FIFO waited on, the owner
 checked.)
@@ -15,6 +17,7 @@ it alike.
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 
@@ -29,11 +32,15 @@ class FileTooLarge(ValueError):
 
 def read_named(path: str | os.PathLike[str], limit: int, kind: str) -> bytes:
     """The bytes of `path`, at most `limit` of them (`kind` names what it is in the sentence:
-    "a trace"). Raises OSError as `open` does (missing, permission denied, a directory) and
-    FileTooLarge: a regular file's size is checked before it is read, a pipe's or a device's
-    counted as it is read. Read a chunk at a time, so that what is held is what the file has
-    (`read(limit + 1)` allocates the whole limit up front, for a 22 KB trace too)."""
-    with open(path, "rb") as handle:
+    "a trace"). Raises OSError as `open` does (missing, permission denied, a directory; a
+    named pipe that gives nothing: ENODATA) and FileTooLarge: a regular file's size is checked
+    before it is read, a pipe's or a device's counted as it is read. Read a chunk at a time, so
+    that what is held is what the file has (`read(limit + 1)` allocates the whole limit up
+    front, for a 22 KB trace too)."""
+    # O_NONBLOCK: the open does not wait for a named pipe's writer; the reads then block, as
+    # a pipe with a writer (`<(zcat ...)`) needs, and one with none gives end-of-file at once
+    with open(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), "rb") as handle:
+        os.set_blocking(handle.fileno(), True)
         info = os.fstat(handle.fileno())
         if stat.S_ISREG(info.st_mode) and info.st_size > limit:
             raise FileTooLarge(too_large(info.st_size, limit, kind))
@@ -43,6 +50,8 @@ def read_named(path: str | os.PathLike[str], limit: int, kind: str) -> bytes:
             if not chunk:
                 break
             data += chunk
+    if not data and stat.S_ISFIFO(info.st_mode):
+        raise OSError(errno.ENODATA, "it is a named pipe (FIFO) that gave nothing to read")
     if len(data) > limit:
         raise FileTooLarge(f"it holds more than {exact_byte_size(limit)}, the most {kind} may be")
     return bytes(data)

@@ -3,7 +3,8 @@
 `gpudesk simulate /dev/zero` (or `--truth /dev/zero`, or GPUDESK_CONFIG=/dev/zero) read until
 memory ran out and ended in a MemoryError traceback. Each child here runs under an address-space
 limit, so that before the fix it failed with that traceback instead of taking the test machine's
-memory. A pipe is still read (`gpudesk simulate <(zcat day.json.gz)`), as `cat` would.
+memory. A pipe is still read (`gpudesk simulate <(zcat day.json.gz)`), as `cat` would, but a
+named pipe with no writer is not waited on.
 """
 
 from __future__ import annotations
@@ -78,21 +79,50 @@ def test_a_device_named_as_the_profile_gets_one_sentence() -> None:
     )
 
 
-def test_a_trace_given_through_a_pipe_is_read(tmp_path: Path) -> None:
-    """`gpudesk simulate <(zcat day.json.gz)`: the shell passes a pipe."""
-    fifo = tmp_path / "trace.json"
-    os.mkfifo(fifo)
+GPUDESK_SIMULATE = (sys.executable, "-m", "gpudesk", "simulate")
+
+
+def test_a_trace_given_through_a_pipe_is_read() -> None:
+    """`gpudesk simulate <(zcat day.json.gz)`: the shell passes /dev/fd/N, a pipe it writes."""
+    read_end, write_end = os.pipe()
 
     def write() -> None:
-        with open(fifo, "wb") as pipe:
-            pipe.write(TRACE.read_bytes())
+        with open(write_end, "wb") as writing:  # blocks once the pipe's buffer is full
+            writing.write(TRACE.read_bytes())
 
     writer = threading.Thread(target=write)
     writer.start()
-    done = gpudesk("simulate", str(fifo), "-p", "auto", "--json")
-    writer.join(30)
+    try:
+        done = subprocess.run(
+            [*GPUDESK_SIMULATE, f"/dev/fd/{read_end}", "-p", "auto", "--json"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            pass_fds=(read_end,),
+            preexec_fn=limited,
+        )
+    finally:
+        os.close(read_end)
+        writer.join(30)
     assert done.returncode == 0, done.stderr
     assert '"auto"' in done.stdout
+
+
+def test_a_named_pipe_no_program_writes_to_gets_one_sentence_at_once(tmp_path: Path) -> None:
+    """`gpudesk run fifo.toml` waited for a writer for ever, as `cat fifo` does; now each
+    kind of named file is one sentence, exit 2."""
+    fifo = tmp_path / "day.json"
+    os.mkfifo(fifo)
+    nothing = "it is a named pipe (FIFO) that gave nothing to read"
+    said = one_sentence(gpudesk("simulate", str(fifo), "-p", "auto"))
+    assert said == f"error: cannot read the trace {fifo}: {nothing}"
+    said = one_sentence(gpudesk("simulate", str(TRACE), "--truth", str(fifo), "-p", "auto"))
+    assert said == f"error: --truth: cannot read {fifo}: {nothing}"
+    done = gpudesk("run", str(fifo))
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert f"{fifo}: cannot read the file: {nothing}" in done.stderr
+    with pytest.raises(OSError, match="named pipe"):
+        read_named(fifo, 10, "a thing")
 
 
 def test_read_named_bounds_a_pipe_and_a_file_alike(tmp_path: Path) -> None:
