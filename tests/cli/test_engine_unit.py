@@ -13,6 +13,8 @@ import pytest
 from conftest import Run
 
 from gpudesk.cli.engine_unit import systemd_word
+from gpudesk.diskspace import EXIT_DISK_FULL
+from gpudesk.engine.daemon import EXIT_BAD_HOME
 
 
 def keys(unit: str) -> dict[str, list[str]]:
@@ -40,6 +42,10 @@ def test_the_unit_runs_this_python_as_the_station_engine_in_its_delegated_cgroup
     assert unit["Slice"] == ["gpudesk.slice"] and unit["KillMode"] == ["process"]
     assert all(doc.startswith("https://") for doc in unit["Documentation"])
     assert "@" not in start
+    # every status the engine exits with when a restart cannot help (bad arguments, another
+    # engine, an unusable home, a full disk at start) stops systemd restarting it
+    (prevent,) = unit["RestartPreventExitStatus"]
+    assert set(prevent.split()) == {"2", "3", str(EXIT_BAD_HOME), str(EXIT_DISK_FULL)}
 
 
 def test_systemd_reads_the_printed_unit(gpudesk: Run, tmp_path: Path) -> None:
