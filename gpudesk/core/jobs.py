@@ -294,8 +294,8 @@ def check_preempt_signal(value: Any) -> str:
     name = name if name.startswith("SIG") else "SIG" + name
     if name not in PREEMPT_SIGNALS:
         raise ValueError(
-            f"expected one of {', '.join(PREEMPT_SIGNALS)} (signals the job's wrapper outlives), "
-            f"found {describe(value)}"
+            f"expected one of {', '.join(PREEMPT_SIGNALS)} (signals the job's wrapper outlives; "
+            f"SIG may be left out), found {value!r}"
         )
     return name
 

@@ -16,7 +16,8 @@ from test_cli import gpudesk
         ),
         (
             ["--preemptible", "--preempt-signal", "KILL"],
-            "--preempt-signal: expected one of SIGUSR1",
+            "--preempt-signal: expected one of SIGUSR1, SIGUSR2, SIGINT, SIGTERM, SIGHUP (signals "
+            "the job's wrapper outlives; SIG may be left out), found 'KILL'\n",
         ),
         (["--preemptible", "--preempt-grace", "0.5"], "--preempt-grace: expected a number from 1"),
     ],
