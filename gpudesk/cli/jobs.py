@@ -249,6 +249,7 @@ def queue(
     limit: int = typer.Option(
         DEFAULT_LIMIT,
         "--limit",
+        min=1,
         help="Show at most N waiting jobs (every running one is shown); with --all or --state, "
         "the newest N jobs. Says what it left out.",
     ),

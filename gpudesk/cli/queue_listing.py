@@ -147,7 +147,7 @@ def list_queue(options: QueueOptions) -> None:
             print_json({"jobs": [], "simulated": None})
         return
     with client:
-        listed = fetch_listed(client, states, options.group, max(1, options.limit), owner)
+        listed = fetch_listed(client, states, options.group, options.limit, owner)
     jobs, damaged, cut = listed.jobs, listed.damaged, listed.cut
     if asked:
         jobs = [job for job in jobs if ("held" if job.held else job.state) in asked]

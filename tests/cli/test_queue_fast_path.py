@@ -22,7 +22,6 @@ PLAIN = [
     ["-a", "--json"],
     ["--limit", "3"],
     ["--limit=007"],
-    ["--limit", "0"],
     ["--user", "ada", "--state", "queued,held"],
     ["-u", "ada", "-s", "running", "-g", "sweep"],
     ["--group=sweep", "--name", "train-*", "--me"],
@@ -37,6 +36,7 @@ FOR_TYPER = [
     ["--all", "--all"],
     ["--limit"],
     ["--limit", "-1"],
+    ["--limit", "0"],  # typer's usage error: at least 1 (it was taken as 1, silently)
     ["--limit", "1_000"],
     ["--limit", "x"],
     ["--limit", " 5"],
