@@ -7,8 +7,8 @@ CPU the command uses (docs/benchmarks.md). A plain command line — the options 
 here and runs the same function the typer command runs (gpudesk.cli.queue_listing.list_queue).
 Anything else goes to typer, which gives its usual help and usage errors: `--help`, a word it
 does not know, an option given twice, a value that is missing or looks like an option, a
-`--limit` that is not plain digits or is 0, bundled short options (`-aj`), shell completion, and any
-config file of option defaults (click applies and checks those).
+`--limit` that is not plain digits or is 0, bundled short options (`-aj`), shell completion,
+and any config file of option defaults (click applies and checks those).
 tests/cli/test_queue_fast_path.py holds the two parsers to the same answers.
 """
 
@@ -57,9 +57,9 @@ def plain_queue_options(args: list[str]) -> QueueOptions | None:
                 return None
             field, parsed = QUEUE_VALUES[option], value
             if field == "limit":
-                if not DIGITS.fullmatch(value) or int(value) < 1:
+                parsed = int(value) if DIGITS.fullmatch(value) else 0
+                if parsed < 1:
                     return None  # typer says what is wrong with it
-                parsed = int(value)
         else:
             return None
         if field in given:

@@ -360,7 +360,7 @@ def _print_rows(
     elif rows:
         from gpudesk import render
 
-        if simulated and any(row.simulated for row in rows):
+        if simulated:
             print(simulated_banner(simulated))  # said first, as `queue` says it
         print(_table(rows, None if wide else render.table_width()))
     else:

@@ -117,6 +117,7 @@ def test_closing_while_another_request_holds_the_connection_is_at_once(
         feed._act(hold)
 
     holder = threading.Thread(target=long_request)
+    still_holding: list[bool] = []
 
     async def main() -> None:
         async with app.run_test(size=(100, 32)) as pilot:
@@ -129,7 +130,6 @@ def test_closing_while_another_request_holds_the_connection_is_at_once(
             # other work, for QUIT_BUSY_S's 0.3)
             still_holding.append(holder.is_alive() and not release.is_set())
 
-    still_holding: list[bool] = []
     try:
         asyncio.run(main())
     finally:

@@ -32,19 +32,20 @@ class ForeignProcess:
 
 
 def _command(proc: psutil.Process) -> tuple[str | None, bool]:
-    """The process's command line as a view carries it, and whether it is the whole line: a
-    process caught in `execve` (or a zombie) shows an empty one for a moment, and then only
-    its name is said, to be looked up again next time."""
+    """The process's command line as a view carries it, and whether that is settled: a process
+    caught in `execve` reads an empty command line for a moment, and then only its name is
+    said, to be looked up again next time (what /proc refuses stays refused)."""
     try:
         args = proc.cmdline()
+        settled = bool(args)
     except psutil.Error:
-        args = []
+        args, settled = [], True
     try:
         text = shlex.join(args) if args else proc.name()
     except psutil.Error:
-        return None, False
+        return None, settled
     text = printable(safe_text(text)).replace("\n", "\\n").replace("\t", " ")
-    return (text if len(text) <= MAX_COMMAND else text[: MAX_COMMAND - 1] + "…"), bool(args)
+    return (text if len(text) <= MAX_COMMAND else text[: MAX_COMMAND - 1] + "…"), settled
 
 
 def _user(proc: psutil.Process) -> str | None:
@@ -96,12 +97,10 @@ class ForeignProcesses:
                 continue
             known = self._known.get(pid)
             if known is None or known[0] != started:
-                command, whole = _command(proc)
-                seen = ForeignProcess(_user(proc), command)
-                if not whole:  # its name only, for now: not kept
-                    found[pid] = seen
-                    continue
-                known = self._known[pid] = (started, seen)
+                command, settled = _command(proc)
+                known = (started, ForeignProcess(_user(proc), command))
+                if settled:  # else its name only, for now: looked up again next time
+                    self._known[pid] = known
             found[pid] = known[1]
         for gone in [pid for pid in self._known if pid not in found]:
             del self._known[gone]
