@@ -7,6 +7,10 @@ profile at all: the GPUs her next real job is placed on would not exist. Such a 
 bundled DGX Station sweep) runs instead on a personal engine of its own, in a home beside hers
 (`HOME/simulated/MODEL`), started with the profile's settings and stopped when the run that
 started it ends; its jobs stay in that home's store (`GPUDESK_HOME=that gpudesk history`).
+Two profiles that ask for the same simulated station share it: a run that finds it idle sets
+it as its profile says, one that finds another run's jobs there leaves its settings as they
+are (those jobs were placed under them; a MIG layout is never changed under a running job) and
+says what it did not apply.
 `GPUDESK_BACKEND` set to the same simulated backend says the user wants her own engine to be
 that station: the profile then runs there, as any other. Set to anything else, it is not passed
 on to the station of its own: an engine's GPUDESK_BACKEND wins over its settings, and a station
@@ -44,12 +48,19 @@ def own_station_home(backend: str) -> Home:
     return Home(resolve_home() / "simulated" / backend.removeprefix(SIM_PREFIX))
 
 
+def others_live_jobs(client: Client) -> int:
+    """How many queued or running jobs a station of its own has before this run submits: those
+    of another run of a profile that asks for the same station (its settings are not changed
+    under them: `gpudesk run` then leaves them as they are, and says so)."""
+    return len(client.job_listing(states=["queued", "running"]).jobs)
+
+
 @contextlib.contextmanager
 def own_station(profile: Profile, backend: str) -> Iterator[Client]:
     """A client of the profile's own simulated station, its engine started with the profile's
     settings when none runs there, and stopped on the way out once it has no live job (a run
     left with a second Ctrl-C leaves it finishing the cancels); one already running is used
-    as it is."""
+    (`others_live_jobs` says whether its settings may change)."""
     from gpudesk.api.client import Client
     from gpudesk.api.connection import engine_pid, start_engine
 

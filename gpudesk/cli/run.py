@@ -64,8 +64,8 @@ def run(
     Exits 0 only if every job succeeded. Ctrl-C cancels this run's jobs and still reports. A
     profile whose [station] asks for a SIMULATED station runs on one of its own, beside your
     engine, which it leaves as it is (docs/shared-station.md)."""
-    from gpudesk.api.own_station import simulated_backend
-    from gpudesk.cli.run_report import run_profile
+    from gpudesk.api.own_station import others_live_jobs, simulated_backend
+    from gpudesk.cli.run_report import APPLY_STATION_HINT, run_profile
     from gpudesk.profile import ProfileError, load_profile
 
     try:
@@ -78,6 +78,16 @@ def run(
     simulated = simulated_backend(loaded) if cluster is None else None
     with contextlib.ExitStack() as stack:
         client, where = _connect(stack, loaded, simulated, cluster)
+        # its own station is set as the profile says (another only when asked), unless
+        # another run's jobs are on it: they were placed under its settings
+        how_to_apply, apply = APPLY_STATION_HINT, apply_station
+        if simulated is not None and not apply_station:
+            others = others_live_jobs(client)
+            apply = not others
+            how_to_apply = (
+                f"the station of its own runs {others} job(s) of another run under its "
+                "settings; they change once those end, or with gpudesk run --apply-station"
+            )
         said = f"running {len(loaded.jobs)} job(s) from {source} on {where}"
         print(
             textwrap.fill(
@@ -92,8 +102,8 @@ def run(
                 client,
                 progress_stream=progress,
                 cluster=cluster,
-                # its own station is set as the profile says; another only when asked
-                apply_station=apply_station or simulated is not None,
+                apply_station=apply,
+                how_to_apply=how_to_apply,
             )
         except KeyboardInterrupt:
             print("left the run; the engine is finishing the cancels", file=sys.stderr)

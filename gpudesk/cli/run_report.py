@@ -494,10 +494,12 @@ def run_profile(
     live: bool | None = None,
     cluster: ClusterSpec | None = None,
     apply_station: bool = False,
+    how_to_apply: str = APPLY_STATION_HINT,
 ) -> RunReport:
     """Submit the profile (gpudesk.api.submit: [station], applied only with `apply_station`,
-    [datasets], the selections' pre-pass jobs, then the training jobs if every pre-pass
-    succeeded), follow its jobs to the end; on `cluster` (a Slurm cluster) when given."""
+    else each differing setting said with `how_to_apply`; [datasets], the selections' pre-pass
+    jobs, then the training jobs if every pre-pass succeeded), follow its jobs to the end; on
+    `cluster` (a Slurm cluster) when given."""
     started = time.time()
     group = run_group(profile.name, started)  # names this run's jobs
     report = RunReport(
@@ -541,7 +543,7 @@ def run_profile(
                     cache=SelectionCache(client.home.selection_dir),
                     cluster=cluster,
                     apply_station=apply_station,
-                    how_to_apply=APPLY_STATION_HINT,
+                    how_to_apply=how_to_apply,
                 )
                 follow()
             except KeyboardInterrupt:

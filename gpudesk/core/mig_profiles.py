@@ -16,6 +16,7 @@ the simulator all read it.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gpudesk.units import MIB_PER_GB
@@ -184,3 +185,48 @@ PROFILE_TABLES: dict[str, tuple[MigProfile, ...]] = {
 # The profiles placement carves on a simulated MIG GPU (and the trace simulator with it): the
 # A100 40GB's, the station the research measured.
 CARVED_PROFILES = tuple(p for p in PROFILE_TABLES[A100_40GB] if p.simulated)
+
+
+def simulated_profiles(gpu_name: str) -> tuple[MigProfile, ...]:
+    """The MIG profiles a simulated GPU of this model offers (its own table)."""
+    return tuple(p for p in table_for_gpu(gpu_name) if p.simulated)
+
+
+def layout_fits(profiles: Sequence[MigProfile]) -> bool:
+    """Whether these instances fit one GPU together: 7 compute slices, and each at one of its
+    profile's placements over the 8 memory slices, none overlapping (larger ones first, as the
+    driver places them)."""
+    if sum(p.compute_slices for p in profiles) > COMPUTE_SLICES:
+        return False
+    ordered = sorted(profiles, key=lambda p: (-p.memory_slices, -p.compute_slices))
+
+    def fit(i: int, used: tuple[SliceSpan, ...]) -> bool:
+        if i == len(ordered):
+            return True
+        return any(
+            not any(spot.overlaps(u) for u in used) and fit(i + 1, (*used, spot))
+            for spot in ordered[i].placements
+        )
+
+    return fit(0, ())
+
+
+def layout_problem(names: Sequence[str], gpu_name: str) -> str | None:
+    """Why these MIG instances cannot be a simulated `gpu_name`'s layout (a profile its model
+    does not offer, or instances that do not fit it together); None when they can."""
+    table = simulated_profiles(gpu_name)
+    if not table:
+        return f"a {gpu_name} has no MIG mode"
+    found = []
+    for name in names:
+        profile = find_profile(name, table)
+        if profile is None:
+            offered = ", ".join(p.name for p in table)
+            return f"a {gpu_name} has no MIG profile {name}; it offers {offered}"
+        found.append(profile)
+    if not layout_fits(found):
+        return (
+            f"{','.join(names)} does not fit a {gpu_name} ({COMPUTE_SLICES} compute and "
+            f"{MEMORY_SLICES} memory slices, each profile only at its own placements)"
+        )
+    return None

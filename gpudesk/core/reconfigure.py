@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gpudesk.core.station import STATION_KEYS, StationConfig
+from gpudesk.core.station import STATION_KEYS, StationConfig, mig_layout_problem
 from gpudesk.core.wire import station as wire
 
 
@@ -79,12 +79,15 @@ def weigh(
     *,
     refusal: str | None,
     queued_gpu_jobs: int = 0,
+    running_by_gpu: Mapping[int, Sequence[int]] | None = None,
     env: Mapping[str, str] | None = None,
 ) -> Reconfiguration:
     """Weigh a `[station]` table (untrusted: raises ValueError naming a bad key) against the
     config in force. `refusal` says why the caller may change nothing ("only an admin
     (gpudesk-admin) changes station settings"), None when they may. `queued_gpu_jobs` is how
-    many queued jobs ask for GPUs: a new backend decides whether they ever run."""
+    many queued jobs ask for GPUs: a new backend decides whether they ever run;
+    `running_by_gpu` the jobs running on each GPU: a GPU's MIG layout changes only while it is
+    idle, as the driver allows (`mig_not_applied`)."""
     requested = StationConfig.from_dict(table if table is not None else {})
     given = [key for key in STATION_KEYS if key in table] if table else []
     asked = {name: value for key in given for name, value in requested.fields_of(key).items()}
@@ -113,6 +116,12 @@ def weigh(
             not_applied.append(SettingNotApplied(key, new, old, reason))
             kept.update(current.fields_of(key))
             continue
+        if key == "mig":
+            why = mig_not_applied(current.mig, wanted.mig, wanted.backend, running_by_gpu or {})
+            if why is not None:
+                not_applied.append(SettingNotApplied(key, new, old, why))
+                kept.update(current.fields_of(key))
+                continue
         note = None
         if key == "grid_intensity" and wanted.grid_source is not None:
             note = f"{wanted.grid_intensity:g} g CO2e/kWh, {wanted.grid_source}"
@@ -123,6 +132,31 @@ def weigh(
             )
         changes.append(SettingChange(key, old, new, note))
     return Reconfiguration(dataclasses.replace(wanted, **kept), tuple(changes), tuple(not_applied))
+
+
+def mig_not_applied(
+    old: Mapping[str, str] | None,
+    new: Mapping[str, str] | None,
+    backend: str,
+    running_by_gpu: Mapping[int, Sequence[int]],
+) -> str | None:
+    """Why a simulated station's MIG layout does not change from `old` to `new`: a layout its
+    GPUs cannot take (core.station.mig_layout_problem), or a GPU whose layout would change
+    while jobs run on it (nvidia-smi refuses to change a busy GPU's MIG instances, and a job on
+    a whole GPU would find it sliced under it); None when it may."""
+    problem = mig_layout_problem(backend, new)
+    if problem is not None:
+        return problem
+    old, new = old or {}, new or {}
+    for key in sorted(set(old) | set(new), key=int):
+        busy = running_by_gpu.get(int(key), ())
+        if old.get(key) != new.get(key) and busy:
+            jobs = ", ".join(str(job) for job in busy)
+            return (
+                f"GPU {key} runs job(s) {jobs}: its MIG layout changes only once it is idle, "
+                "as the driver allows"
+            )
+    return None
 
 
 def setting_text(value: Any) -> str:

@@ -11,10 +11,16 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from gpudesk import grid
-from gpudesk.core.backend_names import check_backend_name
+from gpudesk.core.backend_names import check_backend_name, is_simulated, parse_sim_name
+from gpudesk.core.gpu_models import STATIONS
 from gpudesk.core.jobs import check_bool, describe, number_in, whole_number_in
 from gpudesk.core.listen import check_metrics_listen
-from gpudesk.core.mig_profiles import COMPUTE_SLICES, compute_slices, is_plain_profile_name
+from gpudesk.core.mig_profiles import (
+    COMPUTE_SLICES,
+    compute_slices,
+    is_plain_profile_name,
+    layout_problem,
+)
 
 # The kind a change of the station's settings is stored as (an event with no job): a drain,
 # hooks.toml read again; `StationStatus.station_changes` lists the latest.
@@ -110,6 +116,26 @@ def check_mig(value: Any) -> dict[str, str] | None:
             raise ValueError(f"GPU {key}: {profiles} needs more than the 7 compute slices of a GPU")
         layout[str(int(key))] = ",".join(names)
     return layout
+
+
+def mig_layout_problem(backend: str, layout: Mapping[str, str] | None) -> str | None:
+    """Why a checked `mig` table cannot be the layout of the simulated station `backend`: a
+    GPU it does not have, a profile its model does not offer, or instances that do not fit
+    together; None when it can, and for a backend that is not simulated (real GPUs are
+    partitioned with `gpudesk mig apply`, which checks against what the driver offers)."""
+    if not layout or not is_simulated(backend):
+        return None
+    name, count = parse_sim_name(backend)
+    model, default_count = STATIONS[name]
+    gpus = default_count if count is None else count
+    for key, profiles in layout.items():
+        if int(key) >= gpus:
+            have = "GPU 0" if gpus == 1 else f"GPUs 0..{gpus - 1}"
+            return f"GPU {key}: the station {backend} has {have}"
+        problem = layout_problem(profiles.split(","), model.name)
+        if problem is not None:
+            return f"GPU {key}: {problem}"
+    return None
 
 
 check_sample_interval = number_in(0.1, 60.0)  # seconds between GPU and host readings

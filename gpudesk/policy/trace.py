@@ -6,7 +6,7 @@ simulated station starts with (`parse_mig`).
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -23,7 +23,8 @@ from gpudesk.core.mig_profiles import (
     MEMORY_SLICES,
     MigProfile,
     find_profile,
-    table_for_gpu,
+    layout_fits,
+    simulated_profiles,
 )
 from gpudesk.examples import bundled
 from gpudesk.named_file import FileTooLarge, read_named
@@ -231,30 +232,6 @@ def load_truth(path: str | Path) -> ModelParams:
     """The simulated ground truth (`--truth FILE`): the parameters it names, the rest the
     defaults. Raises ValueError."""
     return load_params_file(path, "--truth")
-
-
-def simulated_profiles(gpu_name: str) -> tuple[MigProfile, ...]:
-    """The MIG profiles a simulated GPU of this model offers (its own table)."""
-    return tuple(p for p in table_for_gpu(gpu_name) if p.simulated)
-
-
-def layout_fits(profiles: Sequence[MigProfile]) -> bool:
-    """Whether these instances fit one GPU together: 7 compute slices, and each at one of its
-    profile's placements over the 8 memory slices, none overlapping (larger ones first, as the
-    driver places them)."""
-    if sum(p.compute_slices for p in profiles) > COMPUTE_SLICES:
-        return False
-    ordered = sorted(profiles, key=lambda p: (-p.memory_slices, -p.compute_slices))
-
-    def fit(i: int, used: tuple[Any, ...]) -> bool:
-        if i == len(ordered):
-            return True
-        return any(
-            not any(spot.overlaps(u) for u in used) and fit(i + 1, (*used, spot))
-            for spot in ordered[i].placements
-        )
-
-    return fit(0, ())
 
 
 def parse_mig(text: str, gpu_name: str, gpu_count: int) -> dict[int, tuple[str, ...]]:

@@ -17,7 +17,12 @@ from gpudesk.core.jobs import (
     check_name,
     resolve_mlflow_uri,
 )
-from gpudesk.core.station import STATION_CHECKS, STATION_KEYS, StationConfig
+from gpudesk.core.station import (
+    STATION_CHECKS,
+    STATION_KEYS,
+    StationConfig,
+    mig_layout_problem,
+)
 from gpudesk.profile.model import DatasetConfig, ReportConfig
 from gpudesk.profile.problems import _Recorder
 from gpudesk.profile.values import (
@@ -51,6 +56,11 @@ class _Tables(_Recorder):
                 checked = self.check(("station", key), check, table[key])
                 if checked is not _INVALID:
                     values[key] = checked
+        # the layout against the simulated station the same table names (its GPUs, its model)
+        problem = mig_layout_problem(values.get("backend", "auto"), values.get("mig"))
+        if problem is not None:
+            self.problem(("station", "mig"), problem)
+            del values["mig"]
         return StationConfig.from_checked(values)
 
     def report(self, document: dict[str, Any]) -> ReportConfig | None:

@@ -441,6 +441,18 @@ def test_bad_report_tables(text: str, key: str, line: int, fragment: str) -> Non
             5,
             "expected one of auto, nvml, none, sim:dgx-station-a100",
         ),
+        (
+            JOB + '[station]\nbackend = "sim:dgx-station-a100"\nmig = { 7 = "3g.20gb" }',
+            "station.mig",
+            6,
+            "GPU 7: the station sim:dgx-station-a100 has GPUs 0..3",
+        ),
+        (
+            JOB + '[station]\nmig = { 0 = "3g.40gb" }\nbackend = "sim:a100-40gb"',
+            "station.mig",
+            5,
+            "GPU 0: a NVIDIA A100-SXM4-40GB has no MIG profile 3g.40gb; it offers 1g.5gb,",
+        ),
         (JOB + "[defaults]\ngpus = -1", "defaults.gpus", 5, "found -1"),
         (
             JOB + '[datasets.d]\nfactory = "nope"',

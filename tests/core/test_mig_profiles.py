@@ -112,3 +112,70 @@ def test_a_span_reads_and_prints_as_nvidia_smi_does() -> None:
     span = SliceSpan.parse("4:4")
     assert (span.start, span.end, str(span)) == (4, 8, "4:4")
     assert span.overlaps(SliceSpan(6, 2)) and not span.overlaps(SliceSpan(0, 4))
+
+
+@pytest.mark.parametrize(
+    ("backend", "layout", "said"),
+    [
+        (
+            "sim:dgx-station-a100",
+            {"7": "3g.20gb"},
+            "GPU 7: the station sim:dgx-station-a100 has GPUs 0..3",
+        ),
+        ("sim:h100", {"1": "3g.40gb"}, "GPU 1: the station sim:h100 has GPU 0"),
+        (
+            "sim:dgx-station-a100",
+            {"0": "3g.40gb"},
+            "GPU 0: a NVIDIA A100-SXM4-40GB has no MIG profile 3g.40gb; it offers 1g.5gb, "
+            "2g.10gb, 3g.20gb, 4g.20gb, 7g.40gb",
+        ),
+        (
+            "sim:a100-40gbx2",
+            {"1": "3g.20gb,3g.20gb,1g.5gb"},
+            "GPU 1: 3g.20gb,3g.20gb,1g.5gb does not fit a NVIDIA A100-SXM4-40GB",
+        ),
+    ],
+)
+def test_a_simulated_stations_layout_is_checked_against_its_gpus(
+    backend: str, layout: dict[str, str], said: str
+) -> None:
+    from gpudesk.core.station import mig_layout_problem
+
+    problem = mig_layout_problem(backend, layout)
+    assert problem is not None and problem.startswith(said), problem
+
+
+def test_a_layout_the_station_can_take_or_a_real_backends_is_no_problem() -> None:
+    from gpudesk.core.station import mig_layout_problem
+
+    assert (
+        mig_layout_problem("sim:dgx-station-a100", {"3": "3g.20gb,2g.10gb,1g.5gb,1g.5gb"}) is None
+    )
+    assert mig_layout_problem("sim:h100x8", {"7": "4g.40gb,3g.40gb"}) is None
+    # real GPUs: `gpudesk mig apply` checks against what the driver offers
+    assert mig_layout_problem("nvml", {"7": "3g.40gb"}) is None
+    assert mig_layout_problem("auto", {"0": "3g.40gb"}) is None
+
+
+def test_a_mig_change_waits_for_its_gpu_to_be_idle_and_a_bad_one_is_not_applied() -> None:
+    from gpudesk.core.reconfigure import weigh
+    from gpudesk.core.station import StationConfig
+
+    station = StationConfig(backend="sim:dgx-station-a100", policy="auto")
+    table = {"mig": {"0": "3g.20gb,3g.20gb"}, "policy": "mig"}
+    busy = weigh(station, table, refusal=None, running_by_gpu={0: (4, 9)}, env={})
+    assert busy.config.mig is None and busy.config.policy == "mig"
+    (kept,) = busy.not_applied
+    assert kept.key == "mig" and kept.reason.startswith("GPU 0 runs job(s) 4, 9: its MIG layout")
+    # a job on another GPU is no reason; GPU 0 idle takes the layout
+    idle = weigh(station, table, refusal=None, running_by_gpu={1: (4,)}, env={})
+    assert idle.config.mig == {"0": "3g.20gb,3g.20gb"} and not idle.not_applied
+    # going back out of MIG mode on a busy GPU is a change of its layout too
+    back = weigh(idle.config, {"mig": None}, refusal=None, running_by_gpu={0: (5,)}, env={})
+    assert back.config.mig == {"0": "3g.20gb,3g.20gb"} and back.not_applied
+    # a layout the station's GPUs cannot take (from a client that skipped the profile's check)
+    wrong = weigh(station, {"mig": {"5": "1g.5gb"}}, refusal=None, env={})
+    assert wrong.config.mig is None
+    assert [n.reason for n in wrong.not_applied] == [
+        "GPU 5: the station sim:dgx-station-a100 has GPUs 0..3"
+    ]

@@ -198,6 +198,7 @@ class StationRequests(Requests):
                 args.station,
                 refusal=self._settings_refusal(caller),
                 queued_gpu_jobs=queued_gpu_jobs,
+                running_by_gpu=parts.attempts.running_by_gpu(),
             )
         except ValueError as exc:
             raise ProtocolError(protocol.INVALID_ARGS, str(exc)) from None
