@@ -157,6 +157,13 @@ def _not_carried(submission: Submission) -> list[str]:
         )
     if any(s.tracking for s in specs):
         notes.append("[tracking] (gpudesk makes no MLflow run for a job it did not submit)")
+    hooks = sorted({s.notify for s in specs if s.notify})
+    if hooks:
+        shown = ", ".join(repr(h) for h in hooks[:2]) + (", …" if len(hooks) > 2 else "")
+        notes.append(
+            f"notify = {shown} (no command runs when a Slurm job ends: gpudesk's hook runs on "
+            "the station; sbatch's --mail-type only sends mail)"
+        )
     return notes
 
 
@@ -250,7 +257,7 @@ def export_scripts(
     """The scripts and submit.sh for these jobs, whose logs go to `directory`/logs (an absolute
     path: the jobs run in their own workdir). Raises SlurmMappingError for a job this cluster
     cannot be asked for."""
-    submissions = plan(specs, cluster, offer)
+    submissions = plan(specs, cluster, offer, preemption=True)
     parents = _order(submissions)
     order = _topological(parents)
     width = max(2, len(str(len(order))))

@@ -16,7 +16,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from gpudesk.core.cluster import ClusterSpec
-from gpudesk.core.jobs import PRIORITY_RANGE, JobSpec
+from gpudesk.core.jobs import (
+    DEFAULT_PREEMPT_GRACE_S,
+    DEFAULT_PREEMPT_SIGNAL,
+    PRIORITY_RANGE,
+    JobSpec,
+)
 
 # A MIG profile as NVIDIA names it and Slurm's gres.conf types it (AutoDetect=nvml names them
 # this way): "1g.10gb", "3g.40gb", "1g.10gb+me", "1c.3g.40gb" (a compute instance of a slice).
@@ -96,12 +101,12 @@ class SbatchOption:
     """One sbatch option and why it is there."""
 
     flag: str  # "--gres"
-    value: str
+    value: str  # "": a flag that takes no value (--requeue)
     why: str
 
     @property
     def arg(self) -> str:
-        return f"{self.flag}={self.value}"
+        return f"{self.flag}={self.value}" if self.value else self.flag
 
 
 def _gpu(kind: str | None, count: int) -> str:
@@ -314,6 +319,52 @@ def sbatch_options(spec: JobSpec, cluster: ClusterSpec, offer: GresOffer) -> lis
             )
         )
     return options
+
+
+# The most seconds sbatch's --signal takes before the end (`sig_time`, a uint16: Slurm's
+# src/common/proc_args.c get_signal_opts); gpudesk's grace is at most 3600 s anyway.
+MAX_SIGNAL_TIME_S = 0xFFFF
+
+
+def preempt_options(spec: JobSpec) -> list[SbatchOption]:
+    """A preemptible job's --requeue and --signal (docs/slurm.md, "Preemptible jobs"), for the
+    scripts `gpudesk export slurm` writes (the engine's own submissions do not ask for them:
+    its poller does not follow a requeued job).
+
+    `--signal=B:SIG@GRACE`: `B:` sends the signal to the batch shell alone (slurmstepd's
+    kill(2) of its pid), which is the job's own process since the script execs it; without
+    `B:` Slurm signals only job steps (srun), and the script starts none."""
+    if not spec.preemptible:
+        return []
+    name = spec.preempt_signal.removeprefix("SIG")
+    grace = min(MAX_SIGNAL_TIME_S, math.ceil(spec.preempt_grace_s))
+    defaults = (
+        " (gpudesk's defaults)"
+        if spec.preempt_signal == DEFAULT_PREEMPT_SIGNAL
+        and spec.preempt_grace_s == DEFAULT_PREEMPT_GRACE_S
+        else ""
+    )
+    return [
+        SbatchOption(
+            "--requeue",
+            "",
+            "preemptible = true: a job Slurm preempts goes back to the queue and later runs the\n"
+            "script again from the start, with the same job id (where the cluster's PreemptMode\n"
+            "is REQUEUE; with CANCEL a preempted job is cancelled)",
+        ),
+        SbatchOption(
+            "--signal",
+            f"B:{name}@{grace}",
+            f"preempt_signal = {spec.preempt_signal}, preempt_grace_s = "
+            f"{spec.preempt_grace_s:g}{defaults}: {spec.preempt_signal} to the job's\n"
+            "own process (B: the batch shell, which the script replaces with the job: exec),\n"
+            f"{grace} s before its time limit (Slurm may send it up to 60 s earlier), and when it\n"
+            "is preempted where the cluster sets PreemptParameters=send_user_signal (the\n"
+            "cluster's GraceTime, not this, is then the time left). Unlike the station, Slurm\n"
+            "signals that one process, not the job's process group: a job that starts\n"
+            "workers passes it on",
+        ),
+    ]
 
 
 def _begin_and_comment(spec: JobSpec) -> list[SbatchOption]:

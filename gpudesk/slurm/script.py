@@ -4,6 +4,11 @@ A submission is one Slurm job or one job array: the jobs of one [[sweeps]] table
 the same resources become one array, task i running the i-th of them (a `case` on
 SLURM_ARRAY_TASK_ID), so `squeue` shows one line per sweep and `scancel` stops it whole. Every
 `#SBATCH` line has a comment saying where it came from.
+
+An `#SBATCH` line is read by sbatch's own tokenizer, not by a shell: `get_argument` in Slurm's
+src/sbatch/opt.c takes a backslash as an escape of the next character inside quotes too, `'` or
+`"` as quotes anywhere in a word, and an unquoted `#` as the start of a comment. `sbatch_word`
+writes a value so that tokenizer gives it back exactly.
 """
 
 from __future__ import annotations
@@ -15,7 +20,13 @@ from dataclasses import dataclass
 
 from gpudesk.core.cluster import ClusterSpec
 from gpudesk.core.jobs import JobSpec
-from gpudesk.slurm.request import GresOffer, SbatchOption, sbatch_options
+from gpudesk.slurm.request import (
+    GresOffer,
+    SbatchOption,
+    SlurmMappingError,
+    preempt_options,
+    sbatch_options,
+)
 
 ARRAY_TASK = "%a"  # sbatch's file-name pattern for an array task's index
 _CONTROL = re.compile("[\x00-\x1f\x7f]")
@@ -23,6 +34,11 @@ _CONTROL = re.compile("[\x00-\x1f\x7f]")
 _SHELL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # bash's read-only variables: an `export` of one fails (and says so in the job's log)
 _READ_ONLY = frozenset({"BASHOPTS", "BASH_VERSINFO", "EUID", "PPID", "SHELLOPTS", "UID"})
+# What an #SBATCH word may hold unquoted: sbatch's tokenizer gives these back as they are.
+_PLAIN_WORD = re.compile(r"^[A-Za-z0-9_.,:/@%+=-]+$")
+# A sweep's placeholder, as gpudesk.profile.values reads one ({lr}; ${HOME} is the shell's).
+_PLACEHOLDER = re.compile(r"(?<!\$)\{[A-Za-z_][A-Za-z0-9_]*\}")
+_SEPARATORS = "-_.,:=+ "
 
 
 def one_line(text: str) -> str:
@@ -30,6 +46,41 @@ def one_line(text: str) -> str:
     script may hold. Names are refused with one at validation (cluster.has_control); this is the
     renderer's own guard, since a newline in a comment would start a shell line of its own."""
     return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
+def sbatch_word(option: SbatchOption) -> str:
+    """`--flag=value` as an `#SBATCH` line must spell it for sbatch to read `value` back
+    exactly: as it is when every character is plain, else in double quotes with each `\\` and
+    `"` escaped by a backslash (sbatch's get_argument, src/sbatch/opt.c, copies the character
+    after a backslash whatever it is, inside quotes too). A newline ends the line and a NUL the
+    string, so a value with one cannot be written: SlurmMappingError."""
+    value = option.value
+    if "\n" in value or "\x00" in value:
+        what = "a newline" if "\n" in value else "a NUL character"
+        raise SlurmMappingError(
+            f"{option.flag} would be {value!r}, which holds {what}: an #SBATCH line ends at a "
+            "newline (and sbatch reads no NUL), so sbatch cannot be given this value in a "
+            "script; rename it or choose another path"
+        )
+    if option.flag == "--output" and "\\" in value:
+        raise SlurmMappingError(
+            f"the job's output file {value!r} has a backslash in its path: Slurm takes a "
+            "backslash in --output to mean that the file name has no %j/%A/%a patterns (and "
+            "drops it), so the jobs' logs could not be named per job; use a folder whose path "
+            "has no backslash"
+        )
+    if not value or _PLAIN_WORD.match(value):
+        return option.arg
+    escaped = value.replace("\\", "\\\\").replace('"', '\\"')
+    return f'{option.flag}="{escaped}"'
+
+
+def array_job_name(sweep: str) -> str:
+    """An array's --job-name: its sweep's name without the placeholders only its jobs fill
+    ("digits-lr{lr}-h{hidden}" -> "digits-lr-h"), what `squeue` shows for every task."""
+    name = _PLACEHOLDER.sub("", sweep)
+    name = re.sub(f"([{re.escape(_SEPARATORS)}])[{re.escape(_SEPARATORS)}]+", r"\1", name)
+    return name.strip(_SEPARATORS) or "sweep"
 
 
 def literal(path: str) -> str:
@@ -53,7 +104,8 @@ class Submission:
 
     tasks: tuple[Task, ...]
     options: tuple[SbatchOption, ...]  # the first task's; the same for all, but the name
-    array_name: str | None = None  # an array's --job-name (its sweep's); None: not an array
+    array_name: str | None = None  # an array's sweep (its name as written); None: not an array
+    preemption: bool = False  # its jobs' preemptible is carried (--requeue, --signal)
 
     @property
     def is_array(self) -> bool:
@@ -69,10 +121,14 @@ def plan(
     cluster: ClusterSpec,
     offer: GresOffer,
     job_ids: Sequence[int | None] | None = None,
+    *,
+    preemption: bool = False,
 ) -> list[Submission]:
     """Group jobs, in order, into submissions: neighbours from one sweep (same sweep, group and
     `after`) that ask for the same resources form an array; every other job is one of its own.
-    Raises SlurmMappingError for a job this cluster cannot be asked for."""
+    `preemption`: a preemptible job asks for --requeue and --signal (request.preempt_options;
+    `gpudesk export slurm`). Raises SlurmMappingError for a job this cluster cannot be asked
+    for, or whose name or folder an #SBATCH line cannot hold (sbatch_word)."""
     ids = list(job_ids) if job_ids is not None else [None] * len(specs)
     submissions: list[Submission] = []
     current: list[Task] = []
@@ -86,16 +142,27 @@ def plan(
         options = current_options
         if name is not None:
             options = [
-                SbatchOption("--job-name", name, "the sweep's name: one array task per job")
+                SbatchOption(
+                    "--job-name",
+                    array_job_name(name),
+                    "the sweep's name, without its placeholders: one array task per job",
+                )
                 if o.flag == "--job-name"
                 else o
                 for o in options
             ]
-        submissions.append(Submission(tuple(current), tuple(options), name))
+        workdirs = {t.spec.workdir for t in current}
+        for option in options:
+            sbatch_word(option)
+        if len(workdirs) == 1 and first.workdir is not None:  # the script's --chdir
+            sbatch_word(SbatchOption("--chdir", first.workdir, ""))
+        submissions.append(Submission(tuple(current), tuple(options), name, preemption))
         current.clear()
 
     for spec, job_id in zip(specs, ids, strict=True):
         options = sbatch_options(spec, cluster, offer)
+        if preemption:
+            options += preempt_options(spec)
         if current:
             first = current[0].spec
             joins = (
@@ -118,7 +185,7 @@ def _comment(text: str) -> list[str]:
     return [f"#   {one_line(line)}" for line in text.split("\n")]
 
 
-def _task_lines(task: Task, chdir: str | None, indent: str) -> list[str]:
+def _task_lines(task: Task, chdir: str | None, indent: str, preemption: bool) -> list[str]:
     spec = task.spec
     lines = []
     if task.job_id is not None:
@@ -128,6 +195,8 @@ def _task_lines(task: Task, chdir: str | None, indent: str) -> list[str]:
         )
     for key, value in spec.env.items():
         lines.append(f"export {key}={shlex.quote(value)}")
+    if preemption and spec.preemptible:
+        lines.extend(_preempt_lines(spec))
     if spec.workdir is not None and spec.workdir != chdir:
         lines.append(f"cd {shlex.quote(spec.workdir)} || exit 1")
     if spec.shell:
@@ -159,16 +228,16 @@ def render(
     options = _script_options(submission, chdir, output, environment, dependency)
     lines = ["#!/bin/bash", *(f"# {one_line(h)}" if h else "#" for h in header)]
     for option in options:
-        lines.append(f"#SBATCH {shlex.quote(option.arg)}")
+        lines.append(f"#SBATCH {sbatch_word(option)}")
         lines.extend(_comment(option.why))
     lines.append("")
     if environment is not None:
         lines.extend(_environment_lines(environment, unset))
     lines.extend(_THREADS_LINES)
     if submission.is_array:
-        lines.extend(_array_lines(tasks, chdir))
+        lines.extend(_array_lines(tasks, chdir, submission.preemption))
     else:
-        lines.extend(_task_lines(tasks[0], chdir, ""))
+        lines.extend(_task_lines(tasks[0], chdir, "", submission.preemption))
     return "\n".join(lines) + "\n"
 
 
@@ -230,17 +299,30 @@ def _script_options(
     return options
 
 
-def _array_lines(tasks: Sequence[Task], chdir: str | None) -> list[str]:
+def _array_lines(tasks: Sequence[Task], chdir: str | None, preemption: bool) -> list[str]:
     """An array's tasks: a `case` on SLURM_ARRAY_TASK_ID, task i running the i-th job."""
     lines = ['case "$SLURM_ARRAY_TASK_ID" in']
     for index, task in enumerate(tasks):
         who = f"gpudesk job {task.job_id}: " if task.job_id is not None else ""
         lines.append(f"  {index})  # {one_line(who + task.spec.name)}")
-        lines.extend(_task_lines(task, chdir, "    "))
+        lines.extend(_task_lines(task, chdir, "    ", preemption))
         lines.append("    ;;")
     lines.append('  *) echo "gpudesk: no job for array task $SLURM_ARRAY_TASK_ID" >&2; exit 1 ;;')
     lines.append("esac")
     return lines
+
+
+def _preempt_lines(spec: JobSpec) -> list[str]:
+    """What a preemptible job is told on the station (engine/attempts.py): its signal and grace,
+    and, once Slurm requeued it (SLURM_RESTART_COUNT), that an earlier run was stopped."""
+    grace = f"{spec.preempt_grace_s:g}"
+    return [
+        "# preemptible: the signal to catch and its grace; requeued, it resumes (docs/slurm.md)",
+        f"export GPUDESK_PREEMPT_SIGNAL={spec.preempt_signal} GPUDESK_PREEMPT_GRACE_S={grace}",
+        'if [ "${SLURM_RESTART_COUNT:-0}" -gt 0 ]; then',
+        '  export GPUDESK_PREEMPTED=1 GPUDESK_PREEMPTIONS="$SLURM_RESTART_COUNT"',
+        "fi",
+    ]
 
 
 # OpenMP and torch start a thread per core they see, not per CPU Slurm gave the task: tasks

@@ -175,7 +175,7 @@ def send(
             for row in send.rows:
                 by_job[row.job_id] = submitted if row.task is None else f"{submitted}_{row.task}"
                 ids.append((row.job_id, submitted))
-    except (SlurmError, OSError) as exc:
+    except (SlurmError, SlurmMappingError, OSError) as exc:  # render: a value no #SBATCH holds
         refused = commands.cancel(sent) if sent else None
         for folder in folders:
             commands.remove_folder(str(folder))

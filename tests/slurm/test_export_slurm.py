@@ -12,8 +12,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import stat
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,6 +28,8 @@ from gpudesk import __version__
 from gpudesk.examples import folder
 from gpudesk.slurm.commands import parse_fields
 from gpudesk.slurm.export import MARKER, safe_name
+from gpudesk.slurm.request import SbatchOption, SlurmMappingError
+from gpudesk.slurm.script import array_job_name, sbatch_word
 
 # its module-scoped fixture is made once: the module stays on one worker (--dist loadgroup)
 pytestmark = pytest.mark.xdist_group("test_export_slurm")
@@ -77,14 +81,76 @@ memory_gb = 8
 """
 
 
+_C_SPACE = b" \t\n\v\f\r"  # isspace() in the C locale; sbatch reads bytes
+
+
+def get_argument(line: bytes) -> tuple[bytes | None, int]:
+    """A port of Slurm's get_argument (src/sbatch/opt.c): the next word of an #SBATCH line and
+    how many bytes it took. A backslash makes the next byte literal, inside quotes too (a
+    backslash-space is a space); `'` or `"` quote anywhere in a word; an unquoted `#` starts a
+    comment. (The hetjob/packjob separators are left out: gpudesk writes none.)"""
+    ptr = 0
+    while ptr < len(line) and line[ptr] in _C_SPACE:
+        ptr += 1
+    if ptr == len(line):
+        return None, ptr
+    argument: bytearray | None = None
+    q_char = 0
+    escape_flag = quoted = False
+    while ptr < len(line) and (quoted or line[ptr] not in _C_SPACE) and line[ptr] != 0x0A:
+        byte = line[ptr]
+        if escape_flag:
+            escape_flag = False
+        elif byte == 0x5C:  # backslash
+            ptr += 1
+            if ptr < len(line) and line[ptr] == 0x20:
+                argument = (argument or bytearray()) + b" "
+                ptr += 1
+            else:
+                escape_flag = True
+            continue
+        elif quoted:
+            if byte == q_char:
+                quoted = False
+                ptr += 1
+                continue
+        elif byte in b"\"'":
+            quoted, q_char = True, byte
+            ptr += 1
+            continue
+        elif byte == 0x23:  # '#': the rest of the line is a comment
+            break
+        argument = (argument or bytearray()) + bytes([byte])
+        ptr += 1
+    assert not quoted, f"sbatch: Unmatched quote in {line!r}"
+    return (bytes(argument) if argument is not None else None), ptr
+
+
+def sbatch_argv(text: str) -> list[str]:
+    """The options sbatch reads from a script, as its _opt_batch_script (src/sbatch/opt.c) does:
+    each line starting `#SBATCH`, split by get_argument, until the first line that is neither a
+    comment nor blank."""
+    argv: list[str] = []
+    for line in text.encode("utf-8", "surrogateescape").split(b"\n"):
+        if line.startswith(b"#SBATCH"):
+            rest = line[len(b"#SBATCH") :]
+            while True:
+                word, skipped = get_argument(rest)
+                if word is None:
+                    break
+                argv.append(word.decode("utf-8", "surrogateescape"))
+                rest = rest[skipped:]
+        elif line.strip(_C_SPACE) and not line.strip(_C_SPACE).startswith(b"#"):
+            break
+    return argv
+
+
 def sbatch_lines(text: str) -> dict[str, str]:
-    """A script's #SBATCH options, flag -> value (quotes taken off as sbatch does)."""
+    """A script's #SBATCH options, flag -> value, as sbatch reads them (sbatch_argv)."""
     found = {}
-    for line in text.splitlines():
-        if line.startswith("#SBATCH "):
-            option = line.removeprefix("#SBATCH ").strip("'")
-            flag, _, value = option.partition("=")
-            found[flag] = value
+    for option in sbatch_argv(text):
+        flag, _, value = option.partition("=")
+        found[flag] = value
     return found
 
 
@@ -115,7 +181,7 @@ def test_quickstart_is_one_array_script(gpudesk: Run, tmp_path: Path) -> None:
     script = (out / "01-digits-lr_lr_-h_hidden.sbatch").read_text()
     options = sbatch_lines(script)
     assert options["--array"] == "0-7"
-    assert options["--job-name"] == "digits-lr{lr}-h{hidden}"
+    assert options["--job-name"] == "digits-lr-h"  # what squeue shows: no unfilled {lr}
     assert options["--output"] == f"{out}/logs/digits-lr_lr_-h_hidden-%A_%a.out"
     assert "--gres" not in options  # a CPU sweep
     assert_every_option_explained(script)
@@ -416,6 +482,173 @@ def test_options_override_the_profiles_cluster(gpudesk: Run, tmp_path: Path) -> 
     options = sbatch_lines((out / "04-big.sbatch").read_text())
     assert options["--partition"] == "big" and options["--qos"] == "low"
     assert options["--mem"] == "1024M"  # the profile's, not overridden
+
+
+PREEMPTIBLE = """
+[[jobs]]
+name = "v"
+command = ["true"]
+max_attempts = 3
+preemptible = true
+preempt_signal = "USR2"
+preempt_grace_s = 300
+notify = "echo done"
+
+[[jobs]]
+name = "plain"
+command = ["true"]
+preemptible = true
+preempt_grace_s = 1.5
+
+[[jobs]]
+name = "not-preemptible"
+command = ["true"]
+"""
+
+
+def test_preemptible_jobs_are_requeued_and_signalled(gpudesk: Run, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    profile = write_profile(tmp_path, PREEMPTIBLE)
+    code, _, stderr = gpudesk("export", "slurm", str(profile), str(out), "--no-ask")
+    assert code == 0, stderr
+    v = (out / "01-v.sbatch").read_text()
+    argv = sbatch_argv(v)
+    assert "--requeue" in argv and "--signal=B:USR2@300" in argv
+    assert_every_option_explained(v)
+    assert "export GPUDESK_PREEMPT_SIGNAL=SIGUSR2 GPUDESK_PREEMPT_GRACE_S=300" in v
+    # nothing dropped unsaid: what Slurm does not do is in the header
+    header = next(line for line in v.splitlines() if line.startswith("# Not carried to Slurm:"))
+    assert "max_attempts = 3" in header and "notify = 'echo done'" in header
+    assert "preempt" not in header
+    # gpudesk's own defaults (SIGUSR1, 120 s) where the job names none; a grace in whole seconds
+    plain = sbatch_argv((out / "02-plain.sbatch").read_text())
+    assert "--requeue" in plain and "--signal=B:USR1@2" in plain  # 1.5 s, rounded up
+    other = (out / "03-not-preemptible.sbatch").read_text()
+    assert "--requeue" not in sbatch_argv(other) and "GPUDESK_PREEMPT" not in other
+    assert "Not carried" not in other
+
+
+def test_the_default_preempt_signal_and_grace(gpudesk: Run, tmp_path: Path) -> None:
+    profile = write_profile(tmp_path, "[[jobs]]\nname='d'\ncommand=['true']\npreemptible=true\n")
+    out = tmp_path / "out"
+    assert gpudesk("export", "slurm", str(profile), str(out), "--no-ask")[0] == 0
+    text = (out / "01-d.sbatch").read_text()
+    assert "--signal=B:USR1@120" in sbatch_argv(text) and "(gpudesk's defaults)" in text
+    assert "GPUDESK_PREEMPT_SIGNAL=SIGUSR1 GPUDESK_PREEMPT_GRACE_S=120" in text
+
+
+# The job: catches SIGUSR2 in its own process, says so, and leaves as a preempted job does.
+CATCHER = (
+    "import os, signal, sys\n"
+    "signal.signal(signal.SIGUSR2, lambda *_: (print('caught', os.environ"
+    "['GPUDESK_PREEMPT_SIGNAL'], flush=True), os._exit(75)))\n"
+    "print('ready', os.getpid(), flush=True)\n"
+    "signal.pause()\n"
+)
+
+
+def test_the_jobs_own_process_gets_the_preempt_signal(gpudesk: Run, tmp_path: Path) -> None:
+    """`--signal=B:` makes slurmstepd kill(2) the batch shell's pid alone: the script execs the
+    job, so that pid is the job's own process, which catches the signal and leaves."""
+    profile = write_profile(
+        tmp_path,
+        "[[jobs]]\nname = 'catcher'\npreemptible = true\npreempt_signal = 'USR2'\n"
+        f"command = [{json.dumps(sys.executable)}, '-c', {json.dumps(CATCHER)}]\n",
+    )
+    out = tmp_path / "out"
+    assert gpudesk("export", "slurm", str(profile), str(out), "--no-ask")[0] == 0
+    script = out / "01-catcher.sbatch"
+    assert "--signal=B:USR2@120" in sbatch_argv(script.read_text())
+    batch = subprocess.Popen(
+        ["/bin/bash", str(script)], stdout=subprocess.PIPE, text=True, env=dict(os.environ)
+    )
+    assert batch.stdout is not None
+    word, pid = batch.stdout.readline().split()
+    assert word == "ready" and int(pid) == batch.pid  # the batch shell is the job (exec)
+    batch.send_signal(signal.SIGUSR2)  # what slurmstepd does: kill(batch shell's pid, sig)
+    assert batch.stdout.read() == "caught SIGUSR2\n"
+    assert batch.wait(timeout=30) == 75
+
+
+# Words an #SBATCH line must give back exactly: spaces, both quotes, backslashes (a trailing
+# one, one before a space, a quote or another), `$`, `#`, a tab, non-ASCII.
+AWKWARD = [
+    "plain",
+    "two words",
+    "it's",
+    'say "hi"',
+    "back\\slash",
+    "trailing\\",
+    "\\ lead",
+    "\\\\double",
+    '\\"',
+    "$HOME and ${X} and $(id)",
+    "hash # not a comment",
+    "tab\there",
+    "naïve-日本語",
+    "'single' \"double\" \\ mixed $ #",
+    "",
+]
+
+
+@pytest.mark.parametrize("value", AWKWARD)
+def test_sbatch_words_read_back_exactly(value: str) -> None:
+    for flag in ("--job-name", "--chdir", "--comment"):
+        line = f"#SBATCH {sbatch_word(SbatchOption(flag, value, ''))}"
+        assert sbatch_argv(f"#!/bin/bash\n{line}\n") == [f"{flag}={value}" if value else flag]
+
+
+def test_sbatch_words_that_cannot_be_written() -> None:
+    for value in ("a\nb", "a\x00b"):
+        with pytest.raises(SlurmMappingError, match="#SBATCH line"):
+            sbatch_word(SbatchOption("--job-name", value, ""))
+    with pytest.raises(SlurmMappingError, match="backslash in --output"):
+        sbatch_word(SbatchOption("--output", "/tmp/a\\b/x-%j.out", ""))
+
+
+def test_awkward_names_and_folders_reach_sbatch_exactly(gpudesk: Run, tmp_path: Path) -> None:
+    folder = tmp_path / "we\\ird $x 'q' \"d\" #é"
+    folder.mkdir()
+    jobs = "".join(
+        f"[[jobs]]\nname = {json.dumps(name)}\ncommand = ['true']\n"
+        f"workdir = {json.dumps(str(folder))}\n\n"
+        for name in ("back\\slash", "sp ace 'q' \"d\" $HOME #x", "naïve")
+    )
+    out = tmp_path / "out"
+    code, _, stderr = gpudesk("export", "slurm", str(write_profile(tmp_path, jobs)), str(out))
+    assert code == 0, stderr
+    names = []
+    for file in sorted(out.glob("*.sbatch")):
+        text = file.read_text()
+        options = sbatch_lines(text)
+        assert options["--chdir"] == str(folder)
+        names.append(options["--job-name"])
+        subprocess.run(["bash", "-n", str(file)], check=True)
+    assert names == ["back\\slash", "sp ace 'q' \"d\" $HOME #x", "naïve"]
+
+
+def test_what_an_sbatch_line_cannot_hold_is_refused(gpudesk: Run, tmp_path: Path) -> None:
+    # a backslash in the export folder: --output would lose its %j (the command says so first)
+    profile = write_profile(tmp_path, "[[jobs]]\nname = 'x'\ncommand = ['true']\n")
+    out = tmp_path / "a\\b"
+    code, _, stderr = gpudesk("export", "slurm", str(profile), str(out), "--no-ask")
+    assert code == 2 and "a backslash, which sbatch's --output patterns" in stderr, stderr
+    assert not out.exists()
+    # a newline in the job's folder: an #SBATCH line ends at it
+    (tmp_path / "new\nline").mkdir()
+    bad = write_profile(
+        tmp_path, "[[jobs]]\nname = 'x'\ncommand = ['true']\nworkdir = \"new\\nline\"\n", "b.toml"
+    )
+    code, _, stderr = gpudesk("export", "slurm", str(bad), str(tmp_path / "c"), "--no-ask")
+    assert code == 2 and "holds a newline" in stderr, stderr
+    assert not (tmp_path / "c").exists()
+
+
+def test_array_job_names() -> None:
+    assert array_job_name("digits-lr{lr}-h{hidden}") == "digits-lr-h"
+    assert array_job_name("sw{lr}-{x}") == "sw"
+    assert array_job_name("{x}") == "sweep"
+    assert array_job_name("run ${HOME} {x}") == "run ${HOME}"  # ${...} is the shell's
 
 
 def test_safe_names() -> None:

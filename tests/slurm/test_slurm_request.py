@@ -96,5 +96,5 @@ def test_a_begin_time_and_a_comment_go_to_sbatch_as_its_own() -> None:
     assert options["--comment"].value == "lr sweep; take 2"
     (submission,) = plan([job], ClusterSpec(), OFFER)
     script = render(submission, output="/tmp/out.log")
-    assert "#SBATCH '--comment=lr sweep; take 2'" in script
+    assert '#SBATCH --comment="lr sweep; take 2"' in script
     assert "--begin" not in {o.flag for o in sbatch_options(_job(), ClusterSpec(), OFFER)}
