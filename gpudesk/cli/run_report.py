@@ -604,8 +604,13 @@ def _cancel_group(client: Client, group: str, say: Callable[[str], None]) -> Non
 
 
 def write_report(report: RunReport, path: Path) -> None:
+    """The report in `path`, as JSON when its name ends in .json, else as text, written
+    atomically (gpudesk.cli.report_file): raises OSError, and leaves `path` as it was, when it
+    cannot be written."""
+    from gpudesk.cli.report_file import write_atomically
+
     if path.suffix == ".json":
         text = json.dumps(report.to_dict(), indent=2) + "\n"
     else:
         text = report.text() + "\n"
-    path.write_text(text)
+    write_atomically(path, text)
