@@ -4,6 +4,7 @@ gpudesk.cli.run_report)."""
 from __future__ import annotations
 
 import contextlib
+import shlex
 import sys
 import textwrap
 from pathlib import Path
@@ -17,8 +18,9 @@ from gpudesk.cli.exit_codes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE
 
 if TYPE_CHECKING:
     from gpudesk.api.client import Client
-    from gpudesk.cli.run_report import RunReport
+    from gpudesk.cli.run_report import EngineLost, LeftRun, RunReport
     from gpudesk.core.cluster import ClusterSpec
+    from gpudesk.paths import Home
     from gpudesk.profile import Profile
 
 run_app = typer.Typer()
@@ -65,11 +67,12 @@ def run(
     """Run a profile to completion: submit its jobs, follow them, report.
 
     Exits 0 only if every job succeeded and the --report file, if any, was written (the
-    report is printed either way). Ctrl-C cancels this run's jobs and still reports. A profile
-    whose [station] asks for a SIMULATED station runs on one of its own, beside your engine,
-    which it leaves as it is (docs/shared-station.md)."""
+    report is printed either way). Ctrl-C cancels this run's jobs and still reports; a second
+    Ctrl-C leaves without waiting for the cancels to end. A profile whose [station] asks for a
+    SIMULATED station runs on one of its own, beside your engine, which it leaves as it is
+    (docs/shared-station.md)."""
     from gpudesk.api.own_station import others_live_jobs, simulated_backend
-    from gpudesk.cli.run_report import APPLY_STATION_HINT, run_profile
+    from gpudesk.cli.run_report import APPLY_STATION_HINT, EngineLost, LeftRun, run_profile
     from gpudesk.profile import ProfileError, load_profile
 
     try:
@@ -117,9 +120,11 @@ def run(
                 apply_station=apply,
                 how_to_apply=how_to_apply,
             )
-        except KeyboardInterrupt:
-            print("left the run; the engine is finishing the cancels", file=sys.stderr)
+        except LeftRun as left:
+            print(_left_text(left), file=sys.stderr)
             raise typer.Exit(EXIT_INTERRUPTED) from None
+        except EngineLost as lost:
+            fail(_lost_text(lost, client.home, simulated))
     if json_out:
         print_json(result.to_dict())
     else:
@@ -129,6 +134,37 @@ def run(
         raise typer.Exit(EXIT_INTERRUPTED)
     if not result.succeeded or not written:
         raise typer.Exit(EXIT_FAILED)
+
+
+def _left_text(left: LeftRun) -> str:
+    """What a second Ctrl-C left behind, and how to see it."""
+    listing = f"gpudesk queue --group {shlex.quote(left.group)}"
+    if left.cancel_asked:
+        return f"left the run; the engine is finishing the cancels ({listing} shows them)"
+    return (
+        f"left the run before the engine was asked to cancel its jobs, so they go on: "
+        f"{listing} lists them, gpudesk cancel ID... cancels them"
+    )
+
+
+def _lost_text(lost: EngineLost, home: Home, simulated: str | None) -> str:
+    """The engine went away mid-run: what it said, and how to follow the run's jobs again."""
+    if home.is_system:
+        start = "once the station's engine is back (an admin: sudo systemctl start gpudesk)"
+        prefix = ""
+    else:
+        prefix = f"GPUDESK_HOME={shlex.quote(str(home.root))} " if simulated else ""
+        backend = f"GPUDESK_BACKEND={simulated} " if simulated else ""
+        start = f"start the engine again ({prefix}{backend}gpudesk engine start)"
+    listing = f"{prefix}gpudesk queue --group {shlex.quote(lost.group)}"
+    if 0 < len(lost.ids) <= 10:
+        follow = f"{prefix}gpudesk wait {' '.join(map(str, lost.ids))} (or {listing})"
+    else:
+        follow = listing
+    return (
+        f"{lost}. This run's jobs may still be queued or running: they outlive the engine, "
+        f"which takes them up again when it starts. To follow them, {start}, then {follow}."
+    )
 
 
 def _connect(

@@ -1,17 +1,21 @@
 """`gpudesk run --report FILE` as a user runs it: the file checked before anything is submitted,
-written whole or not at all. Real processes, a real engine, real files."""
+written whole or not at all; and what a run says when it is left (a second Ctrl-C) or loses its
+engine. Real processes, a real engine, real files."""
 
 from __future__ import annotations
 
 import json
 import os
+import queue
 import resource
+import signal
 import subprocess
+import threading
 from pathlib import Path
 
 import pytest
-from conftest import EngineHandle
-from test_cli import GPUDESK, gpudesk, write_profile
+from conftest import EngineHandle, wait_for
+from test_cli import GPUDESK, gpudesk, long_jobs_profile, start_interruptible_run, write_profile
 
 from gpudesk.paths import Home
 
@@ -147,3 +151,74 @@ def test_a_report_that_cannot_be_written_at_the_end_fails_the_run_and_leaves_no_
     assert [p.name for p in out.iterdir()] == ["report.json"]
     states = [j["state"] for j in engine.client.request("jobs")["jobs"]]
     assert states == ["succeeded"]
+
+
+def test_a_run_whose_engine_stops_says_how_to_follow_its_jobs_again(
+    engine: EngineHandle, tmp_path: Path
+) -> None:
+    profile = long_jobs_profile(tmp_path, ["sleep", "60"], repeat=3)
+    run = start_interruptible_run(profile)
+    try:
+        wait_for(
+            lambda: len(engine.client.request("jobs", states=["running"])["jobs"]) == 2,
+            what="two jobs running",
+        )
+        ids = [j["id"] for j in engine.client.request("jobs")["jobs"]]
+        engine.stop()
+        out, err = run.communicate(timeout=30)
+    finally:
+        if run.poll() is None:
+            run.kill()
+    assert run.returncode == 1, out + err
+    assert err.startswith("error: the engine closed"), err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    assert "may still be queued or running" in err
+    assert "gpudesk engine start" in err
+    assert f"gpudesk wait {' '.join(map(str, sorted(ids)))}" in err
+    assert "gpudesk queue --group " in err
+
+
+def test_a_second_ctrl_c_says_what_happens_to_the_jobs(
+    engine: EngineHandle, tmp_path: Path
+) -> None:
+    """The first Ctrl-C says the jobs are being cancelled; a second one, before the (here:
+    stopped) engine was even asked to, leaves them running and says so, and how to reach them."""
+    profile = long_jobs_profile(tmp_path, ["sleep", "60"], repeat=3)
+    run = start_interruptible_run(profile)
+    lines: queue.Queue[str] = queue.Queue()
+    stdout = run.stdout
+    assert stdout is not None
+
+    def read() -> None:
+        for line in stdout:
+            lines.put(line)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    pid = engine.pid
+    assert pid is not None
+    try:
+        wait_for(
+            lambda: len(engine.client.request("jobs", states=["running"])["jobs"]) == 2,
+            what="two jobs running",
+        )
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            run.send_signal(signal.SIGINT)
+            said = ""
+            while "interrupted" not in said:
+                said = lines.get(timeout=10)
+            assert "cancelling this run's jobs" in said
+            assert "Ctrl-C again leaves without waiting for the cancels to end" in said
+            run.send_signal(signal.SIGINT)
+            assert run.wait(timeout=30) == 130
+        finally:
+            os.kill(pid, signal.SIGCONT)
+    finally:
+        if run.poll() is None:
+            run.kill()
+    err = run.stderr.read() if run.stderr else ""
+    assert "left the run before the engine was asked to cancel its jobs, so they go on" in err
+    assert "gpudesk queue --group " in err and "Traceback" not in err, err
+    states = sorted(j["state"] for j in engine.client.request("jobs")["jobs"])
+    assert states == ["queued", "running", "running"]  # as said: not cancelled
