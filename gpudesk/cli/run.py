@@ -4,6 +4,7 @@ gpudesk.cli.run_report)."""
 from __future__ import annotations
 
 import contextlib
+import shlex
 import sys
 import textwrap
 from pathlib import Path
@@ -12,13 +13,14 @@ from typing import TYPE_CHECKING
 import typer
 
 from gpudesk import render
-from gpudesk.cli.common import engine_client, fail, print_json, target_cluster
+from gpudesk.cli.common import current_home, engine_client, fail, print_json, target_cluster
 from gpudesk.cli.exit_codes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE
 
 if TYPE_CHECKING:
     from gpudesk.api.client import Client
-    from gpudesk.cli.run_report import RunReport
+    from gpudesk.cli.run_report import EngineLost, LeftRun, RunReport
     from gpudesk.core.cluster import ClusterSpec
+    from gpudesk.paths import Home
     from gpudesk.profile import Profile
 
 run_app = typer.Typer()
@@ -28,7 +30,10 @@ _PROFILE = typer.Argument(..., help="A profile.toml with [[jobs]] and [[sweeps]]
 _REPORT = typer.Option(
     None,
     "--report",
-    help="Also write the report here (JSON when the name ends in .json, else text).",
+    metavar="FILE",
+    help="Also write the report to FILE (JSON when its name ends in .json, else text), "
+    "replacing it whole at the end. Checked before anything is submitted: a new or writable "
+    "regular file, not a link, not the profile, not in gpudesk's home.",
 )
 _JSON = typer.Option(False, "--json", help="Print the report as JSON on stdout.")
 _ON = typer.Option(
@@ -61,11 +66,13 @@ def run(
 ) -> None:
     """Run a profile to completion: submit its jobs, follow them, report.
 
-    Exits 0 only if every job succeeded. Ctrl-C cancels this run's jobs and still reports. A
-    profile whose [station] asks for a SIMULATED station runs on one of its own, beside your
-    engine, which it leaves as it is (docs/shared-station.md)."""
+    Exits 0 only if every job succeeded and the --report file, if any, was written (the
+    report is printed either way). Ctrl-C cancels this run's jobs and still reports; a second
+    Ctrl-C leaves without waiting for the cancels to end. A profile whose [station] asks for a
+    SIMULATED station runs on one of its own, beside your engine, which it leaves as it is
+    (docs/shared-station.md)."""
     from gpudesk.api.own_station import others_live_jobs, simulated_backend
-    from gpudesk.cli.run_report import APPLY_STATION_HINT, run_profile
+    from gpudesk.cli.run_report import APPLY_STATION_HINT, EngineLost, LeftRun, run_profile
     from gpudesk.profile import ProfileError, load_profile
 
     try:
@@ -73,6 +80,14 @@ def run(
     except ProfileError as exc:
         fail(f"the profile is not valid:\n{exc}", EXIT_USAGE)
     cluster = target_cluster(on, loaded.cluster, partition=partition, account=account, qos=qos)
+    if report is not None:  # before anything is submitted: a run may take hours
+        from gpudesk.cli.report_file import check_report_path
+        from gpudesk.paths import resolve_home
+
+        home = current_home()
+        # the engine's home, and the personal one (a simulated station of its own lies in it)
+        homes = [home.root, home.socket_dir, resolve_home()]
+        check_report_path(report, profile=loaded.path, homes=homes)
     progress = sys.stderr if json_out else sys.stdout
     source = f"{profile} (gpudesk's bundled example)" if loaded.bundled else str(profile)
     simulated = simulated_backend(loaded) if cluster is None else None
@@ -105,19 +120,51 @@ def run(
                 apply_station=apply,
                 how_to_apply=how_to_apply,
             )
-        except KeyboardInterrupt:
-            print("left the run; the engine is finishing the cancels", file=sys.stderr)
+        except LeftRun as left:
+            print(_left_text(left), file=sys.stderr)
             raise typer.Exit(EXIT_INTERRUPTED) from None
-    if report is not None:
-        _write_report(result, report)
+        except EngineLost as lost:
+            fail(_lost_text(lost, client.home, simulated))
     if json_out:
         print_json(result.to_dict())
     else:
         print("\n" + result.text())
+    written = report is None or _write_report(result, report)
     if result.interrupted:
         raise typer.Exit(EXIT_INTERRUPTED)
-    if not result.succeeded:
+    if not result.succeeded or not written:
         raise typer.Exit(EXIT_FAILED)
+
+
+def _left_text(left: LeftRun) -> str:
+    """What a second Ctrl-C left behind, and how to see it."""
+    listing = f"gpudesk queue --group {shlex.quote(left.group)}"
+    if left.cancel_asked:
+        return f"left the run; the engine is finishing the cancels ({listing} shows them)"
+    return (
+        f"left the run before the engine was asked to cancel its jobs, so they go on: "
+        f"{listing} lists them, gpudesk cancel ID... cancels them"
+    )
+
+
+def _lost_text(lost: EngineLost, home: Home, simulated: str | None) -> str:
+    """The engine went away mid-run: what it said, and how to follow the run's jobs again."""
+    if home.is_system:
+        start = "once the station's engine is back (an admin: sudo systemctl start gpudesk)"
+        prefix = ""
+    else:
+        prefix = f"GPUDESK_HOME={shlex.quote(str(home.root))} " if simulated else ""
+        backend = f"GPUDESK_BACKEND={simulated} " if simulated else ""
+        start = f"start the engine again ({prefix}{backend}gpudesk engine start)"
+    listing = f"{prefix}gpudesk queue --group {shlex.quote(lost.group)}"
+    if 0 < len(lost.ids) <= 10:
+        follow = f"{prefix}gpudesk wait {' '.join(map(str, lost.ids))} (or {listing})"
+    else:
+        follow = listing
+    return (
+        f"{lost}. This run's jobs may still be queued or running: they outlive the engine, "
+        f"which takes them up again when it starts. To follow them, {start}, then {follow}."
+    )
 
 
 def _connect(
@@ -146,14 +193,18 @@ def _connect(
     return client, where
 
 
-def _write_report(result: RunReport, report: Path) -> None:
-    """--report: the report written; a file that cannot be is said, and the run goes on."""
+def _write_report(result: RunReport, report: Path) -> bool:
+    """--report: the report written (atomically: a failure leaves the file as it was); one
+    that cannot be is said in one line, and False returned (the run then exits non-zero)."""
     from gpudesk.cli.run_report import write_report
 
     try:
         write_report(result, report)
     except OSError as exc:
         print(
-            f"error: could not write the report to {report}: {exc.strerror or exc}",
+            f"error: could not write the report to {report} ({exc.strerror or exc}); the file is "
+            "as it was before the run, and the report is printed above",
             file=sys.stderr,
         )
+        return False
+    return True

@@ -20,6 +20,7 @@ import msgspec
 
 from gpudesk import render
 from gpudesk.api.client import Client, EventStream
+from gpudesk.api.errors import EngineError
 from gpudesk.api.models import JobView, LoaderView, UsageFigures, to_builtins
 from gpudesk.api.submit import (
     PrepassResult,
@@ -44,6 +45,27 @@ ENGINE_SHARE = 0.1
 CANCEL_GRACE_S = 5.0
 NAME_WIDTH = 40  # the live table's names at most
 MIN_OUTPUT_WIDTH = 10  # a narrower LAST OUTPUT column is left out
+
+
+class LeftRun(Exception):
+    """A second Ctrl-C: the run left before its jobs ended. `cancel_asked`: the engine was asked
+    to cancel them (it finishes that on its own); else they go on."""
+
+    def __init__(self, group: str, cancel_asked: bool) -> None:
+        super().__init__(group)
+        self.group = group
+        self.cancel_asked = cancel_asked
+
+
+class EngineLost(Exception):
+    """The engine went away (an EngineError of code "unavailable") once the run had begun to
+    submit: its jobs may still be queued or running. `ids`: the run's jobs the run last saw."""
+
+    def __init__(self, cause: EngineError, group: str, ids: list[int]) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+        self.group = group
+        self.ids = ids
 
 
 @dataclass
@@ -525,13 +547,28 @@ def run_profile(
                 progress.say(line)
                 report.notes.append(line)
 
+    submitting = False
+    cancel_asked = False
+
+    def seen(jobs: list[JobView]) -> None:
+        report.jobs = jobs
+
     try:
         with client.events("job") as events:
 
             def follow(ids: object = None) -> None:
-                report.jobs = _follow(client, events, group, progress)
+                report.jobs = _follow(client, events, group, progress, seen)
+
+            def cancel_all() -> None:
+                nonlocal cancel_asked
+                active = [j.id for j in client.jobs(group=group) if not j.terminal]
+                progress.say(f"cancelling {len(active)} job(s) of this run…")
+                if active:
+                    cancel_asked = True  # sent from here on: a Ctrl-C now leaves it sent
+                    client.cancel(active, grace=CANCEL_GRACE_S)
 
             try:
+                submitting = True
                 # The selections' pre-passes first, as jobs the engine measures; the training
                 # jobs then find them cached.
                 submit_profile(
@@ -550,9 +587,23 @@ def run_profile(
                 report.interrupted = True
                 # said at once: which jobs to cancel is the engine's to say, and a busy engine
                 # may take a while to answer
-                progress.say("\ninterrupted (Ctrl-C again to leave the jobs to the engine)…")
-                _cancel_group(client, group, progress.say)
-                follow()  # a second Ctrl-C leaves now: the engine finishes the cancels
+                progress.say(
+                    "\ninterrupted: cancelling this run's jobs (Ctrl-C again leaves without "
+                    "waiting for the cancels to end)…"
+                )
+                try:
+                    # Wherever the Ctrl-C landed, even mid-submit: the engine handles requests
+                    # in order, so a submit that was sent is queued before this query.
+                    cancel_all()
+                    follow()
+                except KeyboardInterrupt:
+                    # once asked, the engine finishes the cancels; before, the jobs go on
+                    raise LeftRun(group, cancel_asked) from None
+    except EngineError as exc:
+        if exc.code != "unavailable" or not submitting:
+            raise
+        unended = [j.id for j in report.jobs if not j.terminal]
+        raise EngineLost(exc, group, unended) from None
     finally:
         progress.close()
     report.ended_at = time.time()
@@ -578,10 +629,18 @@ def _add_usage(client: Client, report: RunReport) -> None:
     report.jobs = [msgspec.structs.replace(j, usage=usage.get(j.id)) for j in report.jobs]
 
 
-def _follow(client: Client, events: EventStream, group: str, progress: _Progress) -> list[JobView]:
+def _follow(
+    client: Client,
+    events: EventStream,
+    group: str,
+    progress: _Progress,
+    seen: Callable[[list[JobView]], None],
+) -> list[JobView]:
+    """The run's jobs once all have ended, each listing of them given to `seen` meanwhile."""
     while True:
         started = time.monotonic()
         jobs = client.jobs(group=group, archived=True)
+        seen(jobs)
         gap = max(MIN_REFRESH_S, (time.monotonic() - started) / ENGINE_SHARE)
         progress.update(jobs)
         if all(job.terminal for job in jobs):
@@ -594,18 +653,14 @@ def _follow(client: Client, events: EventStream, group: str, progress: _Progress
             events.drain()
 
 
-def _cancel_group(client: Client, group: str, say: Callable[[str], None]) -> None:
-    """Cancel what this run submitted, wherever the Ctrl-C landed (even mid-submit: the engine
-    handles requests in order, so a submit that was sent is queued before this query)."""
-    active = [j.id for j in client.jobs(group=group) if not j.terminal]
-    say(f"cancelling {len(active)} job(s) of this run…")
-    if active:
-        client.cancel(active, grace=CANCEL_GRACE_S)
-
-
 def write_report(report: RunReport, path: Path) -> None:
+    """The report in `path`, as JSON when its name ends in .json, else as text, written
+    atomically (gpudesk.cli.report_file): raises OSError, and leaves `path` as it was, when it
+    cannot be written."""
+    from gpudesk.cli.report_file import write_atomically
+
     if path.suffix == ".json":
         text = json.dumps(report.to_dict(), indent=2) + "\n"
     else:
         text = report.text() + "\n"
-    path.write_text(text)
+    write_atomically(path, text)

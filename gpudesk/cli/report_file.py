@@ -1,0 +1,117 @@
+"""`gpudesk run --report FILE`: the file checked before anything is submitted, and written
+atomically once the run has ended.
+
+A report is written at the end of a run that may take hours, so a path that cannot or must not be
+written is refused up front, each with one paragraph and exit 2, before the engine is even
+reached: a folder that does not exist or cannot be written in; a folder, pipe, device or socket
+where the file would go; a read-only file; a symbolic link; the profile being run; anything
+inside gpudesk's home (its SQLite database, logs, sockets: `--report ~/.local/state/gpudesk/
+gpudesk.db` once replaced an engine's whole history with a few lines of text).
+
+The report is then written to a new file in the same folder and renamed over FILE (rename(2)),
+so a write that fails (a full disk) leaves no half report, and any earlier file as it was.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import stat
+from collections.abc import Iterable
+from pathlib import Path
+from typing import NoReturn
+
+from gpudesk.cli.common import fail
+from gpudesk.cli.exit_codes import EXIT_USAGE
+
+
+def _kind(mode: int) -> str:
+    for test, name in (
+        (stat.S_ISDIR, "a folder"),
+        (stat.S_ISFIFO, "a named pipe"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+    ):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def _inside(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
+
+
+def check_report_path(report: Path, *, profile: Path, homes: Iterable[Path]) -> None:
+    """Fail with exit 2 (one paragraph) when `report` cannot or must not be written: see the
+    module's docstring. `profile` is the profile being run, `homes` the gpudesk homes (state
+    folders) this run may use."""
+
+    def refuse(why: str) -> NoReturn:
+        fail(f"--report {report}: {why}. Nothing was submitted.", EXIT_USAGE)
+
+    # What the path names first (a home not made yet is still refused, not to be made)
+    folder = report.absolute().parent
+    # the folder resolved, not the name: a link is refused below, for what it is
+    real = os.path.join(os.path.realpath(folder), report.name)
+    if report.name in ("", ".."):  # `.`, `x/..`: a folder, refused below as one
+        real = os.path.realpath(report)
+    if real == os.path.realpath(profile):
+        refuse("is the profile being run, which the report would replace; name another file")
+    for home in homes:
+        if _inside(real, os.path.realpath(home)):
+            refuse(
+                f"is inside gpudesk's home {home}, which holds the engine's database, logs and "
+                "sockets the report could replace; write it elsewhere"
+            )
+    st: os.stat_result | None
+    try:
+        st = os.lstat(report)
+    except FileNotFoundError:
+        st = None
+    except OSError as exc:  # a file named as a folder on the way (ENOTDIR), no permission
+        refuse(f"cannot be used ({exc.strerror or exc})")
+    if st is not None:
+        if stat.S_ISLNK(st.st_mode):
+            # The report is renamed into place, which would replace the link itself rather than
+            # write where it points; writing through it instead would let a link (left in a
+            # shared folder, or pointing into gpudesk's home) send the report anywhere. Either
+            # surprises, so a link is refused, and the file it points to can be named instead.
+            refuse(
+                f"is a symbolic link (to {os.path.realpath(report)}); the report replaces the "
+                "file it is written to, so name the file itself, or a new one"
+            )
+        if stat.S_ISDIR(st.st_mode):
+            refuse(f"is a folder; give a file name, e.g. {report / 'report.txt'}")
+        if not stat.S_ISREG(st.st_mode):
+            refuse(f"is {_kind(st.st_mode)}; the report is written to a regular file")
+        if not os.access(report, os.W_OK):
+            refuse("is read-only; make it writable, or name another file")
+    if not folder.is_dir():
+        what = "is not a folder" if folder.exists() else "does not exist"
+        refuse(f"its folder {folder} {what}; make it first (mkdir -p), or name another file")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        refuse(f"cannot write in its folder {folder} (permission denied, or read-only)")
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Write `text` to a new file beside `path`, then rename it over `path`: a failure (a full
+    disk) raises OSError and leaves `path` as it was, and no other file behind. The file gets
+    the mode of the one it replaces, else the umask's."""
+    try:
+        mode = stat.S_IMODE(os.stat(path).st_mode)
+    except OSError:
+        mode = None
+    partial = path.with_name(f".{path.name}.{secrets.token_hex(4)}.partial")
+    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", errors="replace") as handle:
+            if mode is not None:
+                os.fchmod(handle.fileno(), mode)
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())  # a full disk is said now, not lost on a later flush
+        os.replace(partial, path)
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
