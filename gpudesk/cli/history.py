@@ -260,6 +260,12 @@ def history(
         fail(f"--format: {output_format!r} is not one of {', '.join(FORMATS)}", EXIT_USAGE)
     if output is not None and output_format != "codecarbon":
         fail("--output appends to a codecarbon emissions.csv: add --format codecarbon", EXIT_USAGE)
+    if output is not None:
+        from gpudesk.cli.report_file import gpudesk_homes, output_file_problem
+
+        problem = output_file_problem(output, gpudesk_homes())
+        if problem is not None:
+            fail(f"--output: {problem}", EXIT_USAGE)
     target = plot_target(
         plot, machine_output=None if output_format == "table" else f"--format {output_format}"
     )

@@ -39,6 +39,12 @@ def plot_target(text: str | None, *, machine_output: str | None = None) -> PlotT
         target = PlotTarget.parse(text)
     except PlotError as exc:
         fail(str(exc), EXIT_USAGE)
+    if target.path is not None:
+        from gpudesk.cli.report_file import gpudesk_homes, output_file_problem
+
+        problem = output_file_problem(target.path, gpudesk_homes())
+        if problem is not None:
+            fail(f"--plot: {problem}", EXIT_USAGE)
     if target.terminal and machine_output:
         fail(
             f"--plot - draws on the terminal, which would break the output of "

@@ -42,6 +42,37 @@ def _inside(path: str, folder: str) -> bool:
     return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
 
 
+def gpudesk_homes() -> list[Path]:
+    """The gpudesk homes a command of this user may touch: the engine's (its state folder and its
+    sockets) and the personal one (a simulated station of its own lies in it)."""
+    from gpudesk.cli.common import current_home
+    from gpudesk.paths import resolve_home
+
+    home = current_home()
+    return [home.root, home.socket_dir, resolve_home()]
+
+
+def output_file_problem(path: Path, homes: Iterable[Path]) -> str | None:
+    """Why a command must not write its output (`--plot FILE`, an appended emissions.csv) to
+    `path`, a sentence; None when it may: a file inside gpudesk's home (its database, logs and
+    sockets), or something there that is not a regular file (a FIFO would block the command
+    for ever, a device or folder is no file)."""
+    real = os.path.join(os.path.realpath(path.absolute().parent), path.name)
+    for home in homes:
+        if _inside(real, os.path.realpath(home)):
+            return (
+                f"{path} is inside gpudesk's home {home}, which holds the engine's database, "
+                "logs and sockets; write it elsewhere"
+            )
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None  # a new file; a path that cannot be written is said when it is written
+    if not stat.S_ISREG(st.st_mode):
+        return f"{path} is {_kind(st.st_mode)}; the output is written to a regular file"
+    return None
+
+
 def check_report_path(report: Path, *, profile: Path, homes: Iterable[Path]) -> None:
     """Fail with exit 2 (one paragraph) when `report` cannot or must not be written: see the
     module's docstring. `profile` is the profile being run, `homes` the gpudesk homes (state

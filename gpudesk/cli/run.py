@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from gpudesk import render
-from gpudesk.cli.common import current_home, engine_client, fail, print_json, target_cluster
+from gpudesk.cli.common import engine_client, fail, print_json, target_cluster
 from gpudesk.cli.exit_codes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE
 
 if TYPE_CHECKING:
@@ -81,13 +81,9 @@ def run(
         fail(f"the profile is not valid:\n{exc}", EXIT_USAGE)
     cluster = target_cluster(on, loaded.cluster, partition=partition, account=account, qos=qos)
     if report is not None:  # before anything is submitted: a run may take hours
-        from gpudesk.cli.report_file import check_report_path
-        from gpudesk.paths import resolve_home
+        from gpudesk.cli.report_file import check_report_path, gpudesk_homes
 
-        home = current_home()
-        # the engine's home, and the personal one (a simulated station of its own lies in it)
-        homes = [home.root, home.socket_dir, resolve_home()]
-        check_report_path(report, profile=loaded.path, homes=homes)
+        check_report_path(report, profile=loaded.path, homes=gpudesk_homes())
     progress = sys.stderr if json_out else sys.stdout
     source = f"{profile} (gpudesk's bundled example)" if loaded.bundled else str(profile)
     simulated = simulated_backend(loaded) if cluster is None else None
