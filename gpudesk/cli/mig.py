@@ -426,6 +426,25 @@ def _list_simulated(station: SimulatedStation, json_out: bool) -> None:
 
 
 # ------------------------------------------------------------------------------- apply
+def _refuse_on_simulated(command: str, instead: str) -> None:
+    """`apply` and `clear` drive nvidia-smi, which acts on this machine's real GPUs: on a
+    SIMULATED station (whose GPUs `list` and `profiles` show) they are refused, saying how its
+    layout is set instead (the station's `mig` setting)."""
+    from gpudesk.cli.mig_simulated import simulated_station
+
+    with _engine_errors():
+        station = simulated_station()
+    if station is None:
+        return
+    fail(
+        f"mig {command}: the station is SIMULATED ({station.backend}): its GPUs are the "
+        "engine's simulator's, and nvidia-smi would act on this machine's real GPUs instead. "
+        f"A simulated GPU's MIG layout is the station's mig setting: {instead}, or [station] "
+        "mig in a profile; it changes while no job runs on that GPU.",
+        EXIT_USAGE,
+    )
+
+
 @mig_app.command("apply")
 def apply_cmd(
     gpu: GpuOption,
@@ -444,6 +463,9 @@ def apply_cmd(
     Needs root, and nothing may run on the GPU. Prints the new MIG devices and their UUIDs."""
     from gpudesk.hw.mig.manager import MigManager
 
+    layout = ",".join(profiles)
+    instead = f"gpudesk engine set 'mig={{{gpu}=\"{layout}\"}}' (with any other MIG GPU's layout)"
+    _refuse_on_simulated("apply", instead)
     manager = MigManager()
     with _mig_errors():
         if dry_run:
@@ -466,6 +488,11 @@ def clear_cmd(gpu: GpuOption, dry_run: DryRunOption = False) -> None:
     """Destroy every compute and GPU instance on a GPU. MIG mode stays on. Needs root."""
     from gpudesk.hw.mig.manager import MigManager
 
+    _refuse_on_simulated(
+        "clear",
+        f"gpudesk engine set with a mig table that leaves GPU {gpu} out (a simulated GPU then "
+        "leaves MIG mode)",
+    )
     manager = MigManager()
     with _mig_errors():
         if dry_run:

@@ -431,6 +431,24 @@ def test_profiles_and_list_on_a_simulated_station(
         ]
         assert listed["gpus"][0]["gpu_instances"] == listed["gpus"][0]["compute_instances"] == []
         assert [g["mig_mode"] for g in listed["gpus"]] == ["disabled"] * 3 + ["enabled"]
+
+        # apply and clear drive nvidia-smi, which would act on the machine's real GPUs: refused
+        smi_log = tmp_path / "smi.log"
+        monkeypatch.setenv("GPUDESK_NVIDIA_SMI", str(FAKE))
+        monkeypatch.setenv("GPUDESK_FAKE_NVIDIA_SMI_LOG", str(smi_log))
+        for command in (["apply", "-g", "3", "2g.10gb,2g.10gb"], ["clear", "-g", "3"]):
+            for dry in ([], ["--dry-run"]):
+                code, out, err = gpudesk("mig", *command, *dry)
+                said = " ".join(err.split())
+                assert code == 2 and not out, (command, out, err)
+                assert said.startswith(
+                    f"error: mig {command[0]}: the station is SIMULATED (sim:dgx-station-a100)"
+                ), said
+        assert "gpudesk engine set 'mig={3=\"2g.10gb,2g.10gb\"}'" in " ".join(
+            gpudesk("mig", "apply", "-g", "3", "2g.10gb,2g.10gb")[2].split()
+        )
+        assert not smi_log.exists()
+        assert sim_slices(engine, 3) == ["3g.20gb"]
     finally:
         engine.client.close()
 

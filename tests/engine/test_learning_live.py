@@ -119,6 +119,9 @@ def test_a_job_slowed_beside_another_teaches_the_model(
     # reset: refused without --yes off a terminal, then back to the defaults
     code, _, err = gpudesk("model", "reset")
     assert code == 2 and "--yes" in err
+    # a model the station neither has nor learned about: a typo, refused, nothing dropped
+    code, _, err = gpudesk("model", "reset", "--gpu-model", "H100 80GB", "--yes")
+    assert code == 2 and f"its models: {h100.gpu_model}" in " ".join(err.split()), err
     code, out, err = gpudesk("model", "reset", "--yes")
     assert code == 0, err
     # the co-tenant cost, and the kernel-active gap where the monitor read the watched job

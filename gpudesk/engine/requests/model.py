@@ -101,6 +101,15 @@ class ModelRequests(Requests):
             raise ProtocolError(
                 protocol.REFUSED, "resetting the model drops what was learned: send confirm: true"
             )
+        known = [m for m in self.parts.learning.gpu_models() if m]
+        if gpu_model is not None and gpu_model not in known:
+            # a typo would otherwise drop nothing and say it reset the model
+            raise ProtocolError(
+                protocol.INVALID_ARGS,
+                f"no GPU model {gpu_model!r} on this station or in what it learned; "
+                f"its models: {', '.join(known) or 'none'} (as `gpudesk model show` prints "
+                "them; leave --gpu-model out to reset every one)",
+            )
         dropped = self.parts.learning.reset(gpu_model)
         message = f"interference model reset ({gpu_model or 'every GPU model'}): {dropped} dropped"
         log.info(message)
