@@ -76,17 +76,20 @@ class PlotTarget:
         if text == TERMINAL:
             return cls(None, "terminal")
         path = Path(text)
-        fmt = FORMATS.get(path.suffix.lower())
-        if not text.strip() or fmt is None:
-            suffix = f"its suffix {path.suffix!r}" if path.suffix else "it has no suffix"
-            raise PlotError(
-                f"--plot {text!r}: {suffix} names no plot format; give a file ending in "
-                f"{', '.join(FORMATS)} (the suffix picks the format), or - to draw it on the "
-                "terminal"
-            )
-        if path.is_dir():
+        if text.strip() and path.is_dir():
             raise PlotError(
                 f"--plot {text!r} is a folder; give a file name, e.g. {path / 'plot.svg'}"
+            )
+        fmt = FORMATS.get(path.suffix.lower())
+        if not text.strip() or fmt is None:
+            suffix = (
+                f"its suffix {path.suffix!r} names no plot format"
+                if path.suffix
+                else "it has no suffix to name a plot format"
+            )
+            raise PlotError(
+                f"--plot {text!r}: {suffix}; give a file ending in {', '.join(FORMATS)} (the "
+                "suffix picks the format), or - to draw it on the terminal"
             )
         return cls(path, fmt)
 

@@ -60,6 +60,11 @@ def test_a_bad_suffix_is_refused_before_the_simulation_runs(tmp_path: Path) -> N
     assert run.returncode == 2 and run.stdout == ""
     (line,) = run.stderr.strip().splitlines()  # one paragraph, no traceback
     assert "names no plot format" in line and ".svg, .png, .pdf" in line
+    run = gpudesk("simulate", TRACE, "--plot", str(tmp_path / "sim"))
+    assert run.returncode == 2 and "it has no suffix to name a plot format; give" in run.stderr
+    (tmp_path / "plots").mkdir()
+    run = gpudesk("simulate", TRACE, "--plot", str(tmp_path / "plots"))
+    assert run.returncode == 2 and "is a folder; give a file name" in run.stderr, run.stderr
     run = gpudesk("simulate", TRACE, "--json", "--plot", "-")
     assert run.returncode == 2 and "would break the output of --json" in run.stderr
 
