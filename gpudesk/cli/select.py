@@ -101,7 +101,7 @@ DatasetArgument = Annotated[
     typer.Argument(
         help="MODULE:FACTORY returning a map-style dataset "
         "of (sample, label) pairs, or with --profile the "
-        "name of one of its \\[datasets] tables."
+        "name of one of its [datasets] tables."
     ),
 ]
 PresetOption = Annotated[
