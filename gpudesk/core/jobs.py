@@ -12,7 +12,7 @@ from typing import Any, cast
 
 from gpudesk.core.cluster import ClusterSpec, check_cluster
 from gpudesk.core.submit_options import SUBMIT_OPTION_CHECKS, SUBMIT_OPTION_FIELDS
-from gpudesk.text import is_os_text, is_text, safe_text
+from gpudesk.text import is_os_text, is_text, safe_text, spelled_char, unsafe_char
 
 MAX_NAME_LEN = 200
 MAX_ARGS = 4096
@@ -144,8 +144,12 @@ def check_name(value: Any) -> str:
         raise ValueError("expected a non-empty name")
     if len(name) > MAX_NAME_LEN:
         raise ValueError(f"expected at most {MAX_NAME_LEN} characters, found {len(name)}")
-    if any(ord(c) < 32 or ord(c) == 127 for c in name):
-        raise ValueError("a name cannot contain control characters")
+    bad = unsafe_char(name)
+    if bad is not None:
+        raise ValueError(
+            f"a name cannot contain control characters or invisible formatting (found "
+            f"{spelled_char(bad)}): it is shown on one line of plain text"
+        )
     if not is_text(name):
         raise ValueError(
             f"a name must be text (UTF-8); {safe_text(name)!r} holds bytes that are not"
@@ -338,7 +342,7 @@ def check_mlflow_uri(value: Any) -> str:
     uri = value.strip()
     if not uri or len(uri) > MAX_TRACKING_URI:
         raise ValueError(f"expected a tracking URI of 1 to {MAX_TRACKING_URI} characters")
-    if any(ord(c) < 32 or ord(c) == 127 for c in uri) or not is_text(uri):
+    if unsafe_char(uri) is not None or not is_text(uri):
         raise ValueError("a tracking URI cannot contain control characters or non-UTF-8 bytes")
     match = _URI_SCHEME.match(uri)
     if match is None or len(match.group(1)) == 1:  # "C:" is a path, not a scheme
