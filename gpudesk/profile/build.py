@@ -24,6 +24,7 @@ from gpudesk.profile.values import (
     _render_key,
     _substitute,
 )
+from gpudesk.text import printable_line
 from gpudesk.toml_lines import Key
 
 
@@ -229,7 +230,8 @@ class _Builder(_Entries):
 
     @staticmethod
     def context(entry: _Entry, values: dict[str, str]) -> str:
-        shown = [f"{param}={values[param]}" for param in entry.grid]
+        # a grid value is the user's text: its control characters spelled out, on one line
+        shown = [f"{param}={printable_line(values[param])}" for param in entry.grid]
         if entry.repeat > 1:
             shown.append(f"repeat={values['repeat']}")
         return f"with {', '.join(shown)}: " if shown else ""

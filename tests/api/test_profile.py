@@ -687,6 +687,19 @@ def test_substituted_values_are_checked_again() -> None:
     assert problem.message == "with prog=: the program (first argument) is empty"
 
 
+@pytest.mark.parametrize(
+    "value, spelled",
+    [("a\\u001b[31mb", "a\\x1b[31mb"), ("a\\nb", "a\\x0ab"), ("a\\u202eb", "a\\u202eb")],
+)
+def test_a_grid_value_in_a_problem_is_spelled_out_on_one_line(value: str, spelled: str) -> None:
+    text = '[[sweeps]]\nname = "s{x}"\ncommand = ["echo", "{x}"]\n'
+    text += f'grid = {{ x = ["{value}"] }}\n'
+    problem = only_problem(text)
+    assert problem.key == "sweeps[0].name"
+    assert problem.message.startswith(f"with x={spelled}: a name cannot contain control")
+    assert problem.message.isprintable()
+
+
 def test_expansion_past_max_jobs_is_rejected_without_materialising() -> None:
     # 2**64 jobs: only counting them can finish in time.
     params = [f"p{i}" for i in range(64)]
