@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import enum
 import math
+import os
 import re
+import stat
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -280,6 +282,43 @@ def check_workdir(value: Any) -> str | None:
     if not isinstance(value, str) or not value.strip():
         raise ValueError(f"expected a directory path, found {describe(value)}")
     return _no_nul(value, "the path")
+
+
+def file_kind(mode: int) -> str:
+    """What a file of `mode` is, in words: "a regular file", "a named pipe"."""
+    for test, kind in (
+        (stat.S_ISREG, "a regular file"),
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISLNK, "a symbolic link"),
+        (stat.S_ISFIFO, "a named pipe"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+    ):
+        if test(mode):
+            return kind
+    return "a special file"
+
+
+def workdir_problem(workdir: str) -> str | None:
+    """Why `workdir` cannot be a job's working directory, as the calling process sees it: it
+    does not exist (or is a link to nothing), or it is not a directory (saying what it is);
+    None where it is one, or where this process cannot tell (no permission to look: the
+    job's own start says). Only a process of the job's owner may ask it of her paths: a
+    system engine's daemon never does (root sees what she may not enter, and the reverse)."""
+    try:
+        info = os.stat(workdir)
+    except FileNotFoundError:
+        if os.path.islink(workdir):
+            return f"the working directory {workdir} is a symbolic link to a missing target"
+        return f"the working directory {workdir} does not exist"
+    except NotADirectoryError:
+        return f"the working directory {workdir} does not exist: a folder on its path is a file"
+    except (OSError, ValueError):
+        return None
+    if stat.S_ISDIR(info.st_mode):
+        return None
+    return f"the working directory {workdir} is not a directory: it is {file_kind(info.st_mode)}"
 
 
 def check_bool(value: Any) -> bool:

@@ -49,6 +49,7 @@ __all__ = [
     "ReportConfig",
     "load_profile",
     "parse_profile",
+    "workdir_problems",
 ]
 
 
@@ -82,6 +83,23 @@ def load_profile(path: str | os.PathLike[str]) -> Profile:
     except ValueError:  # e.g. a NUL character in the path
         raise _file_error(shown, "is not a valid file path") from None
     return parse_profile(data, path)
+
+
+def workdir_problems(profile: Profile) -> ProfileError | None:
+    """The working directories the profile names that are missing or are not directories,
+    each at the line that names it; None where there is none. For a profile whose jobs run on
+    this machine, asked by the CLI of the user who submits them, before anything is submitted
+    (a job would only fail at its start). Never in a system engine's daemon: it runs as root,
+    and her folders are hers to look at (gpudesk.core.jobs.workdir_problem). The runner checks
+    again when each job starts."""
+    from gpudesk.core.jobs import workdir_problem
+
+    problems = []
+    for named in profile.workdirs:
+        problem = workdir_problem(named.path)
+        if problem is not None:
+            problems.append(dataclasses.replace(named.where, message=problem))
+    return ProfileError(problems) if problems else None
 
 
 def parse_profile(
