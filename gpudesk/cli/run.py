@@ -55,7 +55,7 @@ _APPLY_STATION = typer.Option(
 
 @run_app.command()
 def run(
-    profile: Path = _PROFILE,
+    profile: str = _PROFILE,  # not a Path: Path("") would be the current folder
     report: Path | None = _REPORT,
     json_out: bool = _JSON,
     on: str | None = _ON,

@@ -117,7 +117,8 @@ def describe(value: Any) -> str:
         dict: "table",
     }.get(type(value), type(value).__name__)
     try:
-        text = repr(value)
+        # a boolean as TOML and JSON write it (`true`), not as Python does (`True`)
+        text = ("true" if value else "false") if isinstance(value, bool) else repr(value)
     except ValueError:  # an int too long for str() (Python's 4300-digit limit)
         text = "<a huge number>"
     if len(text) > 60:

@@ -63,6 +63,12 @@ def load_profile(path: str | os.PathLike[str]) -> Profile:
     A path that does not exist but names a bundled example (`profiles/quickstart.toml`,
     `quickstart`) reads that example: installed from a wheel, the README's commands work in any
     folder. Its jobs run in the current folder, not inside the installed package."""
+    if not os.fspath(path):  # (not the current folder, as Path("") would make it)
+        raise _file_error(
+            "''",
+            "the profile's name is empty: give the path of a profile .toml file, or the name of "
+            "a bundled example (quickstart)",
+        )
     example = bundled(path, "profiles")
     if example is not None:
         loaded = parse_profile(example.read_bytes(), example, base_dir=Path.cwd())
@@ -132,6 +138,12 @@ def _too_big(n: int) -> str:
 
 
 def _missing_file_message(shown: str) -> str:
+    if os.path.islink(shown):
+        try:
+            target = os.readlink(shown)
+        except (OSError, ValueError):
+            return "is a symbolic link whose target is missing"
+        return f"is a symbolic link whose target is missing ({target!r})"
     message = "no such file"
     folder, base = os.path.split(shown)
     try:
@@ -141,7 +153,8 @@ def _missing_file_message(shown: str) -> str:
     if f"{base}.toml" in names:
         guess = f"{base}.toml"
     else:
-        close = difflib.get_close_matches(base, names, n=1)
+        others = [n for n in names if n != base]  # never the name itself (a link to nothing)
+        close = difflib.get_close_matches(base, others, n=1)
         if not close:
             return message
         guess = close[0]

@@ -425,7 +425,7 @@ def test_bad_report_tables(text: str, key: str, line: int, fragment: str) -> Non
         ("description = [1]\n" + JOB, "description", 1, "expected a string, found [1] (array)"),
         (JOB + "gpus = 65", "jobs[0].gpus", 4, "expected a whole number from 0 to 64, found 65"),
         (JOB + "memory_gb = 0", "jobs[0].memory_gb", 4, "expected a number above 0 to 16384"),
-        (JOB + "sm_pct = true", "jobs[0].sm_pct", 4, "found True (boolean)"),
+        (JOB + "sm_pct = true", "jobs[0].sm_pct", 4, "found true (boolean)"),
         (JOB + 'priority = "high"', "jobs[0].priority", 4, "expected a whole number from -1000"),
         (JOB + "max_attempts = 0", "jobs[0].max_attempts", 4, "from 1 to 100, found 0"),
         (JOB + "repeat = 1001", "jobs[0].repeat", 4, "expected a whole number from 1 to 1000"),

@@ -264,6 +264,30 @@ def test_a_working_directory_that_is_no_directory_is_refused_before_submitting(
     assert not home.lock.exists()
 
 
+def test_a_dangling_link_an_empty_name_and_a_boolean_are_said_as_they_are(
+    home: Home, tmp_path: Path
+) -> None:
+    (tmp_path / "dangling.toml").symlink_to(tmp_path / "gone.toml")
+    result = gpudesk("run", "dangling.toml", cwd=tmp_path)
+    assert result.returncode == 2
+    assert result.stderr == (
+        "error: the profile is not valid:\ndangling.toml: is a symbolic link whose target is "
+        f"missing ({str(tmp_path / 'gone.toml')!r})\n"
+    )
+    for command in (["run", ""], ["export", "slurm", "", str(tmp_path / "out")]):
+        result = gpudesk(*command, cwd=tmp_path)
+        assert result.returncode == 2
+        assert "'': the profile's name is empty" in result.stderr, command
+        assert "is a directory" not in result.stderr
+    profile = write_profile(tmp_path, "[[jobs]]\nname = 'a'\ncommand = ['true']\ngpus = true\n")
+    result = gpudesk("run", str(profile))
+    assert result.returncode == 2
+    assert "jobs[0].gpus: expected a whole number from 0 to 64, found true (boolean)" in (
+        result.stderr
+    )
+    assert not home.lock.exists()
+
+
 def test_non_utf8_and_missing_profiles(home: Home, tmp_path: Path) -> None:
     bad = tmp_path / "bad.toml"
     bad.write_bytes(b'name = "caf\xe9"\n')

@@ -43,7 +43,7 @@ def record(
         ({"name": "x", "command": ["a", "b"], "shell": True}, "command", "one string"),
         ({"name": "", "command": ["a"]}, "name", "non-empty"),
         ({"name": "x", "command": ["a"], "gpus": -1}, "gpus", "from 0 to 64"),
-        ({"name": "x", "command": ["a"], "gpus": True}, "gpus", "boolean"),
+        ({"name": "x", "command": ["a"], "gpus": True}, "gpus", "found true (boolean)"),
         ({"name": "x", "command": ["a"], "memory_gb": 0}, "memory_gb", "above 0"),
         ({"name": "x", "command": ["a"], "sm_pct": 101}, "sm_pct", "to 100"),
         ({"name": "x", "command": ["a"], "env": {"1BAD": "x"}}, "env", "not a valid"),
