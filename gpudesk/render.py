@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gpudesk.text import printable
+from gpudesk.text import printable, printable_line
 from gpudesk.units import watt_hours
 
 if TYPE_CHECKING:
@@ -235,7 +235,11 @@ def _layout(
     # no width: nothing to fit, so nothing clipped (a script reading a pipe needs whole cells)
     max_widths = max_widths if width is not None and max_widths else {}
     min_widths = min_widths or {}
-    cells = [[str(c) for c in headers]] + [["-" if c is None else str(c) for c in r] for r in rows]
+    # each cell on one line, what reorders or hides text spelled out: a job's name stored
+    # before such characters were refused is shown as `\x9b`, never obeyed (gpudesk.text)
+    cells = [[str(c) for c in headers]] + [
+        ["-" if c is None else printable_line(str(c)) for c in r] for r in rows
+    ]
     widths = [
         min(
             max(cell_width(r[i]) for r in cells),

@@ -17,6 +17,13 @@ A job's output shown on someone's terminal goes through `printable` (text) or `p
 (the engine's replies to a reader who is not the job's owner): every control character but a
 newline and a tab, ESC first (the start of every escape sequence: a window title, a cleared
 screen, a rewritten line), is spelled `\\xNN` in the same way, so it is seen and never obeyed.
+
+A name, a comment, a label: one line of text that people read in tables and messages. What it may
+not hold has one home, `unsafe_char`: a control character (C0, DEL, C1: U+009B is CSI to many a
+terminal), and the characters that reorder, break or hide what a reader sees (Unicode format
+characters, Cf: the bidi overrides U+202A..U+202E and isolates U+2066..U+2069, the zero-width
+U+200B..U+200F; the line and paragraph separators U+2028, U+2029). Such text is refused when a
+job is submitted; one shown in a message or kept from before is spelled out by `printable_line`.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import unicodedata
 from typing import Any
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -74,6 +82,41 @@ def ends_in_c1_lead(data: bytes) -> bool:
 def _spell_control_bytes(match: re.Match[bytes]) -> bytes:
     code = match.group()[-1]  # \xc2\x9b is U+009B
     return b"\\x%02x" % code
+
+
+# Unicode categories a line of text shown to people may not hold: controls, format characters
+# (bidi overrides and isolates, zero-width characters), line and paragraph separators
+_UNSAFE_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp"})
+
+
+def unsafe_char(text: str, allowed: str = "") -> str | None:
+    """The first character of `text` that a name, a comment or a label may not hold (see the
+    module's doc: a control character, a format character, a line or paragraph separator), but
+    those in `allowed`; None where there is none. A lone surrogate is not one (`is_text`)."""
+    if text.isascii():
+        return next((c for c in text if (c < " " or c == "\x7f") and c not in allowed), None)
+    return next(
+        (c for c in text if unicodedata.category(c) in _UNSAFE_CATEGORIES and c not in allowed),
+        None,
+    )
+
+
+def spelled_char(char: str) -> str:
+    """One character as it is spelled out: `\\x1b`, `\\x9b`, `\\u202e`."""
+    code = ord(char)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def printable_line(text: str) -> str:
+    """`text` (a name, a value from a profile, one kept from before the checks refused it) safe
+    to show on one line: each character `unsafe_char` finds spelled out (`\\x1b`, `\\x0a`,
+    `\\u202e`), and a lone surrogate as `safe_text` spells it."""
+    text = safe_text(text)
+    if unsafe_char(text) is None:
+        return text
+    return "".join(
+        spelled_char(c) if unicodedata.category(c) in _UNSAFE_CATEGORIES else c for c in text
+    )
 
 
 def is_text(text: str) -> bool:

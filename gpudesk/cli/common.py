@@ -55,12 +55,13 @@ def report_outcomes(results: list[ActionOutcome], json_out: bool) -> None:
     """Print what a job-control request did to each job. The engine resolves every job first
     (one unknown job: an error, nothing done); exits 1 if it refused any job."""
     from gpudesk.api.models import to_builtins
+    from gpudesk.text import printable_line
 
     if json_out:
         print_json({"results": to_builtins(results)})
     else:
         for r in results:
-            print(f"job {r.id} ({r.name}): {r.outcome}")
+            print(f"job {r.id} ({printable_line(r.name)}): {r.outcome}")
     if any(not r.ok for r in results):
         raise SystemExit(EXIT_FAILED)
 

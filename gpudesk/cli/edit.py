@@ -14,6 +14,7 @@ from gpudesk.cli import submit_extras
 from gpudesk.cli.common import complete_job, fail, print_json
 from gpudesk.cli.exit_codes import EXIT_USAGE
 from gpudesk.cli.no_engine import acting_client
+from gpudesk.text import printable_line
 
 if TYPE_CHECKING:
     from gpudesk.api.client import Client
@@ -121,9 +122,11 @@ def edit(
     if json_out:
         print_json({"id": result.id, "name": result.name, "changes": result.changes})
     elif result.changes:
-        print(f"edited job {result.id} ({result.name}): {'; '.join(result.changes)}")
+        name = printable_line(result.name)
+        print(f"edited job {result.id} ({name}): {'; '.join(result.changes)}")
     else:
-        print(f"job {result.id} ({result.name}): nothing to change", file=sys.stderr)
+        name = printable_line(result.name)
+        print(f"job {result.id} ({name}): nothing to change", file=sys.stderr)
 
 
 def _fields(

@@ -218,7 +218,7 @@ _JSON = typer.Option(False, "--json", help="Print the summary as JSON.")
 
 @export_app.command("slurm")
 def slurm(
-    profile: Path = _PROFILE,
+    profile: str = _PROFILE,  # not a Path: Path("") would be the current folder
     directory: Path = _DIRECTORY,
     partition: str | None = _PARTITION,
     account: str | None = _ACCOUNT,

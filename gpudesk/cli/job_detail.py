@@ -13,6 +13,7 @@ from gpudesk import render
 from gpudesk.cli import job_extras_view
 from gpudesk.cli.common import simulated_banner
 from gpudesk.cli.plot_output import write_plot
+from gpudesk.text import printable_line
 
 if TYPE_CHECKING:
     from gpudesk.api.models import (
@@ -54,7 +55,7 @@ def _spec_lines(j: JobView, width: int) -> list[str]:
     spec = j.spec
     command = spec.command[0] if spec.shell else shlex.join(spec.command)
     return [
-        f"job {j.id}: {j.name}",
+        f"job {j.id}: {printable_line(j.name)}",
         f"  user       {j.user} (uid {j.uid})",
         f"  state      {j.state}"
         + (", held" if j.held else "")
@@ -97,7 +98,7 @@ def _after_field(j: JobView, after: list[JobView], width: int) -> list[str]:
     """The jobs it runs after, each with its name and state, and whether it still waits."""
     states = {other.id: other for other in after}
     refs = [
-        f"job {ref} ({states[ref].name}, {states[ref].state})"
+        f"job {ref} ({printable_line(states[ref].name)}, {states[ref].state})"
         if ref in states
         else f"job {ref} (gone)"
         for ref in j.spec.after

@@ -32,9 +32,9 @@ def array_text(job: JobView) -> str:
 def comment_text(spec: JobSpecView) -> str:
     """The comment, safe on a terminal whoever wrote it (the engine refuses control
     characters; one stored by another client is spelled out, never obeyed)."""
-    from gpudesk.text import printable
+    from gpudesk.text import printable_line
 
-    return printable(spec.comment) if spec.comment else ""
+    return printable_line(spec.comment) if spec.comment else ""
 
 
 def long_cells(job: JobView) -> list[object]:

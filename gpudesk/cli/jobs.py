@@ -224,8 +224,11 @@ def submit(
     submit_job.add_preemption(raw, preemptible, preempt_signal, preempt_grace)
     extras = submit_extras.apply(raw, begin, comment, array, after_any, after_notok, notify)
     spec = submit_job.checked_spec(raw)
-    if not cwd.is_dir():
-        fail(f"--workdir: {cwd} is not a directory", EXIT_USAGE)
+    from gpudesk.core.jobs import workdir_problem
+
+    unusable = workdir_problem(str(cwd))
+    if unusable is not None:
+        fail(f"--workdir: {unusable}", EXIT_USAGE)
     refs = submit_job.after_refs(after)
     if hold and cluster is not None:
         fail("--hold: a job sent to Slurm cannot be held at submit yet", EXIT_USAGE)

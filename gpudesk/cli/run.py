@@ -55,7 +55,7 @@ _APPLY_STATION = typer.Option(
 
 @run_app.command()
 def run(
-    profile: Path = _PROFILE,
+    profile: str = _PROFILE,  # not a Path: Path("") would be the current folder
     report: Path | None = _REPORT,
     json_out: bool = _JSON,
     on: str | None = _ON,
@@ -73,13 +73,19 @@ def run(
     (docs/shared-station.md)."""
     from gpudesk.api.own_station import others_live_jobs, simulated_backend
     from gpudesk.cli.run_report import APPLY_STATION_HINT, EngineLost, LeftRun, run_profile
-    from gpudesk.profile import ProfileError, load_profile
+    from gpudesk.profile import ProfileError, load_profile, workdir_problems
 
     try:
         loaded = load_profile(profile)
     except ProfileError as exc:
         fail(f"the profile is not valid:\n{exc}", EXIT_USAGE)
     cluster = target_cluster(on, loaded.cluster, partition=partition, account=account, qos=qos)
+    # its jobs run on this machine: a folder of theirs that is missing, or a file, is said
+    # here, by your own process, before anything is submitted (a Slurm job's folders are the
+    # cluster's to see; the runner checks again at each start)
+    unusable = workdir_problems(loaded) if cluster is None else None
+    if unusable is not None:
+        fail(f"the profile is not valid:\n{unusable}", EXIT_USAGE)
     if report is not None:  # before anything is submitted: a run may take hours
         from gpudesk.cli.report_file import check_report_path, gpudesk_homes
 

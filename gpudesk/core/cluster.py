@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any, Literal
 
-from gpudesk.text import is_text
+from gpudesk.text import is_text, spelled_char, unsafe_char
 
 ClusterKind = Literal["slurm"]
 CLUSTER_KINDS: tuple[ClusterKind, ...] = ("slurm",)
@@ -110,10 +110,12 @@ def check_cluster(value: Any) -> ClusterSpec:
         name = values["name"]
         if not isinstance(name, str) or not is_text(name) or not 0 < len(name) <= 64:
             raise ValueError(f"name: expected a short label, found {name!r}"[:300])
-        if has_control(name):
+        bad = unsafe_char(name)
+        if bad is not None:
             raise ValueError(
                 f"name: a cluster's name is a label on one line: it cannot hold a control "
-                f"character (a newline, a tab ...); found {name!r}"[:300]
+                f"character (a newline, a tab ...) or invisible formatting; found "
+                f"{spelled_char(bad)} in {name!r}"[:300]
             )
         checked["name"] = name
     for key in ("partition", "account", "qos", "gpu_type", "mig_profile"):

@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import enum
 import math
+import os
 import re
+import stat
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
 
 from gpudesk.core.cluster import ClusterSpec, check_cluster
 from gpudesk.core.submit_options import SUBMIT_OPTION_CHECKS, SUBMIT_OPTION_FIELDS
-from gpudesk.text import is_os_text, is_text, safe_text
+from gpudesk.text import is_os_text, is_text, safe_text, spelled_char, unsafe_char
 
 MAX_NAME_LEN = 200
 MAX_ARGS = 4096
@@ -115,7 +117,8 @@ def describe(value: Any) -> str:
         dict: "table",
     }.get(type(value), type(value).__name__)
     try:
-        text = repr(value)
+        # a boolean as TOML and JSON write it (`true`), not as Python does (`True`)
+        text = ("true" if value else "false") if isinstance(value, bool) else repr(value)
     except ValueError:  # an int too long for str() (Python's 4300-digit limit)
         text = "<a huge number>"
     if len(text) > 60:
@@ -144,8 +147,12 @@ def check_name(value: Any) -> str:
         raise ValueError("expected a non-empty name")
     if len(name) > MAX_NAME_LEN:
         raise ValueError(f"expected at most {MAX_NAME_LEN} characters, found {len(name)}")
-    if any(ord(c) < 32 or ord(c) == 127 for c in name):
-        raise ValueError("a name cannot contain control characters")
+    bad = unsafe_char(name)
+    if bad is not None:
+        raise ValueError(
+            f"a name cannot contain control characters or invisible formatting (found "
+            f"{spelled_char(bad)}): it is shown on one line of plain text"
+        )
     if not is_text(name):
         raise ValueError(
             f"a name must be text (UTF-8); {safe_text(name)!r} holds bytes that are not"
@@ -278,6 +285,43 @@ def check_workdir(value: Any) -> str | None:
     return _no_nul(value, "the path")
 
 
+def file_kind(mode: int) -> str:
+    """What a file of `mode` is, in words: "a regular file", "a named pipe"."""
+    for test, kind in (
+        (stat.S_ISREG, "a regular file"),
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISLNK, "a symbolic link"),
+        (stat.S_ISFIFO, "a named pipe"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+    ):
+        if test(mode):
+            return kind
+    return "a special file"
+
+
+def workdir_problem(workdir: str) -> str | None:
+    """Why `workdir` cannot be a job's working directory, as the calling process sees it: it
+    does not exist (or is a link to nothing), or it is not a directory (saying what it is);
+    None where it is one, or where this process cannot tell (no permission to look: the
+    job's own start says). Only a process of the job's owner may ask it of her paths: a
+    system engine's daemon never does (root sees what she may not enter, and the reverse)."""
+    try:
+        info = os.stat(workdir)
+    except FileNotFoundError:
+        if os.path.islink(workdir):
+            return f"the working directory {workdir} is a symbolic link to a missing target"
+        return f"the working directory {workdir} does not exist"
+    except NotADirectoryError:
+        return f"the working directory {workdir} does not exist: a folder on its path is a file"
+    except (OSError, ValueError):
+        return None
+    if stat.S_ISDIR(info.st_mode):
+        return None
+    return f"the working directory {workdir} is not a directory: it is {file_kind(info.st_mode)}"
+
+
 def check_bool(value: Any) -> bool:
     if not isinstance(value, bool):
         raise ValueError(f"expected true or false, found {describe(value)}")
@@ -338,7 +382,7 @@ def check_mlflow_uri(value: Any) -> str:
     uri = value.strip()
     if not uri or len(uri) > MAX_TRACKING_URI:
         raise ValueError(f"expected a tracking URI of 1 to {MAX_TRACKING_URI} characters")
-    if any(ord(c) < 32 or ord(c) == 127 for c in uri) or not is_text(uri):
+    if unsafe_char(uri) is not None or not is_text(uri):
         raise ValueError("a tracking URI cannot contain control characters or non-UTF-8 bytes")
     match = _URI_SCHEME.match(uri)
     if match is None or len(match.group(1)) == 1:  # "C:" is a path, not a scheme

@@ -29,6 +29,7 @@ import psutil
 
 from gpudesk import trust
 from gpudesk.core.identity import Identity
+from gpudesk.core.jobs import workdir_problem
 from gpudesk.hw import wrapper
 from gpudesk.hw.hostmetrics import group_processes
 
@@ -273,10 +274,11 @@ def launch(
     (`reap`). `containment` is the attempt's cgroup for the wrapper to join, or why there is
     none (`containment.Containment.prepare`). `owner`: the identity to run the command as,
     where it is not the engine's (a system engine's job; `run_as`)."""
-    if owner is None and not os.path.isdir(workdir):
+    problem = workdir_problem(workdir) if owner is None else None
+    if problem is not None:
         # (a job run as its owner learns this in the wrapper, as its owner: whether root can
         # see the folder says nothing of whether its owner may enter it)
-        raise LaunchError(f"the working directory {workdir} does not exist")
+        raise LaunchError(problem)
     lock = _take_launch_lock(attempt_dir)
     identity = []
     if owner is not None:

@@ -49,6 +49,7 @@ __all__ = [
     "ReportConfig",
     "load_profile",
     "parse_profile",
+    "workdir_problems",
 ]
 
 
@@ -62,6 +63,12 @@ def load_profile(path: str | os.PathLike[str]) -> Profile:
     A path that does not exist but names a bundled example (`profiles/quickstart.toml`,
     `quickstart`) reads that example: installed from a wheel, the README's commands work in any
     folder. Its jobs run in the current folder, not inside the installed package."""
+    if not os.fspath(path):  # (not the current folder, as Path("") would make it)
+        raise _file_error(
+            "''",
+            "the profile's name is empty: give the path of a profile .toml file, or the name of "
+            "a bundled example (quickstart)",
+        )
     example = bundled(path, "profiles")
     if example is not None:
         loaded = parse_profile(example.read_bytes(), example, base_dir=Path.cwd())
@@ -82,6 +89,23 @@ def load_profile(path: str | os.PathLike[str]) -> Profile:
     except ValueError:  # e.g. a NUL character in the path
         raise _file_error(shown, "is not a valid file path") from None
     return parse_profile(data, path)
+
+
+def workdir_problems(profile: Profile) -> ProfileError | None:
+    """The working directories the profile names that are missing or are not directories,
+    each at the line that names it; None where there is none. For a profile whose jobs run on
+    this machine, asked by the CLI of the user who submits them, before anything is submitted
+    (a job would only fail at its start). Never in a system engine's daemon: it runs as root,
+    and her folders are hers to look at (gpudesk.core.jobs.workdir_problem). The runner checks
+    again when each job starts."""
+    from gpudesk.core.jobs import workdir_problem
+
+    problems = []
+    for named in profile.workdirs:
+        problem = workdir_problem(named.path)
+        if problem is not None:
+            problems.append(dataclasses.replace(named.where, message=problem))
+    return ProfileError(problems) if problems else None
 
 
 def parse_profile(
@@ -114,6 +138,12 @@ def _too_big(n: int) -> str:
 
 
 def _missing_file_message(shown: str) -> str:
+    if os.path.islink(shown):
+        try:
+            target = os.readlink(shown)
+        except (OSError, ValueError):
+            return "is a symbolic link whose target is missing"
+        return f"is a symbolic link whose target is missing ({target!r})"
     message = "no such file"
     folder, base = os.path.split(shown)
     try:
@@ -123,7 +153,8 @@ def _missing_file_message(shown: str) -> str:
     if f"{base}.toml" in names:
         guess = f"{base}.toml"
     else:
-        close = difflib.get_close_matches(base, names, n=1)
+        others = [n for n in names if n != base]  # never the name itself (a link to nothing)
+        close = difflib.get_close_matches(base, others, n=1)
         if not close:
             return message
         guess = close[0]

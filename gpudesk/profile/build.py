@@ -12,7 +12,7 @@ from typing import Any
 from gpudesk.core.jobs import JobSpec, check_command, check_env, check_name, check_workdir, describe
 from gpudesk.core.station import STATION_KEYS
 from gpudesk.profile.entries import _Entries, _Entry
-from gpudesk.profile.model import Profile
+from gpudesk.profile.model import NamedWorkdir, Problem, Profile
 from gpudesk.profile.values import (
     _INVALID,
     _PLACEHOLDER,
@@ -24,6 +24,7 @@ from gpudesk.profile.values import (
     _render_key,
     _substitute,
 )
+from gpudesk.text import printable_line
 from gpudesk.toml_lines import Key
 
 
@@ -93,6 +94,7 @@ class _Builder(_Entries):
             report,
             tracking=self.tracking,
             cluster=cluster,
+            workdirs=tuple(self.workdirs.values()),
         )
 
     def expand(self, entries: list[_Entry]) -> list[JobSpec]:
@@ -184,8 +186,10 @@ class _Builder(_Entries):
         env = {k: _substitute(v, values) for k, v in entry.env.items()}
         env = {**self.defaults.get("env", {}), **env}
         workdir: str | None = self.defaults.get("workdir")
+        workdir_key: Key = ("defaults", "workdir")
         if entry.workdir is not None:
             workdir = _substitute(entry.workdir, values)
+            workdir_key = (*entry.key, "workdir")
         # Substituted values are checked again: a grid value can make a name too long, put a
         # control character in it, or empty the program.
         checks: list[tuple[str, Callable[[Any], Any], Any]] = [
@@ -204,6 +208,12 @@ class _Builder(_Entries):
                     self.problem((*entry.key, field_name), self.context(entry, values) + str(exc))
         if len(checked) < len(checks):
             return None
+        if checked["workdir"] is not None:
+            resolved = self.resolve_dir(checked["workdir"])
+            if resolved not in self.workdirs:
+                line = self.locator.line(workdir_key)
+                where = Problem(self.shown, line, _render_key(workdir_key), "")
+                self.workdirs[resolved] = NamedWorkdir(resolved, where)
         sweep = entry.name if entry.key[0] == "sweeps" else None
         tracking = self.tracking
         if tracking is not None and sweep is not None:
@@ -229,7 +239,8 @@ class _Builder(_Entries):
 
     @staticmethod
     def context(entry: _Entry, values: dict[str, str]) -> str:
-        shown = [f"{param}={values[param]}" for param in entry.grid]
+        # a grid value is the user's text: its control characters spelled out, on one line
+        shown = [f"{param}={printable_line(values[param])}" for param in entry.grid]
         if entry.repeat > 1:
             shown.append(f"repeat={values['repeat']}")
         return f"with {', '.join(shown)}: " if shown else ""

@@ -59,6 +59,15 @@ class DatasetConfig:
 
 
 @dataclass(frozen=True)
+class NamedWorkdir:
+    """A working directory the profile names for some of its jobs, and where it names it:
+    for the profile's own line in a problem with it (`workdir_problems`)."""
+
+    path: str  # as the jobs get it: absolute
+    where: Problem  # the file, line and key that name it (its message empty)
+
+
+@dataclass(frozen=True)
 class ReportConfig:
     """[report]: the result metric (gpudesk.results) a run's report ranks its jobs by."""
 
@@ -86,3 +95,7 @@ class Profile:
     # [cluster]: the Slurm cluster its jobs go to by default (docs/slurm.md); None: the station.
     # The jobs' specs do not carry it: `gpudesk run --on` may send them elsewhere.
     cluster: ClusterSpec | None = None
+    # each working directory a `workdir` key names, once: checked where the jobs run on this
+    # machine, by the user's own CLI (workdir_problems); a job without one runs in the folder
+    # of the profile, which exists
+    workdirs: tuple[NamedWorkdir, ...] = ()

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from gpudesk.core.jobs import TrackingSpec, describe
-from gpudesk.profile.model import Problem, ProfileError, ReportConfig
+from gpudesk.profile.model import NamedWorkdir, Problem, ProfileError, ReportConfig
 from gpudesk.profile.values import _INVALID, _found, _render_key, _suggest
 from gpudesk.toml_lines import Key, KeyLines
 
@@ -30,6 +30,7 @@ class _Recorder:
         self.counts: list[tuple[Key, int]] = []  # jobs each entry would make, before expanding
         self.tracking: TrackingSpec | None = None  # [tracking], once read
         self.objective: ReportConfig | None = None  # [report]: a sweep's parent run's roll-up
+        self.workdirs: dict[str, NamedWorkdir] = {}  # each workdir a key names, by its path
 
     # -- recording problems
 

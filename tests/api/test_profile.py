@@ -425,7 +425,7 @@ def test_bad_report_tables(text: str, key: str, line: int, fragment: str) -> Non
         ("description = [1]\n" + JOB, "description", 1, "expected a string, found [1] (array)"),
         (JOB + "gpus = 65", "jobs[0].gpus", 4, "expected a whole number from 0 to 64, found 65"),
         (JOB + "memory_gb = 0", "jobs[0].memory_gb", 4, "expected a number above 0 to 16384"),
-        (JOB + "sm_pct = true", "jobs[0].sm_pct", 4, "found True (boolean)"),
+        (JOB + "sm_pct = true", "jobs[0].sm_pct", 4, "found true (boolean)"),
         (JOB + 'priority = "high"', "jobs[0].priority", 4, "expected a whole number from -1000"),
         (JOB + "max_attempts = 0", "jobs[0].max_attempts", 4, "from 1 to 100, found 0"),
         (JOB + "repeat = 1001", "jobs[0].repeat", 4, "expected a whole number from 1 to 1000"),
@@ -685,6 +685,19 @@ def test_substituted_values_are_checked_again() -> None:
     problem = only_problem(text)
     assert (problem.key, problem.line) == ("sweeps[0].command", 3)
     assert problem.message == "with prog=: the program (first argument) is empty"
+
+
+@pytest.mark.parametrize(
+    "value, spelled",
+    [("a\\u001b[31mb", "a\\x1b[31mb"), ("a\\nb", "a\\x0ab"), ("a\\u202eb", "a\\u202eb")],
+)
+def test_a_grid_value_in_a_problem_is_spelled_out_on_one_line(value: str, spelled: str) -> None:
+    text = '[[sweeps]]\nname = "s{x}"\ncommand = ["echo", "{x}"]\n'
+    text += f'grid = {{ x = ["{value}"] }}\n'
+    problem = only_problem(text)
+    assert problem.key == "sweeps[0].name"
+    assert problem.message.startswith(f"with x={spelled}: a name cannot contain control")
+    assert problem.message.isprintable()
 
 
 def test_expansion_past_max_jobs_is_rejected_without_materialising() -> None:

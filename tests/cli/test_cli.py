@@ -226,6 +226,68 @@ def test_bad_profiles_get_a_clear_error_and_exit_2(
     assert not home.lock.exists(), "a bad profile must not even start the engine"
 
 
+def test_a_working_directory_that_is_no_directory_is_refused_before_submitting(
+    home: Home, tmp_path: Path
+) -> None:
+    (tmp_path / "wdfile").touch()
+    os.mkfifo(tmp_path / "wdfifo")
+    (tmp_path / "dangling").symlink_to(tmp_path / "gone")
+    profile = write_profile(
+        tmp_path,
+        "[defaults]\nworkdir = 'wdfile'\n"
+        "[[jobs]]\nname = 'a'\ncommand = ['true']\n"
+        "[[jobs]]\nname = 'b'\ncommand = ['true']\nworkdir = 'wdfifo'\n"
+        "[[sweeps]]\nname = 's{d}'\ncommand = ['true']\nworkdir = '{d}'\n"
+        "grid = { d = ['missing', 'dangling', '.'] }\n",
+    )
+    result = gpudesk("run", str(profile))
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert result.stderr.splitlines() == [
+        "error: the profile is not valid:",
+        f"{profile}:2: defaults.workdir: the working directory {tmp_path / 'wdfile'} is not a "
+        "directory: it is a regular file",
+        f"{profile}:9: jobs[1].workdir: the working directory {tmp_path / 'wdfifo'} is not a "
+        "directory: it is a named pipe",
+        f"{profile}:13: sweeps[0].workdir: the working directory {tmp_path / 'missing'} does "
+        "not exist",
+        f"{profile}:13: sweeps[0].workdir: the working directory {tmp_path / 'dangling'} is a "
+        "symbolic link to a missing target",
+    ]
+    assert not home.lock.exists(), "nothing is submitted, no engine started"
+
+    submitted = gpudesk("submit", "--workdir", str(tmp_path / "wdfifo"), "true")
+    assert submitted.returncode == 2
+    assert submitted.stderr == (
+        f"error: --workdir: the working directory {tmp_path / 'wdfifo'} is not a directory: "
+        "it is a named pipe\n"
+    )
+    assert not home.lock.exists()
+
+
+def test_a_dangling_link_an_empty_name_and_a_boolean_are_said_as_they_are(
+    home: Home, tmp_path: Path
+) -> None:
+    (tmp_path / "dangling.toml").symlink_to(tmp_path / "gone.toml")
+    result = gpudesk("run", "dangling.toml", cwd=tmp_path)
+    assert result.returncode == 2
+    assert result.stderr == (
+        "error: the profile is not valid:\ndangling.toml: is a symbolic link whose target is "
+        f"missing ({str(tmp_path / 'gone.toml')!r})\n"
+    )
+    for command in (["run", ""], ["export", "slurm", "", str(tmp_path / "out")]):
+        result = gpudesk(*command, cwd=tmp_path)
+        assert result.returncode == 2
+        assert "'': the profile's name is empty" in result.stderr, command
+        assert "is a directory" not in result.stderr
+    profile = write_profile(tmp_path, "[[jobs]]\nname = 'a'\ncommand = ['true']\ngpus = true\n")
+    result = gpudesk("run", str(profile))
+    assert result.returncode == 2
+    assert "jobs[0].gpus: expected a whole number from 0 to 64, found true (boolean)" in (
+        result.stderr
+    )
+    assert not home.lock.exists()
+
+
 def test_non_utf8_and_missing_profiles(home: Home, tmp_path: Path) -> None:
     bad = tmp_path / "bad.toml"
     bad.write_bytes(b'name = "caf\xe9"\n')

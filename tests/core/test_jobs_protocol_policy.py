@@ -43,7 +43,7 @@ def record(
         ({"name": "x", "command": ["a", "b"], "shell": True}, "command", "one string"),
         ({"name": "", "command": ["a"]}, "name", "non-empty"),
         ({"name": "x", "command": ["a"], "gpus": -1}, "gpus", "from 0 to 64"),
-        ({"name": "x", "command": ["a"], "gpus": True}, "gpus", "boolean"),
+        ({"name": "x", "command": ["a"], "gpus": True}, "gpus", "found true (boolean)"),
         ({"name": "x", "command": ["a"], "memory_gb": 0}, "memory_gb", "above 0"),
         ({"name": "x", "command": ["a"], "sm_pct": 101}, "sm_pct", "to 100"),
         ({"name": "x", "command": ["a"], "env": {"1BAD": "x"}}, "env", "not a valid"),
@@ -65,6 +65,27 @@ def test_spec_errors_name_the_field(data: dict, key: str, fragment: str) -> None
         JobSpec.from_dict(data)
     assert info.value.key == key
     assert fragment in info.value.message
+
+
+@pytest.mark.parametrize(
+    "name, spelled",
+    [
+        ("a\x1b[31mb", "\\x1b"),
+        ("a\x9bb", "\\x9b"),  # C1: the 8-bit CSI
+        ("a\x85b", "\\x85"),  # C1: next line
+        ("evil\u202egnp.exe", "\\u202e"),  # bidi override
+        ("a\u2066b", "\\u2066"),  # bidi isolate
+        ("a\u200bb", "\\u200b"),  # zero-width space
+        ("a\u2028b", "\\u2028"),  # line separator
+        ("a\u2029b", "\\u2029"),  # paragraph separator
+    ],
+)
+def test_a_name_refuses_what_reorders_breaks_or_hides_text(name: str, spelled: str) -> None:
+    with pytest.raises(SpecError) as info:
+        JobSpec.from_dict({"name": name, "command": ["true"]})
+    assert info.value.key == "name"
+    assert f"(found {spelled})" in info.value.message
+    assert JobSpec.from_dict({"name": "训练-模型 é", "command": ["true"]}).name == "训练-模型 é"
 
 
 def test_spec_round_trips_through_a_dict() -> None:

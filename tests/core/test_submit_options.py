@@ -77,9 +77,20 @@ def test_array_indexes_and_the_throttle_as_sbatch_takes_them() -> None:
 
 def test_a_comment_is_one_line_of_text() -> None:
     assert check_comment("  lr 3e-4, warm-up  ") == "lr 3e-4, warm-up"
-    for bad in ("red\x1b[31m", "two\nlines", "c1\x9b", "x" * 1001, 5):
+    for bad in ("red\x1b[31m", "two\nlines", "c1\x9b", "x" * 1001, 5, "a\u202eb", "a\u2029b"):
         with pytest.raises(ValueError):
             check_comment(bad)
+
+
+def test_names_comments_and_notify_commands_share_one_rule() -> None:
+    from gpudesk.core.jobs import check_name
+    from gpudesk.core.submit_options import check_notify
+
+    for bad in ("\x07", "\x9b", "\u202e", "\u200f", "\u2028"):
+        for check in (check_name, check_comment, check_notify):
+            with pytest.raises(ValueError, match="control characters or invisible formatting"):
+                check(f"a{bad}b")
+    assert check_notify("notify-send\tdone") == "notify-send\tdone"  # a tab is a notify's own
 
 
 def test_the_spec_checks_each_new_field_by_its_name() -> None:

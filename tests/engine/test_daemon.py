@@ -71,14 +71,20 @@ def test_retry_until_max_attempts(engine: EngineHandle, tmp_path) -> None:
 
 def test_impossible_jobs_fail_with_a_reason(engine: EngineHandle, tmp_path) -> None:
     # (a job asking for GPUs the station lacks is refused at submission: test_telemetry_e2e)
-    missing, bad_dir = engine.submit(
+    (tmp_path / "a-file").touch()
+    os.mkfifo(tmp_path / "a-fifo")
+    missing, bad_dir, a_file, a_fifo = engine.submit(
         {"name": "missing", "command": ["no-such-program-xyz"]},
         {"name": "bad-dir", "command": ["true"], "workdir": str(tmp_path / "nope")},
+        {"name": "file-dir", "command": ["true"], "workdir": str(tmp_path / "a-file")},
+        {"name": "fifo-dir", "command": ["true"], "workdir": str(tmp_path / "a-fifo")},
     )
-    jobs = {j.id: j for j in engine.wait_all_done([missing, bad_dir])}
+    jobs = {j.id: j for j in engine.wait_all_done([missing, bad_dir, a_file, a_fifo])}
     assert jobs[missing].exit_code == 127
     assert "command not found: no-such-program-xyz" in jobs[missing].reason
     assert "does not exist" in jobs[bad_dir].reason
+    assert f"{tmp_path / 'a-file'} is not a directory: it is a regular file" in jobs[a_file].reason
+    assert f"{tmp_path / 'a-fifo'} is not a directory: it is a named pipe" in jobs[a_fifo].reason
     assert all(j.state == "failed" for j in jobs.values())
 
 

@@ -110,6 +110,23 @@ def test_a_damaged_job_row_is_skipped_and_reported_by_jobs_queue_and_the_desk(
         feed.close()
 
 
+def test_a_name_stored_before_it_was_refused_is_spelled_out_by_queue_show_and_cancel(
+    home: Home, engine: EngineHandle, gpudesk: Run
+) -> None:
+    """A name with a C1 control (U+009B, CSI to a terminal) or a bidi override, kept from
+    before the checks refused them, is listed and shown spelled out, never obeyed."""
+    engine.stop()
+    _store_made(home)
+    [job] = fill_jobs(home.db, queued=1, held=True, name="a\x9bb\u202ec")
+    engine.start()
+
+    for args in (("queue", "--all"), ("show", str(job)), ("cancel", str(job))):
+        code, out, err = gpudesk(*args)
+        assert code == 0, err
+        assert "a\\x9bb\\u202ec" in out, args
+        assert "\x9b" not in out + err and "\u202e" not in out + err, args
+
+
 def test_queue_with_600_waiting_shows_the_running_job_and_says_what_it_cut(
     engine: EngineHandle, gpudesk: Run
 ) -> None:

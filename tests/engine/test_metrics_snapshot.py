@@ -73,7 +73,7 @@ def test_metrics_listen_accepts_an_address_and_port(written: str, canonical: str
         ("[::1]9400", "expected [IPv6 address]:PORT"),
         ("", "no port"),
         (9400, 'expected "127.0.0.1:9400" (HOST:PORT), found 9400 (integer) (write it in quotes)'),
-        (True, "found True (boolean)"),
+        (True, "found true (boolean)"),
         (["127.0.0.1:9400"], "found"),
     ],
 )
