@@ -74,6 +74,7 @@ from gpudesk.loader.slots import SlotTable
 from gpudesk.loader.staging import Staging
 from gpudesk.loader.station_access import hand_out_ring, open_sockets_to, prepare_serving
 from gpudesk.loader.welcome import hello, refuse
+from gpudesk.loader.workers import WorkerEnd, WorkerGone, WorkerWatch
 from gpudesk.paths import Home
 
 log = logging.getLogger("gpudesk.loader")
@@ -109,6 +110,7 @@ class Producer:
         self.staging = Staging(self.config.device)
         self.decoder: DeviceDecoder | None = None  # set where the producer decodes on its GPU
         self.gens: dict[int, int] = {}  # slot -> the mirror generation its batch is staged in
+        self.watch: WorkerWatch | None = None  # its DataLoader's workers, once they run
 
     # ------------------------------------------------------------------ setup
     def _claim(self) -> Key:
@@ -197,6 +199,9 @@ class Producer:
             prefetch_factor=PREFETCH if workers > 0 else None,
         )
         self.batches: Iterator[Packed] = iter(loader)
+        # torch's own watch raises from wherever a worker's death finds the producer, even one
+        # that a SIGTERM to the whole process group stops with it (workers.py).
+        self.watch = WorkerWatch.of(self.batches, self._worker_stopped)
         self._pull()
 
     def ring_writer(self) -> RingWriter:
@@ -251,6 +256,7 @@ class Producer:
                 wake = min(wake, HOLD_PATIENCE_S / 10)
             wait_ms = 0 if pull else max(1, int(1000 * wake))
             events = dict(self.poller.poll(wait_ms))
+            self._check_workers()
             if self.ctl in events:
                 self._drain_control()
             if self.fd_server.fileno() in events:
@@ -283,7 +289,9 @@ class Producer:
 
     def _pull(self) -> None:
         """Take the next made batch from the DataLoader and place it."""
-        packed = next(self.batches)
+        packed = self._next_batch()
+        if packed is None:
+            return  # a worker was stopped, the producer with it
         if self.decoder is not None:
             packed = self.decoder.finish(cast(Any, packed))
         request, makeup = self.plan.in_flight.popleft()
@@ -295,6 +303,44 @@ class Producer:
             self.unplaced.append((packed, makeup))
             return
         self._place(slot, packed)
+
+    def _next_batch(self) -> Packed | None:
+        """The DataLoader's next batch; None where a worker died of a stop signal meanwhile
+        (the producer stops: the batch would never come). A worker that failed raises
+        LoaderError."""
+        watch = self.watch
+        if watch is None:
+            return next(self.batches)
+        try:
+            with watch.interruptible():
+                return next(self.batches)
+        except (WorkerGone, RuntimeError):
+            # torch's wait for the batch turns WorkerGone into its RuntimeError "exited
+            # unexpectedly", and raises that itself too, 5 s on, for a worker it sees dead.
+            watch.look()
+            if self.stopping:
+                return None
+            self._check_workers()
+            raise
+
+    def _worker_stopped(self, end: WorkerEnd) -> None:
+        """A worker was killed by a stop signal (workers.py): the producer stops as if told
+        to itself. The signal may well be on its way to it too (to the whole process group),
+        in no set order."""
+        if not self.stopping:
+            log.warning(
+                "loader %s: its DataLoader worker (pid %d) %s: stopping",
+                self.config.name,
+                end.pid,
+                end.how(),
+            )
+        self.stopping = True
+
+    def _check_workers(self) -> None:
+        """Fail for a worker that died, unless the producer stops anyway."""
+        watch = self.watch
+        if watch is not None and watch.failure is not None and not self.stopping:
+            raise LoaderError(watch.failure.failure(self.config.name))
 
     def _place(self, slot: int, packed: Packed) -> None:
         try:

@@ -288,12 +288,22 @@ class Loaders:
         self.count = 0
 
     def _spawn(
-        self, argv: list[str], home: Home, log: Path, env: dict[str, str] | None = None
+        self,
+        argv: list[str],
+        home: Home,
+        log: Path,
+        env: dict[str, str] | None = None,
+        session: bool = False,
     ) -> subprocess.Popen:
         env = {**os.environ, "GPUDESK_HOME": str(home.root), **(env or {})}
         with open(log, "w") as sink:
             proc = subprocess.Popen(
-                argv, env=env, stdout=sink, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+                argv,
+                env=env,
+                stdout=sink,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=session,
             )
         self.procs.append(proc)
         return proc
@@ -316,9 +326,10 @@ class Loaders:
         dataset: tuple[str, dict[str, Any]] | None = None,
         extra: tuple[str, ...] = (),
         env: dict[str, str] | None = None,
+        session: bool = False,
     ) -> Producer:
         """A producer of the synthetic dataset (size, shape, cost_ms), or of `dataset`: a
-        factory and its arguments."""
+        factory and its arguments; `session`: in a session (and process group) of its own."""
         home = home or self.home
         self.count += 1
         factory, args = dataset or (
@@ -348,7 +359,7 @@ class Loaders:
             argv += ["--selection", selection]
         argv += extra
         log = self.tmp / f"producer{self.count}.log"
-        producer = Producer(self._spawn(argv, home, log, env), home, name, log)
+        producer = Producer(self._spawn(argv, home, log, env, session), home, name, log)
         self.producers.append(producer)
         return producer.wait_ready() if wait else producer
 
