@@ -123,7 +123,8 @@ class _Run:
 
 @simulate_app.command()
 def simulate(
-    trace: Path = _TRACE,
+    ctx: typer.Context,
+    trace: str = _TRACE,
     station: str | None = _STATION,
     policy: str = _POLICY,
     estimator: str = _ESTIMATOR,
@@ -142,6 +143,9 @@ def simulate(
     """Replay a job trace on a SIMULATED station through the engine's placement policies."""
     target = plot_target(plot, machine_output="--json" if json_out else None)
     policies = _policies(policy)
+    # an --estimator the user chose (here or in a config file) must have guesses in the trace;
+    # the default may lack them (typer's own click: its ParameterSource is compared by name)
+    named = getattr(ctx.get_parameter_source("estimator"), "name", None) != "DEFAULT"
     ran = _run(
         trace,
         policies,
@@ -156,6 +160,7 @@ def simulate(
         with_bound=lower_bound,
         queue_order=queue_order,
         progress_lines=progress_lines,
+        estimator_named=named,
     )
     first = ran.results[0]
     if first.impossible == first.jobs:
@@ -184,11 +189,14 @@ def _policies(policy: str) -> list[str]:
             f"{', '.join(POLICY_NAMES)}",
             EXIT_USAGE,
         )
+    twice = sorted({p for p in policies if policies.count(p) > 1}, key=policies.index)
+    if twice:  # a replay is deterministic: the same policy again is the same row again
+        fail(f"--policy: {', '.join(twice)} is named more than once", EXIT_USAGE)
     return policies
 
 
 def _run(
-    trace: Path,
+    trace: str | Path,
     policies: list[str],
     *,
     station: str | None,
@@ -202,9 +210,11 @@ def _run(
     with_bound: bool = False,
     queue_order: str = "submission",
     progress_lines: bool = False,
+    estimator_named: bool = False,
 ) -> _Run:
     """The trace replayed under each policy; a trace, truth or option the simulator refuses
-    is a usage error."""
+    is a usage error, as is an --estimator the user named (`estimator_named`) that no job of
+    the trace has a guess from."""
     from gpudesk.core.station import QUEUE_ORDERS
     from gpudesk.policy.interference import DEFAULT_PARAMS
     from gpudesk.policy.queueing_form import truth_form as truth_form_named
@@ -230,6 +240,8 @@ def _run(
         )
     try:
         loaded = load_trace(trace)
+        if estimator_named:
+            _refuse_absent_estimator(loaded, estimator)
         if progress_lines:
             loaded = with_progress_lines(loaded)
         truth_params = load_truth(truth) if truth is not None else DEFAULT_PARAMS
@@ -261,6 +273,23 @@ def _run(
     return _Run(loaded, chosen, truth_params, sims, results, bound, truth_form)
 
 
+def _refuse_absent_estimator(trace: Trace, estimator: str) -> None:
+    """A usage error where no job of the trace has a guess from `estimator`: every hint would
+    be the true peak, which the user did not ask for."""
+    from gpudesk.policy.trace import estimators_given, missing_estimates
+
+    if missing_estimates(trace, estimator) < len(trace.jobs):
+        return
+    given = estimators_given(trace)
+    has = f"guesses from {', '.join(given)}" if given else "no estimator's guesses"
+    fail(
+        f"--estimator {estimator}: no job of {trace.name} has a {estimator} guess "
+        f"(estimate_{estimator}_mb); the trace has {has}, and --estimator measured gives each "
+        "job its true peak",
+        EXIT_USAGE,
+    )
+
+
 def _print_json(
     ran: _Run,
     layouts: dict[str, list[str]],
@@ -269,6 +298,8 @@ def _print_json(
     mig_repartition: bool,
     learn: bool,
 ) -> None:
+    from gpudesk.policy.trace import missing_estimates
+
     sims, results = ran.sims, ran.results
     ratios = _ratios(results)
     extra: dict[str, Any] = {}
@@ -286,6 +317,8 @@ def _print_json(
             "simulated": True,
             "label": "SIMULATED",
             "estimator": estimator,
+            # jobs with no guess from the estimator: their hint is their true peak
+            "jobs_without_estimate": missing_estimates(ran.trace, estimator),
             "mig": layouts,
             "mig_repartition": mig_repartition,
             "learn": learn,
@@ -318,14 +351,17 @@ def _bound_lines(bound: LowerBound) -> list[str]:
     term, burst = bound.class_term, bound.burst_term
     given = ""  # the terms that hold for a run of the station as given
     if term is not None:
+        kinds = len(term.classes)
         given += (
             f", by class {_hours(term.makespan_s)} (work arriving from {_hours(term.from_s)}, "
-            f"{len(term.classes)} classes of job; a run of the station as given)"
+            f"{kinds} {'class' if kinds == 1 else 'classes'} of job; a run of the station as "
+            "given)"
         )
     if burst is not None and burst.makespan_s > bound.arrival_term_s:  # (else it says nothing)
         given += (
-            f", packed {_hours(burst.makespan_s)} ({burst.jobs} jobs of one program from "
-            f"{_hours(burst.from_s)}, each where it starts; a run of the station as given)"
+            f", packed {_hours(burst.makespan_s)} ({burst.jobs} job{'' if burst.jobs == 1 else 's'}"
+            f" of one program from {_hours(burst.from_s)}, each where it starts; a run of the "
+            "station as given)"
         )
     return [
         f"lower bound (SIMULATED truth): makespan {_hours(bound.makespan_s)} = max(latest "
@@ -361,7 +397,7 @@ def _print_text(
     width = render.terminal_width()
     lines = [
         f"SIMULATED {chosen} ({sims[0].gpu_count} x {sims[0].model.name}{mig_text}): trace "
-        f"{loaded.name}, {len(loaded.jobs)} jobs, memory hints from {estimator}, learning "
+        f"{loaded.name}, {len(loaded.jobs)} jobs, {_hints_text(loaded, estimator)}, learning "
         f"{'on' if learn else 'off'}{_progress_text(loaded)}"
         f"{', truth from ' + str(truth) if truth else ''}"
         f"{'' if ran.truth_form == 'current' else ', truth of the ' + ran.truth_form + ' form'}; "
@@ -386,6 +422,24 @@ def _print_text(
             notes.append(f"lost under {r.policy}: {_listed(jobs)}: {reason}")
     for note in notes:
         print(render.fill(note, width))
+
+
+def _hints_text(trace: Trace, estimator: str) -> str:
+    """ "memory hints from horus", saying so where jobs have no guess from it (their hint is
+    then their true peak: sim_records.new_run)."""
+    from gpudesk.policy.trace import missing_estimates
+
+    missing, total = missing_estimates(trace, estimator), len(trace.jobs)
+    if not missing:
+        return f"memory hints from {estimator}"
+    if missing == total:
+        return f"memory hints: each job's true peak (no job has a {estimator} guess)"
+    has = "has" if missing == 1 else "have"
+    their = "its" if missing == 1 else "their"
+    return (
+        f"memory hints from {estimator} ({missing} of {total} jobs {has} none: {their} true "
+        "peak is used)"
+    )
 
 
 def _progress_text(trace: Trace) -> str:
@@ -414,7 +468,7 @@ def _plot(
     gpus = sim.gpu_count
     caption = (
         f"{station} ({gpus} × {sim.model.name}): trace {trace_name}, {len(sim.trace.jobs)} "
-        f"jobs, memory hints from {sim.estimator}"
+        f"jobs, {_hints_text(sim.trace, sim.estimator)}"
     )
     write_plot(
         target,

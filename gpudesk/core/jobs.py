@@ -17,6 +17,7 @@ from gpudesk.core.submit_options import SUBMIT_OPTION_CHECKS, SUBMIT_OPTION_FIEL
 from gpudesk.text import is_os_text, is_text, safe_text, spelled_char, unsafe_char
 
 MAX_NAME_LEN = 200
+NumberCheck = Callable[[Any], "float | None"]  # number_in's: None where optional and not given
 MAX_ARGS = 4096
 MAX_COMMAND_BYTES = 256 * 1024
 MAX_ENV_VARS = 4096
@@ -107,7 +108,9 @@ class SpecError(ValueError):
 
 
 def describe(value: Any) -> str:
-    """A short, type-revealing rendering of a value for error messages."""
+    """A short, type-revealing rendering of a value for error messages; JSON's null is null."""
+    if value is None:
+        return "null"
     kind = {
         bool: "boolean",
         int: "integer",
@@ -234,20 +237,20 @@ def whole_number_in(lo: int, hi: int) -> Callable[[Any], int]:
     return check
 
 
-def number_in(lo: float, hi: float, *, lo_open: bool = False) -> Callable[[Any], float | None]:
-    bound = f"above {lo:g}" if lo_open else f"from {lo:g}"
+def number_in(lo: float, hi: float, *, lo_open: bool = False, optional: bool = True) -> NumberCheck:
+    expected = f"expected a number {'above' if lo_open else 'from'} {lo:.15g} to {hi:.15g}"
 
     def check(value: Any) -> float | None:
-        if value is None:
+        if value is None and optional:
             return None
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ValueError(f"expected a number {bound} to {hi:g}, found {describe(value)}")
+            raise ValueError(f"{expected}, found {describe(value)}")
         try:
             number = float(value)
         except OverflowError:
-            raise ValueError(f"expected a number {bound} to {hi:g}, found a huge number") from None
+            raise ValueError(f"{expected}, found a huge number") from None
         if math.isnan(number) or number > hi or number < lo or (lo_open and number <= lo):
-            raise ValueError(f"expected a number {bound} to {hi:g}, found {value}")
+            raise ValueError(f"{expected}, found {value}")
         return number
 
     return check

@@ -6,16 +6,22 @@ simulated station starts with (`parse_mig`).
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+from gpudesk.core.backend_names import SIM_PREFIX, SIM_STATIONS, parse_sim_name
 from gpudesk.core.jobs import (
     MAX_GPUS,
+    MAX_JOB_ID,
     MAX_MEMORY_GB,
     MAX_PREEMPT_GRACE_S,
+    check_bool,
+    check_name,
     check_priority,
+    describe,
+    number_in,
     whole_number_in,
 )
 from gpudesk.core.mig_profiles import (
@@ -50,7 +56,21 @@ DEFAULT_STATION = "sim:dgx-station-a100"
 # reached (the replay turned forever), and far enough out the clock's resolution is coarser
 # than a replay's steps.
 MAX_TRACE_SECONDS = 10 * 365 * 24 * 3600.0
+# Each field's check, as `gpudesk submit` takes the same figure where it has one (a whole
+# number is an integer: 2.0 is refused, as a profile refuses it)
 CHECK_TRACE_GPUS = whole_number_in(1, MAX_GPUS)  # a trace job runs on a GPU
+CHECK_TRACE_ID = whole_number_in(1, MAX_JOB_ID)  # as the engine numbers jobs
+CHECK_ARRIVAL_S = number_in(0.0, MAX_TRACE_SECONDS, optional=False)
+CHECK_EXCLUSIVE_MINUTES = number_in(0.0, MAX_TRACE_SECONDS / 60, lo_open=True, optional=False)
+CHECK_TRACE_MB = number_in(0.0, MAX_MEMORY_GB * MIB_PER_GB, optional=False)  # as `submit --mem`
+CHECK_TRACE_PERCENT = number_in(0.0, 100.0, optional=False)
+CHECK_CHECKPOINT_S = number_in(0.0, MAX_PREEMPT_GRACE_S, optional=False)  # within its grace
+# What a job must give, as a missing one is said
+REQUIRED_FIELDS = {
+    "arrival_s": "seconds from the trace's start",
+    "exclusive_minutes": "the job's run time alone, in minutes",
+    "peak_memory_mb": "the job's true peak memory, in MB",
+}
 # The most a trace file may hold (assumption: ~700,000 jobs of t1's ~370 bytes each, far past
 # what a replay gets through; /dev/zero named as a trace read until memory ran out)
 MAX_TRACE_BYTES = 256 * 1024 * 1024
@@ -101,24 +121,69 @@ class Trace:
         return f"sim:{self.station}" if self.station else DEFAULT_STATION
 
 
-def _percent(raw: Mapping[str, Any], key: str) -> float | None:
-    value = raw.get(key)
-    if value is None:
-        return None
-    number = float(value)
-    if not 0.0 <= number <= 100.0:
-        raise ValueError(f"{key} must be 0..100, found {value!r}")
+class _BadField(ValueError):
+    """A trace's field that is missing or that its check refuses (the message names it)."""
+
+
+_T = TypeVar("_T")
+_REQUIRED: Any = object()  # `_field`'s default for a field the job must give
+_NULL_IS_ABSENT = frozenset(  # fields whose null means "not given", as their absence does
+    {"sm_pct", "membw_pct", "model", "task", *(f"estimate_{e}_mb" for e in GUESSING_ESTIMATORS)}
+)
+
+
+def _field(raw: Mapping[str, Any], key: str, check: Callable[[Any], _T], default: Any) -> _T:
+    """`raw[key]` as `check` takes it, else `default` where it is not given (a field in
+    `_NULL_IS_ABSENT` may be null for that); raises _BadField naming the field."""
+    if key not in raw or (raw[key] is None and key in _NULL_IS_ABSENT):
+        if default is _REQUIRED:
+            raise _BadField(f"missing {key} ({REQUIRED_FIELDS[key]})")
+        return default
+    try:
+        return check(raw[key])
+    except ValueError as exc:
+        raise _BadField(f"{key}: {exc}") from None
+
+
+def _number(
+    raw: Mapping[str, Any], key: str, check: Callable[[Any], float | None], default: Any = _REQUIRED
+) -> float:
+    """A figure the job must give (`REQUIRED_FIELDS`), or one with a default (not null)."""
+    number = _field(raw, key, check, default)
+    assert number is not None, key  # the check is not optional: it refuses null
     return number
 
 
-def _flag(raw: dict[str, object], key: str) -> bool:
-    value = raw.get(key, False)
-    if not isinstance(value, bool):
-        raise TypeError(f"{key} is true or false")
+def _text(value: Any) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"expected a string, found {describe(value)}")
     return value
 
 
+def _station_name(value: Any) -> str:
+    """A trace's `station`: a simulated one's name without `sim:` ("h100x2"), or "" for none."""
+    why = ""
+    if isinstance(value, str):
+        if not value:
+            return value
+        try:
+            parse_sim_name(SIM_PREFIX + value)
+            return value
+        except ValueError as exc:
+            why = f" ({exc})" if "GPUs" in str(exc) else ""  # a count past what a station has
+    raise ValueError(
+        f"expected a simulated station's name: {', '.join(SIM_STATIONS)}, each with xN for N "
+        f'GPUs (e.g. "h100x2"), found {describe(value)}{why}'
+    )
+
+
 def load_trace(path: str | Path) -> Trace:
+    """A trace file, every field checked: a TraceError names the file, the job and the field."""
+    if not str(path):
+        raise TraceError(
+            "the trace's name is empty: give a JSON trace file, or a bundled trace's name "
+            "(e.g. carma-philly-t1)"
+        )
     # Installed from a wheel, `traces/carma-philly-t1.json` (or `carma-philly-t1`) names the
     # bundled copy when no such file is here.
     path = bundled(path, "traces") or path
@@ -132,92 +197,75 @@ def load_trace(path: str | Path) -> Trace:
         raise TraceError(f"{path} is not a JSON trace: {exc}") from None
     if not isinstance(data, dict) or not isinstance(data.get("jobs"), list) or not data["jobs"]:
         raise TraceError(f'{path}: expected an object with a non-empty "jobs" list')
+    try:
+        name = _field(data, "name", check_name, Path(path).stem)
+        station = _field(data, "station", _station_name, "")
+    except _BadField as exc:
+        raise TraceError(f"{path}: {exc}") from None
     jobs = []
     first_of: dict[int, int] = {}  # job id -> the index of the job that has it
     for i, raw in enumerate(data["jobs"]):
+        where = f"{path}: jobs[{i}]"
+        if not isinstance(raw, dict):
+            raise TraceError(f"{where}: expected an object (a job), found {describe(raw)}")
         try:
-            if not isinstance(raw, dict):
-                raise TypeError("a job is an object")
-            cls = str(raw.get("class", "medium"))
-            model = str(raw.get("model") or "")
-            sm_pct = _percent(raw, "sm_pct")
-            jobs.append(
-                TraceJob(
-                    id=int(raw.get("id", i + 1)),
-                    name=str(raw.get("task") or model or f"job{i + 1}"),
-                    arrival_s=float(raw["arrival_s"]),
-                    gpus=int(raw.get("gpus", 1)),
-                    exclusive_s=float(raw["exclusive_minutes"]) * 60.0,
-                    peak_memory_mib=float(raw["peak_memory_mb"]),
-                    sm_pct=sm_pct
-                    if sm_pct is not None
-                    else SM_BY_MODEL.get(model, SM_BY_CLASS.get(cls, 50.0)),
-                    job_class=cls,
-                    estimates={
-                        e: float(raw[f"estimate_{e}_mb"])
-                        for e in GUESSING_ESTIMATORS
-                        if raw.get(f"estimate_{e}_mb") is not None
-                    },
-                    membw_pct=_percent(raw, "membw_pct"),
-                    model=model,
-                    priority=int(raw.get("priority", 0)),
-                    preemptible=_flag(raw, "preemptible"),
-                    checkpoint_s=float(raw.get("checkpoint_s", 0.0)),
-                    progress=_flag(raw, "progress"),
-                )
-            )
-        except (KeyError, TypeError, ValueError, OverflowError) as exc:
-            # OverflowError: a whole number given as 1e400 (JSON's Infinity)
-            raise TraceError(f"{path}: jobs[{i}]: missing or bad field ({exc})") from None
-        _check_job(jobs[-1], raw, f"{path}: jobs[{i}]", first_of, i)
-    return Trace(str(data.get("name", Path(path).stem)), str(data.get("station", "")), tuple(jobs))
-
-
-def _check_job(
-    job: TraceJob, raw: dict[str, Any], where: str, first_of: dict[int, int], i: int
-) -> None:
-    """Raise TraceError (`where`: the file and the job) for a figure a replay cannot use: NaN,
-    infinity, past `MAX_TRACE_SECONDS` or what `gpudesk submit` takes, or an id an earlier job
-    has (`first_of`: id -> index, which this one joins)."""
-    if job.id in first_of:
-        raise TraceError(
-            f"{where}: id {job.id} is given twice (jobs[{first_of[job.id]}] has it too); each "
-            "job needs its own"
-        )
-    first_of[job.id] = i
-    # as a job's spec takes them (`gpudesk submit`), at least one GPU
-    for key, check, value in (
-        ("gpus", CHECK_TRACE_GPUS, job.gpus),
-        ("priority", check_priority, job.priority),
-    ):
-        try:
-            check(value)
-        except ValueError as exc:
-            raise TraceError(f"{where}: {key}: {exc}") from None
-    if not 0 < job.exclusive_s <= MAX_TRACE_SECONDS:  # NaN fails it too
-        raise TraceError(
-            f"{where}: exclusive_minutes must be above 0 to {MAX_TRACE_SECONDS / 60:.0f}, found "
-            f"{raw['exclusive_minutes']!r}"
-        )
-    if not 0 <= job.arrival_s <= MAX_TRACE_SECONDS:
-        raise TraceError(
-            f"{where}: arrival_s must be 0 to {MAX_TRACE_SECONDS:.0f} (seconds from the trace's "
-            f"start), found {raw['arrival_s']!r}"
-        )
-    sizes = {"peak_memory_mb": job.peak_memory_mib} | {
-        f"estimate_{name}_mb": mib for name, mib in job.estimates.items()
-    }
-    most = MAX_MEMORY_GB * MIB_PER_GB  # as `gpudesk submit --mem` takes it
-    for key, mib in sizes.items():
-        if not 0 <= mib <= most:  # NaN fails it too
+            job_id = _field(raw, "id", CHECK_TRACE_ID, i + 1)
+            if "id" in raw:
+                where += f" (id {job_id})"
+            jobs.append(_job(raw, i, job_id))
+        except _BadField as exc:
+            raise TraceError(f"{where}: {exc}") from None
+        if job_id in first_of:
             raise TraceError(
-                f"{where}: {key} must be a size in MB, 0 to {most:.0f}, found {raw[key]!r}"
+                f"{where}: id {job_id} is given twice (jobs[{first_of[job_id]}] has it too); "
+                "each job needs its own"
             )
-    if not 0 <= job.checkpoint_s <= MAX_PREEMPT_GRACE_S:
-        raise TraceError(
-            f"{where}: checkpoint_s must be 0 to {MAX_PREEMPT_GRACE_S:g} s (a preempted job must "
-            "save within its grace)"
-        )
+        first_of[job_id] = i
+    return Trace(name, station, tuple(jobs))
+
+
+def _job(raw: Mapping[str, Any], i: int, job_id: int) -> TraceJob:
+    """One job of a trace, each field checked (raises _BadField)."""
+    cls = _field(raw, "class", _text, "medium")
+    model = _field(raw, "model", _text, "")
+    task = "" if raw.get("task") == "" else _field(raw, "task", check_name, "")
+    sm_pct = _field(raw, "sm_pct", CHECK_TRACE_PERCENT, None)
+    if sm_pct is None:  # the job's class's share (or its model's published one)
+        sm_pct = SM_BY_MODEL.get(model, SM_BY_CLASS.get(cls, 50.0))
+    return TraceJob(
+        id=job_id,
+        name=task or model or f"job{i + 1}",
+        arrival_s=_number(raw, "arrival_s", CHECK_ARRIVAL_S),
+        gpus=_field(raw, "gpus", CHECK_TRACE_GPUS, 1),
+        exclusive_s=_number(raw, "exclusive_minutes", CHECK_EXCLUSIVE_MINUTES) * 60.0,
+        peak_memory_mib=_number(raw, "peak_memory_mb", CHECK_TRACE_MB),
+        sm_pct=sm_pct,
+        job_class=cls,
+        estimates={
+            e: mib
+            for e in GUESSING_ESTIMATORS
+            if (mib := _field(raw, f"estimate_{e}_mb", CHECK_TRACE_MB, None)) is not None
+        },
+        membw_pct=_field(raw, "membw_pct", CHECK_TRACE_PERCENT, None),
+        model=model,
+        priority=_field(raw, "priority", check_priority, 0),
+        preemptible=_field(raw, "preemptible", check_bool, False),
+        checkpoint_s=_number(raw, "checkpoint_s", CHECK_CHECKPOINT_S, 0.0),
+        progress=_field(raw, "progress", check_bool, False),
+    )
+
+
+def missing_estimates(trace: Trace, estimator: str) -> int:
+    """How many of the trace's jobs have no guess from `estimator` (a guessing one): their
+    memory hint is then their true peak. 0 under "measured", which needs none."""
+    if estimator not in GUESSING_ESTIMATORS:
+        return 0
+    return sum(estimator not in j.estimates for j in trace.jobs)
+
+
+def estimators_given(trace: Trace) -> tuple[str, ...]:
+    """The guessing estimators at least one of the trace's jobs has a guess from."""
+    return tuple(e for e in GUESSING_ESTIMATORS if any(e in j.estimates for j in trace.jobs))
 
 
 def with_progress_lines(trace: Trace) -> Trace:

@@ -177,3 +177,108 @@ def test_progress_lines_are_said_in_the_header_and_the_json(tmp_path: Path) -> N
     assert json.loads(every.output)["progress_lines"] == 2
     table = runner.invoke(app, ["simulate", trace, "-p", "auto", "--progress-lines"])
     assert "every job prints progress lines" in " ".join(table.output.split())
+
+
+def test_jobs_without_the_estimators_guess_are_said_and_an_absent_estimator_refused(
+    tmp_path: Path,
+) -> None:
+    """Such a job's hint is its true peak: the header and the JSON say how many; an --estimator
+    the user names that no job has a guess from is refused, not silently the true peaks."""
+    from typer.testing import CliRunner
+
+    from gpudesk.cli.common import CliError
+    from gpudesk.cli.main import build_app
+
+    app = build_app()
+    trace = str(write_trace(tmp_path, [{"estimate_horus_mb": 3000}, {}, {"arrival_s": 60}]))
+    runner = CliRunner()
+    env = {"COLUMNS": "300"}
+    some = runner.invoke(app, ["simulate", trace, "-p", "auto", "--estimator", "horus"], env=env)
+    assert some.exit_code == 0, some.output
+    assert "memory hints from horus (2 of 3 jobs have none: their true peak is used)" in (
+        some.output
+    )
+    data = json.loads(
+        runner.invoke(
+            app, ["simulate", trace, "-p", "auto", "--estimator", "horus", "--json"]
+        ).output
+    )
+    assert (data["estimator"], data["jobs_without_estimate"]) == ("horus", 2)
+    every = runner.invoke(app, ["simulate", trace, "-p", "auto", "--json"])
+    assert json.loads(every.output)["jobs_without_estimate"] == 0
+    plain = runner.invoke(app, ["simulate", trace, "-p", "auto"], env=env)
+    assert "jobs, memory hints from gpumemnet, learning on" in plain.output
+    bad = runner.invoke(app, ["simulate", trace, "--estimator", "faketensor"])
+    assert isinstance(bad.exception, CliError) and bad.exception.code == 2
+    assert str(bad.exception) == (
+        "--estimator faketensor: no job of t has a faketensor guess (estimate_faketensor_mb); "
+        "the trace has guesses from gpumemnet, horus, and --estimator measured gives each job "
+        "its true peak"
+    )
+    # a trace of no estimator's guesses still runs under the default, saying so
+    bare = tmp_path / "bare.json"
+    bare.write_text(
+        json.dumps({"jobs": [{"arrival_s": 0, "exclusive_minutes": 5, "peak_memory_mb": 9}]})
+    )
+    default = runner.invoke(app, ["simulate", str(bare), "-p", "auto"], env=env)
+    assert default.exit_code == 0, default.output
+    assert "memory hints: each job's true peak (no job has a gpumemnet guess)" in default.output
+    named = runner.invoke(app, ["simulate", str(bare), "--estimator", "gpumemnet"])
+    assert isinstance(named.exception, CliError) and "no estimator's guesses" in str(
+        named.exception
+    )
+
+
+def test_usage_errors_of_the_name_and_the_policies(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from gpudesk.cli.common import CliError
+    from gpudesk.cli.main import build_app
+
+    app = build_app()
+    runner = CliRunner()
+    trace = str(write_trace(tmp_path, [{}]))
+    for args, says in (
+        # the same policy twice printed the same row twice
+        (
+            ["simulate", trace, "--policy", "auto,mps,auto"],
+            "--policy: auto is named more than once",
+        ),
+        # an empty name was "cannot read the trace ." (the current folder)
+        (["simulate", ""], "the trace's name is empty"),
+    ):
+        bad = runner.invoke(app, args)
+        assert isinstance(bad.exception, CliError) and bad.exception.code == 2, bad.output
+        assert says in str(bad.exception)
+
+
+def test_a_trace_error_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    """As `gpudesk` prints it: one error line naming the file, the job and the field."""
+    path = tmp_path / "e.json"
+    path.write_text(
+        '{"jobs":[{"id":7,"arrival_s":0,"exclusive_minutes":10,"peak_memory_mb":100,"gpus":1.9}]}'
+    )
+    out = subprocess.run(
+        [sys.executable, "-m", "gpudesk", "simulate", str(path)], capture_output=True, text=True
+    )
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr == (
+        f"error: {path}: jobs[0] (id 7): gpus: expected a whole number from 1 to 64, found 1.9 "
+        "(number)\n"
+    )
+
+
+def test_the_lower_bound_counts_one_class_and_one_job_in_the_singular(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from gpudesk.cli.simulate import _bound_lines
+    from gpudesk.policy.sim_bound_burst import BurstTerm
+    from gpudesk.policy.sim_bounds import bound_of
+    from gpudesk.policy.simulator import Simulation, load_trace
+
+    trace = load_trace(write_trace(tmp_path, [{"sm_pct": 100.0}] * 2))
+    bound = bound_of(Simulation(trace, policy="exclusive", station="sim:h100"))
+    assert bound.class_term is not None and len(bound.class_term.classes) == 1
+    burst = BurstTerm(bound.arrival_term_s + 60.0, 0.0, 1, 1.0)
+    text = " ".join(_bound_lines(replace(bound, burst_term=burst)))
+    assert "1 class of job;" in text and "(1 job of one program from" in text

@@ -383,7 +383,7 @@ def test_an_underestimated_job_dies_once_and_is_recovered(tmp_path: Path) -> Non
     "body, message",
     [
         ("[]", "expected an object"),
-        ('{"jobs": [{"arrival_s": 0}]}', "jobs[0]: missing or bad field"),
+        ('{"jobs": [{"arrival_s": 0}]}', "jobs[0]: missing exclusive_minutes (the job's run time"),
         ("not json", "is not a JSON trace"),
     ],
 )

@@ -314,7 +314,10 @@ def test_a_trace_checkpoint_must_fit_a_grace(tmp_path: Path) -> None:
             }
         )
     )
-    with pytest.raises(TraceError, match="checkpoint_s must be 0 to 3600"):
+    with pytest.raises(
+        TraceError,
+        match="checkpoint_s: expected a number from 0 to 3600, found 7200",
+    ):
         load_trace(path)
 
 

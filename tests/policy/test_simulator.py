@@ -13,6 +13,7 @@ import pytest
 from gpudesk.policy.interference import DEFAULT_PARAMS, ModelParams, params_from_json
 from gpudesk.policy.sim_rates import job_workload
 from gpudesk.policy.simulator import (
+    ESTIMATORS,
     Simulation,
     TraceError,
     load_trace,
@@ -166,7 +167,7 @@ def test_trace_per_job_fields_are_honoured(tmp_path: Path) -> None:
 
 
 def test_bad_percentages_are_trace_errors(tmp_path: Path) -> None:
-    with pytest.raises(TraceError, match=r"sm_pct must be 0\.\.100"):
+    with pytest.raises(TraceError, match="sm_pct: expected a number from 0 to 100, found 150"):
         load_trace(write_trace(tmp_path, [{"sm_pct": 150}]))
 
 
@@ -174,21 +175,37 @@ def test_bad_percentages_are_trace_errors(tmp_path: Path) -> None:
     ("field", "value", "words"),
     [
         # an arrival of NaN once turned the replay forever (its clock never reached it)
-        ("arrival_s", "NaN", "arrival_s must be 0 to 315360000"),
-        ("arrival_s", "1e300", "arrival_s must be 0 to 315360000"),
-        ("arrival_s", "-5", "arrival_s must be 0 to"),
-        ("exclusive_minutes", "Infinity", "exclusive_minutes must be above 0 to 5256000"),
-        ("exclusive_minutes", "NaN", "exclusive_minutes must be above 0"),
-        ("peak_memory_mb", "NaN", "peak_memory_mb must be a size in MB"),
+        ("arrival_s", "NaN", "arrival_s: expected a number from 0 to 315360000, found nan"),
+        ("arrival_s", "1e300", "arrival_s: expected a number from 0 to 315360000"),
+        ("arrival_s", "-5", "arrival_s: expected a number from 0 to 315360000, found -5"),
+        (
+            "exclusive_minutes",
+            "Infinity",
+            "exclusive_minutes: expected a number above 0 to 5256000, found inf",
+        ),
+        ("exclusive_minutes", "NaN", "exclusive_minutes: expected a number above 0"),
+        ("peak_memory_mb", "NaN", "peak_memory_mb: expected a number from 0 to 16777216"),
         # an estimate of Infinity was an OverflowError traceback, NaN "cannot convert float NaN"
-        ("estimate_gpumemnet_mb", "Infinity", "estimate_gpumemnet_mb must be a size in MB"),
-        ("estimate_gpumemnet_mb", "NaN", "estimate_gpumemnet_mb must be a size in MB"),
-        ("priority", "Infinity", "missing or bad field (cannot convert float infinity"),
+        ("estimate_gpumemnet_mb", "Infinity", "estimate_gpumemnet_mb: expected a number from 0"),
+        ("estimate_gpumemnet_mb", "NaN", "estimate_gpumemnet_mb: expected a number from 0"),
+        (
+            "priority",
+            "Infinity",
+            "priority: expected a whole number from -1000 to 1000, found inf (number)",
+        ),
         ("gpus", "0", "gpus: expected a whole number from 1 to 64, found 0"),
         # finite but past what `gpudesk submit` takes: a peak of 1e300 MB was printed as a
         # 300-digit count of GiB ("impossible: job 1 needs 9765625000...0.0 GiB")
-        ("peak_memory_mb", "1e300", "peak_memory_mb must be a size in MB, 0 to 16777216"),
-        ("estimate_horus_mb", "1e30", "estimate_horus_mb must be a size in MB, 0 to 16777216"),
+        (
+            "peak_memory_mb",
+            "1e300",
+            "peak_memory_mb: expected a number from 0 to 16777216, found 1e+300",
+        ),
+        (
+            "estimate_horus_mb",
+            "1e30",
+            "estimate_horus_mb: expected a number from 0 to 16777216, found 1e+30",
+        ),
         ("gpus", "100000000000000000000", "gpus: expected a whole number from 1 to 64"),
         ("priority", "1e30", "priority: expected a whole number from -1000 to 1000, found"),
         # a repeated id was "error: list.remove(x): x not in list"
@@ -202,7 +219,8 @@ def test_a_number_a_replay_cannot_use_is_a_trace_error(
     checked for what a replay can use."""
     path = write_trace(tmp_path, [{}, {field: "SENTINEL"}])
     path.write_text(path.read_text().replace('"SENTINEL"', value))
-    with pytest.raises(TraceError, match=re.escape(f"jobs[1]: {words}")):
+    shown = "1" if field == "id" else "2"  # the job's id, where it gives one
+    with pytest.raises(TraceError, match=re.escape(f"jobs[1] (id {shown}): {words}")):
         load_trace(path)
 
 
@@ -329,3 +347,118 @@ def test_a_job_that_died_sharing_is_retried_alone_not_lost_as_too_big(tmp_path: 
     for policy in ("mps", "auto", "naive"):
         result = Simulation(trace, policy=policy, station="sim:a100-40gb").run()
         assert (result.oom_crashes, result.oom_recovered, result.lost) == (1, 1, 0), policy
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "words"),
+    [
+        # int() cut these: 1.9 and 2.5 GPUs ran on 1 and 2, 0.5 was "found 0 (integer)"
+        ("gpus", "1.9", "gpus: expected a whole number from 1 to 64, found 1.9 (number)"),
+        ("gpus", "2.5", "gpus: expected a whole number from 1 to 64, found 2.5 (number)"),
+        ("gpus", "0.5", "gpus: expected a whole number from 1 to 64, found 0.5 (number)"),
+        # as a profile refuses gpus = 2.0: a whole number is an integer
+        ("gpus", "2.0", "gpus: expected a whole number from 1 to 64, found 2.0 (number)"),
+        ("priority", "1.5", "priority: expected a whole number from -1000 to 1000, found 1.5"),
+        # booleans were taken as 1
+        ("gpus", "true", "gpus: expected a whole number from 1 to 64, found True (boolean)"),
+        ("arrival_s", "true", "arrival_s: expected a number from 0 to 315360000, found True"),
+        # each was "missing or bad field (int() argument must be ..., not 'NoneType')" or alike
+        ("priority", "null", "priority: expected a whole number from -1000 to 1000, found null"),
+        ("gpus", "null", "gpus: expected a whole number from 1 to 64, found null"),
+        ("checkpoint_s", "null", "checkpoint_s: expected a number from 0 to 3600, found null"),
+        ("exclusive_minutes", '"ten"', "exclusive_minutes: expected a number above 0 to 5256000"),
+        ("estimate_horus_mb", "{}", "estimate_horus_mb: expected a number from 0 to 16777216"),
+        ("preemptible", '"yes"', "preemptible: expected true or false, found 'yes' (string)"),
+        ("class", "5", "class: expected a string, found 5 (integer)"),
+        ("task", "[1]", "task: expected a string, found [1] (array)"),
+    ],
+)
+def test_a_field_of_the_wrong_kind_is_named_with_the_value_as_written(
+    tmp_path: Path, field: str, value: str, words: str
+) -> None:
+    path = write_trace(tmp_path, [{}, {field: "SENTINEL"}])
+    path.write_text(path.read_text().replace('"SENTINEL"', value))
+    with pytest.raises(TraceError) as caught:
+        load_trace(path)
+    assert str(caught.value).startswith(f"{path}: jobs[1] (id 2): {words}")
+    assert "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("value", "words"),
+    [
+        # 2.7 was job 2; [1] was "int() argument must be ..."
+        ("2.7", "id: expected a whole number from 1 to 9223372036854775807, found 2.7 (number)"),
+        ("[1]", "id: expected a whole number from 1 to 9223372036854775807, found [1] (array)"),
+        ("true", "id: expected a whole number from 1 to 9223372036854775807, found True (boolean)"),
+    ],
+)
+def test_a_bad_id_is_named_without_an_id(tmp_path: Path, value: str, words: str) -> None:
+    path = write_trace(tmp_path, [{}, {"id": "SENTINEL"}])
+    path.write_text(path.read_text().replace('"SENTINEL"', value))
+    with pytest.raises(TraceError) as caught:
+        load_trace(path)
+    assert str(caught.value) == f"{path}: jobs[1]: {words}"
+
+
+def test_a_missing_field_says_what_it_is(tmp_path: Path) -> None:
+    """It was "jobs[0]: missing or bad field ('exclusive_minutes')"."""
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"jobs": [{"id": 7, "arrival_s": 0, "peak_memory_mb": 1}]}))
+    with pytest.raises(TraceError) as caught:
+        load_trace(path)
+    assert str(caught.value) == (
+        f"{path}: jobs[0] (id 7): missing exclusive_minutes (the job's run time alone, in minutes)"
+    )
+    path.write_text(json.dumps({"jobs": [5]}))
+    with pytest.raises(TraceError, match=re.escape("jobs[0]: expected an object (a job), found 5")):
+        load_trace(path)
+
+
+def test_null_is_not_given_where_a_field_may_be_left_out(tmp_path: Path) -> None:
+    trace = load_trace(
+        write_trace(tmp_path, [{"sm_pct": None, "estimate_horus_mb": None, "model": None}])
+    )
+    job = trace.jobs[0]
+    assert (job.sm_pct, job.model, sorted(job.estimates)) == (10.0, "", ["gpumemnet"])
+
+
+@pytest.mark.parametrize(
+    ("top", "words"),
+    [
+        # these printed "trace None", "trace ['x']" and "found 'sim:5'"
+        ({"name": None}, "name: expected a string, found null"),
+        ({"name": ["x"]}, "name: expected a string, found ['x'] (array)"),
+        ({"station": 5}, "station: expected a simulated station's name: dgx-station-a100"),
+        ({"station": "h9"}, "station: expected a simulated station's name: dgx-station-a100"),
+    ],
+)
+def test_a_trace_name_and_station_are_checked(
+    tmp_path: Path, top: dict[str, Any], words: str
+) -> None:
+    path = write_trace(tmp_path, [{}])
+    path.write_text(json.dumps({**json.loads(path.read_text()), **top}))
+    with pytest.raises(TraceError) as caught:
+        load_trace(path)
+    assert str(caught.value).startswith(f"{path}: {words}")
+    if "station" in top:
+        assert f"found {top['station']!r} (" in str(caught.value)
+
+
+def test_a_trace_station_with_a_count_is_taken(tmp_path: Path) -> None:
+    trace = load_trace(write_trace(tmp_path, [{}], station="h100x2"))
+    assert trace.sim_station == "sim:h100x2"
+
+
+def test_an_empty_trace_name_is_said() -> None:
+    """`gpudesk simulate ''` said "cannot read the trace .": the empty name became a folder."""
+    with pytest.raises(TraceError, match="the trace's name is empty"):
+        load_trace("")
+
+
+def test_jobs_without_the_estimators_guess_are_counted(tmp_path: Path) -> None:
+    from gpudesk.policy.trace import estimators_given, missing_estimates
+
+    trace = load_trace(write_trace(tmp_path, [{"estimate_horus_mb": 100}, {}, {}]))
+    assert [missing_estimates(trace, e) for e in ESTIMATORS] == [0, 2, 3, 0]
+    assert estimators_given(trace) == ("gpumemnet", "horus")
