@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from gpudesk.api.models import *  # noqa: F403 (every model, listed in models.__all__)
     from gpudesk.core.jobs import JobSpec as JobSpec
     from gpudesk.core.jobs import SpecError as SpecError
-    from gpudesk.core.jobs import TrackingSpec as TrackingSpec
+    from gpudesk.core.tracking_spec import TrackingSpec as TrackingSpec
 
 _LAZY = {
     "Client": "gpudesk.api.client",

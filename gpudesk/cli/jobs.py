@@ -224,11 +224,8 @@ def submit(
     submit_job.add_preemption(raw, preemptible, preempt_signal, preempt_grace)
     extras = submit_extras.apply(raw, begin, comment, array, after_any, after_notok, notify)
     spec = submit_job.checked_spec(raw)
-    from gpudesk.core.jobs import workdir_problem
-
-    unusable = workdir_problem(str(cwd))
-    if unusable is not None:
-        fail(f"--workdir: {unusable}", EXIT_USAGE)
+    if cluster is None:  # a Slurm job's folder is the cluster's to see
+        submit_job.check_workdir_usable(cwd)
     refs = submit_job.after_refs(after)
     if hold and cluster is not None:
         fail("--hold: a job sent to Slurm cannot be held at submit yet", EXIT_USAGE)

@@ -71,40 +71,18 @@ def run(
     Ctrl-C leaves without waiting for the cancels to end. A profile whose [station] asks for a
     SIMULATED station runs on one of its own, beside your engine, which it leaves as it is
     (docs/shared-station.md)."""
-    from gpudesk.api.own_station import others_live_jobs, simulated_backend
-    from gpudesk.cli.run_report import APPLY_STATION_HINT, EngineLost, LeftRun, run_profile
-    from gpudesk.profile import ProfileError, load_profile, workdir_problems
+    from gpudesk.api.own_station import simulated_backend
+    from gpudesk.cli.run_report import EngineLost, LeftRun, run_profile
 
-    try:
-        loaded = load_profile(profile)
-    except ProfileError as exc:
-        fail(f"the profile is not valid:\n{exc}", EXIT_USAGE)
+    loaded = _loaded(profile)
     cluster = target_cluster(on, loaded.cluster, partition=partition, account=account, qos=qos)
-    # its jobs run on this machine: a folder of theirs that is missing, or a file, is said
-    # here, by your own process, before anything is submitted (a Slurm job's folders are the
-    # cluster's to see; the runner checks again at each start)
-    unusable = workdir_problems(loaded) if cluster is None else None
-    if unusable is not None:
-        fail(f"the profile is not valid:\n{unusable}", EXIT_USAGE)
-    if report is not None:  # before anything is submitted: a run may take hours
-        from gpudesk.cli.report_file import check_report_path, gpudesk_homes
-
-        check_report_path(report, profile=loaded.path, homes=gpudesk_homes())
+    _check_before_submitting(loaded, cluster, report)
     progress = sys.stderr if json_out else sys.stdout
     source = f"{profile} (gpudesk's bundled example)" if loaded.bundled else str(profile)
     simulated = simulated_backend(loaded) if cluster is None else None
     with contextlib.ExitStack() as stack:
         client, where = _connect(stack, loaded, simulated, cluster)
-        # its own station is set as the profile says (another only when asked), unless
-        # another run's jobs are on it: they were placed under its settings
-        how_to_apply, apply = APPLY_STATION_HINT, apply_station
-        if simulated is not None and not apply_station:
-            others = others_live_jobs(client)
-            apply = not others
-            how_to_apply = (
-                f"the station of its own runs {others} job(s) of another run under its "
-                "settings; they change once those end, or with gpudesk run --apply-station"
-            )
+        apply, how_to_apply = _station_settings(client, simulated, apply_station)
         said = f"running {len(loaded.jobs)} job(s) from {source} on {where}"
         print(
             textwrap.fill(
@@ -136,6 +114,50 @@ def run(
         raise typer.Exit(EXIT_INTERRUPTED)
     if not result.succeeded or not written:
         raise typer.Exit(EXIT_FAILED)
+
+
+def _loaded(profile: str) -> Profile:
+    """The profile, or one paragraph (exit 2) saying why it is not valid."""
+    from gpudesk.profile import ProfileError, load_profile
+
+    try:
+        return load_profile(profile)
+    except ProfileError as exc:
+        fail(f"the profile is not valid:\n{exc}", EXIT_USAGE)
+
+
+def _check_before_submitting(
+    loaded: Profile, cluster: ClusterSpec | None, report: Path | None
+) -> None:
+    """What can be checked before anything is submitted (a run may take hours), failing with
+    one paragraph: its jobs' folders, when they run on this machine (said by your own process;
+    a Slurm job's folders are the cluster's to see; the runner checks again at each start),
+    and the --report file."""
+    from gpudesk.profile import workdir_problems
+
+    unusable = workdir_problems(loaded) if cluster is None else None
+    if unusable is not None:
+        fail(f"the profile is not valid:\n{unusable}", EXIT_USAGE)
+    if report is not None:
+        from gpudesk.cli.report_file import check_report_path, gpudesk_homes
+
+        check_report_path(report, profile=loaded.path, homes=gpudesk_homes())
+
+
+def _station_settings(client: Client, simulated: str | None, asked: bool) -> tuple[bool, str]:
+    """Whether the run applies its profile's [station], and what it says with each setting it
+    leaves: a station of its own is set as the profile says (another only when `asked`:
+    --apply-station), unless another run's jobs are on it, placed under its settings."""
+    from gpudesk.api.own_station import others_live_jobs
+    from gpudesk.cli.run_report import APPLY_STATION_HINT
+
+    if simulated is None or asked:
+        return asked, APPLY_STATION_HINT
+    others = others_live_jobs(client)
+    return not others, (
+        f"the station of its own runs {others} job(s) of another run under its settings; they "
+        "change once those end, or with gpudesk run --apply-station"
+    )
 
 
 def _left_text(left: LeftRun) -> str:

@@ -1,7 +1,7 @@
 """`gpudesk run PROFILE`: submit a profile's jobs, follow them to the end, report (the command
 itself: gpudesk.cli.run).
 
-Progress is a live table on a terminal and one plain line per state change otherwise (CI logs,
+Progress is gpudesk.cli.run_progress's: a live table on a terminal, plain lines otherwise (CI logs,
 `| tee`). Ctrl-C cancels the run's jobs (not the engine, not other runs) and still reports.
 """
 
@@ -30,6 +30,7 @@ from gpudesk.api.submit import (
     run_group,
     submit_profile,
 )
+from gpudesk.cli.run_progress import Progress
 from gpudesk.core.cluster import ClusterSpec
 from gpudesk.hw.telemetry.energy import summarize
 from gpudesk.profile import Profile, ReportConfig
@@ -43,8 +44,6 @@ MIN_REFRESH_S = 0.1
 # 10,000 jobs on a 2-core machine), so a follower spaces its refreshes to stay under this share.
 ENGINE_SHARE = 0.1
 CANCEL_GRACE_S = 5.0
-NAME_WIDTH = 40  # the live table's names at most
-MIN_OUTPUT_WIDTH = 10  # a narrower LAST OUTPUT column is left out
 
 
 class LeftRun(Exception):
@@ -396,114 +395,12 @@ def _rounded(seconds: float | None) -> float | None:
     return None if seconds is None else round(seconds, 3)
 
 
-class _Progress:
-    """Prints what changed: a live table on a terminal, plain lines elsewhere."""
-
-    def __init__(self, stream: TextIO, live: bool) -> None:
-        self.stream = stream
-        self.seen: dict[int, tuple[str, int]] = {}
-        self.live = None
-        if live:
-            from rich.console import Console
-            from rich.live import Live
-
-            self.live = Live(console=Console(file=stream), refresh_per_second=4, transient=True)
-            self.live.start()
-
-    def say(self, line: str) -> None:
-        """A line of its own, above the live table on a terminal."""
-        if self.live is not None:
-            self.live.console.print(line, markup=False, highlight=False)
-        else:
-            print(line, file=self.stream, flush=True)
-
-    def update(self, jobs: list[JobView]) -> None:
-        if self.live is not None:
-            console = self.live.console
-            self.live.update(self._table(jobs, rows=console.height - 4, width=console.width))
-            return
-        for job in jobs:
-            key = (job.state, job.attempts)
-            if self.seen.get(job.id) == key:
-                continue
-            self.seen[job.id] = key
-            detail = ""
-            if job.placed:
-                detail = f" on {job.slot} (attempt {job.attempts})" if job.slot else ""
-            elif job.terminal or job.attempts:
-                detail = f": {job.reason}" if job.reason else ""
-            print(
-                f"{render.clock(time.time())}  {job.name}  {job.state}{detail}",
-                file=self.stream,
-                flush=True,
-            )
-
-    def _table(self, jobs: list[JobView], rows: int, width: int) -> Any:
-        """As many jobs as `rows` holds, in `width` columns: ids, states and times whole, the
-        names next (clipped in the middle where they must be: a sweep's jobs differ at the
-        end), the last output line in what is left, or not at all."""
-        from rich.table import Table
-        from rich.text import Text
-
-        done = sum(1 for j in jobs if j.terminal)
-        # Running jobs first, then the queue, then finished ones, as many as the screen holds.
-        rank = {"running": 0, "suspended": 0, "queued": 1}
-        ordered = sorted(jobs, key=lambda j: (rank.get(j.state, 2), j.id))
-        shown = ordered[: max(5, rows)]
-        caption = f"… and {len(jobs) - len(shown)} more" if len(shown) < len(jobs) else None
-        ids = [str(j.id) for j in shown]
-        times = [render.duration(render.runtime(j.started_at, j.ended_at)) for j in shown]
-        outputs = [render.last_line(j.log) if j.state == "running" else "" for j in shown]
-        # each column as wide as its widest cell or its header, whichever is wider
-        fixed = sum(
-            max(len(header), *map(len, cells))
-            for header, cells in (("ID", ids), ("STATE", ["succeeded"]), ("TIME", times))
-        )
-        room = width - fixed - 2 * 3  # the name's, and the output's after two more spaces
-        names = [j.name for j in shown]
-        name_width = max(len("NAME"), min(NAME_WIDTH, max(map(len, names), default=4), room))
-        output_width = room - name_width - 2 if any(outputs) else 0
-        if output_width < MIN_OUTPUT_WIDTH:
-            output_width = 0
-        table = Table(
-            title=f"{done}/{len(jobs)} done",
-            title_justify="left",
-            box=None,
-            pad_edge=False,
-            expand=False,
-            caption=caption,
-            caption_justify="left",
-        )
-        table.add_column("ID", justify="right", no_wrap=True)
-        table.add_column("NAME", no_wrap=True, max_width=name_width)
-        table.add_column("STATE", no_wrap=True, min_width=len("succeeded"))
-        table.add_column("TIME", justify="right", no_wrap=True)
-        if output_width:
-            table.add_column("LAST OUTPUT", no_wrap=True, max_width=output_width)
-        colors = {
-            "running": "cyan",
-            "succeeded": "green",
-            "failed": "red",
-            "cancelled": "yellow",
-            "queued": "dim",
-            "suspended": "magenta",
-        }
-        cells = zip(ids, render.clip_apart(names, name_width), shown, times, outputs, strict=True)
-        for job_id, name, job, took, output in cells:
-            table.add_row(
-                job_id,
-                Text(name),
-                Text(job.state, style=colors.get(job.state, "")),
-                took,
-                *([Text(render.clip(output, output_width))] if output_width else []),
-            )
-        return table
-
-    def close(self) -> None:
-        if self.live is not None:
-            self.live.stop()
-
-
+# Said at once on a first Ctrl-C: which jobs to cancel is the engine's to say, and a busy
+# engine may take a while to answer.
+INTERRUPTED = (
+    "\ninterrupted: cancelling this run's jobs (Ctrl-C again leaves without waiting for the "
+    "cancels to end)…"
+)
 # Said with each [station] setting a run leaves as the station has it.
 APPLY_STATION_HINT = "gpudesk run --apply-station applies it; gpudesk engine set keeps it"
 
@@ -527,28 +424,9 @@ def run_profile(
     report = RunReport(
         profile=profile.name, group=group, started_at=started, ranking=profile.report
     )
-    progress = _Progress(progress_stream, progress_stream.isatty() if live is None else live)
-
-    def note(step: Step) -> None:
-        if isinstance(step, PrepassResult):
-            report.notes.append(step.describe())
-            report.prepass_jobs.add(step.job_id)
-            out = step.output
-            if out is not None and not out["reused"]:
-                report.prepasses_run[str(out["key"])] = float(out["prepass_wall_s"])
-        elif isinstance(step, Submitted):
-            # Such a job holds the run until an admin acts: said at once, and in the report.
-            for line in step.lines():
-                progress.say(line)
-                report.notes.append(line)
-        elif isinstance(step, StationReport):
-            # Said at once, before the jobs, and again in the report: the station is everyone's.
-            for line in step.lines():
-                progress.say(line)
-                report.notes.append(line)
-
-    submitting = False
-    cancel_asked = False
+    progress = Progress(progress_stream, progress_stream.isatty() if live is None else live)
+    note = _noter(report, progress)
+    submitting = cancel_asked = False
 
     def seen(jobs: list[JobView]) -> None:
         report.jobs = jobs
@@ -585,13 +463,8 @@ def run_profile(
                 follow()
             except KeyboardInterrupt:
                 report.interrupted = True
-                # said at once: which jobs to cancel is the engine's to say, and a busy engine
-                # may take a while to answer
-                progress.say(
-                    "\ninterrupted: cancelling this run's jobs (Ctrl-C again leaves without "
-                    "waiting for the cancels to end)…"
-                )
                 try:
+                    progress.say(INTERRUPTED)  # inside: a second Ctrl-C may come at once
                     # Wherever the Ctrl-C landed, even mid-submit: the engine handles requests
                     # in order, so a submit that was sent is queued before this query.
                     cancel_all()
@@ -606,6 +479,33 @@ def run_profile(
         raise EngineLost(exc, group, unended) from None
     finally:
         progress.close()
+    _finish(client, report, cluster)
+    return report
+
+
+def _noter(report: RunReport, progress: Progress) -> Callable[[Step], None]:
+    """What the run does with each step of the submission: notes for the report, and lines
+    said at once."""
+
+    def note(step: Step) -> None:
+        if isinstance(step, PrepassResult):
+            report.notes.append(step.describe())
+            report.prepass_jobs.add(step.job_id)
+            out = step.output
+            if out is not None and not out["reused"]:
+                report.prepasses_run[str(out["key"])] = float(out["prepass_wall_s"])
+        elif isinstance(step, (Submitted, StationReport)):
+            # Said at once, before the jobs, and again in the report: a job held until an
+            # admin acts holds the run; the station is everyone's.
+            for line in step.lines():
+                progress.say(line)
+                report.notes.append(line)
+
+    return note
+
+
+def _finish(client: Client, report: RunReport, cluster: ClusterSpec | None) -> None:
+    """The report's figures once the jobs have ended: usage, where they ran, their metrics."""
     report.ended_at = time.time()
     _add_usage(client, report)
     if cluster is not None:  # the jobs ran on the cluster, not on the station's backend
@@ -613,7 +513,6 @@ def run_profile(
         report.backend = f"slurm:{slurm.cluster}" if slurm else "slurm"
         report.simulated = False
     report.metrics = {j.id: m for j in report.jobs if (m := read_metrics(j.log)) is not None}
-    return report
 
 
 def _add_usage(client: Client, report: RunReport) -> None:
@@ -633,7 +532,7 @@ def _follow(
     client: Client,
     events: EventStream,
     group: str,
-    progress: _Progress,
+    progress: Progress,
     seen: Callable[[list[JobView]], None],
 ) -> list[JobView]:
     """The run's jobs once all have ended, each listing of them given to `seen` meanwhile."""

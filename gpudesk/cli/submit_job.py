@@ -86,7 +86,7 @@ def add_limit_and_tracking(
     if experiment is not None and mlflow_uri is None:
         fail("--experiment names an MLflow experiment: give --mlflow-uri too", EXIT_USAGE)
     if mlflow_uri is not None:
-        from gpudesk.core.jobs import resolve_mlflow_uri
+        from gpudesk.core.tracking_spec import resolve_mlflow_uri
 
         # a relative sqlite path means one here, as a relative --workdir does
         raw["tracking"] = {
@@ -205,3 +205,14 @@ def submit_and_report(
         # queued, but no GPU will drain for it: say so now, not at the next `queue`
         for line in change_lines(submitted.waits_for_change):
             print(f"note: {line}", file=sys.stderr)
+
+
+def check_workdir_usable(cwd: Path) -> None:
+    """--workdir (or the current folder) as the job will find it, checked by your own process
+    before anything is submitted: missing, or not a folder, is one paragraph, exit 2 (the
+    runner checks again when the job starts)."""
+    from gpudesk.core.jobs import workdir_problem
+
+    unusable = workdir_problem(str(cwd))
+    if unusable is not None:
+        fail(f"--workdir: {unusable}", EXIT_USAGE)

@@ -10,8 +10,9 @@ from pathlib import Path
 
 from gpudesk.core.cluster import ClusterSpec
 from gpudesk.core.datasets import DatasetSpec
-from gpudesk.core.jobs import JobSpec, TrackingSpec
+from gpudesk.core.jobs import JobSpec
 from gpudesk.core.station import StationConfig
+from gpudesk.core.tracking_spec import TrackingSpec
 from gpudesk.results import Goal
 
 MAX_PROFILE_BYTES = 1 * 1024 * 1024

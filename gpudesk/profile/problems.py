@@ -8,7 +8,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from gpudesk.core.jobs import TrackingSpec, describe
+from gpudesk.core.jobs import describe
+from gpudesk.core.tracking_spec import TrackingSpec
 from gpudesk.profile.model import NamedWorkdir, Problem, ProfileError, ReportConfig
 from gpudesk.profile.values import _INVALID, _found, _render_key, _suggest
 from gpudesk.toml_lines import Key, KeyLines

@@ -9,20 +9,14 @@ from typing import Any
 
 from gpudesk.core.cluster import CLUSTER_KEYS, ClusterSpec, check_cluster
 from gpudesk.core.datasets import LOADER_KEYS, DatasetSpec
-from gpudesk.core.jobs import (
-    FIELD_CHECKS,
-    TrackingSpec,
-    check_dataset,
-    check_mlflow_uri,
-    check_name,
-    resolve_mlflow_uri,
-)
+from gpudesk.core.jobs import FIELD_CHECKS, check_dataset, check_name
 from gpudesk.core.station import (
     STATION_CHECKS,
     STATION_KEYS,
     StationConfig,
     mig_layout_problem,
 )
+from gpudesk.core.tracking_spec import TrackingSpec, check_mlflow_uri, resolve_mlflow_uri
 from gpudesk.profile.model import DatasetConfig, ReportConfig
 from gpudesk.profile.problems import _Recorder
 from gpudesk.profile.values import (

@@ -11,7 +11,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from gpudesk.core.datasets import LOADER_KEYS
-from gpudesk.core.jobs import MLFLOW_MAX_PARAM_VALUE, check_bool, check_name, describe
+from gpudesk.core.jobs import check_bool, check_name, describe
+from gpudesk.core.tracking_spec import MLFLOW_MAX_PARAM_VALUE
 from gpudesk.profile.model import MAX_REPEAT
 from gpudesk.results import Goal
 from gpudesk.toml_lines import BARE_KEY, Key

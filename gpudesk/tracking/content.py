@@ -10,8 +10,9 @@ import shlex
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from gpudesk.core.jobs import MLFLOW_MAX_PARAM_VALUE, JobState
+from gpudesk.core.jobs import JobState
 from gpudesk.core.records import JobRecord
+from gpudesk.core.tracking_spec import MLFLOW_MAX_PARAM_VALUE
 from gpudesk.results import LINE, metrics_of
 from gpudesk.tracking.messages import MetricPoint
 

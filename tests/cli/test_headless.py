@@ -12,7 +12,8 @@ from test_api_prepass import job_view  # same folder: on sys.path under pytest
 
 from gpudesk import render
 from gpudesk.api.models import JobView
-from gpudesk.cli.run_report import RunReport, _Progress
+from gpudesk.cli.run_progress import Progress
+from gpudesk.cli.run_report import RunReport
 from gpudesk.profile import ReportConfig
 
 
@@ -51,7 +52,7 @@ def test_report_counts_and_success() -> None:
 
 def test_live_table_shows_running_first_and_fits_the_screen() -> None:
     jobs = [job(i, "succeeded") for i in range(1, 31)] + [job(31, "queued"), job(32, "running")]
-    table = _Progress(io.StringIO(), live=False)._table(jobs, rows=6, width=100)
+    table = Progress(io.StringIO(), live=False)._table(jobs, rows=6, width=100)
     out = io.StringIO()
     Console(file=out, width=100).print(table)
     lines = [line.rstrip() for line in out.getvalue().splitlines()]
@@ -230,7 +231,7 @@ def test_live_table_at_80_columns_gives_the_width_to_ids_names_and_times(
 
     def shown(width: int) -> list[str]:
         out = io.StringIO()
-        table = _Progress(io.StringIO(), live=False)._table(jobs, rows=10, width=width)
+        table = Progress(io.StringIO(), live=False)._table(jobs, rows=10, width=width)
         Console(file=out, width=width).print(table)
         return [line.rstrip() for line in out.getvalue().splitlines()]
 
@@ -263,7 +264,7 @@ def test_live_table_keeps_the_id_and_time_headers_whole_beside_long_names() -> N
         job(i, "queued", name=name.format(i), started_at=None, ended_at=None) for i in range(1, 5)
     ]
     out = io.StringIO()
-    table = _Progress(io.StringIO(), live=False)._table(jobs, rows=10, width=60)
+    table = Progress(io.StringIO(), live=False)._table(jobs, rows=10, width=60)
     Console(file=out, width=60).print(table)
     lines = [line.rstrip() for line in out.getvalue().splitlines()]
     assert lines[1].split() == ["ID", "NAME", "STATE", "TIME"], lines

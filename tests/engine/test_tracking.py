@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from gpudesk.core.jobs import JobSpec, SpecError, TrackingSpec, resolve_mlflow_uri
+from gpudesk.core.jobs import JobSpec, SpecError
+from gpudesk.core.tracking_spec import TrackingSpec, resolve_mlflow_uri
 from gpudesk.engine.services.tracking.outbox import Outbox
 from gpudesk.profile import ProfileError, parse_profile
 from gpudesk.tracking import content, messages

@@ -1,0 +1,54 @@
+"""The checks a name or any field's error message needs first, shared by the job model
+(core.jobs) and the specs it holds (core.tracking_spec): `describe` a value as found, and
+`check_name`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpudesk.text import is_text, safe_text, spelled_char, unsafe_char
+
+MAX_NAME_LEN = 200
+
+
+def describe(value: Any) -> str:
+    """A short, type-revealing rendering of a value for error messages; JSON's null is null."""
+    if value is None:
+        return "null"
+    kind = {
+        bool: "boolean",
+        int: "integer",
+        float: "number",
+        str: "string",
+        list: "array",
+        dict: "table",
+    }.get(type(value), type(value).__name__)
+    try:
+        # a boolean as TOML and JSON write it (`true`), not as Python does (`True`)
+        text = ("true" if value else "false") if isinstance(value, bool) else repr(value)
+    except ValueError:  # an int too long for str() (Python's 4300-digit limit)
+        text = "<a huge number>"
+    if len(text) > 60:
+        text = text[:57] + "..."
+    return f"{text} ({kind})"
+
+
+def check_name(value: Any) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"expected a string, found {describe(value)}")
+    name = value.strip()
+    if not name:
+        raise ValueError("expected a non-empty name")
+    if len(name) > MAX_NAME_LEN:
+        raise ValueError(f"expected at most {MAX_NAME_LEN} characters, found {len(name)}")
+    bad = unsafe_char(name)
+    if bad is not None:
+        raise ValueError(
+            f"a name cannot contain control characters or invisible formatting (found "
+            f"{spelled_char(bad)}): it is shown on one line of plain text"
+        )
+    if not is_text(name):
+        raise ValueError(
+            f"a name must be text (UTF-8); {safe_text(name)!r} holds bytes that are not"
+        )
+    return name
