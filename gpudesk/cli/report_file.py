@@ -23,19 +23,7 @@ from typing import NoReturn
 
 from gpudesk.cli.common import fail
 from gpudesk.cli.exit_codes import EXIT_USAGE
-
-
-def _kind(mode: int) -> str:
-    for test, name in (
-        (stat.S_ISDIR, "a folder"),
-        (stat.S_ISFIFO, "a named pipe"),
-        (stat.S_ISSOCK, "a socket"),
-        (stat.S_ISCHR, "a character device"),
-        (stat.S_ISBLK, "a block device"),
-    ):
-        if test(mode):
-            return name
-    return "not a regular file"
+from gpudesk.core.jobs import file_kind
 
 
 def _inside(path: str, folder: str) -> bool:
@@ -69,7 +57,7 @@ def output_file_problem(path: Path, homes: Iterable[Path]) -> str | None:
     except OSError:
         return None  # a new file; a path that cannot be written is said when it is written
     if not stat.S_ISREG(st.st_mode):
-        return f"{path} is {_kind(st.st_mode)}; the output is written to a regular file"
+        return f"{path} is {file_kind(st.st_mode)}; the output is written to a regular file"
     return None
 
 
@@ -115,7 +103,7 @@ def check_report_path(report: Path, *, profile: Path, homes: Iterable[Path]) -> 
         if stat.S_ISDIR(st.st_mode):
             refuse(f"is a folder; give a file name, e.g. {report / 'report.txt'}")
         if not stat.S_ISREG(st.st_mode):
-            refuse(f"is {_kind(st.st_mode)}; the report is written to a regular file")
+            refuse(f"is {file_kind(st.st_mode)}; the report is written to a regular file")
         if not os.access(report, os.W_OK):
             refuse("is read-only; make it writable, or name another file")
     if not folder.is_dir():
