@@ -30,6 +30,7 @@ from typing import Any
 
 from gpudesk.cli.common import CliError
 from gpudesk.cli.exit_codes import EXIT_USAGE
+from gpudesk.core.field_checks import describe
 from gpudesk.named_file import FileTooLarge, read_named
 
 CONFIG_ENV = "GPUDESK_CONFIG"
@@ -196,6 +197,12 @@ def _fill(
             raise CliError(
                 f"{path}: [{where}] {key}: `gpudesk {' '.join(words)}` has no option --"
                 f"{key.replace('_', '-')} (it has: {known})",
+                EXIT_USAGE,
+            )
+        if getattr(param, "is_flag", False) and not isinstance(value, bool):
+            # click would take it to its own bool type, which fails on anything but text
+            raise CliError(
+                f"{path}: [{where}] {key}: expected true or false, found {describe(value)}",
                 EXIT_USAGE,
             )
         own[param.name] = value

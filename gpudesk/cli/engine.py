@@ -106,7 +106,9 @@ def engine_start(
 
 @engine_app.command("stop")
 def engine_stop(
-    timeout: float = typer.Option(10.0, "--timeout", help="Seconds to wait for it to exit."),
+    timeout: float = typer.Option(
+        10.0, "--timeout", min=0.5, max=86400.0, help="Seconds to wait for it to exit."
+    ),
 ) -> None:
     """Stop the engine. Running jobs keep running and are re-adopted by the next engine."""
     from gpudesk.api.client import Client
@@ -263,6 +265,8 @@ def _print_engine_and_station(status: StationStatus, home: Home) -> None:
         print(f"metrics: {station.metrics_url} (Prometheus){simulated}")
     elif station.metrics_problem:
         print(f"metrics: {station.metrics_problem.removeprefix('metrics: ')}")
+    if status.drain is not None:
+        print(f"DRAINED: the station is {status.drain.line()}; no job starts until undrained")
     print("jobs:    " + ", ".join(f"{n} {s}" for s, n in status.counts.items()))
     if status.loop is not None and status.loop.requests:
         print(f"loop:    {loop_line(status.loop)}")

@@ -46,7 +46,7 @@ def detail_lines(data: JobDetail, after: list[JobView], width: int) -> list[str]
     lines.extend(_event_lines(data.events, width))
     if data.env is not None:
         lines.append("environment:")
-        lines.extend(f"  {k}={v}" for k, v in sorted(data.env.items()))
+        lines.extend(f"  {k}={printable_line(v)}" for k, v in sorted(data.env.items()))
     return lines
 
 
@@ -67,11 +67,16 @@ def _spec_lines(j: JobView, width: int) -> list[str]:
         + (f" ({j.reason})" if j.reason else ""),
         *_packed(
             "  command    ",
-            ([command] if spec.shell else [shlex.quote(arg) for arg in spec.command])
+            # spelled out: a command's escape sequences must not reach the terminal
+            (
+                [printable_line(command)]
+                if spec.shell
+                else [printable_line(shlex.quote(arg)) for arg in spec.command]
+            )
             + (["[shell]"] if spec.shell else []),
             width,
         ),
-        f"  workdir    {spec.workdir or '-'}",
+        f"  workdir    {printable_line(spec.workdir) if spec.workdir else '-'}",
         f"  asks for   {spec.gpus} GPU(s)"
         + (f", {spec.memory_gb:g} GB" if spec.memory_gb else "")
         + (f", {spec.sm_pct:g}% SM" if spec.sm_pct is not None else "")

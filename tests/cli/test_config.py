@@ -51,6 +51,9 @@ def test_a_wrong_config_file_is_one_paragraph_and_nothing_runs(
         ("[submit\n", "is not valid TOML"),
         ("submit = 3\n", "is not a table"),
         (b"[submit]\nname = '\xff'\n", "is not UTF-8 text"),
+        # a flag is true or false: click's own conversion of a number raised a traceback
+        ("[submit]\nhold = 0\n", "[submit] hold: expected true or false, found 0 (integer)"),
+        ("[submit]\nhold = [1]\n", "[submit] hold: expected true or false, found [1] (array)"),
     ):
         if isinstance(text, bytes):
             config.write_bytes(text)

@@ -8,6 +8,7 @@ after `[station] keep_finished_days` while history still sees them."""
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 from conftest import EngineHandle, Run, wait_for
 from store_fill import corrupt_spec, fill_jobs
@@ -202,3 +203,25 @@ def test_finished_jobs_are_archived_out_of_the_live_listings_but_history_sees_th
     code, out, err = gpudesk("queue", "--all", "--json")
     assert code == 0, err
     assert '"recent"' in out and '"old"' not in out
+
+
+def test_show_spells_out_a_commands_workdirs_and_environments_escape_sequences(
+    engine: EngineHandle, gpudesk: Run, tmp_path: Path
+) -> None:
+    """A job's command, working directory and environment are the user's text: `show` prints
+    their control characters spelled out (as `logs` does), so an ESC[2J in an argument does not
+    clear the terminal of whoever looks at it."""
+    folder = tmp_path / "a\x01b"
+    folder.mkdir()
+    (job,) = engine.submit(
+        {
+            "name": "esc",
+            "command": ["echo", "a\x1b[2Jb\x07"],
+            "workdir": str(folder),
+            "env": {"TITLE": "\x1b]0;pwned\x07"},
+        }
+    )
+    code, out, err = gpudesk("show", "--env", str(job))
+    assert code == 0, err
+    assert "\x1b" not in out and "\x07" not in out and "\x01" not in out
+    assert "a\\x1b[2Jb\\x07" in out and "a\\x01b" in out and "TITLE=\\x1b]0;pwned\\x07" in out

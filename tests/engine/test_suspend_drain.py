@@ -228,10 +228,11 @@ def test_the_commands_say_what_they_did_and_queue_and_top_show_it(
     assert "(new disk)" in drained.stdout
     assert "DRAINED: the station is drained by" in gpudesk("queue").stdout
     assert "DRAINED: the station is drained by" in gpudesk("top", "--once").stdout
+    assert "DRAINED: the station is drained by" in gpudesk("engine", "status").stdout
     undrained = gpudesk("undrain")
     assert undrained.stdout.startswith("undrained (it was drained by "), undrained
     again = gpudesk("undrain")
     assert (again.returncode, again.stderr) == (0, "not drained\n")
-    assert "DRAINED" not in gpudesk("queue").stdout
+    assert "DRAINED" not in gpudesk("queue").stdout + gpudesk("engine", "status").stdout
     engine.api.cancel([job_id], grace=5)
     engine.wait_state(job_id, "cancelled")
