@@ -360,8 +360,12 @@ def test_a_job_that_died_sharing_is_retried_alone_not_lost_as_too_big(tmp_path: 
         ("gpus", "2.0", "gpus: expected a whole number from 1 to 64, found 2.0 (number)"),
         ("priority", "1.5", "priority: expected a whole number from -1000 to 1000, found 1.5"),
         # booleans were taken as 1
-        ("gpus", "true", "gpus: expected a whole number from 1 to 64, found True (boolean)"),
-        ("arrival_s", "true", "arrival_s: expected a number from 0 to 315360000, found True"),
+        ("gpus", "true", "gpus: expected a whole number from 1 to 64, found true (boolean)"),
+        (
+            "arrival_s",
+            "true",
+            "arrival_s: expected a number from 0 to 315360000, found true (boolean)",
+        ),
         # each was "missing or bad field (int() argument must be ..., not 'NoneType')" or alike
         ("priority", "null", "priority: expected a whole number from -1000 to 1000, found null"),
         ("gpus", "null", "gpus: expected a whole number from 1 to 64, found null"),
@@ -390,7 +394,7 @@ def test_a_field_of_the_wrong_kind_is_named_with_the_value_as_written(
         # 2.7 was job 2; [1] was "int() argument must be ..."
         ("2.7", "id: expected a whole number from 1 to 9223372036854775807, found 2.7 (number)"),
         ("[1]", "id: expected a whole number from 1 to 9223372036854775807, found [1] (array)"),
-        ("true", "id: expected a whole number from 1 to 9223372036854775807, found True (boolean)"),
+        ("true", "id: expected a whole number from 1 to 9223372036854775807, found true (boolean)"),
     ],
 )
 def test_a_bad_id_is_named_without_an_id(tmp_path: Path, value: str, words: str) -> None:
