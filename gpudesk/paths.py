@@ -117,17 +117,21 @@ def _owner(uid: int) -> str:
     return f"{name} (uid {uid})" if name else f"uid {uid}"
 
 
-def _kind(mode: int) -> str:
-    for test, name in (
-        (stat.S_ISLNK, "a symbolic link"),
+def file_kind(mode: int) -> str:
+    """What a file of `mode` is, in words ("a regular file", "a named pipe"): the one home of
+    that sentence part, for every message that says what stands where something else should."""
+    for test, kind in (
+        (stat.S_ISREG, "a regular file"),
         (stat.S_ISDIR, "a folder"),
-        (stat.S_ISREG, "a file"),
-        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISLNK, "a symbolic link"),
         (stat.S_ISFIFO, "a named pipe"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
     ):
         if test(mode):
-            return name
-    return "a device or special file"
+            return kind
+    return "a special file"
 
 
 def _refuse(path: Path, problem: str, remedy: str) -> UnsafePath:
@@ -158,7 +162,8 @@ def check_private(path: Path, st: os.stat_result, want_dir: bool, remedy: str) -
     if not wanted:
         raise _refuse(
             path,
-            f"is {_kind(st.st_mode)} where gpudesk expects {'a folder' if want_dir else 'a file'}",
+            f"is {file_kind(st.st_mode)} where gpudesk expects "
+            f"{'a folder' if want_dir else 'a file'}",
             remedy,
         )
     if st.st_uid != os.geteuid():
@@ -249,7 +254,7 @@ def check_station_dir(path: Path) -> Path:
     if stat.S_ISLNK(st.st_mode):
         problem = f"is a symbolic link (to {_link_target(path)})"
     elif not stat.S_ISDIR(st.st_mode):
-        problem = f"is {_kind(st.st_mode)}, not a folder"
+        problem = f"is {file_kind(st.st_mode)}, not a folder"
     elif st.st_uid != 0:
         problem = f"belongs to {_owner(st.st_uid)}, not root"
     elif st.st_mode & 0o022:

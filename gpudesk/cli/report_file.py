@@ -23,7 +23,7 @@ from typing import NoReturn
 
 from gpudesk.cli.common import fail
 from gpudesk.cli.exit_codes import EXIT_USAGE
-from gpudesk.core.jobs import file_kind
+from gpudesk.paths import file_kind
 
 
 def _inside(path: str, folder: str) -> bool:

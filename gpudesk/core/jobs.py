@@ -16,6 +16,7 @@ from gpudesk.core.cluster import ClusterSpec, check_cluster
 from gpudesk.core.field_checks import check_name, describe
 from gpudesk.core.submit_options import SUBMIT_OPTION_CHECKS, SUBMIT_OPTION_FIELDS
 from gpudesk.core.tracking_spec import TrackingSpec, check_tracking
+from gpudesk.paths import file_kind
 from gpudesk.text import is_os_text, safe_text
 
 NumberCheck = Callable[[Any], "float | None"]  # number_in's: None where optional and not given
@@ -235,22 +236,6 @@ def check_workdir(value: Any) -> str | None:
     if not isinstance(value, str) or not value.strip():
         raise ValueError(f"expected a directory path, found {describe(value)}")
     return _no_nul(value, "the path")
-
-
-def file_kind(mode: int) -> str:
-    """What a file of `mode` is, in words: "a regular file", "a named pipe"."""
-    for test, kind in (
-        (stat.S_ISREG, "a regular file"),
-        (stat.S_ISDIR, "a directory"),
-        (stat.S_ISLNK, "a symbolic link"),
-        (stat.S_ISFIFO, "a named pipe"),
-        (stat.S_ISSOCK, "a socket"),
-        (stat.S_ISCHR, "a character device"),
-        (stat.S_ISBLK, "a block device"),
-    ):
-        if test(mode):
-            return kind
-    return "a special file"
 
 
 def workdir_problem(workdir: str) -> str | None:

@@ -41,6 +41,7 @@ from gpudesk.core import protocol
 from gpudesk.core.identity import Caller, Identity
 from gpudesk.engine.offloop import Pending
 from gpudesk.env_seconds import env_seconds
+from gpudesk.paths import file_kind
 from gpudesk.units import byte_size
 
 log = logging.getLogger("gpudesk.engine")
@@ -213,9 +214,9 @@ class ControlSocket:
             st = os.lstat(self.path)
             if not stat.S_ISSOCK(st.st_mode):
                 raise CannotListen(
-                    f"the engine cannot listen at {self.path}: {_kind(st.st_mode)} is there, not "
-                    "a socket, and gpudesk does not remove what it did not make. Look at it, move "
-                    f"it away (`mv {self.path} {self.path}.old`), then start the engine again."
+                    f"the engine cannot listen at {self.path}: {file_kind(st.st_mode)} is there, "
+                    "not a socket, and gpudesk does not remove what it did not make. Look at it, "
+                    f"move it away (`mv {self.path} {self.path}.old`), then start the engine again."
                 )
             os.unlink(self.path)
         self.max_connections = _connection_room()
@@ -591,19 +592,6 @@ class ControlSocket:
 
 class CannotListen(Exception):
     """The control socket's path cannot be listened at (something else is there, say)."""
-
-
-def _kind(mode: int) -> str:
-    """What a file of `mode` is, in words: "a regular file"."""
-    for test, kind in (
-        (stat.S_ISREG, "a regular file"),
-        (stat.S_ISDIR, "a folder"),
-        (stat.S_ISLNK, "a symbolic link"),
-        (stat.S_ISFIFO, "a named pipe"),
-    ):
-        if test(mode):
-            return kind
-    return "something other than a socket"
 
 
 def _turn_away(sock: socket.socket, message: str) -> None:
