@@ -158,6 +158,8 @@ def write_config(root: Path) -> None:
                 "SlurmctldHost=localhost",
                 "AuthType=auth/none",
                 "CredType=cred/none",
+                # a requeued batch job waits out its credential's lifetime (default 120 s)
+                "AuthInfo=cred_expire=5",
                 "SlurmUser=root",
                 "SlurmdUser=root",
                 f"SlurmctldPort={_free_port()}",

@@ -257,7 +257,7 @@ def export_scripts(
     """The scripts and submit.sh for these jobs, whose logs go to `directory`/logs (an absolute
     path: the jobs run in their own workdir). Raises SlurmMappingError for a job this cluster
     cannot be asked for."""
-    submissions = plan(specs, cluster, offer, preemption=True)
+    submissions = plan(specs, cluster, offer)
     parents = _order(submissions)
     order = _topological(parents)
     width = max(2, len(str(len(order))))

@@ -327,9 +327,9 @@ MAX_SIGNAL_TIME_S = 0xFFFF
 
 
 def preempt_options(spec: JobSpec) -> list[SbatchOption]:
-    """A preemptible job's --requeue and --signal (docs/slurm.md, "Preemptible jobs"), for the
-    scripts `gpudesk export slurm` writes (the engine's own submissions do not ask for them:
-    its poller does not follow a requeued job).
+    """A preemptible job's --requeue and --signal (docs/slurm.md, "Preemptible jobs"), in the
+    scripts `gpudesk export slurm` writes and in the engine's own submissions (whose poller
+    follows a requeued job back to the queue: backends/slurm.py).
 
     `--signal=B:SIG@GRACE`: `B:` sends the signal to the batch shell alone (slurmstepd's
     kill(2) of its pid), which is the job's own process since the script execs it; without

@@ -105,7 +105,6 @@ class Submission:
     tasks: tuple[Task, ...]
     options: tuple[SbatchOption, ...]  # the first task's; the same for all, but the name
     array_name: str | None = None  # an array's sweep (its name as written); None: not an array
-    preemption: bool = False  # its jobs' preemptible is carried (--requeue, --signal)
 
     @property
     def is_array(self) -> bool:
@@ -121,14 +120,12 @@ def plan(
     cluster: ClusterSpec,
     offer: GresOffer,
     job_ids: Sequence[int | None] | None = None,
-    *,
-    preemption: bool = False,
 ) -> list[Submission]:
     """Group jobs, in order, into submissions: neighbours from one sweep (same sweep, group and
     `after`) that ask for the same resources form an array; every other job is one of its own.
-    `preemption`: a preemptible job asks for --requeue and --signal (request.preempt_options;
-    `gpudesk export slurm`). Raises SlurmMappingError for a job this cluster cannot be asked
-    for, or whose name or folder an #SBATCH line cannot hold (sbatch_word)."""
+    A preemptible job asks for --requeue and --signal (request.preempt_options). Raises
+    SlurmMappingError for a job this cluster cannot be asked for, or whose name or folder an
+    #SBATCH line cannot hold (sbatch_word)."""
     ids = list(job_ids) if job_ids is not None else [None] * len(specs)
     submissions: list[Submission] = []
     current: list[Task] = []
@@ -156,13 +153,11 @@ def plan(
             sbatch_word(option)
         if len(workdirs) == 1 and first.workdir is not None:  # the script's --chdir
             sbatch_word(SbatchOption("--chdir", first.workdir, ""))
-        submissions.append(Submission(tuple(current), tuple(options), name, preemption))
+        submissions.append(Submission(tuple(current), tuple(options), name))
         current.clear()
 
     for spec, job_id in zip(specs, ids, strict=True):
-        options = sbatch_options(spec, cluster, offer)
-        if preemption:
-            options += preempt_options(spec)
+        options = sbatch_options(spec, cluster, offer) + preempt_options(spec)
         if current:
             first = current[0].spec
             joins = (
@@ -185,17 +180,18 @@ def _comment(text: str) -> list[str]:
     return [f"#   {one_line(line)}" for line in text.split("\n")]
 
 
-def _task_lines(task: Task, chdir: str | None, indent: str, preemption: bool) -> list[str]:
+def _task_lines(task: Task, chdir: str | None, indent: str) -> list[str]:
     spec = task.spec
     lines = []
     if task.job_id is not None:
         lines.append(
             f"export GPUDESK_JOB_ID={task.job_id} GPUDESK_JOB_NAME={shlex.quote(spec.name)} "
-            "GPUDESK_ATTEMPT=1"
+            # Slurm runs a job once, or again from the start once it requeued it
+            'GPUDESK_ATTEMPT="$((${SLURM_RESTART_COUNT:-0} + 1))"'
         )
     for key, value in spec.env.items():
         lines.append(f"export {key}={shlex.quote(value)}")
-    if preemption and spec.preemptible:
+    if spec.preemptible:
         lines.extend(_preempt_lines(spec))
     if spec.workdir is not None and spec.workdir != chdir:
         lines.append(f"cd {shlex.quote(spec.workdir)} || exit 1")
@@ -235,9 +231,9 @@ def render(
         lines.extend(_environment_lines(environment, unset))
     lines.extend(_THREADS_LINES)
     if submission.is_array:
-        lines.extend(_array_lines(tasks, chdir, submission.preemption))
+        lines.extend(_array_lines(tasks, chdir))
     else:
-        lines.extend(_task_lines(tasks[0], chdir, "", submission.preemption))
+        lines.extend(_task_lines(tasks[0], chdir, ""))
     return "\n".join(lines) + "\n"
 
 
@@ -299,13 +295,13 @@ def _script_options(
     return options
 
 
-def _array_lines(tasks: Sequence[Task], chdir: str | None, preemption: bool) -> list[str]:
+def _array_lines(tasks: Sequence[Task], chdir: str | None) -> list[str]:
     """An array's tasks: a `case` on SLURM_ARRAY_TASK_ID, task i running the i-th job."""
     lines = ['case "$SLURM_ARRAY_TASK_ID" in']
     for index, task in enumerate(tasks):
         who = f"gpudesk job {task.job_id}: " if task.job_id is not None else ""
         lines.append(f"  {index})  # {one_line(who + task.spec.name)}")
-        lines.extend(_task_lines(task, chdir, "    ", preemption))
+        lines.extend(_task_lines(task, chdir, "    "))
         lines.append("    ;;")
     lines.append('  *) echo "gpudesk: no job for array task $SLURM_ARRAY_TASK_ID" >&2; exit 1 ;;')
     lines.append("esac")

@@ -135,7 +135,7 @@ def test_placement_vocabulary_becomes_gres(
         cluster=target,
     )
     (done,) = slurm_engine.wait_all_done([job_id], timeout=60)
-    assert done.state == "succeeded", done
+    assert done.state == "succeeded", (done.reason, _log(slurm_engine, job_id))
     assert done.slurm.gres == gres
     assert shown in _log(slurm_engine, job_id)
 
@@ -281,3 +281,44 @@ def test_a_signal_reaches_a_slurm_job_and_suspend_is_refused(slurm_engine: Engin
     assert slurm_engine.job(job_id).state == "running"
     slurm_engine.api.cancel([job_id])
     slurm_engine.wait_all_done([job_id], timeout=60)
+
+
+REQUEUED_SCRIPT = (
+    'echo "run restarts=${SLURM_RESTART_COUNT:-0} preempted=${GPUDESK_PREEMPTED:-0} '
+    'signal=${GPUDESK_PREEMPT_SIGNAL:-none} attempt=$GPUDESK_ATTEMPT"; '
+    'if [ "${SLURM_RESTART_COUNT:-0}" -gt 0 ]; then echo resumed; exit 0; fi; '
+    "while true; do sleep 0.2; done"
+)
+
+
+@pytest.mark.slow(20)
+@pytest.mark.timeout(200)
+def test_a_preemptible_job_slurm_requeues_is_followed_to_its_end(
+    slurm_engine: EngineHandle, cluster: SlurmCluster
+) -> None:
+    """`preemptible` reaches Slurm (--requeue, --signal) for the engine's own submissions, and
+    a job Slurm puts back in its queue is shown queued again, then runs from the start and
+    ends as its second run does."""
+    (job_id,) = _submit(
+        slurm_engine,
+        {"name": "requeued", "preemptible": True, "command": ["sh", "-c", REQUEUED_SCRIPT]},
+    )
+    slurm_engine.wait_state(job_id, "running", timeout=30)
+    wait_for(lambda: "restarts=0" in _log(slurm_engine, job_id), 30, what="its first run")
+    assert "preempted=0 signal=SIGUSR1" in _log(slurm_engine, job_id)
+    script = Path(slurm_engine.job(job_id).slurm.script).read_text()
+    assert "#SBATCH --requeue" in script and "#SBATCH --signal=B:USR1@120" in script
+    slurm_id = slurm_engine.job(job_id).slurm.job_id
+    cluster.run("scontrol", "requeue", slurm_id)
+    queued = slurm_engine.wait_state(job_id, "queued", timeout=30)
+    assert "requeued by Slurm" in queued.reason, queued
+    # Slurm holds a requeued batch job for its credential's lifetime (squeue's reason
+    # BeginTime): the test cluster's AuthInfo=cred_expire=5, 120 s by default
+    (done,) = slurm_engine.wait_all_done([job_id], timeout=120)
+    assert done.state == "succeeded", (done.reason, _log(slurm_engine, job_id))
+    log = _log(slurm_engine, job_id)
+    assert "restarts=0 preempted=0 signal=SIGUSR1 attempt=1" in log, log
+    assert "restarts=1 preempted=1 signal=SIGUSR1 attempt=2" in log and "resumed" in log, log
+    assert done.attempts == 2 and done.preemptions == 1, done
+    shown = _cli("show", str(job_id))
+    assert "requeued by Slurm" in shown.stdout, shown.stdout

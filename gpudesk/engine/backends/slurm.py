@@ -360,22 +360,7 @@ class SlurmBackend:
             return self._settle_intent(row, job, heard)
         line, ended = heard.line, heard.ended
         if line is None and ended is None:
-            self.missing[row.job_id] = self.missing.get(row.job_id, 0) + 1
-            if self.missing[row.job_id] < MISSING_POLLS:
-                return False
-            self.missing.pop(row.job_id, None)
-            lost = (
-                f"lost: Slurm no longer knows job {row.slurm_id} and its completion log has no "
-                "record of it (an operator may have purged it)"
-            )
-            if heard.unreachable is not None:
-                lost = (
-                    f"lost: gpudesk could not ask Slurm about job {row.slurm_id} for "
-                    f"{MISSING_POLLS} polls in a row: {heard.unreachable.rstrip('.')}. It may "
-                    f"still run in Slurm (squeue -j {row.slurm_id})"
-                )
-            self._end(job, JobState.FAILED, lost, None, None)
-            return True
+            return self._not_heard_of(row, job, heard)
         self.missing.pop(row.job_id, None)
         state = (ended.state if ended else None) or (line.state if line else "UNKNOWN")
         node = (ended.node if ended else None) or (line.node if line else None)
@@ -384,7 +369,10 @@ class SlurmBackend:
         if state != row.state or reason != row.reason or node != row.node:
             self.store.note_slurm(row.job_id, state, reason, node, own)
         if state in slurm.QUEUED_STATES:
-            return False
+            if job.state is not JobState.RUNNING:
+                return False
+            self._requeued(job, row, reason)
+            return True
         # Slurm's own StartTime (scontrol or the completion log for an ended job, squeue's %S
         # for a running one): a job's wall time and GPU-seconds are Slurm's, as sacct's
         # Elapsed, not from when a poll first saw it running.
@@ -394,12 +382,16 @@ class SlurmBackend:
             time.time(),
         )
         ran = state in slurm.RUNNING_STATES or started is not None
+        if _started_again(job, started):  # requeued and started again between two polls
+            self._requeued(job, row, reason)
+            job = self.store.job(job.id)
         # A job cancelled while pending has a StartTime too (its end): it never ran.
         if job.state is JobState.QUEUED and ran and state not in slurm.CANCELLED_STATES:
             self.store.slurm_started(
                 job.id,
                 started or time.time(),
                 f"started by Slurm on {node or '?'} (job {row.slurm_id})",
+                attempt=job.attempts + 1,
             )
             self.events.job(job.id, f"running on Slurm node {node or '?'}")
             job = self.store.job(job.id)
@@ -493,6 +485,31 @@ class SlurmBackend:
             return f"cancelled by user (scancel {row.slurm_id})"
         return f"cancelled in Slurm (scancel of job {row.slurm_id} from outside gpudesk)"
 
+    def _not_heard_of(self, row: SlurmRow, job: JobRecord, heard: Heard) -> bool:
+        """Slurm said nothing of the job: lost once MISSING_POLLS polls in a row say so."""
+        self.missing[row.job_id] = self.missing.get(row.job_id, 0) + 1
+        if self.missing[row.job_id] < MISSING_POLLS:
+            return False
+        self.missing.pop(row.job_id, None)
+        lost = (
+            f"lost: Slurm no longer knows job {row.slurm_id} and its completion log has no "
+            "record of it (an operator may have purged it)"
+        )
+        if heard.unreachable is not None:
+            lost = (
+                f"lost: gpudesk could not ask Slurm about job {row.slurm_id} for "
+                f"{MISSING_POLLS} polls in a row: {heard.unreachable.rstrip('.')}. It may "
+                f"still run in Slurm (squeue -j {row.slurm_id})"
+            )
+        self._end(job, JobState.FAILED, lost, None, None)
+        return True
+
+    def _requeued(self, job: JobRecord, row: SlurmRow, reason: str | None) -> None:
+        said = f"requeued by Slurm (job {row.slurm_id}" + (f": {reason})" if reason else ")")
+        message = f"{said}; it runs its script again from the start once Slurm starts it"
+        self.store.slurm_requeued(job.id, message)
+        self.events.job(job.id, message)
+
     def _end(
         self, job: JobRecord, state: JobState, reason: str, code: int | None, ended: Ended | None
     ) -> None:
@@ -511,3 +528,19 @@ class SlurmBackend:
 
     def close(self) -> None:
         self.poller.stop()
+
+
+# Slurm's StartTime has whole seconds; a requeue takes longer than this to start a job again.
+RESTART_SLACK_S = 2.0
+
+
+def _started_again(job: JobRecord, started: float | None) -> bool:
+    """A job gpudesk saw running whose Slurm StartTime is now later than the one it recorded:
+    Slurm requeued it and started it again between two polls (a preemption, `scontrol
+    requeue`), so no poll saw it pending."""
+    return (
+        job.state is JobState.RUNNING
+        and started is not None
+        and job.started_at is not None
+        and started > job.started_at + RESTART_SLACK_S
+    )

@@ -100,8 +100,9 @@ class SlurmTables(JobTables):
                 "UPDATE slurm_jobs SET cancel_sent = 1 WHERE job_id = ?", [(i,) for i in job_ids]
             )
 
-    def slurm_started(self, job_id: int, started_at: float, message: str) -> None:
-        """queued -> running: Slurm started it (its one attempt, as gpudesk counts them)."""
+    def slurm_started(self, job_id: int, started_at: float, message: str, attempt: int = 1) -> None:
+        """queued -> running: Slurm started it, for the `attempt`-th time (its one attempt, as
+        gpudesk counts them, unless Slurm requeued it: `slurm_requeued`)."""
         with self.transaction() as conn:
             self._transition(
                 conn,
@@ -109,9 +110,20 @@ class SlurmTables(JobTables):
                 JobState.RUNNING,
                 safe_text(message),
                 time.time(),
-                attempts=1,
+                attempts=attempt,
                 started_at=started_at,
             )
+
+    def slurm_requeued(self, job_id: int, message: str) -> None:
+        """running -> queued: Slurm put the job back in its queue (a preemption with
+        PreemptMode=REQUEUE, `scontrol requeue`, a node that failed under it); it runs its
+        script again from the start. Counted as a preemption, as the station's are."""
+        message = safe_text(message)
+        with self.transaction() as conn:
+            self._transition(
+                conn, job_id, JobState.QUEUED, message, time.time(), started_at=None, reason=message
+            )
+            conn.execute("UPDATE jobs SET preemptions = preemptions + 1 WHERE id = ?", (job_id,))
 
     def slurm_ended(
         self,
@@ -132,8 +144,11 @@ class SlurmTables(JobTables):
                 "reason": message,
                 "held": 0,
             }
-            if started_at is not None:
-                columns.update(attempts=1, started_at=started_at)
+            if started_at is not None:  # its attempts so far, one at least (requeues count)
+                (before,) = conn.execute(
+                    "SELECT attempts FROM jobs WHERE id = ?", (job_id,)
+                ).fetchone()
+                columns.update(attempts=max(1, before), started_at=started_at)
             self._transition(conn, job_id, state, message, time.time(), **columns)
 
     def slurm_sent(self, sent: Sequence[tuple[int, str]]) -> None:
