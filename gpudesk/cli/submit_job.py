@@ -163,8 +163,9 @@ def submit_and_report(
 ) -> None:
     """Submit the job, or its array's jobs (their --after names made ids first), and say what
     became of it: a line, its JSON, or (`parsable`) its id alone (an array's first)."""
+    from gpudesk.api.errors import EngineError
     from gpudesk.api.submit import change_lines
-    from gpudesk.cli.submit_extras import Extras, array_line, job_ids, specs_of
+    from gpudesk.cli.submit_extras import Extras, array_line, job_ids, specs_of, unknown_dependency
 
     extras = extras or Extras()
     with engine_client() as client:
@@ -172,7 +173,13 @@ def submit_and_report(
             raw = {**raw, "after": job_ids(client, refs)}
         specs = specs_of(raw, extras, client)
         spec = specs[0]
-        submitted = client.submit_jobs(specs, hold=hold)
+        try:
+            submitted = client.submit_jobs(specs, hold=hold)
+        except EngineError as exc:
+            unknown = unknown_dependency(exc)  # --after 999: no such job, said as the option
+            if unknown:
+                fail(unknown, EXIT_USAGE)
+            raise
         job_id = submitted.ids[0]
         # a Slurm job: say the id Slurm gave it, as sbatch would
         slurm = client.show(job_id).job.slurm if to_cluster and not json_out else None
