@@ -149,10 +149,11 @@ def job_ids(client: Client, refs: list[str], key: str = "after") -> list[int]:
     no job has is bad input, said as the option (`key`'s) that gave it; an id is checked by the
     engine (`unknown_dependency`)."""
     from gpudesk.api.errors import EngineError
+    from gpudesk.core.field_checks import reads_as_job_id
 
     ids = []
     for ref in refs:
-        if ref.isascii() and ref.isdigit():
+        if reads_as_job_id(ref):
             ids.append(int(ref))
             continue
         try:

@@ -45,11 +45,8 @@ def job_fields(
     cluster: ClusterSpec | None,
 ) -> dict[str, Any]:
     """The job's fields as `JobSpec.from_dict` takes them, from submit's options."""
-    from gpudesk.text import safe_text
-
     return {
-        # a program whose file name is not UTF-8 runs as it is; its name only shows it
-        "name": name or safe_text(Path(command[0]).name),
+        "name": name or _program_name(command[0]),
         "command": [" ".join(command)] if shell else command,
         "shell": shell,
         "workdir": str(cwd),
@@ -63,6 +60,23 @@ def job_fields(
         "max_attempts": max_attempts,
         "cluster": cluster,
     }
+
+
+def _program_name(program: str) -> str:
+    """The job's name where --name gives none: its program's file name, unless that is all
+    digits (a job reference of digits is read as an id: the job could not be named by it)."""
+    from gpudesk.core.field_checks import reads_as_job_id
+    from gpudesk.text import safe_text
+
+    # a program whose file name is not UTF-8 runs as it is; its name only shows it
+    name = safe_text(Path(program).name)
+    if reads_as_job_id(name.strip()):
+        fail(
+            f"the job would be named after its program, {name!r}, but a job's name cannot be "
+            "all digits (digits are read as a job id): give it one with --name",
+            EXIT_USAGE,
+        )
+    return name
 
 
 def add_limit_and_tracking(
