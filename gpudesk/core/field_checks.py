@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpudesk.text import is_text, safe_text, spelled_char, unsafe_char
+from gpudesk.text import one_line_refusal
 
 MAX_NAME_LEN = 200
 
@@ -41,16 +41,9 @@ def check_name(value: Any) -> str:
         raise ValueError("expected a non-empty name")
     if len(name) > MAX_NAME_LEN:
         raise ValueError(f"expected at most {MAX_NAME_LEN} characters, found {len(name)}")
-    bad = unsafe_char(name)
-    if bad is not None:
-        raise ValueError(
-            f"a name cannot contain control characters or invisible formatting (found "
-            f"{spelled_char(bad)}): it is shown on one line of plain text"
-        )
-    if not is_text(name):
-        raise ValueError(
-            f"a name must be text (UTF-8); {safe_text(name)!r} holds bytes that are not"
-        )
+    refusal = one_line_refusal(name, "a name", "it is shown on one line of plain text")
+    if refusal is not None:
+        raise ValueError(refusal)
     return name
 
 
