@@ -68,17 +68,23 @@ def user_name(uid: int) -> str:
 
 
 def check_owner(root: Path) -> None:
-    """Raise HomeError when `root` exists and belongs to another user. A home is one user's:
-    sharing another's would fail on their files, or (as root) leave files they cannot use."""
+    """Raise HomeError when `root` exists and belongs to another user, or is no folder (or
+    lies under a file, so none can be made). A home is one user's: sharing another's would fail
+    on their files, or (as root) leave files they cannot use."""
     try:
-        owner = root.stat().st_uid
+        st = root.stat()
     except FileNotFoundError:
         return
+    except NotADirectoryError:
+        raise _not_a_folder(root) from None
     except PermissionError as exc:
         raise HomeError(
             f"cannot use the gpudesk home {root}: {exc.strerror}. Set GPUDESK_HOME to a folder "
             "of your own."
         ) from None
+    if not stat.S_ISDIR(st.st_mode):
+        raise _not_a_folder(root)
+    owner = st.st_uid
     me = os.geteuid()
     if owner != me:
         default = default_home()
@@ -90,6 +96,34 @@ def check_owner(root: Path) -> None:
             f"folder of your own{elsewhere}, or, if this home is yours, take it back: "
             f"`sudo chown -R {user_name(me)} {root}`."
         )
+
+
+def _not_a_folder(root: Path) -> HomeError:
+    """The home `root` is a file, or lies under one: what it is, and what to do, which depends
+    on what named it (GPUDESK_HOME, the default, or a path given)."""
+    blocker, kind = root, "not a folder"
+    for folder in [*reversed(root.parents), root]:  # the first on the way that is no folder
+        with contextlib.suppress(OSError):
+            mode = os.stat(folder).st_mode
+            if not stat.S_ISDIR(mode):
+                blocker, kind = folder, file_kind(mode)
+                break
+    what = f"{root} is {kind}" if blocker == root else f"{root} lies under {blocker}, {kind}"
+    named = os.environ.get("GPUDESK_HOME")
+    if named and resolve_home() == root:
+        return HomeError(
+            f"GPUDESK_HOME names {'a file' if blocker == root else 'a path under a file'}, not "
+            f"a folder: {what}. Point GPUDESK_HOME at a folder (gpudesk creates it when "
+            f"missing), or unset it for the default, {default_home()}."
+        )
+    if root == default_home():
+        return HomeError(
+            f"gpudesk's home {what}, not a folder. It is not gpudesk's: move it away, and "
+            "gpudesk makes its folder there, or set GPUDESK_HOME to a folder elsewhere."
+        )
+    return HomeError(
+        f"the gpudesk home {what}, not a folder: name a folder (gpudesk creates it when missing)."
+    )
 
 
 def default_home() -> Path:

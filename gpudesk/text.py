@@ -23,7 +23,8 @@ not hold has one home, `unsafe_char`: a control character (C0, DEL, C1: U+009B i
 terminal), and the characters that reorder, break or hide what a reader sees (Unicode format
 characters, Cf: the bidi overrides U+202A..U+202E and isolates U+2066..U+2069, the zero-width
 U+200B..U+200F; the line and paragraph separators U+2028, U+2029). Such text is refused when a
-job is submitted; one shown in a message or kept from before is spelled out by `printable_line`.
+job is submitted, in the words of `one_line_refusal`; one shown in a message or kept from before
+is spelled out by `printable_line`.
 """
 
 from __future__ import annotations
@@ -122,6 +123,23 @@ def printable_line(text: str) -> str:
 def is_text(text: str) -> bool:
     """Is `text` valid Unicode (no lone surrogate)? What a name or a label must be."""
     return text.isascii() or _SURROGATE.search(text) is None
+
+
+def one_line_refusal(text: str, what: str, why: str, allowed: str = "") -> str | None:
+    """Why `text` cannot be `what` ("a name", "a comment"), one line of plain text: the first
+    character `unsafe_char` finds (but those in `allowed`), spelled out, then `why` ("it is
+    shown on one line of plain text"); or bytes that are not UTF-8. None where it can be."""
+    bad = unsafe_char(text, allowed)
+    if bad is not None:
+        return (
+            f"{what} cannot contain control characters or invisible formatting "
+            f"(found {spelled_char(bad)}): {why}"
+        )
+    if not is_text(text):
+        shown = safe_text(text)
+        shown = shown if len(shown) <= 60 else f"{shown[:57]}..."
+        return f"{what} must be text (UTF-8); {shown!r} holds bytes that are not"
+    return None
 
 
 def is_os_text(text: str) -> bool:

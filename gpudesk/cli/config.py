@@ -13,9 +13,10 @@ key an option's long name with or without dashes (`time = "2h"`, `max-attempts =
     interval = 2
 
 Values go to click as the option's default (`default_map`), so the command line always wins
-and a value is checked as if typed (a bad one's paragraph names the file, table and key:
-`default_source`). An unknown command or option, or a file that is not TOML,
-is one paragraph naming the file and the key, and the command does not run.
+and a value is checked as if typed (a bad one's paragraph names the file, its line, the
+table and key: `default_source`), as is one that gpudesk's own checks refuse. An unknown
+command or option, or a file that is not TOML, is one paragraph naming the file and the key,
+and the command does not run.
 
 Under it lies the site's file, `/etc/gpudesk/config.toml` (gpudesk.cli.site_config), with the
 same tables: gpudesk's own defaults < the site's < the user's < the command line.
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -54,26 +56,36 @@ SITE_HINT = " (the site's defaults for every user: its admin can fix it)"
 
 
 def _read(path: Path) -> dict[str, Any]:
+    data = _user_bytes(path)
+    return {} if data is None else _parse(path, data)
+
+
+def _user_bytes(path: Path) -> bytes | None:
+    """The user's config file's bytes, None when there is none."""
     try:
-        data = read_named(path, MAX_CONFIG_BYTES, "a config file")
+        return read_named(path, MAX_CONFIG_BYTES, "a config file")
     except FileNotFoundError:
-        return {}
+        return None
     except OSError as exc:
         raise CliError(
             f"cannot read the config file {path}: {exc.strerror or exc}", EXIT_USAGE
         ) from None
     except FileTooLarge as exc:
         raise CliError(f"cannot read the config file {path}: {exc}", EXIT_USAGE) from None
-    return _parse(path, data)
 
 
 def read_site(path: Path) -> dict[str, Any]:
     """The site config file's tables ({} when there is none), read only if it can be trusted
     (gpudesk.cli.site_config)."""
+    data = _site_bytes(path)
+    return {} if data is None else _parse(path, data, SITE, SITE_HINT)
+
+
+def _site_bytes(path: Path) -> bytes | None:
     from gpudesk.cli.site_config import SiteConfigRefused, read_site_bytes
 
     try:
-        data = read_site_bytes(path)
+        return read_site_bytes(path)
     except SiteConfigRefused as exc:
         raise CliError(
             f"{SITE} {path} is not read: {exc}. gpudesk reads it only where no one but root "
@@ -82,7 +94,6 @@ def read_site(path: Path) -> dict[str, Any]:
         ) from None
     except OSError as exc:
         raise CliError(f"cannot read {SITE} {path}: {exc.strerror or exc}", EXIT_USAGE) from None
-    return {} if data is None else _parse(path, data, SITE, SITE_HINT)
 
 
 def _parse(
@@ -110,24 +121,50 @@ def _parse(
         raise CliError(f"{what} {path} is not valid TOML: {reason}{hint}", EXIT_USAGE) from None
 
 
-def default_source(command: Any, words: list[str], name: str) -> Path | None:
-    """Which config file set the default of option `name` (click's parameter name) of the
-    command `words` (`["engine", "start"]`) in `command`, the whole click tree: the user's file
-    where it sets it (it wins), else the site's; None where neither does. Read again, for an
-    error's words only."""
-    from gpudesk.cli.site_config import site_config_path
+@dataclass(frozen=True)
+class ConfigOrigin:
+    """Where a config file set an option's default: `[submit] time`, on a line of `path`."""
 
-    site, user = site_config_path(), config_path()
+    path: Path
+    table: str  # as its header names it: "submit", "engine.stop"
+    key: str  # as the file writes it: "max-attempts" or "max_attempts"
+    line: int | None
+
+    def __str__(self) -> str:
+        """`FILE:3: [submit] time`, as a profile's problems are said."""
+        where = f"{self.path}:{self.line}" if self.line else str(self.path)
+        return f"{where}: [{self.table}] {self.key}"
+
+
+def default_source(command: Any, words: list[str], param: Any) -> ConfigOrigin | None:
+    """Which config file set the default of option `param` (a click parameter) of the command
+    `words` (`["engine", "start"]`) in `command`, the whole click tree, and where in it: the
+    user's file where it sets it (it wins), else the site's; None where neither does. Read
+    again, for an error's words only."""
+    from gpudesk.cli.site_config import site_config_path
+    from gpudesk.toml_lines import KeyLines
+
     found = None
-    for path, read in ((site, read_site), (user, _read)):
-        if path is None or not os.path.lexists(path):
+    for path, read in ((site_config_path(), _site_bytes), (config_path(), _user_bytes)):
+        data = read(path) if path is not None and os.path.lexists(path) else None
+        if path is None or data is None:
             continue
-        table: Any = defaults_of(command, read(path), path)
+        document = _parse(path, data)
+        table: Any = defaults_of(command, document, path)
+        raw: Any = document
         for word in words:
             table = table.get(word) if isinstance(table, dict) else None
-        if isinstance(table, dict) and name in table:
-            found = path
-    return found
+            raw = raw.get(word) if isinstance(raw, dict) else None
+        if isinstance(table, dict) and param.name in table:
+            found = (path, data, raw)
+    if found is None:
+        return None
+    path, data, raw = found
+    names = {opt.lstrip("-").replace("-", "_") for opt in param.opts if opt.startswith("--")}
+    # the key the value was taken from: the last of those naming the option (as _fill reads)
+    key = [k for k in raw if k.replace("-", "_") in names][-1]
+    line = KeyLines(data.decode("utf-8")).line((*words, key))
+    return ConfigOrigin(path, ".".join(words), key, line)
 
 
 def default_map(command: Any, path: Path | None = None) -> DefaultMap:

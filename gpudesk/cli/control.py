@@ -34,7 +34,9 @@ def resume(
     jobs: list[str] = typer.Argument(..., help="Job ids or names.", autocompletion=complete_job),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
-    """Resume suspended jobs: SIGCONT to their processes, where they left off."""
+    """Resume suspended jobs: SIGCONT to their processes, where they left off.
+
+    Exits 1 if a job could not be resumed (queued or finished, or a Slurm job)."""
     with acting_client(list(jobs)) as client:
         results = client.resume(list(jobs))
     report_outcomes(results, json_out)

@@ -117,7 +117,7 @@ def edit(
         fail("nothing to change: give the options to change (gpudesk edit --help)", EXIT_USAGE)
     with acting_client([job]) as client:
         for key, refs in extras.after.items():
-            fields[key] = submit_extras.job_ids(client, refs)
+            fields[key] = submit_extras.job_ids(client, refs, key)
         result = _edited(client, job, fields, set_env, unset_env)
     if json_out:
         print_json({"id": result.id, "name": result.name, "changes": result.changes})
@@ -186,6 +186,9 @@ def _edited(
     except EngineError as exc:
         if exc.code == "invalid_args":
             fail(_as_option(exc), EXIT_USAGE)
+        unknown = submit_extras.unknown_dependency(exc)  # --after 999: no such job
+        if unknown:
+            fail(unknown, EXIT_USAGE)
         raise
 
 

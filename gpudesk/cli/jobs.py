@@ -566,7 +566,9 @@ def release(
     jobs: list[str] = typer.Argument(..., help="Job ids or names.", autocompletion=complete_job),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
-    """Release held jobs: they may start again, from the place in the queue they kept."""
+    """Release held jobs: they may start again, from the place in the queue they kept.
+
+    Exits 1 if a job could not be released (it is running or finished)."""
     with acting_client(list(jobs)) as client:
         results = client.release(list(jobs))
     _report_outcomes(results, json_out)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -20,6 +20,9 @@ from gpudesk.cli.failures import reported_failures
 from gpudesk.cli.finite_numbers import refuse_non_finite
 from gpudesk.cli.first_answers import ROOT_HELP, version_text
 from gpudesk.cli.plain_help import plain_help
+
+if TYPE_CHECKING:
+    from gpudesk.cli.config import ConfigOrigin
 
 # Each command of the root, the module (in gpudesk.cli) that holds it, in the order `gpudesk
 # --help` lists them: the commands of the nameless typers first, then the groups. A command line
@@ -176,25 +179,46 @@ def usage_paragraph(exc: Exception) -> str:
 
 def _from_config(exc: Exception, ctx: Any) -> str:
     """Where a bad value came from a config file rather than the command line (click's
-    default_map): " It comes from [top] interval in FILE."; else ""."""
-    param: Any = getattr(exc, "param", None)
-    name = getattr(param, "name", None)
-    if name is None:
+    default_map): " It comes from [top] interval in FILE (line 3)."; else ""."""
+    origin = _config_origin(ctx, getattr(exc, "param", None))
+    if origin is None:
         return ""
-    source = ctx.get_parameter_source(name)
-    if getattr(source, "name", None) != "DEFAULT_MAP":
-        return ""
+    line = f" (line {origin.line})" if origin.line else ""
+    return f" It comes from [{origin.table}] {origin.key} in {origin.path}{line}."
+
+
+def _config_origin(ctx: Any, param: Any) -> ConfigOrigin | None:
+    """Where a config file gave option `param` of the command of `ctx` its value (click's
+    default_map); None where it was typed, or is gpudesk's own default."""
     from gpudesk.cli.config import default_source
 
+    name = getattr(param, "name", None)
+    if name is None or getattr(ctx.get_parameter_source(name), "name", None) != "DEFAULT_MAP":
+        return None
     words = ctx.command_path.split()[1:]
     try:
-        path = default_source(typer.main.get_command(build_app()), words, name)
+        return default_source(typer.main.get_command(build_app()), words, param)
     except CliError:
-        return ""  # (a file that cannot be read would have stopped the command before)
-    if path is None:
-        return ""
-    key = next((o.lstrip("-") for o in param.opts if o.startswith("--")), name)
-    return f" It comes from [{'.'.join(words)}] {key} in {path}."
+        return None  # (a file that cannot be read would have stopped the command before)
+
+
+def _said_as_config(exc: CliError) -> CliError:
+    """A command's own refusal of an option's value (`--time: 'soon' is not a duration`) where
+    a config file gave that value, not the command line: said as the file's, with its line,
+    table and key (`FILE:2: [submit] time: 'soon' is not a duration …`)."""
+    option, sep, rest = str(exc).partition(": ")
+    ctx = exc.ctx
+    if ctx is None or not sep or not option.startswith("--"):
+        return exc
+    param = next((p for p in ctx.command.params if option in getattr(p, "opts", ())), None)
+    origin = _config_origin(ctx, param)
+    if origin is None:
+        return exc
+    return CliError(
+        f"{origin}: {rest} (a default from the config file; {option} on the command line "
+        "overrides it)",
+        exc.code,
+    )
 
 
 def _user_defaults(command: Any, partial: bool) -> dict[str, object]:
@@ -237,9 +261,12 @@ def main(argv: list[str] | None = None) -> None:
             if args in ROOT_HELP:
                 _print_root_help(command, defaults)
                 sys.exit(0)  # as click's help does
-            code = command.main(
-                args=args, prog_name="gpudesk", standalone_mode=False, default_map=defaults
-            )
+            try:
+                code = command.main(
+                    args=args, prog_name="gpudesk", standalone_mode=False, default_map=defaults
+                )
+            except CliError as exc:  # a value from a config file: said as the file's
+                raise _said_as_config(exc) from None
     except usage_error as exc:
         print(f"error: {usage_paragraph(exc)}", file=sys.stderr)
         sys.exit(EXIT_USAGE)

@@ -16,6 +16,7 @@ from gpudesk.cli.exit_codes import EXIT_USAGE
 
 if TYPE_CHECKING:
     from gpudesk.api.client import Client
+    from gpudesk.api.errors import EngineError
     from gpudesk.core.jobs import JobSpec
     from gpudesk.core.submit_options import ArrayRange
 
@@ -128,7 +129,7 @@ def apply(
             raw["array_limit"] = extras.array.limit
     for key, refs in (("after_any", after_any), ("after_notok", after_notok)):
         if refs:
-            extras.after[key] = job_refs(refs, f"--{key.replace('_', '-')}")
+            extras.after[key] = job_refs(refs, _option(key))
     return extras
 
 
@@ -143,11 +144,47 @@ def job_refs(values: list[str], option: str) -> list[str]:
     return refs
 
 
-def job_ids(client: Client, refs: list[str]) -> list[int]:
-    """Ids and names, made ids now: the job waits for those jobs, not later namesakes."""
-    return [
-        int(ref) if ref.isascii() and ref.isdigit() else client.show(ref).job.id for ref in refs
-    ]
+def job_ids(client: Client, refs: list[str], key: str = "after") -> list[int]:
+    """Ids and names, made ids now: the job waits for those jobs, not later namesakes. A name
+    no job has is bad input, said as the option (`key`'s) that gave it; an id is checked by the
+    engine (`unknown_dependency`)."""
+    from gpudesk.api.errors import EngineError
+    from gpudesk.core.field_checks import reads_as_job_id
+
+    ids = []
+    for ref in refs:
+        if reads_as_job_id(ref):
+            ids.append(int(ref))
+            continue
+        try:
+            ids.append(client.show(ref).job.id)
+        except EngineError as exc:
+            if exc.code != "unknown_job":
+                raise
+            fail(
+                f"{_option(key)}: there is no job named {ref!r} to run after (gpudesk queue "
+                "--all lists the jobs)",
+                EXIT_USAGE,
+            )
+    return ids
+
+
+def _option(key: str) -> str:
+    """A dependency field's option: --after-any for after_any."""
+    return f"--{key.replace('_', '-')}"
+
+
+def unknown_dependency(exc: EngineError) -> str | None:
+    """The engine's refusal of a job to run after that does not exist (`jobs[0].after: there
+    is no job 999 to run after …`, edit's `fields.after_any: …`) as the option that named it
+    (`--after: there is no job 999 …`); None for any other error."""
+    from gpudesk.core.job_edit import DEPENDENCY_FIELDS
+
+    where, sep, rest = str(exc).partition(": ")
+    key = where.rpartition(".")[2]
+    if exc.code != "unknown_job" or not sep or key not in DEPENDENCY_FIELDS:
+        return None
+    return f"{_option(key)}: {rest}"
 
 
 def specs_of(raw: dict[str, Any], extras: Extras, client: Client) -> list[JobSpec]:
@@ -157,7 +194,7 @@ def specs_of(raw: dict[str, Any], extras: Extras, client: Client) -> list[JobSpe
 
     fields = dict(raw)
     for key, refs in extras.after.items():
-        fields[key] = job_ids(client, refs)
+        fields[key] = job_ids(client, refs, key)
     array = extras.array
     tasks = array.tasks if array is not None else (None,)
     specs = []

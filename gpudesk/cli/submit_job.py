@@ -45,11 +45,8 @@ def job_fields(
     cluster: ClusterSpec | None,
 ) -> dict[str, Any]:
     """The job's fields as `JobSpec.from_dict` takes them, from submit's options."""
-    from gpudesk.text import safe_text
-
     return {
-        # a program whose file name is not UTF-8 runs as it is; its name only shows it
-        "name": name or safe_text(Path(command[0]).name),
+        "name": name or _program_name(command[0]),
         "command": [" ".join(command)] if shell else command,
         "shell": shell,
         "workdir": str(cwd),
@@ -63,6 +60,23 @@ def job_fields(
         "max_attempts": max_attempts,
         "cluster": cluster,
     }
+
+
+def _program_name(program: str) -> str:
+    """The job's name where --name gives none: its program's file name, unless that is all
+    digits (a job reference of digits is read as an id: the job could not be named by it)."""
+    from gpudesk.core.field_checks import reads_as_job_id
+    from gpudesk.text import safe_text
+
+    # a program whose file name is not UTF-8 runs as it is; its name only shows it
+    name = safe_text(Path(program).name)
+    if reads_as_job_id(name.strip()):
+        fail(
+            f"the job would be named after its program, {name!r}, but a job's name cannot be "
+            "all digits (digits are read as a job id): give it one with --name",
+            EXIT_USAGE,
+        )
+    return name
 
 
 def add_limit_and_tracking(
@@ -163,8 +177,9 @@ def submit_and_report(
 ) -> None:
     """Submit the job, or its array's jobs (their --after names made ids first), and say what
     became of it: a line, its JSON, or (`parsable`) its id alone (an array's first)."""
+    from gpudesk.api.errors import EngineError
     from gpudesk.api.submit import change_lines
-    from gpudesk.cli.submit_extras import Extras, array_line, job_ids, specs_of
+    from gpudesk.cli.submit_extras import Extras, array_line, job_ids, specs_of, unknown_dependency
 
     extras = extras or Extras()
     with engine_client() as client:
@@ -172,7 +187,13 @@ def submit_and_report(
             raw = {**raw, "after": job_ids(client, refs)}
         specs = specs_of(raw, extras, client)
         spec = specs[0]
-        submitted = client.submit_jobs(specs, hold=hold)
+        try:
+            submitted = client.submit_jobs(specs, hold=hold)
+        except EngineError as exc:
+            unknown = unknown_dependency(exc)  # --after 999: no such job, said as the option
+            if unknown:
+                fail(unknown, EXIT_USAGE)
+            raise
         job_id = submitted.ids[0]
         # a Slurm job: say the id Slurm gave it, as sbatch would
         slurm = client.show(job_id).job.slurm if to_cluster and not json_out else None

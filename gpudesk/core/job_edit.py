@@ -11,7 +11,7 @@ its run, and `dataset`/`selection` to a shared loader registered for it.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from gpudesk.core.jobs import JobSpec, JobState, SpecError, check_env, describe
@@ -185,7 +185,12 @@ def edited_spec(
         raise SpecError("env", str(exc)) from None
     env = {k: v for k, v in spec.env.items() if k not in unset_env}
     env.update(added)
-    return JobSpec.from_dict({**spec.to_dict(), **fields, "env": env})
+    edited = {**spec.to_dict(), **fields, "env": env}
+    if "name" in fields:
+        return JobSpec.from_dict(edited)
+    # A name the edit leaves is kept as it is: one stored before a rule refused it (all
+    # digits: check_job_name) does not stop the job's other fields from being edited.
+    return replace(JobSpec.from_dict({**edited, "name": "job"}), name=spec.name)
 
 
 def changes(old: JobSpec, new: JobSpec) -> list[str]:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from gpudesk.core.cluster import ClusterSpec, check_cluster
-from gpudesk.core.field_checks import check_name, describe
+from gpudesk.core.field_checks import check_job_name, check_name, describe
 from gpudesk.core.submit_options import SUBMIT_OPTION_CHECKS, SUBMIT_OPTION_FIELDS
 from gpudesk.core.tracking_spec import TrackingSpec, check_tracking
 from gpudesk.paths import file_kind
@@ -444,7 +444,7 @@ def _checked(key: str, check: Callable[[Any], Any], value: Any) -> Any:
 
 # Field checks keyed by the JobSpec field (and profile key) they validate.
 _CHECKS: dict[str, Callable[[Any], Any]] = {
-    "name": check_name,
+    "name": check_job_name,
     "workdir": check_workdir,
     "env": check_env,
     "gpus": check_gpus,

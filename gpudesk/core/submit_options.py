@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from gpudesk.text import is_text, spelled_char, unsafe_char
+from gpudesk.text import one_line_refusal
 
 MAX_COMMENT_LEN = 1000
 MAX_ARRAY_TASKS = 10_000  # as many jobs as one submit request may carry
@@ -111,15 +111,9 @@ def check_comment(value: Any) -> str:
     text = value.strip()
     if len(text) > MAX_COMMENT_LEN:
         raise ValueError(f"expected at most {MAX_COMMENT_LEN} characters, found {len(text)}")
-    bad = unsafe_char(text)
-    if bad is not None:
-        raise ValueError(
-            f"a comment cannot contain control characters or invisible formatting (found "
-            f"{spelled_char(bad)}); "
-            "write it on one line of plain text"
-        )
-    if not is_text(text):
-        raise ValueError("a comment must be text (UTF-8)")
+    refusal = one_line_refusal(text, "a comment", "write it on one line of plain text")
+    if refusal is not None:
+        raise ValueError(refusal)
     return text
 
 
@@ -133,14 +127,9 @@ def check_notify(value: Any) -> str:
         raise ValueError(f"expected a shell command, found {value!r}")
     if len(value) > MAX_NOTIFY_LEN:
         raise ValueError(f"expected at most {MAX_NOTIFY_LEN} characters, found {len(value)}")
-    bad = unsafe_char(value, allowed="\t")
-    if bad is not None:
-        raise ValueError(
-            f"a command to notify with cannot contain control characters or invisible "
-            f"formatting (found {spelled_char(bad)}): give one line"
-        )
-    if not is_text(value):
-        raise ValueError("a command to notify with must be text (UTF-8)")
+    refusal = one_line_refusal(value, "a command to notify with", "give one line", allowed="\t")
+    if refusal is not None:
+        raise ValueError(refusal)
     return value
 
 

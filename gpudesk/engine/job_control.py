@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from gpudesk.core.field_checks import reads_as_job_id
 from gpudesk.core.jobs import PRIORITY_RANGE, TERMINAL_STATES, JobSpec, JobState
 from gpudesk.core.records import JobRecord
 from gpudesk.engine.backends.base import Backend, JobOutcome, JobsView, state_phrase
@@ -63,7 +64,7 @@ class JobControl:
 
     def find(self, ref: int | str) -> JobRecord:
         """A job by id (int or digits) or by name (the newest job of that name)."""
-        if isinstance(ref, int) or (ref.isascii() and ref.isdigit()):  # "²" is a digit too
+        if isinstance(ref, int) or reads_as_job_id(ref):  # "12", not "²"
             return self.store.job(int(ref))
         jobs = self.store.jobs_named(ref)
         if not jobs:

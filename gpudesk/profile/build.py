@@ -9,6 +9,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from gpudesk.core.field_checks import check_job_name
 from gpudesk.core.jobs import JobSpec, check_command, check_env, check_name, check_workdir, describe
 from gpudesk.core.station import STATION_KEYS
 from gpudesk.profile.entries import _Entries, _Entry
@@ -193,7 +194,7 @@ class _Builder(_Entries):
         # Substituted values are checked again: a grid value can make a name too long, put a
         # control character in it, or empty the program.
         checks: list[tuple[str, Callable[[Any], Any], Any]] = [
-            ("name", check_name, name),
+            ("name", check_job_name, name),
             ("command", lambda v: check_command(v, entry.shell), command),
             ("env", check_env, env),
             ("workdir", check_workdir, workdir),

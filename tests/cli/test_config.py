@@ -89,9 +89,44 @@ def test_a_bad_value_from_a_file_names_the_file_the_table_and_the_key(tmp_path: 
 
     stop = run("engine", "stop")
     assert stop.returncode == 2 and "Traceback" not in stop.stderr
-    assert f"It comes from [engine.stop] timeout in {user}." in stop.stderr, stop.stderr
+    assert f"It comes from [engine.stop] timeout in {user} (line 2)." in stop.stderr, stop.stderr
     top = run("top", "--once")
     assert top.returncode == 2, top.stderr
-    assert f"It comes from [top] interval in {site}." in top.stderr, top.stderr
+    assert f"It comes from [top] interval in {site} (line 2)." in top.stderr, top.stderr
     typed = run("top", "--once", "--interval", "0.01")  # typed: no file to name
     assert typed.returncode == 2 and "comes from" not in typed.stderr, typed.stderr
+
+
+def test_a_value_gpudesks_own_checks_refuse_names_the_file_its_line_and_key(
+    engine: EngineHandle, tmp_path: Path
+) -> None:
+    """A value click takes (a string) but gpudesk's own checks refuse was said as the option
+    (`--time: …`), which a user who typed no --time could not place: the file that gave it is
+    named, with the line, table and key, the user's or the site's."""
+    user, site = tmp_path / "config.toml", tmp_path / "site.toml"
+    user.write_text('# my defaults\n[submit]\ngpus = 0\ntime = "soon"\n')
+    site.write_text("[submit]\nmax_attempts = 0\n")
+    env = {**os.environ, "GPUDESK_CONFIG": str(user), "GPUDESK_SITE_CONFIG": str(site)}
+
+    def submit(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*GPUDESK, "submit", *args, "--", "true"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=env,
+        )
+
+    for args, said in (
+        ((), f"{user}:4: [submit] time: 'soon' is not a duration"),
+        (("--time", "1h"), f"{site}:2: [submit] max_attempts: expected a whole number from 1"),
+    ):
+        refused = submit(*args)
+        assert refused.returncode == 2, refused.stderr
+        assert refused.stderr.startswith(f"error: {said}"), refused.stderr
+        assert (
+            refused.stderr.count("\n") == 1 and "on the command line overrides it" in refused.stderr
+        )
+    typed = submit("--time", "later", "--max-attempts", "1")  # typed: the option is named
+    assert typed.returncode == 2 and typed.stderr.startswith("error: --time: 'later'"), typed
+    assert engine.client.request("jobs")["jobs"] == []

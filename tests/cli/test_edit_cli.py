@@ -111,6 +111,14 @@ def test_edit_refuses_bad_values_a_running_job_and_an_unknown_one(
     one_error(*gpudesk("edit", str(job), "--after", "1", "--no-deps")[::2], EXIT_USAGE, "give one")
     missing = tmp_path / "missing"
     one_error(*gpudesk("edit", str(job), "-C", str(missing))[::2], EXIT_USAGE, "not a directory")
+    # a job to run after that does not exist: bad input, said as the option that named it
+    for option, ref, said in (
+        ("--after", "999", "--after: there is no job 999 to run after"),
+        ("--after-any", "998", "--after-any: there is no job 998 to run after"),
+        ("--after", "nosuchjob", "--after: there is no job named 'nosuchjob' to run after"),
+    ):
+        one_error(*gpudesk("edit", str(job), option, ref)[::2], EXIT_USAGE, said)
+    assert engine.job(job).spec.after == []
     one_error(
         *gpudesk("edit", str(blocker), "--name", "x")[::2],
         EXIT_FAILED,

@@ -91,6 +91,22 @@ def test_names_comments_and_notify_commands_share_one_rule() -> None:
             with pytest.raises(ValueError, match="control characters or invisible formatting"):
                 check(f"a{bad}b")
     assert check_notify("notify-send\tdone") == "notify-send\tdone"  # a tab is a notify's own
+    # ... and say it in one wording (gpudesk.text.one_line_refusal), each with what it is
+    for check, what, why in (
+        (check_name, "a name", "it is shown on one line of plain text"),
+        (check_comment, "a comment", "write it on one line of plain text"),
+        (check_notify, "a command to notify with", "give one line"),
+    ):
+        with pytest.raises(ValueError) as info:
+            check("red\x1b[31m")
+        assert str(info.value) == (
+            f"{what} cannot contain control characters or invisible formatting (found \\x1b): {why}"
+        )
+        with pytest.raises(ValueError) as info:
+            check("caf\udce9")  # the byte 0xE9 of a file name that is not UTF-8
+        assert (
+            str(info.value) == f"{what} must be text (UTF-8); 'caf\\\\xe9' holds bytes that are not"
+        )
 
 
 def test_the_spec_checks_each_new_field_by_its_name() -> None:

@@ -114,13 +114,22 @@ def test_wait_and_logs_follow_exit_with_the_jobs_status(engine: EngineHandle) ->
 
 
 def test_an_unknown_dependency_or_a_bad_list_queues_nothing(engine: EngineHandle) -> None:
+    # bad input, said as the option that named the job (not the engine's `jobs[0].after`)
     missing = gpudesk("submit", "--after", "999", "--", "true")
-    assert missing.returncode != 0
-    assert "there is no job 999 to run after" in missing.stderr
+    assert (missing.returncode, missing.stderr) == (
+        2,
+        "error: --after: there is no job 999 to run after (gpudesk queue --all lists the jobs)\n",
+    )
+    missing = gpudesk("submit", "--after-notok", "998", "--", "true")
+    assert missing.returncode == 2
+    assert missing.stderr.startswith("error: --after-notok: there is no job 998 to run after")
     empty = gpudesk("submit", "--after", "1,", "--", "true")
     assert empty.returncode == 2 and "--after: expected job ids or names" in empty.stderr
     unknown_name = gpudesk("submit", "--after", "nosuchjob", "--", "true")
-    assert unknown_name.returncode != 0 and "Traceback" not in unknown_name.stderr
+    assert unknown_name.returncode == 2 and "Traceback" not in unknown_name.stderr
+    assert unknown_name.stderr.startswith(
+        "error: --after: there is no job named 'nosuchjob' to run after"
+    )
     assert engine.client.request("jobs")["jobs"] == []
     unknown_wait = gpudesk("wait", "nosuchjob")
     assert unknown_wait.returncode != 0 and "Traceback" not in unknown_wait.stderr

@@ -80,7 +80,8 @@ def test_hold_refuses_a_running_job_but_acts_on_the_rest(
         ("running: only a queued job can be held", False),
         ("held", True),
     ]
-    assert engine.api.release([blocker])[0].outcome == "not held (running)"
+    [released] = engine.api.release([blocker])
+    assert (released.outcome, released.ok) == ("running: only a held job can be released", False)
     # Resolution is all or nothing: one unknown job and nothing is done.
     with pytest.raises(EngineError) as info:
         engine.api.release([queued, "no-such-job"])
@@ -175,6 +176,25 @@ def test_job_control_commands_and_their_errors(engine: EngineHandle, tmp_path: P
     refused = gpudesk("hold", str(blocker))
     assert refused.returncode == 1
     assert "only a queued job can be held" in refused.stdout
+    # release and resume of a job in another state: refused as hold is, its state named, exit 1
+    # (the other job is acted on); a job already as asked is left so, exit 0
+    refused = gpudesk("release", str(blocker), "waiting")
+    assert (refused.returncode, refused.stdout, refused.stderr) == (
+        1,
+        f"job {blocker} (blocker): running: only a held job can be released\n"
+        f"job {queued} (waiting): released\n",
+        "",
+    )
+    assert gpudesk("release", "waiting").stdout == f"job {queued} (waiting): not held\n"
+    assert gpudesk("hold", "waiting").returncode == 0
+    refused = gpudesk("resume", "waiting", str(blocker))
+    assert (refused.returncode, refused.stdout, refused.stderr) == (
+        1,
+        f"job {queued} (waiting): queued: only a suspended job can be resumed\n"
+        f"job {blocker} (blocker): not suspended\n",
+        "",
+    )
+    assert gpudesk("resume", str(blocker)).returncode == 0
     cases = [
         (("hold", "nope"), 1, "no job with id or name 'nope'"),
         (("requeue", str(queued), "424242"), 1, "no job with id 424242"),

@@ -91,6 +91,11 @@ def test_a_suspended_job_is_stopped_keeps_its_slot_and_goes_on_when_resumed(
     engine.api.cancel([job_id], grace=5)
     engine.wait_state(job_id, "cancelled")
     assert engine.api.suspend([job_id])[0].ok is False
+    [resumed] = engine.api.resume([job_id])
+    assert (resumed.outcome, resumed.ok) == (
+        "already cancelled: only a suspended job can be resumed",
+        False,
+    )
 
 
 def test_a_queued_job_cannot_be_suspended(engine: EngineHandle, tmp_path: Path) -> None:
@@ -98,6 +103,8 @@ def test_a_queued_job_cannot_be_suspended(engine: EngineHandle, tmp_path: Path) 
     (queued,) = engine.submit({"name": "queued", "command": ["true"]})
     [outcome] = engine.api.suspend([queued])
     assert (outcome.outcome, outcome.ok) == ("queued: only a running job can be suspended", False)
+    [outcome] = engine.api.resume([queued])
+    assert (outcome.outcome, outcome.ok) == ("queued: only a suspended job can be resumed", False)
     (tmp_path / "gate").touch()
     engine.wait_all_done([blocker, queued])
 

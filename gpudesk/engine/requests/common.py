@@ -13,6 +13,7 @@ from typing import Any
 import msgspec
 
 from gpudesk.core import protocol
+from gpudesk.core.field_checks import reads_as_job_id
 from gpudesk.core.identity import Caller, user_id
 from gpudesk.core.protocol import ProtocolError
 from gpudesk.core.records import JobRecord
@@ -113,7 +114,7 @@ class Requests:
             raise ProtocolError(
                 protocol.INVALID_ARGS, f"'{field}': a job is named by its id or its name"
             )
-        if isinstance(ref, str) and ref.isascii() and ref.isdigit():  # "12", not "²"
+        if isinstance(ref, str) and reads_as_job_id(ref):  # "12", not "²"
             ref = int(ref) if len(ref) <= 19 else MAX_ROW_ID + 1  # int() stops at 4300 digits
         if isinstance(ref, int) and not -MAX_ROW_ID <= ref <= MAX_ROW_ID:
             raise ProtocolError(

@@ -64,8 +64,9 @@ class JobActionRequests(Requests):
         return self.act_on_jobs(args, caller, "hold", self.parts.control.hold)
 
     def release(self, args: JobRefsArgs, caller: Caller) -> ActionResult:
-        """{"jobs": [refs]}: release held jobs. Outcomes: "released", "not held" (also for a
-        job that is not queued, e.g. "not held (running)")."""
+        """{"jobs": [refs]}: release held jobs. Outcomes: "released", "not held" (a queued job
+        free to start), or (ok false) why not, e.g. "running: only a held job can be
+        released"."""
         return self.act_on_jobs(args, caller, "release", self.parts.control.release)
 
     def priority(self, args: PriorityArgs, caller: Caller) -> ActionResult:

@@ -175,9 +175,9 @@ class LocalBackend:
         return JobOutcome("held")
 
     def release(self, job: JobRecord) -> JobOutcome:
-        if job.state is not JobState.QUEUED:
-            return JobOutcome(f"not held ({state_phrase(job)})")
-        if not job.held:
+        if job.state is not JobState.QUEUED:  # refused, as hold refuses it
+            return JobOutcome(f"{state_phrase(job)}: only a held job can be released", ok=False)
+        if not job.held:  # free to start already: what release asks
             return JobOutcome("not held")
         self.changed(self.store.set_held(job.id, False), "released by user")
         return JobOutcome("released")

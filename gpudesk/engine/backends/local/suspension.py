@@ -44,7 +44,11 @@ def suspend(attempts: Attempts, job: JobRecord, by: str) -> JobOutcome:
 
 
 def resume(attempts: Attempts, job: JobRecord, by: str) -> JobOutcome:
-    if job.suspended_at is None or job.state is not JobState.RUNNING:
+    """A queued or finished job is refused, as suspend refuses it; a running one that is not
+    suspended goes on as asked."""
+    if job.state is not JobState.RUNNING:
+        return JobOutcome(f"{state_phrase(job)}: only a suspended job can be resumed", ok=False)
+    if job.suspended_at is None:
         return JobOutcome("not suspended")
     live = _live(attempts, job, "resumed")
     if isinstance(live, JobOutcome):

@@ -1,0 +1,68 @@
+"""GPUDESK_HOME set to a file (or to a path under one): the home cannot be a folder. One
+paragraph that says so and how to point it at a folder, never "remove it" (the file is the
+user's, named by mistake) and never a traceback; the file is left as it was."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpudesk.paths import SYSTEM_SOCKET
+
+GPUDESK = [sys.executable, "-m", "gpudesk"]
+TEXT = "notes of mine, not gpudesk's\n"
+
+
+def gpudesk(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    clean = {k: v for k, v in os.environ.items() if k not in ("GPUDESK_HOME", "GPUDESK_SOCKET")}
+    return subprocess.run(
+        [*GPUDESK, *args], capture_output=True, text=True, timeout=60, env={**clean, **env}
+    )
+
+
+def one_paragraph(result: subprocess.CompletedProcess[str], *phrases: str) -> None:
+    assert result.returncode == 1, result.stderr
+    message = result.stderr.strip()
+    assert message.startswith("error: ") and "\n" not in message, message
+    assert "Traceback" not in result.stderr and "emove it" not in message, message
+    for phrase in phrases:
+        assert phrase in message, message
+
+
+def test_gpudesk_home_naming_a_file_says_to_point_it_at_a_folder(tmp_path: Path) -> None:
+    notes = tmp_path / "notes.txt"
+    notes.write_text(TEXT)
+    point = "Point GPUDESK_HOME at a folder (gpudesk creates it when missing), or unset it"
+    for args in (("queue",), ("engine", "status"), ("submit", "--", "true"), ("engine", "start")):
+        one_paragraph(
+            gpudesk({"GPUDESK_HOME": str(notes)}, *args),
+            f"error: GPUDESK_HOME names a file, not a folder: {notes} is a regular file. {point}",
+        )
+    # a path under the file: stat() said "Not a directory", and `queue` raised a traceback
+    under = notes / "gpudesk"
+    for args in (("queue",), ("submit", "--", "true")):
+        one_paragraph(
+            gpudesk({"GPUDESK_HOME": str(under)}, *args),
+            f"GPUDESK_HOME names a path under a file, not a folder: {under} lies under "
+            f"{notes}, a regular file. {point}",
+        )
+    assert notes.read_text() == TEXT
+
+
+def test_a_file_where_the_default_home_goes_is_said_as_the_default_homes(tmp_path: Path) -> None:
+    if os.path.lexists(SYSTEM_SOCKET):
+        pytest.skip(f"{SYSTEM_SOCKET} is here: without GPUDESK_HOME, gpudesk talks to it")
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "gpudesk").write_text(TEXT)
+    one_paragraph(
+        gpudesk({"XDG_STATE_HOME": str(state)}, "queue"),
+        f"gpudesk's home {state / 'gpudesk'} is a regular file, not a folder",
+        "move it away",
+        "or set GPUDESK_HOME to a folder elsewhere",
+    )
+    assert (state / "gpudesk").read_text() == TEXT
