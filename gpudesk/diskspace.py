@@ -62,6 +62,28 @@ def running_text(home_root: Path) -> str:
     )
 
 
+def unsaved_text(home_root: Path) -> str:
+    """The mark of a job whose end is known but not yet stored, for the views."""
+    return f"not yet saved: {_where(home_root)}; saved when there is room"
+
+
+def store_text(home_root: Path, unsaved: int) -> str | None:
+    """What `gpudesk engine status` says of a store it cannot write now: the disk holding it
+    is (almost) full, or `unsaved` job ends wait to be stored; None where neither."""
+    free = free_bytes(home_root)
+    full = free is not None and free < LOW_BYTES
+    if not full and not unsaved:
+        return None
+    why = _where(home_root) if full else "the last write was refused (the engine log says why)"
+    waiting = (
+        f"; {unsaved} ended job(s) not yet saved (shown as they ended, marked; their outcomes "
+        "wait in memory and in their attempt folders, and are saved when there is room)"
+        if unsaved
+        else "; a job's end or a submission cannot be saved now"
+    )
+    return f"cannot be written: {why}{waiting}"
+
+
 def start_text(home_root: Path) -> str:
     """Why the engine would not start, for whoever started it."""
     return (

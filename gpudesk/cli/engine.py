@@ -268,6 +268,8 @@ def _print_engine_and_station(status: StationStatus, home: Home) -> None:
     if status.drain is not None:
         print(f"DRAINED: the station is {status.drain.line()}; no job starts until undrained")
     print("jobs:    " + ", ".join(f"{n} {s}" for s, n in status.counts.items()))
+    if status.store_problem:
+        print(f"store:   {status.store_problem}")
     if status.loop is not None and status.loop.requests:
         print(f"loop:    {loop_line(status.loop)}")
 

@@ -64,7 +64,8 @@ def _spec_lines(j: JobView, width: int) -> list[str]:
             if j.suspended_at is not None
             else ""
         )
-        + (f" ({j.reason})" if j.reason else ""),
+        + (f" ({j.reason})" if j.reason else "")
+        + (f" [{j.unsaved}]" if j.unsaved else ""),
         *_packed(
             "  command    ",
             # spelled out: a command's escape sequences must not reach the terminal

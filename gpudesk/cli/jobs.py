@@ -33,6 +33,7 @@ if TYPE_CHECKING:
         AttemptView,
         JobDetail,
     )
+    from gpudesk.cli.logs import LogFollower
 
 jobs_app = typer.Typer()
 
@@ -344,6 +345,24 @@ def _print_log_json(
     )
 
 
+def _stdout_follower(client: Client, data: JobDetail, raw: bool) -> LogFollower:
+    """`gpudesk logs`' printer: spelled out on a terminal (unless `raw`), else the job's bytes,
+    byte for byte, on stdout's buffer."""
+    from gpudesk.cli.logs import LogFollower
+
+    return LogFollower(
+        client,
+        data.job.id,
+        sys.stdout,
+        data.job.uid,
+        # someone else's job (root reading it here, directly) is spelled out as the
+        # engine spells it out for its other readers
+        spell_controls=(not raw and sys.stdout.isatty()) or os.geteuid() != data.job.uid,
+        keep_carriage_return=os.geteuid() == data.job.uid,
+        raw_out=sys.stdout.buffer,
+    )
+
+
 @jobs_app.command()
 def logs(
     job: str = typer.Argument(..., help="Job id or name.", autocompletion=complete_job),
@@ -367,9 +386,10 @@ def logs(
     raw: bool = typer.Option(
         False,
         "--raw",
-        help="Write the job's control characters and escape sequences to the terminal as they "
-        "are (without it a terminal gets them spelled out, as \\x1b; a pipe always gets them "
-        "as they are). Another user's job is always spelled out.",
+        help="Write the job's output to the terminal byte for byte, as cat: its control "
+        "characters, escape sequences and bytes that are not UTF-8 as they are (without it a "
+        "terminal gets them spelled out, as \\x1b; a pipe always gets the bytes as they are). "
+        "Another user's job is always spelled out.",
     ),
     json_out: bool = typer.Option(
         False,
@@ -380,7 +400,6 @@ def logs(
 ) -> None:
     """Print a job's output."""
     from gpudesk import joblog
-    from gpudesk.cli.logs import LogFollower
     from gpudesk.untrusted import UntrustedFileError
 
     if json_out and follow:
@@ -405,16 +424,7 @@ def logs(
                 file=sys.stderr,
             )
             return
-        follower = LogFollower(
-            client,
-            data.job.id,
-            sys.stdout,
-            data.job.uid,
-            # someone else's job (root reading it here, directly) is spelled out as the
-            # engine spells it out for its other readers
-            spell_controls=(not raw and sys.stdout.isatty()) or os.geteuid() != data.job.uid,
-            keep_carriage_return=os.geteuid() == data.job.uid,
-        )
+        follower = _stdout_follower(client, data, raw)
         try:
             if follow and attempt is None:
                 ended = follower.follow(lines)

@@ -13,8 +13,10 @@ only after a refusal keeps a personal engine's `gpudesk logs` as it was.
 
 Printed on a terminal, a job's control characters are spelled out (`\\x1b`): its escape
 sequences (a window title, a cleared screen) are shown, never obeyed, as `less` shows them;
-`--raw` writes the bytes as they are, as `cat` (and as always into a pipe or a file). The
-engine spells them out itself for a reader who is not the job's owner, --raw or not."""
+`--raw` writes the bytes as they are, as `cat` (and as always into a pipe or a file): byte for
+byte, bytes that are not UTF-8 too, from the file or the engine's `log` reply (base64) to
+stdout's buffer. The engine spells them out itself for a reader who is not the job's owner,
+--raw or not. Spelled out, a byte that is not UTF-8 is shown as `\\xff`, as a control is."""
 
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ import errno
 import os
 import sys
 import time
-from typing import TYPE_CHECKING, Protocol, TextIO
+from typing import TYPE_CHECKING, BinaryIO, Protocol, TextIO
 
 from gpudesk.joblog import CHUNK_BYTES, LogStream, Piece
 from gpudesk.text import printable
@@ -118,7 +120,10 @@ class LogFollower:
     be (gpudesk.joblog refuses anything else with UntrustedFileError). `spell_controls`: write
     the job's control characters spelled out (gpudesk.text.printable), as for a terminal, where
     its escape sequences would be obeyed (`gpudesk logs` without --raw); `keep_carriage_return`:
-    but a `\\r` (the reader's own job: her progress bars redraw in place)."""
+    but a `\\r` (the reader's own job: her progress bars redraw in place). `raw_out`: where the
+    job's bytes go as they are when they are not spelled out (stdout's buffer: `--raw` and a
+    pipe get the bytes byte for byte, never decoded); `out` still gets gpudesk's own lines.
+    Without it (`logs --json`'s text) the bytes are decoded, one that is not UTF-8 as U+FFFD."""
 
     def __init__(
         self,
@@ -129,6 +134,7 @@ class LogFollower:
         *,
         spell_controls: bool = False,
         keep_carriage_return: bool = False,
+        raw_out: BinaryIO | None = None,
     ) -> None:
         self.client = client
         self.job_id = job_id
@@ -136,7 +142,10 @@ class LogFollower:
         self.owner_uid = owner_uid
         self.spell_controls = spell_controls
         self.keep_carriage_return = keep_carriage_return
-        self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        self.raw_out = None if spell_controls else raw_out
+        # spelled out, a byte that is not UTF-8 is shown as \xff (as a control is), not hidden
+        errors = "backslashreplace" if spell_controls else "replace"
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors)
         self._line_open = False  # the last text printed did not end a line
 
     def reader(self, attempt: AttemptView) -> LogReader | None:
@@ -198,7 +207,12 @@ class LogFollower:
                 f"{byte_size(piece.skipped)} of output rotated away before this point "
                 "(the log is capped by [station] log_max_mb and log_keep)"
             )
-        if piece.data:
+        if piece.data and self.raw_out is not None:
+            self.out.flush()  # gpudesk's own lines before the job's bytes
+            self.raw_out.write(piece.data)
+            self.raw_out.flush()
+            self._line_open = not piece.data.endswith(b"\n")
+        elif piece.data:
             text = self._decoder.decode(piece.data)
             if self.spell_controls:
                 text = printable(text, self.keep_carriage_return)
@@ -214,9 +228,11 @@ class LogFollower:
         print(f"--- gpudesk: {text} ---", file=self.out, flush=True)
 
     def _ended(self, job: JobView) -> None:
-        """How the job ended, on stderr: stdout stays the job's output (`logs -f 3 > out`)."""
+        """How the job ended, on stderr: stdout stays the job's output (`logs -f 3 > out`).
+        Where the job's last line has no newline, the line is ended on stdout where it is
+        text, on stderr where stdout has the job's bytes as they are (nothing added to them)."""
         if self._line_open:
-            self.out.write("\n")
+            (sys.stderr if self.raw_out is not None else self.out).write("\n")
             self._line_open = False
             self.out.flush()
         print(f"--- gpudesk: {job.outcome} ---", file=sys.stderr, flush=True)

@@ -430,14 +430,20 @@ def _refuse_on_simulated(command: str, instead: str) -> None:
     """`apply` and `clear` drive nvidia-smi, which acts on this machine's real GPUs: on a
     SIMULATED station (whose GPUs `list` and `profiles` show) they are refused, saying how its
     layout is set instead (the station's `mig` setting)."""
-    from gpudesk.cli.mig_simulated import simulated_station
+    import os
 
-    with _engine_errors():
-        station = simulated_station()
-    if station is None:
-        return
+    from gpudesk.cli.mig_simulated import simulated_station
+    from gpudesk.core.backend_names import is_simulated
+
+    backend = os.environ.get("GPUDESK_BACKEND", "")
+    if not is_simulated(backend):  # else refused as it is, with no engine asked or started
+        with _engine_errors():
+            station = simulated_station()
+        if station is None:
+            return
+        backend = station.backend
     fail(
-        f"mig {command}: the station is SIMULATED ({station.backend}): its GPUs are the "
+        f"mig {command}: the station is SIMULATED ({backend}): its GPUs are the "
         "engine's simulator's, and nvidia-smi would act on this machine's real GPUs instead. "
         f"A simulated GPU's MIG layout is the station's mig setting: {instead}, or [station] "
         "mig in a profile; it changes while no job runs on that GPU.",

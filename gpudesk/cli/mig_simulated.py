@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 if TYPE_CHECKING:
     from gpudesk.api.models import GpuView, MigDeviceView, MigPlanView
@@ -29,23 +29,34 @@ class SimulatedStation:
 
 def simulated_station() -> SimulatedStation | None:
     """This home's station when it is simulated, else None (nvidia-smi answers for a real one).
-    A running engine is asked; one is started (as `mig plan` does) only where GPUDESK_BACKEND
-    names a simulated station or no nvidia-smi could answer anyway."""
-    from gpudesk.api.connection import engine_pid
+    Only a running engine is asked: `profiles` and `list` only read, and never start one (as
+    `gpudesk queue` and `top` do not). A simulated station's layout is its engine's (the
+    station's `mig` setting, in a store only the engine reads), so where GPUDESK_BACKEND names
+    a simulated station and no engine runs, that is said (exit 3, as a stopped engine's
+    `queue`), with how to start one; a real station's nvidia-smi needs no engine."""
     from gpudesk.api.errors import EngineError
-    from gpudesk.cli.common import current_home, engine_client
+    from gpudesk.cli.common import current_home
+    from gpudesk.cli.no_engine import running_client
     from gpudesk.core.backend_names import is_simulated
-    from gpudesk.hw.mig.manager import MigManager
 
     asked_sim = is_simulated(os.environ.get("GPUDESK_BACKEND", ""))
+    home = current_home()
     try:
-        running = engine_pid(current_home()) is not None
-    except Exception:  # another user's home, an engine that does not answer: nvidia-smi then
-        running = False
-    if not (asked_sim or running or MigManager().nvidia_smi is None):
+        client = running_client(home)
+    except EngineError:
+        if asked_sim:
+            raise
+        return None  # an engine that does not answer: nvidia-smi then
+    except Exception:  # another user's home (its lock not ours to read): nvidia-smi then
+        if asked_sim:
+            raise
         return None
+    if client is None:
+        if asked_sim:
+            _not_running(home.root)
+        return None  # a real station's nvidia-smi answers (or says what is missing)
     try:
-        with engine_client() as client:
+        with client:
             station = client.status().station
             if not station.simulated:
                 return None
@@ -60,6 +71,19 @@ def simulated_station() -> SimulatedStation | None:
             raise
         return None  # no engine to ask: nvidia-smi's own error says what is missing
     return SimulatedStation(station.effective_backend, snapshot.gpus if snapshot else [], plans)
+
+
+def _not_running(root: object) -> NoReturn:
+    from gpudesk.cli.common import fail
+    from gpudesk.cli.exit_codes import EXIT_NOT_RUNNING
+
+    backend = os.environ.get("GPUDESK_BACKEND", "")
+    fail(
+        f"GPUDESK_BACKEND={backend} is a SIMULATED station, whose MIG layout is its engine's "
+        f"([station] mig), and no engine is running for {root}; this command only reads and "
+        "does not start one: `gpudesk engine start` starts it",
+        EXIT_NOT_RUNNING,
+    )
 
 
 def simulated_mode_note(gpu: int, gpu_name: str, mode: str) -> str:

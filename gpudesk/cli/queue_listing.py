@@ -80,7 +80,7 @@ def queue_rows(jobs: list[JobView], width: int | None, long: bool = False) -> st
             j.id,
             j.name,
             j.user,
-            "held" if j.held else j.state,
+            ("held" if j.held else j.state) + ("*" if j.unsaved else ""),
             j.spec.priority,
             f"{j.attempts - j.attempts_before_requeue - j.preemptions}/{j.max_attempts}",
             j.spec.gpus,
@@ -177,6 +177,9 @@ def list_queue(options: QueueOptions) -> None:
             print("no queued or running jobs (gpudesk queue --all shows finished ones)")
         return
     print(queue_rows(jobs, render.table_width(), options.long))
+    unsaved = next((job.unsaved for job in jobs if job.unsaved), None)
+    if unsaved:  # a full disk: the state shown is the engine's, not yet in its store
+        print(f"* {unsaved}")
     if cut:
         print(cut)
 

@@ -184,7 +184,35 @@ def take_view(source: Source, *, fresh: bool = False) -> dict[str, Any]:
     view = dict(monitor.ingest(monitor.collect()))
     engine = None if source.engine is None else source.engine.to_json()
     view.update({"source": "direct", "engine": engine, "note": source.note, "interval_s": None})
+    if view["simulated"]:
+        from gpudesk.cli.no_engine import never_ran
+
+        # where no engine has run, nothing has given the simulated GPUs a MIG layout: the
+        # direct simulator's whole GPUs are what there is
+        if not never_ran(source.home):
+            _simulated_mig_unknown(view)
     return view
+
+
+SIMULATED_MIG_UNKNOWN = (
+    "the simulated GPUs' MIG layout is their engine's ([station] mig, as `gpudesk mig list` "
+    "reads it) and no engine watches them: their MIG mode is unknown here, the GPUs shown whole "
+    "(`gpudesk engine start` starts the engine; top then shows its layout)"
+)
+
+
+def _simulated_mig_unknown(view: dict[str, Any]) -> None:
+    """A simulated station sampled directly where an engine has run: its MIG layout lives in
+    that engine's store (the station's `mig` setting), which only the engine reads, so what a
+    direct simulator shows (no MIG anywhere) is not known to be so. A MIG-capable GPU's
+    `mig_enabled` is then null, marked `mig_unknown`, and the note says why."""
+    unknown = False
+    for gpu in view["gpus"]:
+        if gpu.get("mig_enabled") is False:
+            gpu["mig_enabled"], gpu["mig_unknown"] = None, True
+            unknown = True
+    if unknown:
+        view["note"] = "; ".join(filter(None, [view.get("note"), SIMULATED_MIG_UNKNOWN]))
 
 
 def _fallback_monitor(source: Source) -> Any:
@@ -301,6 +329,10 @@ def _gpu_block(
         f"  MEM {_bar(fraction, BAR)} {memory:<13}  energy {watt_hours(gpu['energy_j'])} "
         f"{since}{source}"
     )
+    if gpu.get("mig_unknown"):
+        lines.append("  MIG mode unknown without the engine (see the note above)")
+    elif gpu.get("mig_enabled") and not gpu["mig_devices"]:
+        lines.append("  MIG enabled, no MIG devices: no job runs on it (gpudesk mig list)")
     for mig in gpu["mig_devices"]:
         mem = (
             "n/a"

@@ -26,7 +26,7 @@ from gpudesk.engine import attempt_recovery, faults
 from gpudesk.engine.activity import EngineActivity
 from gpudesk.engine.events import EventPublisher
 from gpudesk.engine.job_demand import JobDemand
-from gpudesk.engine.live_attempt import LiveAttempt, ran_past_limit, ran_s
+from gpudesk.engine.live_attempt import LiveAttempt, UnsavedEnd, ran_past_limit, ran_s
 from gpudesk.engine.services.loaders import LoaderSupervisor
 from gpudesk.engine.services.tracking.tracker import Tracking
 from gpudesk.engine.state import PlacementDue
@@ -112,6 +112,14 @@ class Attempts:
             for index in live.gpus:
                 running.setdefault(index, []).append(live.attempt.job_id)
         return {index: tuple(sorted(ids)) for index, ids in running.items()}
+
+    def unsaved(self) -> dict[int, LiveAttempt]:
+        """Job id -> its attempt that ended but whose end the store has not taken yet."""
+        return {
+            live.attempt.job_id: live
+            for live in self.live.values()
+            if live.retry is not None and live.unsaved_why is not None
+        }
 
     def mps_gpus(self) -> set[int]:
         """The GPUs with MPS clients running."""
@@ -474,6 +482,7 @@ class Attempts:
             job, attempt, exit_code, outcome, usage, ran_past_limit(live, watched, ended_at), live
         )
         raised = ending.raised_demand
+        live.unsaved = UnsavedEnd(ending.state, exit_code, ending.message, ended_at)
         self.store.finish_attempt(
             attempt,
             attempt_state=attempt_state,
@@ -515,9 +524,11 @@ class Attempts:
             # is settled when the disk has room. Never recorded as failed for it (that would
             # turn a success into a failure, and a retry into a second run).
             live.retry, live.retry_at = asked, time.monotonic() + SETTLE_RETRY_S
+            live.unsaved_why = diskspace.unsaved_text(self.home.root)  # for the views
             self.live[attempt.id] = live  # one from recover() is not there yet
             self.disk_full = exc
             return
+        live.unsaved = None  # it is to be stored as failed now, or settled again later
         if live.settle_failures == 1:
             log.error(
                 "could not record how attempt %d of job %d ended",
@@ -534,6 +545,7 @@ class Attempts:
         except Exception:
             delay = min(SETTLE_RETRY_MAX_S, SETTLE_RETRY_S * 2 ** (live.settle_failures - 1))
             live.retry, live.retry_at = asked, time.monotonic() + delay
+            live.unsaved_why = f"not yet saved: the store refuses it ({type(exc).__name__})"
             self.live[attempt.id] = live  # one from recover() is not there yet
             if live.settle_failures == 1:
                 log.warning(

@@ -11,10 +11,23 @@ import os
 import time
 from dataclasses import dataclass
 
+from gpudesk.core.jobs import JobState
 from gpudesk.core.records import AttemptRecord
 from gpudesk.hw import boottime
 from gpudesk.policy.gpu_states import RunningAttempt
 from gpudesk.policy.remaining import UNKNOWN, Remaining
+
+
+@dataclass(frozen=True)
+class UnsavedEnd:
+    """How an ended attempt moves its job on, worked out but not yet stored (its store could
+    not be written: a full disk). What the views show until it is saved (`LiveAttempt.unsaved`);
+    the engine saves it, once, when the store takes it again."""
+
+    state: JobState
+    exit_code: int | None
+    message: str
+    ended_at: float
 
 
 @dataclass
@@ -32,6 +45,10 @@ class LiveAttempt:
     # when; see Attempts.check.
     retry: tuple[int | None, bool] | None = None
     retry_at: float = 0.0
+    # Meanwhile, where it ended: why its end is not stored yet (None: it is not waiting for
+    # that), and the end it is to be stored with, where the engine got that far.
+    unsaved_why: str | None = None
+    unsaved: UnsavedEnd | None = None
     owner_uid: int | None = None  # its job's owner's uid (None: the engine's own user's)
     time_limit_s: float | None = None  # its job's time limit
     timed_out: bool = False  # its time limit passed and it was told to stop

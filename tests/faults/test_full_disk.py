@@ -139,6 +139,54 @@ def test_a_job_that_fills_the_disk_is_recorded_succeeded_and_runs_once(
     assert engine.wait_state(next_id, "failed").exit_code == 3
 
 
+def gpudesk(*args: str) -> str:
+    """What `gpudesk ARGS` prints (GPUDESK_HOME: the small disk's, from the fixture)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "gpudesk", *args], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def test_a_job_that_ended_on_a_full_disk_is_shown_ended_not_running(
+    disk_engine: EngineHandle, small_disk: Path, tmp_path: Path
+) -> None:
+    """Its end cannot be stored while the disk is full: every view shows how it ended, marked
+    not yet saved and why (never `running`), `engine status` says the store cannot be written;
+    it is saved once, as shown, when there is room, and it ran once."""
+    engine = disk_engine
+    marker, filler = tmp_path / "runs", small_disk / "filler"
+    script = f"echo run >> {marker}; dd if=/dev/zero of={filler} bs=64k 2>/dev/null; exit 0"
+    (job_id,) = engine.submit({"name": "fills", "command": ["sh", "-c", script], "max_attempts": 2})
+    wait_for(lambda: wrapper_ended(engine, job_id), 20.0, what="the job to end")
+    job = wait_for(lambda: (j := engine.job(job_id)).unsaved and j, 10.0, what="the view")
+    assert (job.state, job.exit_code, job.slot) == ("succeeded", 0, None)
+    assert job.unsaved is not None and "is full" in job.unsaved
+    assert str(engine.home.root) in job.unsaved
+    assert attempt_rows(engine.home, job_id) == [(1, "running", None)]  # as stored: unsaved
+
+    queue = gpudesk("queue")
+    assert "succeeded*" in queue and "running" not in queue, queue
+    assert "* not yet saved: the disk holding GPUDESK_HOME" in queue
+    shown = gpudesk("show", str(job_id))
+    assert "state      succeeded" in shown and "[not yet saved: " in shown, shown
+    status = gpudesk("engine", "status")
+    assert "store:   cannot be written: the disk holding GPUDESK_HOME" in status, status
+    assert "1 ended job(s) not yet saved" in status and "0 running" in status
+    assert "1 succeeded" in status
+
+    filler.unlink()
+    wait_for(
+        lambda: attempt_rows(engine.home, job_id) == [(1, "exited", 0)],
+        what="the end to be saved once there is room",
+    )
+    job = engine.job(job_id)
+    assert (job.state, job.exit_code, job.attempts, job.unsaved) == ("succeeded", 0, 1, None)
+    assert "store:" not in gpudesk("engine", "status")
+    time.sleep(0.5)  # a second attempt, had one been started, would have counted by now
+    assert runs(marker) == 1, "the job ran twice"
+
+
 def test_an_engine_started_on_a_full_disk_says_so_and_loses_nothing(
     disk_engine: EngineHandle, small_disk: Path, tmp_path: Path
 ) -> None:

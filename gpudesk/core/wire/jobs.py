@@ -175,6 +175,11 @@ class JobView(WireModel, frozen=True):
     # a job running on the station: how long it has left, and where that came from
     # (gpudesk.policy.remaining; a job on Slurm has none)
     remaining: RemainingView | None = None
+    # A job whose attempt ended while the engine could not write its store (a full disk): why
+    # its end is not saved yet. `state`, `exit_code`, `ended_at` and `reason` are then the end
+    # the engine worked out and keeps in memory (where it got that far), saved when there is
+    # room; None: what is shown is what is stored.
+    unsaved: str | None = None
 
     @property
     def terminal(self) -> bool:

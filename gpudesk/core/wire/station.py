@@ -306,6 +306,9 @@ class StationStatus(WireModel, frozen=True):
     tracking: list[TrackingHealth] = []  # the MLflow stores tracked jobs log to
     loop: LoopTimingView | None = None  # None: an engine from before issue 36
     drain: DrainView | None = None  # the station is drained (`gpudesk drain`); None: it is not
+    # the store cannot be written now (a full disk under GPUDESK_HOME), and what waits to be
+    # saved meanwhile; None: it can
+    store_problem: str | None = None
 
 
 class PingResult(WireModel, frozen=True):

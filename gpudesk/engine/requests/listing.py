@@ -29,6 +29,7 @@ from gpudesk.core.wire.jobs import (
 )
 from gpudesk.core.wire.requests import JobsArgs, LogArgs, ShowArgs
 from gpudesk.engine.backends.base import JobsView, OwnerRead
+from gpudesk.engine.live_attempt import LiveAttempt
 from gpudesk.engine.offloop import Later
 from gpudesk.engine.requests.common import Handler, Requests, user_arg
 from gpudesk.redact import redact_secrets
@@ -129,7 +130,7 @@ class ListingRequests(Requests):
             )
             spec = msgspec.structs.replace(spec, tracking=hidden)
         part = view.fields(job)
-        return JobView(
+        reply = JobView(
             id=job.id,
             name=job.spec.name,
             state=job.shown_state.value,
@@ -160,6 +161,8 @@ class ListingRequests(Requests):
             slurm=part.slurm,
             remaining=part.remaining,
         )
+        live = self.parts.attempts.unsaved().get(job.id)
+        return reply if live is None else unsaved_reply(reply, live)
 
     @staticmethod
     def _add_wait_reasons(
@@ -258,6 +261,29 @@ class ListingRequests(Requests):
         data = piece.data if piece else b""
         skipped = piece.skipped if piece else 0
         return reply(data, skipped, stream.position, end)
+
+
+def unsaved_reply(reply: JobView, live: LiveAttempt) -> JobView:
+    """A job whose attempt ended while its store could not be written: the end the engine
+    worked out (where it got that far: else still `running`), marked `unsaved` with why, not
+    the `running` its store still says."""
+    end = live.unsaved
+    if end is None:
+        return msgspec.structs.replace(reply, unsaved=live.unsaved_why)
+    return msgspec.structs.replace(
+        reply,
+        state=end.state.value,
+        exit_code=end.exit_code,
+        reason=end.message,
+        ended_at=end.ended_at if end.state.terminal else None,
+        unsaved=live.unsaved_why,
+        slot=None,
+        gpus=[],
+        mode=None,
+        mig_slice=None,
+        pgid=None,
+        remaining=None,
+    )
 
 
 def _log_range(args: LogArgs, job: JobRecord) -> tuple[int, int, int]:

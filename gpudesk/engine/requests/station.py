@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import msgspec
 
-from gpudesk import __version__
+from gpudesk import __version__, diskspace
 from gpudesk.core import protocol, reconfigure
 from gpudesk.core.datasets import DatasetSpec
 from gpudesk.core.identity import Caller, user_name
@@ -108,7 +108,7 @@ class StationRequests(Requests):
             gpus=GpuCounts(
                 total=view.gpu_count, busy=len(view.busy_gpus), lost=len(view.lost_gpus)
             ),
-            counts=parts.store.counts(),
+            counts=self._counts(),
             # the producers' reports are their own JSON: checked against the wire type here
             loaders=msgspec.convert(parts.loaders.summary(), list[LoaderView]),
             users=self._user_shares(),
@@ -119,7 +119,19 @@ class StationRequests(Requests):
             tracking=parts.tracking.health_list(lambda uid: self._sees_secrets(caller, uid)),
             loop=parts.loop.summary(),
             drain=parts.scheduler.drain.state,
+            store_problem=diskspace.store_text(parts.home.root, len(parts.attempts.unsaved())),
         )
+
+    def _counts(self) -> dict[str, int]:
+        """Jobs by state: as stored, but a job whose end is worked out and not yet saved (a
+        full disk) counted as it ended, as the listings show it."""
+        counts = self.parts.store.counts()
+        for live in self.parts.attempts.unsaved().values():
+            end = live.unsaved
+            if end is not None and counts.get("running", 0) > 0:
+                counts["running"] -= 1
+                counts[end.state.value] = counts.get(end.state.value, 0) + 1
+        return counts
 
     def _user_shares(self) -> list[UserShare]:
         """Each user with recent usage, running GPUs or waiting jobs: what fair share weighs."""
