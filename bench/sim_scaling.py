@@ -1,7 +1,7 @@
 """`gpudesk simulate` against trace length: wall time at several trace lengths, and its growth.
 
     python bench/sim_scaling.py [--heavy 1000,2000,5000] [--light 10000,100000]
-                                [--policy auto] [--cap 180]
+                                [--policy auto] [--cap 180] [--code DIR]
     python bench/sim_scaling.py --write N --load heavy|light FILE   # one trace, to a file
 
 The traces are SYNTHETIC and seeded (the same file for the same N and load): N jobs drawn with
@@ -15,7 +15,9 @@ exponential gaps on the trace's own station (4 x A100 40GB):
   queue stays short and the run time of a replay is its number of events.
 
 Each length runs `gpudesk simulate FILE --policy POLICY --json` in its own process, cut off at
-`--cap` seconds (reported as "> cap"). Per row: the wall time, its ratio to the previous row's,
+`--cap` seconds (reported as "> cap"), with the package of `--code` (default: this checkout; an
+earlier commit's, e.g. from `git archive COMMIT gpudesk | tar -x -C DIR`, to time before and after
+in one sitting). Per row: the wall time, its ratio to the previous row's,
 and the ratio of the lengths: linear growth keeps the first near the second, quadratic near its
 square. docs/benchmarks.md ("gpudesk simulate against trace length") has the figures.
 """
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import subprocess
 import sys
@@ -32,7 +35,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-PHILLY = Path(__file__).resolve().parents[1] / "traces" / "carma-philly-t1.json"
+ROOT = Path(__file__).resolve().parents[1]
+PHILLY = ROOT / "traces" / "carma-philly-t1.json"
 SEED = 41
 MEAN_GAP_S = {"heavy": 30.0, "light": 900.0}
 
@@ -62,12 +66,20 @@ def write_trace(n: int, load: str, path: Path) -> None:
     path.write_text(json.dumps(make_trace(n, load)) + "\n")
 
 
-def time_simulate(path: Path, policy: str, cap: float) -> float | None:
-    """Seconds `gpudesk simulate` took on the trace, or None past `cap`."""
+def time_simulate(path: Path, policy: str, cap: float, code: Path = ROOT) -> float | None:
+    """Seconds `gpudesk simulate` took on the trace with the package under `code`, or None
+    past `cap`. Run from `code` and with it first on the path: `python -m` puts its working
+    folder before PYTHONPATH."""
     command = [sys.executable, "-m", "gpudesk", "simulate", str(path), "--policy", policy]
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, (str(code), os.environ.get("PYTHONPATH")))),
+    }
     started = time.perf_counter()
     try:
-        subprocess.run([*command, "--json"], check=True, capture_output=True, timeout=cap)
+        subprocess.run(
+            [*command, "--json"], check=True, capture_output=True, timeout=cap, cwd=code, env=env
+        )
     except subprocess.TimeoutExpired:
         return None
     return time.perf_counter() - started
@@ -83,6 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--light", default="10000,100000", help="light-load lengths")
     parser.add_argument("--policy", default="auto")
     parser.add_argument("--cap", type=float, default=180.0, help="seconds per replay at most")
+    parser.add_argument("--code", type=Path, default=ROOT, help="the checkout to time")
     parser.add_argument("--write", type=int, metavar="N", help="write one trace of N jobs")
     parser.add_argument("--load", choices=sorted(MEAN_GAP_S), default="heavy")
     parser.add_argument("file", nargs="?", help="the trace file --write writes")
@@ -92,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
             parser.error("--write needs a FILE")
         write_trace(args.write, args.load, Path(args.file))
         return 0
-    print(f"gpudesk simulate --policy {args.policy}, cut off at {args.cap:g} s\n")
+    print(f"gpudesk simulate --policy {args.policy} ({args.code}), cut off at {args.cap:g} s\n")
     print("| load | jobs | wall | × previous | length × |")
     print("|---|---:|---:|---:|---:|")
     with tempfile.TemporaryDirectory() as folder:
@@ -101,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
             for n in _lengths(getattr(args, load)):
                 path = Path(folder) / f"{load}-{n}.json"
                 write_trace(n, load, path)
-                took = time_simulate(path, args.policy, args.cap)
+                took = time_simulate(path, args.policy, args.cap, args.code.resolve())
                 wall = f"{took:.1f} s" if took is not None else f"> {args.cap:g} s"
                 growth = length = "-"
                 if previous is not None and took is not None:
