@@ -1,7 +1,8 @@
 """The simulator's queue (`SimQueue`): the waiting runs in the engine's order (`queue_key`), their
 records, a lookup by job id, and each one's demand as the engine gives it, to every policy: its
 hint corrected by its family's settled members (`hint_correction`; CARMA's own rules take the hint
-as given).
+as given), kept, as the engine's scheduler keeps it, only where it is not what the policy derives
+from the job's hints itself.
 
 Why it is kept rather than rebuilt: every event runs a scheduling pass, and with a long queue
 (thousands of jobs waiting) sorting it, rebuilding the record list and the by-id lookup, and
@@ -19,7 +20,7 @@ from bisect import bisect_left
 from collections.abc import Iterator
 
 from gpudesk.core.records import JobRecord
-from gpudesk.policy.demand import Demand
+from gpudesk.policy.demand import Demand, from_hints
 from gpudesk.policy.hint_correction import HintRatios
 from gpudesk.policy.sim_order import family_of
 from gpudesk.policy.sim_preemption import queue_key
@@ -60,7 +61,7 @@ class SimQueue:
         family = family_of(run)
         self._sync(family)  # its members' demands at the factor the new one's is made with
         self._families.setdefault(family, {})[job_id] = run
-        self._demands[job_id] = self.ratios.corrected(family, run.demand)
+        self._correct(family, run)
 
     def remove(self, run: SimRun) -> None:
         """The run leaves the queue (started, rejected)."""
@@ -68,7 +69,8 @@ class SimQueue:
         assert self.runs[at] is run, f"job {run.record.id} is not queued"
         del self._keys[at], self.runs[at], self.records[at]
         job_id = run.record.id
-        del self.by_id[job_id], self._demands[job_id]
+        del self.by_id[job_id]
+        self._demands.pop(job_id, None)
         del self._families[family_of(run)][job_id]
 
     def clear(self) -> None:
@@ -76,8 +78,9 @@ class SimQueue:
             self.remove(run)
 
     def demands(self) -> dict[int, Demand]:
-        """Each queued job's demand under its family's correction now (a copy: the policy's
-        view of the station stays as it was when the queue then changes)."""
+        """The queued jobs' demands beyond their hints, under their families' corrections now
+        (a copy: the policy's view of the station stays as it was when the queue then
+        changes)."""
         for family in self._families:
             self._sync(family)
         return dict(self._demands)
@@ -88,5 +91,17 @@ class SimQueue:
         if self._factors.get(family, _UNSEEN) == factor:
             return
         self._factors[family] = factor
-        for job_id, run in self._families.get(family, {}).items():
-            self._demands[job_id] = self.ratios.corrected(family, run.demand)
+        for run in self._families.get(family, {}).values():
+            self._correct(family, run)
+
+    def _correct(self, family: str, run: SimRun) -> None:
+        """The run's demand as the policy is told it, kept only where it is not what the
+        policy derives from the job's hints itself (as the engine's scheduler gives it:
+        `_demands_beyond_hints`): a job the policy reads from its hints takes its hot path,
+        where a queue of such jobs costs the least, and the figures are equal."""
+        demand = self.ratios.corrected(family, run.demand)
+        spec = run.record.spec
+        if demand == from_hints(spec.memory_gb, spec.sm_pct):
+            self._demands.pop(run.record.id, None)
+        else:
+            self._demands[run.record.id] = demand
