@@ -9,6 +9,10 @@ import statistics
 from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import reduce
+from itertools import groupby
+from math import copysign
+from operator import add, itemgetter
 from typing import cast
 
 from gpudesk.core.mig_profiles import COMPUTE_SLICES, MEMORY_SLICES
@@ -140,6 +144,58 @@ REFIT_TOLERANCE = 1e-6
 # last sweep's values.
 MAX_SWEEPS = 50
 
+# The parameters one `estimate` read, with their values, in the order it read them
+Reads = tuple[tuple[str, float], ...]
+
+
+class _Noting:
+    """Stands in for a ModelParams in `estimate` and notes each parameter it reads."""
+
+    __slots__ = ("_params", "read")
+
+    def __init__(self, params: ModelParams) -> None:
+        self._params = params
+        self.read: list[tuple[str, float]] = []
+
+    def __getattr__(self, name: str) -> float:
+        value: float = getattr(self._params, name)
+        self.read.append((name, value))
+        return value
+
+
+def noted_estimate(params: ModelParams, obs: Observation) -> tuple[tuple[str, float] | None, Reads]:
+    """`estimate`, and the parameters it read with their values. Why: a refit re-reads every
+    kept observation (up to `KEPT_OBSERVATIONS`) in each sweep, two or three sweeps for each
+    new observation, and most of them read one parameter or none (a MIG slice, a job alone)
+    or ones the sweep did not move: `estimate` is a function of the observation and the
+    parameters it reads, so where those are the same it says the same, and is not run again
+    (`_estimate_all`). Noted as it runs rather than listed by hand, so that a change of
+    `estimate` cannot leave a stale list behind."""
+    noting = _Noting(params)
+    said = estimate(cast(ModelParams, noting), obs)
+    return said, tuple(noting.read)
+
+
+def _still(reads: Reads, params: ModelParams) -> bool:
+    """Whether `params` give each parameter read its value (-0.0 is not 0.0: a sign can show)."""
+    for name, value in reads:
+        now = getattr(params, name)
+        if now != value or (now == 0.0 and copysign(1.0, now) != copysign(1.0, value)):
+            return False
+    return True
+
+
+def _estimate_all(fit: _Fit, params: ModelParams) -> None:
+    """Every kept observation's estimate under `params` into `fit.implied`: those whose reads
+    `params` leave as they were kept, the others estimated again."""
+    if len(fit.implied) != len(fit.kept):  # restored from a store: none estimated yet
+        fit.implied, fit.reads = [None] * len(fit.kept), [None] * len(fit.kept)
+    implied, reads = fit.implied, fit.reads
+    for i, kept in enumerate(fit.kept):
+        noted = reads[i]
+        if noted is None or (noted and not _still(noted, params)):  # () read none
+            implied[i], reads[i] = noted_estimate(params, kept.obs)
+
 
 @dataclass(frozen=True)
 class KeptObservation:
@@ -211,11 +267,11 @@ class _Fit:
     # observations imply, without the prior's pull; the others the prior's): the point each
     # observation is read at (`Learner._refit`)
     read_at: ModelParams
-    # each kept observation's `estimate` under `implied_at` (the last sweep's starting point):
-    # when that is `read_at` itself, the next observation's refit starts from these instead of
-    # estimating every observation again
+    # each kept observation's `estimate` as the last sweep read it, and the parameters that
+    # estimate read with their values (`noted_estimate`; None: not estimated yet): under
+    # parameters with those values it is the same, and is not estimated again
     implied: list[tuple[str, float] | None] = field(default_factory=list)
-    implied_at: ModelParams | None = None
+    reads: list[Reads | None] = field(default_factory=list)
     sweeps: int = 0  # the last refit's
     counts: dict[str, int] = field(default_factory=dict)  # observations behind each parameter
 
@@ -296,17 +352,18 @@ class Learner:
         start = fit.read_at if fit else self.prior
         names: list[str | None] = []
         for kept in observations:
-            said = estimate(start, kept.obs)
+            said, reads = noted_estimate(start, kept.obs)
             names.append(None if said is None else said[0])
             if said is None:
                 continue
             if fit is None:
                 fit = self._fits[gpu_model] = _Fit(deque(), {}, self.prior, self.prior)
             fit.kept.append(kept)
-            fit.implied.append(said)  # under `start`: valid only where `implied_at` is `start`
+            fit.implied.append(said)
+            fit.reads.append(reads)
             if len(fit.kept) > self.keep:
                 fit.kept.popleft()
-                del fit.implied[0]
+                del fit.implied[0], fit.reads[0]
         if fit is not None and any(name is not None for name in names):
             self._refit(fit, start)
         return names
@@ -366,20 +423,14 @@ class Learner:
         """Backfit the point the observations are read at from `start` (the class doc), then
         the parameters: each observed one's mean with the prior weighed in."""
         read_at = start
-        # the kept observations' estimates under `start`, where the last refit left them so
-        # (and the new ones were estimated under `start` when they came)
-        implied = fit.implied if fit.implied_at == start else None
         for sweep in range(1, MAX_SWEEPS + 1):
-            if implied is None:
-                implied = [estimate(read_at, kept.obs) for kept in fit.kept]
-            new = self._blend(fit, implied, prior_weight=0.0)
+            _estimate_all(fit, read_at)
+            new = self._blend(fit, fit.implied, prior_weight=0.0)
             moved = max(abs(getattr(new, n) - getattr(read_at, n)) for n in PARAM_NAMES)
-            fit.implied, fit.implied_at = implied, read_at
             read_at = new
             fit.sweeps = sweep
             if moved < REFIT_TOLERANCE:
                 break
-            implied = None
         fit.read_at = read_at
         fit.params = self._blend(fit, fit.implied, prior_weight=PRIOR_WEIGHT)
 
@@ -396,15 +447,25 @@ class Learner:
         member's to print: one member's jobs, however many, and whatever slowed them (an
         input-bound loop, a stalled or false progress line), then move it no further than the
         other members' allow, where a plain mean would follow whoever observed the most."""
+        implied = list(implied)
+        if len(implied) != len(fit.kept):
+            raise ValueError(f"{len(implied)} estimates for {len(fit.kept)} observations")
         sums = {name: t.total for name, t in fit.frozen.items()}
         counts = {name: t.count for name, t in fit.frozen.items()}
+        # Each parameter's values in the order of the observations (a stable sort by name),
+        # added one by one in that order as a loop over them did, at C speed: a refit blends
+        # the kept observations two or three times per new one, the most of a long replay's
+        # time. Not sum(): from Python 3.12 it compensates its rounding, and a fit must not
+        # change with the Python it runs on.
+        for name, group in groupby(sorted(filter(None, implied), key=itemgetter(0)), itemgetter(0)):
+            values = [value for _, value in group]
+            sums[name] = reduce(add, values, sums.get(name, 0.0))
+            counts[name] = counts.get(name, 0) + len(values)
         voices: dict[str, dict[int | None, list[float]]] = {}
-        for kept, said in zip(fit.kept, implied, strict=True):
-            if said is not None:
-                name, value = said
-                sums[name] = sums.get(name, 0.0) + value
-                counts[name] = counts.get(name, 0) + 1
-                voices.setdefault(name, {}).setdefault(kept.owner, []).append(value)
+        if len({kept.owner for kept in fit.kept}) > 1:  # one owner: one voice, nothing to weigh
+            for kept, said in zip(fit.kept, implied, strict=True):
+                if said is not None:
+                    voices.setdefault(said[0], {}).setdefault(kept.owner, []).append(said[1])
         for name, by_owner in voices.items():
             if len(by_owner) > 1:
                 frozen = fit.frozen.get(name)

@@ -20,7 +20,7 @@ SAMPLE_WINDOW_S = 30.0  # what "recent SM activity" averages over, for the polic
 
 def next_event_at(sim: Simulation, rates: dict[int, float]) -> float | None:
     """When the next event is, at the running jobs' true `rates`; None when none is to come."""
-    candidates = [r.job.arrival_s for r in sim.pending[:1]]
+    candidates = [sim.pending[0].job.arrival_s] if sim.pending else []
     for r in sim.running:
         if r.blocked_until > sim.now:
             candidates.append(r.blocked_until)

@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING
 
 from gpudesk.policy.demand import beyond_every_gpu
 from gpudesk.policy.policy import RESERVE_MIB
-from gpudesk.policy.sim_preemption import queue_key
 from gpudesk.policy.sim_records import SimRun
 
 if TYPE_CHECKING:
@@ -72,5 +71,4 @@ def crash(sim: Simulation, run: SimRun) -> None:
         )
         return
     run.work_done = 0.0
-    sim.queue.append(run)
-    sim.queue.sort(key=queue_key)
+    sim.queue.add(run)

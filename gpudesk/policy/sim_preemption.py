@@ -51,8 +51,7 @@ def leave_due(sim: Simulation) -> None:
         run.leaves_at, run.preempted_for = None, None
         run.restore_s = run.job.checkpoint_s
         sim.preemptions += 1
-        sim.queue.append(run)
-        sim.queue.sort(key=queue_key)
+        sim.queue.add(run)
 
 
 def preempt_if_due(sim: Simulation) -> None:
@@ -83,7 +82,7 @@ def preempt_if_due(sim: Simulation) -> None:
     served = {r.preempted_for for r in candidates if r.preempted_for is not None}
     leaving = {r.job.id for r in candidates if r.leaves_at is not None}
     choice = preemption.choose(
-        [r.record for r in sim.queue],
+        list(sim.queue.records),
         sim.view(),
         running,
         preemption.placed_by(sim.policy),

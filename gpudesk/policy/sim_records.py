@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from bisect import bisect_right
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -135,7 +136,8 @@ class JobPlacement:
 
 
 def placement_class(attempt: Occupancy, others: list[Occupancy]) -> str:
-    """The class of one attempt, given the attempts on its GPU (any others are ignored)."""
+    """The class of one attempt, given the attempts on its GPU that may overlap it (any
+    others, and those that do not overlap it, are ignored)."""
     if len(attempt.gpus) > 1:
         return "exclusive-multi"
     if attempt.mode == "mig":
@@ -166,6 +168,12 @@ def job_placements(runs: list[SimRun], occupancies: list[Occupancy]) -> list[Job
         last[o.job_id] = o
         for gpu in o.gpus:
             on_gpu.setdefault(gpu, []).append(o)
+    classed = [
+        a
+        for job_id, a in last.items()
+        if job_id not in preempted and len(a.gpus) == 1 and a.mode != "mig"
+    ]
+    near = _overlapping(on_gpu, classed)
     out = []
     for run in runs:
         attempt = last.get(run.job.id)
@@ -177,13 +185,47 @@ def job_placements(runs: list[SimRun], occupancies: list[Occupancy]) -> list[Job
                 run.job.name,
                 "preempted"
                 if run.job.id in preempted
-                else placement_class(attempt, on_gpu[attempt.gpus[0]]),
+                else placement_class(attempt, near.get(id(attempt), [])),
                 attempt.mode,
                 attempt.gpus,
                 run.attempts,
             )
         )
     return out
+
+
+def _overlapping(
+    on_gpu: dict[int, list[Occupancy]], attempts: list[Occupancy]
+) -> dict[int, list[Occupancy]]:
+    """For each attempt (by `id`), the attempts on its first GPU whose time may overlap its
+    own: a superset of those `placement_class` keeps, found without scanning the GPU's whole
+    history for each (which made a long replay's result quadratic in its length). An attempt
+    [s, e) overlaps o where o.start < e and s < o.end: either o ended within (s, e] (a range
+    of the GPU's attempts sorted by their end), or o ended after e having started before it
+    (the attempts alive at e, swept in order of e)."""
+    near: dict[int, list[Occupancy]] = {}
+    by_gpu: dict[int, list[Occupancy]] = {}
+    for attempt in attempts:
+        by_gpu.setdefault(attempt.gpus[0], []).append(attempt)
+    for gpu, asked in by_gpu.items():
+        by_end = sorted(on_gpu[gpu], key=lambda o: o.end_s)
+        ends = [o.end_s for o in by_end]
+        by_start = sorted(range(len(by_end)), key=lambda i: by_end[i].start_s)
+        alive: dict[int, Occupancy] = {}  # started before e, ending after it
+        started = ended = 0
+        for attempt in sorted(asked, key=lambda a: a.end_s):
+            e = attempt.end_s
+            while started < len(by_start) and by_end[by_start[started]].start_s < e:
+                i = by_start[started]
+                if by_end[i].end_s > e:
+                    alive[i] = by_end[i]
+                started += 1
+            while ended < len(ends) and ends[ended] <= e:
+                alive.pop(ended, None)
+                ended += 1
+            within = by_end[bisect_right(ends, attempt.start_s) : bisect_right(ends, e)]
+            near[id(attempt)] = within + list(alive.values())
+    return near
 
 
 @dataclass

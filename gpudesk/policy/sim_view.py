@@ -9,7 +9,7 @@ import statistics
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from gpudesk.policy.demand import PEAK_SETTLED_S, Demand, reservation
+from gpudesk.policy.demand import PEAK_SETTLED_S, reservation
 from gpudesk.policy.policy import GpuState, StationView, Tenant
 from gpudesk.policy.remaining import Remaining, estimate
 from gpudesk.policy.sim_order import family_of
@@ -26,12 +26,6 @@ def learn_hint_ratios(sim: Simulation) -> None:
     for run in sim.running:
         if run.demand.source == "hint" and run.peak_at + PEAK_SETTLED_S <= sim.now:
             sim.hint_ratios.learn(family_of(run), run.demand.memory_mib, run.job.peak_memory_mib)
-
-
-def _demand(sim: Simulation, run: SimRun) -> Demand:
-    """A queued job's demand as the engine gives it, to every policy: its hint corrected by
-    its family's settled members (CARMA's own rules take the hint as given)."""
-    return sim.hint_ratios.corrected(family_of(run), run.demand)
 
 
 def _remaining(sim: Simulation, run: SimRun) -> Remaining:
@@ -118,7 +112,7 @@ def station_view(sim: Simulation) -> StationView:
         backend=sim.station,
         simulated=True,
         gpu_states=tuple(states),
-        demands={r.record.id: _demand(sim, r) for r in sim.queue},
+        demands=sim.queue.demands(),
         overtaken=sim.overtaken,
         interference=sim.interference,
         run_time_of=lambda job: sim.family_times.expected_s(sim.run_of[job.id]),

@@ -17,13 +17,14 @@ Here are the replay's loop and the engine's scheduling pass; its pieces are besi
 station and its MIG slices (`sim_station`), the true rates (`sim_rates`), what the learner is
 fed (`sim_learning`), the next event and the time up to it (`sim_clock`), memory and OOM
 deaths (`sim_oom`), MIG repartitioning (`sim_repartition`), preemption (`sim_preemption`), the
-queue's order (`sim_order`), the station as the policy sees it (`sim_view`), the runs and the
-result (`sim_records`) and the lower bounds (`sim_bounds`).
+queue and its demands (`sim_queue`) and its order (`sim_order`), the station as the policy sees
+it (`sim_view`), the runs and the result (`sim_records`) and the lower bounds (`sim_bounds`).
 """
 
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -43,7 +44,8 @@ from gpudesk.policy.sim_clock import SAMPLE_WINDOW_S, advance, next_event_at
 from gpudesk.policy.sim_learning import OBSERVE_AFTER_S, close_segment, track_segments
 from gpudesk.policy.sim_oom import MAX_ATTEMPTS, MAX_RAMP_S, RAMP_S, crash_out_of_memory, peak_at
 from gpudesk.policy.sim_order import FamilyRunTimes
-from gpudesk.policy.sim_preemption import leave_due, preempt_if_due, queue_key
+from gpudesk.policy.sim_preemption import leave_due, preempt_if_due
+from gpudesk.policy.sim_queue import SimQueue
 from gpudesk.policy.sim_rates import true_rates
 from gpudesk.policy.sim_records import Occupancy, SimResult, SimRun, new_run, sim_result
 from gpudesk.policy.sim_repartition import relayable, repartition
@@ -131,12 +133,12 @@ class Simulation:
         self._set_up_truth_and_learner(truth, truth_form, policy_params, learn)
         self._set_up_mig(mig)
         self.now = 0.0
+        self.hint_ratios = HintRatios()  # sim_view: hints corrected by their family
         self._set_up_runs(trace)
         self._set_up_tallies()
         self.preempt = preempt  # the engine's preemption rule (sim_preemption), on by default
         self.queue_order = queue_order  # "shortest": sim_order.py, as the engine's jct_order
         self.family_times = FamilyRunTimes()
-        self.hint_ratios = HintRatios()  # sim_view: hints corrected by their family
 
     def _set_up_truth_and_learner(
         self,
@@ -178,8 +180,10 @@ class Simulation:
         self.run_of = {r.record.id: r for r in self.runs}  # by job id, for StationView
         for run in self.runs:
             run.impossible = impossible(self, run.job)
-        self.pending = [r for r in self.runs if r.impossible is None]  # in arrival order
-        self.queue: list[SimRun] = []
+        # in arrival order (a deque: a long trace's arrivals are taken from its front)
+        self.pending = deque(r for r in self.runs if r.impossible is None)
+        # in the engine's order, with each job's demand as the policy is told it (sim_queue)
+        self.queue = SimQueue(self.hint_ratios)
         self.running: list[SimRun] = []
         self.overtaken: dict[int, int] = {}
         self.placed_at: dict[int, float] = {}
@@ -264,8 +268,7 @@ class Simulation:
 
     def _arrive(self) -> None:
         while self.pending and self.pending[0].job.arrival_s <= self.now + 1e-9:
-            self.queue.append(self.pending.pop(0))
-        self.queue.sort(key=queue_key)
+            self.queue.add(self.pending.popleft())
 
     # ------------------------------------------------------------ placement
     def view(self) -> StationView:
@@ -289,9 +292,9 @@ class Simulation:
     def _place(self, view: StationView) -> Decision:
         started = time.perf_counter()
         if self.queue_order == "shortest":
-            records = self.family_times.ordered(self.queue, self.now)
+            records = self.family_times.ordered(self.queue.runs, self.now)
         else:
-            records = [r.record for r in self.queue]
+            records = list(self.queue.records)
         decision = self.policy.place(records, view)
         self.decision_ms.append((time.perf_counter() - started) * 1000)
         return decision
@@ -299,7 +302,9 @@ class Simulation:
     def _commit(self, decision: Decision) -> None:
         for job_id, count in decision.overtaken.items():
             self.overtaken[job_id] = self.overtaken.get(job_id, 0) + count
-        by_id = {r.record.id: r for r in self.queue}
+        by_id = self.queue.by_id
+        # the jobs placed, as the queue was before any rejection below
+        placed = [(p, by_id[p.job_id]) for p in decision.placements if p.job_id in by_id]
         for rejection in decision.rejections:
             run = by_id.get(rejection.job_id)
             if run is None:
@@ -307,15 +312,15 @@ class Simulation:
             run.lost = True
             self.lost_why[run.job.id] = f"rejected by the policy: {rejection.reason}"
             self.queue.remove(run)
-        placements = [p for p in decision.placements if p.job_id in by_id]
+        placements = [p for p, _ in placed]
         # A GPU in MIG mode runs work only on its MIG devices: a whole-GPU placement on a
         # fixed-layout GPU (never `mig_dynamic`) is a policy error the simulator counts (and
         # still plays out).
         self.mig_violations += sum(
             1 for p in placements if p.mode != "mig" and self.fixed.intersection(p.gpus)
         )
-        for placement in placements:
-            self._start(by_id[placement.job_id], placement)
+        for placement, run in placed:
+            self._start(run, placement)
 
     def _start(self, run: SimRun, placement: Placement) -> None:
         self.queue.remove(run)

@@ -210,3 +210,48 @@ def test_a_group_a_rounding_error_past_a_full_gpu_tells_the_co_tenant_cost_not_c
     past = (w(0.6), w(0.6))
     said = estimate(DEFAULT_PARAMS, Observation("mps", past[0], past[1:], 0.5))
     assert said is not None and said[0] == "contention"
+
+
+def _mixed_observations(count: int, seed: int) -> list[Observation]:
+    """Observations of every kind the learner keeps: MPS groups below and past a full GPU (some
+    thread-capped), time-sliced groups, MIG slices, jobs alone with their kernel-active time."""
+    import random
+
+    draw = random.Random(seed)
+    out = []
+    for _ in range(count):
+        job = w(draw.choice((0.1, 0.2, 0.3, 0.5, 0.7)))
+        others = tuple(w(draw.choice((0.1, 0.3, 0.5))) for _ in range(draw.randint(1, 3)))
+        kind = draw.choice(("mps", "mps", "capped", "naive", "mig", "alone"))
+        if kind == "capped":
+            out.append(seen("mps", replace(job, thread_cap=draw.choice((0.3, 0.5))), *others))
+        elif kind == "mig":
+            out.append(seen("mig", job, slices=draw.choice((1, 2, 3))))
+        elif kind == "alone":
+            out.append(
+                Observation("exclusive", job, (), 1.0, kernel_active=job.sm + draw.random() / 4)
+            )
+        else:
+            out.append(seen(kind, job, *others))
+    return out
+
+
+def test_estimates_kept_across_sweeps_are_those_estimated_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The refit does not estimate again an observation whose estimate read only parameters
+    # that have not moved (learner._estimate_all): the fit must be the one that re-reads all.
+    import gpudesk.policy.learner as learner
+
+    observations = _mixed_observations(400, seed=3)
+    kept_few = Learner(keep=150)  # past its `keep`, the oldest are forgotten as new ones come
+    fits = []
+    for obs in observations:
+        kept_few.observe(GPU, obs)
+        fits.append((kept_few.params(GPU), kept_few.observed(GPU), kept_few.sweeps(GPU)))
+    monkeypatch.setattr(learner, "_still", lambda reads, params: False)
+    again = Learner(keep=150)
+    for obs, fit in zip(observations, fits, strict=True):
+        again.observe(GPU, obs)
+        assert (again.params(GPU), again.observed(GPU), again.sweeps(GPU)) == fit
+    assert any(sweeps > 1 for _, _, sweeps in fits)

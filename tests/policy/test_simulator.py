@@ -229,11 +229,11 @@ def test_a_thread_cap_slows_a_job_alone(tmp_path: Path) -> None:
 
     sim = Simulation(load_trace(write_trace(tmp_path, [{"sm_pct": 30}])), policy="mps")
     run = sim.runs[0]
-    sim.queue.append(run)
+    sim.queue.add(run)
     sim._start(run, Placement(1, "gpu:0/mps", "mps", "test", gpus=(0,), mps_thread_pct=10))
     assert sim.rate(run) < 0.8
     sim.stop(run)
-    sim.queue.append(run)
+    sim.queue.add(run)
     sim._start(run, Placement(1, "gpu:0/mps", "mps", "test", gpus=(0,), mps_thread_pct=100))
     assert sim.rate(run) == 1.0
 
