@@ -84,6 +84,23 @@ def store_text(home_root: Path, unsaved: int) -> str | None:
     return f"cannot be written: {why}{waiting}"
 
 
+def request_text(home_root: Path, nothing: str = "nothing was changed") -> str:
+    """What a request that could not write the store (a full disk) is answered: one paragraph.
+    `nothing`: what did not happen ("nothing was queued")."""
+    return (
+        f"the store could not be written: {_where(home_root)}, so {nothing}. Free some space "
+        "on that disk and try again."
+    )
+
+
+def job_text(home_root: Path) -> str:
+    """A job-control outcome (cancel, hold, …) where the store could not be written."""
+    return (
+        f"nothing changed: the store could not be written: {_where(home_root)}; free some "
+        "space and retry"
+    )
+
+
 def start_text(home_root: Path) -> str:
     """Why the engine would not start, for whoever started it."""
     return (

@@ -18,7 +18,6 @@ from gpudesk.text import printable_line
 
 if TYPE_CHECKING:
     from gpudesk.api.client import Client
-    from gpudesk.api.errors import EngineError
 
 edit_app = typer.Typer()
 
@@ -184,23 +183,13 @@ def _edited(
     try:
         return client.edit_job(job, fields, set_env=set_env, unset_env=unset)
     except EngineError as exc:
-        if exc.code == "invalid_args":
-            fail(_as_option(exc), EXIT_USAGE)
-        unknown = submit_extras.unknown_dependency(exc)  # --after 999: no such job
-        if unknown:
-            fail(unknown, EXIT_USAGE)
+        from gpudesk.cli.submit_job import as_option
+
+        said = as_option(exc)  # `fields.memory_gb: ...` as `--mem: ...`; --after 999
+        if said:
+            fail(*said)
+        option = {"set_env": "--env", "unset_env": "--unset-env"}
+        where, sep, rest = str(exc).partition(": ")
+        if exc.code == "invalid_args" and sep and where in option:
+            fail(f"{option[where]}: {rest}", EXIT_USAGE)
         raise
-
-
-def _as_option(exc: EngineError) -> str:
-    """`fields.memory_gb: ...` as `--mem: ...`; `set_env: ...` as `--env: ...`."""
-    from gpudesk.cli.submit_job import option_of
-
-    text = str(exc)
-    where, sep, rest = text.partition(": ")
-    if sep and where.startswith("fields."):
-        return f"{option_of(where.removeprefix('fields.'))}: {rest}"
-    option = {"set_env": "--env", "unset_env": "--unset-env"}.get(where)
-    if sep and option:
-        return f"{option}: {rest}"
-    return text

@@ -16,7 +16,6 @@ from gpudesk.cli.exit_codes import EXIT_USAGE
 
 if TYPE_CHECKING:
     from gpudesk.api.client import Client
-    from gpudesk.api.errors import EngineError
     from gpudesk.core.jobs import JobSpec
     from gpudesk.core.submit_options import ArrayRange
 
@@ -147,7 +146,7 @@ def job_refs(values: list[str], option: str) -> list[str]:
 def job_ids(client: Client, refs: list[str], key: str = "after") -> list[int]:
     """Ids and names, made ids now: the job waits for those jobs, not later namesakes. A name
     no job has is bad input, said as the option (`key`'s) that gave it; an id is checked by the
-    engine (`unknown_dependency`)."""
+    engine (`gpudesk.cli.submit_job.as_option` says its refusal as the option)."""
     from gpudesk.api.errors import EngineError
     from gpudesk.core.field_checks import reads_as_job_id
 
@@ -172,19 +171,6 @@ def job_ids(client: Client, refs: list[str], key: str = "after") -> list[int]:
 def _option(key: str) -> str:
     """A dependency field's option: --after-any for after_any."""
     return f"--{key.replace('_', '-')}"
-
-
-def unknown_dependency(exc: EngineError) -> str | None:
-    """The engine's refusal of a job to run after that does not exist (`jobs[0].after: there
-    is no job 999 to run after …`, edit's `fields.after_any: …`) as the option that named it
-    (`--after: there is no job 999 …`); None for any other error."""
-    from gpudesk.core.job_edit import DEPENDENCY_FIELDS
-
-    where, sep, rest = str(exc).partition(": ")
-    key = where.rpartition(".")[2]
-    if exc.code != "unknown_job" or not sep or key not in DEPENDENCY_FIELDS:
-        return None
-    return f"{_option(key)}: {rest}"
 
 
 def specs_of(raw: dict[str, Any], extras: Extras, client: Client) -> list[JobSpec]:

@@ -5,14 +5,16 @@ the jobs it runs `--after` named by id, the job submitted and reported.
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpudesk.cli.common import engine_client, fail, print_json
-from gpudesk.cli.exit_codes import EXIT_USAGE
+from gpudesk.cli.exit_codes import EXIT_FAILED, EXIT_USAGE
 
 if TYPE_CHECKING:
+    from gpudesk.api.errors import EngineError
     from gpudesk.cli.submit_extras import Extras
     from gpudesk.core.cluster import ClusterSpec
     from gpudesk.core.jobs import JobSpec
@@ -149,12 +151,33 @@ SPEC_OPTIONS = {
     "begin_at": "--begin",
     "array_task": "--array",
     "array_limit": "--array",
+    "array_job": "--array",
 }
+# Where an engine's refusal names a job's field: a submit's `jobs[0].gpus` or
+# `jobs[0] ('name').priority`, an edit's `fields.memory_gb` (gpudesk.engine.requests).
+_ENGINE_FIELD = re.compile(
+    r"(?:jobs\[\d+\](?: \((?:'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\")\))?|fields)"
+    r"\.(?P<field>[a-z_]+): (?P<rest>.*)",
+    re.DOTALL,
+)
 
 
 def option_of(field: str) -> str:
     """The option that gives a JobSpec field: "--mem" for memory_gb."""
     return SPEC_OPTIONS.get(field, f"--{field.replace('_', '-')}")
+
+
+def as_option(exc: EngineError) -> tuple[str, int] | None:
+    """The engine's refusal of a field of the job `gpudesk submit` or `edit` sent (`jobs[0]
+    ('x').priority: …`, `jobs[0].after: there is no job 999 …`, `fields.memory_gb: …`) said
+    as the option that gave it (`--priority: …`), with its exit code (bad input: 2; a refusal
+    of a valid request, such as a member's raised priority: 1); None where it names no field.
+    Only for the CLI's options: a profile's jobs are its keys (`gpudesk run`)."""
+    match = _ENGINE_FIELD.fullmatch(str(exc))
+    if match is None:
+        return None
+    code = EXIT_USAGE if exc.code in ("invalid_args", "unknown_job") else EXIT_FAILED
+    return f"{option_of(match['field'])}: {match['rest']}", code
 
 
 def after_refs(after: list[str]) -> list[str]:
@@ -179,7 +202,8 @@ def submit_and_report(
     became of it: a line, its JSON, or (`parsable`) its id alone (an array's first)."""
     from gpudesk.api.errors import EngineError
     from gpudesk.api.submit import change_lines
-    from gpudesk.cli.submit_extras import Extras, array_line, job_ids, specs_of, unknown_dependency
+    from gpudesk.cli.submit_extras import Extras, array_line, job_ids, specs_of
+    from gpudesk.policy import job_gates
 
     extras = extras or Extras()
     with engine_client() as client:
@@ -187,12 +211,16 @@ def submit_and_report(
             raw = {**raw, "after": job_ids(client, refs)}
         specs = specs_of(raw, extras, client)
         spec = specs[0]
+        # what the engine would refuse of these options (--on slurm --array): said as them
+        problem = job_gates.submit_problem(0, spec, named=option_of)
+        if problem:
+            fail(problem, EXIT_USAGE)
         try:
             submitted = client.submit_jobs(specs, hold=hold)
         except EngineError as exc:
-            unknown = unknown_dependency(exc)  # --after 999: no such job, said as the option
-            if unknown:
-                fail(unknown, EXIT_USAGE)
+            said = as_option(exc)  # --after 999: no such job; --priority 5 by a member
+            if said:
+                fail(*said)
             raise
         job_id = submitted.ids[0]
         # a Slurm job: say the id Slurm gave it, as sbatch would

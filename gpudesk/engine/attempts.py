@@ -389,12 +389,14 @@ class Attempts:
         return runner.signal_group(live.pid, sig)
 
     def resumed(self, live: LiveAttempt, message: str) -> None:
-        """A suspended attempt was continued (SIGCONT sent): its suspension ends, stored with
-        the time it took (its time limit's clock runs again), and said."""
+        """A suspended attempt is continued (SIGCONT): its suspension ends, stored with the time
+        it took (its time limit's clock runs again), and said. Stored first: a store that
+        refuses it (a full disk) leaves the attempt suspended, here as in the store."""
         assert live.suspended_since is not None
-        took = live.suspended_for() - live.suspended_s
-        live.suspended_s, live.suspended_since = live.suspended_for(), None
-        self.store.set_resumed(live.attempt.job_id, live.attempt.id, live.suspended_s, message)
+        total = live.suspended_for()
+        took = total - live.suspended_s
+        self.store.set_resumed(live.attempt.job_id, live.attempt.id, total, message)
+        live.suspended_s, live.suspended_since = total, None
         self.events.job(live.attempt.job_id, f"{message} after {took:.0f} s suspended")
 
     def preempt(self, live: LiveAttempt, sig: int, grace: float, for_job: int) -> bool:

@@ -44,21 +44,26 @@ def begin_text(job: JobRecord, now: float) -> str:
     )
 
 
-def submit_problem(index: int, spec: JobSpec) -> str:
+def submit_problem(index: int, spec: JobSpec, named: Callable[[str], str] | None = None) -> str:
     """What is wrong with the `index`-th job of a submit request, in these fields ("": nothing):
     an array is submitted whole (its first job named as -k, the k-th job of the request, before
-    it); a Slurm job takes none of them yet (sbatch would, as its own options)."""
+    it); a Slurm job takes none of them yet (sbatch would, as its own options). `named`: how a
+    field is said (`gpudesk submit` says its option); by default as the request names it."""
     if spec.array_job is not None and not -index <= spec.array_job < 0:
+        where = named("array_job") if named else f"jobs[{index}].array_job"
         return (
-            f"jobs[{index}].array_job: an array is submitted in one request: name its first "
+            f"{where}: an array is submitted in one request: name its first "
             "job as -k, the k-th job of this request, before this one"
         )
     if spec.cluster is not None and (
         spec.array_task is not None or spec.after_any or spec.after_notok or spec.notify is not None
     ):
+        say = named or str
         return (
-            f"jobs[{index}]: arrays, after_any, after_notok and notify are for the station's "
-            "jobs; a job sent to Slurm cannot take them yet (it takes begin_at and comment)"
+            ("" if named else f"jobs[{index}]: ")
+            + f"{say('array_task')}, {say('after_any')}, {say('after_notok')} and "
+            f"{say('notify')} are for the station's jobs; a job sent to Slurm cannot take them "
+            f"yet (it takes {say('begin_at')} and {say('comment')})"
         )
     return ""
 

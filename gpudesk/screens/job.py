@@ -51,6 +51,8 @@ def render_summary(job: JobView, detail: JobDetail | None, state: DeskState) -> 
     text.append(job.name, style="bold")
     text.append(f"  {job.user}")
     text.append(f"  {shown}", style=STATE_STYLES.get(shown, ""))
+    if job.unsaved:  # as `gpudesk show` marks it: the end the engine worked out, not stored
+        text.append(f" [{job.unsaved}]", style="bold red")
     spec = job.spec
     text.append(f"  attempt {job.attempts}/{job.max_attempts}  priority {spec.priority}")
     if job.slot:

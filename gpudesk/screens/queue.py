@@ -58,6 +58,9 @@ SORT_NAMES = {
     "live": "running first, then waiting, then finished newest first",
     "left": "time left, the soonest done first (unknown and not running after)",
 }
+# In WHERE (an ended job has no placement to show): a job whose end is not saved yet; its
+# detail says why, and the header that the store cannot be written (`queue`'s `*`).
+UNSAVED_MARK = "not saved*"
 LIVE_ORDER = {"running": 0, "suspended": 0, "queued": 1}  # the finished states follow, newest first
 
 
@@ -71,10 +74,12 @@ def job_cells(
     """The table cells of one job, as displayed, by column key (the name fitted to
     `name_width`, cut in the middle)."""
     shown = job_state(job)
-    where = job.slot or ""
+    where: Text | str = job.slot or ""
     if job.state == "queued":
         gpus = job.spec.gpus
         where = f"wants {gpus} GPU" + ("s" if gpus != 1 else "") if gpus else "wants cpu"
+    if job.unsaved:  # its end as the engine worked it out, not yet in its store (a full disk)
+        where = Text(UNSAVED_MARK, style="bold red")
     progress = state.frame.progress.get(job.id) if state.frame else None
     energy = job.usage.total_j if job.usage else None
     estimate = job.usage is not None and job.usage.estimate

@@ -50,17 +50,16 @@ class StationScreen(DeskScreen):
         gpus = state.gpus
         problem = state.station.gpu_problem if state.station else None
         if not gpus:
-            note.update(
-                problem
-                or (
-                    "no GPUs on this station: jobs run on the CPU slots"
-                    if state.frame
-                    else "waiting for the engine…"
-                )
+            problem = problem or (
+                "no GPUs on this station: jobs run on the CPU slots"
+                if state.frame
+                else "waiting for the engine…"
             )
-        else:
-            note.update(problem or "")
-        note.display = bool(problem or not gpus)
+        store = state.status.store_problem if state.status else None
+        if store:  # the header marks it on every screen; here it is said in full
+            problem = "\n".join(line for line in (problem, f"store: {store}") if line)
+        note.update(problem or "")
+        note.display = bool(problem)
         cards = {card.index: card for card in grid.query(GpuCard)}
         wanted = [g.index for g in gpus]
         if sorted(cards) != sorted(wanted):

@@ -135,6 +135,19 @@ def test_an_unknown_dependency_or_a_bad_list_queues_nothing(engine: EngineHandle
     assert unknown_wait.returncode != 0 and "Traceback" not in unknown_wait.stderr
 
 
+def test_station_only_options_sent_to_slurm_are_said_as_the_options(engine: EngineHandle) -> None:
+    """--array, --after-any, --after-notok and --notify with --on slurm: refused as the
+    options (not the request's `jobs[0]: arrays, after_any, …`), exit 2, nothing queued."""
+    for extra in (["--array", "0-2"], ["--notify", "echo done"]):
+        refused = gpudesk("submit", "--on", "slurm", *extra, "--", "true")
+        assert (refused.returncode, refused.stderr) == (
+            2,
+            "error: --array, --after-any, --after-notok and --notify are for the station's "
+            "jobs; a job sent to Slurm cannot take them yet (it takes --begin and --comment)\n",
+        )
+    assert engine.client.request("jobs")["jobs"] == []
+
+
 def test_a_time_limit_stops_the_job_and_fails_it_as_timed_out(engine: EngineHandle) -> None:
     script = 'trap "echo stopped; exit 7" TERM; sleep 30 & wait'
     job = submitted_id(

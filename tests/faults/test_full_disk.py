@@ -257,3 +257,81 @@ def test_the_wrapper_exits_with_the_command_code_when_no_record_can_be_written(
     record = runner.describe_returncode(done.returncode)
     assert record.exit_code == code
     assert "could not write exit.json" in record.description
+
+
+def refused(*args: str) -> str:
+    """What `gpudesk ARGS` says when it fails with exit 1 (a job's outcome on stdout, an
+    error on stderr)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "gpudesk", *args], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr
+    return done.stdout + done.stderr
+
+
+def job_names(home: Home) -> list[str]:
+    db = sqlite3.connect(home.db)
+    try:
+        return [str(name) for (name,) in db.execute("SELECT name FROM jobs ORDER BY id")]
+    finally:
+        db.close()
+
+
+def test_a_submit_on_a_full_disk_says_so_and_queues_nothing(
+    disk_engine: EngineHandle, small_disk: Path
+) -> None:
+    """One paragraph naming the disk, exit 1; an array (one request) is queued whole or not
+    at all; once there is room the same submit queues it."""
+    engine = disk_engine
+    (first,) = engine.submit({"name": "before", "command": ["true"]})
+    engine.wait_state(first, "succeeded")
+    fill(small_disk / "filler")
+    for args in (["--name", "one"], ["--name", "sweep", "--array", "0-49"]):
+        said = refused("submit", *args, "--", "true")
+        assert said.startswith("error: the store could not be written: the disk holding "), said
+        assert f"GPUDESK_HOME ({engine.home.root}" in said and "is full" in said
+        assert "nothing was queued" in said and "free some space" in said.lower()
+        assert len(said.strip().splitlines()) == 1, said
+    assert engine.pid is not None
+    assert job_names(engine.home) == ["before"]
+
+    (small_disk / "filler").unlink()
+    assert "submitted array job" in gpudesk("submit", "--name", "sweep", "--array", "0-2", "true")
+    assert job_names(engine.home) == ["before", "sweep_0", "sweep_1", "sweep_2"]
+
+
+def test_job_control_on_a_full_disk_changes_nothing(
+    disk_engine: EngineHandle, small_disk: Path, tmp_path: Path
+) -> None:
+    """cancel, hold, suspend and edit the store cannot save are each refused, saying why,
+    exit 1, and leave the job as it was, in the engine as in its store: the queued job still
+    starts when its turn comes, the running one was never stopped."""
+    engine = disk_engine
+    gate, marker = tmp_path / "gate", tmp_path / "runs"
+    script = f"while [ ! -e {gate} ]; do sleep 0.02; done"
+    (first,) = engine.submit({"name": "gated", "command": ["sh", "-c", script]})
+    (second,) = engine.submit(
+        {"name": "waits", "command": ["sh", "-c", f"echo run >> {marker}"], "after": [first]}
+    )
+    engine.wait_state(first, "running")
+    wait_for(lambda: runner.read_wrapper_pid(engine.home.attempt_dir(first, 1)), 10.0)
+    fill(small_disk / "filler")
+
+    for action in (["cancel", "waits"], ["hold", "waits"], ["suspend", "gated"]):
+        said = refused(*action)
+        assert "nothing changed: the store could not be written: the disk holding " in said
+        assert str(engine.home.root) in said, said
+    said = refused("edit", "waits", "--name", "renamed")
+    assert "the store could not be written" in said and "nothing was changed" in said
+    wrapper = runner.read_wrapper_pid(engine.home.attempt_dir(first, 1))
+    assert wrapper is not None
+    assert psutil.Process(wrapper).status() != psutil.STATUS_STOPPED
+    assert (engine.job(first).state, engine.job(first).suspended_at) == ("running", None)
+    assert (engine.job(second).state, engine.job(second).held) == ("queued", False)
+
+    (small_disk / "filler").unlink()
+    gate.touch()
+    assert engine.wait_state(second, {"succeeded", "failed", "cancelled"}).state == "succeeded"
+    assert runs(marker) == 1
+    assert job_names(engine.home) == ["gated", "waits"]

@@ -11,6 +11,7 @@ from typing import Any
 
 import msgspec
 
+from gpudesk import diskspace
 from gpudesk.core import protocol
 from gpudesk.core.identity import Caller
 from gpudesk.core.protocol import ProtocolError
@@ -80,7 +81,7 @@ class RequestHandlers:
                 return self._pending(request_id, caller, result, op)
             return _result_reply(request_id, result)
         except Exception as exc:
-            return _error_reply(request_id, exc)
+            return self._error_reply(request_id, exc, op)
         finally:
             self.parts.loop.request(op, time.perf_counter() - started, caller.uid)
 
@@ -91,12 +92,12 @@ class RequestHandlers:
                     started = time.perf_counter()  # `finish` holds the loop too: counted as op
                     try:
                         if error is not None:
-                            post(_error_reply(request_id, error))
+                            post(self._error_reply(request_id, error, op))
                             return
                         try:
                             reply = step.finish(result)
                         except Exception as exc:
-                            post(_error_reply(request_id, exc))
+                            post(self._error_reply(request_id, exc, op))
                             return
                         if isinstance(reply, Later):  # a next step off the loop (a Slurm submit)
                             run(reply)
@@ -113,6 +114,18 @@ class RequestHandlers:
             run(later)
 
         return Pending(start)
+
+    def _error_reply(self, request_id: Any, exc: BaseException, op: str) -> bytes:
+        """`_error_reply`, but a store the request could not write because the disk holding
+        it is full is said as that (`refused`: nothing was done; retry once there is room)."""
+        root = self.parts.home.root
+        if not isinstance(exc, ProtocolError) and diskspace.is_full(exc, root):
+            log.warning("%s refused: %s", op, exc)
+            nothing = "nothing was queued" if op == "submit" else "nothing was changed"
+            return protocol.encode_error(
+                request_id, protocol.REFUSED, diskspace.request_text(root, nothing)
+            )
+        return _error_reply(request_id, exc)
 
 
 def _result_reply(request_id: Any, result: msgspec.Struct) -> bytes:

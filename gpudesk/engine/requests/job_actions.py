@@ -4,8 +4,10 @@ jobs named by id or name, each job's outcome its own.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 
+from gpudesk import diskspace
 from gpudesk.core import protocol
 from gpudesk.core.identity import Caller
 from gpudesk.core.protocol import ProtocolError
@@ -15,6 +17,8 @@ from gpudesk.core.wire.requests import CancelArgs, JobRefsArgs, PriorityArgs
 from gpudesk.engine.job_control import JobOutcome
 from gpudesk.engine.requests.common import Handler, Requests
 from gpudesk.policy import user_limits
+
+log = logging.getLogger("gpudesk.engine")
 
 
 class JobActionRequests(Requests):
@@ -39,7 +43,8 @@ class JobActionRequests(Requests):
         """The shape of every job-control op: resolve all of `args["jobs"]` (ids or names)
         first, so one unknown job fails the request with none touched, then act on each job
         once, in the order given. A job the caller may not `verb` (not theirs, and they are no
-        admin) is refused on its own: its outcome names the rule, the others go on."""
+        admin) is refused on its own: its outcome names the rule, the others go on; so is one
+        whose change the store could not take (a full disk): those before it stay changed."""
         jobs: dict[int, JobRecord] = {}
         for index, ref in enumerate(args.jobs):
             job = self._find(ref, f"jobs[{index}]")
@@ -47,11 +52,23 @@ class JobActionRequests(Requests):
         results = []
         for job in jobs.values():
             refusal = self.parts.access.job_refusal(caller, job, verb)
-            outcome = JobOutcome(refusal, ok=False) if refusal else action(job)
+            outcome = JobOutcome(refusal, ok=False) if refusal else self._acted(job, action)
             results.append(
                 ActionOutcome(id=job.id, name=job.name, outcome=outcome.message, ok=outcome.ok)
             )
         return ActionResult(results=results)
+
+    def _acted(self, job: JobRecord, action: Callable[[JobRecord], JobOutcome]) -> JobOutcome:
+        """`action`'s outcome for `job`; one the store could not save (the disk holding it is
+        full: the action changed nothing) is said as that, not failing the others."""
+        try:
+            return action(job)
+        except Exception as exc:
+            root = self.parts.home.root
+            if not diskspace.is_full(exc, root):
+                raise
+            log.warning("job %d left as it was: %s", job.id, exc)
+            return JobOutcome(diskspace.job_text(root), ok=False)
 
     def cancel(self, args: CancelArgs, caller: Caller) -> ActionResult:
         control = self.parts.control

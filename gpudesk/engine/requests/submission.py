@@ -45,8 +45,9 @@ class SubmitRequests(Requests):
 
     def submit(self, args: SubmitArgs, caller: Caller) -> SubmitResult | Later[Any]:
         """Queued here, or sent to a Slurm cluster: the jobs' backend's (engine/backends/).
-        `hold`: the station's jobs are held before the loop schedules again (this request runs
-        on the loop, so none can start in between); a Slurm cluster's are refused, whole."""
+        `hold`: the station's jobs are queued held, in the transaction that queues them (none
+        can start unheld, even where the store refuses a later write); a Slurm cluster's are
+        refused, whole."""
         specs, base_env = self._accepted(args, caller)
         if args.hold and any(spec.cluster is not None for spec in specs):
             raise ProtocolError(
@@ -54,11 +55,9 @@ class SubmitRequests(Requests):
                 "hold: a job sent to Slurm cannot be held at submit yet; submit it, then "
                 "`gpudesk hold JOB` (scontrol hold)",
             )
-        result = self.parts.control.backends.for_specs(specs).submit(specs, base_env, caller)
-        if args.hold and isinstance(result, SubmitResult):
-            for job_id in result.ids:
-                self.parts.control.hold(self.parts.store.job(job_id))
-        return result
+        if args.hold:
+            return self.parts.control.backends.local.submit(specs, base_env, caller, held=True)
+        return self.parts.control.backends.for_specs(specs).submit(specs, base_env, caller)
 
     def check_submit(self, args: SubmitArgs, caller: Caller) -> SubmitResult | Later[Any]:
         """`submit`'s checks without queueing anything: whether these jobs would be accepted.

@@ -34,8 +34,10 @@ class JobTables(StoreConnection):
         base_env: Mapping[str, str] | None = None,
         now: float | None = None,
         owner: Identity | None = None,
+        held: bool = False,
     ) -> list[JobRecord]:
-        """Queue jobs, all or none, for `owner` (default: the engine's own user). `base_env` is
+        """Queue jobs, all or none, for `owner` (default: the engine's own user), `held` ones
+        in the same transaction (none can start unheld, whatever fails). `base_env` is
         the submitter's environment, which the jobs start from (stored once however many jobs
         share it). An `after` of -k names the k-th of these jobs, queued before it: its id is
         put in."""
@@ -52,8 +54,8 @@ class JobTables(StoreConnection):
                 spec = specs[number] = _request_ids(spec, ids)
                 cur = conn.execute(
                     "INSERT INTO jobs (name, grp, spec, base_env, state, priority, submitted_at, "
-                    "owner_uid, owner_gid, owner_groups) "
-                    "VALUES (?, ?, ?, ?, 'queued', ?, ?, ?, ?, ?)",
+                    "owner_uid, owner_gid, owner_groups, held) "
+                    "VALUES (?, ?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?)",
                     (
                         spec.name,
                         spec.group,
@@ -64,6 +66,7 @@ class JobTables(StoreConnection):
                         owner.uid,
                         owner.gid,
                         json.dumps(list(owner.groups)),
+                        int(held),
                     ),
                 )
                 job_id = int(cur.lastrowid or 0)
@@ -71,9 +74,14 @@ class JobTables(StoreConnection):
                 self._add_event(
                     conn, "state", "submitted", job_id=job_id, state=JobState.QUEUED, now=now
                 )
+                if held:
+                    self._add_event(conn, "hold", "held by user", job_id=job_id, now=now)
         if env is not None:
             self._env_ids[env[0]] = env[1]
-        return [JobRecord.queued(i, s, now, owner) for i, s in zip(ids, specs, strict=True)]
+        return [
+            dataclasses.replace(JobRecord.queued(i, s, now, owner), held=held)
+            for i, s in zip(ids, specs, strict=True)
+        ]
 
     def _environment_id(self, conn: sqlite3.Connection, env: Mapping[str, str]) -> tuple[str, int]:
         """(digest, row id) of an environment, inserted if new. The caller caches the pair once

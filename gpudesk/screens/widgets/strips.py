@@ -14,6 +14,7 @@ from gpudesk.units import watt_hours
 # Static.update(layout=...) is newer than the textual floor (pyproject): where it is missing,
 # update() lays the screen out as it always did.
 _UPDATE_CAN_SKIP_LAYOUT = "layout" in inspect.signature(Static.update).parameters
+STORE_MARK = "STORE NOT WRITABLE"  # the header's mark of StationStatus.store_problem
 
 
 def render_header(
@@ -44,6 +45,9 @@ def render_header(
     if drain is not None:
         why = f": {drain.reason}" if drain.reason else ""
         tail.append(f"  DRAINED by {drain.by}{why}", style="bold reverse yellow")
+    if state.status is not None and state.status.store_problem:
+        # what it is, in full, under the station's cards (`engine status`'s `store:`)
+        tail.append(f"  {STORE_MARK}", style="bold reverse red")
     if readonly:
         tail.append("  READ-ONLY", style="bold reverse")
     if note:

@@ -130,9 +130,15 @@ class LocalBackend:
         check_station_fits(specs, self.telemetry, self.scheduler)
 
     def submit(
-        self, specs: Sequence[JobSpec], base_env: dict[str, str] | None, caller: Caller
+        self,
+        specs: Sequence[JobSpec],
+        base_env: dict[str, str] | None,
+        caller: Caller,
+        *,
+        held: bool = False,
     ) -> SubmitResult:
-        records = self.store.submit(specs, base_env, owner=caller.identity)
+        """Queued (`held`: held too, in the same transaction: all of it or none)."""
+        records = self.store.submit(specs, base_env, owner=caller.identity, held=held)
         for record in records:
             self.queue.add(record)
             self.events.job(record.id, "submitted", record)
@@ -157,8 +163,9 @@ class LocalBackend:
     # ----------------------------------------------------------- job control
     def cancel(self, job: JobRecord, grace: float) -> JobOutcome:
         if job.state is JobState.QUEUED:
-            self.queue.remove(job.id)
+            # stored first: a store that refuses it (a full disk) leaves the job queued here too
             self.store.finish_queued(job.id, JobState.CANCELLED, "cancelled while queued")
+            self.queue.remove(job.id)
             self.events.job(job.id, "cancelled while queued")
             self.due.mark()
             return JobOutcome("cancelled")

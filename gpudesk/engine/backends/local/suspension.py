@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import signal
 
+from gpudesk import diskspace
 from gpudesk.core.jobs import JobState
 from gpudesk.core.records import JobRecord
 from gpudesk.engine.attempts import Attempts
@@ -35,9 +36,14 @@ def suspend(attempts: Attempts, job: JobRecord, by: str) -> JobOutcome:
         return live
     if not attempts.send(live, signal.SIGSTOP):
         return JobOutcome("its processes have ended: not suspended", ok=False)
-    live.suspended_since = live.clock()
+    since = live.clock()
     message = f"suspended by {by} (SIGSTOP); its GPUs stay held"
-    attempts.store.set_suspended(job.id, live.attempt.id, live.suspended_since, message)
+    try:
+        attempts.store.set_suspended(job.id, live.attempt.id, since, message)
+    except Exception:  # not stored (a full disk): it goes on running, as the store says
+        attempts.send(live, signal.SIGCONT)
+        raise
+    live.suspended_since = since
     attempts.events.job(job.id, message)
     attempts.track()  # top and the desk show it suspended
     return JobOutcome("suspended")
@@ -53,8 +59,8 @@ def resume(attempts: Attempts, job: JobRecord, by: str) -> JobOutcome:
     live = _live(attempts, job, "resumed")
     if isinstance(live, JobOutcome):
         return live
+    attempts.resumed(live, f"resumed by {by} (SIGCONT)")  # stored first: see Attempts.resumed
     attempts.send(live, signal.SIGCONT)
-    attempts.resumed(live, f"resumed by {by} (SIGCONT)")
     attempts.track()
     return JobOutcome("resumed")
 
@@ -66,6 +72,11 @@ def send_signal(attempts: Attempts, job: JobRecord, name: str, by: str) -> JobOu
     if not attempts.send(live, signal.Signals[name]):
         return JobOutcome(f"its processes have ended: {name} not sent", ok=False)
     later = " (suspended: it sees it when resumed)" if live.suspended_since is not None else ""
-    attempts.store.add_event("signal", f"{name} sent by {by}{later}", job_id=job.id)
+    try:
+        attempts.store.add_event("signal", f"{name} sent by {by}{later}", job_id=job.id)
+    except Exception as exc:  # sent all the same: said so, lest a retry send it twice
+        if not diskspace.is_full(exc, attempts.home.root):
+            raise
+        later += " (not in its events: the disk holding GPUDESK_HOME is full)"
     attempts.events.job(job.id, f"{name} sent by {by}")
     return JobOutcome(f"sent {name}{later}")
