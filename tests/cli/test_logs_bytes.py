@@ -5,16 +5,13 @@ bytes are spelled out (`\\xff`) beside the escape sequences, never obeyed nor hi
 
 from __future__ import annotations
 
-import contextlib
 import io
-import os
-import pty
 import subprocess
 import sys
-import termios
 
 import pytest
 from conftest import EngineHandle
+from terminal import on_a_terminal
 
 from gpudesk.cli import logs
 from gpudesk.cli.logs import LogFollower
@@ -22,29 +19,6 @@ from gpudesk.cli.logs import LogFollower
 GPUDESK = [sys.executable, "-m", "gpudesk"]
 BYTES = b"\xff\xfe abc \x1b[2J"  # not UTF-8, then an escape sequence that clears the screen
 PRINTER = {"name": "bytes", "command": ["printf", r"\377\376 abc \033[2J"]}
-
-
-def on_a_terminal(argv: list[str]) -> bytes:
-    """What `argv` writes to its stdout when that is a terminal (a pty), its newlines as the
-    job wrote them (the terminal's own \\n -> \\r\\n turned off)."""
-    controller, terminal = pty.openpty()
-    attrs = termios.tcgetattr(terminal)
-    attrs[1] &= ~termios.OPOST
-    termios.tcsetattr(terminal, termios.TCSANOW, attrs)
-    try:
-        done = subprocess.run(argv, stdout=terminal, stderr=subprocess.PIPE, timeout=60)
-        assert done.returncode == 0, done.stderr
-        os.close(terminal)
-        terminal = -1
-        out = b""
-        with contextlib.suppress(OSError):  # EIO once the terminal side is closed and drained
-            while chunk := os.read(controller, 65536):
-                out += chunk
-        return out
-    finally:
-        os.close(controller)
-        if terminal >= 0:
-            os.close(terminal)
 
 
 def test_raw_and_a_pipe_get_the_jobs_bytes_byte_for_byte(engine: EngineHandle) -> None:
@@ -64,9 +38,9 @@ def test_raw_and_a_pipe_get_the_jobs_bytes_byte_for_byte(engine: EngineHandle) -
 def test_a_terminal_gets_them_spelled_out(engine: EngineHandle) -> None:
     [job_id] = engine.submit(PRINTER)
     engine.wait_state(job_id, "succeeded")
-    shown = on_a_terminal([*GPUDESK, "logs", str(job_id)])
+    shown = on_a_terminal([*GPUDESK, "logs", str(job_id)], as_written=True)
     assert shown == rb"\xff\xfe abc \x1b[2J", shown
-    assert on_a_terminal([*GPUDESK, "logs", "--raw", str(job_id)]) == BYTES
+    assert on_a_terminal([*GPUDESK, "logs", "--raw", str(job_id)], as_written=True) == BYTES
 
 
 class Stdout(io.TextIOWrapper):

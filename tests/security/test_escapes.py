@@ -11,9 +11,6 @@ why it skips); the rest need nothing special.
 from __future__ import annotations
 
 import base64
-import contextlib
-import os
-import pty
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -21,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from conftest import EngineHandle
+from terminal import on_a_terminal
 
 SHARED = Path(__file__).resolve().parent.parent / "shared"
 sys.path.insert(0, str(SHARED))  # the station fixture and its raw client live beside its tests
@@ -52,25 +50,6 @@ def test_a_job_s_escape_sequences_reach_no_one_else_s_terminal(station: Station)
     assert b"\x1b" not in served and b"\x07" not in served, served
     assert served == SPELLED
     assert base64.b64decode(station.ok("ada", "log", job=job_id)["data"]) == RAW
-
-
-def on_a_terminal(argv: list[str]) -> bytes:
-    """What `argv` writes to its stdout when that is a terminal (a pty)."""
-    controller, terminal = pty.openpty()
-    try:
-        done = subprocess.run(argv, stdout=terminal, stderr=subprocess.PIPE, timeout=60)
-        assert done.returncode == 0, done.stderr
-        os.close(terminal)
-        terminal = -1
-        out = b""
-        with contextlib.suppress(OSError):  # EIO once the terminal side is closed and drained
-            while chunk := os.read(controller, 65536):
-                out += chunk
-        return out
-    finally:
-        os.close(controller)
-        if terminal >= 0:
-            os.close(terminal)
 
 
 def test_gpudesk_logs_spells_escapes_out_on_a_terminal_unless_raw(engine: EngineHandle) -> None:
