@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from user_python import user_python
+from user_python import user_python_folder
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "shared"))
 from station_fixture import Station, make_station
@@ -20,14 +19,9 @@ from station_fixture import Station, make_station
 
 @pytest.fixture
 def setup() -> Iterator[tuple[Station, str]]:
-    folder = Path(tempfile.mkdtemp(prefix="gd-upy-", dir="/tmp"))
-    folder.chmod(0o755)
-    try:
-        python = user_python(folder)
+    with user_python_folder() as python:
         for station in make_station(python=python):
             yield station, python
-    finally:
-        subprocess.run(["rm", "-rf", str(folder)], check=False)
 
 
 def submit_as(station: Station, python: str, role: str, *args: str) -> subprocess.CompletedProcess:

@@ -16,14 +16,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from user_python import user_python
+from user_python import user_python_folder
 
 from gpudesk.redact import redact_secrets
 
@@ -74,14 +73,9 @@ def test_secrets_in_a_message_are_redacted_wherever_the_uri_sits() -> None:
 # ------------------------------------------------------------------------ end to end
 @pytest.fixture
 def setup() -> Iterator[tuple[Station, str]]:
-    folder = Path(tempfile.mkdtemp(prefix="gd-upy-", dir="/tmp"))
-    folder.chmod(0o755)
-    try:
-        python = user_python(folder)
+    with user_python_folder() as python:
         for station in make_station(python=python):
             yield station, python
-    finally:
-        subprocess.run(["rm", "-rf", str(folder)], check=False)
 
 
 def cli(station: Station, python: str, role: str, *args: str) -> str:

@@ -18,7 +18,6 @@ import shutil
 import sqlite3
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,7 +26,7 @@ from typing import Any, cast
 
 import psutil
 import pytest
-from user_python import user_python
+from user_python import user_python_folder
 
 from gpudesk import trust
 from gpudesk.core.identity import Identity
@@ -48,14 +47,9 @@ FORGED_RUN_ID = "f" * 32
 # ------------------------------------------------------------------------ end to end
 @pytest.fixture
 def station() -> Iterator[Station]:
-    folder = Path(tempfile.mkdtemp(prefix="gd-upy-", dir="/tmp"))
-    folder.chmod(0o755)
-    try:
+    with user_python_folder() as python:
         # A job waits for its MLflow run at most a second: no store answers here.
-        wait = {"GPUDESK_TRACKING_WAIT_S": "1"}
-        yield from make_station(python=user_python(folder), engine_env=wait)
-    finally:
-        subprocess.run(["rm", "-rf", str(folder)], check=False)
+        yield from make_station(python=python, engine_env={"GPUDESK_TRACKING_WAIT_S": "1"})
 
 
 def tracked(name: str, uri: str) -> dict[str, object]:

@@ -12,10 +12,13 @@ tests' own site-packages (their `.pth` files included). Nothing is installed.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
 import sysconfig
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -72,3 +75,14 @@ def user_python(folder: Path) -> str:
         if not path.is_symlink():  # bin/python links to the system's: left alone
             path.chmod(path.stat().st_mode | (0o755 if path.is_dir() else 0o644))
     return str(env / "bin" / "python")
+
+
+@contextlib.contextmanager
+def user_python_folder() -> Iterator[str]:
+    """A user Python (`user_python`) in a folder of /tmp the test users can read, removed after."""
+    folder = Path(tempfile.mkdtemp(prefix="gd-upy-", dir="/tmp"))
+    folder.chmod(0o755)
+    try:
+        yield user_python(folder)
+    finally:
+        subprocess.run(["rm", "-rf", str(folder)], check=False)
