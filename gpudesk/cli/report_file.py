@@ -43,11 +43,14 @@ def gpudesk_homes() -> list[Path]:
 def output_file_problem(path: Path, homes: Iterable[Path]) -> str | None:
     """Why a command must not write its output (`--plot FILE`, an appended emissions.csv) to
     `path`, a sentence; None when it may: a file inside gpudesk's home (its database, logs and
-    sockets), or something there that is not a regular file (a FIFO would block the command
+    sockets), named there or through a symbolic link that points there, or something there that
+    is not a regular file (a FIFO would block the command
     for ever, a device or folder is no file)."""
-    real = os.path.join(os.path.realpath(path.absolute().parent), path.name)
+    named = os.path.join(os.path.realpath(path.absolute().parent), path.name)
+    # and where a symbolic link there points: the file written through it
+    real = os.path.realpath(path)
     for home in homes:
-        if _inside(real, os.path.realpath(home)):
+        if any(_inside(p, os.path.realpath(home)) for p in (named, real)):
             return (
                 f"{path} is inside gpudesk's home {home}, which holds the engine's database, "
                 "logs and sockets; write it elsewhere"
