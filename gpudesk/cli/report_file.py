@@ -64,13 +64,16 @@ def output_file_problem(path: Path, homes: Iterable[Path]) -> str | None:
     return None
 
 
-def check_report_path(report: Path, *, profile: Path, homes: Iterable[Path]) -> None:
+def check_report_path(
+    report: Path, *, profile: Path, homes: Iterable[Path], option: str = "--report"
+) -> None:
     """Fail with exit 2 (one paragraph) when `report` cannot or must not be written: see the
     module's docstring. `profile` is the profile being run, `homes` the gpudesk homes (state
-    folders) this run may use."""
+    folders) this run may use, `option` the option that named the file (`select compare
+    --out` is checked as `run --report` is)."""
 
     def refuse(why: str) -> NoReturn:
-        fail(f"--report {report}: {why}. Nothing was submitted.", EXIT_USAGE)
+        fail(f"{option} {report}: {why}. Nothing was submitted.", EXIT_USAGE)
 
     # What the path names first (a home not made yet is still refused, not to be made)
     folder = report.absolute().parent
