@@ -116,6 +116,8 @@ SeedOption = Annotated[
     int | None,
     typer.Option(
         "--seed",
+        min=-(2**63),
+        max=2**63 - 1,
         help="The selection's seed (default: the dataset's own, as its loader uses; else 0).",
     ),
 ]
