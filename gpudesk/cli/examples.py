@@ -3,6 +3,7 @@ read and edit (gpudesk.examples); an installed gpudesk runs them by name without
 
 from __future__ import annotations
 
+import shlex
 import shutil
 from pathlib import Path
 
@@ -16,16 +17,21 @@ examples_app = typer.Typer()
 
 @examples_app.command()
 def examples(
-    into: Path = typer.Argument(
-        Path("gpudesk-examples"), help="Folder to copy them into (made if missing)."
+    folder_name: str = typer.Argument(
+        "gpudesk-examples", metavar="INTO", help="Folder to copy them into (made if missing)."
     ),
 ) -> None:
     """Copy the example profiles and traces (quickstart.toml, carma-philly-t1.json, …) into a
     folder of yours; a file already there is kept, not overwritten."""
     from gpudesk.examples import folder, names
+    from gpudesk.text import printable_line
 
+    if not folder_name:  # `gpudesk examples "$DIR"` with DIR unset: not the current folder
+        fail("INTO is empty: name the folder to copy the examples into", EXIT_USAGE)
+    into = Path(folder_name)
+    shown = printable_line(folder_name)  # a control character is spelled out, never obeyed
     if into.exists() and not into.is_dir():
-        fail(f"{into} exists and is not a folder", EXIT_USAGE)
+        fail(f"{shown} exists and is not a folder", EXIT_USAGE)
     copied, kept = 0, 0
     try:
         for kind in ("profiles", "traces"):
@@ -39,7 +45,9 @@ def examples(
                 shutil.copyfile(folder(kind) / name, destination)
                 copied += 1
     except OSError as exc:
-        fail(f"cannot copy the examples into {into}: {exc.strerror or exc}", EXIT_FAILED)
-    print(f"copied {copied} file(s) into {into}/profiles and {into}/traces", end="")
+        fail(f"cannot copy the examples into {shown}: {exc.strerror or exc}", EXIT_FAILED)
+    print(f"copied {copied} file(s) into {shown}/profiles and {shown}/traces", end="")
     print(f"; kept {kept} already there" if kept else "")
-    print(f"try: cd {into} && gpudesk run profiles/quickstart.toml")
+    # spelled out, the name is a shell's $'...' (\x1b, \xff, \u202e); else quoted as it is
+    cd = shlex.quote(shown) if shown == folder_name else "$'" + shown.replace("'", "\\'") + "'"
+    print(f"try: cd {cd} && gpudesk run profiles/quickstart.toml")

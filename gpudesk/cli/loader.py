@@ -40,7 +40,7 @@ def serve_command(
     ] = [],  # noqa: B006
     batch_size: Annotated[int, typer.Option("--batch-size", min=1)] = 64,
     workers: Annotated[int, typer.Option("--workers", min=0)] = 2,
-    seed: Annotated[int, typer.Option("--seed")] = 0,
+    seed: Annotated[int, typer.Option("--seed", min=-(2**63), max=2**63 - 1)] = 0,
     slots: Annotated[
         int,
         typer.Option(

@@ -43,11 +43,14 @@ def gpudesk_homes() -> list[Path]:
 def output_file_problem(path: Path, homes: Iterable[Path]) -> str | None:
     """Why a command must not write its output (`--plot FILE`, an appended emissions.csv) to
     `path`, a sentence; None when it may: a file inside gpudesk's home (its database, logs and
-    sockets), or something there that is not a regular file (a FIFO would block the command
+    sockets), named there or through a symbolic link that points there, or something there that
+    is not a regular file (a FIFO would block the command
     for ever, a device or folder is no file)."""
-    real = os.path.join(os.path.realpath(path.absolute().parent), path.name)
+    named = os.path.join(os.path.realpath(path.absolute().parent), path.name)
+    # and where a symbolic link there points: the file written through it
+    real = os.path.realpath(path)
     for home in homes:
-        if _inside(real, os.path.realpath(home)):
+        if any(_inside(p, os.path.realpath(home)) for p in (named, real)):
             return (
                 f"{path} is inside gpudesk's home {home}, which holds the engine's database, "
                 "logs and sockets; write it elsewhere"
@@ -61,13 +64,16 @@ def output_file_problem(path: Path, homes: Iterable[Path]) -> str | None:
     return None
 
 
-def check_report_path(report: Path, *, profile: Path, homes: Iterable[Path]) -> None:
+def check_report_path(
+    report: Path, *, profile: Path, homes: Iterable[Path], option: str = "--report"
+) -> None:
     """Fail with exit 2 (one paragraph) when `report` cannot or must not be written: see the
     module's docstring. `profile` is the profile being run, `homes` the gpudesk homes (state
-    folders) this run may use."""
+    folders) this run may use, `option` the option that named the file (`select compare
+    --out` is checked as `run --report` is)."""
 
     def refuse(why: str) -> NoReturn:
-        fail(f"--report {report}: {why}. Nothing was submitted.", EXIT_USAGE)
+        fail(f"{option} {report}: {why}. Nothing was submitted.", EXIT_USAGE)
 
     # What the path names first (a home not made yet is still refused, not to be made)
     folder = report.absolute().parent

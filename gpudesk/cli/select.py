@@ -116,6 +116,8 @@ SeedOption = Annotated[
     int | None,
     typer.Option(
         "--seed",
+        min=-(2**63),
+        max=2**63 - 1,
         help="The selection's seed (default: the dataset's own, as its loader uses; else 0).",
     ),
 ]
@@ -476,6 +478,10 @@ def compare_command(
     from gpudesk.cli import select_compare as steps
 
     target = plot_target(plot, machine_output="--json" if as_json else None)
+    if out is not None:  # before the runs, which take minutes to hours (as run --report)
+        from gpudesk.cli.report_file import check_report_path, gpudesk_homes
+
+        check_report_path(out, profile=profile, homes=gpudesk_homes(), option="--out")
     chosen = steps.plan(
         profile,
         compare.DEFAULT_PRESETS if presets is None else presets,

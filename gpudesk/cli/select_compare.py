@@ -105,12 +105,15 @@ def report(
     rows = compare_report.summarize(trials, chosen.higher_is_better)
     found = compare_report.checks(chosen, trials, rows)
     report = compare_report.to_json(chosen, trials, rows, found, station)
-    if out is not None:
+    problems = [p for t in trials for p in t.problems]
+    if out is not None:  # checked before the runs; replaced whole, never left half-written
+        from gpudesk.cli.report_file import write_atomically
+
         try:
-            out.write_text(json.dumps(report, indent=2) + "\n")
+            write_atomically(out, json.dumps(report, indent=2) + "\n")
         except OSError as exc:
             print(f"error: could not write {out}: {exc.strerror or exc}", file=sys.stderr)
-    problems = [p for t in trials for p in t.problems]
+            problems.append(f"--out {out} was not written ({exc.strerror or exc})")
     if as_json:
         print(json.dumps(report, indent=2))
     else:

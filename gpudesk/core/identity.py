@@ -75,12 +75,18 @@ def group_id(name: str) -> int | None:
     return _number_of(name, lambda n: grp.getgrnam(n).gr_gid)
 
 
+# the largest uid or gid: id_t is 32 bits, and its all-ones value is (uid_t)-1, "no id"
+MAX_ID = 2**32 - 2
+
+
 def _number_of(name: str, lookup: Callable[[str], int]) -> int | None:
-    if name.isdigit():
-        return int(name)
+    """A uid or gid given as ASCII digits (at most MAX_ID; "²" is a name, not a number), else
+    the one `lookup` finds by name; None when there is none (a NUL is in no name)."""
+    if name.isascii() and name.isdigit():
+        return int(name) if len(name) <= 10 and int(name) <= MAX_ID else None
     try:
         return lookup(name)
-    except KeyError:
+    except (KeyError, ValueError):
         return None
 
 

@@ -14,6 +14,13 @@ from gpudesk.loader.fetch import Key, Request, batch_seed
 ORDERS_KEPT = 8  # epochs whose shuffled order is kept at hand (a laggard may reach back)
 
 
+def torch_seed(value: int) -> int:
+    """`value` as a seed torch takes (-2**63 .. 2**64 - 1): as it is where it already is one, so
+    an order seeded so stays the same; else reduced mod 2**64 (a profile's seed may be any
+    64-bit integer, and an epoch's is that times 1,000,003)."""
+    return value if -(2**63) <= value < 2**64 else value % 2**64
+
+
 class BatchPlan:
     """The DataLoader's batch sampler: the stream, with make-ups slipped in between.
 
@@ -51,7 +58,7 @@ class BatchPlan:
         import torch
 
         if self.shuffle:
-            generator = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
+            generator = torch.Generator().manual_seed(torch_seed(self.seed * 1_000_003 + epoch))
             order = torch.randperm(self.length, generator=generator).tolist()
         else:
             order = list(range(self.length))

@@ -246,6 +246,9 @@ def select(
     """The selection of `dataset` under `preset`, from the cache or computed (and cached).
     `identity` (how the dataset is built, JSON) lets a reuse skip reading every sample."""
     started = time.perf_counter()
+    # NumPy's generators take no negative seed, and a profile's may be one: any 64-bit seed is
+    # taken mod 2**64, which leaves every seed >= 0 (and its cache entries) as it was
+    seed %= 2**64
     chosen = parse_preset(preset) if isinstance(preset, str) else preset
     size = len(dataset)
     if size < 1:

@@ -100,3 +100,13 @@ def test_history_reports_usage_and_energy_as_csv_json_and_a_table(
     # a limit below 1 was taken as 1, silently
     none = gpudesk("history", "--limit", "0")
     assert none.returncode == 2 and "0 is not in the range x>=1" in none.stderr
+
+
+@pytest.mark.parametrize("user", ["99999999999999999999", "4294967296", "²"])
+def test_a_user_that_is_no_uid_is_said_to_be_no_user(sim_engine: EngineHandle, user: str) -> None:
+    """`--user` takes a name or a uid: digits beyond any uid (which SQLite cannot even hold) or
+    a digit that is not ASCII are no user of this station (exit 2), not an engine failure."""
+    for command in (("history",), ("queue",)):
+        refused = gpudesk(*command, "--user", user)
+        assert refused.returncode == 2, refused.stderr
+        assert refused.stderr == f"error: 'user': no user named {user!r} on this station\n"

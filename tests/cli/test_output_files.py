@@ -39,3 +39,20 @@ def test_a_named_pipe_is_refused_rather_than_blocked_on(
     ), err
     code, _, err = gpudesk("history", "--format", "codecarbon", "--output", str(pipe))
     assert code == 2 and "is a named pipe" in err, err
+
+
+def test_a_link_into_the_home_is_refused(home: Home, gpudesk: Run, tmp_path: Path) -> None:
+    """A link outside the home that points into it (`ln -s ~/.local/state/gpudesk/engine.log
+    h.svg`) would have the plot or the rows written over the engine's own files: refused as
+    the home's file it is."""
+    home.root.mkdir(parents=True, exist_ok=True)
+    log = home.root / "engine.log"
+    log.write_text("")  # empty: an emissions.csv would be started in it
+    plot, rows = tmp_path / "plot.svg", tmp_path / "emissions.csv"
+    plot.symlink_to(log)
+    rows.symlink_to(log)
+    code, out, err = gpudesk("simulate", "carma-philly-t1", "-p", "fifo", "--plot", str(plot))
+    assert code == 2 and out == "" and "is inside gpudesk's home" in err, (out, err)
+    code, out, err = gpudesk("history", "--format", "codecarbon", "--output", str(rows))
+    assert code == 2 and "is inside gpudesk's home" in err, err
+    assert log.read_text() == ""

@@ -4,6 +4,7 @@ jobs reading the real digits through shared loaders under each preset."""
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import sys
 from collections.abc import Iterator
@@ -193,6 +194,35 @@ def test_compare_refuses_what_it_cannot_run(home: Path, gpudesk: Run, tmp_path: 
     assert code == 2 and "Traceback" not in out + err
     assert "--splits 2: add split_seed = 0 to [datasets.digits] args" in err, err
     assert len(err.strip().splitlines()) == 1, err
+
+
+def test_compare_checks_its_out_file_before_it_runs_anything(
+    home: Home, gpudesk: Run, tmp_path: Path
+) -> None:
+    """--out is written after a comparison of minutes to hours: a file it must not replace (the
+    profile, gpudesk's database), a folder or a named pipe (written to, the command would block
+    for ever) is refused before anything runs, as `run --report` is (exit 2, nothing
+    submitted, no engine started)."""
+    profile = tmp_path / "cmp.toml"
+    profile.write_text(PROFILE.format(python=json.dumps(sys.executable)))
+    kept = profile.read_text()
+    home.root.mkdir(parents=True)
+    database = home.root / "gpudesk.db"
+    database.write_bytes(b"SQLite format 3\x00")
+    pipe = tmp_path / "out.json"
+    os.mkfifo(pipe)
+    for out, message in [
+        (profile, "is the profile being run"),
+        (database, "is inside gpudesk's home"),
+        (tmp_path, "is a folder"),
+        (pipe, "is a named pipe"),
+    ]:
+        args = ("--presets", "full", "--splits", "1", "--seeds", "1", "--out", str(out))
+        code, stdout, err = gpudesk("select", "compare", str(profile), *args)
+        assert code == 2 and stdout == "", (out, stdout, err)
+        assert err.startswith(f"error: --out {out}: {message}") and "Nothing was submitted" in err
+    assert profile.read_text() == kept and database.read_bytes() == b"SQLite format 3\x00"
+    assert not home.control_socket.exists()  # no engine was started for it
 
 
 def test_select_run_finds_a_dataset_the_engine_knows_by_name(

@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import Run
+from conftest import Run, refuses
 from test_less import narrow_projection  # noqa: F401  (a fixture; same folder: on sys.path)
 
+from gpudesk.loader.batch_plan import BatchPlan
 from gpudesk.paths import Home
 from gpudesk.selection.cache import Cost, Entry, SelectionCache, cache_key
 from gpudesk.selection.fingerprint import fingerprint
@@ -573,3 +575,34 @@ def test_select_presets_says_what_each_method_computes_and_costs(gpudesk: Run) -
     code, out, _ = gpudesk("select", "presets")
     assert code == 0 and "dedup-P" in out and "coverage-P" in out and "needs a target set" in out
     assert "exactly random-P" in " ".join(out.split()) and "-perclass" in out
+
+
+def test_any_seed_a_profile_takes_selects_and_shuffles(
+    home: Home, gpudesk_cmd: list[str], tmp_path: Path
+) -> None:
+    """A seed is a 64-bit integer, as a profile's [datasets] seed is: a negative one selects
+    (NumPy's generators take none, and the pre-pass died in a traceback), a large one shuffles
+    the loader's epochs (seed × 1,000,003 overflowed torch's), one beyond is a usage error."""
+    select = [*gpudesk_cmd, "select", "run", "gpudesk.workloads.data:make_digits"]
+    for seed in ("-1", str(-(2**63))):
+        ran = subprocess.run(
+            [*select, "--preset", "random-25", "--seed", seed, "--json"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert ran.returncode == 0 and json.loads(ran.stdout)["kept"] == 449, ran.stderr
+    beyond = subprocess.run(
+        [*select, "--preset", "random-25", "--seed", str(2**63)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert beyond.returncode == 2 and "--seed" in refuses(beyond)
+    for seed in (2**63 - 1, -(2**63)):
+        assert sorted(BatchPlan(100, 10, seed, shuffle=True).order(3)) == list(range(100))
+    # a seed that already worked keeps its order
+    import torch
+
+    expected = torch.randperm(50, generator=torch.Generator().manual_seed(7 * 1_000_003 + 2))
+    assert BatchPlan(50, 10, 7, shuffle=True).order(2) == expected.tolist()

@@ -1,0 +1,26 @@
+"""`gpudesk examples [INTO]` as a user types it: the folder's name is the user's text."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+
+def examples(into: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "gpudesk", "examples", into]
+    return subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=60)
+
+
+def test_examples_spell_out_a_folder_name_and_refuse_an_empty_one(tmp_path: Path) -> None:
+    """A control character in the folder's name is spelled out, never sent to the terminal,
+    and the `cd` it suggests is a shell's $'...'; an empty INTO (`gpudesk examples "$DIR"`, DIR
+    unset) is refused rather than taken for the current folder."""
+    done = examples("a\x1b[2Jb", tmp_path)
+    assert done.returncode == 0 and "\x1b" not in done.stdout, done.stderr
+    assert "into a\\x1b[2Jb/profiles" in done.stdout
+    assert "try: cd $'a\\x1b[2Jb' && " in done.stdout
+    assert (tmp_path / "a\x1b[2Jb" / "profiles" / "quickstart.toml").is_file()
+    empty = examples("", tmp_path)
+    assert empty.returncode == 2 and empty.stderr.startswith("error: INTO is empty"), empty.stderr
+    assert not (tmp_path / "profiles").exists()
