@@ -126,4 +126,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from quiet_pipe import run_main
+
+    run_main(main)
