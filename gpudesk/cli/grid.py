@@ -10,6 +10,7 @@ import typer
 
 from gpudesk.cli.common import fail, print_json
 from gpudesk.cli.exit_codes import EXIT_USAGE
+from gpudesk.text import printable_line
 
 grid_app = typer.Typer()
 
@@ -29,7 +30,8 @@ def grid_command(
     rows = list(grid.regions()) if text is None else grid.search(text)
     if not rows:
         fail(
-            f"nothing in gpudesk's grid table matches {text!r}{grid.suggestions(text or '')}",
+            f"nothing in gpudesk's grid table matches '{printable_line(text or '')}'"
+            f"{grid.suggestions(text or '')}",
             EXIT_USAGE,
         )
     if json_out:

@@ -29,6 +29,7 @@ from gpudesk.cli.common import (
 from gpudesk.cli.exit_codes import EXIT_USAGE
 from gpudesk.cli.job_extras_view import comment_text
 from gpudesk.cli.plot_output import PLOT_HELP, plot_target, write_plot
+from gpudesk.text import printable_line
 
 if TYPE_CHECKING:
     from gpudesk.api.client import Client
@@ -136,8 +137,8 @@ def parse_since(text: str, now: float | None = None) -> float:
         except ValueError:
             pass
     raise ValueError(
-        f"{text!r} is not a time: give a date or date-time (2026-11-20, 2026-11-20 14:00) "
-        "or how long ago (90m, 3h, 2d)"
+        f"'{printable_line(text)}' is not a time: give a date or date-time (2026-11-20, "
+        "2026-11-20 14:00) or how long ago (90m, 3h, 2d)"
     )
 
 
@@ -257,7 +258,10 @@ def history(
     energy and CO2e, where it ran (CSV and JSON in joules, for accounting)."""
 
     if output_format not in FORMATS:
-        fail(f"--format: {output_format!r} is not one of {', '.join(FORMATS)}", EXIT_USAGE)
+        fail(
+            f"--format: '{printable_line(output_format)}' is not one of {', '.join(FORMATS)}",
+            EXIT_USAGE,
+        )
     if output is not None and output_format != "codecarbon":
         fail("--output appends to a codecarbon emissions.csv: add --format codecarbon", EXIT_USAGE)
     if output is not None:

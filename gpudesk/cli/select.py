@@ -14,6 +14,7 @@ import typer
 from gpudesk.cli.common import engine_client, factory_kwargs, fail
 from gpudesk.cli.exit_codes import EXIT_FAILED, EXIT_USAGE
 from gpudesk.cli.plot_output import PLOT_HELP, plot_target
+from gpudesk.text import printable_line, unsafe_char
 
 if TYPE_CHECKING:
     pass
@@ -81,8 +82,8 @@ def _registered_dataset(name: str) -> Any:
     from gpudesk.core.datasets import DatasetSpec
 
     hint = (
-        f"{name!r}: give the dataset as MODULE:FACTORY, or name a [datasets] table of a "
-        "profile with --profile"
+        f"'{printable_line(name)}': give the dataset as MODULE:FACTORY, or name a [datasets] "
+        "table of a profile with --profile"
     )
     try:
         with engine_client(autostart=False) as client:
@@ -93,7 +94,10 @@ def _registered_dataset(name: str) -> Any:
         if spec.name == name:
             return DatasetSpec.from_dict(to_builtins(spec))
     known = ", ".join(spec.name for spec in specs) or "none"
-    fail(f"{hint}; the engine knows no dataset {name!r} (it knows: {known})", EXIT_USAGE)
+    fail(
+        f"{hint}; the engine knows no dataset '{printable_line(name)}' (it knows: {known})",
+        EXIT_USAGE,
+    )
 
 
 DatasetArgument = Annotated[
@@ -366,7 +370,10 @@ def show_command(
     entry = cache.load(key)
     _report_problems(cache)
     if entry is None:
-        fail(f"no selection cache entry {key!r} (see `gpudesk select list`)", EXIT_FAILED)
+        fail(
+            f"no selection cache entry '{printable_line(key)}' (see `gpudesk select list`)",
+            EXIT_FAILED,
+        )
     data = entry_data(entry)
     chosen = f"{entry.method}-{percent}" if percent is not None else preset
     positions, kept = add_kept(data, cache, entry, chosen, as_json)
@@ -477,6 +484,12 @@ def compare_command(
     from gpudesk.cli import compare
     from gpudesk.cli import select_compare as steps
 
+    if not metric.strip() or unsafe_char(metric) is not None:  # before the runs, too
+        fail(
+            f"--metric: '{printable_line(metric)}' names no key of a job's `result {{json}}` "
+            "line: give one, e.g. --metric val_acc or --metric loss --lower-is-better",
+            EXIT_USAGE,
+        )
     target = plot_target(plot, machine_output="--json" if as_json else None)
     if out is not None:  # before the runs, which take minutes to hours (as run --report)
         from gpudesk.cli.report_file import check_report_path, gpudesk_homes
