@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from gpudesk.core.station import StationConfig
 from gpudesk.profile import load_profile
 
 PROFILES = sorted((Path(__file__).parents[2] / "profiles").glob("*.toml"))
@@ -24,3 +25,14 @@ def test_quickstart_is_a_sweep_of_the_real_workload() -> None:
     for job in profile.jobs:
         assert job.command[:3] == ("python", "-m", "gpudesk.workloads.digits")
         assert job.gpus == 0  # runs on a machine with no GPU
+
+
+def test_the_quickstart_asks_nothing_a_fresh_engine_does_not_run() -> None:
+    """The README's first command runs the quickstart on a fresh machine: every setting its
+    [station] names is the engine's default, so the run has no `station: not applied` line to
+    print (a new user's first output should not read as a refusal)."""
+    profile = load_profile(Path(__file__).parents[2] / "profiles" / "quickstart.toml")
+    fresh = StationConfig()
+    assert profile.station_keys  # it still shows what a [station] table is
+    for key in profile.station_keys:
+        assert getattr(profile.station, key) == getattr(fresh, key), key

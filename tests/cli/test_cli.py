@@ -128,42 +128,42 @@ def test_run_a_profile_to_completion(engine: EngineHandle, tmp_path: Path) -> No
 def test_run_leaves_the_station_as_it_is_unless_asked_and_says_what_differs(
     engine: EngineHandle, tmp_path: Path
 ) -> None:
-    """The quickstart's [station] against a personal engine running `auto`: a plain run leaves
-    the policy as it is and says that it differs and how to apply it; `--apply-station` applies
-    it and says so, in its output and as an engine event; a further run has nothing to say.
-    (A system engine's refusal is tested at the request level: tests/engine/test_access.py.)"""
-    quickstart = (Path(__file__).parents[2] / "profiles" / "quickstart.toml").read_text()
-    station = quickstart[quickstart.index("[station]") : quickstart.index("[report]")]
-    assert 'policy = "fifo"' in station
+    """A profile's [station] asking for fifo against a personal engine running `auto`: a plain
+    run leaves the policy as it is and says that it differs and how to apply it;
+    `--apply-station` applies it and says so, in its output and as an engine event; a further
+    run has nothing to say. (A system engine's refusal is tested at the request level:
+    tests/engine/test_access.py.)"""
     (tmp_path / "profiles").mkdir()
     write_profile(
         tmp_path / "profiles",
         """
-        name = "quick"
+        name = "lab"
         [[jobs]]
         name = "one"
         command = ["true"]
-        """
-        + station.replace('backend = "auto"', 'backend = "none"'),  # the engine's CPU station
-        name="quickstart.toml",
+        [station]
+        backend = "none"  # the engine's CPU station
+        policy = "fifo"
+        """,
+        name="lab.toml",
     )
 
     def settings() -> dict:
         return json.loads(gpudesk("engine", "status", "--json").stdout)
 
-    plain = gpudesk("run", "profiles/quickstart.toml", cwd=tmp_path)
+    plain = gpudesk("run", "profiles/lab.toml", cwd=tmp_path)
     assert plain.returncode == 0, plain.stdout + plain.stderr
     said = " ".join(plain.stdout.split())
     assert (
         "station: not applied: policy auto → fifo (gpudesk run --apply-station applies it; "
-        "gpudesk engine set keeps it; from profiles/quickstart.toml [station])"
+        "gpudesk engine set keeps it; from profiles/lab.toml [station])"
     ) in said
     status = settings()
     assert status["station"]["policy"] == "auto" and status["station_changes"] == []
 
-    first = gpudesk("run", "--apply-station", "profiles/quickstart.toml", cwd=tmp_path)
+    first = gpudesk("run", "--apply-station", "profiles/lab.toml", cwd=tmp_path)
     assert first.returncode == 0, first.stdout + first.stderr
-    said = "station: policy auto → fifo (from profiles/quickstart.toml [station])"
+    said = "station: policy auto → fifo (from profiles/lab.toml [station])"
     assert said in first.stdout.splitlines()
     assert "station: policy auto → fifo (by " in engine.home.engine_log.read_text()
     status = settings()
@@ -171,7 +171,7 @@ def test_run_leaves_the_station_as_it_is_unless_asked_and_says_what_differs(
     [change] = status["station_changes"]
     assert change["kind"] == "station" and "policy auto → fifo (by " in change["message"]
     assert "changed: " in gpudesk("engine", "status").stdout  # the event, for people
-    again = gpudesk("run", "profiles/quickstart.toml", cwd=tmp_path)
+    again = gpudesk("run", "profiles/lab.toml", cwd=tmp_path)
     assert again.returncode == 0 and "station:" not in again.stdout
 
 
