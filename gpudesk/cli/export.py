@@ -21,6 +21,8 @@ import typer
 
 from gpudesk.cli.common import cluster_with_options, fail, print_json
 from gpudesk.cli.exit_codes import EXIT_FAILED, EXIT_USAGE
+from gpudesk.cli.report_file import gpudesk_homes, home_holding
+from gpudesk.text import printable_line
 
 if TYPE_CHECKING:
     from gpudesk.core.cluster import ClusterSpec
@@ -42,8 +44,16 @@ def _check_dir(target: Path, force: bool) -> Path:
     absolute = Path(os.path.abspath(target))
     if _BAD_PATH.search(str(absolute)):
         fail(
-            f"{str(absolute)!r} holds a control character or a backslash, which sbatch's "
-            "--output patterns and the scripts' comments cannot carry; name another folder",
+            f"'{printable_line(str(absolute))}' holds a control character or a backslash, which "
+            "sbatch's --output patterns and the scripts' comments cannot carry; name another "
+            "folder",
+            EXIT_USAGE,
+        )
+    home = home_holding(target, gpudesk_homes())
+    if home is not None:
+        fail(
+            f"{target} is inside gpudesk's home {home}, which holds the engine's database, logs "
+            "and sockets; name a folder elsewhere for the scripts",
             EXIT_USAGE,
         )
     if target.is_symlink():

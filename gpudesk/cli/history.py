@@ -29,6 +29,7 @@ from gpudesk.cli.common import (
 from gpudesk.cli.exit_codes import EXIT_USAGE
 from gpudesk.cli.job_extras_view import comment_text
 from gpudesk.cli.plot_output import PLOT_HELP, plot_target, write_plot
+from gpudesk.core.protocol import MAX_ROW_ID
 from gpudesk.text import printable_line
 
 if TYPE_CHECKING:
@@ -128,9 +129,16 @@ def parse_since(text: str, now: float | None = None) -> float:
 
     value = text.strip()
     try:
-        return dt.datetime.fromisoformat(value).timestamp()
+        when = dt.datetime.fromisoformat(value)
     except ValueError:
         pass
+    else:
+        try:
+            return when.timestamp()
+        except (ValueError, OverflowError):
+            # local time at the edge of the calendar (0001-01-01: the C library cannot find
+            # its offset): taken as UTC, which is the same "everything" to the hour
+            return when.replace(tzinfo=when.tzinfo or dt.timezone.utc).timestamp()
     if value and value[-1].lower() in "smhd":
         try:
             return (now if now is not None else time.time()) - parse_duration(value)
@@ -228,7 +236,9 @@ _OUTPUT = typer.Option(
 )
 _USER = typer.Option(None, "--user", "-u", help="Only this user's jobs.")
 _ME = typer.Option(False, "--me", help="Only my jobs.")
-_LIMIT = typer.Option(1000, "--limit", min=1, metavar="N", help="At most the newest N jobs.")
+_LIMIT = typer.Option(
+    1000, "--limit", min=1, max=MAX_ROW_ID, metavar="N", help="At most the newest N jobs."
+)
 _WIDE = typer.Option(
     False,
     "--wide",

@@ -26,6 +26,7 @@ from gpudesk.cli.exit_codes import EXIT_TIMED_OUT, EXIT_USAGE
 from gpudesk.cli.no_engine import acting_client, reading_client
 from gpudesk.cli.plot_output import PLOT_HELP, plot_target
 from gpudesk.cli.queue_listing import DEFAULT_LIMIT, QueueOptions, list_queue
+from gpudesk.core.protocol import MAX_ROW_ID
 
 if TYPE_CHECKING:
     from gpudesk.api.client import Client
@@ -251,6 +252,7 @@ def queue(
         DEFAULT_LIMIT,
         "--limit",
         min=1,
+        max=MAX_ROW_ID,
         help="Show at most N waiting jobs (every running one is shown); with --all or --state, "
         "the newest N jobs. Says what it left out.",
     ),

@@ -5,12 +5,15 @@ from __future__ import annotations
 import json
 import sys
 import time
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from gpudesk.cli.common import factory_kwargs, fail
-from gpudesk.cli.exit_codes import EXIT_FAILED
+from gpudesk.cli.exit_codes import EXIT_FAILED, EXIT_USAGE
+
+if TYPE_CHECKING:
+    from gpudesk.loader.producer_config import ProducerConfig
 
 DEVICE_HELP = (
     "cpu: consumers copy batches to their GPU themselves; cuda: stage each batch once on the "
@@ -79,34 +82,47 @@ def serve_command(
     managed: Annotated[bool, typer.Option("--managed", hidden=True)] = False,
 ) -> None:
     """Run the producer for a dataset until stopped (SIGTERM or Ctrl-C)."""
-    from gpudesk.loader.producer import ProducerConfig, serve
+    from gpudesk.loader.producer import ProducerConfig
+
+    config = ProducerConfig(
+        name,
+        dataset,
+        factory_kwargs(arg),
+        batch_size,
+        workers,
+        seed,
+        not no_shuffle,
+        slots,
+        idle_exit,
+        managed,
+        selection,
+        target,
+        factory_kwargs(target_arg),
+        device,
+        share,
+    )
+    raise typer.Exit(_serve(config))
+
+
+def _serve(config: ProducerConfig) -> int:
+    """The producer run until stopped, its exit status; a failure said in one line."""
+    from gpudesk.loader.producer import serve
     from gpudesk.loader.protocol import EXIT_FINAL, FinalError, LoaderError
     from gpudesk.paths import Home
 
     try:
-        config = ProducerConfig(
-            name,
-            dataset,
-            factory_kwargs(arg),
-            batch_size,
-            workers,
-            seed,
-            not no_shuffle,
-            slots,
-            idle_exit,
-            managed,
-            selection,
-            target,
-            factory_kwargs(target_arg),
-            device,
-            share,
-        )
-        code = serve(config, Home.from_env())
+        if not config.managed:
+            # A name or option typed wrong is a usage error (2) for a person; only the engine,
+            # which restarts what exits otherwise, is told "failed for good" (EXIT_FINAL).
+            try:
+                config.check()
+            except LoaderError as exc:
+                fail(str(exc), EXIT_USAGE)
+        return serve(config, Home.from_env())
     except FinalError as exc:  # its settings cannot work: the engine does not start it again
         fail(str(exc), EXIT_FINAL)
     except LoaderError as exc:
         fail(str(exc), EXIT_FAILED)
-    raise typer.Exit(code)
 
 
 @loader_app.command("status")

@@ -164,10 +164,21 @@ def _click_error(name: str) -> type[Exception]:
     return next(k for k in typer.BadParameter.__mro__ if k.__name__ == name)
 
 
+# Click names a bounded option's type by its class ("'1e23' is not a valid int range"): said
+# as what the option wants
+CLICK_TYPE_WORDS = (
+    ("is not a valid int range", "is not a whole number"),
+    ("is not a valid integer range", "is not a whole number"),
+    ("is not a valid float range", "is not a number"),
+)
+
+
 def usage_paragraph(exc: Exception) -> str:
     """A usage error as one paragraph: what is wrong, the command's usage line, where the help
     is. (Click's own form is three blocks, or a box with Rich.)"""
     message = str(getattr(exc, "format_message", exc.__str__)())
+    for said, meant in CLICK_TYPE_WORDS:
+        message = message.replace(said, meant)
     if not message.endswith((".", "?", "!")):
         message += "."
     ctx = getattr(exc, "ctx", None)

@@ -40,21 +40,30 @@ def gpudesk_homes() -> list[Path]:
     return [home.root, home.socket_dir, resolve_home()]
 
 
+def home_holding(path: Path, homes: Iterable[Path]) -> Path | None:
+    """The gpudesk home `path` lies in, named there or through symbolic links that point there
+    (its folder's or its own); None where it lies in none."""
+    named = os.path.join(os.path.realpath(path.absolute().parent), path.name)
+    # and where a symbolic link there points: the file written through it
+    real = os.path.realpath(path)
+    for home in homes:
+        if any(_inside(p, os.path.realpath(home)) for p in (named, real)):
+            return home
+    return None
+
+
 def output_file_problem(path: Path, homes: Iterable[Path]) -> str | None:
     """Why a command must not write its output (`--plot FILE`, an appended emissions.csv) to
     `path`, a sentence; None when it may: a file inside gpudesk's home (its database, logs and
     sockets), named there or through a symbolic link that points there, or something there that
     is not a regular file (a FIFO would block the command
     for ever, a device or folder is no file)."""
-    named = os.path.join(os.path.realpath(path.absolute().parent), path.name)
-    # and where a symbolic link there points: the file written through it
-    real = os.path.realpath(path)
-    for home in homes:
-        if any(_inside(p, os.path.realpath(home)) for p in (named, real)):
-            return (
-                f"{path} is inside gpudesk's home {home}, which holds the engine's database, "
-                "logs and sockets; write it elsewhere"
-            )
+    home = home_holding(path, homes)
+    if home is not None:
+        return (
+            f"{path} is inside gpudesk's home {home}, which holds the engine's database, "
+            "logs and sockets; write it elsewhere"
+        )
     try:
         st = os.stat(path)
     except OSError:

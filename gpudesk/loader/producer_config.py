@@ -15,6 +15,7 @@ from gpudesk.core.datasets import SHARES
 from gpudesk.loader.protocol import LoaderError, check_name
 from gpudesk.loader.staging import DEVICES
 from gpudesk.paths import Home
+from gpudesk.text import printable_line
 
 log = logging.getLogger("gpudesk.loader")
 
@@ -43,7 +44,7 @@ class ProducerConfig:
         check_name(self.name)
         if ":" not in self.factory:
             raise LoaderError(
-                f"--dataset {self.factory!r}: expected MODULE:FACTORY, e.g. "
+                f"--dataset '{printable_line(self.factory)}': expected MODULE:FACTORY, e.g. "
                 "gpudesk.workloads.images:make_dataset"
             )
         if self.batch_size < 1 or self.workers < 0 or self.slots < 4:
@@ -58,11 +59,15 @@ class ProducerConfig:
             except PresetError as exc:
                 raise LoaderError(f"--selection: {exc}") from None
         if self.device not in DEVICES:
-            raise LoaderError(f"--device {self.device!r}: expected one of {', '.join(DEVICES)}")
+            raise LoaderError(
+                f"--device '{printable_line(self.device)}': expected one of {', '.join(DEVICES)}"
+            )
         if self.share not in SHARES:
-            raise LoaderError(f"--share {self.share!r}: expected one of {', '.join(SHARES)}")
+            raise LoaderError(
+                f"--share '{printable_line(self.share)}': expected one of {', '.join(SHARES)}"
+            )
         if self.target is not None and ":" not in self.target:
-            raise LoaderError(f"--target {self.target!r}: expected MODULE:FACTORY")
+            raise LoaderError(f"--target '{printable_line(self.target)}': expected MODULE:FACTORY")
         return self
 
     def identity(self) -> dict[str, Any]:

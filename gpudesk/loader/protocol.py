@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from gpudesk.core.datasets import NAME
+from gpudesk.text import printable_line
 
 ENV_RESUME_S = "GPUDESK_LOADER_RESUME_S"  # how long a consumer waits for a restarted producer
 ENV_DATASET = "GPUDESK_DATASET"  # set by the engine: the dataset whose producer it started
@@ -53,8 +54,8 @@ class FinalError(LoaderError):
 def check_name(name: str) -> str:
     if not isinstance(name, str) or not NAME.match(name):
         raise LoaderError(
-            f"{name!r} is not a loader name: use 1 to 40 letters, digits, '_', '.' "
-            "or '-', starting with a letter or digit"
+            f"'{printable_line(str(name))}' is not a loader name: use 1 to 40 letters, digits, "
+            "'_', '.' or '-', starting with a letter or digit"
         )
     return name
 

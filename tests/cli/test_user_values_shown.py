@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -42,3 +43,41 @@ def test_select_compare_refuses_an_empty_metric_before_anything_runs(tmp_path: P
     assert done.returncode == 2, done.stderr
     assert done.stderr.startswith("error: --metric: '' names no key"), done.stderr
     assert not (tmp_path / "state" / "gpudesk").exists()  # no engine was started
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (("history", "--limit", "1e23"), "'1e23' is not a whole number"),
+        (("queue", "--limit", "1.5"), "'1.5' is not a whole number"),
+        (("history", "--limit", "1" + "0" * 29), "is not in the range 1<=x<=9223372036854775807"),
+        (("queue", "--all", "--limit", "1" + "0" * 29), "is not in the range 1<=x<="),
+    ],
+    ids=["history-float", "queue-float", "history-huge", "queue-huge"],
+)
+def test_a_limit_that_is_no_count_says_what_is_wrong_with_it(
+    tmp_path: Path, args: tuple[str, ...], said: str
+) -> None:
+    """Before: `1e23` was "not a valid int range", and a number past SQLite's ids reached the
+    engine, which answered "'limit' must be a positive integer" (its wire field's name)."""
+    done = gpudesk(tmp_path, *args)
+    assert done.returncode == 2, done.stderr
+    assert said in done.stderr and "'limit'" not in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("zone", ["UTC", "Asia/Tokyo", "America/Los_Angeles"])
+@pytest.mark.parametrize("when", ["0001-01-01", "0001-01-01 00:00", "9999-12-31T23:59:59"])
+def test_a_date_at_the_edge_of_the_calendar_is_a_time(zone: str, when: str) -> None:
+    """`history --since 0001-01-01` means "everything" (the C library finds no local offset
+    for year 1: it was refused as "not a time"); 9999-12-31 means nothing yet."""
+    from gpudesk.cli.history import parse_since
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TZ", zone)
+        time.tzset()
+        try:
+            start = parse_since(when)
+        finally:
+            patch.undo()
+            time.tzset()
+    assert (start < -6e10) if when.startswith("0001") else (start > 2.5e11)

@@ -110,3 +110,36 @@ def test_a_consumer_resuming_fails_at_once_when_the_restarted_producer_cannot_wo
     finally:
         first.kill()
         first.communicate(timeout=30)
+
+
+BAD_NAME = "a\udcffb\x1b[2J"  # a byte that is not UTF-8, then an escape sequence
+
+
+@pytest.mark.parametrize(
+    ("name", "args", "said"),
+    [
+        (BAD_NAME, (), "'a\\xffb\\x1b[2J' is not a loader name"),
+        ("", (), "'' is not a loader name"),
+        ("x", ("--device", "gpu"), "--device 'gpu': expected one of"),
+        ("x", ("--share", "world"), "--share 'world': expected one of"),
+    ],
+    ids=["bad-name", "empty-name", "device", "share"],
+)
+def test_a_name_or_option_typed_wrong_is_a_usage_error(
+    home: Home, name: str, args: tuple[str, ...], said: str
+) -> None:
+    """By a person, a bad name or option is exit 2 with the value spelled out; EXIT_FINAL
+    ("do not start it again") is for the engine, which starts producers `--managed`."""
+    producer = serve(name, "--dataset", FACTORY, *args)
+    _, error = producer.communicate(timeout=60)
+    assert producer.returncode == 2, error
+    assert error.startswith(f"error: {said}") and "Traceback" not in error, error
+    assert "\x1b" not in error
+    assert not home.root.exists() or not any(home.root.rglob("*.info*"))
+
+
+def test_a_bad_name_from_the_engine_is_still_final(home: Home) -> None:
+    producer = serve(BAD_NAME, "--dataset", FACTORY, "--managed")
+    _, error = producer.communicate(timeout=60)
+    assert producer.returncode == EXIT_FINAL, error
+    assert "is not a loader name" in error

@@ -765,3 +765,23 @@ def test_exported_scripts_run_on_a_real_slurm(
         for line in slurm.run("scontrol", "show", "job", "-o", sweep).splitlines()
     ]
     assert after["StartTime"] >= max(task_ends)
+
+
+def test_a_folder_in_gpudesks_home_is_refused(
+    gpudesk: Run, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--force` into gpudesk's home (named, below it, or through a link that points there)
+    would put scripts among the engine's database and logs, and replace any of its files an
+    earlier export's names match: refused, nothing written, as `--plot FILE` is."""
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "keep").write_text("the engine's")
+    monkeypatch.setenv("GPUDESK_HOME", str(home))
+    (tmp_path / "into").symlink_to(home)
+    for out in (home, home / "scripts", tmp_path / "into", tmp_path / "into" / "sub"):
+        code, _, stderr = gpudesk(
+            "export", "slurm", str(QUICKSTART), str(out), "--no-ask", "--force"
+        )
+        assert code == 2, stderr
+        assert f"is inside gpudesk's home {home}" in stderr, stderr
+    assert sorted(p.name for p in home.iterdir()) == ["keep"]

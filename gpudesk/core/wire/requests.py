@@ -22,12 +22,11 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from gpudesk.core.jobs import DEFAULT_CANCEL_GRACE_S, PRIORITY_RANGE
-from gpudesk.core.protocol import MAX_LISTING_IDS
+from gpudesk.core.protocol import MAX_LISTING_IDS, MAX_ROW_ID
 from gpudesk.core.wire.base import JobStateName
 from gpudesk.text import safe_text
 
 MAX_JOBS_PER_REQUEST = 10_000
-MAX_ROW_ID = 2**63 - 1  # the largest id SQLite stores: a larger int is no job's
 MAX_CANCEL_GRACE_S = 3600.0
 MAX_HISTORY_POINTS = 600
 MAX_OBSERVATIONS = 10_000  # per model_observe request
