@@ -23,13 +23,14 @@ in its worker thread: a Client is not thread-safe).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
-from gpudesk.api.errors import EngineError
+from gpudesk.api.errors import EngineError, job_refusal
 from gpudesk.core.jobs import JobSpec
 from gpudesk.core.protocol import UNKNOWN_OP
 
@@ -222,6 +223,22 @@ def _submit(
     )
 
 
+@contextlib.contextmanager
+def said_at_its_table(profile: Profile) -> Iterator[None]:
+    """The engine's refusal of one of the profile's jobs (`jobs[3] ('s2').priority: …`, the
+    index the request's, after sweeps were expanded) said where the user wrote it: `p.toml:4:
+    sweeps[0].priority ('s2', point 2 of 3): …`."""
+    try:
+        yield
+    except EngineError as exc:
+        refused = job_refusal(exc)
+        if refused is None or refused.index >= len(profile.origins):
+            raise
+        origin = profile.origins[refused.index]
+        where = origin.said(profile.jobs[refused.index].name, refused.field)
+        raise EngineError(f"{where}: {refused.rest}", exc.code) from None
+
+
 def wait_for_jobs(
     client: Client,
     ids: Sequence[int],
@@ -337,7 +354,8 @@ def submit_profile(
     if prepasses:
         # the training jobs wait for the pre-passes: first ask whether the engine would take
         # them at all (GPUs the station has), so a profile it refuses runs nothing
-        client.check_submit(profile.jobs, env=env)
+        with said_at_its_table(profile):
+            client.check_submit(profile.jobs, env=env)
         workdir = str(profile.path.parent)
         queued = _submit(
             client,
@@ -360,7 +378,8 @@ def submit_profile(
                 on_step(result)
         if outcome.failed_prepasses:
             return outcome
-    queued = _submit(client, profile.jobs, outcome.group, env)
+    with said_at_its_table(profile):
+        queued = _submit(client, profile.jobs, outcome.group, env)
     outcome.job_ids = list(queued.ids)
     if on_step is not None:
         on_step(Submitted("train", tuple(outcome.job_ids), queued.waits_for_change))

@@ -153,13 +153,9 @@ SPEC_OPTIONS = {
     "array_limit": "--array",
     "array_job": "--array",
 }
-# Where an engine's refusal names a job's field: a submit's `jobs[0].gpus` or
-# `jobs[0] ('name').priority`, an edit's `fields.memory_gb` (gpudesk.engine.requests).
-_ENGINE_FIELD = re.compile(
-    r"(?:jobs\[\d+\](?: \((?:'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\")\))?|fields)"
-    r"\.(?P<field>[a-z_]+): (?P<rest>.*)",
-    re.DOTALL,
-)
+# Where an engine's refusal of an edit names a field: `fields.memory_gb` (a submit's job:
+# gpudesk.api.errors.job_refusal)
+_EDIT_FIELD = re.compile(r"fields\.(?P<field>[a-z_]+): (?P<rest>.*)", re.DOTALL)
 
 
 def option_of(field: str) -> str:
@@ -173,11 +169,18 @@ def as_option(exc: EngineError) -> tuple[str, int] | None:
     as the option that gave it (`--priority: …`), with its exit code (bad input: 2; a refusal
     of a valid request, such as a member's raised priority: 1); None where it names no field.
     Only for the CLI's options: a profile's jobs are its keys (`gpudesk run`)."""
-    match = _ENGINE_FIELD.fullmatch(str(exc))
-    if match is None:
-        return None
+    from gpudesk.api.errors import job_refusal
+
+    refused = job_refusal(exc)
+    if refused is not None and refused.field is not None:
+        field, rest = refused.field, refused.rest
+    else:
+        match = _EDIT_FIELD.fullmatch(str(exc))
+        if match is None:
+            return None
+        field, rest = match["field"], match["rest"]
     code = EXIT_USAGE if exc.code in ("invalid_args", "unknown_job") else EXIT_FAILED
-    return f"{option_of(match['field'])}: {match['rest']}", code
+    return f"{option_of(field)}: {rest}", code
 
 
 def after_refs(after: list[str]) -> list[str]:

@@ -13,7 +13,7 @@ from gpudesk.core.field_checks import check_job_name
 from gpudesk.core.jobs import JobSpec, check_command, check_env, check_name, check_workdir, describe
 from gpudesk.core.station import STATION_KEYS
 from gpudesk.profile.entries import _Entries, _Entry
-from gpudesk.profile.model import NamedWorkdir, Problem, Profile
+from gpudesk.profile.model import JobOrigin, NamedWorkdir, Problem, Profile
 from gpudesk.profile.values import (
     _INVALID,
     _PLACEHOLDER,
@@ -96,6 +96,7 @@ class _Builder(_Entries):
             tracking=self.tracking,
             cluster=cluster,
             workdirs=tuple(self.workdirs.values()),
+            origins=tuple(self.origins),
         )
 
     def expand(self, entries: list[_Entry]) -> list[JobSpec]:
@@ -118,7 +119,9 @@ class _Builder(_Entries):
                 for kind in AFTER_KEYS
             }
             after = {kind: refs for kind, refs in after.items() if refs}
-            for name, values in entry.variants():
+            where = Problem(self.shown, self.locator.line(entry.key), _render_key(entry.key), "")
+            points = entry.count()
+            for point, (name, values) in enumerate(entry.variants(), start=1):
                 spec = self.make_job(entry, name, values, reported)
                 if spec is None:
                     continue
@@ -131,6 +134,7 @@ class _Builder(_Entries):
                 made_by[spec.name] = entry.key
                 made.setdefault(entry.key, []).append(len(jobs))
                 jobs.append(dataclasses.replace(spec, **after) if after else spec)
+                self.origins.append(JobOrigin(where, point, points))
         return jobs
 
     @staticmethod

@@ -60,6 +60,10 @@ class _Entry:
             for name in getattr(self, kind):
                 yield kind, name
 
+    def count(self) -> int:
+        """How many jobs `variants` makes."""
+        return math.prod(len(values) for values in self.grid.values()) * self.repeat
+
     def variants(self) -> Iterator[tuple[str, dict[str, str]]]:
         """(job name, placeholder values) for each job this entry makes, in order."""
         params = list(self.grid)

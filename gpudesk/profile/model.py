@@ -34,6 +34,28 @@ class Problem:
         return f"{where}: {self.key}: {self.message}" if self.key else f"{where}: {self.message}"
 
 
+@dataclass(frozen=True)
+class JobOrigin:
+    """Where a profile's job comes from: its [[jobs]] or [[sweeps]] table (`where`: the file,
+    the table's line and key, its message empty) and, for a table that makes several jobs (a
+    grid, `repeat`), which of them it is (`point` of `points`, from 1 in the table's order)."""
+
+    where: Problem
+    point: int = 1
+    points: int = 1
+
+    def said(self, name: str, field: str | None = None) -> str:
+        """ "p.toml:4: sweeps[0].priority ('s2', point 2 of 3)": the table's key, the field
+        where one is named, and the job."""
+        from gpudesk.text import printable_line
+
+        which = f", point {self.point} of {self.points}" if self.points > 1 else ""
+        key = f"{self.where.key}.{field}" if field else self.where.key
+        path, line = self.where.path, self.where.line
+        place = path if line is None else f"{path}:{line}"
+        return f"{place}: {key} ('{printable_line(name)}'{which})"
+
+
 class ProfileError(Exception):
     """A profile cannot be used. `problems` lists everything wrong with it (at least one)."""
 
@@ -100,3 +122,6 @@ class Profile:
     # machine, by the user's own CLI (workdir_problems); a job without one runs in the folder
     # of the profile, which exists
     workdirs: tuple[NamedWorkdir, ...] = ()
+    # where each of `jobs` comes from, in the same order: an engine's refusal of the k-th job
+    # of the request is said at its table's line (gpudesk.api.submit)
+    origins: tuple[JobOrigin, ...] = ()

@@ -10,7 +10,7 @@ from typing import Any
 
 from gpudesk.core.jobs import describe
 from gpudesk.core.tracking_spec import TrackingSpec
-from gpudesk.profile.model import NamedWorkdir, Problem, ProfileError, ReportConfig
+from gpudesk.profile.model import JobOrigin, NamedWorkdir, Problem, ProfileError, ReportConfig
 from gpudesk.profile.values import _INVALID, _found, _render_key, _suggest
 from gpudesk.toml_lines import Key, KeyLines
 
@@ -32,6 +32,7 @@ class _Recorder:
         self.tracking: TrackingSpec | None = None  # [tracking], once read
         self.objective: ReportConfig | None = None  # [report]: a sweep's parent run's roll-up
         self.workdirs: dict[str, NamedWorkdir] = {}  # each workdir a key names, by its path
+        self.origins: list[JobOrigin] = []  # where each expanded job comes from, in order
 
     # -- recording problems
 

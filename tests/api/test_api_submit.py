@@ -292,3 +292,47 @@ def test_an_engine_older_than_the_station_check_says_so_in_a_line_and_the_run_go
         "next command starts the new one)"
     ]
     assert outcome.job_ids == [1]
+
+
+SWEPT = b"""name = "swept"
+
+[[jobs]]
+name = "prep"
+command = ["true"]
+
+[[sweeps]]
+name = "s{x}"
+command = ["true"]
+grid = { x = [1, 2, 3] }
+priority = 5
+"""
+
+
+@pytest.mark.parametrize(
+    ("refusal", "said"),
+    [
+        (
+            "jobs[2] ('s2').priority: only an admin (gpudesk-admin) raises a priority. "
+            "Nothing was submitted.",
+            "p.toml:7: sweeps[0].priority ('s2', point 2 of 3): only an admin (gpudesk-admin) "
+            "raises a priority. Nothing was submitted.",
+        ),
+        (
+            "jobs[0]: array_task, after_any, after_notok and notify are for the station's jobs",
+            "p.toml:3: jobs[0] ('prep'): array_task, after_any, after_notok and notify are "
+            "for the station's jobs",
+        ),
+        ("jobs[9].gpus: not one of the profile's", "jobs[9].gpus: not one of the profile's"),
+        ("the station is draining", "the station is draining"),
+    ],
+    ids=["sweep-field", "table", "index-past-the-profile", "no-job"],
+)
+def test_an_engine_refusal_of_a_profiles_job_is_said_at_its_table(refusal: str, said: str) -> None:
+    """The engine names the k-th job of its request, after sweeps were expanded (`jobs[2]`);
+    the user wrote tables: the refusal is said at the table's line, with the job and which of
+    the table's jobs it is. A refusal that names no job of the profile is left as it is."""
+    engine = FakeEngine(Path("/nonexistent"), refuse=refusal)
+    with pytest.raises(EngineError) as raised:
+        submit_profile(engine.client, parse_profile(SWEPT, "p.toml"))
+    assert str(raised.value) == said
+    assert raised.value.code == protocol.INVALID_ARGS

@@ -175,6 +175,37 @@ def test_run_leaves_the_station_as_it_is_unless_asked_and_says_what_differs(
     assert again.returncode == 0 and "station:" not in again.stdout
 
 
+def test_run_says_an_engine_refusal_at_the_profiles_table(
+    engine: EngineHandle, tmp_path: Path
+) -> None:
+    """A real engine refuses the fourth job of the request (a Slurm job cannot run
+    after_any): `gpudesk run` says it at the [[jobs]] table the user wrote, not as the
+    request's `jobs[3]` (its index after the sweep was expanded); nothing is queued."""
+    write_profile(
+        tmp_path,
+        """
+        name = "swept"
+
+        [[sweeps]]
+        name = "s{x}"
+        command = ["true"]
+        grid = { x = [1, 2, 3] }
+
+        [[jobs]]
+        name = "later"
+        command = ["true"]
+        after_any = ["s{x}"]
+        """,
+        name="p.toml",
+    )
+    done = gpudesk("run", "p.toml", "--on", "slurm", cwd=tmp_path)
+    assert done.returncode == 2, done.stdout + done.stderr
+    said = " ".join(done.stderr.split())
+    assert said.startswith("error: p.toml:9: jobs[0] ('later'): array_task, after_any"), said
+    assert "jobs[3]" not in said
+    assert json.loads(gpudesk("queue", "--all", "--json").stdout)["jobs"] == []
+
+
 def test_run_exits_non_zero_when_a_job_fails_and_json_report(
     engine: EngineHandle, tmp_path: Path
 ) -> None:
