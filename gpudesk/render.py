@@ -84,6 +84,27 @@ SPARKS = "▁▂▃▄▅▆▇█"
 EMPTY = "·"
 
 
+def mig_pending(
+    index: int, enabled: bool | None, pending: bool | None, advice: bool = True
+) -> str | None:
+    """ "MIG off now, on after a GPU reset: …" where `nvidia-smi -mig` changed a GPU's mode and
+    it waits for a reset (as nvidia-smi marks it "Enabled*"), with what applies it (`advice`);
+    None where nothing is pending."""
+    if enabled is None or pending is None or enabled == pending:
+        return None
+    now, then = ("on", "off") if enabled else ("off", "on")
+    said = f"MIG {now} now, {then} after a GPU reset"
+    return f"{said}: {gpu_reset_advice(index)}" if advice else said
+
+
+def gpu_reset_advice(index: int) -> str:
+    """What applies a GPU's pending MIG mode."""
+    return (
+        f"stop every process on it, then `sudo nvidia-smi -i {index} -r` or reboot (gpudesk "
+        "never resets a GPU)"
+    )
+
+
 def sparkline(values: Iterable[float | None], width: int, top: float = 100.0) -> str:
     """The last `width` values as block characters (a gap where a value is missing)."""
     points = list(values)[-width:]

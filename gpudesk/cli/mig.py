@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from gpudesk import render
 from gpudesk.cli.common import fail, print_json
 from gpudesk.cli.exit_codes import EXIT_FAILED, EXIT_USAGE
 from gpudesk.cli.mig_common import NO_MIG_GPU, GpuOption, JsonOption
@@ -69,8 +70,7 @@ def _mode_note(gpu: int, state: str) -> str:
 
     return {
         "disabled": f"MIG disabled. {enable_hint(gpu)}",
-        "pending": f"MIG enabled but pending a GPU reset: stop every process on it, then "
-        f"`sudo nvidia-smi -i {gpu} -r` or reboot (gpudesk never resets a GPU)",
+        "pending": f"MIG enabled but pending a GPU reset: {render.gpu_reset_advice(gpu)}",
         "unsupported": "no MIG support",
     }.get(state, f"MIG {state}")
 

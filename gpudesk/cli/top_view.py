@@ -329,6 +329,11 @@ def _gpu_block(
         f"  MEM {_bar(fraction, BAR)} {memory:<13}  energy {watt_hours(gpu['energy_j'])} "
         f"{since}{source}"
     )
+    pending = render.mig_pending(
+        gpu["index"], gpu.get("mig_enabled"), gpu.get("mig_pending"), advice=False
+    )
+    if pending is not None:  # one line that fits 80 columns: `mig list` gives the advice
+        lines.append(f"  {pending} (`gpudesk mig list` says what applies it)")
     if gpu.get("mig_unknown"):
         lines.append("  MIG mode unknown without the engine (see the note above)")
     elif gpu.get("mig_enabled") and not gpu["mig_devices"]:

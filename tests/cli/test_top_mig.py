@@ -91,6 +91,29 @@ def test_top_shows_a_real_gpus_mig_state_as_mig_list_does(driver: Path, home: Ho
     assert engine_pid(home) is None  # neither started an engine
 
 
+def test_top_shows_a_mig_mode_pending_a_reset(driver: Path, home: Home) -> None:
+    """`nvidia-smi -i 0 -mig 1` on a busy GPU leaves MIG mode pending until a reset (nvidia-smi
+    shows "Enabled*"): top says so, and what applies it, as `mig list` does; `--json` has it."""
+    gpu = {"name": A100, "uuid": UUID, "pci_bus_id": "00000000:07:00.0", "mig_mode": "pending"}
+    driver.write_text(json.dumps({"root": True, "gpus": [gpu]}))
+    top = gpudesk("top", "--once")
+    assert top.returncode == 0, top.stderr
+    said = " ".join(top.stdout.split())
+    assert "MIG off now, on after a GPU reset (`gpudesk mig list` says what applies it)" in said
+    listed = " ".join(gpudesk("mig", "list").stdout.split())
+    assert "MIG enabled but pending a GPU reset: stop every process on it, then " in listed
+    assert "`sudo nvidia-smi -i 0 -r` or reboot (gpudesk never resets a GPU)" in listed
+    (view,) = json.loads(gpudesk("top", "--json").stdout)["gpus"]
+    assert (view["mig_enabled"], view["mig_pending"]) == (False, True)
+
+    write_gpu(driver, [])  # applied: nothing pending, nothing said
+    top = gpudesk("top", "--once")
+    assert "after a GPU reset" not in top.stdout, top.stdout
+    (view,) = json.loads(gpudesk("top", "--json").stdout)["gpus"]
+    assert (view["mig_enabled"], view["mig_pending"]) == (True, True)
+    assert engine_pid(home) is None
+
+
 def test_a_simulated_layout_is_said_unknown_without_its_engine(
     home: Home, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -77,3 +77,34 @@ def test_a_tiny_estimated_energy_keeps_its_unit_in_the_queue() -> None:
 
 def feed_copy(feed: ReplayFeed) -> ReplayFeed:
     return ReplayFeed(feed.frames, feed.shows, feed.plan)
+
+
+def test_a_gpus_mig_mode_pending_a_reset_is_on_its_card() -> None:
+    """`nvidia-smi -i 0 -mig 1` while GPU 0 is busy leaves its MIG mode pending a reset: its
+    card says so (top and `mig list` say what applies it); the other cards say nothing."""
+    recorded = replay_feed()
+
+    def pending(frame):  # type: ignore[no-untyped-def]
+        if frame.telemetry is None:
+            return frame
+        gpus = [
+            msgspec.structs.replace(g, mig_enabled=False, mig_pending=True) if g.index == 0 else g
+            for g in frame.telemetry.gpus
+        ]
+        return dataclasses.replace(
+            frame, telemetry=msgspec.structs.replace(frame.telemetry, gpus=gpus)
+        )
+
+    app = DeskApp(
+        ReplayFeed([pending(f) for f in recorded.frames], recorded.shows, recorded.plan),
+        refresh_s=0.05,
+    )
+
+    async def main() -> None:
+        async with app.run_test(size=(160, 48)) as pilot:
+            await replayed(pilot)
+            said = {card.index: str(card.render()) for card in app.screen.query(GpuCard)}
+            assert "MIG off now, on after a GPU reset" in said[0], said[0]
+            assert not any("after a GPU reset" in text for i, text in said.items() if i), said
+
+    asyncio.run(main())

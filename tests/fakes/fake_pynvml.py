@@ -227,6 +227,8 @@ class FakeGpu:
     compute_mode: int = 0  # NVML_COMPUTEMODE_DEFAULT
     persistence_mode: int = 1
     mig_enabled: bool | None = False  # None: the GPU cannot do MIG (GetMigMode: NotSupported)
+    # the mode after the next GPU reset (`nvidia-smi -mig 1` sets it; None: as `mig_enabled`)
+    mig_pending: bool | None = None
     mig_devices: list[FakeMig | None] = field(default_factory=list)  # None: an empty slot
     processes: list[FakeProcess] = field(default_factory=list)
     process_samples: list[FakeSample] = field(default_factory=list)
@@ -599,7 +601,8 @@ class FakeNvml:
         if gpu.mig_enabled is None:
             raise real.NVMLError(real.NVML_ERROR_NOT_SUPPORTED)
         mode = real.NVML_DEVICE_MIG_ENABLE if gpu.mig_enabled else real.NVML_DEVICE_MIG_DISABLE
-        return [mode, mode]
+        pending = gpu.mig_enabled if gpu.mig_pending is None else gpu.mig_pending
+        return [mode, real.NVML_DEVICE_MIG_ENABLE if pending else real.NVML_DEVICE_MIG_DISABLE]
 
     def nvmlDeviceGetMaxMigDeviceCount(self, handle: Any) -> int:
         gpu = self._enter("nvmlDeviceGetMaxMigDeviceCount", handle).gpu

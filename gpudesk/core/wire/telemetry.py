@@ -69,6 +69,8 @@ class GpuView(WireModel, frozen=True):
     processes: list[ProcessView]
     jobs: list[int]
     unavailable: list[str]
+    # its MIG mode after the next GPU reset, where NVML says (None: unknown, or an older engine)
+    mig_pending: bool | None = None
 
 
 class JobTelemetry(WireModel, frozen=True):

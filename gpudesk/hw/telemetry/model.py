@@ -116,6 +116,9 @@ class GpuReading:
     memory_clock_mhz: float | None = None
     power_limit_w: float | None = None
     mig_enabled: bool | None = None  # None: the GPU cannot do MIG, or the query is unsupported
+    # its MIG mode after the next GPU reset (NVML's pending mode; None where unknown): set apart
+    # from `mig_enabled` by `nvidia-smi -mig`, which takes effect only at a reset
+    mig_pending: bool | None = None
     mig_devices: tuple[MigDevice, ...] = ()
     processes: tuple[GpuProcess, ...] = ()
     unavailable: tuple[str, ...] = ()  # METRICS this device does not support (probed once)

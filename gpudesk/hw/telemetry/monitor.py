@@ -430,6 +430,7 @@ class Monitor:
             "sm_clock_mhz": rounded(gpu.sm_clock_mhz),
             "memory_clock_mhz": rounded(gpu.memory_clock_mhz),
             "mig_enabled": gpu.mig_enabled,
+            "mig_pending": gpu.mig_pending,
             "mig_devices": [
                 {
                     "index": mig.index,

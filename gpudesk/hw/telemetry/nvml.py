@@ -403,7 +403,7 @@ class NvmlBackend:
             dev, "clocks", nv.nvmlDeviceGetClockInfo, handle, nv.NVML_CLOCK_MEM
         )
         limit_mw = self._query(dev, "power_limit", nv.nvmlDeviceGetEnforcedPowerLimit, handle)
-        mig_enabled, mig_devices = self._mig(dev)
+        mig_enabled, mig_pending, mig_devices = self._mig(dev)
         processes = self._processes(dev, mig_devices)
         health = read_health(nv, handle, lambda metric, fn, *a: self._query(dev, metric, fn, *a))
         return GpuReading(
@@ -424,6 +424,7 @@ class NvmlBackend:
             memory_clock_mhz=_scaled(memory_clock),
             power_limit_w=_scaled(limit_mw, 1000),
             mig_enabled=mig_enabled,
+            mig_pending=mig_pending,
             mig_devices=mig_devices,
             processes=processes,
             unavailable=tuple(m for m in METRICS if m in dev.unavailable),
@@ -507,20 +508,22 @@ class NvmlBackend:
             raise
         return _Gpm((first, second))
 
-    def _mig(self, dev: _Device) -> tuple[bool | None, tuple[MigDevice, ...]]:
+    def _mig(self, dev: _Device) -> tuple[bool | None, bool | None, tuple[MigDevice, ...]]:
+        """Its MIG mode now and after the next reset, and its MIG devices."""
         nv = self._nv
         mode = self._query(dev, "mig", nv.nvmlDeviceGetMigMode, dev.handle)
         if mode is None:
-            return None, ()
+            return None, None, ()
+        pending = mode[1] == nv.NVML_DEVICE_MIG_ENABLE
         if mode[0] != nv.NVML_DEVICE_MIG_ENABLE:
-            return False, ()
+            return False, pending, ()
         slots = self._query(dev, "mig", nv.nvmlDeviceGetMaxMigDeviceCount, dev.handle) or 0
         devices = []
         for slot in range(slots):
             handle = self._query(dev, "mig", self._mig_handle, dev.handle, slot)
             if handle is not None:
                 devices.append(self._read_mig(dev, slot, handle))
-        return True, tuple(devices)
+        return True, pending, tuple(devices)
 
     def _mig_handle(self, parent: Any, slot: int) -> Any:
         try:

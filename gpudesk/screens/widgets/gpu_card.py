@@ -11,6 +11,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 from gpudesk.api import GpuView, MigDeviceView, MpsFault, ProcessView
+from gpudesk.render import mig_pending
 from gpudesk.screens.state import DeskState
 from gpudesk.screens.widgets.glyphs import (
     SHARE_FILLS,
@@ -86,6 +87,9 @@ def render_gpu_card(gpu: GpuView, state: DeskState, width: int) -> Text:
     lines += _memory_lines(gpu, inner)
     lines += _power_lines(gpu, state, inner)
     lines += _placement_lines(gpu, state, inner)
+    pending = mig_pending(gpu.index, gpu.mig_enabled, gpu.mig_pending, advice=False)
+    if pending is not None:  # `gpudesk top` and `gpudesk mig list` say what applies it
+        lines.append(Text(pending, style=FAULT_STYLE))
     out = Text()
     for number, line in enumerate(lines):
         line.truncate(inner, overflow="ellipsis")

@@ -147,6 +147,7 @@ def _follow_nvidia_smi() -> None:
         mode = smi_gpu.get("mig_mode", "disabled")
         # "pending" is not yet enabled: the GPU needs a reset first
         gpu.mig_enabled = None if mode == "unsupported" else mode == "enabled"
+        gpu.mig_pending = None if mode == "unsupported" else mode in ("enabled", "pending")
         devices: list[FakeMig | None] = []
         # in the order `nvidia-smi -L` lists them (by GPU instance, then compute instance), named
         # as it names them ("1c.3g.20gb": a compute instance smaller than its GPU instance)
