@@ -98,9 +98,10 @@ def check_owner(root: Path) -> None:
         )
 
 
-def _not_a_folder(root: Path) -> HomeError:
+def _not_a_folder(root: Path, system: bool = False) -> HomeError:
     """The home `root` is a file, or lies under one: what it is, and what to do, which depends
-    on what named it (GPUDESK_HOME, the default, or a path given)."""
+    on what named it (GPUDESK_HOME, the default, a path given, or a system engine's
+    --state-dir)."""
     blocker, kind = root, "not a folder"
     for folder in [*reversed(root.parents), root]:  # the first on the way that is no folder
         with contextlib.suppress(OSError):
@@ -109,6 +110,8 @@ def _not_a_folder(root: Path) -> HomeError:
                 blocker, kind = folder, file_kind(mode)
                 break
     what = f"{root} is {kind}" if blocker == root else f"{root} lies under {blocker}, {kind}"
+    if system:
+        return HomeError(f"the system engine's state folder {what}, not a folder. {SYSTEM_REMEDY}")
     named = os.environ.get("GPUDESK_HOME")
     if named and resolve_home() == root:
         return HomeError(
@@ -323,6 +326,12 @@ def check_state_file(path: Path) -> None:
 
 
 SYSTEM_STATE_DIR = Path("/var/lib/gpudesk")
+# What to do about a system engine's unusable state folder: it is named by --state-dir (the
+# service's unit passes it), never by GPUDESK_HOME
+SYSTEM_REMEDY = (
+    f"Name a folder of root's with --state-dir (default {SYSTEM_STATE_DIR}; the service's unit "
+    "passes it: `gpudesk engine print-unit`), not a link to one; gpudesk creates it when missing."
+)
 SYSTEM_SOCKET = Path("/run/gpudesk/control.sock")
 SYSTEM_GROUP = "gpudesk"
 SYSTEM_ADMIN_GROUP = "gpudesk-admin"  # a system engine's admin group, unless told another
@@ -437,6 +446,8 @@ class Home:
 
     @property
     def _home_remedy(self) -> str:
+        if self.system_socket is not None:
+            return SYSTEM_REMEDY
         return (
             "Point GPUDESK_HOME at a folder of your own (gpudesk creates it when missing), "
             "not at a link to one."
@@ -516,6 +527,12 @@ class Home:
                 "gpudesk`) or as root (`sudo gpudesk engine start --system`); without root, "
                 "use a personal engine (unset GPUDESK_SOCKET)."
             )
+        try:
+            self.root.stat()
+        except NotADirectoryError:  # under a file: no folder can be made there
+            raise _not_a_folder(self.root, system=True) from None
+        except FileNotFoundError:
+            pass
         private_dir(self.root, self._home_remedy)
         # Owners reach their own jobs' logs under jobs/ (the files are theirs and private);
         # nothing else in the state dir is readable to them.

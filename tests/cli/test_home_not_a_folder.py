@@ -66,3 +66,30 @@ def test_a_file_where_the_default_home_goes_is_said_as_the_default_homes(tmp_pat
         "or set GPUDESK_HOME to a folder elsewhere",
     )
     assert (state / "gpudesk").read_text() == TEXT
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a system engine starts as root only")
+def test_a_system_engines_state_folder_is_said_as_its_state_dir(tmp_path: Path) -> None:
+    """A system engine's state folder is named by --state-dir (its unit passes it), not by
+    GPUDESK_HOME: a file there, a path under a file (a traceback before), or a link is said
+    with the setting that names it. Nothing starts; the file is left as it was."""
+    notes = tmp_path / "notes.txt"
+    notes.write_text(TEXT)
+    (tmp_path / "link").symlink_to(tmp_path)
+    socket = tmp_path / "run" / "control.sock"
+    remedy = "Name a folder of root's with --state-dir (default /var/lib/gpudesk; the service's"
+    for state, said in (
+        (notes, f"{notes} is a regular file where gpudesk expects a folder"),
+        (
+            notes / "a" / "b",
+            f"the system engine's state folder {notes / 'a' / 'b'} lies under {notes}, a "
+            "regular file, not a folder",
+        ),
+        (tmp_path / "link", f"{tmp_path / 'link'} is a symbolic link"),
+    ):
+        done = gpudesk(
+            {}, "engine", "start", "--system", "--state-dir", str(state), "--socket", str(socket)
+        )
+        one_paragraph(done, said, remedy)
+        assert "GPUDESK_HOME" not in done.stderr
+    assert notes.read_text() == TEXT and not socket.exists()
