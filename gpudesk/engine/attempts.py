@@ -33,6 +33,7 @@ from gpudesk.engine.state import PlacementDue
 from gpudesk.engine.station.mps_watch import MpsWatch
 from gpudesk.engine.station.telemetry_sink import TelemetrySink
 from gpudesk.engine.store.database import Store
+from gpudesk.engine.store.suspension import Resume
 from gpudesk.hw import boottime, runner
 from gpudesk.hw.containment import Containment, JobLimits
 from gpudesk.hw.telemetry.energy import AttemptUsage
@@ -45,6 +46,7 @@ from gpudesk.policy.retry import Ending, ending
 from gpudesk.text import safe_text
 
 log = logging.getLogger("gpudesk.engine")
+STOPPING = "resumed to be stopped"  # a suspended attempt's resume, said when it is stopped
 
 ADOPTED_POLL_S = 0.2  # how often an attempt this engine did not start is checked for its end
 # When even recording an attempt as failed cannot be stored (the store refuses every write), it
@@ -370,15 +372,23 @@ class Attempts:
             job_id=live.attempt.job_id,
         )
 
-    def terminate(self, live: LiveAttempt, grace: float) -> None:
+    def terminate(self, live: LiveAttempt, grace: float, resume: Resume | None = None) -> None:
         """SIGTERM to every process of the attempt (its cgroup's, else its process group's);
-        SIGKILL when `grace` runs out (`check`)."""
-        self.send(live, signal.SIGTERM)
-        if live.suspended_since is not None:  # stopped, it would never see the SIGTERM
-            self.send(live, signal.SIGCONT)
-            self.resumed(live, "resumed to be stopped")
+        SIGKILL when `grace` runs out (`check`). A suspended attempt is continued after its
+        SIGTERM (stopped, it would never see it), its resume stored before any signal is sent:
+        here, or by the caller with its own change in one transaction (`resume`: a cancel's).
+        A store that refuses it (a full disk) leaves the attempt suspended, sent nothing."""
+        stopped = live.suspended_since is not None
+        if stopped:
+            if resume is None:
+                resume = self.resume_of(live, STOPPING)
+                self.store.set_resumed(resume)
+            self._mark_resumed(live, resume)
         deadline = time.monotonic() + grace
         live.kill_at = deadline if live.kill_at is None else min(live.kill_at, deadline)
+        self.send(live, signal.SIGTERM)
+        if stopped:
+            self.send(live, signal.SIGCONT)
 
     def send(self, live: LiveAttempt, sig: int) -> bool:
         """`sig` to every process of the attempt: its cgroup's, else its process group's (the
@@ -392,12 +402,21 @@ class Attempts:
         """A suspended attempt is continued (SIGCONT): its suspension ends, stored with the time
         it took (its time limit's clock runs again), and said. Stored first: a store that
         refuses it (a full disk) leaves the attempt suspended, here as in the store."""
+        resume = self.resume_of(live, message)
+        self.store.set_resumed(resume)
+        self._mark_resumed(live, resume)
+
+    @staticmethod
+    def resume_of(live: LiveAttempt, message: str) -> Resume:
+        """What continuing a suspended attempt now stores (nothing is changed)."""
         assert live.suspended_since is not None
-        total = live.suspended_for()
-        took = total - live.suspended_s
-        self.store.set_resumed(live.attempt.job_id, live.attempt.id, total, message)
-        live.suspended_s, live.suspended_since = total, None
-        self.events.job(live.attempt.job_id, f"{message} after {took:.0f} s suspended")
+        return Resume(live.attempt.job_id, live.attempt.id, live.suspended_for(), message)
+
+    def _mark_resumed(self, live: LiveAttempt, resume: Resume) -> None:
+        """The stored `resume` of a suspended attempt, here too, and said."""
+        took = resume.suspended_s - live.suspended_s
+        live.suspended_s, live.suspended_since = resume.suspended_s, None
+        self.events.job(live.attempt.job_id, f"{resume.message} after {took:.0f} s suspended")
 
     def preempt(self, live: LiveAttempt, sig: int, grace: float, for_job: int) -> bool:
         """Ask a preemptible attempt to checkpoint and leave: `sig` to its processes (its
@@ -420,11 +439,6 @@ class Attempts:
         """The logs of the attempts settled since the last call (for the log cap's last look)."""
         taken, self._settled_logs = self._settled_logs, set()
         return taken
-
-    def terminate_job(self, job_id: int, grace: float) -> None:
-        for live in self.live.values():
-            if live.attempt.job_id == job_id:
-                self.terminate(live, grace)
 
     # ------------------------------------------------------------- settling
     def settle(self, live: LiveAttempt, returncode: int | None, *, watched: bool = False) -> None:

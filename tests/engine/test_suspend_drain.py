@@ -6,6 +6,7 @@ goes on; a drained station starts nothing new until undrained, across a restart 
 from __future__ import annotations
 
 import json
+import sqlite3
 import subprocess
 import sys
 import time
@@ -118,6 +119,43 @@ def test_a_cancel_reaches_a_suspended_job(engine: EngineHandle, tmp_path: Path) 
     ended = engine.wait_state(job_id, "cancelled")
     assert ended.exit_code == 7  # its TERM trap ran
     assert (tmp_path / "counter.said").read_text() == "term\n"
+
+
+def test_a_cancel_the_store_refuses_leaves_a_suspended_job_as_it_was(
+    engine: EngineHandle, tmp_path: Path
+) -> None:
+    """A cancel of a suspended job writes twice: the cancel, and the job's resume (it is
+    continued to see its SIGTERM). Both go in one transaction, before any signal: where the
+    store refuses the second (a real SQLite trigger refusing the resume, as a disk that fills
+    between two writes would), nothing is stored and nothing sent, the job stays stopped and
+    suspended, here as in the store; once the store takes it, the cancel goes through. (Before,
+    the cancel was stored and SIGTERM and SIGCONT sent, and the engine went on thinking the
+    job suspended, with no SIGKILL to follow.)"""
+    job, count = counting(tmp_path)
+    job_id, pgid = running_job(engine, job, count)
+    engine.api.suspend([job_id])
+    wait_for(lambda: states(pgid) == {"T"}, what="the job to be stopped")
+    db = sqlite3.connect(engine.home.db, isolation_level=None)
+    try:
+        db.execute(
+            "CREATE TRIGGER refuse_resume BEFORE UPDATE OF suspended_s ON attempts "
+            "BEGIN SELECT RAISE(ABORT, 'the store refuses the resume'); END"
+        )
+        with pytest.raises(EngineError):
+            engine.api.cancel([job_id], grace=60)
+        assert states(pgid) == {"T"}  # no SIGCONT reached it
+        view = engine.job(job_id)
+        assert (view.state, view.cancel_requested) == ("suspended", False), view
+        assert "cancel" not in [e.kind for e in engine.show(job_id).events]
+        db.execute("DROP TRIGGER refuse_resume")
+    finally:
+        db.close()
+    engine.api.cancel([job_id], grace=60)  # no SIGKILL within the test: SIGTERM must reach it
+    ended = engine.wait_state(job_id, "cancelled")
+    assert ended.exit_code == 7  # its TERM trap ran, once
+    assert (tmp_path / "counter.said").read_text() == "term\n"
+    kinds = [e.kind for e in engine.show(job_id).events]
+    assert kinds.count("cancel") == 1 and kinds.count("resume") == 1, kinds
 
 
 def test_the_time_limit_does_not_count_suspended_time(engine: EngineHandle, tmp_path: Path) -> None:

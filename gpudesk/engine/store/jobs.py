@@ -212,24 +212,6 @@ class JobTables(StoreConnection):
         with self.transaction() as conn:
             self._transition(conn, job_id, state, reason, now, ended_at=now, reason=reason, held=0)
 
-    def request_cancel(self, job_id: int, grace: float, now: float | None = None) -> None:
-        """Record a cancel of a running job and when it escalates to SIGKILL (an earlier
-        deadline wins), so a restarted engine can finish it."""
-        now = now or time.time()
-        with self.transaction() as conn:
-            conn.execute(
-                "UPDATE jobs SET cancel_requested = 1, "
-                "kill_deadline = MIN(COALESCE(kill_deadline, ?1), ?1) WHERE id = ?2",
-                (now + grace, job_id),
-            )
-            self._add_event(
-                conn,
-                "cancel",
-                f"cancel requested (SIGKILL after {grace:g} s)",
-                job_id=job_id,
-                now=now,
-            )
-
     # ------------------------------------------------------------ job control
     def set_held(self, job_id: int, held: bool, now: float | None = None) -> JobRecord:
         """Hold a queued job (the placement policy skips it; it keeps its place in the queue)

@@ -15,7 +15,7 @@ from gpudesk.core.jobs import JobSpec, JobState
 from gpudesk.core.records import AttemptRecord, JobRecord
 from gpudesk.core.wire.base import PlacementMode
 from gpudesk.core.wire.jobs import AttemptView, RemainingView, SubmitResult
-from gpudesk.engine.attempts import Attempts
+from gpudesk.engine.attempts import STOPPING, Attempts
 from gpudesk.engine.backends.base import JobOutcome, JobPart, LogFile, OwnerRead, state_phrase
 from gpudesk.engine.backends.local import suspension
 from gpudesk.engine.backends.local.admission import check_station_fits, waits_for_change
@@ -169,8 +169,18 @@ class LocalBackend:
             self.events.job(job.id, "cancelled while queued")
             self.due.mark()
             return JobOutcome("cancelled")
-        self.store.request_cancel(job.id, grace)
-        self.attempts.terminate_job(job.id, grace)
+        # Stored first, with the resumes of its suspended attempts (continued to see their
+        # SIGTERM) in one transaction; then signalled. A store that refuses it (a full disk)
+        # leaves the job running, or suspended, and not cancelled, here as in the store.
+        lives = [live for live in self.attempts.live.values() if live.attempt.job_id == job.id]
+        resumes = {
+            live.attempt.id: self.attempts.resume_of(live, STOPPING)
+            for live in lives
+            if live.suspended_since is not None
+        }
+        self.store.request_cancel(job.id, grace, resumes=list(resumes.values()))
+        for live in lives:
+            self.attempts.terminate(live, grace, resumes.get(live.attempt.id))
         return JobOutcome("stopping")
 
     def hold(self, job: JobRecord) -> JobOutcome:
