@@ -470,13 +470,8 @@ class Attempts:
         leftovers = self.containment.release(attempt.job_id, attempt.number)
         if live.pid:
             leftovers = max(leftovers, runner.kill_leftovers(live.pid))
+        live.leftovers_killed += leftovers  # said below, once stored (a retry may say them)
         runner.clean(attempt.dir)
-        if leftovers:
-            self.store.add_event(
-                "cleanup",
-                f"killed {leftovers} leftover process(es) of attempt {attempt.number}",
-                job_id=attempt.job_id,
-            )
         job = self.store.job(attempt.job_id)
         if record is None:
             attempt_state, exit_code, signal_number = "lost", None, None
@@ -498,7 +493,16 @@ class Attempts:
             job, attempt, exit_code, outcome, usage, ran_past_limit(live, watched, ended_at), live
         )
         raised = ending.raised_demand
+        # worked out before anything is written: a store that refuses the writes below (a full
+        # disk) leaves the views showing this end, not a job still running
         live.unsaved = UnsavedEnd(ending.state, exit_code, ending.message, ended_at)
+        if live.leftovers_killed:
+            self.store.add_event(
+                "cleanup",
+                f"killed {live.leftovers_killed} leftover process(es) of attempt {attempt.number}",
+                job_id=attempt.job_id,
+            )
+            live.leftovers_killed = 0
         self.store.finish_attempt(
             attempt,
             attempt_state=attempt_state,

@@ -41,6 +41,7 @@ class LiveAttempt:
     returncode: int | None = None  # the wrapper's status once reaped
     kill_at: float | None = None  # when to escalate a cancel to SIGKILL
     settle_failures: int = 0  # times recording how it ended failed
+    leftovers_killed: int = 0  # processes it left behind, killed when it ended, not yet said
     # After a settle that could not be stored: (returncode, watched) to settle with again, and
     # when; see Attempts.check.
     retry: tuple[int | None, bool] | None = None

@@ -148,15 +148,20 @@ def gpudesk(*args: str) -> str:
     return done.stdout
 
 
+@pytest.mark.parametrize("leftover", [False, True], ids=["plain", "leaves-a-process"])
 def test_a_job_that_ended_on_a_full_disk_is_shown_ended_not_running(
-    disk_engine: EngineHandle, small_disk: Path, tmp_path: Path
+    disk_engine: EngineHandle, small_disk: Path, tmp_path: Path, leftover: bool
 ) -> None:
     """Its end cannot be stored while the disk is full: every view shows how it ended, marked
     not yet saved and why (never `running`), `engine status` says the store cannot be written;
-    it is saved once, as shown, when there is room, and it ran once."""
+    it is saved once, as shown, when there is room, and it ran once. A job that leaves a
+    process behind has it killed and said as an event: that event, refused too, once came
+    before its end was worked out, and the job was shown `running` until the next try."""
     engine = disk_engine
     marker, filler = tmp_path / "runs", small_disk / "filler"
     script = f"echo run >> {marker}; dd if=/dev/zero of={filler} bs=64k 2>/dev/null; exit 0"
+    if leftover:
+        script = f"sleep 300 & {script}"
     (job_id,) = engine.submit({"name": "fills", "command": ["sh", "-c", script], "max_attempts": 2})
     wait_for(lambda: wrapper_ended(engine, job_id), 20.0, what="the job to end")
     job = wait_for(lambda: (j := engine.job(job_id)).unsaved and j, 10.0, what="the view")
@@ -183,6 +188,8 @@ def test_a_job_that_ended_on_a_full_disk_is_shown_ended_not_running(
     job = engine.job(job_id)
     assert (job.state, job.exit_code, job.attempts, job.unsaved) == ("succeeded", 0, 1, None)
     assert "store:" not in gpudesk("engine", "status")
+    cleanups = [e.message for e in engine.show(job_id).events if e.kind == "cleanup"]
+    assert cleanups == (["killed 1 leftover process(es) of attempt 1"] if leftover else [])
     time.sleep(0.5)  # a second attempt, had one been started, would have counted by now
     assert runs(marker) == 1, "the job ran twice"
 
