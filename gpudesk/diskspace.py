@@ -47,9 +47,17 @@ def is_full(exc: BaseException, path: str | Path) -> bool:
 
 
 def _where(home_root: Path) -> str:
+    """The full disk, named by the folder it holds: the engine's state folder, which
+    GPUDESK_HOME names for a personal engine and --state-dir for a system one."""
     free = free_bytes(home_root)
     left = "" if free is None else f", {free // 1024} KiB free"
-    return f"the disk holding GPUDESK_HOME ({home_root}{left}) is full"
+    return f"the disk holding gpudesk's state folder ({home_root}{left}) is full"
+
+
+def not_recorded_text(home_root: Path) -> str:
+    """What a reply adds where it did what it was asked but the event saying so could not be
+    stored (a signal, sent all the same: a retry would send it twice)."""
+    return f" (not in its events: {_where(home_root)})"
 
 
 def running_text(home_root: Path) -> str:

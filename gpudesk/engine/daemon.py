@@ -413,7 +413,7 @@ class Engine:
         elif self.disk_full_said is not None:
             free = diskspace.free_bytes(self.home.root)
             if free is None or free >= diskspace.LOW_BYTES:
-                log.info("the disk holding GPUDESK_HOME has space again; carrying on")
+                log.info("the disk holding gpudesk's state folder has space again; carrying on")
                 self.disk_full_said = None
 
     def _stop_signal(self, signum: int, _frame: Any) -> None:

@@ -17,11 +17,12 @@ from gpudesk.screens.job import JobScreen
 from gpudesk.screens.widgets.line_table import LineTable
 from gpudesk.screens.widgets.strips import DeskHeader
 
-WHY = "not yet saved: the disk holding GPUDESK_HOME (/srv/gpudesk, 0 KiB free) is full"
+WHY = "not yet saved: the disk holding gpudesk's state folder (/srv/gpudesk, 0 KiB free) is full"
 UNSAVED_MARK = "not saved*"  # the queue's WHERE for such a job (its STATE column is 9 wide)
 STORE_MARK = "STORE NOT WRITABLE"  # the header's
 PROBLEM = (
-    "cannot be written: the disk holding GPUDESK_HOME (/srv/gpudesk, 0 KiB free) is full; "
+    "cannot be written: the disk holding gpudesk's state folder (/srv/gpudesk, 0 KiB free) is "
+    "full; "
     "1 ended job(s) not yet saved"
 )
 

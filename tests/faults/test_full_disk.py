@@ -172,11 +172,11 @@ def test_a_job_that_ended_on_a_full_disk_is_shown_ended_not_running(
 
     queue = gpudesk("queue")
     assert "succeeded*" in queue and "running" not in queue, queue
-    assert "* not yet saved: the disk holding GPUDESK_HOME" in queue
+    assert "* not yet saved: the disk holding gpudesk's state folder" in queue
     shown = gpudesk("show", str(job_id))
     assert "state      succeeded" in shown and "[not yet saved: " in shown, shown
     status = gpudesk("engine", "status")
-    assert "store:   cannot be written: the disk holding GPUDESK_HOME" in status, status
+    assert "store:   cannot be written: the disk holding gpudesk's state folder" in status, status
     assert "1 ended job(s) not yet saved" in status and "0 running" in status
     assert "1 succeeded" in status
 
@@ -297,7 +297,7 @@ def test_a_submit_on_a_full_disk_says_so_and_queues_nothing(
     for args in (["--name", "one"], ["--name", "sweep", "--array", "0-49"]):
         said = refused("submit", *args, "--", "true")
         assert said.startswith("error: the store could not be written: the disk holding "), said
-        assert f"GPUDESK_HOME ({engine.home.root}" in said and "is full" in said
+        assert f"gpudesk's state folder ({engine.home.root}" in said and "is full" in said
         assert "nothing was queued" in said and "free some space" in said.lower()
         assert len(said.strip().splitlines()) == 1, said
     assert engine.pid is not None

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import sqlite3
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -274,10 +275,23 @@ def test_a_signal_reaches_a_slurm_job_and_suspend_is_refused(slurm_engine: Engin
     wait_for(lambda: "ready" in _log(slurm_engine, job_id), 30, what="the job's trap")
     [suspended] = slurm_engine.api.suspend([job_id])
     assert not suspended.ok and "scontrol suspend" in suspended.outcome
-    sent = _cli("cancel", "--signal", "USR1", str(job_id))
+    # the store refuses the event saying so, as a full disk would: sent all the same (as the
+    # station's jobs are), and the reply says it is not in the job's events
+    db = sqlite3.connect(slurm_engine.home.db, isolation_level=None)
+    try:
+        db.execute(
+            "CREATE TRIGGER refuse_signal BEFORE INSERT ON events WHEN NEW.kind = 'signal' "
+            "BEGIN SELECT RAISE(ABORT, 'database or disk is full'); END"
+        )
+        sent = _cli("cancel", "--signal", "USR1", str(job_id))
+        db.execute("DROP TRIGGER refuse_signal")
+    finally:
+        db.close()
     assert sent.returncode == 0, sent.stderr
     assert "scancel --signal=USR1" in sent.stdout
+    assert "(not in its events: the disk holding gpudesk's state folder" in sent.stdout
     wait_for(lambda: "got-usr1" in _log(slurm_engine, job_id), 30, what="USR1 in its log")
+    assert "signal" not in [e.kind for e in slurm_engine.show(job_id).events]
     assert slurm_engine.job(job_id).state == "running"
     slurm_engine.api.cancel([job_id])
     slurm_engine.wait_all_done([job_id], timeout=60)

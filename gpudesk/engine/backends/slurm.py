@@ -34,6 +34,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+from gpudesk import diskspace
 from gpudesk.core.identity import Identity
 from gpudesk.core.jobs import JobSpec, JobState
 from gpudesk.core.records import JobRecord
@@ -322,10 +323,16 @@ class SlurmBackend:
             return "not on Slurm yet: nothing to signal", False
         self.poller.cancel(row.conf, job.owner, [row.slurm_id], [job.id], name)
         flag = name.removeprefix("SIG")
-        self.store.add_event(
-            "signal", f"{name} sent by {by} (scancel --signal={flag})", job_id=job.id
-        )
-        return f"sending {name} (scancel --signal={flag} --full {row.slurm_id})", True
+        said = f"sending {name} (scancel --signal={flag} --full {row.slurm_id})"
+        try:
+            self.store.add_event(
+                "signal", f"{name} sent by {by} (scancel --signal={flag})", job_id=job.id
+            )
+        except Exception as exc:  # sent all the same, as the station's jobs are: said so
+            if not diskspace.is_full(exc, self.home.root):
+                raise
+            said += diskspace.not_recorded_text(self.home.root)
+        return said, True
 
     def step(self) -> None:
         """Apply what the poller heard."""

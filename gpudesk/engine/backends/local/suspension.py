@@ -77,6 +77,6 @@ def send_signal(attempts: Attempts, job: JobRecord, name: str, by: str) -> JobOu
     except Exception as exc:  # sent all the same: said so, lest a retry send it twice
         if not diskspace.is_full(exc, attempts.home.root):
             raise
-        later += " (not in its events: the disk holding GPUDESK_HOME is full)"
+        later += diskspace.not_recorded_text(attempts.home.root)
     attempts.events.job(job.id, f"{name} sent by {by}")
     return JobOutcome(f"sent {name}{later}")
