@@ -67,7 +67,8 @@ class StoreConnection:
         if version > SCHEMA_VERSION:
             raise IncompatibleStore(
                 f"the database has schema version {version}, newer than this gpudesk understands "
-                f"({SCHEMA_VERSION}); upgrade gpudesk or point GPUDESK_HOME elsewhere"
+                f"({SCHEMA_VERSION}); upgrade gpudesk, or give it another state folder "
+                "(GPUDESK_HOME; a system engine's --state-dir)"
             )
         for target in range(version + 1, SCHEMA_VERSION + 1):
             with self.transaction() as conn:
