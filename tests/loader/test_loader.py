@@ -849,8 +849,8 @@ def test_loader_commands_fail_cleanly(home: Home) -> None:
     # Settings that cannot work: final (EXIT_FINAL, the engine does not start it again)
     code, _, error = results["module"]
     assert code == EXIT_FINAL and "no.such.module" in error
-    code, _, error = results["name"]
-    assert code == EXIT_FINAL and "not a loader name" in error
+    code, _, error = results["name"]  # typed by a person: a usage error (the engine's: final)
+    assert code == 2 and "not a loader name" in error
     code, _, error = results["long"]
     assert code == EXIT_FINAL and "cannot open its socket" in error, error
     assert "a dataset (loader) name of at most" in error and "GPUDESK_HOME" in error
