@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from gpudesk.core.cluster import ClusterSpec
     from gpudesk.core.datasets import DatasetSpec
     from gpudesk.profile import Profile
+    from gpudesk.profile.model import JobOrigin
     from gpudesk.selection.cache import SelectionCache
 
 # The profile parser, the selection cache and numpy are imported by the steps that need them:
@@ -224,18 +225,24 @@ def _submit(
 
 
 @contextlib.contextmanager
-def said_at_its_table(profile: Profile) -> Iterator[None]:
-    """The engine's refusal of one of the profile's jobs (`jobs[3] ('s2').priority: …`, the
-    index the request's, after sweeps were expanded) said where the user wrote it: `p.toml:4:
-    sweeps[0].priority ('s2', point 2 of 3): …`."""
+def said_at_their_tables(
+    jobs: Sequence[JobSpec], origins: Sequence[JobOrigin | None]
+) -> Iterator[None]:
+    """The engine's refusal of one of a request's jobs made from a profile's tables, named by
+    its place in the request (`jobs[3] ('s2').priority: …`, the index after sweeps were
+    expanded) or by its name (`job 's2' asks for 8 GPUs …`), said where the user wrote it:
+    `p.toml:4: sweeps[0].priority ('s2', point 2 of 3): …`. `origins[k]`: where `jobs[k]`
+    comes from (None: from no table). The refusal is the engine's, whole: nothing of the
+    request was queued."""
     try:
         yield
     except EngineError as exc:
         refused = job_refusal(exc)
-        if refused is None or refused.index >= len(profile.origins):
+        which = None if refused is None else refused.of([job.name for job in jobs])
+        origin = origins[which] if which is not None and which < len(origins) else None
+        if refused is None or which is None or origin is None:
             raise
-        origin = profile.origins[refused.index]
-        where = origin.said(profile.jobs[refused.index].name, refused.field)
+        where = origin.said(jobs[which].name, refused.field)
         raise EngineError(f"{where}: {refused.rest}", exc.code) from None
 
 
@@ -354,7 +361,7 @@ def submit_profile(
     if prepasses:
         # the training jobs wait for the pre-passes: first ask whether the engine would take
         # them at all (GPUs the station has), so a profile it refuses runs nothing
-        with said_at_its_table(profile):
+        with said_at_their_tables(profile.jobs, profile.origins):
             client.check_submit(profile.jobs, env=env)
         workdir = str(profile.path.parent)
         queued = _submit(
@@ -378,7 +385,7 @@ def submit_profile(
                 on_step(result)
         if outcome.failed_prepasses:
             return outcome
-    with said_at_its_table(profile):
+    with said_at_their_tables(profile.jobs, profile.origins):
         queued = _submit(client, profile.jobs, outcome.group, env)
     outcome.job_ids = list(queued.ids)
     if on_step is not None:

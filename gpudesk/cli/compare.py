@@ -24,7 +24,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpudesk.api.prepass import NO_PREPASS, Prepass, job_wall, record_prepass
-from gpudesk.api.submit import configure_station, register_datasets, submit_specs, wait_for_jobs
+from gpudesk.api.submit import (
+    configure_station,
+    register_datasets,
+    said_at_their_tables,
+    submit_specs,
+    wait_for_jobs,
+)
 from gpudesk.cli.select_kept import class_counts, kept_of
 from gpudesk.core.datasets import VARIANT_SEPARATOR, DatasetSpec
 from gpudesk.core.jobs import JobSpec
@@ -324,7 +330,11 @@ class Comparison:
             dataset=dataset.name,
             selection=preset.name,
         )
-        job_id = self.submit(JobSpec.from_dict(spec))
+        made = JobSpec.from_dict(spec)
+        # a refusal (a member's raised priority, more GPUs than the station has) is said at
+        # the profile's table, not as the request's jobs[0]; the comparison stops there
+        with said_at_their_tables([made], [self.plan.profile.origin_of(self.plan.job.name)]):
+            job_id = self.submit(made)
         trial.train_job = job_id
         self.say(f"{trial.label}: training job {job_id}")
         done = self.wait(job_id)

@@ -125,3 +125,10 @@ class Profile:
     # where each of `jobs` comes from, in the same order: an engine's refusal of the k-th job
     # of the request is said at its table's line (gpudesk.api.submit)
     origins: tuple[JobOrigin, ...] = ()
+
+    def origin_of(self, name: str) -> JobOrigin | None:
+        """Where the profile's job named `name` comes from (None: it has no job of that name;
+        a profile's job names are unique)."""
+        return next(
+            (o for j, o in zip(self.jobs, self.origins, strict=False) if j.name == name), None
+        )

@@ -322,15 +322,44 @@ priority = 5
             "p.toml:3: jobs[0] ('prep'): array_task, after_any, after_notok and notify are "
             "for the station's jobs",
         ),
+        (
+            "jobs[3] ('s3').priority: only an admin (gpudesk-admin) raises a priority.",
+            "p.toml:7: sweeps[0].priority ('s3', point 3 of 3): only an admin (gpudesk-admin) "
+            "raises a priority.",
+        ),
+        (
+            # the station's admission and a Slurm cluster's mapping name the job, not its place
+            "job 's3' asks for 8 GPUs but this station has only 4: 4 GPUs (0-3); ask for at "
+            "most 4. It could never run here, so nothing was submitted (nor the 3 other jobs).",
+            "p.toml:7: sweeps[0] ('s3', point 3 of 3): asks for 8 GPUs but this station has only "
+            "4: 4 GPUs (0-3); ask for at most 4. It could never run here, so nothing was "
+            "submitted (nor the 3 other jobs).",
+        ),
+        (
+            "job 'prep': the cluster offers no mps gres (it offers gpu:2). Nothing was submitted.",
+            "p.toml:3: jobs[0] ('prep'): the cluster offers no mps gres (it offers gpu:2). "
+            "Nothing was submitted.",
+        ),
         ("jobs[9].gpus: not one of the profile's", "jobs[9].gpus: not one of the profile's"),
+        ("job 's9' asks for 8 GPUs", "job 's9' asks for 8 GPUs"),
         ("the station is draining", "the station is draining"),
     ],
-    ids=["sweep-field", "table", "index-past-the-profile", "no-job"],
+    ids=[
+        "sweep-field",
+        "table",
+        "third-point",
+        "named-sweep-point",
+        "named-table",
+        "index-past-the-profile",
+        "name-not-the-profiles",
+        "no-job",
+    ],
 )
 def test_an_engine_refusal_of_a_profiles_job_is_said_at_its_table(refusal: str, said: str) -> None:
-    """The engine names the k-th job of its request, after sweeps were expanded (`jobs[2]`);
-    the user wrote tables: the refusal is said at the table's line, with the job and which of
-    the table's jobs it is. A refusal that names no job of the profile is left as it is."""
+    """The engine names the k-th job of its request, after sweeps were expanded (`jobs[2]`),
+    or the job by its name; the user wrote tables: the refusal is said at the table's line,
+    with the job and which of the table's jobs it is. A refusal that names no job of the
+    profile is left as it is."""
     engine = FakeEngine(Path("/nonexistent"), refuse=refusal)
     with pytest.raises(EngineError) as raised:
         submit_profile(engine.client, parse_profile(SWEPT, "p.toml"))

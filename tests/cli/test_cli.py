@@ -206,6 +206,42 @@ def test_run_says_an_engine_refusal_at_the_profiles_table(
     assert json.loads(gpudesk("queue", "--all", "--json").stdout)["jobs"] == []
 
 
+def test_run_says_the_stations_refusal_of_a_sweeps_job_at_the_sweep(
+    sim_engine: EngineHandle, tmp_path: Path
+) -> None:
+    """The station refuses the third job of the request (8 GPUs on a 4-GPU station), naming
+    it by name: `gpudesk run` says it at the [[sweeps]] table that made it, with which of the
+    sweep's jobs it is, and exits 2 as before; the jobs before it in the request are not
+    queued either."""
+    write_profile(
+        tmp_path,
+        """
+        name = "swept"
+
+        [[jobs]]
+        name = "prep"
+        command = ["true"]
+        repeat = 2
+
+        [[sweeps]]
+        name = "big{x}"
+        command = ["true"]
+        gpus = 8
+        grid = { x = [1, 2, 3] }
+        """,
+        name="p.toml",
+    )
+    done = gpudesk("run", "p.toml", cwd=tmp_path)
+    assert done.returncode == 2, done.stdout + done.stderr
+    said = " ".join(done.stderr.split())
+    assert said.startswith(
+        "error: p.toml:9: sweeps[0] ('big1', point 1 of 3): asks for 8 GPUs but this station "
+        "has only 4"
+    ), said
+    assert "nothing was submitted (nor the 4 other jobs)" in said, said
+    assert json.loads(gpudesk("queue", "--all", "--json").stdout)["jobs"] == []
+
+
 def test_run_exits_non_zero_when_a_job_fails_and_json_report(
     engine: EngineHandle, tmp_path: Path
 ) -> None:
@@ -472,7 +508,9 @@ def test_submit_and_run_refuse_gpus_the_station_does_not_have(
     )
     run = gpudesk("run", str(profile))
     assert run.returncode == 2, run.stdout + run.stderr
-    assert "job 'big' asks for 2 GPUs" in run.stderr and "nothing was submitted" in run.stderr
+    # said at the [[jobs]] table that made it (the engine names the job by its name)
+    assert run.stderr.startswith(f"error: {profile}:5: jobs[1] ('big'): asks for 2 GPUs"), run
+    assert "nothing was submitted" in run.stderr
     assert json.loads(gpudesk("queue", "--all", "--json").stdout)["jobs"] == []
     # --parsable: the id alone, for a script (as sbatch --parsable)
     parsable = gpudesk("submit", "--parsable", "--", "true")

@@ -196,6 +196,26 @@ def test_compare_refuses_what_it_cannot_run(home: Path, gpudesk: Run, tmp_path: 
     assert len(err.strip().splitlines()) == 1, err
 
 
+def test_compare_says_the_engines_refusal_of_its_training_job_at_the_profiles_table(
+    engine: EngineHandle, gpudesk: Run, tmp_path: Path
+) -> None:
+    """The engine refuses the comparison's training job (a GPU on a CPU-only station), naming
+    it as the comparison named its run: said at the profile's [[jobs]] table, not as the
+    request's job; exit 2, as before, and nothing queued."""
+    profile = tmp_path / "cmp.toml"
+    text = PROFILE.format(python=json.dumps(sys.executable))
+    profile.write_text(text.replace('dataset = "digits"', 'dataset = "digits"\ngpus = 1'))
+    args = ("--presets", "full", "--splits", "1", "--seeds", "1")
+    code, _, err = gpudesk("select", "compare", str(profile), *args)
+    said = " ".join(err.split())
+    assert code == 2, err
+    assert (
+        f"error: {profile}:9: jobs[0] ('mlp-full-p0s0'): asks for 1 GPU but this station has none"
+    ) in said, said
+    code, listed, _ = gpudesk("queue", "--all", "--json")
+    assert code == 0 and json.loads(listed)["jobs"] == []
+
+
 def test_compare_checks_its_out_file_before_it_runs_anything(
     home: Home, gpudesk: Run, tmp_path: Path
 ) -> None:

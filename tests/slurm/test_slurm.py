@@ -222,6 +222,27 @@ def test_slurm_refusals_leave_nothing(slurm_engine: EngineHandle, cluster: Slurm
     )
 
 
+def test_a_slurm_job_after_a_station_job_is_refused_at_its_option(
+    slurm_engine: EngineHandle,
+) -> None:
+    """Slurm cannot see the station's jobs: `submit --on slurm --after` one is refused, said
+    at the option that asked it (`--after: job N runs on the station`), not as the request's
+    `jobs[0] (true)`; exit 1 as before (a refusal, not a typo), nothing submitted."""
+    (here,) = slurm_engine.submit({"name": "here", "command": ["sleep", "30"]})
+    try:
+        before = [j["id"] for j in slurm_engine.client.request("jobs")["jobs"]]
+        done = _cli("submit", "--on", "slurm", "--after", str(here), "--", "true")
+        said = " ".join(done.stderr.split())
+        assert done.returncode == 1, said
+        assert said.startswith(
+            f"error: --after: job {here} runs on the station: a Slurm job can run only after "
+            "Slurm jobs (Slurm cannot see the station's). Nothing was submitted."
+        ), said
+        assert [j["id"] for j in slurm_engine.client.request("jobs")["jobs"]] == before
+    finally:
+        slurm_engine.api.cancel([here])
+
+
 @pytest.mark.slow(33)
 @pytest.mark.timeout(200)
 def test_time_limit_fails_the_job_timed_out(slurm_engine: EngineHandle) -> None:

@@ -59,6 +59,7 @@ from gpudesk.slurm.script import (
     plan,
 )
 from gpudesk.slurm.send import Prepared, SendPlan, Sent, SubmitRefused
+from gpudesk.text import safe_text
 
 log = logging.getLogger("gpudesk.engine")
 
@@ -153,17 +154,20 @@ class SlurmBackend:
                 if ref <= 0:
                     continue
                 row = self.store.slurm_job(ref)
+                # named as every refusal of one job of a request (gpudesk.api.errors): a
+                # submit says its option (--after), a profile's run the table
+                where = f"jobs[{index}] ({safe_text(spec.name)!r}).after"
                 if row is None:
                     raise SubmitRefused(
-                        f"jobs[{index}] ({spec.name}) runs after job {ref}, which runs on the "
-                        "station: a Slurm job can run only after Slurm jobs (Slurm cannot see "
-                        "the station's). Nothing was submitted."
+                        f"{where}: job {ref} runs on the station: a Slurm job can run only "
+                        "after Slurm jobs (Slurm cannot see the station's). Nothing was "
+                        "submitted."
                     )
                 if row.sending:
                     raise SubmitRefused(
-                        f"jobs[{index}] ({spec.name}) runs after job {ref}, whose submission to "
-                        "Slurm is still under way; submit it again once job "
-                        f"{ref} has a Slurm id (gpudesk show {ref}). Nothing was submitted."
+                        f"{where}: job {ref}'s submission to Slurm is still under way; submit "
+                        f"this again once job {ref} has a Slurm id (gpudesk show {ref}). "
+                        "Nothing was submitted."
                     )
 
     def record_intent(
