@@ -22,6 +22,7 @@ from gpudesk.slurm.commands import SlurmCommands, SlurmError, site_conf
 from gpudesk.slurm.records import SlurmRow
 from gpudesk.slurm.request import GresOffer, SbatchOption, SlurmMappingError
 from gpudesk.slurm.script import ARRAY_TASK, Submission, literal, plan, render
+from gpudesk.text import safe_text
 
 
 class SubmitRefused(Exception):
@@ -42,6 +43,17 @@ def _header(submission: Submission, cluster_name: str, cluster: ClusterSpec) -> 
         + (f", partition {cluster.partition}" if cluster.partition else ""),
         "gpudesk submitted it with `sbatch --parsable`; cancel it with `gpudesk cancel`.",
     ]
+
+
+def _refused(submission: Submission, why: str) -> str:
+    """sbatch's refusal `why`, naming its job as every per-job refusal names one
+    (gpudesk.api.errors: `gpudesk run` says it at the profile's table): "job 'big': sbatch
+    refused the job: …", and for a sweep's array "(one array with the 2 other jobs of its
+    sweep)"."""
+    first = submission.tasks[0]
+    others = len(submission.tasks) - 1
+    more = f" (one array with the {others} other job(s) of its sweep)" if others else ""
+    return f"job {safe_text(first.spec.name)!r}: {why}{more}"
 
 
 def conf_for(cluster: ClusterSpec, base_env: Mapping[str, str] | None, owner: Identity) -> str:
@@ -138,6 +150,7 @@ def send(
     never_by_job: dict[int, str] = {}
     sent: list[str] = []
     folders: list[Path] = []
+    current: Submission | None = None  # the one being sent
     try:
         for send in sends:
             parent = next((i for i in send.inside if i in never_by_job), None)
@@ -170,6 +183,7 @@ def send(
                 environment=environment,
                 unset=unset,
             )
+            current = send.submission
             submitted = commands.sbatch(str(send.folder), str(send.folder / "job.sbatch"), text)
             sent.append(submitted)
             for row in send.rows:
@@ -180,6 +194,8 @@ def send(
         for folder in folders:
             commands.remove_folder(str(folder))
         what = exc if isinstance(exc, SlurmError) else f"could not write the sbatch script: {exc}"
+        if isinstance(exc, SlurmError) and current is not None:  # sbatch refused it
+            what = _refused(current, str(exc).rstrip("."))
         undone = f" The {len(sent)} already submitted were cancelled (scancel)." if sent else ""
         if refused:
             undone = f" Cancelling the {len(sent)} already submitted failed: {refused}."

@@ -214,7 +214,35 @@ def test_slurm_refusals_leave_nothing(slurm_engine: EngineHandle, cluster: Slurm
             {"name": "too-big", "command": ["true"], "gpus": 9},
         )
     assert "already submitted were cancelled" in str(refused.value)
+    # which job sbatch refused, named as every per-job refusal is (`gpudesk run` then says it
+    # at the profile's table)
+    assert str(refused.value).startswith("job 'too-big': sbatch refused the job: "), refused.value
     assert slurm_engine.client.request("jobs")["jobs"] == before
+    wait_for(
+        lambda: cluster.run("squeue", "-h", "-o", "%i") == queued_before,
+        10,
+        what="the half-submitted job to be cancelled",
+    )
+
+
+def test_a_profiles_job_sbatch_refuses_is_said_at_its_table(
+    slurm_engine: EngineHandle, cluster: SlurmCluster, tmp_path: Path
+) -> None:
+    """sbatch refuses the second table's sweep (more GPUs than the node has) after the first
+    table's job was sent: `gpudesk run --on slurm` says it at that table, the first job is
+    cancelled, nothing is queued."""
+    queued_before = cluster.run("squeue", "-h", "-o", "%i")
+    profile = tmp_path / "p.toml"
+    profile.write_text(
+        'name = "p"\n\n[[jobs]]\nname = "fine"\ncommand = ["sleep", "30"]\ngpus = 1\n\n'
+        '[[sweeps]]\nname = "big{x}"\ncommand = ["true"]\ngpus = 9\ngrid = { x = [1, 2] }\n'
+    )
+    done = _cli("run", str(profile), "--on", "slurm", "--partition", PARTITION)
+    said = " ".join(done.stderr.split())
+    assert done.returncode != 0, said
+    assert f"{profile}:8: sweeps[0] ('big1', point 1 of 2): sbatch refused the job: " in said
+    assert "(one array with the 1 other job(s) of its sweep)" in said, said
+    assert "already submitted were cancelled" in said and "Traceback" not in said
     wait_for(
         lambda: cluster.run("squeue", "-h", "-o", "%i") == queued_before,
         10,
