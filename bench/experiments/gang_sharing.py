@@ -49,12 +49,11 @@ from gpudesk.examples import folder
 from gpudesk.policy.collocation import SharingPolicy
 from gpudesk.policy.demand import Demand, margin_mib
 from gpudesk.policy.filled_station import IDLE, SHARED, Choice, FilledStation, Host
-from gpudesk.policy.interference import DEFAULT_PARAMS, Workload, shared_rates, workload
+from gpudesk.policy.interference import DEFAULT_PARAMS, Workload, workload
 from gpudesk.policy.policy import StationView
-from gpudesk.policy.queueing_form import queueing_rates
 from gpudesk.policy.rates import Prediction
 from gpudesk.policy.sim_bounds import bound_of
-from gpudesk.policy.sim_rates import job_workload, true_rates
+from gpudesk.policy.sim_rates import group_rates, true_rates
 from gpudesk.policy.sim_records import SimRun
 from gpudesk.policy.simulator import Simulation, load_trace
 
@@ -166,13 +165,7 @@ def gang_true_rates(sim: Simulation) -> dict[int, float]:
     for group in by_gpu.values():
         if not gang_ids.intersection(r.job.id for r in group):
             continue
-        tenants = [job_workload(r, sim.truth) for r in group]
-        mode = "mps" if all(r.placed.mode == "mps" for r in group) else "naive"
-        if sim.truth_form is None:
-            values = shared_rates(sim.truth, mode, tenants)
-        else:
-            values = queueing_rates(sim.truth_form, sim.truth, mode, tenants)
-        for r, v in zip(group, values, strict=True):
+        for r, v in zip(group, group_rates(sim, group), strict=True):
             if r.job.id in gang_ids:
                 on.setdefault(r.job.id, []).append(v)
             else:

@@ -45,13 +45,15 @@ def true_rates(sim: Simulation) -> dict[int, float]:
         else:
             shared.setdefault(placement.gpus[0], []).append(run)
     for group in shared.values():
-        tenants = [job_workload(r, sim.truth) for r in group]
-        # time-sliced unless all are MPS clients (an MPS server beside other contexts is
-        # time-sliced too)
-        mode = "mps" if all(r.placed.mode == "mps" for r in group) else "naive"
-        if sim.truth_form is None:
-            values = shared_rates(sim.truth, mode, tenants)
-        else:
-            values = queueing_rates(sim.truth_form, sim.truth, mode, tenants)
-        rates.update({r.job.id: v for r, v in zip(group, values, strict=True)})
+        rates.update({r.job.id: v for r, v in zip(group, group_rates(sim, group), strict=True)})
     return rates
+
+
+def group_rates(sim: Simulation, group: list[SimRun]) -> list[float]:
+    """The true rates of the jobs sharing one whole GPU, in `group`'s order: time-sliced
+    unless all are MPS clients (an MPS server beside other contexts is time-sliced too)."""
+    tenants = [job_workload(r, sim.truth) for r in group]
+    mode = "mps" if all(r.placed.mode == "mps" for r in group) else "naive"
+    if sim.truth_form is None:
+        return list(shared_rates(sim.truth, mode, tenants))
+    return list(queueing_rates(sim.truth_form, sim.truth, mode, tenants))
