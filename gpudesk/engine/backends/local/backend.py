@@ -172,15 +172,12 @@ class LocalBackend:
         # Stored first, with the resumes of its suspended attempts (continued to see their
         # SIGTERM) in one transaction; then signalled. A store that refuses it (a full disk)
         # leaves the job running, or suspended, and not cancelled, here as in the store.
-        lives = [live for live in self.attempts.live.values() if live.attempt.job_id == job.id]
-        resumes = {
-            live.attempt.id: self.attempts.resume_of(live, STOPPING)
-            for live in lives
-            if live.suspended_since is not None
-        }
-        self.store.request_cancel(job.id, grace, resumes=list(resumes.values()))
-        for live in lives:
-            self.attempts.terminate(live, grace, resumes.get(live.attempt.id))
+        live = self.attempts.by_job().get(job.id)
+        stopped = live is not None and live.suspended_since is not None
+        resume = self.attempts.resume_of(live, STOPPING) if live and stopped else None
+        self.store.request_cancel(job.id, grace, resumes=[resume] if resume else [])
+        if live is not None:
+            self.attempts.terminate(live, grace, resume)
         return JobOutcome("stopping")
 
     def hold(self, job: JobRecord) -> JobOutcome:
