@@ -270,5 +270,11 @@ def test_a_member_suspends_and_resumes_her_job_and_only_an_admin_drains(station:
     assert station.ok("admin", "drain", reason="maintenance")["changed"] is True
     assert station.ok("ada", "status")["drain"]["by"] == station.users["admin"].name
     assert station.ok("admin", "undrain")["changed"] is True
-    station.ok("ada", "cancel", jobs=[job_id], grace=0)
-    station.wait_state(job_id, "cancelled")
+    # cancelled while suspended, by her: the root engine stores the cancel and its resume,
+    # then continues her stopped processes to see the SIGTERM (bob may do neither)
+    assert station.ok("ada", "suspend", jobs=[job_id])["results"][0]["outcome"] == "suspended"
+    wait_for(lambda: {s for s, _ in _group_states(pgid).values()} == {"T"}, what="stopped")
+    assert station.ok("bob", "cancel", jobs=[job_id], grace=0)["results"][0]["ok"] is False
+    assert station.job(job_id)["state"] == "suspended"
+    station.ok("ada", "cancel", jobs=[job_id], grace=30)
+    assert station.wait_state(job_id, "cancelled")["state"] == "cancelled"
